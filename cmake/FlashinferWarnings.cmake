@@ -1,0 +1,12 @@
+# flashinfer_set_warnings(target): -Wall -Wextra for C++, the same spirit for nvcc; errors in CI.
+# -Wno-restrict: GCC 12 reports false positives inside std::string at -O3 (GCC bug 105329).
+function(flashinfer_set_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-unknown-pragmas
+       $<$<CXX_COMPILER_ID:GNU>:-Wno-restrict>>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --Werror=all-warnings>)
+  if(FLASHINFER_WARNINGS_AS_ERRORS)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>
+                                             $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Werror>)
+  endif()
+endfunction()

@@ -1,0 +1,101 @@
+// The one gate every public op goes through. Disabled (no observer, level 0) it costs one
+// relaxed atomic load and a predictable branch; arguments are packed into Values only on the
+// slow path, out of line.
+#pragma once
+
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "flashinfer/error.h"
+#include "flashinfer/op_decl.h"
+#include "flashinfer/value.h"
+
+namespace flashinfer {
+
+/// Sees every outermost public call while installed: the API logger (levels 1/3/5) and the
+/// flight recorder (level 10) are observers, and so can an engine's own tracer be. Arguments are
+/// aligned with the declaration's parameters. Exceptions thrown by an observer are swallowed: an
+/// observer never changes or breaks the call it observes.
+class CallObserver {
+ public:
+  virtual ~CallObserver() = default;
+  virtual void on_call_begin(const OpDecl& decl, std::span<const Value> args) = 0;
+  virtual void on_call_end(const OpDecl& decl, std::span<const Value> args,
+                           const Value& result) = 0;
+  /// The op threw; the exception propagates to the caller after this returns.
+  virtual void on_call_error(const OpDecl& decl, std::span<const Value> args,
+                             std::string_view what) = 0;
+};
+
+void add_call_observer(std::shared_ptr<CallObserver> observer);
+void remove_call_observer(const std::shared_ptr<CallObserver>& observer);
+
+namespace detail {
+
+/// True while at least one observer is installed.
+extern std::atomic<bool> g_call_hooks_active;
+
+using DeclFn = const OpDecl& (*)();
+
+/// One observed call. Only the outermost public call on a thread is observed: an op that calls
+/// another public op internally is recorded once, as itself.
+class ObservedCall {
+ public:
+  ObservedCall(const OpDecl& decl, std::vector<Value> args);
+  ~ObservedCall();
+  bool active() const { return active_; }
+  void finish(const Value& result);
+  void fail(std::string_view what);
+
+ private:
+  const OpDecl* decl_;
+  std::vector<Value> args_;
+  bool active_;
+};
+
+template <class Fn, class... Args>
+[[gnu::noinline, gnu::cold]] decltype(auto) call_observed(DeclFn decl_fn, Fn&& fn,
+                                                           const Args&... args) {
+  using R = std::invoke_result_t<Fn>;
+  std::vector<Value> values;
+  values.reserve(sizeof...(Args));
+  (values.push_back(to_value(args)), ...);
+  ObservedCall call(decl_fn(), std::move(values));
+  if (!call.active()) return std::forward<Fn>(fn)();
+  try {
+    if constexpr (std::is_void_v<R>) {
+      std::forward<Fn>(fn)();
+      call.finish(Value());
+    } else {
+      R result = std::forward<Fn>(fn)();
+      call.finish(to_value(result));
+      return result;
+    }
+  } catch (const std::exception& e) {
+    call.fail(e.what());
+    throw;
+  } catch (...) {
+    call.fail("unknown exception");
+    throw;
+  }
+}
+
+}  // namespace detail
+
+/// Runs `fn` (the op's body) as a call of the op that `decl_fn()` declares, with `args` in the
+/// declaration's parameter order (wrapper methods pass `*this` first). Returns fn's result.
+template <class Fn, class... Args>
+inline decltype(auto) call_api(detail::DeclFn decl_fn, Fn&& fn, const Args&... args) {
+  if (FLASHINFER_LIKELY(!detail::g_call_hooks_active.load(std::memory_order_relaxed))) {
+    return std::forward<Fn>(fn)();
+  }
+  return detail::call_observed(decl_fn, std::forward<Fn>(fn), args...);
+}
+
+}  // namespace flashinfer

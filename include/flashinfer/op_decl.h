@@ -1,0 +1,173 @@
+// Op declarations: each public op (free function or wrapper method) is declared once, and that
+// declaration is what logging, recording, replay, `flashinfer list-ops` and `flashinfer bench`
+// read. Code outside the library declares its own ops with the same types (see register_op).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "flashinfer/tensor.h"
+#include "flashinfer/value.h"
+
+namespace flashinfer {
+
+/// What a parameter holds. `optional` on ParamDecl says whether None is also accepted.
+enum class ParamKind { kTensor, kInt, kFloat, kBool, kString, kDType, kEnum, kList, kObject, kAny };
+
+std::string_view param_kind_name(ParamKind kind);
+
+struct ParamDecl {
+  std::string name;
+  ParamKind kind = ParamKind::kAny;
+  bool optional = false;               // None is a valid value
+  std::optional<Value> default_value;  // nullopt: required
+  bool keyword_only = false;           // passed by keyword upstream (recorded as kwarg_<name>)
+  std::string type_name;               // enum class or object class, for kEnum / kObject
+
+  ParamDecl() = default;
+  ParamDecl(std::string n, ParamKind k) : name(std::move(n)), kind(k) {}
+
+  /// Marks the parameter optional with default None.
+  ParamDecl& opt() {
+    optional = true;
+    if (!default_value) default_value = Value();
+    return *this;
+  }
+  ParamDecl& def(Value v) {
+    default_value = std::move(v);
+    return *this;
+  }
+  ParamDecl& kw() {
+    keyword_only = true;
+    return *this;
+  }
+  ParamDecl& type(std::string t) {
+    type_name = std::move(t);
+    return *this;
+  }
+  bool required() const { return !default_value.has_value(); }
+};
+
+class CallArgs;
+/// Runs the op from Values (replay, tools): returns its result as a Value.
+using OpInvoker = std::function<Value(const CallArgs&)>;
+
+struct OpDecl {
+  std::string name;        // as logged: "rmsnorm", "BatchDecodeWithPagedKVCacheWrapper.plan"
+  std::string module;      // FlashInfer's Python module: "flashinfer.norm"
+  std::string class_name;  // wrapper class for methods, empty for free functions
+  std::vector<ParamDecl> params;  // methods: params[0] is `self`
+  std::string returns;            // "Tensor", "None", "tuple[Tensor, Tensor]", ...
+  std::string summary;            // one line for list-ops
+  OpInvoker invoke;               // may be empty: then the op cannot be replayed
+
+  bool is_method() const { return !class_name.empty(); }
+  /// "plan" for "X.plan", the name itself for free functions.
+  std::string_view method_name() const;
+  bool is_constructor() const { return method_name() == "__init__"; }
+  /// Python's inspect.signature text: "(input, weight, eps=1e-06, out=None, enable_pdl=None)".
+  std::string signature() const;
+  /// Index of the parameter called `name`, or -1.
+  int param_index(std::string_view name) const;
+};
+
+/// Arguments of one call, aligned with OpDecl::params (defaults filled in). Typed getters throw
+/// flashinfer::Error naming the op and the parameter when a value has the wrong kind.
+class CallArgs {
+ public:
+  CallArgs(const OpDecl& decl, std::vector<Value> values);
+
+  const OpDecl& decl() const { return *decl_; }
+  std::size_t size() const { return values_.size(); }
+  const Value& operator[](std::size_t i) const { return values_.at(i); }
+  const std::vector<Value>& values() const { return values_; }
+
+  Tensor tensor(std::size_t i) const;
+  std::optional<Tensor> optional_tensor(std::size_t i) const;
+  int64_t i64(std::size_t i) const;
+  std::optional<int64_t> optional_i64(std::size_t i) const;
+  double f64(std::size_t i) const;
+  std::optional<double> optional_f64(std::size_t i) const;
+  bool boolean(std::size_t i) const;
+  std::optional<bool> optional_bool(std::size_t i) const;
+  std::string str(std::size_t i) const;
+  DType dtype(std::size_t i) const;
+  std::optional<DType> optional_dtype(std::size_t i) const;
+  ApiObject& object(std::size_t i) const;
+  template <class T>
+  T& object_as(std::size_t i) const;
+
+ private:
+  [[noreturn]] void kind_error(std::size_t i, std::string_view expected) const;
+  const OpDecl* decl_;
+  std::vector<Value> values_;
+};
+
+/// Binds positional and keyword values to `decl`'s parameters the way Python would: fills
+/// defaults, and throws flashinfer::Error for a missing required parameter, an unknown keyword,
+/// a parameter given twice, or too many positional values.
+std::vector<Value> bind_arguments(const OpDecl& decl, std::vector<Value> positional,
+                                  std::vector<std::pair<std::string, Value>> keyword = {});
+
+/// Base of every stateful API class (the attention wrappers): gives each object a stable,
+/// process-unique id, recorded as `self_id`, so `__init__`, `plan` and `run` replay in order.
+class ApiObject {
+ public:
+  virtual ~ApiObject() = default;
+  /// Runtime class name as upstream logs it ("BatchDecodeWithPagedKVCacheWrapper").
+  virtual std::string_view class_name() const = 0;
+  /// FlashInfer module that defines the class ("flashinfer.decode").
+  virtual std::string_view module_name() const = 0;
+  uint64_t object_id() const { return id_; }
+  /// "<flashinfer.decode.BatchDecodeWithPagedKVCacheWrapper object at 0x...>"
+  std::string repr() const;
+
+ protected:
+  ApiObject();
+  ApiObject(const ApiObject&);  // a copy is a new object with its own id
+  ApiObject& operator=(const ApiObject&) { return *this; }
+
+ private:
+  uint64_t id_;
+};
+
+template <class T>
+T& CallArgs::object_as(std::size_t i) const {
+  auto* p = dynamic_cast<T*>(&object(i));
+  if (!p) kind_error(i, "object of the declared class");
+  return *p;
+}
+
+/// The process-wide table of declared ops. Built-in ops are registered on first use.
+class OpRegistry {
+ public:
+  static OpRegistry& global();
+
+  /// Adds a declaration; throws flashinfer::Error if the name is taken or the declaration is
+  /// malformed (a method without `self`, a required parameter after a defaulted one, ...).
+  const OpDecl& add(OpDecl decl);
+  const OpDecl* find(std::string_view name) const;
+  /// All declarations, sorted by name.
+  std::vector<const OpDecl*> ops() const;
+
+  OpRegistry();
+  ~OpRegistry();
+  OpRegistry(const OpRegistry&) = delete;
+  OpRegistry& operator=(const OpRegistry&) = delete;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Declares an op in the global registry; returns the stored declaration (stable address).
+const OpDecl& register_op(OpDecl decl);
+
+}  // namespace flashinfer

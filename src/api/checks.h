@@ -1,0 +1,61 @@
+// Private: argument checks shared by the public ops. Each throws flashinfer::Error naming the
+// op and the argument.
+#pragma once
+
+#include <initializer_list>
+#include <string>
+
+#include "flashinfer/error.h"
+#include "flashinfer/tensor.h"
+
+namespace flashinfer::api {
+
+inline void check_defined(const Tensor& t, const char* op, const char* arg) {
+  FLASHINFER_CHECK(t.defined(), op, arg, "undefined tensor");
+}
+
+inline void check_dim(const Tensor& t, std::initializer_list<int64_t> dims, const char* op,
+                      const char* arg) {
+  for (int64_t d : dims) {
+    if (t.dim() == d) return;
+  }
+  std::string want;
+  for (int64_t d : dims) want += (want.empty() ? "" : " or ") + std::to_string(d) + "-D";
+  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "expected a ", want, " tensor, got ",
+                  t.dim(), "-D with shape ", shape_to_string(t.shape()));
+}
+
+inline void check_dtype_in(const Tensor& t, std::initializer_list<DType> dtypes, const char* op,
+                           const char* arg) {
+  for (DType d : dtypes) {
+    if (t.dtype() == d) return;
+  }
+  std::string want;
+  for (DType d : dtypes) want += (want.empty() ? "" : ", ") + std::string(dtype_torch_name(d));
+  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "dtype ", dtype_torch_name(t.dtype()),
+                  " is not supported (expected one of ", want, ")");
+}
+
+inline void check_same_dtype(const Tensor& t, const Tensor& ref, const char* op, const char* arg,
+                             const char* ref_arg) {
+  FLASHINFER_CHECK(t.dtype() == ref.dtype(), op, arg, "dtype ", dtype_torch_name(t.dtype()),
+                   " does not match ", ref_arg, "'s ", dtype_torch_name(ref.dtype()));
+}
+
+inline void check_same_device(const Tensor& t, const Tensor& ref, const char* op, const char* arg,
+                              const char* ref_arg) {
+  FLASHINFER_CHECK(t.device() == ref.device(), op, arg, "is on ", t.device().str(), " but ",
+                   ref_arg, " is on ", ref.device().str());
+}
+
+inline void check_shape_eq(const Tensor& t, const Shape& shape, const char* op, const char* arg) {
+  FLASHINFER_CHECK(t.shape() == shape, op, arg, "expected shape ", shape_to_string(shape),
+                   ", got ", shape_to_string(t.shape()));
+}
+
+inline void check_non_empty(const Tensor& t, const char* op, const char* arg) {
+  FLASHINFER_CHECK(t.numel() > 0, op, arg, "empty tensor (shape ", shape_to_string(t.shape()),
+                   ")");
+}
+
+}  // namespace flashinfer::api

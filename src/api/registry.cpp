@@ -1,0 +1,11 @@
+// The list of built-in op areas. Registration is explicit (no static initializers, which a
+// static link can drop): each area's register function adds its declarations.
+#include "flashinfer/op_decl.h"
+
+namespace flashinfer::detail {
+
+void register_norm_ops(OpRegistry& registry);
+
+void register_builtin_ops(OpRegistry& registry) { register_norm_ops(registry); }
+
+}  // namespace flashinfer::detail

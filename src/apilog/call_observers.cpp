@@ -1,0 +1,99 @@
+#include "flashinfer/api_call.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+
+namespace flashinfer {
+namespace detail {
+
+std::atomic<bool> g_call_hooks_active{false};
+
+namespace {
+
+struct Observers {
+  std::mutex mu;
+  // Copy-on-write: a call takes a snapshot, so observers can be removed during a call.
+  std::shared_ptr<const std::vector<std::shared_ptr<CallObserver>>> list =
+      std::make_shared<const std::vector<std::shared_ptr<CallObserver>>>();
+};
+
+Observers& observers() {
+  static Observers* o = new Observers();  // outlives static destructors of other units
+  return *o;
+}
+
+std::shared_ptr<const std::vector<std::shared_ptr<CallObserver>>> snapshot() {
+  auto& o = observers();
+  std::lock_guard<std::mutex> lock(o.mu);
+  return o.list;
+}
+
+thread_local int t_call_depth = 0;
+
+// An observer must never break the call: report its failure once per process and go on.
+void report_observer_failure(const char* what) {
+  static std::atomic<bool> reported{false};
+  if (!reported.exchange(true)) {
+    std::fprintf(stderr, "[flashinfer] warning: a call observer failed and was ignored: %s\n",
+                 what);
+  }
+}
+
+template <class F>
+void notify(F&& f) {
+  auto list = snapshot();
+  for (const auto& obs : *list) {
+    try {
+      f(*obs);
+    } catch (const std::exception& e) {
+      report_observer_failure(e.what());
+    } catch (...) {
+      report_observer_failure("unknown exception");
+    }
+  }
+}
+
+}  // namespace
+
+ObservedCall::ObservedCall(const OpDecl& decl, std::vector<Value> args)
+    : decl_(&decl), args_(std::move(args)), active_(t_call_depth == 0) {
+  ++t_call_depth;
+  if (!active_) return;
+  notify([&](CallObserver& o) { o.on_call_begin(*decl_, args_); });
+}
+
+ObservedCall::~ObservedCall() { --t_call_depth; }
+
+void ObservedCall::finish(const Value& result) {
+  if (!active_) return;
+  notify([&](CallObserver& o) { o.on_call_end(*decl_, args_, result); });
+}
+
+void ObservedCall::fail(std::string_view what) {
+  if (!active_) return;
+  notify([&](CallObserver& o) { o.on_call_error(*decl_, args_, what); });
+}
+
+}  // namespace detail
+
+void add_call_observer(std::shared_ptr<CallObserver> observer) {
+  if (!observer) return;
+  auto& o = detail::observers();
+  std::lock_guard<std::mutex> lock(o.mu);
+  auto next = std::make_shared<std::vector<std::shared_ptr<CallObserver>>>(*o.list);
+  next->push_back(std::move(observer));
+  o.list = std::move(next);
+  detail::g_call_hooks_active.store(true, std::memory_order_relaxed);
+}
+
+void remove_call_observer(const std::shared_ptr<CallObserver>& observer) {
+  auto& o = detail::observers();
+  std::lock_guard<std::mutex> lock(o.mu);
+  auto next = std::make_shared<std::vector<std::shared_ptr<CallObserver>>>(*o.list);
+  next->erase(std::remove(next->begin(), next->end(), observer), next->end());
+  detail::g_call_hooks_active.store(!next->empty(), std::memory_order_relaxed);
+  o.list = std::move(next);
+}
+
+}  // namespace flashinfer

@@ -1,0 +1,119 @@
+#include "core/cuda_runtime.h"
+
+#include "flashinfer/device.h"
+#include "flashinfer/error.h"
+#include "flashinfer/stream.h"
+
+#if FLASHINFER_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace flashinfer {
+
+bool cuda_compiled() { return FLASHINFER_WITH_CUDA != 0; }
+int cuda_device_count() { return detail::cuda_runtime_device_count(); }
+
+namespace {
+thread_local void* t_current_stream = nullptr;
+}
+void* current_cuda_stream() { return t_current_stream; }
+void set_current_cuda_stream(void* stream) { t_current_stream = stream; }
+
+namespace detail {
+
+#if FLASHINFER_WITH_CUDA
+
+namespace {
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    FLASHINFER_FAIL(ErrorCode::kCuda, what, "", cudaGetErrorName(err), ": ",
+                    cudaGetErrorString(err));
+  }
+}
+struct DeviceGuard {
+  int prev = -1;
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+    if (prev != device) check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() {
+    if (prev >= 0) (void)cudaSetDevice(prev);
+  }
+};
+}  // namespace
+
+int cuda_runtime_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+void* cuda_device_malloc(std::size_t nbytes, int device) {
+  DeviceGuard g(device);
+  void* p = nullptr;
+  check(cudaMalloc(&p, nbytes == 0 ? 1 : nbytes), "cudaMalloc");
+  return p;
+}
+
+void cuda_device_free(void* ptr, int device) noexcept {
+  int prev = -1;
+  (void)cudaGetDevice(&prev);
+  (void)cudaSetDevice(device);
+  (void)cudaFree(ptr);
+  if (prev >= 0) (void)cudaSetDevice(prev);
+}
+
+void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, int device) {
+  if (nbytes == 0) return;
+  DeviceGuard g(device);
+  cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
+                     : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
+                                                       : cudaMemcpyDeviceToDevice;
+  auto stream = static_cast<cudaStream_t>(current_cuda_stream());
+  check(cudaMemcpyAsync(dst, src, nbytes, k, stream), "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+std::string cuda_device_name(int device) {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  return prop.name;
+}
+
+int cuda_compute_capability(int device) {
+  int major = 0, minor = 0;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+        "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+        "cudaDeviceGetAttribute");
+  return major * 10 + minor;
+}
+
+std::string cuda_runtime_version() {
+  return std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
+}
+
+#else  // !FLASHINFER_WITH_CUDA
+
+namespace {
+[[noreturn]] void no_cuda(const char* what) {
+  FLASHINFER_FAIL(ErrorCode::kUnsupported, what, "",
+                  "this build of flashinfer-cpp has no CUDA backend");
+}
+}  // namespace
+
+int cuda_runtime_device_count() { return 0; }
+void* cuda_device_malloc(std::size_t, int) { no_cuda("cuda_malloc"); }
+void cuda_device_free(void*, int) noexcept {}
+void cuda_memcpy(void*, const void*, std::size_t, CopyKind, int) { no_cuda("cuda_memcpy"); }
+std::string cuda_device_name(int) { no_cuda("cuda_device_name"); }
+int cuda_compute_capability(int) { no_cuda("cuda_compute_capability"); }
+std::string cuda_runtime_version() { return ""; }
+
+#endif
+
+}  // namespace detail
+}  // namespace flashinfer

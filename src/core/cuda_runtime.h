@@ -1,0 +1,24 @@
+// Thin, private wrappers over the CUDA runtime so core code compiles without CUDA headers.
+// Without the CUDA backend every function throws flashinfer::Error(kUnsupported), except
+// device_count(), which returns 0.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace flashinfer::detail {
+
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+
+int cuda_runtime_device_count();
+void* cuda_device_malloc(std::size_t nbytes, int device);
+void cuda_device_free(void* ptr, int device) noexcept;
+/// Synchronous copy (stream-ordered on the current stream, then synchronized).
+void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, int device);
+/// "NVIDIA H100 80GB HBM3", compute capability as major*10+minor.
+std::string cuda_device_name(int device);
+int cuda_compute_capability(int device);
+/// "13.0" for the runtime the backend was built with.
+std::string cuda_runtime_version();
+
+}  // namespace flashinfer::detail

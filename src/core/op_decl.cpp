@@ -1,0 +1,276 @@
+#include "flashinfer/op_decl.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+
+#include "flashinfer/error.h"
+
+namespace flashinfer {
+
+namespace detail {
+// Defined in src/api/registry.cpp: declares every built-in op.
+void register_builtin_ops(OpRegistry& registry);
+}  // namespace detail
+
+std::string_view param_kind_name(ParamKind kind) {
+  switch (kind) {
+    case ParamKind::kTensor:
+      return "tensor";
+    case ParamKind::kInt:
+      return "int";
+    case ParamKind::kFloat:
+      return "float";
+    case ParamKind::kBool:
+      return "bool";
+    case ParamKind::kString:
+      return "str";
+    case ParamKind::kDType:
+      return "dtype";
+    case ParamKind::kEnum:
+      return "enum";
+    case ParamKind::kList:
+      return "list";
+    case ParamKind::kObject:
+      return "object";
+    case ParamKind::kAny:
+      return "any";
+  }
+  return "?";
+}
+
+// ---- OpDecl --------------------------------------------------------------------------------------
+
+std::string_view OpDecl::method_name() const {
+  std::string_view n = name;
+  if (!is_method()) return n;
+  auto dot = n.rfind('.');
+  return dot == std::string_view::npos ? n : n.substr(dot + 1);
+}
+
+std::string OpDecl::signature() const {
+  std::string s = "(";
+  bool star_written = false;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParamDecl& p = params[i];
+    if (i) s += ", ";
+    if (p.keyword_only && !star_written) {
+      s += "*, ";
+      star_written = true;
+    }
+    s += p.name;
+    if (p.default_value) s += "=" + p.default_value->repr();
+  }
+  return s + ")";
+}
+
+int OpDecl::param_index(std::string_view n) const {
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (params[i].name == n) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// ---- CallArgs ------------------------------------------------------------------------------------
+
+CallArgs::CallArgs(const OpDecl& decl, std::vector<Value> values)
+    : decl_(&decl), values_(std::move(values)) {
+  FLASHINFER_CHECK(values_.size() == decl.params.size(), decl.name, "",
+                   "expected ", decl.params.size(), " argument values, got ", values_.size());
+}
+
+void CallArgs::kind_error(std::size_t i, std::string_view expected) const {
+  const std::string_view have = i < values_.size() ? value_kind_name(values_[i].kind()) : "nothing";
+  const std::string arg = i < decl_->params.size() ? decl_->params[i].name : std::to_string(i);
+  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, decl_->name, arg, "expected ", expected, ", got ",
+                  have);
+}
+
+Tensor CallArgs::tensor(std::size_t i) const {
+  if (i >= values_.size() || !values_[i].is_tensor()) kind_error(i, "Tensor");
+  return values_[i].as_tensor();
+}
+std::optional<Tensor> CallArgs::optional_tensor(std::size_t i) const {
+  if (i < values_.size() && values_[i].is_none()) return std::nullopt;
+  return tensor(i);
+}
+int64_t CallArgs::i64(std::size_t i) const {
+  if (i >= values_.size() || values_[i].kind() != Value::Kind::kInt) kind_error(i, "int");
+  return values_[i].as_int();
+}
+std::optional<int64_t> CallArgs::optional_i64(std::size_t i) const {
+  if (i < values_.size() && values_[i].is_none()) return std::nullopt;
+  return i64(i);
+}
+double CallArgs::f64(std::size_t i) const {
+  if (i >= values_.size() || (values_[i].kind() != Value::Kind::kFloat &&
+                              values_[i].kind() != Value::Kind::kInt)) {
+    kind_error(i, "float");
+  }
+  return values_[i].as_float();
+}
+std::optional<double> CallArgs::optional_f64(std::size_t i) const {
+  if (i < values_.size() && values_[i].is_none()) return std::nullopt;
+  return f64(i);
+}
+bool CallArgs::boolean(std::size_t i) const {
+  if (i >= values_.size() || values_[i].kind() != Value::Kind::kBool) kind_error(i, "bool");
+  return values_[i].as_bool();
+}
+std::optional<bool> CallArgs::optional_bool(std::size_t i) const {
+  if (i < values_.size() && values_[i].is_none()) return std::nullopt;
+  return boolean(i);
+}
+std::string CallArgs::str(std::size_t i) const {
+  if (i >= values_.size() || values_[i].kind() != Value::Kind::kString) kind_error(i, "str");
+  return values_[i].as_string();
+}
+DType CallArgs::dtype(std::size_t i) const {
+  if (i < values_.size() && values_[i].kind() == Value::Kind::kString) {
+    // Upstream passes dtypes as torch.dtype or as strings ("float16"); accept both.
+    if (auto d = dtype_from_name(values_[i].as_string())) return *d;
+  }
+  if (i >= values_.size() || values_[i].kind() != Value::Kind::kDType) kind_error(i, "dtype");
+  return values_[i].as_dtype();
+}
+std::optional<DType> CallArgs::optional_dtype(std::size_t i) const {
+  if (i < values_.size() && values_[i].is_none()) return std::nullopt;
+  return dtype(i);
+}
+ApiObject& CallArgs::object(std::size_t i) const {
+  if (i >= values_.size() || values_[i].kind() != Value::Kind::kObject ||
+      values_[i].as_object().get() == nullptr) {
+    kind_error(i, "a live API object");
+  }
+  return *values_[i].as_object().get();
+}
+
+// ---- bind_arguments ------------------------------------------------------------------------------
+
+std::vector<Value> bind_arguments(const OpDecl& decl, std::vector<Value> positional,
+                                  std::vector<std::pair<std::string, Value>> keyword) {
+  const auto n = decl.params.size();
+  FLASHINFER_CHECK(positional.size() <= n, decl.name, "", "takes ", n,
+                   " arguments but ", positional.size(), " were given");
+  std::vector<std::optional<Value>> slots(n);
+  for (std::size_t i = 0; i < positional.size(); ++i) slots[i] = std::move(positional[i]);
+  for (auto& [name, v] : keyword) {
+    int idx = decl.param_index(name);
+    FLASHINFER_CHECK(idx >= 0, decl.name, name, "unexpected keyword argument");
+    FLASHINFER_CHECK(!slots[idx].has_value(), decl.name, name, "given more than once");
+    slots[idx] = std::move(v);
+  }
+  std::vector<Value> out;
+  out.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (slots[i]) {
+      out.push_back(std::move(*slots[i]));
+    } else {
+      FLASHINFER_CHECK(decl.params[i].default_value.has_value(), decl.name, decl.params[i].name,
+                       "missing required argument");
+      out.push_back(*decl.params[i].default_value);
+    }
+  }
+  return out;
+}
+
+// ---- ApiObject -----------------------------------------------------------------------------------
+
+namespace {
+std::atomic<uint64_t> g_next_object_id{1};
+}
+
+ApiObject::ApiObject() : id_(g_next_object_id.fetch_add(1, std::memory_order_relaxed)) {}
+ApiObject::ApiObject(const ApiObject&) : ApiObject() {}
+
+std::string ApiObject::repr() const {
+  char addr[32];
+  std::snprintf(addr, sizeof(addr), "%p", static_cast<const void*>(this));
+  std::string s = "<";
+  s += module_name();
+  s += ".";
+  s += class_name();
+  s += " object at ";
+  s += addr;
+  s += ">";
+  return s;
+}
+
+// ---- OpRegistry ----------------------------------------------------------------------------------
+
+struct OpRegistry::Impl {
+  mutable std::mutex mu;
+  std::deque<OpDecl> decls;  // deque: stable addresses
+};
+
+OpRegistry::OpRegistry() : impl_(std::make_unique<Impl>()) {}
+OpRegistry::~OpRegistry() = default;
+
+OpRegistry& OpRegistry::global() {
+  static OpRegistry* registry = [] {
+    auto* r = new OpRegistry();  // never destroyed: declarations outlive static destructors
+    detail::register_builtin_ops(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+const OpDecl& OpRegistry::add(OpDecl decl) {
+  const char* op = "register_op";
+  FLASHINFER_CHECK(!decl.name.empty(), op, "name", "an op needs a name");
+  FLASHINFER_CHECK(!decl.module.empty(), op, "module", "op '", decl.name, "' needs a module");
+  if (decl.is_method()) {
+    FLASHINFER_CHECK(decl.name.starts_with(decl.class_name + ".") &&
+                         decl.name.size() > decl.class_name.size() + 1,
+                     op, "name", "method '", decl.name, "' must be named '", decl.class_name,
+                     ".<method>'");
+    FLASHINFER_CHECK(!decl.params.empty() && decl.params[0].kind == ParamKind::kObject &&
+                         decl.params[0].name == "self",
+                     op, "params", "method '", decl.name,
+                     "' must declare 'self' (kind object) as its first parameter");
+  }
+  bool seen_default = false;
+  for (const ParamDecl& p : decl.params) {
+    FLASHINFER_CHECK(!p.name.empty(), op, "params", "op '", decl.name, "' has an unnamed parameter");
+    FLASHINFER_CHECK(std::count_if(decl.params.begin(), decl.params.end(),
+                                   [&](const ParamDecl& q) { return q.name == p.name; }) == 1,
+                     op, "params", "op '", decl.name, "' declares '", p.name, "' twice");
+    if (!p.keyword_only) {
+      FLASHINFER_CHECK(!(seen_default && p.required()), op, "params", "op '", decl.name,
+                       "': required parameter '", p.name, "' follows a parameter with a default");
+      seen_default = seen_default || !p.required();
+    }
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (const OpDecl& d : impl_->decls) {
+    FLASHINFER_CHECK(d.name != decl.name, op, "name", "an op named '", decl.name,
+                     "' is already declared");
+  }
+  impl_->decls.push_back(std::move(decl));
+  return impl_->decls.back();
+}
+
+const OpDecl* OpRegistry::find(std::string_view name) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (const OpDecl& d : impl_->decls) {
+    if (d.name == name) return &d;
+  }
+  return nullptr;
+}
+
+std::vector<const OpDecl*> OpRegistry::ops() const {
+  std::vector<const OpDecl*> out;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (const OpDecl& d : impl_->decls) out.push_back(&d);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const OpDecl* a, const OpDecl* b) { return a->name < b->name; });
+  return out;
+}
+
+const OpDecl& register_op(OpDecl decl) { return OpRegistry::global().add(std::move(decl)); }
+
+}  // namespace flashinfer

@@ -1,0 +1,59 @@
+// Private: walking the elements of a strided view in row-major order.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace flashinfer::detail {
+
+/// Calls fn(offset) for every element of the view, offsets in elements from the storage start,
+/// in row-major logical order. Incremental: no division per element.
+template <class Fn>
+void for_each_offset(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
+                     int64_t offset, Fn&& fn) {
+  const std::size_t nd = shape.size();
+  for (int64_t s : shape) {
+    if (s == 0) return;
+  }
+  if (nd == 0) {
+    fn(offset);
+    return;
+  }
+  std::vector<int64_t> idx(nd, 0);
+  const int64_t inner = shape[nd - 1], inner_stride = strides[nd - 1];
+  int64_t base = offset;
+  while (true) {
+    for (int64_t i = 0; i < inner; ++i) fn(base + i * inner_stride);
+    // Advance the outer index like an odometer.
+    std::size_t d = nd - 1;
+    while (true) {
+      if (d == 0) return;
+      --d;
+      ++idx[d];
+      base += strides[d];
+      if (idx[d] < shape[d]) break;
+      base -= idx[d] * strides[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/// Copies a strided view into another of the same shape (element size `es` bytes); storages may
+/// be the same only if the views do not overlap.
+inline void strided_copy(void* dst_base, const std::vector<int64_t>& shape,
+                         const std::vector<int64_t>& dst_strides, int64_t dst_offset,
+                         const void* src_base, const std::vector<int64_t>& src_strides,
+                         int64_t src_offset, std::size_t es) {
+  std::vector<int64_t> src_offsets;
+  for_each_offset(shape, src_strides, src_offset,
+                  [&](int64_t off) { src_offsets.push_back(off); });
+  auto* d = static_cast<uint8_t*>(dst_base);
+  const auto* s = static_cast<const uint8_t*>(src_base);
+  std::size_t i = 0;
+  for_each_offset(shape, dst_strides, dst_offset, [&](int64_t off) {
+    std::memcpy(d + off * es, s + src_offsets[i++] * es, es);
+  });
+}
+
+}  // namespace flashinfer::detail

@@ -1,0 +1,584 @@
+#include "flashinfer/tensor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+
+#include "core/cuda_runtime.h"
+#include "core/element.h"
+#include "core/strided.h"
+#include "flashinfer/error.h"
+
+namespace flashinfer {
+
+// ---- Storage -------------------------------------------------------------------------------------
+
+Storage::Storage(void* data, std::size_t nbytes, Device device, Deleter deleter)
+    : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
+
+Storage::~Storage() {
+  if (deleter_) deleter_(data_);
+}
+
+std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, Device device) {
+  if (device.is_cpu()) {
+    // 64-byte alignment for vector loads; never a null pointer, even for 0 bytes.
+    std::size_t padded = (std::max<std::size_t>(nbytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, padded);
+    if (!p) {
+      FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "Tensor.empty", "", "out of host memory (",
+                      nbytes, " bytes)");
+    }
+    return std::make_shared<Storage>(p, nbytes, device, [](void* q) { std::free(q); });
+  }
+  FLASHINFER_CHECK(device.index >= 0, "Tensor.empty", "device", "negative CUDA device index");
+  void* p = detail::cuda_device_malloc(nbytes, device.index);
+  int index = device.index;
+  return std::make_shared<Storage>(p, nbytes, device,
+                                   [index](void* q) { detail::cuda_device_free(q, index); });
+}
+
+// ---- helpers -------------------------------------------------------------------------------------
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size());
+  int64_t s = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<int64_t>(shape[i], 1);
+  }
+  return strides;
+}
+
+std::string shape_to_string(const Shape& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  if (shape.size() == 1) s += ",";
+  s += ")";
+  return s;
+}
+
+namespace {
+
+int64_t numel_of(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t wrap_dim(int64_t d, int64_t ndim, const char* op) {
+  int64_t w = d < 0 ? d + ndim : d;
+  FLASHINFER_CHECK(w >= 0 && w < ndim, op, "dim", "dimension ", d, " out of range for a ", ndim,
+                   "-D tensor");
+  return w;
+}
+
+void check_shape(const Shape& shape, const char* op) {
+  for (int64_t d : shape) {
+    FLASHINFER_CHECK(d >= 0, op, "shape", "negative dimension in ", shape_to_string(shape));
+  }
+}
+
+// Number of elements (from the storage start) the view touches: max offset + 1; 0 if empty.
+int64_t span_end(const Shape& shape, const Shape& strides, int64_t offset) {
+  int64_t end = offset;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0) return 0;
+    end += (shape[i] - 1) * strides[i];
+  }
+  return end + 1;
+}
+
+}  // namespace
+
+// ---- factories -----------------------------------------------------------------------------------
+
+Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
+  check_shape(shape, "Tensor.empty");
+  auto n = static_cast<std::size_t>(numel_of(shape)) * dtype_size(dtype);
+  auto strides = contiguous_strides(shape);
+  return from_storage(Storage::allocate(n, device), std::move(shape), std::move(strides), 0,
+                      dtype);
+}
+
+Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
+  return full(std::move(shape), 0.0, dtype, device);
+}
+
+Tensor Tensor::full(Shape shape, double value, DType dtype, Device device) {
+  Tensor t = empty(std::move(shape), dtype, device);
+  t.fill_(value);
+  return t;
+}
+
+Tensor Tensor::from_vector(const std::vector<double>& values, Shape shape, DType dtype) {
+  Tensor t = empty(std::move(shape), dtype, Device::cpu());
+  const bool fp4 = dtype == DType::kFloat4E2M1FNx2;
+  const auto expected = static_cast<std::size_t>(t.numel()) * (fp4 ? 2 : 1);
+  FLASHINFER_CHECK(values.size() == expected, "Tensor.from_vector", "values", "expected ",
+                   expected, " values for shape ", shape_to_string(t.shape()), ", got ",
+                   values.size());
+  auto* p = static_cast<uint8_t*>(t.data_ptr());
+  const std::size_t es = t.element_size();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (fp4) {
+      p[i] = pack_e2m1x2(float_to_e2m1_bits(static_cast<float>(values[2 * i])),
+                         float_to_e2m1_bits(static_cast<float>(values[2 * i + 1])));
+    } else {
+      detail::encode_element(dtype, values[i], p + i * es);
+    }
+  }
+  return t;
+}
+
+Tensor Tensor::from_blob(void* data, Shape shape, Shape strides, DType dtype, Device device,
+                         Storage::Deleter deleter, int64_t storage_offset) {
+  check_shape(shape, "Tensor.from_blob");
+  if (strides.empty() && !shape.empty()) strides = contiguous_strides(shape);
+  FLASHINFER_CHECK(strides.size() == shape.size(), "Tensor.from_blob", "strides",
+                   "expected ", shape.size(), " strides, got ", strides.size());
+  FLASHINFER_CHECK(data != nullptr || numel_of(shape) == 0, "Tensor.from_blob", "data",
+                   "null pointer for a non-empty tensor");
+  int64_t end = span_end(shape, strides, storage_offset);
+  auto storage = std::make_shared<Storage>(
+      data, static_cast<std::size_t>(end) * dtype_size(dtype), device, std::move(deleter));
+  return from_storage(std::move(storage), std::move(shape), std::move(strides), storage_offset,
+                      dtype);
+}
+
+Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, Shape shape, Shape strides,
+                            int64_t storage_offset, DType dtype) {
+  const char* op = "Tensor.from_storage";
+  FLASHINFER_CHECK(storage != nullptr, op, "storage", "null storage");
+  check_shape(shape, op);
+  FLASHINFER_CHECK(strides.size() == shape.size(), op, "strides", "expected ", shape.size(),
+                   " strides, got ", strides.size());
+  FLASHINFER_CHECK(storage_offset >= 0, op, "storage_offset", "negative offset");
+  for (int64_t s : strides) {
+    FLASHINFER_CHECK(s >= 0, op, "strides", "negative strides are not supported");
+  }
+  const int64_t end = span_end(shape, strides, storage_offset);
+  FLASHINFER_CHECK(static_cast<std::size_t>(end) * dtype_size(dtype) <= storage->nbytes(), op,
+                   "shape", "view of ", shape_to_string(shape), " with strides ",
+                   shape_to_string(strides), " at offset ", storage_offset, " needs ",
+                   end * static_cast<int64_t>(dtype_size(dtype)), " bytes; the storage has ",
+                   storage->nbytes());
+  Tensor t;
+  t.storage_ = std::move(storage);
+  t.shape_ = std::move(shape);
+  t.strides_ = std::move(strides);
+  t.offset_ = storage_offset;
+  t.dtype_ = dtype;
+  return t;
+}
+
+// ---- metadata ------------------------------------------------------------------------------------
+
+int64_t Tensor::size(int64_t d) const { return shape_[wrap_dim(d, dim(), "Tensor.size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides_[wrap_dim(d, dim(), "Tensor.stride")]; }
+int64_t Tensor::numel() const { return numel_of(shape_); }
+Device Tensor::device() const { return storage_ ? storage_->device() : Device::cpu(); }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (std::size_t i = shape_.size(); i-- > 0;) {
+    if (shape_[i] == 0) return true;
+    if (shape_[i] != 1 && strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+void* Tensor::data_ptr() const {
+  if (!storage_) return nullptr;
+  return static_cast<uint8_t*>(storage_->data()) + offset_ * static_cast<int64_t>(element_size());
+}
+
+// ---- views ---------------------------------------------------------------------------------------
+
+Tensor Tensor::as_strided(Shape shape, Shape strides, int64_t storage_offset) const {
+  FLASHINFER_CHECK(defined(), "Tensor.as_strided", "self", "undefined tensor");
+  return from_storage(storage_, std::move(shape), std::move(strides), storage_offset, dtype_);
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  const char* op = "Tensor.slice";
+  d = wrap_dim(d, dim(), op);
+  FLASHINFER_CHECK(step > 0, op, "step", "step must be positive, got ", step);
+  const int64_t n = shape_[d];
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  end = std::clamp<int64_t>(end, start, n);
+  Shape shape = shape_, strides = strides_;
+  shape[d] = (end - start + step - 1) / step;
+  strides[d] = strides_[d] * step;
+  return from_storage(storage_, shape, strides, offset_ + start * strides_[d], dtype_);
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  const char* op = "Tensor.select";
+  d = wrap_dim(d, dim(), op);
+  const int64_t n = shape_[d];
+  if (index < 0) index += n;
+  FLASHINFER_CHECK(index >= 0 && index < n, op, "index", "index ", index, " out of range for size ",
+                   n);
+  Shape shape = shape_, strides = strides_;
+  shape.erase(shape.begin() + d);
+  strides.erase(strides.begin() + d);
+  return from_storage(storage_, shape, strides, offset_ + index * strides_[d], dtype_);
+}
+
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  d0 = wrap_dim(d0, dim(), "Tensor.transpose");
+  d1 = wrap_dim(d1, dim(), "Tensor.transpose");
+  Tensor t = *this;
+  std::swap(t.shape_[d0], t.shape_[d1]);
+  std::swap(t.strides_[d0], t.strides_[d1]);
+  return t;
+}
+
+Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  const char* op = "Tensor.permute";
+  FLASHINFER_CHECK(static_cast<int64_t>(dims.size()) == dim(), op, "dims", "expected ", dim(),
+                   " dims, got ", dims.size());
+  std::vector<bool> seen(dims.size(), false);
+  Tensor t = *this;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    int64_t d = wrap_dim(dims[i], dim(), op);
+    FLASHINFER_CHECK(!seen[d], op, "dims", "dimension ", d, " repeated");
+    seen[d] = true;
+    t.shape_[i] = shape_[d];
+    t.strides_[i] = strides_[d];
+  }
+  return t;
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = wrap_dim(d, dim() + 1, "Tensor.unsqueeze");
+  Tensor t = *this;
+  int64_t s = d < dim() ? strides_[d] * shape_[d] : 1;
+  t.shape_.insert(t.shape_.begin() + d, 1);
+  t.strides_.insert(t.strides_.begin() + d, s);
+  return t;
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  d = wrap_dim(d, dim(), "Tensor.squeeze");
+  if (shape_[d] != 1) return *this;
+  Tensor t = *this;
+  t.shape_.erase(t.shape_.begin() + d);
+  t.strides_.erase(t.strides_.begin() + d);
+  return t;
+}
+
+namespace {
+
+// Resolves one -1 entry and checks the element count.
+Shape infer_shape(Shape shape, int64_t numel, const char* op) {
+  int64_t known = 1;
+  int infer = -1;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      FLASHINFER_CHECK(infer < 0, op, "shape", "only one dimension can be -1");
+      infer = static_cast<int>(i);
+    } else {
+      FLASHINFER_CHECK(shape[i] >= 0, op, "shape", "invalid dimension ", shape[i]);
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    FLASHINFER_CHECK(known != 0 && numel % known == 0, op, "shape", "cannot infer -1 in ",
+                     shape_to_string(shape), " for ", numel, " elements");
+    shape[infer] = numel / known;
+    known *= shape[infer];
+  }
+  FLASHINFER_CHECK(known == numel, op, "shape", "shape ", shape_to_string(shape),
+                   " is invalid for ", numel, " elements");
+  return shape;
+}
+
+// Strides for viewing (old_shape, old_strides) as new_shape without copying, if possible:
+// groups of old dimensions that are laid out contiguously relative to each other can be split
+// or merged freely; a new dimension may not straddle two such groups.
+bool view_strides(const Shape& old_shape, const Shape& old_strides, const Shape& new_shape,
+                  Shape& out) {
+  out.assign(new_shape.size(), 0);
+  if (numel_of(old_shape) == 0) {
+    out = contiguous_strides(new_shape);
+    return true;
+  }
+  // Drop size-1 dims from the old layout: they never constrain a view.
+  Shape os, ost;
+  for (std::size_t i = 0; i < old_shape.size(); ++i) {
+    if (old_shape[i] != 1) {
+      os.push_back(old_shape[i]);
+      ost.push_back(old_strides[i]);
+    }
+  }
+  std::size_t oi = 0, ni = 0;
+  while (ni < new_shape.size()) {
+    if (new_shape[ni] == 1) {
+      out[ni] = 1;  // any stride is fine for a size-1 dim
+      ++ni;
+      continue;
+    }
+    if (oi >= os.size()) return false;
+    // Take one contiguous group of old dims [oi, oj).
+    std::size_t oj = oi + 1;
+    int64_t group = os[oi];
+    while (oj < os.size() && ost[oj - 1] == os[oj] * ost[oj]) {
+      group *= os[oj];
+      ++oj;
+    }
+    const int64_t base_stride = ost[oj - 1];  // stride of the group's innermost dim
+    // Consume new dims until they multiply to the group's size.
+    int64_t prod = 1;
+    std::size_t nj = ni;
+    while (nj < new_shape.size() && prod < group) {
+      prod *= new_shape[nj];
+      ++nj;
+    }
+    if (prod != group) return false;
+    int64_t s = base_stride;
+    for (std::size_t k = nj; k-- > ni;) {
+      out[k] = s;
+      s *= new_shape[k];
+    }
+    ni = nj;
+    oi = oj;
+  }
+  return oi == os.size();
+}
+
+}  // namespace
+
+Tensor Tensor::view(Shape shape) const {
+  const char* op = "Tensor.view";
+  FLASHINFER_CHECK(defined(), op, "self", "undefined tensor");
+  shape = infer_shape(std::move(shape), numel(), op);
+  Shape strides;
+  FLASHINFER_CHECK(view_strides(shape_, strides_, shape, strides), op, "shape",
+                   "a tensor of shape ", shape_to_string(shape_), " and strides ",
+                   shape_to_string(strides_), " cannot be viewed as ", shape_to_string(shape),
+                   "; use reshape()");
+  return from_storage(storage_, std::move(shape), std::move(strides), offset_, dtype_);
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  const char* op = "Tensor.reshape";
+  FLASHINFER_CHECK(defined(), op, "self", "undefined tensor");
+  shape = infer_shape(std::move(shape), numel(), op);
+  Shape strides;
+  if (view_strides(shape_, strides_, shape, strides)) {
+    return from_storage(storage_, std::move(shape), std::move(strides), offset_, dtype_);
+  }
+  return clone().view(std::move(shape));
+}
+
+// ---- copies --------------------------------------------------------------------------------------
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const {
+  FLASHINFER_CHECK(defined(), "Tensor.clone", "self", "undefined tensor");
+  Tensor t = empty(shape_, dtype_, device());
+  t.copy_(*this);
+  return t;
+}
+
+Tensor Tensor::to(Device device) const {
+  FLASHINFER_CHECK(defined(), "Tensor.to", "self", "undefined tensor");
+  if (device == this->device()) return *this;
+  Tensor t = empty(shape_, dtype_, device);
+  t.copy_(*this);
+  return t;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  const char* op = "Tensor.to";
+  FLASHINFER_CHECK(defined(), op, "self", "undefined tensor");
+  if (dtype == dtype_) return *this;
+  FLASHINFER_CHECK(dtype != DType::kFloat4E2M1FNx2 && dtype_ != DType::kFloat4E2M1FNx2, op,
+                   "dtype", "casts to or from packed fp4 pairs change the shape; use the fp4 "
+                   "quantization ops");
+  Tensor src = device().is_cpu() ? *this : this->to(Device::cpu());
+  Tensor out = empty(shape_, dtype, Device::cpu());
+  auto* dst = static_cast<uint8_t*>(out.data_ptr());
+  const auto* base = static_cast<const uint8_t*>(src.storage_->data());
+  const std::size_t ies = src.element_size(), oes = out.element_size();
+  int64_t i = 0;
+  detail::for_each_offset(src.shape_, src.strides_, src.offset_, [&](int64_t off) {
+    detail::encode_element(dtype, detail::decode_element(dtype_, base + off * ies), dst + i * oes);
+    ++i;
+  });
+  return device().is_cpu() ? out : out.to(device());
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  const char* op = "Tensor.copy_";
+  FLASHINFER_CHECK(defined(), op, "self", "undefined tensor");
+  FLASHINFER_CHECK(src.defined(), op, "src", "undefined tensor");
+  FLASHINFER_CHECK(src.shape_ == shape_, op, "src", "shape ", shape_to_string(src.shape_),
+                   " does not match ", shape_to_string(shape_));
+  FLASHINFER_CHECK(src.dtype_ == dtype_, op, "src", "dtype ", dtype_torch_name(src.dtype_),
+                   " does not match ", dtype_torch_name(dtype_), "; use to(dtype) first");
+  if (numel() == 0) return *this;
+  const std::size_t es = element_size();
+  const Device sd = src.device(), dd = device();
+  if (sd.is_cpu() && dd.is_cpu()) {
+    detail::strided_copy(storage_->data(), shape_, strides_, offset_, src.storage_->data(),
+                         src.strides_, src.offset_, es);
+    return *this;
+  }
+  // A CUDA side is involved. Contiguous to contiguous is one memcpy; anything else stages the
+  // covered span through the host (correct, not fast: these paths serve tests and tools).
+  if (is_contiguous() && src.is_contiguous()) {
+    const std::size_t n = nbytes();
+    if (sd.is_cpu()) {
+      detail::cuda_memcpy(data_ptr(), src.data_ptr(), n, detail::CopyKind::kHostToDevice,
+                          dd.index);
+    } else if (dd.is_cpu()) {
+      detail::cuda_memcpy(data_ptr(), src.data_ptr(), n, detail::CopyKind::kDeviceToHost,
+                          sd.index);
+    } else {
+      detail::cuda_memcpy(data_ptr(), src.data_ptr(), n, detail::CopyKind::kDeviceToDevice,
+                          dd.index);
+    }
+    return *this;
+  }
+  Tensor host_src = src;
+  if (!sd.is_cpu()) {
+    // Copy the span the source view covers, then view it on the host with the same strides.
+    const int64_t end = span_end(src.shape_, src.strides_, src.offset_);
+    const int64_t begin = src.offset_;
+    Tensor span = empty({end - begin}, dtype_, Device::cpu());
+    detail::cuda_memcpy(span.data_ptr(), src.data_ptr(), (end - begin) * es,
+                        detail::CopyKind::kDeviceToHost, sd.index);
+    host_src = span.as_strided(src.shape_, src.strides_, 0);
+  }
+  if (dd.is_cpu()) {
+    detail::strided_copy(storage_->data(), shape_, strides_, offset_, host_src.storage_->data(),
+                         host_src.strides_, host_src.offset_, es);
+    return *this;
+  }
+  if (is_contiguous()) {
+    Tensor c = host_src.contiguous();
+    detail::cuda_memcpy(data_ptr(), c.data_ptr(), nbytes(), detail::CopyKind::kHostToDevice,
+                        dd.index);
+    return *this;
+  }
+  // Non-contiguous CUDA destination: read-modify-write its span.
+  const int64_t end = span_end(shape_, strides_, offset_);
+  Tensor span = empty({end - offset_}, dtype_, Device::cpu());
+  detail::cuda_memcpy(span.data_ptr(), data_ptr(), (end - offset_) * es,
+                      detail::CopyKind::kDeviceToHost, dd.index);
+  span.as_strided(shape_, strides_, 0).copy_(host_src);
+  detail::cuda_memcpy(data_ptr(), span.data_ptr(), (end - offset_) * es,
+                      detail::CopyKind::kHostToDevice, dd.index);
+  return *this;
+}
+
+Tensor& Tensor::fill_(double value) {
+  FLASHINFER_CHECK(defined(), "Tensor.fill_", "self", "undefined tensor");
+  if (numel() == 0) return *this;
+  if (!device().is_cpu()) {
+    Tensor h = full(shape_, value, dtype_, Device::cpu());
+    return copy_(h);
+  }
+  uint8_t elem[8];
+  detail::encode_element(dtype_, value, elem);
+  const std::size_t es = element_size();
+  auto* base = static_cast<uint8_t*>(storage_->data());
+  detail::for_each_offset(shape_, strides_, offset_,
+                          [&](int64_t off) { std::memcpy(base + off * es, elem, es); });
+  return *this;
+}
+
+namespace {
+
+// SplitMix64: a counter-based generator, so element i's value depends only on (seed, i) and
+// the fill is identical on every machine, device and thread count.
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+double uniform01(uint64_t seed, uint64_t i) {
+  uint64_t r = splitmix64(splitmix64(seed) ^ (i * 0xD1B54A32D192ED03ull));
+  return static_cast<double>(r >> 11) * 0x1.0p-53;  // [0, 1)
+}
+
+template <class Gen>
+void fill_generated(Tensor& t, Gen gen) {
+  const bool fp4 = t.dtype() == DType::kFloat4E2M1FNx2;
+  std::vector<double> values(static_cast<std::size_t>(t.numel()) * (fp4 ? 2 : 1));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = gen(i);
+  Tensor h = Tensor::from_vector(values, t.shape(), t.dtype());
+  t.copy_(h);
+}
+
+}  // namespace
+
+Tensor& Tensor::uniform_(uint64_t seed, double low, double high) {
+  FLASHINFER_CHECK(defined(), "Tensor.uniform_", "self", "undefined tensor");
+  FLASHINFER_CHECK(low <= high, "Tensor.uniform_", "low", "low (", low, ") > high (", high, ")");
+  fill_generated(*this, [&](uint64_t i) { return low + (high - low) * uniform01(seed, i); });
+  return *this;
+}
+
+Tensor& Tensor::normal_(uint64_t seed, double mean, double stddev) {
+  FLASHINFER_CHECK(defined(), "Tensor.normal_", "self", "undefined tensor");
+  // Box-Muller over pairs of uniforms; element i uses pair i/2.
+  fill_generated(*this, [&](uint64_t i) {
+    const uint64_t pair = i / 2;
+    const double u1 = 1.0 - uniform01(seed, 2 * pair);  // (0, 1]
+    const double u2 = uniform01(seed, 2 * pair + 1);
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    const double a = 2.0 * M_PI * u2;
+    return mean + stddev * r * ((i & 1) ? std::sin(a) : std::cos(a));
+  });
+  return *this;
+}
+
+std::vector<double> Tensor::to_double_vector() const {
+  FLASHINFER_CHECK(defined(), "Tensor.to_double_vector", "self", "undefined tensor");
+  Tensor h = device().is_cpu() ? *this : to(Device::cpu());
+  const bool fp4 = dtype_ == DType::kFloat4E2M1FNx2;
+  std::vector<double> out;
+  out.reserve(static_cast<std::size_t>(numel()) * (fp4 ? 2 : 1));
+  const auto* base = static_cast<const uint8_t*>(h.storage_->data());
+  const std::size_t es = element_size();
+  detail::for_each_offset(h.shape_, h.strides_, h.offset_, [&](int64_t off) {
+    out.push_back(detail::decode_element(dtype_, base + off * es, 0));
+    if (fp4) out.push_back(detail::decode_element(dtype_, base + off * es, 1));
+  });
+  return out;
+}
+
+double Tensor::item() const {
+  FLASHINFER_CHECK(defined() && numel() == 1, "Tensor.item", "self",
+                   "item() needs a one-element tensor, got shape ", shape_to_string(shape_));
+  return to_double_vector()[0];
+}
+
+std::string Tensor::describe() const {
+  if (!defined()) return "Tensor(undefined)";
+  std::ostringstream os;
+  os << "Tensor(shape=" << shape_to_string(shape_) << ", stride=" << shape_to_string(strides_)
+     << ", dtype=" << dtype_torch_name(dtype_) << ", device=" << device().str() << ")";
+  return os.str();
+}
+
+}  // namespace flashinfer

@@ -1,0 +1,28 @@
+#include "flashinfer/version.h"
+
+#include "core/cuda_runtime.h"
+
+#ifndef FLASHINFER_VERSION_STRING
+#error "FLASHINFER_VERSION_STRING must be defined by the build"
+#endif
+
+namespace flashinfer {
+
+std::string_view version() { return FLASHINFER_VERSION_STRING; }
+
+const BuildInfo& build_info() {
+  static const std::string cuda_version = detail::cuda_runtime_version();
+  static const BuildInfo info = {
+      FLASHINFER_VERSION_STRING,
+      FLASHINFER_COMPILER_STRING,
+      FLASHINFER_BUILD_TYPE_STRING,
+      cuda_version,
+      FLASHINFER_CUDA_ARCHS_STRING,
+      FLASHINFER_WITH_CUDA != 0,
+      FLASHINFER_SANITIZE_BUILD != 0,
+      true,
+  };
+  return info;
+}
+
+}  // namespace flashinfer

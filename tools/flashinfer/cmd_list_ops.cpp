@@ -1,0 +1,42 @@
+// `flashinfer list-ops`: every declared op, from the op declarations.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+
+#include "commands.h"
+#include "flashinfer/op_decl.h"
+
+namespace flashinfer::cli {
+
+Command list_ops_command() {
+  return {"list-ops", "List every declared op with its FlashInfer module and signature",
+          [](CLI::App& sub) {
+            auto verbose = std::make_shared<bool>(false);
+            auto module = std::make_shared<std::string>();
+            sub.add_flag("-v,--verbose", *verbose, "Also print each parameter's kind");
+            sub.add_option("--module", *module, "Only ops of this FlashInfer module");
+            return std::function<int()>([verbose, module] {
+              int n = 0;
+              for (const OpDecl* d : OpRegistry::global().ops()) {
+                if (!module->empty() && d->module != *module) continue;
+                ++n;
+                std::printf("%-48s %-20s %s\n", d->name.c_str(), d->module.c_str(),
+                            d->signature().c_str());
+                if (*verbose) {
+                  if (!d->summary.empty()) std::printf("    %s\n", d->summary.c_str());
+                  for (const ParamDecl& p : d->params) {
+                    std::printf("    %-24s %s%s%s\n", p.name.c_str(),
+                                std::string(param_kind_name(p.kind)).c_str(),
+                                p.optional ? " | None" : "",
+                                p.keyword_only ? " (keyword)" : "");
+                  }
+                  std::printf("    -> %s\n", d->returns.c_str());
+                }
+              }
+              std::printf("%d ops\n", n);
+              return 0;
+            });
+          }};
+}
+
+}  // namespace flashinfer::cli

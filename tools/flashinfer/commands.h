@@ -1,0 +1,29 @@
+// The `flashinfer` command's subcommand table (apitrace style): each command registers its
+// options on a CLI11 subcommand and runs when selected.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace flashinfer::cli {
+
+struct Command {
+  std::string name;
+  std::string summary;
+  // Adds the command's options to `sub` and returns the function that runs it (exit status).
+  std::function<std::function<int()>(CLI::App& sub)> setup;
+};
+
+/// Every subcommand, in the order `flashinfer --help` lists them.
+std::vector<Command> commands();
+
+Command version_command();
+Command info_command();
+Command list_ops_command();
+
+}  // namespace flashinfer::cli
