@@ -1,0 +1,111 @@
+// Shared helpers for the GoogleTest suites: comparisons with per-dtype tolerances that report
+// every mismatching element, CUDA availability, and naive reference helpers.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+
+namespace flashinfer::testing {
+
+struct Tolerance {
+  double atol;
+  double rtol;
+};
+
+/// Default tolerances for comparing an output of `dtype` with an fp64 reference: about two
+/// units in the last place of the output format.
+inline Tolerance default_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64:
+      return {1e-12, 1e-12};
+    case DType::kFloat32:
+      return {1e-5, 1e-5};
+    case DType::kFloat16:
+      return {1e-3, 2e-3};
+    case DType::kBFloat16:
+      return {8e-3, 1.6e-2};
+    case DType::kFloat8E4M3FN:
+      return {2e-2, 1.25e-1};
+    case DType::kFloat8E5M2:
+      return {4e-2, 2.5e-1};
+    default:
+      return {0.0, 0.0};
+  }
+}
+
+/// Compares element by element: |a - e| <= atol + rtol * |e|, NaN only where NaN is expected,
+/// infinities must match exactly. Returns a failure listing the count and the first offenders.
+inline ::testing::AssertionResult all_close(const std::vector<double>& actual,
+                                            const std::vector<double>& expected, Tolerance tol) {
+  if (actual.size() != expected.size()) {
+    return ::testing::AssertionFailure()
+           << "size " << actual.size() << " != expected " << expected.size();
+  }
+  std::size_t bad = 0;
+  std::ostringstream first;
+  double max_abs = 0.0;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    const double a = actual[i], e = expected[i];
+    bool ok;
+    if (std::isnan(e) || std::isnan(a)) {
+      ok = std::isnan(e) && std::isnan(a);
+    } else if (std::isinf(e) || std::isinf(a)) {
+      ok = a == e;
+    } else {
+      const double d = std::fabs(a - e);
+      max_abs = std::fmax(max_abs, d);
+      ok = d <= tol.atol + tol.rtol * std::fabs(e);
+    }
+    if (!ok) {
+      if (bad < 8) first << "\n  [" << i << "] actual " << a << " expected " << e;
+      ++bad;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << actual.size()
+                                       << " elements mismatch (atol " << tol.atol << ", rtol "
+                                       << tol.rtol << ", max abs diff " << max_abs << ")"
+                                       << first.str();
+}
+
+inline ::testing::AssertionResult all_close(const Tensor& actual,
+                                            const std::vector<double>& expected, Tolerance tol) {
+  return all_close(actual.to_double_vector(), expected, tol);
+}
+
+inline ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected,
+                                            Tolerance tol) {
+  if (actual.shape() != expected.shape()) {
+    return ::testing::AssertionFailure() << "shape " << shape_to_string(actual.shape())
+                                         << " != " << shape_to_string(expected.shape());
+  }
+  return all_close(actual.to_double_vector(), expected.to_double_vector(), tol);
+}
+
+inline bool cuda_available() { return cuda_device_count() > 0; }
+
+#define FLASHINFER_SKIP_WITHOUT_CUDA()                                        \
+  do {                                                                        \
+    if (!::flashinfer::testing::cuda_available()) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+/// Runs `stmt`, expects a flashinfer::Error whose op and argument are the given ones.
+#define EXPECT_FI_ERROR(stmt, op_name, arg_name)                                         \
+  do {                                                                                   \
+    try {                                                                                \
+      stmt;                                                                              \
+      ADD_FAILURE() << "expected flashinfer::Error from: " #stmt;                        \
+    } catch (const ::flashinfer::Error& e) {                                             \
+      EXPECT_EQ(e.op(), op_name) << e.what();                                            \
+      EXPECT_EQ(e.arg(), arg_name) << e.what();                                          \
+    }                                                                                    \
+  } while (0)
+
+}  // namespace flashinfer::testing
