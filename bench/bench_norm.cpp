@@ -24,7 +24,10 @@ void BM_RmsNormCpu(benchmark::State& state, DType dtype) {
   state.SetBytesProcessed(static_cast<int64_t>(bytes * state.iterations()));
 }
 BENCHMARK_CAPTURE(BM_RmsNormCpu, fp16, DType::kFloat16)
-    ->Args({1, 4096})->Args({32, 4096})->Args({256, 4096})->Args({256, 8192});
+    ->Args({1, 4096})
+    ->Args({32, 4096})
+    ->Args({256, 4096})
+    ->Args({256, 8192});
 BENCHMARK_CAPTURE(BM_RmsNormCpu, bf16, DType::kBFloat16)->Args({256, 4096});
 BENCHMARK_CAPTURE(BM_RmsNormCpu, fp32, DType::kFloat32)->Args({256, 4096});
 
@@ -44,7 +47,8 @@ void BM_CallApiGate(benchmark::State& state) {
   dummy_decl();
   int64_t x = 0;
   for (auto _ : state) {
-    x = call_api(&dummy_decl, [&] { return x + 1; }, x);
+    x = call_api(
+        &dummy_decl, [&] { return x + 1; }, x);
     benchmark::DoNotOptimize(x);
   }
 }

@@ -61,7 +61,7 @@ class ObservedCall {
 
 template <class Fn, class... Args>
 [[gnu::noinline, gnu::cold]] decltype(auto) call_observed(DeclFn decl_fn, Fn&& fn,
-                                                           const Args&... args) {
+                                                          const Args&... args) {
   using R = std::invoke_result_t<Fn>;
   std::vector<Value> values;
   values.reserve(sizeof...(Args));

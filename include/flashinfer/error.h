@@ -66,11 +66,11 @@ template <class... Args>
 
 /// Throws flashinfer::Error(code) naming `op` and `arg` when `cond` is false. The trailing
 /// arguments are streamed into the message, only on failure.
-#define FLASHINFER_CHECK_CODE(cond, code, op, arg, ...)                                    \
-  do {                                                                                    \
-    if (FLASHINFER_UNLIKELY(!(cond))) {                                                   \
+#define FLASHINFER_CHECK_CODE(cond, code, op, arg, ...)                                         \
+  do {                                                                                          \
+    if (FLASHINFER_UNLIKELY(!(cond))) {                                                         \
       ::flashinfer::detail::fail(code, __FILE__, __LINE__, op, arg __VA_OPT__(, ) __VA_ARGS__); \
-    }                                                                                     \
+    }                                                                                           \
   } while (0)
 
 /// The common case: an invalid argument of a public op.

@@ -68,15 +68,14 @@ constexpr uint32_t RoundMagnitudeRne(uint32_t abs_bits) {
   // The integer difference of the bit patterns is then exactly the subnormal code (2^man means
   // it rounded up to the smallest normal, which is also the right code).
   constexpr uint32_t kMagicBits = static_cast<uint32_t>(151 - kBias - kManBits) << 23;
-  const uint32_t sub =
-      F32Bits(F32FromBits(abs_bits) + F32FromBits(kMagicBits)) - kMagicBits;
+  const uint32_t sub = F32Bits(F32FromBits(abs_bits) + F32FromBits(kMagicBits)) - kMagicBits;
   // Normal targets: rebias the exponent, then add half an ulp minus one plus the lsb that
   // survives the shift (ties to even), and truncate. A carry out of the mantissa correctly bumps
   // the exponent. Unsigned wrap-around in the rebias is intentional.
   const uint32_t odd = (abs_bits >> kShift) & 1u;
-  const uint32_t normal = (abs_bits + (static_cast<uint32_t>(kBias - 127) << 23) +
-                           ((1u << (kShift - 1)) - 1u) + odd) >>
-                          kShift;
+  const uint32_t normal =
+      (abs_bits + (static_cast<uint32_t>(kBias - 127) << 23) + ((1u << (kShift - 1)) - 1u) + odd) >>
+      kShift;
   return abs_bits < kMinNormalBits ? sub : normal;
 }
 
@@ -155,8 +154,7 @@ constexpr uint16_t float_to_bfloat16_bits(float x) {
   const uint32_t bits = detail::F32Bits(x);
   const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
   const uint32_t nan = ((bits >> 16) & 0x8000u) | 0x7FC0u;
-  return static_cast<uint16_t>((bits & detail::kF32AbsMask) > detail::kF32InfBits ? nan
-                                                                                   : rounded);
+  return static_cast<uint16_t>((bits & detail::kF32AbsMask) > detail::kF32InfBits ? nan : rounded);
 }
 
 constexpr float bfloat16_bits_to_float(uint16_t b) {

@@ -60,9 +60,9 @@ class CallArgs;
 using OpInvoker = std::function<Value(const CallArgs&)>;
 
 struct OpDecl {
-  std::string name;        // as logged: "rmsnorm", "BatchDecodeWithPagedKVCacheWrapper.plan"
-  std::string module;      // FlashInfer's Python module: "flashinfer.norm"
-  std::string class_name;  // wrapper class for methods, empty for free functions
+  std::string name;               // as logged: "rmsnorm", "BatchDecodeWithPagedKVCacheWrapper.plan"
+  std::string module;             // FlashInfer's Python module: "flashinfer.norm"
+  std::string class_name;         // wrapper class for methods, empty for free functions
   std::vector<ParamDecl> params;  // methods: params[0] is `self`
   std::string returns;            // "Tensor", "None", "tuple[Tensor, Tensor]", ...
   std::string summary;            // one line for list-ops

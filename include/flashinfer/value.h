@@ -42,8 +42,20 @@ struct ObjectRef {
 
 class Value {
  public:
-  enum class Kind { kNone, kBool, kInt, kFloat, kString, kDType, kEnum, kTensor, kList, kTuple,
-                    kDict, kObject };
+  enum class Kind {
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kDType,
+    kEnum,
+    kTensor,
+    kList,
+    kTuple,
+    kDict,
+    kObject
+  };
   using Items = std::vector<Value>;
   using DictItems = std::vector<std::pair<Value, Value>>;
 
@@ -51,8 +63,7 @@ class Value {
   Value(std::nullopt_t) {}
   Value(bool v) : v_(v) {}
   template <std::integral T>
-    requires(!std::same_as<T, bool>)
-  Value(T v) : v_(static_cast<int64_t>(v)) {}
+  requires(!std::same_as<T, bool>) Value(T v) : v_(static_cast<int64_t>(v)) {}
   template <std::floating_point T>
   Value(T v) : v_(static_cast<double>(v)) {}
   Value(const char* v) : v_(std::string(v)) {}
@@ -113,10 +124,7 @@ inline Value to_value(const Value& v) { return v; }
 inline Value to_value(const Tensor& t) { return Value(t); }
 inline Value to_value(bool v) { return Value(v); }
 template <std::integral T>
-  requires(!std::same_as<T, bool>)
-Value to_value(T v) {
-  return Value(v);
-}
+requires(!std::same_as<T, bool>) Value to_value(T v) { return Value(v); }
 template <std::floating_point T>
 Value to_value(T v) {
   return Value(v);

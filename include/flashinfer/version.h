@@ -10,9 +10,9 @@ std::string_view version();
 /// Build facts shown by `flashinfer info` and recorded in dumps.
 struct BuildInfo {
   std::string_view version;
-  std::string_view compiler;       // "GNU 12.2.0"
-  std::string_view build_type;     // "Release"
-  std::string_view cuda_version;   // toolkit the CUDA backend was built with; "" without it
+  std::string_view compiler;            // "GNU 12.2.0"
+  std::string_view build_type;          // "Release"
+  std::string_view cuda_version;        // toolkit the CUDA backend was built with; "" without it
   std::string_view cuda_architectures;  // "80;90"
   bool cuda = false;
   bool sanitizers = false;

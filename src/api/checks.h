@@ -49,13 +49,12 @@ inline void check_same_device(const Tensor& t, const Tensor& ref, const char* op
 }
 
 inline void check_shape_eq(const Tensor& t, const Shape& shape, const char* op, const char* arg) {
-  FLASHINFER_CHECK(t.shape() == shape, op, arg, "expected shape ", shape_to_string(shape),
-                   ", got ", shape_to_string(t.shape()));
+  FLASHINFER_CHECK(t.shape() == shape, op, arg, "expected shape ", shape_to_string(shape), ", got ",
+                   shape_to_string(t.shape()));
 }
 
 inline void check_non_empty(const Tensor& t, const char* op, const char* arg) {
-  FLASHINFER_CHECK(t.numel() > 0, op, arg, "empty tensor (shape ", shape_to_string(t.shape()),
-                   ")");
+  FLASHINFER_CHECK(t.numel() > 0, op, arg, "empty tensor (shape ", shape_to_string(t.shape()), ")");
 }
 
 }  // namespace flashinfer::api

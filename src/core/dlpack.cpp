@@ -141,11 +141,11 @@ Tensor from_dlpack(DLManagedTensor* managed) {
                    " is not a multiple of the element size ", es);
   Shape shape(dl.shape, dl.shape + dl.ndim);
   Shape strides = dl.strides ? Shape(dl.strides, dl.strides + dl.ndim) : contiguous_strides(shape);
-  const Device device = dl.device.device_type == kDLCPU ? Device::cpu()
-                                                        : Device::cuda(dl.device.device_id);
-  return Tensor::from_blob(dl.data, std::move(shape), std::move(strides), dtype, device,
-                           [owner](void*) mutable { owner.reset(); },
-                           static_cast<int64_t>(dl.byte_offset / es));
+  const Device device =
+      dl.device.device_type == kDLCPU ? Device::cpu() : Device::cuda(dl.device.device_id);
+  return Tensor::from_blob(
+      dl.data, std::move(shape), std::move(strides), dtype, device,
+      [owner](void*) mutable { owner.reset(); }, static_cast<int64_t>(dl.byte_offset / es));
 }
 
 }  // namespace flashinfer

@@ -46,16 +46,26 @@ struct Alias {
   DType dtype;
 };
 constexpr Alias kAliases[] = {
-    {"float", DType::kFloat32},        {"fp32", DType::kFloat32},
-    {"f32", DType::kFloat32},          {"half", DType::kFloat16},
-    {"fp16", DType::kFloat16},         {"f16", DType::kFloat16},
-    {"bf16", DType::kBFloat16},        {"double", DType::kFloat64},
-    {"fp64", DType::kFloat64},         {"fp8_e4m3", DType::kFloat8E4M3FN},
-    {"fp8_e4m3fn", DType::kFloat8E4M3FN}, {"e4m3", DType::kFloat8E4M3FN},
-    {"fp8_e5m2", DType::kFloat8E5M2},  {"e5m2", DType::kFloat8E5M2},
-    {"short", DType::kInt16},          {"int", DType::kInt32},
-    {"long", DType::kInt64},           {"fp4", DType::kFloat4E2M1FNx2},
-    {"fp4_e2m1", DType::kFloat4E2M1FNx2}, {"nvfp4", DType::kFloat4E2M1FNx2},
+    {"float", DType::kFloat32},
+    {"fp32", DType::kFloat32},
+    {"f32", DType::kFloat32},
+    {"half", DType::kFloat16},
+    {"fp16", DType::kFloat16},
+    {"f16", DType::kFloat16},
+    {"bf16", DType::kBFloat16},
+    {"double", DType::kFloat64},
+    {"fp64", DType::kFloat64},
+    {"fp8_e4m3", DType::kFloat8E4M3FN},
+    {"fp8_e4m3fn", DType::kFloat8E4M3FN},
+    {"e4m3", DType::kFloat8E4M3FN},
+    {"fp8_e5m2", DType::kFloat8E5M2},
+    {"e5m2", DType::kFloat8E5M2},
+    {"short", DType::kInt16},
+    {"int", DType::kInt32},
+    {"long", DType::kInt64},
+    {"fp4", DType::kFloat4E2M1FNx2},
+    {"fp4_e2m1", DType::kFloat4E2M1FNx2},
+    {"nvfp4", DType::kFloat4E2M1FNx2},
 };
 
 }  // namespace

@@ -41,7 +41,8 @@ std::string_view param_kind_name(ParamKind kind) {
   return "?";
 }
 
-// ---- OpDecl --------------------------------------------------------------------------------------
+// ---- OpDecl
+// --------------------------------------------------------------------------------------
 
 std::string_view OpDecl::method_name() const {
   std::string_view n = name;
@@ -73,12 +74,13 @@ int OpDecl::param_index(std::string_view n) const {
   return -1;
 }
 
-// ---- CallArgs ------------------------------------------------------------------------------------
+// ---- CallArgs
+// ------------------------------------------------------------------------------------
 
 CallArgs::CallArgs(const OpDecl& decl, std::vector<Value> values)
     : decl_(&decl), values_(std::move(values)) {
-  FLASHINFER_CHECK(values_.size() == decl.params.size(), decl.name, "",
-                   "expected ", decl.params.size(), " argument values, got ", values_.size());
+  FLASHINFER_CHECK(values_.size() == decl.params.size(), decl.name, "", "expected ",
+                   decl.params.size(), " argument values, got ", values_.size());
 }
 
 void CallArgs::kind_error(std::size_t i, std::string_view expected) const {
@@ -105,8 +107,8 @@ std::optional<int64_t> CallArgs::optional_i64(std::size_t i) const {
   return i64(i);
 }
 double CallArgs::f64(std::size_t i) const {
-  if (i >= values_.size() || (values_[i].kind() != Value::Kind::kFloat &&
-                              values_[i].kind() != Value::Kind::kInt)) {
+  if (i >= values_.size() ||
+      (values_[i].kind() != Value::Kind::kFloat && values_[i].kind() != Value::Kind::kInt)) {
     kind_error(i, "float");
   }
   return values_[i].as_float();
@@ -147,13 +149,14 @@ ApiObject& CallArgs::object(std::size_t i) const {
   return *values_[i].as_object().get();
 }
 
-// ---- bind_arguments ------------------------------------------------------------------------------
+// ---- bind_arguments
+// ------------------------------------------------------------------------------
 
 std::vector<Value> bind_arguments(const OpDecl& decl, std::vector<Value> positional,
                                   std::vector<std::pair<std::string, Value>> keyword) {
   const auto n = decl.params.size();
-  FLASHINFER_CHECK(positional.size() <= n, decl.name, "", "takes ", n,
-                   " arguments but ", positional.size(), " were given");
+  FLASHINFER_CHECK(positional.size() <= n, decl.name, "", "takes ", n, " arguments but ",
+                   positional.size(), " were given");
   std::vector<std::optional<Value>> slots(n);
   for (std::size_t i = 0; i < positional.size(); ++i) slots[i] = std::move(positional[i]);
   for (auto& [name, v] : keyword) {
@@ -176,7 +179,8 @@ std::vector<Value> bind_arguments(const OpDecl& decl, std::vector<Value> positio
   return out;
 }
 
-// ---- ApiObject -----------------------------------------------------------------------------------
+// ---- ApiObject
+// -----------------------------------------------------------------------------------
 
 namespace {
 std::atomic<uint64_t> g_next_object_id{1};
@@ -198,7 +202,8 @@ std::string ApiObject::repr() const {
   return s;
 }
 
-// ---- OpRegistry ----------------------------------------------------------------------------------
+// ---- OpRegistry
+// ----------------------------------------------------------------------------------
 
 struct OpRegistry::Impl {
   mutable std::mutex mu;
@@ -233,7 +238,8 @@ const OpDecl& OpRegistry::add(OpDecl decl) {
   }
   bool seen_default = false;
   for (const ParamDecl& p : decl.params) {
-    FLASHINFER_CHECK(!p.name.empty(), op, "params", "op '", decl.name, "' has an unnamed parameter");
+    FLASHINFER_CHECK(!p.name.empty(), op, "params", "op '", decl.name,
+                     "' has an unnamed parameter");
     FLASHINFER_CHECK(std::count_if(decl.params.begin(), decl.params.end(),
                                    [&](const ParamDecl& q) { return q.name == p.name; }) == 1,
                      op, "params", "op '", decl.name, "' declares '", p.name, "' twice");

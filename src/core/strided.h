@@ -46,14 +46,12 @@ inline void strided_copy(void* dst_base, const std::vector<int64_t>& shape,
                          const void* src_base, const std::vector<int64_t>& src_strides,
                          int64_t src_offset, std::size_t es) {
   std::vector<int64_t> src_offsets;
-  for_each_offset(shape, src_strides, src_offset,
-                  [&](int64_t off) { src_offsets.push_back(off); });
+  for_each_offset(shape, src_strides, src_offset, [&](int64_t off) { src_offsets.push_back(off); });
   auto* d = static_cast<uint8_t*>(dst_base);
   const auto* s = static_cast<const uint8_t*>(src_base);
   std::size_t i = 0;
-  for_each_offset(shape, dst_strides, dst_offset, [&](int64_t off) {
-    std::memcpy(d + off * es, s + src_offsets[i++] * es, es);
-  });
+  for_each_offset(shape, dst_strides, dst_offset,
+                  [&](int64_t off) { std::memcpy(d + off * es, s + src_offsets[i++] * es, es); });
 }
 
 }  // namespace flashinfer::detail

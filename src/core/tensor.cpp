@@ -14,7 +14,8 @@
 
 namespace flashinfer {
 
-// ---- Storage -------------------------------------------------------------------------------------
+// ---- Storage
+// -------------------------------------------------------------------------------------
 
 Storage::Storage(void* data, std::size_t nbytes, Device device, Deleter deleter)
     : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
@@ -41,7 +42,8 @@ std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, Device device) {
                                    [index](void* q) { detail::cuda_device_free(q, index); });
 }
 
-// ---- helpers -------------------------------------------------------------------------------------
+// ---- helpers
+// -------------------------------------------------------------------------------------
 
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
@@ -97,14 +99,14 @@ int64_t span_end(const Shape& shape, const Shape& strides, int64_t offset) {
 
 }  // namespace
 
-// ---- factories -----------------------------------------------------------------------------------
+// ---- factories
+// -----------------------------------------------------------------------------------
 
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   check_shape(shape, "Tensor.empty");
   auto n = static_cast<std::size_t>(numel_of(shape)) * dtype_size(dtype);
   auto strides = contiguous_strides(shape);
-  return from_storage(Storage::allocate(n, device), std::move(shape), std::move(strides), 0,
-                      dtype);
+  return from_storage(Storage::allocate(n, device), std::move(shape), std::move(strides), 0, dtype);
 }
 
 Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
@@ -121,9 +123,8 @@ Tensor Tensor::from_vector(const std::vector<double>& values, Shape shape, DType
   Tensor t = empty(std::move(shape), dtype, Device::cpu());
   const bool fp4 = dtype == DType::kFloat4E2M1FNx2;
   const auto expected = static_cast<std::size_t>(t.numel()) * (fp4 ? 2 : 1);
-  FLASHINFER_CHECK(values.size() == expected, "Tensor.from_vector", "values", "expected ",
-                   expected, " values for shape ", shape_to_string(t.shape()), ", got ",
-                   values.size());
+  FLASHINFER_CHECK(values.size() == expected, "Tensor.from_vector", "values", "expected ", expected,
+                   " values for shape ", shape_to_string(t.shape()), ", got ", values.size());
   auto* p = static_cast<uint8_t*>(t.data_ptr());
   const std::size_t es = t.element_size();
   for (int64_t i = 0; i < t.numel(); ++i) {
@@ -141,13 +142,13 @@ Tensor Tensor::from_blob(void* data, Shape shape, Shape strides, DType dtype, De
                          Storage::Deleter deleter, int64_t storage_offset) {
   check_shape(shape, "Tensor.from_blob");
   if (strides.empty() && !shape.empty()) strides = contiguous_strides(shape);
-  FLASHINFER_CHECK(strides.size() == shape.size(), "Tensor.from_blob", "strides",
-                   "expected ", shape.size(), " strides, got ", strides.size());
+  FLASHINFER_CHECK(strides.size() == shape.size(), "Tensor.from_blob", "strides", "expected ",
+                   shape.size(), " strides, got ", strides.size());
   FLASHINFER_CHECK(data != nullptr || numel_of(shape) == 0, "Tensor.from_blob", "data",
                    "null pointer for a non-empty tensor");
   int64_t end = span_end(shape, strides, storage_offset);
-  auto storage = std::make_shared<Storage>(
-      data, static_cast<std::size_t>(end) * dtype_size(dtype), device, std::move(deleter));
+  auto storage = std::make_shared<Storage>(data, static_cast<std::size_t>(end) * dtype_size(dtype),
+                                           device, std::move(deleter));
   return from_storage(std::move(storage), std::move(shape), std::move(strides), storage_offset,
                       dtype);
 }
@@ -178,7 +179,8 @@ Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, Shape shape, Shape
   return t;
 }
 
-// ---- metadata ------------------------------------------------------------------------------------
+// ---- metadata
+// ------------------------------------------------------------------------------------
 
 int64_t Tensor::size(int64_t d) const { return shape_[wrap_dim(d, dim(), "Tensor.size")]; }
 int64_t Tensor::stride(int64_t d) const { return strides_[wrap_dim(d, dim(), "Tensor.stride")]; }
@@ -200,7 +202,8 @@ void* Tensor::data_ptr() const {
   return static_cast<uint8_t*>(storage_->data()) + offset_ * static_cast<int64_t>(element_size());
 }
 
-// ---- views ---------------------------------------------------------------------------------------
+// ---- views
+// ---------------------------------------------------------------------------------------
 
 Tensor Tensor::as_strided(Shape shape, Shape strides, int64_t storage_offset) const {
   FLASHINFER_CHECK(defined(), "Tensor.as_strided", "self", "undefined tensor");
@@ -382,7 +385,8 @@ Tensor Tensor::reshape(Shape shape) const {
   return clone().view(std::move(shape));
 }
 
-// ---- copies --------------------------------------------------------------------------------------
+// ---- copies
+// --------------------------------------------------------------------------------------
 
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
@@ -408,8 +412,8 @@ Tensor Tensor::to(DType dtype) const {
   const char* op = "Tensor.to";
   FLASHINFER_CHECK(defined(), op, "self", "undefined tensor");
   if (dtype == dtype_) return *this;
-  FLASHINFER_CHECK(dtype != DType::kFloat4E2M1FNx2 && dtype_ != DType::kFloat4E2M1FNx2, op,
-                   "dtype", "casts to or from packed fp4 pairs change the shape; use the fp4 "
+  FLASHINFER_CHECK(dtype != DType::kFloat4E2M1FNx2 && dtype_ != DType::kFloat4E2M1FNx2, op, "dtype",
+                   "casts to or from packed fp4 pairs change the shape; use the fp4 "
                    "quantization ops");
   Tensor src = device().is_cpu() ? *this : this->to(Device::cpu());
   Tensor out = empty(shape_, dtype, Device::cpu());
@@ -445,11 +449,9 @@ Tensor& Tensor::copy_(const Tensor& src) {
   if (is_contiguous() && src.is_contiguous()) {
     const std::size_t n = nbytes();
     if (sd.is_cpu()) {
-      detail::cuda_memcpy(data_ptr(), src.data_ptr(), n, detail::CopyKind::kHostToDevice,
-                          dd.index);
+      detail::cuda_memcpy(data_ptr(), src.data_ptr(), n, detail::CopyKind::kHostToDevice, dd.index);
     } else if (dd.is_cpu()) {
-      detail::cuda_memcpy(data_ptr(), src.data_ptr(), n, detail::CopyKind::kDeviceToHost,
-                          sd.index);
+      detail::cuda_memcpy(data_ptr(), src.data_ptr(), n, detail::CopyKind::kDeviceToHost, sd.index);
     } else {
       detail::cuda_memcpy(data_ptr(), src.data_ptr(), n, detail::CopyKind::kDeviceToDevice,
                           dd.index);

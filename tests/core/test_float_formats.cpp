@@ -96,8 +96,7 @@ struct Converter {
 const Converter kConverters[] = {
     {"Half", kHalfFormat, false, [](float x) -> uint32_t { return float_to_half_bits(x); },
      [](uint32_t c) { return half_bits_to_float(static_cast<uint16_t>(c)); }},
-    {"BFloat16", kBf16Format, false,
-     [](float x) -> uint32_t { return float_to_bfloat16_bits(x); },
+    {"BFloat16", kBf16Format, false, [](float x) -> uint32_t { return float_to_bfloat16_bits(x); },
      [](uint32_t c) { return bfloat16_bits_to_float(static_cast<uint16_t>(c)); }},
     {"E4M3FN", kE4M3Format, false, [](float x) -> uint32_t { return float_to_e4m3fn_bits(x); },
      [](uint32_t c) { return e4m3fn_bits_to_float(static_cast<uint8_t>(c)); }},
@@ -106,8 +105,7 @@ const Converter kConverters[] = {
      [](uint32_t c) { return e4m3fn_bits_to_float(static_cast<uint8_t>(c)); }},
     {"E5M2", kE5M2Format, false, [](float x) -> uint32_t { return float_to_e5m2_bits(x); },
      [](uint32_t c) { return e5m2_bits_to_float(static_cast<uint8_t>(c)); }},
-    {"E5M2Sat", kE5M2Format, true,
-     [](float x) -> uint32_t { return float_to_e5m2_bits(x, true); },
+    {"E5M2Sat", kE5M2Format, true, [](float x) -> uint32_t { return float_to_e5m2_bits(x, true); },
      [](uint32_t c) { return e5m2_bits_to_float(static_cast<uint8_t>(c)); }},
     {"E2M1", kE2M1Format, true, [](float x) -> uint32_t { return float_to_e2m1_bits(x); },
      [](uint32_t c) { return e2m1_bits_to_float(static_cast<uint8_t>(c)); }},
@@ -176,8 +174,8 @@ uint32_t RefEncode(const Converter& conv, float x) {
     if (f.kind == Kind::kFiniteNan) overflow_code = f.sign_bit() - 1u;
   }
   if (std::isinf(a)) return overflow_code | sign;
-  const size_t idx = static_cast<size_t>(
-      std::upper_bound(t.values.begin(), t.values.end(), a) - t.values.begin() - 1);
+  const size_t idx = static_cast<size_t>(std::upper_bound(t.values.begin(), t.values.end(), a) -
+                                         t.values.begin() - 1);
   const double lo = t.values[idx];
   if (lo == a) return t.codes[idx] | sign;
   const bool hi_is_overflow = idx + 1 == t.values.size();
@@ -325,12 +323,20 @@ TEST_P(ConverterTest, DenseSmallRangeSweepMatchesReference) {
 TEST_P(ConverterTest, SpecialInputsMatchReference) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  const std::vector<float> specials = {
-      0.0f, -0.0f, inf, -inf, nan, -nan,
-      std::bit_cast<float>(0x7F800001u),  // signalling NaN
-      std::bit_cast<float>(0xFFFFFFFFu), std::numeric_limits<float>::max(),
-      -std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(),
-      std::numeric_limits<float>::min(), 1e-30f, 1e30f};
+  const std::vector<float> specials = {0.0f,
+                                       -0.0f,
+                                       inf,
+                                       -inf,
+                                       nan,
+                                       -nan,
+                                       std::bit_cast<float>(0x7F800001u),  // signalling NaN
+                                       std::bit_cast<float>(0xFFFFFFFFu),
+                                       std::numeric_limits<float>::max(),
+                                       -std::numeric_limits<float>::max(),
+                                       std::numeric_limits<float>::denorm_min(),
+                                       std::numeric_limits<float>::min(),
+                                       1e-30f,
+                                       1e30f};
   CheckEncodeAgainstRef(GetParam(), specials);
 }
 
@@ -345,16 +351,16 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, ConverterTest, ::testing::ValuesIn(kConvert
 TEST(FloatFormatsGolden, Half) {
   EXPECT_EQ(float_to_half_bits(1.0f), 0x3C00);
   EXPECT_EQ(float_to_half_bits(-2.0f), 0xC000);
-  EXPECT_EQ(float_to_half_bits(65504.0f), 0x7BFF);      // max finite
-  EXPECT_EQ(float_to_half_bits(65519.996f), 0x7BFF);    // just below max + half ulp
-  EXPECT_EQ(float_to_half_bits(65520.0f), 0x7C00);      // tie with 2^16 (even) -> inf
+  EXPECT_EQ(float_to_half_bits(65504.0f), 0x7BFF);    // max finite
+  EXPECT_EQ(float_to_half_bits(65519.996f), 0x7BFF);  // just below max + half ulp
+  EXPECT_EQ(float_to_half_bits(65520.0f), 0x7C00);    // tie with 2^16 (even) -> inf
   EXPECT_EQ(float_to_half_bits(-1e10f), 0xFC00);
-  EXPECT_EQ(float_to_half_bits(0x1p-24f), 0x0001);      // min subnormal
-  EXPECT_EQ(float_to_half_bits(0x1p-25f), 0x0000);      // tie with 0 -> 0 (even)
-  EXPECT_EQ(float_to_half_bits(-0x1p-25f), 0x8000);     // keeps the sign of zero
+  EXPECT_EQ(float_to_half_bits(0x1p-24f), 0x0001);   // min subnormal
+  EXPECT_EQ(float_to_half_bits(0x1p-25f), 0x0000);   // tie with 0 -> 0 (even)
+  EXPECT_EQ(float_to_half_bits(-0x1p-25f), 0x8000);  // keeps the sign of zero
   EXPECT_EQ(float_to_half_bits(0x1.000002p-25f), 0x0001);
-  EXPECT_EQ(float_to_half_bits(0x3p-25f), 0x0002);      // 1.5 * 2^-24 -> 2 (even)
-  EXPECT_EQ(float_to_half_bits(0x1.ffcp-15f), 0x0400);  // 1023.5 steps ties up to min normal
+  EXPECT_EQ(float_to_half_bits(0x3p-25f), 0x0002);         // 1.5 * 2^-24 -> 2 (even)
+  EXPECT_EQ(float_to_half_bits(0x1.ffcp-15f), 0x0400);     // 1023.5 steps ties up to min normal
   EXPECT_EQ(float_to_half_bits(1.0f + 0x1p-11f), 0x3C00);  // tie -> even
   EXPECT_EQ(float_to_half_bits(1.0f + 0x3p-11f), 0x3C02);  // tie -> even (up)
   EXPECT_EQ(float_to_half_bits(-std::numeric_limits<float>::quiet_NaN()), 0xFE00);
@@ -384,8 +390,8 @@ TEST(FloatFormatsGolden, E4M3FN) {
   EXPECT_EQ(float_to_e4m3fn_bits(1.0f), 0x38);
   EXPECT_EQ(float_to_e4m3fn_bits(448.0f), 0x7E);
   EXPECT_EQ(float_to_e4m3fn_bits(463.99997f), 0x7E);
-  EXPECT_EQ(float_to_e4m3fn_bits(464.0f), 0x7E);           // tie 448 / 480 -> even (448)
-  EXPECT_EQ(float_to_e4m3fn_bits(464.00003f), 0x7F);       // rounds onto the NaN code (torch)
+  EXPECT_EQ(float_to_e4m3fn_bits(464.0f), 0x7E);      // tie 448 / 480 -> even (448)
+  EXPECT_EQ(float_to_e4m3fn_bits(464.00003f), 0x7F);  // rounds onto the NaN code (torch)
   EXPECT_EQ(float_to_e4m3fn_bits(-479.99997f), 0xFF);
   EXPECT_EQ(float_to_e4m3fn_bits(480.0f), 0x7F);
   EXPECT_EQ(float_to_e4m3fn_bits(1e20f), 0x7F);
@@ -397,31 +403,31 @@ TEST(FloatFormatsGolden, E4M3FN) {
   EXPECT_EQ(float_to_e4m3fn_bits(std::numeric_limits<float>::infinity(), true), 0x7E);
   EXPECT_EQ(float_to_e4m3fn_bits(-std::numeric_limits<float>::infinity(), true), 0xFE);
   EXPECT_EQ(float_to_e4m3fn_bits(std::numeric_limits<float>::quiet_NaN(), true), 0x7F);
-  EXPECT_EQ(float_to_e4m3fn_bits(0x1p-9f), 0x01);          // min subnormal
-  EXPECT_EQ(float_to_e4m3fn_bits(0x1p-10f), 0x00);         // tie with 0 -> 0
+  EXPECT_EQ(float_to_e4m3fn_bits(0x1p-9f), 0x01);   // min subnormal
+  EXPECT_EQ(float_to_e4m3fn_bits(0x1p-10f), 0x00);  // tie with 0 -> 0
   EXPECT_EQ(float_to_e4m3fn_bits(0x1.000002p-10f), 0x01);
-  EXPECT_EQ(float_to_e4m3fn_bits(0x1.ep-7f), 0x08);        // 0.9375 * 2^-6 ties up to min normal
+  EXPECT_EQ(float_to_e4m3fn_bits(0x1.ep-7f), 0x08);  // 0.9375 * 2^-6 ties up to min normal
   EXPECT_EQ(e4m3fn_bits_to_float(0x7E), 448.0f);
   EXPECT_EQ(e4m3fn_bits_to_float(0x01), 0x1p-9f);
   EXPECT_TRUE(std::isnan(e4m3fn_bits_to_float(0x7F)));
   EXPECT_TRUE(std::isnan(e4m3fn_bits_to_float(0xFF)));
-  EXPECT_EQ(e4m3fn_bits_to_float(0x78), 256.0f);           // exponent 1111 is finite here
+  EXPECT_EQ(e4m3fn_bits_to_float(0x78), 256.0f);  // exponent 1111 is finite here
 }
 
 TEST(FloatFormatsGolden, E5M2) {
   EXPECT_EQ(float_to_e5m2_bits(1.0f), 0x3C);
   EXPECT_EQ(float_to_e5m2_bits(57344.0f), 0x7B);
   EXPECT_EQ(float_to_e5m2_bits(61439.996f), 0x7B);
-  EXPECT_EQ(float_to_e5m2_bits(61440.0f), 0x7C);   // tie 57344 (odd) / 65536 (even) -> inf
+  EXPECT_EQ(float_to_e5m2_bits(61440.0f), 0x7C);  // tie 57344 (odd) / 65536 (even) -> inf
   EXPECT_EQ(float_to_e5m2_bits(-1e20f), 0xFC);
   EXPECT_EQ(float_to_e5m2_bits(std::numeric_limits<float>::infinity()), 0x7C);
   EXPECT_EQ(float_to_e5m2_bits(-std::numeric_limits<float>::quiet_NaN()), 0xFF);
   EXPECT_EQ(float_to_e5m2_bits(61440.0f, true), 0x7B);
   EXPECT_EQ(float_to_e5m2_bits(-std::numeric_limits<float>::infinity(), true), 0xFB);
   EXPECT_EQ(float_to_e5m2_bits(std::numeric_limits<float>::quiet_NaN(), true), 0x7F);
-  EXPECT_EQ(float_to_e5m2_bits(0x1p-16f), 0x01);   // min subnormal
-  EXPECT_EQ(float_to_e5m2_bits(0x1p-17f), 0x00);   // tie with 0 -> 0
-  EXPECT_EQ(float_to_e5m2_bits(0x3p-17f), 0x02);   // tie 1 / 2 -> 2
+  EXPECT_EQ(float_to_e5m2_bits(0x1p-16f), 0x01);  // min subnormal
+  EXPECT_EQ(float_to_e5m2_bits(0x1p-17f), 0x00);  // tie with 0 -> 0
+  EXPECT_EQ(float_to_e5m2_bits(0x3p-17f), 0x02);  // tie 1 / 2 -> 2
   EXPECT_EQ(e5m2_bits_to_float(0x7B), 57344.0f);
   EXPECT_EQ(e5m2_bits_to_float(0xFC), -std::numeric_limits<float>::infinity());
   EXPECT_TRUE(std::isnan(e5m2_bits_to_float(0x7D)));
@@ -433,7 +439,7 @@ TEST(FloatFormatsGolden, E2M1) {
     EXPECT_EQ(e2m1_bits_to_float(c), kMagnitudes[c]);
     EXPECT_EQ(e2m1_bits_to_float(c | 0x8), -kMagnitudes[c]);
   }
-  EXPECT_EQ(float_to_e2m1_bits(0.25f), 0x0);   // ties go to the even mantissa bit
+  EXPECT_EQ(float_to_e2m1_bits(0.25f), 0x0);  // ties go to the even mantissa bit
   EXPECT_EQ(float_to_e2m1_bits(0.75f), 0x2);
   EXPECT_EQ(float_to_e2m1_bits(1.25f), 0x2);
   EXPECT_EQ(float_to_e2m1_bits(1.75f), 0x4);
@@ -441,7 +447,7 @@ TEST(FloatFormatsGolden, E2M1) {
   EXPECT_EQ(float_to_e2m1_bits(3.5f), 0x6);
   EXPECT_EQ(float_to_e2m1_bits(5.0f), 0x6);
   EXPECT_EQ(float_to_e2m1_bits(-5.0001f), 0xF);
-  EXPECT_EQ(float_to_e2m1_bits(7.0f), 0x7);    // saturating
+  EXPECT_EQ(float_to_e2m1_bits(7.0f), 0x7);  // saturating
   EXPECT_EQ(float_to_e2m1_bits(-1e30f), 0xF);
   EXPECT_EQ(float_to_e2m1_bits(std::numeric_limits<float>::infinity()), 0x7);
   EXPECT_EQ(float_to_e2m1_bits(-std::numeric_limits<float>::infinity()), 0xF);
@@ -449,7 +455,7 @@ TEST(FloatFormatsGolden, E2M1) {
   EXPECT_EQ(float_to_e2m1_bits(-std::numeric_limits<float>::quiet_NaN()), 0x7);
   EXPECT_EQ(float_to_e2m1_bits(-0.0f), 0x8);
   EXPECT_EQ(float_to_e2m1_bits(-0.1f), 0x8);
-  EXPECT_EQ(e2m1_bits_to_float(0xF7), 6.0f);   // only the low nibble is read
+  EXPECT_EQ(e2m1_bits_to_float(0xF7), 6.0f);  // only the low nibble is read
 }
 
 TEST(FloatFormats, E2M1Packing) {
@@ -496,7 +502,7 @@ TEST(FloatFormats, ValueTypes) {
   EXPECT_EQ(BFloat16::from_bits(0x4000).to_float(), 2.0f);
   EXPECT_EQ(Float8E4M3FN::from_float(500.0f).bits, 0x7F);  // non-saturating
   EXPECT_EQ(Float8E4M3FN::from_bits(0x38).to_float(), 1.0f);
-  EXPECT_EQ(Float8E5M2::from_float(1e6f).bits, 0x7C);      // non-saturating
+  EXPECT_EQ(Float8E5M2::from_float(1e6f).bits, 0x7C);  // non-saturating
   EXPECT_EQ(Float8E5M2::from_bits(0xBC).to_float(), -1.0f);
 }
 
@@ -581,8 +587,8 @@ void CompareWithCuda(const char* name, const Format& f, const std::vector<float>
     const uint32_t b = cuda(x);
     if (a == b || (RefIsNanCode(f, a) && RefIsNanCode(f, b))) continue;
     if (++mismatches <= 8) {
-      ADD_FAILURE() << name << "(" << x << " = " << Hex(std::bit_cast<uint32_t>(x))
-                    << "): ours " << Hex(a) << ", CUDA " << Hex(b);
+      ADD_FAILURE() << name << "(" << x << " = " << Hex(std::bit_cast<uint32_t>(x)) << "): ours "
+                    << Hex(a) << ", CUDA " << Hex(b);
     }
   }
   EXPECT_EQ(mismatches, 0) << name;
@@ -640,9 +646,7 @@ TEST(FloatFormatsCuda, EncodeMatchesCuda) {
 #ifdef FLASHINFER_TEST_HAVE_CUDA_FP4
   CompareWithCuda(
       "e2m1", kE2M1Format, inputs, [](float x) -> uint32_t { return float_to_e2m1_bits(x); },
-      [](float x) -> uint32_t {
-        return __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest);
-      });
+      [](float x) -> uint32_t { return __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest); });
 #endif
 }
 

@@ -69,10 +69,9 @@ inline ::testing::AssertionResult all_close(const std::vector<double>& actual,
     }
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << actual.size()
-                                       << " elements mismatch (atol " << tol.atol << ", rtol "
-                                       << tol.rtol << ", max abs diff " << max_abs << ")"
-                                       << first.str();
+  return ::testing::AssertionFailure()
+         << bad << " of " << actual.size() << " elements mismatch (atol " << tol.atol << ", rtol "
+         << tol.rtol << ", max abs diff " << max_abs << ")" << first.str();
 }
 
 inline ::testing::AssertionResult all_close(const Tensor& actual,
@@ -91,21 +90,21 @@ inline ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& 
 
 inline bool cuda_available() { return cuda_device_count() > 0; }
 
-#define FLASHINFER_SKIP_WITHOUT_CUDA()                                        \
-  do {                                                                        \
+#define FLASHINFER_SKIP_WITHOUT_CUDA()                                              \
+  do {                                                                              \
     if (!::flashinfer::testing::cuda_available()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
 /// Runs `stmt`, expects a flashinfer::Error whose op and argument are the given ones.
-#define EXPECT_FI_ERROR(stmt, op_name, arg_name)                                         \
-  do {                                                                                   \
-    try {                                                                                \
-      stmt;                                                                              \
-      ADD_FAILURE() << "expected flashinfer::Error from: " #stmt;                        \
-    } catch (const ::flashinfer::Error& e) {                                             \
-      EXPECT_EQ(e.op(), op_name) << e.what();                                            \
-      EXPECT_EQ(e.arg(), arg_name) << e.what();                                          \
-    }                                                                                    \
+#define EXPECT_FI_ERROR(stmt, op_name, arg_name)                  \
+  do {                                                            \
+    try {                                                         \
+      stmt;                                                       \
+      ADD_FAILURE() << "expected flashinfer::Error from: " #stmt; \
+    } catch (const ::flashinfer::Error& e) {                      \
+      EXPECT_EQ(e.op(), op_name) << e.what();                     \
+      EXPECT_EQ(e.arg(), arg_name) << e.what();                   \
+    }                                                             \
   } while (0)
 
 }  // namespace flashinfer::testing

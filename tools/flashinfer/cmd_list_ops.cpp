@@ -27,8 +27,7 @@ Command list_ops_command() {
                   for (const ParamDecl& p : d->params) {
                     std::printf("    %-24s %s%s%s\n", p.name.c_str(),
                                 std::string(param_kind_name(p.kind)).c_str(),
-                                p.optional ? " | None" : "",
-                                p.keyword_only ? " (keyword)" : "");
+                                p.optional ? " | None" : "", p.keyword_only ? " (keyword)" : "");
                   }
                   std::printf("    -> %s\n", d->returns.c_str());
                 }

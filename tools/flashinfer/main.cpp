@@ -8,9 +8,7 @@
 
 namespace flashinfer::cli {
 
-std::vector<Command> commands() {
-  return {version_command(), info_command(), list_ops_command()};
-}
+std::vector<Command> commands() { return {version_command(), info_command(), list_ops_command()}; }
 
 }  // namespace flashinfer::cli
 

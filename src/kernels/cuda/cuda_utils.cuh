@@ -9,13 +9,13 @@
 
 namespace flashinfer::kernels::cuda {
 
-#define FLASHINFER_CUDA_CALL(op, expr)                                                         \
-  do {                                                                                         \
-    cudaError_t err_ = (expr);                                                                 \
-    if (err_ != cudaSuccess) {                                                                 \
-      FLASHINFER_FAIL(::flashinfer::ErrorCode::kCuda, op, "", #expr, " failed: ",              \
-                      cudaGetErrorName(err_), ": ", cudaGetErrorString(err_));                  \
-    }                                                                                          \
+#define FLASHINFER_CUDA_CALL(op, expr)                                                      \
+  do {                                                                                      \
+    cudaError_t err_ = (expr);                                                              \
+    if (err_ != cudaSuccess) {                                                              \
+      FLASHINFER_FAIL(::flashinfer::ErrorCode::kCuda, op, "", #expr,                        \
+                      " failed: ", cudaGetErrorName(err_), ": ", cudaGetErrorString(err_)); \
+    }                                                                                       \
   } while (0)
 
 __device__ __forceinline__ float to_f32(float x) { return x; }

@@ -1,0 +1,322 @@
+// Op declarations seen from outside the library: a user declares a free function and a
+// stateful wrapper with the same mechanism the built-in ops use, and gets observation (the hook
+// logging and recording use) and replay-style invocation for them.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <mutex>
+
+#include "flashinfer/flashinfer.h"
+#include "util/test_util.h"
+
+namespace myengine {
+
+using namespace flashinfer;
+
+// ---- a user op: scale(x, factor=2.0, *, bias=None) -> Tensor ----
+Tensor scale(const Tensor& x, double factor = 2.0, std::optional<double> bias = std::nullopt);
+
+const OpDecl& scale_decl() {
+  static const OpDecl& d = [] {
+    OpDecl decl;
+    decl.name = "myengine_scale";
+    decl.module = "myengine.ops";
+    decl.params = {ParamDecl("x", ParamKind::kTensor),
+                   ParamDecl("factor", ParamKind::kFloat).def(2.0),
+                   ParamDecl("bias", ParamKind::kFloat).opt().kw()};
+    decl.returns = "Tensor";
+    decl.invoke = [](const CallArgs& a) -> Value {
+      return scale(a.tensor(0), a.f64(1), a.optional_f64(2));
+    };
+    return std::cref(register_op(std::move(decl)));
+  }();
+  return d;
+}
+
+Tensor scale(const Tensor& x, double factor, std::optional<double> bias) {
+  return call_api(
+      &scale_decl,
+      [&] {
+        FLASHINFER_CHECK(x.dtype() == DType::kFloat32, "myengine_scale", "x", "needs float32");
+        std::vector<double> v = x.to_double_vector();
+        for (double& e : v) e = e * factor + bias.value_or(0.0);
+        return Tensor::from_vector(v, x.shape(), DType::kFloat32);
+      },
+      x, factor, bias);
+}
+
+// ---- a user wrapper: AccumulatorWrapper(init) with add(x) -> Tensor ----
+class AccumulatorWrapper : public ApiObject {
+ public:
+  explicit AccumulatorWrapper(double init);
+  Tensor add(const Tensor& x);
+  std::string_view class_name() const override { return "AccumulatorWrapper"; }
+  std::string_view module_name() const override { return "myengine.state"; }
+  double total() const { return total_; }
+
+ private:
+  double total_;
+};
+
+void register_accumulator() {
+  static const bool once = [] {
+    OpDecl init;
+    init.name = "AccumulatorWrapper.__init__";
+    init.module = "myengine.state";
+    init.class_name = "AccumulatorWrapper";
+    init.params = {ParamDecl("self", ParamKind::kObject), ParamDecl("init", ParamKind::kFloat)};
+    init.returns = "None";
+    init.invoke = [](const CallArgs& a) -> Value {
+      auto obj = std::make_shared<AccumulatorWrapper>(a.f64(1));
+      ObjectRef ref{std::string(obj->class_name()), obj->repr(), obj->object_id(), obj, nullptr};
+      return Value(std::move(ref));
+    };
+    register_op(std::move(init));
+    OpDecl add;
+    add.name = "AccumulatorWrapper.add";
+    add.module = "myengine.state";
+    add.class_name = "AccumulatorWrapper";
+    add.params = {ParamDecl("self", ParamKind::kObject), ParamDecl("x", ParamKind::kTensor)};
+    add.returns = "Tensor";
+    add.invoke = [](const CallArgs& a) -> Value {
+      return a.object_as<AccumulatorWrapper>(0).add(a.tensor(1));
+    };
+    register_op(std::move(add));
+    return true;
+  }();
+  (void)once;
+}
+
+const OpDecl& acc_init_decl() {
+  register_accumulator();
+  return *OpRegistry::global().find("AccumulatorWrapper.__init__");
+}
+const OpDecl& acc_add_decl() {
+  register_accumulator();
+  return *OpRegistry::global().find("AccumulatorWrapper.add");
+}
+
+AccumulatorWrapper::AccumulatorWrapper(double init) : total_(init) {
+  call_api(
+      &acc_init_decl, [] {}, *this, init);
+}
+
+Tensor AccumulatorWrapper::add(const Tensor& x) {
+  return call_api(
+      &acc_add_decl,
+      [&] {
+        for (double v : x.to_double_vector()) total_ += v;
+        return Tensor::full({1}, total_, DType::kFloat32);
+      },
+      *this, x);
+}
+
+}  // namespace myengine
+
+namespace flashinfer {
+namespace {
+
+// Records every observed call.
+struct Recorder : CallObserver {
+  struct Call {
+    std::string name;
+    std::vector<Value> args;
+    Value result;
+    std::string error;
+    bool ended = false;
+  };
+  std::mutex mu;
+  std::vector<Call> calls;
+  void on_call_begin(const OpDecl& d, std::span<const Value> args) override {
+    std::lock_guard<std::mutex> l(mu);
+    calls.push_back({d.name, {args.begin(), args.end()}, Value(), "", false});
+  }
+  void on_call_end(const OpDecl&, std::span<const Value>, const Value& r) override {
+    std::lock_guard<std::mutex> l(mu);
+    calls.back().result = r;
+    calls.back().ended = true;
+  }
+  void on_call_error(const OpDecl&, std::span<const Value>, std::string_view what) override {
+    std::lock_guard<std::mutex> l(mu);
+    calls.back().error = std::string(what);
+  }
+};
+
+struct ScopedObserver {
+  std::shared_ptr<CallObserver> obs;
+  explicit ScopedObserver(std::shared_ptr<CallObserver> o) : obs(std::move(o)) {
+    add_call_observer(obs);
+  }
+  ~ScopedObserver() { remove_call_observer(obs); }
+};
+
+TEST(OpDecl, BuiltinRmsnormDeclaration) {
+  const OpDecl* d = OpRegistry::global().find("rmsnorm");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->module, "flashinfer.norm");
+  EXPECT_FALSE(d->is_method());
+  EXPECT_EQ(d->signature(), "(input, weight, eps=1e-06, out=None, enable_pdl=None)");
+  ASSERT_EQ(d->params.size(), 5u);
+  EXPECT_EQ(d->params[2].kind, ParamKind::kFloat);
+  EXPECT_TRUE(d->params[3].optional);
+  EXPECT_EQ(d->param_index("out"), 3);
+  EXPECT_EQ(d->param_index("nope"), -1);
+  EXPECT_TRUE(d->invoke != nullptr);
+}
+
+TEST(OpDecl, UserOpIsListedObservedAndInvocable) {
+  using myengine::scale;
+  using myengine::scale_decl;
+  const OpDecl& d = scale_decl();
+  EXPECT_EQ(d.signature(), "(x, factor=2.0, *, bias=None)");
+  bool listed = false;
+  for (const OpDecl* op : OpRegistry::global().ops()) listed |= op->name == "myengine_scale";
+  EXPECT_TRUE(listed);
+
+  auto rec = std::make_shared<Recorder>();
+  Tensor x = Tensor::from_vector({1, 2}, {2}, DType::kFloat32);
+  {
+    ScopedObserver s(rec);
+    Tensor y = scale(x, 3.0, 0.5);
+    EXPECT_EQ(y.to_double_vector(), (std::vector<double>{3.5, 6.5}));
+  }
+  ASSERT_EQ(rec->calls.size(), 1u);
+  const auto& c = rec->calls[0];
+  EXPECT_EQ(c.name, "myengine_scale");
+  ASSERT_EQ(c.args.size(), 3u);
+  EXPECT_TRUE(c.args[0].is_tensor());
+  EXPECT_EQ(c.args[1].as_float(), 3.0);
+  EXPECT_EQ(c.args[2].as_float(), 0.5);
+  EXPECT_TRUE(c.ended);
+  EXPECT_EQ(c.result.as_tensor().to_double_vector(), (std::vector<double>{3.5, 6.5}));
+
+  // Replay-style: bind positional + keyword values to the declaration and invoke.
+  auto values = bind_arguments(d, {Value(x)}, {{"bias", Value(1.0)}});
+  ASSERT_EQ(values.size(), 3u);
+  EXPECT_EQ(values[1].as_float(), 2.0);  // default filled in
+  Value r = d.invoke(CallArgs(d, values));
+  EXPECT_EQ(r.as_tensor().to_double_vector(), (std::vector<double>{3.0, 5.0}));
+
+  // With no observer installed nothing is recorded.
+  scale(x);
+  EXPECT_EQ(rec->calls.size(), 1u);
+}
+
+TEST(OpDecl, ErrorsPropagateAndAreObserved) {
+  auto rec = std::make_shared<Recorder>();
+  ScopedObserver s(rec);
+  Tensor bad = Tensor::zeros({2}, DType::kInt32);
+  EXPECT_FI_ERROR(myengine::scale(bad), "myengine_scale", "x");
+  ASSERT_EQ(rec->calls.size(), 1u);
+  EXPECT_FALSE(rec->calls[0].ended);
+  EXPECT_NE(rec->calls[0].error.find("needs float32"), std::string::npos);
+}
+
+TEST(OpDecl, WrapperMethodsShareAStableObjectId) {
+  auto rec = std::make_shared<Recorder>();
+  ScopedObserver s(rec);
+  myengine::AccumulatorWrapper acc(1.0);
+  acc.add(Tensor::from_vector({2, 3}, {2}, DType::kFloat32));
+  Tensor t = acc.add(Tensor::from_vector({4}, {1}, DType::kFloat32));
+  EXPECT_EQ(t.item(), 10.0);
+  ASSERT_EQ(rec->calls.size(), 3u);
+  EXPECT_EQ(rec->calls[0].name, "AccumulatorWrapper.__init__");
+  EXPECT_EQ(rec->calls[1].name, "AccumulatorWrapper.add");
+  const ObjectRef& self0 = rec->calls[0].args[0].as_object();
+  EXPECT_EQ(self0.type, "AccumulatorWrapper");
+  EXPECT_EQ(self0.id, acc.object_id());
+  EXPECT_EQ(rec->calls[2].args[0].as_object().id, acc.object_id());
+  EXPECT_TRUE(self0.repr.starts_with("<myengine.state.AccumulatorWrapper object at 0x"));
+  myengine::AccumulatorWrapper other(0.0);
+  EXPECT_NE(other.object_id(), acc.object_id());
+}
+
+TEST(OpDecl, WrapperReplaysFromValues) {
+  const OpDecl& init = myengine::acc_init_decl();
+  const OpDecl& add = myengine::acc_add_decl();
+  // __init__ gets a placeholder self (the recorded one) and returns the new live object.
+  Value obj = init.invoke(CallArgs(init, bind_arguments(init, {Value(), Value(5.0)})));
+  ASSERT_EQ(obj.kind(), Value::Kind::kObject);
+  ASSERT_NE(obj.as_object().get(), nullptr);
+  Value r = add.invoke(
+      CallArgs(add, bind_arguments(add, {obj, Value(Tensor::full({3}, 1.0, DType::kFloat32))})));
+  EXPECT_EQ(r.as_tensor().item(), 8.0);
+  // A method invoked with something that is not a live object fails cleanly.
+  EXPECT_FI_ERROR(add.invoke(CallArgs(add, {Value(), Value(Tensor::zeros({1}, DType::kFloat32))})),
+                  "AccumulatorWrapper.add", "self");
+}
+
+TEST(OpDecl, BindArgumentsRejectsBadCalls) {
+  const OpDecl& d = myengine::scale_decl();
+  EXPECT_FI_ERROR(bind_arguments(d, {}), "myengine_scale", "x");
+  EXPECT_FI_ERROR(bind_arguments(d, {Value(1), Value(2), Value(3), Value(4)}), "myengine_scale",
+                  "");
+  EXPECT_FI_ERROR(bind_arguments(d, {Value(1)}, {{"nope", Value(1)}}), "myengine_scale", "nope");
+  EXPECT_FI_ERROR(bind_arguments(d, {Value(1)}, {{"x", Value(1)}}), "myengine_scale", "x");
+  EXPECT_FI_ERROR(CallArgs(d, {Value("str"), Value(1.0), Value()}).tensor(0), "myengine_scale",
+                  "x");
+}
+
+TEST(OpDecl, RegistryRejectsMalformedDeclarations) {
+  OpDecl dup;
+  dup.name = "rmsnorm";
+  dup.module = "x";
+  EXPECT_THROW(register_op(dup), Error);
+  OpDecl no_self;
+  no_self.name = "W.run";
+  no_self.module = "x";
+  no_self.class_name = "W";
+  no_self.params = {ParamDecl("x", ParamKind::kTensor)};
+  EXPECT_THROW(register_op(no_self), Error);
+  OpDecl order;
+  order.name = "bad_order";
+  order.module = "x";
+  order.params = {ParamDecl("a", ParamKind::kInt).def(1), ParamDecl("b", ParamKind::kInt)};
+  EXPECT_THROW(register_op(order), Error);
+  EXPECT_EQ(OpRegistry::global().find("bad_order"), nullptr);
+}
+
+// An observer that throws never breaks the call it observes.
+struct Throwing : CallObserver {
+  void on_call_begin(const OpDecl&, std::span<const Value>) override {
+    throw std::runtime_error("x");
+  }
+  void on_call_end(const OpDecl&, std::span<const Value>, const Value&) override {
+    throw std::runtime_error("y");
+  }
+  void on_call_error(const OpDecl&, std::span<const Value>, std::string_view) override {}
+};
+
+TEST(OpDecl, ThrowingObserverDoesNotAlterTheResult) {
+  ScopedObserver s(std::make_shared<Throwing>());
+  Tensor x = Tensor::from_vector({3, 4}, {1, 2}, DType::kFloat32);
+  Tensor w = Tensor::from_vector({1, 1}, {2}, DType::kFloat32);
+  Tensor y = rmsnorm(x, w, 0.0);
+  EXPECT_NEAR(y.to_double_vector()[0], 3.0 / std::sqrt(12.5), 1e-6);
+}
+
+TEST(Value, PythonReprs) {
+  EXPECT_EQ(python_float_repr(1e-6), "1e-06");
+  EXPECT_EQ(python_float_repr(2.0), "2.0");
+  EXPECT_EQ(python_float_repr(0.1), "0.1");
+  EXPECT_EQ(python_float_repr(-3.25), "-3.25");
+  EXPECT_EQ(python_float_repr(1e16), "1e+16");
+  EXPECT_EQ(python_float_repr(123456789012345.0), "123456789012345.0");
+  EXPECT_EQ(python_float_repr(0.0001), "0.0001");
+  EXPECT_EQ(python_float_repr(1.5e-5), "1.5e-05");
+  EXPECT_EQ(Value("NHD").repr(), "'NHD'");
+  EXPECT_EQ(Value("it's").repr(), "\"it's\"");
+  EXPECT_EQ(Value(true).repr(), "True");
+  EXPECT_EQ(Value().repr(), "None");
+  EXPECT_EQ(Value(DType::kBFloat16).repr(), "torch.bfloat16");
+  EXPECT_EQ(Value::tuple({Value(1)}).repr(), "(1,)");
+  EXPECT_EQ(Value::list({Value(1), Value(2.5)}).repr(), "[1, 2.5]");
+  EXPECT_EQ(to_value(std::vector<int>{1, 2}).items().size(), 2u);
+  EXPECT_TRUE(to_value(std::optional<Tensor>()).is_none());
+  EXPECT_TRUE(Value(Tensor()).is_none());
+  EXPECT_THROW(Value(1).as_string(), Error);
+  EXPECT_EQ(Value(3).as_float(), 3.0);
+}
+
+}  // namespace
+}  // namespace flashinfer

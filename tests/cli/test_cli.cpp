@@ -1,0 +1,82 @@
+// The `flashinfer` command: subcommand table, --help for each, version, info, list-ops.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "flashinfer/flashinfer.h"
+
+namespace {
+
+struct CliResult {
+  int status;
+  std::string out;
+};
+
+CliResult run(const std::string& args) {
+  const std::string cmd = std::string(FLASHINFER_TEST_BIN_DIR) + "/flashinfer " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  CliResult r{-1, ""};
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+TEST(Cli, HelpListsEverySubcommand) {
+  CliResult r = run("--help");
+  EXPECT_EQ(r.status, 0);
+  for (const char* sub : {"version", "info", "list-ops"}) {
+    EXPECT_NE(r.out.find(sub), std::string::npos) << sub;
+    CliResult h = run(std::string(sub) + " --help");
+    EXPECT_EQ(h.status, 0) << sub;
+    EXPECT_NE(h.out.find("Usage"), std::string::npos) << h.out;
+  }
+}
+
+TEST(Cli, NoOrUnknownSubcommandFails) {
+  EXPECT_NE(run("").status, 0);
+  CliResult r = run("frobnicate");
+  EXPECT_NE(r.status, 0);
+}
+
+TEST(Cli, VersionMatchesTheLibrary) {
+  CliResult r = run("version");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, std::string(flashinfer::version()) + "\n");
+}
+
+TEST(Cli, InfoReportsBuildAndDevices) {
+  CliResult r = run("info");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("flashinfer-cpp " + std::string(flashinfer::version())), std::string::npos);
+  EXPECT_NE(
+      r.out.find(flashinfer::cuda_compiled() ? "CUDA compiled in: yes" : "CUDA compiled in: no"),
+      std::string::npos)
+      << r.out;
+  if (flashinfer::cuda_device_count() == 0) {
+    EXPECT_NE(r.out.find("CPU-only mode"), std::string::npos) << r.out;
+  } else {
+    EXPECT_NE(r.out.find("GPU 0:"), std::string::npos) << r.out;
+  }
+}
+
+TEST(Cli, ListOpsComesFromTheDeclarations) {
+  CliResult r = run("list-ops");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("rmsnorm"), std::string::npos);
+  EXPECT_NE(r.out.find("flashinfer.norm"), std::string::npos);
+  EXPECT_NE(r.out.find("(input, weight, eps=1e-06, out=None, enable_pdl=None)"), std::string::npos);
+  const auto n = flashinfer::OpRegistry::global().ops().size();
+  EXPECT_NE(r.out.find(std::to_string(n) + " ops\n"), std::string::npos) << r.out;
+  CliResult v = run("list-ops -v --module flashinfer.norm");
+  EXPECT_EQ(v.status, 0);
+  EXPECT_NE(v.out.find("bool | None"), std::string::npos) << v.out;
+  CliResult none = run("list-ops --module no.such.module");
+  EXPECT_NE(none.out.find("0 ops"), std::string::npos);
+}
+
+}  // namespace

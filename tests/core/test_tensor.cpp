@@ -1,0 +1,257 @@
+// Tensor: factories, metadata, views, copies, fills, conversions, errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "flashinfer/flashinfer.h"
+#include "util/test_util.h"
+
+namespace flashinfer {
+namespace {
+
+std::vector<double> iota(int64_t n) {
+  std::vector<double> v(n);
+  std::iota(v.begin(), v.end(), 0.0);
+  return v;
+}
+
+TEST(DType, NamesAndSizes) {
+  EXPECT_EQ(dtype_torch_name(DType::kFloat16), "torch.float16");
+  EXPECT_EQ(dtype_torch_name(DType::kBFloat16), "torch.bfloat16");
+  EXPECT_EQ(dtype_torch_name(DType::kFloat8E4M3FN), "torch.float8_e4m3fn");
+  EXPECT_EQ(dtype_torch_name(DType::kFloat8E5M2), "torch.float8_e5m2");
+  EXPECT_EQ(dtype_torch_name(DType::kFloat4E2M1FNx2), "torch.float4_e2m1fn_x2");
+  EXPECT_EQ(dtype_torch_name(DType::kBool), "torch.bool");
+  EXPECT_EQ(dtype_size(DType::kFloat64), 8u);
+  EXPECT_EQ(dtype_size(DType::kInt16), 2u);
+  EXPECT_EQ(dtype_size(DType::kFloat4E2M1FNx2), 1u);
+  for (int i = 0; i < kNumDTypes; ++i) {
+    const auto d = static_cast<DType>(i);
+    EXPECT_EQ(dtype_from_name(dtype_torch_name(d)), d);
+    EXPECT_EQ(dtype_from_name(dtype_name(d)), d);
+  }
+  EXPECT_EQ(dtype_from_name("half"), DType::kFloat16);
+  EXPECT_EQ(dtype_from_name("bf16"), DType::kBFloat16);
+  EXPECT_EQ(dtype_from_name("torch.long"), DType::kInt64);
+  EXPECT_FALSE(dtype_from_name("torch.complex64").has_value());
+  EXPECT_TRUE(dtype_is_floating(DType::kFloat8E5M2));
+  EXPECT_FALSE(dtype_is_floating(DType::kInt8));
+  EXPECT_TRUE(dtype_is_integral(DType::kUInt8));
+  EXPECT_FALSE(dtype_is_integral(DType::kBool));
+}
+
+TEST(Device, ParseAndPrint) {
+  EXPECT_EQ(Device::parse("cpu"), Device::cpu());
+  EXPECT_EQ(Device::parse("cuda"), Device::cuda(0));
+  EXPECT_EQ(Device::parse("cuda:3"), Device::cuda(3));
+  EXPECT_EQ(Device::cuda(1).str(), "cuda:1");
+  EXPECT_EQ(Device::cpu().str(), "cpu");
+  EXPECT_THROW(Device::parse("cuda:"), Error);
+  EXPECT_THROW(Device::parse("cuda:-1"), Error);
+  EXPECT_THROW(Device::parse("gpu"), Error);
+}
+
+TEST(Tensor, EmptyIsContiguousWithRowMajorStrides) {
+  Tensor t = Tensor::empty({2, 3, 4}, DType::kFloat16);
+  EXPECT_TRUE(t.defined());
+  EXPECT_EQ(t.dim(), 3);
+  EXPECT_EQ(t.shape(), (Shape{2, 3, 4}));
+  EXPECT_EQ(t.strides(), (Shape{12, 4, 1}));
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.nbytes(), 48u);
+  EXPECT_EQ(t.size(-1), 4);
+  EXPECT_EQ(t.stride(-3), 12);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.device(), Device::cpu());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 64, 0u);
+  EXPECT_THROW(t.size(3), Error);
+  EXPECT_THROW(Tensor::empty({2, -1}, DType::kFloat32), Error);
+  EXPECT_FALSE(Tensor().defined());
+}
+
+TEST(Tensor, FromVectorRoundsToNearestEven) {
+  // 1 + 2^-11 is halfway between two fp16 values: ties to even gives 1.0.
+  Tensor t = Tensor::from_vector({1.0 + std::ldexp(1.0, -11), 3.0}, {2}, DType::kFloat16);
+  EXPECT_EQ(t.to_double_vector(), (std::vector<double>{1.0, 3.0}));
+  EXPECT_THROW(Tensor::from_vector({1.0}, {2}, DType::kFloat32), Error);
+}
+
+TEST(Tensor, SliceSelectTransposePermute) {
+  Tensor t = Tensor::from_vector(iota(24), {2, 3, 4}, DType::kFloat32);
+  Tensor s = t.slice(2, 1, 4, 2);  // columns 1 and 3
+  EXPECT_EQ(s.shape(), (Shape{2, 3, 2}));
+  EXPECT_EQ(s.strides(), (Shape{12, 4, 2}));
+  EXPECT_EQ(s.storage_offset(), 1);
+  EXPECT_FALSE(s.is_contiguous());
+  EXPECT_EQ(s.select(0, 1).select(0, 2).to_double_vector(), (std::vector<double>{21, 23}));
+  EXPECT_EQ(t.slice(1, -2, 100).shape(), (Shape{2, 2, 4}));
+  Tensor tr = t.transpose(0, 2);
+  EXPECT_EQ(tr.shape(), (Shape{4, 3, 2}));
+  EXPECT_EQ(tr.select(0, 1).select(0, 2).to_double_vector(), (std::vector<double>{9, 21}));
+  Tensor p = t.permute({1, 2, 0});
+  EXPECT_EQ(p.shape(), (Shape{3, 4, 2}));
+  EXPECT_EQ(p.strides(), (Shape{4, 1, 12}));
+  EXPECT_THROW(t.permute({0, 0, 1}), Error);
+  EXPECT_THROW(t.select(1, 3), Error);
+  EXPECT_THROW(t.slice(0, 0, 1, 0), Error);
+  // Views share storage: writing through a view is seen by the base.
+  t.select(0, 0).select(0, 0).fill_(-1.0);
+  EXPECT_EQ(t.to_double_vector()[3], -1.0);
+  EXPECT_EQ(t.to_double_vector()[4], 4.0);
+}
+
+TEST(Tensor, AsStridedIsBoundsChecked) {
+  Tensor t = Tensor::from_vector(iota(6), {6}, DType::kInt32);
+  Tensor a = t.as_strided({2, 2}, {1, 2}, 1);  // [[1,3],[2,4]]
+  EXPECT_EQ(a.to_double_vector(), (std::vector<double>{1, 3, 2, 4}));
+  EXPECT_THROW(t.as_strided({2, 2}, {3, 2}, 1), Error);  // would reach element 6
+  EXPECT_THROW(t.as_strided({2}, {-1}, 3), Error);
+}
+
+TEST(Tensor, ViewAndReshape) {
+  Tensor t = Tensor::from_vector(iota(24), {2, 3, 4}, DType::kFloat32);
+  EXPECT_EQ(t.view({6, 4}).strides(), (Shape{4, 1}));
+  EXPECT_EQ(t.view({-1}).shape(), (Shape{24}));
+  EXPECT_EQ(t.view({2, 12}).storage(), t.storage());
+  EXPECT_THROW(t.view({5, 5}), Error);
+  EXPECT_THROW(t.view({-1, -1}), Error);
+  // Merging dims (1, 2) of a transposed tensor is not a view: reshape copies.
+  Tensor tr = t.transpose(1, 2);  // [2, 4, 3], strides [12, 1, 4]
+  EXPECT_THROW(tr.view({2, 12}), Error);
+  Tensor r = tr.reshape({2, 12});
+  EXPECT_NE(r.storage(), t.storage());
+  EXPECT_EQ(r.to_double_vector()[1], 4.0);  // tr[0][0][1] = t[0][1][0]
+  // Splitting a dim of a strided view is a view.
+  Tensor s = t.slice(2, 0, 4, 2);  // [2, 3, 2], strides [12, 4, 2]
+  Tensor sv = s.view({6, 2});
+  EXPECT_EQ(sv.strides(), (Shape{4, 2}));
+  EXPECT_EQ(sv.to_double_vector(), s.to_double_vector());
+  EXPECT_EQ(t.unsqueeze(0).shape(), (Shape{1, 2, 3, 4}));
+  EXPECT_EQ(t.unsqueeze(-1).shape(), (Shape{2, 3, 4, 1}));
+  EXPECT_EQ(t.unsqueeze(0).squeeze(0).shape(), t.shape());
+}
+
+TEST(Tensor, ContiguousCloneCopy) {
+  Tensor t = Tensor::from_vector(iota(12), {3, 4}, DType::kBFloat16);
+  EXPECT_EQ(t.contiguous().storage(), t.storage());
+  Tensor tr = t.transpose(0, 1);
+  Tensor c = tr.contiguous();
+  EXPECT_TRUE(c.is_contiguous());
+  EXPECT_EQ(c.to_double_vector(), tr.to_double_vector());
+  EXPECT_EQ(c.to_double_vector()[1], 4.0);
+  Tensor cl = t.clone();
+  EXPECT_NE(cl.storage(), t.storage());
+  // copy_ between two non-contiguous views.
+  Tensor dst = Tensor::zeros({4, 6}, DType::kBFloat16).slice(1, 0, 6, 2);  // [4, 3]
+  dst.copy_(tr.slice(1, 0, 3));
+  EXPECT_EQ(dst.to_double_vector(), tr.slice(1, 0, 3).to_double_vector());
+  EXPECT_THROW(dst.copy_(t), Error);                                      // shape mismatch
+  EXPECT_THROW(dst.copy_(tr.slice(1, 0, 3).to(DType::kFloat32)), Error);  // dtype mismatch
+}
+
+TEST(Tensor, FillAndCasts) {
+  Tensor t = Tensor::full({2, 2}, 2.5, DType::kFloat16);
+  EXPECT_EQ(t.to_double_vector(), (std::vector<double>{2.5, 2.5, 2.5, 2.5}));
+  Tensor i = Tensor::from_vector({-3.7, 2.9, 1e10, -1e10}, {4}, DType::kFloat32).to(DType::kInt8);
+  EXPECT_EQ(i.to_double_vector(), (std::vector<double>{-3, 2, 127, -128}));
+  Tensor b = Tensor::from_vector({0.0, -0.5, 3.0}, {3}, DType::kFloat32).to(DType::kBool);
+  EXPECT_EQ(b.to_double_vector(), (std::vector<double>{0, 1, 1}));
+  Tensor f8 =
+      Tensor::from_vector({448.0, 1000.0, 0.1}, {3}, DType::kFloat32).to(DType::kFloat8E4M3FN);
+  auto v = f8.to_double_vector();
+  EXPECT_EQ(v[0], 448.0);
+  EXPECT_TRUE(std::isnan(v[1]));  // torch semantics: beyond the range is NaN
+  EXPECT_EQ(v[2], 0.1015625);
+  Tensor fp4 = Tensor::from_vector({0.5, -6.0, 7.0, 1.25}, {2}, DType::kFloat4E2M1FNx2);
+  EXPECT_EQ(fp4.to_double_vector(), (std::vector<double>{0.5, -6.0, 6.0, 1.0}));
+  EXPECT_EQ(static_cast<const uint8_t*>(fp4.data_ptr())[0], 0xF1);  // low nibble = element 0
+  EXPECT_THROW(fp4.to(DType::kFloat32), Error);
+  EXPECT_DOUBLE_EQ(Tensor::full({1}, 7.0, DType::kInt64).item(), 7.0);
+  EXPECT_THROW(t.item(), Error);
+}
+
+TEST(Tensor, SeededRandomFillIsReproducible) {
+  Tensor a = Tensor::empty({64, 33}, DType::kFloat32);
+  Tensor b = Tensor::empty({64, 33}, DType::kFloat32);
+  a.uniform_(123, -2.0, 3.0);
+  b.uniform_(123, -2.0, 3.0);
+  const auto va = a.to_double_vector(), vb = b.to_double_vector();
+  EXPECT_EQ(va, vb);
+  double lo = 1e9, hi = -1e9, sum = 0;
+  for (double x : va) {
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+    sum += x;
+  }
+  EXPECT_GE(lo, -2.0);
+  EXPECT_LT(hi, 3.0);
+  EXPECT_NEAR(sum / va.size(), 0.5, 0.1);  // mean of U(-2, 3); 2112 samples, sd of mean ~0.03
+  b.uniform_(124, -2.0, 3.0);
+  EXPECT_NE(va, b.to_double_vector());
+  // A strided destination gets the values in logical order.
+  Tensor c = Tensor::empty({33, 64}, DType::kFloat32).transpose(0, 1);
+  c.uniform_(123, -2.0, 3.0);
+  EXPECT_EQ(c.to_double_vector(), va);
+  Tensor n = Tensor::empty({4096}, DType::kFloat32);
+  n.normal_(5, 1.0, 2.0);
+  double m = 0, m2 = 0;
+  for (double x : n.to_double_vector()) {
+    m += x;
+    m2 += x * x;
+  }
+  m /= 4096;
+  EXPECT_NEAR(m, 1.0, 0.1);
+  EXPECT_NEAR(std::sqrt(m2 / 4096 - m * m), 2.0, 0.1);
+}
+
+TEST(Tensor, FromBlobUsesCallerMemoryAndDeleter) {
+  std::vector<float> buf = {1, 2, 3, 4, 5, 6};
+  int deleted = 0;
+  {
+    Tensor t = Tensor::from_blob(
+        buf.data(), {2, 2}, {3, 1}, DType::kFloat32, Device::cpu(), [&](void*) { ++deleted; }, 1);
+    EXPECT_EQ(t.to_double_vector(), (std::vector<double>{2, 3, 5, 6}));
+    t.fill_(0.0);
+    Tensor view = t.slice(0, 1, 2);
+    EXPECT_EQ(deleted, 0);
+  }
+  EXPECT_EQ(deleted, 1);
+  EXPECT_EQ(buf, (std::vector<float>{1, 0, 0, 4, 0, 0}));
+}
+
+TEST(Tensor, DescribeAndShapeText) {
+  EXPECT_EQ(shape_to_string({}), "()");
+  EXPECT_EQ(shape_to_string({3}), "(3,)");
+  EXPECT_EQ(shape_to_string({2, 3}), "(2, 3)");
+  EXPECT_EQ(Tensor::empty({2, 3}, DType::kFloat32).describe(),
+            "Tensor(shape=(2, 3), stride=(3, 1), dtype=torch.float32, device=cpu)");
+}
+
+TEST(Tensor, CudaRequestsFailCleanlyWithoutAGpu) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present";
+  EXPECT_THROW(Tensor::empty({2}, DType::kFloat32, Device::cuda(0)), Error);
+  EXPECT_THROW(Tensor::zeros({2}, DType::kFloat32).to(Device::cuda(0)), Error);
+}
+
+TEST(Tensor, CudaRoundTrip) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  Tensor h = Tensor::from_vector(iota(24), {2, 3, 4}, DType::kFloat16);
+  Tensor d = h.to(Device::cuda(0));
+  EXPECT_EQ(d.device(), Device::cuda(0));
+  EXPECT_EQ(d.to_double_vector(), h.to_double_vector());
+  // Non-contiguous on both sides.
+  Tensor dt = d.transpose(0, 2);
+  EXPECT_EQ(dt.to(Device::cpu()).to_double_vector(), h.transpose(0, 2).to_double_vector());
+  Tensor dst = Tensor::zeros({4, 3, 2}, DType::kFloat16, Device::cuda(0)).transpose(0, 2);
+  dst.copy_(h);
+  EXPECT_EQ(dst.to_double_vector(), h.to_double_vector());
+  Tensor r = Tensor::empty({100}, DType::kFloat32, Device::cuda(0));
+  r.uniform_(9);
+  Tensor rh = Tensor::empty({100}, DType::kFloat32);
+  rh.uniform_(9);
+  EXPECT_EQ(r.to_double_vector(), rh.to_double_vector());
+}
+
+}  // namespace
+}  // namespace flashinfer
