@@ -1,0 +1,177 @@
+// save_torch / save_safetensors (include/flashinfer/tensor_io.h).
+#include "flashinfer/tensor_io.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "flashinfer/error.h"
+#include "formats/pickle_writer.h"
+#include "formats/zip_writer.h"
+
+namespace flashinfer {
+namespace {
+
+// torch's legacy typed-storage class for dtypes that predate fp8; nullptr for the new dtypes,
+// which torch saves with _rebuild_tensor_v3 and an UntypedStorage.
+const char* legacy_storage_class(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return "FloatStorage";
+    case DType::kFloat64:
+      return "DoubleStorage";
+    case DType::kFloat16:
+      return "HalfStorage";
+    case DType::kBFloat16:
+      return "BFloat16Storage";
+    case DType::kInt64:
+      return "LongStorage";
+    case DType::kInt32:
+      return "IntStorage";
+    case DType::kInt16:
+      return "ShortStorage";
+    case DType::kInt8:
+      return "CharStorage";
+    case DType::kUInt8:
+      return "ByteStorage";
+    case DType::kBool:
+      return "BoolStorage";
+    default:
+      return nullptr;
+  }
+}
+
+// The part of a CPU tensor's storage its view covers: [begin, end) in elements.
+std::pair<int64_t, int64_t> covered_span(const Tensor& t) {
+  if (t.numel() == 0) return {t.storage_offset(), t.storage_offset()};
+  int64_t end = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) end += (t.size(d) - 1) * t.stride(d);
+  return {t.storage_offset(), end + 1};
+}
+
+std::string stem_of(const std::string& path) {
+  std::string stem = std::filesystem::path(path).stem().string();
+  return stem.empty() ? "archive" : stem;
+}
+
+}  // namespace
+
+void save_torch(const std::string& path, const NamedTensors& tensors) {
+  formats::PickleWriter pk;
+  std::vector<Tensor> storages;  // one record per tensor: its covered span, as a 1-D tensor
+  pk.empty_dict();
+  pk.mark();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::string& name = tensors[i].first;
+    Tensor t = tensors[i].second;
+    FLASHINFER_CHECK(t.defined(), "save_torch", name, "undefined tensor");
+    if (!t.device().is_cpu()) t = t.to(Device::cpu());
+    const auto [begin, end] = covered_span(t);
+    // The record holds the span only; offsets are rebased to it.
+    Tensor span = Tensor::from_storage(t.storage(), {end - begin}, {1}, begin, t.dtype());
+    storages.push_back(span);
+    const std::string key = std::to_string(i);
+    const char* legacy = legacy_storage_class(t.dtype());
+    pk.unicode(name);
+    pk.global("torch._utils", legacy ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3");
+    pk.mark();
+    {
+      // Persistent id: ('storage', <class>, key, location, numel of the storage).
+      pk.mark();
+      pk.unicode("storage");
+      pk.global("torch", legacy ? legacy : "UntypedStorage");
+      pk.unicode(key);
+      pk.unicode("cpu");
+      pk.integer(legacy ? end - begin : (end - begin) * static_cast<int64_t>(t.element_size()));
+      pk.tuple();
+      pk.binpersid();
+      pk.integer(t.storage_offset() - begin);
+      pk.int_tuple(t.shape());
+      pk.int_tuple(t.strides());
+      pk.boolean(false);  // requires_grad
+      pk.global("collections", "OrderedDict");
+      pk.empty_tuple();
+      pk.reduce();  // backward hooks
+      if (!legacy) {
+        pk.global("torch", std::string(dtype_torch_name(t.dtype())).substr(6));
+      }
+    }
+    pk.tuple();
+    pk.reduce();
+  }
+  pk.setitems();
+  const std::string& pkl = pk.finish();
+
+  const std::string stem = stem_of(path);
+  formats::ZipWriter zip(path);
+  zip.add(stem + "/data.pkl", pkl.data(), pkl.size());
+  static const char kLittle[] = "little";
+  zip.add(stem + "/byteorder", kLittle, sizeof(kLittle) - 1);
+  for (std::size_t i = 0; i < storages.size(); ++i) {
+    const Tensor& s = storages[i];
+    zip.add(stem + "/data/" + std::to_string(i), s.data_ptr(), s.nbytes());
+  }
+  static const char kVersion[] = "3\n";
+  zip.add(stem + "/version", kVersion, sizeof(kVersion) - 1);
+  zip.finish();
+}
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors) {
+  struct Item {
+    std::string name;
+    Tensor data;  // contiguous, on the host
+    std::size_t align;
+  };
+  std::vector<Item> items;
+  for (const auto& [name, t0] : tensors) {
+    FLASHINFER_CHECK(t0.defined(), "save_safetensors", name, "undefined tensor");
+    Tensor t = t0.device().is_cpu() ? t0 : t0.to(Device::cpu());
+    items.push_back({name, t.contiguous(), t.element_size()});
+  }
+  // Reference writer order: larger alignment first, then by name.
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    return a.align != b.align ? a.align > b.align : a.name < b.name;
+  });
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  uint64_t offset = 0;
+  for (const Item& it : items) {
+    FLASHINFER_CHECK(!header.contains(it.name), "save_safetensors", it.name, "duplicate name");
+    Shape shape = it.data.shape();
+    std::string dtype(dtype_safetensors_name(it.data.dtype()));
+    if (it.data.dtype() == DType::kFloat4E2M1FNx2) {
+      dtype = "F4";
+      if (shape.empty()) shape.push_back(1);
+      shape.back() *= 2;
+    }
+    const uint64_t n = it.data.nbytes();
+    header[it.name] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {offset, offset + n}}};
+    offset += n;
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) {
+    FLASHINFER_FAIL(ErrorCode::kIo, "save_safetensors", "path", "cannot create '", path,
+                    "': ", std::strerror(errno));
+  }
+  bool ok = true;
+  uint8_t len[8];
+  const uint64_t hn = h.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(hn >> (8 * i));
+  ok = ok && std::fwrite(len, 1, 8, f) == 8;
+  ok = ok && std::fwrite(h.data(), 1, h.size(), f) == h.size();
+  for (const Item& it : items) {
+    const std::size_t n = it.data.nbytes();
+    ok = ok && (n == 0 || std::fwrite(it.data.data_ptr(), 1, n, f) == n);
+  }
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    FLASHINFER_FAIL(ErrorCode::kIo, "save_safetensors", "path", "writing '", path, "' failed: ",
+                    std::strerror(errno));
+  }
+}
+
+}  // namespace flashinfer

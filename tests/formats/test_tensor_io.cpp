@@ -1,0 +1,370 @@
+// save_torch / save_safetensors: byte-level structure checked here, and the files loaded back
+// by Debian's python3-torch (torch.load(..., weights_only=True)) and, when installed, the
+// safetensors package.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/tensor_io.h"
+#include "formats/pickle_writer.h"
+#include "formats/zip_writer.h"
+
+namespace flashinfer {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+fs::path scratch(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("fi_tensor_io_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+std::string run(const std::string& cmd, int* status) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  if (!p) {
+    *status = -1;
+    return out;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+bool python_has(const std::string& module) {
+  int st = 0;
+  run("/usr/bin/python3 -c 'import " + module + "'", &st);
+  return st == 0;
+}
+
+nlohmann::json load_with_python(const fs::path& file) {
+  int st = 0;
+  const std::string out = run("/usr/bin/python3 " FLASHINFER_TEST_SOURCE_DIR
+                              "/tests/formats/load_with_torch.py " + file.string(), &st);
+  EXPECT_EQ(st, 0) << out;
+  if (st != 0) return {};
+  return nlohmann::json::parse(out);
+}
+
+uint32_t le32(const std::string& s, size_t at) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(s[at + i]);
+  return v;
+}
+
+TEST(SaveTorch, ZipLayoutIsStoredAndAligned) {
+  Tensor a = Tensor::from_vector({1, 2, 3}, {3}, DType::kFloat32);
+  const fs::path p = scratch("inputs.pt");
+  save_torch(p.string(), {{"arg_0", a}});
+  const std::string z = read_file(p);
+  ASSERT_GT(z.size(), 30u);
+  EXPECT_EQ(le32(z, 0), 0x04034b50u);  // local file header
+  // Walk the local headers: each entry STORED, each data block 64-byte aligned.
+  size_t pos = 0;
+  std::vector<std::string> names;
+  while (le32(z, pos) == 0x04034b50u) {
+    const uint16_t method = static_cast<uint8_t>(z[pos + 8]) | (static_cast<uint8_t>(z[pos + 9]) << 8);
+    EXPECT_EQ(method, 0);
+    const uint32_t size = le32(z, pos + 18);
+    const size_t nlen = static_cast<uint8_t>(z[pos + 26]) | (static_cast<uint8_t>(z[pos + 27]) << 8);
+    const size_t xlen = static_cast<uint8_t>(z[pos + 28]) | (static_cast<uint8_t>(z[pos + 29]) << 8);
+    names.push_back(z.substr(pos + 30, nlen));
+    const size_t data = pos + 30 + nlen + xlen;
+    EXPECT_EQ(data % 64, 0u) << names.back();
+    pos = data + size;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"inputs/data.pkl", "inputs/byteorder", "inputs/data/0",
+                                             "inputs/version"}));
+  const size_t data0 = z.find(std::string("\0\0\x80\x3f\0\0\0\x40", 8));  // 1.0f, 2.0f
+  EXPECT_NE(data0, std::string::npos);
+}
+
+TEST(SaveTorch, TorchLoadsValuesShapesStridesAndDtypes) {
+  if (!python_has("torch")) GTEST_SKIP() << "python3-torch not installed (scripts/bootstrap installs it)";
+  Tensor f16 = Tensor::from_vector({0.5, -1.25, 3, 4, 5, 6}, {2, 3}, DType::kFloat16);
+  Tensor base = Tensor::from_vector({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4}, DType::kFloat32);
+  Tensor view = base.transpose(0, 1).slice(0, 1, 3);  // [2, 3] strides (1, 4) offset 1
+  Tensor bf = Tensor::from_vector({1.5, -2}, {2, 1}, DType::kBFloat16);
+  Tensor i64 = Tensor::from_vector({-5, 1LL << 40}, {2}, DType::kInt64);
+  Tensor i32 = Tensor::from_vector({7}, {}, DType::kInt32);  // 0-d
+  Tensor b = Tensor::from_vector({1, 0, 1}, {3}, DType::kBool);
+  Tensor u8 = Tensor::from_vector({255, 0}, {2}, DType::kUInt8);
+  Tensor empty = Tensor::empty({0, 4}, DType::kFloat32);
+  const fs::path p = scratch("outputs.pt");
+  save_torch(p.string(), {{"result_0", f16}, {"view", view}, {"bf", bf}, {"i64", i64},
+                          {"scalar", i32}, {"mask", b}, {"u8", u8}, {"empty", empty}});
+  const auto j = load_with_python(p);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["result_0"]["dtype"], "torch.float16");
+  EXPECT_EQ(j["result_0"]["values"], nlohmann::json({0.5, -1.25, 3, 4, 5, 6}));
+  EXPECT_EQ(j["view"]["shape"], nlohmann::json({2, 3}));
+  EXPECT_EQ(j["view"]["stride"], nlohmann::json({1, 4}));
+  EXPECT_EQ(j["view"]["values"], nlohmann::json({1, 5, 9, 2, 6, 10}));
+  EXPECT_EQ(j["view"]["storage_offset"], 0);  // only the covered span [1, 11) is stored
+  EXPECT_EQ(j["bf"]["dtype"], "torch.bfloat16");
+  EXPECT_EQ(j["bf"]["values"], nlohmann::json({1.5, -2}));
+  EXPECT_EQ(j["i64"]["dtype"], "torch.int64");
+  EXPECT_EQ(j["i64"]["values"][1], 1099511627776.0);
+  EXPECT_EQ(j["scalar"]["shape"], nlohmann::json::array());
+  EXPECT_EQ(j["scalar"]["values"], nlohmann::json({7}));
+  EXPECT_EQ(j["mask"]["dtype"], "torch.bool");
+  EXPECT_EQ(j["mask"]["values"], nlohmann::json({1, 0, 1}));
+  EXPECT_EQ(j["u8"]["values"], nlohmann::json({255, 0}));
+  EXPECT_EQ(j["empty"]["shape"], nlohmann::json({0, 4}));
+}
+
+TEST(SaveSafetensors, HeaderIsAlignedAndTiled) {
+  Tensor a = Tensor::from_vector({1, 2}, {2}, DType::kFloat16);
+  Tensor b = Tensor::from_vector({1, 2, 3}, {3}, DType::kFloat32);
+  Tensor c = Tensor::from_vector({448, -2}, {2}, DType::kFloat8E4M3FN);
+  const fs::path p = scratch("x.safetensors");
+  save_safetensors(p.string(), {{"a", a}, {"b", b.slice(0, 0, 3, 2)}, {"c", c}});
+  const std::string s = read_file(p);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(s[i]);
+  EXPECT_EQ(n % 8, 0u);
+  EXPECT_EQ(s[8], '{');
+  const auto h = nlohmann::json::parse(s.substr(8, n));
+  // Descending alignment: f32 first, then f16, then fp8.
+  EXPECT_EQ(h["b"]["data_offsets"], nlohmann::json({0, 8}));
+  EXPECT_EQ(h["a"]["data_offsets"], nlohmann::json({8, 12}));
+  EXPECT_EQ(h["c"]["data_offsets"], nlohmann::json({12, 14}));
+  EXPECT_EQ(h["c"]["dtype"], "F8_E4M3");
+  EXPECT_EQ(8 + n + 14, s.size());
+  EXPECT_EQ(static_cast<uint8_t>(s[8 + n + 12]), 0x7E);  // 448 in e4m3fn
+}
+
+TEST(SaveSafetensors, SafetensorsPackageLoadsOurFiles) {
+  if (!python_has("torch") || !python_has("safetensors")) {
+    GTEST_SKIP() << "python3-torch or the safetensors package is not installed";
+  }
+  Tensor a = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}, DType::kBFloat16);
+  const fs::path p = scratch("y.safetensors");
+  save_safetensors(p.string(), {{"arg_0", a.transpose(0, 1)}, {"kwarg_x", Tensor::full({1}, 3, DType::kInt64)}});
+  const auto j = load_with_python(p);
+  EXPECT_EQ(j["arg_0"]["shape"], nlohmann::json({3, 2}));
+  EXPECT_EQ(j["arg_0"]["values"], nlohmann::json({1, 4, 2, 5, 3, 6}));
+  EXPECT_EQ(j["kwarg_x"]["values"], nlohmann::json({3}));
+}
+
+TEST(TensorIo, UnwritablePathIsAnIoError) {
+  Tensor a = Tensor::zeros({1}, DType::kFloat32);
+  try {
+    save_torch("/nonexistent_dir_fi/x.pt", {{"a", a}});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIo);
+  }
+  EXPECT_THROW(save_safetensors("/nonexistent_dir_fi/x.safetensors", {{"a", a}}), Error);
+}
+
+
+TEST(LoadTorch, RoundTripKeepsEverything) {
+  Tensor base = Tensor::from_vector({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4}, DType::kFloat32);
+  Tensor view = base.transpose(0, 1).slice(0, 1, 3);
+  Tensor f8 = Tensor::from_vector({448, -0.5, 0.001953125}, {3}, DType::kFloat8E4M3FN);
+  Tensor e5 = Tensor::from_vector({57344, 1.5}, {2}, DType::kFloat8E5M2);
+  Tensor fp4 = Tensor::from_vector({0.5, -6, 1, 3}, {2}, DType::kFloat4E2M1FNx2);
+  Tensor i16 = Tensor::from_vector({-300, 300}, {2}, DType::kInt16);
+  Tensor big = Tensor::empty({70000}, DType::kInt32);  // BININT for sizes >= 65536
+  big.uniform_(1, -1000, 1000);
+  const fs::path p = scratch("rt.pt");
+  save_torch(p.string(), {{"view", view}, {"f8", f8}, {"e5", e5}, {"fp4", fp4}, {"i16", i16},
+                          {"big", big}});
+  NamedTensors back = load_torch(p.string());
+  ASSERT_EQ(back.size(), 6u);
+  EXPECT_EQ(back[0].first, "view");
+  EXPECT_EQ(back[0].second.shape(), view.shape());
+  EXPECT_EQ(back[0].second.strides(), view.strides());
+  EXPECT_EQ(back[0].second.to_double_vector(), view.to_double_vector());
+  EXPECT_EQ(back[1].second.dtype(), DType::kFloat8E4M3FN);
+  EXPECT_EQ(back[1].second.to_double_vector(), f8.to_double_vector());
+  EXPECT_EQ(back[2].second.dtype(), DType::kFloat8E5M2);
+  EXPECT_EQ(back[2].second.to_double_vector(), e5.to_double_vector());
+  EXPECT_EQ(back[3].second.dtype(), DType::kFloat4E2M1FNx2);
+  EXPECT_EQ(back[3].second.to_double_vector(), fp4.to_double_vector());
+  EXPECT_EQ(back[4].second.to_double_vector(), i16.to_double_vector());
+  EXPECT_EQ(back[5].second.to_double_vector(), big.to_double_vector());
+}
+
+TEST(LoadTorch, ReadsFilesWrittenByTorch) {
+  if (!python_has("torch")) GTEST_SKIP() << "python3-torch not installed";
+  const fs::path p = scratch("from_torch.pt");
+  int st = 0;
+  const std::string out = run(
+      "/usr/bin/python3 -c \"import torch; b=torch.arange(12, dtype=torch.float16).reshape(3,4); "
+      "torch.save({'arg_0': b.t()[1:3], 'arg_1': torch.tensor([1,2,3], dtype=torch.int64), "
+      "'kwarg_x': b}, '" + p.string() + "')\"", &st);
+  ASSERT_EQ(st, 0) << out;
+  NamedTensors t = load_torch(p.string());
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0].first, "arg_0");
+  EXPECT_EQ(t[0].second.shape(), (Shape{2, 3}));
+  EXPECT_EQ(t[0].second.strides(), (Shape{1, 4}));
+  EXPECT_EQ(t[0].second.storage_offset(), 1);
+  EXPECT_EQ(t[0].second.to_double_vector(), (std::vector<double>{1, 5, 9, 2, 6, 10}));
+  EXPECT_EQ(t[1].second.dtype(), DType::kInt64);
+  // Views of one storage share it, as in torch.
+  EXPECT_EQ(t[0].second.storage(), t[2].second.storage());
+}
+
+TEST(LoadSafetensors, RoundTripAndSpecViolations) {
+  Tensor a = Tensor::from_vector({1, 2, 3, 4}, {2, 2}, DType::kBFloat16);
+  Tensor fp4 = Tensor::from_vector({0.5, -6, 1, 3}, {1, 2}, DType::kFloat4E2M1FNx2);
+  const fs::path p = scratch("rt.safetensors");
+  save_safetensors(p.string(), {{"a", a.transpose(0, 1)}, {"fp4", fp4}});
+  NamedTensors back = load_safetensors(p.string());
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].first, "a");
+  EXPECT_EQ(back[0].second.to_double_vector(), (std::vector<double>{1, 3, 2, 4}));
+  EXPECT_EQ(back[1].second.shape(), (Shape{1, 2}));
+  EXPECT_EQ(back[1].second.to_double_vector(), fp4.to_double_vector());
+
+  auto file = [](const std::string& header, const std::string& data) {
+    std::string h = header;
+    std::string s(8, '\0');
+    for (int i = 0; i < 8; ++i) s[i] = static_cast<char>(static_cast<uint64_t>(h.size()) >> (8 * i));
+    return s + h + data;
+  };
+  const std::string ok_header = R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  EXPECT_EQ(load_safetensors_bytes(file(ok_header, std::string(8, '\0'))).size(), 1u);
+  auto rejects = [&](const std::string& bytes) {
+    try {
+      load_safetensors_bytes(bytes, "bad.safetensors");
+      return false;
+    } catch (const Error& e) {
+      return e.code() == ErrorCode::kFormat;
+    }
+  };
+  EXPECT_TRUE(rejects(file(ok_header, std::string(9, '\0'))));  // trailing byte
+  EXPECT_TRUE(rejects(file(ok_header, std::string(7, '\0'))));  // short buffer
+  EXPECT_TRUE(rejects(file(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
+                           std::string(8, '\0'))));  // size mismatch
+  EXPECT_TRUE(rejects(file(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                           std::string(8, '\0'))));  // gap
+  EXPECT_TRUE(rejects(file(R"({"x":{"dtype":"Q9","shape":[2],"data_offsets":[0,8]}})",
+                           std::string(8, '\0'))));  // dtype
+  EXPECT_TRUE(rejects(file(R"([1,2])", "")));
+  EXPECT_TRUE(rejects(file(R"({"x":)", "")));
+  EXPECT_TRUE(rejects(file(R"({"__metadata__":{"a":1}})", "")));
+  EXPECT_TRUE(rejects(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10)));
+  EXPECT_TRUE(rejects("abc"));
+}
+
+TEST(LoadTorch, HostileArchivesGiveFormatErrors) {
+  Tensor a = Tensor::from_vector({1, 2, 3}, {3}, DType::kFloat32);
+  const fs::path p = scratch("h.pt");
+  save_torch(p.string(), {{"a", a}});
+  const std::string good = read_file(p);
+  auto rejects = [&](const std::string& bytes) {
+    try {
+      load_torch_bytes(bytes, "hostile.pt");
+      return false;
+    } catch (const Error& e) {
+      return e.code() == ErrorCode::kFormat;
+    }
+  };
+  EXPECT_FALSE(rejects(good));
+  // Every truncation fails cleanly.
+  for (size_t n = 0; n < good.size(); n += 7) EXPECT_TRUE(rejects(good.substr(0, n))) << n;
+  // Flipping any single byte either still loads (padding, unused fields) or fails cleanly.
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::string b = good;
+    b[i] = static_cast<char>(b[i] ^ 0x5A);
+    try {
+      load_torch_bytes(b, "flipped.pt");
+    } catch (const Error& e) {
+      EXPECT_TRUE(e.code() == ErrorCode::kFormat) << i;
+    }
+  }
+}
+
+// Builds an archive around a hand-made pickle.
+std::string archive_with_pickle(const std::string& pkl) {
+  const fs::path p = scratch("evil.pt");
+  {
+    formats::ZipWriter z(p.string());
+    z.add("evil/data.pkl", pkl.data(), pkl.size());
+    z.finish();
+  }
+  return read_file(p);
+}
+
+std::string load_error(const std::string& bytes) {
+  try {
+    load_torch_bytes(bytes, "evil.pt");
+  } catch (const Error& e) {
+    return e.code() == ErrorCode::kFormat ? e.what() : std::string("wrong code: ") + e.what();
+  }
+  return "loaded";
+}
+
+TEST(LoadTorch, ForbiddenGlobalsAndOpcodesAreRefusedNotExecuted) {
+  {
+    formats::PickleWriter pk;  // os.system('touch /tmp/pwned') as a pickle
+    pk.global("os", "system");
+    pk.mark();
+    pk.unicode("touch /tmp/fi_pwned");
+    pk.tuple();
+    pk.reduce();
+    const std::string msg = load_error(archive_with_pickle(pk.finish()));
+    EXPECT_NE(msg.find("global os.system is not allowed"), std::string::npos) << msg;
+    EXPECT_FALSE(fs::exists("/tmp/fi_pwned"));
+  }
+  {
+    formats::PickleWriter pk;
+    pk.global("builtins", "eval");
+    pk.mark();
+    pk.unicode("1+1");
+    pk.tuple();
+    pk.reduce();
+    const std::string msg = load_error(archive_with_pickle(pk.finish()));
+    EXPECT_NE(msg.find("builtins.eval is not allowed"), std::string::npos) << msg;
+  }
+  // INST (protocol 0) and BUILD are not part of the tensor subset.
+  EXPECT_NE(load_error(archive_with_pickle("\x80\x02(ios\nsystem\n.")).find("not allowed"),
+            std::string::npos);
+  EXPECT_NE(load_error(archive_with_pickle("\x80\x02}}b.")).find("opcode 0x62"), std::string::npos);
+  // A storage key that tries to leave the archive folder.
+  {
+    formats::PickleWriter pk;
+    pk.empty_dict();
+    pk.unicode("a");
+    pk.global("torch._utils", "_rebuild_tensor_v2");
+    pk.mark();
+    pk.mark();
+    pk.unicode("storage");
+    pk.global("torch", "FloatStorage");
+    pk.unicode("../../etc/passwd");
+    pk.unicode("cpu");
+    pk.integer(4);
+    pk.tuple();
+    pk.binpersid();
+    const std::string msg = load_error(archive_with_pickle(pk.finish()));
+    EXPECT_NE(msg.find("storage key with a path"), std::string::npos) << msg;
+  }
+  // Stack underflow, truncated strings, missing STOP.
+  EXPECT_NE(load_error(archive_with_pickle("\x80\x02t.")).find("MARK not found"), std::string::npos);
+  EXPECT_NE(load_error(archive_with_pickle(std::string("\x80\x02X\xff\xff\xff\x7f", 7)))
+                .find("past the end"),
+            std::string::npos);
+  EXPECT_NE(load_error(archive_with_pickle("\x80\x02}")).find("unexpected end"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace flashinfer
