@@ -47,7 +47,6 @@ NamedTensors load_safetensors(const std::string& path);
 
 /// The same readers over bytes already in memory (`name` is used in error messages).
 NamedTensors load_torch_bytes(const std::string& bytes, const std::string& name = "<memory>");
-NamedTensors load_safetensors_bytes(const std::string& bytes,
-                                    const std::string& name = "<memory>");
+NamedTensors load_safetensors_bytes(const std::string& bytes, const std::string& name = "<memory>");
 
 }  // namespace flashinfer

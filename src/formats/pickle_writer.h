@@ -10,14 +10,14 @@ namespace flashinfer::formats {
 
 class PickleWriter {
  public:
-  PickleWriter();                         // PROTO 2
-  void mark() { op('('); }                // MARK
-  void empty_dict() { op('}'); }          // EMPTY_DICT
-  void empty_tuple() { op(')'); }         // EMPTY_TUPLE
-  void tuple() { op('t'); }               // TUPLE (from MARK)
-  void reduce() { op('R'); }              // REDUCE
-  void setitems() { op('u'); }            // SETITEMS (from MARK)
-  void binpersid() { op('Q'); }           // BINPERSID
+  PickleWriter();                                // PROTO 2
+  void mark() { op('('); }                       // MARK
+  void empty_dict() { op('}'); }                 // EMPTY_DICT
+  void empty_tuple() { op(')'); }                // EMPTY_TUPLE
+  void tuple() { op('t'); }                      // TUPLE (from MARK)
+  void reduce() { op('R'); }                     // REDUCE
+  void setitems() { op('u'); }                   // SETITEMS (from MARK)
+  void binpersid() { op('Q'); }                  // BINPERSID
   void boolean(bool v) { op(v ? 0x88 : 0x89); }  // NEWTRUE / NEWFALSE
   void none() { op('N'); }
   void global(std::string_view module, std::string_view name);  // GLOBAL

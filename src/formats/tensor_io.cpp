@@ -169,8 +169,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors) {
   }
   ok = (std::fclose(f) == 0) && ok;
   if (!ok) {
-    FLASHINFER_FAIL(ErrorCode::kIo, "save_safetensors", "path", "writing '", path, "' failed: ",
-                    std::strerror(errno));
+    FLASHINFER_FAIL(ErrorCode::kIo, "save_safetensors", "path", "writing '", path,
+                    "' failed: ", std::strerror(errno));
   }
 }
 

@@ -2,12 +2,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <optional>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <variant>
 
 #include "flashinfer/error.h"
@@ -31,7 +31,8 @@ std::string read_all(const std::string& path, const char* op) {
   return s;
 }
 
-// ---- the restricted pickle machine ---------------------------------------------------------------
+// ---- the restricted pickle machine
+// ---------------------------------------------------------------
 
 struct PObj;
 using PRef = std::shared_ptr<PObj>;
@@ -380,7 +381,8 @@ PRef Unpickler::run() {
         break;
       }
       case '.':  // STOP
-        if (stack_.size() != 1) fail("STOP with " + std::to_string(stack_.size()) + " items on the stack");
+        if (stack_.size() != 1)
+          fail("STOP with " + std::to_string(stack_.size()) + " items on the stack");
         return stack_.back();
       default: {
         char hex[8];
@@ -434,7 +436,8 @@ NamedTensors load_safetensors_bytes(const std::string& bytes, const std::string&
   if (n == 0 || bytes[8] != '{') bad(name, "header does not start with '{'");
   nlohmann::ordered_json h;
   try {
-    h = nlohmann::ordered_json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+    h = nlohmann::ordered_json::parse(bytes.begin() + 8,
+                                      bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
   } catch (const std::exception& e) {
     bad(name, std::string("header is not valid JSON: ") + e.what());
   }

@@ -61,8 +61,8 @@ ZipWriter::~ZipWriter() {
 
 void ZipWriter::write(const void* p, std::size_t n) {
   if (n && std::fwrite(p, 1, n, f_) != n) {
-    FLASHINFER_FAIL(ErrorCode::kIo, "zip", "path", "writing '", path_, "' failed: ",
-                    std::strerror(errno));
+    FLASHINFER_FAIL(ErrorCode::kIo, "zip", "path", "writing '", path_,
+                    "' failed: ", std::strerror(errno));
   }
   pos_ += n;
 }
@@ -170,8 +170,8 @@ void ZipWriter::finish() {
   write(t.b.data(), t.b.size());
   if (std::fclose(f_) != 0) {
     f_ = nullptr;
-    FLASHINFER_FAIL(ErrorCode::kIo, "zip", "path", "closing '", path_, "' failed: ",
-                    std::strerror(errno));
+    FLASHINFER_FAIL(ErrorCode::kIo, "zip", "path", "closing '", path_,
+                    "' failed: ", std::strerror(errno));
   }
   f_ = nullptr;
 }

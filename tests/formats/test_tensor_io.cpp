@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -46,16 +47,26 @@ std::string run(const std::string& cmd, int* status) {
   return out;
 }
 
-bool python_has(const std::string& module) {
+bool python_has_uncached(const std::string& module) {
   int st = 0;
   run("/usr/bin/python3 -c 'import " + module + "'", &st);
   return st == 0;
 }
 
+// Python starts slowly: ask once per module.
+bool python_has(const std::string& module) {
+  static std::map<std::string, bool> cache;
+  auto it = cache.find(module);
+  if (it == cache.end()) it = cache.emplace(module, python_has_uncached(module)).first;
+  return it->second;
+}
+
 nlohmann::json load_with_python(const fs::path& file) {
   int st = 0;
-  const std::string out = run("/usr/bin/python3 " FLASHINFER_TEST_SOURCE_DIR
-                              "/tests/formats/load_with_torch.py " + file.string(), &st);
+  const std::string out =
+      run("/usr/bin/python3 " FLASHINFER_TEST_SOURCE_DIR "/tests/formats/load_with_torch.py " +
+              file.string(),
+          &st);
   EXPECT_EQ(st, 0) << out;
   if (st != 0) return {};
   return nlohmann::json::parse(out);
@@ -78,11 +89,14 @@ TEST(SaveTorch, ZipLayoutIsStoredAndAligned) {
   size_t pos = 0;
   std::vector<std::string> names;
   while (le32(z, pos) == 0x04034b50u) {
-    const uint16_t method = static_cast<uint8_t>(z[pos + 8]) | (static_cast<uint8_t>(z[pos + 9]) << 8);
+    const uint16_t method =
+        static_cast<uint8_t>(z[pos + 8]) | (static_cast<uint8_t>(z[pos + 9]) << 8);
     EXPECT_EQ(method, 0);
     const uint32_t size = le32(z, pos + 18);
-    const size_t nlen = static_cast<uint8_t>(z[pos + 26]) | (static_cast<uint8_t>(z[pos + 27]) << 8);
-    const size_t xlen = static_cast<uint8_t>(z[pos + 28]) | (static_cast<uint8_t>(z[pos + 29]) << 8);
+    const size_t nlen =
+        static_cast<uint8_t>(z[pos + 26]) | (static_cast<uint8_t>(z[pos + 27]) << 8);
+    const size_t xlen =
+        static_cast<uint8_t>(z[pos + 28]) | (static_cast<uint8_t>(z[pos + 29]) << 8);
     names.push_back(z.substr(pos + 30, nlen));
     const size_t data = pos + 30 + nlen + xlen;
     EXPECT_EQ(data % 64, 0u) << names.back();
@@ -95,9 +109,11 @@ TEST(SaveTorch, ZipLayoutIsStoredAndAligned) {
 }
 
 TEST(SaveTorch, TorchLoadsValuesShapesStridesAndDtypes) {
-  if (!python_has("torch")) GTEST_SKIP() << "python3-torch not installed (scripts/bootstrap installs it)";
+  if (!python_has("torch"))
+    GTEST_SKIP() << "python3-torch not installed (scripts/bootstrap installs it)";
   Tensor f16 = Tensor::from_vector({0.5, -1.25, 3, 4, 5, 6}, {2, 3}, DType::kFloat16);
-  Tensor base = Tensor::from_vector({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4}, DType::kFloat32);
+  Tensor base =
+      Tensor::from_vector({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4}, DType::kFloat32);
   Tensor view = base.transpose(0, 1).slice(0, 1, 3);  // [2, 3] strides (1, 4) offset 1
   Tensor bf = Tensor::from_vector({1.5, -2}, {2, 1}, DType::kBFloat16);
   Tensor i64 = Tensor::from_vector({-5, 1LL << 40}, {2}, DType::kInt64);
@@ -106,8 +122,14 @@ TEST(SaveTorch, TorchLoadsValuesShapesStridesAndDtypes) {
   Tensor u8 = Tensor::from_vector({255, 0}, {2}, DType::kUInt8);
   Tensor empty = Tensor::empty({0, 4}, DType::kFloat32);
   const fs::path p = scratch("outputs.pt");
-  save_torch(p.string(), {{"result_0", f16}, {"view", view}, {"bf", bf}, {"i64", i64},
-                          {"scalar", i32}, {"mask", b}, {"u8", u8}, {"empty", empty}});
+  save_torch(p.string(), {{"result_0", f16},
+                          {"view", view},
+                          {"bf", bf},
+                          {"i64", i64},
+                          {"scalar", i32},
+                          {"mask", b},
+                          {"u8", u8},
+                          {"empty", empty}});
   const auto j = load_with_python(p);
   ASSERT_TRUE(j.is_object());
   EXPECT_EQ(j["result_0"]["dtype"], "torch.float16");
@@ -155,7 +177,8 @@ TEST(SaveSafetensors, SafetensorsPackageLoadsOurFiles) {
   }
   Tensor a = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}, DType::kBFloat16);
   const fs::path p = scratch("y.safetensors");
-  save_safetensors(p.string(), {{"arg_0", a.transpose(0, 1)}, {"kwarg_x", Tensor::full({1}, 3, DType::kInt64)}});
+  save_safetensors(
+      p.string(), {{"arg_0", a.transpose(0, 1)}, {"kwarg_x", Tensor::full({1}, 3, DType::kInt64)}});
   const auto j = load_with_python(p);
   EXPECT_EQ(j["arg_0"]["shape"], nlohmann::json({3, 2}));
   EXPECT_EQ(j["arg_0"]["values"], nlohmann::json({1, 4, 2, 5, 3, 6}));
@@ -173,9 +196,9 @@ TEST(TensorIo, UnwritablePathIsAnIoError) {
   EXPECT_THROW(save_safetensors("/nonexistent_dir_fi/x.safetensors", {{"a", a}}), Error);
 }
 
-
 TEST(LoadTorch, RoundTripKeepsEverything) {
-  Tensor base = Tensor::from_vector({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4}, DType::kFloat32);
+  Tensor base =
+      Tensor::from_vector({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4}, DType::kFloat32);
   Tensor view = base.transpose(0, 1).slice(0, 1, 3);
   Tensor f8 = Tensor::from_vector({448, -0.5, 0.001953125}, {3}, DType::kFloat8E4M3FN);
   Tensor e5 = Tensor::from_vector({57344, 1.5}, {2}, DType::kFloat8E5M2);
@@ -184,8 +207,8 @@ TEST(LoadTorch, RoundTripKeepsEverything) {
   Tensor big = Tensor::empty({70000}, DType::kInt32);  // BININT for sizes >= 65536
   big.uniform_(1, -1000, 1000);
   const fs::path p = scratch("rt.pt");
-  save_torch(p.string(), {{"view", view}, {"f8", f8}, {"e5", e5}, {"fp4", fp4}, {"i16", i16},
-                          {"big", big}});
+  save_torch(p.string(),
+             {{"view", view}, {"f8", f8}, {"e5", e5}, {"fp4", fp4}, {"i16", i16}, {"big", big}});
   NamedTensors back = load_torch(p.string());
   ASSERT_EQ(back.size(), 6u);
   EXPECT_EQ(back[0].first, "view");
@@ -209,7 +232,9 @@ TEST(LoadTorch, ReadsFilesWrittenByTorch) {
   const std::string out = run(
       "/usr/bin/python3 -c \"import torch; b=torch.arange(12, dtype=torch.float16).reshape(3,4); "
       "torch.save({'arg_0': b.t()[1:3], 'arg_1': torch.tensor([1,2,3], dtype=torch.int64), "
-      "'kwarg_x': b}, '" + p.string() + "')\"", &st);
+      "'kwarg_x': b}, '" +
+          p.string() + "')\"",
+      &st);
   ASSERT_EQ(st, 0) << out;
   NamedTensors t = load_torch(p.string());
   ASSERT_EQ(t.size(), 3u);
@@ -238,7 +263,8 @@ TEST(LoadSafetensors, RoundTripAndSpecViolations) {
   auto file = [](const std::string& header, const std::string& data) {
     std::string h = header;
     std::string s(8, '\0');
-    for (int i = 0; i < 8; ++i) s[i] = static_cast<char>(static_cast<uint64_t>(h.size()) >> (8 * i));
+    for (int i = 0; i < 8; ++i)
+      s[i] = static_cast<char>(static_cast<uint64_t>(h.size()) >> (8 * i));
     return s + h + data;
   };
   const std::string ok_header = R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
@@ -359,7 +385,8 @@ TEST(LoadTorch, ForbiddenGlobalsAndOpcodesAreRefusedNotExecuted) {
     EXPECT_NE(msg.find("storage key with a path"), std::string::npos) << msg;
   }
   // Stack underflow, truncated strings, missing STOP.
-  EXPECT_NE(load_error(archive_with_pickle("\x80\x02t.")).find("MARK not found"), std::string::npos);
+  EXPECT_NE(load_error(archive_with_pickle("\x80\x02t.")).find("MARK not found"),
+            std::string::npos);
   EXPECT_NE(load_error(archive_with_pickle(std::string("\x80\x02X\xff\xff\xff\x7f", 7)))
                 .find("past the end"),
             std::string::npos);
