@@ -29,6 +29,7 @@ struct ParamDecl {
   bool optional = false;               // None is a valid value
   std::optional<Value> default_value;  // nullopt: required
   bool keyword_only = false;           // passed by keyword upstream (recorded as kwarg_<name>)
+  bool mutated = false;                // the op writes into this tensor (out=, in-place ops)
   std::string type_name;               // enum class or object class, for kEnum / kObject
 
   ParamDecl() = default;
@@ -46,6 +47,11 @@ struct ParamDecl {
   }
   ParamDecl& kw() {
     keyword_only = true;
+    return *this;
+  }
+  /// Marks a tensor the op writes into; the recorder saves its value after the call.
+  ParamDecl& mut() {
+    mutated = true;
     return *this;
   }
   ParamDecl& type(std::string t) {

@@ -22,8 +22,10 @@ OpDecl make_rmsnorm_decl() {
   d.name = "rmsnorm";
   d.module = kModule;
   d.params = {
-      ParamDecl("input", ParamKind::kTensor),          ParamDecl("weight", ParamKind::kTensor),
-      ParamDecl("eps", ParamKind::kFloat).def(1e-6),   ParamDecl("out", ParamKind::kTensor).opt(),
+      ParamDecl("input", ParamKind::kTensor),
+      ParamDecl("weight", ParamKind::kTensor),
+      ParamDecl("eps", ParamKind::kFloat).def(1e-6),
+      ParamDecl("out", ParamKind::kTensor).opt().mut(),
       ParamDecl("enable_pdl", ParamKind::kBool).opt(),
   };
   d.returns = "Tensor";

@@ -40,10 +40,15 @@ void report_observer_failure(const char* what) {
   }
 }
 
+// Begin notifications go in installation order and end notifications in reverse, so observers
+// nest: the first installed sees the call first and last (the recorder wraps the logger's lines
+// the way upstream's dump messages wrap its level-5 records).
 template <class F>
-void notify(F&& f) {
+void notify(F&& f, bool reverse = false) {
   auto list = snapshot();
-  for (const auto& obs : *list) {
+  const auto n = list->size();
+  for (std::size_t k = 0; k < n; ++k) {
+    const auto& obs = (*list)[reverse ? n - 1 - k : k];
     try {
       f(*obs);
     } catch (const std::exception& e) {
@@ -67,12 +72,12 @@ ObservedCall::~ObservedCall() { --t_call_depth; }
 
 void ObservedCall::finish(const Value& result) {
   if (!active_) return;
-  notify([&](CallObserver& o) { o.on_call_end(*decl_, args_, result); });
+  notify([&](CallObserver& o) { o.on_call_end(*decl_, args_, result); }, true);
 }
 
 void ObservedCall::fail(std::string_view what) {
   if (!active_) return;
-  notify([&](CallObserver& o) { o.on_call_error(*decl_, args_, what); });
+  notify([&](CallObserver& o) { o.on_call_error(*decl_, args_, what); }, true);
 }
 
 }  // namespace detail

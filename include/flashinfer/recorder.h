@@ -1,0 +1,45 @@
+// The Flight Recorder (FLASHINFER_LOGLEVEL >= 10): every public call's inputs and outputs, in
+// upstream FlashInfer's dump layout, so a session can be replayed here or by upstream's tools.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace flashinfer::recorder {
+
+struct Config {
+  std::string dump_dir = "flashinfer_dumps";  // FLASHINFER_DUMP_DIR (no %i substitution)
+  double max_size_gb = 20.0;                  // FLASHINFER_DUMP_MAX_SIZE_GB
+  int64_t max_count = 1000;                   // FLASHINFER_DUMP_MAX_COUNT
+  std::vector<std::string> include;           // FLASHINFER_DUMP_INCLUDE (fnmatch patterns)
+  std::vector<std::string> exclude;           // FLASHINFER_DUMP_EXCLUDE
+  bool safetensors = false;                   // FLASHINFER_DUMP_SAFETENSORS == "1"
+};
+
+/// The configuration the FLASHINFER_DUMP_* variables describe (unset ones keep the defaults
+/// above; unparsable numbers give one warning and the default).
+Config config_from_env();
+
+/// Starts recording every outermost public call with `config` (replacing any running
+/// recorder). The library starts it by itself at load when FLASHINFER_LOGLEVEL >= 10.
+void start(const Config& config);
+/// Stops recording; files already written stay.
+void stop();
+bool active();
+
+struct Stats {
+  int64_t dumps = 0;         // call directories created
+  uint64_t total_bytes = 0;  // logical tensor bytes written (inputs + outputs)
+  bool failed = false;       // a write failed and recording stopped
+};
+Stats stats();
+
+/// Whether `name` passes the include/exclude filters (include first, then exclude), as
+/// upstream's _should_dump_function decides.
+bool should_dump(const Config& config, const std::string& name);
+
+/// Splits "a, b,,c" on commas, trimming spaces and dropping empties (upstream's parsing).
+std::vector<std::string> split_patterns(const std::string& text);
+
+}  // namespace flashinfer::recorder

@@ -1,0 +1,24 @@
+// Private: recorder pieces the API logger and the library's start-up code use.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "flashinfer/recorder.h"
+
+namespace flashinfer::recorder {
+
+/// Where the recorder's per-call lines ("Dumped inputs to: ...") go; empty: stdout.
+using LogSink = std::function<void(const std::string&)>;
+void set_log_sink(LogSink sink);
+
+/// The level-10 warning block printed on stdout when recording starts from the environment.
+std::string startup_banner(const Config& config);
+
+/// FLASHINFER_LOGLEVEL as an integer (0 when unset or not an integer).
+int level_from_env();
+
+/// Starts the recorder if FLASHINFER_LOGLEVEL >= 10 (called once at library load).
+void start_from_env();
+
+}  // namespace flashinfer::recorder

@@ -1,0 +1,480 @@
+// The Flight Recorder: layout, records key by key, tensor files, crash safety, concurrency,
+// limits, filters, failure handling, and upstream's own session scanner on our files.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/recorder.h"
+#include "flashinfer/tensor_io.h"
+#include "recorder/recorder_internal.h"
+#include "util/test_util.h"
+
+namespace flashinfer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// ---- a user op that can crash or throw on request, and a user wrapper ----
+enum class Mode { kOk, kThrow, kKill };
+Tensor probe(const Tensor& x, int64_t mode, std::optional<Tensor> out);
+
+const OpDecl& probe_decl() {
+  static const OpDecl& d = [] {
+    OpDecl decl;
+    decl.name = "probe_op";
+    decl.module = "tests.recorder";
+    decl.params = {ParamDecl("x", ParamKind::kTensor), ParamDecl("mode", ParamKind::kInt).def(0),
+                   ParamDecl("out", ParamKind::kTensor).opt().mut(),
+                   ParamDecl("scale", ParamKind::kFloat).def(1.0).kw(),
+                   ParamDecl("dtype", ParamKind::kDType).opt().kw()};
+    decl.returns = "Tensor";
+    decl.invoke = [](const CallArgs& a) -> Value {
+      return probe(a.tensor(0), a.i64(1), a.optional_tensor(2));
+    };
+    return std::cref(register_op(std::move(decl)));
+  }();
+  return d;
+}
+
+Tensor probe(const Tensor& x, int64_t mode, std::optional<Tensor> out) {
+  return call_api(
+      &probe_decl,
+      [&] {
+        if (mode == 1)
+          throw Error(ErrorCode::kInvalidArgument, "probe_op", "mode", "asked to throw");
+        if (mode == 2) ::raise(SIGKILL);
+        Tensor y = x.clone();
+        std::vector<double> v = y.to_double_vector();
+        for (double& e : v) e *= 2;
+        y = Tensor::from_vector(v, x.shape(), x.dtype());
+        if (out) out->copy_(y);
+        return y;
+      },
+      x, mode, out, 1.0, std::optional<DType>());
+}
+
+class DumpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("fi_rec_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    recorder::set_log_sink([this](const std::string& l) {
+      std::lock_guard<std::mutex> g(mu_);
+      log_.push_back(l);
+    });
+  }
+  void TearDown() override {
+    recorder::stop();
+    recorder::set_log_sink({});
+    fs::remove_all(dir_);
+  }
+  void start(recorder::Config c = {}) {
+    c.dump_dir = dir_.string();
+    recorder::start(c);
+  }
+  std::vector<fs::path> call_dirs() const {
+    std::vector<fs::path> out;
+    if (!fs::exists(dir_)) return out;
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      if (e.is_directory()) out.push_back(e.path());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  static std::vector<json> lines(const fs::path& p) {
+    std::ifstream f(p);
+    std::vector<json> out;
+    std::string l;
+    while (std::getline(f, l)) {
+      if (!l.empty()) out.push_back(json::parse(l));
+    }
+    return out;
+  }
+  static std::vector<std::string> raw_lines(const fs::path& p) {
+    std::ifstream f(p);
+    std::vector<std::string> out;
+    std::string l;
+    while (std::getline(f, l)) out.push_back(l);
+    return out;
+  }
+  fs::path dir_;
+  std::mutex mu_;
+  std::vector<std::string> log_;
+};
+
+TEST_F(DumpTest, RmsnormRecordMatchesUpstreamLayout) {
+  start();
+  Tensor x = Tensor::from_vector({3, 4, 1, 1}, {2, 2}, DType::kFloat16);
+  Tensor w = Tensor::from_vector({1, 2}, {2}, DType::kFloat16);
+  Tensor y = rmsnorm(x, w, 1e-5);
+  recorder::stop();
+  auto dirs = call_dirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  const std::string name = dirs[0].filename().string();
+  EXPECT_TRUE(std::regex_match(name, std::regex(R"(\d{8}_\d{6}_\d{3}_pid\d+_rmsnorm_call0001)")))
+      << name;
+  EXPECT_TRUE(fs::exists(dirs[0] / "inputs.pt"));
+  EXPECT_TRUE(fs::exists(dirs[0] / "outputs.pt"));
+  EXPECT_FALSE(fs::exists(dirs[0] / "mutated.pt"));  // out was not given
+  const auto raw = raw_lines(dirs[0] / "metadata.jsonl");
+  ASSERT_EQ(raw.size(), 2u);
+  // Python json.dumps spelling: ", " and ": " separators, keys in upstream's order.
+  EXPECT_TRUE(
+      raw[0].starts_with("{\"function_name\": \"rmsnorm\", \"module\": \"flashinfer.norm\", "
+                         "\"call_sequence\": 1, \"timestamp\": \""))
+      << raw[0];
+  const json l1 = json::parse(raw[0]), l2 = json::parse(raw[1]);
+  std::vector<std::string> keys;
+  const auto ordered = nlohmann::ordered_json::parse(raw[0]);
+  for (auto it = ordered.begin(); it != ordered.end(); ++it) keys.push_back(it.key());
+  const std::vector<std::string> upstream = {"function_name",
+                                             "module",
+                                             "call_sequence",
+                                             "timestamp",
+                                             "process_id",
+                                             "input_metadata",
+                                             "output_metadata",
+                                             "tensor_info",
+                                             "tensor_details",
+                                             "tensor_format",
+                                             "function_signature",
+                                             "versions",
+                                             "execution_status",
+                                             "graph_capture",
+                                             "dump_dir"};
+  ASSERT_GE(keys.size(), upstream.size());
+  EXPECT_EQ(std::vector<std::string>(keys.begin(), keys.begin() + upstream.size()), upstream);
+  EXPECT_EQ(l1["execution_status"], "inputs_saved");
+  EXPECT_EQ(l2["execution_status"], "completed");
+  EXPECT_EQ(l1["process_id"], ::getpid());
+  EXPECT_EQ(l1["timestamp"], name.substr(0, 19));
+  EXPECT_EQ(l1["function_signature"], "(input, weight, eps=1e-06, out=None, enable_pdl=None)");
+  EXPECT_EQ(l1["tensor_format"], "torch");
+  EXPECT_EQ(l1["graph_capture"], false);
+  EXPECT_FALSE(l1.contains("self_id"));
+  EXPECT_EQ(l1["dump_dir"], (dir_ / name).string());
+  // Tensors are in the files only; scalars and None in input_metadata.
+  EXPECT_EQ(l1["input_metadata"], json({{"arg_2", 1e-5}, {"arg_3", nullptr}, {"arg_4", nullptr}}));
+  EXPECT_EQ(l1["tensor_info"]["input_tensor_keys"], json({"arg_0", "arg_1"}));
+  EXPECT_EQ(l1["tensor_info"]["input_size_bytes"], 12);
+  EXPECT_EQ(l1["output_metadata"], json::object());
+  EXPECT_EQ(l2["tensor_info"]["output_tensor_keys"], json({"result"}));
+  EXPECT_EQ(l2["tensor_info"]["total_size_bytes"], 20);
+  EXPECT_EQ(l1["tensor_details"]["arg_0"], json({{"shape", {2, 2}},
+                                                 {"dtype", "torch.float16"},
+                                                 {"stride", {2, 1}},
+                                                 {"device", "cpu"},
+                                                 {"original_device", "cpu"}}));
+  EXPECT_EQ(l2["tensor_details"]["result"]["dtype"], "torch.float16");
+  EXPECT_EQ(l1["backend"], "cpu");
+  EXPECT_EQ(l1["versions"]["flashinfer"], std::string(version()));
+  // The tensor files hold the values.
+  NamedTensors in = load_torch((dirs[0] / "inputs.pt").string());
+  ASSERT_EQ(in.size(), 2u);
+  EXPECT_EQ(in[0].first, "arg_0");
+  EXPECT_EQ(in[0].second.to_double_vector(), x.to_double_vector());
+  NamedTensors out = load_torch((dirs[0] / "outputs.pt").string());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].second.to_double_vector(), y.to_double_vector());
+  // session.jsonl has the same two records.
+  const auto session = raw_lines(dir_ / "session.jsonl");
+  EXPECT_EQ(session, raw);
+  // The per-call log lines, in upstream's words.
+  ASSERT_EQ(log_.size(), 4u);
+  EXPECT_EQ(log_[0], "Dumped inputs to: " + (dir_ / name).string() +
+                         " (size: 0.00 MB, total: 1/1000 dumps)");
+  EXPECT_EQ(log_[1], "Inputs dumped to: " + (dir_ / name).string());
+  EXPECT_EQ(log_[2], "Dumped outputs to: " + (dir_ / name).string() +
+                         " (output size: 0.00 MB, total dump size: 0.00 MB)");
+  EXPECT_EQ(log_[3], "Outputs dumped to: " + (dir_ / name).string());
+}
+
+TEST_F(DumpTest, KeywordsMutatedArgumentsAndCounters) {
+  start();
+  Tensor x = Tensor::from_vector({1, 2}, {2}, DType::kFloat32);
+  Tensor out = Tensor::zeros({2}, DType::kFloat32);
+  probe(x, 0, out);
+  probe(x, 0, std::nullopt);
+  recorder::stop();
+  auto dirs = call_dirs();
+  ASSERT_EQ(dirs.size(), 2u);
+  EXPECT_TRUE(dirs[0].string().ends_with("_probe_op_call0001"));
+  EXPECT_TRUE(dirs[1].string().ends_with("_probe_op_call0002"));
+  const auto l = lines(dirs[0] / "metadata.jsonl");
+  EXPECT_EQ(l[1]["call_sequence"], 1);
+  // Keyword-only parameters at their default are not recorded (a Python caller omits them).
+  EXPECT_FALSE(l[0]["input_metadata"].contains("kwarg_scale"));
+  EXPECT_EQ(l[0]["function_signature"], "(x, mode=0, out=None, *, scale=1.0, dtype=None)");
+  EXPECT_EQ(l[0]["tensor_info"]["input_tensor_keys"], json({"arg_0", "arg_2"}));
+  EXPECT_EQ(l[1]["tensor_info"]["mutated_tensor_keys"], json({"arg_2"}));
+  NamedTensors m = load_torch((dirs[0] / "mutated.pt").string());
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].first, "arg_2");
+  EXPECT_EQ(m[0].second.to_double_vector(), (std::vector<double>{2, 4}));
+  // The input file holds `out` as it was before the call.
+  NamedTensors in = load_torch((dirs[0] / "inputs.pt").string());
+  EXPECT_EQ(in[1].second.to_double_vector(), (std::vector<double>{0, 0}));
+}
+
+TEST_F(DumpTest, ThrowingCallLeavesOnlyLineOne) {
+  start();
+  Tensor x = Tensor::from_vector({1}, {1}, DType::kFloat32);
+  EXPECT_THROW(probe(x, 1, std::nullopt), Error);
+  probe(x, 0, std::nullopt);  // the recorder goes on
+  recorder::stop();
+  auto dirs = call_dirs();
+  ASSERT_EQ(dirs.size(), 2u);
+  const auto l = lines(dirs[0] / "metadata.jsonl");
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0]["execution_status"], "inputs_saved");
+  EXPECT_TRUE(fs::exists(dirs[0] / "inputs.pt"));
+  EXPECT_FALSE(fs::exists(dirs[0] / "outputs.pt"));
+  EXPECT_EQ(lines(dir_ / "session.jsonl").size(), 3u);
+}
+
+TEST_F(DumpTest, KilledProcessLeavesReadableInputs) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    recorder::Config c;
+    c.dump_dir = dir_.string();
+    recorder::start(c);
+    Tensor x = Tensor::from_vector({5, 6, 7}, {3}, DType::kFloat32);
+    probe(x, 2, std::nullopt);  // SIGKILL inside the op
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+  auto dirs = call_dirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  const auto l = lines(dirs[0] / "metadata.jsonl");
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0]["execution_status"], "inputs_saved");
+  NamedTensors in = load_torch((dirs[0] / "inputs.pt").string());
+  EXPECT_EQ(in[0].second.to_double_vector(), (std::vector<double>{5, 6, 7}));
+}
+
+TEST_F(DumpTest, ConcurrentThreadsAndProcessesNeverTearLines) {
+  constexpr int kThreads = 4, kCalls = 25, kProcs = 2;
+  std::vector<pid_t> kids;
+  for (int p = 0; p < kProcs; ++p) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      recorder::Config c;
+      c.dump_dir = dir_.string();
+      recorder::start(c);
+      std::vector<std::thread> ts;
+      for (int t = 0; t < kThreads; ++t) {
+        ts.emplace_back([] {
+          Tensor x = Tensor::from_vector({1, 2, 3, 4}, {4}, DType::kFloat32);
+          for (int i = 0; i < kCalls; ++i) probe(x, 0, std::nullopt);
+        });
+      }
+      for (auto& th : ts) th.join();
+      recorder::stop();
+      _exit(0);
+    }
+    kids.push_back(child);
+  }
+  for (pid_t k : kids) {
+    int st = 0;
+    waitpid(k, &st, 0);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  const auto session = raw_lines(dir_ / "session.jsonl");
+  EXPECT_EQ(session.size(), static_cast<size_t>(2 * kProcs * kThreads * kCalls));
+  std::map<std::string, int> per_dir;
+  for (const auto& s : session) {
+    json j = json::parse(s);  // throws on a torn line
+    per_dir[j["dump_dir"]]++;
+  }
+  EXPECT_EQ(per_dir.size(), static_cast<size_t>(kProcs * kThreads * kCalls));
+  for (const auto& [d, n] : per_dir) EXPECT_EQ(n, 2) << d;
+  EXPECT_EQ(call_dirs().size(), static_cast<size_t>(kProcs * kThreads * kCalls));
+}
+
+TEST_F(DumpTest, CountAndSizeLimits) {
+  recorder::Config c;
+  c.max_count = 2;
+  start(c);
+  Tensor x = Tensor::from_vector({1}, {1}, DType::kFloat32);
+  for (int i = 0; i < 4; ++i) probe(x, 0, std::nullopt);
+  recorder::stop();
+  EXPECT_EQ(call_dirs().size(), 2u);
+  int limit_lines = 0;
+  for (const auto& l : log_) {
+    if (l ==
+        "Dump limit reached (2 dumps). Skipping dump for probe_op. Increase "
+        "FLASHINFER_DUMP_MAX_COUNT if needed.") {
+      ++limit_lines;
+    }
+  }
+  EXPECT_EQ(limit_lines, 2);
+
+  fs::remove_all(dir_);
+  log_.clear();
+  recorder::Config s;
+  s.max_size_gb = 100.0 / (1024.0 * 1024.0 * 1024.0);  // 100 bytes
+  start(s);
+  Tensor big = Tensor::zeros({30}, DType::kFloat32);  // 120 bytes: rejected
+  probe(big, 0, std::nullopt);
+  probe(x, 0, std::nullopt);  // 4 bytes in: fits
+  recorder::stop();
+  auto dirs = call_dirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  // The counter moved for the rejected call, so the kept one is call 2 (upstream leaves a gap).
+  EXPECT_TRUE(dirs[0].string().ends_with("_probe_op_call0002")) << dirs[0];
+  ASSERT_FALSE(log_.empty());
+  EXPECT_EQ(log_[0],
+            "Dump size limit reached (9.313225746154785e-08 GB). Skipping dump for probe_op. "
+            "Increase FLASHINFER_DUMP_MAX_SIZE_GB if needed.");
+}
+
+TEST_F(DumpTest, IncludeExcludeFilters) {
+  EXPECT_EQ(recorder::split_patterns(" *decode*, *prefill*,,"),
+            (std::vector<std::string>{"*decode*", "*prefill*"}));
+  recorder::Config c;
+  c.include = {"single_*", "probe*"};
+  c.exclude = {"*prefill*"};
+  EXPECT_TRUE(recorder::should_dump(c, "single_decode_with_kv_cache"));
+  EXPECT_FALSE(recorder::should_dump(c, "single_prefill_with_kv_cache"));
+  EXPECT_FALSE(recorder::should_dump(c, "rmsnorm"));
+  recorder::Config w;
+  w.include = {"*Wrapper.run"};
+  EXPECT_TRUE(recorder::should_dump(w, "BatchDecodeWithPagedKVCacheWrapper.run"));
+  EXPECT_FALSE(recorder::should_dump(w, "BatchDecodeWithPagedKVCacheWrapper.plan"));
+  recorder::Config e;
+  e.exclude = {"*.__init__", "*.plan"};
+  EXPECT_FALSE(recorder::should_dump(e, "X.__init__"));
+  EXPECT_TRUE(recorder::should_dump(e, "rmsnorm"));
+  start(c);
+  Tensor x = Tensor::from_vector({1, 1}, {1, 2}, DType::kFloat32);
+  rmsnorm(x, Tensor::from_vector({1, 1}, {2}, DType::kFloat32));  // filtered: silent
+  probe(x, 0, std::nullopt);
+  recorder::stop();
+  auto dirs = call_dirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  EXPECT_NE(dirs[0].string().find("probe_op"), std::string::npos);
+  for (const auto& l : log_) EXPECT_EQ(l.find("rmsnorm"), std::string::npos) << l;
+}
+
+TEST_F(DumpTest, SafetensorsMode) {
+  recorder::Config c;
+  c.safetensors = true;
+  start(c);
+  Tensor x = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}, DType::kFloat32);
+  probe(x.transpose(0, 1), 0, std::nullopt);
+  recorder::stop();
+  auto dirs = call_dirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  EXPECT_TRUE(fs::exists(dirs[0] / "inputs.safetensors"));
+  EXPECT_FALSE(fs::exists(dirs[0] / "inputs.pt"));
+  const auto l = lines(dirs[0] / "metadata.jsonl");
+  EXPECT_EQ(l[1]["tensor_format"], "safetensors");
+  EXPECT_EQ(l[0]["tensor_details"]["arg_0"]["stride"], json({1, 3}));  // original strides kept
+  NamedTensors in = load_safetensors((dirs[0] / "inputs.safetensors").string());
+  EXPECT_EQ(in[0].second.to_double_vector(), (std::vector<double>{1, 4, 2, 5, 3, 6}));
+}
+
+TEST_F(DumpTest, UnwritableDirectoryWarnsOnceAndTheCallGoesOn) {
+  recorder::Config c;
+  c.dump_dir = "/proc/fi_cannot_write_here";
+  recorder::start(c);
+  Tensor x = Tensor::from_vector({3, 4}, {1, 2}, DType::kFloat32);
+  Tensor w = Tensor::from_vector({1, 1}, {2}, DType::kFloat32);
+  ::testing::internal::CaptureStderr();
+  Tensor y1 = rmsnorm(x, w, 0.0);
+  Tensor y2 = rmsnorm(x, w, 0.0);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NEAR(y1.to_double_vector()[1], 4.0 / std::sqrt(12.5), 1e-6);
+  EXPECT_EQ(y1.to_double_vector(), y2.to_double_vector());
+  EXPECT_TRUE(recorder::stats().failed);
+  size_t n = 0;
+  for (size_t p = err.find("flight recorder stopped"); p != std::string::npos;
+       p = err.find("flight recorder stopped", p + 1)) {
+    ++n;
+  }
+  EXPECT_EQ(n, 1u) << err;
+}
+
+TEST_F(DumpTest, StartupBannerNamesTheDirectoryAndFilters) {
+  recorder::Config c;
+  c.dump_dir = "./my_dumps";
+  c.include = {"*decode*", "*prefill*"};
+  const std::string b = recorder::startup_banner(c);
+  EXPECT_TRUE(
+      b.starts_with(std::string(80, '=') +
+                    "\nWARNING: FlashInfer API Logging is set to Level 10 (Tensor Dumping).\n"));
+  EXPECT_NE(b.find("Current dump directory is: ./my_dumps\n"), std::string::npos);
+  EXPECT_NE(b.find("Include filter: ['*decode*', '*prefill*']\n"), std::string::npos);
+  EXPECT_EQ(b.find("Exclude filter"), std::string::npos);
+}
+
+// The seed page's "Scanning Session History" script, run by Python on our session.jsonl.
+TEST_F(DumpTest, UpstreamSessionScannerReadsOurSession) {
+  start();
+  Tensor x = Tensor::from_vector({1}, {1}, DType::kFloat32);
+  probe(x, 0, std::nullopt);
+  probe(x, 0, std::nullopt);
+  rmsnorm(Tensor::from_vector({1, 1}, {1, 2}, DType::kFloat32),
+          Tensor::from_vector({1, 1}, {2}, DType::kFloat32));
+  EXPECT_THROW(probe(x, 1, std::nullopt), Error);
+  recorder::stop();
+  const std::string script = R"PY(
+import json
+from pathlib import Path
+from collections import Counter
+import sys
+dump_root = Path(sys.argv[1])
+session_file = dump_root / "session.jsonl"
+records = []
+with open(session_file) as f:
+    for line in f:
+        if line.strip():
+            records.append(json.loads(line))
+completed = [r for r in records if r["execution_status"] == "completed"]
+print(f"Total completed calls: {len(completed)}")
+func_counts = Counter(r["function_name"] for r in completed)
+print("\nCalls by function:")
+for func, count in func_counts.most_common():
+    print(f"  {func}: {count}")
+inputs_only = [r for r in records if r["execution_status"] == "inputs_saved"]
+completed_dirs = {r["dump_dir"] for r in completed}
+incomplete = [r for r in inputs_only if r["dump_dir"] not in completed_dirs]
+if incomplete:
+    print(f"\nFound {len(incomplete)} incomplete calls (potential crashes):")
+    for r in incomplete:
+        print(f"  - {r['function_name']} at {r['dump_dir']}")
+)PY";
+  const fs::path sp = dir_ / "scan.py";
+  std::ofstream(sp) << script;
+  FILE* p = popen(("/usr/bin/python3 " + sp.string() + " " + dir_.string() + " 2>&1").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  ASSERT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("Total completed calls: 3"), std::string::npos) << out;
+  EXPECT_NE(out.find("  probe_op: 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("  rmsnorm: 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("Found 1 incomplete calls"), std::string::npos) << out;
+  EXPECT_NE(out.find("_probe_op_call0003"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace flashinfer
