@@ -36,6 +36,16 @@ class CallObserver {
 void add_call_observer(std::shared_ptr<CallObserver> observer);
 void remove_call_observer(const std::shared_ptr<CallObserver>& observer);
 
+/// While alive, public calls on this thread are not observed (replay uses it, so replaying a
+/// session neither logs nor records it again).
+class ScopedUnobserved {
+ public:
+  ScopedUnobserved();
+  ~ScopedUnobserved();
+  ScopedUnobserved(const ScopedUnobserved&) = delete;
+  ScopedUnobserved& operator=(const ScopedUnobserved&) = delete;
+};
+
 namespace detail {
 
 /// True while at least one observer is installed.

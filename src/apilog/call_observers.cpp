@@ -29,7 +29,11 @@ std::shared_ptr<const std::vector<std::shared_ptr<CallObserver>>> snapshot() {
   return o.list;
 }
 
+}  // namespace
+
 thread_local int t_call_depth = 0;
+
+namespace {
 
 // An observer must never break the call: report its failure once per process and go on.
 void report_observer_failure(const char* what) {
@@ -81,6 +85,10 @@ void ObservedCall::fail(std::string_view what) {
 }
 
 }  // namespace detail
+
+// Counts as an enclosing call, so no call inside is the outermost one.
+ScopedUnobserved::ScopedUnobserved() { ++detail::t_call_depth; }
+ScopedUnobserved::~ScopedUnobserved() { --detail::t_call_depth; }
 
 void add_call_observer(std::shared_ptr<CallObserver> observer) {
   if (!observer) return;

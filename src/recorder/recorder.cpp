@@ -311,6 +311,8 @@ Json keys_json(const NamedTensors& t) {
 // ---- the observer
 // --------------------------------------------------------------------------------
 
+std::atomic<int64_t> g_process_sequence{0};
+
 struct Pending {
   bool dumping = false;
   std::string dir;  // filesystem path of the call directory
@@ -454,6 +456,9 @@ void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
       if (d.is_cuda()) backend = "cuda";
     }
     r["backend"] = backend;
+    // Process-wide call order: directory names only resolve milliseconds, so replay uses this
+    // to order calls of one process made within the same millisecond.
+    r["process_sequence"] = g_process_sequence.fetch_add(1, std::memory_order_relaxed) + 1;
     const std::string line = python_json_dumps(r);
     append_line(p.dir + "/metadata.jsonl", line);
     append_line((fs::path(cfg_.dump_dir) / "session.jsonl").string(), line);

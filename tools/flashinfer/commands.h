@@ -25,5 +25,7 @@ std::vector<Command> commands();
 Command version_command();
 Command info_command();
 Command list_ops_command();
+Command replay_command();
+Command show_command();
 
 }  // namespace flashinfer::cli

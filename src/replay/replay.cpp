@@ -1,0 +1,450 @@
+// replay_from_dump / replay_sequence (include/flashinfer/replay.h).
+#include "flashinfer/replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "flashinfer/api_call.h"
+#include "flashinfer/error.h"
+#include "flashinfer/op_decl.h"
+
+namespace flashinfer::replay {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+
+const char* status_name(Status s) {
+  switch (s) {
+    case Status::kPassed:
+      return "passed";
+    case Status::kMismatch:
+      return "mismatch";
+    case Status::kError:
+      return "error";
+    case Status::kIncomplete:
+      return "incomplete";
+    case Status::kNotRun:
+      return "not run";
+  }
+  return "?";
+}
+
+std::pair<double, double> default_tolerance(DType d) {
+  switch (d) {
+    case DType::kFloat64:
+      return {1e-10, 1e-12};
+    case DType::kFloat32:
+      return {1e-4, 1e-5};
+    case DType::kFloat16:
+      return {2e-3, 1e-3};
+    case DType::kBFloat16:
+      return {1.6e-2, 1e-2};
+    case DType::kFloat8E4M3FN:
+      return {1.25e-1, 3e-2};
+    case DType::kFloat8E5M2:
+      return {2.5e-1, 6e-2};
+    default:
+      return {0.0, 0.0};  // integers, bool, packed fp4: exact
+  }
+}
+
+MetadataRecord read_metadata(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) FLASHINFER_FAIL(ErrorCode::kIo, "replay", "", "metadata.jsonl not found: ", path);
+  MetadataRecord rec;
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    Json j;
+    try {
+      j = Json::parse(line);
+    } catch (const std::exception&) {
+      continue;  // a torn line (the writer died mid-line): the previous complete one stands
+    }
+    if (!j.is_object()) continue;
+    ++rec.lines;
+    rec.json = line;
+    if (j.value("execution_status", "") == "completed") rec.completed = true;
+  }
+  if (rec.lines == 0) {
+    FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "no complete record in ", path);
+  }
+  return rec;
+}
+
+namespace {
+
+// A copy on `device` that keeps strides and offset within the span the view covers.
+Tensor to_device_keep_layout(const Tensor& t, Device device) {
+  if (t.device() == device) return t;
+  if (t.numel() == 0) return Tensor::empty(t.shape(), t.dtype(), device);
+  int64_t end = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) end += (t.size(d) - 1) * t.stride(d);
+  const int64_t begin = t.storage_offset();
+  Tensor span = Tensor::from_storage(t.storage(), {end + 1 - begin}, {1}, begin, t.dtype());
+  return span.to(device).as_strided(t.shape(), t.strides(), 0);
+}
+
+// safetensors files hold contiguous data; the record keeps the original strides. Re-lay the
+// values out with those strides (a deliberate improvement over upstream, which drops them).
+Tensor restore_strides(const Tensor& contiguous, const Json& details) {
+  if (!details.is_object() || !details.contains("stride") || !details["stride"].is_array()) {
+    return contiguous;
+  }
+  Shape stride;
+  for (const auto& s : details["stride"]) {
+    if (!s.is_number_integer() || s.get<int64_t>() < 0) return contiguous;
+    stride.push_back(s.get<int64_t>());
+  }
+  if (static_cast<int64_t>(stride.size()) != contiguous.dim() || stride == contiguous.strides() ||
+      contiguous.numel() == 0) {
+    return contiguous;
+  }
+  int64_t span = 1;
+  for (int64_t d = 0; d < contiguous.dim(); ++d) span += (contiguous.size(d) - 1) * stride[d];
+  if (span > 4 * contiguous.numel() + 1024) return contiguous;  // implausible: keep it simple
+  Tensor buf = Tensor::zeros({span}, contiguous.dtype(), contiguous.device());
+  Tensor view = buf.as_strided(contiguous.shape(), stride, 0);
+  view.copy_(contiguous);
+  return view;
+}
+
+struct Loaded {
+  std::map<std::string, Tensor> tensors;
+};
+
+NamedTensors load_named(const fs::path& dir, const std::string& stem) {
+  if (fs::exists(dir / (stem + ".pt"))) return load_torch((dir / (stem + ".pt")).string());
+  if (fs::exists(dir / (stem + ".safetensors"))) {
+    return load_safetensors((dir / (stem + ".safetensors")).string());
+  }
+  return {};
+}
+
+Value rebuild(const Json& j, const std::map<std::string, Tensor>& tensors, int depth) {
+  if (depth > 64) FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "value nested too deeply");
+  if (j.is_null()) return Value();
+  if (j.is_boolean()) return Value(j.get<bool>());
+  if (j.is_number_integer()) return Value(j.get<int64_t>());
+  if (j.is_number_unsigned()) return Value(static_cast<int64_t>(j.get<uint64_t>()));
+  if (j.is_number_float()) return Value(j.get<double>());
+  if (j.is_string()) return Value(j.get<std::string>());
+  if (j.is_array()) {
+    Value::Items items;
+    for (const auto& x : j) items.push_back(rebuild(x, tensors, depth + 1));
+    return Value::list(std::move(items));
+  }
+  if (!j.is_object()) return Value();
+  const std::string type = j.value("type", "");
+  if (type == "torch.dtype") {
+    const std::string v = j.value("value", "");
+    if (auto d = dtype_from_name(v)) return Value(*d);
+    return Value(v);
+  }
+  if (type == "enum") {
+    const std::string name = j.value("name", "");
+    const auto dot = name.rfind('.');
+    EnumValue e;
+    e.type = dot == std::string::npos ? "" : name.substr(0, dot);
+    e.name = dot == std::string::npos ? name : name.substr(dot + 1);
+    const Json& v = j.contains("value") ? j["value"] : Json();
+    e.value = v.is_string() ? v.get<std::string>() : v.dump();
+    return Value(std::move(e));
+  }
+  if (type == "list" || type == "tuple" || type == "dict") {
+    if (j.value("truncated", false)) {
+      FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "a ", type,
+                      " argument was truncated when recorded and cannot be rebuilt");
+    }
+    if (!j.contains("items") || !j["items"].is_array()) {
+      FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "a ", type, " argument has no items");
+    }
+    if (type == "dict") {
+      Value::DictItems items;
+      for (const auto& kv : j["items"]) {
+        if (!kv.is_object()) FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "bad dict item");
+        items.emplace_back(rebuild(kv.value("key", Json()), tensors, depth + 1),
+                           rebuild(kv.value("value", Json()), tensors, depth + 1));
+      }
+      return Value::dict(std::move(items));
+    }
+    Value::Items items;
+    for (const auto& x : j["items"]) items.push_back(rebuild(x, tensors, depth + 1));
+    return type == "list" ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+  }
+  if (type == "torch.Tensor") {
+    const std::string key = j.value("tensor_key", "");
+    auto it = tensors.find(key);
+    if (it == tensors.end()) {
+      FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "tensor '", key,
+                      "' is named in the record but missing from the tensor file");
+    }
+    return Value(it->second);
+  }
+  // Any other object (a wrapper's self, a torch.device, ...): a placeholder the object
+  // registry resolves for `self`.
+  ObjectRef ref;
+  ref.type = type;
+  ref.repr = j.value("repr", "");
+  return Value(std::move(ref));
+}
+
+bool parse_index(const std::string& key, const std::string& prefix, int64_t* index) {
+  if (!key.starts_with(prefix)) return false;
+  const std::string rest = key.substr(prefix.size());
+  if (rest.empty() || rest.find("__") != std::string::npos) return false;
+  for (char c : rest) {
+    if (c < '0' || c > '9') return false;
+  }
+  if (rest.size() > 6) return false;
+  *index = std::stoll(rest);
+  return true;
+}
+
+TensorComparison compare(const std::string& key, const Tensor& actual, const Tensor& expected,
+                         const Options& o) {
+  TensorComparison c;
+  c.key = key;
+  if (actual.shape() != expected.shape()) {
+    c.problem = "shape " + shape_to_string(actual.shape()) + " vs recorded " +
+                shape_to_string(expected.shape());
+    return c;
+  }
+  if (actual.dtype() != expected.dtype()) {
+    c.problem = std::string("dtype ") + std::string(dtype_torch_name(actual.dtype())) +
+                " vs recorded " + std::string(dtype_torch_name(expected.dtype()));
+    return c;
+  }
+  const auto [rtol0, atol0] = default_tolerance(expected.dtype());
+  c.rtol = o.rtol.value_or(rtol0);
+  c.atol = o.atol.value_or(atol0);
+  const std::vector<double> a = actual.to_double_vector(), e = expected.to_double_vector();
+  c.numel = static_cast<int64_t>(e.size());
+  for (std::size_t i = 0; i < e.size(); ++i) {
+    bool ok;
+    if (std::isnan(e[i]) || std::isnan(a[i])) {
+      ok = std::isnan(e[i]) && std::isnan(a[i]);
+    } else if (std::isinf(e[i]) || std::isinf(a[i])) {
+      ok = a[i] == e[i];
+    } else {
+      const double d = std::fabs(a[i] - e[i]);
+      c.max_abs_error = std::max(c.max_abs_error, d);
+      if (e[i] != 0.0) c.max_rel_error = std::max(c.max_rel_error, d / std::fabs(e[i]));
+      ok = d <= c.atol + c.rtol * std::fabs(e[i]);
+    }
+    if (!ok) {
+      if (c.first_mismatch < 0) c.first_mismatch = static_cast<int64_t>(i);
+      ++c.mismatches;
+    }
+  }
+  c.match = c.mismatches == 0;
+  return c;
+}
+
+}  // namespace
+
+Result replay_from_dump(const std::string& dump_dir, const Options& o) {
+  Result r;
+  r.dump_dir = dump_dir;
+  try {
+    const fs::path dir(dump_dir);
+    if (!fs::is_directory(dir)) {
+      FLASHINFER_FAIL(ErrorCode::kIo, "replay", "", "Dump directory not found: ", dump_dir);
+    }
+    if (!fs::exists(dir / "metadata.jsonl")) {
+      FLASHINFER_FAIL(ErrorCode::kIo, "replay", "", "metadata.jsonl not found in ", dump_dir);
+    }
+    const MetadataRecord meta = read_metadata((dir / "metadata.jsonl").string());
+    r.metadata_json = meta.json;
+    r.incomplete = !meta.completed;
+    const Json rec = Json::parse(meta.json);
+    r.function_name = rec.value("function_name", "");
+    r.module = rec.value("module", "");
+    const bool safetensors = rec.value("tensor_format", "torch") == "safetensors";
+    const Json details = rec.contains("tensor_details") ? rec["tensor_details"] : Json::object();
+
+    // Tensors, moved to the replay device with their layout.
+    std::map<std::string, Tensor> tensors;
+    for (auto& [k, t] : load_named(dir, "inputs")) {
+      Tensor x = safetensors && details.contains(k) ? restore_strides(t, details[k]) : t;
+      tensors[k] = to_device_keep_layout(x, o.device);
+    }
+    for (auto& [k, t] : load_named(dir, "outputs")) r.expected.emplace_back(k, t);
+    for (auto& [k, t] : load_named(dir, "mutated")) r.expected_mutated.emplace_back(k, t);
+
+    // Arguments: arg_<i> positionally, kwarg_<name> by keyword.
+    const Json im = rec.contains("input_metadata") && rec["input_metadata"].is_object()
+                        ? rec["input_metadata"]
+                        : Json::object();
+    int64_t max_index = -1, idx = 0;
+    for (const auto& [k, t] : tensors) {
+      if (parse_index(k, "arg_", &idx)) max_index = std::max(max_index, idx);
+    }
+    for (auto it = im.begin(); it != im.end(); ++it) {
+      if (parse_index(it.key(), "arg_", &idx)) max_index = std::max(max_index, idx);
+    }
+    std::vector<Value> positional;
+    for (int64_t i = 0; i <= max_index; ++i) {
+      const std::string key = "arg_" + std::to_string(i);
+      if (auto t = tensors.find(key); t != tensors.end()) {
+        positional.push_back(Value(t->second));
+      } else if (im.contains(key)) {
+        positional.push_back(rebuild(im[key], tensors, 0));
+      } else {
+        positional.push_back(Value());
+      }
+    }
+    std::vector<std::pair<std::string, Value>> keyword;
+    for (const auto& [k, t] : tensors) {
+      if (k.starts_with("kwarg_") && k.find("__") == std::string::npos) {
+        keyword.emplace_back(k.substr(6), Value(t));
+      }
+    }
+    for (auto it = im.begin(); it != im.end(); ++it) {
+      const std::string& k = it.key();
+      if (!k.starts_with("kwarg_")) continue;
+      const std::string name = k.substr(6);
+      if (std::any_of(keyword.begin(), keyword.end(),
+                      [&](const auto& p) { return p.first == name; })) {
+        continue;
+      }
+      keyword.emplace_back(name, rebuild(it.value(), tensors, 0));
+    }
+    r.kwargs = keyword;
+
+    const OpDecl* decl = OpRegistry::global().find(r.function_name);
+    if (!decl) {
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, "replay", "", "function ", r.module, ".",
+                      r.function_name, " is not provided by flashinfer-cpp");
+    }
+    if (!decl->invoke) {
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, "replay", "", r.function_name,
+                      " is declared without an invoker and cannot be replayed");
+    }
+    // Wrapper methods: `self` comes from the object registry, keyed like upstream.
+    std::pair<int64_t, uint64_t> self_key{-1, 0};
+    if (rec.contains("self_id") && rec["self_id"].is_number()) {
+      self_key = {rec.value("process_id", int64_t{0}), rec["self_id"].get<uint64_t>()};
+      if (!decl->is_constructor()) {
+        ObjectRegistry* reg = o.registry;
+        auto it = reg ? reg->find(self_key) : ObjectRegistry::iterator();
+        if (!reg || it == reg->end()) {
+          FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "replay", "",
+                          "Object (PID: ", self_key.first, ", ID: ", self_key.second,
+                          ") not found in registry: replay the session from its __init__ call");
+        }
+        if (positional.empty()) positional.push_back(Value());
+        positional[0] = it->second;
+      }
+    }
+    r.args = bind_arguments(*decl, std::move(positional), keyword);
+    if (!o.run) {
+      r.status = Status::kNotRun;
+      return r;
+    }
+    {
+      ScopedUnobserved quiet;  // replaying must not log or record the calls again
+      r.result = decl->invoke(CallArgs(*decl, r.args));
+    }
+    if (decl->is_constructor() && o.registry && r.result.kind() == Value::Kind::kObject) {
+      (*o.registry)[self_key] = r.result;
+    }
+    if (o.compare_outputs) {
+      std::map<std::string, Tensor> actual;
+      if (r.result.is_tensor()) {
+        actual["result"] = r.result.as_tensor();
+      } else if (r.result.kind() == Value::Kind::kTuple) {
+        const auto& items = r.result.items();
+        for (std::size_t i = 0; i < items.size(); ++i) {
+          if (items[i].is_tensor()) actual["result_" + std::to_string(i)] = items[i].as_tensor();
+        }
+      }
+      for (const auto& [k, e] : r.expected) {
+        auto it = actual.find(k);
+        if (it == actual.end()) {
+          TensorComparison c;
+          c.key = k;
+          c.problem = "the replayed call returned no tensor '" + k + "'";
+          r.comparisons.push_back(c);
+        } else {
+          r.comparisons.push_back(compare(k, it->second, e, o));
+        }
+      }
+      for (const auto& [k, e] : r.expected_mutated) {
+        int64_t i = -1;
+        if (!parse_index(k, "arg_", &i) && k.starts_with("kwarg_"))
+          i = decl->param_index(k.substr(6));
+        TensorComparison c;
+        c.key = "mutated " + k;
+        if (i < 0 || i >= static_cast<int64_t>(r.args.size()) || !r.args[i].is_tensor()) {
+          c.problem = "argument '" + k + "' is not a tensor in the replayed call";
+          r.comparisons.push_back(c);
+          continue;
+        }
+        c = compare("mutated " + k, r.args[i].as_tensor(), e, o);
+        r.comparisons.push_back(c);
+      }
+    }
+    const bool all_match = std::all_of(r.comparisons.begin(), r.comparisons.end(),
+                                       [](const TensorComparison& c) { return c.match; });
+    r.status = r.incomplete ? Status::kIncomplete : all_match ? Status::kPassed : Status::kMismatch;
+  } catch (const std::exception& e) {
+    r.status = Status::kError;
+    r.error = e.what();
+  }
+  return r;
+}
+
+std::vector<Result> replay_sequence(const std::string& root, Device device,
+                                    std::optional<double> rtol, std::optional<double> atol) {
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (e.is_directory() && fs::exists(e.path() / "metadata.jsonl")) dirs.push_back(e.path());
+  }
+  // Name order is time order at millisecond resolution; within one millisecond of one process
+  // our records' process_sequence gives the true order (upstream's dumps fall back to names).
+  struct Key {
+    std::string prefix;  // "<timestamp>_pid<PID>_"
+    int64_t seq;
+    std::string name;
+  };
+  std::map<std::string, Key> keys;
+  for (const auto& d : dirs) {
+    const std::string name = d.filename().string();
+    Key k{name, -1, name};
+    const auto pid = name.find("_pid");
+    const auto end = pid == std::string::npos ? std::string::npos : name.find('_', pid + 4);
+    if (end != std::string::npos) k.prefix = name.substr(0, end + 1);
+    try {
+      const Json j = Json::parse(read_metadata((d / "metadata.jsonl").string()).json);
+      if (j.contains("process_sequence") && j["process_sequence"].is_number_integer()) {
+        k.seq = j["process_sequence"].get<int64_t>();
+      }
+    } catch (const std::exception&) {
+      // An unreadable record sorts by name; replay reports the problem for that call.
+    }
+    keys[d.string()] = k;
+  }
+  std::sort(dirs.begin(), dirs.end(), [&](const fs::path& a, const fs::path& b) {
+    const Key& x = keys[a.string()];
+    const Key& y = keys[b.string()];
+    if (x.prefix != y.prefix) return x.name < y.name;
+    if (x.seq >= 0 && y.seq >= 0 && x.seq != y.seq) return x.seq < y.seq;
+    return x.name < y.name;
+  });
+  ObjectRegistry registry;
+  Options o;
+  o.device = device;
+  o.registry = &registry;
+  o.rtol = rtol;
+  o.atol = atol;
+  std::vector<Result> out;
+  for (const auto& d : dirs) out.push_back(replay_from_dump(d.string(), o));
+  return out;
+}
+
+}  // namespace flashinfer::replay

@@ -1,0 +1,390 @@
+// Replay: record -> replay passes; tampered outputs are caught with details; wrappers replay in
+// order through the object registry; tensor-less and failing calls; upstream-written dumps;
+// safetensors strides; the CLI's lines and exit status.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
+#include "flashinfer/tensor_io.h"
+#include "recorder/recorder_internal.h"
+
+namespace flashinfer {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---- user ops and a wrapper, declared like built-ins ----
+Tensor twice(const Tensor& x, bool fail);
+const OpDecl& twice_decl() {
+  static const OpDecl& d = [] {
+    OpDecl decl;
+    decl.name = "replay_twice";
+    decl.module = "tests.replay";
+    decl.params = {ParamDecl("x", ParamKind::kTensor),
+                   ParamDecl("fail", ParamKind::kBool).def(false)};
+    decl.returns = "Tensor";
+    decl.invoke = [](const CallArgs& a) -> Value { return twice(a.tensor(0), a.boolean(1)); };
+    return std::cref(register_op(std::move(decl)));
+  }();
+  return d;
+}
+Tensor twice(const Tensor& x, bool fail) {
+  return call_api(
+      &twice_decl,
+      [&] {
+        if (fail) throw Error(ErrorCode::kInvalidArgument, "replay_twice", "fail", "asked to fail");
+        std::vector<double> v = x.to_double_vector();
+        for (double& e : v) e *= 2;
+        return Tensor::from_vector(v, x.shape(), x.dtype());
+      },
+      x, fail);
+}
+
+class Counter : public ApiObject {
+ public:
+  Counter(int64_t start, DType dtype);
+  void plan(int64_t step);  // scalars only: a tensor-less call
+  Tensor run(const Tensor& x);
+  std::string_view class_name() const override { return "CounterWrapper"; }
+  std::string_view module_name() const override { return "tests.replay"; }
+
+ private:
+  int64_t value_, step_ = 0;
+  DType dtype_;
+};
+
+void register_counter() {
+  static const bool once = [] {
+    OpDecl init;
+    init.name = "CounterWrapper.__init__";
+    init.module = "tests.replay";
+    init.class_name = "CounterWrapper";
+    init.params = {ParamDecl("self", ParamKind::kObject), ParamDecl("start", ParamKind::kInt),
+                   ParamDecl("dtype", ParamKind::kDType).def(DType::kFloat32)};
+    init.invoke = [](const CallArgs& a) -> Value {
+      auto obj = std::make_shared<Counter>(a.i64(1), a.dtype(2));
+      return Value(ObjectRef{"CounterWrapper", obj->repr(), obj->object_id(), obj, nullptr});
+    };
+    register_op(std::move(init));
+    OpDecl plan;
+    plan.name = "CounterWrapper.plan";
+    plan.module = "tests.replay";
+    plan.class_name = "CounterWrapper";
+    plan.params = {ParamDecl("self", ParamKind::kObject), ParamDecl("step", ParamKind::kInt)};
+    plan.invoke = [](const CallArgs& a) -> Value {
+      a.object_as<Counter>(0).plan(a.i64(1));
+      return Value();
+    };
+    register_op(std::move(plan));
+    OpDecl run;
+    run.name = "CounterWrapper.run";
+    run.module = "tests.replay";
+    run.class_name = "CounterWrapper";
+    run.params = {ParamDecl("self", ParamKind::kObject), ParamDecl("x", ParamKind::kTensor)};
+    run.invoke = [](const CallArgs& a) -> Value {
+      return a.object_as<Counter>(0).run(a.tensor(1));
+    };
+    register_op(std::move(run));
+    return true;
+  }();
+  (void)once;
+}
+const OpDecl& counter_init() {
+  register_counter();
+  return *OpRegistry::global().find("CounterWrapper.__init__");
+}
+const OpDecl& counter_plan() {
+  register_counter();
+  return *OpRegistry::global().find("CounterWrapper.plan");
+}
+const OpDecl& counter_run() {
+  register_counter();
+  return *OpRegistry::global().find("CounterWrapper.run");
+}
+
+Counter::Counter(int64_t start, DType dtype) : value_(start), dtype_(dtype) {
+  call_api(
+      &counter_init, [] {}, *this, start, dtype);
+}
+void Counter::plan(int64_t step) {
+  call_api(
+      &counter_plan, [&] { step_ = step; }, *this, step);
+}
+Tensor Counter::run(const Tensor& x) {
+  return call_api(
+      &counter_run,
+      [&] {
+        value_ += step_;
+        std::vector<double> v = x.to_double_vector();
+        for (double& e : v) e += static_cast<double>(value_);
+        return Tensor::from_vector(v, x.shape(), dtype_);
+      },
+      *this, x);
+}
+
+class ReplayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("fi_replay_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    recorder::set_log_sink([](const std::string&) {});
+  }
+  void TearDown() override {
+    recorder::stop();
+    recorder::set_log_sink({});
+    fs::remove_all(dir_);
+  }
+  void record(bool safetensors = false) {
+    recorder::Config c;
+    c.dump_dir = dir_.string();
+    c.safetensors = safetensors;
+    recorder::start(c);
+  }
+  std::vector<fs::path> call_dirs() const {
+    std::vector<fs::path> out;
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      if (e.is_directory()) out.push_back(e.path());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  fs::path dir_;
+};
+
+TEST_F(ReplayTest, RecordedSessionReplaysAndPasses) {
+  record();
+  Tensor x = Tensor::empty({3, 64}, DType::kBFloat16);
+  x.normal_(1);
+  Tensor w = Tensor::empty({64}, DType::kBFloat16);
+  w.uniform_(2);
+  Tensor out = Tensor::empty({3, 64}, DType::kBFloat16);
+  rmsnorm(x, w, 1e-5, out);
+  twice(Tensor::from_vector({1, 2}, {2}, DType::kFloat32), false);
+  recorder::stop();
+  const auto results = replay::replay_sequence(dir_.string());
+  ASSERT_EQ(results.size(), 2u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  EXPECT_EQ(results[0].function_name, "rmsnorm");
+  // The output and the `out` buffer (mutated) were both compared.
+  ASSERT_EQ(results[0].comparisons.size(), 2u);
+  EXPECT_EQ(results[0].comparisons[0].key, "result");
+  EXPECT_EQ(results[0].comparisons[1].key, "mutated arg_3");
+  EXPECT_EQ(results[0].args[2].as_float(), 1e-5);
+}
+
+TEST_F(ReplayTest, TamperedOutputIsAMismatchWithDetails) {
+  record();
+  twice(Tensor::from_vector({1, 2, 3, 4}, {4}, DType::kFloat32), false);
+  recorder::stop();
+  const fs::path call = call_dirs().at(0);
+  save_torch((call / "outputs.pt").string(),
+             {{"result", Tensor::from_vector({2, 4, 6.5, 9}, {4}, DType::kFloat32)}});
+  const auto r = replay::replay_from_dump(call.string());
+  EXPECT_EQ(r.status, replay::Status::kMismatch);
+  ASSERT_EQ(r.comparisons.size(), 1u);
+  const auto& c = r.comparisons[0];
+  EXPECT_FALSE(c.match);
+  EXPECT_EQ(c.mismatches, 2);
+  EXPECT_EQ(c.numel, 4);
+  EXPECT_EQ(c.first_mismatch, 2);
+  EXPECT_DOUBLE_EQ(c.max_abs_error, 1.0);
+  EXPECT_DOUBLE_EQ(c.max_rel_error, 1.0 / 9.0);
+  // A loose enough tolerance accepts it.
+  replay::Options o;
+  o.rtol = 0.2;
+  EXPECT_EQ(replay::replay_from_dump(call.string(), o).status, replay::Status::kPassed);
+  // A wrong shape is reported as such.
+  save_torch((call / "outputs.pt").string(), {{"result", Tensor::zeros({5}, DType::kFloat32)}});
+  const auto s = replay::replay_from_dump(call.string());
+  EXPECT_EQ(s.status, replay::Status::kMismatch);
+  EXPECT_NE(s.comparisons[0].problem.find("shape (4,) vs recorded (5,)"), std::string::npos);
+}
+
+TEST_F(ReplayTest, WrapperSequenceReplaysThroughTheRegistry) {
+  record();
+  {
+    Counter c(10, DType::kFloat64);
+    c.plan(5);  // no tensor at all: replayable anyway
+    c.run(Tensor::from_vector({1, 2}, {2}, DType::kFloat32));
+    c.run(Tensor::from_vector({0}, {1}, DType::kFloat32));
+  }
+  recorder::stop();
+  auto dirs = call_dirs();
+  ASSERT_EQ(dirs.size(), 4u);
+  EXPECT_FALSE(fs::exists(dirs[1] / "inputs.pt"));  // plan had no tensor
+  const auto results = replay::replay_sequence(dir_.string());
+  ASSERT_EQ(results.size(), 4u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  EXPECT_EQ(results[0].function_name, "CounterWrapper.__init__");
+  EXPECT_EQ(results[0].args[2].as_dtype(), DType::kFloat64);  // dtype rebuilt, not left as JSON
+  EXPECT_EQ(results[3].result.as_tensor().to_double_vector(), (std::vector<double>{20}));
+  // Calls within one millisecond still replay in call order (process_sequence), even when
+  // their names would sort otherwise: rename the dirs so every one has the same timestamp.
+  fs::path same = dir_ / "same";
+  fs::create_directories(same);
+  const char* order[] = {"d", "c", "b", "a"};  // reverse alphabetical suffixes
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    const std::string n = dirs[i].filename().string();
+    const std::string tail = n.substr(n.find("_pid"));
+    fs::rename(dirs[i], same / ("20260101_000000_000" + tail.substr(0, tail.find('_', 4) + 1) +
+                                order[i] + n.substr(n.find('_', n.find("_pid") + 4))));
+  }
+  const auto same_ms = replay::replay_sequence(same.string());
+  ASSERT_EQ(same_ms.size(), 4u);
+  EXPECT_EQ(same_ms[0].function_name, "CounterWrapper.__init__");
+  for (const auto& r : same_ms) EXPECT_EQ(r.status, replay::Status::kPassed) << r.error;
+  dirs.clear();
+  for (const auto& e : fs::directory_iterator(same)) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  // A method replayed alone cannot find its object.
+  const auto lone = replay::replay_from_dump(dirs[2].string());
+  EXPECT_EQ(lone.status, replay::Status::kError);
+  EXPECT_NE(lone.error.find("not found in registry"), std::string::npos) << lone.error;
+}
+
+TEST_F(ReplayTest, FailedCallIsIncompleteAndReproduced) {
+  record();
+  EXPECT_THROW(twice(Tensor::from_vector({1}, {1}, DType::kFloat32), true), Error);
+  recorder::stop();
+  const auto r = replay::replay_from_dump(call_dirs().at(0).string());
+  EXPECT_TRUE(r.incomplete);
+  EXPECT_EQ(r.status, replay::Status::kError);
+  EXPECT_NE(r.error.find("asked to fail"), std::string::npos);
+}
+
+TEST_F(ReplayTest, SafetensorsDumpsGetTheirStridesBack) {
+  record(/*safetensors=*/true);
+  Tensor base = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}, DType::kFloat32);
+  twice(base.transpose(0, 1), false);
+  recorder::stop();
+  const auto r = replay::replay_from_dump(call_dirs().at(0).string());
+  EXPECT_EQ(r.status, replay::Status::kPassed) << r.error;
+  EXPECT_EQ(r.args[0].as_tensor().strides(), (Shape{1, 3}));
+  EXPECT_EQ(r.args[0].as_tensor().to_double_vector(), (std::vector<double>{1, 4, 2, 5, 3, 6}));
+}
+
+TEST_F(ReplayTest, BadDumpsAreReportedNotThrown) {
+  fs::create_directories(dir_ / "a");
+  auto r = replay::replay_from_dump((dir_ / "a").string());
+  EXPECT_EQ(r.status, replay::Status::kError);
+  EXPECT_NE(r.error.find("metadata.jsonl not found"), std::string::npos);
+  EXPECT_NE(
+      replay::replay_from_dump((dir_ / "missing").string()).error.find("Dump directory not found"),
+      std::string::npos);
+  std::ofstream(dir_ / "a" / "metadata.jsonl")
+      << R"({"function_name": "no_such_op", "module": "flashinfer.nowhere", "input_metadata": {}})"
+      << "\n";
+  r = replay::replay_from_dump((dir_ / "a").string());
+  EXPECT_NE(r.error.find("flashinfer.nowhere.no_such_op is not provided by flashinfer-cpp"),
+            std::string::npos)
+      << r.error;
+  // A torn last line: the previous complete line is used.
+  std::ofstream(dir_ / "a" / "metadata.jsonl", std::ios::app) << R"({"function_name": "rmsn)";
+  const auto m = replay::read_metadata((dir_ / "a" / "metadata.jsonl").string());
+  EXPECT_EQ(m.lines, 1);
+  EXPECT_NE(m.json.find("no_such_op"), std::string::npos);
+  // A corrupt tensor file is an error for that call only.
+  std::ofstream(dir_ / "a" / "inputs.pt") << "not a zip";
+  r = replay::replay_from_dump((dir_ / "a").string());
+  EXPECT_EQ(r.status, replay::Status::kError);
+}
+
+// A dump written by Python the way upstream's recorder writes it (torch.save of the tensors,
+// keyword arguments as kwarg_<name>), replayed with this library's rmsnorm.
+TEST_F(ReplayTest, UpstreamWrittenDumpReplaysHere) {
+  int st = system("/usr/bin/python3 -c 'import torch' 2>/dev/null");
+  if (st != 0) GTEST_SKIP() << "python3-torch not installed";
+  const fs::path call = dir_ / "20261121_144622_459_pid12385_rmsnorm_call0001";
+  fs::create_directories(call);
+  const std::string py = R"PY(
+import json, sys, torch
+d = sys.argv[1]
+torch.manual_seed(0)
+x = torch.randn(4, 64).to(torch.float16)
+w = (torch.rand(64) + 0.5).to(torch.float16)
+torch.save({"arg_0": x, "arg_1": w}, d + "/inputs.pt")
+xf = x.float()
+y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5) * w.float()).to(torch.float16)
+torch.save({"result": y}, d + "/outputs.pt")
+rec = {"function_name": "rmsnorm", "module": "flashinfer.norm", "call_sequence": 1,
+       "timestamp": "20261121_144622_459", "process_id": 12385,
+       "input_metadata": {"kwarg_eps": 1e-05}, "output_metadata": {},
+       "tensor_info": {"input_tensor_keys": ["arg_0", "arg_1"], "output_tensor_keys": ["result"]},
+       "tensor_format": "torch", "execution_status": "completed"}
+with open(d + "/metadata.jsonl", "w") as f:
+    f.write(json.dumps(rec) + "\n")
+)PY";
+  std::ofstream(dir_ / "make.py") << py;
+  ASSERT_EQ(
+      system(("/usr/bin/python3 " + (dir_ / "make.py").string() + " " + call.string()).c_str()), 0);
+  const auto results = replay::replay_sequence(dir_.string());
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].status, replay::Status::kPassed) << results[0].error;
+  EXPECT_EQ(results[0].args[2].as_float(), 1e-5);
+}
+
+std::string run_cli(const std::string& args, int* status) {
+  FILE* p =
+      popen((std::string(FLASHINFER_TEST_BIN_DIR) + "/flashinfer " + args + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+TEST_F(ReplayTest, CliReportsEachCallAndFailsOnMismatch) {
+  record();
+  // Built-in ops only: the CLI is another process, which knows none of this test's ops.
+  rmsnorm(Tensor::from_vector({3, 4}, {1, 2}, DType::kFloat32),
+          Tensor::from_vector({1, 1}, {2}, DType::kFloat32));
+  rmsnorm(Tensor::from_vector({1, 1}, {1, 2}, DType::kFloat32),
+          Tensor::from_vector({1, 1}, {2}, DType::kFloat32), 0.0);
+  recorder::stop();
+  int st = 0;
+  std::string out = run_cli("replay --dir " + dir_.string(), &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("Replaying session from " + dir_.string() + "..."), std::string::npos) << out;
+  EXPECT_NE(out.find("[1] rmsnorm ("), std::string::npos) << out;
+  EXPECT_NE(out.find("): ✅ Passed"), std::string::npos) << out;
+  EXPECT_NE(out.find("Summary: 2 passed, 0 failed/mismatch"), std::string::npos) << out;
+  const fs::path second = call_dirs().at(1);
+  save_torch((second / "outputs.pt").string(),
+             {{"result", Tensor::from_vector({1, 2}, {1, 2}, DType::kFloat32)}});
+  out = run_cli("replay --dir " + dir_.string(), &st);
+  EXPECT_EQ(st, 1) << out;
+  EXPECT_NE(out.find("[2] rmsnorm (" + second.filename().string() + "): ⚠️  Mismatch"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("result: 1 of 2 elements differ (max abs error 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("First divergence: [2] rmsnorm"), std::string::npos) << out;
+  out = run_cli("replay --dir " + second.string(), &st);
+  EXPECT_EQ(st, 1);
+  EXPECT_NE(out.find("Replaying single dump from"), std::string::npos) << out;
+  EXPECT_NE(out.find("⚠️  Replay finished but outputs did not match"), std::string::npos)
+      << out;
+  out = run_cli("replay --dir " + (dir_ / "nope").string(), &st);
+  EXPECT_EQ(st, 2);
+  EXPECT_NE(out.find("❌ Directory not found"), std::string::npos);
+  out = run_cli("show " + dir_.string(), &st);
+  EXPECT_EQ(st, 0);
+  EXPECT_NE(out.find("2 recorded calls"), std::string::npos) << out;
+  EXPECT_NE(out.find("[1] rmsnorm  completed"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace flashinfer
