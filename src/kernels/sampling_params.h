@@ -105,6 +105,14 @@ FLASHINFER_HD bool filter_accepts(SamplingKind kind, const SamplingRow& row, int
   }
 }
 
+/// Gumbel noise -log(-log(u)). u = 1 (words within 128 of 2^32 round to 1.0f) would give +inf
+/// and win regardless of the logits, so u is capped at the largest float below 1 (noise <= 16.6);
+/// the capped tail has probability ~3e-8.
+FLASHINFER_HD float gumbel_noise(float u) {
+  u = u < 0x1.fffffep-1f ? u : 0x1.fffffep-1f;
+  return -logf(-logf(u));
+}
+
 /// Number of 32-bit random words upstream reserves per output row when it advances its default
 /// generator (rounded up to a multiple of 4 over the call): B for probs/min-p, 32 B for the
 /// rejection samplers, B * vocab for Gumbel over logits.

@@ -147,7 +147,7 @@ int64_t gumbel_sample(const float* x, int64_t n, PhiloxStream& rng) {
   int64_t idx = -1;
   for (int64_t i = 0; i < n; ++i) {
     const float u = rng.next_uniform();
-    const float s = x[i] - std::log(-std::log(u));
+    const float s = x[i] + gumbel_noise(u);
     if (s != s) continue;
     if (idx < 0 || s > best) {
       best = s;
