@@ -236,10 +236,12 @@ class RowTable {
   Tensor device_;
 };
 
+#if !FLASHINFER_WITH_CUDA
 [[noreturn]] void no_cuda(const char* op, const char* arg) {
   FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg,
                   "CUDA tensor given to a build without the CUDA backend");
 }
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Launch helpers (arguments already validated).
