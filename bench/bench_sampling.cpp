@@ -109,18 +109,18 @@ void BM_Sampling(benchmark::State& state, Op op, bool on_cuda) {
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * batch);
 }
 
-#define FI_SAMPLING_BENCH(name, op)                                              \
-  BENCHMARK_CAPTURE(BM_Sampling, name##_cpu, op, false)                          \
-      ->Args({1, 32000})                                                         \
-      ->Args({64, 32000})                                                        \
-      ->Args({64, 128256})                                                       \
-      ->Unit(benchmark::kMicrosecond)                                            \
-      ->UseRealTime();                                                           \
-  BENCHMARK_CAPTURE(BM_Sampling, name##_cuda, op, true)                          \
-      ->Args({1, 32000})                                                         \
-      ->Args({64, 32000})                                                        \
-      ->Args({64, 128256})                                                       \
-      ->Unit(benchmark::kMicrosecond)                                            \
+#define FI_SAMPLING_BENCH(name, op)                     \
+  BENCHMARK_CAPTURE(BM_Sampling, name##_cpu, op, false) \
+      ->Args({1, 32000})                                \
+      ->Args({64, 32000})                               \
+      ->Args({64, 128256})                              \
+      ->Unit(benchmark::kMicrosecond)                   \
+      ->UseRealTime();                                  \
+  BENCHMARK_CAPTURE(BM_Sampling, name##_cuda, op, true) \
+      ->Args({1, 32000})                                \
+      ->Args({64, 32000})                               \
+      ->Args({64, 128256})                              \
+      ->Unit(benchmark::kMicrosecond)                   \
       ->UseRealTime()
 
 FI_SAMPLING_BENCH(softmax, Op::kSoftmax);

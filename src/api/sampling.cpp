@@ -207,8 +207,8 @@ void check_no_nan(const Tensor& x, const char* op, const char* arg) {
   } else {
 #if FLASHINFER_WITH_CUDA
     Tensor flag = Tensor::empty({1}, DType::kInt32, x.device());
-    kernels::cuda::nan_flag(x.data_ptr(), x.dtype(), x.size(0), x.size(1), x.stride(0),
-                            x.stride(1), flag.data<int32_t>(), current_cuda_stream());
+    kernels::cuda::nan_flag(x.data_ptr(), x.dtype(), x.size(0), x.size(1), x.stride(0), x.stride(1),
+                            flag.data<int32_t>(), current_cuda_stream());
     nan = flag.item() != 0.0;
 #endif
   }
@@ -334,8 +334,7 @@ Tensor launch_softmax(const char* op, const Tensor& logits, const std::vector<Sa
   } else {
 #if FLASHINFER_WITH_CUDA
     const bool* req = enable_pdl ? &*enable_pdl : nullptr;
-    kernels::cuda::softmax(p, current_cuda_stream(),
-                           api::resolve_enable_pdl(req, logits.device()));
+    kernels::cuda::softmax(p, current_cuda_stream(), api::resolve_enable_pdl(req, logits.device()));
 #else
     no_cuda(op, "logits");
 #endif
@@ -379,9 +378,8 @@ struct Filters {
 
 // Everything a sampler needs, validated, with seed/offset resolved.
 std::vector<SamplingRow> prepare_sampling(const char* op, const char* input_name,
-                                          const Tensor& input,
-                                          const std::optional<Tensor>& indices, Filters f,
-                                          bool check_nan, const SeedArg& seed,
+                                          const Tensor& input, const std::optional<Tensor>& indices,
+                                          Filters f, bool check_nan, const SeedArg& seed,
                                           const SeedArg& offset, SamplingKind rng_kind) {
   check_input(input, op, input_name);
   std::vector<SamplingRow> rows = base_rows(input, indices, op);
@@ -413,15 +411,14 @@ void check_order(const std::string& order, const char* op) {
 SamplingResult top_k_top_p_probs_impl(const Tensor& probs, const ScalarOrTensor<int64_t>& top_k,
                                       const ScalarOrTensor<double>& top_p,
                                       const std::optional<Tensor>& indices,
-                                      const std::string& order, bool check_nan,
-                                      const SeedArg& seed, const SeedArg& offset,
-                                      bool return_valid) {
+                                      const std::string& order, bool check_nan, const SeedArg& seed,
+                                      const SeedArg& offset, bool return_valid) {
   const char* op = "top_k_top_p_sampling_from_probs";
   check_order(order, op);
   const Filters f{&top_k, &top_p, nullptr};
   if (order == "joint") {
-    return simple_sampler(op, probs, SamplingKind::kTopKTopP, f, indices, check_nan, seed,
-                          offset, return_valid);
+    return simple_sampler(op, probs, SamplingKind::kTopKTopP, f, indices, check_nan, seed, offset,
+                          return_valid);
   }
   const std::vector<SamplingRow> rows = prepare_sampling(op, "probs", probs, indices, f, check_nan,
                                                          seed, offset, SamplingKind::kTopP);
@@ -566,8 +563,8 @@ Tensor softmax(const Tensor& logits, std::optional<ScalarOrTensor<double>> tempe
 }
 
 SamplingResult sampling_from_probs(const Tensor& probs, std::optional<Tensor> indices,
-                                   bool deterministic, bool check_nan, SeedArg seed,
-                                   SeedArg offset, bool return_valid) {
+                                   bool deterministic, bool check_nan, SeedArg seed, SeedArg offset,
+                                   bool return_valid) {
   return call_api(
       &decl_of<kSamplingFromProbs>,
       [&] {
@@ -577,16 +574,15 @@ SamplingResult sampling_from_probs(const Tensor& probs, std::optional<Tensor> in
       probs, indices, deterministic, std::nullopt, check_nan, seed, offset, return_valid);
 }
 
-Tensor sampling_from_logits(const Tensor& logits, std::optional<Tensor> indices,
-                            bool deterministic, bool check_nan, SeedArg seed, SeedArg offset) {
+Tensor sampling_from_logits(const Tensor& logits, std::optional<Tensor> indices, bool deterministic,
+                            bool check_nan, SeedArg seed, SeedArg offset) {
   return call_api(
       &decl_of<kSamplingFromLogits>,
       [&] {
         const char* op = "sampling_from_logits";
         const std::vector<SamplingRow> rows = prepare_sampling(
             op, "logits", logits, indices, {}, check_nan, seed, offset, SamplingKind::kLogits);
-        return launch_sample(op, logits, rows, SamplingKind::kLogits, sample_dtype(indices),
-                             false)
+        return launch_sample(op, logits, rows, SamplingKind::kLogits, sample_dtype(indices), false)
             .samples;
       },
       logits, indices, deterministic, std::nullopt, check_nan, seed, offset);
@@ -640,23 +636,22 @@ SamplingResult top_k_top_p_sampling_from_probs(const Tensor& probs, ScalarOrTens
   return call_api(
       &decl_of<kTopKTopPProbs>,
       [&] {
-        return top_k_top_p_probs_impl(probs, top_k, top_p, indices, filter_apply_order,
-                                      check_nan, seed, offset, return_valid);
+        return top_k_top_p_probs_impl(probs, top_k, top_p, indices, filter_apply_order, check_nan,
+                                      seed, offset, return_valid);
       },
       probs, top_k, top_p, indices, filter_apply_order, deterministic, std::nullopt, check_nan,
       seed, offset, return_valid);
 }
 
 Tensor top_k_top_p_sampling_from_logits(const Tensor& logits, ScalarOrTensor<int64_t> top_k,
-                                        ScalarOrTensor<double> top_p,
-                                        std::optional<Tensor> indices,
+                                        ScalarOrTensor<double> top_p, std::optional<Tensor> indices,
                                         const std::string& filter_apply_order, bool deterministic,
                                         bool check_nan, SeedArg seed, SeedArg offset) {
   return call_api(
       &decl_of<kTopKTopPLogits>,
       [&] {
-        return top_k_top_p_logits_impl(logits, top_k, top_p, indices, filter_apply_order,
-                                       check_nan, seed, offset);
+        return top_k_top_p_logits_impl(logits, top_k, top_p, indices, filter_apply_order, check_nan,
+                                       seed, offset);
       },
       logits, top_k, top_p, indices, filter_apply_order, deterministic, std::nullopt, check_nan,
       seed, offset);
@@ -720,14 +715,12 @@ void register_sampling_ops(OpRegistry& registry) {
   {
     std::vector<ParamDecl> params = {ParamDecl("logits", ParamKind::kTensor)};
     add_sampling_tail(params, false);
-    registry.add(make_decl(kSamplingFromLogits, std::move(params), "Tensor",
-                           "Gumbel-max sampling from logits (Philox seed/offset)",
-                           [](const CallArgs& a) -> Value {
-                             return sampling_from_logits(a.tensor(0), a.optional_tensor(1),
-                                                         a.boolean(2), a.boolean(4),
-                                                         opt_int_or_tensor(a, 5),
-                                                         opt_int_or_tensor(a, 6));
-                           }));
+    registry.add(make_decl(
+        kSamplingFromLogits, std::move(params), "Tensor",
+        "Gumbel-max sampling from logits (Philox seed/offset)", [](const CallArgs& a) -> Value {
+          return sampling_from_logits(a.tensor(0), a.optional_tensor(1), a.boolean(2), a.boolean(4),
+                                      opt_int_or_tensor(a, 5), opt_int_or_tensor(a, 6));
+        }));
   }
   registry.add(make_threshold_sampler_decl(
       kTopP, "top_p", ParamKind::kAny, "Top-p sampling by dual-pivot rejection",
@@ -753,7 +746,8 @@ void register_sampling_ops(OpRegistry& registry) {
   for (const bool from_logits : {false, true}) {
     std::vector<ParamDecl> params = {
         ParamDecl(from_logits ? "logits" : "probs", ParamKind::kTensor),
-        ParamDecl("top_k", ParamKind::kAny), ParamDecl("top_p", ParamKind::kAny),
+        ParamDecl("top_k", ParamKind::kAny),
+        ParamDecl("top_p", ParamKind::kAny),
         ParamDecl("indices", ParamKind::kTensor).opt(),
         ParamDecl("filter_apply_order", ParamKind::kString).def("top_k_first"),
         ParamDecl("deterministic", ParamKind::kBool).def(true),
@@ -795,14 +789,14 @@ void register_sampling_ops(OpRegistry& registry) {
       "Tensor", "Probs outside the top-k zeroed and renormalized", [](const CallArgs& a) -> Value {
         return top_k_renorm_probs(a.tensor(0), int_or_tensor(a, 1), a.boolean(2));
       }));
-  registry.add(make_decl(
-      kTopPRenorm,
-      {ParamDecl("probs", ParamKind::kTensor), ParamDecl("top_p", ParamKind::kAny),
-       ParamDecl("is_deterministic", ParamKind::kBool).def(false)},
-      "Tensor", "Probs outside the top-p nucleus zeroed and renormalized (fp32)",
-      [](const CallArgs& a) -> Value {
-        return top_p_renorm_probs(a.tensor(0), float_or_tensor(a, 1), a.boolean(2));
-      }));
+  registry.add(
+      make_decl(kTopPRenorm,
+                {ParamDecl("probs", ParamKind::kTensor), ParamDecl("top_p", ParamKind::kAny),
+                 ParamDecl("is_deterministic", ParamKind::kBool).def(false)},
+                "Tensor", "Probs outside the top-p nucleus zeroed and renormalized (fp32)",
+                [](const CallArgs& a) -> Value {
+                  return top_p_renorm_probs(a.tensor(0), float_or_tensor(a, 1), a.boolean(2));
+                }));
 }
 
 }  // namespace detail

@@ -14,12 +14,12 @@ namespace flashinfer::kernels {
 
 /// One output row of a sampling, filtering or softmax call.
 struct SamplingRow {
-  int64_t src_row = 0;   // row of the input to read (indices[b], or b)
-  uint64_t seed = 0;     // Philox key
-  uint64_t offset = 0;   // Philox position; the subsequence is the output row b
-  int32_t top_k = 0;     // >= 1
-  float top_p = 1.0f;    // (0, 1]
-  float min_p = 0.0f;    // [0, 1]
+  int64_t src_row = 0;  // row of the input to read (indices[b], or b)
+  uint64_t seed = 0;    // Philox key
+  uint64_t offset = 0;  // Philox position; the subsequence is the output row b
+  int32_t top_k = 0;    // >= 1
+  float top_p = 1.0f;   // (0, 1]
+  float min_p = 0.0f;   // [0, 1]
   float temperature = 1.0f;
 };
 

@@ -37,9 +37,8 @@ using Rows = std::vector<std::vector<double>>;
 Tensor make_rows(const Rows& rows, DType dtype = DType::kFloat32) {
   std::vector<double> flat;
   for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
-  return Tensor::from_vector(flat, {static_cast<int64_t>(rows.size()),
-                                    static_cast<int64_t>(rows[0].size())},
-                             dtype);
+  return Tensor::from_vector(
+      flat, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())}, dtype);
 }
 
 Tensor int_tensor(const std::vector<int64_t>& v, DType dtype = DType::kInt32) {
@@ -149,8 +148,8 @@ double chi2_critical(int df, double z = 4.753) {
   if (cells <= 1) return ::testing::AssertionSuccess();
   const double crit = chi2_critical(cells - 1);
   if (stat <= crit) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "chi-square " << stat << " > critical " << crit
-                                       << " (df " << cells - 1 << ")";
+  return ::testing::AssertionFailure()
+         << "chi-square " << stat << " > critical " << crit << " (df " << cells - 1 << ")";
 }
 
 // The distribution of the chi-square tests: masses chosen so every filter boundary has a wide
@@ -211,8 +210,7 @@ TEST(Philox, StreamLayoutIsCurandInit) {
     for (uint64_t n = 0; n < 11; ++n) {
       const uint64_t pos = offset + n;
       const kernels::Philox4x32 c = {{static_cast<uint32_t>(pos >> 2),
-                                      static_cast<uint32_t>(pos >> 34), 0x55667788u,
-                                      0x11223344u}};
+                                      static_cast<uint32_t>(pos >> 34), 0x55667788u, 0x11223344u}};
       const kernels::Philox4x32 blk = kernels::philox4x32<10>(c, 0x89abcdefu, 0x01234567u);
       EXPECT_EQ(s.next_u32(), blk.v[pos & 3]) << "offset " << offset << " draw " << n;
     }
@@ -234,8 +232,8 @@ TEST(Philox, UniformMapIsCurandUniform) {
 }
 
 TEST(Philox, OrderedKeyFollowsFloatOrder) {
-  const std::vector<float> v = {-INFINITY, -3.5f, -1e-30f, -0.0f, 0.0f, 1e-30f, 0.25f, 7.0f,
-                                INFINITY};
+  const std::vector<float> v = {-INFINITY, -3.5f, -1e-30f, -0.0f,   0.0f,
+                                1e-30f,    0.25f, 7.0f,    INFINITY};
   for (std::size_t i = 0; i + 1 < v.size(); ++i) {
     if (v[i] == v[i + 1]) {
       EXPECT_EQ(kernels::ordered_key(v[i]), kernels::ordered_key(v[i + 1]));
@@ -299,8 +297,8 @@ TEST(SamplingDecl, InvokerReplaysTheCall) {
       {{"seed", Value(int64_t{11})}, {"offset", Value(int64_t{4})}, {"return_valid", Value(true)}});
   const Value v = d->invoke(CallArgs(*d, std::move(args)));
   ASSERT_EQ(v.kind(), Value::Kind::kTuple);
-  const SamplingResult direct = top_p_sampling_from_probs(probs, 0.5, idx, true, false,
-                                                          int64_t{11}, int64_t{4}, true);
+  const SamplingResult direct =
+      top_p_sampling_from_probs(probs, 0.5, idx, true, false, int64_t{11}, int64_t{4}, true);
   EXPECT_EQ(ints(v.items()[0].as_tensor()), ints(direct.samples));
   EXPECT_EQ(ints(v.items()[1].as_tensor()), ints(direct.valid));
 }
@@ -361,23 +359,23 @@ TEST(Filters, UpstreamDocGoldens) {
                                  {0.2205, 0.0942, 0.2912, 0.3452, 0.0489},
                                  {0.2522, 0.1602, 0.2346, 0.1532, 0.2000},
                                  {0.1543, 0.3182, 0.2062, 0.0958, 0.2255}});
-  EXPECT_TRUE(all_close(top_p_renorm_probs(prob, 0.3),
-                        {0, 0.4882, 0, 0.5118, 0, 0, 0, 0, 1, 0, 0.5181, 0, 0.4819, 0, 0, 0,
-                         1, 0, 0, 0},
-                        {1e-4, 0}));
+  EXPECT_TRUE(all_close(
+      top_p_renorm_probs(prob, 0.3),
+      {0, 0.4882, 0, 0.5118, 0, 0, 0, 0, 1, 0, 0.5181, 0, 0.4819, 0, 0, 0, 1, 0, 0, 0}, {1e-4, 0}));
   EXPECT_TRUE(all_close(top_k_renorm_probs(prob, 3),
-                        {0.3201, 0.3319, 0, 0.3480, 0, 0.2573, 0, 0.3398, 0.4028, 0, 0.3672, 0,
-                         0.3416, 0, 0.2912, 0, 0.4243, 0.2750, 0, 0.3007},
+                        {0.3201, 0.3319, 0, 0.3480, 0, 0.2573, 0,      0.3398, 0.4028, 0, 0.3672,
+                         0,      0.3416, 0, 0.2912, 0, 0.4243, 0.2750, 0,      0.3007},
                         {1e-4, 0}));
   const Tensor logits = make_rows({{1.9269, 1.4873, 0.9007, -2.1055, -0.7581},
                                    {1.0783, 0.8008, 1.6806, 0.3559, -0.6866},
                                    {-0.4934, 0.2415, -0.2316, 0.0418, -0.2516},
                                    {0.8599, -0.3097, -0.3957, 0.8034, -0.6216}});
   const double ninf = -INFINITY;
-  EXPECT_TRUE(all_close(top_k_mask_logits(logits, 3),
-                        {1.9269, 1.4873, 0.9007, ninf, ninf, 1.0783, 0.8008, 1.6806, ninf, ninf,
-                         ninf, 0.2415, -0.2316, 0.0418, ninf, 0.8599, -0.3097, ninf, 0.8034, ninf},
-                        {1e-6, 1e-6}));
+  EXPECT_TRUE(
+      all_close(top_k_mask_logits(logits, 3),
+                {1.9269, 1.4873, 0.9007,  ninf,   ninf, 1.0783, 0.8008,  1.6806, ninf,   ninf,
+                 ninf,   0.2415, -0.2316, 0.0418, ninf, 0.8599, -0.3097, ninf,   0.8034, ninf},
+                {1e-6, 1e-6}));
 }
 
 TEST(Filters, TiesAtTheBoundaryAreKept) {
@@ -385,11 +383,11 @@ TEST(Filters, TiesAtTheBoundaryAreKept) {
   // 2 (two larger) is kept too. NaN is never kept.
   const Tensor x = make_rows({{1, 3, 2, 3, 0}, {NAN, 1, 2, -INFINITY, 5}});
   const double ninf = -INFINITY;
-  EXPECT_TRUE(all_close(top_k_mask_logits(x, 2),
-                        {ninf, 3, ninf, 3, ninf, ninf, ninf, 2, ninf, 5}, {0, 0}));
+  EXPECT_TRUE(
+      all_close(top_k_mask_logits(x, 2), {ninf, 3, ninf, 3, ninf, ninf, ninf, 2, ninf, 5}, {0, 0}));
   const Tensor k = int_tensor({3, 4}, DType::kInt64);
-  EXPECT_TRUE(all_close(top_k_mask_logits(x, k),
-                        {ninf, 3, 2, 3, ninf, ninf, 1, 2, ninf, 5}, {0, 0}));
+  EXPECT_TRUE(
+      all_close(top_k_mask_logits(x, k), {ninf, 3, 2, 3, ninf, ninf, 1, 2, ninf, 5}, {0, 0}));
   const Tensor p = make_rows({{0.1, 0.3, 0.2, 0.3, 0.1}});
   EXPECT_TRUE(all_close(top_k_renorm_probs(p, 2), {0, 0.5, 0, 0.5, 0}, {1e-7, 1e-6}));
   // top-p compares the strictly larger mass: none above either 0.3, so both stay; the 0.2 has
@@ -449,8 +447,8 @@ TEST(Filters, FormulaGrid) {
 TEST(Filters, StridedInputAndAllZeroRow) {
   Tensor big = Tensor::zeros({8, 2}, DType::kFloat32);
   const Tensor view = big.transpose(0, 1);  // [2, 8], strides (1, 2)
-  view.select(0, 0).copy_(Tensor::from_vector({0.1, 0.2, 0.05, 0.3, 0.1, 0.1, 0.1, 0.05}, {8},
-                                              DType::kFloat32));
+  view.select(0, 0).copy_(
+      Tensor::from_vector({0.1, 0.2, 0.05, 0.3, 0.1, 0.1, 0.1, 0.05}, {8}, DType::kFloat32));
   EXPECT_TRUE(all_close(top_k_renorm_probs(view, 2),
                         {0, 0.4, 0, 0.6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {1e-7, 1e-6}));
   EXPECT_TRUE(all_close(top_p_renorm_probs(view, 0.4),
@@ -472,12 +470,12 @@ TEST(Samplers, OneHotIsForced) {
       EXPECT_EQ(ints(sampling_from_probs(p, std::nullopt, true, false, seed, off).samples), want);
       EXPECT_EQ(ints(top_k_sampling_from_probs(p, 3, std::nullopt, true, false, seed, off).samples),
                 want);
-      EXPECT_EQ(ints(top_p_sampling_from_probs(p, 0.9, std::nullopt, true, false, seed, off)
-                         .samples),
-                want);
-      EXPECT_EQ(ints(min_p_sampling_from_probs(p, 0.1, std::nullopt, true, false, seed, off)
-                         .samples),
-                want);
+      EXPECT_EQ(
+          ints(top_p_sampling_from_probs(p, 0.9, std::nullopt, true, false, seed, off).samples),
+          want);
+      EXPECT_EQ(
+          ints(min_p_sampling_from_probs(p, 0.1, std::nullopt, true, false, seed, off).samples),
+          want);
       for (const char* order : {"top_k_first", "joint"}) {
         EXPECT_EQ(ints(top_k_top_p_sampling_from_probs(p, 2, 0.5, std::nullopt, order, true, false,
                                                        seed, off)
@@ -508,12 +506,12 @@ TEST(Samplers, TopKOneTopPTinyMinPOneGiveTheArgmax) {
               argmax);
     EXPECT_EQ(ints(min_p_sampling_from_probs(p, 1.0, std::nullopt, true, false, seed, 0).samples),
               argmax);
-    EXPECT_EQ(ints(top_k_top_p_sampling_from_probs(p, 1, 1.0, std::nullopt, "joint", true, false,
-                                                   seed, 0)
-                       .samples),
-              argmax);
-    EXPECT_EQ(ints(top_k_top_p_sampling_from_probs(p, 50, 1e-6, std::nullopt, "top_k_first",
-                                                   true, false, seed, 0)
+    EXPECT_EQ(
+        ints(top_k_top_p_sampling_from_probs(p, 1, 1.0, std::nullopt, "joint", true, false, seed, 0)
+                 .samples),
+        argmax);
+    EXPECT_EQ(ints(top_k_top_p_sampling_from_probs(p, 50, 1e-6, std::nullopt, "top_k_first", true,
+                                                   false, seed, 0)
                        .samples),
               argmax);
     // Logits: a lead of 100 beats any Gumbel noise (bounded in [-3.2, 16.7]).
@@ -582,9 +580,9 @@ TEST(Samplers, ProbsFollowTheDocumentedStream) {
   }
   const Tensor p = make_rows(rows);
   const uint64_t seed = 0xfeedbeefcafe1234ull, offset = 6;
-  const auto got = ints(sampling_from_probs(p, std::nullopt, true, false,
-                                            static_cast<int64_t>(seed), int64_t{6})
-                            .samples);
+  const auto got =
+      ints(sampling_from_probs(p, std::nullopt, true, false, static_cast<int64_t>(seed), int64_t{6})
+               .samples);
   int checked = 0;
   for (int64_t b = 0; b < B; ++b) {
     kernels::PhiloxStream s(seed, static_cast<uint64_t>(b), offset);
@@ -668,12 +666,11 @@ TEST(Samplers, FiltersNeverViolated) {
   const auto sk = ints(top_k_sampling_from_probs(probs, kt, it, true, false, seed, off).samples);
   const auto sp = ints(top_p_sampling_from_probs(probs, pt, it, true, false, seed, off).samples);
   const auto sm = ints(min_p_sampling_from_probs(probs, mt, it, true, false, seed, off).samples);
-  const auto sj = ints(top_k_top_p_sampling_from_probs(probs, kt, pt, it, "joint", true, false,
-                                                       seed, off)
-                           .samples);
-  const auto sf = ints(top_k_top_p_sampling_from_probs(probs, kt, pt, it, "top_k_first", true,
-                                                       false, seed, off)
-                           .samples);
+  const auto sj = ints(
+      top_k_top_p_sampling_from_probs(probs, kt, pt, it, "joint", true, false, seed, off).samples);
+  const auto sf =
+      ints(top_k_top_p_sampling_from_probs(probs, kt, pt, it, "top_k_first", true, false, seed, off)
+               .samples);
   int64_t bad = 0;
   for (int64_t b = 0; b < B; ++b) {
     const auto& p = rows[idx[b]];
@@ -701,27 +698,26 @@ TEST(Samplers, ChiSquareProbs) {
   const std::vector<bool> all(p.size(), true);
   EXPECT_TRUE(chi_square_ok(ints(sampling_from_probs(probs, idx, true, false, seed, 0).samples),
                             renorm(p, all)));
-  EXPECT_TRUE(chi_square_ok(
-      ints(top_k_sampling_from_probs(probs, 4, idx, true, false, seed, 0).samples),
-      renorm(p, top_k_keep(p, 4))));
-  EXPECT_TRUE(chi_square_ok(
-      ints(top_p_sampling_from_probs(probs, 0.5, idx, true, false, seed, 0).samples),
-      renorm(p, top_p_keep(p, 0.5))));
-  EXPECT_TRUE(chi_square_ok(
-      ints(min_p_sampling_from_probs(probs, 0.3, idx, true, false, seed, 0).samples),
-      renorm(p, min_p_keep(p, 0.3))));
+  EXPECT_TRUE(
+      chi_square_ok(ints(top_k_sampling_from_probs(probs, 4, idx, true, false, seed, 0).samples),
+                    renorm(p, top_k_keep(p, 4))));
+  EXPECT_TRUE(
+      chi_square_ok(ints(top_p_sampling_from_probs(probs, 0.5, idx, true, false, seed, 0).samples),
+                    renorm(p, top_p_keep(p, 0.5))));
+  EXPECT_TRUE(
+      chi_square_ok(ints(min_p_sampling_from_probs(probs, 0.3, idx, true, false, seed, 0).samples),
+                    renorm(p, min_p_keep(p, 0.3))));
   // joint k=4, p=0.55 keeps 3 tokens (masses above them 0, .25, .45; the 4th has .6 above it);
   // top_k_first with p=0.6 renormalizes the top 4 first (.347 .278 .208 .167) and keeps 2.
-  EXPECT_TRUE(chi_square_ok(ints(top_k_top_p_sampling_from_probs(probs, 4, 0.55, idx, "joint",
-                                                                 true, false, seed, 0)
-                                     .samples),
-                            renorm(p, both(top_k_keep(p, 4), top_p_keep(p, 0.55)))));
+  EXPECT_TRUE(chi_square_ok(
+      ints(top_k_top_p_sampling_from_probs(probs, 4, 0.55, idx, "joint", true, false, seed, 0)
+               .samples),
+      renorm(p, both(top_k_keep(p, 4), top_p_keep(p, 0.55)))));
   const auto k4 = renorm(p, top_k_keep(p, 4));
-  EXPECT_TRUE(chi_square_ok(ints(top_k_top_p_sampling_from_probs(probs, 4, 0.6, idx,
-                                                                 "top_k_first", true, false,
-                                                                 seed, 0)
-                                     .samples),
-                            renorm(k4, top_p_keep(k4, 0.6))));
+  EXPECT_TRUE(chi_square_ok(
+      ints(top_k_top_p_sampling_from_probs(probs, 4, 0.6, idx, "top_k_first", true, false, seed, 0)
+               .samples),
+      renorm(k4, top_p_keep(k4, 0.6))));
   // A per-row top-k of 2 in joint mode: top-k is the binding filter.
   EXPECT_TRUE(chi_square_ok(
       ints(top_k_top_p_sampling_from_probs(probs, int_tensor(std::vector<int64_t>(kDraws, 2)), 0.7,
@@ -739,13 +735,12 @@ TEST(Samplers, ChiSquareLogits) {
   const int64_t seed = 77;
   EXPECT_TRUE(chi_square_ok(ints(sampling_from_logits(logits, idx, true, false, seed, 0)), p));
   const auto k4 = renorm(p, top_k_keep(p, 4));
-  EXPECT_TRUE(chi_square_ok(ints(top_k_top_p_sampling_from_logits(logits, 4, 0.6, idx,
-                                                                  "top_k_first", true, false,
-                                                                  seed, 0)),
+  EXPECT_TRUE(chi_square_ok(ints(top_k_top_p_sampling_from_logits(
+                                logits, 4, 0.6, idx, "top_k_first", true, false, seed, 0)),
                             renorm(k4, top_p_keep(k4, 0.6))));
-  EXPECT_TRUE(chi_square_ok(ints(top_k_top_p_sampling_from_logits(logits, 4, 0.55, idx, "joint",
-                                                                  true, false, seed, 0)),
-                            renorm(p, both(top_k_keep(p, 4), top_p_keep(p, 0.55)))));
+  EXPECT_TRUE(chi_square_ok(
+      ints(top_k_top_p_sampling_from_logits(logits, 4, 0.55, idx, "joint", true, false, seed, 0)),
+      renorm(p, both(top_k_keep(p, 4), top_p_keep(p, 0.55)))));
 }
 
 // ------------------------------------------------------------------------------------------
@@ -755,8 +750,7 @@ TEST(Samplers, DeterministicForFixedSeedAndOffset) {
   const Tensor probs = make_rows({kDist, kDist, kDist});
   const Tensor idx = draw_indices();
   auto run = [&](int64_t seed, int64_t off) {
-    return ints(top_k_top_p_sampling_from_probs(probs, 6, 0.8, idx, "joint", true, false, seed,
-                                                off)
+    return ints(top_k_top_p_sampling_from_probs(probs, 6, 0.8, idx, "joint", true, false, seed, off)
                     .samples);
   };
   EXPECT_EQ(run(5, 8), run(5, 8));
@@ -789,10 +783,10 @@ TEST(Samplers, DefaultStreamAdvancesLikeUpstream) {
   const auto first = ints(top_p_sampling_from_probs(probs, 0.9, idx).samples);
   const auto second = ints(top_p_sampling_from_probs(probs, 0.9, idx).samples);
   // The default stream uses the offset after advancing it by 32 words per row (rounded to 4).
-  EXPECT_EQ(first, ints(top_p_sampling_from_probs(probs, 0.9, idx, true, false, 4242, 320)
-                            .samples));
-  EXPECT_EQ(second, ints(top_p_sampling_from_probs(probs, 0.9, idx, true, false, 4242, 640)
-                             .samples));
+  EXPECT_EQ(first,
+            ints(top_p_sampling_from_probs(probs, 0.9, idx, true, false, 4242, 320).samples));
+  EXPECT_EQ(second,
+            ints(top_p_sampling_from_probs(probs, 0.9, idx, true, false, 4242, 640).samples));
   sampling_manual_seed(4242);
   EXPECT_EQ(ints(top_p_sampling_from_probs(probs, 0.9, idx).samples), first);
   // Probs sampling reserves B words: 10 rows -> offset 12.
@@ -851,12 +845,12 @@ TEST(SamplingErrors, BadInput) {
     EXPECT_FI_ERROR(top_p_renorm_probs(p, bad), "top_p_renorm_probs", "top_p");
     EXPECT_FI_ERROR(top_k_top_p_sampling_from_probs(p, 2, bad), "top_k_top_p_sampling_from_probs",
                     "top_p");
-    EXPECT_FI_ERROR(top_k_top_p_sampling_from_logits(p, 2, bad),
-                    "top_k_top_p_sampling_from_logits", "top_p");
+    EXPECT_FI_ERROR(top_k_top_p_sampling_from_logits(p, 2, bad), "top_k_top_p_sampling_from_logits",
+                    "top_p");
   }
-  EXPECT_FI_ERROR(top_p_sampling_from_probs(p, Tensor::from_vector({0.5, 0.0}, {2},
-                                                                   DType::kFloat32)),
-                  tp, "top_p");
+  EXPECT_FI_ERROR(
+      top_p_sampling_from_probs(p, Tensor::from_vector({0.5, 0.0}, {2}, DType::kFloat32)), tp,
+      "top_p");
   EXPECT_FI_ERROR(min_p_sampling_from_probs(p, 1.5), "min_p_sampling_from_probs", "min_p");
   EXPECT_FI_ERROR(min_p_sampling_from_probs(p, -0.5), "min_p_sampling_from_probs", "min_p");
   EXPECT_FI_ERROR(softmax(p, 0.0), "softmax", "temperature");
@@ -871,8 +865,8 @@ TEST(SamplingErrors, BadInput) {
   EXPECT_FI_ERROR(sampling_from_logits(p1), "sampling_from_logits", "logits");
   EXPECT_FI_ERROR(softmax(p3), "softmax", "logits");
   EXPECT_FI_ERROR(top_k_mask_logits(p1, 1), "top_k_mask_logits", "logits");
-  EXPECT_FI_ERROR(sampling_from_probs(Tensor::zeros({2, 3}, DType::kInt32)),
-                  "sampling_from_probs", "probs");
+  EXPECT_FI_ERROR(sampling_from_probs(Tensor::zeros({2, 3}, DType::kInt32)), "sampling_from_probs",
+                  "probs");
   EXPECT_FI_ERROR(sampling_from_probs(Tensor::zeros({2, 0}, DType::kFloat32)),
                   "sampling_from_probs", "probs");
   // Indices.
@@ -892,9 +886,9 @@ TEST(SamplingErrors, BadInput) {
   EXPECT_FI_ERROR(sampling_from_probs(pn, std::nullopt, true, true), "sampling_from_probs",
                   "probs");
   EXPECT_FI_ERROR(top_k_sampling_from_probs(pn, 2, std::nullopt, true, true), tk, "probs");
-  EXPECT_FI_ERROR(top_k_top_p_sampling_from_probs(pn, 2, 0.5, std::nullopt, "top_k_first", true,
-                                                  true),
-                  "top_k_top_p_sampling_from_probs", "probs");
+  EXPECT_FI_ERROR(
+      top_k_top_p_sampling_from_probs(pn, 2, 0.5, std::nullopt, "top_k_first", true, true),
+      "top_k_top_p_sampling_from_probs", "probs");
   EXPECT_FI_ERROR(sampling_from_logits(pn, std::nullopt, true, true), "sampling_from_logits",
                   "logits");
   const auto ok = ints(sampling_from_probs(pn, std::nullopt, true, false, 1, 0).samples);
@@ -904,16 +898,16 @@ TEST(SamplingErrors, BadInput) {
                   "sampling_from_probs", "offset");
   EXPECT_FI_ERROR(sampling_from_probs(p, std::nullopt, true, false, std::nullopt, 1),
                   "sampling_from_probs", "seed");
-  EXPECT_FI_ERROR(sampling_from_probs(p, std::nullopt, true, false,
-                                      int_tensor({1}, DType::kInt64), 1),
-                  "sampling_from_probs", "offset");
+  EXPECT_FI_ERROR(
+      sampling_from_probs(p, std::nullopt, true, false, int_tensor({1}, DType::kInt64), 1),
+      "sampling_from_probs", "offset");
   EXPECT_FI_ERROR(sampling_from_probs(p, std::nullopt, true, false, int_tensor({1}, DType::kInt32),
                                       int_tensor({1}, DType::kInt32)),
                   "sampling_from_probs", "seed");
-  EXPECT_FI_ERROR(sampling_from_probs(p, std::nullopt, true, false,
-                                      int_tensor({1, 2, 3}, DType::kInt64),
-                                      int_tensor({1}, DType::kInt64)),
-                  "sampling_from_probs", "seed");
+  EXPECT_FI_ERROR(
+      sampling_from_probs(p, std::nullopt, true, false, int_tensor({1, 2, 3}, DType::kInt64),
+                          int_tensor({1}, DType::kInt64)),
+      "sampling_from_probs", "seed");
   // filter_apply_order.
   EXPECT_FI_ERROR(top_k_top_p_sampling_from_probs(p, 2, 0.5, std::nullopt, "top_p_first"),
                   "top_k_top_p_sampling_from_probs", "filter_apply_order");
@@ -952,8 +946,8 @@ TEST(SamplingCuda, FiltersAndSoftmaxMatchCpu) {
       const Tensor p = random_probs(7, V, 51, dt);
       const Tensor pg = p.to(gpu);
       const Tensor kt = int_tensor({1, 2, 3, 10, 100, 1000, 50000});
-      const Tensor tt = Tensor::from_vector({0.1, 0.3, 0.5, 0.7, 0.9, 0.93, 0.95}, {7},
-                                            DType::kFloat32);
+      const Tensor tt =
+          Tensor::from_vector({0.1, 0.3, 0.5, 0.7, 0.9, 0.93, 0.95}, {7}, DType::kFloat32);
       EXPECT_TRUE(all_close(top_k_renorm_probs(pg, kt.to(gpu)), top_k_renorm_probs(p, kt),
                             default_tolerance(dt)));
       EXPECT_TRUE(all_close(top_k_mask_logits(pg, kt.to(gpu)), top_k_mask_logits(p, kt), {0, 0}));
@@ -961,8 +955,8 @@ TEST(SamplingCuda, FiltersAndSoftmaxMatchCpu) {
       // The nucleus boundary depends on fp32 summation order; with 32000 tokens a cumulative
       // mass can sit within summation error of top_p, so compare top-p on smaller rows only.
       if (V <= 1000) {
-        EXPECT_TRUE(all_close(top_p_renorm_probs(pg, tt.to(gpu)), top_p_renorm_probs(p, tt),
-                              {1e-6, 1e-4}));
+        EXPECT_TRUE(
+            all_close(top_p_renorm_probs(pg, tt.to(gpu)), top_p_renorm_probs(p, tt), {1e-6, 1e-4}));
       }
     }
   }
@@ -989,12 +983,11 @@ TEST(SamplingCuda, SamplersMatchCpuOnTieFreeInputs) {
       same(min_p_sampling_from_probs(pg, 0.2, std::nullopt, true, false, seed, off).samples,
            min_p_sampling_from_probs(p, 0.2, std::nullopt, true, false, seed, off).samples));
   for (const char* order : {"top_k_first", "joint"}) {
-    EXPECT_TRUE(same(top_k_top_p_sampling_from_probs(pg, 20, 0.6, std::nullopt, order, true,
-                                                     false, seed, off)
-                         .samples,
-                     top_k_top_p_sampling_from_probs(p, 20, 0.6, std::nullopt, order, true, false,
-                                                     seed, off)
-                         .samples))
+    EXPECT_TRUE(same(
+        top_k_top_p_sampling_from_probs(pg, 20, 0.6, std::nullopt, order, true, false, seed, off)
+            .samples,
+        top_k_top_p_sampling_from_probs(p, 20, 0.6, std::nullopt, order, true, false, seed, off)
+            .samples))
         << order;
   }
   Tensor logits = Tensor::empty({B, V}, DType::kFloat32);

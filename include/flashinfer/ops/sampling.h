@@ -41,8 +41,8 @@ template <class T>
 class ScalarOrTensor {
  public:
   template <class U>
-    requires(std::is_arithmetic_v<U> && !std::same_as<U, bool>)
-  ScalarOrTensor(U v) : scalar_(static_cast<T>(v)) {}
+  requires(std::is_arithmetic_v<U> && !std::same_as<U, bool>) ScalarOrTensor(U v)
+      : scalar_(static_cast<T>(v)) {}
   ScalarOrTensor(Tensor t) : tensor_(std::move(t)) {}
 
   bool is_tensor() const { return tensor_.defined(); }
@@ -100,25 +100,25 @@ Tensor sampling_from_logits(const Tensor& logits, std::optional<Tensor> indices 
 /// Top-p (nucleus) sampling by dual-pivot rejection: token j is kept iff the mass of tokens with
 /// a strictly larger prob is below top_p. top_p in (0, 1].
 SamplingResult top_p_sampling_from_probs(
-    const Tensor& probs, ScalarOrTensor<double> top_p,
-    std::optional<Tensor> indices = std::nullopt, bool deterministic = true,
-    bool check_nan = false, std::optional<ScalarOrTensor<int64_t>> seed = std::nullopt,
+    const Tensor& probs, ScalarOrTensor<double> top_p, std::optional<Tensor> indices = std::nullopt,
+    bool deterministic = true, bool check_nan = false,
+    std::optional<ScalarOrTensor<int64_t>> seed = std::nullopt,
     std::optional<ScalarOrTensor<int64_t>> offset = std::nullopt, bool return_valid = false);
 
 /// Top-k sampling by dual-pivot rejection: token j is kept iff fewer than top_k tokens have a
 /// strictly larger prob (ties at the boundary are all kept). top_k >= 1.
 SamplingResult top_k_sampling_from_probs(
     const Tensor& probs, ScalarOrTensor<int64_t> top_k,
-    std::optional<Tensor> indices = std::nullopt, bool deterministic = true,
-    bool check_nan = false, std::optional<ScalarOrTensor<int64_t>> seed = std::nullopt,
+    std::optional<Tensor> indices = std::nullopt, bool deterministic = true, bool check_nan = false,
+    std::optional<ScalarOrTensor<int64_t>> seed = std::nullopt,
     std::optional<ScalarOrTensor<int64_t>> offset = std::nullopt, bool return_valid = false);
 
 /// Min-p sampling: keeps p >= min_p * max(p), then inverse-CDF sampling scaled by the kept mass.
 /// min_p in [0, 1].
 SamplingResult min_p_sampling_from_probs(
-    const Tensor& probs, ScalarOrTensor<double> min_p,
-    std::optional<Tensor> indices = std::nullopt, bool deterministic = true,
-    bool check_nan = false, std::optional<ScalarOrTensor<int64_t>> seed = std::nullopt,
+    const Tensor& probs, ScalarOrTensor<double> min_p, std::optional<Tensor> indices = std::nullopt,
+    bool deterministic = true, bool check_nan = false,
+    std::optional<ScalarOrTensor<int64_t>> seed = std::nullopt,
     std::optional<ScalarOrTensor<int64_t>> offset = std::nullopt, bool return_valid = false);
 
 /// Top-k and top-p together. filter_apply_order "top_k_first": top_k_renorm_probs, then top-p

@@ -1,8 +1,8 @@
 #include "kernels/cpu/sampling_cpu.h"
 
 #include <algorithm>
-#include <functional>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -57,8 +57,8 @@ void store_value(void* base, DType dtype, int64_t index, float v) {
       static_cast<BFloat16*>(base)[index] = BFloat16::from_float(v);
       return;
     default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "sampling", "out", "dtype ",
-                      dtype_torch_name(dtype), " is not supported on the CPU");
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, "sampling", "out", "dtype ", dtype_torch_name(dtype),
+                      " is not supported on the CPU");
   }
 }
 

@@ -412,7 +412,7 @@ void nan_flag(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t
   dispatch_float(dtype, "check_nan", [&](auto tag) {
     using T = decltype(tag);
     nan_kernel<T><<<static_cast<unsigned>(rows), 256, 0, s>>>(static_cast<const T*>(data), cols,
-                                                               stride_row, stride_col, flag);
+                                                              stride_row, stride_col, flag);
   });
   check_launch("check_nan");
 }
