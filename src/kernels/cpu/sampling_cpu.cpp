@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "flashinfer/error.h"
@@ -168,22 +169,24 @@ void write_sample(const SamplingParams& p, int64_t b, int64_t tok) {
 }
 
 // The smallest key t with F(t) = sum of w over keys > t below `limit`: the filter keeps exactly
-// the tokens whose key is >= t. Bisection over the 32-bit key space, as the CUDA kernel does.
-uint32_t mass_threshold(const uint32_t* keys, const float* w, int64_t n, float limit) {
-  uint32_t lo = 0, hi = 0xFFFFFFFFu;
-  while (lo < hi) {
-    const uint32_t mid = lo + (hi - lo) / 2;
-    float f = 0.0f;
-    for (int64_t i = 0; i < n; ++i) {
-      if (keys[i] > mid) f += w[i];
-    }
-    if (f < limit) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
+// the tokens whose key is >= t. The CUDA kernel finds t by bisection over the key space; here the
+// same t comes from one descending sort: walking groups of equal keys, t moves down to a group's
+// key while the mass strictly above it is below `limit` (0 when every group qualifies).
+uint32_t mass_threshold(const uint32_t* keys, const float* w, int64_t n, float limit,
+                        std::vector<std::pair<uint32_t, float>>& tmp) {
+  tmp.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    if (keys[i] != 0u) tmp.emplace_back(keys[i], w[i]);
   }
-  return lo;
+  std::sort(tmp.begin(), tmp.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  float above = 0.0f;
+  uint32_t t = 0xFFFFFFFFu;
+  for (std::size_t g = 0; g < tmp.size();) {
+    if (!(above < limit)) return t;
+    t = tmp[g].first;
+    for (; g < tmp.size() && tmp[g].first == t; ++g) above += tmp[g].second;
+  }
+  return above < limit ? 0u : t;
 }
 
 // For top-k the bisection's answer is the k-th largest key (0 when fewer than k numbers).
@@ -237,6 +240,7 @@ void filter(const FilterParams& p) {
   {
     std::vector<float> x(static_cast<std::size_t>(n)), w(static_cast<std::size_t>(n));
     std::vector<uint32_t> keys(static_cast<std::size_t>(n)), tmp;
+    std::vector<std::pair<uint32_t, float>> pairs;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t b = 0; b < p.batch; ++b) {
       const SamplingRow& row = p.rows[b];
@@ -246,7 +250,7 @@ void filter(const FilterParams& p) {
         w[i] = x[i] > 0.0f ? x[i] : 0.0f;
       }
       const uint32_t t = p.kind == FilterKind::kTopPRenorm
-                             ? mass_threshold(keys.data(), w.data(), n, row.top_p)
+                             ? mass_threshold(keys.data(), w.data(), n, row.top_p, pairs)
                              : count_threshold(keys.data(), n, row.top_k, tmp);
       const int64_t out_base = b * p.out_stride_row;
       if (p.kind == FilterKind::kTopKMask) {
