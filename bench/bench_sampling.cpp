@@ -102,8 +102,8 @@ void BM_Sampling(benchmark::State& state, Op op, bool on_cuda) {
   int64_t step = 0;
   for (auto _ : state) {
     run(op, probs, logits, step++);
-    // On CUDA each call uploads its per-row table synchronously, which waits for the previous
-    // call's kernel: an iteration covers one kernel plus one small host-to-device copy.
+    // On CUDA each call uploads its per-row table and returns once its kernels have finished,
+    // so an iteration is one complete call: copy, kernel(s) and the stream synchronization.
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * batch * vocab * 4);
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * batch);

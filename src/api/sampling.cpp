@@ -226,6 +226,21 @@ class RowTable {
       device_ = h.to(device);
     }
   }
+  // The kernels reading this table (and any intermediate tensor of the call) may still run:
+  // wait for the stream before the device copy is freed, since cudaFree is not guaranteed to.
+  ~RowTable() {
+#if FLASHINFER_WITH_CUDA
+    if (device_.defined()) {
+      try {
+        kernels::cuda::stream_synchronize(current_cuda_stream());
+      } catch (...) {  // a failed kernel is reported by the next CUDA call
+      }
+    }
+#endif
+  }
+  RowTable(const RowTable&) = delete;
+  RowTable& operator=(const RowTable&) = delete;
+
   const SamplingRow* ptr() const {
     return device_.defined() ? static_cast<const SamplingRow*>(device_.data_ptr()) : rows_.data();
   }

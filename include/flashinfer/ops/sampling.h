@@ -20,8 +20,9 @@
 //  * deterministic / is_deterministic are accepted for compatibility; both backends are always
 //    deterministic (fixed-order reductions, no floating-point atomics).
 //  * Argument values (thresholds, indices, seeds) are validated on the host: per-row tensors on
-//    a CUDA device are copied to the host, and the per-row table is uploaded, so these calls
-//    synchronize the stream and cannot be captured in a CUDA graph.
+//    a CUDA device are copied to the host, the per-row table is uploaded, and a call returns
+//    once its kernels have finished, so these calls synchronize the stream and cannot be
+//    captured in a CUDA graph.
 #pragma once
 
 #include <concepts>

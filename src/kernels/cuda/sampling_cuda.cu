@@ -417,4 +417,8 @@ void nan_flag(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t
   check_launch("check_nan");
 }
 
+void stream_synchronize(void* stream) {
+  FLASHINFER_CUDA_CALL("sampling", cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+}
+
 }  // namespace flashinfer::kernels::cuda

@@ -16,4 +16,7 @@ void softmax(const SoftmaxParams& p, void* stream, bool enable_pdl);
 void nan_flag(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t stride_row,
               int64_t stride_col, int32_t* flag, void* stream);
 
+/// Blocks until `stream` has finished its work.
+void stream_synchronize(void* stream);
+
 }  // namespace flashinfer::kernels::cuda
