@@ -12,11 +12,12 @@
 //    every time, and the CPU and CUDA backends draw the same numbers with the same algorithm, so
 //    they pick the same tokens except where fp32 summation order decides.
 //    seed and offset are given together, both integers or both int64 tensors of length 1 or
-//    batch_out. Upstream's `generator` (a torch.Generator) has no C++ counterpart: when seed and
-//    offset are absent the library's own default stream supplies them (see
-//    sampling_manual_seed) and advances its offset like upstream advances the generator's.
-//    The `generator` slot is kept in the op declarations so recorded argument indices match
-//    upstream's; a recorded generator is ignored on replay.
+//    batch_out; they are 64-bit patterns (a negative int64 stands for its two's complement).
+//    Upstream's `generator` (a torch.Generator) has no C++ counterpart: when seed and offset
+//    are absent the library's own default stream supplies them (see sampling_manual_seed) and
+//    advances its offset like upstream advances the generator's. The `generator` slot is kept
+//    in the op declarations so recorded argument indices match upstream's; a recorded
+//    generator is ignored on replay.
 //  * deterministic / is_deterministic are accepted for compatibility; both backends are always
 //    deterministic (fixed-order reductions, no floating-point atomics).
 //  * Argument values (thresholds, indices, seeds) are validated on the host: per-row tensors on
