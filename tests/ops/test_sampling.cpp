@@ -303,6 +303,76 @@ TEST(SamplingDecl, InvokerReplaysTheCall) {
   EXPECT_EQ(ints(v.items()[1].as_tensor()), ints(direct.valid));
 }
 
+TEST(SamplingDecl, EveryInvokerMatchesTheDirectCall) {
+  // Every op run from Values (as replay does), all parameters passed by keyword, against the
+  // direct C++ call with the same arguments.
+  const Tensor probs = make_rows({kDist, kDist});
+  std::vector<double> lg;
+  for (double v : kDist) lg.push_back(std::log(v));
+  const Tensor logits = make_rows({lg, lg});
+  const Tensor idx = int_tensor({1, 0, 1, 1, 0}, DType::kInt64);
+  const Value seed(int64_t{3}), off(int64_t{8});
+  auto invoke = [](const char* name, std::vector<Value> pos,
+                   std::vector<std::pair<std::string, Value>> kw) {
+    const OpDecl* d = OpRegistry::global().find(name);
+    EXPECT_NE(d, nullptr) << name;
+    return d->invoke(CallArgs(*d, bind_arguments(*d, std::move(pos), std::move(kw))));
+  };
+  auto tensor_of = [](const Value& v) { return ints(v.as_tensor()); };
+  auto pair_of = [](const Value& v) {
+    return std::make_pair(ints(v.items()[0].as_tensor()), ints(v.items()[1].as_tensor()));
+  };
+  auto pair_direct = [](const SamplingResult& r) {
+    return std::make_pair(ints(r.samples), ints(r.valid));
+  };
+  const std::vector<std::pair<std::string, Value>> tail = {
+      {"indices", Value(idx)}, {"check_nan", Value(true)}, {"seed", seed}, {"offset", off}};
+  auto with = [&](std::vector<std::pair<std::string, Value>> kw, bool rv) {
+    kw.insert(kw.end(), tail.begin(), tail.end());
+    if (rv) kw.emplace_back("return_valid", Value(true));
+    return kw;
+  };
+  EXPECT_EQ(pair_of(invoke("sampling_from_probs", {Value(probs)}, with({}, true))),
+            pair_direct(sampling_from_probs(probs, idx, true, true, 3, 8, true)));
+  EXPECT_EQ(tensor_of(invoke("sampling_from_logits", {Value(logits)}, with({}, false))),
+            ints(sampling_from_logits(logits, idx, true, true, 3, 8)));
+  EXPECT_EQ(pair_of(invoke("top_p_sampling_from_probs", {Value(probs)},
+                           with({{"top_p", Value(0.5)}}, true))),
+            pair_direct(top_p_sampling_from_probs(probs, 0.5, idx, true, true, 3, 8, true)));
+  EXPECT_EQ(pair_of(invoke("top_k_sampling_from_probs", {Value(probs)},
+                           with({{"top_k", Value(int64_t{3})}}, true))),
+            pair_direct(top_k_sampling_from_probs(probs, 3, idx, true, true, 3, 8, true)));
+  EXPECT_EQ(pair_of(invoke("min_p_sampling_from_probs", {Value(probs)},
+                           with({{"min_p", Value(0.3)}}, true))),
+            pair_direct(min_p_sampling_from_probs(probs, 0.3, idx, true, true, 3, 8, true)));
+  for (const char* order : {"top_k_first", "joint"}) {
+    const auto kw = with({{"top_k", Value(int64_t{4})},
+                          {"top_p", Value(0.55)},
+                          {"filter_apply_order", Value(order)}},
+                         false);
+    auto kw_rv = kw;
+    kw_rv.emplace_back("return_valid", Value(true));
+    EXPECT_EQ(pair_of(invoke("top_k_top_p_sampling_from_probs", {Value(probs)}, kw_rv)),
+              pair_direct(top_k_top_p_sampling_from_probs(probs, 4, 0.55, idx, order, true, true, 3,
+                                                          8, true)))
+        << order;
+    EXPECT_EQ(tensor_of(invoke("top_k_top_p_sampling_from_logits", {Value(logits)}, kw)),
+              ints(top_k_top_p_sampling_from_logits(logits, 4, 0.55, idx, order, true, true, 3, 8)))
+        << order;
+  }
+  const Tensor t = Tensor::from_vector({0.5, 2.0}, {2}, DType::kFloat32);
+  EXPECT_TRUE(all_close(invoke("softmax", {Value(logits)}, {{"temperature", Value(t)}}).as_tensor(),
+                        softmax(logits, t), {0, 0}));
+  EXPECT_TRUE(
+      all_close(invoke("top_k_mask_logits", {Value(logits), Value(int64_t{2})}, {}).as_tensor(),
+                top_k_mask_logits(logits, 2), {0, 0}));
+  EXPECT_TRUE(
+      all_close(invoke("top_k_renorm_probs", {Value(probs), Value(int64_t{2})}, {}).as_tensor(),
+                top_k_renorm_probs(probs, 2), {0, 0}));
+  EXPECT_TRUE(all_close(invoke("top_p_renorm_probs", {Value(probs), Value(0.4)}, {}).as_tensor(),
+                        top_p_renorm_probs(probs, 0.4), {0, 0}));
+}
+
 // ------------------------------------------------------------------------------------------
 // softmax
 
