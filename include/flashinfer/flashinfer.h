@@ -9,6 +9,7 @@
 #include "flashinfer/float_formats.h"
 #include "flashinfer/op_decl.h"
 #include "flashinfer/ops/norm.h"
+#include "flashinfer/ops/sampling.h"
 #include "flashinfer/stream.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"

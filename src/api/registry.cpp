@@ -5,7 +5,11 @@
 namespace flashinfer::detail {
 
 void register_norm_ops(OpRegistry& registry);
+void register_sampling_ops(OpRegistry& registry);
 
-void register_builtin_ops(OpRegistry& registry) { register_norm_ops(registry); }
+void register_builtin_ops(OpRegistry& registry) {
+  register_norm_ops(registry);
+  register_sampling_ops(registry);
+}
 
 }  // namespace flashinfer::detail

@@ -1,0 +1,157 @@
+// Sampling ops (FlashInfer module flashinfer.sampling): softmax with temperature, sampling from
+// probabilities or logits with top-k / top-p / min-p filters, and the filters on their own.
+//
+// Conventions shared by every op here:
+//  * probs / logits are [batch, vocab] (fp32, fp16 or bf16, any strides); math is fp32.
+//  * Thresholds are one scalar for all rows or a per-row tensor [batch] on the input's device
+//    (ScalarOrTensor). Rows of a per-row tensor belong to output rows.
+//  * indices (optional, int32 or int64 [batch_out]) maps output row i to input row indices[i];
+//    the samples then have indices' dtype, otherwise int32.
+//  * Randomness: Philox-4x32-10 in cuRAND's layout, curand_init(seed, subsequence = output row,
+//    offset), uniforms in (0, 1]. The same seed and offset give the same samples on a backend
+//    every time, and the CPU and CUDA backends draw the same numbers with the same algorithm, so
+//    they pick the same tokens except where fp32 summation order decides.
+//    seed and offset are given together, both integers or both int64 tensors of length 1 or
+//    batch_out; they are 64-bit patterns (a negative int64 stands for its two's complement).
+//    Upstream's `generator` (a torch.Generator) has no C++ counterpart: when seed and offset
+//    are absent the library's own default stream supplies them (see sampling_manual_seed) and
+//    advances its offset like upstream advances the generator's. The `generator` slot is kept
+//    in the op declarations so recorded argument indices match upstream's; a recorded
+//    generator is ignored on replay.
+//  * deterministic / is_deterministic are accepted for compatibility; both backends are always
+//    deterministic (fixed-order reductions, no floating-point atomics).
+//  * Argument values (thresholds, indices, seeds) are validated on the host: per-row tensors on
+//    a CUDA device are copied to the host, the per-row table is uploaded, and a call returns
+//    once its kernels have finished, so these calls synchronize the stream and cannot be
+//    captured in a CUDA graph.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "flashinfer/tensor.h"
+#include "flashinfer/value.h"
+
+namespace flashinfer {
+
+/// Upstream's Union[Tensor, int] / Union[Tensor, float]: one value for every row, or a tensor.
+template <class T>
+class ScalarOrTensor {
+ public:
+  template <class U>
+  requires(std::is_arithmetic_v<U> && !std::same_as<U, bool>) ScalarOrTensor(U v)
+      : scalar_(static_cast<T>(v)) {}
+  ScalarOrTensor(Tensor t) : tensor_(std::move(t)) {}
+
+  bool is_tensor() const { return tensor_.defined(); }
+  T scalar() const { return scalar_; }
+  const Tensor& tensor() const { return tensor_; }
+
+ private:
+  T scalar_{};
+  Tensor tensor_;
+};
+
+template <class T>
+Value to_value(const ScalarOrTensor<T>& v) {
+  return v.is_tensor() ? Value(v.tensor()) : Value(v.scalar());
+}
+
+/// What the samplers return: `samples` [batch_out] (int32, or indices' dtype), and `valid`
+/// [batch_out] bool only when return_valid was set (false for a row with no token left to
+/// sample: all probabilities zero or NaN; such a row samples 0). Converts to the samples tensor.
+struct SamplingResult {
+  Tensor samples;
+  Tensor valid;
+  operator Tensor() const { return samples; }  // NOLINT: mirrors upstream returning a Tensor
+};
+
+/// Recorded like upstream's return value: the samples tensor, or (samples, valid).
+Value to_value(const SamplingResult& r);
+
+/// Reseeds the library's default Philox stream (used when seed/offset are absent) and resets
+/// its offset to 0. The initial seed is 67280421310721, torch's default.
+void sampling_manual_seed(uint64_t seed);
+
+/// Softmax of logits / temperature along the last dimension, returned as fp32 [batch, vocab].
+/// temperature: absent (1), a positive scalar, or a per-row tensor [batch] of positive values.
+Tensor softmax(const Tensor& logits,
+               std::optional<ScalarOrTensor<double>> temperature = std::nullopt,
+               std::optional<bool> enable_pdl = std::nullopt);
+
+/// Inverse-CDF sampling: one uniform u per row, the first token whose inclusive prefix sum of
+/// probs exceeds u (probs are expected to sum to 1 and are not renormalized).
+SamplingResult sampling_from_probs(const Tensor& probs,
+                                   std::optional<Tensor> indices = std::nullopt,
+                                   bool deterministic = true, bool check_nan = false,
+                                   std::optional<ScalarOrTensor<int64_t>> seed = std::nullopt,
+                                   std::optional<ScalarOrTensor<int64_t>> offset = std::nullopt,
+                                   bool return_valid = false);
+
+/// Sampling from softmax(logits) by Gumbel-max: argmax(logit + g), g = -log(-log(u)), one
+/// uniform per element (element j uses position offset + j of the row's stream).
+Tensor sampling_from_logits(const Tensor& logits, std::optional<Tensor> indices = std::nullopt,
+                            bool deterministic = true, bool check_nan = false,
+                            std::optional<ScalarOrTensor<int64_t>> seed = std::nullopt,
+                            std::optional<ScalarOrTensor<int64_t>> offset = std::nullopt);
+
+/// Top-p (nucleus) sampling by dual-pivot rejection: token j is kept iff the mass of tokens with
+/// a strictly larger prob is below top_p. top_p in (0, 1].
+SamplingResult top_p_sampling_from_probs(
+    const Tensor& probs, ScalarOrTensor<double> top_p, std::optional<Tensor> indices = std::nullopt,
+    bool deterministic = true, bool check_nan = false,
+    std::optional<ScalarOrTensor<int64_t>> seed = std::nullopt,
+    std::optional<ScalarOrTensor<int64_t>> offset = std::nullopt, bool return_valid = false);
+
+/// Top-k sampling by dual-pivot rejection: token j is kept iff fewer than top_k tokens have a
+/// strictly larger prob (ties at the boundary are all kept). top_k >= 1.
+SamplingResult top_k_sampling_from_probs(
+    const Tensor& probs, ScalarOrTensor<int64_t> top_k,
+    std::optional<Tensor> indices = std::nullopt, bool deterministic = true, bool check_nan = false,
+    std::optional<ScalarOrTensor<int64_t>> seed = std::nullopt,
+    std::optional<ScalarOrTensor<int64_t>> offset = std::nullopt, bool return_valid = false);
+
+/// Min-p sampling: keeps p >= min_p * max(p), then inverse-CDF sampling scaled by the kept mass.
+/// min_p in [0, 1].
+SamplingResult min_p_sampling_from_probs(
+    const Tensor& probs, ScalarOrTensor<double> min_p, std::optional<Tensor> indices = std::nullopt,
+    bool deterministic = true, bool check_nan = false,
+    std::optional<ScalarOrTensor<int64_t>> seed = std::nullopt,
+    std::optional<ScalarOrTensor<int64_t>> offset = std::nullopt, bool return_valid = false);
+
+/// Top-k and top-p together. filter_apply_order "top_k_first": top_k_renorm_probs, then top-p
+/// sampling of the renormalized rows; "joint": one rejection loop testing both filters against
+/// the original probs.
+SamplingResult top_k_top_p_sampling_from_probs(
+    const Tensor& probs, ScalarOrTensor<int64_t> top_k, ScalarOrTensor<double> top_p,
+    std::optional<Tensor> indices = std::nullopt,
+    const std::string& filter_apply_order = "top_k_first", bool deterministic = true,
+    bool check_nan = false, std::optional<ScalarOrTensor<int64_t>> seed = std::nullopt,
+    std::optional<ScalarOrTensor<int64_t>> offset = std::nullopt, bool return_valid = false);
+
+/// Top-k and top-p from logits. "top_k_first": top_k_mask_logits, softmax, top-p sampling;
+/// "joint": softmax, then the joint rejection loop.
+Tensor top_k_top_p_sampling_from_logits(
+    const Tensor& logits, ScalarOrTensor<int64_t> top_k, ScalarOrTensor<double> top_p,
+    std::optional<Tensor> indices = std::nullopt,
+    const std::string& filter_apply_order = "top_k_first", bool deterministic = true,
+    bool check_nan = false, std::optional<ScalarOrTensor<int64_t>> seed = std::nullopt,
+    std::optional<ScalarOrTensor<int64_t>> offset = std::nullopt);
+
+/// Logits with every entry outside the top-k set to -inf (same dtype; NaN entries are masked).
+Tensor top_k_mask_logits(const Tensor& logits, ScalarOrTensor<int64_t> top_k);
+
+/// Probs with every entry outside the top-k zeroed, renormalized to sum 1 (same dtype).
+Tensor top_k_renorm_probs(const Tensor& probs, ScalarOrTensor<int64_t> top_k,
+                          bool is_deterministic = false);
+
+/// Probs outside the top-p nucleus zeroed, renormalized; returned as fp32 (upstream casts the
+/// input to fp32 first).
+Tensor top_p_renorm_probs(const Tensor& probs, ScalarOrTensor<double> top_p,
+                          bool is_deterministic = false);
+
+}  // namespace flashinfer

@@ -1,0 +1,818 @@
+// Public sampling ops (flashinfer.sampling): declarations, argument checks, per-row tables and
+// dispatch. Every argument value is validated here, on the host, before any kernel runs.
+#include "flashinfer/ops/sampling.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "api/checks.h"
+#include "api/device_props.h"
+#include "flashinfer/api_call.h"
+#include "flashinfer/op_decl.h"
+#include "flashinfer/stream.h"
+#include "kernels/cpu/sampling_cpu.h"
+#include "kernels/sampling_params.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/sampling_cuda.h"
+#endif
+
+namespace flashinfer {
+
+Value to_value(const SamplingResult& r) {
+  if (r.valid.defined()) return Value::tuple({Value(r.samples), Value(r.valid)});
+  return Value(r.samples);
+}
+
+namespace {
+
+using kernels::FilterKind;
+using kernels::SamplingKind;
+using kernels::SamplingRow;
+using SeedArg = std::optional<ScalarOrTensor<int64_t>>;
+
+constexpr const char* kModule = "flashinfer.sampling";
+constexpr uint64_t kTorchDefaultSeed = 67280421310721ull;
+
+// ---------------------------------------------------------------------------------------------
+// The library-owned default stream, standing in for upstream's torch generator.
+
+struct DefaultStream {
+  std::mutex mu;
+  uint64_t seed = kTorchDefaultSeed;
+  uint64_t offset = 0;
+};
+
+DefaultStream& default_stream() {
+  static DefaultStream s;
+  return s;
+}
+
+// As upstream's get_seed_and_offset: the offset advances by `increment` rounded up to a multiple
+// of 4 and the advanced value is the one used.
+std::pair<uint64_t, uint64_t> draw_seed_offset(uint64_t increment) {
+  DefaultStream& s = default_stream();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.offset += (increment + 3) / 4 * 4;
+  return {s.seed, s.offset};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checks and host copies of small per-row tensors.
+
+void check_input(const Tensor& x, const char* op, const char* arg) {
+  api::check_defined(x, op, arg);
+  api::check_dim(x, {2}, op, arg);
+  api::check_dtype_in(x, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, arg);
+  api::check_non_empty(x, op, arg);
+}
+
+// A 1-D tensor of `len` entries (or 1 when `allow_one`) on `ref`'s device.
+void check_row_tensor(const Tensor& t, int64_t len, bool allow_one, const Tensor& ref,
+                      std::initializer_list<DType> dtypes, const char* op, const char* arg) {
+  api::check_defined(t, op, arg);
+  api::check_dim(t, {1}, op, arg);
+  api::check_dtype_in(t, dtypes, op, arg);
+  api::check_same_device(t, ref, op, arg, "the input");
+  const int64_t n = t.size(0);
+  FLASHINFER_CHECK(n == len || (allow_one && n == 1), op, arg, "expected length ", len,
+                   allow_one ? " (or 1)" : "", ", got shape ", shape_to_string(t.shape()));
+}
+
+// Exact integer values of a 1-D int32/int64 tensor on any device.
+std::vector<int64_t> host_ints(const Tensor& t) {
+  const Tensor h = t.device().is_cpu() ? t : t.to(Device::cpu());
+  std::vector<int64_t> v(static_cast<std::size_t>(h.size(0)));
+  for (int64_t i = 0; i < h.size(0); ++i) {
+    v[i] = h.dtype() == DType::kInt64 ? h.data<int64_t>()[i * h.stride(0)]
+                                      : h.data<int32_t>()[i * h.stride(0)];
+  }
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-row tables.
+
+// Output rows and their source rows; validates `indices`.
+std::vector<SamplingRow> base_rows(const Tensor& input, const std::optional<Tensor>& indices,
+                                   const char* op) {
+  const int64_t src_rows = input.size(0);
+  std::vector<SamplingRow> rows;
+  if (indices) {
+    const Tensor& idx = *indices;
+    api::check_defined(idx, op, "indices");
+    api::check_dim(idx, {1}, op, "indices");
+    api::check_dtype_in(idx, {DType::kInt32, DType::kInt64}, op, "indices");
+    api::check_same_device(idx, input, op, "indices", "the input");
+    const std::vector<int64_t> v = host_ints(idx);
+    rows.resize(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      FLASHINFER_CHECK(v[i] >= 0 && v[i] < src_rows, op, "indices", "indices[", i, "] = ", v[i],
+                       " is out of range [0, ", src_rows, ")");
+      rows[i].src_row = v[i];
+    }
+  } else {
+    rows.resize(static_cast<std::size_t>(src_rows));
+    for (int64_t i = 0; i < src_rows; ++i) rows[i].src_row = i;
+  }
+  return rows;
+}
+
+void apply_top_k(std::vector<SamplingRow>& rows, const ScalarOrTensor<int64_t>& top_k,
+                 const Tensor& input, const char* op) {
+  auto set = [&](std::size_t i, int64_t k) {
+    FLASHINFER_CHECK(k >= 1, op, "top_k", "must be >= 1, got ", k,
+                     top_k.is_tensor() ? " at row " + std::to_string(i) : std::string());
+    rows[i].top_k = static_cast<int32_t>(std::min<int64_t>(k, std::numeric_limits<int32_t>::max()));
+  };
+  if (top_k.is_tensor()) {
+    check_row_tensor(top_k.tensor(), static_cast<int64_t>(rows.size()), false, input,
+                     {DType::kInt32, DType::kInt64}, op, "top_k");
+    const std::vector<int64_t> v = host_ints(top_k.tensor());
+    for (std::size_t i = 0; i < rows.size(); ++i) set(i, v[i]);
+  } else {
+    for (std::size_t i = 0; i < rows.size(); ++i) set(i, top_k.scalar());
+  }
+}
+
+// A float per-row argument; `ok` says whether a value is in range, `range` describes the range.
+template <class Ok>
+void apply_float(std::vector<SamplingRow>& rows, const ScalarOrTensor<double>& arg,
+                 float SamplingRow::*field, const Tensor& input, const char* op, const char* name,
+                 const char* range, Ok ok) {
+  auto set = [&](std::size_t i, double v) {
+    FLASHINFER_CHECK(ok(v), op, name, "must be in ", range, ", got ", v,
+                     arg.is_tensor() ? " at row " + std::to_string(i) : std::string());
+    rows[i].*field = static_cast<float>(v);
+  };
+  if (arg.is_tensor()) {
+    check_row_tensor(arg.tensor(), static_cast<int64_t>(rows.size()), false, input,
+                     {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}, op,
+                     name);
+    const std::vector<double> v = arg.tensor().to_double_vector();
+    for (std::size_t i = 0; i < rows.size(); ++i) set(i, v[i]);
+  } else {
+    for (std::size_t i = 0; i < rows.size(); ++i) set(i, arg.scalar());
+  }
+}
+
+void apply_top_p(std::vector<SamplingRow>& rows, const ScalarOrTensor<double>& top_p,
+                 const Tensor& input, const char* op) {
+  apply_float(rows, top_p, &SamplingRow::top_p, input, op, "top_p", "(0, 1]",
+              [](double v) { return v > 0.0 && v <= 1.0; });
+}
+
+// Validates seed/offset; the default stream is advanced later, once every check has passed.
+void check_seed_offset(const SeedArg& seed, const SeedArg& offset, int64_t batch,
+                       const Tensor& input, const char* op) {
+  FLASHINFER_CHECK(seed.has_value() == offset.has_value(), op, seed ? "offset" : "seed",
+                   "seed and offset must be given together");
+  if (!seed) return;
+  FLASHINFER_CHECK(seed->is_tensor() == offset->is_tensor(), op, "offset",
+                   "seed and offset must both be integers or both be tensors");
+  if (seed->is_tensor()) {
+    check_row_tensor(seed->tensor(), batch, true, input, {DType::kInt64}, op, "seed");
+    check_row_tensor(offset->tensor(), batch, true, input, {DType::kInt64}, op, "offset");
+  }
+}
+
+void apply_seed_offset(std::vector<SamplingRow>& rows, const SeedArg& seed, const SeedArg& offset,
+                       uint64_t increment) {
+  if (!seed) {
+    const auto [s, o] = draw_seed_offset(increment);
+    for (SamplingRow& r : rows) {
+      r.seed = s;
+      r.offset = o;
+    }
+    return;
+  }
+  auto values = [&](const ScalarOrTensor<int64_t>& a) {
+    return a.is_tensor() ? host_ints(a.tensor()) : std::vector<int64_t>{a.scalar()};
+  };
+  const std::vector<int64_t> s = values(*seed), o = values(*offset);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    rows[i].seed = static_cast<uint64_t>(s.size() == 1 ? s[0] : s[i]);
+    rows[i].offset = static_cast<uint64_t>(o.size() == 1 ? o[0] : o[i]);
+  }
+}
+
+void check_no_nan(const Tensor& x, const char* op, const char* arg) {
+  bool nan = false;
+  if (x.device().is_cpu()) {
+    nan = kernels::cpu::has_nan(x.data_ptr(), x.dtype(), x.size(0), x.size(1), x.stride(0),
+                                x.stride(1));
+  } else {
+#if FLASHINFER_WITH_CUDA
+    Tensor flag = Tensor::empty({1}, DType::kInt32, x.device());
+    kernels::cuda::nan_flag(x.data_ptr(), x.dtype(), x.size(0), x.size(1), x.stride(0), x.stride(1),
+                            flag.data<int32_t>(), current_cuda_stream());
+    nan = flag.item() != 0.0;
+#endif
+  }
+  FLASHINFER_CHECK(!nan, op, arg, "contains NaN (check_nan=True)");
+}
+
+// The row table where the kernels can read it: host memory for the CPU, a device copy for CUDA.
+class RowTable {
+ public:
+  RowTable(std::vector<SamplingRow> rows, Device device) : rows_(std::move(rows)) {
+    if (!device.is_cpu() && !rows_.empty()) {
+      const std::size_t nbytes = rows_.size() * sizeof(SamplingRow);
+      Tensor h = Tensor::empty({static_cast<int64_t>(nbytes)}, DType::kUInt8);
+      std::memcpy(h.data_ptr(), rows_.data(), nbytes);
+      device_ = h.to(device);
+    }
+  }
+  // The kernels reading this table (and any intermediate tensor of the call) may still run:
+  // wait for the stream before the device copy is freed, since cudaFree is not guaranteed to.
+  ~RowTable() {
+#if FLASHINFER_WITH_CUDA
+    if (device_.defined()) {
+      try {
+        kernels::cuda::stream_synchronize(current_cuda_stream());
+      } catch (...) {  // a failed kernel is reported by the next CUDA call
+      }
+    }
+#endif
+  }
+  RowTable(const RowTable&) = delete;
+  RowTable& operator=(const RowTable&) = delete;
+
+  const SamplingRow* ptr() const {
+    return device_.defined() ? static_cast<const SamplingRow*>(device_.data_ptr()) : rows_.data();
+  }
+  int64_t size() const { return static_cast<int64_t>(rows_.size()); }
+
+ private:
+  std::vector<SamplingRow> rows_;
+  Tensor device_;
+};
+
+#if !FLASHINFER_WITH_CUDA
+[[noreturn]] void no_cuda(const char* op, const char* arg) {
+  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg,
+                  "CUDA tensor given to a build without the CUDA backend");
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Launch helpers (arguments already validated).
+
+SamplingResult launch_sample(const char* op, const Tensor& input,
+                             const std::vector<SamplingRow>& rows, SamplingKind kind,
+                             DType out_dtype, bool return_valid) {
+  const int64_t batch = static_cast<int64_t>(rows.size());
+  SamplingResult r;
+  r.samples = Tensor::empty({batch}, out_dtype, input.device());
+  Tensor valid = Tensor::empty({batch}, DType::kBool, input.device());
+  if (batch > 0) {
+    const RowTable table(rows, input.device());
+    kernels::SamplingParams p;
+    p.input = input.data_ptr();
+    p.dtype = input.dtype();
+    p.vocab = input.size(1);
+    p.in_stride_row = input.stride(0);
+    p.in_stride_col = input.stride(1);
+    p.rows = table.ptr();
+    p.batch = batch;
+    p.samples = r.samples.data_ptr();
+    p.out_dtype = out_dtype;
+    p.valid = valid.data<bool>();
+    p.kind = kind;
+    if (input.device().is_cpu()) {
+      kernels::cpu::sample(p);
+    } else {
+#if FLASHINFER_WITH_CUDA
+      kernels::cuda::sample(p, current_cuda_stream());
+#else
+      no_cuda(op, "probs");
+#endif
+    }
+  }
+  (void)op;
+  if (return_valid) r.valid = valid;
+  return r;
+}
+
+Tensor launch_filter(const char* op, const Tensor& input, const std::vector<SamplingRow>& rows,
+                     FilterKind kind, DType out_dtype) {
+  const int64_t batch = static_cast<int64_t>(rows.size());
+  Tensor out = Tensor::empty({batch, input.size(1)}, out_dtype, input.device());
+  if (batch == 0) return out;
+  const RowTable table(rows, input.device());
+  kernels::FilterParams p;
+  p.input = input.data_ptr();
+  p.in_dtype = input.dtype();
+  p.out = out.data_ptr();
+  p.out_dtype = out_dtype;
+  p.vocab = input.size(1);
+  p.in_stride_row = input.stride(0);
+  p.in_stride_col = input.stride(1);
+  p.out_stride_row = out.stride(0);
+  p.out_stride_col = out.stride(1);
+  p.rows = table.ptr();
+  p.batch = batch;
+  p.kind = kind;
+  if (input.device().is_cpu()) {
+    kernels::cpu::filter(p);
+  } else {
+#if FLASHINFER_WITH_CUDA
+    kernels::cuda::filter(p, current_cuda_stream());
+#else
+    no_cuda(op, "probs");
+#endif
+  }
+  (void)op;
+  return out;
+}
+
+Tensor launch_softmax(const char* op, const Tensor& logits, const std::vector<SamplingRow>& rows,
+                      std::optional<bool> enable_pdl) {
+  const int64_t batch = static_cast<int64_t>(rows.size());
+  Tensor out = Tensor::empty({batch, logits.size(1)}, DType::kFloat32, logits.device());
+  if (batch == 0) return out;
+  const RowTable table(rows, logits.device());
+  kernels::SoftmaxParams p;
+  p.logits = logits.data_ptr();
+  p.dtype = logits.dtype();
+  p.out = out.data<float>();
+  p.vocab = logits.size(1);
+  p.in_stride_row = logits.stride(0);
+  p.in_stride_col = logits.stride(1);
+  p.rows = table.ptr();
+  p.batch = batch;
+  if (logits.device().is_cpu()) {
+    kernels::cpu::softmax(p);
+  } else {
+#if FLASHINFER_WITH_CUDA
+    const bool* req = enable_pdl ? &*enable_pdl : nullptr;
+    kernels::cuda::softmax(p, current_cuda_stream(), api::resolve_enable_pdl(req, logits.device()));
+#else
+    no_cuda(op, "logits");
+#endif
+  }
+  (void)op;
+  (void)enable_pdl;
+  return out;
+}
+
+// Rows re-pointed at an intermediate [batch, vocab] tensor whose row b is output row b.
+std::vector<SamplingRow> identity_rows(std::vector<SamplingRow> rows) {
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i].src_row = static_cast<int64_t>(i);
+  return rows;
+}
+
+DType sample_dtype(const std::optional<Tensor>& indices) {
+  return indices ? indices->dtype() : DType::kInt32;
+}
+
+uint64_t rng_increment(SamplingKind kind, std::size_t batch, int64_t vocab) {
+  const uint64_t b = batch;
+  switch (kind) {
+    case SamplingKind::kProbs:
+    case SamplingKind::kMinP:
+      return b;
+    case SamplingKind::kLogits:
+      return b * static_cast<uint64_t>(vocab);
+    default:
+      return b * kernels::kRejectionWordsPerRow;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Op bodies.
+
+struct Filters {
+  const ScalarOrTensor<int64_t>* top_k = nullptr;
+  const ScalarOrTensor<double>* top_p = nullptr;
+  const ScalarOrTensor<double>* min_p = nullptr;
+};
+
+// Everything a sampler needs, validated, with seed/offset resolved.
+std::vector<SamplingRow> prepare_sampling(const char* op, const char* input_name,
+                                          const Tensor& input, const std::optional<Tensor>& indices,
+                                          Filters f, bool check_nan, const SeedArg& seed,
+                                          const SeedArg& offset, SamplingKind rng_kind) {
+  check_input(input, op, input_name);
+  std::vector<SamplingRow> rows = base_rows(input, indices, op);
+  if (f.top_k) apply_top_k(rows, *f.top_k, input, op);
+  if (f.top_p) apply_top_p(rows, *f.top_p, input, op);
+  if (f.min_p) {
+    apply_float(rows, *f.min_p, &SamplingRow::min_p, input, op, "min_p", "[0, 1]",
+                [](double v) { return v >= 0.0 && v <= 1.0; });
+  }
+  check_seed_offset(seed, offset, static_cast<int64_t>(rows.size()), input, op);
+  if (check_nan) check_no_nan(input, op, input_name);
+  apply_seed_offset(rows, seed, offset, rng_increment(rng_kind, rows.size(), input.size(1)));
+  return rows;
+}
+
+SamplingResult simple_sampler(const char* op, const Tensor& probs, SamplingKind kind, Filters f,
+                              const std::optional<Tensor>& indices, bool check_nan,
+                              const SeedArg& seed, const SeedArg& offset, bool return_valid) {
+  const std::vector<SamplingRow> rows =
+      prepare_sampling(op, "probs", probs, indices, f, check_nan, seed, offset, kind);
+  return launch_sample(op, probs, rows, kind, sample_dtype(indices), return_valid);
+}
+
+void check_order(const std::string& order, const char* op) {
+  FLASHINFER_CHECK(order == "top_k_first" || order == "joint", op, "filter_apply_order",
+                   "must be \"top_k_first\" or \"joint\", got \"", order, "\"");
+}
+
+SamplingResult top_k_top_p_probs_impl(const Tensor& probs, const ScalarOrTensor<int64_t>& top_k,
+                                      const ScalarOrTensor<double>& top_p,
+                                      const std::optional<Tensor>& indices,
+                                      const std::string& order, bool check_nan, const SeedArg& seed,
+                                      const SeedArg& offset, bool return_valid) {
+  const char* op = "top_k_top_p_sampling_from_probs";
+  check_order(order, op);
+  const Filters f{&top_k, &top_p, nullptr};
+  if (order == "joint") {
+    return simple_sampler(op, probs, SamplingKind::kTopKTopP, f, indices, check_nan, seed, offset,
+                          return_valid);
+  }
+  const std::vector<SamplingRow> rows = prepare_sampling(op, "probs", probs, indices, f, check_nan,
+                                                         seed, offset, SamplingKind::kTopP);
+  const Tensor renorm = launch_filter(op, probs, rows, FilterKind::kTopKRenorm, probs.dtype());
+  return launch_sample(op, renorm, identity_rows(rows), SamplingKind::kTopP, sample_dtype(indices),
+                       return_valid);
+}
+
+Tensor top_k_top_p_logits_impl(const Tensor& logits, const ScalarOrTensor<int64_t>& top_k,
+                               const ScalarOrTensor<double>& top_p,
+                               const std::optional<Tensor>& indices, const std::string& order,
+                               bool check_nan, const SeedArg& seed, const SeedArg& offset) {
+  const char* op = "top_k_top_p_sampling_from_logits";
+  check_order(order, op);
+  const Filters f{&top_k, &top_p, nullptr};
+  const std::vector<SamplingRow> rows = prepare_sampling(
+      op, "logits", logits, indices, f, check_nan, seed, offset, SamplingKind::kTopKTopP);
+  const std::vector<SamplingRow> own = identity_rows(rows);
+  Tensor probs;
+  SamplingKind kind;
+  if (order == "joint") {
+    probs = launch_softmax(op, logits, rows, std::nullopt);
+    kind = SamplingKind::kTopKTopP;
+  } else {
+    const Tensor masked = launch_filter(op, logits, rows, FilterKind::kTopKMask, logits.dtype());
+    probs = launch_softmax(op, masked, own, std::nullopt);
+    kind = SamplingKind::kTopP;
+  }
+  return launch_sample(op, probs, own, kind, sample_dtype(indices), false).samples;
+}
+
+Tensor softmax_impl(const Tensor& logits, const std::optional<ScalarOrTensor<double>>& temperature,
+                    std::optional<bool> enable_pdl) {
+  const char* op = "softmax";
+  check_input(logits, op, "logits");
+  std::vector<SamplingRow> rows = base_rows(logits, std::nullopt, op);
+  if (temperature) {
+    apply_float(rows, *temperature, &SamplingRow::temperature, logits, op, "temperature",
+                "(0, inf)", [](double v) { return v > 0.0 && std::isfinite(v); });
+  }
+  return launch_softmax(op, logits, rows, enable_pdl);
+}
+
+Tensor renorm_impl(const char* op, const char* input_name, const Tensor& input,
+                   const ScalarOrTensor<int64_t>* top_k, const ScalarOrTensor<double>* top_p,
+                   FilterKind kind, DType out_dtype) {
+  check_input(input, op, input_name);
+  std::vector<SamplingRow> rows = base_rows(input, std::nullopt, op);
+  if (top_k) apply_top_k(rows, *top_k, input, op);
+  if (top_p) apply_top_p(rows, *top_p, input, op);
+  return launch_filter(op, input, rows, kind, out_dtype);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Declarations.
+
+constexpr char kSoftmax[] = "softmax";
+constexpr char kSamplingFromProbs[] = "sampling_from_probs";
+constexpr char kSamplingFromLogits[] = "sampling_from_logits";
+constexpr char kTopP[] = "top_p_sampling_from_probs";
+constexpr char kTopK[] = "top_k_sampling_from_probs";
+constexpr char kMinP[] = "min_p_sampling_from_probs";
+constexpr char kTopKTopPProbs[] = "top_k_top_p_sampling_from_probs";
+constexpr char kTopKTopPLogits[] = "top_k_top_p_sampling_from_logits";
+constexpr char kTopKMask[] = "top_k_mask_logits";
+constexpr char kTopKRenorm[] = "top_k_renorm_probs";
+constexpr char kTopPRenorm[] = "top_p_renorm_probs";
+
+template <const char* Name>
+const OpDecl& decl_of() {
+  static const OpDecl& d = *OpRegistry::global().find(Name);
+  return d;
+}
+
+ScalarOrTensor<int64_t> int_or_tensor(const CallArgs& a, std::size_t i) {
+  if (a[i].is_tensor()) return ScalarOrTensor<int64_t>(a[i].as_tensor());
+  return ScalarOrTensor<int64_t>(a[i].as_int());
+}
+ScalarOrTensor<double> float_or_tensor(const CallArgs& a, std::size_t i) {
+  if (a[i].is_tensor()) return ScalarOrTensor<double>(a[i].as_tensor());
+  return ScalarOrTensor<double>(a[i].as_float());
+}
+SeedArg opt_int_or_tensor(const CallArgs& a, std::size_t i) {
+  if (a[i].is_none()) return std::nullopt;
+  return int_or_tensor(a, i);
+}
+std::optional<ScalarOrTensor<double>> opt_float_or_tensor(const CallArgs& a, std::size_t i) {
+  if (a[i].is_none()) return std::nullopt;
+  return float_or_tensor(a, i);
+}
+
+// indices, deterministic, generator, check_nan, seed, offset[, return_valid]: upstream's tail.
+void add_sampling_tail(std::vector<ParamDecl>& params, bool with_return_valid) {
+  params.push_back(ParamDecl("indices", ParamKind::kTensor).opt());
+  params.push_back(ParamDecl("deterministic", ParamKind::kBool).def(true));
+  params.push_back(ParamDecl("generator", ParamKind::kObject).opt().type("torch.Generator"));
+  params.push_back(ParamDecl("check_nan", ParamKind::kBool).def(false));
+  params.push_back(ParamDecl("seed", ParamKind::kAny).opt());
+  params.push_back(ParamDecl("offset", ParamKind::kAny).opt());
+  if (with_return_valid) params.push_back(ParamDecl("return_valid", ParamKind::kBool).def(false));
+}
+
+OpDecl make_decl(const char* name, std::vector<ParamDecl> params, const char* returns,
+                 const char* summary, OpInvoker invoke) {
+  OpDecl d;
+  d.name = name;
+  d.module = kModule;
+  d.params = std::move(params);
+  d.returns = returns;
+  d.summary = summary;
+  d.invoke = std::move(invoke);
+  return d;
+}
+
+constexpr const char* kSamplerReturns = "Union[Tensor, Tuple[Tensor, Tensor]]";
+
+// A sampler with one threshold argument at position 1: (probs, thr, tail...).
+OpDecl make_threshold_sampler_decl(const char* name, const char* thr, ParamKind kind,
+                                   const char* summary, OpInvoker invoke) {
+  std::vector<ParamDecl> params = {ParamDecl("probs", ParamKind::kTensor), ParamDecl(thr, kind)};
+  add_sampling_tail(params, true);
+  return make_decl(name, std::move(params), kSamplerReturns, summary, std::move(invoke));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Public functions. `generator` has no C++ parameter; its slot is passed as None.
+
+void sampling_manual_seed(uint64_t seed) {
+  DefaultStream& s = default_stream();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.seed = seed;
+  s.offset = 0;
+}
+
+Tensor softmax(const Tensor& logits, std::optional<ScalarOrTensor<double>> temperature,
+               std::optional<bool> enable_pdl) {
+  return call_api(
+      &decl_of<kSoftmax>, [&] { return softmax_impl(logits, temperature, enable_pdl); }, logits,
+      temperature, enable_pdl);
+}
+
+SamplingResult sampling_from_probs(const Tensor& probs, std::optional<Tensor> indices,
+                                   bool deterministic, bool check_nan, SeedArg seed, SeedArg offset,
+                                   bool return_valid) {
+  return call_api(
+      &decl_of<kSamplingFromProbs>,
+      [&] {
+        return simple_sampler("sampling_from_probs", probs, SamplingKind::kProbs, {}, indices,
+                              check_nan, seed, offset, return_valid);
+      },
+      probs, indices, deterministic, std::nullopt, check_nan, seed, offset, return_valid);
+}
+
+Tensor sampling_from_logits(const Tensor& logits, std::optional<Tensor> indices, bool deterministic,
+                            bool check_nan, SeedArg seed, SeedArg offset) {
+  return call_api(
+      &decl_of<kSamplingFromLogits>,
+      [&] {
+        const char* op = "sampling_from_logits";
+        const std::vector<SamplingRow> rows = prepare_sampling(
+            op, "logits", logits, indices, {}, check_nan, seed, offset, SamplingKind::kLogits);
+        return launch_sample(op, logits, rows, SamplingKind::kLogits, sample_dtype(indices), false)
+            .samples;
+      },
+      logits, indices, deterministic, std::nullopt, check_nan, seed, offset);
+}
+
+SamplingResult top_p_sampling_from_probs(const Tensor& probs, ScalarOrTensor<double> top_p,
+                                         std::optional<Tensor> indices, bool deterministic,
+                                         bool check_nan, SeedArg seed, SeedArg offset,
+                                         bool return_valid) {
+  return call_api(
+      &decl_of<kTopP>,
+      [&] {
+        return simple_sampler(kTopP, probs, SamplingKind::kTopP, {nullptr, &top_p, nullptr},
+                              indices, check_nan, seed, offset, return_valid);
+      },
+      probs, top_p, indices, deterministic, std::nullopt, check_nan, seed, offset, return_valid);
+}
+
+SamplingResult top_k_sampling_from_probs(const Tensor& probs, ScalarOrTensor<int64_t> top_k,
+                                         std::optional<Tensor> indices, bool deterministic,
+                                         bool check_nan, SeedArg seed, SeedArg offset,
+                                         bool return_valid) {
+  return call_api(
+      &decl_of<kTopK>,
+      [&] {
+        return simple_sampler(kTopK, probs, SamplingKind::kTopK, {&top_k, nullptr, nullptr},
+                              indices, check_nan, seed, offset, return_valid);
+      },
+      probs, top_k, indices, deterministic, std::nullopt, check_nan, seed, offset, return_valid);
+}
+
+SamplingResult min_p_sampling_from_probs(const Tensor& probs, ScalarOrTensor<double> min_p,
+                                         std::optional<Tensor> indices, bool deterministic,
+                                         bool check_nan, SeedArg seed, SeedArg offset,
+                                         bool return_valid) {
+  return call_api(
+      &decl_of<kMinP>,
+      [&] {
+        return simple_sampler(kMinP, probs, SamplingKind::kMinP, {nullptr, nullptr, &min_p},
+                              indices, check_nan, seed, offset, return_valid);
+      },
+      probs, min_p, indices, deterministic, std::nullopt, check_nan, seed, offset, return_valid);
+}
+
+SamplingResult top_k_top_p_sampling_from_probs(const Tensor& probs, ScalarOrTensor<int64_t> top_k,
+                                               ScalarOrTensor<double> top_p,
+                                               std::optional<Tensor> indices,
+                                               const std::string& filter_apply_order,
+                                               bool deterministic, bool check_nan, SeedArg seed,
+                                               SeedArg offset, bool return_valid) {
+  return call_api(
+      &decl_of<kTopKTopPProbs>,
+      [&] {
+        return top_k_top_p_probs_impl(probs, top_k, top_p, indices, filter_apply_order, check_nan,
+                                      seed, offset, return_valid);
+      },
+      probs, top_k, top_p, indices, filter_apply_order, deterministic, std::nullopt, check_nan,
+      seed, offset, return_valid);
+}
+
+Tensor top_k_top_p_sampling_from_logits(const Tensor& logits, ScalarOrTensor<int64_t> top_k,
+                                        ScalarOrTensor<double> top_p, std::optional<Tensor> indices,
+                                        const std::string& filter_apply_order, bool deterministic,
+                                        bool check_nan, SeedArg seed, SeedArg offset) {
+  return call_api(
+      &decl_of<kTopKTopPLogits>,
+      [&] {
+        return top_k_top_p_logits_impl(logits, top_k, top_p, indices, filter_apply_order, check_nan,
+                                       seed, offset);
+      },
+      logits, top_k, top_p, indices, filter_apply_order, deterministic, std::nullopt, check_nan,
+      seed, offset);
+}
+
+Tensor top_k_mask_logits(const Tensor& logits, ScalarOrTensor<int64_t> top_k) {
+  return call_api(
+      &decl_of<kTopKMask>,
+      [&] {
+        return renorm_impl(kTopKMask, "logits", logits, &top_k, nullptr, FilterKind::kTopKMask,
+                           logits.dtype());
+      },
+      logits, top_k);
+}
+
+Tensor top_k_renorm_probs(const Tensor& probs, ScalarOrTensor<int64_t> top_k,
+                          bool is_deterministic) {
+  return call_api(
+      &decl_of<kTopKRenorm>,
+      [&] {
+        return renorm_impl(kTopKRenorm, "probs", probs, &top_k, nullptr, FilterKind::kTopKRenorm,
+                           probs.dtype());
+      },
+      probs, top_k, is_deterministic);
+}
+
+Tensor top_p_renorm_probs(const Tensor& probs, ScalarOrTensor<double> top_p,
+                          bool is_deterministic) {
+  return call_api(
+      &decl_of<kTopPRenorm>,
+      [&] {
+        return renorm_impl(kTopPRenorm, "probs", probs, nullptr, &top_p, FilterKind::kTopPRenorm,
+                           DType::kFloat32);
+      },
+      probs, top_p, is_deterministic);
+}
+
+namespace detail {
+
+void register_sampling_ops(OpRegistry& registry) {
+  registry.add(make_decl(
+      kSoftmax,
+      {ParamDecl("logits", ParamKind::kTensor), ParamDecl("temperature", ParamKind::kAny).opt(),
+       ParamDecl("enable_pdl", ParamKind::kBool).opt()},
+      "Tensor", "Softmax of logits / temperature (scalar or per row), fp32 output",
+      [](const CallArgs& a) -> Value {
+        return softmax(a.tensor(0), opt_float_or_tensor(a, 1), a.optional_bool(2));
+      }));
+
+  {
+    std::vector<ParamDecl> params = {ParamDecl("probs", ParamKind::kTensor)};
+    add_sampling_tail(params, true);
+    registry.add(make_decl(kSamplingFromProbs, std::move(params), kSamplerReturns,
+                           "Inverse-CDF sampling from probabilities (Philox seed/offset)",
+                           [](const CallArgs& a) -> Value {
+                             return to_value(sampling_from_probs(
+                                 a.tensor(0), a.optional_tensor(1), a.boolean(2), a.boolean(4),
+                                 opt_int_or_tensor(a, 5), opt_int_or_tensor(a, 6), a.boolean(7)));
+                           }));
+  }
+  {
+    std::vector<ParamDecl> params = {ParamDecl("logits", ParamKind::kTensor)};
+    add_sampling_tail(params, false);
+    registry.add(make_decl(
+        kSamplingFromLogits, std::move(params), "Tensor",
+        "Gumbel-max sampling from logits (Philox seed/offset)", [](const CallArgs& a) -> Value {
+          return sampling_from_logits(a.tensor(0), a.optional_tensor(1), a.boolean(2), a.boolean(4),
+                                      opt_int_or_tensor(a, 5), opt_int_or_tensor(a, 6));
+        }));
+  }
+  registry.add(make_threshold_sampler_decl(
+      kTopP, "top_p", ParamKind::kAny, "Top-p sampling by dual-pivot rejection",
+      [](const CallArgs& a) -> Value {
+        return to_value(top_p_sampling_from_probs(
+            a.tensor(0), float_or_tensor(a, 1), a.optional_tensor(2), a.boolean(3), a.boolean(5),
+            opt_int_or_tensor(a, 6), opt_int_or_tensor(a, 7), a.boolean(8)));
+      }));
+  registry.add(make_threshold_sampler_decl(
+      kTopK, "top_k", ParamKind::kAny, "Top-k sampling by dual-pivot rejection",
+      [](const CallArgs& a) -> Value {
+        return to_value(top_k_sampling_from_probs(
+            a.tensor(0), int_or_tensor(a, 1), a.optional_tensor(2), a.boolean(3), a.boolean(5),
+            opt_int_or_tensor(a, 6), opt_int_or_tensor(a, 7), a.boolean(8)));
+      }));
+  registry.add(make_threshold_sampler_decl(
+      kMinP, "min_p", ParamKind::kAny, "Min-p sampling: keep p >= min_p * max(p)",
+      [](const CallArgs& a) -> Value {
+        return to_value(min_p_sampling_from_probs(
+            a.tensor(0), float_or_tensor(a, 1), a.optional_tensor(2), a.boolean(3), a.boolean(5),
+            opt_int_or_tensor(a, 6), opt_int_or_tensor(a, 7), a.boolean(8)));
+      }));
+  for (const bool from_logits : {false, true}) {
+    std::vector<ParamDecl> params = {
+        ParamDecl(from_logits ? "logits" : "probs", ParamKind::kTensor),
+        ParamDecl("top_k", ParamKind::kAny),
+        ParamDecl("top_p", ParamKind::kAny),
+        ParamDecl("indices", ParamKind::kTensor).opt(),
+        ParamDecl("filter_apply_order", ParamKind::kString).def("top_k_first"),
+        ParamDecl("deterministic", ParamKind::kBool).def(true),
+        ParamDecl("generator", ParamKind::kObject).opt().type("torch.Generator"),
+        ParamDecl("check_nan", ParamKind::kBool).def(false),
+        ParamDecl("seed", ParamKind::kAny).opt(),
+        ParamDecl("offset", ParamKind::kAny).opt()};
+    if (from_logits) {
+      registry.add(make_decl(kTopKTopPLogits, std::move(params), "Tensor",
+                             "Top-k and top-p sampling from logits (top_k_first or joint)",
+                             [](const CallArgs& a) -> Value {
+                               return top_k_top_p_sampling_from_logits(
+                                   a.tensor(0), int_or_tensor(a, 1), float_or_tensor(a, 2),
+                                   a.optional_tensor(3), a.str(4), a.boolean(5), a.boolean(7),
+                                   opt_int_or_tensor(a, 8), opt_int_or_tensor(a, 9));
+                             }));
+    } else {
+      params.push_back(ParamDecl("return_valid", ParamKind::kBool).def(false));
+      registry.add(make_decl(kTopKTopPProbs, std::move(params), kSamplerReturns,
+                             "Top-k and top-p sampling from probabilities (top_k_first or joint)",
+                             [](const CallArgs& a) -> Value {
+                               return to_value(top_k_top_p_sampling_from_probs(
+                                   a.tensor(0), int_or_tensor(a, 1), float_or_tensor(a, 2),
+                                   a.optional_tensor(3), a.str(4), a.boolean(5), a.boolean(7),
+                                   opt_int_or_tensor(a, 8), opt_int_or_tensor(a, 9),
+                                   a.boolean(10)));
+                             }));
+    }
+  }
+  registry.add(make_decl(
+      kTopKMask, {ParamDecl("logits", ParamKind::kTensor), ParamDecl("top_k", ParamKind::kAny)},
+      "Tensor", "Logits outside the top-k set to -inf", [](const CallArgs& a) -> Value {
+        return top_k_mask_logits(a.tensor(0), int_or_tensor(a, 1));
+      }));
+  registry.add(make_decl(
+      kTopKRenorm,
+      {ParamDecl("probs", ParamKind::kTensor), ParamDecl("top_k", ParamKind::kAny),
+       ParamDecl("is_deterministic", ParamKind::kBool).def(false)},
+      "Tensor", "Probs outside the top-k zeroed and renormalized", [](const CallArgs& a) -> Value {
+        return top_k_renorm_probs(a.tensor(0), int_or_tensor(a, 1), a.boolean(2));
+      }));
+  registry.add(
+      make_decl(kTopPRenorm,
+                {ParamDecl("probs", ParamKind::kTensor), ParamDecl("top_p", ParamKind::kAny),
+                 ParamDecl("is_deterministic", ParamKind::kBool).def(false)},
+                "Tensor", "Probs outside the top-p nucleus zeroed and renormalized (fp32)",
+                [](const CallArgs& a) -> Value {
+                  return top_p_renorm_probs(a.tensor(0), float_or_tensor(a, 1), a.boolean(2));
+                }));
+}
+
+}  // namespace detail
+}  // namespace flashinfer

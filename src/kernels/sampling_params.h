@@ -1,0 +1,121 @@
+// Private: what the sampling kernels of every backend receive, plus the small pieces of math
+// both backends must evaluate identically (ordered float keys, filter tests). Strides are in
+// elements. Per-output-row arguments (source row, thresholds, seed, offset, temperature) are
+// resolved and validated on the host into one SamplingRow table, so kernels never see Tensors,
+// scalar-or-tensor unions or out-of-range indices.
+#pragma once
+
+#include <cstdint>
+
+#include "flashinfer/dtype.h"
+#include "kernels/philox.h"
+
+namespace flashinfer::kernels {
+
+/// One output row of a sampling, filtering or softmax call.
+struct SamplingRow {
+  int64_t src_row = 0;  // row of the input to read (indices[b], or b)
+  uint64_t seed = 0;    // Philox key
+  uint64_t offset = 0;  // Philox position; the subsequence is the output row b
+  int32_t top_k = 0;    // >= 1
+  float top_p = 1.0f;   // (0, 1]
+  float min_p = 0.0f;   // [0, 1]
+  float temperature = 1.0f;
+};
+
+enum class SamplingKind : int32_t {
+  kProbs,     // inverse CDF over the whole row
+  kTopK,      // dual-pivot rejection, top-k test
+  kTopP,      // dual-pivot rejection, top-p test
+  kTopKTopP,  // dual-pivot rejection, both tests ("joint")
+  kMinP,      // one pass: keep p >= min_p * max(p)
+  kLogits,    // Gumbel-max over logits
+};
+
+struct SamplingParams {
+  const void* input = nullptr;  // probs or logits [src_rows, vocab]
+  DType dtype = DType::kFloat32;
+  int64_t vocab = 0;
+  int64_t in_stride_row = 0, in_stride_col = 1;
+  const SamplingRow* rows = nullptr;  // [batch], host memory for the CPU, device memory for CUDA
+  int64_t batch = 0;
+  void* samples = nullptr;  // [batch], int32 or int64
+  DType out_dtype = DType::kInt32;
+  bool* valid = nullptr;  // [batch]
+  SamplingKind kind = SamplingKind::kProbs;
+};
+
+enum class FilterKind : int32_t {
+  kTopKRenorm,  // zero all but the top-k probs, renormalize
+  kTopPRenorm,  // zero all but the top-p nucleus, renormalize
+  kTopKMask,    // set all but the top-k logits to -inf
+};
+
+struct FilterParams {
+  const void* input = nullptr;
+  DType in_dtype = DType::kFloat32;
+  void* out = nullptr;
+  DType out_dtype = DType::kFloat32;
+  int64_t vocab = 0;
+  int64_t in_stride_row = 0, in_stride_col = 1;
+  int64_t out_stride_row = 0, out_stride_col = 1;
+  const SamplingRow* rows = nullptr;
+  int64_t batch = 0;
+  FilterKind kind = FilterKind::kTopKRenorm;
+};
+
+struct SoftmaxParams {
+  const void* logits = nullptr;
+  DType dtype = DType::kFloat32;
+  float* out = nullptr;  // [batch, vocab] contiguous fp32
+  int64_t vocab = 0;
+  int64_t in_stride_row = 0, in_stride_col = 1;
+  const SamplingRow* rows = nullptr;  // src_row and temperature
+  int64_t batch = 0;
+};
+
+/// A key whose unsigned order is the float order: larger float, larger key; -0 and +0 share a
+/// key, and every NaN maps to 0, below all numbers (NaNs are never kept by a filter).
+FLASHINFER_HD uint32_t ordered_key(float x) {
+  if (x != x) return 0u;
+  if (x == 0.0f) x = 0.0f;  // -0 -> +0
+  uint32_t bits;
+#if defined(__CUDA_ARCH__)
+  bits = __float_as_uint(x);
+#else
+  __builtin_memcpy(&bits, &x, sizeof(bits));
+#endif
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+
+/// The filter test of the rejection samplers for a candidate value: `count` tokens with a
+/// strictly larger prob, holding `mass`. Top-k keeps a token with fewer than k strictly larger
+/// ones; top-p keeps it while the strictly larger mass is below top_p.
+FLASHINFER_HD bool filter_accepts(SamplingKind kind, const SamplingRow& row, int64_t count,
+                                  float mass) {
+  switch (kind) {
+    case SamplingKind::kTopK:
+      return count < row.top_k;
+    case SamplingKind::kTopP:
+      return mass < row.top_p;
+    case SamplingKind::kTopKTopP:
+      return count < row.top_k && mass < row.top_p;
+    default:
+      return true;
+  }
+}
+
+/// Gumbel noise -log(-log(u)). u = 1 (words within 128 of 2^32 round to 1.0f) would give +inf
+/// and win regardless of the logits, so u is capped at the largest float below 1 (noise <= 16.6);
+/// the capped tail has probability ~3e-8.
+FLASHINFER_HD float gumbel_noise(float u) {
+  u = u < 0x1.fffffep-1f ? u : 0x1.fffffep-1f;
+  return -logf(-logf(u));
+}
+
+/// Number of 32-bit random words upstream reserves per output row when it advances its default
+/// generator (rounded up to a multiple of 4 over the call): B for probs/min-p, 32 B for the
+/// rejection samplers, B * vocab for Gumbel over logits.
+inline constexpr uint64_t kRejectionWordsPerRow = 32;
+
+}  // namespace flashinfer::kernels

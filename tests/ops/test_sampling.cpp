@@ -1,0 +1,1090 @@
+// Tests for the sampling ops (flashinfer.sampling) and the Philox-4x32-10 generator under them.
+//
+// Philox is checked against Random123's published known-answer vectors. Filters and softmax are
+// checked against naive fp64 formulas and hand-checked goldens (some from upstream's docstring
+// examples). Samplers are checked by exact answers where the answer is forced, by replaying the
+// documented random stream in the test, by "no sample ever violates the filter" over many draws,
+// and by chi-square tests of the sampled distribution against the filtered, renormalized probs.
+// Every bad-input case must raise a flashinfer::Error naming the op and the argument. CUDA cases
+// compare the CUDA backend with the CPU one and skip without a GPU.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "kernels/philox.h"
+#include "kernels/sampling_params.h"
+#include "util/test_util.h"
+
+namespace flashinfer {
+namespace {
+
+using testing::all_close;
+using testing::default_tolerance;
+using Rows = std::vector<std::vector<double>>;
+
+// ------------------------------------------------------------------------------------------
+// Helpers
+
+Tensor make_rows(const Rows& rows, DType dtype = DType::kFloat32) {
+  std::vector<double> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  return Tensor::from_vector(
+      flat, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())}, dtype);
+}
+
+Tensor int_tensor(const std::vector<int64_t>& v, DType dtype = DType::kInt32) {
+  std::vector<double> d(v.begin(), v.end());
+  return Tensor::from_vector(d, {static_cast<int64_t>(v.size())}, dtype);
+}
+
+std::vector<int64_t> ints(const Tensor& t) {
+  std::vector<int64_t> out;
+  for (double d : t.to_double_vector()) out.push_back(static_cast<int64_t>(d));
+  return out;
+}
+
+// Values after rounding to fp32, as the kernels see them.
+std::vector<double> as_f32(const std::vector<double>& v) {
+  std::vector<double> out;
+  for (double d : v) out.push_back(static_cast<float>(d));
+  return out;
+}
+
+// Tokens a filter keeps, by the definitions (fp64): top-k keeps fewer than k strictly larger,
+// top-p keeps a strictly-larger mass below top_p, min-p keeps p >= min_p * max.
+std::vector<bool> top_k_keep(const std::vector<double>& p, int64_t k) {
+  std::vector<bool> keep(p.size());
+  for (std::size_t j = 0; j < p.size(); ++j) {
+    int64_t larger = 0;
+    for (double q : p) larger += q > p[j];
+    keep[j] = !std::isnan(p[j]) && larger < k;
+  }
+  return keep;
+}
+std::vector<bool> top_p_keep(const std::vector<double>& p, double top_p) {
+  std::vector<bool> keep(p.size());
+  for (std::size_t j = 0; j < p.size(); ++j) {
+    double mass = 0.0;
+    for (double q : p) mass += q > p[j] ? q : 0.0;
+    keep[j] = mass < top_p;
+  }
+  return keep;
+}
+std::vector<bool> min_p_keep(const std::vector<double>& p, double min_p) {
+  const double mx = *std::max_element(p.begin(), p.end());
+  std::vector<bool> keep(p.size());
+  for (std::size_t j = 0; j < p.size(); ++j) keep[j] = p[j] >= min_p * mx && p[j] > 0.0;
+  return keep;
+}
+std::vector<bool> both(const std::vector<bool>& a, const std::vector<bool>& b) {
+  std::vector<bool> out(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) out[i] = a[i] && b[i];
+  return out;
+}
+std::vector<double> renorm(const std::vector<double>& p, const std::vector<bool>& keep) {
+  double s = 0.0;
+  for (std::size_t i = 0; i < p.size(); ++i) s += keep[i] ? p[i] : 0.0;
+  std::vector<double> out(p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) out[i] = keep[i] ? p[i] / s : 0.0;
+  return out;
+}
+std::vector<double> softmax64(const std::vector<double>& x, double t = 1.0) {
+  double m = -INFINITY;
+  for (double v : x) m = std::max(m, v / t);
+  std::vector<double> e(x.size());
+  double s = 0.0;
+  for (std::size_t i = 0; i < x.size(); ++i) s += e[i] = std::exp(x[i] / t - m);
+  for (double& v : e) v /= s;
+  return e;
+}
+
+// Wilson-Hilferty approximation of the chi-square quantile with `df` degrees of freedom at
+// one-sided normal quantile z; z = 4.753 is the 1 - 1e-6 quantile (accurate to a few percent for
+// df >= 1, far below the gap between a correct and a wrong distribution here).
+double chi2_critical(int df, double z = 4.753) {
+  const double a = 2.0 / (9.0 * df);
+  return df * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
+}
+
+// Chi-square test of `samples` against `expected` probabilities. Tokens with expected
+// probability 0 must never be drawn (that is the filter); the rest are tested with a fixed seed,
+// so the test is deterministic, against the 1 - 1e-6 quantile: a correct sampler fails for a given
+// seed with probability ~1e-6, while a wrong one (unfiltered, not renormalized, off by one
+// token) moves expected counts of 20000 draws by hundreds and the statistic into the thousands.
+::testing::AssertionResult chi_square_ok(const std::vector<int64_t>& samples,
+                                         const std::vector<double>& expected) {
+  std::vector<int64_t> counts(expected.size(), 0);
+  for (int64_t s : samples) {
+    if (s < 0 || s >= static_cast<int64_t>(expected.size())) {
+      return ::testing::AssertionFailure() << "sample " << s << " out of range";
+    }
+    ++counts[s];
+  }
+  const double n = static_cast<double>(samples.size());
+  double stat = 0.0;
+  int cells = 0;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    if (expected[i] == 0.0) {
+      if (counts[i] != 0) {
+        return ::testing::AssertionFailure()
+               << "token " << i << " has expected probability 0 but was drawn " << counts[i]
+               << " times";
+      }
+      continue;
+    }
+    const double e = expected[i] * n;
+    stat += (counts[i] - e) * (counts[i] - e) / e;
+    ++cells;
+  }
+  if (cells <= 1) return ::testing::AssertionSuccess();
+  const double crit = chi2_critical(cells - 1);
+  if (stat <= crit) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "chi-square " << stat << " > critical " << crit << " (df " << cells - 1 << ")";
+}
+
+// The distribution of the chi-square tests: masses chosen so every filter boundary has a wide
+// margin, scattered over positions so index order is not the value order.
+// Sorted values: .25 .2 .15 .12 .1 .08 .05 .03 .015 .005 (sum 1).
+const std::vector<double> kDist = {0.12, 0.015, 0.25, 0.05, 0.1, 0.005, 0.2, 0.08, 0.03, 0.15};
+
+constexpr int64_t kDraws = 20000;
+
+// kDraws output rows all reading row 0 (indices), so one call gives kDraws independent draws.
+Tensor draw_indices() { return int_tensor(std::vector<int64_t>(kDraws, 0)); }
+
+// ------------------------------------------------------------------------------------------
+// Philox
+
+// Random123 tests/kat_vectors, the "philox4x32 7" and "philox4x32 10" lines: counter (4 words),
+// key (2 words), expected output (4 words).
+struct Kat {
+  uint32_t ctr[4], key[2], out[4];
+};
+const Kat kKat10[] = {
+    {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+    {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+     {0xffffffff, 0xffffffff},
+     {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+    {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+     {0xa4093822, 0x299f31d0},
+     {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+};
+const Kat kKat7[] = {
+    {{0, 0, 0, 0}, {0, 0}, {0x5f6fb709, 0x0d893f64, 0x4f121f81, 0x4f730a48}},
+    {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+     {0xffffffff, 0xffffffff},
+     {0x5207ddc2, 0x45165e59, 0x4d8ee751, 0x8c52f662}},
+    {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+     {0xa4093822, 0x299f31d0},
+     {0x4dfccaba, 0x190a87f0, 0xc47362ba, 0xb6b5242a}},
+};
+
+template <int R>
+void check_kat(const Kat& k) {
+  const kernels::Philox4x32 c = {{k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]}};
+  const kernels::Philox4x32 r = kernels::philox4x32<R>(c, k.key[0], k.key[1]);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(r.v[i], k.out[i]) << "word " << i;
+}
+
+TEST(Philox, Random123KnownAnswers) {
+  for (const Kat& k : kKat10) check_kat<10>(k);
+  for (const Kat& k : kKat7) check_kat<7>(k);
+}
+
+TEST(Philox, StreamLayoutIsCurandInit) {
+  // curand_init(seed, subsequence, offset): key = seed halves, counter = subsequence in the high
+  // 64 bits + position / 4 in the low 64 bits; word position % 4 of that block.
+  const uint64_t seed = 0x0123456789abcdefull, sub = 0x1122334455667788ull;
+  for (uint64_t offset : {0ull, 1ull, 3ull, 4ull, 5ull, 1000003ull}) {
+    kernels::PhiloxStream s(seed, sub, offset);
+    for (uint64_t n = 0; n < 11; ++n) {
+      const uint64_t pos = offset + n;
+      const kernels::Philox4x32 c = {{static_cast<uint32_t>(pos >> 2),
+                                      static_cast<uint32_t>(pos >> 34), 0x55667788u, 0x11223344u}};
+      const kernels::Philox4x32 blk = kernels::philox4x32<10>(c, 0x89abcdefu, 0x01234567u);
+      EXPECT_EQ(s.next_u32(), blk.v[pos & 3]) << "offset " << offset << " draw " << n;
+    }
+  }
+}
+
+TEST(Philox, UniformMapIsCurandUniform) {
+  // x * 2^-32 + 2^-33 in fp32: (0, 1], both ends reachable.
+  EXPECT_EQ(kernels::philox_word_to_uniform(0), 0x1p-33f);
+  EXPECT_EQ(kernels::philox_word_to_uniform(1), 0x1.8p-32f);
+  EXPECT_EQ(kernels::philox_word_to_uniform(0xffffffffu), 1.0f);
+  EXPECT_EQ(kernels::philox_word_to_uniform(0x80000000u), 0.5f);
+  kernels::PhiloxStream s(7, 3, 0);
+  for (int i = 0; i < 4096; ++i) {
+    const float u = s.next_uniform();
+    EXPECT_GT(u, 0.0f);
+    EXPECT_LE(u, 1.0f);
+  }
+}
+
+TEST(Philox, OrderedKeyFollowsFloatOrder) {
+  const std::vector<float> v = {-INFINITY, -3.5f, -1e-30f, -0.0f,   0.0f,
+                                1e-30f,    0.25f, 7.0f,    INFINITY};
+  for (std::size_t i = 0; i + 1 < v.size(); ++i) {
+    if (v[i] == v[i + 1]) {
+      EXPECT_EQ(kernels::ordered_key(v[i]), kernels::ordered_key(v[i + 1]));
+    } else {
+      EXPECT_LT(kernels::ordered_key(v[i]), kernels::ordered_key(v[i + 1])) << v[i];
+    }
+  }
+  EXPECT_EQ(kernels::ordered_key(NAN), 0u);
+  EXPECT_EQ(kernels::ordered_key(-NAN), 0u);
+  EXPECT_GT(kernels::ordered_key(-INFINITY), 0u);
+}
+
+// ------------------------------------------------------------------------------------------
+// Declarations
+
+TEST(SamplingDecl, SignaturesMatchUpstream) {
+  const std::pair<const char*, const char*> expected[] = {
+      {"softmax", "(logits, temperature=None, enable_pdl=None)"},
+      {"sampling_from_probs",
+       "(probs, indices=None, deterministic=True, generator=None, check_nan=False, seed=None, "
+       "offset=None, return_valid=False)"},
+      {"sampling_from_logits",
+       "(logits, indices=None, deterministic=True, generator=None, check_nan=False, seed=None, "
+       "offset=None)"},
+      {"top_p_sampling_from_probs",
+       "(probs, top_p, indices=None, deterministic=True, generator=None, check_nan=False, "
+       "seed=None, offset=None, return_valid=False)"},
+      {"top_k_sampling_from_probs",
+       "(probs, top_k, indices=None, deterministic=True, generator=None, check_nan=False, "
+       "seed=None, offset=None, return_valid=False)"},
+      {"min_p_sampling_from_probs",
+       "(probs, min_p, indices=None, deterministic=True, generator=None, check_nan=False, "
+       "seed=None, offset=None, return_valid=False)"},
+      {"top_k_top_p_sampling_from_probs",
+       "(probs, top_k, top_p, indices=None, filter_apply_order='top_k_first', "
+       "deterministic=True, generator=None, check_nan=False, seed=None, offset=None, "
+       "return_valid=False)"},
+      {"top_k_top_p_sampling_from_logits",
+       "(logits, top_k, top_p, indices=None, filter_apply_order='top_k_first', "
+       "deterministic=True, generator=None, check_nan=False, seed=None, offset=None)"},
+      {"top_k_mask_logits", "(logits, top_k)"},
+      {"top_k_renorm_probs", "(probs, top_k, is_deterministic=False)"},
+      {"top_p_renorm_probs", "(probs, top_p, is_deterministic=False)"},
+  };
+  for (const auto& [name, sig] : expected) {
+    const OpDecl* d = OpRegistry::global().find(name);
+    ASSERT_NE(d, nullptr) << name;
+    EXPECT_EQ(d->module, "flashinfer.sampling") << name;
+    EXPECT_EQ(d->signature(), sig) << name;
+    EXPECT_TRUE(static_cast<bool>(d->invoke)) << name;
+  }
+}
+
+TEST(SamplingDecl, InvokerReplaysTheCall) {
+  const Tensor probs = make_rows({kDist, kDist});
+  const OpDecl* d = OpRegistry::global().find("top_p_sampling_from_probs");
+  ASSERT_NE(d, nullptr);
+  const Tensor idx = draw_indices();
+  std::vector<Value> args = bind_arguments(
+      *d, {Value(probs), Value(0.5), Value(idx)},
+      {{"seed", Value(int64_t{11})}, {"offset", Value(int64_t{4})}, {"return_valid", Value(true)}});
+  const Value v = d->invoke(CallArgs(*d, std::move(args)));
+  ASSERT_EQ(v.kind(), Value::Kind::kTuple);
+  const SamplingResult direct =
+      top_p_sampling_from_probs(probs, 0.5, idx, true, false, int64_t{11}, int64_t{4}, true);
+  EXPECT_EQ(ints(v.items()[0].as_tensor()), ints(direct.samples));
+  EXPECT_EQ(ints(v.items()[1].as_tensor()), ints(direct.valid));
+}
+
+TEST(SamplingDecl, EveryInvokerMatchesTheDirectCall) {
+  // Every op run from Values (as replay does), all parameters passed by keyword, against the
+  // direct C++ call with the same arguments.
+  const Tensor probs = make_rows({kDist, kDist});
+  std::vector<double> lg;
+  for (double v : kDist) lg.push_back(std::log(v));
+  const Tensor logits = make_rows({lg, lg});
+  const Tensor idx = int_tensor({1, 0, 1, 1, 0}, DType::kInt64);
+  const Value seed(int64_t{3}), off(int64_t{8});
+  auto invoke = [](const char* name, std::vector<Value> pos,
+                   std::vector<std::pair<std::string, Value>> kw) {
+    const OpDecl* d = OpRegistry::global().find(name);
+    EXPECT_NE(d, nullptr) << name;
+    return d->invoke(CallArgs(*d, bind_arguments(*d, std::move(pos), std::move(kw))));
+  };
+  auto tensor_of = [](const Value& v) { return ints(v.as_tensor()); };
+  auto pair_of = [](const Value& v) {
+    return std::make_pair(ints(v.items()[0].as_tensor()), ints(v.items()[1].as_tensor()));
+  };
+  auto pair_direct = [](const SamplingResult& r) {
+    return std::make_pair(ints(r.samples), ints(r.valid));
+  };
+  const std::vector<std::pair<std::string, Value>> tail = {
+      {"indices", Value(idx)}, {"check_nan", Value(true)}, {"seed", seed}, {"offset", off}};
+  auto with = [&](std::vector<std::pair<std::string, Value>> kw, bool rv) {
+    kw.insert(kw.end(), tail.begin(), tail.end());
+    if (rv) kw.emplace_back("return_valid", Value(true));
+    return kw;
+  };
+  EXPECT_EQ(pair_of(invoke("sampling_from_probs", {Value(probs)}, with({}, true))),
+            pair_direct(sampling_from_probs(probs, idx, true, true, 3, 8, true)));
+  EXPECT_EQ(tensor_of(invoke("sampling_from_logits", {Value(logits)}, with({}, false))),
+            ints(sampling_from_logits(logits, idx, true, true, 3, 8)));
+  EXPECT_EQ(pair_of(invoke("top_p_sampling_from_probs", {Value(probs)},
+                           with({{"top_p", Value(0.5)}}, true))),
+            pair_direct(top_p_sampling_from_probs(probs, 0.5, idx, true, true, 3, 8, true)));
+  EXPECT_EQ(pair_of(invoke("top_k_sampling_from_probs", {Value(probs)},
+                           with({{"top_k", Value(int64_t{3})}}, true))),
+            pair_direct(top_k_sampling_from_probs(probs, 3, idx, true, true, 3, 8, true)));
+  EXPECT_EQ(pair_of(invoke("min_p_sampling_from_probs", {Value(probs)},
+                           with({{"min_p", Value(0.3)}}, true))),
+            pair_direct(min_p_sampling_from_probs(probs, 0.3, idx, true, true, 3, 8, true)));
+  for (const char* order : {"top_k_first", "joint"}) {
+    const auto kw = with({{"top_k", Value(int64_t{4})},
+                          {"top_p", Value(0.55)},
+                          {"filter_apply_order", Value(order)}},
+                         false);
+    auto kw_rv = kw;
+    kw_rv.emplace_back("return_valid", Value(true));
+    EXPECT_EQ(pair_of(invoke("top_k_top_p_sampling_from_probs", {Value(probs)}, kw_rv)),
+              pair_direct(top_k_top_p_sampling_from_probs(probs, 4, 0.55, idx, order, true, true, 3,
+                                                          8, true)))
+        << order;
+    EXPECT_EQ(tensor_of(invoke("top_k_top_p_sampling_from_logits", {Value(logits)}, kw)),
+              ints(top_k_top_p_sampling_from_logits(logits, 4, 0.55, idx, order, true, true, 3, 8)))
+        << order;
+  }
+  const Tensor t = Tensor::from_vector({0.5, 2.0}, {2}, DType::kFloat32);
+  EXPECT_TRUE(all_close(invoke("softmax", {Value(logits)}, {{"temperature", Value(t)}}).as_tensor(),
+                        softmax(logits, t), {0, 0}));
+  EXPECT_TRUE(
+      all_close(invoke("top_k_mask_logits", {Value(logits), Value(int64_t{2})}, {}).as_tensor(),
+                top_k_mask_logits(logits, 2), {0, 0}));
+  EXPECT_TRUE(
+      all_close(invoke("top_k_renorm_probs", {Value(probs), Value(int64_t{2})}, {}).as_tensor(),
+                top_k_renorm_probs(probs, 2), {0, 0}));
+  EXPECT_TRUE(all_close(invoke("top_p_renorm_probs", {Value(probs), Value(0.4)}, {}).as_tensor(),
+                        top_p_renorm_probs(probs, 0.4), {0, 0}));
+}
+
+// ------------------------------------------------------------------------------------------
+// softmax
+
+TEST(Softmax, GoldenAndFormula) {
+  // softmax([0, ln 3]) = [1/4, 3/4]; with temperature 2: [1/(1+sqrt3), sqrt3/(1+sqrt3)].
+  const Tensor x = make_rows({{0.0, std::log(3.0)}});
+  EXPECT_TRUE(all_close(softmax(x), {0.25, 0.75}, {1e-7, 1e-6}));
+  const double r3 = std::sqrt(3.0);
+  EXPECT_TRUE(all_close(softmax(x, 2.0), {1 / (1 + r3), r3 / (1 + r3)}, {1e-7, 1e-6}));
+
+  for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    Tensor logits = Tensor::empty({5, 300}, dt);
+    logits.normal_(3, 0.0, 4.0);
+    const std::vector<double> temps = {0.5, 1.0, 1.7, 3.0, 0.25};
+    Tensor t = Tensor::from_vector(temps, {5}, DType::kFloat32);
+    const std::vector<double> xv = logits.to_double_vector();
+    for (int mode = 0; mode < 3; ++mode) {
+      std::vector<double> expect;
+      for (int b = 0; b < 5; ++b) {
+        std::vector<double> row(xv.begin() + b * 300, xv.begin() + (b + 1) * 300);
+        const double temp = mode == 0 ? 1.0 : mode == 1 ? 0.8 : temps[b];
+        const auto s = softmax64(row, temp);
+        expect.insert(expect.end(), s.begin(), s.end());
+      }
+      const Tensor out = mode == 0   ? softmax(logits)
+                         : mode == 1 ? softmax(logits, 0.8)
+                                     : softmax(logits, t);
+      EXPECT_EQ(out.dtype(), DType::kFloat32);
+      // fp32 math on exactly representable inputs: a few ulp of the largest probability.
+      EXPECT_TRUE(all_close(out, expect, {1e-7, 2e-5})) << dtype_torch_name(dt) << " mode " << mode;
+    }
+  }
+}
+
+TEST(Softmax, StridedInput) {
+  Tensor big = Tensor::empty({64, 6}, DType::kFloat32);
+  big.uniform_(5, -3.0, 3.0);
+  const Tensor view = big.transpose(0, 1).slice(1, 0, 64, 2);  // [6, 32], strides (1, 12)
+  const std::vector<double> xv = view.to_double_vector();
+  std::vector<double> expect;
+  for (int b = 0; b < 6; ++b) {
+    const auto s = softmax64({xv.begin() + b * 32, xv.begin() + (b + 1) * 32}, 1.5);
+    expect.insert(expect.end(), s.begin(), s.end());
+  }
+  EXPECT_TRUE(all_close(softmax(view, 1.5), expect, {1e-7, 2e-5}));
+}
+
+// ------------------------------------------------------------------------------------------
+// Filters
+
+TEST(Filters, UpstreamDocGoldens) {
+  // flashinfer.sampling docstring examples (rounded values as printed there).
+  const Tensor prob = make_rows({{0.2499, 0.2592, 0.1085, 0.2718, 0.1106},
+                                 {0.2205, 0.0942, 0.2912, 0.3452, 0.0489},
+                                 {0.2522, 0.1602, 0.2346, 0.1532, 0.2000},
+                                 {0.1543, 0.3182, 0.2062, 0.0958, 0.2255}});
+  EXPECT_TRUE(all_close(
+      top_p_renorm_probs(prob, 0.3),
+      {0, 0.4882, 0, 0.5118, 0, 0, 0, 0, 1, 0, 0.5181, 0, 0.4819, 0, 0, 0, 1, 0, 0, 0}, {1e-4, 0}));
+  EXPECT_TRUE(all_close(top_k_renorm_probs(prob, 3),
+                        {0.3201, 0.3319, 0, 0.3480, 0, 0.2573, 0,      0.3398, 0.4028, 0, 0.3672,
+                         0,      0.3416, 0, 0.2912, 0, 0.4243, 0.2750, 0,      0.3007},
+                        {1e-4, 0}));
+  const Tensor logits = make_rows({{1.9269, 1.4873, 0.9007, -2.1055, -0.7581},
+                                   {1.0783, 0.8008, 1.6806, 0.3559, -0.6866},
+                                   {-0.4934, 0.2415, -0.2316, 0.0418, -0.2516},
+                                   {0.8599, -0.3097, -0.3957, 0.8034, -0.6216}});
+  const double ninf = -INFINITY;
+  EXPECT_TRUE(
+      all_close(top_k_mask_logits(logits, 3),
+                {1.9269, 1.4873, 0.9007,  ninf,   ninf, 1.0783, 0.8008,  1.6806, ninf,   ninf,
+                 ninf,   0.2415, -0.2316, 0.0418, ninf, 0.8599, -0.3097, ninf,   0.8034, ninf},
+                {1e-6, 1e-6}));
+}
+
+TEST(Filters, TiesAtTheBoundaryAreKept) {
+  // Fewer than k strictly larger: with k = 2 both 3s are kept and the 2 is not; with k = 3 the
+  // 2 (two larger) is kept too. NaN is never kept.
+  const Tensor x = make_rows({{1, 3, 2, 3, 0}, {NAN, 1, 2, -INFINITY, 5}});
+  const double ninf = -INFINITY;
+  EXPECT_TRUE(
+      all_close(top_k_mask_logits(x, 2), {ninf, 3, ninf, 3, ninf, ninf, ninf, 2, ninf, 5}, {0, 0}));
+  const Tensor k = int_tensor({3, 4}, DType::kInt64);
+  EXPECT_TRUE(
+      all_close(top_k_mask_logits(x, k), {ninf, 3, 2, 3, ninf, ninf, 1, 2, ninf, 5}, {0, 0}));
+  const Tensor p = make_rows({{0.1, 0.3, 0.2, 0.3, 0.1}});
+  EXPECT_TRUE(all_close(top_k_renorm_probs(p, 2), {0, 0.5, 0, 0.5, 0}, {1e-7, 1e-6}));
+  // top-p compares the strictly larger mass: none above either 0.3, so both stay; the 0.2 has
+  // 0.6 above it (kept only once top_p exceeds 0.6, and it is the crossing token then).
+  EXPECT_TRUE(all_close(top_p_renorm_probs(p, 0.31), {0, 0.5, 0, 0.5, 0}, {1e-7, 1e-6}));
+  EXPECT_TRUE(all_close(top_p_renorm_probs(p, 0.61), {0, 0.375, 0.25, 0.375, 0}, {1e-7, 1e-6}));
+}
+
+TEST(Filters, FormulaGrid) {
+  // Random rows; top_p values at midpoints between consecutive cumulative masses so the fp32
+  // sums cannot land on the other side of a boundary.
+  const int64_t B = 6, V = 257;
+  for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    Tensor raw = Tensor::empty({B, V}, DType::kFloat32);
+    raw.uniform_(17, 0.0, 1.0);
+    std::vector<double> rv = raw.to_double_vector();
+    for (double& v : rv) v = v * v * v;
+    Rows rows(B);
+    for (int64_t b = 0; b < B; ++b) {
+      double s = 0;
+      for (int64_t i = 0; i < V; ++i) s += rv[b * V + i];
+      for (int64_t i = 0; i < V; ++i) rows[b].push_back(rv[b * V + i] / s);
+    }
+    const Tensor probs = make_rows(rows, dt);
+    const std::vector<double> pv = probs.to_double_vector();
+    std::vector<int64_t> ks = {1, 2, 17, 100, 256, 1000};
+    std::vector<double> tps;
+    std::vector<double> exp_k, exp_p, exp_mask;
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<double> p(pv.begin() + b * V, pv.begin() + (b + 1) * V);
+      std::vector<double> sorted = p;
+      std::sort(sorted.rbegin(), sorted.rend());
+      double c = 0;
+      std::vector<double> cum;
+      for (double v : sorted) cum.push_back(c += v);
+      const std::size_t at = static_cast<std::size_t>(b * 37 % (V - 2));
+      tps.push_back(at == 0 ? cum[0] * 0.5 : (cum[at - 1] + cum[at]) * 0.5);
+      const auto kk = top_k_keep(p, ks[b]);
+      const auto rk = renorm(p, kk);
+      exp_k.insert(exp_k.end(), rk.begin(), rk.end());
+      const auto rp = renorm(p, top_p_keep(p, tps.back()));
+      exp_p.insert(exp_p.end(), rp.begin(), rp.end());
+      for (int64_t i = 0; i < V; ++i) exp_mask.push_back(kk[i] ? p[i] : -INFINITY);
+    }
+    const Tensor kt = int_tensor(ks);
+    const Tensor pt = Tensor::from_vector(tps, {B}, DType::kFloat32);
+    const Tensor rk = top_k_renorm_probs(probs, kt);
+    EXPECT_EQ(rk.dtype(), dt);
+    EXPECT_TRUE(all_close(rk, exp_k, default_tolerance(dt))) << dtype_torch_name(dt);
+    const Tensor rp = top_p_renorm_probs(probs, pt);
+    EXPECT_EQ(rp.dtype(), DType::kFloat32);
+    EXPECT_TRUE(all_close(rp, exp_p, {1e-7, 1e-5})) << dtype_torch_name(dt);
+    EXPECT_TRUE(all_close(top_k_mask_logits(probs, kt), exp_mask, {0, 0})) << dtype_torch_name(dt);
+  }
+}
+
+TEST(Filters, StridedInputAndAllZeroRow) {
+  Tensor big = Tensor::zeros({8, 2}, DType::kFloat32);
+  const Tensor view = big.transpose(0, 1);  // [2, 8], strides (1, 2)
+  view.select(0, 0).copy_(
+      Tensor::from_vector({0.1, 0.2, 0.05, 0.3, 0.1, 0.1, 0.1, 0.05}, {8}, DType::kFloat32));
+  EXPECT_TRUE(all_close(top_k_renorm_probs(view, 2),
+                        {0, 0.4, 0, 0.6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {1e-7, 1e-6}));
+  EXPECT_TRUE(all_close(top_p_renorm_probs(view, 0.4),
+                        {0, 0.4, 0, 0.6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {1e-7, 1e-6}));
+}
+
+// ------------------------------------------------------------------------------------------
+// Samplers: forced answers
+
+TEST(Samplers, OneHotIsForced) {
+  Rows rows(5, std::vector<double>(50, 0.0));
+  const int64_t hot[] = {0, 49, 7, 23, 31};
+  for (int b = 0; b < 5; ++b) rows[b][hot[b]] = 1.0;
+  const std::vector<int64_t> want(hot, hot + 5);
+  for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    const Tensor p = make_rows(rows, dt);
+    for (int64_t seed = 0; seed < 20; ++seed) {
+      const int64_t off = seed * 13;
+      EXPECT_EQ(ints(sampling_from_probs(p, std::nullopt, true, false, seed, off).samples), want);
+      EXPECT_EQ(ints(top_k_sampling_from_probs(p, 3, std::nullopt, true, false, seed, off).samples),
+                want);
+      EXPECT_EQ(
+          ints(top_p_sampling_from_probs(p, 0.9, std::nullopt, true, false, seed, off).samples),
+          want);
+      EXPECT_EQ(
+          ints(min_p_sampling_from_probs(p, 0.1, std::nullopt, true, false, seed, off).samples),
+          want);
+      for (const char* order : {"top_k_first", "joint"}) {
+        EXPECT_EQ(ints(top_k_top_p_sampling_from_probs(p, 2, 0.5, std::nullopt, order, true, false,
+                                                       seed, off)
+                           .samples),
+                  want);
+      }
+    }
+  }
+}
+
+TEST(Samplers, TopKOneTopPTinyMinPOneGiveTheArgmax) {
+  Tensor raw = Tensor::empty({16, 300}, DType::kFloat32);
+  raw.uniform_(23, 0.0, 1.0);
+  Rows rows(16);
+  std::vector<int64_t> argmax;
+  const std::vector<double> rv = raw.to_double_vector();
+  for (int b = 0; b < 16; ++b) {
+    rows[b].assign(rv.begin() + b * 300, rv.begin() + (b + 1) * 300);
+    const double s = std::accumulate(rows[b].begin(), rows[b].end(), 0.0);
+    for (double& v : rows[b]) v /= s;
+    argmax.push_back(std::max_element(rows[b].begin(), rows[b].end()) - rows[b].begin());
+  }
+  const Tensor p = make_rows(rows);
+  for (int64_t seed = 0; seed < 10; ++seed) {
+    EXPECT_EQ(ints(top_k_sampling_from_probs(p, 1, std::nullopt, true, false, seed, 0).samples),
+              argmax);
+    EXPECT_EQ(ints(top_p_sampling_from_probs(p, 1e-6, std::nullopt, true, false, seed, 0).samples),
+              argmax);
+    EXPECT_EQ(ints(min_p_sampling_from_probs(p, 1.0, std::nullopt, true, false, seed, 0).samples),
+              argmax);
+    EXPECT_EQ(
+        ints(top_k_top_p_sampling_from_probs(p, 1, 1.0, std::nullopt, "joint", true, false, seed, 0)
+                 .samples),
+        argmax);
+    EXPECT_EQ(ints(top_k_top_p_sampling_from_probs(p, 50, 1e-6, std::nullopt, "top_k_first", true,
+                                                   false, seed, 0)
+                       .samples),
+              argmax);
+    // Logits: a lead of 100 beats any Gumbel noise (bounded in [-3.2, 16.7]).
+    std::vector<double> lg(16 * 300, 0.0);
+    for (int b = 0; b < 16; ++b) lg[b * 300 + argmax[b]] = 100.0;
+    const Tensor logits = Tensor::from_vector(lg, {16, 300}, DType::kFloat32);
+    EXPECT_EQ(ints(sampling_from_logits(logits, std::nullopt, true, false, seed, 5)), argmax);
+    EXPECT_EQ(ints(top_k_top_p_sampling_from_logits(logits, 5, 0.9, std::nullopt, "top_k_first",
+                                                    true, false, seed, 5)),
+              argmax);
+  }
+}
+
+TEST(Samplers, ValidFlagAndIndicesDtype) {
+  const Tensor p = make_rows({{0, 0, 0, 0}, {0, 0.5, 0.5, 0}, {NAN, NAN, NAN, NAN}});
+  for (int which = 0; which < 4; ++which) {
+    SamplingResult r;
+    switch (which) {
+      case 0:
+        r = sampling_from_probs(p, std::nullopt, true, false, 1, 0, true);
+        break;
+      case 1:
+        r = top_k_sampling_from_probs(p, 2, std::nullopt, true, false, 1, 0, true);
+        break;
+      case 2:
+        r = top_p_sampling_from_probs(p, 0.9, std::nullopt, true, false, 1, 0, true);
+        break;
+      default:
+        r = min_p_sampling_from_probs(p, 0.5, std::nullopt, true, false, 1, 0, true);
+        break;
+    }
+    ASSERT_TRUE(r.valid.defined());
+    EXPECT_EQ(r.valid.dtype(), DType::kBool);
+    EXPECT_EQ(ints(r.valid), (std::vector<int64_t>{0, 1, 0})) << which;
+    const auto s = ints(r.samples);
+    EXPECT_EQ(s[0], 0);
+    EXPECT_TRUE(s[1] == 1 || s[1] == 2);
+    EXPECT_EQ(s[2], 0);
+  }
+  EXPECT_FALSE(sampling_from_probs(p, std::nullopt, true, false, 1, 0).valid.defined());
+  const Tensor idx64 = int_tensor({1, 1, 0}, DType::kInt64);
+  const SamplingResult r = sampling_from_probs(p, idx64, true, false, 3, 0, true);
+  EXPECT_EQ(r.samples.dtype(), DType::kInt64);
+  EXPECT_EQ(r.samples.shape(), (Shape{3}));
+  EXPECT_EQ(ints(r.valid), (std::vector<int64_t>{1, 1, 0}));
+  EXPECT_EQ(sampling_from_probs(p).samples.dtype(), DType::kInt32);
+}
+
+// ------------------------------------------------------------------------------------------
+// Samplers: the documented stream, replayed in the test
+
+TEST(Samplers, ProbsFollowTheDocumentedStream) {
+  // Row b draws u = curand_uniform after curand_init(seed, b, offset) and returns the first token
+  // whose inclusive prefix sum exceeds u. Rows whose u lies within 1e-5 of a prefix sum are
+  // skipped (fp32 vs fp64 summation); with these sizes that is rarely more than one row.
+  const int64_t B = 64, V = 40;
+  Tensor raw = Tensor::empty({B, V}, DType::kFloat32);
+  raw.uniform_(29, 0.0, 1.0);
+  Rows rows(B);
+  const std::vector<double> rv = raw.to_double_vector();
+  for (int64_t b = 0; b < B; ++b) {
+    rows[b].assign(rv.begin() + b * V, rv.begin() + (b + 1) * V);
+    const double s = std::accumulate(rows[b].begin(), rows[b].end(), 0.0);
+    for (double& v : rows[b]) v /= s;
+    rows[b] = as_f32(rows[b]);
+  }
+  const Tensor p = make_rows(rows);
+  const uint64_t seed = 0xfeedbeefcafe1234ull, offset = 6;
+  const auto got =
+      ints(sampling_from_probs(p, std::nullopt, true, false, static_cast<int64_t>(seed), int64_t{6})
+               .samples);
+  int checked = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    kernels::PhiloxStream s(seed, static_cast<uint64_t>(b), offset);
+    const double u = s.next_uniform();
+    double c = 0.0, margin = 1.0;
+    int64_t want = -1;
+    for (int64_t i = 0; i < V; ++i) {
+      c += rows[b][i];
+      margin = std::min(margin, std::fabs(c - u));
+      if (want < 0 && c > u) want = i;
+    }
+    if (margin < 1e-5) continue;
+    ++checked;
+    EXPECT_EQ(got[b], want) << "row " << b;
+  }
+  EXPECT_GE(checked, B - 3);
+}
+
+TEST(Samplers, LogitsFollowTheDocumentedStream) {
+  // Element j of row b uses word offset + j of stream (seed, b): argmax of logit + Gumbel noise.
+  const int64_t B = 32, V = 97;
+  Tensor logits = Tensor::empty({B, V}, DType::kFloat32);
+  logits.normal_(31, 0.0, 2.0);
+  const std::vector<double> lv = logits.to_double_vector();
+  const int64_t seed = 123456789, offset = 4099;
+  const auto got = ints(sampling_from_logits(logits, std::nullopt, true, false, seed, offset));
+  for (int64_t b = 0; b < B; ++b) {
+    kernels::PhiloxStream s(seed, static_cast<uint64_t>(b), offset);
+    double best = -INFINITY, second = -INFINITY;
+    int64_t want = -1;
+    for (int64_t j = 0; j < V; ++j) {
+      const double u = std::min(static_cast<double>(s.next_uniform()), 1.0 - 0x1p-24);
+      const double score = lv[b * V + j] - std::log(-std::log(u));
+      if (score > best) {
+        second = best;
+        best = score;
+        want = j;
+      } else {
+        second = std::max(second, score);
+      }
+    }
+    if (best - second < 1e-4) continue;  // a near tie fp32 may resolve either way
+    EXPECT_EQ(got[b], want) << "row " << b;
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Samplers: filters never violated
+
+TEST(Samplers, FiltersNeverViolated) {
+  const int64_t V = 200, U = 3, B = 3000;
+  Tensor raw = Tensor::empty({U, V}, DType::kFloat32);
+  raw.uniform_(41, 0.0, 1.0);
+  const std::vector<double> rv = raw.to_double_vector();
+  Rows rows(U);
+  for (int64_t u = 0; u < U; ++u) {
+    for (int64_t i = 0; i < V; ++i) rows[u].push_back(std::pow(rv[u * V + i], 4.0));
+    const double s = std::accumulate(rows[u].begin(), rows[u].end(), 0.0);
+    for (double& v : rows[u]) v /= s;
+    rows[u] = as_f32(rows[u]);
+  }
+  const Tensor probs = make_rows(rows);
+  std::vector<int64_t> idx(B), ks(B);
+  std::vector<double> tps(B), mps(B);
+  for (int64_t b = 0; b < B; ++b) {
+    idx[b] = (b * 7) % U;
+    ks[b] = 1 + (b * 13) % 40;
+    // midpoints between sorted cumulative masses / between sorted ratios: wide margins.
+    std::vector<double> s = rows[idx[b]];
+    std::sort(s.rbegin(), s.rend());
+    const std::size_t at = 1 + static_cast<std::size_t>((b * 11) % 60);
+    double c = 0;
+    for (std::size_t i = 0; i < at; ++i) c += s[i];
+    tps[b] = c + s[at] * 0.5;
+    mps[b] = (s[at] + s[at + 1]) * 0.5 / s[0];
+  }
+  const Tensor it = int_tensor(idx), kt = int_tensor(ks, DType::kInt64);
+  const Tensor pt = Tensor::from_vector(tps, {B}, DType::kFloat32);
+  const Tensor mt = Tensor::from_vector(mps, {B}, DType::kFloat32);
+  const int64_t seed = 99, off = 1000;
+  const auto sk = ints(top_k_sampling_from_probs(probs, kt, it, true, false, seed, off).samples);
+  const auto sp = ints(top_p_sampling_from_probs(probs, pt, it, true, false, seed, off).samples);
+  const auto sm = ints(min_p_sampling_from_probs(probs, mt, it, true, false, seed, off).samples);
+  const auto sj = ints(
+      top_k_top_p_sampling_from_probs(probs, kt, pt, it, "joint", true, false, seed, off).samples);
+  const auto sf =
+      ints(top_k_top_p_sampling_from_probs(probs, kt, pt, it, "top_k_first", true, false, seed, off)
+               .samples);
+  int64_t bad = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& p = rows[idx[b]];
+    const auto kk = top_k_keep(p, ks[b]);
+    const auto kp = top_p_keep(p, tps[b]);
+    bad += !kk[sk[b]];
+    bad += !kp[sp[b]];
+    bad += !min_p_keep(p, mps[b])[sm[b]];
+    bad += !(kk[sj[b]] && kp[sj[b]]);
+    // top_k_first applies top_p to the renormalized top-k, where tps has no chosen margin:
+    // allow 1e-5 of fp32 summation slack there.
+    bad += !(kk[sf[b]] && top_p_keep(renorm(p, kk), tps[b] + 1e-5)[sf[b]]);
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+// ------------------------------------------------------------------------------------------
+// Samplers: chi-square against the filtered, renormalized distribution
+
+TEST(Samplers, ChiSquareProbs) {
+  const Tensor probs = make_rows({kDist});
+  const Tensor idx = draw_indices();
+  const auto p = as_f32(kDist);
+  const int64_t seed = 2024;
+  const std::vector<bool> all(p.size(), true);
+  EXPECT_TRUE(chi_square_ok(ints(sampling_from_probs(probs, idx, true, false, seed, 0).samples),
+                            renorm(p, all)));
+  EXPECT_TRUE(
+      chi_square_ok(ints(top_k_sampling_from_probs(probs, 4, idx, true, false, seed, 0).samples),
+                    renorm(p, top_k_keep(p, 4))));
+  EXPECT_TRUE(
+      chi_square_ok(ints(top_p_sampling_from_probs(probs, 0.5, idx, true, false, seed, 0).samples),
+                    renorm(p, top_p_keep(p, 0.5))));
+  EXPECT_TRUE(
+      chi_square_ok(ints(min_p_sampling_from_probs(probs, 0.3, idx, true, false, seed, 0).samples),
+                    renorm(p, min_p_keep(p, 0.3))));
+  // joint k=4, p=0.55 keeps 3 tokens (masses above them 0, .25, .45; the 4th has .6 above it);
+  // top_k_first with p=0.6 renormalizes the top 4 first (.347 .278 .208 .167) and keeps 2.
+  EXPECT_TRUE(chi_square_ok(
+      ints(top_k_top_p_sampling_from_probs(probs, 4, 0.55, idx, "joint", true, false, seed, 0)
+               .samples),
+      renorm(p, both(top_k_keep(p, 4), top_p_keep(p, 0.55)))));
+  const auto k4 = renorm(p, top_k_keep(p, 4));
+  EXPECT_TRUE(chi_square_ok(
+      ints(top_k_top_p_sampling_from_probs(probs, 4, 0.6, idx, "top_k_first", true, false, seed, 0)
+               .samples),
+      renorm(k4, top_p_keep(k4, 0.6))));
+  // A per-row top-k of 2 in joint mode: top-k is the binding filter.
+  EXPECT_TRUE(chi_square_ok(
+      ints(top_k_top_p_sampling_from_probs(probs, int_tensor(std::vector<int64_t>(kDraws, 2)), 0.7,
+                                           idx, "joint", true, false, seed, 0)
+               .samples),
+      renorm(p, top_k_keep(p, 2))));
+}
+
+TEST(Samplers, ChiSquareLogits) {
+  std::vector<double> lg;
+  for (double v : kDist) lg.push_back(std::log(v) + 3.0);  // softmax(lg) == kDist
+  const Tensor logits = make_rows({lg});
+  const Tensor idx = draw_indices();
+  const auto p = softmax64(as_f32(lg));
+  const int64_t seed = 77;
+  EXPECT_TRUE(chi_square_ok(ints(sampling_from_logits(logits, idx, true, false, seed, 0)), p));
+  const auto k4 = renorm(p, top_k_keep(p, 4));
+  EXPECT_TRUE(chi_square_ok(ints(top_k_top_p_sampling_from_logits(
+                                logits, 4, 0.6, idx, "top_k_first", true, false, seed, 0)),
+                            renorm(k4, top_p_keep(k4, 0.6))));
+  EXPECT_TRUE(chi_square_ok(
+      ints(top_k_top_p_sampling_from_logits(logits, 4, 0.55, idx, "joint", true, false, seed, 0)),
+      renorm(p, both(top_k_keep(p, 4), top_p_keep(p, 0.55)))));
+}
+
+// ------------------------------------------------------------------------------------------
+// Determinism and the default stream
+
+TEST(Samplers, DeterministicForFixedSeedAndOffset) {
+  const Tensor probs = make_rows({kDist, kDist, kDist});
+  const Tensor idx = draw_indices();
+  auto run = [&](int64_t seed, int64_t off) {
+    return ints(top_k_top_p_sampling_from_probs(probs, 6, 0.8, idx, "joint", true, false, seed, off)
+                    .samples);
+  };
+  EXPECT_EQ(run(5, 8), run(5, 8));
+  EXPECT_NE(run(5, 8), run(5, 40));
+  EXPECT_NE(run(5, 8), run(6, 8));
+  // Length-1 tensors equal scalars; a per-row tensor of equal values equals the scalar too.
+  const Tensor s1 = int_tensor({5}, DType::kInt64), o1 = int_tensor({8}, DType::kInt64);
+  EXPECT_EQ(ints(top_k_top_p_sampling_from_probs(probs, 6, 0.8, idx, "joint", true, false, s1, o1)
+                     .samples),
+            run(5, 8));
+  const Tensor sb = int_tensor(std::vector<int64_t>(kDraws, 5), DType::kInt64);
+  EXPECT_EQ(ints(top_k_top_p_sampling_from_probs(probs, 6, 0.8, idx, "joint", true, false, sb, o1)
+                     .samples),
+            run(5, 8));
+  // Per-row seeds: row b follows its own seed.
+  const Tensor two = make_rows({kDist});
+  const Tensor i2 = int_tensor({0, 0});
+  const auto a = ints(sampling_from_logits(two, i2, true, false, int_tensor({1, 2}, DType::kInt64),
+                                           int_tensor({0}, DType::kInt64)));
+  const auto a1 = ints(sampling_from_logits(two, i2, true, false, 1, 0));
+  const auto a2 = ints(sampling_from_logits(two, i2, true, false, 2, 0));
+  EXPECT_EQ(a[0], a1[0]);
+  EXPECT_EQ(a[1], a2[1]);
+}
+
+TEST(Samplers, DefaultStreamAdvancesLikeUpstream) {
+  const Tensor probs = make_rows({kDist});
+  const Tensor idx = Tensor::from_vector(std::vector<double>(10, 0.0), {10}, DType::kInt32);
+  sampling_manual_seed(4242);
+  const auto first = ints(top_p_sampling_from_probs(probs, 0.9, idx).samples);
+  const auto second = ints(top_p_sampling_from_probs(probs, 0.9, idx).samples);
+  // The default stream uses the offset after advancing it by 32 words per row (rounded to 4).
+  EXPECT_EQ(first,
+            ints(top_p_sampling_from_probs(probs, 0.9, idx, true, false, 4242, 320).samples));
+  EXPECT_EQ(second,
+            ints(top_p_sampling_from_probs(probs, 0.9, idx, true, false, 4242, 640).samples));
+  sampling_manual_seed(4242);
+  EXPECT_EQ(ints(top_p_sampling_from_probs(probs, 0.9, idx).samples), first);
+  // Probs sampling reserves B words: 10 rows -> offset 12.
+  sampling_manual_seed(9);
+  const auto s = ints(sampling_from_probs(probs, idx).samples);
+  EXPECT_EQ(s, ints(sampling_from_probs(probs, idx, true, false, 9, 12).samples));
+}
+
+// ------------------------------------------------------------------------------------------
+// Recording: the result Value is upstream's (samples) or (samples, valid)
+
+class CaptureObserver : public CallObserver {
+ public:
+  void on_call_begin(const OpDecl&, std::span<const Value>) override {}
+  void on_call_end(const OpDecl& decl, std::span<const Value> args, const Value& r) override {
+    name = decl.name;
+    nargs = args.size();
+    result = r;
+  }
+  void on_call_error(const OpDecl&, std::span<const Value>, std::string_view) override {}
+  std::string name;
+  std::size_t nargs = 0;
+  Value result;
+};
+
+TEST(SamplingDecl, ObservedResultShape) {
+  auto obs = std::make_shared<CaptureObserver>();
+  add_call_observer(obs);
+  const Tensor probs = make_rows({kDist});
+  top_k_sampling_from_probs(probs, 3, std::nullopt, true, false, 1, 2, true);
+  EXPECT_EQ(obs->name, "top_k_sampling_from_probs");
+  EXPECT_EQ(obs->nargs, 9u);  // generator's slot included
+  EXPECT_EQ(obs->result.kind(), Value::Kind::kTuple);
+  top_k_sampling_from_probs(probs, 3, std::nullopt, true, false, 1, 2, false);
+  EXPECT_EQ(obs->result.kind(), Value::Kind::kTensor);
+  remove_call_observer(obs);
+}
+
+// ------------------------------------------------------------------------------------------
+// Bad input
+
+TEST(SamplingErrors, BadInput) {
+  const Tensor p = make_rows({{0.5, 0.5, 0.0}, {0.2, 0.3, 0.5}});
+  const char* tk = "top_k_sampling_from_probs";
+  const char* tp = "top_p_sampling_from_probs";
+  EXPECT_FI_ERROR(top_k_sampling_from_probs(p, 0), tk, "top_k");
+  EXPECT_FI_ERROR(top_k_sampling_from_probs(p, -3), tk, "top_k");
+  EXPECT_FI_ERROR(top_k_sampling_from_probs(p, int_tensor({2, 0})), tk, "top_k");
+  EXPECT_FI_ERROR(top_k_sampling_from_probs(p, int_tensor({2, 2, 2})), tk, "top_k");
+  EXPECT_FI_ERROR(top_k_sampling_from_probs(p, Tensor::from_vector({1, 2}, {2}, DType::kFloat32)),
+                  tk, "top_k");
+  EXPECT_FI_ERROR(top_k_renorm_probs(p, 0), "top_k_renorm_probs", "top_k");
+  EXPECT_FI_ERROR(top_k_mask_logits(p, 0), "top_k_mask_logits", "top_k");
+  for (double bad : {0.0, -0.1, 1.5, std::nan("")}) {
+    EXPECT_FI_ERROR(top_p_sampling_from_probs(p, bad), tp, "top_p");
+    EXPECT_FI_ERROR(top_p_renorm_probs(p, bad), "top_p_renorm_probs", "top_p");
+    EXPECT_FI_ERROR(top_k_top_p_sampling_from_probs(p, 2, bad), "top_k_top_p_sampling_from_probs",
+                    "top_p");
+    EXPECT_FI_ERROR(top_k_top_p_sampling_from_logits(p, 2, bad), "top_k_top_p_sampling_from_logits",
+                    "top_p");
+  }
+  EXPECT_FI_ERROR(
+      top_p_sampling_from_probs(p, Tensor::from_vector({0.5, 0.0}, {2}, DType::kFloat32)), tp,
+      "top_p");
+  EXPECT_FI_ERROR(min_p_sampling_from_probs(p, 1.5), "min_p_sampling_from_probs", "min_p");
+  EXPECT_FI_ERROR(min_p_sampling_from_probs(p, -0.5), "min_p_sampling_from_probs", "min_p");
+  EXPECT_FI_ERROR(softmax(p, 0.0), "softmax", "temperature");
+  EXPECT_FI_ERROR(softmax(p, Tensor::from_vector({1.0, -1.0}, {2}, DType::kFloat32)), "softmax",
+                  "temperature");
+  // Rank and dtype.
+  const Tensor p1 = Tensor::from_vector({0.5, 0.5}, {2}, DType::kFloat32);
+  const Tensor p3 = Tensor::zeros({2, 2, 2}, DType::kFloat32);
+  EXPECT_FI_ERROR(sampling_from_probs(p1), "sampling_from_probs", "probs");
+  EXPECT_FI_ERROR(sampling_from_probs(p3), "sampling_from_probs", "probs");
+  EXPECT_FI_ERROR(top_p_sampling_from_probs(p3, 0.5), tp, "probs");
+  EXPECT_FI_ERROR(sampling_from_logits(p1), "sampling_from_logits", "logits");
+  EXPECT_FI_ERROR(softmax(p3), "softmax", "logits");
+  EXPECT_FI_ERROR(top_k_mask_logits(p1, 1), "top_k_mask_logits", "logits");
+  EXPECT_FI_ERROR(sampling_from_probs(Tensor::zeros({2, 3}, DType::kInt32)), "sampling_from_probs",
+                  "probs");
+  EXPECT_FI_ERROR(sampling_from_probs(Tensor::zeros({2, 0}, DType::kFloat32)),
+                  "sampling_from_probs", "probs");
+  // Indices.
+  EXPECT_FI_ERROR(sampling_from_probs(p, int_tensor({0, 2})), "sampling_from_probs", "indices");
+  EXPECT_FI_ERROR(sampling_from_probs(p, int_tensor({-1})), "sampling_from_probs", "indices");
+  EXPECT_FI_ERROR(top_k_top_p_sampling_from_logits(p, 1, 0.5, int_tensor({5})),
+                  "top_k_top_p_sampling_from_logits", "indices");
+  EXPECT_FI_ERROR(sampling_from_probs(p, Tensor::from_vector({0, 1}, {2}, DType::kFloat32)),
+                  "sampling_from_probs", "indices");
+  EXPECT_FI_ERROR(sampling_from_probs(p, Tensor::zeros({1, 1}, DType::kInt32)),
+                  "sampling_from_probs", "indices");
+  // A per-row threshold follows the output rows (indices), not the probs rows.
+  EXPECT_FI_ERROR(top_k_sampling_from_probs(p, int_tensor({1, 1}), int_tensor({0, 1, 1})), tk,
+                  "top_k");
+  // NaN with check_nan; without it the row simply has no NaN token to pick.
+  const Tensor pn = make_rows({{0.5, NAN, 0.5}, {0.2, 0.3, 0.5}});
+  EXPECT_FI_ERROR(sampling_from_probs(pn, std::nullopt, true, true), "sampling_from_probs",
+                  "probs");
+  EXPECT_FI_ERROR(top_k_sampling_from_probs(pn, 2, std::nullopt, true, true), tk, "probs");
+  EXPECT_FI_ERROR(
+      top_k_top_p_sampling_from_probs(pn, 2, 0.5, std::nullopt, "top_k_first", true, true),
+      "top_k_top_p_sampling_from_probs", "probs");
+  EXPECT_FI_ERROR(sampling_from_logits(pn, std::nullopt, true, true), "sampling_from_logits",
+                  "logits");
+  const auto ok = ints(sampling_from_probs(pn, std::nullopt, true, false, 1, 0).samples);
+  EXPECT_NE(ok[0], 1);
+  // Seed/offset.
+  EXPECT_FI_ERROR(sampling_from_probs(p, std::nullopt, true, false, 1, std::nullopt),
+                  "sampling_from_probs", "offset");
+  EXPECT_FI_ERROR(sampling_from_probs(p, std::nullopt, true, false, std::nullopt, 1),
+                  "sampling_from_probs", "seed");
+  EXPECT_FI_ERROR(
+      sampling_from_probs(p, std::nullopt, true, false, int_tensor({1}, DType::kInt64), 1),
+      "sampling_from_probs", "offset");
+  EXPECT_FI_ERROR(sampling_from_probs(p, std::nullopt, true, false, int_tensor({1}, DType::kInt32),
+                                      int_tensor({1}, DType::kInt32)),
+                  "sampling_from_probs", "seed");
+  EXPECT_FI_ERROR(
+      sampling_from_probs(p, std::nullopt, true, false, int_tensor({1, 2, 3}, DType::kInt64),
+                          int_tensor({1}, DType::kInt64)),
+      "sampling_from_probs", "seed");
+  // filter_apply_order.
+  EXPECT_FI_ERROR(top_k_top_p_sampling_from_probs(p, 2, 0.5, std::nullopt, "top_p_first"),
+                  "top_k_top_p_sampling_from_probs", "filter_apply_order");
+  EXPECT_FI_ERROR(top_k_top_p_sampling_from_logits(p, 2, 0.5, std::nullopt, "both"),
+                  "top_k_top_p_sampling_from_logits", "filter_apply_order");
+}
+
+TEST(SamplingErrors, FailedCallDoesNotAdvanceTheDefaultStream) {
+  const Tensor p = make_rows({kDist});
+  sampling_manual_seed(31);
+  EXPECT_THROW(top_p_sampling_from_probs(p, 2.0), Error);
+  const auto a = ints(sampling_from_probs(p).samples);
+  EXPECT_EQ(a, ints(sampling_from_probs(p, std::nullopt, true, false, 31, 4).samples));
+}
+
+// ------------------------------------------------------------------------------------------
+// CUDA vs CPU (skipped without a GPU)
+
+Tensor random_probs(int64_t B, int64_t V, uint64_t seed, DType dt = DType::kFloat32) {
+  Tensor raw = Tensor::empty({B, V}, DType::kFloat32);
+  raw.uniform_(seed, 0.0, 1.0);
+  std::vector<double> rv = raw.to_double_vector();
+  for (int64_t b = 0; b < B; ++b) {
+    double s = 0;
+    for (int64_t i = 0; i < V; ++i) s += rv[b * V + i] = std::pow(rv[b * V + i], 3.0);
+    for (int64_t i = 0; i < V; ++i) rv[b * V + i] /= s;
+  }
+  return Tensor::from_vector(rv, {B, V}, dt);
+}
+
+TEST(SamplingCuda, FiltersAndSoftmaxMatchCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (int64_t V : {5, 1000, 32000}) {
+      const Tensor p = random_probs(7, V, 51, dt);
+      const Tensor pg = p.to(gpu);
+      const Tensor kt = int_tensor({1, 2, 3, 10, 100, 1000, 50000});
+      const Tensor tt =
+          Tensor::from_vector({0.1, 0.3, 0.5, 0.7, 0.9, 0.93, 0.95}, {7}, DType::kFloat32);
+      EXPECT_TRUE(all_close(top_k_renorm_probs(pg, kt.to(gpu)), top_k_renorm_probs(p, kt),
+                            default_tolerance(dt)));
+      EXPECT_TRUE(all_close(top_k_mask_logits(pg, kt.to(gpu)), top_k_mask_logits(p, kt), {0, 0}));
+      EXPECT_TRUE(all_close(softmax(pg, tt.to(gpu)), softmax(p, tt), {1e-7, 1e-5}));
+      // The nucleus boundary depends on fp32 summation order; with 32000 tokens a cumulative
+      // mass can sit within summation error of top_p, so compare top-p on smaller rows only.
+      if (V <= 1000) {
+        EXPECT_TRUE(
+            all_close(top_p_renorm_probs(pg, tt.to(gpu)), top_p_renorm_probs(p, tt), {1e-6, 1e-4}));
+      }
+    }
+  }
+}
+
+TEST(SamplingCuda, SamplersMatchCpuOnTieFreeInputs) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  // Small vocabularies with random masses: no two prefix sums or pivots within fp32 summation
+  // error of each other or of the draws, so both backends must pick the same tokens.
+  const Device gpu = Device::cuda(0);
+  const int64_t B = 64, V = 100;
+  const Tensor p = random_probs(B, V, 61);
+  const Tensor pg = p.to(gpu);
+  const int64_t seed = 8, off = 16;
+  auto same = [](const Tensor& a, const Tensor& b) { return ints(a) == ints(b); };
+  EXPECT_TRUE(same(sampling_from_probs(pg, std::nullopt, true, false, seed, off).samples,
+                   sampling_from_probs(p, std::nullopt, true, false, seed, off).samples));
+  EXPECT_TRUE(same(top_k_sampling_from_probs(pg, 10, std::nullopt, true, false, seed, off).samples,
+                   top_k_sampling_from_probs(p, 10, std::nullopt, true, false, seed, off).samples));
+  EXPECT_TRUE(
+      same(top_p_sampling_from_probs(pg, 0.5, std::nullopt, true, false, seed, off).samples,
+           top_p_sampling_from_probs(p, 0.5, std::nullopt, true, false, seed, off).samples));
+  EXPECT_TRUE(
+      same(min_p_sampling_from_probs(pg, 0.2, std::nullopt, true, false, seed, off).samples,
+           min_p_sampling_from_probs(p, 0.2, std::nullopt, true, false, seed, off).samples));
+  for (const char* order : {"top_k_first", "joint"}) {
+    EXPECT_TRUE(same(
+        top_k_top_p_sampling_from_probs(pg, 20, 0.6, std::nullopt, order, true, false, seed, off)
+            .samples,
+        top_k_top_p_sampling_from_probs(p, 20, 0.6, std::nullopt, order, true, false, seed, off)
+            .samples))
+        << order;
+  }
+  Tensor logits = Tensor::empty({B, V}, DType::kFloat32);
+  logits.normal_(71, 0.0, 3.0);
+  EXPECT_TRUE(same(sampling_from_logits(logits.to(gpu), std::nullopt, true, false, seed, off),
+                   sampling_from_logits(logits, std::nullopt, true, false, seed, off)));
+  // Valid flags and indices on the device.
+  const Tensor idx = int_tensor({3, 3, 0, 63}, DType::kInt64);
+  const SamplingResult g = sampling_from_probs(pg, idx.to(gpu), true, false, seed, off, true);
+  const SamplingResult c = sampling_from_probs(p, idx, true, false, seed, off, true);
+  EXPECT_EQ(g.samples.dtype(), DType::kInt64);
+  EXPECT_TRUE(same(g.samples, c.samples));
+  EXPECT_TRUE(same(g.valid, c.valid));
+}
+
+TEST(SamplingCuda, BadInputOnDevice) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  const Tensor pg = make_rows({{0.5, NAN}, {0.5, 0.5}}).to(gpu);
+  EXPECT_FI_ERROR(sampling_from_probs(pg, std::nullopt, true, true), "sampling_from_probs",
+                  "probs");
+  EXPECT_FI_ERROR(sampling_from_probs(pg, int_tensor({2}).to(gpu)), "sampling_from_probs",
+                  "indices");
+  EXPECT_FI_ERROR(top_k_sampling_from_probs(pg, int_tensor({1, 0}).to(gpu)),
+                  "top_k_sampling_from_probs", "top_k");
+  EXPECT_FI_ERROR(sampling_from_probs(pg, int_tensor({0})), "sampling_from_probs", "indices");
+}
+
+}  // namespace
+}  // namespace flashinfer
