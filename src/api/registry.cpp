@@ -5,7 +5,13 @@
 namespace flashinfer::detail {
 
 void register_norm_ops(OpRegistry& registry);
+void register_quantization_ops(OpRegistry& registry);
+void register_gemm_ops(OpRegistry& registry);
 
-void register_builtin_ops(OpRegistry& registry) { register_norm_ops(registry); }
+void register_builtin_ops(OpRegistry& registry) {
+  register_norm_ops(registry);
+  register_quantization_ops(registry);
+  register_gemm_ops(registry);
+}
 
 }  // namespace flashinfer::detail
