@@ -119,10 +119,12 @@ constexpr char kBmmBf16[] = "bmm_bf16";
 constexpr char kBmmFp8[] = "bmm_fp8";
 constexpr char kMmFp4[] = "mm_fp4";
 
+#if !FLASHINFER_WITH_CUDA
 [[noreturn]] void no_cuda(const char* op, const char* arg) {
   FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg,
                   "CUDA tensor given to a build without the CUDA backend");
 }
+#endif
 
 void check_out_dtype(DType dt, const char* op, const char* arg) {
   FLASHINFER_CHECK(dt == DType::kBFloat16 || dt == DType::kFloat16, op, arg, "output dtype ",
@@ -228,14 +230,17 @@ Tensor bf16_gemm(const char* op, const Tensor& A, const Tensor& B,
   Shape shape = rank == 3 ? Shape{d.batch, d.m, d.n} : Shape{d.m, d.n};
   Tensor result = make_out(out, shape, out_dtype, A.device(), op);
   kernels::GemmParams p = gemm_params(A, B, result, d);
+  Tensor bias_dense;
   if (bias && bias->defined()) {
     api::check_dim(*bias, {1}, op, "bias");
     api::check_shape_eq(*bias, {d.n}, op, "bias");
     api::check_dtype_in(*bias, {DType::kBFloat16}, op, "bias");
     api::check_same_device(*bias, A, op, "bias", a_arg);
-    p.bias = bias->data_ptr();
-    p.bias_dtype = bias->dtype();
-    p.bias_stride = bias->stride(0);
+    // cuBLASLt's bias epilogue reads a dense vector.
+    bias_dense = A.device().is_cuda() ? bias->contiguous() : *bias;
+    p.bias = bias_dense.data_ptr();
+    p.bias_dtype = bias_dense.dtype();
+    p.bias_stride = bias_dense.stride(0);
   }
   run_gemm(p, A.device(), op, pdl);
   return result;

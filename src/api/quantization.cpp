@@ -24,10 +24,12 @@ SfLayoutCode code_of(SfLayout l) { return static_cast<SfLayoutCode>(static_cast<
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+#if !FLASHINFER_WITH_CUDA
 [[noreturn]] void no_cuda(const char* op, const char* arg) {
   FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg,
                   "CUDA tensor given to a build without the CUDA backend");
 }
+#endif
 
 // ---- declarations ------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "flashinfer/dtype.h"
 
@@ -44,11 +45,30 @@ FLASHINFER_HD int64_t sf_buffer_size(SfLayoutCode layout, int64_t rows, int64_t 
   }
 }
 
+FLASHINFER_HD uint32_t f32_to_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+#endif
+}
+
+FLASHINFER_HD float f32_from_bits(uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(b);
+#else
+  float x;
+  std::memcpy(&x, &b, 4);
+  return x;
+#endif
+}
+
 /// ue8m0 code of the smallest power of two >= x (round toward +inf), saturating at 2^127
 /// (code 254); NaN gives 255, x <= 0 gives 0 (2^-127). Exact on the float bits.
 FLASHINFER_HD uint8_t ue8m0_round_up(float x) {
-  uint32_t bits;
-  __builtin_memcpy(&bits, &x, 4);
+  const uint32_t bits = f32_to_bits(x);
   if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 255;
   if ((bits >> 31) != 0 || bits == 0) return 0;
   const uint32_t exp = bits >> 23;
@@ -67,9 +87,7 @@ FLASHINFER_HD float ue8m0_to_float(uint8_t code) {
   const uint32_t bits = code == 0     ? 0x00400000u
                         : code == 255 ? 0x7FC00000u
                                       : static_cast<uint32_t>(code) << 23;
-  float f;
-  __builtin_memcpy(&f, &bits, 4);
-  return f;
+  return f32_from_bits(bits);
 }
 
 /// FP4 quantization of rows of an [m, k] matrix into packed e2m1 + block scales.
