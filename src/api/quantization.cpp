@@ -205,15 +205,15 @@ constexpr char kMxfp8DequantizeName[] = "mxfp8_dequantize_host";
 
 // ---- shared pieces -----------------------------------------------------------------------------
 
-// A one-element floating global scale as fp32 on `device` (upstream converts bf16/fp16 too).
+// A one-element floating global scale as fp32 on `device`. Upstream converts bf16/fp16 scales
+// to fp32 and moves the scale to the input's GPU (`a_global_sf.cuda()`); so do we.
 Tensor fp32_scalar(const Tensor& t, Device device, const char* op, const char* arg) {
   api::check_defined(t, op, arg);
   FLASHINFER_CHECK(t.numel() == 1, op, arg, "expected a one-element tensor, got shape ",
                    shape_to_string(t.shape()));
   api::check_dtype_in(t, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, arg);
-  FLASHINFER_CHECK(t.device() == device, op, arg, "is on ", t.device().str(),
-                   " but the input is on ", device.str());
-  return t.dtype() == DType::kFloat32 ? t.contiguous() : t.to(DType::kFloat32);
+  const Tensor f = t.dtype() == DType::kFloat32 ? t : t.to(DType::kFloat32);
+  return f.to(device).contiguous();
 }
 
 // Views `input` ([..., K], or a column-major [M, K]) as rows of K elements.

@@ -158,6 +158,11 @@ TEST(Nvfp4Quantize, GlobalScaleSaturationSubnormalAndZeroBlocks) {
   auto [q2, sf2] = fp4_quantize(in, fp32_scalar(1.0 / 896.0), 16, false, false, false, true);
   EXPECT_EQ(bytes(sf2), s);
   EXPECT_EQ(bytes(q2), b);
+  // A bf16 global scale is converted to fp32 first (896 is exact in bf16).
+  auto [q3, sf3] =
+      fp4_quantize(in, Tensor::from_vector({896.0}, {1}, DType::kBFloat16), 16, false, false);
+  EXPECT_EQ(bytes(sf3), s);
+  EXPECT_EQ(bytes(q3), b);
 }
 
 TEST(Nvfp4Quantize, SmallestSubnormalScale) {
