@@ -202,6 +202,45 @@ void dequant(const char* op, const uint8_t* data, int64_t stride, const uint8_t*
   FLASHINFER_CUDA_CALL(op, cudaGetLastError());
 }
 
+// cuBLASLt has no bf16 x bf16 -> fp16 GEMM. For that combination the product goes to an fp32
+// buffer, and this kernel adds the bias and rounds once to fp16 (the same single rounding as the
+// CPU backend).
+__global__ void fp32_to_half_kernel(const float* src, int64_t batch, int64_t m, int64_t n,
+                                    const __nv_bfloat16* bias, __half* out, int64_t stride_b,
+                                    int64_t stride_m) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= batch * m * n) return;
+  const int64_t j = idx % n, i = (idx / n) % m, b = idx / (m * n);
+  float v = src[idx];
+  if (bias) v = __fadd_rn(v, __bfloat162float(bias[j]));
+  out[b * stride_b + i * stride_m + j] = __float2half_rn(v);
+}
+
+// Runs `pr`, going through fp32 when cuBLASLt cannot write the requested output type directly.
+void matmul_to_out(const char* op, LtProblem pr, cudaStream_t stream) {
+  if (!(pr.x_type == DType::kBFloat16 && pr.d_type == DType::kFloat16)) {
+    lt_matmul(op, pr, stream);
+    return;
+  }
+  DeviceBuffer tmp{nullptr, stream};
+  const int64_t total = pr.batch * pr.m * pr.n;
+  FLASHINFER_CUDA_CALL(op, cudaMallocAsync(&tmp.ptr, total * sizeof(float), stream));
+  auto* out = static_cast<__half*>(pr.d);
+  const int64_t stride_b = pr.stride_d, stride_m = pr.ldd;
+  const auto* bias = static_cast<const __nv_bfloat16*>(pr.bias);
+  pr.d = tmp.ptr;
+  pr.d_type = DType::kFloat32;
+  pr.ldd = pr.n;
+  pr.stride_d = pr.m * pr.n;
+  pr.bias = nullptr;
+  lt_matmul(op, pr, stream);
+  constexpr int kThreads = 256;
+  fp32_to_half_kernel<<<static_cast<unsigned>((total + kThreads - 1) / kThreads), kThreads, 0,
+                        stream>>>(static_cast<const float*>(tmp.ptr), pr.batch, pr.m, pr.n, bias,
+                                  out, stride_b, stride_m);
+  FLASHINFER_CUDA_CALL(op, cudaGetLastError());
+}
+
 }  // namespace
 
 void gemm(const GemmParams& p, void* stream, const char* op, bool pdl) {
@@ -231,7 +270,7 @@ void gemm(const GemmParams& p, void* stream, const char* op, bool pdl) {
   pr.x_scale = p.a_scale;
   pr.bias = p.bias;
   pr.bias_type = p.bias_dtype;
-  lt_matmul(op, pr, static_cast<cudaStream_t>(stream));
+  matmul_to_out(op, pr, static_cast<cudaStream_t>(stream));
 }
 
 void mm_fp4(const Fp4GemmParams& p, void* stream, bool enable_pdl) {
@@ -262,7 +301,7 @@ void mm_fp4(const Fp4GemmParams& p, void* stream, bool enable_pdl) {
   pr.n = p.n;
   pr.k = p.k;
   pr.alpha_device = p.alpha;
-  lt_matmul(op, pr, s);
+  matmul_to_out(op, pr, s);
 }
 
 }  // namespace flashinfer::kernels::cuda
