@@ -369,6 +369,38 @@ TEST(GemmCuda, MatchesCpu) {
       EXPECT_TRUE(all_close(gpu, cpu, gemm_tol(DType::kBFloat16, s.k)));
     }
   }
+  // A backend upstream has but this build does not run on a GPU: a clear error naming it.
+  {
+    Tensor A8 = Tensor::zeros({1, 16, 32}, DType::kFloat8E4M3FN, g);
+    Tensor B8 = Tensor::zeros({1, 16, 32}, DType::kFloat8E4M3FN, g).transpose(1, 2);
+    Tensor one = fp32_scalar(1.0).to(g);
+    EXPECT_FI_ERROR(bmm_fp8(A8, B8, one, one, DType::kBFloat16, std::nullopt, "cudnn"), "bmm_fp8",
+                    "backend");
+    EXPECT_FI_ERROR(bmm_fp8(A8.slice(2, 0, 24), B8.slice(1, 0, 24), one, one, DType::kBFloat16),
+                    "bmm_fp8", "A");  // k = 24: not a multiple of 16 for cuBLASLt fp8
+  }
+  // fp16 output (through fp32 on cuBLASLt) with a bias.
+  {
+    Tensor a2 = Tensor::empty({19, 40}, DType::kFloat32).normal_(5).to(DType::kBFloat16);
+    Tensor b2 = col_major(1, 40, 24, DType::kBFloat16, 6).select(0, 0);
+    Tensor bias = Tensor::empty({24}, DType::kFloat32).normal_(7).to(DType::kBFloat16);
+    Tensor b2g = b2.transpose(0, 1).to(g).transpose(0, 1);
+    EXPECT_TRUE(all_close(mm_bf16(a2.to(g), b2g, bias.to(g), false, std::nullopt, DType::kFloat16),
+                          mm_bf16(a2, b2, bias, false, std::nullopt, DType::kFloat16),
+                          gemm_tol(DType::kFloat16, 40)));
+  }
+  // MXFP4 operands.
+  {
+    Tensor a2 = Tensor::empty({21, 64}, DType::kFloat32).normal_(8).to(DType::kBFloat16);
+    Tensor w2 = Tensor::empty({40, 64}, DType::kFloat32).normal_(9).to(DType::kBFloat16);
+    auto [qa2, sa2] = mxfp4_quantize(a2);
+    auto [qb2, sb2] = mxfp4_quantize(w2);
+    Tensor cpu2 = mm_fp4(qa2, qb2.transpose(0, 1), sa2, sb2.transpose(0, 1), std::nullopt,
+                         DType::kFloat16, std::nullopt, 32, false, "auto", false);
+    Tensor gpu2 = mm_fp4(qa2.to(g), qb2.to(g).transpose(0, 1), sa2.to(g), sb2.to(g).transpose(0, 1),
+                         std::nullopt, DType::kFloat16, std::nullopt, 32, false, "auto", false);
+    EXPECT_TRUE(all_close(gpu2, cpu2, gemm_tol(DType::kFloat16, 64)));
+  }
   Tensor a = Tensor::empty({37, 128}, DType::kFloat32).normal_(3).to(DType::kBFloat16);
   Tensor w = Tensor::empty({72, 128}, DType::kFloat32).normal_(4).to(DType::kBFloat16);
   Tensor gs = fp32_scalar(100.0);
