@@ -28,7 +28,8 @@ void fp4_rows(const Fp4QuantizeParams& p, float gs) {
       float amax = 0.0f;
       for (int64_t i = 0; i < vec; ++i) {
         v[i] = load(x + (b * vec + i) * p.in_stride_k);
-        amax = std::fmax(amax, std::fabs(v[i]));
+        const float a = std::fabs(v[i]);
+        amax = a > amax ? a : amax;  // fmax semantics (NaN ignored), but vectorizable
       }
       uint8_t sf_code;
       float sf_val;
@@ -40,19 +41,16 @@ void fp4_rows(const Fp4QuantizeParams& p, float gs) {
         sf_val = e4m3fn_bits_to_float(sf_code);
       }
       p.sf[sf_offset(p.layout, r, b, num_sf_cols)] = sf_code;
-      for (int64_t i = 0; i < vec; i += 2) {
-        uint8_t c[2];
-        for (int j = 0; j < 2; ++j) {
-          float y;
-          if (p.ue8m0) {
-            y = v[i + j] / sf_val;
-          } else {
-            y = sf_val != 0.0f ? (v[i + j] * gs) / sf_val : 0.0f;
-          }
-          c[j] = float_to_e2m1_bits(y);
-        }
-        q[(b * vec + i) / 2] = pack_e2m1x2(c[0], c[1]);
+      // Codes first (a straight loop the compiler vectorizes), then the nibble packing.
+      uint8_t c[32];
+      if (p.ue8m0) {
+        for (int64_t i = 0; i < vec; ++i) c[i] = float_to_e2m1_bits(v[i] / sf_val);
+      } else if (sf_val != 0.0f) {
+        for (int64_t i = 0; i < vec; ++i) c[i] = float_to_e2m1_bits((v[i] * gs) / sf_val);
+      } else {
+        for (int64_t i = 0; i < vec; ++i) c[i] = 0;
       }
+      for (int64_t i = 0; i < vec; i += 2) q[(b * vec + i) / 2] = pack_e2m1x2(c[i], c[i + 1]);
     }
   }
 }
@@ -70,7 +68,8 @@ void mxfp8_rows(const Mxfp8QuantizeParams& p) {
       float amax = 0.0f;
       for (int64_t i = 0; i < 32; ++i) {
         v[i] = load(x + (b * 32 + i) * p.in_stride_k);
-        amax = std::fmax(amax, std::fabs(v[i]));
+        const float a = std::fabs(v[i]);
+        amax = a > amax ? a : amax;  // fmax semantics (NaN ignored), but vectorizable
       }
       const uint8_t sf_code = ue8m0_round_up(amax / 448.0f);
       const float sf_val = ue8m0_to_float(sf_code);
