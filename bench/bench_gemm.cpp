@@ -1,14 +1,14 @@
 // CPU GEMM and quantization throughput. Every GEMM reports FLOP/s and `vs_sgemm`: its FLOP/s
-// divided by plain OpenBLAS sgemm's on fp32 operands of the same shape, measured in the same run
-// (the op's extra work is converting its low-precision inputs to fp32 tiles and rounding the
-// output). Quantizers report bytes/s (input read + quantized data + scales written).
+// divided by plain OpenBLAS sgemm's on fp32 operands of the same shape, measured interleaved with
+// it in the same run (the op's extra work is converting its low-precision inputs to fp32 tiles
+// and rounding the output). Quantizers report bytes/s (input read + quantized data + scales
+// written).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
-#include <map>
-#include <tuple>
+#include <functional>
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
@@ -17,51 +17,56 @@ namespace {
 
 using namespace flashinfer;
 
-// Best-of-5 FLOP/s of cblas_sgemm (row-major, A [m, k] x B^T with B [n, k]) for one shape,
-// cached so every op at that shape compares with the same baseline.
-double sgemm_flops(int64_t m, int64_t n, int64_t k) {
-  static std::map<std::tuple<int64_t, int64_t, int64_t>, double> cache;
-  auto key = std::make_tuple(m, n, k);
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  std::vector<float> a(m * k, 0.5f), b(n * k, 0.25f), c(m * n);
-  double best = 1e30;
-  for (int rep = 0; rep < 8; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a.data(), k, b.data(), k,
-                0.0f, c.data(), n);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (rep > 0) best = std::min(best, s);  // the first call warms the thread pool
+// Plain OpenBLAS sgemm (row-major A [m, k] x B^T with B [n, k]) on fp32 operands of one shape.
+class Sgemm {
+ public:
+  Sgemm(int64_t m, int64_t n, int64_t k)
+      : m_(m), n_(n), k_(k), a_(m * k, 0.5f), b_(n * k, 0.25f), c_(m * n) {}
+  void run() {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m_, n_, k_, 1.0f, a_.data(), k_, b_.data(),
+                k_, 0.0f, c_.data(), n_);
   }
-  return cache[key] = 2.0 * m * n * k / best;
+
+ private:
+  int64_t m_, n_, k_;
+  std::vector<float> a_, b_, c_;
+};
+
+double seconds_of(const std::function<void()>& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void report(benchmark::State& state, int64_t batch, int64_t m, int64_t n, int64_t k) {
-  const double flop = 2.0 * batch * m * n * k;
-  state.counters["FLOP/s"] =
-      benchmark::Counter(flop * state.iterations(), benchmark::Counter::kIsRate);
-  state.counters["sgemm_FLOP/s"] = sgemm_flops(m, n, k);
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
-// Adds vs_sgemm once the timing is known (Google Benchmark computes rates after the loop, so the
-// ratio is derived from the measured real time per iteration).
-void ratio(benchmark::State& state, int64_t batch, int64_t m, int64_t n, int64_t k,
-           double seconds) {
-  const double flops = 2.0 * batch * m * n * k / seconds;
-  state.counters["vs_sgemm"] = flops / sgemm_flops(m, n, k);
-}
-
-// Runs the timed loop and returns the best iteration's seconds: on a shared machine the minimum
-// is the robust estimate, and the sgemm baseline is a best-of too.
-template <class Fn>
-double time_loop(benchmark::State& state, Fn&& fn) {
-  double best = 1e30;
+// Times the op and, right after it in every iteration (outside the benchmark's timing), plain
+// sgemm doing the same FLOPs, so each pair sees the same machine load. vs_sgemm is the median of
+// the per-iteration ratios sgemm_time / op_time; FLOP/s counters are medians too.
+void run_with_baseline(benchmark::State& state, int64_t batch, int64_t m, int64_t n, int64_t k,
+                       const std::function<void()>& op) {
+  Sgemm base(m, n, k);
+  auto base_all = [&] {
+    for (int64_t b = 0; b < batch; ++b) base.run();
+  };
+  base_all();  // warm OpenBLAS's thread pool and the caches
+  op();
+  std::vector<double> t_op, t_base, ratio;
   for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    t_op.push_back(seconds_of(op));
+    state.PauseTiming();
+    t_base.push_back(seconds_of(base_all));
+    ratio.push_back(t_base.back() / t_op.back());
+    state.ResumeTiming();
   }
-  return best;
+  const double flop = 2.0 * batch * m * n * k;
+  state.counters["FLOP/s"] = flop / median(t_op);
+  state.counters["sgemm_FLOP/s"] = flop / median(t_base);
+  state.counters["vs_sgemm"] = median(ratio);
 }
 
 void BM_SgemmOpenBlas(benchmark::State& state) {
@@ -82,12 +87,7 @@ void BM_MmBf16(benchmark::State& state) {
   Tensor a = Tensor::empty({n, n}, DType::kBFloat16).uniform_(1);
   Tensor b = Tensor::empty({n, n}, DType::kBFloat16).uniform_(2).transpose(0, 1);
   Tensor out = Tensor::empty({n, n}, DType::kBFloat16);
-  const double s = time_loop(state, [&] {
-    mm_bf16(a, b, std::nullopt, false, out);
-    benchmark::DoNotOptimize(out.data_ptr());
-  });
-  report(state, 1, n, n, n);
-  ratio(state, 1, n, n, n, s);
+  run_with_baseline(state, 1, n, n, n, [&] { mm_bf16(a, b, std::nullopt, false, out); });
 }
 BENCHMARK(BM_MmBf16)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -97,12 +97,7 @@ void BM_BmmFp8(benchmark::State& state) {
   Tensor B = Tensor::empty({batch, n, n}, DType::kFloat8E4M3FN).uniform_(4, -4, 4).transpose(1, 2);
   Tensor s1 = Tensor::full({1}, 0.5, DType::kFloat32);
   Tensor out = Tensor::empty({batch, n, n}, DType::kBFloat16);
-  const double s = time_loop(state, [&] {
-    bmm_fp8(A, B, s1, s1, DType::kBFloat16, out);
-    benchmark::DoNotOptimize(out.data_ptr());
-  });
-  report(state, batch, n, n, n);
-  ratio(state, batch, n, n, n, s);
+  run_with_baseline(state, batch, n, n, n, [&] { bmm_fp8(A, B, s1, s1, DType::kBFloat16, out); });
 }
 BENCHMARK(BM_BmmFp8)
     ->Args({1, 512})
@@ -121,12 +116,8 @@ void BM_MmFp4(benchmark::State& state) {
   Tensor alpha = Tensor::full({1}, 1.0 / (448.0 * 6.0 * 448.0 * 6.0), DType::kFloat32);
   Tensor out = Tensor::empty({n, n}, DType::kBFloat16);
   Tensor bt = qb.transpose(0, 1), sbt = sfb.transpose(0, 1);
-  const double s = time_loop(state, [&] {
-    mm_fp4(qa, bt, sfa, sbt, alpha, DType::kBFloat16, out);
-    benchmark::DoNotOptimize(out.data_ptr());
-  });
-  report(state, 1, n, n, n);
-  ratio(state, 1, n, n, n, s);
+  run_with_baseline(state, 1, n, n, n,
+                    [&] { mm_fp4(qa, bt, sfa, sbt, alpha, DType::kBFloat16, out); });
 }
 BENCHMARK(BM_MmFp4)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 
