@@ -44,7 +44,7 @@ const std::map<std::string, BackendRequirement, std::less<>>& table() {
     m->emplace("bmm_fp8", make("bmm_fp8", "cublas", {"cudnn", "cublas", "cutlass", "auto"},
                                {{"cublas", 89, lt}, {"auto", 89, lt}}));
     // No FP4 tensor cores below sm100: tiles are dequantized to bf16 and multiplied by cuBLASLt.
-    m->emplace("mm_fp4", make("mm_fp4", "auto", {"cudnn", "trtllm", "cutlass", "auto"},
+    m->emplace("mm_fp4", make("mm_fp4", "auto", {"cudnn", "trtllm", "cutlass", "cute-dsl", "auto"},
                               {{"auto", 80, "fp4 dequantization kernel + cuBLASLt bf16 GEMM"}}));
     for (const char* op : {"fp4_quantize", "nvfp4_quantize", "mxfp4_quantize", "mxfp8_quantize"}) {
       m->emplace(
