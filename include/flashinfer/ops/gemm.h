@@ -48,8 +48,8 @@ Tensor bmm_fp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const Te
 ///   b_descale  scales of b_fp4 in the 128x4 layout of [n, k/block] (pass sf.T as upstream does).
 ///   alpha      optional fp32 one-element tensor (NVFP4: 1 / (gs_a * gs_b)); None means 1.
 ///   block_size 16 for NVFP4, 32 for MXFP4.
-///   backend "cudnn" | "trtllm" | "cutlass" | "cute-dsl" | "auto"; on CUDA this build runs "auto" by
-///   dequantizing to bf16 and multiplying with cuBLASLt (sm80+; no FP4 tensor cores needed).
+///   backend "cudnn" | "trtllm" | "cutlass" | "cute-dsl" | "auto"; on CUDA this build runs "auto"
+///   by dequantizing to bf16 and multiplying with cuBLASLt (sm80+; no FP4 tensor cores needed).
 Tensor mm_fp4(const Tensor& a, const Tensor& b, const Tensor& a_descale, const Tensor& b_descale,
               std::optional<Tensor> alpha = std::nullopt, DType out_dtype = DType::kBFloat16,
               std::optional<Tensor> out = std::nullopt, int64_t block_size = 16,
