@@ -6,10 +6,14 @@ namespace flashinfer::detail {
 
 void register_norm_ops(OpRegistry& registry);
 void register_sampling_ops(OpRegistry& registry);
+void register_quantization_ops(OpRegistry& registry);
+void register_gemm_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
   register_sampling_ops(registry);
+  register_quantization_ops(registry);
+  register_gemm_ops(registry);
 }
 
 }  // namespace flashinfer::detail

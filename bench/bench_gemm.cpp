@@ -1,0 +1,163 @@
+// CPU GEMM and quantization throughput. Every GEMM reports FLOP/s and `vs_sgemm`: its FLOP/s
+// divided by plain OpenBLAS sgemm's on fp32 operands of the same shape, measured interleaved with
+// it in the same run (the op's extra work is converting its low-precision inputs to fp32 tiles
+// and rounding the output). Quantizers report bytes/s (input read + quantized data + scales
+// written).
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+
+namespace {
+
+using namespace flashinfer;
+
+// Plain OpenBLAS sgemm (row-major A [m, k] x B^T with B [n, k]) on fp32 operands of one shape.
+class Sgemm {
+ public:
+  Sgemm(int64_t m, int64_t n, int64_t k)
+      : m_(m), n_(n), k_(k), a_(m * k, 0.5f), b_(n * k, 0.25f), c_(m * n) {}
+  void run() {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m_, n_, k_, 1.0f, a_.data(), k_, b_.data(),
+                k_, 0.0f, c_.data(), n_);
+  }
+
+ private:
+  int64_t m_, n_, k_;
+  std::vector<float> a_, b_, c_;
+};
+
+double seconds_of(const std::function<void()>& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+// Times the op and, right after it in every iteration (outside the benchmark's timing), plain
+// sgemm doing the same FLOPs, so each pair sees the same machine load. vs_sgemm is the median of
+// the per-iteration ratios sgemm_time / op_time; FLOP/s counters are medians too.
+void run_with_baseline(benchmark::State& state, int64_t batch, int64_t m, int64_t n, int64_t k,
+                       const std::function<void()>& op) {
+  Sgemm base(m, n, k);
+  auto base_all = [&] {
+    for (int64_t b = 0; b < batch; ++b) base.run();
+  };
+  base_all();  // warm OpenBLAS's thread pool and the caches
+  op();
+  std::vector<double> t_op, t_base, ratio;
+  for (auto _ : state) {
+    t_op.push_back(seconds_of(op));
+    state.PauseTiming();
+    t_base.push_back(seconds_of(base_all));
+    ratio.push_back(t_base.back() / t_op.back());
+    state.ResumeTiming();
+  }
+  const double flop = 2.0 * batch * m * n * k;
+  state.counters["FLOP/s"] = flop / median(t_op);
+  state.counters["sgemm_FLOP/s"] = flop / median(t_base);
+  state.counters["vs_sgemm"] = median(ratio);
+}
+
+void BM_SgemmOpenBlas(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * n * n * n * state.iterations(), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SgemmOpenBlas)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_MmBf16(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor a = Tensor::empty({n, n}, DType::kBFloat16).uniform_(1);
+  Tensor b = Tensor::empty({n, n}, DType::kBFloat16).uniform_(2).transpose(0, 1);
+  Tensor out = Tensor::empty({n, n}, DType::kBFloat16);
+  run_with_baseline(state, 1, n, n, n, [&] { mm_bf16(a, b, std::nullopt, false, out); });
+}
+BENCHMARK(BM_MmBf16)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_BmmFp8(benchmark::State& state) {
+  const int64_t batch = state.range(0), n = state.range(1);
+  Tensor A = Tensor::empty({batch, n, n}, DType::kFloat8E4M3FN).uniform_(3, -4, 4);
+  Tensor B = Tensor::empty({batch, n, n}, DType::kFloat8E4M3FN).uniform_(4, -4, 4).transpose(1, 2);
+  Tensor s1 = Tensor::full({1}, 0.5, DType::kFloat32);
+  Tensor out = Tensor::empty({batch, n, n}, DType::kBFloat16);
+  run_with_baseline(state, batch, n, n, n, [&] { bmm_fp8(A, B, s1, s1, DType::kBFloat16, out); });
+}
+BENCHMARK(BM_BmmFp8)
+    ->Args({1, 512})
+    ->Args({1, 1024})
+    ->Args({4, 512})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+void BM_MmFp4(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor a = Tensor::empty({n, n}, DType::kBFloat16).uniform_(5);
+  Tensor w = Tensor::empty({n, n}, DType::kBFloat16).uniform_(6);
+  Tensor gs = Tensor::full({1}, 448.0 * 6.0, DType::kFloat32);
+  auto [qa, sfa] = nvfp4_quantize(a, gs);
+  auto [qb, sfb] = nvfp4_quantize(w, gs);
+  Tensor alpha = Tensor::full({1}, 1.0 / (448.0 * 6.0 * 448.0 * 6.0), DType::kFloat32);
+  Tensor out = Tensor::empty({n, n}, DType::kBFloat16);
+  Tensor bt = qb.transpose(0, 1), sbt = sfb.transpose(0, 1);
+  run_with_baseline(state, 1, n, n, n,
+                    [&] { mm_fp4(qa, bt, sfa, sbt, alpha, DType::kBFloat16, out); });
+}
+BENCHMARK(BM_MmFp4)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// ---- quantizers -----------------------------------------------------------------------------
+
+void BM_Nvfp4Quantize(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1);
+  Tensor x = Tensor::empty({m, k}, DType::kBFloat16).uniform_(7);
+  Tensor gs = Tensor::full({1}, 448.0 * 6.0, DType::kFloat32);
+  for (auto _ : state) {
+    auto r = nvfp4_quantize(x, gs);
+    benchmark::DoNotOptimize(std::get<0>(r).data_ptr());
+  }
+  const double bytes = m * k * 2.0 + m * k / 2.0 + m * k / 16.0;
+  state.SetBytesProcessed(static_cast<int64_t>(bytes * state.iterations()));
+}
+BENCHMARK(BM_Nvfp4Quantize)->Args({1024, 4096})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Mxfp4Quantize(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1);
+  Tensor x = Tensor::empty({m, k}, DType::kBFloat16).uniform_(8);
+  for (auto _ : state) {
+    auto r = mxfp4_quantize(x);
+    benchmark::DoNotOptimize(std::get<0>(r).data_ptr());
+  }
+  const double bytes = m * k * 2.0 + m * k / 2.0 + m * k / 32.0;
+  state.SetBytesProcessed(static_cast<int64_t>(bytes * state.iterations()));
+}
+BENCHMARK(BM_Mxfp4Quantize)->Args({1024, 4096})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Mxfp8Quantize(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1);
+  Tensor x = Tensor::empty({m, k}, DType::kBFloat16).uniform_(9);
+  for (auto _ : state) {
+    auto r = mxfp8_quantize(x);
+    benchmark::DoNotOptimize(std::get<0>(r).data_ptr());
+  }
+  const double bytes = m * k * 2.0 + m * k + m * k / 32.0;
+  state.SetBytesProcessed(static_cast<int64_t>(bytes * state.iterations()));
+}
+BENCHMARK(BM_Mxfp8Quantize)->Args({1024, 4096})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace

@@ -1,0 +1,117 @@
+// Low-precision quantization ops: FP4 (NVFP4, MXFP4) from FlashInfer's module
+// flashinfer.fp4_quantization and MXFP8 from flashinfer.fp8_quantization.
+//
+// Formats (bit-exact on every backend):
+//  * E2M1 codes 0..15 (bit 3 = sign, magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6}), two per byte with
+//    element 2t in the low nibble and 2t+1 in the high nibble. Quantized FP4 data is returned as
+//    uint8 [..., K/2], as upstream returns it.
+//  * NVFP4: blocks of 16 along K, e4m3 block scales with an fp32 global scale gs:
+//      sf = e4m3_satfinite(gs * amax / 6)          (fp32 ops, left to right)
+//      q  = e2m1((x * gs) / float(sf))            (q = 0 when sf == 0)
+//    so x ~= q * sf / gs.
+//  * MXFP4: blocks of 32, ue8m0 scales, no global scale:
+//      sf = ue8m0(amax / 6) rounded up to a power of two,  q = e2m1(x / 2^(sf - 127)).
+//  * MXFP8: blocks of 32, sf = ue8m0(amax / 448) rounded up,  q = e4m3_satfinite(x / 2^(sf - 127)).
+//  * Scale-factor layouts (uint8 per scale), for row r and scale column c of an [M, C] matrix:
+//      linear: r * C + c
+//      128x4:  (r/128)*T*512 + (c/4)*512 + (r%32)*16 + ((r%128)/32)*4 + c%4,  T = ceil(C/4);
+//              rows padded to a multiple of 128, columns to a multiple of 4, padding zero.
+//      8x4:    (r/8)*T*32 + (c/4)*32 + (r%8)*4 + c%4; rows padded to a multiple of 8.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <tuple>
+
+#include "flashinfer/tensor.h"
+#include "flashinfer/value.h"
+
+namespace flashinfer {
+
+/// Upstream's SfLayout enum (flashinfer.tllm_enums.SfLayout), same member names and values.
+enum class SfLayout : int { layout_128x4 = 0, layout_8x4 = 1, layout_linear = 2 };
+
+/// "layout_128x4", "layout_8x4", "layout_linear".
+std::string_view sf_layout_name(SfLayout layout);
+/// Recorded as upstream's enum member: EnumValue{"SfLayout", "layout_128x4", "0"}.
+Value to_value(SfLayout layout);
+/// Accepts an EnumValue (by member name or value) or an int; throws flashinfer::Error otherwise.
+SfLayout sf_layout_from_value(const Value& v);
+
+/// Index of scale (row, col) in a scale buffer of `layout` whose unpadded matrix has
+/// `num_sf_cols` columns (the formulas above).
+int64_t sf_layout_offset(SfLayout layout, int64_t row, int64_t col, int64_t num_sf_cols);
+/// Number of bytes a scale buffer of `layout` takes for an [rows, num_sf_cols] scale matrix.
+int64_t sf_layout_size(SfLayout layout, int64_t rows, int64_t num_sf_cols);
+
+/// Quantizes to FP4 with per-block scales (NVFP4 with sf_vec_size=16 and e4m3 scales, MXFP4 with
+/// sf_vec_size=32 and sf_use_ue8m0=true; with ue8m0 scales the global scale is not used).
+///   input         [M, K] (or [..., K]) fp16, bf16 or float8_e4m3fn; K % sf_vec_size == 0. A
+///                 column-major 2-D input (stride(-2) == 1) is quantized along its rows of the
+///                 transpose and both outputs are returned transposed, as upstream does.
+///   global_scale  fp32 [1] (e4m3 scales only; None means 1). With is_global_scale_inversed it
+///                 holds 1/gs.
+/// Returns (x_q uint8 [..., K/2], sf uint8): sf is [round_up(M, 128 or 8), round_up(K/vec, 4)]
+/// for the swizzled layouts (is_sf_8x4_layout picks 8x4) and [M, K/vec] for the linear one.
+/// `backend`: "cuda" (upstream also has "cute-dsl", not available here); CPU tensors run the
+/// CPU reference. Runs on input's device, on the current CUDA stream.
+std::tuple<Tensor, Tensor> fp4_quantize(
+    const Tensor& input, std::optional<Tensor> global_scale = std::nullopt,
+    int64_t sf_vec_size = 16, bool sf_use_ue8m0 = false, bool is_sf_swizzled_layout = true,
+    bool is_sf_8x4_layout = false, bool is_global_scale_inversed = false,
+    std::optional<bool> enable_pdl = std::nullopt, std::string_view backend = "cuda");
+
+/// NVFP4 quantization: fp4_quantize with a_global_sf and e4m3 scales in `sfLayout`.
+/// do_shuffle (trtllm-gen weight shuffling), per_token_activation and
+/// expanded_idx_to_permuted_idx are not available here and give an kUnsupported error.
+std::tuple<Tensor, Tensor> nvfp4_quantize(
+    const Tensor& a, const Tensor& a_global_sf, SfLayout sfLayout = SfLayout::layout_128x4,
+    bool do_shuffle = false, int64_t sf_vec_size = 16,
+    std::optional<bool> enable_pdl = std::nullopt, std::string_view backend = "cuda",
+    bool per_token_activation = false,
+    std::optional<Tensor> expanded_idx_to_permuted_idx = std::nullopt);
+
+/// MXFP4 quantization: blocks of 32, ue8m0 scales in the 128x4 layout.
+/// Returns (uint8 [M, K/2], uint8 [round_up(M, 128), round_up(K/32, 4)]).
+std::tuple<Tensor, Tensor> mxfp4_quantize(const Tensor& a, std::string_view backend = "cuda",
+                                          std::optional<bool> enable_pdl = std::nullopt);
+
+/// MXFP4 dequantization on the host: a_fp4 uint8 [M, K/2], a_sf ue8m0 scales in the 128x4 layout
+/// (any shape with exactly round_up(M,128)*round_up(K/32,4) elements). Returns fp32 [M, K] on the
+/// CPU (inputs on a GPU are copied to the host, as upstream does).
+Tensor mxfp4_dequantize(const Tensor& a_fp4, const Tensor& a_sf);
+
+/// Dequantizes packed E2M1 with uint8 block scales: out = (e2m1 * sf) * global_scale_tensor
+/// (fp32 ops, left to right; no global scale means 1). ufp8_type 1 = e4m3 scales, 0 = ue8m0.
+/// is_sf_swizzled_layout picks 128x4 (else linear). Returns fp32 [M, K] on the CPU.
+Tensor e2m1_and_ufp8sf_scale_to_float(const Tensor& e2m1_tensor, const Tensor& ufp8_scale_tensor,
+                                      std::optional<Tensor> global_scale_tensor = std::nullopt,
+                                      int64_t sf_vec_size = 16, int64_t ufp8_type = 1,
+                                      bool is_sf_swizzled_layout = true);
+
+/// Swizzles a linear scale matrix [M, C] (or [E, M, C]) of uint8 or bf16 into the 128x4 layout:
+/// returns a 1-D tensor of E * round_up(M, 128) * round_up(C, 4) elements of the input dtype,
+/// padding zero.
+Tensor block_scale_interleave(const Tensor& unswizzled_sf);
+
+/// MXFP8 quantization (flashinfer.fp8_quantization): blocks of 32, ue8m0 scales.
+///   input [M, K] (or [..., K]) fp16 or bf16; K % 32 == 0; alignment must be 32.
+///   sf_swizzle_layout overrides is_sf_swizzled_layout (128x4 when true, else linear) when set;
+///   8x4 is CUDA-only (upstream's host kernel rejects it too).
+/// Returns (x_fp8 [..., K], sf uint8 1-D of sf_layout_size elements). x_fp8 is float8_e4m3fn on
+/// CUDA and uint8 (the same bits) on the CPU, following upstream's dtypes per device.
+std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzled_layout = true,
+                                          int64_t alignment = 32,
+                                          std::optional<bool> enable_pdl = std::nullopt,
+                                          std::string_view backend = "cuda",
+                                          std::optional<SfLayout> sf_swizzle_layout = std::nullopt);
+
+/// MXFP8 dequantization on the host: input [M, K] float8_e4m3fn or uint8, scale_tensor ue8m0
+/// in 128x4 or linear layout (any shape with the right element count). Returns fp32 [M, K] on the
+/// CPU: out = e4m3(q) * 2^(sf - 127).
+Tensor mxfp8_dequantize_host(const Tensor& input, const Tensor& scale_tensor,
+                             bool is_sf_swizzled_layout = true,
+                             std::optional<SfLayout> sf_swizzle_layout = std::nullopt);
+
+}  // namespace flashinfer

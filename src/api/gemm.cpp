@@ -1,0 +1,410 @@
+// Public GEMM ops (flashinfer.gemm): declarations, argument checks, dispatch.
+#include "flashinfer/ops/gemm.h"
+
+#include <string>
+
+#include "api/backends.h"
+#include "api/checks.h"
+#include "api/device_props.h"
+#include "flashinfer/api_call.h"
+#include "flashinfer/stream.h"
+#include "kernels/cpu/gemm_cpu.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/gemm_cuda.h"
+#endif
+
+namespace flashinfer {
+namespace {
+
+constexpr const char* kModule = "flashinfer.gemm";
+
+OpDecl make_mm_bf16_decl() {
+  OpDecl d;
+  d.name = "mm_bf16";
+  d.module = kModule;
+  d.params = {
+      ParamDecl("a", ParamKind::kTensor),
+      ParamDecl("b", ParamKind::kTensor),
+      ParamDecl("bias", ParamKind::kTensor).opt(),
+      ParamDecl("pdl", ParamKind::kBool).def(false),
+      ParamDecl("out", ParamKind::kTensor).opt(),
+      ParamDecl("out_dtype", ParamKind::kDType).def(DType::kBFloat16),
+      ParamDecl("backend", ParamKind::kString).def("cudnn"),
+  };
+  d.returns = "Tensor";
+  d.summary = "BF16 GEMM: a [m, k] row-major @ b [k, n] column-major (+ bias)";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return mm_bf16(a.tensor(0), a.tensor(1), a.optional_tensor(2), a.boolean(3),
+                   a.optional_tensor(4), a.dtype(5), a.str(6));
+  };
+  return d;
+}
+
+OpDecl make_bmm_bf16_decl() {
+  OpDecl d;
+  d.name = "bmm_bf16";
+  d.module = kModule;
+  d.params = {
+      ParamDecl("A", ParamKind::kTensor),
+      ParamDecl("B", ParamKind::kTensor),
+      ParamDecl("out", ParamKind::kTensor).opt(),
+      ParamDecl("out_dtype", ParamKind::kDType).def(DType::kBFloat16),
+      ParamDecl("backend", ParamKind::kString).def("cudnn"),
+  };
+  d.returns = "Tensor";
+  d.summary = "Batched BF16 GEMM: A [b, m, k] row-major @ B [b, k, n] column-major";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return bmm_bf16(a.tensor(0), a.tensor(1), a.optional_tensor(2), a.dtype(3), a.str(4));
+  };
+  return d;
+}
+
+OpDecl make_bmm_fp8_decl() {
+  OpDecl d;
+  d.name = "bmm_fp8";
+  d.module = kModule;
+  d.params = {
+      ParamDecl("A", ParamKind::kTensor),
+      ParamDecl("B", ParamKind::kTensor),
+      ParamDecl("A_scale", ParamKind::kTensor),
+      ParamDecl("B_scale", ParamKind::kTensor),
+      ParamDecl("dtype", ParamKind::kDType),
+      ParamDecl("out", ParamKind::kTensor).opt(),
+      ParamDecl("backend", ParamKind::kString).def("cublas"),
+  };
+  d.returns = "Tensor";
+  d.summary = "Batched FP8 GEMM with per-tensor dequantization scales";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return bmm_fp8(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3), a.dtype(4),
+                   a.optional_tensor(5), a.str(6));
+  };
+  return d;
+}
+
+OpDecl make_mm_fp4_decl() {
+  OpDecl d;
+  d.name = "mm_fp4";
+  d.module = kModule;
+  d.params = {
+      ParamDecl("a", ParamKind::kTensor),
+      ParamDecl("b", ParamKind::kTensor),
+      ParamDecl("a_descale", ParamKind::kTensor),
+      ParamDecl("b_descale", ParamKind::kTensor),
+      ParamDecl("alpha", ParamKind::kTensor).opt(),
+      ParamDecl("out_dtype", ParamKind::kDType).def(DType::kBFloat16),
+      ParamDecl("out", ParamKind::kTensor).opt(),
+      ParamDecl("block_size", ParamKind::kInt).def(16),
+      ParamDecl("use_8x4_sf_layout", ParamKind::kBool).def(false),
+      ParamDecl("backend", ParamKind::kString).def("auto"),
+      ParamDecl("use_nvfp4", ParamKind::kBool).def(true),
+      ParamDecl("enable_pdl", ParamKind::kBool).def(true),
+  };
+  d.returns = "Tensor";
+  d.summary = "FP4 GEMM (NVFP4 or MXFP4 operands with block scales)";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return mm_fp4(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3), a.optional_tensor(4),
+                  a.dtype(5), a.optional_tensor(6), a.i64(7), a.boolean(8), a.str(9), a.boolean(10),
+                  a.boolean(11));
+  };
+  return d;
+}
+
+template <const char* kName>
+const OpDecl& decl_of() {
+  static const OpDecl& d = *OpRegistry::global().find(kName);
+  return d;
+}
+constexpr char kMmBf16[] = "mm_bf16";
+constexpr char kBmmBf16[] = "bmm_bf16";
+constexpr char kBmmFp8[] = "bmm_fp8";
+constexpr char kMmFp4[] = "mm_fp4";
+
+#if !FLASHINFER_WITH_CUDA
+[[noreturn]] void no_cuda(const char* op, const char* arg) {
+  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg,
+                  "CUDA tensor given to a build without the CUDA backend");
+}
+#endif
+
+void check_out_dtype(DType dt, const char* op, const char* arg) {
+  FLASHINFER_CHECK(dt == DType::kBFloat16 || dt == DType::kFloat16, op, arg, "output dtype ",
+                   dtype_torch_name(dt),
+                   " is not supported (expected torch.bfloat16 or "
+                   "torch.float16)");
+}
+
+// Checks a row-major A [.., m, k] and a column-major B [.., k, n] of rank `rank`; returns
+// (batch, m, n, k).
+struct Dims {
+  int64_t batch, m, n, k;
+};
+
+Dims check_operands(const Tensor& A, const Tensor& B, int64_t rank, const char* op,
+                    const char* a_arg, const char* b_arg) {
+  api::check_defined(A, op, a_arg);
+  api::check_defined(B, op, b_arg);
+  api::check_dim(A, {rank}, op, a_arg);
+  api::check_dim(B, {rank}, op, b_arg);
+  api::check_same_device(B, A, op, b_arg, a_arg);
+  const int64_t m = A.size(-2), k = A.size(-1), n = B.size(-1);
+  FLASHINFER_CHECK(B.size(-2) == k, op, b_arg, "k mismatch: ", a_arg, " is ",
+                   shape_to_string(A.shape()), " (k = ", k, ") but ", b_arg, " is ",
+                   shape_to_string(B.shape()), " (k = ", B.size(-2), ")");
+  if (rank == 3) {
+    FLASHINFER_CHECK(B.size(0) == A.size(0), op, b_arg, "batch ", B.size(0), " does not match ",
+                     a_arg, "'s batch ", A.size(0));
+  }
+  FLASHINFER_CHECK(m > 0 && n > 0 && k > 0, op, a_arg, "empty GEMM: m = ", m, ", n = ", n,
+                   ", k = ", k);
+  FLASHINFER_CHECK(A.stride(-1) == 1 || k == 1, op, a_arg,
+                   "must be row-major (stride(-1) == 1), got strides ",
+                   shape_to_string(A.strides()));
+  FLASHINFER_CHECK(B.stride(-2) == 1 || k == 1, op, b_arg,
+                   "must be column-major (stride(-2) == 1, a transposed [", rank == 3 ? "b, " : "",
+                   "n, k] tensor), got strides ", shape_to_string(B.strides()));
+  return {rank == 3 ? A.size(0) : 1, m, n, k};
+}
+
+Tensor make_out(const std::optional<Tensor>& out, const Shape& shape, DType dt, Device device,
+                const char* op) {
+  if (out && out->defined()) {
+    api::check_shape_eq(*out, shape, op, "out");
+    FLASHINFER_CHECK(out->dtype() == dt, op, "out", "dtype ", dtype_torch_name(out->dtype()),
+                     " does not match the requested output dtype ", dtype_torch_name(dt));
+    FLASHINFER_CHECK(out->device() == device, op, "out", "is on ", out->device().str(),
+                     " but the inputs are on ", device.str());
+    return *out;
+  }
+  return Tensor::empty(shape, dt, device);
+}
+
+kernels::GemmParams gemm_params(const Tensor& A, const Tensor& B, const Tensor& out,
+                                const Dims& d) {
+  kernels::GemmParams p;
+  const bool batched = A.dim() == 3;
+  p.a = A.data_ptr();
+  p.a_dtype = A.dtype();
+  p.a_stride_b = batched ? A.stride(0) : 0;
+  p.a_stride_m = A.stride(-2);
+  p.a_stride_k = A.stride(-1);
+  p.b = B.data_ptr();
+  p.b_dtype = B.dtype();
+  p.b_stride_b = batched ? B.stride(0) : 0;
+  p.b_stride_k = B.stride(-2);
+  p.b_stride_n = B.stride(-1);
+  p.out = out.data_ptr();
+  p.out_dtype = out.dtype();
+  p.out_stride_b = batched ? out.stride(0) : 0;
+  p.out_stride_m = out.stride(-2);
+  p.out_stride_n = out.stride(-1);
+  p.batch = d.batch;
+  p.m = d.m;
+  p.n = d.n;
+  p.k = d.k;
+  return p;
+}
+
+void run_gemm(const kernels::GemmParams& p, Device device, const char* op, bool pdl) {
+  if (device.is_cpu()) {
+    kernels::cpu::gemm(p);
+  } else {
+#if FLASHINFER_WITH_CUDA
+    kernels::cuda::gemm(p, current_cuda_stream(), op, pdl);
+#else
+    (void)pdl;
+    no_cuda(op, "A");
+#endif
+  }
+}
+
+Tensor bf16_gemm(const char* op, const Tensor& A, const Tensor& B,
+                 const std::optional<Tensor>& bias, bool pdl, const std::optional<Tensor>& out,
+                 DType out_dtype, std::string_view backend, int64_t rank, const char* a_arg,
+                 const char* b_arg) {
+  api::check_defined(A, op, a_arg);
+  api::check_backend(op, backend, A.device());
+  const Dims d = check_operands(A, B, rank, op, a_arg, b_arg);
+  api::check_dtype_in(A, {DType::kBFloat16}, op, a_arg);
+  api::check_dtype_in(B, {DType::kBFloat16}, op, b_arg);
+  check_out_dtype(out_dtype, op, "out_dtype");
+  Shape shape = rank == 3 ? Shape{d.batch, d.m, d.n} : Shape{d.m, d.n};
+  Tensor result = make_out(out, shape, out_dtype, A.device(), op);
+  kernels::GemmParams p = gemm_params(A, B, result, d);
+  Tensor bias_dense;
+  if (bias && bias->defined()) {
+    api::check_dim(*bias, {1}, op, "bias");
+    api::check_shape_eq(*bias, {d.n}, op, "bias");
+    api::check_dtype_in(*bias, {DType::kBFloat16}, op, "bias");
+    api::check_same_device(*bias, A, op, "bias", a_arg);
+    // cuBLASLt's bias epilogue reads a dense vector.
+    bias_dense = A.device().is_cuda() ? bias->contiguous() : *bias;
+    p.bias = bias_dense.data_ptr();
+    p.bias_dtype = bias_dense.dtype();
+    p.bias_stride = bias_dense.stride(0);
+  }
+  run_gemm(p, A.device(), op, pdl);
+  return result;
+}
+
+// A one-element fp32 scale on `device`, as a contiguous tensor.
+Tensor check_scale(const Tensor& t, Device device, const char* op, const char* arg) {
+  api::check_defined(t, op, arg);
+  FLASHINFER_CHECK(t.numel() == 1, op, arg, "expected a one-element fp32 tensor, got shape ",
+                   shape_to_string(t.shape()));
+  api::check_dtype_in(t, {DType::kFloat32}, op, arg);
+  FLASHINFER_CHECK(t.device() == device, op, arg, "is on ", t.device().str(),
+                   " but the operands are on ", device.str());
+  return t;
+}
+
+// A scale-factor buffer passed as a (possibly transposed) view of a dense swizzled buffer.
+void check_sf_buffer(const Tensor& t, int64_t expected, DType allowed_fp8, Device device,
+                     const char* op, const char* arg, const char* what) {
+  api::check_defined(t, op, arg);
+  api::check_dtype_in(t, {DType::kUInt8, allowed_fp8}, op, arg);
+  FLASHINFER_CHECK(t.device() == device, op, arg, "is on ", t.device().str(), " but a is on ",
+                   device.str());
+  FLASHINFER_CHECK(t.numel() == expected, op, arg, "expected ", expected, " scale factors (", what,
+                   "), got ", t.numel(), " (shape ", shape_to_string(t.shape()), ")");
+  const bool dense = t.is_contiguous() || (t.dim() == 2 && t.transpose(0, 1).is_contiguous());
+  FLASHINFER_CHECK(dense, op, arg,
+                   "must be a dense scale buffer (contiguous, or the transpose of one), got "
+                   "strides ",
+                   shape_to_string(t.strides()));
+}
+
+}  // namespace
+
+Tensor mm_bf16(const Tensor& a, const Tensor& b, std::optional<Tensor> bias, bool pdl,
+               std::optional<Tensor> out, DType out_dtype, std::string_view backend) {
+  return call_api(
+      &decl_of<kMmBf16>,
+      [&] { return bf16_gemm("mm_bf16", a, b, bias, pdl, out, out_dtype, backend, 2, "a", "b"); },
+      a, b, bias, pdl, out, out_dtype, backend);
+}
+
+Tensor bmm_bf16(const Tensor& A, const Tensor& B, std::optional<Tensor> out, DType out_dtype,
+                std::string_view backend) {
+  return call_api(
+      &decl_of<kBmmBf16>,
+      [&] {
+        return bf16_gemm("bmm_bf16", A, B, std::nullopt, false, out, out_dtype, backend, 3, "A",
+                         "B");
+      },
+      A, B, out, out_dtype, backend);
+}
+
+Tensor bmm_fp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const Tensor& B_scale,
+               DType dtype, std::optional<Tensor> out, std::string_view backend) {
+  return call_api(
+      &decl_of<kBmmFp8>,
+      [&] {
+        const char* op = "bmm_fp8";
+        api::check_defined(A, op, "A");
+        api::check_backend(op, backend, A.device());
+        const Dims d = check_operands(A, B, 3, op, "A", "B");
+        api::check_dtype_in(A, {DType::kFloat8E4M3FN, DType::kFloat8E5M2}, op, "A");
+        api::check_dtype_in(B, {DType::kFloat8E4M3FN, DType::kFloat8E5M2}, op, "B");
+        FLASHINFER_CHECK(!(A.dtype() == DType::kFloat8E5M2 && B.dtype() == DType::kFloat8E5M2), op,
+                         "B",
+                         "e5m2 x e5m2 is not supported (cuBLASLt has no fp8 GEMM for two e5m2 "
+                         "operands; use e4m3 for at least one)");
+        check_out_dtype(dtype, op, "dtype");
+        const Tensor sa = check_scale(A_scale, A.device(), op, "A_scale");
+        const Tensor sb = check_scale(B_scale, A.device(), op, "B_scale");
+        Tensor result = make_out(out, {d.batch, d.m, d.n}, dtype, A.device(), op);
+        kernels::GemmParams p = gemm_params(A, B, result, d);
+        p.a_scale = sa.data<float>();
+        p.b_scale = sb.data<float>();
+        if (A.device().is_cuda()) {
+          // cuBLASLt's fp8 kernels need 16-byte aligned leading dimensions.
+          FLASHINFER_CHECK_CODE(d.k % 16 == 0 && A.stride(-2) % 16 == 0 && B.stride(-1) % 16 == 0,
+                                ErrorCode::kUnsupported, op, "A",
+                                "cuBLASLt fp8 GEMM needs k and the leading dimensions to be "
+                                "multiples of 16, got k = ",
+                                d.k);
+        }
+        run_gemm(p, A.device(), op, false);
+        return result;
+      },
+      A, B, A_scale, B_scale, dtype, out, backend);
+}
+
+Tensor mm_fp4(const Tensor& a, const Tensor& b, const Tensor& a_descale, const Tensor& b_descale,
+              std::optional<Tensor> alpha, DType out_dtype, std::optional<Tensor> out,
+              int64_t block_size, bool use_8x4_sf_layout, std::string_view backend, bool use_nvfp4,
+              bool enable_pdl) {
+  return call_api(
+      &decl_of<kMmFp4>,
+      [&] {
+        const char* op = "mm_fp4";
+        api::check_defined(a, op, "a");
+        api::check_backend(op, backend, a.device());
+        const Dims d = check_operands(a, b, 2, op, "a", "b");
+        api::check_dtype_in(a, {DType::kUInt8, DType::kFloat4E2M1FNx2}, op, "a");
+        api::check_dtype_in(b, {DType::kUInt8, DType::kFloat4E2M1FNx2}, op, "b");
+        const int64_t block_required = use_nvfp4 ? 16 : 32;
+        FLASHINFER_CHECK(block_size == block_required, op, "block_size", "must be ", block_required,
+                         " for ", use_nvfp4 ? "NVFP4" : "MXFP4", ", got ", block_size);
+        const int64_t k = d.k * 2;  // packed: two values per byte
+        FLASHINFER_CHECK(k % block_size == 0, op, "a", "K = ", k,
+                         " is not a multiple of the block size ", block_size);
+        check_out_dtype(out_dtype, op, "out_dtype");
+        using kernels::SfLayoutCode;
+        const SfLayoutCode a_layout = use_8x4_sf_layout ? SfLayoutCode::k8x4 : SfLayoutCode::k128x4;
+        const DType fp8_sf = use_nvfp4 ? DType::kFloat8E4M3FN : DType::kUInt8;
+        check_sf_buffer(
+            a_descale, kernels::sf_buffer_size(a_layout, d.m, k / block_size), fp8_sf, a.device(),
+            op, "a_descale",
+            use_8x4_sf_layout ? "8x4 layout of a's scales" : "128x4 layout of a's scales");
+        check_sf_buffer(b_descale,
+                        kernels::sf_buffer_size(SfLayoutCode::k128x4, d.n, k / block_size), fp8_sf,
+                        a.device(), op, "b_descale", "128x4 layout of b's scales");
+        Tensor al;
+        if (alpha && alpha->defined()) al = check_scale(*alpha, a.device(), op, "alpha");
+        Tensor result = make_out(out, {d.m, d.n}, out_dtype, a.device(), op);
+        kernels::Fp4GemmParams p;
+        p.a = static_cast<const uint8_t*>(a.data_ptr());
+        p.a_stride_m = a.stride(0);
+        p.b = static_cast<const uint8_t*>(b.data_ptr());
+        p.b_stride_n = b.stride(1);
+        p.a_sf = static_cast<const uint8_t*>(a_descale.data_ptr());
+        p.b_sf = static_cast<const uint8_t*>(b_descale.data_ptr());
+        p.a_layout = a_layout;
+        p.b_layout = SfLayoutCode::k128x4;
+        p.ue8m0 = !use_nvfp4;
+        p.block = static_cast<int>(block_size);
+        p.alpha = al.defined() ? al.data<float>() : nullptr;
+        p.out = result.data_ptr();
+        p.out_dtype = out_dtype;
+        p.out_stride_m = result.stride(0);
+        p.out_stride_n = result.stride(1);
+        p.m = d.m;
+        p.n = d.n;
+        p.k = k;
+        if (a.device().is_cpu()) {
+          kernels::cpu::mm_fp4(p);
+        } else {
+#if FLASHINFER_WITH_CUDA
+          kernels::cuda::mm_fp4(p, current_cuda_stream(), enable_pdl);
+#else
+          (void)enable_pdl;
+          no_cuda(op, "a");
+#endif
+        }
+        return result;
+      },
+      a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, use_8x4_sf_layout, backend,
+      use_nvfp4, enable_pdl);
+}
+
+namespace detail {
+void register_gemm_ops(OpRegistry& registry) {
+  registry.add(make_mm_bf16_decl());
+  registry.add(make_bmm_bf16_decl());
+  registry.add(make_bmm_fp8_decl());
+  registry.add(make_mm_fp4_decl());
+}
+}  // namespace detail
+
+}  // namespace flashinfer

@@ -1,0 +1,651 @@
+// Public quantization ops (flashinfer.fp4_quantization, flashinfer.fp8_quantization):
+// declarations, argument checks, dispatch.
+#include "flashinfer/ops/quantization.h"
+
+#include "api/backends.h"
+#include "api/checks.h"
+#include "api/device_props.h"
+#include "flashinfer/api_call.h"
+#include "flashinfer/stream.h"
+#include "kernels/cpu/quantization_cpu.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/quantization_cuda.h"
+#endif
+
+namespace flashinfer {
+namespace {
+
+constexpr const char* kFp4Module = "flashinfer.fp4_quantization";
+constexpr const char* kFp8Module = "flashinfer.fp8_quantization";
+
+using kernels::SfLayoutCode;
+
+SfLayoutCode code_of(SfLayout l) { return static_cast<SfLayoutCode>(static_cast<int>(l)); }
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+#if !FLASHINFER_WITH_CUDA
+[[noreturn]] void no_cuda(const char* op, const char* arg) {
+  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg,
+                  "CUDA tensor given to a build without the CUDA backend");
+}
+#endif
+
+// ---- declarations ------------------------------------------------------------------------------
+
+OpDecl make_fp4_quantize_decl() {
+  OpDecl d;
+  d.name = "fp4_quantize";
+  d.module = kFp4Module;
+  d.params = {
+      ParamDecl("input", ParamKind::kTensor),
+      ParamDecl("global_scale", ParamKind::kTensor).opt(),
+      ParamDecl("sf_vec_size", ParamKind::kInt).def(16),
+      ParamDecl("sf_use_ue8m0", ParamKind::kBool).def(false),
+      ParamDecl("is_sf_swizzled_layout", ParamKind::kBool).def(true),
+      ParamDecl("is_sf_8x4_layout", ParamKind::kBool).def(false),
+      ParamDecl("is_global_scale_inversed", ParamKind::kBool).def(false),
+      ParamDecl("enable_pdl", ParamKind::kBool).opt(),
+      ParamDecl("backend", ParamKind::kString).def("cuda"),
+  };
+  d.returns = "tuple[Tensor, Tensor]";
+  d.summary = "Quantize to FP4 (E2M1) with per-block e4m3 or ue8m0 scale factors";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return to_value(fp4_quantize(a.tensor(0), a.optional_tensor(1), a.i64(2), a.boolean(3),
+                                 a.boolean(4), a.boolean(5), a.boolean(6), a.optional_bool(7),
+                                 a.str(8)));
+  };
+  return d;
+}
+
+OpDecl make_nvfp4_quantize_decl() {
+  OpDecl d;
+  d.name = "nvfp4_quantize";
+  d.module = kFp4Module;
+  d.params = {
+      ParamDecl("a", ParamKind::kTensor),
+      ParamDecl("a_global_sf", ParamKind::kTensor),
+      ParamDecl("sfLayout", ParamKind::kEnum)
+          .type("SfLayout")
+          .def(to_value(SfLayout::layout_128x4)),
+      ParamDecl("do_shuffle", ParamKind::kBool).def(false),
+      ParamDecl("sf_vec_size", ParamKind::kInt).def(16),
+      ParamDecl("enable_pdl", ParamKind::kBool).opt(),
+      ParamDecl("backend", ParamKind::kString).def("cuda"),
+      ParamDecl("per_token_activation", ParamKind::kBool).def(false).kw(),
+      ParamDecl("expanded_idx_to_permuted_idx", ParamKind::kTensor).opt().kw(),
+  };
+  d.returns = "tuple[Tensor, Tensor]";
+  d.summary = "Quantize to NVFP4: E2M1 values, e4m3 scales of 16-element blocks, global scale";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return to_value(nvfp4_quantize(a.tensor(0), a.tensor(1), sf_layout_from_value(a[2]),
+                                   a.boolean(3), a.i64(4), a.optional_bool(5), a.str(6),
+                                   a.boolean(7), a.optional_tensor(8)));
+  };
+  return d;
+}
+
+OpDecl make_mxfp4_quantize_decl() {
+  OpDecl d;
+  d.name = "mxfp4_quantize";
+  d.module = kFp4Module;
+  d.params = {
+      ParamDecl("a", ParamKind::kTensor),
+      ParamDecl("backend", ParamKind::kString).def("cuda"),
+      ParamDecl("enable_pdl", ParamKind::kBool).opt(),
+  };
+  d.returns = "tuple[Tensor, Tensor]";
+  d.summary = "Quantize to MXFP4: E2M1 values, ue8m0 scales of 32-element blocks (128x4)";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return to_value(mxfp4_quantize(a.tensor(0), a.str(1), a.optional_bool(2)));
+  };
+  return d;
+}
+
+OpDecl make_mxfp4_dequantize_decl() {
+  OpDecl d;
+  d.name = "mxfp4_dequantize";
+  d.module = kFp4Module;
+  d.params = {ParamDecl("a_fp4", ParamKind::kTensor), ParamDecl("a_sf", ParamKind::kTensor)};
+  d.returns = "Tensor";
+  d.summary = "Dequantize MXFP4 (128x4 ue8m0 scales) to fp32 on the host";
+  d.invoke = [](const CallArgs& a) -> Value { return mxfp4_dequantize(a.tensor(0), a.tensor(1)); };
+  return d;
+}
+
+OpDecl make_e2m1_decl() {
+  OpDecl d;
+  d.name = "e2m1_and_ufp8sf_scale_to_float";
+  d.module = kFp4Module;
+  d.params = {
+      ParamDecl("e2m1_tensor", ParamKind::kTensor),
+      ParamDecl("ufp8_scale_tensor", ParamKind::kTensor),
+      ParamDecl("global_scale_tensor", ParamKind::kTensor).opt(),
+      ParamDecl("sf_vec_size", ParamKind::kInt).def(16),
+      ParamDecl("ufp8_type", ParamKind::kInt).def(1),
+      ParamDecl("is_sf_swizzled_layout", ParamKind::kBool).def(true),
+  };
+  d.returns = "Tensor";
+  d.summary = "Dequantize packed E2M1 with e4m3/ue8m0 block scales to fp32 on the host";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return e2m1_and_ufp8sf_scale_to_float(a.tensor(0), a.tensor(1), a.optional_tensor(2), a.i64(3),
+                                          a.i64(4), a.boolean(5));
+  };
+  return d;
+}
+
+OpDecl make_block_scale_interleave_decl() {
+  OpDecl d;
+  d.name = "block_scale_interleave";
+  d.module = kFp4Module;
+  d.params = {ParamDecl("unswizzled_sf", ParamKind::kTensor)};
+  d.returns = "Tensor";
+  d.summary = "Swizzle a linear block-scale matrix into the 128x4 layout";
+  d.invoke = [](const CallArgs& a) -> Value { return block_scale_interleave(a.tensor(0)); };
+  return d;
+}
+
+OpDecl make_mxfp8_quantize_decl() {
+  OpDecl d;
+  d.name = "mxfp8_quantize";
+  d.module = kFp8Module;
+  d.params = {
+      ParamDecl("input", ParamKind::kTensor),
+      ParamDecl("is_sf_swizzled_layout", ParamKind::kBool).def(true),
+      ParamDecl("alignment", ParamKind::kInt).def(32),
+      ParamDecl("enable_pdl", ParamKind::kBool).opt(),
+      ParamDecl("backend", ParamKind::kString).def("cuda"),
+      ParamDecl("sf_swizzle_layout", ParamKind::kEnum).type("SfLayout").opt(),
+  };
+  d.returns = "tuple[Tensor, Tensor]";
+  d.summary = "Quantize to MXFP8: e4m3 values, ue8m0 scales of 32-element blocks";
+  d.invoke = [](const CallArgs& a) -> Value {
+    std::optional<SfLayout> l;
+    if (!a[5].is_none()) l = sf_layout_from_value(a[5]);
+    return to_value(
+        mxfp8_quantize(a.tensor(0), a.boolean(1), a.i64(2), a.optional_bool(3), a.str(4), l));
+  };
+  return d;
+}
+
+OpDecl make_mxfp8_dequantize_decl() {
+  OpDecl d;
+  d.name = "mxfp8_dequantize_host";
+  d.module = kFp8Module;
+  d.params = {
+      ParamDecl("input", ParamKind::kTensor),
+      ParamDecl("scale_tensor", ParamKind::kTensor),
+      ParamDecl("is_sf_swizzled_layout", ParamKind::kBool).def(true),
+      ParamDecl("sf_swizzle_layout", ParamKind::kEnum).type("SfLayout").opt(),
+  };
+  d.returns = "Tensor";
+  d.summary = "Dequantize MXFP8 (e4m3 values, ue8m0 scales) to fp32 on the host";
+  d.invoke = [](const CallArgs& a) -> Value {
+    std::optional<SfLayout> l;
+    if (!a[3].is_none()) l = sf_layout_from_value(a[3]);
+    return mxfp8_dequantize_host(a.tensor(0), a.tensor(1), a.boolean(2), l);
+  };
+  return d;
+}
+
+template <const char* kName>
+const OpDecl& decl_of() {
+  static const OpDecl& d = *OpRegistry::global().find(kName);
+  return d;
+}
+
+constexpr char kFp4QuantizeName[] = "fp4_quantize";
+constexpr char kNvfp4QuantizeName[] = "nvfp4_quantize";
+constexpr char kMxfp4QuantizeName[] = "mxfp4_quantize";
+constexpr char kMxfp4DequantizeName[] = "mxfp4_dequantize";
+constexpr char kE2m1Name[] = "e2m1_and_ufp8sf_scale_to_float";
+constexpr char kInterleaveName[] = "block_scale_interleave";
+constexpr char kMxfp8QuantizeName[] = "mxfp8_quantize";
+constexpr char kMxfp8DequantizeName[] = "mxfp8_dequantize_host";
+
+// ---- shared pieces -----------------------------------------------------------------------------
+
+// A one-element floating global scale as fp32 on `device`. Upstream converts bf16/fp16 scales
+// to fp32 and moves the scale to the input's GPU (`a_global_sf.cuda()`); so do we.
+Tensor fp32_scalar(const Tensor& t, Device device, const char* op, const char* arg) {
+  api::check_defined(t, op, arg);
+  FLASHINFER_CHECK(t.numel() == 1, op, arg, "expected a one-element tensor, got shape ",
+                   shape_to_string(t.shape()));
+  api::check_dtype_in(t, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, arg);
+  const Tensor f = t.dtype() == DType::kFloat32 ? t : t.to(DType::kFloat32);
+  return f.to(device).contiguous();
+}
+
+// Views `input` ([..., K], or a column-major [M, K]) as rows of K elements.
+struct Rows {
+  Tensor x;  // 2-D [m, k]
+  bool column_major = false;
+};
+
+Rows as_rows(const Tensor& input, const char* op, const char* arg) {
+  Rows r;
+  api::check_defined(input, op, arg);
+  FLASHINFER_CHECK(input.dim() >= 2, op, arg, "expected a tensor of rank >= 2 ([M, K]), got ",
+                   input.dim(), "-D with shape ", shape_to_string(input.shape()));
+  api::check_non_empty(input, op, arg);
+  if (input.dim() == 2 && input.stride(-2) == 1 && input.stride(-1) != 1 && input.size(-2) > 1) {
+    // Upstream quantizes a column-major input along its transpose's rows and transposes back.
+    r.column_major = true;
+    r.x = input.transpose(0, 1);
+  } else if (input.dim() == 2) {
+    r.x = input;
+  } else {
+    r.x = input.reshape({-1, input.size(-1)});
+  }
+  return r;
+}
+
+std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input,
+                                             const std::optional<Tensor>& global_scale,
+                                             int64_t sf_vec_size, bool sf_use_ue8m0,
+                                             SfLayout layout, bool gs_inversed,
+                                             std::optional<bool> enable_pdl) {
+  const char* in_arg = std::string_view(op) == "fp4_quantize" ? "input" : "a";
+  const Rows rows = as_rows(input, op, in_arg);
+  const Tensor& x = rows.x;
+  api::check_dtype_in(x, {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3FN}, op, in_arg);
+  FLASHINFER_CHECK(sf_vec_size == 16 || sf_vec_size == 32, op, "sf_vec_size",
+                   "can only be 16 or 32, got ", sf_vec_size);
+  const int64_t m = x.size(0), k = x.size(1);
+  FLASHINFER_CHECK(k % sf_vec_size == 0, op, in_arg, "K = ", k,
+                   " is not a multiple of the block size sf_vec_size = ", sf_vec_size);
+  Tensor gs;
+  if (global_scale && global_scale->defined() && !sf_use_ue8m0) {
+    gs = fp32_scalar(*global_scale, x.device(), op,
+                     std::string_view(op) == "fp4_quantize" ? "global_scale" : "a_global_sf");
+  }
+  const SfLayoutCode code = code_of(layout);
+  const int64_t sf_cols = k / sf_vec_size;
+  Shape q_shape = rows.column_major ? Shape{m, k / 2} : input.shape();
+  if (!rows.column_major) q_shape.back() = k / 2;
+  Tensor q = Tensor::empty(q_shape, DType::kUInt8, x.device());
+  const int64_t sf_size = kernels::sf_buffer_size(code, m, sf_cols);
+  const Shape sf_shape = layout == SfLayout::layout_linear
+                             ? Shape{m, sf_cols}
+                             : Shape{sf_size / round_up(sf_cols, 4), round_up(sf_cols, 4)};
+  Tensor sf = Tensor::empty(sf_shape, DType::kUInt8, x.device());
+
+  kernels::Fp4QuantizeParams p;
+  p.input = x.data_ptr();
+  p.in_dtype = x.dtype();
+  p.m = m;
+  p.k = k;
+  p.in_stride_m = x.stride(0);
+  p.in_stride_k = x.stride(1);
+  p.out = q.data<uint8_t>();
+  p.sf = sf.data<uint8_t>();
+  p.sf_size = sf_size;
+  p.global_scale = gs.defined() ? gs.data<float>() : nullptr;
+  p.global_scale_inversed = gs_inversed;
+  p.sf_vec_size = static_cast<int>(sf_vec_size);
+  p.ue8m0 = sf_use_ue8m0;
+  p.layout = code;
+  if (x.device().is_cpu()) {
+    kernels::cpu::fp4_quantize(p);
+  } else {
+#if FLASHINFER_WITH_CUDA
+    const bool* req = enable_pdl ? &*enable_pdl : nullptr;
+    kernels::cuda::fp4_quantize(p, current_cuda_stream(), api::resolve_enable_pdl(req, x.device()));
+#else
+    (void)enable_pdl;
+    no_cuda(op, in_arg);
+#endif
+  }
+  if (rows.column_major) return {q.transpose(0, 1), sf.transpose(0, 1)};
+  return {q, sf};
+}
+
+// A packed-fp4 matrix [M, K/2] (uint8 or float4_e2m1fn_x2) as a contiguous host tensor.
+Tensor host_bytes(const Tensor& t) { return t.to(Device::cpu()).contiguous(); }
+
+Tensor check_fp4_data(const Tensor& t, const char* op, const char* arg) {
+  api::check_defined(t, op, arg);
+  api::check_dim(t, {2}, op, arg);
+  api::check_dtype_in(t, {DType::kUInt8, DType::kFloat4E2M1FNx2}, op, arg);
+  api::check_non_empty(t, op, arg);
+  return host_bytes(t);
+}
+
+Tensor check_scales(const Tensor& t, int64_t expected, const char* op, const char* arg,
+                    const char* what) {
+  api::check_defined(t, op, arg);
+  api::check_dtype_in(t, {DType::kUInt8, DType::kFloat8E4M3FN}, op, arg);
+  FLASHINFER_CHECK(t.numel() == expected, op, arg, "expected ", expected, " scale factors (", what,
+                   "), got ", t.numel(), " (shape ", shape_to_string(t.shape()), ")");
+  return host_bytes(t);
+}
+
+Tensor dequantize_impl(const char* op, const Tensor& data, int64_t k, bool fp4, const Tensor& sf,
+                       bool ue8m0, int64_t vec, SfLayoutCode layout, float gs) {
+  Tensor out = Tensor::empty({data.size(0), k}, DType::kFloat32, Device::cpu());
+  kernels::BlockDequantizeParams p;
+  p.data = data.data<uint8_t>();
+  p.data_stride_m = data.stride(0);
+  p.fp4 = fp4;
+  p.sf = sf.data<uint8_t>();
+  p.sf_size = sf.numel();
+  p.sf_ue8m0 = ue8m0;
+  p.sf_vec_size = static_cast<int>(vec);
+  p.layout = layout;
+  p.global_scale = gs;
+  p.m = data.size(0);
+  p.k = k;
+  p.out = out.data<float>();
+  (void)op;
+  kernels::cpu::block_dequantize(p);
+  return out;
+}
+
+const char* layout_desc(SfLayoutCode c) {
+  return c == SfLayoutCode::k128x4 ? "128x4 layout"
+         : c == SfLayoutCode::k8x4 ? "8x4 layout"
+                                   : "linear layout";
+}
+
+}  // namespace
+
+// ---- SfLayout ----------------------------------------------------------------------------------
+
+std::string_view sf_layout_name(SfLayout layout) {
+  switch (layout) {
+    case SfLayout::layout_128x4:
+      return "layout_128x4";
+    case SfLayout::layout_8x4:
+      return "layout_8x4";
+    case SfLayout::layout_linear:
+      return "layout_linear";
+  }
+  return "layout_128x4";
+}
+
+Value to_value(SfLayout layout) {
+  return Value(EnumValue{"SfLayout", std::string(sf_layout_name(layout)),
+                         std::to_string(static_cast<int>(layout))});
+}
+
+SfLayout sf_layout_from_value(const Value& v) {
+  if (v.kind() == Value::Kind::kInt) {
+    const int64_t i = v.as_int();
+    FLASHINFER_CHECK(i >= 0 && i <= 2, "SfLayout", "value", "no SfLayout member has value ", i);
+    return static_cast<SfLayout>(i);
+  }
+  FLASHINFER_CHECK(v.kind() == Value::Kind::kEnum, "SfLayout", "value",
+                   "expected an SfLayout enum member or int, got ", v.repr());
+  const EnumValue& e = v.as_enum();
+  for (SfLayout l : {SfLayout::layout_128x4, SfLayout::layout_8x4, SfLayout::layout_linear}) {
+    if (e.name == sf_layout_name(l) || e.value == std::to_string(static_cast<int>(l))) return l;
+  }
+  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "SfLayout", "value", "unknown SfLayout member ",
+                  e.name);
+}
+
+int64_t sf_layout_offset(SfLayout layout, int64_t row, int64_t col, int64_t num_sf_cols) {
+  return kernels::sf_offset(code_of(layout), row, col, num_sf_cols);
+}
+
+int64_t sf_layout_size(SfLayout layout, int64_t rows, int64_t num_sf_cols) {
+  return kernels::sf_buffer_size(code_of(layout), rows, num_sf_cols);
+}
+
+// ---- public ops --------------------------------------------------------------------------------
+
+std::tuple<Tensor, Tensor> fp4_quantize(const Tensor& input, std::optional<Tensor> global_scale,
+                                        int64_t sf_vec_size, bool sf_use_ue8m0,
+                                        bool is_sf_swizzled_layout, bool is_sf_8x4_layout,
+                                        bool is_global_scale_inversed,
+                                        std::optional<bool> enable_pdl, std::string_view backend) {
+  return call_api(
+      &decl_of<kFp4QuantizeName>,
+      [&] {
+        const char* op = "fp4_quantize";
+        api::check_defined(input, op, "input");
+        api::check_backend(op, backend, input.device());
+        const SfLayout layout = !is_sf_swizzled_layout ? SfLayout::layout_linear
+                                : is_sf_8x4_layout     ? SfLayout::layout_8x4
+                                                       : SfLayout::layout_128x4;
+        return fp4_quantize_impl(op, input, global_scale, sf_vec_size, sf_use_ue8m0, layout,
+                                 is_global_scale_inversed, enable_pdl);
+      },
+      input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout, is_sf_8x4_layout,
+      is_global_scale_inversed, enable_pdl, backend);
+}
+
+std::tuple<Tensor, Tensor> nvfp4_quantize(const Tensor& a, const Tensor& a_global_sf,
+                                          SfLayout sfLayout, bool do_shuffle, int64_t sf_vec_size,
+                                          std::optional<bool> enable_pdl, std::string_view backend,
+                                          bool per_token_activation,
+                                          std::optional<Tensor> expanded_idx_to_permuted_idx) {
+  return call_api(
+      &decl_of<kNvfp4QuantizeName>,
+      [&] {
+        const char* op = "nvfp4_quantize";
+        api::check_defined(a, op, "a");
+        api::check_backend(op, backend, a.device());
+        api::check_defined(a_global_sf, op, "a_global_sf");
+        FLASHINFER_CHECK_CODE(!do_shuffle, ErrorCode::kUnsupported, op, "do_shuffle",
+                              "trtllm-gen scale/weight shuffling is not available here");
+        FLASHINFER_CHECK_CODE(!per_token_activation, ErrorCode::kUnsupported, op,
+                              "per_token_activation",
+                              "per-token NVFP4 activation scaling is not available here");
+        FLASHINFER_CHECK(!expanded_idx_to_permuted_idx || !expanded_idx_to_permuted_idx->defined(),
+                         op, "expanded_idx_to_permuted_idx",
+                         "is only supported with per_token_activation=True");
+        return fp4_quantize_impl(op, a, a_global_sf, sf_vec_size, false, sfLayout, false,
+                                 enable_pdl);
+      },
+      a, a_global_sf, sfLayout, do_shuffle, sf_vec_size, enable_pdl, backend, per_token_activation,
+      expanded_idx_to_permuted_idx);
+}
+
+std::tuple<Tensor, Tensor> mxfp4_quantize(const Tensor& a, std::string_view backend,
+                                          std::optional<bool> enable_pdl) {
+  return call_api(
+      &decl_of<kMxfp4QuantizeName>,
+      [&] {
+        const char* op = "mxfp4_quantize";
+        api::check_defined(a, op, "a");
+        api::check_backend(op, backend, a.device());
+        api::check_dtype_in(a, {DType::kFloat16, DType::kBFloat16}, op, "a");
+        return fp4_quantize_impl(op, a, std::nullopt, 32, true, SfLayout::layout_128x4, false,
+                                 enable_pdl);
+      },
+      a, backend, enable_pdl);
+}
+
+Tensor mxfp4_dequantize(const Tensor& a_fp4, const Tensor& a_sf) {
+  return call_api(
+      &decl_of<kMxfp4DequantizeName>,
+      [&] {
+        const char* op = "mxfp4_dequantize";
+        const Tensor data = check_fp4_data(a_fp4, op, "a_fp4");
+        const int64_t m = data.size(0), k = data.size(1) * 2;
+        FLASHINFER_CHECK(k % 32 == 0, op, "a_fp4", "K = ", k,
+                         " is not a multiple of the MXFP4 block size 32");
+        const Tensor sf =
+            check_scales(a_sf, kernels::sf_buffer_size(SfLayoutCode::k128x4, m, k / 32), op, "a_sf",
+                         "ue8m0, 128x4 layout");
+        return dequantize_impl(op, data, k, true, sf, true, 32, SfLayoutCode::k128x4, 1.0f);
+      },
+      a_fp4, a_sf);
+}
+
+Tensor e2m1_and_ufp8sf_scale_to_float(const Tensor& e2m1_tensor, const Tensor& ufp8_scale_tensor,
+                                      std::optional<Tensor> global_scale_tensor,
+                                      int64_t sf_vec_size, int64_t ufp8_type,
+                                      bool is_sf_swizzled_layout) {
+  return call_api(
+      &decl_of<kE2m1Name>,
+      [&] {
+        const char* op = "e2m1_and_ufp8sf_scale_to_float";
+        const Tensor data = check_fp4_data(e2m1_tensor, op, "e2m1_tensor");
+        FLASHINFER_CHECK(sf_vec_size == 16 || sf_vec_size == 32, op, "sf_vec_size",
+                         "can only be 16 or 32, got ", sf_vec_size);
+        FLASHINFER_CHECK(ufp8_type == 0 || ufp8_type == 1, op, "ufp8_type",
+                         "must be 1 (e4m3 scales) or 0 (ue8m0 scales), got ", ufp8_type);
+        const int64_t m = data.size(0), k = data.size(1) * 2;
+        FLASHINFER_CHECK(k % sf_vec_size == 0, op, "e2m1_tensor", "K = ", k,
+                         " is not a multiple of sf_vec_size = ", sf_vec_size);
+        const SfLayoutCode layout =
+            is_sf_swizzled_layout ? SfLayoutCode::k128x4 : SfLayoutCode::kLinear;
+        const Tensor sf =
+            check_scales(ufp8_scale_tensor, kernels::sf_buffer_size(layout, m, k / sf_vec_size), op,
+                         "ufp8_scale_tensor", layout_desc(layout));
+        float gs = 1.0f;
+        if (global_scale_tensor && global_scale_tensor->defined()) {
+          const Tensor g = *global_scale_tensor;
+          FLASHINFER_CHECK(g.numel() == 1, op, "global_scale_tensor",
+                           "expected a one-element tensor, got shape ", shape_to_string(g.shape()));
+          api::check_dtype_in(g, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op,
+                              "global_scale_tensor");
+          gs = static_cast<float>(g.item());
+        }
+        return dequantize_impl(op, data, k, true, sf, ufp8_type == 0, sf_vec_size, layout, gs);
+      },
+      e2m1_tensor, ufp8_scale_tensor, global_scale_tensor, sf_vec_size, ufp8_type,
+      is_sf_swizzled_layout);
+}
+
+Tensor block_scale_interleave(const Tensor& unswizzled_sf) {
+  return call_api(
+      &decl_of<kInterleaveName>,
+      [&] {
+        const char* op = "block_scale_interleave";
+        const Tensor& t = unswizzled_sf;
+        api::check_defined(t, op, "unswizzled_sf");
+        api::check_dim(t, {2, 3}, op, "unswizzled_sf");
+        api::check_dtype_in(t, {DType::kUInt8, DType::kBFloat16}, op, "unswizzled_sf");
+        api::check_non_empty(t, op, "unswizzled_sf");
+        kernels::BlockScaleInterleaveParams p;
+        p.input = t.data_ptr();
+        p.elem_size = static_cast<int>(t.element_size());
+        p.batch = t.dim() == 3 ? t.size(0) : 1;
+        p.rows = t.size(-2);
+        p.cols = t.size(-1);
+        p.in_stride_b = t.dim() == 3 ? t.stride(0) : 0;
+        p.in_stride_r = t.stride(-2);
+        p.in_stride_c = t.stride(-1);
+        const int64_t n = p.batch * kernels::sf_buffer_size(SfLayoutCode::k128x4, p.rows, p.cols);
+        Tensor out = Tensor::empty({n}, t.dtype(), t.device());
+        p.out = out.data_ptr();
+        if (t.device().is_cpu()) {
+          kernels::cpu::block_scale_interleave(p);
+        } else {
+#if FLASHINFER_WITH_CUDA
+          kernels::cuda::block_scale_interleave(p, current_cuda_stream());
+#else
+          no_cuda(op, "unswizzled_sf");
+#endif
+        }
+        return out;
+      },
+      unswizzled_sf);
+}
+
+std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzled_layout,
+                                          int64_t alignment, std::optional<bool> enable_pdl,
+                                          std::string_view backend,
+                                          std::optional<SfLayout> sf_swizzle_layout) {
+  return call_api(
+      &decl_of<kMxfp8QuantizeName>,
+      [&]() -> std::tuple<Tensor, Tensor> {
+        const char* op = "mxfp8_quantize";
+        api::check_defined(input, op, "input");
+        api::check_backend(op, backend, input.device());
+        FLASHINFER_CHECK(alignment == 32, op, "alignment", "must be the MXFP8 block size 32, got ",
+                         alignment);
+        const SfLayout layout = sf_swizzle_layout       ? *sf_swizzle_layout
+                                : is_sf_swizzled_layout ? SfLayout::layout_128x4
+                                                        : SfLayout::layout_linear;
+        FLASHINFER_CHECK(!(input.device().is_cpu() && layout == SfLayout::layout_8x4), op,
+                         "sf_swizzle_layout",
+                         "SfLayout.layout_8x4 is not supported for mxfp8 quantization on CPU");
+        FLASHINFER_CHECK(input.dim() >= 2, op, "input",
+                         "expected a tensor of rank >= 2 ([M, K]), got ", input.dim(), "-D");
+        api::check_non_empty(input, op, "input");
+        api::check_dtype_in(input, {DType::kFloat16, DType::kBFloat16}, op, "input");
+        const Tensor x = input.dim() == 2 ? input : input.reshape({-1, input.size(-1)});
+        const int64_t m = x.size(0), k = x.size(1);
+        FLASHINFER_CHECK(k % 32 == 0, op, "input", "K = ", k,
+                         " is not a multiple of the MXFP8 block size 32");
+        const bool on_cpu = input.device().is_cpu();
+        // Upstream's host kernel returns the e4m3 bits as uint8; its CUDA kernel as fp8.
+        Tensor q = Tensor::empty(input.shape(), on_cpu ? DType::kUInt8 : DType::kFloat8E4M3FN,
+                                 input.device());
+        const SfLayoutCode code = code_of(layout);
+        const int64_t sf_size = kernels::sf_buffer_size(code, m, k / 32);
+        Tensor sf = Tensor::empty({sf_size}, DType::kUInt8, input.device());
+        kernels::Mxfp8QuantizeParams p;
+        p.input = x.data_ptr();
+        p.in_dtype = x.dtype();
+        p.m = m;
+        p.k = k;
+        p.in_stride_m = x.stride(0);
+        p.in_stride_k = x.stride(1);
+        p.out = static_cast<uint8_t*>(q.data_ptr());
+        p.sf = sf.data<uint8_t>();
+        p.sf_size = sf_size;
+        p.layout = code;
+        if (on_cpu) {
+          kernels::cpu::mxfp8_quantize(p);
+        } else {
+#if FLASHINFER_WITH_CUDA
+          const bool* req = enable_pdl ? &*enable_pdl : nullptr;
+          kernels::cuda::mxfp8_quantize(p, current_cuda_stream(),
+                                        api::resolve_enable_pdl(req, input.device()));
+#else
+          (void)enable_pdl;
+          no_cuda(op, "input");
+#endif
+        }
+        return {q, sf};
+      },
+      input, is_sf_swizzled_layout, alignment, enable_pdl, backend, sf_swizzle_layout);
+}
+
+Tensor mxfp8_dequantize_host(const Tensor& input, const Tensor& scale_tensor,
+                             bool is_sf_swizzled_layout,
+                             std::optional<SfLayout> sf_swizzle_layout) {
+  return call_api(
+      &decl_of<kMxfp8DequantizeName>,
+      [&] {
+        const char* op = "mxfp8_dequantize_host";
+        api::check_defined(input, op, "input");
+        api::check_dim(input, {2}, op, "input");
+        api::check_dtype_in(input, {DType::kFloat8E4M3FN, DType::kUInt8}, op, "input");
+        api::check_non_empty(input, op, "input");
+        const SfLayout layout = sf_swizzle_layout       ? *sf_swizzle_layout
+                                : is_sf_swizzled_layout ? SfLayout::layout_128x4
+                                                        : SfLayout::layout_linear;
+        FLASHINFER_CHECK(layout != SfLayout::layout_8x4, op, "sf_swizzle_layout",
+                         "only layout_128x4 and layout_linear are supported");
+        const int64_t m = input.size(0), k = input.size(1);
+        FLASHINFER_CHECK(k % 32 == 0, op, "input", "K = ", k,
+                         " is not a multiple of the MXFP8 block size 32");
+        const SfLayoutCode code = code_of(layout);
+        const Tensor data = host_bytes(input);
+        const Tensor sf = check_scales(scale_tensor, kernels::sf_buffer_size(code, m, k / 32), op,
+                                       "scale_tensor", layout_desc(code));
+        return dequantize_impl(op, data, k, false, sf, true, 32, code, 1.0f);
+      },
+      input, scale_tensor, is_sf_swizzled_layout, sf_swizzle_layout);
+}
+
+namespace detail {
+void register_quantization_ops(OpRegistry& registry) {
+  registry.add(make_fp4_quantize_decl());
+  registry.add(make_nvfp4_quantize_decl());
+  registry.add(make_mxfp4_quantize_decl());
+  registry.add(make_mxfp4_dequantize_decl());
+  registry.add(make_e2m1_decl());
+  registry.add(make_block_scale_interleave_decl());
+  registry.add(make_mxfp8_quantize_decl());
+  registry.add(make_mxfp8_dequantize_decl());
+}
+}  // namespace detail
+
+}  // namespace flashinfer

@@ -1,0 +1,543 @@
+// Tests of the FP4 / MXFP8 quantization ops: hand-checked codes, scale-layout offsets against
+// the formulas, round trips, a naive reference over shapes, bad input, replay, CUDA vs CPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "util/test_util.h"
+
+namespace flashinfer {
+namespace {
+
+using testing::cuda_available;
+
+std::vector<uint8_t> bytes(const Tensor& t) {
+  const Tensor c = t.to(Device::cpu()).contiguous();
+  const auto* p = static_cast<const uint8_t*>(c.data_ptr());
+  return std::vector<uint8_t>(p, p + c.numel() * static_cast<int64_t>(c.element_size()));
+}
+
+std::vector<float> floats(const Tensor& t) {
+  const Tensor c = t.to(Device::cpu()).contiguous();
+  const float* p = c.data<float>();
+  return std::vector<float>(p, p + c.numel());
+}
+
+Tensor fp32_scalar(double v) { return Tensor::from_vector({v}, {1}, DType::kFloat32); }
+
+// ---- the reference formulas, written independently of the kernels ------------------------------
+
+int64_t ref_offset_128x4(int64_t r, int64_t c, int64_t cols) {
+  const int64_t tiles = (cols + 3) / 4;
+  return (r / 128) * tiles * 512 + (c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
+}
+
+// ue8m0 exponent of the smallest power of two >= x, from frexp (x = f * 2^e, f in [0.5, 1)).
+int ref_ue8m0_up(double x) {
+  if (x <= 0) return 0;
+  int e;
+  const double f = std::frexp(x, &e);
+  const int p = f == 0.5 ? e - 1 : e;  // x <= 2^p
+  return std::clamp(p + 127, 0, 254);
+}
+
+// NVFP4 of one row: returns (codes, sf codes) following the documented formulas.
+struct RefQuant {
+  std::vector<uint8_t> q;   // unpacked codes
+  std::vector<uint8_t> sf;  // one per block
+};
+
+RefQuant ref_nvfp4_row(const std::vector<float>& x, float gs, int vec) {
+  RefQuant r;
+  for (size_t b = 0; b < x.size() / vec; ++b) {
+    float amax = 0;
+    for (int i = 0; i < vec; ++i) amax = std::max(amax, std::fabs(x[b * vec + i]));
+    const uint8_t code = float_to_e4m3fn_bits(gs * amax / 6.0f, true);
+    const float sf = e4m3fn_bits_to_float(code);
+    r.sf.push_back(code);
+    for (int i = 0; i < vec; ++i) {
+      r.q.push_back(sf == 0 ? 0 : float_to_e2m1_bits((x[b * vec + i] * gs) / sf));
+    }
+  }
+  return r;
+}
+
+// ---- scale layouts ------------------------------------------------------------------------------
+
+TEST(SfLayout, HandCheckedOffsets) {
+  EXPECT_EQ(sf_layout_offset(SfLayout::layout_128x4, 0, 0, 8), 0);
+  EXPECT_EQ(sf_layout_offset(SfLayout::layout_128x4, 0, 1, 8), 1);
+  EXPECT_EQ(sf_layout_offset(SfLayout::layout_128x4, 1, 0, 8), 16);
+  EXPECT_EQ(sf_layout_offset(SfLayout::layout_128x4, 32, 0, 8), 4);
+  EXPECT_EQ(sf_layout_offset(SfLayout::layout_128x4, 0, 4, 8), 512);
+  EXPECT_EQ(sf_layout_offset(SfLayout::layout_128x4, 128, 0, 8), 1024);
+  // (130, 5), 8 columns: 1*2*512 + 1*512 + 2*16 + 0*4 + 1
+  EXPECT_EQ(sf_layout_offset(SfLayout::layout_128x4, 130, 5, 8), 1569);
+  // 8x4, (9, 6), 8 columns: 1*2*32 + 1*32 + 1*4 + 2
+  EXPECT_EQ(sf_layout_offset(SfLayout::layout_8x4, 9, 6, 8), 102);
+  EXPECT_EQ(sf_layout_offset(SfLayout::layout_linear, 3, 2, 7), 23);
+  EXPECT_EQ(sf_layout_size(SfLayout::layout_128x4, 1, 1), 512);
+  EXPECT_EQ(sf_layout_size(SfLayout::layout_128x4, 129, 5), 256 * 8);
+  EXPECT_EQ(sf_layout_size(SfLayout::layout_8x4, 9, 5), 16 * 8);
+  EXPECT_EQ(sf_layout_size(SfLayout::layout_linear, 9, 5), 45);
+}
+
+TEST(SfLayout, SwizzledLayoutsAreInjectiveAndInBounds) {
+  for (SfLayout l : {SfLayout::layout_128x4, SfLayout::layout_8x4}) {
+    const int64_t rows = 200, cols = 7;
+    const int64_t size = sf_layout_size(l, rows, cols);
+    std::set<int64_t> seen;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t o = sf_layout_offset(l, r, c, cols);
+        ASSERT_GE(o, 0);
+        ASSERT_LT(o, size);
+        ASSERT_TRUE(seen.insert(o).second) << sf_layout_name(l) << " " << r << "," << c;
+      }
+    }
+  }
+  for (int64_t r = 0; r < 300; r += 7) {
+    for (int64_t c = 0; c < 9; ++c) {
+      ASSERT_EQ(sf_layout_offset(SfLayout::layout_128x4, r, c, 9), ref_offset_128x4(r, c, 9));
+    }
+  }
+}
+
+// ---- NVFP4 --------------------------------------------------------------------------------------
+
+TEST(Nvfp4Quantize, HandCheckedCodes) {
+  // amax 6 with gs = 1 gives sf = 1.0 (e4m3 0x38), so every value is its own e2m1 code. Ties
+  // (0.25, 0.75, 5, -2.5) round to the even code.
+  const std::vector<double> x = {0,    0.5, 1,    1.5,  2, 3,    4,   6,
+                                 -0.5, -6,  0.25, 0.75, 5, -2.5, 2.9, -0.0};
+  const std::vector<uint8_t> codes = {0, 1, 2, 3, 4, 5, 6, 7, 9, 15, 0, 2, 6, 12, 5, 8};
+  Tensor in = Tensor::from_vector(x, {1, 16}, DType::kFloat16);
+  auto [q, sf] = nvfp4_quantize(in, fp32_scalar(1.0), SfLayout::layout_linear);
+  EXPECT_EQ(q.dtype(), DType::kUInt8);
+  EXPECT_EQ(q.shape(), (Shape{1, 8}));
+  EXPECT_EQ(sf.shape(), (Shape{1, 1}));
+  EXPECT_EQ(bytes(sf), (std::vector<uint8_t>{0x38}));
+  std::vector<uint8_t> packed;
+  for (int t = 0; t < 8; ++t)
+    packed.push_back(static_cast<uint8_t>(codes[2 * t] | (codes[2 * t + 1] << 4)));
+  EXPECT_EQ(bytes(q), packed);
+}
+
+TEST(Nvfp4Quantize, GlobalScaleSaturationSubnormalAndZeroBlocks) {
+  // Four blocks of 16 (fp16 inputs, all exact):
+  //  0: amax 3 with gs 896 -> sf = e4m3(448) = 0x7E; x = 3 -> 3*896/448 = 6 (code 7)
+  //  1: amax 5376 -> gs*amax/6 overflows e4m3 and saturates to 448; 5376*896/448 -> +6
+  //  2: all zeros -> sf 0, codes 0
+  //  3: amax 6*2^-9/896 ... use gs-independent: tiny values whose scale rounds to 0
+  std::vector<double> x(64, 0.0);
+  x[0] = 3.0;
+  x[1] = -1.5;  // -1.5*896/448 = -3 (code 0xD)
+  x[16] = 5376.0;
+  x[17] = -5376.0;
+  x[48] = 1e-7;  // 896 * 1e-7 / 6 < 2^-10: rounds to sf 0, so the block quantizes to 0
+  Tensor in = Tensor::from_vector(x, {1, 64}, DType::kFloat16);
+  auto [q, sf] = fp4_quantize(in, fp32_scalar(896.0), 16, false, false);
+  const auto s = bytes(sf);
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_EQ(s[0], 0x7E);
+  EXPECT_EQ(s[1], 0x7E);
+  EXPECT_EQ(s[2], 0x00);
+  EXPECT_EQ(s[3], 0x00);
+  const auto b = bytes(q);
+  EXPECT_EQ(b[0], 0xD7);   // lo 3 -> 7, hi -1.5 -> 0xD
+  EXPECT_EQ(b[8], 0xF7);   // +6 saturated, -6 saturated
+  EXPECT_EQ(b[24], 0x00);  // sf == 0: zero codes
+  for (int i = 1; i < 8; ++i) EXPECT_EQ(b[i], 0) << i;
+
+  // is_global_scale_inversed: passing 1/896 must give the same result.
+  auto [q2, sf2] = fp4_quantize(in, fp32_scalar(1.0 / 896.0), 16, false, false, false, true);
+  EXPECT_EQ(bytes(sf2), s);
+  EXPECT_EQ(bytes(q2), b);
+  // A bf16 global scale is converted to fp32 first (896 is exact in bf16).
+  auto [q3, sf3] =
+      fp4_quantize(in, Tensor::from_vector({896.0}, {1}, DType::kBFloat16), 16, false, false);
+  EXPECT_EQ(bytes(sf3), s);
+  EXPECT_EQ(bytes(q3), b);
+}
+
+TEST(Nvfp4Quantize, SmallestSubnormalScale) {
+  // gs = 1, amax = 6 * 2^-9: sf is e4m3's smallest subnormal (code 0x01) and amax maps to 6.
+  std::vector<double> x(16, 0.0);
+  x[0] = 6.0 * std::ldexp(1.0, -9);
+  x[1] = -3.0 * std::ldexp(1.0, -9);
+  Tensor in = Tensor::from_vector(x, {1, 16}, DType::kBFloat16);
+  auto [q, sf] = fp4_quantize(in, fp32_scalar(1.0), 16, false, false);
+  EXPECT_EQ(bytes(sf), (std::vector<uint8_t>{0x01}));
+  EXPECT_EQ(bytes(q)[0], 0xD7);  // 6 -> 7, -3 -> 0xD
+}
+
+TEST(Nvfp4Quantize, MatchesReferenceOverShapesAndLayouts) {
+  for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 16}, {37, 96}, {130, 64}, {5, 512}}) {
+    for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+      Tensor in = Tensor::empty({m, k}, dt).normal_(static_cast<uint64_t>(m * 1000 + k), 0, 2);
+      const auto xs = in.to_double_vector();
+      double amax = 0;
+      for (double v : xs) amax = std::max(amax, std::fabs(v));
+      const float gs = static_cast<float>(448.0 * 6.0 / amax);
+      for (SfLayout l : {SfLayout::layout_128x4, SfLayout::layout_8x4, SfLayout::layout_linear}) {
+        auto [q, sf] = nvfp4_quantize(in, fp32_scalar(gs), l);
+        const int64_t cols = k / 16;
+        if (l == SfLayout::layout_linear) {
+          EXPECT_EQ(sf.shape(), (Shape{m, cols}));
+        } else {
+          const int64_t tile = l == SfLayout::layout_128x4 ? 128 : 8;
+          EXPECT_EQ(sf.shape(), (Shape{(m + tile - 1) / tile * tile, (cols + 3) / 4 * 4}));
+        }
+        const auto qb = bytes(q);
+        const auto sb = bytes(sf);
+        int64_t bad = 0;
+        std::vector<bool> used(sb.size(), false);
+        for (int64_t r = 0; r < m; ++r) {
+          std::vector<float> row(xs.begin() + r * k, xs.begin() + (r + 1) * k);
+          const RefQuant ref = ref_nvfp4_row(row, gs, 16);
+          for (int64_t c = 0; c < cols; ++c) {
+            const int64_t o = sf_layout_offset(l, r, c, cols);
+            used[o] = true;
+            bad += sb[o] != ref.sf[c];
+          }
+          for (int64_t i = 0; i < k; ++i) {
+            const uint8_t byte = qb[r * (k / 2) + i / 2];
+            const uint8_t code = (i % 2 == 0) ? (byte & 0xF) : (byte >> 4);
+            bad += code != ref.q[i];
+          }
+        }
+        for (size_t o = 0; o < sb.size(); ++o) bad += !used[o] && sb[o] != 0;  // zero padding
+        EXPECT_EQ(bad, 0) << m << "x" << k << " " << sf_layout_name(l);
+      }
+    }
+  }
+}
+
+TEST(Nvfp4Quantize, RoundTripThroughDequantize) {
+  const int64_t m = 19, k = 48;
+  Tensor in = Tensor::empty({m, k}, DType::kBFloat16).uniform_(7, -3, 3);
+  const float gs = 448.0f * 6.0f / 3.0f;
+  for (bool swz : {true, false}) {
+    auto [q, sf] = fp4_quantize(in, fp32_scalar(gs), 16, false, swz);
+    Tensor deq = e2m1_and_ufp8sf_scale_to_float(q, sf, fp32_scalar(1.0 / gs), 16, 1, swz);
+    ASSERT_EQ(deq.shape(), (Shape{m, k}));
+    ASSERT_EQ(deq.dtype(), DType::kFloat32);
+    const auto xs = in.to_double_vector();
+    const auto d = floats(deq);
+    int64_t bad = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      std::vector<float> row(xs.begin() + r * k, xs.begin() + (r + 1) * k);
+      const RefQuant ref = ref_nvfp4_row(row, gs, 16);
+      for (int64_t i = 0; i < k; ++i) {
+        const float expect =
+            e2m1_bits_to_float(ref.q[i]) * e4m3fn_bits_to_float(ref.sf[i / 16]) * (1.0f / gs);
+        bad += d[r * k + i] != expect;
+        // And the round trip is within half an e2m1 step of the block scale.
+        const double step = e4m3fn_bits_to_float(ref.sf[i / 16]) / gs;
+        bad += std::fabs(d[r * k + i] - xs[r * k + i]) > step * 1.0 + 1e-6;
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+TEST(Fp4Quantize, OutputShapesNdAndColumnMajor) {
+  Tensor in = Tensor::empty({2, 3, 32}, DType::kFloat16).uniform_(3);
+  auto [q, sf] = fp4_quantize(in, fp32_scalar(100.0));
+  EXPECT_EQ(q.shape(), (Shape{2, 3, 16}));
+  EXPECT_EQ(sf.shape(), (Shape{128, 4}));
+  auto [q2, sf2] = fp4_quantize(in.reshape({6, 32}), fp32_scalar(100.0));
+  EXPECT_EQ(bytes(q), bytes(q2));
+  EXPECT_EQ(bytes(sf), bytes(sf2));
+
+  // Column-major [K, M] input: quantized as its transpose, outputs transposed back.
+  Tensor rm = Tensor::empty({5, 32}, DType::kBFloat16).uniform_(4);
+  Tensor cm = rm.transpose(0, 1);  // [32, 5], stride(-2) == 1
+  auto [qc, sfc] = fp4_quantize(cm, fp32_scalar(50.0), 16, false, false);
+  auto [qr, sfr] = fp4_quantize(rm, fp32_scalar(50.0), 16, false, false);
+  EXPECT_EQ(qc.shape(), (Shape{16, 5}));
+  EXPECT_EQ(sfc.shape(), (Shape{2, 5}));
+  EXPECT_EQ(bytes(qc.transpose(0, 1)), bytes(qr));
+  EXPECT_EQ(bytes(sfc.transpose(0, 1)), bytes(sfr));
+}
+
+TEST(Fp4Quantize, Fp8InputAndMxfp4Mode) {
+  Tensor in = Tensor::empty({4, 64}, DType::kFloat8E4M3FN).uniform_(9, -100, 100);
+  auto [q, sf] = fp4_quantize(in, fp32_scalar(10.0), 16, false, false);
+  const auto xs = in.to_double_vector();
+  const auto qb = bytes(q);
+  const auto sb = bytes(sf);
+  for (int64_t r = 0; r < 4; ++r) {
+    std::vector<float> row(xs.begin() + r * 64, xs.begin() + (r + 1) * 64);
+    const RefQuant ref = ref_nvfp4_row(row, 10.0f, 16);
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(sb[r * 4 + c], ref.sf[c]);
+    for (int i = 0; i < 64; ++i) {
+      const uint8_t byte = qb[r * 32 + i / 2];
+      EXPECT_EQ((i % 2 == 0) ? (byte & 0xF) : (byte >> 4), ref.q[i]);
+    }
+  }
+  // fp4_quantize with sf_vec_size=32 and ue8m0 scales equals mxfp4_quantize (global scale unused).
+  Tensor h = Tensor::empty({3, 64}, DType::kFloat16).uniform_(10, -5, 5);
+  auto [q1, s1] = fp4_quantize(h, fp32_scalar(123.0), 32, true);
+  auto [q2, s2] = mxfp4_quantize(h);
+  EXPECT_EQ(bytes(q1), bytes(q2));
+  EXPECT_EQ(bytes(s1), bytes(s2));
+}
+
+// ---- MXFP4 --------------------------------------------------------------------------------------
+
+TEST(Mxfp4Quantize, HandCheckedScalesAndCodes) {
+  // Row 0: amax 6 -> 6/6 = 1 -> ue8m0 127, codes are the values' own. Row 1: amax 7 -> 7/6
+  // rounds up to 2 (code 128) -> 7/2 = 3.5 ties to 4 (code 6). Row 2: all zero -> code 0.
+  std::vector<double> x(3 * 32, 0.0);
+  x[0] = 6;
+  x[1] = -0.5;
+  x[32] = 7;
+  x[33] = 1;  // 1/2 = 0.5 -> code 1
+  Tensor in = Tensor::from_vector(x, {3, 32}, DType::kFloat16);
+  auto [q, sf] = mxfp4_quantize(in);
+  EXPECT_EQ(q.shape(), (Shape{3, 16}));
+  EXPECT_EQ(sf.shape(), (Shape{128, 4}));
+  const auto s = bytes(sf);
+  EXPECT_EQ(s[sf_layout_offset(SfLayout::layout_128x4, 0, 0, 1)], 127);
+  EXPECT_EQ(s[sf_layout_offset(SfLayout::layout_128x4, 1, 0, 1)], 128);
+  EXPECT_EQ(s[sf_layout_offset(SfLayout::layout_128x4, 2, 0, 1)], 0);
+  const auto b = bytes(q);
+  EXPECT_EQ(b[0], 0x97);   // 6 -> 7, -0.5 -> 9
+  EXPECT_EQ(b[16], 0x16);  // 3.5 -> 6, 0.5 -> 1
+  EXPECT_EQ(b[32], 0x00);
+
+  Tensor deq = mxfp4_dequantize(q, sf);
+  const auto d = floats(deq);
+  EXPECT_EQ(d[0], 6.0f);
+  EXPECT_EQ(d[1], -0.5f);
+  EXPECT_EQ(d[32], 8.0f);
+  EXPECT_EQ(d[33], 1.0f);
+  EXPECT_EQ(d[64], 0.0f);
+}
+
+TEST(Mxfp4Quantize, RoundTripMatchesReference) {
+  const int64_t m = 33, k = 96;
+  Tensor in = Tensor::empty({m, k}, DType::kBFloat16).normal_(12, 0, 10);
+  auto [q, sf] = mxfp4_quantize(in);
+  const auto d = floats(mxfp4_dequantize(q, sf));
+  const auto xs = in.to_double_vector();
+  int64_t bad = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t b = 0; b < k / 32; ++b) {
+      double amax = 0;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xs[r * k + b * 32 + i]));
+      const int e = ref_ue8m0_up(static_cast<float>(amax) / 6.0f);
+      bad += bytes(sf)[sf_layout_offset(SfLayout::layout_128x4, r, b, k / 32)] != e;
+      const double scale = std::ldexp(1.0, e - 127);
+      for (int i = 0; i < 32; ++i) {
+        const double x = xs[r * k + b * 32 + i];
+        const double expect =
+            e2m1_bits_to_float(float_to_e2m1_bits(static_cast<float>(x / scale))) * scale;
+        bad += d[r * k + b * 32 + i] != expect;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+// ---- MXFP8 --------------------------------------------------------------------------------------
+
+TEST(Mxfp8Quantize, HandCheckedAndRoundTrip) {
+  std::vector<double> x(2 * 32, 0.0);
+  x[0] = 448;                    // amax 448 -> scale 1 (127), code 0x7E
+  x[1] = std::ldexp(1.0, -9);    // smallest e4m3 subnormal, code 0x01
+  x[2] = -std::ldexp(1.0, -10);  // half of it: ties to even -> -0 (0x80)
+  x[32] = 449;                   // 449/448 rounds up to 2 -> code 128; 224.5 -> 224 (0x76)
+  Tensor in = Tensor::from_vector(x, {2, 32}, DType::kFloat16);
+  for (bool swz : {true, false}) {
+    auto [q, sf] = mxfp8_quantize(in, swz);
+    EXPECT_EQ(q.dtype(), DType::kUInt8);  // upstream's host path returns uint8
+    EXPECT_EQ(q.shape(), (Shape{2, 32}));
+    EXPECT_EQ(sf.dim(), 1);
+    EXPECT_EQ(sf.numel(), swz ? 512 : 2);
+    const auto s = bytes(sf);
+    const SfLayout l = swz ? SfLayout::layout_128x4 : SfLayout::layout_linear;
+    EXPECT_EQ(s[sf_layout_offset(l, 0, 0, 1)], 127);
+    EXPECT_EQ(s[sf_layout_offset(l, 1, 0, 1)], 128);
+    const auto b = bytes(q);
+    EXPECT_EQ(b[0], 0x7E);
+    EXPECT_EQ(b[1], 0x01);
+    EXPECT_EQ(b[2], 0x80);
+    EXPECT_EQ(b[32], 0x76);
+    const auto d = floats(mxfp8_dequantize_host(q, sf, swz));
+    EXPECT_EQ(d[0], 448.0f);
+    EXPECT_EQ(d[1], std::ldexp(1.0f, -9));
+    EXPECT_EQ(d[32], 448.0f);
+  }
+  // Random round trip: within half an e4m3 ulp of the block scale.
+  Tensor r = Tensor::empty({7, 64}, DType::kBFloat16).normal_(5, 0, 3);
+  auto [q, sf] = mxfp8_quantize(r);
+  const auto d = floats(mxfp8_dequantize_host(q, sf));
+  const auto xs = r.to_double_vector();
+  int64_t bad = 0;
+  for (size_t i = 0; i < xs.size(); ++i)
+    bad += std::fabs(d[i] - xs[i]) > std::fabs(xs[i]) / 16 + 1e-3;
+  EXPECT_EQ(bad, 0);
+}
+
+// ---- block_scale_interleave ---------------------------------------------------------------------
+
+TEST(BlockScaleInterleave, MatchesFormulaWithZeroPadding) {
+  const int64_t e = 2, rows = 130, cols = 6;
+  std::vector<double> v(e * rows * cols);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(1 + i % 251);
+  for (DType dt : {DType::kUInt8, DType::kBFloat16}) {
+    Tensor in = Tensor::from_vector(v, {e, rows, cols}, dt);
+    Tensor out = block_scale_interleave(in);
+    const int64_t per = 256 * 8;
+    ASSERT_EQ(out.shape(), (Shape{e * per}));
+    ASSERT_EQ(out.dtype(), dt);
+    const auto o = out.to_double_vector();
+    std::vector<bool> used(o.size(), false);
+    int64_t bad = 0;
+    for (int64_t b = 0; b < e; ++b) {
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const int64_t off = b * per + ref_offset_128x4(r, c, cols);
+          used[off] = true;
+          bad += o[off] != v[(b * rows + r) * cols + c];
+        }
+      }
+    }
+    for (size_t i = 0; i < o.size(); ++i) bad += !used[i] && o[i] != 0;
+    EXPECT_EQ(bad, 0);
+  }
+  // 2-D input equals the swizzle fp4_quantize produces from its own linear scales.
+  Tensor x = Tensor::empty({40, 64}, DType::kFloat16).uniform_(21);
+  auto [q1, lin] = fp4_quantize(x, fp32_scalar(300.0), 16, false, false);
+  auto [q2, swz] = fp4_quantize(x, fp32_scalar(300.0), 16, false, true);
+  EXPECT_EQ(bytes(block_scale_interleave(lin)), bytes(swz));
+}
+
+// ---- bad input ----------------------------------------------------------------------------------
+
+TEST(QuantizationBadInput, ErrorsNameOpAndArgument) {
+  Tensor x = Tensor::empty({4, 32}, DType::kFloat16).uniform_(1);
+  Tensor gs = fp32_scalar(1.0);
+  EXPECT_FI_ERROR(fp4_quantize(Tensor::empty({4, 24}, DType::kFloat16), gs), "fp4_quantize",
+                  "input");
+  EXPECT_FI_ERROR(fp4_quantize(x, gs, 8), "fp4_quantize", "sf_vec_size");
+  EXPECT_FI_ERROR(fp4_quantize(x.to(DType::kFloat32), gs), "fp4_quantize", "input");
+  EXPECT_FI_ERROR(fp4_quantize(Tensor::empty({32}, DType::kFloat16), gs), "fp4_quantize", "input");
+  EXPECT_FI_ERROR(fp4_quantize(x, Tensor::zeros({2}, DType::kFloat32)), "fp4_quantize",
+                  "global_scale");
+  EXPECT_FI_ERROR(fp4_quantize(x, Tensor::zeros({1}, DType::kInt32)), "fp4_quantize",
+                  "global_scale");
+  EXPECT_FI_ERROR(fp4_quantize(x, gs, 16, false, true, false, false, std::nullopt, "triton"),
+                  "fp4_quantize", "backend");
+  EXPECT_FI_ERROR(nvfp4_quantize(x, gs, SfLayout::layout_128x4, true), "nvfp4_quantize",
+                  "do_shuffle");
+  EXPECT_FI_ERROR(
+      nvfp4_quantize(x, gs, SfLayout::layout_128x4, false, 16, std::nullopt, "cuda", true),
+      "nvfp4_quantize", "per_token_activation");
+  EXPECT_FI_ERROR(nvfp4_quantize(Tensor::empty({4, 40}, DType::kBFloat16), gs), "nvfp4_quantize",
+                  "a");
+  EXPECT_FI_ERROR(mxfp4_quantize(Tensor::empty({4, 48}, DType::kFloat16)), "mxfp4_quantize", "a");
+  EXPECT_FI_ERROR(mxfp4_quantize(Tensor::empty({4, 64}, DType::kFloat8E4M3FN)), "mxfp4_quantize",
+                  "a");
+  auto [q, sf] = mxfp4_quantize(x);
+  EXPECT_FI_ERROR(mxfp4_dequantize(q, sf.slice(0, 0, 64)), "mxfp4_dequantize", "a_sf");
+  EXPECT_FI_ERROR(mxfp4_dequantize(q.to(DType::kInt32), sf), "mxfp4_dequantize", "a_fp4");
+  EXPECT_FI_ERROR(mxfp4_dequantize(Tensor::zeros({4, 8}, DType::kUInt8), sf), "mxfp4_dequantize",
+                  "a_fp4");
+  EXPECT_FI_ERROR(e2m1_and_ufp8sf_scale_to_float(q, sf, std::nullopt, 32, 2),
+                  "e2m1_and_ufp8sf_scale_to_float", "ufp8_type");
+  EXPECT_FI_ERROR(e2m1_and_ufp8sf_scale_to_float(q, sf, std::nullopt, 16, 1, false),
+                  "e2m1_and_ufp8sf_scale_to_float", "ufp8_scale_tensor");
+  EXPECT_FI_ERROR(e2m1_and_ufp8sf_scale_to_float(q, sf.to(DType::kFloat32), std::nullopt, 32, 0),
+                  "e2m1_and_ufp8sf_scale_to_float", "ufp8_scale_tensor");
+  EXPECT_FI_ERROR(block_scale_interleave(Tensor::zeros({4, 4}, DType::kFloat32)),
+                  "block_scale_interleave", "unswizzled_sf");
+  EXPECT_FI_ERROR(block_scale_interleave(Tensor::zeros({4}, DType::kUInt8)),
+                  "block_scale_interleave", "unswizzled_sf");
+  EXPECT_FI_ERROR(mxfp8_quantize(x, true, 64), "mxfp8_quantize", "alignment");
+  EXPECT_FI_ERROR(mxfp8_quantize(x, true, 32, std::nullopt, "cuda", SfLayout::layout_8x4),
+                  "mxfp8_quantize", "sf_swizzle_layout");
+  EXPECT_FI_ERROR(mxfp8_quantize(Tensor::empty({2, 48}, DType::kBFloat16)), "mxfp8_quantize",
+                  "input");
+  auto [q8, sf8] = mxfp8_quantize(x);
+  EXPECT_FI_ERROR(mxfp8_dequantize_host(q8, sf8, false), "mxfp8_dequantize_host", "scale_tensor");
+  EXPECT_FI_ERROR(mxfp8_dequantize_host(q8, sf8, true, SfLayout::layout_8x4),
+                  "mxfp8_dequantize_host", "sf_swizzle_layout");
+}
+
+// ---- declarations and replay --------------------------------------------------------------------
+
+TEST(QuantizationDecl, ModulesSignaturesAndInvoke) {
+  const OpDecl* d = OpRegistry::global().find("nvfp4_quantize");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->module, "flashinfer.fp4_quantization");
+  EXPECT_NE(d->signature().find("sfLayout="), std::string::npos) << d->signature();
+  EXPECT_NE(d->signature().find("backend='cuda'"), std::string::npos) << d->signature();
+  EXPECT_EQ(OpRegistry::global().find("mxfp8_quantize")->module, "flashinfer.fp8_quantization");
+  for (const char* name :
+       {"fp4_quantize", "mxfp4_quantize", "mxfp4_dequantize", "e2m1_and_ufp8sf_scale_to_float",
+        "block_scale_interleave", "mxfp8_dequantize_host"}) {
+    EXPECT_NE(OpRegistry::global().find(name), nullptr) << name;
+  }
+
+  // Replay-style invocation from Values gives the same bytes as the direct call.
+  Tensor x = Tensor::empty({9, 32}, DType::kBFloat16).uniform_(31);
+  Tensor gs = fp32_scalar(77.0);
+  auto [q, sf] = nvfp4_quantize(x, gs, SfLayout::layout_8x4);
+  const Value r = d->invoke(
+      CallArgs(*d, bind_arguments(*d, {Value(x), Value(gs), to_value(SfLayout::layout_8x4)})));
+  ASSERT_EQ(r.items().size(), 2u);
+  EXPECT_EQ(bytes(r.items()[0].as_tensor()), bytes(q));
+  EXPECT_EQ(bytes(r.items()[1].as_tensor()), bytes(sf));
+  // An int works for the enum too (upstream records may carry the value).
+  const Value r2 = d->invoke(CallArgs(*d, bind_arguments(*d, {Value(x), Value(gs), Value(1)})));
+  EXPECT_EQ(bytes(r2.items()[1].as_tensor()), bytes(sf));
+
+  const OpDecl* f = OpRegistry::global().find("fp4_quantize");
+  const Value r3 = f->invoke(
+      CallArgs(*f, bind_arguments(*f, {Value(x), Value(gs)}, {{"is_sf_8x4_layout", Value(true)}})));
+  EXPECT_EQ(bytes(r3.items()[1].as_tensor()), bytes(sf));
+}
+
+// ---- CUDA vs CPU --------------------------------------------------------------------------------
+
+TEST(QuantizationCuda, Fp4MatchesCpuBitExact) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  Tensor x = Tensor::empty({150, 256}, DType::kBFloat16).normal_(41, 0, 4);
+  Tensor gs = fp32_scalar(448.0 * 6.0 / 16.0);
+  for (bool swz : {true, false}) {
+    for (bool e8x4 : {false, true}) {
+      auto [qc, sc] = fp4_quantize(x, gs, 16, false, swz, e8x4);
+      auto [qg, sg] =
+          fp4_quantize(x.to(Device::cuda()), gs.to(Device::cuda()), 16, false, swz, e8x4);
+      EXPECT_EQ(bytes(qg), bytes(qc));
+      EXPECT_EQ(bytes(sg), bytes(sc));
+    }
+  }
+  auto [qc, sc] = mxfp4_quantize(x);
+  auto [qg, sg] = mxfp4_quantize(x.to(Device::cuda()));
+  EXPECT_EQ(bytes(qg), bytes(qc));
+  EXPECT_EQ(bytes(sg), bytes(sc));
+}
+
+TEST(QuantizationCuda, Mxfp8AndInterleaveMatchCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  Tensor x = Tensor::empty({70, 128}, DType::kFloat16).normal_(43, 0, 100);
+  auto [qc, sc] = mxfp8_quantize(x);
+  auto [qg, sg] = mxfp8_quantize(x.to(Device::cuda()));
+  EXPECT_EQ(qg.dtype(), DType::kFloat8E4M3FN);
+  EXPECT_EQ(bytes(qg), bytes(qc));
+  EXPECT_EQ(bytes(sg), bytes(sc));
+  Tensor s = Tensor::empty({3, 100, 9}, DType::kUInt8).uniform_(44, 0, 255);
+  EXPECT_EQ(bytes(block_scale_interleave(s.to(Device::cuda()))), bytes(block_scale_interleave(s)));
+}
+
+}  // namespace
+}  // namespace flashinfer
