@@ -9,6 +9,9 @@ namespace detail {
 
 std::atomic<bool> g_call_hooks_active{false};
 
+// Defined in api_logger.cpp: reads FLASHINFER_LOGLEVEL/LOGDEST/DUMP_INCLUDE/DUMP_EXCLUDE.
+void api_log_init_from_env() noexcept;
+
 namespace {
 
 struct Observers {
@@ -74,6 +77,13 @@ void ObservedCall::fail(std::string_view what) {
   if (!active_) return;
   notify([&](CallObserver& o) { o.on_call_error(*decl_, args_, what); });
 }
+
+// The configuration is read when the library loads. It lives in this translation unit because
+// every program that calls an op links it (g_call_hooks_active), so even a static link keeps it.
+struct ApiLogEnvInit {
+  ApiLogEnvInit() { api_log_init_from_env(); }
+};
+const ApiLogEnvInit g_api_log_env_init;
 
 }  // namespace detail
 
