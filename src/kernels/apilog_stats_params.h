@@ -42,6 +42,9 @@ struct TensorStats {
   double sum = 0.0;
 };
 
+// docs/LOGGING.md states the size of the one copy back from the device.
+static_assert(sizeof(TensorStats) == 64);
+
 /// Merges `b` into `a` (the order of merges is fixed by each backend, so sums are reproducible).
 FLASHINFER_HD inline void merge_stats(TensorStats& a, const TensorStats& b) {
   a.count += b.count;

@@ -565,6 +565,33 @@ TEST_F(ApiLog, StatisticsReadStridedViewsInPlace) {
       lines({"min=-2.500000", "max=-2.500000", "mean=-2.500000", "nan_count=0", "inf_count=0"}));
 }
 
+// Long contiguous tensors take the lane-split loop; the text must not depend on the layout.
+TEST_F(ApiLog, StatisticsLongTensorsAnyLayout) {
+  api_log::set_level(5);
+  std::vector<double> v(1001);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i) - 500.0;
+  Tensor t = Tensor::from_vector(v, {1001}, DType::kFloat32);
+  const std::string expected =
+      lines({"min=-500.000000", "max=500.000000", "mean=0.000000", "nan_count=0", "inf_count=0"});
+  EXPECT_EQ(stats_of(*capture_, t), expected);
+  // The same values through a transposed view (7x143 over a 143x7 tensor).
+  Tensor m = Tensor::from_vector(v, {143, 7}, DType::kFloat32);
+  EXPECT_EQ(stats_of(*capture_, m.transpose(0, 1)), expected);
+  v[13] = std::numeric_limits<double>::infinity();
+  v[1000] = -std::numeric_limits<double>::infinity();
+  EXPECT_EQ(stats_of(*capture_, Tensor::from_vector(v, {1001}, DType::kFloat32)),
+            lines({"min=-inf", "max=inf", "mean=nan", "nan_count=0", "inf_count=2"}));
+  v[1000] = 0.0;
+  v[999] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(stats_of(*capture_, Tensor::from_vector(v, {1001}, DType::kFloat16)),
+            lines({"min=nan", "max=nan", "mean=nan", "nan_count=1", "inf_count=1"}));
+  // Integers: 0..1000, mean 500.
+  std::vector<double> n(1001);
+  for (std::size_t i = 0; i < n.size(); ++i) n[i] = static_cast<double>(i);
+  EXPECT_EQ(stats_of(*capture_, Tensor::from_vector(n, {1001}, DType::kInt32)),
+            lines({"min=0", "max=1000", "mean=500.000000"}));
+}
+
 // CUDA tensors are reduced on the device; the text equals the CPU text of the same values.
 TEST_F(ApiLog, StatisticsCudaMatchCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();

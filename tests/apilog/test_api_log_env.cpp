@@ -182,8 +182,8 @@ class ApiLogEnv : public ::testing::Test {
     auto t = [](int indent) {
       const std::string p(static_cast<std::size_t>(2 * indent), ' ');
       return p + "Tensor(\n" + p + "  shape=(3,)\n" + p + "  stride=(1,)\n" + p +
-             "  dtype=torch.float32\n" + p + "  device=cpu\n" + p + "  requires_grad=False\n" +
-             p + "  is_contiguous=True\n" + p + ")";
+             "  dtype=torch.float32\n" + p + "  device=cpu\n" + p + "  requires_grad=False\n" + p +
+             "  is_contiguous=True\n" + p + ")";
     };
     return header("test_function") + "Positional input arguments:\n  arg[0]:\n" + t(2) + "\n" +
            output(t(1));
@@ -227,7 +227,8 @@ TEST_F(ApiLogEnv, LevelParsing) {
   const std::vector<std::pair<std::string, int>> cases = {
       {"0", 0}, {"1", 1}, {" 3 ", 3}, {"+5", 5}, {"1_0", 10}, {"-1", -1}, {"007", 7}};
   for (const auto& [text, want] : cases) {
-    Child c = run("report_level", {{"FLASHINFER_LOGLEVEL", text}, {"FLASHINFER_LOGDEST", "stderr"}});
+    Child c =
+        run("report_level", {{"FLASHINFER_LOGLEVEL", text}, {"FLASHINFER_LOGDEST", "stderr"}});
     ASSERT_EQ(c.exit_code, 0) << text;
     EXPECT_EQ(c.out, "level=" + std::to_string(want) + "\n") << text;
   }

@@ -1,6 +1,8 @@
 #include "kernels/cpu/apilog_stats_cpu.h"
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/strided.h"
@@ -35,23 +37,82 @@ int64_t to_i64(const void* base, int64_t off) {
   return static_cast<int64_t>(load<I>(base, off));
 }
 
-template <class Add>
-TensorStats reduce(const TensorStatsParams& p, Add add) {
-  TensorStats s;
+// Lane accumulators: fp32 min/max, branch-free updates and kLanes independent partial sums keep
+// the loop short and vectorizable (level 5 runs it on every tensor argument of every call);
+// the lanes are merged in a fixed order, so the result is reproducible. NaN fails every
+// comparison, so it never becomes the min or max, and it is kept out of the sum.
+constexpr int kLanes = 8;
+struct FloatLanes {
+  float mn[kLanes], mx[kLanes];
+  double sum[kLanes];
+  int64_t nan[kLanes], inf[kLanes];
+  FloatLanes() {
+    for (int l = 0; l < kLanes; ++l) {
+      mn[l] = std::numeric_limits<float>::infinity();
+      mx[l] = -std::numeric_limits<float>::infinity();
+      sum[l] = 0.0;
+      nan[l] = inf[l] = 0;
+    }
+  }
+  void add(int l, float v) {
+    const bool is_nan = v != v;
+    nan[l] += is_nan;
+    inf[l] += std::fabs(v) == std::numeric_limits<float>::infinity();
+    mn[l] = v < mn[l] ? v : mn[l];
+    mx[l] = v > mx[l] ? v : mx[l];
+    sum[l] += is_nan ? 0.0 : static_cast<double>(v);
+  }
+};
+
+bool is_contiguous(const TensorStatsParams& p) {
+  int64_t expected = 1;
+  for (int d = p.ndim - 1; d >= 0; --d) {
+    if (p.shape[d] != 1 && p.strides[d] != expected) return false;
+    expected *= p.shape[d];
+  }
+  return true;
+}
+
+template <class Visit>
+void visit_offsets(const TensorStatsParams& p, Visit visit) {
+  if (is_contiguous(p)) {
+    for (int64_t i = 0; i < p.numel; ++i) visit(i);
+    return;
+  }
   std::vector<int64_t> shape(p.shape, p.shape + p.ndim), strides(p.strides, p.strides + p.ndim);
   // Offsets relative to element [0..0]; negative strides are fine.
-  detail::for_each_offset(shape, strides, 0, [&](int64_t off) { add(s, off); });
-  return s;
+  detail::for_each_offset(shape, strides, 0, visit);
 }
 
 template <DType D>
 TensorStats float_stats(const TensorStatsParams& p) {
-  return reduce(p, [&](TensorStats& s, int64_t off) { add_float(s, to_f32<D>(p.data, off)); });
+  FloatLanes a;
+  if (is_contiguous(p)) {
+    int64_t i = 0;
+    for (; i + kLanes <= p.numel; i += kLanes) {
+      for (int l = 0; l < kLanes; ++l) a.add(l, to_f32<D>(p.data, i + l));
+    }
+    for (; i < p.numel; ++i) a.add(0, to_f32<D>(p.data, i));
+  } else {
+    visit_offsets(p, [&](int64_t off) { a.add(0, to_f32<D>(p.data, off)); });
+  }
+  TensorStats s;
+  s.count = p.numel;
+  for (int l = 0; l < kLanes; ++l) {
+    s.nan_count += a.nan[l];
+    s.inf_count += a.inf[l];
+    s.min = std::fmin(s.min, static_cast<double>(a.mn[l]));
+    s.max = std::fmax(s.max, static_cast<double>(a.mx[l]));
+    s.sum += a.sum[l];
+  }
+  return s;
 }
 
 template <class I>
 TensorStats int_stats(const TensorStatsParams& p) {
-  return reduce(p, [&](TensorStats& s, int64_t off) { add_int(s, to_i64<I>(p.data, off)); });
+  TensorStats s;
+  visit_offsets(p, [&](int64_t off) { add_int(s, to_i64<I>(p.data, off)); });
+  return s;
 }
 
 }  // namespace
