@@ -1,5 +1,6 @@
 // Level-5 statistics lines: CPU tensors are reduced in place, CUDA tensors on their device with
 // one small copy back, and nothing runs while the stream is being captured into a CUDA graph.
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -18,12 +19,13 @@ namespace flashinfer::detail::apilog {
 
 namespace {
 
-// Python's "%.6f" (NaN is always "nan", never "-nan").
+// Python's "%.6f" (NaN is always "nan", never "-nan"). to_chars with a precision rounds exactly
+// as printf does, several times faster.
 std::string fixed6(double v) {
   if (std::isnan(v)) return "nan";
   char buf[400];
-  std::snprintf(buf, sizeof(buf), "%.6f", v);
-  return buf;
+  const auto res = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::fixed, 6);
+  return std::string(buf, res.ptr);
 }
 
 void add_line(std::string& out, std::string_view prefix, const std::string& text) {

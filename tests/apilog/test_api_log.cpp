@@ -526,6 +526,11 @@ TEST_F(ApiLog, StatisticsFloatDtypes) {
       lines({"min=-0.500000", "max=448.000000", "mean=223.750000", "nan_count=0", "inf_count=0"}));
   EXPECT_EQ(stats_of(*capture_, Tensor::from_vector({57344, -1, inf}, {3}, DType::kFloat8E5M2)),
             lines({"min=-1.000000", "max=inf", "mean=inf", "nan_count=0", "inf_count=1"}));
+  // Large magnitudes print every integer digit, as Python's "%.6f" does (fp32 1e20 is
+  // 100000002004087734272); signed zero keeps its sign.
+  EXPECT_EQ(stats_of(*capture_, f32({1e20, -0.0})),
+            lines({"min=-0.000000", "max=100000002004087734272.000000",
+                   "mean=50000001002043867136.000000", "nan_count=0", "inf_count=0"}));
   // fp64 goes through .float() first, as upstream: 1e300 becomes inf.
   EXPECT_EQ(stats_of(*capture_, Tensor::from_vector({1e300, 0.25}, {2}, DType::kFloat64)),
             lines({"min=0.250000", "max=inf", "mean=inf", "nan_count=0", "inf_count=1"}));

@@ -1,9 +1,14 @@
 #include "kernels/cpu/apilog_stats_cpu.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "core/strided.h"
 #include "flashinfer/error.h"
@@ -20,12 +25,23 @@ T load(const void* base, int64_t off) {
   return v;
 }
 
+// fp16 -> fp32 through a 64K-entry table built once from the exact decoder: about three times
+// faster than decoding each element, and level 5 decodes every fp16 argument of every call.
+const float* half_table() {
+  static const float* table = [] {
+    auto* t = new float[65536];
+    for (uint32_t i = 0; i < 65536; ++i) t[i] = half_bits_to_float(static_cast<uint16_t>(i));
+    return t;
+  }();
+  return table;
+}
+
 // fp32 value of one element, as torch's .float() gives it.
 template <DType D>
-float to_f32(const void* base, int64_t off) {
+float to_f32(const void* base, int64_t off, const float* half_lut) {
   if constexpr (D == DType::kFloat32) return load<float>(base, off);
   if constexpr (D == DType::kFloat64) return static_cast<float>(load<double>(base, off));
-  if constexpr (D == DType::kFloat16) return half_bits_to_float(load<uint16_t>(base, off));
+  if constexpr (D == DType::kFloat16) return half_lut[load<uint16_t>(base, off)];
   if constexpr (D == DType::kBFloat16) return bfloat16_bits_to_float(load<uint16_t>(base, off));
   if constexpr (D == DType::kFloat8E4M3FN) return e4m3fn_bits_to_float(load<uint8_t>(base, off));
   if constexpr (D == DType::kFloat8E5M2) return e5m2_bits_to_float(load<uint8_t>(base, off));
@@ -37,30 +53,59 @@ int64_t to_i64(const void* base, int64_t off) {
   return static_cast<int64_t>(load<I>(base, off));
 }
 
-// Lane accumulators: fp32 min/max, branch-free updates and kLanes independent partial sums keep
-// the loop short and vectorizable (level 5 runs it on every tensor argument of every call);
-// the lanes are merged in a fixed order, so the result is reproducible. NaN fails every
-// comparison, so it never becomes the min or max, and it is kept out of the sum.
-constexpr int kLanes = 8;
-struct FloatLanes {
-  float mn[kLanes], mx[kLanes];
-  double sum[kLanes];
-  int64_t nan[kLanes], inf[kLanes];
-  FloatLanes() {
-    for (int l = 0; l < kLanes; ++l) {
-      mn[l] = std::numeric_limits<float>::infinity();
-      mx[l] = -std::numeric_limits<float>::infinity();
-      sum[l] = 0.0;
-      nan[l] = inf[l] = 0;
+// Min, max and sum of a block of fp32 values in a fixed lane structure (so the sum is
+// reproducible): 8 float lanes for min/max, 4 double lanes for the sum. NaN never becomes the min
+// or max (every comparison with it is false) but does make the sum NaN, and so does an Inf of
+// each sign; the caller counts NaN and Inf only when the sum is not finite.
+struct BlockReducer {
+  float mn = std::numeric_limits<float>::infinity();
+  float mx = -std::numeric_limits<float>::infinity();
+  double sum = 0.0;
+
+  void add(const float* v, int n) {
+    int i = 0;
+#if defined(__SSE2__)
+    if (n >= 8) {
+      __m128 mn0 = _mm_set1_ps(mn), mn1 = mn0, mx0 = _mm_set1_ps(mx), mx1 = mx0;
+      __m128d s0 = _mm_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
+      for (; i + 8 <= n; i += 8) {
+        const __m128 a = _mm_loadu_ps(v + i), b = _mm_loadu_ps(v + i + 4);
+        // minps(x, m) is x < m ? x : m: a NaN x keeps m.
+        mn0 = _mm_min_ps(a, mn0);
+        mn1 = _mm_min_ps(b, mn1);
+        mx0 = _mm_max_ps(a, mx0);
+        mx1 = _mm_max_ps(b, mx1);
+        s0 = _mm_add_pd(s0, _mm_cvtps_pd(a));
+        s1 = _mm_add_pd(s1, _mm_cvtps_pd(_mm_movehl_ps(a, a)));
+        s2 = _mm_add_pd(s2, _mm_cvtps_pd(b));
+        s3 = _mm_add_pd(s3, _mm_cvtps_pd(_mm_movehl_ps(b, b)));
+      }
+      alignas(16) float lm[8], lx[8];
+      alignas(16) double ls[8];
+      _mm_store_ps(lm, mn0);
+      _mm_store_ps(lm + 4, mn1);
+      _mm_store_ps(lx, mx0);
+      _mm_store_ps(lx + 4, mx1);
+      _mm_store_pd(ls, s0);
+      _mm_store_pd(ls + 2, s1);
+      _mm_store_pd(ls + 4, s2);
+      _mm_store_pd(ls + 6, s3);
+      double block = 0.0;
+      for (int l = 0; l < 8; ++l) {
+        mn = lm[l] < mn ? lm[l] : mn;
+        mx = lx[l] > mx ? lx[l] : mx;
+        block += ls[l];
+      }
+      sum += block;
     }
-  }
-  void add(int l, float v) {
-    const bool is_nan = v != v;
-    nan[l] += is_nan;
-    inf[l] += std::fabs(v) == std::numeric_limits<float>::infinity();
-    mn[l] = v < mn[l] ? v : mn[l];
-    mx[l] = v > mx[l] ? v : mx[l];
-    sum[l] += is_nan ? 0.0 : static_cast<double>(v);
+#endif
+    double tail = 0.0;
+    for (; i < n; ++i) {
+      mn = v[i] < mn ? v[i] : mn;
+      mx = v[i] > mx ? v[i] : mx;
+      tail += static_cast<double>(v[i]);
+    }
+    sum += tail;
   }
 };
 
@@ -86,24 +131,49 @@ void visit_offsets(const TensorStatsParams& p, Visit visit) {
 
 template <DType D>
 TensorStats float_stats(const TensorStatsParams& p) {
-  FloatLanes a;
+  const float* lut = D == DType::kFloat16 ? half_table() : nullptr;
+  constexpr int kBlock = 256;
+  float buf[kBlock];
+  int nb = 0;
+  BlockReducer r;
   if (is_contiguous(p)) {
-    int64_t i = 0;
-    for (; i + kLanes <= p.numel; i += kLanes) {
-      for (int l = 0; l < kLanes; ++l) a.add(l, to_f32<D>(p.data, i + l));
+    // Tight conversion loops into a block buffer (fp32 is reduced straight from the tensor).
+    for (int64_t base = 0; base < p.numel; base += kBlock) {
+      const int m = static_cast<int>(std::min<int64_t>(kBlock, p.numel - base));
+      if constexpr (D == DType::kFloat32) {
+        r.add(static_cast<const float*>(p.data) + base, m);
+      } else {
+        for (int i = 0; i < m; ++i) buf[i] = to_f32<D>(p.data, base + i, lut);
+        r.add(buf, m);
+      }
     }
-    for (; i < p.numel; ++i) a.add(0, to_f32<D>(p.data, i));
   } else {
-    visit_offsets(p, [&](int64_t off) { a.add(0, to_f32<D>(p.data, off)); });
+    visit_offsets(p, [&](int64_t off) {
+      buf[nb++] = to_f32<D>(p.data, off, lut);
+      if (nb == kBlock) {
+        r.add(buf, nb);
+        nb = 0;
+      }
+    });
+    r.add(buf, nb);
   }
   TensorStats s;
   s.count = p.numel;
-  for (int l = 0; l < kLanes; ++l) {
-    s.nan_count += a.nan[l];
-    s.inf_count += a.inf[l];
-    s.min = std::fmin(s.min, static_cast<double>(a.mn[l]));
-    s.max = std::fmax(s.max, static_cast<double>(a.mx[l]));
-    s.sum += a.sum[l];
+  s.min = r.mn;
+  s.max = r.mx;
+  s.sum = r.sum;
+  if (!std::isfinite(r.sum)) {
+    // Rare: count NaN and Inf, and keep NaN out of the sum as the struct documents.
+    s.sum = 0.0;
+    visit_offsets(p, [&](int64_t off) {
+      const float v = to_f32<D>(p.data, off, lut);
+      if (v != v) {
+        ++s.nan_count;
+        return;
+      }
+      if (std::fabs(v) == std::numeric_limits<float>::infinity()) ++s.inf_count;
+      s.sum += static_cast<double>(v);
+    });
   }
   return s;
 }
