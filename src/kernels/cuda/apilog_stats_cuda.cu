@@ -105,33 +105,47 @@ struct DeviceGuard {
   }
 };
 
-void launch_partial(const TensorStatsParams& p, int blocks, TensorStats* partials, cudaStream_t s) {
+// cudaLaunchKernelEx reports this launch's own error, never an earlier one still pending in the
+// runtime's last-error slot (which belongs to the caller's code).
+template <class... KArgs, class... Args>
+cudaError_t launch(void (*kernel)(KArgs...), int blocks, cudaStream_t s, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = s;
+  cfg.attrs = nullptr;
+  cfg.numAttrs = 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+cudaError_t launch_partial(const TensorStatsParams& p, int blocks, TensorStats* partials,
+                           cudaStream_t s) {
   switch (p.dtype) {
     case DType::kFloat32:
-      return float_partial_kernel<DType::kFloat32><<<blocks, kThreads, 0, s>>>(p, partials);
+      return launch(float_partial_kernel<DType::kFloat32>, blocks, s, p, partials);
     case DType::kFloat64:
-      return float_partial_kernel<DType::kFloat64><<<blocks, kThreads, 0, s>>>(p, partials);
+      return launch(float_partial_kernel<DType::kFloat64>, blocks, s, p, partials);
     case DType::kFloat16:
-      return float_partial_kernel<DType::kFloat16><<<blocks, kThreads, 0, s>>>(p, partials);
+      return launch(float_partial_kernel<DType::kFloat16>, blocks, s, p, partials);
     case DType::kBFloat16:
-      return float_partial_kernel<DType::kBFloat16><<<blocks, kThreads, 0, s>>>(p, partials);
+      return launch(float_partial_kernel<DType::kBFloat16>, blocks, s, p, partials);
     case DType::kFloat8E4M3FN:
-      return float_partial_kernel<DType::kFloat8E4M3FN><<<blocks, kThreads, 0, s>>>(p, partials);
+      return launch(float_partial_kernel<DType::kFloat8E4M3FN>, blocks, s, p, partials);
     case DType::kFloat8E5M2:
-      return float_partial_kernel<DType::kFloat8E5M2><<<blocks, kThreads, 0, s>>>(p, partials);
+      return launch(float_partial_kernel<DType::kFloat8E5M2>, blocks, s, p, partials);
     case DType::kInt8:
-      return int_partial_kernel<int8_t><<<blocks, kThreads, 0, s>>>(p, partials);
+      return launch(int_partial_kernel<int8_t>, blocks, s, p, partials);
     case DType::kUInt8:
-      return int_partial_kernel<uint8_t><<<blocks, kThreads, 0, s>>>(p, partials);
+      return launch(int_partial_kernel<uint8_t>, blocks, s, p, partials);
     case DType::kInt16:
-      return int_partial_kernel<int16_t><<<blocks, kThreads, 0, s>>>(p, partials);
+      return launch(int_partial_kernel<int16_t>, blocks, s, p, partials);
     case DType::kInt32:
-      return int_partial_kernel<int32_t><<<blocks, kThreads, 0, s>>>(p, partials);
+      return launch(int_partial_kernel<int32_t>, blocks, s, p, partials);
     case DType::kInt64:
-      return int_partial_kernel<int64_t><<<blocks, kThreads, 0, s>>>(p, partials);
+      return launch(int_partial_kernel<int64_t>, blocks, s, p, partials);
     default:
-      FLASHINFER_FAIL(ErrorCode::kInternal, "api_log statistics", "", "no statistics for ",
-                      dtype_torch_name(p.dtype));
+      return cudaErrorInvalidValue;  // the caller only passes floating and integer dtypes
   }
 }
 
@@ -139,8 +153,15 @@ void launch_partial(const TensorStatsParams& p, int blocks, TensorStats* partial
 
 bool stream_is_capturing(void* stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  FLASHINFER_CUDA_CALL("api_log statistics",
-                       cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status));
+  const cudaError_t err = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status);
+  if (err == cudaErrorStreamCaptureImplicit) {
+    // The legacy stream was queried while another stream captures in global mode: a capture is
+    // in progress, and touching the legacy stream now would invalidate it.
+    (void)cudaGetLastError();
+    return true;
+  }
+  if (err != cudaSuccess) (void)cudaGetLastError();  // not sticky; keep it out of the caller's way
+  FLASHINFER_CUDA_CALL("api_log statistics", err);
   return status != cudaStreamCaptureStatusNone;
 }
 
@@ -155,18 +176,9 @@ TensorStats tensor_stats(const TensorStatsParams& p, int device, void* stream) {
   FLASHINFER_CUDA_CALL("api_log statistics",
                        cudaMallocAsync(reinterpret_cast<void**>(&buf),
                                        sizeof(TensorStats) * static_cast<size_t>(blocks + 1), s));
-  cudaError_t err = cudaSuccess;
-  try {
-    launch_partial(p, blocks, buf, s);
-  } catch (...) {
-    (void)cudaFreeAsync(buf, s);
-    throw;
-  }
-  err = cudaGetLastError();
-  if (err == cudaSuccess) {
-    merge_kernel<<<1, kThreads, 0, s>>>(buf, blocks, buf + blocks);
-    err = cudaGetLastError();
-  }
+  cudaError_t err = launch_partial(p, blocks, buf, s);
+  if (err == cudaSuccess)
+    err = launch(merge_kernel, 1, s, static_cast<const TensorStats*>(buf), blocks, buf + blocks);
   if (err == cudaSuccess) {
     err = cudaMemcpyAsync(&host, buf + blocks, sizeof(TensorStats), cudaMemcpyDeviceToHost, s);
   }
