@@ -796,6 +796,50 @@ TEST_F(ApiLog, UnwritableDestinationWarnsOnce) {
             "API log records are dropped, API calls are unaffected\n");
 }
 
+// A destination whose writes fail (a full disk): one warning, later records dropped silently.
+TEST_F(ApiLog, FailingWritesWarnOnce) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  capture_.reset();
+  ::testing::internal::CaptureStderr();
+  const bool ok = api_log::set_destination("/dev/full");
+  api_log::set_level(3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(explicit_fn(i), i + 30);
+  }
+  api_log::set_level(0);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(err,
+            "[flashinfer] warning: writing the API log to '/dev/full' failed: No space left on "
+            "device; records may be lost, API calls are unaffected\n");
+}
+
+// configure_from_env() applies the variables again at run time; unset variables mean defaults.
+TEST_F(ApiLog, ConfigureFromEnvAtRunTime) {
+  capture_.reset();
+  const fs::path dir = temp_dir("reconfigure");
+  const std::string pid = std::to_string(::getpid());
+  ::setenv("FLASHINFER_LOGLEVEL", " 1 ", 1);
+  ::setenv("FLASHINFER_LOGDEST", (dir / "re_%i.log").c_str(), 1);
+  ::setenv("FLASHINFER_DUMP_INCLUDE", "nothing_matches", 1);
+  api_log::configure_from_env();
+  EXPECT_EQ(api_log::level(), 1);
+  EXPECT_EQ(api_log::destination(), (dir / "re_%i.log").string());
+  EXPECT_FALSE(api_log::passes_filters("test_function"));
+  EXPECT_TRUE(fs::exists(dir / ("re_" + pid + ".log")));  // created when configured, as upstream
+  test_function(vec3());                                  // level 1 ignores the filters
+  ::unsetenv("FLASHINFER_LOGLEVEL");
+  ::unsetenv("FLASHINFER_LOGDEST");
+  ::unsetenv("FLASHINFER_DUMP_INCLUDE");
+  api_log::configure_from_env();
+  EXPECT_EQ(api_log::level(), 0);
+  EXPECT_EQ(api_log::destination(), "stdout");
+  EXPECT_TRUE(api_log::passes_filters("test_function"));
+  const std::string got = normalize(read_file(dir / ("re_" + pid + ".log")));
+  EXPECT_EQ(got.substr(got.size() - 40), "[TS] FlashInfer API Call: test_function\n");
+  fs::remove_all(dir);
+}
+
 // The sink receives whole records, and removing it goes back to the destination.
 TEST_F(ApiLog, SinkAndDestinationSwitch) {
   capture_.reset();
