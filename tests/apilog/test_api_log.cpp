@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -773,6 +774,30 @@ TEST_F(ApiLog, PidSubstitutionAndAppend) {
   const std::string got = normalize(read_file(dir / ("log_" + pid + "_" + pid + ".txt")));
   ASSERT_EQ(got.rfind("existing line\n", 0), 0u) << got;
   EXPECT_EQ(got.substr(got.size() - 40), "[TS] FlashInfer API Call: test_function\n");
+  fs::remove_all(dir);
+}
+
+// A forked child with %i in the destination writes to its own file, not the parent's.
+TEST_F(ApiLog, ForkedChildGetsItsOwnPidFile) {
+  capture_.reset();
+  const fs::path dir = temp_dir("fork");
+  ASSERT_TRUE(api_log::set_destination((dir / "f_%i.log").string()));
+  api_log::set_level(1);
+  test_function(vec3());  // the parent's file is open now
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    kwargs_fn();
+    std::_Exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  api_log::set_level(0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string mine = normalize(read_file(dir / ("f_" + std::to_string(::getpid()) + ".log")));
+  const std::string theirs = normalize(read_file(dir / ("f_" + std::to_string(child) + ".log")));
+  EXPECT_EQ(mine.find("kwargs_fn"), std::string::npos) << mine;
+  EXPECT_EQ(theirs, "[TS] FlashInfer API Call: kwargs_fn\n");
   fs::remove_all(dir);
 }
 
