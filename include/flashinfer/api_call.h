@@ -33,7 +33,10 @@ class CallObserver {
                              std::string_view what) = 0;
 };
 
-void add_call_observer(std::shared_ptr<CallObserver> observer);
+/// Installs `observer`. Observers with a lower `priority` see a call's begin earlier and its end
+/// later (they wrap the others); equal priorities keep installation order. The flight recorder
+/// uses -100 so its dump messages enclose the API logger's records, as upstream's do.
+void add_call_observer(std::shared_ptr<CallObserver> observer, int priority = 0);
 void remove_call_observer(const std::shared_ptr<CallObserver>& observer);
 
 /// While alive, public calls on this thread are not observed (replay uses it, so replaying a

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "flashinfer/api_call.h"
+#include "flashinfer/api_log.h"
 #include "flashinfer/device.h"
 #include "flashinfer/dlpack.h"
 #include "flashinfer/dtype.h"

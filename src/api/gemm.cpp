@@ -27,7 +27,7 @@ OpDecl make_mm_bf16_decl() {
       ParamDecl("b", ParamKind::kTensor),
       ParamDecl("bias", ParamKind::kTensor).opt(),
       ParamDecl("pdl", ParamKind::kBool).def(false),
-      ParamDecl("out", ParamKind::kTensor).opt(),
+      ParamDecl("out", ParamKind::kTensor).opt().mut(),
       ParamDecl("out_dtype", ParamKind::kDType).def(DType::kBFloat16),
       ParamDecl("backend", ParamKind::kString).def("cudnn"),
   };
@@ -47,7 +47,7 @@ OpDecl make_bmm_bf16_decl() {
   d.params = {
       ParamDecl("A", ParamKind::kTensor),
       ParamDecl("B", ParamKind::kTensor),
-      ParamDecl("out", ParamKind::kTensor).opt(),
+      ParamDecl("out", ParamKind::kTensor).opt().mut(),
       ParamDecl("out_dtype", ParamKind::kDType).def(DType::kBFloat16),
       ParamDecl("backend", ParamKind::kString).def("cudnn"),
   };
@@ -69,7 +69,7 @@ OpDecl make_bmm_fp8_decl() {
       ParamDecl("A_scale", ParamKind::kTensor),
       ParamDecl("B_scale", ParamKind::kTensor),
       ParamDecl("dtype", ParamKind::kDType),
-      ParamDecl("out", ParamKind::kTensor).opt(),
+      ParamDecl("out", ParamKind::kTensor).opt().mut(),
       ParamDecl("backend", ParamKind::kString).def("cublas"),
   };
   d.returns = "Tensor";
@@ -92,7 +92,7 @@ OpDecl make_mm_fp4_decl() {
       ParamDecl("b_descale", ParamKind::kTensor),
       ParamDecl("alpha", ParamKind::kTensor).opt(),
       ParamDecl("out_dtype", ParamKind::kDType).def(DType::kBFloat16),
-      ParamDecl("out", ParamKind::kTensor).opt(),
+      ParamDecl("out", ParamKind::kTensor).opt().mut(),
       ParamDecl("block_size", ParamKind::kInt).def(16),
       ParamDecl("use_8x4_sf_layout", ParamKind::kBool).def(false),
       ParamDecl("backend", ParamKind::kString).def("auto"),

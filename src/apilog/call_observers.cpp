@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <mutex>
 
 namespace flashinfer {
 namespace detail {
 
 std::atomic<bool> g_call_hooks_active{false};
+
+// Defined in api_logger.cpp: reads FLASHINFER_LOGLEVEL/LOGDEST/DUMP_INCLUDE/DUMP_EXCLUDE.
+void api_log_init_from_env() noexcept;
 
 namespace {
 
@@ -21,6 +25,12 @@ struct Observers {
 Observers& observers() {
   static Observers* o = new Observers();  // outlives static destructors of other units
   return *o;
+}
+
+// Priorities of the installed observers (guarded by Observers::mu).
+std::map<const CallObserver*, int>& observer_priorities() {
+  static auto* m = new std::map<const CallObserver*, int>();
+  return *m;
 }
 
 std::shared_ptr<const std::vector<std::shared_ptr<CallObserver>>> snapshot() {
@@ -84,18 +94,30 @@ void ObservedCall::fail(std::string_view what) {
   notify([&](CallObserver& o) { o.on_call_error(*decl_, args_, what); }, true);
 }
 
+// The configuration is read when the library loads. It lives in this translation unit because
+// every program that calls an op links it (g_call_hooks_active), so even a static link keeps it.
+struct ApiLogEnvInit {
+  ApiLogEnvInit() { api_log_init_from_env(); }
+};
+const ApiLogEnvInit g_api_log_env_init;
+
 }  // namespace detail
 
 // Counts as an enclosing call, so no call inside is the outermost one.
 ScopedUnobserved::ScopedUnobserved() { ++detail::t_call_depth; }
 ScopedUnobserved::~ScopedUnobserved() { --detail::t_call_depth; }
 
-void add_call_observer(std::shared_ptr<CallObserver> observer) {
+void add_call_observer(std::shared_ptr<CallObserver> observer, int priority) {
   if (!observer) return;
   auto& o = detail::observers();
   std::lock_guard<std::mutex> lock(o.mu);
   auto next = std::make_shared<std::vector<std::shared_ptr<CallObserver>>>(*o.list);
-  next->push_back(std::move(observer));
+  auto& prio = detail::observer_priorities();
+  prio[observer.get()] = priority;
+  // Insert after every observer of lower or equal priority.
+  auto at = next->begin();
+  while (at != next->end() && prio[at->get()] <= priority) ++at;
+  next->insert(at, std::move(observer));
   o.list = std::move(next);
   detail::g_call_hooks_active.store(true, std::memory_order_relaxed);
 }
@@ -105,6 +127,9 @@ void remove_call_observer(const std::shared_ptr<CallObserver>& observer) {
   std::lock_guard<std::mutex> lock(o.mu);
   auto next = std::make_shared<std::vector<std::shared_ptr<CallObserver>>>(*o.list);
   next->erase(std::remove(next->begin(), next->end(), observer), next->end());
+  if (std::find(next->begin(), next->end(), observer) == next->end()) {
+    detail::observer_priorities().erase(observer.get());
+  }
   detail::g_call_hooks_active.store(!next->empty(), std::memory_order_relaxed);
   o.list = std::move(next);
 }

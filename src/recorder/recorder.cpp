@@ -3,7 +3,6 @@
 #include "flashinfer/recorder.h"
 
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,6 +17,7 @@
 #include <memory>
 #include <mutex>
 
+#include "apilog/name_filter.h"
 #include "core/cuda_runtime.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/error.h"
@@ -34,29 +34,13 @@ namespace fs = std::filesystem;
 // -------------------------------------------------------------------------------
 
 std::vector<std::string> split_patterns(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    std::size_t comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    std::string p = text.substr(start, comma - start);
-    const auto b = p.find_first_not_of(" \t\n\r\f\v");
-    const auto e = p.find_last_not_of(" \t\n\r\f\v");
-    if (b != std::string::npos) out.push_back(p.substr(b, e - b + 1));
-    start = comma + 1;
-  }
-  return out;
+  return detail::split_pattern_list(text);
 }
 
 bool should_dump(const Config& config, const std::string& name) {
-  auto matches = [&](const std::vector<std::string>& pats) {
-    for (const auto& p : pats) {
-      if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
-    }
-    return false;
-  };
-  if (!config.include.empty() && !matches(config.include)) return false;
-  return !matches(config.exclude);
+  // The same matcher as the API logger's level-3 filter.
+  detail::NameFilter f{config.include, config.exclude};
+  return f.passes(name);
 }
 
 Config config_from_env() {
@@ -109,9 +93,7 @@ void log_line(const std::string& line) {
   if (log_sink()) {
     log_sink()(line);
   } else {
-    std::fwrite(line.data(), 1, line.size(), stdout);
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
+    detail::api_log_emit_line(line);  // upstream logs these through the API logger
   }
 }
 
@@ -553,7 +535,7 @@ void start(const Config& config) {
   std::lock_guard<std::mutex> l(g_mu);
   if (g_recorder) remove_call_observer(g_recorder);
   g_recorder = std::make_shared<Recorder>(config);
-  add_call_observer(g_recorder);
+  add_call_observer(g_recorder, /*priority=*/-100);
 }
 
 void stop() {

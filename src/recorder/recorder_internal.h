@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "flashinfer/recorder.h"
 
@@ -18,7 +19,13 @@ std::string startup_banner(const Config& config);
 /// FLASHINFER_LOGLEVEL as an integer (0 when unset or not an integer).
 int level_from_env();
 
-/// Starts the recorder if FLASHINFER_LOGLEVEL >= 10 (called once at library load).
+/// Prints the level-10 warning block and starts recording with config_from_env(). Called once
+/// at library load by the API logger's configuration when FLASHINFER_LOGLEVEL >= 10.
 void start_from_env();
 
 }  // namespace flashinfer::recorder
+
+namespace flashinfer::detail {
+/// Writes one line (no trailing newline needed) to the API log destination (api_logger.cpp).
+void api_log_emit_line(std::string_view line);
+}  // namespace flashinfer::detail
