@@ -206,6 +206,13 @@ TEST(LoadTorch, RoundTripKeepsEverything) {
   Tensor i16 = Tensor::from_vector({-300, 300}, {2}, DType::kInt16);
   Tensor big = Tensor::empty({70000}, DType::kInt32);  // BININT for sizes >= 65536
   big.uniform_(1, -1000, 1000);
+  // Over 4 MiB: the writer computes this entry's CRC while writing and patches it in after;
+  // the reader checks every CRC, so a wrong patch fails the load.
+  Tensor huge = Tensor::empty({1 << 21}, DType::kFloat32);
+  huge.uniform_(2);
+  const fs::path ph = scratch("huge.pt");
+  save_torch(ph.string(), {{"huge", huge}});
+  EXPECT_EQ(load_torch(ph.string())[0].second.to_double_vector(), huge.to_double_vector());
   const fs::path p = scratch("rt.pt");
   save_torch(p.string(),
              {{"view", view}, {"f8", f8}, {"e5", e5}, {"fp4", fp4}, {"i16", i16}, {"big", big}});
