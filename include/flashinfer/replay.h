@@ -92,5 +92,7 @@ struct MetadataRecord {
   int lines = 0;
 };
 MetadataRecord read_metadata(const std::string& path);
+/// The same over the text of a metadata.jsonl (`name` is used in error messages).
+MetadataRecord parse_metadata(const std::string& text, const std::string& name = "<memory>");
 
 }  // namespace flashinfer::replay

@@ -52,12 +52,11 @@ std::pair<double, double> default_tolerance(DType d) {
   }
 }
 
-MetadataRecord read_metadata(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) FLASHINFER_FAIL(ErrorCode::kIo, "replay", "", "metadata.jsonl not found: ", path);
+MetadataRecord parse_metadata(const std::string& text, const std::string& name) {
   MetadataRecord rec;
+  std::istringstream in(text);
   std::string line;
-  while (std::getline(f, line)) {
+  while (std::getline(in, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     Json j;
     try {
@@ -68,12 +67,22 @@ MetadataRecord read_metadata(const std::string& path) {
     if (!j.is_object()) continue;
     ++rec.lines;
     rec.json = line;
-    if (j.value("execution_status", "") == "completed") rec.completed = true;
+    const auto st = j.find("execution_status");
+    if (st != j.end() && st->is_string() && st->get<std::string>() == "completed") {
+      rec.completed = true;
+    }
   }
   if (rec.lines == 0) {
-    FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "no complete record in ", path);
+    FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "no complete record in ", name);
   }
   return rec;
+}
+
+MetadataRecord read_metadata(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) FLASHINFER_FAIL(ErrorCode::kIo, "replay", "", "metadata.jsonl not found: ", path);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return parse_metadata(text, path);
 }
 
 namespace {
