@@ -5,7 +5,17 @@
 namespace flashinfer::detail {
 
 void register_norm_ops(OpRegistry& registry);
+void register_page_ops(OpRegistry& registry);
+void register_cascade_ops(OpRegistry& registry);
+void register_decode_ops(OpRegistry& registry);
+void register_prefill_ops(OpRegistry& registry);
 
-void register_builtin_ops(OpRegistry& registry) { register_norm_ops(registry); }
+void register_builtin_ops(OpRegistry& registry) {
+  register_norm_ops(registry);
+  register_page_ops(registry);
+  register_cascade_ops(registry);
+  register_decode_ops(registry);
+  register_prefill_ops(registry);
+}
 
 }  // namespace flashinfer::detail
