@@ -94,15 +94,15 @@ void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor
   check_indptr(s.kv_indptr, op, indptr_arg);
   const auto batch = static_cast<int64_t>(s.kv_indptr.size()) - 1;
   s.kv_indices = index_to_host(indices, op, indices_arg);
-  FLASHINFER_CHECK(static_cast<int64_t>(s.kv_indices.size()) >= s.kv_indptr.back(), op,
-                   indices_arg, "has ", s.kv_indices.size(), " elements but ", indptr_arg,
-                   " ends at ", s.kv_indptr.back());
+  FLASHINFER_CHECK(static_cast<int64_t>(s.kv_indices.size()) >= s.kv_indptr.back(), op, indices_arg,
+                   "has ", s.kv_indices.size(), " elements but ", indptr_arg, " ends at ",
+                   s.kv_indptr.back());
   s.kv_indices.resize(static_cast<std::size_t>(s.kv_indptr.back()));
   const std::vector<int32_t> last = index_to_host(last_page_len, op, last_arg, batch);
   s.max_page_id = -1;
   for (std::size_t i = 0; i < s.kv_indices.size(); ++i) {
-    FLASHINFER_CHECK(s.kv_indices[i] >= 0, op, indices_arg, "page id ", s.kv_indices[i],
-                     " at ", i, " is negative");
+    FLASHINFER_CHECK(s.kv_indices[i] >= 0, op, indices_arg, "page id ", s.kv_indices[i], " at ", i,
+                     " is negative");
     s.max_page_id = std::max<int64_t>(s.max_page_id, s.kv_indices[i]);
   }
   s.kv_lens.assign(static_cast<std::size_t>(batch), 0);
@@ -140,8 +140,8 @@ std::pair<Tensor, Tensor> paged_cache_views(const PagedKVCache& cache, bool hnd,
                      " and ", shape_to_string(v.shape()));
     FLASHINFER_CHECK(k.dtype() == v.dtype(), op, arg, "k_cache and v_cache dtypes differ");
     FLASHINFER_CHECK(k.device() == v.device(), op, arg, "k_cache and v_cache devices differ");
-    FLASHINFER_CHECK(k.size(0) == v.size(0) && k.size(1) == v.size(1) && k.size(2) == v.size(2),
-                     op, arg, "k_cache ", shape_to_string(k.shape()), " and v_cache ",
+    FLASHINFER_CHECK(k.size(0) == v.size(0) && k.size(1) == v.size(1) && k.size(2) == v.size(2), op,
+                     arg, "k_cache ", shape_to_string(k.shape()), " and v_cache ",
                      shape_to_string(v.shape()), " disagree");
   } else {
     const Tensor& kv = cache.first();
@@ -199,11 +199,13 @@ void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& cust
     FLASHINFER_CHECK(m.dtype() == DType::kUInt8, op, "packed_custom_mask",
                      "expected torch.uint8, got ", dtype_torch_name(m.dtype()));
     FLASHINFER_CHECK(m.numel() == byte_off[batch], op, "packed_custom_mask", "expected ",
-                     byte_off[batch], " bytes (each request's qo_len * kv_len bits rounded up to "
+                     byte_off[batch],
+                     " bytes (each request's qo_len * kv_len bits rounded up to "
                      "whole bytes), got ",
                      m.numel());
     const Tensor h = m.to(Device::cpu()).contiguous();
-    if (!s.packed_mask.empty()) std::memcpy(s.packed_mask.data(), h.data_ptr(), s.packed_mask.size());
+    if (!s.packed_mask.empty())
+      std::memcpy(s.packed_mask.data(), h.data_ptr(), s.packed_mask.size());
   }
   s.causal = false;  // a custom mask overrides causal, as upstream
 }
@@ -272,8 +274,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   if (s.decode) {
     rows_per_tile = std::max<int64_t>(1, s.q_len_per_req);
   } else {
-    const double avg_packed =
-        s.batch > 0 ? static_cast<double>(s.total_qo) * group / s.batch : 0.0;
+    const double avg_packed = s.batch > 0 ? static_cast<double>(s.total_qo) * group / s.batch : 0.0;
     const int64_t cta_tile_q =
         (avg_packed > 64 && s.head_dim_vo < 256) ? 128 : (avg_packed > 16 ? 64 : 16);
     rows_per_tile = std::max<int64_t>(1, cta_tile_q / group);
@@ -393,8 +394,8 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
     FLASHINFER_CHECK(t->dtype() == s.kv_dtype, op, arg, "dtype ", dtype_torch_name(t->dtype()),
                      " does not match plan's kv_data_type ", dtype_torch_name(s.kv_dtype));
     FLASHINFER_CHECK(t->dim() == kd, op, arg, "rank mismatch between k and v");
-    FLASHINFER_CHECK(t->size(kd - 2) == s.num_kv_heads && t->size(kd - 1) == dim, op, arg,
-                     "has ", t->size(kd - 2), " heads of dim ", t->size(kd - 1), ", plan() said ",
+    FLASHINFER_CHECK(t->size(kd - 2) == s.num_kv_heads && t->size(kd - 1) == dim, op, arg, "has ",
+                     t->size(kd - 2), " heads of dim ", t->size(kd - 1), ", plan() said ",
                      s.num_kv_heads, " heads of dim ", dim);
     FLASHINFER_CHECK(t->stride(kd - 1) == 1, op, arg, "the head_dim axis must be contiguous");
     if (s.paged) {
@@ -476,8 +477,8 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
   p.v_scale = static_cast<float>(o.v_scale.value_or(1.0));
   p.causal = s.causal;
   const int64_t window = o.window_left.value_or(s.window_left);
-  FLASHINFER_CHECK(window >= -1 && window <= std::numeric_limits<int32_t>::max(), op,
-                   "window_left", "must be -1 or a non-negative int32, got ", window);
+  FLASHINFER_CHECK(window >= -1 && window <= std::numeric_limits<int32_t>::max(), op, "window_left",
+                   "must be -1 or a non-negative int32, got ", window);
   p.window_left = static_cast<int32_t>(window);
   p.num_work = static_cast<int32_t>(s.plan.work.size());
   p.num_merge = static_cast<int32_t>(s.plan.merge_out_row.size());
@@ -681,8 +682,8 @@ void init_wrapper(detail::WrapperState& s, const Tensor& float_workspace_buffer,
   FLASHINFER_CHECK_CODE(backend == "auto" || backend == "fa2", ErrorCode::kUnsupported, op,
                         "backend", "\"", backend, "\" is not available (\"auto\" or \"fa2\")");
   s.backend = std::string(backend);
-  FLASHINFER_CHECK_CODE(!jit_args || jit_args->is_none(), ErrorCode::kUnsupported, op,
-                        "jit_args", "JIT variants are not supported");
+  FLASHINFER_CHECK_CODE(!jit_args || jit_args->is_none(), ErrorCode::kUnsupported, op, "jit_args",
+                        "JIT variants are not supported");
 }
 
 }  // namespace flashinfer::api

@@ -43,8 +43,7 @@ OpDecl make_merge_state_in_place_decl() {
   d.returns = "None";
   d.summary = "Merges (v_other, s_other) into (v, s) in place, rows with mask false skipped";
   d.invoke = [](const CallArgs& a) -> Value {
-    merge_state_in_place(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3),
-                         a.optional_tensor(4));
+    merge_state_in_place(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3), a.optional_tensor(4));
     return Value();
   };
   return d;

@@ -44,9 +44,9 @@ OpDecl make_single_decode_decl() {
   d.summary = "Decode attention of one query token against one request's KV";
   d.invoke = [](const CallArgs& a) -> Value {
     return to_value(single_decode_with_kv_cache(
-        a.tensor(0), a.tensor(1), a.tensor(2), a.str(3), a.str(4), a.boolean(5),
-        a.optional_f64(6), a.optional_f64(7), a.optional_f64(8), a.i64(9), a.optional_f64(10),
-        a.optional_f64(11), a.optional_f64(12), a.optional_f64(13), a.boolean(14)));
+        a.tensor(0), a.tensor(1), a.tensor(2), a.str(3), a.str(4), a.boolean(5), a.optional_f64(6),
+        a.optional_f64(7), a.optional_f64(8), a.i64(9), a.optional_f64(10), a.optional_f64(11),
+        a.optional_f64(12), a.optional_f64(13), a.boolean(14)));
   };
   return d;
 }
@@ -248,8 +248,8 @@ AttentionOutput single_decode_with_kv_cache(
   return call_api(
       &single_decode_decl,
       [&] {
-        return single_decode_impl(q, k, v, kv_layout, pos_encoding_mode, q_scale, k_scale,
-                                  v_scale, window_left, logits_soft_cap, sm_scale, return_lse);
+        return single_decode_impl(q, k, v, kv_layout, pos_encoding_mode, q_scale, k_scale, v_scale,
+                                  window_left, logits_soft_cap, sm_scale, return_lse);
       },
       q, k, v, kv_layout, pos_encoding_mode, use_tensor_cores, q_scale, k_scale, v_scale,
       window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta, return_lse);
@@ -267,8 +267,8 @@ BatchDecodeWithPagedKVCacheWrapper::BatchDecodeWithPagedKVCacheWrapper(
   call_api(
       &init_decl,
       [&] {
-        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend,
-                          jit_args, "BatchDecodeWithPagedKVCacheWrapper.__init__");
+        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
+                          "BatchDecodeWithPagedKVCacheWrapper.__init__");
         s_->use_tensor_cores = use_tensor_cores;
       },
       *this, float_workspace_buffer, kv_layout, use_cuda_graph, use_tensor_cores,
@@ -303,8 +303,8 @@ void BatchDecodeWithPagedKVCacheWrapper::plan(const Tensor& indptr, const Tensor
         api::plan_settings(s, num_qo_heads, num_kv_heads, head_dim, head_dim, o.q_data_type, kv,
                            o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap,
                            o.pos_encoding_mode, op);
-        api::load_page_table(s, indptr, indices, last_page_len, page_size, op, "indptr",
-                             "indices", "last_page_len");
+        api::load_page_table(s, indptr, indices, last_page_len, page_size, op, "indptr", "indices",
+                             "last_page_len");
         s.batch = static_cast<int32_t>(s.kv_lens.size());
         s.decode = true;
         s.q_len_per_req = o.q_len_per_req;
@@ -339,8 +339,8 @@ AttentionOutput BatchDecodeWithPagedKVCacheWrapper::run(const Tensor& q,
         return api::run_planned(*s_, q, k, v, o, op, "paged_kv_cache", "paged_kv_cache");
       },
       *this, q, paged_kv_cache, o.q_scale, o.k_scale, o.v_scale, o.out, o.lse, o.return_lse,
-      o.enable_pdl, o.window_left, o.sinks, o.q_len_per_req,
-      o.skip_softmax_threshold_scale_factor, o.kv_cache_sf);
+      o.enable_pdl, o.window_left, o.sinks, o.q_len_per_req, o.skip_softmax_threshold_scale_factor,
+      o.kv_cache_sf);
 }
 
 namespace detail {

@@ -164,16 +164,15 @@ std::tuple<Tensor, Tensor> get_batch_indices_positions_impl(const Tensor& append
   return {out_b, out_p};
 }
 
-void append_impl(const Tensor& append_key, const Tensor& append_value,
-                 const Tensor& batch_indices, const Tensor& positions,
-                 const PagedKVCache& paged_kv_cache, const Tensor& kv_indices,
-                 const Tensor& kv_indptr, const Tensor& kv_last_page_len,
+void append_impl(const Tensor& append_key, const Tensor& append_value, const Tensor& batch_indices,
+                 const Tensor& positions, const PagedKVCache& paged_kv_cache,
+                 const Tensor& kv_indices, const Tensor& kv_indptr, const Tensor& kv_last_page_len,
                  std::string_view kv_layout) {
   const char* op = "append_paged_kv_cache";
   const bool hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
   auto [k, v] = api::paged_cache_views(paged_kv_cache, hnd, op, "paged_kv_cache");
-  for (const auto& [t, arg, cache] : {std::tuple{&append_key, "append_key", &k},
-                                      std::tuple{&append_value, "append_value", &v}}) {
+  for (const auto& [t, arg, cache] :
+       {std::tuple{&append_key, "append_key", &k}, std::tuple{&append_value, "append_value", &v}}) {
     api::check_defined(*t, op, arg);
     api::check_dim(*t, {3}, op, arg);
     api::check_same_dtype(*t, *cache, op, arg, "paged_kv_cache");
@@ -197,11 +196,10 @@ void append_impl(const Tensor& append_key, const Tensor& append_value,
   const std::vector<int32_t> pos = api::index_to_host(positions, op, "positions", nnz);
   const auto batch = static_cast<int64_t>(s.kv_lens.size());
   for (int64_t i = 0; i < nnz; ++i) {
-    FLASHINFER_CHECK(bi[i] >= 0 && bi[i] < batch, op, "batch_indices", "element ", i, " (",
-                     bi[i], ") is outside [0, ", batch, ")");
-    FLASHINFER_CHECK(pos[i] >= 0 && pos[i] < s.kv_lens[bi[i]], op, "positions", "element ", i,
-                     " (", pos[i], ") is outside request ", bi[i], "'s length ",
-                     s.kv_lens[bi[i]]);
+    FLASHINFER_CHECK(bi[i] >= 0 && bi[i] < batch, op, "batch_indices", "element ", i, " (", bi[i],
+                     ") is outside [0, ", batch, ")");
+    FLASHINFER_CHECK(pos[i] >= 0 && pos[i] < s.kv_lens[bi[i]], op, "positions", "element ", i, " (",
+                     pos[i], ") is outside request ", bi[i], "'s length ", s.kv_lens[bi[i]]);
   }
   for (const auto* t : {&batch_indices, &positions, &kv_indices, &kv_indptr, &kv_last_page_len}) {
     FLASHINFER_CHECK(t->device() == k.device(), op,
@@ -243,8 +241,8 @@ void append_impl(const Tensor& append_key, const Tensor& append_value,
 #if FLASHINFER_WITH_CUDA
     // The validated host copies go to the device, so the kernel reads exactly what was checked.
     Tensor dptr = host_int32(s.kv_indptr).to(k.device());
-    Tensor didx = host_int32(s.kv_indices.empty() ? std::vector<int32_t>{0} : s.kv_indices)
-                      .to(k.device());
+    Tensor didx =
+        host_int32(s.kv_indices.empty() ? std::vector<int32_t>{0} : s.kv_indices).to(k.device());
     Tensor dbi = host_int32(bi).to(k.device());
     Tensor dpos = host_int32(pos).to(k.device());
     p.cache.kv_indptr = dptr.data<const int32_t>();
@@ -288,8 +286,8 @@ void append_paged_kv_cache(const Tensor& append_key, const Tensor& append_value,
   call_api(
       &append_paged_kv_cache_decl,
       [&] {
-        append_impl(append_key, append_value, batch_indices, positions, paged_kv_cache,
-                    kv_indices, kv_indptr, kv_last_page_len, kv_layout);
+        append_impl(append_key, append_value, batch_indices, positions, paged_kv_cache, kv_indices,
+                    kv_indptr, kv_last_page_len, kv_layout);
       },
       append_key, append_value, batch_indices, positions, paged_kv_cache, kv_indices, kv_indptr,
       kv_last_page_len, kv_layout);

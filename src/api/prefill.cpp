@@ -137,23 +137,62 @@ OpDecl make_ragged_init_decl() {
 
 // Upstream's plan() parameters after the required ones, in order.
 const std::vector<std::string>& paged_plan_tail() {
-  static const std::vector<std::string> v = {
-      "head_dim_vo", "custom_mask", "packed_custom_mask", "causal", "pos_encoding_mode",
-      "use_fp16_qk_reduction", "sm_scale", "window_left", "logits_soft_cap", "rope_scale",
-      "rope_theta", "q_data_type", "kv_data_type", "o_data_type", "non_blocking",
-      "prefix_len_ptr", "token_pos_in_items_ptr", "token_pos_in_items_len", "max_item_len_ptr",
-      "seq_lens", "seq_lens_q", "block_tables", "max_token_per_sequence", "max_sequence_kv",
-      "fixed_split_size", "disable_split_kv"};
+  static const std::vector<std::string> v = {"head_dim_vo",
+                                             "custom_mask",
+                                             "packed_custom_mask",
+                                             "causal",
+                                             "pos_encoding_mode",
+                                             "use_fp16_qk_reduction",
+                                             "sm_scale",
+                                             "window_left",
+                                             "logits_soft_cap",
+                                             "rope_scale",
+                                             "rope_theta",
+                                             "q_data_type",
+                                             "kv_data_type",
+                                             "o_data_type",
+                                             "non_blocking",
+                                             "prefix_len_ptr",
+                                             "token_pos_in_items_ptr",
+                                             "token_pos_in_items_len",
+                                             "max_item_len_ptr",
+                                             "seq_lens",
+                                             "seq_lens_q",
+                                             "block_tables",
+                                             "max_token_per_sequence",
+                                             "max_sequence_kv",
+                                             "fixed_split_size",
+                                             "disable_split_kv"};
   return v;
 }
 const std::vector<std::string>& ragged_plan_tail() {
-  static const std::vector<std::string> v = {
-      "head_dim_vo", "custom_mask", "packed_custom_mask", "causal", "pos_encoding_mode",
-      "use_fp16_qk_reduction", "window_left", "logits_soft_cap", "sm_scale", "rope_scale",
-      "rope_theta", "q_data_type", "kv_data_type", "o_data_type", "non_blocking",
-      "prefix_len_ptr", "token_pos_in_items_ptr", "token_pos_in_items_len", "max_item_len_ptr",
-      "fixed_split_size", "disable_split_kv", "seq_lens", "seq_lens_q", "max_token_per_sequence",
-      "max_sequence_kv", "v_indptr", "o_indptr"};
+  static const std::vector<std::string> v = {"head_dim_vo",
+                                             "custom_mask",
+                                             "packed_custom_mask",
+                                             "causal",
+                                             "pos_encoding_mode",
+                                             "use_fp16_qk_reduction",
+                                             "window_left",
+                                             "logits_soft_cap",
+                                             "sm_scale",
+                                             "rope_scale",
+                                             "rope_theta",
+                                             "q_data_type",
+                                             "kv_data_type",
+                                             "o_data_type",
+                                             "non_blocking",
+                                             "prefix_len_ptr",
+                                             "token_pos_in_items_ptr",
+                                             "token_pos_in_items_len",
+                                             "max_item_len_ptr",
+                                             "fixed_split_size",
+                                             "disable_split_kv",
+                                             "seq_lens",
+                                             "seq_lens_q",
+                                             "max_token_per_sequence",
+                                             "max_sequence_kv",
+                                             "v_indptr",
+                                             "o_indptr"};
   return v;
 }
 
@@ -176,8 +215,8 @@ OpDecl make_paged_plan_decl() {
   d.summary = "Validates the batch layout and builds the prefill work partition";
   d.invoke = [](const CallArgs& a) -> Value {
     a.object_as<BatchPrefillWithPagedKVCacheWrapper>(0).plan(
-        a.tensor(1), a.tensor(2), a.tensor(3), a.tensor(4), a.i64(5), a.i64(6), a.i64(7),
-        a.i64(8), api::read_prefill_options(a));
+        a.tensor(1), a.tensor(2), a.tensor(3), a.tensor(4), a.i64(5), a.i64(6), a.i64(7), a.i64(8),
+        api::read_prefill_options(a));
     return Value();
   };
   return d;
@@ -212,10 +251,10 @@ OpDecl make_paged_run_decl() {
   d.class_name = kPaged;
   d.params = {ParamDecl("self", ParamKind::kObject).type(kPaged),
               ParamDecl("q", ParamKind::kTensor), ParamDecl("paged_kv_cache", ParamKind::kAny)};
-  for (const char* n : {"q_scale", "k_scale", "v_scale", "out", "lse", "return_lse",
-                        "enable_pdl", "window_left", "sinks", "kv_cache_sf",
-                        "skip_softmax_threshold_scale_factor", "use_fp16_softmax",
-                        "uses_spcompress"}) {
+  for (const char* n :
+       {"q_scale", "k_scale", "v_scale", "out", "lse", "return_lse", "enable_pdl", "window_left",
+        "sinks", "kv_cache_sf", "skip_softmax_threshold_scale_factor", "use_fp16_softmax",
+        "uses_spcompress"}) {
     d.params.push_back(api::run_option_param(n));
   }
   d.returns = "Tensor | tuple[Tensor, Tensor]";
@@ -303,16 +342,16 @@ void check_prefill_options(const PrefillPlanOptions& o, const char* op) {
 
 // qo_indptr → host; the causal rule kv_len >= qo_len per request.
 void load_qo(detail::WrapperState& s, const Tensor& qo_indptr, const char* op) {
-  s.qo_indptr = api::index_to_host(qo_indptr, op, "qo_indptr",
-                                   static_cast<int64_t>(s.kv_lens.size()) + 1);
+  s.qo_indptr =
+      api::index_to_host(qo_indptr, op, "qo_indptr", static_cast<int64_t>(s.kv_lens.size()) + 1);
   api::check_indptr(s.qo_indptr, op, "qo_indptr");
   s.batch = static_cast<int32_t>(s.kv_lens.size());
   s.total_qo = s.qo_indptr.back();
   if (s.causal) {
     for (int32_t b = 0; b < s.batch; ++b) {
       const int32_t qo_len = s.qo_indptr[b + 1] - s.qo_indptr[b];
-      FLASHINFER_CHECK(s.kv_lens[b] >= qo_len, op, "causal", "request ", b, " has qo_len ",
-                       qo_len, " > kv_len ", s.kv_lens[b],
+      FLASHINFER_CHECK(s.kv_lens[b] >= qo_len, op, "causal", "request ", b, " has qo_len ", qo_len,
+                       " > kv_len ", s.kv_lens[b],
                        " (causal masks are right-aligned and need kv_len >= qo_len)");
     }
   }
@@ -357,8 +396,8 @@ AttentionOutput single_prefill_impl(
   api::check_same_device(v, q, op, "v", "q");
   detail::WrapperState s;
   s.device = q.device();
-  api::plan_settings(s, q.size(1), kn.size(1), q.size(2), vn.size(2), q.dtype(), k.dtype(),
-                     o_dtype, sm_scale, window_left, logits_soft_cap, pos_encoding_mode, op);
+  api::plan_settings(s, q.size(1), kn.size(1), q.size(2), vn.size(2), q.dtype(), k.dtype(), o_dtype,
+                     sm_scale, window_left, logits_soft_cap, pos_encoding_mode, op);
   s.paged = false;
   s.batch = 1;
   const auto qo_len = static_cast<int32_t>(q.size(0));
@@ -404,8 +443,8 @@ AttentionOutput single_prefill_with_kv_cache(
                                    kv_cache_sf, k_scale, v_scale);
       },
       q, k, v, scale_q, scale_k, scale_v, o_dtype, custom_mask, packed_custom_mask, causal,
-      kv_layout, pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left,
-      logits_soft_cap, rope_scale, rope_theta, backend, return_lse, kv_cache_sf, k_scale, v_scale);
+      kv_layout, pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap,
+      rope_scale, rope_theta, backend, return_lse, kv_cache_sf, k_scale, v_scale);
 }
 
 std::pair<Tensor, Tensor> single_prefill_with_kv_cache_return_lse(
@@ -431,27 +470,24 @@ BatchPrefillWithPagedKVCacheWrapper::BatchPrefillWithPagedKVCacheWrapper(
       &paged_init_decl,
       [&] {
         const char* op = "BatchPrefillWithPagedKVCacheWrapper.__init__";
-        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend,
-                          jit_args, op);
+        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
+                          op);
         FLASHINFER_CHECK_CODE(!jit_kwargs || jit_kwargs->is_none(), ErrorCode::kUnsupported, op,
                               "jit_kwargs", "JIT variants are not supported");
       },
-      *this, float_workspace_buffer, kv_layout, use_cuda_graph, qo_indptr_buf,
-      paged_kv_indptr_buf, paged_kv_indices_buf, paged_kv_last_page_len_buf, custom_mask_buf,
-      mask_indptr_buf, backend, jit_args, jit_kwargs);
+      *this, float_workspace_buffer, kv_layout, use_cuda_graph, qo_indptr_buf, paged_kv_indptr_buf,
+      paged_kv_indices_buf, paged_kv_last_page_len_buf, custom_mask_buf, mask_indptr_buf, backend,
+      jit_args, jit_kwargs);
 }
 
 BatchPrefillWithPagedKVCacheWrapper::~BatchPrefillWithPagedKVCacheWrapper() = default;
 
 bool BatchPrefillWithPagedKVCacheWrapper::split_kv() const { return s_->plan.split_kv; }
 
-void BatchPrefillWithPagedKVCacheWrapper::plan(const Tensor& qo_indptr,
-                                               const Tensor& paged_kv_indptr,
-                                               const Tensor& paged_kv_indices,
-                                               const Tensor& paged_kv_last_page_len,
-                                               int64_t num_qo_heads, int64_t num_kv_heads,
-                                               int64_t head_dim_qk, int64_t page_size,
-                                               const PrefillPlanOptions& o) {
+void BatchPrefillWithPagedKVCacheWrapper::plan(
+    const Tensor& qo_indptr, const Tensor& paged_kv_indptr, const Tensor& paged_kv_indices,
+    const Tensor& paged_kv_last_page_len, int64_t num_qo_heads, int64_t num_kv_heads,
+    int64_t head_dim_qk, int64_t page_size, const PrefillPlanOptions& o) {
   call_api(
       &paged_plan_decl,
       [&] {
@@ -475,10 +511,10 @@ void BatchPrefillWithPagedKVCacheWrapper::plan(const Tensor& qo_indptr,
       *this, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
       num_kv_heads, head_dim_qk, page_size, o.head_dim_vo, o.custom_mask, o.packed_custom_mask,
       o.causal, o.pos_encoding_mode, o.use_fp16_qk_reduction, o.sm_scale, o.window_left,
-      o.logits_soft_cap, o.rope_scale, o.rope_theta, o.q_data_type, o.kv_data_type,
-      o.o_data_type, o.non_blocking, o.prefix_len_ptr, o.token_pos_in_items_ptr,
-      o.token_pos_in_items_len, o.max_item_len_ptr, o.seq_lens, o.seq_lens_q, o.block_tables,
-      o.max_token_per_sequence, o.max_sequence_kv, o.fixed_split_size, o.disable_split_kv);
+      o.logits_soft_cap, o.rope_scale, o.rope_theta, o.q_data_type, o.kv_data_type, o.o_data_type,
+      o.non_blocking, o.prefix_len_ptr, o.token_pos_in_items_ptr, o.token_pos_in_items_len,
+      o.max_item_len_ptr, o.seq_lens, o.seq_lens_q, o.block_tables, o.max_token_per_sequence,
+      o.max_sequence_kv, o.fixed_split_size, o.disable_split_kv);
 }
 
 AttentionOutput BatchPrefillWithPagedKVCacheWrapper::run(const Tensor& q,
@@ -509,8 +545,8 @@ BatchPrefillWithRaggedKVCacheWrapper::BatchPrefillWithRaggedKVCacheWrapper(
       &ragged_init_decl,
       [&] {
         const char* op = "BatchPrefillWithRaggedKVCacheWrapper.__init__";
-        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend,
-                          jit_args, op);
+        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
+                          op);
         FLASHINFER_CHECK_CODE(!jit_kwargs || jit_kwargs->is_none(), ErrorCode::kUnsupported, op,
                               "jit_kwargs", "JIT variants are not supported");
       },
@@ -524,8 +560,7 @@ bool BatchPrefillWithRaggedKVCacheWrapper::split_kv() const { return s_->plan.sp
 
 void BatchPrefillWithRaggedKVCacheWrapper::plan(const Tensor& qo_indptr, const Tensor& kv_indptr,
                                                 int64_t num_qo_heads, int64_t num_kv_heads,
-                                                int64_t head_dim_qk,
-                                                const PrefillPlanOptions& o) {
+                                                int64_t head_dim_qk, const PrefillPlanOptions& o) {
   call_api(
       &ragged_plan_decl,
       [&] {
@@ -555,12 +590,12 @@ void BatchPrefillWithRaggedKVCacheWrapper::plan(const Tensor& qo_indptr, const T
         api::build_plan(s, o.fixed_split_size, o.disable_split_kv, op);
       },
       *this, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, o.head_dim_vo,
-      o.custom_mask, o.packed_custom_mask, o.causal, o.pos_encoding_mode,
-      o.use_fp16_qk_reduction, o.window_left, o.logits_soft_cap, o.sm_scale, o.rope_scale,
-      o.rope_theta, o.q_data_type, o.kv_data_type, o.o_data_type, o.non_blocking,
-      o.prefix_len_ptr, o.token_pos_in_items_ptr, o.token_pos_in_items_len, o.max_item_len_ptr,
-      o.fixed_split_size, o.disable_split_kv, o.seq_lens, o.seq_lens_q,
-      o.max_token_per_sequence, o.max_sequence_kv, o.v_indptr, o.o_indptr);
+      o.custom_mask, o.packed_custom_mask, o.causal, o.pos_encoding_mode, o.use_fp16_qk_reduction,
+      o.window_left, o.logits_soft_cap, o.sm_scale, o.rope_scale, o.rope_theta, o.q_data_type,
+      o.kv_data_type, o.o_data_type, o.non_blocking, o.prefix_len_ptr, o.token_pos_in_items_ptr,
+      o.token_pos_in_items_len, o.max_item_len_ptr, o.fixed_split_size, o.disable_split_kv,
+      o.seq_lens, o.seq_lens_q, o.max_token_per_sequence, o.max_sequence_kv, o.v_indptr,
+      o.o_indptr);
 }
 
 AttentionOutput BatchPrefillWithRaggedKVCacheWrapper::run(const Tensor& q, const Tensor& k,

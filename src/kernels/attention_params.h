@@ -68,7 +68,7 @@ struct AttentionParams {
   // kept if causal ⇒ j <= pos, window_left >= 0 ⇒ j >= pos - window_left, custom mask bit set.
   float sm_scale = 1.0f;  // includes the scalar q_scale and k_scale
   float logits_soft_cap = 0.0f;
-  float v_scale = 1.0f;  // output multiplier (fp8 KV)
+  float v_scale = 1.0f;            // output multiplier (fp8 KV)
   const float* scale_q = nullptr;  // optional per-head factors [Hq], [Hkv], [Hkv]
   const float* scale_k = nullptr;
   const float* scale_v = nullptr;
@@ -113,7 +113,7 @@ struct AppendParams {
   const void* append_key = nullptr;
   const void* append_value = nullptr;
   int64_t ak_stride_n = 0, ak_stride_h = 0, av_stride_n = 0, av_stride_h = 0;
-  KvAddressing cache;  // strides and page table of the cache
+  KvAddressing cache;     // strides and page table of the cache
   void* k_out = nullptr;  // the cache's K and V storage (written)
   void* v_out = nullptr;
   int64_t elem_size = 2;  // bytes per element (append rows and cache share the dtype)

@@ -57,18 +57,17 @@ AttentionOutput single_decode_with_kv_cache(
 /// o_dtype defaults to q's dtype. use_fp16_qk_reduction is accepted and has no effect (scores are
 /// always accumulated in fp32). backend "auto" or "fa2"; kv_cache_sf (NVFP4) is not supported.
 AttentionOutput single_prefill_with_kv_cache(
-    const Tensor& q, const Tensor& k, const Tensor& v,
-    std::optional<Tensor> scale_q = std::nullopt, std::optional<Tensor> scale_k = std::nullopt,
-    std::optional<Tensor> scale_v = std::nullopt, std::optional<DType> o_dtype = std::nullopt,
-    std::optional<Tensor> custom_mask = std::nullopt,
+    const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> scale_q = std::nullopt,
+    std::optional<Tensor> scale_k = std::nullopt, std::optional<Tensor> scale_v = std::nullopt,
+    std::optional<DType> o_dtype = std::nullopt, std::optional<Tensor> custom_mask = std::nullopt,
     std::optional<Tensor> packed_custom_mask = std::nullopt, bool causal = false,
     std::string_view kv_layout = "NHD", std::string_view pos_encoding_mode = "NONE",
     bool use_fp16_qk_reduction = false, std::optional<double> sm_scale = std::nullopt,
     int64_t window_left = -1, std::optional<double> logits_soft_cap = std::nullopt,
-    std::optional<double> rope_scale = std::nullopt, std::optional<double> rope_theta = std::nullopt,
-    std::string_view backend = "auto", bool return_lse = false,
-    std::optional<Tensor> kv_cache_sf = std::nullopt, std::optional<double> k_scale = std::nullopt,
-    std::optional<double> v_scale = std::nullopt);
+    std::optional<double> rope_scale = std::nullopt,
+    std::optional<double> rope_theta = std::nullopt, std::string_view backend = "auto",
+    bool return_lse = false, std::optional<Tensor> kv_cache_sf = std::nullopt,
+    std::optional<double> k_scale = std::nullopt, std::optional<double> v_scale = std::nullopt);
 
 /// single_prefill_with_kv_cache with return_lse=True (upstream's functools.partial; it is logged
 /// and recorded as single_prefill_with_kv_cache). Returns (o, lse).
@@ -89,9 +88,9 @@ struct AttentionRunOptions {
   std::optional<Tensor> out, lse;
   bool return_lse = false;
   std::optional<bool> enable_pdl;
-  std::optional<int64_t> window_left;  // overrides plan's window_left
-  std::optional<Tensor> sinks;         // not supported
-  std::optional<int64_t> q_len_per_req;  // decode, deprecated: must match plan
+  std::optional<int64_t> window_left;                         // overrides plan's window_left
+  std::optional<Tensor> sinks;                                // not supported
+  std::optional<int64_t> q_len_per_req;                       // decode, deprecated: must match plan
   std::optional<double> skip_softmax_threshold_scale_factor;  // not supported
   std::optional<Tensor> kv_cache_sf;                          // not supported (NVFP4)
   std::optional<bool> use_fp16_softmax;                       // not supported when true
@@ -113,8 +112,7 @@ class BatchDecodeWithPagedKVCacheWrapper : public ApiObject {
       std::string backend = "auto", std::optional<Value> jit_args = std::nullopt);
   ~BatchDecodeWithPagedKVCacheWrapper() override;
   BatchDecodeWithPagedKVCacheWrapper(const BatchDecodeWithPagedKVCacheWrapper&) = delete;
-  BatchDecodeWithPagedKVCacheWrapper& operator=(const BatchDecodeWithPagedKVCacheWrapper&) =
-      delete;
+  BatchDecodeWithPagedKVCacheWrapper& operator=(const BatchDecodeWithPagedKVCacheWrapper&) = delete;
 
   /// plan()'s keyword arguments (upstream's names and defaults).
   struct PlanOptions {
@@ -160,7 +158,7 @@ class BatchDecodeWithPagedKVCacheWrapper : public ApiObject {
 /// plan()'s arguments after the required ones, shared by the two prefill wrappers (each takes
 /// upstream's subset; the ones this library does not support must stay unset).
 struct PrefillPlanOptions {
-  std::optional<int64_t> head_dim_vo;  // default head_dim_qk
+  std::optional<int64_t> head_dim_vo;                     // default head_dim_qk
   std::optional<Tensor> custom_mask, packed_custom_mask;  // see mask_indptr in the docs
   bool causal = false;
   std::string pos_encoding_mode = "NONE";
@@ -174,8 +172,8 @@ struct PrefillPlanOptions {
   bool non_blocking = true;
   std::optional<Tensor> prefix_len_ptr, token_pos_in_items_ptr;  // not supported
   int64_t token_pos_in_items_len = 0;
-  std::optional<Tensor> max_item_len_ptr;   // not supported
-  std::optional<Tensor> seq_lens, seq_lens_q, block_tables;  // not supported
+  std::optional<Tensor> max_item_len_ptr;                          // not supported
+  std::optional<Tensor> seq_lens, seq_lens_q, block_tables;        // not supported
   std::optional<int64_t> max_token_per_sequence, max_sequence_kv;  // hints, ignored
   std::optional<int64_t> fixed_split_size;  // KV chunk (pages, or tokens for ragged)
   bool disable_split_kv = false;

@@ -259,8 +259,7 @@ void run_merge(const MergeParams& p) {
           v = static_cast<const T*>(p.v_b) + n * p.vb_stride_n + h * p.vb_stride_h;
           sk = p.s_b[n * p.sb_stride_n + h * p.sb_stride_h];
         } else {
-          v = static_cast<const T*>(p.v) + n * p.v_stride_n + k * p.v_stride_k +
-              h * p.v_stride_h;
+          v = static_cast<const T*>(p.v) + n * p.v_stride_n + k * p.v_stride_k + h * p.v_stride_h;
           sk = p.s[n * p.s_stride_n + k * p.s_stride_k + h * p.s_stride_h];
         }
         for (int64_t i = 0; i < d; ++i) tmp[i] = to_float(v[i]);
