@@ -104,10 +104,11 @@ void merge_two(const Tensor& v_a, const Tensor& s_a, const Tensor& v_b, const Te
                const Tensor& v_out, const Tensor& s_out, const std::optional<Tensor>& mask,
                const char* op, const char* names[4]) {
   check_state(v_a, s_a, op, names[0], names[1]);
-  check_state(v_b, s_b, op, names[2], names[3]);
+  api::check_defined(v_b, op, names[2]);
   api::check_shape_eq(v_b, v_a.shape(), op, names[2]);
   api::check_same_dtype(v_b, v_a, op, names[2], names[0]);
   api::check_same_device(v_b, v_a, op, names[2], names[0]);
+  check_state(v_b, s_b, op, names[2], names[3]);
   Tensor mask_c;
   if (mask) {
     api::check_defined(*mask, op, "mask");

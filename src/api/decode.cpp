@@ -313,8 +313,9 @@ void BatchDecodeWithPagedKVCacheWrapper::plan(const Tensor& indptr, const Tensor
         s.causal = o.q_len_per_req > 1;
         s.qo_indptr.assign(static_cast<std::size_t>(s.batch) + 1, 0);
         for (int32_t b = 0; b < s.batch; ++b) {
-          FLASHINFER_CHECK(s.kv_lens[b] >= o.q_len_per_req, op, "last_page_len", "request ", b,
-                           " has ", s.kv_lens[b], " keys, fewer than q_len_per_req");
+          FLASHINFER_CHECK(o.q_len_per_req == 1 || s.kv_lens[b] >= o.q_len_per_req, op,
+                           "last_page_len", "request ", b, " has ", s.kv_lens[b],
+                           " keys, fewer than q_len_per_req");
           s.qo_indptr[b + 1] = static_cast<int32_t>(s.qo_indptr[b] + o.q_len_per_req);
         }
         s.total_qo = static_cast<int64_t>(s.batch) * o.q_len_per_req;
