@@ -212,6 +212,10 @@ AttentionOutput single_decode_impl(const Tensor& q, const Tensor& k, const Tenso
                    " does not match q's ", q.size(1));
   FLASHINFER_CHECK(vn.size(1) == kn.size(1), op, "v", "has ", vn.size(1), " heads, k has ",
                    kn.size(1));
+  // Name this op's own arguments before the shared checks do.
+  api::check_heads(q.size(0), kn.size(1), op, "q", "k");
+  api::check_head_dim(q.size(1), op, "q");
+  api::check_head_dim(vn.size(2), op, "v");
   detail::WrapperState s;
   s.device = q.device();
   api::plan_settings(s, q.size(0), kn.size(1), q.size(1), vn.size(2), q.dtype(), k.dtype(),

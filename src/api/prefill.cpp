@@ -394,6 +394,11 @@ AttentionOutput single_prefill_impl(
   api::check_same_dtype(v, k, op, "v", "k");
   api::check_same_device(k, q, op, "k", "q");
   api::check_same_device(v, q, op, "v", "q");
+  // Name this op's own arguments before the shared checks do.
+  api::check_heads(q.size(1), kn.size(1), op, "q", "k");
+  api::check_head_dim(q.size(2), op, "q");
+  api::check_head_dim(vn.size(2), op, "v");
+  if (o_dtype) api::check_q_dtype(*o_dtype, op, "o_dtype");
   detail::WrapperState s;
   s.device = q.device();
   api::plan_settings(s, q.size(1), kn.size(1), q.size(2), vn.size(2), q.dtype(), k.dtype(), o_dtype,

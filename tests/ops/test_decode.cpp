@@ -318,13 +318,13 @@ TEST(SingleDecode, BadInput) {
                   "v");
   EXPECT_FI_ERROR(single_decode_with_kv_cache(q, Tensor::zeros({10, 3, 64}, DType::kFloat16),
                                               Tensor::zeros({10, 3, 64}, DType::kFloat16)),
-                  op, "num_kv_heads");
+                  op, "k");
   EXPECT_FI_ERROR(single_decode_with_kv_cache(q, k.to(DType::kBFloat16), k.to(DType::kBFloat16)),
                   op, "k");
   EXPECT_FI_ERROR(single_decode_with_kv_cache(Tensor::zeros({4, 32}, DType::kFloat16),
                                               Tensor::zeros({10, 2, 32}, DType::kFloat16),
                                               Tensor::zeros({10, 2, 32}, DType::kFloat16)),
-                  op, "head_dim_qk");
+                  op, "q");
   EXPECT_FI_ERROR(single_decode_with_kv_cache(q, k, k, "XYZ"), op, "kv_layout");
   EXPECT_FI_ERROR(single_decode_with_kv_cache(q.unsqueeze(0), k, k), op, "q");
   EXPECT_FI_ERROR(single_decode_with_kv_cache(q.to(DType::kInt32), k, k), op, "q");
