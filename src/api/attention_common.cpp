@@ -481,6 +481,10 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
                    "must be -1 or a non-negative int32, got ", window);
   p.window_left = static_cast<int32_t>(window);
   p.num_work = static_cast<int32_t>(s.plan.work.size());
+  for (const kernels::WorkItem& w : s.plan.work) {
+    p.max_work_rows = std::max(p.max_work_rows, w.qo_end - w.qo_begin);
+  }
+  p.use_tensor_cores = !s.decode || s.use_tensor_cores;
   p.num_merge = static_cast<int32_t>(s.plan.merge_out_row.size());
   if (s.plan.num_partial_rows > 0) {
     auto* ws = static_cast<float*>(s.float_workspace.data_ptr());

@@ -91,6 +91,7 @@ void dispatch(const kernels::MergeParams& p, Device device, const char* op) {
     kernels::cpu::merge_states(p);
   } else {
 #if FLASHINFER_WITH_CUDA
+    (void)op;
     kernels::cuda::merge_states(p, current_cuda_stream());
 #else
     FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "v",

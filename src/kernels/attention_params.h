@@ -80,6 +80,10 @@ struct AttentionParams {
   // Work partition (AttentionPlan::work etc., on the kernel's device).
   const WorkItem* work = nullptr;
   int32_t num_work = 0;
+  int32_t max_work_rows = 0;  // largest qo_end - qo_begin over the work items
+  // CUDA: prefer the tensor-core (mma.sync) kernel when the dtypes allow it (prefill, or
+  // decode with use_tensor_cores).
+  bool use_tensor_cores = false;
   const int32_t* merge_indptr = nullptr;
   const int32_t* merge_rows = nullptr;
   const int32_t* merge_out_row = nullptr;
