@@ -161,3 +161,26 @@ TEST(MergeState, BadInput) {
 
 }  // namespace
 }  // namespace flashinfer
+
+namespace flashinfer {
+namespace {
+
+TEST(MergeStatesCuda, MatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  Tensor v = Tensor::empty({6, 3, 4, 128}, DType::kBFloat16).uniform_(1);
+  Tensor s = make_lse(6, 3, 4, 2);
+  auto [vr, sr] = merge_states(v, s);
+  auto [vg, sg] = merge_states(v.to(Device::cuda()), s.to(Device::cuda()));
+  EXPECT_TRUE(testing::all_close(vg, vr, testing::default_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(testing::all_close(sg, sr, {1e-5, 1e-6}));
+  Tensor a = v.select(1, 0).contiguous(), b = v.select(1, 1).contiguous();
+  Tensor sa = s.select(1, 0).contiguous(), sb = s.select(1, 1).contiguous();
+  auto [mr, lr] = merge_state(a, sa, b, sb);
+  Tensor ag = a.to(Device::cuda()), sag = sa.to(Device::cuda());
+  merge_state_in_place(ag, sag, b.to(Device::cuda()), sb.to(Device::cuda()));
+  EXPECT_TRUE(testing::all_close(ag, mr, testing::default_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(testing::all_close(sag, lr, {1e-5, 1e-6}));
+}
+
+}  // namespace
+}  // namespace flashinfer

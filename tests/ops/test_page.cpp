@@ -175,3 +175,24 @@ TEST(PagedKVCache, ValueRoundTrip) {
 
 }  // namespace
 }  // namespace flashinfer
+
+namespace flashinfer {
+namespace {
+
+TEST(AppendPagedKvCacheCuda, MatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  std::vector<std::vector<double>> kr, vr;
+  testing::PagedFixture f =
+      testing::make_paged({9, 4}, 4, 2, 128, DType::kBFloat16, true, false, 3, kr, vr);
+  Tensor ak = Tensor::empty({3, 2, 128}, DType::kBFloat16).uniform_(5);
+  Tensor bi = int_tensor({0, 0, 1}), pos = int_tensor({7, 8, 3});
+  Tensor gpu_cache = f.cache5.to(Device::cuda());
+  append_paged_kv_cache(ak.to(Device::cuda()), ak.to(Device::cuda()), bi.to(Device::cuda()),
+                        pos.to(Device::cuda()), gpu_cache, f.indices.to(Device::cuda()),
+                        f.indptr.to(Device::cuda()), f.last_page_len.to(Device::cuda()), "HND");
+  append_paged_kv_cache(ak, ak, bi, pos, f.cache(), f.indices, f.indptr, f.last_page_len, "HND");
+  EXPECT_EQ(gpu_cache.to_double_vector(), f.cache5.to_double_vector());
+}
+
+}  // namespace
+}  // namespace flashinfer

@@ -383,3 +383,64 @@ TEST(SinglePrefill, BadInput) {
 
 }  // namespace
 }  // namespace flashinfer
+
+namespace flashinfer {
+namespace {
+
+// CUDA (tensor-core prefill kernel) vs the CPU reference on the same inputs (skipped without a
+// GPU). P is rounded to the input dtype before the PV product on tensor cores, so the tolerance
+// is the dtype's.
+TEST(BatchPrefillCuda, PagedMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    for (int64_t d : {64, 128, 256}) {
+      std::vector<std::vector<double>> kd, vd;
+      testing::PagedFixture f =
+          testing::make_paged({40, 7, 200}, 16, 2, d, dt, true, true, 3, kd, vd);
+      const std::vector<int32_t> qo{0, 33, 40, 140};
+      Tensor q = Tensor::empty({140, 8, d}, dt).uniform_(4);
+      PrefillPlanOptions po;
+      po.q_data_type = dt;
+      po.causal = true;
+      po.logits_soft_cap = 30.0;
+      po.window_left = 90;
+      AttentionRunOptions ro;
+      ro.return_lse = true;
+      BatchPrefillWithPagedKVCacheWrapper cpu(workspace(), "HND");
+      cpu.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, 8, 2, d, 16, po);
+      AttentionOutput ref = cpu.run(q, f.cache(), ro);
+      BatchPrefillWithPagedKVCacheWrapper gpu(
+          Tensor::zeros({8 << 20}, DType::kUInt8, Device::cuda()), "HND");
+      gpu.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, 8, 2, d, 16, po);
+      AttentionOutput got =
+          gpu.run(q.to(Device::cuda()),
+                  PagedKVCache(f.k_cache.to(Device::cuda()), f.v_cache.to(Device::cuda())), ro);
+      EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(dt)));
+      EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3}));
+    }
+  }
+}
+
+TEST(BatchPrefillCuda, RaggedCustomMaskMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const std::vector<int32_t> qo{0, 5, 9}, kv{0, 13, 20};
+  Tensor q = Tensor::empty({9, 4, 128}, DType::kFloat16).uniform_(1);
+  Tensor k = Tensor::empty({20, 1, 128}, DType::kFloat16).uniform_(2);
+  Tensor v = Tensor::empty({20, 1, 128}, DType::kFloat16).uniform_(3);
+  std::vector<double> bits;
+  for (int b = 0; b < 2; ++b)
+    for (int i = 0; i < qo[b + 1] - qo[b]; ++i)
+      for (int j = 0; j < kv[b + 1] - kv[b]; ++j) bits.push_back(mask_bit(i, j));
+  PrefillPlanOptions po;
+  po.custom_mask = Tensor::from_vector(bits, {static_cast<int64_t>(bits.size())}, DType::kBool);
+  BatchPrefillWithRaggedKVCacheWrapper cpu(workspace());
+  cpu.plan(int_tensor(qo), int_tensor(kv), 4, 1, 128, po);
+  Tensor ref = cpu.run(q, k, v);
+  BatchPrefillWithRaggedKVCacheWrapper gpu(Tensor::zeros({8 << 20}, DType::kUInt8, Device::cuda()));
+  gpu.plan(int_tensor(qo), int_tensor(kv), 4, 1, 128, po);
+  Tensor got = gpu.run(q.to(Device::cuda()), k.to(Device::cuda()), v.to(Device::cuda()));
+  EXPECT_TRUE(testing::all_close(got, ref, testing::default_tolerance(DType::kFloat16)));
+}
+
+}  // namespace
+}  // namespace flashinfer
