@@ -323,7 +323,6 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   const int64_t have = static_cast<int64_t>(s.float_workspace.nbytes());
   if (s.plan.split_kv && need > have) s.plan = partition(s, rows_per_tile, 0);
 
-  s.dev_ints = Tensor();
   s.dev_mask = Tensor();
   s.dev_mask_indptr = Tensor();
   if (s.device.is_cuda()) {
@@ -343,7 +342,14 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     all.push_back(0);  // never empty
     Tensor h = Tensor::empty({static_cast<int64_t>(all.size())}, DType::kInt32);
     std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
-    s.dev_ints = h.to(s.device);
+    // Re-plans reuse the device buffer when it is large enough, so its address stays put.
+    const auto n = static_cast<int64_t>(all.size());
+    if (s.dev_ints.defined() && s.dev_ints.numel() >= n) {
+      s.dev_ints.slice(0, 0, n).copy_(h);
+    } else {
+      s.dev_ints = Tensor::empty({std::max<int64_t>(n, 1 << 16)}, DType::kInt32, s.device);
+      s.dev_ints.slice(0, 0, n).copy_(h);
+    }
     if (!s.mask_indptr.empty()) {
       Tensor hm = Tensor::empty({static_cast<int64_t>(s.packed_mask.size()) + 1}, DType::kUInt8);
       std::memcpy(hm.data_ptr(), s.packed_mask.data(), s.packed_mask.size());

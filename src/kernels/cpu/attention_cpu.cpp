@@ -53,16 +53,17 @@ class Runner {
  public:
   explicit Runner(const AttentionParams& p) : p_(p) {}
 
-  // One (work item, qo head): rows [qo_begin, qo_end) against keys [kv_begin, kv_end).
-  void run(const WorkItem& w, int32_t h) {
+  // One (work item, kv head): query rows [qo_begin, qo_end) of every qo head of kv head g's
+  // group (so each K/V tile is converted once per group) against keys [kv_begin, kv_end).
+  void run(const WorkItem& w, int32_t g) {
     const AttentionParams& p = p_;
     const int32_t group = p.num_qo_heads / p.num_kv_heads;
-    const int32_t g = h / group;
     const int64_t dqk = p.head_dim_qk, dvo = p.head_dim_vo;
     const int32_t b = w.request;
     const int64_t qo_len = p.qo_indptr[b + 1] - p.qo_indptr[b];
     const int64_t kv_len = p.kv_lens[b];
-    const int64_t rows = w.qo_end - w.qo_begin;
+    const int64_t qrows = w.qo_end - w.qo_begin;
+    const int64_t rows = qrows * group;  // row rr = r * group + hh is query r of head g*group+hh
     q_.resize(static_cast<std::size_t>(rows * dqk));
     acc_.assign(static_cast<std::size_t>(rows * dvo), 0.0f);
     m_.assign(static_cast<std::size_t>(rows), kNegInf);
@@ -70,16 +71,21 @@ class Runner {
     kt_.resize(static_cast<std::size_t>(kKvTile * dqk));
     vt_.resize(static_cast<std::size_t>(kKvTile * dvo));
     s_.resize(kKvTile);
+    scale_.resize(static_cast<std::size_t>(group));
 
-    float scale = p.sm_scale;
-    if (p.scale_q) scale *= p.scale_q[h];
-    if (p.scale_k) scale *= p.scale_k[g];
+    for (int32_t hh = 0; hh < group; ++hh) {
+      float scale = p.sm_scale;
+      if (p.scale_q) scale *= p.scale_q[g * group + hh];
+      if (p.scale_k) scale *= p.scale_k[g];
+      scale_[hh] = scale;
+    }
     const float cap = p.logits_soft_cap;
     const bool soft_cap = cap > 0.0f;
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t rr = 0; rr < rows; ++rr) {
+      const int64_t h = g * group + rr % group;
       const TQ* src = static_cast<const TQ*>(p.q) +
-                      (p.qo_indptr[b] + w.qo_begin + r) * p.q_stride_n + h * p.q_stride_h;
-      for (int64_t i = 0; i < dqk; ++i) q_[r * dqk + i] = to_float(src[i]);
+                      (p.qo_indptr[b] + w.qo_begin + rr / group) * p.q_stride_n + h * p.q_stride_h;
+      for (int64_t i = 0; i < dqk; ++i) q_[rr * dqk + i] = to_float(src[i]);
     }
     const TKV* kbase = static_cast<const TKV*>(p.kv.k) + g * p.kv.k_stride_head;
     const TKV* vbase = static_cast<const TKV*>(p.kv.v) + g * p.kv.v_stride_head;
@@ -93,10 +99,11 @@ class Runner {
         for (int64_t i = 0; i < dqk; ++i) kt_[j * dqk + i] = to_float(kr[i]);
         for (int64_t i = 0; i < dvo; ++i) vt_[j * dvo + i] = to_float(vr[i]);
       }
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t qi = w.qo_begin + r;
+      for (int64_t rr = 0; rr < rows; ++rr) {
+        const int64_t qi = w.qo_begin + rr / group;
         const int64_t pos = kv_len - qo_len + qi;  // right-aligned absolute position
-        const float* qr = &q_[r * dqk];
+        const float scale = scale_[rr % group];
+        const float* qr = &q_[rr * dqk];
         float tile_max = kNegInf;
         for (int64_t j = 0; j < n; ++j) {
           const int64_t kj = t0 + j;
@@ -115,15 +122,15 @@ class Runner {
           float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
           for (int64_t i = 0; i < dqk; ++i) dot += qr[i] * kr[i];
-          float s = soft_cap ? cap * std::tanh(dot * scale / cap) : dot * scale;
-          s *= kLog2e;
-          s_[j] = s;
-          tile_max = std::max(tile_max, s);
+          float sc = soft_cap ? cap * std::tanh(dot * scale / cap) : dot * scale;
+          sc *= kLog2e;
+          s_[j] = sc;
+          tile_max = std::max(tile_max, sc);
         }
         if (tile_max == kNegInf) continue;  // nothing visible in this tile
-        const float m_new = std::max(m_[r], tile_max);
-        const float factor = std::exp2(m_[r] - m_new);  // 0 when m was -inf
-        float* a = &acc_[r * dvo];
+        const float m_new = std::max(m_[rr], tile_max);
+        const float factor = std::exp2(m_[rr] - m_new);  // 0 when m was -inf
+        float* a = &acc_[rr * dvo];
         float sum = 0.0f;
         for (int64_t i = 0; i < dvo; ++i) a[i] *= factor;
         for (int64_t j = 0; j < n; ++j) {
@@ -134,30 +141,31 @@ class Runner {
 #pragma omp simd
           for (int64_t i = 0; i < dvo; ++i) a[i] += pj * vr[i];
         }
-        d_[r] = d_[r] * factor + sum;
-        m_[r] = m_new;
+        d_[rr] = d_[rr] * factor + sum;
+        m_[rr] = m_new;
       }
     }
 
     float out_scale = p.v_scale;
     if (p.scale_v) out_scale *= p.scale_v[g];
-    for (int64_t r = 0; r < rows; ++r) {
-      float* a = &acc_[r * dvo];
+    for (int64_t rr = 0; rr < rows; ++rr) {
+      const int64_t h = g * group + rr % group;
+      float* a = &acc_[rr * dvo];
       float lse = kNegInf;
-      if (d_[r] > 0.0f) {
-        const float inv = out_scale / d_[r];
+      if (d_[rr] > 0.0f) {
+        const float inv = out_scale / d_[rr];
         for (int64_t i = 0; i < dvo; ++i) a[i] *= inv;
-        lse = m_[r] + std::log2(d_[r]);
+        lse = m_[rr] + std::log2(d_[rr]);
       } else {
         std::fill(a, a + dvo, 0.0f);  // no visible key: zeros, LSE -inf
       }
-      const int64_t qi = w.qo_begin + r;
+      const int64_t r = rr / group;
       if (w.partial_base >= 0) {
         const int64_t prow = w.partial_base + r;
         std::copy(a, a + dvo, p.tmp_v + (prow * p.num_qo_heads + h) * dvo);
         p.tmp_s[prow * p.num_qo_heads + h] = lse;
       } else {
-        const int64_t row = p.qo_indptr[b] + qi;
+        const int64_t row = p.qo_indptr[b] + w.qo_begin + r;
         store_row(static_cast<TO*>(p.o) + row * p.o_stride_n + h * p.o_stride_h, a, dvo);
         if (p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
       }
@@ -183,19 +191,19 @@ class Runner {
 
  private:
   const AttentionParams& p_;
-  std::vector<float> q_, acc_, m_, d_, kt_, vt_, s_;
+  std::vector<float> q_, acc_, m_, d_, kt_, vt_, s_, scale_;
 };
 
 template <class TQ, class TKV, class TO>
 void run_attention(const AttentionParams& p) {
-  const int64_t heads = p.num_qo_heads;
-  const int64_t items = static_cast<int64_t>(p.num_work) * heads;
+  const int64_t kv_heads = p.num_kv_heads, heads = p.num_qo_heads;
+  const int64_t items = static_cast<int64_t>(p.num_work) * kv_heads;
 #pragma omp parallel
   {
     Runner<TQ, TKV, TO> runner(p);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t x = 0; x < items; ++x) {
-      runner.run(p.work[x / heads], static_cast<int32_t>(x % heads));
+      runner.run(p.work[x / kv_heads], static_cast<int32_t>(x % kv_heads));
     }
     const int64_t merges = static_cast<int64_t>(p.num_merge) * heads;
 #pragma omp for schedule(static)

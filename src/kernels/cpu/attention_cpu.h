@@ -1,6 +1,6 @@
 // CPU reference kernels for attention over a paged or ragged KV cache, the state merges of
 // cascade attention and the paged-cache append: fp32 accumulation, tiled online softmax in base
-// 2, OpenMP over (work item, head).
+// 2, OpenMP over (work item, kv head): each K/V tile is converted once for the whole GQA group.
 #pragma once
 
 #include "kernels/attention_params.h"
