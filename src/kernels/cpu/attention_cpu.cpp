@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include <omp.h>
@@ -41,6 +42,28 @@ inline void merge_into(float& s_a, float* v_a, float s_b, const float* v_b, int6
   const float inv = 1.0f / (wa + wb);
   for (int64_t i = 0; i < d; ++i) v_a[i] = (wa * v_a[i] + wb * v_b[i]) * inv;
   s_a = m + std::log2(wa + wb);
+}
+
+// fp16 -> fp32 through a 256 KiB table (L2-resident): one load per element instead of the
+// bit manipulation, which the baseline x86-64 target cannot vectorize well.
+const float* half_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t b = 0; b < 65536; ++b) t[b] = half_bits_to_float(static_cast<uint16_t>(b));
+    return t;
+  }();
+  return table.data();
+}
+
+// Converts n elements to fp32.
+template <class T>
+inline void load_row(float* dst, const T* src, int64_t n) {
+  if constexpr (std::is_same_v<T, Half>) {
+    const float* table = half_table();
+    for (int64_t i = 0; i < n; ++i) dst[i] = table[src[i].bits];
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
+  }
 }
 
 template <class T>
@@ -85,7 +108,7 @@ class Runner {
       const int64_t h = g * group + rr % group;
       const TQ* src = static_cast<const TQ*>(p.q) +
                       (p.qo_indptr[b] + w.qo_begin + rr / group) * p.q_stride_n + h * p.q_stride_h;
-      for (int64_t i = 0; i < dqk; ++i) q_[rr * dqk + i] = to_float(src[i]);
+      load_row(&q_[rr * dqk], src, dqk);
     }
     const TKV* kbase = static_cast<const TKV*>(p.kv.k) + g * p.kv.k_stride_head;
     const TKV* vbase = static_cast<const TKV*>(p.kv.v) + g * p.kv.v_stride_head;
@@ -96,8 +119,8 @@ class Runner {
       for (int64_t j = 0; j < n; ++j) {
         const TKV* kr = kbase + kv_token_offset(p.kv, b, t0 + j, false);
         const TKV* vr = vbase + kv_token_offset(p.kv, b, t0 + j, true);
-        for (int64_t i = 0; i < dqk; ++i) kt_[j * dqk + i] = to_float(kr[i]);
-        for (int64_t i = 0; i < dvo; ++i) vt_[j * dvo + i] = to_float(vr[i]);
+        load_row(&kt_[j * dqk], kr, dqk);
+        load_row(&vt_[j * dvo], vr, dvo);
       }
       for (int64_t rr = 0; rr < rows; ++rr) {
         const int64_t qi = w.qo_begin + rr / group;
