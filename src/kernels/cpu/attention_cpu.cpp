@@ -114,8 +114,16 @@ class Runner {
     const TKV* vbase = static_cast<const TKV*>(p.kv.v) + g * p.kv.v_stride_head;
     const int64_t bit0 = p.custom_mask ? p.mask_indptr[b] : 0;
 
-    for (int64_t t0 = w.kv_begin; t0 < w.kv_end; t0 += kKvTile) {
-      const int64_t n = std::min<int64_t>(kKvTile, w.kv_end - t0);
+    // Keys any of these rows can see: causal caps the end, a sliding window the start.
+    int64_t kv_lo = w.kv_begin, kv_hi = w.kv_end;
+    if (!p.custom_mask && rows > 0) {
+      const int64_t pos_min = kv_len - qo_len + w.qo_begin;
+      const int64_t pos_max = kv_len - qo_len + w.qo_end - 1;
+      if (p.causal) kv_hi = std::min(kv_hi, pos_max + 1);
+      if (p.window_left >= 0) kv_lo = std::max(kv_lo, pos_min - p.window_left);
+    }
+    for (int64_t t0 = kv_lo; t0 < kv_hi; t0 += kKvTile) {
+      const int64_t n = std::min<int64_t>(kKvTile, kv_hi - t0);
       for (int64_t j = 0; j < n; ++j) {
         const TKV* kr = kbase + kv_token_offset(p.kv, b, t0 + j, false);
         const TKV* vr = vbase + kv_token_offset(p.kv, b, t0 + j, true);
