@@ -8,8 +8,11 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
+#include <memory>
 #include <numeric>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
@@ -183,5 +186,45 @@ inline std::vector<double> rows_of(const std::vector<double>& x, int64_t begin, 
                                    int64_t row) {
   return std::vector<double>(x.begin() + begin * row, x.begin() + end * row);
 }
+
+}  // namespace flashinfer::testing
+
+namespace flashinfer::testing {
+
+/// Records every observed call (declaration, arguments, result) like the flight recorder does,
+/// and replays them through the declarations' invokers: objects made by __init__ replace the
+/// recorded `self` of later calls, matched by id. Returns the replayed results.
+class CallCapture : public CallObserver {
+ public:
+  struct Call {
+    const OpDecl* decl;
+    std::vector<Value> args;
+    Value result;
+  };
+  std::vector<Call> calls;
+
+  void on_call_begin(const OpDecl& decl, std::span<const Value> args) override {
+    calls.push_back({&decl, std::vector<Value>(args.begin(), args.end()), Value()});
+  }
+  void on_call_end(const OpDecl&, std::span<const Value>, const Value& result) override {
+    calls.back().result = result;
+  }
+  void on_call_error(const OpDecl&, std::span<const Value>, std::string_view) override {}
+
+  std::vector<Value> replay() const {
+    std::map<uint64_t, Value> objects;
+    std::vector<Value> results;
+    for (const Call& c : calls) {
+      std::vector<Value> args = c.args;
+      if (c.decl->is_method() && !c.decl->is_constructor()) {
+        args[0] = objects.at(args[0].as_object().id);
+      }
+      Value r = c.decl->invoke(CallArgs(*c.decl, args));
+      if (c.decl->is_constructor()) objects[c.args[0].as_object().id] = r;
+      results.push_back(r);
+    }
+    return results;
+  }
+};
 
 }  // namespace flashinfer::testing

@@ -378,3 +378,43 @@ TEST(SingleDecodeCuda, Fp8KvMatchesCpu) {
 
 }  // namespace
 }  // namespace flashinfer
+
+namespace flashinfer {
+namespace {
+
+TEST(BatchDecodeWrapper, RecordedInitPlanRunReplays) {
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({9, 30, 1}, 8, 2, 64, DType::kBFloat16, true, true, 5, kd, vd);
+  Tensor q = Tensor::empty({3, 8, 64}, DType::kBFloat16).uniform_(8);
+  auto capture = std::make_shared<testing::CallCapture>();
+  add_call_observer(capture);
+  AttentionOutput direct;
+  {
+    BatchDecodeWithPagedKVCacheWrapper w(workspace(), "HND");
+    BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+    po.q_data_type = DType::kBFloat16;
+    po.logits_soft_cap = 8.0;
+    po.fixed_split_size = 1;
+    w.plan(f.indptr, f.indices, f.last_page_len, 8, 2, 64, 8, po);
+    AttentionRunOptions ro;
+    ro.return_lse = true;
+    direct = w.run(q, f.cache(), ro);
+  }
+  remove_call_observer(capture);
+  ASSERT_EQ(capture->calls.size(), 3u);
+  EXPECT_EQ(capture->calls[0].decl->name, "BatchDecodeWithPagedKVCacheWrapper.__init__");
+  EXPECT_EQ(capture->calls[1].decl->name, "BatchDecodeWithPagedKVCacheWrapper.plan");
+  EXPECT_EQ(capture->calls[2].decl->name, "BatchDecodeWithPagedKVCacheWrapper.run");
+  // The same object id in every call, as the recorder's self_id.
+  EXPECT_EQ(capture->calls[0].args[0].as_object().id, capture->calls[2].args[0].as_object().id);
+  const std::vector<Value> replayed = capture->replay();
+  ASSERT_TRUE(replayed[2].is_sequence());
+  EXPECT_TRUE(testing::all_close(replayed[2].items()[0].as_tensor(), direct.out, {0, 0}));
+  EXPECT_TRUE(testing::all_close(replayed[2].items()[1].as_tensor(), direct.lse, {0, 0}));
+  EXPECT_TRUE(
+      testing::all_close(capture->calls[2].result.items()[0].as_tensor(), direct.out, {0, 0}));
+}
+
+}  // namespace
+}  // namespace flashinfer

@@ -444,3 +444,32 @@ TEST(BatchPrefillCuda, RaggedCustomMaskMatchesCpu) {
 
 }  // namespace
 }  // namespace flashinfer
+
+namespace flashinfer {
+namespace {
+
+TEST(BatchPrefillWrappers, RecordedInitPlanRunReplays) {
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({12, 5}, 4, 1, 64, DType::kFloat16, false, false, 5, kd, vd);
+  Tensor q = Tensor::empty({9, 4, 64}, DType::kFloat16).uniform_(8);
+  auto capture = std::make_shared<testing::CallCapture>();
+  add_call_observer(capture);
+  Tensor direct;
+  {
+    BatchPrefillWithPagedKVCacheWrapper w(workspace());
+    PrefillPlanOptions po;
+    po.causal = true;
+    po.window_left = 3;
+    w.plan(int_tensor({0, 6, 9}), f.indptr, f.indices, f.last_page_len, 4, 1, 64, 4, po);
+    direct = w.run(q, f.cache());
+  }
+  remove_call_observer(capture);
+  ASSERT_EQ(capture->calls.size(), 3u);
+  const std::vector<Value> replayed = capture->replay();
+  ASSERT_TRUE(replayed[2].is_tensor());
+  EXPECT_TRUE(testing::all_close(replayed[2].as_tensor(), direct, {0, 0}));
+}
+
+}  // namespace
+}  // namespace flashinfer
