@@ -8,12 +8,20 @@ void register_norm_ops(OpRegistry& registry);
 void register_sampling_ops(OpRegistry& registry);
 void register_quantization_ops(OpRegistry& registry);
 void register_gemm_ops(OpRegistry& registry);
+void register_page_ops(OpRegistry& registry);
+void register_cascade_ops(OpRegistry& registry);
+void register_decode_ops(OpRegistry& registry);
+void register_prefill_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
   register_sampling_ops(registry);
   register_quantization_ops(registry);
   register_gemm_ops(registry);
+  register_page_ops(registry);
+  register_cascade_ops(registry);
+  register_decode_ops(registry);
+  register_prefill_ops(registry);
 }
 
 }  // namespace flashinfer::detail

@@ -490,9 +490,18 @@ void Recorder::on_call_end(const OpDecl& decl, std::span<const Value> args, cons
     Extracted mutated;
     for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
       const ParamDecl& pd = decl.params[i];
-      if (!pd.mutated || !args[i].is_tensor()) continue;
-      add_tensor(mutated, pd.keyword_only ? "kwarg_" + pd.name : "arg_" + std::to_string(i),
-                 args[i].as_tensor());
+      if (!pd.mutated) continue;
+      const std::string key = pd.keyword_only ? "kwarg_" + pd.name : "arg_" + std::to_string(i);
+      if (args[i].is_tensor()) {
+        add_tensor(mutated, key, args[i].as_tensor());
+      } else if (args[i].is_sequence()) {  // a (K, V) cache pair: key__0, key__1
+        const auto& items = args[i].items();
+        for (std::size_t j = 0; j < items.size(); ++j) {
+          if (items[j].is_tensor()) {
+            add_tensor(mutated, key + "__" + std::to_string(j), items[j].as_tensor());
+          }
+        }
+      }
     }
     write_tensors(p.dir, "mutated", mutated.tensors);
     Json& r = p.record;

@@ -1,0 +1,250 @@
+// Attention over a KV cache (FlashInfer modules flashinfer.decode and flashinfer.prefill):
+// single-request decode/prefill and the batch wrappers over a paged or ragged KV cache.
+//
+// Shapes: q [tokens, num_qo_heads, head_dim_qk]; KV "NHD" = (tokens, heads, dim), "HND" =
+// (heads, tokens, dim). GQA/MQA: num_qo_heads % num_kv_heads == 0, qo head h reads kv head
+// h / (num_qo_heads / num_kv_heads). head_dim 64, 128 or 256. q/o fp16 or bf16 (fp32 too on the
+// CPU); KV the q dtype, or fp8 e4m3/e5m2 with k_scale/v_scale. Math (fp32 accumulation):
+//   s = sm_scale * q.k (sm_scale default 1/sqrt(head_dim_qk), times q_scale * k_scale),
+//   s = cap * tanh(s / cap) when logits_soft_cap = cap > 0, o = softmax(s) . v * v_scale.
+// Query i of a request with qo_len queries and kv_len keys sits at position kv_len - qo_len + i
+// (right-aligned): causal keeps keys j <= that position, window_left = w >= 0 keeps j >= it - w.
+// The LSE is base 2: log2(sum_j 2^(s_j * log2 e)). A row with no visible key gives zeros and
+// LSE -inf. Only pos_encoding_mode "NONE" is implemented (RoPE is a separate op).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "flashinfer/dtype.h"
+#include "flashinfer/op_decl.h"
+#include "flashinfer/ops/page.h"
+#include "flashinfer/tensor.h"
+#include "flashinfer/value.h"
+
+namespace flashinfer {
+
+/// An attention result: `out`, plus `lse` [tokens, num_qo_heads] fp32 when return_lse was set
+/// (undefined otherwise). Converts to the output tensor, so `Tensor o = run(...)` works; it is
+/// recorded as upstream returns it (the tensor, or the (out, lse) tuple).
+struct AttentionOutput {
+  Tensor out;
+  Tensor lse;
+  operator Tensor() const { return out; }  // NOLINT: implicit like upstream's return value
+};
+Value to_value(const AttentionOutput& r);
+
+/// Decode attention of one request: q [num_qo_heads, D]; k, v [kv_len, Hkv, D] (NHD) or
+/// [Hkv, kv_len, D] (HND). Returns o [num_qo_heads, D] in q's dtype (and lse [num_qo_heads]).
+AttentionOutput single_decode_with_kv_cache(
+    const Tensor& q, const Tensor& k, const Tensor& v, std::string_view kv_layout = "NHD",
+    std::string_view pos_encoding_mode = "NONE", bool use_tensor_cores = false,
+    std::optional<double> q_scale = std::nullopt, std::optional<double> k_scale = std::nullopt,
+    std::optional<double> v_scale = std::nullopt, int64_t window_left = -1,
+    std::optional<double> logits_soft_cap = std::nullopt,
+    std::optional<double> sm_scale = std::nullopt, std::optional<double> rope_scale = std::nullopt,
+    std::optional<double> rope_theta = std::nullopt, bool return_lse = false);
+
+/// Prefill attention of one request: q [qo_len, Hq, Dqk]; k [kv_len, Hkv, Dqk], v [kv_len, Hkv,
+/// Dvo] (NHD, or HND). Returns o [qo_len, Hq, Dvo] (and lse [qo_len, Hq]). causal needs
+/// kv_len >= qo_len. custom_mask bool [qo_len, kv_len] (true = keep) or packed_custom_mask uint8
+/// (little-endian bits of the flattened mask) overrides causal. scale_q [Hq], scale_k [Hkv],
+/// scale_v [Hkv] fp32 are optional per-head factors (fp8 inputs); k_scale, v_scale scalars.
+/// o_dtype defaults to q's dtype. use_fp16_qk_reduction is accepted and has no effect (scores are
+/// always accumulated in fp32). backend "auto" or "fa2"; kv_cache_sf (NVFP4) is not supported.
+AttentionOutput single_prefill_with_kv_cache(
+    const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> scale_q = std::nullopt,
+    std::optional<Tensor> scale_k = std::nullopt, std::optional<Tensor> scale_v = std::nullopt,
+    std::optional<DType> o_dtype = std::nullopt, std::optional<Tensor> custom_mask = std::nullopt,
+    std::optional<Tensor> packed_custom_mask = std::nullopt, bool causal = false,
+    std::string_view kv_layout = "NHD", std::string_view pos_encoding_mode = "NONE",
+    bool use_fp16_qk_reduction = false, std::optional<double> sm_scale = std::nullopt,
+    int64_t window_left = -1, std::optional<double> logits_soft_cap = std::nullopt,
+    std::optional<double> rope_scale = std::nullopt,
+    std::optional<double> rope_theta = std::nullopt, std::string_view backend = "auto",
+    bool return_lse = false, std::optional<Tensor> kv_cache_sf = std::nullopt,
+    std::optional<double> k_scale = std::nullopt, std::optional<double> v_scale = std::nullopt);
+
+/// single_prefill_with_kv_cache with return_lse=True (upstream's functools.partial; it is logged
+/// and recorded as single_prefill_with_kv_cache). Returns (o, lse).
+std::pair<Tensor, Tensor> single_prefill_with_kv_cache_return_lse(
+    const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false,
+    std::string_view kv_layout = "NHD", std::optional<double> sm_scale = std::nullopt,
+    int64_t window_left = -1, std::optional<double> logits_soft_cap = std::nullopt);
+
+namespace detail {
+struct WrapperState;
+}
+
+/// Keyword arguments of the wrappers' run() (upstream's names; each wrapper declares the ones
+/// it takes upstream, and rejects the others when set).
+struct AttentionRunOptions {
+  std::optional<double> q_scale, k_scale, v_scale;
+  std::optional<double> o_scale;  // ragged prefill only
+  std::optional<Tensor> out, lse;
+  bool return_lse = false;
+  std::optional<bool> enable_pdl;
+  std::optional<int64_t> window_left;                         // overrides plan's window_left
+  std::optional<Tensor> sinks;                                // not supported
+  std::optional<int64_t> q_len_per_req;                       // decode, deprecated: must match plan
+  std::optional<double> skip_softmax_threshold_scale_factor;  // not supported
+  std::optional<Tensor> kv_cache_sf;                          // not supported (NVFP4)
+  std::optional<bool> use_fp16_softmax;                       // not supported when true
+  std::optional<bool> uses_spcompress;                        // not supported when true
+};
+
+/// Batch decode over a paged KV cache (flashinfer.decode). plan() validates the page table,
+/// copies it to the host and builds the split-KV work partition once; run() only computes, so one
+/// plan serves every layer of a step.
+class BatchDecodeWithPagedKVCacheWrapper : public ApiObject {
+ public:
+  /// float_workspace_buffer: scratch for split-KV partials (any dtype; 128 MB recommended) on
+  /// the device the wrapper runs on. kv_layout "NHD" or "HND". backend "auto" or "fa2".
+  explicit BatchDecodeWithPagedKVCacheWrapper(
+      Tensor float_workspace_buffer, std::string kv_layout = "NHD", bool use_cuda_graph = false,
+      bool use_tensor_cores = false, std::optional<Tensor> paged_kv_indptr_buffer = std::nullopt,
+      std::optional<Tensor> paged_kv_indices_buffer = std::nullopt,
+      std::optional<Tensor> paged_kv_last_page_len_buffer = std::nullopt,
+      std::string backend = "auto", std::optional<Value> jit_args = std::nullopt);
+  ~BatchDecodeWithPagedKVCacheWrapper() override;
+  BatchDecodeWithPagedKVCacheWrapper(const BatchDecodeWithPagedKVCacheWrapper&) = delete;
+  BatchDecodeWithPagedKVCacheWrapper& operator=(const BatchDecodeWithPagedKVCacheWrapper&) = delete;
+
+  /// plan()'s keyword arguments (upstream's names and defaults).
+  struct PlanOptions {
+    std::string pos_encoding_mode = "NONE";
+    int64_t window_left = -1;
+    int64_t window_right = 0;  // no key lies right of a decode query: no effect
+    std::optional<double> logits_soft_cap;
+    DType q_data_type = DType::kFloat16;
+    std::optional<DType> kv_data_type;  // default q_data_type
+    std::optional<DType> o_data_type;   // default q_data_type
+    std::optional<DType> data_type;     // deprecated alias of kv_data_type
+    std::optional<double> sm_scale;
+    std::optional<double> rope_scale, rope_theta;
+    bool non_blocking = true;
+    std::optional<Tensor> block_tables, seq_lens;  // trtllm-gen only: not supported
+    std::optional<int64_t> fixed_split_size;       // KV chunk in pages (forces split-KV)
+    bool disable_split_kv = false;
+    int64_t q_len_per_req = 1;  // > 1: the queries of a request are causal among themselves
+  };
+
+  /// indptr [batch + 1], indices [indptr[-1]], last_page_len [batch]: int32 page table.
+  void plan(const Tensor& indptr, const Tensor& indices, const Tensor& last_page_len,
+            int64_t num_qo_heads, int64_t num_kv_heads, int64_t head_dim, int64_t page_size,
+            const PlanOptions& options);
+  void plan(const Tensor& indptr, const Tensor& indices, const Tensor& last_page_len,
+            int64_t num_qo_heads, int64_t num_kv_heads, int64_t head_dim, int64_t page_size) {
+    plan(indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size, {});
+  }
+
+  /// q [batch * q_len_per_req, Hq, D] → o (same shape, o_data_type), lse [rows, Hq].
+  AttentionOutput run(const Tensor& q, const PagedKVCache& paged_kv_cache,
+                      const AttentionRunOptions& options = {});
+
+  std::string_view class_name() const override { return "BatchDecodeWithPagedKVCacheWrapper"; }
+  std::string_view module_name() const override { return "flashinfer.decode"; }
+  /// Whether the current plan splits KV into chunks (merged by a second pass).
+  bool split_kv() const;
+
+ private:
+  std::unique_ptr<detail::WrapperState> s_;
+};
+
+/// plan()'s arguments after the required ones, shared by the two prefill wrappers (each takes
+/// upstream's subset; the ones this library does not support must stay unset).
+struct PrefillPlanOptions {
+  std::optional<int64_t> head_dim_vo;                     // default head_dim_qk
+  std::optional<Tensor> custom_mask, packed_custom_mask;  // see mask_indptr in the docs
+  bool causal = false;
+  std::string pos_encoding_mode = "NONE";
+  bool use_fp16_qk_reduction = false;
+  std::optional<double> sm_scale;
+  int64_t window_left = -1;
+  std::optional<double> logits_soft_cap;
+  std::optional<double> rope_scale, rope_theta;
+  DType q_data_type = DType::kFloat16;
+  std::optional<DType> kv_data_type, o_data_type;
+  bool non_blocking = true;
+  std::optional<Tensor> prefix_len_ptr, token_pos_in_items_ptr;  // not supported
+  int64_t token_pos_in_items_len = 0;
+  std::optional<Tensor> max_item_len_ptr;                          // not supported
+  std::optional<Tensor> seq_lens, seq_lens_q, block_tables;        // not supported
+  std::optional<int64_t> max_token_per_sequence, max_sequence_kv;  // hints, ignored
+  std::optional<int64_t> fixed_split_size;  // KV chunk (pages, or tokens for ragged)
+  bool disable_split_kv = false;
+  std::optional<Tensor> v_indptr, o_indptr;  // ragged only: not supported
+};
+
+/// Batch prefill / append attention against a paged KV cache (flashinfer.prefill).
+class BatchPrefillWithPagedKVCacheWrapper : public ApiObject {
+ public:
+  explicit BatchPrefillWithPagedKVCacheWrapper(
+      Tensor float_workspace_buffer, std::string kv_layout = "NHD", bool use_cuda_graph = false,
+      std::optional<Tensor> qo_indptr_buf = std::nullopt,
+      std::optional<Tensor> paged_kv_indptr_buf = std::nullopt,
+      std::optional<Tensor> paged_kv_indices_buf = std::nullopt,
+      std::optional<Tensor> paged_kv_last_page_len_buf = std::nullopt,
+      std::optional<Tensor> custom_mask_buf = std::nullopt,
+      std::optional<Tensor> mask_indptr_buf = std::nullopt, std::string backend = "auto",
+      std::optional<Value> jit_args = std::nullopt, std::optional<Value> jit_kwargs = std::nullopt);
+  ~BatchPrefillWithPagedKVCacheWrapper() override;
+  BatchPrefillWithPagedKVCacheWrapper(const BatchPrefillWithPagedKVCacheWrapper&) = delete;
+  BatchPrefillWithPagedKVCacheWrapper& operator=(const BatchPrefillWithPagedKVCacheWrapper&) =
+      delete;
+
+  /// qo_indptr [batch + 1] int32 (rows of q per request); the page table as for decode. Custom
+  /// masks are the per-request [qo_len_i, kv_len_i] row-major masks concatenated.
+  void plan(const Tensor& qo_indptr, const Tensor& paged_kv_indptr, const Tensor& paged_kv_indices,
+            const Tensor& paged_kv_last_page_len, int64_t num_qo_heads, int64_t num_kv_heads,
+            int64_t head_dim_qk, int64_t page_size, const PrefillPlanOptions& options = {});
+
+  /// q [qo_indptr[-1], Hq, Dqk] → o [qo_indptr[-1], Hq, Dvo], lse [qo_indptr[-1], Hq].
+  AttentionOutput run(const Tensor& q, const PagedKVCache& paged_kv_cache,
+                      const AttentionRunOptions& options = {});
+
+  std::string_view class_name() const override { return "BatchPrefillWithPagedKVCacheWrapper"; }
+  std::string_view module_name() const override { return "flashinfer.prefill"; }
+  bool split_kv() const;
+
+ private:
+  std::unique_ptr<detail::WrapperState> s_;
+};
+
+/// Batch prefill attention against ragged (contiguous per request) K/V (flashinfer.prefill).
+class BatchPrefillWithRaggedKVCacheWrapper : public ApiObject {
+ public:
+  explicit BatchPrefillWithRaggedKVCacheWrapper(
+      Tensor float_workspace_buffer, std::string kv_layout = "NHD", bool use_cuda_graph = false,
+      std::optional<Tensor> qo_indptr_buf = std::nullopt,
+      std::optional<Tensor> kv_indptr_buf = std::nullopt,
+      std::optional<Tensor> custom_mask_buf = std::nullopt,
+      std::optional<Tensor> mask_indptr_buf = std::nullopt, std::string backend = "auto",
+      std::optional<Value> jit_args = std::nullopt, std::optional<Value> jit_kwargs = std::nullopt);
+  ~BatchPrefillWithRaggedKVCacheWrapper() override;
+  BatchPrefillWithRaggedKVCacheWrapper(const BatchPrefillWithRaggedKVCacheWrapper&) = delete;
+  BatchPrefillWithRaggedKVCacheWrapper& operator=(const BatchPrefillWithRaggedKVCacheWrapper&) =
+      delete;
+
+  /// qo_indptr, kv_indptr [batch + 1] int32: request i owns q rows and k/v rows in those ranges.
+  void plan(const Tensor& qo_indptr, const Tensor& kv_indptr, int64_t num_qo_heads,
+            int64_t num_kv_heads, int64_t head_dim_qk, const PrefillPlanOptions& options = {});
+
+  /// q [qo_indptr[-1], Hq, Dqk], k [kv_indptr[-1], Hkv, Dqk], v [kv_indptr[-1], Hkv, Dvo]
+  /// (NHD; HND swaps the first two axes).
+  AttentionOutput run(const Tensor& q, const Tensor& k, const Tensor& v,
+                      const AttentionRunOptions& options = {});
+
+  std::string_view class_name() const override { return "BatchPrefillWithRaggedKVCacheWrapper"; }
+  std::string_view module_name() const override { return "flashinfer.prefill"; }
+  bool split_kv() const;
+
+ private:
+  std::unique_ptr<detail::WrapperState> s_;
+};
+
+}  // namespace flashinfer

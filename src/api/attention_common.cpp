@@ -1,0 +1,701 @@
+// Shared machinery of the attention areas: index checks, paged-cache views, the planner and the
+// run path of the wrappers (and of the single-request ops, which are one-request plans).
+#include "api/attention_common.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "api/checks.h"
+#include "api/device_props.h"
+#include "flashinfer/error.h"
+#include "flashinfer/stream.h"
+#include "kernels/cpu/attention_cpu.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/decode_cuda.h"
+#endif
+
+namespace flashinfer::api {
+
+std::vector<int32_t> index_to_host(const Tensor& t, const char* op, const char* arg,
+                                   int64_t expected_len) {
+  check_defined(t, op, arg);
+  check_dim(t, {1}, op, arg);
+  FLASHINFER_CHECK(t.dtype() == DType::kInt32, op, arg, "expected an int32 tensor, got ",
+                   dtype_torch_name(t.dtype()));
+  if (expected_len >= 0) {
+    FLASHINFER_CHECK(t.size(0) == expected_len, op, arg, "expected ", expected_len,
+                     " elements, got ", t.size(0));
+  }
+  const Tensor h = t.to(Device::cpu()).contiguous();
+  std::vector<int32_t> v(static_cast<std::size_t>(h.numel()));
+  if (!v.empty()) std::memcpy(v.data(), h.data_ptr(), v.size() * sizeof(int32_t));
+  return v;
+}
+
+void check_indptr(const std::vector<int32_t>& indptr, const char* op, const char* arg) {
+  FLASHINFER_CHECK(!indptr.empty(), op, arg, "needs batch_size + 1 >= 1 elements");
+  FLASHINFER_CHECK(indptr[0] == 0, op, arg, "must start at 0, got ", indptr[0]);
+  for (std::size_t i = 1; i < indptr.size(); ++i) {
+    FLASHINFER_CHECK(indptr[i] >= indptr[i - 1], op, arg, "must be non-decreasing: element ", i,
+                     " (", indptr[i], ") < element ", i - 1, " (", indptr[i - 1], ")");
+  }
+}
+
+bool parse_kv_layout(std::string_view layout, const char* op, const char* arg) {
+  if (layout == "NHD") return false;
+  if (layout == "HND") return true;
+  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "must be \"NHD\" or \"HND\", got \"",
+                  layout, "\"");
+}
+
+void check_heads(int64_t num_qo_heads, int64_t num_kv_heads, const char* op, const char* qo_arg,
+                 const char* kv_arg) {
+  FLASHINFER_CHECK(num_qo_heads >= 1 && num_qo_heads <= 4096, op, qo_arg,
+                   "must be in [1, 4096], got ", num_qo_heads);
+  FLASHINFER_CHECK(num_kv_heads >= 1, op, kv_arg, "must be >= 1, got ", num_kv_heads);
+  FLASHINFER_CHECK(num_qo_heads % num_kv_heads == 0, op, kv_arg, "num_qo_heads (", num_qo_heads,
+                   ") must be a multiple of num_kv_heads (", num_kv_heads, ")");
+}
+
+void check_head_dim(int64_t head_dim, const char* op, const char* arg) {
+  FLASHINFER_CHECK_CODE(head_dim == 64 || head_dim == 128 || head_dim == 256,
+                        ErrorCode::kUnsupported, op, arg, "head_dim ", head_dim,
+                        " is not supported (64, 128 or 256)");
+}
+
+void check_pos_encoding(std::string_view mode, const char* op) {
+  if (mode == "NONE") return;
+  if (mode == "ROPE_LLAMA" || mode == "ALIBI") {
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "pos_encoding_mode", "\"", mode,
+                    "\" is not implemented; apply RoPE with the rope ops before attention");
+  }
+  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, "pos_encoding_mode",
+                  "must be \"NONE\", \"ROPE_LLAMA\" or \"ALIBI\", got \"", mode, "\"");
+}
+
+void check_q_dtype(DType d, const char* op, const char* arg) {
+  FLASHINFER_CHECK(d == DType::kFloat16 || d == DType::kBFloat16 || d == DType::kFloat32, op, arg,
+                   "dtype ", dtype_torch_name(d), " is not supported (float16, bfloat16, float32)");
+}
+
+void check_kv_dtype(DType d, DType q, const char* op, const char* arg) {
+  FLASHINFER_CHECK(d == q || dtype_is_fp8(d), op, arg, "dtype ", dtype_torch_name(d),
+                   " must be q's dtype (", dtype_torch_name(q), ") or an fp8 dtype");
+}
+
+void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor& indices,
+                     const Tensor& last_page_len, int64_t page_size, const char* op,
+                     const char* indptr_arg, const char* indices_arg, const char* last_arg) {
+  FLASHINFER_CHECK(page_size >= 1 && page_size <= (1 << 20), op, "page_size",
+                   "must be in [1, 2^20], got ", page_size);
+  s.kv_indptr = index_to_host(indptr, op, indptr_arg);
+  check_indptr(s.kv_indptr, op, indptr_arg);
+  const auto batch = static_cast<int64_t>(s.kv_indptr.size()) - 1;
+  s.kv_indices = index_to_host(indices, op, indices_arg);
+  FLASHINFER_CHECK(static_cast<int64_t>(s.kv_indices.size()) >= s.kv_indptr.back(), op, indices_arg,
+                   "has ", s.kv_indices.size(), " elements but ", indptr_arg, " ends at ",
+                   s.kv_indptr.back());
+  s.kv_indices.resize(static_cast<std::size_t>(s.kv_indptr.back()));
+  const std::vector<int32_t> last = index_to_host(last_page_len, op, last_arg, batch);
+  s.max_page_id = -1;
+  for (std::size_t i = 0; i < s.kv_indices.size(); ++i) {
+    FLASHINFER_CHECK(s.kv_indices[i] >= 0, op, indices_arg, "page id ", s.kv_indices[i], " at ", i,
+                     " is negative");
+    s.max_page_id = std::max<int64_t>(s.max_page_id, s.kv_indices[i]);
+  }
+  s.kv_lens.assign(static_cast<std::size_t>(batch), 0);
+  int64_t total = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t pages = s.kv_indptr[b + 1] - s.kv_indptr[b];
+    if (pages == 0) {
+      FLASHINFER_CHECK(last[b] == 0, op, last_arg, "request ", b,
+                       " has no pages, so its last_page_len must be 0, got ", last[b]);
+      continue;
+    }
+    FLASHINFER_CHECK(last[b] >= 1 && last[b] <= page_size, op, last_arg, "element ", b, " (",
+                     last[b], ") is outside [1, page_size=", page_size, "]");
+    const int64_t len = (pages - 1) * page_size + last[b];
+    FLASHINFER_CHECK(len <= std::numeric_limits<int32_t>::max(), op, indptr_arg, "request ", b,
+                     " is longer than 2^31 - 1 tokens");
+    s.kv_lens[b] = static_cast<int32_t>(len);
+    total += len;
+  }
+  s.total_kv = total;
+  s.page_size = static_cast<int32_t>(page_size);
+  s.paged = true;
+}
+
+std::pair<Tensor, Tensor> paged_cache_views(const PagedKVCache& cache, bool hnd, const char* op,
+                                            const char* arg) {
+  Tensor k, v;
+  if (cache.is_pair()) {
+    k = cache.first();
+    v = cache.second();
+    check_defined(k, op, arg);
+    check_defined(v, op, arg);
+    FLASHINFER_CHECK(k.dim() == 4 && v.dim() == 4, op, arg,
+                     "(k_cache, v_cache) must be 4-D tensors, got ", shape_to_string(k.shape()),
+                     " and ", shape_to_string(v.shape()));
+    FLASHINFER_CHECK(k.dtype() == v.dtype(), op, arg, "k_cache and v_cache dtypes differ");
+    FLASHINFER_CHECK(k.device() == v.device(), op, arg, "k_cache and v_cache devices differ");
+    FLASHINFER_CHECK(k.size(0) == v.size(0) && k.size(1) == v.size(1) && k.size(2) == v.size(2), op,
+                     arg, "k_cache ", shape_to_string(k.shape()), " and v_cache ",
+                     shape_to_string(v.shape()), " disagree");
+  } else {
+    const Tensor& kv = cache.first();
+    check_defined(kv, op, arg);
+    FLASHINFER_CHECK(kv.dim() == 5 && kv.size(1) == 2, op, arg,
+                     "expected a 5-D tensor [pages, 2, ...] or a (k_cache, v_cache) pair, got "
+                     "shape ",
+                     shape_to_string(kv.shape()));
+    k = kv.select(1, 0);
+    v = kv.select(1, 1);
+  }
+  if (hnd) {
+    k = k.permute({0, 2, 1, 3});
+    v = v.permute({0, 2, 1, 3});
+  }
+  FLASHINFER_CHECK(k.stride(3) == 1 && v.stride(3) == 1, op, arg,
+                   "the head_dim axis must be contiguous (stride 1)");
+  return {k, v};
+}
+
+void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& custom_mask,
+                      const std::optional<Tensor>& packed_custom_mask, const char* op) {
+  s.packed_mask.clear();
+  s.mask_indptr.clear();
+  if (!custom_mask && !packed_custom_mask) return;
+  const auto batch = static_cast<std::size_t>(s.batch);
+  std::vector<int64_t> bits(batch), byte_off(batch + 1, 0);
+  for (std::size_t b = 0; b < batch; ++b) {
+    bits[b] = static_cast<int64_t>(s.qo_indptr[b + 1] - s.qo_indptr[b]) * s.kv_lens[b];
+    byte_off[b + 1] = byte_off[b] + (bits[b] + 7) / 8;
+  }
+  s.packed_mask.assign(static_cast<std::size_t>(byte_off[batch]), 0);
+  s.mask_indptr.resize(batch);
+  for (std::size_t b = 0; b < batch; ++b) s.mask_indptr[b] = byte_off[b] * 8;
+  if (custom_mask) {
+    const Tensor& m = *custom_mask;
+    check_defined(m, op, "custom_mask");
+    FLASHINFER_CHECK(m.dtype() == DType::kBool, op, "custom_mask", "expected torch.bool, got ",
+                     dtype_torch_name(m.dtype()));
+    int64_t total = 0;
+    for (int64_t x : bits) total += x;
+    FLASHINFER_CHECK(m.numel() == total, op, "custom_mask", "expected ", total,
+                     " elements (sum of qo_len * kv_len), got ", m.numel());
+    const Tensor h = m.to(Device::cpu()).contiguous();
+    const auto* src = static_cast<const uint8_t*>(h.data_ptr());
+    int64_t k = 0;
+    for (std::size_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < bits[b]; ++i, ++k) {
+        if (src[k]) s.packed_mask[byte_off[b] + (i >> 3)] |= static_cast<uint8_t>(1u << (i & 7));
+      }
+    }
+  } else {
+    const Tensor& m = *packed_custom_mask;
+    check_defined(m, op, "packed_custom_mask");
+    FLASHINFER_CHECK(m.dtype() == DType::kUInt8, op, "packed_custom_mask",
+                     "expected torch.uint8, got ", dtype_torch_name(m.dtype()));
+    FLASHINFER_CHECK(m.numel() == byte_off[batch], op, "packed_custom_mask", "expected ",
+                     byte_off[batch],
+                     " bytes (each request's qo_len * kv_len bits rounded up to "
+                     "whole bytes), got ",
+                     m.numel());
+    const Tensor h = m.to(Device::cpu()).contiguous();
+    if (!s.packed_mask.empty())
+      std::memcpy(s.packed_mask.data(), h.data_ptr(), s.packed_mask.size());
+  }
+  s.causal = false;  // a custom mask overrides causal, as upstream
+}
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Total work items if every request's KV is cut into chunks of `chunk` units.
+int64_t count_work(const std::vector<int64_t>& tiles, const std::vector<int64_t>& units,
+                   int64_t chunk) {
+  int64_t n = 0;
+  for (std::size_t b = 0; b < tiles.size(); ++b) {
+    n += tiles[b] * std::max<int64_t>(1, ceil_div(units[b], chunk));
+  }
+  return n;
+}
+
+kernels::AttentionPlan partition(const detail::WrapperState& s, int64_t rows_per_tile,
+                                 int64_t chunk_units) {
+  kernels::AttentionPlan plan;
+  plan.cta_tile_q = static_cast<int32_t>(rows_per_tile);
+  const int64_t unit = s.paged ? s.page_size : 1;
+  for (int32_t b = 0; b < s.batch; ++b) {
+    const int64_t qo_len = s.qo_indptr[b + 1] - s.qo_indptr[b];
+    const int64_t kv_len = s.kv_lens[b];
+    const int64_t units = s.paged ? s.kv_indptr[b + 1] - s.kv_indptr[b] : kv_len;
+    const int64_t chunks = chunk_units > 0 ? std::max<int64_t>(1, ceil_div(units, chunk_units)) : 1;
+    for (int64_t q0 = 0; q0 < qo_len; q0 += rows_per_tile) {
+      const int64_t q1 = std::min(qo_len, q0 + rows_per_tile);
+      if (chunks == 1) {
+        plan.work.push_back({b, static_cast<int32_t>(q0), static_cast<int32_t>(q1), 0,
+                             static_cast<int32_t>(kv_len), -1});
+        continue;
+      }
+      plan.split_kv = true;
+      std::vector<int64_t> bases;
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t k0 = c * chunk_units * unit;
+        const int64_t k1 = std::min(kv_len, (c + 1) * chunk_units * unit);
+        bases.push_back(plan.num_partial_rows);
+        plan.work.push_back({b, static_cast<int32_t>(q0), static_cast<int32_t>(q1),
+                             static_cast<int32_t>(k0), static_cast<int32_t>(k1),
+                             static_cast<int32_t>(plan.num_partial_rows)});
+        plan.num_partial_rows += q1 - q0;
+      }
+      for (int64_t i = q0; i < q1; ++i) {
+        for (int64_t base : bases) plan.merge_rows.push_back(static_cast<int32_t>(base + i - q0));
+        plan.merge_indptr.push_back(static_cast<int32_t>(plan.merge_rows.size()));
+        plan.merge_out_row.push_back(static_cast<int32_t>(s.qo_indptr[b] + i));
+      }
+    }
+  }
+  if (plan.split_kv) plan.kv_chunk_size = static_cast<int32_t>(chunk_units * unit);
+  return plan;
+}
+
+}  // namespace
+
+void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size,
+                bool disable_split_kv, const char* op) {
+  const int32_t group = s.num_qo_heads / s.num_kv_heads;
+  // Rows per work item: decode keeps a request's queries together; prefill picks upstream's
+  // cta_tile_q from the average packed (GQA heads folded into rows) query length.
+  int64_t rows_per_tile;
+  if (s.decode) {
+    rows_per_tile = std::max<int64_t>(1, s.q_len_per_req);
+  } else {
+    const double avg_packed = s.batch > 0 ? static_cast<double>(s.total_qo) * group / s.batch : 0.0;
+    const int64_t cta_tile_q =
+        (avg_packed > 64 && s.head_dim_vo < 256) ? 128 : (avg_packed > 16 ? 64 : 16);
+    rows_per_tile = std::max<int64_t>(1, cta_tile_q / group);
+  }
+  const int64_t unit = s.paged ? s.page_size : 1;
+  std::vector<int64_t> tiles(static_cast<std::size_t>(s.batch)), units(tiles.size());
+  int64_t max_units = 1, base_work = 0;
+  for (int32_t b = 0; b < s.batch; ++b) {
+    tiles[b] = ceil_div(s.qo_indptr[b + 1] - s.qo_indptr[b], rows_per_tile);
+    units[b] = s.paged ? s.kv_indptr[b + 1] - s.kv_indptr[b] : s.kv_lens[b];
+    max_units = std::max(max_units, units[b]);
+    base_work += tiles[b];
+  }
+  // Blocks the device runs at once: SMs x 2 on CUDA, threads x 2 on the CPU.
+  int64_t max_grid;
+#if FLASHINFER_WITH_CUDA
+  if (s.device.is_cuda()) {
+    max_grid = 2 * static_cast<int64_t>(kernels::cuda::sm_count(s.device.index));
+  } else
+#endif
+  {
+    max_grid = 2 * static_cast<int64_t>(kernels::cpu::num_threads());
+  }
+  int64_t chunk = 0;  // in units (pages, or tokens for ragged); 0 = no split
+  if (fixed_split_size) {
+    FLASHINFER_CHECK(*fixed_split_size >= 1, op, "fixed_split_size", "must be >= 1, got ",
+                     *fixed_split_size);
+    if (!disable_split_kv) chunk = *fixed_split_size;
+  } else if (!disable_split_kv && base_work * s.num_kv_heads < max_grid) {
+    const int64_t lower = std::max<int64_t>(128 / unit, 1);
+    const int64_t budget = std::max<int64_t>(1, max_grid / s.num_kv_heads);
+    int64_t lo = lower, hi = std::max(lower, max_units);
+    while (lo < hi) {  // smallest chunk whose work fits the grid
+      const int64_t mid = (lo + hi) / 2;
+      if (count_work(tiles, units, mid) <= budget) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    if (count_work(tiles, units, lo) > base_work) chunk = lo;
+  }
+  s.plan = partition(s, rows_per_tile, chunk);
+  // Partials must fit the float workspace; otherwise run unsplit (same numbers, less parallel).
+  const int64_t need = s.plan.num_partial_rows * s.num_qo_heads * (s.head_dim_vo + 1) * 4;
+  const int64_t have = static_cast<int64_t>(s.float_workspace.nbytes());
+  if (s.plan.split_kv && need > have) s.plan = partition(s, rows_per_tile, 0);
+
+  s.dev_mask = Tensor();
+  s.dev_mask_indptr = Tensor();
+  if (s.device.is_cuda()) {
+    std::vector<int32_t> all;
+    auto append = [&](int idx, const int32_t* p, std::size_t n) {
+      s.dev_off[idx] = static_cast<int64_t>(all.size());
+      all.insert(all.end(), p, p + n);
+    };
+    append(0, s.qo_indptr.data(), s.qo_indptr.size());
+    append(1, s.kv_indptr.data(), s.kv_indptr.size());
+    append(2, s.kv_indices.data(), s.kv_indices.size());
+    append(3, s.kv_lens.data(), s.kv_lens.size());
+    append(4, reinterpret_cast<const int32_t*>(s.plan.work.data()), s.plan.work.size() * 6);
+    append(5, s.plan.merge_indptr.data(), s.plan.merge_indptr.size());
+    append(6, s.plan.merge_rows.data(), s.plan.merge_rows.size());
+    append(7, s.plan.merge_out_row.data(), s.plan.merge_out_row.size());
+    all.push_back(0);  // never empty
+    Tensor h = Tensor::empty({static_cast<int64_t>(all.size())}, DType::kInt32);
+    std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
+    // Re-plans reuse the device buffer when it is large enough, so its address stays put.
+    const auto n = static_cast<int64_t>(all.size());
+    if (s.dev_ints.defined() && s.dev_ints.numel() >= n) {
+      s.dev_ints.slice(0, 0, n).copy_(h);
+    } else {
+      s.dev_ints = Tensor::empty({std::max<int64_t>(n, 1 << 16)}, DType::kInt32, s.device);
+      s.dev_ints.slice(0, 0, n).copy_(h);
+    }
+    if (!s.mask_indptr.empty()) {
+      Tensor hm = Tensor::empty({static_cast<int64_t>(s.packed_mask.size()) + 1}, DType::kUInt8);
+      std::memcpy(hm.data_ptr(), s.packed_mask.data(), s.packed_mask.size());
+      s.dev_mask = hm.to(s.device);
+      Tensor hi = Tensor::empty({static_cast<int64_t>(s.mask_indptr.size())}, DType::kInt64);
+      std::memcpy(hi.data_ptr(), s.mask_indptr.data(), s.mask_indptr.size() * sizeof(int64_t));
+      s.dev_mask_indptr = hi.to(s.device);
+    }
+  }
+  s.planned = true;
+}
+
+AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, const Tensor& k,
+                            const Tensor& v, const AttentionRunOptions& o, const char* op,
+                            const char* k_arg, const char* v_arg) {
+  FLASHINFER_CHECK(s.planned, op, "self", "run() called before plan()");
+  // Options this library does not implement must stay unset.
+  FLASHINFER_CHECK_CODE(!o.sinks, ErrorCode::kUnsupported, op, "sinks",
+                        "attention sinks are not supported");
+  FLASHINFER_CHECK_CODE(!o.kv_cache_sf, ErrorCode::kUnsupported, op, "kv_cache_sf",
+                        "NVFP4 KV caches are not supported");
+  FLASHINFER_CHECK_CODE(!o.skip_softmax_threshold_scale_factor, ErrorCode::kUnsupported, op,
+                        "skip_softmax_threshold_scale_factor", "not supported");
+  FLASHINFER_CHECK_CODE(!o.use_fp16_softmax.value_or(false), ErrorCode::kUnsupported, op,
+                        "use_fp16_softmax", "not supported (softmax is fp32)");
+  FLASHINFER_CHECK_CODE(!o.uses_spcompress.value_or(false), ErrorCode::kUnsupported, op,
+                        "uses_spcompress", "not supported");
+  FLASHINFER_CHECK_CODE(!o.o_scale, ErrorCode::kUnsupported, op, "o_scale",
+                        "fp8 output scaling is not supported");
+  if (o.q_len_per_req) {
+    FLASHINFER_CHECK(*o.q_len_per_req == s.q_len_per_req, op, "q_len_per_req", "is ",
+                     *o.q_len_per_req, " but plan() was given ", s.q_len_per_req);
+  }
+  check_defined(q, op, "q");
+  check_dim(q, {3}, op, "q");
+  FLASHINFER_CHECK(q.device() == s.device, op, "q", "is on ", q.device().str(),
+                   " but the wrapper runs on ", s.device.str());
+  FLASHINFER_CHECK(q.dtype() == s.q_dtype, op, "q", "dtype ", dtype_torch_name(q.dtype()),
+                   " does not match plan's q_data_type ", dtype_torch_name(s.q_dtype));
+  check_shape_eq(q, {s.total_qo, s.num_qo_heads, s.head_dim_qk}, op, "q");
+  FLASHINFER_CHECK(q.stride(2) == 1, op, "q", "the head_dim axis must be contiguous");
+
+  const int64_t kd = k.dim();  // 4 (paged) or 3 (ragged)
+  for (const auto& [t, arg, dim] :
+       {std::tuple{&k, k_arg, s.head_dim_qk}, std::tuple{&v, v_arg, s.head_dim_vo}}) {
+    FLASHINFER_CHECK(t->device() == s.device, op, arg, "is on ", t->device().str(),
+                     " but the wrapper runs on ", s.device.str());
+    FLASHINFER_CHECK(t->dtype() == s.kv_dtype, op, arg, "dtype ", dtype_torch_name(t->dtype()),
+                     " does not match plan's kv_data_type ", dtype_torch_name(s.kv_dtype));
+    FLASHINFER_CHECK(t->dim() == kd, op, arg, "rank mismatch between k and v");
+    FLASHINFER_CHECK(t->size(kd - 2) == s.num_kv_heads && t->size(kd - 1) == dim, op, arg, "has ",
+                     t->size(kd - 2), " heads of dim ", t->size(kd - 1), ", plan() said ",
+                     s.num_kv_heads, " heads of dim ", dim);
+    FLASHINFER_CHECK(t->stride(kd - 1) == 1, op, arg, "the head_dim axis must be contiguous");
+    if (s.paged) {
+      FLASHINFER_CHECK(t->size(1) == s.page_size, op, arg, "page size ", t->size(1),
+                       " does not match plan's page_size ", s.page_size);
+      FLASHINFER_CHECK(s.max_page_id < t->size(0), op, arg, "the page table refers to page ",
+                       s.max_page_id, " but the cache has ", t->size(0), " pages");
+    } else {
+      FLASHINFER_CHECK(t->size(0) >= s.total_kv, op, arg, "has ", t->size(0),
+                       " rows but kv_indptr ends at ", s.total_kv);
+    }
+  }
+
+  AttentionOutput result;
+  const Shape o_shape{s.total_qo, s.num_qo_heads, s.head_dim_vo};
+  if (o.out) {
+    const Tensor& out = *o.out;
+    check_defined(out, op, "out");
+    check_shape_eq(out, o_shape, op, "out");
+    FLASHINFER_CHECK(out.dtype() == s.o_dtype, op, "out", "dtype ", dtype_torch_name(out.dtype()),
+                     " does not match o_data_type ", dtype_torch_name(s.o_dtype));
+    check_same_device(out, q, op, "out", "q");
+    FLASHINFER_CHECK(out.stride(2) == 1, op, "out", "the head_dim axis must be contiguous");
+    result.out = out;
+  } else {
+    result.out = Tensor::empty(o_shape, s.o_dtype, s.device);
+  }
+  Tensor lse;
+  if (o.lse) {
+    lse = *o.lse;
+    check_defined(lse, op, "lse");
+    check_shape_eq(lse, {s.total_qo, s.num_qo_heads}, op, "lse");
+    FLASHINFER_CHECK(lse.dtype() == DType::kFloat32, op, "lse", "must be torch.float32");
+    check_same_device(lse, q, op, "lse", "q");
+  } else if (o.return_lse) {
+    lse = Tensor::empty({s.total_qo, s.num_qo_heads}, DType::kFloat32, s.device);
+  }
+  if (o.return_lse) result.lse = lse;
+  if (s.total_qo == 0) return result;
+
+  kernels::AttentionParams p;
+  p.q = q.data_ptr();
+  p.q_dtype = q.dtype();
+  p.q_stride_n = q.stride(0);
+  p.q_stride_h = q.stride(1);
+  p.kv.k = k.data_ptr();
+  p.kv.v = v.data_ptr();
+  p.kv.dtype = s.kv_dtype;
+  if (s.paged) {
+    p.kv.k_stride_page = k.stride(0);
+    p.kv.k_stride_token = k.stride(1);
+    p.kv.k_stride_head = k.stride(2);
+    p.kv.v_stride_page = v.stride(0);
+    p.kv.v_stride_token = v.stride(1);
+    p.kv.v_stride_head = v.stride(2);
+    p.kv.page_size = s.page_size;
+  } else {
+    p.kv.k_stride_token = k.stride(0);
+    p.kv.k_stride_head = k.stride(1);
+    p.kv.v_stride_token = v.stride(0);
+    p.kv.v_stride_head = v.stride(1);
+  }
+  p.o = result.out.data_ptr();
+  p.o_dtype = s.o_dtype;
+  p.o_stride_n = result.out.stride(0);
+  p.o_stride_h = result.out.stride(1);
+  if (lse.defined()) {
+    p.lse = lse.data<float>();
+    p.lse_stride_n = lse.stride(0);
+    p.lse_stride_h = lse.stride(1);
+  }
+  p.batch = s.batch;
+  p.num_qo_heads = s.num_qo_heads;
+  p.num_kv_heads = s.num_kv_heads;
+  p.head_dim_qk = s.head_dim_qk;
+  p.head_dim_vo = s.head_dim_vo;
+  p.sm_scale = static_cast<float>(s.sm_scale * o.q_scale.value_or(1.0) * o.k_scale.value_or(1.0));
+  p.logits_soft_cap = static_cast<float>(s.logits_soft_cap);
+  p.v_scale = static_cast<float>(o.v_scale.value_or(1.0));
+  p.causal = s.causal;
+  const int64_t window = o.window_left.value_or(s.window_left);
+  FLASHINFER_CHECK(window >= -1 && window <= std::numeric_limits<int32_t>::max(), op, "window_left",
+                   "must be -1 or a non-negative int32, got ", window);
+  p.window_left = static_cast<int32_t>(window);
+  p.num_work = static_cast<int32_t>(s.plan.work.size());
+  for (const kernels::WorkItem& w : s.plan.work) {
+    p.max_work_rows = std::max(p.max_work_rows, w.qo_end - w.qo_begin);
+  }
+  p.use_tensor_cores = !s.decode || s.use_tensor_cores;
+  p.num_merge = static_cast<int32_t>(s.plan.merge_out_row.size());
+  if (s.plan.num_partial_rows > 0) {
+    auto* ws = static_cast<float*>(s.float_workspace.data_ptr());
+    p.tmp_v = ws;
+    p.tmp_s = ws + s.plan.num_partial_rows * s.num_qo_heads * s.head_dim_vo;
+  }
+  if (s.scale_q.defined()) p.scale_q = s.scale_q.data<const float>();
+  if (s.scale_k.defined()) p.scale_k = s.scale_k.data<const float>();
+  if (s.scale_v.defined()) p.scale_v = s.scale_v.data<const float>();
+  if (s.device.is_cpu()) {
+    p.qo_indptr = s.qo_indptr.data();
+    p.kv.kv_indptr = s.kv_indptr.data();
+    p.kv.kv_indices = s.paged ? s.kv_indices.data() : nullptr;
+    p.kv_lens = s.kv_lens.data();
+    p.work = s.plan.work.data();
+    p.merge_indptr = s.plan.merge_indptr.data();
+    p.merge_rows = s.plan.merge_rows.data();
+    p.merge_out_row = s.plan.merge_out_row.data();
+    if (!s.mask_indptr.empty()) {
+      p.custom_mask = s.packed_mask.data();
+      p.mask_indptr = s.mask_indptr.data();
+    }
+  } else {
+    const auto* base = s.dev_ints.data<const int32_t>();
+    p.qo_indptr = base + s.dev_off[0];
+    p.kv.kv_indptr = base + s.dev_off[1];
+    p.kv.kv_indices = s.paged ? base + s.dev_off[2] : nullptr;
+    p.kv_lens = base + s.dev_off[3];
+    p.work = reinterpret_cast<const kernels::WorkItem*>(base + s.dev_off[4]);
+    p.merge_indptr = base + s.dev_off[5];
+    p.merge_rows = base + s.dev_off[6];
+    p.merge_out_row = base + s.dev_off[7];
+    if (s.dev_mask.defined()) {
+      p.custom_mask = s.dev_mask.data<const uint8_t>();
+      p.mask_indptr = s.dev_mask_indptr.data<const int64_t>();
+    }
+  }
+  if (s.device.is_cpu()) {
+    kernels::cpu::batch_attention(p);
+  } else {
+#if FLASHINFER_WITH_CUDA
+    const bool* req = o.enable_pdl ? &*o.enable_pdl : nullptr;
+    kernels::cuda::batch_attention(p, current_cuda_stream(), resolve_enable_pdl(req, s.device));
+#else
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "q",
+                    "CUDA tensor given to a build without the CUDA backend");
+#endif
+  }
+  return result;
+}
+
+std::size_t arg_index(const CallArgs& a, const char* name) {
+  const int i = a.decl().param_index(name);
+  FLASHINFER_CHECK_CODE(i >= 0, ErrorCode::kInternal, a.decl().name, name,
+                        "not a parameter of this op");
+  return static_cast<std::size_t>(i);
+}
+
+ParamDecl run_option_param(const std::string& name) {
+  ParamKind kind = ParamKind::kFloat;
+  if (name == "out" || name == "lse" || name == "sinks" || name == "kv_cache_sf") {
+    kind = ParamKind::kTensor;
+  } else if (name == "enable_pdl" || name == "use_fp16_softmax" || name == "uses_spcompress") {
+    kind = ParamKind::kBool;
+  } else if (name == "window_left" || name == "q_len_per_req") {
+    kind = ParamKind::kInt;
+  } else if (name == "return_lse") {
+    return ParamDecl(name, ParamKind::kBool).def(false).kw();
+  }
+  ParamDecl p = ParamDecl(name, kind).opt().kw();
+  if (name == "out" || name == "lse") p.mut();  // the recorder saves them after the call
+  return p;
+}
+
+AttentionRunOptions read_run_options(const CallArgs& a) {
+  AttentionRunOptions o;
+  const OpDecl& d = a.decl();
+  auto has = [&](const char* n) { return d.param_index(n) >= 0; };
+  auto idx = [&](const char* n) { return arg_index(a, n); };
+  if (has("q_scale")) o.q_scale = a.optional_f64(idx("q_scale"));
+  if (has("k_scale")) o.k_scale = a.optional_f64(idx("k_scale"));
+  if (has("v_scale")) o.v_scale = a.optional_f64(idx("v_scale"));
+  if (has("o_scale")) o.o_scale = a.optional_f64(idx("o_scale"));
+  if (has("out")) o.out = a.optional_tensor(idx("out"));
+  if (has("lse")) o.lse = a.optional_tensor(idx("lse"));
+  if (has("return_lse")) o.return_lse = a.boolean(idx("return_lse"));
+  if (has("enable_pdl")) o.enable_pdl = a.optional_bool(idx("enable_pdl"));
+  if (has("window_left")) o.window_left = a.optional_i64(idx("window_left"));
+  if (has("sinks")) o.sinks = a.optional_tensor(idx("sinks"));
+  if (has("q_len_per_req")) o.q_len_per_req = a.optional_i64(idx("q_len_per_req"));
+  if (has("skip_softmax_threshold_scale_factor")) {
+    o.skip_softmax_threshold_scale_factor =
+        a.optional_f64(idx("skip_softmax_threshold_scale_factor"));
+  }
+  if (has("kv_cache_sf")) o.kv_cache_sf = a.optional_tensor(idx("kv_cache_sf"));
+  if (has("use_fp16_softmax")) o.use_fp16_softmax = a.optional_bool(idx("use_fp16_softmax"));
+  if (has("uses_spcompress")) o.uses_spcompress = a.optional_bool(idx("uses_spcompress"));
+  return o;
+}
+
+ParamDecl prefill_option_param(const std::string& n) {
+  if (n == "head_dim_vo" || n == "max_token_per_sequence" || n == "max_sequence_kv" ||
+      n == "fixed_split_size") {
+    return ParamDecl(n, ParamKind::kInt).opt();
+  }
+  if (n == "sm_scale" || n == "logits_soft_cap" || n == "rope_scale" || n == "rope_theta") {
+    return ParamDecl(n, ParamKind::kFloat).opt();
+  }
+  if (n == "causal" || n == "use_fp16_qk_reduction" || n == "disable_split_kv") {
+    return ParamDecl(n, ParamKind::kBool).def(false);
+  }
+  if (n == "non_blocking") return ParamDecl(n, ParamKind::kBool).def(true);
+  if (n == "pos_encoding_mode") return ParamDecl(n, ParamKind::kString).def("NONE");
+  if (n == "window_left") return ParamDecl(n, ParamKind::kInt).def(-1);
+  if (n == "token_pos_in_items_len") return ParamDecl(n, ParamKind::kInt).def(0);
+  if (n == "q_data_type") return ParamDecl(n, ParamKind::kDType).def("float16");
+  if (n == "kv_data_type" || n == "o_data_type") return ParamDecl(n, ParamKind::kDType).opt();
+  return ParamDecl(n, ParamKind::kTensor).opt();  // masks and the unsupported buffers
+}
+
+PrefillPlanOptions read_prefill_options(const CallArgs& a) {
+  PrefillPlanOptions o;
+  const OpDecl& d = a.decl();
+  auto has = [&](const char* n) { return d.param_index(n) >= 0; };
+  auto idx = [&](const char* n) { return arg_index(a, n); };
+  o.head_dim_vo = a.optional_i64(idx("head_dim_vo"));
+  o.custom_mask = a.optional_tensor(idx("custom_mask"));
+  o.packed_custom_mask = a.optional_tensor(idx("packed_custom_mask"));
+  o.causal = a.boolean(idx("causal"));
+  o.pos_encoding_mode = a.str(idx("pos_encoding_mode"));
+  o.use_fp16_qk_reduction = a.boolean(idx("use_fp16_qk_reduction"));
+  o.sm_scale = a.optional_f64(idx("sm_scale"));
+  o.window_left = a.i64(idx("window_left"));
+  o.logits_soft_cap = a.optional_f64(idx("logits_soft_cap"));
+  o.rope_scale = a.optional_f64(idx("rope_scale"));
+  o.rope_theta = a.optional_f64(idx("rope_theta"));
+  o.q_data_type = a.dtype(idx("q_data_type"));
+  o.kv_data_type = a.optional_dtype(idx("kv_data_type"));
+  o.o_data_type = a.optional_dtype(idx("o_data_type"));
+  o.non_blocking = a.boolean(idx("non_blocking"));
+  o.prefix_len_ptr = a.optional_tensor(idx("prefix_len_ptr"));
+  o.token_pos_in_items_ptr = a.optional_tensor(idx("token_pos_in_items_ptr"));
+  o.token_pos_in_items_len = a.i64(idx("token_pos_in_items_len"));
+  o.max_item_len_ptr = a.optional_tensor(idx("max_item_len_ptr"));
+  o.seq_lens = a.optional_tensor(idx("seq_lens"));
+  o.seq_lens_q = a.optional_tensor(idx("seq_lens_q"));
+  if (has("block_tables")) o.block_tables = a.optional_tensor(idx("block_tables"));
+  o.max_token_per_sequence = a.optional_i64(idx("max_token_per_sequence"));
+  o.max_sequence_kv = a.optional_i64(idx("max_sequence_kv"));
+  o.fixed_split_size = a.optional_i64(idx("fixed_split_size"));
+  o.disable_split_kv = a.boolean(idx("disable_split_kv"));
+  if (has("v_indptr")) o.v_indptr = a.optional_tensor(idx("v_indptr"));
+  if (has("o_indptr")) o.o_indptr = a.optional_tensor(idx("o_indptr"));
+  return o;
+}
+
+void plan_settings(detail::WrapperState& s, int64_t num_qo_heads, int64_t num_kv_heads,
+                   int64_t head_dim_qk, int64_t head_dim_vo, DType q_dtype,
+                   std::optional<DType> kv_dtype, std::optional<DType> o_dtype,
+                   std::optional<double> sm_scale, int64_t window_left,
+                   std::optional<double> logits_soft_cap, std::string_view pos_encoding_mode,
+                   const char* op) {
+  check_heads(num_qo_heads, num_kv_heads, op, "num_qo_heads", "num_kv_heads");
+  check_head_dim(head_dim_qk, op, "head_dim_qk");
+  check_head_dim(head_dim_vo, op, "head_dim_vo");
+  check_pos_encoding(pos_encoding_mode, op);
+  check_q_dtype(q_dtype, op, "q_data_type");
+  const DType kv = kv_dtype.value_or(q_dtype);
+  check_kv_dtype(kv, q_dtype, op, "kv_data_type");
+  const DType od = o_dtype.value_or(q_dtype);
+  check_q_dtype(od, op, "o_data_type");
+  FLASHINFER_CHECK(window_left >= -1 && window_left <= std::numeric_limits<int32_t>::max(), op,
+                   "window_left", "must be -1 or a non-negative int32, got ", window_left);
+  const double cap = logits_soft_cap.value_or(0.0);
+  FLASHINFER_CHECK(cap >= 0.0 && std::isfinite(cap), op, "logits_soft_cap",
+                   "must be finite and >= 0, got ", cap);
+  const double scale = sm_scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim_qk)));
+  FLASHINFER_CHECK(std::isfinite(scale), op, "sm_scale", "must be finite, got ", scale);
+  s.num_qo_heads = static_cast<int32_t>(num_qo_heads);
+  s.num_kv_heads = static_cast<int32_t>(num_kv_heads);
+  s.head_dim_qk = static_cast<int32_t>(head_dim_qk);
+  s.head_dim_vo = static_cast<int32_t>(head_dim_vo);
+  s.q_dtype = q_dtype;
+  s.kv_dtype = kv;
+  s.o_dtype = od;
+  s.sm_scale = scale;
+  s.window_left = window_left;
+  s.logits_soft_cap = cap;
+}
+
+void init_wrapper(detail::WrapperState& s, const Tensor& float_workspace_buffer,
+                  std::string_view kv_layout, bool use_cuda_graph, std::string_view backend,
+                  const std::optional<Value>& jit_args, const char* op) {
+  check_defined(float_workspace_buffer, op, "float_workspace_buffer");
+  FLASHINFER_CHECK(float_workspace_buffer.is_contiguous(), op, "float_workspace_buffer",
+                   "must be contiguous");
+  s.float_workspace = float_workspace_buffer;
+  s.device = float_workspace_buffer.device();
+  s.hnd = parse_kv_layout(kv_layout, op, "kv_layout");
+  s.use_cuda_graph = use_cuda_graph;
+  FLASHINFER_CHECK_CODE(backend == "auto" || backend == "fa2", ErrorCode::kUnsupported, op,
+                        "backend", "\"", backend, "\" is not available (\"auto\" or \"fa2\")");
+  s.backend = std::string(backend);
+  FLASHINFER_CHECK_CODE(!jit_args || jit_args->is_none(), ErrorCode::kUnsupported, op, "jit_args",
+                        "JIT variants are not supported");
+}
+
+}  // namespace flashinfer::api

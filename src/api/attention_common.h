@@ -1,0 +1,120 @@
+// Private: what the attention areas (page, decode, prefill) share: host copies and checks of
+// index arrays, paged-cache views, the work-partition planner, wrapper state and the run path.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "flashinfer/op_decl.h"
+#include "flashinfer/ops/attention.h"
+#include "flashinfer/tensor.h"
+#include "kernels/attention_params.h"
+
+namespace flashinfer {
+namespace detail {
+
+/// Everything a wrapper keeps between plan() and run().
+struct WrapperState {
+  // Constructor arguments.
+  Tensor float_workspace;
+  Device device;
+  bool hnd = false;
+  bool use_cuda_graph = false;
+  bool use_tensor_cores = false;
+  std::string backend = "auto";
+
+  // plan()
+  bool planned = false;
+  bool paged = true;
+  bool decode = false;
+  int32_t batch = 0, num_qo_heads = 0, num_kv_heads = 0, head_dim_qk = 0, head_dim_vo = 0;
+  int32_t page_size = 1;
+  int64_t q_len_per_req = 1;
+  DType q_dtype = DType::kFloat16, kv_dtype = DType::kFloat16, o_dtype = DType::kFloat16;
+  bool causal = false;
+  int64_t window_left = -1;
+  double logits_soft_cap = 0.0;
+  double sm_scale = 1.0;
+  std::vector<int32_t> qo_indptr, kv_indptr, kv_indices, kv_lens;
+  int64_t max_page_id = -1;  // largest page id in kv_indices (-1 when none)
+  int64_t total_qo = 0, total_kv = 0;
+  std::vector<uint8_t> packed_mask;  // per-request segments, each byte-aligned
+  std::vector<int64_t> mask_indptr;  // bit offset of each request's segment
+  kernels::AttentionPlan plan;
+  // Device copies (CUDA): all int32 arrays in one buffer, the mask in another.
+  Tensor dev_ints, dev_mask, dev_mask_indptr;
+  // Optional per-head factors of single_prefill (fp32, on the device): [Hq], [Hkv], [Hkv].
+  Tensor scale_q, scale_k, scale_v;
+  // Element offsets in dev_ints: qo_indptr, kv_indptr, kv_indices, kv_lens, work,
+  // merge_indptr, merge_rows, merge_out_row.
+  int64_t dev_off[8] = {};
+};
+
+}  // namespace detail
+
+namespace api {
+
+/// An int32 1-D index tensor copied to the host; expected_len < 0 accepts any length.
+std::vector<int32_t> index_to_host(const Tensor& t, const char* op, const char* arg,
+                                   int64_t expected_len = -1);
+/// indptr[0] == 0 and non-decreasing.
+void check_indptr(const std::vector<int32_t>& indptr, const char* op, const char* arg);
+/// "NHD" → false, "HND" → true; anything else is an error naming `arg`.
+bool parse_kv_layout(std::string_view layout, const char* op, const char* arg);
+/// Head counts and dims the kernels support.
+void check_heads(int64_t num_qo_heads, int64_t num_kv_heads, const char* op, const char* qo_arg,
+                 const char* kv_arg);
+void check_head_dim(int64_t head_dim, const char* op, const char* arg);
+/// Only "NONE": RoPE is applied by the rope ops before attention.
+void check_pos_encoding(std::string_view mode, const char* op);
+/// A page table: checks indptr/indices/last_page_len and returns per-request lengths.
+void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor& indices,
+                     const Tensor& last_page_len, int64_t page_size, const char* op,
+                     const char* indptr_arg, const char* indices_arg, const char* last_arg);
+/// K and V of a paged cache as [pages, page_size, H, D] views (HND caches are permuted views).
+std::pair<Tensor, Tensor> paged_cache_views(const PagedKVCache& cache, bool hnd, const char* op,
+                                            const char* arg);
+/// Packs a bool [total] mask (or takes a packed uint8 one) into per-request byte-aligned
+/// segments of qo_len_i * kv_len_i bits.
+void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& custom_mask,
+                      const std::optional<Tensor>& packed_custom_mask, const char* op);
+/// Builds the work partition (split-KV when it helps fill the device) and copies everything
+/// the kernels need to the wrapper's device.
+void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size,
+                bool disable_split_kv, const char* op);
+/// run(): checks q/out/lse against the plan, then computes. k/v are [*, tokens, H, D]-ordered
+/// views: [pages, page_size, H, D] (paged) or [tokens, H, D] (ragged).
+AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, const Tensor& k,
+                            const Tensor& v, const AttentionRunOptions& o, const char* op,
+                            const char* k_arg, const char* v_arg);
+/// Checks that a dtype is a supported q/o (fp16, bf16, fp32) or kv (+ fp8) dtype.
+void check_q_dtype(DType d, const char* op, const char* arg);
+void check_kv_dtype(DType d, DType q, const char* op, const char* arg);
+
+/// Declarations of run()'s keyword parameters (AttentionRunOptions fields), by name.
+ParamDecl run_option_param(const std::string& name);
+/// Reads the AttentionRunOptions fields that `a`'s declaration has.
+AttentionRunOptions read_run_options(const CallArgs& a);
+/// Declaration of a PrefillPlanOptions field (keyword-or-positional upstream), by name.
+ParamDecl prefill_option_param(const std::string& name);
+PrefillPlanOptions read_prefill_options(const CallArgs& a);
+/// Index of `name` in a's declaration (throws kInternal when absent).
+std::size_t arg_index(const CallArgs& a, const char* name);
+/// The common plan() settings: dtypes, scales, window, soft cap.
+void plan_settings(detail::WrapperState& s, int64_t num_qo_heads, int64_t num_kv_heads,
+                   int64_t head_dim_qk, int64_t head_dim_vo, DType q_dtype,
+                   std::optional<DType> kv_dtype, std::optional<DType> o_dtype,
+                   std::optional<double> sm_scale, int64_t window_left,
+                   std::optional<double> logits_soft_cap, std::string_view pos_encoding_mode,
+                   const char* op);
+/// The checks every wrapper constructor makes.
+void init_wrapper(detail::WrapperState& s, const Tensor& float_workspace_buffer,
+                  std::string_view kv_layout, bool use_cuda_graph, std::string_view backend,
+                  const std::optional<Value>& jit_args, const char* op);
+
+}  // namespace api
+}  // namespace flashinfer

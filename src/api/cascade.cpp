@@ -1,0 +1,228 @@
+// Public state merges (flashinfer.cascade): declarations, checks, dispatch.
+#include "flashinfer/ops/cascade.h"
+
+#include "api/checks.h"
+#include "flashinfer/api_call.h"
+#include "flashinfer/stream.h"
+#include "kernels/attention_params.h"
+#include "kernels/cpu/attention_cpu.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/cascade_cuda.h"
+#endif
+
+namespace flashinfer {
+namespace {
+
+constexpr const char* kModule = "flashinfer.cascade";
+
+OpDecl make_merge_state_decl() {
+  OpDecl d;
+  d.name = "merge_state";
+  d.module = kModule;
+  d.params = {ParamDecl("v_a", ParamKind::kTensor), ParamDecl("s_a", ParamKind::kTensor),
+              ParamDecl("v_b", ParamKind::kTensor), ParamDecl("s_b", ParamKind::kTensor)};
+  d.returns = "tuple[Tensor, Tensor]";
+  d.summary = "Merges two attention states (output, base-2 LSE) over disjoint key sets";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return to_value(merge_state(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3)));
+  };
+  return d;
+}
+const OpDecl& merge_state_decl() {
+  static const OpDecl& d = *OpRegistry::global().find("merge_state");
+  return d;
+}
+
+OpDecl make_merge_state_in_place_decl() {
+  OpDecl d;
+  d.name = "merge_state_in_place";
+  d.module = kModule;
+  d.params = {ParamDecl("v", ParamKind::kTensor).mut(), ParamDecl("s", ParamKind::kTensor).mut(),
+              ParamDecl("v_other", ParamKind::kTensor), ParamDecl("s_other", ParamKind::kTensor),
+              ParamDecl("mask", ParamKind::kTensor).opt()};
+  d.returns = "None";
+  d.summary = "Merges (v_other, s_other) into (v, s) in place, rows with mask false skipped";
+  d.invoke = [](const CallArgs& a) -> Value {
+    merge_state_in_place(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3), a.optional_tensor(4));
+    return Value();
+  };
+  return d;
+}
+const OpDecl& merge_state_in_place_decl() {
+  static const OpDecl& d = *OpRegistry::global().find("merge_state_in_place");
+  return d;
+}
+
+OpDecl make_merge_states_decl() {
+  OpDecl d;
+  d.name = "merge_states";
+  d.module = kModule;
+  d.params = {ParamDecl("v", ParamKind::kTensor), ParamDecl("s", ParamKind::kTensor)};
+  d.returns = "tuple[Tensor, Tensor]";
+  d.summary = "Merges num_states attention states per row and head";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return to_value(merge_states(a.tensor(0), a.tensor(1)));
+  };
+  return d;
+}
+const OpDecl& merge_states_decl() {
+  static const OpDecl& d = *OpRegistry::global().find("merge_states");
+  return d;
+}
+
+// v [seq, H, D] with s [seq, H] fp32 on v's device.
+void check_state(const Tensor& v, const Tensor& s, const char* op, const char* v_arg,
+                 const char* s_arg) {
+  api::check_defined(v, op, v_arg);
+  api::check_defined(s, op, s_arg);
+  api::check_dim(v, {3}, op, v_arg);
+  api::check_dtype_in(v, {DType::kFloat16, DType::kBFloat16, DType::kFloat32}, op, v_arg);
+  FLASHINFER_CHECK(v.stride(2) == 1, op, v_arg, "the head_dim axis must be contiguous");
+  api::check_dim(s, {2}, op, s_arg);
+  FLASHINFER_CHECK(s.dtype() == DType::kFloat32, op, s_arg, "must be torch.float32, got ",
+                   dtype_torch_name(s.dtype()));
+  api::check_shape_eq(s, {v.size(0), v.size(1)}, op, s_arg);
+  api::check_same_device(s, v, op, s_arg, v_arg);
+}
+
+void dispatch(const kernels::MergeParams& p, Device device, const char* op) {
+  if (p.seq * p.num_heads == 0) return;
+  if (device.is_cpu()) {
+    kernels::cpu::merge_states(p);
+  } else {
+#if FLASHINFER_WITH_CUDA
+    (void)op;
+    kernels::cuda::merge_states(p, current_cuda_stream());
+#else
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "v",
+                    "CUDA tensor given to a build without the CUDA backend");
+#endif
+  }
+}
+
+// Binary merge of (v_a, s_a) and (v_b, s_b) into (v_out, s_out).
+void merge_two(const Tensor& v_a, const Tensor& s_a, const Tensor& v_b, const Tensor& s_b,
+               const Tensor& v_out, const Tensor& s_out, const std::optional<Tensor>& mask,
+               const char* op, const char* names[4]) {
+  check_state(v_a, s_a, op, names[0], names[1]);
+  api::check_defined(v_b, op, names[2]);
+  api::check_shape_eq(v_b, v_a.shape(), op, names[2]);
+  api::check_same_dtype(v_b, v_a, op, names[2], names[0]);
+  api::check_same_device(v_b, v_a, op, names[2], names[0]);
+  check_state(v_b, s_b, op, names[2], names[3]);
+  Tensor mask_c;
+  if (mask) {
+    api::check_defined(*mask, op, "mask");
+    FLASHINFER_CHECK(mask->dtype() == DType::kBool, op, "mask", "must be torch.bool");
+    api::check_shape_eq(*mask, {v_a.size(0)}, op, "mask");
+    api::check_same_device(*mask, v_a, op, "mask", names[0]);
+    mask_c = mask->contiguous();
+  }
+  kernels::MergeParams p;
+  p.v = v_a.data_ptr();
+  p.s = s_a.data<const float>();
+  p.v_dtype = v_a.dtype();
+  p.v_stride_n = v_a.stride(0);
+  p.v_stride_h = v_a.stride(1);
+  p.s_stride_n = s_a.stride(0);
+  p.s_stride_h = s_a.stride(1);
+  p.v_b = v_b.data_ptr();
+  p.s_b = s_b.data<const float>();
+  p.vb_stride_n = v_b.stride(0);
+  p.vb_stride_h = v_b.stride(1);
+  p.sb_stride_n = s_b.stride(0);
+  p.sb_stride_h = s_b.stride(1);
+  p.v_out = v_out.data_ptr();
+  p.s_out = s_out.data<float>();
+  p.vo_stride_n = v_out.stride(0);
+  p.vo_stride_h = v_out.stride(1);
+  p.so_stride_n = s_out.stride(0);
+  p.so_stride_h = s_out.stride(1);
+  p.mask = mask_c.defined() ? mask_c.data<const uint8_t>() : nullptr;
+  p.seq = v_a.size(0);
+  p.num_states = 2;
+  p.num_heads = v_a.size(1);
+  p.head_dim = v_a.size(2);
+  dispatch(p, v_a.device(), op);
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor> merge_state(const Tensor& v_a, const Tensor& s_a, const Tensor& v_b,
+                                       const Tensor& s_b) {
+  return call_api(
+      &merge_state_decl,
+      [&]() -> std::tuple<Tensor, Tensor> {
+        static const char* names[4] = {"v_a", "s_a", "v_b", "s_b"};
+        api::check_defined(v_a, "merge_state", "v_a");
+        api::check_defined(s_a, "merge_state", "s_a");
+        Tensor v = Tensor::empty(v_a.shape(), v_a.dtype(), v_a.device());
+        Tensor s = Tensor::empty(s_a.shape(), DType::kFloat32, v_a.device());
+        merge_two(v_a, s_a, v_b, s_b, v, s, std::nullopt, "merge_state", names);
+        return {v, s};
+      },
+      v_a, s_a, v_b, s_b);
+}
+
+void merge_state_in_place(const Tensor& v, const Tensor& s, const Tensor& v_other,
+                          const Tensor& s_other, std::optional<Tensor> mask) {
+  call_api(
+      &merge_state_in_place_decl,
+      [&] {
+        static const char* names[4] = {"v", "s", "v_other", "s_other"};
+        merge_two(v, s, v_other, s_other, v, s, mask, "merge_state_in_place", names);
+      },
+      v, s, v_other, s_other, mask);
+}
+
+std::tuple<Tensor, Tensor> merge_states(const Tensor& v, const Tensor& s) {
+  return call_api(
+      &merge_states_decl,
+      [&]() -> std::tuple<Tensor, Tensor> {
+        const char* op = "merge_states";
+        api::check_defined(v, op, "v");
+        api::check_defined(s, op, "s");
+        api::check_dim(v, {4}, op, "v");
+        api::check_dtype_in(v, {DType::kFloat16, DType::kBFloat16, DType::kFloat32}, op, "v");
+        FLASHINFER_CHECK(v.stride(3) == 1, op, "v", "the head_dim axis must be contiguous");
+        api::check_dim(s, {3}, op, "s");
+        FLASHINFER_CHECK(s.dtype() == DType::kFloat32, op, "s", "must be torch.float32");
+        api::check_shape_eq(s, {v.size(0), v.size(1), v.size(2)}, op, "s");
+        api::check_same_device(s, v, op, "s", "v");
+        Tensor vo = Tensor::empty({v.size(0), v.size(2), v.size(3)}, v.dtype(), v.device());
+        Tensor so = Tensor::empty({v.size(0), v.size(2)}, DType::kFloat32, v.device());
+        kernels::MergeParams p;
+        p.v = v.data_ptr();
+        p.s = s.data<const float>();
+        p.v_dtype = v.dtype();
+        p.v_stride_n = v.stride(0);
+        p.v_stride_k = v.stride(1);
+        p.v_stride_h = v.stride(2);
+        p.s_stride_n = s.stride(0);
+        p.s_stride_k = s.stride(1);
+        p.s_stride_h = s.stride(2);
+        p.v_out = vo.data_ptr();
+        p.s_out = so.data<float>();
+        p.vo_stride_n = vo.stride(0);
+        p.vo_stride_h = vo.stride(1);
+        p.so_stride_n = so.stride(0);
+        p.so_stride_h = so.stride(1);
+        p.seq = v.size(0);
+        p.num_states = v.size(1);
+        p.num_heads = v.size(2);
+        p.head_dim = v.size(3);
+        dispatch(p, v.device(), op);
+        return {vo, so};
+      },
+      v, s);
+}
+
+namespace detail {
+void register_cascade_ops(OpRegistry& registry) {
+  registry.add(make_merge_state_decl());
+  registry.add(make_merge_state_in_place_decl());
+  registry.add(make_merge_states_decl());
+}
+}  // namespace detail
+
+}  // namespace flashinfer

@@ -1,0 +1,304 @@
+// Public paged-KV utilities (flashinfer.page): declarations, checks, dispatch.
+#include "flashinfer/ops/page.h"
+
+#include <cstring>
+
+#include "api/attention_common.h"
+#include "api/checks.h"
+#include "flashinfer/api_call.h"
+#include "flashinfer/stream.h"
+#include "kernels/cpu/attention_cpu.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/cascade_cuda.h"
+#endif
+
+namespace flashinfer {
+
+PagedKVCache PagedKVCache::from_value(const Value& v) {
+  if (v.is_tensor()) return PagedKVCache(v.as_tensor());
+  FLASHINFER_CHECK(v.is_sequence() && v.items().size() == 2, "", "paged_kv_cache",
+                   "expected a tensor or a (k_cache, v_cache) pair");
+  return PagedKVCache(v.items()[0].as_tensor(), v.items()[1].as_tensor());
+}
+
+Value to_value(const PagedKVCache& cache) {
+  if (!cache.is_pair()) return Value(cache.first());
+  return Value::tuple({Value(cache.first()), Value(cache.second())});
+}
+
+namespace {
+
+constexpr const char* kModule = "flashinfer.page";
+
+Tensor host_int32(const std::vector<int32_t>& v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kInt32);
+  if (!v.empty()) std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(int32_t));
+  return t;
+}
+
+OpDecl make_get_seq_lens_decl() {
+  OpDecl d;
+  d.name = "get_seq_lens";
+  d.module = kModule;
+  d.params = {ParamDecl("kv_indptr", ParamKind::kTensor),
+              ParamDecl("kv_last_page_len", ParamKind::kTensor),
+              ParamDecl("page_size", ParamKind::kInt)};
+  d.returns = "Tensor";
+  d.summary = "Sequence lengths of a paged KV cache from its indptr and last-page lengths";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return get_seq_lens(a.tensor(0), a.tensor(1), a.i64(2));
+  };
+  return d;
+}
+const OpDecl& get_seq_lens_decl() {
+  static const OpDecl& d = *OpRegistry::global().find("get_seq_lens");
+  return d;
+}
+
+OpDecl make_get_batch_indices_positions_decl() {
+  OpDecl d;
+  d.name = "get_batch_indices_positions";
+  d.module = kModule;
+  d.params = {ParamDecl("append_indptr", ParamKind::kTensor),
+              ParamDecl("seq_lens", ParamKind::kTensor), ParamDecl("nnz", ParamKind::kInt),
+              ParamDecl("batch_indices", ParamKind::kTensor).opt(),
+              ParamDecl("positions", ParamKind::kTensor).opt()};
+  d.returns = "tuple[Tensor, Tensor]";
+  d.summary = "Request index and absolute position of every appended row";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return to_value(get_batch_indices_positions(a.tensor(0), a.tensor(1), a.i64(2),
+                                                a.optional_tensor(3), a.optional_tensor(4)));
+  };
+  return d;
+}
+const OpDecl& get_batch_indices_positions_decl() {
+  static const OpDecl& d = *OpRegistry::global().find("get_batch_indices_positions");
+  return d;
+}
+
+OpDecl make_append_paged_kv_cache_decl() {
+  OpDecl d;
+  d.name = "append_paged_kv_cache";
+  d.module = kModule;
+  d.params = {ParamDecl("append_key", ParamKind::kTensor),
+              ParamDecl("append_value", ParamKind::kTensor),
+              ParamDecl("batch_indices", ParamKind::kTensor),
+              ParamDecl("positions", ParamKind::kTensor),
+              ParamDecl("paged_kv_cache", ParamKind::kAny).mut(),
+              ParamDecl("kv_indices", ParamKind::kTensor),
+              ParamDecl("kv_indptr", ParamKind::kTensor),
+              ParamDecl("kv_last_page_len", ParamKind::kTensor),
+              ParamDecl("kv_layout", ParamKind::kString).def("NHD")};
+  d.returns = "None";
+  d.summary = "Writes appended key/value rows into their pages of a paged KV cache";
+  d.invoke = [](const CallArgs& a) -> Value {
+    append_paged_kv_cache(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3),
+                          PagedKVCache::from_value(a[4]), a.tensor(5), a.tensor(6), a.tensor(7),
+                          a.str(8));
+    return Value();
+  };
+  return d;
+}
+const OpDecl& append_paged_kv_cache_decl() {
+  static const OpDecl& d = *OpRegistry::global().find("append_paged_kv_cache");
+  return d;
+}
+
+Tensor get_seq_lens_impl(const Tensor& kv_indptr, const Tensor& kv_last_page_len,
+                         int64_t page_size) {
+  const char* op = "get_seq_lens";
+  FLASHINFER_CHECK(page_size >= 1, op, "page_size", "must be >= 1, got ", page_size);
+  const std::vector<int32_t> indptr = api::index_to_host(kv_indptr, op, "kv_indptr");
+  api::check_indptr(indptr, op, "kv_indptr");
+  const auto batch = static_cast<int64_t>(indptr.size()) - 1;
+  const std::vector<int32_t> last =
+      api::index_to_host(kv_last_page_len, op, "kv_last_page_len", batch);
+  api::check_same_device(kv_last_page_len, kv_indptr, op, "kv_last_page_len", "kv_indptr");
+  std::vector<int32_t> lens(static_cast<std::size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t pages = indptr[b + 1] - indptr[b];
+    const int64_t len = std::max<int64_t>(pages - 1, 0) * page_size + last[b];
+    FLASHINFER_CHECK(len >= 0 && len <= INT32_MAX, op, "kv_last_page_len", "element ", b,
+                     " gives a length outside int32: ", len);
+    lens[b] = static_cast<int32_t>(len);
+  }
+  return host_int32(lens).to(kv_indptr.device());
+}
+
+std::tuple<Tensor, Tensor> get_batch_indices_positions_impl(const Tensor& append_indptr,
+                                                            const Tensor& seq_lens, int64_t nnz,
+                                                            std::optional<Tensor> batch_indices,
+                                                            std::optional<Tensor> positions) {
+  const char* op = "get_batch_indices_positions";
+  const std::vector<int32_t> indptr = api::index_to_host(append_indptr, op, "append_indptr");
+  api::check_indptr(indptr, op, "append_indptr");
+  const auto batch = static_cast<int64_t>(indptr.size()) - 1;
+  const std::vector<int32_t> lens = api::index_to_host(seq_lens, op, "seq_lens", batch);
+  api::check_same_device(seq_lens, append_indptr, op, "seq_lens", "append_indptr");
+  FLASHINFER_CHECK(nnz == indptr.back(), op, "nnz", "is ", nnz, " but append_indptr ends at ",
+                   indptr.back());
+  std::vector<int32_t> bi(static_cast<std::size_t>(nnz)), pos(bi.size());
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t n = indptr[b + 1] - indptr[b];
+    FLASHINFER_CHECK(lens[b] >= n, op, "seq_lens", "request ", b, " appends ", n,
+                     " rows but its length is only ", lens[b]);
+    for (int32_t j = 0; j < n; ++j) {
+      bi[indptr[b] + j] = static_cast<int32_t>(b);
+      pos[indptr[b] + j] = lens[b] - n + j;
+    }
+  }
+  const Device dev = append_indptr.device();
+  auto output = [&](std::optional<Tensor>& buf, const std::vector<int32_t>& v, const char* arg) {
+    Tensor h = host_int32(v);
+    if (!buf) return h.to(dev);
+    api::check_defined(*buf, op, arg);
+    FLASHINFER_CHECK(buf->dtype() == DType::kInt32, op, arg, "must be torch.int32");
+    FLASHINFER_CHECK(buf->dim() == 1 && buf->size(0) >= nnz, op, arg, "needs >= ", nnz,
+                     " elements, got shape ", shape_to_string(buf->shape()));
+    api::check_same_device(*buf, append_indptr, op, arg, "append_indptr");
+    buf->slice(0, 0, nnz).copy_(h);
+    return *buf;
+  };
+  Tensor out_b = output(batch_indices, bi, "batch_indices");
+  Tensor out_p = output(positions, pos, "positions");
+  return {out_b, out_p};
+}
+
+void append_impl(const Tensor& append_key, const Tensor& append_value, const Tensor& batch_indices,
+                 const Tensor& positions, const PagedKVCache& paged_kv_cache,
+                 const Tensor& kv_indices, const Tensor& kv_indptr, const Tensor& kv_last_page_len,
+                 std::string_view kv_layout) {
+  const char* op = "append_paged_kv_cache";
+  const bool hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
+  auto [k, v] = api::paged_cache_views(paged_kv_cache, hnd, op, "paged_kv_cache");
+  for (const auto& [t, arg, cache] :
+       {std::tuple{&append_key, "append_key", &k}, std::tuple{&append_value, "append_value", &v}}) {
+    api::check_defined(*t, op, arg);
+    api::check_dim(*t, {3}, op, arg);
+    api::check_same_dtype(*t, *cache, op, arg, "paged_kv_cache");
+    api::check_same_device(*t, *cache, op, arg, "paged_kv_cache");
+    FLASHINFER_CHECK(t->size(1) == cache->size(2) && t->size(2) == cache->size(3), op, arg,
+                     "rows are [", t->size(1), ", ", t->size(2), "] but the cache holds [",
+                     cache->size(2), ", ", cache->size(3), "] per token");
+    FLASHINFER_CHECK(t->stride(2) == 1, op, arg, "the head_dim axis must be contiguous");
+  }
+  const int64_t nnz = append_key.size(0);
+  FLASHINFER_CHECK(append_value.size(0) == nnz, op, "append_value", "has ", append_value.size(0),
+                   " rows, append_key has ", nnz);
+  FLASHINFER_CHECK(k.size(3) == v.size(3), op, "paged_kv_cache",
+                   "k and v head dims differ (not supported by append)");
+  detail::WrapperState s;
+  api::load_page_table(s, kv_indptr, kv_indices, kv_last_page_len, k.size(1), op, "kv_indptr",
+                       "kv_indices", "kv_last_page_len");
+  FLASHINFER_CHECK(s.max_page_id < k.size(0), op, "kv_indices", "refers to page ", s.max_page_id,
+                   " but the cache has ", k.size(0), " pages");
+  const std::vector<int32_t> bi = api::index_to_host(batch_indices, op, "batch_indices", nnz);
+  const std::vector<int32_t> pos = api::index_to_host(positions, op, "positions", nnz);
+  const auto batch = static_cast<int64_t>(s.kv_lens.size());
+  for (int64_t i = 0; i < nnz; ++i) {
+    FLASHINFER_CHECK(bi[i] >= 0 && bi[i] < batch, op, "batch_indices", "element ", i, " (", bi[i],
+                     ") is outside [0, ", batch, ")");
+    FLASHINFER_CHECK(pos[i] >= 0 && pos[i] < s.kv_lens[bi[i]], op, "positions", "element ", i, " (",
+                     pos[i], ") is outside request ", bi[i], "'s length ", s.kv_lens[bi[i]]);
+  }
+  for (const auto* t : {&batch_indices, &positions, &kv_indices, &kv_indptr, &kv_last_page_len}) {
+    FLASHINFER_CHECK(t->device() == k.device(), op,
+                     t == &batch_indices ? "batch_indices"
+                     : t == &positions   ? "positions"
+                     : t == &kv_indices  ? "kv_indices"
+                     : t == &kv_indptr   ? "kv_indptr"
+                                         : "kv_last_page_len",
+                     "is on ", t->device().str(), " but paged_kv_cache is on ", k.device().str());
+  }
+  if (nnz == 0) return;
+  kernels::AppendParams p;
+  p.append_key = append_key.data_ptr();
+  p.append_value = append_value.data_ptr();
+  p.ak_stride_n = append_key.stride(0);
+  p.ak_stride_h = append_key.stride(1);
+  p.av_stride_n = append_value.stride(0);
+  p.av_stride_h = append_value.stride(1);
+  p.cache.k_stride_page = k.stride(0);
+  p.cache.k_stride_token = k.stride(1);
+  p.cache.k_stride_head = k.stride(2);
+  p.cache.v_stride_page = v.stride(0);
+  p.cache.v_stride_token = v.stride(1);
+  p.cache.v_stride_head = v.stride(2);
+  p.cache.page_size = static_cast<int32_t>(k.size(1));
+  p.k_out = k.data_ptr();
+  p.v_out = v.data_ptr();
+  p.elem_size = static_cast<int64_t>(k.element_size());
+  p.nnz = nnz;
+  p.num_heads = k.size(2);
+  p.head_dim = k.size(3);
+  if (k.device().is_cpu()) {
+    p.cache.kv_indptr = s.kv_indptr.data();
+    p.cache.kv_indices = s.kv_indices.data();
+    p.batch_indices = bi.data();
+    p.positions = pos.data();
+    kernels::cpu::append_paged_kv_cache(p);
+  } else {
+#if FLASHINFER_WITH_CUDA
+    // The validated host copies go to the device, so the kernel reads exactly what was checked.
+    Tensor dptr = host_int32(s.kv_indptr).to(k.device());
+    Tensor didx =
+        host_int32(s.kv_indices.empty() ? std::vector<int32_t>{0} : s.kv_indices).to(k.device());
+    Tensor dbi = host_int32(bi).to(k.device());
+    Tensor dpos = host_int32(pos).to(k.device());
+    p.cache.kv_indptr = dptr.data<const int32_t>();
+    p.cache.kv_indices = didx.data<const int32_t>();
+    p.batch_indices = dbi.data<const int32_t>();
+    p.positions = dpos.data<const int32_t>();
+    kernels::cuda::append_paged_kv_cache(p, current_cuda_stream());
+#else
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "paged_kv_cache",
+                    "CUDA tensor given to a build without the CUDA backend");
+#endif
+  }
+}
+
+}  // namespace
+
+Tensor get_seq_lens(const Tensor& kv_indptr, const Tensor& kv_last_page_len, int64_t page_size) {
+  return call_api(
+      &get_seq_lens_decl, [&] { return get_seq_lens_impl(kv_indptr, kv_last_page_len, page_size); },
+      kv_indptr, kv_last_page_len, page_size);
+}
+
+std::tuple<Tensor, Tensor> get_batch_indices_positions(const Tensor& append_indptr,
+                                                       const Tensor& seq_lens, int64_t nnz,
+                                                       std::optional<Tensor> batch_indices,
+                                                       std::optional<Tensor> positions) {
+  return call_api(
+      &get_batch_indices_positions_decl,
+      [&] {
+        return get_batch_indices_positions_impl(append_indptr, seq_lens, nnz, batch_indices,
+                                                positions);
+      },
+      append_indptr, seq_lens, nnz, batch_indices, positions);
+}
+
+void append_paged_kv_cache(const Tensor& append_key, const Tensor& append_value,
+                           const Tensor& batch_indices, const Tensor& positions,
+                           const PagedKVCache& paged_kv_cache, const Tensor& kv_indices,
+                           const Tensor& kv_indptr, const Tensor& kv_last_page_len,
+                           std::string_view kv_layout) {
+  call_api(
+      &append_paged_kv_cache_decl,
+      [&] {
+        append_impl(append_key, append_value, batch_indices, positions, paged_kv_cache, kv_indices,
+                    kv_indptr, kv_last_page_len, kv_layout);
+      },
+      append_key, append_value, batch_indices, positions, paged_kv_cache, kv_indices, kv_indptr,
+      kv_last_page_len, kv_layout);
+}
+
+namespace detail {
+void register_page_ops(OpRegistry& registry) {
+  registry.add(make_get_seq_lens_decl());
+  registry.add(make_get_batch_indices_positions_decl());
+  registry.add(make_append_paged_kv_cache_decl());
+}
+}  // namespace detail
+
+}  // namespace flashinfer

@@ -1,0 +1,638 @@
+// Public prefill attention (flashinfer.prefill): single_prefill_with_kv_cache and the paged and
+// ragged batch prefill wrappers — declarations, checks, plan and dispatch.
+#include <cmath>
+
+#include "api/attention_common.h"
+#include "api/checks.h"
+#include "flashinfer/api_call.h"
+#include "flashinfer/ops/attention.h"
+
+namespace flashinfer {
+namespace {
+
+constexpr const char* kModule = "flashinfer.prefill";
+constexpr const char* kPaged = "BatchPrefillWithPagedKVCacheWrapper";
+constexpr const char* kRagged = "BatchPrefillWithRaggedKVCacheWrapper";
+
+OpDecl make_single_prefill_decl() {
+  OpDecl d;
+  d.name = "single_prefill_with_kv_cache";
+  d.module = kModule;
+  d.params = {
+      ParamDecl("q", ParamKind::kTensor),
+      ParamDecl("k", ParamKind::kTensor),
+      ParamDecl("v", ParamKind::kTensor),
+      ParamDecl("scale_q", ParamKind::kTensor).opt(),
+      ParamDecl("scale_k", ParamKind::kTensor).opt(),
+      ParamDecl("scale_v", ParamKind::kTensor).opt(),
+      ParamDecl("o_dtype", ParamKind::kDType).opt(),
+      ParamDecl("custom_mask", ParamKind::kTensor).opt(),
+      ParamDecl("packed_custom_mask", ParamKind::kTensor).opt(),
+      ParamDecl("causal", ParamKind::kBool).def(false),
+      ParamDecl("kv_layout", ParamKind::kString).def("NHD"),
+      ParamDecl("pos_encoding_mode", ParamKind::kString).def("NONE"),
+      ParamDecl("use_fp16_qk_reduction", ParamKind::kBool).def(false),
+      ParamDecl("sm_scale", ParamKind::kFloat).opt(),
+      ParamDecl("window_left", ParamKind::kInt).def(-1),
+      ParamDecl("logits_soft_cap", ParamKind::kFloat).opt(),
+      ParamDecl("rope_scale", ParamKind::kFloat).opt(),
+      ParamDecl("rope_theta", ParamKind::kFloat).opt(),
+      ParamDecl("backend", ParamKind::kString).def("auto"),
+      ParamDecl("return_lse", ParamKind::kBool).def(false),
+      ParamDecl("kv_cache_sf", ParamKind::kTensor).opt(),
+      ParamDecl("k_scale", ParamKind::kFloat).opt(),
+      ParamDecl("v_scale", ParamKind::kFloat).opt(),
+  };
+  d.returns = "Tensor | tuple[Tensor, Tensor]";
+  d.summary = "Prefill attention of one request's queries against its KV";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return to_value(single_prefill_with_kv_cache(
+        a.tensor(0), a.tensor(1), a.tensor(2), a.optional_tensor(3), a.optional_tensor(4),
+        a.optional_tensor(5), a.optional_dtype(6), a.optional_tensor(7), a.optional_tensor(8),
+        a.boolean(9), a.str(10), a.str(11), a.boolean(12), a.optional_f64(13), a.i64(14),
+        a.optional_f64(15), a.optional_f64(16), a.optional_f64(17), a.str(18), a.boolean(19),
+        a.optional_tensor(20), a.optional_f64(21), a.optional_f64(22)));
+  };
+  return d;
+}
+const OpDecl& single_prefill_decl() {
+  static const OpDecl& d = *OpRegistry::global().find("single_prefill_with_kv_cache");
+  return d;
+}
+
+template <class W>
+Value make_object(std::shared_ptr<W> obj) {
+  ObjectRef ref;
+  ref.type = std::string(obj->class_name());
+  ref.repr = obj->repr();
+  ref.id = obj->object_id();
+  ref.object = std::move(obj);
+  return Value(std::move(ref));
+}
+
+std::optional<Value> optional_value(const Value& v) {
+  if (v.is_none()) return std::nullopt;
+  return v;
+}
+
+OpDecl make_paged_init_decl() {
+  OpDecl d;
+  d.name = std::string(kPaged) + ".__init__";
+  d.module = kModule;
+  d.class_name = kPaged;
+  d.params = {
+      ParamDecl("self", ParamKind::kObject).type(kPaged),
+      ParamDecl("float_workspace_buffer", ParamKind::kTensor),
+      ParamDecl("kv_layout", ParamKind::kString).def("NHD"),
+      ParamDecl("use_cuda_graph", ParamKind::kBool).def(false),
+      ParamDecl("qo_indptr_buf", ParamKind::kTensor).opt(),
+      ParamDecl("paged_kv_indptr_buf", ParamKind::kTensor).opt(),
+      ParamDecl("paged_kv_indices_buf", ParamKind::kTensor).opt(),
+      ParamDecl("paged_kv_last_page_len_buf", ParamKind::kTensor).opt(),
+      ParamDecl("custom_mask_buf", ParamKind::kTensor).opt(),
+      ParamDecl("mask_indptr_buf", ParamKind::kTensor).opt(),
+      ParamDecl("backend", ParamKind::kString).def("auto"),
+      ParamDecl("jit_args", ParamKind::kList).opt(),
+      ParamDecl("jit_kwargs", ParamKind::kAny).opt(),
+  };
+  d.returns = "None";
+  d.summary = "Batch prefill attention over a paged KV cache (plan once, run per layer)";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return make_object(std::make_shared<BatchPrefillWithPagedKVCacheWrapper>(
+        a.tensor(1), a.str(2), a.boolean(3), a.optional_tensor(4), a.optional_tensor(5),
+        a.optional_tensor(6), a.optional_tensor(7), a.optional_tensor(8), a.optional_tensor(9),
+        a.str(10), optional_value(a[11]), optional_value(a[12])));
+  };
+  return d;
+}
+
+OpDecl make_ragged_init_decl() {
+  OpDecl d;
+  d.name = std::string(kRagged) + ".__init__";
+  d.module = kModule;
+  d.class_name = kRagged;
+  d.params = {
+      ParamDecl("self", ParamKind::kObject).type(kRagged),
+      ParamDecl("float_workspace_buffer", ParamKind::kTensor),
+      ParamDecl("kv_layout", ParamKind::kString).def("NHD"),
+      ParamDecl("use_cuda_graph", ParamKind::kBool).def(false),
+      ParamDecl("qo_indptr_buf", ParamKind::kTensor).opt(),
+      ParamDecl("kv_indptr_buf", ParamKind::kTensor).opt(),
+      ParamDecl("custom_mask_buf", ParamKind::kTensor).opt(),
+      ParamDecl("mask_indptr_buf", ParamKind::kTensor).opt(),
+      ParamDecl("backend", ParamKind::kString).def("auto"),
+      ParamDecl("jit_args", ParamKind::kList).opt(),
+      ParamDecl("jit_kwargs", ParamKind::kAny).opt(),
+  };
+  d.returns = "None";
+  d.summary = "Batch prefill attention over ragged K/V (plan once, run per layer)";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return make_object(std::make_shared<BatchPrefillWithRaggedKVCacheWrapper>(
+        a.tensor(1), a.str(2), a.boolean(3), a.optional_tensor(4), a.optional_tensor(5),
+        a.optional_tensor(6), a.optional_tensor(7), a.str(8), optional_value(a[9]),
+        optional_value(a[10])));
+  };
+  return d;
+}
+
+// Upstream's plan() parameters after the required ones, in order.
+const std::vector<std::string>& paged_plan_tail() {
+  static const std::vector<std::string> v = {"head_dim_vo",
+                                             "custom_mask",
+                                             "packed_custom_mask",
+                                             "causal",
+                                             "pos_encoding_mode",
+                                             "use_fp16_qk_reduction",
+                                             "sm_scale",
+                                             "window_left",
+                                             "logits_soft_cap",
+                                             "rope_scale",
+                                             "rope_theta",
+                                             "q_data_type",
+                                             "kv_data_type",
+                                             "o_data_type",
+                                             "non_blocking",
+                                             "prefix_len_ptr",
+                                             "token_pos_in_items_ptr",
+                                             "token_pos_in_items_len",
+                                             "max_item_len_ptr",
+                                             "seq_lens",
+                                             "seq_lens_q",
+                                             "block_tables",
+                                             "max_token_per_sequence",
+                                             "max_sequence_kv",
+                                             "fixed_split_size",
+                                             "disable_split_kv"};
+  return v;
+}
+const std::vector<std::string>& ragged_plan_tail() {
+  static const std::vector<std::string> v = {"head_dim_vo",
+                                             "custom_mask",
+                                             "packed_custom_mask",
+                                             "causal",
+                                             "pos_encoding_mode",
+                                             "use_fp16_qk_reduction",
+                                             "window_left",
+                                             "logits_soft_cap",
+                                             "sm_scale",
+                                             "rope_scale",
+                                             "rope_theta",
+                                             "q_data_type",
+                                             "kv_data_type",
+                                             "o_data_type",
+                                             "non_blocking",
+                                             "prefix_len_ptr",
+                                             "token_pos_in_items_ptr",
+                                             "token_pos_in_items_len",
+                                             "max_item_len_ptr",
+                                             "fixed_split_size",
+                                             "disable_split_kv",
+                                             "seq_lens",
+                                             "seq_lens_q",
+                                             "max_token_per_sequence",
+                                             "max_sequence_kv",
+                                             "v_indptr",
+                                             "o_indptr"};
+  return v;
+}
+
+OpDecl make_paged_plan_decl() {
+  OpDecl d;
+  d.name = std::string(kPaged) + ".plan";
+  d.module = kModule;
+  d.class_name = kPaged;
+  d.params = {ParamDecl("self", ParamKind::kObject).type(kPaged),
+              ParamDecl("qo_indptr", ParamKind::kTensor),
+              ParamDecl("paged_kv_indptr", ParamKind::kTensor),
+              ParamDecl("paged_kv_indices", ParamKind::kTensor),
+              ParamDecl("paged_kv_last_page_len", ParamKind::kTensor),
+              ParamDecl("num_qo_heads", ParamKind::kInt),
+              ParamDecl("num_kv_heads", ParamKind::kInt),
+              ParamDecl("head_dim_qk", ParamKind::kInt),
+              ParamDecl("page_size", ParamKind::kInt)};
+  for (const auto& n : paged_plan_tail()) d.params.push_back(api::prefill_option_param(n));
+  d.returns = "None";
+  d.summary = "Validates the batch layout and builds the prefill work partition";
+  d.invoke = [](const CallArgs& a) -> Value {
+    a.object_as<BatchPrefillWithPagedKVCacheWrapper>(0).plan(
+        a.tensor(1), a.tensor(2), a.tensor(3), a.tensor(4), a.i64(5), a.i64(6), a.i64(7), a.i64(8),
+        api::read_prefill_options(a));
+    return Value();
+  };
+  return d;
+}
+
+OpDecl make_ragged_plan_decl() {
+  OpDecl d;
+  d.name = std::string(kRagged) + ".plan";
+  d.module = kModule;
+  d.class_name = kRagged;
+  d.params = {ParamDecl("self", ParamKind::kObject).type(kRagged),
+              ParamDecl("qo_indptr", ParamKind::kTensor),
+              ParamDecl("kv_indptr", ParamKind::kTensor),
+              ParamDecl("num_qo_heads", ParamKind::kInt),
+              ParamDecl("num_kv_heads", ParamKind::kInt),
+              ParamDecl("head_dim_qk", ParamKind::kInt)};
+  for (const auto& n : ragged_plan_tail()) d.params.push_back(api::prefill_option_param(n));
+  d.returns = "None";
+  d.summary = "Validates the batch layout and builds the prefill work partition";
+  d.invoke = [](const CallArgs& a) -> Value {
+    a.object_as<BatchPrefillWithRaggedKVCacheWrapper>(0).plan(
+        a.tensor(1), a.tensor(2), a.i64(3), a.i64(4), a.i64(5), api::read_prefill_options(a));
+    return Value();
+  };
+  return d;
+}
+
+OpDecl make_paged_run_decl() {
+  OpDecl d;
+  d.name = std::string(kPaged) + ".run";
+  d.module = kModule;
+  d.class_name = kPaged;
+  d.params = {ParamDecl("self", ParamKind::kObject).type(kPaged),
+              ParamDecl("q", ParamKind::kTensor), ParamDecl("paged_kv_cache", ParamKind::kAny)};
+  for (const char* n :
+       {"q_scale", "k_scale", "v_scale", "out", "lse", "return_lse", "enable_pdl", "window_left",
+        "sinks", "kv_cache_sf", "skip_softmax_threshold_scale_factor", "use_fp16_softmax",
+        "uses_spcompress"}) {
+    d.params.push_back(api::run_option_param(n));
+  }
+  d.returns = "Tensor | tuple[Tensor, Tensor]";
+  d.summary = "Batch prefill attention over the paged cache with the current plan";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return to_value(a.object_as<BatchPrefillWithPagedKVCacheWrapper>(0).run(
+        a.tensor(1), PagedKVCache::from_value(a[2]), api::read_run_options(a)));
+  };
+  return d;
+}
+
+OpDecl make_ragged_run_decl() {
+  OpDecl d;
+  d.name = std::string(kRagged) + ".run";
+  d.module = kModule;
+  d.class_name = kRagged;
+  d.params = {ParamDecl("self", ParamKind::kObject).type(kRagged),
+              ParamDecl("q", ParamKind::kTensor), ParamDecl("k", ParamKind::kTensor),
+              ParamDecl("v", ParamKind::kTensor)};
+  for (const char* n : {"q_scale", "k_scale", "v_scale", "o_scale", "out", "lse", "return_lse",
+                        "enable_pdl", "kv_cache_sf"}) {
+    d.params.push_back(api::run_option_param(n));
+  }
+  d.returns = "Tensor | tuple[Tensor, Tensor]";
+  d.summary = "Batch prefill attention over ragged K/V with the current plan";
+  d.invoke = [](const CallArgs& a) -> Value {
+    return to_value(a.object_as<BatchPrefillWithRaggedKVCacheWrapper>(0).run(
+        a.tensor(1), a.tensor(2), a.tensor(3), api::read_run_options(a)));
+  };
+  return d;
+}
+
+const OpDecl& find_decl(const std::string& name) { return *OpRegistry::global().find(name); }
+const OpDecl& paged_init_decl() {
+  static const OpDecl& d = find_decl(std::string(kPaged) + ".__init__");
+  return d;
+}
+const OpDecl& paged_plan_decl() {
+  static const OpDecl& d = find_decl(std::string(kPaged) + ".plan");
+  return d;
+}
+const OpDecl& paged_run_decl() {
+  static const OpDecl& d = find_decl(std::string(kPaged) + ".run");
+  return d;
+}
+const OpDecl& ragged_init_decl() {
+  static const OpDecl& d = find_decl(std::string(kRagged) + ".__init__");
+  return d;
+}
+const OpDecl& ragged_plan_decl() {
+  static const OpDecl& d = find_decl(std::string(kRagged) + ".plan");
+  return d;
+}
+const OpDecl& ragged_run_decl() {
+  static const OpDecl& d = find_decl(std::string(kRagged) + ".run");
+  return d;
+}
+
+// Per-head fp8 scale vector: fp32 [n] on q's device.
+Tensor head_scales(const std::optional<Tensor>& t, int64_t n, const Tensor& q, const char* op,
+                   const char* arg) {
+  if (!t) return Tensor();
+  api::check_defined(*t, op, arg);
+  FLASHINFER_CHECK(t->dtype() == DType::kFloat32, op, arg, "must be torch.float32");
+  api::check_shape_eq(*t, {n}, op, arg);
+  api::check_same_device(*t, q, op, arg, "q");
+  return t->contiguous();
+}
+
+// The prefill options this library does not implement must stay unset.
+void check_prefill_options(const PrefillPlanOptions& o, const char* op) {
+  auto unsupported = [&](bool set, const char* arg) {
+    FLASHINFER_CHECK_CODE(!set, ErrorCode::kUnsupported, op, arg, "is not supported");
+  };
+  unsupported(o.prefix_len_ptr.has_value(), "prefix_len_ptr");
+  unsupported(o.token_pos_in_items_ptr.has_value(), "token_pos_in_items_ptr");
+  unsupported(o.token_pos_in_items_len != 0, "token_pos_in_items_len");
+  unsupported(o.max_item_len_ptr.has_value(), "max_item_len_ptr");
+  unsupported(o.seq_lens.has_value(), "seq_lens");
+  unsupported(o.seq_lens_q.has_value(), "seq_lens_q");
+  unsupported(o.block_tables.has_value(), "block_tables");
+  unsupported(o.v_indptr.has_value(), "v_indptr");
+  unsupported(o.o_indptr.has_value(), "o_indptr");
+}
+
+// qo_indptr → host; the causal rule kv_len >= qo_len per request.
+void load_qo(detail::WrapperState& s, const Tensor& qo_indptr, const char* op) {
+  s.qo_indptr =
+      api::index_to_host(qo_indptr, op, "qo_indptr", static_cast<int64_t>(s.kv_lens.size()) + 1);
+  api::check_indptr(s.qo_indptr, op, "qo_indptr");
+  s.batch = static_cast<int32_t>(s.kv_lens.size());
+  s.total_qo = s.qo_indptr.back();
+  if (s.causal) {
+    for (int32_t b = 0; b < s.batch; ++b) {
+      const int32_t qo_len = s.qo_indptr[b + 1] - s.qo_indptr[b];
+      FLASHINFER_CHECK(s.kv_lens[b] >= qo_len, op, "causal", "request ", b, " has qo_len ", qo_len,
+                       " > kv_len ", s.kv_lens[b],
+                       " (causal masks are right-aligned and need kv_len >= qo_len)");
+    }
+  }
+}
+
+AttentionOutput single_prefill_impl(
+    const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& scale_q,
+    const std::optional<Tensor>& scale_k, const std::optional<Tensor>& scale_v,
+    std::optional<DType> o_dtype, const std::optional<Tensor>& custom_mask,
+    const std::optional<Tensor>& packed_custom_mask, bool causal, std::string_view kv_layout,
+    std::string_view pos_encoding_mode, std::optional<double> sm_scale, int64_t window_left,
+    std::optional<double> logits_soft_cap, std::string_view backend, bool return_lse,
+    const std::optional<Tensor>& kv_cache_sf, std::optional<double> k_scale,
+    std::optional<double> v_scale) {
+  const char* op = "single_prefill_with_kv_cache";
+  api::check_defined(q, op, "q");
+  api::check_defined(k, op, "k");
+  api::check_defined(v, op, "v");
+  api::check_dim(q, {3}, op, "q");
+  api::check_dim(k, {3}, op, "k");
+  api::check_dim(v, {3}, op, "v");
+  FLASHINFER_CHECK_CODE(backend == "auto" || backend == "fa2", ErrorCode::kUnsupported, op,
+                        "backend", "\"", backend, "\" is not available (\"auto\" or \"fa2\")");
+  FLASHINFER_CHECK_CODE(!kv_cache_sf, ErrorCode::kUnsupported, op, "kv_cache_sf",
+                        "NVFP4 KV caches are not supported");
+  const bool hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
+  const Tensor kn = hnd ? k.transpose(0, 1) : k;
+  const Tensor vn = hnd ? v.transpose(0, 1) : v;
+  FLASHINFER_CHECK(vn.size(0) == kn.size(0), op, "v", "has ", vn.size(0), " tokens, k has ",
+                   kn.size(0));
+  FLASHINFER_CHECK(vn.size(1) == kn.size(1), op, "v", "has ", vn.size(1), " heads, k has ",
+                   kn.size(1));
+  FLASHINFER_CHECK(kn.size(2) == q.size(2), op, "k", "head_dim ", kn.size(2),
+                   " does not match q's ", q.size(2));
+  FLASHINFER_CHECK(kn.size(0) <= std::numeric_limits<int32_t>::max() &&
+                       q.size(0) <= std::numeric_limits<int32_t>::max(),
+                   op, "k", "more than 2^31 - 1 tokens");
+  api::check_q_dtype(q.dtype(), op, "q");
+  api::check_kv_dtype(k.dtype(), q.dtype(), op, "k");
+  api::check_same_dtype(v, k, op, "v", "k");
+  api::check_same_device(k, q, op, "k", "q");
+  api::check_same_device(v, q, op, "v", "q");
+  // Name this op's own arguments before the shared checks do.
+  api::check_heads(q.size(1), kn.size(1), op, "q", "k");
+  api::check_head_dim(q.size(2), op, "q");
+  api::check_head_dim(vn.size(2), op, "v");
+  if (o_dtype) api::check_q_dtype(*o_dtype, op, "o_dtype");
+  detail::WrapperState s;
+  s.device = q.device();
+  api::plan_settings(s, q.size(1), kn.size(1), q.size(2), vn.size(2), q.dtype(), k.dtype(), o_dtype,
+                     sm_scale, window_left, logits_soft_cap, pos_encoding_mode, op);
+  s.paged = false;
+  s.batch = 1;
+  const auto qo_len = static_cast<int32_t>(q.size(0));
+  const auto kv_len = static_cast<int32_t>(kn.size(0));
+  s.qo_indptr = {0, qo_len};
+  s.kv_indptr = {0, kv_len};
+  s.kv_lens = {kv_len};
+  s.total_qo = qo_len;
+  s.total_kv = kv_len;
+  s.causal = causal;
+  FLASHINFER_CHECK(!causal || kv_len >= qo_len || custom_mask || packed_custom_mask, op, "causal",
+                   "qo_len ", qo_len, " > kv_len ", kv_len,
+                   " (causal masks are right-aligned and need kv_len >= qo_len)");
+  api::load_custom_mask(s, custom_mask, packed_custom_mask, op);
+  s.scale_q = head_scales(scale_q, q.size(1), q, op, "scale_q");
+  s.scale_k = head_scales(scale_k, kn.size(1), q, op, "scale_k");
+  s.scale_v = head_scales(scale_v, kn.size(1), q, op, "scale_v");
+  api::build_plan(s, std::nullopt, /*disable_split_kv=*/true, op);
+  AttentionRunOptions o;
+  o.k_scale = k_scale;
+  o.v_scale = v_scale;
+  o.return_lse = return_lse;
+  return api::run_planned(s, q, kn, vn, o, op, "k", "v");
+}
+
+}  // namespace
+
+AttentionOutput single_prefill_with_kv_cache(
+    const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> scale_q,
+    std::optional<Tensor> scale_k, std::optional<Tensor> scale_v, std::optional<DType> o_dtype,
+    std::optional<Tensor> custom_mask, std::optional<Tensor> packed_custom_mask, bool causal,
+    std::string_view kv_layout, std::string_view pos_encoding_mode, bool use_fp16_qk_reduction,
+    std::optional<double> sm_scale, int64_t window_left, std::optional<double> logits_soft_cap,
+    std::optional<double> rope_scale, std::optional<double> rope_theta, std::string_view backend,
+    bool return_lse, std::optional<Tensor> kv_cache_sf, std::optional<double> k_scale,
+    std::optional<double> v_scale) {
+  return call_api(
+      &single_prefill_decl,
+      [&] {
+        return single_prefill_impl(q, k, v, scale_q, scale_k, scale_v, o_dtype, custom_mask,
+                                   packed_custom_mask, causal, kv_layout, pos_encoding_mode,
+                                   sm_scale, window_left, logits_soft_cap, backend, return_lse,
+                                   kv_cache_sf, k_scale, v_scale);
+      },
+      q, k, v, scale_q, scale_k, scale_v, o_dtype, custom_mask, packed_custom_mask, causal,
+      kv_layout, pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap,
+      rope_scale, rope_theta, backend, return_lse, kv_cache_sf, k_scale, v_scale);
+}
+
+std::pair<Tensor, Tensor> single_prefill_with_kv_cache_return_lse(
+    const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::string_view kv_layout,
+    std::optional<double> sm_scale, int64_t window_left, std::optional<double> logits_soft_cap) {
+  AttentionOutput r = single_prefill_with_kv_cache(
+      q, k, v, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+      causal, kv_layout, "NONE", false, sm_scale, window_left, logits_soft_cap, std::nullopt,
+      std::nullopt, "auto", /*return_lse=*/true);
+  return {r.out, r.lse};
+}
+
+// ---- BatchPrefillWithPagedKVCacheWrapper -----------------------------------------------------
+
+BatchPrefillWithPagedKVCacheWrapper::BatchPrefillWithPagedKVCacheWrapper(
+    Tensor float_workspace_buffer, std::string kv_layout, bool use_cuda_graph,
+    std::optional<Tensor> qo_indptr_buf, std::optional<Tensor> paged_kv_indptr_buf,
+    std::optional<Tensor> paged_kv_indices_buf, std::optional<Tensor> paged_kv_last_page_len_buf,
+    std::optional<Tensor> custom_mask_buf, std::optional<Tensor> mask_indptr_buf,
+    std::string backend, std::optional<Value> jit_args, std::optional<Value> jit_kwargs)
+    : s_(std::make_unique<detail::WrapperState>()) {
+  call_api(
+      &paged_init_decl,
+      [&] {
+        const char* op = "BatchPrefillWithPagedKVCacheWrapper.__init__";
+        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
+                          op);
+        FLASHINFER_CHECK_CODE(!jit_kwargs || jit_kwargs->is_none(), ErrorCode::kUnsupported, op,
+                              "jit_kwargs", "JIT variants are not supported");
+      },
+      *this, float_workspace_buffer, kv_layout, use_cuda_graph, qo_indptr_buf, paged_kv_indptr_buf,
+      paged_kv_indices_buf, paged_kv_last_page_len_buf, custom_mask_buf, mask_indptr_buf, backend,
+      jit_args, jit_kwargs);
+}
+
+BatchPrefillWithPagedKVCacheWrapper::~BatchPrefillWithPagedKVCacheWrapper() = default;
+
+bool BatchPrefillWithPagedKVCacheWrapper::split_kv() const { return s_->plan.split_kv; }
+
+void BatchPrefillWithPagedKVCacheWrapper::plan(
+    const Tensor& qo_indptr, const Tensor& paged_kv_indptr, const Tensor& paged_kv_indices,
+    const Tensor& paged_kv_last_page_len, int64_t num_qo_heads, int64_t num_kv_heads,
+    int64_t head_dim_qk, int64_t page_size, const PrefillPlanOptions& o) {
+  call_api(
+      &paged_plan_decl,
+      [&] {
+        const char* op = "BatchPrefillWithPagedKVCacheWrapper.plan";
+        detail::WrapperState& s = *s_;
+        s.planned = false;
+        check_prefill_options(o, op);
+        api::plan_settings(s, num_qo_heads, num_kv_heads, head_dim_qk,
+                           o.head_dim_vo.value_or(head_dim_qk), o.q_data_type, o.kv_data_type,
+                           o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap,
+                           o.pos_encoding_mode, op);
+        api::load_page_table(s, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
+                             page_size, op, "paged_kv_indptr", "paged_kv_indices",
+                             "paged_kv_last_page_len");
+        s.decode = false;
+        s.causal = o.causal && !o.custom_mask && !o.packed_custom_mask;
+        load_qo(s, qo_indptr, op);
+        api::load_custom_mask(s, o.custom_mask, o.packed_custom_mask, op);
+        api::build_plan(s, o.fixed_split_size, o.disable_split_kv, op);
+      },
+      *this, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
+      num_kv_heads, head_dim_qk, page_size, o.head_dim_vo, o.custom_mask, o.packed_custom_mask,
+      o.causal, o.pos_encoding_mode, o.use_fp16_qk_reduction, o.sm_scale, o.window_left,
+      o.logits_soft_cap, o.rope_scale, o.rope_theta, o.q_data_type, o.kv_data_type, o.o_data_type,
+      o.non_blocking, o.prefix_len_ptr, o.token_pos_in_items_ptr, o.token_pos_in_items_len,
+      o.max_item_len_ptr, o.seq_lens, o.seq_lens_q, o.block_tables, o.max_token_per_sequence,
+      o.max_sequence_kv, o.fixed_split_size, o.disable_split_kv);
+}
+
+AttentionOutput BatchPrefillWithPagedKVCacheWrapper::run(const Tensor& q,
+                                                         const PagedKVCache& paged_kv_cache,
+                                                         const AttentionRunOptions& o) {
+  return call_api(
+      &paged_run_decl,
+      [&] {
+        const char* op = "BatchPrefillWithPagedKVCacheWrapper.run";
+        FLASHINFER_CHECK(s_->planned, op, "self", "run() called before plan()");
+        auto [k, v] = api::paged_cache_views(paged_kv_cache, s_->hnd, op, "paged_kv_cache");
+        return api::run_planned(*s_, q, k, v, o, op, "paged_kv_cache", "paged_kv_cache");
+      },
+      *this, q, paged_kv_cache, o.q_scale, o.k_scale, o.v_scale, o.out, o.lse, o.return_lse,
+      o.enable_pdl, o.window_left, o.sinks, o.kv_cache_sf, o.skip_softmax_threshold_scale_factor,
+      o.use_fp16_softmax, o.uses_spcompress);
+}
+
+// ---- BatchPrefillWithRaggedKVCacheWrapper ----------------------------------------------------
+
+BatchPrefillWithRaggedKVCacheWrapper::BatchPrefillWithRaggedKVCacheWrapper(
+    Tensor float_workspace_buffer, std::string kv_layout, bool use_cuda_graph,
+    std::optional<Tensor> qo_indptr_buf, std::optional<Tensor> kv_indptr_buf,
+    std::optional<Tensor> custom_mask_buf, std::optional<Tensor> mask_indptr_buf,
+    std::string backend, std::optional<Value> jit_args, std::optional<Value> jit_kwargs)
+    : s_(std::make_unique<detail::WrapperState>()) {
+  call_api(
+      &ragged_init_decl,
+      [&] {
+        const char* op = "BatchPrefillWithRaggedKVCacheWrapper.__init__";
+        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
+                          op);
+        FLASHINFER_CHECK_CODE(!jit_kwargs || jit_kwargs->is_none(), ErrorCode::kUnsupported, op,
+                              "jit_kwargs", "JIT variants are not supported");
+      },
+      *this, float_workspace_buffer, kv_layout, use_cuda_graph, qo_indptr_buf, kv_indptr_buf,
+      custom_mask_buf, mask_indptr_buf, backend, jit_args, jit_kwargs);
+}
+
+BatchPrefillWithRaggedKVCacheWrapper::~BatchPrefillWithRaggedKVCacheWrapper() = default;
+
+bool BatchPrefillWithRaggedKVCacheWrapper::split_kv() const { return s_->plan.split_kv; }
+
+void BatchPrefillWithRaggedKVCacheWrapper::plan(const Tensor& qo_indptr, const Tensor& kv_indptr,
+                                                int64_t num_qo_heads, int64_t num_kv_heads,
+                                                int64_t head_dim_qk, const PrefillPlanOptions& o) {
+  call_api(
+      &ragged_plan_decl,
+      [&] {
+        const char* op = "BatchPrefillWithRaggedKVCacheWrapper.plan";
+        detail::WrapperState& s = *s_;
+        s.planned = false;
+        check_prefill_options(o, op);
+        api::plan_settings(s, num_qo_heads, num_kv_heads, head_dim_qk,
+                           o.head_dim_vo.value_or(head_dim_qk), o.q_data_type, o.kv_data_type,
+                           o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap,
+                           o.pos_encoding_mode, op);
+        s.kv_indptr = api::index_to_host(kv_indptr, op, "kv_indptr");
+        api::check_indptr(s.kv_indptr, op, "kv_indptr");
+        s.kv_indices.clear();
+        s.max_page_id = -1;
+        s.kv_lens.resize(s.kv_indptr.size() - 1);
+        for (std::size_t b = 0; b + 1 < s.kv_indptr.size(); ++b) {
+          s.kv_lens[b] = s.kv_indptr[b + 1] - s.kv_indptr[b];
+        }
+        s.total_kv = s.kv_indptr.back();
+        s.paged = false;
+        s.page_size = 1;
+        s.decode = false;
+        s.causal = o.causal && !o.custom_mask && !o.packed_custom_mask;
+        load_qo(s, qo_indptr, op);
+        api::load_custom_mask(s, o.custom_mask, o.packed_custom_mask, op);
+        api::build_plan(s, o.fixed_split_size, o.disable_split_kv, op);
+      },
+      *this, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, o.head_dim_vo,
+      o.custom_mask, o.packed_custom_mask, o.causal, o.pos_encoding_mode, o.use_fp16_qk_reduction,
+      o.window_left, o.logits_soft_cap, o.sm_scale, o.rope_scale, o.rope_theta, o.q_data_type,
+      o.kv_data_type, o.o_data_type, o.non_blocking, o.prefix_len_ptr, o.token_pos_in_items_ptr,
+      o.token_pos_in_items_len, o.max_item_len_ptr, o.fixed_split_size, o.disable_split_kv,
+      o.seq_lens, o.seq_lens_q, o.max_token_per_sequence, o.max_sequence_kv, o.v_indptr,
+      o.o_indptr);
+}
+
+AttentionOutput BatchPrefillWithRaggedKVCacheWrapper::run(const Tensor& q, const Tensor& k,
+                                                          const Tensor& v,
+                                                          const AttentionRunOptions& o) {
+  return call_api(
+      &ragged_run_decl,
+      [&] {
+        const char* op = "BatchPrefillWithRaggedKVCacheWrapper.run";
+        FLASHINFER_CHECK(s_->planned, op, "self", "run() called before plan()");
+        api::check_defined(k, op, "k");
+        api::check_defined(v, op, "v");
+        api::check_dim(k, {3}, op, "k");
+        api::check_dim(v, {3}, op, "v");
+        const Tensor kn = s_->hnd ? k.transpose(0, 1) : k;
+        const Tensor vn = s_->hnd ? v.transpose(0, 1) : v;
+        return api::run_planned(*s_, q, kn, vn, o, op, "k", "v");
+      },
+      *this, q, k, v, o.q_scale, o.k_scale, o.v_scale, o.o_scale, o.out, o.lse, o.return_lse,
+      o.enable_pdl, o.kv_cache_sf);
+}
+
+namespace detail {
+void register_prefill_ops(OpRegistry& registry) {
+  registry.add(make_single_prefill_decl());
+  registry.add(make_paged_init_decl());
+  registry.add(make_paged_plan_decl());
+  registry.add(make_paged_run_decl());
+  registry.add(make_ragged_init_decl());
+  registry.add(make_ragged_plan_decl());
+  registry.add(make_ragged_run_decl());
+}
+}  // namespace detail
+
+}  // namespace flashinfer

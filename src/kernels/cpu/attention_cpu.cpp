@@ -1,0 +1,368 @@
+#include "kernels/cpu/attention_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include <omp.h>
+
+#include "flashinfer/error.h"
+#include "flashinfer/float_formats.h"
+
+namespace flashinfer::kernels::cpu {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kKvTile = 64;  // keys converted to fp32 at a time
+
+// Element offset of key/value token t of request b (head and dim not included).
+inline int64_t kv_token_offset(const KvAddressing& a, int32_t b, int64_t t, bool is_v) {
+  const int64_t sp = is_v ? a.v_stride_page : a.k_stride_page;
+  const int64_t st = is_v ? a.v_stride_token : a.k_stride_token;
+  if (a.kv_indices == nullptr) return (static_cast<int64_t>(a.kv_indptr[b]) + t) * st;
+  const int64_t page = a.kv_indices[a.kv_indptr[b] + t / a.page_size];
+  return page * sp + (t % a.page_size) * st;
+}
+
+// Folds state (s_b, v_b) into (s_a, v_a) with base-2 LSEs; -inf states carry no weight, so the
+// result is never NaN.
+inline void merge_into(float& s_a, float* v_a, float s_b, const float* v_b, int64_t d) {
+  if (s_b == kNegInf) return;
+  if (s_a == kNegInf) {
+    s_a = s_b;
+    std::copy(v_b, v_b + d, v_a);
+    return;
+  }
+  const float m = std::max(s_a, s_b);
+  const float wa = std::exp2(s_a - m), wb = std::exp2(s_b - m);
+  const float inv = 1.0f / (wa + wb);
+  for (int64_t i = 0; i < d; ++i) v_a[i] = (wa * v_a[i] + wb * v_b[i]) * inv;
+  s_a = m + std::log2(wa + wb);
+}
+
+// fp16 -> fp32 through a 256 KiB table (L2-resident): one load per element instead of the
+// bit manipulation, which the baseline x86-64 target cannot vectorize well.
+const float* half_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t b = 0; b < 65536; ++b) t[b] = half_bits_to_float(static_cast<uint16_t>(b));
+    return t;
+  }();
+  return table.data();
+}
+
+// Converts n elements to fp32.
+template <class T>
+inline void load_row(float* dst, const T* src, int64_t n) {
+  if constexpr (std::is_same_v<T, Half>) {
+    const float* table = half_table();
+    for (int64_t i = 0; i < n; ++i) dst[i] = table[src[i].bits];
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
+  }
+}
+
+template <class T>
+inline void store_row(T* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = from_float<T>(src[i]);
+}
+
+template <class TQ, class TKV, class TO>
+class Runner {
+ public:
+  explicit Runner(const AttentionParams& p) : p_(p) {}
+
+  // One (work item, kv head): query rows [qo_begin, qo_end) of every qo head of kv head g's
+  // group (so each K/V tile is converted once per group) against keys [kv_begin, kv_end).
+  void run(const WorkItem& w, int32_t g) {
+    const AttentionParams& p = p_;
+    const int32_t group = p.num_qo_heads / p.num_kv_heads;
+    const int64_t dqk = p.head_dim_qk, dvo = p.head_dim_vo;
+    const int32_t b = w.request;
+    const int64_t qo_len = p.qo_indptr[b + 1] - p.qo_indptr[b];
+    const int64_t kv_len = p.kv_lens[b];
+    const int64_t qrows = w.qo_end - w.qo_begin;
+    const int64_t rows = qrows * group;  // row rr = r * group + hh is query r of head g*group+hh
+    q_.resize(static_cast<std::size_t>(rows * dqk));
+    acc_.assign(static_cast<std::size_t>(rows * dvo), 0.0f);
+    m_.assign(static_cast<std::size_t>(rows), kNegInf);
+    d_.assign(static_cast<std::size_t>(rows), 0.0f);
+    kt_.resize(static_cast<std::size_t>(kKvTile * dqk));
+    vt_.resize(static_cast<std::size_t>(kKvTile * dvo));
+    s_.resize(kKvTile);
+    scale_.resize(static_cast<std::size_t>(group));
+
+    for (int32_t hh = 0; hh < group; ++hh) {
+      float scale = p.sm_scale;
+      if (p.scale_q) scale *= p.scale_q[g * group + hh];
+      if (p.scale_k) scale *= p.scale_k[g];
+      scale_[hh] = scale;
+    }
+    const float cap = p.logits_soft_cap;
+    const bool soft_cap = cap > 0.0f;
+    for (int64_t rr = 0; rr < rows; ++rr) {
+      const int64_t h = g * group + rr % group;
+      const TQ* src = static_cast<const TQ*>(p.q) +
+                      (p.qo_indptr[b] + w.qo_begin + rr / group) * p.q_stride_n + h * p.q_stride_h;
+      load_row(&q_[rr * dqk], src, dqk);
+    }
+    const TKV* kbase = static_cast<const TKV*>(p.kv.k) + g * p.kv.k_stride_head;
+    const TKV* vbase = static_cast<const TKV*>(p.kv.v) + g * p.kv.v_stride_head;
+    const int64_t bit0 = p.custom_mask ? p.mask_indptr[b] : 0;
+
+    // Keys any of these rows can see: causal caps the end, a sliding window the start.
+    int64_t kv_lo = w.kv_begin, kv_hi = w.kv_end;
+    if (!p.custom_mask && rows > 0) {
+      const int64_t pos_min = kv_len - qo_len + w.qo_begin;
+      const int64_t pos_max = kv_len - qo_len + w.qo_end - 1;
+      if (p.causal) kv_hi = std::min(kv_hi, pos_max + 1);
+      if (p.window_left >= 0) kv_lo = std::max(kv_lo, pos_min - p.window_left);
+    }
+    for (int64_t t0 = kv_lo; t0 < kv_hi; t0 += kKvTile) {
+      const int64_t n = std::min<int64_t>(kKvTile, kv_hi - t0);
+      for (int64_t j = 0; j < n; ++j) {
+        const TKV* kr = kbase + kv_token_offset(p.kv, b, t0 + j, false);
+        const TKV* vr = vbase + kv_token_offset(p.kv, b, t0 + j, true);
+        load_row(&kt_[j * dqk], kr, dqk);
+        load_row(&vt_[j * dvo], vr, dvo);
+      }
+      for (int64_t rr = 0; rr < rows; ++rr) {
+        const int64_t qi = w.qo_begin + rr / group;
+        const int64_t pos = kv_len - qo_len + qi;  // right-aligned absolute position
+        const float scale = scale_[rr % group];
+        const float* qr = &q_[rr * dqk];
+        float tile_max = kNegInf;
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t kj = t0 + j;
+          bool keep = true;
+          if (p.causal && kj > pos) keep = false;
+          if (p.window_left >= 0 && kj < pos - p.window_left) keep = false;
+          if (p.custom_mask) {
+            const int64_t bit = bit0 + qi * kv_len + kj;
+            keep = keep && ((p.custom_mask[bit >> 3] >> (bit & 7)) & 1);
+          }
+          if (!keep) {
+            s_[j] = kNegInf;
+            continue;
+          }
+          const float* kr = &kt_[j * dqk];
+          float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t i = 0; i < dqk; ++i) dot += qr[i] * kr[i];
+          float sc = soft_cap ? cap * std::tanh(dot * scale / cap) : dot * scale;
+          sc *= kLog2e;
+          s_[j] = sc;
+          tile_max = std::max(tile_max, sc);
+        }
+        if (tile_max == kNegInf) continue;  // nothing visible in this tile
+        const float m_new = std::max(m_[rr], tile_max);
+        const float factor = std::exp2(m_[rr] - m_new);  // 0 when m was -inf
+        float* a = &acc_[rr * dvo];
+        float sum = 0.0f;
+        for (int64_t i = 0; i < dvo; ++i) a[i] *= factor;
+        for (int64_t j = 0; j < n; ++j) {
+          if (s_[j] == kNegInf) continue;
+          const float pj = std::exp2(s_[j] - m_new);
+          sum += pj;
+          const float* vr = &vt_[j * dvo];
+#pragma omp simd
+          for (int64_t i = 0; i < dvo; ++i) a[i] += pj * vr[i];
+        }
+        d_[rr] = d_[rr] * factor + sum;
+        m_[rr] = m_new;
+      }
+    }
+
+    float out_scale = p.v_scale;
+    if (p.scale_v) out_scale *= p.scale_v[g];
+    for (int64_t rr = 0; rr < rows; ++rr) {
+      const int64_t h = g * group + rr % group;
+      float* a = &acc_[rr * dvo];
+      float lse = kNegInf;
+      if (d_[rr] > 0.0f) {
+        const float inv = out_scale / d_[rr];
+        for (int64_t i = 0; i < dvo; ++i) a[i] *= inv;
+        lse = m_[rr] + std::log2(d_[rr]);
+      } else {
+        std::fill(a, a + dvo, 0.0f);  // no visible key: zeros, LSE -inf
+      }
+      const int64_t r = rr / group;
+      if (w.partial_base >= 0) {
+        const int64_t prow = w.partial_base + r;
+        std::copy(a, a + dvo, p.tmp_v + (prow * p.num_qo_heads + h) * dvo);
+        p.tmp_s[prow * p.num_qo_heads + h] = lse;
+      } else {
+        const int64_t row = p.qo_indptr[b] + w.qo_begin + r;
+        store_row(static_cast<TO*>(p.o) + row * p.o_stride_n + h * p.o_stride_h, a, dvo);
+        if (p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
+      }
+    }
+  }
+
+  // Merged row m, head h: folds its partial rows into o/lse.
+  void merge(int32_t m, int32_t h) {
+    const AttentionParams& p = p_;
+    const int64_t dvo = p.head_dim_vo;
+    acc_.assign(static_cast<std::size_t>(dvo), 0.0f);
+    float s = kNegInf;
+    for (int32_t k = p.merge_indptr[m]; k < p.merge_indptr[m + 1]; ++k) {
+      const int64_t prow = p.merge_rows[k];
+      merge_into(s, acc_.data(), p.tmp_s[prow * p.num_qo_heads + h],
+                 p.tmp_v + (prow * p.num_qo_heads + h) * dvo, dvo);
+    }
+    if (s == kNegInf) std::fill(acc_.begin(), acc_.end(), 0.0f);
+    const int64_t row = p.merge_out_row[m];
+    store_row(static_cast<TO*>(p.o) + row * p.o_stride_n + h * p.o_stride_h, acc_.data(), dvo);
+    if (p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = s;
+  }
+
+ private:
+  const AttentionParams& p_;
+  std::vector<float> q_, acc_, m_, d_, kt_, vt_, s_, scale_;
+};
+
+template <class TQ, class TKV, class TO>
+void run_attention(const AttentionParams& p) {
+  const int64_t kv_heads = p.num_kv_heads, heads = p.num_qo_heads;
+  const int64_t items = static_cast<int64_t>(p.num_work) * kv_heads;
+#pragma omp parallel
+  {
+    Runner<TQ, TKV, TO> runner(p);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t x = 0; x < items; ++x) {
+      runner.run(p.work[x / kv_heads], static_cast<int32_t>(x % kv_heads));
+    }
+    const int64_t merges = static_cast<int64_t>(p.num_merge) * heads;
+#pragma omp for schedule(static)
+    for (int64_t x = 0; x < merges; ++x) {
+      runner.merge(static_cast<int32_t>(x / heads), static_cast<int32_t>(x % heads));
+    }
+  }
+}
+
+template <class TQ, class TKV>
+void dispatch_o(const AttentionParams& p) {
+  switch (p.o_dtype) {
+    case DType::kFloat32:
+      return run_attention<TQ, TKV, float>(p);
+    case DType::kFloat16:
+      return run_attention<TQ, TKV, Half>(p);
+    case DType::kBFloat16:
+      return run_attention<TQ, TKV, BFloat16>(p);
+    default:
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, "attention", "out", "dtype ",
+                      dtype_torch_name(p.o_dtype), " is not supported on the CPU");
+  }
+}
+
+template <class TQ>
+void dispatch_kv(const AttentionParams& p) {
+  switch (p.kv.dtype) {
+    case DType::kFloat32:
+      return dispatch_o<TQ, float>(p);
+    case DType::kFloat16:
+      return dispatch_o<TQ, Half>(p);
+    case DType::kBFloat16:
+      return dispatch_o<TQ, BFloat16>(p);
+    case DType::kFloat8E4M3FN:
+      return dispatch_o<TQ, Float8E4M3FN>(p);
+    case DType::kFloat8E5M2:
+      return dispatch_o<TQ, Float8E5M2>(p);
+    default:
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, "attention", "k", "dtype ",
+                      dtype_torch_name(p.kv.dtype), " is not supported on the CPU");
+  }
+}
+
+template <class T>
+void run_merge(const MergeParams& p) {
+  const int64_t d = p.head_dim;
+  const int64_t items = p.seq * p.num_heads;
+#pragma omp parallel if (items * p.num_states * d >= (1 << 15))
+  {
+    std::vector<float> acc(static_cast<std::size_t>(d)), tmp(static_cast<std::size_t>(d));
+#pragma omp for schedule(static)
+    for (int64_t x = 0; x < items; ++x) {
+      const int64_t n = x / p.num_heads, h = x % p.num_heads;
+      if (p.mask && !p.mask[n]) continue;
+      float s = kNegInf;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t k = 0; k < p.num_states; ++k) {
+        const T* v;
+        float sk;
+        if (k == 1 && p.v_b) {
+          v = static_cast<const T*>(p.v_b) + n * p.vb_stride_n + h * p.vb_stride_h;
+          sk = p.s_b[n * p.sb_stride_n + h * p.sb_stride_h];
+        } else {
+          v = static_cast<const T*>(p.v) + n * p.v_stride_n + k * p.v_stride_k + h * p.v_stride_h;
+          sk = p.s[n * p.s_stride_n + k * p.s_stride_k + h * p.s_stride_h];
+        }
+        for (int64_t i = 0; i < d; ++i) tmp[i] = to_float(v[i]);
+        merge_into(s, acc.data(), sk, tmp.data(), d);
+      }
+      if (s == kNegInf) std::fill(acc.begin(), acc.end(), 0.0f);
+      store_row(static_cast<T*>(p.v_out) + n * p.vo_stride_n + h * p.vo_stride_h, acc.data(), d);
+      p.s_out[n * p.so_stride_n + h * p.so_stride_h] = s;
+    }
+  }
+}
+
+}  // namespace
+
+void batch_attention(const AttentionParams& p) {
+  switch (p.q_dtype) {
+    case DType::kFloat32:
+      return dispatch_kv<float>(p);
+    case DType::kFloat16:
+      return dispatch_kv<Half>(p);
+    case DType::kBFloat16:
+      return dispatch_kv<BFloat16>(p);
+    default:
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, "attention", "q", "dtype ",
+                      dtype_torch_name(p.q_dtype), " is not supported on the CPU");
+  }
+}
+
+void merge_states(const MergeParams& p) {
+  switch (p.v_dtype) {
+    case DType::kFloat32:
+      return run_merge<float>(p);
+    case DType::kFloat16:
+      return run_merge<Half>(p);
+    case DType::kBFloat16:
+      return run_merge<BFloat16>(p);
+    default:
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, "merge_states", "v", "dtype ",
+                      dtype_torch_name(p.v_dtype), " is not supported on the CPU");
+  }
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+void append_paged_kv_cache(const AppendParams& p) {
+  const auto* ak = static_cast<const unsigned char*>(p.append_key);
+  const auto* av = static_cast<const unsigned char*>(p.append_value);
+  auto* ck = static_cast<unsigned char*>(p.k_out);
+  auto* cv = static_cast<unsigned char*>(p.v_out);
+  const int64_t es = p.elem_size;
+  const std::size_t row_bytes = static_cast<std::size_t>(p.head_dim * es);
+#pragma omp parallel for schedule(static) if (p.nnz * p.num_heads * p.head_dim >= (1 << 16))
+  for (int64_t i = 0; i < p.nnz; ++i) {
+    const int32_t b = p.batch_indices[i];
+    const int64_t t = p.positions[i];
+    const int64_t ko = kv_token_offset(p.cache, b, t, false);
+    const int64_t vo = kv_token_offset(p.cache, b, t, true);
+    for (int64_t h = 0; h < p.num_heads; ++h) {
+      std::memcpy(ck + (ko + h * p.cache.k_stride_head) * es,
+                  ak + (i * p.ak_stride_n + h * p.ak_stride_h) * es, row_bytes);
+      std::memcpy(cv + (vo + h * p.cache.v_stride_head) * es,
+                  av + (i * p.av_stride_n + h * p.av_stride_h) * es, row_bytes);
+    }
+  }
+}
+
+}  // namespace flashinfer::kernels::cpu

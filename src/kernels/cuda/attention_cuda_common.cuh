@@ -1,0 +1,85 @@
+// Private device helpers shared by the CUDA attention kernels: element conversions (fp8 too),
+// KV addressing, the mask rule and the base-2 state merge.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention_params.h"
+#include "kernels/cuda/cuda_utils.cuh"
+
+namespace flashinfer::kernels::cuda {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ float to_f32(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
+__device__ __forceinline__ float to_f32(__nv_fp8_e5m2 x) { return static_cast<float>(x); }
+
+// Element offset of key/value token t of request b (head and dim excluded).
+__device__ __forceinline__ int64_t kv_offset(const KvAddressing& a, int32_t b, int64_t t,
+                                             bool is_v) {
+  const int64_t sp = is_v ? a.v_stride_page : a.k_stride_page;
+  const int64_t st = is_v ? a.v_stride_token : a.k_stride_token;
+  if (a.kv_indices == nullptr) return (static_cast<int64_t>(a.kv_indptr[b]) + t) * st;
+  const int64_t page = a.kv_indices[a.kv_indptr[b] + t / a.page_size];
+  return page * sp + (t % a.page_size) * st;
+}
+
+// Whether query qi (of qo_len, right-aligned against kv_len keys) sees key kj.
+__device__ __forceinline__ bool key_visible(const AttentionParams& p, int32_t b, int64_t qo_len,
+                                            int64_t kv_len, int64_t qi, int64_t kj) {
+  const int64_t pos = kv_len - qo_len + qi;
+  if (p.causal && kj > pos) return false;
+  if (p.window_left >= 0 && kj < pos - p.window_left) return false;
+  if (p.custom_mask) {
+    const int64_t bit = p.mask_indptr[b] + qi * kv_len + kj;
+    return (p.custom_mask[bit >> 3] >> (bit & 7)) & 1;
+  }
+  return true;
+}
+
+// Logit in log2 units from the raw dot product.
+__device__ __forceinline__ float logit_log2(const AttentionParams& p, float dot, float scale) {
+  float s = dot * scale;
+  if (p.logits_soft_cap > 0.0f) s = p.logits_soft_cap * tanhf(s / p.logits_soft_cap);
+  return s * kLog2e;
+}
+
+// Merge pass of split-KV: merged row m, head blockIdx.y; threads stride over head_dim.
+template <class TO>
+__global__ void merge_partials_kernel(AttentionParams p) {
+  const int32_t m = blockIdx.x, h = blockIdx.y;
+  const int32_t begin = p.merge_indptr[m], end = p.merge_indptr[m + 1];
+  float s_max = -INFINITY;
+  for (int32_t k = begin; k < end; ++k) {
+    s_max = fmaxf(s_max, p.tmp_s[static_cast<int64_t>(p.merge_rows[k]) * p.num_qo_heads + h]);
+  }
+  const int64_t row = p.merge_out_row[m];
+  TO* o = static_cast<TO*>(p.o) + row * p.o_stride_n + h * p.o_stride_h;
+  if (s_max == -INFINITY) {  // no chunk saw a key
+    for (int d = threadIdx.x; d < p.head_dim_vo; d += blockDim.x) o[d] = from_f32<TO>(0.0f);
+    if (p.lse && threadIdx.x == 0) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = -INFINITY;
+    return;
+  }
+  float wsum = 0.0f;
+  for (int32_t k = begin; k < end; ++k) {
+    wsum += exp2f(p.tmp_s[static_cast<int64_t>(p.merge_rows[k]) * p.num_qo_heads + h] - s_max);
+  }
+  const float inv = 1.0f / wsum;
+  for (int d = threadIdx.x; d < p.head_dim_vo; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int32_t k = begin; k < end; ++k) {
+      const int64_t prow = static_cast<int64_t>(p.merge_rows[k]) * p.num_qo_heads + h;
+      const float w = exp2f(p.tmp_s[prow] - s_max);  // 0 for -inf chunks
+      if (w > 0.0f) acc += w * p.tmp_v[prow * p.head_dim_vo + d];
+    }
+    o[d] = from_f32<TO>(acc * inv);
+  }
+  if (p.lse && threadIdx.x == 0) {
+    p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = s_max + log2f(wsum);
+  }
+}
+
+}  // namespace flashinfer::kernels::cuda

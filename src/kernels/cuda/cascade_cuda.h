@@ -1,0 +1,11 @@
+// CUDA launchers for the state merges and the paged-cache append (plain C++ header).
+#pragma once
+
+#include "kernels/attention_params.h"
+
+namespace flashinfer::kernels::cuda {
+
+void merge_states(const MergeParams& p, void* stream);
+void append_paged_kv_cache(const AppendParams& p, void* stream);
+
+}  // namespace flashinfer::kernels::cuda

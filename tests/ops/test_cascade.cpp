@@ -1,0 +1,186 @@
+// State merges: merge_state, merge_state_in_place, merge_states against the formula, -inf
+// states, and the identity "attention over split keys, merged == attention over all keys".
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "ops/attention_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// fp64 merge of n states of one (row, head).
+void ref_merge(const std::vector<std::vector<double>>& v, const std::vector<double>& s,
+               std::vector<double>& vo, double& so) {
+  const std::size_t d = v[0].size();
+  double m = -kInf;
+  for (double x : s) m = std::max(m, x);
+  vo.assign(d, 0.0);
+  if (m == -kInf) {
+    so = -kInf;
+    return;
+  }
+  double sum = 0;
+  for (std::size_t k = 0; k < s.size(); ++k) {
+    const double w = std::exp2(s[k] - m);
+    sum += w;
+    for (std::size_t i = 0; i < d; ++i) vo[i] += w * v[k][i];
+  }
+  for (auto& x : vo) x /= sum;
+  so = m + std::log2(sum);
+}
+
+// s values with -inf in a few places (row 1 fully -inf for every head and state).
+Tensor make_lse(int64_t seq, int64_t n, int64_t h, uint64_t seed) {
+  Tensor s = Tensor::empty({seq, n, h}, DType::kFloat32).uniform_(seed, -4.0, 4.0);
+  float* p = s.data<float>();
+  for (int64_t k = 0; k < n * h; ++k) p[1 * n * h + k] = -INFINITY;
+  if (seq > 2) p[2 * n * h + 0] = -INFINITY;  // row 2: first state of head 0 empty
+  return s;
+}
+
+TEST(MergeStates, MatchesFormulaWithEmptyStates) {
+  const int64_t seq = 5, n = 3, h = 2, d = 64;
+  for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    Tensor v = Tensor::empty({seq, n, h, d}, dt).uniform_(1);
+    Tensor s = make_lse(seq, n, h, 2);
+    auto [vo, so] = merge_states(v, s);
+    ASSERT_EQ(vo.shape(), (Shape{seq, h, d}));
+    ASSERT_EQ(so.shape(), (Shape{seq, h}));
+    const auto vd = v.to_double_vector(), sd = s.to_double_vector();
+    std::vector<double> ev, es;
+    for (int64_t r = 0; r < seq; ++r) {
+      for (int64_t hh = 0; hh < h; ++hh) {
+        std::vector<std::vector<double>> vs;
+        std::vector<double> ss;
+        for (int64_t k = 0; k < n; ++k) {
+          const auto off = ((r * n + k) * h + hh) * d;
+          vs.emplace_back(vd.begin() + off, vd.begin() + off + d);
+          ss.push_back(sd[(r * n + k) * h + hh]);
+        }
+        std::vector<double> o;
+        double so_ref;
+        ref_merge(vs, ss, o, so_ref);
+        ev.insert(ev.end(), o.begin(), o.end());
+        es.push_back(so_ref);
+      }
+    }
+    EXPECT_TRUE(testing::all_close(vo, ev, testing::default_tolerance(dt))) << dtype_name(dt);
+    EXPECT_TRUE(testing::all_close(so, es, {1e-5, 1e-6})) << dtype_name(dt);
+  }
+}
+
+TEST(MergeState, HandChecked) {
+  // Equal LSEs: plain average, LSE + 1. One -inf side: the other side unchanged.
+  Tensor va = Tensor::from_vector({1, 2, 3, 4}, {2, 1, 2}, DType::kFloat32);
+  Tensor vb = Tensor::from_vector({3, 6, 5, 6}, {2, 1, 2}, DType::kFloat32);
+  Tensor sa = Tensor::from_vector({0.5, -kInf}, {2, 1}, DType::kFloat32);
+  Tensor sb = Tensor::from_vector({0.5, 2.0}, {2, 1}, DType::kFloat32);
+  auto [v, s] = merge_state(va, sa, vb, sb);
+  EXPECT_EQ(v.to_double_vector(), (std::vector<double>{2, 4, 5, 6}));
+  EXPECT_EQ(s.to_double_vector(), (std::vector<double>{1.5, 2.0}));
+  // Both empty: zeros and -inf, never NaN.
+  Tensor se = Tensor::full({2, 1}, -kInf, DType::kFloat32);
+  auto [v2, s2] = merge_state(va, se, vb, se);
+  EXPECT_EQ(v2.to_double_vector(), (std::vector<double>{0, 0, 0, 0}));
+  EXPECT_EQ(s2.to_double_vector(), (std::vector<double>{-kInf, -kInf}));
+}
+
+TEST(MergeStateInPlace, MaskSkipsRows) {
+  const int64_t seq = 4, h = 3, d = 128;
+  Tensor v = Tensor::empty({seq, h, d}, DType::kFloat16).uniform_(5);
+  Tensor vo = Tensor::empty({seq, h, d}, DType::kFloat16).uniform_(6);
+  Tensor s = Tensor::empty({seq, h}, DType::kFloat32).uniform_(7, -2, 2);
+  Tensor so = Tensor::empty({seq, h}, DType::kFloat32).uniform_(8, -2, 2);
+  auto [ev, es] = merge_state(v, s, vo, so);
+  Tensor mask = Tensor::from_vector({1, 0, 1, 0}, {seq}, DType::kBool);
+  Tensor v0 = v.clone(), s0 = s.clone();
+  merge_state_in_place(v, s, vo, so, mask);
+  for (int64_t r = 0; r < seq; ++r) {
+    const bool merged = r % 2 == 0;
+    EXPECT_EQ(v.select(0, r).to_double_vector(), (merged ? ev : v0).select(0, r).to_double_vector())
+        << r;
+    EXPECT_EQ(s.select(0, r).to_double_vector(), (merged ? es : s0).select(0, r).to_double_vector())
+        << r;
+  }
+}
+
+TEST(MergeState, SplitKeysMergeToUnsplit) {
+  // Attention over keys [0, 40) and [40, 97) merged equals attention over [0, 97).
+  const int64_t qo = 3, kv = 97, hq = 4, hkv = 2, d = 64;
+  Tensor q = Tensor::empty({qo, hq, d}, DType::kFloat32).uniform_(1);
+  Tensor k = Tensor::empty({kv, hkv, d}, DType::kFloat32).uniform_(2);
+  Tensor v = Tensor::empty({kv, hkv, d}, DType::kFloat32).uniform_(3);
+  auto [o_all, s_all] = single_prefill_with_kv_cache_return_lse(q, k, v);
+  auto [o1, s1] = single_prefill_with_kv_cache_return_lse(q, k.slice(0, 0, 40), v.slice(0, 0, 40));
+  auto [o2, s2] =
+      single_prefill_with_kv_cache_return_lse(q, k.slice(0, 40, kv), v.slice(0, 40, kv));
+  auto [om, sm] = merge_state(o1, s1, o2, s2);
+  EXPECT_TRUE(testing::all_close(om, o_all, {2e-6, 2e-5}));
+  EXPECT_TRUE(testing::all_close(sm, s_all, {2e-6, 2e-6}));
+  // The same with merge_states over a stacked [seq, 2, H, D].
+  Tensor vs = Tensor::empty({qo, 2, hq, d}, DType::kFloat32);
+  vs.select(1, 0).copy_(o1);
+  vs.select(1, 1).copy_(o2);
+  Tensor ss = Tensor::empty({qo, 2, hq}, DType::kFloat32);
+  ss.select(1, 0).copy_(s1);
+  ss.select(1, 1).copy_(s2);
+  auto [om2, sm2] = merge_states(vs, ss);
+  EXPECT_TRUE(testing::all_close(om2, o_all, {2e-6, 2e-5}));
+  EXPECT_TRUE(testing::all_close(sm2, s_all, {2e-6, 2e-6}));
+}
+
+TEST(MergeState, BadInput) {
+  Tensor v = Tensor::zeros({2, 2, 64}, DType::kFloat16);
+  Tensor s = Tensor::zeros({2, 2}, DType::kFloat32);
+  EXPECT_FI_ERROR(merge_state(v, s, Tensor::zeros({2, 2, 64}, DType::kBFloat16), s), "merge_state",
+                  "v_b");
+  EXPECT_FI_ERROR(merge_state(v, s, Tensor::zeros({2, 3, 64}, DType::kFloat16), s), "merge_state",
+                  "v_b");
+  EXPECT_FI_ERROR(merge_state(v, Tensor::zeros({2, 2}, DType::kFloat16), v, s), "merge_state",
+                  "s_a");
+  EXPECT_FI_ERROR(merge_state(v, s, v, Tensor::zeros({2, 3}, DType::kFloat32)), "merge_state",
+                  "s_b");
+  EXPECT_FI_ERROR(merge_state(Tensor::zeros({2, 64}, DType::kFloat16), s, v, s), "merge_state",
+                  "v_a");
+  EXPECT_FI_ERROR(merge_state_in_place(v, s, v, s, Tensor::zeros({3}, DType::kBool)),
+                  "merge_state_in_place", "mask");
+  EXPECT_FI_ERROR(merge_state_in_place(v, s, v, s, Tensor::zeros({2}, DType::kUInt8)),
+                  "merge_state_in_place", "mask");
+  EXPECT_FI_ERROR(merge_states(v, s), "merge_states", "v");
+  EXPECT_FI_ERROR(merge_states(Tensor::zeros({2, 3, 2, 64}, DType::kFloat16), s), "merge_states",
+                  "s");
+  EXPECT_FI_ERROR(merge_states(Tensor::zeros({2, 3, 2, 64}, DType::kInt32),
+                               Tensor::zeros({2, 3, 2}, DType::kFloat32)),
+                  "merge_states", "v");
+}
+
+}  // namespace
+}  // namespace flashinfer
+
+namespace flashinfer {
+namespace {
+
+TEST(MergeStatesCuda, MatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  Tensor v = Tensor::empty({6, 3, 4, 128}, DType::kBFloat16).uniform_(1);
+  Tensor s = make_lse(6, 3, 4, 2);
+  auto [vr, sr] = merge_states(v, s);
+  auto [vg, sg] = merge_states(v.to(Device::cuda()), s.to(Device::cuda()));
+  EXPECT_TRUE(testing::all_close(vg, vr, testing::default_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(testing::all_close(sg, sr, {1e-5, 1e-6}));
+  Tensor a = v.select(1, 0).contiguous(), b = v.select(1, 1).contiguous();
+  Tensor sa = s.select(1, 0).contiguous(), sb = s.select(1, 1).contiguous();
+  auto [mr, lr] = merge_state(a, sa, b, sb);
+  Tensor ag = a.to(Device::cuda()), sag = sa.to(Device::cuda());
+  merge_state_in_place(ag, sag, b.to(Device::cuda()), sb.to(Device::cuda()));
+  EXPECT_TRUE(testing::all_close(ag, mr, testing::default_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(testing::all_close(sag, lr, {1e-5, 1e-6}));
+}
+
+}  // namespace
+}  // namespace flashinfer

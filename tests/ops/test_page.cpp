@@ -1,0 +1,198 @@
+// Paged KV-cache utilities: get_seq_lens, get_batch_indices_positions, append_paged_kv_cache.
+#include <gtest/gtest.h>
+
+#include "ops/attention_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer {
+namespace {
+
+using testing::int_tensor;
+
+std::vector<double> ints(const Tensor& t) { return t.to_double_vector(); }
+
+TEST(GetSeqLens, HandChecked) {
+  // Pages per request 3, 1, 0; last page fill 5, 16, 0; page size 16.
+  Tensor lens = get_seq_lens(int_tensor({0, 3, 4, 4}), int_tensor({5, 16, 0}), 16);
+  EXPECT_EQ(lens.dtype(), DType::kInt32);
+  EXPECT_EQ(ints(lens), (std::vector<double>{2 * 16 + 5, 16, 0}));
+}
+
+TEST(GetSeqLens, BadInput) {
+  EXPECT_FI_ERROR(get_seq_lens(int_tensor({0, 3, 2}), int_tensor({1, 1}), 16), "get_seq_lens",
+                  "kv_indptr");
+  EXPECT_FI_ERROR(get_seq_lens(int_tensor({0, 3}), int_tensor({1, 1}), 16), "get_seq_lens",
+                  "kv_last_page_len");
+  EXPECT_FI_ERROR(get_seq_lens(int_tensor({0, 3}), int_tensor({1}), 0), "get_seq_lens",
+                  "page_size");
+  EXPECT_FI_ERROR(get_seq_lens(Tensor::zeros({2}, DType::kInt64), int_tensor({1}), 4),
+                  "get_seq_lens", "kv_indptr");
+}
+
+TEST(GetBatchIndicesPositions, HandChecked) {
+  // Request 0 appends 2 rows to reach length 5; request 1 appends 0; request 2 appends 3 to 3.
+  auto [bi, pos] = get_batch_indices_positions(int_tensor({0, 2, 2, 5}), int_tensor({5, 7, 3}), 5);
+  EXPECT_EQ(ints(bi), (std::vector<double>{0, 0, 2, 2, 2}));
+  EXPECT_EQ(ints(pos), (std::vector<double>{3, 4, 0, 1, 2}));
+  // Into given buffers (longer than nnz: only the first nnz are written).
+  Tensor b = Tensor::full({6}, -1, DType::kInt32), p = Tensor::full({6}, -1, DType::kInt32);
+  get_batch_indices_positions(int_tensor({0, 2, 2, 5}), int_tensor({5, 7, 3}), 5, b, p);
+  EXPECT_EQ(ints(b), (std::vector<double>{0, 0, 2, 2, 2, -1}));
+  EXPECT_EQ(ints(p), (std::vector<double>{3, 4, 0, 1, 2, -1}));
+}
+
+TEST(GetBatchIndicesPositions, BadInput) {
+  const char* op = "get_batch_indices_positions";
+  EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({0, 2}), int_tensor({5}), 3), op, "nnz");
+  EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({0, 2}), int_tensor({1}), 2), op,
+                  "seq_lens");
+  EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({1, 2}), int_tensor({5}), 2), op,
+                  "append_indptr");
+  EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({0, 2}), int_tensor({5, 5}), 2), op,
+                  "seq_lens");
+  EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({0, 2}), int_tensor({5}), 2,
+                                              Tensor::zeros({1}, DType::kInt32)),
+                  op, "batch_indices");
+}
+
+struct AppendCase {
+  bool hnd, pair;
+  int64_t page_size;
+};
+
+class AppendTest : public ::testing::TestWithParam<AppendCase> {};
+
+TEST_P(AppendTest, WritesEveryRowToItsSlot) {
+  const AppendCase c = GetParam();
+  const int64_t hkv = 2, d = 64;
+  // After the append: lengths 5, 1, 2 * page_size; appended 3, 1, page_size + 1 rows.
+  const std::vector<int32_t> lens{5, 1, static_cast<int32_t>(2 * c.page_size)};
+  const std::vector<int32_t> app{3, 1, static_cast<int32_t>(c.page_size + 1)};
+  std::vector<std::vector<double>> kref, vref;
+  testing::PagedFixture f =
+      testing::make_paged(lens, c.page_size, hkv, d, DType::kFloat16, c.hnd, c.pair, 7, kref, vref);
+  std::vector<int32_t> app_indptr{0};
+  for (int32_t a : app) app_indptr.push_back(app_indptr.back() + a);
+  const int64_t nnz = app_indptr.back();
+  auto [bi, pos] = get_batch_indices_positions(int_tensor(app_indptr), int_tensor(lens), nnz);
+  // Strided append rows: every other row of a bigger tensor.
+  Tensor ak =
+      Tensor::empty({2 * nnz, hkv, d}, DType::kFloat16).uniform_(11).slice(0, 0, 2 * nnz, 2);
+  Tensor av = Tensor::empty({nnz, hkv, d}, DType::kFloat16).uniform_(12);
+  append_paged_kv_cache(ak, av, bi, pos, f.cache(), f.indices, f.indptr, f.last_page_len,
+                        c.hnd ? "HND" : "NHD");
+  // Expected: the old contents with the appended rows in place.
+  const auto akd = ak.to_double_vector(), avd = av.to_double_vector();
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    for (int32_t j = 0; j < app[b]; ++j) {
+      const int64_t row = app_indptr[b] + j, t = lens[b] - app[b] + j;
+      std::copy_n(akd.begin() + row * hkv * d, hkv * d, kref[b].begin() + t * hkv * d);
+      std::copy_n(avd.begin() + row * hkv * d, hkv * d, vref[b].begin() + t * hkv * d);
+    }
+  }
+  std::vector<std::vector<double>> kgot, vgot;
+  // Re-read the cache the same way the fixture did.
+  Tensor kc = c.pair ? f.k_cache : f.cache5.select(1, 0);
+  Tensor vc = c.pair ? f.v_cache : f.cache5.select(1, 1);
+  if (c.hnd) {
+    kc = kc.permute({0, 2, 1, 3});
+    vc = vc.permute({0, 2, 1, 3});
+  }
+  const auto idx = f.indices.to_double_vector();
+  const auto ip = f.indptr.to_double_vector();
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    std::vector<double> kd, vd;
+    for (int64_t t = 0; t < lens[b]; ++t) {
+      const auto page = static_cast<int64_t>(idx[static_cast<int64_t>(ip[b]) + t / c.page_size]);
+      const auto kr = kc.select(0, page).select(0, t % c.page_size).to_double_vector();
+      const auto vr = vc.select(0, page).select(0, t % c.page_size).to_double_vector();
+      kd.insert(kd.end(), kr.begin(), kr.end());
+      vd.insert(vd.end(), vr.begin(), vr.end());
+    }
+    EXPECT_EQ(kd, kref[b]) << "request " << b;
+    EXPECT_EQ(vd, vref[b]) << "request " << b;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, AppendTest,
+                         ::testing::Values(AppendCase{false, false, 4}, AppendCase{true, false, 4},
+                                           AppendCase{false, true, 1}, AppendCase{true, true, 16}));
+
+TEST(AppendPagedKvCache, BadInput) {
+  const char* op = "append_paged_kv_cache";
+  std::vector<std::vector<double>> kr, vr;
+  testing::PagedFixture f =
+      testing::make_paged({5, 3}, 4, 2, 64, DType::kFloat16, false, false, 3, kr, vr);
+  Tensor ak = Tensor::zeros({2, 2, 64}, DType::kFloat16);
+  Tensor bi = int_tensor({0, 1}), pos = int_tensor({4, 2});
+  auto call = [&](const Tensor& k, const Tensor& b, const Tensor& p, const Tensor& indices,
+                  const Tensor& indptr, const Tensor& last, const char* layout = "NHD") {
+    append_paged_kv_cache(k, k, b, p, f.cache(), indices, indptr, last, layout);
+  };
+  // Sanity: the good call works.
+  call(ak, bi, pos, f.indices, f.indptr, f.last_page_len);
+  EXPECT_FI_ERROR(call(ak, int_tensor({0, 2}), pos, f.indices, f.indptr, f.last_page_len), op,
+                  "batch_indices");
+  EXPECT_FI_ERROR(call(ak, bi, int_tensor({4, 3}), f.indices, f.indptr, f.last_page_len), op,
+                  "positions");
+  EXPECT_FI_ERROR(call(ak, bi, int_tensor({-1, 0}), f.indices, f.indptr, f.last_page_len), op,
+                  "positions");
+  EXPECT_FI_ERROR(call(ak, bi, pos, int_tensor({0, 1, 99}), f.indptr, f.last_page_len), op,
+                  "kv_indices");
+  EXPECT_FI_ERROR(call(ak, bi, pos, f.indices, int_tensor({0, 2, 1}), f.last_page_len), op,
+                  "kv_indptr");
+  EXPECT_FI_ERROR(call(ak, bi, pos, f.indices, f.indptr, int_tensor({1, 5})), op,
+                  "kv_last_page_len");
+  EXPECT_FI_ERROR(call(ak, bi, pos, f.indices, f.indptr, int_tensor({0, 3})), op,
+                  "kv_last_page_len");
+  EXPECT_FI_ERROR(call(Tensor::zeros({2, 2, 64}, DType::kBFloat16), bi, pos, f.indices, f.indptr,
+                       f.last_page_len),
+                  op, "append_key");
+  EXPECT_FI_ERROR(call(Tensor::zeros({2, 3, 64}, DType::kFloat16), bi, pos, f.indices, f.indptr,
+                       f.last_page_len),
+                  op, "append_key");
+  EXPECT_FI_ERROR(call(ak, bi, pos, f.indices, f.indptr, f.last_page_len, "NDH"), op, "kv_layout");
+  EXPECT_FI_ERROR(call(ak, int_tensor({0}), pos, f.indices, f.indptr, f.last_page_len), op,
+                  "batch_indices");
+  EXPECT_FI_ERROR(append_paged_kv_cache(ak, ak, bi, pos,
+                                        PagedKVCache(Tensor::zeros({4, 4, 2, 64}, DType::kFloat16)),
+                                        f.indices, f.indptr, f.last_page_len),
+                  op, "paged_kv_cache");
+}
+
+TEST(PagedKVCache, ValueRoundTrip) {
+  Tensor a = Tensor::zeros({2, 4, 1, 64}, DType::kFloat16);
+  Tensor b = Tensor::zeros({2, 4, 1, 64}, DType::kFloat16);
+  const Value pair = to_value(PagedKVCache(a, b));
+  ASSERT_TRUE(pair.is_sequence());
+  const PagedKVCache back = PagedKVCache::from_value(pair);
+  EXPECT_TRUE(back.is_pair());
+  EXPECT_EQ(back.first().data_ptr(), a.data_ptr());
+  EXPECT_EQ(back.second().data_ptr(), b.data_ptr());
+  EXPECT_TRUE(to_value(PagedKVCache(a)).is_tensor());
+  EXPECT_THROW(PagedKVCache::from_value(Value(3)), Error);
+}
+
+}  // namespace
+}  // namespace flashinfer
+
+namespace flashinfer {
+namespace {
+
+TEST(AppendPagedKvCacheCuda, MatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  std::vector<std::vector<double>> kr, vr;
+  testing::PagedFixture f =
+      testing::make_paged({9, 4}, 4, 2, 128, DType::kBFloat16, true, false, 3, kr, vr);
+  Tensor ak = Tensor::empty({3, 2, 128}, DType::kBFloat16).uniform_(5);
+  Tensor bi = int_tensor({0, 0, 1}), pos = int_tensor({7, 8, 3});
+  Tensor gpu_cache = f.cache5.to(Device::cuda());
+  append_paged_kv_cache(ak.to(Device::cuda()), ak.to(Device::cuda()), bi.to(Device::cuda()),
+                        pos.to(Device::cuda()), gpu_cache, f.indices.to(Device::cuda()),
+                        f.indptr.to(Device::cuda()), f.last_page_len.to(Device::cuda()), "HND");
+  append_paged_kv_cache(ak, ak, bi, pos, f.cache(), f.indices, f.indptr, f.last_page_len, "HND");
+  EXPECT_EQ(gpu_cache.to_double_vector(), f.cache5.to_double_vector());
+}
+
+}  // namespace
+}  // namespace flashinfer

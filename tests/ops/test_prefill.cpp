@@ -1,0 +1,475 @@
+// Prefill attention: single_prefill_with_kv_cache and the paged / ragged batch prefill wrappers
+// against a naive fp64 materialized softmax (causal right-aligned, window, soft cap, custom mask,
+// fp8 KV, per-head scales), plus bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "ops/attention_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer {
+namespace {
+
+using testing::int_tensor;
+using testing::RefOptions;
+
+Tensor workspace(int64_t mb = 8) { return Tensor::zeros({mb << 20}, DType::kUInt8); }
+
+// Deterministic pseudo-random mask with every ~3rd key dropped (row 1 fully masked).
+bool mask_bit(int64_t i, int64_t j) { return i != 1 && ((i * 7 + j * 3) % 5) != 0; }
+
+struct SingleCase {
+  DType q, kv;
+  int64_t qo, kv_len, hq, hkv, d;
+  bool causal, hnd;
+  double soft_cap;
+  int64_t window;
+  bool custom_mask;
+};
+
+class SinglePrefill : public ::testing::TestWithParam<SingleCase> {};
+
+TEST_P(SinglePrefill, MatchesReference) {
+  const SingleCase c = GetParam();
+  Tensor q = Tensor::empty({c.qo, c.hq, c.d}, c.q).uniform_(1);
+  Tensor k = Tensor::empty({c.kv_len, c.hkv, c.d}, c.kv).uniform_(2);
+  Tensor v = Tensor::empty({c.kv_len, c.hkv, c.d}, c.kv).uniform_(3);
+  const bool fp8 = dtype_is_fp8(c.kv);
+  std::optional<Tensor> mask;
+  if (c.custom_mask) {
+    std::vector<double> bits;
+    for (int64_t i = 0; i < c.qo; ++i)
+      for (int64_t j = 0; j < c.kv_len; ++j) bits.push_back(mask_bit(i, j));
+    mask = Tensor::from_vector(bits, {c.qo, c.kv_len}, DType::kBool);
+  }
+  std::optional<double> cap;
+  if (c.soft_cap > 0) cap = c.soft_cap;
+  // fp8: per-head scale_k and scalar v_scale.
+  std::optional<Tensor> scale_k;
+  std::vector<double> sk(static_cast<std::size_t>(c.hkv), 1.0);
+  if (fp8) {
+    for (int64_t g = 0; g < c.hkv; ++g) sk[g] = 0.5 + 0.25 * g;
+    scale_k = Tensor::from_vector(sk, {c.hkv}, DType::kFloat32);
+  }
+  AttentionOutput r = single_prefill_with_kv_cache(
+      q, c.hnd ? k.transpose(0, 1).contiguous() : k, c.hnd ? v.transpose(0, 1).contiguous() : v,
+      std::nullopt, scale_k, std::nullopt, std::nullopt, mask, std::nullopt, c.causal,
+      c.hnd ? "HND" : "NHD", "NONE", false, std::nullopt, c.window, cap, std::nullopt, std::nullopt,
+      "auto", /*return_lse=*/true, std::nullopt, std::nullopt,
+      fp8 ? std::optional<double>(1.5) : std::nullopt);
+  ASSERT_EQ(r.out.shape(), (Shape{c.qo, c.hq, c.d}));
+  ASSERT_EQ(r.lse.shape(), (Shape{c.qo, c.hq}));
+  const auto qd = q.to_double_vector(), kd0 = k.to_double_vector(), vd = v.to_double_vector();
+  // Per-kv-head k scale folds into k itself for the reference.
+  std::vector<double> kd = kd0;
+  for (int64_t j = 0; j < c.kv_len; ++j)
+    for (int64_t g = 0; g < c.hkv; ++g)
+      for (int64_t x = 0; x < c.d; ++x) kd[(j * c.hkv + g) * c.d + x] *= sk[g];
+  RefOptions opt;
+  opt.causal = c.causal;
+  opt.soft_cap = c.soft_cap;
+  opt.window_left = c.window;
+  opt.v_scale = fp8 ? 1.5 : 1.0;
+  if (c.custom_mask) opt.mask = mask_bit;
+  std::vector<double> eo, el;
+  testing::ref_attention(qd, kd, vd, c.qo, c.kv_len, c.hq, c.hkv, c.d, c.d, opt, eo, el);
+  EXPECT_TRUE(testing::all_close(r.out, eo, testing::attention_tolerance(c.q)));
+  EXPECT_TRUE(testing::all_close(r.lse, el, {1e-4, 1e-5}));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, SinglePrefill,
+    ::testing::Values(
+        // Causal with kv_len > qo_len (right-aligned), GQA 4.
+        SingleCase{DType::kFloat32, DType::kFloat32, 9, 40, 8, 2, 64, true, false, 0, -1, false},
+        // Non-causal, HND, fp16, D 128.
+        SingleCase{DType::kFloat16, DType::kFloat16, 5, 17, 4, 4, 128, false, true, 0, -1, false},
+        // Causal + sliding window + soft cap, bf16, D 256, MQA.
+        SingleCase{DType::kBFloat16, DType::kBFloat16, 12, 30, 4, 1, 256, true, false, 20.0, 4,
+                   false},
+        // Custom mask (one row fully masked: zeros, LSE -inf).
+        SingleCase{DType::kFloat32, DType::kFloat32, 6, 23, 2, 1, 64, false, false, 0, -1, true},
+        // fp8 e4m3 KV with per-head k scale and v_scale, causal, qo == kv.
+        SingleCase{DType::kFloat16, DType::kFloat8E4M3FN, 16, 16, 4, 2, 64, true, false, 0, -1,
+                   false}));
+
+TEST(SinglePrefill, PackedMaskEqualsBoolMask) {
+  const int64_t qo = 5, kv = 13;
+  Tensor q = Tensor::empty({qo, 2, 64}, DType::kFloat32).uniform_(1);
+  Tensor k = Tensor::empty({kv, 1, 64}, DType::kFloat32).uniform_(2);
+  std::vector<double> bits;
+  std::vector<double> packed((qo * kv + 7) / 8, 0.0);
+  for (int64_t i = 0; i < qo; ++i) {
+    for (int64_t j = 0; j < kv; ++j) {
+      const bool b = mask_bit(i, j);
+      bits.push_back(b);
+      const int64_t n = i * kv + j;
+      if (b) packed[n / 8] += double(1 << (n % 8));  // little-endian bit order
+    }
+  }
+  Tensor m = Tensor::from_vector(bits, {qo, kv}, DType::kBool);
+  Tensor pm = Tensor::from_vector(packed, {static_cast<int64_t>(packed.size())}, DType::kUInt8);
+  Tensor a = single_prefill_with_kv_cache(q, k, k, {}, {}, {}, {}, m);
+  Tensor b = single_prefill_with_kv_cache(q, k, k, {}, {}, {}, {}, {}, pm);
+  EXPECT_TRUE(testing::all_close(a, b, {0, 0}));
+}
+
+struct BatchCase {
+  DType dtype;
+  int64_t hq, hkv, d, page_size;
+  std::vector<int32_t> qo_lens, kv_lens;
+  bool causal, hnd, pair;
+  std::optional<int64_t> fixed_split;
+  double soft_cap;
+  int64_t window;
+  bool custom_mask;
+};
+
+// Reference per request; q rows at qo_indptr.
+void expect_batch(const BatchCase& c, const Tensor& q, const AttentionOutput& r,
+                  const std::vector<std::vector<double>>& kd,
+                  const std::vector<std::vector<double>>& vd) {
+  const auto qd = q.to_double_vector();
+  int64_t r0 = 0;
+  for (std::size_t b = 0; b < c.qo_lens.size(); ++b) {
+    const int64_t r1 = r0 + c.qo_lens[b];
+    RefOptions opt;
+    opt.causal = c.causal;
+    opt.soft_cap = c.soft_cap;
+    opt.window_left = c.window;
+    if (c.custom_mask) opt.mask = mask_bit;
+    std::vector<double> eo, el;
+    testing::ref_attention(testing::rows_of(qd, r0, r1, c.hq * c.d), kd[b], vd[b], c.qo_lens[b],
+                           c.kv_lens[b], c.hq, c.hkv, c.d, c.d, opt, eo, el);
+    EXPECT_TRUE(
+        testing::all_close(r.out.slice(0, r0, r1), eo, testing::attention_tolerance(c.dtype)))
+        << "request " << b;
+    EXPECT_TRUE(testing::all_close(r.lse.slice(0, r0, r1), el, {1e-4, 1e-5})) << "request " << b;
+    r0 = r1;
+  }
+}
+
+PrefillPlanOptions plan_options(const BatchCase& c, std::optional<Tensor> mask) {
+  PrefillPlanOptions o;
+  o.causal = c.causal;
+  o.q_data_type = c.dtype;
+  o.fixed_split_size = c.fixed_split;
+  if (c.soft_cap > 0) o.logits_soft_cap = c.soft_cap;
+  o.window_left = c.window;
+  o.custom_mask = std::move(mask);
+  return o;
+}
+
+std::optional<Tensor> batch_mask(const BatchCase& c) {
+  if (!c.custom_mask) return std::nullopt;
+  std::vector<double> bits;
+  for (std::size_t b = 0; b < c.qo_lens.size(); ++b)
+    for (int64_t i = 0; i < c.qo_lens[b]; ++i)
+      for (int64_t j = 0; j < c.kv_lens[b]; ++j) bits.push_back(mask_bit(i, j));
+  return Tensor::from_vector(bits, {static_cast<int64_t>(bits.size())}, DType::kBool);
+}
+
+std::vector<int32_t> indptr_of(const std::vector<int32_t>& lens) {
+  std::vector<int32_t> p{0};
+  for (int32_t x : lens) p.push_back(p.back() + x);
+  return p;
+}
+
+class BatchPrefillPaged : public ::testing::TestWithParam<BatchCase> {};
+
+TEST_P(BatchPrefillPaged, MatchesReference) {
+  const BatchCase c = GetParam();
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged(c.kv_lens, c.page_size, c.hkv, c.d, c.dtype, c.hnd, c.pair, 21, kd, vd);
+  const std::vector<int32_t> qo_indptr = indptr_of(c.qo_lens);
+  BatchPrefillWithPagedKVCacheWrapper w(workspace(), c.hnd ? "HND" : "NHD");
+  w.plan(int_tensor(qo_indptr), f.indptr, f.indices, f.last_page_len, c.hq, c.hkv, c.d, c.page_size,
+         plan_options(c, batch_mask(c)));
+  if (c.fixed_split) {
+    EXPECT_TRUE(w.split_kv());
+  }
+  Tensor q = Tensor::empty({qo_indptr.back(), c.hq, c.d}, c.dtype).uniform_(4);
+  AttentionRunOptions ro;
+  ro.return_lse = true;
+  expect_batch(c, q, w.run(q, f.cache(), ro), kd, vd);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, BatchPrefillPaged,
+    ::testing::Values(
+        // Causal append (kv_len > qo_len), unequal lengths, GQA 4, forced split of 2 pages.
+        BatchCase{DType::kFloat32,
+                  8,
+                  2,
+                  64,
+                  4,
+                  {3, 1, 7},
+                  {9, 1, 30},
+                  true,
+                  false,
+                  false,
+                  2,
+                  0,
+                  -1,
+                  false},
+        // HND pair cache, fp16, D 128, GQA 8, window + soft cap, no split.
+        BatchCase{DType::kFloat16,
+                  8,
+                  1,
+                  128,
+                  16,
+                  {5, 16},
+                  {21, 16},
+                  true,
+                  true,
+                  true,
+                  {},
+                  10.0,
+                  6,
+                  false},
+        // Custom masks per request, bf16, split every page.
+        BatchCase{
+            DType::kBFloat16, 2, 2, 64, 8, {4, 3}, {11, 17}, false, false, false, 1, 0, -1, true}));
+
+class BatchPrefillRagged : public ::testing::TestWithParam<BatchCase> {};
+
+TEST_P(BatchPrefillRagged, MatchesReference) {
+  const BatchCase c = GetParam();
+  const std::vector<int32_t> qo_indptr = indptr_of(c.qo_lens), kv_indptr = indptr_of(c.kv_lens);
+  const int64_t nkv = kv_indptr.back();
+  // HND ragged K/V: [Hkv, tokens, D]; strided (every other token of a bigger tensor).
+  Tensor kbig = Tensor::empty({2 * nkv, c.hkv, c.d}, c.dtype).uniform_(5);
+  Tensor k = kbig.slice(0, 0, 2 * nkv, 2);
+  Tensor v = Tensor::empty({nkv, c.hkv, c.d}, c.dtype).uniform_(6);
+  std::vector<std::vector<double>> kd, vd;
+  const auto ka = k.to_double_vector(), va = v.to_double_vector();
+  for (std::size_t b = 0; b < c.kv_lens.size(); ++b) {
+    kd.push_back(testing::rows_of(ka, kv_indptr[b], kv_indptr[b + 1], c.hkv * c.d));
+    vd.push_back(testing::rows_of(va, kv_indptr[b], kv_indptr[b + 1], c.hkv * c.d));
+  }
+  BatchPrefillWithRaggedKVCacheWrapper w(workspace(), c.hnd ? "HND" : "NHD");
+  w.plan(int_tensor(qo_indptr), int_tensor(kv_indptr), c.hq, c.hkv, c.d,
+         plan_options(c, batch_mask(c)));
+  if (c.fixed_split) {
+    EXPECT_TRUE(w.split_kv());
+  }
+  Tensor q = Tensor::empty({qo_indptr.back(), c.hq, c.d}, c.dtype).uniform_(7);
+  AttentionRunOptions ro;
+  ro.return_lse = true;
+  const Tensor kk = c.hnd ? k.transpose(0, 1) : k, vv = c.hnd ? v.transpose(0, 1) : v;
+  expect_batch(c, q, w.run(q, kk, vv, ro), kd, vd);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, BatchPrefillRagged,
+    ::testing::Values(
+        // Causal first-chunk prefill (qo == kv) and an append, split in 5-token chunks.
+        BatchCase{
+            DType::kFloat32, 4, 1, 64, 1, {12, 3}, {12, 20}, true, false, false, 5, 0, -1, false},
+        // HND, fp16, D 256, window, GQA 1, auto split.
+        BatchCase{
+            DType::kFloat16, 2, 2, 256, 1, {6, 1}, {6, 40}, true, true, false, {}, 0, 3, false},
+        // Custom mask, bf16.
+        BatchCase{
+            DType::kBFloat16, 4, 2, 128, 1, {2, 5}, {7, 5}, false, false, false, {}, 0, -1, true}));
+
+TEST(BatchPrefillWrappers, InvokersRunInitPlanRun) {
+  const OpDecl* init = OpRegistry::global().find("BatchPrefillWithRaggedKVCacheWrapper.__init__");
+  const OpDecl* plan = OpRegistry::global().find("BatchPrefillWithRaggedKVCacheWrapper.plan");
+  const OpDecl* run = OpRegistry::global().find("BatchPrefillWithRaggedKVCacheWrapper.run");
+  ASSERT_TRUE(init && plan && run);
+  EXPECT_EQ(plan->module, "flashinfer.prefill");
+  EXPECT_EQ(plan->params[plan->param_index("causal")].keyword_only, false);
+  EXPECT_TRUE(run->params[run->param_index("return_lse")].keyword_only);
+  Tensor q = Tensor::empty({5, 2, 64}, DType::kFloat16).uniform_(1);
+  Tensor k = Tensor::empty({9, 1, 64}, DType::kFloat16).uniform_(2);
+  Value self = init->invoke(CallArgs(*init, bind_arguments(*init, {Value(), Value(workspace())})));
+  plan->invoke(
+      CallArgs(*plan, bind_arguments(*plan,
+                                     {self, Value(int_tensor({0, 2, 5})),
+                                      Value(int_tensor({0, 4, 9})), Value(2), Value(1), Value(64)},
+                                     {{"causal", Value(true)}})));
+  Value out =
+      run->invoke(CallArgs(*run, bind_arguments(*run, {self, Value(q), Value(k), Value(k)})));
+  ASSERT_TRUE(out.is_tensor());
+  BatchPrefillWithRaggedKVCacheWrapper w(workspace());
+  PrefillPlanOptions o;
+  o.causal = true;
+  w.plan(int_tensor({0, 2, 5}), int_tensor({0, 4, 9}), 2, 1, 64, o);
+  EXPECT_TRUE(testing::all_close(out.as_tensor(), w.run(q, k, k), {0, 0}));
+}
+
+TEST(BatchPrefillWrappers, BadInput) {
+  const char* plan = "BatchPrefillWithPagedKVCacheWrapper.plan";
+  const char* run = "BatchPrefillWithPagedKVCacheWrapper.run";
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({5, 8}, 4, 2, 64, DType::kFloat16, false, false, 5, kd, vd);
+  BatchPrefillWithPagedKVCacheWrapper w(workspace());
+  Tensor q = Tensor::zeros({4, 4, 64}, DType::kFloat16);
+  EXPECT_FI_ERROR(w.run(q, f.cache()), run, "self");
+  auto P = [&](const Tensor& qo, PrefillPlanOptions o = {}) {
+    w.plan(qo, f.indptr, f.indices, f.last_page_len, 4, 2, 64, 4, o);
+  };
+  EXPECT_FI_ERROR(P(int_tensor({0, 3})), plan, "qo_indptr");
+  EXPECT_FI_ERROR(P(int_tensor({0, 3, 2})), plan, "qo_indptr");
+  {
+    PrefillPlanOptions o;
+    o.causal = true;
+    EXPECT_FI_ERROR(P(int_tensor({0, 6, 7}), o), plan, "causal");  // qo_len 6 > kv_len 5
+    o = {};
+    o.custom_mask = Tensor::zeros({7}, DType::kBool);
+    EXPECT_FI_ERROR(P(int_tensor({0, 1, 2}), o), plan, "custom_mask");
+    o = {};
+    o.packed_custom_mask = Tensor::zeros({1}, DType::kUInt8);
+    EXPECT_FI_ERROR(P(int_tensor({0, 1, 2}), o), plan, "packed_custom_mask");
+    o = {};
+    o.head_dim_vo = 80;
+    EXPECT_FI_ERROR(P(int_tensor({0, 1, 2}), o), plan, "head_dim_vo");
+    o = {};
+    o.seq_lens = Tensor::zeros({2}, DType::kInt32);
+    EXPECT_FI_ERROR(P(int_tensor({0, 1, 2}), o), plan, "seq_lens");
+    o = {};
+    o.kv_data_type = DType::kBFloat16;
+    EXPECT_FI_ERROR(P(int_tensor({0, 1, 2}), o), plan, "kv_data_type");
+  }
+  P(int_tensor({0, 1, 4}));
+  EXPECT_NO_THROW(w.run(q, f.cache()));
+  EXPECT_FI_ERROR(w.run(Tensor::zeros({5, 4, 64}, DType::kFloat16), f.cache()), run, "q");
+  EXPECT_FI_ERROR(w.run(q, PagedKVCache(f.cache5.slice(0, 0, 3))), run, "paged_kv_cache");
+
+  const char* rplan = "BatchPrefillWithRaggedKVCacheWrapper.plan";
+  const char* rrun = "BatchPrefillWithRaggedKVCacheWrapper.run";
+  BatchPrefillWithRaggedKVCacheWrapper r(workspace());
+  EXPECT_FI_ERROR(r.plan(int_tensor({0, 2}), int_tensor({0, 2, 4}), 2, 1, 64), rplan, "qo_indptr");
+  EXPECT_FI_ERROR(r.plan(int_tensor({0, 2}), int_tensor({0, -1}), 2, 1, 64), rplan, "kv_indptr");
+  r.plan(int_tensor({0, 2}), int_tensor({0, 6}), 2, 1, 64);
+  Tensor rq = Tensor::zeros({2, 2, 64}, DType::kFloat16);
+  EXPECT_FI_ERROR(r.run(rq, Tensor::zeros({5, 1, 64}, DType::kFloat16),
+                        Tensor::zeros({6, 1, 64}, DType::kFloat16)),
+                  rrun, "k");
+  EXPECT_FI_ERROR(r.run(rq, Tensor::zeros({6, 1, 64}, DType::kFloat16),
+                        Tensor::zeros({6, 2, 64}, DType::kFloat16)),
+                  rrun, "v");
+  AttentionRunOptions ro;
+  ro.o_scale = 2.0;
+  EXPECT_FI_ERROR(r.run(rq, Tensor::zeros({6, 1, 64}, DType::kFloat16),
+                        Tensor::zeros({6, 1, 64}, DType::kFloat16), ro),
+                  rrun, "o_scale");
+}
+
+TEST(SinglePrefill, BadInput) {
+  const char* op = "single_prefill_with_kv_cache";
+  Tensor q = Tensor::zeros({4, 2, 64}, DType::kFloat16);
+  Tensor k = Tensor::zeros({3, 1, 64}, DType::kFloat16);
+  EXPECT_FI_ERROR(single_prefill_with_kv_cache(q, k, k, {}, {}, {}, {}, {}, {}, true), op,
+                  "causal");
+  EXPECT_FI_ERROR(
+      single_prefill_with_kv_cache(q, k, k, {}, {}, {}, {}, {}, {}, false, "NHD", "ALIBI"), op,
+      "pos_encoding_mode");
+  EXPECT_FI_ERROR(
+      single_prefill_with_kv_cache(q, k, k, {}, {}, {}, {}, Tensor::zeros({4, 4}, DType::kBool)),
+      op, "custom_mask");
+  EXPECT_FI_ERROR(single_prefill_with_kv_cache(q, k, k, {}, Tensor::zeros({2}, DType::kFloat32)),
+                  op, "scale_k");
+  EXPECT_FI_ERROR(single_prefill_with_kv_cache(q, k, k, {}, {}, {}, DType::kInt8), op, "o_dtype");
+  EXPECT_FI_ERROR(single_prefill_with_kv_cache(q, k, k, {}, {}, {}, {}, {}, {}, false, "NHD",
+                                               "NONE", false, {}, -1, {}, {}, {}, "cudnn"),
+                  op, "backend");
+}
+
+}  // namespace
+}  // namespace flashinfer
+
+namespace flashinfer {
+namespace {
+
+// CUDA (tensor-core prefill kernel) vs the CPU reference on the same inputs (skipped without a
+// GPU). P is rounded to the input dtype before the PV product on tensor cores, so the tolerance
+// is the dtype's.
+TEST(BatchPrefillCuda, PagedMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    for (int64_t d : {64, 128, 256}) {
+      std::vector<std::vector<double>> kd, vd;
+      testing::PagedFixture f =
+          testing::make_paged({40, 7, 200}, 16, 2, d, dt, true, true, 3, kd, vd);
+      const std::vector<int32_t> qo{0, 33, 40, 140};
+      Tensor q = Tensor::empty({140, 8, d}, dt).uniform_(4);
+      PrefillPlanOptions po;
+      po.q_data_type = dt;
+      po.causal = true;
+      po.logits_soft_cap = 30.0;
+      po.window_left = 90;
+      AttentionRunOptions ro;
+      ro.return_lse = true;
+      BatchPrefillWithPagedKVCacheWrapper cpu(workspace(), "HND");
+      cpu.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, 8, 2, d, 16, po);
+      AttentionOutput ref = cpu.run(q, f.cache(), ro);
+      BatchPrefillWithPagedKVCacheWrapper gpu(
+          Tensor::zeros({8 << 20}, DType::kUInt8, Device::cuda()), "HND");
+      gpu.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, 8, 2, d, 16, po);
+      AttentionOutput got =
+          gpu.run(q.to(Device::cuda()),
+                  PagedKVCache(f.k_cache.to(Device::cuda()), f.v_cache.to(Device::cuda())), ro);
+      EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(dt)));
+      EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3}));
+    }
+  }
+}
+
+TEST(BatchPrefillCuda, RaggedCustomMaskMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const std::vector<int32_t> qo{0, 5, 9}, kv{0, 13, 20};
+  Tensor q = Tensor::empty({9, 4, 128}, DType::kFloat16).uniform_(1);
+  Tensor k = Tensor::empty({20, 1, 128}, DType::kFloat16).uniform_(2);
+  Tensor v = Tensor::empty({20, 1, 128}, DType::kFloat16).uniform_(3);
+  std::vector<double> bits;
+  for (int b = 0; b < 2; ++b)
+    for (int i = 0; i < qo[b + 1] - qo[b]; ++i)
+      for (int j = 0; j < kv[b + 1] - kv[b]; ++j) bits.push_back(mask_bit(i, j));
+  PrefillPlanOptions po;
+  po.custom_mask = Tensor::from_vector(bits, {static_cast<int64_t>(bits.size())}, DType::kBool);
+  BatchPrefillWithRaggedKVCacheWrapper cpu(workspace());
+  cpu.plan(int_tensor(qo), int_tensor(kv), 4, 1, 128, po);
+  Tensor ref = cpu.run(q, k, v);
+  BatchPrefillWithRaggedKVCacheWrapper gpu(Tensor::zeros({8 << 20}, DType::kUInt8, Device::cuda()));
+  gpu.plan(int_tensor(qo), int_tensor(kv), 4, 1, 128, po);
+  Tensor got = gpu.run(q.to(Device::cuda()), k.to(Device::cuda()), v.to(Device::cuda()));
+  EXPECT_TRUE(testing::all_close(got, ref, testing::default_tolerance(DType::kFloat16)));
+}
+
+}  // namespace
+}  // namespace flashinfer
+
+namespace flashinfer {
+namespace {
+
+TEST(BatchPrefillWrappers, RecordedInitPlanRunReplays) {
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({12, 5}, 4, 1, 64, DType::kFloat16, false, false, 5, kd, vd);
+  Tensor q = Tensor::empty({9, 4, 64}, DType::kFloat16).uniform_(8);
+  auto capture = std::make_shared<testing::CallCapture>();
+  add_call_observer(capture);
+  Tensor direct;
+  {
+    BatchPrefillWithPagedKVCacheWrapper w(workspace());
+    PrefillPlanOptions po;
+    po.causal = true;
+    po.window_left = 3;
+    w.plan(int_tensor({0, 6, 9}), f.indptr, f.indices, f.last_page_len, 4, 1, 64, 4, po);
+    direct = w.run(q, f.cache());
+  }
+  remove_call_observer(capture);
+  ASSERT_EQ(capture->calls.size(), 3u);
+  const std::vector<Value> replayed = capture->replay();
+  ASSERT_TRUE(replayed[2].is_tensor());
+  EXPECT_TRUE(testing::all_close(replayed[2].as_tensor(), direct, {0, 0}));
+}
+
+}  // namespace
+}  // namespace flashinfer
