@@ -2,6 +2,7 @@
 // op and the argument.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 
@@ -56,6 +57,32 @@ inline void check_shape_eq(const Tensor& t, const Shape& shape, const char* op, 
 inline void check_non_empty(const Tensor& t, const char* op, const char* arg) {
   FLASHINFER_CHECK(t.numel() > 0, op, arg, "empty tensor (shape ", shape_to_string(t.shape()),
                    ")");
+}
+
+/// True when the memory spans of two views intersect (compared by address, so views of the same
+/// memory through different storages count too). Spans are conservative for strided views.
+inline bool views_overlap(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || a.numel() == 0 || b.numel() == 0) return false;
+  auto span = [](const Tensor& t, uintptr_t& lo, uintptr_t& hi) {
+    int64_t first = 0, last = 0;
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      const int64_t reach = (t.size(d) - 1) * t.stride(d);
+      (reach < 0 ? first : last) += reach;
+    }
+    const auto base = reinterpret_cast<intptr_t>(t.data_ptr());
+    const auto es = static_cast<intptr_t>(t.element_size());
+    lo = static_cast<uintptr_t>(base + first * es);
+    hi = static_cast<uintptr_t>(base + (last + 1) * es);
+  };
+  uintptr_t alo, ahi, blo, bhi;
+  span(a, alo, ahi);
+  span(b, blo, bhi);
+  return alo < bhi && blo < ahi;
+}
+
+inline void check_no_overlap(const Tensor& t, const Tensor& other, const char* op, const char* arg,
+                             const char* other_arg) {
+  FLASHINFER_CHECK(!views_overlap(t, other), op, arg, "must not overlap ", other_arg, " in memory");
 }
 
 }  // namespace flashinfer::api

@@ -5,7 +5,13 @@
 namespace flashinfer::detail {
 
 void register_norm_ops(OpRegistry& registry);
+void register_activation_ops(OpRegistry& registry);
+void register_rope_ops(OpRegistry& registry);
 
-void register_builtin_ops(OpRegistry& registry) { register_norm_ops(registry); }
+void register_builtin_ops(OpRegistry& registry) {
+  register_norm_ops(registry);
+  register_activation_ops(registry);
+  register_rope_ops(registry);
+}
 
 }  // namespace flashinfer::detail
