@@ -263,6 +263,7 @@ void run_rope(const char* op, const Tensor& q, const Tensor& k, const Tensor& q_
     kernels::cpu::apply_rope(p);
   } else {
 #if FLASHINFER_WITH_CUDA
+    (void)op;  // the launcher names "apply_rope" in its own errors
     Tensor dpos, dindptr, doffsets;
     p.pos_mode = pos.mode;
     if (pos.mode == kernels::RopePosMode::kPositions) {
