@@ -85,6 +85,29 @@ TEST(FusedAddRmsNorm, NormalizesUnroundedSum) {
   EXPECT_TRUE(all_close(x, {120000 / rms, 2000 / rms}, default_tolerance(DType::kFloat16)));
 }
 
+// The residual is the fp32 sum rounded to fp16 (round to nearest even), bit for bit as the
+// library's software conversion does it, including subnormal and overflowing sums: the CPU
+// kernels may convert with hardware instructions (F16C), which must not change any bit.
+TEST(FusedAddRmsNorm, ResidualRoundingIsExact) {
+  const int64_t n = 4096;
+  std::vector<double> xv, rv;
+  for (int64_t i = 0; i < n; ++i) {
+    const double scale = std::ldexp(1.0, static_cast<int>(i % 40) - 24);  // 2^-24 .. 2^15
+    xv.push_back(scale * std::sin(0.37 * i) * 1.7);
+    rv.push_back(scale * std::cos(0.11 * i) * 1.3);
+  }
+  Tensor x = Tensor::from_vector(xv, {2, n / 2}, DType::kFloat16);
+  Tensor r = Tensor::from_vector(rv, {2, n / 2}, DType::kFloat16);
+  std::vector<double> want;
+  const auto xs = x.to_double_vector(), rs = r.to_double_vector();
+  for (int64_t i = 0; i < n; ++i) {
+    const float sum = static_cast<float>(xs[i]) + static_cast<float>(rs[i]);
+    want.push_back(Half::from_float(sum).to_float());
+  }
+  fused_add_rmsnorm(x, r, Tensor::full({n / 2}, 1.0, DType::kFloat16));
+  EXPECT_TRUE(all_close(r, want, {0, 0}));
+}
+
 TEST(GemmaRmsNorm, Golden) {
   Tensor x = Tensor::from_vector({3, 4}, {1, 2}, DType::kFloat32);
   Tensor w = Tensor::from_vector({0, 1}, {2}, DType::kFloat32);

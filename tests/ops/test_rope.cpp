@@ -124,6 +124,23 @@ TEST(Rope, PositionZeroIsIdentityAndPassThroughIsExact) {
   }
 }
 
+// Every finite fp16 value goes through the fp16 load and store paths unchanged at position 0
+// (the CPU kernels may use hardware conversions: they must be exact).
+TEST(Rope, EveryFiniteHalfRoundTrips) {
+  std::vector<double> v;
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const float f = half_bits_to_float(static_cast<uint16_t>(b));
+    if (std::isfinite(f)) v.push_back(f);
+  }
+  const int64_t nnz = static_cast<int64_t>(v.size()) / 64;
+  v.resize(static_cast<std::size_t>(nnz * 64));
+  Tensor q = Tensor::from_vector(v, {nnz, 1, 64}, DType::kFloat16);
+  Tensor k = Tensor::zeros({nnz, 1, 64}, DType::kFloat16);
+  std::vector<int64_t> zeros(static_cast<std::size_t>(nnz), 0);
+  auto [qr, kr] = apply_rope_pos_ids(q, k, index_tensor(zeros, DType::kInt32));
+  EXPECT_TRUE(all_close(qr, v, {0, 0}));
+}
+
 // ---- formulas -------------------------------------------------------------------------------
 
 struct Geometry {

@@ -4,8 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "flashinfer/float_formats.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define FLASHINFER_CPU_F16C 1
+#else
+#define FLASHINFER_CPU_F16C 0
+#endif
 
 namespace flashinfer::kernels::cpu::rowio {
 
@@ -16,9 +24,44 @@ inline void store(float* p, float v) { *p = v; }
 inline void store(Half* p, float v) { *p = Half::from_float(v); }
 inline void store(BFloat16* p, float v) { *p = BFloat16::from_float(v); }
 
+#if FLASHINFER_CPU_F16C
+// fp16 rows through the F16C conversion instructions (chosen at run time; the library is built
+// for baseline x86-64). vcvtps2ph with round-to-nearest-even gives the same bits as
+// Half::from_float for every non-NaN input; NaNs stay NaN (payload bits may differ).
+inline bool has_f16c() {
+  static const bool v = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  return v;
+}
+
+__attribute__((target("avx,f16c"))) inline void load_half_f16c(const Half* x, int64_t n,
+                                                                float* __restrict dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = load(x + i);
+}
+
+__attribute__((target("avx,f16c"))) inline void store_half_f16c(Half* y, int64_t n,
+                                                                 const float* __restrict src) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), h);
+  }
+  for (; i < n; ++i) store(y + i, src[i]);
+}
+#endif
+
 /// dst[i] = float(x[i * stride]) for i < n.
 template <class T>
 inline void load_row(const T* x, int64_t stride, int64_t n, float* __restrict dst) {
+#if FLASHINFER_CPU_F16C
+  if constexpr (std::is_same_v<T, Half>) {
+    if (stride == 1 && has_f16c()) return load_half_f16c(x, n, dst);
+  }
+#endif
   if (stride == 1) {
     for (int64_t i = 0; i < n; ++i) dst[i] = load(x + i);
   } else {
@@ -29,6 +72,11 @@ inline void load_row(const T* x, int64_t stride, int64_t n, float* __restrict ds
 /// y[i * stride] = T(src[i]) (round to nearest even) for i < n.
 template <class T>
 inline void store_row(T* y, int64_t stride, int64_t n, const float* __restrict src) {
+#if FLASHINFER_CPU_F16C
+  if constexpr (std::is_same_v<T, Half>) {
+    if (stride == 1 && has_f16c()) return store_half_f16c(y, n, src);
+  }
+#endif
   if (stride == 1) {
     for (int64_t i = 0; i < n; ++i) store(y + i, src[i]);
   } else {
