@@ -99,6 +99,15 @@ inline bool views_overlap(const Tensor& a, const Tensor& b) {
   return alo < delta + bhi && delta + blo < ahi;
 }
 
+/// For tensors an op writes: a zero stride on a dimension of size > 1 (a broadcast view) would
+/// make several elements one memory location, and the result would depend on the schedule.
+inline void check_writable(const Tensor& t, const char* op, const char* arg) {
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    FLASHINFER_CHECK(t.stride(d) != 0 || t.size(d) <= 1, op, arg,
+                     "is written but has stride 0 in dimension ", d, " (a broadcast view)");
+  }
+}
+
 inline void check_no_overlap(const Tensor& t, const Tensor& other, const char* op, const char* arg,
                              const char* other_arg) {
   FLASHINFER_CHECK(!views_overlap(t, other), op, arg, "must not overlap ", other_arg, " in memory");

@@ -150,6 +150,9 @@ TEST(Activation, BadInput) {
     EXPECT_FI_ERROR(a.op(x, Tensor::empty({2, 4}, DType::kBFloat16), std::nullopt), a.name,
                     "out");
     EXPECT_FI_ERROR(a.op(x, x.slice(1, 0, 4), std::nullopt), a.name, "out");  // overlaps input
+    EXPECT_FI_ERROR(a.op(x, Tensor::empty({1, 4}, DType::kBFloat16).as_strided({4, 4}, {0, 1}, 0),
+                         std::nullopt),
+                    a.name, "out");  // broadcast out
   }
 }
 

@@ -85,27 +85,33 @@ TEST(FusedAddRmsNorm, NormalizesUnroundedSum) {
   EXPECT_TRUE(all_close(x, {120000 / rms, 2000 / rms}, default_tolerance(DType::kFloat16)));
 }
 
-// The residual is the fp32 sum rounded to fp16 (round to nearest even), bit for bit as the
-// library's software conversion does it, including subnormal and overflowing sums: the CPU
-// kernels may convert with hardware instructions (F16C), which must not change any bit.
+// The residual is the fp32 sum rounded to fp16 / bf16 (round to nearest even), bit for bit as
+// the library's software conversion does it, including subnormal, overflowing and NaN sums: the
+// CPU kernels may convert with vector instructions (F16C, AVX2), which must not change any bit.
 TEST(FusedAddRmsNorm, ResidualRoundingIsExact) {
   const int64_t n = 4096;
   std::vector<double> xv, rv;
   for (int64_t i = 0; i < n; ++i) {
-    const double scale = std::ldexp(1.0, static_cast<int>(i % 40) - 24);  // 2^-24 .. 2^15
+    const double scale = std::ldexp(1.0, static_cast<int>(i % 48) - 24);  // 2^-24 .. 2^23
     xv.push_back(scale * std::sin(0.37 * i) * 1.7);
     rv.push_back(scale * std::cos(0.11 * i) * 1.3);
   }
-  Tensor x = Tensor::from_vector(xv, {2, n / 2}, DType::kFloat16);
-  Tensor r = Tensor::from_vector(rv, {2, n / 2}, DType::kFloat16);
-  std::vector<double> want;
-  const auto xs = x.to_double_vector(), rs = r.to_double_vector();
-  for (int64_t i = 0; i < n; ++i) {
-    const float sum = static_cast<float>(xs[i]) + static_cast<float>(rs[i]);
-    want.push_back(Half::from_float(sum).to_float());
+  xv[5] = std::nan("");
+  rv[77] = -std::numeric_limits<double>::infinity();
+  for (DType d : {DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(dtype_label(d));
+    Tensor x = Tensor::from_vector(xv, {2, n / 2}, d);
+    Tensor r = Tensor::from_vector(rv, {2, n / 2}, d);
+    std::vector<double> want;
+    const auto xs = x.to_double_vector(), rs = r.to_double_vector();
+    for (int64_t i = 0; i < n; ++i) {
+      const float sum = static_cast<float>(xs[i]) + static_cast<float>(rs[i]);
+      want.push_back(d == DType::kFloat16 ? Half::from_float(sum).to_float()
+                                          : BFloat16::from_float(sum).to_float());
+    }
+    fused_add_rmsnorm(x, r, Tensor::full({n / 2}, 1.0, d));
+    EXPECT_TRUE(all_close(r, want, {0, 0}));
   }
-  fused_add_rmsnorm(x, r, Tensor::full({n / 2}, 1.0, DType::kFloat16));
-  EXPECT_TRUE(all_close(r, want, {0, 0}));
 }
 
 TEST(GemmaRmsNorm, Golden) {
@@ -257,6 +263,7 @@ TEST(FusedAddRmsNorm, BadInput) {
     EXPECT_FI_ERROR(call(x, r, w, -1.0), op, "eps");
     EXPECT_FI_ERROR(call(x, r, w, std::nan("")), op, "eps");
     EXPECT_FI_ERROR(call(x, x, w), op, "residual");            // aliased
+    EXPECT_FI_ERROR(call(x.select(0, 0).unsqueeze(0).as_strided({4, 8}, {0, 1}, x.storage_offset()), r, w), op, "input");  // broadcast
     EXPECT_FI_ERROR(call(x, r, x.select(0, 1)), op, "weight");  // weight inside input
   }
 }

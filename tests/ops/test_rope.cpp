@@ -328,6 +328,8 @@ TEST(Rope, BadInputPosIds) {
   EXPECT_FI_ERROR(apply_rope_pos_ids(x.q, x.k, pos, std::nullopt, false, 1.0, INFINITY), op,
                   "rope_theta");
   EXPECT_FI_ERROR(apply_rope_pos_ids_inplace(x.q, x.q, pos), "apply_rope_pos_ids_inplace", "k");
+  EXPECT_FI_ERROR(apply_rope_pos_ids_inplace(x.q.as_strided({4, 2, 16}, {0, 16, 1}, 0), x.k, pos),
+                  "apply_rope_pos_ids_inplace", "q");  // broadcast over tokens
   {
     // k shifted half a head into q's slot of a packed buffer: overlaps; the next slot does not.
     Tensor qkv = rand_tensor({4, 4 * 16}, DType::kFloat16, 3);

@@ -52,6 +52,49 @@ __attribute__((target("avx,f16c"))) inline void store_half_f16c(Half* y, int64_t
   }
   for (; i < n; ++i) store(y + i, src[i]);
 }
+
+inline bool has_avx2() {
+  static const bool v = __builtin_cpu_supports("avx2");
+  return v;
+}
+
+// bf16 rows with AVX2: widening is a 16-bit shift; narrowing is the same round-to-nearest-even
+// bit arithmetic as BFloat16::from_float (NaN -> sign | 0x7FC0), eight lanes at a time.
+__attribute__((target("avx2"))) inline void load_bf16_avx2(const BFloat16* x, int64_t n,
+                                                            float* __restrict dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i));
+    const __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(w));
+  }
+  for (; i < n; ++i) dst[i] = load(x + i);
+}
+
+__attribute__((target("avx2"))) inline __m256i round_bf16_avx2(__m256i v) {
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(v, 16), _mm256_set1_epi32(1));
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(v, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+  const __m256i nan = _mm256_or_si256(
+      _mm256_and_si256(_mm256_srli_epi32(v, 16), _mm256_set1_epi32(0x8000)),
+      _mm256_set1_epi32(0x7FC0));
+  const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7FFFFFFF)),
+                                            _mm256_set1_epi32(0x7F800000));
+  return _mm256_blendv_epi8(rounded, nan, is_nan);
+}
+
+__attribute__((target("avx2"))) inline void store_bf16_avx2(BFloat16* y, int64_t n,
+                                                             const float* __restrict src) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i a = round_bf16_avx2(_mm256_castps_si256(_mm256_loadu_ps(src + i)));
+    const __m256i b = round_bf16_avx2(_mm256_castps_si256(_mm256_loadu_ps(src + i + 8)));
+    // packus interleaves 64-bit groups across the two lanes; the permute restores order.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), packed);
+  }
+  for (; i < n; ++i) store(y + i, src[i]);
+}
 #endif
 
 /// dst[i] = float(x[i * stride]) for i < n.
@@ -60,6 +103,9 @@ inline void load_row(const T* x, int64_t stride, int64_t n, float* __restrict ds
 #if FLASHINFER_CPU_F16C
   if constexpr (std::is_same_v<T, Half>) {
     if (stride == 1 && has_f16c()) return load_half_f16c(x, n, dst);
+  }
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    if (stride == 1 && has_avx2()) return load_bf16_avx2(x, n, dst);
   }
 #endif
   if (stride == 1) {
@@ -75,6 +121,9 @@ inline void store_row(T* y, int64_t stride, int64_t n, const float* __restrict s
 #if FLASHINFER_CPU_F16C
   if constexpr (std::is_same_v<T, Half>) {
     if (stride == 1 && has_f16c()) return store_half_f16c(y, n, src);
+  }
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    if (stride == 1 && has_avx2()) return store_bf16_avx2(y, n, src);
   }
 #endif
   if (stride == 1) {

@@ -31,47 +31,47 @@ struct HeadLayout {
 };
 
 // Rotates the first rotary_dim dims of every head of one token; copies the rest unless the
-// output is the input. kUnit: both innermost strides are 1 (lets the NeoX loop vectorize).
-template <class T, bool kUnit>
-void rotate_token(const T* x, T* y, int64_t heads, int64_t ish, int64_t isd_, int64_t osh,
-                  int64_t osd_, const RopeParams& p, const float* __restrict c,
-                  const float* __restrict s) {
-  const int64_t isd = kUnit ? 1 : isd_, osd = kUnit ? 1 : osd_;
+// output is the input. Unit-stride heads go through fp32 row buffers (`in`, `out`, rotary_dim
+// floats each) so the conversions and the rotation vectorize; other strides work in place.
+template <class T>
+void rotate_heads(const T* x, T* y, int64_t heads, int64_t ish, int64_t isd, int64_t osh,
+                  int64_t osd, const RopeParams& p, const float* __restrict c,
+                  const float* __restrict s, float* __restrict in, float* __restrict out) {
   const int64_t half = p.rotary_dim / 2;
+  const bool unit = isd == 1 && osd == 1;
   for (int64_t h = 0; h < heads; ++h) {
     const T* xh = x + h * ish;
     T* yh = y + h * osh;
-    if (p.interleave) {
-      for (int64_t i = 0; i < half; ++i) {
-        const float a = rowio::load(xh + 2 * i * isd), b = rowio::load(xh + (2 * i + 1) * isd);
-        rowio::store(yh + 2 * i * osd, a * c[i] - b * s[i]);
-        rowio::store(yh + (2 * i + 1) * osd, b * c[i] + a * s[i]);
+    if (unit) {
+      rowio::load_row(xh, 1, p.rotary_dim, in);
+      if (p.interleave) {
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = in[2 * i], b = in[2 * i + 1];
+          out[2 * i] = a * c[i] - b * s[i];
+          out[2 * i + 1] = b * c[i] + a * s[i];
+        }
+      } else {
+        for (int64_t i = 0; i < half; ++i) {
+          out[i] = in[i] * c[i] - in[i + half] * s[i];
+          out[i + half] = in[i + half] * c[i] + in[i] * s[i];
+        }
       }
-    } else {
-      for (int64_t i = 0; i < half; ++i) {
-        const float a = rowio::load(xh + i * isd), b = rowio::load(xh + (i + half) * isd);
-        rowio::store(yh + i * osd, a * c[i] - b * s[i]);
-        rowio::store(yh + (i + half) * osd, b * c[i] + a * s[i]);
-      }
-    }
-    if (!p.inplace) {
-      if (kUnit) {
+      rowio::store_row(yh, 1, p.rotary_dim, out);
+      if (!p.inplace) {
         std::memcpy(yh + p.rotary_dim, xh + p.rotary_dim,
                     static_cast<std::size_t>(p.head_dim - p.rotary_dim) * sizeof(T));
-      } else {
-        for (int64_t d = p.rotary_dim; d < p.head_dim; ++d) yh[d * osd] = xh[d * isd];
       }
+      continue;
     }
-  }
-}
-
-template <class T>
-void rotate_all(const T* x, T* y, int64_t heads, int64_t ish, int64_t isd, int64_t osh, int64_t osd,
-                const RopeParams& p, const float* c, const float* s) {
-  if (isd == 1 && osd == 1) {
-    rotate_token<T, true>(x, y, heads, ish, 1, osh, 1, p, c, s);
-  } else {
-    rotate_token<T, false>(x, y, heads, ish, isd, osh, osd, p, c, s);
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t ia = p.interleave ? 2 * i : i, ib = p.interleave ? 2 * i + 1 : i + half;
+      const float a = rowio::load(xh + ia * isd), b = rowio::load(xh + ib * isd);
+      rowio::store(yh + ia * osd, a * c[i] - b * s[i]);
+      rowio::store(yh + ib * osd, b * c[i] + a * s[i]);
+    }
+    if (!p.inplace) {
+      for (int64_t d = p.rotary_dim; d < p.head_dim; ++d) yh[d * osd] = xh[d * isd];
+    }
   }
 }
 
@@ -92,6 +92,8 @@ void rope_tokens(const RopeParams& p) {
 #pragma omp parallel if (work >= kParallelMinElems)
   {
     std::vector<float> c(static_cast<std::size_t>(half)), s(static_cast<std::size_t>(half));
+    std::vector<float> in(static_cast<std::size_t>(p.rotary_dim));
+    std::vector<float> out(static_cast<std::size_t>(p.rotary_dim));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < p.nnz; ++t) {
       const int64_t pos = position(p, t);
@@ -110,10 +112,12 @@ void rope_tokens(const RopeParams& p) {
           s[i] = static_cast<float>(std::sin(angle));
         }
       }
-      rotate_all(q + t * p.q_stride_n, qo + t * p.q_out_stride_n, p.num_q_heads, p.q_stride_h,
-                 p.q_stride_d, p.q_out_stride_h, p.q_out_stride_d, p, c.data(), s.data());
-      rotate_all(k + t * p.k_stride_n, ko + t * p.k_out_stride_n, p.num_k_heads, p.k_stride_h,
-                 p.k_stride_d, p.k_out_stride_h, p.k_out_stride_d, p, c.data(), s.data());
+      rotate_heads(q + t * p.q_stride_n, qo + t * p.q_out_stride_n, p.num_q_heads, p.q_stride_h,
+                   p.q_stride_d, p.q_out_stride_h, p.q_out_stride_d, p, c.data(), s.data(),
+                   in.data(), out.data());
+      rotate_heads(k + t * p.k_stride_n, ko + t * p.k_out_stride_n, p.num_k_heads, p.k_stride_h,
+                   p.k_stride_d, p.k_out_stride_h, p.k_out_stride_d, p, c.data(), s.data(),
+                   in.data(), out.data());
     }
   }
 }
