@@ -48,8 +48,8 @@ inline void report_traffic(benchmark::State& state, double bytes_per_iter) {
   const double bw = memcpy_bandwidth();
   state.SetBytesProcessed(
       static_cast<int64_t>(bytes_per_iter * static_cast<double>(state.iterations())));
-  state.counters["of_memcpy_bw"] = benchmark::Counter(
-      bytes_per_iter / bw, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["of_memcpy_bw"] =
+      benchmark::Counter(bytes_per_iter / bw, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["memcpy_GBps"] = bw / 1e9;
 }
 

@@ -26,7 +26,8 @@ struct ActCase {
 double silu_ref(double x) { return x / (1.0 + std::exp(-x)); }
 double gelu_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::numbers::sqrt2)); }
 double gelu_tanh_ref(double x) {
-  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+  return 0.5 * x *
+         (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
 }
 
 Tensor call_silu(const Tensor& i, std::optional<Tensor> o, std::optional<bool> p) {
@@ -116,7 +117,7 @@ TEST(Activation, NonCollapsibleLeadingDims) {
   for (const auto& a : kActs) {
     SCOPED_TRACE(a.name);
     Tensor x = rand_tensor({3, 4, 10}, DType::kFloat16, 9).transpose(0, 1);  // [4, 3, 10]
-    Tensor out = Tensor::empty({3, 4, 5}, DType::kFloat16).transpose(0, 1);   // [4, 3, 5]
+    Tensor out = Tensor::empty({3, 4, 5}, DType::kFloat16).transpose(0, 1);  // [4, 3, 5]
     a.op(x, out, std::nullopt);
     EXPECT_TRUE(all_close(out, reference(x, a.ref), default_tolerance(DType::kFloat16)));
   }
@@ -140,15 +141,13 @@ TEST(Activation, BadInput) {
                     a.name, "input");
     EXPECT_FI_ERROR(a.op(Tensor::full({}, 1.0, DType::kFloat32), std::nullopt, std::nullopt),
                     a.name, "input");  // 0-D
-    EXPECT_FI_ERROR(a.op(rand_tensor({4, 8}, DType::kInt32, 1), std::nullopt, std::nullopt),
-                    a.name, "input");
+    EXPECT_FI_ERROR(a.op(rand_tensor({4, 8}, DType::kInt32, 1), std::nullopt, std::nullopt), a.name,
+                    "input");
     EXPECT_FI_ERROR(a.op(rand_tensor({4, 8}, DType::kFloat64, 1), std::nullopt, std::nullopt),
                     a.name, "input");
-    EXPECT_FI_ERROR(a.op(x, Tensor::empty({4, 8}, DType::kBFloat16), std::nullopt), a.name,
-                    "out");
+    EXPECT_FI_ERROR(a.op(x, Tensor::empty({4, 8}, DType::kBFloat16), std::nullopt), a.name, "out");
     EXPECT_FI_ERROR(a.op(x, Tensor::empty({4, 4}, DType::kFloat16), std::nullopt), a.name, "out");
-    EXPECT_FI_ERROR(a.op(x, Tensor::empty({2, 4}, DType::kBFloat16), std::nullopt), a.name,
-                    "out");
+    EXPECT_FI_ERROR(a.op(x, Tensor::empty({2, 4}, DType::kBFloat16), std::nullopt), a.name, "out");
     EXPECT_FI_ERROR(a.op(x, x.slice(1, 0, 4), std::nullopt), a.name, "out");  // overlaps input
     EXPECT_FI_ERROR(a.op(x, Tensor::empty({1, 4}, DType::kBFloat16).as_strided({4, 4}, {0, 1}, 0),
                          std::nullopt),

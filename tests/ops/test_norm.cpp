@@ -165,8 +165,8 @@ struct Case {
   bool strided;
 };
 const std::vector<Case> kCases = {
-    {{1, 8}, false}, {{7, 129}, false}, {{5, 1024}, true}, {{3, 4, 64}, false},
-    {{2, 3, 40}, true}, {{64, 4096}, false},
+    {{1, 8}, false},     {{7, 129}, false},  {{5, 1024}, true},
+    {{3, 4, 64}, false}, {{2, 3, 40}, true}, {{64, 4096}, false},
 };
 
 Tensor make_input(const Case& c, DType d, uint64_t seed) {
@@ -254,7 +254,9 @@ TEST(FusedAddRmsNorm, BadInput) {
     EXPECT_FI_ERROR(call(x, r, Tensor()), op, "weight");
     EXPECT_FI_ERROR(call(rand_tensor({8}, DType::kFloat16, 1), r, w), op, "input");
     EXPECT_FI_ERROR(call(rand_tensor({4, 8}, DType::kFloat64, 1), r, w), op, "input");
-    EXPECT_FI_ERROR(call(rand_tensor({0, 8}, DType::kFloat16, 1), rand_tensor({0, 8}, DType::kFloat16, 1), w), op, "input");
+    EXPECT_FI_ERROR(
+        call(rand_tensor({0, 8}, DType::kFloat16, 1), rand_tensor({0, 8}, DType::kFloat16, 1), w),
+        op, "input");
     EXPECT_FI_ERROR(call(x, rand_tensor({4, 9}, DType::kFloat16, 1), w), op, "residual");
     EXPECT_FI_ERROR(call(x, rand_tensor({4, 8}, DType::kBFloat16, 1), w), op, "residual");
     EXPECT_FI_ERROR(call(x, r, rand_tensor({9}, DType::kFloat16, 1)), op, "weight");
@@ -262,8 +264,10 @@ TEST(FusedAddRmsNorm, BadInput) {
     EXPECT_FI_ERROR(call(x, r, rand_tensor({8}, DType::kFloat32, 1)), op, "weight");
     EXPECT_FI_ERROR(call(x, r, w, -1.0), op, "eps");
     EXPECT_FI_ERROR(call(x, r, w, std::nan("")), op, "eps");
-    EXPECT_FI_ERROR(call(x, x, w), op, "residual");            // aliased
-    EXPECT_FI_ERROR(call(x.select(0, 0).unsqueeze(0).as_strided({4, 8}, {0, 1}, x.storage_offset()), r, w), op, "input");  // broadcast
+    EXPECT_FI_ERROR(call(x, x, w), op, "residual");  // aliased
+    EXPECT_FI_ERROR(
+        call(x.select(0, 0).unsqueeze(0).as_strided({4, 8}, {0, 1}, x.storage_offset()), r, w), op,
+        "input");                                               // broadcast
     EXPECT_FI_ERROR(call(x, r, x.select(0, 1)), op, "weight");  // weight inside input
   }
 }
@@ -273,8 +277,8 @@ TEST(GemmaRmsNorm, BadInput) {
   Tensor w = rand_tensor({8}, DType::kBFloat16, 2);
   EXPECT_FI_ERROR(gemma_rmsnorm(x, rand_tensor({7}, DType::kBFloat16, 1)), "gemma_rmsnorm",
                   "weight");
-  EXPECT_FI_ERROR(gemma_rmsnorm(rand_tensor({2, 2, 2, 8}, DType::kBFloat16, 1), w),
-                  "gemma_rmsnorm", "input");
+  EXPECT_FI_ERROR(gemma_rmsnorm(rand_tensor({2, 2, 2, 8}, DType::kBFloat16, 1), w), "gemma_rmsnorm",
+                  "input");
   EXPECT_FI_ERROR(gemma_rmsnorm(x, w, 1e-6, rand_tensor({4, 8}, DType::kFloat16, 1)),
                   "gemma_rmsnorm", "out");
   EXPECT_FI_ERROR(gemma_rmsnorm(x, w, -1.0), "gemma_rmsnorm", "eps");
@@ -288,8 +292,7 @@ TEST(LayerNorm, BadInput) {
   EXPECT_FI_ERROR(layernorm(rand_tensor({2, 4, 8}, DType::kBFloat16, 1), g, b), "layernorm",
                   "input");
   EXPECT_FI_ERROR(layernorm(rand_tensor({4, 8}, DType::kInt32, 1), g, b), "layernorm", "input");
-  EXPECT_FI_ERROR(layernorm(rand_tensor({0, 8}, DType::kBFloat16, 1), g, b), "layernorm",
-                  "input");
+  EXPECT_FI_ERROR(layernorm(rand_tensor({0, 8}, DType::kBFloat16, 1), g, b), "layernorm", "input");
   EXPECT_FI_ERROR(layernorm(x, rand_tensor({8}, DType::kBFloat16, 1), b), "layernorm", "gemma");
   EXPECT_FI_ERROR(layernorm(x, rand_tensor({7}, DType::kFloat32, 1), b), "layernorm", "gemma");
   EXPECT_FI_ERROR(layernorm(x, g, rand_tensor({8}, DType::kFloat16, 1)), "layernorm", "beta");

@@ -99,14 +99,14 @@ TEST(Rope, GoldenNeoxAndInterleaved) {
   Tensor k = Tensor::from_vector({0, 0, 0, 0}, {1, 1, 4}, DType::kFloat32);
   Tensor pos = index_tensor({1}, DType::kInt32);
   auto [qn, kn] = apply_rope_pos_ids(q, k, pos);
-  EXPECT_TRUE(all_close(qn, {-1.9841106485555495, 1.959900667496664, 2.4623779024123156,
-                             4.019799668334994},
-                        {1e-6, 1e-6}));
+  EXPECT_TRUE(
+      all_close(qn, {-1.9841106485555495, 1.959900667496664, 2.4623779024123156, 4.019799668334994},
+                {1e-6, 1e-6}));
   EXPECT_TRUE(all_close(kn, {0, 0, 0, 0}, {0, 0}));
   auto [qi, ki] = apply_rope_pos_ids(q, k, pos, std::nullopt, true);
-  EXPECT_TRUE(all_close(qi, {-1.1426396637476532, 1.922075596544176, 2.9598506679133294,
-                             4.029799501669161},
-                        {1e-6, 1e-6}));
+  EXPECT_TRUE(
+      all_close(qi, {-1.1426396637476532, 1.922075596544176, 2.9598506679133294, 4.029799501669161},
+                {1e-6, 1e-6}));
 }
 
 TEST(Rope, PositionZeroIsIdentityAndPassThroughIsExact) {
@@ -162,8 +162,8 @@ TEST(Rope, PosIdsMatchesFormula) {
       for (bool interleave : {false, true}) {
         for (bool llama : {false, true}) {
           for (int layout = 0; layout < 2; ++layout) {
-            SCOPED_TRACE(std::string(dtype_label(d)) + " D=" + std::to_string(g.d) + " R=" +
-                         std::to_string(g.rotary) + (interleave ? " interleave" : " neox") +
+            SCOPED_TRACE(std::string(dtype_label(d)) + " D=" + std::to_string(g.d) +
+                         " R=" + std::to_string(g.rotary) + (interleave ? " interleave" : " neox") +
                          (llama ? " llama31" : "") + (layout ? " strided" : " packed"));
             QK x = layout ? QK{strided_rand({g.nnz, g.hq, g.d}, d, 2),
                                strided_rand({g.nnz, g.hk, g.d}, d, 3)}
@@ -177,10 +177,10 @@ TEST(Rope, PosIdsMatchesFormula) {
             auto [qr, kr] = llama ? apply_llama31_rope_pos_ids(x.q, x.k, pos_ids, rd, interleave)
                                   : apply_rope_pos_ids(x.q, x.k, pos_ids, rd, interleave, 2.0);
             EXPECT_TRUE(qr.is_contiguous());
-            EXPECT_TRUE(all_close(qr, ref_rope(x.q, pos, r, interleave, from_freq(f, r)),
-                                  rope_tol(d)));
-            EXPECT_TRUE(all_close(kr, ref_rope(x.k, pos, r, interleave, from_freq(f, r)),
-                                  rope_tol(d)));
+            EXPECT_TRUE(
+                all_close(qr, ref_rope(x.q, pos, r, interleave, from_freq(f, r)), rope_tol(d)));
+            EXPECT_TRUE(
+                all_close(kr, ref_rope(x.k, pos, r, interleave, from_freq(f, r)), rope_tol(d)));
             // In place gives the same numbers in q and k themselves.
             Tensor q2 = x.q.clone(), k2 = x.k.clone();
             if (llama) {
@@ -202,8 +202,8 @@ TEST(Rope, Llama31Parameters) {
   QK x = packed_qk(6, 2, 1, 128, DType::kFloat32, 5);
   const std::vector<int64_t> pos = {0, 1, 100, 4095, 20000, 131071};
   Tensor pos_ids = index_tensor(pos, DType::kInt64);
-  auto [qr, kr] = apply_llama31_rope_pos_ids(x.q, x.k, pos_ids, std::nullopt, false, 32.0, 1e6,
-                                             2.0, 16.0, 4096);
+  auto [qr, kr] = apply_llama31_rope_pos_ids(x.q, x.k, pos_ids, std::nullopt, false, 32.0, 1e6, 2.0,
+                                             16.0, 4096);
   const FreqFn f = llama31_freq(32.0, 1e6, 2.0, 16.0, 4096);
   EXPECT_TRUE(all_close(qr, ref_rope(x.q, pos, 128, false, from_freq(f, 128)), {1e-5, 1e-5}));
   EXPECT_TRUE(all_close(kr, ref_rope(x.k, pos, 128, false, from_freq(f, 128)), {1e-5, 1e-5}));
@@ -280,18 +280,17 @@ TEST(Rope, CosSinCacheMatchesFormula) {
         EXPECT_EQ(ko.shape(), key.shape());
         EXPECT_TRUE(all_close(qo, ref_rope(query.view({nnz, hq, hs}), pos, rotary, !neox, cs),
                               rope_tol(d)));
-        EXPECT_TRUE(all_close(ko, ref_rope(key.contiguous().view({nnz, hk, hs}), pos, rotary,
-                                           !neox, cs),
-                              rope_tol(d)));
+        EXPECT_TRUE(
+            all_close(ko, ref_rope(key.contiguous().view({nnz, hk, hs}), pos, rotary, !neox, cs),
+                      rope_tol(d)));
         // Same as computing the angles on the fly (up to the cache's fp32 rounding).
-        auto [qp, kp] = apply_rope_pos_ids(query.view({nnz, hq, hs}),
-                                           key.contiguous().view({nnz, hk, hs}), positions,
-                                           rotary, !neox);
+        auto [qp, kp] =
+            apply_rope_pos_ids(query.view({nnz, hq, hs}), key.contiguous().view({nnz, hk, hs}),
+                               positions, rotary, !neox);
         EXPECT_TRUE(all_close(qo.view({nnz, hq, hs}), qp, rope_tol(d)));
         // In place.
         Tensor q2 = query.clone(), k2 = key.clone();
-        apply_rope_with_cos_sin_cache_inplace(positions.to(DType::kInt32), q2, k2, hs, cache,
-                                              neox);
+        apply_rope_with_cos_sin_cache_inplace(positions.to(DType::kInt32), q2, k2, hs, cache, neox);
         EXPECT_TRUE(all_close(q2, qo, {0, 0}));
         EXPECT_TRUE(all_close(k2, ko, {0, 0}));
       }
@@ -314,15 +313,14 @@ TEST(Rope, BadInputPosIds) {
   EXPECT_FI_ERROR(apply_rope_pos_ids(x.q.select(1, 0), x.k, pos), op, "q");  // 2-D
   EXPECT_FI_ERROR(apply_rope_pos_ids(x.q.to(DType::kInt32), x.k, pos), op, "q");
   EXPECT_FI_ERROR(apply_rope_pos_ids(x.q, x.k.to(DType::kBFloat16), pos), op, "k");
-  EXPECT_FI_ERROR(apply_rope_pos_ids(x.q, x.k.slice(0, 0, 3), pos), op, "k");   // nnz
-  EXPECT_FI_ERROR(apply_rope_pos_ids(x.q, x.k.slice(2, 0, 8), pos), op, "k");   // head_dim
+  EXPECT_FI_ERROR(apply_rope_pos_ids(x.q, x.k.slice(0, 0, 3), pos), op, "k");  // nnz
+  EXPECT_FI_ERROR(apply_rope_pos_ids(x.q, x.k.slice(2, 0, 8), pos), op, "k");  // head_dim
   EXPECT_FI_ERROR(apply_rope_pos_ids(x.q, x.k, index_tensor({0, 1, 2}, DType::kInt32)), op,
                   "pos_ids");
   EXPECT_FI_ERROR(apply_rope_pos_ids(x.q, x.k, pos.to(DType::kFloat32)), op, "pos_ids");
   EXPECT_FI_ERROR(apply_rope_pos_ids(x.q, x.k, pos.view({2, 2})), op, "pos_ids");
   EXPECT_FI_ERROR(apply_rope_pos_ids(x.q, x.k, pos, std::nullopt, false, 0.0), op, "rope_scale");
-  EXPECT_FI_ERROR(apply_rope_pos_ids(x.q, x.k, pos, std::nullopt, false, -1.0), op,
-                  "rope_scale");
+  EXPECT_FI_ERROR(apply_rope_pos_ids(x.q, x.k, pos, std::nullopt, false, -1.0), op, "rope_scale");
   EXPECT_FI_ERROR(apply_rope_pos_ids(x.q, x.k, pos, std::nullopt, false, 1.0, 0.0), op,
                   "rope_theta");
   EXPECT_FI_ERROR(apply_rope_pos_ids(x.q, x.k, pos, std::nullopt, false, 1.0, INFINITY), op,
@@ -339,13 +337,12 @@ TEST(Rope, BadInputPosIds) {
     EXPECT_NO_THROW(apply_rope_pos_ids_inplace(q, qkv.slice(1, 32, 48).view({4, 1, 16}), pos));
   }
   const char* lop = "apply_llama31_rope_pos_ids";
-  EXPECT_FI_ERROR(apply_llama31_rope_pos_ids(x.q, x.k, pos, std::nullopt, false, 8, 5e5, 4, 4),
-                  lop, "high_freq_factor");
-  EXPECT_FI_ERROR(apply_llama31_rope_pos_ids(x.q, x.k, pos, std::nullopt, false, 8, 5e5, 0, 4),
-                  lop, "low_freq_factor");
-  EXPECT_FI_ERROR(
-      apply_llama31_rope_pos_ids(x.q, x.k, pos, std::nullopt, false, 8, 5e5, 1, 4, 0), lop,
-      "old_context_len");
+  EXPECT_FI_ERROR(apply_llama31_rope_pos_ids(x.q, x.k, pos, std::nullopt, false, 8, 5e5, 4, 4), lop,
+                  "high_freq_factor");
+  EXPECT_FI_ERROR(apply_llama31_rope_pos_ids(x.q, x.k, pos, std::nullopt, false, 8, 5e5, 0, 4), lop,
+                  "low_freq_factor");
+  EXPECT_FI_ERROR(apply_llama31_rope_pos_ids(x.q, x.k, pos, std::nullopt, false, 8, 5e5, 1, 4, 0),
+                  lop, "old_context_len");
 }
 
 TEST(Rope, BadInputRagged) {
@@ -360,9 +357,9 @@ TEST(Rope, BadInputRagged) {
         apply_llama31_rope_inplace(x.q, x.k, indptr, offsets);
       }
     };
-    EXPECT_FI_ERROR(call(ip({0, 2}), off), op, "indptr");        // size != batch + 1
-    EXPECT_FI_ERROR(call(ip({1, 2, 5}), off), op, "indptr");     // indptr[0] != 0
-    EXPECT_FI_ERROR(call(ip({0, 2, 4}), off), op, "indptr");     // last != nnz
+    EXPECT_FI_ERROR(call(ip({0, 2}), off), op, "indptr");     // size != batch + 1
+    EXPECT_FI_ERROR(call(ip({1, 2, 5}), off), op, "indptr");  // indptr[0] != 0
+    EXPECT_FI_ERROR(call(ip({0, 2, 4}), off), op, "indptr");  // last != nnz
     EXPECT_FI_ERROR(call(ip({0, 4, 3, 5}), index_tensor({0, 0, 0}, DType::kInt32)), op,
                     "indptr");  // decreasing
     EXPECT_FI_ERROR(call(ip({0, 2, 5}).to(DType::kFloat32), off), op, "indptr");
@@ -375,21 +372,22 @@ TEST(Rope, BadInputRagged) {
 TEST(Rope, BadInputCosSinCache) {
   const char* op = "apply_rope_with_cos_sin_cache";
   Tensor cache = make_cache(16, 8, 1e4);
-  Tensor q = rand_tensor({3, 2 * 8}, DType::kFloat16, 1), k = rand_tensor({3, 8}, DType::kFloat16, 2);
+  Tensor q = rand_tensor({3, 2 * 8}, DType::kFloat16, 1),
+         k = rand_tensor({3, 8}, DType::kFloat16, 2);
   Tensor pos = index_tensor({0, 15, 3}, DType::kInt64);
-  EXPECT_FI_ERROR(apply_rope_with_cos_sin_cache(index_tensor({0, 16, 3}, DType::kInt64), q, k,
-                                                8, cache),
-                  op, "positions");  // past the cache
-  EXPECT_FI_ERROR(apply_rope_with_cos_sin_cache(index_tensor({0, -1, 3}, DType::kInt32), q, k,
-                                                8, cache),
-                  op, "positions");  // negative
+  EXPECT_FI_ERROR(
+      apply_rope_with_cos_sin_cache(index_tensor({0, 16, 3}, DType::kInt64), q, k, 8, cache), op,
+      "positions");  // past the cache
+  EXPECT_FI_ERROR(
+      apply_rope_with_cos_sin_cache(index_tensor({0, -1, 3}, DType::kInt32), q, k, 8, cache), op,
+      "positions");  // negative
   EXPECT_FI_ERROR(apply_rope_with_cos_sin_cache(pos, q, k, 8, cache.to(DType::kFloat16)), op,
                   "cos_sin_cache");  // upstream requires fp32
   EXPECT_FI_ERROR(apply_rope_with_cos_sin_cache(pos, q, k, 8, make_cache(16, 10, 1e4)), op,
                   "cos_sin_cache");  // wider than head_size
-  EXPECT_FI_ERROR(
-      apply_rope_with_cos_sin_cache(pos, q, k, 8, cache.slice(1, 0, 7).contiguous()), op,
-      "cos_sin_cache");  // odd rotary dim
+  EXPECT_FI_ERROR(apply_rope_with_cos_sin_cache(pos, q, k, 8, cache.slice(1, 0, 7).contiguous()),
+                  op,
+                  "cos_sin_cache");  // odd rotary dim
   EXPECT_FI_ERROR(apply_rope_with_cos_sin_cache(pos, q, k, 8, cache.select(0, 0)), op,
                   "cos_sin_cache");
   EXPECT_FI_ERROR(apply_rope_with_cos_sin_cache(pos, q, k, 0, cache), op, "head_size");
@@ -401,8 +399,7 @@ TEST(Rope, BadInputCosSinCache) {
                   "key");
   EXPECT_FI_ERROR(apply_rope_with_cos_sin_cache(pos.to(DType::kFloat32), q, k, 8, cache), op,
                   "positions");
-  EXPECT_FI_ERROR(apply_rope_with_cos_sin_cache(pos.view({3, 1}), q, k, 8, cache), op,
-                  "positions");
+  EXPECT_FI_ERROR(apply_rope_with_cos_sin_cache(pos.view({3, 1}), q, k, 8, cache), op, "positions");
   EXPECT_FI_ERROR(apply_rope_with_cos_sin_cache_inplace(pos, q, q.slice(1, 0, 8), 8, cache),
                   "apply_rope_with_cos_sin_cache_inplace", "key");  // overlaps query
 }
@@ -439,7 +436,8 @@ TEST(RopeDecls, RecordAndReplayEveryOp) {
   Tensor ip = index_tensor({0, 2, 6}, DType::kInt32), of = index_tensor({3, 100}, DType::kInt32);
   Tensor pos = index_tensor({0, 5, 9, 2, 7, 1}, DType::kInt64);
   Tensor cache = make_cache(16, 8, 1e4);
-  Tensor query = rand_tensor({6, 32}, DType::kFloat16, 10), key = rand_tensor({6, 16}, DType::kFloat16, 11);
+  Tensor query = rand_tensor({6, 32}, DType::kFloat16, 10),
+         key = rand_tensor({6, 16}, DType::kFloat16, 11);
   std::vector<RecordingObserver::Call> calls;
   {
     RecordingScope scope;
@@ -486,12 +484,13 @@ TEST(RopeCuda, MatchesCpu) {
                      (interleave ? " interleave" : " neox"));
         QK x = packed_qk(g.nnz, g.hq, g.hk, g.d, d, 12);
         QK xs = {strided_rand({g.nnz, g.hq, g.d}, d, 13), strided_rand({g.nnz, g.hk, g.d}, d, 14)};
-        const std::optional<int64_t> rd = g.rotary ? std::optional<int64_t>(g.rotary) : std::nullopt;
+        const std::optional<int64_t> rd =
+            g.rotary ? std::optional<int64_t>(g.rotary) : std::nullopt;
         Tensor pos = index_tensor(some_positions(g.nnz), DType::kInt32);
         for (const QK& in : {x, xs}) {
           auto [qc, kc] = apply_llama31_rope_pos_ids(in.q, in.k, pos, rd, interleave);
-          auto [qg, kg] = apply_llama31_rope_pos_ids(in.q.to(gpu), in.k.to(gpu), pos.to(gpu), rd,
-                                                     interleave);
+          auto [qg, kg] =
+              apply_llama31_rope_pos_ids(in.q.to(gpu), in.k.to(gpu), pos.to(gpu), rd, interleave);
           EXPECT_TRUE(all_close(cpu(qg), qc, rope_tol(d)));
           EXPECT_TRUE(all_close(cpu(kg), kc, rope_tol(d)));
           Tensor qi = in.q.to(gpu), ki = in.k.to(gpu);
@@ -506,7 +505,8 @@ TEST(RopeCuda, MatchesCpu) {
         }
         Tensor ip = index_tensor(indptr, DType::kInt64), of = index_tensor(offsets, DType::kInt32);
         auto [qc, kc] = apply_rope(x.q, x.k, ip, of, rd, interleave, 4.0);
-        auto [qg, kg] = apply_rope(x.q.to(gpu), x.k.to(gpu), ip.to(gpu), of.to(gpu), rd, interleave, 4.0);
+        auto [qg, kg] =
+            apply_rope(x.q.to(gpu), x.k.to(gpu), ip.to(gpu), of.to(gpu), rd, interleave, 4.0);
         EXPECT_TRUE(all_close(cpu(qg), qc, rope_tol(d)));
         EXPECT_TRUE(all_close(cpu(kg), kc, rope_tol(d)));
       }
@@ -522,11 +522,12 @@ TEST(RopeCuda, MatchesCpu) {
       EXPECT_TRUE(all_close(cpu(qg), qc, rope_tol(d)));
       EXPECT_TRUE(all_close(cpu(kg), kc, rope_tol(d)));
     }
-    auto [qbad, kbad] = apply_rope_with_cos_sin_cache(index_tensor({0, 32, 0, 0}, DType::kInt64).to(gpu),
-                                                      query.to(gpu), key.to(gpu), 32, cache.to(gpu));
+    auto [qbad, kbad] =
+        apply_rope_with_cos_sin_cache(index_tensor({0, 32, 0, 0}, DType::kInt64).to(gpu),
+                                      query.to(gpu), key.to(gpu), 32, cache.to(gpu));
     const auto v = cpu(qbad).to_double_vector();
-    EXPECT_TRUE(std::isnan(v[96]));      // token 1, first rotated dim
-    EXPECT_FALSE(std::isnan(v[0]));      // token 0 is fine
+    EXPECT_TRUE(std::isnan(v[96]));        // token 1, first rotated dim
+    EXPECT_FALSE(std::isnan(v[0]));        // token 0 is fine
     EXPECT_FALSE(std::isnan(v[96 + 20]));  // pass-through dims of token 1 are copied
   }
 }

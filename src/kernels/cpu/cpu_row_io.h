@@ -34,7 +34,7 @@ inline bool has_f16c() {
 }
 
 __attribute__((target("avx,f16c"))) inline void load_half_f16c(const Half* x, int64_t n,
-                                                                float* __restrict dst) {
+                                                               float* __restrict dst) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i));
@@ -44,7 +44,7 @@ __attribute__((target("avx,f16c"))) inline void load_half_f16c(const Half* x, in
 }
 
 __attribute__((target("avx,f16c"))) inline void store_half_f16c(Half* y, int64_t n,
-                                                                 const float* __restrict src) {
+                                                                const float* __restrict src) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
@@ -61,7 +61,7 @@ inline bool has_avx2() {
 // bf16 rows with AVX2: widening is a 16-bit shift; narrowing is the same round-to-nearest-even
 // bit arithmetic as BFloat16::from_float (NaN -> sign | 0x7FC0), eight lanes at a time.
 __attribute__((target("avx2"))) inline void load_bf16_avx2(const BFloat16* x, int64_t n,
-                                                            float* __restrict dst) {
+                                                           float* __restrict dst) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i));
@@ -75,16 +75,16 @@ __attribute__((target("avx2"))) inline __m256i round_bf16_avx2(__m256i v) {
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(v, 16), _mm256_set1_epi32(1));
   const __m256i rounded =
       _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(v, _mm256_set1_epi32(0x7FFF)), lsb), 16);
-  const __m256i nan = _mm256_or_si256(
-      _mm256_and_si256(_mm256_srli_epi32(v, 16), _mm256_set1_epi32(0x8000)),
-      _mm256_set1_epi32(0x7FC0));
+  const __m256i nan =
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v, 16), _mm256_set1_epi32(0x8000)),
+                      _mm256_set1_epi32(0x7FC0));
   const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7FFFFFFF)),
                                             _mm256_set1_epi32(0x7F800000));
   return _mm256_blendv_epi8(rounded, nan, is_nan);
 }
 
 __attribute__((target("avx2"))) inline void store_bf16_avx2(BFloat16* y, int64_t n,
-                                                             const float* __restrict src) {
+                                                            const float* __restrict src) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256i a = round_bf16_avx2(_mm256_castps_si256(_mm256_loadu_ps(src + i)));
