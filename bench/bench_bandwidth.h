@@ -9,15 +9,26 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 namespace flashinfer::bench {
 
-/// Copies src to dst with all hardware threads, each a contiguous chunk.
+/// Threads for the baseline: OMP_NUM_THREADS when set (the kernels' team size), else all
+/// hardware threads.
+inline unsigned baseline_threads() {
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+    const int n = std::atoi(env);
+    if (n > 0) return static_cast<unsigned>(n);
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+/// Copies src to dst with baseline_threads() threads, each a contiguous chunk.
 inline void parallel_memcpy(char* dst, const char* src, std::size_t n) {
-  const unsigned nt = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned nt = baseline_threads();
   std::vector<std::thread> threads;
   const std::size_t chunk = (n + nt - 1) / nt;
   for (unsigned t = 0; t < nt; ++t) {

@@ -23,11 +23,13 @@ struct ActCase {
   double (*ref)(double);
 };
 
+// fp64 references. gelu and gelu_tanh use the exact identities 1 + erf(z) = erfc(-z) and
+// (1 + tanh u) / 2 = 1 / (1 + e^(-2u)): the textbook forms cancel even in fp64 for x < -8.
 double silu_ref(double x) { return x / (1.0 + std::exp(-x)); }
-double gelu_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::numbers::sqrt2)); }
+double gelu_ref(double x) { return 0.5 * x * std::erfc(-x / std::numbers::sqrt2); }
 double gelu_tanh_ref(double x) {
-  return 0.5 * x *
-         (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+  const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);
+  return x / (1.0 + std::exp(-2.0 * u));
 }
 
 Tensor call_silu(const Tensor& i, std::optional<Tensor> o, std::optional<bool> p) {
@@ -75,12 +77,33 @@ TEST(Activation, Golden) {
   }
 }
 
-// Saturated inputs: exp(-x) overflows to inf for x = -100 and the result must be (-)0, not NaN.
+// Saturated inputs: exp(-x) overflows to inf for x = -100 and the result must be (-)0, not NaN;
+// NaN propagates. Nine gates, so both the 8-wide vector body and the scalar tail see them.
 TEST(Activation, ExtremeInputs) {
-  Tensor x = Tensor::from_vector({-100, 100, 0, 1, 1, 1}, {1, 6}, DType::kFloat32);
+  const double nan = std::nan("");
+  std::vector<double> row = {-100, 100, 0, nan, -100, 100, 0, nan, -100};
+  row.resize(18, 1.0);
+  Tensor x = Tensor::from_vector(row, {1, 18}, DType::kFloat32);
   for (const auto& a : kActs) {
     SCOPED_TRACE(a.name);
-    EXPECT_TRUE(all_close(a.op(x, std::nullopt, std::nullopt), {0, 100, 0}, {1e-6, 1e-6}));
+    EXPECT_TRUE(all_close(a.op(x, std::nullopt, std::nullopt),
+                          {0, 100, 0, nan, 0, 100, 0, nan, 0}, {1e-6, 1e-6}));
+  }
+}
+
+// The fp32 tails, where 1 + erf / 1 + tanh would cancel: relative accuracy must hold.
+TEST(Activation, NegativeTailIsAccurate) {
+  std::vector<double> row;
+  for (int i = 0; i < 24; ++i) row.push_back(-1.0 - 0.5 * i);  // -1 .. -12.5
+  row.resize(48, 1.0);
+  Tensor x = Tensor::from_vector(row, {1, 48}, DType::kFloat32);
+  for (const auto& a : kActs) {
+    SCOPED_TRACE(a.name);
+    const auto want = reference(x, a.ref);
+    // rtol: the fp32 arguments (x^3, z^2 terms) carry ~1 ulp, which e^(...) turns into a few
+    // 1e-6 relative; cancellation would cost 1e-2 or more. atol: the reference keeps going
+    // below fp32's range, where the op flushes to 0.
+    EXPECT_TRUE(all_close(a.op(x, std::nullopt, std::nullopt), want, {1e-37, 8e-6}));
   }
 }
 

@@ -5,16 +5,18 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-// Accurate (non-intrinsic) libdevice functions, so results track the CPU reference closely.
+// Accurate (non-intrinsic) libdevice functions, in the cancellation-free forms the CPU
+// reference uses: gelu = x/2 erfc(-x / sqrt 2) (= x/2 (1 + erf(x / sqrt 2))) and
+// gelu_tanh = x / (1 + e^(-2u)) (= x/2 (1 + tanh u)).
 template <Activation A>
 __device__ __forceinline__ float act(float x) {
   if constexpr (A == Activation::kSilu) {
     return x / (1.0f + expf(-x));
   } else if constexpr (A == Activation::kGelu) {
-    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    return 0.5f * x * erfcf(-x * 0.70710678118654752f);
   } else {
-    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+    const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    return x / (1.0f + expf(-2.0f * u));
   }
 }
 
