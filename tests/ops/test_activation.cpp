@@ -86,8 +86,8 @@ TEST(Activation, ExtremeInputs) {
   Tensor x = Tensor::from_vector(row, {1, 18}, DType::kFloat32);
   for (const auto& a : kActs) {
     SCOPED_TRACE(a.name);
-    EXPECT_TRUE(all_close(a.op(x, std::nullopt, std::nullopt),
-                          {0, 100, 0, nan, 0, 100, 0, nan, 0}, {1e-6, 1e-6}));
+    EXPECT_TRUE(all_close(a.op(x, std::nullopt, std::nullopt), {0, 100, 0, nan, 0, 100, 0, nan, 0},
+                          {1e-6, 1e-6}));
   }
 }
 

@@ -32,9 +32,8 @@ constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f
 constexpr float kExpHi = 88.72283905f, kExpLo = -86.0f;
 // erfc(z), z >= 0, as t exp(-z^2 + P(t)) with t = 1 / (1 + z/2): the Chebyshev fit of Numerical
 // Recipes' erfcc, relative error < 1.2e-7 for every z >= 0 (so tails stay accurate).
-constexpr float kErfcP[10] = {0.17087277f,  -0.82215223f, 1.48851587f, -1.13520398f,
-                              0.27886807f,  -0.18628806f, 0.09678418f, 0.37409196f,
-                              1.00002368f,  -1.26551223f};
+constexpr float kErfcP[10] = {0.17087277f,  -0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
+                              -0.18628806f, 0.09678418f,  0.37409196f, 1.00002368f,  -1.26551223f};
 constexpr float kSqrtHalf = 0.70710678118654752f;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluTanhC = 0.044715f;
@@ -122,7 +121,8 @@ FI_AVX2 inline __m256 silu_avx2(__m256 x) {
 FI_AVX2 inline __m256 gelu_avx2(__m256 x) {
   const __m256 z = _mm256_mul_ps(x, set1(kSqrtHalf));
   const __m256 az = _mm256_andnot_ps(set1(-0.0f), z);
-  const __m256 t = _mm256_div_ps(set1(1.0f), _mm256_add_ps(set1(1.0f), _mm256_mul_ps(set1(0.5f), az)));
+  const __m256 t =
+      _mm256_div_ps(set1(1.0f), _mm256_add_ps(set1(1.0f), _mm256_mul_ps(set1(0.5f), az)));
   __m256 q = set1(kErfcP[0]);
   for (int j = 1; j < 10; ++j) q = _mm256_add_ps(_mm256_mul_ps(q, t), set1(kErfcP[j]));
   const __m256 zh = _mm256_and_ps(az, _mm256_castsi256_ps(_mm256_set1_epi32(0xFFFFF000u)));

@@ -183,8 +183,8 @@ void launch(const RopeParams& p, cudaStream_t stream) {
                         "rotary_dim ", p.rotary_dim, " exceeds the CUDA kernel's limit (12288)");
   const bool vec = rope_vectorizable<T>(p);
   // Work items per token: (head, pair) scalar, (head, 16-byte chunk) vectorized.
-  const int64_t per_head = vec ? (p.interleave ? p.rotary_dim : p.rotary_dim / 2) / kVecElems<T>
-                               : p.rotary_dim / 2;
+  const int64_t per_head =
+      vec ? (p.interleave ? p.rotary_dim : p.rotary_dim / 2) / kVecElems<T> : p.rotary_dim / 2;
   int threads = threads_for((p.num_q_heads + p.num_k_heads) * per_head);
   if (threads > 512) threads = 512;
   if (vec) {
