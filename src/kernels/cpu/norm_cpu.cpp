@@ -10,37 +10,41 @@
 namespace flashinfer::kernels::cpu {
 namespace {
 
-inline float load(const float* p) { return *p; }
-inline float load(const Half* p) { return p->to_float(); }
-inline float load(const BFloat16* p) { return p->to_float(); }
-inline void store(float* p, float v) { *p = v; }
-inline void store(Half* p, float v) { *p = Half::from_float(v); }
-inline void store(BFloat16* p, float v) { *p = BFloat16::from_float(v); }
+// Rows below this many elements in total run on the calling thread: waking the team costs more.
+constexpr int64_t kParallelMinElems = int64_t{1} << 15;
 
+// The weight as fp32 with the Gemma bias folded in, computed once and shared by every row.
+template <class T>
+std::vector<float> weight_f32(const T* w, int64_t stride, int64_t n, float bias) {
+  std::vector<float> wf(static_cast<std::size_t>(n));
+  rowio::load_row(w, stride, n, wf.data());
+  for (auto& v : wf) v += bias;
+  return wf;
+}
+
+// Each row is converted once into an fp32 buffer (vectorized conversions for unit strides),
+// reduced, scaled and converted back; `out` may be `input` itself.
 template <class T>
 void rmsnorm_rows(const RmsNormParams& p) {
   const auto* in = static_cast<const T*>(p.input);
-  const auto* w = static_cast<const T*>(p.weight);
   auto* out = static_cast<T*>(p.out);
   const int64_t rows = p.batch * p.heads;
-  const int64_t hidden = p.hidden;
-  // Small problems are not worth waking the thread team.
-#pragma omp parallel for schedule(static) if (rows * hidden >= (1 << 15))
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t b = r / p.heads, h = r % p.heads;
-    const T* x = in + b * p.in_stride_b + h * p.in_stride_h;
-    T* y = out + b * p.out_stride_b + h * p.out_stride_h;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < hidden; ++i) {
-      const float v = load(x + i * p.in_stride_d);
-      sum += v * v;
-    }
-    // eps goes inside the square root, as upstream does.
-    const float r_rms = 1.0f / std::sqrt(sum / static_cast<float>(hidden) + p.eps);
-    for (int64_t i = 0; i < hidden; ++i) {
-      const float v = load(x + i * p.in_stride_d);
-      const float g = load(w + i * p.weight_stride) + p.weight_bias;
-      store(y + i * p.out_stride_d, v * r_rms * g);
+  const int64_t n = p.hidden;
+  const std::vector<float> wf =
+      weight_f32(static_cast<const T*>(p.weight), p.weight_stride, n, p.weight_bias);
+#pragma omp parallel if (rows * n >= kParallelMinElems)
+  {
+    std::vector<float> v(static_cast<std::size_t>(n));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t b = r / p.heads, h = r % p.heads;
+      rowio::load_row(in + b * p.in_stride_b + h * p.in_stride_h, p.in_stride_d, n, v.data());
+      // eps goes inside the square root, as upstream does.
+      const float r_rms =
+          1.0f / std::sqrt(rowio::sum_squares(v.data(), n) / static_cast<float>(n) + p.eps);
+      for (int64_t i = 0; i < n; ++i) v[i] = v[i] * r_rms * wf[i];
+      rowio::store_row(out + b * p.out_stride_b + h * p.out_stride_h, p.out_stride_d, n,
+                       v.data());
     }
   }
 }
@@ -62,18 +66,6 @@ void rmsnorm(const RmsNormParams& p) {
 }
 
 namespace {
-
-// Rows below this many elements in total run on the calling thread: waking the team costs more.
-constexpr int64_t kParallelMinElems = int64_t{1} << 15;
-
-// The weight as fp32 with the Gemma bias folded in, computed once and shared by every row.
-template <class T>
-std::vector<float> weight_f32(const T* w, int64_t stride, int64_t n, float bias) {
-  std::vector<float> wf(static_cast<std::size_t>(n));
-  rowio::load_row(w, stride, n, wf.data());
-  for (auto& v : wf) v += bias;
-  return wf;
-}
 
 template <class T>
 void fused_add_rmsnorm_rows(const FusedAddRmsNormParams& p) {
