@@ -161,10 +161,11 @@ void rows(const ActAndMulParams& p, RowFn row_fn) {
   const auto* in = static_cast<const T*>(p.input);
   auto* out = static_cast<T*>(p.out);
   const int64_t d = p.d;
+  const int64_t chunk = rowio::rows_per_chunk(2 * d);
 #pragma omp parallel if (p.rows * d >= kParallelMinElems)
   {
     std::vector<float> gate(static_cast<std::size_t>(d)), up(static_cast<std::size_t>(d));
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, chunk)
     for (int64_t r = 0; r < p.rows; ++r) {
       const T* x = in + r * p.in_stride_row;
       rowio::load_row(x, p.in_stride_d, d, gate.data());

@@ -133,6 +133,13 @@ inline void store_row(T* y, int64_t stride, int64_t n, const float* __restrict s
   }
 }
 
+/// Rows per dynamically scheduled chunk: about 16K elements, so scheduling costs nothing, while
+/// a thread that loses its core (a shared machine) does not hold up the whole op the way a
+/// static split would.
+inline int64_t rows_per_chunk(int64_t row_elems) {
+  return row_elems >= 16384 ? 1 : 16384 / (row_elems > 0 ? row_elems : 1);
+}
+
 /// Sum of squares with eight independent partial sums: vectorizable without reassociation
 /// flags, and more accurate than one running sum for long rows.
 inline float sum_squares(const float* __restrict v, int64_t n) {

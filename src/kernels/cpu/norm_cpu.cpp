@@ -32,10 +32,11 @@ void rmsnorm_rows(const RmsNormParams& p) {
   const int64_t n = p.hidden;
   const std::vector<float> wf =
       weight_f32(static_cast<const T*>(p.weight), p.weight_stride, n, p.weight_bias);
+  const int64_t chunk = rowio::rows_per_chunk(n);
 #pragma omp parallel if (rows * n >= kParallelMinElems)
   {
     std::vector<float> v(static_cast<std::size_t>(n));
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, chunk)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t b = r / p.heads, h = r % p.heads;
       rowio::load_row(in + b * p.in_stride_b + h * p.in_stride_h, p.in_stride_d, n, v.data());
@@ -75,10 +76,11 @@ void fused_add_rmsnorm_rows(const FusedAddRmsNormParams& p) {
   const int64_t n = p.hidden;
   const std::vector<float> wf =
       weight_f32(static_cast<const T*>(p.weight), p.weight_stride, n, p.weight_bias);
+  const int64_t chunk = rowio::rows_per_chunk(n);
 #pragma omp parallel if (rows * n >= kParallelMinElems)
   {
     std::vector<float> sum(static_cast<std::size_t>(n)), tmp(static_cast<std::size_t>(n));
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, chunk)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t b = r / p.heads, h = r % p.heads;
       T* x = in + b * p.in_stride_b + h * p.in_stride_h;
@@ -104,10 +106,11 @@ void layernorm_rows(const LayerNormParams& p) {
   std::vector<float> gamma(static_cast<std::size_t>(n)), beta(static_cast<std::size_t>(n));
   rowio::load_row(p.gamma, p.gamma_stride, n, gamma.data());
   rowio::load_row(p.beta, p.beta_stride, n, beta.data());
+  const int64_t chunk = rowio::rows_per_chunk(n);
 #pragma omp parallel if (p.batch * n >= kParallelMinElems)
   {
     std::vector<float> v(static_cast<std::size_t>(n));
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, chunk)
     for (int64_t r = 0; r < p.batch; ++r) {
       rowio::load_row(in + r * p.in_stride_b, p.in_stride_d, n, v.data());
       // Two passes (mean, then squared deviations): no cancellation for rows with a large mean.

@@ -89,12 +89,13 @@ void rope_tokens(const RopeParams& p) {
   auto* qo = static_cast<T*>(p.q_out);
   auto* ko = static_cast<T*>(p.k_out);
   const int64_t work = p.nnz * (p.num_q_heads + p.num_k_heads) * p.head_dim;
+  const int64_t chunk = rowio::rows_per_chunk((p.num_q_heads + p.num_k_heads) * p.head_dim);
 #pragma omp parallel if (work >= kParallelMinElems)
   {
     std::vector<float> c(static_cast<std::size_t>(half)), s(static_cast<std::size_t>(half));
     std::vector<float> in(static_cast<std::size_t>(p.rotary_dim));
     std::vector<float> out(static_cast<std::size_t>(p.rotary_dim));
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, chunk)
     for (int64_t t = 0; t < p.nnz; ++t) {
       const int64_t pos = position(p, t);
       if (p.cos_sin_cache) {
