@@ -44,8 +44,7 @@ void rmsnorm_rows(const RmsNormParams& p) {
       const float r_rms =
           1.0f / std::sqrt(rowio::sum_squares(v.data(), n) / static_cast<float>(n) + p.eps);
       for (int64_t i = 0; i < n; ++i) v[i] = v[i] * r_rms * wf[i];
-      rowio::store_row(out + b * p.out_stride_b + h * p.out_stride_h, p.out_stride_d, n,
-                       v.data());
+      rowio::store_row(out + b * p.out_stride_b + h * p.out_stride_h, p.out_stride_d, n, v.data());
     }
   }
 }
