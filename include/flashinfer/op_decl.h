@@ -50,8 +50,8 @@ struct ParamDecl {
     return *this;
   }
   /// Marks a tensor the op writes into; the recorder saves its value after the call.
-  ParamDecl& mut() {
-    mutated = true;
+  ParamDecl& mut(bool yes = true) {
+    mutated = yes;
     return *this;
   }
   ParamDecl& type(std::string t) {

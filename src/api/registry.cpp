@@ -12,6 +12,8 @@ void register_page_ops(OpRegistry& registry);
 void register_cascade_ops(OpRegistry& registry);
 void register_decode_ops(OpRegistry& registry);
 void register_prefill_ops(OpRegistry& registry);
+void register_activation_ops(OpRegistry& registry);
+void register_rope_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -22,6 +24,8 @@ void register_builtin_ops(OpRegistry& registry) {
   register_cascade_ops(registry);
   register_decode_ops(registry);
   register_prefill_ops(registry);
+  register_activation_ops(registry);
+  register_rope_ops(registry);
 }
 
 }  // namespace flashinfer::detail

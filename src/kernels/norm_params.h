@@ -24,3 +24,41 @@ struct RmsNormParams {
 };
 
 }  // namespace flashinfer::kernels
+
+namespace flashinfer::kernels {
+
+/// fused_add_rmsnorm and its Gemma variant, in place: residual <- residual + input (rounded to
+/// dtype), input <- rmsnorm(unrounded fp32 sum) * (weight + weight_bias). 2-D inputs have
+/// heads == 1.
+struct FusedAddRmsNormParams {
+  void* input = nullptr;
+  void* residual = nullptr;
+  const void* weight = nullptr;
+  int64_t batch = 0;
+  int64_t heads = 1;
+  int64_t hidden = 0;
+  int64_t in_stride_b = 0, in_stride_h = 0, in_stride_d = 1;
+  int64_t res_stride_b = 0, res_stride_h = 0, res_stride_d = 1;
+  int64_t weight_stride = 1;
+  float eps = 1e-6f;
+  float weight_bias = 0.0f;  // 1 for gemma_fused_add_rmsnorm
+  DType dtype = DType::kFloat16;
+};
+
+/// layernorm: out = (x - mean) * rsqrt(var + eps) * gamma + beta over the last dimension
+/// (population variance). input/out have `dtype`; gamma and beta are always fp32.
+struct LayerNormParams {
+  const void* input = nullptr;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  void* out = nullptr;
+  int64_t batch = 0;
+  int64_t hidden = 0;
+  int64_t in_stride_b = 0, in_stride_d = 1;
+  int64_t out_stride_b = 0, out_stride_d = 1;
+  int64_t gamma_stride = 1, beta_stride = 1;
+  float eps = 1e-6f;
+  DType dtype = DType::kBFloat16;
+};
+
+}  // namespace flashinfer::kernels

@@ -384,18 +384,34 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
         }
       }
       for (const auto& [k, e] : r.expected_mutated) {
+        // "arg_<i>", "kwarg_<name>", optionally "__<j>" for an item of a (K, V) pair.
+        std::string base = k;
+        int64_t item = -1;
+        if (const auto sep = k.find("__"); sep != std::string::npos) {
+          base = k.substr(0, sep);
+          const std::string rest = k.substr(sep + 2);
+          if (!rest.empty() && rest.size() < 6 &&
+              rest.find_first_not_of("0123456789") == std::string::npos) {
+            item = std::stoll(rest);
+          }
+        }
         int64_t i = -1;
-        if (!parse_index(k, "arg_", &i) && k.starts_with("kwarg_"))
-          i = decl->param_index(k.substr(6));
+        if (!parse_index(base, "arg_", &i) && base.starts_with("kwarg_")) {
+          i = decl->param_index(base.substr(6));
+        }
         TensorComparison c;
         c.key = "mutated " + k;
-        if (i < 0 || i >= static_cast<int64_t>(r.args.size()) || !r.args[i].is_tensor()) {
+        const Value* v = (i >= 0 && i < static_cast<int64_t>(r.args.size())) ? &r.args[i] : nullptr;
+        if (v && item >= 0) {
+          v = v->is_sequence() && item < static_cast<int64_t>(v->items().size()) ? &v->items()[item]
+                                                                                 : nullptr;
+        }
+        if (!v || !v->is_tensor()) {
           c.problem = "argument '" + k + "' is not a tensor in the replayed call";
           r.comparisons.push_back(c);
           continue;
         }
-        c = compare("mutated " + k, r.args[i].as_tensor(), e, o);
-        r.comparisons.push_back(c);
+        r.comparisons.push_back(compare("mutated " + k, v->as_tensor(), e, o));
       }
     }
     const bool all_match = std::all_of(r.comparisons.begin(), r.comparisons.end(),

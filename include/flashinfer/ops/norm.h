@@ -20,4 +20,32 @@ Tensor rmsnorm(const Tensor& input, const Tensor& weight, double eps = 1e-6,
                std::optional<Tensor> out = std::nullopt,
                std::optional<bool> enable_pdl = std::nullopt);
 
+/// Fused residual add + RMS normalization, in place. Writes both `input` and `residual`:
+///   residual <- residual + input           (sum in fp32, stored rounded to the dtype)
+///   input    <- sum * rsqrt(mean(sum^2) + eps) * weight
+/// where `sum` is the unrounded fp32 sum (not the rounded residual).
+///   input, residual  [batch, hidden] or [batch, heads, hidden]; same shape, fp16, bf16 or fp32;
+///                    any strides; must not overlap each other or weight.
+///   weight  [hidden], same dtype and device.
+/// Returns nothing (upstream returns None).
+void fused_add_rmsnorm(const Tensor& input, const Tensor& residual, const Tensor& weight,
+                       double eps = 1e-6, std::optional<bool> enable_pdl = std::nullopt);
+
+/// Gemma RMS normalization: out = input * rsqrt(mean(input^2) + eps) * (1 + weight), fp32 math.
+/// Arguments, shapes and `out` as rmsnorm.
+Tensor gemma_rmsnorm(const Tensor& input, const Tensor& weight, double eps = 1e-6,
+                     std::optional<Tensor> out = std::nullopt,
+                     std::optional<bool> enable_pdl = std::nullopt);
+
+/// Gemma variant of fused_add_rmsnorm (scale by 1 + weight). Writes `input` and `residual`.
+void gemma_fused_add_rmsnorm(const Tensor& input, const Tensor& residual, const Tensor& weight,
+                             double eps = 1e-6, std::optional<bool> enable_pdl = std::nullopt);
+
+/// Layer normalization over the last dimension, population variance, fp32 math:
+///   out = (input - mean) * rsqrt(var + eps) * gemma + beta
+///   input  [batch, hidden]; bf16 (upstream's only dtype), fp16 or fp32; any strides.
+///   gemma  [hidden] fp32 (upstream's name for gamma); beta [hidden] fp32.
+/// Returns a new contiguous tensor of input's shape and dtype.
+Tensor layernorm(const Tensor& input, const Tensor& gemma, const Tensor& beta, double eps = 1e-6);
+
 }  // namespace flashinfer

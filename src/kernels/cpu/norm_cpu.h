@@ -6,5 +6,7 @@
 namespace flashinfer::kernels::cpu {
 
 void rmsnorm(const RmsNormParams& p);
+void fused_add_rmsnorm(const FusedAddRmsNormParams& p);
+void layernorm(const LayerNormParams& p);
 
 }  // namespace flashinfer::kernels::cpu

@@ -1,0 +1,171 @@
+// Public gated activations (flashinfer.activation): declarations, argument checks, dispatch.
+#include "flashinfer/ops/activation.h"
+
+#include "api/checks.h"
+#include "api/device_props.h"
+#include "flashinfer/api_call.h"
+#include "flashinfer/stream.h"
+#include "kernels/cpu/activation_cpu.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/activation_cuda.h"
+#endif
+
+namespace flashinfer {
+namespace {
+
+using kernels::Activation;
+
+constexpr const char* kModule = "flashinfer.activation";
+
+using ActFn = Tensor (*)(const Tensor&, std::optional<Tensor>, std::optional<bool>);
+
+OpDecl make_decl(const char* name, const char* summary, ActFn fn) {
+  OpDecl d;
+  d.name = name;
+  d.module = kModule;
+  d.params = {
+      ParamDecl("input", ParamKind::kTensor),
+      ParamDecl("out", ParamKind::kTensor).opt().mut(),
+      ParamDecl("enable_pdl", ParamKind::kBool).opt(),
+  };
+  d.returns = "Tensor";
+  d.summary = summary;
+  d.invoke = [fn](const CallArgs& a) -> Value {
+    return fn(a.tensor(0), a.optional_tensor(1), a.optional_bool(2));
+  };
+  return d;
+}
+
+const OpDecl& silu_and_mul_decl() {
+  static const OpDecl& d = *OpRegistry::global().find("silu_and_mul");
+  return d;
+}
+const OpDecl& gelu_and_mul_decl() {
+  static const OpDecl& d = *OpRegistry::global().find("gelu_and_mul");
+  return d;
+}
+const OpDecl& gelu_tanh_and_mul_decl() {
+  static const OpDecl& d = *OpRegistry::global().find("gelu_tanh_and_mul");
+  return d;
+}
+
+// A [rows, width] view of `t` when its leading dimensions collapse, else an undefined tensor.
+Tensor try_rows_view(const Tensor& t, int64_t rows, int64_t width) {
+  try {
+    return t.view({rows, width});
+  } catch (const Error&) {
+    return Tensor();
+  }
+}
+
+Tensor act_and_mul_impl(const char* op, Activation act, const Tensor& input,
+                        const std::optional<Tensor>& out, std::optional<bool> enable_pdl) {
+  api::check_defined(input, op, "input");
+  FLASHINFER_CHECK(input.dim() >= 1, op, "input",
+                   "expected at least 1 dimension, got a 0-D tensor");
+  api::check_dtype_in(input, {DType::kFloat16, DType::kBFloat16, DType::kFloat32}, op, "input");
+  const int64_t width = input.size(-1);
+  FLASHINFER_CHECK(width > 0 && width % 2 == 0, op, "input",
+                   "last dimension must be even and positive ([..., 2 * d]), got shape ",
+                   shape_to_string(input.shape()));
+  const int64_t d = width / 2;
+  Shape out_shape = input.shape();
+  out_shape.back() = d;
+  Tensor result;
+  if (out) {
+    api::check_defined(*out, op, "out");
+    api::check_shape_eq(*out, out_shape, op, "out");
+    api::check_same_dtype(*out, input, op, "out", "input");
+    api::check_same_device(*out, input, op, "out", "input");
+    api::check_writable(*out, op, "out");
+    api::check_no_overlap(*out, input, op, "out", "input");
+    result = *out;
+  } else {
+    result = Tensor::empty(out_shape, input.dtype(), input.device());
+  }
+  const int64_t rows = input.numel() / width;
+  if (rows == 0) return result;
+
+  // Leading dimensions are flattened into rows. Views whose leading strides do not collapse
+  // (rare) go through a contiguous copy of the input / a temporary output.
+  Tensor in2 = try_rows_view(input, rows, width);
+  if (!in2.defined()) in2 = input.contiguous().view({rows, width});
+  Tensor out2 = try_rows_view(result, rows, d);
+  const bool staged = !out2.defined();
+  if (staged) out2 = Tensor::empty({rows, d}, input.dtype(), input.device());
+
+  kernels::ActAndMulParams p;
+  p.input = in2.data_ptr();
+  p.out = out2.data_ptr();
+  p.rows = rows;
+  p.d = d;
+  p.in_stride_row = in2.stride(0);
+  p.in_stride_d = in2.stride(1);
+  p.out_stride_row = out2.stride(0);
+  p.out_stride_d = out2.stride(1);
+  p.act = act;
+  p.dtype = input.dtype();
+  if (input.device().is_cpu()) {
+    kernels::cpu::act_and_mul(p);
+  } else {
+#if FLASHINFER_WITH_CUDA
+    const bool* req = enable_pdl ? &*enable_pdl : nullptr;
+    kernels::cuda::act_and_mul(p, current_cuda_stream(),
+                               api::resolve_enable_pdl(req, input.device()));
+#else
+    (void)enable_pdl;
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "input",
+                    "CUDA tensor given to a build without the CUDA backend");
+#endif
+  }
+  if (staged) result.copy_(out2.view(out_shape));
+  return result;
+}
+
+}  // namespace
+
+Tensor silu_and_mul(const Tensor& input, std::optional<Tensor> out,
+                    std::optional<bool> enable_pdl) {
+  return call_api(
+      &silu_and_mul_decl,
+      [&] { return act_and_mul_impl("silu_and_mul", Activation::kSilu, input, out, enable_pdl); },
+      input, out, enable_pdl);
+}
+
+Tensor gelu_and_mul(const Tensor& input, std::optional<Tensor> out,
+                    std::optional<bool> enable_pdl) {
+  return call_api(
+      &gelu_and_mul_decl,
+      [&] { return act_and_mul_impl("gelu_and_mul", Activation::kGelu, input, out, enable_pdl); },
+      input, out, enable_pdl);
+}
+
+Tensor gelu_tanh_and_mul(const Tensor& input, std::optional<Tensor> out,
+                         std::optional<bool> enable_pdl) {
+  return call_api(
+      &gelu_tanh_and_mul_decl,
+      [&] {
+        return act_and_mul_impl("gelu_tanh_and_mul", Activation::kGeluTanh, input, out, enable_pdl);
+      },
+      input, out, enable_pdl);
+}
+
+namespace detail {
+void register_activation_ops(OpRegistry& registry) {
+  registry.add(make_decl("silu_and_mul", "Gated SiLU: silu(input[..., :d]) * input[..., d:]",
+                         [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
+                           return silu_and_mul(i, std::move(o), pdl);
+                         }));
+  registry.add(make_decl("gelu_and_mul", "Gated GELU: gelu(input[..., :d]) * input[..., d:]",
+                         [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
+                           return gelu_and_mul(i, std::move(o), pdl);
+                         }));
+  registry.add(make_decl("gelu_tanh_and_mul",
+                         "Gated tanh-GELU: gelu_tanh(input[..., :d]) * input[..., d:]",
+                         [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
+                           return gelu_tanh_and_mul(i, std::move(o), pdl);
+                         }));
+}
+}  // namespace detail
+
+}  // namespace flashinfer

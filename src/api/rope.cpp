@@ -1,0 +1,619 @@
+// Public RoPE ops (flashinfer.rope): declarations, argument checks, dispatch.
+#include "flashinfer/ops/rope.h"
+
+#include <cmath>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "api/checks.h"
+#include "flashinfer/api_call.h"
+#include "flashinfer/stream.h"
+#include "kernels/cpu/rope_cpu.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/rope_cuda.h"
+#endif
+
+namespace flashinfer {
+namespace {
+
+constexpr const char* kModule = "flashinfer.rope";
+
+// ---------------------------------------------------------------------------------------------
+// Declarations. Defaults mirror upstream's Python literals (rope_scale=1 is an int there, and
+// inspect.signature prints it that way).
+
+std::vector<ParamDecl> rope_tail_params(bool llama) {
+  std::vector<ParamDecl> v = {
+      ParamDecl("rotary_dim", ParamKind::kInt).opt(),
+      ParamDecl("interleave", ParamKind::kBool).def(false),
+      ParamDecl("rope_scale", ParamKind::kFloat).def(llama ? 8 : 1),
+      ParamDecl("rope_theta", ParamKind::kFloat).def(llama ? 5e5 : 1e4),
+  };
+  if (llama) {
+    v.push_back(ParamDecl("low_freq_factor", ParamKind::kFloat).def(1));
+    v.push_back(ParamDecl("high_freq_factor", ParamKind::kFloat).def(4));
+    v.push_back(ParamDecl("old_context_len", ParamKind::kInt).def(8192));
+  }
+  return v;
+}
+
+OpDecl make_rope_decl(const char* name, bool ragged, bool llama, bool inplace, const char* summary,
+                      OpInvoker invoke) {
+  OpDecl d;
+  d.name = name;
+  d.module = kModule;
+  d.params = {ParamDecl("q", ParamKind::kTensor), ParamDecl("k", ParamKind::kTensor)};
+  if (inplace) {  // the recorder saves the rotated q and k after the call
+    d.params[0].mut();
+    d.params[1].mut();
+  }
+  if (ragged) {
+    d.params.push_back(ParamDecl("indptr", ParamKind::kTensor));
+    d.params.push_back(ParamDecl("offsets", ParamKind::kTensor));
+  } else {
+    d.params.push_back(ParamDecl("pos_ids", ParamKind::kTensor));
+  }
+  for (auto& p : rope_tail_params(llama)) d.params.push_back(std::move(p));
+  d.returns = inplace ? "None" : "tuple[Tensor, Tensor]";
+  d.summary = summary;
+  d.invoke = std::move(invoke);
+  return d;
+}
+
+OpDecl make_cos_sin_decl(const char* name, bool inplace, OpInvoker invoke) {
+  OpDecl d;
+  d.name = name;
+  d.module = kModule;
+  d.params = {
+      ParamDecl("positions", ParamKind::kTensor),
+      ParamDecl("query", ParamKind::kTensor).mut(inplace),
+      ParamDecl("key", ParamKind::kTensor).mut(inplace),
+      ParamDecl("head_size", ParamKind::kInt),
+      ParamDecl("cos_sin_cache", ParamKind::kTensor),
+      ParamDecl("is_neox", ParamKind::kBool).def(true),
+  };
+  d.returns = inplace ? "None" : "tuple[Tensor, Tensor]";
+  d.summary = inplace ? "RoPE from a precomputed fp32 cos/sin cache, in place"
+                      : "RoPE from a precomputed fp32 cos/sin cache";
+  d.invoke = std::move(invoke);
+  return d;
+}
+
+template <const char* Name>
+const OpDecl& decl_of() {
+  static const OpDecl& d = *OpRegistry::global().find(Name);
+  return d;
+}
+
+constexpr char kApplyRope[] = "apply_rope";
+constexpr char kApplyRopeInplace[] = "apply_rope_inplace";
+constexpr char kApplyRopePosIds[] = "apply_rope_pos_ids";
+constexpr char kApplyRopePosIdsInplace[] = "apply_rope_pos_ids_inplace";
+constexpr char kLlama[] = "apply_llama31_rope";
+constexpr char kLlamaInplace[] = "apply_llama31_rope_inplace";
+constexpr char kLlamaPosIds[] = "apply_llama31_rope_pos_ids";
+constexpr char kLlamaPosIdsInplace[] = "apply_llama31_rope_pos_ids_inplace";
+constexpr char kCosSin[] = "apply_rope_with_cos_sin_cache";
+constexpr char kCosSinInplace[] = "apply_rope_with_cos_sin_cache_inplace";
+
+// ---------------------------------------------------------------------------------------------
+// Checks and dispatch.
+
+struct Angles {
+  double rope_theta = 1e4;
+  double rope_rcp_scale = 1.0;
+  double smooth_a = 0.0, smooth_b = 0.0;
+  Tensor cache;  // defined: take cos/sin from it instead
+};
+
+Angles plain_angles(const char* op, double rope_scale, double rope_theta) {
+  FLASHINFER_CHECK(std::isfinite(rope_scale) && rope_scale > 0.0, op, "rope_scale",
+                   "must be finite and positive, got ", rope_scale);
+  FLASHINFER_CHECK(std::isfinite(rope_theta) && rope_theta > 0.0, op, "rope_theta",
+                   "must be finite and positive, got ", rope_theta);
+  Angles a;
+  a.rope_theta = rope_theta;
+  a.rope_rcp_scale = 1.0 / rope_scale;
+  return a;
+}
+
+Angles llama31_angles(const char* op, double rope_scale, double rope_theta, double low_freq_factor,
+                      double high_freq_factor, int64_t old_context_len) {
+  Angles a = plain_angles(op, rope_scale, rope_theta);
+  FLASHINFER_CHECK(std::isfinite(low_freq_factor) && low_freq_factor > 0.0, op, "low_freq_factor",
+                   "must be finite and positive, got ", low_freq_factor);
+  FLASHINFER_CHECK(std::isfinite(high_freq_factor) && high_freq_factor > low_freq_factor, op,
+                   "high_freq_factor", "must be finite and greater than low_freq_factor (",
+                   low_freq_factor, "), got ", high_freq_factor);
+  FLASHINFER_CHECK(old_context_len > 0, op, "old_context_len", "must be positive, got ",
+                   old_context_len);
+  const double two_pi = 2.0 * std::numbers::pi;
+  a.smooth_a =
+      static_cast<double>(old_context_len) / (two_pi * (high_freq_factor - low_freq_factor));
+  a.smooth_b = -low_freq_factor / (high_freq_factor - low_freq_factor);
+  return a;
+}
+
+void check_index_tensor(const Tensor& t, const Tensor& ref, const char* op, const char* arg) {
+  api::check_defined(t, op, arg);
+  api::check_dim(t, {1}, op, arg);
+  api::check_dtype_in(t, {DType::kInt32, DType::kInt64}, op, arg);
+  api::check_same_device(t, ref, op, arg, "q");
+}
+
+/// Element i of a 1-D int32/int64 CPU tensor.
+int64_t read_index(const Tensor& t, int64_t i) {
+  const int64_t off = i * t.stride(0);
+  return t.dtype() == DType::kInt64 ? t.data<int64_t>()[off]
+                                    : static_cast<int64_t>(t.data<int32_t>()[off]);
+}
+
+/// A contiguous copy of a 1-D index tensor when it is strided (kernels read it densely).
+Tensor dense(const Tensor& t) { return t.stride(0) == 1 ? t : t.contiguous(); }
+
+struct Positions {
+  kernels::RopePosMode mode = kernels::RopePosMode::kPositions;
+  Tensor pos, indptr, offsets;    // pos for kPositions; indptr + offsets for kIndptrOffsets
+  std::vector<int64_t> resolved;  // CPU: positions computed from indptr/offsets
+};
+
+Positions pos_ids_positions(const char* op, const char* arg, const Tensor& pos_ids,
+                            const Tensor& q) {
+  check_index_tensor(pos_ids, q, op, arg);
+  FLASHINFER_CHECK(pos_ids.size(0) == q.size(0), op, arg, "expected ", q.size(0),
+                   " positions (one per token), got ", pos_ids.size(0));
+  Positions p;
+  p.pos = pos_ids;
+  return p;
+}
+
+Positions ragged_positions(const char* op, const Tensor& indptr, const Tensor& offsets,
+                           const Tensor& q) {
+  check_index_tensor(indptr, q, op, "indptr");
+  check_index_tensor(offsets, q, op, "offsets");
+  const int64_t batch = offsets.size(0);
+  FLASHINFER_CHECK(indptr.size(0) == batch + 1, op, "indptr", "expected batch + 1 = ", batch + 1,
+                   " entries (offsets has ", batch, "), got ", indptr.size(0));
+  Positions p;
+  p.mode = kernels::RopePosMode::kIndptrOffsets;
+  p.indptr = indptr;
+  p.offsets = offsets;
+  if (!q.device().is_cpu()) return p;
+  const int64_t nnz = q.size(0);
+  FLASHINFER_CHECK(read_index(indptr, 0) == 0, op, "indptr", "indptr[0] must be 0, got ",
+                   read_index(indptr, 0));
+  FLASHINFER_CHECK(read_index(indptr, batch) == nnz, op, "indptr", "indptr[", batch,
+                   "] must equal nnz = ", nnz, ", got ", read_index(indptr, batch));
+  p.resolved.resize(static_cast<std::size_t>(nnz));
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t lo = read_index(indptr, b), hi = read_index(indptr, b + 1);
+    FLASHINFER_CHECK(lo <= hi, op, "indptr", "must be non-decreasing, but indptr[", b, "] = ", lo,
+                     " > indptr[", b + 1, "] = ", hi);
+    const int64_t off = read_index(offsets, b);
+    for (int64_t t = lo; t < hi; ++t) p.resolved[static_cast<std::size_t>(t)] = off + (t - lo);
+  }
+  return p;
+}
+
+void check_qk(const char* op, const char* q_name, const char* k_name, const Tensor& q,
+              const Tensor& k) {
+  api::check_defined(q, op, q_name);
+  api::check_defined(k, op, k_name);
+  api::check_dim(q, {3}, op, q_name);
+  api::check_dim(k, {3}, op, k_name);
+  api::check_dtype_in(q, {DType::kFloat16, DType::kBFloat16, DType::kFloat32}, op, q_name);
+  api::check_same_dtype(k, q, op, k_name, q_name);
+  api::check_same_device(k, q, op, k_name, q_name);
+  FLASHINFER_CHECK(k.size(0) == q.size(0), op, k_name, "has ", k.size(0), " tokens but ", q_name,
+                   " has ", q.size(0));
+  FLASHINFER_CHECK(k.size(2) == q.size(2), op, k_name, "head dim ", k.size(2), " differs from ",
+                   q_name, "'s ", q.size(2));
+}
+
+int64_t resolve_rotary_dim(const char* op, std::optional<int64_t> rotary_dim, int64_t head_dim) {
+  const int64_t r = rotary_dim.value_or(head_dim);
+  FLASHINFER_CHECK(r > 0 && r % 2 == 0 && r <= head_dim, op, "rotary_dim",
+                   "must be even, positive and <= head_dim (", head_dim, "), got ", r,
+                   rotary_dim ? "" : " (the default, head_dim)");
+  return r;
+}
+
+// Fills the kernel parameters for 3-D views q/k -> q_out/k_out and runs the kernel.
+void run_rope(const char* op, const Tensor& q, const Tensor& k, const Tensor& q_out,
+              const Tensor& k_out, bool inplace, Positions& pos, int64_t rotary_dim,
+              bool interleave, const Angles& ang) {
+  kernels::RopeParams p;
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.q_out = q_out.data_ptr();
+  p.k_out = k_out.data_ptr();
+  p.nnz = q.size(0);
+  p.num_q_heads = q.size(1);
+  p.num_k_heads = k.size(1);
+  p.head_dim = q.size(2);
+  p.rotary_dim = rotary_dim;
+  p.q_stride_n = q.stride(0), p.q_stride_h = q.stride(1), p.q_stride_d = q.stride(2);
+  p.k_stride_n = k.stride(0), p.k_stride_h = k.stride(1), p.k_stride_d = k.stride(2);
+  p.q_out_stride_n = q_out.stride(0), p.q_out_stride_h = q_out.stride(1);
+  p.q_out_stride_d = q_out.stride(2);
+  p.k_out_stride_n = k_out.stride(0), p.k_out_stride_h = k_out.stride(1);
+  p.k_out_stride_d = k_out.stride(2);
+  p.interleave = interleave;
+  p.inplace = inplace;
+  p.dtype = q.dtype();
+  p.rope_theta = ang.rope_theta;
+  p.rope_rcp_scale = ang.rope_rcp_scale;
+  p.smooth_a = ang.smooth_a;
+  p.smooth_b = ang.smooth_b;
+  if (ang.cache.defined()) {
+    p.cos_sin_cache = ang.cache.data<float>();
+    p.cache_rows = ang.cache.size(0);
+    p.cache_stride_row = ang.cache.stride(0);
+    p.cache_stride_col = ang.cache.stride(1);
+  }
+  if (p.nnz == 0 || p.num_q_heads + p.num_k_heads == 0) return;
+  if (q.device().is_cpu()) {
+    p.pos_mode = kernels::RopePosMode::kPositions;
+    Tensor dense_pos;
+    if (pos.mode == kernels::RopePosMode::kIndptrOffsets) {
+      p.pos = pos.resolved.data();
+      p.pos_dtype = DType::kInt64;
+    } else {
+      dense_pos = dense(pos.pos);
+      p.pos = dense_pos.data_ptr();
+      p.pos_dtype = dense_pos.dtype();
+    }
+    kernels::cpu::apply_rope(p);
+  } else {
+#if FLASHINFER_WITH_CUDA
+    (void)op;  // the launcher names "apply_rope" in its own errors
+    Tensor dpos, dindptr, doffsets;
+    p.pos_mode = pos.mode;
+    if (pos.mode == kernels::RopePosMode::kPositions) {
+      dpos = dense(pos.pos);
+      p.pos = dpos.data_ptr();
+      p.pos_dtype = dpos.dtype();
+    } else {
+      dindptr = dense(pos.indptr);
+      doffsets = dense(pos.offsets);
+      p.indptr = dindptr.data_ptr();
+      p.indptr_dtype = dindptr.dtype();
+      p.offsets = doffsets.data_ptr();
+      p.offsets_dtype = doffsets.dtype();
+      p.batch = doffsets.size(0);
+    }
+    kernels::cuda::apply_rope(p, current_cuda_stream());
+#else
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "q",
+                    "CUDA tensor given to a build without the CUDA backend");
+#endif
+  }
+}
+
+std::pair<Tensor, Tensor> rope_common(const char* op, const Tensor& q, const Tensor& k,
+                                      bool inplace, Positions pos, int64_t rotary_dim,
+                                      bool interleave, const Angles& ang) {
+  if (inplace) {
+    api::check_writable(q, op, "q");
+    api::check_writable(k, op, "k");
+    api::check_no_overlap(k, q, op, "k", "q");
+    run_rope(op, q, k, q, k, true, pos, rotary_dim, interleave, ang);
+    return {q, k};
+  }
+  Tensor q_rope = Tensor::empty(q.shape(), q.dtype(), q.device());
+  Tensor k_rope = Tensor::empty(k.shape(), k.dtype(), k.device());
+  run_rope(op, q, k, q_rope, k_rope, false, pos, rotary_dim, interleave, ang);
+  return {q_rope, k_rope};
+}
+
+std::pair<Tensor, Tensor> ragged_impl(const char* op, bool inplace, const Tensor& q,
+                                      const Tensor& k, const Tensor& indptr, const Tensor& offsets,
+                                      std::optional<int64_t> rotary_dim, bool interleave,
+                                      const Angles& ang) {
+  const int64_t r = resolve_rotary_dim(op, rotary_dim, q.size(2));
+  return rope_common(op, q, k, inplace, ragged_positions(op, indptr, offsets, q), r, interleave,
+                     ang);
+}
+
+std::pair<Tensor, Tensor> pos_ids_impl(const char* op, bool inplace, const Tensor& q,
+                                       const Tensor& k, const Tensor& pos_ids,
+                                       std::optional<int64_t> rotary_dim, bool interleave,
+                                       const Angles& ang) {
+  const int64_t r = resolve_rotary_dim(op, rotary_dim, q.size(2));
+  return rope_common(op, q, k, inplace, pos_ids_positions(op, "pos_ids", pos_ids, q), r, interleave,
+                     ang);
+}
+
+// query/key [nnz, H * head_size] (or [nnz, H, head_size]) as [nnz, H, head_size] views.
+Tensor heads_view(const char* op, const char* arg, const Tensor& t, int64_t nnz,
+                  int64_t head_size) {
+  api::check_defined(t, op, arg);
+  api::check_dim(t, {2, 3}, op, arg);
+  FLASHINFER_CHECK(t.size(0) == nnz, op, arg, "has ", t.size(0), " tokens but positions has ", nnz);
+  const int64_t width = t.dim() == 2 ? t.size(1) : t.size(1) * t.size(2);
+  FLASHINFER_CHECK(width % head_size == 0, op, arg, "row width ", width,
+                   " is not a multiple of head_size ", head_size);
+  try {
+    return t.view({nnz, width / head_size, head_size});
+  } catch (const Error&) {
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "strides ", shape_to_string(t.strides()),
+                    " do not allow a [nnz, heads, ", head_size, "] view");
+  }
+}
+
+std::pair<Tensor, Tensor> cos_sin_impl(const char* op, bool inplace, const Tensor& positions,
+                                       const Tensor& query, const Tensor& key, int64_t head_size,
+                                       const Tensor& cos_sin_cache, bool is_neox) {
+  api::check_defined(positions, op, "positions");
+  FLASHINFER_CHECK(head_size > 0, op, "head_size", "must be positive, got ", head_size);
+  api::check_dim(positions, {1}, op, "positions");
+  const int64_t nnz = positions.size(0);
+  Tensor q3 = heads_view(op, "query", query, nnz, head_size);
+  Tensor k3 = heads_view(op, "key", key, nnz, head_size);
+  check_qk(op, "query", "key", q3, k3);
+  api::check_dtype_in(positions, {DType::kInt32, DType::kInt64}, op, "positions");
+  api::check_same_device(positions, query, op, "positions", "query");
+  api::check_defined(cos_sin_cache, op, "cos_sin_cache");
+  api::check_dim(cos_sin_cache, {2}, op, "cos_sin_cache");
+  api::check_dtype_in(cos_sin_cache, {DType::kFloat32}, op, "cos_sin_cache");
+  api::check_same_device(cos_sin_cache, query, op, "cos_sin_cache", "query");
+  const int64_t rotary_dim = cos_sin_cache.size(1);
+  FLASHINFER_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= head_size, op,
+                   "cos_sin_cache",
+                   "width (the rotary dim) must be even, positive and <= ", "head_size (",
+                   head_size, "), got ", rotary_dim);
+  if (positions.device().is_cpu()) {
+    const int64_t rows = cos_sin_cache.size(0);
+    for (int64_t t = 0; t < nnz; ++t) {
+      const int64_t pos = read_index(positions, t);
+      FLASHINFER_CHECK(pos >= 0 && pos < rows, op, "positions", "positions[", t, "] = ", pos,
+                       " is outside the cos/sin cache (", rows, " rows)");
+    }
+  }
+  Angles ang;
+  ang.cache = cos_sin_cache;
+  Positions pos;
+  pos.pos = positions;
+  if (inplace) {
+    api::check_writable(q3, op, "query");
+    api::check_writable(k3, op, "key");
+    api::check_no_overlap(key, query, op, "key", "query");
+    run_rope(op, q3, k3, q3, k3, true, pos, rotary_dim, !is_neox, ang);
+    return {query, key};
+  }
+  Tensor query_out = Tensor::empty(query.shape(), query.dtype(), query.device());
+  Tensor key_out = Tensor::empty(key.shape(), key.dtype(), key.device());
+  run_rope(op, q3, k3, query_out.view(q3.shape()), key_out.view(k3.shape()), false, pos, rotary_dim,
+           !is_neox, ang);
+  return {query_out, key_out};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Public functions.
+
+std::pair<Tensor, Tensor> apply_rope(const Tensor& q, const Tensor& k, const Tensor& indptr,
+                                     const Tensor& offsets, std::optional<int64_t> rotary_dim,
+                                     bool interleave, double rope_scale, double rope_theta) {
+  return call_api(
+      &decl_of<kApplyRope>,
+      [&] {
+        check_qk(kApplyRope, "q", "k", q, k);
+        return ragged_impl(kApplyRope, false, q, k, indptr, offsets, rotary_dim, interleave,
+                           plain_angles(kApplyRope, rope_scale, rope_theta));
+      },
+      q, k, indptr, offsets, rotary_dim, interleave, rope_scale, rope_theta);
+}
+
+void apply_rope_inplace(const Tensor& q, const Tensor& k, const Tensor& indptr,
+                        const Tensor& offsets, std::optional<int64_t> rotary_dim, bool interleave,
+                        double rope_scale, double rope_theta) {
+  call_api(
+      &decl_of<kApplyRopeInplace>,
+      [&] {
+        check_qk(kApplyRopeInplace, "q", "k", q, k);
+        ragged_impl(kApplyRopeInplace, true, q, k, indptr, offsets, rotary_dim, interleave,
+                    plain_angles(kApplyRopeInplace, rope_scale, rope_theta));
+      },
+      q, k, indptr, offsets, rotary_dim, interleave, rope_scale, rope_theta);
+}
+
+std::pair<Tensor, Tensor> apply_rope_pos_ids(const Tensor& q, const Tensor& k,
+                                             const Tensor& pos_ids,
+                                             std::optional<int64_t> rotary_dim, bool interleave,
+                                             double rope_scale, double rope_theta) {
+  return call_api(
+      &decl_of<kApplyRopePosIds>,
+      [&] {
+        check_qk(kApplyRopePosIds, "q", "k", q, k);
+        return pos_ids_impl(kApplyRopePosIds, false, q, k, pos_ids, rotary_dim, interleave,
+                            plain_angles(kApplyRopePosIds, rope_scale, rope_theta));
+      },
+      q, k, pos_ids, rotary_dim, interleave, rope_scale, rope_theta);
+}
+
+void apply_rope_pos_ids_inplace(const Tensor& q, const Tensor& k, const Tensor& pos_ids,
+                                std::optional<int64_t> rotary_dim, bool interleave,
+                                double rope_scale, double rope_theta) {
+  call_api(
+      &decl_of<kApplyRopePosIdsInplace>,
+      [&] {
+        check_qk(kApplyRopePosIdsInplace, "q", "k", q, k);
+        pos_ids_impl(kApplyRopePosIdsInplace, true, q, k, pos_ids, rotary_dim, interleave,
+                     plain_angles(kApplyRopePosIdsInplace, rope_scale, rope_theta));
+      },
+      q, k, pos_ids, rotary_dim, interleave, rope_scale, rope_theta);
+}
+
+std::pair<Tensor, Tensor> apply_llama31_rope(const Tensor& q, const Tensor& k, const Tensor& indptr,
+                                             const Tensor& offsets,
+                                             std::optional<int64_t> rotary_dim, bool interleave,
+                                             double rope_scale, double rope_theta,
+                                             double low_freq_factor, double high_freq_factor,
+                                             int64_t old_context_len) {
+  return call_api(
+      &decl_of<kLlama>,
+      [&] {
+        check_qk(kLlama, "q", "k", q, k);
+        return ragged_impl(kLlama, false, q, k, indptr, offsets, rotary_dim, interleave,
+                           llama31_angles(kLlama, rope_scale, rope_theta, low_freq_factor,
+                                          high_freq_factor, old_context_len));
+      },
+      q, k, indptr, offsets, rotary_dim, interleave, rope_scale, rope_theta, low_freq_factor,
+      high_freq_factor, old_context_len);
+}
+
+void apply_llama31_rope_inplace(const Tensor& q, const Tensor& k, const Tensor& indptr,
+                                const Tensor& offsets, std::optional<int64_t> rotary_dim,
+                                bool interleave, double rope_scale, double rope_theta,
+                                double low_freq_factor, double high_freq_factor,
+                                int64_t old_context_len) {
+  call_api(
+      &decl_of<kLlamaInplace>,
+      [&] {
+        check_qk(kLlamaInplace, "q", "k", q, k);
+        ragged_impl(kLlamaInplace, true, q, k, indptr, offsets, rotary_dim, interleave,
+                    llama31_angles(kLlamaInplace, rope_scale, rope_theta, low_freq_factor,
+                                   high_freq_factor, old_context_len));
+      },
+      q, k, indptr, offsets, rotary_dim, interleave, rope_scale, rope_theta, low_freq_factor,
+      high_freq_factor, old_context_len);
+}
+
+std::pair<Tensor, Tensor> apply_llama31_rope_pos_ids(
+    const Tensor& q, const Tensor& k, const Tensor& pos_ids, std::optional<int64_t> rotary_dim,
+    bool interleave, double rope_scale, double rope_theta, double low_freq_factor,
+    double high_freq_factor, int64_t old_context_len) {
+  return call_api(
+      &decl_of<kLlamaPosIds>,
+      [&] {
+        check_qk(kLlamaPosIds, "q", "k", q, k);
+        return pos_ids_impl(kLlamaPosIds, false, q, k, pos_ids, rotary_dim, interleave,
+                            llama31_angles(kLlamaPosIds, rope_scale, rope_theta, low_freq_factor,
+                                           high_freq_factor, old_context_len));
+      },
+      q, k, pos_ids, rotary_dim, interleave, rope_scale, rope_theta, low_freq_factor,
+      high_freq_factor, old_context_len);
+}
+
+void apply_llama31_rope_pos_ids_inplace(const Tensor& q, const Tensor& k, const Tensor& pos_ids,
+                                        std::optional<int64_t> rotary_dim, bool interleave,
+                                        double rope_scale, double rope_theta,
+                                        double low_freq_factor, double high_freq_factor,
+                                        int64_t old_context_len) {
+  call_api(
+      &decl_of<kLlamaPosIdsInplace>,
+      [&] {
+        check_qk(kLlamaPosIdsInplace, "q", "k", q, k);
+        pos_ids_impl(kLlamaPosIdsInplace, true, q, k, pos_ids, rotary_dim, interleave,
+                     llama31_angles(kLlamaPosIdsInplace, rope_scale, rope_theta, low_freq_factor,
+                                    high_freq_factor, old_context_len));
+      },
+      q, k, pos_ids, rotary_dim, interleave, rope_scale, rope_theta, low_freq_factor,
+      high_freq_factor, old_context_len);
+}
+
+std::pair<Tensor, Tensor> apply_rope_with_cos_sin_cache(const Tensor& positions,
+                                                        const Tensor& query, const Tensor& key,
+                                                        int64_t head_size,
+                                                        const Tensor& cos_sin_cache, bool is_neox) {
+  return call_api(
+      &decl_of<kCosSin>,
+      [&] {
+        return cos_sin_impl(kCosSin, false, positions, query, key, head_size, cos_sin_cache,
+                            is_neox);
+      },
+      positions, query, key, head_size, cos_sin_cache, is_neox);
+}
+
+void apply_rope_with_cos_sin_cache_inplace(const Tensor& positions, const Tensor& query,
+                                           const Tensor& key, int64_t head_size,
+                                           const Tensor& cos_sin_cache, bool is_neox) {
+  call_api(
+      &decl_of<kCosSinInplace>,
+      [&] {
+        cos_sin_impl(kCosSinInplace, true, positions, query, key, head_size, cos_sin_cache,
+                     is_neox);
+      },
+      positions, query, key, head_size, cos_sin_cache, is_neox);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registration, with invokers that rebuild the call from Values (replay).
+
+namespace detail {
+void register_rope_ops(OpRegistry& registry) {
+  // Tensor q, k; then (indptr, offsets) or pos_ids; then the tail from index `t`.
+  registry.add(make_rope_decl(kApplyRope, true, false, false,
+                              "RoPE on a ragged batch (indptr/offsets), returns (q_rope, k_rope)",
+                              [](const CallArgs& a) -> Value {
+                                return to_value(apply_rope(a.tensor(0), a.tensor(1), a.tensor(2),
+                                                           a.tensor(3), a.optional_i64(4),
+                                                           a.boolean(5), a.f64(6), a.f64(7)));
+                              }));
+  registry.add(make_rope_decl(
+      kApplyRopeInplace, true, false, true, "RoPE on a ragged batch (indptr/offsets), in place",
+      [](const CallArgs& a) -> Value {
+        apply_rope_inplace(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3), a.optional_i64(4),
+                           a.boolean(5), a.f64(6), a.f64(7));
+        return Value();
+      }));
+  registry.add(make_rope_decl(
+      kApplyRopePosIds, false, false, false,
+      "RoPE with per-token positions, returns (q_rope, k_rope)", [](const CallArgs& a) -> Value {
+        return to_value(apply_rope_pos_ids(a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3),
+                                           a.boolean(4), a.f64(5), a.f64(6)));
+      }));
+  registry.add(make_rope_decl(
+      kApplyRopePosIdsInplace, false, false, true, "RoPE with per-token positions, in place",
+      [](const CallArgs& a) -> Value {
+        apply_rope_pos_ids_inplace(a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3),
+                                   a.boolean(4), a.f64(5), a.f64(6));
+        return Value();
+      }));
+  registry.add(make_rope_decl(
+      kLlama, true, true, false, "Llama 3.1 RoPE on a ragged batch, returns (q_rope, k_rope)",
+      [](const CallArgs& a) -> Value {
+        return to_value(apply_llama31_rope(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3),
+                                           a.optional_i64(4), a.boolean(5), a.f64(6), a.f64(7),
+                                           a.f64(8), a.f64(9), a.i64(10)));
+      }));
+  registry.add(make_rope_decl(
+      kLlamaInplace, true, true, true, "Llama 3.1 RoPE on a ragged batch, in place",
+      [](const CallArgs& a) -> Value {
+        apply_llama31_rope_inplace(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3),
+                                   a.optional_i64(4), a.boolean(5), a.f64(6), a.f64(7), a.f64(8),
+                                   a.f64(9), a.i64(10));
+        return Value();
+      }));
+  registry.add(make_rope_decl(kLlamaPosIds, false, true, false,
+                              "Llama 3.1 RoPE with per-token positions, returns (q_rope, k_rope)",
+                              [](const CallArgs& a) -> Value {
+                                return to_value(apply_llama31_rope_pos_ids(
+                                    a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3),
+                                    a.boolean(4), a.f64(5), a.f64(6), a.f64(7), a.f64(8),
+                                    a.i64(9)));
+                              }));
+  registry.add(make_rope_decl(kLlamaPosIdsInplace, false, true, true,
+                              "Llama 3.1 RoPE with per-token positions, in place",
+                              [](const CallArgs& a) -> Value {
+                                apply_llama31_rope_pos_ids_inplace(
+                                    a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3),
+                                    a.boolean(4), a.f64(5), a.f64(6), a.f64(7), a.f64(8), a.i64(9));
+                                return Value();
+                              }));
+  registry.add(make_cos_sin_decl(kCosSin, false, [](const CallArgs& a) -> Value {
+    return to_value(apply_rope_with_cos_sin_cache(a.tensor(0), a.tensor(1), a.tensor(2), a.i64(3),
+                                                  a.tensor(4), a.boolean(5)));
+  }));
+  registry.add(make_cos_sin_decl(kCosSinInplace, true, [](const CallArgs& a) -> Value {
+    apply_rope_with_cos_sin_cache_inplace(a.tensor(0), a.tensor(1), a.tensor(2), a.i64(3),
+                                          a.tensor(4), a.boolean(5));
+    return Value();
+  }));
+}
+}  // namespace detail
+
+}  // namespace flashinfer

@@ -1,0 +1,224 @@
+#include "kernels/cpu/activation_cpu.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "flashinfer/error.h"
+#include "kernels/cpu/cpu_row_io.h"
+
+namespace flashinfer::kernels::cpu {
+namespace {
+
+constexpr int64_t kParallelMinElems = int64_t{1} << 15;
+
+// fp32 building blocks, written once as scalar code and once with AVX2 intrinsics (GCC does
+// not if-convert the range selects under the default -ftrapping-math, so the scalar loops stay
+// scalar). Both evaluate the same operations in the same order.
+//
+// exp: Cody-Waite reduction x = n ln2 + r (ln2 split in a short high part and a correction),
+// then Cephes' degree-7 polynomial for e^r on |r| <= ln2 / 2 (about 1 ulp). n is read from the
+// mantissa of the round-to-nearest magic sum; 2^n is built as 2^(n-1) * 2 so that n = 128 still
+// reaches the top binade. Below -86 the result flushes to 0 (true value < 3e-38), above 88.72
+// it is +inf, as expf's; NaN stays NaN.
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+constexpr float kExpHi = 88.72283905f, kExpLo = -86.0f;
+// erfc(z), z >= 0, as t exp(-z^2 + P(t)) with t = 1 / (1 + z/2): the Chebyshev fit of Numerical
+// Recipes' erfcc, relative error < 1.2e-7 for every z >= 0 (so tails stay accurate).
+constexpr float kErfcP[10] = {0.17087277f,  -0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
+                              -0.18628806f, 0.09678418f,  0.37409196f, 1.00002368f,  -1.26551223f};
+constexpr float kSqrtHalf = 0.70710678118654752f;
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluTanhC = 0.044715f;
+
+inline float exp_f32(float x) {
+  const float xc = std::min(std::max(x, kExpLo), 88.6f);
+  const float m = xc * kLog2e + kRoundMagic;
+  const float n = m - kRoundMagic;
+  float r = xc - n * kLn2Hi;
+  r = r - n * kLn2Lo;
+  float p = kExpP[0];
+  for (int j = 1; j < 6; ++j) p = p * r + kExpP[j];
+  p = p * r * r + r + 1.0f;
+  const uint32_t e = (std::bit_cast<uint32_t>(m) + (126u - 0x4B400000u)) << 23;
+  float y = p * std::bit_cast<float>(e) * 2.0f;
+  y = x > kExpHi ? std::numeric_limits<float>::infinity() : y;
+  y = x < kExpLo ? 0.0f : y;
+  return y;
+}
+
+// e^(q - z^2) loses accuracy if z^2 is rounded into one fp32 argument (an ulp of 100 is 8e-6),
+// so z is split into a 12-bit head zh (zh^2 exact) and the rest: z^2 = zh^2 + zl (zh + z), and
+// the two factors e^(-zh^2) and e^(q - zl (zh + z)) each come from an exactly known argument.
+inline float erfc_nonneg(float z) {
+  const float t = 1.0f / (1.0f + 0.5f * z);
+  float q = kErfcP[0];
+  for (int j = 1; j < 10; ++j) q = q * t + kErfcP[j];
+  const float zh = std::bit_cast<float>(std::bit_cast<uint32_t>(z) & 0xFFFFF000u);
+  const float zl = z - zh;
+  return t * exp_f32(-(zh * zh)) * exp_f32(q - zl * (zh + z));
+}
+
+// silu(x) = x / (1 + e^-x).
+inline float silu(float x) { return x / (1.0f + exp_f32(-x)); }
+
+// gelu(x) = x/2 (1 + erf(x / sqrt 2)) = x/2 erfc(-x / sqrt 2): the erfc form has no
+// cancellation for negative x, where 1 + erf would lose most digits.
+inline float gelu(float x) {
+  const float z = x * kSqrtHalf;
+  const float c = erfc_nonneg(std::fabs(z));
+  return 0.5f * x * (z < 0.0f ? c : 2.0f - c);
+}
+
+// gelu_tanh(x) = x/2 (1 + tanh u) = x / (1 + e^(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3): the
+// same identity avoids 1 + tanh's cancellation for negative u.
+inline float gelu_tanh(float x) {
+  const float u = kSqrt2OverPi * (x + kGeluTanhC * x * x * x);
+  return x / (1.0f + exp_f32(-2.0f * u));
+}
+
+template <float (*Act)(float)>
+void act_row_scalar(float* __restrict gate, const float* __restrict up, int64_t d) {
+  for (int64_t i = 0; i < d; ++i) gate[i] = Act(gate[i]) * up[i];
+}
+
+#if FLASHINFER_CPU_F16C
+#define FI_AVX2 __attribute__((target("avx2")))
+
+FI_AVX2 inline __m256 set1(float v) { return _mm256_set1_ps(v); }
+
+FI_AVX2 inline __m256 exp_avx2(__m256 x) {
+  // max/min return their second operand for NaN, so NaN passes through.
+  const __m256 xc = _mm256_min_ps(set1(88.6f), _mm256_max_ps(set1(kExpLo), x));
+  const __m256 m = _mm256_add_ps(_mm256_mul_ps(xc, set1(kLog2e)), set1(kRoundMagic));
+  const __m256 n = _mm256_sub_ps(m, set1(kRoundMagic));
+  __m256 r = _mm256_sub_ps(xc, _mm256_mul_ps(n, set1(kLn2Hi)));
+  r = _mm256_sub_ps(r, _mm256_mul_ps(n, set1(kLn2Lo)));
+  __m256 p = set1(kExpP[0]);
+  for (int j = 1; j < 6; ++j) p = _mm256_add_ps(_mm256_mul_ps(p, r), set1(kExpP[j]));
+  p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r), set1(1.0f));
+  const __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_castps_si256(m), _mm256_set1_epi32(126 - 0x4B400000)), 23);
+  __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), set1(2.0f));
+  y = _mm256_blendv_ps(y, set1(std::numeric_limits<float>::infinity()),
+                       _mm256_cmp_ps(x, set1(kExpHi), _CMP_GT_OQ));
+  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, set1(kExpLo), _CMP_LT_OQ));
+  return y;
+}
+
+FI_AVX2 inline __m256 silu_avx2(__m256 x) {
+  const __m256 nx = _mm256_sub_ps(_mm256_setzero_ps(), x);
+  return _mm256_div_ps(x, _mm256_add_ps(set1(1.0f), exp_avx2(nx)));
+}
+
+FI_AVX2 inline __m256 gelu_avx2(__m256 x) {
+  const __m256 z = _mm256_mul_ps(x, set1(kSqrtHalf));
+  const __m256 az = _mm256_andnot_ps(set1(-0.0f), z);
+  const __m256 t =
+      _mm256_div_ps(set1(1.0f), _mm256_add_ps(set1(1.0f), _mm256_mul_ps(set1(0.5f), az)));
+  __m256 q = set1(kErfcP[0]);
+  for (int j = 1; j < 10; ++j) q = _mm256_add_ps(_mm256_mul_ps(q, t), set1(kErfcP[j]));
+  const __m256 zh = _mm256_and_ps(az, _mm256_castsi256_ps(_mm256_set1_epi32(0xFFFFF000u)));
+  const __m256 zl = _mm256_sub_ps(az, zh);
+  const __m256 e_hi = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(zh, zh)));
+  const __m256 e_lo = exp_avx2(_mm256_sub_ps(q, _mm256_mul_ps(zl, _mm256_add_ps(zh, az))));
+  const __m256 c = _mm256_mul_ps(_mm256_mul_ps(t, e_hi), e_lo);
+  const __m256 w = _mm256_blendv_ps(_mm256_sub_ps(set1(2.0f), c), c,
+                                    _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_LT_OQ));
+  return _mm256_mul_ps(_mm256_mul_ps(set1(0.5f), x), w);
+}
+
+FI_AVX2 inline __m256 gelu_tanh_avx2(__m256 x) {
+  const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(set1(kGeluTanhC), x), x), x);
+  const __m256 u = _mm256_mul_ps(set1(kSqrt2OverPi), _mm256_add_ps(x, x3));
+  const __m256 e = exp_avx2(_mm256_mul_ps(set1(-2.0f), u));
+  return _mm256_div_ps(x, _mm256_add_ps(set1(1.0f), e));
+}
+
+template <__m256 (*ActV)(__m256), float (*Act)(float)>
+FI_AVX2 void act_row_avx2(float* __restrict gate, const float* __restrict up, int64_t d) {
+  int64_t i = 0;
+  for (; i + 8 <= d; i += 8) {
+    const __m256 g = ActV(_mm256_loadu_ps(gate + i));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(g, _mm256_loadu_ps(up + i)));
+  }
+  for (; i < d; ++i) gate[i] = Act(gate[i]) * up[i];
+}
+#undef FI_AVX2
+#endif
+
+using RowFn = void (*)(float*, const float*, int64_t);
+
+template <class T>
+void rows(const ActAndMulParams& p, RowFn row_fn) {
+  const auto* in = static_cast<const T*>(p.input);
+  auto* out = static_cast<T*>(p.out);
+  const int64_t d = p.d;
+  const int64_t chunk = rowio::rows_per_chunk(2 * d);
+#pragma omp parallel if (p.rows * d >= kParallelMinElems)
+  {
+    std::vector<float> gate(static_cast<std::size_t>(d)), up(static_cast<std::size_t>(d));
+#pragma omp for schedule(dynamic, chunk)
+    for (int64_t r = 0; r < p.rows; ++r) {
+      const T* x = in + r * p.in_stride_row;
+      rowio::load_row(x, p.in_stride_d, d, gate.data());
+      rowio::load_row(x + d * p.in_stride_d, p.in_stride_d, d, up.data());
+      row_fn(gate.data(), up.data(), d);
+      rowio::store_row(out + r * p.out_stride_row, p.out_stride_d, d, gate.data());
+    }
+  }
+}
+
+RowFn row_function(Activation act) {
+#if FLASHINFER_CPU_F16C
+  if (rowio::has_avx2()) {
+    switch (act) {
+      case Activation::kSilu:
+        return act_row_avx2<silu_avx2, silu>;
+      case Activation::kGelu:
+        return act_row_avx2<gelu_avx2, gelu>;
+      case Activation::kGeluTanh:
+        return act_row_avx2<gelu_tanh_avx2, gelu_tanh>;
+    }
+  }
+#endif
+  switch (act) {
+    case Activation::kSilu:
+      return act_row_scalar<silu>;
+    case Activation::kGelu:
+      return act_row_scalar<gelu>;
+    case Activation::kGeluTanh:
+      return act_row_scalar<gelu_tanh>;
+  }
+  return act_row_scalar<silu>;
+}
+
+template <class T>
+void dispatch_act(const ActAndMulParams& p) {
+  rows<T>(p, row_function(p.act));
+}
+
+}  // namespace
+
+void act_and_mul(const ActAndMulParams& p) {
+  switch (p.dtype) {
+    case DType::kFloat32:
+      return dispatch_act<float>(p);
+    case DType::kFloat16:
+      return dispatch_act<Half>(p);
+    case DType::kBFloat16:
+      return dispatch_act<BFloat16>(p);
+    default:
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, "act_and_mul", "input", "dtype ",
+                      dtype_torch_name(p.dtype), " is not supported on the CPU");
+  }
+}
+
+}  // namespace flashinfer::kernels::cpu

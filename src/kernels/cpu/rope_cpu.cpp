@@ -1,0 +1,144 @@
+#include "kernels/cpu/rope_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "flashinfer/error.h"
+#include "kernels/cpu/cpu_row_io.h"
+
+namespace flashinfer::kernels::cpu {
+namespace {
+
+constexpr int64_t kParallelMinElems = int64_t{1} << 15;
+
+/// Frequencies of the rotary pairs, in fp64 (see RopeParams for the formula).
+std::vector<double> pair_frequencies(const RopeParams& p) {
+  const int64_t half = p.rotary_dim / 2;
+  std::vector<double> f(static_cast<std::size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    const double base =
+        std::pow(p.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(p.rotary_dim));
+    const double s = std::clamp(base * p.smooth_a + p.smooth_b, 0.0, 1.0);
+    f[static_cast<std::size_t>(i)] = (1.0 - s) * base * p.rope_rcp_scale + s * base;
+  }
+  return f;
+}
+
+struct HeadLayout {
+  int64_t heads, stride_n, stride_h, stride_d;
+};
+
+// Rotates the first rotary_dim dims of every head of one token; copies the rest unless the
+// output is the input. Unit-stride heads go through fp32 row buffers (`in`, `out`, rotary_dim
+// floats each) so the conversions and the rotation vectorize; other strides work in place.
+template <class T>
+void rotate_heads(const T* x, T* y, int64_t heads, int64_t ish, int64_t isd, int64_t osh,
+                  int64_t osd, const RopeParams& p, const float* __restrict c,
+                  const float* __restrict s, float* __restrict in, float* __restrict out) {
+  const int64_t half = p.rotary_dim / 2;
+  const bool unit = isd == 1 && osd == 1;
+  for (int64_t h = 0; h < heads; ++h) {
+    const T* xh = x + h * ish;
+    T* yh = y + h * osh;
+    if (unit) {
+      rowio::load_row(xh, 1, p.rotary_dim, in);
+      if (p.interleave) {
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = in[2 * i], b = in[2 * i + 1];
+          out[2 * i] = a * c[i] - b * s[i];
+          out[2 * i + 1] = b * c[i] + a * s[i];
+        }
+      } else {
+        for (int64_t i = 0; i < half; ++i) {
+          out[i] = in[i] * c[i] - in[i + half] * s[i];
+          out[i + half] = in[i + half] * c[i] + in[i] * s[i];
+        }
+      }
+      rowio::store_row(yh, 1, p.rotary_dim, out);
+      if (!p.inplace) {
+        std::memcpy(yh + p.rotary_dim, xh + p.rotary_dim,
+                    static_cast<std::size_t>(p.head_dim - p.rotary_dim) * sizeof(T));
+      }
+      continue;
+    }
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t ia = p.interleave ? 2 * i : i, ib = p.interleave ? 2 * i + 1 : i + half;
+      const float a = rowio::load(xh + ia * isd), b = rowio::load(xh + ib * isd);
+      rowio::store(yh + ia * osd, a * c[i] - b * s[i]);
+      rowio::store(yh + ib * osd, b * c[i] + a * s[i]);
+    }
+    if (!p.inplace) {
+      for (int64_t d = p.rotary_dim; d < p.head_dim; ++d) yh[d * osd] = xh[d * isd];
+    }
+  }
+}
+
+inline int64_t position(const RopeParams& p, int64_t t) {
+  return p.pos_dtype == DType::kInt64 ? static_cast<const int64_t*>(p.pos)[t]
+                                      : static_cast<const int32_t*>(p.pos)[t];
+}
+
+template <class T>
+void rope_tokens(const RopeParams& p) {
+  const int64_t half = p.rotary_dim / 2;
+  const std::vector<double> freq = p.cos_sin_cache ? std::vector<double>() : pair_frequencies(p);
+  const auto* q = static_cast<const T*>(p.q);
+  const auto* k = static_cast<const T*>(p.k);
+  auto* qo = static_cast<T*>(p.q_out);
+  auto* ko = static_cast<T*>(p.k_out);
+  const int64_t work = p.nnz * (p.num_q_heads + p.num_k_heads) * p.head_dim;
+  const int64_t chunk = rowio::rows_per_chunk((p.num_q_heads + p.num_k_heads) * p.head_dim);
+#pragma omp parallel if (work >= kParallelMinElems)
+  {
+    std::vector<float> c(static_cast<std::size_t>(half)), s(static_cast<std::size_t>(half));
+    std::vector<float> in(static_cast<std::size_t>(p.rotary_dim));
+    std::vector<float> out(static_cast<std::size_t>(p.rotary_dim));
+#pragma omp for schedule(dynamic, chunk)
+    for (int64_t t = 0; t < p.nnz; ++t) {
+      const int64_t pos = position(p, t);
+      if (p.cos_sin_cache) {
+        const float* row = p.cos_sin_cache + pos * p.cache_stride_row;
+        for (int64_t i = 0; i < half; ++i) {
+          c[i] = row[i * p.cache_stride_col];
+          s[i] = row[(half + i) * p.cache_stride_col];
+        }
+      } else {
+        // fp64 angles: pos * f keeps full precision at long positions, where an fp32 product
+        // would be off by up to pos * 2^-24 radians.
+        for (int64_t i = 0; i < half; ++i) {
+          const double angle = static_cast<double>(pos) * freq[static_cast<std::size_t>(i)];
+          c[i] = static_cast<float>(std::cos(angle));
+          s[i] = static_cast<float>(std::sin(angle));
+        }
+      }
+      rotate_heads(q + t * p.q_stride_n, qo + t * p.q_out_stride_n, p.num_q_heads, p.q_stride_h,
+                   p.q_stride_d, p.q_out_stride_h, p.q_out_stride_d, p, c.data(), s.data(),
+                   in.data(), out.data());
+      rotate_heads(k + t * p.k_stride_n, ko + t * p.k_out_stride_n, p.num_k_heads, p.k_stride_h,
+                   p.k_stride_d, p.k_out_stride_h, p.k_out_stride_d, p, c.data(), s.data(),
+                   in.data(), out.data());
+    }
+  }
+}
+
+}  // namespace
+
+void apply_rope(const RopeParams& p) {
+  FLASHINFER_CHECK_CODE(p.pos_mode == RopePosMode::kPositions, ErrorCode::kInternal, "apply_rope",
+                        "", "the CPU kernel takes resolved positions");
+  switch (p.dtype) {
+    case DType::kFloat32:
+      return rope_tokens<float>(p);
+    case DType::kFloat16:
+      return rope_tokens<Half>(p);
+    case DType::kBFloat16:
+      return rope_tokens<BFloat16>(p);
+    default:
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, "apply_rope", "q", "dtype ",
+                      dtype_torch_name(p.dtype), " is not supported on the CPU");
+  }
+}
+
+}  // namespace flashinfer::kernels::cpu

@@ -1,0 +1,105 @@
+#include "kernels/cuda/activation_cuda.h"
+#include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/vec_cuda.cuh"
+
+namespace flashinfer::kernels::cuda {
+namespace {
+
+// Accurate (non-intrinsic) libdevice functions, in the cancellation-free forms the CPU
+// reference uses: gelu = x/2 erfc(-x / sqrt 2) (= x/2 (1 + erf(x / sqrt 2))) and
+// gelu_tanh = x / (1 + e^(-2u)) (= x/2 (1 + tanh u)).
+template <Activation A>
+__device__ __forceinline__ float act(float x) {
+  if constexpr (A == Activation::kSilu) {
+    return x / (1.0f + expf(-x));
+  } else if constexpr (A == Activation::kGelu) {
+    return 0.5f * x * erfcf(-x * 0.70710678118654752f);
+  } else {
+    const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    return x / (1.0f + expf(-2.0f * u));
+  }
+}
+
+// One block per row; threads stride over the output width, 16 bytes at a time when aligned.
+template <class T, Activation A, bool kVec>
+__global__ void act_and_mul_kernel(ActAndMulParams p) {
+  pdl_wait();
+  const T* x = static_cast<const T*>(p.input) + blockIdx.x * p.in_stride_row;
+  T* y = static_cast<T*>(p.out) + blockIdx.x * p.out_stride_row;
+  if constexpr (kVec) {
+    constexpr int V = kVecElems<T>;
+    for (int64_t c = threadIdx.x; c < p.d / V; c += blockDim.x) {
+      float g[V], u[V];
+      load_vec(x + c * V, g);
+      load_vec(x + p.d + c * V, u);
+#pragma unroll
+      for (int j = 0; j < V; ++j) g[j] = act<A>(g[j]) * u[j];
+      store_vec(y + c * V, g);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) {
+      const float g = to_f32(x[i * p.in_stride_d]);
+      const float u = to_f32(x[(p.d + i) * p.in_stride_d]);
+      y[i * p.out_stride_d] = from_f32<T>(act<A>(g) * u);
+    }
+  }
+  pdl_launch_dependents();
+}
+
+template <class T, Activation A>
+void launch(const ActAndMulParams& p, cudaStream_t stream, bool enable_pdl) {
+  if (p.rows == 0 || p.d == 0) return;
+  FLASHINFER_CHECK_CODE(p.rows <= 0x7FFFFFFF, ErrorCode::kUnsupported, "act_and_mul", "input",
+                        "more than 2^31 - 1 rows");
+  constexpr int V = kVecElems<T>;
+  const bool vec = p.in_stride_d == 1 && p.out_stride_d == 1 && p.d % V == 0 &&
+                   aligned16(p.input, p.in_stride_row, sizeof(T)) &&
+                   aligned16(p.out, p.out_stride_row, sizeof(T));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(p.rows));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads_for(vec ? p.d / V : p.d)));
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = enable_pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (vec) {
+    FLASHINFER_CUDA_CALL("act_and_mul",
+                         cudaLaunchKernelEx(&cfg, act_and_mul_kernel<T, A, true>, p));
+  } else {
+    FLASHINFER_CUDA_CALL("act_and_mul",
+                         cudaLaunchKernelEx(&cfg, act_and_mul_kernel<T, A, false>, p));
+  }
+}
+
+template <class T>
+void dispatch_act(const ActAndMulParams& p, cudaStream_t stream, bool enable_pdl) {
+  switch (p.act) {
+    case Activation::kSilu:
+      return launch<T, Activation::kSilu>(p, stream, enable_pdl);
+    case Activation::kGelu:
+      return launch<T, Activation::kGelu>(p, stream, enable_pdl);
+    case Activation::kGeluTanh:
+      return launch<T, Activation::kGeluTanh>(p, stream, enable_pdl);
+  }
+}
+
+}  // namespace
+
+void act_and_mul(const ActAndMulParams& p, void* stream, bool enable_pdl) {
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (p.dtype) {
+    case DType::kFloat32:
+      return dispatch_act<float>(p, s, enable_pdl);
+    case DType::kFloat16:
+      return dispatch_act<__half>(p, s, enable_pdl);
+    case DType::kBFloat16:
+      return dispatch_act<__nv_bfloat16>(p, s, enable_pdl);
+    default:
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, "act_and_mul", "input", "dtype ",
+                      dtype_torch_name(p.dtype), " is not supported on CUDA");
+  }
+}
+
+}  // namespace flashinfer::kernels::cuda

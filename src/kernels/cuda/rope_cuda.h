@@ -1,0 +1,14 @@
+// CUDA launchers for RoPE. Plain C++ header; launchers throw flashinfer::Error(kCuda) when a
+// launch fails.
+#pragma once
+
+#include "kernels/rope_params.h"
+
+namespace flashinfer::kernels::cuda {
+
+/// Launches on `stream` (a cudaStream_t). Positions outside the cos/sin cache are not read: the
+/// rotated dims of that token become NaN (the host cannot check device-resident positions
+/// without synchronizing).
+void apply_rope(const RopeParams& p, void* stream);
+
+}  // namespace flashinfer::kernels::cuda

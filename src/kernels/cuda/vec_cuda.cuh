@@ -1,0 +1,50 @@
+// Private: 16-byte vector loads and stores for the row-wise CUDA kernels (norms, activations).
+// A row takes the vector path only when its base address and length allow whole, aligned
+// 16-byte accesses; the launchers check that on the host.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_utils.cuh"
+
+namespace flashinfer::kernels::cuda {
+
+/// Elements of T per 16-byte access.
+template <class T>
+inline constexpr int kVecElems = 16 / static_cast<int>(sizeof(T));
+
+template <class T>
+struct alignas(16) Vec16 {
+  T v[kVecElems<T>];
+};
+
+template <class T>
+__device__ __forceinline__ void load_vec(const T* p, float* out) {
+  const Vec16<T> x = *reinterpret_cast<const Vec16<T>*>(p);
+#pragma unroll
+  for (int j = 0; j < kVecElems<T>; ++j) out[j] = to_f32(x.v[j]);
+}
+
+template <class T>
+__device__ __forceinline__ void store_vec(T* p, const float* in) {
+  Vec16<T> x;
+#pragma unroll
+  for (int j = 0; j < kVecElems<T>; ++j) x.v[j] = from_f32<T>(in[j]);
+  *reinterpret_cast<Vec16<T>*>(p) = x;
+}
+
+/// True when `ptr` and every row start `ptr + r * row_stride` (elements of `elem` bytes) are
+/// 16-byte aligned.
+inline bool aligned16(const void* ptr, int64_t row_stride, std::size_t elem) {
+  return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0 &&
+         (static_cast<std::size_t>(row_stride) * elem) % 16 == 0;
+}
+
+/// Threads per block for a row of `n` work items: a power of two in [32, 1024].
+inline int threads_for(int64_t n) {
+  int t = 32;
+  while (t < 1024 && t < n) t *= 2;
+  return t;
+}
+
+}  // namespace flashinfer::kernels::cuda

@@ -1,0 +1,122 @@
+// Helpers shared by the norm, activation and RoPE op tests: a call observer that snapshots
+// arguments the way a recorder does (tensors copied before the op runs), replay through an op's
+// declared invoker, and small tensor builders.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "util/test_util.h"
+
+namespace flashinfer::testing {
+
+/// Deep copy of a Value: tensors (also inside tuples/lists) are cloned.
+inline Value snapshot(const Value& v) {
+  if (v.is_tensor()) return Value(v.as_tensor().clone());
+  if (v.is_sequence()) {
+    Value::Items items;
+    for (const auto& x : v.items()) items.push_back(snapshot(x));
+    return v.kind() == Value::Kind::kTuple ? Value::tuple(std::move(items))
+                                           : Value::list(std::move(items));
+  }
+  return v;
+}
+
+/// Records every outermost call: inputs snapshotted before the op runs, the result and the
+/// (possibly mutated) arguments after it.
+class RecordingObserver : public CallObserver {
+ public:
+  struct Call {
+    std::string name;
+    std::vector<Value> inputs;  // before the call
+    std::vector<Value> after;   // arguments after the call (in-place ops mutate them)
+    Value result;
+    std::string error;
+  };
+  void on_call_begin(const OpDecl& decl, std::span<const Value> args) override {
+    Call c;
+    c.name = decl.name;
+    for (const auto& a : args) c.inputs.push_back(snapshot(a));
+    calls.push_back(std::move(c));
+  }
+  void on_call_end(const OpDecl&, std::span<const Value> args, const Value& result) override {
+    for (const auto& a : args) calls.back().after.push_back(snapshot(a));
+    calls.back().result = snapshot(result);
+  }
+  void on_call_error(const OpDecl&, std::span<const Value>, std::string_view what) override {
+    calls.back().error = std::string(what);
+  }
+  std::vector<Call> calls;
+};
+
+/// Installs a RecordingObserver for the lifetime of the guard.
+class RecordingScope {
+ public:
+  RecordingScope() : obs_(std::make_shared<RecordingObserver>()) { add_call_observer(obs_); }
+  ~RecordingScope() { remove_call_observer(obs_); }
+  RecordingObserver& observer() { return *obs_; }
+
+ private:
+  std::shared_ptr<RecordingObserver> obs_;
+};
+
+/// Runs the recorded call again through its declaration's invoker (as `flashinfer replay`
+/// does), on fresh copies of the recorded inputs. Returns (result, arguments after the call).
+inline std::pair<Value, std::vector<Value>> replay(const RecordingObserver::Call& call) {
+  const OpDecl* decl = OpRegistry::global().find(call.name);
+  if (decl == nullptr) throw std::runtime_error("op not registered: " + call.name);
+  std::vector<Value> args;
+  for (const auto& a : call.inputs) args.push_back(snapshot(a));
+  CallArgs bound(*decl, bind_arguments(*decl, args));
+  Value result = decl->invoke(bound);
+  return {result, bound.values()};
+}
+
+/// Bitwise-equal tensors (same shape, same values as doubles; NaN equals NaN).
+inline ::testing::AssertionResult same_values(const Value& a, const Value& b) {
+  if (a.kind() != b.kind()) return ::testing::AssertionFailure() << "kinds differ";
+  if (a.is_tensor()) return all_close(a.as_tensor(), b.as_tensor(), {0.0, 0.0});
+  if (a.is_sequence()) {
+    if (a.items().size() != b.items().size()) return ::testing::AssertionFailure() << "sizes";
+    for (std::size_t i = 0; i < a.items().size(); ++i) {
+      auto r = same_values(a.items()[i], b.items()[i]);
+      if (!r) return r << " (item " << i << ")";
+    }
+    return ::testing::AssertionSuccess();
+  }
+  return a == b ? ::testing::AssertionSuccess() : ::testing::AssertionFailure() << "values differ";
+}
+
+/// A CPU tensor of `dtype` with values uniform in [lo, hi), deterministic per seed.
+inline Tensor rand_tensor(Shape shape, DType dtype, uint64_t seed, double lo = -2.0,
+                          double hi = 2.0) {
+  Tensor t = Tensor::empty(std::move(shape), dtype);
+  t.uniform_(seed, lo, hi);
+  return t;
+}
+
+/// A non-contiguous view with the given logical shape: every dimension padded and the last one
+/// strided by 2, filled like rand_tensor.
+inline Tensor strided_rand(const Shape& shape, DType dtype, uint64_t seed, double lo = -2.0,
+                           double hi = 2.0) {
+  Shape big = shape;
+  for (auto& s : big) s += 3;
+  big.back() = 2 * shape.back() + 1;
+  Tensor t = rand_tensor(big, dtype, seed, lo, hi);
+  for (int64_t d = 0; d + 1 < static_cast<int64_t>(shape.size()); ++d) {
+    t = t.slice(d, 1, 1 + shape[static_cast<std::size_t>(d)]);
+  }
+  return t.slice(static_cast<int64_t>(shape.size()) - 1, 1, 1 + 2 * shape.back(), 2);
+}
+
+inline const char* dtype_label(DType d) {
+  return d == DType::kFloat32 ? "fp32" : d == DType::kFloat16 ? "fp16" : "bf16";
+}
+
+}  // namespace flashinfer::testing
