@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -83,6 +84,13 @@ Result replay_from_dump(const std::string& dump_dir, const Options& options = {}
 std::vector<Result> replay_sequence(const std::string& root, Device device = Device::cpu(),
                                     std::optional<double> rtol = std::nullopt,
                                     std::optional<double> atol = std::nullopt);
+
+struct SequenceOptions {
+  Device device = Device::cpu();
+  std::optional<double> rtol, atol;
+  std::function<void(const Result&)> on_progress;  // after each call, e.g. a progress line
+};
+std::vector<Result> replay_sequence(const std::string& root, const SequenceOptions& options);
 
 /// Reads a metadata.jsonl: the last complete, parseable line wins; a torn last line is skipped.
 /// Also reports whether a "completed" line exists. Throws flashinfer::Error(kIo/kFormat).

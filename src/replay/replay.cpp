@@ -426,6 +426,14 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
 
 std::vector<Result> replay_sequence(const std::string& root, Device device,
                                     std::optional<double> rtol, std::optional<double> atol) {
+  SequenceOptions so;
+  so.device = device;
+  so.rtol = rtol;
+  so.atol = atol;
+  return replay_sequence(root, so);
+}
+
+std::vector<Result> replay_sequence(const std::string& root, const SequenceOptions& so) {
   std::vector<fs::path> dirs;
   for (const auto& e : fs::directory_iterator(root)) {
     if (e.is_directory() && fs::exists(e.path() / "metadata.jsonl")) dirs.push_back(e.path());
@@ -463,12 +471,15 @@ std::vector<Result> replay_sequence(const std::string& root, Device device,
   });
   ObjectRegistry registry;
   Options o;
-  o.device = device;
+  o.device = so.device;
   o.registry = &registry;
-  o.rtol = rtol;
-  o.atol = atol;
+  o.rtol = so.rtol;
+  o.atol = so.atol;
   std::vector<Result> out;
-  for (const auto& d : dirs) out.push_back(replay_from_dump(d.string(), o));
+  for (const auto& d : dirs) {
+    out.push_back(replay_from_dump(d.string(), o));
+    if (so.on_progress) so.on_progress(out.back());
+  }
   return out;
 }
 

@@ -380,10 +380,44 @@ TEST_F(ReplayTest, CliReportsEachCallAndFailsOnMismatch) {
   out = run_cli("replay --dir " + (dir_ / "nope").string(), &st);
   EXPECT_EQ(st, 2);
   EXPECT_NE(out.find("❌ Directory not found"), std::string::npos);
-  out = run_cli("show " + dir_.string(), &st);
+  // Machine-readable report, and filters on what is reported.
+  out = run_cli("replay --json --dir " + dir_.string(), &st);
+  EXPECT_EQ(st, 1);
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["passed"], 1);
+  EXPECT_EQ(j["failed"], 1);
+  EXPECT_EQ(j["results"][1]["status"], "mismatch");
+  EXPECT_EQ(j["results"][1]["comparisons"][0]["mismatches"], 1);
+  EXPECT_EQ(j["results"][1]["comparisons"][0]["first_mismatch"], 1);
+  out = run_cli("replay --exclude 'rms*' --dir " + dir_.string(), &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("Summary: 0 passed, 0 failed/mismatch"), std::string::npos) << out;
+  out = run_cli("replay -v --dir " + second.string(), &st);
+  EXPECT_NE(out.find("arg[2] = 0.0"), std::string::npos) << out;
+  // show: the seed page's session scan, built in.
+  out = run_cli("show --dir " + dir_.string(), &st);
   EXPECT_EQ(st, 0);
   EXPECT_NE(out.find("2 recorded calls"), std::string::npos) << out;
+  EXPECT_NE(out.find("Total completed calls: 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("  rmsnorm: 2"), std::string::npos) << out;
+  out = run_cli("show -v " + dir_.string(), &st);
   EXPECT_NE(out.find("[1] rmsnorm  completed"), std::string::npos) << out;
+  // A crashed call (line 1 only) is listed as incomplete.
+  const fs::path first = call_dirs().at(0);
+  std::string line1;
+  {
+    std::ifstream f(first / "metadata.jsonl");
+    std::getline(f, line1);
+  }
+  std::ofstream(first / "metadata.jsonl", std::ios::trunc) << line1 << "\n";
+  out = run_cli("show " + dir_.string(), &st);
+  EXPECT_NE(out.find("Found 1 incomplete calls (potential crashes):\n  - rmsnorm at " +
+                     first.filename().string()),
+            std::string::npos)
+      << out;
+  out = run_cli("replay --dir " + dir_.string(), &st);
+  EXPECT_EQ(st, 1);
+  EXPECT_NE(out.find("💥 Incomplete"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -1,11 +1,15 @@
 // `flashinfer replay` and `flashinfer show`: re-run recorded calls, or print what a dump holds.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "commands.h"
+#include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
 
 namespace flashinfer::cli {
@@ -13,6 +17,16 @@ namespace flashinfer::cli {
 namespace fs = std::filesystem;
 
 namespace {
+
+std::string fmt_bytes(uint64_t n) {
+  char b[32];
+  if (n >= (1ull << 20)) {
+    std::snprintf(b, sizeof(b), "%.2f MB", static_cast<double>(n) / 1048576.0);
+  } else {
+    std::snprintf(b, sizeof(b), "%.1f KB", static_cast<double>(n) / 1024.0);
+  }
+  return b;
+}
 
 std::string fmt_g(double v) {
   char b[32];
@@ -38,22 +52,83 @@ void print_details(const replay::Result& r, const char* indent) {
   }
 }
 
-int run_replay(const std::string& dir, const std::string& device_text, std::optional<double> rtol,
-               std::optional<double> atol) {
-  const Device device = Device::parse(device_text);
-  if (!fs::is_directory(dir)) {
-    std::printf("❌ Directory not found: %s\n", dir.c_str());
+struct ReplayArgs {
+  std::string dir;
+  std::string device = "cpu";
+  double rtol = -1.0, atol = -1.0;
+  std::vector<std::string> include, exclude;
+  bool json = false;
+  bool verbose = false;
+};
+
+nlohmann::ordered_json result_json(const replay::Result& r) {
+  nlohmann::ordered_json j;
+  j["dump_dir"] = r.dump_dir;
+  j["function_name"] = r.function_name;
+  j["module"] = r.module;
+  j["status"] = replay::status_name(r.status);
+  j["incomplete"] = r.incomplete;
+  if (!r.error.empty()) j["error"] = r.error;
+  nlohmann::ordered_json cs = nlohmann::ordered_json::array();
+  for (const auto& c : r.comparisons) {
+    nlohmann::ordered_json x;
+    x["key"] = c.key;
+    x["match"] = c.match;
+    if (!c.problem.empty()) x["problem"] = c.problem;
+    x["mismatches"] = c.mismatches;
+    x["numel"] = c.numel;
+    x["first_mismatch"] = c.first_mismatch;
+    x["max_abs_error"] = c.max_abs_error;
+    x["max_rel_error"] = c.max_rel_error;
+    x["rtol"] = c.rtol;
+    x["atol"] = c.atol;
+    cs.push_back(x);
+  }
+  j["comparisons"] = cs;
+  return j;
+}
+
+// -v: the rebuilt arguments, one per line.
+void print_arguments(const replay::Result& r) {
+  for (std::size_t i = 0; i < r.args.size(); ++i) {
+    std::string v = r.args[i].repr();
+    if (v.size() > 100) v = v.substr(0, 97) + "...";
+    std::printf("    arg[%zu] = %s\n", i, v.c_str());
+  }
+}
+
+int run_replay(const ReplayArgs& a) {
+  const Device device = Device::parse(a.device);
+  const std::optional<double> rtol = a.rtol >= 0 ? std::optional<double>(a.rtol) : std::nullopt;
+  const std::optional<double> atol = a.atol >= 0 ? std::optional<double>(a.atol) : std::nullopt;
+  if (!fs::is_directory(a.dir)) {
+    if (a.json) {
+      std::printf("{\"error\": \"directory not found\", \"dir\": %s}\n",
+                  nlohmann::json(a.dir).dump().c_str());
+    } else {
+      std::printf("❌ Directory not found: %s\n", a.dir.c_str());
+    }
     return 2;
   }
-  if (fs::exists(fs::path(dir) / "metadata.jsonl")) {
-    std::printf("Replaying single dump from %s...\n", dir.c_str());
+  if (fs::exists(fs::path(a.dir) / "metadata.jsonl")) {
     replay::Options o;
     o.device = device;
     o.rtol = rtol;
     o.atol = atol;
     replay::ObjectRegistry reg;
     o.registry = &reg;
-    const replay::Result r = replay::replay_from_dump(dir, o);
+    if (!a.json) std::printf("Replaying single dump from %s...\n", a.dir.c_str());
+    const replay::Result r = replay::replay_from_dump(a.dir, o);
+    if (a.json) {
+      nlohmann::ordered_json j;
+      j["mode"] = "single";
+      j["results"] = nlohmann::ordered_json::array({result_json(r)});
+      j["passed"] = r.status == replay::Status::kPassed ? 1 : 0;
+      j["failed"] = r.status == replay::Status::kPassed ? 0 : 1;
+      std::printf("%s\n", j.dump(2).c_str());
+      return r.status == replay::Status::kPassed ? 0 : 1;
+    }
+    if (a.verbose) print_arguments(r);
     switch (r.status) {
       case replay::Status::kPassed:
         std::printf("✅ Replay passed (outputs matched)\n");
@@ -72,34 +147,72 @@ int run_replay(const std::string& dir, const std::string& device_text, std::opti
         return 1;
     }
   }
-  std::printf("Replaying session from %s...\n", dir.c_str());
-  const auto results = replay::replay_sequence(dir, device, rtol, atol);
+  // Session mode. The filters select which calls are reported (every call still runs, so the
+  // wrappers a selected call needs are rebuilt).
+  recorder::Config filter;
+  filter.include = a.include;
+  filter.exclude = a.exclude;
+  const bool tty = !a.json && ::isatty(STDOUT_FILENO);
+  if (!a.json) std::printf("Replaying session from %s...\n", a.dir.c_str());
+  std::size_t total = 0;
+  for (const auto& e : fs::directory_iterator(a.dir)) {
+    total += e.is_directory() && fs::exists(e.path() / "metadata.jsonl");
+  }
+  std::size_t done = 0;
+  replay::SequenceOptions so;
+  so.device = device;
+  so.rtol = rtol;
+  so.atol = atol;
+  so.on_progress = [&](const replay::Result&) {
+    ++done;
+    if (tty) {
+      std::fprintf(stderr, "\r  %zu/%zu calls replayed", done, total);
+      std::fflush(stderr);
+    }
+  };
+  const auto results = replay::replay_sequence(a.dir, so);
+  if (tty) std::fprintf(stderr, "\r%*s\r", 40, "");
   int passed = 0, failed = 0, first_bad = -1;
+  nlohmann::ordered_json js = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < results.size(); ++i) {
     const auto& r = results[i];
+    if (!r.function_name.empty() && !recorder::should_dump(filter, r.function_name)) continue;
     const std::string name = fs::path(r.dump_dir).filename().string();
     const int n = static_cast<int>(i) + 1;
+    const bool ok = r.status == replay::Status::kPassed;
+    ok ? ++passed : ++failed;
+    if (!ok && first_bad < 0) first_bad = static_cast<int>(i);
+    if (a.json) {
+      js.push_back(result_json(r));
+      continue;
+    }
     switch (r.status) {
       case replay::Status::kPassed:
-        ++passed;
         std::printf("[%d] %s (%s): ✅ Passed\n", n, r.function_name.c_str(), name.c_str());
         break;
       case replay::Status::kError:
-        ++failed;
         std::printf("[%d] %s: ❌ Error: %s\n", n, name.c_str(), r.error.c_str());
         break;
       case replay::Status::kIncomplete:
-        ++failed;
         std::printf("[%d] %s (%s): 💥 Incomplete: the recorded process died inside this call\n", n,
                     r.function_name.c_str(), name.c_str());
         break;
       default:
-        ++failed;
         std::printf("[%d] %s (%s): ⚠️  Mismatch\n", n, r.function_name.c_str(), name.c_str());
         print_details(r, "    ");
         break;
     }
-    if (r.status != replay::Status::kPassed && first_bad < 0) first_bad = static_cast<int>(i);
+    if (a.verbose) print_arguments(r);
+  }
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["mode"] = "session";
+    j["dir"] = a.dir;
+    j["results"] = js;
+    j["passed"] = passed;
+    j["failed"] = failed;
+    std::printf("%s\n", j.dump(2).c_str());
+    return failed == 0 ? 0 : 1;
   }
   std::printf("\nSummary: %d passed, %d failed/mismatch\n", passed, failed);
   if (first_bad >= 0) {
@@ -139,7 +252,16 @@ void show_call(const fs::path& d, int index) {
   }
 }
 
-int run_show(const std::string& dir) {
+uint64_t dir_bytes(const fs::path& d) {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(d, ec)) {
+    if (e.is_regular_file(ec)) n += e.file_size(ec);
+  }
+  return n;
+}
+
+int run_show(const std::string& dir, bool verbose) {
   const fs::path p(dir);
   if (!fs::is_directory(p)) {
     std::printf("❌ Directory not found: %s\n", dir.c_str());
@@ -154,8 +276,41 @@ int run_show(const std::string& dir) {
     if (e.is_directory() && fs::exists(e.path() / "metadata.jsonl")) dirs.push_back(e.path());
   }
   std::sort(dirs.begin(), dirs.end());
-  std::printf("Session %s: %zu recorded calls\n", dir.c_str(), dirs.size());
-  for (std::size_t i = 0; i < dirs.size(); ++i) show_call(dirs[i], static_cast<int>(i) + 1);
+  // The seed page's "Scanning Session History", built in.
+  std::map<std::string, int> completed_by_fn;
+  std::vector<std::pair<std::string, std::string>> incomplete;  // function, directory
+  int completed = 0;
+  for (const auto& d : dirs) {
+    try {
+      const auto m = replay::read_metadata((d / "metadata.jsonl").string());
+      const auto j = nlohmann::ordered_json::parse(m.json);
+      const std::string fn = j.value("function_name", "?");
+      if (m.completed) {
+        ++completed;
+        ++completed_by_fn[fn];
+      } else {
+        incomplete.emplace_back(fn, d.filename().string());
+      }
+    } catch (const std::exception& e) {
+      incomplete.emplace_back("<unreadable record>", d.filename().string());
+    }
+  }
+  std::printf("Session %s: %zu recorded calls, %s on disk\n", dir.c_str(), dirs.size(),
+              fmt_bytes(dir_bytes(p)).c_str());
+  std::printf("Total completed calls: %d\n", completed);
+  std::vector<std::pair<std::string, int>> by(completed_by_fn.begin(), completed_by_fn.end());
+  std::stable_sort(by.begin(), by.end(),
+                   [](const auto& x, const auto& y) { return x.second > y.second; });
+  std::printf("\nCalls by function:\n");
+  for (const auto& [fn, n] : by) std::printf("  %s: %d\n", fn.c_str(), n);
+  if (!incomplete.empty()) {
+    std::printf("\n⚠️  Found %zu incomplete calls (potential crashes):\n", incomplete.size());
+    for (const auto& [fn, d] : incomplete) std::printf("  - %s at %s\n", fn.c_str(), d.c_str());
+  }
+  if (verbose) {
+    std::printf("\nCalls:\n");
+    for (std::size_t i = 0; i < dirs.size(); ++i) show_call(dirs[i], static_cast<int>(i) + 1);
+  }
   return 0;
 }
 
@@ -166,31 +321,44 @@ Command replay_command() {
       "replay",
       "Re-run recorded calls (a session or one call directory) and compare with the recording",
       [](CLI::App& sub) {
-        auto dir = std::make_shared<std::string>();
-        auto device = std::make_shared<std::string>("cpu");
-        auto rtol = std::make_shared<double>(-1.0);
-        auto atol = std::make_shared<double>(-1.0);
-        sub.add_option("--dir", *dir, "Dump directory: a session root or one call")->required();
-        sub.add_option("--device", *device, "Where to run: cpu (the reference) or cuda[:N]");
-        sub.add_option("--rtol", *rtol, "Relative tolerance for every dtype (default: per dtype)");
-        sub.add_option("--atol", *atol, "Absolute tolerance for every dtype (default: per dtype)");
+        auto a = std::make_shared<ReplayArgs>();
+        sub.add_option("--dir", a->dir, "Dump directory: a session root or one call")->required();
+        sub.add_option("--device", a->device, "Where to run: cpu (the reference) or cuda[:N]");
+        sub.add_option("--rtol", a->rtol,
+                       "Relative tolerance for every dtype (default: per dtype)");
+        sub.add_option("--atol", a->atol,
+                       "Absolute tolerance for every dtype (default: per dtype)");
+        sub.add_option("--include", a->include,
+                       "Report only calls matching these fnmatch patterns (all still run)")
+            ->delimiter(',');
+        sub.add_option("--exclude", a->exclude, "Do not report calls matching these patterns")
+            ->delimiter(',');
+        sub.add_flag("--json", a->json, "Print a machine-readable JSON report instead");
+        sub.add_flag("-v,--verbose", a->verbose, "Also print each call's rebuilt arguments");
         sub.footer(
-            "Exit status: 0 when every call passed, 1 when one failed or mismatched, 2 "
-            "when the directory does not exist.");
-        return std::function<int()>([=] {
-          return run_replay(*dir, *device, *rtol >= 0 ? std::optional<double>(*rtol) : std::nullopt,
-                            *atol >= 0 ? std::optional<double>(*atol) : std::nullopt);
-        });
+            "Exit status: 0 when every reported call passed, 1 when one failed, "
+            "mismatched or errored, 2 when the directory does not exist.");
+        return std::function<int()>([a] { return run_replay(*a); });
       }};
 }
 
 Command show_command() {
-  return {"show", "Print what a dump holds: each call, its status, tensors and arguments",
-          [](CLI::App& sub) {
-            auto dir = std::make_shared<std::string>();
-            sub.add_option("dir", *dir, "Dump directory: a session root or one call")->required();
-            return std::function<int()>([dir] { return run_show(*dir); });
-          }};
+  return {
+      "show",
+      "Summarize a dump: calls per function, incomplete (crashed) calls, size; -v lists each call",
+      [](CLI::App& sub) {
+        auto dir = std::make_shared<std::string>();
+        auto verbose = std::make_shared<bool>(false);
+        auto pos = std::make_shared<std::string>();
+        sub.add_option("--dir", *dir, "Dump directory: a session root or one call");
+        sub.add_option("dir_positional", *pos, "Same as --dir");
+        sub.add_flag("-v,--verbose", *verbose, "List every call with its tensors and arguments");
+        return std::function<int()>([dir, pos, verbose] {
+          const std::string d = dir->empty() ? *pos : *dir;
+          if (d.empty()) throw CLI::RequiredError("--dir");
+          return run_show(d, *verbose);
+        });
+      }};
 }
 
 }  // namespace flashinfer::cli
