@@ -9,6 +9,7 @@
 #include "flashinfer/float_formats.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define FLASHINFER_CPU_F16C 1
 #else
@@ -28,8 +29,20 @@ inline void store(BFloat16* p, float v) { *p = BFloat16::from_float(v); }
 // fp16 rows through the F16C conversion instructions (chosen at run time; the library is built
 // for baseline x86-64). vcvtps2ph with round-to-nearest-even gives the same bits as
 // Half::from_float for every non-NaN input; NaNs stay NaN (payload bits may differ).
+// CPUID-based checks: clang 14's __builtin_cpu_supports does not know "f16c". AVX state must
+// also be enabled by the OS (OSXSAVE + XCR0 bits 1 and 2).
+inline bool os_has_avx_state() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE) || !(c & bit_AVX)) return false;
+  unsigned lo, hi;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & 0x6) == 0x6;
+}
 inline bool has_f16c() {
-  static const bool v = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool v = [] {
+    unsigned a, b, c, d;
+    return os_has_avx_state() && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+  }();
   return v;
 }
 
@@ -54,7 +67,10 @@ __attribute__((target("avx,f16c"))) inline void store_half_f16c(Half* y, int64_t
 }
 
 inline bool has_avx2() {
-  static const bool v = __builtin_cpu_supports("avx2");
+  static const bool v = [] {
+    unsigned a, b, c, d;
+    return os_has_avx_state() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX2);
+  }();
   return v;
 }
 
