@@ -6,6 +6,7 @@
 //                [--layers 4] [--hidden 512] [--num_qo_heads 8] [--num_kv_heads 2]
 //                [--head_dim 64] [--intermediate 1408] [--vocab 4096] [--page_size 16]
 //                [--prompt_lens 5,9,13,17] [--weight_seed 1234] [--prompt_seed 1]
+//                [--workspace_mb 16]
 //
 // With FLASHINFER_LOGLEVEL=10 every library call of the loop is recorded into
 // FLASHINFER_DUMP_DIR (default ./flashinfer_dumps) for `flashinfer replay`.
@@ -23,14 +24,16 @@
 
 namespace {
 
-void usage() {
-  std::printf(
+void usage(FILE* f) {
+  std::fprintf(
+      f,
       "usage: llama_decode [--device cpu|cuda[:N]] [--steps N] [--top_k K] [--top_p P] "
       "[--seed S]\n"
       "                    [--layers N] [--hidden N] [--num_qo_heads N] [--num_kv_heads N]\n"
       "                    [--head_dim 64|128|256] [--intermediate N] [--vocab N] "
       "[--page_size N]\n"
-      "                    [--prompt_lens L1,L2,...] [--weight_seed S] [--prompt_seed S]\n");
+      "                    [--prompt_lens L1,L2,...] [--weight_seed S] [--prompt_seed S]\n"
+      "                    [--workspace_mb N]  (float workspace of each attention wrapper)\n");
 }
 
 int64_t parse_int(const std::string& flag, const std::string& text) {
@@ -80,12 +83,13 @@ int main(int argc, char** argv) {
                                                      {"--vocab", &config.vocab},
                                                      {"--page_size", &config.page_size},
                                                      {"--weight_seed", &weight_seed},
-                                                     {"--prompt_seed", &prompt_seed}};
+                                                     {"--prompt_seed", &prompt_seed},
+                                                     {"--workspace_mb", &config.workspace_mb}};
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string flag = argv[i];
       if (flag == "-h" || flag == "--help") {
-        usage();
+        usage(stdout);
         return 0;
       }
       if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
@@ -116,7 +120,7 @@ int main(int argc, char** argv) {
     config.validate();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "llama_decode: %s\n", e.what());
-    usage();
+    usage(stderr);
     return 2;
   }
 
