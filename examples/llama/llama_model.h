@@ -60,7 +60,7 @@ struct GenerateOptions {
   int64_t steps = 16;  // decode steps after the prefill
   int64_t top_k = 50;
   double top_p = 0.9;
-  uint64_t seed = 42;        // sampling seed; step s uses Philox offset s * kOffsetStride
+  uint64_t seed = 42;        // sampling seed; sampling step s uses Philox offset s * 2^16
   bool keep_logits = false;  // copy every step's logits to the result (for tests)
 };
 
