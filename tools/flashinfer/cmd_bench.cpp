@@ -398,10 +398,14 @@ Command bench_command() {
       [](CLI::App& sub) {
         auto o = std::make_shared<BenchOptions>();
         BenchShape& s = o->shape;
+        // A flag given twice takes its last value, as with upstream's argparse.
+        sub.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
         sub.add_option("--routine", o->routine, "Op or wrapper method to time (see --list)");
         sub.add_flag("--list", o->list,
                      "List the routines (ops whose declaration has a bench hook)");
-        sub.add_option("--backends", o->backends, "Backends to time: cpu cuda")->expected(1, 2);
+        sub.add_option("--backends", o->backends, "Backends to time: cpu cuda")
+            ->expected(1, 2)
+            ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
         sub.add_option("--num_iters", o->num_iters, "Timed iterations (30)");
         sub.add_option("--dry_run_iters", o->dry_run_iters, "Untimed warm-up iterations (5)");
         sub.add_flag("--refcheck", o->refcheck, "Compare every backend with the CPU reference");
