@@ -169,22 +169,24 @@ BenchCase bench_act(const BenchShape& s, Device dev, const char* name) {
 
 namespace detail {
 void register_activation_ops(OpRegistry& registry) {
-  registry.add(api::bench::with_bench(make_decl("silu_and_mul", "Gated SiLU: silu(input[..., :d]) * input[..., d:]",
-                         [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
-                           return silu_and_mul(i, std::move(o), pdl);
-                         }),
-                               [](const BenchShape& s, Device d) { return bench_act(s, d, "silu_and_mul"); }));
-  registry.add(api::bench::with_bench(make_decl("gelu_and_mul", "Gated GELU: gelu(input[..., :d]) * input[..., d:]",
-                         [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
-                           return gelu_and_mul(i, std::move(o), pdl);
-                         }),
-                               [](const BenchShape& s, Device d) { return bench_act(s, d, "gelu_and_mul"); }));
-  registry.add(api::bench::with_bench(make_decl("gelu_tanh_and_mul",
-                         "Gated tanh-GELU: gelu_tanh(input[..., :d]) * input[..., d:]",
-                         [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
-                           return gelu_tanh_and_mul(i, std::move(o), pdl);
-                         }),
-                               [](const BenchShape& s, Device d) { return bench_act(s, d, "gelu_tanh_and_mul"); }));
+  registry.add(api::bench::with_bench(
+      make_decl("silu_and_mul", "Gated SiLU: silu(input[..., :d]) * input[..., d:]",
+                [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
+                  return silu_and_mul(i, std::move(o), pdl);
+                }),
+      [](const BenchShape& s, Device d) { return bench_act(s, d, "silu_and_mul"); }));
+  registry.add(api::bench::with_bench(
+      make_decl("gelu_and_mul", "Gated GELU: gelu(input[..., :d]) * input[..., d:]",
+                [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
+                  return gelu_and_mul(i, std::move(o), pdl);
+                }),
+      [](const BenchShape& s, Device d) { return bench_act(s, d, "gelu_and_mul"); }));
+  registry.add(api::bench::with_bench(
+      make_decl("gelu_tanh_and_mul", "Gated tanh-GELU: gelu_tanh(input[..., :d]) * input[..., d:]",
+                [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
+                  return gelu_tanh_and_mul(i, std::move(o), pdl);
+                }),
+      [](const BenchShape& s, Device d) { return bench_act(s, d, "gelu_tanh_and_mul"); }));
 }
 }  // namespace detail
 

@@ -2,8 +2,8 @@
 // BatchDecodeWithPagedKVCacheWrapper — declarations, checks, plan and dispatch.
 #include <cmath>
 
-#include "api/bench_support.h"
 #include "api/attention_common.h"
+#include "api/bench_support.h"
 #include "api/checks.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/ops/attention.h"
@@ -370,9 +370,9 @@ BenchCase bench_batch_decode(const BenchShape& s, Device dev) {
                                        dev, s.random_seed);
   BenchCase c = api::bench::invoke_case(std::string(kClass) + ".run",
                                         {bench_object(w), Value(q), Value::tuple({p.k, p.v})});
-  c.flops = static_cast<double>(s.batch_size) *
-            api::bench::attention_flops(1, s.s_kv, s.num_qo_heads, s.head_dim_qk, s.head_dim_qk,
-                                        false);
+  c.flops =
+      static_cast<double>(s.batch_size) *
+      api::bench::attention_flops(1, s.s_kv, s.num_qo_heads, s.head_dim_qk, s.head_dim_qk, false);
   c.bytes = bench_attention_bytes(s, s.batch_size, s.batch_size * s.s_kv);
   return c;
 }

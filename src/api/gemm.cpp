@@ -3,12 +3,12 @@
 
 #include <string>
 
-#include "api/bench_support.h"
-#include "flashinfer/ops/quantization.h"
 #include "api/backends.h"
+#include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/device_props.h"
 #include "flashinfer/api_call.h"
+#include "flashinfer/ops/quantization.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/gemm_cpu.h"
 #if FLASHINFER_WITH_CUDA
@@ -453,8 +453,7 @@ BenchCase bench_mm_fp4(const BenchShape& s, Device dev) {
   c.flops = 2.0 * static_cast<double>(s.m * s.n * s.k);
   // packed e2m1 operands (half a byte per value), one ue8m0 scale per 32 values, the output
   c.bytes = 0.5 * static_cast<double>((s.m + s.n) * s.k) +
-            static_cast<double>((s.m + s.n) * s.k) / 32.0 +
-            api::bench::nbytes({s.m, s.n}, out_dt);
+            static_cast<double>((s.m + s.n) * s.k) / 32.0 + api::bench::nbytes({s.m, s.n}, out_dt);
   return c;
 }
 

@@ -353,7 +353,6 @@ Tensor layernorm(const Tensor& input, const Tensor& gemma, const Tensor& beta, d
       eps);
 }
 
-
 namespace {
 
 // Bench hooks: input [batch_size, hidden_size] in input_dtype. Bytes: every input and output
@@ -394,7 +393,8 @@ BenchCase bench_layernorm(const BenchShape& s, Device dev) {
        Value(api::bench::random_tensor({s.hidden_size}, DType::kFloat32, dev, s.random_seed + 2))});
   const double n = static_cast<double>(s.batch_size * s.hidden_size);
   c.flops = 7.0 * n;
-  c.bytes = 2.0 * api::bench::nbytes(x, dt) + 2.0 * api::bench::nbytes({s.hidden_size}, DType::kFloat32);
+  c.bytes =
+      2.0 * api::bench::nbytes(x, dt) + 2.0 * api::bench::nbytes({s.hidden_size}, DType::kFloat32);
   return c;
 }
 

@@ -2,8 +2,8 @@
 // ragged batch prefill wrappers — declarations, checks, plan and dispatch.
 #include <cmath>
 
-#include "api/bench_support.h"
 #include "api/attention_common.h"
+#include "api/bench_support.h"
 #include "api/checks.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/ops/attention.h"
@@ -630,8 +630,8 @@ namespace {
 // are the last s_qo positions). FLOPs and bytes are upstream's (bench_support.h).
 double bench_prefill_flops(const BenchShape& s) {
   return static_cast<double>(s.batch_size) *
-         api::bench::attention_flops(s.s_qo, s.s_kv, s.num_qo_heads, s.head_dim_qk,
-                                     s.head_dim_vo, s.causal);
+         api::bench::attention_flops(s.s_qo, s.s_kv, s.num_qo_heads, s.head_dim_qk, s.head_dim_vo,
+                                     s.causal);
 }
 
 PrefillPlanOptions bench_plan_options(const BenchShape& s) {
@@ -704,7 +704,6 @@ BenchCase bench_single_prefill(const BenchShape& s, Device dev) {
 }
 
 }  // namespace
-
 
 namespace detail {
 void register_prefill_ops(OpRegistry& registry) {

@@ -2,8 +2,8 @@
 // declarations, argument checks, dispatch.
 #include "flashinfer/ops/quantization.h"
 
-#include "api/bench_support.h"
 #include "api/backends.h"
+#include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/device_props.h"
 #include "flashinfer/api_call.h"
@@ -646,7 +646,8 @@ BenchCase bench_quantize(const BenchShape& s, Device dev, const char* name, doub
   BenchCase c = api::bench::invoke_case(
       name, {Value(api::bench::random_tensor(x, s.input_dtype, dev, s.random_seed, -4.0, 4.0))});
   const double n = static_cast<double>(s.m * s.k);
-  c.bytes = api::bench::nbytes(x, s.input_dtype) + n * out_bits / 8.0 + n / static_cast<double>(block);
+  c.bytes =
+      api::bench::nbytes(x, s.input_dtype) + n * out_bits / 8.0 + n / static_cast<double>(block);
   return c;
 }
 

@@ -584,19 +584,28 @@ void register_rope_ops(OpRegistry& registry) {
                            a.boolean(5), a.f64(6), a.f64(7));
         return Value();
       }));
-  registry.add(api::bench::with_bench(make_rope_decl(
-      kApplyRopePosIds, false, false, false,
-      "RoPE with per-token positions, returns (q_rope, k_rope)", [](const CallArgs& a) -> Value {
-        return to_value(apply_rope_pos_ids(a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3),
-                                           a.boolean(4), a.f64(5), a.f64(6)));
-      }), [](const BenchShape& s, Device d) { return bench_rope_pos_ids(s, d, "apply_rope_pos_ids"); }));
-  registry.add(api::bench::with_bench(make_rope_decl(
-      kApplyRopePosIdsInplace, false, false, true, "RoPE with per-token positions, in place",
-      [](const CallArgs& a) -> Value {
-        apply_rope_pos_ids_inplace(a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3),
-                                   a.boolean(4), a.f64(5), a.f64(6));
-        return Value();
-      }), [](const BenchShape& s, Device d) { return bench_rope_pos_ids(s, d, "apply_rope_pos_ids_inplace"); }));
+  registry.add(api::bench::with_bench(
+      make_rope_decl(kApplyRopePosIds, false, false, false,
+                     "RoPE with per-token positions, returns (q_rope, k_rope)",
+                     [](const CallArgs& a) -> Value {
+                       return to_value(apply_rope_pos_ids(a.tensor(0), a.tensor(1), a.tensor(2),
+                                                          a.optional_i64(3), a.boolean(4), a.f64(5),
+                                                          a.f64(6)));
+                     }),
+      [](const BenchShape& s, Device d) {
+        return bench_rope_pos_ids(s, d, "apply_rope_pos_ids");
+      }));
+  registry.add(api::bench::with_bench(
+      make_rope_decl(
+          kApplyRopePosIdsInplace, false, false, true, "RoPE with per-token positions, in place",
+          [](const CallArgs& a) -> Value {
+            apply_rope_pos_ids_inplace(a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3),
+                                       a.boolean(4), a.f64(5), a.f64(6));
+            return Value();
+          }),
+      [](const BenchShape& s, Device d) {
+        return bench_rope_pos_ids(s, d, "apply_rope_pos_ids_inplace");
+      }));
   registry.add(make_rope_decl(
       kLlama, true, true, false, "Llama 3.1 RoPE on a ragged batch, returns (q_rope, k_rope)",
       [](const CallArgs& a) -> Value {
@@ -612,22 +621,29 @@ void register_rope_ops(OpRegistry& registry) {
                                    a.f64(9), a.i64(10));
         return Value();
       }));
-  registry.add(api::bench::with_bench(make_rope_decl(kLlamaPosIds, false, true, false,
-                              "Llama 3.1 RoPE with per-token positions, returns (q_rope, k_rope)",
-                              [](const CallArgs& a) -> Value {
-                                return to_value(apply_llama31_rope_pos_ids(
-                                    a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3),
-                                    a.boolean(4), a.f64(5), a.f64(6), a.f64(7), a.f64(8),
-                                    a.i64(9)));
-                              }), [](const BenchShape& s, Device d) { return bench_rope_pos_ids(s, d, "apply_llama31_rope_pos_ids"); }));
-  registry.add(api::bench::with_bench(make_rope_decl(kLlamaPosIdsInplace, false, true, true,
-                              "Llama 3.1 RoPE with per-token positions, in place",
-                              [](const CallArgs& a) -> Value {
-                                apply_llama31_rope_pos_ids_inplace(
-                                    a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3),
-                                    a.boolean(4), a.f64(5), a.f64(6), a.f64(7), a.f64(8), a.i64(9));
-                                return Value();
-                              }), [](const BenchShape& s, Device d) { return bench_rope_pos_ids(s, d, "apply_llama31_rope_pos_ids_inplace"); }));
+  registry.add(api::bench::with_bench(
+      make_rope_decl(kLlamaPosIds, false, true, false,
+                     "Llama 3.1 RoPE with per-token positions, returns (q_rope, k_rope)",
+                     [](const CallArgs& a) -> Value {
+                       return to_value(apply_llama31_rope_pos_ids(
+                           a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3), a.boolean(4),
+                           a.f64(5), a.f64(6), a.f64(7), a.f64(8), a.i64(9)));
+                     }),
+      [](const BenchShape& s, Device d) {
+        return bench_rope_pos_ids(s, d, "apply_llama31_rope_pos_ids");
+      }));
+  registry.add(api::bench::with_bench(
+      make_rope_decl(kLlamaPosIdsInplace, false, true, true,
+                     "Llama 3.1 RoPE with per-token positions, in place",
+                     [](const CallArgs& a) -> Value {
+                       apply_llama31_rope_pos_ids_inplace(a.tensor(0), a.tensor(1), a.tensor(2),
+                                                          a.optional_i64(3), a.boolean(4), a.f64(5),
+                                                          a.f64(6), a.f64(7), a.f64(8), a.i64(9));
+                       return Value();
+                     }),
+      [](const BenchShape& s, Device d) {
+        return bench_rope_pos_ids(s, d, "apply_llama31_rope_pos_ids_inplace");
+      }));
   registry.add(make_cos_sin_decl(kCosSin, false, [](const CallArgs& a) -> Value {
     return to_value(apply_rope_with_cos_sin_cache(a.tensor(0), a.tensor(1), a.tensor(2), a.i64(3),
                                                   a.tensor(4), a.boolean(5)));

@@ -745,14 +745,16 @@ BenchCase bench_top_k_mask(const BenchShape& s, Device dev) {
 namespace detail {
 
 void register_sampling_ops(OpRegistry& registry) {
-  registry.add(api::bench::with_bench(make_decl(
-      kSoftmax,
-      {ParamDecl("logits", ParamKind::kTensor), ParamDecl("temperature", ParamKind::kAny).opt(),
-       ParamDecl("enable_pdl", ParamKind::kBool).opt()},
-      "Tensor", "Softmax of logits / temperature (scalar or per row), fp32 output",
-      [](const CallArgs& a) -> Value {
-        return softmax(a.tensor(0), opt_float_or_tensor(a, 1), a.optional_bool(2));
-      }), bench_softmax));
+  registry.add(api::bench::with_bench(
+      make_decl(
+          kSoftmax,
+          {ParamDecl("logits", ParamKind::kTensor), ParamDecl("temperature", ParamKind::kAny).opt(),
+           ParamDecl("enable_pdl", ParamKind::kBool).opt()},
+          "Tensor", "Softmax of logits / temperature (scalar or per row), fp32 output",
+          [](const CallArgs& a) -> Value {
+            return softmax(a.tensor(0), opt_float_or_tensor(a, 1), a.optional_bool(2));
+          }),
+      bench_softmax));
 
   {
     std::vector<ParamDecl> params = {ParamDecl("probs", ParamKind::kTensor)};
@@ -809,14 +811,16 @@ void register_sampling_ops(OpRegistry& registry) {
         ParamDecl("seed", ParamKind::kAny).opt(),
         ParamDecl("offset", ParamKind::kAny).opt()};
     if (from_logits) {
-      registry.add(api::bench::with_bench(make_decl(kTopKTopPLogits, std::move(params), "Tensor",
-                             "Top-k and top-p sampling from logits (top_k_first or joint)",
-                             [](const CallArgs& a) -> Value {
-                               return top_k_top_p_sampling_from_logits(
-                                   a.tensor(0), int_or_tensor(a, 1), float_or_tensor(a, 2),
-                                   a.optional_tensor(3), a.str(4), a.boolean(5), a.boolean(7),
-                                   opt_int_or_tensor(a, 8), opt_int_or_tensor(a, 9));
-                             }), bench_top_k_top_p_logits));
+      registry.add(api::bench::with_bench(
+          make_decl(kTopKTopPLogits, std::move(params), "Tensor",
+                    "Top-k and top-p sampling from logits (top_k_first or joint)",
+                    [](const CallArgs& a) -> Value {
+                      return top_k_top_p_sampling_from_logits(
+                          a.tensor(0), int_or_tensor(a, 1), float_or_tensor(a, 2),
+                          a.optional_tensor(3), a.str(4), a.boolean(5), a.boolean(7),
+                          opt_int_or_tensor(a, 8), opt_int_or_tensor(a, 9));
+                    }),
+          bench_top_k_top_p_logits));
     } else {
       params.push_back(ParamDecl("return_valid", ParamKind::kBool).def(false));
       registry.add(make_decl(kTopKTopPProbs, std::move(params), kSamplerReturns,
@@ -830,11 +834,14 @@ void register_sampling_ops(OpRegistry& registry) {
                              }));
     }
   }
-  registry.add(api::bench::with_bench(make_decl(
-      kTopKMask, {ParamDecl("logits", ParamKind::kTensor), ParamDecl("top_k", ParamKind::kAny)},
-      "Tensor", "Logits outside the top-k set to -inf", [](const CallArgs& a) -> Value {
-        return top_k_mask_logits(a.tensor(0), int_or_tensor(a, 1));
-      }), bench_top_k_mask));
+  registry.add(api::bench::with_bench(
+      make_decl(kTopKMask,
+                {ParamDecl("logits", ParamKind::kTensor), ParamDecl("top_k", ParamKind::kAny)},
+                "Tensor", "Logits outside the top-k set to -inf",
+                [](const CallArgs& a) -> Value {
+                  return top_k_mask_logits(a.tensor(0), int_or_tensor(a, 1));
+                }),
+      bench_top_k_mask));
   registry.add(make_decl(
       kTopKRenorm,
       {ParamDecl("probs", ParamKind::kTensor), ParamDecl("top_k", ParamKind::kAny),
