@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "flashinfer/bench.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"
 
@@ -73,6 +74,7 @@ struct OpDecl {
   std::string returns;            // "Tensor", "None", "tuple[Tensor, Tensor]", ...
   std::string summary;            // one line for list-ops
   OpInvoker invoke;               // may be empty: then the op cannot be replayed
+  BenchHook bench;                // may be empty: then `flashinfer bench` cannot run it
 
   bool is_method() const { return !class_name.empty(); }
   /// "plan" for "X.plan", the name itself for free functions.

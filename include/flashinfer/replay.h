@@ -50,6 +50,12 @@ struct TensorComparison {
   double rtol = 0.0, atol = 0.0;
 };
 
+/// Compares `actual` with `expected` as replay does (shape, dtype, then every element with the
+/// per-dtype default tolerance unless rtol/atol are given). Used by `flashinfer bench --refcheck`.
+TensorComparison compare_tensors(const std::string& key, const Tensor& actual,
+                                 const Tensor& expected, std::optional<double> rtol = std::nullopt,
+                                 std::optional<double> atol = std::nullopt);
+
 enum class Status {
   kPassed,      // ran and matched (or nothing to compare)
   kMismatch,    // ran, outputs differ

@@ -1,6 +1,7 @@
 // Public gated activations (flashinfer.activation): declarations, argument checks, dispatch.
 #include "flashinfer/ops/activation.h"
 
+#include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/device_props.h"
 #include "flashinfer/api_call.h"
@@ -150,21 +151,42 @@ Tensor gelu_tanh_and_mul(const Tensor& input, std::optional<Tensor> out,
       input, out, enable_pdl);
 }
 
+namespace {
+
+// Bench hook: input [batch_size, 2 * hidden_size] in input_dtype, output [batch_size,
+// hidden_size]. Bytes: input read once, output written once. FLOPs: counted as one
+// multiply per output element (the activation itself is transcendental, not counted).
+BenchCase bench_act(const BenchShape& s, Device dev, const char* name) {
+  const Shape x{s.batch_size, 2 * s.hidden_size};
+  BenchCase c = api::bench::invoke_case(
+      name, {Value(api::bench::random_tensor(x, s.input_dtype, dev, s.random_seed, -4.0, 4.0))});
+  c.flops = static_cast<double>(s.batch_size * s.hidden_size);
+  c.bytes = 1.5 * api::bench::nbytes(x, s.input_dtype);
+  return c;
+}
+
+}  // namespace
+
 namespace detail {
 void register_activation_ops(OpRegistry& registry) {
-  registry.add(make_decl("silu_and_mul", "Gated SiLU: silu(input[..., :d]) * input[..., d:]",
-                         [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
-                           return silu_and_mul(i, std::move(o), pdl);
-                         }));
-  registry.add(make_decl("gelu_and_mul", "Gated GELU: gelu(input[..., :d]) * input[..., d:]",
-                         [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
-                           return gelu_and_mul(i, std::move(o), pdl);
-                         }));
-  registry.add(make_decl("gelu_tanh_and_mul",
-                         "Gated tanh-GELU: gelu_tanh(input[..., :d]) * input[..., d:]",
-                         [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
-                           return gelu_tanh_and_mul(i, std::move(o), pdl);
-                         }));
+  registry.add(api::bench::with_bench(
+      make_decl("silu_and_mul", "Gated SiLU: silu(input[..., :d]) * input[..., d:]",
+                [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
+                  return silu_and_mul(i, std::move(o), pdl);
+                }),
+      [](const BenchShape& s, Device d) { return bench_act(s, d, "silu_and_mul"); }));
+  registry.add(api::bench::with_bench(
+      make_decl("gelu_and_mul", "Gated GELU: gelu(input[..., :d]) * input[..., d:]",
+                [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
+                  return gelu_and_mul(i, std::move(o), pdl);
+                }),
+      [](const BenchShape& s, Device d) { return bench_act(s, d, "gelu_and_mul"); }));
+  registry.add(api::bench::with_bench(
+      make_decl("gelu_tanh_and_mul", "Gated tanh-GELU: gelu_tanh(input[..., :d]) * input[..., d:]",
+                [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
+                  return gelu_tanh_and_mul(i, std::move(o), pdl);
+                }),
+      [](const BenchShape& s, Device d) { return bench_act(s, d, "gelu_tanh_and_mul"); }));
 }
 }  // namespace detail
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "api/attention_common.h"
+#include "api/bench_support.h"
 #include "api/checks.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/ops/attention.h"
@@ -348,12 +349,56 @@ AttentionOutput BatchDecodeWithPagedKVCacheWrapper::run(const Tensor& q,
       o.kv_cache_sf);
 }
 
+namespace {
+
+using api::bench::bench_attention_bytes;
+using api::bench::bench_object;
+using api::bench::bench_pages;
+using api::bench::BenchPages;
+
+// BatchDecodeWithPagedKVCacheWrapper: plan once when the case is built, time run().
+BenchCase bench_batch_decode(const BenchShape& s, Device dev) {
+  BenchPages p = bench_pages(s, dev);
+  auto w = std::make_shared<BatchDecodeWithPagedKVCacheWrapper>(
+      Tensor::empty({16 << 20}, DType::kUInt8, dev));
+  BatchDecodeWithPagedKVCacheWrapper::PlanOptions o;
+  o.q_data_type = s.q_dtype;
+  o.kv_data_type = s.kv_dtype;
+  w->plan(p.indptr, p.indices, p.last_page_len, s.num_qo_heads, s.num_kv_heads, s.head_dim_qk,
+          s.page_size, o);
+  Tensor q = api::bench::random_tensor({s.batch_size, s.num_qo_heads, s.head_dim_qk}, s.q_dtype,
+                                       dev, s.random_seed);
+  BenchCase c = api::bench::invoke_case(std::string(kClass) + ".run",
+                                        {bench_object(w), Value(q), Value::tuple({p.k, p.v})});
+  c.flops =
+      static_cast<double>(s.batch_size) *
+      api::bench::attention_flops(1, s.s_kv, s.num_qo_heads, s.head_dim_qk, s.head_dim_qk, false);
+  c.bytes = bench_attention_bytes(s, s.batch_size, s.batch_size * s.s_kv);
+  return c;
+}
+
+BenchCase bench_single_decode(const BenchShape& s, Device dev) {
+  const Shape kv{s.s_kv, s.num_kv_heads, s.head_dim_qk};
+  BenchCase c = api::bench::invoke_case(
+      "single_decode_with_kv_cache",
+      {Value(api::bench::random_tensor({s.num_qo_heads, s.head_dim_qk}, s.q_dtype, dev,
+                                       s.random_seed)),
+       Value(api::bench::random_tensor(kv, s.kv_dtype, dev, s.random_seed + 1)),
+       Value(api::bench::random_tensor(kv, s.kv_dtype, dev, s.random_seed + 2))});
+  c.flops =
+      api::bench::attention_flops(1, s.s_kv, s.num_qo_heads, s.head_dim_qk, s.head_dim_qk, false);
+  c.bytes = bench_attention_bytes(s, 1, s.s_kv);
+  return c;
+}
+
+}  // namespace
+
 namespace detail {
 void register_decode_ops(OpRegistry& registry) {
-  registry.add(make_single_decode_decl());
+  registry.add(api::bench::with_bench(make_single_decode_decl(), bench_single_decode));
   registry.add(make_init_decl());
   registry.add(make_plan_decl());
-  registry.add(make_run_decl());
+  registry.add(api::bench::with_bench(make_run_decl(), bench_batch_decode));
 }
 }  // namespace detail
 

@@ -4,9 +4,11 @@
 #include <string>
 
 #include "api/backends.h"
+#include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/device_props.h"
 #include "flashinfer/api_call.h"
+#include "flashinfer/ops/quantization.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/gemm_cpu.h"
 #if FLASHINFER_WITH_CUDA
@@ -398,12 +400,74 @@ Tensor mm_fp4(const Tensor& a, const Tensor& b, const Tensor& a_descale, const T
       use_nvfp4, enable_pdl);
 }
 
+namespace {
+
+// Bench hooks (upstream's GEMM formulas): FLOPs 2*m*n*k per matrix; bytes are A, B and the
+// output once each. B is built as the transpose of an [n, k] weight, as callers pass it.
+BenchCase bench_mm(const BenchShape& s, Device dev, bool batched) {
+  const DType bf = DType::kBFloat16, out_dt = s.out_dtype.value_or(bf);
+  const int64_t b = batched ? s.batch_size : 1;
+  Tensor a = api::bench::random_tensor({b, s.m, s.k}, bf, dev, s.random_seed);
+  Tensor w = api::bench::random_tensor({b, s.n, s.k}, bf, dev, s.random_seed + 1);
+  BenchCase c =
+      batched ? api::bench::invoke_case("bmm_bf16", {Value(a), Value(w.transpose(1, 2))},
+                                        {{"out_dtype", Value(out_dt)}, {"backend", Value("auto")}})
+              : api::bench::invoke_case(
+                    "mm_bf16", {Value(a.select(0, 0)), Value(w.select(0, 0).transpose(0, 1))},
+                    {{"out_dtype", Value(out_dt)}, {"backend", Value("auto")}});
+  c.flops = 2.0 * static_cast<double>(b * s.m * s.n * s.k);
+  c.bytes = api::bench::nbytes({b, s.m, s.k}, bf) + api::bench::nbytes({b, s.n, s.k}, bf) +
+            api::bench::nbytes({b, s.m, s.n}, out_dt);
+  return c;
+}
+
+BenchCase bench_bmm_fp8(const BenchShape& s, Device dev) {
+  const DType f8 = s.input_dtype == DType::kFloat8E5M2 ? DType::kFloat8E5M2 : DType::kFloat8E4M3FN;
+  const DType out_dt = s.out_dtype.value_or(DType::kBFloat16);
+  const int64_t b = s.batch_size;
+  Tensor a = api::bench::random_tensor({b, s.m, s.k}, f8, dev, s.random_seed);
+  Tensor w = api::bench::random_tensor({b, s.n, s.k}, DType::kFloat8E4M3FN, dev, s.random_seed + 1);
+  Tensor one = Tensor::full({1}, 1.0, DType::kFloat32).to(dev);
+  BenchCase c = api::bench::invoke_case(
+      "bmm_fp8", {Value(a), Value(w.transpose(1, 2)), Value(one), Value(one), Value(out_dt)},
+      {{"backend", Value("auto")}});
+  c.flops = 2.0 * static_cast<double>(b * s.m * s.n * s.k);
+  c.bytes = api::bench::nbytes({b, s.m, s.k}, f8) +
+            api::bench::nbytes({b, s.n, s.k}, DType::kFloat8E4M3FN) +
+            api::bench::nbytes({b, s.m, s.n}, out_dt);
+  return c;
+}
+
+// MXFP4 operands (quantized on the host, so every device gets the same bits).
+BenchCase bench_mm_fp4(const BenchShape& s, Device dev) {
+  const DType out_dt = s.out_dtype.value_or(DType::kBFloat16);
+  auto [qa, sa] = mxfp4_quantize(
+      api::bench::random_tensor({s.m, s.k}, DType::kBFloat16, Device::cpu(), s.random_seed));
+  auto [qb, sb] = mxfp4_quantize(
+      api::bench::random_tensor({s.n, s.k}, DType::kBFloat16, Device::cpu(), s.random_seed + 1));
+  BenchCase c = api::bench::invoke_case(
+      "mm_fp4",
+      {Value(qa.to(dev)), Value(qb.to(dev).transpose(0, 1)), Value(sa.to(dev)),
+       Value(sb.to(dev).transpose(0, 1)), Value(), Value(out_dt)},
+      {{"block_size", Value(int64_t{32})}, {"use_nvfp4", Value(false)}});
+  c.flops = 2.0 * static_cast<double>(s.m * s.n * s.k);
+  // packed e2m1 operands (half a byte per value), one ue8m0 scale per 32 values, the output
+  c.bytes = 0.5 * static_cast<double>((s.m + s.n) * s.k) +
+            static_cast<double>((s.m + s.n) * s.k) / 32.0 + api::bench::nbytes({s.m, s.n}, out_dt);
+  return c;
+}
+
+}  // namespace
+
 namespace detail {
 void register_gemm_ops(OpRegistry& registry) {
-  registry.add(make_mm_bf16_decl());
-  registry.add(make_bmm_bf16_decl());
-  registry.add(make_bmm_fp8_decl());
-  registry.add(make_mm_fp4_decl());
+  using api::bench::with_bench;
+  registry.add(with_bench(make_mm_bf16_decl(),
+                          [](const BenchShape& s, Device d) { return bench_mm(s, d, false); }));
+  registry.add(with_bench(make_bmm_bf16_decl(),
+                          [](const BenchShape& s, Device d) { return bench_mm(s, d, true); }));
+  registry.add(with_bench(make_bmm_fp8_decl(), bench_bmm_fp8));
+  registry.add(with_bench(make_mm_fp4_decl(), bench_mm_fp4));
 }
 }  // namespace detail
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/device_props.h"
 #include "flashinfer/api_call.h"
@@ -352,13 +353,69 @@ Tensor layernorm(const Tensor& input, const Tensor& gemma, const Tensor& beta, d
       eps);
 }
 
+namespace {
+
+// Bench hooks: input [batch_size, hidden_size] in input_dtype. Bytes: every input and output
+// once. FLOPs per element: rmsnorm 4 (square, sum, scale, weight), fused add +1, layernorm 7.
+BenchCase bench_rmsnorm(const BenchShape& s, Device dev, const char* name) {
+  const Shape x{s.batch_size, s.hidden_size};
+  const DType dt = s.input_dtype;
+  BenchCase c = api::bench::invoke_case(
+      name, {Value(api::bench::random_tensor(x, dt, dev, s.random_seed)),
+             Value(api::bench::random_tensor({s.hidden_size}, dt, dev, s.random_seed + 1))});
+  const double n = static_cast<double>(s.batch_size * s.hidden_size);
+  c.flops = 4.0 * n;
+  c.bytes = 2.0 * api::bench::nbytes(x, dt) + api::bench::nbytes({s.hidden_size}, dt);
+  return c;
+}
+
+BenchCase bench_fused_add_rmsnorm(const BenchShape& s, Device dev, const char* name) {
+  const Shape x{s.batch_size, s.hidden_size};
+  const DType dt = s.input_dtype;
+  BenchCase c = api::bench::invoke_case(
+      name, {Value(api::bench::random_tensor(x, dt, dev, s.random_seed)),
+             Value(api::bench::random_tensor(x, dt, dev, s.random_seed + 2)),
+             Value(api::bench::random_tensor({s.hidden_size}, dt, dev, s.random_seed + 1))});
+  const double n = static_cast<double>(s.batch_size * s.hidden_size);
+  c.flops = 5.0 * n;
+  // reads input, residual; writes both back; reads weight
+  c.bytes = 4.0 * api::bench::nbytes(x, dt) + api::bench::nbytes({s.hidden_size}, dt);
+  return c;
+}
+
+BenchCase bench_layernorm(const BenchShape& s, Device dev) {
+  const Shape x{s.batch_size, s.hidden_size};
+  const DType dt = s.input_dtype;
+  BenchCase c = api::bench::invoke_case(
+      "layernorm",
+      {Value(api::bench::random_tensor(x, dt, dev, s.random_seed)),
+       Value(api::bench::random_tensor({s.hidden_size}, DType::kFloat32, dev, s.random_seed + 1)),
+       Value(api::bench::random_tensor({s.hidden_size}, DType::kFloat32, dev, s.random_seed + 2))});
+  const double n = static_cast<double>(s.batch_size * s.hidden_size);
+  c.flops = 7.0 * n;
+  c.bytes =
+      2.0 * api::bench::nbytes(x, dt) + 2.0 * api::bench::nbytes({s.hidden_size}, DType::kFloat32);
+  return c;
+}
+
+}  // namespace
+
 namespace detail {
 void register_norm_ops(OpRegistry& registry) {
-  registry.add(make_rmsnorm_decl());
-  registry.add(make_fused_add_rmsnorm_decl());
-  registry.add(make_gemma_rmsnorm_decl());
-  registry.add(make_gemma_fused_add_rmsnorm_decl());
-  registry.add(make_layernorm_decl());
+  using api::bench::with_bench;
+  registry.add(with_bench(make_rmsnorm_decl(), [](const BenchShape& s, Device d) {
+    return bench_rmsnorm(s, d, "rmsnorm");
+  }));
+  registry.add(with_bench(make_fused_add_rmsnorm_decl(), [](const BenchShape& s, Device d) {
+    return bench_fused_add_rmsnorm(s, d, "fused_add_rmsnorm");
+  }));
+  registry.add(with_bench(make_gemma_rmsnorm_decl(), [](const BenchShape& s, Device d) {
+    return bench_rmsnorm(s, d, "gemma_rmsnorm");
+  }));
+  registry.add(with_bench(make_gemma_fused_add_rmsnorm_decl(), [](const BenchShape& s, Device d) {
+    return bench_fused_add_rmsnorm(s, d, "gemma_fused_add_rmsnorm");
+  }));
+  registry.add(with_bench(make_layernorm_decl(), bench_layernorm));
 }
 }  // namespace detail
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "api/attention_common.h"
+#include "api/bench_support.h"
 #include "api/checks.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/ops/attention.h"
@@ -623,15 +624,96 @@ AttentionOutput BatchPrefillWithRaggedKVCacheWrapper::run(const Tensor& q, const
       o.enable_pdl, o.kv_cache_sf);
 }
 
+namespace {
+
+// Bench hooks: batch_size requests of s_qo queries against s_kv keys each (causal: the queries
+// are the last s_qo positions). FLOPs and bytes are upstream's (bench_support.h).
+double bench_prefill_flops(const BenchShape& s) {
+  return static_cast<double>(s.batch_size) *
+         api::bench::attention_flops(s.s_qo, s.s_kv, s.num_qo_heads, s.head_dim_qk, s.head_dim_vo,
+                                     s.causal);
+}
+
+PrefillPlanOptions bench_plan_options(const BenchShape& s) {
+  PrefillPlanOptions o;
+  o.head_dim_vo = s.head_dim_vo;
+  o.causal = s.causal;
+  o.q_data_type = s.q_dtype;
+  o.kv_data_type = s.kv_dtype;
+  return o;
+}
+
+Tensor bench_q(const BenchShape& s, Device dev, int64_t rows) {
+  return api::bench::random_tensor({rows, s.num_qo_heads, s.head_dim_qk}, s.q_dtype, dev,
+                                   s.random_seed);
+}
+
+Tensor bench_qo_indptr(const BenchShape& s, Device dev, int64_t per) {
+  std::vector<int64_t> v;
+  for (int64_t b = 0; b <= s.batch_size; ++b) v.push_back(b * per);
+  return api::bench::int32_tensor(v, dev);
+}
+
+BenchCase bench_paged_prefill(const BenchShape& s, Device dev) {
+  api::bench::BenchPages p = api::bench::bench_pages(s, dev);
+  auto w = std::make_shared<BatchPrefillWithPagedKVCacheWrapper>(
+      Tensor::empty({16 << 20}, DType::kUInt8, dev));
+  w->plan(bench_qo_indptr(s, dev, s.s_qo), p.indptr, p.indices, p.last_page_len, s.num_qo_heads,
+          s.num_kv_heads, s.head_dim_qk, s.page_size, bench_plan_options(s));
+  BenchCase c = api::bench::invoke_case(
+      std::string(kPaged) + ".run",
+      {api::bench::bench_object(w), Value(bench_q(s, dev, s.batch_size * s.s_qo)),
+       Value::tuple({p.k, p.v})});
+  c.flops = bench_prefill_flops(s);
+  c.bytes = api::bench::bench_attention_bytes(s, s.batch_size * s.s_qo, s.batch_size * s.s_kv);
+  return c;
+}
+
+BenchCase bench_ragged_prefill(const BenchShape& s, Device dev) {
+  auto w = std::make_shared<BatchPrefillWithRaggedKVCacheWrapper>(
+      Tensor::empty({16 << 20}, DType::kUInt8, dev));
+  w->plan(bench_qo_indptr(s, dev, s.s_qo), bench_qo_indptr(s, dev, s.s_kv), s.num_qo_heads,
+          s.num_kv_heads, s.head_dim_qk, bench_plan_options(s));
+  const int64_t kv_rows = s.batch_size * s.s_kv;
+  BenchCase c = api::bench::invoke_case(
+      std::string(kRagged) + ".run",
+      {api::bench::bench_object(w), Value(bench_q(s, dev, s.batch_size * s.s_qo)),
+       Value(api::bench::random_tensor({kv_rows, s.num_kv_heads, s.head_dim_qk}, s.kv_dtype, dev,
+                                       s.random_seed + 1)),
+       Value(api::bench::random_tensor({kv_rows, s.num_kv_heads, s.head_dim_vo}, s.kv_dtype, dev,
+                                       s.random_seed + 2))});
+  c.flops = bench_prefill_flops(s);
+  c.bytes = api::bench::bench_attention_bytes(s, s.batch_size * s.s_qo, kv_rows);
+  return c;
+}
+
+// single_prefill_with_kv_cache: one request (batch_size is ignored).
+BenchCase bench_single_prefill(const BenchShape& s, Device dev) {
+  BenchCase c = api::bench::invoke_case(
+      "single_prefill_with_kv_cache",
+      {Value(bench_q(s, dev, s.s_qo)),
+       Value(api::bench::random_tensor({s.s_kv, s.num_kv_heads, s.head_dim_qk}, s.kv_dtype, dev,
+                                       s.random_seed + 1)),
+       Value(api::bench::random_tensor({s.s_kv, s.num_kv_heads, s.head_dim_vo}, s.kv_dtype, dev,
+                                       s.random_seed + 2))},
+      {{"causal", Value(s.causal)}});
+  c.flops = api::bench::attention_flops(s.s_qo, s.s_kv, s.num_qo_heads, s.head_dim_qk,
+                                        s.head_dim_vo, s.causal);
+  c.bytes = api::bench::bench_attention_bytes(s, s.s_qo, s.s_kv);
+  return c;
+}
+
+}  // namespace
+
 namespace detail {
 void register_prefill_ops(OpRegistry& registry) {
-  registry.add(make_single_prefill_decl());
+  registry.add(api::bench::with_bench(make_single_prefill_decl(), bench_single_prefill));
   registry.add(make_paged_init_decl());
   registry.add(make_paged_plan_decl());
-  registry.add(make_paged_run_decl());
+  registry.add(api::bench::with_bench(make_paged_run_decl(), bench_paged_prefill));
   registry.add(make_ragged_init_decl());
   registry.add(make_ragged_plan_decl());
-  registry.add(make_ragged_run_decl());
+  registry.add(api::bench::with_bench(make_ragged_run_decl(), bench_ragged_prefill));
 }
 }  // namespace detail
 

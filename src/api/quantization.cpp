@@ -3,6 +3,7 @@
 #include "flashinfer/ops/quantization.h"
 
 #include "api/backends.h"
+#include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/device_props.h"
 #include "flashinfer/api_call.h"
@@ -635,15 +636,39 @@ Tensor mxfp8_dequantize_host(const Tensor& input, const Tensor& scale_tensor,
       input, scale_tensor, is_sf_swizzled_layout, sf_swizzle_layout);
 }
 
+namespace {
+
+// Bench hooks: input [m, k] in input_dtype (bf16 by default). Bytes: the input read once, the
+// packed values and the block scales written once. FLOPs: 0 (scaling and rounding only).
+BenchCase bench_quantize(const BenchShape& s, Device dev, const char* name, double out_bits,
+                         int64_t block) {
+  const Shape x{s.m, s.k};
+  BenchCase c = api::bench::invoke_case(
+      name, {Value(api::bench::random_tensor(x, s.input_dtype, dev, s.random_seed, -4.0, 4.0))});
+  const double n = static_cast<double>(s.m * s.k);
+  c.bytes =
+      api::bench::nbytes(x, s.input_dtype) + n * out_bits / 8.0 + n / static_cast<double>(block);
+  return c;
+}
+
+}  // namespace
+
 namespace detail {
 void register_quantization_ops(OpRegistry& registry) {
-  registry.add(make_fp4_quantize_decl());
+  using api::bench::with_bench;
+  registry.add(with_bench(make_fp4_quantize_decl(), [](const BenchShape& s, Device d) {
+    return bench_quantize(s, d, "fp4_quantize", 4.0, 16);
+  }));
   registry.add(make_nvfp4_quantize_decl());
-  registry.add(make_mxfp4_quantize_decl());
+  registry.add(with_bench(make_mxfp4_quantize_decl(), [](const BenchShape& s, Device d) {
+    return bench_quantize(s, d, "mxfp4_quantize", 4.0, 32);
+  }));
   registry.add(make_mxfp4_dequantize_decl());
   registry.add(make_e2m1_decl());
   registry.add(make_block_scale_interleave_decl());
-  registry.add(make_mxfp8_quantize_decl());
+  registry.add(with_bench(make_mxfp8_quantize_decl(), [](const BenchShape& s, Device d) {
+    return bench_quantize(s, d, "mxfp8_quantize", 8.0, 32);
+  }));
   registry.add(make_mxfp8_dequantize_decl());
 }
 }  // namespace detail

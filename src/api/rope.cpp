@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "api/bench_support.h"
 #include "api/checks.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/stream.h"
@@ -543,6 +544,29 @@ void apply_rope_with_cos_sin_cache_inplace(const Tensor& positions, const Tensor
 // ---------------------------------------------------------------------------------------------
 // Registration, with invokers that rebuild the call from Values (replay).
 
+namespace {
+
+// Bench hook for the pos_ids forms: batch_size * s_qo tokens, q [nnz, Hq, Dqk], k [nnz, Hkv,
+// Dqk] in q_dtype, positions 0..s_qo-1 per request. Bytes: q and k read and written once, the
+// positions read once. FLOPs: a rotation is 3 per element (two multiplies, one add).
+BenchCase bench_rope_pos_ids(const BenchShape& s, Device dev, const char* name) {
+  const int64_t nnz = s.batch_size * s.s_qo;
+  const Shape qs{nnz, s.num_qo_heads, s.head_dim_qk}, ks{nnz, s.num_kv_heads, s.head_dim_qk};
+  std::vector<int64_t> pos(static_cast<std::size_t>(nnz));
+  for (int64_t i = 0; i < nnz; ++i) pos[static_cast<std::size_t>(i)] = i % s.s_qo;
+  BenchCase c = api::bench::invoke_case(
+      name, {Value(api::bench::random_tensor(qs, s.q_dtype, dev, s.random_seed)),
+             Value(api::bench::random_tensor(ks, s.q_dtype, dev, s.random_seed + 1)),
+             Value(api::bench::int32_tensor(pos, dev))});
+  const double elems = static_cast<double>(nnz * (s.num_qo_heads + s.num_kv_heads) * s.head_dim_qk);
+  c.flops = 3.0 * elems;
+  c.bytes = 2.0 * (api::bench::nbytes(qs, s.q_dtype) + api::bench::nbytes(ks, s.q_dtype)) +
+            4.0 * static_cast<double>(nnz);
+  return c;
+}
+
+}  // namespace
+
 namespace detail {
 void register_rope_ops(OpRegistry& registry) {
   // Tensor q, k; then (indptr, offsets) or pos_ids; then the tail from index `t`.
@@ -560,18 +584,27 @@ void register_rope_ops(OpRegistry& registry) {
                            a.boolean(5), a.f64(6), a.f64(7));
         return Value();
       }));
-  registry.add(make_rope_decl(
-      kApplyRopePosIds, false, false, false,
-      "RoPE with per-token positions, returns (q_rope, k_rope)", [](const CallArgs& a) -> Value {
-        return to_value(apply_rope_pos_ids(a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3),
-                                           a.boolean(4), a.f64(5), a.f64(6)));
+  registry.add(api::bench::with_bench(
+      make_rope_decl(kApplyRopePosIds, false, false, false,
+                     "RoPE with per-token positions, returns (q_rope, k_rope)",
+                     [](const CallArgs& a) -> Value {
+                       return to_value(apply_rope_pos_ids(a.tensor(0), a.tensor(1), a.tensor(2),
+                                                          a.optional_i64(3), a.boolean(4), a.f64(5),
+                                                          a.f64(6)));
+                     }),
+      [](const BenchShape& s, Device d) {
+        return bench_rope_pos_ids(s, d, "apply_rope_pos_ids");
       }));
-  registry.add(make_rope_decl(
-      kApplyRopePosIdsInplace, false, false, true, "RoPE with per-token positions, in place",
-      [](const CallArgs& a) -> Value {
-        apply_rope_pos_ids_inplace(a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3),
-                                   a.boolean(4), a.f64(5), a.f64(6));
-        return Value();
+  registry.add(api::bench::with_bench(
+      make_rope_decl(
+          kApplyRopePosIdsInplace, false, false, true, "RoPE with per-token positions, in place",
+          [](const CallArgs& a) -> Value {
+            apply_rope_pos_ids_inplace(a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3),
+                                       a.boolean(4), a.f64(5), a.f64(6));
+            return Value();
+          }),
+      [](const BenchShape& s, Device d) {
+        return bench_rope_pos_ids(s, d, "apply_rope_pos_ids_inplace");
       }));
   registry.add(make_rope_decl(
       kLlama, true, true, false, "Llama 3.1 RoPE on a ragged batch, returns (q_rope, k_rope)",
@@ -588,22 +621,29 @@ void register_rope_ops(OpRegistry& registry) {
                                    a.f64(9), a.i64(10));
         return Value();
       }));
-  registry.add(make_rope_decl(kLlamaPosIds, false, true, false,
-                              "Llama 3.1 RoPE with per-token positions, returns (q_rope, k_rope)",
-                              [](const CallArgs& a) -> Value {
-                                return to_value(apply_llama31_rope_pos_ids(
-                                    a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3),
-                                    a.boolean(4), a.f64(5), a.f64(6), a.f64(7), a.f64(8),
-                                    a.i64(9)));
-                              }));
-  registry.add(make_rope_decl(kLlamaPosIdsInplace, false, true, true,
-                              "Llama 3.1 RoPE with per-token positions, in place",
-                              [](const CallArgs& a) -> Value {
-                                apply_llama31_rope_pos_ids_inplace(
-                                    a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3),
-                                    a.boolean(4), a.f64(5), a.f64(6), a.f64(7), a.f64(8), a.i64(9));
-                                return Value();
-                              }));
+  registry.add(api::bench::with_bench(
+      make_rope_decl(kLlamaPosIds, false, true, false,
+                     "Llama 3.1 RoPE with per-token positions, returns (q_rope, k_rope)",
+                     [](const CallArgs& a) -> Value {
+                       return to_value(apply_llama31_rope_pos_ids(
+                           a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3), a.boolean(4),
+                           a.f64(5), a.f64(6), a.f64(7), a.f64(8), a.i64(9)));
+                     }),
+      [](const BenchShape& s, Device d) {
+        return bench_rope_pos_ids(s, d, "apply_llama31_rope_pos_ids");
+      }));
+  registry.add(api::bench::with_bench(
+      make_rope_decl(kLlamaPosIdsInplace, false, true, true,
+                     "Llama 3.1 RoPE with per-token positions, in place",
+                     [](const CallArgs& a) -> Value {
+                       apply_llama31_rope_pos_ids_inplace(a.tensor(0), a.tensor(1), a.tensor(2),
+                                                          a.optional_i64(3), a.boolean(4), a.f64(5),
+                                                          a.f64(6), a.f64(7), a.f64(8), a.i64(9));
+                       return Value();
+                     }),
+      [](const BenchShape& s, Device d) {
+        return bench_rope_pos_ids(s, d, "apply_llama31_rope_pos_ids_inplace");
+      }));
   registry.add(make_cos_sin_decl(kCosSin, false, [](const CallArgs& a) -> Value {
     return to_value(apply_rope_with_cos_sin_cache(a.tensor(0), a.tensor(1), a.tensor(2), a.i64(3),
                                                   a.tensor(4), a.boolean(5)));

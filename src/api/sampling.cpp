@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/device_props.h"
 #include "flashinfer/api_call.h"
@@ -704,17 +705,56 @@ Tensor top_p_renorm_probs(const Tensor& probs, ScalarOrTensor<double> top_p,
       probs, top_p, is_deterministic);
 }
 
+namespace {
+
+// Bench hooks: logits [batch_size, vocab_size] fp32 (uniform in [-8, 8)). Bytes: logits read
+// once, the output written once (fp32 probabilities or masked logits, int32 sampled ids).
+// FLOPs: softmax 3 per element (subtract max, exp, scale); the samplers and the mask are
+// comparisons and selections, counted as 0 FLOPs.
+Tensor bench_logits(const BenchShape& s, Device dev) {
+  return api::bench::random_tensor({s.batch_size, s.vocab_size}, DType::kFloat32, dev,
+                                   s.random_seed, -8.0, 8.0);
+}
+
+BenchCase bench_softmax(const BenchShape& s, Device dev) {
+  BenchCase c = api::bench::invoke_case("softmax", {Value(bench_logits(s, dev))});
+  c.flops = 3.0 * static_cast<double>(s.batch_size * s.vocab_size);
+  c.bytes = 2.0 * api::bench::nbytes({s.batch_size, s.vocab_size}, DType::kFloat32);
+  return c;
+}
+
+BenchCase bench_top_k_top_p_logits(const BenchShape& s, Device dev) {
+  BenchCase c = api::bench::invoke_case(
+      "top_k_top_p_sampling_from_logits",
+      {Value(bench_logits(s, dev)), Value(s.top_k), Value(s.top_p)},
+      {{"seed", Value(static_cast<int64_t>(s.random_seed))}, {"offset", Value(int64_t{0})}});
+  c.bytes = api::bench::nbytes({s.batch_size, s.vocab_size}, DType::kFloat32) +
+            4.0 * static_cast<double>(s.batch_size);
+  return c;
+}
+
+BenchCase bench_top_k_mask(const BenchShape& s, Device dev) {
+  BenchCase c =
+      api::bench::invoke_case("top_k_mask_logits", {Value(bench_logits(s, dev)), Value(s.top_k)});
+  c.bytes = 2.0 * api::bench::nbytes({s.batch_size, s.vocab_size}, DType::kFloat32);
+  return c;
+}
+
+}  // namespace
+
 namespace detail {
 
 void register_sampling_ops(OpRegistry& registry) {
-  registry.add(make_decl(
-      kSoftmax,
-      {ParamDecl("logits", ParamKind::kTensor), ParamDecl("temperature", ParamKind::kAny).opt(),
-       ParamDecl("enable_pdl", ParamKind::kBool).opt()},
-      "Tensor", "Softmax of logits / temperature (scalar or per row), fp32 output",
-      [](const CallArgs& a) -> Value {
-        return softmax(a.tensor(0), opt_float_or_tensor(a, 1), a.optional_bool(2));
-      }));
+  registry.add(api::bench::with_bench(
+      make_decl(
+          kSoftmax,
+          {ParamDecl("logits", ParamKind::kTensor), ParamDecl("temperature", ParamKind::kAny).opt(),
+           ParamDecl("enable_pdl", ParamKind::kBool).opt()},
+          "Tensor", "Softmax of logits / temperature (scalar or per row), fp32 output",
+          [](const CallArgs& a) -> Value {
+            return softmax(a.tensor(0), opt_float_or_tensor(a, 1), a.optional_bool(2));
+          }),
+      bench_softmax));
 
   {
     std::vector<ParamDecl> params = {ParamDecl("probs", ParamKind::kTensor)};
@@ -771,14 +811,16 @@ void register_sampling_ops(OpRegistry& registry) {
         ParamDecl("seed", ParamKind::kAny).opt(),
         ParamDecl("offset", ParamKind::kAny).opt()};
     if (from_logits) {
-      registry.add(make_decl(kTopKTopPLogits, std::move(params), "Tensor",
-                             "Top-k and top-p sampling from logits (top_k_first or joint)",
-                             [](const CallArgs& a) -> Value {
-                               return top_k_top_p_sampling_from_logits(
-                                   a.tensor(0), int_or_tensor(a, 1), float_or_tensor(a, 2),
-                                   a.optional_tensor(3), a.str(4), a.boolean(5), a.boolean(7),
-                                   opt_int_or_tensor(a, 8), opt_int_or_tensor(a, 9));
-                             }));
+      registry.add(api::bench::with_bench(
+          make_decl(kTopKTopPLogits, std::move(params), "Tensor",
+                    "Top-k and top-p sampling from logits (top_k_first or joint)",
+                    [](const CallArgs& a) -> Value {
+                      return top_k_top_p_sampling_from_logits(
+                          a.tensor(0), int_or_tensor(a, 1), float_or_tensor(a, 2),
+                          a.optional_tensor(3), a.str(4), a.boolean(5), a.boolean(7),
+                          opt_int_or_tensor(a, 8), opt_int_or_tensor(a, 9));
+                    }),
+          bench_top_k_top_p_logits));
     } else {
       params.push_back(ParamDecl("return_valid", ParamKind::kBool).def(false));
       registry.add(make_decl(kTopKTopPProbs, std::move(params), kSamplerReturns,
@@ -792,11 +834,14 @@ void register_sampling_ops(OpRegistry& registry) {
                              }));
     }
   }
-  registry.add(make_decl(
-      kTopKMask, {ParamDecl("logits", ParamKind::kTensor), ParamDecl("top_k", ParamKind::kAny)},
-      "Tensor", "Logits outside the top-k set to -inf", [](const CallArgs& a) -> Value {
-        return top_k_mask_logits(a.tensor(0), int_or_tensor(a, 1));
-      }));
+  registry.add(api::bench::with_bench(
+      make_decl(kTopKMask,
+                {ParamDecl("logits", ParamKind::kTensor), ParamDecl("top_k", ParamKind::kAny)},
+                "Tensor", "Logits outside the top-k set to -inf",
+                [](const CallArgs& a) -> Value {
+                  return top_k_mask_logits(a.tensor(0), int_or_tensor(a, 1));
+                }),
+      bench_top_k_mask));
   registry.add(make_decl(
       kTopKRenorm,
       {ParamDecl("probs", ParamKind::kTensor), ParamDecl("top_k", ParamKind::kAny),

@@ -256,6 +256,15 @@ TensorComparison compare(const std::string& key, const Tensor& actual, const Ten
 
 }  // namespace
 
+TensorComparison compare_tensors(const std::string& key, const Tensor& actual,
+                                 const Tensor& expected, std::optional<double> rtol,
+                                 std::optional<double> atol) {
+  Options o;
+  o.rtol = rtol;
+  o.atol = atol;
+  return compare(key, actual, expected, o);
+}
+
 Result replay_from_dump(const std::string& dump_dir, const Options& o) {
   Result r;
   r.dump_dir = dump_dir;

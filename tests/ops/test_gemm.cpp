@@ -193,7 +193,8 @@ TEST(MmFp4, Nvfp4AndMxfp4MatchFp64ReferenceOfDequantizedOperands) {
         // offset formula).
         std::vector<double> da(m * k), db(n * k);
         const int vec = nvfp4 ? 16 : 32;
-        auto deq = [&](const Tensor& q, const Tensor& sf, SfLayout l, int64_t rows,
+        const int64_t kk = k;  // clang 14 cannot capture structured bindings in a lambda
+        auto deq = [&, k = kk](const Tensor& q, const Tensor& sf, SfLayout l, int64_t rows,
                        std::vector<double>& dst) {
           const Tensor qc = q.contiguous();
           const Tensor sc = sf.contiguous();

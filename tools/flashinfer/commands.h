@@ -27,5 +27,6 @@ Command info_command();
 Command list_ops_command();
 Command replay_command();
 Command show_command();
+Command bench_command();
 
 }  // namespace flashinfer::cli

@@ -8,8 +8,10 @@
 
 namespace flashinfer::cli {
 
-std::vector<Command> commands() { return {version_command(), info_command(), list_ops_command(), replay_command(),
-          show_command()}; }
+std::vector<Command> commands() {
+  return {version_command(), info_command(), list_ops_command(),
+          replay_command(),  show_command(), bench_command()};
+}
 
 }  // namespace flashinfer::cli
 

@@ -1,0 +1,67 @@
+// Benchmark cases declared next to the ops (`flashinfer bench`, modelled on upstream's
+// flashinfer_benchmark.py). An op's declaration may carry a bench hook: given the parsed shape
+// flags and a device, it builds the op's arguments as Values (seeded random fills, identical on
+// every device), a callable that runs the op through its invoker, and upstream's FLOP and byte
+// counts for the shape.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flashinfer/device.h"
+#include "flashinfer/dtype.h"
+#include "flashinfer/tensor_io.h"
+
+namespace flashinfer {
+
+/// The shape flags of `flashinfer bench` (upstream's names). Each routine reads the ones it
+/// uses; the defaults are small enough for a quick CPU run.
+struct BenchShape {
+  // attention
+  int64_t batch_size = 4;
+  int64_t s_qo = 64;
+  int64_t s_kv = 512;
+  int64_t num_qo_heads = 8;
+  int64_t num_kv_heads = 2;
+  int64_t head_dim_qk = 64;
+  int64_t head_dim_vo = 64;
+  int64_t page_size = 16;
+  DType q_dtype = DType::kBFloat16;
+  DType kv_dtype = DType::kBFloat16;
+  bool causal = false;
+  // gemm (bmm uses batch_size as the batch), quantization uses m x k
+  int64_t m = 256, n = 256, k = 256;
+  DType input_dtype = DType::kBFloat16;  // norm, activation, gemm, quantization inputs
+  std::optional<DType> out_dtype;        // gemm output (default bf16)
+  // norm / activation / sampling
+  int64_t hidden_size = 4096;
+  int64_t vocab_size = 32000;
+  int64_t top_k = 50;
+  double top_p = 0.9;
+  uint64_t random_seed = 42;
+};
+
+/// One benchmarkable instance of an op on one device.
+struct BenchCase {
+  std::string description;  // the shape in words, for -v
+  /// One timed iteration (a wrapper's plan runs once when the case is built; run() is timed).
+  std::function<void()> run;
+  /// The tensors to compare across backends after one run(): result and mutated arguments.
+  std::function<NamedTensors()> outputs;
+  double flops = 0.0;  // per iteration
+  double bytes = 0.0;  // per iteration, each input and output counted once
+};
+
+using BenchHook = std::function<BenchCase(const BenchShape&, Device)>;
+
+/// Runs `c` dry_run_iters times untimed, then num_iters times timed; returns milliseconds per
+/// iteration. CPU: steady clock around each run. CUDA: CUDA events on the current stream, the L2
+/// flushed before each iteration when flush_l2. Throws flashinfer::Error(kUnsupported) for CUDA
+/// when the library was built without CUDA or no GPU is present.
+std::vector<double> bench_time_ms(const BenchCase& c, Device device, int dry_run_iters,
+                                  int num_iters, bool flush_l2 = true);
+
+}  // namespace flashinfer

@@ -1,0 +1,150 @@
+// Helpers for bench hooks, and the timing loop behind `flashinfer bench`.
+#include "api/bench_support.h"
+
+#include <chrono>
+
+#include "flashinfer/error.h"
+#include "flashinfer/stream.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/bench_timing_cuda.h"
+#endif
+
+namespace flashinfer {
+
+namespace api::bench {
+
+Tensor random_tensor(const Shape& shape, DType dtype, Device device, uint64_t seed, double low,
+                     double high) {
+  Tensor t = Tensor::empty(shape, DType::kFloat32);
+  t.uniform_(seed, low, high);
+  return t.to(dtype).to(device);
+}
+
+Tensor int32_tensor(const std::vector<int64_t>& values, Device device) {
+  std::vector<double> d(values.begin(), values.end());
+  return Tensor::from_vector(d, {static_cast<int64_t>(values.size())}, DType::kInt32).to(device);
+}
+
+double nbytes(const Shape& shape, DType dtype) {
+  double n = static_cast<double>(dtype_size(dtype));
+  for (int64_t s : shape) n *= static_cast<double>(s);
+  return n;
+}
+
+namespace {
+
+Tensor host_copy(const Tensor& t) { return t.device().is_cpu() ? t.clone() : t.to(Device::cpu()); }
+
+}  // namespace
+
+BenchCase invoke_case(const std::string& name, std::vector<Value> positional,
+                      std::vector<std::pair<std::string, Value>> keyword) {
+  const OpDecl* decl = OpRegistry::global().find(name);
+  if (!decl || !decl->invoke) {
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "routine", "no invocable op named '",
+                    name, "'");
+  }
+  auto args = std::make_shared<CallArgs>(
+      *decl, bind_arguments(*decl, std::move(positional), std::move(keyword)));
+  auto last = std::make_shared<Value>();
+  BenchCase c;
+  c.run = [decl, args, last] { *last = decl->invoke(*args); };
+  c.outputs = [decl, args, last] {
+    NamedTensors out;
+    if (last->is_tensor()) {
+      out.emplace_back("result", host_copy(last->as_tensor()));
+    } else if (last->is_sequence()) {
+      const auto& items = last->items();
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        if (items[i].is_tensor()) {
+          out.emplace_back("result[" + std::to_string(i) + "]", host_copy(items[i].as_tensor()));
+        }
+      }
+    }
+    for (std::size_t i = 0; i < decl->params.size(); ++i) {
+      if (decl->params[i].mutated && (*args)[i].is_tensor()) {
+        out.emplace_back(decl->params[i].name, host_copy((*args)[i].as_tensor()));
+      }
+    }
+    return out;
+  };
+  return c;
+}
+
+double attention_flops(int64_t qo_len, int64_t kv_len, int64_t num_qo_heads, int64_t head_dim_qk,
+                       int64_t head_dim_vo, bool causal) {
+  const double qo = static_cast<double>(qo_len), kv = static_cast<double>(kv_len);
+  const double per_pair = static_cast<double>(num_qo_heads * (head_dim_qk + head_dim_vo));
+  return causal ? (2.0 * kv - qo) * qo * per_pair : 2.0 * qo * kv * per_pair;
+}
+
+BenchPages bench_pages(const BenchShape& s, Device dev) {
+  const int64_t per = (s.s_kv + s.page_size - 1) / s.page_size, pages = per * s.batch_size;
+  BenchPages p;
+  p.k = random_tensor({pages, s.page_size, s.num_kv_heads, s.head_dim_qk}, s.kv_dtype, dev,
+                      s.random_seed + 1);
+  p.v = random_tensor({pages, s.page_size, s.num_kv_heads, s.head_dim_vo}, s.kv_dtype, dev,
+                      s.random_seed + 2);
+  std::vector<int64_t> indptr, indices, last;
+  for (int64_t b = 0; b <= s.batch_size; ++b) indptr.push_back(b * per);
+  for (int64_t i = 0; i < pages; ++i) indices.push_back(i);
+  for (int64_t b = 0; b < s.batch_size; ++b) last.push_back(s.s_kv - (per - 1) * s.page_size);
+  p.indptr = int32_tensor(indptr, dev);
+  p.indices = int32_tensor(indices, dev);
+  p.last_page_len = int32_tensor(last, dev);
+  return p;
+}
+
+Value bench_object(std::shared_ptr<ApiObject> obj) {
+  ObjectRef ref;
+  ref.type = std::string(obj->class_name());
+  ref.repr = obj->repr();
+  ref.id = obj->object_id();
+  ref.object = std::move(obj);
+  return Value(std::move(ref));
+}
+
+// Upstream's attention bytes: q, k, v and o once each (no page-table bytes).
+double bench_attention_bytes(const BenchShape& s, int64_t q_rows, int64_t kv_rows) {
+  return nbytes({q_rows, s.num_qo_heads, s.head_dim_qk}, s.q_dtype) +
+         nbytes({kv_rows, s.num_kv_heads, s.head_dim_qk}, s.kv_dtype) +
+         nbytes({kv_rows, s.num_kv_heads, s.head_dim_vo}, s.kv_dtype) +
+         nbytes({q_rows, s.num_qo_heads, s.head_dim_vo}, s.q_dtype);
+}
+
+}  // namespace api::bench
+
+std::vector<double> bench_time_ms(const BenchCase& c, Device device, int dry_run_iters,
+                                  int num_iters, bool flush_l2) {
+  FLASHINFER_CHECK(c.run != nullptr, "bench", "case", "has nothing to run");
+  FLASHINFER_CHECK(num_iters > 0, "bench", "num_iters", "must be positive, got ", num_iters);
+  FLASHINFER_CHECK(dry_run_iters >= 0, "bench", "dry_run_iters", "must be >= 0, got ",
+                   dry_run_iters);
+  if (device.is_cuda()) {
+#if FLASHINFER_WITH_CUDA
+    if (cuda_device_count() == 0) {
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, "bench", "backends",
+                      "cuda was asked for but no CUDA device is present");
+    }
+    return kernels::cuda::event_times_ms(c.run, dry_run_iters, num_iters, flush_l2,
+                                         current_cuda_stream());
+#else
+    (void)flush_l2;
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, "bench", "backends",
+                    "cuda was asked for but this build has no CUDA backend");
+#endif
+  }
+  // CPU: the kernels are synchronous, so the steady clock around each call is the op's time.
+  for (int i = 0; i < dry_run_iters; ++i) c.run();
+  std::vector<double> times;
+  times.reserve(static_cast<std::size_t>(num_iters));
+  for (int i = 0; i < num_iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    c.run();
+    const auto t1 = std::chrono::steady_clock::now();
+    times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  return times;
+}
+
+}  // namespace flashinfer

@@ -1,0 +1,226 @@
+// `flashinfer bench`: routines from the op declarations, [PERF] lines, refcheck, CSV columns,
+// upstream's FLOP and byte formulas on hand-computed shapes, and clear errors for bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+
+namespace {
+
+struct CliResult {
+  int status;
+  std::string out;
+};
+
+CliResult run(const std::string& args) {
+  const std::string cmd = std::string(FLASHINFER_TEST_BIN_DIR) + "/flashinfer " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  CliResult r{-1, ""};
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> cols;
+  std::stringstream ss(line);
+  std::string c;
+  while (std::getline(ss, c, ',')) cols.push_back(c);
+  return cols;
+}
+
+std::vector<std::map<std::string, std::string>> read_csv(const std::string& path,
+                                                         std::vector<std::string>* header) {
+  std::ifstream in(path);
+  std::string line;
+  std::vector<std::map<std::string, std::string>> rows;
+  if (!std::getline(in, line)) return rows;
+  *header = split(line);
+  while (std::getline(in, line)) {
+    const auto cols = split(line);
+    std::map<std::string, std::string> row;
+    for (std::size_t i = 0; i < cols.size() && i < header->size(); ++i) row[(*header)[i]] = cols[i];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+const std::regex kPerf(
+    R"(\[PERF\] cpu +:: median time ([0-9.]+) ms; std ([0-9.]+) ms; achieved tflops ([0-9.]+) )"
+    R"(TFLOPs/sec; achieved tb_per_sec ([0-9.]+) TB/sec)");
+
+// Tiny shapes shared by the cases below.
+const std::string kTiny =
+    " --batch_size 2 --s_qo 16 --s_kv 64 --num_qo_heads 4 --num_kv_heads 2 --head_dim_qk 64"
+    " --head_dim_vo 64 --page_size 16 --num_iters 3 --dry_run_iters 1";
+
+struct Expected {
+  std::string routine;
+  std::string flags;
+  double flops;
+  double bytes;
+};
+
+TEST(Bench, ListShowsEveryFamilyFromTheDeclarations) {
+  CliResult r = run("bench --list");
+  ASSERT_EQ(r.status, 0) << r.out;
+  int with_hook = 0;
+  for (const flashinfer::OpDecl* d : flashinfer::OpRegistry::global().ops()) {
+    if (!d->bench) continue;
+    ++with_hook;
+    EXPECT_NE(r.out.find(d->name + " "), std::string::npos) << d->name;
+  }
+  EXPECT_NE(r.out.find(std::to_string(with_hook) + " op routines"), std::string::npos) << r.out;
+  for (const char* name :
+       {"BatchDecodeWithPagedKVCacheWrapper.run", "BatchPrefillWithPagedKVCacheWrapper.run",
+        "BatchPrefillWithRaggedKVCacheWrapper.run", "single_decode_with_kv_cache",
+        "single_prefill_with_kv_cache", "rmsnorm", "fused_add_rmsnorm", "layernorm", "silu_and_mul",
+        "apply_rope_pos_ids", "top_k_top_p_sampling_from_logits", "softmax", "mm_bf16", "bmm_bf16",
+        "bmm_fp8", "mm_fp4", "fp4_quantize", "mxfp8_quantize"}) {
+    const flashinfer::OpDecl* d = flashinfer::OpRegistry::global().find(name);
+    ASSERT_NE(d, nullptr) << name;
+    EXPECT_TRUE(static_cast<bool>(d->bench)) << name;
+  }
+  EXPECT_FALSE(static_cast<bool>(flashinfer::OpRegistry::global().find("merge_state")->bench));
+}
+
+TEST(Bench, OneRoutinePerFamilyRefcheckPerfLineCsvAndFormulas) {
+  const std::string csv =
+      (std::filesystem::temp_directory_path() / ("fi_bench_" + std::to_string(getpid()) + ".csv"))
+          .string();
+  std::filesystem::remove(csv);
+  // FLOPs and bytes computed by hand from upstream's formulas (see docs/PERFORMANCE.md).
+  const std::vector<Expected> cases = {
+      // decode: 2 * 1 * 64 * 4 * (64 + 64) per request, x2; q 1024 B, k 32768, v 32768, o 1024
+      {"BatchDecodeWithPagedKVCacheWrapper.run", "", 131072, 67584},
+      // causal prefill: (2*64 - 16) * 16 * 4 * 128 per request, x2; q 16384, k, v 32768, o 16384
+      {"BatchPrefillWithPagedKVCacheWrapper.run", " --causal", 1835008, 98304},
+      // rmsnorm [4, 128] bf16: 4 FLOPs per element; in + out + weight = (2*512 + 128) * 2
+      {"rmsnorm", " --batch_size 4 --hidden_size 128", 2048, 2304},
+      // silu_and_mul [4, 256] -> [4, 128]: one FLOP per output; 4096 B in + 1024 B out
+      {"silu_and_mul", " --batch_size 4 --hidden_size 128", 512, 3072},
+      // rope: 32 tokens x (4 + 2) heads x 64 dims x 3; q, k read+written, int32 positions
+      {"apply_rope_pos_ids", "", 36864, 49280},
+      // softmax [2, 1000] fp32: 3 FLOPs per element; read + write
+      {"softmax", " --vocab_size 1000", 6000, 16000},
+      // sampling [2, 1000]: no FLOPs; logits read + int32 ids written
+      {"top_k_top_p_sampling_from_logits", " --vocab_size 1000 --top_k 10 --top_p 0.8", 0, 8008},
+      // mm_bf16 32x48x64: 2*m*n*k; (m*k + n*k + m*n) * 2 B
+      {"mm_bf16", " --m 32 --n 48 --k 64", 196608, 13312},
+      // fp4_quantize [32, 64] bf16: 4096 B in, 1024 B packed, 128 scales (one per 16)
+      {"fp4_quantize", " --m 32 --k 64", 0, 5248},
+      // baseline copy 16 x 16 fp32: read + write
+      {"stream_copy", " --m 16 --n 16", 0, 2048},
+  };
+  for (const Expected& e : cases) {
+    CliResult r = run("bench --routine " + e.routine + kTiny + e.flags +
+                      " --refcheck --backends cpu --output_path " + csv);
+    ASSERT_EQ(r.status, 0) << e.routine << "\n" << r.out;
+    EXPECT_NE(r.out.find("[REFCHECK] cpu :: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("outputs match the CPU reference"), std::string::npos) << r.out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.out, m, kPerf)) << e.routine << "\n" << r.out;
+    const double med = std::stod(m[1]);
+    EXPECT_GT(med, 0.0) << e.routine;
+    EXPECT_GE(std::stod(m[2]), 0.0);
+  }
+  std::vector<std::string> header;
+  const auto rows = read_csv(csv, &header);
+  std::filesystem::remove(csv);
+  const std::vector<std::string> first = {"routine",    "median_time", "std_time",        "tflops",
+                                          "tb_per_sec", "backend",     "resolved_backend"};
+  ASSERT_GE(header.size(), first.size());
+  for (std::size_t i = 0; i < first.size(); ++i) EXPECT_EQ(header[i], first[i]);
+  EXPECT_EQ(header.back(), "repro_command");
+  ASSERT_EQ(rows.size(), cases.size());  // header once, one row per run
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& row = rows[i];
+    const Expected& e = cases[i];
+    EXPECT_EQ(row.at("routine"), e.routine);
+    EXPECT_EQ(row.at("backend"), "cpu");
+    EXPECT_EQ(row.at("refcheck"), "pass");
+    EXPECT_EQ(std::stod(row.at("flops")), e.flops) << e.routine;
+    EXPECT_EQ(std::stod(row.at("bytes")), e.bytes) << e.routine;
+    // The rates are the counts over the median time (printed with 6 decimals).
+    const double med_s = std::stod(row.at("median_time")) * 1e-3;
+    EXPECT_NEAR(std::stod(row.at("tflops")), e.flops / med_s / 1e12,
+                1e-6 + 0.01 * e.flops / med_s / 1e12)
+        << e.routine;
+    EXPECT_NEAR(std::stod(row.at("tb_per_sec")), e.bytes / med_s / 1e12,
+                1e-6 + 0.01 * e.bytes / med_s / 1e12)
+        << e.routine;
+    EXPECT_NE(row.at("repro_command").find("flashinfer bench --routine " + e.routine),
+              std::string::npos);
+  }
+}
+
+TEST(Bench, VerbosePrintsCountsAndPerOutputRefcheck) {
+  CliResult r =
+      run("bench --routine fused_add_rmsnorm --batch_size 3 --hidden_size 64 -v"
+          " --refcheck --num_iters 2 --dry_run_iters 0");
+  ASSERT_EQ(r.status, 0) << r.out;
+  // 3 x 64: 5 FLOPs per element; input, residual read and written, weight read: (4*192+64)*2
+  EXPECT_NE(r.out.find("960 FLOPs, 1664 bytes per iteration"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[REFCHECK] cpu input: 192 elements match"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[REFCHECK] cpu residual: 192 elements match"), std::string::npos) << r.out;
+}
+
+TEST(Bench, CudaWithoutAGpuIsASkipNotACrash) {
+  if (flashinfer::cuda_compiled() && flashinfer::cuda_device_count() > 0) {
+    GTEST_SKIP() << "a GPU is present";
+  }
+  CliResult r = run("bench --routine rmsnorm --backends cuda --hidden_size 64 --num_iters 1");
+  EXPECT_EQ(r.status, 4) << r.out;
+  EXPECT_NE(r.out.find("[SKIP] cuda :: "), std::string::npos) << r.out;
+  CliResult both =
+      run("bench --routine rmsnorm --backends cpu cuda --hidden_size 64 --num_iters 1");
+  EXPECT_EQ(both.status, 0) << both.out;
+  EXPECT_NE(both.out.find("[SKIP] cuda :: "), std::string::npos) << both.out;
+  EXPECT_NE(both.out.find("[PERF] cpu "), std::string::npos) << both.out;
+}
+
+TEST(Bench, BadRoutineAndFlagsAreClearErrors) {
+  struct Bad {
+    std::string args, message;
+  };
+  const std::vector<Bad> bad = {
+      {"bench --routine no_such_op", "no op named 'no_such_op'"},
+      {"bench --routine merge_state", "has no bench routine"},
+      {"bench", "routine"},
+      {"bench --routine rmsnorm --input_dtype float7", "unknown dtype 'float7'"},
+      {"bench --routine rmsnorm --num_iters 0", "num_iters"},
+      {"bench --routine rmsnorm --dry_run_iters -1", "dry_run_iters"},
+      {"bench --routine rmsnorm --batch_size -2", "batch_size"},
+      {"bench --routine rmsnorm --backends tpu", "unknown backend 'tpu'"},
+      {"bench --routine top_k_top_p_sampling_from_logits --top_p 1.5", "top_p"},
+      {"bench --routine rmsnorm --frobnicate 3", "frobnicate"},
+      {"bench --routine rmsnorm --batch_size two", "batch_size"},
+      // the op's own argument checks reach the user through the hook
+      {"bench --routine rmsnorm --input_dtype int32 --num_iters 1", "rmsnorm"},
+  };
+  for (const Bad& b : bad) {
+    CliResult r = run(b.args);
+    EXPECT_NE(r.status, 0) << b.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(b.message), std::string::npos) << b.args << "\n" << r.out;
+  }
+  CliResult unwritable =
+      run("bench --routine rmsnorm --hidden_size 64 --num_iters 1 "
+          "--output_path /nonexistent_dir/x.csv");
+  EXPECT_NE(unwritable.status, 0);
+  EXPECT_NE(unwritable.out.find("output_path"), std::string::npos) << unwritable.out;
+}
+
+}  // namespace

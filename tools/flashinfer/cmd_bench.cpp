@@ -1,0 +1,444 @@
+// `flashinfer bench`: times one op on each backend asked for, modelled on upstream's
+// benchmarks/flashinfer_benchmark.py (flags, [PERF] line, CSV). The routines are the declared
+// ops that carry a bench hook (OpDecl::bench), plus one built-in baseline, stream_copy.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commands.h"
+#include "flashinfer/bench.h"
+#include "flashinfer/error.h"
+#include "flashinfer/op_decl.h"
+#include "flashinfer/replay.h"
+
+namespace flashinfer::cli {
+
+namespace {
+
+constexpr const char* kCopyRoutine = "stream_copy";
+
+struct BenchOptions {
+  std::string routine;
+  bool list = false;
+  std::vector<std::string> backends{"cpu"};
+  int num_iters = 30;
+  int dry_run_iters = 5;
+  bool refcheck = false;
+  bool allow_output_mismatch = false;
+  bool verbose = false;
+  bool no_cold_l2 = false;
+  std::string output_path;
+  std::string q_dtype = "bfloat16", kv_dtype = "bfloat16", input_dtype = "bfloat16", out_dtype;
+  BenchShape shape;
+};
+
+DType parse_dtype(const std::string& text, const char* flag) {
+  std::string name = text;
+  if (name.starts_with("torch.")) name = name.substr(6);
+  const std::optional<DType> d = dtype_from_name(name);
+  if (!d) FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", flag, "unknown dtype '", text, "'");
+  return *d;
+}
+
+void check_positive(int64_t v, const char* flag) {
+  FLASHINFER_CHECK(v > 0, "bench", flag, "must be positive, got ", v);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Sample standard deviation (n - 1), as torch.std / numpy with ddof=1.
+double stddev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0.0;
+  double mean = 0.0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(v.size());
+  double ss = 0.0;
+  for (double x : v) ss += (x - mean) * (x - mean);
+  return std::sqrt(ss / static_cast<double>(v.size() - 1));
+}
+
+// STREAM-style copy baseline: m x n fp32 copied to a second buffer (2 * 4 * m * n bytes moved),
+// split over the hardware threads on the CPU. Not an op: a memory-bandwidth yardstick measured
+// with the same timing loop.
+BenchCase copy_case(const BenchShape& s, Device dev) {
+  const int64_t n = s.m * s.n;
+  auto src = std::make_shared<Tensor>(Tensor::empty({n}, DType::kFloat32, dev));
+  auto dst = std::make_shared<Tensor>(Tensor::empty({n}, DType::kFloat32, dev));
+  src->uniform_(s.random_seed);
+  dst->fill_(0.0);
+  BenchCase c;
+  if (dev.is_cpu()) {
+    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    c.run = [src, dst, n, threads] {
+      const auto* from = static_cast<const char*>(src->data_ptr());
+      auto* to = static_cast<char*>(dst->data_ptr());
+      const std::size_t bytes = static_cast<std::size_t>(n) * 4;
+      const std::size_t chunk = (bytes / threads + 63) / 64 * 64;
+      std::vector<std::thread> pool;
+      for (unsigned t = 0; t < threads; ++t) {
+        const std::size_t lo = std::min(bytes, t * chunk), hi = std::min(bytes, lo + chunk);
+        if (hi > lo) pool.emplace_back([=] { std::memcpy(to + lo, from + lo, hi - lo); });
+      }
+      for (auto& th : pool) th.join();
+    };
+  } else {
+    c.run = [src, dst] { dst->copy_(*src); };
+  }
+  c.outputs = [dst] {
+    NamedTensors out;
+    out.emplace_back("dst", dst->to(Device::cpu()));
+    return out;
+  };
+  c.bytes = 2.0 * 4.0 * static_cast<double>(n);
+  return c;
+}
+
+// A fresh case for `routine` on `dev` (same seed, so the same inputs on every backend).
+BenchCase make_case(const BenchOptions& o, Device dev) {
+  if (o.routine == kCopyRoutine) return copy_case(o.shape, dev);
+  const OpDecl* d = OpRegistry::global().find(o.routine);
+  return d->bench(o.shape, dev);
+}
+
+std::string csv_escape(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string r = "\"";
+  for (char ch : s) {
+    if (ch == '"') r += '"';
+    r += ch;
+  }
+  return r + "\"";
+}
+
+constexpr const char* kCsvHeader =
+    "routine,median_time,std_time,tflops,tb_per_sec,backend,resolved_backend,batch_size,s_qo,"
+    "s_kv,num_qo_heads,num_kv_heads,head_dim_qk,head_dim_vo,page_size,q_dtype,kv_dtype,causal,m,"
+    "n,k,input_dtype,out_dtype,hidden_size,vocab_size,top_k,top_p,num_iters,dry_run_iters,"
+    "random_seed,flops,bytes,refcheck,repro_command";
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof(b), f, v);
+  return b;
+}
+
+// The command that reproduces this row (every shape flag spelled out).
+std::string repro_command(const BenchOptions& o, const std::string& backend) {
+  const BenchShape& s = o.shape;
+  std::string r = "flashinfer bench --routine " + o.routine + " --backends " + backend;
+  auto add = [&r](const char* flag, const std::string& v) {
+    r += std::string(" --") + flag + " " + v;
+  };
+  auto i = [](int64_t v) { return std::to_string(v); };
+  add("batch_size", i(s.batch_size));
+  add("s_qo", i(s.s_qo));
+  add("s_kv", i(s.s_kv));
+  add("num_qo_heads", i(s.num_qo_heads));
+  add("num_kv_heads", i(s.num_kv_heads));
+  add("head_dim_qk", i(s.head_dim_qk));
+  add("head_dim_vo", i(s.head_dim_vo));
+  add("page_size", i(s.page_size));
+  add("q_dtype", o.q_dtype);
+  add("kv_dtype", o.kv_dtype);
+  if (s.causal) r += " --causal";
+  add("m", i(s.m));
+  add("n", i(s.n));
+  add("k", i(s.k));
+  add("input_dtype", o.input_dtype);
+  if (!o.out_dtype.empty()) add("out_dtype", o.out_dtype);
+  add("hidden_size", i(s.hidden_size));
+  add("vocab_size", i(s.vocab_size));
+  add("top_k", i(s.top_k));
+  add("top_p", fmt("%g", s.top_p));
+  add("num_iters", i(o.num_iters));
+  add("dry_run_iters", i(o.dry_run_iters));
+  add("random_seed", std::to_string(s.random_seed));
+  if (o.refcheck) r += " --refcheck";
+  return r;
+}
+
+std::string csv_row(const BenchOptions& o, const std::string& backend, double med, double sd,
+                    double tflops, double tbps, const BenchCase& c, const std::string& refcheck) {
+  const BenchShape& s = o.shape;
+  auto i = [](int64_t v) { return std::to_string(v); };
+  std::vector<std::string> cols = {o.routine,
+                                   fmt("%.6f", med),
+                                   fmt("%.6f", sd),
+                                   fmt("%.6f", tflops),
+                                   fmt("%.6f", tbps),
+                                   backend,
+                                   backend,
+                                   i(s.batch_size),
+                                   i(s.s_qo),
+                                   i(s.s_kv),
+                                   i(s.num_qo_heads),
+                                   i(s.num_kv_heads),
+                                   i(s.head_dim_qk),
+                                   i(s.head_dim_vo),
+                                   i(s.page_size),
+                                   o.q_dtype,
+                                   o.kv_dtype,
+                                   s.causal ? "True" : "False",
+                                   i(s.m),
+                                   i(s.n),
+                                   i(s.k),
+                                   o.input_dtype,
+                                   o.out_dtype,
+                                   i(s.hidden_size),
+                                   i(s.vocab_size),
+                                   i(s.top_k),
+                                   fmt("%g", s.top_p),
+                                   i(o.num_iters),
+                                   i(o.dry_run_iters),
+                                   std::to_string(s.random_seed),
+                                   fmt("%.0f", c.flops),
+                                   fmt("%.0f", c.bytes),
+                                   refcheck,
+                                   repro_command(o, backend)};
+  std::string line;
+  for (std::size_t k = 0; k < cols.size(); ++k) {
+    if (k) line += ',';
+    line += csv_escape(cols[k]);
+  }
+  return line;
+}
+
+int list_routines() {
+  int n = 0;
+  for (const OpDecl* d : OpRegistry::global().ops()) {
+    if (!d->bench) continue;
+    ++n;
+    std::printf("%-48s %s\n", d->name.c_str(), d->module.c_str());
+  }
+  std::printf("%-48s %s\n", kCopyRoutine, "(built-in baseline: fp32 copy of --m x --n elements)");
+  std::printf("%d op routines, 1 baseline\n", n);
+  return 0;
+}
+
+// Whether `backend` can run here; otherwise prints why and returns false.
+bool backend_available(const std::string& backend) {
+  if (backend == "cpu") return true;
+  if (!cuda_compiled()) {
+    std::printf("[SKIP] %s :: this build has no CUDA backend\n", backend.c_str());
+    return false;
+  }
+  if (cuda_device_count() == 0) {
+    std::printf("[SKIP] %s :: no CUDA device is present\n", backend.c_str());
+    return false;
+  }
+  return true;
+}
+
+int run_bench(BenchOptions o) {
+  if (o.list) return list_routines();
+  if (o.routine.empty()) {
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "routine",
+                    "is required (`flashinfer bench --list` lists the routines)");
+  }
+  if (o.routine != kCopyRoutine) {
+    const OpDecl* d = OpRegistry::global().find(o.routine);
+    if (!d) {
+      FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "routine", "no op named '", o.routine,
+                      "' (`flashinfer bench --list` lists the routines)");
+    }
+    if (!d->bench) {
+      FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "routine", "op '", o.routine,
+                      "' has no bench routine (`flashinfer bench --list` lists them)");
+    }
+  }
+  BenchShape& s = o.shape;
+  s.q_dtype = parse_dtype(o.q_dtype, "q_dtype");
+  s.kv_dtype = parse_dtype(o.kv_dtype, "kv_dtype");
+  s.input_dtype = parse_dtype(o.input_dtype, "input_dtype");
+  if (!o.out_dtype.empty()) s.out_dtype = parse_dtype(o.out_dtype, "out_dtype");
+  for (auto [v, flag] : {std::pair{s.batch_size, "batch_size"},
+                         {s.s_qo, "s_qo"},
+                         {s.s_kv, "s_kv"},
+                         {s.num_qo_heads, "num_qo_heads"},
+                         {s.num_kv_heads, "num_kv_heads"},
+                         {s.head_dim_qk, "head_dim_qk"},
+                         {s.head_dim_vo, "head_dim_vo"},
+                         {s.page_size, "page_size"},
+                         {s.m, "m"},
+                         {s.n, "n"},
+                         {s.k, "k"},
+                         {s.hidden_size, "hidden_size"},
+                         {s.vocab_size, "vocab_size"},
+                         {s.top_k, "top_k"}}) {
+    check_positive(v, flag);
+  }
+  FLASHINFER_CHECK(s.top_p > 0.0 && s.top_p <= 1.0, "bench", "top_p", "must be in (0, 1], got ",
+                   s.top_p);
+  check_positive(o.num_iters, "num_iters");
+  FLASHINFER_CHECK(o.dry_run_iters >= 0, "bench", "dry_run_iters", "must be >= 0, got ",
+                   o.dry_run_iters);
+  std::vector<std::pair<std::string, Device>> backends;
+  for (const std::string& b : o.backends) {
+    if (b != "cpu" && b != "cuda") {
+      FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "backends", "unknown backend '", b,
+                      "' (cpu or cuda)");
+    }
+    if (backend_available(b)) backends.emplace_back(b, b == "cpu" ? Device::cpu() : Device::cuda());
+  }
+  if (backends.empty()) {
+    std::printf("no requested backend is available\n");
+    return 4;
+  }
+
+  // Refcheck: every backend's outputs of one run on identical inputs against the CPU reference.
+  std::vector<std::string> refstatus(backends.size(), "");
+  bool mismatch = false;
+  if (o.refcheck) {
+    BenchCase ref = make_case(o, Device::cpu());
+    ref.run();
+    const NamedTensors expected = ref.outputs();
+    for (std::size_t bi = 0; bi < backends.size(); ++bi) {
+      BenchCase c = make_case(o, backends[bi].second);
+      c.run();
+      const NamedTensors actual = c.outputs();
+      int64_t bad = 0;
+      for (std::size_t t = 0; t < expected.size(); ++t) {
+        const replay::TensorComparison cmp =
+            t < actual.size()
+                ? replay::compare_tensors(expected[t].first, actual[t].second, expected[t].second)
+                : replay::TensorComparison{};
+        if (cmp.match) {
+          if (o.verbose) {
+            std::printf("[REFCHECK] %s %s: %lld elements match (max abs error %.3g)\n",
+                        backends[bi].first.c_str(), expected[t].first.c_str(),
+                        static_cast<long long>(cmp.numel), cmp.max_abs_error);
+          }
+          continue;
+        }
+        ++bad;
+        if (!cmp.problem.empty() || t >= actual.size()) {
+          std::printf("[REFCHECK] %s %s: %s\n", backends[bi].first.c_str(),
+                      expected[t].first.c_str(),
+                      t < actual.size() ? cmp.problem.c_str() : "missing");
+        } else {
+          std::printf(
+              "[REFCHECK] %s %s: %lld of %lld elements differ from the CPU reference (max abs "
+              "error %.3g; rtol %g, atol %g)\n",
+              backends[bi].first.c_str(), expected[t].first.c_str(),
+              static_cast<long long>(cmp.mismatches), static_cast<long long>(cmp.numel),
+              cmp.max_abs_error, cmp.rtol, cmp.atol);
+        }
+      }
+      refstatus[bi] = bad ? "mismatch" : "pass";
+      mismatch = mismatch || bad;
+      if (!bad) {
+        std::printf("[REFCHECK] %s :: %zu outputs match the CPU reference\n",
+                    backends[bi].first.c_str(), expected.size());
+      }
+    }
+    if (mismatch && !o.allow_output_mismatch) {
+      std::printf("[ERROR] output mismatch (pass --allow_output_mismatch to time anyway)\n");
+      return 1;
+    }
+  }
+
+  std::FILE* csv = nullptr;
+  if (!o.output_path.empty()) {
+    const bool fresh =
+        !std::filesystem::exists(o.output_path) || std::filesystem::file_size(o.output_path) == 0;
+    csv = std::fopen(o.output_path.c_str(), "a");
+    if (!csv) {
+      FLASHINFER_FAIL(ErrorCode::kIo, "bench", "output_path", "cannot open '", o.output_path,
+                      "' for writing");
+    }
+    if (fresh) std::fprintf(csv, "%s\n", kCsvHeader);
+  }
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> csv_closer(
+      csv, [](std::FILE* f) { return f ? std::fclose(f) : 0; });
+
+  for (std::size_t bi = 0; bi < backends.size(); ++bi) {
+    const auto& [name, dev] = backends[bi];
+    BenchCase c = make_case(o, dev);
+    if (o.verbose) {
+      std::printf("[INFO] %s on %s: %.6g FLOPs, %.6g bytes per iteration\n", o.routine.c_str(),
+                  name.c_str(), c.flops, c.bytes);
+    }
+    const std::vector<double> t =
+        bench_time_ms(c, dev, o.dry_run_iters, o.num_iters, !o.no_cold_l2);
+    const double med = median(t), sd = stddev(t);
+    const double secs = med * 1e-3;
+    const double tflops = secs > 0 ? c.flops / secs / 1e12 : 0.0;
+    const double tbps = secs > 0 ? c.bytes / secs / 1e12 : 0.0;
+    std::printf(
+        "[PERF] %-8s:: median time %.4f ms; std %.4f ms; achieved tflops %.6f TFLOPs/sec; "
+        "achieved tb_per_sec %.6f TB/sec\n",
+        name.c_str(), med, sd, tflops, tbps);
+    if (csv) {
+      const std::string ref = o.refcheck ? refstatus[bi] : "";
+      std::fprintf(csv, "%s\n", csv_row(o, name, med, sd, tflops, tbps, c, ref).c_str());
+    }
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+Command bench_command() {
+  return {
+      "bench",
+      "Time an op on each backend ([PERF] lines and CSV, as upstream's flashinfer_benchmark.py)",
+      [](CLI::App& sub) {
+        auto o = std::make_shared<BenchOptions>();
+        BenchShape& s = o->shape;
+        // A flag given twice takes its last value, as with upstream's argparse.
+        sub.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+        sub.add_option("--routine", o->routine, "Op or wrapper method to time (see --list)");
+        sub.add_flag("--list", o->list,
+                     "List the routines (ops whose declaration has a bench hook)");
+        sub.add_option("--backends", o->backends, "Backends to time: cpu cuda")
+            ->expected(1, 2)
+            ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+        sub.add_option("--num_iters", o->num_iters, "Timed iterations (30)");
+        sub.add_option("--dry_run_iters", o->dry_run_iters, "Untimed warm-up iterations (5)");
+        sub.add_flag("--refcheck", o->refcheck, "Compare every backend with the CPU reference");
+        sub.add_flag("--allow_output_mismatch", o->allow_output_mismatch,
+                     "Time even when refcheck finds a mismatch");
+        sub.add_flag("-v,--verbose", o->verbose, "Print FLOP and byte counts and refcheck details");
+        sub.add_flag("--no_cold_l2", o->no_cold_l2, "CUDA: do not flush the L2 between iterations");
+        sub.add_option("--output_path", o->output_path,
+                       "Append one CSV row per backend to this file");
+        sub.add_option("--random_seed", s.random_seed, "Seed of the random inputs (42)");
+        sub.add_option("--batch_size", s.batch_size, "Requests, rows or tokens");
+        sub.add_option("--s_qo", s.s_qo, "Query length per request");
+        sub.add_option("--s_kv", s.s_kv, "KV length per request");
+        sub.add_option("--num_qo_heads", s.num_qo_heads, "Query heads");
+        sub.add_option("--num_kv_heads", s.num_kv_heads, "KV heads");
+        sub.add_option("--head_dim_qk", s.head_dim_qk, "Head dim of q and k");
+        sub.add_option("--head_dim_vo", s.head_dim_vo, "Head dim of v and o");
+        sub.add_option("--page_size", s.page_size, "Tokens per KV page");
+        sub.add_option("--q_dtype", o->q_dtype, "Query dtype (bfloat16)");
+        sub.add_option("--kv_dtype", o->kv_dtype, "KV dtype (bfloat16)");
+        sub.add_flag("--causal", s.causal, "Causal mask (prefill)");
+        sub.add_option("--m", s.m, "GEMM rows / quantization rows / copy rows");
+        sub.add_option("--n", s.n, "GEMM columns / copy columns");
+        sub.add_option("--k", s.k, "GEMM depth / quantization columns");
+        sub.add_option("--input_dtype", o->input_dtype,
+                       "Input dtype of norm, activation, GEMM, quantization");
+        sub.add_option("--out_dtype", o->out_dtype, "GEMM output dtype (bfloat16)");
+        sub.add_option("--hidden_size", s.hidden_size, "Hidden size (norm, activation)");
+        sub.add_option("--vocab_size", s.vocab_size, "Vocabulary size (sampling)");
+        sub.add_option("--top_k", s.top_k, "top_k (sampling)");
+        sub.add_option("--top_p", s.top_p, "top_p (sampling)");
+        return std::function<int()>([o] { return run_bench(*o); });
+      }};
+}
+
+}  // namespace flashinfer::cli
