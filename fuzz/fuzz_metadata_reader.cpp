@@ -8,7 +8,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    (void)flashinfer::replay::parse_metadata(std::string(reinterpret_cast<const char*>(data), size));
+    (void)flashinfer::replay::parse_metadata(
+        std::string(reinterpret_cast<const char*>(data), size));
   } catch (const flashinfer::Error&) {
   }
   return 0;

@@ -8,7 +8,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    auto tensors = flashinfer::load_torch_bytes(std::string(reinterpret_cast<const char*>(data), size));
+    auto tensors =
+        flashinfer::load_torch_bytes(std::string(reinterpret_cast<const char*>(data), size));
     for (auto& [k, t] : tensors) (void)t.to_double_vector();  // every view must be readable
   } catch (const flashinfer::Error&) {
   }

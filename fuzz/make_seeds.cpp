@@ -22,7 +22,9 @@ int main(int argc, char** argv) {
   std::ofstream((root / "metadata" / "seed1.jsonl"))
       << R"({"function_name": "rmsnorm", "module": "flashinfer.norm", "call_sequence": 1, )"
       << R"("input_metadata": {"arg_2": 1e-06, "kwarg_d": {"type": "torch.dtype", "value": )"
-      << R"("torch.float16"}}, "execution_status": "inputs_saved"})" << "\n"
-      << R"({"function_name": "rmsnorm", "execution_status": "completed", "self_id": 1})" << "\n";
+      << R"("torch.float16"}}, "execution_status": "inputs_saved"})"
+      << "\n"
+      << R"({"function_name": "rmsnorm", "execution_status": "completed", "self_id": 1})"
+      << "\n";
   return 0;
 }

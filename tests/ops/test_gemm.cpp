@@ -195,7 +195,7 @@ TEST(MmFp4, Nvfp4AndMxfp4MatchFp64ReferenceOfDequantizedOperands) {
         const int vec = nvfp4 ? 16 : 32;
         const int64_t kk = k;  // clang 14 cannot capture structured bindings in a lambda
         auto deq = [&, k = kk](const Tensor& q, const Tensor& sf, SfLayout l, int64_t rows,
-                       std::vector<double>& dst) {
+                               std::vector<double>& dst) {
           const Tensor qc = q.contiguous();
           const Tensor sc = sf.contiguous();
           const auto* qp = static_cast<const uint8_t*>(qc.data_ptr());
