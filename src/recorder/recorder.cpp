@@ -19,6 +19,7 @@
 
 #include "apilog/name_filter.h"
 #include "core/cuda_runtime.h"
+#include "core/tensor_span.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/error.h"
 #include "flashinfer/tensor_io.h"
@@ -123,17 +124,6 @@ std::string mb(uint64_t bytes) {
   return b;
 }
 
-// Copies a tensor to the host, keeping its strides and offset within the span it covers.
-Tensor stage(const Tensor& t) {
-  if (t.device().is_cpu()) return t;
-  int64_t end = t.storage_offset();
-  if (t.numel() == 0) return Tensor::empty(t.shape(), t.dtype());
-  for (int64_t d = 0; d < t.dim(); ++d) end += (t.size(d) - 1) * t.stride(d);
-  const int64_t begin = t.storage_offset();
-  Tensor span = Tensor::from_storage(t.storage(), {end + 1 - begin}, {1}, begin, t.dtype());
-  return span.to(Device::cpu()).as_strided(t.shape(), t.strides(), 0);
-}
-
 struct Extracted {
   NamedTensors tensors;  // staged host copies, in key order of appearance
   std::map<std::string, Device> original_device;
@@ -142,7 +132,7 @@ struct Extracted {
 
 void add_tensor(Extracted& ex, const std::string& key, const Tensor& t) {
   ex.original_device[key] = t.device();
-  ex.tensors.emplace_back(key, stage(t));
+  ex.tensors.emplace_back(key, detail::to_device_keep_layout(t, Device::cpu()));
   ex.bytes += t.nbytes();
 }
 

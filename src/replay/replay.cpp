@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/tensor_span.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/error.h"
 #include "flashinfer/op_decl.h"
@@ -86,17 +87,6 @@ MetadataRecord read_metadata(const std::string& path) {
 }
 
 namespace {
-
-// A copy on `device` that keeps strides and offset within the span the view covers.
-Tensor to_device_keep_layout(const Tensor& t, Device device) {
-  if (t.device() == device) return t;
-  if (t.numel() == 0) return Tensor::empty(t.shape(), t.dtype(), device);
-  int64_t end = t.storage_offset();
-  for (int64_t d = 0; d < t.dim(); ++d) end += (t.size(d) - 1) * t.stride(d);
-  const int64_t begin = t.storage_offset();
-  Tensor span = Tensor::from_storage(t.storage(), {end + 1 - begin}, {1}, begin, t.dtype());
-  return span.to(device).as_strided(t.shape(), t.strides(), 0);
-}
 
 // safetensors files hold contiguous data; the record keeps the original strides. Re-lay the
 // values out with those strides (a deliberate improvement over upstream, which drops them).
@@ -289,7 +279,7 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
     std::map<std::string, Tensor> tensors;
     for (auto& [k, t] : load_named(dir, "inputs")) {
       Tensor x = safetensors && details.contains(k) ? restore_strides(t, details[k]) : t;
-      tensors[k] = to_device_keep_layout(x, o.device);
+      tensors[k] = detail::to_device_keep_layout(x, o.device);
     }
     for (auto& [k, t] : load_named(dir, "outputs")) r.expected.emplace_back(k, t);
     for (auto& [k, t] : load_named(dir, "mutated")) r.expected_mutated.emplace_back(k, t);
