@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,6 +23,7 @@ constexpr uint64_t kMax32 = 0xFFFFFFFFull;
 constexpr uint64_t kAlign = 64;  // torch's storage alignment
 
 struct Buf {
+  Buf() { b.reserve(160); }  // a header and its padding: one allocation, not one per byte
   std::vector<uint8_t> b;
   void u16(uint16_t v) {
     b.push_back(static_cast<uint8_t>(v));
@@ -51,21 +53,46 @@ uint32_t crc32_of(const void* data, std::size_t size) {
 }  // namespace
 
 ZipWriter::ZipWriter(const std::string& path) : path_(path) {
-  f_ = std::fopen(path.c_str(), "wb");
-  if (!f_) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
     FLASHINFER_FAIL(ErrorCode::kIo, "zip", "path", "cannot create '", path,
                     "': ", std::strerror(errno));
   }
+  pending_.reserve(8192);
 }
 
 ZipWriter::~ZipWriter() {
-  if (f_) std::fclose(f_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ZipWriter::write_fd(const void* p, std::size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  while (n > 0) {
+    const ssize_t w = ::write(fd_, b, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      FLASHINFER_FAIL(ErrorCode::kIo, "zip", "path", "writing '", path_,
+                      "' failed: ", w < 0 ? std::strerror(errno) : "no progress");
+    }
+    b += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+void ZipWriter::flush() {
+  if (pending_.empty()) return;
+  write_fd(pending_.data(), pending_.size());
+  pending_.clear();
 }
 
 void ZipWriter::write(const void* p, std::size_t n) {
-  if (n && std::fwrite(p, 1, n, f_) != n) {
-    FLASHINFER_FAIL(ErrorCode::kIo, "zip", "path", "writing '", path_,
-                    "' failed: ", std::strerror(errno));
+  constexpr std::size_t kCoalesce = 256u << 10;  // larger pieces go straight to the file
+  if (n >= kCoalesce) {
+    flush();
+    write_fd(p, n);
+  } else if (n > 0) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    pending_.insert(pending_.end(), b, b + n);
   }
   pos_ += n;
 }
@@ -120,8 +147,8 @@ void ZipWriter::add(std::string_view name, const void* data, std::size_t size) {
     crc = crc_later.get();
     uint8_t le[4];
     for (int i = 0; i < 4; ++i) le[i] = static_cast<uint8_t>(crc >> (8 * i));
-    if (std::fflush(f_) != 0 ||
-        ::pwrite(fileno(f_), le, 4, static_cast<off_t>(header_pos + 14)) != 4) {
+    // The header was flushed before the (large) data went straight to the file.
+    if (::pwrite(fd_, le, 4, static_cast<off_t>(header_pos + 14)) != 4) {
       FLASHINFER_FAIL(ErrorCode::kIo, "zip", "path", "writing '", path_,
                       "' failed: ", std::strerror(errno));
     }
@@ -191,12 +218,13 @@ void ZipWriter::finish() {
   t.u32(zip64 ? 0xFFFFFFFFu : static_cast<uint32_t>(cd_start));
   t.u16(0);
   write(t.b.data(), t.b.size());
-  if (std::fclose(f_) != 0) {
-    f_ = nullptr;
+  flush();
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {
     FLASHINFER_FAIL(ErrorCode::kIo, "zip", "path", "closing '", path_,
                     "' failed: ", std::strerror(errno));
   }
-  f_ = nullptr;
 }
 
 }  // namespace flashinfer::formats

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,8 +31,12 @@ class ZipWriter {
     uint64_t offset;
   };
   void write(const void* p, std::size_t n);
+  void flush();
+  void write_fd(const void* p, std::size_t n);
   std::string path_;
-  std::FILE* f_ = nullptr;
+  int fd_ = -1;
+  // Headers and small entries gather here so that a small archive costs one write(2).
+  std::vector<uint8_t> pending_;
   uint64_t pos_ = 0;
   std::vector<Entry> entries_;
 };

@@ -2,15 +2,75 @@
 
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 
 #include "flashinfer/value.h"
 
 namespace flashinfer::recorder {
 namespace {
 
-void put_string(std::string& out, const std::string& s) {
+void dump(std::string& out, const Json& j) {
+  switch (j.type()) {
+    case Json::value_t::null:
+      out += "null";
+      return;
+    case Json::value_t::boolean:
+      out += j.get<bool>() ? "true" : "false";
+      return;
+    case Json::value_t::number_integer:
+      out += std::to_string(j.get<int64_t>());
+      return;
+    case Json::value_t::number_unsigned:
+      out += std::to_string(j.get<uint64_t>());
+      return;
+    case Json::value_t::number_float:
+      append_json_float(out, j.get<double>());
+      return;
+    case Json::value_t::string:
+      append_json_string(out, j.get_ref<const std::string&>());
+      return;
+    case Json::value_t::array: {
+      out += '[';
+      bool first = true;
+      for (const auto& x : j) {
+        if (!first) out += ", ";
+        first = false;
+        dump(out, x);
+      }
+      out += ']';
+      return;
+    }
+    case Json::value_t::object: {
+      out += '{';
+      bool first = true;
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        if (!first) out += ", ";
+        first = false;
+        append_json_string(out, it.key());
+        out += ": ";
+        dump(out, it.value());
+      }
+      out += '}';
+      return;
+    }
+    default:
+      out += "null";
+  }
+}
+
+}  // namespace
+
+void append_json_string(std::string& out, std::string_view s) {
   out += '"';
   for (std::size_t i = 0; i < s.size();) {
+    // Printable ASCII other than '"' and '\\' goes through as a run.
+    std::size_t j = i;
+    while (j < s.size() && s[j] >= 0x20 && s[j] < 0x7f && s[j] != '"' && s[j] != '\\') ++j;
+    if (j > i) {
+      out.append(s.data() + i, j - i);
+      i = j;
+      continue;
+    }
     const auto c = static_cast<unsigned char>(s[i]);
     if (c == '"') {
       out += "\\\"";
@@ -60,64 +120,73 @@ void put_string(std::string& out, const std::string& s) {
   out += '"';
 }
 
-void dump(std::string& out, const Json& j) {
-  switch (j.type()) {
-    case Json::value_t::null:
-      out += "null";
-      return;
-    case Json::value_t::boolean:
-      out += j.get<bool>() ? "true" : "false";
-      return;
-    case Json::value_t::number_integer:
-      out += std::to_string(j.get<int64_t>());
-      return;
-    case Json::value_t::number_unsigned:
-      out += std::to_string(j.get<uint64_t>());
-      return;
-    case Json::value_t::number_float: {
-      const double d = j.get<double>();
-      if (std::isnan(d)) {
-        out += "NaN";
-      } else if (std::isinf(d)) {
-        out += d > 0 ? "Infinity" : "-Infinity";
-      } else {
-        out += python_float_repr(d);
-      }
-      return;
-    }
-    case Json::value_t::string:
-      put_string(out, j.get_ref<const std::string&>());
-      return;
-    case Json::value_t::array: {
-      out += '[';
-      bool first = true;
-      for (const auto& x : j) {
-        if (!first) out += ", ";
-        first = false;
-        dump(out, x);
-      }
-      out += ']';
-      return;
-    }
-    case Json::value_t::object: {
-      out += '{';
-      bool first = true;
-      for (auto it = j.begin(); it != j.end(); ++it) {
-        if (!first) out += ", ";
-        first = false;
-        put_string(out, it.key());
-        out += ": ";
-        dump(out, it.value());
-      }
-      out += '}';
-      return;
-    }
-    default:
-      out += "null";
+void append_json_float(std::string& out, double d) {
+  if (std::isnan(d)) {
+    out += "NaN";
+  } else if (std::isinf(d)) {
+    out += d > 0 ? "Infinity" : "-Infinity";
+  } else {
+    out += python_float_repr(d);
   }
 }
 
-}  // namespace
+PyJsonWriter& PyJsonWriter::key(std::string_view k) {
+  before_value();
+  append_json_string(out_, k);
+  out_ += ": ";
+  after_key_ = true;
+  return *this;
+}
+
+void PyJsonWriter::before_value() {
+  if (after_key_) {
+    after_key_ = false;
+    return;
+  }
+  if (depth_ == 0) return;
+  const uint64_t bit = uint64_t{1} << (depth_ - 1);
+  if (empty_ & bit) {
+    empty_ &= ~bit;
+  } else {
+    out_ += ", ";
+  }
+}
+
+PyJsonWriter& PyJsonWriter::open(char c) {
+  before_value();
+  if (depth_ >= 64) throw std::length_error("PyJsonWriter: nesting deeper than 64");
+  out_ += c;
+  empty_ |= uint64_t{1} << depth_;
+  ++depth_;
+  return *this;
+}
+
+PyJsonWriter& PyJsonWriter::close(char c) {
+  --depth_;
+  out_ += c;
+  return *this;
+}
+
+PyJsonWriter& PyJsonWriter::integer(int64_t v) { return raw(std::to_string(v)); }
+PyJsonWriter& PyJsonWriter::uinteger(uint64_t v) { return raw(std::to_string(v)); }
+
+PyJsonWriter& PyJsonWriter::number(double v) {
+  before_value();
+  append_json_float(out_, v);
+  return *this;
+}
+
+PyJsonWriter& PyJsonWriter::string(std::string_view s) {
+  before_value();
+  append_json_string(out_, s);
+  return *this;
+}
+
+PyJsonWriter& PyJsonWriter::raw(std::string_view json) {
+  before_value();
+  out_.append(json);
+  return *this;
+}
 
 std::string python_json_dumps(const Json& j) {
   std::string out;

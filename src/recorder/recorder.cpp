@@ -3,6 +3,7 @@
 #include "flashinfer/recorder.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "apilog/name_filter.h"
 #include "core/cuda_runtime.h"
@@ -112,10 +114,10 @@ namespace {
 
 constexpr int kMaxDepth = 8;
 
-Json shape_json(const Shape& s) {
-  Json a = Json::array();
-  for (int64_t d : s) a.push_back(d);
-  return a;
+void shape_json(PyJsonWriter& w, const Shape& s) {
+  w.begin_array();
+  for (int64_t d : s) w.integer(d);
+  w.end_array();
 }
 
 std::string mb(uint64_t bytes) {
@@ -125,82 +127,107 @@ std::string mb(uint64_t bytes) {
 }
 
 struct Extracted {
-  NamedTensors tensors;  // staged host copies, in key order of appearance
-  std::map<std::string, Device> original_device;
+  NamedTensors tensors;         // staged host copies, in key order of appearance
+  std::vector<Device> devices;  // each one's original device
   uint64_t bytes = 0;
 };
 
 void add_tensor(Extracted& ex, const std::string& key, const Tensor& t) {
-  ex.original_device[key] = t.device();
+  ex.devices.push_back(t.device());
   ex.tensors.emplace_back(key, detail::to_device_keep_layout(t, Device::cpu()));
   ex.bytes += t.nbytes();
 }
 
-Json serialize(const Value& v, const std::string& key, Extracted& ex, int depth) {
+// Writes one argument as upstream's _serialize_value does, collecting its tensors under their
+// keys (nested ones as key__<i>).
+void serialize(PyJsonWriter& w, const Value& v, const std::string& key, Extracted& ex, int depth) {
   switch (v.kind()) {
     case Value::Kind::kNone:
-      return nullptr;
+      w.null();
+      return;
     case Value::Kind::kBool:
-      return v.as_bool();
+      w.boolean(v.as_bool());
+      return;
     case Value::Kind::kInt:
-      return v.as_int();
+      w.integer(v.as_int());
+      return;
     case Value::Kind::kFloat:
-      return v.as_float();
+      w.number(v.as_float());
+      return;
     case Value::Kind::kString:
-      return v.as_string();
+      w.string(v.as_string());
+      return;
     case Value::Kind::kDType:
-      return Json{{"type", "torch.dtype"}, {"value", std::string(dtype_torch_name(v.as_dtype()))}};
+      w.begin_object().key("type").string("torch.dtype");
+      w.key("value").string(dtype_torch_name(v.as_dtype())).end_object();
+      return;
     case Value::Kind::kEnum: {
       const EnumValue& e = v.as_enum();
-      Json value = e.value;
+      w.begin_object().key("type").string("enum").key("name").string(e.type + "." + e.name);
+      w.key("value");
       char* end = nullptr;
       const long long n = std::strtoll(e.value.c_str(), &end, 10);
-      if (!e.value.empty() && end && *end == '\0') value = n;  // integer-valued enums stay ints
-      return Json{{"type", "enum"}, {"name", e.type + "." + e.name}, {"value", value}};
+      if (!e.value.empty() && end && *end == '\0') {
+        w.integer(n);  // integer-valued enums stay ints
+      } else {
+        w.string(e.value);
+      }
+      w.end_object();
+      return;
     }
     case Value::Kind::kTensor: {
       const Tensor& t = v.as_tensor();
       add_tensor(ex, key, t);
-      return Json{{"type", "torch.Tensor"},
-                  {"shape", shape_json(t.shape())},
-                  {"dtype", std::string(dtype_torch_name(t.dtype()))},
-                  {"stride", shape_json(t.strides())},
-                  {"device", t.device().str()},
-                  {"requires_grad", false},
-                  {"is_contiguous", t.is_contiguous()},
-                  {"tensor_key", key}};
+      w.begin_object().key("type").string("torch.Tensor").key("shape");
+      shape_json(w, t.shape());
+      w.key("dtype").string(dtype_torch_name(t.dtype())).key("stride");
+      shape_json(w, t.strides());
+      w.key("device").string(t.device().str()).key("requires_grad").boolean(false);
+      w.key("is_contiguous").boolean(t.is_contiguous()).key("tensor_key").string(key);
+      w.end_object();
+      return;
     }
     case Value::Kind::kList:
     case Value::Kind::kTuple: {
       const auto& items = v.items();
-      const char* type = v.kind() == Value::Kind::kList ? "list" : "tuple";
+      w.begin_object().key("type").string(v.kind() == Value::Kind::kList ? "list" : "tuple");
+      w.key("length").uinteger(items.size());
       if (depth >= kMaxDepth) {
-        return Json{{"type", type}, {"length", items.size()}, {"truncated", true}};
+        w.key("truncated").boolean(true).end_object();
+        return;
       }
-      Json arr = Json::array();
+      w.key("items").begin_array();
       for (std::size_t i = 0; i < items.size(); ++i) {
-        arr.push_back(serialize(items[i], key + "__" + std::to_string(i), ex, depth + 1));
+        serialize(w, items[i], key + "__" + std::to_string(i), ex, depth + 1);
       }
-      return Json{{"type", type}, {"length", items.size()}, {"items", arr}, {"truncated", false}};
+      w.end_array().key("truncated").boolean(false).end_object();
+      return;
     }
     case Value::Kind::kDict: {
       const auto& items = v.dict_items();
+      w.begin_object().key("type").string("dict").key("length").uinteger(items.size());
       if (depth >= kMaxDepth) {
-        return Json{{"type", "dict"}, {"length", items.size()}, {"truncated", true}};
+        w.key("truncated").boolean(true).end_object();
+        return;
       }
-      Json arr = Json::array();
+      w.key("items").begin_array();
       for (std::size_t i = 0; i < items.size(); ++i) {
-        const std::string s = std::to_string(i);
-        arr.push_back(
-            Json{{"key", serialize(items[i].first, key + "__key_" + s, ex, depth + 1)},
-                 {"value", serialize(items[i].second, key + "__value_" + s, ex, depth + 1)}});
+        const std::string n = std::to_string(i);
+        w.begin_object().key("key");
+        serialize(w, items[i].first, key + "__key_" + n, ex, depth + 1);
+        w.key("value");
+        serialize(w, items[i].second, key + "__value_" + n, ex, depth + 1);
+        w.end_object();
       }
-      return Json{{"type", "dict"}, {"length", items.size()}, {"items", arr}, {"truncated", false}};
+      w.end_array().key("truncated").boolean(false).end_object();
+      return;
     }
     case Value::Kind::kObject:
-      return Json{{"type", v.as_object().type}, {"repr", v.as_object().repr.substr(0, 1000)}};
+      w.begin_object().key("type").string(v.as_object().type);
+      w.key("repr").string(v.as_object().repr.substr(0, 1000)).end_object();
+      return;
   }
-  return nullptr;
+  w.null();
 }
 
 // Python's str(Path(a) / b): drops "." components and repeated or trailing slashes.
@@ -235,49 +262,90 @@ std::string timestamp_now() {
   return out;
 }
 
-// One write(2) per line on an O_APPEND descriptor: concurrent writers never tear a line.
-void append_line(const std::string& path, const std::string& line) {
+int open_append(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
     FLASHINFER_FAIL(ErrorCode::kIo, "recorder", "", "cannot open '", path,
                     "': ", std::strerror(errno));
   }
-  const std::string buf = line + "\n";
-  const ssize_t n = ::write(fd, buf.data(), buf.size());
-  const int err = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(buf.size())) {
+  return fd;
+}
+
+// One write(2) per line on an O_APPEND descriptor: concurrent writers never tear a line.
+void write_line(int fd, const std::string& path, std::string line) {
+  line += '\n';
+  ssize_t n = 0;
+  do {
+    n = ::write(fd, line.data(), line.size());
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(line.size())) {
     FLASHINFER_FAIL(ErrorCode::kIo, "recorder", "", "writing '", path,
-                    "' failed: ", n < 0 ? std::strerror(err) : "short write");
+                    "' failed: ", n < 0 ? std::strerror(errno) : "short write");
   }
 }
 
-Json versions_json() {
-  const BuildInfo& b = build_info();
-  Json v;
-  v["flashinfer"] = std::string(b.version);
-  v["flashinfer_cpp"] = std::string(b.version);
-  v["compiler"] = std::string(b.compiler);
-  v["cuda_toolkit"] = b.cuda ? std::string(b.cuda_version) : std::string("<none: CPU-only build>");
-  return v;
-}
-
-Json tensor_details(const Extracted& ex) {
-  Json d = Json::object();
-  for (const auto& [k, t] : ex.tensors) {
-    d[k] = Json{{"shape", shape_json(t.shape())},
-                {"dtype", std::string(dtype_torch_name(t.dtype()))},
-                {"stride", shape_json(t.strides())},
-                {"device", "cpu"},
-                {"original_device", ex.original_device.at(k).str()}};
+// A file descriptor closed when its owner goes (a call's metadata.jsonl between its two lines).
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(Fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd = std::exchange(o.fd, -1);
+    }
+    return *this;
   }
-  return d;
+  ~Fd() { reset(); }
+  void reset() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+};
+
+// The "versions" value, the same for every record of the process.
+const std::string& versions_text() {
+  static const std::string text = [] {
+    const BuildInfo& b = build_info();
+    std::string t;
+    PyJsonWriter w(t);
+    w.begin_object().key("flashinfer").string(b.version);
+    w.key("flashinfer_cpp").string(b.version).key("compiler").string(b.compiler);
+    w.key("cuda_toolkit")
+        .string(b.cuda ? std::string(b.cuda_version) : std::string("<none: CPU-only build>"));
+    w.end_object();
+    return t;
+  }();
+  return text;
 }
 
-Json keys_json(const NamedTensors& t) {
-  Json a = Json::array();
-  for (const auto& kv : t) a.push_back(kv.first);
-  return a;
+// '"key": {shape, dtype, stride, device, original_device}, ...' for each staged tensor.
+std::string details_members(const Extracted& ex) {
+  std::string t;
+  for (std::size_t i = 0; i < ex.tensors.size(); ++i) {
+    const auto& [k, x] = ex.tensors[i];
+    if (i) t += ", ";
+    append_json_string(t, k);
+    t += ": ";
+    PyJsonWriter w(t);
+    w.begin_object().key("shape");
+    shape_json(w, x.shape());
+    w.key("dtype").string(dtype_torch_name(x.dtype())).key("stride");
+    shape_json(w, x.strides());
+    w.key("device").string("cpu").key("original_device").string(ex.devices[i].str());
+    w.end_object();
+  }
+  return t;
+}
+
+std::string keys_text(const NamedTensors& t) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    if (i) s += ", ";
+    append_json_string(s, t[i].first);
+  }
+  return s + "]";
 }
 
 // ---- the observer
@@ -288,13 +356,46 @@ std::atomic<int64_t> g_process_sequence{0};
 struct Pending {
   bool dumping = false;
   std::string dir;  // filesystem path of the call directory
-  Json record;      // line 1, updated into line 2
+  Fd metadata;      // <dir>/metadata.jsonl, open from line 1 to line 2
+  // The record's text in the pieces line 2 repeats from line 1 (records are written as text
+  // directly: building a JSON document per call cost more than the files).
+  std::string head;        // '{"function_name": ..., "input_metadata": {...}'
+  std::string in_keys;     // '["arg_0", ...]'
+  std::string in_details;  // '"arg_0": {...}, ...'
+  std::string tail;        // '"tensor_format": ..., "versions": {...}'
+  std::string tail2;       // '"graph_capture": ..., "process_sequence": N}'
   uint64_t input_bytes = 0;
 };
 
+// One record line: the keys and their order are upstream's (reference section 3.4).
+std::string record_line(const Pending& p, std::string_view output_metadata,
+                        std::string_view tensor_info, std::string_view out_details,
+                        std::string_view status) {
+  std::string s;
+  s.reserve(p.head.size() + p.in_details.size() + out_details.size() + p.tail.size() +
+            p.tail2.size() + tensor_info.size() + output_metadata.size() + 160);
+  s += p.head;
+  s += ", \"output_metadata\": ";
+  s += output_metadata;
+  s += ", \"tensor_info\": ";
+  s += tensor_info;
+  s += ", \"tensor_details\": {";
+  s += p.in_details;
+  if (!p.in_details.empty() && !out_details.empty()) s += ", ";
+  s += out_details;
+  s += "}, ";
+  s += p.tail;
+  s += ", \"execution_status\": ";
+  append_json_string(s, status);
+  s += ", ";
+  s += p.tail2;
+  return s;
+}
+
 class Recorder final : public CallObserver {
  public:
-  explicit Recorder(Config c) : cfg_(std::move(c)) {}
+  explicit Recorder(Config c)
+      : cfg_(std::move(c)), session_path_(join_like_pathlib(cfg_.dump_dir, "session.jsonl")) {}
 
   void on_call_begin(const OpDecl& decl, std::span<const Value> args) override;
   void on_call_end(const OpDecl& decl, std::span<const Value> args, const Value& result) override;
@@ -332,7 +433,39 @@ class Recorder final : public CallObserver {
     }
   }
 
+  // The call's directory: one mkdir(2); the dump directory itself is created on first use (and
+  // again if someone removed it meanwhile).
+  void make_call_dir(const std::string& dir) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (::mkdir(dir.c_str(), 0777) == 0 || errno == EEXIST) return;
+      if (errno != ENOENT || attempt > 0) break;
+      fs::create_directories(cfg_.dump_dir);
+    }
+    FLASHINFER_FAIL(ErrorCode::kIo, "recorder", "", "cannot create '", dir,
+                    "': ", std::strerror(errno));
+  }
+  // session.jsonl stays open (O_APPEND) for the recorder's life: a line is still one write(2),
+  // and a call saves two open/close pairs.
+  int session_fd() {
+    std::lock_guard<std::mutex> l(mu_);
+    if (session_.fd < 0) session_ = Fd(open_append(session_path_));
+    return session_.fd;
+  }
+
+  // decl.signature() text, built once per op (keyed by address and name: a test may declare
+  // a short-lived op at an address a later one reuses).
+  std::string signature_of(const OpDecl& decl) {
+    std::lock_guard<std::mutex> l(mu_);
+    const auto key = std::make_pair(&decl, decl.name);
+    auto it = signatures_.find(key);
+    if (it == signatures_.end()) it = signatures_.emplace(key, decl.signature()).first;
+    return it->second;
+  }
+
   Config cfg_;
+  std::map<std::pair<const OpDecl*, std::string>, std::string> signatures_;
+  std::string session_path_;
+  Fd session_;
   std::mutex mu_;
   std::map<std::string, int64_t> counters_;
   int64_t dump_count_ = 0;
@@ -360,33 +493,40 @@ void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
     seq = ++counters_[decl.name];
   }
   try {
+    char seqbuf[32];
+    std::snprintf(seqbuf, sizeof(seqbuf), "%04lld", static_cast<long long>(seq));
+    const std::string ts = timestamp_now();
+    const int64_t pid = ::getpid();
     // Arguments: positional parameters are arg_<i> (self is arg_0 of a method), keyword-only
     // ones kwarg_<name> and only when they differ from their default, as a Python caller
     // would have passed them.
     Extracted ex;
-    Json input_meta = Json::object();
-    for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
-      const ParamDecl& pd = decl.params[i];
-      std::string key;
-      if (pd.keyword_only) {
-        if (pd.default_value && *pd.default_value == args[i]) continue;
-        key = "kwarg_" + pd.name;
-      } else {
-        key = "arg_" + std::to_string(i);
+    {
+      PyJsonWriter w(p.head);
+      w.begin_object().key("function_name").string(decl.name).key("module").string(decl.module);
+      w.key("call_sequence").integer(seq).key("timestamp").string(ts);
+      w.key("process_id").integer(pid).key("input_metadata").begin_object();
+      for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
+        const ParamDecl& pd = decl.params[i];
+        std::string key;
+        if (pd.keyword_only) {
+          if (pd.default_value && *pd.default_value == args[i]) continue;
+          key = "kwarg_" + pd.name;
+        } else {
+          key = "arg_" + std::to_string(i);
+        }
+        if (args[i].is_tensor()) {
+          add_tensor(ex, key, args[i].as_tensor());
+        } else {
+          w.key(key);
+          serialize(w, args[i], key, ex, 0);
+        }
       }
-      if (args[i].is_tensor()) {
-        add_tensor(ex, key, args[i].as_tensor());
-      } else {
-        input_meta[key] = serialize(args[i], key, ex, 0);
-      }
+      w.end_object();  // the record itself stays open: record_line() continues it
     }
-    char seqbuf[32];
-    std::snprintf(seqbuf, sizeof(seqbuf), "%04lld", static_cast<long long>(seq));
-    const std::string ts = timestamp_now();
-    const std::string name =
-        ts + "_pid" + std::to_string(::getpid()) + "_" + decl.name + "_call" + seqbuf;
-    p.dir = (fs::path(cfg_.dump_dir) / name).string();
-    fs::create_directories(p.dir);
+    const std::string name = ts + "_pid" + std::to_string(pid) + "_" + decl.name + "_call" + seqbuf;
+    p.dir = join_like_pathlib(cfg_.dump_dir, name);  // as str(Path(DUMP_DIR) / name)
+    make_call_dir(p.dir);
     {
       std::lock_guard<std::mutex> l(mu_);
       const double limit = cfg_.max_size_gb * 1024.0 * 1024.0 * 1024.0;
@@ -394,58 +534,55 @@ void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
         log_line("Dump size limit reached (" + python_float_repr(cfg_.max_size_gb) +
                  " GB). Skipping dump for " + decl.name +
                  ". Increase FLASHINFER_DUMP_MAX_SIZE_GB if needed.");
-        std::error_code ec;
-        fs::remove(p.dir, ec);
+        ::rmdir(p.dir.c_str());
         return;
       }
     }
     write_tensors(p.dir, "inputs", ex.tensors);
-    Json& r = p.record;
-    r["function_name"] = decl.name;
-    r["module"] = decl.module;
-    r["call_sequence"] = seq;
-    r["timestamp"] = ts;
-    r["process_id"] = static_cast<int64_t>(::getpid());
-    r["input_metadata"] = input_meta;
-    r["output_metadata"] = Json::object();
-    r["tensor_info"] = Json{{"input_tensor_keys", keys_json(ex.tensors)},
-                            {"output_tensor_keys", Json::array()},
-                            {"input_size_bytes", ex.bytes},
-                            {"input_size_mb", static_cast<double>(ex.bytes) / 1048576.0}};
-    r["tensor_details"] = tensor_details(ex);
-    r["tensor_format"] = cfg_.safetensors ? "safetensors" : "torch";
-    r["function_signature"] = decl.signature();
-    r["versions"] = versions_json();
-    r["execution_status"] = "inputs_saved";
-    r["graph_capture"] = false;
+    p.in_keys = keys_text(ex.tensors);
+    p.in_details = details_members(ex);
+    p.input_bytes = ex.bytes;
+    p.tail = "\"tensor_format\": ";
+    append_json_string(p.tail, cfg_.safetensors ? "safetensors" : "torch");
+    p.tail += ", \"function_signature\": ";
+    append_json_string(p.tail, signature_of(decl));
+    p.tail += ", \"versions\": ";
+    p.tail += versions_text();
+    p.tail2 = "\"graph_capture\": false";
     if (decl.is_method() && !args.empty() && args[0].kind() == Value::Kind::kObject) {
-      r["self_id"] = args[0].as_object().id;
+      p.tail2 += ", \"self_id\": " + std::to_string(args[0].as_object().id);
     }
-    r["dump_dir"] = join_like_pathlib(cfg_.dump_dir, name);
-    // Extra keys upstream lacks (docs/LOGGING.md): where the call ran.
-    std::string backend = "cpu";
-    for (const auto& [k, d] : ex.original_device) {
-      if (d.is_cuda()) backend = "cuda";
-    }
-    r["backend"] = backend;
-    // Process-wide call order: directory names only resolve milliseconds, so replay uses this
-    // to order calls of one process made within the same millisecond.
-    r["process_sequence"] = g_process_sequence.fetch_add(1, std::memory_order_relaxed) + 1;
-    const std::string line = python_json_dumps(r);
-    append_line(p.dir + "/metadata.jsonl", line);
-    append_line((fs::path(cfg_.dump_dir) / "session.jsonl").string(), line);
+    p.tail2 += ", \"dump_dir\": ";
+    append_json_string(p.tail2, p.dir);
+    // Extra keys upstream lacks (docs/LOGGING.md): where the call ran, and a process-wide
+    // call order (directory names only resolve milliseconds, so replay uses it to order calls
+    // of one process made within the same millisecond).
+    bool cuda = false;
+    for (const Device& d : ex.devices) cuda = cuda || d.is_cuda();
+    p.tail2 += cuda ? ", \"backend\": \"cuda\"" : ", \"backend\": \"cpu\"";
+    p.tail2 += ", \"process_sequence\": " +
+               std::to_string(g_process_sequence.fetch_add(1, std::memory_order_relaxed) + 1) + "}";
+    std::string info =
+        "{\"input_tensor_keys\": " + p.in_keys +
+        ", \"output_tensor_keys\": [], \"input_size_bytes\": " + std::to_string(ex.bytes) +
+        ", \"input_size_mb\": ";
+    append_json_float(info, static_cast<double>(ex.bytes) / 1048576.0);
+    info += "}";
+    const std::string line = record_line(p, "{}", info, "", "inputs_saved");
+    const std::string metadata_path = p.dir + "/metadata.jsonl";
+    p.metadata = Fd(open_append(metadata_path));
+    write_line(p.metadata.fd, metadata_path, line);
+    write_line(session_fd(), session_path_, line);
     int64_t count = 0;
     {
       std::lock_guard<std::mutex> l(mu_);
       count = ++dump_count_;
       total_bytes_ += ex.bytes;
     }
-    p.input_bytes = ex.bytes;
     p.dumping = true;
-    log_line("Dumped inputs to: " + r["dump_dir"].get<std::string>() + " (size: " + mb(ex.bytes) +
-             " MB, total: " + std::to_string(count) + "/" + std::to_string(cfg_.max_count) +
-             " dumps)");
-    log_line("Inputs dumped to: " + r["dump_dir"].get<std::string>());
+    log_line("Dumped inputs to: " + p.dir + " (size: " + mb(ex.bytes) + " MB, total: " +
+             std::to_string(count) + "/" + std::to_string(cfg_.max_count) + " dumps)");
+    log_line("Inputs dumped to: " + p.dir);
   } catch (const std::exception& e) {
     p.dumping = false;
     fail_once(std::string("dumping ") + decl.name + ": " + e.what());
@@ -459,21 +596,28 @@ void Recorder::on_call_end(const OpDecl& decl, std::span<const Value> args, cons
   if (!p.dumping) return;
   try {
     Extracted out;
-    Json out_meta = Json::object();
-    if (result.is_tensor()) {
-      add_tensor(out, "result", result.as_tensor());
-    } else if (result.kind() == Value::Kind::kTuple) {
-      const auto& items = result.items();
-      for (std::size_t i = 0; i < items.size(); ++i) {
-        const std::string key = "result_" + std::to_string(i);
-        if (items[i].is_tensor()) {
-          add_tensor(out, key, items[i].as_tensor());
-        } else {
-          out_meta[key] = serialize(items[i], key, out, 0);
+    std::string out_meta;
+    {
+      PyJsonWriter w(out_meta);
+      w.begin_object();
+      if (result.is_tensor()) {
+        add_tensor(out, "result", result.as_tensor());
+      } else if (result.kind() == Value::Kind::kTuple) {
+        const auto& items = result.items();
+        for (std::size_t i = 0; i < items.size(); ++i) {
+          const std::string key = "result_" + std::to_string(i);
+          if (items[i].is_tensor()) {
+            add_tensor(out, key, items[i].as_tensor());
+          } else {
+            w.key(key);
+            serialize(w, items[i], key, out, 0);
+          }
         }
+      } else {
+        w.key("result");
+        serialize(w, result, "result", out, 0);
       }
-    } else {
-      out_meta["result"] = serialize(result, "result", out, 0);
+      w.end_object();
     }
     write_tensors(p.dir, "outputs", out.tensors);
     // Arguments the op wrote into, keyed like the inputs (replay compares them).
@@ -494,32 +638,30 @@ void Recorder::on_call_end(const OpDecl& decl, std::span<const Value> args, cons
       }
     }
     write_tensors(p.dir, "mutated", mutated.tensors);
-    Json& r = p.record;
-    r["output_metadata"] = out_meta;
-    Json& info = r["tensor_info"];
-    info["output_tensor_keys"] = keys_json(out.tensors);
-    info["output_size_bytes"] = out.bytes;
-    info["output_size_mb"] = static_cast<double>(out.bytes) / 1048576.0;
-    info["total_size_bytes"] = p.input_bytes + out.bytes;
-    info["total_size_mb"] = static_cast<double>(p.input_bytes + out.bytes) / 1048576.0;
-    info["mutated_tensor_keys"] = keys_json(mutated.tensors);
-    const Json out_details = tensor_details(out);
-    for (auto it = out_details.begin(); it != out_details.end(); ++it) {
-      r["tensor_details"][it.key()] = it.value();
-    }
-    r["execution_status"] = "completed";
-    const std::string line = python_json_dumps(r);
-    append_line(p.dir + "/metadata.jsonl", line);
-    append_line((fs::path(cfg_.dump_dir) / "session.jsonl").string(), line);
+    const uint64_t total_call = p.input_bytes + out.bytes;
+    std::string info = "{\"input_tensor_keys\": " + p.in_keys +
+                       ", \"output_tensor_keys\": " + keys_text(out.tensors) +
+                       ", \"input_size_bytes\": " + std::to_string(p.input_bytes) +
+                       ", \"input_size_mb\": ";
+    append_json_float(info, static_cast<double>(p.input_bytes) / 1048576.0);
+    info += ", \"output_size_bytes\": " + std::to_string(out.bytes) + ", \"output_size_mb\": ";
+    append_json_float(info, static_cast<double>(out.bytes) / 1048576.0);
+    info += ", \"total_size_bytes\": " + std::to_string(total_call) + ", \"total_size_mb\": ";
+    append_json_float(info, static_cast<double>(total_call) / 1048576.0);
+    info += ", \"mutated_tensor_keys\": " + keys_text(mutated.tensors) + "}";
+    const std::string line = record_line(p, out_meta, info, details_members(out), "completed");
+    write_line(p.metadata.fd, p.dir + "/metadata.jsonl", line);
+    p.metadata.reset();
+    write_line(session_fd(), session_path_, line);
     uint64_t total = 0;
     {
       std::lock_guard<std::mutex> l(mu_);
       total_bytes_ += out.bytes;
       total = total_bytes_;
     }
-    log_line("Dumped outputs to: " + r["dump_dir"].get<std::string>() +
-             " (output size: " + mb(out.bytes) + " MB, total dump size: " + mb(total) + " MB)");
-    log_line("Outputs dumped to: " + r["dump_dir"].get<std::string>());
+    log_line("Dumped outputs to: " + p.dir + " (output size: " + mb(out.bytes) +
+             " MB, total dump size: " + mb(total) + " MB)");
+    log_line("Outputs dumped to: " + p.dir);
   } catch (const std::exception& e) {
     fail_once(std::string("dumping the outputs of ") + decl.name + ": " + e.what());
   }

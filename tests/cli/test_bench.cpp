@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
+#include "util/run_command.h"
 
 namespace {
 
@@ -22,16 +23,9 @@ struct CliResult {
 };
 
 CliResult run(const std::string& args) {
-  const std::string cmd = std::string(FLASHINFER_TEST_BIN_DIR) + "/flashinfer " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  CliResult r{-1, ""};
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  const auto r = flashinfer::testing::run_command(std::string(FLASHINFER_TEST_BIN_DIR) +
+                                                  "/flashinfer " + args);
+  return {r.status, r.out};
 }
 
 std::vector<std::string> split(const std::string& line) {

@@ -15,6 +15,7 @@
 #include "flashinfer/tensor_io.h"
 #include "formats/pickle_writer.h"
 #include "formats/zip_writer.h"
+#include "util/run_command.h"
 
 namespace flashinfer {
 namespace {
@@ -33,18 +34,9 @@ fs::path scratch(const std::string& name) {
 }
 
 std::string run(const std::string& cmd, int* status) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  if (!p) {
-    *status = -1;
-    return out;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
+  auto r = testing::run_command(cmd);
+  *status = r.status;
+  return r.out;
 }
 
 bool python_has_uncached(const std::string& module) {

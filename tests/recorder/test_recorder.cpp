@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "flashinfer/recorder.h"
 #include "flashinfer/tensor_io.h"
 #include "recorder/recorder_internal.h"
+#include "util/run_command.h"
 #include "util/test_util.h"
 
 namespace flashinfer {
@@ -425,6 +427,76 @@ TEST_F(DumpTest, StartupBannerNamesTheDirectoryAndFilters) {
 }
 
 // The seed page's "Scanning Session History" script, run by Python on our session.jsonl.
+// A user op taking any value and returning a tuple, to exercise every serialized value form.
+const OpDecl& echo_decl() {
+  static const OpDecl& d = [] {
+    OpDecl decl;
+    decl.name = "echo_op";
+    decl.module = "tests.recorder";
+    decl.params = {ParamDecl("a", ParamKind::kAny), ParamDecl("b", ParamKind::kAny),
+                   ParamDecl("c", ParamKind::kAny).opt().kw()};
+    decl.returns = "tuple";
+    decl.invoke = [](const CallArgs& a) -> Value { return a[0]; };
+    return std::cref(register_op(std::move(decl)));
+  }();
+  return d;
+}
+
+Value echo(const Value& a, const Value& b, const Value& c) {
+  return call_api(
+      &echo_decl,
+      [&] {
+        return Value::tuple({a.is_tensor() ? Value(a.as_tensor().clone()) : a, Value(int64_t{7}),
+                             Value("done \u00e9"), Value(0.1)});
+      },
+      a, b, c);
+}
+
+TEST_F(DumpTest, RecordsAreExactlyPythonJsonDumpsText) {
+  start();
+  Tensor x = Tensor::from_vector({1, 2, 3, 4}, {2, 2}, DType::kFloat32);
+  const Value nested = Value::list(
+      {Value(x), Value::tuple({Value(x.select(0, 1)), Value(1e-06), Value(false)}),
+       Value::dict({{Value("k\"ey\\"), Value(DType::kBFloat16)},
+                    {Value(int64_t{3}), Value(EnumValue{"PosEncodingMode", "NONE", "0"})}}),
+       Value("tab\tnew\nline \u2603 \U0001F600")});
+  echo(Value(x), nested, Value(EnumValue{"TensorLayout", "HND", "HND"}));
+  // Python's json writes non-finite floats bare (nlohmann cannot parse them; Python can).
+  echo(Value(int64_t{-5}), Value(-std::numeric_limits<double>::infinity()), Value());
+  recorder::stop();
+  // Python re-serializes each line to the very same text: same keys, order, separators,
+  // escapes and float spellings as json.dumps.
+  const std::string script = R"PY(
+import json, sys
+n = 0
+for line in open(sys.argv[1], encoding="ascii"):
+    line = line.rstrip("\n")
+    again = json.dumps(json.loads(line))
+    if again != line:
+        print("DIFFERENT\n" + line + "\n" + again)
+        sys.exit(1)
+    n += 1
+print(f"{n} lines identical")
+)PY";
+  const fs::path sp = dir_ / "redump.py";
+  std::ofstream(sp) << script;
+  const auto r = testing::run_command("/usr/bin/python3 " + sp.string() + " " +
+                                      (dir_ / "session.jsonl").string());
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("4 lines identical"), std::string::npos) << r.out;
+  EXPECT_NE(raw_lines(call_dirs()[1] / "metadata.jsonl")[0].find("\"arg_1\": -Infinity"),
+            std::string::npos);
+  // The nested tensors are keyed as upstream keys them, and the tuple output's scalars are
+  // recorded under result_<i>.
+  const auto l = lines(call_dirs()[0] / "metadata.jsonl");
+  EXPECT_EQ(l[0]["tensor_info"]["input_tensor_keys"], json({"arg_0", "arg_1__0", "arg_1__1__0"}));
+  EXPECT_EQ(l[0]["input_metadata"]["arg_1"]["items"][2]["items"][1]["value"]["value"], 0);
+  EXPECT_EQ(l[0]["input_metadata"]["kwarg_c"]["value"], "HND");
+  EXPECT_EQ(l[1]["tensor_info"]["output_tensor_keys"], json({"result_0"}));
+  EXPECT_EQ(l[1]["output_metadata"]["result_1"], 7);
+  EXPECT_EQ(l[1]["output_metadata"]["result_3"], 0.1);
+}
+
 TEST_F(DumpTest, UpstreamSessionScannerReadsOurSession) {
   start();
   Tensor x = Tensor::from_vector({1}, {1}, DType::kFloat32);
@@ -462,13 +534,9 @@ if incomplete:
 )PY";
   const fs::path sp = dir_ / "scan.py";
   std::ofstream(sp) << script;
-  FILE* p = popen(("/usr/bin/python3 " + sp.string() + " " + dir_.string() + " 2>&1").c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  ASSERT_EQ(pclose(p), 0) << out;
+  const auto [status, out] =
+      testing::run_command("/usr/bin/python3 " + sp.string() + " " + dir_.string());
+  ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find("Total completed calls: 3"), std::string::npos) << out;
   EXPECT_NE(out.find("  probe_op: 2"), std::string::npos) << out;
   EXPECT_NE(out.find("  rmsnorm: 1"), std::string::npos) << out;

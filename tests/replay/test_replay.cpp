@@ -13,6 +13,7 @@
 #include "flashinfer/replay.h"
 #include "flashinfer/tensor_io.h"
 #include "recorder/recorder_internal.h"
+#include "util/run_command.h"
 
 namespace flashinfer {
 namespace {
@@ -336,15 +337,9 @@ with open(d + "/metadata.jsonl", "w") as f:
 }
 
 std::string run_cli(const std::string& args, int* status) {
-  FILE* p =
-      popen((std::string(FLASHINFER_TEST_BIN_DIR) + "/flashinfer " + args + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
+  auto r = testing::run_command(std::string(FLASHINFER_TEST_BIN_DIR) + "/flashinfer " + args);
+  *status = r.status;
+  return r.out;
 }
 
 TEST_F(ReplayTest, CliReportsEachCallAndFailsOnMismatch) {
