@@ -28,6 +28,19 @@ void start(const Config& config);
 void stop();
 bool active();
 
+/// CUDA graphs (upstream's flush_graph_dumps). A call made while its stream is being captured
+/// into a CUDA graph cannot copy its tensors (that would break the capture): its directory and
+/// records are written with execution_status "graph_capture_pending_flush" and its tensors are
+/// held by reference. After launching the graph, call flush_graph_dumps(): it synchronizes the
+/// devices involved (unless `synchronize` is false) and writes every pending call's files as
+/// they are now, both in the call's directory (latest values) and in a new
+/// graph_flushes/flush_<k>/ snapshot, with records in both. Returns the number of entries
+/// written (an inputs and an outputs entry per call). What is pending at a normal exit is
+/// flushed then.
+int flush_graph_dumps(bool synchronize = true);
+/// Drops every pending captured call (and the snapshot counters); returns how many entries.
+int clear_graph_dumps();
+
 struct Stats {
   int64_t dumps = 0;         // call directories created
   uint64_t total_bytes = 0;  // logical tensor bytes written (inputs + outputs)

@@ -77,6 +77,24 @@ void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, 
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
+bool cuda_current_stream_capturing() {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t err =
+      cudaStreamIsCapturing(static_cast<cudaStream_t>(current_cuda_stream()), &status);
+  if (err == cudaErrorStreamCaptureImplicit) {
+    (void)cudaGetLastError();  // another stream captures in global mode
+    return true;
+  }
+  if (err != cudaSuccess) (void)cudaGetLastError();  // not sticky; keep it out of the caller's way
+  check(err, "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
+}
+
+void cuda_device_synchronize(int device) {
+  DeviceGuard g(device);
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
 std::string cuda_device_name(int device) {
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
@@ -111,6 +129,8 @@ void cuda_device_free(void*, int) noexcept {}
 void cuda_memcpy(void*, const void*, std::size_t, CopyKind, int) { no_cuda("cuda_memcpy"); }
 std::string cuda_device_name(int) { no_cuda("cuda_device_name"); }
 int cuda_compute_capability(int) { no_cuda("cuda_compute_capability"); }
+bool cuda_current_stream_capturing() { return false; }
+void cuda_device_synchronize(int) {}
 std::string cuda_runtime_version() { return ""; }
 
 #endif

@@ -18,6 +18,12 @@ void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, 
 /// "NVIDIA H100 80GB HBM3", compute capability as major*10+minor.
 std::string cuda_device_name(int device);
 int cuda_compute_capability(int device);
+/// Whether the current stream (current_cuda_stream()) is being captured into a CUDA graph; a
+/// capture in global mode on another stream also counts (querying the legacy stream then would
+/// invalidate it). False without the CUDA backend.
+bool cuda_current_stream_capturing();
+/// cudaDeviceSynchronize on `device` (no-op without the CUDA backend).
+void cuda_device_synchronize(int device);
 /// "13.0" for the runtime the backend was built with.
 std::string cuda_runtime_version();
 

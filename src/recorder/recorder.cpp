@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -127,15 +129,49 @@ std::string mb(uint64_t bytes) {
 }
 
 struct Extracted {
-  NamedTensors tensors;         // staged host copies, in key order of appearance
+  NamedTensors tensors;         // staged host copies (references during a graph capture)
   std::vector<Device> devices;  // each one's original device
   uint64_t bytes = 0;
+  bool by_reference = false;  // CUDA-graph capture: no copy now, values taken at flush time
 };
 
 void add_tensor(Extracted& ex, const std::string& key, const Tensor& t) {
   ex.devices.push_back(t.device());
-  ex.tensors.emplace_back(key, detail::to_device_keep_layout(t, Device::cpu()));
+  ex.tensors.emplace_back(key,
+                          ex.by_reference ? t : detail::to_device_keep_layout(t, Device::cpu()));
   ex.bytes += t.nbytes();
+}
+
+bool any_cuda(const Value& v) {
+  if (v.is_tensor()) return v.as_tensor().device().is_cuda();
+  if (v.kind() == Value::Kind::kList || v.kind() == Value::Kind::kTuple) {
+    for (const Value& x : v.items()) {
+      if (any_cuda(x)) return true;
+    }
+  }
+  if (v.kind() == Value::Kind::kDict) {
+    for (const auto& [k, x] : v.dict_items()) {
+      if (any_cuda(k) || any_cuda(x)) return true;
+    }
+  }
+  return false;
+}
+
+std::mutex g_probe_mu;
+std::function<bool()> g_capture_probe;  // tests pretend a capture with it
+
+// Whether this call is being captured into a CUDA graph: then copying its tensors would break
+// the capture. Only calls with a CUDA tensor ask the runtime (a CPU call must not create a
+// CUDA context).
+bool capture_in_progress(std::span<const Value> args) {
+  {
+    std::lock_guard<std::mutex> l(g_probe_mu);
+    if (g_capture_probe) return g_capture_probe();
+  }
+  for (const Value& a : args) {
+    if (any_cuda(a)) return detail::cuda_current_stream_capturing();
+  }
+  return false;
 }
 
 // Writes one argument as upstream's _serialize_value does, collecting its tensors under their
@@ -353,44 +389,76 @@ std::string keys_text(const NamedTensors& t) {
 
 std::atomic<int64_t> g_process_sequence{0};
 
-struct Pending {
-  bool dumping = false;
-  std::string dir;  // filesystem path of the call directory
-  Fd metadata;      // <dir>/metadata.jsonl, open from line 1 to line 2
-  // The record's text in the pieces line 2 repeats from line 1 (records are written as text
-  // directly: building a JSON document per call cost more than the files).
+// A call's record as text, in the pieces line 2 (and a graph flush's lines) repeat from line 1
+// (records are written as text directly: building a JSON document per call cost more than
+// the files).
+struct RecordParts {
   std::string head;        // '{"function_name": ..., "input_metadata": {...}'
   std::string in_keys;     // '["arg_0", ...]'
   std::string in_details;  // '"arg_0": {...}, ...'
   std::string tail;        // '"tensor_format": ..., "versions": {...}'
-  std::string tail2;       // '"graph_capture": ..., "process_sequence": N}'
+  std::string flags;       // '"graph_capture": ...[, "self_id": N]'
+  std::string trailer;     // '"backend": ..., "process_sequence": N'
   uint64_t input_bytes = 0;
 };
 
-// One record line: the keys and their order are upstream's (reference section 3.4).
-std::string record_line(const Pending& p, std::string_view output_metadata,
-                        std::string_view tensor_info, std::string_view out_details,
-                        std::string_view status) {
+struct Pending {
+  bool dumping = false;
+  bool graph = false;  // captured into a CUDA graph: files wait for flush_graph_dumps()
+  std::string dir;     // filesystem path of the call directory
+  Fd metadata;         // <dir>/metadata.jsonl, open from line 1 to line 2
+  std::shared_ptr<RecordParts> rec;  // set once the call is to be dumped
+  NamedTensors graph_inputs;         // references, when captured
+};
+
+// What line 2 adds to line 1.
+struct Outcome {
+  std::string output_metadata = "{}";
+  std::string tensor_info;
+  std::string out_details;
+};
+
+// One record line: the keys and their order are upstream's (reference section 3.4); `extra`
+// holds keys appended after them (", \"k\": v" ...).
+std::string record_line(const RecordParts& p, const Outcome& o, std::string_view status,
+                        std::string_view dump_dir, std::string_view extra = {}) {
   std::string s;
-  s.reserve(p.head.size() + p.in_details.size() + out_details.size() + p.tail.size() +
-            p.tail2.size() + tensor_info.size() + output_metadata.size() + 160);
+  s.reserve(p.head.size() + p.in_details.size() + o.out_details.size() + p.tail.size() +
+            o.tensor_info.size() + o.output_metadata.size() + dump_dir.size() + extra.size() + 256);
   s += p.head;
   s += ", \"output_metadata\": ";
-  s += output_metadata;
+  s += o.output_metadata;
   s += ", \"tensor_info\": ";
-  s += tensor_info;
+  s += o.tensor_info;
   s += ", \"tensor_details\": {";
   s += p.in_details;
-  if (!p.in_details.empty() && !out_details.empty()) s += ", ";
-  s += out_details;
+  if (!p.in_details.empty() && !o.out_details.empty()) s += ", ";
+  s += o.out_details;
   s += "}, ";
   s += p.tail;
   s += ", \"execution_status\": ";
   append_json_string(s, status);
   s += ", ";
-  s += p.tail2;
+  s += p.flags;
+  s += ", \"dump_dir\": ";
+  append_json_string(s, dump_dir);
+  s += ", ";
+  s += p.trailer;
+  s += extra;
+  s += '}';
   return s;
 }
+
+// A captured call's tensors, held by reference until flush_graph_dumps() writes them
+// (reference section 3.8).
+struct GraphEntry {
+  std::string dir;                            // the call's directory
+  std::shared_ptr<const RecordParts> record;  // the record as of this entry's line
+  Outcome outcome;                            // for an outputs entry
+  bool outputs = false;                       // "inputs" or "outputs" entry
+  NamedTensors tensors;
+  NamedTensors mutated;  // arguments the op wrote into (outputs entry only)
+};
 
 class Recorder final : public CallObserver {
  public:
@@ -407,6 +475,15 @@ class Recorder final : public CallObserver {
   Stats stats() {
     std::lock_guard<std::mutex> l(mu_);
     return {dump_count_, total_bytes_, failed_};
+  }
+
+  int flush_graph(const char* why, bool synchronize);
+  int clear_graph() {
+    std::lock_guard<std::mutex> l(graph_mu_);
+    const int n = static_cast<int>(graph_entries_.size());
+    graph_entries_.clear();
+    flush_index_.clear();
+    return n;
   }
 
  private:
@@ -431,6 +508,10 @@ class Recorder final : public CallObserver {
     } else {
       save_torch(dir + "/" + stem + ".pt", t);
     }
+  }
+  void append(const std::string& path, const std::string& line) {
+    Fd fd(open_append(path));
+    write_line(fd.fd, path, line);
   }
 
   // The call's directory: one mkdir(2); the dump directory itself is created on first use (and
@@ -462,6 +543,8 @@ class Recorder final : public CallObserver {
     return it->second;
   }
 
+  void add_graph_entry(GraphEntry e);
+
   Config cfg_;
   std::map<std::pair<const OpDecl*, std::string>, std::string> signatures_;
   std::string session_path_;
@@ -471,6 +554,9 @@ class Recorder final : public CallObserver {
   int64_t dump_count_ = 0;
   uint64_t total_bytes_ = 0;
   bool failed_ = false;
+  std::mutex graph_mu_;  // the captured calls waiting for flush_graph_dumps()
+  std::vector<GraphEntry> graph_entries_;
+  std::map<std::string, int> flush_index_;  // per call directory
 };
 
 void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
@@ -493,16 +579,20 @@ void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
     seq = ++counters_[decl.name];
   }
   try {
+    p.rec = std::make_shared<RecordParts>();
+    p.graph = capture_in_progress(args);
     char seqbuf[32];
     std::snprintf(seqbuf, sizeof(seqbuf), "%04lld", static_cast<long long>(seq));
     const std::string ts = timestamp_now();
     const int64_t pid = ::getpid();
+    RecordParts& rec = *p.rec;
     // Arguments: positional parameters are arg_<i> (self is arg_0 of a method), keyword-only
     // ones kwarg_<name> and only when they differ from their default, as a Python caller
     // would have passed them.
     Extracted ex;
+    ex.by_reference = p.graph;
     {
-      PyJsonWriter w(p.head);
+      PyJsonWriter w(rec.head);
       w.begin_object().key("function_name").string(decl.name).key("module").string(decl.module);
       w.key("call_sequence").integer(seq).key("timestamp").string(ts);
       w.key("process_id").integer(pid).key("input_metadata").begin_object();
@@ -538,41 +628,45 @@ void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
         return;
       }
     }
-    write_tensors(p.dir, "inputs", ex.tensors);
-    p.in_keys = keys_text(ex.tensors);
-    p.in_details = details_members(ex);
-    p.input_bytes = ex.bytes;
-    p.tail = "\"tensor_format\": ";
-    append_json_string(p.tail, cfg_.safetensors ? "safetensors" : "torch");
-    p.tail += ", \"function_signature\": ";
-    append_json_string(p.tail, signature_of(decl));
-    p.tail += ", \"versions\": ";
-    p.tail += versions_text();
-    p.tail2 = "\"graph_capture\": false";
+    if (!p.graph) write_tensors(p.dir, "inputs", ex.tensors);
+    rec.in_keys = keys_text(ex.tensors);
+    rec.in_details = details_members(ex);
+    rec.input_bytes = ex.bytes;
+    rec.tail = "\"tensor_format\": ";
+    append_json_string(rec.tail, cfg_.safetensors ? "safetensors" : "torch");
+    rec.tail += ", \"function_signature\": ";
+    append_json_string(rec.tail, signature_of(decl));
+    rec.tail += ", \"versions\": ";
+    rec.tail += versions_text();
+    rec.flags = p.graph ? "\"graph_capture\": true" : "\"graph_capture\": false";
     if (decl.is_method() && !args.empty() && args[0].kind() == Value::Kind::kObject) {
-      p.tail2 += ", \"self_id\": " + std::to_string(args[0].as_object().id);
+      rec.flags += ", \"self_id\": " + std::to_string(args[0].as_object().id);
     }
-    p.tail2 += ", \"dump_dir\": ";
-    append_json_string(p.tail2, p.dir);
     // Extra keys upstream lacks (docs/LOGGING.md): where the call ran, and a process-wide
     // call order (directory names only resolve milliseconds, so replay uses it to order calls
     // of one process made within the same millisecond).
     bool cuda = false;
     for (const Device& d : ex.devices) cuda = cuda || d.is_cuda();
-    p.tail2 += cuda ? ", \"backend\": \"cuda\"" : ", \"backend\": \"cpu\"";
-    p.tail2 += ", \"process_sequence\": " +
-               std::to_string(g_process_sequence.fetch_add(1, std::memory_order_relaxed) + 1) + "}";
-    std::string info =
-        "{\"input_tensor_keys\": " + p.in_keys +
+    rec.trailer = cuda ? "\"backend\": \"cuda\"" : "\"backend\": \"cpu\"";
+    rec.trailer += ", \"process_sequence\": " +
+                   std::to_string(g_process_sequence.fetch_add(1, std::memory_order_relaxed) + 1);
+    Outcome none;
+    none.tensor_info =
+        "{\"input_tensor_keys\": " + rec.in_keys +
         ", \"output_tensor_keys\": [], \"input_size_bytes\": " + std::to_string(ex.bytes) +
         ", \"input_size_mb\": ";
-    append_json_float(info, static_cast<double>(ex.bytes) / 1048576.0);
-    info += "}";
-    const std::string line = record_line(p, "{}", info, "", "inputs_saved");
+    append_json_float(none.tensor_info, static_cast<double>(ex.bytes) / 1048576.0);
+    none.tensor_info += "}";
+    const std::string line =
+        record_line(rec, none, p.graph ? "graph_capture_pending_flush" : "inputs_saved", p.dir);
     const std::string metadata_path = p.dir + "/metadata.jsonl";
     p.metadata = Fd(open_append(metadata_path));
     write_line(p.metadata.fd, metadata_path, line);
     write_line(session_fd(), session_path_, line);
+    if (p.graph) {
+      p.graph_inputs = ex.tensors;
+      add_graph_entry({p.dir, p.rec, std::move(none), false, std::move(ex.tensors), {}});
+    }
     int64_t count = 0;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -580,8 +674,9 @@ void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
       total_bytes_ += ex.bytes;
     }
     p.dumping = true;
-    log_line("Dumped inputs to: " + p.dir + " (size: " + mb(ex.bytes) + " MB, total: " +
-             std::to_string(count) + "/" + std::to_string(cfg_.max_count) + " dumps)");
+    log_line("Dumped inputs to: " + p.dir + " (size: " + mb(ex.bytes) +
+             " MB, total: " + std::to_string(count) + "/" + std::to_string(cfg_.max_count) +
+             " dumps" + (p.graph ? ", graph-deferred)" : ")"));
     log_line("Inputs dumped to: " + p.dir);
   } catch (const std::exception& e) {
     p.dumping = false;
@@ -596,9 +691,11 @@ void Recorder::on_call_end(const OpDecl& decl, std::span<const Value> args, cons
   if (!p.dumping) return;
   try {
     Extracted out;
-    std::string out_meta;
+    out.by_reference = p.graph;
+    Outcome o;
+    o.output_metadata.clear();
     {
-      PyJsonWriter w(out_meta);
+      PyJsonWriter w(o.output_metadata);
       w.begin_object();
       if (result.is_tensor()) {
         add_tensor(out, "result", result.as_tensor());
@@ -619,9 +716,9 @@ void Recorder::on_call_end(const OpDecl& decl, std::span<const Value> args, cons
       }
       w.end_object();
     }
-    write_tensors(p.dir, "outputs", out.tensors);
     // Arguments the op wrote into, keyed like the inputs (replay compares them).
     Extracted mutated;
+    mutated.by_reference = p.graph;
     for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
       const ParamDecl& pd = decl.params[i];
       if (!pd.mutated) continue;
@@ -637,22 +734,34 @@ void Recorder::on_call_end(const OpDecl& decl, std::span<const Value> args, cons
         }
       }
     }
-    write_tensors(p.dir, "mutated", mutated.tensors);
-    const uint64_t total_call = p.input_bytes + out.bytes;
-    std::string info = "{\"input_tensor_keys\": " + p.in_keys +
-                       ", \"output_tensor_keys\": " + keys_text(out.tensors) +
-                       ", \"input_size_bytes\": " + std::to_string(p.input_bytes) +
-                       ", \"input_size_mb\": ";
-    append_json_float(info, static_cast<double>(p.input_bytes) / 1048576.0);
-    info += ", \"output_size_bytes\": " + std::to_string(out.bytes) + ", \"output_size_mb\": ";
-    append_json_float(info, static_cast<double>(out.bytes) / 1048576.0);
-    info += ", \"total_size_bytes\": " + std::to_string(total_call) + ", \"total_size_mb\": ";
-    append_json_float(info, static_cast<double>(total_call) / 1048576.0);
-    info += ", \"mutated_tensor_keys\": " + keys_text(mutated.tensors) + "}";
-    const std::string line = record_line(p, out_meta, info, details_members(out), "completed");
+    if (!p.graph) {
+      write_tensors(p.dir, "outputs", out.tensors);
+      write_tensors(p.dir, "mutated", mutated.tensors);
+    }
+    const RecordParts& rec = *p.rec;
+    const uint64_t total_call = rec.input_bytes + out.bytes;
+    o.tensor_info = "{\"input_tensor_keys\": " + rec.in_keys +
+                    ", \"output_tensor_keys\": " + keys_text(out.tensors) +
+                    ", \"input_size_bytes\": " + std::to_string(rec.input_bytes) +
+                    ", \"input_size_mb\": ";
+    append_json_float(o.tensor_info, static_cast<double>(rec.input_bytes) / 1048576.0);
+    o.tensor_info +=
+        ", \"output_size_bytes\": " + std::to_string(out.bytes) + ", \"output_size_mb\": ";
+    append_json_float(o.tensor_info, static_cast<double>(out.bytes) / 1048576.0);
+    o.tensor_info +=
+        ", \"total_size_bytes\": " + std::to_string(total_call) + ", \"total_size_mb\": ";
+    append_json_float(o.tensor_info, static_cast<double>(total_call) / 1048576.0);
+    o.tensor_info += ", \"mutated_tensor_keys\": " + keys_text(mutated.tensors) + "}";
+    o.out_details = details_members(out);
+    const std::string line =
+        record_line(rec, o, p.graph ? "graph_capture_pending_flush" : "completed", p.dir);
     write_line(p.metadata.fd, p.dir + "/metadata.jsonl", line);
     p.metadata.reset();
     write_line(session_fd(), session_path_, line);
+    if (p.graph) {
+      add_graph_entry(
+          {p.dir, p.rec, std::move(o), true, std::move(out.tensors), std::move(mutated.tensors)});
+    }
     uint64_t total = 0;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -665,6 +774,85 @@ void Recorder::on_call_end(const OpDecl& decl, std::span<const Value> args, cons
   } catch (const std::exception& e) {
     fail_once(std::string("dumping the outputs of ") + decl.name + ": " + e.what());
   }
+}
+
+int flush_graph_dumps_at_exit();
+
+void Recorder::add_graph_entry(GraphEntry e) {
+  std::lock_guard<std::mutex> l(graph_mu_);
+  graph_entries_.push_back(std::move(e));
+  // Values captured in a graph exist only once the graph runs: what is still pending when the
+  // process exits normally is written then (a killed process loses it, as upstream's does).
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit([] { flush_graph_dumps_at_exit(); }); });
+}
+
+// Writes every captured call's tensors as they are now: <dir>/<kind> (the latest values) and
+// <dir>/graph_flushes/flush_<k>/<kind> (this flush's snapshot), with records in both
+// (reference section 3.8). Returns the number of entries written.
+int Recorder::flush_graph(const char* why, bool synchronize) {
+  std::lock_guard<std::mutex> l(graph_mu_);
+  if (graph_entries_.empty()) return 0;
+  try {
+    if (synchronize) {
+      std::vector<int> devices;
+      for (const GraphEntry& e : graph_entries_) {
+        for (const auto& [k, t] : e.tensors) {
+          if (t.device().is_cuda()) devices.push_back(t.device().index);
+        }
+      }
+      std::sort(devices.begin(), devices.end());
+      devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+      for (int d : devices) detail::cuda_device_synchronize(d);
+    }
+    std::map<std::string, int> index;  // this flush's snapshot number per call directory
+    for (const GraphEntry& e : graph_entries_) {
+      if (!index.count(e.dir)) index[e.dir] = ++flush_index_[e.dir];
+    }
+    for (const GraphEntry& e : graph_entries_) {
+      const int k = index[e.dir];
+      char sub[32];
+      std::snprintf(sub, sizeof(sub), "flush_%04d", k);
+      const std::string snap = e.dir + "/graph_flushes/" + sub;
+      fs::create_directories(snap);  // also recreates a call directory removed meanwhile
+      auto stage = [](const NamedTensors& refs) {
+        NamedTensors host;
+        for (const auto& [key, t] : refs) {
+          host.emplace_back(key, detail::to_device_keep_layout(t, Device::cpu()));
+        }
+        return host;
+      };
+      const char* kind = e.outputs ? "outputs" : "inputs";
+      const NamedTensors host = stage(e.tensors);
+      write_tensors(e.dir, kind, host);
+      write_tensors(snap, kind, host);
+      if (e.outputs) {
+        const NamedTensors m = stage(e.mutated);
+        write_tensors(e.dir, "mutated", m);
+        write_tensors(snap, "mutated", m);
+      }
+      const char* status = e.outputs ? "completed" : "inputs_saved";
+      std::string extra =
+          ", \"graph_capture_flushed\": true, \"graph_capture_flush_index\": " + std::to_string(k) +
+          ", \"graph_capture_snapshot_dir\": ";
+      append_json_string(extra, snap);
+      const std::string base_line = record_line(*e.record, e.outcome, status, e.dir, extra);
+      append(e.dir + "/metadata.jsonl", base_line);
+      write_line(session_fd(), session_path_, base_line);
+      extra += ", \"graph_capture_base_dump_dir\": ";
+      append_json_string(extra, e.dir);
+      const std::string snap_line = record_line(*e.record, e.outcome, status, snap, extra);
+      append(snap + "/metadata.jsonl", snap_line);
+      write_line(session_fd(), session_path_, snap_line);
+    }
+  } catch (const std::exception& e) {
+    fail_once(std::string("flushing CUDA-graph dumps: ") + e.what());
+    return 0;
+  }
+  const int n = static_cast<int>(graph_entries_.size());
+  log_line(std::string("flush_graph_dumps (") + why + "): wrote " + std::to_string(n) +
+           " pending entries");
+  return n;
 }
 
 std::mutex g_mu;
@@ -683,6 +871,40 @@ void stop() {
   std::lock_guard<std::mutex> l(g_mu);
   if (g_recorder) remove_call_observer(g_recorder);
   g_recorder.reset();
+}
+
+int flush_graph_dumps(bool synchronize) {
+  std::shared_ptr<Recorder> r;
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    r = g_recorder;
+  }
+  return r ? r->flush_graph("explicit", synchronize) : 0;
+}
+
+int clear_graph_dumps() {
+  std::shared_ptr<Recorder> r;
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    r = g_recorder;
+  }
+  return r ? r->clear_graph() : 0;
+}
+
+namespace {
+int flush_graph_dumps_at_exit() {
+  std::shared_ptr<Recorder> r;
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    r = g_recorder;
+  }
+  return r ? r->flush_graph("atexit", true) : 0;
+}
+}  // namespace
+
+void set_capture_probe(std::function<bool()> probe) {
+  std::lock_guard<std::mutex> l(g_probe_mu);
+  g_capture_probe = std::move(probe);
 }
 
 bool active() {
@@ -720,6 +942,9 @@ std::string startup_banner(const Config& c) {
   };
   if (!c.include.empty()) s += "Include filter: " + list(c.include) + "\n";
   if (!c.exclude.empty()) s += "Exclude filter: " + list(c.exclude) + "\n";
+  // Upstream hooks torch's CUDAGraph.replay; a C++ caller launches graphs itself.
+  s += "CUDA graph capture stores tensor references; call flush_graph_dumps() after launching a "
+       "graph to write them.\n";
   s += sep + "\n";
   return s;
 }

@@ -16,6 +16,10 @@ void set_log_sink(LogSink sink);
 /// The level-10 warning block printed on stdout when recording starts from the environment.
 std::string startup_banner(const Config& config);
 
+/// Tests only: decides whether a call counts as captured into a CUDA graph (so that the
+/// deferred-dump path can be tested without a GPU); an empty function restores the real check.
+void set_capture_probe(std::function<bool()> probe);
+
 /// FLASHINFER_LOGLEVEL as an integer (0 when unset or not an integer).
 int level_from_env();
 

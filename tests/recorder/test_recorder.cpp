@@ -14,6 +14,7 @@
 
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
 #include "flashinfer/tensor_io.h"
 #include "recorder/recorder_internal.h"
 #include "util/run_command.h"
@@ -424,9 +425,9 @@ TEST_F(DumpTest, StartupBannerNamesTheDirectoryAndFilters) {
   EXPECT_NE(b.find("Current dump directory is: ./my_dumps\n"), std::string::npos);
   EXPECT_NE(b.find("Include filter: ['*decode*', '*prefill*']\n"), std::string::npos);
   EXPECT_EQ(b.find("Exclude filter"), std::string::npos);
+  EXPECT_NE(b.find("call flush_graph_dumps() after launching a graph"), std::string::npos);
 }
 
-// The seed page's "Scanning Session History" script, run by Python on our session.jsonl.
 // A user op taking any value and returning a tuple, to exercise every serialized value form.
 const OpDecl& echo_decl() {
   static const OpDecl& d = [] {
@@ -497,6 +498,91 @@ print(f"{n} lines identical")
   EXPECT_EQ(l[1]["output_metadata"]["result_3"], 0.1);
 }
 
+// CUDA-graph capture (reference section 3.8), driven through the capture probe so that it runs
+// without a GPU: tensors are held by reference and written by flush_graph_dumps().
+TEST_F(DumpTest, CapturedCallsAreWrittenByFlushGraphDumps) {
+  start();
+  Tensor x = Tensor::from_vector({1, 2, 3}, {3}, DType::kFloat32);
+  recorder::set_capture_probe([] { return true; });
+  Tensor y = probe(x, 0, std::nullopt);
+  recorder::set_capture_probe({});
+  auto dirs = call_dirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  const fs::path base = dirs[0];
+  // Nothing copied during the capture: records only, both marked pending.
+  EXPECT_FALSE(fs::exists(base / "inputs.pt"));
+  EXPECT_FALSE(fs::exists(base / "outputs.pt"));
+  auto l = lines(base / "metadata.jsonl");
+  ASSERT_EQ(l.size(), 2u);
+  for (const json& r : l) {
+    EXPECT_EQ(r["execution_status"], "graph_capture_pending_flush");
+    EXPECT_EQ(r["graph_capture"], true);
+  }
+  ASSERT_GE(log_.size(), 1u);
+  EXPECT_TRUE(log_[0].ends_with(" dumps, graph-deferred)")) << log_[0];
+  // The graph "runs": the captured buffers now hold new values.
+  x.copy_(Tensor::from_vector({10, 20, 30}, {3}, DType::kFloat32));
+  y.copy_(Tensor::from_vector({20, 40, 60}, {3}, DType::kFloat32));
+  EXPECT_EQ(recorder::flush_graph_dumps(), 2);
+  EXPECT_EQ(log_.back(), "flush_graph_dumps (explicit): wrote 2 pending entries");
+  const fs::path snap1 = base / "graph_flushes" / "flush_0001";
+  EXPECT_EQ(load_torch((base / "inputs.pt").string())[0].second.to_double_vector(),
+            (std::vector<double>{10, 20, 30}));
+  EXPECT_EQ(load_torch((snap1 / "outputs.pt").string())[0].second.to_double_vector(),
+            (std::vector<double>{20, 40, 60}));
+  l = lines(base / "metadata.jsonl");
+  ASSERT_EQ(l.size(), 4u);
+  EXPECT_EQ(l[2]["execution_status"], "inputs_saved");
+  EXPECT_EQ(l[3]["execution_status"], "completed");
+  EXPECT_EQ(l[3]["graph_capture_flushed"], true);
+  EXPECT_EQ(l[3]["graph_capture_flush_index"], 1);
+  EXPECT_EQ(l[3]["graph_capture_snapshot_dir"], snap1.string());
+  EXPECT_EQ(l[3]["dump_dir"], base.string());
+  const auto s1 = lines(snap1 / "metadata.jsonl");
+  ASSERT_EQ(s1.size(), 2u);
+  EXPECT_EQ(s1[1]["dump_dir"], snap1.string());
+  EXPECT_EQ(s1[1]["graph_capture_base_dump_dir"], base.string());
+  // A second run and flush: the directory's files follow, the first snapshot stays.
+  x.copy_(Tensor::from_vector({5, 5, 5}, {3}, DType::kFloat32));
+  y.copy_(Tensor::from_vector({10, 10, 10}, {3}, DType::kFloat32));
+  EXPECT_EQ(recorder::flush_graph_dumps(false), 2);
+  EXPECT_EQ(load_torch((base / "inputs.pt").string())[0].second.to_double_vector(),
+            (std::vector<double>{5, 5, 5}));
+  EXPECT_EQ(load_torch((snap1 / "inputs.pt").string())[0].second.to_double_vector(),
+            (std::vector<double>{10, 20, 30}));
+  EXPECT_TRUE(fs::exists(base / "graph_flushes" / "flush_0002" / "outputs.pt"));
+  EXPECT_EQ(raw_lines(dir_ / "session.jsonl").size(), 2u + 4u + 4u);
+  // Replay takes the directory's last record and its latest files.
+  const replay::Result r = replay::replay_from_dump(base.string());
+  EXPECT_EQ(r.status, replay::Status::kPassed) << r.error;
+  EXPECT_EQ(recorder::clear_graph_dumps(), 2);
+  EXPECT_EQ(recorder::flush_graph_dumps(), 0);
+}
+
+TEST_F(DumpTest, CapturedCallsPendingAtExitAreFlushed) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    recorder::Config c;
+    c.dump_dir = dir_.string();
+    recorder::start(c);
+    recorder::set_capture_probe([] { return true; });
+    Tensor x = Tensor::from_vector({5, 6, 7}, {3}, DType::kFloat32);
+    probe(x, 0, std::nullopt);
+    std::exit(0);  // a normal exit runs the flush
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  auto dirs = call_dirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  EXPECT_EQ(load_torch((dirs[0] / "outputs.pt").string())[0].second.to_double_vector(),
+            (std::vector<double>{10, 12, 14}));
+  EXPECT_TRUE(fs::exists(dirs[0] / "graph_flushes" / "flush_0001" / "inputs.pt"));
+  EXPECT_EQ(lines(dirs[0] / "metadata.jsonl").back()["execution_status"], "completed");
+}
+
+// The seed page's "Scanning Session History" script, run by Python on our session.jsonl.
 TEST_F(DumpTest, UpstreamSessionScannerReadsOurSession) {
   start();
   Tensor x = Tensor::from_vector({1}, {1}, DType::kFloat32);
