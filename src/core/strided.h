@@ -3,9 +3,23 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 namespace flashinfer::detail {
+
+/// The part of its storage a view touches, [begin, end) in elements; begin == end (the offset)
+/// when the view is empty. Strides are non-negative (the library rejects negative ones).
+inline std::pair<int64_t, int64_t> covered_span(const std::vector<int64_t>& shape,
+                                                const std::vector<int64_t>& strides,
+                                                int64_t offset) {
+  int64_t end = offset;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0) return {offset, offset};
+    end += (shape[i] - 1) * strides[i];
+  }
+  return {offset, end + 1};
+}
 
 /// Calls fn(offset) for every element of the view, offsets in elements from the storage start,
 /// in row-major logical order. Incremental: no division per element.

@@ -89,12 +89,8 @@ void check_shape(const Shape& shape, const char* op) {
 
 // Number of elements (from the storage start) the view touches: max offset + 1; 0 if empty.
 int64_t span_end(const Shape& shape, const Shape& strides, int64_t offset) {
-  int64_t end = offset;
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 0) return 0;
-    end += (shape[i] - 1) * strides[i];
-  }
-  return end + 1;
+  const auto [begin, end] = detail::covered_span(shape, strides, offset);
+  return begin == end ? 0 : end;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Private: moving a view to another device without losing its layout.
 #pragma once
 
+#include "core/strided.h"
 #include "flashinfer/tensor.h"
 
 namespace flashinfer::detail {
@@ -11,10 +12,8 @@ namespace flashinfer::detail {
 inline Tensor to_device_keep_layout(const Tensor& t, Device device) {
   if (t.device() == device) return t;
   if (t.numel() == 0) return Tensor::empty(t.shape(), t.dtype(), device);
-  int64_t end = t.storage_offset();
-  for (int64_t d = 0; d < t.dim(); ++d) end += (t.size(d) - 1) * t.stride(d);
-  const int64_t begin = t.storage_offset();
-  Tensor span = Tensor::from_storage(t.storage(), {end + 1 - begin}, {1}, begin, t.dtype());
+  const auto [begin, end] = covered_span(t.shape(), t.strides(), t.storage_offset());
+  Tensor span = Tensor::from_storage(t.storage(), {end - begin}, {1}, begin, t.dtype());
   return span.to(device).as_strided(t.shape(), t.strides(), 0);
 }
 

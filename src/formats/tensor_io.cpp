@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/strided.h"
 #include "flashinfer/error.h"
 #include "formats/pickle_writer.h"
 #include "formats/zip_writer.h"
@@ -44,14 +45,6 @@ const char* legacy_storage_class(DType d) {
   }
 }
 
-// The part of a CPU tensor's storage its view covers: [begin, end) in elements.
-std::pair<int64_t, int64_t> covered_span(const Tensor& t) {
-  if (t.numel() == 0) return {t.storage_offset(), t.storage_offset()};
-  int64_t end = t.storage_offset();
-  for (int64_t d = 0; d < t.dim(); ++d) end += (t.size(d) - 1) * t.stride(d);
-  return {t.storage_offset(), end + 1};
-}
-
 std::string stem_of(const std::string& path) {
   std::string stem = std::filesystem::path(path).stem().string();
   return stem.empty() ? "archive" : stem;
@@ -69,7 +62,7 @@ void save_torch(const std::string& path, const NamedTensors& tensors) {
     Tensor t = tensors[i].second;
     FLASHINFER_CHECK(t.defined(), "save_torch", name, "undefined tensor");
     if (!t.device().is_cpu()) t = t.to(Device::cpu());
-    const auto [begin, end] = covered_span(t);
+    const auto [begin, end] = detail::covered_span(t.shape(), t.strides(), t.storage_offset());
     // The record holds the span only; offsets are rebased to it.
     Tensor span = Tensor::from_storage(t.storage(), {end - begin}, {1}, begin, t.dtype());
     storages.push_back(span);
