@@ -63,6 +63,24 @@ void BM_RmsNormLevel10(benchmark::State& state) {
 }
 BENCHMARK(BM_RmsNormLevel10)->UseRealTime()->Iterations(2000);
 
+// Level 10 with the call filtered out by FLASHINFER_DUMP_EXCLUDE: should cost what an
+// unrecorded call costs.
+void BM_RmsNormLevel10Excluded(benchmark::State& state) {
+  const fs::path d = scratch_dir("_excluded");
+  recorder::set_log_sink([](const std::string&) {});
+  recorder::Config c;
+  c.dump_dir = d.string();
+  c.exclude = {"rms*"};
+  recorder::start(c);
+  Tensor x = Tensor::empty({4, 256}, DType::kFloat16);
+  x.normal_(1);
+  Tensor w = Tensor::full({256}, 1.0, DType::kFloat16);
+  for (auto _ : state) benchmark::DoNotOptimize(rmsnorm(x, w).data_ptr());
+  recorder::stop();
+  recorder::set_log_sink({});
+}
+BENCHMARK(BM_RmsNormLevel10Excluded)->UseRealTime();
+
 // The file-system floor of upstream's layout for the same call, with plain syscalls and no
 // serialization: one mkdir, inputs.pt and outputs.pt created and written once each,
 // metadata.jsonl created and appended twice, two appends to an open session.jsonl. Byte counts

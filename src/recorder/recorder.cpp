@@ -463,7 +463,9 @@ struct GraphEntry {
 class Recorder final : public CallObserver {
  public:
   explicit Recorder(Config c)
-      : cfg_(std::move(c)), session_path_(join_like_pathlib(cfg_.dump_dir, "session.jsonl")) {}
+      : cfg_(std::move(c)),
+        filter_{cfg_.include, cfg_.exclude},
+        session_path_(join_like_pathlib(cfg_.dump_dir, "session.jsonl")) {}
 
   void on_call_begin(const OpDecl& decl, std::span<const Value> args) override;
   void on_call_end(const OpDecl& decl, std::span<const Value> args, const Value& result) override;
@@ -546,6 +548,7 @@ class Recorder final : public CallObserver {
   void add_graph_entry(GraphEntry e);
 
   Config cfg_;
+  detail::NameFilter filter_;  // built once: a filtered-out call must cost next to nothing
   std::map<std::pair<const OpDecl*, std::string>, std::string> signatures_;
   std::string session_path_;
   Fd session_;
@@ -566,7 +569,7 @@ void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
     std::lock_guard<std::mutex> l(mu_);
     if (failed_) return;
   }
-  if (!should_dump(cfg_, decl.name)) return;
+  if (!filter_.passes(decl.name)) return;
   int64_t seq = 0;
   {
     std::lock_guard<std::mutex> l(mu_);
