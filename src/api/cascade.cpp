@@ -1,6 +1,7 @@
 // Public state merges (flashinfer.cascade): declarations, checks, dispatch.
 #include "flashinfer/ops/cascade.h"
 
+#include "api/bench_support.h"
 #include "api/checks.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/stream.h"
@@ -217,11 +218,61 @@ std::tuple<Tensor, Tensor> merge_states(const Tensor& v, const Tensor& s) {
       v, s);
 }
 
+namespace {
+
+// Bench hooks: batch_size * s_qo query rows, num_qo_heads heads, head_dim_vo, partial outputs
+// in q_dtype with fp32 LSEs. Bytes: every state read once, the merged state written once.
+// FLOPs: counted as 0 (a few per element: exp2, scale, add).
+struct BenchStates {
+  Tensor v, s;
+};
+
+BenchStates bench_states(const BenchShape& sh, Device dev, int64_t states, uint64_t seed) {
+  const int64_t rows = sh.batch_size * sh.s_qo;
+  Shape vs{rows, sh.num_qo_heads, sh.head_dim_vo}, ss{rows, sh.num_qo_heads};
+  if (states > 0) {  // merge_states' stacked layout [rows, states, heads, ...]
+    vs.insert(vs.begin() + 1, states);
+    ss.insert(ss.begin() + 1, states);
+  }
+  return {api::bench::random_tensor(vs, sh.q_dtype, dev, seed),
+          api::bench::random_tensor(ss, DType::kFloat32, dev, seed + 1, -4.0, 4.0)};
+}
+
+double state_bytes(const BenchShape& sh, int64_t states) {
+  const int64_t rows = sh.batch_size * sh.s_qo;
+  return static_cast<double>(states) *
+         (api::bench::nbytes({rows, sh.num_qo_heads, sh.head_dim_vo}, sh.q_dtype) +
+          api::bench::nbytes({rows, sh.num_qo_heads}, DType::kFloat32));
+}
+
+BenchCase bench_merge_state(const BenchShape& sh, Device dev, const char* name) {
+  const BenchStates a = bench_states(sh, dev, 0, sh.random_seed);
+  const BenchStates b = bench_states(sh, dev, 0, sh.random_seed + 2);
+  BenchCase c = api::bench::invoke_case(name, {Value(a.v), Value(a.s), Value(b.v), Value(b.s)});
+  c.bytes = state_bytes(sh, 3);  // two read, one written (in place: written over the first)
+  return c;
+}
+
+BenchCase bench_merge_states(const BenchShape& sh, Device dev) {
+  constexpr int64_t kStates = 4;
+  const BenchStates x = bench_states(sh, dev, kStates, sh.random_seed);
+  BenchCase c = api::bench::invoke_case("merge_states", {Value(x.v), Value(x.s)});
+  c.bytes = state_bytes(sh, kStates + 1);
+  return c;
+}
+
+}  // namespace
+
 namespace detail {
 void register_cascade_ops(OpRegistry& registry) {
-  registry.add(make_merge_state_decl());
-  registry.add(make_merge_state_in_place_decl());
-  registry.add(make_merge_states_decl());
+  using api::bench::with_bench;
+  registry.add(with_bench(make_merge_state_decl(), [](const BenchShape& s, Device d) {
+    return bench_merge_state(s, d, "merge_state");
+  }));
+  registry.add(with_bench(make_merge_state_in_place_decl(), [](const BenchShape& s, Device d) {
+    return bench_merge_state(s, d, "merge_state_in_place");
+  }));
+  registry.add(with_bench(make_merge_states_decl(), bench_merge_states));
 }
 }  // namespace detail
 

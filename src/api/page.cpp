@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "api/attention_common.h"
+#include "api/bench_support.h"
 #include "api/checks.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/stream.h"
@@ -293,11 +294,40 @@ void append_paged_kv_cache(const Tensor& append_key, const Tensor& append_value,
       kv_last_page_len, kv_layout);
 }
 
+namespace {
+
+// Bench hook: the last s_qo tokens of each of batch_size requests of s_kv tokens are written
+// (again) into the bench cache (NHD, K and V as a pair). Bytes: the appended K and V read once
+// and written once, plus the int32 batch indices and positions. FLOPs: 0.
+BenchCase bench_append(const BenchShape& s, Device dev) {
+  FLASHINFER_CHECK(s.s_qo <= s.s_kv, "append_paged_kv_cache", "s_qo",
+                   "the bench appends s_qo tokens into requests of s_kv tokens: need s_qo <= s_kv");
+  const api::bench::BenchPages p = api::bench::bench_pages(s, dev);
+  const int64_t nnz = s.batch_size * s.s_qo;
+  std::vector<int64_t> batch(static_cast<std::size_t>(nnz)), pos(static_cast<std::size_t>(nnz));
+  for (int64_t i = 0; i < nnz; ++i) {
+    batch[static_cast<std::size_t>(i)] = i / s.s_qo;
+    pos[static_cast<std::size_t>(i)] = s.s_kv - s.s_qo + i % s.s_qo;
+  }
+  const Shape kv{nnz, s.num_kv_heads, s.head_dim_qk};
+  BenchCase c = api::bench::invoke_case(
+      "append_paged_kv_cache",
+      {Value(api::bench::random_tensor(kv, s.kv_dtype, dev, s.random_seed + 7)),
+       Value(api::bench::random_tensor(kv, s.kv_dtype, dev, s.random_seed + 8)),
+       Value(api::bench::int32_tensor(batch, dev)), Value(api::bench::int32_tensor(pos, dev)),
+       Value::tuple({Value(p.k), Value(p.v)}), Value(p.indices), Value(p.indptr),
+       Value(p.last_page_len)});
+  c.bytes = 4.0 * api::bench::nbytes(kv, s.kv_dtype) + 8.0 * static_cast<double>(nnz);
+  return c;
+}
+
+}  // namespace
+
 namespace detail {
 void register_page_ops(OpRegistry& registry) {
   registry.add(make_get_seq_lens_decl());
   registry.add(make_get_batch_indices_positions_decl());
-  registry.add(make_append_paged_kv_cache_decl());
+  registry.add(api::bench::with_bench(make_append_paged_kv_cache_decl(), bench_append));
 }
 }  // namespace detail
 

@@ -651,6 +651,63 @@ BenchCase bench_quantize(const BenchShape& s, Device dev, const char* name, doub
   return c;
 }
 
+Tensor bench_input(const BenchShape& s, Device dev) {
+  return api::bench::random_tensor({s.m, s.k}, s.input_dtype, dev, s.random_seed, -4.0, 4.0);
+}
+
+// NVFP4 with a global scale of 448 * 6 / 4 (the inputs lie in [-4, 4)).
+BenchCase bench_nvfp4(const BenchShape& s, Device dev) {
+  BenchCase c = api::bench::invoke_case(
+      "nvfp4_quantize", {Value(bench_input(s, dev)),
+                         Value(Tensor::full({1}, 448.0 * 6.0 / 4.0, DType::kFloat32).to(dev))});
+  const double n = static_cast<double>(s.m * s.k);
+  c.bytes = api::bench::nbytes({s.m, s.k}, s.input_dtype) + n / 2.0 + n / 16.0;
+  return c;
+}
+
+// The dequantizers read what the matching quantizer wrote (made once, outside the timing) and
+// write fp32 [m, k]; they run on the host, as upstream's do.
+double dequant_bytes(const BenchShape& s, double in_bits, int64_t block) {
+  const double n = static_cast<double>(s.m * s.k);
+  return n * in_bits / 8.0 + n / static_cast<double>(block) + 4.0 * n;
+}
+
+BenchCase bench_mxfp4_dequantize(const BenchShape& s, Device dev) {
+  const auto [q, sf] = mxfp4_quantize(bench_input(s, dev));
+  BenchCase c = api::bench::invoke_case("mxfp4_dequantize", {Value(q), Value(sf)});
+  c.bytes = dequant_bytes(s, 4.0, 32);
+  return c;
+}
+
+BenchCase bench_mxfp8_dequantize(const BenchShape& s, Device dev) {
+  const auto [q, sf] = mxfp8_quantize(bench_input(s, dev));
+  BenchCase c = api::bench::invoke_case("mxfp8_dequantize_host", {Value(q), Value(sf)});
+  c.bytes = dequant_bytes(s, 8.0, 32);
+  return c;
+}
+
+BenchCase bench_e2m1_to_float(const BenchShape& s, Device dev) {
+  const Tensor gs = Tensor::full({1}, 448.0 * 6.0 / 4.0, DType::kFloat32).to(dev);
+  const auto [q, sf] = fp4_quantize(bench_input(s, dev), gs);
+  BenchCase c = api::bench::invoke_case(
+      "e2m1_and_ufp8sf_scale_to_float",
+      {Value(q), Value(sf), Value(Tensor::full({1}, 4.0 / (448.0 * 6.0), DType::kFloat32))});
+  c.bytes = dequant_bytes(s, 4.0, 16);
+  return c;
+}
+
+// Linear [m, k / 16] e4m3 scales (random bytes) into the 128x4 layout.
+BenchCase bench_interleave(const BenchShape& s, Device dev) {
+  const Shape sf{s.m, s.k / 16};
+  const Tensor bytes =
+      api::bench::random_tensor(sf, DType::kFloat32, Device::cpu(), s.random_seed, 0.0, 255.0)
+          .to(DType::kUInt8)
+          .to(dev);
+  BenchCase c = api::bench::invoke_case("block_scale_interleave", {Value(bytes)});
+  c.bytes = 2.0 * static_cast<double>(s.m * (s.k / 16));
+  return c;
+}
+
 }  // namespace
 
 namespace detail {
@@ -659,17 +716,17 @@ void register_quantization_ops(OpRegistry& registry) {
   registry.add(with_bench(make_fp4_quantize_decl(), [](const BenchShape& s, Device d) {
     return bench_quantize(s, d, "fp4_quantize", 4.0, 16);
   }));
-  registry.add(make_nvfp4_quantize_decl());
+  registry.add(with_bench(make_nvfp4_quantize_decl(), bench_nvfp4));
   registry.add(with_bench(make_mxfp4_quantize_decl(), [](const BenchShape& s, Device d) {
     return bench_quantize(s, d, "mxfp4_quantize", 4.0, 32);
   }));
-  registry.add(make_mxfp4_dequantize_decl());
-  registry.add(make_e2m1_decl());
-  registry.add(make_block_scale_interleave_decl());
+  registry.add(with_bench(make_mxfp4_dequantize_decl(), bench_mxfp4_dequantize));
+  registry.add(with_bench(make_e2m1_decl(), bench_e2m1_to_float));
+  registry.add(with_bench(make_block_scale_interleave_decl(), bench_interleave));
   registry.add(with_bench(make_mxfp8_quantize_decl(), [](const BenchShape& s, Device d) {
     return bench_quantize(s, d, "mxfp8_quantize", 8.0, 32);
   }));
-  registry.add(make_mxfp8_dequantize_decl());
+  registry.add(with_bench(make_mxfp8_dequantize_decl(), bench_mxfp8_dequantize));
 }
 }  // namespace detail
 

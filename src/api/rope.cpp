@@ -565,25 +565,68 @@ BenchCase bench_rope_pos_ids(const BenchShape& s, Device dev, const char* name) 
   return c;
 }
 
+// The ragged (indptr, offsets) forms: batch_size requests of s_qo tokens, offsets 0.
+BenchCase bench_rope_ragged(const BenchShape& s, Device dev, const char* name) {
+  const int64_t nnz = s.batch_size * s.s_qo;
+  const Shape qs{nnz, s.num_qo_heads, s.head_dim_qk}, ks{nnz, s.num_kv_heads, s.head_dim_qk};
+  std::vector<int64_t> indptr, offsets(static_cast<std::size_t>(s.batch_size), 0);
+  for (int64_t b = 0; b <= s.batch_size; ++b) indptr.push_back(b * s.s_qo);
+  BenchCase c = api::bench::invoke_case(
+      name, {Value(api::bench::random_tensor(qs, s.q_dtype, dev, s.random_seed)),
+             Value(api::bench::random_tensor(ks, s.q_dtype, dev, s.random_seed + 1)),
+             Value(api::bench::int32_tensor(indptr, dev)),
+             Value(api::bench::int32_tensor(offsets, dev))});
+  const double elems = static_cast<double>(nnz * (s.num_qo_heads + s.num_kv_heads) * s.head_dim_qk);
+  c.flops = 3.0 * elems;
+  c.bytes = 2.0 * (api::bench::nbytes(qs, s.q_dtype) + api::bench::nbytes(ks, s.q_dtype)) +
+            4.0 * static_cast<double>(2 * s.batch_size + 1);
+  return c;
+}
+
+// The cos/sin-cache forms: query/key [nnz, heads * head_dim], a fp32 cache of s_qo positions
+// with rotary_dim = head_dim (the cache's values need not be real cosines to time the op).
+BenchCase bench_rope_cos_sin(const BenchShape& s, Device dev, const char* name) {
+  const int64_t nnz = s.batch_size * s.s_qo;
+  const Shape qs{nnz, s.num_qo_heads * s.head_dim_qk}, ks{nnz, s.num_kv_heads * s.head_dim_qk};
+  std::vector<int64_t> pos(static_cast<std::size_t>(nnz));
+  for (int64_t i = 0; i < nnz; ++i) pos[static_cast<std::size_t>(i)] = i % s.s_qo;
+  const Shape cache{s.s_qo, s.head_dim_qk};
+  BenchCase c = api::bench::invoke_case(
+      name, {Value(api::bench::int32_tensor(pos, dev)),
+             Value(api::bench::random_tensor(qs, s.q_dtype, dev, s.random_seed)),
+             Value(api::bench::random_tensor(ks, s.q_dtype, dev, s.random_seed + 1)),
+             Value(s.head_dim_qk),
+             Value(api::bench::random_tensor(cache, DType::kFloat32, dev, s.random_seed + 2))});
+  const double elems = static_cast<double>(nnz * (s.num_qo_heads + s.num_kv_heads) * s.head_dim_qk);
+  c.flops = 3.0 * elems;
+  c.bytes = 2.0 * (api::bench::nbytes(qs, s.q_dtype) + api::bench::nbytes(ks, s.q_dtype)) +
+            4.0 * static_cast<double>(nnz) + api::bench::nbytes(cache, DType::kFloat32);
+  return c;
+}
+
 }  // namespace
 
 namespace detail {
 void register_rope_ops(OpRegistry& registry) {
   // Tensor q, k; then (indptr, offsets) or pos_ids; then the tail from index `t`.
-  registry.add(make_rope_decl(kApplyRope, true, false, false,
-                              "RoPE on a ragged batch (indptr/offsets), returns (q_rope, k_rope)",
-                              [](const CallArgs& a) -> Value {
-                                return to_value(apply_rope(a.tensor(0), a.tensor(1), a.tensor(2),
-                                                           a.tensor(3), a.optional_i64(4),
-                                                           a.boolean(5), a.f64(6), a.f64(7)));
-                              }));
-  registry.add(make_rope_decl(
-      kApplyRopeInplace, true, false, true, "RoPE on a ragged batch (indptr/offsets), in place",
-      [](const CallArgs& a) -> Value {
-        apply_rope_inplace(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3), a.optional_i64(4),
-                           a.boolean(5), a.f64(6), a.f64(7));
-        return Value();
-      }));
+  registry.add(api::bench::with_bench(
+      make_rope_decl(kApplyRope, true, false, false,
+                     "RoPE on a ragged batch (indptr/offsets), returns (q_rope, k_rope)",
+                     [](const CallArgs& a) -> Value {
+                       return to_value(apply_rope(a.tensor(0), a.tensor(1), a.tensor(2),
+                                                  a.tensor(3), a.optional_i64(4), a.boolean(5),
+                                                  a.f64(6), a.f64(7)));
+                     }),
+      [](const BenchShape& s, Device d) { return bench_rope_ragged(s, d, "apply_rope"); }));
+  registry.add(api::bench::with_bench(
+      make_rope_decl(kApplyRopeInplace, true, false, true,
+                     "RoPE on a ragged batch (indptr/offsets), in place",
+                     [](const CallArgs& a) -> Value {
+                       apply_rope_inplace(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3),
+                                          a.optional_i64(4), a.boolean(5), a.f64(6), a.f64(7));
+                       return Value();
+                     }),
+      [](const BenchShape& s, Device d) { return bench_rope_ragged(s, d, "apply_rope_inplace"); }));
   registry.add(api::bench::with_bench(
       make_rope_decl(kApplyRopePosIds, false, false, false,
                      "RoPE with per-token positions, returns (q_rope, k_rope)",
@@ -606,20 +649,25 @@ void register_rope_ops(OpRegistry& registry) {
       [](const BenchShape& s, Device d) {
         return bench_rope_pos_ids(s, d, "apply_rope_pos_ids_inplace");
       }));
-  registry.add(make_rope_decl(
-      kLlama, true, true, false, "Llama 3.1 RoPE on a ragged batch, returns (q_rope, k_rope)",
-      [](const CallArgs& a) -> Value {
-        return to_value(apply_llama31_rope(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3),
-                                           a.optional_i64(4), a.boolean(5), a.f64(6), a.f64(7),
-                                           a.f64(8), a.f64(9), a.i64(10)));
-      }));
-  registry.add(make_rope_decl(
-      kLlamaInplace, true, true, true, "Llama 3.1 RoPE on a ragged batch, in place",
-      [](const CallArgs& a) -> Value {
-        apply_llama31_rope_inplace(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3),
-                                   a.optional_i64(4), a.boolean(5), a.f64(6), a.f64(7), a.f64(8),
-                                   a.f64(9), a.i64(10));
-        return Value();
+  registry.add(api::bench::with_bench(
+      make_rope_decl(kLlama, true, true, false,
+                     "Llama 3.1 RoPE on a ragged batch, returns (q_rope, k_rope)",
+                     [](const CallArgs& a) -> Value {
+                       return to_value(apply_llama31_rope(
+                           a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3), a.optional_i64(4),
+                           a.boolean(5), a.f64(6), a.f64(7), a.f64(8), a.f64(9), a.i64(10)));
+                     }),
+      [](const BenchShape& s, Device d) { return bench_rope_ragged(s, d, "apply_llama31_rope"); }));
+  registry.add(api::bench::with_bench(
+      make_rope_decl(kLlamaInplace, true, true, true, "Llama 3.1 RoPE on a ragged batch, in place",
+                     [](const CallArgs& a) -> Value {
+                       apply_llama31_rope_inplace(
+                           a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3), a.optional_i64(4),
+                           a.boolean(5), a.f64(6), a.f64(7), a.f64(8), a.f64(9), a.i64(10));
+                       return Value();
+                     }),
+      [](const BenchShape& s, Device d) {
+        return bench_rope_ragged(s, d, "apply_llama31_rope_inplace");
       }));
   registry.add(api::bench::with_bench(
       make_rope_decl(kLlamaPosIds, false, true, false,
@@ -644,15 +692,27 @@ void register_rope_ops(OpRegistry& registry) {
       [](const BenchShape& s, Device d) {
         return bench_rope_pos_ids(s, d, "apply_llama31_rope_pos_ids_inplace");
       }));
-  registry.add(make_cos_sin_decl(kCosSin, false, [](const CallArgs& a) -> Value {
-    return to_value(apply_rope_with_cos_sin_cache(a.tensor(0), a.tensor(1), a.tensor(2), a.i64(3),
-                                                  a.tensor(4), a.boolean(5)));
-  }));
-  registry.add(make_cos_sin_decl(kCosSinInplace, true, [](const CallArgs& a) -> Value {
-    apply_rope_with_cos_sin_cache_inplace(a.tensor(0), a.tensor(1), a.tensor(2), a.i64(3),
-                                          a.tensor(4), a.boolean(5));
-    return Value();
-  }));
+  registry.add(api::bench::with_bench(
+      make_cos_sin_decl(kCosSin, false,
+                        [](const CallArgs& a) -> Value {
+                          return to_value(apply_rope_with_cos_sin_cache(a.tensor(0), a.tensor(1),
+                                                                        a.tensor(2), a.i64(3),
+                                                                        a.tensor(4), a.boolean(5)));
+                        }),
+      [](const BenchShape& s, Device d) {
+        return bench_rope_cos_sin(s, d, "apply_rope_with_cos_sin_cache");
+      }));
+  registry.add(api::bench::with_bench(make_cos_sin_decl(kCosSinInplace, true,
+                                                        [](const CallArgs& a) -> Value {
+                                                          apply_rope_with_cos_sin_cache_inplace(
+                                                              a.tensor(0), a.tensor(1), a.tensor(2),
+                                                              a.i64(3), a.tensor(4), a.boolean(5));
+                                                          return Value();
+                                                        }),
+                                      [](const BenchShape& s, Device d) {
+                                        return bench_rope_cos_sin(
+                                            s, d, "apply_rope_with_cos_sin_cache_inplace");
+                                      }));
 }
 }  // namespace detail
 

@@ -733,6 +733,36 @@ BenchCase bench_top_k_top_p_logits(const BenchShape& s, Device dev) {
   return c;
 }
 
+// Probabilities: the softmax of the bench logits (computed once, outside the timing).
+Tensor bench_probs(const BenchShape& s, Device dev) { return softmax(bench_logits(s, dev)); }
+
+std::vector<std::pair<std::string, Value>> bench_seed(const BenchShape& s) {
+  return {{"seed", Value(static_cast<int64_t>(s.random_seed))}, {"offset", Value(int64_t{0})}};
+}
+
+// A sampler over [batch, vocab] fp32 input with extra positional arguments: reads the input
+// once and writes one int32 id per row.
+BenchHook bench_sampler(const char* name, bool from_logits,
+                        std::function<std::vector<Value>(const BenchShape&)> extra) {
+  return [name, from_logits, extra](const BenchShape& s, Device dev) {
+    std::vector<Value> args = {Value(from_logits ? bench_logits(s, dev) : bench_probs(s, dev))};
+    for (Value& v : extra(s)) args.push_back(std::move(v));
+    BenchCase c = api::bench::invoke_case(name, std::move(args), bench_seed(s));
+    c.bytes = api::bench::nbytes({s.batch_size, s.vocab_size}, DType::kFloat32) +
+              4.0 * static_cast<double>(s.batch_size);
+    return c;
+  };
+}
+
+// A renormalization: probabilities in, probabilities out.
+BenchHook bench_renorm(const char* name, std::function<Value(const BenchShape&)> threshold) {
+  return [name, threshold](const BenchShape& s, Device dev) {
+    BenchCase c = api::bench::invoke_case(name, {Value(bench_probs(s, dev)), threshold(s)});
+    c.bytes = 2.0 * api::bench::nbytes({s.batch_size, s.vocab_size}, DType::kFloat32);
+    return c;
+  };
+}
+
 BenchCase bench_top_k_mask(const BenchShape& s, Device dev) {
   BenchCase c =
       api::bench::invoke_case("top_k_mask_logits", {Value(bench_logits(s, dev)), Value(s.top_k)});
@@ -759,45 +789,61 @@ void register_sampling_ops(OpRegistry& registry) {
   {
     std::vector<ParamDecl> params = {ParamDecl("probs", ParamKind::kTensor)};
     add_sampling_tail(params, true);
-    registry.add(make_decl(kSamplingFromProbs, std::move(params), kSamplerReturns,
-                           "Inverse-CDF sampling from probabilities (Philox seed/offset)",
-                           [](const CallArgs& a) -> Value {
-                             return to_value(sampling_from_probs(
-                                 a.tensor(0), a.optional_tensor(1), a.boolean(2), a.boolean(4),
-                                 opt_int_or_tensor(a, 5), opt_int_or_tensor(a, 6), a.boolean(7)));
-                           }));
+    registry.add(api::bench::with_bench(
+        make_decl(kSamplingFromProbs, std::move(params), kSamplerReturns,
+                  "Inverse-CDF sampling from probabilities (Philox seed/offset)",
+                  [](const CallArgs& a) -> Value {
+                    return to_value(sampling_from_probs(
+                        a.tensor(0), a.optional_tensor(1), a.boolean(2), a.boolean(4),
+                        opt_int_or_tensor(a, 5), opt_int_or_tensor(a, 6), a.boolean(7)));
+                  }),
+        bench_sampler(kSamplingFromProbs, false,
+                      [](const BenchShape&) { return std::vector<Value>{}; })));
   }
   {
     std::vector<ParamDecl> params = {ParamDecl("logits", ParamKind::kTensor)};
     add_sampling_tail(params, false);
-    registry.add(make_decl(
-        kSamplingFromLogits, std::move(params), "Tensor",
-        "Gumbel-max sampling from logits (Philox seed/offset)", [](const CallArgs& a) -> Value {
-          return sampling_from_logits(a.tensor(0), a.optional_tensor(1), a.boolean(2), a.boolean(4),
-                                      opt_int_or_tensor(a, 5), opt_int_or_tensor(a, 6));
-        }));
+    registry.add(api::bench::with_bench(
+        make_decl(kSamplingFromLogits, std::move(params), "Tensor",
+                  "Gumbel-max sampling from logits (Philox seed/offset)",
+                  [](const CallArgs& a) -> Value {
+                    return sampling_from_logits(a.tensor(0), a.optional_tensor(1), a.boolean(2),
+                                                a.boolean(4), opt_int_or_tensor(a, 5),
+                                                opt_int_or_tensor(a, 6));
+                  }),
+        bench_sampler(kSamplingFromLogits, true,
+                      [](const BenchShape&) { return std::vector<Value>{}; })));
   }
-  registry.add(make_threshold_sampler_decl(
-      kTopP, "top_p", ParamKind::kAny, "Top-p sampling by dual-pivot rejection",
-      [](const CallArgs& a) -> Value {
-        return to_value(top_p_sampling_from_probs(
-            a.tensor(0), float_or_tensor(a, 1), a.optional_tensor(2), a.boolean(3), a.boolean(5),
-            opt_int_or_tensor(a, 6), opt_int_or_tensor(a, 7), a.boolean(8)));
-      }));
-  registry.add(make_threshold_sampler_decl(
-      kTopK, "top_k", ParamKind::kAny, "Top-k sampling by dual-pivot rejection",
-      [](const CallArgs& a) -> Value {
-        return to_value(top_k_sampling_from_probs(
-            a.tensor(0), int_or_tensor(a, 1), a.optional_tensor(2), a.boolean(3), a.boolean(5),
-            opt_int_or_tensor(a, 6), opt_int_or_tensor(a, 7), a.boolean(8)));
-      }));
-  registry.add(make_threshold_sampler_decl(
-      kMinP, "min_p", ParamKind::kAny, "Min-p sampling: keep p >= min_p * max(p)",
-      [](const CallArgs& a) -> Value {
-        return to_value(min_p_sampling_from_probs(
-            a.tensor(0), float_or_tensor(a, 1), a.optional_tensor(2), a.boolean(3), a.boolean(5),
-            opt_int_or_tensor(a, 6), opt_int_or_tensor(a, 7), a.boolean(8)));
-      }));
+  registry.add(api::bench::with_bench(
+      make_threshold_sampler_decl(
+          kTopP, "top_p", ParamKind::kAny, "Top-p sampling by dual-pivot rejection",
+          [](const CallArgs& a) -> Value {
+            return to_value(top_p_sampling_from_probs(
+                a.tensor(0), float_or_tensor(a, 1), a.optional_tensor(2), a.boolean(3),
+                a.boolean(5), opt_int_or_tensor(a, 6), opt_int_or_tensor(a, 7), a.boolean(8)));
+          }),
+      bench_sampler(kTopP, false,
+                    [](const BenchShape& s) { return std::vector<Value>{Value(s.top_p)}; })));
+  registry.add(api::bench::with_bench(
+      make_threshold_sampler_decl(
+          kTopK, "top_k", ParamKind::kAny, "Top-k sampling by dual-pivot rejection",
+          [](const CallArgs& a) -> Value {
+            return to_value(top_k_sampling_from_probs(
+                a.tensor(0), int_or_tensor(a, 1), a.optional_tensor(2), a.boolean(3), a.boolean(5),
+                opt_int_or_tensor(a, 6), opt_int_or_tensor(a, 7), a.boolean(8)));
+          }),
+      bench_sampler(kTopK, false,
+                    [](const BenchShape& s) { return std::vector<Value>{Value(s.top_k)}; })));
+  registry.add(api::bench::with_bench(
+      make_threshold_sampler_decl(
+          kMinP, "min_p", ParamKind::kAny, "Min-p sampling: keep p >= min_p * max(p)",
+          [](const CallArgs& a) -> Value {
+            return to_value(min_p_sampling_from_probs(
+                a.tensor(0), float_or_tensor(a, 1), a.optional_tensor(2), a.boolean(3),
+                a.boolean(5), opt_int_or_tensor(a, 6), opt_int_or_tensor(a, 7), a.boolean(8)));
+          }),
+      bench_sampler(kMinP, false,
+                    [](const BenchShape&) { return std::vector<Value>{Value(0.1)}; })));
   for (const bool from_logits : {false, true}) {
     std::vector<ParamDecl> params = {
         ParamDecl(from_logits ? "logits" : "probs", ParamKind::kTensor),
@@ -823,15 +869,18 @@ void register_sampling_ops(OpRegistry& registry) {
           bench_top_k_top_p_logits));
     } else {
       params.push_back(ParamDecl("return_valid", ParamKind::kBool).def(false));
-      registry.add(make_decl(kTopKTopPProbs, std::move(params), kSamplerReturns,
-                             "Top-k and top-p sampling from probabilities (top_k_first or joint)",
-                             [](const CallArgs& a) -> Value {
-                               return to_value(top_k_top_p_sampling_from_probs(
-                                   a.tensor(0), int_or_tensor(a, 1), float_or_tensor(a, 2),
-                                   a.optional_tensor(3), a.str(4), a.boolean(5), a.boolean(7),
-                                   opt_int_or_tensor(a, 8), opt_int_or_tensor(a, 9),
-                                   a.boolean(10)));
-                             }));
+      registry.add(api::bench::with_bench(
+          make_decl(kTopKTopPProbs, std::move(params), kSamplerReturns,
+                    "Top-k and top-p sampling from probabilities (top_k_first or joint)",
+                    [](const CallArgs& a) -> Value {
+                      return to_value(top_k_top_p_sampling_from_probs(
+                          a.tensor(0), int_or_tensor(a, 1), float_or_tensor(a, 2),
+                          a.optional_tensor(3), a.str(4), a.boolean(5), a.boolean(7),
+                          opt_int_or_tensor(a, 8), opt_int_or_tensor(a, 9), a.boolean(10)));
+                    }),
+          bench_sampler(kTopKTopPProbs, false, [](const BenchShape& s) {
+            return std::vector<Value>{Value(s.top_k), Value(s.top_p)};
+          })));
     }
   }
   registry.add(api::bench::with_bench(
@@ -842,21 +891,24 @@ void register_sampling_ops(OpRegistry& registry) {
                   return top_k_mask_logits(a.tensor(0), int_or_tensor(a, 1));
                 }),
       bench_top_k_mask));
-  registry.add(make_decl(
-      kTopKRenorm,
-      {ParamDecl("probs", ParamKind::kTensor), ParamDecl("top_k", ParamKind::kAny),
-       ParamDecl("is_deterministic", ParamKind::kBool).def(false)},
-      "Tensor", "Probs outside the top-k zeroed and renormalized", [](const CallArgs& a) -> Value {
-        return top_k_renorm_probs(a.tensor(0), int_or_tensor(a, 1), a.boolean(2));
-      }));
-  registry.add(
+  registry.add(api::bench::with_bench(
+      make_decl(kTopKRenorm,
+                {ParamDecl("probs", ParamKind::kTensor), ParamDecl("top_k", ParamKind::kAny),
+                 ParamDecl("is_deterministic", ParamKind::kBool).def(false)},
+                "Tensor", "Probs outside the top-k zeroed and renormalized",
+                [](const CallArgs& a) -> Value {
+                  return top_k_renorm_probs(a.tensor(0), int_or_tensor(a, 1), a.boolean(2));
+                }),
+      bench_renorm(kTopKRenorm, [](const BenchShape& s) { return Value(s.top_k); })));
+  registry.add(api::bench::with_bench(
       make_decl(kTopPRenorm,
                 {ParamDecl("probs", ParamKind::kTensor), ParamDecl("top_p", ParamKind::kAny),
                  ParamDecl("is_deterministic", ParamKind::kBool).def(false)},
                 "Tensor", "Probs outside the top-p nucleus zeroed and renormalized (fp32)",
                 [](const CallArgs& a) -> Value {
                   return top_p_renorm_probs(a.tensor(0), float_or_tensor(a, 1), a.boolean(2));
-                }));
+                }),
+      bench_renorm(kTopPRenorm, [](const BenchShape& s) { return Value(s.top_p); })));
 }
 
 }  // namespace detail

@@ -88,7 +88,7 @@ TEST(Bench, ListShowsEveryFamilyFromTheDeclarations) {
     ASSERT_NE(d, nullptr) << name;
     EXPECT_TRUE(static_cast<bool>(d->bench)) << name;
   }
-  EXPECT_FALSE(static_cast<bool>(flashinfer::OpRegistry::global().find("merge_state")->bench));
+  EXPECT_FALSE(static_cast<bool>(flashinfer::OpRegistry::global().find("get_seq_lens")->bench));
 }
 
 TEST(Bench, OneRoutinePerFamilyRefcheckPerfLineCsvAndFormulas) {
@@ -116,6 +116,16 @@ TEST(Bench, OneRoutinePerFamilyRefcheckPerfLineCsvAndFormulas) {
       {"mm_bf16", " --m 32 --n 48 --k 64", 196608, 13312},
       // fp4_quantize [32, 64] bf16: 4096 B in, 1024 B packed, 128 scales (one per 16)
       {"fp4_quantize", " --m 32 --k 64", 0, 5248},
+      // merge_state: 32 rows x 4 heads; v 64 bf16 (16384 B) and s fp32 (512 B), two in, one out
+      {"merge_state", "", 0, 50688},
+      // append 32 tokens of K and V [32, 2, 64] bf16: read + written; int32 batch and position
+      {"append_paged_kv_cache", "", 0, 33024},
+      // sampling from probs [2, 1000] fp32: read once, int32 ids written
+      {"sampling_from_probs", " --vocab_size 1000", 0, 8008},
+      // cos/sin cache: q, k read + written, int32 positions, fp32 cache of 16 x 64
+      {"apply_rope_with_cos_sin_cache", "", 36864, 53376},
+      // mxfp8 dequantize [32, 64]: 2048 B codes, 64 scales, 8192 B fp32 out
+      {"mxfp8_dequantize_host", " --m 32 --k 64", 0, 10304},
       // baseline copy 16 x 16 fp32: read + write
       {"stream_copy", " --m 16 --n 16", 0, 2048},
   };
@@ -161,6 +171,39 @@ TEST(Bench, OneRoutinePerFamilyRefcheckPerfLineCsvAndFormulas) {
   }
 }
 
+// Every routine builds its case, runs it and hands back its outputs on small shapes, in process
+// (flashinfer bench does the same per routine).
+TEST(Bench, EveryRoutineRunsOnSmallShapes) {
+  flashinfer::BenchShape s;
+  s.batch_size = 2;
+  s.s_qo = 4;
+  s.s_kv = 40;
+  s.num_qo_heads = 4;
+  s.num_kv_heads = 2;
+  s.head_dim_qk = s.head_dim_vo = 64;
+  s.page_size = 16;
+  s.m = 32;
+  s.n = 48;
+  s.k = 64;
+  s.hidden_size = 128;
+  s.vocab_size = 500;
+  s.top_k = 10;
+  int ran = 0;
+  for (const flashinfer::OpDecl* d : flashinfer::OpRegistry::global().ops()) {
+    if (!d->bench) continue;
+    SCOPED_TRACE(d->name);
+    flashinfer::BenchCase c = d->bench(s, flashinfer::Device::cpu());
+    ASSERT_TRUE(static_cast<bool>(c.run));
+    c.run();
+    EXPECT_GT(c.bytes, 0.0);
+    if (c.outputs) {
+      for (const auto& [key, t] : c.outputs()) EXPECT_TRUE(t.defined()) << key;
+    }
+    ++ran;
+  }
+  EXPECT_GE(ran, 41);
+}
+
 TEST(Bench, VerbosePrintsCountsAndPerOutputRefcheck) {
   CliResult r =
       run("bench --routine fused_add_rmsnorm --batch_size 3 --hidden_size 64 -v"
@@ -192,7 +235,7 @@ TEST(Bench, BadRoutineAndFlagsAreClearErrors) {
   };
   const std::vector<Bad> bad = {
       {"bench --routine no_such_op", "no op named 'no_such_op'"},
-      {"bench --routine merge_state", "has no bench routine"},
+      {"bench --routine get_seq_lens", "has no bench routine"},
       {"bench", "routine"},
       {"bench --routine rmsnorm --input_dtype float7", "unknown dtype 'float7'"},
       {"bench --routine rmsnorm --num_iters 0", "num_iters"},
