@@ -104,6 +104,9 @@ struct MetadataRecord {
   std::string json;  // the chosen line
   bool completed = false;
   int lines = 0;
+  /// Recorded during a CUDA-graph capture and never flushed: no tensor was written (not a
+  /// crash; see recorder::flush_graph_dumps()).
+  bool graph_pending = false;
 };
 MetadataRecord read_metadata(const std::string& path);
 /// The same over the text of a metadata.jsonl (`name` is used in error messages).

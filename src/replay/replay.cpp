@@ -72,7 +72,10 @@ MetadataRecord parse_metadata(const std::string& text, const std::string& name) 
     if (st != j.end() && st->is_string() && st->get<std::string>() == "completed") {
       rec.completed = true;
     }
+    rec.graph_pending =
+        st != j.end() && st->is_string() && st->get<std::string>() == "graph_capture_pending_flush";
   }
+  if (rec.completed) rec.graph_pending = false;
   if (rec.lines == 0) {
     FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "no complete record in ", name);
   }
@@ -268,6 +271,13 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
     }
     const MetadataRecord meta = read_metadata((dir / "metadata.jsonl").string());
     r.metadata_json = meta.json;
+    if (meta.graph_pending) {
+      FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "",
+                      "this call was captured into a CUDA graph and its tensors were never "
+                      "written (the recording process did not call "
+                      "flashinfer::recorder::flush_graph_dumps() after launching the graph): ",
+                      dump_dir);
+    }
     r.incomplete = !meta.completed;
     const Json rec = Json::parse(meta.json);
     r.function_name = rec.value("function_name", "");

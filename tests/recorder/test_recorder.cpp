@@ -520,6 +520,16 @@ TEST_F(DumpTest, CapturedCallsAreWrittenByFlushGraphDumps) {
   }
   ASSERT_GE(log_.size(), 1u);
   EXPECT_TRUE(log_[0].ends_with(" dumps, graph-deferred)")) << log_[0];
+  // Not a crash: replay and show say the values were never written.
+  EXPECT_TRUE(replay::read_metadata((base / "metadata.jsonl").string()).graph_pending);
+  const replay::Result pending = replay::replay_from_dump(base.string());
+  EXPECT_EQ(pending.status, replay::Status::kError);
+  EXPECT_NE(pending.error.find("flush_graph_dumps()"), std::string::npos) << pending.error;
+  const auto shown = testing::run_command(std::string(FLASHINFER_TEST_BIN_DIR) +
+                                          "/flashinfer show --dir " + dir_.string());
+  EXPECT_NE(shown.out.find("Found 1 calls captured into a CUDA graph"), std::string::npos)
+      << shown.out;
+  EXPECT_EQ(shown.out.find("incomplete calls"), std::string::npos) << shown.out;
   // The graph "runs": the captured buffers now hold new values.
   x.copy_(Tensor::from_vector({10, 20, 30}, {3}, DType::kFloat32));
   y.copy_(Tensor::from_vector({20, 40, 60}, {3}, DType::kFloat32));
@@ -538,6 +548,7 @@ TEST_F(DumpTest, CapturedCallsAreWrittenByFlushGraphDumps) {
   EXPECT_EQ(l[3]["graph_capture_flush_index"], 1);
   EXPECT_EQ(l[3]["graph_capture_snapshot_dir"], snap1.string());
   EXPECT_EQ(l[3]["dump_dir"], base.string());
+  EXPECT_FALSE(replay::read_metadata((base / "metadata.jsonl").string()).graph_pending);
   const auto s1 = lines(snap1 / "metadata.jsonl");
   ASSERT_EQ(s1.size(), 2u);
   EXPECT_EQ(s1[1]["dump_dir"], snap1.string());

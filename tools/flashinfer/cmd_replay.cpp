@@ -279,6 +279,7 @@ int run_show(const std::string& dir, bool verbose) {
   // The seed page's "Scanning Session History", built in.
   std::map<std::string, int> completed_by_fn;
   std::vector<std::pair<std::string, std::string>> incomplete;  // function, directory
+  std::vector<std::pair<std::string, std::string>> unflushed;   // captured, never flushed
   int completed = 0;
   for (const auto& d : dirs) {
     try {
@@ -288,6 +289,8 @@ int run_show(const std::string& dir, bool verbose) {
       if (m.completed) {
         ++completed;
         ++completed_by_fn[fn];
+      } else if (m.graph_pending) {
+        unflushed.emplace_back(fn, d.filename().string());
       } else {
         incomplete.emplace_back(fn, d.filename().string());
       }
@@ -306,6 +309,13 @@ int run_show(const std::string& dir, bool verbose) {
   if (!incomplete.empty()) {
     std::printf("\n⚠️  Found %zu incomplete calls (potential crashes):\n", incomplete.size());
     for (const auto& [fn, d] : incomplete) std::printf("  - %s at %s\n", fn.c_str(), d.c_str());
+  }
+  if (!unflushed.empty()) {
+    std::printf(
+        "\nFound %zu calls captured into a CUDA graph whose tensors were never written "
+        "(flush_graph_dumps() was not called after launching the graph):\n",
+        unflushed.size());
+    for (const auto& [fn, d] : unflushed) std::printf("  - %s at %s\n", fn.c_str(), d.c_str());
   }
   if (verbose) {
     std::printf("\nCalls:\n");
