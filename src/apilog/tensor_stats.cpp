@@ -8,6 +8,7 @@
 #include <string>
 
 #include "apilog/format.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/stream.h"
 #include "kernels/apilog_stats_params.h"
 #include "kernels/cpu/apilog_stats_cpu.h"
@@ -55,12 +56,10 @@ kernels::TensorStatsParams stats_params(const Tensor& t) {
 
 void append_tensor_stats(std::string& out, const Tensor& t, std::string_view prefix) {
   try {
-#if FLASHINFER_WITH_CUDA
-    if (t.device().is_cuda() && kernels::cuda::stream_is_capturing(current_cuda_stream())) {
+    if (t.device().is_cuda() && detail::cuda_current_stream_capturing()) {
       add_line(out, prefix, "[statistics skipped: CUDA graph capture in progress]");
       return;
     }
-#endif
     const bool floating = dtype_is_floating(t.dtype());
     const bool integral = dtype_is_integral(t.dtype());
     if ((!floating && !integral) || t.numel() == 0) return;  // bool, fp4: no statistics

@@ -151,20 +151,6 @@ cudaError_t launch_partial(const TensorStatsParams& p, int blocks, TensorStats* 
 
 }  // namespace
 
-bool stream_is_capturing(void* stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  const cudaError_t err = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status);
-  if (err == cudaErrorStreamCaptureImplicit) {
-    // The legacy stream was queried while another stream captures in global mode: a capture is
-    // in progress, and touching the legacy stream now would invalidate it.
-    (void)cudaGetLastError();
-    return true;
-  }
-  if (err != cudaSuccess) (void)cudaGetLastError();  // not sticky; keep it out of the caller's way
-  FLASHINFER_CUDA_CALL("api_log statistics", err);
-  return status != cudaStreamCaptureStatusNone;
-}
-
 TensorStats tensor_stats(const TensorStatsParams& p, int device, void* stream) {
   TensorStats host;
   if (p.numel == 0) return host;

@@ -6,10 +6,6 @@
 
 namespace flashinfer::kernels::cuda {
 
-/// True while `stream` (a cudaStream_t; nullptr is the legacy stream) is being captured into a
-/// CUDA graph: nothing that synchronizes may run on it then.
-bool stream_is_capturing(void* stream);
-
 /// Reduces the tensor on `device`, on `stream` (so it sees every earlier write on that stream),
 /// copies back one TensorStats and waits for the stream. Floating and integer dtypes only.
 TensorStats tensor_stats(const TensorStatsParams& p, int device, void* stream);
