@@ -47,12 +47,14 @@ void BM_RmsNormUnrecorded(benchmark::State& state) {
 }
 BENCHMARK(BM_RmsNormUnrecorded)->UseRealTime();
 
-void BM_RmsNormLevel10(benchmark::State& state) {
-  const fs::path d = scratch_dir("_small");
+// The small call at level 10 into a fresh dump directory, optionally with an exclude filter.
+void rmsnorm_recorded(benchmark::State& state, const char* tag, std::vector<std::string> exclude) {
+  const fs::path d = scratch_dir(tag);
   recorder::set_log_sink([](const std::string&) {});
   recorder::Config c;
   c.dump_dir = d.string();
   c.max_count = 1 << 30;
+  c.exclude = std::move(exclude);
   recorder::start(c);
   Tensor x = Tensor::empty({4, 256}, DType::kFloat16);
   x.normal_(1);
@@ -61,23 +63,14 @@ void BM_RmsNormLevel10(benchmark::State& state) {
   recorder::stop();
   recorder::set_log_sink({});
 }
+
+void BM_RmsNormLevel10(benchmark::State& state) { rmsnorm_recorded(state, "_small", {}); }
 BENCHMARK(BM_RmsNormLevel10)->UseRealTime()->Iterations(2000);
 
 // Level 10 with the call filtered out by FLASHINFER_DUMP_EXCLUDE: should cost what an
 // unrecorded call costs.
 void BM_RmsNormLevel10Excluded(benchmark::State& state) {
-  const fs::path d = scratch_dir("_excluded");
-  recorder::set_log_sink([](const std::string&) {});
-  recorder::Config c;
-  c.dump_dir = d.string();
-  c.exclude = {"rms*"};
-  recorder::start(c);
-  Tensor x = Tensor::empty({4, 256}, DType::kFloat16);
-  x.normal_(1);
-  Tensor w = Tensor::full({256}, 1.0, DType::kFloat16);
-  for (auto _ : state) benchmark::DoNotOptimize(rmsnorm(x, w).data_ptr());
-  recorder::stop();
-  recorder::set_log_sink({});
+  rmsnorm_recorded(state, "_excluded", {"rms*"});
 }
 BENCHMARK(BM_RmsNormLevel10Excluded)->UseRealTime();
 
