@@ -229,7 +229,15 @@ template <class TQ, class TKV, class TO>
 void run_attention(const AttentionParams& p) {
   const int64_t kv_heads = p.num_kv_heads, heads = p.num_qo_heads;
   const int64_t items = static_cast<int64_t>(p.num_work) * kv_heads;
-#pragma omp parallel
+  // Small problems run on the calling thread: waking the team costs microseconds on a quiet
+  // machine and a whole scheduler time slice when a core is busy elsewhere.
+  int64_t macs = 0;
+  for (int32_t w = 0; w < p.num_work; ++w) {
+    const WorkItem& it = p.work[w];
+    macs += static_cast<int64_t>(it.qo_end - it.qo_begin) * (it.kv_end - it.kv_begin);
+  }
+  macs *= static_cast<int64_t>(heads) * (p.head_dim_qk + p.head_dim_vo);
+#pragma omp parallel if (items > 1 && macs >= (int64_t{1} << 18))
   {
     Runner<TQ, TKV, TO> runner(p);
 #pragma omp for schedule(dynamic, 1)
