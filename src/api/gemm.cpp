@@ -1,6 +1,7 @@
 // Public GEMM ops (flashinfer.gemm): declarations, argument checks, dispatch.
 #include "flashinfer/ops/gemm.h"
 
+#include <cstdint>
 #include <string>
 
 #include "api/backends.h"
@@ -257,8 +258,14 @@ Tensor bf16_gemm(const char* op, const Tensor& A, const Tensor& B,
     api::check_shape_eq(*bias, {d.n}, op, "bias");
     api::check_dtype_in(*bias, {DType::kBFloat16}, op, "bias");
     api::check_same_device(*bias, A, op, "bias", a_arg);
-    // cuBLASLt's bias epilogue reads a dense vector.
-    bias_dense = A.device().is_cuda() ? bias->contiguous() : *bias;
+    // cuBLASLt's bias epilogue reads a dense vector. Its alignment is not a heuristic preference
+    // (unlike A/B/C/D), and users of the epilogue report faults with a bias that is not 16-byte
+    // aligned (a slice of a longer vector), so such a bias gets a fresh, aligned copy.
+    bias_dense = *bias;
+    if (A.device().is_cuda() &&
+        (!bias->is_contiguous() || reinterpret_cast<std::uintptr_t>(bias->data_ptr()) % 16 != 0)) {
+      bias_dense = bias->clone();
+    }
     p.bias = bias_dense.data_ptr();
     p.bias_dtype = bias_dense.dtype();
     p.bias_stride = bias_dense.stride(0);

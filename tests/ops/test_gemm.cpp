@@ -443,6 +443,11 @@ TEST(GemmCuda, UnalignedViewsMatchCpuAndOverlapIsRefused) {
         all_close(out, mm_bf16(a, b, std::nullopt, false, std::nullopt, od), gemm_tol(od, k)))
         << dtype_torch_name(od);
   }
+  // A bias that is a 2-byte aligned slice of a longer vector.
+  Tensor bias_full = Tensor::empty({n + 1}, DType::kFloat32).normal_(16).to(DType::kBFloat16);
+  Tensor bias_g = bias_full.to(g).slice(0, 1, n + 1);
+  EXPECT_TRUE(all_close(mm_bf16(ag, bg, bias_g), mm_bf16(a, b, bias_full.slice(0, 1, n + 1)),
+                        gemm_tol(DType::kBFloat16, k)));
   // Batched, with a batch stride that is not a multiple of 256 bytes.
   Tensor A3 = Tensor::empty({3, m, k}, DType::kFloat32).normal_(13).to(DType::kBFloat16);
   Tensor B3 = col_major(3, k, n, DType::kBFloat16, 14);
