@@ -240,6 +240,9 @@ TEST(BatchDecodeWrapper, BadInput) {
                                                      "trtllm-gen"),
                   init, "backend");
   EXPECT_FI_ERROR(BatchDecodeWithPagedKVCacheWrapper{Tensor{}}, init, "float_workspace_buffer");
+  // A workspace view at an odd byte offset: the fp32 partials in it would be misaligned.
+  EXPECT_FI_ERROR(BatchDecodeWithPagedKVCacheWrapper{workspace().slice(0, 1, 1 << 20)}, init,
+                  "float_workspace_buffer");
 
   BatchDecodeWithPagedKVCacheWrapper w(workspace());
   std::vector<std::vector<double>> kd, vd;
