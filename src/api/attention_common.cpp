@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -687,6 +688,13 @@ void init_wrapper(detail::WrapperState& s, const Tensor& float_workspace_buffer,
   check_defined(float_workspace_buffer, op, "float_workspace_buffer");
   FLASHINFER_CHECK(float_workspace_buffer.is_contiguous(), op, "float_workspace_buffer",
                    "must be contiguous");
+  // Split-KV partials are fp32 arrays starting at the buffer's address: a view at an offset that
+  // is not a multiple of 4 bytes would make every access to them misaligned (a fault that ends
+  // the CUDA context on a GPU, undefined behaviour on the CPU).
+  FLASHINFER_CHECK(reinterpret_cast<std::uintptr_t>(float_workspace_buffer.data_ptr()) % 4 == 0, op,
+                   "float_workspace_buffer", "must be 4-byte aligned (a view at byte offset ",
+                   float_workspace_buffer.storage_offset() * float_workspace_buffer.element_size(),
+                   " is not)");
   s.float_workspace = float_workspace_buffer;
   s.device = float_workspace_buffer.device();
   s.hnd = parse_kv_layout(kv_layout, op, "kv_layout");

@@ -1,6 +1,7 @@
 // Public GEMM ops (flashinfer.gemm): declarations, argument checks, dispatch.
 #include "flashinfer/ops/gemm.h"
 
+#include <cstdint>
 #include <string>
 
 #include "api/backends.h"
@@ -206,6 +207,24 @@ kernels::GemmParams gemm_params(const Tensor& A, const Tensor& B, const Tensor& 
   return p;
 }
 
+// cuBLASLt takes each operand as a column-major matrix with a leading dimension of at least its
+// row count, so rows that overlap (a stride below the row length, e.g. from expand()) which the
+// CPU backend accepts would fail inside cublasLtMatmul with a bare status. Refuse them here,
+// naming the argument. Single rows and columns are exempt: the launcher substitutes a dense ld.
+void check_cuda_leading_dims(const Tensor& A, const Tensor& B, const Tensor& out, const Dims& d,
+                             const char* op, const char* a_arg, const char* b_arg) {
+  if (!A.device().is_cuda()) return;
+  FLASHINFER_CHECK_CODE(d.m == 1 || A.stride(-2) >= d.k, ErrorCode::kUnsupported, op, a_arg,
+                        "the CUDA backend needs non-overlapping rows (stride(-2) >= k = ", d.k,
+                        "), got strides ", shape_to_string(A.strides()));
+  FLASHINFER_CHECK_CODE(d.n == 1 || B.stride(-1) >= d.k, ErrorCode::kUnsupported, op, b_arg,
+                        "the CUDA backend needs non-overlapping columns (stride(-1) >= k = ", d.k,
+                        "), got strides ", shape_to_string(B.strides()));
+  FLASHINFER_CHECK_CODE(d.m == 1 || out.stride(-2) >= d.n, ErrorCode::kUnsupported, op, "out",
+                        "the CUDA backend needs non-overlapping rows (stride(-2) >= n = ", d.n,
+                        "), got strides ", shape_to_string(out.strides()));
+}
+
 void run_gemm(const kernels::GemmParams& p, Device device, const char* op, bool pdl) {
   if (device.is_cpu()) {
     kernels::cpu::gemm(p);
@@ -231,6 +250,7 @@ Tensor bf16_gemm(const char* op, const Tensor& A, const Tensor& B,
   check_out_dtype(out_dtype, op, "out_dtype");
   Shape shape = rank == 3 ? Shape{d.batch, d.m, d.n} : Shape{d.m, d.n};
   Tensor result = make_out(out, shape, out_dtype, A.device(), op);
+  check_cuda_leading_dims(A, B, result, d, op, a_arg, b_arg);
   kernels::GemmParams p = gemm_params(A, B, result, d);
   Tensor bias_dense;
   if (bias && bias->defined()) {
@@ -238,8 +258,14 @@ Tensor bf16_gemm(const char* op, const Tensor& A, const Tensor& B,
     api::check_shape_eq(*bias, {d.n}, op, "bias");
     api::check_dtype_in(*bias, {DType::kBFloat16}, op, "bias");
     api::check_same_device(*bias, A, op, "bias", a_arg);
-    // cuBLASLt's bias epilogue reads a dense vector.
-    bias_dense = A.device().is_cuda() ? bias->contiguous() : *bias;
+    // cuBLASLt's bias epilogue reads a dense vector. Its alignment is not a heuristic preference
+    // (unlike A/B/C/D), and users of the epilogue report faults with a bias that is not 16-byte
+    // aligned (a slice of a longer vector), so such a bias gets a fresh, aligned copy.
+    bias_dense = *bias;
+    if (A.device().is_cuda() &&
+        (!bias->is_contiguous() || reinterpret_cast<std::uintptr_t>(bias->data_ptr()) % 16 != 0)) {
+      bias_dense = bias->clone();
+    }
     p.bias = bias_dense.data_ptr();
     p.bias_dtype = bias_dense.dtype();
     p.bias_stride = bias_dense.stride(0);
@@ -315,6 +341,7 @@ Tensor bmm_fp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const Te
         const Tensor sa = check_scale(A_scale, A.device(), op, "A_scale");
         const Tensor sb = check_scale(B_scale, A.device(), op, "B_scale");
         Tensor result = make_out(out, {d.batch, d.m, d.n}, dtype, A.device(), op);
+        check_cuda_leading_dims(A, B, result, d, op, "A", "B");
         kernels::GemmParams p = gemm_params(A, B, result, d);
         p.a_scale = sa.data<float>();
         p.b_scale = sb.data<float>();
@@ -365,6 +392,11 @@ Tensor mm_fp4(const Tensor& a, const Tensor& b, const Tensor& a_descale, const T
         Tensor al;
         if (alpha && alpha->defined()) al = check_scale(*alpha, a.device(), op, "alpha");
         Tensor result = make_out(out, {d.m, d.n}, out_dtype, a.device(), op);
+        // The operands are dequantized into dense buffers; only out goes to cuBLASLt as is.
+        FLASHINFER_CHECK_CODE(!a.device().is_cuda() || d.m == 1 || result.stride(0) >= d.n,
+                              ErrorCode::kUnsupported, op, "out",
+                              "the CUDA backend needs non-overlapping rows (stride(0) >= n = ", d.n,
+                              "), got strides ", shape_to_string(result.strides()));
         kernels::Fp4GemmParams p;
         p.a = static_cast<const uint8_t*>(a.data_ptr());
         p.a_stride_m = a.stride(0);

@@ -180,6 +180,15 @@ TEST(MergeStatesCuda, MatchesCpu) {
   merge_state_in_place(ag, sag, b.to(Device::cuda()), sb.to(Device::cuda()));
   EXPECT_TRUE(testing::all_close(ag, mr, testing::default_tolerance(DType::kBFloat16)));
   EXPECT_TRUE(testing::all_close(sag, lr, {1e-5, 1e-6}));
+  // With a mask: rows whose mask is false stay untouched.
+  Tensor mask = Tensor::from_vector({1, 0, 1, 1, 0, 1}, {6}, DType::kBool);
+  Tensor ac = a.clone(), sac = sa.clone();
+  merge_state_in_place(ac, sac, b, sb, mask);
+  Tensor am = a.to(Device::cuda()), sam = sa.to(Device::cuda());
+  merge_state_in_place(am, sam, b.to(Device::cuda()), sb.to(Device::cuda()),
+                       mask.to(Device::cuda()));
+  EXPECT_TRUE(testing::all_close(am, ac, testing::default_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(testing::all_close(sam, sac, {1e-5, 1e-6}));
 }
 
 }  // namespace

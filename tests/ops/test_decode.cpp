@@ -240,6 +240,9 @@ TEST(BatchDecodeWrapper, BadInput) {
                                                      "trtllm-gen"),
                   init, "backend");
   EXPECT_FI_ERROR(BatchDecodeWithPagedKVCacheWrapper{Tensor{}}, init, "float_workspace_buffer");
+  // A workspace view at an odd byte offset: the fp32 partials in it would be misaligned.
+  EXPECT_FI_ERROR(BatchDecodeWithPagedKVCacheWrapper{workspace().slice(0, 1, 1 << 20)}, init,
+                  "float_workspace_buffer");
 
   BatchDecodeWithPagedKVCacheWrapper w(workspace());
   std::vector<std::vector<double>> kd, vd;
@@ -357,9 +360,49 @@ TEST(BatchDecodeCuda, MatchesCpu) {
           Tensor::zeros({8 << 20}, DType::kUInt8, Device::cuda()));
       gpu.plan(f.indptr, f.indices, f.last_page_len, 8, 2, d, 16, po);
       AttentionOutput got =
-          gpu.run(q.to(Device::cuda()), PagedKVCache(f.cache5.to(Device::cuda())), ro);
+          gpu.run(q.to(Device::cuda()),
+                  PagedKVCache(testing::to_keep_layout(f.cache5, Device::cuda())), ro);
       EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(dt)));
       EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {1e-3, 1e-4}));
+    }
+  }
+}
+
+// Decode through both CUDA kernels (CUDA-core, and the tensor-core prefill kernel with
+// use_tensor_cores), with several causal queries per request, a window, a soft cap and forced
+// split-KV, against the CPU reference.
+TEST(BatchDecodeCuda, TensorCoresAndMultiQueryMatchCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  for (bool tensor_cores : {false, true}) {
+    for (int64_t q_len : {1, 3}) {
+      std::vector<std::vector<double>> kd, vd;
+      testing::PagedFixture f =
+          testing::make_paged({5, 40, 333}, 16, 2, 128, DType::kBFloat16, true, true, 7, kd, vd);
+      Tensor q = Tensor::empty({3 * q_len, 8, 128}, DType::kBFloat16).uniform_(9);
+      BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+      po.q_data_type = DType::kBFloat16;
+      po.q_len_per_req = q_len;
+      po.window_left = 100;
+      po.logits_soft_cap = 20.0;
+      po.fixed_split_size = 2;
+      AttentionRunOptions ro;
+      ro.return_lse = true;
+      BatchDecodeWithPagedKVCacheWrapper cpu(workspace(), "HND", false, tensor_cores);
+      cpu.plan(f.indptr, f.indices, f.last_page_len, 8, 2, 128, 16, po);
+      AttentionOutput ref = cpu.run(q, f.cache(), ro);
+      BatchDecodeWithPagedKVCacheWrapper gpu(Tensor::zeros({8 << 20}, DType::kUInt8, g), "HND",
+                                             false, tensor_cores);
+      gpu.plan(f.indptr, f.indices, f.last_page_len, 8, 2, 128, 16, po);
+      AttentionOutput got = gpu.run(q.to(g),
+                                    PagedKVCache(testing::to_keep_layout(f.k_cache, g),
+                                                 testing::to_keep_layout(f.v_cache, g)),
+                                    ro);
+      EXPECT_TRUE(
+          testing::all_close(got.out, ref.out, testing::default_tolerance(DType::kBFloat16)))
+          << "tensor_cores " << tensor_cores << " q_len " << q_len;
+      EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3}))
+          << "tensor_cores " << tensor_cores << " q_len " << q_len;
     }
   }
 }

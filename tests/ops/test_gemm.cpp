@@ -423,5 +423,43 @@ TEST(GemmCuda, MatchesCpu) {
   EXPECT_TRUE(all_close(gpu, cpu, gemm_tol(DType::kBFloat16, 128)));
 }
 
+// Views whose data pointer is only element-aligned (cuBLASLt's heuristic assumes 256 bytes
+// unless told), an odd leading dimension, and overlapping rows, which cuBLASLt cannot take.
+TEST(GemmCuda, UnalignedViewsMatchCpuAndOverlapIsRefused) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t m = 19, n = 24, k = 40;
+  Tensor a_full = Tensor::empty({m, k + 1}, DType::kFloat32).normal_(11).to(DType::kBFloat16);
+  Tensor b_full = Tensor::empty({n, k + 1}, DType::kFloat32).normal_(12).to(DType::kBFloat16);
+  Tensor a = a_full.slice(1, 1, k + 1);                  // 2-byte offset, ld 41
+  Tensor b = b_full.slice(1, 1, k + 1).transpose(0, 1);  // column-major [k, n], ld 41
+  Tensor ag = a_full.to(g).slice(1, 1, k + 1);
+  Tensor bg = b_full.to(g).slice(1, 1, k + 1).transpose(0, 1);
+  for (DType od : {DType::kBFloat16, DType::kFloat16}) {
+    Tensor out_full = Tensor::zeros({m, n + 1}, od, g);
+    Tensor out = out_full.slice(1, 1, n + 1);  // 2-byte offset, ld 25
+    mm_bf16(ag, bg, std::nullopt, false, out, od);
+    EXPECT_TRUE(
+        all_close(out, mm_bf16(a, b, std::nullopt, false, std::nullopt, od), gemm_tol(od, k)))
+        << dtype_torch_name(od);
+  }
+  // A bias that is a 2-byte aligned slice of a longer vector.
+  Tensor bias_full = Tensor::empty({n + 1}, DType::kFloat32).normal_(16).to(DType::kBFloat16);
+  Tensor bias_g = bias_full.to(g).slice(0, 1, n + 1);
+  EXPECT_TRUE(all_close(mm_bf16(ag, bg, bias_g), mm_bf16(a, b, bias_full.slice(0, 1, n + 1)),
+                        gemm_tol(DType::kBFloat16, k)));
+  // Batched, with a batch stride that is not a multiple of 256 bytes.
+  Tensor A3 = Tensor::empty({3, m, k}, DType::kFloat32).normal_(13).to(DType::kBFloat16);
+  Tensor B3 = col_major(3, k, n, DType::kBFloat16, 14);
+  Tensor A3g = A3.to(g).slice(1, 1, m);
+  EXPECT_TRUE(all_close(bmm_bf16(A3g, B3.transpose(1, 2).to(g).transpose(1, 2)),
+                        bmm_bf16(A3.slice(1, 1, m), B3), gemm_tol(DType::kBFloat16, k)));
+  // Overlapping columns of b (stride 0, as from expand()): fine on the CPU, refused on CUDA.
+  Tensor col = Tensor::empty({k, 1}, DType::kFloat32).normal_(15).to(DType::kBFloat16);
+  Tensor bo = col.as_strided({k, n}, {1, 0}, 0);
+  EXPECT_NO_THROW(mm_bf16(a, bo));
+  EXPECT_FI_ERROR(mm_bf16(ag, col.to(g).as_strided({k, n}, {1, 0}, 0)), "mm_bf16", "b");
+}
+
 }  // namespace
 }  // namespace flashinfer

@@ -186,12 +186,26 @@ TEST(AppendPagedKvCacheCuda, MatchesCpu) {
       testing::make_paged({9, 4}, 4, 2, 128, DType::kBFloat16, true, false, 3, kr, vr);
   Tensor ak = Tensor::empty({3, 2, 128}, DType::kBFloat16).uniform_(5);
   Tensor bi = int_tensor({0, 0, 1}), pos = int_tensor({7, 8, 3});
-  Tensor gpu_cache = f.cache5.to(Device::cuda());
+  Tensor gpu_cache = testing::to_keep_layout(f.cache5, Device::cuda());
   append_paged_kv_cache(ak.to(Device::cuda()), ak.to(Device::cuda()), bi.to(Device::cuda()),
                         pos.to(Device::cuda()), gpu_cache, f.indices.to(Device::cuda()),
                         f.indptr.to(Device::cuda()), f.last_page_len.to(Device::cuda()), "HND");
   append_paged_kv_cache(ak, ak, bi, pos, f.cache(), f.indices, f.indptr, f.last_page_len, "HND");
   EXPECT_EQ(gpu_cache.to_double_vector(), f.cache5.to_double_vector());
+  // NHD, a (k_cache, v_cache) pair, 1-byte elements, distinct K and V rows.
+  testing::PagedFixture f8 =
+      testing::make_paged({9, 4}, 4, 2, 64, DType::kFloat8E4M3FN, false, true, 4, kr, vr);
+  Tensor k8 = Tensor::empty({3, 2, 64}, DType::kFloat8E4M3FN).uniform_(6);
+  Tensor v8 = Tensor::empty({3, 2, 64}, DType::kFloat8E4M3FN).uniform_(7);
+  Tensor kg = testing::to_keep_layout(f8.k_cache, Device::cuda());
+  Tensor vg = testing::to_keep_layout(f8.v_cache, Device::cuda());
+  append_paged_kv_cache(k8.to(Device::cuda()), v8.to(Device::cuda()), bi.to(Device::cuda()),
+                        pos.to(Device::cuda()), PagedKVCache(kg, vg), f8.indices.to(Device::cuda()),
+                        f8.indptr.to(Device::cuda()), f8.last_page_len.to(Device::cuda()), "NHD");
+  append_paged_kv_cache(k8, v8, bi, pos, f8.cache(), f8.indices, f8.indptr, f8.last_page_len,
+                        "NHD");
+  EXPECT_EQ(kg.to_double_vector(), f8.k_cache.to_double_vector());
+  EXPECT_EQ(vg.to_double_vector(), f8.v_cache.to_double_vector());
 }
 
 }  // namespace

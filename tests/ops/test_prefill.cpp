@@ -414,10 +414,39 @@ TEST(BatchPrefillCuda, PagedMatchesCpu) {
       gpu.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, 8, 2, d, 16, po);
       AttentionOutput got =
           gpu.run(q.to(Device::cuda()),
-                  PagedKVCache(f.k_cache.to(Device::cuda()), f.v_cache.to(Device::cuda())), ro);
+                  PagedKVCache(testing::to_keep_layout(f.k_cache, Device::cuda()),
+                               testing::to_keep_layout(f.v_cache, Device::cuda())),
+                  ro);
       EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(dt)));
       EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3}));
     }
+  }
+}
+
+// Single prefill with per-head scales, causal right-aligned (kv_len > qo_len), a window and a
+// soft cap: fp16 KV runs the tensor-core kernel, fp8 KV the CUDA-core kernel with prefill tiles.
+TEST(SinglePrefillCuda, HeadScalesAndFp8KvMatchCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  Tensor q = Tensor::empty({37, 8, 64}, DType::kFloat16).uniform_(21);
+  Tensor sq =
+      Tensor::from_vector({0.5, 1.0, 1.5, 2.0, 0.25, 0.75, 1.25, 1.75}, {8}, DType::kFloat32);
+  Tensor sk = Tensor::from_vector({0.5, 1.5}, {2}, DType::kFloat32);
+  Tensor sv = Tensor::from_vector({2.0, 0.75}, {2}, DType::kFloat32);
+  for (DType kv_dtype : {DType::kFloat16, DType::kFloat8E4M3FN}) {
+    Tensor k = Tensor::empty({100, 2, 64}, kv_dtype).uniform_(22);
+    Tensor v = Tensor::empty({100, 2, 64}, kv_dtype).uniform_(23);
+    auto run = [&](Device d) {
+      return single_prefill_with_kv_cache(q.to(d), k.to(d), v.to(d), sq.to(d), sk.to(d), sv.to(d),
+                                          std::nullopt, std::nullopt, std::nullopt, true, "NHD",
+                                          "NONE", false, std::nullopt, 50, 15.0, std::nullopt,
+                                          std::nullopt, "auto", true);
+    };
+    AttentionOutput ref = run(Device::cpu());
+    AttentionOutput got = run(g);
+    EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(DType::kFloat16)))
+        << dtype_torch_name(kv_dtype);
+    EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3})) << dtype_torch_name(kv_dtype);
   }
 }
 

@@ -527,6 +527,43 @@ TEST(QuantizationCuda, Fp4MatchesCpuBitExact) {
   EXPECT_EQ(bytes(sg), bytes(sc));
 }
 
+// Bit-exactness where device and host arithmetic could part: special values (inf, NaN, -0,
+// float subnormals, values that overflow the scale), an inverted global scale, fp8 input, and a
+// strided input view kept strided on the GPU.
+TEST(QuantizationCuda, Fp4EdgeCasesMatchCpuBitExact) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  Tensor x = Tensor::empty({40, 2 * 64 + 1}, DType::kFloat32).normal_(45, 0, 3);
+  float* v = x.data<float>();
+  const float specials[] = {INFINITY, -INFINITY, NAN, -0.0f, 1e-40f, -3e-39f, 1e30f, 7e-45f};
+  for (int i = 0; i < 8; ++i) v[(5 * i) * x.stride(0) + 3 * i + 1] = specials[i];
+  // Row 7, first block of the strided view (odd columns 1..31): zeros and one subnormal value.
+  for (int i = 1; i < 33; i += 2) v[7 * x.stride(0) + i] = 0.0f;
+  v[7 * x.stride(0) + 3] = 1e-38f;
+  for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat8E4M3FN}) {
+    Tensor xs = x.to(dt).slice(1, 1, 2 * 64 + 1, 2);  // [40, 64], column stride 2
+    for (const auto& [gs_value, inversed] :
+         {std::pair{448.0 * 6.0 / 16.0, false}, std::pair{16.0 / (448.0 * 6.0), true}}) {
+      Tensor gs = fp32_scalar(gs_value);
+      auto [qc, sc] = fp4_quantize(xs, gs, 16, false, true, false, inversed);
+      auto [qg, sg] =
+          fp4_quantize(testing::to_keep_layout(xs, g), gs.to(g), 16, false, true, false, inversed);
+      EXPECT_EQ(bytes(qg), bytes(qc)) << dtype_torch_name(dt) << " inversed " << inversed;
+      EXPECT_EQ(bytes(sg), bytes(sc)) << dtype_torch_name(dt) << " inversed " << inversed;
+    }
+    if (dt != DType::kFloat8E4M3FN) {
+      auto [qc, sc] = mxfp4_quantize(xs.contiguous());
+      auto [qg, sg] = mxfp4_quantize(xs.contiguous().to(g));
+      EXPECT_EQ(bytes(qg), bytes(qc)) << dtype_torch_name(dt);
+      EXPECT_EQ(bytes(sg), bytes(sc)) << dtype_torch_name(dt);
+      auto [q8c, s8c] = mxfp8_quantize(xs.contiguous());
+      auto [q8g, s8g] = mxfp8_quantize(xs.contiguous().to(g));
+      EXPECT_EQ(bytes(q8g), bytes(q8c)) << dtype_torch_name(dt);
+      EXPECT_EQ(bytes(s8g), bytes(s8c)) << dtype_torch_name(dt);
+    }
+  }
+}
+
 TEST(QuantizationCuda, Mxfp8AndInterleaveMatchCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   Tensor x = Tensor::empty({70, 128}, DType::kFloat16).normal_(43, 0, 100);

@@ -489,11 +489,11 @@ TEST(RopeCuda, MatchesCpu) {
         Tensor pos = index_tensor(some_positions(g.nnz), DType::kInt32);
         for (const QK& in : {x, xs}) {
           auto [qc, kc] = apply_llama31_rope_pos_ids(in.q, in.k, pos, rd, interleave);
-          auto [qg, kg] =
-              apply_llama31_rope_pos_ids(in.q.to(gpu), in.k.to(gpu), pos.to(gpu), rd, interleave);
+          auto [qg, kg] = apply_llama31_rope_pos_ids(
+              to_keep_layout(in.q, gpu), to_keep_layout(in.k, gpu), pos.to(gpu), rd, interleave);
           EXPECT_TRUE(all_close(cpu(qg), qc, rope_tol(d)));
           EXPECT_TRUE(all_close(cpu(kg), kc, rope_tol(d)));
-          Tensor qi = in.q.to(gpu), ki = in.k.to(gpu);
+          Tensor qi = to_keep_layout(in.q, gpu), ki = to_keep_layout(in.k, gpu);
           apply_llama31_rope_pos_ids_inplace(qi, ki, pos.to(gpu), rd, interleave);
           EXPECT_TRUE(all_close(cpu(qi), qc, rope_tol(d)));
         }
@@ -505,8 +505,8 @@ TEST(RopeCuda, MatchesCpu) {
         }
         Tensor ip = index_tensor(indptr, DType::kInt64), of = index_tensor(offsets, DType::kInt32);
         auto [qc, kc] = apply_rope(x.q, x.k, ip, of, rd, interleave, 4.0);
-        auto [qg, kg] =
-            apply_rope(x.q.to(gpu), x.k.to(gpu), ip.to(gpu), of.to(gpu), rd, interleave, 4.0);
+        auto [qg, kg] = apply_rope(to_keep_layout(x.q, gpu), to_keep_layout(x.k, gpu), ip.to(gpu),
+                                   of.to(gpu), rd, interleave, 4.0);
         EXPECT_TRUE(all_close(cpu(qg), qc, rope_tol(d)));
         EXPECT_TRUE(all_close(cpu(kg), kc, rope_tol(d)));
       }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor_span.h"
 #include "flashinfer/flashinfer.h"
 
 namespace flashinfer::testing {
@@ -89,6 +90,13 @@ inline ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& 
 }
 
 inline bool cuda_available() { return cuda_device_count() > 0; }
+
+/// `t` copied to `device` with its shape, strides and offset kept. Tensor::to makes a contiguous
+/// copy, so a CUDA-vs-CPU case that moves a strided view with it would run the CUDA kernel on
+/// dense data only; this keeps the device run on the same layout as the CPU one.
+inline Tensor to_keep_layout(const Tensor& t, Device device) {
+  return detail::to_device_keep_layout(t, device);
+}
 
 #define FLASHINFER_SKIP_WITHOUT_CUDA()                                              \
   do {                                                                              \

@@ -1,5 +1,8 @@
 #include <cublasLt.h>
 
+#include <cstdint>
+#include <utility>
+
 #include "flashinfer/float_formats.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/gemm_cuda.h"
@@ -71,6 +74,13 @@ void set_batch(const char* op, cublasLtMatrixLayout_t l, int32_t batch, int64_t 
   FLASHINFER_CUBLASLT_CALL(
       op, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
                                            sizeof(stride)));
+}
+
+// Largest power of two (at most 256) dividing the address of every batch's matrix.
+uint32_t alignment_bytes(const void* ptr, DType dt, int64_t batch, int64_t batch_stride) {
+  uint64_t bits = reinterpret_cast<std::uintptr_t>(ptr) | 256u;
+  if (batch > 1) bits |= static_cast<uint64_t>(batch_stride) * dtype_size(dt);
+  return static_cast<uint32_t>(bits & (~bits + 1));  // lowest set bit
 }
 
 // Row-major out[m, n] = x[m, k] @ w^T, where w is [n, k] with row stride ldw (i.e. the logical
@@ -149,6 +159,20 @@ void lt_matmul(const char* op, const LtProblem& pr, cudaStream_t stream) {
   FLASHINFER_CUBLASLT_CALL(
       op, cublasLtMatmulPreferenceSetAttribute(ds.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                &ws, sizeof(ws)));
+  // The heuristic assumes 256-byte aligned operands unless told otherwise (the default of
+  // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES), and a view with an offset (a sliced `out`, a
+  // row range of A) is not. State the real alignment so no algorithm needing more is chosen.
+  const uint32_t align_w = alignment_bytes(pr.w, pr.w_type, pr.batch, pr.stride_w);
+  const uint32_t align_x = alignment_bytes(pr.x, pr.x_type, pr.batch, pr.stride_x);
+  const uint32_t align_d = alignment_bytes(pr.d, pr.d_type, pr.batch, pr.stride_d);
+  for (const auto& [attr, value] :
+       {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_w},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_x},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}}) {
+    FLASHINFER_CUBLASLT_CALL(
+        op, cublasLtMatmulPreferenceSetAttribute(ds.pref, attr, &value, sizeof(value)));
+  }
   cublasLtMatmulHeuristicResult_t heur = {};
   int found = 0;
   FLASHINFER_CUBLASLT_CALL(op, cublasLtMatmulAlgoGetHeuristic(h, ds.op, ds.a, ds.b, ds.d, ds.d,

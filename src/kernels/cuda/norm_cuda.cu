@@ -35,6 +35,9 @@ template <class T>
 void launch(const RmsNormParams& p, cudaStream_t stream, bool enable_pdl) {
   const int64_t rows = p.batch * p.heads;
   if (rows == 0) return;
+  // One block per row: gridDim.x holds at most 2^31 - 1.
+  FLASHINFER_CHECK_CODE(rows <= 0x7FFFFFFF, ErrorCode::kUnsupported, "rmsnorm", "input",
+                        "more than 2^31 - 1 rows");
   int threads = 32;
   while (threads < 1024 && threads < p.hidden) threads *= 2;
   cudaLaunchConfig_t cfg = {};
@@ -192,6 +195,8 @@ template <class T>
 void launch_fused_add(const FusedAddRmsNormParams& p, cudaStream_t stream, bool enable_pdl) {
   const int64_t rows = p.batch * p.heads;
   if (rows == 0) return;
+  FLASHINFER_CHECK_CODE(rows <= 0x7FFFFFFF, ErrorCode::kUnsupported, "fused_add_rmsnorm", "input",
+                        "more than 2^31 - 1 rows");
   constexpr int V = kVecElems<T>;
   const bool vec = p.in_stride_d == 1 && p.res_stride_d == 1 && p.weight_stride == 1 &&
                    p.hidden % V == 0 && aligned16(p.input, p.in_stride_b, sizeof(T)) &&
@@ -221,6 +226,8 @@ void launch_fused_add(const FusedAddRmsNormParams& p, cudaStream_t stream, bool 
 template <class T>
 void launch_layernorm(const LayerNormParams& p, cudaStream_t stream) {
   if (p.batch == 0) return;
+  FLASHINFER_CHECK_CODE(p.batch <= 0x7FFFFFFF, ErrorCode::kUnsupported, "layernorm", "input",
+                        "more than 2^31 - 1 rows");
   constexpr int V = kVecElems<T>;
   const bool vec = p.in_stride_d == 1 && p.out_stride_d == 1 && p.hidden % V == 0 &&
                    aligned16(p.input, p.in_stride_b, sizeof(T)) &&
