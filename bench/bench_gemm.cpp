@@ -227,6 +227,55 @@ BENCHMARK(BM_SmallMSgemmFp32)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// bmm_fp8 (e4m3 x e4m3, bf16 out) at decode sizes: the op against the former path. Bytes: B's
+// (n * k, one byte each).
+void BM_SmallMFp8(benchmark::State& state) {
+  const bool old_path = state.range(0) == kOldSgemmPath;
+  const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
+  Tensor A = Tensor::empty({1, m, k}, DType::kFloat8E4M3FN).uniform_(13, -4, 4);
+  Tensor B = Tensor::empty({1, n, k}, DType::kFloat8E4M3FN).uniform_(14, -4, 4).transpose(1, 2);
+  Tensor s1 = Tensor::full({1}, 0.5, DType::kFloat32);
+  Tensor out = Tensor::empty({1, m, n}, DType::kBFloat16);
+  const float scale = 0.5f;
+  kernels::GemmParams p;
+  p.a = A.data_ptr();
+  p.a_dtype = DType::kFloat8E4M3FN;
+  p.a_stride_m = k;
+  p.b = B.data_ptr();
+  p.b_dtype = DType::kFloat8E4M3FN;
+  p.b_stride_n = k;
+  p.out = out.data_ptr();
+  p.out_stride_m = n;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a_scale = &scale;
+  p.b_scale = &scale;
+  auto run = [&] {
+    if (old_path) {
+      kernels::cpu::gemm_with(p, kernels::cpu::GemmPath::kSgemm, kernels::cpu::GemmIsa::kScalar);
+    } else {
+      bmm_fp8(A, B, s1, s1, DType::kBFloat16, out);
+    }
+  };
+  run();
+  for (auto _ : state) {
+    run();
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m * n * k),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  bench::report_traffic(state, static_cast<double>(n * k));
+}
+BENCHMARK(BM_SmallMFp8)
+    ->ArgNames({"variant", "m", "n", "k"})
+    ->Args({kOp, 1, 4096, 4096})
+    ->Args({kOldSgemmPath, 1, 4096, 4096})
+    ->Args({kOp, 16, 4096, 4096})
+    ->Args({kOldSgemmPath, 16, 4096, 4096})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 BENCHMARK(bench::BM_MemcpyBaseline)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // ---- quantizers -----------------------------------------------------------------------------
