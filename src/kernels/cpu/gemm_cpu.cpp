@@ -151,9 +151,9 @@ void sgemm_path(const GemmParams& p, float alpha) {
 //
 // out[i, j] = alpha * dot(A row i, B column j): B's column j is row j of the [n, k] weight, so
 // every dot product runs along contiguous memory of both operands. A (m x k, small) is widened
-// to fp32 once per call; B is widened in registers as it streams by, each element read once
-// per group of kTileM rows of A. A register tile holds MR x NR vector accumulators (MR rows of
-// A, NR columns of B), reduced horizontally at the end of a k chunk.
+// to fp32 once per call; B is widened in registers as it streams by: read from memory once, then
+// from L1 once per group of MR rows of A. A register tile holds MR x NR vector accumulators (MR
+// rows of A, NR columns of B), reduced horizontally at the end of a k chunk.
 //
 // Blocking: a task is kBlockN columns of one batch; within it, k runs in chunks whose slice of
 // A (m x chunk fp32) stays in L2 while the task's columns stream past, and the fp32 partial
