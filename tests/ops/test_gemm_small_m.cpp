@@ -167,6 +167,21 @@ TEST(GemmSmallM, PathsAgreeOnDecodeLikeShapes) {
   }
 }
 
+TEST(GemmSmallM, LargeBRunsOnTheOpenMpTeam) {
+  // Over 2^22 B elements per call, the column blocks (and batches) are shared by an OpenMP team.
+  for (auto [nb, m, n, k] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 3, 1031, 4099}, {2, 2, 600, 3500}}) {
+    Tensor A = randn({nb, m, k}, DType::kBFloat16, 50 + m);
+    Tensor B = weight_t({nb, n, k}, DType::kBFloat16, 51);
+    const auto ref = ref_bmm(A, B, 1.0);
+    for (GemmIsa isa : isas()) {
+      EXPECT_TRUE(all_close(run_kernel(A, B, DType::kBFloat16, GemmPath::kSmallM, isa), ref,
+                            gemm_tol(DType::kBFloat16, k)))
+          << where(isa, m, n, k, DType::kBFloat16) << " batch " << nb;
+    }
+  }
+}
+
 TEST(GemmSmallM, LongKRunsInChunks) {
   // k beyond one k chunk (m = 16: 2048; m = 1: 32768) so partial sums carry across chunks.
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 20, 5000}, {1, 3, 70001}}) {

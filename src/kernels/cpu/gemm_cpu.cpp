@@ -161,8 +161,12 @@ void sgemm_path(const GemmParams& p, float alpha) {
 
 constexpr int64_t kBlockN = 64;
 constexpr int64_t kChunkABytes = 128 * 1024;
-// Below this much B (elements per call) one thread does it all: an OpenMP fork costs more.
-constexpr int64_t kParallelMinB = 1 << 15;
+// Below this much B (elements per call, 8 MiB of bf16: about 1 ms of streaming on one core) one
+// thread does it all. Measured on the shared 2-vCPU machine with one other busy process, llama
+// decode with 2 threads: a threshold of 2^15 or 2^20 elements was slower than the former
+// single-threaded conversion path (every OpenMP join waits for a thread that lost its core),
+// 2^22 was 1.6-2x faster than it.
+constexpr int64_t kParallelMinB = int64_t{1} << 22;
 
 int64_t k_chunk(int64_t m, int64_t k) {
   const int64_t c = std::max<int64_t>(512, (kChunkABytes / 4 / m) / 64 * 64);
