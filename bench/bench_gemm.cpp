@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <tuple>
 #include <vector>
 
 #include "bench_bandwidth.h"
@@ -116,8 +117,10 @@ void BM_MmFp4(benchmark::State& state) {
   Tensor a = Tensor::empty({n, n}, DType::kBFloat16).uniform_(5);
   Tensor w = Tensor::empty({n, n}, DType::kBFloat16).uniform_(6);
   Tensor gs = Tensor::full({1}, 448.0 * 6.0, DType::kFloat32);
-  auto [qa, sfa] = nvfp4_quantize(a, gs);
-  auto [qb, sfb] = nvfp4_quantize(w, gs);
+  // Named tensors, not structured bindings: clang 14 cannot capture those in the lambda below.
+  Tensor qa, sfa, qb, sfb;
+  std::tie(qa, sfa) = nvfp4_quantize(a, gs);
+  std::tie(qb, sfb) = nvfp4_quantize(w, gs);
   Tensor alpha = Tensor::full({1}, 1.0 / (448.0 * 6.0 * 448.0 * 6.0), DType::kFloat32);
   Tensor out = Tensor::empty({n, n}, DType::kBFloat16);
   Tensor bt = qb.transpose(0, 1), sbt = sfb.transpose(0, 1);
