@@ -17,7 +17,7 @@ void mm_fp4(const Fp4GemmParams& p);
 
 /// Largest m that gemm() sends to the small-m path (chosen by measurement: bench_gemm, see
 /// docs/PERFORMANCE.md "GEMM and quantization").
-inline constexpr int64_t kGemmSmallMMax = 64;
+inline constexpr int64_t kGemmSmallMMax = 128;
 
 // Below: for tests and benchmarks, which must reach each path and instruction set.
 
