@@ -214,9 +214,10 @@ void tile_scalar(const float* a, int64_t lda, const typename In::T* b, int64_t l
 
 #if FLASHINFER_CPU_F16C
 // The vector tiles. Widening is exact for every code: bf16 is the top half of an fp32; e5m2 is
-// the top byte of an fp16 (F16C converts that exactly, subnormals included); e4m3fn is rebuilt
-// with integer arithmetic (normal: exponent rebias 7 -> 127; subnormal: mantissa * 2^-9, an
-// exact int -> float conversion and power-of-two product), so no path depends on MXCSR's DAZ.
+// the top byte of an fp16 (F16C converts that exactly, subnormals included); e4m3fn goes through
+// an fp16 bit pattern and F16C on AVX-512 (see widen16) and is rebuilt with integer arithmetic on
+// AVX2 (normal: exponent rebias 7 -> 127; subnormal: mantissa * 2^-9, an exact int -> float
+// conversion and power-of-two product), so no path depends on MXCSR's DAZ.
 // GCC 12 reports its own AVX-512 intrinsics' deliberately undefined pass-through operands
 // (`__m512i __Y = __Y;`) as (maybe-)uninitialized once they are inlined.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -235,17 +236,19 @@ FI_TARGET_AVX512 inline __m512 widen16(const uint8_t* p, E5m2In) {
   const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(x), 8));
 }
+// e4m3fn through F16C: the code's exponent and mantissa bits placed at fp16's bits 7..13 (sign
+// at 15) form an fp16 whose value is the e4m3 value times 2^-8, subnormals included (both
+// formats' subnormal steps are their smallest normal / 8); the NaN codes S.1111.111 get fp16's
+// all-ones exponent. Mostly 256-bit integer work, which has three ports against two for 512-bit.
 FI_TARGET_AVX512 inline __m512 widen16(const uint8_t* p, E4m3In) {
-  const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  const __m512i mag = _mm512_and_si512(x, _mm512_set1_epi32(0x7F));
-  const __m512i normal = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
-  const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(0x1p-9f));
-  __m512 v = _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8)),
-                                  _mm512_castsi512_ps(normal), sub);
-  v = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F)), v,
-                           _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
-  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24);
-  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+  const __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i y = _mm256_slli_epi16(x, 7);  // sign now at bit 14
+  // Adding bit 14 to itself moves the sign to bit 15.
+  __m256i h = _mm256_add_epi16(y, _mm256_and_si256(y, _mm256_set1_epi16(0x4000)));
+  const __m256i nan =
+      _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x3F80)), _mm256_set1_epi16(0x3F80));
+  h = _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7C00)));
+  return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
 }
 
 template <class In, int MR, int NR>
