@@ -1,17 +1,23 @@
-// CPU GEMM and quantization throughput. Every GEMM reports FLOP/s and `vs_sgemm`: its FLOP/s
-// divided by plain OpenBLAS sgemm's on fp32 operands of the same shape, measured interleaved with
-// it in the same run (the op's extra work is converting its low-precision inputs to fp32 tiles
-// and rounding the output). Quantizers report bytes/s (input read + quantized data + scales
-// written).
+// CPU GEMM and quantization throughput. Every large GEMM reports FLOP/s and `vs_sgemm`: its
+// FLOP/s divided by plain OpenBLAS sgemm's on fp32 operands of the same shape, measured
+// interleaved with it in the same run (the op's extra work is converting its low-precision inputs
+// to fp32 tiles and rounding the output). The small-m (decode) GEMMs report FLOP/s and the bytes
+// of their B operand per second against a memcpy bandwidth baseline measured right after each
+// case (bench_bandwidth.h), for the op, for the former path (B converted to fp32, then sgemm),
+// for each instruction set of the small-m kernel, and for OpenBLAS sgemm on pre-converted fp32
+// operands. Quantizers report bytes/s (input read + quantized data + scales written).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <tuple>
 #include <vector>
 
+#include "bench_bandwidth.h"
 #include "flashinfer/flashinfer.h"
+#include "kernels/cpu/gemm_cpu.h"
 
 namespace {
 
@@ -111,8 +117,10 @@ void BM_MmFp4(benchmark::State& state) {
   Tensor a = Tensor::empty({n, n}, DType::kBFloat16).uniform_(5);
   Tensor w = Tensor::empty({n, n}, DType::kBFloat16).uniform_(6);
   Tensor gs = Tensor::full({1}, 448.0 * 6.0, DType::kFloat32);
-  auto [qa, sfa] = nvfp4_quantize(a, gs);
-  auto [qb, sfb] = nvfp4_quantize(w, gs);
+  // Named tensors, not structured bindings: clang 14 cannot capture those in the lambda below.
+  Tensor qa, sfa, qb, sfb;
+  std::tie(qa, sfa) = nvfp4_quantize(a, gs);
+  std::tie(qb, sfb) = nvfp4_quantize(w, gs);
   Tensor alpha = Tensor::full({1}, 1.0 / (448.0 * 6.0 * 448.0 * 6.0), DType::kFloat32);
   Tensor out = Tensor::empty({n, n}, DType::kBFloat16);
   Tensor bt = qb.transpose(0, 1), sbt = sfb.transpose(0, 1);
@@ -120,6 +128,158 @@ void BM_MmFp4(benchmark::State& state) {
                     [&] { mm_fp4(qa, bt, sfa, sbt, alpha, DType::kBFloat16, out); });
 }
 BENCHMARK(BM_MmFp4)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// ---- small m (decode) ---------------------------------------------------------------------
+
+// How the GEMM is computed: the public op (path by m), or the CPU kernel with a forced path and
+// instruction set.
+enum SmallMVariant : int64_t { kOp, kOldSgemmPath, kSmallAvx512, kSmallAvx2, kSmallScalar };
+
+// Args: variant, m, n, k, out dtype (0 bf16, 1 fp16). B is the transpose of a bf16 [n, k] weight,
+// as llama_decode passes it; bytes are B's (n * k * 2) per call.
+void BM_SmallMBf16(benchmark::State& state) {
+  using kernels::cpu::GemmIsa;
+  using kernels::cpu::GemmPath;
+  const auto variant = static_cast<SmallMVariant>(state.range(0));
+  const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
+  const DType out_dt = state.range(4) ? DType::kFloat16 : DType::kBFloat16;
+  Tensor a = Tensor::empty({m, k}, DType::kBFloat16).uniform_(11);
+  Tensor b = Tensor::empty({n, k}, DType::kBFloat16).uniform_(12).transpose(0, 1);
+  Tensor out = Tensor::empty({m, n}, out_dt);
+  kernels::GemmParams p;
+  p.a = a.data_ptr();
+  p.a_stride_m = k;
+  p.b = b.data_ptr();
+  p.b_stride_n = k;
+  p.out = out.data_ptr();
+  p.out_dtype = out_dt;
+  p.out_stride_m = n;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  std::function<void()> run;
+  switch (variant) {
+    case kOp:
+      run = [&] { mm_bf16(a, b, std::nullopt, false, out, out_dt); };
+      break;
+    case kOldSgemmPath:
+      run = [&] { kernels::cpu::gemm_with(p, GemmPath::kSgemm, GemmIsa::kScalar); };
+      break;
+    default: {
+      const GemmIsa isa = variant == kSmallAvx512 ? GemmIsa::kAvx512
+                          : variant == kSmallAvx2 ? GemmIsa::kAvx2
+                                                  : GemmIsa::kScalar;
+      if (isa > kernels::cpu::best_gemm_isa()) {
+        state.SkipWithError("instruction set not available on this CPU");
+        return;
+      }
+      run = [&, isa] { kernels::cpu::gemm_with(p, GemmPath::kSmallM, isa); };
+    }
+  }
+  run();
+  for (auto _ : state) {
+    run();
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m * n * k),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  bench::report_traffic(state, 2.0 * static_cast<double>(n * k));
+}
+
+// OpenBLAS sgemm on operands already in fp32 (what the op would cost if the weights were kept in
+// fp32 at twice the bytes). Bytes: its fp32 B, n * k * 4.
+void BM_SmallMSgemmFp32(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  Sgemm base(m, n, k);
+  base.run();
+  for (auto _ : state) base.run();
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m * n * k),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  bench::report_traffic(state, 4.0 * static_cast<double>(n * k));
+}
+
+// (m, n, k, out fp16): m = 1, 4, 16, 32 at 4096^2; 48 to 128 to place the threshold; and
+// llama_decode's default model at batch 4 (qkv, o, gate_up, down, lm_head with fp16 out).
+const std::vector<std::vector<int64_t>> kSmallMShapes = {
+    {1, 4096, 4096, 0},  {4, 4096, 4096, 0},  {16, 4096, 4096, 0}, {32, 4096, 4096, 0},
+    {48, 4096, 4096, 0}, {64, 4096, 4096, 0}, {96, 4096, 4096, 0}, {128, 4096, 4096, 0},
+    {4, 768, 512, 0},    {4, 512, 512, 0},    {4, 2816, 512, 0},   {4, 512, 1408, 0},
+    {4, 4096, 512, 1}};
+
+void small_m_args(benchmark::internal::Benchmark* b) {
+  for (const auto& s : kSmallMShapes) {
+    for (int64_t v : {kOp, kOldSgemmPath, kSmallAvx512, kSmallAvx2, kSmallScalar}) {
+      // The instruction-set variants only at the 4096^2 decode sizes.
+      if (v >= kSmallAvx2 && (s[1] != 4096 || s[0] > 32)) continue;
+      b->Args({v, s[0], s[1], s[2], s[3]});
+    }
+  }
+}
+BENCHMARK(BM_SmallMBf16)
+    ->ArgNames({"variant", "m", "n", "k", "fp16out"})
+    ->Apply(small_m_args)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+void small_m_sgemm_args(benchmark::internal::Benchmark* b) {
+  for (const auto& s : kSmallMShapes) b->Args({s[0], s[1], s[2]});
+}
+BENCHMARK(BM_SmallMSgemmFp32)
+    ->ArgNames({"m", "n", "k"})
+    ->Apply(small_m_sgemm_args)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// bmm_fp8 (e4m3 x e4m3, bf16 out) at decode sizes: the op against the former path. Bytes: B's
+// (n * k, one byte each).
+void BM_SmallMFp8(benchmark::State& state) {
+  const bool old_path = state.range(0) == kOldSgemmPath;
+  const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
+  Tensor A = Tensor::empty({1, m, k}, DType::kFloat8E4M3FN).uniform_(13, -4, 4);
+  Tensor B = Tensor::empty({1, n, k}, DType::kFloat8E4M3FN).uniform_(14, -4, 4).transpose(1, 2);
+  Tensor s1 = Tensor::full({1}, 0.5, DType::kFloat32);
+  Tensor out = Tensor::empty({1, m, n}, DType::kBFloat16);
+  const float scale = 0.5f;
+  kernels::GemmParams p;
+  p.a = A.data_ptr();
+  p.a_dtype = DType::kFloat8E4M3FN;
+  p.a_stride_m = k;
+  p.b = B.data_ptr();
+  p.b_dtype = DType::kFloat8E4M3FN;
+  p.b_stride_n = k;
+  p.out = out.data_ptr();
+  p.out_stride_m = n;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a_scale = &scale;
+  p.b_scale = &scale;
+  auto run = [&] {
+    if (old_path) {
+      kernels::cpu::gemm_with(p, kernels::cpu::GemmPath::kSgemm, kernels::cpu::GemmIsa::kScalar);
+    } else {
+      bmm_fp8(A, B, s1, s1, DType::kBFloat16, out);
+    }
+  };
+  run();
+  for (auto _ : state) {
+    run();
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m * n * k),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  bench::report_traffic(state, static_cast<double>(n * k));
+}
+BENCHMARK(BM_SmallMFp8)
+    ->ArgNames({"variant", "m", "n", "k"})
+    ->Args({kOp, 1, 4096, 4096})
+    ->Args({kOldSgemmPath, 1, 4096, 4096})
+    ->Args({kOp, 16, 4096, 4096})
+    ->Args({kOldSgemmPath, 16, 4096, 4096})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+BENCHMARK(bench::BM_MemcpyBaseline)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // ---- quantizers -----------------------------------------------------------------------------
 

@@ -3,15 +3,18 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/cpu/cpu_row_io.h"
 
-// Threading: OpenBLAS parallelizes the O(m n k) sgemm with its own thread pool. The O(m k + n k)
-// conversions stay serial on purpose: an OpenMP team here keeps spinning after its region and
-// competes with OpenBLAS's threads (measured: 0.12x of plain sgemm at 512^3 with OpenMP loops,
-// ~1x without).
+// Threading: on the sgemm path OpenBLAS parallelizes the O(m n k) multiply with its own thread
+// pool and the O(m k + n k) conversions stay serial on purpose: an OpenMP team there keeps
+// spinning after its region and competes with OpenBLAS's threads (measured: 0.12x of plain
+// sgemm at 512^3 with OpenMP loops, ~1x without). The small-m path does not call OpenBLAS and
+// runs its own OpenMP loop over blocks of n, like the other CPU kernels.
 namespace flashinfer::kernels::cpu {
 namespace {
 
@@ -120,10 +123,8 @@ void sgemm_nt(int64_t m, int64_t n, int64_t k, float alpha, const float* a, cons
               b, static_cast<blasint>(k), 0.0f, c, static_cast<blasint>(n));
 }
 
-}  // namespace
-
-void gemm(const GemmParams& p) {
-  const float alpha = (p.a_scale ? *p.a_scale : 1.0f) * (p.b_scale ? *p.b_scale : 1.0f);
+// Large m: every operand converted to dense fp32, one OpenBLAS sgemm per batch.
+void sgemm_path(const GemmParams& p, float alpha) {
   // Uninitialized scratch: every element is written before it is read.
   std::unique_ptr<float[]> a(new float[static_cast<size_t>(p.m * p.k)]);
   std::unique_ptr<float[]> b(new float[static_cast<size_t>(p.n * p.k)]);
@@ -145,6 +146,385 @@ void gemm(const GemmParams& p) {
     store_out(c.get(), p, ob);
   }
 }
+
+// ---- small m: B read in place --------------------------------------------------------------
+//
+// out[i, j] = alpha * dot(A row i, B column j): B's column j is row j of the [n, k] weight, so
+// every dot product runs along contiguous memory of both operands. A (m x k, small) is widened
+// to fp32 once per call; B is widened in registers as it streams by: read from memory once, then
+// from L1 once per group of MR rows of A. A register tile holds MR x NR vector accumulators (MR
+// rows of A, NR columns of B), reduced horizontally at the end of a k chunk.
+//
+// Blocking: a task is kBlockN columns of one batch; within it, k runs in chunks whose slice of
+// A (m x chunk fp32) stays in L2 while the task's columns stream past, and the fp32 partial
+// sums (m x kBlockN) stay in L1.
+
+constexpr int64_t kBlockN = 64;
+constexpr int64_t kChunkABytes = 128 * 1024;
+// Below this much B (elements per call, 8 MiB of bf16: about 1 ms of streaming on one core) one
+// thread does it all. Measured on the shared 2-vCPU machine with one other busy process, llama
+// decode with 2 threads: a threshold of 2^15 or 2^20 elements was slower than the former
+// single-threaded conversion path (every OpenMP join waits for a thread that lost its core),
+// 2^22 was 1.6-2x faster than it.
+constexpr int64_t kParallelMinB = int64_t{1} << 22;
+
+int64_t k_chunk(int64_t m, int64_t k) {
+  const int64_t c = std::max<int64_t>(512, (kChunkABytes / 4 / m) / 64 * 64);
+  return std::min(c, std::max<int64_t>(k, 1));
+}
+
+// One register tile: c[i * ldc + j] += sum_t a[i * lda + t] * B_j[t] for t < k, i < MR, j < NR,
+// where B_j = b + j * ldb (B's column j, contiguous).
+template <class In>
+using TileFn = void (*)(const float* a, int64_t lda, const typename In::T* b, int64_t ldb,
+                        int64_t k, float* c, int64_t ldc);
+
+// Portable tile: eight independent partial sums per output, which the compiler maps to SSE2
+// (baseline x86-64) or whatever the target has, without reassociation flags.
+template <class In, int MR, int NR>
+void tile_scalar(const float* a, int64_t lda, const typename In::T* b, int64_t ldb, int64_t k,
+                 float* c, int64_t ldc) {
+  constexpr int W = 8;
+  float acc[MR][NR][W] = {};
+  int64_t t = 0;
+  for (; t + W <= k; t += W) {
+    float bv[NR][W];
+    for (int j = 0; j < NR; ++j) {
+      for (int l = 0; l < W; ++l) bv[j][l] = In::cvt(b[j * ldb + t + l]);
+    }
+    for (int i = 0; i < MR; ++i) {
+      for (int j = 0; j < NR; ++j) {
+        for (int l = 0; l < W; ++l) acc[i][j][l] += a[i * lda + t + l] * bv[j][l];
+      }
+    }
+  }
+  for (; t < k; ++t) {
+    for (int j = 0; j < NR; ++j) {
+      const float bj = In::cvt(b[j * ldb + t]);
+      for (int i = 0; i < MR; ++i) acc[i][j][0] += a[i * lda + t] * bj;
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < NR; ++j) {
+      const float* v = acc[i][j];
+      c[i * ldc + j] += ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+    }
+  }
+}
+
+#if FLASHINFER_CPU_F16C
+// The vector tiles. Widening is exact for every code: bf16 is the top half of an fp32; e5m2 is
+// the top byte of an fp16 (F16C converts that exactly, subnormals included); e4m3fn goes through
+// an fp16 bit pattern and F16C on AVX-512 (see widen16) and is rebuilt with integer arithmetic on
+// AVX2 (normal: exponent rebias 7 -> 127; subnormal: mantissa * 2^-9, an exact int -> float
+// conversion and power-of-two product), so no path depends on MXCSR's DAZ.
+// GCC 12 reports its own AVX-512 intrinsics' deliberately undefined pass-through operands
+// (`__m512i __Y = __Y;`) as (maybe-)uninitialized once they are inlined.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#define FI_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+#define FI_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+FI_TARGET_AVX512 inline __m512 widen16(const uint16_t* p, Bf16In) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+FI_TARGET_AVX512 inline __m512 widen16(const uint8_t* p, E5m2In) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(x), 8));
+}
+// e4m3fn through F16C: the code's exponent and mantissa bits placed at fp16's bits 7..13 (sign
+// at 15) form an fp16 whose value is the e4m3 value times 2^-8, subnormals included (both
+// formats' subnormal steps are their smallest normal / 8); the NaN codes S.1111.111 get fp16's
+// all-ones exponent. Mostly 256-bit integer work, which has three ports against two for 512-bit.
+FI_TARGET_AVX512 inline __m512 widen16(const uint8_t* p, E4m3In) {
+  const __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i y = _mm256_slli_epi16(x, 7);  // sign now at bit 14
+  // Adding bit 14 to itself moves the sign to bit 15.
+  __m256i h = _mm256_add_epi16(y, _mm256_and_si256(y, _mm256_set1_epi16(0x4000)));
+  const __m256i nan =
+      _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x3F80)), _mm256_set1_epi16(0x3F80));
+  h = _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7C00)));
+  return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+}
+
+template <class In, int MR, int NR>
+FI_TARGET_AVX512 void tile_avx512(const float* a, int64_t lda, const typename In::T* b, int64_t ldb,
+                                  int64_t k, float* c, int64_t ldc) {
+  __m512 acc[MR][NR];
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  int64_t t = 0;
+  for (; t + 16 <= k; t += 16) {
+    __m512 bv[NR];
+    for (int j = 0; j < NR; ++j) bv[j] = widen16(b + j * ldb + t, In{});
+    for (int i = 0; i < MR; ++i) {
+      const __m512 av = _mm512_loadu_ps(a + i * lda + t);
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(av, bv[j], acc[i][j]);
+    }
+  }
+  if (t < k) {
+    // Tail: B through a zero-padded copy (reads stay inside B), A through a masked load.
+    const int r = static_cast<int>(k - t);
+    const __mmask16 mask = static_cast<__mmask16>((1u << r) - 1);
+    __m512 bv[NR];
+    for (int j = 0; j < NR; ++j) {
+      typename In::T pad[16] = {};
+      std::memcpy(pad, b + j * ldb + t, sizeof(pad[0]) * r);
+      bv[j] = widen16(pad, In{});
+    }
+    for (int i = 0; i < MR; ++i) {
+      const __m512 av = _mm512_maskz_loadu_ps(mask, a + i * lda + t);
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(av, bv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < NR; ++j) c[i * ldc + j] += _mm512_reduce_add_ps(acc[i][j]);
+  }
+}
+
+FI_TARGET_AVX2 inline __m256 widen8(const uint16_t* p, Bf16In) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+FI_TARGET_AVX2 inline __m256 widen8(const uint8_t* p, E5m2In) {
+  const __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(x), 8));
+}
+FI_TARGET_AVX2 inline __m256 widen8(const uint8_t* p, E4m3In) {
+  const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m256i mag = _mm256_and_si256(x, _mm256_set1_epi32(0x7F));
+  const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23));
+  const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f));
+  const __m256 is_sub = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag));
+  __m256 v = _mm256_blendv_ps(_mm256_castsi256_ps(normal), sub, is_sub);
+  const __m256 is_nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F)));
+  v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)), is_nan);
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x80)), 24);
+  return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign));
+}
+
+FI_TARGET_AVX2 inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+template <class In, int MR, int NR>
+FI_TARGET_AVX2 void tile_avx2(const float* a, int64_t lda, const typename In::T* b, int64_t ldb,
+                              int64_t k, float* c, int64_t ldc) {
+  __m256 acc[MR][NR];
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
+  }
+  int64_t t = 0;
+  for (; t + 8 <= k; t += 8) {
+    __m256 bv[NR];
+    for (int j = 0; j < NR; ++j) bv[j] = widen8(b + j * ldb + t, In{});
+    for (int i = 0; i < MR; ++i) {
+      const __m256 av = _mm256_loadu_ps(a + i * lda + t);
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
+    }
+  }
+  if (t < k) {
+    // Tail: both operands through zero-padded copies (reads stay inside A and B).
+    const int r = static_cast<int>(k - t);
+    __m256 bv[NR];
+    for (int j = 0; j < NR; ++j) {
+      typename In::T pad[8] = {};
+      std::memcpy(pad, b + j * ldb + t, sizeof(pad[0]) * r);
+      bv[j] = widen8(pad, In{});
+    }
+    for (int i = 0; i < MR; ++i) {
+      float pad[8] = {};
+      std::memcpy(pad, a + i * lda + t, sizeof(float) * r);
+      const __m256 av = _mm256_loadu_ps(pad);
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < NR; ++j) c[i * ldc + j] += hsum8(acc[i][j]);
+  }
+}
+#undef FI_TARGET_AVX512
+#undef FI_TARGET_AVX2
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// AVX-512 state (opmask, upper ZMM halves, ZMM16-31) must be enabled by the OS as well.
+bool cpu_has_avx512() {
+  unsigned a, b, c, d;
+  if (!rowio::os_has_avx_state() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool avx512f = (b & bit_AVX512F) != 0;
+  unsigned lo, hi;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return avx512f && (lo & 0xE6) == 0xE6;
+}
+bool cpu_has_fma() {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_FMA) != 0;
+}
+#endif
+
+GemmIsa detect_isa() {
+#if FLASHINFER_CPU_F16C
+  if (rowio::has_avx2() && rowio::has_f16c() && cpu_has_fma()) {
+    return cpu_has_avx512() ? GemmIsa::kAvx512 : GemmIsa::kAvx2;
+  }
+#endif
+  return GemmIsa::kScalar;
+}
+
+// The tiles of one instruction set for one B dtype: full tiles are kMr x kNr; the last rows of
+// A use MR = 1 .. kMr - 1 and the last columns of a block NR = 1.
+template <class In>
+struct Tiles {
+  int mr = 1, nr = 1;
+  TileFn<In> fn[4][2] = {};  // [MR - 1][NR == nr ? 0 : 1]
+};
+
+template <class In>
+Tiles<In> tiles_for(GemmIsa isa) {
+  Tiles<In> t;
+#if FLASHINFER_CPU_F16C
+  if (isa == GemmIsa::kAvx512) {
+    // 4 x 4 zmm accumulators + 4 widened B vectors + 1 A vector: 21 of 32 registers.
+    t.mr = 4;
+    t.nr = 4;
+    t.fn[0][0] = &tile_avx512<In, 1, 4>;
+    t.fn[1][0] = &tile_avx512<In, 2, 4>;
+    t.fn[2][0] = &tile_avx512<In, 3, 4>;
+    t.fn[3][0] = &tile_avx512<In, 4, 4>;
+    t.fn[0][1] = &tile_avx512<In, 1, 1>;
+    t.fn[1][1] = &tile_avx512<In, 2, 1>;
+    t.fn[2][1] = &tile_avx512<In, 3, 1>;
+    t.fn[3][1] = &tile_avx512<In, 4, 1>;
+    return t;
+  }
+  if (isa == GemmIsa::kAvx2) {
+    // 2 x 4 ymm accumulators + 4 B + 1 A: 13 of 16 registers.
+    t.mr = 2;
+    t.nr = 4;
+    t.fn[0][0] = &tile_avx2<In, 1, 4>;
+    t.fn[1][0] = &tile_avx2<In, 2, 4>;
+    t.fn[0][1] = &tile_avx2<In, 1, 1>;
+    t.fn[1][1] = &tile_avx2<In, 2, 1>;
+    return t;
+  }
+#else
+  (void)isa;
+#endif
+  t.mr = 2;
+  t.nr = 4;
+  t.fn[0][0] = &tile_scalar<In, 1, 4>;
+  t.fn[1][0] = &tile_scalar<In, 2, 4>;
+  t.fn[0][1] = &tile_scalar<In, 1, 1>;
+  t.fn[1][1] = &tile_scalar<In, 2, 1>;
+  return t;
+}
+
+template <class In, uint16_t (*kRound)(float)>
+void small_m_typed(const GemmParams& p, float alpha, GemmIsa isa) {
+  const Tiles<In> tiles = tiles_for<In>(isa);
+  const int64_t m = p.m, n = p.n, k = p.k;
+  // A of every batch as dense fp32 [batch, m, k]: small by construction (m is small).
+  std::unique_ptr<float[]> a(new float[static_cast<size_t>(p.batch * m * k)]);
+  const size_t a_es = dtype_size(p.a_dtype);
+  for (int64_t bi = 0; bi < p.batch; ++bi) {
+    to_fp32(static_cast<const uint8_t*>(p.a) + bi * p.a_stride_b * a_es, p.a_dtype, m, k,
+            p.a_stride_m, p.a_stride_k, a.get() + bi * m * k);
+  }
+  const auto* b = static_cast<const typename In::T*>(p.b);
+  auto* out = static_cast<uint16_t*>(p.out);
+  const int64_t kc = k_chunk(m, k);
+  const int64_t blocks = (n + kBlockN - 1) / kBlockN;
+  const int64_t tasks = p.batch * blocks;
+#pragma omp parallel if (p.batch * n * k >= kParallelMinB)
+  {
+    // Partial sums of one task, m x kBlockN (row stride kBlockN).
+    std::unique_ptr<float[]> c(new float[static_cast<size_t>(m * kBlockN)]);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t bi = task / blocks, j0 = (task % blocks) * kBlockN;
+      const int64_t nb = std::min(kBlockN, n - j0);
+      const float* ab = a.get() + bi * m * k;
+      const auto* bb = b + bi * p.b_stride_b + j0 * p.b_stride_n;
+      std::fill(c.get(), c.get() + m * kBlockN, 0.0f);
+      for (int64_t k0 = 0; k0 < k; k0 += kc) {
+        const int64_t kl = std::min(kc, k - k0);
+        for (int64_t j = 0; j < nb;) {
+          // Full groups of nr columns, then the block's last columns one at a time.
+          const int64_t w = nb - j >= tiles.nr ? tiles.nr : 1;
+          for (int64_t i = 0; i < m; i += tiles.mr) {
+            const int mr = static_cast<int>(std::min<int64_t>(tiles.mr, m - i));
+            tiles.fn[mr - 1][w == tiles.nr ? 0 : 1](ab + i * k + k0, k, bb + j * p.b_stride_n + k0,
+                                                    p.b_stride_n, kl, c.get() + i * kBlockN + j,
+                                                    kBlockN);
+          }
+          j += w;
+        }
+      }
+      uint16_t* ob = out + bi * p.out_stride_b + j0 * p.out_stride_n;
+      for (int64_t i = 0; i < m; ++i) {
+        const float* ci = c.get() + i * kBlockN;
+        uint16_t* oi = ob + i * p.out_stride_m;
+        for (int64_t j = 0; j < nb; ++j) {
+          float v = alpha * ci[j];
+          if (p.bias) v += load(p.bias, p.bias_dtype, (j0 + j) * p.bias_stride);
+          oi[j * p.out_stride_n] = kRound(v);
+        }
+      }
+    }
+  }
+}
+
+template <uint16_t (*kRound)(float)>
+bool small_m_rounded(const GemmParams& p, float alpha, GemmIsa isa) {
+  switch (p.b_dtype) {
+    case DType::kBFloat16:
+      small_m_typed<Bf16In, kRound>(p, alpha, isa);
+      return true;
+    case DType::kFloat8E4M3FN:
+      small_m_typed<E4m3In, kRound>(p, alpha, isa);
+      return true;
+    case DType::kFloat8E5M2:
+      small_m_typed<E5m2In, kRound>(p, alpha, isa);
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Returns false (nothing written) when B's dtype or layout has no small-m kernel.
+bool small_m_path(const GemmParams& p, float alpha, GemmIsa isa) {
+  if (p.b_stride_k != 1 && p.k > 1) return false;
+  return p.out_dtype == DType::kBFloat16 ? small_m_rounded<round_bf16>(p, alpha, isa)
+                                         : small_m_rounded<round_f16>(p, alpha, isa);
+}
+
+}  // namespace
+
+GemmIsa best_gemm_isa() {
+  static const GemmIsa isa = detect_isa();
+  return isa;
+}
+
+void gemm_with(const GemmParams& p, GemmPath path, GemmIsa isa) {
+  const float alpha = (p.a_scale ? *p.a_scale : 1.0f) * (p.b_scale ? *p.b_scale : 1.0f);
+  isa = std::min(isa, best_gemm_isa());
+  const bool small =
+      path == GemmPath::kSmallM || (path == GemmPath::kAuto && p.m <= kGemmSmallMMax);
+  if (small && small_m_path(p, alpha, isa)) return;
+  sgemm_path(p, alpha);
+}
+
+void gemm(const GemmParams& p) { gemm_with(p, GemmPath::kAuto, best_gemm_isa()); }
 
 namespace {
 

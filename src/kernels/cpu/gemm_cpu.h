@@ -1,6 +1,12 @@
-// CPU GEMM backend: inputs converted exactly to fp32 tiles, multiplied by OpenBLAS sgemm
-// (fp32 accumulation), rounded once to the output dtype.
+// CPU GEMM backend. Two paths, both fp32 accumulation over exactly widened inputs, rounded once
+// to the output dtype:
+//  * small m (decode: m <= kGemmSmallMMax): B is read in its stored bf16 / fp8 form and widened
+//    in registers (AVX-512 or AVX2+FMA, chosen at run time; portable scalar otherwise), OpenMP
+//    over blocks of n. No fp32 copy of B is ever made, so B costs its own bytes once.
+//  * otherwise: inputs converted to fp32 tiles, multiplied by OpenBLAS sgemm.
 #pragma once
+
+#include <cstdint>
 
 #include "kernels/gemm_params.h"
 
@@ -8,5 +14,22 @@ namespace flashinfer::kernels::cpu {
 
 void gemm(const GemmParams& p);
 void mm_fp4(const Fp4GemmParams& p);
+
+/// Largest m that gemm() sends to the small-m path (chosen by measurement: bench_gemm, see
+/// docs/PERFORMANCE.md "GEMM and quantization").
+inline constexpr int64_t kGemmSmallMMax = 128;
+
+// Below: for tests and benchmarks, which must reach each path and instruction set.
+
+enum class GemmPath { kAuto, kSmallM, kSgemm };
+enum class GemmIsa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+/// The widest instruction set of the small-m path this CPU (and OS) supports.
+GemmIsa best_gemm_isa();
+
+/// gemm() with the path forced (kSmallM works for any m, but only for bf16 / fp8 B, and falls
+/// back to sgemm otherwise) and the small-m path's instruction set capped at `isa` (clamped to
+/// best_gemm_isa()).
+void gemm_with(const GemmParams& p, GemmPath path, GemmIsa isa);
 
 }  // namespace flashinfer::kernels::cpu

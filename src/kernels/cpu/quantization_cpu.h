@@ -1,4 +1,5 @@
-// CPU reference kernels for the FP4 / MXFP8 quantization ops: bit-exact, OpenMP over rows.
+// CPU reference kernels for the FP4 / MXFP8 quantization ops: bit-exact, OpenMP over rows,
+// vectorized row kernels chosen at run time (baseline, AVX2, AVX-512; identical bits).
 #pragma once
 
 #include "kernels/quantization_params.h"
@@ -9,5 +10,12 @@ void fp4_quantize(const Fp4QuantizeParams& p);
 void mxfp8_quantize(const Mxfp8QuantizeParams& p);
 void block_dequantize(const BlockDequantizeParams& p);
 void block_scale_interleave(const BlockScaleInterleaveParams& p);
+
+// For tests and benchmarks: the quantizers' row kernels are compiled for the baseline target,
+// AVX2 and AVX-512 and give identical bits; these run one of them (clamped to what the CPU has).
+enum class QuantIsa { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
+QuantIsa best_quant_isa();
+void fp4_quantize_with(const Fp4QuantizeParams& p, QuantIsa isa);
+void mxfp8_quantize_with(const Mxfp8QuantizeParams& p, QuantIsa isa);
 
 }  // namespace flashinfer::kernels::cpu
