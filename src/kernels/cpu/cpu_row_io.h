@@ -3,10 +3,16 @@
 // separate loop so the compiler can vectorize the (branch-free) format conversions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "flashinfer/float_formats.h"
+#include "kernels/cpu/cpu_isa.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -43,7 +49,7 @@ inline bool has_f16c() {
     unsigned a, b, c, d;
     return os_has_avx_state() && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
   }();
-  return v;
+  return v && cpu_isa_cap() >= CpuIsa::kAvx2;  // tests may lower the cap to the scalar tier
 }
 
 __attribute__((target("avx,f16c"))) inline void load_half_f16c(const Half* x, int64_t n,
@@ -71,7 +77,7 @@ inline bool has_avx2() {
     unsigned a, b, c, d;
     return os_has_avx_state() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX2);
   }();
-  return v;
+  return v && cpu_isa_cap() >= CpuIsa::kAvx2;
 }
 
 // bf16 rows with AVX2: widening is a 16-bit shift; narrowing is the same round-to-nearest-even
@@ -177,6 +183,31 @@ inline float sum(const float* __restrict v, int64_t n) {
   }
   for (; i < n; ++i) acc[0] += v[i];
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/// Elements per block of rows handed to one thread at a time by for_row_blocks: large enough
+/// that each thread streams long contiguous runs (hardware prefetchers ramp up per run) and
+/// pays scheduling once per ~0.5 MiB, small enough that a thread that loses its vCPU on a shared
+/// machine leaves work the other threads pick up.
+inline constexpr int64_t kRowBlockElems = int64_t{1} << 18;
+
+/// Calls body(r0, r1) on disjoint, contiguous row ranges that together cover [0, rows), from an
+/// OpenMP team when the op is large enough (min_parallel_elems in total) to be worth waking it.
+template <class Body>
+void for_row_blocks(int64_t rows, int64_t row_elems, int64_t min_parallel_elems, Body&& body) {
+  if (rows <= 0) return;
+  if (rows == 1 || rows * row_elems < min_parallel_elems) return body(int64_t{0}, rows);
+#ifdef _OPENMP
+  const int64_t threads = omp_get_max_threads();
+#else
+  const int64_t threads = 1;
+#endif
+  // At most kRowBlockElems per block, and at least about four blocks per thread.
+  const int64_t cap = std::max<int64_t>(1, kRowBlockElems / std::max<int64_t>(1, row_elems));
+  const int64_t per = std::clamp<int64_t>(rows / (4 * threads), 1, cap);
+  const int64_t blocks = (rows + per - 1) / per;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t b = 0; b < blocks; ++b) body(b * per, std::min(rows, (b + 1) * per));
 }
 
 }  // namespace flashinfer::kernels::cpu::rowio
