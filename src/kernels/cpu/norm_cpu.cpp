@@ -85,8 +85,8 @@ void rmsnorm_avx512(const RmsNormParams& p, const float* wf) {
   const auto* in = static_cast<const T*>(p.input);
   auto* out = static_cast<T*>(p.out);
   const int64_t rows = p.batch * p.heads, n = p.hidden;
-  const bool stream = p.out != p.input &&
-                      rows * n * static_cast<int64_t>(sizeof(T)) >= kStreamMinBytes;
+  const bool stream =
+      p.out != p.input && rows * n * static_cast<int64_t>(sizeof(T)) >= kStreamMinBytes;
   rowio::for_row_blocks(rows, n, kParallelMinElems, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = r / p.heads, h = r % p.heads;
