@@ -11,8 +11,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <thread>
 #include <vector>
+
+#include "kernels/cpu/cpu_isa.h"
 
 namespace flashinfer::bench {
 
@@ -36,6 +39,17 @@ inline void parallel_memcpy(char* dst, const char* src, std::size_t n) {
     threads.emplace_back([=] { std::memcpy(dst + lo, src + lo, hi - lo); });
   }
   for (auto& th : threads) th.join();
+}
+
+/// Caps the CPU kernels' vector tier from FLASHINFER_BENCH_CPU_ISA (scalar, avx2 or avx512;
+/// unset: all tiers), so one binary measures the code before and after a vector path.
+inline void apply_isa_cap_from_env() {
+  using kernels::cpu::CpuIsa;
+  const char* env = std::getenv("FLASHINFER_BENCH_CPU_ISA");
+  const std::string_view v = env ? env : "avx512";
+  kernels::cpu::set_cpu_isa_cap(v == "scalar" ? CpuIsa::kScalar
+                                : v == "avx2" ? CpuIsa::kAvx2
+                                              : CpuIsa::kAvx512);
 }
 
 /// Bytes per second (read + write) of a 128 MiB copy, best of 5 (buffers touched first).

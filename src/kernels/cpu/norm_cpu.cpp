@@ -61,10 +61,12 @@ FI_AVX512 float sum_squares_avx512(const T* x, int64_t n) {
 
 // y = x * r * w.
 template <class T, bool kStream>
-FI_AVX512 void scale_row_avx512(const T* x, const float* w, float r, T* y, int64_t n) {
+FI_AVX512 void scale_row_avx512(const T* x, const float* w, float r, T* y, int64_t n,
+                                const T* next) {
   const __m512 rv = _mm512_set1_ps(r);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    v5::prefetch(next, i);
     const __m512 v = _mm512_mul_ps(_mm512_mul_ps(v5::load(x + i), rv), _mm512_loadu_ps(w + i));
     if constexpr (kStream) {
       v5::stream(y + i, v);
@@ -92,13 +94,16 @@ void rmsnorm_avx512(const RmsNormParams& p, const float* wf) {
       const int64_t b = r / p.heads, h = r % p.heads;
       const T* x = in + b * p.in_stride_b + h * p.in_stride_h;
       T* y = out + b * p.out_stride_b + h * p.out_stride_h;
+      const T* next =
+          r + 1 < rows ? in + (r + 1) / p.heads * p.in_stride_b + (r + 1) % p.heads * p.in_stride_h
+                       : nullptr;
       // eps goes inside the square root, as upstream does.
       const float r_rms =
           1.0f / std::sqrt(sum_squares_avx512(x, n) / static_cast<float>(n) + p.eps);
       if (stream && reinterpret_cast<std::uintptr_t>(y) % 64 == 0) {
-        scale_row_avx512<T, true>(x, wf, r_rms, y, n);
+        scale_row_avx512<T, true>(x, wf, r_rms, y, n, next);
       } else {
-        scale_row_avx512<T, false>(x, wf, r_rms, y, n);
+        scale_row_avx512<T, false>(x, wf, r_rms, y, n, next);
       }
     }
     if (stream) v5::sfence();
@@ -131,10 +136,13 @@ FI_AVX512 float add_sum_squares_avx512(const T* x, const T* res, int64_t n) {
 // Pass 2: recomputes the sum from the (cached) rows rather than keeping an fp32 copy, stores
 // it rounded into res, and the normalized unrounded sum into x.
 template <class T>
-FI_AVX512 void add_store_scale_avx512(T* x, T* res, const float* w, float r, int64_t n) {
+FI_AVX512 void add_store_scale_avx512(T* x, T* res, const float* w, float r, int64_t n,
+                                      const T* next_x, const T* next_res) {
   const __m512 rv = _mm512_set1_ps(r);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    v5::prefetch(next_x, i);
+    v5::prefetch(next_res, i);
     const __m512 s = _mm512_add_ps(v5::load(x + i), v5::load(res + i));
     v5::store(res + i, s);
     v5::store(x + i, _mm512_mul_ps(_mm512_mul_ps(s, rv), _mm512_loadu_ps(w + i)));
@@ -158,9 +166,13 @@ void fused_add_rmsnorm_avx512(const FusedAddRmsNormParams& p, const float* wf) {
       const int64_t b = r / p.heads, h = r % p.heads;
       T* x = in + b * p.in_stride_b + h * p.in_stride_h;
       T* y = res + b * p.res_stride_b + h * p.res_stride_h;
+      const bool last = r + 1 == rows;
+      const int64_t nb = (r + 1) / p.heads, nh = (r + 1) % p.heads;
+      const T* next_x = last ? nullptr : in + nb * p.in_stride_b + nh * p.in_stride_h;
+      const T* next_y = last ? nullptr : res + nb * p.res_stride_b + nh * p.res_stride_h;
       const float r_rms =
           1.0f / std::sqrt(add_sum_squares_avx512(x, y, n) / static_cast<float>(n) + p.eps);
-      add_store_scale_avx512(x, y, wf, r_rms, n);
+      add_store_scale_avx512(x, y, wf, r_rms, n, next_x, next_y);
     }
   });
 }
@@ -205,10 +217,11 @@ FI_AVX512 float sum_sq_dev_avx512(const T* x, float mean, int64_t n) {
 // y = (x - mean) * r * gamma + beta.
 template <class T, bool kStream>
 FI_AVX512 void layernorm_row_avx512(const T* x, float mean, float r, const float* g,
-                                    const float* bt, T* y, int64_t n) {
+                                    const float* bt, T* y, int64_t n, const T* next) {
   const __m512 mv = _mm512_set1_ps(mean), rv = _mm512_set1_ps(r);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    v5::prefetch(next, i);
     const __m512 d = _mm512_mul_ps(_mm512_sub_ps(v5::load(x + i), mv), rv);
     const __m512 v = _mm512_fmadd_ps(d, _mm512_loadu_ps(g + i), _mm512_loadu_ps(bt + i));
     if constexpr (kStream) {
@@ -237,14 +250,15 @@ void layernorm_avx512(const LayerNormParams& p, const float* gamma, const float*
     for (int64_t r = r0; r < r1; ++r) {
       const T* x = in + r * p.in_stride_b;
       T* y = out + r * p.out_stride_b;
+      const T* next = r + 1 < p.batch ? x + p.in_stride_b : nullptr;
       // Two passes (mean, then squared deviations): no cancellation for rows with a large mean.
       const float mean = sum_avx512(x, n) / static_cast<float>(n);
       const float var = sum_sq_dev_avx512(x, mean, n) / static_cast<float>(n);
       const float r_std = 1.0f / std::sqrt(var + p.eps);
       if (stream && reinterpret_cast<std::uintptr_t>(y) % 64 == 0) {
-        layernorm_row_avx512<T, true>(x, mean, r_std, gamma, beta, y, n);
+        layernorm_row_avx512<T, true>(x, mean, r_std, gamma, beta, y, n, next);
       } else {
-        layernorm_row_avx512<T, false>(x, mean, r_std, gamma, beta, y, n);
+        layernorm_row_avx512<T, false>(x, mean, r_std, gamma, beta, y, n, next);
       }
     }
     if (stream) v5::sfence();
