@@ -20,11 +20,14 @@ void BM_ActAndMul(benchmark::State& state, ActFn fn, DType dtype) {
   Tensor x = Tensor::empty({rows, 2 * d}, dtype);
   Tensor out = Tensor::empty({rows, d}, dtype);
   x.uniform_(1, -4, 4);
+  flashinfer::bench::BestIteration best;
   for (auto _ : state) {
+    best.start();
     fn(x, out, std::nullopt);
+    best.stop();
     benchmark::DoNotOptimize(out.data_ptr());
   }
-  report_traffic(state, 3.0 * rows * d * static_cast<double>(dtype_size(dtype)));
+  report_traffic(state, 3.0 * rows * d * static_cast<double>(dtype_size(dtype)), best.best_s);
 }
 Tensor silu(const Tensor& x, std::optional<Tensor> o, std::optional<bool> p) {
   return silu_and_mul(x, std::move(o), p);
