@@ -16,7 +16,17 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
+// Same guard as cpu_avx512.h (g++ 12 and its AVX-512 intrinsic headers, GCC bug 105593):
+// whichever of the two headers a file includes first brings in immintrin.h.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #define FLASHINFER_CPU_F16C 1
 #else
 #define FLASHINFER_CPU_F16C 0
