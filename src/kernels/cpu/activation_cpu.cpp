@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "flashinfer/error.h"
+#include "kernels/cpu/cpu_avx512.h"
 #include "kernels/cpu/cpu_row_io.h"
 
 namespace flashinfer::kernels::cpu {
@@ -154,6 +155,116 @@ FI_AVX2 void act_row_avx2(float* __restrict gate, const float* __restrict up, in
 #undef FI_AVX2
 #endif
 
+#if FLASHINFER_CPU_AVX512
+// AVX-512: the gate and up halves of a unit-stride row are loaded 16 lanes at a time,
+// converted, combined and stored in registers, with no fp32 row buffers; tails are masked.
+// The formulas are those of the scalar functions above (with FMA and scalef-based exp).
+namespace v5 = simd512;
+
+struct SiluV {
+  FI_AVX512 static __m512 f(__m512 x) {
+    const __m512 e = v5::exp(_mm512_sub_ps(_mm512_setzero_ps(), x));
+    return _mm512_div_ps(x, _mm512_add_ps(v5::set1(1.0f), e));
+  }
+};
+
+// gelu(x) = x/2 erfc(-x/sqrt 2) with erfc(z) = t e^(-z^2 + P(t)) as in erfc_nonneg, but with
+// one exp instead of two: z^2 = x^2/2 is formed exactly from x (not from the rounded z) as
+// hi + lo with an FMA, and e^(s + err) = e^s (1 + err) where s + err = -x^2/2 + P(t) exactly
+// (TwoSum). |x| is clamped to 16 for this part: erfc(16/sqrt 2) underflows fp32 anyway, and x^2
+// stays finite (bf16 inputs reach 3e38).
+struct GeluV {
+  FI_AVX512 static __m512 f(__m512 x) {
+    // min returns its second operand (|x|) when that is NaN, so NaN propagates.
+    const __m512 ax = _mm512_min_ps(v5::set1(16.0f), _mm512_abs_ps(x));
+    const __m512 den = _mm512_fmadd_ps(v5::set1(0.5f * kSqrtHalf), ax, v5::set1(1.0f));
+    __m512 t = _mm512_rcp14_ps(den);  // 14 bits; one Newton step gives ~23
+    t = _mm512_mul_ps(t, _mm512_fnmadd_ps(den, t, v5::set1(2.0f)));
+    __m512 q = v5::set1(kErfcP[0]);
+    for (int j = 1; j < 10; ++j) q = _mm512_fmadd_ps(q, t, v5::set1(kErfcP[j]));
+    const __m512 hi = _mm512_mul_ps(ax, ax);
+    const __m512 lo = _mm512_fmsub_ps(ax, ax, hi);  // ax^2 - hi, exact
+    const __m512 a = _mm512_mul_ps(v5::set1(-0.5f), hi);
+    const __m512 b = _mm512_fnmadd_ps(v5::set1(0.5f), lo, q);
+    const __m512 sum = _mm512_add_ps(a, b);
+    const __m512 bb = _mm512_sub_ps(sum, a);
+    const __m512 err =
+        _mm512_add_ps(_mm512_sub_ps(a, _mm512_sub_ps(sum, bb)), _mm512_sub_ps(b, bb));
+    const __m512 e = v5::exp(sum);
+    const __m512 c = _mm512_mul_ps(t, _mm512_fmadd_ps(e, err, e));
+    const __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+    const __m512 w = _mm512_mask_mov_ps(_mm512_sub_ps(v5::set1(2.0f), c), neg, c);
+    return _mm512_mul_ps(_mm512_mul_ps(v5::set1(0.5f), x), w);
+  }
+};
+
+struct GeluTanhV {
+  FI_AVX512 static __m512 f(__m512 x) {
+    const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(v5::set1(kGeluTanhC), x), x), x);
+    const __m512 u = _mm512_mul_ps(v5::set1(kSqrt2OverPi), _mm512_add_ps(x, x3));
+    const __m512 e = v5::exp(_mm512_mul_ps(v5::set1(-2.0f), u));
+    return _mm512_div_ps(x, _mm512_add_ps(v5::set1(1.0f), e));
+  }
+};
+
+template <class Act, class T, bool kStream>
+FI_AVX512 void act_row_avx512(const T* gate, const T* up, T* y, int64_t d) {
+  int64_t i = 0;
+  for (; i + 16 <= d; i += 16) {
+    const __m512 v = _mm512_mul_ps(Act::f(v5::load(gate + i)), v5::load(up + i));
+    if constexpr (kStream) {
+      v5::stream(y + i, v);
+    } else {
+      v5::store(y + i, v);
+    }
+  }
+  if (i < d) {
+    const __mmask16 m = v5::tail_mask(d - i);
+    v5::store(y + i, _mm512_mul_ps(Act::f(v5::load(gate + i, m)), v5::load(up + i, m)), m);
+  }
+}
+
+// Outputs at least this large are written with non-temporal stores (see norm_cpu.cpp).
+constexpr int64_t kStreamMinBytes = int64_t{16} << 20;
+
+template <class Act, class T>
+void rows_avx512(const ActAndMulParams& p) {
+  const auto* in = static_cast<const T*>(p.input);
+  auto* out = static_cast<T*>(p.out);
+  const int64_t d = p.d;
+  const bool stream = p.rows * d * static_cast<int64_t>(sizeof(T)) >= kStreamMinBytes;
+  rowio::for_row_blocks(p.rows, 2 * d, kParallelMinElems, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* x = in + r * p.in_stride_row;
+      T* y = out + r * p.out_stride_row;
+      if (stream && reinterpret_cast<std::uintptr_t>(y) % 64 == 0) {
+        act_row_avx512<Act, T, true>(x, x + d, y, d);
+      } else {
+        act_row_avx512<Act, T, false>(x, x + d, y, d);
+      }
+    }
+    if (stream) v5::sfence();
+  });
+}
+
+template <class T>
+bool try_avx512(const ActAndMulParams& p) {
+  if (p.in_stride_d != 1 || p.out_stride_d != 1 || !use_avx512()) return false;
+  switch (p.act) {
+    case Activation::kSilu:
+      rows_avx512<SiluV, T>(p);
+      return true;
+    case Activation::kGelu:
+      rows_avx512<GeluV, T>(p);
+      return true;
+    case Activation::kGeluTanh:
+      rows_avx512<GeluTanhV, T>(p);
+      return true;
+  }
+  return false;
+}
+#endif
+
 using RowFn = void (*)(float*, const float*, int64_t);
 
 template <class T>
@@ -202,6 +313,9 @@ RowFn row_function(Activation act) {
 
 template <class T>
 void dispatch_act(const ActAndMulParams& p) {
+#if FLASHINFER_CPU_AVX512
+  if (try_avx512<T>(p)) return;
+#endif
   rows<T>(p, row_function(p.act));
 }
 

@@ -3,14 +3,30 @@
 // separate loop so the compiler can vectorize the (branch-free) format conversions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "flashinfer/float_formats.h"
+#include "kernels/cpu/cpu_isa.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
+// Same guard as cpu_avx512.h (g++ 12 and its AVX-512 intrinsic headers, GCC bug 105593):
+// whichever of the two headers a file includes first brings in immintrin.h.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #define FLASHINFER_CPU_F16C 1
 #else
 #define FLASHINFER_CPU_F16C 0
@@ -43,7 +59,7 @@ inline bool has_f16c() {
     unsigned a, b, c, d;
     return os_has_avx_state() && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
   }();
-  return v;
+  return v && cpu_isa_cap() >= CpuIsa::kAvx2;  // tests may lower the cap to the scalar tier
 }
 
 __attribute__((target("avx,f16c"))) inline void load_half_f16c(const Half* x, int64_t n,
@@ -71,7 +87,7 @@ inline bool has_avx2() {
     unsigned a, b, c, d;
     return os_has_avx_state() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX2);
   }();
-  return v;
+  return v && cpu_isa_cap() >= CpuIsa::kAvx2;
 }
 
 // bf16 rows with AVX2: widening is a 16-bit shift; narrowing is the same round-to-nearest-even
@@ -177,6 +193,34 @@ inline float sum(const float* __restrict v, int64_t n) {
   }
   for (; i < n; ++i) acc[0] += v[i];
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/// Elements per block of rows in for_row_blocks: each body() call covers at most this much, so
+/// per-block work (e.g. the sfence after non-temporal stores) stays negligible.
+inline constexpr int64_t kRowBlockElems = int64_t{1} << 18;
+
+/// Calls body(r0, r1) on disjoint, contiguous row ranges that together cover [0, rows), from an
+/// OpenMP team when the op is large enough (min_parallel_elems in total) to be worth waking it.
+/// Static schedule: each thread streams one contiguous run of blocks. Measured on the shared
+/// 2-vCPU VM, this beat handing the blocks out dynamically in every A/B pair (rmsnorm bf16
+/// 0.36-0.61 vs 0.28-0.32 of memcpy, fused_add_rmsnorm bf16 0.56-0.87 vs 0.52-0.57, silu fp16
+/// 0.31-0.49 vs 0.25-0.32), probably because interleaved blocks break each thread's sequential
+/// stream.
+template <class Body>
+void for_row_blocks(int64_t rows, int64_t row_elems, int64_t min_parallel_elems, Body&& body) {
+  if (rows <= 0) return;
+  if (rows == 1 || rows * row_elems < min_parallel_elems) return body(int64_t{0}, rows);
+#ifdef _OPENMP
+  const int64_t threads = omp_get_max_threads();
+#else
+  const int64_t threads = 1;
+#endif
+  // At most kRowBlockElems per block, and at least about four blocks per thread.
+  const int64_t cap = std::max<int64_t>(1, kRowBlockElems / std::max<int64_t>(1, row_elems));
+  const int64_t per = std::clamp<int64_t>(rows / (4 * threads), 1, cap);
+  const int64_t blocks = (rows + per - 1) / per;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) body(b * per, std::min(rows, (b + 1) * per));
 }
 
 }  // namespace flashinfer::kernels::cpu::rowio

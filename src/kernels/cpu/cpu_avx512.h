@@ -1,0 +1,139 @@
+// Private: 16-lane AVX-512 building blocks for the streaming CPU kernels (norms, activations):
+// fp32/fp16/bf16 loads and stores with masked tails (no scalar tail loops), non-temporal
+// stores, and a vectorized exp. Every function carries its own target attribute; callers check
+// use_avx512() (cpu_isa.h) first. Conversions give the same bits as Half/BFloat16::from_float.
+#pragma once
+
+#include <cstdint>
+
+#include "flashinfer/float_formats.h"
+#include "kernels/cpu/cpu_isa.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// g++ 12's AVX-512 intrinsics start from a self-initialized "undefined" vector, which
+// -Wmaybe-uninitialized reports once they are inlined (GCC bug 105593, fixed in GCC 13). The
+// diagnostic state is looked up at the header's lines, so it is silenced for the header only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#define FLASHINFER_CPU_AVX512 1
+#else
+#define FLASHINFER_CPU_AVX512 0
+#endif
+
+#if FLASHINFER_CPU_AVX512
+// avx512f implies avx2/fma/f16c on both compilers, but spelling them out keeps g++ 12 and
+// clang 14 in agreement about what may be inlined into what.
+#define FI_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+namespace flashinfer::kernels::cpu::simd512 {
+
+/// Lanes [0, n) set, n in [0, 16].
+inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
+
+FI_AVX512 inline __m512 load(const float* p) { return _mm512_loadu_ps(p); }
+FI_AVX512 inline __m512 load(const Half* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+FI_AVX512 inline __m512 load(const BFloat16* p) {
+  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+// Masked loads read nothing outside the mask (faults are suppressed), so a row's tail needs no
+// scalar loop and never touches the next row or unmapped memory. Unset lanes are 0.
+FI_AVX512 inline __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+FI_AVX512 inline __m512 load(const Half* p, __mmask16 m) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+FI_AVX512 inline __m512 load(const BFloat16* p, __mmask16 m) {
+  const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+// fp32 -> bf16 bits, round to nearest even; NaN -> sign | 0x7FC0 (float_to_bfloat16_bits).
+FI_AVX512 inline __m256i to_bf16(__m512 v) {
+  const __m512i b = _mm512_castps_si512(v);
+  const __m512i hi = _mm512_srli_epi32(b, 16);
+  const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+  const __m512i nan =
+      _mm512_or_si512(_mm512_and_si512(hi, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7FC0));
+  const __mmask16 is_nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, is_nan, nan));
+}
+// fp32 -> fp16 bits, round to nearest even (vcvtps2ph: the same bits as Half::from_float).
+FI_AVX512 inline __m256i to_half(__m512 v) {
+  return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+FI_AVX512 inline void store(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+FI_AVX512 inline void store(Half* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), to_half(v));
+}
+FI_AVX512 inline void store(BFloat16* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), to_bf16(v));
+}
+
+FI_AVX512 inline void store(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
+FI_AVX512 inline void store(Half* p, __m512 v, __mmask16 m) {
+  _mm256_mask_storeu_epi16(p, m, to_half(v));
+}
+FI_AVX512 inline void store(BFloat16* p, __m512 v, __mmask16 m) {
+  _mm256_mask_storeu_epi16(p, m, to_bf16(v));
+}
+
+// Non-temporal stores: the line goes to memory without being read first (a normal store to a
+// line not in cache reads it: 3 bytes of traffic per byte written instead of 2). p must be
+// 64-byte (fp32) or 32-byte (16-bit types) aligned; callers end with sfence().
+FI_AVX512 inline void stream(float* p, __m512 v) { _mm512_stream_ps(p, v); }
+FI_AVX512 inline void stream(Half* p, __m512 v) {
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(p), to_half(v));
+}
+FI_AVX512 inline void stream(BFloat16* p, __m512 v) {
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(p), to_bf16(v));
+}
+/// Orders this thread's non-temporal stores before anything it does next (e.g. the barrier
+/// after which other threads and the caller read the output).
+inline void sfence() { _mm_sfence(); }
+
+/// Prefetches row[i] into L2 (no-op for a null row). The norms read a row once from memory
+/// and then work on it in cache; prefetching the next row meanwhile keeps memory busy.
+template <class T>
+inline void prefetch(const T* row, int64_t i) {
+  if (row != nullptr) _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T1);
+}
+
+FI_AVX512 inline __m512 set1(float v) { return _mm512_set1_ps(v); }
+
+/// e^x to about 1 ulp: x = n ln2 + r (Cody-Waite, ln2 in two parts), a degree-7 polynomial for
+/// e^r on |r| <= ln2/2, then scalef(p, n) = p 2^n, which rounds the underflow and overflow
+/// correctly (so no special cases: e^x is +inf above ~88.72 and reaches denormals and 0 below
+/// ~-87.3). The clamp keeps n finite for +-inf; max/min return x itself when x is NaN.
+FI_AVX512 inline __m512 exp(__m512 x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  const __m512 xc = _mm512_min_ps(set1(89.0f), _mm512_max_ps(set1(-104.0f), x));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, set1(kLog2e)), _MM_FROUND_TO_NEAREST_INT);
+  __m512 r = _mm512_fnmadd_ps(n, set1(kLn2Hi), xc);
+  r = _mm512_fnmadd_ps(n, set1(kLn2Lo), r);
+  // Cephes expf coefficients: e^r = 1 + r + r^2 P(r).
+  __m512 p = set1(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, set1(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, set1(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, set1(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, set1(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, set1(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), set1(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+}  // namespace flashinfer::kernels::cpu::simd512
+#endif

@@ -1,0 +1,20 @@
+// Private: which x86 vector tier the CPU kernels may use. The library is built for baseline
+// x86-64; the fast paths are compiled with target attributes and chosen here at run time.
+// Tests lower the cap to run the AVX2 and scalar paths on a machine that has AVX-512, so every
+// tier is checked against the same fp64 formulas.
+#pragma once
+
+namespace flashinfer::kernels::cpu {
+
+enum class CpuIsa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+/// The highest tier the kernels may use (kAvx512 unless lowered).
+CpuIsa cpu_isa_cap();
+/// Lowers (or restores) the cap for the whole process; for tests and benchmarks only.
+void set_cpu_isa_cap(CpuIsa cap);
+
+/// True when the CPU and OS support AVX-512 F/BW/VL/DQ (with AVX2, FMA, F16C) and the cap
+/// allows it.
+bool use_avx512();
+
+}  // namespace flashinfer::kernels::cpu
