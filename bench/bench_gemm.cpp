@@ -138,7 +138,7 @@ enum SmallMVariant : int64_t { kOp, kOldSgemmPath, kSmallAvx512, kSmallAvx2, kSm
 // Args: variant, m, n, k, out dtype (0 bf16, 1 fp16). B is the transpose of a bf16 [n, k] weight,
 // as llama_decode passes it; bytes are B's (n * k * 2) per call.
 void BM_SmallMBf16(benchmark::State& state) {
-  using kernels::cpu::GemmIsa;
+  using kernels::cpu::CpuIsa;
   using kernels::cpu::GemmPath;
   const auto variant = static_cast<SmallMVariant>(state.range(0));
   const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
@@ -163,13 +163,13 @@ void BM_SmallMBf16(benchmark::State& state) {
       run = [&] { mm_bf16(a, b, std::nullopt, false, out, out_dt); };
       break;
     case kOldSgemmPath:
-      run = [&] { kernels::cpu::gemm_with(p, GemmPath::kSgemm, GemmIsa::kScalar); };
+      run = [&] { kernels::cpu::gemm_with(p, GemmPath::kSgemm, CpuIsa::kScalar); };
       break;
     default: {
-      const GemmIsa isa = variant == kSmallAvx512 ? GemmIsa::kAvx512
-                          : variant == kSmallAvx2 ? GemmIsa::kAvx2
-                                                  : GemmIsa::kScalar;
-      if (isa > kernels::cpu::best_gemm_isa()) {
+      const CpuIsa isa = variant == kSmallAvx512 ? CpuIsa::kAvx512
+                         : variant == kSmallAvx2 ? CpuIsa::kAvx2
+                                                 : CpuIsa::kScalar;
+      if (isa > kernels::cpu::detected_cpu_isa()) {
         state.SkipWithError("instruction set not available on this CPU");
         return;
       }
@@ -256,7 +256,7 @@ void BM_SmallMFp8(benchmark::State& state) {
   p.b_scale = &scale;
   auto run = [&] {
     if (old_path) {
-      kernels::cpu::gemm_with(p, kernels::cpu::GemmPath::kSgemm, kernels::cpu::GemmIsa::kScalar);
+      kernels::cpu::gemm_with(p, kernels::cpu::GemmPath::kSgemm, kernels::cpu::CpuIsa::kScalar);
     } else {
       bmm_fp8(A, B, s1, s1, DType::kBFloat16, out);
     }

@@ -19,13 +19,13 @@ namespace flashinfer {
 namespace {
 
 using kernels::SfLayoutCode;
-using kernels::cpu::best_quant_isa;
-using kernels::cpu::QuantIsa;
+using kernels::cpu::CpuIsa;
+using kernels::cpu::detected_cpu_isa;
 
-std::vector<QuantIsa> vector_isas() {
-  std::vector<QuantIsa> v;
-  for (QuantIsa i : {QuantIsa::kAvx2, QuantIsa::kAvx512}) {
-    if (i <= best_quant_isa()) v.push_back(i);
+std::vector<CpuIsa> vector_isas() {
+  std::vector<CpuIsa> v;
+  for (CpuIsa i : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (i <= detected_cpu_isa()) v.push_back(i);
   }
   return v;
 }
@@ -55,7 +55,7 @@ struct Fp4Out {
 };
 
 Fp4Out run_fp4(const Tensor& x, int vec, bool ue8m0, SfLayoutCode layout, bool strided,
-               QuantIsa isa) {
+               CpuIsa isa) {
   const int64_t m = x.size(0), k = x.size(1);
   const Tensor in = strided ? x.transpose(0, 1).contiguous().transpose(0, 1) : x;
   Tensor q = Tensor::zeros({m, k / 2}, DType::kUInt8);
@@ -88,8 +88,8 @@ TEST(QuantizerIsa, Fp4EveryIsaGivesTheBaselineBytes) {
       for (SfLayoutCode layout :
            {SfLayoutCode::k128x4, SfLayoutCode::k8x4, SfLayoutCode::kLinear}) {
         for (bool strided : {false, true}) {
-          const Fp4Out base = run_fp4(x, vec, ue8m0, layout, strided, QuantIsa::kBaseline);
-          for (QuantIsa isa : vector_isas()) {
+          const Fp4Out base = run_fp4(x, vec, ue8m0, layout, strided, CpuIsa::kScalar);
+          for (CpuIsa isa : vector_isas()) {
             const Fp4Out got = run_fp4(x, vec, ue8m0, layout, strided, isa);
             EXPECT_EQ(got.q, base.q) << dtype_torch_name(dt) << " vec " << vec << " isa "
                                      << static_cast<int>(isa) << " strided " << strided;
@@ -108,7 +108,7 @@ TEST(QuantizerIsa, Mxfp8EveryIsaGivesTheBaselineBytes) {
     const Tensor x = mixed_input(m, k, k + 3, dt, 9 + static_cast<uint64_t>(dt));
     for (bool strided : {false, true}) {
       const Tensor in = strided ? x.transpose(0, 1).contiguous().transpose(0, 1) : x;
-      auto run = [&](QuantIsa isa) {
+      auto run = [&](CpuIsa isa) {
         Tensor q = Tensor::zeros({m, k}, DType::kUInt8);
         const int64_t sf_size = kernels::sf_buffer_size(SfLayoutCode::k128x4, m, k / 32);
         Tensor sf = Tensor::full({sf_size}, 7, DType::kUInt8);
@@ -126,8 +126,8 @@ TEST(QuantizerIsa, Mxfp8EveryIsaGivesTheBaselineBytes) {
         kernels::cpu::mxfp8_quantize_with(p, isa);
         return std::pair(bytes_of(q), bytes_of(sf));
       };
-      const auto base = run(QuantIsa::kBaseline);
-      for (QuantIsa isa : vector_isas()) {
+      const auto base = run(CpuIsa::kScalar);
+      for (CpuIsa isa : vector_isas()) {
         const auto got = run(isa);
         EXPECT_EQ(got.first, base.first)
             << dtype_torch_name(dt) << " isa " << static_cast<int>(isa);

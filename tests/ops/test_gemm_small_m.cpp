@@ -17,19 +17,19 @@
 namespace flashinfer {
 namespace {
 
-using kernels::cpu::best_gemm_isa;
-using kernels::cpu::GemmIsa;
+using kernels::cpu::CpuIsa;
+using kernels::cpu::detected_cpu_isa;
 using kernels::cpu::GemmPath;
 using kernels::cpu::kGemmSmallMMax;
 using testing::all_close;
 using testing::default_tolerance;
 using testing::Tolerance;
 
-const char* isa_name(GemmIsa isa) {
+const char* isa_name(CpuIsa isa) {
   switch (isa) {
-    case GemmIsa::kScalar:
+    case CpuIsa::kScalar:
       return "scalar";
-    case GemmIsa::kAvx2:
+    case CpuIsa::kAvx2:
       return "avx2";
     default:
       return "avx512";
@@ -37,17 +37,17 @@ const char* isa_name(GemmIsa isa) {
 }
 
 // Every instruction set of the small-m path this machine can run.
-std::vector<GemmIsa> isas() {
-  std::vector<GemmIsa> v;
-  for (GemmIsa i : {GemmIsa::kScalar, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
-    if (i <= best_gemm_isa()) v.push_back(i);
+std::vector<CpuIsa> isas() {
+  std::vector<CpuIsa> v;
+  for (CpuIsa i : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (i <= detected_cpu_isa()) v.push_back(i);
   }
   return v;
 }
 
 // Runs the CPU kernel with a forced path and instruction set on (A [.., m, k] row-major,
 // B [.., k, n] column-major) into a new out [.., m, n], as the ops would.
-Tensor run_kernel(const Tensor& A, const Tensor& B, DType out_dtype, GemmPath path, GemmIsa isa,
+Tensor run_kernel(const Tensor& A, const Tensor& B, DType out_dtype, GemmPath path, CpuIsa isa,
                   float a_scale = 1.0f, float b_scale = 1.0f, const Tensor* bias = nullptr) {
   const bool batched = A.dim() == 3;
   Shape shape = A.shape();
@@ -123,7 +123,7 @@ Tolerance gemm_tol(DType out, int64_t k) {
   return t;
 }
 
-std::string where(GemmIsa isa, int64_t m, int64_t n, int64_t k, DType out) {
+std::string where(CpuIsa isa, int64_t m, int64_t n, int64_t k, DType out) {
   return std::string(isa_name(isa)) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
          " k=" + std::to_string(k) + " " + std::string(dtype_torch_name(out));
 }
@@ -136,9 +136,9 @@ TEST(GemmSmallM, Bf16EveryMUpTo17EveryIsaMatchesFp64AndSgemmPath) {
       Tensor b = weight_t({n, k}, DType::kBFloat16, 200 + n + k);
       const auto ref = ref_bmm(a, b, 1.0);
       for (DType out_dt : {DType::kBFloat16, DType::kFloat16}) {
-        const Tensor big = run_kernel(a, b, out_dt, GemmPath::kSgemm, GemmIsa::kScalar);
+        const Tensor big = run_kernel(a, b, out_dt, GemmPath::kSgemm, CpuIsa::kScalar);
         EXPECT_TRUE(all_close(big, ref, gemm_tol(out_dt, k))) << "sgemm m=" << m;
-        for (GemmIsa isa : isas()) {
+        for (CpuIsa isa : isas()) {
           const Tensor small = run_kernel(a, b, out_dt, GemmPath::kSmallM, isa);
           EXPECT_TRUE(all_close(small, ref, gemm_tol(out_dt, k))) << where(isa, m, n, k, out_dt);
           // Both paths round fp32 sums of the same products: at most an ulp or two apart.
@@ -156,8 +156,8 @@ TEST(GemmSmallM, PathsAgreeOnDecodeLikeShapes) {
     Tensor a = randn({m, k}, DType::kBFloat16, m);
     Tensor b = weight_t({n, k}, DType::kBFloat16, 77);
     const auto ref = ref_bmm(a, b, 1.0);
-    const Tensor big = run_kernel(a, b, DType::kBFloat16, GemmPath::kSgemm, GemmIsa::kScalar);
-    for (GemmIsa isa : isas()) {
+    const Tensor big = run_kernel(a, b, DType::kBFloat16, GemmPath::kSgemm, CpuIsa::kScalar);
+    for (CpuIsa isa : isas()) {
       const Tensor small = run_kernel(a, b, DType::kBFloat16, GemmPath::kSmallM, isa);
       EXPECT_TRUE(all_close(small, ref, gemm_tol(DType::kBFloat16, k)))
           << where(isa, m, n, k, DType::kBFloat16);
@@ -174,7 +174,7 @@ TEST(GemmSmallM, LargeBRunsOnTheOpenMpTeam) {
     Tensor A = randn({nb, m, k}, DType::kBFloat16, 50 + m);
     Tensor B = weight_t({nb, n, k}, DType::kBFloat16, 51);
     const auto ref = ref_bmm(A, B, 1.0);
-    for (GemmIsa isa : isas()) {
+    for (CpuIsa isa : isas()) {
       EXPECT_TRUE(all_close(run_kernel(A, B, DType::kBFloat16, GemmPath::kSmallM, isa), ref,
                             gemm_tol(DType::kBFloat16, k)))
           << where(isa, m, n, k, DType::kBFloat16) << " batch " << nb;
@@ -188,7 +188,7 @@ TEST(GemmSmallM, LongKRunsInChunks) {
     Tensor a = randn({m, k}, DType::kBFloat16, 5);
     Tensor b = weight_t({n, k}, DType::kBFloat16, 6);
     const auto ref = ref_bmm(a, b, 1.0);
-    for (GemmIsa isa : isas()) {
+    for (CpuIsa isa : isas()) {
       EXPECT_TRUE(all_close(run_kernel(a, b, DType::kBFloat16, GemmPath::kSmallM, isa), ref,
                             gemm_tol(DType::kBFloat16, k)))
           << where(isa, m, n, k, DType::kBFloat16);
@@ -202,7 +202,7 @@ TEST(GemmSmallM, BatchedBf16AndFp8EveryIsa) {
     Tensor A = randn({nb, m, k}, DType::kBFloat16, 10 + m);
     Tensor B = weight_t({nb, n, k}, DType::kBFloat16, 11);
     const auto ref = ref_bmm(A, B, 1.0);
-    for (GemmIsa isa : isas()) {
+    for (CpuIsa isa : isas()) {
       EXPECT_TRUE(all_close(run_kernel(A, B, DType::kBFloat16, GemmPath::kSmallM, isa), ref,
                             gemm_tol(DType::kBFloat16, k)))
           << where(isa, m, n, k, DType::kBFloat16);
@@ -216,8 +216,8 @@ TEST(GemmSmallM, BatchedBf16AndFp8EveryIsa) {
       const float sa = 0.0125f, sb = 0.03125f;
       const auto ref8 = ref_bmm(A8, B8, static_cast<double>(sa * sb));
       for (DType out_dt : {DType::kBFloat16, DType::kFloat16}) {
-        const Tensor big = run_kernel(A8, B8, out_dt, GemmPath::kSgemm, GemmIsa::kScalar, sa, sb);
-        for (GemmIsa isa : isas()) {
+        const Tensor big = run_kernel(A8, B8, out_dt, GemmPath::kSgemm, CpuIsa::kScalar, sa, sb);
+        for (CpuIsa isa : isas()) {
           const Tensor small = run_kernel(A8, B8, out_dt, GemmPath::kSmallM, isa, sa, sb);
           EXPECT_TRUE(all_close(small, ref8, gemm_tol(out_dt, k)))
               << where(isa, m, n, k, out_dt) << " " << dtype_torch_name(bdt);
@@ -248,7 +248,7 @@ TEST(GemmSmallM, Fp8EveryCodeWidensExactly) {
     Tensor B = w.transpose(1, 2);
     Tensor A = Tensor::full({1, m, k}, 1.0, DType::kFloat8E4M3FN);
     for (DType out_dt : {DType::kBFloat16, DType::kFloat16}) {
-      for (GemmIsa isa : isas()) {
+      for (CpuIsa isa : isas()) {
         EXPECT_TRUE(
             all_close(run_kernel(A, B, out_dt, GemmPath::kSmallM, isa), expected, Tolerance{0, 0}))
             << isa_name(isa) << " " << dtype_torch_name(bdt) << " -> " << dtype_torch_name(out_dt);
@@ -271,7 +271,7 @@ TEST(GemmSmallM, Bf16SpecialValuesWidenExactly) {
     for (int64_t i = 0; i < m; ++i) expected[i * n + j] = bfloat16_bits_to_float(codes[j]);
   }
   Tensor a = Tensor::full({m, k}, 1.0, DType::kBFloat16);
-  for (GemmIsa isa : isas()) {
+  for (CpuIsa isa : isas()) {
     EXPECT_TRUE(
         all_close(run_kernel(a, w.transpose(0, 1), DType::kBFloat16, GemmPath::kSmallM, isa),
                   expected, Tolerance{0, 0}))
@@ -285,7 +285,7 @@ TEST(GemmSmallM, HandCheckedGoldenCase) {
   Tensor a = Tensor::from_vector({1, 2, 3}, {1, 3}, DType::kBFloat16);
   Tensor w = Tensor::from_vector({1, 0, -1, 0.5, 0.25, 2, -4, 8, 0.125}, {3, 3}, DType::kBFloat16);
   Tensor bias = Tensor::from_vector({1, -7, 0.625}, {3}, DType::kBFloat16);
-  for (GemmIsa isa : isas()) {
+  for (CpuIsa isa : isas()) {
     EXPECT_TRUE(all_close(
         run_kernel(a, w.transpose(0, 1), DType::kFloat16, GemmPath::kSmallM, isa, 1, 1, &bias),
         std::vector<double>{-1, 0, 13}, Tolerance{0, 0}))
@@ -324,8 +324,8 @@ TEST(GemmSmallM, IsaRequestIsClampedToTheCpu) {
   // Asking for more than the CPU has runs the best it has (and gives the same numbers).
   Tensor a = randn({3, 50}, DType::kBFloat16, 40);
   Tensor b = weight_t({20, 50}, DType::kBFloat16, 41);
-  const Tensor best = run_kernel(a, b, DType::kBFloat16, GemmPath::kSmallM, best_gemm_isa());
-  const Tensor asked = run_kernel(a, b, DType::kBFloat16, GemmPath::kSmallM, GemmIsa::kAvx512);
+  const Tensor best = run_kernel(a, b, DType::kBFloat16, GemmPath::kSmallM, detected_cpu_isa());
+  const Tensor asked = run_kernel(a, b, DType::kBFloat16, GemmPath::kSmallM, CpuIsa::kAvx512);
   EXPECT_TRUE(all_close(asked, best, Tolerance{0, 0}));
 }
 

@@ -13,6 +13,14 @@ CpuIsa cpu_isa_cap();
 /// Lowers (or restores) the cap for the whole process; for tests and benchmarks only.
 void set_cpu_isa_cap(CpuIsa cap);
 
+/// The widest tier this CPU and OS support, whatever the cap: kAvx512 (AVX-512 F/BW/VL/DQ with
+/// AVX2, FMA, F16C), kAvx2 (AVX2 with FMA and F16C) or kScalar. The one CPUID probe the CPU
+/// kernels share (norms, activations, small-m GEMM, quantizers).
+CpuIsa detected_cpu_isa();
+
+/// detected_cpu_isa() lowered to the cap: the tier the kernels use.
+CpuIsa cpu_isa();
+
 /// True when the CPU and OS support AVX-512 F/BW/VL/DQ (with AVX2, FMA, F16C) and the cap
 /// allows it.
 bool use_avx512();

@@ -12,21 +12,11 @@
 #endif
 
 #include "flashinfer/float_formats.h"
+#include "kernels/cpu/cpu_intrinsics.h"
 #include "kernels/cpu/cpu_isa.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if FLASHINFER_CPU_X86_INTRINSICS
 #include <cpuid.h>
-// Same guard as cpu_avx512.h (g++ 12 and its AVX-512 intrinsic headers, GCC bug 105593):
-// whichever of the two headers a file includes first brings in immintrin.h.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 #define FLASHINFER_CPU_F16C 1
 #else
 #define FLASHINFER_CPU_F16C 0

@@ -357,29 +357,7 @@ FI_TARGET_AVX2 void tile_avx2(const float* a, int64_t lda, const typename In::T*
 #pragma GCC diagnostic pop
 #endif
 
-// AVX-512 state (opmask, upper ZMM halves, ZMM16-31) must be enabled by the OS as well.
-bool cpu_has_avx512() {
-  unsigned a, b, c, d;
-  if (!rowio::os_has_avx_state() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  const bool avx512f = (b & bit_AVX512F) != 0;
-  unsigned lo, hi;
-  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return avx512f && (lo & 0xE6) == 0xE6;
-}
-bool cpu_has_fma() {
-  unsigned a, b, c, d;
-  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_FMA) != 0;
-}
 #endif
-
-GemmIsa detect_isa() {
-#if FLASHINFER_CPU_F16C
-  if (rowio::has_avx2() && rowio::has_f16c() && cpu_has_fma()) {
-    return cpu_has_avx512() ? GemmIsa::kAvx512 : GemmIsa::kAvx2;
-  }
-#endif
-  return GemmIsa::kScalar;
-}
 
 // The tiles of one instruction set for one B dtype: full tiles are kMr x kNr; the last rows of
 // A use MR = 1 .. kMr - 1 and the last columns of a block NR = 1.
@@ -390,10 +368,10 @@ struct Tiles {
 };
 
 template <class In>
-Tiles<In> tiles_for(GemmIsa isa) {
+Tiles<In> tiles_for(CpuIsa isa) {
   Tiles<In> t;
 #if FLASHINFER_CPU_F16C
-  if (isa == GemmIsa::kAvx512) {
+  if (isa == CpuIsa::kAvx512) {
     // 4 x 4 zmm accumulators + 4 widened B vectors + 1 A vector: 21 of 32 registers.
     t.mr = 4;
     t.nr = 4;
@@ -407,7 +385,7 @@ Tiles<In> tiles_for(GemmIsa isa) {
     t.fn[3][1] = &tile_avx512<In, 4, 1>;
     return t;
   }
-  if (isa == GemmIsa::kAvx2) {
+  if (isa == CpuIsa::kAvx2) {
     // 2 x 4 ymm accumulators + 4 B + 1 A: 13 of 16 registers.
     t.mr = 2;
     t.nr = 4;
@@ -430,7 +408,7 @@ Tiles<In> tiles_for(GemmIsa isa) {
 }
 
 template <class In, uint16_t (*kRound)(float)>
-void small_m_typed(const GemmParams& p, float alpha, GemmIsa isa) {
+void small_m_typed(const GemmParams& p, float alpha, CpuIsa isa) {
   const Tiles<In> tiles = tiles_for<In>(isa);
   const int64_t m = p.m, n = p.n, k = p.k;
   // A of every batch as dense fp32 [batch, m, k]: small by construction (m is small).
@@ -485,7 +463,7 @@ void small_m_typed(const GemmParams& p, float alpha, GemmIsa isa) {
 }
 
 template <uint16_t (*kRound)(float)>
-bool small_m_rounded(const GemmParams& p, float alpha, GemmIsa isa) {
+bool small_m_rounded(const GemmParams& p, float alpha, CpuIsa isa) {
   switch (p.b_dtype) {
     case DType::kBFloat16:
       small_m_typed<Bf16In, kRound>(p, alpha, isa);
@@ -502,7 +480,7 @@ bool small_m_rounded(const GemmParams& p, float alpha, GemmIsa isa) {
 }
 
 // Returns false (nothing written) when B's dtype or layout has no small-m kernel.
-bool small_m_path(const GemmParams& p, float alpha, GemmIsa isa) {
+bool small_m_path(const GemmParams& p, float alpha, CpuIsa isa) {
   if (p.b_stride_k != 1 && p.k > 1) return false;
   return p.out_dtype == DType::kBFloat16 ? small_m_rounded<round_bf16>(p, alpha, isa)
                                          : small_m_rounded<round_f16>(p, alpha, isa);
@@ -510,21 +488,16 @@ bool small_m_path(const GemmParams& p, float alpha, GemmIsa isa) {
 
 }  // namespace
 
-GemmIsa best_gemm_isa() {
-  static const GemmIsa isa = detect_isa();
-  return isa;
-}
-
-void gemm_with(const GemmParams& p, GemmPath path, GemmIsa isa) {
+void gemm_with(const GemmParams& p, GemmPath path, CpuIsa isa) {
   const float alpha = (p.a_scale ? *p.a_scale : 1.0f) * (p.b_scale ? *p.b_scale : 1.0f);
-  isa = std::min(isa, best_gemm_isa());
+  isa = std::min(isa, detected_cpu_isa());
   const bool small =
       path == GemmPath::kSmallM || (path == GemmPath::kAuto && p.m <= kGemmSmallMMax);
   if (small && small_m_path(p, alpha, isa)) return;
   sgemm_path(p, alpha);
 }
 
-void gemm(const GemmParams& p) { gemm_with(p, GemmPath::kAuto, best_gemm_isa()); }
+void gemm(const GemmParams& p) { gemm_with(p, GemmPath::kAuto, cpu_isa()); }
 
 namespace {
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/gemm_params.h"
 
 namespace flashinfer::kernels::cpu {
@@ -22,14 +23,9 @@ inline constexpr int64_t kGemmSmallMMax = 128;
 // Below: for tests and benchmarks, which must reach each path and instruction set.
 
 enum class GemmPath { kAuto, kSmallM, kSgemm };
-enum class GemmIsa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
-
-/// The widest instruction set of the small-m path this CPU (and OS) supports.
-GemmIsa best_gemm_isa();
-
 /// gemm() with the path forced (kSmallM works for any m, but only for bf16 / fp8 B, and falls
 /// back to sgemm otherwise) and the small-m path's instruction set capped at `isa` (clamped to
-/// best_gemm_isa()).
-void gemm_with(const GemmParams& p, GemmPath path, GemmIsa isa);
+/// detected_cpu_isa(), cpu_isa.h).
+void gemm_with(const GemmParams& p, GemmPath path, CpuIsa isa);
 
 }  // namespace flashinfer::kernels::cpu

@@ -9,7 +9,6 @@
 #include "flashinfer/float_formats.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <cpuid.h>
 #define QUANT_CPU_X86 1
 #else
 #define QUANT_CPU_X86 0
@@ -155,34 +154,14 @@ FI_TARGET_AVX512 void mxfp8_rows_avx512(const Mxfp8QuantizeParams& p, int64_t r0
 #undef FI_TARGET_AVX2
 #undef FI_TARGET_AVX512
 
-// CPUID + XGETBV: the OS must save the YMM (and for AVX-512 the opmask and ZMM) state.
-uint32_t xcr0() {
-  unsigned a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return 0;
-  unsigned lo, hi;
-  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return lo;
-}
-QuantIsa detect_quant_isa() {
-  unsigned a, b, c, d;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return QuantIsa::kBaseline;
-  const uint32_t x = xcr0();
-  const bool avx512 = (b & bit_AVX512F) && (b & bit_AVX512DQ) && (b & bit_AVX512BW) &&
-                      (b & bit_AVX512VL) && (x & 0xE6) == 0xE6;
-  if (avx512) return QuantIsa::kAvx512;
-  if ((b & bit_AVX2) && (x & 0x6) == 0x6) return QuantIsa::kAvx2;
-  return QuantIsa::kBaseline;
-}
-#else
-QuantIsa detect_quant_isa() { return QuantIsa::kBaseline; }
 #endif
 
 template <class T>
-void fp4_rows(const Fp4QuantizeParams& p, float gs, QuantIsa isa) {
+void fp4_rows(const Fp4QuantizeParams& p, float gs, CpuIsa isa) {
   auto fn = &fp4_rows_base<T>;
 #if QUANT_CPU_X86
-  if (isa == QuantIsa::kAvx512) fn = &fp4_rows_avx512<T>;
-  if (isa == QuantIsa::kAvx2) fn = &fp4_rows_avx2<T>;
+  if (isa == CpuIsa::kAvx512) fn = &fp4_rows_avx512<T>;
+  if (isa == CpuIsa::kAvx2) fn = &fp4_rows_avx2<T>;
 #else
   (void)isa;
 #endif
@@ -195,11 +174,11 @@ void fp4_rows(const Fp4QuantizeParams& p, float gs, QuantIsa isa) {
 }
 
 template <class T>
-void mxfp8_rows(const Mxfp8QuantizeParams& p, QuantIsa isa) {
+void mxfp8_rows(const Mxfp8QuantizeParams& p, CpuIsa isa) {
   auto fn = &mxfp8_rows_base<T>;
 #if QUANT_CPU_X86
-  if (isa == QuantIsa::kAvx512) fn = &mxfp8_rows_avx512<T>;
-  if (isa == QuantIsa::kAvx2) fn = &mxfp8_rows_avx2<T>;
+  if (isa == CpuIsa::kAvx512) fn = &mxfp8_rows_avx512<T>;
+  if (isa == CpuIsa::kAvx2) fn = &mxfp8_rows_avx2<T>;
 #else
   (void)isa;
 #endif
@@ -213,17 +192,12 @@ void mxfp8_rows(const Mxfp8QuantizeParams& p, QuantIsa isa) {
 
 }  // namespace
 
-QuantIsa best_quant_isa() {
-  static const QuantIsa isa = detect_quant_isa();
-  return isa;
-}
+void fp4_quantize(const Fp4QuantizeParams& p) { fp4_quantize_with(p, cpu_isa()); }
 
-void fp4_quantize(const Fp4QuantizeParams& p) { fp4_quantize_with(p, best_quant_isa()); }
+void mxfp8_quantize(const Mxfp8QuantizeParams& p) { mxfp8_quantize_with(p, cpu_isa()); }
 
-void mxfp8_quantize(const Mxfp8QuantizeParams& p) { mxfp8_quantize_with(p, best_quant_isa()); }
-
-void fp4_quantize_with(const Fp4QuantizeParams& p, QuantIsa isa) {
-  isa = std::min(isa, best_quant_isa());
+void fp4_quantize_with(const Fp4QuantizeParams& p, CpuIsa isa) {
+  isa = std::min(isa, detected_cpu_isa());
   std::memset(p.sf, 0, static_cast<size_t>(p.sf_size));
   float gs = p.global_scale ? *p.global_scale : 1.0f;
   if (p.global_scale_inversed) gs = 1.0f / gs;
@@ -240,8 +214,8 @@ void fp4_quantize_with(const Fp4QuantizeParams& p, QuantIsa isa) {
   }
 }
 
-void mxfp8_quantize_with(const Mxfp8QuantizeParams& p, QuantIsa isa) {
-  isa = std::min(isa, best_quant_isa());
+void mxfp8_quantize_with(const Mxfp8QuantizeParams& p, CpuIsa isa) {
+  isa = std::min(isa, detected_cpu_isa());
   std::memset(p.sf, 0, static_cast<size_t>(p.sf_size));
   switch (p.in_dtype) {
     case DType::kFloat16:

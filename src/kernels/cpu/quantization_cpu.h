@@ -2,6 +2,7 @@
 // vectorized row kernels chosen at run time (baseline, AVX2, AVX-512; identical bits).
 #pragma once
 
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/quantization_params.h"
 
 namespace flashinfer::kernels::cpu {
@@ -12,10 +13,9 @@ void block_dequantize(const BlockDequantizeParams& p);
 void block_scale_interleave(const BlockScaleInterleaveParams& p);
 
 // For tests and benchmarks: the quantizers' row kernels are compiled for the baseline target,
-// AVX2 and AVX-512 and give identical bits; these run one of them (clamped to what the CPU has).
-enum class QuantIsa { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
-QuantIsa best_quant_isa();
-void fp4_quantize_with(const Fp4QuantizeParams& p, QuantIsa isa);
-void mxfp8_quantize_with(const Mxfp8QuantizeParams& p, QuantIsa isa);
+// AVX2 and AVX-512 and give identical bits; these run one of them (clamped to
+// detected_cpu_isa()).
+void fp4_quantize_with(const Fp4QuantizeParams& p, CpuIsa isa);
+void mxfp8_quantize_with(const Mxfp8QuantizeParams& p, CpuIsa isa);
 
 }  // namespace flashinfer::kernels::cpu
