@@ -4,6 +4,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/device_props.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/activation_cpu.h"
@@ -111,6 +112,7 @@ Tensor act_and_mul_impl(const char* op, Activation act, const Tensor& input,
   } else {
 #if FLASHINFER_WITH_CUDA
     const bool* req = enable_pdl ? &*enable_pdl : nullptr;
+    detail::CudaDeviceScope device_scope(input.device());
     kernels::cuda::act_and_mul(p, current_cuda_stream(),
                                api::resolve_enable_pdl(req, input.device()));
 #else

@@ -10,6 +10,7 @@
 
 #include "api/checks.h"
 #include "api/device_props.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/error.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/attention_cpu.h"
@@ -534,6 +535,7 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
   } else {
 #if FLASHINFER_WITH_CUDA
     const bool* req = o.enable_pdl ? &*o.enable_pdl : nullptr;
+    detail::CudaDeviceScope device_scope(s.device);
     kernels::cuda::batch_attention(p, current_cuda_stream(), resolve_enable_pdl(req, s.device));
 #else
     FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "q",

@@ -3,6 +3,7 @@
 
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/stream.h"
 #include "kernels/attention_params.h"
@@ -93,6 +94,7 @@ void dispatch(const kernels::MergeParams& p, Device device, const char* op) {
   } else {
 #if FLASHINFER_WITH_CUDA
     (void)op;
+    detail::CudaDeviceScope device_scope(device);
     kernels::cuda::merge_states(p, current_cuda_stream());
 #else
     FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "v",

@@ -8,6 +8,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/device_props.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/ops/quantization.h"
 #include "flashinfer/stream.h"
@@ -230,6 +231,7 @@ void run_gemm(const kernels::GemmParams& p, Device device, const char* op, bool 
     kernels::cpu::gemm(p);
   } else {
 #if FLASHINFER_WITH_CUDA
+    detail::CudaDeviceScope device_scope(device);
     kernels::cuda::gemm(p, current_cuda_stream(), op, pdl);
 #else
     (void)pdl;
@@ -420,6 +422,7 @@ Tensor mm_fp4(const Tensor& a, const Tensor& b, const Tensor& a_descale, const T
           kernels::cpu::mm_fp4(p);
         } else {
 #if FLASHINFER_WITH_CUDA
+          detail::CudaDeviceScope device_scope(a.device());
           kernels::cuda::mm_fp4(p, current_cuda_stream(), enable_pdl);
 #else
           (void)enable_pdl;

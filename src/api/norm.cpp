@@ -6,6 +6,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/device_props.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/norm_cpu.h"
@@ -97,6 +98,7 @@ Tensor rmsnorm_impl(const char* op, float weight_bias, const Tensor& input, cons
   } else {
 #if FLASHINFER_WITH_CUDA
     const bool* req = enable_pdl ? &*enable_pdl : nullptr;
+    detail::CudaDeviceScope device_scope(input.device());
     kernels::cuda::rmsnorm(p, current_cuda_stream(), api::resolve_enable_pdl(req, input.device()));
 #else
     (void)enable_pdl;
@@ -260,6 +262,7 @@ void fused_add_rmsnorm_impl(const char* op, float weight_bias, const Tensor& inp
   } else {
 #if FLASHINFER_WITH_CUDA
     const bool* req = enable_pdl ? &*enable_pdl : nullptr;
+    detail::CudaDeviceScope device_scope(input.device());
     kernels::cuda::fused_add_rmsnorm(p, current_cuda_stream(),
                                      api::resolve_enable_pdl(req, input.device()));
 #else
@@ -307,6 +310,7 @@ Tensor layernorm_impl(const Tensor& input, const Tensor& gemma, const Tensor& be
     kernels::cpu::layernorm(p);
   } else {
 #if FLASHINFER_WITH_CUDA
+    detail::CudaDeviceScope device_scope(input.device());
     kernels::cuda::layernorm(p, current_cuda_stream());
 #else
     FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "input",

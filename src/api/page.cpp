@@ -6,6 +6,7 @@
 #include "api/attention_common.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/attention_cpu.h"
@@ -240,6 +241,7 @@ void append_impl(const Tensor& append_key, const Tensor& append_value, const Ten
     kernels::cpu::append_paged_kv_cache(p);
   } else {
 #if FLASHINFER_WITH_CUDA
+    detail::CudaDeviceScope device_scope(k.device());
     // The validated host copies go to the device, so the kernel reads exactly what was checked.
     Tensor dptr = host_int32(s.kv_indptr).to(k.device());
     Tensor didx =

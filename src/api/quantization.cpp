@@ -6,6 +6,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/device_props.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/quantization_cpu.h"
@@ -291,6 +292,7 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
   } else {
 #if FLASHINFER_WITH_CUDA
     const bool* req = enable_pdl ? &*enable_pdl : nullptr;
+    detail::CudaDeviceScope device_scope(x.device());
     kernels::cuda::fp4_quantize(p, current_cuda_stream(), api::resolve_enable_pdl(req, x.device()));
 #else
     (void)enable_pdl;
@@ -537,6 +539,7 @@ Tensor block_scale_interleave(const Tensor& unswizzled_sf) {
           kernels::cpu::block_scale_interleave(p);
         } else {
 #if FLASHINFER_WITH_CUDA
+          detail::CudaDeviceScope device_scope(t.device());
           kernels::cuda::block_scale_interleave(p, current_cuda_stream());
 #else
           no_cuda(op, "unswizzled_sf");
@@ -596,6 +599,7 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
         } else {
 #if FLASHINFER_WITH_CUDA
           const bool* req = enable_pdl ? &*enable_pdl : nullptr;
+          detail::CudaDeviceScope device_scope(input.device());
           kernels::cuda::mxfp8_quantize(p, current_cuda_stream(),
                                         api::resolve_enable_pdl(req, input.device()));
 #else

@@ -8,6 +8,7 @@
 
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/rope_cpu.h"
@@ -284,6 +285,7 @@ void run_rope(const char* op, const Tensor& q, const Tensor& k, const Tensor& q_
       p.offsets_dtype = doffsets.dtype();
       p.batch = doffsets.size(0);
     }
+    detail::CudaDeviceScope device_scope(q.device());
     kernels::cuda::apply_rope(p, current_cuda_stream());
 #else
     FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "q",

@@ -12,6 +12,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/device_props.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/op_decl.h"
 #include "flashinfer/stream.h"
@@ -208,6 +209,7 @@ void check_no_nan(const Tensor& x, const char* op, const char* arg) {
   } else {
 #if FLASHINFER_WITH_CUDA
     Tensor flag = Tensor::empty({1}, DType::kInt32, x.device());
+    detail::CudaDeviceScope device_scope(x.device());
     kernels::cuda::nan_flag(x.data_ptr(), x.dtype(), x.size(0), x.size(1), x.stride(0), x.stride(1),
                             flag.data<int32_t>(), current_cuda_stream());
     nan = flag.item() != 0.0;
@@ -287,6 +289,7 @@ SamplingResult launch_sample(const char* op, const Tensor& input,
       kernels::cpu::sample(p);
     } else {
 #if FLASHINFER_WITH_CUDA
+      detail::CudaDeviceScope device_scope(input.device());
       kernels::cuda::sample(p, current_cuda_stream());
 #else
       no_cuda(op, "probs");
@@ -321,6 +324,7 @@ Tensor launch_filter(const char* op, const Tensor& input, const std::vector<Samp
     kernels::cpu::filter(p);
   } else {
 #if FLASHINFER_WITH_CUDA
+    detail::CudaDeviceScope device_scope(input.device());
     kernels::cuda::filter(p, current_cuda_stream());
 #else
     no_cuda(op, "probs");
@@ -350,6 +354,7 @@ Tensor launch_softmax(const char* op, const Tensor& logits, const std::vector<Sa
   } else {
 #if FLASHINFER_WITH_CUDA
     const bool* req = enable_pdl ? &*enable_pdl : nullptr;
+    detail::CudaDeviceScope device_scope(logits.device());
     kernels::cuda::softmax(p, current_cuda_stream(), api::resolve_enable_pdl(req, logits.device()));
 #else
     no_cuda(op, "logits");

@@ -77,6 +77,19 @@ void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, 
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
+CudaDeviceScope::CudaDeviceScope(const Device& device) {
+  if (!device.is_cuda()) return;
+  int current = -1;
+  check(cudaGetDevice(&current), "cudaGetDevice");
+  if (current == device.index) return;
+  check(cudaSetDevice(device.index), "cudaSetDevice");
+  previous_ = current;
+}
+
+CudaDeviceScope::~CudaDeviceScope() {
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);
+}
+
 bool cuda_current_stream_capturing() {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   const cudaError_t err =
@@ -129,6 +142,8 @@ void cuda_device_free(void*, int) noexcept {}
 void cuda_memcpy(void*, const void*, std::size_t, CopyKind, int) { no_cuda("cuda_memcpy"); }
 std::string cuda_device_name(int) { no_cuda("cuda_device_name"); }
 int cuda_compute_capability(int) { no_cuda("cuda_compute_capability"); }
+CudaDeviceScope::CudaDeviceScope(const Device&) {}
+CudaDeviceScope::~CudaDeviceScope() = default;
 bool cuda_current_stream_capturing() { return false; }
 void cuda_device_synchronize(int) {}
 std::string cuda_runtime_version() { return ""; }

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <string>
 
+#include "flashinfer/device.h"
+
 namespace flashinfer::detail {
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
@@ -24,6 +26,20 @@ int cuda_compute_capability(int device);
 bool cuda_current_stream_capturing();
 /// cudaDeviceSynchronize on `device` (no-op without the CUDA backend).
 void cuda_device_synchronize(int device);
+/// While alive, `device` is the current CUDA device when it is a CUDA device (the previous one
+/// comes back after), so an op's kernels launch on the device its tensors live on whatever
+/// device the caller had current. No-op for the CPU and without the CUDA backend.
+class CudaDeviceScope {
+ public:
+  explicit CudaDeviceScope(const Device& device);
+  ~CudaDeviceScope();
+  CudaDeviceScope(const CudaDeviceScope&) = delete;
+  CudaDeviceScope& operator=(const CudaDeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;  // the device to restore; -1: nothing was changed
+};
+
 /// "13.0" for the runtime the backend was built with.
 std::string cuda_runtime_version();
 
