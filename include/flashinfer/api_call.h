@@ -31,6 +31,13 @@ class CallObserver {
   /// The op threw; the exception propagates to the caller after this returns.
   virtual void on_call_error(const OpDecl& decl, std::span<const Value> args,
                              std::string_view what) = 0;
+  /// Whether this observer wants calls of `decl` at all. When no installed observer does, the
+  /// call is not observed and its arguments are never packed into Values (so a call the
+  /// recorder's include/exclude filter rejects costs next to nothing). Default: every call.
+  virtual bool wants(const OpDecl& decl) {
+    (void)decl;
+    return true;
+  }
 };
 
 /// Installs `observer`. Observers with a lower `priority` see a call's begin earlier and its end
@@ -54,6 +61,19 @@ namespace detail {
 /// True while at least one observer is installed.
 extern std::atomic<bool> g_call_hooks_active;
 
+/// Whether a call of `decl` starting now on this thread is to be observed: it is the outermost
+/// public call and some installed observer wants it.
+bool call_wanted(const OpDecl& decl);
+
+/// The extent of a public call that is not observed: calls made inside it are not outermost.
+class UnobservedCallScope {
+ public:
+  UnobservedCallScope();
+  ~UnobservedCallScope();
+  UnobservedCallScope(const UnobservedCallScope&) = delete;
+  UnobservedCallScope& operator=(const UnobservedCallScope&) = delete;
+};
+
 using DeclFn = const OpDecl& (*)();
 
 /// One observed call. Only the outermost public call on a thread is observed: an op that calls
@@ -76,10 +96,15 @@ template <class Fn, class... Args>
 [[gnu::noinline, gnu::cold]] decltype(auto) call_observed(DeclFn decl_fn, Fn&& fn,
                                                           const Args&... args) {
   using R = std::invoke_result_t<Fn>;
+  const OpDecl& decl = decl_fn();
+  if (!call_wanted(decl)) {
+    UnobservedCallScope scope;
+    return std::forward<Fn>(fn)();
+  }
   std::vector<Value> values;
   values.reserve(sizeof...(Args));
   (values.push_back(to_value(args)), ...);
-  ObservedCall call(decl_fn(), std::move(values));
+  ObservedCall call(decl, std::move(values));
   if (!call.active()) return std::forward<Fn>(fn)();
   try {
     if constexpr (std::is_void_v<R>) {

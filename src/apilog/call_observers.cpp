@@ -75,6 +75,22 @@ void notify(F&& f, bool reverse = false) {
 
 }  // namespace
 
+bool call_wanted(const OpDecl& decl) {
+  if (t_call_depth != 0) return false;  // only the outermost call is observed
+  auto list = snapshot();
+  for (const auto& obs : *list) {
+    try {
+      if (obs->wants(decl)) return true;
+    } catch (...) {
+      return true;  // let the observer's own hooks report it
+    }
+  }
+  return false;
+}
+
+UnobservedCallScope::UnobservedCallScope() { ++t_call_depth; }
+UnobservedCallScope::~UnobservedCallScope() { --t_call_depth; }
+
 ObservedCall::ObservedCall(const OpDecl& decl, std::vector<Value> args)
     : decl_(&decl), args_(std::move(args)), active_(t_call_depth == 0) {
   ++t_call_depth;

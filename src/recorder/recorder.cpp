@@ -473,6 +473,9 @@ class Recorder final : public CallObserver {
     // Only line 1 stays on record: the mark of a call that did not complete.
     if (!stack().empty()) stack().pop_back();
   }
+  // Filtered-out calls are not even packed for observation (unless another observer wants
+  // them; then on_call_begin filters again).
+  bool wants(const OpDecl& decl) override { return filter_.passes(decl.name); }
 
   Stats stats() {
     std::lock_guard<std::mutex> l(mu_);

@@ -375,6 +375,23 @@ TEST_F(DumpTest, IncludeExcludeFilters) {
   for (const auto& l : log_) EXPECT_EQ(l.find("rmsnorm"), std::string::npos) << l;
 }
 
+// A call the filter rejects is still the outermost call: a public op it calls inside is not
+// recorded in its place, although the filter would accept that op.
+TEST_F(DumpTest, ExcludedCallHidesTheCallsInsideIt) {
+  recorder::Config c;
+  c.exclude = {"probe_op"};
+  start(c);
+  Tensor x = Tensor::from_vector({1, 1}, {1, 2}, DType::kFloat32);
+  const Tensor w = Tensor::from_vector({1, 1}, {2}, DType::kFloat32);
+  call_api(&probe_decl, [&] { return rmsnorm(x, w); }, x, int64_t{0}, std::optional<Tensor>(),
+           1.0, std::optional<DType>());
+  EXPECT_TRUE(call_dirs().empty());
+  rmsnorm(x, w);  // on its own it is recorded
+  recorder::stop();
+  ASSERT_EQ(call_dirs().size(), 1u);
+  EXPECT_NE(call_dirs()[0].string().find("_rmsnorm_call0001"), std::string::npos);
+}
+
 TEST_F(DumpTest, SafetensorsMode) {
   recorder::Config c;
   c.safetensors = true;
