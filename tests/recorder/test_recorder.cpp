@@ -383,8 +383,9 @@ TEST_F(DumpTest, ExcludedCallHidesTheCallsInsideIt) {
   start(c);
   Tensor x = Tensor::from_vector({1, 1}, {1, 2}, DType::kFloat32);
   const Tensor w = Tensor::from_vector({1, 1}, {2}, DType::kFloat32);
-  call_api(&probe_decl, [&] { return rmsnorm(x, w); }, x, int64_t{0}, std::optional<Tensor>(),
-           1.0, std::optional<DType>());
+  call_api(
+      &probe_decl, [&] { return rmsnorm(x, w); }, x, int64_t{0}, std::optional<Tensor>(), 1.0,
+      std::optional<DType>());
   EXPECT_TRUE(call_dirs().empty());
   rmsnorm(x, w);  // on its own it is recorded
   recorder::stop();
