@@ -17,16 +17,8 @@
 
 namespace {
 
-struct CliResult {
-  int status;
-  std::string out;
-};
-
-CliResult run(const std::string& args) {
-  const auto r = flashinfer::testing::run_command(std::string(FLASHINFER_TEST_BIN_DIR) +
-                                                  "/flashinfer " + args);
-  return {r.status, r.out};
-}
+using CliResult = flashinfer::testing::CommandResult;
+using flashinfer::testing::run_flashinfer;
 
 std::vector<std::string> split(const std::string& line) {
   std::vector<std::string> cols;
@@ -69,7 +61,7 @@ struct Expected {
 };
 
 TEST(Bench, ListShowsEveryFamilyFromTheDeclarations) {
-  CliResult r = run("bench --list");
+  CliResult r = run_flashinfer("bench --list");
   ASSERT_EQ(r.status, 0) << r.out;
   int with_hook = 0;
   for (const flashinfer::OpDecl* d : flashinfer::OpRegistry::global().ops()) {
@@ -130,8 +122,8 @@ TEST(Bench, OneRoutinePerFamilyRefcheckPerfLineCsvAndFormulas) {
       {"stream_copy", " --m 16 --n 16", 0, 2048},
   };
   for (const Expected& e : cases) {
-    CliResult r = run("bench --routine " + e.routine + kTiny + e.flags +
-                      " --refcheck --backends cpu --output_path " + csv);
+    CliResult r = run_flashinfer("bench --routine " + e.routine + kTiny + e.flags +
+                                 " --refcheck --backends cpu --output_path " + csv);
     ASSERT_EQ(r.status, 0) << e.routine << "\n" << r.out;
     EXPECT_NE(r.out.find("[REFCHECK] cpu :: "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("outputs match the CPU reference"), std::string::npos) << r.out;
@@ -205,9 +197,9 @@ TEST(Bench, EveryRoutineRunsOnSmallShapes) {
 }
 
 TEST(Bench, VerbosePrintsCountsAndPerOutputRefcheck) {
-  CliResult r =
-      run("bench --routine fused_add_rmsnorm --batch_size 3 --hidden_size 64 -v"
-          " --refcheck --num_iters 2 --dry_run_iters 0");
+  CliResult r = run_flashinfer(
+      "bench --routine fused_add_rmsnorm --batch_size 3 --hidden_size 64 -v"
+      " --refcheck --num_iters 2 --dry_run_iters 0");
   ASSERT_EQ(r.status, 0) << r.out;
   // 3 x 64: 5 FLOPs per element; input, residual read and written, weight read: (4*192+64)*2
   EXPECT_NE(r.out.find("960 FLOPs, 1664 bytes per iteration"), std::string::npos) << r.out;
@@ -219,11 +211,12 @@ TEST(Bench, CudaWithoutAGpuIsASkipNotACrash) {
   if (flashinfer::cuda_compiled() && flashinfer::cuda_device_count() > 0) {
     GTEST_SKIP() << "a GPU is present";
   }
-  CliResult r = run("bench --routine rmsnorm --backends cuda --hidden_size 64 --num_iters 1");
+  CliResult r =
+      run_flashinfer("bench --routine rmsnorm --backends cuda --hidden_size 64 --num_iters 1");
   EXPECT_EQ(r.status, 4) << r.out;
   EXPECT_NE(r.out.find("[SKIP] cuda :: "), std::string::npos) << r.out;
   CliResult both =
-      run("bench --routine rmsnorm --backends cpu cuda --hidden_size 64 --num_iters 1");
+      run_flashinfer("bench --routine rmsnorm --backends cpu cuda --hidden_size 64 --num_iters 1");
   EXPECT_EQ(both.status, 0) << both.out;
   EXPECT_NE(both.out.find("[SKIP] cuda :: "), std::string::npos) << both.out;
   EXPECT_NE(both.out.find("[PERF] cpu "), std::string::npos) << both.out;
@@ -249,13 +242,13 @@ TEST(Bench, BadRoutineAndFlagsAreClearErrors) {
       {"bench --routine rmsnorm --input_dtype int32 --num_iters 1", "rmsnorm"},
   };
   for (const Bad& b : bad) {
-    CliResult r = run(b.args);
+    CliResult r = run_flashinfer(b.args);
     EXPECT_NE(r.status, 0) << b.args << "\n" << r.out;
     EXPECT_NE(r.out.find(b.message), std::string::npos) << b.args << "\n" << r.out;
   }
-  CliResult unwritable =
-      run("bench --routine rmsnorm --hidden_size 64 --num_iters 1 "
-          "--output_path /nonexistent_dir/x.csv");
+  CliResult unwritable = run_flashinfer(
+      "bench --routine rmsnorm --hidden_size 64 --num_iters 1 "
+      "--output_path /nonexistent_dir/x.csv");
   EXPECT_NE(unwritable.status, 0);
   EXPECT_NE(unwritable.out.find("output_path"), std::string::npos) << unwritable.out;
 }

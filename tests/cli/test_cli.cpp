@@ -9,42 +9,34 @@
 
 namespace {
 
-struct CliResult {
-  int status;
-  std::string out;
-};
-
-CliResult run(const std::string& args) {
-  const auto r = flashinfer::testing::run_command(std::string(FLASHINFER_TEST_BIN_DIR) +
-                                                  "/flashinfer " + args);
-  return {r.status, r.out};
-}
+using CliResult = flashinfer::testing::CommandResult;
+using flashinfer::testing::run_flashinfer;
 
 TEST(Cli, HelpListsEverySubcommand) {
-  CliResult r = run("--help");
+  CliResult r = run_flashinfer("--help");
   EXPECT_EQ(r.status, 0);
   for (const char* sub : {"version", "info", "list-ops"}) {
     EXPECT_NE(r.out.find(sub), std::string::npos) << sub;
-    CliResult h = run(std::string(sub) + " --help");
+    CliResult h = run_flashinfer(std::string(sub) + " --help");
     EXPECT_EQ(h.status, 0) << sub;
     EXPECT_NE(h.out.find("Usage"), std::string::npos) << h.out;
   }
 }
 
 TEST(Cli, NoOrUnknownSubcommandFails) {
-  EXPECT_NE(run("").status, 0);
-  CliResult r = run("frobnicate");
+  EXPECT_NE(run_flashinfer("").status, 0);
+  CliResult r = run_flashinfer("frobnicate");
   EXPECT_NE(r.status, 0);
 }
 
 TEST(Cli, VersionMatchesTheLibrary) {
-  CliResult r = run("version");
+  CliResult r = run_flashinfer("version");
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.out, std::string(flashinfer::version()) + "\n");
 }
 
 TEST(Cli, InfoReportsBuildAndDevices) {
-  CliResult r = run("info");
+  CliResult r = run_flashinfer("info");
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("flashinfer-cpp " + std::string(flashinfer::version())), std::string::npos);
   EXPECT_NE(
@@ -59,17 +51,17 @@ TEST(Cli, InfoReportsBuildAndDevices) {
 }
 
 TEST(Cli, ListOpsComesFromTheDeclarations) {
-  CliResult r = run("list-ops");
+  CliResult r = run_flashinfer("list-ops");
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("rmsnorm"), std::string::npos);
   EXPECT_NE(r.out.find("flashinfer.norm"), std::string::npos);
   EXPECT_NE(r.out.find("(input, weight, eps=1e-06, out=None, enable_pdl=None)"), std::string::npos);
   const auto n = flashinfer::OpRegistry::global().ops().size();
   EXPECT_NE(r.out.find(std::to_string(n) + " ops\n"), std::string::npos) << r.out;
-  CliResult v = run("list-ops -v --module flashinfer.norm");
+  CliResult v = run_flashinfer("list-ops -v --module flashinfer.norm");
   EXPECT_EQ(v.status, 0);
   EXPECT_NE(v.out.find("bool | None"), std::string::npos) << v.out;
-  CliResult none = run("list-ops --module no.such.module");
+  CliResult none = run_flashinfer("list-ops --module no.such.module");
   EXPECT_NE(none.out.find("0 ops"), std::string::npos);
 }
 

@@ -543,8 +543,7 @@ TEST_F(DumpTest, CapturedCallsAreWrittenByFlushGraphDumps) {
   const replay::Result pending = replay::replay_from_dump(base.string());
   EXPECT_EQ(pending.status, replay::Status::kError);
   EXPECT_NE(pending.error.find("flush_graph_dumps()"), std::string::npos) << pending.error;
-  const auto shown = testing::run_command(std::string(FLASHINFER_TEST_BIN_DIR) +
-                                          "/flashinfer show --dir " + dir_.string());
+  const auto shown = testing::run_flashinfer("show --dir " + dir_.string());
   EXPECT_NE(shown.out.find("Found 1 calls captured into a CUDA graph"), std::string::npos)
       << shown.out;
   EXPECT_EQ(shown.out.find("incomplete calls"), std::string::npos) << shown.out;

@@ -336,12 +336,6 @@ with open(d + "/metadata.jsonl", "w") as f:
   EXPECT_EQ(results[0].args[2].as_float(), 1e-5);
 }
 
-std::string run_cli(const std::string& args, int* status) {
-  auto r = testing::run_command(std::string(FLASHINFER_TEST_BIN_DIR) + "/flashinfer " + args);
-  *status = r.status;
-  return r.out;
-}
-
 TEST_F(ReplayTest, CliReportsEachCallAndFailsOnMismatch) {
   record();
   // Built-in ops only: the CLI is another process, which knows none of this test's ops.
@@ -350,53 +344,54 @@ TEST_F(ReplayTest, CliReportsEachCallAndFailsOnMismatch) {
   rmsnorm(Tensor::from_vector({1, 1}, {1, 2}, DType::kFloat32),
           Tensor::from_vector({1, 1}, {2}, DType::kFloat32), 0.0);
   recorder::stop();
-  int st = 0;
-  std::string out = run_cli("replay --dir " + dir_.string(), &st);
-  EXPECT_EQ(st, 0) << out;
-  EXPECT_NE(out.find("Replaying session from " + dir_.string() + "..."), std::string::npos) << out;
-  EXPECT_NE(out.find("[1] rmsnorm ("), std::string::npos) << out;
-  EXPECT_NE(out.find("): ✅ Passed"), std::string::npos) << out;
-  EXPECT_NE(out.find("Summary: 2 passed, 0 failed/mismatch"), std::string::npos) << out;
+  auto r = testing::run_flashinfer("replay --dir " + dir_.string());
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("Replaying session from " + dir_.string() + "..."), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("[1] rmsnorm ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("): ✅ Passed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Summary: 2 passed, 0 failed/mismatch"), std::string::npos) << r.out;
   const fs::path second = call_dirs().at(1);
   save_torch((second / "outputs.pt").string(),
              {{"result", Tensor::from_vector({1, 2}, {1, 2}, DType::kFloat32)}});
-  out = run_cli("replay --dir " + dir_.string(), &st);
-  EXPECT_EQ(st, 1) << out;
-  EXPECT_NE(out.find("[2] rmsnorm (" + second.filename().string() + "): ⚠️  Mismatch"),
+  r = testing::run_flashinfer("replay --dir " + dir_.string());
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("[2] rmsnorm (" + second.filename().string() + "): ⚠️  Mismatch"),
             std::string::npos)
-      << out;
-  EXPECT_NE(out.find("result: 1 of 2 elements differ (max abs error 1"), std::string::npos) << out;
-  EXPECT_NE(out.find("First divergence: [2] rmsnorm"), std::string::npos) << out;
-  out = run_cli("replay --dir " + second.string(), &st);
-  EXPECT_EQ(st, 1);
-  EXPECT_NE(out.find("Replaying single dump from"), std::string::npos) << out;
-  EXPECT_NE(out.find("⚠️  Replay finished but outputs did not match"), std::string::npos)
-      << out;
-  out = run_cli("replay --dir " + (dir_ / "nope").string(), &st);
-  EXPECT_EQ(st, 2);
-  EXPECT_NE(out.find("❌ Directory not found"), std::string::npos);
+      << r.out;
+  EXPECT_NE(r.out.find("result: 1 of 2 elements differ (max abs error 1"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("First divergence: [2] rmsnorm"), std::string::npos) << r.out;
+  r = testing::run_flashinfer("replay --dir " + second.string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("Replaying single dump from"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("⚠️  Replay finished but outputs did not match"), std::string::npos)
+      << r.out;
+  r = testing::run_flashinfer("replay --dir " + (dir_ / "nope").string());
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("❌ Directory not found"), std::string::npos);
   // Machine-readable report, and filters on what is reported.
-  out = run_cli("replay --json --dir " + dir_.string(), &st);
-  EXPECT_EQ(st, 1);
-  const auto j = nlohmann::json::parse(out);
+  r = testing::run_flashinfer("replay --json --dir " + dir_.string());
+  EXPECT_EQ(r.status, 1);
+  const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["passed"], 1);
   EXPECT_EQ(j["failed"], 1);
   EXPECT_EQ(j["results"][1]["status"], "mismatch");
   EXPECT_EQ(j["results"][1]["comparisons"][0]["mismatches"], 1);
   EXPECT_EQ(j["results"][1]["comparisons"][0]["first_mismatch"], 1);
-  out = run_cli("replay --exclude 'rms*' --dir " + dir_.string(), &st);
-  EXPECT_EQ(st, 0) << out;
-  EXPECT_NE(out.find("Summary: 0 passed, 0 failed/mismatch"), std::string::npos) << out;
-  out = run_cli("replay -v --dir " + second.string(), &st);
-  EXPECT_NE(out.find("arg[2] = 0.0"), std::string::npos) << out;
+  r = testing::run_flashinfer("replay --exclude 'rms*' --dir " + dir_.string());
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("Summary: 0 passed, 0 failed/mismatch"), std::string::npos) << r.out;
+  r = testing::run_flashinfer("replay -v --dir " + second.string());
+  EXPECT_NE(r.out.find("arg[2] = 0.0"), std::string::npos) << r.out;
   // show: the seed page's session scan, built in.
-  out = run_cli("show --dir " + dir_.string(), &st);
-  EXPECT_EQ(st, 0);
-  EXPECT_NE(out.find("2 recorded calls"), std::string::npos) << out;
-  EXPECT_NE(out.find("Total completed calls: 2"), std::string::npos) << out;
-  EXPECT_NE(out.find("  rmsnorm: 2"), std::string::npos) << out;
-  out = run_cli("show -v " + dir_.string(), &st);
-  EXPECT_NE(out.find("[1] rmsnorm  completed"), std::string::npos) << out;
+  r = testing::run_flashinfer("show --dir " + dir_.string());
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("2 recorded calls"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Total completed calls: 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  rmsnorm: 2"), std::string::npos) << r.out;
+  r = testing::run_flashinfer("show -v " + dir_.string());
+  EXPECT_NE(r.out.find("[1] rmsnorm  completed"), std::string::npos) << r.out;
   // A crashed call (line 1 only) is listed as incomplete.
   const fs::path first = call_dirs().at(0);
   std::string line1;
@@ -405,14 +400,14 @@ TEST_F(ReplayTest, CliReportsEachCallAndFailsOnMismatch) {
     std::getline(f, line1);
   }
   std::ofstream(first / "metadata.jsonl", std::ios::trunc) << line1 << "\n";
-  out = run_cli("show " + dir_.string(), &st);
-  EXPECT_NE(out.find("Found 1 incomplete calls (potential crashes):\n  - rmsnorm at " +
-                     first.filename().string()),
+  r = testing::run_flashinfer("show " + dir_.string());
+  EXPECT_NE(r.out.find("Found 1 incomplete calls (potential crashes):\n  - rmsnorm at " +
+                       first.filename().string()),
             std::string::npos)
-      << out;
-  out = run_cli("replay --dir " + dir_.string(), &st);
-  EXPECT_EQ(st, 1);
-  EXPECT_NE(out.find("💥 Incomplete"), std::string::npos) << out;
+      << r.out;
+  r = testing::run_flashinfer("replay --dir " + dir_.string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("💥 Incomplete"), std::string::npos) << r.out;
 }
 
 }  // namespace

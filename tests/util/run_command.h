@@ -25,4 +25,9 @@ inline CommandResult run_command(const std::string& cmd) {
   return r;
 }
 
+/// The `flashinfer` command-line tool built beside the tests, run with `args`.
+inline CommandResult run_flashinfer(const std::string& args) {
+  return run_command(std::string(FLASHINFER_TEST_BIN_DIR) + "/flashinfer " + args);
+}
+
 }  // namespace flashinfer::testing
