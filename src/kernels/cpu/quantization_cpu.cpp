@@ -156,6 +156,18 @@ FI_TARGET_AVX512 void mxfp8_rows_avx512(const Mxfp8QuantizeParams& p, int64_t r0
 
 #endif
 
+// Rows [0, m) of k elements in tasks of ~16K elements, spread over the threads when the whole is
+// large enough to pay for waking them.
+template <class F>
+void for_row_tasks(int64_t m, int64_t k, F&& rows) {
+  const int64_t rows_per_task = std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1));
+  const int64_t tasks = (m + rows_per_task - 1) / rows_per_task;
+#pragma omp parallel for schedule(dynamic, 1) if (m * k >= (1 << 15))
+  for (int64_t t = 0; t < tasks; ++t) {
+    rows(t * rows_per_task, std::min(m, (t + 1) * rows_per_task));
+  }
+}
+
 template <class T>
 void fp4_rows(const Fp4QuantizeParams& p, float gs, CpuIsa isa) {
   auto fn = &fp4_rows_base<T>;
@@ -165,12 +177,7 @@ void fp4_rows(const Fp4QuantizeParams& p, float gs, CpuIsa isa) {
 #else
   (void)isa;
 #endif
-  const int64_t rows_per_task = std::max<int64_t>(1, 16384 / std::max<int64_t>(p.k, 1));
-  const int64_t tasks = (p.m + rows_per_task - 1) / rows_per_task;
-#pragma omp parallel for schedule(dynamic, 1) if (p.m * p.k >= (1 << 15))
-  for (int64_t t = 0; t < tasks; ++t) {
-    fn(p, gs, t * rows_per_task, std::min(p.m, (t + 1) * rows_per_task));
-  }
+  for_row_tasks(p.m, p.k, [&](int64_t r0, int64_t r1) { fn(p, gs, r0, r1); });
 }
 
 template <class T>
@@ -182,12 +189,7 @@ void mxfp8_rows(const Mxfp8QuantizeParams& p, CpuIsa isa) {
 #else
   (void)isa;
 #endif
-  const int64_t rows_per_task = std::max<int64_t>(1, 16384 / std::max<int64_t>(p.k, 1));
-  const int64_t tasks = (p.m + rows_per_task - 1) / rows_per_task;
-#pragma omp parallel for schedule(dynamic, 1) if (p.m * p.k >= (1 << 15))
-  for (int64_t t = 0; t < tasks; ++t) {
-    fn(p, t * rows_per_task, std::min(p.m, (t + 1) * rows_per_task));
-  }
+  for_row_tasks(p.m, p.k, [&](int64_t r0, int64_t r1) { fn(p, r0, r1); });
 }
 
 }  // namespace
