@@ -4,11 +4,11 @@
 
 #include <cmath>
 #include <functional>
-#include <numbers>
 #include <string>
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
+#include "ops/norm_act_reference.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 
@@ -22,15 +22,6 @@ struct ActCase {
   ActOp op;
   double (*ref)(double);
 };
-
-// fp64 references. gelu and gelu_tanh use the exact identities 1 + erf(z) = erfc(-z) and
-// (1 + tanh u) / 2 = 1 / (1 + e^(-2u)): the textbook forms cancel even in fp64 for x < -8.
-double silu_ref(double x) { return x / (1.0 + std::exp(-x)); }
-double gelu_ref(double x) { return 0.5 * x * std::erfc(-x / std::numbers::sqrt2); }
-double gelu_tanh_ref(double x) {
-  const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);
-  return x / (1.0 + std::exp(-2.0 * u));
-}
 
 Tensor call_silu(const Tensor& i, std::optional<Tensor> o, std::optional<bool> p) {
   return silu_and_mul(i, std::move(o), p);

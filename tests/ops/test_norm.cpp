@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
+#include "ops/norm_act_reference.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 
@@ -17,40 +18,6 @@ namespace {
 const std::vector<DType> kDTypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 
 // ---- fp64 references ------------------------------------------------------------------------
-
-// rows x n matrices as flat vectors; w already includes the Gemma bias when wanted.
-std::vector<double> ref_rmsnorm(const std::vector<double>& x, int64_t n,
-                                const std::vector<double>& w, double eps) {
-  std::vector<double> y(x.size());
-  for (std::size_t r = 0; r < x.size() / n; ++r) {
-    double ss = 0;
-    for (int64_t i = 0; i < n; ++i) ss += x[r * n + i] * x[r * n + i];
-    const double rr = 1.0 / std::sqrt(ss / n + eps);
-    for (int64_t i = 0; i < n; ++i) y[r * n + i] = x[r * n + i] * rr * w[i];
-  }
-  return y;
-}
-
-std::vector<double> ref_layernorm(const std::vector<double>& x, int64_t n,
-                                  const std::vector<double>& g, const std::vector<double>& b,
-                                  double eps) {
-  std::vector<double> y(x.size());
-  for (std::size_t r = 0; r < x.size() / n; ++r) {
-    double mean = 0, var = 0;
-    for (int64_t i = 0; i < n; ++i) mean += x[r * n + i];
-    mean /= n;
-    for (int64_t i = 0; i < n; ++i) var += (x[r * n + i] - mean) * (x[r * n + i] - mean);
-    var /= n;
-    const double rs = 1.0 / std::sqrt(var + eps);
-    for (int64_t i = 0; i < n; ++i) y[r * n + i] = (x[r * n + i] - mean) * rs * g[i] + b[i];
-  }
-  return y;
-}
-
-std::vector<double> plus(std::vector<double> w, double bias) {
-  for (auto& v : w) v += bias;
-  return w;
-}
 
 // Output tolerance: the default for the dtype, relaxed slightly for normalized outputs of
 // reduced-precision inputs (the fp32 sum of squares is rounded once more than the fp64 one).
@@ -186,7 +153,8 @@ TEST(FusedAddRmsNorm, MatchesFormula) {
         const std::vector<double> xv = x.to_double_vector(), rv = r.to_double_vector();
         std::vector<double> sum(xv.size());
         for (std::size_t i = 0; i < xv.size(); ++i) sum[i] = xv[i] + rv[i];
-        const auto want = ref_rmsnorm(sum, n, plus(w.to_double_vector(), gemma ? 1.0 : 0.0), 1e-5);
+        const auto want =
+            ref_rmsnorm(sum, n, with_bias(w.to_double_vector(), gemma ? 1.0 : 0.0), 1e-5);
         if (gemma) {
           gemma_fused_add_rmsnorm(x, r, w, 1e-5);
         } else {
@@ -206,7 +174,8 @@ TEST(GemmaRmsNorm, MatchesFormula) {
       const int64_t n = c.shape.back();
       Tensor x = make_input(c, d, 21);
       Tensor w = rand_tensor({n}, d, 22, -1.0, 1.0);
-      const auto want = ref_rmsnorm(x.to_double_vector(), n, plus(w.to_double_vector(), 1.0), 1e-6);
+      const auto want =
+          ref_rmsnorm(x.to_double_vector(), n, with_bias(w.to_double_vector(), 1.0), 1e-6);
       EXPECT_TRUE(all_close(gemma_rmsnorm(x, w), want, norm_tol(d)));
       // Into a strided `out`.
       Tensor out = strided_rand(c.shape, d, 23);

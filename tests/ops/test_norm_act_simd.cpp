@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <numbers>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "flashinfer/flashinfer.h"
 #include "kernels/cpu/cpu_avx512.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "ops/norm_act_reference.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 
@@ -39,42 +39,7 @@ struct TierScope {
   ~TierScope() { kernels::cpu::set_cpu_isa_cap(CpuIsa::kAvx512); }
 };
 
-// ---- fp64 references ------------------------------------------------------------------------
-
-std::vector<double> ref_rmsnorm(const std::vector<double>& x, int64_t n,
-                                const std::vector<double>& w, double bias, double eps) {
-  std::vector<double> y(x.size());
-  for (std::size_t r = 0; r < x.size() / n; ++r) {
-    double ss = 0;
-    for (int64_t i = 0; i < n; ++i) ss += x[r * n + i] * x[r * n + i];
-    const double rr = 1.0 / std::sqrt(ss / n + eps);
-    for (int64_t i = 0; i < n; ++i) y[r * n + i] = x[r * n + i] * rr * (w[i] + bias);
-  }
-  return y;
-}
-
-std::vector<double> ref_layernorm(const std::vector<double>& x, int64_t n,
-                                  const std::vector<double>& g, const std::vector<double>& b,
-                                  double eps) {
-  std::vector<double> y(x.size());
-  for (std::size_t r = 0; r < x.size() / n; ++r) {
-    double mean = 0, var = 0;
-    for (int64_t i = 0; i < n; ++i) mean += x[r * n + i];
-    mean /= n;
-    for (int64_t i = 0; i < n; ++i) var += (x[r * n + i] - mean) * (x[r * n + i] - mean);
-    var /= n;
-    const double rs = 1.0 / std::sqrt(var + eps);
-    for (int64_t i = 0; i < n; ++i) y[r * n + i] = (x[r * n + i] - mean) * rs * g[i] + b[i];
-  }
-  return y;
-}
-
-double silu_ref(double x) { return x / (1.0 + std::exp(-x)); }
-double gelu_ref(double x) { return 0.5 * x * std::erfc(-x / std::numbers::sqrt2); }
-double gelu_tanh_ref(double x) {
-  const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);
-  return x / (1.0 + std::exp(-2.0 * u));
-}
+// fp64 references: ops/norm_act_reference.h.
 
 using ActOp = Tensor (*)(const Tensor&, std::optional<Tensor>, std::optional<bool>);
 struct ActCase {
@@ -134,8 +99,9 @@ TEST(NormSimd, AllWidthsAllTiersMatchFormula) {
         Tensor w = rand_tensor({n}, d, seed + 1, -1.0, 1.0);
         const auto xv = x.to_double_vector(), wv = w.to_double_vector();
 
-        ASSERT_TRUE(all_close(rmsnorm(x, w), ref_rmsnorm(xv, n, wv, 0.0, 1e-6), norm_tol(d)));
-        ASSERT_TRUE(all_close(gemma_rmsnorm(x, w), ref_rmsnorm(xv, n, wv, 1.0, 1e-6), norm_tol(d)));
+        ASSERT_TRUE(all_close(rmsnorm(x, w), ref_rmsnorm(xv, n, wv, 1e-6), norm_tol(d)));
+        ASSERT_TRUE(all_close(gemma_rmsnorm(x, w), ref_rmsnorm(xv, n, with_bias(wv, 1.0), 1e-6),
+                              norm_tol(d)));
 
         // In place (out == input) and fused add, on rows with padding.
         for (bool gemma : {false, true}) {
@@ -150,11 +116,12 @@ TEST(NormSimd, AllWidthsAllTiersMatchFormula) {
             fused_add_rmsnorm(xi, res, w, 1e-5);
           }
           ASSERT_TRUE(all_close(res, sum, default_tolerance(d)));
-          ASSERT_TRUE(all_close(xi, ref_rmsnorm(sum, n, wv, gemma ? 1.0 : 0.0, 1e-5), norm_tol(d)));
+          ASSERT_TRUE(all_close(xi, ref_rmsnorm(sum, n, with_bias(wv, gemma ? 1.0 : 0.0), 1e-5),
+                                norm_tol(d)));
         }
         Tensor xi = x.clone();
         rmsnorm(xi, w, 1e-6, xi);
-        ASSERT_TRUE(all_close(xi, ref_rmsnorm(xv, n, wv, 0.0, 1e-6), norm_tol(d)));
+        ASSERT_TRUE(all_close(xi, ref_rmsnorm(xv, n, wv, 1e-6), norm_tol(d)));
 
         Tensor g = rand_tensor({n}, DType::kFloat32, seed + 3, 0.5, 1.5);
         Tensor b = rand_tensor({n}, DType::kFloat32, seed + 4);
@@ -176,7 +143,7 @@ TEST(NormSimd, StridedLayoutsAllTiers) {
       const int64_t n = 72;
       Tensor x = rand_tensor({5, 4, n + 9}, d, 1).slice(2, 3, 3 + n);  // [5, 4, 72]
       Tensor w = rand_tensor({n}, d, 2, -1, 1);
-      const auto want = ref_rmsnorm(x.to_double_vector(), n, w.to_double_vector(), 0.0, 1e-6);
+      const auto want = ref_rmsnorm(x.to_double_vector(), n, w.to_double_vector(), 1e-6);
       EXPECT_TRUE(all_close(rmsnorm(x, w), want, norm_tol(d)));
       Tensor out =
           rand_tensor({6, 5, n + 1}, d, 3).slice(0, 1, 6).slice(1, 0, 4).slice(2, 1, 1 + n);
@@ -186,15 +153,15 @@ TEST(NormSimd, StridedLayoutsAllTiers) {
       Tensor xs = strided_rand({7, 33}, d, 4);  // element stride 2
       Tensor ws = strided_rand({33}, d, 5, -1, 1);
       const auto xsv = xs.to_double_vector(), wsv = ws.to_double_vector();
-      EXPECT_TRUE(
-          all_close(gemma_rmsnorm(xs, ws), ref_rmsnorm(xsv, 33, wsv, 1.0, 1e-6), norm_tol(d)));
+      EXPECT_TRUE(all_close(gemma_rmsnorm(xs, ws), ref_rmsnorm(xsv, 33, with_bias(wsv, 1.0), 1e-6),
+                            norm_tol(d)));
       Tensor rs = strided_rand({7, 33}, d, 6);
       const auto rsv = rs.to_double_vector();
       std::vector<double> sum(xsv.size());
       for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = xsv[i] + rsv[i];
       fused_add_rmsnorm(xs, rs, ws, 1e-6);
       EXPECT_TRUE(all_close(rs, sum, default_tolerance(d)));
-      EXPECT_TRUE(all_close(xs, ref_rmsnorm(sum, 33, wsv, 0.0, 1e-6), norm_tol(d)));
+      EXPECT_TRUE(all_close(xs, ref_rmsnorm(sum, 33, wsv, 1e-6), norm_tol(d)));
     }
   }
 }
@@ -210,7 +177,7 @@ TEST(NormSimd, LargeOutputsStreamedAndNot) {
   Tensor g = rand_tensor({n}, DType::kFloat32, 43, 0.5, 1.5);
   Tensor b = rand_tensor({n}, DType::kFloat32, 44);
   const auto xv = x.to_double_vector();
-  const auto want_rms = ref_rmsnorm(xv, n, w.to_double_vector(), 0.0, 1e-6);
+  const auto want_rms = ref_rmsnorm(xv, n, w.to_double_vector(), 1e-6);
   const auto want_ln = ref_layernorm(xv, n, g.to_double_vector(), b.to_double_vector(), 1e-6);
   EXPECT_TRUE(all_close(rmsnorm(x, w), want_rms, norm_tol(DType::kFloat32)));
   EXPECT_TRUE(all_close(layernorm(x, g, b), want_ln, norm_tol(DType::kFloat32)));
