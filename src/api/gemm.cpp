@@ -8,6 +8,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/device_props.h"
+#include "api/gemm_params.h"
 #include "core/cuda_runtime.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/ops/quantization.h"
@@ -182,32 +183,6 @@ Tensor make_out(const std::optional<Tensor>& out, const Shape& shape, DType dt, 
   return Tensor::empty(shape, dt, device);
 }
 
-kernels::GemmParams gemm_params(const Tensor& A, const Tensor& B, const Tensor& out,
-                                const Dims& d) {
-  kernels::GemmParams p;
-  const bool batched = A.dim() == 3;
-  p.a = A.data_ptr();
-  p.a_dtype = A.dtype();
-  p.a_stride_b = batched ? A.stride(0) : 0;
-  p.a_stride_m = A.stride(-2);
-  p.a_stride_k = A.stride(-1);
-  p.b = B.data_ptr();
-  p.b_dtype = B.dtype();
-  p.b_stride_b = batched ? B.stride(0) : 0;
-  p.b_stride_k = B.stride(-2);
-  p.b_stride_n = B.stride(-1);
-  p.out = out.data_ptr();
-  p.out_dtype = out.dtype();
-  p.out_stride_b = batched ? out.stride(0) : 0;
-  p.out_stride_m = out.stride(-2);
-  p.out_stride_n = out.stride(-1);
-  p.batch = d.batch;
-  p.m = d.m;
-  p.n = d.n;
-  p.k = d.k;
-  return p;
-}
-
 // cuBLASLt takes each operand as a column-major matrix with a leading dimension of at least its
 // row count, so rows that overlap (a stride below the row length, e.g. from expand()) which the
 // CPU backend accepts would fail inside cublasLtMatmul with a bare status. Refuse them here,
@@ -253,7 +228,7 @@ Tensor bf16_gemm(const char* op, const Tensor& A, const Tensor& B,
   Shape shape = rank == 3 ? Shape{d.batch, d.m, d.n} : Shape{d.m, d.n};
   Tensor result = make_out(out, shape, out_dtype, A.device(), op);
   check_cuda_leading_dims(A, B, result, d, op, a_arg, b_arg);
-  kernels::GemmParams p = gemm_params(A, B, result, d);
+  kernels::GemmParams p = api::gemm_params(A, B, result);
   Tensor bias_dense;
   if (bias && bias->defined()) {
     api::check_dim(*bias, {1}, op, "bias");
@@ -344,7 +319,7 @@ Tensor bmm_fp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const Te
         const Tensor sb = check_scale(B_scale, A.device(), op, "B_scale");
         Tensor result = make_out(out, {d.batch, d.m, d.n}, dtype, A.device(), op);
         check_cuda_leading_dims(A, B, result, d, op, "A", "B");
-        kernels::GemmParams p = gemm_params(A, B, result, d);
+        kernels::GemmParams p = api::gemm_params(A, B, result);
         p.a_scale = sa.data<float>();
         p.b_scale = sb.data<float>();
         if (A.device().is_cuda()) {

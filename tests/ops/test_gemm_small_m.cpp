@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "api/gemm_params.h"
 #include "flashinfer/flashinfer.h"
 #include "kernels/cpu/gemm_cpu.h"
 #include "util/test_util.h"
@@ -49,30 +50,10 @@ std::vector<CpuIsa> isas() {
 // B [.., k, n] column-major) into a new out [.., m, n], as the ops would.
 Tensor run_kernel(const Tensor& A, const Tensor& B, DType out_dtype, GemmPath path, CpuIsa isa,
                   float a_scale = 1.0f, float b_scale = 1.0f, const Tensor* bias = nullptr) {
-  const bool batched = A.dim() == 3;
   Shape shape = A.shape();
   shape.back() = B.size(-1);
   Tensor out = Tensor::empty(shape, out_dtype);
-  kernels::GemmParams p;
-  p.a = A.data_ptr();
-  p.a_dtype = A.dtype();
-  p.a_stride_b = batched ? A.stride(0) : 0;
-  p.a_stride_m = A.stride(-2);
-  p.a_stride_k = A.stride(-1);
-  p.b = B.data_ptr();
-  p.b_dtype = B.dtype();
-  p.b_stride_b = batched ? B.stride(0) : 0;
-  p.b_stride_k = B.stride(-2);
-  p.b_stride_n = B.stride(-1);
-  p.out = out.data_ptr();
-  p.out_dtype = out_dtype;
-  p.out_stride_b = batched ? out.stride(0) : 0;
-  p.out_stride_m = out.stride(-2);
-  p.out_stride_n = out.stride(-1);
-  p.batch = batched ? A.size(0) : 1;
-  p.m = A.size(-2);
-  p.n = B.size(-1);
-  p.k = A.size(-1);
+  kernels::GemmParams p = api::gemm_params(A, B, out);
   if (A.dtype() != DType::kBFloat16) {
     p.a_scale = &a_scale;
     p.b_scale = &b_scale;
