@@ -1,11 +1,14 @@
 // fp64 references for the norm and activation tests (test_norm, test_activation,
-// test_norm_act_simd): rows x n matrices as flat vectors.
+// test_norm_act_simd): rows x n matrices as flat vectors; and the activation ops as a table.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <numbers>
+#include <optional>
 #include <vector>
+
+#include "flashinfer/flashinfer.h"
 
 namespace flashinfer::testing {
 
@@ -52,5 +55,25 @@ inline double gelu_tanh_ref(double x) {
   const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);
   return x / (1.0 + std::exp(-2.0 * u));
 }
+
+/// The three `*_and_mul` ops with their fp64 activation.
+using ActOp = Tensor (*)(const Tensor&, std::optional<Tensor>, std::optional<bool>);
+struct ActCase {
+  const char* name;
+  ActOp op;
+  double (*ref)(double);
+};
+inline Tensor call_silu(const Tensor& i, std::optional<Tensor> o, std::optional<bool> p) {
+  return silu_and_mul(i, std::move(o), p);
+}
+inline Tensor call_gelu(const Tensor& i, std::optional<Tensor> o, std::optional<bool> p) {
+  return gelu_and_mul(i, std::move(o), p);
+}
+inline Tensor call_gelu_tanh(const Tensor& i, std::optional<Tensor> o, std::optional<bool> p) {
+  return gelu_tanh_and_mul(i, std::move(o), p);
+}
+inline const std::vector<ActCase> kActs = {{"silu_and_mul", call_silu, silu_ref},
+                                           {"gelu_and_mul", call_gelu, gelu_ref},
+                                           {"gelu_tanh_and_mul", call_gelu_tanh, gelu_tanh_ref}};
 
 }  // namespace flashinfer::testing

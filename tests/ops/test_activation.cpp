@@ -15,29 +15,6 @@
 namespace flashinfer::testing {
 namespace {
 
-using ActOp = Tensor (*)(const Tensor&, std::optional<Tensor>, std::optional<bool>);
-
-struct ActCase {
-  const char* name;
-  ActOp op;
-  double (*ref)(double);
-};
-
-Tensor call_silu(const Tensor& i, std::optional<Tensor> o, std::optional<bool> p) {
-  return silu_and_mul(i, std::move(o), p);
-}
-Tensor call_gelu(const Tensor& i, std::optional<Tensor> o, std::optional<bool> p) {
-  return gelu_and_mul(i, std::move(o), p);
-}
-Tensor call_gelu_tanh(const Tensor& i, std::optional<Tensor> o, std::optional<bool> p) {
-  return gelu_tanh_and_mul(i, std::move(o), p);
-}
-
-const std::vector<ActCase> kActs = {
-    {"silu_and_mul", call_silu, silu_ref},
-    {"gelu_and_mul", call_gelu, gelu_ref},
-    {"gelu_tanh_and_mul", call_gelu_tanh, gelu_tanh_ref},
-};
 const std::vector<DType> kDTypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 
 // out[..., i] = act(x[..., i]) * x[..., d + i] over the logical (row-major) element order.

@@ -39,26 +39,7 @@ struct TierScope {
   ~TierScope() { kernels::cpu::set_cpu_isa_cap(CpuIsa::kAvx512); }
 };
 
-// fp64 references: ops/norm_act_reference.h.
-
-using ActOp = Tensor (*)(const Tensor&, std::optional<Tensor>, std::optional<bool>);
-struct ActCase {
-  const char* name;
-  ActOp op;
-  double (*ref)(double);
-};
-Tensor call_silu(const Tensor& i, std::optional<Tensor> o, std::optional<bool> p) {
-  return silu_and_mul(i, std::move(o), p);
-}
-Tensor call_gelu(const Tensor& i, std::optional<Tensor> o, std::optional<bool> p) {
-  return gelu_and_mul(i, std::move(o), p);
-}
-Tensor call_gelu_tanh(const Tensor& i, std::optional<Tensor> o, std::optional<bool> p) {
-  return gelu_tanh_and_mul(i, std::move(o), p);
-}
-const std::vector<ActCase> kActs = {{"silu_and_mul", call_silu, silu_ref},
-                                    {"gelu_and_mul", call_gelu, gelu_ref},
-                                    {"gelu_tanh_and_mul", call_gelu_tanh, gelu_tanh_ref}};
+// fp64 references and the activation table: ops/norm_act_reference.h.
 
 // out[r, i] = act(x[r, i]) * x[r, d + i] over the logical order of a [rows, 2d] input.
 std::vector<double> ref_act(const std::vector<double>& v, int64_t w, double (*act)(double)) {
