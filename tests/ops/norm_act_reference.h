@@ -56,6 +56,17 @@ inline double gelu_tanh_ref(double x) {
   return x / (1.0 + std::exp(-2.0 * u));
 }
 
+// out[r, i] = act(x[r, i]) * x[r, d + i] over the logical order of a [rows, 2d] input.
+inline std::vector<double> ref_act(const std::vector<double>& v, int64_t w, double (*act)(double)) {
+  const int64_t d = w / 2;
+  std::vector<double> out;
+  out.reserve(v.size() / 2);
+  for (std::size_t r = 0; r < v.size() / w; ++r) {
+    for (int64_t i = 0; i < d; ++i) out.push_back(act(v[r * w + i]) * v[r * w + d + i]);
+  }
+  return out;
+}
+
 /// The three `*_and_mul` ops with their fp64 activation.
 using ActOp = Tensor (*)(const Tensor&, std::optional<Tensor>, std::optional<bool>);
 struct ActCase {

@@ -19,13 +19,7 @@ const std::vector<DType> kDTypes = {DType::kFloat32, DType::kFloat16, DType::kBF
 
 // out[..., i] = act(x[..., i]) * x[..., d + i] over the logical (row-major) element order.
 std::vector<double> reference(const Tensor& x, double (*act)(double)) {
-  const std::vector<double> v = x.to_double_vector();
-  const int64_t w = x.size(-1), d = w / 2;
-  std::vector<double> out;
-  for (std::size_t r = 0; r < v.size() / w; ++r) {
-    for (int64_t i = 0; i < d; ++i) out.push_back(act(v[r * w + i]) * v[r * w + d + i]);
-  }
-  return out;
+  return ref_act(x.to_double_vector(), x.size(-1), act);
 }
 
 // Golden values computed independently (Python math module, fp64) for the row

@@ -41,17 +41,6 @@ struct TierScope {
 
 // fp64 references and the activation table: ops/norm_act_reference.h.
 
-// out[r, i] = act(x[r, i]) * x[r, d + i] over the logical order of a [rows, 2d] input.
-std::vector<double> ref_act(const std::vector<double>& v, int64_t w, double (*act)(double)) {
-  const int64_t d = w / 2;
-  std::vector<double> out;
-  out.reserve(v.size() / 2);
-  for (std::size_t r = 0; r < v.size() / w; ++r) {
-    for (int64_t i = 0; i < d; ++i) out.push_back(act(v[r * w + i]) * v[r * w + d + i]);
-  }
-  return out;
-}
-
 // fp32 normalized outputs carry one more rounding of the fp32 sum of squares than the fp64
 // reference (test_norm.cpp uses the same bound).
 Tolerance norm_tol(DType d) {
