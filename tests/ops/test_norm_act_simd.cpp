@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -217,6 +218,76 @@ TEST(ActivationSimd, NegativeTailAllTiers) {
       SCOPED_TRACE(std::string(tier_name(tier)) + " " + a.name);
       EXPECT_TRUE(
           all_close(a.op(x, std::nullopt, std::nullopt), ref_act(row, 80, a.ref), {1e-37, 8e-6}));
+    }
+  }
+}
+
+// fp16/bf16 gates take act() from a table of all 65536 encodings (fp64, rounded once to fp32):
+// with up = 1 every output is the 16-bit rounding of the exact activation (up to the double
+// rounding through fp32: within 0.5 + 2^-12 units of the 16-bit format), and every tier and a
+// strided layout give the same bits.
+double units_off(double got, double exact, DType d) {
+  // Distance in units of the 16-bit format's spacing at |got| (its next value away from 0).
+  const uint16_t b = d == DType::kFloat16
+                         ? Half::from_float(static_cast<float>(std::fabs(got))).bits
+                         : BFloat16::from_float(static_cast<float>(std::fabs(got))).bits;
+  const uint16_t nb = static_cast<uint16_t>(b + 1);
+  const double next = d == DType::kFloat16 ? Half{nb}.to_float() : BFloat16{nb}.to_float();
+  return std::fabs(got - exact) / (next - std::fabs(got));
+}
+
+TEST(ActivationTable16, EveryGateEncodingRoundedOnceAndTiersBitIdentical) {
+  const int64_t n = 65536;
+  for (DType d : {DType::kFloat16, DType::kBFloat16}) {
+    Tensor x = Tensor::empty({1, 2 * n}, d);
+    auto* bits = x.data<uint16_t>();
+    const uint16_t one =
+        d == DType::kFloat16 ? Half::from_float(1.0f).bits : BFloat16::from_float(1.0f).bits;
+    for (int64_t i = 0; i < n; ++i) {
+      bits[i] = static_cast<uint16_t>(i);
+      bits[n + i] = one;
+    }
+    // The same values as a strided [1, 2n] view (element stride 3) of a larger tensor.
+    Tensor wide = Tensor::empty({1, 6 * n}, d);
+    auto* wb = wide.data<uint16_t>();
+    for (int64_t i = 0; i < 2 * n; ++i) wb[3 * i] = bits[i];
+    Tensor strided = wide.slice(1, 0, 6 * n, 3);
+    ASSERT_EQ(strided.stride(1), 3);
+    const std::vector<double> xv = x.to_double_vector();
+    for (const auto& a : kActs) {
+      SCOPED_TRACE(std::string(a.name) + " " + dtype_label(d));
+      std::vector<Tensor> outs;
+      for (CpuIsa tier : kTiers) {
+        TierScope scope(tier);
+        outs.push_back(a.op(x, std::nullopt, std::nullopt));
+      }
+      outs.push_back(a.op(strided, std::nullopt, std::nullopt));
+      for (std::size_t t = 1; t < outs.size(); ++t) {
+        const auto* p0 = outs[0].data<uint16_t>();
+        const auto* pt = outs[t].data<uint16_t>();
+        int64_t first = -1;
+        for (int64_t i = 0; i < n && first < 0; ++i) first = p0[i] != pt[i] ? i : -1;
+        EXPECT_EQ(first, -1) << "layout/tier " << t << ": gate bits " << std::hex << first << ": "
+                             << p0[std::max<int64_t>(first, 0)] << " vs "
+                             << pt[std::max<int64_t>(first, 0)];
+      }
+      const std::vector<double> got = outs[0].to_double_vector();
+      const double max_finite = d == DType::kFloat16 ? 65504.0 : 3.3895313892515355e38;
+      int64_t bad = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double exact = a.ref(xv[i]);
+        bool ok;
+        if (std::isnan(exact)) {
+          ok = std::isnan(got[i]);
+        } else if (std::isinf(got[i])) {
+          ok = std::fabs(exact) > max_finite && std::signbit(exact) == std::signbit(got[i]);
+        } else {
+          ok = units_off(got[i], exact, d) <= 0.5 + 1.0 / 4096;
+        }
+        if (!ok && bad++ == 0)
+          ADD_FAILURE() << "gate " << xv[i] << ": got " << got[i] << ", exact " << exact;
+      }
+      EXPECT_EQ(bad, 0);
     }
   }
 }

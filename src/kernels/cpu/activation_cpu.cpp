@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "flashinfer/error.h"
@@ -16,9 +19,10 @@ namespace {
 
 constexpr int64_t kParallelMinElems = int64_t{1} << 15;
 
-// fp32 building blocks, written once as scalar code and once with AVX2 intrinsics (GCC does
-// not if-convert the range selects under the default -ftrapping-math, so the scalar loops stay
-// scalar). Both evaluate the same operations in the same order.
+// fp32 inputs (16-bit ones use the tables further down). The fp32 building blocks are written
+// once as scalar code and once with AVX2 intrinsics (GCC does not if-convert the range selects
+// under the default -ftrapping-math, so the scalar loops stay scalar). Both evaluate the same
+// operations in the same order.
 //
 // exp: Cody-Waite reduction x = n ln2 + r (ln2 split in a short high part and a correction),
 // then Cephes' degree-7 polynomial for e^r on |r| <= ln2 / 2 (about 1 ulp). n is read from the
@@ -90,6 +94,70 @@ void act_row_scalar(float* __restrict gate, const float* __restrict up, int64_t 
   for (int64_t i = 0; i < d; ++i) gate[i] = Act(gate[i]) * up[i];
 }
 
+// 16-bit inputs: a gate element has only 65536 encodings, so act(gate) is taken from a table
+// of all of them, each evaluated in fp64 and rounded once to fp32. The op is then a lookup, an
+// fp32 multiply by up and the final rounding: at least as exact as the fp32 formulas above, the
+// same bits on every instruction set, and cheap enough to run at memory speed (evaluating erfc
+// or exp per element made fp16/bf16 compute-bound; see docs/PERFORMANCE.md). A table is 256 KiB,
+// built on first use (a few ms) and kept for the life of the process.
+double act_f64(Activation act, double x) {
+  switch (act) {
+    case Activation::kSilu:
+      return x / (1.0 + std::exp(-x));
+    case Activation::kGelu:  // erfc form: no cancellation for negative x
+      return 0.5 * x * std::erfc(-x * 0.70710678118654752440);
+    case Activation::kGeluTanh:  // x/2 (1 + tanh u) = x / (1 + e^(-2u))
+      return x / (1.0 + std::exp(-2.0 * 0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+  }
+  return x;
+}
+
+template <class T>
+const float* act_table(Activation act) {
+  static_assert(sizeof(T) == 2);
+  constexpr int kActs = 3;
+  static std::once_flag once[kActs];
+  static std::unique_ptr<float[]> tables[kActs];
+  const int a = static_cast<int>(act);
+  FLASHINFER_CHECK(a >= 0 && a < kActs, "act_and_mul", "act", "unknown activation ", a);
+  std::call_once(once[a], [&] {
+    auto t = std::make_unique<float[]>(65536);
+    for (uint32_t b = 0; b < 65536; ++b) {
+      const float x = T{static_cast<uint16_t>(b)}.to_float();
+      const double v = act_f64(act, static_cast<double>(x));
+      // One NaN for every NaN gate: the scalar and F16C conversions keep payloads differently.
+      t[b] = std::isnan(v) ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(v);
+    }
+    tables[a] = std::move(t);
+  });
+  return tables[a].get();
+}
+
+// Any tier, any strides: lookups into an fp32 buffer, up converted by the row helpers (vector
+// conversions for unit stride), one multiply per element, one rounding on the store.
+template <class T>
+void rows_lut(const ActAndMulParams& p, const float* table) {
+  const auto* in = static_cast<const T*>(p.input);
+  auto* out = static_cast<T*>(p.out);
+  const int64_t d = p.d, s = p.in_stride_d;
+  constexpr int64_t kChunk = 512;
+  rowio::for_row_blocks(p.rows, 2 * d, kParallelMinElems, [&](int64_t r0, int64_t r1) {
+    float a[kChunk], u[kChunk];
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* gate = in + r * p.in_stride_row;
+      const T* up = gate + d * s;
+      T* y = out + r * p.out_stride_row;
+      for (int64_t c = 0; c < d; c += kChunk) {
+        const int64_t n = std::min(kChunk, d - c);
+        for (int64_t i = 0; i < n; ++i) a[i] = table[gate[(c + i) * s].bits];
+        rowio::load_row(up + c * s, s, n, u);
+        for (int64_t i = 0; i < n; ++i) a[i] *= u[i];
+        rowio::store_row(y + c * p.out_stride_d, p.out_stride_d, n, a);
+      }
+    }
+  });
+}
+
 #if FLASHINFER_CPU_F16C
 #define FI_AVX2 __attribute__((target("avx2")))
 
@@ -156,8 +224,8 @@ FI_AVX2 void act_row_avx2(float* __restrict gate, const float* __restrict up, in
 #endif
 
 #if FLASHINFER_CPU_AVX512
-// AVX-512: the gate and up halves of a unit-stride row are loaded 16 lanes at a time,
-// converted, combined and stored in registers, with no fp32 row buffers; tails are masked.
+// AVX-512, fp32: the gate and up halves of a unit-stride row are loaded 16 lanes at a time,
+// combined and stored in registers, with no row buffers; tails are masked.
 // The formulas are those of the scalar functions above (with FMA and scalef-based exp).
 namespace v5 = simd512;
 
@@ -247,6 +315,48 @@ void rows_avx512(const ActAndMulParams& p) {
   });
 }
 
+// 16-bit types: the table lookup (see act_table) as a 16-lane gather.
+template <class T, bool kStream>
+FI_AVX512 void lut_row_avx512(const float* table, const T* gate, const T* up, T* y, int64_t d) {
+  int64_t i = 0;
+  for (; i + 16 <= d; i += 16) {
+    const __m512i idx =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gate + i)));
+    const __m512 v = _mm512_mul_ps(_mm512_i32gather_ps(idx, table, 4), v5::load(up + i));
+    if constexpr (kStream) {
+      v5::stream(y + i, v);
+    } else {
+      v5::store(y + i, v);
+    }
+  }
+  if (i < d) {
+    const __mmask16 m = v5::tail_mask(d - i);
+    const __m512i idx = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, gate + i));
+    const __m512 a = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, table, 4);
+    v5::store(y + i, _mm512_mul_ps(a, v5::load(up + i, m)), m);
+  }
+}
+
+template <class T>
+void lut_rows_avx512(const ActAndMulParams& p, const float* table) {
+  const auto* in = static_cast<const T*>(p.input);
+  auto* out = static_cast<T*>(p.out);
+  const int64_t d = p.d;
+  const bool stream = p.rows * d * static_cast<int64_t>(sizeof(T)) >= kStreamMinBytes;
+  rowio::for_row_blocks(p.rows, 2 * d, kParallelMinElems, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* x = in + r * p.in_stride_row;
+      T* y = out + r * p.out_stride_row;
+      if (stream && reinterpret_cast<std::uintptr_t>(y) % 64 == 0) {
+        lut_row_avx512<T, true>(table, x, x + d, y, d);
+      } else {
+        lut_row_avx512<T, false>(table, x, x + d, y, d);
+      }
+    }
+    if (stream) v5::sfence();
+  });
+}
+
 template <class T>
 bool try_avx512(const ActAndMulParams& p) {
   if (p.in_stride_d != 1 || p.out_stride_d != 1 || !use_avx512()) return false;
@@ -313,10 +423,20 @@ RowFn row_function(Activation act) {
 
 template <class T>
 void dispatch_act(const ActAndMulParams& p) {
+  if constexpr (std::is_same_v<T, float>) {
 #if FLASHINFER_CPU_AVX512
-  if (try_avx512<T>(p)) return;
+    if (try_avx512<float>(p)) return;
 #endif
-  rows<T>(p, row_function(p.act));
+    rows<float>(p, row_function(p.act));
+  } else {
+    const float* table = act_table<T>(p.act);
+#if FLASHINFER_CPU_AVX512
+    if (p.in_stride_d == 1 && p.out_stride_d == 1 && use_avx512()) {
+      return lut_rows_avx512<T>(p, table);
+    }
+#endif
+    rows_lut<T>(p, table);
+  }
 }
 
 }  // namespace
