@@ -25,7 +25,8 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  /// Allocates `nbytes` on `device` (64-byte aligned on the host, cudaMalloc on CUDA).
+  /// Allocates `nbytes` on `device` (64-byte aligned on the host, through the host cache below;
+  /// cudaMalloc on CUDA).
   static std::shared_ptr<Storage> allocate(std::size_t nbytes, Device device);
 
   void* data() const { return data_; }
@@ -38,6 +39,22 @@ class Storage {
   Device device_;
   Deleter deleter_;
 };
+
+/// Host blocks of 1 MiB and more are not handed back to the OS when their last tensor goes: the
+/// CPU allocator keeps them (up to a limit) for the next allocation of the same size class, so
+/// an op that returns a new tensor every call does not fault in fresh pages every call.
+/// The limit starts at FLASHINFER_HOST_CACHE_MB (default 1024; 0 disables the cache).
+struct HostCacheStats {
+  std::size_t cached_bytes = 0;  ///< held for reuse now
+  std::size_t limit_bytes = 0;   ///< the most it will hold
+  uint64_t hits = 0;             ///< large allocations served from the cache
+  uint64_t misses = 0;           ///< large allocations that went to the system allocator
+};
+HostCacheStats host_cache_stats();
+/// Frees every cached block; returns the bytes released.
+std::size_t empty_host_cache();
+/// Sets the limit (0 disables caching) and frees cached blocks above it.
+void set_host_cache_limit(std::size_t bytes);
 
 /// An n-dimensional view of a Storage: shape and strides in elements, a storage offset in
 /// elements, a dtype and a device. Copying a Tensor shares its storage (like torch); views

@@ -9,6 +9,7 @@
 
 #include "core/cuda_runtime.h"
 #include "core/element.h"
+#include "core/host_allocator.h"
 #include "core/strided.h"
 #include "flashinfer/error.h"
 
@@ -26,14 +27,10 @@ Storage::~Storage() {
 
 std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, Device device) {
   if (device.is_cpu()) {
-    // 64-byte alignment for vector loads; never a null pointer, even for 0 bytes.
-    std::size_t padded = (std::max<std::size_t>(nbytes, 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, padded);
-    if (!p) {
-      FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "Tensor.empty", "", "out of host memory (",
-                      nbytes, " bytes)");
-    }
-    return std::make_shared<Storage>(p, nbytes, device, [](void* q) { std::free(q); });
+    std::size_t capacity = 0;
+    void* p = detail::host_alloc(nbytes, &capacity);
+    return std::make_shared<Storage>(p, nbytes, device,
+                                     [capacity](void* q) { detail::host_free(q, capacity); });
   }
   FLASHINFER_CHECK(device.index >= 0, "Tensor.empty", "device", "negative CUDA device index");
   void* p = detail::cuda_device_malloc(nbytes, device.index);

@@ -10,6 +10,7 @@
 namespace {
 
 using CliResult = flashinfer::testing::CommandResult;
+using flashinfer::testing::run_command;
 using flashinfer::testing::run_flashinfer;
 
 TEST(Cli, HelpListsEverySubcommand) {
@@ -48,6 +49,19 @@ TEST(Cli, InfoReportsBuildAndDevices) {
   } else {
     EXPECT_NE(r.out.find("GPU 0:"), std::string::npos) << r.out;
   }
+}
+
+TEST(Cli, InfoReportsTheHostCacheLimitFromTheEnvironment) {
+  const std::string bin = std::string(FLASHINFER_TEST_BIN_DIR) + "/flashinfer info";
+  EXPECT_NE(run_command("env -u FLASHINFER_HOST_CACHE_MB " + bin).out.find("limit 1024 MiB"),
+            std::string::npos);
+  EXPECT_NE(run_command("FLASHINFER_HOST_CACHE_MB=0 " + bin).out.find("host cache: limit 0 MiB"),
+            std::string::npos);
+  EXPECT_NE(run_command("FLASHINFER_HOST_CACHE_MB=64 " + bin).out.find("limit 64 MiB"),
+            std::string::npos);
+  // Not a number: the default, not 0.
+  EXPECT_NE(run_command("FLASHINFER_HOST_CACHE_MB=lots " + bin).out.find("limit 1024 MiB"),
+            std::string::npos);
 }
 
 TEST(Cli, ListOpsComesFromTheDeclarations) {

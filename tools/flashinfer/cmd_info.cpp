@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "core/cuda_runtime.h"
 #include "flashinfer/device.h"
+#include "flashinfer/tensor.h"
 #include "flashinfer/version.h"
 
 namespace flashinfer::cli {
@@ -35,6 +36,8 @@ Command info_command() {
               } else {
                 std::printf("CUDA compiled in: no\n");
               }
+              std::printf("host cache: limit %zu MiB (FLASHINFER_HOST_CACHE_MB)\n",
+                          host_cache_stats().limit_bytes >> 20);
               const int n = cuda_device_count();
               if (n == 0) {
                 std::printf("CUDA devices: none visible (CPU-only mode)\n");
