@@ -29,6 +29,18 @@ inline unsigned baseline_threads() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+/// Multiplier on the op benchmarks' row counts: FLASHINFER_BENCH_SCALE, default 4, which puts
+/// every tensor at 86-172 MiB, so an op's working set, like the baseline's 2 x 128 MiB, exceeds
+/// the last-level cache (105 MiB on the development VM) and both compare DRAM with DRAM. Scale 1
+/// gives the earlier 22-43 MiB tensors, which partly stay in that cache between iterations.
+inline int64_t bench_scale() {
+  if (const char* env = std::getenv("FLASHINFER_BENCH_SCALE")) {
+    const int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  return 4;
+}
+
 /// Copies src to dst with baseline_threads() threads, each a contiguous chunk.
 inline void parallel_memcpy(char* dst, const char* src, std::size_t n) {
   const unsigned nt = baseline_threads();

@@ -1,7 +1,8 @@
 // CPU throughput of the norm ops (rmsnorm, fused_add_rmsnorm, gemma_rmsnorm,
 // gemma_fused_add_rmsnorm, layernorm) in fp16, bf16 and fp32, as bytes moved per second and as a
-// fraction of the memcpy bandwidth measured in the same run (bench_bandwidth.h). Working sets
-// (32 MiB per tensor) are far larger than the per-core caches, so the figures are memory-bound.
+// fraction of the memcpy bandwidth measured in the same run (bench_bandwidth.h). Tensors are
+// 128 MiB at the default scale (bench_scale): larger than every cache, so the figures are
+// memory-bound.
 // FLASHINFER_BENCH_CPU_ISA=scalar|avx2|avx512 caps the kernels' vector tier (before/after).
 #include <benchmark/benchmark.h>
 
@@ -14,8 +15,10 @@ namespace {
 using namespace flashinfer;
 using flashinfer::bench::report_traffic;
 
-// 32 MiB per tensor: 4096 x 4096 in 16-bit types, 2048 x 4096 in fp32.
-int64_t rows_for(DType dtype) { return dtype == DType::kFloat32 ? 2048 : 4096; }
+// 32 MiB per tensor times bench_scale(): 4096 x 4096 in 16-bit types, 2048 x 4096 in fp32.
+int64_t rows_for(DType dtype) {
+  return (dtype == DType::kFloat32 ? 2048 : 4096) * flashinfer::bench::bench_scale();
+}
 constexpr int64_t kHidden = 4096;
 
 void BM_RmsNorm(benchmark::State& state, DType dtype, bool gemma) {
@@ -129,6 +132,6 @@ FI_NORM_BENCH(fp16, kFloat16)
 FI_NORM_BENCH(bf16, kBFloat16)
 FI_NORM_BENCH(fp32, kFloat32)
 
-BENCHMARK(flashinfer::bench::BM_MemcpyBaseline)->Arg(64)->UseRealTime();
+BENCHMARK(flashinfer::bench::BM_MemcpyBaseline)->Arg(128)->UseRealTime();
 
 }  // namespace

@@ -237,10 +237,13 @@ struct SiluV {
 };
 
 // gelu(x) = x/2 erfc(-x/sqrt 2) with erfc(z) = t e^(-z^2 + P(t)) as in erfc_nonneg, but with
-// one exp instead of two: z^2 = x^2/2 is formed exactly from x (not from the rounded z) as
-// hi + lo with an FMA, and e^(s + err) = e^s (1 + err) where s + err = -x^2/2 + P(t) exactly
-// (TwoSum). |x| is clamped to 16 for this part: erfc(16/sqrt 2) underflows fp32 anyway, and x^2
-// stays finite (bf16 inputs reach 3e38).
+// one exp instead of two, reduced by hand: z^2 = x^2/2 is formed exactly from x (not from the
+// rounded z) as hi + lo with an FMA, so the exponent is a + b with a = -hi/2 (exact) and
+// b = P(t) - lo/2, and its reduction a + b - n ln2 is taken as (a - n ln2_hi) + (b - n ln2_lo):
+// the large part a meets n ln2_hi before any rounding, so e^(...) keeps about 1e-7 relative
+// accuracy in the far negative tail, where rounding -x^2/2 alone would cost 8e-6. |x| is clamped
+// to 16 for this part: erfc(16/sqrt 2) underflows fp32 anyway, and x^2 stays finite (bf16-range
+// fp32 inputs reach 3e38).
 struct GeluV {
   FI_AVX512 static __m512 f(__m512 x) {
     // min returns its second operand (|x|) when that is NaN, so NaN propagates.
@@ -254,12 +257,11 @@ struct GeluV {
     const __m512 lo = _mm512_fmsub_ps(ax, ax, hi);  // ax^2 - hi, exact
     const __m512 a = _mm512_mul_ps(v5::set1(-0.5f), hi);
     const __m512 b = _mm512_fnmadd_ps(v5::set1(0.5f), lo, q);
-    const __m512 sum = _mm512_add_ps(a, b);
-    const __m512 bb = _mm512_sub_ps(sum, a);
-    const __m512 err =
-        _mm512_add_ps(_mm512_sub_ps(a, _mm512_sub_ps(sum, bb)), _mm512_sub_ps(b, bb));
-    const __m512 e = v5::exp(sum);
-    const __m512 c = _mm512_mul_ps(t, _mm512_fmadd_ps(e, err, e));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_add_ps(a, b), v5::set1(v5::kLog2e)),
+                                          _MM_FROUND_TO_NEAREST_INT);
+    const __m512 r = _mm512_add_ps(_mm512_fnmadd_ps(n, v5::set1(v5::kLn2Hi), a),
+                                   _mm512_fnmadd_ps(n, v5::set1(v5::kLn2Lo), b));
+    const __m512 c = _mm512_mul_ps(t, v5::exp_reduced(r, n));
     const __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
     const __m512 w = _mm512_mask_mov_ps(_mm512_sub_ps(v5::set1(2.0f), c), neg, c);
     return _mm512_mul_ps(_mm512_mul_ps(v5::set1(0.5f), x), w);

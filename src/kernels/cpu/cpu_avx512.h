@@ -102,18 +102,10 @@ inline void prefetch(const T* row, int64_t i) {
 
 FI_AVX512 inline __m512 set1(float v) { return _mm512_set1_ps(v); }
 
-/// e^x to about 1 ulp: x = n ln2 + r (Cody-Waite, ln2 in two parts), a degree-7 polynomial for
-/// e^r on |r| <= ln2/2, then scalef(p, n) = p 2^n, which rounds the underflow and overflow
-/// correctly (so no special cases: e^x is +inf above ~88.72 and reaches denormals and 0 below
-/// ~-87.3). The clamp keeps n finite for +-inf; max/min return x itself when x is NaN.
-FI_AVX512 inline __m512 exp(__m512 x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  const __m512 xc = _mm512_min_ps(set1(89.0f), _mm512_max_ps(set1(-104.0f), x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, set1(kLog2e)), _MM_FROUND_TO_NEAREST_INT);
-  __m512 r = _mm512_fnmadd_ps(n, set1(kLn2Hi), xc);
-  r = _mm512_fnmadd_ps(n, set1(kLn2Lo), r);
-  // Cephes expf coefficients: e^r = 1 + r + r^2 P(r).
+/// e^r 2^n for |r| <= ln2/2 and integral n: the second half of exp, for callers that reduce their
+/// argument themselves (gelu). Cephes' expf coefficients, e^r = 1 + r + r^2 P(r) (degree 7), then
+/// scalef(p, n) = p 2^n, which rounds underflow and overflow correctly.
+FI_AVX512 inline __m512 exp_reduced(__m512 r, __m512 n) {
   __m512 p = set1(1.9875691500e-4f);
   p = _mm512_fmadd_ps(p, r, set1(1.3981999507e-3f));
   p = _mm512_fmadd_ps(p, r, set1(8.3334519073e-3f));
@@ -122,6 +114,20 @@ FI_AVX512 inline __m512 exp(__m512 x) {
   p = _mm512_fmadd_ps(p, r, set1(5.0000001201e-1f));
   p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), set1(1.0f));
   return _mm512_scalef_ps(p, n);
+}
+
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // ln2 = hi + lo
+
+/// e^x to about 1 ulp: x = n ln2 + r (Cody-Waite, ln2 in two parts, n * kLn2Hi exact), then
+/// exp_reduced (so no special cases: e^x is +inf above ~88.72 and reaches denormals and 0 below
+/// ~-87.3). The clamp keeps n finite for +-inf; max/min return x itself when x is NaN.
+FI_AVX512 inline __m512 exp(__m512 x) {
+  const __m512 xc = _mm512_min_ps(set1(89.0f), _mm512_max_ps(set1(-104.0f), x));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, set1(kLog2e)), _MM_FROUND_TO_NEAREST_INT);
+  __m512 r = _mm512_fnmadd_ps(n, set1(kLn2Hi), xc);
+  r = _mm512_fnmadd_ps(n, set1(kLn2Lo), r);
+  return exp_reduced(r, n);
 }
 
 }  // namespace flashinfer::kernels::cpu::simd512
