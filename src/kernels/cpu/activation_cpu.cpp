@@ -331,11 +331,41 @@ struct GeluTanhV {
   }
 };
 
-template <class Act, class T, bool kStream>
-FI_AVX512 void act_row_avx512(const T* gate, const T* up, T* y, int64_t d) {
+// act(gate) for 16 lanes, from the formula of Act (fp32 gates).
+template <class Act>
+struct ComputedGate {
+  template <class T>
+  FI_AVX512 __m512 operator()(const T* gate) const {
+    return Act::f(v5::load(gate));
+  }
+  template <class T>
+  FI_AVX512 __m512 operator()(const T* gate, __mmask16 m) const {
+    return Act::f(v5::load(gate, m));
+  }
+};
+
+// act(gate) for 16 lanes, gathered from the table of all 16-bit encodings (see act_table).
+struct TableGate {
+  const float* table;
+  template <class T>
+  FI_AVX512 __m512 operator()(const T* gate) const {
+    const __m512i idx =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gate)));
+    return _mm512_i32gather_ps(idx, table, 4);
+  }
+  template <class T>
+  FI_AVX512 __m512 operator()(const T* gate, __mmask16 m) const {
+    const __m512i idx = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, gate));
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, table, 4);
+  }
+};
+
+// y = act(gate) * up over one unit-stride row, 16 lanes at a time, the tail masked.
+template <class Gate, class T, bool kStream>
+FI_AVX512 void act_row_avx512(const Gate& act, const T* gate, const T* up, T* y, int64_t d) {
   int64_t i = 0;
   for (; i + 16 <= d; i += 16) {
-    const __m512 v = _mm512_mul_ps(Act::f(v5::load(gate + i)), v5::load(up + i));
+    const __m512 v = _mm512_mul_ps(act(gate + i), v5::load(up + i));
     if constexpr (kStream) {
       v5::stream(y + i, v);
     } else {
@@ -344,15 +374,17 @@ FI_AVX512 void act_row_avx512(const T* gate, const T* up, T* y, int64_t d) {
   }
   if (i < d) {
     const __mmask16 m = v5::tail_mask(d - i);
-    v5::store(y + i, _mm512_mul_ps(Act::f(v5::load(gate + i, m)), v5::load(up + i, m)), m);
+    v5::store(y + i, _mm512_mul_ps(act(gate + i, m), v5::load(up + i, m)), m);
   }
 }
 
 // Outputs at least this large are written with non-temporal stores (see norm_cpu.cpp).
 constexpr int64_t kStreamMinBytes = int64_t{16} << 20;
 
-template <class Act, class T>
-void rows_avx512(const ActAndMulParams& p) {
+// Every row of p through act_row_avx512, from the row-block team; rows whose output starts
+// 64-byte aligned use non-temporal stores when the whole output is large enough.
+template <class T, class Gate>
+void rows_avx512(const ActAndMulParams& p, const Gate& act) {
   const auto* in = static_cast<const T*>(p.input);
   auto* out = static_cast<T*>(p.out);
   const int64_t d = p.d;
@@ -362,51 +394,9 @@ void rows_avx512(const ActAndMulParams& p) {
       const T* x = in + r * p.in_stride_row;
       T* y = out + r * p.out_stride_row;
       if (stream && reinterpret_cast<std::uintptr_t>(y) % 64 == 0) {
-        act_row_avx512<Act, T, true>(x, x + d, y, d);
+        act_row_avx512<Gate, T, true>(act, x, x + d, y, d);
       } else {
-        act_row_avx512<Act, T, false>(x, x + d, y, d);
-      }
-    }
-    if (stream) v5::sfence();
-  });
-}
-
-// 16-bit types: the table lookup (see act_table) as a 16-lane gather.
-template <class T, bool kStream>
-FI_AVX512 void lut_row_avx512(const float* table, const T* gate, const T* up, T* y, int64_t d) {
-  int64_t i = 0;
-  for (; i + 16 <= d; i += 16) {
-    const __m512i idx =
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gate + i)));
-    const __m512 v = _mm512_mul_ps(_mm512_i32gather_ps(idx, table, 4), v5::load(up + i));
-    if constexpr (kStream) {
-      v5::stream(y + i, v);
-    } else {
-      v5::store(y + i, v);
-    }
-  }
-  if (i < d) {
-    const __mmask16 m = v5::tail_mask(d - i);
-    const __m512i idx = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, gate + i));
-    const __m512 a = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, table, 4);
-    v5::store(y + i, _mm512_mul_ps(a, v5::load(up + i, m)), m);
-  }
-}
-
-template <class T>
-void lut_rows_avx512(const ActAndMulParams& p, const float* table) {
-  const auto* in = static_cast<const T*>(p.input);
-  auto* out = static_cast<T*>(p.out);
-  const int64_t d = p.d;
-  const bool stream = p.rows * d * static_cast<int64_t>(sizeof(T)) >= kStreamMinBytes;
-  rowio::for_row_blocks(p.rows, 2 * d, kParallelMinElems, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* x = in + r * p.in_stride_row;
-      T* y = out + r * p.out_stride_row;
-      if (stream && reinterpret_cast<std::uintptr_t>(y) % 64 == 0) {
-        lut_row_avx512<T, true>(table, x, x + d, y, d);
-      } else {
-        lut_row_avx512<T, false>(table, x, x + d, y, d);
+        act_row_avx512<Gate, T, false>(act, x, x + d, y, d);
       }
     }
     if (stream) v5::sfence();
@@ -418,13 +408,13 @@ bool try_avx512(const ActAndMulParams& p) {
   if (p.in_stride_d != 1 || p.out_stride_d != 1 || !use_avx512()) return false;
   switch (p.act) {
     case Activation::kSilu:
-      rows_avx512<SiluV, T>(p);
+      rows_avx512<T>(p, ComputedGate<SiluV>{});
       return true;
     case Activation::kGelu:
-      rows_avx512<GeluV, T>(p);
+      rows_avx512<T>(p, ComputedGate<GeluV>{});
       return true;
     case Activation::kGeluTanh:
-      rows_avx512<GeluTanhV, T>(p);
+      rows_avx512<T>(p, ComputedGate<GeluTanhV>{});
       return true;
   }
   return false;
@@ -488,7 +478,7 @@ void dispatch_act(const ActAndMulParams& p) {
     const float* table = act_table<T>(p.act);
 #if FLASHINFER_CPU_AVX512
     if (p.in_stride_d == 1 && p.out_stride_d == 1 && use_avx512()) {
-      return lut_rows_avx512<T>(p, table);
+      return rows_avx512<T>(p, TableGate{table});
     }
 #endif
     rows_lut<T>(p, table);
