@@ -41,9 +41,10 @@ class Storage {
 };
 
 /// Host blocks of 1 MiB and more are not handed back to the OS when their last tensor goes: the
-/// CPU allocator keeps them (up to a limit) for the next allocation of the same size class, so
-/// an op that returns a new tensor every call does not fault in fresh pages every call.
-/// The limit starts at FLASHINFER_HOST_CACHE_MB (default 1024; 0 disables the cache).
+/// CPU allocator keeps them (up to a limit, evicting the oldest first) for the next allocation of
+/// the same size class, so an op that returns a new tensor every call does not fault in fresh
+/// pages every call. The limit starts at FLASHINFER_HOST_CACHE_MB (default 1024; 0 disables the
+/// cache). An allocation that fails frees the cache and tries once more.
 struct HostCacheStats {
   std::size_t cached_bytes = 0;  ///< held for reuse now
   std::size_t limit_bytes = 0;   ///< the most it will hold

@@ -1,13 +1,16 @@
 #include "core/host_allocator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <list>
 #include <mutex>
-#include <unordered_map>
-#include <utility>
-#include <vector>
+#include <new>
+#include <string>
 
 #include "flashinfer/error.h"
 #include "flashinfer/tensor.h"
@@ -29,6 +32,8 @@ namespace {
 // Blocks below this go straight to malloc: glibc's arenas already reuse them.
 constexpr std::size_t kMinCachedBytes = std::size_t{1} << 20;
 constexpr std::size_t kDefaultLimitMiB = 1024;
+// Largest request served: anything larger is refused before any size arithmetic can wrap.
+constexpr std::size_t kMaxBytes = PTRDIFF_MAX / 2;
 
 // Large requests are rounded up to one of eight classes per power of two (at most 12.5 % more
 // than asked), so a block freed by one call fits the next call of a nearby size.
@@ -42,14 +47,26 @@ std::size_t limit_from_env() {
   const char* env = std::getenv("FLASHINFER_HOST_CACHE_MB");
   if (!env || !*env) return kDefaultLimitMiB << 20;
   char* end = nullptr;
+  errno = 0;
   const unsigned long long mib = std::strtoull(env, &end, 10);
-  if (end == env || *end != '\0') return kDefaultLimitMiB << 20;  // unparsable: the default
-  return static_cast<std::size_t>(std::min<unsigned long long>(mib, ~std::size_t{0} >> 20)) << 20;
+  const bool ok = env[0] >= '0' && env[0] <= '9' && end != env && *end == '\0' && errno == 0 &&
+                  mib <= (kMaxBytes >> 20);
+  if (!ok) {
+    std::fprintf(stderr,
+                 "[flashinfer] warning: FLASHINFER_HOST_CACHE_MB=%s is not a number of MiB; "
+                 "using %zu\n",
+                 env, kDefaultLimitMiB);
+    return kDefaultLimitMiB << 20;
+  }
+  return static_cast<std::size_t>(mib) << 20;
 }
 
+// Under AddressSanitizer the bytes of a block past what the tensor asked for, and whole blocks
+// while cached, are poisoned: overflows into the rounding slack and uses of a freed tensor's
+// block are still reported (as use-after-poison).
 void poison(void* p, std::size_t n) {
 #ifdef FLASHINFER_ASAN
-  ASAN_POISON_MEMORY_REGION(p, n);  // a use after free of a cached block is still reported
+  ASAN_POISON_MEMORY_REGION(p, n);
 #else
   (void)p, (void)n;
 #endif
@@ -63,72 +80,93 @@ void unpoison(void* p, std::size_t n) {
 #endif
 }
 
+struct Block {
+  void* p;
+  std::size_t capacity;
+};
+
 class HostCache {
  public:
+  bool enabled() const { return limit_.load(std::memory_order_relaxed) > 0; }
+
   void* take(std::size_t capacity) {
     std::lock_guard lock(mu_);
-    auto it = free_.find(capacity);
-    if (it == free_.end() || it->second.empty()) {
-      ++misses_;
-      return nullptr;
+    // Most recently freed first: its pages are the likeliest to be in cache and TLB.
+    for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
+      if (it->capacity != capacity) continue;
+      void* p = it->p;
+      blocks_.erase(std::next(it).base());
+      cached_ -= capacity;
+      ++hits_;
+      return p;
     }
-    void* p = it->second.back();
-    it->second.pop_back();
-    cached_ -= capacity;
-    ++hits_;
-    unpoison(p, capacity);
-    return p;
+    ++misses_;
+    return nullptr;
   }
 
-  // False when the block does not fit under the limit: the caller frees it.
-  bool put(void* p, std::size_t capacity) {
-    std::lock_guard lock(mu_);
-    if (cached_ + capacity > limit_) return false;
-    poison(p, capacity);
-    free_[capacity].push_back(p);
-    cached_ += capacity;
+  // False when the block cannot be kept (larger than the limit, or no memory for the entry):
+  // the caller frees it. Older blocks are evicted to make room.
+  bool put(void* p, std::size_t capacity) noexcept {
+    std::list<Block> evicted;
+    {
+      std::lock_guard lock(mu_);
+      const std::size_t limit = limit_.load(std::memory_order_relaxed);
+      if (capacity > limit) return false;
+      while (cached_ + capacity > limit && !blocks_.empty()) {
+        cached_ -= blocks_.front().capacity;
+        evicted.splice(evicted.end(), blocks_, blocks_.begin());
+      }
+      try {
+        blocks_.push_back({p, capacity});
+      } catch (const std::bad_alloc&) {
+        return false;
+      }
+      cached_ += capacity;
+      poison(p, capacity);
+    }
+    release(evicted);
     return true;
   }
 
+  // Frees cached blocks, oldest first, until at most min(target, limit) bytes stay cached.
   std::size_t trim_to(std::size_t target) {
-    std::vector<std::pair<void*, std::size_t>> release;
+    std::list<Block> evicted;
     std::size_t released = 0;
     {
       std::lock_guard lock(mu_);
-      for (auto& [cap, blocks] : free_) {
-        while (cached_ > target && !blocks.empty()) {
-          release.emplace_back(blocks.back(), cap);
-          blocks.pop_back();
-          cached_ -= cap;
-          released += cap;
-        }
+      target = std::min(target, limit_.load(std::memory_order_relaxed));
+      while (cached_ > target && !blocks_.empty()) {
+        cached_ -= blocks_.front().capacity;
+        released += blocks_.front().capacity;
+        evicted.splice(evicted.end(), blocks_, blocks_.begin());
       }
     }
-    for (auto [p, cap] : release) {
-      unpoison(p, cap);
-      std::free(p);
-    }
+    release(evicted);
     return released;
   }
 
   void set_limit(std::size_t bytes) {
-    {
-      std::lock_guard lock(mu_);
-      limit_ = bytes;
-    }
+    limit_.store(bytes, std::memory_order_relaxed);
     trim_to(bytes);
   }
 
   HostCacheStats stats() {
     std::lock_guard lock(mu_);
-    return {cached_, limit_, hits_, misses_};
+    return {cached_, limit_.load(std::memory_order_relaxed), hits_, misses_};
   }
 
  private:
+  static void release(std::list<Block>& blocks) {
+    for (const Block& b : blocks) {
+      unpoison(b.p, b.capacity);
+      std::free(b.p);
+    }
+  }
+
   std::mutex mu_;
-  std::unordered_map<std::size_t, std::vector<void*>> free_;
+  std::list<Block> blocks_;  // cached blocks, least recently freed first
   std::size_t cached_ = 0;
-  std::size_t limit_ = limit_from_env();
+  std::atomic<std::size_t> limit_{limit_from_env()};
   uint64_t hits_ = 0, misses_ = 0;
 };
 
@@ -143,26 +181,38 @@ HostCache& cache() {
 namespace detail {
 
 void* host_alloc(std::size_t nbytes, std::size_t* capacity) {
+  if (nbytes > kMaxBytes) {
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "Tensor.empty", "", "cannot allocate ", nbytes,
+                    " bytes of host memory");
+  }
   // 64-byte alignment for vector loads; never a null pointer, even for 0 bytes.
   std::size_t cap = (std::max<std::size_t>(nbytes, 1) + 63) / 64 * 64;
-  if (cap >= kMinCachedBytes) {
+  const bool cacheable = cap >= kMinCachedBytes && cache().enabled();
+  if (cacheable) {
     cap = size_class(cap);
     if (void* p = cache().take(cap)) {
+      unpoison(p, nbytes);
       *capacity = cap;
       return p;
     }
   }
   void* p = std::aligned_alloc(64, cap);
+  if (!p && empty_host_cache() > 0) p = std::aligned_alloc(64, cap);  // memory held for reuse
   if (!p) {
     FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "Tensor.empty", "", "out of host memory (", nbytes,
                     " bytes)");
   }
+  poison(static_cast<char*>(p) + nbytes, cap - nbytes);
   *capacity = cap;
   return p;
 }
 
 void host_free(void* p, std::size_t capacity) {
-  if (capacity >= kMinCachedBytes && cache().put(p, capacity)) return;
+  // Blocks allocated while the cache was off are not of a size class: no request would fit.
+  if (capacity >= kMinCachedBytes && capacity == size_class(capacity) && cache().put(p, capacity)) {
+    return;
+  }
+  unpoison(p, capacity);
   std::free(p);
 }
 

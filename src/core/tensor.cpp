@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -97,7 +98,16 @@ int64_t span_end(const Shape& shape, const Shape& strides, int64_t offset) {
 
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   check_shape(shape, "Tensor.empty");
-  auto n = static_cast<std::size_t>(numel_of(shape)) * dtype_size(dtype);
+  // Bytes, checked: a product of dimensions that wraps would allocate a tiny block.
+  std::size_t n = dtype_size(dtype);
+  bool overflow = false;
+  for (int64_t d : shape) {
+    overflow = overflow || __builtin_mul_overflow(n, static_cast<std::size_t>(d), &n);
+  }
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) n = 0, overflow = false;
+  FLASHINFER_CHECK(!overflow && n <= static_cast<std::size_t>(PTRDIFF_MAX), "Tensor.empty", "shape",
+                   "a ", shape_to_string(shape), " tensor of ", dtype_name(dtype),
+                   " does not fit in memory");
   auto strides = contiguous_strides(shape);
   return from_storage(Storage::allocate(n, device), std::move(shape), std::move(strides), 0, dtype);
 }

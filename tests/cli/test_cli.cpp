@@ -59,9 +59,12 @@ TEST(Cli, InfoReportsTheHostCacheLimitFromTheEnvironment) {
             std::string::npos);
   EXPECT_NE(run_command("FLASHINFER_HOST_CACHE_MB=64 " + bin).out.find("limit 64 MiB"),
             std::string::npos);
-  // Not a number: the default, not 0.
-  EXPECT_NE(run_command("FLASHINFER_HOST_CACHE_MB=lots " + bin).out.find("limit 1024 MiB"),
-            std::string::npos);
+  // Not a number of MiB (also a negative one): the default, not 0 or "unlimited", and a warning.
+  for (const char* bad : {"lots", "-1", "64MB", "99999999999999999999"}) {
+    const auto r = run_command(std::string("FLASHINFER_HOST_CACHE_MB=") + bad + " " + bin);
+    EXPECT_NE(r.out.find("limit 1024 MiB"), std::string::npos) << bad << ": " << r.out;
+    EXPECT_NE(r.out.find("warning: FLASHINFER_HOST_CACHE_MB"), std::string::npos) << bad;
+  }
 }
 
 TEST(Cli, ListOpsComesFromTheDeclarations) {

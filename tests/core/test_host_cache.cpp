@@ -44,7 +44,7 @@ TEST(HostCache, LargeBlockIsReusedBySizeClass) {
   }
   EXPECT_EQ(host_cache_stats().cached_bytes, std::size_t(4 * kMiB));
   {
-    // 1000 bytes less: the same class (4 MiB rounded up in steps of 512 KiB).
+    // 1000 bytes less: the same class (just under 4 MiB rounds up in steps of 256 KiB).
     Tensor t = Tensor::empty({4 * kMiB - 1000}, DType::kUInt8);
     EXPECT_EQ(t.data_ptr(), first);
     EXPECT_EQ(host_cache_stats().hits, s0.hits + 1);
@@ -58,6 +58,41 @@ TEST(HostCache, LargeBlockIsReusedBySizeClass) {
   Tensor v = Tensor::empty({5 * kMiB}, DType::kUInt8);
   EXPECT_EQ(host_cache_stats().cached_bytes, std::size_t(8 * kMiB));
   EXPECT_EQ(host_cache_stats().misses, s0.misses + 3);
+}
+
+TEST(HostCache, OversizedRequestsAreRefusedByName) {
+  CacheScope scope;
+  // Bytes that do not fit in size_t, or no real machine has: an Error, never a tiny block.
+  for (const Shape& shape : std::vector<Shape>{{int64_t{1} << 62},
+                                               {int64_t{1} << 40, int64_t{1} << 40},
+                                               {(int64_t{1} << 62) - (int64_t{1} << 57)}}) {
+    try {
+      Tensor t = Tensor::empty(shape, DType::kFloat32);
+      ADD_FAILURE() << "allocated " << t.numel() << " elements";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.op(), "Tensor.empty");
+    }
+  }
+  // A zero dimension makes any other dimension fine.
+  EXPECT_EQ(Tensor::empty({int64_t{1} << 62, 0}, DType::kFloat32).numel(), 0);
+}
+
+TEST(HostCache, EvictsOldestBlocksToKeepNewOnes) {
+  CacheScope scope;
+  set_host_cache_limit(std::size_t(8 * kMiB));
+  {
+    Tensor a = Tensor::empty({3 * kMiB}, DType::kUInt8);
+    Tensor b = Tensor::empty({4 * kMiB}, DType::kUInt8);
+    Tensor c = Tensor::empty({2 * kMiB}, DType::kUInt8);
+  }
+  // Freed in reverse order of declaration: c (2 MiB), b (4), a (3): 9 MiB > 8, so c, the oldest,
+  // made room for a.
+  EXPECT_EQ(host_cache_stats().cached_bytes, std::size_t(7 * kMiB));
+  const HostCacheStats s0 = host_cache_stats();
+  { Tensor again = Tensor::empty({2 * kMiB}, DType::kUInt8); }  // c's class: gone
+  EXPECT_EQ(host_cache_stats().misses, s0.misses + 1);
+  { Tensor again = Tensor::empty({3 * kMiB}, DType::kUInt8); }  // a's block: kept
+  EXPECT_EQ(host_cache_stats().hits, s0.hits + 1);
 }
 
 TEST(HostCache, SmallBlocksBypassTheCache) {
@@ -145,6 +180,17 @@ TEST(HostCacheDeathTest, UseAfterFreeOfACachedBlockIsReported) {
           stale = t.data<uint8_t>();
         }
         stale[100] = 1;
+      },
+      "use-after-poison");
+}
+
+// The rounding slack past what the tensor asked for is poisoned too.
+TEST(HostCacheDeathTest, OverflowIntoTheSizeClassSlackIsReported) {
+  CacheScope scope;
+  EXPECT_DEATH(
+      {
+        Tensor t = Tensor::empty({4 * kMiB + 100}, DType::kUInt8);  // class: 4.5 MiB
+        static_cast<volatile uint8_t*>(t.data<uint8_t>())[4 * kMiB + 200] = 1;
       },
       "use-after-poison");
 }

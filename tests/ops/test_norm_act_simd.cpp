@@ -182,7 +182,9 @@ TEST(ActivationSimd, AllWidthsAllTiersMatchFormula) {
 // erfc underflows), NaN, infinities where the formula has a limit, and bf16's huge range.
 TEST(ActivationSimd, ExtremeInputsAtEveryLane) {
   const double nan = std::nan("");
-  const std::vector<double> specials = {-100, 100, 0, nan, -1e30, 1e30, -88.5, 88.5, -30, 30};
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> specials = {-100, 100, 0,  nan, -1e30, 1e30, -88.5,
+                                        88.5, -30, 30, inf, -inf,  3e38, -3e38};
   for (CpuIsa tier : kTiers) {
     TierScope scope(tier);
     for (const auto& a : kActs) {
@@ -225,7 +227,9 @@ TEST(ActivationSimd, NegativeTailAllTiers) {
 // fp16/bf16 gates take act() from a table of all 65536 encodings (fp64, rounded once to fp32):
 // with up = 1 every output is the 16-bit rounding of the exact activation (up to the double
 // rounding through fp32: within 0.5 + 2^-12 units of the 16-bit format), and every tier and a
-// strided layout give the same bits.
+// strided layout give the same bits. The reference is the same fp64 formula the table is built
+// from, so this checks the indexing and the roundings; the formula itself is checked against
+// golden values in test_activation.
 double units_off(double got, double exact, DType d) {
   // Distance in units of the 16-bit format's spacing at |got| (its next value away from 0).
   const uint16_t b = d == DType::kFloat16
@@ -288,6 +292,38 @@ TEST(ActivationTable16, EveryGateEncodingRoundedOnceAndTiersBitIdentical) {
           ADD_FAILURE() << "gate " << xv[i] << ": got " << got[i] << ", exact " << exact;
       }
       EXPECT_EQ(bad, 0);
+    }
+  }
+}
+
+// The same bits on every tier with a real `up` (random, so the multiply and its rounding
+// matter) and a row width with a masked AVX-512 tail; gates cover every finite encoding.
+TEST(ActivationTable16, TiersBitIdenticalWithRandomUpAndTails) {
+  const int64_t rows = 67, d = 1001;
+  std::mt19937 rng(7);
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    Tensor x = rand_tensor({rows, 2 * d}, dt, 91, -4, 4);
+    auto* bits = x.data<uint16_t>();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < d; ++i) {
+        uint16_t b;
+        do {  // any finite gate encoding
+          b = static_cast<uint16_t>(rng());
+        } while ((dt == DType::kFloat16 ? (b & 0x7C00) == 0x7C00 : (b & 0x7F80) == 0x7F80));
+        bits[r * 2 * d + i] = b;
+      }
+    }
+    for (const auto& a : kActs) {
+      SCOPED_TRACE(std::string(a.name) + " " + dtype_label(dt));
+      std::vector<Tensor> outs;
+      for (CpuIsa tier : kTiers) {
+        TierScope scope(tier);
+        outs.push_back(a.op(x, std::nullopt, std::nullopt));
+      }
+      for (std::size_t t = 1; t < outs.size(); ++t) {
+        EXPECT_EQ(std::memcmp(outs[t].data_ptr(), outs[0].data_ptr(), outs[0].nbytes()), 0)
+            << tier_name(kTiers[t]) << " differs from scalar";
+      }
     }
   }
 }

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <memory>
 #include <mutex>
 #include <type_traits>
 #include <vector>
@@ -78,8 +77,10 @@ inline float silu(float x) { return x / (1.0f + exp_f32(-x)); }
 
 // gelu(x) = x/2 (1 + erf(x / sqrt 2)) = x/2 erfc(-x / sqrt 2): the erfc form has no
 // cancellation for negative x, where 1 + erf would lose most digits.
+// |x| is clamped to 15.75 as in the AVX-512 code: erfc(15.75/sqrt 2) underflows fp32 anyway, and
+// the split of a^2 stays finite for infinite and near-overflow x (min keeps a NaN first operand).
 inline float gelu(float x) {
-  const float c = erfc_abs_over_sqrt2(std::fabs(x));
+  const float c = erfc_abs_over_sqrt2(std::min(std::fabs(x), 15.75f));
   return 0.5f * x * (x < 0.0f ? c : 2.0f - c);
 }
 
@@ -118,20 +119,21 @@ const float* act_table(Activation act) {
   static_assert(sizeof(T) == 2);
   constexpr int kActs = 3;
   static std::once_flag once[kActs];
-  static std::unique_ptr<float[]> tables[kActs];
+  // Never freed: a call made while static objects are destroyed at exit still finds its table.
+  static float* tables[kActs];
   const int a = static_cast<int>(act);
   FLASHINFER_CHECK(a >= 0 && a < kActs, "act_and_mul", "act", "unknown activation ", a);
   std::call_once(once[a], [&] {
-    auto t = std::make_unique<float[]>(65536);
+    auto* t = new float[65536];
     for (uint32_t b = 0; b < 65536; ++b) {
       const float x = T{static_cast<uint16_t>(b)}.to_float();
       const double v = act_f64(act, static_cast<double>(x));
       // One NaN for every NaN gate: the scalar and F16C conversions keep payloads differently.
       t[b] = std::isnan(v) ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(v);
     }
-    tables[a] = std::move(t);
+    tables[a] = t;
   });
-  return tables[a].get();
+  return tables[a];
 }
 
 // Any tier, any strides: lookups into an fp32 buffer, up converted by the row helpers (vector
@@ -189,7 +191,8 @@ FI_AVX2 inline __m256 silu_avx2(__m256 x) {
 }
 
 FI_AVX2 inline __m256 gelu_avx2(__m256 x) {
-  const __m256 a = _mm256_andnot_ps(set1(-0.0f), x);
+  // min returns its second operand (|x|) when that is NaN, so NaN propagates.
+  const __m256 a = _mm256_min_ps(set1(15.75f), _mm256_andnot_ps(set1(-0.0f), x));
   const __m256 t = _mm256_div_ps(
       set1(1.0f),
       _mm256_add_ps(set1(1.0f), _mm256_mul_ps(set1(0.5f), _mm256_mul_ps(a, set1(kSqrtHalf)))));
@@ -228,7 +231,8 @@ FI_AVX2 void act_row_avx2(float* __restrict gate, const float* __restrict up, in
 #if FLASHINFER_CPU_AVX512
 // AVX-512, fp32: the gate and up halves of a unit-stride row are loaded 16 lanes at a time,
 // combined and stored in registers, with no row buffers; tails are masked.
-// The formulas are those of the scalar functions above (with FMA and scalef-based exp).
+// silu and gelu_tanh use the scalar formulas (with FMA and the scalef-based exp of
+// cpu_avx512.h); gelu has its own formulation (GeluV below).
 namespace v5 = simd512;
 
 struct SiluV {
