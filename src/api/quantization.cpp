@@ -6,6 +6,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/device_props.h"
+#include "api/quantize_params.h"
 #include "core/cuda_runtime.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/stream.h"
@@ -272,21 +273,11 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
                              : Shape{sf_size / round_up(sf_cols, 4), round_up(sf_cols, 4)};
   Tensor sf = Tensor::empty(sf_shape, DType::kUInt8, x.device());
 
-  kernels::Fp4QuantizeParams p;
-  p.input = x.data_ptr();
-  p.in_dtype = x.dtype();
-  p.m = m;
-  p.k = k;
-  p.in_stride_m = x.stride(0);
-  p.in_stride_k = x.stride(1);
-  p.out = q.data<uint8_t>();
-  p.sf = sf.data<uint8_t>();
-  p.sf_size = sf_size;
+  auto p = api::quantize_params<kernels::Fp4QuantizeParams>(x, q, sf, code);
   p.global_scale = gs.defined() ? gs.data<float>() : nullptr;
   p.global_scale_inversed = gs_inversed;
   p.sf_vec_size = static_cast<int>(sf_vec_size);
   p.ue8m0 = sf_use_ue8m0;
-  p.layout = code;
   if (x.device().is_cpu()) {
     kernels::cpu::fp4_quantize(p);
   } else {
@@ -583,17 +574,7 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
         const SfLayoutCode code = code_of(layout);
         const int64_t sf_size = kernels::sf_buffer_size(code, m, k / 32);
         Tensor sf = Tensor::empty({sf_size}, DType::kUInt8, input.device());
-        kernels::Mxfp8QuantizeParams p;
-        p.input = x.data_ptr();
-        p.in_dtype = x.dtype();
-        p.m = m;
-        p.k = k;
-        p.in_stride_m = x.stride(0);
-        p.in_stride_k = x.stride(1);
-        p.out = static_cast<uint8_t*>(q.data_ptr());
-        p.sf = sf.data<uint8_t>();
-        p.sf_size = sf_size;
-        p.layout = code;
+        const auto p = api::quantize_params<kernels::Mxfp8QuantizeParams>(x, q, sf, code);
         if (on_cpu) {
           kernels::cpu::mxfp8_quantize(p);
         } else {

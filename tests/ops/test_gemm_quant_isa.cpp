@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/quantize_params.h"
 #include "flashinfer/flashinfer.h"
 #include "kernels/cpu/quantization_cpu.h"
 
@@ -62,20 +63,10 @@ Fp4Out run_fp4(const Tensor& x, int vec, bool ue8m0, SfLayoutCode layout, bool s
   const int64_t sf_size = kernels::sf_buffer_size(layout, m, k / vec);
   Tensor sf = Tensor::full({sf_size}, 7, DType::kUInt8);  // the kernel must write every byte
   const float gs = 448.0f * 6.0f / 40.0f;
-  kernels::Fp4QuantizeParams p;
-  p.input = in.data_ptr();
-  p.in_dtype = in.dtype();
-  p.m = m;
-  p.k = k;
-  p.in_stride_m = in.stride(0);
-  p.in_stride_k = in.stride(1);
-  p.out = static_cast<uint8_t*>(q.data_ptr());
-  p.sf = static_cast<uint8_t*>(sf.data_ptr());
-  p.sf_size = sf_size;
+  auto p = api::quantize_params<kernels::Fp4QuantizeParams>(in, q, sf, layout);
   p.global_scale = ue8m0 ? nullptr : &gs;
   p.sf_vec_size = vec;
   p.ue8m0 = ue8m0;
-  p.layout = layout;
   kernels::cpu::fp4_quantize_with(p, isa);
   return {bytes_of(q), bytes_of(sf)};
 }
@@ -112,17 +103,8 @@ TEST(QuantizerIsa, Mxfp8EveryIsaGivesTheBaselineBytes) {
         Tensor q = Tensor::zeros({m, k}, DType::kUInt8);
         const int64_t sf_size = kernels::sf_buffer_size(SfLayoutCode::k128x4, m, k / 32);
         Tensor sf = Tensor::full({sf_size}, 7, DType::kUInt8);
-        kernels::Mxfp8QuantizeParams p;
-        p.input = in.data_ptr();
-        p.in_dtype = dt;
-        p.m = m;
-        p.k = k;
-        p.in_stride_m = in.stride(0);
-        p.in_stride_k = in.stride(1);
-        p.out = static_cast<uint8_t*>(q.data_ptr());
-        p.sf = static_cast<uint8_t*>(sf.data_ptr());
-        p.sf_size = sf_size;
-        p.layout = SfLayoutCode::k128x4;
+        const auto p =
+            api::quantize_params<kernels::Mxfp8QuantizeParams>(in, q, sf, SfLayoutCode::k128x4);
         kernels::cpu::mxfp8_quantize_with(p, isa);
         return std::pair(bytes_of(q), bytes_of(sf));
       };
