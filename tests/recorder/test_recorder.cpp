@@ -250,9 +250,7 @@ TEST_F(DumpTest, KilledProcessLeavesReadableInputs) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    recorder::Config c;
-    c.dump_dir = dir_.string();
-    recorder::start(c);
+    start();
     Tensor x = Tensor::from_vector({5, 6, 7}, {3}, DType::kFloat32);
     probe(x, 2, std::nullopt);  // SIGKILL inside the op
     _exit(0);
@@ -277,9 +275,7 @@ TEST_F(DumpTest, ConcurrentThreadsAndProcessesNeverTearLines) {
     const pid_t child = fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
-      recorder::Config c;
-      c.dump_dir = dir_.string();
-      recorder::start(c);
+      start();
       std::vector<std::thread> ts;
       for (int t = 0; t < kThreads; ++t) {
         ts.emplace_back([] {
@@ -591,9 +587,7 @@ TEST_F(DumpTest, CapturedCallsPendingAtExitAreFlushed) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    recorder::Config c;
-    c.dump_dir = dir_.string();
-    recorder::start(c);
+    start();
     recorder::set_capture_probe([] { return true; });
     Tensor x = Tensor::from_vector({5, 6, 7}, {3}, DType::kFloat32);
     probe(x, 0, std::nullopt);
