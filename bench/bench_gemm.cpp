@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "api/gemm_params.h"
 #include "bench_bandwidth.h"
 #include "flashinfer/flashinfer.h"
 #include "kernels/cpu/gemm_cpu.h"
@@ -133,6 +134,20 @@ BENCHMARK(BM_MmFp4)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // How the GEMM is computed: the public op (path by m), or the CPU kernel with a forced path and
 // instruction set.
+// The small-m cases' timing: one warm-up call, then `run` per iteration; reports FLOP/s and
+// b_bytes (the B operand's bytes per call) per second against the memcpy baseline.
+void time_small_m(benchmark::State& state, int64_t m, int64_t n, int64_t k, double b_bytes,
+                  const std::function<void()>& run) {
+  run();
+  for (auto _ : state) {
+    run();
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m * n * k),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  bench::report_traffic(state, b_bytes);
+}
+
 enum SmallMVariant : int64_t { kOp, kOldSgemmPath, kSmallAvx512, kSmallAvx2, kSmallScalar };
 
 // Args: variant, m, n, k, out dtype (0 bf16, 1 fp16). B is the transpose of a bf16 [n, k] weight,
@@ -146,17 +161,7 @@ void BM_SmallMBf16(benchmark::State& state) {
   Tensor a = Tensor::empty({m, k}, DType::kBFloat16).uniform_(11);
   Tensor b = Tensor::empty({n, k}, DType::kBFloat16).uniform_(12).transpose(0, 1);
   Tensor out = Tensor::empty({m, n}, out_dt);
-  kernels::GemmParams p;
-  p.a = a.data_ptr();
-  p.a_stride_m = k;
-  p.b = b.data_ptr();
-  p.b_stride_n = k;
-  p.out = out.data_ptr();
-  p.out_dtype = out_dt;
-  p.out_stride_m = n;
-  p.m = m;
-  p.n = n;
-  p.k = k;
+  const kernels::GemmParams p = api::gemm_params(a, b, out);
   std::function<void()> run;
   switch (variant) {
     case kOp:
@@ -176,14 +181,7 @@ void BM_SmallMBf16(benchmark::State& state) {
       run = [&, isa] { kernels::cpu::gemm_with(p, GemmPath::kSmallM, isa); };
     }
   }
-  run();
-  for (auto _ : state) {
-    run();
-    benchmark::DoNotOptimize(out.data_ptr());
-  }
-  state.counters["FLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m * n * k),
-                                                benchmark::Counter::kIsIterationInvariantRate);
-  bench::report_traffic(state, 2.0 * static_cast<double>(n * k));
+  time_small_m(state, m, n, k, 2.0 * static_cast<double>(n * k), run);
 }
 
 // OpenBLAS sgemm on operands already in fp32 (what the op would cost if the weights were kept in
@@ -191,11 +189,7 @@ void BM_SmallMBf16(benchmark::State& state) {
 void BM_SmallMSgemmFp32(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   Sgemm base(m, n, k);
-  base.run();
-  for (auto _ : state) base.run();
-  state.counters["FLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m * n * k),
-                                                benchmark::Counter::kIsIterationInvariantRate);
-  bench::report_traffic(state, 4.0 * static_cast<double>(n * k));
+  time_small_m(state, m, n, k, 4.0 * static_cast<double>(n * k), [&] { base.run(); });
 }
 
 // (m, n, k, out fp16): m = 1, 4, 16, 32 at 4096^2; 48 to 128 to place the threshold; and
@@ -240,18 +234,7 @@ void BM_SmallMFp8(benchmark::State& state) {
   Tensor s1 = Tensor::full({1}, 0.5, DType::kFloat32);
   Tensor out = Tensor::empty({1, m, n}, DType::kBFloat16);
   const float scale = 0.5f;
-  kernels::GemmParams p;
-  p.a = A.data_ptr();
-  p.a_dtype = DType::kFloat8E4M3FN;
-  p.a_stride_m = k;
-  p.b = B.data_ptr();
-  p.b_dtype = DType::kFloat8E4M3FN;
-  p.b_stride_n = k;
-  p.out = out.data_ptr();
-  p.out_stride_m = n;
-  p.m = m;
-  p.n = n;
-  p.k = k;
+  kernels::GemmParams p = api::gemm_params(A, B, out);
   p.a_scale = &scale;
   p.b_scale = &scale;
   auto run = [&] {
@@ -261,14 +244,7 @@ void BM_SmallMFp8(benchmark::State& state) {
       bmm_fp8(A, B, s1, s1, DType::kBFloat16, out);
     }
   };
-  run();
-  for (auto _ : state) {
-    run();
-    benchmark::DoNotOptimize(out.data_ptr());
-  }
-  state.counters["FLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m * n * k),
-                                                benchmark::Counter::kIsIterationInvariantRate);
-  bench::report_traffic(state, static_cast<double>(n * k));
+  time_small_m(state, m, n, k, static_cast<double>(n * k), run);
 }
 BENCHMARK(BM_SmallMFp8)
     ->ArgNames({"variant", "m", "n", "k"})
