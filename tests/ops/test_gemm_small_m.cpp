@@ -13,6 +13,7 @@
 #include "api/gemm_params.h"
 #include "flashinfer/flashinfer.h"
 #include "kernels/cpu/gemm_cpu.h"
+#include "ops/gemm_reference.h"
 #include "util/test_util.h"
 
 namespace flashinfer {
@@ -24,6 +25,8 @@ using kernels::cpu::GemmPath;
 using kernels::cpu::kGemmSmallMMax;
 using testing::all_close;
 using testing::default_tolerance;
+using testing::gemm_tol;
+using testing::ref_bmm;
 using testing::Tolerance;
 
 const char* isa_name(CpuIsa isa) {
@@ -67,26 +70,6 @@ Tensor run_kernel(const Tensor& A, const Tensor& B, DType out_dtype, GemmPath pa
   return out;
 }
 
-// out[b, i, j] = scale * sum_k A[b, i, k] * B[b, k, j] (+ bias[j]) in fp64 from the stored values.
-std::vector<double> ref_bmm(const Tensor& A, const Tensor& B, double scale,
-                            const std::vector<double>* bias = nullptr) {
-  const bool batched = A.dim() == 3;
-  const int64_t nb = batched ? A.size(0) : 1, m = A.size(-2), k = A.size(-1), n = B.size(-1);
-  const auto a = A.to_double_vector();
-  const auto b = B.to_double_vector();
-  std::vector<double> out(static_cast<size_t>(nb * m * n));
-  for (int64_t bi = 0; bi < nb; ++bi) {
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        double s = 0;
-        for (int64_t kk = 0; kk < k; ++kk) s += a[(bi * m + i) * k + kk] * b[(bi * k + kk) * n + j];
-        out[(bi * m + i) * n + j] = scale * s + (bias ? (*bias)[j] : 0.0);
-      }
-    }
-  }
-  return out;
-}
-
 Tensor randn(const Shape& shape, DType dt, uint64_t seed, double sd = 1.0) {
   return Tensor::empty(shape, DType::kFloat32).normal_(seed, 0, sd).to(dt);
 }
@@ -95,13 +78,6 @@ Tensor randn(const Shape& shape, DType dt, uint64_t seed, double sd = 1.0) {
 Tensor weight_t(const Shape& nk, DType dt, uint64_t seed, double sd = 1.0) {
   Tensor w = randn(nk, dt, seed, sd);
   return nk.size() == 3 ? w.transpose(1, 2) : w.transpose(0, 1);
-}
-
-// The output rounding plus fp32 accumulation over k terms (as tests/ops/test_gemm.cpp).
-Tolerance gemm_tol(DType out, int64_t k) {
-  Tolerance t = default_tolerance(out);
-  t.atol += 1e-6 * static_cast<double>(k);
-  return t;
 }
 
 std::string where(CpuIsa isa, int64_t m, int64_t n, int64_t k, DType out) {
