@@ -124,18 +124,26 @@ TEST(GemmSmallM, PathsAgreeOnDecodeLikeShapes) {
   }
 }
 
+// The small-m kernel with bf16 out on every instruction set this CPU has, against the fp64
+// reference of A x B.
+void expect_bf16_every_isa_matches_reference(const Tensor& A, const Tensor& B,
+                                             const std::string& what = {}) {
+  const int64_t m = A.size(-2), k = A.size(-1), n = B.size(-1);
+  const auto ref = ref_bmm(A, B, 1.0);
+  for (CpuIsa isa : isas()) {
+    EXPECT_TRUE(all_close(run_kernel(A, B, DType::kBFloat16, GemmPath::kSmallM, isa), ref,
+                          gemm_tol(DType::kBFloat16, k)))
+        << where(isa, m, n, k, DType::kBFloat16) << what;
+  }
+}
+
 TEST(GemmSmallM, LargeBRunsOnTheOpenMpTeam) {
   // Over 2^22 B elements per call, the column blocks (and batches) are shared by an OpenMP team.
   for (auto [nb, m, n, k] :
        {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 3, 1031, 4099}, {2, 2, 600, 3500}}) {
     Tensor A = randn({nb, m, k}, DType::kBFloat16, 50 + m);
     Tensor B = weight_t({nb, n, k}, DType::kBFloat16, 51);
-    const auto ref = ref_bmm(A, B, 1.0);
-    for (CpuIsa isa : isas()) {
-      EXPECT_TRUE(all_close(run_kernel(A, B, DType::kBFloat16, GemmPath::kSmallM, isa), ref,
-                            gemm_tol(DType::kBFloat16, k)))
-          << where(isa, m, n, k, DType::kBFloat16) << " batch " << nb;
-    }
+    expect_bf16_every_isa_matches_reference(A, B, " batch " + std::to_string(nb));
   }
 }
 
@@ -144,12 +152,7 @@ TEST(GemmSmallM, LongKRunsInChunks) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 20, 5000}, {1, 3, 70001}}) {
     Tensor a = randn({m, k}, DType::kBFloat16, 5);
     Tensor b = weight_t({n, k}, DType::kBFloat16, 6);
-    const auto ref = ref_bmm(a, b, 1.0);
-    for (CpuIsa isa : isas()) {
-      EXPECT_TRUE(all_close(run_kernel(a, b, DType::kBFloat16, GemmPath::kSmallM, isa), ref,
-                            gemm_tol(DType::kBFloat16, k)))
-          << where(isa, m, n, k, DType::kBFloat16);
-    }
+    expect_bf16_every_isa_matches_reference(a, b);
   }
 }
 
@@ -158,12 +161,7 @@ TEST(GemmSmallM, BatchedBf16AndFp8EveryIsa) {
   for (int64_t m : {1, 5, 17}) {
     Tensor A = randn({nb, m, k}, DType::kBFloat16, 10 + m);
     Tensor B = weight_t({nb, n, k}, DType::kBFloat16, 11);
-    const auto ref = ref_bmm(A, B, 1.0);
-    for (CpuIsa isa : isas()) {
-      EXPECT_TRUE(all_close(run_kernel(A, B, DType::kBFloat16, GemmPath::kSmallM, isa), ref,
-                            gemm_tol(DType::kBFloat16, k)))
-          << where(isa, m, n, k, DType::kBFloat16);
-    }
+    expect_bf16_every_isa_matches_reference(A, B);
     const std::vector<std::pair<DType, DType>> fp8 = {{DType::kFloat8E4M3FN, DType::kFloat8E4M3FN},
                                                       {DType::kFloat8E4M3FN, DType::kFloat8E5M2},
                                                       {DType::kFloat8E5M2, DType::kFloat8E4M3FN}};
