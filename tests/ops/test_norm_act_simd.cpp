@@ -240,6 +240,16 @@ double units_off(double got, double exact, DType d) {
   return std::fabs(got - exact) / (next - std::fabs(got));
 }
 
+// The op's output on x with each tier of kTiers forced in turn.
+std::vector<Tensor> on_every_tier(const ActCase& a, const Tensor& x) {
+  std::vector<Tensor> outs;
+  for (CpuIsa tier : kTiers) {
+    TierScope scope(tier);
+    outs.push_back(a.op(x, std::nullopt, std::nullopt));
+  }
+  return outs;
+}
+
 TEST(ActivationTable16, EveryGateEncodingRoundedOnceAndTiersBitIdentical) {
   const int64_t n = 65536;
   for (DType d : {DType::kFloat16, DType::kBFloat16}) {
@@ -260,11 +270,7 @@ TEST(ActivationTable16, EveryGateEncodingRoundedOnceAndTiersBitIdentical) {
     const std::vector<double> xv = x.to_double_vector();
     for (const auto& a : kActs) {
       SCOPED_TRACE(std::string(a.name) + " " + dtype_label(d));
-      std::vector<Tensor> outs;
-      for (CpuIsa tier : kTiers) {
-        TierScope scope(tier);
-        outs.push_back(a.op(x, std::nullopt, std::nullopt));
-      }
+      std::vector<Tensor> outs = on_every_tier(a, x);
       outs.push_back(a.op(strided, std::nullopt, std::nullopt));
       for (std::size_t t = 1; t < outs.size(); ++t) {
         const auto* p0 = outs[0].data<uint16_t>();
@@ -315,11 +321,7 @@ TEST(ActivationTable16, TiersBitIdenticalWithRandomUpAndTails) {
     }
     for (const auto& a : kActs) {
       SCOPED_TRACE(std::string(a.name) + " " + dtype_label(dt));
-      std::vector<Tensor> outs;
-      for (CpuIsa tier : kTiers) {
-        TierScope scope(tier);
-        outs.push_back(a.op(x, std::nullopt, std::nullopt));
-      }
+      const std::vector<Tensor> outs = on_every_tier(a, x);
       for (std::size_t t = 1; t < outs.size(); ++t) {
         EXPECT_EQ(std::memcmp(outs[t].data_ptr(), outs[0].data_ptr(), outs[0].nbytes()), 0)
             << tier_name(kTiers[t]) << " differs from scalar";
