@@ -407,18 +407,18 @@ void rows_avx512(const ActAndMulParams& p, const Gate& act) {
   });
 }
 
-template <class T>
-bool try_avx512(const ActAndMulParams& p) {
+// fp32 inputs (16-bit ones take the table path).
+bool try_avx512_f32(const ActAndMulParams& p) {
   if (p.in_stride_d != 1 || p.out_stride_d != 1 || !use_avx512()) return false;
   switch (p.act) {
     case Activation::kSilu:
-      rows_avx512<T>(p, ComputedGate<SiluV>{});
+      rows_avx512<float>(p, ComputedGate<SiluV>{});
       return true;
     case Activation::kGelu:
-      rows_avx512<T>(p, ComputedGate<GeluV>{});
+      rows_avx512<float>(p, ComputedGate<GeluV>{});
       return true;
     case Activation::kGeluTanh:
-      rows_avx512<T>(p, ComputedGate<GeluTanhV>{});
+      rows_avx512<float>(p, ComputedGate<GeluTanhV>{});
       return true;
   }
   return false;
@@ -427,10 +427,10 @@ bool try_avx512(const ActAndMulParams& p) {
 
 using RowFn = void (*)(float*, const float*, int64_t);
 
-template <class T>
-void rows(const ActAndMulParams& p, RowFn row_fn) {
-  const auto* in = static_cast<const T*>(p.input);
-  auto* out = static_cast<T*>(p.out);
+// fp32 inputs of any strides, a row at a time through fp32 buffers.
+void rows_f32(const ActAndMulParams& p, RowFn row_fn) {
+  const auto* in = static_cast<const float*>(p.input);
+  auto* out = static_cast<float*>(p.out);
   const int64_t d = p.d;
   const int64_t chunk = rowio::rows_per_chunk(2 * d);
 #pragma omp parallel if (p.rows * d >= kParallelMinElems)
@@ -438,7 +438,7 @@ void rows(const ActAndMulParams& p, RowFn row_fn) {
     std::vector<float> gate(static_cast<std::size_t>(d)), up(static_cast<std::size_t>(d));
 #pragma omp for schedule(dynamic, chunk)
     for (int64_t r = 0; r < p.rows; ++r) {
-      const T* x = in + r * p.in_stride_row;
+      const float* x = in + r * p.in_stride_row;
       rowio::load_row(x, p.in_stride_d, d, gate.data());
       rowio::load_row(x + d * p.in_stride_d, p.in_stride_d, d, up.data());
       row_fn(gate.data(), up.data(), d);
@@ -475,9 +475,9 @@ template <class T>
 void dispatch_act(const ActAndMulParams& p) {
   if constexpr (std::is_same_v<T, float>) {
 #if FLASHINFER_CPU_AVX512
-    if (try_avx512<float>(p)) return;
+    if (try_avx512_f32(p)) return;
 #endif
-    rows<float>(p, row_function(p.act));
+    rows_f32(p, row_function(p.act));
   } else {
     const float* table = act_table<T>(p.act);
 #if FLASHINFER_CPU_AVX512
