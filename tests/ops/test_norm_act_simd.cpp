@@ -224,10 +224,11 @@ TEST(ActivationSimd, NegativeTailAllTiers) {
   }
 }
 
-// fp16/bf16 gates take act() from a table of all 65536 encodings (fp64, rounded once to fp32):
-// with up = 1 every output is the 16-bit rounding of the exact activation (up to the double
-// rounding through fp32: within 0.5 + 2^-12 units of the 16-bit format), and every tier and a
-// strided layout give the same bits. The reference is the same fp64 formula the table is built
+// fp16/bf16 gates take act() from a table (fp64, rounded once to fp32; fp16's holds act(-|x|)
+// and positive gates add themselves): with up = 1 every output is the 16-bit rounding of the
+// exact activation (up to the roundings through fp32: within 0.5 + 2^-12 units of the 16-bit
+// format), zeros carry the exact value's sign, and every tier and a strided layout give the
+// same bits. The reference is the same fp64 formula the table is built
 // from, so this checks the indexing and the roundings; the formula itself is checked against
 // golden values in test_activation.
 double units_off(double got, double exact, DType d) {
@@ -292,7 +293,9 @@ TEST(ActivationTable16, EveryGateEncodingRoundedOnceAndTiersBitIdentical) {
         } else if (std::isinf(got[i])) {
           ok = std::fabs(exact) > max_finite && std::signbit(exact) == std::signbit(got[i]);
         } else {
-          ok = units_off(got[i], exact, d) <= 0.5 + 1.0 / 4096;
+          // Zeros keep the sign of the exact value (act(-0) = -0, tiny negative gates give -0).
+          ok = units_off(got[i], exact, d) <= 0.5 + 1.0 / 4096 &&
+               (got[i] != 0 || std::signbit(got[i]) == std::signbit(exact));
         }
         if (!ok && bad++ == 0)
           ADD_FAILURE() << "gate " << xv[i] << ": got " << got[i] << ", exact " << exact;

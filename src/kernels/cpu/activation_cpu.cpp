@@ -97,11 +97,19 @@ void act_row_scalar(float* __restrict gate, const float* __restrict up, int64_t 
 }
 
 // 16-bit inputs: a gate element has only 65536 encodings, so act(gate) is taken from a table
-// of all of them, each evaluated in fp64 and rounded once to fp32. The op is then a lookup, an
-// fp32 multiply by up and the final rounding: at least as exact as the fp32 formulas above, the
-// same bits on every instruction set, and cheap enough to run at memory speed (evaluating erfc
-// or exp per element made fp16/bf16 compute-bound; see docs/PERFORMANCE.md). A table is 256 KiB,
-// built on first use (a few ms) and kept for the life of the process.
+// of them, each evaluated in fp64 and rounded once to fp32. The op is then a lookup, an fp32
+// multiply by up and the final rounding: at least as exact as the fp32 formulas above, the same
+// bits on every instruction set, and cheap enough to run at memory speed (evaluating erfc or exp
+// per element made fp16/bf16 compute-bound; see docs/PERFORMANCE.md).
+//
+// fp16: all three activations are x s(x) with s(-x) = 1 - s(x), so act(x) = act(-x) + x. The
+// fp16 table therefore holds only act(-|x|), indexed by the 15 magnitude bits, and a positive
+// gate adds itself: one more fp32 rounding, exact to 1 ulp in all since |act(-|x|)| <=
+// act(|x|). Half the table is half the cache lines a realistic spread of fp16 gates touches
+// (1024 encodings per binade), which is what the gathers wait on. bf16 has 128 encodings per
+// binade, so its gates touch few lines anyway, and its table keeps all 65536 (no extra add).
+// The tables (128 KiB fp16, 256 KiB bf16) are built on first use (a few ms) and kept for the
+// life of the process.
 double act_f64(Activation act, double x) {
   switch (act) {
     case Activation::kSilu:
@@ -114,6 +122,11 @@ double act_f64(Activation act, double x) {
   return x;
 }
 
+// Whether T's table is folded on the sign (holds act(-|x|) only).
+template <class T>
+constexpr bool kFoldSign = std::is_same_v<T, Half>;
+constexpr uint16_t kSignBit = 0x8000, kMagnitudeBits = 0x7FFF, kHalfInfBits = 0x7C00;
+
 template <class T>
 const float* act_table(Activation act) {
   static_assert(sizeof(T) == 2);
@@ -124,16 +137,28 @@ const float* act_table(Activation act) {
   const int a = static_cast<int>(act);
   FLASHINFER_CHECK(a >= 0 && a < kActs, "act_and_mul", "act", "unknown activation ", a);
   std::call_once(once[a], [&] {
-    auto* t = new float[65536];
-    for (uint32_t b = 0; b < 65536; ++b) {
-      const float x = T{static_cast<uint16_t>(b)}.to_float();
+    const uint32_t size = kFoldSign<T> ? kMagnitudeBits + 1 : 65536;
+    auto* t = new float[size];
+    for (uint32_t b = 0; b < size; ++b) {
+      const float x = T{static_cast<uint16_t>(kFoldSign<T> ? b | kSignBit : b)}.to_float();
       const double v = act_f64(act, static_cast<double>(x));
-      // One NaN for every NaN gate: the scalar and F16C conversions keep payloads differently.
+      // One NaN for every NaN gate (and -inf, whose act is -inf * 0): the scalar and F16C
+      // conversions keep payloads differently.
       t[b] = std::isnan(v) ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(v);
     }
     tables[a] = t;
   });
   return tables[a];
+}
+
+// act(g) from T's table. Folded (fp16): act(-|g|) for negative gates and NaN, act(-|g|) + g
+// for finite non-negative ones (+0 gives -0 + 0 = +0), and +inf for +inf (act(-inf) is NaN).
+template <class T>
+inline float act_from_table(const float* table, T g) {
+  if constexpr (!kFoldSign<T>) return table[g.bits];
+  const float t = table[g.bits & kMagnitudeBits];
+  if (g.bits < kHalfInfBits) return t + g.to_float();
+  return g.bits == kHalfInfBits ? g.to_float() : t;
 }
 
 // Any tier, any strides: lookups into an fp32 buffer, up converted by the row helpers (vector
@@ -152,7 +177,7 @@ void rows_lut(const ActAndMulParams& p, const float* table) {
       T* y = out + r * p.out_stride_row;
       for (int64_t c = 0; c < d; c += kChunk) {
         const int64_t n = std::min(kChunk, d - c);
-        for (int64_t i = 0; i < n; ++i) a[i] = table[gate[(c + i) * s].bits];
+        for (int64_t i = 0; i < n; ++i) a[i] = act_from_table(table, gate[(c + i) * s]);
         rowio::load_row(up + c * s, s, n, u);
         for (int64_t i = 0; i < n; ++i) a[i] *= u[i];
         rowio::store_row(y + c * p.out_stride_d, p.out_stride_d, n, a);
@@ -348,19 +373,33 @@ struct ComputedGate {
   }
 };
 
-// act(gate) for 16 lanes, gathered from the table of all 16-bit encodings (see act_table).
+// act(gate) for 16 lanes, gathered from the table of act(-|g|) (see act_table and
+// act_from_table: the same operations, so the same bits).
 struct TableGate {
   const float* table;
   template <class T>
   FI_AVX512 __m512 operator()(const T* gate) const {
-    const __m512i idx =
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gate)));
-    return _mm512_i32gather_ps(idx, table, 4);
+    return from_bits<T>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gate)),
+                        static_cast<__mmask16>(0xFFFF));
   }
   template <class T>
   FI_AVX512 __m512 operator()(const T* gate, __mmask16 m) const {
-    const __m512i idx = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, gate));
-    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, table, 4);
+    return from_bits<T>(_mm256_maskz_loadu_epi16(m, gate), m);
+  }
+  template <class T>
+  FI_AVX512 __m512 from_bits(__m256i bits, __mmask16 m) const {
+    if constexpr (!kFoldSign<T>) {
+      return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, _mm512_cvtepu16_epi32(bits), table,
+                                      4);
+    }
+    const __m256i mag = _mm256_and_si256(bits, _mm256_set1_epi16(kMagnitudeBits));
+    const __m512 t =
+        _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, _mm512_cvtepu16_epi32(mag), table, 4);
+    // On the lanes that use it, g = |g|, so it is widened from the magnitude bits.
+    const __m512 g = v5::widen(T{}, mag);
+    const __m256i inf = _mm256_set1_epi16(static_cast<int16_t>(kHalfInfBits));
+    const __m512 y = _mm512_mask_add_ps(t, _mm256_cmplt_epu16_mask(bits, inf), t, g);
+    return _mm512_mask_mov_ps(y, _mm256_cmpeq_epi16_mask(bits, inf), g);
   }
 };
 

@@ -26,24 +26,28 @@ namespace flashinfer::kernels::cpu::simd512 {
 /// Lanes [0, n) set, n in [0, 16].
 inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
 
+/// 16 fp16 or bf16 encodings already in a register -> fp32, exact (the type is only a tag).
+FI_AVX512 inline __m512 widen(Half, __m256i bits) { return _mm512_cvtph_ps(bits); }
+FI_AVX512 inline __m512 widen(BFloat16, __m256i bits) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
 FI_AVX512 inline __m512 load(const float* p) { return _mm512_loadu_ps(p); }
 FI_AVX512 inline __m512 load(const Half* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return widen(Half{}, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 FI_AVX512 inline __m512 load(const BFloat16* p) {
-  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  return widen(BFloat16{}, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
 // Masked loads read nothing outside the mask (faults are suppressed), so a row's tail needs no
 // scalar loop and never touches the next row or unmapped memory. Unset lanes are 0.
 FI_AVX512 inline __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 FI_AVX512 inline __m512 load(const Half* p, __mmask16 m) {
-  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  return widen(Half{}, _mm256_maskz_loadu_epi16(m, p));
 }
 FI_AVX512 inline __m512 load(const BFloat16* p, __mmask16 m) {
-  const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  return widen(BFloat16{}, _mm256_maskz_loadu_epi16(m, p));
 }
 
 // fp32 -> bf16 bits, round to nearest even; NaN -> sign | 0x7FC0 (float_to_bfloat16_bits).
