@@ -403,18 +403,64 @@ struct TableGate {
   }
 };
 
-// y = act(gate) * up over one unit-stride row, 16 lanes at a time, the tail masked.
+// bf16 from the table, a cache line (32 elements) at a time: the even and odd elements of the
+// gate and up are split with shifts and masks and the result packed back with a blend
+// (v5::bf16_even/odd, to_bf16_pairs). Widening and narrowing 16 lanes otherwise costs three
+// port-5 shuffles, the port the gathers also need.
+template <bool kStream>
+FI_AVX512 void act_line_bf16(const TableGate& act, const BFloat16* gate, const BFloat16* up,
+                             BFloat16* y) {
+  const __m512i g = _mm512_loadu_si512(gate);
+  const __m512i u = _mm512_loadu_si512(up);
+  const __m512 ae =
+      _mm512_i32gather_ps(_mm512_and_si512(g, _mm512_set1_epi32(0xFFFF)), act.table, 4);
+  const __m512 ao = _mm512_i32gather_ps(_mm512_srli_epi32(g, 16), act.table, 4);
+  const __m512i v =
+      v5::to_bf16_pairs(_mm512_mul_ps(ae, v5::bf16_even(u)), _mm512_mul_ps(ao, v5::bf16_odd(u)));
+  if constexpr (kStream) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(y), v);
+  } else {
+    _mm512_storeu_si512(y, v);
+  }
+}
+
+// 16 lanes of y = act(gate) * up.
+template <class Gate, class T, bool kStream>
+FI_AVX512 void act_vec(const Gate& act, const T* gate, const T* up, T* y) {
+  const __m512 v = _mm512_mul_ps(act(gate), v5::load(up));
+  if constexpr (kStream) {
+    v5::stream(y, v);
+  } else {
+    v5::store(y, v);
+  }
+}
+
+// How far ahead act_row_avx512 prefetches gate and up into L2. With DRAM-sized tensors the
+// gathers (16-bit) or the polynomials (fp32) fill the out-of-order window, so the hardware
+// prefetchers alone keep too few lines in flight: 2 KiB ahead gave 10-20 % more bandwidth for
+// bf16 and fp32 and ~5 % for fp16 (docs/PERFORMANCE.md); 1-4 KiB were within noise of each other.
+constexpr int64_t kPrefetchBytes = 2048;
+
+// y = act(gate) * up over one unit-stride row, a cache line of each input per step (prefetching
+// kPrefetchBytes ahead; past the row's end it touches at most the next row or nothing: a
+// prefetch never faults), the rest 16 lanes at a time and the tail masked.
 template <class Gate, class T, bool kStream>
 FI_AVX512 void act_row_avx512(const Gate& act, const T* gate, const T* up, T* y, int64_t d) {
+  constexpr int64_t kLine = 64 / sizeof(T);
+  constexpr int64_t kAhead = kPrefetchBytes / static_cast<int64_t>(sizeof(T));
   int64_t i = 0;
-  for (; i + 16 <= d; i += 16) {
-    const __m512 v = _mm512_mul_ps(act(gate + i), v5::load(up + i));
-    if constexpr (kStream) {
-      v5::stream(y + i, v);
+  for (; i + kLine <= d; i += kLine) {
+    v5::prefetch(gate, i + kAhead);
+    v5::prefetch(up, i + kAhead);
+    if constexpr (std::is_same_v<T, BFloat16> && std::is_same_v<Gate, TableGate>) {
+      static_assert(!kFoldSign<BFloat16>);
+      act_line_bf16<kStream>(act, gate + i, up + i, y + i);
     } else {
-      v5::store(y + i, v);
+      for (int64_t j = 0; j < kLine; j += 16)
+        act_vec<Gate, T, kStream>(act, gate + i + j, up + i + j, y + i + j);
     }
   }
+  for (; i + 16 <= d; i += 16) act_vec<Gate, T, kStream>(act, gate + i, up + i, y + i);
   if (i < d) {
     const __mmask16 m = v5::tail_mask(d - i);
     v5::store(y + i, _mm512_mul_ps(act(gate + i, m), v5::load(up + i, m)), m);

@@ -50,17 +50,36 @@ FI_AVX512 inline __m512 load(const BFloat16* p, __mmask16 m) {
   return widen(BFloat16{}, _mm256_maskz_loadu_epi16(m, p));
 }
 
-// fp32 -> bf16 bits, round to nearest even; NaN -> sign | 0x7FC0 (float_to_bfloat16_bits).
-FI_AVX512 inline __m256i to_bf16(__m512 v) {
+/// fp32 -> bf16 bits in the upper half of each 32-bit lane (the lower half is garbage): round to
+/// nearest even; NaN -> sign | 0x7FC0 (float_to_bfloat16_bits).
+FI_AVX512 inline __m512i to_bf16_hi(__m512 v) {
   const __m512i b = _mm512_castps_si512(v);
-  const __m512i hi = _mm512_srli_epi32(b, 16);
-  const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-  const __m512i rounded =
-      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7FFF)), lsb), 16);
-  const __m512i nan =
-      _mm512_or_si512(_mm512_and_si512(hi, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7FC0));
-  const __mmask16 is_nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, is_nan, nan));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7FFF)), lsb);
+  // (b & sign) | 0x7FC00000 in one ternary-logic op: (A & B) | C is truth table 0xEA.
+  const __m512i nan = _mm512_ternarylogic_epi32(b, _mm512_set1_epi32(static_cast<int>(0x80000000u)),
+                                                _mm512_set1_epi32(0x7FC00000), 0xEA);
+  return _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nan);
+}
+/// fp32 -> 16 bf16 bits, as to_bf16_hi.
+FI_AVX512 inline __m256i to_bf16(__m512 v) {
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(to_bf16_hi(v), 16));
+}
+
+/// bf16 in pairs: 32 bf16 values as 16 32-bit lanes, split into the even and the odd elements
+/// as fp32 (shift and mask, no cross-lane shuffles: those would compete with the gathers for
+/// port 5), and packed back the same way.
+FI_AVX512 inline __m512 bf16_even(__m512i pairs) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+}
+FI_AVX512 inline __m512 bf16_odd(__m512i pairs) {
+  return _mm512_castsi512_ps(
+      _mm512_and_si512(pairs, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+/// The 32 bf16 of to_bf16(even) and to_bf16(odd), interleaved back into element order.
+FI_AVX512 inline __m512i to_bf16_pairs(__m512 even, __m512 odd) {
+  return _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(to_bf16_hi(even), 16),
+                                 to_bf16_hi(odd));
 }
 // fp32 -> fp16 bits, round to nearest even (vcvtps2ph: the same bits as Half::from_float).
 FI_AVX512 inline __m256i to_half(__m512 v) {
