@@ -123,6 +123,15 @@ int cuda_compute_capability(int device) {
   return major * 10 + minor;
 }
 
+double cuda_peak_memory_bandwidth(int device) {
+  int clock_khz = 0, bus_bits = 0;
+  check(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device),
+        "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device),
+        "cudaDeviceGetAttribute");
+  return 2.0 * 1e3 * static_cast<double>(clock_khz) * static_cast<double>(bus_bits) / 8.0;
+}
+
 std::string cuda_runtime_version() {
   return std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
 }
@@ -142,6 +151,7 @@ void cuda_device_free(void*, int) noexcept {}
 void cuda_memcpy(void*, const void*, std::size_t, CopyKind, int) { no_cuda("cuda_memcpy"); }
 std::string cuda_device_name(int) { no_cuda("cuda_device_name"); }
 int cuda_compute_capability(int) { no_cuda("cuda_compute_capability"); }
+double cuda_peak_memory_bandwidth(int) { no_cuda("cuda_peak_memory_bandwidth"); }
 CudaDeviceScope::CudaDeviceScope(const Device&) {}
 CudaDeviceScope::~CudaDeviceScope() = default;
 bool cuda_current_stream_capturing() { return false; }

@@ -20,6 +20,9 @@ void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, 
 /// "NVIDIA H100 80GB HBM3", compute capability as major*10+minor.
 std::string cuda_device_name(int device);
 int cuda_compute_capability(int device);
+/// The device's theoretical peak DRAM bandwidth in bytes/s: 2 transfers per memory clock times
+/// the bus width (3.35e12 for an H100 SXM). 0 when the driver reports no clock or bus width.
+double cuda_peak_memory_bandwidth(int device);
 /// Whether the current stream (current_cuda_stream()) is being captured into a CUDA graph; a
 /// capture in global mode on another stream also counts (querying the legacy stream then would
 /// invalidate it). False without the CUDA backend.

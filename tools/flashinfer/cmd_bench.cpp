@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/bench.h"
 #include "flashinfer/error.h"
 #include "flashinfer/op_decl.h"
@@ -380,6 +381,14 @@ int run_bench(BenchOptions o) {
         "[PERF] %-8s:: median time %.4f ms; std %.4f ms; achieved tflops %.6f TFLOPs/sec; "
         "achieved tb_per_sec %.6f TB/sec\n",
         name.c_str(), med, sd, tflops, tbps);
+    if (dev.is_cuda() && secs > 0) {
+      // The GPU yardstick is the device's own peak (the CPU's is the stream_copy routine).
+      const double peak = detail::cuda_peak_memory_bandwidth(dev.index);
+      if (peak > 0) {
+        std::printf("[INFO] %-8s:: %.3f of the device's peak memory bandwidth (%.3f TB/sec)\n",
+                    name.c_str(), c.bytes / secs / peak, peak / 1e12);
+      }
+    }
     if (csv) {
       const std::string ref = o.refcheck ? refstatus[bi] : "";
       std::fprintf(csv, "%s\n", csv_row(o, name, med, sd, tflops, tbps, c, ref).c_str());

@@ -45,8 +45,11 @@ Command info_command() {
                 std::printf("CUDA devices: %d\n", n);
                 for (int i = 0; i < n; ++i) {
                   const int cc = detail::cuda_compute_capability(i);
-                  std::printf("  GPU %d: %s (compute capability %d.%d, SM%d)\n", i,
-                              detail::cuda_device_name(i).c_str(), cc / 10, cc % 10, cc);
+                  std::printf(
+                      "  GPU %d: %s (compute capability %d.%d, SM%d; peak memory bandwidth %.2f "
+                      "TB/s)\n",
+                      i, detail::cuda_device_name(i).c_str(), cc / 10, cc % 10, cc,
+                      detail::cuda_peak_memory_bandwidth(i) / 1e12);
                 }
               }
               return 0;
