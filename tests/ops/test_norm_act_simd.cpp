@@ -154,6 +154,18 @@ TEST(NormSimd, LargeOutputsStreamedAndNot) {
   EXPECT_TRUE(all_close(layernorm(x, g, b), want_ln, norm_tol(DType::kFloat32)));
 }
 
+// The same in bf16 (rows of 8200 bytes: one in eight streamed), whose AVX-512 layernorm reads
+// and writes rows as even/odd pairs with gamma and beta reordered to match.
+TEST(NormSimd, LargeBf16LayernormStreamedAndNot) {
+  const int64_t rows = 2100, n = 4100;  // 17.2 MB of bf16 output
+  Tensor x = rand_tensor({rows, n}, DType::kBFloat16, 45);
+  Tensor g = rand_tensor({n}, DType::kFloat32, 46, 0.5, 1.5);
+  Tensor b = rand_tensor({n}, DType::kFloat32, 47);
+  const auto want = ref_layernorm(x.to_double_vector(), n, g.to_double_vector(),
+                                  b.to_double_vector(), 1e-6);
+  EXPECT_TRUE(all_close(layernorm(x, g, b), want, norm_tol(DType::kBFloat16)));
+}
+
 // ---- activations ----------------------------------------------------------------------------
 
 TEST(ActivationSimd, AllWidthsAllTiersMatchFormula) {

@@ -177,13 +177,21 @@ void fused_add_rmsnorm_avx512(const FusedAddRmsNormParams& p, const float* wf) {
   });
 }
 
+// bf16 rows are read 32 elements at a time as pairs (v5::bf16_even/odd: shifts and masks
+// instead of port-5 widening), the order in which layernorm_row_avx512 also writes them.
 template <class T>
 FI_AVX512 float sum_avx512(const T* x, int64_t n) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    a0 = _mm512_add_ps(a0, v5::load(x + i));
-    a1 = _mm512_add_ps(a1, v5::load(x + i + 16));
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      const __m512i u = _mm512_loadu_si512(x + i);
+      a0 = _mm512_add_ps(a0, v5::bf16_even(u));
+      a1 = _mm512_add_ps(a1, v5::bf16_odd(u));
+    } else {
+      a0 = _mm512_add_ps(a0, v5::load(x + i));
+      a1 = _mm512_add_ps(a1, v5::load(x + i + 16));
+    }
   }
   for (; i + 16 <= n; i += 16) a0 = _mm512_add_ps(a0, v5::load(x + i));
   if (i < n) a1 = _mm512_add_ps(a1, v5::load(x + i, v5::tail_mask(n - i)));
@@ -197,8 +205,15 @@ FI_AVX512 float sum_sq_dev_avx512(const T* x, float mean, int64_t n) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const __m512 d0 = _mm512_sub_ps(v5::load(x + i), mv);
-    const __m512 d1 = _mm512_sub_ps(v5::load(x + i + 16), mv);
+    __m512 d0, d1;
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      const __m512i u = _mm512_loadu_si512(x + i);
+      d0 = _mm512_sub_ps(v5::bf16_even(u), mv);
+      d1 = _mm512_sub_ps(v5::bf16_odd(u), mv);
+    } else {
+      d0 = _mm512_sub_ps(v5::load(x + i), mv);
+      d1 = _mm512_sub_ps(v5::load(x + i + 16), mv);
+    }
     a0 = _mm512_fmadd_ps(d0, d0, a0);
     a1 = _mm512_fmadd_ps(d1, d1, a1);
   }
@@ -220,6 +235,23 @@ FI_AVX512 void layernorm_row_avx512(const T* x, float mean, float r, const float
                                     const float* bt, T* y, int64_t n, const T* next) {
   const __m512 mv = _mm512_set1_ps(mean), rv = _mm512_set1_ps(r);
   int64_t i = 0;
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    // g and bt hold each block of 32 as its 16 even then its 16 odd elements (pair_blocks).
+    for (; i + 32 <= n; i += 32) {
+      v5::prefetch(next, i);
+      const __m512i u = _mm512_loadu_si512(x + i);
+      const __m512 de = _mm512_mul_ps(_mm512_sub_ps(v5::bf16_even(u), mv), rv);
+      const __m512 dd = _mm512_mul_ps(_mm512_sub_ps(v5::bf16_odd(u), mv), rv);
+      const __m512i v = v5::to_bf16_pairs(
+          _mm512_fmadd_ps(de, _mm512_loadu_ps(g + i), _mm512_loadu_ps(bt + i)),
+          _mm512_fmadd_ps(dd, _mm512_loadu_ps(g + i + 16), _mm512_loadu_ps(bt + i + 16)));
+      if constexpr (kStream) {
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(y + i), v);
+      } else {
+        _mm512_storeu_si512(y + i, v);
+      }
+    }
+  }
   for (; i + 16 <= n; i += 16) {
     v5::prefetch(next, i);
     const __m512 d = _mm512_mul_ps(_mm512_sub_ps(v5::load(x + i), mv), rv);
@@ -236,6 +268,19 @@ FI_AVX512 void layernorm_row_avx512(const T* x, float mean, float r, const float
     const __m512 v =
         _mm512_fmadd_ps(d, _mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, bt + i));
     v5::store(y + i, v, m);
+  }
+}
+
+// Reorders each full block of 32 elements of v into its 16 even then its 16 odd elements (the
+// bf16 pairs order of layernorm_row_avx512); a tail shorter than 32 stays as it is.
+void pair_blocks(std::vector<float>& v) {
+  float tmp[32];
+  for (std::size_t b = 0; b + 32 <= v.size(); b += 32) {
+    for (int j = 0; j < 16; ++j) {
+      tmp[j] = v[b + 2 * j];
+      tmp[16 + j] = v[b + 2 * j + 1];
+    }
+    std::copy(tmp, tmp + 32, v.begin() + static_cast<std::ptrdiff_t>(b));
   }
 }
 
@@ -361,6 +406,10 @@ void layernorm_rows(const LayerNormParams& p) {
   rowio::load_row(p.beta, p.beta_stride, n, beta.data());
 #if FLASHINFER_CPU_AVX512
   if (p.in_stride_d == 1 && p.out_stride_d == 1 && use_avx512()) {
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      pair_blocks(gamma);
+      pair_blocks(beta);
+    }
     return layernorm_avx512<T>(p, gamma.data(), beta.data());
   }
 #endif
