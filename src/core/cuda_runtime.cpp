@@ -30,6 +30,11 @@ void check(cudaError_t err, const char* what) {
                     cudaGetErrorString(err));
   }
 }
+int device_attribute(cudaDeviceAttr attr, int device) {
+  int value = 0;
+  check(cudaDeviceGetAttribute(&value, attr, device), "cudaDeviceGetAttribute");
+  return value;
+}
 struct DeviceGuard {
   int prev = -1;
   explicit DeviceGuard(int device) {
@@ -115,21 +120,14 @@ std::string cuda_device_name(int device) {
 }
 
 int cuda_compute_capability(int device) {
-  int major = 0, minor = 0;
-  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-        "cudaDeviceGetAttribute");
-  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
-        "cudaDeviceGetAttribute");
-  return major * 10 + minor;
+  return device_attribute(cudaDevAttrComputeCapabilityMajor, device) * 10 +
+         device_attribute(cudaDevAttrComputeCapabilityMinor, device);
 }
 
 double cuda_peak_memory_bandwidth(int device) {
-  int clock_khz = 0, bus_bits = 0;
-  check(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device),
-        "cudaDeviceGetAttribute");
-  check(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device),
-        "cudaDeviceGetAttribute");
-  return 2.0 * 1e3 * static_cast<double>(clock_khz) * static_cast<double>(bus_bits) / 8.0;
+  const double clock_khz = device_attribute(cudaDevAttrMemoryClockRate, device);
+  const double bus_bits = device_attribute(cudaDevAttrGlobalMemoryBusWidth, device);
+  return 2.0 * 1e3 * clock_khz * bus_bits / 8.0;
 }
 
 std::string cuda_runtime_version() {
