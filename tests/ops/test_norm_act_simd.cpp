@@ -161,8 +161,8 @@ TEST(NormSimd, LargeBf16LayernormStreamedAndNot) {
   Tensor x = rand_tensor({rows, n}, DType::kBFloat16, 45);
   Tensor g = rand_tensor({n}, DType::kFloat32, 46, 0.5, 1.5);
   Tensor b = rand_tensor({n}, DType::kFloat32, 47);
-  const auto want = ref_layernorm(x.to_double_vector(), n, g.to_double_vector(),
-                                  b.to_double_vector(), 1e-6);
+  const auto want =
+      ref_layernorm(x.to_double_vector(), n, g.to_double_vector(), b.to_double_vector(), 1e-6);
   EXPECT_TRUE(all_close(layernorm(x, g, b), want, norm_tol(DType::kBFloat16)));
 }
 
