@@ -405,7 +405,7 @@ struct TableGate {
 
 // bf16 from the table, a cache line (32 elements) at a time: the even and odd elements of the
 // gate and up are split with shifts and masks and the result packed back with a blend
-// (v5::bf16_even/odd, to_bf16_pairs). Widening and narrowing 16 lanes otherwise costs three
+// (v5::bf16_even/odd, store_pairs). Widening and narrowing 16 lanes otherwise costs three
 // port-5 shuffles, the port the gathers also need.
 template <bool kStream>
 FI_AVX512 void act_line_bf16(const TableGate& act, const BFloat16* gate, const BFloat16* up,
@@ -415,13 +415,8 @@ FI_AVX512 void act_line_bf16(const TableGate& act, const BFloat16* gate, const B
   const __m512 ae =
       _mm512_i32gather_ps(_mm512_and_si512(g, _mm512_set1_epi32(0xFFFF)), act.table, 4);
   const __m512 ao = _mm512_i32gather_ps(_mm512_srli_epi32(g, 16), act.table, 4);
-  const __m512i v =
-      v5::to_bf16_pairs(_mm512_mul_ps(ae, v5::bf16_even(u)), _mm512_mul_ps(ao, v5::bf16_odd(u)));
-  if constexpr (kStream) {
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(y), v);
-  } else {
-    _mm512_storeu_si512(y, v);
-  }
+  v5::store_pairs<kStream>(y, _mm512_mul_ps(ae, v5::bf16_even(u)),
+                           _mm512_mul_ps(ao, v5::bf16_odd(u)));
 }
 
 // 16 lanes of y = act(gate) * up.

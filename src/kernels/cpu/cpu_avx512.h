@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "flashinfer/float_formats.h"
 #include "kernels/cpu/cpu_intrinsics.h"
@@ -80,6 +81,30 @@ FI_AVX512 inline __m512 bf16_odd(__m512i pairs) {
 FI_AVX512 inline __m512i to_bf16_pairs(__m512 even, __m512 odd) {
   return _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(to_bf16_hi(even), 16),
                                  to_bf16_hi(odd));
+}
+/// Stores to_bf16_pairs(even, odd) at p, non-temporally when kStream (p then 64-byte aligned;
+/// callers end with sfence()).
+template <bool kStream>
+FI_AVX512 inline void store_pairs(BFloat16* p, __m512 even, __m512 odd) {
+  const __m512i v = to_bf16_pairs(even, odd);
+  if constexpr (kStream) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(p), v);
+  } else {
+    _mm512_storeu_si512(p, v);
+  }
+}
+/// 32 consecutive elements at p as two fp32 vectors: elements 0-15 and 16-31, or for bf16 the
+/// even and the odd ones (the pairs order, which costs no port-5 widening).
+template <class T>
+FI_AVX512 inline void load32(const T* p, __m512& a, __m512& b) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    const __m512i u = _mm512_loadu_si512(p);
+    a = bf16_even(u);
+    b = bf16_odd(u);
+  } else {
+    a = load(p);
+    b = load(p + 16);
+  }
 }
 // fp32 -> fp16 bits, round to nearest even (vcvtps2ph: the same bits as Half::from_float).
 FI_AVX512 inline __m256i to_half(__m512 v) {

@@ -177,21 +177,17 @@ void fused_add_rmsnorm_avx512(const FusedAddRmsNormParams& p, const float* wf) {
   });
 }
 
-// bf16 rows are read 32 elements at a time as pairs (v5::bf16_even/odd: shifts and masks
-// instead of port-5 widening), the order in which layernorm_row_avx512 also writes them.
+// Rows are read 32 elements at a time (v5::load32: bf16 as even/odd pairs, the order in which
+// layernorm_row_avx512 also writes them).
 template <class T>
 FI_AVX512 float sum_avx512(const T* x, int64_t n) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    if constexpr (std::is_same_v<T, BFloat16>) {
-      const __m512i u = _mm512_loadu_si512(x + i);
-      a0 = _mm512_add_ps(a0, v5::bf16_even(u));
-      a1 = _mm512_add_ps(a1, v5::bf16_odd(u));
-    } else {
-      a0 = _mm512_add_ps(a0, v5::load(x + i));
-      a1 = _mm512_add_ps(a1, v5::load(x + i + 16));
-    }
+    __m512 v0, v1;
+    v5::load32(x + i, v0, v1);
+    a0 = _mm512_add_ps(a0, v0);
+    a1 = _mm512_add_ps(a1, v1);
   }
   for (; i + 16 <= n; i += 16) a0 = _mm512_add_ps(a0, v5::load(x + i));
   if (i < n) a1 = _mm512_add_ps(a1, v5::load(x + i, v5::tail_mask(n - i)));
@@ -206,14 +202,9 @@ FI_AVX512 float sum_sq_dev_avx512(const T* x, float mean, int64_t n) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     __m512 d0, d1;
-    if constexpr (std::is_same_v<T, BFloat16>) {
-      const __m512i u = _mm512_loadu_si512(x + i);
-      d0 = _mm512_sub_ps(v5::bf16_even(u), mv);
-      d1 = _mm512_sub_ps(v5::bf16_odd(u), mv);
-    } else {
-      d0 = _mm512_sub_ps(v5::load(x + i), mv);
-      d1 = _mm512_sub_ps(v5::load(x + i + 16), mv);
-    }
+    v5::load32(x + i, d0, d1);
+    d0 = _mm512_sub_ps(d0, mv);
+    d1 = _mm512_sub_ps(d1, mv);
     a0 = _mm512_fmadd_ps(d0, d0, a0);
     a1 = _mm512_fmadd_ps(d1, d1, a1);
   }
@@ -239,17 +230,13 @@ FI_AVX512 void layernorm_row_avx512(const T* x, float mean, float r, const float
     // g and bt hold each block of 32 as its 16 even then its 16 odd elements (pair_blocks).
     for (; i + 32 <= n; i += 32) {
       v5::prefetch(next, i);
-      const __m512i u = _mm512_loadu_si512(x + i);
-      const __m512 de = _mm512_mul_ps(_mm512_sub_ps(v5::bf16_even(u), mv), rv);
-      const __m512 dd = _mm512_mul_ps(_mm512_sub_ps(v5::bf16_odd(u), mv), rv);
-      const __m512i v = v5::to_bf16_pairs(
-          _mm512_fmadd_ps(de, _mm512_loadu_ps(g + i), _mm512_loadu_ps(bt + i)),
+      __m512 de, dd;
+      v5::load32(x + i, de, dd);
+      de = _mm512_mul_ps(_mm512_sub_ps(de, mv), rv);
+      dd = _mm512_mul_ps(_mm512_sub_ps(dd, mv), rv);
+      v5::store_pairs<kStream>(
+          y + i, _mm512_fmadd_ps(de, _mm512_loadu_ps(g + i), _mm512_loadu_ps(bt + i)),
           _mm512_fmadd_ps(dd, _mm512_loadu_ps(g + i + 16), _mm512_loadu_ps(bt + i + 16)));
-      if constexpr (kStream) {
-        _mm512_stream_si512(reinterpret_cast<__m512i*>(y + i), v);
-      } else {
-        _mm512_storeu_si512(y + i, v);
-      }
     }
   }
   for (; i + 16 <= n; i += 16) {
