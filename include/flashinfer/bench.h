@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "flashinfer/device.h"
@@ -56,6 +57,15 @@ struct BenchCase {
 };
 
 using BenchHook = std::function<BenchCase(const BenchShape&, Device)>;
+
+/// The bench table: routine hooks keyed by op name, kept apart from the op declarations (an
+/// engine declaring its own ops need not know about benchmarks). Built-in ops register theirs
+/// with the declarations; code outside the library may add its own.
+void register_bench_hook(std::string op_name, BenchHook hook);
+/// The hook of `op_name`, or nullptr when the op has no bench routine.
+const BenchHook* find_bench_hook(std::string_view op_name);
+/// Names of every op with a bench routine, sorted.
+std::vector<std::string> bench_routines();
 
 /// Runs `c` dry_run_iters times untimed, then num_iters times timed; returns milliseconds per
 /// iteration. CPU: steady clock around each run. CUDA: CUDA events on the current stream, the L2

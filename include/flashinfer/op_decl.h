@@ -1,6 +1,7 @@
 // Op declarations: each public op (free function or wrapper method) is declared once, and that
-// declaration is what logging, recording, replay, `flashinfer list-ops` and `flashinfer bench`
-// read. Code outside the library declares its own ops with the same types (see register_op).
+// declaration is what logging, recording, replay and `flashinfer list-ops` read (bench routines
+// live in their own table, flashinfer/bench.h). Code outside the library declares its own ops with
+// the same types (see register_op).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "flashinfer/bench.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"
 
@@ -31,6 +31,8 @@ struct ParamDecl {
   std::optional<Value> default_value;  // nullopt: required
   bool keyword_only = false;           // passed by keyword upstream (recorded as kwarg_<name>)
   bool mutated = false;                // the op writes into this tensor (out=, in-place ops)
+  bool in_kwargs = false;              // keyword-only, taken through upstream's **kwargs: accepted
+                                       // by keyword but absent from the signature text
   std::string type_name;               // enum class or object class, for kEnum / kObject
 
   ParamDecl() = default;
@@ -71,10 +73,13 @@ struct OpDecl {
   std::string module;             // FlashInfer's Python module: "flashinfer.norm"
   std::string class_name;         // wrapper class for methods, empty for free functions
   std::vector<ParamDecl> params;  // methods: params[0] is `self`
-  std::string returns;            // "Tensor", "None", "tuple[Tensor, Tensor]", ...
-  std::string summary;            // one line for list-ops
-  OpInvoker invoke;               // may be empty: then the op cannot be replayed
-  BenchHook bench;                // may be empty: then `flashinfer bench` cannot run it
+  // Upstream's variadic parameters, kept for the signature text (`function_signature` in records):
+  // `*var_positional` stands before the keyword-only parameters, `**var_keyword` last.
+  std::string var_positional;  // "args", "deprecated_positional_args"; empty: none
+  std::string var_keyword;     // "kwargs"; empty: none
+  std::string returns;         // "Tensor", "None", "tuple[Tensor, Tensor]", ...
+  std::string summary;         // one line for list-ops
+  OpInvoker invoke;            // may be empty: then the op cannot be replayed
 
   bool is_method() const { return !class_name.empty(); }
   /// "plan" for "X.plan", the name itself for free functions.
@@ -106,6 +111,8 @@ class CallArgs {
   bool boolean(std::size_t i) const;
   std::optional<bool> optional_bool(std::size_t i) const;
   std::string str(std::size_t i) const;
+  /// A view of the string argument i (valid while this CallArgs lives).
+  std::string_view str_view(std::size_t i) const;
   DType dtype(std::size_t i) const;
   std::optional<DType> optional_dtype(std::size_t i) const;
   ApiObject& object(std::size_t i) const;

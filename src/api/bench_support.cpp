@@ -2,6 +2,8 @@
 #include "api/bench_support.h"
 
 #include <chrono>
+#include <map>
+#include <mutex>
 
 #include "flashinfer/error.h"
 #include "flashinfer/stream.h"
@@ -10,6 +12,44 @@
 #endif
 
 namespace flashinfer {
+
+namespace {
+
+struct BenchTable {
+  std::mutex mu;
+  std::map<std::string, BenchHook, std::less<>> hooks;
+};
+BenchTable& bench_table() {
+  static auto* t = new BenchTable();  // never destroyed: hooks may be looked up at exit
+  return *t;
+}
+
+}  // namespace
+
+void register_bench_hook(std::string op_name, BenchHook hook) {
+  BenchTable& t = bench_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto [it, inserted] = t.hooks.emplace(op_name, std::move(hook));
+  FLASHINFER_CHECK(inserted, "register_bench_hook", "op_name", "'", op_name,
+                   "' already has a bench routine");
+}
+
+const BenchHook* find_bench_hook(std::string_view op_name) {
+  OpRegistry::global();  // the built-in ops register their hooks with their declarations
+  BenchTable& t = bench_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto it = t.hooks.find(op_name);
+  return it == t.hooks.end() ? nullptr : &it->second;  // std::map nodes are stable
+}
+
+std::vector<std::string> bench_routines() {
+  OpRegistry::global();
+  BenchTable& t = bench_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  std::vector<std::string> names;
+  for (const auto& [name, hook] : t.hooks) names.push_back(name);
+  return names;
+}
 
 namespace api::bench {
 

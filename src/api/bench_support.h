@@ -29,9 +29,9 @@ double nbytes(const Shape& shape, DType dtype);
 BenchCase invoke_case(const std::string& name, std::vector<Value> positional,
                       std::vector<std::pair<std::string, Value>> keyword = {});
 
-/// `d` with its bench hook set (used on an area's registry.add lines).
+/// `d`, after registering `hook` as its bench routine (used on an area's registry.add lines).
 inline OpDecl with_bench(OpDecl d, BenchHook hook) {
-  d.bench = std::move(hook);
+  register_bench_hook(d.name, std::move(hook));
   return d;
 }
 

@@ -7,7 +7,7 @@
 #include "api/checks.h"
 #include "api/device_props.h"
 #include "core/cuda_runtime.h"
-#include "flashinfer/api_call.h"
+#include "flashinfer/op_typed.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/norm_cpu.h"
 #if FLASHINFER_WITH_CUDA
@@ -18,30 +18,6 @@ namespace flashinfer {
 namespace {
 
 constexpr const char* kModule = "flashinfer.norm";
-
-OpDecl make_rmsnorm_decl() {
-  OpDecl d;
-  d.name = "rmsnorm";
-  d.module = kModule;
-  d.params = {
-      ParamDecl("input", ParamKind::kTensor),
-      ParamDecl("weight", ParamKind::kTensor),
-      ParamDecl("eps", ParamKind::kFloat).def(1e-6),
-      ParamDecl("out", ParamKind::kTensor).opt().mut(),
-      ParamDecl("enable_pdl", ParamKind::kBool).opt(),
-  };
-  d.returns = "Tensor";
-  d.summary = "Root mean square normalization: input * rsqrt(mean(input^2) + eps) * weight";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return rmsnorm(a.tensor(0), a.tensor(1), a.f64(2), a.optional_tensor(3), a.optional_bool(4));
-  };
-  return d;
-}
-
-const OpDecl& rmsnorm_decl() {
-  static const OpDecl& d = *OpRegistry::global().find("rmsnorm");
-  return d;
-}
 
 // Fills the kernel parameters shared by every backend: input [B, H] or [B, heads, H].
 kernels::RmsNormParams norm_params(const Tensor& input, const Tensor& weight, const Tensor& out,
@@ -113,101 +89,12 @@ Tensor rmsnorm_impl(const char* op, float weight_bias, const Tensor& input, cons
 
 Tensor rmsnorm(const Tensor& input, const Tensor& weight, double eps, std::optional<Tensor> out,
                std::optional<bool> enable_pdl) {
-  return call_api(
-      &rmsnorm_decl,
+  return call_op<&rmsnorm>(
       [&] { return rmsnorm_impl("rmsnorm", 0.0f, input, weight, eps, out, enable_pdl); }, input,
       weight, eps, out, enable_pdl);
 }
 
 namespace {
-
-// fused_add_rmsnorm / gemma_fused_add_rmsnorm share one declaration shape.
-OpDecl make_fused_add_decl(const char* name, const char* summary,
-                           void (*fn)(const Tensor&, const Tensor&, const Tensor&, double,
-                                      std::optional<bool>)) {
-  OpDecl d;
-  d.name = name;
-  d.module = kModule;
-  d.params = {
-      ParamDecl("input", ParamKind::kTensor).mut(),
-      ParamDecl("residual", ParamKind::kTensor).mut(),
-      ParamDecl("weight", ParamKind::kTensor),
-      ParamDecl("eps", ParamKind::kFloat).def(1e-6),
-      ParamDecl("enable_pdl", ParamKind::kBool).opt(),
-  };
-  d.returns = "None";
-  d.summary = summary;
-  d.invoke = [fn](const CallArgs& a) -> Value {
-    fn(a.tensor(0), a.tensor(1), a.tensor(2), a.f64(3), a.optional_bool(4));
-    return Value();
-  };
-  return d;
-}
-
-OpDecl make_fused_add_rmsnorm_decl() {
-  return make_fused_add_decl(
-      "fused_add_rmsnorm",
-      "In place: residual += input; input = rmsnorm(residual) * weight (fp32 sum normalized)",
-      [](const Tensor& i, const Tensor& r, const Tensor& w, double e, std::optional<bool> pdl) {
-        fused_add_rmsnorm(i, r, w, e, pdl);
-      });
-}
-
-OpDecl make_gemma_fused_add_rmsnorm_decl() {
-  return make_fused_add_decl(
-      "gemma_fused_add_rmsnorm",
-      "In place: residual += input; input = rmsnorm(residual) * (1 + weight)",
-      [](const Tensor& i, const Tensor& r, const Tensor& w, double e, std::optional<bool> pdl) {
-        gemma_fused_add_rmsnorm(i, r, w, e, pdl);
-      });
-}
-
-OpDecl make_gemma_rmsnorm_decl() {
-  OpDecl d = make_rmsnorm_decl();
-  d.name = "gemma_rmsnorm";
-  d.summary = "Gemma RMS normalization: input * rsqrt(mean(input^2) + eps) * (1 + weight)";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return gemma_rmsnorm(a.tensor(0), a.tensor(1), a.f64(2), a.optional_tensor(3),
-                         a.optional_bool(4));
-  };
-  return d;
-}
-
-OpDecl make_layernorm_decl() {
-  OpDecl d;
-  d.name = "layernorm";
-  d.module = kModule;
-  // "gemma" (not "gamma") is upstream's parameter name.
-  d.params = {
-      ParamDecl("input", ParamKind::kTensor),
-      ParamDecl("gemma", ParamKind::kTensor),
-      ParamDecl("beta", ParamKind::kTensor),
-      ParamDecl("eps", ParamKind::kFloat).def(1e-6),
-  };
-  d.returns = "Tensor";
-  d.summary = "Layer normalization: (input - mean) * rsqrt(var + eps) * gemma + beta";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return layernorm(a.tensor(0), a.tensor(1), a.tensor(2), a.f64(3));
-  };
-  return d;
-}
-
-const OpDecl& gemma_rmsnorm_decl() {
-  static const OpDecl& d = *OpRegistry::global().find("gemma_rmsnorm");
-  return d;
-}
-const OpDecl& fused_add_rmsnorm_decl() {
-  static const OpDecl& d = *OpRegistry::global().find("fused_add_rmsnorm");
-  return d;
-}
-const OpDecl& gemma_fused_add_rmsnorm_decl() {
-  static const OpDecl& d = *OpRegistry::global().find("gemma_fused_add_rmsnorm");
-  return d;
-}
-const OpDecl& layernorm_decl() {
-  static const OpDecl& d = *OpRegistry::global().find("layernorm");
-  return d;
-}
 
 void check_eps(double eps, const char* op) {
   FLASHINFER_CHECK(eps >= 0.0 && std::isfinite(eps), op, "eps",
@@ -324,16 +211,14 @@ Tensor layernorm_impl(const Tensor& input, const Tensor& gemma, const Tensor& be
 
 Tensor gemma_rmsnorm(const Tensor& input, const Tensor& weight, double eps,
                      std::optional<Tensor> out, std::optional<bool> enable_pdl) {
-  return call_api(
-      &gemma_rmsnorm_decl,
+  return call_op<&gemma_rmsnorm>(
       [&] { return rmsnorm_impl("gemma_rmsnorm", 1.0f, input, weight, eps, out, enable_pdl); },
       input, weight, eps, out, enable_pdl);
 }
 
 void fused_add_rmsnorm(const Tensor& input, const Tensor& residual, const Tensor& weight,
                        double eps, std::optional<bool> enable_pdl) {
-  call_api(
-      &fused_add_rmsnorm_decl,
+  call_op<&fused_add_rmsnorm>(
       [&] {
         fused_add_rmsnorm_impl("fused_add_rmsnorm", 0.0f, input, residual, weight, eps, enable_pdl);
       },
@@ -342,8 +227,7 @@ void fused_add_rmsnorm(const Tensor& input, const Tensor& residual, const Tensor
 
 void gemma_fused_add_rmsnorm(const Tensor& input, const Tensor& residual, const Tensor& weight,
                              double eps, std::optional<bool> enable_pdl) {
-  call_api(
-      &gemma_fused_add_rmsnorm_decl,
+  call_op<&gemma_fused_add_rmsnorm>(
       [&] {
         fused_add_rmsnorm_impl("gemma_fused_add_rmsnorm", 1.0f, input, residual, weight, eps,
                                enable_pdl);
@@ -352,9 +236,8 @@ void gemma_fused_add_rmsnorm(const Tensor& input, const Tensor& residual, const 
 }
 
 Tensor layernorm(const Tensor& input, const Tensor& gemma, const Tensor& beta, double eps) {
-  return call_api(
-      &layernorm_decl, [&] { return layernorm_impl(input, gemma, beta, eps); }, input, gemma, beta,
-      eps);
+  return call_op<&layernorm>([&] { return layernorm_impl(input, gemma, beta, eps); }, input, gemma,
+                             beta, eps);
 }
 
 namespace {
@@ -405,21 +288,52 @@ BenchCase bench_layernorm(const BenchShape& s, Device dev) {
 }  // namespace
 
 namespace detail {
-void register_norm_ops(OpRegistry& registry) {
-  using api::bench::with_bench;
-  registry.add(with_bench(make_rmsnorm_decl(), [](const BenchShape& s, Device d) {
-    return bench_rmsnorm(s, d, "rmsnorm");
-  }));
-  registry.add(with_bench(make_fused_add_rmsnorm_decl(), [](const BenchShape& s, Device d) {
+void register_norm_ops(OpRegistry& r) {
+  declare<&rmsnorm>(r,
+                    {.name = "rmsnorm",
+                     .module = kModule,
+                     .summary = "Root mean square normalization: input * rsqrt(mean(input^2) + "
+                                "eps) * weight"},
+                    "input", "weight", arg("eps", 1e-6), arg("out").mut(), "enable_pdl");
+  declare<&fused_add_rmsnorm>(
+      r,
+      {.name = "fused_add_rmsnorm",
+       .module = kModule,
+       .summary = "In place: residual += input; input = rmsnorm(residual) * weight (fp32 sum "
+                  "normalized)"},
+      arg("input").mut(), arg("residual").mut(), "weight", arg("eps", 1e-6), "enable_pdl");
+  declare<&gemma_rmsnorm>(r,
+                          {.name = "gemma_rmsnorm",
+                           .module = kModule,
+                           .summary = "Gemma RMS normalization: input * rsqrt(mean(input^2) + "
+                                      "eps) * (1 + weight)"},
+                          "input", "weight", arg("eps", 1e-6), arg("out").mut(), "enable_pdl");
+  declare<&gemma_fused_add_rmsnorm>(
+      r,
+      {.name = "gemma_fused_add_rmsnorm",
+       .module = kModule,
+       .summary = "In place: residual += input; input = rmsnorm(residual) * (1 + weight)"},
+      arg("input").mut(), arg("residual").mut(), "weight", arg("eps", 1e-6), "enable_pdl");
+  // "gemma" (not "gamma") is upstream's parameter name.
+  declare<&layernorm>(
+      r,
+      {.name = "layernorm",
+       .module = kModule,
+       .summary = "Layer normalization: (input - mean) * rsqrt(var + eps) * gemma + beta"},
+      "input", "gemma", "beta", arg("eps", 1e-6));
+
+  register_bench_hook("rmsnorm",
+                      [](const BenchShape& s, Device d) { return bench_rmsnorm(s, d, "rmsnorm"); });
+  register_bench_hook("fused_add_rmsnorm", [](const BenchShape& s, Device d) {
     return bench_fused_add_rmsnorm(s, d, "fused_add_rmsnorm");
-  }));
-  registry.add(with_bench(make_gemma_rmsnorm_decl(), [](const BenchShape& s, Device d) {
+  });
+  register_bench_hook("gemma_rmsnorm", [](const BenchShape& s, Device d) {
     return bench_rmsnorm(s, d, "gemma_rmsnorm");
-  }));
-  registry.add(with_bench(make_gemma_fused_add_rmsnorm_decl(), [](const BenchShape& s, Device d) {
+  });
+  register_bench_hook("gemma_fused_add_rmsnorm", [](const BenchShape& s, Device d) {
     return bench_fused_add_rmsnorm(s, d, "gemma_fused_add_rmsnorm");
-  }));
-  registry.add(with_bench(make_layernorm_decl(), bench_layernorm));
+  });
+  register_bench_hook("layernorm", bench_layernorm);
 }
 }  // namespace detail
 

@@ -52,18 +52,28 @@ std::string_view OpDecl::method_name() const {
 }
 
 std::string OpDecl::signature() const {
+  // Python's inspect.signature text: keyword-only parameters follow `*args` or a bare `*`;
+  // parameters taken through **kwargs are not listed.
   std::string s = "(";
+  auto put = [&](const std::string& part) {
+    if (s.size() > 1) s += ", ";
+    s += part;
+  };
   bool star_written = false;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const ParamDecl& p = params[i];
-    if (i) s += ", ";
+  for (const ParamDecl& p : params) {
     if (p.keyword_only && !star_written) {
-      s += "*, ";
+      if (!var_positional.empty()) {
+        put("*" + var_positional);
+      } else if (!p.in_kwargs) {
+        put("*");
+      }
       star_written = true;
     }
-    s += p.name;
-    if (p.default_value) s += "=" + p.default_value->repr();
+    if (p.in_kwargs) continue;
+    put(p.default_value ? p.name + "=" + p.default_value->repr() : p.name);
   }
+  if (!star_written && !var_positional.empty()) put("*" + var_positional);
+  if (!var_keyword.empty()) put("**" + var_keyword);
   return s + ")";
 }
 
@@ -125,7 +135,8 @@ std::optional<bool> CallArgs::optional_bool(std::size_t i) const {
   if (i < values_.size() && values_[i].is_none()) return std::nullopt;
   return boolean(i);
 }
-std::string CallArgs::str(std::size_t i) const {
+std::string CallArgs::str(std::size_t i) const { return std::string(str_view(i)); }
+std::string_view CallArgs::str_view(std::size_t i) const {
   if (i >= values_.size() || values_[i].kind() != Value::Kind::kString) kind_error(i, "str");
   return values_[i].as_string();
 }
@@ -155,8 +166,18 @@ ApiObject& CallArgs::object(std::size_t i) const {
 std::vector<Value> bind_arguments(const OpDecl& decl, std::vector<Value> positional,
                                   std::vector<std::pair<std::string, Value>> keyword) {
   const auto n = decl.params.size();
-  FLASHINFER_CHECK(positional.size() <= n, decl.name, "", "takes ", n, " arguments but ",
-                   positional.size(), " were given");
+  // Keyword-only parameters are never filled by position (Python's rule).
+  const auto n_positional = static_cast<std::size_t>(
+      std::count_if(decl.params.begin(), decl.params.end(),
+                    [](const ParamDecl& p) { return !p.keyword_only; }));
+  if (positional.size() > n_positional && !decl.var_positional.empty()) {
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, decl.name, decl.var_positional,
+                    positional.size() - n_positional,
+                    " extra positional argument(s) given to *", decl.var_positional,
+                    "; pass them by keyword");
+  }
+  FLASHINFER_CHECK(positional.size() <= n_positional, decl.name, "", "takes ", n_positional,
+                   " positional arguments but ", positional.size(), " were given");
   std::vector<std::optional<Value>> slots(n);
   for (std::size_t i = 0; i < positional.size(); ++i) slots[i] = std::move(positional[i]);
   for (auto& [name, v] : keyword) {

@@ -1,0 +1,768 @@
+// Typed op declarations: an op is declared once, from the C++ function (or method, or
+// constructor) that implements it, plus upstream's parameter names and defaults. The parameter
+// kinds, the invoker that replays the op from Values, the packing of a live call for logging and
+// recording, and the registration are all derived from the function's type, so they cannot drift
+// from it: a declaration that names too few or too many parameters, a default that does not
+// convert to its parameter's type, or a gate call whose arguments differ from the declared
+// function's is a compile error.
+//
+//   // in the area's .cpp, the op's declaration:
+//   api::declare<&rmsnorm>(registry, {.name = "rmsnorm", .module = "flashinfer.norm",
+//                                     .summary = "..."},
+//                          "input", "weight", arg("eps", 1e-6), arg("out").mut(), "enable_pdl");
+//   // the public function's body, through the gate:
+//   Tensor rmsnorm(const Tensor& input, ..., std::optional<bool> enable_pdl) {
+//     return call_op<&rmsnorm>([&] { return rmsnorm_impl(...); }, input, weight, eps, out,
+//                              enable_pdl);
+//   }
+//
+// Keyword-only parameters that C++ passes as one options struct keep a single field list:
+// FLASHINFER_OPTION_FIELDS(PlanOptions, pos_encoding_mode, window_left, ...) next to the struct
+// names its fields once; a declaration whose last parameter is that struct takes one keyword-only
+// parameter per field (default: the field's value in a default-constructed struct), and the gate
+// records each field as `kwarg_<name>`. Code outside the library declares its own ops the same
+// way (`declare` on any OpRegistry, usually OpRegistry::global()).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "flashinfer/api_call.h"
+#include "flashinfer/error.h"
+#include "flashinfer/op_decl.h"
+#include "flashinfer/value.h"
+
+namespace flashinfer {
+
+// ---- ArgTraits<T>: what kind a C++ parameter type has and how it is rebuilt from a Value -------
+//
+// Specialize it for a type of your own (an enum, a small struct): `kind`, and
+// `static T get(const CallArgs& a, std::size_t i)` that throws flashinfer::Error (via the
+// CallArgs getters or FLASHINFER_CHECK) on a value of the wrong kind. `type_name` (optional) is
+// the enum or class name recorded for kEnum / kObject.
+template <class T, class Enable = void>
+struct ArgTraits;  // undefined: a parameter type with no traits does not compile
+
+template <>
+struct ArgTraits<Tensor> {
+  static constexpr ParamKind kind = ParamKind::kTensor;
+  static Tensor get(const CallArgs& a, std::size_t i) { return a.tensor(i); }
+};
+template <>
+struct ArgTraits<bool> {
+  static constexpr ParamKind kind = ParamKind::kBool;
+  static bool get(const CallArgs& a, std::size_t i) { return a.boolean(i); }
+};
+template <class T>
+struct ArgTraits<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
+  static constexpr ParamKind kind = ParamKind::kInt;
+  static T get(const CallArgs& a, std::size_t i) {
+    const int64_t v = a.i64(i);
+    FLASHINFER_CHECK(std::in_range<T>(v), a.decl().name,
+                     i < a.decl().params.size() ? a.decl().params[i].name : "", "value ", v,
+                     " is out of range");
+    return static_cast<T>(v);
+  }
+};
+template <class T>
+struct ArgTraits<T, std::enable_if_t<std::is_floating_point_v<T>>> {
+  static constexpr ParamKind kind = ParamKind::kFloat;
+  static T get(const CallArgs& a, std::size_t i) { return static_cast<T>(a.f64(i)); }
+};
+template <>
+struct ArgTraits<std::string> {
+  static constexpr ParamKind kind = ParamKind::kString;
+  static std::string get(const CallArgs& a, std::size_t i) { return a.str(i); }
+};
+template <>
+struct ArgTraits<std::string_view> {
+  static constexpr ParamKind kind = ParamKind::kString;
+  static std::string_view get(const CallArgs& a, std::size_t i) { return a.str_view(i); }
+};
+template <>
+struct ArgTraits<DType> {
+  static constexpr ParamKind kind = ParamKind::kDType;
+  static DType get(const CallArgs& a, std::size_t i) { return a.dtype(i); }
+};
+template <>
+struct ArgTraits<Value> {  // taken as recorded (a jit_args list, a (K, V) pair)
+  static constexpr ParamKind kind = ParamKind::kAny;
+  static Value get(const CallArgs& a, std::size_t i) { return a[i]; }
+};
+template <class T>
+struct ArgTraits<std::optional<T>> {
+  static constexpr ParamKind kind = ArgTraits<T>::kind;
+  static constexpr bool optional = true;
+  static std::optional<T> get(const CallArgs& a, std::size_t i) {
+    if (a[i].is_none()) return std::nullopt;
+    return ArgTraits<T>::get(a, i);
+  }
+};
+template <class T>
+struct ArgTraits<std::vector<T>> {
+  static constexpr ParamKind kind = ParamKind::kList;
+  static std::vector<T> get(const CallArgs& a, std::size_t i) {
+    FLASHINFER_CHECK(a[i].is_sequence(), a.decl().name, a.decl().params.at(i).name,
+                     "expected a list, got ", value_kind_name(a[i].kind()));
+    std::vector<T> out;
+    for (const Value& item : a[i].items()) {
+      OpDecl one;
+      one.name = a.decl().name;
+      one.params = {a.decl().params.at(i)};
+      out.push_back(ArgTraits<T>::get(CallArgs(one, {item}), 0));
+    }
+    return out;
+  }
+};
+
+// ---- Options structs: one field list ------------------------------------------------------------
+
+/// One field of an options struct: upstream's keyword name and the member.
+template <class S, class M>
+struct OptionField {
+  const char* name;
+  M S::*member;
+  using type = M;
+};
+
+template <class S, class M>
+constexpr OptionField<S, M> option_field(const char* name, M S::*member) {
+  return {name, member};
+}
+
+/// Whether `S` has a field list (declared with FLASHINFER_OPTION_FIELDS).
+template <class S>
+concept OptionsStruct = requires {
+  flashinfer_option_fields(std::type_identity<S>{});
+};
+
+namespace detail {
+
+// Counts an aggregate's members (the largest brace-initializer list that compiles), so a field
+// list that forgets a member is a compile error.
+struct AnyInit {
+  template <class T>
+  operator T() const;  // NOLINT: only used in unevaluated brace-initialization
+};
+template <class S, std::size_t... I>
+constexpr bool brace_constructible(std::index_sequence<I...>) {
+  return requires { S{(static_cast<void>(I), AnyInit{})...}; };
+}
+template <class S, std::size_t N = 0>
+constexpr std::size_t aggregate_arity() {
+  if constexpr (N > 64) {
+    return N;
+  } else if constexpr (brace_constructible<S>(std::make_index_sequence<N + 1>{})) {
+    return aggregate_arity<S, N + 1>();
+  } else {
+    return N;
+  }
+}
+
+}  // namespace detail
+
+/// The tuple of OptionField of `S`.
+template <OptionsStruct S>
+constexpr auto option_fields() {
+  return flashinfer_option_fields(std::type_identity<S>{});
+}
+
+// FLASHINFER_OPTION_FIELDS(S, a, b, c): S's keyword fields, in upstream's order.
+#define FLASHINFER_OPT_PARENS ()
+#define FLASHINFER_OPT_EXPAND(...) \
+  FLASHINFER_OPT_EXPAND3(FLASHINFER_OPT_EXPAND3(FLASHINFER_OPT_EXPAND3(__VA_ARGS__)))
+#define FLASHINFER_OPT_EXPAND3(...) \
+  FLASHINFER_OPT_EXPAND2(FLASHINFER_OPT_EXPAND2(FLASHINFER_OPT_EXPAND2(__VA_ARGS__)))
+#define FLASHINFER_OPT_EXPAND2(...) \
+  FLASHINFER_OPT_EXPAND1(FLASHINFER_OPT_EXPAND1(FLASHINFER_OPT_EXPAND1(__VA_ARGS__)))
+#define FLASHINFER_OPT_EXPAND1(...) __VA_ARGS__
+#define FLASHINFER_OPT_EACH(S, ...) \
+  __VA_OPT__(FLASHINFER_OPT_EXPAND(FLASHINFER_OPT_EACH_STEP(S, __VA_ARGS__)))
+#define FLASHINFER_OPT_EACH_STEP(S, f, ...)               \
+  std::make_tuple(::flashinfer::option_field(#f, &S::f)), \
+      __VA_OPT__(FLASHINFER_OPT_EACH_AGAIN FLASHINFER_OPT_PARENS(S, __VA_ARGS__))
+#define FLASHINFER_OPT_EACH_AGAIN() FLASHINFER_OPT_EACH_STEP
+#define FLASHINFER_OPTION_FIELDS(S, ...)                                                          \
+  inline constexpr auto flashinfer_option_fields(std::type_identity<S>) {                         \
+    return std::tuple_cat(FLASHINFER_OPT_EACH(S, __VA_ARGS__) std::tuple<>());                    \
+  }                                                                                               \
+  static_assert(std::tuple_size_v<decltype(flashinfer_option_fields(std::type_identity<S>{}))> == \
+                    ::flashinfer::detail::aggregate_arity<S>(),                                   \
+                "FLASHINFER_OPTION_FIELDS(" #S ", ...) must list every member of " #S)
+
+// ---- Parameter specs: upstream's names, defaults and flags --------------------------------------
+
+/// A parameter's upstream name and what the C++ type cannot say: its default (for parameters
+/// that are not std::optional; an std::optional parameter defaults to None), whether the op
+/// writes into it, and whether upstream takes it by keyword only. `D` is the default's type
+/// (void: none), checked against the parameter's type at compile time.
+template <class D = void>
+struct Arg {
+  const char* name;
+  std::optional<std::conditional_t<std::is_void_v<D>, int, D>> default_value;
+  bool mutated = false;
+  bool keyword_only = false;
+  const char* type_name = nullptr;  // kEnum / kObject class name
+  ParamKind kind = ParamKind::kAny;
+  bool kind_set = false;
+
+  constexpr Arg mut() const {
+    Arg a = *this;
+    a.mutated = true;
+    return a;
+  }
+  constexpr Arg kw() const {
+    Arg a = *this;
+    a.keyword_only = true;
+    return a;
+  }
+  constexpr Arg type(const char* t) const {
+    Arg a = *this;
+    a.type_name = t;
+    return a;
+  }
+  /// Overrides the derived kind (e.g. a (K, V) pair or a tensor: kAny).
+  constexpr Arg as(ParamKind k) const {
+    Arg a = *this;
+    a.kind = k;
+    a.kind_set = true;
+    return a;
+  }
+};
+
+inline Arg<void> arg(const char* name) { return Arg<void>{name, std::nullopt}; }
+template <class D>
+Arg<std::decay_t<D>> arg(const char* name, D default_value) {
+  return Arg<std::decay_t<D>>{name, std::move(default_value)};
+}
+/// A field of the options struct that needs more than its name and default (mut, type, as, or
+/// a default other than the default-constructed field's, e.g. a dtype upstream spells 'float16').
+inline Arg<void> field(const char* name) { return Arg<void>{name, std::nullopt}; }
+template <class D>
+Arg<std::decay_t<D>> field(const char* name, D default_value) {
+  return Arg<std::decay_t<D>>{name, std::move(default_value)};
+}
+
+/// The subset of an options struct's fields an op takes upstream, in upstream's order (when
+/// several ops share one options struct). Unlisted fields must stay unset; the op checks that.
+struct OnlyFields {
+  std::vector<const char*> names;
+  OnlyFields(std::initializer_list<const char*> n) : names(n) {}
+};
+
+/// What a declaration says besides its parameters.
+struct OpSpec {
+  const char* name;                      // "rmsnorm", "BatchDecodeWithPagedKVCacheWrapper.plan"
+  const char* module;                    // upstream's defining module
+  const char* summary;                   // one line for list-ops
+  const char* returns = nullptr;         // default: derived from the C++ return type
+  const char* var_positional = nullptr;  // upstream's *args name
+  const char* var_keyword = nullptr;     // upstream's **kwargs name: the options fields are
+                                         // taken through it (absent from the signature text)
+};
+
+// ---- Return-type names
+// ---------------------------------------------------------------------------
+
+template <class R>
+struct ReturnName {
+  static constexpr const char* value = "object";
+};
+template <>
+struct ReturnName<void> {
+  static constexpr const char* value = "None";
+};
+template <>
+struct ReturnName<Tensor> {
+  static constexpr const char* value = "Tensor";
+};
+template <>
+struct ReturnName<std::pair<Tensor, Tensor>> {
+  static constexpr const char* value = "tuple[Tensor, Tensor]";
+};
+template <>
+struct ReturnName<std::tuple<Tensor, Tensor>> {
+  static constexpr const char* value = "tuple[Tensor, Tensor]";
+};
+template <>
+struct ReturnName<bool> {
+  static constexpr const char* value = "bool";
+};
+template <>
+struct ReturnName<int64_t> {
+  static constexpr const char* value = "int";
+};
+
+// ---- What is declared: a function, a method or a constructor
+// -------------------------------------
+
+/// A constructor as an op (`Class.__init__`): the argument types the constructor takes.
+template <class C, class... A>
+struct Init {
+  using Class = C;
+};
+
+namespace detail {
+
+template <class T>
+using Plain = std::remove_cvref_t<T>;
+
+template <class F>
+struct FnInfo;
+template <class R, class... A>
+struct FnInfo<R (*)(A...)> {
+  using Ret = R;
+  using Args = std::tuple<Plain<A>...>;
+  using Class = void;
+};
+template <class R, class C, class... A>
+struct FnInfo<R (C::*)(A...)> {
+  using Ret = R;
+  using Args = std::tuple<Plain<A>...>;
+  using Class = C;
+};
+template <class R, class C, class... A>
+struct FnInfo<R (C::*)(A...) const> {
+  using Ret = R;
+  using Args = std::tuple<Plain<A>...>;
+  using Class = C;
+};
+
+// What an op key (a function pointer, a member function pointer or an Init<>) declares.
+template <auto Key>
+struct OpInfo : FnInfo<decltype(Key)> {
+  static constexpr bool is_init = false;
+};
+template <class C, class... A>
+struct InitInfo {
+  using Ret = void;
+  using Args = std::tuple<Plain<A>...>;
+  using Class = C;
+  static constexpr bool is_init = true;
+};
+
+template <class Key>
+struct KeyOf;  // Key type → info
+template <auto Fn>
+struct FnKey {};
+template <auto Fn>
+struct KeyOf<FnKey<Fn>> : OpInfo<Fn> {};
+template <class C, class... A>
+struct KeyOf<Init<C, A...>> : InitInfo<C, A...> {};
+
+/// The registered declaration of each op key (set when the op is declared).
+template <class Key>
+struct DeclSlot {
+  static inline const OpDecl* decl = nullptr;
+};
+
+template <class Args>
+struct LastIsOptions : std::false_type {};
+template <class... A>
+requires(sizeof...(A) > 0) struct LastIsOptions<std::tuple<A...>>
+    : std::bool_constant<OptionsStruct<std::tuple_element_t<sizeof...(A) - 1, std::tuple<A...>>>> {
+};
+
+template <class Args>
+constexpr std::size_t named_arity() {
+  return std::tuple_size_v<Args> - (LastIsOptions<Args>::value ? 1 : 0);
+}
+
+template <class T>
+struct IsArg : std::false_type {};
+template <class D>
+struct IsArg<Arg<D>> : std::true_type {};
+
+template <class T>
+Arg<void> to_arg(const char* name) {
+  return arg(name);
+}
+template <class D>
+Arg<D> as_arg(const Arg<D>& a) {
+  return a;
+}
+inline Arg<void> as_arg(const char* name) { return arg(name); }
+
+template <class T>
+ParamDecl param_decl_for(const std::string& name) {
+  ParamDecl p(name, ArgTraits<T>::kind);
+  if constexpr (requires { ArgTraits<T>::optional; }) {
+    if (ArgTraits<T>::optional) p.opt();
+  }
+  if constexpr (requires { ArgTraits<T>::type_name; }) p.type(ArgTraits<T>::type_name);
+  return p;
+}
+
+template <class T, class D>
+void apply_arg(ParamDecl& p, const Arg<D>& a) {
+  if constexpr (!std::is_void_v<D>) {
+    static_assert(std::is_constructible_v<T, D> ||
+                      (std::is_same_v<T, DType> || std::is_same_v<T, std::optional<DType>>),
+                  "a declared default must convert to its parameter's type");
+    if (a.default_value) p.def(to_value(*a.default_value));
+  }
+  if (a.mutated) p.mut();
+  if (a.keyword_only) p.kw();
+  if (a.type_name) p.type(a.type_name);
+  if (a.kind_set) p.kind = a.kind;
+}
+
+// Checks, once at registration, that every default rebuilds into its parameter's type.
+template <class T>
+void check_default(const OpDecl& d, std::size_t i) {
+  if (!d.params[i].default_value) return;
+  OpDecl one;
+  one.name = d.name;
+  one.params = {d.params[i]};
+  (void)ArgTraits<T>::get(CallArgs(one, {*d.params[i].default_value}), 0);
+}
+
+template <class S, class F>
+void for_each_field(F&& f) {
+  std::apply([&](const auto&... fld) { (f(fld), ...); }, option_fields<S>());
+}
+
+// Adds one keyword-only parameter per selected field of S.
+template <class S>
+void add_option_params(OpDecl& d, const std::vector<const char*>* only, bool in_kwargs) {
+  const S defaults{};
+  std::vector<ParamDecl> params;
+  for_each_field<S>([&](const auto& fld) {
+    using M = typename std::remove_cvref_t<decltype(fld)>::type;
+    ParamDecl p = param_decl_for<M>(fld.name);
+    if (!p.default_value) p.def(to_value(defaults.*(fld.member)));
+    p.kw();
+    p.in_kwargs = in_kwargs;
+    params.push_back(std::move(p));
+  });
+  if (!only) {
+    for (auto& p : params) d.params.push_back(std::move(p));
+    return;
+  }
+  for (const char* n : *only) {
+    auto it =
+        std::find_if(params.begin(), params.end(), [&](const ParamDecl& p) { return p.name == n; });
+    FLASHINFER_CHECK(it != params.end(), "declare", "fields", "op '", d.name,
+                     "': the options struct has no field '", n, "'");
+    d.params.push_back(*it);
+  }
+}
+
+// Applies a field override (field("q_data_type", "float16").kw(), ...) to the declared param.
+template <class D>
+void apply_field_override(OpDecl& d, const Arg<D>& a) {
+  const int i = d.param_index(a.name);
+  FLASHINFER_CHECK(i >= 0 && d.params[static_cast<std::size_t>(i)].keyword_only, "declare",
+                   "fields", "op '", d.name, "': no options field '", a.name, "'");
+  ParamDecl& p = d.params[static_cast<std::size_t>(i)];
+  if constexpr (!std::is_void_v<D>) {
+    if (a.default_value) p.default_value = to_value(*a.default_value);
+  }
+  if (a.mutated) p.mut();
+  if (a.type_name) p.type(a.type_name);
+  if (a.kind_set) p.kind = a.kind;
+}
+
+// Rebuilds S from the call's keyword values (those the declaration has).
+template <class S>
+S options_from(const CallArgs& a) {
+  S s{};
+  const OpDecl& d = a.decl();
+  for_each_field<S>([&](const auto& fld) {
+    using M = typename std::remove_cvref_t<decltype(fld)>::type;
+    const int i = d.param_index(fld.name);
+    if (i >= 0) s.*(fld.member) = ArgTraits<M>::get(a, static_cast<std::size_t>(i));
+  });
+  return s;
+}
+
+// Appends S's declared fields' values, in declaration order.
+template <class S>
+void pack_options(const OpDecl& d, std::size_t first, const S& s, std::vector<Value>& out) {
+  for (std::size_t i = first; i < d.params.size(); ++i) {
+    bool found = false;
+    for_each_field<S>([&](const auto& fld) {
+      if (!found && d.params[i].name == fld.name) {
+        out.push_back(to_value(s.*(fld.member)));
+        found = true;
+      }
+    });
+  }
+}
+
+// The values of a live call, aligned with the declaration's parameters.
+template <class Key, class... A>
+std::vector<Value> pack_call(const OpDecl& d, const A&... args) {
+  using Args = typename KeyOf<Key>::Args;
+  std::vector<Value> out;
+  out.reserve(d.params.size());
+  auto one = [&](const auto& x) {
+    using X = Plain<decltype(x)>;
+    if constexpr (OptionsStruct<X> && LastIsOptions<Args>::value) {
+      pack_options<X>(d, out.size(), x, out);
+    } else {
+      out.push_back(to_value(x));
+    }
+  };
+  (one(args), ...);
+  return out;
+}
+
+template <class T>
+decltype(auto) rebuild(const CallArgs& a, std::size_t i) {
+  if constexpr (OptionsStruct<T>) {
+    (void)i;
+    return options_from<T>(a);
+  } else {
+    return ArgTraits<T>::get(a, i);
+  }
+}
+
+// Runs the op from the call's Values.
+template <class Key>
+Value invoke(const CallArgs& a);
+
+template <auto Fn>
+struct Invoke {
+  template <std::size_t... I>
+  static Value run(const CallArgs& a, std::index_sequence<I...>) {
+    using Info = OpInfo<Fn>;
+    using Args = typename Info::Args;
+    constexpr std::size_t off = std::is_void_v<typename Info::Class> ? 0 : 1;
+    auto args = std::tuple<std::tuple_element_t<I, Args>...>(
+        rebuild<std::tuple_element_t<I, Args>>(a, I + off)...);
+    auto call = [&]() -> decltype(auto) {
+      if constexpr (off) {
+        return (a.object_as<typename Info::Class>(0).*Fn)(std::get<I>(args)...);
+      } else {
+        return Fn(std::get<I>(args)...);
+      }
+    };
+    if constexpr (std::is_void_v<typename Info::Ret>) {
+      call();
+      return Value();
+    } else {
+      return to_value(call());
+    }
+  }
+};
+
+template <class C, class... A>
+struct InvokeInit {
+  template <std::size_t... I>
+  static Value run(const CallArgs& a, std::index_sequence<I...>) {
+    using Args = std::tuple<Plain<A>...>;
+    auto obj = std::make_shared<C>(rebuild<std::tuple_element_t<I, Args>>(a, I + 1)...);
+    ObjectRef ref;
+    ref.type = std::string(obj->class_name());
+    ref.repr = obj->repr();
+    ref.id = obj->object_id();
+    ref.object = obj;
+    return Value(std::move(ref));
+  }
+};
+
+template <class Key>
+struct Invoker;
+template <auto Fn>
+struct Invoker<FnKey<Fn>> {
+  static Value run(const CallArgs& a) {
+    using Args = typename OpInfo<Fn>::Args;
+    return Invoke<Fn>::run(a, std::make_index_sequence<std::tuple_size_v<Args>>{});
+  }
+};
+template <class C, class... A>
+struct Invoker<Init<C, A...>> {
+  static Value run(const CallArgs& a) {
+    return InvokeInit<C, A...>::run(a, std::index_sequence_for<A...>{});
+  }
+};
+
+template <class Key, class... Specs>
+const OpDecl& declare_key(OpRegistry& registry, const OpSpec& spec, const Specs&... specs) {
+  using Info = KeyOf<Key>;
+  using Args = typename Info::Args;
+  constexpr std::size_t n_named = named_arity<Args>();
+  constexpr bool has_options = LastIsOptions<Args>::value;
+  constexpr std::size_t n_specs = sizeof...(Specs);
+  // Leading specs name the parameters; after them, an options struct takes an optional
+  // OnlyFields and field overrides.
+  static_assert(n_specs >= n_named, "declare: fewer names than the function has parameters");
+  static_assert(has_options || n_specs == n_named,
+                "declare: more names than the function has parameters");
+
+  OpDecl d;
+  d.name = spec.name;
+  d.module = spec.module;
+  d.summary = spec.summary ? spec.summary : "";
+  d.returns = spec.returns ? spec.returns : ReturnName<typename Info::Ret>::value;
+  if (spec.var_positional) d.var_positional = spec.var_positional;
+  if (spec.var_keyword) d.var_keyword = spec.var_keyword;
+  if constexpr (!std::is_void_v<typename Info::Class>) {
+    const std::string name = spec.name;
+    d.class_name = name.substr(0, name.rfind('.'));
+    d.params.push_back(ParamDecl("self", ParamKind::kObject).type(d.class_name));
+  }
+  auto spec_tuple = std::forward_as_tuple(specs...);
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (
+        [&] {
+          using T = std::tuple_element_t<I, Args>;
+          const auto a = as_arg(std::get<I>(spec_tuple));
+          ParamDecl p = param_decl_for<T>(a.name);
+          apply_arg<T>(p, a);
+          d.params.push_back(std::move(p));
+        }(),
+        ...);
+  }
+  (std::make_index_sequence<n_named>{});
+  if constexpr (has_options) {
+    using S = std::tuple_element_t<n_named, Args>;
+    const std::vector<const char*>* only = nullptr;
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      (
+          [&] {
+            using X = Plain<std::tuple_element_t<n_named + J, std::tuple<Specs...>>>;
+            if constexpr (std::is_same_v<X, OnlyFields>)
+              only = &std::get<n_named + J>(spec_tuple).names;
+          }(),
+          ...);
+    }
+    (std::make_index_sequence<n_specs - n_named>{});
+    add_option_params<S>(d, only, spec.var_keyword != nullptr);
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      (
+          [&] {
+            using X = Plain<std::tuple_element_t<n_named + J, std::tuple<Specs...>>>;
+            if constexpr (IsArg<X>::value)
+              apply_field_override(d, std::get<n_named + J>(spec_tuple));
+          }(),
+          ...);
+    }
+    (std::make_index_sequence<n_specs - n_named>{});
+  }
+  // Every default must rebuild into its parameter's type (caught at registration).
+  constexpr std::size_t off = std::is_void_v<typename Info::Class> ? 0 : 1;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (check_default<std::tuple_element_t<I, Args>>(d, I + off), ...);
+  }
+  (std::make_index_sequence<n_named>{});
+  d.invoke = [](const CallArgs& a) -> Value { return Invoker<Key>::run(a); };
+  const OpDecl& stored = registry.add(std::move(d));
+  if (!DeclSlot<Key>::decl) DeclSlot<Key>::decl = &stored;
+  return stored;
+}
+
+template <class Key>
+const OpDecl& decl_of() {
+  if (!DeclSlot<Key>::decl) OpRegistry::global();  // built-in ops are declared on first use
+  FLASHINFER_CHECK(DeclSlot<Key>::decl != nullptr, "call_op", "", "op called before declared");
+  return *DeclSlot<Key>::decl;
+}
+
+template <class Key, class Fn, class... A>
+[[gnu::noinline, gnu::cold]] decltype(auto) call_op_observed(Fn&& fn, const A&... args) {
+  using R = std::invoke_result_t<Fn>;
+  const OpDecl& decl = decl_of<Key>();
+  if (!call_wanted(decl)) {
+    UnobservedCallScope scope;
+    return std::forward<Fn>(fn)();
+  }
+  ObservedCall call(decl, pack_call<Key>(decl, args...));
+  if (!call.active()) return std::forward<Fn>(fn)();
+  try {
+    if constexpr (std::is_void_v<R>) {
+      std::forward<Fn>(fn)();
+      call.finish(Value());
+    } else {
+      R result = std::forward<Fn>(fn)();
+      call.finish(to_value(result));
+      return result;
+    }
+  } catch (const std::exception& e) {
+    call.fail(e.what());
+    throw;
+  } catch (...) {
+    call.fail("unknown exception");
+    throw;
+  }
+}
+
+// The gate's arguments must be exactly the declared function's parameters, in order (methods and
+// constructors pass their object first).
+template <class Key, class... A>
+constexpr bool gate_args_match() {
+  using Args = typename KeyOf<Key>::Args;
+  if constexpr (std::is_void_v<typename KeyOf<Key>::Class>) {
+    return std::is_same_v<Args, std::tuple<Plain<A>...>>;
+  } else {
+    using Tail = std::tuple<Plain<A>...>;
+    if constexpr (sizeof...(A) == 0) {
+      return false;
+    } else {
+      return []<class Self, class... Rest>(std::type_identity<std::tuple<Self, Rest...>>) {
+        return std::is_base_of_v<typename KeyOf<Key>::Class, Self> &&
+               std::is_same_v<Args, std::tuple<Rest...>>;
+      }(std::type_identity<Tail>{});
+    }
+  }
+}
+
+template <class Key, class Fn, class... A>
+inline decltype(auto) call_key(Fn&& fn, const A&... args) {
+  static_assert(gate_args_match<Key, A...>(),
+                "call_op: the arguments must be the declared function's parameters, in order");
+  if (FLASHINFER_LIKELY(!g_call_hooks_active.load(std::memory_order_relaxed))) {
+    return std::forward<Fn>(fn)();
+  }
+  return call_op_observed<Key>(std::forward<Fn>(fn), args...);
+}
+
+}  // namespace detail
+
+/// Declares the free function or method `Fn` in `registry`: `specs` name its parameters in order
+/// (a name, or arg(name, default).mut().kw()); when its last parameter is an options struct,
+/// OnlyFields{...} and field(name, ...) overrides may follow. Returns the stored declaration.
+template <auto Fn, class... Specs>
+const OpDecl& declare(OpRegistry& registry, const OpSpec& spec, const Specs&... specs) {
+  return detail::declare_key<detail::FnKey<Fn>>(registry, spec, specs...);
+}
+
+/// Declares the constructor of C taking A... as `C.__init__` (`self` is added).
+template <class InitKey, class... Specs>
+const OpDecl& declare_init(OpRegistry& registry, const OpSpec& spec, const Specs&... specs) {
+  return detail::declare_key<InitKey>(registry, spec, specs...);
+}
+
+/// Runs `body` as a call of the declared op `Fn`; `args` are Fn's arguments in order (a method
+/// passes *this first). Disabled, this is one relaxed atomic load and a predictable branch.
+template <auto Fn, class Body, class... A>
+inline decltype(auto) call_op(Body&& body, const A&... args) {
+  return detail::call_key<detail::FnKey<Fn>>(std::forward<Body>(body), args...);
+}
+
+/// The constructor form of call_op: `call_init<DecodeInit>(body, *this, args...)`.
+template <class InitKey, class Body, class... A>
+inline decltype(auto) call_init(Body&& body, const A&... args) {
+  return detail::call_key<InitKey>(std::forward<Body>(body), args...);
+}
+
+/// The declaration of `Fn` (after the registry has been built).
+template <auto Fn>
+const OpDecl& op_decl() {
+  return detail::decl_of<detail::FnKey<Fn>>();
+}
+
+}  // namespace flashinfer
