@@ -25,9 +25,12 @@ Command list_ops_command() {
                 if (*verbose) {
                   if (!d->summary.empty()) std::printf("    %s\n", d->summary.c_str());
                   for (const ParamDecl& p : d->params) {
-                    std::printf("    %-24s %s%s%s\n", p.name.c_str(),
-                                std::string(param_kind_name(p.kind)).c_str(),
-                                p.optional ? " | None" : "", p.keyword_only ? " (keyword)" : "");
+                    std::string kind(param_kind_name(p.kind));
+                    if (!p.type_name.empty()) kind += " " + p.type_name;
+                    std::printf("    %-24s %s%s%s%s%s\n", p.name.c_str(), kind.c_str(),
+                                p.optional ? " | None" : "", p.keyword_only ? " (keyword)" : "",
+                                p.in_kwargs ? " (via **kwargs)" : "",
+                                p.mutated ? " (written by the op)" : "");
                   }
                   std::printf("    -> %s\n", d->returns.c_str());
                 }
