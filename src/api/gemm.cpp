@@ -1,4 +1,4 @@
-// Public GEMM ops (flashinfer.gemm): declarations, argument checks, dispatch.
+// Public GEMM ops (flashinfer.gemm.gemm_base): declarations, argument checks, dispatch.
 #include "flashinfer/ops/gemm.h"
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include "api/device_props.h"
 #include "api/gemm_params.h"
 #include "core/cuda_runtime.h"
-#include "flashinfer/api_call.h"
+#include "flashinfer/op_typed.h"
 #include "flashinfer/ops/quantization.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/gemm_cpu.h"
@@ -21,108 +21,7 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kModule = "flashinfer.gemm";
-
-OpDecl make_mm_bf16_decl() {
-  OpDecl d;
-  d.name = "mm_bf16";
-  d.module = kModule;
-  d.params = {
-      ParamDecl("a", ParamKind::kTensor),
-      ParamDecl("b", ParamKind::kTensor),
-      ParamDecl("bias", ParamKind::kTensor).opt(),
-      ParamDecl("pdl", ParamKind::kBool).def(false),
-      ParamDecl("out", ParamKind::kTensor).opt().mut(),
-      ParamDecl("out_dtype", ParamKind::kDType).def(DType::kBFloat16),
-      ParamDecl("backend", ParamKind::kString).def("cudnn"),
-  };
-  d.returns = "Tensor";
-  d.summary = "BF16 GEMM: a [m, k] row-major @ b [k, n] column-major (+ bias)";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return mm_bf16(a.tensor(0), a.tensor(1), a.optional_tensor(2), a.boolean(3),
-                   a.optional_tensor(4), a.dtype(5), a.str(6));
-  };
-  return d;
-}
-
-OpDecl make_bmm_bf16_decl() {
-  OpDecl d;
-  d.name = "bmm_bf16";
-  d.module = kModule;
-  d.params = {
-      ParamDecl("A", ParamKind::kTensor),
-      ParamDecl("B", ParamKind::kTensor),
-      ParamDecl("out", ParamKind::kTensor).opt().mut(),
-      ParamDecl("out_dtype", ParamKind::kDType).def(DType::kBFloat16),
-      ParamDecl("backend", ParamKind::kString).def("cudnn"),
-  };
-  d.returns = "Tensor";
-  d.summary = "Batched BF16 GEMM: A [b, m, k] row-major @ B [b, k, n] column-major";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return bmm_bf16(a.tensor(0), a.tensor(1), a.optional_tensor(2), a.dtype(3), a.str(4));
-  };
-  return d;
-}
-
-OpDecl make_bmm_fp8_decl() {
-  OpDecl d;
-  d.name = "bmm_fp8";
-  d.module = kModule;
-  d.params = {
-      ParamDecl("A", ParamKind::kTensor),
-      ParamDecl("B", ParamKind::kTensor),
-      ParamDecl("A_scale", ParamKind::kTensor),
-      ParamDecl("B_scale", ParamKind::kTensor),
-      ParamDecl("dtype", ParamKind::kDType),
-      ParamDecl("out", ParamKind::kTensor).opt().mut(),
-      ParamDecl("backend", ParamKind::kString).def("cublas"),
-  };
-  d.returns = "Tensor";
-  d.summary = "Batched FP8 GEMM with per-tensor dequantization scales";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return bmm_fp8(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3), a.dtype(4),
-                   a.optional_tensor(5), a.str(6));
-  };
-  return d;
-}
-
-OpDecl make_mm_fp4_decl() {
-  OpDecl d;
-  d.name = "mm_fp4";
-  d.module = kModule;
-  d.params = {
-      ParamDecl("a", ParamKind::kTensor),
-      ParamDecl("b", ParamKind::kTensor),
-      ParamDecl("a_descale", ParamKind::kTensor),
-      ParamDecl("b_descale", ParamKind::kTensor),
-      ParamDecl("alpha", ParamKind::kTensor).opt(),
-      ParamDecl("out_dtype", ParamKind::kDType).def(DType::kBFloat16),
-      ParamDecl("out", ParamKind::kTensor).opt().mut(),
-      ParamDecl("block_size", ParamKind::kInt).def(16),
-      ParamDecl("use_8x4_sf_layout", ParamKind::kBool).def(false),
-      ParamDecl("backend", ParamKind::kString).def("auto"),
-      ParamDecl("use_nvfp4", ParamKind::kBool).def(true),
-      ParamDecl("enable_pdl", ParamKind::kBool).def(true),
-  };
-  d.returns = "Tensor";
-  d.summary = "FP4 GEMM (NVFP4 or MXFP4 operands with block scales)";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return mm_fp4(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3), a.optional_tensor(4),
-                  a.dtype(5), a.optional_tensor(6), a.i64(7), a.boolean(8), a.str(9), a.boolean(10),
-                  a.boolean(11));
-  };
-  return d;
-}
-
-template <const char* kName>
-const OpDecl& decl_of() {
-  static const OpDecl& d = *OpRegistry::global().find(kName);
-  return d;
-}
-constexpr char kMmBf16[] = "mm_bf16";
-constexpr char kBmmBf16[] = "bmm_bf16";
-constexpr char kBmmFp8[] = "bmm_fp8";
-constexpr char kMmFp4[] = "mm_fp4";
+constexpr const char* kModule = "flashinfer.gemm.gemm_base";
 
 #if !FLASHINFER_WITH_CUDA
 [[noreturn]] void no_cuda(const char* op, const char* arg) {
@@ -282,16 +181,14 @@ void check_sf_buffer(const Tensor& t, int64_t expected, DType allowed_fp8, Devic
 
 Tensor mm_bf16(const Tensor& a, const Tensor& b, std::optional<Tensor> bias, bool pdl,
                std::optional<Tensor> out, DType out_dtype, std::string_view backend) {
-  return call_api(
-      &decl_of<kMmBf16>,
+  return call_op<&mm_bf16>(
       [&] { return bf16_gemm("mm_bf16", a, b, bias, pdl, out, out_dtype, backend, 2, "a", "b"); },
       a, b, bias, pdl, out, out_dtype, backend);
 }
 
 Tensor bmm_bf16(const Tensor& A, const Tensor& B, std::optional<Tensor> out, DType out_dtype,
                 std::string_view backend) {
-  return call_api(
-      &decl_of<kBmmBf16>,
+  return call_op<&bmm_bf16>(
       [&] {
         return bf16_gemm("bmm_bf16", A, B, std::nullopt, false, out, out_dtype, backend, 3, "A",
                          "B");
@@ -301,8 +198,7 @@ Tensor bmm_bf16(const Tensor& A, const Tensor& B, std::optional<Tensor> out, DTy
 
 Tensor bmm_fp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const Tensor& B_scale,
                DType dtype, std::optional<Tensor> out, std::string_view backend) {
-  return call_api(
-      &decl_of<kBmmFp8>,
+  return call_op<&bmm_fp8>(
       [&] {
         const char* op = "bmm_fp8";
         api::check_defined(A, op, "A");
@@ -340,8 +236,7 @@ Tensor mm_fp4(const Tensor& a, const Tensor& b, const Tensor& a_descale, const T
               std::optional<Tensor> alpha, DType out_dtype, std::optional<Tensor> out,
               int64_t block_size, bool use_8x4_sf_layout, std::string_view backend, bool use_nvfp4,
               bool enable_pdl) {
-  return call_api(
-      &decl_of<kMmFp4>,
+  return call_op<&mm_fp4>(
       [&] {
         const char* op = "mm_fp4";
         api::check_defined(a, op, "a");
@@ -470,14 +365,39 @@ BenchCase bench_mm_fp4(const BenchShape& s, Device dev) {
 }  // namespace
 
 namespace detail {
-void register_gemm_ops(OpRegistry& registry) {
-  using api::bench::with_bench;
-  registry.add(with_bench(make_mm_bf16_decl(),
-                          [](const BenchShape& s, Device d) { return bench_mm(s, d, false); }));
-  registry.add(with_bench(make_bmm_bf16_decl(),
-                          [](const BenchShape& s, Device d) { return bench_mm(s, d, true); }));
-  registry.add(with_bench(make_bmm_fp8_decl(), bench_bmm_fp8));
-  registry.add(with_bench(make_mm_fp4_decl(), bench_mm_fp4));
+void register_gemm_ops(OpRegistry& r) {
+  declare<&mm_bf16>(r,
+                    {.name = "mm_bf16",
+                     .module = kModule,
+                     .summary = "BF16 GEMM: a [m, k] row-major @ b [k, n] column-major (+ bias)"},
+                    "a", "b", "bias", arg("pdl", false), arg("out").mut(),
+                    arg("out_dtype", DType::kBFloat16), arg("backend", "cudnn"));
+  declare<&bmm_bf16>(
+      r,
+      {.name = "bmm_bf16",
+       .module = kModule,
+       .summary = "Batched BF16 GEMM: A [b, m, k] row-major @ B [b, k, n] column-major"},
+      "A", "B", arg("out").mut(), arg("out_dtype", DType::kBFloat16), arg("backend", "cudnn"));
+  declare<&bmm_fp8>(r,
+                    {.name = "bmm_fp8",
+                     .module = kModule,
+                     .summary = "Batched FP8 GEMM with per-tensor dequantization scales"},
+                    "A", "B", "A_scale", "B_scale", "dtype", arg("out").mut(),
+                    arg("backend", "cublas"));
+  declare<&mm_fp4>(r,
+                   {.name = "mm_fp4",
+                    .module = kModule,
+                    .summary = "FP4 GEMM (NVFP4 or MXFP4 operands with block scales)"},
+                   "a", "b", "a_descale", "b_descale", "alpha", arg("out_dtype", DType::kBFloat16),
+                   arg("out").mut(), arg("block_size", 16), arg("use_8x4_sf_layout", false),
+                   arg("backend", "auto"), arg("use_nvfp4", true), arg("enable_pdl", true));
+
+  register_bench_hook("mm_bf16",
+                      [](const BenchShape& s, Device d) { return bench_mm(s, d, false); });
+  register_bench_hook("bmm_bf16",
+                      [](const BenchShape& s, Device d) { return bench_mm(s, d, true); });
+  register_bench_hook("bmm_fp8", bench_bmm_fp8);
+  register_bench_hook("mm_fp4", bench_mm_fp4);
 }
 }  // namespace detail
 

@@ -1,14 +1,14 @@
-// Public quantization ops (flashinfer.fp4_quantization, flashinfer.fp8_quantization):
-// declarations, argument checks, dispatch.
+// Public quantization ops (flashinfer.quantization.fp4_quantization,
+// flashinfer.quantization.fp8_quantization): declarations, argument checks, dispatch.
 #include "flashinfer/ops/quantization.h"
 
+#include "api/arg_traits.h"
 #include "api/backends.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/device_props.h"
 #include "api/quantize_params.h"
 #include "core/cuda_runtime.h"
-#include "flashinfer/api_call.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/quantization_cpu.h"
 #if FLASHINFER_WITH_CUDA
@@ -18,8 +18,8 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kFp4Module = "flashinfer.fp4_quantization";
-constexpr const char* kFp8Module = "flashinfer.fp8_quantization";
+constexpr const char* kFp4Module = "flashinfer.quantization.fp4_quantization";
+constexpr const char* kFp8Module = "flashinfer.quantization.fp8_quantization";
 
 using kernels::SfLayoutCode;
 
@@ -33,178 +33,6 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
                   "CUDA tensor given to a build without the CUDA backend");
 }
 #endif
-
-// ---- declarations ------------------------------------------------------------------------------
-
-OpDecl make_fp4_quantize_decl() {
-  OpDecl d;
-  d.name = "fp4_quantize";
-  d.module = kFp4Module;
-  d.params = {
-      ParamDecl("input", ParamKind::kTensor),
-      ParamDecl("global_scale", ParamKind::kTensor).opt(),
-      ParamDecl("sf_vec_size", ParamKind::kInt).def(16),
-      ParamDecl("sf_use_ue8m0", ParamKind::kBool).def(false),
-      ParamDecl("is_sf_swizzled_layout", ParamKind::kBool).def(true),
-      ParamDecl("is_sf_8x4_layout", ParamKind::kBool).def(false),
-      ParamDecl("is_global_scale_inversed", ParamKind::kBool).def(false),
-      ParamDecl("enable_pdl", ParamKind::kBool).opt(),
-      ParamDecl("backend", ParamKind::kString).def("cuda"),
-  };
-  d.returns = "tuple[Tensor, Tensor]";
-  d.summary = "Quantize to FP4 (E2M1) with per-block e4m3 or ue8m0 scale factors";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return to_value(fp4_quantize(a.tensor(0), a.optional_tensor(1), a.i64(2), a.boolean(3),
-                                 a.boolean(4), a.boolean(5), a.boolean(6), a.optional_bool(7),
-                                 a.str(8)));
-  };
-  return d;
-}
-
-OpDecl make_nvfp4_quantize_decl() {
-  OpDecl d;
-  d.name = "nvfp4_quantize";
-  d.module = kFp4Module;
-  d.params = {
-      ParamDecl("a", ParamKind::kTensor),
-      ParamDecl("a_global_sf", ParamKind::kTensor),
-      ParamDecl("sfLayout", ParamKind::kEnum)
-          .type("SfLayout")
-          .def(to_value(SfLayout::layout_128x4)),
-      ParamDecl("do_shuffle", ParamKind::kBool).def(false),
-      ParamDecl("sf_vec_size", ParamKind::kInt).def(16),
-      ParamDecl("enable_pdl", ParamKind::kBool).opt(),
-      ParamDecl("backend", ParamKind::kString).def("cuda"),
-      ParamDecl("per_token_activation", ParamKind::kBool).def(false).kw(),
-      ParamDecl("expanded_idx_to_permuted_idx", ParamKind::kTensor).opt().kw(),
-  };
-  d.returns = "tuple[Tensor, Tensor]";
-  d.summary = "Quantize to NVFP4: E2M1 values, e4m3 scales of 16-element blocks, global scale";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return to_value(nvfp4_quantize(a.tensor(0), a.tensor(1), sf_layout_from_value(a[2]),
-                                   a.boolean(3), a.i64(4), a.optional_bool(5), a.str(6),
-                                   a.boolean(7), a.optional_tensor(8)));
-  };
-  return d;
-}
-
-OpDecl make_mxfp4_quantize_decl() {
-  OpDecl d;
-  d.name = "mxfp4_quantize";
-  d.module = kFp4Module;
-  d.params = {
-      ParamDecl("a", ParamKind::kTensor),
-      ParamDecl("backend", ParamKind::kString).def("cuda"),
-      ParamDecl("enable_pdl", ParamKind::kBool).opt(),
-  };
-  d.returns = "tuple[Tensor, Tensor]";
-  d.summary = "Quantize to MXFP4: E2M1 values, ue8m0 scales of 32-element blocks (128x4)";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return to_value(mxfp4_quantize(a.tensor(0), a.str(1), a.optional_bool(2)));
-  };
-  return d;
-}
-
-OpDecl make_mxfp4_dequantize_decl() {
-  OpDecl d;
-  d.name = "mxfp4_dequantize";
-  d.module = kFp4Module;
-  d.params = {ParamDecl("a_fp4", ParamKind::kTensor), ParamDecl("a_sf", ParamKind::kTensor)};
-  d.returns = "Tensor";
-  d.summary = "Dequantize MXFP4 (128x4 ue8m0 scales) to fp32 on the host";
-  d.invoke = [](const CallArgs& a) -> Value { return mxfp4_dequantize(a.tensor(0), a.tensor(1)); };
-  return d;
-}
-
-OpDecl make_e2m1_decl() {
-  OpDecl d;
-  d.name = "e2m1_and_ufp8sf_scale_to_float";
-  d.module = kFp4Module;
-  d.params = {
-      ParamDecl("e2m1_tensor", ParamKind::kTensor),
-      ParamDecl("ufp8_scale_tensor", ParamKind::kTensor),
-      ParamDecl("global_scale_tensor", ParamKind::kTensor).opt(),
-      ParamDecl("sf_vec_size", ParamKind::kInt).def(16),
-      ParamDecl("ufp8_type", ParamKind::kInt).def(1),
-      ParamDecl("is_sf_swizzled_layout", ParamKind::kBool).def(true),
-  };
-  d.returns = "Tensor";
-  d.summary = "Dequantize packed E2M1 with e4m3/ue8m0 block scales to fp32 on the host";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return e2m1_and_ufp8sf_scale_to_float(a.tensor(0), a.tensor(1), a.optional_tensor(2), a.i64(3),
-                                          a.i64(4), a.boolean(5));
-  };
-  return d;
-}
-
-OpDecl make_block_scale_interleave_decl() {
-  OpDecl d;
-  d.name = "block_scale_interleave";
-  d.module = kFp4Module;
-  d.params = {ParamDecl("unswizzled_sf", ParamKind::kTensor)};
-  d.returns = "Tensor";
-  d.summary = "Swizzle a linear block-scale matrix into the 128x4 layout";
-  d.invoke = [](const CallArgs& a) -> Value { return block_scale_interleave(a.tensor(0)); };
-  return d;
-}
-
-OpDecl make_mxfp8_quantize_decl() {
-  OpDecl d;
-  d.name = "mxfp8_quantize";
-  d.module = kFp8Module;
-  d.params = {
-      ParamDecl("input", ParamKind::kTensor),
-      ParamDecl("is_sf_swizzled_layout", ParamKind::kBool).def(true),
-      ParamDecl("alignment", ParamKind::kInt).def(32),
-      ParamDecl("enable_pdl", ParamKind::kBool).opt(),
-      ParamDecl("backend", ParamKind::kString).def("cuda"),
-      ParamDecl("sf_swizzle_layout", ParamKind::kEnum).type("SfLayout").opt(),
-  };
-  d.returns = "tuple[Tensor, Tensor]";
-  d.summary = "Quantize to MXFP8: e4m3 values, ue8m0 scales of 32-element blocks";
-  d.invoke = [](const CallArgs& a) -> Value {
-    std::optional<SfLayout> l;
-    if (!a[5].is_none()) l = sf_layout_from_value(a[5]);
-    return to_value(
-        mxfp8_quantize(a.tensor(0), a.boolean(1), a.i64(2), a.optional_bool(3), a.str(4), l));
-  };
-  return d;
-}
-
-OpDecl make_mxfp8_dequantize_decl() {
-  OpDecl d;
-  d.name = "mxfp8_dequantize_host";
-  d.module = kFp8Module;
-  d.params = {
-      ParamDecl("input", ParamKind::kTensor),
-      ParamDecl("scale_tensor", ParamKind::kTensor),
-      ParamDecl("is_sf_swizzled_layout", ParamKind::kBool).def(true),
-      ParamDecl("sf_swizzle_layout", ParamKind::kEnum).type("SfLayout").opt(),
-  };
-  d.returns = "Tensor";
-  d.summary = "Dequantize MXFP8 (e4m3 values, ue8m0 scales) to fp32 on the host";
-  d.invoke = [](const CallArgs& a) -> Value {
-    std::optional<SfLayout> l;
-    if (!a[3].is_none()) l = sf_layout_from_value(a[3]);
-    return mxfp8_dequantize_host(a.tensor(0), a.tensor(1), a.boolean(2), l);
-  };
-  return d;
-}
-
-template <const char* kName>
-const OpDecl& decl_of() {
-  static const OpDecl& d = *OpRegistry::global().find(kName);
-  return d;
-}
-
-constexpr char kFp4QuantizeName[] = "fp4_quantize";
-constexpr char kNvfp4QuantizeName[] = "nvfp4_quantize";
-constexpr char kMxfp4QuantizeName[] = "mxfp4_quantize";
-constexpr char kMxfp4DequantizeName[] = "mxfp4_dequantize";
-constexpr char kE2m1Name[] = "e2m1_and_ufp8sf_scale_to_float";
-constexpr char kInterleaveName[] = "block_scale_interleave";
-constexpr char kMxfp8QuantizeName[] = "mxfp8_quantize";
-constexpr char kMxfp8DequantizeName[] = "mxfp8_dequantize_host";
 
 // ---- shared pieces -----------------------------------------------------------------------------
 
@@ -393,8 +221,7 @@ std::tuple<Tensor, Tensor> fp4_quantize(const Tensor& input, std::optional<Tenso
                                         bool is_sf_swizzled_layout, bool is_sf_8x4_layout,
                                         bool is_global_scale_inversed,
                                         std::optional<bool> enable_pdl, std::string_view backend) {
-  return call_api(
-      &decl_of<kFp4QuantizeName>,
+  return call_op<&fp4_quantize>(
       [&] {
         const char* op = "fp4_quantize";
         api::check_defined(input, op, "input");
@@ -414,8 +241,7 @@ std::tuple<Tensor, Tensor> nvfp4_quantize(const Tensor& a, const Tensor& a_globa
                                           std::optional<bool> enable_pdl, std::string_view backend,
                                           bool per_token_activation,
                                           std::optional<Tensor> expanded_idx_to_permuted_idx) {
-  return call_api(
-      &decl_of<kNvfp4QuantizeName>,
+  return call_op<&nvfp4_quantize>(
       [&] {
         const char* op = "nvfp4_quantize";
         api::check_defined(a, op, "a");
@@ -437,43 +263,39 @@ std::tuple<Tensor, Tensor> nvfp4_quantize(const Tensor& a, const Tensor& a_globa
 }
 
 std::tuple<Tensor, Tensor> mxfp4_quantize(const Tensor& a, std::string_view backend,
-                                          std::optional<bool> enable_pdl) {
-  return call_api(
-      &decl_of<kMxfp4QuantizeName>,
+                                          std::optional<bool> enable_pdl, SfLayout sfLayout) {
+  return call_op<&mxfp4_quantize>(
       [&] {
         const char* op = "mxfp4_quantize";
         api::check_defined(a, op, "a");
         api::check_backend(op, backend, a.device());
         api::check_dtype_in(a, {DType::kFloat16, DType::kBFloat16}, op, "a");
-        return fp4_quantize_impl(op, a, std::nullopt, 32, true, SfLayout::layout_128x4, false,
-                                 enable_pdl);
+        return fp4_quantize_impl(op, a, std::nullopt, 32, true, sfLayout, false, enable_pdl);
       },
-      a, backend, enable_pdl);
+      a, backend, enable_pdl, sfLayout);
 }
 
-Tensor mxfp4_dequantize(const Tensor& a_fp4, const Tensor& a_sf) {
-  return call_api(
-      &decl_of<kMxfp4DequantizeName>,
+Tensor mxfp4_dequantize(const Tensor& a_fp4, const Tensor& a_sf, SfLayout sfLayout) {
+  return call_op<&mxfp4_dequantize>(
       [&] {
         const char* op = "mxfp4_dequantize";
         const Tensor data = check_fp4_data(a_fp4, op, "a_fp4");
         const int64_t m = data.size(0), k = data.size(1) * 2;
         FLASHINFER_CHECK(k % 32 == 0, op, "a_fp4", "K = ", k,
                          " is not a multiple of the MXFP4 block size 32");
-        const Tensor sf =
-            check_scales(a_sf, kernels::sf_buffer_size(SfLayoutCode::k128x4, m, k / 32), op, "a_sf",
-                         "ue8m0, 128x4 layout");
-        return dequantize_impl(op, data, k, true, sf, true, 32, SfLayoutCode::k128x4, 1.0f);
+        const SfLayoutCode layout = code_of(sfLayout);
+        const Tensor sf = check_scales(a_sf, kernels::sf_buffer_size(layout, m, k / 32), op, "a_sf",
+                                       layout_desc(layout));
+        return dequantize_impl(op, data, k, true, sf, true, 32, layout, 1.0f);
       },
-      a_fp4, a_sf);
+      a_fp4, a_sf, sfLayout);
 }
 
 Tensor e2m1_and_ufp8sf_scale_to_float(const Tensor& e2m1_tensor, const Tensor& ufp8_scale_tensor,
                                       std::optional<Tensor> global_scale_tensor,
                                       int64_t sf_vec_size, int64_t ufp8_type,
-                                      bool is_sf_swizzled_layout) {
-  return call_api(
-      &decl_of<kE2m1Name>,
+                                      bool is_sf_swizzled_layout, bool is_sf_8x4_layout) {
+  return call_op<&e2m1_and_ufp8sf_scale_to_float>(
       [&] {
         const char* op = "e2m1_and_ufp8sf_scale_to_float";
         const Tensor data = check_fp4_data(e2m1_tensor, op, "e2m1_tensor");
@@ -484,8 +306,9 @@ Tensor e2m1_and_ufp8sf_scale_to_float(const Tensor& e2m1_tensor, const Tensor& u
         const int64_t m = data.size(0), k = data.size(1) * 2;
         FLASHINFER_CHECK(k % sf_vec_size == 0, op, "e2m1_tensor", "K = ", k,
                          " is not a multiple of sf_vec_size = ", sf_vec_size);
-        const SfLayoutCode layout =
-            is_sf_swizzled_layout ? SfLayoutCode::k128x4 : SfLayoutCode::kLinear;
+        const SfLayoutCode layout = !is_sf_swizzled_layout ? SfLayoutCode::kLinear
+                                    : is_sf_8x4_layout     ? SfLayoutCode::k8x4
+                                                           : SfLayoutCode::k128x4;
         const Tensor sf =
             check_scales(ufp8_scale_tensor, kernels::sf_buffer_size(layout, m, k / sf_vec_size), op,
                          "ufp8_scale_tensor", layout_desc(layout));
@@ -501,12 +324,11 @@ Tensor e2m1_and_ufp8sf_scale_to_float(const Tensor& e2m1_tensor, const Tensor& u
         return dequantize_impl(op, data, k, true, sf, ufp8_type == 0, sf_vec_size, layout, gs);
       },
       e2m1_tensor, ufp8_scale_tensor, global_scale_tensor, sf_vec_size, ufp8_type,
-      is_sf_swizzled_layout);
+      is_sf_swizzled_layout, is_sf_8x4_layout);
 }
 
 Tensor block_scale_interleave(const Tensor& unswizzled_sf) {
-  return call_api(
-      &decl_of<kInterleaveName>,
+  return call_op<&block_scale_interleave>(
       [&] {
         const char* op = "block_scale_interleave";
         const Tensor& t = unswizzled_sf;
@@ -545,8 +367,7 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
                                           int64_t alignment, std::optional<bool> enable_pdl,
                                           std::string_view backend,
                                           std::optional<SfLayout> sf_swizzle_layout) {
-  return call_api(
-      &decl_of<kMxfp8QuantizeName>,
+  return call_op<&mxfp8_quantize>(
       [&]() -> std::tuple<Tensor, Tensor> {
         const char* op = "mxfp8_quantize";
         api::check_defined(input, op, "input");
@@ -596,8 +417,7 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
 Tensor mxfp8_dequantize_host(const Tensor& input, const Tensor& scale_tensor,
                              bool is_sf_swizzled_layout,
                              std::optional<SfLayout> sf_swizzle_layout) {
-  return call_api(
-      &decl_of<kMxfp8DequantizeName>,
+  return call_op<&mxfp8_dequantize_host>(
       [&] {
         const char* op = "mxfp8_dequantize_host";
         api::check_defined(input, op, "input");
@@ -696,22 +516,76 @@ BenchCase bench_interleave(const BenchShape& s, Device dev) {
 }  // namespace
 
 namespace detail {
-void register_quantization_ops(OpRegistry& registry) {
-  using api::bench::with_bench;
-  registry.add(with_bench(make_fp4_quantize_decl(), [](const BenchShape& s, Device d) {
+void register_quantization_ops(OpRegistry& r) {
+  declare<&fp4_quantize>(
+      r,
+      {.name = "fp4_quantize",
+       .module = kFp4Module,
+       .summary = "Quantize to FP4 (E2M1) with per-block e4m3 or ue8m0 scale factors"},
+      "input", "global_scale", arg("sf_vec_size", 16), arg("sf_use_ue8m0", false),
+      arg("is_sf_swizzled_layout", true), arg("is_sf_8x4_layout", false),
+      arg("is_global_scale_inversed", false), "enable_pdl", arg("backend", "cuda"));
+  declare<&nvfp4_quantize>(
+      r,
+      {.name = "nvfp4_quantize",
+       .module = kFp4Module,
+       .summary = "Quantize to NVFP4: E2M1 values, e4m3 scales of 16-element blocks, global scale"},
+      "a", "a_global_sf", arg("sfLayout", SfLayout::layout_128x4), arg("do_shuffle", false),
+      arg("sf_vec_size", 16), "enable_pdl", arg("backend", "cuda"),
+      arg("per_token_activation", false), "expanded_idx_to_permuted_idx");
+  declare<&mxfp4_quantize>(
+      r,
+      {.name = "mxfp4_quantize",
+       .module = kFp4Module,
+       .summary = "Quantize to MXFP4: E2M1 values, ue8m0 scales of 32-element blocks"},
+      "a", arg("backend", "cuda"), "enable_pdl", arg("sfLayout", SfLayout::layout_128x4));
+  declare<&mxfp4_dequantize>(
+      r,
+      {.name = "mxfp4_dequantize",
+       .module = kFp4Module,
+       .summary = "Dequantize MXFP4 (ue8m0 block scales) to fp32 on the host"},
+      "a_fp4", "a_sf", arg("sfLayout", SfLayout::layout_128x4));
+  declare<&e2m1_and_ufp8sf_scale_to_float>(
+      r,
+      {.name = "e2m1_and_ufp8sf_scale_to_float",
+       .module = kFp4Module,
+       .summary = "Dequantize packed E2M1 with e4m3/ue8m0 block scales to fp32 on the host"},
+      "e2m1_tensor", "ufp8_scale_tensor", "global_scale_tensor", arg("sf_vec_size", 16),
+      arg("ufp8_type", 1), arg("is_sf_swizzled_layout", true), arg("is_sf_8x4_layout", false));
+  declare<&block_scale_interleave>(
+      r,
+      {.name = "block_scale_interleave",
+       .module = kFp4Module,
+       .summary = "Swizzle a linear block-scale matrix into the 128x4 layout"},
+      "unswizzled_sf");
+  declare<&mxfp8_quantize>(
+      r,
+      {.name = "mxfp8_quantize",
+       .module = kFp8Module,
+       .summary = "Quantize to MXFP8: e4m3 values, ue8m0 scales of 32-element blocks"},
+      "input", arg("is_sf_swizzled_layout", true), arg("alignment", 32), "enable_pdl",
+      arg("backend", "cuda"), "sf_swizzle_layout");
+  declare<&mxfp8_dequantize_host>(
+      r,
+      {.name = "mxfp8_dequantize_host",
+       .module = kFp8Module,
+       .summary = "Dequantize MXFP8 (e4m3 values, ue8m0 scales) to fp32 on the host"},
+      "input", "scale_tensor", arg("is_sf_swizzled_layout", true), "sf_swizzle_layout");
+
+  register_bench_hook("fp4_quantize", [](const BenchShape& s, Device d) {
     return bench_quantize(s, d, "fp4_quantize", 4.0, 16);
-  }));
-  registry.add(with_bench(make_nvfp4_quantize_decl(), bench_nvfp4));
-  registry.add(with_bench(make_mxfp4_quantize_decl(), [](const BenchShape& s, Device d) {
+  });
+  register_bench_hook("nvfp4_quantize", bench_nvfp4);
+  register_bench_hook("mxfp4_quantize", [](const BenchShape& s, Device d) {
     return bench_quantize(s, d, "mxfp4_quantize", 4.0, 32);
-  }));
-  registry.add(with_bench(make_mxfp4_dequantize_decl(), bench_mxfp4_dequantize));
-  registry.add(with_bench(make_e2m1_decl(), bench_e2m1_to_float));
-  registry.add(with_bench(make_block_scale_interleave_decl(), bench_interleave));
-  registry.add(with_bench(make_mxfp8_quantize_decl(), [](const BenchShape& s, Device d) {
+  });
+  register_bench_hook("mxfp4_dequantize", bench_mxfp4_dequantize);
+  register_bench_hook("e2m1_and_ufp8sf_scale_to_float", bench_e2m1_to_float);
+  register_bench_hook("block_scale_interleave", bench_interleave);
+  register_bench_hook("mxfp8_quantize", [](const BenchShape& s, Device d) {
     return bench_quantize(s, d, "mxfp8_quantize", 8.0, 32);
-  }));
-  registry.add(with_bench(make_mxfp8_dequantize_decl(), bench_mxfp8_dequantize));
+  });
+  register_bench_hook("mxfp8_dequantize_host", bench_mxfp8_dequantize);
 }
 }  // namespace detail
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
@@ -127,7 +129,7 @@ TEST(BmmFp8, SeedProducerExample) {
   // Replay from Values (what the recorder stores): positional args as the page passes them.
   const OpDecl* d = OpRegistry::global().find("bmm_fp8");
   ASSERT_NE(d, nullptr);
-  EXPECT_EQ(d->module, "flashinfer.gemm");
+  EXPECT_EQ(d->module, "flashinfer.gemm.gemm_base");
   Tensor res2 = Tensor::empty({b, m, n}, DType::kBFloat16);
   d->invoke(CallArgs(*d, bind_arguments(*d,
                                         {Value(input_fp8), Value(mat2_fp8), Value(input_inv_s),
@@ -204,6 +206,27 @@ TEST(MmFp4, Nvfp4AndMxfp4MatchFp64ReferenceOfDequantizedOperands) {
 }
 
 // ---- bad input ----------------------------------------------------------------------------------
+
+// Upstream's defining module and signature text (inspect.signature at the pinned commit).
+TEST(GemmDecl, SignaturesAndModulesEqualUpstream) {
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"mm_bf16",
+       "(a, b, bias=None, pdl=False, out=None, out_dtype=torch.bfloat16, backend='cudnn')"},
+      {"bmm_bf16", "(A, B, out=None, out_dtype=torch.bfloat16, backend='cudnn')"},
+      {"bmm_fp8", "(A, B, A_scale, B_scale, dtype, out=None, backend='cublas')"},
+      {"mm_fp4",
+       "(a, b, a_descale, b_descale, alpha=None, out_dtype=torch.bfloat16, out=None, "
+       "block_size=16, use_8x4_sf_layout=False, backend='auto', use_nvfp4=True, "
+       "enable_pdl=True)"},
+  };
+  for (const auto& [name, sig] : expected) {
+    const OpDecl* d = OpRegistry::global().find(name);
+    ASSERT_NE(d, nullptr) << name;
+    EXPECT_EQ(d->module, "flashinfer.gemm.gemm_base") << name;
+    EXPECT_EQ(d->signature(), sig) << name;
+    EXPECT_TRUE(d->params.at(static_cast<std::size_t>(d->param_index("out"))).mutated) << name;
+  }
+}
 
 TEST(GemmBadInput, ErrorsNameOpAndArgument) {
   Tensor A = Tensor::zeros({2, 8, 32}, DType::kFloat8E4M3FN);

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
@@ -477,10 +479,11 @@ TEST(QuantizationBadInput, ErrorsNameOpAndArgument) {
 TEST(QuantizationDecl, ModulesSignaturesAndInvoke) {
   const OpDecl* d = OpRegistry::global().find("nvfp4_quantize");
   ASSERT_NE(d, nullptr);
-  EXPECT_EQ(d->module, "flashinfer.fp4_quantization");
+  EXPECT_EQ(d->module, "flashinfer.quantization.fp4_quantization");
   EXPECT_NE(d->signature().find("sfLayout="), std::string::npos) << d->signature();
   EXPECT_NE(d->signature().find("backend='cuda'"), std::string::npos) << d->signature();
-  EXPECT_EQ(OpRegistry::global().find("mxfp8_quantize")->module, "flashinfer.fp8_quantization");
+  EXPECT_EQ(OpRegistry::global().find("mxfp8_quantize")->module,
+            "flashinfer.quantization.fp8_quantization");
   for (const char* name :
        {"fp4_quantize", "mxfp4_quantize", "mxfp4_dequantize", "e2m1_and_ufp8sf_scale_to_float",
         "block_scale_interleave", "mxfp8_dequantize_host"}) {
@@ -504,6 +507,133 @@ TEST(QuantizationDecl, ModulesSignaturesAndInvoke) {
   const Value r3 = f->invoke(
       CallArgs(*f, bind_arguments(*f, {Value(x), Value(gs)}, {{"is_sf_8x4_layout", Value(true)}})));
   EXPECT_EQ(bytes(r3.items()[1].as_tensor()), bytes(sf));
+}
+
+// Upstream's signatures (inspect.signature text at the pinned commit) and defining modules.
+TEST(QuantizationDecl, SignaturesAndModulesEqualUpstream) {
+  const std::string fp4 = "flashinfer.quantization.fp4_quantization";
+  const std::string fp8 = "flashinfer.quantization.fp8_quantization";
+  const std::vector<std::array<std::string, 3>> expected = {
+      {"fp4_quantize", fp4,
+       "(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, is_sf_swizzled_layout=True, "
+       "is_sf_8x4_layout=False, is_global_scale_inversed=False, enable_pdl=None, backend='cuda')"},
+      {"nvfp4_quantize", fp4,
+       "(a, a_global_sf, sfLayout=SfLayout.layout_128x4, do_shuffle=False, sf_vec_size=16, "
+       "enable_pdl=None, backend='cuda', per_token_activation=False, "
+       "expanded_idx_to_permuted_idx=None)"},
+      {"mxfp4_quantize", fp4,
+       "(a, backend='cuda', enable_pdl=None, sfLayout=SfLayout.layout_128x4)"},
+      {"mxfp4_dequantize", fp4, "(a_fp4, a_sf, sfLayout=SfLayout.layout_128x4)"},
+      {"e2m1_and_ufp8sf_scale_to_float", fp4,
+       "(e2m1_tensor, ufp8_scale_tensor, global_scale_tensor=None, sf_vec_size=16, ufp8_type=1, "
+       "is_sf_swizzled_layout=True, is_sf_8x4_layout=False)"},
+      {"block_scale_interleave", fp4, "(unswizzled_sf)"},
+      {"mxfp8_quantize", fp8,
+       "(input, is_sf_swizzled_layout=True, alignment=32, enable_pdl=None, backend='cuda', "
+       "sf_swizzle_layout=None)"},
+      {"mxfp8_dequantize_host", fp8,
+       "(input, scale_tensor, is_sf_swizzled_layout=True, sf_swizzle_layout=None)"},
+  };
+  for (const auto& [name, module, sig] : expected) {
+    const OpDecl* d = OpRegistry::global().find(name);
+    ASSERT_NE(d, nullptr) << name;
+    EXPECT_EQ(d->module, module) << name;
+    EXPECT_EQ(d->signature(), sig) << name;
+  }
+  // The layout parameters are the SfLayout enum.
+  const OpDecl* m = OpRegistry::global().find("mxfp4_dequantize");
+  EXPECT_EQ(m->params.at(2).kind, ParamKind::kEnum);
+  EXPECT_EQ(m->params.at(2).type_name, "SfLayout");
+}
+
+// nvfp4_quantize's last two parameters are positional-or-keyword upstream: a call with all nine
+// positional arguments binds, and the non-default values are refused naming the argument.
+TEST(QuantizationDecl, Nvfp4TrailingParametersBindPositionally) {
+  const OpDecl* d = OpRegistry::global().find("nvfp4_quantize");
+  ASSERT_NE(d, nullptr);
+  Tensor x = Tensor::empty({4, 32}, DType::kBFloat16).uniform_(5);
+  Tensor gs = fp32_scalar(1.0);
+  const std::vector<Value> base = {Value(x),     Value(gs), to_value(SfLayout::layout_linear),
+                                   Value(false), Value(16), Value(),
+                                   Value("cuda")};
+  std::vector<Value> args = base;
+  args.push_back(Value(false));
+  args.push_back(Value());
+  const Value r = d->invoke(CallArgs(*d, bind_arguments(*d, args)));
+  auto [q, sf] = nvfp4_quantize(x, gs, SfLayout::layout_linear);
+  EXPECT_EQ(bytes(r.items()[0].as_tensor()), bytes(q));
+  EXPECT_EQ(bytes(r.items()[1].as_tensor()), bytes(sf));
+
+  args[7] = Value(true);
+  try {
+    d->invoke(CallArgs(*d, bind_arguments(*d, args)));
+    ADD_FAILURE() << "per_token_activation=True was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_EQ(e.arg(), "per_token_activation") << e.what();
+  }
+  args[7] = Value(false);
+  args[8] = Value(Tensor::zeros({4}, DType::kInt32));
+  EXPECT_FI_ERROR(d->invoke(CallArgs(*d, bind_arguments(*d, args))), "nvfp4_quantize",
+                  "expanded_idx_to_permuted_idx");
+}
+
+// mxfp4_quantize / mxfp4_dequantize take upstream's sfLayout: the scales are those of
+// fp4_quantize(sf_vec_size=32, sf_use_ue8m0=True) in that layout, and every layout dequantizes
+// to the same values.
+TEST(Mxfp4Quantize, SfLayoutSelectsTheScaleLayout) {
+  Tensor x = Tensor::empty({9, 64}, DType::kBFloat16).normal_(17, 0, 3);
+  auto [q0, s0] = mxfp4_quantize(x);
+  const auto d0 = floats(mxfp4_dequantize(q0, s0));
+  const struct {
+    SfLayout layout;
+    bool swizzled, is_8x4;
+    Shape sf_shape;
+  } cases[] = {{SfLayout::layout_8x4, true, true, {16, 4}},
+               {SfLayout::layout_linear, false, false, {9, 2}},
+               {SfLayout::layout_128x4, true, false, {128, 4}}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(sf_layout_name(c.layout)));
+    auto [q, sf] = mxfp4_quantize(x, "cuda", std::nullopt, c.layout);
+    EXPECT_EQ(sf.shape(), c.sf_shape);
+    EXPECT_EQ(bytes(q), bytes(q0));
+    auto [qr, sr] = fp4_quantize(x, std::nullopt, 32, true, c.swizzled, c.is_8x4);
+    EXPECT_EQ(bytes(sf), bytes(sr));
+    EXPECT_EQ(floats(mxfp4_dequantize(q, sf, c.layout)), d0);
+    if (c.layout != SfLayout::layout_128x4) {
+      // Scales of another layout have another size: refused, naming a_sf.
+      EXPECT_FI_ERROR(mxfp4_dequantize(q, sf), "mxfp4_dequantize", "a_sf");
+    }
+  }
+  // From Values, as replay binds an upstream record: sfLayout by keyword.
+  const OpDecl* d = OpRegistry::global().find("mxfp4_dequantize");
+  auto [q8, s8] = mxfp4_quantize(x, "cuda", std::nullopt, SfLayout::layout_8x4);
+  const Value r =
+      d->invoke(CallArgs(*d, bind_arguments(*d, {Value(q8), Value(s8)},
+                                            {{"sfLayout", to_value(SfLayout::layout_8x4)}})));
+  EXPECT_EQ(floats(r.as_tensor()), d0);
+}
+
+// e2m1_and_ufp8sf_scale_to_float reads 8x4 scales with is_sf_8x4_layout=True.
+TEST(Nvfp4Dequantize, Reads8x4ScalesWithIsSf8x4Layout) {
+  Tensor x = Tensor::empty({10, 48}, DType::kFloat16).normal_(23, 0, 2);
+  Tensor gs = fp32_scalar(448.0 * 6.0 / 8.0);
+  Tensor inv = fp32_scalar(8.0 / (448.0 * 6.0));
+  auto [q, sf] = nvfp4_quantize(x, gs);
+  auto [q8, sf8] = nvfp4_quantize(x, gs, SfLayout::layout_8x4);
+  EXPECT_EQ(sf8.numel(), 16 * 4);
+  const auto ref = floats(e2m1_and_ufp8sf_scale_to_float(q, sf, inv));
+  EXPECT_EQ(floats(e2m1_and_ufp8sf_scale_to_float(q8, sf8, inv, 16, 1, true, true)), ref);
+  // Without the flag the 8x4 buffer is the wrong size for the 128x4 layout.
+  EXPECT_FI_ERROR(e2m1_and_ufp8sf_scale_to_float(q8, sf8, inv), "e2m1_and_ufp8sf_scale_to_float",
+                  "ufp8_scale_tensor");
+  // Without a swizzled layout the flag is ignored (linear), as fp4_quantize reads the pair.
+  auto [ql, sfl] = nvfp4_quantize(x, gs, SfLayout::layout_linear);
+  EXPECT_EQ(floats(e2m1_and_ufp8sf_scale_to_float(ql, sfl, inv, 16, 1, false, true)), ref);
+  const OpDecl* d = OpRegistry::global().find("e2m1_and_ufp8sf_scale_to_float");
+  const Value r = d->invoke(CallArgs(*d, bind_arguments(*d, {Value(q8), Value(sf8), Value(inv)},
+                                                        {{"is_sf_8x4_layout", Value(true)}})));
+  EXPECT_EQ(floats(r.as_tensor()), ref);
 }
 
 // ---- CUDA vs CPU --------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 // Low-precision quantization ops: FP4 (NVFP4, MXFP4) from FlashInfer's module
-// flashinfer.fp4_quantization and MXFP8 from flashinfer.fp8_quantization.
+// flashinfer.quantization.fp4_quantization and MXFP8 from flashinfer.quantization.fp8_quantization.
 //
 // Formats (bit-exact on every backend):
 //  * E2M1 codes 0..15 (bit 3 = sign, magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6}), two per byte with
@@ -72,30 +72,35 @@ std::tuple<Tensor, Tensor> nvfp4_quantize(
     bool per_token_activation = false,
     std::optional<Tensor> expanded_idx_to_permuted_idx = std::nullopt);
 
-/// MXFP4 quantization: blocks of 32, ue8m0 scales in the 128x4 layout.
-/// Returns (uint8 [M, K/2], uint8 [round_up(M, 128), round_up(K/32, 4)]).
+/// MXFP4 quantization: blocks of 32, ue8m0 scales in `sfLayout`.
+/// Returns (uint8 [M, K/2], uint8 sf): sf is [round_up(M, 128), round_up(K/32, 4)] for the default
+/// 128x4 layout, [round_up(M, 8), round_up(K/32, 4)] for 8x4 and [M, K/32] for linear.
 std::tuple<Tensor, Tensor> mxfp4_quantize(const Tensor& a, std::string_view backend = "cuda",
-                                          std::optional<bool> enable_pdl = std::nullopt);
+                                          std::optional<bool> enable_pdl = std::nullopt,
+                                          SfLayout sfLayout = SfLayout::layout_128x4);
 
-/// MXFP4 dequantization on the host: a_fp4 uint8 [M, K/2], a_sf ue8m0 scales in the 128x4 layout
-/// (any shape with exactly round_up(M,128)*round_up(K/32,4) elements). Returns fp32 [M, K] on the
-/// CPU (inputs on a GPU are copied to the host, as upstream does).
-Tensor mxfp4_dequantize(const Tensor& a_fp4, const Tensor& a_sf);
+/// MXFP4 dequantization on the host: a_fp4 uint8 [M, K/2], a_sf ue8m0 scales in `sfLayout` (any
+/// shape with exactly sf_layout_size(sfLayout, M, K/32) elements). Returns fp32 [M, K] on the CPU
+/// (inputs on a GPU are copied to the host, as upstream does).
+Tensor mxfp4_dequantize(const Tensor& a_fp4, const Tensor& a_sf,
+                        SfLayout sfLayout = SfLayout::layout_128x4);
 
 /// Dequantizes packed E2M1 with uint8 block scales: out = (e2m1 * sf) * global_scale_tensor
 /// (fp32 ops, left to right; no global scale means 1). ufp8_type 1 = e4m3 scales, 0 = ue8m0.
-/// is_sf_swizzled_layout picks 128x4 (else linear). Returns fp32 [M, K] on the CPU.
+/// is_sf_swizzled_layout picks a swizzled layout (else linear): 8x4 with is_sf_8x4_layout, else
+/// 128x4. Returns fp32 [M, K] on the CPU.
 Tensor e2m1_and_ufp8sf_scale_to_float(const Tensor& e2m1_tensor, const Tensor& ufp8_scale_tensor,
                                       std::optional<Tensor> global_scale_tensor = std::nullopt,
                                       int64_t sf_vec_size = 16, int64_t ufp8_type = 1,
-                                      bool is_sf_swizzled_layout = true);
+                                      bool is_sf_swizzled_layout = true,
+                                      bool is_sf_8x4_layout = false);
 
 /// Swizzles a linear scale matrix [M, C] (or [E, M, C]) of uint8 or bf16 into the 128x4 layout:
 /// returns a 1-D tensor of E * round_up(M, 128) * round_up(C, 4) elements of the input dtype,
 /// padding zero.
 Tensor block_scale_interleave(const Tensor& unswizzled_sf);
 
-/// MXFP8 quantization (flashinfer.fp8_quantization): blocks of 32, ue8m0 scales.
+/// MXFP8 quantization (flashinfer.quantization.fp8_quantization): blocks of 32, ue8m0 scales.
 ///   input [M, K] (or [..., K]) fp16 or bf16; K % 32 == 0; alignment must be 32.
 ///   sf_swizzle_layout overrides is_sf_swizzled_layout (128x4 when true, else linear) when set;
 ///   8x4 is CUDA-only (upstream's host kernel rejects it too).
