@@ -5,7 +5,7 @@
 #include "api/checks.h"
 #include "api/device_props.h"
 #include "core/cuda_runtime.h"
-#include "flashinfer/api_call.h"
+#include "flashinfer/op_typed.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/activation_cpu.h"
 #if FLASHINFER_WITH_CUDA
@@ -18,38 +18,6 @@ namespace {
 using kernels::Activation;
 
 constexpr const char* kModule = "flashinfer.activation";
-
-using ActFn = Tensor (*)(const Tensor&, std::optional<Tensor>, std::optional<bool>);
-
-OpDecl make_decl(const char* name, const char* summary, ActFn fn) {
-  OpDecl d;
-  d.name = name;
-  d.module = kModule;
-  d.params = {
-      ParamDecl("input", ParamKind::kTensor),
-      ParamDecl("out", ParamKind::kTensor).opt().mut(),
-      ParamDecl("enable_pdl", ParamKind::kBool).opt(),
-  };
-  d.returns = "Tensor";
-  d.summary = summary;
-  d.invoke = [fn](const CallArgs& a) -> Value {
-    return fn(a.tensor(0), a.optional_tensor(1), a.optional_bool(2));
-  };
-  return d;
-}
-
-const OpDecl& silu_and_mul_decl() {
-  static const OpDecl& d = *OpRegistry::global().find("silu_and_mul");
-  return d;
-}
-const OpDecl& gelu_and_mul_decl() {
-  static const OpDecl& d = *OpRegistry::global().find("gelu_and_mul");
-  return d;
-}
-const OpDecl& gelu_tanh_and_mul_decl() {
-  static const OpDecl& d = *OpRegistry::global().find("gelu_tanh_and_mul");
-  return d;
-}
 
 // A [rows, width] view of `t` when its leading dimensions collapse, else an undefined tensor.
 Tensor try_rows_view(const Tensor& t, int64_t rows, int64_t width) {
@@ -129,24 +97,21 @@ Tensor act_and_mul_impl(const char* op, Activation act, const Tensor& input,
 
 Tensor silu_and_mul(const Tensor& input, std::optional<Tensor> out,
                     std::optional<bool> enable_pdl) {
-  return call_api(
-      &silu_and_mul_decl,
+  return call_op<&silu_and_mul>(
       [&] { return act_and_mul_impl("silu_and_mul", Activation::kSilu, input, out, enable_pdl); },
       input, out, enable_pdl);
 }
 
 Tensor gelu_and_mul(const Tensor& input, std::optional<Tensor> out,
                     std::optional<bool> enable_pdl) {
-  return call_api(
-      &gelu_and_mul_decl,
+  return call_op<&gelu_and_mul>(
       [&] { return act_and_mul_impl("gelu_and_mul", Activation::kGelu, input, out, enable_pdl); },
       input, out, enable_pdl);
 }
 
 Tensor gelu_tanh_and_mul(const Tensor& input, std::optional<Tensor> out,
                          std::optional<bool> enable_pdl) {
-  return call_api(
-      &gelu_tanh_and_mul_decl,
+  return call_op<&gelu_tanh_and_mul>(
       [&] {
         return act_and_mul_impl("gelu_tanh_and_mul", Activation::kGeluTanh, input, out, enable_pdl);
       },
@@ -170,25 +135,27 @@ BenchCase bench_act(const BenchShape& s, Device dev, const char* name) {
 }  // namespace
 
 namespace detail {
-void register_activation_ops(OpRegistry& registry) {
-  registry.add(api::bench::with_bench(
-      make_decl("silu_and_mul", "Gated SiLU: silu(input[..., :d]) * input[..., d:]",
-                [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
-                  return silu_and_mul(i, std::move(o), pdl);
-                }),
-      [](const BenchShape& s, Device d) { return bench_act(s, d, "silu_and_mul"); }));
-  registry.add(api::bench::with_bench(
-      make_decl("gelu_and_mul", "Gated GELU: gelu(input[..., :d]) * input[..., d:]",
-                [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
-                  return gelu_and_mul(i, std::move(o), pdl);
-                }),
-      [](const BenchShape& s, Device d) { return bench_act(s, d, "gelu_and_mul"); }));
-  registry.add(api::bench::with_bench(
-      make_decl("gelu_tanh_and_mul", "Gated tanh-GELU: gelu_tanh(input[..., :d]) * input[..., d:]",
-                [](const Tensor& i, std::optional<Tensor> o, std::optional<bool> pdl) {
-                  return gelu_tanh_and_mul(i, std::move(o), pdl);
-                }),
-      [](const BenchShape& s, Device d) { return bench_act(s, d, "gelu_tanh_and_mul"); }));
+void register_activation_ops(OpRegistry& r) {
+  declare<&silu_and_mul>(r,
+                         {.name = "silu_and_mul",
+                          .module = kModule,
+                          .summary = "Gated SiLU: silu(input[..., :d]) * input[..., d:]"},
+                         "input", arg("out").mut(), "enable_pdl");
+  declare<&gelu_and_mul>(r,
+                         {.name = "gelu_and_mul",
+                          .module = kModule,
+                          .summary = "Gated GELU: gelu(input[..., :d]) * input[..., d:]"},
+                         "input", arg("out").mut(), "enable_pdl");
+  declare<&gelu_tanh_and_mul>(
+      r,
+      {.name = "gelu_tanh_and_mul",
+       .module = kModule,
+       .summary = "Gated tanh-GELU: gelu_tanh(input[..., :d]) * input[..., d:]"},
+      "input", arg("out").mut(), "enable_pdl");
+  for (const char* name : {"silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"}) {
+    register_bench_hook(name,
+                        [name](const BenchShape& s, Device d) { return bench_act(s, d, name); });
+  }
 }
 }  // namespace detail
 
