@@ -9,7 +9,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "core/cuda_runtime.h"
-#include "flashinfer/api_call.h"
+#include "flashinfer/op_typed.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/rope_cpu.h"
 #if FLASHINFER_WITH_CUDA
@@ -20,84 +20,6 @@ namespace flashinfer {
 namespace {
 
 constexpr const char* kModule = "flashinfer.rope";
-
-// ---------------------------------------------------------------------------------------------
-// Declarations. Defaults mirror upstream's Python literals (rope_scale=1 is an int there, and
-// inspect.signature prints it that way).
-
-std::vector<ParamDecl> rope_tail_params(bool llama) {
-  std::vector<ParamDecl> v = {
-      ParamDecl("rotary_dim", ParamKind::kInt).opt(),
-      ParamDecl("interleave", ParamKind::kBool).def(false),
-      ParamDecl("rope_scale", ParamKind::kFloat).def(llama ? 8 : 1),
-      ParamDecl("rope_theta", ParamKind::kFloat).def(llama ? 5e5 : 1e4),
-  };
-  if (llama) {
-    v.push_back(ParamDecl("low_freq_factor", ParamKind::kFloat).def(1));
-    v.push_back(ParamDecl("high_freq_factor", ParamKind::kFloat).def(4));
-    v.push_back(ParamDecl("old_context_len", ParamKind::kInt).def(8192));
-  }
-  return v;
-}
-
-OpDecl make_rope_decl(const char* name, bool ragged, bool llama, bool inplace, const char* summary,
-                      OpInvoker invoke) {
-  OpDecl d;
-  d.name = name;
-  d.module = kModule;
-  d.params = {ParamDecl("q", ParamKind::kTensor), ParamDecl("k", ParamKind::kTensor)};
-  if (inplace) {  // the recorder saves the rotated q and k after the call
-    d.params[0].mut();
-    d.params[1].mut();
-  }
-  if (ragged) {
-    d.params.push_back(ParamDecl("indptr", ParamKind::kTensor));
-    d.params.push_back(ParamDecl("offsets", ParamKind::kTensor));
-  } else {
-    d.params.push_back(ParamDecl("pos_ids", ParamKind::kTensor));
-  }
-  for (auto& p : rope_tail_params(llama)) d.params.push_back(std::move(p));
-  d.returns = inplace ? "None" : "tuple[Tensor, Tensor]";
-  d.summary = summary;
-  d.invoke = std::move(invoke);
-  return d;
-}
-
-OpDecl make_cos_sin_decl(const char* name, bool inplace, OpInvoker invoke) {
-  OpDecl d;
-  d.name = name;
-  d.module = kModule;
-  d.params = {
-      ParamDecl("positions", ParamKind::kTensor),
-      ParamDecl("query", ParamKind::kTensor).mut(inplace),
-      ParamDecl("key", ParamKind::kTensor).mut(inplace),
-      ParamDecl("head_size", ParamKind::kInt),
-      ParamDecl("cos_sin_cache", ParamKind::kTensor),
-      ParamDecl("is_neox", ParamKind::kBool).def(true),
-  };
-  d.returns = inplace ? "None" : "tuple[Tensor, Tensor]";
-  d.summary = inplace ? "RoPE from a precomputed fp32 cos/sin cache, in place"
-                      : "RoPE from a precomputed fp32 cos/sin cache";
-  d.invoke = std::move(invoke);
-  return d;
-}
-
-template <const char* Name>
-const OpDecl& decl_of() {
-  static const OpDecl& d = *OpRegistry::global().find(Name);
-  return d;
-}
-
-constexpr char kApplyRope[] = "apply_rope";
-constexpr char kApplyRopeInplace[] = "apply_rope_inplace";
-constexpr char kApplyRopePosIds[] = "apply_rope_pos_ids";
-constexpr char kApplyRopePosIdsInplace[] = "apply_rope_pos_ids_inplace";
-constexpr char kLlama[] = "apply_llama31_rope";
-constexpr char kLlamaInplace[] = "apply_llama31_rope_inplace";
-constexpr char kLlamaPosIds[] = "apply_llama31_rope_pos_ids";
-constexpr char kLlamaPosIdsInplace[] = "apply_llama31_rope_pos_ids_inplace";
-constexpr char kCosSin[] = "apply_rope_with_cos_sin_cache";
-constexpr char kCosSinInplace[] = "apply_rope_with_cos_sin_cache_inplace";
 
 // ---------------------------------------------------------------------------------------------
 // Checks and dispatch.
@@ -400,12 +322,12 @@ std::pair<Tensor, Tensor> cos_sin_impl(const char* op, bool inplace, const Tenso
 std::pair<Tensor, Tensor> apply_rope(const Tensor& q, const Tensor& k, const Tensor& indptr,
                                      const Tensor& offsets, std::optional<int64_t> rotary_dim,
                                      bool interleave, double rope_scale, double rope_theta) {
-  return call_api(
-      &decl_of<kApplyRope>,
+  return call_op<&apply_rope>(
       [&] {
-        check_qk(kApplyRope, "q", "k", q, k);
-        return ragged_impl(kApplyRope, false, q, k, indptr, offsets, rotary_dim, interleave,
-                           plain_angles(kApplyRope, rope_scale, rope_theta));
+        const char* op = "apply_rope";
+        check_qk(op, "q", "k", q, k);
+        return ragged_impl(op, false, q, k, indptr, offsets, rotary_dim, interleave,
+                           plain_angles(op, rope_scale, rope_theta));
       },
       q, k, indptr, offsets, rotary_dim, interleave, rope_scale, rope_theta);
 }
@@ -413,12 +335,12 @@ std::pair<Tensor, Tensor> apply_rope(const Tensor& q, const Tensor& k, const Ten
 void apply_rope_inplace(const Tensor& q, const Tensor& k, const Tensor& indptr,
                         const Tensor& offsets, std::optional<int64_t> rotary_dim, bool interleave,
                         double rope_scale, double rope_theta) {
-  call_api(
-      &decl_of<kApplyRopeInplace>,
+  call_op<&apply_rope_inplace>(
       [&] {
-        check_qk(kApplyRopeInplace, "q", "k", q, k);
-        ragged_impl(kApplyRopeInplace, true, q, k, indptr, offsets, rotary_dim, interleave,
-                    plain_angles(kApplyRopeInplace, rope_scale, rope_theta));
+        const char* op = "apply_rope_inplace";
+        check_qk(op, "q", "k", q, k);
+        ragged_impl(op, true, q, k, indptr, offsets, rotary_dim, interleave,
+                    plain_angles(op, rope_scale, rope_theta));
       },
       q, k, indptr, offsets, rotary_dim, interleave, rope_scale, rope_theta);
 }
@@ -427,12 +349,12 @@ std::pair<Tensor, Tensor> apply_rope_pos_ids(const Tensor& q, const Tensor& k,
                                              const Tensor& pos_ids,
                                              std::optional<int64_t> rotary_dim, bool interleave,
                                              double rope_scale, double rope_theta) {
-  return call_api(
-      &decl_of<kApplyRopePosIds>,
+  return call_op<&apply_rope_pos_ids>(
       [&] {
-        check_qk(kApplyRopePosIds, "q", "k", q, k);
-        return pos_ids_impl(kApplyRopePosIds, false, q, k, pos_ids, rotary_dim, interleave,
-                            plain_angles(kApplyRopePosIds, rope_scale, rope_theta));
+        const char* op = "apply_rope_pos_ids";
+        check_qk(op, "q", "k", q, k);
+        return pos_ids_impl(op, false, q, k, pos_ids, rotary_dim, interleave,
+                            plain_angles(op, rope_scale, rope_theta));
       },
       q, k, pos_ids, rotary_dim, interleave, rope_scale, rope_theta);
 }
@@ -440,12 +362,12 @@ std::pair<Tensor, Tensor> apply_rope_pos_ids(const Tensor& q, const Tensor& k,
 void apply_rope_pos_ids_inplace(const Tensor& q, const Tensor& k, const Tensor& pos_ids,
                                 std::optional<int64_t> rotary_dim, bool interleave,
                                 double rope_scale, double rope_theta) {
-  call_api(
-      &decl_of<kApplyRopePosIdsInplace>,
+  call_op<&apply_rope_pos_ids_inplace>(
       [&] {
-        check_qk(kApplyRopePosIdsInplace, "q", "k", q, k);
-        pos_ids_impl(kApplyRopePosIdsInplace, true, q, k, pos_ids, rotary_dim, interleave,
-                     plain_angles(kApplyRopePosIdsInplace, rope_scale, rope_theta));
+        const char* op = "apply_rope_pos_ids_inplace";
+        check_qk(op, "q", "k", q, k);
+        pos_ids_impl(op, true, q, k, pos_ids, rotary_dim, interleave,
+                     plain_angles(op, rope_scale, rope_theta));
       },
       q, k, pos_ids, rotary_dim, interleave, rope_scale, rope_theta);
 }
@@ -456,12 +378,12 @@ std::pair<Tensor, Tensor> apply_llama31_rope(const Tensor& q, const Tensor& k, c
                                              double rope_scale, double rope_theta,
                                              double low_freq_factor, double high_freq_factor,
                                              int64_t old_context_len) {
-  return call_api(
-      &decl_of<kLlama>,
+  return call_op<&apply_llama31_rope>(
       [&] {
-        check_qk(kLlama, "q", "k", q, k);
-        return ragged_impl(kLlama, false, q, k, indptr, offsets, rotary_dim, interleave,
-                           llama31_angles(kLlama, rope_scale, rope_theta, low_freq_factor,
+        const char* op = "apply_llama31_rope";
+        check_qk(op, "q", "k", q, k);
+        return ragged_impl(op, false, q, k, indptr, offsets, rotary_dim, interleave,
+                           llama31_angles(op, rope_scale, rope_theta, low_freq_factor,
                                           high_freq_factor, old_context_len));
       },
       q, k, indptr, offsets, rotary_dim, interleave, rope_scale, rope_theta, low_freq_factor,
@@ -473,13 +395,13 @@ void apply_llama31_rope_inplace(const Tensor& q, const Tensor& k, const Tensor& 
                                 bool interleave, double rope_scale, double rope_theta,
                                 double low_freq_factor, double high_freq_factor,
                                 int64_t old_context_len) {
-  call_api(
-      &decl_of<kLlamaInplace>,
+  call_op<&apply_llama31_rope_inplace>(
       [&] {
-        check_qk(kLlamaInplace, "q", "k", q, k);
-        ragged_impl(kLlamaInplace, true, q, k, indptr, offsets, rotary_dim, interleave,
-                    llama31_angles(kLlamaInplace, rope_scale, rope_theta, low_freq_factor,
-                                   high_freq_factor, old_context_len));
+        const char* op = "apply_llama31_rope_inplace";
+        check_qk(op, "q", "k", q, k);
+        ragged_impl(op, true, q, k, indptr, offsets, rotary_dim, interleave,
+                    llama31_angles(op, rope_scale, rope_theta, low_freq_factor, high_freq_factor,
+                                   old_context_len));
       },
       q, k, indptr, offsets, rotary_dim, interleave, rope_scale, rope_theta, low_freq_factor,
       high_freq_factor, old_context_len);
@@ -489,12 +411,12 @@ std::pair<Tensor, Tensor> apply_llama31_rope_pos_ids(
     const Tensor& q, const Tensor& k, const Tensor& pos_ids, std::optional<int64_t> rotary_dim,
     bool interleave, double rope_scale, double rope_theta, double low_freq_factor,
     double high_freq_factor, int64_t old_context_len) {
-  return call_api(
-      &decl_of<kLlamaPosIds>,
+  return call_op<&apply_llama31_rope_pos_ids>(
       [&] {
-        check_qk(kLlamaPosIds, "q", "k", q, k);
-        return pos_ids_impl(kLlamaPosIds, false, q, k, pos_ids, rotary_dim, interleave,
-                            llama31_angles(kLlamaPosIds, rope_scale, rope_theta, low_freq_factor,
+        const char* op = "apply_llama31_rope_pos_ids";
+        check_qk(op, "q", "k", q, k);
+        return pos_ids_impl(op, false, q, k, pos_ids, rotary_dim, interleave,
+                            llama31_angles(op, rope_scale, rope_theta, low_freq_factor,
                                            high_freq_factor, old_context_len));
       },
       q, k, pos_ids, rotary_dim, interleave, rope_scale, rope_theta, low_freq_factor,
@@ -506,13 +428,13 @@ void apply_llama31_rope_pos_ids_inplace(const Tensor& q, const Tensor& k, const 
                                         double rope_scale, double rope_theta,
                                         double low_freq_factor, double high_freq_factor,
                                         int64_t old_context_len) {
-  call_api(
-      &decl_of<kLlamaPosIdsInplace>,
+  call_op<&apply_llama31_rope_pos_ids_inplace>(
       [&] {
-        check_qk(kLlamaPosIdsInplace, "q", "k", q, k);
-        pos_ids_impl(kLlamaPosIdsInplace, true, q, k, pos_ids, rotary_dim, interleave,
-                     llama31_angles(kLlamaPosIdsInplace, rope_scale, rope_theta, low_freq_factor,
-                                    high_freq_factor, old_context_len));
+        const char* op = "apply_llama31_rope_pos_ids_inplace";
+        check_qk(op, "q", "k", q, k);
+        pos_ids_impl(op, true, q, k, pos_ids, rotary_dim, interleave,
+                     llama31_angles(op, rope_scale, rope_theta, low_freq_factor, high_freq_factor,
+                                    old_context_len));
       },
       q, k, pos_ids, rotary_dim, interleave, rope_scale, rope_theta, low_freq_factor,
       high_freq_factor, old_context_len);
@@ -522,11 +444,10 @@ std::pair<Tensor, Tensor> apply_rope_with_cos_sin_cache(const Tensor& positions,
                                                         const Tensor& query, const Tensor& key,
                                                         int64_t head_size,
                                                         const Tensor& cos_sin_cache, bool is_neox) {
-  return call_api(
-      &decl_of<kCosSin>,
+  return call_op<&apply_rope_with_cos_sin_cache>(
       [&] {
-        return cos_sin_impl(kCosSin, false, positions, query, key, head_size, cos_sin_cache,
-                            is_neox);
+        return cos_sin_impl("apply_rope_with_cos_sin_cache", false, positions, query, key,
+                            head_size, cos_sin_cache, is_neox);
       },
       positions, query, key, head_size, cos_sin_cache, is_neox);
 }
@@ -534,17 +455,16 @@ std::pair<Tensor, Tensor> apply_rope_with_cos_sin_cache(const Tensor& positions,
 void apply_rope_with_cos_sin_cache_inplace(const Tensor& positions, const Tensor& query,
                                            const Tensor& key, int64_t head_size,
                                            const Tensor& cos_sin_cache, bool is_neox) {
-  call_api(
-      &decl_of<kCosSinInplace>,
+  call_op<&apply_rope_with_cos_sin_cache_inplace>(
       [&] {
-        cos_sin_impl(kCosSinInplace, true, positions, query, key, head_size, cos_sin_cache,
-                     is_neox);
+        cos_sin_impl("apply_rope_with_cos_sin_cache_inplace", true, positions, query, key,
+                     head_size, cos_sin_cache, is_neox);
       },
       positions, query, key, head_size, cos_sin_cache, is_neox);
 }
 
 // ---------------------------------------------------------------------------------------------
-// Registration, with invokers that rebuild the call from Values (replay).
+// Registration.
 
 namespace {
 
@@ -609,112 +529,99 @@ BenchCase bench_rope_cos_sin(const BenchShape& s, Device dev, const char* name) 
 }  // namespace
 
 namespace detail {
-void register_rope_ops(OpRegistry& registry) {
-  // Tensor q, k; then (indptr, offsets) or pos_ids; then the tail from index `t`.
-  registry.add(api::bench::with_bench(
-      make_rope_decl(kApplyRope, true, false, false,
-                     "RoPE on a ragged batch (indptr/offsets), returns (q_rope, k_rope)",
-                     [](const CallArgs& a) -> Value {
-                       return to_value(apply_rope(a.tensor(0), a.tensor(1), a.tensor(2),
-                                                  a.tensor(3), a.optional_i64(4), a.boolean(5),
-                                                  a.f64(6), a.f64(7)));
-                     }),
-      [](const BenchShape& s, Device d) { return bench_rope_ragged(s, d, "apply_rope"); }));
-  registry.add(api::bench::with_bench(
-      make_rope_decl(kApplyRopeInplace, true, false, true,
-                     "RoPE on a ragged batch (indptr/offsets), in place",
-                     [](const CallArgs& a) -> Value {
-                       apply_rope_inplace(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3),
-                                          a.optional_i64(4), a.boolean(5), a.f64(6), a.f64(7));
-                       return Value();
-                     }),
-      [](const BenchShape& s, Device d) { return bench_rope_ragged(s, d, "apply_rope_inplace"); }));
-  registry.add(api::bench::with_bench(
-      make_rope_decl(kApplyRopePosIds, false, false, false,
-                     "RoPE with per-token positions, returns (q_rope, k_rope)",
-                     [](const CallArgs& a) -> Value {
-                       return to_value(apply_rope_pos_ids(a.tensor(0), a.tensor(1), a.tensor(2),
-                                                          a.optional_i64(3), a.boolean(4), a.f64(5),
-                                                          a.f64(6)));
-                     }),
-      [](const BenchShape& s, Device d) {
-        return bench_rope_pos_ids(s, d, "apply_rope_pos_ids");
-      }));
-  registry.add(api::bench::with_bench(
-      make_rope_decl(
-          kApplyRopePosIdsInplace, false, false, true, "RoPE with per-token positions, in place",
-          [](const CallArgs& a) -> Value {
-            apply_rope_pos_ids_inplace(a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3),
-                                       a.boolean(4), a.f64(5), a.f64(6));
-            return Value();
-          }),
-      [](const BenchShape& s, Device d) {
-        return bench_rope_pos_ids(s, d, "apply_rope_pos_ids_inplace");
-      }));
-  registry.add(api::bench::with_bench(
-      make_rope_decl(kLlama, true, true, false,
-                     "Llama 3.1 RoPE on a ragged batch, returns (q_rope, k_rope)",
-                     [](const CallArgs& a) -> Value {
-                       return to_value(apply_llama31_rope(
-                           a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3), a.optional_i64(4),
-                           a.boolean(5), a.f64(6), a.f64(7), a.f64(8), a.f64(9), a.i64(10)));
-                     }),
-      [](const BenchShape& s, Device d) { return bench_rope_ragged(s, d, "apply_llama31_rope"); }));
-  registry.add(api::bench::with_bench(
-      make_rope_decl(kLlamaInplace, true, true, true, "Llama 3.1 RoPE on a ragged batch, in place",
-                     [](const CallArgs& a) -> Value {
-                       apply_llama31_rope_inplace(
-                           a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3), a.optional_i64(4),
-                           a.boolean(5), a.f64(6), a.f64(7), a.f64(8), a.f64(9), a.i64(10));
-                       return Value();
-                     }),
-      [](const BenchShape& s, Device d) {
-        return bench_rope_ragged(s, d, "apply_llama31_rope_inplace");
-      }));
-  registry.add(api::bench::with_bench(
-      make_rope_decl(kLlamaPosIds, false, true, false,
-                     "Llama 3.1 RoPE with per-token positions, returns (q_rope, k_rope)",
-                     [](const CallArgs& a) -> Value {
-                       return to_value(apply_llama31_rope_pos_ids(
-                           a.tensor(0), a.tensor(1), a.tensor(2), a.optional_i64(3), a.boolean(4),
-                           a.f64(5), a.f64(6), a.f64(7), a.f64(8), a.i64(9)));
-                     }),
-      [](const BenchShape& s, Device d) {
-        return bench_rope_pos_ids(s, d, "apply_llama31_rope_pos_ids");
-      }));
-  registry.add(api::bench::with_bench(
-      make_rope_decl(kLlamaPosIdsInplace, false, true, true,
-                     "Llama 3.1 RoPE with per-token positions, in place",
-                     [](const CallArgs& a) -> Value {
-                       apply_llama31_rope_pos_ids_inplace(a.tensor(0), a.tensor(1), a.tensor(2),
-                                                          a.optional_i64(3), a.boolean(4), a.f64(5),
-                                                          a.f64(6), a.f64(7), a.f64(8), a.i64(9));
-                       return Value();
-                     }),
-      [](const BenchShape& s, Device d) {
-        return bench_rope_pos_ids(s, d, "apply_llama31_rope_pos_ids_inplace");
-      }));
-  registry.add(api::bench::with_bench(
-      make_cos_sin_decl(kCosSin, false,
-                        [](const CallArgs& a) -> Value {
-                          return to_value(apply_rope_with_cos_sin_cache(a.tensor(0), a.tensor(1),
-                                                                        a.tensor(2), a.i64(3),
-                                                                        a.tensor(4), a.boolean(5)));
-                        }),
-      [](const BenchShape& s, Device d) {
-        return bench_rope_cos_sin(s, d, "apply_rope_with_cos_sin_cache");
-      }));
-  registry.add(api::bench::with_bench(make_cos_sin_decl(kCosSinInplace, true,
-                                                        [](const CallArgs& a) -> Value {
-                                                          apply_rope_with_cos_sin_cache_inplace(
-                                                              a.tensor(0), a.tensor(1), a.tensor(2),
-                                                              a.i64(3), a.tensor(4), a.boolean(5));
-                                                          return Value();
-                                                        }),
-                                      [](const BenchShape& s, Device d) {
-                                        return bench_rope_cos_sin(
-                                            s, d, "apply_rope_with_cos_sin_cache_inplace");
-                                      }));
+void register_rope_ops(OpRegistry& r) {
+  // Defaults mirror upstream's Python literals (rope_scale=1 is an int there, and
+  // inspect.signature prints it that way). The _inplace forms write q and k (the recorder saves
+  // them after the call).
+  declare<&apply_rope>(
+      r,
+      {.name = "apply_rope",
+       .module = kModule,
+       .summary = "RoPE on a ragged batch (indptr/offsets), returns (q_rope, k_rope)"},
+      "q", "k", "indptr", "offsets", "rotary_dim", arg("interleave", false), arg("rope_scale", 1),
+      arg("rope_theta", 1e4));
+  declare<&apply_rope_inplace>(r,
+                               {.name = "apply_rope_inplace",
+                                .module = kModule,
+                                .summary = "RoPE on a ragged batch (indptr/offsets), in place"},
+                               arg("q").mut(), arg("k").mut(), "indptr", "offsets", "rotary_dim",
+                               arg("interleave", false), arg("rope_scale", 1),
+                               arg("rope_theta", 1e4));
+  declare<&apply_rope_pos_ids>(
+      r,
+      {.name = "apply_rope_pos_ids",
+       .module = kModule,
+       .summary = "RoPE with per-token positions, returns (q_rope, k_rope)"},
+      "q", "k", "pos_ids", "rotary_dim", arg("interleave", false), arg("rope_scale", 1),
+      arg("rope_theta", 1e4));
+  declare<&apply_rope_pos_ids_inplace>(r,
+                                       {.name = "apply_rope_pos_ids_inplace",
+                                        .module = kModule,
+                                        .summary = "RoPE with per-token positions, in place"},
+                                       arg("q").mut(), arg("k").mut(), "pos_ids", "rotary_dim",
+                                       arg("interleave", false), arg("rope_scale", 1),
+                                       arg("rope_theta", 1e4));
+  declare<&apply_llama31_rope>(
+      r,
+      {.name = "apply_llama31_rope",
+       .module = kModule,
+       .summary = "Llama 3.1 RoPE on a ragged batch, returns (q_rope, k_rope)"},
+      "q", "k", "indptr", "offsets", "rotary_dim", arg("interleave", false), arg("rope_scale", 8),
+      arg("rope_theta", 5e5), arg("low_freq_factor", 1), arg("high_freq_factor", 4),
+      arg("old_context_len", 8192));
+  declare<&apply_llama31_rope_inplace>(r,
+                                       {.name = "apply_llama31_rope_inplace",
+                                        .module = kModule,
+                                        .summary = "Llama 3.1 RoPE on a ragged batch, in place"},
+                                       arg("q").mut(), arg("k").mut(), "indptr", "offsets",
+                                       "rotary_dim", arg("interleave", false), arg("rope_scale", 8),
+                                       arg("rope_theta", 5e5), arg("low_freq_factor", 1),
+                                       arg("high_freq_factor", 4), arg("old_context_len", 8192));
+  declare<&apply_llama31_rope_pos_ids>(
+      r,
+      {.name = "apply_llama31_rope_pos_ids",
+       .module = kModule,
+       .summary = "Llama 3.1 RoPE with per-token positions, returns (q_rope, k_rope)"},
+      "q", "k", "pos_ids", "rotary_dim", arg("interleave", false), arg("rope_scale", 8),
+      arg("rope_theta", 5e5), arg("low_freq_factor", 1), arg("high_freq_factor", 4),
+      arg("old_context_len", 8192));
+  declare<&apply_llama31_rope_pos_ids_inplace>(
+      r,
+      {.name = "apply_llama31_rope_pos_ids_inplace",
+       .module = kModule,
+       .summary = "Llama 3.1 RoPE with per-token positions, in place"},
+      arg("q").mut(), arg("k").mut(), "pos_ids", "rotary_dim", arg("interleave", false),
+      arg("rope_scale", 8), arg("rope_theta", 5e5), arg("low_freq_factor", 1),
+      arg("high_freq_factor", 4), arg("old_context_len", 8192));
+  declare<&apply_rope_with_cos_sin_cache>(r,
+                                          {.name = "apply_rope_with_cos_sin_cache",
+                                           .module = kModule,
+                                           .summary = "RoPE from a precomputed fp32 cos/sin cache"},
+                                          "positions", "query", "key", "head_size", "cos_sin_cache",
+                                          arg("is_neox", true));
+  declare<&apply_rope_with_cos_sin_cache_inplace>(
+      r,
+      {.name = "apply_rope_with_cos_sin_cache_inplace",
+       .module = kModule,
+       .summary = "RoPE from a precomputed fp32 cos/sin cache, in place"},
+      "positions", arg("query").mut(), arg("key").mut(), "head_size", "cos_sin_cache",
+      arg("is_neox", true));
+
+  for (const char* name :
+       {"apply_rope", "apply_rope_inplace", "apply_llama31_rope", "apply_llama31_rope_inplace"}) {
+    register_bench_hook(
+        name, [name](const BenchShape& s, Device d) { return bench_rope_ragged(s, d, name); });
+  }
+  for (const char* name : {"apply_rope_pos_ids", "apply_rope_pos_ids_inplace",
+                           "apply_llama31_rope_pos_ids", "apply_llama31_rope_pos_ids_inplace"}) {
+    register_bench_hook(
+        name, [name](const BenchShape& s, Device d) { return bench_rope_pos_ids(s, d, name); });
+  }
+  for (const char* name :
+       {"apply_rope_with_cos_sin_cache", "apply_rope_with_cos_sin_cache_inplace"}) {
+    register_bench_hook(
+        name, [name](const BenchShape& s, Device d) { return bench_rope_cos_sin(s, d, name); });
+  }
 }
 }  // namespace detail
 
