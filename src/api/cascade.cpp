@@ -4,7 +4,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "core/cuda_runtime.h"
-#include "flashinfer/api_call.h"
+#include "flashinfer/op_typed.h"
 #include "flashinfer/stream.h"
 #include "kernels/attention_params.h"
 #include "kernels/cpu/attention_cpu.h"
@@ -16,61 +16,6 @@ namespace flashinfer {
 namespace {
 
 constexpr const char* kModule = "flashinfer.cascade";
-
-OpDecl make_merge_state_decl() {
-  OpDecl d;
-  d.name = "merge_state";
-  d.module = kModule;
-  d.params = {ParamDecl("v_a", ParamKind::kTensor), ParamDecl("s_a", ParamKind::kTensor),
-              ParamDecl("v_b", ParamKind::kTensor), ParamDecl("s_b", ParamKind::kTensor)};
-  d.returns = "tuple[Tensor, Tensor]";
-  d.summary = "Merges two attention states (output, base-2 LSE) over disjoint key sets";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return to_value(merge_state(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3)));
-  };
-  return d;
-}
-const OpDecl& merge_state_decl() {
-  static const OpDecl& d = *OpRegistry::global().find("merge_state");
-  return d;
-}
-
-OpDecl make_merge_state_in_place_decl() {
-  OpDecl d;
-  d.name = "merge_state_in_place";
-  d.module = kModule;
-  d.params = {ParamDecl("v", ParamKind::kTensor).mut(), ParamDecl("s", ParamKind::kTensor).mut(),
-              ParamDecl("v_other", ParamKind::kTensor), ParamDecl("s_other", ParamKind::kTensor),
-              ParamDecl("mask", ParamKind::kTensor).opt()};
-  d.returns = "None";
-  d.summary = "Merges (v_other, s_other) into (v, s) in place, rows with mask false skipped";
-  d.invoke = [](const CallArgs& a) -> Value {
-    merge_state_in_place(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3), a.optional_tensor(4));
-    return Value();
-  };
-  return d;
-}
-const OpDecl& merge_state_in_place_decl() {
-  static const OpDecl& d = *OpRegistry::global().find("merge_state_in_place");
-  return d;
-}
-
-OpDecl make_merge_states_decl() {
-  OpDecl d;
-  d.name = "merge_states";
-  d.module = kModule;
-  d.params = {ParamDecl("v", ParamKind::kTensor), ParamDecl("s", ParamKind::kTensor)};
-  d.returns = "tuple[Tensor, Tensor]";
-  d.summary = "Merges num_states attention states per row and head";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return to_value(merge_states(a.tensor(0), a.tensor(1)));
-  };
-  return d;
-}
-const OpDecl& merge_states_decl() {
-  static const OpDecl& d = *OpRegistry::global().find("merge_states");
-  return d;
-}
 
 // v [seq, H, D] with s [seq, H] fp32 on v's device.
 void check_state(const Tensor& v, const Tensor& s, const char* op, const char* v_arg,
@@ -153,8 +98,7 @@ void merge_two(const Tensor& v_a, const Tensor& s_a, const Tensor& v_b, const Te
 
 std::tuple<Tensor, Tensor> merge_state(const Tensor& v_a, const Tensor& s_a, const Tensor& v_b,
                                        const Tensor& s_b) {
-  return call_api(
-      &merge_state_decl,
+  return call_op<&merge_state>(
       [&]() -> std::tuple<Tensor, Tensor> {
         static const char* names[4] = {"v_a", "s_a", "v_b", "s_b"};
         api::check_defined(v_a, "merge_state", "v_a");
@@ -169,8 +113,7 @@ std::tuple<Tensor, Tensor> merge_state(const Tensor& v_a, const Tensor& s_a, con
 
 void merge_state_in_place(const Tensor& v, const Tensor& s, const Tensor& v_other,
                           const Tensor& s_other, std::optional<Tensor> mask) {
-  call_api(
-      &merge_state_in_place_decl,
+  call_op<&merge_state_in_place>(
       [&] {
         static const char* names[4] = {"v", "s", "v_other", "s_other"};
         merge_two(v, s, v_other, s_other, v, s, mask, "merge_state_in_place", names);
@@ -179,8 +122,7 @@ void merge_state_in_place(const Tensor& v, const Tensor& s, const Tensor& v_othe
 }
 
 std::tuple<Tensor, Tensor> merge_states(const Tensor& v, const Tensor& s) {
-  return call_api(
-      &merge_states_decl,
+  return call_op<&merge_states>(
       [&]() -> std::tuple<Tensor, Tensor> {
         const char* op = "merge_states";
         api::check_defined(v, op, "v");
@@ -266,15 +208,31 @@ BenchCase bench_merge_states(const BenchShape& sh, Device dev) {
 }  // namespace
 
 namespace detail {
-void register_cascade_ops(OpRegistry& registry) {
-  using api::bench::with_bench;
-  registry.add(with_bench(make_merge_state_decl(), [](const BenchShape& s, Device d) {
+void register_cascade_ops(OpRegistry& r) {
+  declare<&merge_state>(
+      r,
+      {.name = "merge_state",
+       .module = kModule,
+       .summary = "Merges two attention states (output, base-2 LSE) over disjoint key sets"},
+      "v_a", "s_a", "v_b", "s_b");
+  declare<&merge_state_in_place>(
+      r,
+      {.name = "merge_state_in_place",
+       .module = kModule,
+       .summary = "Merges (v_other, s_other) into (v, s) in place, rows with mask false skipped"},
+      arg("v").mut(), arg("s").mut(), "v_other", "s_other", "mask");
+  declare<&merge_states>(r,
+                         {.name = "merge_states",
+                          .module = kModule,
+                          .summary = "Merges num_states attention states per row and head"},
+                         "v", "s");
+  register_bench_hook("merge_state", [](const BenchShape& s, Device d) {
     return bench_merge_state(s, d, "merge_state");
-  }));
-  registry.add(with_bench(make_merge_state_in_place_decl(), [](const BenchShape& s, Device d) {
+  });
+  register_bench_hook("merge_state_in_place", [](const BenchShape& s, Device d) {
     return bench_merge_state(s, d, "merge_state_in_place");
-  }));
-  registry.add(with_bench(make_merge_states_decl(), bench_merge_states));
+  });
+  register_bench_hook("merge_states", bench_merge_states);
 }
 }  // namespace detail
 

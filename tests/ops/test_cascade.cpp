@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "ops/attention_test_util.h"
+#include "ops/op_test_util.h"
 #include "util/test_util.h"
 
 namespace flashinfer {
@@ -157,6 +158,54 @@ TEST(MergeState, BadInput) {
   EXPECT_FI_ERROR(merge_states(Tensor::zeros({2, 3, 2, 64}, DType::kInt32),
                                Tensor::zeros({2, 3, 2}, DType::kFloat32)),
                   "merge_states", "v");
+}
+
+// ---- declarations, record and replay --------------------------------------------------------
+
+TEST(CascadeDecls, SignaturesMatchUpstreamAndReplay) {
+  const std::vector<std::pair<const char*, const char*>> sigs = {
+      {"merge_state", "(v_a, s_a, v_b, s_b)"},
+      {"merge_state_in_place", "(v, s, v_other, s_other, mask=None)"},
+      {"merge_states", "(v, s)"}};
+  for (const auto& [name, sig] : sigs) {
+    const OpDecl* d = OpRegistry::global().find(name);
+    ASSERT_NE(d, nullptr) << name;
+    EXPECT_EQ(d->module, "flashinfer.cascade") << name;
+    EXPECT_EQ(d->signature(), sig) << name;
+  }
+  const OpDecl& in_place = *OpRegistry::global().find("merge_state_in_place");
+  EXPECT_TRUE(in_place.params[0].mutated && in_place.params[1].mutated);
+  EXPECT_FALSE(in_place.params[2].mutated || in_place.params[3].mutated);
+  Tensor v = testing::rand_tensor({3, 2, 16}, DType::kFloat16, 1);
+  Tensor s = testing::rand_tensor({3, 2}, DType::kFloat32, 2);
+  Tensor vo = testing::rand_tensor({3, 2, 16}, DType::kFloat16, 3);
+  Tensor so = testing::rand_tensor({3, 2}, DType::kFloat32, 4);
+  Tensor vs = testing::rand_tensor({3, 4, 2, 16}, DType::kFloat16, 5);
+  Tensor ss = testing::rand_tensor({3, 4, 2}, DType::kFloat32, 6);
+  Tensor mask = Tensor::from_vector({1, 0, 1}, {3}, DType::kBool);
+  std::vector<testing::RecordingObserver::Call> calls;
+  {
+    testing::RecordingScope scope;
+    merge_state(v, s, vo, so);
+    merge_states(vs, ss);
+    merge_state_in_place(v, s, vo, so, mask);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 3u);
+  for (const auto& c : calls) {
+    SCOPED_TRACE(c.name);
+    EXPECT_TRUE(c.error.empty()) << c.error;
+    auto [result, after] = testing::replay(c);
+    EXPECT_TRUE(testing::same_values(result, c.result));
+    ASSERT_EQ(after.size(), c.after.size());
+    for (std::size_t a = 0; a < after.size(); ++a) {
+      EXPECT_TRUE(testing::same_values(after[a], c.after[a])) << "argument " << a;
+    }
+  }
+  EXPECT_TRUE(calls[2].result.is_none());
+  // merge_state_in_place wrote v and s: the recorded values after differ from before.
+  EXPECT_FALSE(testing::same_values(calls[2].after[0], calls[2].inputs[0]));
+  EXPECT_FALSE(testing::same_values(calls[2].after[1], calls[2].inputs[1]));
 }
 
 }  // namespace
