@@ -3,11 +3,12 @@
 
 #include <cstring>
 
+#include "api/arg_traits.h"
 #include "api/attention_common.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "core/cuda_runtime.h"
-#include "flashinfer/api_call.h"
+#include "flashinfer/op_typed.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/attention_cpu.h"
 #if FLASHINFER_WITH_CUDA
@@ -36,95 +37,6 @@ Tensor host_int32(const std::vector<int32_t>& v) {
   Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kInt32);
   if (!v.empty()) std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(int32_t));
   return t;
-}
-
-OpDecl make_get_seq_lens_decl() {
-  OpDecl d;
-  d.name = "get_seq_lens";
-  d.module = kModule;
-  d.params = {ParamDecl("kv_indptr", ParamKind::kTensor),
-              ParamDecl("kv_last_page_len", ParamKind::kTensor),
-              ParamDecl("page_size", ParamKind::kInt)};
-  d.returns = "Tensor";
-  d.summary = "Sequence lengths of a paged KV cache from its indptr and last-page lengths";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return get_seq_lens(a.tensor(0), a.tensor(1), a.i64(2));
-  };
-  return d;
-}
-const OpDecl& get_seq_lens_decl() {
-  static const OpDecl& d = *OpRegistry::global().find("get_seq_lens");
-  return d;
-}
-
-OpDecl make_get_batch_indices_positions_decl() {
-  OpDecl d;
-  d.name = "get_batch_indices_positions";
-  d.module = kModule;
-  d.params = {ParamDecl("append_indptr", ParamKind::kTensor),
-              ParamDecl("seq_lens", ParamKind::kTensor), ParamDecl("nnz", ParamKind::kInt),
-              ParamDecl("batch_indices", ParamKind::kTensor).opt(),
-              ParamDecl("positions", ParamKind::kTensor).opt()};
-  d.returns = "tuple[Tensor, Tensor]";
-  d.summary = "Request index and absolute position of every appended row";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return to_value(get_batch_indices_positions(a.tensor(0), a.tensor(1), a.i64(2),
-                                                a.optional_tensor(3), a.optional_tensor(4)));
-  };
-  return d;
-}
-const OpDecl& get_batch_indices_positions_decl() {
-  static const OpDecl& d = *OpRegistry::global().find("get_batch_indices_positions");
-  return d;
-}
-
-OpDecl make_append_paged_kv_cache_decl() {
-  OpDecl d;
-  d.name = "append_paged_kv_cache";
-  d.module = kModule;
-  d.params = {ParamDecl("append_key", ParamKind::kTensor),
-              ParamDecl("append_value", ParamKind::kTensor),
-              ParamDecl("batch_indices", ParamKind::kTensor),
-              ParamDecl("positions", ParamKind::kTensor),
-              ParamDecl("paged_kv_cache", ParamKind::kAny).mut(),
-              ParamDecl("kv_indices", ParamKind::kTensor),
-              ParamDecl("kv_indptr", ParamKind::kTensor),
-              ParamDecl("kv_last_page_len", ParamKind::kTensor),
-              ParamDecl("kv_layout", ParamKind::kString).def("NHD")};
-  d.returns = "None";
-  d.summary = "Writes appended key/value rows into their pages of a paged KV cache";
-  d.invoke = [](const CallArgs& a) -> Value {
-    append_paged_kv_cache(a.tensor(0), a.tensor(1), a.tensor(2), a.tensor(3),
-                          PagedKVCache::from_value(a[4]), a.tensor(5), a.tensor(6), a.tensor(7),
-                          a.str(8));
-    return Value();
-  };
-  return d;
-}
-const OpDecl& append_paged_kv_cache_decl() {
-  static const OpDecl& d = *OpRegistry::global().find("append_paged_kv_cache");
-  return d;
-}
-
-Tensor get_seq_lens_impl(const Tensor& kv_indptr, const Tensor& kv_last_page_len,
-                         int64_t page_size) {
-  const char* op = "get_seq_lens";
-  FLASHINFER_CHECK(page_size >= 1, op, "page_size", "must be >= 1, got ", page_size);
-  const std::vector<int32_t> indptr = api::index_to_host(kv_indptr, op, "kv_indptr");
-  api::check_indptr(indptr, op, "kv_indptr");
-  const auto batch = static_cast<int64_t>(indptr.size()) - 1;
-  const std::vector<int32_t> last =
-      api::index_to_host(kv_last_page_len, op, "kv_last_page_len", batch);
-  api::check_same_device(kv_last_page_len, kv_indptr, op, "kv_last_page_len", "kv_indptr");
-  std::vector<int32_t> lens(static_cast<std::size_t>(batch));
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t pages = indptr[b + 1] - indptr[b];
-    const int64_t len = std::max<int64_t>(pages - 1, 0) * page_size + last[b];
-    FLASHINFER_CHECK(len >= 0 && len <= INT32_MAX, op, "kv_last_page_len", "element ", b,
-                     " gives a length outside int32: ", len);
-    lens[b] = static_cast<int32_t>(len);
-  }
-  return host_int32(lens).to(kv_indptr.device());
 }
 
 std::tuple<Tensor, Tensor> get_batch_indices_positions_impl(const Tensor& append_indptr,
@@ -262,18 +174,33 @@ void append_impl(const Tensor& append_key, const Tensor& append_value, const Ten
 
 }  // namespace
 
+// A plain helper, as upstream's flashinfer.page.get_seq_lens (not an @flashinfer_api op): not
+// declared, so never logged or recorded.
 Tensor get_seq_lens(const Tensor& kv_indptr, const Tensor& kv_last_page_len, int64_t page_size) {
-  return call_api(
-      &get_seq_lens_decl, [&] { return get_seq_lens_impl(kv_indptr, kv_last_page_len, page_size); },
-      kv_indptr, kv_last_page_len, page_size);
+  const char* op = "get_seq_lens";
+  FLASHINFER_CHECK(page_size >= 1, op, "page_size", "must be >= 1, got ", page_size);
+  const std::vector<int32_t> indptr = api::index_to_host(kv_indptr, op, "kv_indptr");
+  api::check_indptr(indptr, op, "kv_indptr");
+  const auto batch = static_cast<int64_t>(indptr.size()) - 1;
+  const std::vector<int32_t> last =
+      api::index_to_host(kv_last_page_len, op, "kv_last_page_len", batch);
+  api::check_same_device(kv_last_page_len, kv_indptr, op, "kv_last_page_len", "kv_indptr");
+  std::vector<int32_t> lens(static_cast<std::size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t pages = indptr[b + 1] - indptr[b];
+    const int64_t len = std::max<int64_t>(pages - 1, 0) * page_size + last[b];
+    FLASHINFER_CHECK(len >= 0 && len <= INT32_MAX, op, "kv_last_page_len", "element ", b,
+                     " gives a length outside int32: ", len);
+    lens[b] = static_cast<int32_t>(len);
+  }
+  return host_int32(lens).to(kv_indptr.device());
 }
 
 std::tuple<Tensor, Tensor> get_batch_indices_positions(const Tensor& append_indptr,
                                                        const Tensor& seq_lens, int64_t nnz,
                                                        std::optional<Tensor> batch_indices,
                                                        std::optional<Tensor> positions) {
-  return call_api(
-      &get_batch_indices_positions_decl,
+  return call_op<&get_batch_indices_positions>(
       [&] {
         return get_batch_indices_positions_impl(append_indptr, seq_lens, nnz, batch_indices,
                                                 positions);
@@ -286,8 +213,7 @@ void append_paged_kv_cache(const Tensor& append_key, const Tensor& append_value,
                            const PagedKVCache& paged_kv_cache, const Tensor& kv_indices,
                            const Tensor& kv_indptr, const Tensor& kv_last_page_len,
                            std::string_view kv_layout) {
-  call_api(
-      &append_paged_kv_cache_decl,
+  call_op<&append_paged_kv_cache>(
       [&] {
         append_impl(append_key, append_value, batch_indices, positions, paged_kv_cache, kv_indices,
                     kv_indptr, kv_last_page_len, kv_layout);
@@ -326,10 +252,21 @@ BenchCase bench_append(const BenchShape& s, Device dev) {
 }  // namespace
 
 namespace detail {
-void register_page_ops(OpRegistry& registry) {
-  registry.add(make_get_seq_lens_decl());
-  registry.add(make_get_batch_indices_positions_decl());
-  registry.add(api::bench::with_bench(make_append_paged_kv_cache_decl(), bench_append));
+void register_page_ops(OpRegistry& r) {
+  declare<&get_batch_indices_positions>(
+      r,
+      {.name = "get_batch_indices_positions",
+       .module = kModule,
+       .summary = "Request index and absolute position of every appended row"},
+      "append_indptr", "seq_lens", "nnz", "batch_indices", "positions");
+  declare<&append_paged_kv_cache>(
+      r,
+      {.name = "append_paged_kv_cache",
+       .module = kModule,
+       .summary = "Writes appended key/value rows into their pages of a paged KV cache"},
+      "append_key", "append_value", "batch_indices", "positions", arg("paged_kv_cache").mut(),
+      "kv_indices", "kv_indptr", "kv_last_page_len", arg("kv_layout", "NHD"));
+  register_bench_hook("append_paged_kv_cache", bench_append);
 }
 }  // namespace detail
 

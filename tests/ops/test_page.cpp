@@ -1,7 +1,9 @@
 // Paged KV-cache utilities: get_seq_lens, get_batch_indices_positions, append_paged_kv_cache.
 #include <gtest/gtest.h>
 
+#include "flashinfer/bench.h"
 #include "ops/attention_test_util.h"
+#include "ops/op_test_util.h"
 #include "util/test_util.h"
 
 namespace flashinfer {
@@ -171,6 +173,73 @@ TEST(PagedKVCache, ValueRoundTrip) {
   EXPECT_EQ(back.second().data_ptr(), b.data_ptr());
   EXPECT_TRUE(to_value(PagedKVCache(a)).is_tensor());
   EXPECT_THROW(PagedKVCache::from_value(Value(3)), Error);
+}
+
+// ---- declarations, record and replay --------------------------------------------------------
+
+TEST(PageDecls, SignaturesMatchUpstream) {
+  const OpDecl* gbip = OpRegistry::global().find("get_batch_indices_positions");
+  const OpDecl* append = OpRegistry::global().find("append_paged_kv_cache");
+  ASSERT_NE(gbip, nullptr);
+  ASSERT_NE(append, nullptr);
+  EXPECT_EQ(gbip->module, "flashinfer.page");
+  EXPECT_EQ(append->module, "flashinfer.page");
+  EXPECT_EQ(gbip->signature(),
+            "(append_indptr, seq_lens, nnz, batch_indices=None, positions=None)");
+  EXPECT_EQ(append->signature(),
+            "(append_key, append_value, batch_indices, positions, paged_kv_cache, kv_indices, "
+            "kv_indptr, kv_last_page_len, kv_layout='NHD')");
+  EXPECT_EQ(gbip->returns, "tuple[Tensor, Tensor]");
+  EXPECT_EQ(append->returns, "None");
+  EXPECT_TRUE(append->params[4].mutated);  // the recorder saves the cache after the call
+  // Upstream's get_seq_lens is a plain helper (no @flashinfer_api): not an op here either.
+  EXPECT_EQ(OpRegistry::global().find("get_seq_lens"), nullptr);
+  EXPECT_EQ(find_bench_hook("get_seq_lens"), nullptr);
+}
+
+TEST(PageDecls, GetSeqLensIsNeverRecordedAndTheOpsReplay) {
+  std::vector<std::vector<double>> kr, vr;
+  testing::PagedFixture f =
+      testing::make_paged({5, 3}, 4, 2, 16, DType::kFloat16, false, true, 3, kr, vr);
+  std::vector<testing::RecordingObserver::Call> calls;
+  Tensor lens;
+  {
+    testing::RecordingScope scope;
+    lens = get_seq_lens(f.indptr, f.last_page_len, 4);
+    auto [bi, pos] = get_batch_indices_positions(int_tensor({0, 2, 3}), lens, 3);
+    append_paged_kv_cache(testing::rand_tensor({3, 2, 16}, DType::kFloat16, 4),
+                          testing::rand_tensor({3, 2, 16}, DType::kFloat16, 5), bi, pos, f.cache(),
+                          f.indices, f.indptr, f.last_page_len);
+    calls = scope.observer().calls;
+  }
+  EXPECT_EQ(ints(lens), (std::vector<double>{5, 3}));  // the helper still works
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].name, "get_batch_indices_positions");
+  EXPECT_EQ(calls[1].name, "append_paged_kv_cache");
+  for (const auto& c : calls) {
+    SCOPED_TRACE(c.name);
+    EXPECT_TRUE(c.error.empty()) << c.error;
+    auto [result, after] = testing::replay(c);
+    EXPECT_TRUE(testing::same_values(result, c.result));
+    ASSERT_EQ(after.size(), c.after.size());
+    for (std::size_t a = 0; a < after.size(); ++a) {
+      EXPECT_TRUE(testing::same_values(after[a], c.after[a])) << "argument " << a;
+    }
+  }
+  // The cache was recorded as upstream's (k_cache, v_cache) tuple.
+  EXPECT_EQ(calls[1].inputs[4].kind(), Value::Kind::kTuple);
+  // Upstream's keyword names bind; a keyword it does not have is refused.
+  const OpDecl& d = *OpRegistry::global().find("get_batch_indices_positions");
+  const auto bound = bind_arguments(d, {Value(int_tensor({0, 2})), Value(int_tensor({4}))},
+                                    {{"nnz", Value(2)}, {"positions", Value()}});
+  ASSERT_EQ(bound.size(), 5u);
+  EXPECT_TRUE(bound[3].is_none());
+  const Value r = d.invoke(CallArgs(d, bound));
+  ASSERT_TRUE(r.is_sequence());
+  EXPECT_EQ(ints(r.items()[1].as_tensor()), (std::vector<double>{2, 3}));
+  EXPECT_THROW(bind_arguments(d, {Value(int_tensor({0, 2})), Value(int_tensor({4})), Value(2)},
+                              {{"page_size", Value(4)}}),
+               Error);
 }
 
 }  // namespace

@@ -49,7 +49,8 @@ Value to_value(const PagedKVCache& cache);
 /// Sequence lengths of a paged cache: kv_len[i] = max(pages_i - 1, 0) * page_size +
 /// kv_last_page_len[i], with pages_i = kv_indptr[i + 1] - kv_indptr[i].
 ///   kv_indptr [batch + 1] int32, kv_last_page_len [batch] int32, same device.
-/// Returns int32 [batch] on that device.
+/// Returns int32 [batch] on that device. A plain helper as upstream (flashinfer.page.get_seq_lens
+/// is not an @flashinfer_api op): it is not declared, logged or recorded.
 Tensor get_seq_lens(const Tensor& kv_indptr, const Tensor& kv_last_page_len, int64_t page_size);
 
 /// For each of the nnz appended rows, its request and its absolute position in that request:
