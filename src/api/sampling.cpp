@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "api/arg_traits.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/device_props.h"
 #include "core/cuda_runtime.h"
-#include "flashinfer/api_call.h"
-#include "flashinfer/op_decl.h"
+#include "flashinfer/op_typed.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/sampling_cpu.h"
 #include "kernels/sampling_params.h"
@@ -494,80 +494,41 @@ Tensor renorm_impl(const char* op, const char* input_name, const Tensor& input,
 }
 
 // ---------------------------------------------------------------------------------------------
-// Declarations.
+// Declarations. Upstream's samplers take `generator` (a torch.Generator) right after
+// `deterministic`; it has no C++ counterpart. Each sampler is declared through
+// WithGenerator<&fn, Pos>::op, the same function with that slot inserted at position Pos, so
+// recorded argument indices match upstream's. The slot is recorded as None, and a recorded
+// generator is ignored on replay.
 
-constexpr char kSoftmax[] = "softmax";
-constexpr char kSamplingFromProbs[] = "sampling_from_probs";
-constexpr char kSamplingFromLogits[] = "sampling_from_logits";
-constexpr char kTopP[] = "top_p_sampling_from_probs";
-constexpr char kTopK[] = "top_k_sampling_from_probs";
-constexpr char kMinP[] = "min_p_sampling_from_probs";
-constexpr char kTopKTopPProbs[] = "top_k_top_p_sampling_from_probs";
-constexpr char kTopKTopPLogits[] = "top_k_top_p_sampling_from_logits";
-constexpr char kTopKMask[] = "top_k_mask_logits";
-constexpr char kTopKRenorm[] = "top_k_renorm_probs";
-constexpr char kTopPRenorm[] = "top_p_renorm_probs";
+struct TorchGenerator {};
+using GeneratorSlot = std::optional<TorchGenerator>;
+Value to_value(TorchGenerator) { return Value(); }
+constexpr GeneratorSlot kNoGenerator;
 
-template <const char* Name>
-const OpDecl& decl_of() {
-  static const OpDecl& d = *OpRegistry::global().find(Name);
-  return d;
-}
-
-ScalarOrTensor<int64_t> int_or_tensor(const CallArgs& a, std::size_t i) {
-  if (a[i].is_tensor()) return ScalarOrTensor<int64_t>(a[i].as_tensor());
-  return ScalarOrTensor<int64_t>(a[i].as_int());
-}
-ScalarOrTensor<double> float_or_tensor(const CallArgs& a, std::size_t i) {
-  if (a[i].is_tensor()) return ScalarOrTensor<double>(a[i].as_tensor());
-  return ScalarOrTensor<double>(a[i].as_float());
-}
-SeedArg opt_int_or_tensor(const CallArgs& a, std::size_t i) {
-  if (a[i].is_none()) return std::nullopt;
-  return int_or_tensor(a, i);
-}
-std::optional<ScalarOrTensor<double>> opt_float_or_tensor(const CallArgs& a, std::size_t i) {
-  if (a[i].is_none()) return std::nullopt;
-  return float_or_tensor(a, i);
-}
-
-// indices, deterministic, generator, check_nan, seed, offset[, return_valid]: upstream's tail.
-void add_sampling_tail(std::vector<ParamDecl>& params, bool with_return_valid) {
-  params.push_back(ParamDecl("indices", ParamKind::kTensor).opt());
-  params.push_back(ParamDecl("deterministic", ParamKind::kBool).def(true));
-  params.push_back(ParamDecl("generator", ParamKind::kObject).opt().type("torch.Generator"));
-  params.push_back(ParamDecl("check_nan", ParamKind::kBool).def(false));
-  params.push_back(ParamDecl("seed", ParamKind::kAny).opt());
-  params.push_back(ParamDecl("offset", ParamKind::kAny).opt());
-  if (with_return_valid) params.push_back(ParamDecl("return_valid", ParamKind::kBool).def(false));
-}
-
-OpDecl make_decl(const char* name, std::vector<ParamDecl> params, const char* returns,
-                 const char* summary, OpInvoker invoke) {
-  OpDecl d;
-  d.name = name;
-  d.module = kModule;
-  d.params = std::move(params);
-  d.returns = returns;
-  d.summary = summary;
-  d.invoke = std::move(invoke);
-  return d;
-}
-
-constexpr const char* kSamplerReturns = "Union[Tensor, Tuple[Tensor, Tensor]]";
-
-// A sampler with one threshold argument at position 1: (probs, thr, tail...).
-OpDecl make_threshold_sampler_decl(const char* name, const char* thr, ParamKind kind,
-                                   const char* summary, OpInvoker invoke) {
-  std::vector<ParamDecl> params = {ParamDecl("probs", ParamKind::kTensor), ParamDecl(thr, kind)};
-  add_sampling_tail(params, true);
-  return make_decl(name, std::move(params), kSamplerReturns, summary, std::move(invoke));
-}
+template <auto Fn, class Head, class Tail>
+struct WithGeneratorAt;
+template <auto Fn, class... H, class... T>
+struct WithGeneratorAt<Fn, std::tuple<H...>, std::tuple<T...>> {
+  static auto op(H... head, GeneratorSlot, T... tail) { return Fn(head..., tail...); }
+};
+template <auto Fn, std::size_t Pos, class Args, std::size_t... I, std::size_t... J>
+WithGeneratorAt<Fn, std::tuple<std::tuple_element_t<I, Args>...>,
+                std::tuple<std::tuple_element_t<Pos + J, Args>...>>
+    split_at(std::index_sequence<I...>, std::index_sequence<J...>);  // unevaluated only
+template <auto Fn, std::size_t Pos, class Args = typename detail::FnInfo<decltype(Fn)>::Args>
+using WithGenerator = decltype(split_at<Fn, Pos, Args>(
+    std::make_index_sequence<Pos>{}, std::make_index_sequence<std::tuple_size_v<Args> - Pos>{}));
 
 }  // namespace
 
+template <>
+struct ArgTraits<TorchGenerator> {
+  static constexpr ParamKind kind = ParamKind::kObject;
+  static TorchGenerator get(const CallArgs&, std::size_t) { return {}; }
+};
+
 // ---------------------------------------------------------------------------------------------
-// Public functions. `generator` has no C++ parameter; its slot is passed as None.
+// Public functions.
 
 void sampling_manual_seed(uint64_t seed) {
   DefaultStream& s = default_stream();
@@ -578,27 +539,24 @@ void sampling_manual_seed(uint64_t seed) {
 
 Tensor softmax(const Tensor& logits, std::optional<ScalarOrTensor<double>> temperature,
                std::optional<bool> enable_pdl) {
-  return call_api(
-      &decl_of<kSoftmax>, [&] { return softmax_impl(logits, temperature, enable_pdl); }, logits,
-      temperature, enable_pdl);
+  return call_op<&softmax>([&] { return softmax_impl(logits, temperature, enable_pdl); }, logits,
+                           temperature, enable_pdl);
 }
 
 SamplingResult sampling_from_probs(const Tensor& probs, std::optional<Tensor> indices,
                                    bool deterministic, bool check_nan, SeedArg seed, SeedArg offset,
                                    bool return_valid) {
-  return call_api(
-      &decl_of<kSamplingFromProbs>,
+  return call_op<&WithGenerator<&sampling_from_probs, 3>::op>(
       [&] {
         return simple_sampler("sampling_from_probs", probs, SamplingKind::kProbs, {}, indices,
                               check_nan, seed, offset, return_valid);
       },
-      probs, indices, deterministic, std::nullopt, check_nan, seed, offset, return_valid);
+      probs, indices, deterministic, kNoGenerator, check_nan, seed, offset, return_valid);
 }
 
 Tensor sampling_from_logits(const Tensor& logits, std::optional<Tensor> indices, bool deterministic,
                             bool check_nan, SeedArg seed, SeedArg offset) {
-  return call_api(
-      &decl_of<kSamplingFromLogits>,
+  return call_op<&WithGenerator<&sampling_from_logits, 3>::op>(
       [&] {
         const char* op = "sampling_from_logits";
         const std::vector<SamplingRow> rows = prepare_sampling(
@@ -606,46 +564,46 @@ Tensor sampling_from_logits(const Tensor& logits, std::optional<Tensor> indices,
         return launch_sample(op, logits, rows, SamplingKind::kLogits, sample_dtype(indices), false)
             .samples;
       },
-      logits, indices, deterministic, std::nullopt, check_nan, seed, offset);
+      logits, indices, deterministic, kNoGenerator, check_nan, seed, offset);
 }
 
 SamplingResult top_p_sampling_from_probs(const Tensor& probs, ScalarOrTensor<double> top_p,
                                          std::optional<Tensor> indices, bool deterministic,
                                          bool check_nan, SeedArg seed, SeedArg offset,
                                          bool return_valid) {
-  return call_api(
-      &decl_of<kTopP>,
+  return call_op<&WithGenerator<&top_p_sampling_from_probs, 4>::op>(
       [&] {
-        return simple_sampler(kTopP, probs, SamplingKind::kTopP, {nullptr, &top_p, nullptr},
-                              indices, check_nan, seed, offset, return_valid);
+        return simple_sampler("top_p_sampling_from_probs", probs, SamplingKind::kTopP,
+                              {nullptr, &top_p, nullptr}, indices, check_nan, seed, offset,
+                              return_valid);
       },
-      probs, top_p, indices, deterministic, std::nullopt, check_nan, seed, offset, return_valid);
+      probs, top_p, indices, deterministic, kNoGenerator, check_nan, seed, offset, return_valid);
 }
 
 SamplingResult top_k_sampling_from_probs(const Tensor& probs, ScalarOrTensor<int64_t> top_k,
                                          std::optional<Tensor> indices, bool deterministic,
                                          bool check_nan, SeedArg seed, SeedArg offset,
                                          bool return_valid) {
-  return call_api(
-      &decl_of<kTopK>,
+  return call_op<&WithGenerator<&top_k_sampling_from_probs, 4>::op>(
       [&] {
-        return simple_sampler(kTopK, probs, SamplingKind::kTopK, {&top_k, nullptr, nullptr},
-                              indices, check_nan, seed, offset, return_valid);
+        return simple_sampler("top_k_sampling_from_probs", probs, SamplingKind::kTopK,
+                              {&top_k, nullptr, nullptr}, indices, check_nan, seed, offset,
+                              return_valid);
       },
-      probs, top_k, indices, deterministic, std::nullopt, check_nan, seed, offset, return_valid);
+      probs, top_k, indices, deterministic, kNoGenerator, check_nan, seed, offset, return_valid);
 }
 
 SamplingResult min_p_sampling_from_probs(const Tensor& probs, ScalarOrTensor<double> min_p,
                                          std::optional<Tensor> indices, bool deterministic,
                                          bool check_nan, SeedArg seed, SeedArg offset,
                                          bool return_valid) {
-  return call_api(
-      &decl_of<kMinP>,
+  return call_op<&WithGenerator<&min_p_sampling_from_probs, 4>::op>(
       [&] {
-        return simple_sampler(kMinP, probs, SamplingKind::kMinP, {nullptr, nullptr, &min_p},
-                              indices, check_nan, seed, offset, return_valid);
+        return simple_sampler("min_p_sampling_from_probs", probs, SamplingKind::kMinP,
+                              {nullptr, nullptr, &min_p}, indices, check_nan, seed, offset,
+                              return_valid);
       },
-      probs, min_p, indices, deterministic, std::nullopt, check_nan, seed, offset, return_valid);
+      probs, min_p, indices, deterministic, kNoGenerator, check_nan, seed, offset, return_valid);
 }
 
 SamplingResult top_k_top_p_sampling_from_probs(const Tensor& probs, ScalarOrTensor<int64_t> top_k,
@@ -654,13 +612,12 @@ SamplingResult top_k_top_p_sampling_from_probs(const Tensor& probs, ScalarOrTens
                                                const std::string& filter_apply_order,
                                                bool deterministic, bool check_nan, SeedArg seed,
                                                SeedArg offset, bool return_valid) {
-  return call_api(
-      &decl_of<kTopKTopPProbs>,
+  return call_op<&WithGenerator<&top_k_top_p_sampling_from_probs, 6>::op>(
       [&] {
         return top_k_top_p_probs_impl(probs, top_k, top_p, indices, filter_apply_order, check_nan,
                                       seed, offset, return_valid);
       },
-      probs, top_k, top_p, indices, filter_apply_order, deterministic, std::nullopt, check_nan,
+      probs, top_k, top_p, indices, filter_apply_order, deterministic, kNoGenerator, check_nan,
       seed, offset, return_valid);
 }
 
@@ -668,44 +625,39 @@ Tensor top_k_top_p_sampling_from_logits(const Tensor& logits, ScalarOrTensor<int
                                         ScalarOrTensor<double> top_p, std::optional<Tensor> indices,
                                         const std::string& filter_apply_order, bool deterministic,
                                         bool check_nan, SeedArg seed, SeedArg offset) {
-  return call_api(
-      &decl_of<kTopKTopPLogits>,
+  return call_op<&WithGenerator<&top_k_top_p_sampling_from_logits, 6>::op>(
       [&] {
         return top_k_top_p_logits_impl(logits, top_k, top_p, indices, filter_apply_order, check_nan,
                                        seed, offset);
       },
-      logits, top_k, top_p, indices, filter_apply_order, deterministic, std::nullopt, check_nan,
+      logits, top_k, top_p, indices, filter_apply_order, deterministic, kNoGenerator, check_nan,
       seed, offset);
 }
 
 Tensor top_k_mask_logits(const Tensor& logits, ScalarOrTensor<int64_t> top_k) {
-  return call_api(
-      &decl_of<kTopKMask>,
+  return call_op<&top_k_mask_logits>(
       [&] {
-        return renorm_impl(kTopKMask, "logits", logits, &top_k, nullptr, FilterKind::kTopKMask,
-                           logits.dtype());
+        return renorm_impl("top_k_mask_logits", "logits", logits, &top_k, nullptr,
+                           FilterKind::kTopKMask, logits.dtype());
       },
       logits, top_k);
 }
 
-Tensor top_k_renorm_probs(const Tensor& probs, ScalarOrTensor<int64_t> top_k,
-                          bool is_deterministic) {
-  return call_api(
-      &decl_of<kTopKRenorm>,
+Tensor top_k_renorm_probs(const Tensor& probs, ScalarOrTensor<int64_t> top_k) {
+  return call_op<&top_k_renorm_probs>(
       [&] {
-        return renorm_impl(kTopKRenorm, "probs", probs, &top_k, nullptr, FilterKind::kTopKRenorm,
-                           probs.dtype());
+        return renorm_impl("top_k_renorm_probs", "probs", probs, &top_k, nullptr,
+                           FilterKind::kTopKRenorm, probs.dtype());
       },
-      probs, top_k, is_deterministic);
+      probs, top_k);
 }
 
 Tensor top_p_renorm_probs(const Tensor& probs, ScalarOrTensor<double> top_p,
                           bool is_deterministic) {
-  return call_api(
-      &decl_of<kTopPRenorm>,
+  return call_op<&top_p_renorm_probs>(
       [&] {
-        return renorm_impl(kTopPRenorm, "probs", probs, nullptr, &top_p, FilterKind::kTopPRenorm,
-                           DType::kFloat32);
+        return renorm_impl("top_p_renorm_probs", "probs", probs, nullptr, &top_p,
+                           FilterKind::kTopPRenorm, DType::kFloat32);
       },
       probs, top_p, is_deterministic);
 }
@@ -728,192 +680,158 @@ BenchCase bench_softmax(const BenchShape& s, Device dev) {
   return c;
 }
 
-BenchCase bench_top_k_top_p_logits(const BenchShape& s, Device dev) {
-  BenchCase c = api::bench::invoke_case(
-      "top_k_top_p_sampling_from_logits",
-      {Value(bench_logits(s, dev)), Value(s.top_k), Value(s.top_p)},
-      {{"seed", Value(static_cast<int64_t>(s.random_seed))}, {"offset", Value(int64_t{0})}});
-  c.bytes = api::bench::nbytes({s.batch_size, s.vocab_size}, DType::kFloat32) +
-            4.0 * static_cast<double>(s.batch_size);
-  return c;
-}
-
 // Probabilities: the softmax of the bench logits (computed once, outside the timing).
 Tensor bench_probs(const BenchShape& s, Device dev) { return softmax(bench_logits(s, dev)); }
 
-std::vector<std::pair<std::string, Value>> bench_seed(const BenchShape& s) {
-  return {{"seed", Value(static_cast<int64_t>(s.random_seed))}, {"offset", Value(int64_t{0})}};
-}
-
-// A sampler over [batch, vocab] fp32 input with extra positional arguments: reads the input
-// once and writes one int32 id per row.
+// A sampler over [batch, vocab] fp32 input with extra positional arguments (from `extra`),
+// seeded: reads the input once and writes one int32 id per row.
 BenchHook bench_sampler(const char* name, bool from_logits,
                         std::function<std::vector<Value>(const BenchShape&)> extra) {
   return [name, from_logits, extra](const BenchShape& s, Device dev) {
     std::vector<Value> args = {Value(from_logits ? bench_logits(s, dev) : bench_probs(s, dev))};
     for (Value& v : extra(s)) args.push_back(std::move(v));
-    BenchCase c = api::bench::invoke_case(name, std::move(args), bench_seed(s));
+    BenchCase c = api::bench::invoke_case(
+        name, std::move(args),
+        {{"seed", Value(static_cast<int64_t>(s.random_seed))}, {"offset", Value(int64_t{0})}});
     c.bytes = api::bench::nbytes({s.batch_size, s.vocab_size}, DType::kFloat32) +
               4.0 * static_cast<double>(s.batch_size);
     return c;
   };
 }
 
-// A renormalization: probabilities in, probabilities out.
-BenchHook bench_renorm(const char* name, std::function<Value(const BenchShape&)> threshold) {
-  return [name, threshold](const BenchShape& s, Device dev) {
-    BenchCase c = api::bench::invoke_case(name, {Value(bench_probs(s, dev)), threshold(s)});
+// A filter: [batch, vocab] fp32 in (logits or probs) and out, one threshold.
+BenchHook bench_filter(const char* name, bool from_logits,
+                       std::function<Value(const BenchShape&)> threshold) {
+  return [name, from_logits, threshold](const BenchShape& s, Device dev) {
+    BenchCase c = api::bench::invoke_case(
+        name, {Value(from_logits ? bench_logits(s, dev) : bench_probs(s, dev)), threshold(s)});
     c.bytes = 2.0 * api::bench::nbytes({s.batch_size, s.vocab_size}, DType::kFloat32);
     return c;
   };
 }
 
-BenchCase bench_top_k_mask(const BenchShape& s, Device dev) {
-  BenchCase c =
-      api::bench::invoke_case("top_k_mask_logits", {Value(bench_logits(s, dev)), Value(s.top_k)});
-  c.bytes = 2.0 * api::bench::nbytes({s.batch_size, s.vocab_size}, DType::kFloat32);
-  return c;
-}
+std::vector<Value> no_extra(const BenchShape&) { return {}; }
 
 }  // namespace
 
 namespace detail {
 
-void register_sampling_ops(OpRegistry& registry) {
-  registry.add(api::bench::with_bench(
-      make_decl(
-          kSoftmax,
-          {ParamDecl("logits", ParamKind::kTensor), ParamDecl("temperature", ParamKind::kAny).opt(),
-           ParamDecl("enable_pdl", ParamKind::kBool).opt()},
-          "Tensor", "Softmax of logits / temperature (scalar or per row), fp32 output",
-          [](const CallArgs& a) -> Value {
-            return softmax(a.tensor(0), opt_float_or_tensor(a, 1), a.optional_bool(2));
-          }),
-      bench_softmax));
+void register_sampling_ops(OpRegistry& r) {
+  constexpr const char* kSamplerReturns = "Union[Tensor, Tuple[Tensor, Tensor]]";
+  // indices, deterministic, generator, check_nan, seed, offset: upstream's samplers' tail.
+  const auto indices = arg("indices");
+  const auto deterministic = arg("deterministic", true);
+  const auto generator = arg("generator").type("torch.Generator");
+  const auto check_nan = arg("check_nan", false);
+  const auto return_valid = arg("return_valid", false);
+  const auto order = arg("filter_apply_order", "top_k_first");
 
-  {
-    std::vector<ParamDecl> params = {ParamDecl("probs", ParamKind::kTensor)};
-    add_sampling_tail(params, true);
-    registry.add(api::bench::with_bench(
-        make_decl(kSamplingFromProbs, std::move(params), kSamplerReturns,
-                  "Inverse-CDF sampling from probabilities (Philox seed/offset)",
-                  [](const CallArgs& a) -> Value {
-                    return to_value(sampling_from_probs(
-                        a.tensor(0), a.optional_tensor(1), a.boolean(2), a.boolean(4),
-                        opt_int_or_tensor(a, 5), opt_int_or_tensor(a, 6), a.boolean(7)));
-                  }),
-        bench_sampler(kSamplingFromProbs, false,
-                      [](const BenchShape&) { return std::vector<Value>{}; })));
-  }
-  {
-    std::vector<ParamDecl> params = {ParamDecl("logits", ParamKind::kTensor)};
-    add_sampling_tail(params, false);
-    registry.add(api::bench::with_bench(
-        make_decl(kSamplingFromLogits, std::move(params), "Tensor",
-                  "Gumbel-max sampling from logits (Philox seed/offset)",
-                  [](const CallArgs& a) -> Value {
-                    return sampling_from_logits(a.tensor(0), a.optional_tensor(1), a.boolean(2),
-                                                a.boolean(4), opt_int_or_tensor(a, 5),
-                                                opt_int_or_tensor(a, 6));
-                  }),
-        bench_sampler(kSamplingFromLogits, true,
-                      [](const BenchShape&) { return std::vector<Value>{}; })));
-  }
-  registry.add(api::bench::with_bench(
-      make_threshold_sampler_decl(
-          kTopP, "top_p", ParamKind::kAny, "Top-p sampling by dual-pivot rejection",
-          [](const CallArgs& a) -> Value {
-            return to_value(top_p_sampling_from_probs(
-                a.tensor(0), float_or_tensor(a, 1), a.optional_tensor(2), a.boolean(3),
-                a.boolean(5), opt_int_or_tensor(a, 6), opt_int_or_tensor(a, 7), a.boolean(8)));
-          }),
-      bench_sampler(kTopP, false,
-                    [](const BenchShape& s) { return std::vector<Value>{Value(s.top_p)}; })));
-  registry.add(api::bench::with_bench(
-      make_threshold_sampler_decl(
-          kTopK, "top_k", ParamKind::kAny, "Top-k sampling by dual-pivot rejection",
-          [](const CallArgs& a) -> Value {
-            return to_value(top_k_sampling_from_probs(
-                a.tensor(0), int_or_tensor(a, 1), a.optional_tensor(2), a.boolean(3), a.boolean(5),
-                opt_int_or_tensor(a, 6), opt_int_or_tensor(a, 7), a.boolean(8)));
-          }),
-      bench_sampler(kTopK, false,
-                    [](const BenchShape& s) { return std::vector<Value>{Value(s.top_k)}; })));
-  registry.add(api::bench::with_bench(
-      make_threshold_sampler_decl(
-          kMinP, "min_p", ParamKind::kAny, "Min-p sampling: keep p >= min_p * max(p)",
-          [](const CallArgs& a) -> Value {
-            return to_value(min_p_sampling_from_probs(
-                a.tensor(0), float_or_tensor(a, 1), a.optional_tensor(2), a.boolean(3),
-                a.boolean(5), opt_int_or_tensor(a, 6), opt_int_or_tensor(a, 7), a.boolean(8)));
-          }),
-      bench_sampler(kMinP, false,
-                    [](const BenchShape&) { return std::vector<Value>{Value(0.1)}; })));
-  for (const bool from_logits : {false, true}) {
-    std::vector<ParamDecl> params = {
-        ParamDecl(from_logits ? "logits" : "probs", ParamKind::kTensor),
-        ParamDecl("top_k", ParamKind::kAny),
-        ParamDecl("top_p", ParamKind::kAny),
-        ParamDecl("indices", ParamKind::kTensor).opt(),
-        ParamDecl("filter_apply_order", ParamKind::kString).def("top_k_first"),
-        ParamDecl("deterministic", ParamKind::kBool).def(true),
-        ParamDecl("generator", ParamKind::kObject).opt().type("torch.Generator"),
-        ParamDecl("check_nan", ParamKind::kBool).def(false),
-        ParamDecl("seed", ParamKind::kAny).opt(),
-        ParamDecl("offset", ParamKind::kAny).opt()};
-    if (from_logits) {
-      registry.add(api::bench::with_bench(
-          make_decl(kTopKTopPLogits, std::move(params), "Tensor",
-                    "Top-k and top-p sampling from logits (top_k_first or joint)",
-                    [](const CallArgs& a) -> Value {
-                      return top_k_top_p_sampling_from_logits(
-                          a.tensor(0), int_or_tensor(a, 1), float_or_tensor(a, 2),
-                          a.optional_tensor(3), a.str(4), a.boolean(5), a.boolean(7),
-                          opt_int_or_tensor(a, 8), opt_int_or_tensor(a, 9));
-                    }),
-          bench_top_k_top_p_logits));
-    } else {
-      params.push_back(ParamDecl("return_valid", ParamKind::kBool).def(false));
-      registry.add(api::bench::with_bench(
-          make_decl(kTopKTopPProbs, std::move(params), kSamplerReturns,
-                    "Top-k and top-p sampling from probabilities (top_k_first or joint)",
-                    [](const CallArgs& a) -> Value {
-                      return to_value(top_k_top_p_sampling_from_probs(
-                          a.tensor(0), int_or_tensor(a, 1), float_or_tensor(a, 2),
-                          a.optional_tensor(3), a.str(4), a.boolean(5), a.boolean(7),
-                          opt_int_or_tensor(a, 8), opt_int_or_tensor(a, 9), a.boolean(10)));
-                    }),
-          bench_sampler(kTopKTopPProbs, false, [](const BenchShape& s) {
-            return std::vector<Value>{Value(s.top_k), Value(s.top_p)};
-          })));
-    }
-  }
-  registry.add(api::bench::with_bench(
-      make_decl(kTopKMask,
-                {ParamDecl("logits", ParamKind::kTensor), ParamDecl("top_k", ParamKind::kAny)},
-                "Tensor", "Logits outside the top-k set to -inf",
-                [](const CallArgs& a) -> Value {
-                  return top_k_mask_logits(a.tensor(0), int_or_tensor(a, 1));
-                }),
-      bench_top_k_mask));
-  registry.add(api::bench::with_bench(
-      make_decl(kTopKRenorm,
-                {ParamDecl("probs", ParamKind::kTensor), ParamDecl("top_k", ParamKind::kAny),
-                 ParamDecl("is_deterministic", ParamKind::kBool).def(false)},
-                "Tensor", "Probs outside the top-k zeroed and renormalized",
-                [](const CallArgs& a) -> Value {
-                  return top_k_renorm_probs(a.tensor(0), int_or_tensor(a, 1), a.boolean(2));
-                }),
-      bench_renorm(kTopKRenorm, [](const BenchShape& s) { return Value(s.top_k); })));
-  registry.add(api::bench::with_bench(
-      make_decl(kTopPRenorm,
-                {ParamDecl("probs", ParamKind::kTensor), ParamDecl("top_p", ParamKind::kAny),
-                 ParamDecl("is_deterministic", ParamKind::kBool).def(false)},
-                "Tensor", "Probs outside the top-p nucleus zeroed and renormalized (fp32)",
-                [](const CallArgs& a) -> Value {
-                  return top_p_renorm_probs(a.tensor(0), float_or_tensor(a, 1), a.boolean(2));
-                }),
-      bench_renorm(kTopPRenorm, [](const BenchShape& s) { return Value(s.top_p); })));
+  declare<&softmax>(r,
+                    {.name = "softmax",
+                     .module = kModule,
+                     .summary = "Softmax of logits / temperature (scalar or per row), fp32 output"},
+                    "logits", "temperature", "enable_pdl");
+  declare<&WithGenerator<&sampling_from_probs, 3>::op>(
+      r,
+      {.name = "sampling_from_probs",
+       .module = kModule,
+       .summary = "Inverse-CDF sampling from probabilities (Philox seed/offset)",
+       .returns = kSamplerReturns},
+      "probs", indices, deterministic, generator, check_nan, "seed", "offset", return_valid);
+  declare<&WithGenerator<&sampling_from_logits, 3>::op>(
+      r,
+      {.name = "sampling_from_logits",
+       .module = kModule,
+       .summary = "Gumbel-max sampling from logits (Philox seed/offset)"},
+      "logits", indices, deterministic, generator, check_nan, "seed", "offset");
+  declare<&WithGenerator<&top_p_sampling_from_probs, 4>::op>(
+      r,
+      {.name = "top_p_sampling_from_probs",
+       .module = kModule,
+       .summary = "Top-p sampling by dual-pivot rejection",
+       .returns = kSamplerReturns},
+      "probs", "top_p", indices, deterministic, generator, check_nan, "seed", "offset",
+      return_valid);
+  declare<&WithGenerator<&top_k_sampling_from_probs, 4>::op>(
+      r,
+      {.name = "top_k_sampling_from_probs",
+       .module = kModule,
+       .summary = "Top-k sampling by dual-pivot rejection",
+       .returns = kSamplerReturns},
+      "probs", "top_k", indices, deterministic, generator, check_nan, "seed", "offset",
+      return_valid);
+  declare<&WithGenerator<&min_p_sampling_from_probs, 4>::op>(
+      r,
+      {.name = "min_p_sampling_from_probs",
+       .module = kModule,
+       .summary = "Min-p sampling: keep p >= min_p * max(p)",
+       .returns = kSamplerReturns},
+      "probs", "min_p", indices, deterministic, generator, check_nan, "seed", "offset",
+      return_valid);
+  declare<&WithGenerator<&top_k_top_p_sampling_from_probs, 6>::op>(
+      r,
+      {.name = "top_k_top_p_sampling_from_probs",
+       .module = kModule,
+       .summary = "Top-k and top-p sampling from probabilities (top_k_first or joint)",
+       .returns = kSamplerReturns},
+      "probs", "top_k", "top_p", indices, order, deterministic, generator, check_nan, "seed",
+      "offset", return_valid);
+  declare<&WithGenerator<&top_k_top_p_sampling_from_logits, 6>::op>(
+      r,
+      {.name = "top_k_top_p_sampling_from_logits",
+       .module = kModule,
+       .summary = "Top-k and top-p sampling from logits (top_k_first or joint)"},
+      "logits", "top_k", "top_p", indices, order, deterministic, generator, check_nan, "seed",
+      "offset");
+  declare<&top_k_mask_logits>(r,
+                              {.name = "top_k_mask_logits",
+                               .module = kModule,
+                               .summary = "Logits outside the top-k set to -inf"},
+                              "logits", "top_k");
+  declare<&top_k_renorm_probs>(r,
+                               {.name = "top_k_renorm_probs",
+                                .module = kModule,
+                                .summary = "Probs outside the top-k zeroed and renormalized"},
+                               "probs", "top_k");
+  declare<&top_p_renorm_probs>(
+      r,
+      {.name = "top_p_renorm_probs",
+       .module = kModule,
+       .summary = "Probs outside the top-p nucleus zeroed and renormalized (fp32)"},
+      "probs", "top_p", arg("is_deterministic", false));
+
+  register_bench_hook("softmax", bench_softmax);
+  register_bench_hook("sampling_from_probs", bench_sampler("sampling_from_probs", false, no_extra));
+  register_bench_hook("sampling_from_logits",
+                      bench_sampler("sampling_from_logits", true, no_extra));
+  register_bench_hook("top_p_sampling_from_probs",
+                      bench_sampler("top_p_sampling_from_probs", false, [](const BenchShape& s) {
+                        return std::vector<Value>{Value(s.top_p)};
+                      }));
+  register_bench_hook("top_k_sampling_from_probs",
+                      bench_sampler("top_k_sampling_from_probs", false, [](const BenchShape& s) {
+                        return std::vector<Value>{Value(s.top_k)};
+                      }));
+  register_bench_hook("min_p_sampling_from_probs",
+                      bench_sampler("min_p_sampling_from_probs", false, [](const BenchShape&) {
+                        return std::vector<Value>{Value(0.1)};
+                      }));
+  const auto k_and_p = [](const BenchShape& s) {
+    return std::vector<Value>{Value(s.top_k), Value(s.top_p)};
+  };
+  register_bench_hook("top_k_top_p_sampling_from_probs",
+                      bench_sampler("top_k_top_p_sampling_from_probs", false, k_and_p));
+  register_bench_hook("top_k_top_p_sampling_from_logits",
+                      bench_sampler("top_k_top_p_sampling_from_logits", true, k_and_p));
+  register_bench_hook(
+      "top_k_mask_logits",
+      bench_filter("top_k_mask_logits", true, [](const BenchShape& s) { return Value(s.top_k); }));
+  register_bench_hook("top_k_renorm_probs",
+                      bench_filter("top_k_renorm_probs", false,
+                                   [](const BenchShape& s) { return Value(s.top_k); }));
+  register_bench_hook("top_p_renorm_probs",
+                      bench_filter("top_p_renorm_probs", false,
+                                   [](const BenchShape& s) { return Value(s.top_p); }));
 }
 
 }  // namespace detail

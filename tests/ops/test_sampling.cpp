@@ -275,7 +275,7 @@ TEST(SamplingDecl, SignaturesMatchUpstream) {
        "(logits, top_k, top_p, indices=None, filter_apply_order='top_k_first', "
        "deterministic=True, generator=None, check_nan=False, seed=None, offset=None)"},
       {"top_k_mask_logits", "(logits, top_k)"},
-      {"top_k_renorm_probs", "(probs, top_k, is_deterministic=False)"},
+      {"top_k_renorm_probs", "(probs, top_k)"},
       {"top_p_renorm_probs", "(probs, top_p, is_deterministic=False)"},
   };
   for (const auto& [name, sig] : expected) {
@@ -284,6 +284,32 @@ TEST(SamplingDecl, SignaturesMatchUpstream) {
     EXPECT_EQ(d->module, "flashinfer.sampling") << name;
     EXPECT_EQ(d->signature(), sig) << name;
     EXPECT_TRUE(static_cast<bool>(d->invoke)) << name;
+  }
+}
+
+TEST(SamplingDecl, RenormProbsTakeUpstreamsArguments) {
+  // Upstream: top_k_renorm_probs(probs, top_k) has no is_deterministic, so a record of it
+  // carries two arguments; top_p_renorm_probs(probs, top_p, is_deterministic=False) keeps it.
+  const Tensor probs = make_rows({{0.1, 0.4, 0.2, 0.3}, {0.25, 0.15, 0.5, 0.1}});
+  const std::vector<double> expect = {0, 4.0 / 7, 0, 3.0 / 7, 1.0 / 3, 0, 2.0 / 3, 0};
+  const OpDecl* k = OpRegistry::global().find("top_k_renorm_probs");
+  ASSERT_NE(k, nullptr);
+  ASSERT_EQ(k->params.size(), 2u);
+  const Value rk =
+      k->invoke(CallArgs(*k, bind_arguments(*k, {Value(probs), Value(int64_t{2})}, {})));
+  EXPECT_TRUE(all_close(rk.as_tensor(), expect, {1e-7, 1e-6}));
+  EXPECT_FI_ERROR(
+      bind_arguments(*k, {Value(probs), Value(int64_t{2})}, {{"is_deterministic", Value(true)}}),
+      "top_k_renorm_probs", "is_deterministic");
+  EXPECT_FI_ERROR(bind_arguments(*k, {Value(probs), Value(int64_t{2}), Value(true)}, {}),
+                  "top_k_renorm_probs", "");
+
+  const OpDecl* p = OpRegistry::global().find("top_p_renorm_probs");
+  ASSERT_NE(p, nullptr);
+  for (const bool det : {false, true}) {
+    const Value rp = p->invoke(CallArgs(
+        *p, bind_arguments(*p, {Value(probs), Value(0.6)}, {{"is_deterministic", Value(det)}})));
+    EXPECT_TRUE(all_close(rp.as_tensor(), expect, {1e-7, 1e-6})) << det;
   }
 }
 

@@ -145,9 +145,9 @@ Tensor top_k_top_p_sampling_from_logits(
 /// Logits with every entry outside the top-k set to -inf (same dtype; NaN entries are masked).
 Tensor top_k_mask_logits(const Tensor& logits, ScalarOrTensor<int64_t> top_k);
 
-/// Probs with every entry outside the top-k zeroed, renormalized to sum 1 (same dtype).
-Tensor top_k_renorm_probs(const Tensor& probs, ScalarOrTensor<int64_t> top_k,
-                          bool is_deterministic = false);
+/// Probs with every entry outside the top-k zeroed, renormalized to sum 1 (same dtype). As
+/// upstream, it takes no is_deterministic (the result is deterministic anyway).
+Tensor top_k_renorm_probs(const Tensor& probs, ScalarOrTensor<int64_t> top_k);
 
 /// Probs outside the top-p nucleus zeroed, renormalized; returned as fp32 (upstream casts the
 /// input to fp32 first).
