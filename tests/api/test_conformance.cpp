@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <regex>
@@ -418,6 +420,13 @@ std::vector<AllowEntry> load_allowlist(const std::string& path,
   return out;
 }
 
+struct Mismatch;
+/// Every problem of the allowlist at `path` given the differences found: format problems (see
+/// load_allowlist) and stale entries, which match no difference any more.
+std::vector<std::string> allowlist_problems(
+    const std::string& path, const std::vector<Mismatch>& all,
+    const std::function<bool(const std::string&)>& op_exists);
+
 // ---- comparison --------------------------------------------------------------------------------
 
 /// One difference. `what` is the key an allowlist entry names:
@@ -607,6 +616,38 @@ std::vector<Mismatch> check_op(const OpDecl& d, const Upstream& up) {
   }
   compare_variadics(d, ours, *e, out);
   check_decl_renders(d, ours, out);
+  return out;
+}
+
+std::vector<std::string> allowlist_problems(
+    const std::string& path, const std::vector<Mismatch>& all,
+    const std::function<bool(const std::string&)>& op_exists) {
+  std::vector<std::string> problems;
+  const std::vector<AllowEntry> allow = load_allowlist(path, problems);
+  for (const AllowEntry& a : allow) {
+    const bool live = std::any_of(all.begin(), all.end(), [&](const Mismatch& m) {
+      return m.op == a.op && m.what == a.what;
+    });
+    if (!live) {
+      problems.push_back(
+          "allowlist line " + std::to_string(a.line) + ": stale entry " + a.op + " " + a.what +
+          ": " +
+          (op_exists(a.op) ? "no such difference any more" : "no registered op of this name") +
+          "; remove it");
+    }
+  }
+  return problems;
+}
+
+/// The differences no allowlist entry names.
+std::vector<const Mismatch*> not_allowlisted(const std::vector<Mismatch>& all,
+                                             const std::vector<AllowEntry>& allow) {
+  std::set<std::pair<std::string, std::string>> allowed;
+  for (const AllowEntry& a : allow) allowed.emplace(a.op, a.what);
+  std::vector<const Mismatch*> out;
+  for (const Mismatch& m : all) {
+    if (!allowed.count({m.op, m.what})) out.push_back(&m);
+  }
   return out;
 }
 
@@ -858,6 +899,55 @@ TEST(ConformanceCheck, NotUpstream) {
             "flashinfer.page.get_seq_lens(kv_indptr, kv_last_page_len, page_size))");
 }
 
+TEST(ConformanceCheck, AllowlistSuppressesAndGoesStale) {
+  const auto ms = check_op(make_decl("top_k_renorm_probs", "flashinfer.sampling",
+                                     {tensor("probs"), integer("top_k"),
+                                      ParamDecl("is_deterministic", ParamKind::kBool).def(false)}),
+                           fixture().up);
+  const std::string path = ::testing::TempDir() + "/conformance-allowlist-test.tsv";
+  {
+    std::ofstream out(path);
+    out << "# comment line\n"
+        << "top_k_renorm_probs\tparam:is_deterministic\tkept for engines that still pass it\n"
+        << "rmsnorm\tmodule\tonce differed, since fixed upstream and here\n"
+        << "no_such_op\tsignature\ta reason that is long enough\n"
+        << "rmsnorm\tparam:eps\tTODO: explain later please\n"
+        << "rmsnorm\tweird\ta reason that is long enough\n"
+        << "rmsnorm\tonly two fields\n"
+        << "top_k_renorm_probs\tparam:is_deterministic\tthe same entry a second time\n";
+  }
+  std::vector<std::string> format_problems;
+  const std::vector<AllowEntry> allow = load_allowlist(path, format_problems);
+  ASSERT_EQ(allow.size(), 6u);
+  EXPECT_EQ(allow[0].op, "top_k_renorm_probs");
+  EXPECT_EQ(allow[0].what, "param:is_deterministic");
+  EXPECT_EQ(allow[0].reason, "kept for engines that still pass it");
+  EXPECT_EQ(allow[0].line, 2);
+
+  // The entry takes param:is_deterministic out; the signature text difference stays.
+  const std::vector<const Mismatch*> left = not_allowlisted(ms, allow);
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0]->what, "signature");
+
+  const std::vector<std::string> problems = allowlist_problems(path, ms, [](const std::string& op) {
+    return op == "rmsnorm" || op == "top_k_renorm_probs";
+  });
+  const std::vector<std::string> expected = {
+      "allowlist line 5: rmsnorm param:eps: the reason `TODO: explain later please` is not a "
+      "reason; say why the difference is deliberate",
+      "allowlist line 6: unknown difference key `weird` (one of not-upstream, module, signature, "
+      "order, var-positional, var-keyword, decl-vs-signature, param:<name>)",
+      "allowlist line 7: expected `qualified_name<TAB>what<TAB>reason`, got 2 field(s)",
+      "allowlist line 8: duplicate entry top_k_renorm_probs param:is_deterministic",
+      "allowlist line 3: stale entry rmsnorm module: no such difference any more; remove it",
+      "allowlist line 4: stale entry no_such_op signature: no registered op of this name; remove "
+      "it",
+      "allowlist line 5: stale entry rmsnorm param:eps: no such difference any more; remove it",
+      "allowlist line 6: stale entry rmsnorm weird: no such difference any more; remove it"};
+  EXPECT_EQ(problems, expected);
+  std::filesystem::remove(path);
+}
+
 // The one test that shows the whole drift: every difference of every registered op that the
 // allowlist does not name, in one failure.
 TEST(Conformance, EveryOpMatchesUpstream) {
@@ -866,20 +956,11 @@ TEST(Conformance, EveryOpMatchesUpstream) {
   ASSERT_FALSE(ops.empty());
   std::vector<std::string> problems;
   const std::vector<AllowEntry> allow = load_allowlist(kAllowlistPath, problems);
-  std::set<std::pair<std::string, std::string>> allowed;
-  for (const AllowEntry& a : allow) allowed.emplace(a.op, a.what);
-
+  const std::vector<const Mismatch*> left = not_allowlisted(f.all, allow);
+  const std::size_t count = left.size();
+  const std::size_t allowlisted = f.all.size() - count;
   std::map<std::string, std::vector<const Mismatch*>> by_op;
-  std::size_t count = 0;
-  std::size_t allowlisted = 0;
-  for (const Mismatch& m : f.all) {
-    if (allowed.count({m.op, m.what})) {
-      ++allowlisted;
-      continue;
-    }
-    by_op[m.op].push_back(&m);
-    ++count;
-  }
+  for (const Mismatch* m : left) by_op[m->op].push_back(m);
   if (count == 0) return;
   std::ostringstream os;
   os << count << " difference(s) from upstream FlashInfer (commit " << f.up.commit << ") in "
@@ -900,21 +981,9 @@ TEST(Conformance, EveryOpMatchesUpstream) {
 // The allowlist stays short and true: well-formed, reasoned, and every entry still matches a
 // difference of a registered op.
 TEST(Conformance, AllowlistEntriesAreLiveAndReasoned) {
-  const Fixture& f = fixture();
-  std::vector<std::string> problems;
-  const std::vector<AllowEntry> allow = load_allowlist(kAllowlistPath, problems);
-  for (const AllowEntry& a : allow) {
-    const bool live = std::any_of(f.all.begin(), f.all.end(), [&](const Mismatch& m) {
-      return m.op == a.op && m.what == a.what;
-    });
-    if (!live) {
-      problems.push_back("allowlist line " + std::to_string(a.line) + ": stale entry " + a.op +
-                         " " + a.what + ": " +
-                         (OpRegistry::global().find(a.op) ? "no such difference any more"
-                                                          : "no registered op of this name") +
-                         "; remove it");
-    }
-  }
+  const std::vector<std::string> problems = allowlist_problems(
+      kAllowlistPath, fixture().all,
+      [](const std::string& op) { return OpRegistry::global().find(op) != nullptr; });
   std::ostringstream os;
   for (const std::string& p : problems) os << "  " << p << "\n";
   EXPECT_TRUE(problems.empty()) << problems.size() << " allowlist problem(s):\n" << os.str();
