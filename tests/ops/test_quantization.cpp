@@ -509,7 +509,9 @@ TEST(QuantizationDecl, ModulesSignaturesAndInvoke) {
   EXPECT_EQ(bytes(r3.items()[1].as_tensor()), bytes(sf));
 }
 
-// Upstream's signatures (inspect.signature text at the pinned commit) and defining modules.
+// Upstream's signatures and defining modules: str(inspect.signature(f)) as the recorder writes it
+// (an Enum default is its repr, "<SfLayout.layout_128x4: 0>"; the upstream table writes the
+// source form "SfLayout.layout_128x4").
 TEST(QuantizationDecl, SignaturesAndModulesEqualUpstream) {
   const std::string fp4 = "flashinfer.quantization.fp4_quantization";
   const std::string fp8 = "flashinfer.quantization.fp8_quantization";
@@ -518,12 +520,12 @@ TEST(QuantizationDecl, SignaturesAndModulesEqualUpstream) {
        "(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, is_sf_swizzled_layout=True, "
        "is_sf_8x4_layout=False, is_global_scale_inversed=False, enable_pdl=None, backend='cuda')"},
       {"nvfp4_quantize", fp4,
-       "(a, a_global_sf, sfLayout=SfLayout.layout_128x4, do_shuffle=False, sf_vec_size=16, "
+       "(a, a_global_sf, sfLayout=<SfLayout.layout_128x4: 0>, do_shuffle=False, sf_vec_size=16, "
        "enable_pdl=None, backend='cuda', per_token_activation=False, "
        "expanded_idx_to_permuted_idx=None)"},
       {"mxfp4_quantize", fp4,
-       "(a, backend='cuda', enable_pdl=None, sfLayout=SfLayout.layout_128x4)"},
-      {"mxfp4_dequantize", fp4, "(a_fp4, a_sf, sfLayout=SfLayout.layout_128x4)"},
+       "(a, backend='cuda', enable_pdl=None, sfLayout=<SfLayout.layout_128x4: 0>)"},
+      {"mxfp4_dequantize", fp4, "(a_fp4, a_sf, sfLayout=<SfLayout.layout_128x4: 0>)"},
       {"e2m1_and_ufp8sf_scale_to_float", fp4,
        "(e2m1_tensor, ufp8_scale_tensor, global_scale_tensor=None, sf_vec_size=16, ufp8_type=1, "
        "is_sf_swizzled_layout=True, is_sf_8x4_layout=False)"},
