@@ -564,13 +564,14 @@ void register_quantization_ops(OpRegistry& r) {
        .module = kFp8Module,
        .summary = "Quantize to MXFP8: e4m3 values, ue8m0 scales of 32-element blocks"},
       "input", arg("is_sf_swizzled_layout", true), arg("alignment", 32), "enable_pdl",
-      arg("backend", "cuda"), "sf_swizzle_layout");
+      arg("backend", "cuda"), arg("sf_swizzle_layout").type("SfLayout"));
   declare<&mxfp8_dequantize_host>(
       r,
       {.name = "mxfp8_dequantize_host",
        .module = kFp8Module,
        .summary = "Dequantize MXFP8 (e4m3 values, ue8m0 scales) to fp32 on the host"},
-      "input", "scale_tensor", arg("is_sf_swizzled_layout", true), "sf_swizzle_layout");
+      "input", "scale_tensor", arg("is_sf_swizzled_layout", true),
+      arg("sf_swizzle_layout").type("SfLayout"));
 
   register_bench_hook("fp4_quantize", [](const BenchShape& s, Device d) {
     return bench_quantize(s, d, "fp4_quantize", 4.0, 16);

@@ -546,6 +546,14 @@ TEST(QuantizationDecl, SignaturesAndModulesEqualUpstream) {
   const OpDecl* m = OpRegistry::global().find("mxfp4_dequantize");
   EXPECT_EQ(m->params.at(2).kind, ParamKind::kEnum);
   EXPECT_EQ(m->params.at(2).type_name, "SfLayout");
+  for (const char* name : {"mxfp8_quantize", "mxfp8_dequantize_host"}) {
+    const OpDecl* d = OpRegistry::global().find(name);
+    const ParamDecl& p =
+        d->params.at(static_cast<std::size_t>(d->param_index("sf_swizzle_layout")));
+    EXPECT_EQ(p.kind, ParamKind::kEnum) << name;
+    EXPECT_EQ(p.type_name, "SfLayout") << name;
+    EXPECT_TRUE(p.optional) << name;
+  }
 }
 
 // nvfp4_quantize's last two parameters are positional-or-keyword upstream: a call with all nine
