@@ -1,5 +1,9 @@
-// The list of built-in op areas. Registration is explicit (no static initializers, which a
-// static link can drop): each area's register function adds its declarations.
+// The list of built-in op areas, and the global registry that holds them. Registration is
+// explicit (no static initializers, which a static link can drop): each area's register
+// function adds its declarations when the registry is first used. Core declares the OpRegistry
+// class only; the registry of built-in ops lives here, so core never calls into api.
+#include <utility>
+
 #include "flashinfer/op_decl.h"
 
 namespace flashinfer::detail {
@@ -29,3 +33,18 @@ void register_builtin_ops(OpRegistry& registry) {
 }
 
 }  // namespace flashinfer::detail
+
+namespace flashinfer {
+
+OpRegistry& OpRegistry::global() {
+  static OpRegistry* registry = [] {
+    auto* r = new OpRegistry();  // never destroyed: declarations outlive static destructors
+    detail::register_builtin_ops(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+const OpDecl& register_op(OpDecl decl) { return OpRegistry::global().add(std::move(decl)); }
+
+}  // namespace flashinfer

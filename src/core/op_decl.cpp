@@ -10,11 +10,6 @@
 
 namespace flashinfer {
 
-namespace detail {
-// Defined in src/api/registry.cpp: declares every built-in op.
-void register_builtin_ops(OpRegistry& registry);
-}  // namespace detail
-
 std::string_view param_kind_name(ParamKind kind) {
   switch (kind) {
     case ParamKind::kTensor:
@@ -234,14 +229,9 @@ struct OpRegistry::Impl {
 OpRegistry::OpRegistry() : impl_(std::make_unique<Impl>()) {}
 OpRegistry::~OpRegistry() = default;
 
-OpRegistry& OpRegistry::global() {
-  static OpRegistry* registry = [] {
-    auto* r = new OpRegistry();  // never destroyed: declarations outlive static destructors
-    detail::register_builtin_ops(*r);
-    return r;
-  }();
-  return *registry;
-}
+// OpRegistry::global(), the registry holding the built-in ops, and register_op() are defined
+// with the list of built-in areas (src/api/registry.cpp): core declares the registry class, the
+// api layer owns the global one, so core never calls into api.
 
 const OpDecl& OpRegistry::add(OpDecl decl) {
   const char* op = "register_op";
@@ -297,7 +287,5 @@ std::vector<const OpDecl*> OpRegistry::ops() const {
             [](const OpDecl* a, const OpDecl* b) { return a->name < b->name; });
   return out;
 }
-
-const OpDecl& register_op(OpDecl decl) { return OpRegistry::global().add(std::move(decl)); }
 
 }  // namespace flashinfer
