@@ -131,8 +131,11 @@ class CallArgs {
 std::vector<Value> bind_arguments(const OpDecl& decl, std::vector<Value> positional,
                                   std::vector<std::pair<std::string, Value>> keyword = {});
 
-/// Base of every stateful API class (the attention wrappers): gives each object a stable,
-/// process-unique id, recorded as `self_id`, so `__init__`, `plan` and `run` replay in order.
+/// Base of every stateful API class (the attention wrappers). Its id is its address, as
+/// upstream records `self_id = id(self)` (a Python object's id is its address) and prints that
+/// address in its repr, so `self_id` equals the address in "<... object at 0x...>" and
+/// `__init__`, `plan` and `run` replay in order on one object. As upstream's, an id is unique
+/// among live objects; a destroyed object's id may come back for a later one.
 class ApiObject {
  public:
   virtual ~ApiObject() = default;
@@ -140,17 +143,16 @@ class ApiObject {
   virtual std::string_view class_name() const = 0;
   /// FlashInfer module that defines the class ("flashinfer.decode").
   virtual std::string_view module_name() const = 0;
-  uint64_t object_id() const { return id_; }
-  /// "<flashinfer.decode.BatchDecodeWithPagedKVCacheWrapper object at 0x...>"
+  /// The object's address, recorded as `self_id`.
+  uint64_t object_id() const { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(this)); }
+  /// "<flashinfer.decode.BatchDecodeWithPagedKVCacheWrapper object at 0x7f4f8d343150>": the
+  /// address is object_id() in hex.
   std::string repr() const;
 
  protected:
-  ApiObject();
-  ApiObject(const ApiObject&);  // a copy is a new object with its own id
+  ApiObject() = default;
+  ApiObject(const ApiObject&) = default;  // a copy lives elsewhere: it has its own id
   ApiObject& operator=(const ApiObject&) { return *this; }
-
- private:
-  uint64_t id_;
 };
 
 template <class T>

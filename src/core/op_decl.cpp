@@ -1,7 +1,6 @@
 #include "flashinfer/op_decl.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <deque>
 #include <mutex>
@@ -198,16 +197,9 @@ std::vector<Value> bind_arguments(const OpDecl& decl, std::vector<Value> positio
 // ---- ApiObject
 // -----------------------------------------------------------------------------------
 
-namespace {
-std::atomic<uint64_t> g_next_object_id{1};
-}
-
-ApiObject::ApiObject() : id_(g_next_object_id.fetch_add(1, std::memory_order_relaxed)) {}
-ApiObject::ApiObject(const ApiObject&) : ApiObject() {}
-
 std::string ApiObject::repr() const {
-  char addr[32];
-  std::snprintf(addr, sizeof(addr), "%p", static_cast<const void*>(this));
+  char addr[32];  // Python's repr writes the address as %p does: 0x and lowercase hex
+  std::snprintf(addr, sizeof(addr), "0x%llx", static_cast<unsigned long long>(object_id()));
   std::string s = "<";
   s += module_name();
   s += ".";

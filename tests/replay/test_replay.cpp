@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/recorder.h"
@@ -253,6 +254,60 @@ TEST_F(ReplayTest, WrapperSequenceReplaysThroughTheRegistry) {
   const auto lone = replay::replay_from_dump(dirs[2].string());
   EXPECT_EQ(lone.status, replay::Status::kError);
   EXPECT_NE(lone.error.find("not found in registry"), std::string::npos) << lone.error;
+}
+
+// self_id is the object's address, the one its repr prints, as upstream's id(self); replay
+// pairs each object's calls by it, with two objects alive at once and with a later object at
+// a destroyed one's address.
+TEST_F(ReplayTest, SelfIdIsTheReprAddressAndPairsInterleavedObjects) {
+  record();
+  const Tensor x = Tensor::from_vector({1, 2}, {2}, DType::kFloat32);
+  uint64_t id_a = 0, id_b = 0;
+  {
+    Counter a(10, DType::kFloat32);
+    Counter b(100, DType::kFloat32);
+    id_a = a.object_id();
+    id_b = b.object_id();
+    EXPECT_EQ(id_a, reinterpret_cast<uintptr_t>(static_cast<ApiObject*>(&a)));
+    char hex[32];
+    std::snprintf(hex, sizeof(hex), "0x%llx", static_cast<unsigned long long>(id_a));
+    EXPECT_EQ(a.repr(), std::string("<tests.replay.CounterWrapper object at ") + hex + ">");
+    a.plan(1);
+    b.plan(2);
+    b.run(x);  // 100 + 2 + x
+    a.run(x);  // 10 + 1 + x
+  }
+  {
+    Counter c(1000, DType::kFloat32);  // may well live where `a` did
+    c.plan(3);
+    c.run(x);  // 1000 + 3 + x
+  }
+  recorder::stop();
+  std::set<uint64_t> ids;
+  for (const auto& d : call_dirs()) {
+    const auto rec =
+        nlohmann::json::parse(replay::read_metadata((d / "metadata.jsonl").string()).json);
+    ASSERT_TRUE(rec.contains("self_id")) << d;
+    const uint64_t self_id = rec["self_id"].get<uint64_t>();
+    ids.insert(self_id);
+    // The repr recorded for arg_0 prints the same number in hex.
+    const std::string repr = rec["input_metadata"]["arg_0"]["repr"].get<std::string>();
+    const auto at = repr.find(" object at 0x");
+    ASSERT_NE(at, std::string::npos) << repr;
+    EXPECT_EQ(std::stoull(repr.substr(at + 11, repr.size() - at - 12), nullptr, 16), self_id)
+        << repr;
+  }
+  EXPECT_TRUE(ids.count(id_a) && ids.count(id_b));
+  const auto results = replay::replay_sequence(dir_.string());
+  ASSERT_EQ(results.size(), 9u);
+  std::vector<double> runs;
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+    if (r.function_name == "CounterWrapper.run") {
+      runs.push_back(r.result.as_tensor().to_double_vector()[0]);
+    }
+  }
+  EXPECT_EQ(runs, (std::vector<double>{103, 12, 1004}));
 }
 
 TEST_F(ReplayTest, FailedCallIsIncompleteAndReproduced) {
