@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <numbers>
-#include <string>
 #include <vector>
 
 #include "api/bench_support.h"
