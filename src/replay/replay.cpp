@@ -12,10 +12,12 @@
 #include "flashinfer/api_call.h"
 #include "flashinfer/error.h"
 #include "flashinfer/op_decl.h"
+#include "recorder/dump_schema.h"
 
 namespace flashinfer::replay {
 
 namespace fs = std::filesystem;
+namespace schema = flashinfer::dump_schema;
 using Json = nlohmann::ordered_json;
 
 const char* status_name(Status s) {
@@ -68,12 +70,12 @@ MetadataRecord parse_metadata(const std::string& text, const std::string& name) 
     if (!j.is_object()) continue;
     ++rec.lines;
     rec.json = line;
-    const auto st = j.find("execution_status");
-    if (st != j.end() && st->is_string() && st->get<std::string>() == "completed") {
+    const auto st = j.find(schema::kExecutionStatus);
+    if (st != j.end() && st->is_string() && st->get<std::string>() == schema::kStatusCompleted) {
       rec.completed = true;
     }
     rec.graph_pending =
-        st != j.end() && st->is_string() && st->get<std::string>() == "graph_capture_pending_flush";
+        st != j.end() && st->is_string() && st->get<std::string>() == schema::kStatusGraphPending;
   }
   if (rec.completed) rec.graph_pending = false;
   if (rec.lines == 0) {
@@ -94,11 +96,12 @@ namespace {
 // safetensors files hold contiguous data; the record keeps the original strides. Re-lay the
 // values out with those strides (a deliberate improvement over upstream, which drops them).
 Tensor restore_strides(const Tensor& contiguous, const Json& details) {
-  if (!details.is_object() || !details.contains("stride") || !details["stride"].is_array()) {
+  const std::string stride_key(schema::kStride);
+  if (!details.is_object() || !details.contains(stride_key) || !details[stride_key].is_array()) {
     return contiguous;
   }
   Shape stride;
-  for (const auto& s : details["stride"]) {
+  for (const auto& s : details[stride_key]) {
     if (!s.is_number_integer() || s.get<int64_t>() < 0) return contiguous;
     stride.push_back(s.get<int64_t>());
   }
@@ -119,12 +122,17 @@ struct Loaded {
   std::map<std::string, Tensor> tensors;
 };
 
-NamedTensors load_named(const fs::path& dir, const std::string& stem) {
-  if (fs::exists(dir / (stem + ".pt"))) return load_torch((dir / (stem + ".pt")).string());
-  if (fs::exists(dir / (stem + ".safetensors"))) {
-    return load_safetensors((dir / (stem + ".safetensors")).string());
-  }
+NamedTensors load_named(const fs::path& dir, std::string_view stem) {
+  const fs::path torch_file = dir / schema::tensor_file(stem, false);
+  if (fs::exists(torch_file)) return load_torch(torch_file.string());
+  const fs::path safetensors_file = dir / schema::tensor_file(stem, true);
+  if (fs::exists(safetensors_file)) return load_safetensors(safetensors_file.string());
   return {};
+}
+
+// j[key] for a key of the schema (nlohmann's string_view lookups need a string).
+std::string str_at(const Json& j, std::string_view key, const char* fallback = "") {
+  return j.value(std::string(key), std::string(fallback));
 }
 
 Value rebuild(const Json& j, const std::map<std::string, Tensor>& tensors, int depth) {
@@ -141,45 +149,49 @@ Value rebuild(const Json& j, const std::map<std::string, Tensor>& tensors, int d
     return Value::list(std::move(items));
   }
   if (!j.is_object()) return Value();
-  const std::string type = j.value("type", "");
-  if (type == "torch.dtype") {
-    const std::string v = j.value("value", "");
+  const std::string type = str_at(j, schema::kType);
+  if (type == schema::kTypeDType) {
+    const std::string v = str_at(j, schema::kValue);
     if (auto d = dtype_from_name(v)) return Value(*d);
     return Value(v);
   }
-  if (type == "enum") {
-    const std::string name = j.value("name", "");
+  if (type == schema::kTypeEnum) {
+    const std::string name = str_at(j, schema::kName);
     const auto dot = name.rfind('.');
     EnumValue e;
     e.type = dot == std::string::npos ? "" : name.substr(0, dot);
     e.name = dot == std::string::npos ? name : name.substr(dot + 1);
-    const Json& v = j.contains("value") ? j["value"] : Json();
+    const std::string value_key(schema::kValue);
+    const Json& v = j.contains(value_key) ? j[value_key] : Json();
     e.value = v.is_string() ? v.get<std::string>() : v.dump();
     return Value(std::move(e));
   }
-  if (type == "list" || type == "tuple" || type == "dict") {
-    if (j.value("truncated", false)) {
+  if (type == schema::kTypeList || type == schema::kTypeTuple || type == schema::kTypeDict) {
+    const std::string items_key(schema::kItems);
+    if (j.value(std::string(schema::kTruncated), false)) {
       FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "a ", type,
                       " argument was truncated when recorded and cannot be rebuilt");
     }
-    if (!j.contains("items") || !j["items"].is_array()) {
+    if (!j.contains(items_key) || !j[items_key].is_array()) {
       FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "a ", type, " argument has no items");
     }
-    if (type == "dict") {
+    if (type == schema::kTypeDict) {
       Value::DictItems items;
-      for (const auto& kv : j["items"]) {
+      for (const auto& kv : j[items_key]) {
         if (!kv.is_object()) FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "bad dict item");
-        items.emplace_back(rebuild(kv.value("key", Json()), tensors, depth + 1),
-                           rebuild(kv.value("value", Json()), tensors, depth + 1));
+        items.emplace_back(
+            rebuild(kv.value(std::string(schema::kKey), Json()), tensors, depth + 1),
+            rebuild(kv.value(std::string(schema::kValue), Json()), tensors, depth + 1));
       }
       return Value::dict(std::move(items));
     }
     Value::Items items;
-    for (const auto& x : j["items"]) items.push_back(rebuild(x, tensors, depth + 1));
-    return type == "list" ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+    for (const auto& x : j[items_key]) items.push_back(rebuild(x, tensors, depth + 1));
+    return type == schema::kTypeList ? Value::list(std::move(items))
+                                     : Value::tuple(std::move(items));
   }
-  if (type == "torch.Tensor") {
-    const std::string key = j.value("tensor_key", "");
+  if (type == schema::kTypeTensor) {
+    const std::string key = str_at(j, schema::kTensorKey);
     auto it = tensors.find(key);
     if (it == tensors.end()) {
       FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "tensor '", key,
@@ -191,14 +203,14 @@ Value rebuild(const Json& j, const std::map<std::string, Tensor>& tensors, int d
   // registry resolves for `self`.
   ObjectRef ref;
   ref.type = type;
-  ref.repr = j.value("repr", "");
+  ref.repr = str_at(j, schema::kRepr);
   return Value(std::move(ref));
 }
 
-bool parse_index(const std::string& key, const std::string& prefix, int64_t* index) {
+bool parse_index(const std::string& key, std::string_view prefix, int64_t* index) {
   if (!key.starts_with(prefix)) return false;
   const std::string rest = key.substr(prefix.size());
-  if (rest.empty() || rest.find("__") != std::string::npos) return false;
+  if (rest.empty() || rest.find(schema::kNestedSeparator) != std::string::npos) return false;
   for (char c : rest) {
     if (c < '0' || c > '9') return false;
   }
@@ -266,10 +278,12 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
     if (!fs::is_directory(dir)) {
       FLASHINFER_FAIL(ErrorCode::kIo, "replay", "", "Dump directory not found: ", dump_dir);
     }
-    if (!fs::exists(dir / "metadata.jsonl")) {
-      FLASHINFER_FAIL(ErrorCode::kIo, "replay", "", "metadata.jsonl not found in ", dump_dir);
+    const fs::path metadata_file = dir / schema::kMetadataFile;
+    if (!fs::exists(metadata_file)) {
+      FLASHINFER_FAIL(ErrorCode::kIo, "replay", "", schema::kMetadataFile, " not found in ",
+                      dump_dir);
     }
-    const MetadataRecord meta = read_metadata((dir / "metadata.jsonl").string());
+    const MetadataRecord meta = read_metadata(metadata_file.string());
     r.metadata_json = meta.json;
     if (meta.graph_pending) {
       FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "",
@@ -280,34 +294,37 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
     }
     r.incomplete = !meta.completed;
     const Json rec = Json::parse(meta.json);
-    r.function_name = rec.value("function_name", "");
-    r.module = rec.value("module", "");
-    const bool safetensors = rec.value("tensor_format", "torch") == "safetensors";
-    const Json details = rec.contains("tensor_details") ? rec["tensor_details"] : Json::object();
+    r.function_name = str_at(rec, schema::kFunctionName);
+    r.module = str_at(rec, schema::kModule);
+    const bool safetensors = str_at(rec, schema::kTensorFormat, schema::kFormatTorch.data()) ==
+                             schema::kFormatSafetensors;
+    const std::string details_key(schema::kTensorDetails);
+    const Json details = rec.contains(details_key) ? rec[details_key] : Json::object();
 
     // Tensors, moved to the replay device with their layout.
     std::map<std::string, Tensor> tensors;
-    for (auto& [k, t] : load_named(dir, "inputs")) {
+    for (auto& [k, t] : load_named(dir, schema::kInputsStem)) {
       Tensor x = safetensors && details.contains(k) ? restore_strides(t, details[k]) : t;
       tensors[k] = detail::to_device_keep_layout(x, o.device);
     }
-    for (auto& [k, t] : load_named(dir, "outputs")) r.expected.emplace_back(k, t);
-    for (auto& [k, t] : load_named(dir, "mutated")) r.expected_mutated.emplace_back(k, t);
+    for (auto& [k, t] : load_named(dir, schema::kOutputsStem)) r.expected.emplace_back(k, t);
+    for (auto& [k, t] : load_named(dir, schema::kMutatedStem)) {
+      r.expected_mutated.emplace_back(k, t);
+    }
 
     // Arguments: arg_<i> positionally, kwarg_<name> by keyword.
-    const Json im = rec.contains("input_metadata") && rec["input_metadata"].is_object()
-                        ? rec["input_metadata"]
-                        : Json::object();
+    const std::string im_key(schema::kInputMetadata);
+    const Json im = rec.contains(im_key) && rec[im_key].is_object() ? rec[im_key] : Json::object();
     int64_t max_index = -1, idx = 0;
     for (const auto& [k, t] : tensors) {
-      if (parse_index(k, "arg_", &idx)) max_index = std::max(max_index, idx);
+      if (parse_index(k, schema::kArgPrefix, &idx)) max_index = std::max(max_index, idx);
     }
     for (auto it = im.begin(); it != im.end(); ++it) {
-      if (parse_index(it.key(), "arg_", &idx)) max_index = std::max(max_index, idx);
+      if (parse_index(it.key(), schema::kArgPrefix, &idx)) max_index = std::max(max_index, idx);
     }
     std::vector<Value> positional;
     for (int64_t i = 0; i <= max_index; ++i) {
-      const std::string key = "arg_" + std::to_string(i);
+      const std::string key = schema::arg_key(static_cast<std::size_t>(i));
       if (auto t = tensors.find(key); t != tensors.end()) {
         positional.push_back(Value(t->second));
       } else if (im.contains(key)) {
@@ -318,14 +335,15 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
     }
     std::vector<std::pair<std::string, Value>> keyword;
     for (const auto& [k, t] : tensors) {
-      if (k.starts_with("kwarg_") && k.find("__") == std::string::npos) {
-        keyword.emplace_back(k.substr(6), Value(t));
+      if (k.starts_with(schema::kKwargPrefix) &&
+          k.find(schema::kNestedSeparator) == std::string::npos) {
+        keyword.emplace_back(k.substr(schema::kKwargPrefix.size()), Value(t));
       }
     }
     for (auto it = im.begin(); it != im.end(); ++it) {
       const std::string& k = it.key();
-      if (!k.starts_with("kwarg_")) continue;
-      const std::string name = k.substr(6);
+      if (!k.starts_with(schema::kKwargPrefix)) continue;
+      const std::string name = k.substr(schema::kKwargPrefix.size());
       if (std::any_of(keyword.begin(), keyword.end(),
                       [&](const auto& p) { return p.first == name; })) {
         continue;
@@ -345,8 +363,10 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
     }
     // Wrapper methods: `self` comes from the object registry, keyed like upstream.
     std::pair<int64_t, uint64_t> self_key{-1, 0};
-    if (rec.contains("self_id") && rec["self_id"].is_number()) {
-      self_key = {rec.value("process_id", int64_t{0}), rec["self_id"].get<uint64_t>()};
+    const std::string self_id_key(schema::kSelfId);
+    if (rec.contains(self_id_key) && rec[self_id_key].is_number()) {
+      self_key = {rec.value(std::string(schema::kProcessId), int64_t{0}),
+                  rec[self_id_key].get<uint64_t>()};
       if (!decl->is_constructor()) {
         ObjectRegistry* reg = o.registry;
         auto it = reg ? reg->find(self_key) : ObjectRegistry::iterator();
@@ -374,11 +394,13 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
     if (o.compare_outputs) {
       std::map<std::string, Tensor> actual;
       if (r.result.is_tensor()) {
-        actual["result"] = r.result.as_tensor();
+        actual[std::string(schema::kResult)] = r.result.as_tensor();
       } else if (r.result.kind() == Value::Kind::kTuple) {
         const auto& items = r.result.items();
         for (std::size_t i = 0; i < items.size(); ++i) {
-          if (items[i].is_tensor()) actual["result_" + std::to_string(i)] = items[i].as_tensor();
+          if (items[i].is_tensor()) {
+            actual[std::string(schema::kResultPrefix) + std::to_string(i)] = items[i].as_tensor();
+          }
         }
       }
       for (const auto& [k, e] : r.expected) {
@@ -396,17 +418,17 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
         // "arg_<i>", "kwarg_<name>", optionally "__<j>" for an item of a (K, V) pair.
         std::string base = k;
         int64_t item = -1;
-        if (const auto sep = k.find("__"); sep != std::string::npos) {
+        if (const auto sep = k.find(schema::kNestedSeparator); sep != std::string::npos) {
           base = k.substr(0, sep);
-          const std::string rest = k.substr(sep + 2);
+          const std::string rest = k.substr(sep + schema::kNestedSeparator.size());
           if (!rest.empty() && rest.size() < 6 &&
               rest.find_first_not_of("0123456789") == std::string::npos) {
             item = std::stoll(rest);
           }
         }
         int64_t i = -1;
-        if (!parse_index(base, "arg_", &i) && base.starts_with("kwarg_")) {
-          i = decl->param_index(base.substr(6));
+        if (!parse_index(base, schema::kArgPrefix, &i) && base.starts_with(schema::kKwargPrefix)) {
+          i = decl->param_index(base.substr(schema::kKwargPrefix.size()));
         }
         TensorComparison c;
         c.key = "mutated " + k;
@@ -445,7 +467,9 @@ std::vector<Result> replay_sequence(const std::string& root, Device device,
 std::vector<Result> replay_sequence(const std::string& root, const SequenceOptions& so) {
   std::vector<fs::path> dirs;
   for (const auto& e : fs::directory_iterator(root)) {
-    if (e.is_directory() && fs::exists(e.path() / "metadata.jsonl")) dirs.push_back(e.path());
+    if (e.is_directory() && fs::exists(e.path() / schema::kMetadataFile)) {
+      dirs.push_back(e.path());
+    }
   }
   // Name order is time order at millisecond resolution; within one millisecond of one process
   // our records' process_sequence gives the true order (upstream's dumps fall back to names).
@@ -458,13 +482,15 @@ std::vector<Result> replay_sequence(const std::string& root, const SequenceOptio
   for (const auto& d : dirs) {
     const std::string name = d.filename().string();
     Key k{name, -1, name};
-    const auto pid = name.find("_pid");
-    const auto end = pid == std::string::npos ? std::string::npos : name.find('_', pid + 4);
+    const auto pid = name.find(schema::kDirPidMarker);
+    const auto end = pid == std::string::npos ? std::string::npos
+                                              : name.find('_', pid + schema::kDirPidMarker.size());
     if (end != std::string::npos) k.prefix = name.substr(0, end + 1);
     try {
-      const Json j = Json::parse(read_metadata((d / "metadata.jsonl").string()).json);
-      if (j.contains("process_sequence") && j["process_sequence"].is_number_integer()) {
-        k.seq = j["process_sequence"].get<int64_t>();
+      const Json j = Json::parse(read_metadata((d / schema::kMetadataFile).string()).json);
+      const std::string seq_key(schema::kProcessSequence);
+      if (j.contains(seq_key) && j[seq_key].is_number_integer()) {
+        k.seq = j[seq_key].get<int64_t>();
       }
     } catch (const std::exception&) {
       // An unreadable record sorts by name; replay reports the problem for that call.

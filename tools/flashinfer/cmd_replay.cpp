@@ -11,10 +11,12 @@
 #include "commands.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
+#include "recorder/dump_schema.h"
 
 namespace flashinfer::cli {
 
 namespace fs = std::filesystem;
+namespace schema = flashinfer::dump_schema;
 
 namespace {
 
@@ -110,7 +112,7 @@ int run_replay(const ReplayArgs& a) {
     }
     return 2;
   }
-  if (fs::exists(fs::path(a.dir) / "metadata.jsonl")) {
+  if (fs::exists(fs::path(a.dir) / schema::kMetadataFile)) {
     replay::Options o;
     o.device = device;
     o.rtol = rtol;
@@ -156,7 +158,7 @@ int run_replay(const ReplayArgs& a) {
   if (!a.json) std::printf("Replaying session from %s...\n", a.dir.c_str());
   std::size_t total = 0;
   for (const auto& e : fs::directory_iterator(a.dir)) {
-    total += e.is_directory() && fs::exists(e.path() / "metadata.jsonl");
+    total += e.is_directory() && fs::exists(e.path() / schema::kMetadataFile);
   }
   std::size_t done = 0;
   replay::SequenceOptions so;
@@ -227,24 +229,28 @@ int run_replay(const ReplayArgs& a) {
 void show_call(const fs::path& d, int index) {
   replay::MetadataRecord m;
   try {
-    m = replay::read_metadata((d / "metadata.jsonl").string());
+    m = replay::read_metadata((d / schema::kMetadataFile).string());
   } catch (const std::exception& e) {
     std::printf("[%d] %s: unreadable: %s\n", index, d.filename().string().c_str(), e.what());
     return;
   }
   const auto j = nlohmann::ordered_json::parse(m.json);
-  std::printf("[%d] %s  %s  (%s)\n", index, j.value("function_name", "?").c_str(),
-              m.completed ? "completed" : "INCOMPLETE (inputs only)",
-              d.filename().string().c_str());
-  if (j.contains("tensor_details") && j["tensor_details"].is_object()) {
-    for (auto it = j["tensor_details"].begin(); it != j["tensor_details"].end(); ++it) {
+  std::printf(
+      "[%d] %s  %s  (%s)\n", index, j.value(std::string(schema::kFunctionName), "?").c_str(),
+      m.completed ? "completed" : "INCOMPLETE (inputs only)", d.filename().string().c_str());
+  const std::string details_key(schema::kTensorDetails);
+  if (j.contains(details_key) && j[details_key].is_object()) {
+    for (auto it = j[details_key].begin(); it != j[details_key].end(); ++it) {
       const auto& t = it.value();
-      std::printf("      %-22s %s %s\n", it.key().c_str(), t.value("dtype", "?").c_str(),
-                  t.contains("shape") ? t["shape"].dump().c_str() : "?");
+      const std::string shape_key(schema::kShape);
+      std::printf("      %-22s %s %s\n", it.key().c_str(),
+                  t.value(std::string(schema::kDType), "?").c_str(),
+                  t.contains(shape_key) ? t[shape_key].dump().c_str() : "?");
     }
   }
-  if (j.contains("input_metadata") && j["input_metadata"].is_object()) {
-    for (auto it = j["input_metadata"].begin(); it != j["input_metadata"].end(); ++it) {
+  const std::string im_key(schema::kInputMetadata);
+  if (j.contains(im_key) && j[im_key].is_object()) {
+    for (auto it = j[im_key].begin(); it != j[im_key].end(); ++it) {
       std::string v = it.value().dump();
       if (v.size() > 70) v = v.substr(0, 67) + "...";
       std::printf("      %-22s %s\n", it.key().c_str(), v.c_str());
@@ -267,13 +273,13 @@ int run_show(const std::string& dir, bool verbose) {
     std::printf("❌ Directory not found: %s\n", dir.c_str());
     return 2;
   }
-  if (fs::exists(p / "metadata.jsonl")) {
+  if (fs::exists(p / schema::kMetadataFile)) {
     show_call(p, 1);
     return 0;
   }
   std::vector<fs::path> dirs;
   for (const auto& e : fs::directory_iterator(p)) {
-    if (e.is_directory() && fs::exists(e.path() / "metadata.jsonl")) dirs.push_back(e.path());
+    if (e.is_directory() && fs::exists(e.path() / schema::kMetadataFile)) dirs.push_back(e.path());
   }
   std::sort(dirs.begin(), dirs.end());
   // The seed page's "Scanning Session History", built in.
@@ -283,9 +289,9 @@ int run_show(const std::string& dir, bool verbose) {
   int completed = 0;
   for (const auto& d : dirs) {
     try {
-      const auto m = replay::read_metadata((d / "metadata.jsonl").string());
+      const auto m = replay::read_metadata((d / schema::kMetadataFile).string());
       const auto j = nlohmann::ordered_json::parse(m.json);
-      const std::string fn = j.value("function_name", "?");
+      const std::string fn = j.value(std::string(schema::kFunctionName), "?");
       if (m.completed) {
         ++completed;
         ++completed_by_fn[fn];
