@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,9 +22,17 @@ struct Config {
 /// above; unparsable numbers give one warning and the default).
 Config config_from_env();
 
+/// Where the recorder's log lines go ("Dumped inputs to: ...", the limit warnings): one line
+/// per call, without its newline.
+using LineSink = std::function<void(const std::string& line)>;
+
 /// Starts recording every outermost public call with `config` (replacing any running
-/// recorder). The library starts it by itself at load when FLASHINFER_LOGLEVEL >= 10.
+/// recorder). Its log lines go to the API log destination (as upstream's recorder logs through
+/// the API logger), whatever the API log level. The library starts it by itself at load when
+/// FLASHINFER_LOGLEVEL >= 10.
 void start(const Config& config);
+/// The same, with the log lines given to `sink` instead (an empty sink: stdout).
+void start(const Config& config, LineSink sink);
 /// Stops recording; files already written stay.
 void stop();
 bool active();

@@ -1,25 +1,25 @@
-// The API logger: a CallObserver installed while the level asks for per-call records, a
+// The API logger: a CallObserver installed while the level asks for per-call records, and a
 // destination (stdout, stderr, a file, or a callback sink) written one whole record at a time
-// under a lock, and the configuration read from the environment when the library loads.
+// under a lock. It is configured from the settings parsed when the library loads
+// (src/startup/startup.cpp); it knows nothing of the flight recorder.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
-#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 
+#include "apilog/api_logger.h"
 #include "apilog/format.h"
-#include "apilog/name_filter.h"
+#include "calls/name_filter.h"
+#include "calls/settings.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/api_log.h"
-#include "recorder/recorder_internal.h"
 
 namespace flashinfer {
 namespace detail {
@@ -192,10 +192,16 @@ FilterState& filter_state() {
   return *f;
 }
 
+std::once_flag g_banner_once;
+
+void write_banner_once() {
+  std::call_once(g_banner_once, [] { writer().write(banner_record()); });
+}
+
 void emit(std::string_view rec) {
-  // The banner precedes the first record, so loading the library never touches the GPU.
-  static std::once_flag banner_once;
-  std::call_once(banner_once, [] { writer().write(banner_record()); });
+  // At load with a level other than 0 the banner is written at once (configure()); when
+  // logging is turned on later, it precedes the first record.
+  write_banner_once();
   writer().write(rec);
 }
 
@@ -243,59 +249,17 @@ void apply_level(int level) {
   }
 }
 
-// Python's int(): surrounding whitespace, an optional sign, digits with single underscores
-// between them. Values beyond int saturate (they all mean "5 plus the recorder" anyway).
-std::optional<int> parse_level(std::string_view text) {
-  const char* ws = " \t\n\r\f\v";
-  const auto b = text.find_first_not_of(ws);
-  if (b == std::string_view::npos) return std::nullopt;
-  text = text.substr(b, text.find_last_not_of(ws) - b + 1);
-  bool neg = false;
-  if (text[0] == '+' || text[0] == '-') {
-    neg = text[0] == '-';
-    text.remove_prefix(1);
-  }
-  if (text.empty()) return std::nullopt;
-  long long v = 0;
-  bool prev_digit = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '_') {
-      if (!prev_digit || i + 1 == text.size()) return std::nullopt;
-      prev_digit = false;
-      continue;
-    }
-    if (c < '0' || c > '9') return std::nullopt;
-    prev_digit = true;
-    if (v < INT_MAX) v = v * 10 + (c - '0');
-  }
-  if (v > INT_MAX) v = INT_MAX;
-  return static_cast<int>(neg ? -v : v);
-}
-
 }  // namespace
 
-// Called once from a static initializer of the call gate's translation unit, which every
-// program using an op links: the environment is read when the library loads.
-void init_from_env() noexcept {
-  try {
-    api_log::configure_from_env();
-  } catch (const std::exception& e) {
-    warn(std::string("API logging configuration failed: ") + e.what());
-  } catch (...) {
-    warn("API logging configuration failed");
-  }
+void emit_banner() { write_banner_once(); }
+
+void emit_line(std::string_view line) {
+  std::string rec(line);
+  rec += '\n';
+  emit(rec);
 }
 
 }  // namespace apilog
-
-void api_log_init_from_env() noexcept { apilog::init_from_env(); }
-
-void api_log_emit_line(std::string_view line) {
-  std::string rec(line);
-  rec += '\n';
-  apilog::emit(rec);
-}
 
 }  // namespace detail
 
@@ -341,28 +305,21 @@ bool passes_filters(std::string_view op_name) {
 
 void flush() { writer().flush(); }
 
-void configure_from_env() {
-  int lvl = 0;
-  if (const char* text = std::getenv("FLASHINFER_LOGLEVEL")) {
-    if (auto parsed = detail::apilog::parse_level(text)) {
-      lvl = *parsed;
-    } else {
-      detail::apilog::warn(std::string("FLASHINFER_LOGLEVEL='") + text +
-                           "' is not an integer; API logging is off (level 0)");
-    }
-  }
-  const char* dest = std::getenv("FLASHINFER_LOGDEST");
-  // As upstream, a file destination is opened (created) at configuration time when logging is
-  // on; at level 0 it is opened only if logging is turned on later.
-  writer().set_destination(dest ? dest : "stdout", /*open_now=*/lvl != 0);
-  const char* inc = std::getenv("FLASHINFER_DUMP_INCLUDE");
-  const char* exc = std::getenv("FLASHINFER_DUMP_EXCLUDE");
-  set_filters(detail::split_pattern_list(inc ? inc : ""),
-              detail::split_pattern_list(exc ? exc : ""));
-  // Level 10 and above: the flight recorder too (it prints its warning block on stdout).
-  if (lvl >= 10 && !recorder::active()) recorder::start_from_env();
-  set_level(lvl);
+}  // namespace api_log
+
+namespace detail::apilog {
+
+void configure(const Settings& s) {
+  if (const auto* p = s.problem("FLASHINFER_LOGLEVEL")) warn(p->message);
+  // As upstream, a file destination is opened (created) when logging is configured on; at
+  // level 0 it is opened only if logging is turned on later.
+  writer().set_destination(s.log_dest, /*open_now=*/s.log_level != 0);
+  api_log::set_filters(s.dump_include, s.dump_exclude);
+  api_log::set_level(s.log_level);
+  // Upstream logs the system banner at import whenever the level is not 0 (even 2, which
+  // logs nothing per call, and negative levels).
+  if (s.log_level != 0) emit_banner();
 }
 
-}  // namespace api_log
+}  // namespace detail::apilog
 }  // namespace flashinfer

@@ -1,3 +1,7 @@
+// The call gate (include/flashinfer/api_call.h): the installed observers, the outermost-call
+// tracking and the notifications. It is the layer below both the API logger (src/apilog) and
+// the flight recorder (src/recorder), which plug into it as observers and know nothing of each
+// other; the load-time configuration that installs them lives above both (src/startup).
 #include "flashinfer/api_call.h"
 
 #include <algorithm>
@@ -9,9 +13,6 @@ namespace flashinfer {
 namespace detail {
 
 std::atomic<bool> g_call_hooks_active{false};
-
-// Defined in api_logger.cpp: reads FLASHINFER_LOGLEVEL/LOGDEST/DUMP_INCLUDE/DUMP_EXCLUDE.
-void api_log_init_from_env() noexcept;
 
 namespace {
 
@@ -109,13 +110,6 @@ void ObservedCall::fail(std::string_view what) {
   if (!active_) return;
   notify([&](CallObserver& o) { o.on_call_error(*decl_, args_, what); }, true);
 }
-
-// The configuration is read when the library loads. It lives in this translation unit because
-// every program that calls an op links it (g_call_hooks_active), so even a static link keeps it.
-struct ApiLogEnvInit {
-  ApiLogEnvInit() { api_log_init_from_env(); }
-};
-const ApiLogEnvInit g_api_log_env_init;
 
 }  // namespace detail
 

@@ -1,4 +1,4 @@
-#include "apilog/name_filter.h"
+#include "calls/name_filter.h"
 
 #include <cstddef>
 

@@ -14,9 +14,9 @@
 #include <sstream>
 #include <thread>
 
-#include "apilog/name_filter.h"
 #include "apilog_test_ops.h"
 #include "apilog_test_util.h"
+#include "calls/name_filter.h"
 #include "flashinfer/api_log.h"
 #include "util/test_util.h"
 

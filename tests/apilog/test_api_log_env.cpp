@@ -11,22 +11,29 @@
 
 #include <fcntl.h>
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "apilog_test_ops.h"
 #include "apilog_test_util.h"
+#include "calls/settings.h"
 #include "core/cuda_runtime.h"
 #include "flashinfer/api_log.h"
 #include "flashinfer/flashinfer.h"
+#include "flashinfer/recorder.h"
+#include "recorder/recorder_internal.h"
 
 extern char** environ;
 
@@ -59,6 +66,11 @@ int child_main(const std::string& mode) {
     std::printf("level=%d\n", api_log::level());
     std::fflush(stdout);
     test_function(vec3());
+    return 0;
+  }
+  if (mode == "report_recorder") {
+    // Both halves of the level: what the logger runs at and whether the recorder is on.
+    std::fprintf(stderr, "level=%d recorder=%d\n", api_log::level(), recorder::active() ? 1 : 0);
     return 0;
   }
   if (mode == "filters") {
@@ -225,14 +237,21 @@ TEST_F(ApiLogEnv, StderrDestination) {
 // Levels parse like Python's int(); anything else is one warning and level 0.
 TEST_F(ApiLogEnv, LevelParsing) {
   const std::vector<std::pair<std::string, int>> cases = {
-      {"0", 0}, {"1", 1}, {" 3 ", 3}, {"+5", 5}, {"1_0", 10}, {"-1", -1}, {"007", 7}};
+      {"0", 0},   {"1", 1},   {" 3 ", 3},  {"+5", 5},      {"1_0", 10},
+      {"-1", -1}, {"007", 7}, {"10 ", 10}, {"\t12\n", 12}, {"99999999999999999999", INT32_MAX}};
+  const std::string dumps = (dir_ / "dumps").string();
+  recorder::Config cfg;
+  cfg.dump_dir = dumps;
   for (const auto& [text, want] : cases) {
-    Child c =
-        run("report_level", {{"FLASHINFER_LOGLEVEL", text}, {"FLASHINFER_LOGDEST", "stderr"}});
+    Child c = run("report_level", {{"FLASHINFER_LOGLEVEL", text},
+                                   {"FLASHINFER_LOGDEST", "stderr"},
+                                   {"FLASHINFER_DUMP_DIR", dumps}});
     ASSERT_EQ(c.exit_code, 0) << text;
-    EXPECT_EQ(c.out, "level=" + std::to_string(want) + "\n") << text;
+    // From 10 up the recorder's warning block comes first, on stdout, at load.
+    const std::string block = want >= 10 ? recorder::startup_banner(cfg) : "";
+    EXPECT_EQ(c.out, block + "level=" + std::to_string(want) + "\n") << text;
   }
-  for (const std::string bad : {"abc", "3.0", "", "1__0", "_1", "five"}) {
+  for (const std::string bad : {"abc", "3.0", "", "1__0", "_1", "five", "1_", "+", "- 1"}) {
     Child c = run("report_level", {{"FLASHINFER_LOGLEVEL", bad}});
     ASSERT_EQ(c.exit_code, 0) << bad;
     EXPECT_EQ(c.out, "level=0\n") << bad;  // nothing logged at level 0
@@ -242,22 +261,143 @@ TEST_F(ApiLogEnv, LevelParsing) {
   }
 }
 
-// Level 10 logs as level 5 (the recorder is separate); level 0 with a file creates nothing.
-// Level 10 logs as level 5, plus the recorder: its warning block when the library loads and
-// its dump lines around each call's records.
+// FLASHINFER_LOGLEVEL is parsed once, by one parser, for the logger and the recorder alike:
+// "10 " (Python's int() strips whitespace) is level 10 for both. It used to turn on level-10
+// logging but not the recorder, whose own parser rejected the trailing space.
+TEST_F(ApiLogEnv, OneLevelForLoggerAndRecorder) {
+  const std::string dumps = (dir_ / "dumps").string();
+  const std::vector<std::tuple<std::string, int, int>> cases = {
+      {"10 ", 10, 1}, {" 10", 10, 1}, {"1_0", 10, 1}, {"+11\t", 11, 1},
+      {"9 ", 9, 0},   {"5", 5, 0},    {"x10", 0, 0}};
+  for (const auto& [text, level, rec] : cases) {
+    Child c = run("report_recorder", {{"FLASHINFER_LOGLEVEL", text},
+                                      {"FLASHINFER_LOGDEST", (dir_ / "log.txt").string()},
+                                      {"FLASHINFER_DUMP_DIR", dumps}});
+    ASSERT_EQ(c.exit_code, 0) << text;
+    EXPECT_NE(
+        c.err.find("level=" + std::to_string(level) + " recorder=" + std::to_string(rec) + "\n"),
+        std::string::npos)
+        << "'" << text << "': " << c.err;
+    // The level-10 warning block goes with the recorder, never without it.
+    EXPECT_EQ(c.out.find("Level 10 (Tensor Dumping)") != std::string::npos, rec == 1)
+        << "'" << text << "': " << c.out;
+  }
+}
+
+// The parser itself, on upstream's rules: LOGLEVEL and DUMP_MAX_COUNT are Python int(),
+// DUMP_MAX_SIZE_GB Python float(), the pattern lists split on ',' and stripped, SAFETENSORS
+// exactly "1", LOGDEST and DUMP_DIR raw. A bad number keeps its default with one message.
+TEST(Settings, ParsesEveryVariableWithUpstreamsRules) {
+  const std::map<std::string, std::string> env = {
+      {"FLASHINFER_LOGLEVEL", " 10 "},
+      {"FLASHINFER_LOGDEST", "log_%i.txt"},
+      {"FLASHINFER_DUMP_DIR", "./d_%i"},
+      {"FLASHINFER_DUMP_MAX_SIZE_GB", " 1_0.5e-1 "},
+      {"FLASHINFER_DUMP_MAX_COUNT", "\t2_000\n"},
+      {"FLASHINFER_DUMP_INCLUDE", " *decode*, ,*prefill* ,"},
+      {"FLASHINFER_DUMP_EXCLUDE", "x"},
+      {"FLASHINFER_DUMP_SAFETENSORS", "1"}};
+  auto lookup = [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  const flashinfer::detail::Settings s = flashinfer::detail::parse_settings(lookup);
+  EXPECT_EQ(s.log_level, 10);
+  EXPECT_EQ(s.log_dest, "log_%i.txt");
+  EXPECT_EQ(s.dump_dir, "./d_%i");
+  EXPECT_DOUBLE_EQ(s.dump_max_size_gb, 1.05);
+  EXPECT_EQ(s.dump_max_count, 2000);
+  EXPECT_EQ(s.dump_include, (std::vector<std::string>{"*decode*", "*prefill*"}));
+  EXPECT_EQ(s.dump_exclude, (std::vector<std::string>{"x"}));
+  EXPECT_TRUE(s.dump_safetensors);
+  EXPECT_TRUE(s.problems.empty());
+
+  // Unset: upstream's defaults.
+  const flashinfer::detail::Settings d =
+      flashinfer::detail::parse_settings([](const char*) -> const char* { return nullptr; });
+  EXPECT_EQ(d.log_level, 0);
+  EXPECT_EQ(d.log_dest, "stdout");
+  EXPECT_EQ(d.dump_dir, "flashinfer_dumps");
+  EXPECT_EQ(d.dump_max_size_gb, 20.0);
+  EXPECT_EQ(d.dump_max_count, 1000);
+  EXPECT_FALSE(d.dump_safetensors);
+
+  const std::map<std::string, std::string> bad = {{"FLASHINFER_LOGLEVEL", "3.0"},
+                                                  {"FLASHINFER_DUMP_MAX_SIZE_GB", "0x10"},
+                                                  {"FLASHINFER_DUMP_MAX_COUNT", "1e3"},
+                                                  {"FLASHINFER_DUMP_SAFETENSORS", " 1"}};
+  const flashinfer::detail::Settings b =
+      flashinfer::detail::parse_settings([&](const char* name) -> const char* {
+        auto it = bad.find(name);
+        return it == bad.end() ? nullptr : it->second.c_str();
+      });
+  EXPECT_EQ(b.log_level, 0);
+  EXPECT_EQ(b.dump_max_size_gb, 20.0);
+  EXPECT_EQ(b.dump_max_count, 1000);
+  EXPECT_FALSE(b.dump_safetensors);
+  ASSERT_EQ(b.problems.size(), 3u);
+  EXPECT_EQ(b.problem("FLASHINFER_LOGLEVEL")->message,
+            "FLASHINFER_LOGLEVEL='3.0' is not an integer; API logging is off (level 0)");
+  EXPECT_EQ(b.problem("FLASHINFER_DUMP_MAX_SIZE_GB")->message,
+            "FLASHINFER_DUMP_MAX_SIZE_GB='0x10' is not a number; using 20");
+  EXPECT_EQ(b.problem("FLASHINFER_DUMP_MAX_COUNT")->message,
+            "FLASHINFER_DUMP_MAX_COUNT='1e3' is not an integer; using 1000");
+}
+
+TEST(Settings, PythonIntAndFloat) {
+  using flashinfer::detail::parse_python_float;
+  using flashinfer::detail::parse_python_int;
+  EXPECT_EQ(parse_python_int(" -0_7 "), -7);
+  EXPECT_EQ(parse_python_int("\x1c"
+                             "5"
+                             "\x1f"),
+            5);  // Python's str.isspace() separators
+  for (const char* bad : {"", " ", "1 2", "0x10", "1.0", "__1", "1__2", "٣"}) {
+    EXPECT_FALSE(parse_python_int(bad).has_value()) << bad;
+  }
+  EXPECT_EQ(parse_python_float("20"), 20.0);
+  EXPECT_EQ(parse_python_float(" .5 "), 0.5);
+  EXPECT_EQ(parse_python_float("5."), 5.0);
+  EXPECT_EQ(parse_python_float("+1E3"), 1000.0);
+  EXPECT_EQ(parse_python_float("1_0.2_5"), 10.25);
+  EXPECT_TRUE(std::isinf(*parse_python_float("-Infinity")));
+  EXPECT_TRUE(std::isnan(*parse_python_float("nan")));
+  for (const char* bad : {"", ".", "e3", "1e", "1_.5", "1._5", "0x1p3", "inf1", "1.5 GB"}) {
+    EXPECT_FALSE(parse_python_float(bad).has_value()) << bad;
+  }
+}
+
+// As upstream at import, the system banner (with its "FlashInfer version:" line) is written
+// when the library loads with any level but 0, even when no call follows; level 0 writes
+// nothing.
+TEST_F(ApiLogEnv, BannerAtLoadForEveryLevelButZero) {
+  for (const char* level : {"1", "2", "3", "-1"}) {
+    Child c = run("nothing", {{"FLASHINFER_LOGLEVEL", level}});
+    ASSERT_EQ(c.exit_code, 0) << level;
+    EXPECT_EQ(normalize(c.out), banner()) << level;
+    EXPECT_NE(c.out.find("\nFlashInfer version: " + std::string(version()) + "\n"),
+              std::string::npos);
+  }
+  Child c0 = run("nothing", {{"FLASHINFER_LOGLEVEL", "0"}});
+  EXPECT_EQ(c0.out, "");
+}
+
+// Level 10 logs as level 5, plus the recorder: at load the banner then upstream's warning
+// block (in upstream's import order: _log_system_info(), then _warn_dump()), and its dump lines
+// around each call's records. Level 0 with a file creates nothing.
 TEST_F(ApiLogEnv, Level10LogsLikeLevel5PlusDumpsAndLevel0WritesNothing) {
   const std::string dumps = (dir_ / "dumps").string();
   Child c10 = run("one_call", {{"FLASHINFER_LOGLEVEL", "10"}, {"FLASHINFER_DUMP_DIR", dumps}});
   Child c5 = run("one_call", {{"FLASHINFER_LOGLEVEL", "5"}});
   ASSERT_EQ(c10.exit_code, 0);
-  const std::string sep(80, '=');
-  ASSERT_TRUE(c10.out.starts_with(
-      sep + "\nWARNING: FlashInfer API Logging is set to Level 10 (Tensor Dumping).\n"))
-      << c10.out;
-  EXPECT_NE(c10.out.find("Current dump directory is: " + dumps + "\n"), std::string::npos);
+  recorder::Config cfg;
+  cfg.dump_dir = dumps;
+  const std::string block = recorder::startup_banner(cfg);
+  const std::string out10 = normalize(c10.out);
+  ASSERT_TRUE(out10.starts_with(banner() + normalize(block))) << c10.out;
+  EXPECT_NE(block.find("Current dump directory is: " + dumps + "\n"), std::string::npos);
   // Without the warning block and the four dump lines, the text is level 5's.
-  const std::size_t block_end = c10.out.find(sep + "\n", sep.size() + 1) + sep.size() + 1;
-  std::istringstream rest(c10.out.substr(block_end));
+  std::istringstream rest(out10.substr(banner().size() + normalize(block).size()));
   std::string line, kept;
   std::vector<std::string> dump_lines;
   while (std::getline(rest, line)) {
@@ -270,7 +410,7 @@ TEST_F(ApiLogEnv, Level10LogsLikeLevel5PlusDumpsAndLevel0WritesNothing) {
   }
   ASSERT_EQ(dump_lines.size(), 4u) << c10.out;
   EXPECT_TRUE(dump_lines[0].starts_with("Dumped inputs to: " + dumps + "/"));
-  EXPECT_EQ(normalize(kept), normalize(c5.out));
+  EXPECT_EQ(banner() + kept, normalize(c5.out));
   // The inputs lines precede the input record and the outputs lines follow the output record.
   EXPECT_LT(c10.out.find("Inputs dumped to: "), c10.out.find("Positional input arguments:"));
   EXPECT_GT(c10.out.find("Dumped outputs to: "), c10.out.find("Output value:"));
@@ -285,13 +425,15 @@ TEST_F(ApiLogEnv, Level10LogsLikeLevel5PlusDumpsAndLevel0WritesNothing) {
   EXPECT_EQ(c0.out, "");
 }
 
-// As upstream, a file destination is created when the library loads with logging on.
+// As upstream, a file destination is created when the library loads with logging on, and the
+// banner written to it then.
 TEST_F(ApiLogEnv, FileCreatedAtLoad) {
   Child c = run("nothing", {{"FLASHINFER_LOGLEVEL", "3"},
                             {"FLASHINFER_LOGDEST", (dir_ / "created.log").string()}});
   ASSERT_EQ(c.exit_code, 0);
   ASSERT_TRUE(fs::exists(dir_ / "created.log"));
-  EXPECT_EQ(fs::file_size(dir_ / "created.log"), 0u);
+  EXPECT_EQ(normalize(read_file(dir_ / "created.log")), banner());
+  EXPECT_EQ(c.out, "");
 }
 
 TEST_F(ApiLogEnv, IncludeExcludeFromEnvironment) {

@@ -428,18 +428,41 @@ TEST_F(DumpTest, UnwritableDirectoryWarnsOnceAndTheCallGoesOn) {
   EXPECT_EQ(n, 1u) << err;
 }
 
-TEST_F(DumpTest, StartupBannerNamesTheDirectoryAndFilters) {
+// Upstream's _warn_dump() block, byte for byte: the fixed lines, the directory, the optional
+// safetensors and filter lines (Python's list repr), the two CUDA-graph lines.
+TEST_F(DumpTest, StartupBannerIsUpstreamsWarningBlock) {
+  const std::string sep(80, '=');
+  const std::string head =
+      sep +
+      "\nWARNING: FlashInfer API Logging is set to Level 10 (Tensor Dumping).\n"
+      "This will dump ALL input and outputs including tensors for FlashInfer APIs to disk in\n"
+      "the configured dump directory. Ensure that you are NOT processing sensitive data\n"
+      "or that the dump directory is secure. To disable dumping, unset FLASHINFER_LOGLEVEL or\n"
+      "set it to below 10. For more information, see https://docs.flashinfer.ai/logging.html\n";
+  const std::string graph_lines =
+      "CUDA graph replay hook enabled: flush_graph_dumps() will run after every "
+      "torch.cuda.CUDAGraph.replay().\n"
+      "CUDA graph capture stores tensor references and materializes snapshots after every "
+      "replay.\n" +
+      sep + "\n";
+  recorder::Config plain;
+  EXPECT_EQ(recorder::startup_banner(plain),
+            head + "Current dump directory is: flashinfer_dumps\n" + graph_lines);
+
   recorder::Config c;
   c.dump_dir = "./my_dumps";
   c.include = {"*decode*", "*prefill*"};
-  const std::string b = recorder::startup_banner(c);
-  EXPECT_TRUE(
-      b.starts_with(std::string(80, '=') +
-                    "\nWARNING: FlashInfer API Logging is set to Level 10 (Tensor Dumping).\n"));
-  EXPECT_NE(b.find("Current dump directory is: ./my_dumps\n"), std::string::npos);
-  EXPECT_NE(b.find("Include filter: ['*decode*', '*prefill*']\n"), std::string::npos);
-  EXPECT_EQ(b.find("Exclude filter"), std::string::npos);
-  EXPECT_NE(b.find("call flush_graph_dumps() after launching a graph"), std::string::npos);
+  c.exclude = {"it's"};
+  c.safetensors = true;
+  EXPECT_EQ(recorder::startup_banner(c),
+            head + "Current dump directory is: ./my_dumps\n" +
+                "\u26a0\ufe0f  SAFETENSORS mode enabled: tensor stride/non-contiguity will NOT be "
+                "preserved.\n"
+                "    Tensors will be saved as contiguous. Use torch.save (default) to preserve "
+                "strides.\n"
+                "Include filter: ['*decode*', '*prefill*']\n"
+                "Exclude filter: [\"it's\"]\n" +
+                graph_lines);
 }
 
 // A user op taking any value and returning a tuple, to exercise every serialized value form.

@@ -1,0 +1,159 @@
+#include "calls/settings.h"
+
+#include <cctype>
+#include <climits>
+#include <cstdlib>
+#include <string>
+
+#include "calls/name_filter.h"
+
+namespace flashinfer::detail {
+
+namespace {
+
+// Python's str.isspace() for ASCII: the C whitespace plus the four separators \x1c-\x1f.
+bool py_space(char c) {
+  return c == ' ' || (c >= '\t' && c <= '\r') || (c >= '\x1c' && c <= '\x1f');
+}
+
+std::string_view strip(std::string_view t) {
+  while (!t.empty() && py_space(t.front())) t.remove_prefix(1);
+  while (!t.empty() && py_space(t.back())) t.remove_suffix(1);
+  return t;
+}
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// digitpart: digit ('_'? digit)*. Consumes it from `t` into `out` (underscores dropped).
+bool take_digits(std::string_view& t, std::string& out) {
+  if (t.empty() || !is_digit(t.front())) return false;
+  std::size_t i = 0;
+  while (i < t.size()) {
+    if (is_digit(t[i])) {
+      out += t[i++];
+    } else if (t[i] == '_' && i + 1 < t.size() && is_digit(t[i + 1])) {
+      ++i;
+    } else {
+      break;
+    }
+  }
+  t.remove_prefix(i);
+  return true;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != b[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<int64_t> parse_python_int(std::string_view text) {
+  text = strip(text);
+  bool neg = false;
+  if (!text.empty() && (text.front() == '+' || text.front() == '-')) {
+    neg = text.front() == '-';
+    text.remove_prefix(1);
+  }
+  std::string digits;
+  if (!take_digits(text, digits) || !text.empty()) return std::nullopt;
+  int64_t v = 0;
+  for (char c : digits) {
+    if (v > (INT64_MAX - 9) / 10) {
+      v = INT64_MAX;  // saturate
+      break;
+    }
+    v = v * 10 + (c - '0');
+  }
+  return neg ? -v : v;
+}
+
+std::optional<double> parse_python_float(std::string_view text) {
+  text = strip(text);
+  std::string norm;
+  if (!text.empty() && (text.front() == '+' || text.front() == '-')) {
+    norm += text.front();
+    text.remove_prefix(1);
+  }
+  if (iequals(text, "inf") || iequals(text, "infinity") || iequals(text, "nan")) {
+    return std::strtod((norm + std::string(text)).c_str(), nullptr);
+  }
+  const bool int_part = take_digits(text, norm);
+  bool frac_part = false;
+  if (!text.empty() && text.front() == '.') {
+    norm += '.';
+    text.remove_prefix(1);
+    frac_part = take_digits(text, norm);
+  }
+  if (!int_part && !frac_part) return std::nullopt;
+  if (!text.empty() && (text.front() == 'e' || text.front() == 'E')) {
+    norm += 'e';
+    text.remove_prefix(1);
+    if (!text.empty() && (text.front() == '+' || text.front() == '-')) {
+      norm += text.front();
+      text.remove_prefix(1);
+    }
+    if (!take_digits(text, norm)) return std::nullopt;
+  }
+  if (!text.empty()) return std::nullopt;
+  return std::strtod(norm.c_str(), nullptr);
+}
+
+const Settings::Problem* Settings::problem(std::string_view variable) const {
+  for (const Problem& p : problems) {
+    if (p.variable == variable) return &p;
+  }
+  return nullptr;
+}
+
+Settings parse_settings(const EnvLookup& lookup) {
+  auto get = [&](const char* name) -> const char* {
+    return lookup ? lookup(name) : std::getenv(name);
+  };
+  Settings s;
+  if (const char* v = get("FLASHINFER_LOGLEVEL")) {
+    if (auto n = parse_python_int(v)) {
+      s.log_level = static_cast<int>(*n > INT_MAX ? INT_MAX : *n < INT_MIN ? INT_MIN : *n);
+    } else {
+      s.problems.push_back({"FLASHINFER_LOGLEVEL", std::string("FLASHINFER_LOGLEVEL='") + v +
+                                                       "' is not an integer; API logging is off "
+                                                       "(level 0)"});
+    }
+  }
+  if (const char* v = get("FLASHINFER_LOGDEST")) s.log_dest = v;
+  if (const char* v = get("FLASHINFER_DUMP_DIR")) s.dump_dir = v;
+  if (const char* v = get("FLASHINFER_DUMP_MAX_SIZE_GB")) {
+    if (auto d = parse_python_float(v)) {
+      s.dump_max_size_gb = *d;
+    } else {
+      s.problems.push_back(
+          {"FLASHINFER_DUMP_MAX_SIZE_GB",
+           std::string("FLASHINFER_DUMP_MAX_SIZE_GB='") + v + "' is not a number; using 20"});
+    }
+  }
+  if (const char* v = get("FLASHINFER_DUMP_MAX_COUNT")) {
+    if (auto n = parse_python_int(v)) {
+      s.dump_max_count = *n;
+    } else {
+      s.problems.push_back(
+          {"FLASHINFER_DUMP_MAX_COUNT",
+           std::string("FLASHINFER_DUMP_MAX_COUNT='") + v + "' is not an integer; using 1000"});
+    }
+  }
+  if (const char* v = get("FLASHINFER_DUMP_INCLUDE")) s.dump_include = split_pattern_list(v);
+  if (const char* v = get("FLASHINFER_DUMP_EXCLUDE")) s.dump_exclude = split_pattern_list(v);
+  if (const char* v = get("FLASHINFER_DUMP_SAFETENSORS")) {
+    s.dump_safetensors = std::string_view(v) == "1";
+  }
+  return s;
+}
+
+const Settings& load_settings() {
+  static const Settings* s = new Settings(parse_settings());  // never destroyed
+  return *s;
+}
+
+}  // namespace flashinfer::detail

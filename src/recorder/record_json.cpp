@@ -1,0 +1,391 @@
+#include "recorder/record_json.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/tensor_span.h"
+#include "flashinfer/dtype.h"
+#include "flashinfer/version.h"
+#include "recorder/dump_schema.h"
+#include "recorder/python_json.h"
+
+namespace flashinfer::recorder::internal {
+
+namespace schema = flashinfer::dump_schema;
+
+namespace {
+
+constexpr int kMaxDepth = 8;  // upstream's recursion cap for nested containers
+
+// '"key": ' (keys are plain ASCII, escaped anyway).
+void key_text(std::string& out, std::string_view key) {
+  append_json_string(out, key);
+  out += ": ";
+}
+
+void shape_json(PyJsonWriter& w, const Shape& s) {
+  w.begin_array();
+  for (int64_t d : s) w.integer(d);
+  w.end_array();
+}
+
+// Writes one argument as upstream's _serialize_value does, collecting its tensors under their
+// keys (nested ones as key__<i>).
+void serialize(PyJsonWriter& w, const Value& v, const std::string& key, Extracted& ex, int depth) {
+  switch (v.kind()) {
+    case Value::Kind::kNone:
+      w.null();
+      return;
+    case Value::Kind::kBool:
+      w.boolean(v.as_bool());
+      return;
+    case Value::Kind::kInt:
+      w.integer(v.as_int());
+      return;
+    case Value::Kind::kFloat:
+      w.number(v.as_float());
+      return;
+    case Value::Kind::kString:
+      w.string(v.as_string());
+      return;
+    case Value::Kind::kDType:
+      w.begin_object().key(schema::kType).string(schema::kTypeDType);
+      w.key(schema::kValue).string(dtype_torch_name(v.as_dtype())).end_object();
+      return;
+    case Value::Kind::kEnum: {
+      const EnumValue& e = v.as_enum();
+      w.begin_object().key(schema::kType).string(schema::kTypeEnum);
+      w.key(schema::kName).string(e.type + "." + e.name);
+      w.key(schema::kValue);
+      char* end = nullptr;
+      const long long n = std::strtoll(e.value.c_str(), &end, 10);
+      if (!e.value.empty() && end && *end == '\0') {
+        w.integer(n);  // integer-valued enums stay ints
+      } else {
+        w.string(e.value);
+      }
+      w.end_object();
+      return;
+    }
+    case Value::Kind::kTensor: {
+      const Tensor& t = v.as_tensor();
+      ex.add(key, t);
+      w.begin_object().key(schema::kType).string(schema::kTypeTensor).key(schema::kShape);
+      shape_json(w, t.shape());
+      w.key(schema::kDType).string(dtype_torch_name(t.dtype())).key(schema::kStride);
+      shape_json(w, t.strides());
+      w.key(schema::kDevice).string(t.device().str()).key(schema::kRequiresGrad).boolean(false);
+      w.key(schema::kIsContiguous).boolean(t.is_contiguous());
+      w.key(schema::kTensorKey).string(key).end_object();
+      return;
+    }
+    case Value::Kind::kList:
+    case Value::Kind::kTuple: {
+      const auto& items = v.items();
+      w.begin_object().key(schema::kType);
+      w.string(v.kind() == Value::Kind::kList ? schema::kTypeList : schema::kTypeTuple);
+      w.key(schema::kLength).uinteger(items.size());
+      if (depth >= kMaxDepth) {
+        w.key(schema::kTruncated).boolean(true).end_object();
+        return;
+      }
+      w.key(schema::kItems).begin_array();
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        serialize(w, items[i], key + std::string(schema::kNestedSeparator) + std::to_string(i), ex,
+                  depth + 1);
+      }
+      w.end_array().key(schema::kTruncated).boolean(false).end_object();
+      return;
+    }
+    case Value::Kind::kDict: {
+      const auto& items = v.dict_items();
+      w.begin_object().key(schema::kType).string(schema::kTypeDict);
+      w.key(schema::kLength).uinteger(items.size());
+      if (depth >= kMaxDepth) {
+        w.key(schema::kTruncated).boolean(true).end_object();
+        return;
+      }
+      w.key(schema::kItems).begin_array();
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        const std::string n = std::to_string(i);
+        w.begin_object().key(schema::kKey);
+        serialize(w, items[i].first, key + std::string(schema::kNestedKey) + n, ex, depth + 1);
+        w.key(schema::kValue);
+        serialize(w, items[i].second, key + std::string(schema::kNestedValue) + n, ex, depth + 1);
+        w.end_object();
+      }
+      w.end_array().key(schema::kTruncated).boolean(false).end_object();
+      return;
+    }
+    case Value::Kind::kObject:
+      w.begin_object().key(schema::kType).string(v.as_object().type);
+      w.key(schema::kRepr).string(v.as_object().repr.substr(0, 1000)).end_object();
+      return;
+  }
+  w.null();
+}
+
+// The "versions" value, the same for every record of the process.
+const std::string& versions_text() {
+  static const std::string text = [] {
+    const BuildInfo& b = build_info();
+    std::string t;
+    PyJsonWriter w(t);
+    w.begin_object().key(schema::kVersionFlashinfer).string(b.version);
+    w.key(schema::kVersionFlashinferCpp).string(b.version);
+    w.key(schema::kVersionCompiler).string(b.compiler);
+    w.key(schema::kVersionCudaToolkit)
+        .string(b.cuda ? std::string(b.cuda_version) : std::string("<none: CPU-only build>"));
+    w.end_object();
+    return t;
+  }();
+  return text;
+}
+
+// '"key": {shape, dtype, stride, device, original_device}, ...' for each staged tensor.
+std::string details_members(const Extracted& ex) {
+  std::string t;
+  for (std::size_t i = 0; i < ex.tensors.size(); ++i) {
+    const auto& [k, x] = ex.tensors[i];
+    if (i) t += ", ";
+    key_text(t, k);
+    PyJsonWriter w(t);
+    w.begin_object().key(schema::kShape);
+    shape_json(w, x.shape());
+    w.key(schema::kDType).string(dtype_torch_name(x.dtype())).key(schema::kStride);
+    shape_json(w, x.strides());
+    w.key(schema::kDevice).string("cpu");
+    w.key(schema::kOriginalDevice).string(ex.devices[i].str());
+    w.end_object();
+  }
+  return t;
+}
+
+std::string keys_text(const NamedTensors& t) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    if (i) s += ", ";
+    append_json_string(s, t[i].first);
+  }
+  return s + "]";
+}
+
+void size_members(std::string& s, std::string_view bytes_key, std::string_view mb_key,
+                  uint64_t bytes) {
+  key_text(s, bytes_key);
+  s += std::to_string(bytes);
+  s += ", ";
+  key_text(s, mb_key);
+  append_json_float(s, static_cast<double>(bytes) / 1048576.0);
+}
+
+}  // namespace
+
+void Extracted::add(const std::string& key, const Tensor& t) {
+  devices.push_back(t.device());
+  tensors.emplace_back(key, by_reference ? t : detail::to_device_keep_layout(t, Device::cpu()));
+  bytes += t.nbytes();
+}
+
+std::string record_head(const OpDecl& decl, std::span<const Value> args, int64_t call_sequence,
+                        const std::string& timestamp, int64_t pid, Extracted& ex) {
+  std::string head;
+  PyJsonWriter w(head);
+  w.begin_object().key(schema::kFunctionName).string(decl.name);
+  w.key(schema::kModule).string(decl.module);
+  w.key(schema::kCallSequence).integer(call_sequence);
+  w.key(schema::kTimestamp).string(timestamp);
+  w.key(schema::kProcessId).integer(pid);
+  w.key(schema::kInputMetadata).begin_object();
+  for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
+    const ParamDecl& pd = decl.params[i];
+    std::string key;
+    if (pd.keyword_only) {
+      if (pd.default_value && *pd.default_value == args[i]) continue;
+      key = schema::kwarg_key(pd.name);
+    } else {
+      key = schema::arg_key(i);
+    }
+    if (args[i].is_tensor()) {
+      ex.add(key, args[i].as_tensor());
+    } else {
+      w.key(key);
+      serialize(w, args[i], key, ex, 0);
+    }
+  }
+  w.end_object();  // the record itself stays open: record_line() continues it
+  return head;
+}
+
+void finish_inputs(RecordParts& rec, const Extracted& ex, bool safetensors,
+                   const std::string& signature, bool graph, std::optional<uint64_t> self_id,
+                   int64_t process_sequence) {
+  rec.in_keys = keys_text(ex.tensors);
+  rec.in_details = details_members(ex);
+  rec.input_bytes = ex.bytes;
+  rec.tail.clear();
+  key_text(rec.tail, schema::kTensorFormat);
+  append_json_string(rec.tail, safetensors ? schema::kFormatSafetensors : schema::kFormatTorch);
+  rec.tail += ", ";
+  key_text(rec.tail, schema::kFunctionSignature);
+  append_json_string(rec.tail, signature);
+  rec.tail += ", ";
+  key_text(rec.tail, schema::kVersions);
+  rec.tail += versions_text();
+  rec.flags.clear();
+  key_text(rec.flags, schema::kGraphCapture);
+  rec.flags += graph ? "true" : "false";
+  if (self_id) {
+    rec.flags += ", ";
+    key_text(rec.flags, schema::kSelfId);
+    rec.flags += std::to_string(*self_id);
+  }
+  // Extra keys upstream lacks (docs/LOGGING.md): where the call ran, and a process-wide call
+  // order (directory names only resolve milliseconds, so replay uses it to order calls of one
+  // process made within the same millisecond).
+  bool cuda = false;
+  for (const Device& d : ex.devices) cuda = cuda || d.is_cuda();
+  rec.trailer.clear();
+  key_text(rec.trailer, schema::kBackend);
+  append_json_string(rec.trailer, cuda ? "cuda" : "cpu");
+  rec.trailer += ", ";
+  key_text(rec.trailer, schema::kProcessSequence);
+  rec.trailer += std::to_string(process_sequence);
+}
+
+Outcome inputs_outcome(const RecordParts& rec) {
+  Outcome o;
+  o.tensor_info = "{";
+  key_text(o.tensor_info, schema::kInputTensorKeys);
+  o.tensor_info += rec.in_keys;
+  o.tensor_info += ", ";
+  key_text(o.tensor_info, schema::kOutputTensorKeys);
+  o.tensor_info += "[], ";
+  size_members(o.tensor_info, schema::kInputSizeBytes, schema::kInputSizeMb, rec.input_bytes);
+  o.tensor_info += "}";
+  return o;
+}
+
+Extracted extract_result(const Value& result, bool by_reference, std::string& output_metadata) {
+  Extracted out;
+  out.by_reference = by_reference;
+  output_metadata.clear();
+  PyJsonWriter w(output_metadata);
+  w.begin_object();
+  if (result.is_tensor()) {
+    out.add(std::string(schema::kResult), result.as_tensor());
+  } else if (result.kind() == Value::Kind::kTuple) {
+    const auto& items = result.items();
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const std::string key = std::string(schema::kResultPrefix) + std::to_string(i);
+      if (items[i].is_tensor()) {
+        out.add(key, items[i].as_tensor());
+      } else {
+        w.key(key);
+        serialize(w, items[i], key, out, 0);
+      }
+    }
+  } else {
+    const std::string key(schema::kResult);
+    w.key(key);
+    serialize(w, result, key, out, 0);
+  }
+  w.end_object();
+  return out;
+}
+
+Extracted extract_mutated(const OpDecl& decl, std::span<const Value> args, bool by_reference) {
+  Extracted mutated;
+  mutated.by_reference = by_reference;
+  for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
+    const ParamDecl& pd = decl.params[i];
+    if (!pd.mutated) continue;
+    const std::string key = pd.keyword_only ? schema::kwarg_key(pd.name) : schema::arg_key(i);
+    if (args[i].is_tensor()) {
+      mutated.add(key, args[i].as_tensor());
+    } else if (args[i].is_sequence()) {  // a (K, V) cache pair: key__0, key__1
+      const auto& items = args[i].items();
+      for (std::size_t j = 0; j < items.size(); ++j) {
+        if (items[j].is_tensor()) {
+          mutated.add(key + std::string(schema::kNestedSeparator) + std::to_string(j),
+                      items[j].as_tensor());
+        }
+      }
+    }
+  }
+  return mutated;
+}
+
+Outcome outputs_outcome(const RecordParts& rec, std::string output_metadata, const Extracted& out,
+                        const Extracted& mutated) {
+  Outcome o;
+  o.output_metadata = std::move(output_metadata);
+  std::string& t = o.tensor_info;
+  t = "{";
+  key_text(t, schema::kInputTensorKeys);
+  t += rec.in_keys;
+  t += ", ";
+  key_text(t, schema::kOutputTensorKeys);
+  t += keys_text(out.tensors);
+  t += ", ";
+  size_members(t, schema::kInputSizeBytes, schema::kInputSizeMb, rec.input_bytes);
+  t += ", ";
+  size_members(t, schema::kOutputSizeBytes, schema::kOutputSizeMb, out.bytes);
+  t += ", ";
+  size_members(t, schema::kTotalSizeBytes, schema::kTotalSizeMb, rec.input_bytes + out.bytes);
+  t += ", ";
+  key_text(t, schema::kMutatedTensorKeys);
+  t += keys_text(mutated.tensors);
+  t += "}";
+  o.out_details = details_members(out);
+  return o;
+}
+
+std::string record_line(const RecordParts& p, const Outcome& o, std::string_view status,
+                        std::string_view dump_dir, std::string_view extra) {
+  std::string s;
+  s.reserve(p.head.size() + p.in_details.size() + o.out_details.size() + p.tail.size() +
+            o.tensor_info.size() + o.output_metadata.size() + dump_dir.size() + extra.size() + 256);
+  s += p.head;
+  s += ", ";
+  key_text(s, schema::kOutputMetadata);
+  s += o.output_metadata;
+  s += ", ";
+  key_text(s, schema::kTensorInfo);
+  s += o.tensor_info;
+  s += ", ";
+  key_text(s, schema::kTensorDetails);
+  s += "{";
+  s += p.in_details;
+  if (!p.in_details.empty() && !o.out_details.empty()) s += ", ";
+  s += o.out_details;
+  s += "}, ";
+  s += p.tail;
+  s += ", ";
+  key_text(s, schema::kExecutionStatus);
+  append_json_string(s, status);
+  s += ", ";
+  s += p.flags;
+  s += ", ";
+  key_text(s, schema::kDumpDir);
+  append_json_string(s, dump_dir);
+  s += ", ";
+  s += p.trailer;
+  s += extra;
+  s += '}';
+  return s;
+}
+
+void append_member(std::string& out, std::string_view key, std::string_view json_value) {
+  out += ", ";
+  key_text(out, key);
+  out += json_value;
+}
+
+std::string mb_text(uint64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.2f", static_cast<double>(bytes) / 1048576.0);
+  return b;
+}
+
+}  // namespace flashinfer::recorder::internal

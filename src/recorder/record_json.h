@@ -1,0 +1,86 @@
+// Private: the serialization half of the recorder. A call's arguments and result become
+// upstream's record text (json.dumps style, reference flashinfer-logging-format.md sections
+// 3.3-3.5) and the named tensors that go to its tensor files. Records are built as text pieces
+// that line 2 and a graph flush's lines repeat from line 1 (building a JSON document per call
+// cost more than writing the files).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flashinfer/device.h"
+#include "flashinfer/op_decl.h"
+#include "flashinfer/tensor_io.h"
+#include "flashinfer/value.h"
+
+namespace flashinfer::recorder::internal {
+
+/// The tensors of one side of a call (inputs, outputs or mutated arguments), under their keys.
+struct Extracted {
+  NamedTensors tensors;         // staged host copies (references during a graph capture)
+  std::vector<Device> devices;  // each one's original device
+  uint64_t bytes = 0;           // logical bytes (element size x numel), as upstream counts
+  bool by_reference = false;    // CUDA-graph capture: no copy now, values taken at flush time
+
+  void add(const std::string& key, const Tensor& t);
+};
+
+/// A call's record as text pieces.
+struct RecordParts {
+  std::string head;        // '{"function_name": ..., "input_metadata": {...}'
+  std::string in_keys;     // '["arg_0", ...]'
+  std::string in_details;  // '"arg_0": {...}, ...'
+  std::string tail;        // '"tensor_format": ..., "versions": {...}'
+  std::string flags;       // '"graph_capture": ...[, "self_id": N]'
+  std::string trailer;     // '"backend": ..., "process_sequence": N'
+  uint64_t input_bytes = 0;
+};
+
+/// What line 2 adds to line 1 (line 1 has the inputs-only tensor_info and `{}` outputs).
+struct Outcome {
+  std::string output_metadata = "{}";
+  std::string tensor_info;
+  std::string out_details;
+};
+
+/// The record head through input_metadata: positional parameters as arg_<i> (a method's self
+/// is arg_0), keyword-only ones as kwarg_<name> when they differ from their default. Tensors
+/// go to `ex` (top-level ones only there, nested ones also described in the metadata).
+std::string record_head(const OpDecl& decl, std::span<const Value> args, int64_t call_sequence,
+                        const std::string& timestamp, int64_t pid, Extracted& ex);
+
+/// Fills the input-side pieces after the head: keys, tensor details, tensor format, signature,
+/// versions, graph flag, self_id, backend and process_sequence.
+void finish_inputs(RecordParts& rec, const Extracted& ex, bool safetensors,
+                   const std::string& signature, bool graph, std::optional<uint64_t> self_id,
+                   int64_t process_sequence);
+
+/// Line 1's tensor_info (inputs only).
+Outcome inputs_outcome(const RecordParts& rec);
+
+/// The result as upstream extracts it: a tensor is `result`, a tuple's tensors `result_<i>`
+/// (other items in output_metadata), anything else output_metadata["result"].
+Extracted extract_result(const Value& result, bool by_reference, std::string& output_metadata);
+/// The arguments the op wrote into (ParamDecl::mutated), keyed like the inputs.
+Extracted extract_mutated(const OpDecl& decl, std::span<const Value> args, bool by_reference);
+
+/// Line 2's additions for the given outputs and mutated arguments.
+Outcome outputs_outcome(const RecordParts& rec, std::string output_metadata, const Extracted& out,
+                        const Extracted& mutated);
+
+/// One record line: the keys and their order are upstream's (reference section 3.4); `extra`
+/// holds keys appended after them (", \"k\": v" ...).
+std::string record_line(const RecordParts& p, const Outcome& o, std::string_view status,
+                        std::string_view dump_dir, std::string_view extra = {});
+
+/// ', "<key>": ' + `json_value`, for `extra`.
+void append_member(std::string& out, std::string_view key, std::string_view json_value);
+
+/// "0.00": bytes as MB with two decimals (the log lines).
+std::string mb_text(uint64_t bytes);
+
+}  // namespace flashinfer::recorder::internal
