@@ -47,10 +47,10 @@ bool passes_filters(std::string_view op_name);
 /// through a buffered stdout).
 void flush();
 
-/// Reads FLASHINFER_LOGLEVEL, FLASHINFER_LOGDEST, FLASHINFER_DUMP_INCLUDE and
-/// FLASHINFER_DUMP_EXCLUDE again and applies them, as happens once when the library is loaded.
-/// An unset variable means its default. A level that is not an integer gives one warning on
-/// stderr and level 0.
+/// Reads the FLASHINFER_* variables again, with the parser the library uses when it loads, and
+/// applies them: level, destination, include/exclude filters, and at level >= 10 the flight
+/// recorder (started with its warning block unless one is running). An unset variable means
+/// its default. A level that is not an integer gives one warning on stderr and level 0.
 void configure_from_env();
 
 }  // namespace flashinfer::api_log
