@@ -271,6 +271,8 @@ struct OpSpec {
   const char* var_positional = nullptr;  // upstream's *args name
   const char* var_keyword = nullptr;     // upstream's **kwargs name: the options fields are
                                          // taken through it (absent from the signature text)
+  bool options_keyword_only = true;      // false: the options fields are upstream's
+                                         // positional-or-keyword parameters with defaults
 };
 
 // ---- Return-type names
@@ -436,14 +438,15 @@ void for_each_field(F&& f) {
 
 // Adds one keyword-only parameter per selected field of S.
 template <class S>
-void add_option_params(OpDecl& d, const std::vector<const char*>* only, bool in_kwargs) {
+void add_option_params(OpDecl& d, const std::vector<const char*>* only, bool in_kwargs,
+                       bool keyword_only) {
   const S defaults{};
   std::vector<ParamDecl> params;
   for_each_field<S>([&](const auto& fld) {
     using M = typename std::remove_cvref_t<decltype(fld)>::type;
     ParamDecl p = param_decl_for<M>(fld.name);
     if (!p.default_value) p.def(to_value(defaults.*(fld.member)));
-    p.kw();
+    if (keyword_only) p.kw();
     p.in_kwargs = in_kwargs;
     params.push_back(std::move(p));
   });
@@ -464,8 +467,8 @@ void add_option_params(OpDecl& d, const std::vector<const char*>* only, bool in_
 template <class D>
 void apply_field_override(OpDecl& d, const Arg<D>& a) {
   const int i = d.param_index(a.name);
-  FLASHINFER_CHECK(i >= 0 && d.params[static_cast<std::size_t>(i)].keyword_only, "declare",
-                   "fields", "op '", d.name, "': no options field '", a.name, "'");
+  FLASHINFER_CHECK(i >= 0, "declare", "fields", "op '", d.name, "': no options field '", a.name,
+                   "'");
   ParamDecl& p = d.params[static_cast<std::size_t>(i)];
   if constexpr (!std::is_void_v<D>) {
     if (a.default_value) p.default_value = to_value(*a.default_value);
@@ -641,7 +644,7 @@ const OpDecl& declare_key(OpRegistry& registry, const OpSpec& spec, const Specs&
           ...);
     }
     (std::make_index_sequence<n_specs - n_named>{});
-    add_option_params<S>(d, only, spec.var_keyword != nullptr);
+    add_option_params<S>(d, only, spec.var_keyword != nullptr, spec.options_keyword_only);
     [&]<std::size_t... J>(std::index_sequence<J...>) {
       (
           [&] {

@@ -10,6 +10,7 @@
 
 #include "api/checks.h"
 #include "api/device_props.h"
+#include "api/kernel_table.h"
 #include "core/cuda_runtime.h"
 #include "flashinfer/error.h"
 #include "flashinfer/stream.h"
@@ -19,6 +20,22 @@
 #endif
 
 namespace flashinfer::api {
+
+// Every attention op (decode, prefill, batch wrappers) runs one batch-attention kernel.
+constexpr KernelEntry<kernels::AttentionParams> kAttentionKernels[] = {
+    {DeviceType::kCPU, "CPU reference: fp32 online softmax, OpenMP over (request, head, chunk)",
+     nullptr,
+     [](const kernels::AttentionParams& p, const LaunchContext&) {
+       kernels::cpu::batch_attention(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: split-KV online softmax + merge pass", nullptr,
+     [](const kernels::AttentionParams& p, const LaunchContext& c) {
+       kernels::cuda::batch_attention(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+void register_attention_backends(std::string_view op) { register_backends(op, kAttentionKernels); }
 
 std::vector<int32_t> index_to_host(const Tensor& t, const char* op, const char* arg,
                                    int64_t expected_len) {
@@ -93,13 +110,23 @@ void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor
   FLASHINFER_CHECK(page_size >= 1 && page_size <= (1 << 20), op, "page_size",
                    "must be in [1, 2^20], got ", page_size);
   s.kv_indptr = index_to_host(indptr, op, indptr_arg);
+  // Request b owns indices[indptr[b]:indptr[b + 1]]; the first entry need not be 0 (vLLM passes
+  // a slice of the whole batch's indptr), so the table is rebased to start at 0.
+  const int32_t base = s.kv_indptr.empty() ? 0 : s.kv_indptr[0];
+  FLASHINFER_CHECK(base >= 0, op, indptr_arg, "must not start below 0, got ", base);
+  for (std::size_t i = 1; i < s.kv_indptr.size(); ++i) {
+    FLASHINFER_CHECK(s.kv_indptr[i] >= s.kv_indptr[i - 1], op, indptr_arg,
+                     "must be non-decreasing: element ", i, " (", s.kv_indptr[i], ") < element ",
+                     i - 1, " (", s.kv_indptr[i - 1], ")");
+  }
+  for (int32_t& x : s.kv_indptr) x -= base;  // cannot overflow: base <= x
   check_indptr(s.kv_indptr, op, indptr_arg);
   const auto batch = static_cast<int64_t>(s.kv_indptr.size()) - 1;
   s.kv_indices = index_to_host(indices, op, indices_arg);
-  FLASHINFER_CHECK(static_cast<int64_t>(s.kv_indices.size()) >= s.kv_indptr.back(), op, indices_arg,
-                   "has ", s.kv_indices.size(), " elements but ", indptr_arg, " ends at ",
-                   s.kv_indptr.back());
-  s.kv_indices.resize(static_cast<std::size_t>(s.kv_indptr.back()));
+  const int64_t end = static_cast<int64_t>(base) + s.kv_indptr.back();
+  FLASHINFER_CHECK(static_cast<int64_t>(s.kv_indices.size()) >= end, op, indices_arg, "has ",
+                   s.kv_indices.size(), " elements but ", indptr_arg, " ends at ", end);
+  s.kv_indices.assign(s.kv_indices.begin() + base, s.kv_indices.begin() + end);
   const std::vector<int32_t> last = index_to_host(last_page_len, op, last_arg, batch);
   s.max_page_id = -1;
   for (std::size_t i = 0; i < s.kv_indices.size(); ++i) {
@@ -127,6 +154,18 @@ void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor
   s.total_kv = total;
   s.page_size = static_cast<int32_t>(page_size);
   s.paged = true;
+}
+
+void check_seq_lens(const detail::WrapperState& s, const std::optional<Tensor>& seq_lens,
+                    const char* op) {
+  if (!seq_lens) return;
+  const std::vector<int32_t> lens =
+      index_to_host(*seq_lens, op, "seq_lens", static_cast<int64_t>(s.kv_lens.size()));
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    FLASHINFER_CHECK(lens[b] == s.kv_lens[b], op, "seq_lens", "element ", b, " is ", lens[b],
+                     " but the page table (indptr and last_page_len) gives request ", b, " ",
+                     s.kv_lens[b], " tokens");
+  }
 }
 
 std::pair<Tensor, Tensor> paged_cache_views(const PagedKVCache& cache, bool hnd, const char* op,
@@ -301,8 +340,9 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     max_grid = 2 * static_cast<int64_t>(kernels::cpu::num_threads());
   }
   int64_t chunk = 0;  // in units (pages, or tokens for ragged); 0 = no split
+  if (fixed_split_size && *fixed_split_size == -1) fixed_split_size.reset();  // upstream's "none"
   if (fixed_split_size) {
-    FLASHINFER_CHECK(*fixed_split_size >= 1, op, "fixed_split_size", "must be >= 1, got ",
+    FLASHINFER_CHECK(*fixed_split_size >= 1, op, "fixed_split_size", "must be >= 1 or -1, got ",
                      *fixed_split_size);
     if (!disable_split_kv) chunk = *fixed_split_size;
   } else if (!disable_split_kv && base_work * s.num_kv_heads < max_grid) {
@@ -530,124 +570,8 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
       p.mask_indptr = s.dev_mask_indptr.data<const int64_t>();
     }
   }
-  if (s.device.is_cpu()) {
-    kernels::cpu::batch_attention(p);
-  } else {
-#if FLASHINFER_WITH_CUDA
-    const bool* req = o.enable_pdl ? &*o.enable_pdl : nullptr;
-    detail::CudaDeviceScope device_scope(s.device);
-    kernels::cuda::batch_attention(p, current_cuda_stream(), resolve_enable_pdl(req, s.device));
-#else
-    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "q",
-                    "CUDA tensor given to a build without the CUDA backend");
-#endif
-  }
+  launch(kAttentionKernels, p, s.device, op, "q", o.enable_pdl);
   return result;
-}
-
-std::size_t arg_index(const CallArgs& a, const char* name) {
-  const int i = a.decl().param_index(name);
-  FLASHINFER_CHECK_CODE(i >= 0, ErrorCode::kInternal, a.decl().name, name,
-                        "not a parameter of this op");
-  return static_cast<std::size_t>(i);
-}
-
-ParamDecl run_option_param(const std::string& name) {
-  ParamKind kind = ParamKind::kFloat;
-  if (name == "out" || name == "lse" || name == "sinks" || name == "kv_cache_sf") {
-    kind = ParamKind::kTensor;
-  } else if (name == "enable_pdl" || name == "use_fp16_softmax" || name == "uses_spcompress") {
-    kind = ParamKind::kBool;
-  } else if (name == "window_left" || name == "q_len_per_req") {
-    kind = ParamKind::kInt;
-  } else if (name == "return_lse") {
-    return ParamDecl(name, ParamKind::kBool).def(false).kw();
-  }
-  ParamDecl p = ParamDecl(name, kind).opt().kw();
-  if (name == "out" || name == "lse") p.mut();  // the recorder saves them after the call
-  return p;
-}
-
-AttentionRunOptions read_run_options(const CallArgs& a) {
-  AttentionRunOptions o;
-  const OpDecl& d = a.decl();
-  auto has = [&](const char* n) { return d.param_index(n) >= 0; };
-  auto idx = [&](const char* n) { return arg_index(a, n); };
-  if (has("q_scale")) o.q_scale = a.optional_f64(idx("q_scale"));
-  if (has("k_scale")) o.k_scale = a.optional_f64(idx("k_scale"));
-  if (has("v_scale")) o.v_scale = a.optional_f64(idx("v_scale"));
-  if (has("o_scale")) o.o_scale = a.optional_f64(idx("o_scale"));
-  if (has("out")) o.out = a.optional_tensor(idx("out"));
-  if (has("lse")) o.lse = a.optional_tensor(idx("lse"));
-  if (has("return_lse")) o.return_lse = a.boolean(idx("return_lse"));
-  if (has("enable_pdl")) o.enable_pdl = a.optional_bool(idx("enable_pdl"));
-  if (has("window_left")) o.window_left = a.optional_i64(idx("window_left"));
-  if (has("sinks")) o.sinks = a.optional_tensor(idx("sinks"));
-  if (has("q_len_per_req")) o.q_len_per_req = a.optional_i64(idx("q_len_per_req"));
-  if (has("skip_softmax_threshold_scale_factor")) {
-    o.skip_softmax_threshold_scale_factor =
-        a.optional_f64(idx("skip_softmax_threshold_scale_factor"));
-  }
-  if (has("kv_cache_sf")) o.kv_cache_sf = a.optional_tensor(idx("kv_cache_sf"));
-  if (has("use_fp16_softmax")) o.use_fp16_softmax = a.optional_bool(idx("use_fp16_softmax"));
-  if (has("uses_spcompress")) o.uses_spcompress = a.optional_bool(idx("uses_spcompress"));
-  return o;
-}
-
-ParamDecl prefill_option_param(const std::string& n) {
-  if (n == "head_dim_vo" || n == "max_token_per_sequence" || n == "max_sequence_kv" ||
-      n == "fixed_split_size") {
-    return ParamDecl(n, ParamKind::kInt).opt();
-  }
-  if (n == "sm_scale" || n == "logits_soft_cap" || n == "rope_scale" || n == "rope_theta") {
-    return ParamDecl(n, ParamKind::kFloat).opt();
-  }
-  if (n == "causal" || n == "use_fp16_qk_reduction" || n == "disable_split_kv") {
-    return ParamDecl(n, ParamKind::kBool).def(false);
-  }
-  if (n == "non_blocking") return ParamDecl(n, ParamKind::kBool).def(true);
-  if (n == "pos_encoding_mode") return ParamDecl(n, ParamKind::kString).def("NONE");
-  if (n == "window_left") return ParamDecl(n, ParamKind::kInt).def(-1);
-  if (n == "token_pos_in_items_len") return ParamDecl(n, ParamKind::kInt).def(0);
-  if (n == "q_data_type") return ParamDecl(n, ParamKind::kDType).def("float16");
-  if (n == "kv_data_type" || n == "o_data_type") return ParamDecl(n, ParamKind::kDType).opt();
-  return ParamDecl(n, ParamKind::kTensor).opt();  // masks and the unsupported buffers
-}
-
-PrefillPlanOptions read_prefill_options(const CallArgs& a) {
-  PrefillPlanOptions o;
-  const OpDecl& d = a.decl();
-  auto has = [&](const char* n) { return d.param_index(n) >= 0; };
-  auto idx = [&](const char* n) { return arg_index(a, n); };
-  o.head_dim_vo = a.optional_i64(idx("head_dim_vo"));
-  o.custom_mask = a.optional_tensor(idx("custom_mask"));
-  o.packed_custom_mask = a.optional_tensor(idx("packed_custom_mask"));
-  o.causal = a.boolean(idx("causal"));
-  o.pos_encoding_mode = a.str(idx("pos_encoding_mode"));
-  o.use_fp16_qk_reduction = a.boolean(idx("use_fp16_qk_reduction"));
-  o.sm_scale = a.optional_f64(idx("sm_scale"));
-  o.window_left = a.i64(idx("window_left"));
-  o.logits_soft_cap = a.optional_f64(idx("logits_soft_cap"));
-  o.rope_scale = a.optional_f64(idx("rope_scale"));
-  o.rope_theta = a.optional_f64(idx("rope_theta"));
-  o.q_data_type = a.dtype(idx("q_data_type"));
-  o.kv_data_type = a.optional_dtype(idx("kv_data_type"));
-  o.o_data_type = a.optional_dtype(idx("o_data_type"));
-  o.non_blocking = a.boolean(idx("non_blocking"));
-  o.prefix_len_ptr = a.optional_tensor(idx("prefix_len_ptr"));
-  o.token_pos_in_items_ptr = a.optional_tensor(idx("token_pos_in_items_ptr"));
-  o.token_pos_in_items_len = a.i64(idx("token_pos_in_items_len"));
-  o.max_item_len_ptr = a.optional_tensor(idx("max_item_len_ptr"));
-  o.seq_lens = a.optional_tensor(idx("seq_lens"));
-  o.seq_lens_q = a.optional_tensor(idx("seq_lens_q"));
-  if (has("block_tables")) o.block_tables = a.optional_tensor(idx("block_tables"));
-  o.max_token_per_sequence = a.optional_i64(idx("max_token_per_sequence"));
-  o.max_sequence_kv = a.optional_i64(idx("max_sequence_kv"));
-  o.fixed_split_size = a.optional_i64(idx("fixed_split_size"));
-  o.disable_split_kv = a.boolean(idx("disable_split_kv"));
-  if (has("v_indptr")) o.v_indptr = a.optional_tensor(idx("v_indptr"));
-  if (has("o_indptr")) o.o_indptr = a.optional_tensor(idx("o_indptr"));
-  return o;
 }
 
 void plan_settings(detail::WrapperState& s, int64_t num_qo_heads, int64_t num_kv_heads,

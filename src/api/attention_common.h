@@ -72,6 +72,12 @@ void check_head_dim(int64_t head_dim, const char* op, const char* arg);
 /// Only "NONE": RoPE is applied by the rope ops before attention.
 void check_pos_encoding(std::string_view mode, const char* op);
 /// A page table: checks indptr/indices/last_page_len and returns per-request lengths.
+/// Records `op`'s backends: those of the batch-attention kernel every attention op runs.
+void register_attention_backends(std::string_view op);
+/// vLLM passes seq_lens= ([batch] int32 KV lengths) with the page table: each must equal the
+/// length the table gives (after load_page_table), else an error naming seq_lens.
+void check_seq_lens(const detail::WrapperState& s, const std::optional<Tensor>& seq_lens,
+                    const char* op);
 void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor& indices,
                      const Tensor& last_page_len, int64_t page_size, const char* op,
                      const char* indptr_arg, const char* indices_arg, const char* last_arg);
@@ -95,15 +101,6 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
 void check_q_dtype(DType d, const char* op, const char* arg);
 void check_kv_dtype(DType d, DType q, const char* op, const char* arg);
 
-/// Declarations of run()'s keyword parameters (AttentionRunOptions fields), by name.
-ParamDecl run_option_param(const std::string& name);
-/// Reads the AttentionRunOptions fields that `a`'s declaration has.
-AttentionRunOptions read_run_options(const CallArgs& a);
-/// Declaration of a PrefillPlanOptions field (keyword-or-positional upstream), by name.
-ParamDecl prefill_option_param(const std::string& name);
-PrefillPlanOptions read_prefill_options(const CallArgs& a);
-/// Index of `name` in a's declaration (throws kInternal when absent).
-std::size_t arg_index(const CallArgs& a, const char* name);
 /// The common plan() settings: dtypes, scales, window, soft cap.
 void plan_settings(detail::WrapperState& s, int64_t num_qo_heads, int64_t num_kv_heads,
                    int64_t head_dim_qk, int64_t head_dim_vo, DType q_dtype,

@@ -2,10 +2,10 @@
 // BatchDecodeWithPagedKVCacheWrapper — declarations, checks, plan and dispatch.
 #include <cmath>
 
+#include "api/arg_traits.h"
 #include "api/attention_common.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
-#include "flashinfer/api_call.h"
 #include "flashinfer/ops/attention.h"
 
 namespace flashinfer {
@@ -20,169 +20,10 @@ namespace {
 constexpr const char* kModule = "flashinfer.decode";
 constexpr const char* kClass = "BatchDecodeWithPagedKVCacheWrapper";
 
-OpDecl make_single_decode_decl() {
-  OpDecl d;
-  d.name = "single_decode_with_kv_cache";
-  d.module = kModule;
-  d.params = {
-      ParamDecl("q", ParamKind::kTensor),
-      ParamDecl("k", ParamKind::kTensor),
-      ParamDecl("v", ParamKind::kTensor),
-      ParamDecl("kv_layout", ParamKind::kString).def("NHD"),
-      ParamDecl("pos_encoding_mode", ParamKind::kString).def("NONE"),
-      ParamDecl("use_tensor_cores", ParamKind::kBool).def(false),
-      ParamDecl("q_scale", ParamKind::kFloat).opt(),
-      ParamDecl("k_scale", ParamKind::kFloat).opt(),
-      ParamDecl("v_scale", ParamKind::kFloat).opt(),
-      ParamDecl("window_left", ParamKind::kInt).def(-1),
-      ParamDecl("logits_soft_cap", ParamKind::kFloat).opt(),
-      ParamDecl("sm_scale", ParamKind::kFloat).opt(),
-      ParamDecl("rope_scale", ParamKind::kFloat).opt(),
-      ParamDecl("rope_theta", ParamKind::kFloat).opt(),
-      ParamDecl("return_lse", ParamKind::kBool).def(false),
-  };
-  d.returns = "Tensor | tuple[Tensor, Tensor]";
-  d.summary = "Decode attention of one query token against one request's KV";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return to_value(single_decode_with_kv_cache(
-        a.tensor(0), a.tensor(1), a.tensor(2), a.str(3), a.str(4), a.boolean(5), a.optional_f64(6),
-        a.optional_f64(7), a.optional_f64(8), a.i64(9), a.optional_f64(10), a.optional_f64(11),
-        a.optional_f64(12), a.optional_f64(13), a.boolean(14)));
-  };
-  return d;
-}
-const OpDecl& single_decode_decl() {
-  static const OpDecl& d = *OpRegistry::global().find("single_decode_with_kv_cache");
-  return d;
-}
-
-OpDecl make_init_decl() {
-  OpDecl d;
-  d.name = std::string(kClass) + ".__init__";
-  d.module = kModule;
-  d.class_name = kClass;
-  d.params = {
-      ParamDecl("self", ParamKind::kObject).type(kClass),
-      ParamDecl("float_workspace_buffer", ParamKind::kTensor),
-      ParamDecl("kv_layout", ParamKind::kString).def("NHD"),
-      ParamDecl("use_cuda_graph", ParamKind::kBool).def(false),
-      ParamDecl("use_tensor_cores", ParamKind::kBool).def(false),
-      ParamDecl("paged_kv_indptr_buffer", ParamKind::kTensor).opt(),
-      ParamDecl("paged_kv_indices_buffer", ParamKind::kTensor).opt(),
-      ParamDecl("paged_kv_last_page_len_buffer", ParamKind::kTensor).opt(),
-      ParamDecl("backend", ParamKind::kString).def("auto"),
-      ParamDecl("jit_args", ParamKind::kList).opt(),
-  };
-  d.returns = "None";
-  d.summary = "Batch decode attention over a paged KV cache (plan once, run per layer)";
-  d.invoke = [](const CallArgs& a) -> Value {
-    std::optional<Value> jit;
-    if (!a[9].is_none()) jit = a[9];
-    auto obj = std::make_shared<BatchDecodeWithPagedKVCacheWrapper>(
-        a.tensor(1), a.str(2), a.boolean(3), a.boolean(4), a.optional_tensor(5),
-        a.optional_tensor(6), a.optional_tensor(7), a.str(8), jit);
-    ObjectRef ref;
-    ref.type = std::string(obj->class_name());
-    ref.repr = obj->repr();
-    ref.id = obj->object_id();
-    ref.object = obj;
-    return Value(std::move(ref));
-  };
-  return d;
-}
-const OpDecl& init_decl() {
-  static const OpDecl& d = *OpRegistry::global().find(std::string(kClass) + ".__init__");
-  return d;
-}
-
-OpDecl make_plan_decl() {
-  OpDecl d;
-  d.name = std::string(kClass) + ".plan";
-  d.module = kModule;
-  d.class_name = kClass;
-  d.params = {
-      ParamDecl("self", ParamKind::kObject).type(kClass),
-      ParamDecl("indptr", ParamKind::kTensor),
-      ParamDecl("indices", ParamKind::kTensor),
-      ParamDecl("last_page_len", ParamKind::kTensor),
-      ParamDecl("num_qo_heads", ParamKind::kInt),
-      ParamDecl("num_kv_heads", ParamKind::kInt),
-      ParamDecl("head_dim", ParamKind::kInt),
-      ParamDecl("page_size", ParamKind::kInt),
-      ParamDecl("pos_encoding_mode", ParamKind::kString).def("NONE").kw(),
-      ParamDecl("window_left", ParamKind::kInt).def(-1).kw(),
-      ParamDecl("window_right", ParamKind::kInt).def(0).kw(),
-      ParamDecl("logits_soft_cap", ParamKind::kFloat).opt().kw(),
-      ParamDecl("q_data_type", ParamKind::kDType).def("float16").kw(),
-      ParamDecl("kv_data_type", ParamKind::kDType).opt().kw(),
-      ParamDecl("o_data_type", ParamKind::kDType).opt().kw(),
-      ParamDecl("data_type", ParamKind::kDType).opt().kw(),
-      ParamDecl("sm_scale", ParamKind::kFloat).opt().kw(),
-      ParamDecl("rope_scale", ParamKind::kFloat).opt().kw(),
-      ParamDecl("rope_theta", ParamKind::kFloat).opt().kw(),
-      ParamDecl("non_blocking", ParamKind::kBool).def(true).kw(),
-      ParamDecl("block_tables", ParamKind::kTensor).opt().kw(),
-      ParamDecl("seq_lens", ParamKind::kTensor).opt().kw(),
-      ParamDecl("fixed_split_size", ParamKind::kInt).opt().kw(),
-      ParamDecl("disable_split_kv", ParamKind::kBool).def(false).kw(),
-      ParamDecl("q_len_per_req", ParamKind::kInt).def(1).kw(),
-  };
-  d.returns = "None";
-  d.summary = "Validates the page table and builds the split-KV work partition";
-  d.invoke = [](const CallArgs& a) -> Value {
-    BatchDecodeWithPagedKVCacheWrapper::PlanOptions o;
-    o.pos_encoding_mode = a.str(8);
-    o.window_left = a.i64(9);
-    o.window_right = a.i64(10);
-    o.logits_soft_cap = a.optional_f64(11);
-    o.q_data_type = a.dtype(12);
-    o.kv_data_type = a.optional_dtype(13);
-    o.o_data_type = a.optional_dtype(14);
-    o.data_type = a.optional_dtype(15);
-    o.sm_scale = a.optional_f64(16);
-    o.rope_scale = a.optional_f64(17);
-    o.rope_theta = a.optional_f64(18);
-    o.non_blocking = a.boolean(19);
-    o.block_tables = a.optional_tensor(20);
-    o.seq_lens = a.optional_tensor(21);
-    o.fixed_split_size = a.optional_i64(22);
-    o.disable_split_kv = a.boolean(23);
-    o.q_len_per_req = a.i64(24);
-    a.object_as<BatchDecodeWithPagedKVCacheWrapper>(0).plan(
-        a.tensor(1), a.tensor(2), a.tensor(3), a.i64(4), a.i64(5), a.i64(6), a.i64(7), o);
-    return Value();
-  };
-  return d;
-}
-const OpDecl& plan_decl() {
-  static const OpDecl& d = *OpRegistry::global().find(std::string(kClass) + ".plan");
-  return d;
-}
-
-OpDecl make_run_decl() {
-  OpDecl d;
-  d.name = std::string(kClass) + ".run";
-  d.module = kModule;
-  d.class_name = kClass;
-  d.params = {ParamDecl("self", ParamKind::kObject).type(kClass),
-              ParamDecl("q", ParamKind::kTensor), ParamDecl("paged_kv_cache", ParamKind::kAny)};
-  for (const char* n :
-       {"q_scale", "k_scale", "v_scale", "out", "lse", "return_lse", "enable_pdl", "window_left",
-        "sinks", "q_len_per_req", "skip_softmax_threshold_scale_factor", "kv_cache_sf"}) {
-    d.params.push_back(api::run_option_param(n));
-  }
-  d.returns = "Tensor | tuple[Tensor, Tensor]";
-  d.summary = "Batch decode attention with the current plan";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return to_value(a.object_as<BatchDecodeWithPagedKVCacheWrapper>(0).run(
-        a.tensor(1), PagedKVCache::from_value(a[2]), api::read_run_options(a)));
-  };
-  return d;
-}
-const OpDecl& run_decl() {
-  static const OpDecl& d = *OpRegistry::global().find(std::string(kClass) + ".run");
-  return d;
-}
+// The constructor's argument types, as declared (and checked against the constructor).
+using DecodeInit =
+    Init<BatchDecodeWithPagedKVCacheWrapper, Tensor, std::string, bool, bool, std::optional<Tensor>,
+         std::optional<Tensor>, std::optional<Tensor>, std::string, std::optional<Value>>;
 
 AttentionOutput single_decode_impl(const Tensor& q, const Tensor& k, const Tensor& v,
                                    std::string_view kv_layout, std::string_view pos_encoding_mode,
@@ -250,8 +91,7 @@ AttentionOutput single_decode_with_kv_cache(
     std::optional<double> k_scale, std::optional<double> v_scale, int64_t window_left,
     std::optional<double> logits_soft_cap, std::optional<double> sm_scale,
     std::optional<double> rope_scale, std::optional<double> rope_theta, bool return_lse) {
-  return call_api(
-      &single_decode_decl,
+  return call_op<&single_decode_with_kv_cache>(
       [&] {
         return single_decode_impl(q, k, v, kv_layout, pos_encoding_mode, q_scale, k_scale, v_scale,
                                   window_left, logits_soft_cap, sm_scale, return_lse);
@@ -269,8 +109,7 @@ BatchDecodeWithPagedKVCacheWrapper::BatchDecodeWithPagedKVCacheWrapper(
     std::optional<Tensor> paged_kv_last_page_len_buffer, std::string backend,
     std::optional<Value> jit_args)
     : s_(std::make_unique<detail::WrapperState>()) {
-  call_api(
-      &init_decl,
+  call_init<DecodeInit>(
       [&] {
         api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
                           "BatchDecodeWithPagedKVCacheWrapper.__init__");
@@ -289,16 +128,13 @@ void BatchDecodeWithPagedKVCacheWrapper::plan(const Tensor& indptr, const Tensor
                                               const Tensor& last_page_len, int64_t num_qo_heads,
                                               int64_t num_kv_heads, int64_t head_dim,
                                               int64_t page_size, const PlanOptions& o) {
-  call_api(
-      &plan_decl,
+  call_op<&BatchDecodeWithPagedKVCacheWrapper::plan>(
       [&] {
         const char* op = "BatchDecodeWithPagedKVCacheWrapper.plan";
         detail::WrapperState& s = *s_;
         s.planned = false;
         FLASHINFER_CHECK_CODE(!o.block_tables, ErrorCode::kUnsupported, op, "block_tables",
                               "only the trtllm-gen backend takes block tables");
-        FLASHINFER_CHECK_CODE(!o.seq_lens, ErrorCode::kUnsupported, op, "seq_lens",
-                              "only the trtllm-gen backend takes seq_lens");
         FLASHINFER_CHECK(o.q_len_per_req >= 1, op, "q_len_per_req", "must be >= 1, got ",
                          o.q_len_per_req);
         FLASHINFER_CHECK(o.window_right == 0 || o.window_right == -1, op, "window_right",
@@ -310,6 +146,7 @@ void BatchDecodeWithPagedKVCacheWrapper::plan(const Tensor& indptr, const Tensor
                            o.pos_encoding_mode, op);
         api::load_page_table(s, indptr, indices, last_page_len, page_size, op, "indptr", "indices",
                              "last_page_len");
+        api::check_seq_lens(s, o.seq_lens, op);
         s.batch = static_cast<int32_t>(s.kv_lens.size());
         s.decode = true;
         s.q_len_per_req = o.q_len_per_req;
@@ -326,27 +163,20 @@ void BatchDecodeWithPagedKVCacheWrapper::plan(const Tensor& indptr, const Tensor
         s.total_qo = static_cast<int64_t>(s.batch) * o.q_len_per_req;
         api::build_plan(s, o.fixed_split_size, o.disable_split_kv, op);
       },
-      *this, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
-      o.pos_encoding_mode, o.window_left, o.window_right, o.logits_soft_cap, o.q_data_type,
-      o.kv_data_type, o.o_data_type, o.data_type, o.sm_scale, o.rope_scale, o.rope_theta,
-      o.non_blocking, o.block_tables, o.seq_lens, o.fixed_split_size, o.disable_split_kv,
-      o.q_len_per_req);
+      *this, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size, o);
 }
 
 AttentionOutput BatchDecodeWithPagedKVCacheWrapper::run(const Tensor& q,
                                                         const PagedKVCache& paged_kv_cache,
                                                         const AttentionRunOptions& o) {
-  return call_api(
-      &run_decl,
+  return call_op<&BatchDecodeWithPagedKVCacheWrapper::run>(
       [&] {
         const char* op = "BatchDecodeWithPagedKVCacheWrapper.run";
         FLASHINFER_CHECK(s_->planned, op, "self", "run() called before plan()");
         auto [k, v] = api::paged_cache_views(paged_kv_cache, s_->hnd, op, "paged_kv_cache");
         return api::run_planned(*s_, q, k, v, o, op, "paged_kv_cache", "paged_kv_cache");
       },
-      *this, q, paged_kv_cache, o.q_scale, o.k_scale, o.v_scale, o.out, o.lse, o.return_lse,
-      o.enable_pdl, o.window_left, o.sinks, o.q_len_per_req, o.skip_softmax_threshold_scale_factor,
-      o.kv_cache_sf);
+      *this, q, paged_kv_cache, o);
 }
 
 namespace {
@@ -394,11 +224,50 @@ BenchCase bench_single_decode(const BenchShape& s, Device dev) {
 }  // namespace
 
 namespace detail {
-void register_decode_ops(OpRegistry& registry) {
-  registry.add(api::bench::with_bench(make_single_decode_decl(), bench_single_decode));
-  registry.add(make_init_decl());
-  registry.add(make_plan_decl());
-  registry.add(api::bench::with_bench(make_run_decl(), bench_batch_decode));
+void register_decode_ops(OpRegistry& r) {
+  declare<&single_decode_with_kv_cache>(
+      r,
+      {.name = "single_decode_with_kv_cache",
+       .module = kModule,
+       .summary = "Decode attention of one query token against one request's KV"},
+      "q", "k", "v", arg("kv_layout", "NHD"), arg("pos_encoding_mode", "NONE"),
+      arg("use_tensor_cores", false), "q_scale", "k_scale", "v_scale", arg("window_left", -1),
+      "logits_soft_cap", "sm_scale", "rope_scale", "rope_theta", arg("return_lse", false));
+  declare_init<DecodeInit>(
+      r,
+      {.name = "BatchDecodeWithPagedKVCacheWrapper.__init__",
+       .module = kModule,
+       .summary = "Batch decode attention over a paged KV cache (plan once, run per layer)"},
+      "float_workspace_buffer", arg("kv_layout", "NHD"), arg("use_cuda_graph", false),
+      arg("use_tensor_cores", false), "paged_kv_indptr_buffer", "paged_kv_indices_buffer",
+      "paged_kv_last_page_len_buffer", arg("backend", "auto"),
+      arg("jit_args").as(ParamKind::kList));
+  // Upstream's plan takes its keywords through **kwargs (and refuses the deprecated positional
+  // ones); the fields of BatchDecodePlanOptions are those keywords.
+  declare<&BatchDecodeWithPagedKVCacheWrapper::plan>(
+      r,
+      {.name = "BatchDecodeWithPagedKVCacheWrapper.plan",
+       .module = kModule,
+       .summary = "Validates the page table and builds the split-KV work partition",
+       .var_positional = "deprecated_positional_args",
+       .var_keyword = "kwargs"},
+      "indptr", "indices", "last_page_len", "num_qo_heads", "num_kv_heads", "head_dim", "page_size",
+      field("q_data_type", "float16"));
+  declare<&BatchDecodeWithPagedKVCacheWrapper::run>(
+      r,
+      {.name = "BatchDecodeWithPagedKVCacheWrapper.run",
+       .module = kModule,
+       .summary = "Batch decode attention with the current plan",
+       .var_positional = "args"},
+      "q", "paged_kv_cache",
+      OnlyFields{"q_scale", "k_scale", "v_scale", "out", "lse", "return_lse", "enable_pdl",
+                 "window_left", "sinks", "q_len_per_req", "skip_softmax_threshold_scale_factor",
+                 "kv_cache_sf"},
+      field("out").mut(), field("lse").mut());
+  api::register_attention_backends("single_decode_with_kv_cache");
+  api::register_attention_backends("BatchDecodeWithPagedKVCacheWrapper.run");
+  register_bench_hook("single_decode_with_kv_cache", bench_single_decode);
+  register_bench_hook("BatchDecodeWithPagedKVCacheWrapper.run", bench_batch_decode);
 }
 }  // namespace detail
 

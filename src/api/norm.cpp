@@ -5,10 +5,8 @@
 
 #include "api/bench_support.h"
 #include "api/checks.h"
-#include "api/device_props.h"
-#include "core/cuda_runtime.h"
+#include "api/kernel_table.h"
 #include "flashinfer/op_typed.h"
-#include "flashinfer/stream.h"
 #include "kernels/cpu/norm_cpu.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/norm_cuda.h"
@@ -18,6 +16,42 @@ namespace flashinfer {
 namespace {
 
 constexpr const char* kModule = "flashinfer.norm";
+
+// The backends of each norm kernel (src/api/kernel_table.h).
+constexpr api::KernelEntry<kernels::RmsNormParams> kRmsNormKernels[] = {
+    {DeviceType::kCPU, "CPU reference: fp32 sums, OpenMP rows, AVX2/AVX-512 tiers", nullptr,
+     [](const kernels::RmsNormParams& p, const api::LaunchContext&) { kernels::cpu::rmsnorm(p); }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one block per row", nullptr,
+     [](const kernels::RmsNormParams& p, const api::LaunchContext& c) {
+       kernels::cuda::rmsnorm(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+constexpr api::KernelEntry<kernels::FusedAddRmsNormParams> kFusedAddRmsNormKernels[] = {
+    {DeviceType::kCPU, "CPU reference: fp32 sums, OpenMP rows, AVX2/AVX-512 tiers", nullptr,
+     [](const kernels::FusedAddRmsNormParams& p, const api::LaunchContext&) {
+       kernels::cpu::fused_add_rmsnorm(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one block per row", nullptr,
+     [](const kernels::FusedAddRmsNormParams& p, const api::LaunchContext& c) {
+       kernels::cuda::fused_add_rmsnorm(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+constexpr api::KernelEntry<kernels::LayerNormParams> kLayerNormKernels[] = {
+    {DeviceType::kCPU, "CPU reference: fp32 two-pass mean/variance, OpenMP rows", nullptr,
+     [](const kernels::LayerNormParams& p, const api::LaunchContext&) {
+       kernels::cpu::layernorm(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one block per row", nullptr,
+     [](const kernels::LayerNormParams& p, const api::LaunchContext& c) {
+       kernels::cuda::layernorm(p, c.stream);
+     }},
+#endif
+};
 
 // Fills the kernel parameters shared by every backend: input [B, H] or [B, heads, H].
 kernels::RmsNormParams norm_params(const Tensor& input, const Tensor& weight, const Tensor& out,
@@ -69,19 +103,7 @@ Tensor rmsnorm_impl(const char* op, float weight_bias, const Tensor& input, cons
   }
   kernels::RmsNormParams p = norm_params(input, weight, result, eps);
   p.weight_bias = weight_bias;
-  if (input.device().is_cpu()) {
-    kernels::cpu::rmsnorm(p);
-  } else {
-#if FLASHINFER_WITH_CUDA
-    const bool* req = enable_pdl ? &*enable_pdl : nullptr;
-    detail::CudaDeviceScope device_scope(input.device());
-    kernels::cuda::rmsnorm(p, current_cuda_stream(), api::resolve_enable_pdl(req, input.device()));
-#else
-    (void)enable_pdl;
-    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "input",
-                    "CUDA tensor given to a build without the CUDA backend");
-#endif
-  }
+  api::launch(kRmsNormKernels, p, input.device(), op, "input", enable_pdl);
   return result;
 }
 
@@ -144,20 +166,7 @@ void fused_add_rmsnorm_impl(const char* op, float weight_bias, const Tensor& inp
     p.res_stride_h = residual.stride(1);
   }
   p.weight_stride = weight.stride(0);
-  if (input.device().is_cpu()) {
-    kernels::cpu::fused_add_rmsnorm(p);
-  } else {
-#if FLASHINFER_WITH_CUDA
-    const bool* req = enable_pdl ? &*enable_pdl : nullptr;
-    detail::CudaDeviceScope device_scope(input.device());
-    kernels::cuda::fused_add_rmsnorm(p, current_cuda_stream(),
-                                     api::resolve_enable_pdl(req, input.device()));
-#else
-    (void)enable_pdl;
-    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "input",
-                    "CUDA tensor given to a build without the CUDA backend");
-#endif
-  }
+  api::launch(kFusedAddRmsNormKernels, p, input.device(), op, "input", enable_pdl);
 }
 
 Tensor layernorm_impl(const Tensor& input, const Tensor& gemma, const Tensor& beta, double eps) {
@@ -193,17 +202,7 @@ Tensor layernorm_impl(const Tensor& input, const Tensor& gemma, const Tensor& be
   p.beta_stride = beta.stride(0);
   p.eps = static_cast<float>(eps);
   p.dtype = input.dtype();
-  if (input.device().is_cpu()) {
-    kernels::cpu::layernorm(p);
-  } else {
-#if FLASHINFER_WITH_CUDA
-    detail::CudaDeviceScope device_scope(input.device());
-    kernels::cuda::layernorm(p, current_cuda_stream());
-#else
-    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "input",
-                    "CUDA tensor given to a build without the CUDA backend");
-#endif
-  }
+  api::launch(kLayerNormKernels, p, input.device(), op, "input");
   return out;
 }
 

@@ -2,10 +2,10 @@
 // ragged batch prefill wrappers — declarations, checks, plan and dispatch.
 #include <cmath>
 
+#include "api/arg_traits.h"
 #include "api/attention_common.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
-#include "flashinfer/api_call.h"
 #include "flashinfer/ops/attention.h"
 
 namespace flashinfer {
@@ -15,304 +15,15 @@ constexpr const char* kModule = "flashinfer.prefill";
 constexpr const char* kPaged = "BatchPrefillWithPagedKVCacheWrapper";
 constexpr const char* kRagged = "BatchPrefillWithRaggedKVCacheWrapper";
 
-OpDecl make_single_prefill_decl() {
-  OpDecl d;
-  d.name = "single_prefill_with_kv_cache";
-  d.module = kModule;
-  d.params = {
-      ParamDecl("q", ParamKind::kTensor),
-      ParamDecl("k", ParamKind::kTensor),
-      ParamDecl("v", ParamKind::kTensor),
-      ParamDecl("scale_q", ParamKind::kTensor).opt(),
-      ParamDecl("scale_k", ParamKind::kTensor).opt(),
-      ParamDecl("scale_v", ParamKind::kTensor).opt(),
-      ParamDecl("o_dtype", ParamKind::kDType).opt(),
-      ParamDecl("custom_mask", ParamKind::kTensor).opt(),
-      ParamDecl("packed_custom_mask", ParamKind::kTensor).opt(),
-      ParamDecl("causal", ParamKind::kBool).def(false),
-      ParamDecl("kv_layout", ParamKind::kString).def("NHD"),
-      ParamDecl("pos_encoding_mode", ParamKind::kString).def("NONE"),
-      ParamDecl("use_fp16_qk_reduction", ParamKind::kBool).def(false),
-      ParamDecl("sm_scale", ParamKind::kFloat).opt(),
-      ParamDecl("window_left", ParamKind::kInt).def(-1),
-      ParamDecl("logits_soft_cap", ParamKind::kFloat).opt(),
-      ParamDecl("rope_scale", ParamKind::kFloat).opt(),
-      ParamDecl("rope_theta", ParamKind::kFloat).opt(),
-      ParamDecl("backend", ParamKind::kString).def("auto"),
-      ParamDecl("return_lse", ParamKind::kBool).def(false),
-      ParamDecl("kv_cache_sf", ParamKind::kTensor).opt(),
-      ParamDecl("k_scale", ParamKind::kFloat).opt(),
-      ParamDecl("v_scale", ParamKind::kFloat).opt(),
-  };
-  d.returns = "Tensor | tuple[Tensor, Tensor]";
-  d.summary = "Prefill attention of one request's queries against its KV";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return to_value(single_prefill_with_kv_cache(
-        a.tensor(0), a.tensor(1), a.tensor(2), a.optional_tensor(3), a.optional_tensor(4),
-        a.optional_tensor(5), a.optional_dtype(6), a.optional_tensor(7), a.optional_tensor(8),
-        a.boolean(9), a.str(10), a.str(11), a.boolean(12), a.optional_f64(13), a.i64(14),
-        a.optional_f64(15), a.optional_f64(16), a.optional_f64(17), a.str(18), a.boolean(19),
-        a.optional_tensor(20), a.optional_f64(21), a.optional_f64(22)));
-  };
-  return d;
-}
-const OpDecl& single_prefill_decl() {
-  static const OpDecl& d = *OpRegistry::global().find("single_prefill_with_kv_cache");
-  return d;
-}
-
-template <class W>
-Value make_object(std::shared_ptr<W> obj) {
-  ObjectRef ref;
-  ref.type = std::string(obj->class_name());
-  ref.repr = obj->repr();
-  ref.id = obj->object_id();
-  ref.object = std::move(obj);
-  return Value(std::move(ref));
-}
-
-std::optional<Value> optional_value(const Value& v) {
-  if (v.is_none()) return std::nullopt;
-  return v;
-}
-
-OpDecl make_paged_init_decl() {
-  OpDecl d;
-  d.name = std::string(kPaged) + ".__init__";
-  d.module = kModule;
-  d.class_name = kPaged;
-  d.params = {
-      ParamDecl("self", ParamKind::kObject).type(kPaged),
-      ParamDecl("float_workspace_buffer", ParamKind::kTensor),
-      ParamDecl("kv_layout", ParamKind::kString).def("NHD"),
-      ParamDecl("use_cuda_graph", ParamKind::kBool).def(false),
-      ParamDecl("qo_indptr_buf", ParamKind::kTensor).opt(),
-      ParamDecl("paged_kv_indptr_buf", ParamKind::kTensor).opt(),
-      ParamDecl("paged_kv_indices_buf", ParamKind::kTensor).opt(),
-      ParamDecl("paged_kv_last_page_len_buf", ParamKind::kTensor).opt(),
-      ParamDecl("custom_mask_buf", ParamKind::kTensor).opt(),
-      ParamDecl("mask_indptr_buf", ParamKind::kTensor).opt(),
-      ParamDecl("backend", ParamKind::kString).def("auto"),
-      ParamDecl("jit_args", ParamKind::kList).opt(),
-      ParamDecl("jit_kwargs", ParamKind::kAny).opt(),
-  };
-  d.returns = "None";
-  d.summary = "Batch prefill attention over a paged KV cache (plan once, run per layer)";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return make_object(std::make_shared<BatchPrefillWithPagedKVCacheWrapper>(
-        a.tensor(1), a.str(2), a.boolean(3), a.optional_tensor(4), a.optional_tensor(5),
-        a.optional_tensor(6), a.optional_tensor(7), a.optional_tensor(8), a.optional_tensor(9),
-        a.str(10), optional_value(a[11]), optional_value(a[12])));
-  };
-  return d;
-}
-
-OpDecl make_ragged_init_decl() {
-  OpDecl d;
-  d.name = std::string(kRagged) + ".__init__";
-  d.module = kModule;
-  d.class_name = kRagged;
-  d.params = {
-      ParamDecl("self", ParamKind::kObject).type(kRagged),
-      ParamDecl("float_workspace_buffer", ParamKind::kTensor),
-      ParamDecl("kv_layout", ParamKind::kString).def("NHD"),
-      ParamDecl("use_cuda_graph", ParamKind::kBool).def(false),
-      ParamDecl("qo_indptr_buf", ParamKind::kTensor).opt(),
-      ParamDecl("kv_indptr_buf", ParamKind::kTensor).opt(),
-      ParamDecl("custom_mask_buf", ParamKind::kTensor).opt(),
-      ParamDecl("mask_indptr_buf", ParamKind::kTensor).opt(),
-      ParamDecl("backend", ParamKind::kString).def("auto"),
-      ParamDecl("jit_args", ParamKind::kList).opt(),
-      ParamDecl("jit_kwargs", ParamKind::kAny).opt(),
-  };
-  d.returns = "None";
-  d.summary = "Batch prefill attention over ragged K/V (plan once, run per layer)";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return make_object(std::make_shared<BatchPrefillWithRaggedKVCacheWrapper>(
-        a.tensor(1), a.str(2), a.boolean(3), a.optional_tensor(4), a.optional_tensor(5),
-        a.optional_tensor(6), a.optional_tensor(7), a.str(8), optional_value(a[9]),
-        optional_value(a[10])));
-  };
-  return d;
-}
-
-// Upstream's plan() parameters after the required ones, in order.
-const std::vector<std::string>& paged_plan_tail() {
-  static const std::vector<std::string> v = {"head_dim_vo",
-                                             "custom_mask",
-                                             "packed_custom_mask",
-                                             "causal",
-                                             "pos_encoding_mode",
-                                             "use_fp16_qk_reduction",
-                                             "sm_scale",
-                                             "window_left",
-                                             "logits_soft_cap",
-                                             "rope_scale",
-                                             "rope_theta",
-                                             "q_data_type",
-                                             "kv_data_type",
-                                             "o_data_type",
-                                             "non_blocking",
-                                             "prefix_len_ptr",
-                                             "token_pos_in_items_ptr",
-                                             "token_pos_in_items_len",
-                                             "max_item_len_ptr",
-                                             "seq_lens",
-                                             "seq_lens_q",
-                                             "block_tables",
-                                             "max_token_per_sequence",
-                                             "max_sequence_kv",
-                                             "fixed_split_size",
-                                             "disable_split_kv"};
-  return v;
-}
-const std::vector<std::string>& ragged_plan_tail() {
-  static const std::vector<std::string> v = {"head_dim_vo",
-                                             "custom_mask",
-                                             "packed_custom_mask",
-                                             "causal",
-                                             "pos_encoding_mode",
-                                             "use_fp16_qk_reduction",
-                                             "window_left",
-                                             "logits_soft_cap",
-                                             "sm_scale",
-                                             "rope_scale",
-                                             "rope_theta",
-                                             "q_data_type",
-                                             "kv_data_type",
-                                             "o_data_type",
-                                             "non_blocking",
-                                             "prefix_len_ptr",
-                                             "token_pos_in_items_ptr",
-                                             "token_pos_in_items_len",
-                                             "max_item_len_ptr",
-                                             "fixed_split_size",
-                                             "disable_split_kv",
-                                             "seq_lens",
-                                             "seq_lens_q",
-                                             "max_token_per_sequence",
-                                             "max_sequence_kv",
-                                             "v_indptr",
-                                             "o_indptr"};
-  return v;
-}
-
-OpDecl make_paged_plan_decl() {
-  OpDecl d;
-  d.name = std::string(kPaged) + ".plan";
-  d.module = kModule;
-  d.class_name = kPaged;
-  d.params = {ParamDecl("self", ParamKind::kObject).type(kPaged),
-              ParamDecl("qo_indptr", ParamKind::kTensor),
-              ParamDecl("paged_kv_indptr", ParamKind::kTensor),
-              ParamDecl("paged_kv_indices", ParamKind::kTensor),
-              ParamDecl("paged_kv_last_page_len", ParamKind::kTensor),
-              ParamDecl("num_qo_heads", ParamKind::kInt),
-              ParamDecl("num_kv_heads", ParamKind::kInt),
-              ParamDecl("head_dim_qk", ParamKind::kInt),
-              ParamDecl("page_size", ParamKind::kInt)};
-  for (const auto& n : paged_plan_tail()) d.params.push_back(api::prefill_option_param(n));
-  d.returns = "None";
-  d.summary = "Validates the batch layout and builds the prefill work partition";
-  d.invoke = [](const CallArgs& a) -> Value {
-    a.object_as<BatchPrefillWithPagedKVCacheWrapper>(0).plan(
-        a.tensor(1), a.tensor(2), a.tensor(3), a.tensor(4), a.i64(5), a.i64(6), a.i64(7), a.i64(8),
-        api::read_prefill_options(a));
-    return Value();
-  };
-  return d;
-}
-
-OpDecl make_ragged_plan_decl() {
-  OpDecl d;
-  d.name = std::string(kRagged) + ".plan";
-  d.module = kModule;
-  d.class_name = kRagged;
-  d.params = {ParamDecl("self", ParamKind::kObject).type(kRagged),
-              ParamDecl("qo_indptr", ParamKind::kTensor),
-              ParamDecl("kv_indptr", ParamKind::kTensor),
-              ParamDecl("num_qo_heads", ParamKind::kInt),
-              ParamDecl("num_kv_heads", ParamKind::kInt),
-              ParamDecl("head_dim_qk", ParamKind::kInt)};
-  for (const auto& n : ragged_plan_tail()) d.params.push_back(api::prefill_option_param(n));
-  d.returns = "None";
-  d.summary = "Validates the batch layout and builds the prefill work partition";
-  d.invoke = [](const CallArgs& a) -> Value {
-    a.object_as<BatchPrefillWithRaggedKVCacheWrapper>(0).plan(
-        a.tensor(1), a.tensor(2), a.i64(3), a.i64(4), a.i64(5), api::read_prefill_options(a));
-    return Value();
-  };
-  return d;
-}
-
-OpDecl make_paged_run_decl() {
-  OpDecl d;
-  d.name = std::string(kPaged) + ".run";
-  d.module = kModule;
-  d.class_name = kPaged;
-  d.params = {ParamDecl("self", ParamKind::kObject).type(kPaged),
-              ParamDecl("q", ParamKind::kTensor), ParamDecl("paged_kv_cache", ParamKind::kAny)};
-  for (const char* n :
-       {"q_scale", "k_scale", "v_scale", "out", "lse", "return_lse", "enable_pdl", "window_left",
-        "sinks", "kv_cache_sf", "skip_softmax_threshold_scale_factor", "use_fp16_softmax",
-        "uses_spcompress"}) {
-    d.params.push_back(api::run_option_param(n));
-  }
-  d.returns = "Tensor | tuple[Tensor, Tensor]";
-  d.summary = "Batch prefill attention over the paged cache with the current plan";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return to_value(a.object_as<BatchPrefillWithPagedKVCacheWrapper>(0).run(
-        a.tensor(1), PagedKVCache::from_value(a[2]), api::read_run_options(a)));
-  };
-  return d;
-}
-
-OpDecl make_ragged_run_decl() {
-  OpDecl d;
-  d.name = std::string(kRagged) + ".run";
-  d.module = kModule;
-  d.class_name = kRagged;
-  d.params = {ParamDecl("self", ParamKind::kObject).type(kRagged),
-              ParamDecl("q", ParamKind::kTensor), ParamDecl("k", ParamKind::kTensor),
-              ParamDecl("v", ParamKind::kTensor)};
-  for (const char* n : {"q_scale", "k_scale", "v_scale", "o_scale", "out", "lse", "return_lse",
-                        "enable_pdl", "kv_cache_sf"}) {
-    d.params.push_back(api::run_option_param(n));
-  }
-  d.returns = "Tensor | tuple[Tensor, Tensor]";
-  d.summary = "Batch prefill attention over ragged K/V with the current plan";
-  d.invoke = [](const CallArgs& a) -> Value {
-    return to_value(a.object_as<BatchPrefillWithRaggedKVCacheWrapper>(0).run(
-        a.tensor(1), a.tensor(2), a.tensor(3), api::read_run_options(a)));
-  };
-  return d;
-}
-
-const OpDecl& find_decl(const std::string& name) { return *OpRegistry::global().find(name); }
-const OpDecl& paged_init_decl() {
-  static const OpDecl& d = find_decl(std::string(kPaged) + ".__init__");
-  return d;
-}
-const OpDecl& paged_plan_decl() {
-  static const OpDecl& d = find_decl(std::string(kPaged) + ".plan");
-  return d;
-}
-const OpDecl& paged_run_decl() {
-  static const OpDecl& d = find_decl(std::string(kPaged) + ".run");
-  return d;
-}
-const OpDecl& ragged_init_decl() {
-  static const OpDecl& d = find_decl(std::string(kRagged) + ".__init__");
-  return d;
-}
-const OpDecl& ragged_plan_decl() {
-  static const OpDecl& d = find_decl(std::string(kRagged) + ".plan");
-  return d;
-}
-const OpDecl& ragged_run_decl() {
-  static const OpDecl& d = find_decl(std::string(kRagged) + ".run");
-  return d;
-}
+// The constructors' argument types, as declared (and checked against the constructors).
+using PagedInit =
+    Init<BatchPrefillWithPagedKVCacheWrapper, Tensor, std::string, bool, std::optional<Tensor>,
+         std::optional<Tensor>, std::optional<Tensor>, std::optional<Tensor>, std::optional<Tensor>,
+         std::optional<Tensor>, std::string, std::optional<Value>, std::optional<Value>>;
+using RaggedInit =
+    Init<BatchPrefillWithRaggedKVCacheWrapper, Tensor, std::string, bool, std::optional<Tensor>,
+         std::optional<Tensor>, std::optional<Tensor>, std::optional<Tensor>, std::string,
+         std::optional<Value>, std::optional<Value>>;
 
 // Per-head fp8 scale vector: fp32 [n] on q's device.
 Tensor head_scales(const std::optional<Tensor>& t, int64_t n, const Tensor& q, const char* op,
@@ -326,7 +37,7 @@ Tensor head_scales(const std::optional<Tensor>& t, int64_t n, const Tensor& q, c
 }
 
 // The prefill options this library does not implement must stay unset.
-void check_prefill_options(const PrefillPlanOptions& o, const char* op) {
+void check_prefill_options(const PrefillPlanOptions& o, bool paged, const char* op) {
   auto unsupported = [&](bool set, const char* arg) {
     FLASHINFER_CHECK_CODE(!set, ErrorCode::kUnsupported, op, arg, "is not supported");
   };
@@ -334,7 +45,7 @@ void check_prefill_options(const PrefillPlanOptions& o, const char* op) {
   unsupported(o.token_pos_in_items_ptr.has_value(), "token_pos_in_items_ptr");
   unsupported(o.token_pos_in_items_len != 0, "token_pos_in_items_len");
   unsupported(o.max_item_len_ptr.has_value(), "max_item_len_ptr");
-  unsupported(o.seq_lens.has_value(), "seq_lens");
+  unsupported(!paged && o.seq_lens.has_value(), "seq_lens");  // paged: checked against the table
   unsupported(o.seq_lens_q.has_value(), "seq_lens_q");
   unsupported(o.block_tables.has_value(), "block_tables");
   unsupported(o.v_indptr.has_value(), "v_indptr");
@@ -440,8 +151,7 @@ AttentionOutput single_prefill_with_kv_cache(
     std::optional<double> rope_scale, std::optional<double> rope_theta, std::string_view backend,
     bool return_lse, std::optional<Tensor> kv_cache_sf, std::optional<double> k_scale,
     std::optional<double> v_scale) {
-  return call_api(
-      &single_prefill_decl,
+  return call_op<&single_prefill_with_kv_cache>(
       [&] {
         return single_prefill_impl(q, k, v, scale_q, scale_k, scale_v, o_dtype, custom_mask,
                                    packed_custom_mask, causal, kv_layout, pos_encoding_mode,
@@ -472,8 +182,7 @@ BatchPrefillWithPagedKVCacheWrapper::BatchPrefillWithPagedKVCacheWrapper(
     std::optional<Tensor> custom_mask_buf, std::optional<Tensor> mask_indptr_buf,
     std::string backend, std::optional<Value> jit_args, std::optional<Value> jit_kwargs)
     : s_(std::make_unique<detail::WrapperState>()) {
-  call_api(
-      &paged_init_decl,
+  call_init<PagedInit>(
       [&] {
         const char* op = "BatchPrefillWithPagedKVCacheWrapper.__init__";
         api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
@@ -494,13 +203,12 @@ void BatchPrefillWithPagedKVCacheWrapper::plan(
     const Tensor& qo_indptr, const Tensor& paged_kv_indptr, const Tensor& paged_kv_indices,
     const Tensor& paged_kv_last_page_len, int64_t num_qo_heads, int64_t num_kv_heads,
     int64_t head_dim_qk, int64_t page_size, const PrefillPlanOptions& o) {
-  call_api(
-      &paged_plan_decl,
+  call_op<&BatchPrefillWithPagedKVCacheWrapper::plan>(
       [&] {
         const char* op = "BatchPrefillWithPagedKVCacheWrapper.plan";
         detail::WrapperState& s = *s_;
         s.planned = false;
-        check_prefill_options(o, op);
+        check_prefill_options(o, /*paged=*/true, op);
         api::plan_settings(s, num_qo_heads, num_kv_heads, head_dim_qk,
                            o.head_dim_vo.value_or(head_dim_qk), o.q_data_type, o.kv_data_type,
                            o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap,
@@ -508,6 +216,7 @@ void BatchPrefillWithPagedKVCacheWrapper::plan(
         api::load_page_table(s, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
                              page_size, op, "paged_kv_indptr", "paged_kv_indices",
                              "paged_kv_last_page_len");
+        api::check_seq_lens(s, o.seq_lens, op);
         s.decode = false;
         s.causal = o.causal && !o.custom_mask && !o.packed_custom_mask;
         load_qo(s, qo_indptr, op);
@@ -515,28 +224,20 @@ void BatchPrefillWithPagedKVCacheWrapper::plan(
         api::build_plan(s, o.fixed_split_size, o.disable_split_kv, op);
       },
       *this, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
-      num_kv_heads, head_dim_qk, page_size, o.head_dim_vo, o.custom_mask, o.packed_custom_mask,
-      o.causal, o.pos_encoding_mode, o.use_fp16_qk_reduction, o.sm_scale, o.window_left,
-      o.logits_soft_cap, o.rope_scale, o.rope_theta, o.q_data_type, o.kv_data_type, o.o_data_type,
-      o.non_blocking, o.prefix_len_ptr, o.token_pos_in_items_ptr, o.token_pos_in_items_len,
-      o.max_item_len_ptr, o.seq_lens, o.seq_lens_q, o.block_tables, o.max_token_per_sequence,
-      o.max_sequence_kv, o.fixed_split_size, o.disable_split_kv);
+      num_kv_heads, head_dim_qk, page_size, o);
 }
 
 AttentionOutput BatchPrefillWithPagedKVCacheWrapper::run(const Tensor& q,
                                                          const PagedKVCache& paged_kv_cache,
                                                          const AttentionRunOptions& o) {
-  return call_api(
-      &paged_run_decl,
+  return call_op<&BatchPrefillWithPagedKVCacheWrapper::run>(
       [&] {
         const char* op = "BatchPrefillWithPagedKVCacheWrapper.run";
         FLASHINFER_CHECK(s_->planned, op, "self", "run() called before plan()");
         auto [k, v] = api::paged_cache_views(paged_kv_cache, s_->hnd, op, "paged_kv_cache");
         return api::run_planned(*s_, q, k, v, o, op, "paged_kv_cache", "paged_kv_cache");
       },
-      *this, q, paged_kv_cache, o.q_scale, o.k_scale, o.v_scale, o.out, o.lse, o.return_lse,
-      o.enable_pdl, o.window_left, o.sinks, o.kv_cache_sf, o.skip_softmax_threshold_scale_factor,
-      o.use_fp16_softmax, o.uses_spcompress);
+      *this, q, paged_kv_cache, o);
 }
 
 // ---- BatchPrefillWithRaggedKVCacheWrapper ----------------------------------------------------
@@ -547,8 +248,7 @@ BatchPrefillWithRaggedKVCacheWrapper::BatchPrefillWithRaggedKVCacheWrapper(
     std::optional<Tensor> custom_mask_buf, std::optional<Tensor> mask_indptr_buf,
     std::string backend, std::optional<Value> jit_args, std::optional<Value> jit_kwargs)
     : s_(std::make_unique<detail::WrapperState>()) {
-  call_api(
-      &ragged_init_decl,
+  call_init<RaggedInit>(
       [&] {
         const char* op = "BatchPrefillWithRaggedKVCacheWrapper.__init__";
         api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
@@ -567,13 +267,12 @@ bool BatchPrefillWithRaggedKVCacheWrapper::split_kv() const { return s_->plan.sp
 void BatchPrefillWithRaggedKVCacheWrapper::plan(const Tensor& qo_indptr, const Tensor& kv_indptr,
                                                 int64_t num_qo_heads, int64_t num_kv_heads,
                                                 int64_t head_dim_qk, const PrefillPlanOptions& o) {
-  call_api(
-      &ragged_plan_decl,
+  call_op<&BatchPrefillWithRaggedKVCacheWrapper::plan>(
       [&] {
         const char* op = "BatchPrefillWithRaggedKVCacheWrapper.plan";
         detail::WrapperState& s = *s_;
         s.planned = false;
-        check_prefill_options(o, op);
+        check_prefill_options(o, /*paged=*/false, op);
         api::plan_settings(s, num_qo_heads, num_kv_heads, head_dim_qk,
                            o.head_dim_vo.value_or(head_dim_qk), o.q_data_type, o.kv_data_type,
                            o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap,
@@ -595,20 +294,13 @@ void BatchPrefillWithRaggedKVCacheWrapper::plan(const Tensor& qo_indptr, const T
         api::load_custom_mask(s, o.custom_mask, o.packed_custom_mask, op);
         api::build_plan(s, o.fixed_split_size, o.disable_split_kv, op);
       },
-      *this, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, o.head_dim_vo,
-      o.custom_mask, o.packed_custom_mask, o.causal, o.pos_encoding_mode, o.use_fp16_qk_reduction,
-      o.window_left, o.logits_soft_cap, o.sm_scale, o.rope_scale, o.rope_theta, o.q_data_type,
-      o.kv_data_type, o.o_data_type, o.non_blocking, o.prefix_len_ptr, o.token_pos_in_items_ptr,
-      o.token_pos_in_items_len, o.max_item_len_ptr, o.fixed_split_size, o.disable_split_kv,
-      o.seq_lens, o.seq_lens_q, o.max_token_per_sequence, o.max_sequence_kv, o.v_indptr,
-      o.o_indptr);
+      *this, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, o);
 }
 
 AttentionOutput BatchPrefillWithRaggedKVCacheWrapper::run(const Tensor& q, const Tensor& k,
                                                           const Tensor& v,
                                                           const AttentionRunOptions& o) {
-  return call_api(
-      &ragged_run_decl,
+  return call_op<&BatchPrefillWithRaggedKVCacheWrapper::run>(
       [&] {
         const char* op = "BatchPrefillWithRaggedKVCacheWrapper.run";
         FLASHINFER_CHECK(s_->planned, op, "self", "run() called before plan()");
@@ -620,8 +312,7 @@ AttentionOutput BatchPrefillWithRaggedKVCacheWrapper::run(const Tensor& q, const
         const Tensor vn = s_->hnd ? v.transpose(0, 1) : v;
         return api::run_planned(*s_, q, kn, vn, o, op, "k", "v");
       },
-      *this, q, k, v, o.q_scale, o.k_scale, o.v_scale, o.o_scale, o.out, o.lse, o.return_lse,
-      o.enable_pdl, o.kv_cache_sf);
+      *this, q, k, v, o);
 }
 
 namespace {
@@ -706,14 +397,133 @@ BenchCase bench_single_prefill(const BenchShape& s, Device dev) {
 }  // namespace
 
 namespace detail {
-void register_prefill_ops(OpRegistry& registry) {
-  registry.add(api::bench::with_bench(make_single_prefill_decl(), bench_single_prefill));
-  registry.add(make_paged_init_decl());
-  registry.add(make_paged_plan_decl());
-  registry.add(api::bench::with_bench(make_paged_run_decl(), bench_paged_prefill));
-  registry.add(make_ragged_init_decl());
-  registry.add(make_ragged_plan_decl());
-  registry.add(api::bench::with_bench(make_ragged_run_decl(), bench_ragged_prefill));
+void register_prefill_ops(OpRegistry& r) {
+  declare<&single_prefill_with_kv_cache>(
+      r,
+      {.name = "single_prefill_with_kv_cache",
+       .module = kModule,
+       .summary = "Prefill attention of one request's queries against its KV"},
+      "q", "k", "v", "scale_q", "scale_k", "scale_v", "o_dtype", "custom_mask",
+      "packed_custom_mask", arg("causal", false), arg("kv_layout", "NHD"),
+      arg("pos_encoding_mode", "NONE"), arg("use_fp16_qk_reduction", false), "sm_scale",
+      arg("window_left", -1), "logits_soft_cap", "rope_scale", "rope_theta", arg("backend", "auto"),
+      arg("return_lse", false), "kv_cache_sf", "k_scale", "v_scale");
+  declare_init<PagedInit>(
+      r,
+      {.name = "BatchPrefillWithPagedKVCacheWrapper.__init__",
+       .module = kModule,
+       .summary = "Batch prefill attention over a paged KV cache (plan once, run per layer)"},
+      "float_workspace_buffer", arg("kv_layout", "NHD"), arg("use_cuda_graph", false),
+      "qo_indptr_buf", "paged_kv_indptr_buf", "paged_kv_indices_buf", "paged_kv_last_page_len_buf",
+      "custom_mask_buf", "mask_indptr_buf", arg("backend", "auto"),
+      arg("jit_args").as(ParamKind::kList), "jit_kwargs");
+  declare_init<RaggedInit>(
+      r,
+      {.name = "BatchPrefillWithRaggedKVCacheWrapper.__init__",
+       .module = kModule,
+       .summary = "Batch prefill attention over ragged K/V (plan once, run per layer)"},
+      "float_workspace_buffer", arg("kv_layout", "NHD"), arg("use_cuda_graph", false),
+      "qo_indptr_buf", "kv_indptr_buf", "custom_mask_buf", "mask_indptr_buf",
+      arg("backend", "auto"), arg("jit_args").as(ParamKind::kList), "jit_kwargs");
+  // Upstream's prefill plans take these as positional-or-keyword parameters with defaults, in
+  // this order (the two wrappers differ).
+  declare<&BatchPrefillWithPagedKVCacheWrapper::plan>(
+      r,
+      {.name = "BatchPrefillWithPagedKVCacheWrapper.plan",
+       .module = kModule,
+       .summary = "Validates the batch layout and builds the prefill work partition",
+       .options_keyword_only = false},
+      "qo_indptr", "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len", "num_qo_heads",
+      "num_kv_heads", "head_dim_qk", "page_size",
+      OnlyFields{"head_dim_vo",
+                 "custom_mask",
+                 "packed_custom_mask",
+                 "causal",
+                 "pos_encoding_mode",
+                 "use_fp16_qk_reduction",
+                 "sm_scale",
+                 "window_left",
+                 "logits_soft_cap",
+                 "rope_scale",
+                 "rope_theta",
+                 "q_data_type",
+                 "kv_data_type",
+                 "o_data_type",
+                 "non_blocking",
+                 "prefix_len_ptr",
+                 "token_pos_in_items_ptr",
+                 "token_pos_in_items_len",
+                 "max_item_len_ptr",
+                 "seq_lens",
+                 "seq_lens_q",
+                 "block_tables",
+                 "max_token_per_sequence",
+                 "max_sequence_kv",
+                 "fixed_split_size",
+                 "disable_split_kv"},
+      field("q_data_type", "float16"));
+  declare<&BatchPrefillWithRaggedKVCacheWrapper::plan>(
+      r,
+      {.name = "BatchPrefillWithRaggedKVCacheWrapper.plan",
+       .module = kModule,
+       .summary = "Validates the batch layout and builds the prefill work partition",
+       .options_keyword_only = false},
+      "qo_indptr", "kv_indptr", "num_qo_heads", "num_kv_heads", "head_dim_qk",
+      OnlyFields{"head_dim_vo",
+                 "custom_mask",
+                 "packed_custom_mask",
+                 "causal",
+                 "pos_encoding_mode",
+                 "use_fp16_qk_reduction",
+                 "window_left",
+                 "logits_soft_cap",
+                 "sm_scale",
+                 "rope_scale",
+                 "rope_theta",
+                 "q_data_type",
+                 "kv_data_type",
+                 "o_data_type",
+                 "non_blocking",
+                 "prefix_len_ptr",
+                 "token_pos_in_items_ptr",
+                 "token_pos_in_items_len",
+                 "max_item_len_ptr",
+                 "fixed_split_size",
+                 "disable_split_kv",
+                 "seq_lens",
+                 "seq_lens_q",
+                 "max_token_per_sequence",
+                 "max_sequence_kv",
+                 "v_indptr",
+                 "o_indptr"},
+      field("q_data_type", "float16"));
+  declare<&BatchPrefillWithPagedKVCacheWrapper::run>(
+      r,
+      {.name = "BatchPrefillWithPagedKVCacheWrapper.run",
+       .module = kModule,
+       .summary = "Batch prefill attention over the paged cache with the current plan",
+       .var_positional = "args"},
+      "q", "paged_kv_cache",
+      OnlyFields{"q_scale", "k_scale", "v_scale", "out", "lse", "return_lse", "enable_pdl",
+                 "window_left", "sinks", "kv_cache_sf", "skip_softmax_threshold_scale_factor",
+                 "use_fp16_softmax", "uses_spcompress"},
+      field("out").mut(), field("lse").mut());
+  declare<&BatchPrefillWithRaggedKVCacheWrapper::run>(
+      r,
+      {.name = "BatchPrefillWithRaggedKVCacheWrapper.run",
+       .module = kModule,
+       .summary = "Batch prefill attention over ragged K/V with the current plan",
+       .var_positional = "args"},
+      "q", "k", "v",
+      OnlyFields{"q_scale", "k_scale", "v_scale", "o_scale", "out", "lse", "return_lse",
+                 "enable_pdl", "kv_cache_sf"},
+      field("out").mut(), field("lse").mut());
+  api::register_attention_backends("single_prefill_with_kv_cache");
+  api::register_attention_backends("BatchPrefillWithPagedKVCacheWrapper.run");
+  api::register_attention_backends("BatchPrefillWithRaggedKVCacheWrapper.run");
+  register_bench_hook("single_prefill_with_kv_cache", bench_single_prefill);
+  register_bench_hook("BatchPrefillWithPagedKVCacheWrapper.run", bench_paged_prefill);
+  register_bench_hook("BatchPrefillWithRaggedKVCacheWrapper.run", bench_ragged_prefill);
 }
 }  // namespace detail
 

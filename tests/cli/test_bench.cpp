@@ -226,7 +226,7 @@ TEST(Bench, BadRoutineAndFlagsAreClearErrors) {
   };
   const std::vector<Bad> bad = {
       {"bench --routine no_such_op", "no op named 'no_such_op'"},
-      {"bench --routine get_seq_lens", "has no bench routine"},
+      {"bench --routine get_batch_indices_positions", "has no bench routine"},
       {"bench", "routine"},
       {"bench --routine rmsnorm --input_dtype float7", "unknown dtype 'float7'"},
       {"bench --routine rmsnorm --num_iters 0", "num_iters"},

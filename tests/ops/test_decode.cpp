@@ -257,7 +257,9 @@ TEST(BatchDecodeWrapper, BadInput) {
   };
   EXPECT_FI_ERROR(P(int_tensor({0, 3, 2}), f.indices, f.last_page_len, 4, 2, 64, 4), plan,
                   "indptr");
-  EXPECT_FI_ERROR(P(int_tensor({1, 2, 4}), f.indices, f.last_page_len, 4, 2, 64, 4), plan,
+  EXPECT_FI_ERROR(P(int_tensor({-1, 2, 4}), f.indices, f.last_page_len, 4, 2, 64, 4), plan,
+                  "indptr");
+  EXPECT_FI_ERROR(P(int_tensor({1, 0, 4}), f.indices, f.last_page_len, 4, 2, 64, 4), plan,
                   "indptr");
   EXPECT_FI_ERROR(P(f.indptr, f.indices, int_tensor({1, 4, 4}), 4, 2, 64, 4), plan,
                   "last_page_len");
@@ -311,6 +313,76 @@ TEST(BatchDecodeWrapper, BadInput) {
   ro = {};
   ro.q_len_per_req = 2;
   EXPECT_FI_ERROR(w.run(q, f.cache(), ro), run, "q_len_per_req");
+}
+
+// What vLLM's FlashInfer backend passes to plan(): a slice of the whole batch's indptr (first
+// entry not 0), seq_lens= next to the page table, and fixed_split_size=-1 for "none".
+TEST(BatchDecodeWrapper, VllmPlanArguments) {
+  const char* plan = "BatchDecodeWithPagedKVCacheWrapper.plan";
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({5, 8}, 4, 2, 64, DType::kFloat32, false, false, 9, kd, vd);
+  Tensor q = Tensor::empty({2, 4, 64}, DType::kFloat32);
+  q.normal_(3);
+  BatchDecodeWithPagedKVCacheWrapper::PlanOptions o;
+  o.q_data_type = DType::kFloat32;
+  BatchDecodeWithPagedKVCacheWrapper ref(workspace());
+  ref.plan(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 4, o);
+  const Tensor expected = ref.run(q, f.cache()).out;
+
+  // The same requests behind three pages of other requests: indptr shifted by 3, indices
+  // prefixed with 3 unrelated (out-of-range, so any use would be an error) page ids.
+  const int32_t* ip = f.indptr.data<int32_t>();
+  const int32_t* ix = f.indices.data<int32_t>();
+  std::vector<int32_t> shifted_indptr, shifted_indices = {9999, 9999, 9999};
+  for (int64_t i = 0; i < f.indptr.numel(); ++i) shifted_indptr.push_back(ip[i] + 3);
+  for (int64_t i = 0; i < f.indices.numel(); ++i) shifted_indices.push_back(ix[i]);
+  BatchDecodeWithPagedKVCacheWrapper w(workspace());
+  o.seq_lens = int_tensor({5, 8});
+  o.fixed_split_size = -1;
+  w.plan(int_tensor(shifted_indptr), int_tensor(shifted_indices), f.last_page_len, 4, 2, 64, 4, o);
+  EXPECT_TRUE(testing::all_close(w.run(q, f.cache()).out, expected, {0.0, 0.0}));
+
+  // seq_lens that disagree with the page table name seq_lens.
+  o.seq_lens = int_tensor({5, 7});
+  EXPECT_FI_ERROR(w.plan(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 4, o), plan, "seq_lens");
+  o.seq_lens = int_tensor({5});
+  EXPECT_FI_ERROR(w.plan(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 4, o), plan, "seq_lens");
+  o.seq_lens.reset();
+  o.fixed_split_size = 0;
+  EXPECT_FI_ERROR(w.plan(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 4, o), plan,
+                  "fixed_split_size");
+
+  // Recorded as upstream does: keywords through **kwargs, so seq_lens= binds by keyword and the
+  // signature text is upstream's.
+  const OpDecl* d = OpRegistry::global().find(plan);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->signature(),
+            "(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, "
+            "page_size, *deprecated_positional_args, **kwargs)");
+  const OpDecl* run = OpRegistry::global().find("BatchDecodeWithPagedKVCacheWrapper.run");
+  EXPECT_EQ(run->signature(),
+            "(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, "
+            "lse=None, return_lse=False, enable_pdl=None, window_left=None, sinks=None, "
+            "q_len_per_req=None, skip_softmax_threshold_scale_factor=None, kv_cache_sf=None)");
+  auto obj = std::make_shared<BatchDecodeWithPagedKVCacheWrapper>(workspace());
+  ObjectRef self;
+  self.type = std::string(obj->class_name());
+  self.id = obj->object_id();
+  self.object = obj;
+  d->invoke(
+      CallArgs(*d, bind_arguments(*d,
+                                  {Value(self), Value(f.indptr), Value(f.indices),
+                                   Value(f.last_page_len), Value(4), Value(2), Value(64), Value(4)},
+                                  {{"seq_lens", Value(int_tensor({5, 8}))},
+                                   {"q_data_type", Value(DType::kFloat32)},
+                                   {"fixed_split_size", Value(-1)}})));
+  EXPECT_TRUE(testing::all_close(obj->run(q, f.cache()).out, expected, {0.0, 0.0}));
+  // A deprecated positional argument after page_size is refused, naming the *args parameter.
+  EXPECT_FI_ERROR(
+      bind_arguments(*d, {Value(self), Value(f.indptr), Value(f.indices), Value(f.last_page_len),
+                          Value(4), Value(2), Value(64), Value(4), Value("NONE")}),
+      plan, "deprecated_positional_args");
 }
 
 TEST(SingleDecode, BadInput) {

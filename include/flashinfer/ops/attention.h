@@ -22,6 +22,7 @@
 
 #include "flashinfer/dtype.h"
 #include "flashinfer/op_decl.h"
+#include "flashinfer/op_typed.h"
 #include "flashinfer/ops/page.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"
@@ -96,6 +97,36 @@ struct AttentionRunOptions {
   std::optional<bool> use_fp16_softmax;                       // not supported when true
   std::optional<bool> uses_spcompress;                        // not supported when true
 };
+FLASHINFER_OPTION_FIELDS(AttentionRunOptions, q_scale, k_scale, v_scale, o_scale, out, lse,
+                         return_lse, enable_pdl, window_left, sinks, q_len_per_req,
+                         skip_softmax_threshold_scale_factor, kv_cache_sf, use_fp16_softmax,
+                         uses_spcompress);
+
+/// BatchDecodeWithPagedKVCacheWrapper.plan()'s keyword arguments (upstream's names and
+/// defaults; upstream takes them through **kwargs).
+struct BatchDecodePlanOptions {
+  std::string pos_encoding_mode = "NONE";
+  int64_t window_left = -1;
+  int64_t window_right = 0;  // no key lies right of a decode query: no effect
+  std::optional<double> logits_soft_cap;
+  DType q_data_type = DType::kFloat16;
+  std::optional<DType> kv_data_type;  // default q_data_type
+  std::optional<DType> o_data_type;   // default q_data_type
+  std::optional<DType> data_type;     // deprecated alias of kv_data_type
+  std::optional<double> sm_scale;
+  std::optional<double> rope_scale, rope_theta;
+  bool non_blocking = true;
+  std::optional<Tensor> block_tables;  // trtllm-gen only: not supported
+  /// [batch] int32 KV lengths (vLLM passes them): cross-checked against the page table.
+  std::optional<Tensor> seq_lens;
+  std::optional<int64_t> fixed_split_size;  // KV chunk in pages (forces split-KV); -1: none
+  bool disable_split_kv = false;
+  int64_t q_len_per_req = 1;  // > 1: the queries of a request are causal among themselves
+};
+FLASHINFER_OPTION_FIELDS(BatchDecodePlanOptions, pos_encoding_mode, window_left, window_right,
+                         logits_soft_cap, q_data_type, kv_data_type, o_data_type, data_type,
+                         sm_scale, rope_scale, rope_theta, non_blocking, block_tables, seq_lens,
+                         fixed_split_size, disable_split_kv, q_len_per_req);
 
 /// Batch decode over a paged KV cache (flashinfer.decode). plan() validates the page table,
 /// copies it to the host and builds the split-KV work partition once; run() only computes, so one
@@ -114,33 +145,13 @@ class BatchDecodeWithPagedKVCacheWrapper : public ApiObject {
   BatchDecodeWithPagedKVCacheWrapper(const BatchDecodeWithPagedKVCacheWrapper&) = delete;
   BatchDecodeWithPagedKVCacheWrapper& operator=(const BatchDecodeWithPagedKVCacheWrapper&) = delete;
 
-  /// plan()'s keyword arguments (upstream's names and defaults).
-  struct PlanOptions {
-    std::string pos_encoding_mode = "NONE";
-    int64_t window_left = -1;
-    int64_t window_right = 0;  // no key lies right of a decode query: no effect
-    std::optional<double> logits_soft_cap;
-    DType q_data_type = DType::kFloat16;
-    std::optional<DType> kv_data_type;  // default q_data_type
-    std::optional<DType> o_data_type;   // default q_data_type
-    std::optional<DType> data_type;     // deprecated alias of kv_data_type
-    std::optional<double> sm_scale;
-    std::optional<double> rope_scale, rope_theta;
-    bool non_blocking = true;
-    std::optional<Tensor> block_tables, seq_lens;  // trtllm-gen only: not supported
-    std::optional<int64_t> fixed_split_size;       // KV chunk in pages (forces split-KV)
-    bool disable_split_kv = false;
-    int64_t q_len_per_req = 1;  // > 1: the queries of a request are causal among themselves
-  };
+  using PlanOptions = BatchDecodePlanOptions;
 
-  /// indptr [batch + 1], indices [indptr[-1]], last_page_len [batch]: int32 page table.
+  /// indptr [batch + 1] (its first entry need not be 0: only differences count), indices
+  /// [indptr[-1]], last_page_len [batch]: int32 page table.
   void plan(const Tensor& indptr, const Tensor& indices, const Tensor& last_page_len,
             int64_t num_qo_heads, int64_t num_kv_heads, int64_t head_dim, int64_t page_size,
-            const PlanOptions& options);
-  void plan(const Tensor& indptr, const Tensor& indices, const Tensor& last_page_len,
-            int64_t num_qo_heads, int64_t num_kv_heads, int64_t head_dim, int64_t page_size) {
-    plan(indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size, {});
-  }
+            const PlanOptions& options = {});
 
   /// q [batch * q_len_per_req, Hq, D] → o (same shape, o_data_type), lse [rows, Hq].
   AttentionOutput run(const Tensor& q, const PagedKVCache& paged_kv_cache,
@@ -179,6 +190,13 @@ struct PrefillPlanOptions {
   bool disable_split_kv = false;
   std::optional<Tensor> v_indptr, o_indptr;  // ragged only: not supported
 };
+FLASHINFER_OPTION_FIELDS(PrefillPlanOptions, head_dim_vo, custom_mask, packed_custom_mask, causal,
+                         pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left,
+                         logits_soft_cap, rope_scale, rope_theta, q_data_type, kv_data_type,
+                         o_data_type, non_blocking, prefix_len_ptr, token_pos_in_items_ptr,
+                         token_pos_in_items_len, max_item_len_ptr, seq_lens, seq_lens_q,
+                         block_tables, max_token_per_sequence, max_sequence_kv, fixed_split_size,
+                         disable_split_kv, v_indptr, o_indptr);
 
 /// Batch prefill / append attention against a paged KV cache (flashinfer.prefill).
 class BatchPrefillWithPagedKVCacheWrapper : public ApiObject {

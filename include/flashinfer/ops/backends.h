@@ -11,7 +11,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include "flashinfer/device.h"
 
 namespace flashinfer {
 
@@ -47,5 +50,17 @@ const BackendRequirement& backend_requirement(std::string_view op);
 
 /// Names of the ops that have a backend table.
 std::vector<std::string> ops_with_backend_requirement();
+
+// ---- Device backends of every op ------------------------------------------------------------
+// Every declared op has a CPU reference; ops with a CUDA kernel compiled into this build also
+// list "cuda". Replay with --device cuda runs an op without a CUDA backend on the CPU and says so.
+
+/// The device backends this build runs `op` on, in order ("cpu", "cuda"); empty for an op with
+/// no kernels (a name that is not a declared op, or an op of code outside the library).
+std::vector<std::string> op_backends(std::string_view op);
+/// (backend, what runs there) for each backend of `op`, for list-ops.
+std::vector<std::pair<std::string, std::string>> op_backend_implementations(std::string_view op);
+/// Whether this build runs `op` on devices of this type.
+bool op_has_backend(std::string_view op, DeviceType device);
 
 }  // namespace flashinfer
