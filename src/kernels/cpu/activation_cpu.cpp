@@ -12,6 +12,7 @@
 #include "flashinfer/error.h"
 #include "kernels/cpu/cpu_avx512.h"
 #include "kernels/cpu/cpu_row_io.h"
+#include "kernels/dtype_dispatch.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -572,17 +573,8 @@ void dispatch_act(const ActAndMulParams& p) {
 }  // namespace
 
 void act_and_mul(const ActAndMulParams& p) {
-  switch (p.dtype) {
-    case DType::kFloat32:
-      return dispatch_act<float>(p);
-    case DType::kFloat16:
-      return dispatch_act<Half>(p);
-    case DType::kBFloat16:
-      return dispatch_act<BFloat16>(p);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "act_and_mul", "input", "dtype ",
-                      dtype_torch_name(p.dtype), " is not supported on the CPU");
-  }
+  dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
+      p.dtype, "act_and_mul", "input", [&]<class T>() { dispatch_act<T>(p); });
 }
 
 }  // namespace flashinfer::kernels::cpu

@@ -13,6 +13,7 @@
 #include "core/strided.h"
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/dtype_dispatch.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -188,33 +189,21 @@ TensorStats int_stats(const TensorStatsParams& p) {
 }  // namespace
 
 TensorStats tensor_stats(const TensorStatsParams& p) {
-  switch (p.dtype) {
-    case DType::kFloat32:
-      return float_stats<DType::kFloat32>(p);
-    case DType::kFloat64:
-      return float_stats<DType::kFloat64>(p);
-    case DType::kFloat16:
-      return float_stats<DType::kFloat16>(p);
-    case DType::kBFloat16:
-      return float_stats<DType::kBFloat16>(p);
-    case DType::kFloat8E4M3FN:
-      return float_stats<DType::kFloat8E4M3FN>(p);
-    case DType::kFloat8E5M2:
-      return float_stats<DType::kFloat8E5M2>(p);
-    case DType::kInt8:
-      return int_stats<int8_t>(p);
-    case DType::kUInt8:
-      return int_stats<uint8_t>(p);
-    case DType::kInt16:
-      return int_stats<int16_t>(p);
-    case DType::kInt32:
-      return int_stats<int32_t>(p);
-    case DType::kInt64:
-      return int_stats<int64_t>(p);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kInternal, "api_log", "", "no statistics for ",
-                      dtype_torch_name(p.dtype));
-  }
+  return visit_dtype<DTypeConstants, kFloat32, kFloat64, kFloat16, kBFloat16, kFloat8E4M3FN,
+                     kFloat8E5M2, kInt8, kUInt8, kInt16, kInt32, kInt64>(
+      p.dtype,
+      [&]<class D>() {
+        using T = CpuElements::type<D::value>;
+        if constexpr (std::is_integral_v<T>) {
+          return int_stats<T>(p);
+        } else {
+          return float_stats<D::value>(p);
+        }
+      },
+      [&]() -> TensorStats {
+        FLASHINFER_FAIL(ErrorCode::kInternal, "api_log", "", "no statistics for ",
+                        dtype_torch_name(p.dtype));
+      });
 }
 
 }  // namespace flashinfer::kernels::cpu

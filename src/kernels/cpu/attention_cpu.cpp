@@ -11,6 +11,7 @@
 
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/dtype_dispatch.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -252,40 +253,6 @@ void run_attention(const AttentionParams& p) {
   }
 }
 
-template <class TQ, class TKV>
-void dispatch_o(const AttentionParams& p) {
-  switch (p.o_dtype) {
-    case DType::kFloat32:
-      return run_attention<TQ, TKV, float>(p);
-    case DType::kFloat16:
-      return run_attention<TQ, TKV, Half>(p);
-    case DType::kBFloat16:
-      return run_attention<TQ, TKV, BFloat16>(p);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "attention", "out", "dtype ",
-                      dtype_torch_name(p.o_dtype), " is not supported on the CPU");
-  }
-}
-
-template <class TQ>
-void dispatch_kv(const AttentionParams& p) {
-  switch (p.kv.dtype) {
-    case DType::kFloat32:
-      return dispatch_o<TQ, float>(p);
-    case DType::kFloat16:
-      return dispatch_o<TQ, Half>(p);
-    case DType::kBFloat16:
-      return dispatch_o<TQ, BFloat16>(p);
-    case DType::kFloat8E4M3FN:
-      return dispatch_o<TQ, Float8E4M3FN>(p);
-    case DType::kFloat8E5M2:
-      return dispatch_o<TQ, Float8E5M2>(p);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "attention", "k", "dtype ",
-                      dtype_torch_name(p.kv.dtype), " is not supported on the CPU");
-  }
-}
-
 template <class T>
 void run_merge(const MergeParams& p) {
   const int64_t d = p.head_dim;
@@ -322,31 +289,20 @@ void run_merge(const MergeParams& p) {
 }  // namespace
 
 void batch_attention(const AttentionParams& p) {
-  switch (p.q_dtype) {
-    case DType::kFloat32:
-      return dispatch_kv<float>(p);
-    case DType::kFloat16:
-      return dispatch_kv<Half>(p);
-    case DType::kBFloat16:
-      return dispatch_kv<BFloat16>(p);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "attention", "q", "dtype ",
-                      dtype_torch_name(p.q_dtype), " is not supported on the CPU");
-  }
+  dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
+      p.q_dtype, "attention", "q", [&]<class TQ>() {
+        dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16, kFloat8E4M3FN, kFloat8E5M2>(
+            p.kv.dtype, "attention", "k", [&]<class TKV>() {
+              dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
+                  p.o_dtype, "attention", "out",
+                  [&]<class TO>() { run_attention<TQ, TKV, TO>(p); });
+            });
+      });
 }
 
 void merge_states(const MergeParams& p) {
-  switch (p.v_dtype) {
-    case DType::kFloat32:
-      return run_merge<float>(p);
-    case DType::kFloat16:
-      return run_merge<Half>(p);
-    case DType::kBFloat16:
-      return run_merge<BFloat16>(p);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "merge_states", "v", "dtype ",
-                      dtype_torch_name(p.v_dtype), " is not supported on the CPU");
-  }
+  dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(p.v_dtype, "merge_states", "v",
+                                                             [&]<class T>() { run_merge<T>(p); });
 }
 
 int num_threads() { return omp_get_max_threads(); }

@@ -8,6 +8,7 @@
 #include "flashinfer/float_formats.h"
 #include "kernels/cpu/cpu_avx512.h"
 #include "kernels/cpu/cpu_row_io.h"
+#include "kernels/dtype_dispatch.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -333,17 +334,8 @@ void rmsnorm_rows(const RmsNormParams& p) {
 }  // namespace
 
 void rmsnorm(const RmsNormParams& p) {
-  switch (p.dtype) {
-    case DType::kFloat32:
-      return rmsnorm_rows<float>(p);
-    case DType::kFloat16:
-      return rmsnorm_rows<Half>(p);
-    case DType::kBFloat16:
-      return rmsnorm_rows<BFloat16>(p);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "rmsnorm", "input", "dtype ",
-                      dtype_torch_name(p.dtype), " is not supported on the CPU");
-  }
+  dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
+      p.dtype, "rmsnorm", "input", [&]<class T>() { rmsnorm_rows<T>(p); });
 }
 
 namespace {
@@ -421,31 +413,13 @@ void layernorm_rows(const LayerNormParams& p) {
 }  // namespace
 
 void fused_add_rmsnorm(const FusedAddRmsNormParams& p) {
-  switch (p.dtype) {
-    case DType::kFloat32:
-      return fused_add_rmsnorm_rows<float>(p);
-    case DType::kFloat16:
-      return fused_add_rmsnorm_rows<Half>(p);
-    case DType::kBFloat16:
-      return fused_add_rmsnorm_rows<BFloat16>(p);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "fused_add_rmsnorm", "input", "dtype ",
-                      dtype_torch_name(p.dtype), " is not supported on the CPU");
-  }
+  dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
+      p.dtype, "fused_add_rmsnorm", "input", [&]<class T>() { fused_add_rmsnorm_rows<T>(p); });
 }
 
 void layernorm(const LayerNormParams& p) {
-  switch (p.dtype) {
-    case DType::kFloat32:
-      return layernorm_rows<float>(p);
-    case DType::kFloat16:
-      return layernorm_rows<Half>(p);
-    case DType::kBFloat16:
-      return layernorm_rows<BFloat16>(p);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "layernorm", "input", "dtype ",
-                      dtype_torch_name(p.dtype), " is not supported on the CPU");
-  }
+  dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
+      p.dtype, "layernorm", "input", [&]<class T>() { layernorm_rows<T>(p); });
 }
 
 }  // namespace flashinfer::kernels::cpu

@@ -7,6 +7,7 @@
 
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/dtype_dispatch.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define QUANT_CPU_X86 1
@@ -203,31 +204,15 @@ void fp4_quantize_with(const Fp4QuantizeParams& p, CpuIsa isa) {
   std::memset(p.sf, 0, static_cast<size_t>(p.sf_size));
   float gs = p.global_scale ? *p.global_scale : 1.0f;
   if (p.global_scale_inversed) gs = 1.0f / gs;
-  switch (p.in_dtype) {
-    case DType::kFloat16:
-      return fp4_rows<Half>(p, gs, isa);
-    case DType::kBFloat16:
-      return fp4_rows<BFloat16>(p, gs, isa);
-    case DType::kFloat8E4M3FN:
-      return fp4_rows<Float8E4M3FN>(p, gs, isa);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "fp4_quantize", "input", "dtype ",
-                      dtype_torch_name(p.in_dtype), " is not supported on the CPU");
-  }
+  dispatch_dtype<CpuElements, kFloat16, kBFloat16, kFloat8E4M3FN>(
+      p.in_dtype, "fp4_quantize", "input", [&]<class T>() { fp4_rows<T>(p, gs, isa); });
 }
 
 void mxfp8_quantize_with(const Mxfp8QuantizeParams& p, CpuIsa isa) {
   isa = std::min(isa, detected_cpu_isa());
   std::memset(p.sf, 0, static_cast<size_t>(p.sf_size));
-  switch (p.in_dtype) {
-    case DType::kFloat16:
-      return mxfp8_rows<Half>(p, isa);
-    case DType::kBFloat16:
-      return mxfp8_rows<BFloat16>(p, isa);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "mxfp8_quantize", "input", "dtype ",
-                      dtype_torch_name(p.in_dtype), " is not supported on the CPU");
-  }
+  dispatch_dtype<CpuElements, kFloat16, kBFloat16>(p.in_dtype, "mxfp8_quantize", "input",
+                                                   [&]<class T>() { mxfp8_rows<T>(p, isa); });
 }
 
 void block_dequantize(const BlockDequantizeParams& p) {

@@ -7,6 +7,7 @@
 
 #include "flashinfer/error.h"
 #include "kernels/cpu/cpu_row_io.h"
+#include "kernels/dtype_dispatch.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -128,17 +129,8 @@ void rope_tokens(const RopeParams& p) {
 void apply_rope(const RopeParams& p) {
   FLASHINFER_CHECK_CODE(p.pos_mode == RopePosMode::kPositions, ErrorCode::kInternal, "apply_rope",
                         "", "the CPU kernel takes resolved positions");
-  switch (p.dtype) {
-    case DType::kFloat32:
-      return rope_tokens<float>(p);
-    case DType::kFloat16:
-      return rope_tokens<Half>(p);
-    case DType::kBFloat16:
-      return rope_tokens<BFloat16>(p);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "apply_rope", "q", "dtype ",
-                      dtype_torch_name(p.dtype), " is not supported on the CPU");
-  }
+  dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(p.dtype, "apply_rope", "q",
+                                                             [&]<class T>() { rope_tokens<T>(p); });
 }
 
 }  // namespace flashinfer::kernels::cpu

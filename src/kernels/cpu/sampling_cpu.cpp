@@ -10,6 +10,7 @@
 
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/dtype_dispatch.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -33,34 +34,15 @@ void load_row_t(const void* base, int64_t first, int64_t n, int64_t stride, floa
 void load_row(const void* base, DType dtype, int64_t row, int64_t stride_row, int64_t n,
               int64_t stride_col, float* dst) {
   const int64_t first = row * stride_row;
-  switch (dtype) {
-    case DType::kFloat32:
-      return load_row_t<float>(base, first, n, stride_col, dst);
-    case DType::kFloat16:
-      return load_row_t<Half>(base, first, n, stride_col, dst);
-    case DType::kBFloat16:
-      return load_row_t<BFloat16>(base, first, n, stride_col, dst);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "sampling", "input", "dtype ",
-                      dtype_torch_name(dtype), " is not supported on the CPU");
-  }
+  dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
+      dtype, "sampling", "input",
+      [&]<class T>() { load_row_t<T>(base, first, n, stride_col, dst); });
 }
 
 void store_value(void* base, DType dtype, int64_t index, float v) {
-  switch (dtype) {
-    case DType::kFloat32:
-      static_cast<float*>(base)[index] = v;
-      return;
-    case DType::kFloat16:
-      static_cast<Half*>(base)[index] = Half::from_float(v);
-      return;
-    case DType::kBFloat16:
-      static_cast<BFloat16*>(base)[index] = BFloat16::from_float(v);
-      return;
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "sampling", "out", "dtype ", dtype_torch_name(dtype),
-                      " is not supported on the CPU");
-  }
+  dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
+      dtype, "sampling", "out",
+      [&]<class T>() { static_cast<T*>(base)[index] = from_float<T>(v); });
 }
 
 // Inverse CDF over the tokens with p > low: the first index whose running sum exceeds u, else

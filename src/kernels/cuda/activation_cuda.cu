@@ -55,22 +55,10 @@ void launch(const ActAndMulParams& p, cudaStream_t stream, bool enable_pdl) {
   const bool vec = p.in_stride_d == 1 && p.out_stride_d == 1 && p.d % V == 0 &&
                    aligned16(p.input, p.in_stride_row, sizeof(T)) &&
                    aligned16(p.out, p.out_stride_row, sizeof(T));
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(p.rows));
-  cfg.blockDim = dim3(static_cast<unsigned>(threads_for(vec ? p.d / V : p.d)));
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = enable_pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (vec) {
-    FLASHINFER_CUDA_CALL("act_and_mul",
-                         cudaLaunchKernelEx(&cfg, act_and_mul_kernel<T, A, true>, p));
-  } else {
-    FLASHINFER_CUDA_CALL("act_and_mul",
-                         cudaLaunchKernelEx(&cfg, act_and_mul_kernel<T, A, false>, p));
-  }
+  launch_kernel(
+      "act_and_mul", vec ? act_and_mul_kernel<T, A, true> : act_and_mul_kernel<T, A, false>,
+      dim3(static_cast<unsigned>(p.rows)),
+      dim3(static_cast<unsigned>(threads_for(vec ? p.d / V : p.d))), 0, stream, enable_pdl, p);
 }
 
 template <class T>
@@ -89,17 +77,8 @@ void dispatch_act(const ActAndMulParams& p, cudaStream_t stream, bool enable_pdl
 
 void act_and_mul(const ActAndMulParams& p, void* stream, bool enable_pdl) {
   auto s = static_cast<cudaStream_t>(stream);
-  switch (p.dtype) {
-    case DType::kFloat32:
-      return dispatch_act<float>(p, s, enable_pdl);
-    case DType::kFloat16:
-      return dispatch_act<__half>(p, s, enable_pdl);
-    case DType::kBFloat16:
-      return dispatch_act<__nv_bfloat16>(p, s, enable_pdl);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "act_and_mul", "input", "dtype ",
-                      dtype_torch_name(p.dtype), " is not supported on CUDA");
-  }
+  dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
+      p.dtype, "act_and_mul", "input", [&]<class T>() { dispatch_act<T>(p, s, enable_pdl); });
 }
 
 }  // namespace flashinfer::kernels::cuda

@@ -3,6 +3,8 @@
 // (never the tensor itself).
 #include <cuda_fp8.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/apilog_stats_cuda.h"
 #include "kernels/cuda/cuda_utils.cuh"
 
@@ -105,48 +107,25 @@ struct DeviceGuard {
   }
 };
 
-// cudaLaunchKernelEx reports this launch's own error, never an earlier one still pending in the
+// try_launch_kernel reports this launch's own error, never an earlier one still pending in the
 // runtime's last-error slot (which belongs to the caller's code).
-template <class... KArgs, class... Args>
-cudaError_t launch(void (*kernel)(KArgs...), int blocks, cudaStream_t s, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = s;
-  cfg.attrs = nullptr;
-  cfg.numAttrs = 0;
-  return cudaLaunchKernelEx(&cfg, kernel, args...);
-}
-
 cudaError_t launch_partial(const TensorStatsParams& p, int blocks, TensorStats* partials,
                            cudaStream_t s) {
-  switch (p.dtype) {
-    case DType::kFloat32:
-      return launch(float_partial_kernel<DType::kFloat32>, blocks, s, p, partials);
-    case DType::kFloat64:
-      return launch(float_partial_kernel<DType::kFloat64>, blocks, s, p, partials);
-    case DType::kFloat16:
-      return launch(float_partial_kernel<DType::kFloat16>, blocks, s, p, partials);
-    case DType::kBFloat16:
-      return launch(float_partial_kernel<DType::kBFloat16>, blocks, s, p, partials);
-    case DType::kFloat8E4M3FN:
-      return launch(float_partial_kernel<DType::kFloat8E4M3FN>, blocks, s, p, partials);
-    case DType::kFloat8E5M2:
-      return launch(float_partial_kernel<DType::kFloat8E5M2>, blocks, s, p, partials);
-    case DType::kInt8:
-      return launch(int_partial_kernel<int8_t>, blocks, s, p, partials);
-    case DType::kUInt8:
-      return launch(int_partial_kernel<uint8_t>, blocks, s, p, partials);
-    case DType::kInt16:
-      return launch(int_partial_kernel<int16_t>, blocks, s, p, partials);
-    case DType::kInt32:
-      return launch(int_partial_kernel<int32_t>, blocks, s, p, partials);
-    case DType::kInt64:
-      return launch(int_partial_kernel<int64_t>, blocks, s, p, partials);
-    default:
-      return cudaErrorInvalidValue;  // the caller only passes floating and integer dtypes
-  }
+  return visit_dtype<DTypeConstants, kFloat32, kFloat64, kFloat16, kBFloat16, kFloat8E4M3FN,
+                     kFloat8E5M2, kInt8, kUInt8, kInt16, kInt32, kInt64>(
+      p.dtype,
+      [&]<class D>() {
+        using T = CudaElements::type<D::value>;
+        if constexpr (std::is_integral_v<T>) {
+          return try_launch_kernel(int_partial_kernel<T>, dim3(static_cast<unsigned>(blocks)),
+                                   dim3(kThreads), 0, s, false, p, partials);
+        } else {
+          return try_launch_kernel(float_partial_kernel<D::value>,
+                                   dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, s, false,
+                                   p, partials);
+        }
+      },
+      [] { return cudaErrorInvalidValue; });  // the caller passes floating and integer dtypes
 }
 
 }  // namespace
@@ -164,7 +143,8 @@ TensorStats tensor_stats(const TensorStatsParams& p, int device, void* stream) {
                                        sizeof(TensorStats) * static_cast<size_t>(blocks + 1), s));
   cudaError_t err = launch_partial(p, blocks, buf, s);
   if (err == cudaSuccess)
-    err = launch(merge_kernel, 1, s, static_cast<const TensorStats*>(buf), blocks, buf + blocks);
+    err = try_launch_kernel(merge_kernel, dim3(1), dim3(kThreads), 0, s, false,
+                            static_cast<const TensorStats*>(buf), blocks, buf + blocks);
   if (err == cudaSuccess) {
     err = cudaMemcpyAsync(&host, buf + blocks, sizeof(TensorStats), cudaMemcpyDeviceToHost, s);
   }

@@ -69,20 +69,9 @@ __global__ void append_kernel(AppendParams p) {
 void merge_states(const MergeParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(static_cast<unsigned>(p.seq), static_cast<unsigned>(p.num_heads));
-  switch (p.v_dtype) {
-    case DType::kFloat32:
-      merge_states_kernel<float><<<grid, 128, 0, s>>>(p);
-      break;
-    case DType::kFloat16:
-      merge_states_kernel<__half><<<grid, 128, 0, s>>>(p);
-      break;
-    case DType::kBFloat16:
-      merge_states_kernel<__nv_bfloat16><<<grid, 128, 0, s>>>(p);
-      break;
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "merge_states", "v", "dtype ",
-                      dtype_torch_name(p.v_dtype), " is not supported on CUDA");
-  }
+  dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
+      p.v_dtype, "merge_states", "v",
+      [&]<class T>() { merge_states_kernel<T><<<grid, 128, 0, s>>>(p); });
   FLASHINFER_CUDA_CALL("merge_states", cudaGetLastError());
 }
 

@@ -3,9 +3,15 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
 #include "flashinfer/error.h"
+#include "kernels/dtype_dispatch.h"
 
 namespace flashinfer::kernels::cuda {
 
@@ -17,6 +23,73 @@ namespace flashinfer::kernels::cuda {
                       " failed: ", cudaGetErrorName(err_), ": ", cudaGetErrorString(err_)); \
     }                                                                                       \
   } while (0)
+
+/// Launches `kernel` through cudaLaunchKernelEx with programmatic stream serialization set to
+/// `enable_pdl` (the kernel then overlaps the previous one's tail until its pdl_wait()). Raises
+/// the kernel's dynamic shared memory limit first when `smem` is over the default 48 KiB.
+/// Returns the launch's own error, never an earlier one pending in the last-error slot.
+template <class... KArgs, class... Args>
+cudaError_t try_launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, std::size_t smem,
+                              cudaStream_t stream, bool enable_pdl, Args&&... args) {
+  if (smem > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err != cudaSuccess) return err;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = enable_pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+/// try_launch_kernel that throws Error(kCuda, op) when the launch fails.
+template <class... KArgs, class... Args>
+void launch_kernel(const char* op, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                   std::size_t smem, cudaStream_t stream, bool enable_pdl, Args&&... args) {
+  const cudaError_t err =
+      try_launch_kernel(kernel, grid, block, smem, stream, enable_pdl, std::forward<Args>(args)...);
+  if (err != cudaSuccess) {
+    FLASHINFER_FAIL(ErrorCode::kCuda, op, "", "kernel launch failed: ", cudaGetErrorName(err), ": ",
+                    cudaGetErrorString(err));
+  }
+}
+
+template <DType D>
+struct CudaElement {
+  using type = void;
+};
+#define FLASHINFER_CUDA_ELEMENT(D, T) \
+  template <>                         \
+  struct CudaElement<DType::D> {      \
+    using type = T;                   \
+  }
+FLASHINFER_CUDA_ELEMENT(kFloat32, float);
+FLASHINFER_CUDA_ELEMENT(kFloat64, double);
+FLASHINFER_CUDA_ELEMENT(kFloat16, __half);
+FLASHINFER_CUDA_ELEMENT(kBFloat16, __nv_bfloat16);
+FLASHINFER_CUDA_ELEMENT(kFloat8E4M3FN, __nv_fp8_e4m3);
+FLASHINFER_CUDA_ELEMENT(kFloat8E5M2, __nv_fp8_e5m2);
+FLASHINFER_CUDA_ELEMENT(kInt8, int8_t);
+FLASHINFER_CUDA_ELEMENT(kUInt8, uint8_t);
+FLASHINFER_CUDA_ELEMENT(kInt16, int16_t);
+FLASHINFER_CUDA_ELEMENT(kInt32, int32_t);
+FLASHINFER_CUDA_ELEMENT(kInt64, int64_t);
+#undef FLASHINFER_CUDA_ELEMENT
+
+/// The CUDA kernels' element types for dispatch_dtype (kernels/dtype_dispatch.h): float, double,
+/// __half, __nv_bfloat16, __nv_fp8_e4m3/e5m2, ints.
+struct CudaElements {
+  template <DType D>
+  using type = typename CudaElement<D>::type;
+  static constexpr const char* kBackend = "CUDA";
+};
 
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }

@@ -1,5 +1,7 @@
 // CUDA-core attention kernel (decode, and any work item shape), the split-KV merge pass, and
 // the dispatch between it and the tensor-core prefill kernel.
+#include <type_traits>
+
 #include "kernels/cuda/attention_cuda_common.cuh"
 #include "kernels/cuda/decode_cuda.h"
 #include "kernels/cuda/prefill_cuda.h"
@@ -151,27 +153,6 @@ __global__ void __launch_bounds__(kWarps * 32) attention_cuda_core_kernel(Attent
   pdl_launch_dependents();
 }
 
-template <class Kernel>
-void launch_kernel(Kernel kernel, dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
-                   bool enable_pdl, const AttentionParams& p) {
-  if (smem > 48 * 1024) {
-    FLASHINFER_CUDA_CALL("attention",
-                         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(smem)));
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = enable_pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  FLASHINFER_CUDA_CALL("attention", cudaLaunchKernelEx(&cfg, kernel, p));
-}
-
 template <class TQ, class TKV, class TO, int DQK, int DVO>
 void launch_cuda_core(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
@@ -179,8 +160,8 @@ void launch_cuda_core(const AttentionParams& p, cudaStream_t stream, bool enable
   const dim3 grid(static_cast<unsigned>(p.num_work), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>((max_rows + kRowsPerBlock - 1) / kRowsPerBlock));
   const std::size_t smem = sizeof(float) * (kRowsPerBlock * DQK + kTile * (DQK + 1) + kTile * DVO);
-  launch_kernel(attention_cuda_core_kernel<TQ, TKV, TO, DQK, DVO>, grid, dim3(kWarps * 32), smem,
-                stream, enable_pdl, p);
+  launch_kernel("attention", attention_cuda_core_kernel<TQ, TKV, TO, DQK, DVO>, grid,
+                dim3(kWarps * 32), smem, stream, enable_pdl, p);
 }
 
 template <class TQ, class TKV, class TO>
@@ -208,21 +189,23 @@ void dispatch_kv(const AttentionParams& p, cudaStream_t stream, bool enable_pdl)
     FLASHINFER_FAIL(ErrorCode::kUnsupported, "attention", "o_data_type",
                     "on CUDA the output dtype must be q's dtype");
   }
-  switch (p.kv.dtype) {
-    case DType::kFloat16:
-    case DType::kBFloat16:
-      if (p.kv.dtype != p.q_dtype) break;
-      return dispatch_dims<T, T, T>(p, stream, enable_pdl);
-    case DType::kFloat8E4M3FN:
-      return dispatch_dims<T, __nv_fp8_e4m3, T>(p, stream, enable_pdl);
-    case DType::kFloat8E5M2:
-      return dispatch_dims<T, __nv_fp8_e5m2, T>(p, stream, enable_pdl);
-    default:
-      break;
-  }
-  FLASHINFER_FAIL(ErrorCode::kUnsupported, "attention", "kv_data_type", "dtype ",
-                  dtype_torch_name(p.kv.dtype), " is not supported on CUDA with q ",
-                  dtype_torch_name(p.q_dtype));
+  const auto unsupported = [&] {
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, "attention", "kv_data_type", "dtype ",
+                    dtype_torch_name(p.kv.dtype), " is not supported on CUDA with q ",
+                    dtype_torch_name(p.q_dtype));
+  };
+  // fp16/bf16 K/V only with q's dtype; fp8 K/V with either.
+  visit_dtype<CudaElements, kFloat16, kBFloat16, kFloat8E4M3FN, kFloat8E5M2>(
+      p.kv.dtype,
+      [&]<class TKV>() {
+        if constexpr (std::is_same_v<TKV, __half> || std::is_same_v<TKV, __nv_bfloat16>) {
+          if (p.kv.dtype != p.q_dtype) unsupported();
+          dispatch_dims<T, T, T>(p, stream, enable_pdl);
+        } else {
+          dispatch_dims<T, TKV, T>(p, stream, enable_pdl);
+        }
+      },
+      unsupported);
 }
 
 template <class TO>
@@ -247,24 +230,12 @@ void batch_attention(const AttentionParams& p, void* stream, bool enable_pdl) {
   if (p.use_tensor_cores && prefill_supported(p)) {
     batch_prefill(p, stream, enable_pdl);
   } else {
-    switch (p.q_dtype) {
-      case DType::kFloat16:
-        dispatch_kv<__half>(p, s, enable_pdl);
-        break;
-      case DType::kBFloat16:
-        dispatch_kv<__nv_bfloat16>(p, s, enable_pdl);
-        break;
-      default:
-        FLASHINFER_FAIL(ErrorCode::kUnsupported, "attention", "q", "dtype ",
-                        dtype_torch_name(p.q_dtype), " is not supported on CUDA");
-    }
+    dispatch_dtype<CudaElements, kFloat16, kBFloat16>(
+        p.q_dtype, "attention", "q", [&]<class T>() { dispatch_kv<T>(p, s, enable_pdl); });
   }
   if (p.num_merge == 0) return;
-  if (p.q_dtype == DType::kFloat16) {
-    launch_merge<__half>(p, s);
-  } else {
-    launch_merge<__nv_bfloat16>(p, s);
-  }
+  dispatch_dtype<CudaElements, kFloat16, kBFloat16>(p.q_dtype, "attention", "q",
+                                                    [&]<class TO>() { launch_merge<TO>(p, s); });
 }
 
 }  // namespace flashinfer::kernels::cuda

@@ -40,34 +40,16 @@ void launch(const RmsNormParams& p, cudaStream_t stream, bool enable_pdl) {
                         "more than 2^31 - 1 rows");
   int threads = 32;
   while (threads < 1024 && threads < p.hidden) threads *= 2;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(rows));
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = enable_pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  FLASHINFER_CUDA_CALL("rmsnorm", cudaLaunchKernelEx(&cfg, rmsnorm_kernel<T>, p));
+  launch_kernel("rmsnorm", rmsnorm_kernel<T>, dim3(static_cast<unsigned>(rows)),
+                dim3(static_cast<unsigned>(threads)), 0, stream, enable_pdl, p);
 }
 
 }  // namespace
 
 void rmsnorm(const RmsNormParams& p, void* stream, bool enable_pdl) {
   auto s = static_cast<cudaStream_t>(stream);
-  switch (p.dtype) {
-    case DType::kFloat32:
-      return launch<float>(p, s, enable_pdl);
-    case DType::kFloat16:
-      return launch<__half>(p, s, enable_pdl);
-    case DType::kBFloat16:
-      return launch<__nv_bfloat16>(p, s, enable_pdl);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "rmsnorm", "input", "dtype ",
-                      dtype_torch_name(p.dtype), " is not supported on CUDA");
-  }
+  dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
+      p.dtype, "rmsnorm", "input", [&]<class T>() { launch<T>(p, s, enable_pdl); });
 }
 
 namespace {
@@ -205,22 +187,10 @@ void launch_fused_add(const FusedAddRmsNormParams& p, cudaStream_t stream, bool 
                    aligned16(p.residual, p.res_stride_h, sizeof(T)) &&
                    aligned16(p.weight, 0, sizeof(T));
   const int threads = threads_for(vec ? p.hidden / V : p.hidden);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(rows));
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = enable_pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (vec) {
-    FLASHINFER_CUDA_CALL("fused_add_rmsnorm",
-                         cudaLaunchKernelEx(&cfg, fused_add_rmsnorm_kernel<T, true>, p));
-  } else {
-    FLASHINFER_CUDA_CALL("fused_add_rmsnorm",
-                         cudaLaunchKernelEx(&cfg, fused_add_rmsnorm_kernel<T, false>, p));
-  }
+  launch_kernel("fused_add_rmsnorm",
+                vec ? fused_add_rmsnorm_kernel<T, true> : fused_add_rmsnorm_kernel<T, false>,
+                dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(threads)), 0, stream,
+                enable_pdl, p);
 }
 
 template <class T>
@@ -246,32 +216,15 @@ void launch_layernorm(const LayerNormParams& p, cudaStream_t stream) {
 
 void fused_add_rmsnorm(const FusedAddRmsNormParams& p, void* stream, bool enable_pdl) {
   auto s = static_cast<cudaStream_t>(stream);
-  switch (p.dtype) {
-    case DType::kFloat32:
-      return launch_fused_add<float>(p, s, enable_pdl);
-    case DType::kFloat16:
-      return launch_fused_add<__half>(p, s, enable_pdl);
-    case DType::kBFloat16:
-      return launch_fused_add<__nv_bfloat16>(p, s, enable_pdl);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "fused_add_rmsnorm", "input", "dtype ",
-                      dtype_torch_name(p.dtype), " is not supported on CUDA");
-  }
+  dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
+      p.dtype, "fused_add_rmsnorm", "input",
+      [&]<class T>() { launch_fused_add<T>(p, s, enable_pdl); });
 }
 
 void layernorm(const LayerNormParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  switch (p.dtype) {
-    case DType::kFloat32:
-      return launch_layernorm<float>(p, s);
-    case DType::kFloat16:
-      return launch_layernorm<__half>(p, s);
-    case DType::kBFloat16:
-      return launch_layernorm<__nv_bfloat16>(p, s);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "layernorm", "input", "dtype ",
-                      dtype_torch_name(p.dtype), " is not supported on CUDA");
-  }
+  dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
+      p.dtype, "layernorm", "input", [&]<class T>() { launch_layernorm<T>(p, s); });
 }
 
 }  // namespace flashinfer::kernels::cuda

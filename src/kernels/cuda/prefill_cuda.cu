@@ -267,23 +267,8 @@ void launch(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
   const dim3 grid(static_cast<unsigned>(p.num_work), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>((max_rows + kRows - 1) / kRows));
   const std::size_t smem = sizeof(T) * (D + 8) * (kRows + 2 * kKvTile);
-  auto kernel = prefill_mma_kernel<T, D, kKvTile>;
-  if (smem > 48 * 1024) {
-    FLASHINFER_CUDA_CALL("attention",
-                         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(smem)));
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kWarps * 32);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = enable_pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  FLASHINFER_CUDA_CALL("attention", cudaLaunchKernelEx(&cfg, kernel, p));
+  launch_kernel("attention", prefill_mma_kernel<T, D, kKvTile>, grid, dim3(kWarps * 32), smem,
+                stream, enable_pdl, p);
 }
 
 template <class T>
@@ -316,11 +301,8 @@ bool prefill_supported(const AttentionParams& p) {
 
 void batch_prefill(const AttentionParams& p, void* stream, bool enable_pdl) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (p.q_dtype == DType::kFloat16) {
-    dispatch_dim<__half>(p, s, enable_pdl);
-  } else {
-    dispatch_dim<__nv_bfloat16>(p, s, enable_pdl);
-  }
+  dispatch_dtype<CudaElements, kFloat16, kBFloat16>(
+      p.q_dtype, "attention", "q", [&]<class T>() { dispatch_dim<T>(p, s, enable_pdl); });
 }
 
 }  // namespace flashinfer::kernels::cuda

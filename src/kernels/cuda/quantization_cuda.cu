@@ -8,8 +8,8 @@ namespace {
 // Element loads, exact to fp32. FP8 inputs decode through the same formula as the CPU table.
 __device__ __forceinline__ float load_elem(const __half* p) { return __half2float(*p); }
 __device__ __forceinline__ float load_elem(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ float load_elem(const uint8_t* p) {
-  return detail::DecodeMinifloat<4, 3, detail::Specials::kFiniteNan>(*p);
+__device__ __forceinline__ float load_elem(const __nv_fp8_e4m3* p) {
+  return detail::DecodeMinifloat<4, 3, detail::Specials::kFiniteNan>(p->__x);
 }
 
 __device__ __forceinline__ float e4m3_to_float(uint8_t code) {
@@ -103,16 +103,8 @@ void launch(const char* op, Kernel kernel, const Params& p, int64_t threads_tota
             cudaStream_t stream, bool enable_pdl) {
   if (threads_total == 0) return;
   constexpr int kThreads = 128;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((threads_total + kThreads - 1) / kThreads));
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = enable_pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  FLASHINFER_CUDA_CALL(op, cudaLaunchKernelEx(&cfg, kernel, p));
+  launch_kernel(op, kernel, dim3(static_cast<unsigned>((threads_total + kThreads - 1) / kThreads)),
+                dim3(kThreads), 0, stream, enable_pdl, p);
 }
 
 }  // namespace
@@ -123,17 +115,9 @@ void fp4_quantize(const Fp4QuantizeParams& p, void* stream, bool enable_pdl) {
   // Padding of the swizzled layouts must read as zero.
   FLASHINFER_CUDA_CALL(op, cudaMemsetAsync(p.sf, 0, static_cast<size_t>(p.sf_size), s));
   const int64_t n = p.m * (p.k / p.sf_vec_size);
-  switch (p.in_dtype) {
-    case DType::kFloat16:
-      return launch(op, fp4_quantize_kernel<__half>, p, n, s, enable_pdl);
-    case DType::kBFloat16:
-      return launch(op, fp4_quantize_kernel<__nv_bfloat16>, p, n, s, enable_pdl);
-    case DType::kFloat8E4M3FN:
-      return launch(op, fp4_quantize_kernel<uint8_t>, p, n, s, enable_pdl);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "input", "dtype ", dtype_torch_name(p.in_dtype),
-                      " is not supported on CUDA");
-  }
+  dispatch_dtype<CudaElements, kFloat16, kBFloat16, kFloat8E4M3FN>(
+      p.in_dtype, op, "input",
+      [&]<class T>() { launch(op, fp4_quantize_kernel<T>, p, n, s, enable_pdl); });
 }
 
 void mxfp8_quantize(const Mxfp8QuantizeParams& p, void* stream, bool enable_pdl) {
@@ -141,15 +125,9 @@ void mxfp8_quantize(const Mxfp8QuantizeParams& p, void* stream, bool enable_pdl)
   const char* op = "mxfp8_quantize";
   FLASHINFER_CUDA_CALL(op, cudaMemsetAsync(p.sf, 0, static_cast<size_t>(p.sf_size), s));
   const int64_t n = p.m * (p.k / 32);
-  switch (p.in_dtype) {
-    case DType::kFloat16:
-      return launch(op, mxfp8_quantize_kernel<__half>, p, n, s, enable_pdl);
-    case DType::kBFloat16:
-      return launch(op, mxfp8_quantize_kernel<__nv_bfloat16>, p, n, s, enable_pdl);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "input", "dtype ", dtype_torch_name(p.in_dtype),
-                      " is not supported on CUDA");
-  }
+  dispatch_dtype<CudaElements, kFloat16, kBFloat16>(p.in_dtype, op, "input", [&]<class T>() {
+    launch(op, mxfp8_quantize_kernel<T>, p, n, s, enable_pdl);
+  });
 }
 
 void block_scale_interleave(const BlockScaleInterleaveParams& p, void* stream) {

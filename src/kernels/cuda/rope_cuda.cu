@@ -201,17 +201,8 @@ void launch(const RopeParams& p, cudaStream_t stream) {
 
 void apply_rope(const RopeParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  switch (p.dtype) {
-    case DType::kFloat32:
-      return launch<float>(p, s);
-    case DType::kFloat16:
-      return launch<__half>(p, s);
-    case DType::kBFloat16:
-      return launch<__nv_bfloat16>(p, s);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "apply_rope", "q", "dtype ",
-                      dtype_torch_name(p.dtype), " is not supported on CUDA");
-  }
+  dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(p.dtype, "apply_rope", "q",
+                                                              [&]<class T>() { launch<T>(p, s); });
 }
 
 }  // namespace flashinfer::kernels::cuda

@@ -341,67 +341,42 @@ __global__ void nan_kernel(const T* x, int64_t cols, int64_t stride_row, int64_t
 
 void check_launch(const char* op) { FLASHINFER_CUDA_CALL(op, cudaGetLastError()); }
 
-template <class F>
-void dispatch_float(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return f(float{});
-    case DType::kFloat16:
-      return f(__half{});
-    case DType::kBFloat16:
-      return f(__nv_bfloat16{});
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "input", "dtype ", dtype_torch_name(dtype),
-                      " is not supported on CUDA");
-  }
-}
-
 }  // namespace
 
 void sample(const SamplingParams& p, void* stream) {
   if (p.batch == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  dispatch_float(p.dtype, "sampling", [&](auto tag) {
-    using T = decltype(tag);
-    sample_kernel<T><<<static_cast<unsigned>(p.batch), kThreads, 0, s>>>(p);
-  });
+  dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
+      p.dtype, "sampling", "input",
+      [&]<class T>() { sample_kernel<T><<<static_cast<unsigned>(p.batch), kThreads, 0, s>>>(p); });
   check_launch("sampling");
 }
 
 void filter(const FilterParams& p, void* stream) {
   if (p.batch == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  dispatch_float(p.in_dtype, "sampling", [&](auto tag) {
-    using Tin = decltype(tag);
-    if (p.out_dtype == DType::kFloat32) {
-      filter_kernel<Tin, float><<<static_cast<unsigned>(p.batch), kThreads, 0, s>>>(p);
-    } else if (p.out_dtype == p.in_dtype) {
-      filter_kernel<Tin, Tin><<<static_cast<unsigned>(p.batch), kThreads, 0, s>>>(p);
-    } else {
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "sampling", "out", "output dtype ",
-                      dtype_torch_name(p.out_dtype), " is not supported for this input");
-    }
-  });
+  dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
+      p.in_dtype, "sampling", "input", [&]<class Tin>() {
+        if (p.out_dtype == DType::kFloat32) {
+          filter_kernel<Tin, float><<<static_cast<unsigned>(p.batch), kThreads, 0, s>>>(p);
+        } else if (p.out_dtype == p.in_dtype) {
+          filter_kernel<Tin, Tin><<<static_cast<unsigned>(p.batch), kThreads, 0, s>>>(p);
+        } else {
+          FLASHINFER_FAIL(ErrorCode::kUnsupported, "sampling", "out", "output dtype ",
+                          dtype_torch_name(p.out_dtype), " is not supported for this input");
+        }
+      });
   check_launch("sampling");
 }
 
 void softmax(const SoftmaxParams& p, void* stream, bool enable_pdl) {
   if (p.batch == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  dispatch_float(p.dtype, "softmax", [&](auto tag) {
-    using T = decltype(tag);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(p.batch));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = enable_pdl ? 1 : 0;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    FLASHINFER_CUDA_CALL("softmax", cudaLaunchKernelEx(&cfg, softmax_kernel<T>, p));
-  });
+  dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
+      p.dtype, "softmax", "input", [&]<class T>() {
+        launch_kernel("softmax", softmax_kernel<T>, dim3(static_cast<unsigned>(p.batch)),
+                      dim3(kThreads), 0, s, enable_pdl, p);
+      });
 }
 
 void nan_flag(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t stride_row,
@@ -409,11 +384,11 @@ void nan_flag(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t
   auto s = static_cast<cudaStream_t>(stream);
   FLASHINFER_CUDA_CALL("check_nan", cudaMemsetAsync(flag, 0, sizeof(int32_t), s));
   if (rows == 0 || cols == 0) return;
-  dispatch_float(dtype, "check_nan", [&](auto tag) {
-    using T = decltype(tag);
-    nan_kernel<T><<<static_cast<unsigned>(rows), 256, 0, s>>>(static_cast<const T*>(data), cols,
-                                                              stride_row, stride_col, flag);
-  });
+  dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
+      dtype, "check_nan", "input", [&]<class T>() {
+        nan_kernel<T><<<static_cast<unsigned>(rows), 256, 0, s>>>(static_cast<const T*>(data), cols,
+                                                                  stride_row, stride_col, flag);
+      });
   check_launch("check_nan");
 }
 
