@@ -9,17 +9,23 @@
 // compare the CUDA backend with the CPU one and skip without a GPU.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "flashinfer/flashinfer.h"
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
 #include "kernels/philox.h"
 #include "kernels/sampling_params.h"
 #include "util/test_util.h"
@@ -311,6 +317,53 @@ TEST(SamplingDecl, RenormProbsTakeUpstreamsArguments) {
         *p, bind_arguments(*p, {Value(probs), Value(0.6)}, {{"is_deterministic", Value(det)}})));
     EXPECT_TRUE(all_close(rp.as_tensor(), expect, {1e-7, 1e-6})) << det;
   }
+}
+
+TEST(SamplingDecl, RecordsCarryUpstreamsArgumentsAndReplay) {
+  // A dump of top_k_renorm_probs holds upstream's two arguments (upstream's replay calls
+  // top_k_renorm_probs(*args)); a sampler's record keeps the generator slot at upstream's index
+  // (arg_3, None). Both replay here.
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("fi_sampling_rec_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  recorder::Config c;
+  c.dump_dir = dir.string();
+  recorder::start(c);
+  const Tensor probs = make_rows({{0.1, 0.4, 0.2, 0.3}, {0.25, 0.15, 0.5, 0.1}});
+  (void)top_k_renorm_probs(probs, 2);
+  (void)sampling_from_probs(probs, std::nullopt, true, false, int64_t{5}, int64_t{8});
+  recorder::stop();
+  std::vector<fs::path> calls;  // top_k_renorm_probs first (names sort by time, then op)
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_directory()) calls.push_back(e.path());
+  }
+  std::sort(calls.begin(), calls.end(), [](const fs::path& a, const fs::path& b) {
+    return a.string().ends_with("top_k_renorm_probs_call0001") >
+           b.string().ends_with("top_k_renorm_probs_call0001");
+  });
+  ASSERT_EQ(calls.size(), 2u);
+  const auto meta = [](const fs::path& call) {
+    return nlohmann::json::parse(replay::read_metadata((call / "metadata.jsonl").string()).json);
+  };
+  const nlohmann::json k = meta(calls[0]), s = meta(calls[1]);
+  EXPECT_EQ(k["function_name"], "top_k_renorm_probs");
+  EXPECT_EQ(k["function_signature"], "(probs, top_k)");
+  EXPECT_EQ(k["input_metadata"], nlohmann::json({{"arg_1", 2}}));
+  EXPECT_EQ(k["tensor_info"]["input_tensor_keys"], nlohmann::json({"arg_0"}));
+  EXPECT_EQ(s["function_name"], "sampling_from_probs");
+  EXPECT_EQ(s["input_metadata"], nlohmann::json({{"arg_1", nullptr},
+                                                 {"arg_2", true},
+                                                 {"arg_3", nullptr},
+                                                 {"arg_4", false},
+                                                 {"arg_5", 5},
+                                                 {"arg_6", 8},
+                                                 {"arg_7", false}}));
+  for (const fs::path& call : calls) {
+    const replay::Result r = replay::replay_from_dump(call.string());
+    EXPECT_EQ(r.status, replay::Status::kPassed) << call << ": " << r.error;
+  }
+  fs::remove_all(dir);
 }
 
 TEST(SamplingDecl, InvokerReplaysTheCall) {
