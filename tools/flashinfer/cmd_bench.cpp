@@ -18,6 +18,7 @@
 #include "flashinfer/bench.h"
 #include "flashinfer/error.h"
 #include "flashinfer/op_decl.h"
+#include "flashinfer/ops/backends.h"
 #include "flashinfer/replay.h"
 
 namespace flashinfer::cli {
@@ -228,8 +229,14 @@ int list_routines() {
 }
 
 // Whether `backend` can run here; otherwise prints why and returns false.
-bool backend_available(const std::string& backend) {
+bool backend_available(const std::string& routine, const std::string& backend) {
   if (backend == "cpu") return true;
+  // The op's backend table says whether this build has a CUDA kernel for it at all.
+  if (routine != kCopyRoutine && cuda_compiled() && !op_has_backend(routine, DeviceType::kCUDA)) {
+    std::printf("[SKIP] %s :: %s has no CUDA kernel in this build (CPU reference only)\n",
+                backend.c_str(), routine.c_str());
+    return false;
+  }
   if (!cuda_compiled()) {
     std::printf("[SKIP] %s :: this build has no CUDA backend\n", backend.c_str());
     return false;
@@ -290,7 +297,8 @@ int run_bench(BenchOptions o) {
       FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "backends", "unknown backend '", b,
                       "' (cpu or cuda)");
     }
-    if (backend_available(b)) backends.emplace_back(b, b == "cpu" ? Device::cpu() : Device::cuda());
+    if (backend_available(o.routine, b))
+      backends.emplace_back(b, b == "cpu" ? Device::cpu() : Device::cuda());
   }
   if (backends.empty()) {
     std::printf("no requested backend is available\n");

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "flashinfer/op_decl.h"
+#include "flashinfer/ops/backends.h"
 
 namespace flashinfer::cli {
 
@@ -33,6 +34,9 @@ Command list_ops_command() {
                                 p.mutated ? " (written by the op)" : "");
                   }
                   std::printf("    -> %s\n", d->returns.c_str());
+                  for (const auto& [backend, impl] : op_backend_implementations(d->name)) {
+                    std::printf("    backend %-6s %s\n", backend.c_str(), impl.c_str());
+                  }
                 }
               }
               std::printf("%d ops\n", n);
