@@ -101,10 +101,23 @@ struct ArgTraits<Value> {  // taken as recorded (a jit_args list, a (K, V) pair)
   static constexpr ParamKind kind = ParamKind::kAny;
   static Value get(const CallArgs& a, std::size_t i) { return a[i]; }
 };
+namespace detail {
+template <class T>
+struct TypeNameOf {
+  static constexpr const char* value = nullptr;
+};
+template <class T>
+  requires requires { ArgTraits<T>::type_name; }
+struct TypeNameOf<T> {
+  static constexpr const char* value = ArgTraits<T>::type_name;
+};
+}  // namespace detail
+
 template <class T>
 struct ArgTraits<std::optional<T>> {
   static constexpr ParamKind kind = ArgTraits<T>::kind;
   static constexpr bool optional = true;
+  static constexpr const char* type_name = detail::TypeNameOf<T>::value;
   static std::optional<T> get(const CallArgs& a, std::size_t i) {
     if (a[i].is_none()) return std::nullopt;
     return ArgTraits<T>::get(a, i);
@@ -403,7 +416,9 @@ ParamDecl param_decl_for(const std::string& name) {
   if constexpr (requires { ArgTraits<T>::optional; }) {
     if (ArgTraits<T>::optional) p.opt();
   }
-  if constexpr (requires { ArgTraits<T>::type_name; }) p.type(ArgTraits<T>::type_name);
+  if constexpr (requires { ArgTraits<T>::type_name; }) {
+    if (ArgTraits<T>::type_name) p.type(ArgTraits<T>::type_name);
+  }
   return p;
 }
 
