@@ -3,10 +3,8 @@
 
 #include "api/bench_support.h"
 #include "api/checks.h"
-#include "api/device_props.h"
-#include "core/cuda_runtime.h"
+#include "api/kernel_table.h"
 #include "flashinfer/op_typed.h"
-#include "flashinfer/stream.h"
 #include "kernels/cpu/activation_cpu.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/activation_cuda.h"
@@ -18,6 +16,20 @@ namespace {
 using kernels::Activation;
 
 constexpr const char* kModule = "flashinfer.activation";
+
+// The backends of the gated-activation kernel, shared by the three ops (src/api/kernel_table.h).
+constexpr api::KernelEntry<kernels::ActAndMulParams> kActAndMulKernels[] = {
+    {DeviceType::kCPU, "CPU reference: fp32 math, AVX2/AVX-512 tiers, OpenMP rows", nullptr,
+     [](const kernels::ActAndMulParams& p, const api::LaunchContext&) {
+       kernels::cpu::act_and_mul(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one block per row, 16-byte vectors when aligned", nullptr,
+     [](const kernels::ActAndMulParams& p, const api::LaunchContext& c) {
+       kernels::cuda::act_and_mul(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
 
 // A [rows, width] view of `t` when its leading dimensions collapse, else an undefined tensor.
 Tensor try_rows_view(const Tensor& t, int64_t rows, int64_t width) {
@@ -75,20 +87,7 @@ Tensor act_and_mul_impl(const char* op, Activation act, const Tensor& input,
   p.out_stride_d = out2.stride(1);
   p.act = act;
   p.dtype = input.dtype();
-  if (input.device().is_cpu()) {
-    kernels::cpu::act_and_mul(p);
-  } else {
-#if FLASHINFER_WITH_CUDA
-    const bool* req = enable_pdl ? &*enable_pdl : nullptr;
-    detail::CudaDeviceScope device_scope(input.device());
-    kernels::cuda::act_and_mul(p, current_cuda_stream(),
-                               api::resolve_enable_pdl(req, input.device()));
-#else
-    (void)enable_pdl;
-    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "input",
-                    "CUDA tensor given to a build without the CUDA backend");
-#endif
-  }
+  api::launch(kActAndMulKernels, p, input.device(), op, "input", enable_pdl);
   if (staged) result.copy_(out2.view(out_shape));
   return result;
 }
@@ -153,6 +152,7 @@ void register_activation_ops(OpRegistry& r) {
        .summary = "Gated tanh-GELU: gelu_tanh(input[..., :d]) * input[..., d:]"},
       "input", arg("out").mut(), "enable_pdl");
   for (const char* name : {"silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"}) {
+    api::register_backends(name, kActAndMulKernels);
     register_bench_hook(name,
                         [name](const BenchShape& s, Device d) { return bench_act(s, d, name); });
   }
