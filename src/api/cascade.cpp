@@ -3,9 +3,8 @@
 
 #include "api/bench_support.h"
 #include "api/checks.h"
-#include "core/cuda_runtime.h"
+#include "api/kernel_table.h"
 #include "flashinfer/op_typed.h"
-#include "flashinfer/stream.h"
 #include "kernels/attention_params.h"
 #include "kernels/cpu/attention_cpu.h"
 #if FLASHINFER_WITH_CUDA
@@ -16,6 +15,20 @@ namespace flashinfer {
 namespace {
 
 constexpr const char* kModule = "flashinfer.cascade";
+
+// The backends of the state-merge kernel, shared by the three ops (src/api/kernel_table.h).
+constexpr api::KernelEntry<kernels::MergeParams> kMergeKernels[] = {
+    {DeviceType::kCPU, "CPU reference: fp32 weights 2^(s - max), OpenMP over (row, head)", nullptr,
+     [](const kernels::MergeParams& p, const api::LaunchContext&) {
+       kernels::cpu::merge_states(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one block per (row, head)", nullptr,
+     [](const kernels::MergeParams& p, const api::LaunchContext& c) {
+       kernels::cuda::merge_states(p, c.stream);
+     }},
+#endif
+};
 
 // v [seq, H, D] with s [seq, H] fp32 on v's device.
 void check_state(const Tensor& v, const Tensor& s, const char* op, const char* v_arg,
@@ -32,20 +45,10 @@ void check_state(const Tensor& v, const Tensor& s, const char* op, const char* v
   api::check_same_device(s, v, op, s_arg, v_arg);
 }
 
+// Errors name "v" as the argument that decides the device, whatever the op calls its states.
 void dispatch(const kernels::MergeParams& p, Device device, const char* op) {
   if (p.seq * p.num_heads == 0) return;
-  if (device.is_cpu()) {
-    kernels::cpu::merge_states(p);
-  } else {
-#if FLASHINFER_WITH_CUDA
-    (void)op;
-    detail::CudaDeviceScope device_scope(device);
-    kernels::cuda::merge_states(p, current_cuda_stream());
-#else
-    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "v",
-                    "CUDA tensor given to a build without the CUDA backend");
-#endif
-  }
+  api::launch(kMergeKernels, p, device, op, "v");
 }
 
 // Binary merge of (v_a, s_a) and (v_b, s_b) into (v_out, s_out).
@@ -226,6 +229,9 @@ void register_cascade_ops(OpRegistry& r) {
                           .module = kModule,
                           .summary = "Merges num_states attention states per row and head"},
                          "v", "s");
+  for (const char* name : {"merge_state", "merge_state_in_place", "merge_states"}) {
+    api::register_backends(name, kMergeKernels);
+  }
   register_bench_hook("merge_state", [](const BenchShape& s, Device d) {
     return bench_merge_state(s, d, "merge_state");
   });
