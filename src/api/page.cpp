@@ -7,9 +7,8 @@
 #include "api/attention_common.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
-#include "core/cuda_runtime.h"
+#include "api/kernel_table.h"
 #include "flashinfer/op_typed.h"
-#include "flashinfer/stream.h"
 #include "kernels/cpu/attention_cpu.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/cascade_cuda.h"
@@ -38,6 +37,59 @@ Tensor host_int32(const std::vector<int32_t>& v) {
   if (!v.empty()) std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(int32_t));
   return t;
 }
+
+// What each backend of the append receives: the kernel parameters less the index arrays, and the
+// validated host copies of those arrays. The CPU reads the copies in place; CUDA uploads them,
+// so the kernel reads exactly what was checked.
+struct AppendLaunch {
+  kernels::AppendParams p;
+  const std::vector<int32_t>* kv_indptr;
+  const std::vector<int32_t>* kv_indices;
+  const std::vector<int32_t>* batch_indices;
+  const std::vector<int32_t>* positions;
+};
+
+// The backends of the append kernel (src/api/kernel_table.h).
+constexpr api::KernelEntry<AppendLaunch> kAppendKernels[] = {
+    {DeviceType::kCPU, "CPU reference: row copies, OpenMP over appended rows", nullptr,
+     [](const AppendLaunch& l, const api::LaunchContext&) {
+       kernels::AppendParams p = l.p;
+       p.cache.kv_indptr = l.kv_indptr->data();
+       p.cache.kv_indices = l.kv_indices->data();
+       p.batch_indices = l.batch_indices->data();
+       p.positions = l.positions->data();
+       kernels::cpu::append_paged_kv_cache(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    // The kernel moves 1-, 2- or 4-byte elements; the CPU reference copies any width.
+    {DeviceType::kCUDA, "CUDA kernel: one block per appended row, indices uploaded",
+     [](const AppendLaunch& l) {
+       return l.p.elem_size == 1 || l.p.elem_size == 2 || l.p.elem_size == 4;
+     },
+     [](const AppendLaunch& l, const api::LaunchContext& c) {
+       const Tensor dptr = host_int32(*l.kv_indptr).to(c.device);
+       const Tensor didx =
+           host_int32(l.kv_indices->empty() ? std::vector<int32_t>{0} : *l.kv_indices).to(c.device);
+       const Tensor dbi = host_int32(*l.batch_indices).to(c.device);
+       const Tensor dpos = host_int32(*l.positions).to(c.device);
+       kernels::AppendParams p = l.p;
+       p.cache.kv_indptr = dptr.data<const int32_t>();
+       p.cache.kv_indices = didx.data<const int32_t>();
+       p.batch_indices = dbi.data<const int32_t>();
+       p.positions = dpos.data<const int32_t>();
+       kernels::cuda::append_paged_kv_cache(p, c.stream);
+     }},
+#endif
+};
+
+// get_batch_indices_positions has no kernel: it computes on the host from a host copy of its
+// indices and writes the results to their device.
+constexpr api::BackendSummary kBatchIndicesPositionsBackends[] = {
+    {DeviceType::kCPU, "host computation"},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "host computation, indices read back and results uploaded"},
+#endif
+};
 
 std::tuple<Tensor, Tensor> get_batch_indices_positions_impl(const Tensor& append_indptr,
                                                             const Tensor& seq_lens, int64_t nnz,
@@ -125,7 +177,12 @@ void append_impl(const Tensor& append_key, const Tensor& append_value, const Ten
                      "is on ", t->device().str(), " but paged_kv_cache is on ", k.device().str());
   }
   if (nnz == 0) return;
-  kernels::AppendParams p;
+  AppendLaunch l{.p = {},
+                 .kv_indptr = &s.kv_indptr,
+                 .kv_indices = &s.kv_indices,
+                 .batch_indices = &bi,
+                 .positions = &pos};
+  kernels::AppendParams& p = l.p;
   p.append_key = append_key.data_ptr();
   p.append_value = append_value.data_ptr();
   p.ak_stride_n = append_key.stride(0);
@@ -145,31 +202,7 @@ void append_impl(const Tensor& append_key, const Tensor& append_value, const Ten
   p.nnz = nnz;
   p.num_heads = k.size(2);
   p.head_dim = k.size(3);
-  if (k.device().is_cpu()) {
-    p.cache.kv_indptr = s.kv_indptr.data();
-    p.cache.kv_indices = s.kv_indices.data();
-    p.batch_indices = bi.data();
-    p.positions = pos.data();
-    kernels::cpu::append_paged_kv_cache(p);
-  } else {
-#if FLASHINFER_WITH_CUDA
-    detail::CudaDeviceScope device_scope(k.device());
-    // The validated host copies go to the device, so the kernel reads exactly what was checked.
-    Tensor dptr = host_int32(s.kv_indptr).to(k.device());
-    Tensor didx =
-        host_int32(s.kv_indices.empty() ? std::vector<int32_t>{0} : s.kv_indices).to(k.device());
-    Tensor dbi = host_int32(bi).to(k.device());
-    Tensor dpos = host_int32(pos).to(k.device());
-    p.cache.kv_indptr = dptr.data<const int32_t>();
-    p.cache.kv_indices = didx.data<const int32_t>();
-    p.batch_indices = dbi.data<const int32_t>();
-    p.positions = dpos.data<const int32_t>();
-    kernels::cuda::append_paged_kv_cache(p, current_cuda_stream());
-#else
-    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "paged_kv_cache",
-                    "CUDA tensor given to a build without the CUDA backend");
-#endif
-  }
+  api::launch(kAppendKernels, l, k.device(), op, "paged_kv_cache");
 }
 
 }  // namespace
@@ -266,6 +299,8 @@ void register_page_ops(OpRegistry& r) {
        .summary = "Writes appended key/value rows into their pages of a paged KV cache"},
       "append_key", "append_value", "batch_indices", "positions", arg("paged_kv_cache").mut(),
       "kv_indices", "kv_indptr", "kv_last_page_len", arg("kv_layout", "NHD"));
+  api::register_backends("get_batch_indices_positions", kBatchIndicesPositionsBackends);
+  api::register_backends("append_paged_kv_cache", kAppendKernels);
   register_bench_hook("append_paged_kv_cache", bench_append);
 }
 }  // namespace detail
