@@ -7,9 +7,8 @@
 
 #include "api/bench_support.h"
 #include "api/checks.h"
-#include "core/cuda_runtime.h"
+#include "api/kernel_table.h"
 #include "flashinfer/op_typed.h"
-#include "flashinfer/stream.h"
 #include "kernels/cpu/rope_cpu.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/rope_cuda.h"
@@ -81,6 +80,56 @@ struct Positions {
   std::vector<int64_t> resolved;  // CPU: positions computed from indptr/offsets
 };
 
+// What each backend of the RoPE kernel receives: the kernel parameters less the positions, and
+// the positions, which the backends read in different forms. The CPU reference takes one position
+// per token (the ragged forms' are resolved on the host, see ragged_positions); CUDA resolves the
+// ragged (indptr, offsets) form itself. Strided index tensors are read through dense copies.
+struct RopeLaunch {
+  kernels::RopeParams p;
+  const Positions* pos;
+};
+
+// The backends of the RoPE kernel, shared by every rope op (src/api/kernel_table.h).
+constexpr api::KernelEntry<RopeLaunch> kRopeKernels[] = {
+    {DeviceType::kCPU, "CPU reference: fp64 angles, fp32 rotation, OpenMP over tokens", nullptr,
+     [](const RopeLaunch& l, const api::LaunchContext&) {
+       kernels::RopeParams p = l.p;
+       p.pos_mode = kernels::RopePosMode::kPositions;
+       Tensor dense_pos;
+       if (l.pos->mode == kernels::RopePosMode::kIndptrOffsets) {
+         p.pos = l.pos->resolved.data();
+         p.pos_dtype = DType::kInt64;
+       } else {
+         dense_pos = dense(l.pos->pos);
+         p.pos = dense_pos.data_ptr();
+         p.pos_dtype = dense_pos.dtype();
+       }
+       kernels::cpu::apply_rope(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one block per token, cos/sin table in shared memory", nullptr,
+     [](const RopeLaunch& l, const api::LaunchContext& c) {
+       kernels::RopeParams p = l.p;
+       Tensor dpos, dindptr, doffsets;
+       p.pos_mode = l.pos->mode;
+       if (l.pos->mode == kernels::RopePosMode::kPositions) {
+         dpos = dense(l.pos->pos);
+         p.pos = dpos.data_ptr();
+         p.pos_dtype = dpos.dtype();
+       } else {
+         dindptr = dense(l.pos->indptr);
+         doffsets = dense(l.pos->offsets);
+         p.indptr = dindptr.data_ptr();
+         p.indptr_dtype = dindptr.dtype();
+         p.offsets = doffsets.data_ptr();
+         p.offsets_dtype = doffsets.dtype();
+         p.batch = doffsets.size(0);
+       }
+       kernels::cuda::apply_rope(p, c.stream);
+     }},
+#endif
+};
+
 Positions pos_ids_positions(const char* op, const char* arg, const Tensor& pos_ids,
                             const Tensor& q) {
   check_index_tensor(pos_ids, q, op, arg);
@@ -144,9 +193,9 @@ int64_t resolve_rotary_dim(const char* op, std::optional<int64_t> rotary_dim, in
 
 // Fills the kernel parameters for 3-D views q/k -> q_out/k_out and runs the kernel.
 void run_rope(const char* op, const Tensor& q, const Tensor& k, const Tensor& q_out,
-              const Tensor& k_out, bool inplace, Positions& pos, int64_t rotary_dim,
+              const Tensor& k_out, bool inplace, const Positions& pos, int64_t rotary_dim,
               bool interleave, const Angles& ang) {
-  kernels::RopeParams p;
+  kernels::RopeParams p;  // positions: filled by each backend from `pos`
   p.q = q.data_ptr();
   p.k = k.data_ptr();
   p.q_out = q_out.data_ptr();
@@ -176,43 +225,8 @@ void run_rope(const char* op, const Tensor& q, const Tensor& k, const Tensor& q_
     p.cache_stride_col = ang.cache.stride(1);
   }
   if (p.nnz == 0 || p.num_q_heads + p.num_k_heads == 0) return;
-  if (q.device().is_cpu()) {
-    p.pos_mode = kernels::RopePosMode::kPositions;
-    Tensor dense_pos;
-    if (pos.mode == kernels::RopePosMode::kIndptrOffsets) {
-      p.pos = pos.resolved.data();
-      p.pos_dtype = DType::kInt64;
-    } else {
-      dense_pos = dense(pos.pos);
-      p.pos = dense_pos.data_ptr();
-      p.pos_dtype = dense_pos.dtype();
-    }
-    kernels::cpu::apply_rope(p);
-  } else {
-#if FLASHINFER_WITH_CUDA
-    (void)op;  // the launcher names "apply_rope" in its own errors
-    Tensor dpos, dindptr, doffsets;
-    p.pos_mode = pos.mode;
-    if (pos.mode == kernels::RopePosMode::kPositions) {
-      dpos = dense(pos.pos);
-      p.pos = dpos.data_ptr();
-      p.pos_dtype = dpos.dtype();
-    } else {
-      dindptr = dense(pos.indptr);
-      doffsets = dense(pos.offsets);
-      p.indptr = dindptr.data_ptr();
-      p.indptr_dtype = dindptr.dtype();
-      p.offsets = doffsets.data_ptr();
-      p.offsets_dtype = doffsets.dtype();
-      p.batch = doffsets.size(0);
-    }
-    detail::CudaDeviceScope device_scope(q.device());
-    kernels::cuda::apply_rope(p, current_cuda_stream());
-#else
-    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "q",
-                    "CUDA tensor given to a build without the CUDA backend");
-#endif
-  }
+  // Errors name "q" as the argument that decides the device, whatever the op calls it.
+  api::launch(kRopeKernels, RopeLaunch{.p = p, .pos = &pos}, q.device(), op, "q");
 }
 
 std::pair<Tensor, Tensor> rope_common(const char* op, const Tensor& q, const Tensor& k,
@@ -606,18 +620,22 @@ void register_rope_ops(OpRegistry& r) {
       "positions", arg("query").mut(), arg("key").mut(), "head_size", "cos_sin_cache",
       arg("is_neox", true));
 
+  // Every rope op runs the one kernel; the three groups differ in their bench inputs.
   for (const char* name :
        {"apply_rope", "apply_rope_inplace", "apply_llama31_rope", "apply_llama31_rope_inplace"}) {
+    api::register_backends(name, kRopeKernels);
     register_bench_hook(
         name, [name](const BenchShape& s, Device d) { return bench_rope_ragged(s, d, name); });
   }
   for (const char* name : {"apply_rope_pos_ids", "apply_rope_pos_ids_inplace",
                            "apply_llama31_rope_pos_ids", "apply_llama31_rope_pos_ids_inplace"}) {
+    api::register_backends(name, kRopeKernels);
     register_bench_hook(
         name, [name](const BenchShape& s, Device d) { return bench_rope_pos_ids(s, d, name); });
   }
   for (const char* name :
        {"apply_rope_with_cos_sin_cache", "apply_rope_with_cos_sin_cache_inplace"}) {
+    api::register_backends(name, kRopeKernels);
     register_bench_hook(
         name, [name](const BenchShape& s, Device d) { return bench_rope_cos_sin(s, d, name); });
   }
