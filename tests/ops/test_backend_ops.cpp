@@ -1,0 +1,877 @@
+// Every registered op on every backend present, from the same generated inputs, compared with the
+// CPU reference (issue #15, item 3).
+//
+// Backends: the CPU reference is the scalar tier (src/kernels/cpu/cpu_isa.h capped to kScalar);
+// the vector tiers this CPU has (AVX2, AVX-512) and CUDA (when the build has it and a GPU is
+// visible) are compared with it. Inputs come from the op's bench hook (flashinfer/bench.h) at the
+// small shape below. For every backend the hook's case is run once under a capturing observer to
+// learn the op's arguments there (device placement, the wrapper object the hook planned), then
+// those tensor arguments are overwritten with copies of the reference's inputs and the op is run
+// through its declared invoker: every backend sees bit-identical inputs, also where a hook derives
+// an input on the device (probabilities as a softmax, quantized operands).
+//
+// Per output tensor (the result, or each item of a tuple result, and every mutated argument,
+// tuple items included): same shape and dtype, NaN exactly where the reference has NaN, +-inf
+// exactly where it has the same infinity, and max |x - ref| / max(1, |ref|) within the dtype's
+// tolerance (integer, bool and packed fp4 outputs exactly; fp8 one unit in the last place).
+//
+// Guard bytes: each backend also runs the op once more with every output it writes (mutated
+// arguments, and `out=`/`lse=` and the other output parameters left None by the hook) placed in
+// a larger buffer filled with a known byte pattern; the pattern before and after each output must
+// be intact, the outputs must equal the unguarded run's, and an op given `out=` must return it.
+//
+// Test names: BackendOpsCpu.* (tiers), BackendOpsCuda.* (skips without CUDA or a GPU; select it
+// with --gtest_filter='*Cuda*'), BackendOpsCoverage.* (every registered op has a case here).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "api/bench_support.h"
+#include "core/strided.h"
+#include "flashinfer/api_call.h"
+#include "flashinfer/bench.h"
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/op_decl.h"
+#include "kernels/cpu/cpu_isa.h"
+
+namespace flashinfer::testing {
+namespace {
+
+using kernels::cpu::CpuIsa;
+
+// ---- what runs ------------------------------------------------------------------------------
+
+// Small enough for the whole binary to take seconds: 3 requests of 5 queries over 37 keys
+// (three pages of 16, the last one partial), 300-wide norm rows (every vector tail), a vocabulary
+// of 100 (no near-ties in the samplers' prefix sums, so CUDA must pick the same tokens as the
+// CPU), 40 x 128 quantizer inputs (rows not a multiple of the 128-row scale tiles).
+BenchShape small_shape() {
+  BenchShape s;
+  s.batch_size = 3;
+  s.s_qo = 5;
+  s.s_kv = 37;
+  s.num_qo_heads = 4;
+  s.num_kv_heads = 2;
+  s.head_dim_qk = 64;
+  s.head_dim_vo = 64;
+  s.page_size = 16;
+  s.m = 40;
+  s.n = 64;
+  s.k = 128;
+  s.hidden_size = 300;
+  s.vocab_size = 100;
+  s.top_k = 10;
+  s.top_p = 0.9;
+  s.random_seed = 42;
+  return s;
+}
+
+// Each op runs in these variants (fields an op does not read leave it unchanged).
+struct Variant {
+  const char* label;
+  std::function<void(BenchShape&)> apply;
+  std::set<std::string> not_for;  // ops the variant does not apply to (see the reason there)
+};
+const std::vector<Variant>& variants() {
+  static const std::vector<Variant> v = {
+      {"bf16", [](BenchShape&) {}, {}},
+      {"fp16 causal",
+       [](BenchShape& s) {
+         s.input_dtype = s.q_dtype = s.kv_dtype = DType::kFloat16;
+         s.causal = true;
+         s.random_seed = 7;
+       },
+       {}},
+      // fp32 norm and activation inputs, fp16 GEMM outputs; attention stays bf16. Not for the
+      // quantizers and the dequantizers (whose hooks quantize input_dtype first): they take fp16
+      // and bf16 inputs only, as upstream's do.
+      {"fp32",
+       [](BenchShape& s) {
+         s.input_dtype = DType::kFloat32;
+         s.out_dtype = DType::kFloat16;
+         s.random_seed = 11;
+       },
+       {"fp4_quantize", "nvfp4_quantize", "mxfp4_quantize", "mxfp8_quantize", "mxfp4_dequantize",
+        "mxfp8_dequantize_host", "e2m1_and_ufp8sf_scale_to_float"}},
+  };
+  return v;
+}
+
+// Ops without a bench routine that get their case here (the hook builds the arguments exactly as
+// a bench hook would).
+BenchCase batch_indices_positions_case(const BenchShape& s, Device dev) {
+  // batch_size requests appending s_qo rows each onto sequences of s_kv tokens.
+  std::vector<int64_t> indptr, lens;
+  for (int64_t b = 0; b <= s.batch_size; ++b) indptr.push_back(b * s.s_qo);
+  for (int64_t b = 0; b < s.batch_size; ++b) lens.push_back(s.s_kv + b);
+  return api::bench::invoke_case(
+      "get_batch_indices_positions",
+      {Value(api::bench::int32_tensor(indptr, dev)), Value(api::bench::int32_tensor(lens, dev)),
+       Value(s.batch_size * s.s_qo)});
+}
+const std::map<std::string, BenchHook>& local_cases() {
+  static const std::map<std::string, BenchHook> m = {
+      {"get_batch_indices_positions", batch_indices_positions_case},
+  };
+  return m;
+}
+
+// Registered ops with no case of their own: each is run by another op's case, or cannot run
+// alone. A new op is not to be added here without the reason.
+const std::map<std::string, std::string>& covered_elsewhere() {
+  static const std::map<std::string, std::string> m = {
+      {"BatchDecodeWithPagedKVCacheWrapper.__init__",
+       "the run case constructs the wrapper (bench hook of .run)"},
+      {"BatchDecodeWithPagedKVCacheWrapper.plan", "the run case plans before it runs"},
+      {"BatchPrefillWithPagedKVCacheWrapper.__init__", "the run case constructs the wrapper"},
+      {"BatchPrefillWithPagedKVCacheWrapper.plan", "the run case plans before it runs"},
+      {"BatchPrefillWithRaggedKVCacheWrapper.__init__", "the run case constructs the wrapper"},
+      {"BatchPrefillWithRaggedKVCacheWrapper.plan", "the run case plans before it runs"},
+  };
+  return m;
+}
+
+const BenchHook* hook_of(const std::string& op) {
+  if (const BenchHook* h = find_bench_hook(op)) return h;
+  auto it = local_cases().find(op);
+  return it == local_cases().end() ? nullptr : &it->second;
+}
+
+// Ops with a case: the bench routines and the local cases, sorted, each once.
+std::vector<std::string> case_ops() {
+  std::set<std::string> names;
+  for (const std::string& n : bench_routines()) names.insert(n);
+  for (const auto& [n, hook] : local_cases()) names.insert(n);
+  return {names.begin(), names.end()};
+}
+
+// Optional tensor parameters (None in the bench cases) that are outputs: the result they would
+// receive. `out` and `lse` hold for every op that has them (attention: result[0], result[1]).
+std::optional<std::string> output_param_target(const OpDecl& decl, const ParamDecl& p,
+                                               const std::vector<std::string>& result_names) {
+  auto has = [&](const std::string& n) {
+    return std::find(result_names.begin(), result_names.end(), n) != result_names.end();
+  };
+  if (decl.name == "get_batch_indices_positions") {
+    if (p.name == "batch_indices") return "result[0]";
+    if (p.name == "positions") return "result[1]";
+  }
+  if (p.name == "out") {
+    if (has("result")) return "result";
+    if (has("result[0]")) return "result[0]";
+  }
+  if (p.name == "lse" && has("result[1]")) return "result[1]";
+  return std::nullopt;
+}
+
+// ---- tolerances -----------------------------------------------------------------------------
+
+// Per-dtype error bound on max |x - ref| / max(1, |ref|). Integer, bool and packed fp4 outputs
+// (quantized codes, sampled ids, page indices) compare exactly; fp8 outputs by one unit in the
+// last place of the format at the reference's magnitude (see within_tolerance).
+std::optional<double> float_tolerance(DType d) {
+  switch (d) {
+    case DType::kFloat64:
+      return 1e-12;
+    case DType::kFloat32:
+      return 1e-5;
+    case DType::kFloat16:
+      return 2e-3;
+    case DType::kBFloat16:
+      return 1.6e-2;
+    default:
+      return std::nullopt;
+  }
+}
+
+// Deliberate per-op deviations from the table above, each with its reason. Key: "op" or
+// "op:output".
+const std::map<std::string, double>& op_tolerance_overrides() {
+  static const std::map<std::string, double> m = {};
+  return m;
+}
+
+// One unit in the last place of an fp8 format at magnitude |r| (subnormal spacing below the
+// smallest normal).
+double fp8_ulp(DType d, double r) {
+  const int mbits = d == DType::kFloat8E4M3FN ? 3 : 2;
+  const int emin = d == DType::kFloat8E4M3FN ? -6 : -14;
+  const double a = std::fabs(r);
+  int e = a > 0 ? static_cast<int>(std::floor(std::log2(a))) : emin;
+  e = std::max(e, emin);
+  return std::ldexp(1.0, e - mbits);
+}
+
+struct Compared {
+  bool ok = true;
+  std::string detail;
+  double worst = 0.0;  // the largest error, in the unit of the check (0 when exact)
+};
+
+Compared compare_tensor(const std::string& name, const Tensor& got, const Tensor& ref,
+                        std::optional<double> tol_override) {
+  Compared c;
+  std::ostringstream msg;
+  if (got.shape() != ref.shape() || got.dtype() != ref.dtype()) {
+    msg << name << ": " << got.describe() << " vs reference " << ref.describe();
+    return {false, msg.str()};
+  }
+  const std::vector<double> a = got.to_double_vector(), r = ref.to_double_vector();
+  const DType d = ref.dtype();
+  const bool fp8 = d == DType::kFloat8E4M3FN || d == DType::kFloat8E5M2;
+  const std::optional<double> tol = tol_override ? tol_override : float_tolerance(d);
+  std::size_t bad = 0, nan_bad = 0, inf_bad = 0;
+  double worst = 0.0;
+  std::size_t worst_i = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double x = a[i], y = r[i];
+    bool ok;
+    if (std::isnan(x) || std::isnan(y)) {
+      ok = std::isnan(x) && std::isnan(y);
+      nan_bad += ok ? 0 : 1;
+    } else if (std::isinf(x) || std::isinf(y)) {
+      ok = x == y;
+      inf_bad += ok ? 0 : 1;
+    } else if (fp8 && !tol_override) {
+      ok = std::fabs(x - y) <= fp8_ulp(d, y);
+      const double e = std::fabs(x - y) / fp8_ulp(d, y);
+      if (e > worst) worst = e, worst_i = i;
+    } else if (!tol) {
+      ok = x == y;
+      const double e = std::fabs(x - y);
+      if (e > worst) worst = e, worst_i = i;
+    } else {
+      const double e = std::fabs(x - y) / std::max(1.0, std::fabs(y));
+      ok = e <= *tol;
+      if (e > worst) worst = e, worst_i = i;
+    }
+    if (!ok) ++bad;
+  }
+  c.worst = worst;
+  if (bad == 0) return c;
+  c.ok = false;
+  msg << name << " (" << dtype_name(d) << ", " << shape_to_string(ref.shape()) << "): " << bad
+      << " of " << a.size() << " elements differ";
+  if (nan_bad) msg << ", " << nan_bad << " NaN mismatches";
+  if (inf_bad) msg << ", " << inf_bad << " inf mismatches";
+  if (worst > 0) {
+    msg << "; worst error " << worst
+        << (fp8 && !tol_override ? " ulp"
+            : tol                ? " (relative to max(1,|ref|))"
+                                 : " (absolute, exact expected)")
+        << " at [" << worst_i << "]: " << a[worst_i] << " vs " << r[worst_i];
+  }
+  if (tol) msg << ", tolerance " << *tol;
+  c.detail = msg.str();
+  return c;
+}
+
+// ---- backends ------------------------------------------------------------------------------
+
+struct Backend {
+  std::string name;
+  Device device;
+  CpuIsa tier;  // the ISA cap while it runs (CUDA: the CPU stays at the scalar tier)
+};
+
+const Backend kReference{"cpu-scalar", Device::cpu(), CpuIsa::kScalar};
+
+// Sets the cap for one scope and restores the default (all tiers) afterwards, also on failure.
+struct TierScope {
+  explicit TierScope(CpuIsa t) { kernels::cpu::set_cpu_isa_cap(t); }
+  ~TierScope() { kernels::cpu::set_cpu_isa_cap(CpuIsa::kAvx512); }
+};
+
+// ---- arguments and outputs -----------------------------------------------------------------
+
+// A copy of `t` on `device` with the same shape, strides and offset within the span it covers
+// (transposed GEMM operands stay transposed).
+Tensor copy_keep_layout(const Tensor& t, Device device) {
+  if (t.numel() == 0) return Tensor::empty(t.shape(), t.dtype(), device);
+  const auto [begin, end] = detail::covered_span(t.shape(), t.strides(), t.storage_offset());
+  Tensor span = Tensor::from_storage(t.storage(), {end - begin}, {1}, begin, t.dtype());
+  Tensor copy = span.device() == device ? span.clone() : span.to(device);
+  return copy.as_strided(t.shape(), t.strides(), 0);
+}
+
+// Deep copy of an argument (tensors, also inside tuples and lists, copied on their device).
+Value deep_copy(const Value& v) {
+  if (v.is_tensor()) return Value(copy_keep_layout(v.as_tensor(), v.as_tensor().device()));
+  if (v.is_sequence()) {
+    Value::Items items;
+    for (const Value& x : v.items()) items.push_back(deep_copy(x));
+    return v.kind() == Value::Kind::kTuple ? Value::tuple(std::move(items))
+                                           : Value::list(std::move(items));
+  }
+  return v;
+}
+
+// The arguments of the first call of `op` while installed, copied before the op ran.
+class CaptureObserver : public CallObserver {
+ public:
+  explicit CaptureObserver(std::string op) : op_(std::move(op)) {}
+  void on_call_begin(const OpDecl& decl, std::span<const Value> args) override {
+    if (decl.name != op_ || captured) return;
+    for (const Value& a : args) inputs.push_back(deep_copy(a));
+    captured = true;
+  }
+  void on_call_end(const OpDecl&, std::span<const Value>, const Value&) override {}
+  void on_call_error(const OpDecl&, std::span<const Value>, std::string_view what) override {
+    error = std::string(what);
+  }
+  bool wants(const OpDecl& decl) override { return decl.name == op_; }
+
+  bool captured = false;
+  std::vector<Value> inputs;
+  std::string error;
+
+ private:
+  std::string op_;
+};
+
+using Outputs = std::vector<std::pair<std::string, Tensor>>;  // host copies, in a fixed order
+
+Tensor host_copy(const Tensor& t) { return t.device().is_cpu() ? t.clone() : t.to(Device::cpu()); }
+
+// The result's tensors ("result", "result[i]") and every mutated argument ("name", "name[i]"
+// for a tuple such as a paged cache's (k, v)), copied to the host.
+Outputs collect_outputs(const OpDecl& decl, const std::vector<Value>& args, const Value& result) {
+  Outputs out;
+  if (result.is_tensor()) {
+    out.emplace_back("result", host_copy(result.as_tensor()));
+  } else if (result.is_sequence()) {
+    for (std::size_t i = 0; i < result.items().size(); ++i) {
+      if (result.items()[i].is_tensor()) {
+        out.emplace_back("result[" + std::to_string(i) + "]",
+                         host_copy(result.items()[i].as_tensor()));
+      }
+    }
+  }
+  for (std::size_t i = 0; i < decl.params.size() && i < args.size(); ++i) {
+    if (!decl.params[i].mutated) continue;
+    const Value& v = args[i];
+    if (v.is_tensor()) {
+      out.emplace_back(decl.params[i].name, host_copy(v.as_tensor()));
+    } else if (v.is_sequence()) {
+      for (std::size_t j = 0; j < v.items().size(); ++j) {
+        if (v.items()[j].is_tensor()) {
+          out.emplace_back(decl.params[i].name + "[" + std::to_string(j) + "]",
+                           host_copy(v.items()[j].as_tensor()));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// The op's bench case on `backend`, run once under the capture observer: its arguments there.
+struct Prepared {
+  BenchCase bench;  // keeps the wrapper object the hook planned alive
+  std::vector<Value> args;
+};
+
+Prepared prepare(const std::string& op, const BenchShape& shape, const Backend& be) {
+  const BenchHook* hook = hook_of(op);
+  if (hook == nullptr) throw std::runtime_error("no case for " + op);
+  Prepared p;
+  {
+    // Built at the scalar tier, so inputs a hook derives on the host are the reference's.
+    TierScope scalar(CpuIsa::kScalar);
+    p.bench = (*hook)(shape, be.device);
+  }
+  auto obs = std::make_shared<CaptureObserver>(op);
+  add_call_observer(obs);
+  try {
+    TierScope tier(be.tier);
+    p.bench.run();
+  } catch (...) {
+    remove_call_observer(obs);
+    throw;
+  }
+  remove_call_observer(obs);
+  if (!obs->captured) throw std::runtime_error("the bench case of " + op + " did not call it");
+  p.args = std::move(obs->inputs);
+  return p;
+}
+
+// `target` (a backend's captured argument) with its tensors replaced by copies of the reference's
+// inputs, on the target's devices and in the reference's layout.
+Value with_reference_data(const Value& target, const Value& ref, const std::string& where) {
+  if (target.is_tensor()) {
+    if (!ref.is_tensor()) throw std::runtime_error(where + ": the reference has no tensor here");
+    const Tensor& t = target.as_tensor();
+    const Tensor& r = ref.as_tensor();
+    if (t.shape() != r.shape() || t.dtype() != r.dtype()) {
+      throw std::runtime_error(where + ": " + t.describe() + " vs reference " + r.describe());
+    }
+    return Value(copy_keep_layout(r, t.device()));
+  }
+  if (target.is_sequence()) {
+    if (!ref.is_sequence() || ref.items().size() != target.items().size()) {
+      throw std::runtime_error(where + ": the reference has another sequence here");
+    }
+    Value::Items items;
+    for (std::size_t i = 0; i < target.items().size(); ++i) {
+      items.push_back(with_reference_data(target.items()[i], ref.items()[i],
+                                          where + "[" + std::to_string(i) + "]"));
+    }
+    return target.kind() == Value::Kind::kTuple ? Value::tuple(std::move(items))
+                                                : Value::list(std::move(items));
+  }
+  return target;  // scalars, strings, dtypes, the wrapper object of this backend
+}
+
+struct Run {
+  std::vector<Value> args;  // after the call
+  Value result;
+  Outputs outputs;
+};
+
+Run invoke(const OpDecl& decl, std::vector<Value> args, CpuIsa tier) {
+  TierScope scope(tier);
+  ScopedUnobserved quiet;
+  // The gate hands observers every parameter's value in declaration order (defaults filled in),
+  // so the captured values are already bound; keyword-only ones included.
+  if (args.size() != decl.params.size()) {
+    throw std::runtime_error(decl.name + ": captured " + std::to_string(args.size()) +
+                             " arguments for " + std::to_string(decl.params.size()) +
+                             " parameters");
+  }
+  CallArgs bound(decl, std::move(args));
+  Run r;
+  r.result = decl.invoke(bound);
+  r.args = bound.values();
+  r.outputs = collect_outputs(decl, r.args, r.result);
+  return r;
+}
+
+// ---- guard bytes ---------------------------------------------------------------------------
+
+constexpr std::size_t kGuardBytes = 256;  // before and after; keeps the data 256-byte aligned
+
+uint8_t canary(std::size_t i) { return static_cast<uint8_t>(0xA5 ^ (i * 37)); }
+
+// A contiguous tensor of `shape`/`dtype` on `device` in the middle of a larger buffer whose
+// every byte starts as the canary pattern.
+struct Guarded {
+  std::shared_ptr<Storage> storage;
+  std::size_t data_bytes = 0;
+  Tensor view;
+  std::string name;
+};
+
+Tensor contiguous_strides_view(std::shared_ptr<Storage> st, const Shape& shape, DType dtype,
+                               int64_t offset) {
+  Shape strides(shape.size(), 1);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i) {
+    const auto u = static_cast<std::size_t>(i);
+    strides[u] = strides[u + 1] * std::max<int64_t>(shape[u + 1], 1);
+  }
+  return Tensor::from_storage(std::move(st), shape, strides, offset, dtype);
+}
+
+Guarded make_guarded(const std::string& name, const Shape& shape, DType dtype, Device device) {
+  Guarded g;
+  g.name = name;
+  int64_t numel = 1;
+  for (int64_t s : shape) numel *= s;
+  g.data_bytes = static_cast<std::size_t>(numel) * dtype_size(dtype);
+  const std::size_t total = 2 * kGuardBytes + g.data_bytes;
+  g.storage = Storage::allocate(total, device);
+  auto host = Storage::allocate(total, Device::cpu());
+  auto* bytes = static_cast<uint8_t*>(host->data());
+  for (std::size_t i = 0; i < total; ++i) bytes[i] = canary(i);
+  const auto n = static_cast<int64_t>(total);
+  Tensor::from_storage(g.storage, {n}, {1}, 0, DType::kUInt8)
+      .copy_(Tensor::from_storage(host, {n}, {1}, 0, DType::kUInt8));
+  g.view = contiguous_strides_view(g.storage, shape, dtype,
+                                   static_cast<int64_t>(kGuardBytes / dtype_size(dtype)));
+  return g;
+}
+
+// "" when both guard regions still hold the pattern, else where the first overwrite is.
+std::string check_guard(const Guarded& g) {
+  const std::size_t total = 2 * kGuardBytes + g.data_bytes;
+  const Tensor all = host_copy(
+      Tensor::from_storage(g.storage, {static_cast<int64_t>(total)}, {1}, 0, DType::kUInt8));
+  const auto* b = static_cast<const uint8_t*>(all.data_ptr());
+  std::size_t first = total, count = 0;
+  for (std::size_t i = 0; i < total; ++i) {
+    if (i >= kGuardBytes && i < kGuardBytes + g.data_bytes) continue;
+    if (b[i] != canary(i)) {
+      first = std::min(first, i);
+      ++count;
+    }
+  }
+  if (count == 0) return "";
+  std::ostringstream msg;
+  msg << g.name << ": " << count << " guard bytes overwritten, first at byte "
+      << (first < kGuardBytes ? static_cast<long long>(first) - static_cast<long long>(kGuardBytes)
+                              : static_cast<long long>(first - kGuardBytes - g.data_bytes))
+      << (first < kGuardBytes ? " (before the output)" : " (after the end of the output)");
+  return msg.str();
+}
+
+// A guarded copy of `v` (a tensor, or each tensor of a tuple) holding its values.
+Value guarded_copy(const Value& v, const std::string& name, std::vector<Guarded>& guards) {
+  if (v.is_tensor()) {
+    const Tensor& t = v.as_tensor();
+    Guarded g = make_guarded(name, t.shape(), t.dtype(), t.device());
+    g.view.copy_(t);
+    Value out(g.view);
+    guards.push_back(std::move(g));
+    return out;
+  }
+  if (v.is_sequence()) {
+    Value::Items items;
+    for (std::size_t i = 0; i < v.items().size(); ++i) {
+      items.push_back(guarded_copy(v.items()[i], name + "[" + std::to_string(i) + "]", guards));
+    }
+    return v.kind() == Value::Kind::kTuple ? Value::tuple(std::move(items))
+                                           : Value::list(std::move(items));
+  }
+  return v;
+}
+
+// ---- the checks ----------------------------------------------------------------------------
+
+std::optional<double> tolerance_override(const std::string& op, const std::string& output) {
+  const auto& m = op_tolerance_overrides();
+  if (auto it = m.find(op + ":" + output); it != m.end()) return it->second;
+  if (auto it = m.find(op); it != m.end()) return it->second;
+  return std::nullopt;
+}
+
+// FLASHINFER_TEST_VERBOSE=1 prints each comparison's largest error (the margins in reports).
+bool verbose() {
+  static const bool v = [] {
+    const char* e = std::getenv("FLASHINFER_TEST_VERBOSE");
+    return e != nullptr && std::string(e) == "1";
+  }();
+  return v;
+}
+
+// Compares two output lists; returns one line per problem.
+std::vector<std::string> compare_outputs(const std::string& op, const Outputs& got,
+                                         const Outputs& ref, bool exact,
+                                         const std::string& label = "") {
+  std::vector<std::string> problems;
+  if (ref.empty()) problems.push_back("the reference run produced no output tensor to compare");
+  std::vector<std::string> got_names, ref_names;
+  for (const auto& [n, t] : got) got_names.push_back(n);
+  for (const auto& [n, t] : ref) ref_names.push_back(n);
+  if (got_names != ref_names) {
+    std::ostringstream m;
+    m << "outputs differ in names: [";
+    for (const auto& n : got_names) m << (&n == got_names.data() ? "" : " ") << n;
+    m << "] vs reference [";
+    for (const auto& n : ref_names) m << (&n == ref_names.data() ? "" : " ") << n;
+    m << "]";
+    problems.push_back(m.str());
+    return problems;
+  }
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    // exact: same backend and inputs, so bit-identical values (NaN and inf included).
+    const std::optional<double> tol =
+        exact ? std::optional<double>(0.0) : tolerance_override(op, ref[i].first);
+    const Compared c = compare_tensor(ref[i].first, got[i].second, ref[i].second, tol);
+    if (!c.ok) problems.push_back(c.detail);
+    if (verbose() && !label.empty()) {
+      std::printf("  %-14s %-40s %-16s %-6s worst %.3g%s\n", label.c_str(), op.c_str(),
+                  ref[i].first.c_str(), std::string(dtype_name(ref[i].second.dtype())).c_str(),
+                  c.worst, c.ok ? "" : "  MISMATCH");
+    }
+  }
+  return problems;
+}
+
+std::string join(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const auto& l : lines) s += "\n  " + l;
+  return s;
+}
+
+// The reference: the case built and run at the scalar tier; its inputs and outputs.
+struct Reference {
+  std::vector<Value> inputs;
+  Outputs outputs;
+};
+
+Reference run_reference(const std::string& op, const BenchShape& shape) {
+  const OpDecl& decl = *OpRegistry::global().find(op);
+  Prepared p = prepare(op, shape, kReference);
+  Reference ref;
+  ref.inputs = p.args;
+  std::vector<Value> args;
+  for (const Value& v : p.args) args.push_back(deep_copy(v));
+  ref.outputs = invoke(decl, std::move(args), kReference.tier).outputs;
+  return ref;
+}
+
+// The guard run on `be`: outputs placed between canaries. Returns the problems found.
+std::vector<std::string> guarded_run(const OpDecl& decl, const Prepared& p, const Reference& ref,
+                                     const Backend& be, const Outputs& unguarded) {
+  std::vector<std::string> problems;
+  std::vector<std::string> result_names;
+  for (const auto& [n, t] : unguarded) result_names.push_back(n);
+  std::vector<Guarded> guards;
+  std::vector<Value> args;
+  std::optional<std::size_t> out_index;
+  std::vector<std::pair<std::size_t, std::string>> filled;  // output parameters given: target
+  for (std::size_t i = 0; i < p.args.size(); ++i) {
+    const ParamDecl& param = decl.params.at(i);
+    Value v = with_reference_data(p.args[i], ref.inputs.at(i), param.name);
+    if (param.mutated && !v.is_none()) {
+      v = guarded_copy(v, param.name, guards);
+    } else if (v.is_none() && param.kind == ParamKind::kTensor) {
+      if (auto target = output_param_target(decl, param, result_names)) {
+        const auto it = std::find_if(unguarded.begin(), unguarded.end(),
+                                     [&](const auto& o) { return o.first == *target; });
+        const Tensor& like = it->second;
+        Guarded g = make_guarded(param.name, like.shape(), like.dtype(), be.device);
+        v = Value(g.view);
+        guards.push_back(std::move(g));
+        filled.emplace_back(i, *target);
+        if (param.name == "out") out_index = i;
+      }
+    }
+    args.push_back(std::move(v));
+  }
+  Run r = invoke(decl, args, be.tier);
+  for (const Guarded& g : guards) {
+    if (std::string bad = check_guard(g); !bad.empty()) problems.push_back(bad);
+  }
+  // The unguarded run's outputs, each found again in the guarded run: under the same name, or
+  // (an output the hook left to the op) in the output parameter given for it.
+  for (const auto& [name, want] : unguarded) {
+    std::optional<Tensor> got;
+    for (const auto& [n, t] : r.outputs) {
+      if (n == name) got = t;
+    }
+    if (!got) {
+      problems.push_back("with guarded outputs, " + name + " is missing");
+      continue;
+    }
+    const Compared c = compare_tensor(name, *got, want, 0.0);
+    if (!c.ok) problems.push_back("with guarded outputs: " + c.detail);
+  }
+  for (const auto& [index, target] : filled) {
+    const Tensor given = host_copy(args[index].as_tensor());
+    for (const auto& [name, want] : unguarded) {
+      if (name != target) continue;
+      const Compared c = compare_tensor(decl.params[index].name + "= (given)", given, want, 0.0);
+      if (!c.ok) problems.push_back(c.detail);
+    }
+  }
+  if (out_index) {
+    const Tensor& out = args[*out_index].as_tensor();
+    const Value& res =
+        r.result.is_sequence() && !r.result.items().empty() ? r.result.items()[0] : r.result;
+    if (!res.is_tensor() || res.as_tensor().data_ptr() != out.data_ptr()) {
+      problems.push_back("given out=, the op did not return that tensor");
+    }
+  }
+  return problems;
+}
+
+// Runs `op` on `be` for every variant and compares with the reference; also the guard run.
+void check_backend(const std::string& op, const Backend& be) {
+  const OpDecl* decl = OpRegistry::global().find(op);
+  ASSERT_NE(decl, nullptr) << op << " has a bench routine but is not registered";
+  ASSERT_TRUE(static_cast<bool>(decl->invoke)) << op << " has no invoker";
+  for (const Variant& var : variants()) {
+    if (var.not_for.count(op) != 0) continue;
+    SCOPED_TRACE(op + " on " + be.name + ", variant " + var.label);
+    BenchShape shape = small_shape();
+    var.apply(shape);
+    Reference ref;
+    Prepared p;
+    try {
+      ref = run_reference(op, shape);
+      p = prepare(op, shape, be);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "building the case failed: " << e.what();
+      continue;
+    }
+    std::vector<Value> args;
+    for (std::size_t i = 0; i < p.args.size(); ++i) {
+      args.push_back(with_reference_data(p.args[i], ref.inputs.at(i), decl->params.at(i).name));
+    }
+    Run r;
+    try {
+      r = invoke(*decl, args, be.tier);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "the op failed on " << be.name << ": " << e.what();
+      continue;
+    }
+    const std::vector<std::string> diff = compare_outputs(
+        op, r.outputs, ref.outputs, /*exact=*/&be == &kReference, be.name + " " + var.label);
+    EXPECT_TRUE(diff.empty()) << be.name << " vs " << kReference.name << ":" << join(diff);
+
+    if (&be == &kReference) {
+      // The bench case's own outputs() (what `flashinfer bench --refcheck` compares) name the
+      // same tensors as the result and mutated arguments of the op, with the same values: its
+      // seeded inputs and the reference kernels are deterministic.
+      const Outputs bench_out = p.bench.outputs();
+      const std::vector<std::string> d = compare_outputs(op, bench_out, r.outputs, true);
+      EXPECT_TRUE(d.empty()) << "BenchCase::outputs() vs the op's result and mutated arguments:"
+                             << join(d);
+    }
+
+    try {
+      const std::vector<std::string> g = guarded_run(*decl, p, ref, be, r.outputs);
+      EXPECT_TRUE(g.empty()) << "guard run on " << be.name << ":" << join(g);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "the guard run failed on " << be.name << ": " << e.what();
+    }
+  }
+}
+
+std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;
+  for (char& c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return s;
+}
+
+// ---- tests ---------------------------------------------------------------------------------
+
+class BackendOpsCpu : public ::testing::TestWithParam<std::string> {};
+class BackendOpsCuda : public ::testing::TestWithParam<std::string> {};
+
+// The reference itself: deterministic (the bench case's own outputs equal a second run through
+// the invoker bit for bit) and writing only inside its outputs.
+TEST_P(BackendOpsCpu, ScalarReference) { check_backend(GetParam(), kReference); }
+
+TEST_P(BackendOpsCpu, Avx2MatchesScalar) {
+  if (kernels::cpu::detected_cpu_isa() < CpuIsa::kAvx2) {
+    GTEST_SKIP() << "this CPU has no AVX2 tier (AVX2 with FMA and F16C)";
+  }
+  static const Backend be{"cpu-avx2", Device::cpu(), CpuIsa::kAvx2};
+  check_backend(GetParam(), be);
+}
+
+TEST_P(BackendOpsCpu, Avx512MatchesScalar) {
+  if (kernels::cpu::detected_cpu_isa() < CpuIsa::kAvx512) {
+    GTEST_SKIP() << "this CPU has no AVX-512 tier (F/BW/VL/DQ)";
+  }
+  static const Backend be{"cpu-avx512", Device::cpu(), CpuIsa::kAvx512};
+  check_backend(GetParam(), be);
+}
+
+// Skipped without CUDA, unless FLASHINFER_TEST_REQUIRE_CUDA=1 (a GPU check script sets it, so a
+// machine whose GPU went missing fails instead of passing with everything skipped).
+TEST_P(BackendOpsCuda, MatchesCpu) {
+  const char* require = std::getenv("FLASHINFER_TEST_REQUIRE_CUDA");
+  const bool required = require != nullptr && std::string(require) == "1";
+  const char* why = !cuda_compiled()           ? "this build has no CUDA backend"
+                    : cuda_device_count() == 0 ? "no CUDA device is visible"
+                                               : nullptr;
+  if (why != nullptr && required) FAIL() << "FLASHINFER_TEST_REQUIRE_CUDA=1 but " << why;
+  if (why != nullptr) GTEST_SKIP() << "CUDA half skipped: " << why;
+  static const Backend be{"cuda:0", Device::cuda(0), CpuIsa::kScalar};
+  check_backend(GetParam(), be);
+}
+
+INSTANTIATE_TEST_SUITE_P(Op, BackendOpsCpu, ::testing::ValuesIn(case_ops()), test_name);
+INSTANTIATE_TEST_SUITE_P(Op, BackendOpsCuda, ::testing::ValuesIn(case_ops()), test_name);
+
+// A registered op fails here until it has a bench routine, a local case above, or a reasoned
+// entry in covered_elsewhere().
+TEST(BackendOpsCoverage, EveryRegisteredOpHasACase) {
+  const std::vector<std::string> with_case = case_ops();
+  std::vector<std::string> missing;
+  for (const OpDecl* d : OpRegistry::global().ops()) {
+    const bool has_case = std::find(with_case.begin(), with_case.end(), d->name) != with_case.end();
+    const bool elsewhere = covered_elsewhere().count(d->name) != 0;
+    EXPECT_FALSE(has_case && elsewhere)
+        << d->name << " has a case: take it off the covered-elsewhere list";
+    if (!has_case && !elsewhere) missing.push_back(d->name);
+  }
+  EXPECT_TRUE(missing.empty()) << "registered ops with no case in test_backend_ops (add a bench "
+                                  "routine, or a local case in this file):"
+                               << join(missing);
+}
+
+TEST(BackendOpsCoverage, EveryCaseNamesARegisteredInvocableOp) {
+  for (const std::string& op : case_ops()) {
+    const OpDecl* d = OpRegistry::global().find(op);
+    ASSERT_NE(d, nullptr) << op;
+    EXPECT_TRUE(static_cast<bool>(d->invoke)) << op;
+  }
+  for (const auto& [op, why] : covered_elsewhere()) {
+    EXPECT_NE(OpRegistry::global().find(op), nullptr) << op << " (covered elsewhere) is gone";
+  }
+  for (const Variant& v : variants()) {
+    for (const std::string& op : v.not_for) {
+      EXPECT_NE(hook_of(op), nullptr)
+          << op << " (left out of variant " << v.label << ") has no case";
+    }
+  }
+}
+
+// The guard check itself: a write one element past an output is caught, in front too.
+TEST(BackendOpsCoverage, GuardBytesCatchOutOfBoundsWrites) {
+  Guarded g = make_guarded("probe", {3, 5}, DType::kFloat32, Device::cpu());
+  EXPECT_EQ(check_guard(g), "");
+  g.view.fill_(1.0);
+  EXPECT_EQ(check_guard(g), "");
+  auto* base = static_cast<uint8_t*>(g.storage->data());
+  base[kGuardBytes + g.data_bytes] ^= 0xFF;
+  EXPECT_NE(check_guard(g).find("after the end"), std::string::npos);
+  base[kGuardBytes + g.data_bytes] ^= 0xFF;
+  base[kGuardBytes - 1] ^= 0x01;
+  EXPECT_NE(check_guard(g).find("byte -1 (before"), std::string::npos);
+}
+
+TEST(BackendOpsCoverage, ComparisonRules) {
+  auto t = [](std::vector<double> v, DType d) {
+    return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, d);
+  };
+  const double nan = std::nan(""), inf = INFINITY;
+  // NaN parity and the same infinity.
+  EXPECT_TRUE(compare_tensor("x", t({nan, -inf, 1}, DType::kFloat32),
+                             t({nan, -inf, 1}, DType::kFloat32), std::nullopt)
+                  .ok);
+  EXPECT_FALSE(
+      compare_tensor("x", t({0, 1}, DType::kFloat32), t({nan, 1}, DType::kFloat32), std::nullopt)
+          .ok);
+  EXPECT_FALSE(
+      compare_tensor("x", t({inf, 1}, DType::kFloat32), t({-inf, 1}, DType::kFloat32), std::nullopt)
+          .ok);
+  // fp32: 1e-5 relative to max(1, |ref|).
+  EXPECT_TRUE(
+      compare_tensor("x", t({100.0009}, DType::kFloat64), t({100}, DType::kFloat64), 1e-5).ok);
+  EXPECT_FALSE(
+      compare_tensor("x", t({0.5 + 2e-5}, DType::kFloat32), t({0.5}, DType::kFloat32), std::nullopt)
+          .ok);
+  // Integers exactly.
+  EXPECT_FALSE(
+      compare_tensor("x", t({3, 4}, DType::kInt32), t({3, 5}, DType::kInt32), std::nullopt).ok);
+  // fp8 e4m3: one ulp (0.125 at 1.0), not two.
+  EXPECT_TRUE(compare_tensor("x", t({1.125}, DType::kFloat8E4M3FN), t({1.0}, DType::kFloat8E4M3FN),
+                             std::nullopt)
+                  .ok);
+  EXPECT_FALSE(compare_tensor("x", t({1.25}, DType::kFloat8E4M3FN), t({1.0}, DType::kFloat8E4M3FN),
+                              std::nullopt)
+                   .ok);
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
