@@ -17,7 +17,7 @@
 #include "apilog/api_logger.h"
 #include "apilog/format.h"
 #include "calls/name_filter.h"
-#include "calls/settings.h"
+#include "core/settings.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/api_log.h"
 

@@ -1,5 +1,7 @@
 #include "core/host_allocator.h"
 
+#include "core/settings.h"
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -44,21 +46,13 @@ std::size_t size_class(std::size_t n) {
 }
 
 std::size_t limit_from_env() {
-  const char* env = std::getenv("FLASHINFER_HOST_CACHE_MB");
-  if (!env || !*env) return kDefaultLimitMiB << 20;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long mib = std::strtoull(env, &end, 10);
-  const bool ok = env[0] >= '0' && env[0] <= '9' && end != env && *end == '\0' && errno == 0 &&
-                  mib <= (kMaxBytes >> 20);
-  if (!ok) {
-    std::fprintf(stderr,
-                 "[flashinfer] warning: FLASHINFER_HOST_CACHE_MB=%s is not a number of MiB; "
-                 "using %zu\n",
-                 env, kDefaultLimitMiB);
-    return kDefaultLimitMiB << 20;
+  const detail::Settings& settings = detail::load_settings();  // the one FLASHINFER_* parser
+  if (const auto* p = settings.problem("FLASHINFER_HOST_CACHE_MB")) {
+    std::fprintf(stderr, "[flashinfer] warning: %s; using %zu\n", p->message.c_str(),
+                 kDefaultLimitMiB);
   }
-  return static_cast<std::size_t>(mib) << 20;
+  if (!settings.host_cache_mb) return kDefaultLimitMiB << 20;
+  return static_cast<std::size_t>(*settings.host_cache_mb) << 20;
 }
 
 // Under AddressSanitizer the bytes of a block past what the tensor asked for, and whole blocks

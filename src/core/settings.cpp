@@ -1,4 +1,4 @@
-#include "calls/settings.h"
+#include "core/settings.h"
 
 #include <cctype>
 #include <climits>
@@ -147,6 +147,14 @@ Settings parse_settings(const EnvLookup& lookup) {
   if (const char* v = get("FLASHINFER_DUMP_EXCLUDE")) s.dump_exclude = split_pattern_list(v);
   if (const char* v = get("FLASHINFER_DUMP_SAFETENSORS")) {
     s.dump_safetensors = std::string_view(v) == "1";
+  }
+  if (const char* v = get("FLASHINFER_HOST_CACHE_MB"); v && *v) {
+    if (auto n = parse_python_int(v); n && *n >= 0 && *n <= (int64_t{1} << 40)) {
+      s.host_cache_mb = *n;
+    } else {
+      s.problems.push_back({"FLASHINFER_HOST_CACHE_MB", std::string("FLASHINFER_HOST_CACHE_MB=") +
+                                                            v + " is not a number of MiB"});
+    }
   }
   return s;
 }

@@ -1,5 +1,5 @@
-// Private: every FLASHINFER_* setting of logging and recording, parsed by one parser with
-// upstream's rules (reference flashinfer-logging-format.md section 1). The library parses the
+// Private: every FLASHINFER_* setting, parsed by one parser with upstream's rules (reference
+// flashinfer-logging-format.md section 1) for upstream's variables. The library parses the
 // environment once, when it loads (load_settings()); the API logger and the flight recorder are
 // configured from that one struct, so the two can never read a variable differently.
 #pragma once
@@ -22,6 +22,8 @@ struct Settings {
   std::vector<std::string> dump_include;      // FLASHINFER_DUMP_INCLUDE, split on ',', stripped
   std::vector<std::string> dump_exclude;      // FLASHINFER_DUMP_EXCLUDE, same
   bool dump_safetensors = false;              // FLASHINFER_DUMP_SAFETENSORS == "1" exactly
+  // This library's own: the host allocator cache limit (README), Python int() >= 0.
+  std::optional<int64_t> host_cache_mb;  // FLASHINFER_HOST_CACHE_MB; nullopt: unset/invalid
 
   /// A variable that could not be parsed keeps its default; upstream raises at import, here
   /// the owner of the setting prints `message` once (docs/LOGGING.md, differences).

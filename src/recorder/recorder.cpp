@@ -18,7 +18,7 @@
 #include <utility>
 
 #include "calls/name_filter.h"
-#include "calls/settings.h"
+#include "core/settings.h"
 #include "flashinfer/api_call.h"
 #include "recorder/dump_schema.h"
 #include "recorder/dump_writer.h"

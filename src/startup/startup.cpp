@@ -1,6 +1,6 @@
 // The library's load-time configuration: the one place that knows both the API logger
 // (src/apilog) and the flight recorder (src/recorder). When the library loads it parses every
-// FLASHINFER_* setting once (src/calls/settings.h), configures the logger from it and, at
+// FLASHINFER_* setting once (src/core/settings.h), configures the logger from it and, at
 // level 10 and above, prints upstream's warning block and installs the recorder, handing it the
 // API log destination as its log sink. The two observers only meet here.
 #include <cstdio>
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "apilog/api_logger.h"
-#include "calls/settings.h"
+#include "core/settings.h"
 #include "flashinfer/api_log.h"
 #include "flashinfer/recorder.h"
 #include "recorder/recorder_internal.h"

@@ -28,7 +28,7 @@
 
 #include "apilog_test_ops.h"
 #include "apilog_test_util.h"
-#include "calls/settings.h"
+#include "core/settings.h"
 #include "core/cuda_runtime.h"
 #include "flashinfer/api_log.h"
 #include "flashinfer/flashinfer.h"
