@@ -12,8 +12,7 @@
 #include "api/arg_traits.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
-#include "api/device_props.h"
-#include "core/cuda_runtime.h"
+#include "api/kernel_table.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/sampling_cpu.h"
@@ -201,20 +200,72 @@ void apply_seed_offset(std::vector<SamplingRow>& rows, const SeedArg& seed, cons
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The backends of each sampling kernel (src/api/kernel_table.h). Every sampler, filter and
+// softmax op validates its arguments here, on the host; the kernels accept whatever passes.
+
+using api::KernelEntry;
+using api::LaunchContext;
+
+constexpr KernelEntry<kernels::SamplingParams> kSampleKernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: inverse CDF, Gumbel-max or dual-pivot rejection per row (Philox)", nullptr,
+     [](const kernels::SamplingParams& p, const LaunchContext&) { kernels::cpu::sample(p); }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one block per row, the same Philox draws as the CPU", nullptr,
+     [](const kernels::SamplingParams& p, const LaunchContext& c) {
+       kernels::cuda::sample(p, c.stream);
+     }},
+#endif
+};
+constexpr KernelEntry<kernels::FilterParams> kFilterKernels[] = {
+    {DeviceType::kCPU, "CPU reference: per-row top-k/top-p pivot search", nullptr,
+     [](const kernels::FilterParams& p, const LaunchContext&) { kernels::cpu::filter(p); }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one block per row", nullptr,
+     [](const kernels::FilterParams& p, const LaunchContext& c) {
+       kernels::cuda::filter(p, c.stream);
+     }},
+#endif
+};
+constexpr KernelEntry<kernels::SoftmaxParams> kSoftmaxKernels[] = {
+    {DeviceType::kCPU, "CPU reference: fp32 max-subtracted softmax per row", nullptr,
+     [](const kernels::SoftmaxParams& p, const LaunchContext&) { kernels::cpu::softmax(p); }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one block per row", nullptr,
+     [](const kernels::SoftmaxParams& p, const LaunchContext& c) {
+       kernels::cuda::softmax(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+
+// check_nan=True: whether a [rows, cols] input holds a NaN (written to *found).
+struct NanScan {
+  const Tensor* x = nullptr;
+  bool* found = nullptr;
+};
+constexpr KernelEntry<NanScan> kNanScanKernels[] = {
+    {DeviceType::kCPU, "CPU scan", nullptr,
+     [](const NanScan& s, const LaunchContext&) {
+       const Tensor& x = *s.x;
+       *s.found = kernels::cpu::has_nan(x.data_ptr(), x.dtype(), x.size(0), x.size(1), x.stride(0),
+                                        x.stride(1));
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: a device flag", nullptr,
+     [](const NanScan& s, const LaunchContext& c) {
+       const Tensor& x = *s.x;
+       Tensor flag = Tensor::empty({1}, DType::kInt32, x.device());
+       kernels::cuda::nan_flag(x.data_ptr(), x.dtype(), x.size(0), x.size(1), x.stride(0),
+                               x.stride(1), flag.data<int32_t>(), c.stream);
+       *s.found = flag.item() != 0.0;
+     }},
+#endif
+};
+
 void check_no_nan(const Tensor& x, const char* op, const char* arg) {
   bool nan = false;
-  if (x.device().is_cpu()) {
-    nan = kernels::cpu::has_nan(x.data_ptr(), x.dtype(), x.size(0), x.size(1), x.stride(0),
-                                x.stride(1));
-  } else {
-#if FLASHINFER_WITH_CUDA
-    Tensor flag = Tensor::empty({1}, DType::kInt32, x.device());
-    detail::CudaDeviceScope device_scope(x.device());
-    kernels::cuda::nan_flag(x.data_ptr(), x.dtype(), x.size(0), x.size(1), x.stride(0), x.stride(1),
-                            flag.data<int32_t>(), current_cuda_stream());
-    nan = flag.item() != 0.0;
-#endif
-  }
+  api::launch(kNanScanKernels, NanScan{&x, &nan}, x.device(), op, arg);
   FLASHINFER_CHECK(!nan, op, arg, "contains NaN (check_nan=True)");
 }
 
@@ -254,13 +305,6 @@ class RowTable {
   Tensor device_;
 };
 
-#if !FLASHINFER_WITH_CUDA
-[[noreturn]] void no_cuda(const char* op, const char* arg) {
-  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg,
-                  "CUDA tensor given to a build without the CUDA backend");
-}
-#endif
-
 // ---------------------------------------------------------------------------------------------
 // Launch helpers (arguments already validated).
 
@@ -285,18 +329,8 @@ SamplingResult launch_sample(const char* op, const Tensor& input,
     p.out_dtype = out_dtype;
     p.valid = valid.data<bool>();
     p.kind = kind;
-    if (input.device().is_cpu()) {
-      kernels::cpu::sample(p);
-    } else {
-#if FLASHINFER_WITH_CUDA
-      detail::CudaDeviceScope device_scope(input.device());
-      kernels::cuda::sample(p, current_cuda_stream());
-#else
-      no_cuda(op, "probs");
-#endif
-    }
+    api::launch(kSampleKernels, p, input.device(), op, "probs");
   }
-  (void)op;
   if (return_valid) r.valid = valid;
   return r;
 }
@@ -320,17 +354,7 @@ Tensor launch_filter(const char* op, const Tensor& input, const std::vector<Samp
   p.rows = table.ptr();
   p.batch = batch;
   p.kind = kind;
-  if (input.device().is_cpu()) {
-    kernels::cpu::filter(p);
-  } else {
-#if FLASHINFER_WITH_CUDA
-    detail::CudaDeviceScope device_scope(input.device());
-    kernels::cuda::filter(p, current_cuda_stream());
-#else
-    no_cuda(op, "probs");
-#endif
-  }
-  (void)op;
+  api::launch(kFilterKernels, p, input.device(), op, "probs");
   return out;
 }
 
@@ -349,19 +373,7 @@ Tensor launch_softmax(const char* op, const Tensor& logits, const std::vector<Sa
   p.in_stride_col = logits.stride(1);
   p.rows = table.ptr();
   p.batch = batch;
-  if (logits.device().is_cpu()) {
-    kernels::cpu::softmax(p);
-  } else {
-#if FLASHINFER_WITH_CUDA
-    const bool* req = enable_pdl ? &*enable_pdl : nullptr;
-    detail::CudaDeviceScope device_scope(logits.device());
-    kernels::cuda::softmax(p, current_cuda_stream(), api::resolve_enable_pdl(req, logits.device()));
-#else
-    no_cuda(op, "logits");
-#endif
-  }
-  (void)op;
-  (void)enable_pdl;
+  api::launch(kSoftmaxKernels, p, logits.device(), op, "logits", enable_pdl);
   return out;
 }
 
@@ -799,6 +811,18 @@ void register_sampling_ops(OpRegistry& r) {
        .module = kModule,
        .summary = "Probs outside the top-p nucleus zeroed and renormalized (fp32)"},
       "probs", "top_p", arg("is_deterministic", false));
+
+  // Backends. The samplers end in the sampling kernel (the top-k/top-p combinations filter or
+  // take the softmax first, on the same device); the mask and renorm ops are the filter kernel.
+  api::register_backends("softmax", kSoftmaxKernels);
+  for (const char* op : {"sampling_from_probs", "sampling_from_logits", "top_p_sampling_from_probs",
+                         "top_k_sampling_from_probs", "min_p_sampling_from_probs",
+                         "top_k_top_p_sampling_from_probs", "top_k_top_p_sampling_from_logits"}) {
+    api::register_backends(op, kSampleKernels);
+  }
+  for (const char* op : {"top_k_mask_logits", "top_k_renorm_probs", "top_p_renorm_probs"}) {
+    api::register_backends(op, kFilterKernels);
+  }
 
   register_bench_hook("softmax", bench_softmax);
   register_bench_hook("sampling_from_probs", bench_sampler("sampling_from_probs", false, no_extra));
