@@ -6,10 +6,8 @@
 #include "api/backends.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
-#include "api/device_props.h"
+#include "api/kernel_table.h"
 #include "api/quantize_params.h"
-#include "core/cuda_runtime.h"
-#include "flashinfer/stream.h"
 #include "kernels/cpu/quantization_cpu.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/quantization_cuda.h"
@@ -27,12 +25,56 @@ SfLayoutCode code_of(SfLayout l) { return static_cast<SfLayoutCode>(static_cast<
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-#if !FLASHINFER_WITH_CUDA
-[[noreturn]] void no_cuda(const char* op, const char* arg) {
-  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg,
-                  "CUDA tensor given to a build without the CUDA backend");
-}
+// ---- backends (src/api/kernel_table.h) -------------------------------------------------------
+// The CUDA kernels take the same input dtypes, block sizes and layouts as the CPU reference.
+
+using api::KernelEntry;
+using api::LaunchContext;
+
+// fp4_quantize, nvfp4_quantize and mxfp4_quantize.
+constexpr KernelEntry<kernels::Fp4QuantizeParams> kFp4QuantizeKernels[] = {
+    {DeviceType::kCPU, "CPU reference: OpenMP row tasks, AVX2/AVX-512 tiers", nullptr,
+     [](const kernels::Fp4QuantizeParams& p, const LaunchContext&) {
+       kernels::cpu::fp4_quantize(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one thread per scale block", nullptr,
+     [](const kernels::Fp4QuantizeParams& p, const LaunchContext& c) {
+       kernels::cuda::fp4_quantize(p, c.stream, c.enable_pdl);
+     }},
 #endif
+};
+constexpr KernelEntry<kernels::Mxfp8QuantizeParams> kMxfp8QuantizeKernels[] = {
+    {DeviceType::kCPU, "CPU reference: OpenMP row tasks, AVX2/AVX-512 tiers", nullptr,
+     [](const kernels::Mxfp8QuantizeParams& p, const LaunchContext&) {
+       kernels::cpu::mxfp8_quantize(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one thread per scale block", nullptr,
+     [](const kernels::Mxfp8QuantizeParams& p, const LaunchContext& c) {
+       kernels::cuda::mxfp8_quantize(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+constexpr KernelEntry<kernels::BlockScaleInterleaveParams> kBlockScaleInterleaveKernels[] = {
+    {DeviceType::kCPU, "CPU reference", nullptr,
+     [](const kernels::BlockScaleInterleaveParams& p, const LaunchContext&) {
+       kernels::cpu::block_scale_interleave(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one thread per scale factor", nullptr,
+     [](const kernels::BlockScaleInterleaveParams& p, const LaunchContext& c) {
+       kernels::cuda::block_scale_interleave(p, c.stream);
+     }},
+#endif
+};
+// The dequantizers run on the host, as upstream's do: any input is copied there first.
+constexpr KernelEntry<kernels::BlockDequantizeParams> kBlockDequantizeKernels[] = {
+    {DeviceType::kCPU, "CPU reference (host only, as upstream; device inputs are copied)", nullptr,
+     [](const kernels::BlockDequantizeParams& p, const LaunchContext&) {
+       kernels::cpu::block_dequantize(p);
+     }},
+};
 
 // ---- shared pieces -----------------------------------------------------------------------------
 
@@ -106,18 +148,7 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
   p.global_scale_inversed = gs_inversed;
   p.sf_vec_size = static_cast<int>(sf_vec_size);
   p.ue8m0 = sf_use_ue8m0;
-  if (x.device().is_cpu()) {
-    kernels::cpu::fp4_quantize(p);
-  } else {
-#if FLASHINFER_WITH_CUDA
-    const bool* req = enable_pdl ? &*enable_pdl : nullptr;
-    detail::CudaDeviceScope device_scope(x.device());
-    kernels::cuda::fp4_quantize(p, current_cuda_stream(), api::resolve_enable_pdl(req, x.device()));
-#else
-    (void)enable_pdl;
-    no_cuda(op, in_arg);
-#endif
-  }
+  api::launch(kFp4QuantizeKernels, p, x.device(), op, in_arg, enable_pdl);
   if (rows.column_major) return {q.transpose(0, 1), sf.transpose(0, 1)};
   return {q, sf};
 }
@@ -142,8 +173,9 @@ Tensor check_scales(const Tensor& t, int64_t expected, const char* op, const cha
   return host_bytes(t);
 }
 
-Tensor dequantize_impl(const char* op, const Tensor& data, int64_t k, bool fp4, const Tensor& sf,
-                       bool ue8m0, int64_t vec, SfLayoutCode layout, float gs) {
+Tensor dequantize_impl(const char* op, const char* data_arg, const Tensor& data, int64_t k,
+                       bool fp4, const Tensor& sf, bool ue8m0, int64_t vec, SfLayoutCode layout,
+                       float gs) {
   Tensor out = Tensor::empty({data.size(0), k}, DType::kFloat32, Device::cpu());
   kernels::BlockDequantizeParams p;
   p.data = data.data<uint8_t>();
@@ -158,8 +190,7 @@ Tensor dequantize_impl(const char* op, const Tensor& data, int64_t k, bool fp4, 
   p.m = data.size(0);
   p.k = k;
   p.out = out.data<float>();
-  (void)op;
-  kernels::cpu::block_dequantize(p);
+  api::launch(kBlockDequantizeKernels, p, out.device(), op, data_arg);
   return out;
 }
 
@@ -286,7 +317,7 @@ Tensor mxfp4_dequantize(const Tensor& a_fp4, const Tensor& a_sf, SfLayout sfLayo
         const SfLayoutCode layout = code_of(sfLayout);
         const Tensor sf = check_scales(a_sf, kernels::sf_buffer_size(layout, m, k / 32), op, "a_sf",
                                        layout_desc(layout));
-        return dequantize_impl(op, data, k, true, sf, true, 32, layout, 1.0f);
+        return dequantize_impl(op, "a_fp4", data, k, true, sf, true, 32, layout, 1.0f);
       },
       a_fp4, a_sf, sfLayout);
 }
@@ -321,7 +352,8 @@ Tensor e2m1_and_ufp8sf_scale_to_float(const Tensor& e2m1_tensor, const Tensor& u
                               "global_scale_tensor");
           gs = static_cast<float>(g.item());
         }
-        return dequantize_impl(op, data, k, true, sf, ufp8_type == 0, sf_vec_size, layout, gs);
+        return dequantize_impl(op, "e2m1_tensor", data, k, true, sf, ufp8_type == 0, sf_vec_size,
+                               layout, gs);
       },
       e2m1_tensor, ufp8_scale_tensor, global_scale_tensor, sf_vec_size, ufp8_type,
       is_sf_swizzled_layout, is_sf_8x4_layout);
@@ -348,16 +380,7 @@ Tensor block_scale_interleave(const Tensor& unswizzled_sf) {
         const int64_t n = p.batch * kernels::sf_buffer_size(SfLayoutCode::k128x4, p.rows, p.cols);
         Tensor out = Tensor::empty({n}, t.dtype(), t.device());
         p.out = out.data_ptr();
-        if (t.device().is_cpu()) {
-          kernels::cpu::block_scale_interleave(p);
-        } else {
-#if FLASHINFER_WITH_CUDA
-          detail::CudaDeviceScope device_scope(t.device());
-          kernels::cuda::block_scale_interleave(p, current_cuda_stream());
-#else
-          no_cuda(op, "unswizzled_sf");
-#endif
-        }
+        api::launch(kBlockScaleInterleaveKernels, p, t.device(), op, "unswizzled_sf");
         return out;
       },
       unswizzled_sf);
@@ -396,19 +419,7 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
         const int64_t sf_size = kernels::sf_buffer_size(code, m, k / 32);
         Tensor sf = Tensor::empty({sf_size}, DType::kUInt8, input.device());
         const auto p = api::quantize_params<kernels::Mxfp8QuantizeParams>(x, q, sf, code);
-        if (on_cpu) {
-          kernels::cpu::mxfp8_quantize(p);
-        } else {
-#if FLASHINFER_WITH_CUDA
-          const bool* req = enable_pdl ? &*enable_pdl : nullptr;
-          detail::CudaDeviceScope device_scope(input.device());
-          kernels::cuda::mxfp8_quantize(p, current_cuda_stream(),
-                                        api::resolve_enable_pdl(req, input.device()));
-#else
-          (void)enable_pdl;
-          no_cuda(op, "input");
-#endif
-        }
+        api::launch(kMxfp8QuantizeKernels, p, input.device(), op, "input", enable_pdl);
         return {q, sf};
       },
       input, is_sf_swizzled_layout, alignment, enable_pdl, backend, sf_swizzle_layout);
@@ -436,7 +447,7 @@ Tensor mxfp8_dequantize_host(const Tensor& input, const Tensor& scale_tensor,
         const Tensor data = host_bytes(input);
         const Tensor sf = check_scales(scale_tensor, kernels::sf_buffer_size(code, m, k / 32), op,
                                        "scale_tensor", layout_desc(code));
-        return dequantize_impl(op, data, k, false, sf, true, 32, code, 1.0f);
+        return dequantize_impl(op, "input", data, k, false, sf, true, 32, code, 1.0f);
       },
       input, scale_tensor, is_sf_swizzled_layout, sf_swizzle_layout);
 }
@@ -572,6 +583,16 @@ void register_quantization_ops(OpRegistry& r) {
        .summary = "Dequantize MXFP8 (e4m3 values, ue8m0 scales) to fp32 on the host"},
       "input", "scale_tensor", arg("is_sf_swizzled_layout", true),
       arg("sf_swizzle_layout").type("SfLayout"));
+
+  for (const char* op : {"fp4_quantize", "nvfp4_quantize", "mxfp4_quantize"}) {
+    api::register_backends(op, kFp4QuantizeKernels);
+  }
+  api::register_backends("mxfp8_quantize", kMxfp8QuantizeKernels);
+  api::register_backends("block_scale_interleave", kBlockScaleInterleaveKernels);
+  for (const char* op :
+       {"mxfp4_dequantize", "e2m1_and_ufp8sf_scale_to_float", "mxfp8_dequantize_host"}) {
+    api::register_backends(op, kBlockDequantizeKernels);
+  }
 
   register_bench_hook("fp4_quantize", [](const BenchShape& s, Device d) {
     return bench_quantize(s, d, "fp4_quantize", 4.0, 16);
