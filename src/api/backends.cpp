@@ -1,4 +1,7 @@
-// Backend tables of the GEMM and quantization ops and the queries over them.
+// Upstream-style `backend=` tables of the GEMM and quantization ops and the queries over them.
+// Which names run on CUDA is this file's knowledge (cuBLASLt serves "cublas", "cudnn" and
+// "auto"); whether the op runs on CUDA at all is its kernel table's (src/api/kernel_table.h):
+// an op offers its CUDA backend names only when its table has a CUDA entry in this build.
 #include "flashinfer/ops/backends.h"
 
 #include <algorithm>
@@ -11,19 +14,13 @@
 namespace flashinfer {
 namespace {
 
-#if FLASHINFER_WITH_CUDA
-constexpr bool kHaveCuda = true;
-#else
-constexpr bool kHaveCuda = false;
-#endif
-
 BackendRequirement make(std::string op, std::string def, std::vector<std::string> upstream,
                         std::vector<BackendInfo> available) {
   BackendRequirement r;
   r.op = std::move(op);
   r.default_backend = std::move(def);
   r.upstream_backends = std::move(upstream);
-  if (kHaveCuda) r.available = std::move(available);
+  if (op_has_backend(r.op, DeviceType::kCUDA)) r.available = std::move(available);
   return r;
 }
 

@@ -7,12 +7,10 @@
 #include "api/backends.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
-#include "api/device_props.h"
 #include "api/gemm_params.h"
-#include "core/cuda_runtime.h"
+#include "api/kernel_table.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/ops/quantization.h"
-#include "flashinfer/stream.h"
 #include "kernels/cpu/gemm_cpu.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/gemm_cuda.h"
@@ -23,12 +21,61 @@ namespace {
 
 constexpr const char* kModule = "flashinfer.gemm.gemm_base";
 
-#if !FLASHINFER_WITH_CUDA
-[[noreturn]] void no_cuda(const char* op, const char* arg) {
-  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg,
-                  "CUDA tensor given to a build without the CUDA backend");
-}
+// ---- backends (src/api/kernel_table.h) -------------------------------------------------------
+
+using api::KernelEntry;
+using api::LaunchContext;
+
+// A GEMM launch: the kernel parameters and the op the CUDA launcher names in its errors.
+struct GemmCall {
+  kernels::GemmParams p;
+  const char* op;
+};
+
+constexpr const char* kCpuGemm =
+    "CPU reference: fp32 accumulation; small m reads B in place (AVX-512/AVX2, OpenMP), "
+    "otherwise OpenBLAS sgemm";
+
+// mm_bf16 and bmm_bf16.
+constexpr KernelEntry<GemmCall> kBf16GemmKernels[] = {
+    {DeviceType::kCPU, kCpuGemm, nullptr,
+     [](const GemmCall& g, const LaunchContext&) { kernels::cpu::gemm(g.p); }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "cuBLASLt bf16 GEMM (fp16 output through an fp32 buffer)", nullptr,
+     [](const GemmCall& g, const LaunchContext& c) {
+       kernels::cuda::gemm(g.p, c.stream, g.op, c.enable_pdl);
+     }},
 #endif
+};
+
+// bmm_fp8. cuBLASLt's fp8 kernels need k and both leading dimensions to be multiples of 16
+// (16-byte aligned rows); the CPU reference takes any.
+constexpr KernelEntry<GemmCall> kFp8GemmKernels[] = {
+    {DeviceType::kCPU, kCpuGemm, nullptr,
+     [](const GemmCall& g, const LaunchContext&) { kernels::cpu::gemm(g.p); }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "cuBLASLt fp8 GEMM (sm89+; k and the leading dimensions multiples of 16)",
+     [](const GemmCall& g) {
+       return g.p.k % 16 == 0 && g.p.a_stride_m % 16 == 0 && g.p.b_stride_n % 16 == 0;
+     },
+     [](const GemmCall& g, const LaunchContext& c) {
+       kernels::cuda::gemm(g.p, c.stream, g.op, c.enable_pdl);
+     }},
+#endif
+};
+
+// mm_fp4.
+constexpr KernelEntry<kernels::Fp4GemmParams> kFp4GemmKernels[] = {
+    {DeviceType::kCPU, "CPU reference: fp32 tiles of the dequantized operands, OpenBLAS sgemm",
+     nullptr,
+     [](const kernels::Fp4GemmParams& p, const LaunchContext&) { kernels::cpu::mm_fp4(p); }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "fp4 dequantization kernel + cuBLASLt bf16 GEMM", nullptr,
+     [](const kernels::Fp4GemmParams& p, const LaunchContext& c) {
+       kernels::cuda::mm_fp4(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
 
 void check_out_dtype(DType dt, const char* op, const char* arg) {
   FLASHINFER_CHECK(dt == DType::kBFloat16 || dt == DType::kFloat16, op, arg, "output dtype ",
@@ -100,20 +147,6 @@ void check_cuda_leading_dims(const Tensor& A, const Tensor& B, const Tensor& out
                         "), got strides ", shape_to_string(out.strides()));
 }
 
-void run_gemm(const kernels::GemmParams& p, Device device, const char* op, bool pdl) {
-  if (device.is_cpu()) {
-    kernels::cpu::gemm(p);
-  } else {
-#if FLASHINFER_WITH_CUDA
-    detail::CudaDeviceScope device_scope(device);
-    kernels::cuda::gemm(p, current_cuda_stream(), op, pdl);
-#else
-    (void)pdl;
-    no_cuda(op, "A");
-#endif
-  }
-}
-
 Tensor bf16_gemm(const char* op, const Tensor& A, const Tensor& B,
                  const std::optional<Tensor>& bias, bool pdl, const std::optional<Tensor>& out,
                  DType out_dtype, std::string_view backend, int64_t rank, const char* a_arg,
@@ -146,7 +179,7 @@ Tensor bf16_gemm(const char* op, const Tensor& A, const Tensor& B,
     p.bias_dtype = bias_dense.dtype();
     p.bias_stride = bias_dense.stride(0);
   }
-  run_gemm(p, A.device(), op, pdl);
+  api::launch(kBf16GemmKernels, GemmCall{p, op}, A.device(), op, a_arg, pdl);
   return result;
 }
 
@@ -218,15 +251,7 @@ Tensor bmm_fp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const Te
         kernels::GemmParams p = api::gemm_params(A, B, result);
         p.a_scale = sa.data<float>();
         p.b_scale = sb.data<float>();
-        if (A.device().is_cuda()) {
-          // cuBLASLt's fp8 kernels need 16-byte aligned leading dimensions.
-          FLASHINFER_CHECK_CODE(d.k % 16 == 0 && A.stride(-2) % 16 == 0 && B.stride(-1) % 16 == 0,
-                                ErrorCode::kUnsupported, op, "A",
-                                "cuBLASLt fp8 GEMM needs k and the leading dimensions to be "
-                                "multiples of 16, got k = ",
-                                d.k);
-        }
-        run_gemm(p, A.device(), op, false);
+        api::launch(kFp8GemmKernels, GemmCall{p, op}, A.device(), op, "A", false);
         return result;
       },
       A, B, A_scale, B_scale, dtype, out, backend);
@@ -288,17 +313,7 @@ Tensor mm_fp4(const Tensor& a, const Tensor& b, const Tensor& a_descale, const T
         p.m = d.m;
         p.n = d.n;
         p.k = k;
-        if (a.device().is_cpu()) {
-          kernels::cpu::mm_fp4(p);
-        } else {
-#if FLASHINFER_WITH_CUDA
-          detail::CudaDeviceScope device_scope(a.device());
-          kernels::cuda::mm_fp4(p, current_cuda_stream(), enable_pdl);
-#else
-          (void)enable_pdl;
-          no_cuda(op, "a");
-#endif
-        }
+        api::launch(kFp4GemmKernels, p, a.device(), op, "a", enable_pdl);
         return result;
       },
       a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, use_8x4_sf_layout, backend,
@@ -391,6 +406,11 @@ void register_gemm_ops(OpRegistry& r) {
                    "a", "b", "a_descale", "b_descale", "alpha", arg("out_dtype", DType::kBFloat16),
                    arg("out").mut(), arg("block_size", 16), arg("use_8x4_sf_layout", false),
                    arg("backend", "auto"), arg("use_nvfp4", true), arg("enable_pdl", true));
+
+  api::register_backends("mm_bf16", kBf16GemmKernels);
+  api::register_backends("bmm_bf16", kBf16GemmKernels);
+  api::register_backends("bmm_fp8", kFp8GemmKernels);
+  api::register_backends("mm_fp4", kFp4GemmKernels);
 
   register_bench_hook("mm_bf16",
                       [](const BenchShape& s, Device d) { return bench_mm(s, d, false); });
