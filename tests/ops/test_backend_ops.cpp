@@ -19,9 +19,15 @@
 // arguments, and `out=`/`lse=` and the other output parameters left None by the hook) placed in
 // a larger buffer filled with a known byte pattern; the pattern before and after each output must
 // be intact, the outputs must equal the unguarded run's, and an op given `out=` must return it.
+// Ops with no output parameter (samplers, quantizers, the single-request attention functions,
+// ...) allocate their outputs themselves; out-of-bounds writes there are AddressSanitizer's to
+// find (FLASHINFER_SANITIZE builds run this binary too). Tensor arguments the declaration does
+// not mark as mutated must be unchanged after every run.
 //
 // Test names: BackendOpsCpu.* (tiers), BackendOpsCuda.* (skips without CUDA or a GPU; select it
-// with --gtest_filter='*Cuda*'), BackendOpsCoverage.* (every registered op has a case here).
+// with --gtest_filter='*Cuda*'; FLASHINFER_TEST_REQUIRE_CUDA=1 turns the skip into a failure),
+// BackendOpsCoverage.* (every registered op has a case here). FLASHINFER_TEST_VERBOSE=1 prints
+// the largest error of every comparison and the outputs each guard run placed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,9 +63,10 @@ using kernels::cpu::CpuIsa;
 // ---- what runs ------------------------------------------------------------------------------
 
 // Small enough for the whole binary to take seconds: 3 requests of 5 queries over 37 keys
-// (three pages of 16, the last one partial), 300-wide norm rows (every vector tail), a vocabulary
-// of 100 (no near-ties in the samplers' prefix sums, so CUDA must pick the same tokens as the
-// CPU), 40 x 128 quantizer inputs (rows not a multiple of the 128-row scale tiles).
+// (three pages of 16, the last one partial), 300-wide norm rows (vector tails), a vocabulary
+// of 100 (few enough tokens that no prefix sum lies within fp32 summation error of a draw, so
+// CUDA must pick the CPU's tokens, as in test_sampling.cpp's CUDA cases), 40 x 128 quantizer
+// inputs (rows not a multiple of the 128-row scale tiles).
 BenchShape small_shape() {
   BenchShape s;
   s.batch_size = 3;
@@ -600,6 +607,27 @@ std::vector<std::string> compare_outputs(const std::string& op, const Outputs& g
   return problems;
 }
 
+// Tensor arguments not marked mutated must hold the reference's inputs after the call.
+std::vector<std::string> inputs_written(const OpDecl& decl, const std::vector<Value>& after,
+                                        const std::vector<Value>& before) {
+  std::vector<std::string> problems;
+  std::function<void(const Value&, const Value&, const std::string&)> walk =
+      [&](const Value& a, const Value& b, const std::string& name) {
+        if (a.is_tensor() && b.is_tensor()) {
+          const Compared c = compare_tensor(name, host_copy(a.as_tensor()), b.as_tensor(), 0.0);
+          if (!c.ok) problems.push_back(c.detail);
+        } else if (a.is_sequence() && b.is_sequence() && a.items().size() == b.items().size()) {
+          for (std::size_t i = 0; i < a.items().size(); ++i) {
+            walk(a.items()[i], b.items()[i], name + "[" + std::to_string(i) + "]");
+          }
+        }
+      };
+  for (std::size_t i = 0; i < decl.params.size() && i < after.size() && i < before.size(); ++i) {
+    if (!decl.params[i].mutated) walk(after[i], before[i], decl.params[i].name);
+  }
+  return problems;
+}
+
 std::string join(const std::vector<std::string>& lines) {
   std::string s;
   for (const auto& l : lines) s += "\n  " + l;
@@ -651,6 +679,13 @@ std::vector<std::string> guarded_run(const OpDecl& decl, const Prepared& p, cons
       }
     }
     args.push_back(std::move(v));
+  }
+  if (verbose()) {
+    std::string placed;
+    for (const Guarded& g : guards) placed += " " + g.name;
+    std::printf(
+        "  %-14s %-40s guarded:%s\n", be.name.c_str(), decl.name.c_str(),
+        placed.empty() ? " (no output parameter: the op allocates its outputs)" : placed.c_str());
   }
   Run r = invoke(decl, args, be.tier);
   for (const Guarded& g : guards) {
@@ -722,6 +757,9 @@ void check_backend(const std::string& op, const Backend& be) {
     const std::vector<std::string> diff = compare_outputs(
         op, r.outputs, ref.outputs, /*exact=*/&be == &kReference, be.name + " " + var.label);
     EXPECT_TRUE(diff.empty()) << be.name << " vs " << kReference.name << ":" << join(diff);
+    const std::vector<std::string> written = inputs_written(*decl, r.args, ref.inputs);
+    EXPECT_TRUE(written.empty()) << "on " << be.name << ", arguments the declaration does not "
+                                 << "mark as mutated changed:" << join(written);
 
     if (&be == &kReference) {
       // The bench case's own outputs() (what `flashinfer bench --refcheck` compares) name the
