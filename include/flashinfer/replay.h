@@ -78,7 +78,11 @@ struct Result {
   std::vector<TensorComparison> comparisons;
   std::string error;
   std::string metadata_json;  // the record used (last complete line)
-  bool incomplete = false;    // only line 1 was on record
+  /// Where the call actually ran: the device asked for, or the CPU when the op has no kernel for
+  /// that device in this build (then `note` says so).
+  Device ran_on = Device::cpu();
+  std::string note;
+  bool incomplete = false;  // only line 1 was on record
 };
 
 /// Replays one call directory. Never throws for a bad dump: problems are reported in

@@ -264,6 +264,9 @@ void register_decode_ops(OpRegistry& r) {
                  "window_left", "sinks", "q_len_per_req", "skip_softmax_threshold_scale_factor",
                  "kv_cache_sf"},
       field("out").mut(), field("lse").mut());
+  // A wrapper's __init__ and plan belong to the kernel its run launches.
+  api::register_attention_backends("BatchDecodeWithPagedKVCacheWrapper.__init__");
+  api::register_attention_backends("BatchDecodeWithPagedKVCacheWrapper.plan");
   api::register_attention_backends("single_decode_with_kv_cache");
   api::register_attention_backends("BatchDecodeWithPagedKVCacheWrapper.run");
   register_bench_hook("single_decode_with_kv_cache", bench_single_decode);

@@ -321,6 +321,11 @@ void register_norm_ops(OpRegistry& r) {
        .summary = "Layer normalization: (input - mean) * rsqrt(var + eps) * gemma + beta"},
       "input", "gemma", "beta", arg("eps", 1e-6));
 
+  api::register_backends("rmsnorm", kRmsNormKernels);
+  api::register_backends("gemma_rmsnorm", kRmsNormKernels);
+  api::register_backends("fused_add_rmsnorm", kFusedAddRmsNormKernels);
+  api::register_backends("gemma_fused_add_rmsnorm", kFusedAddRmsNormKernels);
+  api::register_backends("layernorm", kLayerNormKernels);
   register_bench_hook("rmsnorm",
                       [](const BenchShape& s, Device d) { return bench_rmsnorm(s, d, "rmsnorm"); });
   register_bench_hook("fused_add_rmsnorm", [](const BenchShape& s, Device d) {

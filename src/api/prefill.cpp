@@ -518,6 +518,11 @@ void register_prefill_ops(OpRegistry& r) {
       OnlyFields{"q_scale", "k_scale", "v_scale", "o_scale", "out", "lse", "return_lse",
                  "enable_pdl", "kv_cache_sf"},
       field("out").mut(), field("lse").mut());
+  // A wrapper's __init__ and plan belong to the kernel its run launches.
+  api::register_attention_backends("BatchPrefillWithPagedKVCacheWrapper.__init__");
+  api::register_attention_backends("BatchPrefillWithPagedKVCacheWrapper.plan");
+  api::register_attention_backends("BatchPrefillWithRaggedKVCacheWrapper.__init__");
+  api::register_attention_backends("BatchPrefillWithRaggedKVCacheWrapper.plan");
   api::register_attention_backends("single_prefill_with_kv_cache");
   api::register_attention_backends("BatchPrefillWithPagedKVCacheWrapper.run");
   api::register_attention_backends("BatchPrefillWithRaggedKVCacheWrapper.run");

@@ -12,6 +12,7 @@
 #include "flashinfer/api_call.h"
 #include "flashinfer/error.h"
 #include "flashinfer/op_decl.h"
+#include "flashinfer/ops/backends.h"
 #include "recorder/dump_schema.h"
 
 namespace flashinfer::replay {
@@ -301,11 +302,22 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
     const std::string details_key(schema::kTensorDetails);
     const Json details = rec.contains(details_key) ? rec[details_key] : Json::object();
 
+    // An op whose backend table has no kernel for the device asked for runs on the CPU
+    // reference instead, and the result says so (breadth policy: every op has a CPU reference).
+    r.ran_on = o.device;
+    const std::vector<std::string> backends = op_backends(r.function_name);
+    if (o.device.is_cuda() && !backends.empty() &&
+        !op_has_backend(r.function_name, DeviceType::kCUDA)) {
+      r.ran_on = Device::cpu();
+      r.note = "no CUDA kernel for " + r.function_name +
+               " in this build: replayed on the CPU reference instead";
+    }
+
     // Tensors, moved to the replay device with their layout.
     std::map<std::string, Tensor> tensors;
     for (auto& [k, t] : load_named(dir, schema::kInputsStem)) {
       Tensor x = safetensors && details.contains(k) ? restore_strides(t, details[k]) : t;
-      tensors[k] = detail::to_device_keep_layout(x, o.device);
+      tensors[k] = detail::to_device_keep_layout(x, r.ran_on);
     }
     for (auto& [k, t] : load_named(dir, schema::kOutputsStem)) r.expected.emplace_back(k, t);
     for (auto& [k, t] : load_named(dir, schema::kMutatedStem)) {

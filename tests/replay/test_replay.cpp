@@ -184,6 +184,36 @@ TEST_F(ReplayTest, RecordedSessionReplaysAndPasses) {
   EXPECT_EQ(results[0].args[2].as_float(), 1e-5);
 }
 
+// --device cuda on an op whose backend table has no CUDA kernel in this build: the call runs on
+// the CPU reference and the result says so. In a build without CUDA that is every op; in a
+// CUDA build the op runs on the GPU (when one is present) and there is no note.
+TEST_F(ReplayTest, CudaReplayFallsBackToTheCpuWhereAnOpHasNoCudaKernel) {
+  record();
+  Tensor x = Tensor::empty({3, 64}, DType::kFloat32);
+  x.normal_(1);
+  Tensor w = Tensor::empty({64}, DType::kFloat32);
+  w.uniform_(2);
+  rmsnorm(x, w);
+  recorder::stop();
+  const bool cuda_kernel = op_has_backend("rmsnorm", DeviceType::kCUDA);
+  EXPECT_EQ(cuda_kernel, cuda_compiled());
+  EXPECT_TRUE(op_has_backend("rmsnorm", DeviceType::kCPU));
+  if (cuda_kernel && cuda_device_count() == 0) GTEST_SKIP() << "CUDA build without a GPU";
+  replay::Options o;
+  o.device = Device::cuda();
+  const auto r = replay::replay_from_dump(call_dirs().at(0).string(), o);
+  EXPECT_EQ(r.status, replay::Status::kPassed) << r.error;
+  if (cuda_kernel) {
+    EXPECT_TRUE(r.ran_on.is_cuda());
+    EXPECT_TRUE(r.note.empty()) << r.note;
+  } else {
+    EXPECT_TRUE(r.ran_on.is_cpu());
+    EXPECT_EQ(r.note,
+              "no CUDA kernel for rmsnorm in this build: replayed on the CPU reference "
+              "instead");
+  }
+}
+
 TEST_F(ReplayTest, TamperedOutputIsAMismatchWithDetails) {
   record();
   twice(Tensor::from_vector({1, 2, 3, 4}, {4}, DType::kFloat32), false);

@@ -71,6 +71,8 @@ nlohmann::ordered_json result_json(const replay::Result& r) {
   j["status"] = replay::status_name(r.status);
   j["incomplete"] = r.incomplete;
   if (!r.error.empty()) j["error"] = r.error;
+  j["device"] = r.ran_on.str();
+  if (!r.note.empty()) j["note"] = r.note;
   nlohmann::ordered_json cs = nlohmann::ordered_json::array();
   for (const auto& c : r.comparisons) {
     nlohmann::ordered_json x;
@@ -131,6 +133,7 @@ int run_replay(const ReplayArgs& a) {
       return r.status == replay::Status::kPassed ? 0 : 1;
     }
     if (a.verbose) print_arguments(r);
+    if (!r.note.empty()) std::printf("ℹ️  %s\n", r.note.c_str());
     switch (r.status) {
       case replay::Status::kPassed:
         std::printf("✅ Replay passed (outputs matched)\n");
@@ -188,6 +191,7 @@ int run_replay(const ReplayArgs& a) {
       js.push_back(result_json(r));
       continue;
     }
+    if (!r.note.empty()) std::printf("[%d] %s: ℹ️  %s\n", n, name.c_str(), r.note.c_str());
     switch (r.status) {
       case replay::Status::kPassed:
         std::printf("[%d] %s (%s): ✅ Passed\n", n, r.function_name.c_str(), name.c_str());
