@@ -1,7 +1,8 @@
 // Upstream-style `backend=` tables of the GEMM and quantization ops and the queries over them.
 // Which names run on CUDA is this file's knowledge (cuBLASLt serves "cublas", "cudnn" and
 // "auto"); whether the op runs on CUDA at all is its kernel table's (src/api/kernel_table.h):
-// an op offers its CUDA backend names only when its table has a CUDA entry in this build.
+// an op offers its CUDA backend names only when its table has a CUDA entry in this build, and a
+// name without its own description is described by that entry.
 #include "flashinfer/ops/backends.h"
 
 #include <algorithm>
@@ -20,7 +21,14 @@ BackendRequirement make(std::string op, std::string def, std::vector<std::string
   r.op = std::move(op);
   r.default_backend = std::move(def);
   r.upstream_backends = std::move(upstream);
-  if (op_has_backend(r.op, DeviceType::kCUDA)) r.available = std::move(available);
+  if (!op_has_backend(r.op, DeviceType::kCUDA)) return r;
+  r.available = std::move(available);
+  for (BackendInfo& b : r.available) {
+    if (!b.implementation.empty()) continue;
+    for (const auto& [device, impl] : op_backend_implementations(r.op)) {
+      if (device == "cuda") b.implementation = impl;
+    }
+  }
   return r;
 }
 
@@ -41,11 +49,11 @@ const std::map<std::string, BackendRequirement, std::less<>>& table() {
     m->emplace("bmm_fp8", make("bmm_fp8", "cublas", {"cudnn", "cublas", "cutlass", "auto"},
                                {{"cublas", 89, lt}, {"auto", 89, lt}}));
     // No FP4 tensor cores below sm100: tiles are dequantized to bf16 and multiplied by cuBLASLt.
+    // (An empty description: the op's CUDA kernel-table entry describes it.)
     m->emplace("mm_fp4", make("mm_fp4", "auto", {"cudnn", "trtllm", "cutlass", "cute-dsl", "auto"},
-                              {{"auto", 80, "fp4 dequantization kernel + cuBLASLt bf16 GEMM"}}));
+                              {{"auto", 80, ""}}));
     for (const char* op : {"fp4_quantize", "nvfp4_quantize", "mxfp4_quantize", "mxfp8_quantize"}) {
-      m->emplace(
-          op, make(op, "cuda", {"cuda", "cute-dsl"}, {{"cuda", 80, "flashinfer-cpp CUDA kernel"}}));
+      m->emplace(op, make(op, "cuda", {"cuda", "cute-dsl"}, {{"cuda", 80, ""}}));
     }
     return m;
   }();
