@@ -56,7 +56,11 @@ constexpr KernelEntry<GemmCall> kFp8GemmKernels[] = {
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA, "cuBLASLt fp8 GEMM (sm89+; k and the leading dimensions multiples of 16)",
      [](const GemmCall& g) {
-       return g.p.k % 16 == 0 && g.p.a_stride_m % 16 == 0 && g.p.b_stride_n % 16 == 0;
+       return g.p.k % 16 == 0 && g.p.a_stride_m % 16 == 0 && g.p.b_stride_n % 16 == 0
+                  ? api::Refusal{}
+                  : api::Refusal{nullptr,
+                                 "cuBLASLt fp8 needs k and the leading dimensions to be "
+                                 "multiples of 16"};
      },
      [](const GemmCall& g, const LaunchContext& c) {
        kernels::cuda::gemm(g.p, c.stream, g.op, c.enable_pdl);

@@ -65,11 +65,10 @@ void no_backend(const char* op, const char* arg, Device device) {
       ")");
 }
 
-void unsupported_params(const char* op, const char* arg, Device device,
-                        const char* implementation) {
-  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, "the ", device_type_name(device.type),
-                  " backend (", implementation,
-                  ") does not support these arguments; the CPU reference does");
+void unsupported_params(const char* op, const char* arg, Device device, const char* implementation,
+                        const char* reason) {
+  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, reason, " (the ", device_type_name(device.type),
+                  " backend: ", implementation, "; the CPU reference has no such limit)");
 }
 
 }  // namespace launch_detail

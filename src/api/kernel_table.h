@@ -25,12 +25,20 @@ struct LaunchContext {
   bool enable_pdl = false;
 };
 
+/// Why a backend refuses a call: the argument to name (nullptr: the one that decides the device)
+/// and the reason. A default-constructed Refusal accepts the call.
+struct Refusal {
+  const char* arg = nullptr;
+  const char* reason = nullptr;
+  bool refused() const { return reason != nullptr; }
+};
+
 /// One backend of one op.
 template <class P>
 struct KernelEntry {
-  DeviceType device;           // DeviceType::kCPU or DeviceType::kCUDA
-  const char* implementation;  // what runs, for list-ops ("CPU reference", "CUDA kernel")
-  bool (*supports)(const P&);  // nullptr: every call the op's checks accept
+  DeviceType device;              // DeviceType::kCPU or DeviceType::kCUDA
+  const char* implementation;     // what runs, for list-ops ("CPU reference", "CUDA kernel")
+  Refusal (*supports)(const P&);  // nullptr: every call the op's checks accept
   void (*run)(const P&, const LaunchContext&);
 };
 
@@ -63,7 +71,7 @@ class LaunchScope {
 };
 [[noreturn]] void no_backend(const char* op, const char* arg, Device device);
 [[noreturn]] void unsupported_params(const char* op, const char* arg, Device device,
-                                     const char* implementation);
+                                     const char* implementation, const char* reason);
 }  // namespace launch_detail
 
 /// Runs `p` on the backend of `table` for `device`. Throws flashinfer::Error(kUnsupported) naming
@@ -74,8 +82,12 @@ void launch(const KernelEntry<P> (&table)[N], const P& p, Device device, const c
             const char* arg, std::optional<bool> enable_pdl = std::nullopt) {
   for (const KernelEntry<P>& e : table) {
     if (e.device != device.type) continue;
-    if (e.supports && !e.supports(p))
-      launch_detail::unsupported_params(op, arg, device, e.implementation);
+    if (e.supports) {
+      if (const Refusal r = e.supports(p); r.refused()) {
+        launch_detail::unsupported_params(op, r.arg ? r.arg : arg, device, e.implementation,
+                                          r.reason);
+      }
+    }
     launch_detail::LaunchScope scope(device, enable_pdl);
     e.run(p, scope.context());
     return;

@@ -64,7 +64,9 @@ constexpr api::KernelEntry<AppendLaunch> kAppendKernels[] = {
     // The kernel moves 1-, 2- or 4-byte elements; the CPU reference copies any width.
     {DeviceType::kCUDA, "CUDA kernel: one block per appended row, indices uploaded",
      [](const AppendLaunch& l) {
-       return l.p.elem_size == 1 || l.p.elem_size == 2 || l.p.elem_size == 4;
+       return l.p.elem_size == 1 || l.p.elem_size == 2 || l.p.elem_size == 4
+                  ? api::Refusal{}
+                  : api::Refusal{nullptr, "the CUDA kernel moves 1-, 2- or 4-byte elements only"};
      },
      [](const AppendLaunch& l, const api::LaunchContext& c) {
        const Tensor dptr = host_int32(*l.kv_indptr).to(c.device);
