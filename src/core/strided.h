@@ -6,19 +6,54 @@
 #include <utility>
 #include <vector>
 
+#include "flashinfer/error.h"
+
 namespace flashinfer::detail {
 
+/// Overflow-checked arithmetic on element counts, strides and offsets: every view constructor
+/// and every reader that builds a view goes through these, so a hostile shape or stride (say
+/// 2^62) is a named error ("size arithmetic overflows int64") instead of a wrapped span that
+/// passes the bounds check and is later read or written out of bounds.
+[[noreturn]] inline void size_overflow(const char* op, const char* arg, int64_t a, char how,
+                                       int64_t b) {
+  FLASHINFER_FAIL(::flashinfer::ErrorCode::kInvalidArgument, op, arg,
+                  "size arithmetic overflows int64: ", a, ' ', how, ' ', b);
+}
+
+inline int64_t checked_mul(int64_t a, int64_t b, const char* op, const char* arg) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) size_overflow(op, arg, a, '*', b);
+  return r;
+}
+
+inline int64_t checked_add(int64_t a, int64_t b, const char* op, const char* arg) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) size_overflow(op, arg, a, '+', b);
+  return r;
+}
+
+/// The number of elements of `shape`, checked (dimensions are non-negative).
+inline int64_t checked_numel(const std::vector<int64_t>& shape, const char* op = "Tensor",
+                             const char* arg = "shape") {
+  int64_t n = 1;
+  for (int64_t d : shape) n = checked_mul(n, d, op, arg);
+  return n;
+}
+
 /// The part of its storage a view touches, [begin, end) in elements; begin == end (the offset)
-/// when the view is empty. Strides are non-negative (the library rejects negative ones).
+/// when the view is empty. Strides are non-negative (the library rejects negative ones). The
+/// arithmetic is checked: a span that does not fit in int64 throws (named `op`, "strides").
 inline std::pair<int64_t, int64_t> covered_span(const std::vector<int64_t>& shape,
-                                                const std::vector<int64_t>& strides,
-                                                int64_t offset) {
+                                                const std::vector<int64_t>& strides, int64_t offset,
+                                                const char* op = "Tensor") {
+  for (int64_t s : shape) {
+    if (s == 0) return {offset, offset};
+  }
   int64_t end = offset;
   for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 0) return {offset, offset};
-    end += (shape[i] - 1) * strides[i];
+    end = checked_add(end, checked_mul(shape[i] - 1, strides[i], op, "strides"), op, "strides");
   }
-  return {offset, end + 1};
+  return {offset, checked_add(end, 1, op, "strides")};
 }
 
 /// Calls fn(offset) for every element of the view, offsets in elements from the storage start,

@@ -48,7 +48,7 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t s = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<int64_t>(shape[i], 1);
+    s = detail::checked_mul(s, std::max<int64_t>(shape[i], 1), "Tensor", "shape");
   }
   return strides;
 }
@@ -66,11 +66,7 @@ std::string shape_to_string(const Shape& shape) {
 
 namespace {
 
-int64_t numel_of(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t numel_of(const Shape& shape) { return detail::checked_numel(shape); }
 
 int64_t wrap_dim(int64_t d, int64_t ndim, const char* op) {
   int64_t w = d < 0 ? d + ndim : d;
@@ -86,8 +82,8 @@ void check_shape(const Shape& shape, const char* op) {
 }
 
 // Number of elements (from the storage start) the view touches: max offset + 1; 0 if empty.
-int64_t span_end(const Shape& shape, const Shape& strides, int64_t offset) {
-  const auto [begin, end] = detail::covered_span(shape, strides, offset);
+int64_t span_end(const Shape& shape, const Shape& strides, int64_t offset, const char* op = "Tensor") {
+  const auto [begin, end] = detail::covered_span(shape, strides, offset, op);
   return begin == end ? 0 : end;
 }
 
@@ -149,9 +145,11 @@ Tensor Tensor::from_blob(void* data, Shape shape, Shape strides, DType dtype, De
                    shape.size(), " strides, got ", strides.size());
   FLASHINFER_CHECK(data != nullptr || numel_of(shape) == 0, "Tensor.from_blob", "data",
                    "null pointer for a non-empty tensor");
-  int64_t end = span_end(shape, strides, storage_offset);
-  auto storage = std::make_shared<Storage>(data, static_cast<std::size_t>(end) * dtype_size(dtype),
-                                           device, std::move(deleter));
+  const int64_t end = span_end(shape, strides, storage_offset, "Tensor.from_blob");
+  const int64_t nbytes = detail::checked_mul(end, static_cast<int64_t>(dtype_size(dtype)),
+                                             "Tensor.from_blob", "strides");
+  auto storage =
+      std::make_shared<Storage>(data, static_cast<std::size_t>(nbytes), device, std::move(deleter));
   return from_storage(std::move(storage), std::move(shape), std::move(strides), storage_offset,
                       dtype);
 }
@@ -167,11 +165,12 @@ Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, Shape shape, Shape
   for (int64_t s : strides) {
     FLASHINFER_CHECK(s >= 0, op, "strides", "negative strides are not supported");
   }
-  const int64_t end = span_end(shape, strides, storage_offset);
-  FLASHINFER_CHECK(static_cast<std::size_t>(end) * dtype_size(dtype) <= storage->nbytes(), op,
-                   "shape", "view of ", shape_to_string(shape), " with strides ",
-                   shape_to_string(strides), " at offset ", storage_offset, " needs ",
-                   end * static_cast<int64_t>(dtype_size(dtype)), " bytes; the storage has ",
+  const int64_t end = span_end(shape, strides, storage_offset, op);
+  const int64_t needed =
+      detail::checked_mul(end, static_cast<int64_t>(dtype_size(dtype)), op, "strides");
+  FLASHINFER_CHECK(static_cast<std::size_t>(needed) <= storage->nbytes(), op, "shape", "view of ",
+                   shape_to_string(shape), " with strides ", shape_to_string(strides),
+                   " at offset ", storage_offset, " needs ", needed, " bytes; the storage has ",
                    storage->nbytes());
   Tensor t;
   t.storage_ = std::move(storage);
@@ -223,9 +222,13 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
   Shape shape = shape_, strides = strides_;
-  shape[d] = (end - start + step - 1) / step;
-  strides[d] = strides_[d] * step;
-  return from_storage(storage_, shape, strides, offset_ + start * strides_[d], dtype_);
+  shape[d] = end == start ? 0 : (end - start - 1) / step + 1;  // no overflow for a huge step
+  // A step past the end keeps at most one element: its stride is then irrelevant, and a huge
+  // step must not overflow the stride arithmetic.
+  strides[d] = shape[d] <= 1 ? strides_[d] : detail::checked_mul(strides_[d], step, op, "step");
+  const int64_t offset = detail::checked_add(
+      offset_, detail::checked_mul(start, strides_[d], op, "start"), op, "start");
+  return from_storage(storage_, shape, strides, offset, dtype_);
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
@@ -238,7 +241,9 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   Shape shape = shape_, strides = strides_;
   shape.erase(shape.begin() + d);
   strides.erase(strides.begin() + d);
-  return from_storage(storage_, shape, strides, offset_ + index * strides_[d], dtype_);
+  const int64_t offset = detail::checked_add(
+      offset_, detail::checked_mul(index, strides_[d], op, "index"), op, "index");
+  return from_storage(storage_, shape, strides, offset, dtype_);
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
@@ -269,7 +274,8 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
 Tensor Tensor::unsqueeze(int64_t d) const {
   d = wrap_dim(d, dim() + 1, "Tensor.unsqueeze");
   Tensor t = *this;
-  int64_t s = d < dim() ? strides_[d] * shape_[d] : 1;
+  int64_t s =
+      d < dim() ? detail::checked_mul(strides_[d], shape_[d], "Tensor.unsqueeze", "self") : 1;
   t.shape_.insert(t.shape_.begin() + d, 1);
   t.strides_.insert(t.strides_.begin() + d, s);
   return t;
@@ -296,7 +302,7 @@ Shape infer_shape(Shape shape, int64_t numel, const char* op) {
       infer = static_cast<int>(i);
     } else {
       FLASHINFER_CHECK(shape[i] >= 0, op, "shape", "invalid dimension ", shape[i]);
-      known *= shape[i];
+      known = detail::checked_mul(known, shape[i], op, "shape");
     }
   }
   if (infer >= 0) {

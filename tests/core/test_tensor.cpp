@@ -109,6 +109,57 @@ TEST(Tensor, AsStridedIsBoundsChecked) {
   EXPECT_THROW(t.as_strided({2}, {-1}, 3), Error);
 }
 
+// Issue 16: (size-1)*stride used to wrap, so a view far outside its storage passed the check
+// and fill_/rmsnorm on it segfaulted. Every view constructor now does checked arithmetic.
+TEST(Tensor, ViewArithmeticOverflowIsAnError) {
+  Tensor t = Tensor::from_vector(iota(16), {16}, DType::kFloat32);
+  auto expect_overflow = [](auto&& make, const char* op) {
+    try {
+      make();
+      ADD_FAILURE() << "no error for " << op;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.op(), op);
+      EXPECT_NE(std::string(e.what()).find("overflows int64"), std::string::npos) << e.what();
+    }
+  };
+  expect_overflow([&] { return t.as_strided({5}, {int64_t{1} << 62}, 0); }, "Tensor.from_storage");
+  expect_overflow(
+      [&] {
+        return t.as_strided({3, 2}, {int64_t{1} << 62, 1}, 0);
+      },
+      "Tensor.from_storage");
+  expect_overflow([&] { return t.as_strided({2}, {1}, INT64_MAX); }, "Tensor.from_storage");
+  expect_overflow([&] { return t.as_strided({1}, {1}, INT64_MAX); }, "Tensor.from_storage");
+  float blob[4] = {};
+  expect_overflow(
+      [&] {
+        return Tensor::from_blob(blob, {3}, {int64_t{1} << 62}, DType::kFloat32, Device::cpu(),
+                                 nullptr);
+      },
+      "Tensor.from_blob");
+  // span * element size overflows even though the span itself fits.
+  expect_overflow(
+      [&] {
+        return Tensor::from_blob(blob, {2}, {int64_t{1} << 61}, DType::kFloat32, Device::cpu(),
+                                 nullptr);
+      },
+      "Tensor.from_blob");
+  expect_overflow(
+      [&] {
+        return Tensor::empty({0}, DType::kFloat32).view({INT64_MAX, 2, 0});
+      },
+      "Tensor.view");
+  // A huge step keeps one element and does not wrap the size or the stride.
+  Tensor s = t.slice(0, 1, 16, INT64_MAX);
+  EXPECT_EQ(s.shape(), (Shape{1}));
+  EXPECT_EQ(s.to_double_vector(), (std::vector<double>{1.0}));
+  // The tensor is intact, and fill_ on a legal view still works.
+  Tensor v = t.as_strided({4}, {4}, 0);
+  v.fill_(7.0);
+  EXPECT_EQ(t.to_double_vector()[12], 7.0);
+  EXPECT_EQ(t.to_double_vector()[13], 13.0);
+}
+
 TEST(Tensor, ViewAndReshape) {
   Tensor t = Tensor::from_vector(iota(24), {2, 3, 4}, DType::kFloat32);
   EXPECT_EQ(t.view({6, 4}).strides(), (Shape{4, 1}));
