@@ -12,6 +12,7 @@
 
 #include "flashinfer/error.h"
 #include "flashinfer/tensor_io.h"
+#include "formats/reader_limits.h"
 #include "formats/zip_reader.h"
 
 namespace flashinfer {
@@ -22,13 +23,7 @@ namespace {
 }
 
 std::string read_all(const std::string& path, const char* op) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    FLASHINFER_FAIL(ErrorCode::kIo, op, "path", "cannot open '", path, "': ", std::strerror(errno));
-  }
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (f.bad()) FLASHINFER_FAIL(ErrorCode::kIo, op, "path", "reading '", path, "' failed");
-  return s;
+  return formats::read_regular_file(path, formats::kMaxTensorFileBytes, op);
 }
 
 // ---- the restricted pickle machine
@@ -58,6 +53,34 @@ struct PObj {
   std::variant<std::monostate, bool, int64_t, double, std::string, Global, Mark, StorageRef, PList,
                PDict, Tensor>
       v;
+  int depth = 1;  // nesting depth of containers, checked against kMaxPickleDepth
+
+  PObj() = default;
+  PObj(const PObj&) = delete;
+  PObj& operator=(const PObj&) = delete;
+  // Iterative: a chain of millions of nested tuples must not recurse once per level. Children
+  // this object alone owns are emptied into a worklist before they die.
+  ~PObj() {
+    std::vector<PRef> work;
+    take_children(work);
+    while (!work.empty()) {
+      PRef r = std::move(work.back());
+      work.pop_back();
+      if (r && r.use_count() == 1) r->take_children(work);
+    }
+  }
+  void take_children(std::vector<PRef>& work) {
+    if (auto* l = std::get_if<PList>(&v)) {
+      for (PRef& x : l->items) work.push_back(std::move(x));
+      l->items.clear();
+    } else if (auto* d = std::get_if<PDict>(&v)) {
+      for (auto& [k, x] : d->items) {
+        work.push_back(std::move(k));
+        work.push_back(std::move(x));
+      }
+      d->items.clear();
+    }
+  }
 };
 
 template <class T>
@@ -138,6 +161,26 @@ class Unpickler {
     Shape out;
     for (const PRef& x : l->items) out.push_back(as_int(x, what));
     return out;
+  }
+  // A container holding `items`, its depth checked against kMaxPickleDepth.
+  PRef container(PList l) {
+    int depth = 1;
+    for (const PRef& x : l.items) depth = std::max(depth, x->depth + 1);
+    check_depth(depth);
+    PRef r = make(std::move(l));
+    r->depth = depth;
+    return r;
+  }
+  // `parent` gains the child `x` (APPEND, SETITEM).
+  void grow(PObj& parent, const PRef& x) {
+    parent.depth = std::max(parent.depth, x->depth + 1);
+    check_depth(parent.depth);
+  }
+  void check_depth(int depth) const {
+    if (depth > formats::kMaxPickleDepth) {
+      fail("containers nested more than " + std::to_string(formats::kMaxPickleDepth) +
+           " deep (kMaxPickleDepth)");
+    }
   }
   PRef reduce(const PRef& callable, const PRef& args);
   PRef rebuild_tensor(const std::vector<PRef>& a, bool v3);
@@ -237,10 +280,10 @@ PRef Unpickler::run() {
         stack_.push_back(make(PList{{}, true}));
         break;
       case 't':
-        stack_.push_back(make(PList{pop_to_mark(), true}));
+        stack_.push_back(container(PList{pop_to_mark(), true}));
         break;
       case 'l':
-        stack_.push_back(make(PList{pop_to_mark(), false}));
+        stack_.push_back(container(PList{pop_to_mark(), false}));
         break;
       case 0x85:
       case 0x86:
@@ -249,7 +292,7 @@ PRef Unpickler::run() {
         if (stack_.size() < static_cast<std::size_t>(n)) fail("stack underflow");
         std::vector<PRef> items(stack_.end() - n, stack_.end());
         stack_.resize(stack_.size() - n);
-        stack_.push_back(make(PList{std::move(items), true}));
+        stack_.push_back(container(PList{std::move(items), true}));
         break;
       }
       case 'N':
@@ -332,6 +375,8 @@ PRef Unpickler::run() {
         if (stack_.empty()) fail("stack underflow");
         auto* d = std::get_if<PDict>(&stack_.back()->v);
         if (!d) fail("SETITEM on a non-dict");
+        grow(*stack_.back(), k);
+        grow(*stack_.back(), v);
         d->items.emplace_back(k, v);
         break;
       }
@@ -341,7 +386,11 @@ PRef Unpickler::run() {
         if (stack_.empty()) fail("stack underflow");
         auto* d = std::get_if<PDict>(&stack_.back()->v);
         if (!d) fail("SETITEMS on a non-dict");
-        for (std::size_t i = 0; i < kv.size(); i += 2) d->items.emplace_back(kv[i], kv[i + 1]);
+        for (std::size_t i = 0; i < kv.size(); i += 2) {
+          grow(*stack_.back(), kv[i]);
+          grow(*stack_.back(), kv[i + 1]);
+          d->items.emplace_back(kv[i], kv[i + 1]);
+        }
         break;
       }
       case 'a': {  // APPEND
@@ -349,6 +398,7 @@ PRef Unpickler::run() {
         if (stack_.empty()) fail("stack underflow");
         auto* l = std::get_if<PList>(&stack_.back()->v);
         if (!l || l->tuple) fail("APPEND on a non-list");
+        grow(*stack_.back(), v);
         l->items.push_back(v);
         break;
       }
@@ -357,6 +407,7 @@ PRef Unpickler::run() {
         if (stack_.empty()) fail("stack underflow");
         auto* l = std::get_if<PList>(&stack_.back()->v);
         if (!l || l->tuple) fail("APPENDS on a non-list");
+        for (const PRef& x : items) grow(*stack_.back(), x);
         l->items.insert(l->items.end(), items.begin(), items.end());
         break;
       }
@@ -434,6 +485,10 @@ NamedTensors load_safetensors_bytes(const std::string& bytes, const std::string&
   if (n > 100'000'000) bad(name, "header larger than 100 MB");
   if (n > bytes.size() - 8) bad(name, "header runs past the end of the file");
   if (n == 0 || bytes[8] != '{') bad(name, "header does not start with '{'");
+  if (formats::json_too_deep(std::string_view(bytes).substr(8, n))) {
+    bad(name, "header nests more than " + std::to_string(formats::kMaxJsonDepth) +
+                  " deep (kMaxJsonDepth)");
+  }
   nlohmann::ordered_json h;
   try {
     h = nlohmann::ordered_json::parse(bytes.begin() + 8,

@@ -13,6 +13,7 @@
 #include "flashinfer/error.h"
 #include "flashinfer/op_decl.h"
 #include "flashinfer/ops/backends.h"
+#include "formats/reader_limits.h"
 #include "recorder/dump_schema.h"
 
 namespace flashinfer::replay {
@@ -62,6 +63,15 @@ MetadataRecord parse_metadata(const std::string& text, const std::string& name) 
   std::string line;
   while (std::getline(in, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (line.size() > formats::kMaxMetadataLineBytes) {
+      FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "a line of ", line.size(), " bytes in ",
+                      name, " is over the limit of ", formats::kMaxMetadataLineBytes,
+                      " (kMaxMetadataLineBytes)");
+    }
+    if (formats::json_too_deep(line)) {
+      FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "a line in ", name, " nests more than ",
+                      formats::kMaxJsonDepth, " deep (kMaxJsonDepth)");
+    }
     Json j;
     try {
       j = Json::parse(line);
@@ -86,10 +96,13 @@ MetadataRecord parse_metadata(const std::string& text, const std::string& name) 
 }
 
 MetadataRecord read_metadata(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) FLASHINFER_FAIL(ErrorCode::kIo, "replay", "", "metadata.jsonl not found: ", path);
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return parse_metadata(text, path);
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    FLASHINFER_FAIL(ErrorCode::kIo, "replay", "", "metadata.jsonl not found: ", path);
+  }
+  // A regular file of bounded size: a FIFO or a symlink to /dev/zero is an error, not a hang.
+  return parse_metadata(formats::read_regular_file(path, formats::kMaxMetadataFileBytes, "replay"),
+                        path);
 }
 
 namespace {
@@ -110,8 +123,8 @@ Tensor restore_strides(const Tensor& contiguous, const Json& details) {
       contiguous.numel() == 0) {
     return contiguous;
   }
-  int64_t span = 1;
-  for (int64_t d = 0; d < contiguous.dim(); ++d) span += (contiguous.size(d) - 1) * stride[d];
+  // Checked: strides from the record that wrap the span are an error, not a short buffer.
+  const int64_t span = detail::covered_span(contiguous.shape(), stride, 0, "replay").second;
   if (span > 4 * contiguous.numel() + 1024) return contiguous;  // implausible: keep it simple
   Tensor buf = Tensor::zeros({span}, contiguous.dtype(), contiguous.device());
   Tensor view = buf.as_strided(contiguous.shape(), stride, 0);
@@ -477,12 +490,11 @@ std::vector<Result> replay_sequence(const std::string& root, Device device,
 }
 
 std::vector<Result> replay_sequence(const std::string& root, const SequenceOptions& so) {
-  std::vector<fs::path> dirs;
-  for (const auto& e : fs::directory_iterator(root)) {
-    if (e.is_directory() && fs::exists(e.path() / schema::kMetadataFile)) {
-      dirs.push_back(e.path());
-    }
+  if (std::error_code ec; !fs::is_directory(root, ec)) {
+    FLASHINFER_FAIL(ErrorCode::kIo, "replay", "", "Dump directory not found: ", root);
   }
+  // Symlinked call directories pointing out of the root are not followed.
+  std::vector<fs::path> dirs = formats::call_directories(root, schema::kMetadataFile);
   // Name order is time order at millisecond resolution; within one millisecond of one process
   // our records' process_sequence gives the true order (upstream's dumps fall back to names).
   struct Key {

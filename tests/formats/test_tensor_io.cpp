@@ -2,6 +2,7 @@
 // by Debian's python3-torch (torch.load(..., weights_only=True)) and, when installed, the
 // safetensors package.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/tensor_io.h"
 #include "formats/pickle_writer.h"
+#include "formats/reader_limits.h"
 #include "formats/zip_writer.h"
 #include "util/run_command.h"
 
@@ -390,6 +392,121 @@ TEST(LoadTorch, ForbiddenGlobalsAndOpcodesAreRefusedNotExecuted) {
                 .find("past the end"),
             std::string::npos);
   EXPECT_NE(load_error(archive_with_pickle("\x80\x02}")).find("unexpected end"), std::string::npos);
+}
+
+// A pickle of {"arg_0": _rebuild_tensor_v2(FloatStorage of 16 elements, 0, size, stride)}.
+std::string rebuild_pickle(const std::vector<int64_t>& size, const std::vector<int64_t>& stride) {
+  formats::PickleWriter pk;
+  pk.empty_dict();
+  pk.mark();
+  pk.unicode("arg_0");
+  pk.global("torch._utils", "_rebuild_tensor_v2");
+  pk.mark();
+  pk.mark();
+  pk.unicode("storage");
+  pk.global("torch", "FloatStorage");
+  pk.unicode("0");
+  pk.unicode("cpu");
+  pk.integer(16);
+  pk.tuple();
+  pk.binpersid();
+  pk.integer(0);
+  pk.int_tuple(size);
+  pk.int_tuple(stride);
+  pk.boolean(false);
+  pk.global("collections", "OrderedDict");
+  pk.empty_tuple();
+  pk.reduce();
+  pk.tuple();
+  pk.reduce();
+  pk.setitems();
+  return pk.finish();
+}
+
+std::string archive_with_storage(const std::string& pkl) {
+  const fs::path p = scratch("evil_storage.pt");
+  {
+    formats::ZipWriter z(p.string());
+    z.add("evil/data.pkl", pkl.data(), pkl.size());
+    const std::vector<float> data(16, 1.0f);
+    z.add("evil/data/0", data.data(), data.size() * sizeof(float));
+    z.finish();
+  }
+  return read_file(p);
+}
+
+// Issue 16: a stride of 2^62 wrapped the span check, and replay then read out of bounds.
+TEST(LoadTorch, StridesThatOverflowTheSpanAreAnError) {
+  const auto ok = load_torch_bytes(archive_with_storage(rebuild_pickle({4}, {4})), "ok.pt");
+  ASSERT_EQ(ok.size(), 1u);
+  EXPECT_EQ(ok[0].second.strides(), (Shape{4}));
+  for (const auto& [size, stride] : std::vector<std::pair<Shape, Shape>>{
+           {{5}, {int64_t{1} << 62}}, {{3, 2}, {int64_t{1} << 62, 1}}, {{2}, {INT64_MAX}}}) {
+    const std::string msg = load_error(archive_with_storage(rebuild_pickle(size, stride)));
+    EXPECT_NE(msg.find("tensor view does not fit its storage"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("overflows int64"), std::string::npos) << msg;
+  }
+}
+
+// Nesting deeper than kMaxPickleDepth is an error, checked while reading (no recursion).
+TEST(LoadTorch, PickleNestingIsLimited) {
+  std::string deep = "\x80\x02N";
+  deep += std::string(2'000'000, '\x85');  // TUPLE1, two million times
+  deep += '.';
+  std::string msg = load_error(archive_with_pickle(deep));
+  EXPECT_NE(msg.find("nested more than 1000 deep (kMaxPickleDepth)"), std::string::npos) << msg;
+  // Through lists and APPEND as well.
+  std::string lists = "\x80\x02]";
+  for (int i = 0; i < 1500; ++i) lists += "]";
+  for (int i = 0; i < 1500; ++i) lists += "a";
+  lists += '.';
+  msg = load_error(archive_with_pickle(lists));
+  EXPECT_NE(msg.find("kMaxPickleDepth"), std::string::npos) << msg;
+  // Just under the limit loads (and is destroyed) fine: the archive holds no dict.
+  std::string ok = "\x80\x02N";
+  ok += std::string(formats::kMaxPickleDepth - 1, '\x85');
+  ok += '.';
+  msg = load_error(archive_with_pickle(ok));
+  EXPECT_NE(msg.find("does not hold a dict"), std::string::npos) << msg;
+}
+
+// Tensor files must be regular files: a FIFO would block, /dev/zero never ends.
+TEST(LoadTorch, OnlyRegularFilesAreRead) {
+  const fs::path fifo = scratch("fifo.pt");
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const fs::path zero = scratch("zero.safetensors");
+  fs::remove(zero);
+  fs::create_symlink("/dev/zero", zero);
+  for (const fs::path& p : {fifo, zero}) {
+    try {
+      p.extension() == ".pt" ? load_torch(p.string()) : load_safetensors(p.string());
+      ADD_FAILURE() << "loaded " << p;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kIo);
+      EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
+    }
+  }
+  fs::remove(fifo);
+  fs::remove(zero);
+}
+
+TEST(LoadSafetensors, HeaderNestingIsLimited) {
+  const int depth = 150'000;
+  std::string header = "{\"a\":" + std::string(depth, '[') + std::string(depth, ']') + "}";
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  bytes += header;
+  try {
+    load_safetensors_bytes(bytes, "deep.safetensors");
+    ADD_FAILURE() << "loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(kMaxJsonDepth)"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(formats::json_too_deep(std::string(513, '[')));
+  EXPECT_FALSE(formats::json_too_deep(std::string(512, '[')));
+  EXPECT_FALSE(formats::json_too_deep("[\"" + std::string(600, '[') + "\"]"));  // inside a string
+  EXPECT_FALSE(formats::json_too_deep("[\"\\\"" + std::string(600, '[') + "\"]"));
 }
 
 }  // namespace

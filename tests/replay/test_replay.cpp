@@ -2,6 +2,7 @@
 // order through the object registry; tensor-less and failing calls; upstream-written dumps;
 // safetensors strides; the CLI's lines and exit status.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -13,6 +14,9 @@
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
 #include "flashinfer/tensor_io.h"
+#include "formats/pickle_writer.h"
+#include "formats/reader_limits.h"
+#include "formats/zip_writer.h"
 #include "recorder/recorder_internal.h"
 #include "util/run_command.h"
 
@@ -387,6 +391,148 @@ TEST_F(ReplayTest, BadDumpsAreReportedNotThrown) {
   EXPECT_EQ(r.status, replay::Status::kError);
 }
 
+// ---- hostile dumps (issue 16): errors, never a crash, a hang or a stack overflow ----
+
+// inputs.pt holding {"arg_0": _rebuild_tensor_v2(FloatStorage of 16, 0, size, stride)}.
+void write_rebuild_archive(const fs::path& file, const Shape& size, const Shape& stride) {
+  formats::PickleWriter pk;
+  pk.empty_dict();
+  pk.mark();
+  pk.unicode("arg_0");
+  pk.global("torch._utils", "_rebuild_tensor_v2");
+  pk.mark();
+  pk.mark();
+  pk.unicode("storage");
+  pk.global("torch", "FloatStorage");
+  pk.unicode("0");
+  pk.unicode("cpu");
+  pk.integer(16);
+  pk.tuple();
+  pk.binpersid();
+  pk.integer(0);
+  pk.int_tuple(size);
+  pk.int_tuple(stride);
+  pk.boolean(false);
+  pk.global("collections", "OrderedDict");
+  pk.empty_tuple();
+  pk.reduce();
+  pk.tuple();
+  pk.reduce();
+  pk.setitems();
+  const std::string& pkl = pk.finish();
+  formats::ZipWriter z(file.string());
+  z.add("inputs/data.pkl", pkl.data(), pkl.size());
+  const std::vector<float> data(16, 1.0f);
+  z.add("inputs/data/0", data.data(), data.size() * sizeof(float));
+  z.finish();
+}
+
+TEST_F(ReplayTest, InputsWithOverflowingStridesAreAnError) {
+  record();
+  twice(Tensor::from_vector({1, 2, 3, 4}, {4}, DType::kFloat32), false);
+  recorder::stop();
+  const fs::path call = call_dirs().at(0);
+  write_rebuild_archive(call / "inputs.pt", {5}, {int64_t{1} << 62});
+  const auto r = replay::replay_from_dump(call.string());
+  EXPECT_EQ(r.status, replay::Status::kError);
+  EXPECT_NE(r.error.find("overflows int64"), std::string::npos) << r.error;
+}
+
+TEST_F(ReplayTest, SafetensorsDetailStridesThatWrapAreAnError) {
+  record(/*safetensors=*/true);
+  Tensor base = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}, DType::kFloat32);
+  twice(base.transpose(0, 1), false);
+  recorder::stop();
+  const fs::path meta = call_dirs().at(0) / "metadata.jsonl";
+  std::string text;
+  {
+    std::ifstream f(meta);
+    std::string line;
+    while (std::getline(f, line)) {
+      auto j = nlohmann::ordered_json::parse(line);
+      for (auto& [k, d] : j["tensor_details"].items()) {
+        if (d.contains("stride")) d["stride"] = {int64_t{1} << 62, (int64_t{1} << 62) + 1};
+      }
+      text += j.dump() + "\n";
+    }
+  }
+  std::ofstream(meta) << text;
+  const auto r = replay::replay_from_dump(call_dirs().at(0).string());
+  EXPECT_EQ(r.status, replay::Status::kError);
+  EXPECT_NE(r.error.find("overflows int64"), std::string::npos) << r.error;
+}
+
+TEST_F(ReplayTest, MetadataReaderLimits) {
+  const fs::path call = dir_ / "20260101_000000_000_pid1_x_call0001";
+  fs::create_directories(call);
+  const fs::path meta = call / "metadata.jsonl";
+  auto error_of = [&] {
+    try {
+      replay::read_metadata(meta.string());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("read");
+  };
+  // A line nested ~150k deep: an error before the parser sees it.
+  std::ofstream(meta) << "{\"a\":" << std::string(150'000, '[') << std::string(150'000, ']')
+                      << "}\n";
+  EXPECT_NE(error_of().find("nests more than 512 deep (kMaxJsonDepth)"), std::string::npos)
+      << error_of();
+  EXPECT_EQ(replay::replay_from_dump(call.string()).status, replay::Status::kError);
+  // A line over kMaxMetadataLineBytes.
+  std::ofstream(meta) << "{\"a\":\"" << std::string(formats::kMaxMetadataLineBytes, 'x') << "\"}\n";
+  EXPECT_NE(error_of().find("(kMaxMetadataLineBytes)"), std::string::npos) << error_of();
+  // A file over kMaxMetadataFileBytes, made of short lines.
+  {
+    std::ofstream f(meta);
+    const std::string line =
+        "{\"function_name\": \"x\", \"pad\": \"" + std::string(1000, 'p') + "\"}\n";
+    for (std::size_t n = 0; n <= formats::kMaxMetadataFileBytes; n += line.size()) f << line;
+  }
+  EXPECT_NE(error_of().find("more than the limit"), std::string::npos) << error_of();
+  // A FIFO: an error at once, not a hang.
+  fs::remove(meta);
+  ASSERT_EQ(::mkfifo(meta.c_str(), 0600), 0);
+  EXPECT_NE(error_of().find("is not a regular file"), std::string::npos) << error_of();
+  EXPECT_EQ(replay::replay_from_dump(call.string()).status, replay::Status::kError);
+  auto r = testing::run_flashinfer("show --dir " + dir_.string());
+  EXPECT_EQ(r.status, 0) << r.out;
+  // A symlink to /dev/zero: an error, not an endless read.
+  fs::remove(meta);
+  fs::create_symlink("/dev/zero", meta);
+  EXPECT_NE(error_of().find("is not a regular file"), std::string::npos) << error_of();
+  r = testing::run_flashinfer("show --dir " + call.string());
+  EXPECT_NE(r.out.find("unreadable"), std::string::npos) << r.out;
+  r = testing::run_flashinfer("replay --dir " + dir_.string());
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("is not a regular file"), std::string::npos) << r.out;
+}
+
+TEST_F(ReplayTest, CallDirectoriesLinkedOutOfTheRootAreNotFollowed) {
+  record();
+  twice(Tensor::from_vector({1, 2}, {2}, DType::kFloat32), false);
+  recorder::stop();
+  const fs::path real = call_dirs().at(0);
+  // Another dump elsewhere, linked into this one.
+  const fs::path outside = dir_.string() + "_outside";
+  fs::remove_all(outside);
+  fs::create_directories(outside);
+  fs::copy(real, outside / "20990101_000000_000_pid1_replay_twice_call0001");
+  fs::create_symlink(outside / "20990101_000000_000_pid1_replay_twice_call0001",
+                     dir_ / "20990101_000000_000_pid1_replay_twice_call0002");
+  // A link to a call inside the root is followed.
+  fs::create_directory_symlink(real, dir_ / "20990101_000000_000_pid1_replay_twice_call0003");
+  const auto results = replay::replay_sequence(dir_.string());
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].dump_dir, real.string());
+  EXPECT_NE(results[1].dump_dir.find("call0003"), std::string::npos);
+  const auto r = testing::run_flashinfer("show --dir " + dir_.string());
+  EXPECT_NE(r.out.find(": 2 recorded calls"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("call0002"), std::string::npos) << r.out;
+  fs::remove_all(outside);
+}
+
 // A dump written by Python the way upstream's recorder writes it (torch.save of the tensors,
 // keyword arguments as kwarg_<name>), replayed with this library's rmsnorm.
 TEST_F(ReplayTest, UpstreamWrittenDumpReplaysHere) {
@@ -485,7 +631,7 @@ TEST_F(ReplayTest, CliReportsEachCallAndFailsOnMismatch) {
     std::getline(f, line1);
   }
   std::ofstream(first / "metadata.jsonl", std::ios::trunc) << line1 << "\n";
-  r = testing::run_flashinfer("show " + dir_.string());
+  r = testing::run_flashinfer("show --dir " + dir_.string());
   EXPECT_NE(r.out.find("Found 1 incomplete calls (potential crashes):\n  - rmsnorm at " +
                        first.filename().string()),
             std::string::npos)

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
+#include "formats/reader_limits.h"
 #include "recorder/dump_schema.h"
 
 namespace flashinfer::cli {
@@ -159,10 +160,7 @@ int run_replay(const ReplayArgs& a) {
   filter.exclude = a.exclude;
   const bool tty = !a.json && ::isatty(STDOUT_FILENO);
   if (!a.json) std::printf("Replaying session from %s...\n", a.dir.c_str());
-  std::size_t total = 0;
-  for (const auto& e : fs::directory_iterator(a.dir)) {
-    total += e.is_directory() && fs::exists(e.path() / schema::kMetadataFile);
-  }
+  const std::size_t total = formats::call_directories(a.dir, schema::kMetadataFile).size();
   std::size_t done = 0;
   replay::SequenceOptions so;
   so.device = device;
@@ -281,10 +279,8 @@ int run_show(const std::string& dir, bool verbose) {
     show_call(p, 1);
     return 0;
   }
-  std::vector<fs::path> dirs;
-  for (const auto& e : fs::directory_iterator(p)) {
-    if (e.is_directory() && fs::exists(e.path() / schema::kMetadataFile)) dirs.push_back(e.path());
-  }
+  // Symlinked call directories pointing out of the dump root are not followed.
+  std::vector<fs::path> dirs = formats::call_directories(p, schema::kMetadataFile);
   std::sort(dirs.begin(), dirs.end());
   // The seed page's "Scanning Session History", built in.
   std::map<std::string, int> completed_by_fn;
