@@ -2,6 +2,7 @@
 // writers, so fuzzing starts from deep inside the parsers. Usage: make_seeds <corpus root>.
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/tensor_io.h"
@@ -26,5 +27,15 @@ int main(int argc, char** argv) {
       << "\n"
       << R"({"function_name": "rmsnorm", "execution_status": "completed", "self_id": 1})"
       << "\n";
+  // Hostile classes of issue 16: nesting past kMaxJsonDepth, in a metadata line and in a
+  // safetensors header.
+  std::ofstream(root / "metadata" / "deep.jsonl")
+      << "{\"a\":" << std::string(2000, '[') << std::string(2000, ']') << "}\n";
+  {
+    const std::string h = "{\"a\":" + std::string(2000, '[') + std::string(2000, ']') + "}";
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+    std::ofstream(root / "safetensors" / "deep.safetensors", std::ios::binary) << bytes << h;
+  }
   return 0;
 }
