@@ -82,7 +82,8 @@ void check_shape(const Shape& shape, const char* op) {
 }
 
 // Number of elements (from the storage start) the view touches: max offset + 1; 0 if empty.
-int64_t span_end(const Shape& shape, const Shape& strides, int64_t offset, const char* op = "Tensor") {
+int64_t span_end(const Shape& shape, const Shape& strides, int64_t offset,
+                 const char* op = "Tensor") {
   const auto [begin, end] = detail::covered_span(shape, strides, offset, op);
   return begin == end ? 0 : end;
 }
@@ -223,9 +224,13 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   end = std::clamp<int64_t>(end, start, n);
   Shape shape = shape_, strides = strides_;
   shape[d] = end == start ? 0 : (end - start - 1) / step + 1;  // no overflow for a huge step
-  // A step past the end keeps at most one element: its stride is then irrelevant, and a huge
-  // step must not overflow the stride arithmetic.
-  strides[d] = shape[d] <= 1 ? strides_[d] : detail::checked_mul(strides_[d], step, op, "step");
+  // As torch: stride * step. A step past the end keeps at most one element, whose stride is
+  // irrelevant: a huge step there keeps the old stride rather than overflow.
+  if (__builtin_mul_overflow(strides_[d], step, &strides[d])) {
+    FLASHINFER_CHECK(shape[d] <= 1, op, "step", "size arithmetic overflows int64: ", strides_[d],
+                     " * ", step);
+    strides[d] = strides_[d];
+  }
   const int64_t offset = detail::checked_add(
       offset_, detail::checked_mul(start, strides_[d], op, "start"), op, "start");
   return from_storage(storage_, shape, strides, offset, dtype_);
