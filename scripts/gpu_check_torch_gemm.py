@@ -29,6 +29,7 @@ def main():
         print("[SKIP] torch gemm :: torch is not importable: %s" % e)
         return 0
     dev = torch.device(a.device)
+    print("[INFO] torch %s on %s" % (torch.__version__, dev))
     cuda = dev.type == "cuda"
     if cuda and not torch.cuda.is_available():
         print("[SKIP] torch gemm :: torch sees no CUDA device")
