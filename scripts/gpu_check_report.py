@@ -169,7 +169,8 @@ def kernels(outdir, device, date):
                 n = len(bench_cuda)
                 res = "%d CUDA bench rows timed" % n if n else "pending: not run"
             else:
-                mine = [t for t in tests if re.search(pat, t["test"])]
+                # a parameterized suite's instance prefix ("Op/") is not part of the pattern
+                mine = [t for t in tests if re.search(pat, re.sub(r"^[^./]+/", "", t["test"]))]
                 ok = sum(t["status"] in ("passed", "skipped-ok") for t in mine)
                 failed = [t for t in mine if t["status"] not in ("passed", "skipped-ok")]
                 if not mine:
