@@ -56,7 +56,11 @@ def gtest(out_csv, phase_md, title, xmls):
             fail = tc.find("failure")
             skip = tc.find("skipped")
             if fail is not None:
-                status, msg = "failed", (fail.get("message") or "").splitlines()[0:1]
+                lines = [l for l in (fail.get("message") or "").splitlines()
+                         if l.strip() and not re.match(r"^\S+:\d+$", l.strip())]
+                if len(lines) > 1 and lines[0].strip() == "Failed":
+                    lines = lines[1:]
+                status, msg = "failed", [" / ".join(l.strip() for l in lines[:3])]
             elif skip is not None or tc.get("result") == "skipped":
                 m = (skip.get("message") if skip is not None else "") or ""
                 status = "skipped-ok" if ALLOWED_SKIP.search(m) else "skipped"
