@@ -102,8 +102,17 @@ BenchCase invoke_case(const std::string& name, std::vector<Value> positional,
       }
     }
     for (std::size_t i = 0; i < decl->params.size(); ++i) {
-      if (decl->params[i].mutated && (*args)[i].is_tensor()) {
-        out.emplace_back(decl->params[i].name, host_copy((*args)[i].as_tensor()));
+      if (!decl->params[i].mutated) continue;
+      const Value& a = (*args)[i];
+      if (a.is_tensor()) {
+        out.emplace_back(decl->params[i].name, host_copy(a.as_tensor()));
+      } else if (a.is_sequence()) {  // a written (k_cache, v_cache) pair
+        for (std::size_t j = 0; j < a.items().size(); ++j) {
+          if (a.items()[j].is_tensor()) {
+            out.emplace_back(decl->params[i].name + "[" + std::to_string(j) + "]",
+                             host_copy(a.items()[j].as_tensor()));
+          }
+        }
       }
     }
     return out;

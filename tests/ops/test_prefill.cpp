@@ -336,6 +336,15 @@ TEST(BatchPrefillWrappers, BadInput) {
     o.kv_data_type = DType::kBFloat16;
     EXPECT_FI_ERROR(P(int_tensor({0, 1, 2}), o), plan, "kv_data_type");
   }
+  // vLLM passes seq_lens= (checked against the page table) and fixed_split_size=-1 ("none").
+  {
+    PrefillPlanOptions o;
+    o.seq_lens = int_tensor({5, 8});
+    o.fixed_split_size = -1;
+    EXPECT_NO_THROW(P(int_tensor({0, 1, 4}), o));
+    o.seq_lens = int_tensor({5, 9});
+    EXPECT_FI_ERROR(P(int_tensor({0, 1, 4}), o), plan, "seq_lens");
+  }
   P(int_tensor({0, 1, 4}));
   EXPECT_NO_THROW(w.run(q, f.cache()));
   EXPECT_FI_ERROR(w.run(Tensor::zeros({5, 4, 64}, DType::kFloat16), f.cache()), run, "q");
