@@ -92,19 +92,16 @@ class ObservedCall {
   bool active_;
 };
 
-template <class Fn, class... Args>
-[[gnu::noinline, gnu::cold]] decltype(auto) call_observed(DeclFn decl_fn, Fn&& fn,
-                                                          const Args&... args) {
+/// Runs `fn` as an observed call of `decl` when some observer wants it; `pack()` gives the
+/// arguments as Values, aligned with the declaration (called only then).
+template <class Fn, class Pack>
+[[gnu::noinline, gnu::cold]] decltype(auto) run_observed(const OpDecl& decl, Fn&& fn, Pack&& pack) {
   using R = std::invoke_result_t<Fn>;
-  const OpDecl& decl = decl_fn();
   if (!call_wanted(decl)) {
     UnobservedCallScope scope;
     return std::forward<Fn>(fn)();
   }
-  std::vector<Value> values;
-  values.reserve(sizeof...(Args));
-  (values.push_back(to_value(args)), ...);
-  ObservedCall call(decl, std::move(values));
+  ObservedCall call(decl, pack());
   if (!call.active()) return std::forward<Fn>(fn)();
   try {
     if constexpr (std::is_void_v<R>) {
@@ -122,6 +119,17 @@ template <class Fn, class... Args>
     call.fail("unknown exception");
     throw;
   }
+}
+
+template <class Fn, class... Args>
+[[gnu::noinline, gnu::cold]] decltype(auto) call_observed(DeclFn decl_fn, Fn&& fn,
+                                                          const Args&... args) {
+  return run_observed(decl_fn(), std::forward<Fn>(fn), [&] {
+    std::vector<Value> values;
+    values.reserve(sizeof...(Args));
+    (values.push_back(to_value(args)), ...);
+    return values;
+  });
 }
 
 }  // namespace detail

@@ -107,7 +107,7 @@ struct TypeNameOf {
   static constexpr const char* value = nullptr;
 };
 template <class T>
-  requires requires { ArgTraits<T>::type_name; }
+requires requires { ArgTraits<T>::type_name; }
 struct TypeNameOf<T> {
   static constexpr const char* value = ArgTraits<T>::type_name;
 };
@@ -692,30 +692,8 @@ const OpDecl& decl_of() {
 
 template <class Key, class Fn, class... A>
 [[gnu::noinline, gnu::cold]] decltype(auto) call_op_observed(Fn&& fn, const A&... args) {
-  using R = std::invoke_result_t<Fn>;
   const OpDecl& decl = decl_of<Key>();
-  if (!call_wanted(decl)) {
-    UnobservedCallScope scope;
-    return std::forward<Fn>(fn)();
-  }
-  ObservedCall call(decl, pack_call<Key>(decl, args...));
-  if (!call.active()) return std::forward<Fn>(fn)();
-  try {
-    if constexpr (std::is_void_v<R>) {
-      std::forward<Fn>(fn)();
-      call.finish(Value());
-    } else {
-      R result = std::forward<Fn>(fn)();
-      call.finish(to_value(result));
-      return result;
-    }
-  } catch (const std::exception& e) {
-    call.fail(e.what());
-    throw;
-  } catch (...) {
-    call.fail("unknown exception");
-    throw;
-  }
+  return run_observed(decl, std::forward<Fn>(fn), [&] { return pack_call<Key>(decl, args...); });
 }
 
 // The gate's arguments must be exactly the declared function's parameters, in order (methods and

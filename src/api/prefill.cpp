@@ -435,32 +435,15 @@ void register_prefill_ops(OpRegistry& r) {
        .options_keyword_only = false},
       "qo_indptr", "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len", "num_qo_heads",
       "num_kv_heads", "head_dim_qk", "page_size",
-      OnlyFields{"head_dim_vo",
-                 "custom_mask",
-                 "packed_custom_mask",
-                 "causal",
-                 "pos_encoding_mode",
-                 "use_fp16_qk_reduction",
-                 "sm_scale",
-                 "window_left",
-                 "logits_soft_cap",
-                 "rope_scale",
-                 "rope_theta",
-                 "q_data_type",
-                 "kv_data_type",
-                 "o_data_type",
-                 "non_blocking",
-                 "prefix_len_ptr",
-                 "token_pos_in_items_ptr",
-                 "token_pos_in_items_len",
-                 "max_item_len_ptr",
-                 "seq_lens",
-                 "seq_lens_q",
-                 "block_tables",
-                 "max_token_per_sequence",
-                 "max_sequence_kv",
-                 "fixed_split_size",
+      // clang-format off
+      OnlyFields{"head_dim_vo", "custom_mask", "packed_custom_mask", "causal", "pos_encoding_mode",
+                 "use_fp16_qk_reduction", "sm_scale", "window_left", "logits_soft_cap",
+                 "rope_scale", "rope_theta", "q_data_type", "kv_data_type", "o_data_type",
+                 "non_blocking", "prefix_len_ptr", "token_pos_in_items_ptr",
+                 "token_pos_in_items_len", "max_item_len_ptr", "seq_lens", "seq_lens_q",
+                 "block_tables", "max_token_per_sequence", "max_sequence_kv", "fixed_split_size",
                  "disable_split_kv"},
+      // clang-format on
       field("q_data_type", "float16"));
   declare<&BatchPrefillWithRaggedKVCacheWrapper::plan>(
       r,
@@ -469,33 +452,15 @@ void register_prefill_ops(OpRegistry& r) {
        .summary = "Validates the batch layout and builds the prefill work partition",
        .options_keyword_only = false},
       "qo_indptr", "kv_indptr", "num_qo_heads", "num_kv_heads", "head_dim_qk",
-      OnlyFields{"head_dim_vo",
-                 "custom_mask",
-                 "packed_custom_mask",
-                 "causal",
-                 "pos_encoding_mode",
-                 "use_fp16_qk_reduction",
-                 "window_left",
-                 "logits_soft_cap",
-                 "sm_scale",
-                 "rope_scale",
-                 "rope_theta",
-                 "q_data_type",
-                 "kv_data_type",
-                 "o_data_type",
-                 "non_blocking",
-                 "prefix_len_ptr",
-                 "token_pos_in_items_ptr",
-                 "token_pos_in_items_len",
-                 "max_item_len_ptr",
-                 "fixed_split_size",
-                 "disable_split_kv",
-                 "seq_lens",
-                 "seq_lens_q",
-                 "max_token_per_sequence",
-                 "max_sequence_kv",
-                 "v_indptr",
-                 "o_indptr"},
+      // clang-format off
+      OnlyFields{"head_dim_vo", "custom_mask", "packed_custom_mask", "causal", "pos_encoding_mode",
+                 "use_fp16_qk_reduction", "window_left", "logits_soft_cap", "sm_scale",
+                 "rope_scale", "rope_theta", "q_data_type", "kv_data_type", "o_data_type",
+                 "non_blocking", "prefix_len_ptr", "token_pos_in_items_ptr",
+                 "token_pos_in_items_len", "max_item_len_ptr", "fixed_split_size",
+                 "disable_split_kv", "seq_lens", "seq_lens_q", "max_token_per_sequence",
+                 "max_sequence_kv", "v_indptr", "o_indptr"},
+      // clang-format on
       field("q_data_type", "float16"));
   declare<&BatchPrefillWithPagedKVCacheWrapper::run>(
       r,
@@ -504,9 +469,11 @@ void register_prefill_ops(OpRegistry& r) {
        .summary = "Batch prefill attention over the paged cache with the current plan",
        .var_positional = "args"},
       "q", "paged_kv_cache",
+      // clang-format off
       OnlyFields{"q_scale", "k_scale", "v_scale", "out", "lse", "return_lse", "enable_pdl",
                  "window_left", "sinks", "kv_cache_sf", "skip_softmax_threshold_scale_factor",
                  "use_fp16_softmax", "uses_spcompress"},
+      // clang-format on
       field("out").mut(), field("lse").mut());
   declare<&BatchPrefillWithRaggedKVCacheWrapper::run>(
       r,
@@ -515,8 +482,10 @@ void register_prefill_ops(OpRegistry& r) {
        .summary = "Batch prefill attention over ragged K/V with the current plan",
        .var_positional = "args"},
       "q", "k", "v",
+      // clang-format off
       OnlyFields{"q_scale", "k_scale", "v_scale", "o_scale", "out", "lse", "return_lse",
                  "enable_pdl", "kv_cache_sf"},
+      // clang-format on
       field("out").mut(), field("lse").mut());
   // A wrapper's __init__ and plan belong to the kernel its run launches.
   api::register_attention_backends("BatchPrefillWithPagedKVCacheWrapper.__init__");
