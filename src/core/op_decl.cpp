@@ -161,14 +161,12 @@ std::vector<Value> bind_arguments(const OpDecl& decl, std::vector<Value> positio
                                   std::vector<std::pair<std::string, Value>> keyword) {
   const auto n = decl.params.size();
   // Keyword-only parameters are never filled by position (Python's rule).
-  const auto n_positional = static_cast<std::size_t>(
-      std::count_if(decl.params.begin(), decl.params.end(),
-                    [](const ParamDecl& p) { return !p.keyword_only; }));
+  const auto n_positional = static_cast<std::size_t>(std::count_if(
+      decl.params.begin(), decl.params.end(), [](const ParamDecl& p) { return !p.keyword_only; }));
   if (positional.size() > n_positional && !decl.var_positional.empty()) {
     FLASHINFER_FAIL(ErrorCode::kUnsupported, decl.name, decl.var_positional,
-                    positional.size() - n_positional,
-                    " extra positional argument(s) given to *", decl.var_positional,
-                    "; pass them by keyword");
+                    positional.size() - n_positional, " extra positional argument(s) given to *",
+                    decl.var_positional, "; pass them by keyword");
   }
   FLASHINFER_CHECK(positional.size() <= n_positional, decl.name, "", "takes ", n_positional,
                    " positional arguments but ", positional.size(), " were given");

@@ -28,8 +28,8 @@
 
 #include "apilog_test_ops.h"
 #include "apilog_test_util.h"
-#include "core/settings.h"
 #include "core/cuda_runtime.h"
+#include "core/settings.h"
 #include "flashinfer/api_log.h"
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/recorder.h"
