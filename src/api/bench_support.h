@@ -29,12 +29,6 @@ double nbytes(const Shape& shape, DType dtype);
 BenchCase invoke_case(const std::string& name, std::vector<Value> positional,
                       std::vector<std::pair<std::string, Value>> keyword = {});
 
-/// `d`, after registering `hook` as its bench routine (used on an area's registry.add lines).
-inline OpDecl with_bench(OpDecl d, BenchHook hook) {
-  register_bench_hook(d.name, std::move(hook));
-  return d;
-}
-
 /// Upstream's attention FLOPs for one request: 2*qo*kv*Hq*(Dqk+Dvo), or with causal (the
 /// right-aligned trapezoid) (2*kv - qo)*qo*Hq*(Dqk+Dvo).
 double attention_flops(int64_t qo_len, int64_t kv_len, int64_t num_qo_heads, int64_t head_dim_qk,
