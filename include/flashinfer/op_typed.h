@@ -400,10 +400,6 @@ struct IsArg : std::false_type {};
 template <class D>
 struct IsArg<Arg<D>> : std::true_type {};
 
-template <class T>
-Arg<void> to_arg(const char* name) {
-  return arg(name);
-}
 template <class D>
 Arg<D> as_arg(const Arg<D>& a) {
   return a;
