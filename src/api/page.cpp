@@ -293,7 +293,7 @@ void register_page_ops(OpRegistry& r) {
       {.name = "get_batch_indices_positions",
        .module = kModule,
        .summary = "Request index and absolute position of every appended row"},
-      "append_indptr", "seq_lens", "nnz", "batch_indices", "positions");
+      "append_indptr", "seq_lens", "nnz", arg("batch_indices").mut(), arg("positions").mut());
   declare<&append_paged_kv_cache>(
       r,
       {.name = "append_paged_kv_cache",
