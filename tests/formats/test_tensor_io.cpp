@@ -18,6 +18,7 @@
 #include "formats/reader_limits.h"
 #include "formats/zip_writer.h"
 #include "util/run_command.h"
+#include "util/torch_archive.h"
 
 namespace flashinfer {
 namespace {
@@ -394,55 +395,22 @@ TEST(LoadTorch, ForbiddenGlobalsAndOpcodesAreRefusedNotExecuted) {
   EXPECT_NE(load_error(archive_with_pickle("\x80\x02}")).find("unexpected end"), std::string::npos);
 }
 
-// A pickle of {"arg_0": _rebuild_tensor_v2(FloatStorage of 16 elements, 0, size, stride)}.
-std::string rebuild_pickle(const std::vector<int64_t>& size, const std::vector<int64_t>& stride) {
-  formats::PickleWriter pk;
-  pk.empty_dict();
-  pk.mark();
-  pk.unicode("arg_0");
-  pk.global("torch._utils", "_rebuild_tensor_v2");
-  pk.mark();
-  pk.mark();
-  pk.unicode("storage");
-  pk.global("torch", "FloatStorage");
-  pk.unicode("0");
-  pk.unicode("cpu");
-  pk.integer(16);
-  pk.tuple();
-  pk.binpersid();
-  pk.integer(0);
-  pk.int_tuple(size);
-  pk.int_tuple(stride);
-  pk.boolean(false);
-  pk.global("collections", "OrderedDict");
-  pk.empty_tuple();
-  pk.reduce();
-  pk.tuple();
-  pk.reduce();
-  pk.setitems();
-  return pk.finish();
-}
-
 std::string archive_with_storage(const std::string& pkl) {
   const fs::path p = scratch("evil_storage.pt");
-  {
-    formats::ZipWriter z(p.string());
-    z.add("evil/data.pkl", pkl.data(), pkl.size());
-    const std::vector<float> data(16, 1.0f);
-    z.add("evil/data/0", data.data(), data.size() * sizeof(float));
-    z.finish();
-  }
+  testing::write_storage_archive(p.string(), "evil", pkl);
   return read_file(p);
 }
 
 // Issue 16: a stride of 2^62 wrapped the span check, and replay then read out of bounds.
 TEST(LoadTorch, StridesThatOverflowTheSpanAreAnError) {
-  const auto ok = load_torch_bytes(archive_with_storage(rebuild_pickle({4}, {4})), "ok.pt");
+  const auto ok =
+      load_torch_bytes(archive_with_storage(testing::rebuild_tensor_pickle({4}, {4})), "ok.pt");
   ASSERT_EQ(ok.size(), 1u);
   EXPECT_EQ(ok[0].second.strides(), (Shape{4}));
   for (const auto& [size, stride] : std::vector<std::pair<Shape, Shape>>{
            {{5}, {int64_t{1} << 62}}, {{3, 2}, {int64_t{1} << 62, 1}}, {{2}, {INT64_MAX}}}) {
-    const std::string msg = load_error(archive_with_storage(rebuild_pickle(size, stride)));
+    const std::string msg =
+        load_error(archive_with_storage(testing::rebuild_tensor_pickle(size, stride)));
     EXPECT_NE(msg.find("tensor view does not fit its storage"), std::string::npos) << msg;
     EXPECT_NE(msg.find("overflows int64"), std::string::npos) << msg;
   }

@@ -19,6 +19,7 @@
 #include "formats/zip_writer.h"
 #include "recorder/recorder_internal.h"
 #include "util/run_command.h"
+#include "util/torch_archive.h"
 
 namespace flashinfer {
 namespace {
@@ -395,36 +396,8 @@ TEST_F(ReplayTest, BadDumpsAreReportedNotThrown) {
 
 // inputs.pt holding {"arg_0": _rebuild_tensor_v2(FloatStorage of 16, 0, size, stride)}.
 void write_rebuild_archive(const fs::path& file, const Shape& size, const Shape& stride) {
-  formats::PickleWriter pk;
-  pk.empty_dict();
-  pk.mark();
-  pk.unicode("arg_0");
-  pk.global("torch._utils", "_rebuild_tensor_v2");
-  pk.mark();
-  pk.mark();
-  pk.unicode("storage");
-  pk.global("torch", "FloatStorage");
-  pk.unicode("0");
-  pk.unicode("cpu");
-  pk.integer(16);
-  pk.tuple();
-  pk.binpersid();
-  pk.integer(0);
-  pk.int_tuple(size);
-  pk.int_tuple(stride);
-  pk.boolean(false);
-  pk.global("collections", "OrderedDict");
-  pk.empty_tuple();
-  pk.reduce();
-  pk.tuple();
-  pk.reduce();
-  pk.setitems();
-  const std::string& pkl = pk.finish();
-  formats::ZipWriter z(file.string());
-  z.add("inputs/data.pkl", pkl.data(), pkl.size());
-  const std::vector<float> data(16, 1.0f);
-  z.add("inputs/data/0", data.data(), data.size() * sizeof(float));
-  z.finish();
+  testing::write_storage_archive(file.string(), "inputs",
+                                 testing::rebuild_tensor_pickle(size, stride));
 }
 
 TEST_F(ReplayTest, InputsWithOverflowingStridesAreAnError) {

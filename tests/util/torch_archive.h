@@ -1,0 +1,53 @@
+// Test helper: hand-built torch.save archives around a _rebuild_tensor_v2 pickle, for the
+// hostile-dump tests of the tensor reader and of replay.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "flashinfer/tensor.h"
+#include "formats/pickle_writer.h"
+#include "formats/zip_writer.h"
+
+namespace flashinfer::testing {
+
+/// A pickle of {"arg_0": _rebuild_tensor_v2(FloatStorage of 16 elements, 0, size, stride)}.
+inline std::string rebuild_tensor_pickle(const Shape& size, const Shape& stride) {
+  formats::PickleWriter pk;
+  pk.empty_dict();
+  pk.mark();
+  pk.unicode("arg_0");
+  pk.global("torch._utils", "_rebuild_tensor_v2");
+  pk.mark();
+  pk.mark();
+  pk.unicode("storage");
+  pk.global("torch", "FloatStorage");
+  pk.unicode("0");
+  pk.unicode("cpu");
+  pk.integer(16);
+  pk.tuple();
+  pk.binpersid();
+  pk.integer(0);
+  pk.int_tuple(size);
+  pk.int_tuple(stride);
+  pk.boolean(false);
+  pk.global("collections", "OrderedDict");
+  pk.empty_tuple();
+  pk.reduce();
+  pk.tuple();
+  pk.reduce();
+  pk.setitems();
+  return pk.finish();
+}
+
+/// Writes `file` as a torch.save zip: `<stem>/data.pkl` = `pkl` and storage 0 = 16 floats of 1.
+inline void write_storage_archive(const std::string& file, const std::string& stem,
+                                  const std::string& pkl) {
+  formats::ZipWriter z(file);
+  z.add(stem + "/data.pkl", pkl.data(), pkl.size());
+  const std::vector<float> data(16, 1.0f);
+  z.add(stem + "/data/0", data.data(), data.size() * sizeof(float));
+  z.finish();
+}
+
+}  // namespace flashinfer::testing
