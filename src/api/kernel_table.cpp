@@ -74,17 +74,6 @@ void unsupported_params(const char* op, const char* arg, Device device, const ch
 }  // namespace launch_detail
 }  // namespace api
 
-std::vector<std::string> op_backends(std::string_view op) {
-  OpRegistry::global();  // the areas register their backends with their declarations
-  BackendIndex& index = backend_index();
-  std::lock_guard<std::mutex> lock(index.mu);
-  std::vector<std::string> out;
-  auto it = index.ops.find(op);
-  if (it == index.ops.end()) return out;
-  for (const BackendSummary& b : it->second) out.emplace_back(device_type_name(b.device));
-  return out;
-}
-
 std::vector<std::pair<std::string, std::string>> op_backend_implementations(std::string_view op) {
   OpRegistry::global();
   BackendIndex& index = backend_index();
@@ -95,6 +84,12 @@ std::vector<std::pair<std::string, std::string>> op_backend_implementations(std:
   for (const BackendSummary& b : it->second) {
     out.emplace_back(device_type_name(b.device), b.implementation);
   }
+  return out;
+}
+
+std::vector<std::string> op_backends(std::string_view op) {
+  std::vector<std::string> out;
+  for (auto& [backend, impl] : op_backend_implementations(op)) out.push_back(std::move(backend));
   return out;
 }
 

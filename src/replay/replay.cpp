@@ -320,7 +320,7 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
     r.ran_on = o.device;
     const std::vector<std::string> backends = op_backends(r.function_name);
     if (o.device.is_cuda() && !backends.empty() &&
-        !op_has_backend(r.function_name, DeviceType::kCUDA)) {
+        std::find(backends.begin(), backends.end(), "cuda") == backends.end()) {
       r.ran_on = Device::cpu();
       r.note = "no CUDA kernel for " + r.function_name +
                " in this build: replayed on the CPU reference instead";
