@@ -93,6 +93,22 @@ inline ::testing::AssertionResult same_values(const Value& a, const Value& b) {
   return a == b ? ::testing::AssertionSuccess() : ::testing::AssertionFailure() << "values differ";
 }
 
+/// Replays a recorded call (replay() above): it succeeded, and its result and every argument
+/// after the call (in-place ops included) equal the live call's exactly.
+inline ::testing::AssertionResult replays_identically(const RecordingObserver::Call& c) {
+  if (!c.error.empty()) return ::testing::AssertionFailure() << "the call failed: " << c.error;
+  auto [result, after] = replay(c);
+  if (auto r = same_values(result, c.result); !r) return r << " (result)";
+  if (after.size() != c.after.size()) {
+    return ::testing::AssertionFailure()
+           << after.size() << " arguments after the replay, " << c.after.size() << " recorded";
+  }
+  for (std::size_t a = 0; a < after.size(); ++a) {
+    if (auto r = same_values(after[a], c.after[a]); !r) return r << " (argument " << a << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
 /// A CPU tensor of `dtype` with values uniform in [lo, hi), deterministic per seed.
 inline Tensor rand_tensor(Shape shape, DType dtype, uint64_t seed, double lo = -2.0,
                           double hi = 2.0) {
