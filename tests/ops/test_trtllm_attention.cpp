@@ -359,8 +359,12 @@ TEST(TrtllmDecode, BadInput) {
     return trtllm_batch_decode_with_kv_cache(q, c.cache(), ws, c.block_tables, c.seq_lens, 9,
                                              fix...);
   };
-  EXPECT_FI_ERROR(with(1.0, 1.0, -1, Tensor::zeros({2, 4, 64}, DType::kBFloat16)), kDecode,
+  // out's dtype stands for out_dtype: bf16 is allowed with fp16 q, fp32 is not.
+  EXPECT_NO_THROW(with(1.0, 1.0, -1, Tensor::zeros({2, 4, 64}, DType::kBFloat16)));
+  EXPECT_FI_ERROR(with(1.0, 1.0, -1, Tensor::zeros({2, 4, 64}, DType::kFloat32)), kDecode,
                   "out_dtype");
+  EXPECT_FI_ERROR(with(1.0, 1.0, -1, Tensor::zeros({2, 4, 64}, DType::kBFloat16), DType::kFloat16),
+                  kDecode, "out");
   EXPECT_FI_ERROR(with(1.0, 1.0, -1, Tensor::zeros({2, 4, 32}, DType::kFloat16)), kDecode, "out");
   EXPECT_FI_ERROR(with(1.0, 1.0, -1, std::nullopt, DType::kFloat8E4M3FN), kDecode, "out_dtype");
   EXPECT_FI_ERROR(with(1.0, 1.0, -1, std::nullopt, std::nullopt, 1.0), kDecode, "o_sf_scale");
@@ -477,6 +481,138 @@ TEST(TrtllmAttention, Declarations) {
   EXPECT_EQ(p->module, "flashinfer.prefill");
   EXPECT_TRUE(op_has_backend(kDecode, DeviceType::kCPU));
   EXPECT_TRUE(op_has_backend(kContext, DeviceType::kCPU));
+}
+
+// ---- NaN propagation and sinks in the other attention ops (the shared kernel) ----
+
+// Every attention op: NaN in q's head 0 of row 0 makes exactly that (row, head) NaN (its LSE
+// too); every other value stays finite.
+TEST(AttentionNan, EveryOpPropagatesNanScores) {
+  const int64_t d = 64;
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({6, 9}, 4, 1, d, DType::kFloat16, false, true, 5, kd, vd);
+  auto nan_q = [&](int64_t rows, int64_t heads) {
+    Tensor q = testing::rand_tensor({rows, heads, d}, DType::kFloat16, 2, -1.0, 1.0);
+    q.select(0, 0).select(0, 0).select(0, 3).fill_(std::nan(""));
+    return q;
+  };
+  // Output [rows, heads, d] and lse [rows, heads]: NaN exactly at row 0, head 0.
+  auto check = [&](const AttentionOutput& r, const char* what) {
+    SCOPED_TRACE(what);
+    const int64_t heads = r.out.size(1);
+    const std::vector<double> o = r.out.to_double_vector(), l = r.lse.to_double_vector();
+    for (std::size_t i = 0; i < o.size(); ++i) {
+      EXPECT_EQ(std::isnan(o[i]), i < static_cast<std::size_t>(d)) << i;
+    }
+    for (std::size_t i = 0; i < l.size(); ++i) EXPECT_EQ(std::isnan(l[i]), i == 0) << i;
+    (void)heads;
+  };
+  {
+    Tensor q = nan_q(1, 2).select(0, 0);
+    Tensor k = testing::rand_tensor({7, 1, d}, DType::kFloat16, 3);
+    AttentionOutput r = single_decode_with_kv_cache(q, k, k, "NHD", "NONE", false, std::nullopt,
+                                                    std::nullopt, std::nullopt, -1, std::nullopt,
+                                                    std::nullopt, std::nullopt, std::nullopt, true);
+    check({r.out.unsqueeze(0), r.lse.unsqueeze(0)}, "single_decode_with_kv_cache");
+  }
+  {
+    Tensor q = nan_q(3, 2);
+    Tensor k = testing::rand_tensor({7, 1, d}, DType::kFloat16, 3);
+    AttentionOutput r = single_prefill_with_kv_cache(
+        q, k, k, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+        true, "NHD", "NONE", false, std::nullopt, -1, std::nullopt, std::nullopt, std::nullopt,
+        "auto", true);
+    check(r, "single_prefill_with_kv_cache");
+  }
+  {
+    BatchDecodeWithPagedKVCacheWrapper w(workspace());
+    w.plan(f.indptr, f.indices, f.last_page_len, 2, 1, d, 4);
+    AttentionRunOptions ro;
+    ro.return_lse = true;
+    check(w.run(nan_q(2, 2), f.cache(), ro), "BatchDecodeWithPagedKVCacheWrapper.run");
+  }
+  {
+    BatchPrefillWithPagedKVCacheWrapper w(workspace());
+    PrefillPlanOptions po;
+    po.causal = true;
+    w.plan(int_tensor({0, 3, 5}), f.indptr, f.indices, f.last_page_len, 2, 1, d, 4, po);
+    AttentionRunOptions ro;
+    ro.return_lse = true;
+    check(w.run(nan_q(5, 2), f.cache(), ro), "BatchPrefillWithPagedKVCacheWrapper.run");
+  }
+  {
+    BatchPrefillWithRaggedKVCacheWrapper w(workspace());
+    w.plan(int_tensor({0, 3, 5}), int_tensor({0, 6, 15}), 2, 1, d);
+    Tensor k = testing::rand_tensor({15, 1, d}, DType::kFloat16, 4);
+    AttentionRunOptions ro;
+    ro.return_lse = true;
+    check(w.run(nan_q(5, 2), k, k, ro), "BatchPrefillWithRaggedKVCacheWrapper.run");
+  }
+  {
+    BlockCache c = make_cache({6, 9}, 4, 1, d, DType::kFloat16, true, true, 8);
+    check(trtllm_batch_decode_with_kv_cache(
+              nan_q(2, 2), c.cache(), workspace(), c.block_tables, c.seq_lens, 9, 0.1, 1.0, -1,
+              std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, "HND",
+              std::nullopt, "auto", 1, 1.0, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+              std::nullopt, true, std::nullopt, true),
+          kDecode);
+    check(trtllm_batch_context_with_kv_cache(
+              nan_q(5, 2), c.cache(), workspace(), c.block_tables, c.seq_lens, 3, 9, 0.1, 1.0, 2,
+              int_tensor({0, 3, 5}), int_tensor({0, 6, 15}), -1, std::nullopt, std::nullopt,
+              std::nullopt, std::nullopt, "HND", std::nullopt, std::nullopt, std::nullopt,
+              std::nullopt, true, true, std::nullopt, true),
+          kContext);
+  }
+}
+
+// Causal prefill: a NaN key at position 3 reaches only the queries that see it.
+TEST(AttentionNan, CausallyMaskedNanKeyIsNotRead) {
+  Tensor q = testing::rand_tensor({6, 1, 64}, DType::kBFloat16, 1, -1.0, 1.0);
+  Tensor k = testing::rand_tensor({6, 1, 64}, DType::kBFloat16, 2, -1.0, 1.0);
+  k.select(0, 3).select(0, 0).select(0, 0).fill_(std::nan(""));
+  AttentionOutput r = single_prefill_with_kv_cache(
+      q, k, k, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+      true, "NHD", "NONE", false, std::nullopt, -1, std::nullopt, std::nullopt, std::nullopt,
+      "auto", true);
+  const std::vector<double> l = r.lse.to_double_vector();
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(std::isnan(l[i]), i >= 3) << i;
+}
+
+// The wrappers' run() takes sinks: the fp64 formula folds exp(sink) into the denominator.
+TEST(AttentionSinks, BatchDecodeWrapperMatchesFp64) {
+  const int64_t hq = 4, hkv = 2, d = 64;
+  const std::vector<int32_t> lens{5, 40, 17};
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged(lens, 16, hkv, d, DType::kBFloat16, true, false, 9, kd, vd);
+  BatchDecodeWithPagedKVCacheWrapper w(workspace(), "HND");
+  BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+  po.q_data_type = DType::kBFloat16;
+  po.fixed_split_size = 1;  // split KV: the sink must join once, in the merge
+  w.plan(f.indptr, f.indices, f.last_page_len, hq, hkv, d, 16, po);
+  ASSERT_TRUE(w.split_kv());
+  Tensor q = testing::rand_tensor({3, hq, d}, DType::kBFloat16, 4, -1.0, 1.0);
+  Tensor sinks = testing::rand_tensor({hq}, DType::kFloat32, 5, -1.0, 4.0);
+  AttentionRunOptions ro;
+  ro.sinks = sinks;
+  ro.return_lse = true;
+  AttentionOutput r = w.run(q, f.cache(), ro);
+  const std::vector<double> sk = sinks.to_double_vector();
+  std::vector<double> eo, el;
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    std::vector<double> o, l;
+    testing::ref_attention(testing::rows_of(q.to_double_vector(), b, b + 1, hq * d), kd[b], vd[b],
+                           1, lens[b], hq, hkv, d, d, {}, o, l);
+    for (int64_t h = 0; h < hq; ++h) {
+      // lse' = log2(2^lse + e^sink); o' = o * 2^(lse - lse').
+      const double total = std::log2(std::exp2(l[h]) + std::exp(sk[h]));
+      for (int64_t x = 0; x < d; ++x) eo.push_back(o[h * d + x] * std::exp2(l[h] - total));
+      el.push_back(total);
+    }
+  }
+  EXPECT_TRUE(testing::all_close(r.out, eo, testing::attention_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(testing::all_close(r.lse, el, {1e-4, 1e-5}));
 }
 
 }  // namespace
