@@ -409,8 +409,6 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
                             const char* k_arg, const char* v_arg) {
   FLASHINFER_CHECK(s.planned, op, "self", "run() called before plan()");
   // Options this library does not implement must stay unset.
-  FLASHINFER_CHECK_CODE(!o.sinks, ErrorCode::kUnsupported, op, "sinks",
-                        "attention sinks are not supported");
   FLASHINFER_CHECK_CODE(!o.kv_cache_sf, ErrorCode::kUnsupported, op, "kv_cache_sf",
                         "NVFP4 KV caches are not supported");
   FLASHINFER_CHECK_CODE(!o.skip_softmax_threshold_scale_factor, ErrorCode::kUnsupported, op,
@@ -455,6 +453,19 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
       FLASHINFER_CHECK(t->size(0) >= s.total_kv, op, arg, "has ", t->size(0),
                        " rows but kv_indptr ends at ", s.total_kv);
     }
+  }
+
+  // sinks [Hq]: one logit per qo head, taken as fp32 on the wrapper's device.
+  Tensor sinks;
+  if (o.sinks) {
+    check_defined(*o.sinks, op, "sinks");
+    check_dim(*o.sinks, {1}, op, "sinks");
+    FLASHINFER_CHECK(o.sinks->size(0) == s.num_qo_heads, op, "sinks", "expected ", s.num_qo_heads,
+                     " elements (one per qo head), got ", o.sinks->size(0));
+    FLASHINFER_CHECK(dtype_is_floating(o.sinks->dtype()), op, "sinks",
+                     "expected a floating-point tensor, got ", dtype_torch_name(o.sinks->dtype()));
+    check_same_device(*o.sinks, q, op, "sinks", "q");
+    sinks = o.sinks->to(DType::kFloat32).contiguous();
   }
 
   AttentionOutput result;
@@ -542,6 +553,7 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
   if (s.scale_q.defined()) p.scale_q = s.scale_q.data<const float>();
   if (s.scale_k.defined()) p.scale_k = s.scale_k.data<const float>();
   if (s.scale_v.defined()) p.scale_v = s.scale_v.data<const float>();
+  if (sinks.defined()) p.sinks = sinks.data<const float>();
   if (s.device.is_cpu()) {
     p.qo_indptr = s.qo_indptr.data();
     p.kv.kv_indptr = s.kv_indptr.data();

@@ -72,6 +72,9 @@ struct AttentionParams {
   const float* scale_q = nullptr;  // optional per-head factors [Hq], [Hkv], [Hkv]
   const float* scale_k = nullptr;
   const float* scale_v = nullptr;
+  // Attention sinks [Hq] fp32 (natural-log logits, not scaled): exp(sinks[h]) joins the softmax
+  // denominator of head h as a key with a zero value, and the LSE includes it.
+  const float* sinks = nullptr;
   bool causal = false;
   int32_t window_left = -1;
   const uint8_t* custom_mask = nullptr;  // packed little-endian bits, request b starts at bit

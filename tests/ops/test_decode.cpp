@@ -308,7 +308,7 @@ TEST(BatchDecodeWrapper, BadInput) {
   ro.lse = Tensor::zeros({2, 4}, DType::kFloat16);
   EXPECT_FI_ERROR(w.run(q, f.cache(), ro), run, "lse");
   ro = {};
-  ro.sinks = Tensor::zeros({4}, DType::kFloat32);
+  ro.sinks = Tensor::zeros({3}, DType::kFloat32);  // one per qo head (4) is needed
   EXPECT_FI_ERROR(w.run(q, f.cache(), ro), run, "sinks");
   ro = {};
   ro.q_len_per_req = 2;

@@ -24,6 +24,7 @@
 #include "flashinfer/op_decl.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/ops/page.h"
+#include "flashinfer/ops/sampling.h"  // ScalarOrTensor
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"
 
@@ -264,5 +265,73 @@ class BatchPrefillWithRaggedKVCacheWrapper : public ApiObject {
  private:
   std::unique_ptr<detail::WrapperState> s_;
 };
+
+// ---- Block-table entry points (TensorRT-LLM style; flashinfer.decode / flashinfer.prefill) ----
+//
+// The KV cache is addressed by a block table: request b's token t lives in page
+// block_tables[b][t / page_size], slot t % page_size. kv_cache is a 5-D tensor [pages, 1 or 2,
+// Hkv, page_size, D] ("HND", the default) or [pages, 1 or 2, page_size, Hkv, D] ("NHD") with K at
+// [:, 0] and V at [:, 1] (a size-1 axis means K and V are the same tensor), or a (k_cache,
+// v_cache) pair of 4-D tensors. Scores are s = bmm1_scale * (q . k) (bmm1_scale fuses sm_scale,
+// q_scale and k_scale); o = softmax(s) . v * bmm2_scale (bmm2_scale fuses v_scale). sinks [Hq]
+// (fp32 natural-log logits) add exp(sinks[h]) to head h's softmax denominator, and to the LSE.
+// A NaN score makes the row NaN; masked keys never contribute. LSE is base 2.
+
+/// Decode (flashinfer.decode.trtllm_batch_decode_with_kv_cache): query [batch * q_len_per_req,
+/// Hq, D] (or cum_seq_lens_q [batch + 1] with q_len_per_req=None for variable lengths, each at
+/// most max_q_len); block_tables int32 [>= batch, max_blocks]; seq_lens int32 [>= batch] KV
+/// lengths (each <= max_seq_len and >= its query count). The queries of a request are its last
+/// tokens, causal among themselves. window_left = w >= 0 keeps keys j >= position - w.
+/// o_scale follows the xqa backend upstream's "auto" picks on SM80/SM90: a 16-bit output is
+/// multiplied by it (backend="trtllm-gen" ignores it). out_dtype: q's dtype, float16 or
+/// bfloat16. Not supported (an error naming them when set): nvfp4 output (o_sf_scale,
+/// o_sf_vec_size), mask, skip_softmax_threshold_scale_factor, kv_cache_sf,
+/// uses_shared_paged_kv_idx=False, bmm1_scale_log2, enable_block_sparse_attention,
+/// bf16q_fp8kv_transform_mode. workspace_buffer and multi_ctas_kv_counter_buffer are scratch
+/// upstream; they are checked, never written. Returns out, or (out, lse) when return_lse.
+AttentionOutput trtllm_batch_decode_with_kv_cache(
+    const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
+    const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
+    ScalarOrTensor<double> bmm1_scale = 1.0, ScalarOrTensor<double> bmm2_scale = 1.0,
+    int64_t window_left = -1, std::optional<Tensor> out = std::nullopt,
+    std::optional<DType> out_dtype = std::nullopt, std::optional<double> o_sf_scale = std::nullopt,
+    std::optional<int64_t> o_sf_vec_size = std::nullopt, std::optional<Tensor> sinks = std::nullopt,
+    std::string_view kv_layout = "HND", std::optional<bool> enable_pdl = std::nullopt,
+    std::string_view backend = "auto", std::optional<int64_t> q_len_per_req = 1,
+    std::optional<double> o_scale = 1.0, std::optional<Tensor> mask = std::nullopt,
+    std::optional<int64_t> max_q_len = std::nullopt,
+    std::optional<Tensor> cum_seq_lens_q = std::nullopt,
+    std::optional<double> skip_softmax_threshold_scale_factor = std::nullopt,
+    std::optional<Value> kv_cache_sf = std::nullopt, bool uses_shared_paged_kv_idx = true,
+    std::optional<Tensor> lse = std::nullopt, bool return_lse = false,
+    std::optional<Value> bmm1_scale_log2 = std::nullopt,
+    std::optional<Tensor> multi_ctas_kv_counter_buffer = std::nullopt,
+    bool enable_block_sparse_attention = false,
+    std::optional<Value> bf16q_fp8kv_transform_mode = std::nullopt);
+
+/// Context / prefill (flashinfer.prefill.trtllm_batch_context_with_kv_cache): query
+/// [cum_seq_lens_q[-1], Hq, D]; cum_seq_lens_q, cum_seq_lens_kv int32 [batch_size + 1]
+/// (cum_seq_lens_kv must agree with seq_lens); seq_lens int32 [batch_size] KV lengths; every
+/// query length <= max_q_len, every KV length <= max_kv_len. Query i of a request sits at
+/// position kv_len - qo_len + i; causal (default) keeps keys j <= that position. Scales, sinks,
+/// out/out_dtype, lse as for decode. Not supported (errors when set): nvfp4 output, kv_cache_sf,
+/// skip_softmax_threshold_scale_factor, uses_shared_paged_kv_idx=False, use_fp16_softmax=True,
+/// uses_spcompress=True.
+AttentionOutput trtllm_batch_context_with_kv_cache(
+    const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
+    const Tensor& block_tables, const Tensor& seq_lens, int64_t max_q_len, int64_t max_kv_len,
+    ScalarOrTensor<double> bmm1_scale, ScalarOrTensor<double> bmm2_scale, int64_t batch_size,
+    const Tensor& cum_seq_lens_q, const Tensor& cum_seq_lens_kv, int64_t window_left = -1,
+    std::optional<Tensor> out = std::nullopt, std::optional<DType> out_dtype = std::nullopt,
+    std::optional<double> o_sf_scale = std::nullopt,
+    std::optional<int64_t> o_sf_vec_size = std::nullopt, std::string_view kv_layout = "HND",
+    std::optional<bool> enable_pdl = std::nullopt, std::optional<Tensor> sinks = std::nullopt,
+    std::optional<Value> kv_cache_sf = std::nullopt,
+    std::optional<double> skip_softmax_threshold_scale_factor = std::nullopt,
+    bool uses_shared_paged_kv_idx = true, bool causal = true,
+    std::optional<Tensor> lse = std::nullopt, bool return_lse = false,
+    std::optional<Tensor> multi_ctas_kv_counter_buffer = std::nullopt,
+    std::optional<bool> use_fp16_softmax = std::nullopt,
+    std::optional<bool> uses_spcompress = std::nullopt);
 
 }  // namespace flashinfer

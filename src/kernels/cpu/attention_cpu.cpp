@@ -72,6 +72,23 @@ inline void store_row(T* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = from_float<T>(src[i]);
 }
 
+// Folds the sink logit sink2 (log2 units; a virtual key whose value is zero) into a finished
+// state: lse grows to log2(2^lse + 2^sink2) and v shrinks by the same factor. A NaN state stays
+// NaN.
+inline void apply_sink(float& lse, float* v, int64_t d, float sink2) {
+  if (std::isnan(lse)) return;
+  if (lse == kNegInf) {
+    std::fill(v, v + d, 0.0f);
+    lse = sink2;
+    return;
+  }
+  const float m = std::max(lse, sink2);
+  const float total = m + std::log2(std::exp2(lse - m) + std::exp2(sink2 - m));
+  const float f = std::exp2(lse - total);
+  for (int64_t i = 0; i < d; ++i) v[i] *= f;
+  lse = total;
+}
+
 template <class TQ, class TKV, class TO>
 class Runner {
  public:
@@ -92,6 +109,7 @@ class Runner {
     acc_.assign(static_cast<std::size_t>(rows * dvo), 0.0f);
     m_.assign(static_cast<std::size_t>(rows), kNegInf);
     d_.assign(static_cast<std::size_t>(rows), 0.0f);
+    nan_.assign(static_cast<std::size_t>(rows), 0);
     kt_.resize(static_cast<std::size_t>(kKvTile * dqk));
     vt_.resize(static_cast<std::size_t>(kKvTile * dvo));
     s_.resize(kKvTile);
@@ -156,6 +174,12 @@ class Runner {
           for (int64_t i = 0; i < dqk; ++i) dot += qr[i] * kr[i];
           float sc = soft_cap ? cap * std::tanh(dot * scale / cap) : dot * scale;
           sc *= kLog2e;
+          if (std::isnan(sc)) {
+            // A NaN score makes the row NaN, as in upstream's kernels (it would otherwise be
+            // dropped by max() and read as "no visible key").
+            nan_[rr] = 1;
+            sc = kNegInf;
+          }
           s_[j] = sc;
           tile_max = std::max(tile_max, sc);
         }
@@ -184,13 +208,18 @@ class Runner {
       const int64_t h = g * group + rr % group;
       float* a = &acc_[rr * dvo];
       float lse = kNegInf;
-      if (d_[rr] > 0.0f) {
+      if (nan_[rr]) {
+        std::fill(a, a + dvo, std::numeric_limits<float>::quiet_NaN());
+        lse = std::numeric_limits<float>::quiet_NaN();
+      } else if (d_[rr] > 0.0f) {
         const float inv = out_scale / d_[rr];
         for (int64_t i = 0; i < dvo; ++i) a[i] *= inv;
         lse = m_[rr] + std::log2(d_[rr]);
       } else {
         std::fill(a, a + dvo, 0.0f);  // no visible key: zeros, LSE -inf
       }
+      // The sink joins once: here when the row is final, in merge() when it is split.
+      if (p.sinks && w.partial_base < 0) apply_sink(lse, a, dvo, p.sinks[h] * kLog2e);
       const int64_t r = rr / group;
       if (w.partial_base >= 0) {
         const int64_t prow = w.partial_base + r;
@@ -216,6 +245,7 @@ class Runner {
                  p.tmp_v + (prow * p.num_qo_heads + h) * dvo, dvo);
     }
     if (s == kNegInf) std::fill(acc_.begin(), acc_.end(), 0.0f);
+    if (p.sinks) apply_sink(s, acc_.data(), dvo, p.sinks[h] * kLog2e);
     const int64_t row = p.merge_out_row[m];
     store_row(static_cast<TO*>(p.o) + row * p.o_stride_n + h * p.o_stride_h, acc_.data(), dvo);
     if (p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = s;
@@ -224,6 +254,7 @@ class Runner {
  private:
   const AttentionParams& p_;
   std::vector<float> q_, acc_, m_, d_, kt_, vt_, s_, scale_;
+  std::vector<char> nan_;  // per row: a visible score was NaN
 };
 
 template <class TQ, class TKV, class TO>

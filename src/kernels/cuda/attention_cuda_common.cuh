@@ -47,27 +47,59 @@ __device__ __forceinline__ float logit_log2(const AttentionParams& p, float dot,
   return s * kLog2e;
 }
 
+// Folds the sink logit sink2 (log2 units; a key with a zero value) into a finished state:
+// returns the new LSE and sets *factor to what the normalized output is multiplied by. NaN
+// stays NaN; a state with no key becomes (0, sink2).
+__device__ __forceinline__ float apply_sink(float lse, float sink2, float* factor) {
+  if (isnan(lse)) {
+    *factor = 1.0f;
+    return lse;
+  }
+  if (lse == -INFINITY) {
+    *factor = 0.0f;
+    return sink2;
+  }
+  const float m = fmaxf(lse, sink2);
+  const float total = m + log2f(exp2f(lse - m) + exp2f(sink2 - m));
+  *factor = exp2f(lse - total);
+  return total;
+}
+
 // Merge pass of split-KV: merged row m, head blockIdx.y; threads stride over head_dim.
 template <class TO>
 __global__ void merge_partials_kernel(AttentionParams p) {
   const int32_t m = blockIdx.x, h = blockIdx.y;
   const int32_t begin = p.merge_indptr[m], end = p.merge_indptr[m + 1];
   float s_max = -INFINITY;
+  bool nan = false;  // a chunk saw a NaN score: the row is NaN
   for (int32_t k = begin; k < end; ++k) {
-    s_max = fmaxf(s_max, p.tmp_s[static_cast<int64_t>(p.merge_rows[k]) * p.num_qo_heads + h]);
+    const float sk = p.tmp_s[static_cast<int64_t>(p.merge_rows[k]) * p.num_qo_heads + h];
+    nan = nan || isnan(sk);
+    s_max = fmaxf(s_max, sk);
   }
   const int64_t row = p.merge_out_row[m];
   TO* o = static_cast<TO*>(p.o) + row * p.o_stride_n + h * p.o_stride_h;
-  if (s_max == -INFINITY) {  // no chunk saw a key
-    for (int d = threadIdx.x; d < p.head_dim_vo; d += blockDim.x) o[d] = from_f32<TO>(0.0f);
-    if (p.lse && threadIdx.x == 0) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = -INFINITY;
+  if (nan || s_max == -INFINITY) {  // NaN, or no chunk saw a key
+    const float lse0 = nan ? NAN : -INFINITY;
+    float f = 1.0f;
+    const float lse = p.sinks ? apply_sink(lse0, p.sinks[h] * kLog2e, &f) : lse0;
+    for (int d = threadIdx.x; d < p.head_dim_vo; d += blockDim.x) {
+      o[d] = from_f32<TO>(nan ? NAN : 0.0f);
+    }
+    if (p.lse && threadIdx.x == 0) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
     return;
   }
   float wsum = 0.0f;
   for (int32_t k = begin; k < end; ++k) {
     wsum += exp2f(p.tmp_s[static_cast<int64_t>(p.merge_rows[k]) * p.num_qo_heads + h] - s_max);
   }
-  const float inv = 1.0f / wsum;
+  float inv = 1.0f / wsum;
+  float lse = s_max + log2f(wsum);
+  if (p.sinks) {
+    float f = 1.0f;
+    lse = apply_sink(lse, p.sinks[h] * kLog2e, &f);
+    inv *= f;
+  }
   for (int d = threadIdx.x; d < p.head_dim_vo; d += blockDim.x) {
     float acc = 0.0f;
     for (int32_t k = begin; k < end; ++k) {
@@ -77,9 +109,7 @@ __global__ void merge_partials_kernel(AttentionParams p) {
     }
     o[d] = from_f32<TO>(acc * inv);
   }
-  if (p.lse && threadIdx.x == 0) {
-    p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = s_max + log2f(wsum);
-  }
+  if (p.lse && threadIdx.x == 0) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
 }
 
 }  // namespace flashinfer::kernels::cuda

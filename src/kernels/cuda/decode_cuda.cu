@@ -52,8 +52,10 @@ __global__ void __launch_bounds__(kWarps * 32) attention_cuda_core_kernel(Attent
   constexpr int kDv = DVO / 32;
   float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kDv], scale[kRowsPerWarp];
   int64_t qi_of[kRowsPerWarp];
+  bool nan_row[kRowsPerWarp];  // a visible score was NaN: the row is NaN (as upstream)
 #pragma unroll
   for (int k = 0; k < kRowsPerWarp; ++k) {
+    nan_row[k] = false;
     m[k] = -INFINITY;
     l[k] = 0.0f;
 #pragma unroll
@@ -104,7 +106,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_cuda_core_kernel(Attent
 #pragma unroll 8
       for (int d = 0; d < DQK; ++d) dot += qr[d] * kr[d];
       const bool vis = kj < kv_hi && key_visible(p, b, qo_len, kv_len, qi_of[k], kj);
-      const float s = vis ? logit_log2(p, dot, scale[k]) : -INFINITY;
+      float s = vis ? logit_log2(p, dot, scale[k]) : -INFINITY;
+      if (__any_sync(0xffffffffu, isnan(s))) nan_row[k] = true;  // warp-uniform
+      if (isnan(s)) s = -INFINITY;
       float tmax = s;
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
@@ -134,8 +138,18 @@ __global__ void __launch_bounds__(kWarps * 32) attention_cuda_core_kernel(Attent
     float out_scale = p.v_scale;
     if (p.scale_v) out_scale *= p.scale_v[g];
     const bool any = l[k] > 0.0f;
-    const float inv = any ? out_scale / l[k] : 0.0f;
-    const float lse = any ? m[k] + log2f(l[k]) : -INFINITY;
+    float inv = any ? out_scale / l[k] : 0.0f;
+    float lse = any ? m[k] + log2f(l[k]) : -INFINITY;
+    if (nan_row[k]) {
+      inv = NAN;
+      lse = NAN;
+    }
+    // The sink joins once: here when the row is final, in the merge pass when it is split.
+    if (p.sinks && w.partial_base < 0) {
+      float f = 1.0f;
+      lse = apply_sink(lse, p.sinks[h] * kLog2e, &f);
+      inv *= f;
+    }
     if (w.partial_base >= 0) {
       const int64_t prow = static_cast<int64_t>(w.partial_base) + (qi - w.qo_begin);
       float* dst = p.tmp_v + (prow * p.num_qo_heads + h) * DVO;

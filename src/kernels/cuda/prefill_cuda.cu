@@ -121,6 +121,7 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(AttentionParam
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  bool nan_row[2] = {false, false};
   const T* kbase = static_cast<const T*>(p.kv.k) + g * p.kv.k_stride_head;
   const T* vbase = static_cast<const T*>(p.kv.v) + g * p.kv.v_stride_head;
   const T zero = from_f32<T>(0.0f);
@@ -166,6 +167,10 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(AttentionParam
         const int64_t kj = t0 + n * 8 + tid4 * 2 + (e & 1);
         const bool vis = valid[r] && kj < kv_hi && key_visible(p, b, qo_len, kv_len, qi_of[r], kj);
         s[n][e] = vis ? logit_log2(p, s[n][e], scale[r]) : -INFINITY;
+        if (isnan(s[n][e])) {  // a NaN score makes the row NaN (as upstream), reported at the end
+          nan_row[r] = true;
+          s[n][e] = -INFINITY;
+        }
         tmax[r] = fmaxf(tmax[r], s[n][e]);
       }
     }
@@ -228,13 +233,17 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(AttentionParam
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    int nan_any = nan_row[r] ? 1 : 0;
+    nan_any |= __shfl_xor_sync(0xffffffffu, nan_any, 1);
+    nan_any |= __shfl_xor_sync(0xffffffffu, nan_any, 2);
+    nan_row[r] = nan_any != 0;
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (!valid[r]) continue;
     const bool any = l[r] > 0.0f;
-    const float inv = any ? out_scale / l[r] : 0.0f;
-    const float lse = any ? m[r] + log2f(l[r]) : -INFINITY;
+    const float inv = nan_row[r] ? NAN : (any ? out_scale / l[r] : 0.0f);
+    const float lse = nan_row[r] ? NAN : (any ? m[r] + log2f(l[r]) : -INFINITY);
     const int32_t h = h_of[r];
     if (w.partial_base >= 0) {
       const int64_t prow = static_cast<int64_t>(w.partial_base) + (qi_of[r] - w.qo_begin);
@@ -290,7 +299,8 @@ bool prefill_supported(const AttentionParams& p) {
                         p.kv.dtype == p.q_dtype && p.o_dtype == p.q_dtype;
   const bool dim_ok = p.head_dim_qk == p.head_dim_vo &&
                       (p.head_dim_qk == 64 || p.head_dim_qk == 128 || p.head_dim_qk == 256);
-  if (!dtype_ok || !dim_ok) return false;
+  // Sinks run on the CUDA-core kernel, which folds them in at the end of a row.
+  if (!dtype_ok || !dim_ok || p.sinks != nullptr) return false;
   int device = 0, major = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {

@@ -1,0 +1,520 @@
+// Block-table attention under TensorRT-LLM's calling convention (upstream's trtllm-gen/xqa entry
+// points): trtllm_batch_decode_with_kv_cache (flashinfer.decode) and
+// trtllm_batch_context_with_kv_cache (flashinfer.prefill). Both adapt the block table into the
+// page table of the shared batch-attention kernels (one plan per call), so the CPU reference and
+// the CUDA kernels are those of the wrappers.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "api/arg_traits.h"
+#include "api/attention_common.h"
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "flashinfer/ops/attention.h"
+
+namespace flashinfer {
+namespace {
+
+constexpr const char* kDecodeOp = "trtllm_batch_decode_with_kv_cache";
+constexpr const char* kContextOp = "trtllm_batch_context_with_kv_cache";
+
+// A fused scale given as a float or a one-element float tensor (read on the host).
+double scale_value(const ScalarOrTensor<double>& x, const char* op, const char* arg) {
+  double v = x.scalar();
+  if (x.is_tensor()) {
+    const Tensor& t = x.tensor();
+    api::check_defined(t, op, arg);
+    FLASHINFER_CHECK(t.numel() == 1, op, arg, "a tensor scale must hold one element, got ",
+                     t.numel());
+    FLASHINFER_CHECK(dtype_is_floating(t.dtype()), op, arg, "a tensor scale must be floating, got ",
+                     dtype_torch_name(t.dtype()));
+    v = t.item();
+  }
+  FLASHINFER_CHECK(std::isfinite(v), op, arg, "must be finite, got ", v);
+  return v;
+}
+
+// K and V as [pages, page_size, Hkv, D] views. Upstream also takes a 5-D cache whose second
+// axis has size 1: K and V are then the same tensor.
+std::pair<Tensor, Tensor> block_cache_views(const PagedKVCache& cache, bool hnd, const char* op) {
+  if (!cache.is_pair() && cache.first().defined() && cache.first().dim() == 5 &&
+      cache.first().size(1) == 1) {
+    Tensor k = cache.first().select(1, 0);
+    return api::paged_cache_views(PagedKVCache(k, k), hnd, op, "kv_cache");
+  }
+  return api::paged_cache_views(cache, hnd, op, "kv_cache");
+}
+
+// What both entry points share once the query rows of each request are known.
+struct BlockCall {
+  const char* op;
+  Tensor query;
+  const PagedKVCache* kv_cache;
+  const Tensor* workspace_buffer;
+  const Tensor* block_tables;
+  std::vector<int32_t> qo_indptr;  // [batch + 1]
+  std::vector<int32_t> kv_lens;    // [batch]
+  bool causal = false;
+  bool hnd = true;
+  double bmm1 = 1.0, out_scale = 1.0;
+  int64_t window_left = -1;
+  std::optional<Tensor> out, lse, sinks;
+  std::optional<DType> out_dtype;
+  bool return_lse = false;
+  std::optional<bool> enable_pdl;
+};
+
+AttentionOutput run_block_call(BlockCall& c) {
+  const char* op = c.op;
+  const Tensor& q = c.query;
+  api::check_defined(q, op, "query");
+  api::check_dim(q, {3}, op, "query");
+  FLASHINFER_CHECK(
+      q.dtype() == DType::kFloat16 || q.dtype() == DType::kBFloat16 || q.dtype() == DType::kFloat32,
+      op, "query", "dtype ", dtype_torch_name(q.dtype()),
+      " is not supported (float16, bfloat16; float32 on the CPU)");
+  auto [k, v] = block_cache_views(*c.kv_cache, c.hnd, op);
+  api::check_same_device(k, q, op, "kv_cache", "query");
+  api::check_kv_dtype(k.dtype(), q.dtype(), op, "kv_cache");
+  const Tensor& ws = *c.workspace_buffer;
+  api::check_defined(ws, op, "workspace_buffer");
+  api::check_same_device(ws, q, op, "workspace_buffer", "query");
+
+  const int64_t num_pages = k.size(0), page_size = k.size(1), hkv = k.size(2), d = k.size(3);
+  FLASHINFER_CHECK(page_size >= 1 && page_size <= (1 << 20), op, "kv_cache", "page size ",
+                   page_size, " is outside [1, 2^20]");
+  FLASHINFER_CHECK(v.size(3) == d, op, "kv_cache", "K and V head dims differ");
+  FLASHINFER_CHECK(q.size(2) == d, op, "query", "head_dim ", q.size(2),
+                   " does not match the cache's ", d);
+  api::check_heads(q.size(1), hkv, op, "query", "kv_cache");
+  api::check_head_dim(d, op, "query");
+
+  // The block table: only the blocks a request's length needs are read (and must be valid).
+  const Tensor& bt = *c.block_tables;
+  api::check_defined(bt, op, "block_tables");
+  api::check_dim(bt, {2}, op, "block_tables");
+  FLASHINFER_CHECK(bt.dtype() == DType::kInt32, op, "block_tables", "expected int32, got ",
+                   dtype_torch_name(bt.dtype()));
+  const auto batch = static_cast<int64_t>(c.kv_lens.size());
+  FLASHINFER_CHECK(bt.size(0) >= batch, op, "block_tables", "has ", bt.size(0),
+                   " rows for a batch of ", batch);
+  const Tensor bth = bt.to(Device::cpu()).contiguous();
+  const auto* table = static_cast<const int32_t*>(bth.data_ptr());
+  const int64_t max_blocks = bt.size(1);
+
+  detail::WrapperState s;
+  s.device = q.device();
+  s.hnd = c.hnd;
+  const DType od = c.out_dtype ? *c.out_dtype : (c.out ? c.out->dtype() : q.dtype());
+  FLASHINFER_CHECK(od == q.dtype() || od == DType::kFloat16 || od == DType::kBFloat16, op,
+                   "out_dtype", "must be query's dtype, float16 or bfloat16, got ",
+                   dtype_torch_name(od));
+  if (c.out && c.out_dtype) {
+    FLASHINFER_CHECK(c.out->dtype() == *c.out_dtype, op, "out", "dtype ",
+                     dtype_torch_name(c.out->dtype()), " differs from out_dtype ",
+                     dtype_torch_name(*c.out_dtype));
+  }
+  api::plan_settings(s, q.size(1), hkv, d, d, q.dtype(), k.dtype(), od, c.bmm1, c.window_left,
+                     std::nullopt, "NONE", op);
+  s.paged = true;
+  s.page_size = static_cast<int32_t>(page_size);
+  s.batch = static_cast<int32_t>(batch);
+  s.qo_indptr = c.qo_indptr;
+  s.kv_lens = c.kv_lens;
+  s.causal = c.causal;
+  s.kv_indptr.assign(static_cast<std::size_t>(batch) + 1, 0);
+  s.max_page_id = -1;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t len = c.kv_lens[b];
+    const int64_t blocks = (len + page_size - 1) / page_size;
+    FLASHINFER_CHECK(blocks <= max_blocks, op, "block_tables", "request ", b, " has ", len,
+                     " tokens, ", blocks, " blocks, but the table has ", max_blocks, " columns");
+    for (int64_t i = 0; i < blocks; ++i) {
+      const int32_t page = table[b * max_blocks + i];
+      FLASHINFER_CHECK(page >= 0 && page < num_pages, op, "block_tables", "entry [", b, ", ", i,
+                       "] = ", page, " is outside the cache's ", num_pages, " pages");
+      s.kv_indices.push_back(page);
+      s.max_page_id = std::max<int64_t>(s.max_page_id, page);
+    }
+    s.kv_indptr[b + 1] = static_cast<int32_t>(s.kv_indices.size());
+    s.total_kv += len;
+  }
+  s.total_qo = s.qo_indptr.back();
+  FLASHINFER_CHECK(q.size(0) == s.total_qo, op, "query", "has ", q.size(0), " rows, expected ",
+                   s.total_qo);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t qo_len = s.qo_indptr[b + 1] - s.qo_indptr[b];
+    FLASHINFER_CHECK(!c.causal || qo_len <= c.kv_lens[b], op, "seq_lens", "request ", b, " has ",
+                     qo_len, " queries but only ", c.kv_lens[b], " keys");
+  }
+
+  // Split-KV partials go to scratch of our own: workspace_buffer is the caller's and stays
+  // untouched (so it replays as an input). Plan against its size, then allocate what is needed.
+  s.float_workspace = ws.numel() > 0 ? ws : Tensor::empty({0}, DType::kUInt8, s.device);
+  api::build_plan(s, std::nullopt, /*disable_split_kv=*/false, op);
+  if (s.plan.num_partial_rows > 0) {
+    const int64_t floats = s.plan.num_partial_rows * s.num_qo_heads * (s.head_dim_vo + 1);
+    s.float_workspace = Tensor::empty({floats}, DType::kFloat32, s.device);
+  }
+
+  AttentionRunOptions o;
+  o.v_scale = c.out_scale;
+  o.out = c.out;
+  o.lse = c.lse;
+  o.return_lse = c.return_lse;
+  o.enable_pdl = c.enable_pdl;
+  o.sinks = c.sinks;
+  return api::run_planned(s, q, k, v, o, op, "kv_cache", "kv_cache");
+}
+
+// The int32 lengths of the first `batch` requests.
+std::vector<int32_t> lengths(const Tensor& seq_lens, int64_t batch, int64_t max_len, const char* op,
+                             const char* max_arg) {
+  std::vector<int32_t> lens = api::index_to_host(seq_lens, op, "seq_lens");
+  FLASHINFER_CHECK(static_cast<int64_t>(lens.size()) >= batch, op, "seq_lens", "has ", lens.size(),
+                   " elements for a batch of ", batch);
+  lens.resize(static_cast<std::size_t>(batch));
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    FLASHINFER_CHECK(lens[b] >= 0, op, "seq_lens", "element ", b, " is negative (", lens[b], ")");
+    FLASHINFER_CHECK(lens[b] <= max_len, op, max_arg, "is ", max_len, " but seq_lens[", b, "] is ",
+                     lens[b]);
+  }
+  return lens;
+}
+
+void check_common_unsupported(const char* op, std::optional<DType>,
+                              std::optional<double> o_sf_scale,
+                              std::optional<int64_t> o_sf_vec_size,
+                              const std::optional<Value>& kv_cache_sf,
+                              std::optional<double> skip_softmax, bool uses_shared_paged_kv_idx,
+                              const std::optional<Tensor>& counter, const Tensor& query) {
+  FLASHINFER_CHECK_CODE(!o_sf_scale, ErrorCode::kUnsupported, op, "o_sf_scale",
+                        "NVFP4 output is not supported");
+  FLASHINFER_CHECK_CODE(!o_sf_vec_size, ErrorCode::kUnsupported, op, "o_sf_vec_size",
+                        "NVFP4 output is not supported");
+  FLASHINFER_CHECK_CODE(!kv_cache_sf || kv_cache_sf->is_none(), ErrorCode::kUnsupported, op,
+                        "kv_cache_sf", "NVFP4 KV caches are not supported");
+  FLASHINFER_CHECK_CODE(!skip_softmax, ErrorCode::kUnsupported, op,
+                        "skip_softmax_threshold_scale_factor", "not supported");
+  FLASHINFER_CHECK_CODE(uses_shared_paged_kv_idx, ErrorCode::kUnsupported, op,
+                        "uses_shared_paged_kv_idx",
+                        "separate K and V block tables are not supported");
+  if (counter) {  // scratch upstream (multi-CTA semaphores): checked, not written
+    api::check_defined(*counter, op, "multi_ctas_kv_counter_buffer");
+    api::check_same_device(*counter, query, op, "multi_ctas_kv_counter_buffer", "query");
+  }
+}
+
+AttentionOutput decode_impl(
+    const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
+    const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
+    const ScalarOrTensor<double>& bmm1_scale, const ScalarOrTensor<double>& bmm2_scale,
+    int64_t window_left, const std::optional<Tensor>& out, std::optional<DType> out_dtype,
+    std::optional<double> o_sf_scale, std::optional<int64_t> o_sf_vec_size,
+    const std::optional<Tensor>& sinks, std::string_view kv_layout, std::optional<bool> enable_pdl,
+    std::string_view backend, std::optional<int64_t> q_len_per_req, std::optional<double> o_scale,
+    const std::optional<Tensor>& mask, std::optional<int64_t> max_q_len,
+    const std::optional<Tensor>& cum_seq_lens_q, std::optional<double> skip_softmax,
+    const std::optional<Value>& kv_cache_sf, bool uses_shared_paged_kv_idx,
+    const std::optional<Tensor>& lse, bool return_lse, const std::optional<Value>& bmm1_scale_log2,
+    const std::optional<Tensor>& counter, bool enable_block_sparse_attention,
+    const std::optional<Value>& transform_mode) {
+  const char* op = kDecodeOp;
+  check_common_unsupported(op, out_dtype, o_sf_scale, o_sf_vec_size, kv_cache_sf, skip_softmax,
+                           uses_shared_paged_kv_idx, counter, query);
+  FLASHINFER_CHECK(backend == "auto" || backend == "xqa" || backend == "trtllm-gen", op, "backend",
+                   "must be \"auto\", \"xqa\" or \"trtllm-gen\", got \"", backend, "\"");
+  FLASHINFER_CHECK_CODE(!mask, ErrorCode::kUnsupported, op, "mask",
+                        "xqa speculative-decoding masks are not supported");
+  FLASHINFER_CHECK_CODE(!bmm1_scale_log2 || bmm1_scale_log2->is_none(), ErrorCode::kUnsupported, op,
+                        "bmm1_scale_log2", "not supported; pass bmm1_scale");
+  FLASHINFER_CHECK_CODE(!enable_block_sparse_attention, ErrorCode::kUnsupported, op,
+                        "enable_block_sparse_attention", "not supported");
+  FLASHINFER_CHECK_CODE(!transform_mode || transform_mode->is_none(), ErrorCode::kUnsupported, op,
+                        "bf16q_fp8kv_transform_mode", "not supported");
+  FLASHINFER_CHECK(max_seq_len >= 0, op, "max_seq_len", "must be >= 0, got ", max_seq_len);
+  api::check_defined(query, op, "query");
+  api::check_dim(query, {3}, op, "query");
+  const int64_t tokens = query.size(0);
+
+  BlockCall c;
+  c.op = op;
+  c.query = query;
+  c.kv_cache = &kv_cache;
+  c.workspace_buffer = &workspace_buffer;
+  c.block_tables = &block_tables;
+  c.hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
+  int64_t batch = 0;
+  if (q_len_per_req) {
+    // Uniform query count per request (upstream ignores cum_seq_lens_q then).
+    FLASHINFER_CHECK(*q_len_per_req >= 1, op, "q_len_per_req", "must be >= 1, got ",
+                     *q_len_per_req);
+    FLASHINFER_CHECK(tokens % *q_len_per_req == 0, op, "query", "has ", tokens,
+                     " rows, not a multiple of q_len_per_req=", *q_len_per_req);
+    batch = tokens / *q_len_per_req;
+    for (int64_t b = 0; b <= batch; ++b) {
+      c.qo_indptr.push_back(static_cast<int32_t>(b * *q_len_per_req));
+    }
+  } else {
+    FLASHINFER_CHECK(cum_seq_lens_q.has_value() && max_q_len.has_value(), op, "cum_seq_lens_q",
+                     "q_len_per_req=None needs cum_seq_lens_q and max_q_len");
+    c.qo_indptr = api::index_to_host(*cum_seq_lens_q, op, "cum_seq_lens_q");
+    api::check_indptr(c.qo_indptr, op, "cum_seq_lens_q");
+    batch = static_cast<int64_t>(c.qo_indptr.size()) - 1;
+    for (int64_t b = 0; b < batch; ++b) {
+      FLASHINFER_CHECK(c.qo_indptr[b + 1] - c.qo_indptr[b] <= *max_q_len, op, "max_q_len", "is ",
+                       *max_q_len, " but request ", b, " has ", c.qo_indptr[b + 1] - c.qo_indptr[b],
+                       " queries");
+    }
+  }
+  c.kv_lens = lengths(seq_lens, batch, max_seq_len, op, "max_seq_len");
+  // Several queries of a request are its last tokens, causal among themselves (speculative
+  // verification, as the trtllm-gen kernels treat them); one query sees every key.
+  for (int64_t b = 0; b < batch; ++b) c.causal |= c.qo_indptr[b + 1] - c.qo_indptr[b] > 1;
+  c.bmm1 = scale_value(bmm1_scale, op, "bmm1_scale");
+  double o_mul = 1.0;
+  if (o_scale) {
+    FLASHINFER_CHECK(std::isfinite(*o_scale) && *o_scale != 0.0, op, "o_scale",
+                     "must be finite and non-zero, got ", *o_scale);
+    // xqa (upstream's "auto" on SM80/SM90) scales the KV by bmm2_scale * o_scale and multiplies
+    // only an fp8 output by 1 / o_scale; 16-bit outputs keep the o_scale factor.
+    if (backend != "trtllm-gen") o_mul = *o_scale;
+  }
+  c.out_scale = scale_value(bmm2_scale, op, "bmm2_scale") * o_mul;
+  c.window_left = window_left;
+  c.out = out;
+  c.out_dtype = out_dtype;
+  c.lse = lse;
+  c.return_lse = return_lse;
+  c.sinks = sinks;
+  c.enable_pdl = enable_pdl;
+  return run_block_call(c);
+}
+
+AttentionOutput context_impl(
+    const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
+    const Tensor& block_tables, const Tensor& seq_lens, int64_t max_q_len, int64_t max_kv_len,
+    const ScalarOrTensor<double>& bmm1_scale, const ScalarOrTensor<double>& bmm2_scale,
+    int64_t batch_size, const Tensor& cum_seq_lens_q, const Tensor& cum_seq_lens_kv,
+    int64_t window_left, const std::optional<Tensor>& out, std::optional<DType> out_dtype,
+    std::optional<double> o_sf_scale, std::optional<int64_t> o_sf_vec_size,
+    std::string_view kv_layout, std::optional<bool> enable_pdl, const std::optional<Tensor>& sinks,
+    const std::optional<Value>& kv_cache_sf, std::optional<double> skip_softmax,
+    bool uses_shared_paged_kv_idx, bool causal, const std::optional<Tensor>& lse, bool return_lse,
+    const std::optional<Tensor>& counter, std::optional<bool> use_fp16_softmax,
+    std::optional<bool> uses_spcompress) {
+  const char* op = kContextOp;
+  check_common_unsupported(op, out_dtype, o_sf_scale, o_sf_vec_size, kv_cache_sf, skip_softmax,
+                           uses_shared_paged_kv_idx, counter, query);
+  FLASHINFER_CHECK_CODE(!use_fp16_softmax.value_or(false), ErrorCode::kUnsupported, op,
+                        "use_fp16_softmax", "not supported (softmax is fp32)");
+  FLASHINFER_CHECK_CODE(!uses_spcompress.value_or(false), ErrorCode::kUnsupported, op,
+                        "uses_spcompress", "not supported");
+  FLASHINFER_CHECK(batch_size >= 0, op, "batch_size", "must be >= 0, got ", batch_size);
+  FLASHINFER_CHECK(max_q_len >= 0, op, "max_q_len", "must be >= 0, got ", max_q_len);
+  FLASHINFER_CHECK(max_kv_len >= 0, op, "max_kv_len", "must be >= 0, got ", max_kv_len);
+
+  BlockCall c;
+  c.op = op;
+  c.query = query;
+  c.kv_cache = &kv_cache;
+  c.workspace_buffer = &workspace_buffer;
+  c.block_tables = &block_tables;
+  c.hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
+  c.qo_indptr = api::index_to_host(cum_seq_lens_q, op, "cum_seq_lens_q", batch_size + 1);
+  api::check_indptr(c.qo_indptr, op, "cum_seq_lens_q");
+  for (int64_t b = 0; b < batch_size; ++b) {
+    FLASHINFER_CHECK(c.qo_indptr[b + 1] - c.qo_indptr[b] <= max_q_len, op, "max_q_len", "is ",
+                     max_q_len, " but request ", b, " has ", c.qo_indptr[b + 1] - c.qo_indptr[b],
+                     " queries");
+  }
+  c.kv_lens = lengths(seq_lens, batch_size, max_kv_len, op, "max_kv_len");
+  const std::vector<int32_t> kv_indptr =
+      api::index_to_host(cum_seq_lens_kv, op, "cum_seq_lens_kv", batch_size + 1);
+  api::check_indptr(kv_indptr, op, "cum_seq_lens_kv");
+  for (int64_t b = 0; b < batch_size; ++b) {
+    FLASHINFER_CHECK(kv_indptr[b + 1] - kv_indptr[b] == c.kv_lens[b], op, "cum_seq_lens_kv",
+                     "request ", b, " spans ", kv_indptr[b + 1] - kv_indptr[b],
+                     " keys but seq_lens says ", c.kv_lens[b]);
+  }
+  c.causal = causal;
+  c.bmm1 = scale_value(bmm1_scale, op, "bmm1_scale");
+  c.out_scale = scale_value(bmm2_scale, op, "bmm2_scale");
+  c.window_left = window_left;
+  c.out = out;
+  c.out_dtype = out_dtype;
+  c.lse = lse;
+  c.return_lse = return_lse;
+  c.sinks = sinks;
+  c.enable_pdl = enable_pdl;
+  return run_block_call(c);
+}
+
+}  // namespace
+
+AttentionOutput trtllm_batch_decode_with_kv_cache(
+    const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
+    const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
+    ScalarOrTensor<double> bmm1_scale, ScalarOrTensor<double> bmm2_scale, int64_t window_left,
+    std::optional<Tensor> out, std::optional<DType> out_dtype, std::optional<double> o_sf_scale,
+    std::optional<int64_t> o_sf_vec_size, std::optional<Tensor> sinks, std::string_view kv_layout,
+    std::optional<bool> enable_pdl, std::string_view backend, std::optional<int64_t> q_len_per_req,
+    std::optional<double> o_scale, std::optional<Tensor> mask, std::optional<int64_t> max_q_len,
+    std::optional<Tensor> cum_seq_lens_q, std::optional<double> skip_softmax_threshold_scale_factor,
+    std::optional<Value> kv_cache_sf, bool uses_shared_paged_kv_idx, std::optional<Tensor> lse,
+    bool return_lse, std::optional<Value> bmm1_scale_log2,
+    std::optional<Tensor> multi_ctas_kv_counter_buffer, bool enable_block_sparse_attention,
+    std::optional<Value> bf16q_fp8kv_transform_mode) {
+  return call_op<&trtllm_batch_decode_with_kv_cache>(
+      [&] {
+        return decode_impl(
+            query, kv_cache, workspace_buffer, block_tables, seq_lens, max_seq_len, bmm1_scale,
+            bmm2_scale, window_left, out, out_dtype, o_sf_scale, o_sf_vec_size, sinks, kv_layout,
+            enable_pdl, backend, q_len_per_req, o_scale, mask, max_q_len, cum_seq_lens_q,
+            skip_softmax_threshold_scale_factor, kv_cache_sf, uses_shared_paged_kv_idx, lse,
+            return_lse, bmm1_scale_log2, multi_ctas_kv_counter_buffer,
+            enable_block_sparse_attention, bf16q_fp8kv_transform_mode);
+      },
+      query, kv_cache, workspace_buffer, block_tables, seq_lens, max_seq_len, bmm1_scale,
+      bmm2_scale, window_left, out, out_dtype, o_sf_scale, o_sf_vec_size, sinks, kv_layout,
+      enable_pdl, backend, q_len_per_req, o_scale, mask, max_q_len, cum_seq_lens_q,
+      skip_softmax_threshold_scale_factor, kv_cache_sf, uses_shared_paged_kv_idx, lse, return_lse,
+      bmm1_scale_log2, multi_ctas_kv_counter_buffer, enable_block_sparse_attention,
+      bf16q_fp8kv_transform_mode);
+}
+
+AttentionOutput trtllm_batch_context_with_kv_cache(
+    const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
+    const Tensor& block_tables, const Tensor& seq_lens, int64_t max_q_len, int64_t max_kv_len,
+    ScalarOrTensor<double> bmm1_scale, ScalarOrTensor<double> bmm2_scale, int64_t batch_size,
+    const Tensor& cum_seq_lens_q, const Tensor& cum_seq_lens_kv, int64_t window_left,
+    std::optional<Tensor> out, std::optional<DType> out_dtype, std::optional<double> o_sf_scale,
+    std::optional<int64_t> o_sf_vec_size, std::string_view kv_layout,
+    std::optional<bool> enable_pdl, std::optional<Tensor> sinks, std::optional<Value> kv_cache_sf,
+    std::optional<double> skip_softmax_threshold_scale_factor, bool uses_shared_paged_kv_idx,
+    bool causal, std::optional<Tensor> lse, bool return_lse,
+    std::optional<Tensor> multi_ctas_kv_counter_buffer, std::optional<bool> use_fp16_softmax,
+    std::optional<bool> uses_spcompress) {
+  return call_op<&trtllm_batch_context_with_kv_cache>(
+      [&] {
+        return context_impl(
+            query, kv_cache, workspace_buffer, block_tables, seq_lens, max_q_len, max_kv_len,
+            bmm1_scale, bmm2_scale, batch_size, cum_seq_lens_q, cum_seq_lens_kv, window_left, out,
+            out_dtype, o_sf_scale, o_sf_vec_size, kv_layout, enable_pdl, sinks, kv_cache_sf,
+            skip_softmax_threshold_scale_factor, uses_shared_paged_kv_idx, causal, lse, return_lse,
+            multi_ctas_kv_counter_buffer, use_fp16_softmax, uses_spcompress);
+      },
+      query, kv_cache, workspace_buffer, block_tables, seq_lens, max_q_len, max_kv_len, bmm1_scale,
+      bmm2_scale, batch_size, cum_seq_lens_q, cum_seq_lens_kv, window_left, out, out_dtype,
+      o_sf_scale, o_sf_vec_size, kv_layout, enable_pdl, sinks, kv_cache_sf,
+      skip_softmax_threshold_scale_factor, uses_shared_paged_kv_idx, causal, lse, return_lse,
+      multi_ctas_kv_counter_buffer, use_fp16_softmax, uses_spcompress);
+}
+
+namespace {
+
+// A block-table cache for the bench hooks: batch_size requests of s_kv keys, pages handed out
+// in reverse order (so the table is not the identity), HND K/V pair, sinks on every head.
+struct BenchBlocks {
+  Tensor k, v, block_tables, seq_lens, sinks, workspace;
+};
+
+BenchBlocks bench_blocks(const BenchShape& s, Device dev) {
+  const int64_t per = (s.s_kv + s.page_size - 1) / s.page_size, pages = per * s.batch_size;
+  BenchBlocks b;
+  b.k = api::bench::random_tensor({pages, s.num_kv_heads, s.page_size, s.head_dim_qk}, s.kv_dtype,
+                                  dev, s.random_seed + 1);
+  b.v = api::bench::random_tensor({pages, s.num_kv_heads, s.page_size, s.head_dim_qk}, s.kv_dtype,
+                                  dev, s.random_seed + 2);
+  std::vector<int64_t> table, lens;
+  for (int64_t r = 0; r < s.batch_size; ++r) {
+    for (int64_t i = 0; i < per; ++i) table.push_back(pages - 1 - (r * per + i));
+    lens.push_back(s.s_kv);
+  }
+  b.block_tables = api::bench::int32_tensor(table, dev).view({s.batch_size, per});
+  b.seq_lens = api::bench::int32_tensor(lens, dev);
+  b.sinks = api::bench::random_tensor({s.num_qo_heads}, DType::kFloat32, dev, s.random_seed + 3);
+  b.workspace = Tensor::zeros({1 << 20}, DType::kUInt8, dev);
+  return b;
+}
+
+BenchCase bench_trtllm_decode(const BenchShape& s, Device dev) {
+  BenchBlocks b = bench_blocks(s, dev);
+  Tensor q = api::bench::random_tensor({s.batch_size, s.num_qo_heads, s.head_dim_qk}, s.q_dtype,
+                                       dev, s.random_seed);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim_qk));
+  BenchCase c = api::bench::invoke_case(
+      kDecodeOp,
+      {Value(q), Value::tuple({b.k, b.v}), Value(b.workspace), Value(b.block_tables),
+       Value(b.seq_lens), Value(s.s_kv)},
+      {{"bmm1_scale", Value(scale)}, {"bmm2_scale", Value(1.0)}, {"sinks", Value(b.sinks)}});
+  c.flops =
+      static_cast<double>(s.batch_size) *
+      api::bench::attention_flops(1, s.s_kv, s.num_qo_heads, s.head_dim_qk, s.head_dim_qk, false);
+  c.bytes = api::bench::bench_attention_bytes(s, s.batch_size, s.batch_size * s.s_kv);
+  return c;
+}
+
+BenchCase bench_trtllm_context(const BenchShape& s, Device dev) {
+  BenchBlocks b = bench_blocks(s, dev);
+  const int64_t qo = std::min(s.s_qo, s.s_kv);  // causal needs kv_len >= qo_len
+  std::vector<int64_t> cq, ck;
+  for (int64_t r = 0; r <= s.batch_size; ++r) {
+    cq.push_back(r * qo);
+    ck.push_back(r * s.s_kv);
+  }
+  Tensor q = api::bench::random_tensor({s.batch_size * qo, s.num_qo_heads, s.head_dim_qk},
+                                       s.q_dtype, dev, s.random_seed);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim_qk));
+  BenchCase c = api::bench::invoke_case(
+      kContextOp,
+      {Value(q), Value::tuple({b.k, b.v}), Value(b.workspace), Value(b.block_tables),
+       Value(b.seq_lens), Value(qo), Value(s.s_kv), Value(scale), Value(1.0), Value(s.batch_size),
+       Value(api::bench::int32_tensor(cq, dev)), Value(api::bench::int32_tensor(ck, dev))},
+      {{"sinks", Value(b.sinks)}});
+  c.flops =
+      static_cast<double>(s.batch_size) *
+      api::bench::attention_flops(qo, s.s_kv, s.num_qo_heads, s.head_dim_qk, s.head_dim_qk, true);
+  c.bytes = api::bench::bench_attention_bytes(s, s.batch_size * qo, s.batch_size * s.s_kv);
+  return c;
+}
+
+}  // namespace
+
+namespace detail {
+void register_trtllm_attention_ops(OpRegistry& r) {
+  declare<&trtllm_batch_decode_with_kv_cache>(
+      r,
+      {.name = kDecodeOp,
+       .module = "flashinfer.decode",
+       .summary = "Batch decode attention over a block-table paged KV cache (trtllm convention)"},
+      "query", "kv_cache", "workspace_buffer", "block_tables", "seq_lens", "max_seq_len",
+      arg("bmm1_scale", 1.0), arg("bmm2_scale", 1.0), arg("window_left", -1), arg("out").mut(),
+      "out_dtype", "o_sf_scale", "o_sf_vec_size", "sinks", arg("kv_layout", "HND"), "enable_pdl",
+      arg("backend", "auto"), arg("q_len_per_req", 1), arg("o_scale", 1.0), "mask", "max_q_len",
+      "cum_seq_lens_q", "skip_softmax_threshold_scale_factor", "kv_cache_sf",
+      arg("uses_shared_paged_kv_idx", true), arg("lse").mut(), arg("return_lse", false),
+      "bmm1_scale_log2", "multi_ctas_kv_counter_buffer",
+      arg("enable_block_sparse_attention", false), "bf16q_fp8kv_transform_mode");
+  declare<&trtllm_batch_context_with_kv_cache>(
+      r,
+      {.name = kContextOp,
+       .module = "flashinfer.prefill",
+       .summary = "Batch prefill attention over a block-table paged KV cache (trtllm convention)"},
+      "query", "kv_cache", "workspace_buffer", "block_tables", "seq_lens", "max_q_len",
+      "max_kv_len", "bmm1_scale", "bmm2_scale", "batch_size", "cum_seq_lens_q", "cum_seq_lens_kv",
+      arg("window_left", -1), arg("out").mut(), "out_dtype", "o_sf_scale", "o_sf_vec_size",
+      arg("kv_layout", "HND"), "enable_pdl", "sinks", "kv_cache_sf",
+      "skip_softmax_threshold_scale_factor", arg("uses_shared_paged_kv_idx", true),
+      arg("causal", true), arg("lse").mut(), arg("return_lse", false),
+      "multi_ctas_kv_counter_buffer", "use_fp16_softmax", "uses_spcompress");
+  api::register_attention_backends(kDecodeOp);
+  api::register_attention_backends(kContextOp);
+  register_bench_hook(kDecodeOp, bench_trtllm_decode);
+  register_bench_hook(kContextOp, bench_trtllm_context);
+}
+}  // namespace detail
+
+}  // namespace flashinfer

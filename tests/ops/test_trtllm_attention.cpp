@@ -1,0 +1,619 @@
+// Block-table attention (trtllm_batch_decode_with_kv_cache, trtllm_batch_context_with_kv_cache)
+// against an fp64 formula over a grid of dtypes, layouts, cache forms, sinks and scales; a
+// hand-checked golden; NaN propagation; bad input; record and replay.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "ops/attention_test_util.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer {
+namespace {
+
+using testing::int_tensor;
+
+constexpr const char* kDecode = "trtllm_batch_decode_with_kv_cache";
+constexpr const char* kContext = "trtllm_batch_context_with_kv_cache";
+
+Tensor workspace() { return Tensor::zeros({1 << 16}, DType::kUInt8); }
+
+// A block-table cache: `pages` pages of K and V (HND or NHD, 5-D or pair), a table whose rows
+// list each request's pages in a shuffled order, padded with -1 past the blocks a request needs
+// (those entries must never be read).
+struct BlockCache {
+  Tensor k, v;    // [pages, Hkv, P, D] (HND) or [pages, P, Hkv, D] (NHD): the views passed
+  Tensor cache5;  // the 5-D form when !pair
+  bool pair = true;
+  bool hnd = true;
+  Tensor block_tables, seq_lens;
+  std::vector<std::vector<int32_t>> table;
+  int64_t page_size = 0;
+  PagedKVCache cache() const { return pair ? PagedKVCache(k, v) : PagedKVCache(cache5); }
+  // K or V of token t of request b, head g, as doubles.
+  std::vector<double> row(bool is_v, int64_t b, int64_t t, int64_t g) const {
+    const Tensor& c = is_v ? v : k;
+    const int64_t page = table[b][t / page_size];
+    const Tensor pg = c.select(0, page);
+    return hnd ? pg.select(0, g).select(0, t % page_size).to_double_vector()
+               : pg.select(0, t % page_size).select(0, g).to_double_vector();
+  }
+};
+
+BlockCache make_cache(const std::vector<int32_t>& lens, int64_t page_size, int64_t hkv, int64_t d,
+                      DType dtype, bool hnd, bool pair, uint64_t seed) {
+  BlockCache c;
+  c.page_size = page_size;
+  c.hnd = hnd;
+  c.pair = pair;
+  int64_t need = 0, max_blocks = 1;
+  for (int32_t len : lens) {
+    const int64_t n = (len + page_size - 1) / page_size;
+    need += n;
+    max_blocks = std::max(max_blocks, n + 1);
+  }
+  const int64_t pages = need + 3;
+  std::vector<int32_t> perm(static_cast<std::size_t>(pages));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> flat;
+  std::size_t next = 0;
+  for (int32_t len : lens) {
+    const int64_t n = (len + page_size - 1) / page_size;
+    std::vector<int32_t> r;
+    for (int64_t i = 0; i < n; ++i) r.push_back(perm[next++]);
+    c.table.push_back(r);
+    for (int64_t i = 0; i < max_blocks; ++i) flat.push_back(i < n ? r[i] : -1);
+  }
+  c.block_tables = int_tensor(flat).view({static_cast<int64_t>(lens.size()), max_blocks});
+  c.seq_lens = int_tensor(lens);
+  const Shape inner = hnd ? Shape{hkv, page_size, d} : Shape{page_size, hkv, d};
+  if (pair) {
+    Shape s{pages};
+    s.insert(s.end(), inner.begin(), inner.end());
+    c.k = testing::rand_tensor(s, dtype, seed + 1, -1.0, 1.0);
+    c.v = testing::rand_tensor(s, dtype, seed + 2, -1.0, 1.0);
+  } else {
+    Shape s{pages, 2};
+    s.insert(s.end(), inner.begin(), inner.end());
+    c.cache5 = testing::rand_tensor(s, dtype, seed + 3, -1.0, 1.0);
+    c.k = c.cache5.select(1, 0);
+    c.v = c.cache5.select(1, 1);
+  }
+  return c;
+}
+
+struct Ref {
+  double bmm1 = 1.0, bmm2 = 1.0;
+  bool causal = true;
+  int64_t window_left = -1;
+  std::vector<double> sinks;  // empty: none
+};
+
+// fp64: o[row, h] = sum_j softmax_j(bmm1 * q.k_j) v_j * bmm2, the sink exp(sinks[h]) in the
+// denominator; lse base 2 over the same denominator.
+void reference(const Tensor& query, const BlockCache& c, const std::vector<int32_t>& qo_indptr,
+               const Ref& r, std::vector<double>& o, std::vector<double>& lse) {
+  const int64_t rows = query.size(0), hq = query.size(1), d = query.size(2);
+  const int64_t hkv = c.hnd ? c.k.size(1) : c.k.size(2);
+  const int64_t group = hq / hkv;
+  const std::vector<double> q = query.to_double_vector();
+  const std::vector<int32_t> lens = [&] {
+    std::vector<int32_t> l;
+    for (double x : c.seq_lens.to_double_vector()) l.push_back(static_cast<int32_t>(x));
+    return l;
+  }();
+  o.assign(static_cast<std::size_t>(rows * hq * d), 0.0);
+  lse.assign(static_cast<std::size_t>(rows * hq), -std::numeric_limits<double>::infinity());
+  for (std::size_t b = 0; b + 1 < qo_indptr.size(); ++b) {
+    const int64_t qo = qo_indptr[b + 1] - qo_indptr[b], kv = lens[b];
+    for (int64_t i = 0; i < qo; ++i) {
+      const int64_t row = qo_indptr[b] + i, pos = kv - qo + i;
+      for (int64_t h = 0; h < hq; ++h) {
+        const int64_t g = h / group;
+        std::vector<double> s, w;
+        std::vector<std::vector<double>> vs;
+        double mx = r.sinks.empty() ? -INFINITY : r.sinks[h];
+        for (int64_t j = 0; j < kv; ++j) {
+          if (r.causal && j > pos) continue;
+          if (r.window_left >= 0 && j < pos - r.window_left) continue;
+          const std::vector<double> kr = c.row(false, b, j, g);
+          double dot = 0;
+          for (int64_t x = 0; x < d; ++x) dot += q[(row * hq + h) * d + x] * kr[x];
+          s.push_back(dot * r.bmm1);
+          vs.push_back(c.row(true, b, j, g));
+          mx = std::max(mx, s.back());
+        }
+        if (mx == -INFINITY) continue;
+        double sum = r.sinks.empty() ? 0.0 : std::exp(r.sinks[h] - mx);
+        for (double x : s) sum += std::exp(x - mx);
+        for (std::size_t j = 0; j < s.size(); ++j) {
+          const double p = std::exp(s[j] - mx) / sum;
+          for (int64_t x = 0; x < d; ++x) o[(row * hq + h) * d + x] += p * vs[j][x] * r.bmm2;
+        }
+        lse[row * hq + h] = (mx + std::log(sum)) / std::log(2.0);
+      }
+    }
+  }
+}
+
+struct DecodeCase {
+  DType q, kv;
+  int64_t hq, hkv, d, page_size, q_len;
+  bool hnd, pair, sinks;
+  int64_t window;
+};
+
+class TrtllmDecode : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(TrtllmDecode, MatchesFp64) {
+  const DecodeCase t = GetParam();
+  const std::vector<int32_t> lens{7, 1 + static_cast<int32_t>(t.q_len) + 30, 16, 45};
+  BlockCache c = make_cache(lens, t.page_size, t.hkv, t.d, t.kv, t.hnd, t.pair, 11);
+  const int64_t batch = static_cast<int64_t>(lens.size());
+  // q_len must not exceed any request's length (7).
+  Tensor q = testing::rand_tensor({batch * t.q_len, t.hq, t.d}, t.q, 5, -1.0, 1.0);
+  Ref r;
+  r.bmm1 = (dtype_is_fp8(t.kv) ? 0.75 : 1.0) / std::sqrt(double(t.d));
+  r.bmm2 = dtype_is_fp8(t.kv) ? 1.5 : 0.5;
+  r.window_left = t.window;
+  std::optional<Tensor> sinks;
+  if (t.sinks) {
+    Tensor st = testing::rand_tensor({t.hq}, DType::kFloat32, 9, -1.0, 3.0);
+    r.sinks = st.to_double_vector();
+    sinks = st;
+  }
+  std::vector<int32_t> qo{0};
+  for (int64_t b = 0; b < batch; ++b) qo.push_back(static_cast<int32_t>((b + 1) * t.q_len));
+  std::vector<double> eo, el;
+  reference(q, c, qo, r, eo, el);
+  AttentionOutput out = trtllm_batch_decode_with_kv_cache(
+      q, c.cache(), workspace(), c.block_tables, c.seq_lens, 64, r.bmm1, r.bmm2, t.window,
+      std::nullopt, std::nullopt, std::nullopt, std::nullopt, sinks, t.hnd ? "HND" : "NHD",
+      std::nullopt, "auto", t.q_len, 1.0, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+      std::nullopt, true, std::nullopt, /*return_lse=*/true);
+  ASSERT_EQ(out.out.shape(), q.shape());
+  ASSERT_EQ(out.out.dtype(), t.q);
+  EXPECT_TRUE(testing::all_close(out.out, eo, testing::attention_tolerance(t.q)));
+  EXPECT_TRUE(testing::all_close(out.lse, el, {1e-4, 1e-5}));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, TrtllmDecode,
+    ::testing::Values(
+        DecodeCase{DType::kFloat16, DType::kFloat16, 4, 2, 64, 16, 1, true, true, false, -1},
+        DecodeCase{DType::kBFloat16, DType::kBFloat16, 8, 2, 128, 8, 1, false, false, true, -1},
+        DecodeCase{DType::kBFloat16, DType::kFloat8E4M3FN, 4, 1, 64, 4, 1, true, false, true, 5},
+        DecodeCase{DType::kFloat16, DType::kFloat8E4M3FN, 2, 2, 64, 16, 3, false, true, true, -1},
+        DecodeCase{DType::kFloat16, DType::kFloat16, 4, 4, 256, 5, 3, true, true, true, 9},
+        DecodeCase{DType::kBFloat16, DType::kBFloat16, 6, 3, 64, 1, 2, false, false, false, 3}));
+
+struct ContextCase {
+  DType q, kv;
+  int64_t hq, hkv, d, page_size;
+  bool hnd, pair, sinks, causal;
+  int64_t window;
+};
+
+class TrtllmContext : public ::testing::TestWithParam<ContextCase> {};
+
+TEST_P(TrtllmContext, MatchesFp64) {
+  const ContextCase t = GetParam();
+  const std::vector<int32_t> lens{9, 33, 1, 20};
+  const std::vector<int32_t> qlens{9, 5, 1, 12};
+  BlockCache c = make_cache(lens, t.page_size, t.hkv, t.d, t.kv, t.hnd, t.pair, 21);
+  std::vector<int32_t> cq{0}, ck{0};
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    cq.push_back(cq.back() + qlens[b]);
+    ck.push_back(ck.back() + lens[b]);
+  }
+  Tensor q = testing::rand_tensor({cq.back(), t.hq, t.d}, t.q, 6, -1.0, 1.0);
+  Ref r;
+  r.bmm1 = 0.9 / std::sqrt(double(t.d));
+  r.bmm2 = 1.25;
+  r.causal = t.causal;
+  r.window_left = t.window;
+  std::optional<Tensor> sinks;
+  if (t.sinks) {
+    Tensor st = testing::rand_tensor({t.hq}, DType::kFloat32, 10, -2.0, 2.0);
+    r.sinks = st.to_double_vector();
+    sinks = st;
+  }
+  std::vector<double> eo, el;
+  reference(q, c, cq, r, eo, el);
+  // bmm2_scale as a one-element tensor (upstream accepts a float or an fp32 tensor).
+  Tensor bmm2 = Tensor::full({1}, r.bmm2, DType::kFloat32);
+  AttentionOutput out = trtllm_batch_context_with_kv_cache(
+      q, c.cache(), workspace(), c.block_tables, c.seq_lens, 12, 40, r.bmm1, bmm2, 4,
+      int_tensor(cq), int_tensor(ck), t.window, std::nullopt, std::nullopt, std::nullopt,
+      std::nullopt, t.hnd ? "HND" : "NHD", std::nullopt, sinks, std::nullopt, std::nullopt, true,
+      t.causal, std::nullopt, /*return_lse=*/true);
+  ASSERT_EQ(out.out.shape(), q.shape());
+  EXPECT_TRUE(testing::all_close(out.out, eo, testing::attention_tolerance(t.q)));
+  EXPECT_TRUE(testing::all_close(out.lse, el, {1e-4, 1e-5}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, TrtllmContext,
+                         ::testing::Values(ContextCase{DType::kFloat16, DType::kFloat16, 4, 2, 64,
+                                                       16, true, true, false, true, -1},
+                                           ContextCase{DType::kBFloat16, DType::kBFloat16, 4, 1,
+                                                       128, 8, false, false, true, true, 4},
+                                           ContextCase{DType::kBFloat16, DType::kFloat8E4M3FN, 2, 2,
+                                                       64, 4, true, false, true, false, -1},
+                                           ContextCase{DType::kFloat16, DType::kFloat8E4M3FN, 8, 4,
+                                                       64, 3, false, true, true, true, -1}));
+
+// Hand-checked: q = 0 gives every key the score 0; with keys of value 1 and 2 and a sink of
+// logit 0 the softmax weights are 1/3 each (the sink's value is zero), so o = (1 + 2) / 3 = 1,
+// times bmm2_scale 2 = 2 exactly; lse = log2(3).
+TEST(TrtllmDecode, HandCheckedSink) {
+  Tensor k = Tensor::zeros({2, 1, 1, 64}, DType::kFloat16);  // HND pair, page_size 1
+  Tensor v = Tensor::zeros({2, 1, 1, 64}, DType::kFloat16);
+  v.select(0, 0).fill_(1.0);
+  v.select(0, 1).fill_(2.0);
+  Tensor q = Tensor::zeros({1, 1, 64}, DType::kFloat16);
+  Tensor table = int_tensor({1, 0}).view({1, 2});  // token 0 in page 1, token 1 in page 0
+  Tensor sinks = Tensor::zeros({1}, DType::kFloat32);
+  AttentionOutput r = trtllm_batch_decode_with_kv_cache(
+      q, PagedKVCache(k, v), workspace(), table, int_tensor({2}), 2, 0.125, 2.0, -1, std::nullopt,
+      std::nullopt, std::nullopt, std::nullopt, sinks, "HND", std::nullopt, "auto", 1, 1.0,
+      std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, true, std::nullopt,
+      true);
+  for (double x : r.out.to_double_vector()) EXPECT_DOUBLE_EQ(x, 2.0);
+  EXPECT_NEAR(r.lse.to_double_vector()[0], std::log2(3.0), 1e-6);
+  // Without the sink: weights 1/2, o = 1.5 * 2 = 3, lse = 1.
+  r = trtllm_batch_decode_with_kv_cache(q, PagedKVCache(k, v), workspace(), table, int_tensor({2}),
+                                        2, 0.125, 2.0, -1, std::nullopt, std::nullopt, std::nullopt,
+                                        std::nullopt, std::nullopt, "HND", std::nullopt, "auto", 1,
+                                        1.0, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                        std::nullopt, true, std::nullopt, true);
+  for (double x : r.out.to_double_vector()) EXPECT_DOUBLE_EQ(x, 3.0);
+  EXPECT_NEAR(r.lse.to_double_vector()[0], 1.0, 1e-6);
+  // o_scale follows xqa: a 16-bit output is multiplied by it; backend="trtllm-gen" ignores it.
+  r = trtllm_batch_decode_with_kv_cache(
+      q, PagedKVCache(k, v), workspace(), table, int_tensor({2}), 2, 0.125, 2.0, -1, std::nullopt,
+      std::nullopt, std::nullopt, std::nullopt, std::nullopt, "HND", std::nullopt, "auto", 1, 0.5);
+  for (double x : r.out.to_double_vector()) EXPECT_DOUBLE_EQ(x, 1.5);
+  r = trtllm_batch_decode_with_kv_cache(q, PagedKVCache(k, v), workspace(), table, int_tensor({2}),
+                                        2, 0.125, 2.0, -1, std::nullopt, std::nullopt, std::nullopt,
+                                        std::nullopt, std::nullopt, "HND", std::nullopt,
+                                        "trtllm-gen", 1, 0.5);
+  for (double x : r.out.to_double_vector()) EXPECT_DOUBLE_EQ(x, 3.0);
+  // A 5-D cache whose second axis has size 1: K and V are the same tensor (keys 1 and 2 now).
+  Tensor kv1 = v.unsqueeze(1);
+  r = trtllm_batch_decode_with_kv_cache(Tensor::zeros({1, 1, 64}, DType::kFloat16),
+                                        PagedKVCache(kv1), workspace(), table, int_tensor({2}), 2);
+  for (double x : r.out.to_double_vector()) EXPECT_DOUBLE_EQ(x, 1.5);
+}
+
+// A NaN score makes its row NaN (upstream's kernels do the same); NaN in a key that the window
+// masks changes nothing; other heads stay finite.
+TEST(TrtllmDecode, NanPropagatesMaskedDoesNot) {
+  BlockCache c = make_cache({12}, 4, 1, 64, DType::kFloat16, true, true, 3);
+  Tensor q = testing::rand_tensor({1, 2, 64}, DType::kFloat16, 4, -1.0, 1.0);
+  auto run = [&](const Tensor& qq, int64_t window) {
+    return trtllm_batch_decode_with_kv_cache(
+        qq, c.cache(), workspace(), c.block_tables, c.seq_lens, 12, 0.125, 1.0, window,
+        std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, "HND", std::nullopt,
+        "auto", 1, 1.0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, true,
+        std::nullopt, true);
+  };
+  const AttentionOutput clean = run(q, 3);
+  // Key 0 lies outside window 3 (keys 8..11 are visible): a NaN there is masked.
+  const int32_t page0 = c.table[0][0];
+  c.k.select(0, page0).select(0, 0).select(0, 0).select(0, 0).fill_(std::nan(""));
+  const AttentionOutput masked = run(q, 3);
+  EXPECT_TRUE(testing::all_close(masked.out, clean.out, {0, 0}));
+  // With the full window key 0 is visible: both heads read it, both rows are NaN.
+  const AttentionOutput all = run(q, -1);
+  for (double x : all.out.to_double_vector()) EXPECT_TRUE(std::isnan(x));
+  for (double x : all.lse.to_double_vector()) EXPECT_TRUE(std::isnan(x));
+  // NaN in one head of q: that head is NaN, the other is not.
+  c.k.select(0, page0).select(0, 0).select(0, 0).select(0, 0).fill_(0.0);
+  Tensor qn = q.clone();
+  qn.select(0, 0).select(0, 1).select(0, 5).fill_(std::nan(""));
+  const AttentionOutput one = run(qn, -1);
+  const std::vector<double> o = one.out.to_double_vector();
+  for (int64_t i = 0; i < 64; ++i) EXPECT_FALSE(std::isnan(o[i]));
+  for (int64_t i = 64; i < 128; ++i) EXPECT_TRUE(std::isnan(o[i]));
+}
+
+TEST(TrtllmDecode, BadInput) {
+  BlockCache c = make_cache({5, 9}, 4, 2, 64, DType::kFloat16, true, true, 7);
+  Tensor q = testing::rand_tensor({2, 4, 64}, DType::kFloat16, 1);
+  const Tensor ws = workspace();
+  auto call = [&](const Tensor& qq, const Tensor& table, const Tensor& lens, int64_t max_len,
+                  std::optional<Tensor> sinks = std::nullopt, std::string_view layout = "HND") {
+    return trtllm_batch_decode_with_kv_cache(qq, c.cache(), ws, table, lens, max_len, 1.0, 1.0, -1,
+                                             std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                             sinks, layout);
+  };
+  EXPECT_NO_THROW(call(q, c.block_tables, c.seq_lens, 9));
+  EXPECT_FI_ERROR(call(q, c.block_tables, c.seq_lens, 8), kDecode, "max_seq_len");
+  EXPECT_FI_ERROR(call(q, c.block_tables, int_tensor({5}), 9), kDecode, "seq_lens");
+  EXPECT_FI_ERROR(call(q, c.block_tables.slice(0, 0, 1), c.seq_lens, 9), kDecode, "block_tables");
+  Tensor bad = c.block_tables.clone();
+  bad.select(0, 1).select(0, 0).fill_(100);
+  EXPECT_FI_ERROR(call(q, bad, c.seq_lens, 9), kDecode, "block_tables");
+  bad.select(0, 1).select(0, 0).fill_(-1);
+  EXPECT_FI_ERROR(call(q, bad, c.seq_lens, 9), kDecode, "block_tables");
+  // 9 tokens need 3 blocks of 4; a 2-column table cannot hold them.
+  EXPECT_FI_ERROR(call(q, c.block_tables.slice(1, 0, 2), c.seq_lens, 9), kDecode, "block_tables");
+  EXPECT_FI_ERROR(call(q, c.block_tables.to(DType::kInt64), c.seq_lens, 9), kDecode,
+                  "block_tables");
+  EXPECT_FI_ERROR(
+      call(testing::rand_tensor({2, 4, 128}, DType::kFloat16, 1), c.block_tables, c.seq_lens, 9),
+      kDecode, "query");
+  EXPECT_FI_ERROR(
+      call(testing::rand_tensor({2, 3, 64}, DType::kFloat16, 1), c.block_tables, c.seq_lens, 9),
+      kDecode, "kv_cache");
+  EXPECT_FI_ERROR(call(q, c.block_tables, c.seq_lens, 9, Tensor::zeros({3}, DType::kFloat32)),
+                  kDecode, "sinks");
+  EXPECT_FI_ERROR(call(q, c.block_tables, c.seq_lens, 9, std::nullopt, "NDH"), kDecode,
+                  "kv_layout");
+  auto with = [&](auto&&... fix) {
+    return trtllm_batch_decode_with_kv_cache(q, c.cache(), ws, c.block_tables, c.seq_lens, 9,
+                                             fix...);
+  };
+  // out's dtype stands for out_dtype: bf16 is allowed with fp16 q, fp32 is not.
+  EXPECT_NO_THROW(with(1.0, 1.0, -1, Tensor::zeros({2, 4, 64}, DType::kBFloat16)));
+  EXPECT_FI_ERROR(with(1.0, 1.0, -1, Tensor::zeros({2, 4, 64}, DType::kFloat32)), kDecode,
+                  "out_dtype");
+  EXPECT_FI_ERROR(with(1.0, 1.0, -1, Tensor::zeros({2, 4, 64}, DType::kBFloat16), DType::kFloat16),
+                  kDecode, "out");
+  EXPECT_FI_ERROR(with(1.0, 1.0, -1, Tensor::zeros({2, 4, 32}, DType::kFloat16)), kDecode, "out");
+  EXPECT_FI_ERROR(with(1.0, 1.0, -1, std::nullopt, DType::kFloat8E4M3FN), kDecode, "out_dtype");
+  EXPECT_FI_ERROR(with(1.0, 1.0, -1, std::nullopt, std::nullopt, 1.0), kDecode, "o_sf_scale");
+  EXPECT_FI_ERROR(with(std::nan(""), 1.0), kDecode, "bmm1_scale");
+  EXPECT_FI_ERROR(with(Tensor::zeros({2}, DType::kFloat32), 1.0), kDecode, "bmm1_scale");
+  EXPECT_FI_ERROR(with(1.0, 1.0, -2), kDecode, "window_left");
+  EXPECT_FI_ERROR(with(1.0, 1.0, -1, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                       std::nullopt, "HND", std::nullopt, "fa2"),
+                  kDecode, "backend");
+  // q_len_per_req 3 does not divide 2 rows; 2 queries need >= 2 keys (request 0 has 5: fine).
+  EXPECT_FI_ERROR(with(1.0, 1.0, -1, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                       std::nullopt, "HND", std::nullopt, "auto", 3),
+                  kDecode, "query");
+  EXPECT_FI_ERROR(
+      with(1.0, 1.0, -1, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+           "HND", std::nullopt, "auto", 1, 1.0, Tensor::zeros({1}, DType::kInt32)),
+      kDecode, "mask");
+  EXPECT_FI_ERROR(with(1.0, 1.0, -1, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                       std::nullopt, "HND", std::nullopt, "auto", std::nullopt),
+                  kDecode, "cum_seq_lens_q");
+  EXPECT_FI_ERROR(with(1.0, 1.0, -1, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                       std::nullopt, "HND", std::nullopt, "auto", 1, 1.0, std::nullopt,
+                       std::nullopt, std::nullopt, std::nullopt, std::nullopt, false),
+                  kDecode, "uses_shared_paged_kv_idx");
+  // workspace_buffer is only read: an undefined one is an error.
+  EXPECT_FI_ERROR(
+      trtllm_batch_decode_with_kv_cache(q, c.cache(), Tensor(), c.block_tables, c.seq_lens, 9),
+      kDecode, "workspace_buffer");
+}
+
+// Variable query lengths (q_len_per_req=None with cum_seq_lens_q and max_q_len).
+TEST(TrtllmDecode, VariableQueryLengths) {
+  BlockCache c = make_cache({6, 10, 3}, 4, 1, 64, DType::kBFloat16, false, false, 13);
+  const std::vector<int32_t> cq{0, 2, 5, 6};
+  Tensor q = testing::rand_tensor({6, 2, 64}, DType::kBFloat16, 8, -1.0, 1.0);
+  Ref r;
+  r.bmm1 = 0.2;
+  std::vector<double> eo, el;
+  reference(q, c, cq, r, eo, el);
+  AttentionOutput out = trtllm_batch_decode_with_kv_cache(
+      q, c.cache(), workspace(), c.block_tables, c.seq_lens, 10, 0.2, 1.0, -1, std::nullopt,
+      DType::kFloat16, std::nullopt, std::nullopt, std::nullopt, "NHD", std::nullopt, "auto",
+      std::nullopt, 1.0, std::nullopt, 3, int_tensor(cq));
+  ASSERT_EQ(out.out.dtype(), DType::kFloat16);  // out_dtype may differ from q's 16-bit dtype
+  EXPECT_TRUE(testing::all_close(out.out, eo, testing::attention_tolerance(DType::kFloat16)));
+  EXPECT_FI_ERROR(trtllm_batch_decode_with_kv_cache(
+                      q, c.cache(), workspace(), c.block_tables, c.seq_lens, 10, 0.2, 1.0, -1,
+                      std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, "NHD",
+                      std::nullopt, "auto", std::nullopt, 1.0, std::nullopt, 2, int_tensor(cq)),
+                  kDecode, "max_q_len");
+}
+
+TEST(TrtllmContext, BadInput) {
+  BlockCache c = make_cache({5, 9}, 4, 2, 64, DType::kFloat16, true, true, 7);
+  Tensor q = testing::rand_tensor({7, 4, 64}, DType::kFloat16, 1);
+  auto call = [&](const Tensor& cq, const Tensor& ck, int64_t max_q, int64_t max_kv,
+                  int64_t batch = 2) {
+    return trtllm_batch_context_with_kv_cache(q, c.cache(), workspace(), c.block_tables, c.seq_lens,
+                                              max_q, max_kv, 0.1, 1.0, batch, cq, ck);
+  };
+  const Tensor cq = int_tensor({0, 3, 7}), ck = int_tensor({0, 5, 14});
+  EXPECT_NO_THROW(call(cq, ck, 4, 9));
+  EXPECT_FI_ERROR(call(cq, ck, 3, 9), kContext, "max_q_len");
+  EXPECT_FI_ERROR(call(cq, ck, 4, 8), kContext, "max_kv_len");
+  EXPECT_FI_ERROR(call(cq, int_tensor({0, 5, 13}), 4, 9), kContext, "cum_seq_lens_kv");
+  EXPECT_FI_ERROR(call(int_tensor({0, 3, 6}), ck, 4, 9), kContext, "query");
+  EXPECT_FI_ERROR(call(int_tensor({0, 4, 3}), ck, 4, 9), kContext, "cum_seq_lens_q");
+  EXPECT_FI_ERROR(call(cq, ck, 4, 9, 3), kContext, "cum_seq_lens_q");
+  // Causal needs kv_len >= qo_len: 6 queries against 5 keys.
+  EXPECT_FI_ERROR(call(int_tensor({0, 6, 7}), ck, 6, 9), kContext, "seq_lens");
+  EXPECT_FI_ERROR(
+      trtllm_batch_context_with_kv_cache(
+          q, c.cache(), workspace(), c.block_tables, c.seq_lens, 4, 9, 0.1, 1.0, 2, cq, ck, -1,
+          std::nullopt, std::nullopt, std::nullopt, std::nullopt, "HND", std::nullopt, std::nullopt,
+          std::nullopt, std::nullopt, true, true, std::nullopt, false, std::nullopt, true),
+      kContext, "use_fp16_softmax");
+}
+
+// Both entry points, called as the engines call them, record and replay identically; the
+// block table's unread -1 entries and the workspace are replayed as recorded.
+TEST(TrtllmAttention, RecordAndReplay) {
+  BlockCache c = make_cache({5, 9}, 4, 2, 64, DType::kBFloat16, true, true, 17);
+  Tensor sinks = testing::rand_tensor({4}, DType::kFloat32, 3);
+  std::vector<testing::RecordingObserver::Call> calls;
+  {
+    testing::RecordingScope scope;
+    Tensor q = testing::rand_tensor({2, 4, 64}, DType::kBFloat16, 1);
+    Tensor out = Tensor::empty({2, 4, 64}, DType::kBFloat16);
+    trtllm_batch_decode_with_kv_cache(q, c.cache(), workspace(), c.block_tables, c.seq_lens, 9,
+                                      0.125, 1.0, -1, out, std::nullopt, std::nullopt, std::nullopt,
+                                      sinks);
+    Tensor qc = testing::rand_tensor({7, 4, 64}, DType::kBFloat16, 2);
+    trtllm_batch_context_with_kv_cache(qc, c.cache(), workspace(), c.block_tables, c.seq_lens, 4, 9,
+                                       0.125, 1.0, 2, int_tensor({0, 3, 7}), int_tensor({0, 5, 14}),
+                                       -1, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                       "HND", std::nullopt, sinks, std::nullopt, std::nullopt, true,
+                                       true, std::nullopt, true);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 2u);
+  for (const auto& call : calls) {
+    SCOPED_TRACE(call.name);
+    EXPECT_TRUE(testing::replays_identically(call));
+  }
+  EXPECT_TRUE(calls[1].result.is_sequence());  // (out, lse) with return_lse
+}
+
+TEST(TrtllmAttention, Declarations) {
+  const OpDecl* d = OpRegistry::global().find(kDecode);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->module, "flashinfer.decode");
+  const OpDecl* p = OpRegistry::global().find(kContext);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->module, "flashinfer.prefill");
+  EXPECT_TRUE(op_has_backend(kDecode, DeviceType::kCPU));
+  EXPECT_TRUE(op_has_backend(kContext, DeviceType::kCPU));
+}
+
+// ---- NaN propagation and sinks in the other attention ops (the shared kernel) ----
+
+// Every attention op: NaN in q's head 0 of row 0 makes exactly that (row, head) NaN (its LSE
+// too); every other value stays finite.
+TEST(AttentionNan, EveryOpPropagatesNanScores) {
+  const int64_t d = 64;
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({6, 9}, 4, 1, d, DType::kFloat16, false, true, 5, kd, vd);
+  auto nan_q = [&](int64_t rows, int64_t heads) {
+    Tensor q = testing::rand_tensor({rows, heads, d}, DType::kFloat16, 2, -1.0, 1.0);
+    q.select(0, 0).select(0, 0).select(0, 3).fill_(std::nan(""));
+    return q;
+  };
+  // Output [rows, heads, d] and lse [rows, heads]: NaN exactly at row 0, head 0.
+  auto check = [&](const AttentionOutput& r, const char* what) {
+    SCOPED_TRACE(what);
+    const int64_t heads = r.out.size(1);
+    const std::vector<double> o = r.out.to_double_vector(), l = r.lse.to_double_vector();
+    for (std::size_t i = 0; i < o.size(); ++i) {
+      EXPECT_EQ(std::isnan(o[i]), i < static_cast<std::size_t>(d)) << i;
+    }
+    for (std::size_t i = 0; i < l.size(); ++i) EXPECT_EQ(std::isnan(l[i]), i == 0) << i;
+    (void)heads;
+  };
+  {
+    Tensor q = nan_q(1, 2).select(0, 0);
+    Tensor k = testing::rand_tensor({7, 1, d}, DType::kFloat16, 3);
+    AttentionOutput r = single_decode_with_kv_cache(q, k, k, "NHD", "NONE", false, std::nullopt,
+                                                    std::nullopt, std::nullopt, -1, std::nullopt,
+                                                    std::nullopt, std::nullopt, std::nullopt, true);
+    check({r.out.unsqueeze(0), r.lse.unsqueeze(0)}, "single_decode_with_kv_cache");
+  }
+  {
+    Tensor q = nan_q(3, 2);
+    Tensor k = testing::rand_tensor({7, 1, d}, DType::kFloat16, 3);
+    AttentionOutput r = single_prefill_with_kv_cache(
+        q, k, k, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+        true, "NHD", "NONE", false, std::nullopt, -1, std::nullopt, std::nullopt, std::nullopt,
+        "auto", true);
+    check(r, "single_prefill_with_kv_cache");
+  }
+  {
+    BatchDecodeWithPagedKVCacheWrapper w(workspace());
+    w.plan(f.indptr, f.indices, f.last_page_len, 2, 1, d, 4);
+    AttentionRunOptions ro;
+    ro.return_lse = true;
+    check(w.run(nan_q(2, 2), f.cache(), ro), "BatchDecodeWithPagedKVCacheWrapper.run");
+  }
+  {
+    BatchPrefillWithPagedKVCacheWrapper w(workspace());
+    PrefillPlanOptions po;
+    po.causal = true;
+    w.plan(int_tensor({0, 3, 5}), f.indptr, f.indices, f.last_page_len, 2, 1, d, 4, po);
+    AttentionRunOptions ro;
+    ro.return_lse = true;
+    check(w.run(nan_q(5, 2), f.cache(), ro), "BatchPrefillWithPagedKVCacheWrapper.run");
+  }
+  {
+    BatchPrefillWithRaggedKVCacheWrapper w(workspace());
+    w.plan(int_tensor({0, 3, 5}), int_tensor({0, 6, 15}), 2, 1, d);
+    Tensor k = testing::rand_tensor({15, 1, d}, DType::kFloat16, 4);
+    AttentionRunOptions ro;
+    ro.return_lse = true;
+    check(w.run(nan_q(5, 2), k, k, ro), "BatchPrefillWithRaggedKVCacheWrapper.run");
+  }
+  {
+    BlockCache c = make_cache({6, 9}, 4, 1, d, DType::kFloat16, true, true, 8);
+    check(trtllm_batch_decode_with_kv_cache(
+              nan_q(2, 2), c.cache(), workspace(), c.block_tables, c.seq_lens, 9, 0.1, 1.0, -1,
+              std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, "HND",
+              std::nullopt, "auto", 1, 1.0, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+              std::nullopt, true, std::nullopt, true),
+          kDecode);
+    check(trtllm_batch_context_with_kv_cache(
+              nan_q(5, 2), c.cache(), workspace(), c.block_tables, c.seq_lens, 3, 9, 0.1, 1.0, 2,
+              int_tensor({0, 3, 5}), int_tensor({0, 6, 15}), -1, std::nullopt, std::nullopt,
+              std::nullopt, std::nullopt, "HND", std::nullopt, std::nullopt, std::nullopt,
+              std::nullopt, true, true, std::nullopt, true),
+          kContext);
+  }
+}
+
+// Causal prefill: a NaN key at position 3 reaches only the queries that see it.
+TEST(AttentionNan, CausallyMaskedNanKeyIsNotRead) {
+  Tensor q = testing::rand_tensor({6, 1, 64}, DType::kBFloat16, 1, -1.0, 1.0);
+  Tensor k = testing::rand_tensor({6, 1, 64}, DType::kBFloat16, 2, -1.0, 1.0);
+  k.select(0, 3).select(0, 0).select(0, 0).fill_(std::nan(""));
+  AttentionOutput r = single_prefill_with_kv_cache(
+      q, k, k, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+      true, "NHD", "NONE", false, std::nullopt, -1, std::nullopt, std::nullopt, std::nullopt,
+      "auto", true);
+  const std::vector<double> l = r.lse.to_double_vector();
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(std::isnan(l[i]), i >= 3) << i;
+}
+
+// The wrappers' run() takes sinks: the fp64 formula folds exp(sink) into the denominator.
+TEST(AttentionSinks, BatchDecodeWrapperMatchesFp64) {
+  const int64_t hq = 4, hkv = 2, d = 64;
+  const std::vector<int32_t> lens{5, 40, 17};
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged(lens, 16, hkv, d, DType::kBFloat16, true, false, 9, kd, vd);
+  BatchDecodeWithPagedKVCacheWrapper w(workspace(), "HND");
+  BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+  po.q_data_type = DType::kBFloat16;
+  po.fixed_split_size = 1;  // split KV: the sink must join once, in the merge
+  w.plan(f.indptr, f.indices, f.last_page_len, hq, hkv, d, 16, po);
+  ASSERT_TRUE(w.split_kv());
+  Tensor q = testing::rand_tensor({3, hq, d}, DType::kBFloat16, 4, -1.0, 1.0);
+  Tensor sinks = testing::rand_tensor({hq}, DType::kFloat32, 5, -1.0, 4.0);
+  AttentionRunOptions ro;
+  ro.sinks = sinks;
+  ro.return_lse = true;
+  AttentionOutput r = w.run(q, f.cache(), ro);
+  const std::vector<double> sk = sinks.to_double_vector();
+  std::vector<double> eo, el;
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    std::vector<double> o, l;
+    testing::ref_attention(testing::rows_of(q.to_double_vector(), b, b + 1, hq * d), kd[b], vd[b],
+                           1, lens[b], hq, hkv, d, d, {}, o, l);
+    for (int64_t h = 0; h < hq; ++h) {
+      // lse' = log2(2^lse + e^sink); o' = o * 2^(lse - lse').
+      const double total = std::log2(std::exp2(l[h]) + std::exp(sk[h]));
+      for (int64_t x = 0; x < d; ++x) eo.push_back(o[h * d + x] * std::exp2(l[h] - total));
+      el.push_back(total);
+    }
+  }
+  EXPECT_TRUE(testing::all_close(r.out, eo, testing::attention_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(testing::all_close(r.lse, el, {1e-4, 1e-5}));
+}
+
+}  // namespace
+}  // namespace flashinfer
