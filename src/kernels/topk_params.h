@@ -61,15 +61,21 @@ struct TopKParams {
 /// Order-preserving unsigned key of an fp32 bit pattern: larger value, larger key; every NaN
 /// above +inf and -0.0 equal to +0.0, as torch.topk orders them.
 FLASHINFER_TOPK_HD uint32_t topk_key32(uint32_t u) {
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0xFFFFFFFFu;
-  if ((u & 0x7FFFFFFFu) == 0u) u = 0u;
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  // Branch-free (the CPU loop over a row vectorizes): flip every bit of a negative value, the
+  // sign bit of a non-negative one; then the two special cases.
+  const uint32_t abs = u & 0x7FFFFFFFu;
+  const uint32_t neg = static_cast<uint32_t>(static_cast<int32_t>(u) >> 31);
+  uint32_t key = u ^ (neg | 0x80000000u);
+  key = abs == 0u ? 0x80000000u : key;
+  return abs > 0x7F800000u ? 0xFFFFFFFFu : key;
 }
 /// The same for an fp16 (inf_bits 0x7C00) or bf16 (0x7F80) bit pattern: a 16-bit key.
 FLASHINFER_TOPK_HD uint32_t topk_key16(uint32_t u, uint32_t inf_bits) {
-  if ((u & 0x7FFFu) > inf_bits) return 0xFFFFu;
-  if ((u & 0x7FFFu) == 0u) u = 0u;
-  return (u & 0x8000u) ? (~u & 0xFFFFu) : (u | 0x8000u);
+  const uint32_t abs = u & 0x7FFFu;
+  const uint32_t neg = (u & 0x8000u) ? 0xFFFFu : 0u;
+  uint32_t key = (u ^ (neg | 0x8000u)) & 0xFFFFu;
+  key = abs == 0u ? 0x8000u : key;
+  return abs > inf_bits ? 0xFFFFu : key;
 }
 
 /// Row r's window length (see TopKParams::lengths), given its start.

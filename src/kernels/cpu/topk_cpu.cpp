@@ -40,11 +40,25 @@ struct KeyOf<BFloat16> {
 };
 
 struct Scratch {
-  std::vector<uint32_t> hist;
+  std::vector<uint32_t> keys;      // the window's keys
+  std::vector<uint32_t> hist;      // kWays interleaved histograms
   std::vector<int64_t> sel;        // indices of keys in buckets >= the boundary bucket
   std::vector<uint32_t> boundary;  // keys in the boundary bucket
   std::vector<std::pair<uint32_t, int64_t>> order;
 };
+
+// Increments are spread over kWays copies of the histogram: logits crowd into a few buckets,
+// and consecutive increments of one counter would wait on each other through memory.
+constexpr int kWays = 4;
+
+template <class T>
+void load_keys(const T* x, int64_t len, int64_t sc, uint32_t* keys) {
+  if (sc == 1) {
+    for (int64_t i = 0; i < len; ++i) keys[i] = KeyOf<T>::key(x[i]);
+  } else {
+    for (int64_t i = 0; i < len; ++i) keys[i] = KeyOf<T>::key(x[i * sc]);
+  }
+}
 
 template <class T>
 int64_t row_top_k(const TopKParams& p, int64_t r, Scratch& s) {
@@ -56,21 +70,24 @@ int64_t row_top_k(const TopKParams& p, int64_t r, Scratch& s) {
   const int64_t sc = p.in_stride_col;
   const int64_t k = p.k;
   s.sel.clear();
+  s.keys.resize(static_cast<std::size_t>(len));
+  uint32_t* keys = s.keys.data();
+  load_keys(x, len, sc, keys);
 
-  uint32_t thr = 0;     // the k-th largest key
-  int64_t skip_eq = 0;  // equal-to-thr keys skipped before taking take_eq of them
-  int64_t take_eq = 0;
+  int64_t n = 0;  // selected, in ascending index order in s.sel
   if (len <= k) {
     for (int64_t i = 0; i < len; ++i) s.sel.push_back(i);
-    thr = 0;
-    take_eq = len;  // every key is >= 0, so every selected key passes below
+    n = len;
   } else {
-    s.hist.assign(kBuckets, 0);
+    s.hist.assign(static_cast<std::size_t>(kBuckets * kWays), 0);
     uint32_t* h = s.hist.data();
-    if (sc == 1) {
-      for (int64_t i = 0; i < len; ++i) ++h[K::key(x[i]) >> kShift];
-    } else {
-      for (int64_t i = 0; i < len; ++i) ++h[K::key(x[i * sc]) >> kShift];
+    int64_t i = 0;
+    for (; i + kWays <= len; i += kWays) {
+      for (int w = 0; w < kWays; ++w) ++h[w * kBuckets + (keys[i + w] >> kShift)];
+    }
+    for (; i < len; ++i) ++h[keys[i] >> kShift];
+    for (int bkt = 0; bkt < kBuckets; ++bkt) {
+      for (int w = 1; w < kWays; ++w) h[bkt] += h[w * kBuckets + bkt];
     }
     int64_t above = 0;  // keys in buckets above the boundary bucket
     int b = kBuckets - 1;
@@ -78,40 +95,44 @@ int64_t row_top_k(const TopKParams& p, int64_t r, Scratch& s) {
       if (above + h[b] >= k) break;
       above += h[b];
     }
+    // Keys in buckets >= b are the candidates (about k plus one bucket's worth).
+    const uint32_t lo = static_cast<uint32_t>(b) << kShift;
     s.boundary.clear();
-    for (int64_t i = 0; i < len; ++i) {
-      const uint32_t key = K::key(x[i * sc]);
-      const int kb = static_cast<int>(key >> kShift);
-      if (kb < b) continue;
-      s.sel.push_back(i);
-      if (kb == b) s.boundary.push_back(key);
+    // Most blocks of 16 hold no candidate: test each block with one vectorizable reduction.
+    int64_t j = 0;
+    for (; j + 16 <= len; j += 16) {
+      uint32_t any = 0;
+      for (int w = 0; w < 16; ++w) any |= static_cast<uint32_t>(keys[j + w] >= lo);
+      if (!any) continue;
+      for (int w = 0; w < 16; ++w) {
+        if (keys[j + w] >= lo) s.sel.push_back(j + w);
+      }
+    }
+    for (; j < len; ++j) {
+      if (keys[j] >= lo) s.sel.push_back(j);
+    }
+    for (int64_t j : s.sel) {
+      if ((keys[j] >> kShift) == static_cast<uint32_t>(b)) s.boundary.push_back(keys[j]);
     }
     const int64_t need = k - above;  // 1 <= need <= boundary.size()
     std::nth_element(s.boundary.begin(), s.boundary.begin() + (need - 1), s.boundary.end(),
                      std::greater<uint32_t>());
-    thr = s.boundary[static_cast<std::size_t>(need - 1)];
+    const uint32_t thr = s.boundary[static_cast<std::size_t>(need - 1)];  // the k-th largest
     int64_t gt = 0, eq = 0;
     for (uint32_t key : s.boundary) {
       gt += key > thr;
       eq += key == thr;
     }
-    take_eq = need - gt;
-    skip_eq = p.prefer_large ? eq - take_eq : 0;
-  }
-
-  // Selected window indices in ascending order.
-  int64_t n = 0;
-  auto emit = [&](int64_t i) { s.sel[static_cast<std::size_t>(n++)] = i; };
-  if (len <= k) {
-    n = len;
-  } else {
+    // Of the keys equal to thr, the ones of equal-rank [skip, skip + take) are kept.
+    const int64_t take = need - gt;
+    const int64_t skip = p.prefer_large ? eq - take : 0;
     int64_t eq_seen = 0;
-    for (int64_t i : s.sel) {
-      const uint32_t key = K::key(x[i * sc]);
+    for (int64_t j : s.sel) {
+      const uint32_t key = keys[j];
       if (key > thr) {
-        emit(i);
+        s.sel[static_cast<std::size_t>(n++)] = j;
       } else if (key == thr) {
-        if (eq_seen >= skip_eq && eq_seen < skip_eq + take_eq) emit(i);
+        if (eq_seen >= skip && eq_seen < skip + take) s.sel[static_cast<std::size_t>(n++)] = j;
         ++eq_seen;
       }
     }
@@ -119,7 +140,7 @@ int64_t row_top_k(const TopKParams& p, int64_t r, Scratch& s) {
   s.sel.resize(static_cast<std::size_t>(n));
   if (p.sorted && n > 1) {
     s.order.clear();
-    for (int64_t i : s.sel) s.order.emplace_back(K::key(x[i * sc]), i);
+    for (int64_t i : s.sel) s.order.emplace_back(keys[i], i);
     std::sort(s.order.begin(), s.order.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first > b.first : a.second < b.second;
     });
