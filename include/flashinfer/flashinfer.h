@@ -21,6 +21,7 @@
 #include "flashinfer/ops/quantization.h"
 #include "flashinfer/ops/rope.h"
 #include "flashinfer/ops/sampling.h"
+#include "flashinfer/ops/topk.h"
 #include "flashinfer/stream.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"

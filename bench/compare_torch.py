@@ -1,0 +1,92 @@
+#!/usr/bin/python3
+"""Side-by-side timings of flashinfer-cpp's CPU ops and PyTorch's equivalents, in one run, with
+the same number of threads (docs/PERFORMANCE.md, "Versus PyTorch").
+
+Our side runs the Google Benchmark binaries of a build (bench/bench_*.cpp) with OMP_NUM_THREADS
+set; torch's side runs in this process with torch.set_num_threads() equal to it. Each row prints
+both wall times per call and ratio = torch / ours: >= 1.0 means we are no slower; rows under 1.0
+are marked "not met".
+
+  /usr/bin/python3 bench/compare_torch.py --build build --threads 1
+
+Needs Debian's python3-torch (run with /usr/bin/python3)."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+
+def torch_time(fn, min_time):
+    """Median wall time of fn() in ms over batches that run at least min_time seconds."""
+    fn()  # warm up (allocations, thread pool)
+    samples = []
+    t_end = time.perf_counter() + min_time
+    while time.perf_counter() < t_end or len(samples) < 5:
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    samples.sort()
+    return samples[len(samples) // 2]
+
+
+def ours_time(build, binary, name, threads, min_time):
+    """Median wall time in ms of the benchmark `name` (exact Google Benchmark run name)."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    # Anchor the filter: run names contain '/' and ':' which are literal in the regex.
+    cmd = [os.path.join(build, "bin", binary), "--benchmark_format=json",
+           "--benchmark_filter=^" + name + "$", "--benchmark_min_time=%g" % min_time,
+           "--benchmark_repetitions=5", "--benchmark_report_aggregates_only=true"]
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    for b in json.loads(out)["benchmarks"]:
+        if b.get("aggregate_name") == "median":
+            scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
+            return b["real_time"] * scale
+    raise RuntimeError("no result for " + name)
+
+
+def top_k_cases():
+    """(label, binary, benchmark name, torch callable)."""
+    cases = []
+    for k, srt in ((50, 1), (50, 0), (1024, 1), (1024, 0)):
+        x = torch.randn(16, 128256)
+        label = "top_k 16x128256 fp32 k=%d %s" % (k, "sorted" if srt else "unsorted")
+        name = "BM_top_k/rows:16/cols:128256/k:%d/sorted:%d/bf16:0" % (k, srt)
+        cases.append((label, "bench_topk", name,
+                      lambda x=x, k=k, srt=srt: torch.topk(x, k, sorted=bool(srt))))
+    return cases
+
+
+GROUPS = {"top_k": top_k_cases}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build", help="build directory (with bin/bench_*)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--min-time", type=float, default=0.5, help="seconds per measurement")
+    ap.add_argument("groups", nargs="*", default=sorted(GROUPS), help="case groups to run")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    print("threads: %d, torch %s, %s" % (args.threads, torch.__version__,
+                                         os.uname().machine))
+    print()
+    print("| case | ours (ms) | torch (ms) | ratio torch/ours | |")
+    print("|---|---:|---:|---:|---|")
+    for g in args.groups:
+        for label, binary, name, fn in GROUPS[g]():
+            ours = ours_time(args.build, binary, name, args.threads, args.min_time)
+            ref = torch_time(fn, args.min_time)
+            ratio = ref / ours
+            print("| %s | %.3f | %.3f | %.2f | %s |" %
+                  (label, ours, ref, ratio, "met" if ratio >= 1.0 else "**not met**"))
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+#include "kernels/cpu/topk_cpu.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <type_traits>
+#include <vector>
+
+#include "flashinfer/float_formats.h"
+#include "kernels/dtype_dispatch.h"
+
+namespace flashinfer::kernels::cpu {
+namespace {
+
+// First-level histogram: the key's top kBits bits. 2^11 buckets of uint32 fit in L1 and leave,
+// for a 128k-entry vocabulary of random logits, a boundary bucket of tens of keys.
+constexpr int kBits = 11;
+constexpr int kBuckets = 1 << kBits;
+
+template <class T>
+struct KeyOf;
+template <>
+struct KeyOf<float> {
+  static constexpr int kKeyBits = 32;
+  static uint32_t key(const float& x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return topk_key32(u);
+  }
+};
+template <>
+struct KeyOf<Half> {
+  static constexpr int kKeyBits = 16;
+  static uint32_t key(const Half& x) { return topk_key16(x.bits, 0x7C00u); }
+};
+template <>
+struct KeyOf<BFloat16> {
+  static constexpr int kKeyBits = 16;
+  static uint32_t key(const BFloat16& x) { return topk_key16(x.bits, 0x7F80u); }
+};
+
+struct Scratch {
+  std::vector<uint32_t> keys;      // the window's keys
+  std::vector<uint32_t> hist;      // kWays interleaved histograms
+  std::vector<int64_t> sel;        // indices of keys in buckets >= the boundary bucket
+  std::vector<uint32_t> boundary;  // keys in the boundary bucket
+  std::vector<std::pair<uint32_t, int64_t>> order;
+};
+
+// Increments are spread over kWays copies of the histogram: logits crowd into a few buckets,
+// and consecutive increments of one counter would wait on each other through memory.
+constexpr int kWays = 4;
+
+template <class T>
+void load_keys(const T* x, int64_t len, int64_t sc, uint32_t* keys) {
+  if (sc == 1) {
+    for (int64_t i = 0; i < len; ++i) keys[i] = KeyOf<T>::key(x[i]);
+  } else {
+    for (int64_t i = 0; i < len; ++i) keys[i] = KeyOf<T>::key(x[i * sc]);
+  }
+}
+
+template <class T>
+int64_t row_top_k(const TopKParams& p, int64_t r, Scratch& s) {
+  using K = KeyOf<T>;
+  constexpr int kShift = K::kKeyBits - kBits;
+  const int64_t start = p.row_starts ? p.row_starts[r] : 0;
+  const int64_t len = topk_row_length(p, r, start);
+  const T* x = static_cast<const T*>(p.input) + r * p.in_stride_row + start * p.in_stride_col;
+  const int64_t sc = p.in_stride_col;
+  const int64_t k = p.k;
+  s.sel.clear();
+  s.keys.resize(static_cast<std::size_t>(len));
+  uint32_t* keys = s.keys.data();
+  load_keys(x, len, sc, keys);
+
+  int64_t n = 0;  // selected, in ascending index order in s.sel
+  if (len <= k) {
+    for (int64_t i = 0; i < len; ++i) s.sel.push_back(i);
+    n = len;
+  } else {
+    s.hist.assign(static_cast<std::size_t>(kBuckets * kWays), 0);
+    uint32_t* h = s.hist.data();
+    int64_t i = 0;
+    for (; i + kWays <= len; i += kWays) {
+      for (int w = 0; w < kWays; ++w) ++h[w * kBuckets + (keys[i + w] >> kShift)];
+    }
+    for (; i < len; ++i) ++h[keys[i] >> kShift];
+    for (int bkt = 0; bkt < kBuckets; ++bkt) {
+      for (int w = 1; w < kWays; ++w) h[bkt] += h[w * kBuckets + bkt];
+    }
+    int64_t above = 0;  // keys in buckets above the boundary bucket
+    int b = kBuckets - 1;
+    for (; b > 0; --b) {
+      if (above + h[b] >= k) break;
+      above += h[b];
+    }
+    // Keys in buckets >= b are the candidates (about k plus one bucket's worth).
+    const uint32_t lo = static_cast<uint32_t>(b) << kShift;
+    s.boundary.clear();
+    // Most blocks of 16 hold no candidate: test each block with one vectorizable reduction.
+    int64_t j = 0;
+    for (; j + 16 <= len; j += 16) {
+      uint32_t any = 0;
+      for (int w = 0; w < 16; ++w) any |= static_cast<uint32_t>(keys[j + w] >= lo);
+      if (!any) continue;
+      for (int w = 0; w < 16; ++w) {
+        if (keys[j + w] >= lo) s.sel.push_back(j + w);
+      }
+    }
+    for (; j < len; ++j) {
+      if (keys[j] >= lo) s.sel.push_back(j);
+    }
+    for (int64_t j : s.sel) {
+      if ((keys[j] >> kShift) == static_cast<uint32_t>(b)) s.boundary.push_back(keys[j]);
+    }
+    const int64_t need = k - above;  // 1 <= need <= boundary.size()
+    std::nth_element(s.boundary.begin(), s.boundary.begin() + (need - 1), s.boundary.end(),
+                     std::greater<uint32_t>());
+    const uint32_t thr = s.boundary[static_cast<std::size_t>(need - 1)];  // the k-th largest
+    int64_t gt = 0, eq = 0;
+    for (uint32_t key : s.boundary) {
+      gt += key > thr;
+      eq += key == thr;
+    }
+    // Of the keys equal to thr, the ones of equal-rank [skip, skip + take) are kept.
+    const int64_t take = need - gt;
+    const int64_t skip = p.prefer_large ? eq - take : 0;
+    int64_t eq_seen = 0;
+    for (int64_t j : s.sel) {
+      const uint32_t key = keys[j];
+      if (key > thr) {
+        s.sel[static_cast<std::size_t>(n++)] = j;
+      } else if (key == thr) {
+        if (eq_seen >= skip && eq_seen < skip + take) s.sel[static_cast<std::size_t>(n++)] = j;
+        ++eq_seen;
+      }
+    }
+  }
+  s.sel.resize(static_cast<std::size_t>(n));
+  if (p.sorted && n > 1) {
+    s.order.clear();
+    for (int64_t i : s.sel) s.order.emplace_back(keys[i], i);
+    std::sort(s.order.begin(), s.order.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    for (std::size_t j = 0; j < s.order.size(); ++j) s.sel[j] = s.order[j].second;
+  }
+
+  int64_t bad = 0;
+  T* vals = static_cast<T*>(p.values);
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t idx = j < n ? s.sel[static_cast<std::size_t>(j)] : -1;
+    bad += !topk_write_index(p, r, j, idx);
+    if (vals) {
+      T* v = vals + r * p.val_stride_row + j * p.val_stride_col;
+      if (idx >= 0) {
+        *v = x[idx * sc];
+      } else if (p.zero_padded_values) {
+        *v = T{};
+      }
+    }
+  }
+  return bad;
+}
+
+}  // namespace
+
+int64_t top_k(const TopKParams& p) {
+  int64_t bad = 0;
+  dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
+      p.dtype, "top_k", "input", [&]<class T>() {
+  // Rows are independent; one row of a 128k vocabulary is ~0.1 ms, so parallelize from a
+  // few rows up.
+#pragma omp parallel reduction(+ : bad) if (p.rows > 1 && p.rows * p.cols >= (1 << 16))
+        {
+          Scratch s;
+#pragma omp for schedule(dynamic, 1)
+          for (int64_t r = 0; r < p.rows; ++r) bad += row_top_k<T>(p, r, s);
+        }
+      });
+  return bad;
+}
+
+}  // namespace flashinfer::kernels::cpu
