@@ -804,6 +804,8 @@ Tensor File::dequantize(const TensorInfo& info, DType dtype) const {
   const int64_t len = info.row_length();
   const uint64_t row_bytes = info.row_bytes();
   Tensor out = Tensor::empty(info.shape(), dtype);
+  // Nothing to convert; also keeps a huge row length of an empty tensor from sizing `tmp`.
+  if (out.numel() == 0) return out;
   if (dtype == DType::kFloat32) {
     float* o = out.data<float>();
     for (int64_t r = 0; r < rows; ++r) {
