@@ -4,6 +4,7 @@
 #include <fstream>
 #include <string>
 
+#include "../tests/util/gguf_builder.h"
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/tensor_io.h"
 
@@ -12,7 +13,9 @@ int main(int argc, char** argv) {
   namespace fs = std::filesystem;
   if (argc != 2) return 2;
   const fs::path root(argv[1]);
-  for (const char* d : {"torch", "safetensors", "metadata"}) fs::create_directories(root / d);
+  for (const char* d : {"torch", "safetensors", "metadata", "gguf"}) {
+    fs::create_directories(root / d);
+  }
   Tensor a = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}, DType::kFloat16);
   Tensor b = Tensor::from_vector({448, -2}, {2}, DType::kFloat8E4M3FN);
   Tensor c = Tensor::from_vector({7}, {}, DType::kInt64);
@@ -36,6 +39,58 @@ int main(int argc, char** argv) {
     std::string bytes(8, '\0');
     for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
     std::ofstream(root / "safetensors" / "deep.safetensors", std::ios::binary) << bytes << h;
+  }
+  // GGUF: every metadata type (nested arrays included), a custom alignment, and a tensor of
+  // each dequantized type.
+  {
+    using B = testing::GgufBuilder;
+    B g;
+    g.alignment = 64;
+    g.kv("general.alignment", B::kU32, B::u32(64))
+        .kv("general.architecture", B::kString, B::str("llama"))
+        .kv("u8", B::kU8, "\x07")
+        .kv("i8", B::kI8, "\xf9")
+        .kv("u16", B::kU16, B::le(300, 2))
+        .kv("i16", B::kI16, B::le(0xfff0, 2))
+        .kv("i32", B::kI32, B::u32(0xfffffff0u))
+        .kv("f32", B::kF32, B::f32(1e-5f))
+        .kv("bool", B::kBool, "\x01")
+        .kv("u64", B::kU64, B::u64(1))
+        .kv("i64", B::kI64, B::u64(~uint64_t{0}))
+        .kv("f64", B::kF64, B::f64(0.5))
+        .kv("tokens", B::kArray,
+            B::array(B::kString, 2,
+                     B::str("a") + B::str("\xc4\xa0"
+                                          "b")))
+        .kv("types", B::kArray, B::array(B::kI32, 2, B::u32(1) + B::u32(3)))
+        .kv("nested", B::kArray, B::array(B::kArray, 1, B::array(B::kF32, 1, B::f32(2.0f))));
+    std::string q41 = B::le(0x3400, 2) + B::le(0xbc00, 2);
+    std::string q80 = B::le(0x3800, 2);
+    std::string q40 = B::le(0x4000, 2);
+    for (int j = 0; j < 16; ++j) q41 += static_cast<char>(j * 17);
+    for (int j = 0; j < 32; ++j) q80 += static_cast<char>(j * 7);
+    for (int j = 0; j < 16; ++j) q40 += static_cast<char>(j * 9);
+    g.tensor("w.f32", {2, 2}, 0, B::f32(1) + B::f32(2) + B::f32(3) + B::f32(4))
+        .tensor("w.f16", {2}, 1, B::le(0x3c00, 2) + B::le(0xc000, 2))
+        .tensor("w.bf16", {1}, 30, B::le(0x3f80, 2))
+        .tensor("w.q4_1", {32, 1}, 3, q41)
+        .tensor("w.q8_0", {32}, 8, q80)
+        .tensor("w.q4_0", {32}, 2, q40);
+    std::ofstream(root / "gguf" / "seed1.gguf", std::ios::binary) << g.build();
+    // A tokenizer: byte tokens for "a", "b", " ", a merge and a control token.
+    B tk;
+    tk.kv("tokenizer.ggml.model", B::kString, B::str("gpt2"))
+        .kv("tokenizer.ggml.pre", B::kString, B::str("smollm"))
+        .kv("tokenizer.ggml.tokens", B::kArray,
+            B::array(B::kString, 5,
+                     B::str("<|im_end|>") + B::str("a") + B::str("b") + B::str("\xc4\xa0") +
+                         B::str("ab")))
+        .kv("tokenizer.ggml.token_type", B::kArray,
+            B::array(B::kI32, 5, B::u32(3) + B::u32(1) + B::u32(1) + B::u32(1) + B::u32(1)))
+        .kv("tokenizer.ggml.merges", B::kArray, B::array(B::kString, 1, B::str("a b")))
+        .kv("tokenizer.chat_template", B::kString,
+            B::str("<|im_start|>system\nHi<|im_end|>\n<|im_start|>assistant\n"));
+    std::ofstream(root / "gguf" / "seed2.gguf", std::ios::binary) << tk.build();
   }
   return 0;
 }

@@ -76,6 +76,8 @@ enum class GGMLType : uint32_t {
   TQ1_0 = 34,
   TQ2_0 = 35,
   MXFP4 = 39,
+  NVFP4 = 40,
+  Q1_0 = 41,
 };
 
 /// "Q4_1", "F32", ...; "type<N>" for a number ggml does not define.

@@ -37,7 +37,8 @@ struct TypeGeometry {
   int64_t type_size;
 };
 
-// ggml's block geometry (elements per block, bytes per block) for every type it defines.
+// ggml's block geometry (elements per block, bytes per block) for every type it defines (Q8_1,
+// never stored in files, is ggml's 36-byte block of two fp16 and 32 int8).
 constexpr TypeGeometry kTypes[] = {
     {GGMLType::F32, "F32", 1, 4},
     {GGMLType::F16, "F16", 1, 2},
@@ -71,6 +72,8 @@ constexpr TypeGeometry kTypes[] = {
     {GGMLType::TQ1_0, "TQ1_0", 256, 54},
     {GGMLType::TQ2_0, "TQ2_0", 256, 66},
     {GGMLType::MXFP4, "MXFP4", 32, 17},
+    {GGMLType::NVFP4, "NVFP4", 64, 36},
+    {GGMLType::Q1_0, "Q1_0", 128, 18},
 };
 
 const TypeGeometry* find_type(GGMLType type) {
@@ -804,6 +807,8 @@ Tensor File::dequantize(const TensorInfo& info, DType dtype) const {
   const int64_t len = info.row_length();
   const uint64_t row_bytes = info.row_bytes();
   Tensor out = Tensor::empty(info.shape(), dtype);
+  // Nothing to convert; also keeps a huge row length of an empty tensor from sizing `tmp`.
+  if (out.numel() == 0) return out;
   if (dtype == DType::kFloat32) {
     float* o = out.data<float>();
     for (int64_t r = 0; r < rows; ++r) {

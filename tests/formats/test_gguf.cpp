@@ -284,6 +284,21 @@ TEST(Gguf, DequantizeEveryType) {
                "float16");
 }
 
+TEST(Gguf, EmptyTensorWithHugeRows) {
+  // No elements (a zero dimension), so no bytes, whatever the row length.
+  B b;
+  b.tensor_at("e", {uint64_t{1} << 40, 0}, 3, 0);
+  const File f = File::from_bytes(b.build());
+  const auto& info = f.tensor("e");
+  EXPECT_EQ(info.nbytes, 0u);
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    const auto t = f.dequantize(info, dt);
+    EXPECT_EQ(t.shape(), (flashinfer::Shape{0, int64_t{1} << 40}));
+    EXPECT_EQ(t.numel(), 0);
+  }
+  EXPECT_EQ(f.raw_tensor(info).numel(), 0);
+}
+
 TEST(Gguf, RawBlocks) {
   const File f = File::from_bytes(tensor_file());
   const auto& info = f.tensor("q4_1");

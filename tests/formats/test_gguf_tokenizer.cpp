@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "flashinfer/error.h"
 #include "util/gguf_builder.h"
@@ -249,7 +250,7 @@ TEST(GgufTokenizerModel, MatchesTokenizersPackage) {
       0) {
     GTEST_SKIP() << "the gguf / tokenizers PyPI packages are not installed (scripts/bootstrap)";
   }
-  const std::vector<std::string> corpus = {
+  std::vector<std::string> corpus = {
       "Hello, world!",
       "What is the capital of France?",
       "  leading and trailing  ",
@@ -279,6 +280,67 @@ TEST(GgufTokenizerModel, MatchesTokenizersPackage) {
       "\xd9\x85\xd8\xb1\xd8\xad\xd8\xa8\xd8\xa7 \xe0\xa4\xa8\xe0\xa4\xae\xe0\xa4\xb8\xe0\xa5\x8d"
       "\xe0\xa4\xa4\xe0\xa5\x87",
   };
+  // Plus random strings over pieces that stress the split: contractions, mixed scripts, digit
+  // kinds, whitespace kinds, punctuation, special-token text and a byte with no token.
+  const std::vector<std::string> atoms = {"a",
+                                          "Z",
+                                          "s",
+                                          "t",
+                                          "re",
+                                          "ll",
+                                          "ve",
+                                          "d",
+                                          "m",
+                                          "'",
+                                          "'s",
+                                          "'LL",
+                                          " ",
+                                          "  ",
+                                          "\n",
+                                          "\t",
+                                          "\r\n",
+                                          "\xc2\xa0",
+                                          "\xe3\x80\x80",
+                                          "0",
+                                          "7",
+                                          "42",
+                                          "\xc2\xb2",
+                                          "\xd9\xa3",
+                                          "\xe2\x85\xab",
+                                          ".",
+                                          ",",
+                                          "!?",
+                                          "(",
+                                          ")",
+                                          "{}",
+                                          "_",
+                                          "-",
+                                          "#",
+                                          "@",
+                                          "\"",
+                                          "\xc3\xa9",
+                                          "\xc3\x85",
+                                          "\xe4\xbd\xa0",
+                                          "\xe5\xa5\xbd",
+                                          "\xf0\x9f\x99\x82",
+                                          "\xe2\x80\x8d",
+                                          "\xd0\x96",
+                                          "<|im_start|>",
+                                          "<|im_end|>",
+                                          "<|im",
+                                          "\x14",
+                                          "the",
+                                          "The",
+                                          "ing",
+                                          "tion",
+                                          "http"};
+  std::mt19937 rng(1234);
+  for (int k = 0; k < 300; ++k) {
+    std::string s;
+    const int len = static_cast<int>(rng() % 24);
+    for (int j = 0; j < len; ++j) s += atoms[rng() % atoms.size()];
+    corpus.push_back(s);
+  }
   const fs::path dir = fs::temp_directory_path() / ("fi_gguf_tok_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "corpus.json") << nlohmann::json(corpus).dump();
@@ -288,6 +350,9 @@ TEST(GgufTokenizerModel, MatchesTokenizersPackage) {
   fs::remove_all(dir);
   ASSERT_EQ(r.status, 0) << r.out;
   const auto ref = nlohmann::json::parse(r.out);
+  ASSERT_EQ(ref.at("ids").size(), corpus.size());
+  ASSERT_EQ(ref.at("decoded").size(), corpus.size());
+  ASSERT_EQ(ref.at("pieces").size(), corpus.size());
 
   const File f = File::open(model);
   const Tokenizer t(f);
