@@ -155,51 +155,6 @@ int32_t argmax(const float* v, int64_t n) {
 
 }  // namespace
 
-std::string token_text(const Model& m, int32_t id) {
-  if (id < 0 || static_cast<size_t>(id) >= m.vocab.size()) return "";
-  if (static_cast<size_t>(id) < m.token_type.size() && m.token_type[static_cast<size_t>(id)] == 3)
-    return "";
-  // GPT-2's byte-level alphabet: bytes 33..126, 161..172 and 174..255 are their own code
-  // points; the other 68 bytes, in order, are U+0100 onwards.
-  static const std::vector<int> byte_of = [] {
-    std::vector<int> t(512, -1);
-    int next = 256;
-    for (int b = 0; b < 256; ++b) {
-      const bool self = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-      t[static_cast<size_t>(self ? b : next++)] = b;
-    }
-    return t;
-  }();
-  const std::string& s = m.vocab[static_cast<size_t>(id)];
-  std::string out;
-  for (size_t i = 0; i < s.size();) {
-    // One UTF-8 code point (the vocabulary is valid UTF-8; anything else is passed through).
-    const auto c0 = static_cast<unsigned char>(s[i]);
-    uint32_t cp = c0;
-    size_t len = 1;
-    if (c0 >= 0xC0 && c0 < 0xE0 && i + 1 < s.size()) {
-      cp = ((c0 & 0x1Fu) << 6) | (static_cast<unsigned char>(s[i + 1]) & 0x3Fu);
-      len = 2;
-    } else if (c0 >= 0xE0) {
-      out += s.substr(i);
-      break;
-    }
-    if (cp < byte_of.size() && byte_of[cp] >= 0) {
-      out += static_cast<char>(byte_of[cp]);
-    } else {
-      out += s.substr(i, len);
-    }
-    i += len;
-  }
-  return out;
-}
-
-int32_t token_id(const Model& m, const std::string& text) {
-  for (size_t i = 0; i < m.vocab.size(); ++i)
-    if (m.vocab[i] == text) return static_cast<int32_t>(i);
-  return -1;
-}
-
 Model load(const std::string& path) {
   Model m(gguf::File::open(path));
   const gguf::File& f = m.file;
@@ -244,11 +199,6 @@ Model load(const std::string& path) {
     m.layers.push_back(std::move(L));
   }
   m.output_norm = norm_weight(f, "output_norm.weight", c.hidden);
-  m.vocab = f.get_string_array("tokenizer.ggml.tokens");
-  if (f.has("tokenizer.ggml.token_type"))
-    m.token_type = f.get_int_array("tokenizer.ggml.token_type");
-  if (static_cast<int64_t>(m.vocab.size()) != c.vocab)
-    throw std::runtime_error(path + ": vocabulary size differs from token_embd.weight's rows");
   return m;
 }
 

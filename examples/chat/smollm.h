@@ -47,17 +47,8 @@ struct Model {
   flashinfer::Tensor embed;     // token_embd.weight blocks [vocab, row bytes] (also the lm head)
   std::string embed_type;
   std::vector<Layer> layers;
-  flashinfer::Tensor output_norm;   // bf16 [hidden]
-  std::vector<std::string> vocab;   // tokenizer.ggml.tokens (GPT-2 byte-level text)
-  std::vector<int64_t> token_type;  // tokenizer.ggml.token_type (3: control)
+  flashinfer::Tensor output_norm;  // bf16 [hidden]
 };
-
-/// A token's text: its vocabulary entry with GPT-2's byte-level mapping undone (control tokens
-/// such as <|im_end|> give ""). Concatenate the bytes of consecutive tokens before printing:
-/// one UTF-8 character may span tokens.
-std::string token_text(const Model& model, int32_t id);
-/// The id of a vocabulary entry, or -1.
-int32_t token_id(const Model& model, const std::string& text);
 
 /// Opens `path` and builds the model; throws flashinfer::Error (bad file) or
 /// std::runtime_error (an architecture or tensor type this code does not run).
