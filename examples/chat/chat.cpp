@@ -154,6 +154,7 @@ int main(int argc, char** argv) {
       for (size_t b = 0; b < prompts.size(); ++b)
         std::printf("[%zu] %s\n%s\n\n", b, prompts[b].c_str(), answers[b].c_str());
     }
+    std::fflush(stdout);
     std::fprintf(stderr,
                  "chat: %zu prompt(s), %lld prompt tokens prefilled in %.3f s (%.1f tok/s); "
                  "%lld tokens decoded in %lld steps, %.3f s (%.1f tok/s)\n",
