@@ -1,6 +1,8 @@
-// The generation loop of smollm.h. One forward pass over n new tokens (bf16 activations; each
-// op computes in fp32 and rounds once where it writes):
-//   x = embed[tokens] (Q8_0 rows dequantized on the host, rounded to bf16)
+// The generation loop of smollm.h. One forward pass over n new tokens, fp32 activations and
+// residual stream (with bf16 ones the greedy answer depended on rounding noise: SmolLM2's top
+// two first tokens for the France question lie 0.08 apart), fp16 only for q, k, v, the paged
+// cache and the attention output (the attention kernels take fp16/bf16):
+//   x = embed[tokens] (Q8_0 rows dequantized on the host)
 //   per layer: h = rmsnorm(x) (layer 0, residual = x) or fused_add_rmsnorm(x, residual);
 //     qkv = mm_gguf(h, W_qkv); RoPE (interleaved pairs: llama.cpp's converter permuted the q/k
 //     rows for that) on q, k; k, v appended to the layer's paged cache; o = attention(q, cache);
@@ -64,7 +66,7 @@ Tensor matrix(const gguf::File& f, const std::string& name, std::string& type) {
 }
 
 Tensor norm_weight(const gguf::File& f, const std::string& name, int64_t hidden) {
-  Tensor w = f.dequantize(name, DType::kBFloat16);
+  Tensor w = f.dequantize(name, DType::kFloat32);
   if (w.dim() != 1 || w.size(0) != hidden)
     throw std::runtime_error(name + " is not a [" + std::to_string(hidden) + "] vector");
   return w;
@@ -93,20 +95,18 @@ PageTable page_table(const std::vector<size_t>& which,
   return {int32_tensor(indptr), int32_tensor(indices), int32_tensor(last)};
 }
 
-// Embedding rows: each token's quantized row dequantized to fp32, rounded to bf16.
+// Embedding rows: each token's quantized row dequantized to fp32.
 Tensor embed_tokens(const Model& m, const std::vector<int32_t>& tokens) {
   const int64_t hidden = m.config.hidden;
-  Tensor x = Tensor::empty({static_cast<int64_t>(tokens.size()), hidden}, DType::kBFloat16);
-  std::vector<float> row(static_cast<size_t>(hidden));
+  Tensor x = Tensor::empty({static_cast<int64_t>(tokens.size()), hidden}, DType::kFloat32);
   const auto* base = static_cast<const uint8_t*>(m.embed.data_ptr());
   const gguf::GGMLType type = m.file.tensor("token_embd.weight").type;
-  auto* dst = static_cast<flashinfer::BFloat16*>(x.data_ptr());
+  auto* dst = static_cast<float*>(x.data_ptr());
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= m.config.vocab)
       throw std::out_of_range("token id " + std::to_string(tokens[i]) + " outside the vocabulary");
-    gguf::dequantize_row(type, base + tokens[i] * m.embed.stride(0), row.data(), hidden);
-    for (int64_t j = 0; j < hidden; ++j)
-      dst[static_cast<int64_t>(i) * hidden + j] = flashinfer::BFloat16::from_float(row[j]);
+    gguf::dequantize_row(type, base + tokens[i] * m.embed.stride(0),
+                         dst + static_cast<int64_t>(i) * hidden, hidden);
   }
   return x;
 }
@@ -129,7 +129,8 @@ Tensor forward(const Model& m, const std::vector<int32_t>& tokens, const Tensor&
     } else {
       fused_add_rmsnorm(x, residual, L.attn_norm, c.rms_eps);
     }
-    const Tensor qkv = mm_gguf(x, L.qkv, L.qkv_type);
+    // q, k, v in fp16 for the attention kernels (and the cache); everything else fp32.
+    const Tensor qkv = mm_gguf(x, L.qkv, L.qkv_type, std::nullopt, DType::kFloat16);
     const Tensor q = qkv.slice(1, 0, qd).view({n, c.num_qo_heads, c.head_dim});
     const Tensor k = qkv.slice(1, qd, qd + kd).view({n, c.num_kv_heads, c.head_dim});
     const Tensor v = qkv.slice(1, qd + kd, qd + 2 * kd).view({n, c.num_kv_heads, c.head_dim});
@@ -138,9 +139,10 @@ Tensor forward(const Model& m, const std::vector<int32_t>& tokens, const Tensor&
     append_paged_kv_cache(k_rope, v, batch_indices, positions, caches[l], pt.indices, pt.indptr,
                           pt.last_page_len, "NHD");
     const Tensor o = attend(q_rope, caches[l]);
-    Tensor h = mm_gguf(o.view({n, qd}), L.o, L.o_type);
+    Tensor h = mm_gguf(o.view({n, qd}), L.o, L.o_type, std::nullopt, DType::kFloat32);
     fused_add_rmsnorm(h, residual, L.ffn_norm, c.rms_eps);
-    x = mm_gguf(silu_and_mul(mm_gguf(h, L.gate_up, L.gate_up_type)), L.down, L.down_type);
+    const Tensor gate_up = mm_gguf(h, L.gate_up, L.gate_up_type, std::nullopt, DType::kFloat32);
+    x = mm_gguf(silu_and_mul(gate_up), L.down, L.down_type, std::nullopt, DType::kFloat32);
   }
   fused_add_rmsnorm(x, residual, m.output_norm, c.rms_eps);
   return x;
@@ -223,7 +225,7 @@ GenerateResult generate(const Model& m, const std::vector<std::vector<int32_t>>&
   std::vector<Tensor> caches;
   for (int64_t l = 0; l < c.layers; ++l)
     caches.push_back(
-        Tensor::zeros({total_pages, 2, c.page_size, c.num_kv_heads, c.head_dim}, DType::kBFloat16));
+        Tensor::zeros({total_pages, 2, c.page_size, c.num_kv_heads, c.head_dim}, DType::kFloat16));
   const int64_t ws_bytes = c.workspace_mb << 20;
   BatchPrefillWithPagedKVCacheWrapper prefill(Tensor::zeros({ws_bytes}, DType::kUInt8));
   BatchDecodeWithPagedKVCacheWrapper decode(Tensor::zeros({ws_bytes}, DType::kUInt8));
@@ -241,7 +243,7 @@ GenerateResult generate(const Model& m, const std::vector<std::vector<int32_t>>&
     const auto A = static_cast<int64_t>(which.size());
     Tensor last = hidden;
     if (hidden.size(0) != A) {
-      last = Tensor::empty({A, c.hidden}, DType::kBFloat16);
+      last = Tensor::empty({A, c.hidden}, DType::kFloat32);
       for (int64_t i = 0; i < A; ++i)
         last.select(0, i).copy_(hidden.select(0, rows[static_cast<size_t>(i)]));
     }
@@ -299,7 +301,7 @@ GenerateResult generate(const Model& m, const std::vector<std::vector<int32_t>>&
         get_batch_indices_positions(qo, seq_lens, static_cast<int64_t>(tokens.size()));
     PrefillPlanOptions po;
     po.causal = true;
-    po.q_data_type = DType::kBFloat16;
+    po.q_data_type = DType::kFloat16;
     prefill.plan(qo, pt.indptr, pt.indices, pt.last_page_len, c.num_qo_heads, c.num_kv_heads,
                  c.head_dim, c.page_size, po);
     const Tensor hidden =
@@ -329,7 +331,7 @@ GenerateResult generate(const Model& m, const std::vector<std::vector<int32_t>>&
     auto [batch_indices, positions] =
         get_batch_indices_positions(int32_tensor(append), seq_lens, A);
     BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
-    po.q_data_type = DType::kBFloat16;
+    po.q_data_type = DType::kFloat16;
     decode.plan(pt.indptr, pt.indices, pt.last_page_len, c.num_qo_heads, c.num_kv_heads, c.head_dim,
                 c.page_size, po);
     const Tensor hidden =

@@ -33,7 +33,7 @@ struct Config {
 
 /// One decoder layer. Projections are GGUF blocks as stored ([out_features, row bytes] uint8,
 /// mm_gguf's b); q, k and v rows are concatenated into one matrix, and gate and up, so each
-/// takes one call. Norm weights are bf16 (rmsnorm takes the weight in the activations' dtype).
+/// takes one call. Norm weights are fp32, as stored.
 struct Layer {
   flashinfer::Tensor attn_norm, ffn_norm;
   flashinfer::Tensor qkv, o, gate_up, down;
@@ -47,7 +47,7 @@ struct Model {
   flashinfer::Tensor embed;     // token_embd.weight blocks [vocab, row bytes] (also the lm head)
   std::string embed_type;
   std::vector<Layer> layers;
-  flashinfer::Tensor output_norm;  // bf16 [hidden]
+  flashinfer::Tensor output_norm;  // fp32 [hidden]
 };
 
 /// Opens `path` and builds the model; throws flashinfer::Error (bad file) or

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """An independent PyTorch implementation of the Llama model in a GGUF file, for
-tests/examples/test_chat.cpp: weights dequantized by the `gguf` package, math in fp32 with a
-round to bf16 wherever the library's ops write bf16 (so the two agree to accumulation order):
+tests/examples/test_chat.cpp: weights dequantized as the `gguf` package does, math in fp32 with a
+round to fp16 where examples/chat keeps fp16 (q, k, v after their projection and after RoPE,
+the attention output), so the two agree to accumulation order:
 
-  x = bf16(embed[tok]); per layer: h = rmsnorm(x) or the fused residual add (residual stored in
-  bf16, normalized from the unrounded fp32 sum); qkv = bf16(h @ W^T); RoPE on adjacent pairs
-  (llama.cpp permuted the q/k rows for that), bf16; softmax(q k^T / 8) v over a causal bf16 KV
-  cache, bf16; o = bf16(attn @ Wo^T); fused add + rmsnorm; bf16(silu(g) * u); down; final norm;
-  logits = fp32(x @ E^T).
+  x = embed[tok]; per layer: h = rmsnorm(x + residual); q, k, v = fp16(h @ W^T); RoPE on
+  adjacent pairs (llama.cpp permuted the q/k rows for that), fp16; o = fp16(softmax(q k^T / 8) v)
+  over the causal cache; x = o @ Wo^T; h = rmsnorm(x + residual); x = (silu(g) * u) @ Wd^T;
+  logits = rmsnorm(x + residual) @ E^T.
 
 Usage: chat_reference.py MODEL TOKENS STEPS LOGITS_OUT
   TOKENS comma-separated prompt ids; prints the STEPS greedy tokens as a JSON list and writes the
@@ -22,8 +22,8 @@ from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
 
-def bf16(t):
-    return t.to(torch.bfloat16).to(torch.float32)
+def fp16(t):
+    return t.to(torch.float16).to(torch.float32)
 
 
 def main():
@@ -83,20 +83,20 @@ def main():
     for l in range(L):
         p = "blk.%d." % l
         layers.append({
-            "an": bf16(w(p + "attn_norm.weight")), "fn": bf16(w(p + "ffn_norm.weight")),
+            "an": w(p + "attn_norm.weight"), "fn": w(p + "ffn_norm.weight"),
             "q": w(p + "attn_q.weight"), "k": w(p + "attn_k.weight"),
             "v": w(p + "attn_v.weight"), "o": w(p + "attn_output.weight"),
             "g": w(p + "ffn_gate.weight"), "u": w(p + "ffn_up.weight"),
             "d": w(p + "ffn_down.weight"),
         })
-    out_norm = bf16(w("output_norm.weight"))
+    out_norm = w("output_norm.weight")
     freqs = torch.tensor([theta ** (-2.0 * i / D) for i in range(D // 2)], dtype=torch.float64)
     cache = [([], []) for _ in range(L)]
 
     def norm(s, wt):
-        return bf16(s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps) * wt)
+        return s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps) * wt
 
-    def rope(x, pos):  # x [n, heads, D] bf16 values; adjacent pairs rotated
+    def rope(x, pos):  # x [n, heads, D] fp16 values; adjacent pairs rotated
         ang = torch.tensor(pos, dtype=torch.float64)[:, None] * freqs[None, :]
         c = torch.cos(ang).float()[:, None, :]
         s = torch.sin(ang).float()[:, None, :]
@@ -104,12 +104,12 @@ def main():
         out = torch.empty_like(x)
         out[..., 0::2] = a * c - b * s
         out[..., 1::2] = b * c + a * s
-        return bf16(out)
+        return fp16(out)
 
     def forward(toks, start):
         n = len(toks)
         pos = list(range(start, start + n))
-        x = bf16(E[toks])
+        x = E[toks]
         residual = None
         for l, Lw in enumerate(layers):
             if l == 0:
@@ -117,11 +117,11 @@ def main():
                 h = norm(x, Lw["an"])
             else:
                 s = x + residual
-                residual = bf16(s)
+                residual = s
                 h = norm(s, Lw["an"])
-            q = bf16(h @ Lw["q"].T).view(n, Hq, D)
-            k = bf16(h @ Lw["k"].T).view(n, Hkv, D)
-            v = bf16(h @ Lw["v"].T).view(n, Hkv, D)
+            q = fp16(h @ Lw["q"].T).view(n, Hq, D)
+            k = fp16(h @ Lw["k"].T).view(n, Hkv, D)
+            v = fp16(h @ Lw["v"].T).view(n, Hkv, D)
             q, k = rope(q, pos), rope(k, pos)
             cache[l][0].append(k)
             cache[l][1].append(v)
@@ -131,14 +131,14 @@ def main():
             sc = torch.einsum("nhd,thd->hnt", q, K) / (D ** 0.5)
             mask = torch.arange(T)[None, :] > torch.tensor(pos)[:, None]
             sc = sc.masked_fill(mask[None], float("-inf"))
-            o = bf16(torch.einsum("hnt,thd->nhd", torch.softmax(sc, -1), V)).reshape(n, Hq * D)
-            a = bf16(o @ Lw["o"].T)
+            o = fp16(torch.einsum("hnt,thd->nhd", torch.softmax(sc, -1), V)).reshape(n, Hq * D)
+            a = o @ Lw["o"].T
             s = a + residual
-            residual = bf16(s)
+            residual = s
             h = norm(s, Lw["fn"])
-            g, u = bf16(h @ Lw["g"].T), bf16(h @ Lw["u"].T)
-            act = bf16(torch.nn.functional.silu(g) * u)
-            x = bf16(act @ Lw["d"].T)
+            g, u = h @ Lw["g"].T, h @ Lw["u"].T
+            act = torch.nn.functional.silu(g) * u
+            x = act @ Lw["d"].T
         s = x + residual
         h = norm(s, out_norm)
         return h[-1:] @ E.T  # fp32 logits of the last position
