@@ -171,7 +171,7 @@ TEST(MmGguf, EveryTierMatchesTheFp64Formula) {
       const Tensor b = bytes_tensor(rows, s.n);
       for (DType adt : {DType::kBFloat16, DType::kFloat32, DType::kFloat16}) {
         const Tensor a = testing::rand_tensor({s.m, s.k}, adt, seed++, -2.0, 2.0);
-        for (DType odt : {DType::kFloat32, DType::kBFloat16}) {
+        for (DType odt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
           for (CpuIsa isa : tiers()) {
             IsaCap cap(isa);
             const Tensor out = mm_gguf(a, b, q4 ? "Q4_1" : "Q8_0", std::nullopt, odt);
