@@ -1,0 +1,91 @@
+// mm_gguf on the CPU at SmolLM2-135M's shapes: decode (m = 1, memory-bound: the figure is
+// weight bytes per second) and prefill (m = 64, compute-bound), per tier, against mm_bf16 on
+// the same shapes with bf16 weights (three times the bytes) as the same-run baseline.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+
+#include "flashinfer/flashinfer.h"
+#include "kernels/cpu/cpu_isa.h"
+
+namespace {
+
+using namespace flashinfer;
+using kernels::cpu::CpuIsa;
+
+Tensor random_blocks(int64_t n, int64_t k, bool q4) {
+  const int64_t bb = q4 ? 20 : 34, blocks = k / 32;
+  Tensor b = Tensor::empty({n, blocks * bb}, DType::kUInt8);
+  auto* p = static_cast<uint8_t*>(b.data_ptr());
+  std::mt19937_64 rng(1);
+  for (int64_t i = 0; i < b.numel(); ++i) p[i] = static_cast<uint8_t>(rng());
+  const uint16_t d = float_to_half_bits(0.01f), m = float_to_half_bits(-0.08f);
+  for (int64_t i = 0; i < n * blocks; ++i) {
+    std::memcpy(p + i * bb, &d, 2);
+    if (q4) std::memcpy(p + i * bb + 2, &m, 2);
+  }
+  return b;
+}
+
+// Args: m, n, k, q4 (1) or Q8_0 (0), tier.
+void BM_MmGguf(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const bool q4 = state.range(3) != 0;
+  const auto isa = static_cast<CpuIsa>(state.range(4));
+  if (isa > kernels::cpu::detected_cpu_isa()) {
+    state.SkipWithError("tier not available on this CPU");
+    return;
+  }
+  const CpuIsa old = kernels::cpu::cpu_isa_cap();
+  kernels::cpu::set_cpu_isa_cap(isa);
+  Tensor a = Tensor::empty({m, k}, DType::kBFloat16);
+  a.uniform_(3, -1.0, 1.0);
+  Tensor b = random_blocks(n, k, q4);
+  Tensor out = Tensor::empty({m, n}, DType::kBFloat16);
+  for (auto _ : state) {
+    mm_gguf(a, b, q4 ? "Q4_1" : "Q8_0", out);
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+  kernels::cpu::set_cpu_isa_cap(old);
+  state.SetBytesProcessed(static_cast<int64_t>(b.numel()) * state.iterations());
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m * n * k),
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+
+// The bf16 baseline: mm_bf16 with the same shapes (weights as bf16, [k, n] column-major).
+void BM_MmBf16Baseline(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  Tensor a = Tensor::empty({m, k}, DType::kBFloat16);
+  a.uniform_(3, -1.0, 1.0);
+  Tensor w = Tensor::empty({n, k}, DType::kBFloat16);
+  w.uniform_(4, -0.1, 0.1);
+  Tensor out = Tensor::empty({m, n}, DType::kBFloat16);
+  for (auto _ : state) {
+    mm_bf16(a, w.transpose(0, 1), std::nullopt, false, out, DType::kBFloat16, "auto");
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(w.numel() * 2) * state.iterations());
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(m * n * k),
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+
+// SmolLM2-135M: gate+up [3072, 576], down [576, 1536], lm head Q8_0 [49152, 576].
+void Shapes(benchmark::internal::Benchmark* b) {
+  for (int tier : {0, 1, 2}) {
+    b->Args({1, 3072, 576, 1, tier});
+    b->Args({1, 576, 1536, 1, tier});
+    b->Args({1, 49152, 576, 0, tier});
+    b->Args({64, 3072, 576, 1, tier});
+  }
+}
+BENCHMARK(BM_MmGguf)->Apply(Shapes)->UseRealTime();
+BENCHMARK(BM_MmBf16Baseline)
+    ->Args({1, 3072, 576})
+    ->Args({1, 576, 1536})
+    ->Args({64, 3072, 576})
+    ->UseRealTime();
+
+}  // namespace

@@ -1,0 +1,18 @@
+// Private: the CPU kernels of mm_gguf (GGUF Q4_1 / Q8_0 weights, dequantized on the fly).
+#pragma once
+
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/gguf_mm_params.h"
+
+namespace flashinfer::kernels::cpu {
+
+/// out = a @ dequant(b)^T with fp32 accumulation, on the vector tier cpu_isa() allows.
+void gguf_mm(const GgufMmParams& p);
+/// The same on a given tier (lowered to what this CPU has); for tests and benchmarks.
+void gguf_mm_with(const GgufMmParams& p, CpuIsa isa);
+
+/// Dequantizes one row of `blocks` blocks to fp32, as the GGUF formula writes it (d * q + m in
+/// fp32, each operation rounded). The scalar reference and the tests use it.
+void gguf_dequantize_row(GgmlQuantType type, const uint8_t* row, int64_t blocks, float* out);
+
+}  // namespace flashinfer::kernels::cpu

@@ -1,0 +1,260 @@
+// mm_gguf: GEMM on GGUF Q4_1 / Q8_0 weight rows. Hand-checked blocks, then every vector tier
+// this CPU has (and the scalar reference) against the fp64 formula sum_k a * (d * q + m) over a
+// grid of shapes, dtypes and strides; bad input; record and replay.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer {
+namespace {
+
+using kernels::cpu::CpuIsa;
+
+struct IsaCap {  // restores the process-wide tier cap
+  explicit IsaCap(CpuIsa isa) : old(kernels::cpu::cpu_isa_cap()) {
+    kernels::cpu::set_cpu_isa_cap(isa);
+  }
+  ~IsaCap() { kernels::cpu::set_cpu_isa_cap(old); }
+  CpuIsa old;
+};
+
+std::vector<CpuIsa> tiers() {
+  std::vector<CpuIsa> v{CpuIsa::kScalar};
+  for (CpuIsa i : {CpuIsa::kAvx2, CpuIsa::kAvx512})
+    if (i <= kernels::cpu::detected_cpu_isa()) v.push_back(i);
+  return v;
+}
+
+void put_half(uint8_t* p, float v) {
+  const uint16_t h = float_to_half_bits(v);
+  std::memcpy(p, &h, 2);
+}
+double get_half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return half_bits_to_float(h);
+}
+
+int64_t block_bytes(bool q4) { return q4 ? 20 : 34; }
+
+// Random blocks: d of either sign across several binades, m likewise, random codes.
+std::vector<uint8_t> random_rows(int64_t n, int64_t k, bool q4, uint64_t seed) {
+  const int64_t bb = block_bytes(q4), blocks = k / 32;
+  std::vector<uint8_t> v(static_cast<size_t>(n * blocks * bb));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> mag(-6.0f, 1.0f);
+  for (int64_t i = 0; i < n * blocks; ++i) {
+    uint8_t* blk = v.data() + i * bb;
+    for (int64_t j = 0; j < bb; ++j) blk[j] = static_cast<uint8_t>(rng());
+    const float d = std::exp2(mag(rng)) * ((rng() & 1) ? -1.0f : 1.0f);
+    put_half(blk, d);
+    if (q4) put_half(blk + 2, -7.5f * std::abs(d) + 0.01f * static_cast<float>(rng() % 7));
+  }
+  return v;
+}
+
+Tensor bytes_tensor(const std::vector<uint8_t>& v, int64_t n) {
+  Tensor t = Tensor::empty({n, static_cast<int64_t>(v.size()) / n}, DType::kUInt8);
+  std::memcpy(t.data_ptr(), v.data(), v.size());
+  return t;
+}
+
+// The GGUF formula in fp64: w[j, t] = d * q + m (Q4_1) or d * q (Q8_0).
+std::vector<double> dequant_fp64(const std::vector<uint8_t>& rows, int64_t n, int64_t k, bool q4) {
+  const int64_t bb = block_bytes(q4), blocks = k / 32;
+  std::vector<double> w(static_cast<size_t>(n * k));
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* blk = rows.data() + (j * blocks + b) * bb;
+      double* o = w.data() + j * k + b * 32;
+      const double d = get_half(blk);
+      if (q4) {
+        const double m = get_half(blk + 2);
+        for (int t = 0; t < 16; ++t) {
+          o[t] = d * (blk[4 + t] & 15) + m;
+          o[t + 16] = d * (blk[4 + t] >> 4) + m;
+        }
+      } else {
+        for (int t = 0; t < 32; ++t) o[t] = d * static_cast<int8_t>(blk[2 + t]);
+      }
+    }
+  }
+  return w;
+}
+
+// Checks out [m, n] against the fp64 product: |out - ref| <= fp32 accumulation error (bounded
+// by 2^-20 * k * sum |a w|, generous) plus half an ulp of the output dtype.
+::testing::AssertionResult matches_fp64(const Tensor& out, const Tensor& a,
+                                        const std::vector<double>& w, int64_t n) {
+  const int64_t m = a.size(0), k = a.size(1);
+  const std::vector<double> av = a.to_double_vector(), ov = out.to_double_vector();
+  const double out_rel = out.dtype() == DType::kBFloat16  ? std::exp2(-8)
+                         : out.dtype() == DType::kFloat16 ? std::exp2(-11)
+                                                          : std::exp2(-24);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0, mag = 0;
+      for (int64_t t = 0; t < k; ++t) {
+        ref += av[static_cast<size_t>(i * k + t)] * w[static_cast<size_t>(j * k + t)];
+        mag += std::abs(av[static_cast<size_t>(i * k + t)] * w[static_cast<size_t>(j * k + t)]);
+      }
+      const double got = ov[static_cast<size_t>(i * n + j)];
+      const double tol =
+          std::exp2(-20) * static_cast<double>(k) / 32.0 * mag + out_rel * std::abs(ref) + 1e-30;
+      if (!(std::abs(got - ref) <= tol)) {
+        return ::testing::AssertionFailure() << "out[" << i << ", " << j << "] = " << got
+                                             << ", fp64 " << ref << " (tolerance " << tol << ")";
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(MmGguf, HandCheckedBlocks) {
+  // Q4_1, k = 32: d = 0.5, m = -1, codes 0..15 in the low nibbles, 15 - j in the high ones:
+  // w = 0.5 q - 1. With a = 1 everywhere the sum is 0.5 * (sum of codes) - 32 =
+  // 0.5 * (120 + 120) - 32 = 88; with a = (1, 0, 0, ...) it is w[0] = -1.
+  std::vector<uint8_t> q4(20);
+  put_half(q4.data(), 0.5f);
+  put_half(q4.data() + 2, -1.0f);
+  for (int j = 0; j < 16; ++j)
+    q4[4 + static_cast<size_t>(j)] = static_cast<uint8_t>(j | (15 - j) << 4);
+  // Q8_0, k = 32: d = 0.25, q[j] = j - 16: w = 0.25 (j - 16); sum = 0.25 * (496 - 512) = -4.
+  std::vector<uint8_t> q8(34);
+  put_half(q8.data(), 0.25f);
+  for (int j = 0; j < 32; ++j) q8[2 + static_cast<size_t>(j)] = static_cast<uint8_t>(j - 16);
+  Tensor ones = Tensor::full({1, 32}, 1.0, DType::kFloat32);
+  std::vector<double> e0(32, 0.0), e16(32, 0.0);
+  e0[0] = 1.0;
+  e16[16] = 1.0;  // picks the high nibble of byte 0: code 15 -> 6.5
+  Tensor a = Tensor::from_vector(
+      [&] {
+        std::vector<double> v(ones.to_double_vector());
+        v.insert(v.end(), e0.begin(), e0.end());
+        v.insert(v.end(), e16.begin(), e16.end());
+        return v;
+      }(),
+      {3, 32}, DType::kFloat32);
+  for (CpuIsa isa : tiers()) {
+    IsaCap cap(isa);
+    EXPECT_EQ(
+        mm_gguf(a, bytes_tensor(q4, 1), "Q4_1", std::nullopt, DType::kFloat32).to_double_vector(),
+        (std::vector<double>{88.0, -1.0, 6.5}))
+        << "tier " << static_cast<int>(isa);
+    EXPECT_EQ(
+        mm_gguf(a, bytes_tensor(q8, 1), "Q8_0", std::nullopt, DType::kFloat32).to_double_vector(),
+        (std::vector<double>{-4.0, -4.0, 0.0}))
+        << "tier " << static_cast<int>(isa);
+  }
+}
+
+TEST(MmGguf, EveryTierMatchesTheFp64Formula) {
+  struct Shape3 {
+    int64_t m, n, k;
+  };
+  // Decode (m = 1) and prefill shapes, rows not multiples of any tile, k from one block up.
+  const Shape3 shapes[] = {{1, 1, 32},  {1, 7, 64}, {1, 13, 576}, {2, 5, 96},
+                           {3, 9, 128}, {5, 3, 32}, {7, 11, 160}, {13, 6, 64}};
+  uint64_t seed = 1;
+  for (bool q4 : {true, false}) {
+    for (const Shape3& s : shapes) {
+      const std::vector<uint8_t> rows = random_rows(s.n, s.k, q4, seed++);
+      const std::vector<double> w = dequant_fp64(rows, s.n, s.k, q4);
+      const Tensor b = bytes_tensor(rows, s.n);
+      for (DType adt : {DType::kBFloat16, DType::kFloat32, DType::kFloat16}) {
+        const Tensor a = testing::rand_tensor({s.m, s.k}, adt, seed++, -2.0, 2.0);
+        for (DType odt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+          for (CpuIsa isa : tiers()) {
+            IsaCap cap(isa);
+            const Tensor out = mm_gguf(a, b, q4 ? "Q4_1" : "Q8_0", std::nullopt, odt);
+            ASSERT_EQ(out.shape(), (Shape{s.m, s.n}));
+            ASSERT_EQ(out.dtype(), odt);
+            EXPECT_TRUE(matches_fp64(out, a, w, s.n))
+                << (q4 ? "Q4_1" : "Q8_0") << " m=" << s.m << " n=" << s.n << " k=" << s.k
+                << " a=" << dtype_name(adt) << " out=" << dtype_name(odt)
+                << " tier=" << static_cast<int>(isa);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MmGguf, StridedOperandsAndOut) {
+  const int64_t m = 4, n = 6, k = 64;
+  const std::vector<uint8_t> rows = random_rows(n, k, true, 77);
+  const std::vector<double> w = dequant_fp64(rows, n, k, true);
+  // b rows with padding between them (row stride 50 > 40 bytes).
+  Tensor wide_b = Tensor::zeros({n, 50}, DType::kUInt8);
+  for (int64_t j = 0; j < n; ++j)
+    std::memcpy(static_cast<uint8_t*>(wide_b.data_ptr()) + j * 50, rows.data() + j * 40, 40);
+  Tensor b = wide_b.slice(1, 0, 40);
+  Tensor a = testing::strided_rand({m, k}, DType::kBFloat16, 5);
+  Tensor out_base = Tensor::full({m, 2 * n}, 3.0, DType::kFloat32);
+  Tensor out = out_base.slice(1, 0, n);
+  for (CpuIsa isa : tiers()) {
+    IsaCap cap(isa);
+    Tensor r = mm_gguf(a, b, "Q4_1", out, DType::kFloat32);
+    EXPECT_EQ(r.data_ptr(), out.data_ptr());
+    EXPECT_TRUE(matches_fp64(out.contiguous(), a, w, n)) << "tier " << static_cast<int>(isa);
+    for (double v : out_base.slice(1, n, 2 * n).to_double_vector()) ASSERT_EQ(v, 3.0);
+  }
+}
+
+TEST(MmGguf, BadInputGivesClearErrors) {
+  Tensor a = Tensor::zeros({2, 64}, DType::kBFloat16);
+  Tensor b4 = Tensor::zeros({3, 40}, DType::kUInt8);
+  EXPECT_FI_ERROR(mm_gguf(a, b4, "Q4_0"), "mm_gguf", "quant_type");
+  EXPECT_FI_ERROR(mm_gguf(a, b4, "q4_1"), "mm_gguf", "quant_type");
+  EXPECT_FI_ERROR(mm_gguf(a, b4, "Q8_0"), "mm_gguf", "b");  // 40 bytes is not a Q8_0 row
+  EXPECT_FI_ERROR(mm_gguf(a, Tensor::zeros({3, 41}, DType::kUInt8), "Q4_1"), "mm_gguf", "b");
+  EXPECT_FI_ERROR(mm_gguf(a, Tensor::zeros({3, 40}, DType::kInt8), "Q4_1"), "mm_gguf", "b");
+  EXPECT_FI_ERROR(mm_gguf(a, Tensor::zeros({120}, DType::kUInt8), "Q4_1"), "mm_gguf", "b");
+  EXPECT_FI_ERROR(mm_gguf(a, Tensor::zeros({3, 80}, DType::kUInt8).slice(1, 0, 80, 2), "Q4_1"),
+                  "mm_gguf", "b");
+  EXPECT_FI_ERROR(mm_gguf(Tensor::zeros({2, 48}, DType::kBFloat16), b4, "Q4_1"), "mm_gguf", "a");
+  EXPECT_FI_ERROR(mm_gguf(Tensor::zeros({64}, DType::kBFloat16), b4, "Q4_1"), "mm_gguf", "a");
+  EXPECT_FI_ERROR(mm_gguf(Tensor::zeros({2, 64}, DType::kInt32), b4, "Q4_1"), "mm_gguf", "a");
+  EXPECT_FI_ERROR(mm_gguf(Tensor::zeros({0, 64}, DType::kBFloat16), b4, "Q4_1"), "mm_gguf", "a");
+  EXPECT_FI_ERROR(mm_gguf(Tensor(), b4, "Q4_1"), "mm_gguf", "a");
+  EXPECT_FI_ERROR(mm_gguf(a, b4, "Q4_1", Tensor::zeros({2, 4}, DType::kBFloat16)), "mm_gguf",
+                  "out");
+  EXPECT_FI_ERROR(mm_gguf(a, b4, "Q4_1", Tensor::zeros({2, 3}, DType::kFloat32)), "mm_gguf", "out");
+  EXPECT_FI_ERROR(mm_gguf(a, b4, "Q4_1", std::nullopt, DType::kInt32), "mm_gguf", "out_dtype");
+  static uint8_t fake[120] = {};
+  Tensor bd = Tensor::from_blob(fake, {3, 40}, {40, 1}, DType::kUInt8, Device::cuda(0));
+  EXPECT_FI_ERROR(mm_gguf(a, bd, "Q4_1"), "mm_gguf", "b");
+}
+
+TEST(MmGguf, RecordedCallsReplayIdentically) {
+  const std::vector<uint8_t> rows = random_rows(5, 64, false, 9);
+  Tensor b = bytes_tensor(rows, 5);
+  Tensor a = testing::rand_tensor({3, 64}, DType::kBFloat16, 4);
+  std::vector<testing::RecordingObserver::Call> calls;
+  {
+    testing::RecordingScope scope;
+    mm_gguf(a, b, "Q8_0");
+    mm_gguf(a, bytes_tensor(random_rows(3, 64, true, 10), 3), "Q4_1", std::nullopt,
+            DType::kFloat32);
+    calls = scope.observer().calls;
+  }  // the replays below are not recorded
+  ASSERT_EQ(calls.size(), 2u);
+  for (const auto& c : calls) {
+    EXPECT_EQ(c.name, "mm_gguf");
+    EXPECT_TRUE(testing::replays_identically(c));
+  }
+  const OpDecl* d = OpRegistry::global().find("mm_gguf");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->module, "flashinfer_cpp.gguf");
+}
+
+}  // namespace
+}  // namespace flashinfer
