@@ -8,10 +8,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <deque>
 #include <filesystem>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -122,19 +124,43 @@ class DirPool {
   DirPool(std::string root, std::vector<std::string> files)
       : root_(std::move(root)), files_(std::move(files)), pid_(::getpid()) {
     thread_ = std::thread([this] { run(); });
+    std::lock_guard<std::mutex> l(pools_mu());
+    if (pools().empty()) {
+      static std::once_flag once;
+      std::call_once(once, [] {
+        std::atexit([] {
+          std::lock_guard<std::mutex> g(pools_mu());
+          for (DirPool* p : pools()) p->shutdown();
+        });
+      });
+    }
+    pools().insert(this);
   }
   ~DirPool() {
+    shutdown();
+    std::lock_guard<std::mutex> l(pools_mu());
+    pools().erase(this);
+  }
+  /// Stops the thread and removes the directories not used (at exit too: the recorder lives
+  /// in the call gate's observer list, which is never destroyed). Idempotent.
+  void shutdown() {
     {
       std::lock_guard<std::mutex> l(mu_);
+      if (stop_) return;
       stop_ = true;
     }
     cv_.notify_all();
+    if (::getpid() != pid_) {
+      // A forked child: the thread is the parent's, and so are the directories.
+      new std::thread(std::move(thread_));  // never joined, never destroyed
+      return;
+    }
     if (thread_.joinable()) thread_.join();
-    if (::getpid() != pid_) return;  // a forked child leaves its parent's pool alone
     for (const std::string& d : ready_) {
       for (const std::string& f : files_) ::unlink((d + "/" + f).c_str());
       ::rmdir(d.c_str());
     }
+    ready_.clear();
     ::rmdir(root_.c_str());
   }
   /// A prepared directory, or "" when none is ready (or in a forked child).
@@ -153,6 +179,14 @@ class DirPool {
 
  private:
   static constexpr std::size_t kTarget = 32;
+  static std::mutex& pools_mu() {
+    static auto* m = new std::mutex();
+    return *m;
+  }
+  static std::set<DirPool*>& pools() {  // the live pools, for the exit handler
+    static auto* s = new std::set<DirPool*>();
+    return *s;
+  }
   void run() {
     if (::mkdir(root_.c_str(), 0777) != 0 && errno != EEXIST) return;
     int64_t k = 0;
