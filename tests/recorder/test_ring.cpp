@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "core/settings.h"
@@ -430,6 +431,38 @@ TEST_F(RingTest, DedupStoresEachContentOnceAndExportExpandsIt) {
   }
   EXPECT_TRUE(saw_error);
   fs::remove_all(out);
+}
+
+TEST_F(RingTest, PreparedDirectoriesLeaveUpstreamsLayoutOnly) {
+  recorder::Config c;
+  c.dump_dir = dir_.string();
+  recorder::start(c);  // record-everything mode: call directories come from the pool
+  ring_probe(filled(4, 1.0), 0);
+  const fs::path pool = dir_ / (".prealloc_pid" + std::to_string(::getpid()));
+  for (int i = 0; i < 500 && !fs::exists(pool / "p3"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(fs::exists(pool / "p3")) << "the pool thread prepared nothing";
+  ring_probe(filled(4, 2.0), 0);                       // a prepared directory, completed
+  EXPECT_THROW(ring_probe(filled(4, 3.0), 1), Error);  // a prepared directory, raised
+  recorder::stop();
+  EXPECT_FALSE(fs::exists(pool)) << "unused prepared directories were left behind";
+  std::vector<std::set<std::string>> files;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    if (!e.is_directory()) continue;
+    std::set<std::string> names;
+    for (const auto& f : fs::directory_iterator(e.path())) names.insert(f.path().filename());
+    files.push_back(names);
+  }
+  const std::set<std::string> done = {"metadata.jsonl", "inputs.pt", "outputs.pt"};
+  const std::set<std::string> raised = {"metadata.jsonl", "inputs.pt"};
+  EXPECT_EQ(std::count(files.begin(), files.end(), done), 2);
+  EXPECT_EQ(std::count(files.begin(), files.end(), raised), 1);
+  EXPECT_EQ(files.size(), 3u);
+  for (const auto& r : replay::replay_sequence(dir_.string())) {
+    if (r.incomplete) continue;
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.dump_dir << " " << r.error;
+  }
 }
 
 }  // namespace
