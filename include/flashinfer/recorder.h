@@ -16,6 +16,18 @@ struct Config {
   std::vector<std::string> include;           // FLASHINFER_DUMP_INCLUDE (fnmatch patterns)
   std::vector<std::string> exclude;           // FLASHINFER_DUMP_EXCLUDE
   bool safetensors = false;                   // FLASHINFER_DUMP_SAFETENSORS == "1"
+  // This library's extensions (docs/LOGGING.md, "Ring mode" and "Dedup").
+  /// FLASHINFER_DUMP_RING: > 0 keeps the last `ring` calls in memory and writes nothing until
+  /// a trigger (or dump_ring()) writes them, in upstream's layout, under dump_dir.
+  int64_t ring = 0;
+  int64_t ring_mb = 1024;  // FLASHINFER_DUMP_RING_MB: the ring's memory bound (oldest go first)
+  /// FLASHINFER_DUMP_TRIGGER: what dumps the ring: "crash" (SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+  /// SIGABRT), "signal" (SIGUSR1, the process goes on), "nan" (NaN/Inf in a floating output),
+  /// "error" (an op raised flashinfer::Error).
+  std::vector<std::string> triggers = {"crash", "signal", "nan", "error"};
+  /// FLASHINFER_DUMP_DEDUP == "1" (record-everything mode): each distinct tensor content is
+  /// stored once under <dump_dir>/tensors/, records refer to it (`flashinfer export` expands).
+  bool dedup = false;
 };
 
 /// The configuration the FLASHINFER_DUMP_* variables describe (unset ones keep the defaults
@@ -50,10 +62,22 @@ int flush_graph_dumps(bool synchronize = true);
 /// Drops every pending captured call (and the snapshot counters); returns how many entries.
 int clear_graph_dumps();
 
+/// Ring mode: writes the calls the ring holds now as a dump of upstream's layout in a new
+/// directory <dump_dir>/ring_pid<PID>_dump<NNNN>_<reason>/ (session.jsonl, one directory per
+/// call, trigger.json) and returns its path; empty when no ring recorder runs or nothing could
+/// be written. `reason` is a word naming why (letters, digits, '-', '_'; others become '_').
+std::string dump_ring(const std::string& reason);
+
 struct Stats {
   int64_t dumps = 0;         // call directories created
   uint64_t total_bytes = 0;  // logical tensor bytes written (inputs + outputs)
   bool failed = false;       // a write failed and recording stopped
+  // Ring mode
+  int64_t ring_calls = 0;   // calls held now
+  uint64_t ring_bytes = 0;  // distinct tensor bytes held now (shared tensors counted once)
+  int64_t ring_dumps = 0;   // dumps written by triggers and dump_ring()
+  // Dedup mode
+  uint64_t distinct_bytes = 0;  // bytes of distinct tensor contents stored
 };
 Stats stats();
 

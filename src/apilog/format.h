@@ -28,6 +28,11 @@ std::string output_record(const Value& result, int level);
 /// `level` >= 5 adds tensor statistics.
 void format_value(std::string& out, const Value& v, int level, int indent);
 
+/// Whether a floating tensor holds a NaN or an Inf, computed by the level-5 statistics
+/// reduction (on its device; false for other dtypes, empty tensors and during a CUDA graph
+/// capture). The flight recorder's "nan" trigger asks it.
+bool tensor_has_nonfinite(const Tensor& t);
+
 /// Appends the level-5 statistics lines of `t` (each "\n" + prefix + text).
 void append_tensor_stats(std::string& out, const Tensor& t, std::string_view prefix);
 

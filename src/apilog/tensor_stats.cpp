@@ -54,6 +54,23 @@ kernels::TensorStatsParams stats_params(const Tensor& t) {
 
 }  // namespace
 
+bool tensor_has_nonfinite(const Tensor& t) {
+  if (!dtype_is_floating(t.dtype()) || t.numel() == 0) return false;
+  const kernels::TensorStatsParams p = stats_params(t);
+  if (t.device().is_cpu()) {
+    const kernels::TensorStats s = kernels::cpu::tensor_stats(p);
+    return s.nan_count > 0 || s.inf_count > 0;
+  }
+#if FLASHINFER_WITH_CUDA
+  if (detail::cuda_current_stream_capturing()) return false;
+  const kernels::TensorStats s =
+      kernels::cuda::tensor_stats(p, t.device().index, current_cuda_stream());
+  return s.nan_count > 0 || s.inf_count > 0;
+#else
+  return false;
+#endif
+}
+
 void append_tensor_stats(std::string& out, const Tensor& t, std::string_view prefix) {
   try {
     if (t.device().is_cuda() && detail::cuda_current_stream_capturing()) {

@@ -82,6 +82,36 @@ void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, 
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
+void* cuda_pinned_alloc(std::size_t nbytes) {
+  void* p = nullptr;
+  check(cudaHostAlloc(&p, nbytes == 0 ? 1 : nbytes, cudaHostAllocDefault), "cudaHostAlloc");
+  return p;
+}
+
+void cuda_pinned_free(void* ptr) noexcept { (void)cudaFreeHost(ptr); }
+
+void* cuda_copy_to_host_async(void* dst, const void* src, std::size_t nbytes, int device) {
+  DeviceGuard g(device);
+  auto stream = static_cast<cudaStream_t>(current_cuda_stream());
+  cudaEvent_t ev = nullptr;
+  check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+  if (nbytes > 0) {
+    const cudaError_t err = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream);
+    if (err != cudaSuccess) (void)cudaEventDestroy(ev);
+    check(err, "cudaMemcpyAsync");
+  }
+  check(cudaEventRecord(ev, stream), "cudaEventRecord");
+  return ev;
+}
+
+void cuda_event_wait(void* event) noexcept {
+  if (event) (void)cudaEventSynchronize(static_cast<cudaEvent_t>(event));
+}
+
+void cuda_event_destroy(void* event) noexcept {
+  if (event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
 CudaDeviceScope::CudaDeviceScope(const Device& device) {
   if (!device.is_cuda()) return;
   int current = -1;
@@ -150,6 +180,13 @@ void cuda_memcpy(void*, const void*, std::size_t, CopyKind, int) { no_cuda("cuda
 std::string cuda_device_name(int) { no_cuda("cuda_device_name"); }
 int cuda_compute_capability(int) { no_cuda("cuda_compute_capability"); }
 double cuda_peak_memory_bandwidth(int) { no_cuda("cuda_peak_memory_bandwidth"); }
+void* cuda_pinned_alloc(std::size_t) { no_cuda("cuda_pinned_alloc"); }
+void cuda_pinned_free(void*) noexcept {}
+void* cuda_copy_to_host_async(void*, const void*, std::size_t, int) {
+  no_cuda("cuda_copy_to_host_async");
+}
+void cuda_event_wait(void*) noexcept {}
+void cuda_event_destroy(void*) noexcept {}
 CudaDeviceScope::CudaDeviceScope(const Device&) {}
 CudaDeviceScope::~CudaDeviceScope() = default;
 bool cuda_current_stream_capturing() { return false; }

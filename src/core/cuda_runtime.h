@@ -17,6 +17,15 @@ void* cuda_device_malloc(std::size_t nbytes, int device);
 void cuda_device_free(void* ptr, int device) noexcept;
 /// Synchronous copy (stream-ordered on the current stream, then synchronized).
 void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, int device);
+/// Page-locked host memory (cudaHostAlloc), so device-to-host copies into it run
+/// asynchronously; freed with cuda_pinned_free.
+void* cuda_pinned_alloc(std::size_t nbytes);
+void cuda_pinned_free(void* ptr) noexcept;
+/// Enqueues a device-to-host copy of `nbytes` on the current stream (current_cuda_stream())
+/// and returns an event recorded after it (wait with cuda_event_wait, then cuda_event_destroy).
+void* cuda_copy_to_host_async(void* dst, const void* src, std::size_t nbytes, int device);
+void cuda_event_wait(void* event) noexcept;
+void cuda_event_destroy(void* event) noexcept;
 /// "NVIDIA H100 80GB HBM3", compute capability as major*10+minor.
 std::string cuda_device_name(int device);
 int cuda_compute_capability(int device);

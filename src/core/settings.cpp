@@ -148,6 +148,32 @@ Settings parse_settings(const EnvLookup& lookup) {
   if (const char* v = get("FLASHINFER_DUMP_SAFETENSORS")) {
     s.dump_safetensors = std::string_view(v) == "1";
   }
+  auto non_negative = [&](const char* var, int64_t& field, const char* fallback) {
+    const char* v = get(var);
+    if (!v || !*v) return;
+    if (auto n = parse_python_int(v); n && *n >= 0) {
+      field = *n;
+    } else {
+      s.problems.push_back({var, std::string(var) + "='" + v +
+                                     "' is not a non-negative integer; using " + fallback});
+    }
+  };
+  non_negative("FLASHINFER_DUMP_RING", s.dump_ring, "0 (ring mode off)");
+  non_negative("FLASHINFER_DUMP_RING_MB", s.dump_ring_mb, "1024");
+  if (const char* v = get("FLASHINFER_DUMP_TRIGGER")) {
+    std::vector<std::string> triggers;
+    for (std::string& t : split_pattern_list(v)) {
+      if (t == "crash" || t == "signal" || t == "nan" || t == "error") {
+        triggers.push_back(std::move(t));
+      } else {
+        s.problems.push_back(
+            {"FLASHINFER_DUMP_TRIGGER", "FLASHINFER_DUMP_TRIGGER: unknown trigger '" + t +
+                                            "' ignored (known: crash, signal, nan, error)"});
+      }
+    }
+    s.dump_trigger = std::move(triggers);
+  }
+  if (const char* v = get("FLASHINFER_DUMP_DEDUP")) s.dump_dedup = std::string_view(v) == "1";
   if (const char* v = get("FLASHINFER_HOST_CACHE_MB"); v && *v) {
     if (auto n = parse_python_int(v); n && *n >= 0 && *n <= (int64_t{1} << 40)) {
       s.host_cache_mb = *n;

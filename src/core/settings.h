@@ -22,6 +22,11 @@ struct Settings {
   std::vector<std::string> dump_include;      // FLASHINFER_DUMP_INCLUDE, split on ',', stripped
   std::vector<std::string> dump_exclude;      // FLASHINFER_DUMP_EXCLUDE, same
   bool dump_safetensors = false;              // FLASHINFER_DUMP_SAFETENSORS == "1" exactly
+  // This library's own flight-recorder extensions (docs/LOGGING.md, "Ring mode", "Dedup").
+  int64_t dump_ring = 0;        // FLASHINFER_DUMP_RING: calls kept in memory (0: off)
+  int64_t dump_ring_mb = 1024;  // FLASHINFER_DUMP_RING_MB: memory bound of the ring
+  std::vector<std::string> dump_trigger = {"crash", "signal", "nan", "error"};  // _TRIGGER
+  bool dump_dedup = false;  // FLASHINFER_DUMP_DEDUP == "1": content-addressed tensors
   // This library's own: the host allocator cache limit (README), Python int() >= 0.
   std::optional<int64_t> host_cache_mb;  // FLASHINFER_HOST_CACHE_MB; nullopt: unset/invalid
 

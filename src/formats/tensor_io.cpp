@@ -10,40 +10,11 @@
 
 #include "core/strided.h"
 #include "flashinfer/error.h"
-#include "formats/pickle_writer.h"
+#include "formats/torch_archive.h"
 #include "formats/zip_writer.h"
 
 namespace flashinfer {
 namespace {
-
-// torch's legacy typed-storage class for dtypes that predate fp8; nullptr for the new dtypes,
-// which torch saves with _rebuild_tensor_v3 and an UntypedStorage.
-const char* legacy_storage_class(DType d) {
-  switch (d) {
-    case DType::kFloat32:
-      return "FloatStorage";
-    case DType::kFloat64:
-      return "DoubleStorage";
-    case DType::kFloat16:
-      return "HalfStorage";
-    case DType::kBFloat16:
-      return "BFloat16Storage";
-    case DType::kInt64:
-      return "LongStorage";
-    case DType::kInt32:
-      return "IntStorage";
-    case DType::kInt16:
-      return "ShortStorage";
-    case DType::kInt8:
-      return "CharStorage";
-    case DType::kUInt8:
-      return "ByteStorage";
-    case DType::kBool:
-      return "BoolStorage";
-    default:
-      return nullptr;
-  }
-}
 
 std::string stem_of(const std::string& path) {
   std::string stem = std::filesystem::path(path).stem().string();
@@ -53,10 +24,17 @@ std::string stem_of(const std::string& path) {
 }  // namespace
 
 void save_torch(const std::string& path, const NamedTensors& tensors) {
-  formats::PickleWriter pk;
+  formats::save_torch_stem(path, stem_of(path), tensors);
+}
+
+}  // namespace flashinfer
+
+namespace flashinfer::formats {
+
+void save_torch_stem(const std::string& path, std::string_view stem_view,
+                     const NamedTensors& tensors) {
+  std::vector<formats::TorchItem> items;
   std::vector<Tensor> storages;  // one record per tensor: its covered span, as a 1-D tensor
-  pk.empty_dict();
-  pk.mark();
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const std::string& name = tensors[i].first;
     Tensor t = tensors[i].second;
@@ -64,41 +42,13 @@ void save_torch(const std::string& path, const NamedTensors& tensors) {
     if (!t.device().is_cpu()) t = t.to(Device::cpu());
     const auto [begin, end] = detail::covered_span(t.shape(), t.strides(), t.storage_offset());
     // The record holds the span only; offsets are rebased to it.
-    Tensor span = Tensor::from_storage(t.storage(), {end - begin}, {1}, begin, t.dtype());
-    storages.push_back(span);
-    const std::string key = std::to_string(i);
-    const char* legacy = legacy_storage_class(t.dtype());
-    pk.unicode(name);
-    pk.global("torch._utils", legacy ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3");
-    pk.mark();
-    {
-      // Persistent id: ('storage', <class>, key, location, numel of the storage).
-      pk.mark();
-      pk.unicode("storage");
-      pk.global("torch", legacy ? legacy : "UntypedStorage");
-      pk.unicode(key);
-      pk.unicode("cpu");
-      pk.integer(legacy ? end - begin : (end - begin) * static_cast<int64_t>(t.element_size()));
-      pk.tuple();
-      pk.binpersid();
-      pk.integer(t.storage_offset() - begin);
-      pk.int_tuple(t.shape());
-      pk.int_tuple(t.strides());
-      pk.boolean(false);  // requires_grad
-      pk.global("collections", "OrderedDict");
-      pk.empty_tuple();
-      pk.reduce();  // backward hooks
-      if (!legacy) {
-        pk.global("torch", std::string(dtype_torch_name(t.dtype())).substr(6));
-      }
-    }
-    pk.tuple();
-    pk.reduce();
+    storages.push_back(Tensor::from_storage(t.storage(), {end - begin}, {1}, begin, t.dtype()));
+    items.push_back(
+        {name, t.dtype(), t.shape(), t.strides(), t.storage_offset() - begin, end - begin});
   }
-  pk.setitems();
-  const std::string& pkl = pk.finish();
+  const std::string pkl = formats::torch_data_pkl(items);
 
-  const std::string stem = stem_of(path);
+  const std::string stem(stem_view);
   formats::ZipWriter zip(path);
   zip.add(stem + "/data.pkl", pkl.data(), pkl.size());
   static const char kLittle[] = "little";
@@ -111,6 +61,10 @@ void save_torch(const std::string& path, const NamedTensors& tensors) {
   zip.add(stem + "/version", kVersion, sizeof(kVersion) - 1);
   zip.finish();
 }
+
+}  // namespace flashinfer::formats
+
+namespace flashinfer {
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors) {
   struct Item {

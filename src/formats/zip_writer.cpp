@@ -38,7 +38,9 @@ struct Buf {
   void str(std::string_view s) { b.insert(b.end(), s.begin(), s.end()); }
 };
 
-uint32_t crc32_of(const void* data, std::size_t size) {
+}  // namespace
+
+uint32_t zip_crc32(const void* data, std::size_t size) {
   uLong crc = crc32(0L, Z_NULL, 0);
   const auto* p = static_cast<const Bytef*>(data);
   while (size > 0) {  // zlib takes 32-bit lengths
@@ -50,7 +52,106 @@ uint32_t crc32_of(const void* data, std::size_t size) {
   return static_cast<uint32_t>(crc);
 }
 
-}  // namespace
+std::vector<uint8_t> zip_local_header(std::string_view name, uint32_t crc, uint64_t size,
+                                      uint64_t pos) {
+  const bool zip64 = size >= kMax32 || pos >= kMax32;
+  Buf h;
+  h.u32(kLocalSig);
+  h.u16(zip64 ? 45 : 20);  // version needed
+  h.u16(0);                // flags
+  h.u16(0);                // method: stored
+  h.u16(0);                // time
+  h.u16(0x21);             // date: 1980-01-01
+  h.u32(crc);
+  h.u32(zip64 ? 0xFFFFFFFFu : static_cast<uint32_t>(size));
+  h.u32(zip64 ? 0xFFFFFFFFu : static_cast<uint32_t>(size));
+  h.u16(static_cast<uint16_t>(name.size()));
+  const std::size_t len_pos = h.b.size();
+  h.u16(0);  // extra length, patched below
+  h.str(name);
+  std::size_t extra = 0;
+  if (zip64) {
+    h.u16(0x0001);
+    h.u16(16);
+    h.u64(size);
+    h.u64(size);
+    extra += 20;
+  }
+  // 'FB' padding so that the data starts on a 64-byte boundary.
+  uint64_t data_start = pos + h.b.size() + 4;
+  const uint64_t pad = (kAlign - data_start % kAlign) % kAlign;
+  h.u16(0x4246);  // "FB"
+  h.u16(static_cast<uint16_t>(pad));
+  h.b.insert(h.b.end(), pad, 'Z');
+  extra += 4 + pad;
+  h.b[len_pos] = static_cast<uint8_t>(extra);
+  h.b[len_pos + 1] = static_cast<uint8_t>(extra >> 8);
+  return std::move(h.b);
+}
+
+std::vector<uint8_t> zip_central_directory(const std::vector<ZipEntryInfo>& entries,
+                                           uint64_t cd_start,
+                                           std::vector<std::size_t>* record_starts) {
+  Buf c;
+  for (const ZipEntryInfo& e : entries) {
+    if (record_starts) record_starts->push_back(c.b.size());
+    const bool zip64 = e.size >= kMax32 || e.offset >= kMax32;
+    c.u32(kCentralSig);
+    c.u16(zip64 ? 45 : 20);  // made by
+    c.u16(zip64 ? 45 : 20);  // needed
+    c.u16(0);
+    c.u16(0);
+    c.u16(0);
+    c.u16(0x21);
+    c.u32(e.crc);
+    c.u32(zip64 ? 0xFFFFFFFFu : static_cast<uint32_t>(e.size));
+    c.u32(zip64 ? 0xFFFFFFFFu : static_cast<uint32_t>(e.size));
+    c.u16(static_cast<uint16_t>(e.name.size()));
+    c.u16(zip64 ? 28 : 0);  // extra
+    c.u16(0);               // comment
+    c.u16(0);               // disk
+    c.u16(0);               // internal attributes
+    c.u32(0);               // external attributes
+    c.u32(zip64 ? 0xFFFFFFFFu : static_cast<uint32_t>(e.offset));
+    c.str(e.name);
+    if (zip64) {
+      c.u16(0x0001);
+      c.u16(24);
+      c.u64(e.size);
+      c.u64(e.size);
+      c.u64(e.offset);
+    }
+  }
+  const uint64_t cd_size = c.b.size();
+  const uint64_t n = entries.size();
+  const bool zip64 = cd_start >= kMax32 || n >= 0xFFFF;
+  if (zip64) {
+    const uint64_t z64_pos = cd_start + cd_size;
+    c.u32(kZip64EndSig);
+    c.u64(44);  // size of the rest of this record
+    c.u16(45);
+    c.u16(45);
+    c.u32(0);
+    c.u32(0);
+    c.u64(n);
+    c.u64(n);
+    c.u64(cd_size);
+    c.u64(cd_start);
+    c.u32(kZip64LocatorSig);
+    c.u32(0);
+    c.u64(z64_pos);
+    c.u32(1);
+  }
+  c.u32(kEndSig);
+  c.u16(0);
+  c.u16(0);
+  c.u16(zip64 ? 0xFFFF : static_cast<uint16_t>(n));
+  c.u16(zip64 ? 0xFFFF : static_cast<uint16_t>(n));
+  c.u32(zip64 ? 0xFFFFFFFFu : static_cast<uint32_t>(cd_size));
+  c.u32(zip64 ? 0xFFFFFFFFu : static_cast<uint32_t>(cd_start));
+  c.u16(0);
+  return std::move(c.b);
+}
 
 ZipWriter::ZipWriter(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -104,44 +205,13 @@ void ZipWriter::add(std::string_view name, const void* data, std::size_t size) {
   std::future<uint32_t> crc_later;
   uint32_t crc = 0;
   if (size >= kOverlapBytes) {
-    crc_later = std::async(std::launch::async, [data, size] { return crc32_of(data, size); });
+    crc_later = std::async(std::launch::async, [data, size] { return zip_crc32(data, size); });
   } else {
-    crc = crc32_of(data, size);
+    crc = zip_crc32(data, size);
   }
   const uint64_t header_pos = pos_;
-  const bool zip64 = size >= kMax32 || pos_ >= kMax32;
-  Buf h;
-  h.u32(kLocalSig);
-  h.u16(zip64 ? 45 : 20);  // version needed
-  h.u16(0);                // flags
-  h.u16(0);                // method: stored
-  h.u16(0);                // time
-  h.u16(0x21);             // date: 1980-01-01
-  h.u32(crc);
-  h.u32(zip64 ? 0xFFFFFFFFu : static_cast<uint32_t>(size));
-  h.u32(zip64 ? 0xFFFFFFFFu : static_cast<uint32_t>(size));
-  h.u16(static_cast<uint16_t>(name.size()));
-  const std::size_t len_pos = h.b.size();
-  h.u16(0);  // extra length, patched below
-  h.str(name);
-  std::size_t extra = 0;
-  if (zip64) {
-    h.u16(0x0001);
-    h.u16(16);
-    h.u64(size);
-    h.u64(size);
-    extra += 20;
-  }
-  // 'FB' padding so that the data starts on a 64-byte boundary.
-  uint64_t data_start = pos_ + h.b.size() + 4;
-  const uint64_t pad = (kAlign - data_start % kAlign) % kAlign;
-  h.u16(0x4246);  // "FB"
-  h.u16(static_cast<uint16_t>(pad));
-  h.b.insert(h.b.end(), pad, 'Z');
-  extra += 4 + pad;
-  h.b[len_pos] = static_cast<uint8_t>(extra);
-  h.b[len_pos + 1] = static_cast<uint8_t>(extra >> 8);
-  write(h.b.data(), h.b.size());
+  const std::vector<uint8_t> h = zip_local_header(name, crc, size, pos_);
+  write(h.data(), h.size());
   write(data, size);
   if (crc_later.valid()) {
     crc = crc_later.get();
@@ -157,67 +227,8 @@ void ZipWriter::add(std::string_view name, const void* data, std::size_t size) {
 }
 
 void ZipWriter::finish() {
-  const uint64_t cd_start = pos_;
-  for (const Entry& e : entries_) {
-    const bool zip64 = e.size >= kMax32 || e.offset >= kMax32;
-    Buf c;
-    c.u32(kCentralSig);
-    c.u16(zip64 ? 45 : 20);  // made by
-    c.u16(zip64 ? 45 : 20);  // needed
-    c.u16(0);
-    c.u16(0);
-    c.u16(0);
-    c.u16(0x21);
-    c.u32(e.crc);
-    c.u32(zip64 ? 0xFFFFFFFFu : static_cast<uint32_t>(e.size));
-    c.u32(zip64 ? 0xFFFFFFFFu : static_cast<uint32_t>(e.size));
-    c.u16(static_cast<uint16_t>(e.name.size()));
-    c.u16(zip64 ? 28 : 0);  // extra
-    c.u16(0);               // comment
-    c.u16(0);               // disk
-    c.u16(0);               // internal attributes
-    c.u32(0);               // external attributes
-    c.u32(zip64 ? 0xFFFFFFFFu : static_cast<uint32_t>(e.offset));
-    c.str(e.name);
-    if (zip64) {
-      c.u16(0x0001);
-      c.u16(24);
-      c.u64(e.size);
-      c.u64(e.size);
-      c.u64(e.offset);
-    }
-    write(c.b.data(), c.b.size());
-  }
-  const uint64_t cd_size = pos_ - cd_start;
-  const uint64_t n = entries_.size();
-  const bool zip64 = cd_start >= kMax32 || n >= 0xFFFF;
-  Buf t;
-  if (zip64) {
-    const uint64_t z64_pos = pos_;
-    t.u32(kZip64EndSig);
-    t.u64(44);  // size of the rest of this record
-    t.u16(45);
-    t.u16(45);
-    t.u32(0);
-    t.u32(0);
-    t.u64(n);
-    t.u64(n);
-    t.u64(cd_size);
-    t.u64(cd_start);
-    t.u32(kZip64LocatorSig);
-    t.u32(0);
-    t.u64(z64_pos);
-    t.u32(1);
-  }
-  t.u32(kEndSig);
-  t.u16(0);
-  t.u16(0);
-  t.u16(zip64 ? 0xFFFF : static_cast<uint16_t>(n));
-  t.u16(zip64 ? 0xFFFF : static_cast<uint16_t>(n));
-  t.u32(zip64 ? 0xFFFFFFFFu : static_cast<uint32_t>(cd_size));
-  t.u32(zip64 ? 0xFFFFFFFFu : static_cast<uint32_t>(cd_start));
-  t.u16(0);
-  write(t.b.data(), t.b.size());
+  const std::vector<uint8_t> cd = zip_central_directory(entries_, pos_);
+  write(cd.data(), cd.size());
   flush();
   const int fd = fd_;
   fd_ = -1;

@@ -10,6 +10,31 @@
 
 namespace flashinfer::formats {
 
+/// CRC-32 (zlib's; a pure function, safe in a signal handler).
+uint32_t zip_crc32(const void* data, std::size_t size);
+
+/// One archive member as the central directory lists it.
+struct ZipEntryInfo {
+  std::string name;
+  uint32_t crc;
+  uint64_t size;
+  uint64_t offset;  // of its local header
+};
+
+/// The local header (with the 'FB' padding that aligns the data to 64 bytes) of a STORED entry
+/// starting at `pos`. The CRC sits at byte 14 of it.
+std::vector<uint8_t> zip_local_header(std::string_view name, uint32_t crc, uint64_t size,
+                                      uint64_t pos);
+/// Byte offset of the CRC field in a central directory record.
+inline constexpr std::size_t kZipCentralCrcOffset = 16;
+inline constexpr std::size_t kZipLocalCrcOffset = 14;
+/// The central directory records of `entries` followed by the end records, for a directory
+/// starting at `cd_start`. `record_starts`, when given, receives each record's offset in the
+/// returned bytes.
+std::vector<uint8_t> zip_central_directory(const std::vector<ZipEntryInfo>& entries,
+                                           uint64_t cd_start,
+                                           std::vector<std::size_t>* record_starts = nullptr);
+
 class ZipWriter {
  public:
   /// Creates (truncates) `path`; throws flashinfer::Error(kIo) if it cannot.
@@ -24,12 +49,7 @@ class ZipWriter {
   void finish();
 
  private:
-  struct Entry {
-    std::string name;
-    uint32_t crc;
-    uint64_t size;
-    uint64_t offset;
-  };
+  using Entry = ZipEntryInfo;
   void write(const void* p, std::size_t n);
   void flush();
   void write_fd(const void* p, std::size_t n);

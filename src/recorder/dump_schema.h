@@ -51,6 +51,8 @@ inline constexpr std::string_view kDumpDir = "dump_dir";
 // ours, after upstream's keys
 inline constexpr std::string_view kBackend = "backend";                   // "cpu" / "cuda"
 inline constexpr std::string_view kProcessSequence = "process_sequence";  // call order
+inline constexpr std::string_view kTensorStore = "tensor_store";          // "dedup": tensors/ store
+inline constexpr std::string_view kTensorStoreDedup = "dedup";
 // a CUDA-graph flush's records
 inline constexpr std::string_view kGraphCaptureFlushed = "graph_capture_flushed";
 inline constexpr std::string_view kGraphCaptureFlushIndex = "graph_capture_flush_index";
@@ -109,7 +111,9 @@ inline constexpr std::string_view kFormatTorch = "torch";
 inline constexpr std::string_view kFormatSafetensors = "safetensors";
 
 // ---- tensor keys (inputs.pt dict keys and "tensor_key" values)
-inline constexpr std::string_view kArgPrefix = "arg_";        // arg_<i>: positional parameter i
+inline constexpr std::string_view kArgPrefix = "arg_";  // arg_<i>: positional parameter i
+// ---- ring dumps: <DUMP_DIR>/ring_pid<PID>_dump<NNNN>_<reason>/trigger.json
+inline constexpr std::string_view kTriggerFile = "trigger.json";
 inline constexpr std::string_view kKwargPrefix = "kwarg_";    // kwarg_<name>: keyword parameter
 inline constexpr std::string_view kResult = "result";         // a single returned tensor
 inline constexpr std::string_view kResultPrefix = "result_";  // result_<i>: item i of a tuple

@@ -6,14 +6,22 @@
 
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <deque>
 #include <filesystem>
+#include <set>
+#include <thread>
 #include <utility>
 
+#include "core/strided.h"
 #include "flashinfer/error.h"
 #include "flashinfer/value.h"
+#include "formats/dedup_store.h"
+#include "formats/torch_archive.h"
 #include "recorder/dump_schema.h"
 #include "recorder/python_json.h"
 
@@ -104,10 +112,177 @@ void set_override_sink(LineSink sink) {
   override_sink() = std::move(sink);
 }
 
+// ---- prepared directories
+// ------------------------------------------------------------------------
+
+std::string pending_outputs_name(bool safetensors) {
+  return "." + dump_schema::tensor_file(dump_schema::kOutputsStem, safetensors) + ".pending";
+}
+
+class DirPool {
+ public:
+  DirPool(std::string root, std::vector<std::string> files)
+      : root_(std::move(root)), files_(std::move(files)), pid_(::getpid()) {
+    thread_ = std::thread([this] { run(); });
+    std::lock_guard<std::mutex> l(pools_mu());
+    if (pools().empty()) {
+      static std::once_flag once;
+      std::call_once(once, [] {
+        std::atexit([] {
+          std::lock_guard<std::mutex> g(pools_mu());
+          for (DirPool* p : pools()) p->shutdown();
+        });
+      });
+    }
+    pools().insert(this);
+  }
+  ~DirPool() {
+    shutdown();
+    std::lock_guard<std::mutex> l(pools_mu());
+    pools().erase(this);
+  }
+  /// Stops the thread and removes the directories not used (at exit too: the recorder lives
+  /// in the call gate's observer list, which is never destroyed). Idempotent.
+  void shutdown() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (stop_) return;
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (::getpid() != pid_) {
+      // A forked child: the thread is the parent's, and so are the directories.
+      new std::thread(std::move(thread_));  // never joined, never destroyed
+      return;
+    }
+    if (thread_.joinable()) thread_.join();
+    for (const std::string& d : ready_) {
+      for (const std::string& f : files_) ::unlink((d + "/" + f).c_str());
+      ::rmdir(d.c_str());
+    }
+    ready_.clear();
+    ::rmdir(root_.c_str());
+  }
+  /// A prepared directory, or "" when none is ready (or in a forked child).
+  std::string take() {
+    if (::getpid() != pid_) return "";
+    std::string d;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (ready_.empty()) return "";
+      d = std::move(ready_.front());
+      ready_.pop_front();
+    }
+    cv_.notify_one();
+    return d;
+  }
+
+ private:
+  static constexpr std::size_t kTarget = 32;
+  static std::mutex& pools_mu() {
+    static auto* m = new std::mutex();
+    return *m;
+  }
+  static std::set<DirPool*>& pools() {  // the live pools, for the exit handler
+    static auto* s = new std::set<DirPool*>();
+    return *s;
+  }
+  void run() {
+    if (::mkdir(root_.c_str(), 0777) != 0 && errno != EEXIST) return;
+    int64_t k = 0;
+    std::unique_lock<std::mutex> l(mu_);
+    while (!stop_) {
+      if (ready_.size() >= kTarget) {
+        cv_.wait(l);
+        continue;
+      }
+      l.unlock();
+      const std::string d = root_ + "/p" + std::to_string(k++);
+      bool ok = ::mkdir(d.c_str(), 0777) == 0;
+      for (const std::string& f : files_) {
+        const int fd =
+            ok ? ::open((d + "/" + f).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : -1;
+        ok = ok && fd >= 0;
+        if (fd >= 0) ::close(fd);
+      }
+      l.lock();
+      if (!ok) return;  // a broken directory: calls make their own
+      ready_.push_back(d);
+    }
+  }
+  const std::string root_;
+  const std::vector<std::string> files_;
+  const pid_t pid_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> ready_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+DumpWriter::~DumpWriter() = default;
+
+bool DumpWriter::make_call_dir(const std::string& dir, bool use_pool) {
+  if (use_pool && !cfg_.dedup) {
+    DirPool* pool = nullptr;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!pool_tried_) {
+        pool_tried_ = true;
+        std::error_code ec;
+        fs::create_directories(cfg_.dump_dir, ec);
+        pool_ = std::make_unique<DirPool>(
+            join_like_pathlib(cfg_.dump_dir, ".prealloc_pid" + std::to_string(::getpid())),
+            std::vector<std::string>{
+                std::string(dump_schema::kMetadataFile),
+                dump_schema::tensor_file(dump_schema::kInputsStem, cfg_.safetensors),
+                pending_outputs_name(cfg_.safetensors)});
+      }
+      pool = pool_.get();
+    }
+    const std::string prepared = pool ? pool->take() : "";
+    if (!prepared.empty() && ::rename(prepared.c_str(), dir.c_str()) == 0) return true;
+  }
+  make_call_dir(dir);
+  return false;
+}
+
+void DumpWriter::write_outputs(const std::string& dir, const NamedTensors& t, bool prepared) {
+  if (!prepared) {
+    write_tensors(dir, dump_schema::kOutputsStem, t);
+    return;
+  }
+  const std::string pending = dir + "/" + pending_outputs_name(cfg_.safetensors);
+  if (t.empty()) {
+    ::unlink(pending.c_str());
+    return;
+  }
+  const std::string path =
+      dir + "/" + dump_schema::tensor_file(dump_schema::kOutputsStem, cfg_.safetensors);
+  if (cfg_.safetensors) {
+    save_safetensors(pending, t);
+  } else {
+    formats::save_torch_stem(pending, dump_schema::kOutputsStem, t);
+  }
+  if (::rename(pending.c_str(), path.c_str()) != 0) {
+    FLASHINFER_FAIL(ErrorCode::kIo, "recorder", "", "cannot rename '", pending,
+                    "': ", std::strerror(errno));
+  }
+}
+
+void DumpWriter::drop_prepared(const std::string& dir, bool inputs, bool outputs) {
+  if (inputs) {
+    ::unlink(
+        (dir + "/" + dump_schema::tensor_file(dump_schema::kInputsStem, cfg_.safetensors)).c_str());
+  }
+  if (outputs) ::unlink((dir + "/" + pending_outputs_name(cfg_.safetensors)).c_str());
+}
+
 DumpWriter::DumpWriter(Config config, LineSink sink)
     : cfg_(std::move(config)),
       sink_(std::move(sink)),
-      session_path_(join_like_pathlib(cfg_.dump_dir, std::string(dump_schema::kSessionFile))) {}
+      session_path_(join_like_pathlib(cfg_.dump_dir, std::string(dump_schema::kSessionFile))),
+      store_(join_like_pathlib(cfg_.dump_dir, std::string(formats::kDedupDir))) {}
 
 void DumpWriter::log(const std::string& line) {
   std::lock_guard<std::mutex> l(g_sink_mu);
@@ -140,7 +315,12 @@ void DumpWriter::fail_once(const std::string& what) {
 
 Stats DumpWriter::stats() {
   std::lock_guard<std::mutex> l(mu_);
-  return {dump_count_, total_bytes_, failed_};
+  Stats s;
+  s.dumps = dump_count_;
+  s.total_bytes = total_bytes_;
+  s.failed = failed_;
+  s.distinct_bytes = distinct_bytes_;
+  return s;
 }
 
 std::optional<int64_t> DumpWriter::next_call(const std::string& name) {
@@ -200,12 +380,121 @@ uint64_t DumpWriter::add_bytes(uint64_t bytes) {
 void DumpWriter::write_tensors(const std::string& dir, std::string_view stem,
                                const NamedTensors& t) {
   if (t.empty()) return;
+  if (cfg_.dedup) {
+    write_dedup(dir, stem, t);
+    return;
+  }
   const std::string path = dir + "/" + dump_schema::tensor_file(stem, cfg_.safetensors);
   if (cfg_.safetensors) {
     save_safetensors(path, t);
   } else {
     save_torch(path, t);
   }
+}
+
+namespace {
+
+void write_file(const std::string& path, const void* data, std::size_t n) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    FLASHINFER_FAIL(ErrorCode::kIo, "recorder", "", "cannot create '", path,
+                    "': ", std::strerror(errno));
+  }
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = errno;
+      ::close(fd);
+      FLASHINFER_FAIL(ErrorCode::kIo, "recorder", "", "writing '", path,
+                      "' failed: ", w < 0 ? std::strerror(err) : "no progress");
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  ::close(fd);
+}
+
+void shape_text(std::string& s, const Shape& v) {
+  s += '[';
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(v[i]);
+  }
+  s += ']';
+}
+
+}  // namespace
+
+void DumpWriter::write_dedup(const std::string& dir, std::string_view stem, const NamedTensors& t) {
+  std::string refs = "{\"format\": ";
+  append_json_string(refs, formats::kDedupFormat);
+  refs += ", \"tensors\": [";
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const auto& [key, x0] = t[i];
+    const Tensor x = x0.device().is_cpu() ? x0 : x0.to(Device::cpu());
+    const auto [begin, end] = detail::covered_span(x.shape(), x.strides(), x.storage_offset());
+    const std::size_t esize = dtype_size(x.dtype());
+    const std::size_t n = static_cast<std::size_t>(end - begin) * esize;
+    const auto* base =
+        n ? static_cast<const char*>(x.data_ptr()) - (x.storage_offset() - begin) * esize : nullptr;
+    const std::string blob = formats::dedup_blob_name(base, n);
+    bool known = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      known = blobs_written_.count(blob) != 0;
+    }
+    if (!known) {
+      const std::string final_path = store_ + "/" + blob;
+      struct stat st {};
+      // Another process (or an earlier session in this directory) may have stored it.
+      if (::stat(final_path.c_str(), &st) != 0 || static_cast<std::size_t>(st.st_size) != n) {
+        if (::mkdir(store_.c_str(), 0777) != 0 && errno != EEXIST) {
+          fs::create_directories(store_);
+        }
+        int64_t k = 0;
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          k = ++tmp_counter_;
+        }
+        // Written aside and renamed into place: a reader never sees half a blob.
+        const std::string tmp =
+            final_path + ".tmp" + std::to_string(::getpid()) + "_" + std::to_string(k);
+        write_file(tmp, base, n);
+        if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
+          ::unlink(tmp.c_str());
+          FLASHINFER_FAIL(ErrorCode::kIo, "recorder", "", "cannot rename '", tmp,
+                          "': ", std::strerror(errno));
+        }
+        std::lock_guard<std::mutex> l(mu_);
+        distinct_bytes_ += n;
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      blobs_written_.insert(blob);
+    }
+    if (i) refs += ", ";
+    refs += "{\"key\": ";
+    append_json_string(refs, key);
+    refs += ", \"blob\": ";
+    append_json_string(refs, blob);
+    refs += ", \"dtype\": ";
+    append_json_string(refs, dtype_torch_name(x.dtype()));
+    refs += ", \"shape\": ";
+    shape_text(refs, x.shape());
+    refs += ", \"stride\": ";
+    shape_text(refs, x.strides());
+    refs += ", \"storage_offset\": " + std::to_string(x.storage_offset() - begin);
+    refs += ", \"nbytes\": " + std::to_string(n) + "}";
+  }
+  refs += "]}\n";
+  write_file(dir + "/" + std::string(stem) + std::string(formats::kDedupRefsSuffix), refs.data(),
+             refs.size());
+}
+
+uint64_t DumpWriter::distinct_bytes() {
+  std::lock_guard<std::mutex> l(mu_);
+  return distinct_bytes_;
 }
 
 void DumpWriter::append_session(const std::string& line) {

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -37,9 +39,16 @@ std::string join_like_pathlib(const std::string& dir, const std::string& name);
 /// Local time "YYYYMMDD_HHMMSS_mmm" (milliseconds truncated), upstream's directory timestamp.
 std::string timestamp_now();
 
+/// Directories made ahead, off the calls' critical path: on ext4 allocating an inode costs
+/// tens of microseconds, several per call. A background thread keeps a few directories, each
+/// with its empty files (metadata.jsonl, the inputs file and a hidden ".<outputs file>.pending"),
+/// under <DUMP_DIR>/.prealloc_pid<PID>/; a call renames one into place.
+class DirPool;
+
 class DumpWriter {
  public:
   DumpWriter(Config config, LineSink sink);
+  ~DumpWriter();
 
   const Config& config() const { return cfg_; }
 
@@ -62,6 +71,15 @@ class DumpWriter {
   /// The call's directory: one mkdir(2); the dump directory itself is created on first use
   /// (and again if someone removed it meanwhile).
   void make_call_dir(const std::string& dir);
+  /// The same from the pool of prepared directories when it has one (`use_pool`); returns
+  /// whether the files of a prepared directory are there (then write_outputs and
+  /// drop_prepared() tidy them).
+  bool make_call_dir(const std::string& dir, bool use_pool);
+  /// The outputs file: in a prepared directory written to its pending file and renamed into
+  /// place; the pending file goes when there is nothing to write.
+  void write_outputs(const std::string& dir, const NamedTensors& t, bool prepared);
+  /// Removes the prepared files a call did not use (no input tensors; the call raised).
+  void drop_prepared(const std::string& dir, bool inputs, bool outputs);
   /// The size check upstream makes before writing inputs: false (the size-limit line logged
   /// and the directory removed) when the dump would pass FLASHINFER_DUMP_MAX_SIZE_GB.
   bool admit(const std::string& dir, const std::string& name, uint64_t input_bytes);
@@ -70,23 +88,33 @@ class DumpWriter {
   /// Adds output bytes; returns the total written so far.
   uint64_t add_bytes(uint64_t bytes);
 
-  /// <dir>/<stem>.pt or .safetensors (nothing for no tensors).
+  /// <dir>/<stem>.pt or .safetensors (nothing for no tensors); in dedup mode
+  /// <dir>/<stem>.refs.json and the blobs not yet in <DUMP_DIR>/tensors/.
   void write_tensors(const std::string& dir, std::string_view stem, const NamedTensors& t);
   /// Appends one line to <DUMP_DIR>/session.jsonl (kept open for the recorder's life).
   void append_session(const std::string& line);
+  /// Bytes of distinct tensor contents written to the dedup store.
+  uint64_t distinct_bytes();
   /// Opens, appends one line to and closes `path`.
   void append(const std::string& path, const std::string& line);
 
  private:
+  void write_dedup(const std::string& dir, std::string_view stem, const NamedTensors& t);
   Config cfg_;
   LineSink sink_;
   std::string session_path_;
+  std::string store_;                    // <DUMP_DIR>/tensors
+  std::set<std::string> blobs_written_;  // dedup: blob names known to be in the store
+  uint64_t distinct_bytes_ = 0;
+  int64_t tmp_counter_ = 0;
   Fd session_;
   std::mutex mu_;
   std::map<std::string, int64_t> counters_;
   int64_t dump_count_ = 0;
   uint64_t total_bytes_ = 0;
   bool failed_ = false;
+  bool pool_tried_ = false;
+  std::unique_ptr<DirPool> pool_;  // made on the first call directory; goes first
 };
 
 /// Tests only (recorder_internal.h): the sink that overrides every recorder's own.

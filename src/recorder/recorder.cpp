@@ -25,6 +25,7 @@
 #include "recorder/graph_dumps.h"
 #include "recorder/record_json.h"
 #include "recorder/recorder_internal.h"
+#include "recorder/ring.h"
 
 namespace flashinfer::recorder {
 
@@ -58,13 +59,17 @@ Config config_from(const detail::Settings& s) {
   c.include = s.dump_include;
   c.exclude = s.dump_exclude;
   c.safetensors = s.dump_safetensors;
+  c.ring = s.dump_ring;
+  c.ring_mb = s.dump_ring_mb;
+  c.triggers = s.dump_trigger;
+  c.dedup = s.dump_dedup;
   return c;
 }
 
 void warn_about_settings(const detail::Settings& s) {
-  for (const char* var : {"FLASHINFER_DUMP_MAX_SIZE_GB", "FLASHINFER_DUMP_MAX_COUNT"}) {
-    if (const auto* p = s.problem(var)) {
-      std::fprintf(stderr, "[flashinfer] warning: %s\n", p->message.c_str());
+  for (const auto& p : s.problems) {
+    if (p.variable.starts_with("FLASHINFER_DUMP_")) {
+      std::fprintf(stderr, "[flashinfer] warning: %s\n", p.message.c_str());
     }
   }
 }
@@ -121,9 +126,10 @@ std::atomic<int64_t> g_process_sequence{0};
 // observer's begin may fail before the end arrives).
 struct Pending {
   bool dumping = false;
-  bool graph = false;  // captured into a CUDA graph: files wait for flush_graph_dumps()
-  std::string dir;     // filesystem path of the call directory
-  Fd metadata;         // <dir>/metadata.jsonl, open from line 1 to line 2
+  bool graph = false;     // captured into a CUDA graph: files wait for flush_graph_dumps()
+  bool prepared = false;  // the directory came from the pool (its pending outputs file is there)
+  std::string dir;        // filesystem path of the call directory
+  Fd metadata;            // <dir>/metadata.jsonl, open from line 1 to line 2
   std::shared_ptr<RecordParts> rec;  // set once the call is to be dumped
 };
 
@@ -133,13 +139,20 @@ class Recorder final : public CallObserver {
  public:
   Recorder(Config c, LineSink sink)
       : writer_(std::move(c), std::move(sink)),
-        filter_{writer_.config().include, writer_.config().exclude} {}
+        filter_{writer_.config().include, writer_.config().exclude} {
+    if (writer_.config().dedup) {
+      internal::append_member(extra_, schema::kTensorStore,
+                              "\"" + std::string(schema::kTensorStoreDedup) + "\"");
+    }
+  }
 
   void on_call_begin(const OpDecl& decl, std::span<const Value> args) override;
   void on_call_end(const OpDecl& decl, std::span<const Value> args, const Value& result) override;
   void on_call_error(const OpDecl&, std::span<const Value>, std::string_view) override {
     // Only line 1 stays on record: the mark of a call that did not complete.
-    if (!stack().empty()) stack().pop_back();
+    if (stack().empty()) return;
+    if (stack().back().prepared) writer_.drop_prepared(stack().back().dir, false, true);
+    stack().pop_back();
   }
   // Filtered-out calls are not even packed for observation (unless another observer wants
   // them; then on_call_begin filters again).
@@ -176,6 +189,7 @@ class Recorder final : public CallObserver {
   }
 
   DumpWriter writer_;
+  std::string extra_;          // record keys after upstream's (dedup mode: "tensor_store")
   detail::NameFilter filter_;  // built once: a filtered-out call must cost next to nothing
   GraphDumps graph_;
   std::mutex mu_;
@@ -199,9 +213,11 @@ void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
     ex.by_reference = p.graph;
     rec.head = internal::record_head(decl, args, *seq, ts, pid, ex);
     p.dir = writer_.call_dir(ts, pid, decl.name, *seq);
-    writer_.make_call_dir(p.dir);
     if (!writer_.admit(p.dir, decl.name, ex.bytes)) return;
+    // A prepared directory (renamed into place) keeps inode allocations off this path.
+    p.prepared = writer_.make_call_dir(p.dir, /*use_pool=*/!p.graph);
     if (!p.graph) writer_.write_tensors(p.dir, schema::kInputsStem, ex.tensors);
+    if (p.prepared && ex.tensors.empty()) writer_.drop_prepared(p.dir, true, false);
     std::optional<uint64_t> self_id;
     if (decl.is_method() && !args.empty() && args[0].kind() == Value::Kind::kObject) {
       self_id = args[0].as_object().id;
@@ -211,7 +227,8 @@ void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
                             g_process_sequence.fetch_add(1, std::memory_order_relaxed) + 1);
     Outcome none = internal::inputs_outcome(rec);
     const std::string line = internal::record_line(
-        rec, none, p.graph ? schema::kStatusGraphPending : schema::kStatusInputsSaved, p.dir);
+        rec, none, p.graph ? schema::kStatusGraphPending : schema::kStatusInputsSaved, p.dir,
+        extra_);
     const std::string metadata_path = p.dir + "/" + std::string(schema::kMetadataFile);
     p.metadata = Fd(internal::open_append(metadata_path));
     internal::write_line(p.metadata.fd, metadata_path, line);
@@ -241,13 +258,13 @@ void Recorder::on_call_end(const OpDecl& decl, std::span<const Value> args, cons
     // Arguments the op wrote into, keyed like the inputs (replay compares them).
     Extracted mutated = internal::extract_mutated(decl, args, p.graph);
     if (!p.graph) {
-      writer_.write_tensors(p.dir, schema::kOutputsStem, out.tensors);
+      writer_.write_outputs(p.dir, out.tensors, p.prepared);
       writer_.write_tensors(p.dir, schema::kMutatedStem, mutated.tensors);
     }
     const RecordParts& rec = *p.rec;
     Outcome o = internal::outputs_outcome(rec, std::move(output_metadata), out, mutated);
     const std::string line = internal::record_line(
-        rec, o, p.graph ? schema::kStatusGraphPending : schema::kStatusCompleted, p.dir);
+        rec, o, p.graph ? schema::kStatusGraphPending : schema::kStatusCompleted, p.dir, extra_);
     internal::write_line(p.metadata.fd, p.dir + "/" + std::string(schema::kMetadataFile), line);
     p.metadata.reset();
     writer_.append_session(line);
@@ -266,6 +283,7 @@ void Recorder::on_call_end(const OpDecl& decl, std::span<const Value> args, cons
 
 std::mutex g_mu;
 std::shared_ptr<Recorder> g_recorder;
+std::shared_ptr<internal::RingRecorder> g_ring;  // ring mode (only one of the two runs)
 
 std::shared_ptr<Recorder> current() {
   std::lock_guard<std::mutex> l(g_mu);
@@ -277,11 +295,26 @@ int flush_graph_dumps_at_exit() {
   return r ? r->flush_graph("atexit", true) : 0;
 }
 
+void stop_locked() {
+  if (g_recorder) remove_call_observer(g_recorder);
+  g_recorder.reset();
+  if (g_ring) {
+    remove_call_observer(internal::as_observer(g_ring));
+    internal::ring_shutdown(*g_ring);
+  }
+  g_ring.reset();
+}
+
 }  // namespace
 
 void start(const Config& config, LineSink sink) {
   std::lock_guard<std::mutex> l(g_mu);
-  if (g_recorder) remove_call_observer(g_recorder);
+  stop_locked();
+  if (config.ring > 0) {
+    g_ring = internal::make_ring_recorder(config, std::move(sink));
+    add_call_observer(internal::as_observer(g_ring), /*priority=*/-100);
+    return;
+  }
   g_recorder = std::make_shared<Recorder>(config, std::move(sink));
   // Priority -100: its begin runs before the API logger's and its end after it, so its dump
   // lines enclose a call's records as upstream's do.
@@ -290,8 +323,16 @@ void start(const Config& config, LineSink sink) {
 
 void stop() {
   std::lock_guard<std::mutex> l(g_mu);
-  if (g_recorder) remove_call_observer(g_recorder);
-  g_recorder.reset();
+  stop_locked();
+}
+
+std::string dump_ring(const std::string& reason) {
+  std::shared_ptr<internal::RingRecorder> r;
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    r = g_ring;
+  }
+  return r ? internal::ring_dump(*r, reason) : std::string();
 }
 
 int flush_graph_dumps(bool synchronize) {
@@ -304,9 +345,18 @@ int clear_graph_dumps() {
   return r ? r->clear_graph() : 0;
 }
 
-bool active() { return current() != nullptr; }
+bool active() {
+  std::lock_guard<std::mutex> l(g_mu);
+  return g_recorder != nullptr || g_ring != nullptr;
+}
 
 Stats stats() {
+  std::shared_ptr<internal::RingRecorder> ring;
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    ring = g_ring;
+  }
+  if (ring) return internal::ring_stats(*ring);
   auto r = current();
   return r ? r->stats() : Stats{};
 }

@@ -13,6 +13,7 @@
 #include "flashinfer/error.h"
 #include "flashinfer/op_decl.h"
 #include "flashinfer/ops/backends.h"
+#include "formats/dedup_store.h"
 #include "formats/reader_limits.h"
 #include "recorder/dump_schema.h"
 
@@ -137,6 +138,9 @@ struct Loaded {
 };
 
 NamedTensors load_named(const fs::path& dir, std::string_view stem) {
+  // This library's dedup store (FLASHINFER_DUMP_DEDUP=1): references into <root>/tensors/.
+  const fs::path refs = dir / (std::string(stem) + std::string(formats::kDedupRefsSuffix));
+  if (fs::exists(refs)) return formats::load_dedup_refs(refs.string());
   const fs::path torch_file = dir / schema::tensor_file(stem, false);
   if (fs::exists(torch_file)) return load_torch(torch_file.string());
   const fs::path safetensors_file = dir / schema::tensor_file(stem, true);

@@ -90,7 +90,10 @@ class DumpTest : public ::testing::Test {
     std::vector<fs::path> out;
     if (!fs::exists(dir_)) return out;
     for (const auto& e : fs::directory_iterator(dir_)) {
-      if (e.is_directory()) out.push_back(e.path());
+      // Hidden: the pool of prepared directories a killed process leaves behind.
+      if (e.is_directory() && !e.path().filename().string().starts_with(".")) {
+        out.push_back(e.path());
+      }
     }
     std::sort(out.begin(), out.end());
     return out;

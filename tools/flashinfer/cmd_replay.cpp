@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
+#include "formats/dedup_store.h"
 #include "formats/reader_limits.h"
 #include "recorder/dump_schema.h"
 
@@ -306,6 +307,32 @@ int run_show(const std::string& dir, bool verbose) {
   }
   std::printf("Session %s: %zu recorded calls, %s on disk\n", dir.c_str(), dirs.size(),
               fmt_bytes(dir_bytes(p)).c_str());
+  // This library's extensions: the dedup tensor store and a ring dump's trigger.
+  if (fs::is_directory(p / formats::kDedupDir)) {
+    int blobs = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(p / formats::kDedupDir, ec)) {
+      if (e.path().extension() == formats::kDedupBlobSuffix) ++blobs;
+    }
+    std::printf("Tensor store (FLASHINFER_DUMP_DEDUP): %d distinct tensors, %s\n", blobs,
+                fmt_bytes(dir_bytes(p / formats::kDedupDir)).c_str());
+  }
+  if (fs::exists(p / schema::kTriggerFile)) {
+    try {
+      const auto t = nlohmann::ordered_json::parse(formats::read_regular_file(
+          (p / schema::kTriggerFile).string(), formats::kMaxMetadataFileBytes, "show"));
+      std::string call = "none";
+      if (t.contains("triggering_call") && t["triggering_call"].is_object()) {
+        const auto& c = t["triggering_call"];
+        call = c.value(std::string(schema::kFunctionName), "?") + " (" +
+               fs::path(c.value(std::string(schema::kDumpDir), "")).filename().string() + ")";
+      }
+      std::printf("Ring dump: trigger %s, triggering call %s\n",
+                  t.value("reason", std::string("?")).c_str(), call.c_str());
+    } catch (const std::exception& e) {
+      std::printf("Ring dump: unreadable trigger.json: %s\n", e.what());
+    }
+  }
   std::printf("Total completed calls: %d\n", completed);
   std::vector<std::pair<std::string, int>> by(completed_by_fn.begin(), completed_by_fn.end());
   std::stable_sort(by.begin(), by.end(),

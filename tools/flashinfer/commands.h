@@ -28,5 +28,6 @@ Command list_ops_command();
 Command replay_command();
 Command show_command();
 Command bench_command();
+Command export_command();
 
 }  // namespace flashinfer::cli

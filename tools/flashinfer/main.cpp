@@ -9,8 +9,8 @@
 namespace flashinfer::cli {
 
 std::vector<Command> commands() {
-  return {version_command(), info_command(), list_ops_command(),
-          replay_command(),  show_command(), bench_command()};
+  return {version_command(), info_command(),  list_ops_command(), replay_command(),
+          show_command(),    bench_command(), export_command()};
 }
 
 }  // namespace flashinfer::cli

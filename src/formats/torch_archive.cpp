@@ -1,0 +1,178 @@
+#include "formats/torch_archive.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "formats/pickle_writer.h"
+#include "formats/zip_writer.h"
+
+namespace flashinfer::formats {
+
+namespace {
+
+// torch's legacy typed-storage class for dtypes that predate fp8; nullptr for the new dtypes,
+// which torch saves with _rebuild_tensor_v3 and an UntypedStorage.
+const char* legacy_storage_class(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return "FloatStorage";
+    case DType::kFloat64:
+      return "DoubleStorage";
+    case DType::kFloat16:
+      return "HalfStorage";
+    case DType::kBFloat16:
+      return "BFloat16Storage";
+    case DType::kInt64:
+      return "LongStorage";
+    case DType::kInt32:
+      return "IntStorage";
+    case DType::kInt16:
+      return "ShortStorage";
+    case DType::kInt8:
+      return "CharStorage";
+    case DType::kUInt8:
+      return "ByteStorage";
+    case DType::kBool:
+      return "BoolStorage";
+    default:
+      return nullptr;
+  }
+}
+
+void put_u32(std::vector<uint8_t>& b, std::size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+bool write_all(int fd, const void* p, uint64_t n) noexcept {
+  const auto* b = static_cast<const uint8_t*>(p);
+  while (n > 0) {
+    const std::size_t chunk = n > (1u << 30) ? (1u << 30) : static_cast<std::size_t>(n);
+    const ssize_t w = ::write(fd, b, chunk);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    b += w;
+    n -= static_cast<uint64_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string torch_data_pkl(const std::vector<TorchItem>& items) {
+  PickleWriter pk;
+  pk.empty_dict();
+  pk.mark();
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const TorchItem& t = items[i];
+    const char* legacy = legacy_storage_class(t.dtype);
+    pk.unicode(t.name);
+    pk.global("torch._utils", legacy ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3");
+    pk.mark();
+    {
+      // Persistent id: ('storage', <class>, key, location, numel of the storage).
+      pk.mark();
+      pk.unicode("storage");
+      pk.global("torch", legacy ? legacy : "UntypedStorage");
+      pk.unicode(std::to_string(i));
+      pk.unicode("cpu");
+      pk.integer(legacy ? t.span : t.span * static_cast<int64_t>(dtype_size(t.dtype)));
+      pk.tuple();
+      pk.binpersid();
+      pk.integer(t.offset);
+      pk.int_tuple(t.shape);
+      pk.int_tuple(t.strides);
+      pk.boolean(false);  // requires_grad
+      pk.global("collections", "OrderedDict");
+      pk.empty_tuple();
+      pk.reduce();  // backward hooks
+      if (!legacy) pk.global("torch", std::string(dtype_torch_name(t.dtype)).substr(6));
+    }
+    pk.tuple();
+    pk.reduce();
+  }
+  pk.setitems();
+  return pk.finish();
+}
+
+ArchivePlan plan_torch_archive(std::string_view stem, const std::vector<TorchItem>& items,
+                               const std::vector<const void*>& data) {
+  ArchivePlan plan;
+  std::vector<ZipEntryInfo> entries;
+  std::vector<std::size_t> crc_entry;  // entry index of each CRC slot
+  uint64_t pos = 0;
+  auto own = [&](const void* p, std::size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    plan.pieces.push_back({nullptr, plan.header.size(), n});
+    plan.header.insert(plan.header.end(), b, b + n);
+    pos += n;
+  };
+  // A small member: its bytes are copied into the header and its CRC computed now.
+  auto add_owned = [&](const std::string& name, const void* p, std::size_t n) {
+    const uint32_t crc = zip_crc32(p, n);
+    entries.push_back({name, crc, n, pos});
+    const std::vector<uint8_t> h = zip_local_header(name, crc, n, pos);
+    own(h.data(), h.size());
+    own(p, n);
+  };
+  const std::string s(stem);
+  const std::string pkl = torch_data_pkl(items);
+  add_owned(s + "/data.pkl", pkl.data(), pkl.size());
+  static const char kLittle[] = "little";
+  add_owned(s + "/byteorder", kLittle, sizeof(kLittle) - 1);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const uint64_t n = static_cast<uint64_t>(items[i].span) * dtype_size(items[i].dtype);
+    const std::string name = s + "/data/" + std::to_string(i);
+    entries.push_back({name, 0, n, pos});
+    const std::vector<uint8_t> h = zip_local_header(name, 0, n, pos);
+    ArchivePlan::CrcSlot slot;
+    slot.local_at = plan.header.size() + kZipLocalCrcOffset;
+    own(h.data(), h.size());
+    slot.piece = plan.pieces.size();
+    plan.pieces.push_back({data[i], 0, n});
+    pos += n;
+    plan.crc_slots.push_back(slot);
+    crc_entry.push_back(entries.size() - 1);
+  }
+  static const char kVersion[] = "3\n";
+  add_owned(s + "/version", kVersion, sizeof(kVersion) - 1);
+  std::vector<std::size_t> starts;
+  const std::vector<uint8_t> cd = zip_central_directory(entries, pos, &starts);
+  const std::size_t cd_at = plan.header.size();
+  own(cd.data(), cd.size());
+  for (std::size_t k = 0; k < plan.crc_slots.size(); ++k) {
+    plan.crc_slots[k].central_at = cd_at + starts[crc_entry[k]] + kZipCentralCrcOffset;
+  }
+  plan.size = pos;
+  return plan;
+}
+
+bool write_archive_plan(int fd, ArchivePlan& plan) noexcept {
+  for (const ArchivePlan::CrcSlot& slot : plan.crc_slots) {
+    const ArchivePlan::Piece& p = plan.pieces[slot.piece];
+    const uint32_t crc = zip_crc32(p.data, static_cast<std::size_t>(p.size));
+    put_u32(plan.header, slot.local_at, crc);
+    put_u32(plan.header, slot.central_at, crc);
+  }
+  // Consecutive header pieces are adjacent in `header`: coalesce them into one write.
+  std::size_t i = 0;
+  while (i < plan.pieces.size()) {
+    const ArchivePlan::Piece& p = plan.pieces[i];
+    if (p.data) {
+      if (p.size && !write_all(fd, p.data, p.size)) return false;
+      ++i;
+      continue;
+    }
+    uint64_t at = p.at, n = p.size;
+    std::size_t j = i + 1;
+    while (j < plan.pieces.size() && !plan.pieces[j].data && plan.pieces[j].at == at + n) {
+      n += plan.pieces[j].size;
+      ++j;
+    }
+    if (n && !write_all(fd, plan.header.data() + at, n)) return false;
+    i = j;
+  }
+  return true;
+}
+
+}  // namespace flashinfer::formats

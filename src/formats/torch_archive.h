@@ -1,0 +1,66 @@
+// Private: torch.save archives laid out ahead of writing. save_torch writes one at once; the
+// flight recorder's ring mode lays a call's archives out when the call is kept (the small
+// header bytes owned here, tensor bytes referenced where they live) so that a dump, even from a
+// crash handler, is only open(2)/write(2)/close(2) plus CRC-32 arithmetic.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flashinfer/dtype.h"
+#include "flashinfer/tensor.h"
+#include "flashinfer/tensor_io.h"
+
+namespace flashinfer::formats {
+
+/// One tensor of a torch archive: its metadata and the span of storage it covers.
+struct TorchItem {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  Shape strides;
+  int64_t offset = 0;  // storage offset, in elements, from the start of the stored span
+  int64_t span = 0;    // elements of the stored span
+};
+
+/// The archive's data.pkl: a dict {name: tensor} in pickle protocol 2 with only the globals
+/// torch.load(weights_only=True) accepts; item i's storage is record "data/<i>".
+std::string torch_data_pkl(const std::vector<TorchItem>& items);
+
+/// save_torch with the archive's stem given (save_torch takes it from the file name): the
+/// recorder writes "outputs" archives under a temporary name.
+void save_torch_stem(const std::string& path, std::string_view stem, const NamedTensors& tensors);
+
+/// An archive as the bytes to write, in order.
+struct ArchivePlan {
+  struct Piece {
+    const void* data = nullptr;  // external bytes (a tensor's span); nullptr: `header` bytes
+    uint64_t at = 0;             // offset in `header` when data == nullptr
+    uint64_t size = 0;
+  };
+  // Entries whose CRC is computed when written: their data piece and the CRC fields in
+  // `header` of their local header and central directory record.
+  struct CrcSlot {
+    std::size_t piece = 0;
+    std::size_t local_at = 0;
+    std::size_t central_at = 0;
+  };
+  std::vector<uint8_t> header;
+  std::vector<Piece> pieces;
+  std::vector<CrcSlot> crc_slots;
+  uint64_t size = 0;  // bytes of the archive
+};
+
+/// Lays out the archive "<stem>/data.pkl", "<stem>/byteorder", "<stem>/data/<i>",
+/// "<stem>/version" exactly as save_torch writes it; data[i] holds items[i]'s span
+/// (span * element size bytes) and must live until the plan is written.
+ArchivePlan plan_torch_archive(std::string_view stem, const std::vector<TorchItem>& items,
+                               const std::vector<const void*>& data);
+
+/// Fills the pending CRCs into the plan's header bytes and writes the archive to `fd` with
+/// write(2) only: async-signal-safe (no allocation, no locks). False when a write failed.
+bool write_archive_plan(int fd, ArchivePlan& plan) noexcept;
+
+}  // namespace flashinfer::formats

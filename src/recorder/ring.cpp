@@ -1,0 +1,866 @@
+#include "recorder/ring.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "apilog/format.h"
+#include "calls/name_filter.h"
+#include "core/cuda_runtime.h"
+#include "core/strided.h"
+#include "flashinfer/error.h"
+#include "formats/torch_archive.h"
+#include "recorder/dump_schema.h"
+#include "recorder/dump_writer.h"
+#include "recorder/graph_dumps.h"
+#include "recorder/python_json.h"
+#include "recorder/record_json.h"
+
+namespace flashinfer::recorder::internal {
+
+namespace schema = flashinfer::dump_schema;
+
+namespace {
+
+// Stands for the dump directory in a kept record line; JSON-escaped it reads "\u0001", where
+// the line is split so that a dump can put its own directory there.
+constexpr std::string_view kDirMarker = "\x01";
+constexpr std::string_view kDirMarkerJson = "\\u0001";
+
+// ---- tensor bytes
+// ------------------------------------------------------------------------------
+
+struct BlobKey {
+  uint64_t lo = 0, hi = 0, size = 0;
+  bool operator==(const BlobKey&) const = default;
+};
+struct BlobKeyHash {
+  std::size_t operator()(const BlobKey& k) const { return k.lo ^ (k.hi * 31) ^ k.size; }
+};
+
+// One distinct tensor content: the covered span of a tensor's storage, on the host.
+struct Blob {
+  uint8_t* data = nullptr;
+  uint64_t size = 0;
+  bool pinned = false;
+  void* event = nullptr;  // a CUDA copy not yet known to be complete
+  std::optional<BlobKey> key;
+  std::shared_ptr<std::atomic<uint64_t>> held;  // the ring's byte counter
+
+  Blob(uint64_t n, bool pin, std::shared_ptr<std::atomic<uint64_t>> counter)
+      : size(n), pinned(pin), held(std::move(counter)) {
+    data =
+        pinned ? static_cast<uint8_t*>(detail::cuda_pinned_alloc(n)) : new uint8_t[n == 0 ? 1 : n];
+    held->fetch_add(n, std::memory_order_relaxed);
+  }
+  ~Blob() {
+    if (event) {
+      detail::cuda_event_wait(event);
+      detail::cuda_event_destroy(event);
+    }
+    if (pinned) {
+      detail::cuda_pinned_free(data);
+    } else {
+      delete[] data;
+    }
+    held->fetch_sub(size, std::memory_order_relaxed);
+  }
+  Blob(const Blob&) = delete;
+  Blob& operator=(const Blob&) = delete;
+};
+
+// A kept tensor: its torch metadata and the blob holding its span.
+struct KeptTensor {
+  formats::TorchItem item;
+  std::shared_ptr<Blob> blob;
+};
+
+// A record line with the dump directory cut out: before + <dir> + after.
+struct SplitLine {
+  std::string before, after;
+};
+
+SplitLine split_line(const std::string& line) {
+  const std::size_t at = line.find(kDirMarkerJson);
+  if (at == std::string::npos) return {line, ""};
+  return {line.substr(0, at), line.substr(at + kDirMarkerJson.size())};
+}
+
+std::string json_escaped(std::string_view s) {
+  std::string out;
+  append_json_string(out, s);
+  return out.substr(1, out.size() - 2);  // without the quotes
+}
+
+// A kept call's files, laid out. Immutable once published, except for the CRC fields that
+// writing an archive fills in (always with the same values).
+struct CallFiles {
+  std::vector<SplitLine> lines;  // metadata.jsonl (and session.jsonl) lines
+  formats::ArchivePlan inputs, outputs, mutated;
+  bool has_inputs = false, has_outputs = false, has_mutated = false;
+};
+
+struct RingCall {
+  std::string dir_name;       // <ts>_pid<PID>_<name>_call<NNNN>
+  std::string dir_name_json;  // the same, JSON-escaped
+  std::string info_json;      // '"function_name": ..., "call_sequence": N, "process_sequence": M'
+  std::vector<std::shared_ptr<Blob>> blobs;  // keeps every tensor's bytes alive
+  std::unique_ptr<CallFiles> begin, end;
+  std::atomic<CallFiles*> files{nullptr};
+  RecordParts rec;
+  std::vector<KeptTensor> inputs;
+  bool evicted = false;
+};
+
+// ---- async-signal-safe text and files
+// ---------------------------------------------------------
+
+// A fixed buffer that text is appended to without allocating.
+struct FixedText {
+  char* p;
+  std::size_t cap, n = 0;
+  bool overflow = false;
+  FixedText(char* buf, std::size_t c) : p(buf), cap(c) { p[0] = '\0'; }
+  void put(const char* s, std::size_t len) {
+    if (n + len + 1 > cap) {
+      overflow = true;
+      return;
+    }
+    std::memcpy(p + n, s, len);
+    n += len;
+    p[n] = '\0';
+  }
+  void put(std::string_view s) { put(s.data(), s.size()); }
+  void put_u64(uint64_t v, int min_digits = 1) {
+    char d[24];
+    int k = 0;
+    do {
+      d[k++] = static_cast<char>('0' + v % 10);
+      v /= 10;
+    } while (v > 0 || k < min_digits);
+    char r[24];
+    for (int i = 0; i < k; ++i) r[i] = d[k - 1 - i];
+    put(r, static_cast<std::size_t>(k));
+  }
+};
+
+bool write_all(int fd, const char* p, std::size_t n) noexcept {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+bool write_sv(int fd, std::string_view s) noexcept { return write_all(fd, s.data(), s.size()); }
+
+// mkdir -p on a mutable path buffer, component by component.
+bool make_dirs(char* path) noexcept {
+  const std::size_t n = std::strlen(path);
+  for (std::size_t i = 1; i <= n; ++i) {
+    if (path[i] == '/' || path[i] == '\0') {
+      const char c = path[i];
+      path[i] = '\0';
+      const int rc = ::mkdir(path, 0777);
+      const bool ok = rc == 0 || errno == EEXIST;
+      path[i] = c;
+      if (!ok) return false;
+    }
+  }
+  return true;
+}
+
+int open_new(const char* path) noexcept {
+  int fd;
+  do {
+    fd = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+const char* signal_name(int signo) {
+  switch (signo) {
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGILL:
+      return "SIGILL";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGABRT:
+      return "SIGABRT";
+    default:
+      return "signal";
+  }
+}
+
+constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+
+}  // namespace
+
+// ---- the recorder
+// --------------------------------------------------------------------------------
+
+class RingRecorder final : public CallObserver, public std::enable_shared_from_this<RingRecorder> {
+ public:
+  RingRecorder(Config c, LineSink sink);
+  ~RingRecorder() override;
+
+  void on_call_begin(const OpDecl& decl, std::span<const Value> args) override;
+  void on_call_end(const OpDecl& decl, std::span<const Value> args, const Value& result) override;
+  void on_call_error(const OpDecl& decl, std::span<const Value> args,
+                     std::string_view what) override;
+  bool wants(const OpDecl& decl) override { return filter_.passes(decl.name); }
+
+  std::string dump(const std::string& reason, RingCall* trigger);
+  // From the crash handler: no allocation, no locks.
+  void dump_from_signal(int signo) noexcept;
+  Stats stats();
+  void install_handlers();
+  void remove_handlers();
+
+ private:
+  struct Pending {
+    std::shared_ptr<RingCall> call;
+  };
+  static std::vector<Pending>& stack() {
+    thread_local std::vector<Pending> s;
+    return s;
+  }
+
+  std::vector<KeptTensor> keep(const NamedTensors& tensors, std::vector<std::shared_ptr<Blob>>&);
+  formats::ArchivePlan plan(std::string_view stem, const std::vector<KeptTensor>& t);
+  void publish(const std::shared_ptr<RingCall>& call);
+  void evict_oldest_locked();
+  void wait_copies_locked();
+  std::string signature_of(const OpDecl& decl);
+  // Writes the kept calls under `root` (a buffer holding the root path); async-signal-safe.
+  // `reason`/`signo` and `trigger` go to trigger.json. Returns false if nothing was written.
+  bool write_dump(char* root, std::size_t root_rel_at, const char* reason, int signo,
+                  const RingCall* trigger) noexcept;
+  void log(const std::string& line);
+
+  Config cfg_;
+  LineSink sink_;
+  detail::NameFilter filter_;
+  const int64_t pid_;
+  std::string prefix_;       // join_like_pathlib(dump_dir, ""): "<dir>/"
+  std::string prefix_json_;  // the same, JSON-escaped
+  uint64_t limit_bytes_;
+
+  std::mutex mu_;
+  std::deque<std::shared_ptr<RingCall>> calls_;  // oldest first
+  std::unordered_map<BlobKey, std::weak_ptr<Blob>, BlobKeyHash> blobs_;
+  std::map<std::string, int64_t> counters_;
+  std::map<std::pair<const OpDecl*, std::string>, std::string> signatures_;
+  std::shared_ptr<std::atomic<uint64_t>> held_ = std::make_shared<std::atomic<uint64_t>>(0);
+
+  // What the crash handler reads: slot k % N holds the k-th kept call (null once evicted).
+  std::vector<std::atomic<RingCall*>> slots_;
+  std::atomic<uint64_t> kept_{0};
+  std::atomic<RingCall*> last_begun_{nullptr};
+  std::atomic<int64_t> dumps_{0};
+  std::atomic<bool> nan_fired_{false}, error_fired_{false};
+  std::atomic<int64_t> process_sequence_{0};
+
+  bool trig_crash_ = false, trig_signal_ = false, trig_nan_ = false, trig_error_ = false;
+  std::thread watcher_;
+  int pipe_[2] = {-1, -1};
+  bool handlers_ = false;
+};
+
+namespace {
+
+std::atomic<RingRecorder*> g_crash_ring{nullptr};
+struct sigaction g_old_crash[32];
+struct sigaction g_old_usr1;
+std::atomic<int> g_usr1_fd{-1};
+std::atomic<int> g_in_crash{0};
+
+void crash_handler(int signo, siginfo_t*, void*) {
+  RingRecorder* r = g_crash_ring.load(std::memory_order_acquire);
+  if (r && g_in_crash.fetch_add(1) == 0) r->dump_from_signal(signo);
+  // The previous disposition (default: terminate, with a core) takes the re-raised signal
+  // when this handler returns.
+  ::sigaction(signo, &g_old_crash[signo], nullptr);
+  ::raise(signo);
+}
+
+void usr1_handler(int) {
+  const int saved = errno;
+  const int fd = g_usr1_fd.load(std::memory_order_relaxed);
+  if (fd >= 0) {
+    const char c = 'u';
+    (void)!::write(fd, &c, 1);
+  }
+  errno = saved;
+}
+
+bool has(const std::vector<std::string>& v, const char* s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+bool is_flashinfer_error() {
+  try {
+    if (auto e = std::current_exception()) std::rethrow_exception(e);
+  } catch (const Error&) {
+    return true;
+  } catch (...) {
+  }
+  return false;
+}
+
+std::string sanitized(const std::string& reason) {
+  std::string r;
+  for (char c : reason.substr(0, 64)) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_';
+    r += ok ? c : '_';
+  }
+  return r.empty() ? "api" : r;
+}
+
+}  // namespace
+
+RingRecorder::RingRecorder(Config c, LineSink sink)
+    : cfg_(std::move(c)),
+      sink_(std::move(sink)),
+      filter_{cfg_.include, cfg_.exclude},
+      pid_(::getpid()),
+      prefix_(join_like_pathlib(cfg_.dump_dir, "")),
+      prefix_json_(json_escaped(prefix_)),
+      limit_bytes_(static_cast<uint64_t>(std::max<int64_t>(cfg_.ring_mb, 0)) << 20),
+      slots_(static_cast<std::size_t>(std::max<int64_t>(cfg_.ring, 1))) {
+  trig_crash_ = has(cfg_.triggers, "crash");
+  trig_signal_ = has(cfg_.triggers, "signal");
+  trig_nan_ = has(cfg_.triggers, "nan");
+  trig_error_ = has(cfg_.triggers, "error");
+}
+
+RingRecorder::~RingRecorder() { remove_handlers(); }
+
+void RingRecorder::log(const std::string& line) {
+  // The same route as the disk recorder's lines (the override sink of tests first).
+  DumpWriter w(cfg_, sink_);
+  w.log(line);
+}
+
+void RingRecorder::install_handlers() {
+  if (handlers_) return;
+  handlers_ = true;
+  if (trig_crash_) {
+    g_crash_ring.store(this, std::memory_order_release);
+    g_in_crash.store(0);
+    struct sigaction sa {};
+    sa.sa_sigaction = crash_handler;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    for (int s : kCrashSignals) ::sigaction(s, &sa, &g_old_crash[s]);
+  }
+  if (trig_signal_ && ::pipe2(pipe_, O_CLOEXEC) == 0) {
+    g_usr1_fd.store(pipe_[1]);
+    // A SIGUSR1 only wakes this thread: the dump itself runs here, with ordinary code.
+    std::weak_ptr<RingRecorder> self = weak_from_this();
+    const int rd = pipe_[0];
+    watcher_ = std::thread([self, rd] {
+      char c = 0;
+      while (true) {
+        const ssize_t n = ::read(rd, &c, 1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0 || c == 'q') return;
+        if (auto r = self.lock()) r->dump("signal", nullptr);
+      }
+    });
+    struct sigaction sa {};
+    sa.sa_handler = usr1_handler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGUSR1, &sa, &g_old_usr1);
+  }
+}
+
+void RingRecorder::remove_handlers() {
+  if (!handlers_) return;
+  handlers_ = false;
+  if (trig_crash_) {
+    RingRecorder* me = this;
+    if (g_crash_ring.compare_exchange_strong(me, nullptr)) {
+      for (int s : kCrashSignals) ::sigaction(s, &g_old_crash[s], nullptr);
+    }
+  }
+  if (pipe_[1] >= 0) {
+    ::sigaction(SIGUSR1, &g_old_usr1, nullptr);
+    g_usr1_fd.store(-1);
+    const char q = 'q';
+    (void)!::write(pipe_[1], &q, 1);
+    if (watcher_.joinable()) {
+      if (watcher_.get_id() == std::this_thread::get_id()) {
+        watcher_.detach();  // the last reference went in the watcher itself
+      } else {
+        watcher_.join();
+      }
+    }
+    ::close(pipe_[0]);
+    ::close(pipe_[1]);
+    pipe_[0] = pipe_[1] = -1;
+  }
+}
+
+std::string RingRecorder::signature_of(const OpDecl& decl) {
+  std::lock_guard<std::mutex> l(mu_);
+  const auto key = std::make_pair(&decl, decl.name);
+  auto it = signatures_.find(key);
+  if (it == signatures_.end()) it = signatures_.emplace(key, decl.signature()).first;
+  return it->second;
+}
+
+std::vector<KeptTensor> RingRecorder::keep(const NamedTensors& tensors,
+                                           std::vector<std::shared_ptr<Blob>>& owner) {
+  std::vector<KeptTensor> out;
+  out.reserve(tensors.size());
+  for (const auto& [key, t] : tensors) {
+    KeptTensor k;
+    k.item.name = key;
+    k.item.dtype = t.dtype();
+    k.item.shape = t.shape();
+    k.item.strides = t.strides();
+    int64_t begin = t.storage_offset(), end = begin;
+    if (t.numel() > 0) {
+      std::tie(begin, end) = detail::covered_span(t.shape(), t.strides(), t.storage_offset());
+    }
+    k.item.offset = t.storage_offset() - begin;
+    k.item.span = end - begin;
+    const uint64_t n = static_cast<uint64_t>(end - begin) * dtype_size(t.dtype());
+    const uint8_t* src =
+        n ? static_cast<const uint8_t*>(t.data_ptr()) - k.item.offset * dtype_size(t.dtype())
+          : nullptr;
+    if (t.device().is_cuda()) {
+      // Copied on the call's stream into page-locked memory; the copy is awaited only when a
+      // dump is written.
+      k.blob = std::make_shared<Blob>(n, true, held_);
+      k.blob->event = detail::cuda_copy_to_host_async(k.blob->data, src, n, t.device().index);
+    } else {
+      const XXH128_hash_t h = XXH3_128bits(src, n);
+      const BlobKey bk{h.low64, h.high64, n};
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        auto it = blobs_.find(bk);
+        if (it != blobs_.end()) k.blob = it->second.lock();
+      }
+      if (!k.blob) {
+        k.blob = std::make_shared<Blob>(n, false, held_);
+        if (n) std::memcpy(k.blob->data, src, n);
+        k.blob->key = bk;
+        std::lock_guard<std::mutex> l(mu_);
+        blobs_[bk] = k.blob;
+      }
+    }
+    owner.push_back(k.blob);
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+formats::ArchivePlan RingRecorder::plan(std::string_view stem, const std::vector<KeptTensor>& t) {
+  std::vector<formats::TorchItem> items;
+  std::vector<const void*> data;
+  for (const KeptTensor& k : t) {
+    items.push_back(k.item);
+    data.push_back(k.blob->data);
+  }
+  return formats::plan_torch_archive(stem, items, data);
+}
+
+void RingRecorder::evict_oldest_locked() {
+  std::shared_ptr<RingCall> old = std::move(calls_.front());
+  calls_.pop_front();
+  old->evicted = true;
+  for (auto& slot : slots_) {
+    RingCall* p = old.get();
+    slot.compare_exchange_strong(p, nullptr);
+  }
+  // Its bytes go now unless a later call shares them; keys of freed blobs are forgotten.
+  // (A crash on another thread at this very moment could read freed bytes: the handler
+  // loads the slot before it was cleared. The window is a few instructions wide.)
+  std::vector<BlobKey> keys;
+  for (const auto& b : old->blobs) {
+    if (b->key) keys.push_back(*b->key);
+  }
+  old->inputs.clear();
+  old->blobs.clear();
+  for (const BlobKey& k : keys) {
+    auto it = blobs_.find(k);
+    if (it != blobs_.end() && it->second.expired()) blobs_.erase(it);
+  }
+}
+
+void RingRecorder::publish(const std::shared_ptr<RingCall>& call) {
+  std::lock_guard<std::mutex> l(mu_);
+  const std::size_t n = slots_.size();
+  while (calls_.size() >= n) evict_oldest_locked();
+  calls_.push_back(call);
+  const uint64_t k = kept_.load(std::memory_order_relaxed);
+  slots_[k % n].store(call.get(), std::memory_order_release);
+  kept_.store(k + 1, std::memory_order_release);
+  // The newest call stays; older ones go, oldest first, while the bound is passed.
+  while (calls_.size() > 1 && held_->load(std::memory_order_relaxed) > limit_bytes_) {
+    evict_oldest_locked();
+  }
+}
+
+void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
+  stack().push_back({});
+  if (!filter_.passes(decl.name)) return;
+  if (capture_in_progress(args)) return;  // copying now would break the capture: not kept
+  try {
+    auto call = std::make_shared<RingCall>();
+    int64_t seq = 0;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      seq = ++counters_[decl.name];
+    }
+    const std::string ts = timestamp_now();
+    Extracted ex;
+    ex.by_reference = true;  // the ring takes its own copies below
+    call->rec.head = record_head(decl, args, seq, ts, pid_, ex);
+    std::optional<uint64_t> self_id;
+    if (decl.is_method() && !args.empty() && args[0].kind() == Value::Kind::kObject) {
+      self_id = args[0].as_object().id;
+    }
+    const int64_t pseq = process_sequence_.fetch_add(1, std::memory_order_relaxed) + 1;
+    finish_inputs(call->rec, ex, false, signature_of(decl), false, self_id, pseq);
+    call->inputs = keep(ex.tensors, call->blobs);
+    char seq_text[32];
+    std::snprintf(seq_text, sizeof(seq_text), "%04lld", static_cast<long long>(seq));
+    call->dir_name = ts + std::string(schema::kDirPidMarker) + std::to_string(pid_) + "_" +
+                     decl.name + std::string(schema::kDirCallMarker) + seq_text;
+    call->dir_name_json = json_escaped(call->dir_name);
+    std::string info;
+    append_member(info, schema::kFunctionName, "");
+    append_json_string(info, decl.name);
+    append_member(info, schema::kCallSequence, std::to_string(seq));
+    append_member(info, schema::kProcessSequence, std::to_string(pseq));
+    call->info_json = info.substr(2);
+
+    auto files = std::make_unique<CallFiles>();
+    files->lines.push_back(split_line(
+        record_line(call->rec, inputs_outcome(call->rec), schema::kStatusInputsSaved, kDirMarker)));
+    files->has_inputs = !call->inputs.empty();
+    if (files->has_inputs) files->inputs = plan(schema::kInputsStem, call->inputs);
+    call->begin = std::move(files);
+    call->files.store(call->begin.get(), std::memory_order_release);
+    publish(call);
+    last_begun_.store(call.get(), std::memory_order_release);
+    stack().back().call = std::move(call);
+  } catch (const std::exception& e) {
+    log(std::string("[flashinfer] ring recorder: keeping ") + decl.name + " failed: " + e.what());
+  }
+}
+
+void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
+                               const Value& result) {
+  if (stack().empty()) return;
+  std::shared_ptr<RingCall> call = std::move(stack().back().call);
+  stack().pop_back();
+  if (!call) return;
+  RingCall* expected = call.get();
+  last_begun_.compare_exchange_strong(expected, nullptr);
+  bool nan = false;
+  SplitLine line1;
+  std::vector<KeptTensor> inputs;
+  bool evicted = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    evicted = call->evicted;
+    if (!evicted) {
+      line1 = call->begin->lines[0];
+      inputs = call->inputs;
+    }
+  }
+  try {
+    std::string output_metadata;
+    Extracted out = extract_result(result, true, output_metadata);
+    Extracted mutated = extract_mutated(decl, args, true);
+    if (trig_nan_ && !nan_fired_.load(std::memory_order_relaxed)) {
+      for (const NamedTensors* side : {&out.tensors, &mutated.tensors}) {
+        for (const auto& [k, t] : *side) nan = nan || detail::apilog::tensor_has_nonfinite(t);
+      }
+    }
+    if (evicted) throw std::runtime_error("evicted before it completed");
+    std::vector<std::shared_ptr<Blob>> blobs;
+    const std::vector<KeptTensor> kept_out = keep(out.tensors, blobs);
+    const std::vector<KeptTensor> kept_mut = keep(mutated.tensors, blobs);
+    const Outcome o = outputs_outcome(call->rec, std::move(output_metadata), out, mutated);
+    auto files = std::make_unique<CallFiles>();
+    files->lines.push_back(std::move(line1));
+    files->lines.push_back(
+        split_line(record_line(call->rec, o, schema::kStatusCompleted, kDirMarker)));
+    files->has_inputs = !inputs.empty();
+    if (files->has_inputs) files->inputs = plan(schema::kInputsStem, inputs);
+    files->has_outputs = !kept_out.empty();
+    if (files->has_outputs) files->outputs = plan(schema::kOutputsStem, kept_out);
+    files->has_mutated = !kept_mut.empty();
+    if (files->has_mutated) files->mutated = plan(schema::kMutatedStem, kept_mut);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!call->evicted) {
+        for (auto& b : blobs) call->blobs.push_back(std::move(b));
+        call->end = std::move(files);
+        call->files.store(call->end.get(), std::memory_order_release);
+        // The outputs count toward the bound too.
+        while (calls_.size() > 1 && held_->load(std::memory_order_relaxed) > limit_bytes_) {
+          if (calls_.front() == call) break;
+          evict_oldest_locked();
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    if (!evicted) {
+      log(std::string("[flashinfer] ring recorder: keeping the outputs of ") + decl.name +
+          " failed: " + e.what());
+    }
+  }
+  if (nan && !nan_fired_.exchange(true)) dump("nan", call.get());
+}
+
+void RingRecorder::on_call_error(const OpDecl&, std::span<const Value>, std::string_view) {
+  if (stack().empty()) return;
+  std::shared_ptr<RingCall> call = std::move(stack().back().call);
+  stack().pop_back();
+  if (!call) return;
+  RingCall* expected = call.get();
+  last_begun_.compare_exchange_strong(expected, nullptr);
+  // Only line 1 stays on record, as in the disk recorder: the call did not complete.
+  if (trig_error_ && is_flashinfer_error() && !error_fired_.exchange(true)) {
+    dump("error", call.get());
+  }
+}
+
+void RingRecorder::wait_copies_locked() {
+  for (const auto& c : calls_) {
+    for (const auto& b : c->blobs) {
+      if (b->event) {
+        detail::cuda_event_wait(b->event);
+        detail::cuda_event_destroy(b->event);
+        b->event = nullptr;
+      }
+    }
+  }
+}
+
+std::string RingRecorder::dump(const std::string& reason, RingCall* trigger) {
+  const std::string why = sanitized(reason);
+  const int64_t k = dumps_.fetch_add(1) + 1;
+  char num[16];
+  std::snprintf(num, sizeof(num), "%04lld", static_cast<long long>(k));
+  std::string rel = "ring_pid" + std::to_string(pid_) + "_dump" + num + "_" + why;
+  std::string root = prefix_ + rel;
+  std::vector<char> buf(root.size() + 4096);
+  std::memcpy(buf.data(), root.data(), root.size() + 1);
+  bool ok = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    wait_copies_locked();
+    ok = write_dump(buf.data(), prefix_.size(), why.c_str(), 0, trigger);
+  }
+  if (!ok) {
+    std::fprintf(stderr, "[flashinfer] warning: the ring dump to '%s' failed: %s\n", root.c_str(),
+                 std::strerror(errno));
+    return "";
+  }
+  log("Ring dump (" + why + ") written to: " + root);
+  return root;
+}
+
+void RingRecorder::dump_from_signal(int signo) noexcept {
+  // Everything on the stack: nothing may allocate here.
+  char root[4096];
+  FixedText t(root, sizeof(root));
+  t.put(prefix_.c_str(), prefix_.size());  // prefix_ is immutable after construction
+  const std::size_t rel_at = t.n;
+  const int64_t k = dumps_.fetch_add(1) + 1;
+  t.put("ring_pid");
+  t.put_u64(static_cast<uint64_t>(pid_));
+  t.put("_dump");
+  t.put_u64(static_cast<uint64_t>(k), 4);
+  t.put("_crash");
+  if (t.overflow) return;
+  static const char kMsg[] = "[flashinfer] fatal signal: writing the flight recorder's ring to ";
+  (void)!::write(2, kMsg, sizeof(kMsg) - 1);
+  (void)!::write(2, root, t.n);
+  (void)!::write(2, "\n", 1);
+  write_dump(root, rel_at, "crash", signo, last_begun_.load(std::memory_order_acquire));
+}
+
+bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason, int signo,
+                              const RingCall* trigger) noexcept {
+  const std::size_t root_len = std::strlen(root);
+  if (!make_dirs(root)) return false;
+  char path[8192];
+  auto file_path = [&](const char* dir, std::string_view name) {
+    FixedText p(path, sizeof(path));
+    p.put(root, root_len);
+    if (dir) {
+      p.put("/");
+      p.put(dir, std::strlen(dir));
+    }
+    p.put("/");
+    p.put(name);
+    return !p.overflow;
+  };
+  // The root as JSON text: the escaped dump directory prefix, then the plain ASCII rest.
+  const std::string_view rel(root + rel_at, root_len - rel_at);
+  if (!file_path(nullptr, schema::kSessionFile)) return false;
+  const int session = open_new(path);
+  if (session < 0) return false;
+  const uint64_t kept = kept_.load(std::memory_order_acquire);
+  const uint64_t n = slots_.size();
+  const uint64_t first = kept > n ? kept - n : 0;
+  uint64_t written = 0;
+  const RingCall* last = nullptr;
+  for (uint64_t i = first; i < kept; ++i) {
+    RingCall* c = slots_[i % n].load(std::memory_order_acquire);
+    if (!c) continue;
+    CallFiles* f = c->files.load(std::memory_order_acquire);
+    if (!f) continue;
+    const char* dir = c->dir_name.c_str();
+    if (!file_path(dir, "")) continue;
+    path[std::strlen(path) - 1] = '\0';  // the call directory itself
+    if (::mkdir(path, 0777) != 0 && errno != EEXIST) continue;
+    if (!file_path(dir, schema::kMetadataFile)) continue;
+    const int meta = open_new(path);
+    if (meta < 0) continue;
+    for (const SplitLine& line : f->lines) {
+      for (int fd : {meta, session}) {
+        write_sv(fd, line.before);
+        write_sv(fd, prefix_json_);
+        write_sv(fd, rel);
+        write_sv(fd, "/");
+        write_sv(fd, c->dir_name_json);
+        write_sv(fd, line.after);
+        write_sv(fd, "\n");
+      }
+    }
+    ::close(meta);
+    struct Side {
+      bool has;
+      formats::ArchivePlan* plan;
+      std::string_view stem;
+    };
+    const Side sides[] = {{f->has_inputs, &f->inputs, schema::kInputsStem},
+                          {f->has_outputs, &f->outputs, schema::kOutputsStem},
+                          {f->has_mutated, &f->mutated, schema::kMutatedStem}};
+    for (const Side& s : sides) {
+      if (!s.has) continue;
+      char name[32];
+      FixedText nm(name, sizeof(name));
+      nm.put(s.stem);
+      nm.put(schema::kTorchExtension);
+      if (!file_path(dir, std::string_view(name, nm.n))) continue;
+      const int fd = open_new(path);
+      if (fd < 0) continue;
+      formats::write_archive_plan(fd, *s.plan);
+      ::close(fd);
+    }
+    ++written;
+    last = c;
+  }
+  ::close(session);
+  // trigger.json: why, and which call.
+  if (!file_path(nullptr, "trigger.json")) return false;
+  const int tj = open_new(path);
+  if (tj < 0) return false;
+  char text[4096];
+  FixedText j(text, sizeof(text));
+  j.put("{\"reason\": \"");
+  j.put(reason, std::strlen(reason));
+  j.put("\", \"signal\": ");
+  if (signo) {
+    j.put_u64(static_cast<uint64_t>(signo));
+    j.put(", \"signal_name\": \"");
+    const char* sn = signal_name(signo);
+    j.put(sn, std::strlen(sn));
+    j.put("\"");
+  } else {
+    j.put("null");
+  }
+  j.put(", \"process_id\": ");
+  j.put_u64(static_cast<uint64_t>(pid_));
+  j.put(", \"calls\": ");
+  j.put_u64(written);
+  j.put(", \"ring_size\": ");
+  j.put_u64(n);
+  j.put(", \"triggering_call\": ");
+  (void)last;
+  bool found = false;
+  if (trigger) {
+    for (uint64_t i = first; i < kept; ++i) {
+      if (slots_[i % n].load(std::memory_order_acquire) == trigger) found = true;
+    }
+  }
+  if (found) {
+    j.put("{");
+    j.put(trigger->info_json);
+    j.put(", \"dump_dir\": \"");
+    j.put(prefix_json_);
+    j.put(rel);
+    j.put("/");
+    j.put(trigger->dir_name_json);
+    j.put("\"}");
+  } else {
+    j.put("null");
+  }
+  j.put("}\n");
+  const bool ok = !j.overflow && write_all(tj, text, j.n);
+  ::close(tj);
+  return ok;
+}
+
+Stats RingRecorder::stats() {
+  std::lock_guard<std::mutex> l(mu_);
+  Stats s;
+  s.ring_calls = static_cast<int64_t>(calls_.size());
+  s.ring_bytes = held_->load(std::memory_order_relaxed);
+  s.ring_dumps = dumps_.load();
+  return s;
+}
+
+std::shared_ptr<RingRecorder> make_ring_recorder(const Config& config, LineSink sink) {
+  auto r = std::make_shared<RingRecorder>(config, std::move(sink));
+  r->install_handlers();
+  return r;
+}
+
+std::shared_ptr<CallObserver> as_observer(const std::shared_ptr<RingRecorder>& r) { return r; }
+
+std::string ring_dump(RingRecorder& r, const std::string& reason) {
+  return r.dump(reason, nullptr);
+}
+
+Stats ring_stats(RingRecorder& r) { return r.stats(); }
+
+void ring_shutdown(RingRecorder& r) { r.remove_handlers(); }
+
+}  // namespace flashinfer::recorder::internal

@@ -1,0 +1,43 @@
+// Private: the flight recorder's ring mode (FLASHINFER_DUMP_RING=N, docs/LOGGING.md "Ring
+// mode"). The last N calls, records and tensors, are kept in memory and nothing is written
+// until a trigger (a crash signal, SIGUSR1, a NaN/Inf output, a flashinfer::Error, or
+// recorder::dump_ring()) writes them in upstream's dump layout.
+//
+// Memory: tensor bytes are held as "blobs", one per distinct content. A CPU tensor's covered
+// span is hashed (XXH3-128) and a blob with the same hash and size is shared instead of copied,
+// so weights passed call after call are held once. CUDA tensors are copied asynchronously into
+// pinned host memory on the call's stream and are not shared (their bytes are not on the host
+// when the call is kept).
+//
+// Crash safety: every kept call carries its files laid out ahead (record lines around the
+// dump directory, torch archives as header bytes plus pointers to blobs), so the crash
+// handler writes a dump with mkdir(2)/open(2)/write(2)/close(2) only, then re-raises.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "flashinfer/api_call.h"
+#include "flashinfer/recorder.h"
+
+namespace flashinfer::recorder::internal {
+
+class RingRecorder;
+
+/// The ring-mode observer for `config` (config.ring > 0). Installs the signal handlers its
+/// triggers need; they are removed when it is destroyed.
+std::shared_ptr<RingRecorder> make_ring_recorder(const Config& config, LineSink sink);
+
+/// The observer interface of a ring recorder.
+std::shared_ptr<CallObserver> as_observer(const std::shared_ptr<RingRecorder>& r);
+
+/// Writes the ring now (recorder::dump_ring); returns the dump directory or "" .
+std::string ring_dump(RingRecorder& r, const std::string& reason);
+
+/// The ring's counters (recorder::stats in ring mode).
+Stats ring_stats(RingRecorder& r);
+
+/// Removes the signal handlers (before the recorder goes away).
+void ring_shutdown(RingRecorder& r);
+
+}  // namespace flashinfer::recorder::internal

@@ -1,0 +1,469 @@
+// The flight recorder's ring mode (FLASHINFER_DUMP_RING), its triggers (crash, SIGUSR1, NaN,
+// flashinfer::Error, dump_ring), dedup mode (FLASHINFER_DUMP_DEDUP) and `flashinfer export`.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "core/settings.h"
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
+#include "flashinfer/tensor_io.h"
+#include "recorder/recorder_internal.h"
+#include "util/run_command.h"
+
+namespace flashinfer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// ---- user ops: one that doubles its input (or throws / aborts on request) ----
+Tensor ring_probe(const Tensor& x, int64_t mode);
+
+const OpDecl& ring_probe_decl() {
+  static const OpDecl& d = [] {
+    OpDecl decl;
+    decl.name = "ring_probe";
+    decl.module = "tests.ring";
+    decl.params = {ParamDecl("x", ParamKind::kTensor), ParamDecl("mode", ParamKind::kInt).def(0)};
+    decl.returns = "Tensor";
+    decl.invoke = [](const CallArgs& a) -> Value { return ring_probe(a.tensor(0), a.i64(1)); };
+    return std::cref(register_op(std::move(decl)));
+  }();
+  return d;
+}
+
+Tensor ring_probe(const Tensor& x, int64_t mode) {
+  return call_api(
+      &ring_probe_decl,
+      [&] {
+        if (mode == 1) throw Error(ErrorCode::kInvalidArgument, "ring_probe", "mode", "asked to");
+        if (mode == 2) std::abort();
+        std::vector<double> v = x.to_double_vector();
+        for (double& e : v) e *= 2;
+        return Tensor::from_vector(v, x.shape(), x.dtype());
+      },
+      x, mode);
+}
+
+Tensor filled(int64_t n, double v) {
+  return Tensor::from_vector(std::vector<double>(static_cast<std::size_t>(n), v), {n},
+                             DType::kFloat32);
+}
+
+// One row of n values: an rmsnorm input.
+Tensor row(int64_t n, double v) { return filled(n, v).view({1, n}); }
+
+class RingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("fi_ring_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    recorder::set_log_sink([](const std::string&) {});
+  }
+  void TearDown() override {
+    recorder::stop();
+    recorder::set_log_sink({});
+    fs::remove_all(dir_);
+  }
+  recorder::Config config(int64_t ring) const {
+    recorder::Config c;
+    c.dump_dir = dir_.string();
+    c.ring = ring;
+    return c;
+  }
+  // The ring dumps under dir_, oldest first.
+  std::vector<fs::path> dumps() const {
+    std::vector<fs::path> out;
+    if (!fs::exists(dir_)) return out;
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      if (e.path().filename().string().starts_with("ring_")) out.push_back(e.path());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  // A dump's call directories in call order (process_sequence: names sort by timestamp, then
+  // by function name within one millisecond).
+  static std::vector<fs::path> calls(const fs::path& root) {
+    std::vector<std::pair<int64_t, fs::path>> seq;
+    for (const auto& e : fs::directory_iterator(root)) {
+      if (!e.is_directory()) continue;
+      std::ifstream f(e.path() / "metadata.jsonl");
+      std::string l;
+      std::getline(f, l);
+      seq.emplace_back(json::parse(l)["process_sequence"].get<int64_t>(), e.path());
+    }
+    std::sort(seq.begin(), seq.end());
+    std::vector<fs::path> out;
+    for (auto& [k, p] : seq) out.push_back(p);
+    return out;
+  }
+  static std::vector<json> lines(const fs::path& p) {
+    std::ifstream f(p);
+    std::vector<json> out;
+    std::string l;
+    while (std::getline(f, l)) {
+      if (!l.empty()) out.push_back(json::parse(l));
+    }
+    return out;
+  }
+  static json trigger(const fs::path& root) {
+    std::ifstream f(root / "trigger.json");
+    return json::parse(f);
+  }
+  fs::path dir_;
+};
+
+TEST_F(RingTest, SettingsParseRingTriggerAndDedup) {
+  std::map<std::string, std::string> env = {{"FLASHINFER_DUMP_RING", "64"},
+                                            {"FLASHINFER_DUMP_RING_MB", "2_048"},
+                                            {"FLASHINFER_DUMP_TRIGGER", "nan, signal,bogus"},
+                                            {"FLASHINFER_DUMP_DEDUP", "1"}};
+  auto lookup = [&](const char* n) -> const char* {
+    auto it = env.find(n);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  detail::Settings s = detail::parse_settings(lookup);
+  EXPECT_EQ(s.dump_ring, 64);
+  EXPECT_EQ(s.dump_ring_mb, 2048);
+  EXPECT_EQ(s.dump_trigger, (std::vector<std::string>{"nan", "signal"}));
+  EXPECT_TRUE(s.dump_dedup);
+  ASSERT_NE(s.problem("FLASHINFER_DUMP_TRIGGER"), nullptr);
+  EXPECT_NE(s.problem("FLASHINFER_DUMP_TRIGGER")->message.find("'bogus'"), std::string::npos);
+  env = {{"FLASHINFER_DUMP_RING", "-3"}};
+  s = detail::parse_settings(lookup);
+  EXPECT_EQ(s.dump_ring, 0);
+  EXPECT_NE(s.problem("FLASHINFER_DUMP_RING"), nullptr);
+  EXPECT_EQ(s.dump_trigger, (std::vector<std::string>{"crash", "signal", "nan", "error"}));
+  EXPECT_EQ(s.dump_ring_mb, 1024);
+  EXPECT_FALSE(s.dump_dedup);
+  const recorder::Config c = recorder::config_from(s);
+  EXPECT_EQ(c.ring, 0);
+  EXPECT_EQ(c.ring_mb, 1024);
+}
+
+TEST_F(RingTest, KeepsTheLastNCallsAndWritesNothingUntilDumped) {
+  recorder::start(config(3));
+  Tensor w = filled(8, 1.0);
+  for (int i = 1; i <= 5; ++i) {
+    rmsnorm(row(8, i), w);
+  }
+  EXPECT_FALSE(fs::exists(dir_)) << "ring mode wrote before a trigger";
+  EXPECT_EQ(recorder::stats().ring_calls, 3);
+  const std::string root = recorder::dump_ring("manual check");
+  ASSERT_FALSE(root.empty());
+  EXPECT_EQ(fs::path(root).filename().string(),
+            "ring_pid" + std::to_string(::getpid()) + "_dump0001_manual_check");
+  const auto c = calls(root);
+  ASSERT_EQ(c.size(), 3u);
+  const auto session = lines(fs::path(root) / "session.jsonl");
+  ASSERT_EQ(session.size(), 6u);
+  for (std::size_t k = 0; k < 3; ++k) {
+    const auto meta = lines(c[k] / "metadata.jsonl");
+    ASSERT_EQ(meta.size(), 2u);
+    EXPECT_EQ(meta[0]["execution_status"], "inputs_saved");
+    EXPECT_EQ(meta[1]["execution_status"], "completed");
+    EXPECT_EQ(meta[1]["call_sequence"], static_cast<int>(k) + 3);
+    EXPECT_EQ(meta[1]["dump_dir"], c[k].string());
+    EXPECT_EQ(meta[1]["tensor_format"], "torch");
+    // Upstream's keys, in upstream's order, then this library's two.
+    std::vector<std::string> keys;
+    for (auto it = meta[1].begin(); it != meta[1].end(); ++it) keys.push_back(it.key());
+    const std::vector<std::string> want = {
+        "backend",        "call_sequence",      "dump_dir",      "execution_status",
+        "function_name",  "function_signature", "graph_capture", "input_metadata",
+        "module",         "output_metadata",    "process_id",    "process_sequence",
+        "tensor_details", "tensor_format",      "tensor_info",   "timestamp",
+        "versions"};
+    EXPECT_EQ(keys, want);  // nlohmann::json sorts keys
+    const NamedTensors in = load_torch((c[k] / "inputs.pt").string());
+    ASSERT_EQ(in.size(), 2u);
+    EXPECT_EQ(in[0].second.to_double_vector(), std::vector<double>(8, k + 3.0));
+    // Byte for byte what save_torch (checked with torch.load(weights_only=True) in
+    // test_tensor_io) writes for the same tensors.
+    const fs::path again = dir_ / "cmp" / "inputs.pt";
+    fs::create_directories(again.parent_path());
+    save_torch(again.string(), {{"arg_0", row(8, k + 3.0)}, {"arg_1", w}});
+    std::ifstream a(c[k] / "inputs.pt", std::ios::binary), b(again, std::ios::binary);
+    const std::string ab((std::istreambuf_iterator<char>(a)), {});
+    const std::string bb((std::istreambuf_iterator<char>(b)), {});
+    EXPECT_EQ(ab.size(), bb.size());
+    EXPECT_TRUE(ab == bb) << "ring archive differs from save_torch's";
+  }
+  const json t = trigger(root);
+  EXPECT_EQ(t["reason"], "manual_check");
+  EXPECT_TRUE(t["triggering_call"].is_null());
+  EXPECT_EQ(t["calls"], 3);
+  for (const auto& r : replay::replay_sequence(root)) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.dump_dir << " " << r.error;
+  }
+  // A second dump is a new directory.
+  EXPECT_NE(recorder::dump_ring("again"), root);
+}
+
+TEST_F(RingTest, UnchangedTensorsAreHeldOnceAndChangesAreSeen) {
+  recorder::start(config(8));
+  Tensor w = filled(16384, 0.5);  // 64 KiB, passed on every call
+  for (int i = 0; i < 6; ++i) ring_probe(w, 0);
+  // One input blob (w) and one output blob (2w) for six calls.
+  EXPECT_EQ(recorder::stats().ring_bytes, 2u * 65536u);
+  // Written in place between calls: the next call keeps the new content.
+  w.fill_(3.0);
+  ring_probe(w, 0);
+  EXPECT_EQ(recorder::stats().ring_bytes, 4u * 65536u);
+  const std::string root = recorder::dump_ring("x");
+  const auto c = calls(root);
+  ASSERT_EQ(c.size(), 7u);
+  EXPECT_EQ(load_torch((c[5] / "inputs.pt").string())[0].second.to_double_vector()[0], 0.5);
+  EXPECT_EQ(load_torch((c[6] / "inputs.pt").string())[0].second.to_double_vector()[0], 3.0);
+  EXPECT_EQ(load_torch((c[6] / "outputs.pt").string())[0].second.to_double_vector()[0], 6.0);
+}
+
+TEST_F(RingTest, MemoryBoundEvictsTheOldestCalls) {
+  recorder::Config c = config(100);
+  c.ring_mb = 1;
+  recorder::start(c);
+  for (int i = 0; i < 10; ++i) ring_probe(filled(65536, i), 0);  // 256 KiB in, 256 KiB out
+  const recorder::Stats s = recorder::stats();
+  EXPECT_EQ(s.ring_calls, 2);
+  EXPECT_LE(s.ring_bytes, 1u << 20);
+  const auto cs = calls(recorder::dump_ring("bound"));
+  ASSERT_EQ(cs.size(), 2u);
+  EXPECT_EQ(lines(cs[1] / "metadata.jsonl")[1]["call_sequence"], 10);
+}
+
+TEST_F(RingTest, NanOutputDumpsTheProducingCallAndTheOnesBefore) {
+  constexpr int kRing = 4, kStep = 7;
+  recorder::start(config(kRing));
+  Tensor w = filled(8, 1.0);
+  for (int i = 1; i <= 10; ++i) {
+    Tensor x = row(8, i);
+    if (i == kStep)
+      x = Tensor::from_vector({1, 2, std::nan(""), 4, 5, 6, 7, 8}, {1, 8}, DType::kFloat32);
+    rmsnorm(x, w);
+  }
+  const auto d = dumps();
+  ASSERT_EQ(d.size(), 1u) << "one dump, at the first NaN only";
+  EXPECT_TRUE(d[0].filename().string().ends_with("_nan"));
+  const auto c = calls(d[0]);
+  ASSERT_EQ(c.size(), static_cast<std::size_t>(kRing));
+  for (int k = 0; k < kRing; ++k) {
+    EXPECT_EQ(lines(c[k] / "metadata.jsonl").back()["call_sequence"], kStep - kRing + 1 + k);
+  }
+  const json t = trigger(d[0]);
+  EXPECT_EQ(t["reason"], "nan");
+  EXPECT_EQ(t["triggering_call"]["function_name"], "rmsnorm");
+  EXPECT_EQ(t["triggering_call"]["call_sequence"], kStep);
+  EXPECT_EQ(t["triggering_call"]["dump_dir"], c.back().string());
+  const auto r = testing::run_flashinfer("replay --dir " + d[0].string());
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("Summary: 4 passed, 0 failed/mismatch"), std::string::npos) << r.out;
+  const auto show = testing::run_flashinfer("show " + d[0].string());
+  EXPECT_NE(show.out.find("Ring dump: trigger nan, triggering call rmsnorm"), std::string::npos)
+      << show.out;
+}
+
+TEST_F(RingTest, FlashinferErrorDumpsTheFailingCall) {
+  recorder::start(config(3));
+  Tensor w = filled(8, 1.0);
+  for (int i = 1; i <= 4; ++i) rmsnorm(row(8, i), w);
+  EXPECT_THROW(ring_probe(filled(2, 1), 1), Error);
+  EXPECT_THROW(ring_probe(filled(2, 1), 1), Error);  // fires once
+  const auto d = dumps();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_TRUE(d[0].filename().string().ends_with("_error"));
+  const auto c = calls(d[0]);
+  ASSERT_EQ(c.size(), 3u);
+  const auto last = lines(c[2] / "metadata.jsonl");
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0]["execution_status"], "inputs_saved");
+  EXPECT_EQ(trigger(d[0])["triggering_call"]["function_name"], "ring_probe");
+  EXPECT_EQ(trigger(d[0])["triggering_call"]["dump_dir"], c[2].string());
+  // The rmsnorm calls before it replay (the user op exists only in this test binary).
+  const auto r = testing::run_flashinfer("replay --dir " + d[0].string() + " --exclude ring_probe");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("Summary: 2 passed, 0 failed/mismatch"), std::string::npos) << r.out;
+}
+
+TEST_F(RingTest, SigusrOneDumpsAndTheProcessGoesOn) {
+  recorder::Config c = config(2);
+  c.triggers = {"signal"};
+  recorder::start(c);
+  Tensor w = filled(8, 1.0);
+  for (int i = 1; i <= 3; ++i) rmsnorm(row(8, i), w);
+  ASSERT_EQ(::kill(::getpid(), SIGUSR1), 0);
+  for (int i = 0; i < 500 && recorder::stats().ring_dumps == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  rmsnorm(row(8, 9), w);  // the process goes on
+  // The dump finishes writing trigger.json last.
+  std::vector<fs::path> d;
+  for (int i = 0; i < 500; ++i) {
+    d = dumps();
+    if (d.size() == 1 && fs::exists(d[0] / "trigger.json")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_TRUE(d[0].filename().string().ends_with("_signal"));
+  ASSERT_EQ(calls(d[0]).size(), 2u);
+  EXPECT_EQ(trigger(d[0])["reason"], "signal");
+  const auto r = testing::run_flashinfer("replay --dir " + d[0].string());
+  EXPECT_EQ(r.status, 0) << r.out;
+  recorder::stop();  // the handler goes with the recorder
+  struct sigaction now {};
+  ::sigaction(SIGUSR1, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
+}
+
+TEST_F(RingTest, AbortInAUserOpDumpsFromTheSignalHandler) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    recorder::start(config(3));
+    Tensor w = filled(8, 1.0);
+    for (int i = 1; i <= 4; ++i) rmsnorm(row(8, i), w);
+    ring_probe(filled(3, 5.0), 2);  // abort() inside the op
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGABRT);
+  const auto d = dumps();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].filename().string(), "ring_pid" + std::to_string(child) + "_dump0001_crash");
+  const json t = trigger(d[0]);
+  EXPECT_EQ(t["reason"], "crash");
+  EXPECT_EQ(t["signal"], SIGABRT);
+  EXPECT_EQ(t["signal_name"], "SIGABRT");
+  EXPECT_EQ(t["triggering_call"]["function_name"], "ring_probe");
+  const auto c = calls(d[0]);
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(t["triggering_call"]["dump_dir"], c[2].string());
+  const auto crashed = lines(c[2] / "metadata.jsonl");
+  ASSERT_EQ(crashed.size(), 1u);
+  EXPECT_EQ(crashed[0]["execution_status"], "inputs_saved");
+  EXPECT_EQ(load_torch((c[2] / "inputs.pt").string())[0].second.to_double_vector(),
+            (std::vector<double>{5, 5, 5}));
+  EXPECT_EQ(lines(d[0] / "session.jsonl").size(), 5u);
+  const auto r = testing::run_flashinfer("replay --dir " + d[0].string() + " --exclude ring_probe");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("Summary: 2 passed, 0 failed/mismatch"), std::string::npos) << r.out;
+}
+
+TEST_F(RingTest, DedupStoresEachContentOnceAndExportExpandsIt) {
+  recorder::Config c;
+  c.dump_dir = dir_.string();
+  c.dedup = true;
+  recorder::start(c);
+  Tensor w = filled(1024, 1.0);
+  Tensor x = row(1024, 2.0);
+  for (int i = 0; i < 5; ++i) rmsnorm(x, w);  // identical calls: 2 input and 1 output content
+  rmsnorm(row(1024, 3.0), w);                 // one new input, one new output
+  const recorder::Stats s = recorder::stats();
+  recorder::stop();
+  EXPECT_EQ(s.distinct_bytes, 5u * 4096u);
+  int blobs = 0;
+  for (const auto& e : fs::directory_iterator(dir_ / "tensors")) {
+    EXPECT_EQ(e.path().extension(), ".bin");
+    ++blobs;
+  }
+  EXPECT_EQ(blobs, 5);
+  std::vector<fs::path> cs;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    if (e.is_directory() && e.path().filename() != "tensors") cs.push_back(e.path());
+  }
+  std::sort(cs.begin(), cs.end());
+  ASSERT_EQ(cs.size(), 6u);
+  EXPECT_TRUE(fs::exists(cs[0] / "inputs.refs.json"));
+  EXPECT_FALSE(fs::exists(cs[0] / "inputs.pt"));
+  EXPECT_EQ(lines(cs[0] / "metadata.jsonl")[1]["tensor_store"], "dedup");
+  for (const auto& r : replay::replay_sequence(dir_.string())) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.dump_dir << " " << r.error;
+  }
+  const auto show = testing::run_flashinfer("show " + dir_.string());
+  EXPECT_NE(show.out.find("Tensor store (FLASHINFER_DUMP_DEDUP): 5 distinct tensors"),
+            std::string::npos)
+      << show.out;
+
+  const fs::path out = dir_.string() + "_export";
+  fs::remove_all(out);
+  auto r = testing::run_flashinfer("export --dir " + dir_.string() + " --out " + out.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_FALSE(fs::exists(out / "tensors"));
+  for (const fs::path& call : cs) {
+    const fs::path e = out / call.filename();
+    ASSERT_TRUE(fs::exists(e / "inputs.pt")) << e;
+    EXPECT_FALSE(fs::exists(e / "inputs.refs.json"));
+    const auto meta = lines(e / "metadata.jsonl");
+    ASSERT_EQ(meta.size(), 2u);
+    EXPECT_FALSE(meta[1].contains("tensor_store"));
+    EXPECT_EQ(meta[1]["dump_dir"], e.string());
+  }
+  EXPECT_EQ(
+      load_torch((out / cs[5].filename() / "inputs.pt").string())[0].second.to_double_vector(),
+      std::vector<double>(1024, 3.0));
+  r = testing::run_flashinfer("replay --dir " + out.string());
+  EXPECT_EQ(r.status, 0) << r.out;
+  // A tampered blob is an error for that call, not a crash.
+  for (const auto& e : fs::directory_iterator(dir_ / "tensors")) {
+    std::ofstream(e.path(), std::ios::binary | std::ios::trunc) << "garbage!";
+    break;
+  }
+  bool saw_error = false;
+  for (const auto& rr : replay::replay_sequence(dir_.string())) {
+    saw_error = saw_error || (rr.status == replay::Status::kError &&
+                              rr.error.find("does not match its hash") != std::string::npos);
+  }
+  EXPECT_TRUE(saw_error);
+  fs::remove_all(out);
+}
+
+TEST_F(RingTest, PreparedDirectoriesLeaveUpstreamsLayoutOnly) {
+  recorder::Config c;
+  c.dump_dir = dir_.string();
+  recorder::start(c);  // record-everything mode: call directories come from the pool
+  ring_probe(filled(4, 1.0), 0);
+  const fs::path pool = dir_ / (".prealloc_pid" + std::to_string(::getpid()));
+  for (int i = 0; i < 500 && !fs::exists(pool / "p3"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(fs::exists(pool / "p3")) << "the pool thread prepared nothing";
+  ring_probe(filled(4, 2.0), 0);                       // a prepared directory, completed
+  EXPECT_THROW(ring_probe(filled(4, 3.0), 1), Error);  // a prepared directory, raised
+  recorder::stop();
+  EXPECT_FALSE(fs::exists(pool)) << "unused prepared directories were left behind";
+  std::vector<std::set<std::string>> files;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    if (!e.is_directory()) continue;
+    std::set<std::string> names;
+    for (const auto& f : fs::directory_iterator(e.path())) names.insert(f.path().filename());
+    files.push_back(names);
+  }
+  const std::set<std::string> done = {"metadata.jsonl", "inputs.pt", "outputs.pt"};
+  const std::set<std::string> raised = {"metadata.jsonl", "inputs.pt"};
+  EXPECT_EQ(std::count(files.begin(), files.end(), done), 2);
+  EXPECT_EQ(std::count(files.begin(), files.end(), raised), 1);
+  EXPECT_EQ(files.size(), 3u);
+  for (const auto& r : replay::replay_sequence(dir_.string())) {
+    if (r.incomplete) continue;
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.dump_dir << " " << r.error;
+  }
+}
+
+}  // namespace
+}  // namespace flashinfer
