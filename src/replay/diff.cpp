@@ -11,6 +11,7 @@
 
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "flashinfer/op_decl.h"
 #include "recorder/dump_schema.h"
 
 namespace flashinfer::replay {
@@ -99,17 +100,6 @@ Json metadata_member(const Json& rec, std::string_view key) {
   return it != rec.end() && it->is_object() ? *it : Json::object();
 }
 
-// Keys of both sides, A's order first.
-std::vector<std::string> union_keys(const std::vector<std::string>& a,
-                                    const std::vector<std::string>& b) {
-  std::vector<std::string> out = a;
-  std::set<std::string> seen(a.begin(), a.end());
-  for (const auto& k : b) {
-    if (seen.insert(k).second) out.push_back(k);
-  }
-  return out;
-}
-
 TensorDiff diff_tensor(const std::string& side, const std::string& key, const Tensor* a,
                        const Tensor* b, const DiffOptions& o) {
   TensorDiff d;
@@ -133,10 +123,79 @@ TensorDiff diff_tensor(const std::string& side, const std::string& key, const Te
   return d;
 }
 
+// The name a recorded key is matched by: the parameter it binds to when the op is known, so
+// that an argument passed positionally on one side (arg_2) and by keyword on the other
+// (kwarg_eps, as a Python caller may) still meet. Nested items keep their suffix.
+std::string canonical_key(const OpDecl* decl, const std::string& key) {
+  if (!decl) return key;
+  const auto sep = key.find(schema::kNestedSeparator);
+  const std::string base = key.substr(0, sep);
+  const std::string rest = sep == std::string::npos ? "" : key.substr(sep);
+  if (base.starts_with(schema::kKwargPrefix)) {
+    return "param " + base.substr(schema::kKwargPrefix.size()) + rest;
+  }
+  if (base.starts_with(schema::kArgPrefix)) {
+    const std::string idx = base.substr(schema::kArgPrefix.size());
+    if (!idx.empty() && idx.size() < 7 && idx.find_first_not_of("0123456789") == idx.npos) {
+      const auto i = std::stoul(idx);
+      if (i < decl->params.size()) return "param " + decl->params[i].name + rest;
+    }
+  }
+  return key;
+}
+
+// Whether `j`, recorded for `key` by one side only, is the parameter's default: then the side
+// that did not record it passed the same value by leaving it out.
+bool is_default(const OpDecl* decl, const std::string& key, const Json& j) {
+  if (!decl) return false;
+  const std::string c = canonical_key(decl, key);
+  if (!c.starts_with("param ")) return false;
+  const int i = decl->param_index(c.substr(6));
+  if (i < 0 || !decl->params[static_cast<std::size_t>(i)].default_value) return false;
+  const Value& v = *decl->params[static_cast<std::size_t>(i)].default_value;
+  switch (v.kind()) {
+    case Value::Kind::kNone:
+      return j.is_null();
+    case Value::Kind::kBool:
+      return j.is_boolean() && j.get<bool>() == v.as_bool();
+    case Value::Kind::kInt:
+      return j.is_number_integer() && j.get<int64_t>() == v.as_int();
+    case Value::Kind::kFloat:
+      return j.is_number() && j.get<double>() == v.as_float();
+    case Value::Kind::kString:
+      return j.is_string() && j.get<std::string>() == v.as_string();
+    default:
+      return false;
+  }
+}
+
+// Keys of both sides matched by canonical name, A's order first: (key shown, A's, B's).
+struct KeyPair {
+  std::string shown;
+  std::optional<std::string> a, b;
+};
+std::vector<KeyPair> pair_keys(const OpDecl* decl, const std::vector<std::string>& ka,
+                               const std::vector<std::string>& kb) {
+  std::vector<KeyPair> out;
+  std::map<std::string, std::size_t> at;
+  for (const auto& k : ka) {
+    if (at.emplace(canonical_key(decl, k), out.size()).second) out.push_back({k, k, {}});
+  }
+  for (const auto& k : kb) {
+    const auto [it, fresh] = at.emplace(canonical_key(decl, k), out.size());
+    if (fresh) {
+      out.push_back({k, {}, k});
+    } else if (!out[it->second].b) {
+      out[it->second].b = k;
+    }
+  }
+  return out;
+}
+
 // Compares the tensors of one kind (inputs, outputs or mutated) of a pair; returns whether all
 // are within tolerance.
-bool diff_tensor_set(const std::string& side, const NamedTensors& a, const NamedTensors& b,
-                     const DiffOptions& o, std::vector<TensorDiff>* out) {
+bool diff_tensor_set(const OpDecl* decl, const std::string& side, const NamedTensors& a,
+                     const NamedTensors& b, const DiffOptions& o, std::vector<TensorDiff>* out) {
   std::vector<std::string> ka, kb;
   std::map<std::string, const Tensor*> ma, mb;
   for (const auto& [k, t] : a) {
@@ -148,10 +207,9 @@ bool diff_tensor_set(const std::string& side, const NamedTensors& a, const Named
     mb[k] = &t;
   }
   bool all = true;
-  for (const auto& k : union_keys(ka, kb)) {
-    const auto ia = ma.find(k), ib = mb.find(k);
-    TensorDiff d = diff_tensor(side, k, ia == ma.end() ? nullptr : ia->second,
-                               ib == mb.end() ? nullptr : ib->second, o);
+  for (const KeyPair& k : pair_keys(decl, ka, kb)) {
+    TensorDiff d =
+        diff_tensor(side, k.shown, k.a ? ma.at(*k.a) : nullptr, k.b ? mb.at(*k.b) : nullptr, o);
     all = all && d.comparison.match;
     out->push_back(std::move(d));
   }
@@ -159,19 +217,18 @@ bool diff_tensor_set(const std::string& side, const NamedTensors& a, const Named
 }
 
 // Compares the non-tensor values of a record member (input_metadata / output_metadata).
-bool diff_values(const std::string& side, const Json& a, const Json& b,
+bool diff_values(const OpDecl* decl, const std::string& side, const Json& a, const Json& b,
                  std::vector<ValueDiff>* out) {
   std::vector<std::string> ka, kb;
   for (auto it = a.begin(); it != a.end(); ++it) ka.push_back(it.key());
   for (auto it = b.begin(); it != b.end(); ++it) kb.push_back(it.key());
   bool all = true;
-  for (const auto& k : union_keys(ka, kb)) {
-    const auto ia = a.find(k), ib = b.find(k);
-    const Json na = ia == a.end() ? Json() : normalize(*ia);
-    const Json nb = ib == b.end() ? Json() : normalize(*ib);
-    if (ia != a.end() && ib != b.end() && na == nb) continue;
+  for (const KeyPair& k : pair_keys(decl, ka, kb)) {
+    if (k.a && k.b && normalize(a.at(*k.a)) == normalize(b.at(*k.b))) continue;
+    if (k.a && !k.b && is_default(decl, k.shown, a.at(*k.a))) continue;
+    if (k.b && !k.a && is_default(decl, k.shown, b.at(*k.b))) continue;
     all = false;
-    out->push_back({side, k, ia == a.end() ? "" : ia->dump(), ib == b.end() ? "" : ib->dump()});
+    out->push_back({side, k.shown, k.a ? a.at(*k.a).dump() : "", k.b ? b.at(*k.b).dump() : ""});
   }
   return all;
 }
@@ -191,8 +248,10 @@ void diff_pair(CallDiff& c, const DiffOptions& o) {
     return;
   }
   const Json ra = Json::parse(a.metadata_json), rb = Json::parse(b.metadata_json);
-  bool in_ok = diff_tensor_set("input", a.inputs, b.inputs, o, &c.tensors);
-  in_ok = diff_values("input", metadata_member(ra, schema::kInputMetadata),
+  // Keys are matched by parameter when this library declares the op.
+  const OpDecl* decl = OpRegistry::global().find(a.function_name);
+  bool in_ok = diff_tensor_set(decl, "input", a.inputs, b.inputs, o, &c.tensors);
+  in_ok = diff_values(decl, "input", metadata_member(ra, schema::kInputMetadata),
                       metadata_member(rb, schema::kInputMetadata), &c.values) &&
           in_ok;
   c.inputs_equal = in_ok;
@@ -208,9 +267,9 @@ void diff_pair(CallDiff& c, const DiffOptions& o) {
     c.incomplete = true;  // both died in the call: only the inputs can be compared
     return;
   }
-  bool out_ok = diff_tensor_set("output", a.outputs, b.outputs, o, &c.tensors);
-  out_ok = diff_tensor_set("mutated", a.mutated, b.mutated, o, &c.tensors) && out_ok;
-  out_ok = diff_values("output", metadata_member(ra, schema::kOutputMetadata),
+  bool out_ok = diff_tensor_set(decl, "output", a.outputs, b.outputs, o, &c.tensors);
+  out_ok = diff_tensor_set(decl, "mutated", a.mutated, b.mutated, o, &c.tensors) && out_ok;
+  out_ok = diff_values(decl, "output", metadata_member(ra, schema::kOutputMetadata),
                        metadata_member(rb, schema::kOutputMetadata), &c.values) &&
            out_ok;
   c.outputs_equal = out_ok;

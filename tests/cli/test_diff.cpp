@@ -307,7 +307,58 @@ TEST(DiffAlign, WrapperCallsAlignByObjectNotByOrder) {
   for (const auto& p : {a, b, c}) fs::remove_all(p);
 }
 
+// A Python caller passes eps by keyword and leaves out `out` and enable_pdl: upstream records
+// kwarg_eps and no arg_3/arg_4. The C++ call records them positionally. Matched by parameter,
+// with left-out parameters at their defaults, the two calls agree.
+TEST(DiffKeys, PositionalAndKeywordArgumentsMeetByParameter) {
+  const fs::path a = scratch("pos"), b = scratch("kw");
+  start_recording(a);
+  (void)rmsnorm(Tensor::from_vector({1, 2, 3, 4}, {2, 2}, DType::kFloat32),
+                Tensor::from_vector({1, 0.5}, {2}, DType::kFloat32), 1e-5);
+  recorder::stop();
+  const fs::path call = calls_named(a, "_rmsnorm_call")[0];
+  auto keyword_copy = [&](double eps) {
+    fs::remove_all(b);
+    const fs::path up = b / call.filename();
+    fs::create_directories(up);
+    fs::copy_file(call / "inputs.pt", up / "inputs.pt");
+    fs::copy_file(call / "outputs.pt", up / "outputs.pt");
+    std::ifstream in(call / "metadata.jsonl");
+    std::string line, last;
+    while (std::getline(in, line)) {
+      if (!line.empty()) last = line;
+    }
+    auto rec = nlohmann::ordered_json::parse(last);
+    auto& im = rec["input_metadata"];
+    ASSERT_EQ(im["arg_2"], 1e-5) << last;
+    ASSERT_TRUE(im["arg_3"].is_null()) << last;
+    im.erase("arg_2");
+    im.erase("arg_3");
+    im.erase("arg_4");
+    im["kwarg_eps"] = eps;
+    std::ofstream(up / "metadata.jsonl") << rec.dump() << "\n";
+  };
+  keyword_copy(1e-5);
+  const auto same = run_flashinfer("diff " + a.string() + " " + b.string());
+  EXPECT_EQ(same.status, 0) << same.out;
+  keyword_copy(1e-4);
+  const auto j =
+      nlohmann::json::parse(run_flashinfer("diff --json " + a.string() + " " + b.string()).out);
+  const auto& s = j["first_input_difference"];
+  ASSERT_EQ(s["values"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(s["values"][0]["key"], "arg_2");
+  EXPECT_EQ(s["values"][0]["a"], "1e-05");
+  EXPECT_EQ(s["values"][0]["b"], "0.0001");
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
 TEST_F(Diff, UsageAndUnreadableInputExit2) {
+  for (const char* cmd : {"diff --help", "repro --help"}) {
+    const auto h = run_flashinfer(cmd);
+    EXPECT_EQ(h.status, 0) << cmd;
+    EXPECT_NE(h.out.find("Exit status"), std::string::npos) << h.out;
+  }
   EXPECT_EQ(run_flashinfer("diff " + a_->string()).status, 2);
   EXPECT_EQ(run_flashinfer("diff").status, 2);
   EXPECT_EQ(run_flashinfer("diff --bogus " + a_->string() + " " + b_->string()).status, 2);
