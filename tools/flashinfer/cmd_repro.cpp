@@ -495,11 +495,19 @@ TensorMap repro_load(const std::string& file) {
   return m;
 }
 
-// A recorded input tensor on the device the call runs on.
+// A recorded input tensor on the device the call runs on, with its recorded strides (a strided
+// view is moved with the span of storage it covers, as replay moves it).
 fi::Tensor repro_tensor(const TensorMap& m, const std::string& key) {
   const auto it = m.find(key);
   if (it == m.end()) throw std::runtime_error("tensor '" + key + "' missing from the data");
-  return it->second.device() == repro_device ? it->second : it->second.to(repro_device);
+  const fi::Tensor& t = it->second;
+  if (t.device() == repro_device) return t;
+  if (t.is_contiguous() || t.numel() == 0) return t.to(repro_device);
+  int64_t span = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) span += (t.size(d) - 1) * t.stride(d);
+  const fi::Tensor covered =
+      fi::Tensor::from_storage(t.storage(), {span}, {1}, t.storage_offset(), t.dtype());
+  return covered.to(repro_device).as_strided(t.shape(), t.strides(), 0);
 }
 
 // An object the recording could not describe further (as replay passes it).
