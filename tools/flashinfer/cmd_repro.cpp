@@ -476,18 +476,19 @@ constexpr const char* kPrologue = R"(#include <cstdint>
 
 namespace fi = flashinfer;
 
+// Helpers of the steps below (a step uses those it needs).
 namespace {
 
 std::string repro_data = REPRO_DATA_DIR;  // --data overrides
 fi::Device repro_device = fi::Device::parse(REPRO_DEVICE);
 std::optional<double> repro_rtol, repro_atol;  // default: replay's per-dtype tolerances
 bool repro_ok = true;
-fi::Value repro_self;  // a wrapper method's object, made by the __init__ step
+[[maybe_unused]] fi::Value repro_self;  // a wrapper method's object, made by the __init__ step
 
 using TensorMap = std::map<std::string, fi::Tensor>;
 
 // The tensors of one recorded file under the data directory (torch.save format).
-TensorMap repro_load(const std::string& file) {
+[[maybe_unused]] TensorMap repro_load(const std::string& file) {
   const std::string path = repro_data + "/" + file;
   TensorMap m;
   if (!std::filesystem::exists(path)) return m;
@@ -497,7 +498,7 @@ TensorMap repro_load(const std::string& file) {
 
 // A recorded input tensor on the device the call runs on, with its recorded strides (a strided
 // view is moved with the span of storage it covers, as replay moves it).
-fi::Tensor repro_tensor(const TensorMap& m, const std::string& key) {
+[[maybe_unused]] fi::Tensor repro_tensor(const TensorMap& m, const std::string& key) {
   const auto it = m.find(key);
   if (it == m.end()) throw std::runtime_error("tensor '" + key + "' missing from the data");
   const fi::Tensor& t = it->second;
@@ -511,7 +512,7 @@ fi::Tensor repro_tensor(const TensorMap& m, const std::string& key) {
 }
 
 // An object the recording could not describe further (as replay passes it).
-fi::Value repro_object(const std::string& type, const std::string& repr) {
+[[maybe_unused]] fi::Value repro_object(const std::string& type, const std::string& repr) {
   fi::ObjectRef ref;
   ref.type = type;
   ref.repr = repr;
@@ -520,8 +521,9 @@ fi::Value repro_object(const std::string& type, const std::string& repr) {
 
 // Runs op `name` through its declaration, binding the arguments as Python would (defaults
 // filled in): the path `flashinfer replay` takes.
-fi::Value repro_run(const std::string& name, std::vector<fi::Value> positional,
-                    std::vector<std::pair<std::string, fi::Value>> keyword) {
+[[maybe_unused]] fi::Value repro_run(const std::string& name,
+                                     std::vector<fi::Value> positional,
+                                     std::vector<std::pair<std::string, fi::Value>> keyword) {
   const fi::OpDecl* op = fi::OpRegistry::global().find(name);
   if (!op || !op->invoke) throw std::runtime_error("this flashinfer-cpp cannot run " + name);
   return op->invoke(
@@ -529,7 +531,7 @@ fi::Value repro_run(const std::string& name, std::vector<fi::Value> positional,
 }
 
 // The tensors a call returned, under the keys the recorder gives them.
-TensorMap repro_returned(const fi::Value& result) {
+[[maybe_unused]] TensorMap repro_returned(const fi::Value& result) {
   TensorMap m;
   if (result.is_tensor()) m["result"] = result.as_tensor();
   if (result.kind() == fi::Value::Kind::kTuple) {
@@ -543,7 +545,8 @@ TensorMap repro_returned(const fi::Value& result) {
 }
 
 // Compares one output with the recording and prints how far off it is.
-bool repro_check(const std::string& key, const TensorMap& actual, const TensorMap& expected) {
+[[maybe_unused]] bool repro_check(const std::string& key, const TensorMap& actual,
+                                  const TensorMap& expected) {
   const auto a = actual.find(key);
   const auto e = expected.find(key);
   if (a == actual.end() || e == expected.end()) {
