@@ -116,4 +116,24 @@ MetadataRecord read_metadata(const std::string& path);
 /// The same over the text of a metadata.jsonl (`name` is used in error messages).
 MetadataRecord parse_metadata(const std::string& text, const std::string& name = "<memory>");
 
+/// One recorded call as stored, neither rebuilt nor run: its record and its tensors (safetensors
+/// strides restored). What `flashinfer diff` compares and `flashinfer repro` packs.
+struct RecordedCall {
+  std::string dump_dir;
+  std::string function_name;
+  std::string module;
+  std::string metadata_json;  // the record used (last complete line)
+  bool completed = false;     // a "completed" line exists (else only inputs are on record)
+  int64_t process_id = 0;
+  std::optional<uint64_t> self_id;  // wrapper methods (and __init__)
+  NamedTensors inputs, outputs, mutated;
+};
+/// Reads one call directory. Throws flashinfer::Error(kIo/kFormat) for a missing or bad record
+/// or tensor file; with `tensors` false only the record is read.
+RecordedCall load_recorded_call(const std::string& dump_dir, bool tensors = true);
+
+/// The call directories under `root` in call order, the order replay_sequence runs them.
+/// Throws flashinfer::Error(kIo) when `root` is not a directory.
+std::vector<std::string> list_calls(const std::string& root);
+
 }  // namespace flashinfer::replay

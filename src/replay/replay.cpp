@@ -493,7 +493,7 @@ std::vector<Result> replay_sequence(const std::string& root, Device device,
   return replay_sequence(root, so);
 }
 
-std::vector<Result> replay_sequence(const std::string& root, const SequenceOptions& so) {
+std::vector<std::string> list_calls(const std::string& root) {
   if (std::error_code ec; !fs::is_directory(root, ec)) {
     FLASHINFER_FAIL(ErrorCode::kIo, "replay", "", "Dump directory not found: ", root);
   }
@@ -532,6 +532,56 @@ std::vector<Result> replay_sequence(const std::string& root, const SequenceOptio
     if (x.seq >= 0 && y.seq >= 0 && x.seq != y.seq) return x.seq < y.seq;
     return x.name < y.name;
   });
+  std::vector<std::string> out;
+  out.reserve(dirs.size());
+  for (const auto& d : dirs) out.push_back(d.string());
+  return out;
+}
+
+RecordedCall load_recorded_call(const std::string& dump_dir, bool with_tensors) {
+  const fs::path dir(dump_dir);
+  if (std::error_code ec; !fs::is_directory(dir, ec)) {
+    FLASHINFER_FAIL(ErrorCode::kIo, "replay", "", "Dump directory not found: ", dump_dir);
+  }
+  const MetadataRecord meta = read_metadata((dir / schema::kMetadataFile).string());
+  RecordedCall c;
+  c.dump_dir = dump_dir;
+  c.metadata_json = meta.json;
+  c.completed = meta.completed;
+  const Json rec = Json::parse(meta.json);
+  c.function_name = str_at(rec, schema::kFunctionName);
+  c.module = str_at(rec, schema::kModule);
+  const std::string pid_key(schema::kProcessId), self_key(schema::kSelfId);
+  if (rec.contains(pid_key) && rec[pid_key].is_number_integer()) {
+    c.process_id = rec[pid_key].get<int64_t>();
+  }
+  if (rec.contains(self_key) && rec[self_key].is_number_unsigned()) {
+    c.self_id = rec[self_key].get<uint64_t>();
+  } else if (rec.contains(self_key) && rec[self_key].is_number_integer()) {
+    c.self_id = static_cast<uint64_t>(rec[self_key].get<int64_t>());
+  }
+  if (!with_tensors) return c;
+  const bool safetensors =
+      str_at(rec, schema::kTensorFormat, schema::kFormatTorch.data()) == schema::kFormatSafetensors;
+  const std::string details_key(schema::kTensorDetails);
+  const Json details = rec.contains(details_key) ? rec[details_key] : Json::object();
+  auto load = [&](std::string_view stem) {
+    NamedTensors out = load_named(dir, stem);
+    if (safetensors) {
+      for (auto& [k, t] : out) {
+        if (details.is_object() && details.contains(k)) t = restore_strides(t, details[k]);
+      }
+    }
+    return out;
+  };
+  c.inputs = load(schema::kInputsStem);
+  c.outputs = load(schema::kOutputsStem);
+  c.mutated = load(schema::kMutatedStem);
+  return c;
+}
+
+std::vector<Result> replay_sequence(const std::string& root, const SequenceOptions& so) {
+  const std::vector<std::string> dirs = list_calls(root);
   ObjectRegistry registry;
   Options o;
   o.device = so.device;
@@ -540,7 +590,7 @@ std::vector<Result> replay_sequence(const std::string& root, const SequenceOptio
   o.atol = so.atol;
   std::vector<Result> out;
   for (const auto& d : dirs) {
-    out.push_back(replay_from_dump(d.string(), o));
+    out.push_back(replay_from_dump(d, o));
     if (so.on_progress) so.on_progress(out.back());
   }
   return out;

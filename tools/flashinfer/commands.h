@@ -27,6 +27,8 @@ Command info_command();
 Command list_ops_command();
 Command replay_command();
 Command show_command();
+Command diff_command();
+Command repro_command();
 Command bench_command();
 Command export_command();
 

@@ -9,8 +9,8 @@
 namespace flashinfer::cli {
 
 std::vector<Command> commands() {
-  return {version_command(), info_command(),  list_ops_command(), replay_command(),
-          show_command(),    bench_command(), export_command()};
+  return {version_command(), info_command(),  list_ops_command(), replay_command(), show_command(),
+          diff_command(),    repro_command(), export_command(),   bench_command()};
 }
 
 }  // namespace flashinfer::cli
@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help exits 0; a usage error exits 2, as the commands' documented statuses say.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   try {
     return to_run ? to_run() : 0;
