@@ -362,7 +362,8 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   s.plan = partition(s, rows_per_tile, chunk);
   // Partials must fit the float workspace; otherwise run unsplit (same numbers, less parallel).
   const int64_t need = s.plan.num_partial_rows * s.num_qo_heads * (s.head_dim_vo + 1) * 4;
-  const int64_t have = static_cast<int64_t>(s.float_workspace.nbytes());
+  const int64_t have =
+      s.workspace_cap >= 0 ? s.workspace_cap : static_cast<int64_t>(s.float_workspace.nbytes());
   if (s.plan.split_kv && need > have) s.plan = partition(s, rows_per_tile, 0);
 
   s.dev_mask = Tensor();

@@ -21,6 +21,8 @@ namespace detail {
 struct WrapperState {
   // Constructor arguments.
   Tensor float_workspace;
+  // Bytes of split-KV scratch plan() may use; -1: float_workspace's size.
+  int64_t workspace_cap = -1;
   Device device;
   bool hnd = false;
   bool use_cuda_graph = false;

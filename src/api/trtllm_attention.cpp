@@ -150,9 +150,9 @@ AttentionOutput run_block_call(BlockCall& c) {
                      qo_len, " queries but only ", c.kv_lens[b], " keys");
   }
 
-  // Split-KV partials go to scratch of our own: workspace_buffer is the caller's and stays
-  // untouched (so it replays as an input). Plan against its size, then allocate what is needed.
-  s.float_workspace = ws.numel() > 0 ? ws : Tensor::empty({0}, DType::kUInt8, s.device);
+  // Split-KV partials go to scratch of our own (at most 64 MiB), allocated after planning:
+  // workspace_buffer is the caller's and stays untouched, so it replays as an input.
+  s.workspace_cap = int64_t{64} << 20;
   api::build_plan(s, std::nullopt, /*disable_split_kv=*/false, op);
   if (s.plan.num_partial_rows > 0) {
     const int64_t floats = s.plan.num_partial_rows * s.num_qo_heads * (s.head_dim_vo + 1);
@@ -436,7 +436,7 @@ BenchBlocks bench_blocks(const BenchShape& s, Device dev) {
   b.block_tables = api::bench::int32_tensor(table, dev).view({s.batch_size, per});
   b.seq_lens = api::bench::int32_tensor(lens, dev);
   b.sinks = api::bench::random_tensor({s.num_qo_heads}, DType::kFloat32, dev, s.random_seed + 3);
-  b.workspace = Tensor::zeros({1 << 20}, DType::kUInt8, dev);
+  b.workspace = Tensor::zeros({1 << 16}, DType::kUInt8, dev);
   return b;
 }
 

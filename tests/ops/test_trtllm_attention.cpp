@@ -3,10 +3,17 @@
 // hand-checked golden; NaN propagation; bad input; record and replay.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
@@ -613,6 +620,159 @@ TEST(AttentionSinks, BatchDecodeWrapperMatchesFp64) {
   }
   EXPECT_TRUE(testing::all_close(r.out, eo, testing::attention_tolerance(DType::kBFloat16)));
   EXPECT_TRUE(testing::all_close(r.lse, el, {1e-4, 1e-5}));
+}
+
+// ---- Dumps: through this library's recorder, and written by Python as upstream writes them ----
+
+namespace fs = std::filesystem;
+
+fs::path temp_dump_dir(const char* name) {
+  fs::path d = fs::temp_directory_path() / ("fi_trtllm_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(d);
+  return d;
+}
+
+TEST(TrtllmDump, RecorderRoundTripReplays) {
+  const fs::path dir = temp_dump_dir("rec");
+  BlockCache c = make_cache({5, 9}, 4, 2, 64, DType::kFloat16, false, false, 23);
+  {
+    recorder::Config cfg;
+    cfg.dump_dir = dir.string();
+    recorder::start(cfg, [](const std::string&) {});
+    Tensor q = testing::rand_tensor({2, 4, 64}, DType::kFloat16, 1);
+    trtllm_batch_decode_with_kv_cache(q, c.cache(), workspace(), c.block_tables, c.seq_lens, 9,
+                                      0.125, 0.5, 4, std::nullopt, std::nullopt, std::nullopt,
+                                      std::nullopt, testing::rand_tensor({4}, DType::kFloat32, 2),
+                                      "NHD");
+    Tensor qc = testing::rand_tensor({7, 4, 64}, DType::kFloat16, 3);
+    trtllm_batch_context_with_kv_cache(qc, c.cache(), workspace(), c.block_tables, c.seq_lens, 4, 9,
+                                       0.125, 1.0, 2, int_tensor({0, 3, 7}), int_tensor({0, 5, 14}),
+                                       -1, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                       "NHD");
+    recorder::stop();
+  }
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 2u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
+}
+
+// Two calls written by Python with torch.save the way upstream's recorder writes them, with the
+// keyword arguments vLLM and SGLang pass: decode with vLLM's HND view of a 5-D cache (a permuted,
+// non-contiguous tensor) and sinks; context with SGLang's (k_cache, v_cache) tuple. The expected
+// outputs are an fp64 formula computed in Python.
+TEST(TrtllmDump, UpstreamWrittenDumpReplaysHere) {
+  if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  const fs::path dir = temp_dump_dir("upstream");
+  fs::create_directories(dir);
+  const std::string py = R"PY(
+import json, math, os, sys, torch
+root = sys.argv[1]
+torch.manual_seed(0)
+P, S, H, HQ, D = 8, 4, 2, 4, 64
+
+def attend(q, k, v, kv_len, qo_len, scale, bmm2, sinks, causal):
+    o = torch.zeros(qo_len, HQ, D, dtype=torch.float64)
+    for i in range(qo_len):
+        pos = kv_len - qo_len + i
+        for h in range(HQ):
+            g = h // (HQ // H)
+            n = pos + 1 if causal else kv_len
+            s = (k[:n, g, :] @ q[i, h].double()) * scale
+            m = s.max().item()
+            if sinks is not None:
+                m = max(m, sinks[h].item())
+            e = torch.exp(s - m)
+            den = e.sum().item() + (math.exp(sinks[h].item() - m) if sinks is not None else 0.0)
+            o[i, h] = (e[:, None] * v[:n, g, :]).sum(0) / den * bmm2
+    return o
+
+def gather(cache, table, b, kv_len, hnd):
+    rows = []
+    for t in range(kv_len):
+        page = cache[int(table[b, t // S])]
+        rows.append(page[:, t % S, :] if hnd else page[t % S, :, :])
+    return torch.stack(rows).double()
+
+def write(name, seq, inputs, meta, result):
+    d = os.path.join(root, "20261122_120000_%03d_pid4242_%s_call%04d" % (seq, name, seq))
+    os.makedirs(d)
+    torch.save(inputs, d + "/inputs.pt")
+    torch.save({"result": result}, d + "/outputs.pt")
+    rec = {"function_name": name, "module": meta.pop("__module"), "call_sequence": seq,
+           "timestamp": "20261122_120000_%03d" % seq, "process_id": 4242,
+           "input_metadata": meta, "output_metadata": {},
+           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": ["result"]},
+           "tensor_format": "torch", "execution_status": "completed"}
+    with open(d + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+
+def tensor_meta(t, key):
+    return {"type": "torch.Tensor", "shape": list(t.shape), "dtype": str(t.dtype),
+            "stride": list(t.stride()), "device": "cuda:0", "requires_grad": False,
+            "is_contiguous": t.is_contiguous(), "tensor_key": key}
+
+# vLLM decode: kv_cache [P, 2, S, H, D] storage permuted to the HND view [P, 2, H, S, D].
+storage = torch.randn(P, 2, S, H, D).to(torch.bfloat16)
+kv = storage.permute(0, 1, 3, 2, 4)
+q = torch.randn(2, HQ, D).to(torch.bfloat16)
+table = torch.tensor([[3, 1, -1], [0, 5, 2]], dtype=torch.int32)
+lens = torch.tensor([7, 9], dtype=torch.int32)
+sinks = torch.randn(HQ, dtype=torch.float32)
+scale, bmm2 = 1.0 / math.sqrt(D), 0.75
+out = torch.stack([attend(q[b:b + 1], gather(kv[:, 0], table, b, int(lens[b]), True),
+                          gather(kv[:, 1], table, b, int(lens[b]), True), int(lens[b]), 1,
+                          scale, bmm2, sinks, False)[0] for b in range(2)])
+write("trtllm_batch_decode_with_kv_cache", 1,
+      {"kwarg_query": q, "kwarg_kv_cache": kv, "kwarg_workspace_buffer": torch.zeros(4096, dtype=torch.uint8),
+       "kwarg_block_tables": table, "kwarg_seq_lens": lens, "kwarg_sinks": sinks},
+      {"__module": "flashinfer.decode", "kwarg_max_seq_len": 9, "kwarg_bmm1_scale": scale,
+       "kwarg_bmm2_scale": bmm2, "kwarg_window_left": -1, "kwarg_o_sf_scale": None,
+       "kwarg_kv_layout": "HND"},
+      out.to(torch.bfloat16))
+
+# SGLang context: (k_cache, v_cache) tuple of NHD pages, causal, two requests.
+kc = torch.randn(P, S, H, D).to(torch.float16)
+vc = torch.randn(P, S, H, D).to(torch.float16)
+qlens, kvlens = [3, 5], [6, 9]
+table = torch.tensor([[7, 2, -1], [4, 6, 1]], dtype=torch.int32)
+qs = torch.randn(sum(qlens), HQ, D).to(torch.float16)
+outs, q0 = [], 0
+for b in range(2):
+    outs.append(attend(qs[q0:q0 + qlens[b]], gather(kc, table, b, kvlens[b], False),
+                       gather(vc, table, b, kvlens[b], False), kvlens[b], qlens[b], 0.1, 1.0,
+                       None, True))
+    q0 += qlens[b]
+write("trtllm_batch_context_with_kv_cache", 2,
+      {"kwarg_query": qs, "kwarg_kv_cache__0": kc, "kwarg_kv_cache__1": vc,
+       "kwarg_workspace_buffer": torch.zeros(4096, dtype=torch.uint8), "kwarg_block_tables": table,
+       "kwarg_seq_lens": torch.tensor(kvlens, dtype=torch.int32),
+       "kwarg_cum_seq_lens_q": torch.tensor([0, 3, 8], dtype=torch.int32),
+       "kwarg_cum_seq_lens_kv": torch.tensor([0, 6, 15], dtype=torch.int32)},
+      {"__module": "flashinfer.prefill",
+       "kwarg_kv_cache": {"type": "tuple", "length": 2, "truncated": False,
+                          "items": [tensor_meta(kc, "kwarg_kv_cache__0"),
+                                    tensor_meta(vc, "kwarg_kv_cache__1")]},
+       "kwarg_max_q_len": 5, "kwarg_max_kv_len": 9, "kwarg_bmm1_scale": 0.1,
+       "kwarg_bmm2_scale": 1.0, "kwarg_batch_size": 2, "kwarg_window_left": -1,
+       "kwarg_kv_layout": "NHD"},
+      torch.cat(outs).to(torch.float16))
+)PY";
+  std::ofstream(dir / "make.py") << py;
+  ASSERT_EQ(
+      std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + (dir / "dump").string())
+                      .c_str()),
+      0);
+  const auto results = replay::replay_sequence((dir / "dump").string());
+  ASSERT_EQ(results.size(), 2u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace
