@@ -19,6 +19,7 @@ namespace {
 
 constexpr const char* kDecodeOp = "trtllm_batch_decode_with_kv_cache";
 constexpr const char* kContextOp = "trtllm_batch_context_with_kv_cache";
+constexpr const char* kXqaOp = "xqa_batch_decode_with_kv_cache";
 
 // A fused scale given as a float or a one-element float tensor (read on the host).
 double scale_value(const ScalarOrTensor<double>& x, const char* op, const char* arg) {
@@ -352,6 +353,62 @@ AttentionOutput context_impl(
   return run_block_call(c);
 }
 
+Tensor xqa_impl(const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
+                const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
+                const ScalarOrTensor<double>& bmm1_scale, const ScalarOrTensor<double>& bmm2_scale,
+                int64_t window_left, const std::optional<Tensor>& out,
+                const std::optional<Tensor>& sinks, std::string_view kv_layout,
+                std::optional<bool> enable_pdl, std::optional<int64_t> q_len_per_req,
+                std::optional<double> o_scale, const std::optional<Tensor>& mask,
+                const std::optional<Value>& kv_cache_sf,
+                const std::optional<Tensor>& q_cu_seq_lens) {
+  const char* op = kXqaOp;
+  FLASHINFER_CHECK_CODE(!mask, ErrorCode::kUnsupported, op, "mask",
+                        "speculative-decoding masks are not supported");
+  FLASHINFER_CHECK_CODE(!kv_cache_sf || kv_cache_sf->is_none(), ErrorCode::kUnsupported, op,
+                        "kv_cache_sf", "NVFP4 KV caches are not supported");
+  FLASHINFER_CHECK(max_seq_len >= 0, op, "max_seq_len", "must be >= 0, got ", max_seq_len);
+  api::check_defined(query, op, "query");
+  api::check_dim(query, {3}, op, "query");
+  const int64_t q_len = q_len_per_req.value_or(1);
+  FLASHINFER_CHECK(q_len >= 1, op, "q_len_per_req", "must be >= 1, got ", q_len);
+  BlockCall c;
+  c.op = op;
+  c.query = query;
+  c.kv_cache = &kv_cache;
+  c.workspace_buffer = &workspace_buffer;
+  c.block_tables = &block_tables;
+  c.hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
+  int64_t batch = 0;
+  if (q_cu_seq_lens) {
+    c.qo_indptr = api::index_to_host(*q_cu_seq_lens, op, "q_cu_seq_lens");
+    api::check_indptr(c.qo_indptr, op, "q_cu_seq_lens");
+    batch = static_cast<int64_t>(c.qo_indptr.size()) - 1;
+    for (int64_t b = 0; b < batch; ++b) {
+      FLASHINFER_CHECK(c.qo_indptr[b + 1] - c.qo_indptr[b] <= q_len, op, "q_cu_seq_lens",
+                       "request ", b, " has ", c.qo_indptr[b + 1] - c.qo_indptr[b],
+                       " queries, more than q_len_per_req=", q_len);
+    }
+  } else {
+    FLASHINFER_CHECK(query.size(0) % q_len == 0, op, "query", "has ", query.size(0),
+                     " rows, not a multiple of q_len_per_req=", q_len);
+    batch = query.size(0) / q_len;
+    for (int64_t b = 0; b <= batch; ++b) c.qo_indptr.push_back(static_cast<int32_t>(b * q_len));
+  }
+  c.kv_lens = lengths(seq_lens, batch, max_seq_len, op, "max_seq_len");
+  for (int64_t b = 0; b < batch; ++b) c.causal |= c.qo_indptr[b + 1] - c.qo_indptr[b] > 1;
+  c.bmm1 = scale_value(bmm1_scale, op, "bmm1_scale");
+  const double o_mul = o_scale.value_or(1.0);
+  FLASHINFER_CHECK(std::isfinite(o_mul) && o_mul != 0.0, op, "o_scale",
+                   "must be finite and non-zero, got ", o_mul);
+  c.out_scale = scale_value(bmm2_scale, op, "bmm2_scale") * o_mul;
+  c.window_left = window_left;
+  c.out = out;  // upstream: out's dtype, else query's
+  c.sinks = sinks;
+  c.enable_pdl = enable_pdl;
+  return run_block_call(c).out;
+}
+
 }  // namespace
 
 AttentionOutput trtllm_batch_decode_with_kv_cache(
@@ -411,6 +468,25 @@ AttentionOutput trtllm_batch_context_with_kv_cache(
       o_sf_scale, o_sf_vec_size, kv_layout, enable_pdl, sinks, kv_cache_sf,
       skip_softmax_threshold_scale_factor, uses_shared_paged_kv_idx, causal, lse, return_lse,
       multi_ctas_kv_counter_buffer, use_fp16_softmax, uses_spcompress);
+}
+
+Tensor xqa_batch_decode_with_kv_cache(
+    const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
+    const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
+    ScalarOrTensor<double> bmm1_scale, ScalarOrTensor<double> bmm2_scale, int64_t window_left,
+    std::optional<Tensor> out, std::optional<Tensor> sinks, std::string_view kv_layout,
+    std::optional<bool> enable_pdl, std::optional<int64_t> q_len_per_req,
+    std::optional<double> o_scale, std::optional<Tensor> mask, std::optional<Value> kv_cache_sf,
+    std::optional<Tensor> q_cu_seq_lens) {
+  return call_op<&xqa_batch_decode_with_kv_cache>(
+      [&] {
+        return xqa_impl(query, kv_cache, workspace_buffer, block_tables, seq_lens, max_seq_len,
+                        bmm1_scale, bmm2_scale, window_left, out, sinks, kv_layout, enable_pdl,
+                        q_len_per_req, o_scale, mask, kv_cache_sf, q_cu_seq_lens);
+      },
+      query, kv_cache, workspace_buffer, block_tables, seq_lens, max_seq_len, bmm1_scale,
+      bmm2_scale, window_left, out, sinks, kv_layout, enable_pdl, q_len_per_req, o_scale, mask,
+      kv_cache_sf, q_cu_seq_lens);
 }
 
 namespace {
@@ -481,6 +557,24 @@ BenchCase bench_trtllm_context(const BenchShape& s, Device dev) {
   return c;
 }
 
+BenchCase bench_xqa_decode(const BenchShape& s, Device dev) {
+  BenchBlocks b = bench_blocks(s, dev);
+  Tensor q = api::bench::random_tensor({s.batch_size, s.num_qo_heads, s.head_dim_qk}, s.q_dtype,
+                                       dev, s.random_seed);
+  // xqa's default layout is NHD: the same pages seen through an NHD view.
+  BenchCase c = api::bench::invoke_case(
+      kXqaOp,
+      {Value(q), Value::tuple({b.k.transpose(1, 2), b.v.transpose(1, 2)}), Value(b.workspace),
+       Value(b.block_tables), Value(b.seq_lens), Value(s.s_kv)},
+      {{"bmm1_scale", Value(1.0 / std::sqrt(static_cast<double>(s.head_dim_qk)))},
+       {"sinks", Value(b.sinks)}});
+  c.flops =
+      static_cast<double>(s.batch_size) *
+      api::bench::attention_flops(1, s.s_kv, s.num_qo_heads, s.head_dim_qk, s.head_dim_qk, false);
+  c.bytes = api::bench::bench_attention_bytes(s, s.batch_size, s.batch_size * s.s_kv);
+  return c;
+}
+
 }  // namespace
 
 namespace detail {
@@ -510,6 +604,17 @@ void register_trtllm_attention_ops(OpRegistry& r) {
       "skip_softmax_threshold_scale_factor", arg("uses_shared_paged_kv_idx", true),
       arg("causal", true), arg("lse").mut(), arg("return_lse", false),
       "multi_ctas_kv_counter_buffer", "use_fp16_softmax", "uses_spcompress");
+  declare<&xqa_batch_decode_with_kv_cache>(
+      r,
+      {.name = kXqaOp,
+       .module = "flashinfer.decode",
+       .summary = "Batch decode over a block-table paged KV cache (xqa convention, NHD default)"},
+      "query", "kv_cache", "workspace_buffer", "block_tables", "seq_lens", "max_seq_len",
+      arg("bmm1_scale", 1.0), arg("bmm2_scale", 1.0), arg("window_left", -1), arg("out").mut(),
+      "sinks", arg("kv_layout", "NHD"), "enable_pdl", arg("q_len_per_req", 1), arg("o_scale", 1.0),
+      "mask", "kv_cache_sf", "q_cu_seq_lens");
+  api::register_attention_backends(kXqaOp);
+  register_bench_hook(kXqaOp, bench_xqa_decode);
   api::register_attention_backends(kDecodeOp);
   api::register_attention_backends(kContextOp);
   register_bench_hook(kDecodeOp, bench_trtllm_decode);

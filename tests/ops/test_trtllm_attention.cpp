@@ -622,6 +622,39 @@ TEST(AttentionSinks, BatchDecodeWrapperMatchesFp64) {
   EXPECT_TRUE(testing::all_close(r.lse, el, {1e-4, 1e-5}));
 }
 
+// xqa_batch_decode_with_kv_cache: NHD by default, o_scale multiplies a 16-bit output, variable
+// query counts through q_cu_seq_lens.
+TEST(XqaDecode, MatchesFp64) {
+  BlockCache c = make_cache({8, 21, 3}, 4, 2, 64, DType::kBFloat16, false, true, 31);
+  const std::vector<int32_t> cq{0, 2, 4, 5};
+  Tensor q = testing::rand_tensor({5, 4, 64}, DType::kBFloat16, 8, -1.0, 1.0);
+  Tensor sinks = testing::rand_tensor({4}, DType::kFloat32, 9);
+  Ref r;
+  r.bmm1 = 0.15;
+  r.bmm2 = 0.5 * 3.0;  // bmm2_scale * o_scale
+  r.sinks = sinks.to_double_vector();
+  std::vector<double> eo, el;
+  reference(q, c, cq, r, eo, el);
+  Tensor o = xqa_batch_decode_with_kv_cache(
+      q, c.cache(), workspace(), c.block_tables, c.seq_lens, 21, 0.15, 0.5, -1, std::nullopt, sinks,
+      "NHD", std::nullopt, 2, 3.0, std::nullopt, std::nullopt, int_tensor(cq));
+  EXPECT_TRUE(testing::all_close(o, eo, testing::attention_tolerance(DType::kBFloat16)));
+  const char* op = "xqa_batch_decode_with_kv_cache";
+  EXPECT_FI_ERROR(
+      xqa_batch_decode_with_kv_cache(q, c.cache(), workspace(), c.block_tables, c.seq_lens, 21,
+                                     0.15, 0.5, -1, std::nullopt, sinks, "NHD", std::nullopt, 1,
+                                     3.0, std::nullopt, std::nullopt, int_tensor(cq)),
+      op, "q_cu_seq_lens");
+  EXPECT_FI_ERROR(
+      xqa_batch_decode_with_kv_cache(q, c.cache(), workspace(), c.block_tables, c.seq_lens, 21,
+                                     0.15, 0.5, -1, std::nullopt, sinks, "NHD", std::nullopt, 2,
+                                     0.0, std::nullopt, std::nullopt, int_tensor(cq)),
+      op, "o_scale");
+  EXPECT_FI_ERROR(xqa_batch_decode_with_kv_cache(q.slice(0, 0, 4), c.cache(), workspace(),
+                                                 c.block_tables, c.seq_lens, 21),
+                  op, "seq_lens");
+}
+
 // ---- Dumps: through this library's recorder, and written by Python as upstream writes them ----
 
 namespace fs = std::filesystem;

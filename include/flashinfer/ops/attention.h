@@ -334,4 +334,20 @@ AttentionOutput trtllm_batch_context_with_kv_cache(
     std::optional<bool> use_fp16_softmax = std::nullopt,
     std::optional<bool> uses_spcompress = std::nullopt);
 
+/// xqa_batch_decode_with_kv_cache (flashinfer.decode): the xqa backend's decode under its own
+/// name: trtllm_batch_decode_with_kv_cache's math with kv_layout "NHD" by default; o_scale
+/// multiplies 16-bit outputs (xqa divides only fp8 outputs by it). q_cu_seq_lens [batch + 1]
+/// int32, when given, sets each request's query rows (each at most q_len_per_req). Not
+/// supported: mask, kv_cache_sf.
+Tensor xqa_batch_decode_with_kv_cache(
+    const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
+    const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
+    ScalarOrTensor<double> bmm1_scale = 1.0, ScalarOrTensor<double> bmm2_scale = 1.0,
+    int64_t window_left = -1, std::optional<Tensor> out = std::nullopt,
+    std::optional<Tensor> sinks = std::nullopt, std::string_view kv_layout = "NHD",
+    std::optional<bool> enable_pdl = std::nullopt, std::optional<int64_t> q_len_per_req = 1,
+    std::optional<double> o_scale = 1.0, std::optional<Tensor> mask = std::nullopt,
+    std::optional<Value> kv_cache_sf = std::nullopt,
+    std::optional<Tensor> q_cu_seq_lens = std::nullopt);
+
 }  // namespace flashinfer
