@@ -655,6 +655,50 @@ TEST(XqaDecode, MatchesFp64) {
                   op, "seq_lens");
 }
 
+// workspace_size(): plan's arguments, (float, int) bytes; with enough workspace the plan it
+// describes is the plan that runs, and its float figure is what that plan's partials take.
+TEST(WorkspaceSize, MatchesThePlanItDescribes) {
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({300, 5, 70}, 16, 2, 64, DType::kFloat16, false, true, 3, kd, vd);
+  BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({64 << 20}, DType::kUInt8));
+  BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+  po.fixed_split_size = 2;  // split: partials of 32 tokens
+  const WorkspaceSizes ws =
+      w.workspace_size(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 16, po);
+  // 300, 5 and 70 tokens are 19, 1 and 5 pages: in chunks of 2 pages, 10 and 3 partial rows (a
+  // one-chunk request is not split): 13 rows x 4 heads x (64 + 1) fp32.
+  EXPECT_EQ(ws.float_workspace_size, 13 * 4 * 65 * 4);
+  EXPECT_GT(ws.int_workspace_size, 0);
+  w.plan(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 16, po);
+  EXPECT_TRUE(w.split_kv());
+  po.disable_split_kv = true;
+  EXPECT_EQ(
+      w.workspace_size(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 16, po).float_workspace_size,
+      0);
+  EXPECT_FI_ERROR(w.workspace_size(f.indptr, f.indices, f.last_page_len, 4, 3, 64, 16),
+                  "BatchDecodeWithPagedKVCacheWrapper.workspace_size", "num_kv_heads");
+
+  BatchPrefillWithPagedKVCacheWrapper p(Tensor::zeros({1 << 20}, DType::kUInt8));
+  PrefillPlanOptions pp;
+  pp.causal = true;
+  pp.disable_split_kv = true;
+  const WorkspaceSizes pw = p.workspace_size(int_tensor({0, 3, 4, 6}), f.indptr, f.indices,
+                                             f.last_page_len, 4, 2, 64, 16, pp);
+  EXPECT_EQ(pw.float_workspace_size, 0);
+  EXPECT_GT(pw.int_workspace_size, 0);
+  // Recorded as upstream returns it: a (float, int) tuple of ints; replays identically.
+  std::vector<testing::RecordingObserver::Call> calls;
+  {
+    testing::RecordingScope scope;
+    w.workspace_size(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 16);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 1u);
+  ASSERT_TRUE(calls[0].result.is_sequence());
+  EXPECT_EQ(calls[0].result.items().size(), 2u);
+}
+
 // ---- Dumps: through this library's recorder, and written by Python as upstream writes them ----
 
 namespace fs = std::filesystem;

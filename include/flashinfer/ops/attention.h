@@ -82,6 +82,16 @@ namespace detail {
 struct WrapperState;
 }
 
+/// What the wrappers' workspace_size() returns, upstream's (float_workspace_size,
+/// int_workspace_size) in bytes, recorded as that tuple of ints. The figures are this library's:
+/// the fp32 split-KV partials the plan would write (float) and the int32 plan arrays it would copy
+/// to the device (int), not upstream's kernels' needs.
+struct WorkspaceSizes {
+  int64_t float_workspace_size = 0;
+  int64_t int_workspace_size = 0;
+};
+Value to_value(const WorkspaceSizes& w);
+
 /// Keyword arguments of the wrappers' run() (upstream's names; each wrapper declares the ones
 /// it takes upstream, and rejects the others when set).
 struct AttentionRunOptions {
@@ -158,6 +168,14 @@ class BatchDecodeWithPagedKVCacheWrapper : public ApiObject {
   AttentionOutput run(const Tensor& q, const PagedKVCache& paged_kv_cache,
                       const AttentionRunOptions& options = {});
 
+  /// The workspace plan() would need for these arguments (plan's, all positional upstream);
+  /// the split-KV rule as plan's, but not limited by the current float_workspace_buffer. Changes
+  /// no state.
+  WorkspaceSizes workspace_size(const Tensor& indptr, const Tensor& indices,
+                                const Tensor& last_page_len, int64_t num_qo_heads,
+                                int64_t num_kv_heads, int64_t head_dim, int64_t page_size,
+                                const PlanOptions& options = {});
+
   std::string_view class_name() const override { return "BatchDecodeWithPagedKVCacheWrapper"; }
   std::string_view module_name() const override { return "flashinfer.decode"; }
   /// Whether the current plan splits KV into chunks (merged by a second pass).
@@ -225,6 +243,13 @@ class BatchPrefillWithPagedKVCacheWrapper : public ApiObject {
   /// q [qo_indptr[-1], Hq, Dqk] → o [qo_indptr[-1], Hq, Dvo], lse [qo_indptr[-1], Hq].
   AttentionOutput run(const Tensor& q, const PagedKVCache& paged_kv_cache,
                       const AttentionRunOptions& options = {});
+
+  /// The workspace plan() would need for these arguments (see the decode wrapper's).
+  WorkspaceSizes workspace_size(const Tensor& qo_indptr, const Tensor& paged_kv_indptr,
+                                const Tensor& paged_kv_indices,
+                                const Tensor& paged_kv_last_page_len, int64_t num_qo_heads,
+                                int64_t num_kv_heads, int64_t head_dim_qk, int64_t page_size,
+                                const PrefillPlanOptions& options = {});
 
   std::string_view class_name() const override { return "BatchPrefillWithPagedKVCacheWrapper"; }
   std::string_view module_name() const override { return "flashinfer.prefill"; }
