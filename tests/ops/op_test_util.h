@@ -71,9 +71,17 @@ class RecordingScope {
 inline std::pair<Value, std::vector<Value>> replay(const RecordingObserver::Call& call) {
   const OpDecl* decl = OpRegistry::global().find(call.name);
   if (decl == nullptr) throw std::runtime_error("op not registered: " + call.name);
+  // Keyword-only parameters are passed by name, as a recorded kwarg_<name> replays.
   std::vector<Value> args;
-  for (const auto& a : call.inputs) args.push_back(snapshot(a));
-  CallArgs bound(*decl, bind_arguments(*decl, args));
+  std::vector<std::pair<std::string, Value>> keywords;
+  for (std::size_t i = 0; i < call.inputs.size(); ++i) {
+    if (i < decl->params.size() && decl->params[i].keyword_only) {
+      keywords.emplace_back(decl->params[i].name, snapshot(call.inputs[i]));
+    } else {
+      args.push_back(snapshot(call.inputs[i]));
+    }
+  }
+  CallArgs bound(*decl, bind_arguments(*decl, args, keywords));
   Value result = decl->invoke(bound);
   return {result, bound.values()};
 }

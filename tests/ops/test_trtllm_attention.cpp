@@ -699,6 +699,95 @@ TEST(WorkspaceSize, MatchesThePlanItDescribes) {
   EXPECT_EQ(calls[0].result.items().size(), 2u);
 }
 
+// cudnn_batch_prefill_with_kv_cache as the vision encoders call it (ragged K/V, element offsets,
+// lengths shaped [batch, 1, 1, 1]) and with a block table, against the fp64 formula.
+TEST(CudnnPrefill, MatchesFp64) {
+  const char* op = "cudnn_batch_prefill_with_kv_cache";
+  const std::vector<int32_t> lq{4, 7, 1}, lk{6, 7, 9};
+  const int64_t hq = 4, hkv = 2, d = 64;
+  Tensor q = testing::rand_tensor({12, hq, d}, DType::kFloat16, 1, -1.0, 1.0);
+  Tensor k = testing::rand_tensor({22, hkv, d}, DType::kFloat16, 2, -1.0, 1.0);
+  Tensor v = testing::rand_tensor({22, hkv, d}, DType::kFloat16, 3, -1.0, 1.0);
+  const Tensor lens_q = int_tensor(lq).view({3, 1, 1, 1});
+  const Tensor lens_k = int_tensor(lk).view({3, 1, 1, 1});
+  const Tensor off_q = int_tensor({0, 4 * hq * d, 11 * hq * d});
+  const Tensor off_k = int_tensor({0, 6 * hkv * d, 13 * hkv * d});
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal);
+    CudnnPrefillResult r = cudnn_batch_prefill_with_kv_cache(
+        q, k, v, 0.1, workspace(), 7, 9, lens_q, lens_k, std::nullopt, causal, true, std::nullopt,
+        std::nullopt, 2.0, off_q, off_q, off_k, off_k);
+    std::vector<double> eo, el;
+    int64_t q0 = 0, k0 = 0;
+    for (std::size_t b = 0; b < lq.size(); ++b) {
+      testing::RefOptions ro;
+      ro.sm_scale = 0.1;
+      ro.causal = causal;
+      ro.v_scale = 2.0;
+      std::vector<double> o, l;
+      testing::ref_attention(testing::rows_of(q.to_double_vector(), q0, q0 + lq[b], hq * d),
+                             testing::rows_of(k.to_double_vector(), k0, k0 + lk[b], hkv * d),
+                             testing::rows_of(v.to_double_vector(), k0, k0 + lk[b], hkv * d), lq[b],
+                             lk[b], hq, hkv, d, d, ro, o, l);
+      eo.insert(eo.end(), o.begin(), o.end());
+      el.insert(el.end(), l.begin(), l.end());
+      q0 += lq[b];
+      k0 += lk[b];
+    }
+    EXPECT_TRUE(testing::all_close(r.out, eo, testing::attention_tolerance(DType::kFloat16)));
+    EXPECT_TRUE(testing::all_close(r.lse, el, {1e-4, 1e-5}));
+  }
+  // Without return_lse upstream's tuple still has two items, the second None.
+  std::vector<testing::RecordingObserver::Call> calls;
+  {
+    testing::RecordingScope scope;
+    cudnn_batch_prefill_with_kv_cache(q, k, v, 0.1, workspace(), 7, 9, lens_q, lens_k, std::nullopt,
+                                      false, false);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 1u);
+  ASSERT_TRUE(calls[0].result.is_sequence());
+  EXPECT_TRUE(calls[0].result.items()[1].is_none());
+  EXPECT_TRUE(testing::replays_identically(calls[0]));
+
+  // Paged: the same keys through a block table of 4-token HND pages.
+  BlockCache c = make_cache(lk, 4, hkv, d, DType::kFloat16, true, true, 5);
+  Ref ref;
+  ref.bmm1 = 0.1;
+  ref.causal = true;
+  std::vector<double> eo, el;
+  reference(q, c, {0, 4, 11, 12}, ref, eo, el);
+  CudnnPrefillResult r = cudnn_batch_prefill_with_kv_cache(
+      q, c.k, c.v, 0.1, workspace(), 7, 9, lens_q, c.seq_lens, c.block_tables, true, false);
+  EXPECT_TRUE(testing::all_close(r.out, eo, testing::attention_tolerance(DType::kFloat16)));
+  EXPECT_FALSE(r.lse.defined());
+
+  // Bad input names the argument.
+  EXPECT_FI_ERROR(cudnn_batch_prefill_with_kv_cache(q, k, v, 0.1, workspace(), 6, 9, lens_q, lens_k,
+                                                    std::nullopt, false, false),
+                  op, "max_token_per_sequence");
+  EXPECT_FI_ERROR(cudnn_batch_prefill_with_kv_cache(q, k, v, 0.1, workspace(), 7, 8, lens_q, lens_k,
+                                                    std::nullopt, false, false),
+                  op, "max_sequence_kv");
+  EXPECT_FI_ERROR(cudnn_batch_prefill_with_kv_cache(q, k, v, 0.1, workspace(), 7, 9, std::nullopt,
+                                                    lens_k, std::nullopt, false, false),
+                  op, "actual_seq_lens_q");
+  EXPECT_FI_ERROR(cudnn_batch_prefill_with_kv_cache(
+                      q, k, v, 0.1, workspace(), 7, 9, lens_q, lens_k, std::nullopt, false, false,
+                      std::nullopt, std::nullopt, std::nullopt, int_tensor({0, 5, 1}), off_q),
+                  op, "batch_offsets_q");
+  EXPECT_FI_ERROR(cudnn_batch_prefill_with_kv_cache(
+                      q, k, v, 0.1, workspace(), 7, 9, lens_q, lens_k, std::nullopt, false, false,
+                      std::nullopt, std::nullopt, std::nullopt, off_q, off_q,
+                      int_tensor({0, 6 * hkv * d, 100 * hkv * d}), std::nullopt),
+                  op, "k_cache");
+  EXPECT_FI_ERROR(cudnn_batch_prefill_with_kv_cache(
+                      q, k, v, 0.1, workspace(), 7, 9, lens_q, lens_k, std::nullopt, false, false,
+                      std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                      std::nullopt, std::nullopt, std::nullopt, "words"),
+                  op, "batch_offsets_units");
+}
+
 // ---- Dumps: through this library's recorder, and written by Python as upstream writes them ----
 
 namespace fs = std::filesystem;

@@ -375,4 +375,42 @@ Tensor xqa_batch_decode_with_kv_cache(
     std::optional<Value> kv_cache_sf = std::nullopt,
     std::optional<Tensor> q_cu_seq_lens = std::nullopt);
 
+/// What cudnn_batch_prefill_with_kv_cache returns, as upstream: the tuple (out, lse), lse None
+/// unless return_lse.
+struct CudnnPrefillResult {
+  Tensor out;
+  Tensor lse;
+};
+Value to_value(const CudnnPrefillResult& r);
+
+/// cudnn_batch_prefill_with_kv_cache (flashinfer.cudnn.prefill), computed with this library's
+/// kernels (no cuDNN). q [rows, Hq, D]; request b's queries are actual_seq_lens_q[b] rows
+/// starting at batch_offsets_q[b] (in batch_offsets_units of q, "elements" or "bytes"; default
+/// the running sum of the lengths, and offsets must equal it: requests are packed). K/V: with
+/// block_tables, pages [pages, Hkv, page_size, D] read through the table; without, ragged rows
+/// [rows, Hkv, D] starting at batch_offsets_k[b] (default the running sum of
+/// actual_seq_lens_kv; batch_offsets_v must match). Scores scale * q_scale * k_scale * (q . k),
+/// causal right-aligned, output times v_scale; out [rows, Hq, D] in o_data_type (default q's).
+/// lse [rows, Hq] fp32 is base 2 like the rest of this library (cuDNN's own statistics layout
+/// is not reproduced). actual_seq_lens_* may have any shape with batch elements (int32). Not
+/// supported: batch_offsets_o different from batch_offsets_q, batch_offsets_stats, batch
+/// offsets with block_tables. backend and is_cuda_graph_compatible select nothing here.
+CudnnPrefillResult cudnn_batch_prefill_with_kv_cache(
+    const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, double scale,
+    const Tensor& workspace_buffer, int64_t max_token_per_sequence, int64_t max_sequence_kv,
+    std::optional<Tensor> actual_seq_lens_q, std::optional<Tensor> actual_seq_lens_kv,
+    std::optional<Tensor> block_tables, bool causal, bool return_lse,
+    std::optional<ScalarOrTensor<double>> q_scale = std::nullopt,
+    std::optional<ScalarOrTensor<double>> k_scale = std::nullopt,
+    std::optional<ScalarOrTensor<double>> v_scale = std::nullopt,
+    std::optional<Tensor> batch_offsets_q = std::nullopt,
+    std::optional<Tensor> batch_offsets_o = std::nullopt,
+    std::optional<Tensor> batch_offsets_k = std::nullopt,
+    std::optional<Tensor> batch_offsets_v = std::nullopt,
+    std::optional<Tensor> batch_offsets_stats = std::nullopt,
+    std::string_view batch_offsets_units = "elements", std::optional<Tensor> out = std::nullopt,
+    std::optional<Tensor> lse = std::nullopt, bool is_cuda_graph_compatible = false,
+    std::optional<std::string> backend = std::nullopt,
+    std::optional<DType> o_data_type = std::nullopt);
+
 }  // namespace flashinfer
