@@ -54,6 +54,14 @@ struct ReturnName<AttentionOutput> {
   static constexpr const char* value = "Tensor | tuple[Tensor, Tensor]";
 };
 template <>
+struct ReturnName<CudnnPrefillResult> {
+  static constexpr const char* value = "tuple[Tensor, Tensor | None]";
+};
+template <>
+struct ReturnName<WorkspaceSizes> {
+  static constexpr const char* value = "tuple[int, int]";
+};
+template <>
 struct ReturnName<SamplingResult> {
   static constexpr const char* value = "Tensor | tuple[Tensor, Tensor]";
 };

@@ -362,12 +362,13 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   s.plan = partition(s, rows_per_tile, chunk);
   // Partials must fit the float workspace; otherwise run unsplit (same numbers, less parallel).
   const int64_t need = s.plan.num_partial_rows * s.num_qo_heads * (s.head_dim_vo + 1) * 4;
-  const int64_t have = static_cast<int64_t>(s.float_workspace.nbytes());
+  const int64_t have =
+      s.workspace_cap >= 0 ? s.workspace_cap : static_cast<int64_t>(s.float_workspace.nbytes());
   if (s.plan.split_kv && need > have) s.plan = partition(s, rows_per_tile, 0);
 
   s.dev_mask = Tensor();
   s.dev_mask_indptr = Tensor();
-  if (s.device.is_cuda()) {
+  if (s.device.is_cuda() && !s.sizing_only) {
     std::vector<int32_t> all;
     auto append = [&](int idx, const int32_t* p, std::size_t n) {
       s.dev_off[idx] = static_cast<int64_t>(all.size());
@@ -584,6 +585,28 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
   }
   launch(kAttentionKernels, p, s.device, op, "q", o.enable_pdl);
   return result;
+}
+
+detail::WrapperState sizing_state(const detail::WrapperState& s) {
+  detail::WrapperState t;
+  t.device = s.device;
+  t.hnd = s.hnd;
+  t.use_cuda_graph = s.use_cuda_graph;
+  t.use_tensor_cores = s.use_tensor_cores;
+  t.backend = s.backend;
+  t.workspace_cap = std::numeric_limits<int64_t>::max();
+  t.sizing_only = true;
+  return t;
+}
+
+WorkspaceSizes plan_workspace_sizes(const detail::WrapperState& s) {
+  WorkspaceSizes w;
+  w.float_workspace_size = s.plan.num_partial_rows * s.num_qo_heads * (s.head_dim_vo + 1) * 4;
+  const std::size_t ints = s.qo_indptr.size() + s.kv_indptr.size() + s.kv_indices.size() +
+                           s.kv_lens.size() + s.plan.work.size() * 6 + s.plan.merge_indptr.size() +
+                           s.plan.merge_rows.size() + s.plan.merge_out_row.size() + 1;
+  w.int_workspace_size = static_cast<int64_t>(ints * sizeof(int32_t));
+  return w;
 }
 
 void plan_settings(detail::WrapperState& s, int64_t num_qo_heads, int64_t num_kv_heads,

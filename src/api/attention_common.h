@@ -21,6 +21,9 @@ namespace detail {
 struct WrapperState {
   // Constructor arguments.
   Tensor float_workspace;
+  // Bytes of split-KV scratch plan() may use; -1: float_workspace's size.
+  int64_t workspace_cap = -1;
+  bool sizing_only = false;  // workspace_size(): plan on the host, copy nothing to the device
   Device device;
   bool hnd = false;
   bool use_cuda_graph = false;
@@ -92,6 +95,11 @@ void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& cust
 /// the kernels need to the wrapper's device.
 void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size,
                 bool disable_split_kv, const char* op);
+/// For workspace_size(): a copy of the wrapper's constructor state, planning on the host only
+/// (no device copies) and not limited by the float workspace.
+detail::WrapperState sizing_state(const detail::WrapperState& s);
+/// The bytes of a built plan: fp32 partials, and the int32 arrays run() reads on a device.
+WorkspaceSizes plan_workspace_sizes(const detail::WrapperState& s);
 /// run(): checks q/out/lse against the plan, then computes. k/v are [*, tokens, H, D]-ordered
 /// views: [pages, page_size, H, D] (paged) or [tokens, H, D] (ragged).
 AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, const Tensor& k,

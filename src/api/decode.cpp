@@ -10,6 +10,10 @@
 
 namespace flashinfer {
 
+Value to_value(const WorkspaceSizes& w) {
+  return Value::tuple({Value(w.float_workspace_size), Value(w.int_workspace_size)});
+}
+
 Value to_value(const AttentionOutput& r) {
   if (!r.lse.defined()) return Value(r.out);
   return Value::tuple({Value(r.out), Value(r.lse)});
@@ -124,44 +128,66 @@ BatchDecodeWithPagedKVCacheWrapper::~BatchDecodeWithPagedKVCacheWrapper() = defa
 
 bool BatchDecodeWithPagedKVCacheWrapper::split_kv() const { return s_->plan.split_kv; }
 
+namespace {
+
+// plan()'s work, into `s` (the wrapper's state, or workspace_size()'s scratch copy).
+void plan_decode(detail::WrapperState& s, const Tensor& indptr, const Tensor& indices,
+                 const Tensor& last_page_len, int64_t num_qo_heads, int64_t num_kv_heads,
+                 int64_t head_dim, int64_t page_size, const BatchDecodePlanOptions& o,
+                 const char* op) {
+  s.planned = false;
+  FLASHINFER_CHECK_CODE(!o.block_tables, ErrorCode::kUnsupported, op, "block_tables",
+                        "only the trtllm-gen backend takes block tables");
+  FLASHINFER_CHECK(o.q_len_per_req >= 1, op, "q_len_per_req", "must be >= 1, got ",
+                   o.q_len_per_req);
+  FLASHINFER_CHECK(o.window_right == 0 || o.window_right == -1, op, "window_right",
+                   "no key lies right of a decode query; expected 0 or -1, got ", o.window_right);
+  const std::optional<DType> kv = o.kv_data_type ? o.kv_data_type : o.data_type;
+  api::plan_settings(s, num_qo_heads, num_kv_heads, head_dim, head_dim, o.q_data_type, kv,
+                     o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap,
+                     o.pos_encoding_mode, op);
+  api::load_page_table(s, indptr, indices, last_page_len, page_size, op, "indptr", "indices",
+                       "last_page_len");
+  api::check_seq_lens(s, o.seq_lens, op);
+  s.batch = static_cast<int32_t>(s.kv_lens.size());
+  s.decode = true;
+  s.q_len_per_req = o.q_len_per_req;
+  // Several queries per request are the last tokens of the request, causal among
+  // themselves (speculative verification).
+  s.causal = o.q_len_per_req > 1;
+  s.qo_indptr.assign(static_cast<std::size_t>(s.batch) + 1, 0);
+  for (int32_t b = 0; b < s.batch; ++b) {
+    FLASHINFER_CHECK(o.q_len_per_req == 1 || s.kv_lens[b] >= o.q_len_per_req, op, "last_page_len",
+                     "request ", b, " has ", s.kv_lens[b], " keys, fewer than q_len_per_req");
+    s.qo_indptr[b + 1] = static_cast<int32_t>(s.qo_indptr[b] + o.q_len_per_req);
+  }
+  s.total_qo = static_cast<int64_t>(s.batch) * o.q_len_per_req;
+  api::build_plan(s, o.fixed_split_size, o.disable_split_kv, op);
+}
+
+}  // namespace
+
 void BatchDecodeWithPagedKVCacheWrapper::plan(const Tensor& indptr, const Tensor& indices,
                                               const Tensor& last_page_len, int64_t num_qo_heads,
                                               int64_t num_kv_heads, int64_t head_dim,
                                               int64_t page_size, const PlanOptions& o) {
   call_op<&BatchDecodeWithPagedKVCacheWrapper::plan>(
       [&] {
-        const char* op = "BatchDecodeWithPagedKVCacheWrapper.plan";
-        detail::WrapperState& s = *s_;
-        s.planned = false;
-        FLASHINFER_CHECK_CODE(!o.block_tables, ErrorCode::kUnsupported, op, "block_tables",
-                              "only the trtllm-gen backend takes block tables");
-        FLASHINFER_CHECK(o.q_len_per_req >= 1, op, "q_len_per_req", "must be >= 1, got ",
-                         o.q_len_per_req);
-        FLASHINFER_CHECK(o.window_right == 0 || o.window_right == -1, op, "window_right",
-                         "no key lies right of a decode query; expected 0 or -1, got ",
-                         o.window_right);
-        const std::optional<DType> kv = o.kv_data_type ? o.kv_data_type : o.data_type;
-        api::plan_settings(s, num_qo_heads, num_kv_heads, head_dim, head_dim, o.q_data_type, kv,
-                           o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap,
-                           o.pos_encoding_mode, op);
-        api::load_page_table(s, indptr, indices, last_page_len, page_size, op, "indptr", "indices",
-                             "last_page_len");
-        api::check_seq_lens(s, o.seq_lens, op);
-        s.batch = static_cast<int32_t>(s.kv_lens.size());
-        s.decode = true;
-        s.q_len_per_req = o.q_len_per_req;
-        // Several queries per request are the last tokens of the request, causal among
-        // themselves (speculative verification).
-        s.causal = o.q_len_per_req > 1;
-        s.qo_indptr.assign(static_cast<std::size_t>(s.batch) + 1, 0);
-        for (int32_t b = 0; b < s.batch; ++b) {
-          FLASHINFER_CHECK(o.q_len_per_req == 1 || s.kv_lens[b] >= o.q_len_per_req, op,
-                           "last_page_len", "request ", b, " has ", s.kv_lens[b],
-                           " keys, fewer than q_len_per_req");
-          s.qo_indptr[b + 1] = static_cast<int32_t>(s.qo_indptr[b] + o.q_len_per_req);
-        }
-        s.total_qo = static_cast<int64_t>(s.batch) * o.q_len_per_req;
-        api::build_plan(s, o.fixed_split_size, o.disable_split_kv, op);
+        plan_decode(*s_, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
+                    page_size, o, "BatchDecodeWithPagedKVCacheWrapper.plan");
+      },
+      *this, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size, o);
+}
+
+WorkspaceSizes BatchDecodeWithPagedKVCacheWrapper::workspace_size(
+    const Tensor& indptr, const Tensor& indices, const Tensor& last_page_len, int64_t num_qo_heads,
+    int64_t num_kv_heads, int64_t head_dim, int64_t page_size, const PlanOptions& o) {
+  return call_op<&BatchDecodeWithPagedKVCacheWrapper::workspace_size>(
+      [&] {
+        detail::WrapperState t = api::sizing_state(*s_);
+        plan_decode(t, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
+                    page_size, o, "BatchDecodeWithPagedKVCacheWrapper.workspace_size");
+        return api::plan_workspace_sizes(t);
       },
       *this, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size, o);
 }
@@ -253,6 +279,20 @@ void register_decode_ops(OpRegistry& r) {
        .var_keyword = "kwargs"},
       "indptr", "indices", "last_page_len", "num_qo_heads", "num_kv_heads", "head_dim", "page_size",
       field("q_data_type", "float16"));
+  // Upstream's workspace_size takes plan's arguments positionally (no **kwargs).
+  declare<&BatchDecodeWithPagedKVCacheWrapper::workspace_size>(
+      r,
+      {.name = "BatchDecodeWithPagedKVCacheWrapper.workspace_size",
+       .module = kModule,
+       .summary = "The (float, int) workspace bytes plan() would need",
+       .options_keyword_only = false},
+      "indptr", "indices", "last_page_len", "num_qo_heads", "num_kv_heads", "head_dim", "page_size",
+      OnlyFields{"pos_encoding_mode", "window_left", "logits_soft_cap", "q_data_type",
+                 "kv_data_type", "o_data_type", "data_type", "sm_scale", "rope_scale", "rope_theta",
+                 "block_tables", "seq_lens", "fixed_split_size", "disable_split_kv",
+                 "q_len_per_req"},
+      field("q_data_type", "float16"));
+  api::register_attention_backends("BatchDecodeWithPagedKVCacheWrapper.workspace_size");
   declare<&BatchDecodeWithPagedKVCacheWrapper::run>(
       r,
       {.name = "BatchDecodeWithPagedKVCacheWrapper.run",

@@ -199,29 +199,57 @@ BatchPrefillWithPagedKVCacheWrapper::~BatchPrefillWithPagedKVCacheWrapper() = de
 
 bool BatchPrefillWithPagedKVCacheWrapper::split_kv() const { return s_->plan.split_kv; }
 
+namespace {
+
+// plan()'s work, into `s` (the wrapper's state, or workspace_size()'s scratch copy).
+void plan_paged_prefill(detail::WrapperState& s, const Tensor& qo_indptr,
+                        const Tensor& paged_kv_indptr, const Tensor& paged_kv_indices,
+                        const Tensor& paged_kv_last_page_len, int64_t num_qo_heads,
+                        int64_t num_kv_heads, int64_t head_dim_qk, int64_t page_size,
+                        const PrefillPlanOptions& o, const char* op) {
+  s.planned = false;
+  check_prefill_options(o, /*paged=*/true, op);
+  api::plan_settings(s, num_qo_heads, num_kv_heads, head_dim_qk,
+                     o.head_dim_vo.value_or(head_dim_qk), o.q_data_type, o.kv_data_type,
+                     o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap,
+                     o.pos_encoding_mode, op);
+  api::load_page_table(s, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, page_size, op,
+                       "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len");
+  api::check_seq_lens(s, o.seq_lens, op);
+  s.decode = false;
+  s.causal = o.causal && !o.custom_mask && !o.packed_custom_mask;
+  load_qo(s, qo_indptr, op);
+  api::load_custom_mask(s, o.custom_mask, o.packed_custom_mask, op);
+  api::build_plan(s, o.fixed_split_size, o.disable_split_kv, op);
+}
+
+}  // namespace
+
 void BatchPrefillWithPagedKVCacheWrapper::plan(
     const Tensor& qo_indptr, const Tensor& paged_kv_indptr, const Tensor& paged_kv_indices,
     const Tensor& paged_kv_last_page_len, int64_t num_qo_heads, int64_t num_kv_heads,
     int64_t head_dim_qk, int64_t page_size, const PrefillPlanOptions& o) {
   call_op<&BatchPrefillWithPagedKVCacheWrapper::plan>(
       [&] {
-        const char* op = "BatchPrefillWithPagedKVCacheWrapper.plan";
-        detail::WrapperState& s = *s_;
-        s.planned = false;
-        check_prefill_options(o, /*paged=*/true, op);
-        api::plan_settings(s, num_qo_heads, num_kv_heads, head_dim_qk,
-                           o.head_dim_vo.value_or(head_dim_qk), o.q_data_type, o.kv_data_type,
-                           o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap,
-                           o.pos_encoding_mode, op);
-        api::load_page_table(s, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
-                             page_size, op, "paged_kv_indptr", "paged_kv_indices",
-                             "paged_kv_last_page_len");
-        api::check_seq_lens(s, o.seq_lens, op);
-        s.decode = false;
-        s.causal = o.causal && !o.custom_mask && !o.packed_custom_mask;
-        load_qo(s, qo_indptr, op);
-        api::load_custom_mask(s, o.custom_mask, o.packed_custom_mask, op);
-        api::build_plan(s, o.fixed_split_size, o.disable_split_kv, op);
+        plan_paged_prefill(*s_, qo_indptr, paged_kv_indptr, paged_kv_indices,
+                           paged_kv_last_page_len, num_qo_heads, num_kv_heads, head_dim_qk,
+                           page_size, o, "BatchPrefillWithPagedKVCacheWrapper.plan");
+      },
+      *this, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
+      num_kv_heads, head_dim_qk, page_size, o);
+}
+
+WorkspaceSizes BatchPrefillWithPagedKVCacheWrapper::workspace_size(
+    const Tensor& qo_indptr, const Tensor& paged_kv_indptr, const Tensor& paged_kv_indices,
+    const Tensor& paged_kv_last_page_len, int64_t num_qo_heads, int64_t num_kv_heads,
+    int64_t head_dim_qk, int64_t page_size, const PrefillPlanOptions& o) {
+  return call_op<&BatchPrefillWithPagedKVCacheWrapper::workspace_size>(
+      [&] {
+        detail::WrapperState t = api::sizing_state(*s_);
+        plan_paged_prefill(t, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
+                           num_qo_heads, num_kv_heads, head_dim_qk, page_size, o,
+                           "BatchPrefillWithPagedKVCacheWrapper.workspace_size");
+        return api::plan_workspace_sizes(t);
       },
       *this, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
       num_kv_heads, head_dim_qk, page_size, o);
@@ -445,6 +473,25 @@ void register_prefill_ops(OpRegistry& r) {
                  "disable_split_kv"},
       // clang-format on
       field("q_data_type", "float16"));
+  declare<&BatchPrefillWithPagedKVCacheWrapper::workspace_size>(
+      r,
+      {.name = "BatchPrefillWithPagedKVCacheWrapper.workspace_size",
+       .module = kModule,
+       .summary = "The (float, int) workspace bytes plan() would need",
+       .options_keyword_only = false},
+      "qo_indptr", "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len", "num_qo_heads",
+      "num_kv_heads", "head_dim_qk", "page_size",
+      // clang-format off
+      OnlyFields{"head_dim_vo", "custom_mask", "packed_custom_mask", "causal", "pos_encoding_mode",
+                 "use_fp16_qk_reduction", "sm_scale", "window_left", "logits_soft_cap",
+                 "rope_scale", "rope_theta", "q_data_type", "kv_data_type", "o_data_type",
+                 "prefix_len_ptr", "token_pos_in_items_ptr", "token_pos_in_items_len",
+                 "max_item_len_ptr", "seq_lens", "seq_lens_q", "block_tables",
+                 "max_token_per_sequence", "max_sequence_kv", "fixed_split_size",
+                 "disable_split_kv"},
+      // clang-format on
+      field("q_data_type", "float16"));
+  api::register_attention_backends("BatchPrefillWithPagedKVCacheWrapper.workspace_size");
   declare<&BatchPrefillWithRaggedKVCacheWrapper::plan>(
       r,
       {.name = "BatchPrefillWithRaggedKVCacheWrapper.plan",

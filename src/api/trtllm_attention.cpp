@@ -5,6 +5,7 @@
 // the CUDA kernels are those of the wrappers.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -19,6 +20,8 @@ namespace {
 
 constexpr const char* kDecodeOp = "trtllm_batch_decode_with_kv_cache";
 constexpr const char* kContextOp = "trtllm_batch_context_with_kv_cache";
+constexpr const char* kXqaOp = "xqa_batch_decode_with_kv_cache";
+constexpr const char* kCudnnPrefillOp = "cudnn_batch_prefill_with_kv_cache";
 
 // A fused scale given as a float or a one-element float tensor (read on the host).
 double scale_value(const ScalarOrTensor<double>& x, const char* op, const char* arg) {
@@ -150,9 +153,9 @@ AttentionOutput run_block_call(BlockCall& c) {
                      qo_len, " queries but only ", c.kv_lens[b], " keys");
   }
 
-  // Split-KV partials go to scratch of our own: workspace_buffer is the caller's and stays
-  // untouched (so it replays as an input). Plan against its size, then allocate what is needed.
-  s.float_workspace = ws.numel() > 0 ? ws : Tensor::empty({0}, DType::kUInt8, s.device);
+  // Split-KV partials go to scratch of our own (at most 64 MiB), allocated after planning:
+  // workspace_buffer is the caller's and stays untouched, so it replays as an input.
+  s.workspace_cap = int64_t{64} << 20;
   api::build_plan(s, std::nullopt, /*disable_split_kv=*/false, op);
   if (s.plan.num_partial_rows > 0) {
     const int64_t floats = s.plan.num_partial_rows * s.num_qo_heads * (s.head_dim_vo + 1);
@@ -352,6 +355,245 @@ AttentionOutput context_impl(
   return run_block_call(c);
 }
 
+Tensor xqa_impl(const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
+                const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
+                const ScalarOrTensor<double>& bmm1_scale, const ScalarOrTensor<double>& bmm2_scale,
+                int64_t window_left, const std::optional<Tensor>& out,
+                const std::optional<Tensor>& sinks, std::string_view kv_layout,
+                std::optional<bool> enable_pdl, std::optional<int64_t> q_len_per_req,
+                std::optional<double> o_scale, const std::optional<Tensor>& mask,
+                const std::optional<Value>& kv_cache_sf,
+                const std::optional<Tensor>& q_cu_seq_lens) {
+  const char* op = kXqaOp;
+  FLASHINFER_CHECK_CODE(!mask, ErrorCode::kUnsupported, op, "mask",
+                        "speculative-decoding masks are not supported");
+  FLASHINFER_CHECK_CODE(!kv_cache_sf || kv_cache_sf->is_none(), ErrorCode::kUnsupported, op,
+                        "kv_cache_sf", "NVFP4 KV caches are not supported");
+  FLASHINFER_CHECK(max_seq_len >= 0, op, "max_seq_len", "must be >= 0, got ", max_seq_len);
+  api::check_defined(query, op, "query");
+  api::check_dim(query, {3}, op, "query");
+  const int64_t q_len = q_len_per_req.value_or(1);
+  FLASHINFER_CHECK(q_len >= 1, op, "q_len_per_req", "must be >= 1, got ", q_len);
+  BlockCall c;
+  c.op = op;
+  c.query = query;
+  c.kv_cache = &kv_cache;
+  c.workspace_buffer = &workspace_buffer;
+  c.block_tables = &block_tables;
+  c.hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
+  int64_t batch = 0;
+  if (q_cu_seq_lens) {
+    c.qo_indptr = api::index_to_host(*q_cu_seq_lens, op, "q_cu_seq_lens");
+    api::check_indptr(c.qo_indptr, op, "q_cu_seq_lens");
+    batch = static_cast<int64_t>(c.qo_indptr.size()) - 1;
+    for (int64_t b = 0; b < batch; ++b) {
+      FLASHINFER_CHECK(c.qo_indptr[b + 1] - c.qo_indptr[b] <= q_len, op, "q_cu_seq_lens",
+                       "request ", b, " has ", c.qo_indptr[b + 1] - c.qo_indptr[b],
+                       " queries, more than q_len_per_req=", q_len);
+    }
+  } else {
+    FLASHINFER_CHECK(query.size(0) % q_len == 0, op, "query", "has ", query.size(0),
+                     " rows, not a multiple of q_len_per_req=", q_len);
+    batch = query.size(0) / q_len;
+    for (int64_t b = 0; b <= batch; ++b) c.qo_indptr.push_back(static_cast<int32_t>(b * q_len));
+  }
+  c.kv_lens = lengths(seq_lens, batch, max_seq_len, op, "max_seq_len");
+  for (int64_t b = 0; b < batch; ++b) c.causal |= c.qo_indptr[b + 1] - c.qo_indptr[b] > 1;
+  c.bmm1 = scale_value(bmm1_scale, op, "bmm1_scale");
+  const double o_mul = o_scale.value_or(1.0);
+  FLASHINFER_CHECK(std::isfinite(o_mul) && o_mul != 0.0, op, "o_scale",
+                   "must be finite and non-zero, got ", o_mul);
+  c.out_scale = scale_value(bmm2_scale, op, "bmm2_scale") * o_mul;
+  c.window_left = window_left;
+  c.out = out;  // upstream: out's dtype, else query's
+  c.sinks = sinks;
+  c.enable_pdl = enable_pdl;
+  return run_block_call(c).out;
+}
+
+// Lengths given in any shape with `batch` int32 elements (cuDNN takes [batch, 1, 1, 1]).
+std::vector<int32_t> flat_lengths(const Tensor& t, const char* op, const char* arg) {
+  api::check_defined(t, op, arg);
+  FLASHINFER_CHECK(t.dtype() == DType::kInt32, op, arg, "expected int32, got ",
+                   dtype_torch_name(t.dtype()));
+  const Tensor h = t.to(Device::cpu()).contiguous();
+  std::vector<int32_t> v(static_cast<std::size_t>(h.numel()));
+  if (!v.empty()) std::memcpy(v.data(), h.data_ptr(), v.size() * sizeof(int32_t));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    FLASHINFER_CHECK(v[i] >= 0, op, arg, "element ", i, " is negative (", v[i], ")");
+  }
+  return v;
+}
+
+// Row starts from batch offsets (units of `row` elements of `elem` bytes), or nullopt.
+std::optional<std::vector<int64_t>> offset_rows(const std::optional<Tensor>& t, int64_t batch,
+                                                int64_t row, int64_t elem, bool bytes,
+                                                const char* op, const char* arg) {
+  if (!t) return std::nullopt;
+  api::check_defined(*t, op, arg);
+  FLASHINFER_CHECK(t->dtype() == DType::kInt32 || t->dtype() == DType::kInt64, op, arg,
+                   "expected an int32 or int64 tensor, got ", dtype_torch_name(t->dtype()));
+  FLASHINFER_CHECK(t->numel() >= batch, op, arg, "has ", t->numel(), " elements for a batch of ",
+                   batch);
+  const std::vector<double> v = t->to(Device::cpu()).contiguous().to_double_vector();
+  const int64_t unit = row * (bytes ? elem : 1);
+  std::vector<int64_t> rows(static_cast<std::size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    const auto x = static_cast<int64_t>(v[b]);
+    FLASHINFER_CHECK(x >= 0 && x % unit == 0, op, arg, "element ", b, " (", x,
+                     ") is not a whole number of rows of ", unit, " units");
+    rows[b] = x / unit;
+  }
+  return rows;
+}
+
+CudnnPrefillResult cudnn_prefill_impl(
+    const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, double scale,
+    const Tensor& workspace_buffer, int64_t max_token_per_sequence, int64_t max_sequence_kv,
+    const std::optional<Tensor>& actual_seq_lens_q, const std::optional<Tensor>& actual_seq_lens_kv,
+    const std::optional<Tensor>& block_tables, bool causal, bool return_lse,
+    const std::optional<ScalarOrTensor<double>>& q_scale,
+    const std::optional<ScalarOrTensor<double>>& k_scale,
+    const std::optional<ScalarOrTensor<double>>& v_scale,
+    const std::optional<Tensor>& batch_offsets_q, const std::optional<Tensor>& batch_offsets_o,
+    const std::optional<Tensor>& batch_offsets_k, const std::optional<Tensor>& batch_offsets_v,
+    const std::optional<Tensor>& batch_offsets_stats, std::string_view batch_offsets_units,
+    const std::optional<Tensor>& out, const std::optional<Tensor>& lse,
+    std::optional<DType> o_data_type) {
+  const char* op = kCudnnPrefillOp;
+  api::check_defined(q, op, "q");
+  api::check_dim(q, {3}, op, "q");
+  api::check_defined(k_cache, op, "k_cache");
+  api::check_defined(v_cache, op, "v_cache");
+  api::check_defined(workspace_buffer, op, "workspace_buffer");
+  FLASHINFER_CHECK(std::isfinite(scale), op, "scale", "must be finite, got ", scale);
+  FLASHINFER_CHECK(batch_offsets_units == "elements" || batch_offsets_units == "bytes", op,
+                   "batch_offsets_units", "must be \"elements\" or \"bytes\", got \"",
+                   batch_offsets_units, "\"");
+  FLASHINFER_CHECK_CODE(!batch_offsets_stats, ErrorCode::kUnsupported, op, "batch_offsets_stats",
+                        "not supported (lse is [rows, Hq])");
+  FLASHINFER_CHECK(actual_seq_lens_q.has_value(), op, "actual_seq_lens_q",
+                   "is required (the query count of each request)");
+  FLASHINFER_CHECK(actual_seq_lens_kv.has_value(), op, "actual_seq_lens_kv",
+                   "is required (the key count of each request)");
+  const std::vector<int32_t> lq = flat_lengths(*actual_seq_lens_q, op, "actual_seq_lens_q");
+  const std::vector<int32_t> lk = flat_lengths(*actual_seq_lens_kv, op, "actual_seq_lens_kv");
+  const auto batch = static_cast<int64_t>(lq.size());
+  FLASHINFER_CHECK(static_cast<int64_t>(lk.size()) == batch, op, "actual_seq_lens_kv", "has ",
+                   lk.size(), " elements, actual_seq_lens_q has ", batch);
+  std::vector<int32_t> qo_indptr{0};
+  for (int64_t b = 0; b < batch; ++b) {
+    FLASHINFER_CHECK(lq[b] <= max_token_per_sequence, op, "max_token_per_sequence", "is ",
+                     max_token_per_sequence, " but actual_seq_lens_q[", b, "] is ", lq[b]);
+    FLASHINFER_CHECK(lk[b] <= max_sequence_kv, op, "max_sequence_kv", "is ", max_sequence_kv,
+                     " but actual_seq_lens_kv[", b, "] is ", lk[b]);
+    qo_indptr.push_back(static_cast<int32_t>(qo_indptr.back() + lq[b]));
+  }
+  const bool bytes = batch_offsets_units == "bytes";
+  const int64_t hq = q.size(1), d = q.size(2);
+  // Requests must be packed: offsets, when given, are the running sums.
+  const auto oq =
+      offset_rows(batch_offsets_q, batch, hq * d, q.element_size(), bytes, op, "batch_offsets_q");
+  const int64_t oelem = dtype_size(o_data_type.value_or(out ? out->dtype() : q.dtype()));
+  const auto oo = offset_rows(batch_offsets_o, batch, hq * d, oelem, bytes, op, "batch_offsets_o");
+  for (int64_t b = 0; b < batch; ++b) {
+    FLASHINFER_CHECK_CODE(!oq || (*oq)[b] == qo_indptr[b], ErrorCode::kUnsupported, op,
+                          "batch_offsets_q", "request ", b, " starts at row ", (*oq)[b],
+                          "; only packed requests (offsets = running sums) are supported");
+    FLASHINFER_CHECK_CODE(!oo || (*oo)[b] == qo_indptr[b], ErrorCode::kUnsupported, op,
+                          "batch_offsets_o", "must address the same rows as batch_offsets_q");
+  }
+
+  AttentionRunOptions o;
+  o.q_scale = q_scale ? std::optional<double>(scale_value(*q_scale, op, "q_scale")) : std::nullopt;
+  o.k_scale = k_scale ? std::optional<double>(scale_value(*k_scale, op, "k_scale")) : std::nullopt;
+  o.v_scale = v_scale ? std::optional<double>(scale_value(*v_scale, op, "v_scale")) : std::nullopt;
+  o.out = out;
+  o.lse = lse;
+  o.return_lse = return_lse;
+  CudnnPrefillResult result;
+  if (block_tables) {
+    FLASHINFER_CHECK_CODE(!batch_offsets_k && !batch_offsets_v, ErrorCode::kUnsupported, op,
+                          "batch_offsets_k", "batch offsets of a paged cache are not supported");
+    const PagedKVCache cache(k_cache, v_cache);
+    BlockCall c;
+    c.op = op;
+    c.query = q;
+    c.kv_cache = &cache;
+    c.workspace_buffer = &workspace_buffer;
+    c.block_tables = &*block_tables;
+    c.qo_indptr = qo_indptr;
+    c.kv_lens = lk;
+    c.causal = causal;
+    c.hnd = true;  // cuDNN's pages are [pages, Hkv, page_size, D]
+    c.bmm1 = scale * o.q_scale.value_or(1.0) * o.k_scale.value_or(1.0);
+    c.out_scale = o.v_scale.value_or(1.0);
+    c.out = out;
+    c.out_dtype = o_data_type;
+    c.lse = lse;
+    c.return_lse = return_lse;
+    AttentionOutput r = run_block_call(c);
+    result.out = r.out;
+    result.lse = r.lse;
+    return result;
+  }
+  // Ragged K/V rows [rows, Hkv, D].
+  api::check_dim(k_cache, {3}, op, "k_cache");
+  api::check_dim(v_cache, {3}, op, "v_cache");
+  const int64_t hkv = k_cache.size(1);
+  const auto ok = offset_rows(batch_offsets_k, batch, hkv * d, k_cache.element_size(), bytes, op,
+                              "batch_offsets_k");
+  const auto ov = offset_rows(batch_offsets_v, batch, hkv * d, v_cache.element_size(), bytes, op,
+                              "batch_offsets_v");
+  detail::WrapperState s;
+  s.device = q.device();
+  api::check_same_device(k_cache, q, op, "k_cache", "q");
+  api::check_same_device(v_cache, q, op, "v_cache", "q");
+  api::check_same_dtype(v_cache, k_cache, op, "v_cache", "k_cache");
+  FLASHINFER_CHECK(v_cache.size(1) == hkv, op, "v_cache", "has ", v_cache.size(1),
+                   " heads, k_cache has ", hkv);
+  api::check_heads(hq, hkv, op, "q", "k_cache");
+  api::check_head_dim(d, op, "q");
+  FLASHINFER_CHECK(k_cache.size(2) == d && v_cache.size(2) == d, op, "k_cache",
+                   "head_dim must match q's ", d);
+  api::plan_settings(s, hq, hkv, d, d, q.dtype(), k_cache.dtype(), o_data_type, scale, -1,
+                     std::nullopt, "NONE", op);
+  s.paged = false;
+  s.page_size = 1;
+  s.batch = static_cast<int32_t>(batch);
+  s.qo_indptr = qo_indptr;
+  s.kv_lens = lk;
+  s.causal = causal;
+  s.kv_indptr.assign(static_cast<std::size_t>(batch) + 1, 0);
+  int64_t next = 0, end = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t start = ok ? (*ok)[b] : next;
+    FLASHINFER_CHECK_CODE(!ov || (*ov)[b] == start, ErrorCode::kUnsupported, op, "batch_offsets_v",
+                          "must address the same rows as batch_offsets_k");
+    FLASHINFER_CHECK(start <= std::numeric_limits<int32_t>::max(), op, "batch_offsets_k", "row ",
+                     start, " is beyond 2^31 - 1");
+    s.kv_indptr[b] = static_cast<int32_t>(start);
+    next = start + lk[b];
+    end = std::max(end, next);
+    FLASHINFER_CHECK(!causal || lq[b] <= lk[b], op, "actual_seq_lens_kv", "request ", b, " has ",
+                     lq[b], " queries but only ", lk[b], " keys");
+  }
+  s.kv_indptr[batch] = static_cast<int32_t>(std::min<int64_t>(end, INT32_MAX));
+  s.total_kv = end;  // run() checks the K/V rows cover every request
+  s.total_qo = qo_indptr.back();
+  s.workspace_cap = int64_t{64} << 20;
+  api::build_plan(s, std::nullopt, /*disable_split_kv=*/false, op);
+  if (s.plan.num_partial_rows > 0) {
+    s.float_workspace =
+        Tensor::empty({s.plan.num_partial_rows * s.num_qo_heads * (s.head_dim_vo + 1)},
+                      DType::kFloat32, s.device);
+  }
+  AttentionOutput r = api::run_planned(s, q, k_cache, v_cache, o, op, "k_cache", "v_cache");
+  result.out = r.out;
+  result.lse = r.lse;
+  return result;
+}
+
 }  // namespace
 
 AttentionOutput trtllm_batch_decode_with_kv_cache(
@@ -413,6 +655,56 @@ AttentionOutput trtllm_batch_context_with_kv_cache(
       multi_ctas_kv_counter_buffer, use_fp16_softmax, uses_spcompress);
 }
 
+Tensor xqa_batch_decode_with_kv_cache(
+    const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
+    const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
+    ScalarOrTensor<double> bmm1_scale, ScalarOrTensor<double> bmm2_scale, int64_t window_left,
+    std::optional<Tensor> out, std::optional<Tensor> sinks, std::string_view kv_layout,
+    std::optional<bool> enable_pdl, std::optional<int64_t> q_len_per_req,
+    std::optional<double> o_scale, std::optional<Tensor> mask, std::optional<Value> kv_cache_sf,
+    std::optional<Tensor> q_cu_seq_lens) {
+  return call_op<&xqa_batch_decode_with_kv_cache>(
+      [&] {
+        return xqa_impl(query, kv_cache, workspace_buffer, block_tables, seq_lens, max_seq_len,
+                        bmm1_scale, bmm2_scale, window_left, out, sinks, kv_layout, enable_pdl,
+                        q_len_per_req, o_scale, mask, kv_cache_sf, q_cu_seq_lens);
+      },
+      query, kv_cache, workspace_buffer, block_tables, seq_lens, max_seq_len, bmm1_scale,
+      bmm2_scale, window_left, out, sinks, kv_layout, enable_pdl, q_len_per_req, o_scale, mask,
+      kv_cache_sf, q_cu_seq_lens);
+}
+
+Value to_value(const CudnnPrefillResult& r) {
+  return Value::tuple({Value(r.out), r.lse.defined() ? Value(r.lse) : Value()});
+}
+
+CudnnPrefillResult cudnn_batch_prefill_with_kv_cache(
+    const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, double scale,
+    const Tensor& workspace_buffer, int64_t max_token_per_sequence, int64_t max_sequence_kv,
+    std::optional<Tensor> actual_seq_lens_q, std::optional<Tensor> actual_seq_lens_kv,
+    std::optional<Tensor> block_tables, bool causal, bool return_lse,
+    std::optional<ScalarOrTensor<double>> q_scale, std::optional<ScalarOrTensor<double>> k_scale,
+    std::optional<ScalarOrTensor<double>> v_scale, std::optional<Tensor> batch_offsets_q,
+    std::optional<Tensor> batch_offsets_o, std::optional<Tensor> batch_offsets_k,
+    std::optional<Tensor> batch_offsets_v, std::optional<Tensor> batch_offsets_stats,
+    std::string_view batch_offsets_units, std::optional<Tensor> out, std::optional<Tensor> lse,
+    bool is_cuda_graph_compatible, std::optional<std::string> backend,
+    std::optional<DType> o_data_type) {
+  return call_op<&cudnn_batch_prefill_with_kv_cache>(
+      [&] {
+        return cudnn_prefill_impl(
+            q, k_cache, v_cache, scale, workspace_buffer, max_token_per_sequence, max_sequence_kv,
+            actual_seq_lens_q, actual_seq_lens_kv, block_tables, causal, return_lse, q_scale,
+            k_scale, v_scale, batch_offsets_q, batch_offsets_o, batch_offsets_k, batch_offsets_v,
+            batch_offsets_stats, batch_offsets_units, out, lse, o_data_type);
+      },
+      q, k_cache, v_cache, scale, workspace_buffer, max_token_per_sequence, max_sequence_kv,
+      actual_seq_lens_q, actual_seq_lens_kv, block_tables, causal, return_lse, q_scale, k_scale,
+      v_scale, batch_offsets_q, batch_offsets_o, batch_offsets_k, batch_offsets_v,
+      batch_offsets_stats, batch_offsets_units, out, lse, is_cuda_graph_compatible, backend,
+      o_data_type);
+}
+
 namespace {
 
 // A block-table cache for the bench hooks: batch_size requests of s_kv keys, pages handed out
@@ -436,7 +728,7 @@ BenchBlocks bench_blocks(const BenchShape& s, Device dev) {
   b.block_tables = api::bench::int32_tensor(table, dev).view({s.batch_size, per});
   b.seq_lens = api::bench::int32_tensor(lens, dev);
   b.sinks = api::bench::random_tensor({s.num_qo_heads}, DType::kFloat32, dev, s.random_seed + 3);
-  b.workspace = Tensor::zeros({1 << 20}, DType::kUInt8, dev);
+  b.workspace = Tensor::zeros({1 << 16}, DType::kUInt8, dev);
   return b;
 }
 
@@ -481,6 +773,63 @@ BenchCase bench_trtllm_context(const BenchShape& s, Device dev) {
   return c;
 }
 
+BenchCase bench_xqa_decode(const BenchShape& s, Device dev) {
+  BenchBlocks b = bench_blocks(s, dev);
+  Tensor q = api::bench::random_tensor({s.batch_size, s.num_qo_heads, s.head_dim_qk}, s.q_dtype,
+                                       dev, s.random_seed);
+  // xqa's default layout is NHD: the same pages seen through an NHD view.
+  BenchCase c = api::bench::invoke_case(
+      kXqaOp,
+      {Value(q), Value::tuple({b.k.transpose(1, 2), b.v.transpose(1, 2)}), Value(b.workspace),
+       Value(b.block_tables), Value(b.seq_lens), Value(s.s_kv)},
+      {{"bmm1_scale", Value(1.0 / std::sqrt(static_cast<double>(s.head_dim_qk)))},
+       {"sinks", Value(b.sinks)}});
+  c.flops =
+      static_cast<double>(s.batch_size) *
+      api::bench::attention_flops(1, s.s_kv, s.num_qo_heads, s.head_dim_qk, s.head_dim_qk, false);
+  c.bytes = api::bench::bench_attention_bytes(s, s.batch_size, s.batch_size * s.s_kv);
+  return c;
+}
+
+// cudnn_batch_prefill_with_kv_cache as the engines' vision encoders call it: ragged K/V, packed
+// requests with element offsets, not causal.
+BenchCase bench_cudnn_prefill(const BenchShape& s, Device dev) {
+  const int64_t rows = s.batch_size * s.s_qo;
+  std::vector<int64_t> lens, offq, offk;
+  for (int64_t r = 0; r < s.batch_size; ++r) {
+    lens.push_back(s.s_qo);
+    offq.push_back(r * s.s_qo * s.num_qo_heads * s.head_dim_qk);
+    offk.push_back(r * s.s_qo * s.num_kv_heads * s.head_dim_qk);
+  }
+  Tensor q = api::bench::random_tensor({rows, s.num_qo_heads, s.head_dim_qk}, s.q_dtype, dev,
+                                       s.random_seed);
+  Tensor k = api::bench::random_tensor({rows, s.num_kv_heads, s.head_dim_qk}, s.kv_dtype, dev,
+                                       s.random_seed + 1);
+  Tensor v = api::bench::random_tensor({rows, s.num_kv_heads, s.head_dim_qk}, s.kv_dtype, dev,
+                                       s.random_seed + 2);
+  Tensor len = api::bench::int32_tensor(lens, dev).view({s.batch_size, 1, 1, 1});
+  Tensor oq = api::bench::int32_tensor(offq, dev), ok = api::bench::int32_tensor(offk, dev);
+  BenchCase c = api::bench::invoke_case(
+      kCudnnPrefillOp,
+      {Value(q), Value(k), Value(v), Value(1.0 / std::sqrt(static_cast<double>(s.head_dim_qk))),
+       Value(Tensor::zeros({1 << 16}, DType::kUInt8, dev))},
+      {{"max_token_per_sequence", Value(s.s_qo)},
+       {"max_sequence_kv", Value(s.s_qo)},
+       {"actual_seq_lens_q", Value(len)},
+       {"actual_seq_lens_kv", Value(len)},
+       {"causal", Value(s.causal)},
+       {"return_lse", Value(false)},
+       {"batch_offsets_q", Value(oq)},
+       {"batch_offsets_o", Value(oq)},
+       {"batch_offsets_k", Value(ok)},
+       {"batch_offsets_v", Value(ok)}});
+  c.flops = static_cast<double>(s.batch_size) *
+            api::bench::attention_flops(s.s_qo, s.s_qo, s.num_qo_heads, s.head_dim_qk,
+                                        s.head_dim_qk, s.causal);
+  c.bytes = api::bench::bench_attention_bytes(s, rows, rows);
+  return c;
+}
+
 }  // namespace
 
 namespace detail {
@@ -510,6 +859,32 @@ void register_trtllm_attention_ops(OpRegistry& r) {
       "skip_softmax_threshold_scale_factor", arg("uses_shared_paged_kv_idx", true),
       arg("causal", true), arg("lse").mut(), arg("return_lse", false),
       "multi_ctas_kv_counter_buffer", "use_fp16_softmax", "uses_spcompress");
+  declare<&xqa_batch_decode_with_kv_cache>(
+      r,
+      {.name = kXqaOp,
+       .module = "flashinfer.decode",
+       .summary = "Batch decode over a block-table paged KV cache (xqa convention, NHD default)"},
+      "query", "kv_cache", "workspace_buffer", "block_tables", "seq_lens", "max_seq_len",
+      arg("bmm1_scale", 1.0), arg("bmm2_scale", 1.0), arg("window_left", -1), arg("out").mut(),
+      "sinks", arg("kv_layout", "NHD"), "enable_pdl", arg("q_len_per_req", 1), arg("o_scale", 1.0),
+      "mask", "kv_cache_sf", "q_cu_seq_lens");
+  api::register_attention_backends(kXqaOp);
+  register_bench_hook(kXqaOp, bench_xqa_decode);
+  declare<&cudnn_batch_prefill_with_kv_cache>(
+      r,
+      {.name = kCudnnPrefillOp,
+       .module = "flashinfer.cudnn.prefill",
+       .summary = "Batch prefill attention under cuDNN's interface (this library's kernels)"},
+      "q", "k_cache", "v_cache", "scale", "workspace_buffer", arg("max_token_per_sequence").kw(),
+      arg("max_sequence_kv").kw(), arg("actual_seq_lens_q").kw(), arg("actual_seq_lens_kv").kw(),
+      arg("block_tables").kw(), arg("causal").kw(), arg("return_lse").kw(), arg("q_scale").kw(),
+      arg("k_scale").kw(), arg("v_scale").kw(), arg("batch_offsets_q").kw(),
+      arg("batch_offsets_o").kw(), arg("batch_offsets_k").kw(), arg("batch_offsets_v").kw(),
+      arg("batch_offsets_stats").kw(), arg("batch_offsets_units", "elements").kw(),
+      arg("out").mut().kw(), arg("lse").mut().kw(), arg("is_cuda_graph_compatible", false).kw(),
+      arg("backend").kw(), arg("o_data_type").kw());
+  api::register_attention_backends(kCudnnPrefillOp);
+  register_bench_hook(kCudnnPrefillOp, bench_cudnn_prefill);
   api::register_attention_backends(kDecodeOp);
   api::register_attention_backends(kContextOp);
   register_bench_hook(kDecodeOp, bench_trtllm_decode);

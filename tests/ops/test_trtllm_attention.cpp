@@ -3,10 +3,17 @@
 // hand-checked golden; NaN propagation; bad input; record and replay.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
@@ -613,6 +620,325 @@ TEST(AttentionSinks, BatchDecodeWrapperMatchesFp64) {
   }
   EXPECT_TRUE(testing::all_close(r.out, eo, testing::attention_tolerance(DType::kBFloat16)));
   EXPECT_TRUE(testing::all_close(r.lse, el, {1e-4, 1e-5}));
+}
+
+// xqa_batch_decode_with_kv_cache: NHD by default, o_scale multiplies a 16-bit output, variable
+// query counts through q_cu_seq_lens.
+TEST(XqaDecode, MatchesFp64) {
+  BlockCache c = make_cache({8, 21, 3}, 4, 2, 64, DType::kBFloat16, false, true, 31);
+  const std::vector<int32_t> cq{0, 2, 4, 5};
+  Tensor q = testing::rand_tensor({5, 4, 64}, DType::kBFloat16, 8, -1.0, 1.0);
+  Tensor sinks = testing::rand_tensor({4}, DType::kFloat32, 9);
+  Ref r;
+  r.bmm1 = 0.15;
+  r.bmm2 = 0.5 * 3.0;  // bmm2_scale * o_scale
+  r.sinks = sinks.to_double_vector();
+  std::vector<double> eo, el;
+  reference(q, c, cq, r, eo, el);
+  Tensor o = xqa_batch_decode_with_kv_cache(
+      q, c.cache(), workspace(), c.block_tables, c.seq_lens, 21, 0.15, 0.5, -1, std::nullopt, sinks,
+      "NHD", std::nullopt, 2, 3.0, std::nullopt, std::nullopt, int_tensor(cq));
+  EXPECT_TRUE(testing::all_close(o, eo, testing::attention_tolerance(DType::kBFloat16)));
+  const char* op = "xqa_batch_decode_with_kv_cache";
+  EXPECT_FI_ERROR(
+      xqa_batch_decode_with_kv_cache(q, c.cache(), workspace(), c.block_tables, c.seq_lens, 21,
+                                     0.15, 0.5, -1, std::nullopt, sinks, "NHD", std::nullopt, 1,
+                                     3.0, std::nullopt, std::nullopt, int_tensor(cq)),
+      op, "q_cu_seq_lens");
+  EXPECT_FI_ERROR(
+      xqa_batch_decode_with_kv_cache(q, c.cache(), workspace(), c.block_tables, c.seq_lens, 21,
+                                     0.15, 0.5, -1, std::nullopt, sinks, "NHD", std::nullopt, 2,
+                                     0.0, std::nullopt, std::nullopt, int_tensor(cq)),
+      op, "o_scale");
+  EXPECT_FI_ERROR(xqa_batch_decode_with_kv_cache(q.slice(0, 0, 4), c.cache(), workspace(),
+                                                 c.block_tables, c.seq_lens, 21),
+                  op, "seq_lens");
+}
+
+// workspace_size(): plan's arguments, (float, int) bytes; with enough workspace the plan it
+// describes is the plan that runs, and its float figure is what that plan's partials take.
+TEST(WorkspaceSize, MatchesThePlanItDescribes) {
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({300, 5, 70}, 16, 2, 64, DType::kFloat16, false, true, 3, kd, vd);
+  BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({64 << 20}, DType::kUInt8));
+  BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+  po.fixed_split_size = 2;  // split: partials of 32 tokens
+  const WorkspaceSizes ws =
+      w.workspace_size(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 16, po);
+  // 300, 5 and 70 tokens are 19, 1 and 5 pages: in chunks of 2 pages, 10 and 3 partial rows (a
+  // one-chunk request is not split): 13 rows x 4 heads x (64 + 1) fp32.
+  EXPECT_EQ(ws.float_workspace_size, 13 * 4 * 65 * 4);
+  EXPECT_GT(ws.int_workspace_size, 0);
+  w.plan(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 16, po);
+  EXPECT_TRUE(w.split_kv());
+  po.disable_split_kv = true;
+  EXPECT_EQ(
+      w.workspace_size(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 16, po).float_workspace_size,
+      0);
+  EXPECT_FI_ERROR(w.workspace_size(f.indptr, f.indices, f.last_page_len, 4, 3, 64, 16),
+                  "BatchDecodeWithPagedKVCacheWrapper.workspace_size", "num_kv_heads");
+
+  BatchPrefillWithPagedKVCacheWrapper p(Tensor::zeros({1 << 20}, DType::kUInt8));
+  PrefillPlanOptions pp;
+  pp.causal = true;
+  pp.disable_split_kv = true;
+  const WorkspaceSizes pw = p.workspace_size(int_tensor({0, 3, 4, 6}), f.indptr, f.indices,
+                                             f.last_page_len, 4, 2, 64, 16, pp);
+  EXPECT_EQ(pw.float_workspace_size, 0);
+  EXPECT_GT(pw.int_workspace_size, 0);
+  // Recorded as upstream returns it: a (float, int) tuple of ints; replays identically.
+  std::vector<testing::RecordingObserver::Call> calls;
+  {
+    testing::RecordingScope scope;
+    w.workspace_size(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 16);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 1u);
+  ASSERT_TRUE(calls[0].result.is_sequence());
+  EXPECT_EQ(calls[0].result.items().size(), 2u);
+}
+
+// cudnn_batch_prefill_with_kv_cache as the vision encoders call it (ragged K/V, element offsets,
+// lengths shaped [batch, 1, 1, 1]) and with a block table, against the fp64 formula.
+TEST(CudnnPrefill, MatchesFp64) {
+  const char* op = "cudnn_batch_prefill_with_kv_cache";
+  const std::vector<int32_t> lq{4, 7, 1}, lk{6, 7, 9};
+  const int64_t hq = 4, hkv = 2, d = 64;
+  Tensor q = testing::rand_tensor({12, hq, d}, DType::kFloat16, 1, -1.0, 1.0);
+  Tensor k = testing::rand_tensor({22, hkv, d}, DType::kFloat16, 2, -1.0, 1.0);
+  Tensor v = testing::rand_tensor({22, hkv, d}, DType::kFloat16, 3, -1.0, 1.0);
+  const Tensor lens_q = int_tensor(lq).view({3, 1, 1, 1});
+  const Tensor lens_k = int_tensor(lk).view({3, 1, 1, 1});
+  const Tensor off_q = int_tensor({0, 4 * hq * d, 11 * hq * d});
+  const Tensor off_k = int_tensor({0, 6 * hkv * d, 13 * hkv * d});
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal);
+    CudnnPrefillResult r = cudnn_batch_prefill_with_kv_cache(
+        q, k, v, 0.1, workspace(), 7, 9, lens_q, lens_k, std::nullopt, causal, true, std::nullopt,
+        std::nullopt, 2.0, off_q, off_q, off_k, off_k);
+    std::vector<double> eo, el;
+    int64_t q0 = 0, k0 = 0;
+    for (std::size_t b = 0; b < lq.size(); ++b) {
+      testing::RefOptions ro;
+      ro.sm_scale = 0.1;
+      ro.causal = causal;
+      ro.v_scale = 2.0;
+      std::vector<double> o, l;
+      testing::ref_attention(testing::rows_of(q.to_double_vector(), q0, q0 + lq[b], hq * d),
+                             testing::rows_of(k.to_double_vector(), k0, k0 + lk[b], hkv * d),
+                             testing::rows_of(v.to_double_vector(), k0, k0 + lk[b], hkv * d), lq[b],
+                             lk[b], hq, hkv, d, d, ro, o, l);
+      eo.insert(eo.end(), o.begin(), o.end());
+      el.insert(el.end(), l.begin(), l.end());
+      q0 += lq[b];
+      k0 += lk[b];
+    }
+    EXPECT_TRUE(testing::all_close(r.out, eo, testing::attention_tolerance(DType::kFloat16)));
+    EXPECT_TRUE(testing::all_close(r.lse, el, {1e-4, 1e-5}));
+  }
+  // Without return_lse upstream's tuple still has two items, the second None.
+  std::vector<testing::RecordingObserver::Call> calls;
+  {
+    testing::RecordingScope scope;
+    cudnn_batch_prefill_with_kv_cache(q, k, v, 0.1, workspace(), 7, 9, lens_q, lens_k, std::nullopt,
+                                      false, false);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 1u);
+  ASSERT_TRUE(calls[0].result.is_sequence());
+  EXPECT_TRUE(calls[0].result.items()[1].is_none());
+  EXPECT_TRUE(testing::replays_identically(calls[0]));
+
+  // Paged: the same keys through a block table of 4-token HND pages.
+  BlockCache c = make_cache(lk, 4, hkv, d, DType::kFloat16, true, true, 5);
+  Ref ref;
+  ref.bmm1 = 0.1;
+  ref.causal = true;
+  std::vector<double> eo, el;
+  reference(q, c, {0, 4, 11, 12}, ref, eo, el);
+  CudnnPrefillResult r = cudnn_batch_prefill_with_kv_cache(
+      q, c.k, c.v, 0.1, workspace(), 7, 9, lens_q, c.seq_lens, c.block_tables, true, false);
+  EXPECT_TRUE(testing::all_close(r.out, eo, testing::attention_tolerance(DType::kFloat16)));
+  EXPECT_FALSE(r.lse.defined());
+
+  // Bad input names the argument.
+  EXPECT_FI_ERROR(cudnn_batch_prefill_with_kv_cache(q, k, v, 0.1, workspace(), 6, 9, lens_q, lens_k,
+                                                    std::nullopt, false, false),
+                  op, "max_token_per_sequence");
+  EXPECT_FI_ERROR(cudnn_batch_prefill_with_kv_cache(q, k, v, 0.1, workspace(), 7, 8, lens_q, lens_k,
+                                                    std::nullopt, false, false),
+                  op, "max_sequence_kv");
+  EXPECT_FI_ERROR(cudnn_batch_prefill_with_kv_cache(q, k, v, 0.1, workspace(), 7, 9, std::nullopt,
+                                                    lens_k, std::nullopt, false, false),
+                  op, "actual_seq_lens_q");
+  EXPECT_FI_ERROR(cudnn_batch_prefill_with_kv_cache(
+                      q, k, v, 0.1, workspace(), 7, 9, lens_q, lens_k, std::nullopt, false, false,
+                      std::nullopt, std::nullopt, std::nullopt, int_tensor({0, 5, 1}), off_q),
+                  op, "batch_offsets_q");
+  EXPECT_FI_ERROR(cudnn_batch_prefill_with_kv_cache(
+                      q, k, v, 0.1, workspace(), 7, 9, lens_q, lens_k, std::nullopt, false, false,
+                      std::nullopt, std::nullopt, std::nullopt, off_q, off_q,
+                      int_tensor({0, 6 * hkv * d, 100 * hkv * d}), std::nullopt),
+                  op, "k_cache");
+  EXPECT_FI_ERROR(cudnn_batch_prefill_with_kv_cache(
+                      q, k, v, 0.1, workspace(), 7, 9, lens_q, lens_k, std::nullopt, false, false,
+                      std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                      std::nullopt, std::nullopt, std::nullopt, "words"),
+                  op, "batch_offsets_units");
+}
+
+// ---- Dumps: through this library's recorder, and written by Python as upstream writes them ----
+
+namespace fs = std::filesystem;
+
+fs::path temp_dump_dir(const char* name) {
+  fs::path d = fs::temp_directory_path() / ("fi_trtllm_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(d);
+  return d;
+}
+
+TEST(TrtllmDump, RecorderRoundTripReplays) {
+  const fs::path dir = temp_dump_dir("rec");
+  BlockCache c = make_cache({5, 9}, 4, 2, 64, DType::kFloat16, false, false, 23);
+  {
+    recorder::Config cfg;
+    cfg.dump_dir = dir.string();
+    recorder::start(cfg, [](const std::string&) {});
+    Tensor q = testing::rand_tensor({2, 4, 64}, DType::kFloat16, 1);
+    trtllm_batch_decode_with_kv_cache(q, c.cache(), workspace(), c.block_tables, c.seq_lens, 9,
+                                      0.125, 0.5, 4, std::nullopt, std::nullopt, std::nullopt,
+                                      std::nullopt, testing::rand_tensor({4}, DType::kFloat32, 2),
+                                      "NHD");
+    Tensor qc = testing::rand_tensor({7, 4, 64}, DType::kFloat16, 3);
+    trtllm_batch_context_with_kv_cache(qc, c.cache(), workspace(), c.block_tables, c.seq_lens, 4, 9,
+                                       0.125, 1.0, 2, int_tensor({0, 3, 7}), int_tensor({0, 5, 14}),
+                                       -1, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                       "NHD");
+    recorder::stop();
+  }
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 2u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
+}
+
+// Two calls written by Python with torch.save the way upstream's recorder writes them, with the
+// keyword arguments vLLM and SGLang pass: decode with vLLM's HND view of a 5-D cache (a permuted,
+// non-contiguous tensor) and sinks; context with SGLang's (k_cache, v_cache) tuple. The expected
+// outputs are an fp64 formula computed in Python.
+TEST(TrtllmDump, UpstreamWrittenDumpReplaysHere) {
+  if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  const fs::path dir = temp_dump_dir("upstream");
+  fs::create_directories(dir);
+  const std::string py = R"PY(
+import json, math, os, sys, torch
+root = sys.argv[1]
+torch.manual_seed(0)
+P, S, H, HQ, D = 8, 4, 2, 4, 64
+
+def attend(q, k, v, kv_len, qo_len, scale, bmm2, sinks, causal):
+    o = torch.zeros(qo_len, HQ, D, dtype=torch.float64)
+    for i in range(qo_len):
+        pos = kv_len - qo_len + i
+        for h in range(HQ):
+            g = h // (HQ // H)
+            n = pos + 1 if causal else kv_len
+            s = (k[:n, g, :] @ q[i, h].double()) * scale
+            m = s.max().item()
+            if sinks is not None:
+                m = max(m, sinks[h].item())
+            e = torch.exp(s - m)
+            den = e.sum().item() + (math.exp(sinks[h].item() - m) if sinks is not None else 0.0)
+            o[i, h] = (e[:, None] * v[:n, g, :]).sum(0) / den * bmm2
+    return o
+
+def gather(cache, table, b, kv_len, hnd):
+    rows = []
+    for t in range(kv_len):
+        page = cache[int(table[b, t // S])]
+        rows.append(page[:, t % S, :] if hnd else page[t % S, :, :])
+    return torch.stack(rows).double()
+
+def write(name, seq, inputs, meta, result):
+    d = os.path.join(root, "20261122_120000_%03d_pid4242_%s_call%04d" % (seq, name, seq))
+    os.makedirs(d)
+    torch.save(inputs, d + "/inputs.pt")
+    torch.save({"result": result}, d + "/outputs.pt")
+    rec = {"function_name": name, "module": meta.pop("__module"), "call_sequence": seq,
+           "timestamp": "20261122_120000_%03d" % seq, "process_id": 4242,
+           "input_metadata": meta, "output_metadata": {},
+           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": ["result"]},
+           "tensor_format": "torch", "execution_status": "completed"}
+    with open(d + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+
+def tensor_meta(t, key):
+    return {"type": "torch.Tensor", "shape": list(t.shape), "dtype": str(t.dtype),
+            "stride": list(t.stride()), "device": "cuda:0", "requires_grad": False,
+            "is_contiguous": t.is_contiguous(), "tensor_key": key}
+
+# vLLM decode: kv_cache [P, 2, S, H, D] storage permuted to the HND view [P, 2, H, S, D].
+storage = torch.randn(P, 2, S, H, D).to(torch.bfloat16)
+kv = storage.permute(0, 1, 3, 2, 4)
+q = torch.randn(2, HQ, D).to(torch.bfloat16)
+table = torch.tensor([[3, 1, -1], [0, 5, 2]], dtype=torch.int32)
+lens = torch.tensor([7, 9], dtype=torch.int32)
+sinks = torch.randn(HQ, dtype=torch.float32)
+scale, bmm2 = 1.0 / math.sqrt(D), 0.75
+out = torch.stack([attend(q[b:b + 1], gather(kv[:, 0], table, b, int(lens[b]), True),
+                          gather(kv[:, 1], table, b, int(lens[b]), True), int(lens[b]), 1,
+                          scale, bmm2, sinks, False)[0] for b in range(2)])
+write("trtllm_batch_decode_with_kv_cache", 1,
+      {"kwarg_query": q, "kwarg_kv_cache": kv, "kwarg_workspace_buffer": torch.zeros(4096, dtype=torch.uint8),
+       "kwarg_block_tables": table, "kwarg_seq_lens": lens, "kwarg_sinks": sinks},
+      {"__module": "flashinfer.decode", "kwarg_max_seq_len": 9, "kwarg_bmm1_scale": scale,
+       "kwarg_bmm2_scale": bmm2, "kwarg_window_left": -1, "kwarg_o_sf_scale": None,
+       "kwarg_kv_layout": "HND"},
+      out.to(torch.bfloat16))
+
+# SGLang context: (k_cache, v_cache) tuple of NHD pages, causal, two requests.
+kc = torch.randn(P, S, H, D).to(torch.float16)
+vc = torch.randn(P, S, H, D).to(torch.float16)
+qlens, kvlens = [3, 5], [6, 9]
+table = torch.tensor([[7, 2, -1], [4, 6, 1]], dtype=torch.int32)
+qs = torch.randn(sum(qlens), HQ, D).to(torch.float16)
+outs, q0 = [], 0
+for b in range(2):
+    outs.append(attend(qs[q0:q0 + qlens[b]], gather(kc, table, b, kvlens[b], False),
+                       gather(vc, table, b, kvlens[b], False), kvlens[b], qlens[b], 0.1, 1.0,
+                       None, True))
+    q0 += qlens[b]
+write("trtllm_batch_context_with_kv_cache", 2,
+      {"kwarg_query": qs, "kwarg_kv_cache__0": kc, "kwarg_kv_cache__1": vc,
+       "kwarg_workspace_buffer": torch.zeros(4096, dtype=torch.uint8), "kwarg_block_tables": table,
+       "kwarg_seq_lens": torch.tensor(kvlens, dtype=torch.int32),
+       "kwarg_cum_seq_lens_q": torch.tensor([0, 3, 8], dtype=torch.int32),
+       "kwarg_cum_seq_lens_kv": torch.tensor([0, 6, 15], dtype=torch.int32)},
+      {"__module": "flashinfer.prefill",
+       "kwarg_kv_cache": {"type": "tuple", "length": 2, "truncated": False,
+                          "items": [tensor_meta(kc, "kwarg_kv_cache__0"),
+                                    tensor_meta(vc, "kwarg_kv_cache__1")]},
+       "kwarg_max_q_len": 5, "kwarg_max_kv_len": 9, "kwarg_bmm1_scale": 0.1,
+       "kwarg_bmm2_scale": 1.0, "kwarg_batch_size": 2, "kwarg_window_left": -1,
+       "kwarg_kv_layout": "NHD"},
+      torch.cat(outs).to(torch.float16))
+)PY";
+  std::ofstream(dir / "make.py") << py;
+  ASSERT_EQ(
+      std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + (dir / "dump").string())
+                      .c_str()),
+      0);
+  const auto results = replay::replay_sequence((dir / "dump").string());
+  ASSERT_EQ(results.size(), 2u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -82,6 +82,16 @@ namespace detail {
 struct WrapperState;
 }
 
+/// What the wrappers' workspace_size() returns, upstream's (float_workspace_size,
+/// int_workspace_size) in bytes, recorded as that tuple of ints. The figures are this library's:
+/// the fp32 split-KV partials the plan would write (float) and the int32 plan arrays it would copy
+/// to the device (int), not upstream's kernels' needs.
+struct WorkspaceSizes {
+  int64_t float_workspace_size = 0;
+  int64_t int_workspace_size = 0;
+};
+Value to_value(const WorkspaceSizes& w);
+
 /// Keyword arguments of the wrappers' run() (upstream's names; each wrapper declares the ones
 /// it takes upstream, and rejects the others when set).
 struct AttentionRunOptions {
@@ -158,6 +168,14 @@ class BatchDecodeWithPagedKVCacheWrapper : public ApiObject {
   AttentionOutput run(const Tensor& q, const PagedKVCache& paged_kv_cache,
                       const AttentionRunOptions& options = {});
 
+  /// The workspace plan() would need for these arguments (plan's, all positional upstream);
+  /// the split-KV rule as plan's, but not limited by the current float_workspace_buffer. Changes
+  /// no state.
+  WorkspaceSizes workspace_size(const Tensor& indptr, const Tensor& indices,
+                                const Tensor& last_page_len, int64_t num_qo_heads,
+                                int64_t num_kv_heads, int64_t head_dim, int64_t page_size,
+                                const PlanOptions& options = {});
+
   std::string_view class_name() const override { return "BatchDecodeWithPagedKVCacheWrapper"; }
   std::string_view module_name() const override { return "flashinfer.decode"; }
   /// Whether the current plan splits KV into chunks (merged by a second pass).
@@ -225,6 +243,13 @@ class BatchPrefillWithPagedKVCacheWrapper : public ApiObject {
   /// q [qo_indptr[-1], Hq, Dqk] → o [qo_indptr[-1], Hq, Dvo], lse [qo_indptr[-1], Hq].
   AttentionOutput run(const Tensor& q, const PagedKVCache& paged_kv_cache,
                       const AttentionRunOptions& options = {});
+
+  /// The workspace plan() would need for these arguments (see the decode wrapper's).
+  WorkspaceSizes workspace_size(const Tensor& qo_indptr, const Tensor& paged_kv_indptr,
+                                const Tensor& paged_kv_indices,
+                                const Tensor& paged_kv_last_page_len, int64_t num_qo_heads,
+                                int64_t num_kv_heads, int64_t head_dim_qk, int64_t page_size,
+                                const PrefillPlanOptions& options = {});
 
   std::string_view class_name() const override { return "BatchPrefillWithPagedKVCacheWrapper"; }
   std::string_view module_name() const override { return "flashinfer.prefill"; }
@@ -333,5 +358,59 @@ AttentionOutput trtllm_batch_context_with_kv_cache(
     std::optional<Tensor> multi_ctas_kv_counter_buffer = std::nullopt,
     std::optional<bool> use_fp16_softmax = std::nullopt,
     std::optional<bool> uses_spcompress = std::nullopt);
+
+/// xqa_batch_decode_with_kv_cache (flashinfer.decode): the xqa backend's decode under its own
+/// name: trtllm_batch_decode_with_kv_cache's math with kv_layout "NHD" by default; o_scale
+/// multiplies 16-bit outputs (xqa divides only fp8 outputs by it). q_cu_seq_lens [batch + 1]
+/// int32, when given, sets each request's query rows (each at most q_len_per_req). Not
+/// supported: mask, kv_cache_sf.
+Tensor xqa_batch_decode_with_kv_cache(
+    const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
+    const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
+    ScalarOrTensor<double> bmm1_scale = 1.0, ScalarOrTensor<double> bmm2_scale = 1.0,
+    int64_t window_left = -1, std::optional<Tensor> out = std::nullopt,
+    std::optional<Tensor> sinks = std::nullopt, std::string_view kv_layout = "NHD",
+    std::optional<bool> enable_pdl = std::nullopt, std::optional<int64_t> q_len_per_req = 1,
+    std::optional<double> o_scale = 1.0, std::optional<Tensor> mask = std::nullopt,
+    std::optional<Value> kv_cache_sf = std::nullopt,
+    std::optional<Tensor> q_cu_seq_lens = std::nullopt);
+
+/// What cudnn_batch_prefill_with_kv_cache returns, as upstream: the tuple (out, lse), lse None
+/// unless return_lse.
+struct CudnnPrefillResult {
+  Tensor out;
+  Tensor lse;
+};
+Value to_value(const CudnnPrefillResult& r);
+
+/// cudnn_batch_prefill_with_kv_cache (flashinfer.cudnn.prefill), computed with this library's
+/// kernels (no cuDNN). q [rows, Hq, D]; request b's queries are actual_seq_lens_q[b] rows
+/// starting at batch_offsets_q[b] (in batch_offsets_units of q, "elements" or "bytes"; default
+/// the running sum of the lengths, and offsets must equal it: requests are packed). K/V: with
+/// block_tables, pages [pages, Hkv, page_size, D] read through the table; without, ragged rows
+/// [rows, Hkv, D] starting at batch_offsets_k[b] (default the running sum of
+/// actual_seq_lens_kv; batch_offsets_v must match). Scores scale * q_scale * k_scale * (q . k),
+/// causal right-aligned, output times v_scale; out [rows, Hq, D] in o_data_type (default q's).
+/// lse [rows, Hq] fp32 is base 2 like the rest of this library (cuDNN's own statistics layout
+/// is not reproduced). actual_seq_lens_* may have any shape with batch elements (int32). Not
+/// supported: batch_offsets_o different from batch_offsets_q, batch_offsets_stats, batch
+/// offsets with block_tables. backend and is_cuda_graph_compatible select nothing here.
+CudnnPrefillResult cudnn_batch_prefill_with_kv_cache(
+    const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, double scale,
+    const Tensor& workspace_buffer, int64_t max_token_per_sequence, int64_t max_sequence_kv,
+    std::optional<Tensor> actual_seq_lens_q, std::optional<Tensor> actual_seq_lens_kv,
+    std::optional<Tensor> block_tables, bool causal, bool return_lse,
+    std::optional<ScalarOrTensor<double>> q_scale = std::nullopt,
+    std::optional<ScalarOrTensor<double>> k_scale = std::nullopt,
+    std::optional<ScalarOrTensor<double>> v_scale = std::nullopt,
+    std::optional<Tensor> batch_offsets_q = std::nullopt,
+    std::optional<Tensor> batch_offsets_o = std::nullopt,
+    std::optional<Tensor> batch_offsets_k = std::nullopt,
+    std::optional<Tensor> batch_offsets_v = std::nullopt,
+    std::optional<Tensor> batch_offsets_stats = std::nullopt,
+    std::string_view batch_offsets_units = "elements", std::optional<Tensor> out = std::nullopt,
+    std::optional<Tensor> lse = std::nullopt, bool is_cuda_graph_compatible = false,
+    std::optional<std::string> backend = std::nullopt,
+    std::optional<DType> o_data_type = std::nullopt);
 
 }  // namespace flashinfer
