@@ -286,6 +286,10 @@ struct OpSpec {
                                          // taken through it (absent from the signature text)
   bool options_keyword_only = true;      // false: the options fields are upstream's
                                          // positional-or-keyword parameters with defaults
+  // Result keys ("result__1", ...) upstream returns without writing (scratch), and why: replay
+  // does not compare them and says so.
+  std::vector<std::string> unwritten_results = {};
+  const char* unwritten_reason = nullptr;
 };
 
 // ---- Return-type names
@@ -624,6 +628,8 @@ const OpDecl& declare_key(OpRegistry& registry, const OpSpec& spec, const Specs&
   d.returns = spec.returns ? spec.returns : ReturnName<typename Info::Ret>::value;
   if (spec.var_positional) d.var_positional = spec.var_positional;
   if (spec.var_keyword) d.var_keyword = spec.var_keyword;
+  d.unwritten_results = spec.unwritten_results;
+  if (spec.unwritten_reason) d.unwritten_reason = spec.unwritten_reason;
   if constexpr (!std::is_void_v<typename Info::Class>) {
     const std::string name = spec.name;
     d.class_name = name.substr(0, name.rfind('.'));

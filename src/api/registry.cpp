@@ -18,6 +18,7 @@ void register_decode_ops(OpRegistry& registry);
 void register_prefill_ops(OpRegistry& registry);
 void register_activation_ops(OpRegistry& registry);
 void register_rope_ops(OpRegistry& registry);
+void register_moe_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -30,6 +31,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_prefill_ops(registry);
   register_activation_ops(registry);
   register_rope_ops(registry);
+  register_moe_ops(registry);
 }
 
 }  // namespace flashinfer::detail

@@ -1,0 +1,580 @@
+// Public MoE ops (flashinfer.fused_moe.*, flashinfer.tllm_enums): declarations, argument checks,
+// dispatch. Semantics and sources: docs/MOE.md.
+#include "flashinfer/ops/moe.h"
+
+#include <cmath>
+#include <string>
+
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "api/kernel_table.h"
+#include "flashinfer/op_typed.h"
+#include "kernels/cpu/moe_cpu.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/moe_cuda.h"
+#endif
+
+namespace flashinfer {
+
+template <>
+struct ArgTraits<ActivationType> {
+  static constexpr ParamKind kind = ParamKind::kEnum;
+  static constexpr const char* type_name = "ActivationType";
+  static ActivationType get(const CallArgs& a, std::size_t i) {
+    return activation_type_from_value(a[i], a.decl().name,
+                                      i < a.decl().params.size() ? a.decl().params[i].name : "");
+  }
+};
+template <>
+struct ReturnName<std::vector<Tensor>> {
+  static constexpr const char* value = "list[Tensor]";
+};
+
+namespace {
+
+constexpr ActivationType kAllActivations[] = {ActivationType::Gelu,      ActivationType::Relu,
+                                              ActivationType::Silu,      ActivationType::Swiglu,
+                                              ActivationType::Geglu,     ActivationType::SwigluBias,
+                                              ActivationType::Relu2,     ActivationType::SwigluStep,
+                                              ActivationType::GegluTanh, ActivationType::Identity};
+
+}  // namespace
+
+std::string_view activation_type_name(ActivationType a) {
+  switch (a) {
+    case ActivationType::Gelu:
+      return "Gelu";
+    case ActivationType::Relu:
+      return "Relu";
+    case ActivationType::Silu:
+      return "Silu";
+    case ActivationType::Swiglu:
+      return "Swiglu";
+    case ActivationType::Geglu:
+      return "Geglu";
+    case ActivationType::SwigluBias:
+      return "SwigluBias";
+    case ActivationType::Relu2:
+      return "Relu2";
+    case ActivationType::SwigluStep:
+      return "SwigluStep";
+    case ActivationType::GegluTanh:
+      return "GegluTanh";
+    case ActivationType::Identity:
+      return "Identity";
+  }
+  return "Swiglu";
+}
+
+Value to_value(ActivationType a) {
+  return Value(EnumValue{"ActivationType", std::string(activation_type_name(a)),
+                         std::to_string(static_cast<int>(a))});
+}
+
+ActivationType activation_type_from_value(const Value& v, std::string_view op,
+                                          std::string_view arg) {
+  if (v.kind() == Value::Kind::kInt) {
+    const int64_t i = v.as_int();
+    for (ActivationType a : kAllActivations) {
+      if (static_cast<int64_t>(a) == i) return a;
+    }
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "no ActivationType member has value ", i);
+  }
+  FLASHINFER_CHECK(v.kind() == Value::Kind::kEnum, op, arg,
+                   "expected an ActivationType member or int, got ", v.repr());
+  const EnumValue& e = v.as_enum();
+  // Upstream records "ActivationType.Swiglu" as the name; ours is the bare member.
+  std::string_view name = e.name;
+  if (const auto dot = name.rfind('.'); dot != std::string_view::npos) name = name.substr(dot + 1);
+  for (ActivationType a : kAllActivations) {
+    if (name == activation_type_name(a)) return a;
+  }
+  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, "ActivationType member ", e.name,
+                  " is not supported by flashinfer-cpp");
+}
+
+bool is_gated_activation(ActivationType activation_type) {
+  return call_op<&is_gated_activation>(
+      [&] { return kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(activation_type)); },
+      activation_type);
+}
+
+namespace {
+
+constexpr const char* kCoreModule = "flashinfer.fused_moe.core";
+
+constexpr api::KernelEntry<kernels::CutlassMoeParams> kCutlassMoeKernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: per-expert grouped GEMMs (routed rows only), fp32 accumulation", nullptr,
+     [](const kernels::CutlassMoeParams& p, const api::LaunchContext&) {
+       kernels::cpu::cutlass_moe(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one block per (token, expert) pair, warp dot products",
+     nullptr,
+     [](const kernels::CutlassMoeParams& p, const api::LaunchContext& c) {
+       kernels::cuda::cutlass_moe(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+
+constexpr api::KernelEntry<kernels::DeepSeekRoutingParams> kDeepSeekRoutingKernels[] = {
+    {DeviceType::kCPU, "CPU reference: fp32 sigmoid, grouped selection, OpenMP over tokens",
+     nullptr,
+     [](const kernels::DeepSeekRoutingParams& p, const api::LaunchContext&) {
+       kernels::cpu::deepseek_routing(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one thread per token", nullptr,
+     [](const kernels::DeepSeekRoutingParams& p, const api::LaunchContext& c) {
+       kernels::cuda::deepseek_routing(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+
+void check_unit_last_stride(const Tensor& t, const char* op, const char* arg) {
+  FLASHINFER_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, op, arg,
+                   "the last dimension must be contiguous (stride 1), got stride ", t.stride(-1));
+}
+
+void check_flag_off(bool flag, const char* op, const char* arg, const char* why) {
+  if (flag) FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, why);
+}
+
+// Per-expert fp32 [E_l] activation parameter, or null.
+const float* expert_vector(const std::optional<Tensor>& t, int64_t experts, const Tensor& input,
+                           const char* op, const char* arg) {
+  if (!t) return nullptr;
+  api::check_defined(*t, op, arg);
+  api::check_dtype_in(*t, {DType::kFloat32}, op, arg);
+  api::check_shape_eq(*t, {experts}, op, arg);
+  api::check_same_device(*t, input, op, arg, "input");
+  FLASHINFER_CHECK(t->stride(0) == 1 || experts <= 1, op, arg, "must be contiguous");
+  return t->data<float>();
+}
+
+std::vector<Tensor> cutlass_fused_moe_impl(
+    const Tensor& input, const Tensor& ids, const Tensor& scales, const Tensor& w1,
+    const Tensor& w2, DType output_dtype, const std::vector<Tensor>& quant_scales,
+    const std::optional<Tensor>& b1, const std::optional<Tensor>& b2,
+    const std::optional<Tensor>& input_sf, const std::optional<Tensor>& swiglu_alpha,
+    const std::optional<Tensor>& swiglu_beta, const std::optional<Tensor>& swiglu_limit,
+    int64_t tp_size, int64_t tp_rank, int64_t ep_size, int64_t ep_rank, int64_t cluster_size,
+    int64_t cluster_rank, const std::optional<Tensor>& output, bool enable_alltoall,
+    bool use_deepseek_fp8_block_scale, bool use_w4_group_scaling, bool use_mxfp8_act_scaling,
+    bool min_latency_mode, bool use_packed_weights, bool use_wfp4afp8_humming,
+    std::optional<bool> enable_pdl, ActivationType activation_type,
+    const CutlassFusedMoeOptions& options) {
+  const char* op = "cutlass_fused_moe";
+  api::check_defined(input, op, "input");
+  api::check_defined(ids, op, "token_selected_experts");
+  api::check_defined(scales, op, "token_final_scales");
+  api::check_defined(w1, op, "fc1_expert_weights");
+  api::check_defined(w2, op, "fc2_expert_weights");
+  // Quantized and distributed paths: refused by name (docs/MOE.md).
+  check_flag_off(min_latency_mode, op, "min_latency_mode",
+                 "min latency mode is not implemented (upstream raises NotImplementedError too)");
+  check_flag_off(enable_alltoall, op, "enable_alltoall", "all-to-all is not implemented");
+  check_flag_off(use_deepseek_fp8_block_scale, op, "use_deepseek_fp8_block_scale",
+                 "the FP8 block-scale path is not implemented");
+  check_flag_off(use_w4_group_scaling, op, "use_w4_group_scaling",
+                 "the W4 group-scaling path is not implemented");
+  check_flag_off(use_mxfp8_act_scaling, op, "use_mxfp8_act_scaling",
+                 "the MXFP8 activation path is not implemented");
+  check_flag_off(use_packed_weights, op, "use_packed_weights",
+                 "packed 4-bit weights are not implemented");
+  check_flag_off(use_wfp4afp8_humming, op, "use_wfp4afp8_humming",
+                 "the MXFP4 x FP8 path is not implemented");
+  check_flag_off(!quant_scales.empty(), op, "quant_scales",
+                 "quantized MoE is not implemented: quant_scales must be empty");
+  check_flag_off(input_sf.has_value(), op, "input_sf",
+                 "quantized input is not implemented: input_sf must be None");
+  check_flag_off(options.situ_beta.has_value(), op, "situ_beta",
+                 "the Situ activation is not implemented");
+  check_flag_off(options.situ_linear_beta.has_value(), op, "situ_linear_beta",
+                 "the Situ activation is not implemented");
+  check_flag_off(activation_type == ActivationType::GegluTanh, op, "activation_type",
+                 "GegluTanh is not implemented (its formula is unverified)");
+  if (input.dtype() == DType::kFloat8E4M3FN || input.dtype() == DType::kUInt8) {
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "input", "quantized input (",
+                    dtype_torch_name(input.dtype()), ") is not implemented");
+  }
+  FLASHINFER_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, op, "tp_rank",
+                   "must be in [0, tp_size=", tp_size, "), got ", tp_rank);
+  FLASHINFER_CHECK(ep_size >= 1 && ep_rank >= 0 && ep_rank < ep_size, op, "ep_rank",
+                   "must be in [0, ep_size=", ep_size, "), got ", ep_rank);
+  FLASHINFER_CHECK(cluster_size >= 1 && cluster_rank >= 0 && cluster_rank < cluster_size, op,
+                   "cluster_rank", "must be in [0, cluster_size=", cluster_size, "), got ",
+                   cluster_rank);
+
+  api::check_dim(input, {2}, op, "input");
+  api::check_dtype_in(input, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, "input");
+  check_unit_last_stride(input, op, "input");
+  const int64_t T = input.size(0), H = input.size(1);
+  FLASHINFER_CHECK(H > 0, op, "input", "hidden size must be positive");
+  api::check_dim(ids, {2}, op, "token_selected_experts");
+  api::check_dtype_in(ids, {DType::kInt32, DType::kInt64}, op, "token_selected_experts");
+  FLASHINFER_CHECK(ids.size(0) == T && ids.size(1) >= 1, op, "token_selected_experts",
+                   "expected shape [", T, ", top_k], got ", shape_to_string(ids.shape()));
+  check_unit_last_stride(ids, op, "token_selected_experts");
+  api::check_same_device(ids, input, op, "token_selected_experts", "input");
+  const int64_t K = ids.size(1);
+  api::check_dtype_in(scales, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op,
+                      "token_final_scales");
+  api::check_shape_eq(scales, {T, K}, op, "token_final_scales");
+  check_unit_last_stride(scales, op, "token_final_scales");
+  api::check_same_device(scales, input, op, "token_final_scales", "input");
+
+  api::check_dim(w2, {3}, op, "fc2_expert_weights");
+  api::check_same_dtype(w2, input, op, "fc2_expert_weights", "input");
+  api::check_same_device(w2, input, op, "fc2_expert_weights", "input");
+  FLASHINFER_CHECK(w2.is_contiguous(), op, "fc2_expert_weights", "must be contiguous");
+  const int64_t E = w2.size(0), I = w2.size(2);
+  FLASHINFER_CHECK(E >= 1 && I >= 1, op, "fc2_expert_weights", "empty expert weights, shape ",
+                   shape_to_string(w2.shape()));
+  FLASHINFER_CHECK(w2.size(1) == H, op, "fc2_expert_weights", "expected [num_experts, ", H,
+                   ", inter], got ", shape_to_string(w2.shape()));
+  const bool gated = kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(activation_type));
+  const int64_t N1 = gated ? 2 * I : I;
+  api::check_same_dtype(w1, input, op, "fc1_expert_weights", "input");
+  api::check_same_device(w1, input, op, "fc1_expert_weights", "input");
+  FLASHINFER_CHECK(w1.is_contiguous(), op, "fc1_expert_weights", "must be contiguous");
+  FLASHINFER_CHECK(w1.shape() == Shape({E, N1, H}), op, "fc1_expert_weights", "expected [", E, ", ",
+                   N1, ", ", H, "] (", gated ? "gated: 2 * " : "", "inter from fc2 = ", I,
+                   "), got ", shape_to_string(w1.shape()));
+  if (b1) {
+    api::check_same_dtype(*b1, input, op, "fc1_expert_biases", "input");
+    api::check_same_device(*b1, input, op, "fc1_expert_biases", "input");
+    api::check_shape_eq(*b1, {E, N1}, op, "fc1_expert_biases");
+    FLASHINFER_CHECK(b1->is_contiguous(), op, "fc1_expert_biases", "must be contiguous");
+  }
+  if (b2) {
+    api::check_same_dtype(*b2, input, op, "fc2_expert_biases", "input");
+    api::check_same_device(*b2, input, op, "fc2_expert_biases", "input");
+    api::check_shape_eq(*b2, {E, H}, op, "fc2_expert_biases");
+    FLASHINFER_CHECK(b2->is_contiguous(), op, "fc2_expert_biases", "must be contiguous");
+  }
+  const bool swiglu_family =
+      activation_type == ActivationType::Swiglu || activation_type == ActivationType::SwigluBias;
+  if (!swiglu_family) {
+    check_flag_off(swiglu_alpha.has_value(), op, "swiglu_alpha",
+                   "only the Swiglu / SwigluBias activations take swiglu_alpha");
+    check_flag_off(swiglu_beta.has_value(), op, "swiglu_beta",
+                   "only the Swiglu / SwigluBias activations take swiglu_beta");
+    check_flag_off(swiglu_limit.has_value() && activation_type != ActivationType::SwigluStep, op,
+                   "swiglu_limit",
+                   "only the Swiglu / SwigluBias / SwigluStep activations take swiglu_limit");
+  }
+  FLASHINFER_CHECK(output_dtype == DType::kFloat32 || output_dtype == DType::kFloat16 ||
+                       output_dtype == DType::kBFloat16,
+                   op, "output_dtype", "dtype ", dtype_torch_name(output_dtype),
+                   " is not supported (expected torch.float32, torch.float16 or torch.bfloat16)");
+
+  Tensor out;
+  if (output) {
+    api::check_defined(*output, op, "output");
+    api::check_shape_eq(*output, {T, H}, op, "output");
+    FLASHINFER_CHECK(output->dtype() == output_dtype, op, "output", "dtype ",
+                     dtype_torch_name(output->dtype()), " is not output_dtype ",
+                     dtype_torch_name(output_dtype));
+    api::check_same_device(*output, input, op, "output", "input");
+    check_unit_last_stride(*output, op, "output");
+    api::check_writable(*output, op, "output");
+    api::check_no_overlap(*output, input, op, "output", "input");
+    out = *output;
+  } else {
+    out = Tensor::empty({T, H}, output_dtype, input.device());
+  }
+
+  kernels::CutlassMoeParams p;
+  p.input = input.data_ptr();
+  p.in_stride = input.stride(0);
+  p.experts = ids.data_ptr();
+  p.experts_dtype = ids.dtype();
+  p.experts_stride = ids.stride(0);
+  p.scales = scales.data_ptr();
+  p.scales_dtype = scales.dtype();
+  p.scales_stride = scales.stride(0);
+  p.w1 = w1.data_ptr();
+  p.w2 = w2.data_ptr();
+  p.b1 = b1 ? b1->data_ptr() : nullptr;
+  p.b2 = b2 ? b2->data_ptr() : nullptr;
+  p.swiglu_alpha = expert_vector(swiglu_alpha, E, input, op, "swiglu_alpha");
+  p.swiglu_beta = expert_vector(swiglu_beta, E, input, op, "swiglu_beta");
+  p.swiglu_limit = expert_vector(swiglu_limit, E, input, op, "swiglu_limit");
+  p.out = out.data_ptr();
+  p.out_stride = out.stride(0);
+  p.dtype = input.dtype();
+  p.out_dtype = output_dtype;
+  p.num_tokens = T;
+  p.top_k = K;
+  p.hidden = H;
+  p.inter = I;
+  p.num_local_experts = E;
+  p.expert_offset = ep_rank * E;
+  p.act = static_cast<kernels::MoeAct>(activation_type);
+  Tensor ws_g1, ws_h, ws_y;
+  if (input.device().is_cuda()) {
+    ws_g1 = Tensor::empty({T * K, N1}, DType::kFloat32, input.device());
+    ws_h = Tensor::empty({T * K, I}, DType::kFloat32, input.device());
+    ws_y = Tensor::empty({T * K, H}, DType::kFloat32, input.device());
+    p.ws_g1 = ws_g1.data<float>();
+    p.ws_h = ws_h.data<float>();
+    p.ws_y = ws_y.data<float>();
+  }
+  api::launch(kCutlassMoeKernels, p, input.device(), op, "input", enable_pdl);
+  // Upstream's three scratch outputs (written only in min-latency mode): zero here.
+  return {out, Tensor::zeros({1}, DType::kInt32, input.device()),
+          Tensor::zeros({E, T}, DType::kFloat32, input.device()),
+          Tensor::zeros({E}, DType::kInt32, input.device())};
+}
+
+}  // namespace
+
+std::vector<Tensor> cutlass_fused_moe(
+    const Tensor& input, const Tensor& token_selected_experts, const Tensor& token_final_scales,
+    const Tensor& fc1_expert_weights, const Tensor& fc2_expert_weights, DType output_dtype,
+    std::vector<Tensor> quant_scales, std::optional<Tensor> fc1_expert_biases,
+    std::optional<Tensor> fc2_expert_biases, std::optional<Tensor> input_sf,
+    std::optional<Tensor> swiglu_alpha, std::optional<Tensor> swiglu_beta,
+    std::optional<Tensor> swiglu_limit, int64_t tp_size, int64_t tp_rank, int64_t ep_size,
+    int64_t ep_rank, int64_t cluster_size, int64_t cluster_rank, std::optional<Tensor> output,
+    bool enable_alltoall, bool use_deepseek_fp8_block_scale, bool use_w4_group_scaling,
+    bool use_mxfp8_act_scaling, bool min_latency_mode, bool use_packed_weights,
+    bool use_wfp4afp8_humming, int64_t tune_max_num_tokens, std::optional<bool> enable_pdl,
+    ActivationType activation_type, bool swizzled_input_sf, bool use_fused_finalize,
+    std::optional<std::vector<int64_t>> profile_ids, std::optional<Tensor> workspace_buffer,
+    CutlassFusedMoeOptions options) {
+  return call_op<&cutlass_fused_moe>(
+      [&] {
+        return cutlass_fused_moe_impl(
+            input, token_selected_experts, token_final_scales, fc1_expert_weights,
+            fc2_expert_weights, output_dtype, quant_scales, fc1_expert_biases, fc2_expert_biases,
+            input_sf, swiglu_alpha, swiglu_beta, swiglu_limit, tp_size, tp_rank, ep_size, ep_rank,
+            cluster_size, cluster_rank, output, enable_alltoall, use_deepseek_fp8_block_scale,
+            use_w4_group_scaling, use_mxfp8_act_scaling, min_latency_mode, use_packed_weights,
+            use_wfp4afp8_humming, enable_pdl, activation_type, options);
+      },
+      input, token_selected_experts, token_final_scales, fc1_expert_weights, fc2_expert_weights,
+      output_dtype, quant_scales, fc1_expert_biases, fc2_expert_biases, input_sf, swiglu_alpha,
+      swiglu_beta, swiglu_limit, tp_size, tp_rank, ep_size, ep_rank, cluster_size, cluster_rank,
+      output, enable_alltoall, use_deepseek_fp8_block_scale, use_w4_group_scaling,
+      use_mxfp8_act_scaling, min_latency_mode, use_packed_weights, use_wfp4afp8_humming,
+      tune_max_num_tokens, enable_pdl, activation_type, swizzled_input_sf, use_fused_finalize,
+      profile_ids, workspace_buffer, options);
+}
+
+namespace {
+
+void fused_topk_deepseek_impl(const Tensor& scores, const Tensor& bias, int64_t n_group,
+                              int64_t topk_group, int64_t topk, double routed_scaling_factor,
+                              const Tensor& topk_values, const Tensor& topk_indices,
+                              bool launch_with_pdl, const std::optional<Tensor>& routing_replay_out,
+                              std::string_view backend) {
+  const char* op = "fused_topk_deepseek";
+  FLASHINFER_CHECK(backend == "default" || backend == "cake", op, "backend",
+                   "expected 'default' or 'cake', got '", backend, "'");
+  if (backend == "cake") {
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "backend",
+                    "the 'cake' backend (Blackwell only upstream) is not available here");
+  }
+  api::check_defined(scores, op, "scores");
+  api::check_defined(bias, op, "bias");
+  api::check_defined(topk_values, op, "topk_values");
+  api::check_defined(topk_indices, op, "topk_indices");
+  api::check_dim(scores, {2}, op, "scores");
+  api::check_dtype_in(scores, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, "scores");
+  check_unit_last_stride(scores, op, "scores");
+  const int64_t T = scores.size(0), E = scores.size(1);
+  FLASHINFER_CHECK(E >= 1, op, "scores", "no experts (shape ", shape_to_string(scores.shape()),
+                   ")");
+  api::check_dtype_in(bias, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, "bias");
+  api::check_shape_eq(bias, {E}, op, "bias");
+  api::check_same_device(bias, scores, op, "bias", "scores");
+  FLASHINFER_CHECK(n_group >= 1 && n_group <= 32, op, "n_group", "must be in [1, 32], got ",
+                   n_group);
+  FLASHINFER_CHECK(E % n_group == 0, op, "n_group", "num_experts (", E,
+                   ") must be divisible by n_group (", n_group, ")");
+  FLASHINFER_CHECK(topk >= 1 && topk <= 8 && topk <= E, op, "topk",
+                   "must be in [1, min(8, num_experts=", E, ")], got ", topk);
+  FLASHINFER_CHECK(topk_group >= 1 && topk_group <= n_group, op, "topk_group",
+                   "must be in [1, n_group=", n_group, "], got ", topk_group);
+  FLASHINFER_CHECK(topk_group * n_group >= topk, op, "topk_group", "topk_group * n_group (",
+                   topk_group * n_group, ") must be >= topk (", topk, ")");
+  // Upstream's kernel limits, kept so a call accepted here is one upstream accepts.
+  if (n_group > 1) {
+    FLASHINFER_CHECK(E / n_group <= 32, op, "n_group", "num_experts / n_group (", E / n_group,
+                     ") must be <= 32");
+    FLASHINFER_CHECK(E / n_group * topk_group <= 128, op, "topk_group",
+                     "num_experts / n_group * topk_group (", E / n_group * topk_group,
+                     ") must be <= 128");
+  } else {
+    FLASHINFER_CHECK(E <= 384, op, "scores", "with n_group = 1 num_experts (", E,
+                     ") must be <= 384");
+  }
+  FLASHINFER_CHECK(std::isfinite(routed_scaling_factor), op, "routed_scaling_factor",
+                   "must be finite, got ", routed_scaling_factor);
+  FLASHINFER_CHECK(topk_values.dtype() == scores.dtype() || topk_values.dtype() == DType::kFloat32,
+                   op, "topk_values", "dtype ", dtype_torch_name(topk_values.dtype()),
+                   " must be scores' ", dtype_torch_name(scores.dtype()), " or torch.float32");
+  api::check_shape_eq(topk_values, {T, topk}, op, "topk_values");
+  api::check_same_device(topk_values, scores, op, "topk_values", "scores");
+  check_unit_last_stride(topk_values, op, "topk_values");
+  api::check_writable(topk_values, op, "topk_values");
+  api::check_dtype_in(topk_indices, {DType::kInt32}, op, "topk_indices");
+  api::check_shape_eq(topk_indices, {T, topk}, op, "topk_indices");
+  api::check_same_device(topk_indices, scores, op, "topk_indices", "scores");
+  check_unit_last_stride(topk_indices, op, "topk_indices");
+  api::check_writable(topk_indices, op, "topk_indices");
+  api::check_no_overlap(topk_values, topk_indices, op, "topk_values", "topk_indices");
+  if (routing_replay_out) {
+    const Tensor& r = *routing_replay_out;
+    api::check_defined(r, op, "routing_replay_out");
+    api::check_dtype_in(r, {DType::kInt16}, op, "routing_replay_out");
+    api::check_dim(r, {2}, op, "routing_replay_out");
+    FLASHINFER_CHECK(r.size(0) >= T && r.size(1) == topk, op, "routing_replay_out",
+                     "shape[0] must be >= ", T, " and shape[1] must be ", topk, ", got ",
+                     shape_to_string(r.shape()));
+    api::check_same_device(r, scores, op, "routing_replay_out", "scores");
+    check_unit_last_stride(r, op, "routing_replay_out");
+    api::check_writable(r, op, "routing_replay_out");
+  }
+  kernels::DeepSeekRoutingParams p;
+  p.scores = scores.data_ptr();
+  p.scores_dtype = scores.dtype();
+  p.scores_stride = scores.stride(0);
+  p.bias = bias.data_ptr();
+  p.bias_dtype = bias.dtype();
+  p.bias_stride = bias.stride(0);
+  p.topk_values = topk_values.data_ptr();
+  p.values_dtype = topk_values.dtype();
+  p.values_stride = topk_values.stride(0);
+  p.topk_indices = topk_indices.data<int32_t>();
+  p.indices_stride = topk_indices.stride(0);
+  if (routing_replay_out) {
+    p.replay_out = routing_replay_out->data<int16_t>();
+    p.replay_stride = routing_replay_out->stride(0);
+  }
+  p.num_tokens = T;
+  p.num_experts = E;
+  p.n_group = n_group;
+  p.topk_group = topk_group;
+  p.topk = topk;
+  p.routed_scaling_factor = static_cast<float>(routed_scaling_factor);
+  if (T == 0) return;
+  api::launch(kDeepSeekRoutingKernels, p, scores.device(), op, "scores", launch_with_pdl);
+}
+
+}  // namespace
+
+void fused_topk_deepseek(const Tensor& scores, const Tensor& bias, int64_t n_group,
+                         int64_t topk_group, int64_t topk, double routed_scaling_factor,
+                         const Tensor& topk_values, const Tensor& topk_indices,
+                         bool launch_with_pdl, std::optional<Tensor> routing_replay_out,
+                         std::string_view backend) {
+  call_op<&fused_topk_deepseek>(
+      [&] {
+        fused_topk_deepseek_impl(scores, bias, n_group, topk_group, topk, routed_scaling_factor,
+                                 topk_values, topk_indices, launch_with_pdl, routing_replay_out,
+                                 backend);
+      },
+      scores, bias, n_group, topk_group, topk, routed_scaling_factor, topk_values, topk_indices,
+      launch_with_pdl, routing_replay_out, backend);
+}
+
+namespace {
+
+// Bench hooks. cutlass_fused_moe: m tokens, hidden_size, inter = n, 8 experts, top-2 (two
+// distinct experts per token spread over all eight), Swiglu. FLOPs: the routed rows' two GEMMs.
+BenchCase bench_cutlass_fused_moe(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, H = s.hidden_size, I = s.n, E = 8, K = 2;
+  const DType dt = s.input_dtype;
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t e0 = (t * 5) % E;
+    ids.push_back(e0);
+    ids.push_back((e0 + 1 + t % (E - 1)) % E);
+  }
+  Tensor id_t = api::bench::int32_tensor(ids, dev).view({T, K});
+  BenchCase c = api::bench::invoke_case(
+      "cutlass_fused_moe",
+      {Value(api::bench::random_tensor({T, H}, dt, dev, s.random_seed)), Value(id_t),
+       Value(api::bench::random_tensor({T, K}, DType::kFloat32, dev, s.random_seed + 1, 0.0, 1.0)),
+       Value(api::bench::random_tensor({E, 2 * I, H}, dt, dev, s.random_seed + 2, -0.1, 0.1)),
+       Value(api::bench::random_tensor({E, H, I}, dt, dev, s.random_seed + 3, -0.1, 0.1)),
+       Value(dt), Value::list({})});
+  const double rows = static_cast<double>(T * K);
+  c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
+  c.bytes = api::bench::nbytes({T, H}, dt) * 2 + api::bench::nbytes({E, 2 * I, H}, dt) +
+            api::bench::nbytes({E, H, I}, dt);
+  return c;
+}
+
+// fused_topk_deepseek: m tokens, 64 experts in 8 groups, 4 groups kept, top-8.
+BenchCase bench_fused_topk_deepseek(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, E = 64, K = 8;
+  const DType dt = s.input_dtype;
+  BenchCase c = api::bench::invoke_case(
+      "fused_topk_deepseek",
+      {Value(api::bench::random_tensor({T, E}, dt, dev, s.random_seed, -4.0, 4.0)),
+       Value(api::bench::random_tensor({E}, dt, dev, s.random_seed + 1, -0.5, 0.5)),
+       Value(int64_t{8}), Value(int64_t{4}), Value(K), Value(2.5),
+       Value(Tensor::zeros({T, K}, dt, dev)), Value(Tensor::zeros({T, K}, DType::kInt32, dev))});
+  c.flops = static_cast<double>(T * E) * 4.0;
+  c.bytes = api::bench::nbytes({T, E}, dt) + api::bench::nbytes({T, K}, dt) +
+            api::bench::nbytes({T, K}, DType::kInt32);
+  return c;
+}
+
+}  // namespace
+
+namespace detail {
+void register_moe_ops(OpRegistry& r) {
+  declare<&is_gated_activation>(
+      r,
+      {.name = "is_gated_activation",
+       .module = "flashinfer.tllm_enums",
+       .summary = "Whether an ActivationType consumes a gate half of GEMM1 (Swiglu, Geglu, "
+                  "SwigluBias, SwigluStep)"},
+      "activation_type");
+  declare<&cutlass_fused_moe>(
+      r,
+      {.name = "cutlass_fused_moe",
+       .module = kCoreModule,
+       .summary = "Fused MoE: sum_k scale[t,k] * act(x @ w1[e].T) @ w2[e].T over routed experts",
+       .returns = "list[Tensor]",
+       .unwritten_results = {"result__1", "result__2", "result__3"},
+       .unwritten_reason = "upstream's cutlass_fused_moe returns these scratch tensors "
+                           "(num_active_experts_per_node, experts_to_token_score, "
+                           "active_expert_global_ids) without writing them outside "
+                           "min_latency_mode"},
+      "input", "token_selected_experts", "token_final_scales", "fc1_expert_weights",
+      "fc2_expert_weights", "output_dtype", "quant_scales", "fc1_expert_biases",
+      "fc2_expert_biases", "input_sf", "swiglu_alpha", "swiglu_beta", "swiglu_limit",
+      arg("tp_size", int64_t{1}), arg("tp_rank", int64_t{0}), arg("ep_size", int64_t{1}),
+      arg("ep_rank", int64_t{0}), arg("cluster_size", int64_t{1}), arg("cluster_rank", int64_t{0}),
+      arg("output").mut(), arg("enable_alltoall", false),
+      arg("use_deepseek_fp8_block_scale", false), arg("use_w4_group_scaling", false),
+      arg("use_mxfp8_act_scaling", false), arg("min_latency_mode", false),
+      arg("use_packed_weights", false), arg("use_wfp4afp8_humming", false),
+      arg("tune_max_num_tokens", int64_t{8192}), "enable_pdl",
+      arg("activation_type", ActivationType::Swiglu), arg("swizzled_input_sf", true),
+      arg("use_fused_finalize", true), "profile_ids", "workspace_buffer");
+  declare<&fused_topk_deepseek>(
+      r,
+      {.name = "fused_topk_deepseek",
+       .module = "flashinfer.fused_moe.fused_routing_dsv3",
+       .summary = "DeepSeek-V3 grouped top-k routing: sigmoid + bias, top groups, top-k, "
+                  "normalized weights"},
+      "scores", "bias", "n_group", "topk_group", "topk", "routed_scaling_factor",
+      arg("topk_values").mut(), arg("topk_indices").mut(), arg("launch_with_pdl", true),
+      arg("routing_replay_out").mut(), arg("backend", std::string_view("default")).kw());
+
+  api::register_backends("cutlass_fused_moe", kCutlassMoeKernels);
+  api::register_backends("fused_topk_deepseek", kDeepSeekRoutingKernels);
+  register_bench_hook("cutlass_fused_moe", bench_cutlass_fused_moe);
+  register_bench_hook("fused_topk_deepseek", bench_fused_topk_deepseek);
+}
+}  // namespace detail
+
+}  // namespace flashinfer
