@@ -484,6 +484,99 @@ void fused_topk_deepseek(const Tensor& scores, const Tensor& bias, int64_t n_gro
 
 namespace {
 
+constexpr api::KernelEntry<kernels::HashTopkParams> kHashTopkKernels[] = {
+    {DeviceType::kCPU, "CPU reference: table lookup, fp32 sqrt(softplus), OpenMP over tokens",
+     nullptr,
+     [](const kernels::HashTopkParams& p, const api::LaunchContext&) {
+       kernels::cpu::hash_topk(p);
+     }},
+};
+
+std::tuple<Tensor, Tensor> hash_topk_impl(const Tensor& logits, const Tensor& input_ids,
+                                          const Tensor& tid2eid, int64_t num_shared,
+                                          double routed_scaling_factor, bool launch_with_pdl) {
+  const char* op = "hash_topk";
+  api::check_defined(logits, op, "router_logits");
+  api::check_defined(input_ids, op, "input_ids");
+  api::check_defined(tid2eid, op, "tid2eid");
+  api::check_dim(logits, {2}, op, "router_logits");
+  api::check_dtype_in(logits, {DType::kFloat32}, op, "router_logits");
+  check_unit_last_stride(logits, op, "router_logits");
+  api::check_dim(input_ids, {1}, op, "input_ids");
+  api::check_dtype_in(input_ids, {DType::kInt64}, op, "input_ids");
+  api::check_same_device(input_ids, logits, op, "input_ids", "router_logits");
+  api::check_dim(tid2eid, {2}, op, "tid2eid");
+  api::check_dtype_in(tid2eid, {DType::kInt32}, op, "tid2eid");
+  api::check_same_device(tid2eid, logits, op, "tid2eid", "router_logits");
+  check_unit_last_stride(tid2eid, op, "tid2eid");
+  const int64_t T = logits.size(0), E = logits.size(1), K = tid2eid.size(1);
+  FLASHINFER_CHECK(input_ids.size(0) == T, op, "input_ids", "length (", input_ids.size(0),
+                   ") must equal num_tokens (", T, ")");
+  FLASHINFER_CHECK(K >= 1, op, "tid2eid", "needs at least one expert per row");
+  // Upstream documents 0 or 1 shared slots (its check allows more, with no stated meaning).
+  FLASHINFER_CHECK(num_shared == 0 || num_shared == 1, op, "num_fused_shared_experts",
+                   "must be 0 or 1, got ", num_shared);
+  FLASHINFER_CHECK(K + num_shared <= 32, op, "tid2eid",
+                   "topk + num_fused_shared_experts must be <= 32, got ", K + num_shared);
+  FLASHINFER_CHECK(std::isfinite(routed_scaling_factor) && routed_scaling_factor != 0.0, op,
+                   "routed_scaling_factor", "must be finite and non-zero, got ",
+                   routed_scaling_factor);
+  Tensor weights = Tensor::empty({T, K + num_shared}, DType::kFloat32, logits.device());
+  Tensor ids = Tensor::empty({T, K + num_shared}, DType::kInt32, logits.device());
+  kernels::HashTopkParams p;
+  p.logits = logits.data<float>();
+  p.logits_stride = logits.stride(0);
+  p.input_ids = input_ids.data<int64_t>();
+  p.ids_stride = input_ids.stride(0);
+  p.tid2eid = tid2eid.data<int32_t>();
+  p.table_stride = tid2eid.stride(0);
+  p.weights = weights.data<float>();
+  p.topk_ids = ids.data<int32_t>();
+  p.num_tokens = T;
+  p.num_experts = E;
+  p.vocab = tid2eid.size(0);
+  p.topk = K;
+  p.num_shared = num_shared;
+  p.routed_scaling_factor = static_cast<float>(routed_scaling_factor);
+  api::launch(kHashTopkKernels, p, logits.device(), op, "router_logits", launch_with_pdl);
+  return {weights, ids};
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor> hash_topk(const Tensor& router_logits, const Tensor& input_ids,
+                                     const Tensor& tid2eid, int64_t num_fused_shared_experts,
+                                     double routed_scaling_factor, bool launch_with_pdl) {
+  return call_op<&hash_topk>(
+      [&] {
+        return hash_topk_impl(router_logits, input_ids, tid2eid, num_fused_shared_experts,
+                              routed_scaling_factor, launch_with_pdl);
+      },
+      router_logits, input_ids, tid2eid, num_fused_shared_experts, routed_scaling_factor,
+      launch_with_pdl);
+}
+
+namespace {
+
+// hash_topk: m tokens, 64 experts, a 1000-row table of top-6 plus the shared slot.
+BenchCase bench_hash_topk(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, E = 64, V = 1000, K = 6;
+  std::vector<int64_t> table, toks;
+  for (int64_t v = 0; v < V; ++v) {
+    for (int64_t k = 0; k < K; ++k) table.push_back((v * 7 + k * 11) % E);
+  }
+  for (int64_t t = 0; t < T; ++t) toks.push_back((t * 37 + 5) % V);
+  Tensor tab = api::bench::int32_tensor(table, dev).view({V, K});
+  Tensor tok = api::bench::int32_tensor(toks, dev).to(DType::kInt64);
+  BenchCase c = api::bench::invoke_case(
+      "hash_topk",
+      {Value(api::bench::random_tensor({T, E}, DType::kFloat32, dev, s.random_seed, -4.0, 4.0)),
+       Value(tok), Value(tab), Value(int64_t{1}), Value(2.5)});
+  c.flops = static_cast<double>(T * K) * 4.0;
+  c.bytes = static_cast<double>(T * K) * 4.0 * 3 + static_cast<double>(T) * 8.0;
+  return c;
+}
+
 // Bench hooks. cutlass_fused_moe: m tokens, hidden_size, inter = n, 8 experts, top-2 (two
 // distinct experts per token spread over all eight), Swiglu. FLOPs: the routed rows' two GEMMs.
 BenchCase bench_cutlass_fused_moe(const BenchShape& s, Device dev) {
@@ -570,6 +663,17 @@ void register_moe_ops(OpRegistry& r) {
       arg("topk_values").mut(), arg("topk_indices").mut(), arg("launch_with_pdl", true),
       arg("routing_replay_out").mut(), arg("backend", std::string_view("default")).kw());
 
+  declare<&hash_topk>(r,
+                      {.name = "hash_topk",
+                       .module = "flashinfer.fused_moe.hash_topk",
+                       .summary = "Hash MoE routing: experts from a token table, weights "
+                                  "sqrt(softplus(logit)) normalized"},
+                      "router_logits", "input_ids", "tid2eid",
+                      arg("num_fused_shared_experts", int64_t{0}),
+                      arg("routed_scaling_factor", 1.0), arg("launch_with_pdl", true));
+
+  api::register_backends("hash_topk", kHashTopkKernels);
+  register_bench_hook("hash_topk", bench_hash_topk);
   api::register_backends("cutlass_fused_moe", kCutlassMoeKernels);
   api::register_backends("fused_topk_deepseek", kDeepSeekRoutingKernels);
   register_bench_hook("cutlass_fused_moe", bench_cutlass_fused_moe);

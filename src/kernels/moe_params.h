@@ -82,4 +82,20 @@ struct DeepSeekRoutingParams {
   float routed_scaling_factor = 1.0f;
 };
 
+/// hash_topk: experts from a token-to-expert table, weights sqrt(softplus(logit)) normalized
+/// over the routed experts; an optional shared-expert slot (id num_experts, weight
+/// 1 / routed_scaling_factor).
+struct HashTopkParams {
+  const float* logits = nullptr;  // [num_tokens, num_experts]
+  int64_t logits_stride = 0;
+  const int64_t* input_ids = nullptr;  // [num_tokens]
+  int64_t ids_stride = 1;
+  const int32_t* tid2eid = nullptr;  // [vocab, topk]
+  int64_t table_stride = 0;
+  float* weights = nullptr;  // [num_tokens, topk + shared], contiguous
+  int32_t* topk_ids = nullptr;
+  int64_t num_tokens = 0, num_experts = 0, vocab = 0, topk = 0, num_shared = 0;
+  float routed_scaling_factor = 1.0f;
+};
+
 }  // namespace flashinfer::kernels

@@ -149,6 +149,8 @@ const std::map<std::string, std::string>& covered_elsewhere() {
       {"BatchPrefillWithPagedKVCacheWrapper.plan", "the run case plans before it runs"},
       {"BatchPrefillWithRaggedKVCacheWrapper.__init__", "the run case constructs the wrapper"},
       {"BatchPrefillWithRaggedKVCacheWrapper.plan", "the run case plans before it runs"},
+      {"is_gated_activation",
+       "a host-side predicate on an enum: no tensors, no backend (tests/ops/test_moe.cpp)"},
   };
   return m;
 }

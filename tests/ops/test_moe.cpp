@@ -531,6 +531,81 @@ TEST(FusedTopkDeepseek, BadInput) {
                   "backend");
 }
 
+// ---- hash_topk ---------------------------------------------------------------------------------
+
+double sqrt_softplus(double x) { return std::sqrt(std::log1p(std::exp(x))); }
+
+// Token 0 (vocab id 2) -> experts {3, 0}; token 1 (vocab id 0) -> {1, 2}. Logit 0 gives
+// sqrt(ln 2); the shared slot is expert 4 with weight 1 / 2.5.
+TEST(HashTopk, Golden) {
+  Tensor logits = Tensor::from_vector({0, 9, 9, std::log(std::exp(4.0) - 1.0),   // sp = 4
+                                       9, 0, std::log(std::exp(9.0) - 1.0), 9},  // sp = 0.69, 9
+                                      {2, 4}, DType::kFloat32);
+  Tensor toks = Tensor::from_vector({2, 0}, {2}, DType::kInt64);
+  Tensor table = Tensor::from_vector({1, 2, /*1*/ 0, 0, /*2*/ 3, 0}, {3, 2}, DType::kInt32);
+  auto [w, ids] = hash_topk(logits, toks, table, 1, 2.5);
+  EXPECT_TRUE(all_close(ids, {3, 0, 4, 1, 2, 4}, {0, 0}));
+  const double a = 2.0, b = std::sqrt(std::log(2.0));  // token 0: sqrt(4), sqrt(softplus(0))
+  const double c = std::sqrt(std::log(2.0)), d = 3.0;  // token 1: sqrt(ln 2), sqrt(9)
+  EXPECT_TRUE(
+      all_close(w, {a / (a + b), b / (a + b), 0.4, c / (c + d), d / (c + d), 0.4}, {1e-6, 1e-6}));
+}
+
+TEST(HashTopk, MatchesFormula) {
+  const int64_t T = 40, E = 32, V = 50, K = 6;
+  Tensor logits = rand_tensor({T, E}, DType::kFloat32, 3, -30.0, 30.0);  // both softplus branches
+  std::vector<double> tab, tok;
+  for (int64_t v = 0; v < V; ++v) {
+    for (int64_t k = 0; k < K; ++k) tab.push_back(static_cast<double>((v * 5 + k * 3) % E));
+  }
+  for (int64_t t = 0; t < T; ++t) tok.push_back(static_cast<double>((t * 13) % V));
+  Tensor table = Tensor::from_vector(tab, {V, K}, DType::kInt32);
+  Tensor toks = Tensor::from_vector(tok, {T}, DType::kInt64);
+  for (int64_t shared : {0, 1}) {
+    auto [w, ids] = hash_topk(logits, toks, table, shared, 0.5);
+    const auto lv = logits.to_double_vector();
+    std::vector<double> ew, ei;
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t v = static_cast<int64_t>(tok[static_cast<size_t>(t)]);
+      double sum = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        sum += sqrt_softplus(lv[static_cast<size_t>(t * E + tab[static_cast<size_t>(v * K + k)])]);
+      }
+      for (int64_t k = 0; k < K; ++k) {
+        const double e = tab[static_cast<size_t>(v * K + k)];
+        ei.push_back(e);
+        ew.push_back(sqrt_softplus(lv[static_cast<size_t>(t * E + static_cast<int64_t>(e))]) / sum);
+      }
+      if (shared) {
+        ei.push_back(E);
+        ew.push_back(2.0);
+      }
+    }
+    EXPECT_TRUE(all_close(ids, ei, {0, 0}));
+    EXPECT_TRUE(all_close(w, ew, {1e-6, 1e-5}));
+  }
+}
+
+TEST(HashTopk, BadInput) {
+  const char* op = "hash_topk";
+  Tensor logits = rand_tensor({3, 8}, DType::kFloat32, 1);
+  Tensor toks = Tensor::from_vector({0, 1, 2}, {3}, DType::kInt64);
+  Tensor table = Tensor::from_vector({0, 1, 2, 3, 4, 5}, {3, 2}, DType::kInt32);
+  EXPECT_FI_ERROR(hash_topk(logits.to(DType::kBFloat16), toks, table), op, "router_logits");
+  EXPECT_FI_ERROR(hash_topk(logits.view({24}), toks, table), op, "router_logits");
+  EXPECT_FI_ERROR(hash_topk(logits, toks.to(DType::kInt32), table), op, "input_ids");
+  EXPECT_FI_ERROR(hash_topk(logits, toks.slice(0, 0, 2), table), op, "input_ids");
+  EXPECT_FI_ERROR(hash_topk(logits, toks, table.to(DType::kInt64)), op, "tid2eid");
+  EXPECT_FI_ERROR(hash_topk(logits, toks, table, 2), op, "num_fused_shared_experts");
+  EXPECT_FI_ERROR(hash_topk(logits, toks, table, 1, 0.0), op, "routed_scaling_factor");
+  // Ids outside their tables: errors, never out-of-bounds reads.
+  EXPECT_FI_ERROR(hash_topk(logits, Tensor::from_vector({0, 3, 1}, {3}, DType::kInt64), table), op,
+                  "input_ids");
+  EXPECT_FI_ERROR(
+      hash_topk(logits, toks, Tensor::from_vector({0, 1, 2, 8, 4, 5}, {3, 2}, DType::kInt32)), op,
+      "tid2eid");
+}
+
 // ---- declarations, record and replay --------------------------------------------------------
 
 TEST(MoeDecls, SignaturesMatchUpstream) {
@@ -543,6 +618,10 @@ TEST(MoeDecls, SignaturesMatchUpstream) {
             "topk_indices, launch_with_pdl=True, routing_replay_out=None, *, backend='default')");
   EXPECT_EQ(decl("is_gated_activation")->module, "flashinfer.tllm_enums");
   EXPECT_EQ(decl("is_gated_activation")->signature(), "(activation_type)");
+  EXPECT_EQ(decl("hash_topk")->module, "flashinfer.fused_moe.hash_topk");
+  EXPECT_EQ(decl("hash_topk")->signature(),
+            "(router_logits, input_ids, tid2eid, num_fused_shared_experts=0, "
+            "routed_scaling_factor=1.0, launch_with_pdl=True)");
 }
 
 TEST(MoeDecls, RecordAndReplay) {
@@ -559,9 +638,11 @@ TEST(MoeDecls, RecordAndReplay) {
     (void)run_moe(c, in);
     fused_topk_deepseek(s, b, 4, 2, 4, 2.5, v, i);
     (void)is_gated_activation(ActivationType::Geglu);
+    (void)hash_topk(s.to(DType::kFloat32), Tensor::from_vector({1, 0, 1, 1}, {4}, DType::kInt64),
+                    Tensor::from_vector({0, 5, 15, 3}, {2, 2}, DType::kInt32), 1, 2.0);
     calls = scope.observer().calls;
   }
-  ASSERT_EQ(calls.size(), 3u);
+  ASSERT_EQ(calls.size(), 4u);
   for (const auto& call : calls) {
     SCOPED_TRACE(call.name);
     ASSERT_TRUE(call.error.empty()) << call.error;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "flashinfer/dtype.h"
@@ -96,5 +97,16 @@ void fused_topk_deepseek(const Tensor& scores, const Tensor& bias, int64_t n_gro
                          bool launch_with_pdl = true,
                          std::optional<Tensor> routing_replay_out = std::nullopt,
                          std::string_view backend = "default");
+
+/// Hash-based MoE routing (DeepSeek-V4 hash layers): token t's experts are
+/// tid2eid[input_ids[t], :], weights sqrt(softplus(router_logits[t, e])) / their sum over the
+/// routed experts (fp32). With num_fused_shared_experts = 1 a last slot holds expert id
+/// num_experts with weight 1 / routed_scaling_factor.
+///   router_logits [T, E] fp32; input_ids [T] int64; tid2eid [vocab, topk] int32.
+/// Returns (topk_weights fp32 [T, topk + shared], topk_ids int32 [T, topk + shared]).
+std::tuple<Tensor, Tensor> hash_topk(const Tensor& router_logits, const Tensor& input_ids,
+                                     const Tensor& tid2eid, int64_t num_fused_shared_experts = 0,
+                                     double routed_scaling_factor = 1.0,
+                                     bool launch_with_pdl = true);
 
 }  // namespace flashinfer

@@ -17,6 +17,10 @@
 namespace flashinfer::kernels::cpu {
 namespace {
 
+// Elements below which a loop stays serial: a parallel region costs more than the work (and
+// far more on a loaded machine, where each region waits for its threads to be scheduled).
+constexpr int64_t kParallelMin = int64_t{1} << 16;
+
 float load_f(const void* base, DType dt, int64_t i) {
   switch (dt) {
     case DType::kFloat32:
@@ -205,7 +209,7 @@ void cutlass_moe(const CutlassMoeParams& p) {
   std::unique_ptr<uint8_t[]> hb(new uint8_t[static_cast<size_t>(rows * I) * es]);
   std::unique_ptr<uint8_t[]> y(new uint8_t[static_cast<size_t>(rows * H) * oes]);
   const auto* in = static_cast<const uint8_t*>(p.input);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * H >= kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = row_pair[static_cast<size_t>(r)] / K;
     std::memcpy(xg.get() + static_cast<size_t>(r * H) * es,
@@ -220,7 +224,7 @@ void cutlass_moe(const CutlassMoeParams& p) {
         p.b1 ? static_cast<const uint8_t*>(p.b1) + static_cast<size_t>(e * N1) * es : nullptr;
     rows_gemm(xg.get() + static_cast<size_t>(r0 * H) * es, w1, b1, p.dtype,
               g1.get() + static_cast<size_t>(r0 * N1) * es, p.dtype, n, N1, H);
-#pragma omp parallel
+#pragma omp parallel if (n * N1 >= kParallelMin)
     {
       std::vector<float> gf(static_cast<size_t>(N1)), hf(static_cast<size_t>(I));
 #pragma omp for schedule(static)
@@ -240,7 +244,7 @@ void cutlass_moe(const CutlassMoeParams& p) {
   }
 
   // Finalize: the weighted sum over k in k order, fp32, rounded once.
-#pragma omp parallel
+#pragma omp parallel if (T * K * H >= kParallelMin)
   {
     std::vector<float> acc(static_cast<size_t>(H));
 #pragma omp for schedule(static)
@@ -264,7 +268,7 @@ void cutlass_moe(const CutlassMoeParams& p) {
 
 void deepseek_routing(const DeepSeekRoutingParams& p) {
   const int64_t E = p.num_experts, G = p.n_group, per_group = E / G;
-#pragma omp parallel
+#pragma omp parallel if (p.num_tokens * E * p.topk >= kParallelMin)
   {
     std::vector<float> s(static_cast<size_t>(E)), b(static_cast<size_t>(E));
     std::vector<float> group_score(static_cast<size_t>(G));
@@ -330,6 +334,42 @@ void deepseek_routing(const DeepSeekRoutingParams& p) {
         p.topk_indices[t * p.indices_stride + i] = static_cast<int32_t>(e);
         if (p.replay_out) p.replay_out[t * p.replay_stride + i] = static_cast<int16_t>(e);
       }
+    }
+  }
+}
+
+void hash_topk(const HashTopkParams& p) {
+  // Validated first, serially, so a bad id is an error and never an out-of-bounds read.
+  for (int64_t t = 0; t < p.num_tokens; ++t) {
+    const int64_t v = p.input_ids[t * p.ids_stride];
+    FLASHINFER_CHECK(v >= 0 && v < p.vocab, "hash_topk", "input_ids", "token ", t, " has id ", v,
+                     " outside the table's ", p.vocab, " rows");
+    for (int64_t k = 0; k < p.topk; ++k) {
+      const int64_t e = p.tid2eid[v * p.table_stride + k];
+      FLASHINFER_CHECK(e >= 0 && e < p.num_experts, "hash_topk", "tid2eid", "row ", v,
+                       " holds expert ", e, " outside [0, ", p.num_experts, ")");
+    }
+  }
+  const int64_t width = p.topk + p.num_shared;
+#pragma omp parallel for schedule(static) if (p.num_tokens * p.topk >= kParallelMin)
+  for (int64_t t = 0; t < p.num_tokens; ++t) {
+    const int64_t v = p.input_ids[t * p.ids_stride];
+    float* w = p.weights + t * width;
+    int32_t* ids = p.topk_ids + t * width;
+    float sum = 0.0f;
+    for (int64_t k = 0; k < p.topk; ++k) {
+      const int32_t e = p.tid2eid[v * p.table_stride + k];
+      const float x = p.logits[t * p.logits_stride + e];
+      // softplus with torch's threshold: x itself above 20.
+      const float sp = x > 20.0f ? x : std::log1p(std::exp(x));
+      w[k] = std::sqrt(sp);
+      ids[k] = e;
+      sum += w[k];
+    }
+    for (int64_t k = 0; k < p.topk; ++k) w[k] /= sum;
+    if (p.num_shared > 0) {
+      w[p.topk] = 1.0f / p.routed_scaling_factor;
+      ids[p.topk] = static_cast<int32_t>(p.num_experts);
     }
   }
 }

@@ -8,6 +8,8 @@ namespace flashinfer::kernels::cpu {
 
 void cutlass_moe(const CutlassMoeParams& p);
 void deepseek_routing(const DeepSeekRoutingParams& p);
+/// Throws flashinfer::Error naming input_ids / tid2eid for an id outside its table.
+void hash_topk(const HashTopkParams& p);
 
 /// The activation of one GEMM1 output row (exposed for tests): `g1` holds [gemm1_n] fp32 values
 /// (up half first, then gate, for gated activations), `h` receives [inter] values. `e` is the
