@@ -22,7 +22,8 @@ enum class MoeAct : int {
   kIdentity = 9,
 };
 
-inline bool moe_act_is_gated(MoeAct a) {
+// constexpr: also called from device code (--expt-relaxed-constexpr).
+constexpr bool moe_act_is_gated(MoeAct a) {
   return a == MoeAct::kSwiglu || a == MoeAct::kGeglu || a == MoeAct::kSwigluBias ||
          a == MoeAct::kSwigluStep;
 }
