@@ -230,6 +230,7 @@ struct Arg {
   const char* type_name = nullptr;  // kEnum / kObject class name
   ParamKind kind = ParamKind::kAny;
   bool kind_set = false;
+  bool no_default = false;
 
   constexpr Arg mut() const {
     Arg a = *this;
@@ -239,6 +240,13 @@ struct Arg {
   constexpr Arg kw() const {
     Arg a = *this;
     a.keyword_only = true;
+    return a;
+  }
+  /// A parameter upstream requires although None is a valid value (`routing_bias` of the MoE
+  /// ops): an std::optional parameter without the default None.
+  constexpr Arg required() const {
+    Arg a = *this;
+    a.no_default = true;
     return a;
   }
   constexpr Arg type(const char* t) const {
@@ -434,6 +442,7 @@ void apply_arg(ParamDecl& p, const Arg<D>& a) {
   if (a.keyword_only) p.kw();
   if (a.type_name) p.type(a.type_name);
   if (a.kind_set) p.kind = a.kind;
+  if (a.no_default) p.default_value.reset();
 }
 
 // Checks, once at registration, that every default rebuilds into its parameter's type.

@@ -26,6 +26,15 @@ struct ArgTraits<ActivationType> {
   }
 };
 template <>
+struct ArgTraits<WeightLayout> {
+  static constexpr ParamKind kind = ParamKind::kEnum;
+  static constexpr const char* type_name = "WeightLayout";
+  static WeightLayout get(const CallArgs& a, std::size_t i) {
+    return weight_layout_from_value(a[i], a.decl().name,
+                                    i < a.decl().params.size() ? a.decl().params[i].name : "");
+  }
+};
+template <>
 struct ReturnName<std::vector<Tensor>> {
   static constexpr const char* value = "list[Tensor]";
 };
@@ -91,6 +100,44 @@ ActivationType activation_type_from_value(const Value& v, std::string_view op,
   }
   FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, "ActivationType member ", e.name,
                   " is not supported by flashinfer-cpp");
+}
+
+std::string_view weight_layout_name(WeightLayout w) {
+  switch (w) {
+    case WeightLayout::MajorK:
+      return "MajorK";
+    case WeightLayout::MajorMn:
+      return "MajorMn";
+    case WeightLayout::BlockMajorK:
+      return "BlockMajorK";
+  }
+  return "MajorK";
+}
+
+Value to_value(WeightLayout w) {
+  return Value(EnumValue{"WeightLayout", std::string(weight_layout_name(w)),
+                         std::to_string(static_cast<int>(w))});
+}
+
+WeightLayout weight_layout_from_value(const Value& v, std::string_view op, std::string_view arg) {
+  constexpr WeightLayout all[] = {WeightLayout::MajorK, WeightLayout::MajorMn,
+                                  WeightLayout::BlockMajorK};
+  if (v.kind() == Value::Kind::kInt) {
+    for (WeightLayout w : all) {
+      if (static_cast<int64_t>(w) == v.as_int()) return w;
+    }
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "no WeightLayout member has value ",
+                    v.as_int());
+  }
+  FLASHINFER_CHECK(v.kind() == Value::Kind::kEnum, op, arg,
+                   "expected a WeightLayout member or int, got ", v.repr());
+  std::string_view name = v.as_enum().name;
+  if (const auto dot = name.rfind('.'); dot != std::string_view::npos) name = name.substr(dot + 1);
+  for (WeightLayout w : all) {
+    if (name == weight_layout_name(w)) return w;
+  }
+  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "unknown WeightLayout member ",
+                  v.as_enum().name);
 }
 
 bool is_gated_activation(ActivationType activation_type) {
@@ -484,6 +531,195 @@ void fused_topk_deepseek(const Tensor& scores, const Tensor& bias, int64_t n_gro
 
 namespace {
 
+constexpr api::KernelEntry<kernels::TrtllmMoeParams> kTrtllmMoeKernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: routing, then per-expert grouped GEMMs (routed rows only), fp32 "
+     "accumulation",
+     nullptr,
+     [](const kernels::TrtllmMoeParams& p, const api::LaunchContext&) {
+       kernels::cpu::trtllm_moe(p);
+     }},
+};
+
+Tensor trtllm_bf16_moe_impl(const Tensor& logits, const std::optional<Tensor>& bias,
+                            const Tensor& hidden, const Tensor& w1, const Tensor& w2,
+                            int64_t num_experts, int64_t top_k, std::optional<int64_t> n_group,
+                            std::optional<int64_t> topk_group, int64_t inter, int64_t offset,
+                            int64_t local_num, std::optional<double> scale, int64_t method,
+                            bool use_shuffled_weight, WeightLayout layout, bool do_finalize,
+                            bool enable_pdl, int64_t activation_type, bool norm_topk_prob,
+                            const std::optional<Tensor>& replay_out,
+                            const std::optional<Tensor>& alpha, const std::optional<Tensor>& beta,
+                            const std::optional<Tensor>& limit,
+                            const std::optional<Tensor>& output) {
+  const char* op = "trtllm_bf16_moe";
+  check_flag_off(use_shuffled_weight, op, "use_shuffled_weight",
+                 "shuffled (trtllm-gen tiled) weights are not implemented: pass plain weights "
+                 "with use_shuffled_weight=False");
+  check_flag_off(layout != WeightLayout::MajorK, op, "weight_layout",
+                 "only WeightLayout.MajorK ([Mn, K]) weights are implemented");
+  check_flag_off(!do_finalize, op, "do_finalize",
+                 "do_finalize=False (unfinalized GEMM2 output) is not implemented");
+  api::check_defined(logits, op, "routing_logits");
+  api::check_defined(hidden, op, "hidden_states");
+  api::check_defined(w1, op, "gemm1_weights");
+  api::check_defined(w2, op, "gemm2_weights");
+  api::check_dim(logits, {2}, op, "routing_logits");
+  api::check_dtype_in(logits, {DType::kFloat32, DType::kBFloat16}, op, "routing_logits");
+  check_unit_last_stride(logits, op, "routing_logits");
+  const int64_t T = logits.size(0);
+  FLASHINFER_CHECK(logits.size(1) == num_experts, op, "routing_logits", "expected [", T, ", ",
+                   num_experts, "] (num_experts), got ", shape_to_string(logits.shape()));
+  FLASHINFER_CHECK(top_k >= 1 && top_k <= num_experts, op, "top_k",
+                   "must be in [1, num_experts=", num_experts, "], got ", top_k);
+  FLASHINFER_CHECK(method >= 0 && method <= 8, op, "routing_method_type",
+                   "must be a RoutingMethodType value in [0, 8], got ", method);
+  const auto rm = static_cast<kernels::MoeRouting>(method);
+  if (rm == kernels::MoeRouting::kLlama4) {
+    FLASHINFER_CHECK(top_k == 1, op, "top_k", "Llama4 routing selects one expert, got ", top_k);
+  }
+  if (bias) {
+    api::check_dtype_in(*bias, {DType::kFloat32, DType::kBFloat16}, op, "routing_bias");
+    api::check_shape_eq(*bias, {num_experts}, op, "routing_bias");
+    api::check_same_device(*bias, logits, op, "routing_bias", "routing_logits");
+    FLASHINFER_CHECK(bias->stride(0) == 1 || num_experts == 1, op, "routing_bias",
+                     "must be contiguous");
+  }
+  const int64_t G = n_group.value_or(0) > 0 ? *n_group : 1;
+  const int64_t TG = topk_group.value_or(0) > 0 ? *topk_group : G;
+  if (rm == kernels::MoeRouting::kDeepSeekV3 && G > 1) {
+    FLASHINFER_CHECK(num_experts % G == 0, op, "n_group", "num_experts (", num_experts,
+                     ") must be divisible by n_group (", G, ")");
+    FLASHINFER_CHECK(TG >= 1 && TG <= G, op, "topk_group", "must be in [1, n_group=", G, "], got ",
+                     TG);
+    FLASHINFER_CHECK(TG * (num_experts / G) >= top_k, op, "topk_group",
+                     "the kept groups hold fewer than top_k experts");
+  }
+  FLASHINFER_CHECK(local_num >= 1 && offset >= 0 && offset + local_num <= num_experts, op,
+                   "local_num_experts", "local experts [", offset, ", ", offset + local_num,
+                   ") must lie in [0, num_experts=", num_experts, ")");
+  api::check_dim(hidden, {2}, op, "hidden_states");
+  api::check_dtype_in(hidden, {DType::kBFloat16}, op, "hidden_states");
+  check_unit_last_stride(hidden, op, "hidden_states");
+  api::check_same_device(hidden, logits, op, "hidden_states", "routing_logits");
+  FLASHINFER_CHECK(hidden.size(0) == T, op, "hidden_states", "expected ", T,
+                   " rows (routing_logits'), got ", hidden.size(0));
+  const int64_t H = hidden.size(1);
+  FLASHINFER_CHECK(activation_type >= 0 && activation_type <= 9, op, "activation_type",
+                   "must be an ActivationType value, got ", activation_type);
+  const auto act = static_cast<ActivationType>(activation_type);
+  check_flag_off(act == ActivationType::GegluTanh, op, "activation_type",
+                 "GegluTanh is not implemented (its formula is unverified)");
+  const int64_t N1 =
+      kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(activation_type)) ? 2 * inter : inter;
+  api::check_dtype_in(w1, {DType::kBFloat16}, op, "gemm1_weights");
+  api::check_same_device(w1, hidden, op, "gemm1_weights", "hidden_states");
+  FLASHINFER_CHECK(w1.is_contiguous() && w1.shape() == Shape({local_num, N1, H}), op,
+                   "gemm1_weights", "expected contiguous [", local_num, ", ", N1, ", ", H,
+                   "], got ", shape_to_string(w1.shape()));
+  api::check_dtype_in(w2, {DType::kBFloat16}, op, "gemm2_weights");
+  api::check_same_device(w2, hidden, op, "gemm2_weights", "hidden_states");
+  FLASHINFER_CHECK(w2.is_contiguous() && w2.shape() == Shape({local_num, H, inter}), op,
+                   "gemm2_weights", "expected contiguous [", local_num, ", ", H, ", ", inter,
+                   "], got ", shape_to_string(w2.shape()));
+  FLASHINFER_CHECK(!scale || std::isfinite(*scale), op, "routed_scaling_factor", "must be finite");
+  if (replay_out) {
+    api::check_dtype_in(*replay_out, {DType::kInt16}, op, "routing_replay_out");
+    api::check_dim(*replay_out, {2}, op, "routing_replay_out");
+    FLASHINFER_CHECK(replay_out->size(0) >= T && replay_out->size(1) == top_k, op,
+                     "routing_replay_out", "shape[0] must be >= ", T,
+                     " and shape[1] must be top_k (", top_k, "), got ",
+                     shape_to_string(replay_out->shape()));
+    check_unit_last_stride(*replay_out, op, "routing_replay_out");
+    api::check_same_device(*replay_out, hidden, op, "routing_replay_out", "hidden_states");
+    api::check_writable(*replay_out, op, "routing_replay_out");
+  }
+  Tensor out;
+  if (output) {
+    api::check_dtype_in(*output, {DType::kBFloat16}, op, "output");
+    api::check_shape_eq(*output, {T, H}, op, "output");
+    api::check_same_device(*output, hidden, op, "output", "hidden_states");
+    check_unit_last_stride(*output, op, "output");
+    api::check_writable(*output, op, "output");
+    api::check_no_overlap(*output, hidden, op, "output", "hidden_states");
+    out = *output;
+  } else {
+    out = Tensor::empty({T, H}, DType::kBFloat16, hidden.device());
+  }
+  kernels::TrtllmMoeParams p;
+  p.routing.logits = logits.data_ptr();
+  p.routing.logits_dtype = logits.dtype();
+  p.routing.logits_stride = logits.stride(0);
+  p.routing.bias = bias ? bias->data_ptr() : nullptr;
+  p.routing.bias_dtype = bias ? bias->dtype() : DType::kFloat32;
+  p.routing.num_tokens = T;
+  p.routing.num_experts = num_experts;
+  p.routing.top_k = top_k;
+  p.routing.n_group = G;
+  p.routing.topk_group = TG;
+  p.routing.routed_scaling_factor = static_cast<float>(scale.value_or(1.0));
+  p.routing.norm_topk_prob = norm_topk_prob;
+  p.routing.method = rm;
+  if (replay_out) {
+    p.replay_out = replay_out->data<int16_t>();
+    p.replay_stride = replay_out->stride(0);
+  }
+  kernels::CutlassMoeParams& m = p.moe;
+  m.input = hidden.data_ptr();
+  m.in_stride = hidden.stride(0);
+  m.w1 = w1.data_ptr();
+  m.w2 = w2.data_ptr();
+  m.swiglu_alpha = expert_vector(alpha, local_num, hidden, op, "gemm1_alpha");
+  m.swiglu_beta = expert_vector(beta, local_num, hidden, op, "gemm1_beta");
+  m.swiglu_limit = expert_vector(limit, local_num, hidden, op, "gemm1_clamp_limit");
+  m.out = out.data_ptr();
+  m.out_stride = out.stride(0);
+  m.dtype = DType::kBFloat16;
+  m.out_dtype = DType::kBFloat16;
+  m.num_tokens = T;
+  m.top_k = top_k;
+  m.hidden = H;
+  m.inter = inter;
+  m.num_local_experts = local_num;
+  m.expert_offset = offset;
+  m.act = static_cast<kernels::MoeAct>(activation_type);
+  m.round_gemm1 = false;
+  api::launch(kTrtllmMoeKernels, p, hidden.device(), op, "hidden_states", enable_pdl);
+  return out;
+}
+
+}  // namespace
+
+Tensor trtllm_bf16_moe(const Tensor& routing_logits, std::optional<Tensor> routing_bias,
+                       const Tensor& hidden_states, const Tensor& gemm1_weights,
+                       const Tensor& gemm2_weights, int64_t num_experts, int64_t top_k,
+                       std::optional<int64_t> n_group, std::optional<int64_t> topk_group,
+                       int64_t intermediate_size, int64_t local_expert_offset,
+                       int64_t local_num_experts, std::optional<double> routed_scaling_factor,
+                       int64_t routing_method_type, bool use_shuffled_weight,
+                       WeightLayout weight_layout, bool do_finalize, bool enable_pdl,
+                       int64_t tune_max_num_tokens, int64_t activation_type, bool norm_topk_prob,
+                       std::optional<Tensor> routing_replay_out, std::optional<Tensor> gemm1_alpha,
+                       std::optional<Tensor> gemm1_beta, std::optional<Tensor> gemm1_clamp_limit,
+                       std::optional<Tensor> output) {
+  return call_op<&trtllm_bf16_moe>(
+      [&] {
+        return trtllm_bf16_moe_impl(
+            routing_logits, routing_bias, hidden_states, gemm1_weights, gemm2_weights, num_experts,
+            top_k, n_group, topk_group, intermediate_size, local_expert_offset, local_num_experts,
+            routed_scaling_factor, routing_method_type, use_shuffled_weight, weight_layout,
+            do_finalize, enable_pdl, activation_type, norm_topk_prob, routing_replay_out,
+            gemm1_alpha, gemm1_beta, gemm1_clamp_limit, output);
+      },
+      routing_logits, routing_bias, hidden_states, gemm1_weights, gemm2_weights, num_experts, top_k,
+      n_group, topk_group, intermediate_size, local_expert_offset, local_num_experts,
+      routed_scaling_factor, routing_method_type, use_shuffled_weight, weight_layout, do_finalize,
+      enable_pdl, tune_max_num_tokens, activation_type, norm_topk_prob, routing_replay_out,
+      gemm1_alpha, gemm1_beta, gemm1_clamp_limit, output);
+}
+
+namespace {
+
 constexpr api::KernelEntry<kernels::HashTopkParams> kHashTopkKernels[] = {
     {DeviceType::kCPU, "CPU reference: table lookup, fp32 sqrt(softplus), OpenMP over tokens",
      nullptr,
@@ -574,6 +810,27 @@ BenchCase bench_hash_topk(const BenchShape& s, Device dev) {
        Value(tok), Value(tab), Value(int64_t{1}), Value(2.5)});
   c.flops = static_cast<double>(T * K) * 4.0;
   c.bytes = static_cast<double>(T * K) * 4.0 * 3 + static_cast<double>(T) * 8.0;
+  return c;
+}
+
+// trtllm_bf16_moe: m tokens, hidden_size, inter = n, 8 experts, top-2, DeepSeekV3 routing (4
+// groups of 2, 2 kept), plain MajorK weights.
+BenchCase bench_trtllm_bf16_moe(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, H = s.hidden_size, I = s.n, E = 8, K = 2;
+  const DType dt = DType::kBFloat16;
+  BenchCase c = api::bench::invoke_case(
+      "trtllm_bf16_moe",
+      {Value(api::bench::random_tensor({T, E}, DType::kFloat32, dev, s.random_seed, -3.0, 3.0)),
+       Value(api::bench::random_tensor({E}, dt, dev, s.random_seed + 1, -0.2, 0.2)),
+       Value(api::bench::random_tensor({T, H}, dt, dev, s.random_seed + 2)),
+       Value(api::bench::random_tensor({E, 2 * I, H}, dt, dev, s.random_seed + 3, -0.1, 0.1)),
+       Value(api::bench::random_tensor({E, H, I}, dt, dev, s.random_seed + 4, -0.1, 0.1)), Value(E),
+       Value(K), Value(int64_t{4}), Value(int64_t{2}), Value(I), Value(int64_t{0}), Value(E),
+       Value(2.5), Value(int64_t{2}), Value(false), Value(int64_t{0})});
+  const double rows = static_cast<double>(T * K);
+  c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
+  c.bytes = api::bench::nbytes({T, H}, dt) * 2 + api::bench::nbytes({E, 2 * I, H}, dt) +
+            api::bench::nbytes({E, H, I}, dt);
   return c;
 }
 
@@ -671,6 +928,23 @@ void register_moe_ops(OpRegistry& r) {
                       "router_logits", "input_ids", "tid2eid",
                       arg("num_fused_shared_experts", int64_t{0}),
                       arg("routed_scaling_factor", 1.0), arg("launch_with_pdl", true));
+
+  declare<&trtllm_bf16_moe>(
+      r,
+      {.name = "trtllm_bf16_moe",
+       .module = kCoreModule,
+       .summary = "trtllm-gen BF16 MoE: routing from logits, then the fused expert FFNs"},
+      "routing_logits", arg("routing_bias").required(), "hidden_states", "gemm1_weights",
+      "gemm2_weights", "num_experts", "top_k", arg("n_group").required(),
+      arg("topk_group").required(), "intermediate_size", "local_expert_offset", "local_num_experts",
+      "routed_scaling_factor", arg("routing_method_type", int64_t{0}),
+      arg("use_shuffled_weight", true), arg("weight_layout", WeightLayout::BlockMajorK),
+      arg("do_finalize", true), arg("enable_pdl", true), arg("tune_max_num_tokens", int64_t{8192}),
+      arg("activation_type", int64_t{3}), arg("norm_topk_prob", true),
+      arg("routing_replay_out").mut(), "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit",
+      arg("output").mut());
+  api::register_backends("trtllm_bf16_moe", kTrtllmMoeKernels);
+  register_bench_hook("trtllm_bf16_moe", bench_trtllm_bf16_moe);
 
   api::register_backends("hash_topk", kHashTopkKernels);
   register_bench_hook("hash_topk", bench_hash_topk);

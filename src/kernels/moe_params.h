@@ -57,6 +57,8 @@ struct CutlassMoeParams {
   int64_t num_tokens = 0, top_k = 0, hidden = 0, inter = 0;
   int64_t num_local_experts = 0, expert_offset = 0;
   MoeAct act = MoeAct::kSwiglu;
+  // false: GEMM1's fp32 result goes straight into the activation (trtllm-gen fuses them).
+  bool round_gemm1 = true;
   // CUDA only: fp32 scratch on the device, [num_tokens * top_k, gemm1_n], [.., inter], [.., hidden]
   // (values already rounded to dtype / out_dtype), allocated by the API layer.
   float* ws_g1 = nullptr;
@@ -81,6 +83,41 @@ struct DeepSeekRoutingParams {
   int64_t replay_stride = 0;
   int64_t num_tokens = 0, num_experts = 0, n_group = 1, topk_group = 1, topk = 1;
   float routed_scaling_factor = 1.0f;
+};
+
+/// The trtllm-gen routing methods (upstream's RoutingMethodType values).
+enum class MoeRouting : int {
+  kDefault = 0,           // softmax over all experts, top-k
+  kRenormalize = 1,       // top-k logits, softmax over the k
+  kDeepSeekV3 = 2,        // sigmoid + bias, grouped top-k, normalized unbiased sigmoid * scale
+  kLlama4 = 3,            // top-1, sigmoid(logit)
+  kRenormalizeNaive = 4,  // softmax, top-k, divided by the sum of the k
+  kTopK = 5,              // top-k of the logits, the logits as weights
+  kSigmoidRenorm = 6,     // sigmoid, top-k, divided by the sum of the k (norm_topk_prob)
+  kMiniMax2 = 7,          // sigmoid + bias selects, sigmoid / (sum + 1e-20)
+  kSigmoid = 8,           // sigmoid, top-k
+};
+
+/// Routing from logits: ids [num_tokens, top_k] global expert ids, weights fp32.
+struct MoeRoutingParams {
+  const void* logits = nullptr;  // [num_tokens, num_experts] fp32 or bf16
+  DType logits_dtype = DType::kFloat32;
+  int64_t logits_stride = 0;
+  const void* bias = nullptr;  // [num_experts] or null
+  DType bias_dtype = DType::kFloat32;
+  int64_t num_tokens = 0, num_experts = 0, top_k = 1, n_group = 1, topk_group = 1;
+  float routed_scaling_factor = 1.0f;
+  bool norm_topk_prob = true;
+  MoeRouting method = MoeRouting::kDefault;
+};
+
+/// trtllm_bf16_moe: routing, then the fused MoE (round_gemm1 = false) over the local experts.
+/// moe.experts / moe.scales are filled by the kernel from the routing (ignored on input).
+struct TrtllmMoeParams {
+  MoeRoutingParams routing;
+  CutlassMoeParams moe;
+  int16_t* replay_out = nullptr;  // [>= num_tokens, top_k] or null
+  int64_t replay_stride = 0;
 };
 
 /// hash_topk: experts from a token-to-expert table, weights sqrt(softplus(logit)) normalized

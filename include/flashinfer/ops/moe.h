@@ -98,6 +98,37 @@ void fused_topk_deepseek(const Tensor& scores, const Tensor& bias, int64_t n_gro
                          std::optional<Tensor> routing_replay_out = std::nullopt,
                          std::string_view backend = "default");
 
+/// Upstream's WeightLayout (flashinfer.tllm_enums): MajorK [Mn, K]; MajorMn [K, Mn];
+/// BlockMajorK [K / blockK, Mn, blockK] with blockK = 128 bytes.
+enum class WeightLayout : int { MajorK = 0, MajorMn = 1, BlockMajorK = 2 };
+std::string_view weight_layout_name(WeightLayout w);
+Value to_value(WeightLayout w);
+WeightLayout weight_layout_from_value(const Value& v, std::string_view op = "WeightLayout",
+                                      std::string_view arg = "value");
+
+/// trtllm-gen BF16 MoE with routing from logits (routing methods: docs/MOE.md):
+///   routing_logits [T, num_experts] fp32 or bf16; routing_bias [num_experts] or None;
+///   hidden_states [T, H] bf16; gemm1_weights [local_num_experts, 2I or I, H] bf16 (up rows
+///   first, then gate); gemm2_weights [local_num_experts, H, I] bf16. Experts
+///   [local_expert_offset, local_expert_offset + local_num_experts) are local.
+/// Returns the bf16 [T, H] output (upstream's do_finalize=True result). Implemented for plain
+/// weights only (use_shuffled_weight=False, weight_layout=MajorK) and do_finalize=True; the
+/// shuffled / block layouts and do_finalize=False raise flashinfer::Error(kUnsupported).
+Tensor trtllm_bf16_moe(
+    const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
+    const Tensor& gemm1_weights, const Tensor& gemm2_weights, int64_t num_experts, int64_t top_k,
+    std::optional<int64_t> n_group, std::optional<int64_t> topk_group, int64_t intermediate_size,
+    int64_t local_expert_offset, int64_t local_num_experts,
+    std::optional<double> routed_scaling_factor = std::nullopt, int64_t routing_method_type = 0,
+    bool use_shuffled_weight = true, WeightLayout weight_layout = WeightLayout::BlockMajorK,
+    bool do_finalize = true, bool enable_pdl = true, int64_t tune_max_num_tokens = 8192,
+    int64_t activation_type = 3, bool norm_topk_prob = true,
+    std::optional<Tensor> routing_replay_out = std::nullopt,
+    std::optional<Tensor> gemm1_alpha = std::nullopt,
+    std::optional<Tensor> gemm1_beta = std::nullopt,
+    std::optional<Tensor> gemm1_clamp_limit = std::nullopt,
+    std::optional<Tensor> output = std::nullopt);
+
 /// Hash-based MoE routing (DeepSeek-V4 hash layers): token t's experts are
 /// tid2eid[input_ids[t], :], weights sqrt(softplus(router_logits[t, e])) / their sum over the
 /// routed experts (fp32). With num_fused_shared_experts = 1 a last slot holds expert id

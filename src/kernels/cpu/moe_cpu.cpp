@@ -205,7 +205,9 @@ void cutlass_moe(const CutlassMoeParams& p) {
   // Per-row buffers for all local pairs, in grouped order: gathered input, GEMM1 output,
   // activation, GEMM2 output (out_dtype). Sized by routed rows, never by T * num_experts.
   std::unique_ptr<uint8_t[]> xg(new uint8_t[static_cast<size_t>(rows * H) * es]);
-  std::unique_ptr<uint8_t[]> g1(new uint8_t[static_cast<size_t>(rows * N1) * es]);
+  const DType g1_dt = p.round_gemm1 ? p.dtype : DType::kFloat32;
+  const size_t g1es = dtype_size(g1_dt);
+  std::unique_ptr<uint8_t[]> g1(new uint8_t[static_cast<size_t>(rows * N1) * g1es]);
   std::unique_ptr<uint8_t[]> hb(new uint8_t[static_cast<size_t>(rows * I) * es]);
   std::unique_ptr<uint8_t[]> y(new uint8_t[static_cast<size_t>(rows * H) * oes]);
   const auto* in = static_cast<const uint8_t*>(p.input);
@@ -223,14 +225,14 @@ void cutlass_moe(const CutlassMoeParams& p) {
     const auto* b1 =
         p.b1 ? static_cast<const uint8_t*>(p.b1) + static_cast<size_t>(e * N1) * es : nullptr;
     rows_gemm(xg.get() + static_cast<size_t>(r0 * H) * es, w1, b1, p.dtype,
-              g1.get() + static_cast<size_t>(r0 * N1) * es, p.dtype, n, N1, H);
+              g1.get() + static_cast<size_t>(r0 * N1) * g1es, g1_dt, n, N1, H);
 #pragma omp parallel if (n * N1 >= kParallelMin)
     {
       std::vector<float> gf(static_cast<size_t>(N1)), hf(static_cast<size_t>(I));
 #pragma omp for schedule(static)
       for (int64_t r = r0; r < r0 + n; ++r) {
-        const void* src = g1.get() + static_cast<size_t>(r * N1) * es;
-        for (int64_t j = 0; j < N1; ++j) gf[static_cast<size_t>(j)] = load_f(src, p.dtype, j);
+        const void* src = g1.get() + static_cast<size_t>(r * N1) * g1es;
+        for (int64_t j = 0; j < N1; ++j) gf[static_cast<size_t>(j)] = load_f(src, g1_dt, j);
         moe_activation_row(p, e, gf.data(), hf.data());
         void* dst = hb.get() + static_cast<size_t>(r * I) * es;
         for (int64_t j = 0; j < I; ++j) store_f(dst, p.dtype, j, hf[static_cast<size_t>(j)]);
@@ -372,6 +374,154 @@ void hash_topk(const HashTopkParams& p) {
       ids[p.topk] = static_cast<int32_t>(p.num_experts);
     }
   }
+}
+
+void moe_routing(const MoeRoutingParams& p, int32_t* ids, float* weights) {
+  const int64_t E = p.num_experts, K = p.top_k;
+  const int64_t G = std::max<int64_t>(p.n_group, 1), per_group = E / G;
+  const int64_t TG = p.method == MoeRouting::kDeepSeekV3 && G > 1 ? p.topk_group : G;
+#pragma omp parallel if (p.num_tokens * E * K >= kParallelMin)
+  {
+    std::vector<float> x(static_cast<size_t>(E)), sel_score(static_cast<size_t>(E));
+    std::vector<float> gscore(static_cast<size_t>(G));
+    std::vector<char> kept(static_cast<size_t>(G)), taken(static_cast<size_t>(E));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < p.num_tokens; ++t) {
+      for (int64_t e = 0; e < E; ++e) {
+        x[static_cast<size_t>(e)] = load_f(p.logits, p.logits_dtype, t * p.logits_stride + e);
+      }
+      // The score each method selects by, and the score its weights come from (`x` after the
+      // pre-selection transform).
+      float mx = -std::numeric_limits<float>::infinity(), denom = 0.0f;
+      switch (p.method) {
+        case MoeRouting::kDefault:
+        case MoeRouting::kRenormalizeNaive:
+          for (float v : x) mx = std::max(mx, v);
+          for (float& v : x) {
+            v = std::exp(v - mx);
+            denom += v;
+          }
+          for (float& v : x) v /= denom;
+          break;
+        case MoeRouting::kDeepSeekV3:
+        case MoeRouting::kSigmoidRenorm:
+        case MoeRouting::kMiniMax2:
+        case MoeRouting::kSigmoid:
+          for (float& v : x) v = 1.0f / (1.0f + std::exp(-v));
+          break;
+        default:
+          break;  // Renormalize, Llama4, TopK select by the raw logits
+      }
+      const bool biased =
+          p.bias && (p.method == MoeRouting::kDeepSeekV3 || p.method == MoeRouting::kMiniMax2);
+      for (int64_t e = 0; e < E; ++e) {
+        sel_score[static_cast<size_t>(e)] =
+            x[static_cast<size_t>(e)] + (biased ? load_f(p.bias, p.bias_dtype, e) : 0.0f);
+      }
+      std::fill(kept.begin(), kept.end(), 1);
+      if (TG < G) {
+        std::fill(kept.begin(), kept.end(), 0);
+        for (int64_t g = 0; g < G; ++g) {
+          float m1 = -std::numeric_limits<float>::infinity(), m2 = m1;
+          for (int64_t e = g * per_group; e < (g + 1) * per_group; ++e) {
+            const float v = sel_score[static_cast<size_t>(e)];
+            if (v > m1) {
+              m2 = m1;
+              m1 = v;
+            } else if (v > m2) {
+              m2 = v;
+            }
+          }
+          gscore[static_cast<size_t>(g)] = per_group >= 2 ? m1 + m2 : m1;
+        }
+        for (int64_t i = 0; i < TG; ++i) {
+          int64_t best = -1;
+          for (int64_t g = 0; g < G; ++g) {
+            if (kept[static_cast<size_t>(g)]) continue;
+            if (best < 0 || gscore[static_cast<size_t>(g)] > gscore[static_cast<size_t>(best)]) {
+              best = g;
+            }
+          }
+          if (best < 0) break;  // unreachable: topk_group <= n_group (checked)
+          kept[static_cast<size_t>(best)] = 1;
+        }
+      }
+      std::fill(taken.begin(), taken.end(), 0);
+      int32_t* id = ids + t * K;
+      float* w = weights + t * K;
+      for (int64_t i = 0; i < K; ++i) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; ++e) {
+          if (taken[static_cast<size_t>(e)] || !kept[static_cast<size_t>(e / per_group)]) continue;
+          if (best < 0 ||
+              sel_score[static_cast<size_t>(e)] > sel_score[static_cast<size_t>(best)]) {
+            best = e;
+          }
+        }
+        if (best < 0) best = 0;  // unreachable: the kept groups hold >= top_k experts (checked)
+        taken[static_cast<size_t>(best)] = 1;
+        id[i] = static_cast<int32_t>(best);
+        w[i] = x[static_cast<size_t>(best)];
+      }
+      // Weights from the selected scores.
+      float sum = 0.0f;
+      for (int64_t i = 0; i < K; ++i) sum += w[i];
+      switch (p.method) {
+        case MoeRouting::kRenormalize: {
+          float m = -std::numeric_limits<float>::infinity(), d = 0.0f;
+          for (int64_t i = 0; i < K; ++i) m = std::max(m, w[i]);
+          for (int64_t i = 0; i < K; ++i) {
+            w[i] = std::exp(w[i] - m);
+            d += w[i];
+          }
+          for (int64_t i = 0; i < K; ++i) w[i] /= d;
+          break;
+        }
+        case MoeRouting::kLlama4:
+          for (int64_t i = 0; i < K; ++i) w[i] = 1.0f / (1.0f + std::exp(-w[i]));
+          break;
+        case MoeRouting::kRenormalizeNaive:
+          for (int64_t i = 0; i < K; ++i) w[i] /= sum;
+          break;
+        case MoeRouting::kSigmoidRenorm:
+          if (p.norm_topk_prob) {
+            for (int64_t i = 0; i < K; ++i) w[i] /= sum;
+          }
+          break;
+        case MoeRouting::kDeepSeekV3:
+          for (int64_t i = 0; i < K; ++i) w[i] = w[i] / (sum + 1e-20f) * p.routed_scaling_factor;
+          break;
+        case MoeRouting::kMiniMax2:
+          for (int64_t i = 0; i < K; ++i) w[i] = w[i] / (sum + 1e-20f);
+          break;
+        default:
+          break;  // Default, TopK, Sigmoid: the selected scores as they are
+      }
+    }
+  }
+}
+
+void trtllm_moe(const TrtllmMoeParams& p) {
+  const int64_t T = p.routing.num_tokens, K = p.routing.top_k;
+  std::vector<int32_t> ids(static_cast<size_t>(T * K));
+  std::vector<float> w(static_cast<size_t>(T * K));
+  moe_routing(p.routing, ids.data(), w.data());
+  if (p.replay_out) {
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < K; ++k) {
+        p.replay_out[t * p.replay_stride + k] =
+            static_cast<int16_t>(ids[static_cast<size_t>(t * K + k)]);
+      }
+    }
+  }
+  CutlassMoeParams m = p.moe;
+  m.experts = ids.data();
+  m.experts_dtype = DType::kInt32;
+  m.experts_stride = K;
+  m.scales = w.data();
+  m.scales_dtype = DType::kFloat32;
+  m.scales_stride = K;
+  cutlass_moe(m);
 }
 
 }  // namespace flashinfer::kernels::cpu
