@@ -218,6 +218,8 @@ void cutlass_moe(const CutlassMoeParams& p) {
                 in + static_cast<size_t>(t * p.in_stride) * es, static_cast<size_t>(H) * es);
   }
 
+  // GEMM1 of every expert, then one activation pass over all routed rows, then GEMM2 of every
+  // expert: three parallel passes besides the GEMMs, whatever the number of experts.
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = count[static_cast<size_t>(e)], n = count[static_cast<size_t>(e + 1)] - r0;
     if (n == 0) continue;
@@ -226,18 +228,23 @@ void cutlass_moe(const CutlassMoeParams& p) {
         p.b1 ? static_cast<const uint8_t*>(p.b1) + static_cast<size_t>(e * N1) * es : nullptr;
     rows_gemm(xg.get() + static_cast<size_t>(r0 * H) * es, w1, b1, p.dtype,
               g1.get() + static_cast<size_t>(r0 * N1) * g1es, g1_dt, n, N1, H);
-#pragma omp parallel if (n * N1 >= kParallelMin)
-    {
-      std::vector<float> gf(static_cast<size_t>(N1)), hf(static_cast<size_t>(I));
+  }
+#pragma omp parallel if (rows * N1 >= kParallelMin)
+  {
+    std::vector<float> gf(static_cast<size_t>(N1)), hf(static_cast<size_t>(I));
 #pragma omp for schedule(static)
-      for (int64_t r = r0; r < r0 + n; ++r) {
-        const void* src = g1.get() + static_cast<size_t>(r * N1) * g1es;
-        for (int64_t j = 0; j < N1; ++j) gf[static_cast<size_t>(j)] = load_f(src, g1_dt, j);
-        moe_activation_row(p, e, gf.data(), hf.data());
-        void* dst = hb.get() + static_cast<size_t>(r * I) * es;
-        for (int64_t j = 0; j < I; ++j) store_f(dst, p.dtype, j, hf[static_cast<size_t>(j)]);
-      }
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t e = local[static_cast<size_t>(row_pair[static_cast<size_t>(r)])];
+      const void* src = g1.get() + static_cast<size_t>(r * N1) * g1es;
+      for (int64_t j = 0; j < N1; ++j) gf[static_cast<size_t>(j)] = load_f(src, g1_dt, j);
+      moe_activation_row(p, e, gf.data(), hf.data());
+      void* dst = hb.get() + static_cast<size_t>(r * I) * es;
+      for (int64_t j = 0; j < I; ++j) store_f(dst, p.dtype, j, hf[static_cast<size_t>(j)]);
     }
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = count[static_cast<size_t>(e)], n = count[static_cast<size_t>(e + 1)] - r0;
+    if (n == 0) continue;
     const auto* w2 = static_cast<const uint8_t*>(p.w2) + static_cast<size_t>(e * H * I) * es;
     const auto* b2 =
         p.b2 ? static_cast<const uint8_t*>(p.b2) + static_cast<size_t>(e * H) * es : nullptr;
