@@ -80,6 +80,10 @@ struct OpDecl {
   std::string returns;         // "Tensor", "None", "tuple[Tensor, Tensor]", ...
   std::string summary;         // one line for list-ops
   OpInvoker invoke;            // may be empty: then the op cannot be replayed
+  // Result keys of the recorded outputs ("result__1", ...) that upstream returns without
+  // writing (scratch tensors): replay skips them and reports `unwritten_reason`.
+  std::vector<std::string> unwritten_results;
+  std::string unwritten_reason;
 
   bool is_method() const { return !class_name.empty(); }
   /// "plan" for "X.plan", the name itself for free functions.

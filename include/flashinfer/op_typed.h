@@ -230,6 +230,7 @@ struct Arg {
   const char* type_name = nullptr;  // kEnum / kObject class name
   ParamKind kind = ParamKind::kAny;
   bool kind_set = false;
+  bool no_default = false;
 
   constexpr Arg mut() const {
     Arg a = *this;
@@ -239,6 +240,13 @@ struct Arg {
   constexpr Arg kw() const {
     Arg a = *this;
     a.keyword_only = true;
+    return a;
+  }
+  /// A parameter upstream requires although None is a valid value (`routing_bias` of the MoE
+  /// ops): an std::optional parameter without the default None.
+  constexpr Arg required() const {
+    Arg a = *this;
+    a.no_default = true;
     return a;
   }
   constexpr Arg type(const char* t) const {
@@ -286,6 +294,10 @@ struct OpSpec {
                                          // taken through it (absent from the signature text)
   bool options_keyword_only = true;      // false: the options fields are upstream's
                                          // positional-or-keyword parameters with defaults
+  // Result keys ("result__1", ...) upstream returns without writing (scratch), and why: replay
+  // does not compare them and says so.
+  std::vector<std::string> unwritten_results = {};
+  const char* unwritten_reason = nullptr;
 };
 
 // ---- Return-type names
@@ -430,6 +442,7 @@ void apply_arg(ParamDecl& p, const Arg<D>& a) {
   if (a.keyword_only) p.kw();
   if (a.type_name) p.type(a.type_name);
   if (a.kind_set) p.kind = a.kind;
+  if (a.no_default) p.default_value.reset();
 }
 
 // Checks, once at registration, that every default rebuilds into its parameter's type.
@@ -624,6 +637,8 @@ const OpDecl& declare_key(OpRegistry& registry, const OpSpec& spec, const Specs&
   d.returns = spec.returns ? spec.returns : ReturnName<typename Info::Ret>::value;
   if (spec.var_positional) d.var_positional = spec.var_positional;
   if (spec.var_keyword) d.var_keyword = spec.var_keyword;
+  d.unwritten_results = spec.unwritten_results;
+  if (spec.unwritten_reason) d.unwritten_reason = spec.unwritten_reason;
   if constexpr (!std::is_void_v<typename Info::Class>) {
     const std::string name = spec.name;
     d.class_name = name.substr(0, name.rfind('.'));

@@ -82,6 +82,9 @@ struct Result {
   /// that device in this build (then `note` says so).
   Device ran_on = Device::cpu();
   std::string note;
+  /// Recorded outputs not compared because upstream returns them unwritten (OpDecl::
+  /// unwritten_results); `note` names them and says why.
+  std::vector<std::string> skipped_outputs;
   bool incomplete = false;  // only line 1 was on record
 };
 

@@ -137,6 +137,17 @@ inline Value to_value(const EnumValue& v) { return Value(v); }
 inline Value to_value(std::nullopt_t) { return Value(); }
 Value to_value(const ApiObject& obj);
 
+// The container overloads refer to each other (an optional list, a list of tuples): declared
+// first so each finds the others whatever the element type.
+template <class T>
+Value to_value(const std::optional<T>& v);
+template <class T>
+Value to_value(const std::vector<T>& v);
+template <class... T>
+Value to_value(const std::tuple<T...>& t);
+template <class A, class B>
+Value to_value(const std::pair<A, B>& p);
+
 template <class T>
 Value to_value(const std::optional<T>& v) {
   if (!v) return Value();

@@ -21,6 +21,7 @@ void register_rope_ops(OpRegistry& registry);
 void register_trtllm_attention_ops(OpRegistry& registry);
 void register_topk_ops(OpRegistry& registry);
 void register_gguf_mm_ops(OpRegistry& registry);
+void register_moe_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -36,6 +37,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_trtllm_attention_ops(registry);
   register_topk_ops(registry);
   register_gguf_mm_ops(registry);
+  register_moe_ops(registry);
 }
 
 }  // namespace flashinfer::detail

@@ -153,6 +153,8 @@ const std::map<std::string, std::string>& covered_elsewhere() {
        "host-side sizing (no kernel): test_trtllm_attention checks it against plan"},
       {"BatchPrefillWithPagedKVCacheWrapper.workspace_size",
        "host-side sizing (no kernel): test_trtllm_attention checks it against plan"},
+      {"is_gated_activation",
+       "a host-side predicate on an enum: no tensors, no backend (tests/ops/test_moe.cpp)"},
   };
   return m;
 }

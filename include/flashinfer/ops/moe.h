@@ -1,0 +1,143 @@
+// Mixture-of-experts ops (FlashInfer modules flashinfer.fused_moe.*, flashinfer.tllm_enums).
+// Semantics, layouts and the source of every fact: docs/MOE.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "flashinfer/dtype.h"
+#include "flashinfer/op_typed.h"
+#include "flashinfer/tensor.h"
+#include "flashinfer/value.h"
+
+namespace flashinfer {
+
+/// Upstream's ActivationType (flashinfer.tllm_enums), same member names and values.
+enum class ActivationType : int {
+  Gelu = 0,
+  Relu = 1,
+  Silu = 2,
+  Swiglu = 3,
+  Geglu = 4,
+  SwigluBias = 5,
+  Relu2 = 6,
+  SwigluStep = 7,
+  GegluTanh = 8,
+  Identity = 9,
+};
+
+/// "Swiglu", ...
+std::string_view activation_type_name(ActivationType a);
+/// Recorded as upstream's enum member: EnumValue{"ActivationType", "Swiglu", "3"}.
+Value to_value(ActivationType a);
+/// Accepts an EnumValue (by member name, else value) or an int; throws flashinfer::Error naming
+/// `op` and `arg` otherwise.
+ActivationType activation_type_from_value(const Value& v, std::string_view op = "ActivationType",
+                                          std::string_view arg = "value");
+
+/// Whether `activation_type` consumes a gate half of GEMM1 (Swiglu, Geglu, SwigluBias,
+/// SwigluStep), as flashinfer.tllm_enums.is_gated_activation.
+bool is_gated_activation(ActivationType activation_type);
+
+/// cutlass_fused_moe's keyword-only parameters (SiTU activation scales; the Situ activation is
+/// not implemented here, so both must be None).
+struct CutlassFusedMoeOptions {
+  std::optional<Tensor> situ_beta;
+  std::optional<Tensor> situ_linear_beta;
+};
+FLASHINFER_OPTION_FIELDS(CutlassFusedMoeOptions, situ_beta, situ_linear_beta);
+
+/// Fused MoE layer (upstream's CUTLASS backend), unquantized fp32 / fp16 / bf16:
+///   out[t] = sum_k token_final_scales[t, k] * FFN_e(input[t]),  e = token_selected_experts[t, k]
+///   FFN_e(x) = act(x @ w1[e].T + b1[e]) @ w2[e].T + b2[e]; for gated activations the first
+///   half of w1[e]'s rows is the up projection, the second half the gate (docs/MOE.md).
+///   input                 [T, H] fp32, fp16 or bf16.
+///   token_selected_experts [T, k] int32 or int64 global expert ids.
+///   token_final_scales    [T, k] fp32, fp16 or bf16.
+///   fc1_expert_weights    [E_l, 2I or I, H], input's dtype; fc2_expert_weights [E_l, H, I].
+///   Experts [ep_rank * E_l, (ep_rank + 1) * E_l) are local; other ids contribute nothing.
+/// Returns [output [T, H] in output_dtype, and upstream's three scratch tensors
+/// (num_active_experts_per_node int32 [1], experts_to_token_score fp32 [E_l, T],
+/// active_expert_global_ids int32 [E_l]), zero-filled here, never written upstream].
+/// Quantized paths and min_latency_mode raise flashinfer::Error(kUnsupported).
+std::vector<Tensor> cutlass_fused_moe(
+    const Tensor& input, const Tensor& token_selected_experts, const Tensor& token_final_scales,
+    const Tensor& fc1_expert_weights, const Tensor& fc2_expert_weights, DType output_dtype,
+    std::vector<Tensor> quant_scales, std::optional<Tensor> fc1_expert_biases = std::nullopt,
+    std::optional<Tensor> fc2_expert_biases = std::nullopt,
+    std::optional<Tensor> input_sf = std::nullopt,
+    std::optional<Tensor> swiglu_alpha = std::nullopt,
+    std::optional<Tensor> swiglu_beta = std::nullopt,
+    std::optional<Tensor> swiglu_limit = std::nullopt, int64_t tp_size = 1, int64_t tp_rank = 0,
+    int64_t ep_size = 1, int64_t ep_rank = 0, int64_t cluster_size = 1, int64_t cluster_rank = 0,
+    std::optional<Tensor> output = std::nullopt, bool enable_alltoall = false,
+    bool use_deepseek_fp8_block_scale = false, bool use_w4_group_scaling = false,
+    bool use_mxfp8_act_scaling = false, bool min_latency_mode = false,
+    bool use_packed_weights = false, bool use_wfp4afp8_humming = false,
+    int64_t tune_max_num_tokens = 8192, std::optional<bool> enable_pdl = std::nullopt,
+    ActivationType activation_type = ActivationType::Swiglu, bool swizzled_input_sf = true,
+    bool use_fused_finalize = true, std::optional<std::vector<int64_t>> profile_ids = std::nullopt,
+    std::optional<Tensor> workspace_buffer = std::nullopt, CutlassFusedMoeOptions options = {});
+
+/// DeepSeek-V3 grouped top-k routing (no auxiliary loss), in place:
+///   s = sigmoid(scores), b = s + bias; groups of num_experts / n_group experts scored by the
+///   sum of their two largest b; the topk_group best groups kept; the topk largest b among them
+///   selected (descending, lower index first on ties); weights s / (sum of selected s + 1e-20) *
+///   routed_scaling_factor.
+///   scores [T, E] fp32 / fp16 / bf16; bias [E] (any of those dtypes).
+///   topk_values [T, topk] (scores' dtype or fp32) and topk_indices [T, topk] int32 are written;
+///   routing_replay_out, when given, int16 [>= T, topk], rows [0, T) get the indices.
+/// `backend` "default" (upstream's "cake" backend is Blackwell-only: refused here).
+void fused_topk_deepseek(const Tensor& scores, const Tensor& bias, int64_t n_group,
+                         int64_t topk_group, int64_t topk, double routed_scaling_factor,
+                         const Tensor& topk_values, const Tensor& topk_indices,
+                         bool launch_with_pdl = true,
+                         std::optional<Tensor> routing_replay_out = std::nullopt,
+                         std::string_view backend = "default");
+
+/// Upstream's WeightLayout (flashinfer.tllm_enums): MajorK [Mn, K]; MajorMn [K, Mn];
+/// BlockMajorK [K / blockK, Mn, blockK] with blockK = 128 bytes.
+enum class WeightLayout : int { MajorK = 0, MajorMn = 1, BlockMajorK = 2 };
+std::string_view weight_layout_name(WeightLayout w);
+Value to_value(WeightLayout w);
+WeightLayout weight_layout_from_value(const Value& v, std::string_view op = "WeightLayout",
+                                      std::string_view arg = "value");
+
+/// trtllm-gen BF16 MoE with routing from logits (routing methods: docs/MOE.md):
+///   routing_logits [T, num_experts] fp32 or bf16; routing_bias [num_experts] or None;
+///   hidden_states [T, H] bf16; gemm1_weights [local_num_experts, 2I or I, H] bf16 (up rows
+///   first, then gate); gemm2_weights [local_num_experts, H, I] bf16. Experts
+///   [local_expert_offset, local_expert_offset + local_num_experts) are local.
+/// Returns the bf16 [T, H] output (upstream's do_finalize=True result). Implemented for plain
+/// weights only (use_shuffled_weight=False, weight_layout=MajorK) and do_finalize=True; the
+/// shuffled / block layouts and do_finalize=False raise flashinfer::Error(kUnsupported).
+Tensor trtllm_bf16_moe(
+    const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
+    const Tensor& gemm1_weights, const Tensor& gemm2_weights, int64_t num_experts, int64_t top_k,
+    std::optional<int64_t> n_group, std::optional<int64_t> topk_group, int64_t intermediate_size,
+    int64_t local_expert_offset, int64_t local_num_experts,
+    std::optional<double> routed_scaling_factor = std::nullopt, int64_t routing_method_type = 0,
+    bool use_shuffled_weight = true, WeightLayout weight_layout = WeightLayout::BlockMajorK,
+    bool do_finalize = true, bool enable_pdl = true, int64_t tune_max_num_tokens = 8192,
+    int64_t activation_type = 3, bool norm_topk_prob = true,
+    std::optional<Tensor> routing_replay_out = std::nullopt,
+    std::optional<Tensor> gemm1_alpha = std::nullopt,
+    std::optional<Tensor> gemm1_beta = std::nullopt,
+    std::optional<Tensor> gemm1_clamp_limit = std::nullopt,
+    std::optional<Tensor> output = std::nullopt);
+
+/// Hash-based MoE routing (DeepSeek-V4 hash layers): token t's experts are
+/// tid2eid[input_ids[t], :], weights sqrt(softplus(router_logits[t, e])) / their sum over the
+/// routed experts (fp32). With num_fused_shared_experts = 1 a last slot holds expert id
+/// num_experts with weight 1 / routed_scaling_factor.
+///   router_logits [T, E] fp32; input_ids [T] int64; tid2eid [vocab, topk] int32.
+/// Returns (topk_weights fp32 [T, topk + shared], topk_ids int32 [T, topk + shared]).
+std::tuple<Tensor, Tensor> hash_topk(const Tensor& router_logits, const Tensor& input_ids,
+                                     const Tensor& tid2eid, int64_t num_fused_shared_experts = 0,
+                                     double routed_scaling_factor = 1.0,
+                                     bool launch_with_pdl = true);
+
+}  // namespace flashinfer

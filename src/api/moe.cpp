@@ -1,0 +1,958 @@
+// Public MoE ops (flashinfer.fused_moe.*, flashinfer.tllm_enums): declarations, argument checks,
+// dispatch. Semantics and sources: docs/MOE.md.
+#include "flashinfer/ops/moe.h"
+
+#include <cmath>
+#include <string>
+
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "api/kernel_table.h"
+#include "flashinfer/op_typed.h"
+#include "kernels/cpu/moe_cpu.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/moe_cuda.h"
+#endif
+
+namespace flashinfer {
+
+template <>
+struct ArgTraits<ActivationType> {
+  static constexpr ParamKind kind = ParamKind::kEnum;
+  static constexpr const char* type_name = "ActivationType";
+  static ActivationType get(const CallArgs& a, std::size_t i) {
+    return activation_type_from_value(a[i], a.decl().name,
+                                      i < a.decl().params.size() ? a.decl().params[i].name : "");
+  }
+};
+template <>
+struct ArgTraits<WeightLayout> {
+  static constexpr ParamKind kind = ParamKind::kEnum;
+  static constexpr const char* type_name = "WeightLayout";
+  static WeightLayout get(const CallArgs& a, std::size_t i) {
+    return weight_layout_from_value(a[i], a.decl().name,
+                                    i < a.decl().params.size() ? a.decl().params[i].name : "");
+  }
+};
+template <>
+struct ReturnName<std::vector<Tensor>> {
+  static constexpr const char* value = "list[Tensor]";
+};
+
+namespace {
+
+constexpr ActivationType kAllActivations[] = {ActivationType::Gelu,      ActivationType::Relu,
+                                              ActivationType::Silu,      ActivationType::Swiglu,
+                                              ActivationType::Geglu,     ActivationType::SwigluBias,
+                                              ActivationType::Relu2,     ActivationType::SwigluStep,
+                                              ActivationType::GegluTanh, ActivationType::Identity};
+
+}  // namespace
+
+std::string_view activation_type_name(ActivationType a) {
+  switch (a) {
+    case ActivationType::Gelu:
+      return "Gelu";
+    case ActivationType::Relu:
+      return "Relu";
+    case ActivationType::Silu:
+      return "Silu";
+    case ActivationType::Swiglu:
+      return "Swiglu";
+    case ActivationType::Geglu:
+      return "Geglu";
+    case ActivationType::SwigluBias:
+      return "SwigluBias";
+    case ActivationType::Relu2:
+      return "Relu2";
+    case ActivationType::SwigluStep:
+      return "SwigluStep";
+    case ActivationType::GegluTanh:
+      return "GegluTanh";
+    case ActivationType::Identity:
+      return "Identity";
+  }
+  return "Swiglu";
+}
+
+Value to_value(ActivationType a) {
+  return Value(EnumValue{"ActivationType", std::string(activation_type_name(a)),
+                         std::to_string(static_cast<int>(a))});
+}
+
+ActivationType activation_type_from_value(const Value& v, std::string_view op,
+                                          std::string_view arg) {
+  if (v.kind() == Value::Kind::kInt) {
+    const int64_t i = v.as_int();
+    for (ActivationType a : kAllActivations) {
+      if (static_cast<int64_t>(a) == i) return a;
+    }
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "no ActivationType member has value ", i);
+  }
+  FLASHINFER_CHECK(v.kind() == Value::Kind::kEnum, op, arg,
+                   "expected an ActivationType member or int, got ", v.repr());
+  const EnumValue& e = v.as_enum();
+  // Upstream records "ActivationType.Swiglu" as the name; ours is the bare member.
+  std::string_view name = e.name;
+  if (const auto dot = name.rfind('.'); dot != std::string_view::npos) name = name.substr(dot + 1);
+  for (ActivationType a : kAllActivations) {
+    if (name == activation_type_name(a)) return a;
+  }
+  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, "ActivationType member ", e.name,
+                  " is not supported by flashinfer-cpp");
+}
+
+std::string_view weight_layout_name(WeightLayout w) {
+  switch (w) {
+    case WeightLayout::MajorK:
+      return "MajorK";
+    case WeightLayout::MajorMn:
+      return "MajorMn";
+    case WeightLayout::BlockMajorK:
+      return "BlockMajorK";
+  }
+  return "MajorK";
+}
+
+Value to_value(WeightLayout w) {
+  return Value(EnumValue{"WeightLayout", std::string(weight_layout_name(w)),
+                         std::to_string(static_cast<int>(w))});
+}
+
+WeightLayout weight_layout_from_value(const Value& v, std::string_view op, std::string_view arg) {
+  constexpr WeightLayout all[] = {WeightLayout::MajorK, WeightLayout::MajorMn,
+                                  WeightLayout::BlockMajorK};
+  if (v.kind() == Value::Kind::kInt) {
+    for (WeightLayout w : all) {
+      if (static_cast<int64_t>(w) == v.as_int()) return w;
+    }
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "no WeightLayout member has value ",
+                    v.as_int());
+  }
+  FLASHINFER_CHECK(v.kind() == Value::Kind::kEnum, op, arg,
+                   "expected a WeightLayout member or int, got ", v.repr());
+  std::string_view name = v.as_enum().name;
+  if (const auto dot = name.rfind('.'); dot != std::string_view::npos) name = name.substr(dot + 1);
+  for (WeightLayout w : all) {
+    if (name == weight_layout_name(w)) return w;
+  }
+  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "unknown WeightLayout member ",
+                  v.as_enum().name);
+}
+
+bool is_gated_activation(ActivationType activation_type) {
+  return call_op<&is_gated_activation>(
+      [&] { return kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(activation_type)); },
+      activation_type);
+}
+
+namespace {
+
+constexpr const char* kCoreModule = "flashinfer.fused_moe.core";
+
+constexpr api::KernelEntry<kernels::CutlassMoeParams> kCutlassMoeKernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: per-expert grouped GEMMs (routed rows only), fp32 accumulation", nullptr,
+     [](const kernels::CutlassMoeParams& p, const api::LaunchContext&) {
+       kernels::cpu::cutlass_moe(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one block per (token, expert) pair, warp dot products",
+     nullptr,
+     [](const kernels::CutlassMoeParams& p, const api::LaunchContext& c) {
+       kernels::cuda::cutlass_moe(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+
+constexpr api::KernelEntry<kernels::DeepSeekRoutingParams> kDeepSeekRoutingKernels[] = {
+    {DeviceType::kCPU, "CPU reference: fp32 sigmoid, grouped selection, OpenMP over tokens",
+     nullptr,
+     [](const kernels::DeepSeekRoutingParams& p, const api::LaunchContext&) {
+       kernels::cpu::deepseek_routing(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one thread per token", nullptr,
+     [](const kernels::DeepSeekRoutingParams& p, const api::LaunchContext& c) {
+       kernels::cuda::deepseek_routing(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+
+void check_unit_last_stride(const Tensor& t, const char* op, const char* arg) {
+  FLASHINFER_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, op, arg,
+                   "the last dimension must be contiguous (stride 1), got stride ", t.stride(-1));
+}
+
+void check_flag_off(bool flag, const char* op, const char* arg, const char* why) {
+  if (flag) FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, why);
+}
+
+// Per-expert fp32 [E_l] activation parameter, or null.
+const float* expert_vector(const std::optional<Tensor>& t, int64_t experts, const Tensor& input,
+                           const char* op, const char* arg) {
+  if (!t) return nullptr;
+  api::check_defined(*t, op, arg);
+  api::check_dtype_in(*t, {DType::kFloat32}, op, arg);
+  api::check_shape_eq(*t, {experts}, op, arg);
+  api::check_same_device(*t, input, op, arg, "input");
+  FLASHINFER_CHECK(t->stride(0) == 1 || experts <= 1, op, arg, "must be contiguous");
+  return t->data<float>();
+}
+
+std::vector<Tensor> cutlass_fused_moe_impl(
+    const Tensor& input, const Tensor& ids, const Tensor& scales, const Tensor& w1,
+    const Tensor& w2, DType output_dtype, const std::vector<Tensor>& quant_scales,
+    const std::optional<Tensor>& b1, const std::optional<Tensor>& b2,
+    const std::optional<Tensor>& input_sf, const std::optional<Tensor>& swiglu_alpha,
+    const std::optional<Tensor>& swiglu_beta, const std::optional<Tensor>& swiglu_limit,
+    int64_t tp_size, int64_t tp_rank, int64_t ep_size, int64_t ep_rank, int64_t cluster_size,
+    int64_t cluster_rank, const std::optional<Tensor>& output, bool enable_alltoall,
+    bool use_deepseek_fp8_block_scale, bool use_w4_group_scaling, bool use_mxfp8_act_scaling,
+    bool min_latency_mode, bool use_packed_weights, bool use_wfp4afp8_humming,
+    std::optional<bool> enable_pdl, ActivationType activation_type,
+    const CutlassFusedMoeOptions& options) {
+  const char* op = "cutlass_fused_moe";
+  api::check_defined(input, op, "input");
+  api::check_defined(ids, op, "token_selected_experts");
+  api::check_defined(scales, op, "token_final_scales");
+  api::check_defined(w1, op, "fc1_expert_weights");
+  api::check_defined(w2, op, "fc2_expert_weights");
+  // Quantized and distributed paths: refused by name (docs/MOE.md).
+  check_flag_off(min_latency_mode, op, "min_latency_mode",
+                 "min latency mode is not implemented (upstream raises NotImplementedError too)");
+  check_flag_off(enable_alltoall, op, "enable_alltoall", "all-to-all is not implemented");
+  check_flag_off(use_deepseek_fp8_block_scale, op, "use_deepseek_fp8_block_scale",
+                 "the FP8 block-scale path is not implemented");
+  check_flag_off(use_w4_group_scaling, op, "use_w4_group_scaling",
+                 "the W4 group-scaling path is not implemented");
+  check_flag_off(use_mxfp8_act_scaling, op, "use_mxfp8_act_scaling",
+                 "the MXFP8 activation path is not implemented");
+  check_flag_off(use_packed_weights, op, "use_packed_weights",
+                 "packed 4-bit weights are not implemented");
+  check_flag_off(use_wfp4afp8_humming, op, "use_wfp4afp8_humming",
+                 "the MXFP4 x FP8 path is not implemented");
+  check_flag_off(!quant_scales.empty(), op, "quant_scales",
+                 "quantized MoE is not implemented: quant_scales must be empty");
+  check_flag_off(input_sf.has_value(), op, "input_sf",
+                 "quantized input is not implemented: input_sf must be None");
+  check_flag_off(options.situ_beta.has_value(), op, "situ_beta",
+                 "the Situ activation is not implemented");
+  check_flag_off(options.situ_linear_beta.has_value(), op, "situ_linear_beta",
+                 "the Situ activation is not implemented");
+  check_flag_off(activation_type == ActivationType::GegluTanh, op, "activation_type",
+                 "GegluTanh is not implemented (its formula is unverified)");
+  if (input.dtype() == DType::kFloat8E4M3FN || input.dtype() == DType::kUInt8) {
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "input", "quantized input (",
+                    dtype_torch_name(input.dtype()), ") is not implemented");
+  }
+  FLASHINFER_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, op, "tp_rank",
+                   "must be in [0, tp_size=", tp_size, "), got ", tp_rank);
+  FLASHINFER_CHECK(ep_size >= 1 && ep_rank >= 0 && ep_rank < ep_size, op, "ep_rank",
+                   "must be in [0, ep_size=", ep_size, "), got ", ep_rank);
+  FLASHINFER_CHECK(cluster_size >= 1 && cluster_rank >= 0 && cluster_rank < cluster_size, op,
+                   "cluster_rank", "must be in [0, cluster_size=", cluster_size, "), got ",
+                   cluster_rank);
+
+  api::check_dim(input, {2}, op, "input");
+  api::check_dtype_in(input, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, "input");
+  check_unit_last_stride(input, op, "input");
+  const int64_t T = input.size(0), H = input.size(1);
+  FLASHINFER_CHECK(H > 0, op, "input", "hidden size must be positive");
+  api::check_dim(ids, {2}, op, "token_selected_experts");
+  api::check_dtype_in(ids, {DType::kInt32, DType::kInt64}, op, "token_selected_experts");
+  FLASHINFER_CHECK(ids.size(0) == T && ids.size(1) >= 1, op, "token_selected_experts",
+                   "expected shape [", T, ", top_k], got ", shape_to_string(ids.shape()));
+  check_unit_last_stride(ids, op, "token_selected_experts");
+  api::check_same_device(ids, input, op, "token_selected_experts", "input");
+  const int64_t K = ids.size(1);
+  api::check_dtype_in(scales, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op,
+                      "token_final_scales");
+  api::check_shape_eq(scales, {T, K}, op, "token_final_scales");
+  check_unit_last_stride(scales, op, "token_final_scales");
+  api::check_same_device(scales, input, op, "token_final_scales", "input");
+
+  api::check_dim(w2, {3}, op, "fc2_expert_weights");
+  api::check_same_dtype(w2, input, op, "fc2_expert_weights", "input");
+  api::check_same_device(w2, input, op, "fc2_expert_weights", "input");
+  FLASHINFER_CHECK(w2.is_contiguous(), op, "fc2_expert_weights", "must be contiguous");
+  const int64_t E = w2.size(0), I = w2.size(2);
+  FLASHINFER_CHECK(E >= 1 && I >= 1, op, "fc2_expert_weights", "empty expert weights, shape ",
+                   shape_to_string(w2.shape()));
+  FLASHINFER_CHECK(w2.size(1) == H, op, "fc2_expert_weights", "expected [num_experts, ", H,
+                   ", inter], got ", shape_to_string(w2.shape()));
+  const bool gated = kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(activation_type));
+  const int64_t N1 = gated ? 2 * I : I;
+  api::check_same_dtype(w1, input, op, "fc1_expert_weights", "input");
+  api::check_same_device(w1, input, op, "fc1_expert_weights", "input");
+  FLASHINFER_CHECK(w1.is_contiguous(), op, "fc1_expert_weights", "must be contiguous");
+  FLASHINFER_CHECK(w1.shape() == Shape({E, N1, H}), op, "fc1_expert_weights", "expected [", E, ", ",
+                   N1, ", ", H, "] (", gated ? "gated: 2 * " : "", "inter from fc2 = ", I,
+                   "), got ", shape_to_string(w1.shape()));
+  if (b1) {
+    api::check_same_dtype(*b1, input, op, "fc1_expert_biases", "input");
+    api::check_same_device(*b1, input, op, "fc1_expert_biases", "input");
+    api::check_shape_eq(*b1, {E, N1}, op, "fc1_expert_biases");
+    FLASHINFER_CHECK(b1->is_contiguous(), op, "fc1_expert_biases", "must be contiguous");
+  }
+  if (b2) {
+    api::check_same_dtype(*b2, input, op, "fc2_expert_biases", "input");
+    api::check_same_device(*b2, input, op, "fc2_expert_biases", "input");
+    api::check_shape_eq(*b2, {E, H}, op, "fc2_expert_biases");
+    FLASHINFER_CHECK(b2->is_contiguous(), op, "fc2_expert_biases", "must be contiguous");
+  }
+  const bool swiglu_family =
+      activation_type == ActivationType::Swiglu || activation_type == ActivationType::SwigluBias;
+  if (!swiglu_family) {
+    check_flag_off(swiglu_alpha.has_value(), op, "swiglu_alpha",
+                   "only the Swiglu / SwigluBias activations take swiglu_alpha");
+    check_flag_off(swiglu_beta.has_value(), op, "swiglu_beta",
+                   "only the Swiglu / SwigluBias activations take swiglu_beta");
+    check_flag_off(swiglu_limit.has_value() && activation_type != ActivationType::SwigluStep, op,
+                   "swiglu_limit",
+                   "only the Swiglu / SwigluBias / SwigluStep activations take swiglu_limit");
+  }
+  FLASHINFER_CHECK(output_dtype == DType::kFloat32 || output_dtype == DType::kFloat16 ||
+                       output_dtype == DType::kBFloat16,
+                   op, "output_dtype", "dtype ", dtype_torch_name(output_dtype),
+                   " is not supported (expected torch.float32, torch.float16 or torch.bfloat16)");
+
+  Tensor out;
+  if (output) {
+    api::check_defined(*output, op, "output");
+    api::check_shape_eq(*output, {T, H}, op, "output");
+    FLASHINFER_CHECK(output->dtype() == output_dtype, op, "output", "dtype ",
+                     dtype_torch_name(output->dtype()), " is not output_dtype ",
+                     dtype_torch_name(output_dtype));
+    api::check_same_device(*output, input, op, "output", "input");
+    check_unit_last_stride(*output, op, "output");
+    api::check_writable(*output, op, "output");
+    api::check_no_overlap(*output, input, op, "output", "input");
+    out = *output;
+  } else {
+    out = Tensor::empty({T, H}, output_dtype, input.device());
+  }
+
+  kernels::CutlassMoeParams p;
+  p.input = input.data_ptr();
+  p.in_stride = input.stride(0);
+  p.experts = ids.data_ptr();
+  p.experts_dtype = ids.dtype();
+  p.experts_stride = ids.stride(0);
+  p.scales = scales.data_ptr();
+  p.scales_dtype = scales.dtype();
+  p.scales_stride = scales.stride(0);
+  p.w1 = w1.data_ptr();
+  p.w2 = w2.data_ptr();
+  p.b1 = b1 ? b1->data_ptr() : nullptr;
+  p.b2 = b2 ? b2->data_ptr() : nullptr;
+  p.swiglu_alpha = expert_vector(swiglu_alpha, E, input, op, "swiglu_alpha");
+  p.swiglu_beta = expert_vector(swiglu_beta, E, input, op, "swiglu_beta");
+  p.swiglu_limit = expert_vector(swiglu_limit, E, input, op, "swiglu_limit");
+  p.out = out.data_ptr();
+  p.out_stride = out.stride(0);
+  p.dtype = input.dtype();
+  p.out_dtype = output_dtype;
+  p.num_tokens = T;
+  p.top_k = K;
+  p.hidden = H;
+  p.inter = I;
+  p.num_local_experts = E;
+  p.expert_offset = ep_rank * E;
+  p.act = static_cast<kernels::MoeAct>(activation_type);
+  Tensor ws_g1, ws_h, ws_y;
+  if (input.device().is_cuda()) {
+    ws_g1 = Tensor::empty({T * K, N1}, DType::kFloat32, input.device());
+    ws_h = Tensor::empty({T * K, I}, DType::kFloat32, input.device());
+    ws_y = Tensor::empty({T * K, H}, DType::kFloat32, input.device());
+    p.ws_g1 = ws_g1.data<float>();
+    p.ws_h = ws_h.data<float>();
+    p.ws_y = ws_y.data<float>();
+  }
+  api::launch(kCutlassMoeKernels, p, input.device(), op, "input", enable_pdl);
+  // Upstream's three scratch outputs (written only in min-latency mode): zero here.
+  return {out, Tensor::zeros({1}, DType::kInt32, input.device()),
+          Tensor::zeros({E, T}, DType::kFloat32, input.device()),
+          Tensor::zeros({E}, DType::kInt32, input.device())};
+}
+
+}  // namespace
+
+std::vector<Tensor> cutlass_fused_moe(
+    const Tensor& input, const Tensor& token_selected_experts, const Tensor& token_final_scales,
+    const Tensor& fc1_expert_weights, const Tensor& fc2_expert_weights, DType output_dtype,
+    std::vector<Tensor> quant_scales, std::optional<Tensor> fc1_expert_biases,
+    std::optional<Tensor> fc2_expert_biases, std::optional<Tensor> input_sf,
+    std::optional<Tensor> swiglu_alpha, std::optional<Tensor> swiglu_beta,
+    std::optional<Tensor> swiglu_limit, int64_t tp_size, int64_t tp_rank, int64_t ep_size,
+    int64_t ep_rank, int64_t cluster_size, int64_t cluster_rank, std::optional<Tensor> output,
+    bool enable_alltoall, bool use_deepseek_fp8_block_scale, bool use_w4_group_scaling,
+    bool use_mxfp8_act_scaling, bool min_latency_mode, bool use_packed_weights,
+    bool use_wfp4afp8_humming, int64_t tune_max_num_tokens, std::optional<bool> enable_pdl,
+    ActivationType activation_type, bool swizzled_input_sf, bool use_fused_finalize,
+    std::optional<std::vector<int64_t>> profile_ids, std::optional<Tensor> workspace_buffer,
+    CutlassFusedMoeOptions options) {
+  return call_op<&cutlass_fused_moe>(
+      [&] {
+        return cutlass_fused_moe_impl(
+            input, token_selected_experts, token_final_scales, fc1_expert_weights,
+            fc2_expert_weights, output_dtype, quant_scales, fc1_expert_biases, fc2_expert_biases,
+            input_sf, swiglu_alpha, swiglu_beta, swiglu_limit, tp_size, tp_rank, ep_size, ep_rank,
+            cluster_size, cluster_rank, output, enable_alltoall, use_deepseek_fp8_block_scale,
+            use_w4_group_scaling, use_mxfp8_act_scaling, min_latency_mode, use_packed_weights,
+            use_wfp4afp8_humming, enable_pdl, activation_type, options);
+      },
+      input, token_selected_experts, token_final_scales, fc1_expert_weights, fc2_expert_weights,
+      output_dtype, quant_scales, fc1_expert_biases, fc2_expert_biases, input_sf, swiglu_alpha,
+      swiglu_beta, swiglu_limit, tp_size, tp_rank, ep_size, ep_rank, cluster_size, cluster_rank,
+      output, enable_alltoall, use_deepseek_fp8_block_scale, use_w4_group_scaling,
+      use_mxfp8_act_scaling, min_latency_mode, use_packed_weights, use_wfp4afp8_humming,
+      tune_max_num_tokens, enable_pdl, activation_type, swizzled_input_sf, use_fused_finalize,
+      profile_ids, workspace_buffer, options);
+}
+
+namespace {
+
+void fused_topk_deepseek_impl(const Tensor& scores, const Tensor& bias, int64_t n_group,
+                              int64_t topk_group, int64_t topk, double routed_scaling_factor,
+                              const Tensor& topk_values, const Tensor& topk_indices,
+                              bool launch_with_pdl, const std::optional<Tensor>& routing_replay_out,
+                              std::string_view backend) {
+  const char* op = "fused_topk_deepseek";
+  FLASHINFER_CHECK(backend == "default" || backend == "cake", op, "backend",
+                   "expected 'default' or 'cake', got '", backend, "'");
+  if (backend == "cake") {
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "backend",
+                    "the 'cake' backend (Blackwell only upstream) is not available here");
+  }
+  api::check_defined(scores, op, "scores");
+  api::check_defined(bias, op, "bias");
+  api::check_defined(topk_values, op, "topk_values");
+  api::check_defined(topk_indices, op, "topk_indices");
+  api::check_dim(scores, {2}, op, "scores");
+  api::check_dtype_in(scores, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, "scores");
+  check_unit_last_stride(scores, op, "scores");
+  const int64_t T = scores.size(0), E = scores.size(1);
+  FLASHINFER_CHECK(E >= 1, op, "scores", "no experts (shape ", shape_to_string(scores.shape()),
+                   ")");
+  api::check_dtype_in(bias, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, "bias");
+  api::check_shape_eq(bias, {E}, op, "bias");
+  api::check_same_device(bias, scores, op, "bias", "scores");
+  FLASHINFER_CHECK(n_group >= 1 && n_group <= 32, op, "n_group", "must be in [1, 32], got ",
+                   n_group);
+  FLASHINFER_CHECK(E % n_group == 0, op, "n_group", "num_experts (", E,
+                   ") must be divisible by n_group (", n_group, ")");
+  FLASHINFER_CHECK(topk >= 1 && topk <= 8 && topk <= E, op, "topk",
+                   "must be in [1, min(8, num_experts=", E, ")], got ", topk);
+  FLASHINFER_CHECK(topk_group >= 1 && topk_group <= n_group, op, "topk_group",
+                   "must be in [1, n_group=", n_group, "], got ", topk_group);
+  FLASHINFER_CHECK(topk_group * n_group >= topk, op, "topk_group", "topk_group * n_group (",
+                   topk_group * n_group, ") must be >= topk (", topk, ")");
+  // Upstream's kernel limits, kept so a call accepted here is one upstream accepts.
+  if (n_group > 1) {
+    FLASHINFER_CHECK(E / n_group <= 32, op, "n_group", "num_experts / n_group (", E / n_group,
+                     ") must be <= 32");
+    FLASHINFER_CHECK(E / n_group * topk_group <= 128, op, "topk_group",
+                     "num_experts / n_group * topk_group (", E / n_group * topk_group,
+                     ") must be <= 128");
+  } else {
+    FLASHINFER_CHECK(E <= 384, op, "scores", "with n_group = 1 num_experts (", E,
+                     ") must be <= 384");
+  }
+  FLASHINFER_CHECK(std::isfinite(routed_scaling_factor), op, "routed_scaling_factor",
+                   "must be finite, got ", routed_scaling_factor);
+  FLASHINFER_CHECK(topk_values.dtype() == scores.dtype() || topk_values.dtype() == DType::kFloat32,
+                   op, "topk_values", "dtype ", dtype_torch_name(topk_values.dtype()),
+                   " must be scores' ", dtype_torch_name(scores.dtype()), " or torch.float32");
+  api::check_shape_eq(topk_values, {T, topk}, op, "topk_values");
+  api::check_same_device(topk_values, scores, op, "topk_values", "scores");
+  check_unit_last_stride(topk_values, op, "topk_values");
+  api::check_writable(topk_values, op, "topk_values");
+  api::check_dtype_in(topk_indices, {DType::kInt32}, op, "topk_indices");
+  api::check_shape_eq(topk_indices, {T, topk}, op, "topk_indices");
+  api::check_same_device(topk_indices, scores, op, "topk_indices", "scores");
+  check_unit_last_stride(topk_indices, op, "topk_indices");
+  api::check_writable(topk_indices, op, "topk_indices");
+  api::check_no_overlap(topk_values, topk_indices, op, "topk_values", "topk_indices");
+  if (routing_replay_out) {
+    const Tensor& r = *routing_replay_out;
+    api::check_defined(r, op, "routing_replay_out");
+    api::check_dtype_in(r, {DType::kInt16}, op, "routing_replay_out");
+    api::check_dim(r, {2}, op, "routing_replay_out");
+    FLASHINFER_CHECK(r.size(0) >= T && r.size(1) == topk, op, "routing_replay_out",
+                     "shape[0] must be >= ", T, " and shape[1] must be ", topk, ", got ",
+                     shape_to_string(r.shape()));
+    api::check_same_device(r, scores, op, "routing_replay_out", "scores");
+    check_unit_last_stride(r, op, "routing_replay_out");
+    api::check_writable(r, op, "routing_replay_out");
+  }
+  kernels::DeepSeekRoutingParams p;
+  p.scores = scores.data_ptr();
+  p.scores_dtype = scores.dtype();
+  p.scores_stride = scores.stride(0);
+  p.bias = bias.data_ptr();
+  p.bias_dtype = bias.dtype();
+  p.bias_stride = bias.stride(0);
+  p.topk_values = topk_values.data_ptr();
+  p.values_dtype = topk_values.dtype();
+  p.values_stride = topk_values.stride(0);
+  p.topk_indices = topk_indices.data<int32_t>();
+  p.indices_stride = topk_indices.stride(0);
+  if (routing_replay_out) {
+    p.replay_out = routing_replay_out->data<int16_t>();
+    p.replay_stride = routing_replay_out->stride(0);
+  }
+  p.num_tokens = T;
+  p.num_experts = E;
+  p.n_group = n_group;
+  p.topk_group = topk_group;
+  p.topk = topk;
+  p.routed_scaling_factor = static_cast<float>(routed_scaling_factor);
+  if (T == 0) return;
+  api::launch(kDeepSeekRoutingKernels, p, scores.device(), op, "scores", launch_with_pdl);
+}
+
+}  // namespace
+
+void fused_topk_deepseek(const Tensor& scores, const Tensor& bias, int64_t n_group,
+                         int64_t topk_group, int64_t topk, double routed_scaling_factor,
+                         const Tensor& topk_values, const Tensor& topk_indices,
+                         bool launch_with_pdl, std::optional<Tensor> routing_replay_out,
+                         std::string_view backend) {
+  call_op<&fused_topk_deepseek>(
+      [&] {
+        fused_topk_deepseek_impl(scores, bias, n_group, topk_group, topk, routed_scaling_factor,
+                                 topk_values, topk_indices, launch_with_pdl, routing_replay_out,
+                                 backend);
+      },
+      scores, bias, n_group, topk_group, topk, routed_scaling_factor, topk_values, topk_indices,
+      launch_with_pdl, routing_replay_out, backend);
+}
+
+namespace {
+
+constexpr api::KernelEntry<kernels::TrtllmMoeParams> kTrtllmMoeKernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: routing, then per-expert grouped GEMMs (routed rows only), fp32 "
+     "accumulation",
+     nullptr,
+     [](const kernels::TrtllmMoeParams& p, const api::LaunchContext&) {
+       kernels::cpu::trtllm_moe(p);
+     }},
+};
+
+Tensor trtllm_bf16_moe_impl(const Tensor& logits, const std::optional<Tensor>& bias,
+                            const Tensor& hidden, const Tensor& w1, const Tensor& w2,
+                            int64_t num_experts, int64_t top_k, std::optional<int64_t> n_group,
+                            std::optional<int64_t> topk_group, int64_t inter, int64_t offset,
+                            int64_t local_num, std::optional<double> scale, int64_t method,
+                            bool use_shuffled_weight, WeightLayout layout, bool do_finalize,
+                            bool enable_pdl, int64_t activation_type, bool norm_topk_prob,
+                            const std::optional<Tensor>& replay_out,
+                            const std::optional<Tensor>& alpha, const std::optional<Tensor>& beta,
+                            const std::optional<Tensor>& limit,
+                            const std::optional<Tensor>& output) {
+  const char* op = "trtllm_bf16_moe";
+  check_flag_off(use_shuffled_weight, op, "use_shuffled_weight",
+                 "shuffled (trtllm-gen tiled) weights are not implemented: pass plain weights "
+                 "with use_shuffled_weight=False");
+  check_flag_off(layout != WeightLayout::MajorK, op, "weight_layout",
+                 "only WeightLayout.MajorK ([Mn, K]) weights are implemented");
+  check_flag_off(!do_finalize, op, "do_finalize",
+                 "do_finalize=False (unfinalized GEMM2 output) is not implemented");
+  api::check_defined(logits, op, "routing_logits");
+  api::check_defined(hidden, op, "hidden_states");
+  api::check_defined(w1, op, "gemm1_weights");
+  api::check_defined(w2, op, "gemm2_weights");
+  api::check_dim(logits, {2}, op, "routing_logits");
+  api::check_dtype_in(logits, {DType::kFloat32, DType::kBFloat16}, op, "routing_logits");
+  check_unit_last_stride(logits, op, "routing_logits");
+  const int64_t T = logits.size(0);
+  FLASHINFER_CHECK(logits.size(1) == num_experts, op, "routing_logits", "expected [", T, ", ",
+                   num_experts, "] (num_experts), got ", shape_to_string(logits.shape()));
+  FLASHINFER_CHECK(top_k >= 1 && top_k <= num_experts, op, "top_k",
+                   "must be in [1, num_experts=", num_experts, "], got ", top_k);
+  FLASHINFER_CHECK(method >= 0 && method <= 8, op, "routing_method_type",
+                   "must be a RoutingMethodType value in [0, 8], got ", method);
+  const auto rm = static_cast<kernels::MoeRouting>(method);
+  if (rm == kernels::MoeRouting::kLlama4) {
+    FLASHINFER_CHECK(top_k == 1, op, "top_k", "Llama4 routing selects one expert, got ", top_k);
+  }
+  if (bias) {
+    api::check_dtype_in(*bias, {DType::kFloat32, DType::kBFloat16}, op, "routing_bias");
+    api::check_shape_eq(*bias, {num_experts}, op, "routing_bias");
+    api::check_same_device(*bias, logits, op, "routing_bias", "routing_logits");
+    FLASHINFER_CHECK(bias->stride(0) == 1 || num_experts == 1, op, "routing_bias",
+                     "must be contiguous");
+  }
+  const int64_t G = n_group.value_or(0) > 0 ? *n_group : 1;
+  const int64_t TG = topk_group.value_or(0) > 0 ? *topk_group : G;
+  if (rm == kernels::MoeRouting::kDeepSeekV3 && G > 1) {
+    FLASHINFER_CHECK(num_experts % G == 0, op, "n_group", "num_experts (", num_experts,
+                     ") must be divisible by n_group (", G, ")");
+    FLASHINFER_CHECK(TG >= 1 && TG <= G, op, "topk_group", "must be in [1, n_group=", G, "], got ",
+                     TG);
+    FLASHINFER_CHECK(TG * (num_experts / G) >= top_k, op, "topk_group",
+                     "the kept groups hold fewer than top_k experts");
+  }
+  FLASHINFER_CHECK(local_num >= 1 && offset >= 0 && offset + local_num <= num_experts, op,
+                   "local_num_experts", "local experts [", offset, ", ", offset + local_num,
+                   ") must lie in [0, num_experts=", num_experts, ")");
+  api::check_dim(hidden, {2}, op, "hidden_states");
+  api::check_dtype_in(hidden, {DType::kBFloat16}, op, "hidden_states");
+  check_unit_last_stride(hidden, op, "hidden_states");
+  api::check_same_device(hidden, logits, op, "hidden_states", "routing_logits");
+  FLASHINFER_CHECK(hidden.size(0) == T, op, "hidden_states", "expected ", T,
+                   " rows (routing_logits'), got ", hidden.size(0));
+  const int64_t H = hidden.size(1);
+  FLASHINFER_CHECK(activation_type >= 0 && activation_type <= 9, op, "activation_type",
+                   "must be an ActivationType value, got ", activation_type);
+  const auto act = static_cast<ActivationType>(activation_type);
+  check_flag_off(act == ActivationType::GegluTanh, op, "activation_type",
+                 "GegluTanh is not implemented (its formula is unverified)");
+  const int64_t N1 =
+      kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(activation_type)) ? 2 * inter : inter;
+  api::check_dtype_in(w1, {DType::kBFloat16}, op, "gemm1_weights");
+  api::check_same_device(w1, hidden, op, "gemm1_weights", "hidden_states");
+  FLASHINFER_CHECK(w1.is_contiguous() && w1.shape() == Shape({local_num, N1, H}), op,
+                   "gemm1_weights", "expected contiguous [", local_num, ", ", N1, ", ", H,
+                   "], got ", shape_to_string(w1.shape()));
+  api::check_dtype_in(w2, {DType::kBFloat16}, op, "gemm2_weights");
+  api::check_same_device(w2, hidden, op, "gemm2_weights", "hidden_states");
+  FLASHINFER_CHECK(w2.is_contiguous() && w2.shape() == Shape({local_num, H, inter}), op,
+                   "gemm2_weights", "expected contiguous [", local_num, ", ", H, ", ", inter,
+                   "], got ", shape_to_string(w2.shape()));
+  FLASHINFER_CHECK(!scale || std::isfinite(*scale), op, "routed_scaling_factor", "must be finite");
+  if (replay_out) {
+    api::check_dtype_in(*replay_out, {DType::kInt16}, op, "routing_replay_out");
+    api::check_dim(*replay_out, {2}, op, "routing_replay_out");
+    FLASHINFER_CHECK(replay_out->size(0) >= T && replay_out->size(1) == top_k, op,
+                     "routing_replay_out", "shape[0] must be >= ", T,
+                     " and shape[1] must be top_k (", top_k, "), got ",
+                     shape_to_string(replay_out->shape()));
+    check_unit_last_stride(*replay_out, op, "routing_replay_out");
+    api::check_same_device(*replay_out, hidden, op, "routing_replay_out", "hidden_states");
+    api::check_writable(*replay_out, op, "routing_replay_out");
+  }
+  Tensor out;
+  if (output) {
+    api::check_dtype_in(*output, {DType::kBFloat16}, op, "output");
+    api::check_shape_eq(*output, {T, H}, op, "output");
+    api::check_same_device(*output, hidden, op, "output", "hidden_states");
+    check_unit_last_stride(*output, op, "output");
+    api::check_writable(*output, op, "output");
+    api::check_no_overlap(*output, hidden, op, "output", "hidden_states");
+    out = *output;
+  } else {
+    out = Tensor::empty({T, H}, DType::kBFloat16, hidden.device());
+  }
+  kernels::TrtllmMoeParams p;
+  p.routing.logits = logits.data_ptr();
+  p.routing.logits_dtype = logits.dtype();
+  p.routing.logits_stride = logits.stride(0);
+  p.routing.bias = bias ? bias->data_ptr() : nullptr;
+  p.routing.bias_dtype = bias ? bias->dtype() : DType::kFloat32;
+  p.routing.num_tokens = T;
+  p.routing.num_experts = num_experts;
+  p.routing.top_k = top_k;
+  p.routing.n_group = G;
+  p.routing.topk_group = TG;
+  p.routing.routed_scaling_factor = static_cast<float>(scale.value_or(1.0));
+  p.routing.norm_topk_prob = norm_topk_prob;
+  p.routing.method = rm;
+  if (replay_out) {
+    p.replay_out = replay_out->data<int16_t>();
+    p.replay_stride = replay_out->stride(0);
+  }
+  kernels::CutlassMoeParams& m = p.moe;
+  m.input = hidden.data_ptr();
+  m.in_stride = hidden.stride(0);
+  m.w1 = w1.data_ptr();
+  m.w2 = w2.data_ptr();
+  m.swiglu_alpha = expert_vector(alpha, local_num, hidden, op, "gemm1_alpha");
+  m.swiglu_beta = expert_vector(beta, local_num, hidden, op, "gemm1_beta");
+  m.swiglu_limit = expert_vector(limit, local_num, hidden, op, "gemm1_clamp_limit");
+  m.out = out.data_ptr();
+  m.out_stride = out.stride(0);
+  m.dtype = DType::kBFloat16;
+  m.out_dtype = DType::kBFloat16;
+  m.num_tokens = T;
+  m.top_k = top_k;
+  m.hidden = H;
+  m.inter = inter;
+  m.num_local_experts = local_num;
+  m.expert_offset = offset;
+  m.act = static_cast<kernels::MoeAct>(activation_type);
+  m.round_gemm1 = false;
+  api::launch(kTrtllmMoeKernels, p, hidden.device(), op, "hidden_states", enable_pdl);
+  return out;
+}
+
+}  // namespace
+
+Tensor trtllm_bf16_moe(const Tensor& routing_logits, std::optional<Tensor> routing_bias,
+                       const Tensor& hidden_states, const Tensor& gemm1_weights,
+                       const Tensor& gemm2_weights, int64_t num_experts, int64_t top_k,
+                       std::optional<int64_t> n_group, std::optional<int64_t> topk_group,
+                       int64_t intermediate_size, int64_t local_expert_offset,
+                       int64_t local_num_experts, std::optional<double> routed_scaling_factor,
+                       int64_t routing_method_type, bool use_shuffled_weight,
+                       WeightLayout weight_layout, bool do_finalize, bool enable_pdl,
+                       int64_t tune_max_num_tokens, int64_t activation_type, bool norm_topk_prob,
+                       std::optional<Tensor> routing_replay_out, std::optional<Tensor> gemm1_alpha,
+                       std::optional<Tensor> gemm1_beta, std::optional<Tensor> gemm1_clamp_limit,
+                       std::optional<Tensor> output) {
+  return call_op<&trtllm_bf16_moe>(
+      [&] {
+        return trtllm_bf16_moe_impl(
+            routing_logits, routing_bias, hidden_states, gemm1_weights, gemm2_weights, num_experts,
+            top_k, n_group, topk_group, intermediate_size, local_expert_offset, local_num_experts,
+            routed_scaling_factor, routing_method_type, use_shuffled_weight, weight_layout,
+            do_finalize, enable_pdl, activation_type, norm_topk_prob, routing_replay_out,
+            gemm1_alpha, gemm1_beta, gemm1_clamp_limit, output);
+      },
+      routing_logits, routing_bias, hidden_states, gemm1_weights, gemm2_weights, num_experts, top_k,
+      n_group, topk_group, intermediate_size, local_expert_offset, local_num_experts,
+      routed_scaling_factor, routing_method_type, use_shuffled_weight, weight_layout, do_finalize,
+      enable_pdl, tune_max_num_tokens, activation_type, norm_topk_prob, routing_replay_out,
+      gemm1_alpha, gemm1_beta, gemm1_clamp_limit, output);
+}
+
+namespace {
+
+constexpr api::KernelEntry<kernels::HashTopkParams> kHashTopkKernels[] = {
+    {DeviceType::kCPU, "CPU reference: table lookup, fp32 sqrt(softplus), OpenMP over tokens",
+     nullptr,
+     [](const kernels::HashTopkParams& p, const api::LaunchContext&) {
+       kernels::cpu::hash_topk(p);
+     }},
+};
+
+std::tuple<Tensor, Tensor> hash_topk_impl(const Tensor& logits, const Tensor& input_ids,
+                                          const Tensor& tid2eid, int64_t num_shared,
+                                          double routed_scaling_factor, bool launch_with_pdl) {
+  const char* op = "hash_topk";
+  api::check_defined(logits, op, "router_logits");
+  api::check_defined(input_ids, op, "input_ids");
+  api::check_defined(tid2eid, op, "tid2eid");
+  api::check_dim(logits, {2}, op, "router_logits");
+  api::check_dtype_in(logits, {DType::kFloat32}, op, "router_logits");
+  check_unit_last_stride(logits, op, "router_logits");
+  api::check_dim(input_ids, {1}, op, "input_ids");
+  api::check_dtype_in(input_ids, {DType::kInt64}, op, "input_ids");
+  api::check_same_device(input_ids, logits, op, "input_ids", "router_logits");
+  api::check_dim(tid2eid, {2}, op, "tid2eid");
+  api::check_dtype_in(tid2eid, {DType::kInt32}, op, "tid2eid");
+  api::check_same_device(tid2eid, logits, op, "tid2eid", "router_logits");
+  check_unit_last_stride(tid2eid, op, "tid2eid");
+  const int64_t T = logits.size(0), E = logits.size(1), K = tid2eid.size(1);
+  FLASHINFER_CHECK(input_ids.size(0) == T, op, "input_ids", "length (", input_ids.size(0),
+                   ") must equal num_tokens (", T, ")");
+  FLASHINFER_CHECK(K >= 1, op, "tid2eid", "needs at least one expert per row");
+  // Upstream documents 0 or 1 shared slots (its check allows more, with no stated meaning).
+  FLASHINFER_CHECK(num_shared == 0 || num_shared == 1, op, "num_fused_shared_experts",
+                   "must be 0 or 1, got ", num_shared);
+  FLASHINFER_CHECK(K + num_shared <= 32, op, "tid2eid",
+                   "topk + num_fused_shared_experts must be <= 32, got ", K + num_shared);
+  FLASHINFER_CHECK(std::isfinite(routed_scaling_factor) && routed_scaling_factor != 0.0, op,
+                   "routed_scaling_factor", "must be finite and non-zero, got ",
+                   routed_scaling_factor);
+  Tensor weights = Tensor::empty({T, K + num_shared}, DType::kFloat32, logits.device());
+  Tensor ids = Tensor::empty({T, K + num_shared}, DType::kInt32, logits.device());
+  kernels::HashTopkParams p;
+  p.logits = logits.data<float>();
+  p.logits_stride = logits.stride(0);
+  p.input_ids = input_ids.data<int64_t>();
+  p.ids_stride = input_ids.stride(0);
+  p.tid2eid = tid2eid.data<int32_t>();
+  p.table_stride = tid2eid.stride(0);
+  p.weights = weights.data<float>();
+  p.topk_ids = ids.data<int32_t>();
+  p.num_tokens = T;
+  p.num_experts = E;
+  p.vocab = tid2eid.size(0);
+  p.topk = K;
+  p.num_shared = num_shared;
+  p.routed_scaling_factor = static_cast<float>(routed_scaling_factor);
+  api::launch(kHashTopkKernels, p, logits.device(), op, "router_logits", launch_with_pdl);
+  return {weights, ids};
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor> hash_topk(const Tensor& router_logits, const Tensor& input_ids,
+                                     const Tensor& tid2eid, int64_t num_fused_shared_experts,
+                                     double routed_scaling_factor, bool launch_with_pdl) {
+  return call_op<&hash_topk>(
+      [&] {
+        return hash_topk_impl(router_logits, input_ids, tid2eid, num_fused_shared_experts,
+                              routed_scaling_factor, launch_with_pdl);
+      },
+      router_logits, input_ids, tid2eid, num_fused_shared_experts, routed_scaling_factor,
+      launch_with_pdl);
+}
+
+namespace {
+
+// hash_topk: m tokens, 64 experts, a 1000-row table of top-6 plus the shared slot.
+BenchCase bench_hash_topk(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, E = 64, V = 1000, K = 6;
+  std::vector<int64_t> table, toks;
+  for (int64_t v = 0; v < V; ++v) {
+    for (int64_t k = 0; k < K; ++k) table.push_back((v * 7 + k * 11) % E);
+  }
+  for (int64_t t = 0; t < T; ++t) toks.push_back((t * 37 + 5) % V);
+  Tensor tab = api::bench::int32_tensor(table, dev).view({V, K});
+  Tensor tok = api::bench::int32_tensor(toks, dev).to(DType::kInt64);
+  BenchCase c = api::bench::invoke_case(
+      "hash_topk",
+      {Value(api::bench::random_tensor({T, E}, DType::kFloat32, dev, s.random_seed, -4.0, 4.0)),
+       Value(tok), Value(tab), Value(int64_t{1}), Value(2.5)});
+  c.flops = static_cast<double>(T * K) * 4.0;
+  c.bytes = static_cast<double>(T * K) * 4.0 * 3 + static_cast<double>(T) * 8.0;
+  return c;
+}
+
+// trtllm_bf16_moe: m tokens, hidden_size, inter = n, 8 experts, top-2, DeepSeekV3 routing (4
+// groups of 2, 2 kept), plain MajorK weights.
+BenchCase bench_trtllm_bf16_moe(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, H = s.hidden_size, I = s.n, E = 8, K = 2;
+  const DType dt = DType::kBFloat16;
+  BenchCase c = api::bench::invoke_case(
+      "trtllm_bf16_moe",
+      {Value(api::bench::random_tensor({T, E}, DType::kFloat32, dev, s.random_seed, -3.0, 3.0)),
+       Value(api::bench::random_tensor({E}, dt, dev, s.random_seed + 1, -0.2, 0.2)),
+       Value(api::bench::random_tensor({T, H}, dt, dev, s.random_seed + 2)),
+       Value(api::bench::random_tensor({E, 2 * I, H}, dt, dev, s.random_seed + 3, -0.1, 0.1)),
+       Value(api::bench::random_tensor({E, H, I}, dt, dev, s.random_seed + 4, -0.1, 0.1)), Value(E),
+       Value(K), Value(int64_t{4}), Value(int64_t{2}), Value(I), Value(int64_t{0}), Value(E),
+       Value(2.5), Value(int64_t{2}), Value(false), Value(int64_t{0})});
+  const double rows = static_cast<double>(T * K);
+  c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
+  c.bytes = api::bench::nbytes({T, H}, dt) * 2 + api::bench::nbytes({E, 2 * I, H}, dt) +
+            api::bench::nbytes({E, H, I}, dt);
+  return c;
+}
+
+// Bench hooks. cutlass_fused_moe: m tokens, hidden_size, inter = n, 8 experts, top-2 (two
+// distinct experts per token spread over all eight), Swiglu. FLOPs: the routed rows' two GEMMs.
+BenchCase bench_cutlass_fused_moe(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, H = s.hidden_size, I = s.n, E = 8, K = 2;
+  const DType dt = s.input_dtype;
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t e0 = (t * 5) % E;
+    ids.push_back(e0);
+    ids.push_back((e0 + 1 + t % (E - 1)) % E);
+  }
+  Tensor id_t = api::bench::int32_tensor(ids, dev).view({T, K});
+  BenchCase c = api::bench::invoke_case(
+      "cutlass_fused_moe",
+      {Value(api::bench::random_tensor({T, H}, dt, dev, s.random_seed)), Value(id_t),
+       Value(api::bench::random_tensor({T, K}, DType::kFloat32, dev, s.random_seed + 1, 0.0, 1.0)),
+       Value(api::bench::random_tensor({E, 2 * I, H}, dt, dev, s.random_seed + 2, -0.1, 0.1)),
+       Value(api::bench::random_tensor({E, H, I}, dt, dev, s.random_seed + 3, -0.1, 0.1)),
+       Value(dt), Value::list({})});
+  const double rows = static_cast<double>(T * K);
+  c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
+  c.bytes = api::bench::nbytes({T, H}, dt) * 2 + api::bench::nbytes({E, 2 * I, H}, dt) +
+            api::bench::nbytes({E, H, I}, dt);
+  return c;
+}
+
+// fused_topk_deepseek: m tokens, 64 experts in 8 groups, 4 groups kept, top-8.
+BenchCase bench_fused_topk_deepseek(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, E = 64, K = 8;
+  const DType dt = s.input_dtype;
+  BenchCase c = api::bench::invoke_case(
+      "fused_topk_deepseek",
+      {Value(api::bench::random_tensor({T, E}, dt, dev, s.random_seed, -4.0, 4.0)),
+       Value(api::bench::random_tensor({E}, dt, dev, s.random_seed + 1, -0.5, 0.5)),
+       Value(int64_t{8}), Value(int64_t{4}), Value(K), Value(2.5),
+       Value(Tensor::zeros({T, K}, dt, dev)), Value(Tensor::zeros({T, K}, DType::kInt32, dev))});
+  c.flops = static_cast<double>(T * E) * 4.0;
+  c.bytes = api::bench::nbytes({T, E}, dt) + api::bench::nbytes({T, K}, dt) +
+            api::bench::nbytes({T, K}, DType::kInt32);
+  return c;
+}
+
+}  // namespace
+
+namespace detail {
+void register_moe_ops(OpRegistry& r) {
+  declare<&is_gated_activation>(
+      r,
+      {.name = "is_gated_activation",
+       .module = "flashinfer.tllm_enums",
+       .summary = "Whether an ActivationType consumes a gate half of GEMM1 (Swiglu, Geglu, "
+                  "SwigluBias, SwigluStep)"},
+      "activation_type");
+  declare<&cutlass_fused_moe>(
+      r,
+      {.name = "cutlass_fused_moe",
+       .module = kCoreModule,
+       .summary = "Fused MoE: sum_k scale[t,k] * act(x @ w1[e].T) @ w2[e].T over routed experts",
+       .returns = "list[Tensor]",
+       .unwritten_results = {"result__1", "result__2", "result__3"},
+       .unwritten_reason = "upstream's cutlass_fused_moe returns these scratch tensors "
+                           "(num_active_experts_per_node, experts_to_token_score, "
+                           "active_expert_global_ids) without writing them outside "
+                           "min_latency_mode"},
+      "input", "token_selected_experts", "token_final_scales", "fc1_expert_weights",
+      "fc2_expert_weights", "output_dtype", "quant_scales", "fc1_expert_biases",
+      "fc2_expert_biases", "input_sf", "swiglu_alpha", "swiglu_beta", "swiglu_limit",
+      arg("tp_size", int64_t{1}), arg("tp_rank", int64_t{0}), arg("ep_size", int64_t{1}),
+      arg("ep_rank", int64_t{0}), arg("cluster_size", int64_t{1}), arg("cluster_rank", int64_t{0}),
+      arg("output").mut(), arg("enable_alltoall", false),
+      arg("use_deepseek_fp8_block_scale", false), arg("use_w4_group_scaling", false),
+      arg("use_mxfp8_act_scaling", false), arg("min_latency_mode", false),
+      arg("use_packed_weights", false), arg("use_wfp4afp8_humming", false),
+      arg("tune_max_num_tokens", int64_t{8192}), "enable_pdl",
+      arg("activation_type", ActivationType::Swiglu), arg("swizzled_input_sf", true),
+      arg("use_fused_finalize", true), "profile_ids", "workspace_buffer");
+  declare<&fused_topk_deepseek>(
+      r,
+      {.name = "fused_topk_deepseek",
+       .module = "flashinfer.fused_moe.fused_routing_dsv3",
+       .summary = "DeepSeek-V3 grouped top-k routing: sigmoid + bias, top groups, top-k, "
+                  "normalized weights"},
+      "scores", "bias", "n_group", "topk_group", "topk", "routed_scaling_factor",
+      arg("topk_values").mut(), arg("topk_indices").mut(), arg("launch_with_pdl", true),
+      arg("routing_replay_out").mut(), arg("backend", std::string_view("default")).kw());
+
+  declare<&hash_topk>(r,
+                      {.name = "hash_topk",
+                       .module = "flashinfer.fused_moe.hash_topk",
+                       .summary = "Hash MoE routing: experts from a token table, weights "
+                                  "sqrt(softplus(logit)) normalized"},
+                      "router_logits", "input_ids", "tid2eid",
+                      arg("num_fused_shared_experts", int64_t{0}),
+                      arg("routed_scaling_factor", 1.0), arg("launch_with_pdl", true));
+
+  declare<&trtllm_bf16_moe>(
+      r,
+      {.name = "trtllm_bf16_moe",
+       .module = kCoreModule,
+       .summary = "trtllm-gen BF16 MoE: routing from logits, then the fused expert FFNs"},
+      "routing_logits", arg("routing_bias").required(), "hidden_states", "gemm1_weights",
+      "gemm2_weights", "num_experts", "top_k", arg("n_group").required(),
+      arg("topk_group").required(), "intermediate_size", "local_expert_offset", "local_num_experts",
+      "routed_scaling_factor", arg("routing_method_type", int64_t{0}),
+      arg("use_shuffled_weight", true), arg("weight_layout", WeightLayout::BlockMajorK),
+      arg("do_finalize", true), arg("enable_pdl", true), arg("tune_max_num_tokens", int64_t{8192}),
+      arg("activation_type", int64_t{3}), arg("norm_topk_prob", true),
+      arg("routing_replay_out").mut(), "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit",
+      arg("output").mut());
+  api::register_backends("trtllm_bf16_moe", kTrtllmMoeKernels);
+  register_bench_hook("trtllm_bf16_moe", bench_trtllm_bf16_moe);
+
+  api::register_backends("hash_topk", kHashTopkKernels);
+  register_bench_hook("hash_topk", bench_hash_topk);
+  api::register_backends("cutlass_fused_moe", kCutlassMoeKernels);
+  api::register_backends("fused_topk_deepseek", kDeepSeekRoutingKernels);
+  register_bench_hook("cutlass_fused_moe", bench_cutlass_fused_moe);
+  register_bench_hook("fused_topk_deepseek", bench_fused_topk_deepseek);
+}
+}  // namespace detail
+
+}  // namespace flashinfer

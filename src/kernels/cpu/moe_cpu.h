@@ -1,0 +1,22 @@
+// CPU reference kernels for the MoE ops: fp32 accumulation; the fused MoE runs each local
+// expert's rows as two GEMMs (never a dense pass over all experts).
+#pragma once
+
+#include "kernels/moe_params.h"
+
+namespace flashinfer::kernels::cpu {
+
+void cutlass_moe(const CutlassMoeParams& p);
+void deepseek_routing(const DeepSeekRoutingParams& p);
+/// Throws flashinfer::Error naming input_ids / tid2eid for an id outside its table.
+void hash_topk(const HashTopkParams& p);
+/// Routing from logits into ids [num_tokens, top_k] (int32) and weights (fp32).
+void moe_routing(const MoeRoutingParams& p, int32_t* ids, float* weights);
+void trtllm_moe(const TrtllmMoeParams& p);
+
+/// The activation of one GEMM1 output row (exposed for tests): `g1` holds [gemm1_n] fp32 values
+/// (up half first, then gate, for gated activations), `h` receives [inter] values. `e` is the
+/// local expert (for the per-expert SwigluBias / SwigluStep parameters).
+void moe_activation_row(const CutlassMoeParams& p, int64_t e, const float* g1, float* h);
+
+}  // namespace flashinfer::kernels::cpu

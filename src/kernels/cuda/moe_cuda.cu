@@ -1,0 +1,256 @@
+// CUDA kernels of the MoE ops. The fused MoE is the CPU reference's math in three passes over
+// the (token, k) pairs, one warp per output element of each GEMM row (fp32 accumulation); it is
+// a correct baseline, not a tuned grouped GEMM.
+#include <cfloat>
+
+#include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/moe_cuda.h"
+
+namespace flashinfer::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+template <class T>
+__device__ __forceinline__ float round_as(float v) {
+  return to_f32(from_f32<T>(v));
+}
+
+__device__ __forceinline__ float load_scale(const CutlassMoeParams& p, int64_t i) {
+  switch (p.scales_dtype) {
+    case DType::kFloat16:
+      return __half2float(static_cast<const __half*>(p.scales)[i]);
+    case DType::kBFloat16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p.scales)[i]);
+    default:
+      return static_cast<const float*>(p.scales)[i];
+  }
+}
+
+__device__ __forceinline__ int64_t local_expert(const CutlassMoeParams& p, int64_t pair) {
+  const int64_t t = pair / p.top_k, k = pair % p.top_k;
+  const int64_t i = t * p.experts_stride + k;
+  const int64_t id = p.experts_dtype == DType::kInt64 ? static_cast<const int64_t*>(p.experts)[i]
+                                                      : static_cast<const int32_t*>(p.experts)[i];
+  const int64_t e = id - p.expert_offset;
+  return (e >= 0 && e < p.num_local_experts) ? e : -1;
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float gelu_erf(float x) {
+  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+// The activation of element j of one GEMM1 row g (fp32), as moe_activation_row on the CPU.
+__device__ float activation(const CutlassMoeParams& p, int64_t e, const float* g, int64_t j) {
+  const int64_t I = p.inter;
+  const bool biased = p.swiglu_alpha || p.swiglu_beta || p.swiglu_limit;
+  switch (p.act) {
+    case MoeAct::kSwiglu:
+    case MoeAct::kSwigluBias: {
+      if (p.act == MoeAct::kSwiglu && !biased) return silu(g[I + j]) * g[j];
+      const float alpha = p.swiglu_alpha ? p.swiglu_alpha[e] : 1.0f;
+      const float beta = p.swiglu_beta ? p.swiglu_beta[e] : 0.0f;
+      const float limit = p.swiglu_limit ? p.swiglu_limit[e] : FLT_MAX;
+      const float gt = fminf(g[I + j], limit);
+      const float u = fminf(fmaxf(g[j], -limit), limit) + beta;
+      return gt / (1.0f + expf(-alpha * gt)) * u;
+    }
+    case MoeAct::kSwigluStep: {
+      const float limit = p.swiglu_limit ? p.swiglu_limit[e] : 7.0f;
+      return fminf(silu(g[I + j]), limit) * fminf(fmaxf(g[j], -limit), limit);
+    }
+    case MoeAct::kGeglu:
+      return gelu_erf(g[I + j]) * g[j];
+    case MoeAct::kGelu:
+      return gelu_erf(g[j]);
+    case MoeAct::kRelu:
+      return fmaxf(g[j], 0.0f);
+    case MoeAct::kRelu2: {
+      const float r = fmaxf(g[j], 0.0f);
+      return r * r;
+    }
+    case MoeAct::kSilu:
+      return silu(g[j]);
+    default:
+      return g[j];  // Identity (the API layer refuses the others)
+  }
+}
+
+// One block per (token, k) pair: GEMM1 row (one warp per output), rounded to T, then the
+// activation rounded to T.
+template <class T>
+__global__ void moe_gemm1_kernel(CutlassMoeParams p) {
+  pdl_wait();
+  const int64_t pair = blockIdx.x;
+  const int64_t e = local_expert(p, pair);
+  if (e < 0) return;
+  const int64_t t = pair / p.top_k, H = p.hidden;
+  const int64_t N1 = moe_act_is_gated(p.act) ? 2 * p.inter : p.inter;
+  const T* x = static_cast<const T*>(p.input) + t * p.in_stride;
+  const T* w1 = static_cast<const T*>(p.w1) + e * N1 * H;
+  const T* b1 = p.b1 ? static_cast<const T*>(p.b1) + e * N1 : nullptr;
+  float* g = p.ws_g1 + pair * N1;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t j = warp; j < N1; j += kWarps) {
+    const T* wr = w1 + j * H;
+    float acc = 0.0f;
+    for (int64_t c = lane; c < H; c += 32) acc += to_f32(x[c]) * to_f32(wr[c]);
+    acc = warp_reduce_sum(acc);
+    if (lane == 0) g[j] = round_as<T>(acc + (b1 ? to_f32(b1[j]) : 0.0f));
+  }
+  __syncthreads();
+  float* h = p.ws_h + pair * p.inter;
+  for (int64_t j = threadIdx.x; j < p.inter; j += blockDim.x) {
+    h[j] = round_as<T>(activation(p, e, g, j));
+  }
+}
+
+// One block per (token, k) pair: GEMM2 row rounded to the output type O.
+template <class T, class O>
+__global__ void moe_gemm2_kernel(CutlassMoeParams p) {
+  const int64_t pair = blockIdx.x;
+  const int64_t e = local_expert(p, pair);
+  if (e < 0) return;
+  const int64_t H = p.hidden, I = p.inter;
+  const float* h = p.ws_h + pair * I;
+  const T* w2 = static_cast<const T*>(p.w2) + e * H * I;
+  const T* b2 = p.b2 ? static_cast<const T*>(p.b2) + e * H : nullptr;
+  float* y = p.ws_y + pair * H;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t j = warp; j < H; j += kWarps) {
+    const T* wr = w2 + j * I;
+    float acc = 0.0f;
+    for (int64_t c = lane; c < I; c += 32) acc += h[c] * to_f32(wr[c]);
+    acc = warp_reduce_sum(acc);
+    if (lane == 0) y[j] = round_as<O>(acc + (b2 ? to_f32(b2[j]) : 0.0f));
+  }
+}
+
+// One block per token: the weighted sum over k in k order.
+template <class O>
+__global__ void moe_finalize_kernel(CutlassMoeParams p) {
+  const int64_t t = blockIdx.x;
+  O* out = static_cast<O*>(p.out) + t * p.out_stride;
+  for (int64_t j = threadIdx.x; j < p.hidden; j += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t k = 0; k < p.top_k; ++k) {
+      const int64_t pair = t * p.top_k + k;
+      if (local_expert(p, pair) < 0) continue;
+      acc += load_scale(p, t * p.scales_stride + k) * p.ws_y[pair * p.hidden + j];
+    }
+    out[j] = from_f32<O>(acc);
+  }
+  pdl_launch_dependents();
+}
+
+template <class T, class O>
+void launch_moe(const CutlassMoeParams& p, cudaStream_t stream, bool enable_pdl) {
+  const int64_t pairs = p.num_tokens * p.top_k;
+  if (p.num_tokens == 0) return;
+  FLASHINFER_CHECK_CODE(pairs <= 0x7FFFFFFF, ErrorCode::kUnsupported, "cutlass_fused_moe", "input",
+                        "more than 2^31 - 1 (token, expert) pairs");
+  launch_kernel("cutlass_fused_moe", moe_gemm1_kernel<T>, dim3(static_cast<unsigned>(pairs)),
+                dim3(kThreads), 0, stream, enable_pdl, p);
+  launch_kernel("cutlass_fused_moe", moe_gemm2_kernel<T, O>, dim3(static_cast<unsigned>(pairs)),
+                dim3(kThreads), 0, stream, false, p);
+  launch_kernel("cutlass_fused_moe", moe_finalize_kernel<O>,
+                dim3(static_cast<unsigned>(p.num_tokens)), dim3(kThreads), 0, stream, false, p);
+}
+
+// One thread per token; the same selection loops as the CPU reference (groups are at most 32).
+template <class S, class B, class V>
+__global__ void deepseek_routing_kernel(DeepSeekRoutingParams p) {
+  pdl_wait();
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= p.num_tokens) return;
+  const int64_t E = p.num_experts, G = p.n_group, per_group = E / G;
+  const S* sc = static_cast<const S*>(p.scores) + t * p.scores_stride;
+  const B* bias = static_cast<const B*>(p.bias);
+  auto sig = [&](int64_t e) { return 1.0f / (1.0f + expf(-to_f32(sc[e]))); };
+  auto biased = [&](int64_t e) { return sig(e) + to_f32(bias[e * p.bias_stride]); };
+  bool kept[32];
+  float gscore[32];
+  for (int64_t g = 0; g < G; ++g) {
+    kept[g] = G == 1;
+    float m1 = -INFINITY, m2 = -INFINITY;
+    for (int64_t e = g * per_group; e < (g + 1) * per_group; ++e) {
+      const float v = biased(e);
+      if (v > m1) {
+        m2 = m1;
+        m1 = v;
+      } else if (v > m2) {
+        m2 = v;
+      }
+    }
+    gscore[g] = per_group >= 2 ? m1 + m2 : m1;
+  }
+  if (G > 1) {
+    for (int64_t i = 0; i < p.topk_group; ++i) {
+      int64_t best = -1;
+      for (int64_t g = 0; g < G; ++g) {
+        if (!kept[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
+      }
+      kept[best] = true;
+    }
+  }
+  int64_t sel[8];
+  float sum = 0.0f;
+  for (int64_t i = 0; i < p.topk; ++i) {
+    int64_t best = -1;
+    float best_v = 0.0f;
+    for (int64_t e = 0; e < E; ++e) {
+      if (!kept[e / per_group]) continue;
+      bool taken = false;
+      for (int64_t q = 0; q < i; ++q) taken |= sel[q] == e;
+      if (taken) continue;
+      const float v = biased(e);
+      if (best < 0 || v > best_v) {
+        best = e;
+        best_v = v;
+      }
+    }
+    sel[i] = best;
+    sum += sig(best);
+  }
+  const float denom = sum + 1e-20f;
+  V* vals = static_cast<V*>(p.topk_values) + t * p.values_stride;
+  for (int64_t i = 0; i < p.topk; ++i) {
+    vals[i] = from_f32<V>(sig(sel[i]) / denom * p.routed_scaling_factor);
+    p.topk_indices[t * p.indices_stride + i] = static_cast<int32_t>(sel[i]);
+    if (p.replay_out) p.replay_out[t * p.replay_stride + i] = static_cast<int16_t>(sel[i]);
+  }
+  pdl_launch_dependents();
+}
+
+}  // namespace
+
+void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl) {
+  auto s = static_cast<cudaStream_t>(stream);
+  dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
+      p.dtype, "cutlass_fused_moe", "input", [&]<class T>() {
+        dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
+            p.out_dtype, "cutlass_fused_moe", "output_dtype",
+            [&]<class O>() { launch_moe<T, O>(p, s, enable_pdl); });
+      });
+}
+
+void deepseek_routing(const DeepSeekRoutingParams& p, void* stream, bool enable_pdl) {
+  if (p.num_tokens == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  const unsigned blocks = static_cast<unsigned>((p.num_tokens + 127) / 128);
+  dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
+      p.scores_dtype, "fused_topk_deepseek", "scores", [&]<class S>() {
+        dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
+            p.bias_dtype, "fused_topk_deepseek", "bias", [&]<class B>() {
+              dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
+                  p.values_dtype, "fused_topk_deepseek", "topk_values", [&]<class V>() {
+                    launch_kernel("fused_topk_deepseek", deepseek_routing_kernel<S, B, V>,
+                                  dim3(blocks), dim3(128), 0, s, enable_pdl, p);
+                  });
+            });
+      });
+}
+
+}  // namespace flashinfer::kernels::cuda

@@ -1,0 +1,13 @@
+// CUDA launchers for the MoE ops. Plain C++ header: callable from the API layer, which never
+// sees CUDA headers. Launchers throw flashinfer::Error(kCuda) when a launch fails.
+#pragma once
+
+#include "kernels/moe_params.h"
+
+namespace flashinfer::kernels::cuda {
+
+/// Needs p.ws_g1 / ws_h / ws_y (device fp32 scratch, see CutlassMoeParams).
+void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl);
+void deepseek_routing(const DeepSeekRoutingParams& p, void* stream, bool enable_pdl);
+
+}  // namespace flashinfer::kernels::cuda

@@ -1,0 +1,139 @@
+// Private: what the MoE kernels of every backend receive. Strides are in elements; weights and
+// activations are contiguous in their last dimension (the API layer checks it).
+#pragma once
+
+#include <cstdint>
+
+#include "flashinfer/dtype.h"
+
+namespace flashinfer::kernels {
+
+/// Activation codes: upstream's ActivationType values (flashinfer/ops/moe.h).
+enum class MoeAct : int {
+  kGelu = 0,
+  kRelu = 1,
+  kSilu = 2,
+  kSwiglu = 3,
+  kGeglu = 4,
+  kSwigluBias = 5,
+  kRelu2 = 6,
+  kSwigluStep = 7,
+  kGegluTanh = 8,
+  kIdentity = 9,
+};
+
+// constexpr: also called from device code (--expt-relaxed-constexpr).
+constexpr bool moe_act_is_gated(MoeAct a) {
+  return a == MoeAct::kSwiglu || a == MoeAct::kGeglu || a == MoeAct::kSwigluBias ||
+         a == MoeAct::kSwigluStep;
+}
+
+/// cutlass_fused_moe, unquantized: for each token t and each k with a local expert e,
+///   g1 = round(x[t] @ w1[e].T + b1[e]);  h = round(act(g1));  y = round_out(h @ w2[e].T + b2[e])
+///   out[t] = round_out(sum_k scale[t, k] * y)
+/// where round() is to `dtype` and round_out() to `out_dtype`; a local expert is a global id in
+/// [expert_offset, expert_offset + num_local_experts).
+struct CutlassMoeParams {
+  const void* input = nullptr;  // [num_tokens, hidden] of dtype, row stride in_stride
+  int64_t in_stride = 0;
+  const void* experts = nullptr;  // [num_tokens, top_k] int32 or int64
+  DType experts_dtype = DType::kInt32;
+  int64_t experts_stride = 0;
+  const void* scales = nullptr;  // [num_tokens, top_k] fp32/fp16/bf16
+  DType scales_dtype = DType::kFloat32;
+  int64_t scales_stride = 0;
+  const void* w1 = nullptr;  // [num_local_experts, gemm1_n, hidden], contiguous
+  const void* w2 = nullptr;  // [num_local_experts, hidden, inter], contiguous
+  const void* b1 = nullptr;  // [num_local_experts, gemm1_n] or null
+  const void* b2 = nullptr;  // [num_local_experts, hidden] or null
+  // SwigluBias / SwigluStep per-expert fp32 [num_local_experts] (null: default)
+  const float* swiglu_alpha = nullptr;
+  const float* swiglu_beta = nullptr;
+  const float* swiglu_limit = nullptr;
+  void* out = nullptr;  // [num_tokens, hidden] of out_dtype, row stride out_stride
+  int64_t out_stride = 0;
+  DType dtype = DType::kBFloat16;
+  DType out_dtype = DType::kBFloat16;
+  int64_t num_tokens = 0, top_k = 0, hidden = 0, inter = 0;
+  int64_t num_local_experts = 0, expert_offset = 0;
+  MoeAct act = MoeAct::kSwiglu;
+  // false: GEMM1's fp32 result goes straight into the activation (trtllm-gen fuses them).
+  bool round_gemm1 = true;
+  // CUDA only: fp32 scratch on the device, [num_tokens * top_k, gemm1_n], [.., inter], [.., hidden]
+  // (values already rounded to dtype / out_dtype), allocated by the API layer.
+  float* ws_g1 = nullptr;
+  float* ws_h = nullptr;
+  float* ws_y = nullptr;
+};
+
+/// fused_topk_deepseek: DeepSeek-V3 grouped top-k over [num_tokens, num_experts] scores.
+struct DeepSeekRoutingParams {
+  const void* scores = nullptr;
+  DType scores_dtype = DType::kFloat32;
+  int64_t scores_stride = 0;
+  const void* bias = nullptr;  // [num_experts]
+  DType bias_dtype = DType::kFloat32;
+  int64_t bias_stride = 1;
+  void* topk_values = nullptr;  // [num_tokens, topk] of values_dtype
+  DType values_dtype = DType::kFloat32;
+  int64_t values_stride = 0;
+  int32_t* topk_indices = nullptr;  // [num_tokens, topk]
+  int64_t indices_stride = 0;
+  int16_t* replay_out = nullptr;  // [>= num_tokens, topk] or null
+  int64_t replay_stride = 0;
+  int64_t num_tokens = 0, num_experts = 0, n_group = 1, topk_group = 1, topk = 1;
+  float routed_scaling_factor = 1.0f;
+};
+
+/// The trtllm-gen routing methods (upstream's RoutingMethodType values).
+enum class MoeRouting : int {
+  kDefault = 0,           // softmax over all experts, top-k
+  kRenormalize = 1,       // top-k logits, softmax over the k
+  kDeepSeekV3 = 2,        // sigmoid + bias, grouped top-k, normalized unbiased sigmoid * scale
+  kLlama4 = 3,            // top-1, sigmoid(logit)
+  kRenormalizeNaive = 4,  // softmax, top-k, divided by the sum of the k
+  kTopK = 5,              // top-k of the logits, the logits as weights
+  kSigmoidRenorm = 6,     // sigmoid, top-k, divided by the sum of the k (norm_topk_prob)
+  kMiniMax2 = 7,          // sigmoid + bias selects, sigmoid / (sum + 1e-20)
+  kSigmoid = 8,           // sigmoid, top-k
+};
+
+/// Routing from logits: ids [num_tokens, top_k] global expert ids, weights fp32.
+struct MoeRoutingParams {
+  const void* logits = nullptr;  // [num_tokens, num_experts] fp32 or bf16
+  DType logits_dtype = DType::kFloat32;
+  int64_t logits_stride = 0;
+  const void* bias = nullptr;  // [num_experts] or null
+  DType bias_dtype = DType::kFloat32;
+  int64_t num_tokens = 0, num_experts = 0, top_k = 1, n_group = 1, topk_group = 1;
+  float routed_scaling_factor = 1.0f;
+  bool norm_topk_prob = true;
+  MoeRouting method = MoeRouting::kDefault;
+};
+
+/// trtllm_bf16_moe: routing, then the fused MoE (round_gemm1 = false) over the local experts.
+/// moe.experts / moe.scales are filled by the kernel from the routing (ignored on input).
+struct TrtllmMoeParams {
+  MoeRoutingParams routing;
+  CutlassMoeParams moe;
+  int16_t* replay_out = nullptr;  // [>= num_tokens, top_k] or null
+  int64_t replay_stride = 0;
+};
+
+/// hash_topk: experts from a token-to-expert table, weights sqrt(softplus(logit)) normalized
+/// over the routed experts; an optional shared-expert slot (id num_experts, weight
+/// 1 / routed_scaling_factor).
+struct HashTopkParams {
+  const float* logits = nullptr;  // [num_tokens, num_experts]
+  int64_t logits_stride = 0;
+  const int64_t* input_ids = nullptr;  // [num_tokens]
+  int64_t ids_stride = 1;
+  const int32_t* tid2eid = nullptr;  // [vocab, topk]
+  int64_t table_stride = 0;
+  float* weights = nullptr;  // [num_tokens, topk + shared], contiguous
+  int32_t* topk_ids = nullptr;
+  int64_t num_tokens = 0, num_experts = 0, vocab = 0, topk = 0, num_shared = 0;
+  float routed_scaling_factor = 1.0f;
+};
+
+}  // namespace flashinfer::kernels

@@ -1,0 +1,873 @@
+// MoE ops: cutlass_fused_moe, fused_topk_deepseek, is_gated_activation. Hand-checked golden
+// values (the gate/up order of w1 among them), an fp64 formula over dtypes, activations and
+// expert-parallel ranks, every bad input, record/replay (in memory and through a dump directory,
+// where the scratch outputs are reported as skipped), and CUDA vs the CPU reference (skipped
+// without a GPU).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer::testing {
+namespace {
+
+const std::vector<DType> kDTypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+
+// The value a buffer of `dt` holds for v.
+double round_as(DType dt, double v) {
+  const float f = static_cast<float>(v);
+  switch (dt) {
+    case DType::kFloat16:
+      return half_bits_to_float(float_to_half_bits(f));
+    case DType::kBFloat16:
+      return bfloat16_bits_to_float(float_to_bfloat16_bits(f));
+    default:
+      return f;
+  }
+}
+
+double silu(double x) { return x / (1.0 + std::exp(-x)); }
+double gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+
+struct MoeCase {
+  int64_t T = 5, H = 24, I = 8, E = 4, K = 2;
+  DType dt = DType::kFloat32, out_dt = DType::kFloat32;
+  ActivationType act = ActivationType::Swiglu;
+  int64_t ep_size = 1, ep_rank = 0;
+  bool biases = false;
+  bool swiglu_params = false;  // per-expert alpha / beta / limit
+  uint64_t seed = 1;
+};
+
+struct MoeInputs {
+  Tensor x, ids, scales, w1, w2;
+  std::optional<Tensor> b1, b2, alpha, beta, limit;
+};
+
+bool gated(ActivationType a) {
+  return a == ActivationType::Swiglu || a == ActivationType::Geglu ||
+         a == ActivationType::SwigluBias || a == ActivationType::SwigluStep;
+}
+
+MoeInputs make_inputs(const MoeCase& c) {
+  MoeInputs in;
+  const int64_t N1 = gated(c.act) ? 2 * c.I : c.I;
+  const int64_t global = c.E * c.ep_size;
+  in.x = rand_tensor({c.T, c.H}, c.dt, c.seed, -1.0, 1.0);
+  std::vector<double> ids;
+  for (int64_t t = 0; t < c.T; ++t) {
+    const int64_t e0 = (t * 3 + static_cast<int64_t>(c.seed)) % global;
+    for (int64_t k = 0; k < c.K; ++k) ids.push_back(static_cast<double>((e0 + k * 5) % global));
+  }
+  in.ids = Tensor::from_vector(ids, {c.T, c.K}, DType::kInt32);
+  in.scales = rand_tensor({c.T, c.K}, DType::kFloat32, c.seed + 1, 0.0, 1.0);
+  in.w1 = rand_tensor({c.E, N1, c.H}, c.dt, c.seed + 2, -0.4, 0.4);
+  in.w2 = rand_tensor({c.E, c.H, c.I}, c.dt, c.seed + 3, -0.4, 0.4);
+  if (c.biases) {
+    in.b1 = rand_tensor({c.E, N1}, c.dt, c.seed + 4, -0.5, 0.5);
+    in.b2 = rand_tensor({c.E, c.H}, c.dt, c.seed + 5, -0.5, 0.5);
+  }
+  if (c.swiglu_params) {
+    in.alpha = rand_tensor({c.E}, DType::kFloat32, c.seed + 6, 0.5, 2.0);
+    in.beta = rand_tensor({c.E}, DType::kFloat32, c.seed + 7, 0.0, 1.0);
+    in.limit = rand_tensor({c.E}, DType::kFloat32, c.seed + 8, 0.2, 0.6);
+  }
+  return in;
+}
+
+// fp64 formula with the documented rounding points (docs/MOE.md): GEMM1 output and activation
+// stored in the input dtype, GEMM2 output in the output dtype, weighted fp64 sum over k.
+std::vector<double> moe_formula(const MoeCase& c, const MoeInputs& in) {
+  const auto x = in.x.to_double_vector(), w1 = in.w1.to_double_vector(),
+             w2 = in.w2.to_double_vector(), sc = in.scales.to_double_vector(),
+             ids = in.ids.to_double_vector();
+  const std::vector<double> b1 = in.b1 ? in.b1->to_double_vector() : std::vector<double>();
+  const std::vector<double> b2 = in.b2 ? in.b2->to_double_vector() : std::vector<double>();
+  const std::vector<double> al = in.alpha ? in.alpha->to_double_vector() : std::vector<double>();
+  const std::vector<double> be = in.beta ? in.beta->to_double_vector() : std::vector<double>();
+  const std::vector<double> li = in.limit ? in.limit->to_double_vector() : std::vector<double>();
+  const int64_t I = c.I, H = c.H, N1 = gated(c.act) ? 2 * I : I;
+  std::vector<double> out(static_cast<size_t>(c.T * H), 0.0);
+  for (int64_t t = 0; t < c.T; ++t) {
+    for (int64_t k = 0; k < c.K; ++k) {
+      const int64_t e =
+          static_cast<int64_t>(ids[static_cast<size_t>(t * c.K + k)]) - c.ep_rank * c.E;
+      if (e < 0 || e >= c.E) continue;
+      std::vector<double> g(static_cast<size_t>(N1)), h(static_cast<size_t>(I));
+      for (int64_t n = 0; n < N1; ++n) {
+        double s = b1.empty() ? 0.0 : b1[static_cast<size_t>(e * N1 + n)];
+        for (int64_t j = 0; j < H; ++j) {
+          s += x[static_cast<size_t>(t * H + j)] * w1[static_cast<size_t>((e * N1 + n) * H + j)];
+        }
+        g[static_cast<size_t>(n)] = round_as(c.dt, s);
+      }
+      for (int64_t j = 0; j < I; ++j) {
+        const double u = g[static_cast<size_t>(j)];                          // up: first half
+        const double gt = gated(c.act) ? g[static_cast<size_t>(I + j)] : u;  // gate: second
+        double v = 0.0;
+        switch (c.act) {
+          case ActivationType::Swiglu:
+          case ActivationType::SwigluBias:
+            if (al.empty()) {
+              v = silu(gt) * u;
+            } else {
+              const double a = al[static_cast<size_t>(e)], b = be[static_cast<size_t>(e)],
+                           l = li[static_cast<size_t>(e)];
+              const double gc = std::min(gt, l);
+              v = gc / (1.0 + std::exp(-a * gc)) * (std::clamp(u, -l, l) + b);
+            }
+            break;
+          case ActivationType::SwigluStep:
+            v = std::min(silu(gt), 7.0) * std::clamp(u, -7.0, 7.0);
+            break;
+          case ActivationType::Geglu:
+            v = gelu(gt) * u;
+            break;
+          case ActivationType::Gelu:
+            v = gelu(u);
+            break;
+          case ActivationType::Relu:
+            v = std::max(u, 0.0);
+            break;
+          case ActivationType::Relu2:
+            v = std::max(u, 0.0) * std::max(u, 0.0);
+            break;
+          case ActivationType::Silu:
+            v = silu(u);
+            break;
+          default:
+            v = u;
+        }
+        h[static_cast<size_t>(j)] = round_as(c.dt, v);
+      }
+      for (int64_t j = 0; j < H; ++j) {
+        double s = b2.empty() ? 0.0 : b2[static_cast<size_t>(e * H + j)];
+        for (int64_t i = 0; i < I; ++i) {
+          s += h[static_cast<size_t>(i)] * w2[static_cast<size_t>((e * H + j) * I + i)];
+        }
+        out[static_cast<size_t>(t * H + j)] +=
+            sc[static_cast<size_t>(t * c.K + k)] * round_as(c.out_dt, s);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<Tensor> run_moe(const MoeCase& c, const MoeInputs& in,
+                            std::optional<Tensor> output = std::nullopt) {
+  return cutlass_fused_moe(in.x, in.ids, in.scales, in.w1, in.w2, c.out_dt, {}, in.b1, in.b2,
+                           std::nullopt, in.alpha, in.beta, in.limit, 1, 0, c.ep_size, c.ep_rank, 1,
+                           0, output, false, false, false, false, false, false, false, 8192,
+                           std::nullopt, c.act);
+}
+
+// ---- golden values --------------------------------------------------------------------------
+
+// One token, two experts. w1[e] rows: [up; gate]. Expert 0: up = x0 = 1, gate = x1 = 2,
+// h = silu(2) * 1; expert 1: up = x1 = 2, gate = x0 = 1, h = silu(1) * 2. A kernel that swapped
+// gate and up would give silu(1) * 2 for expert 0 and silu(2) * 1 for expert 1.
+TEST(CutlassFusedMoe, GoldenGateUpOrder) {
+  Tensor x = Tensor::from_vector({1, 2}, {1, 2}, DType::kFloat32);
+  Tensor ids = Tensor::from_vector({0, 1}, {1, 2}, DType::kInt32);
+  Tensor sc = Tensor::from_vector({0.25, 0.75}, {1, 2}, DType::kFloat32);
+  Tensor w1 = Tensor::from_vector({1, 0, 0, 1, /*e1*/ 0, 1, 1, 0}, {2, 2, 2}, DType::kFloat32);
+  Tensor w2 = Tensor::from_vector({1, 2, /*e1*/ -1, 1}, {2, 2, 1}, DType::kFloat32);
+  const auto r = cutlass_fused_moe(x, ids, sc, w1, w2, DType::kFloat32, {});
+  ASSERT_EQ(r.size(), 4u);
+  const double h0 = 2.0 / (1.0 + std::exp(-2.0));          // silu(2) * 1 = 1.7615941559557649
+  const double h1 = 2.0 * (1.0 / (1.0 + std::exp(-1.0)));  // silu(1) * 2 = 1.4621171572600098
+  EXPECT_TRUE(all_close(r[0], {0.25 * h0 - 0.75 * h1, 0.25 * 2 * h0 + 0.75 * h1}, {1e-6, 1e-6}));
+  EXPECT_NEAR(r[0].to_double_vector()[0], -0.6561893287, 1e-6);
+  EXPECT_NEAR(r[0].to_double_vector()[1], 1.9773849464, 1e-6);
+}
+
+// Relu2 is not gated: w1 is [E, I, H] and h = relu(x @ w1.T)^2.
+TEST(CutlassFusedMoe, GoldenRelu2NotGated) {
+  Tensor x = Tensor::from_vector({1, -3}, {1, 2}, DType::kFloat32);
+  Tensor ids = Tensor::from_vector({0}, {1, 1}, DType::kInt32);
+  Tensor sc = Tensor::from_vector({2}, {1, 1}, DType::kFloat32);
+  Tensor w1 = Tensor::from_vector({1, 0, 0, 1}, {1, 2, 2}, DType::kFloat32);  // h = [1, 0]
+  Tensor w2 = Tensor::from_vector({3, 5, 7, 11}, {1, 2, 2}, DType::kFloat32);
+  const auto r = cutlass_fused_moe(
+      x, ids, sc, w1, w2, DType::kFloat32, {}, std::nullopt, std::nullopt, std::nullopt,
+      std::nullopt, std::nullopt, std::nullopt, 1, 0, 1, 0, 1, 0, std::nullopt, false, false, false,
+      false, false, false, false, 8192, std::nullopt, ActivationType::Relu2);
+  EXPECT_TRUE(all_close(r[0], {2 * 3, 2 * 7}, {0, 0}));
+}
+
+// Expert parallelism: rank 1 of 2 owns global experts [2, 4); a token routed only to rank 0's
+// experts gets an exact zero row, a (token, k) on another rank contributes nothing.
+TEST(CutlassFusedMoe, TokensWithNoLocalExpertGetZeros) {
+  MoeCase c;
+  c.T = 3;
+  c.E = 2;
+  c.ep_size = 2;
+  c.ep_rank = 1;
+  MoeInputs in = make_inputs(c);
+  in.ids = Tensor::from_vector({0, 1, /*t1*/ 2, 0, /*t2*/ 3, 2}, {3, 2}, DType::kInt32);
+  const auto r = run_moe(c, in);
+  const auto out = r[0].to_double_vector();
+  for (int64_t j = 0; j < c.H; ++j) EXPECT_EQ(out[static_cast<size_t>(j)], 0.0) << j;
+  EXPECT_TRUE(all_close(r[0], moe_formula(c, in), default_tolerance(DType::kFloat32)));
+  // The same call on rank 0 (experts 0, 1) plus rank 1 is the whole layer.
+  MoeCase c0 = c;
+  c0.ep_rank = 0;
+  MoeInputs in0 = in;
+  const auto r0 = run_moe(c0, in0);
+  EXPECT_TRUE(all_close(r0[0], moe_formula(c0, in0), default_tolerance(DType::kFloat32)));
+}
+
+TEST(CutlassFusedMoe, ScratchOutputsAndOutputArgument) {
+  MoeCase c;
+  const MoeInputs in = make_inputs(c);
+  Tensor out = Tensor::full({c.T, c.H}, 7.0, c.out_dt);
+  const auto r = run_moe(c, in, out);
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(r[0].data_ptr(), out.data_ptr());  // written in place and returned
+  EXPECT_TRUE(all_close(out, moe_formula(c, in), default_tolerance(DType::kFloat32)));
+  EXPECT_EQ(r[1].shape(), Shape({1}));
+  EXPECT_EQ(r[1].dtype(), DType::kInt32);
+  EXPECT_EQ(r[2].shape(), Shape({c.E, c.T}));
+  EXPECT_EQ(r[2].dtype(), DType::kFloat32);
+  EXPECT_EQ(r[3].shape(), Shape({c.E}));
+  EXPECT_EQ(r[3].dtype(), DType::kInt32);
+}
+
+TEST(IsGatedActivation, Members) {
+  EXPECT_TRUE(is_gated_activation(ActivationType::Swiglu));
+  EXPECT_TRUE(is_gated_activation(ActivationType::Geglu));
+  EXPECT_TRUE(is_gated_activation(ActivationType::SwigluBias));
+  EXPECT_TRUE(is_gated_activation(ActivationType::SwigluStep));
+  for (ActivationType a :
+       {ActivationType::Gelu, ActivationType::Relu, ActivationType::Silu, ActivationType::Relu2,
+        ActivationType::GegluTanh, ActivationType::Identity}) {
+    EXPECT_FALSE(is_gated_activation(a)) << activation_type_name(a);
+  }
+  // Rebuilt from upstream's record forms: the enum dict's "ActivationType.Swiglu", or an int.
+  EXPECT_EQ(activation_type_from_value(Value(EnumValue{"enum", "ActivationType.Relu2", "6"})),
+            ActivationType::Relu2);
+  EXPECT_EQ(activation_type_from_value(Value(int64_t{4})), ActivationType::Geglu);
+  EXPECT_FI_ERROR(activation_type_from_value(Value(int64_t{42}), "op", "a"), "op", "a");
+  EXPECT_FI_ERROR(
+      activation_type_from_value(Value(EnumValue{"enum", "ActivationType.Situ", "10"}), "op", "a"),
+      "op", "a");
+}
+
+// ---- fp64 formula -----------------------------------------------------------------------------
+
+TEST(CutlassFusedMoe, MatchesFormula) {
+  const ActivationType acts[] = {ActivationType::Swiglu,     ActivationType::Geglu,
+                                 ActivationType::SwigluStep, ActivationType::Relu2,
+                                 ActivationType::Gelu,       ActivationType::Relu,
+                                 ActivationType::Silu,       ActivationType::Identity};
+  uint64_t seed = 10;
+  for (DType dt : kDTypes) {
+    for (ActivationType act : acts) {
+      MoeCase c;
+      c.dt = c.out_dt = dt;
+      c.act = act;
+      c.seed = ++seed;
+      c.biases = seed % 2 == 0;
+      SCOPED_TRACE(std::string(dtype_label(dt)) + " " + std::string(activation_type_name(act)));
+      const MoeInputs in = make_inputs(c);
+      EXPECT_TRUE(all_close(run_moe(c, in)[0], moe_formula(c, in), default_tolerance(dt)));
+    }
+  }
+  // SwigluBias with per-expert alpha / beta / limit (clamps engaged), output dtypes that differ
+  // from the input's, 8 experts top-2 over two EP ranks, more tokens than one GEMM tile.
+  for (DType dt : kDTypes) {
+    for (DType out_dt : kDTypes) {
+      MoeCase c;
+      c.T = 150;
+      c.E = 4;
+      c.ep_size = 2;
+      c.ep_rank = 1;
+      c.dt = dt;
+      c.out_dt = out_dt;
+      c.act = ActivationType::SwigluBias;
+      c.swiglu_params = true;
+      c.biases = true;
+      c.seed = ++seed;
+      SCOPED_TRACE(std::string(dtype_label(dt)) + " -> " + dtype_label(out_dt));
+      const MoeInputs in = make_inputs(c);
+      EXPECT_TRUE(all_close(run_moe(c, in)[0], moe_formula(c, in), default_tolerance(out_dt)));
+    }
+  }
+}
+
+// ---- bad input ----------------------------------------------------------------------------
+
+TEST(CutlassFusedMoe, BadInput) {
+  const char* op = "cutlass_fused_moe";
+  MoeCase c;
+  const MoeInputs in = make_inputs(c);
+  auto call = [&](const Tensor& x, const Tensor& ids, const Tensor& sc, const Tensor& w1,
+                  const Tensor& w2) { (void)cutlass_fused_moe(x, ids, sc, w1, w2, c.out_dt, {}); };
+  EXPECT_FI_ERROR(call(Tensor(), in.ids, in.scales, in.w1, in.w2), op, "input");
+  EXPECT_FI_ERROR(call(in.x.view({c.T * c.H}), in.ids, in.scales, in.w1, in.w2), op, "input");
+  EXPECT_FI_ERROR(call(in.x.to(DType::kFloat64), in.ids, in.scales, in.w1, in.w2), op, "input");
+  EXPECT_FI_ERROR(call(in.x, in.ids.to(DType::kFloat32), in.scales, in.w1, in.w2), op,
+                  "token_selected_experts");
+  EXPECT_FI_ERROR(call(in.x, in.ids.slice(0, 0, 2), in.scales, in.w1, in.w2), op,
+                  "token_selected_experts");
+  EXPECT_FI_ERROR(call(in.x, in.ids, in.scales.slice(1, 0, 1), in.w1, in.w2), op,
+                  "token_final_scales");
+  EXPECT_FI_ERROR(call(in.x, in.ids, in.scales, in.w1.slice(1, 0, c.I), in.w2), op,
+                  "fc1_expert_weights");
+  EXPECT_FI_ERROR(call(in.x, in.ids, in.scales, in.w1.to(DType::kFloat16), in.w2), op,
+                  "fc1_expert_weights");
+  EXPECT_FI_ERROR(call(in.x, in.ids, in.scales, in.w1, in.w2.slice(1, 0, 3)), op,
+                  "fc2_expert_weights");
+  EXPECT_FI_ERROR(call(in.x, in.ids, in.scales, in.w1, in.w2.view({c.E, c.H * c.I})), op,
+                  "fc2_expert_weights");
+  // Flags of the quantized / distributed paths, by name.
+  auto flags = [&](int which) {
+    (void)cutlass_fused_moe(in.x, in.ids, in.scales, in.w1, in.w2, c.out_dt, {}, std::nullopt,
+                            std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 1,
+                            0, 1, 0, 1, 0, std::nullopt, which == 0, which == 1, which == 2,
+                            which == 3, which == 4, which == 5, which == 6);
+  };
+  const char* names[] = {"enable_alltoall",      "use_deepseek_fp8_block_scale",
+                         "use_w4_group_scaling", "use_mxfp8_act_scaling",
+                         "min_latency_mode",     "use_packed_weights",
+                         "use_wfp4afp8_humming"};
+  for (int i = 0; i < 7; ++i) {
+    try {
+      flags(i);
+      ADD_FAILURE() << names[i];
+    } catch (const Error& e) {
+      EXPECT_EQ(e.arg(), names[i]);
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    }
+  }
+  EXPECT_FI_ERROR((void)cutlass_fused_moe(in.x, in.ids, in.scales, in.w1, in.w2, c.out_dt,
+                                          {Tensor::zeros({1}, DType::kFloat32)}),
+                  op, "quant_scales");
+  EXPECT_FI_ERROR((void)cutlass_fused_moe(in.x, in.ids, in.scales, in.w1, in.w2, DType::kInt32, {}),
+                  op, "output_dtype");
+  EXPECT_FI_ERROR((void)cutlass_fused_moe(in.x, in.ids, in.scales, in.w1, in.w2, c.out_dt, {},
+                                          std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                          std::nullopt, std::nullopt, 1, 0, 2, 2),
+                  op, "ep_rank");
+  EXPECT_FI_ERROR((void)cutlass_fused_moe(in.x, in.ids, in.scales, in.w1, in.w2, c.out_dt, {},
+                                          std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                          std::nullopt, std::nullopt, 2, 3),
+                  op, "tp_rank");
+  EXPECT_FI_ERROR((void)cutlass_fused_moe(in.x, in.ids, in.scales, in.w1, in.w2, c.out_dt, {},
+                                          Tensor::zeros({c.E, 3}, c.dt)),
+                  op, "fc1_expert_biases");
+  EXPECT_FI_ERROR((void)cutlass_fused_moe(in.x, in.ids, in.scales, in.w1, in.w2, c.out_dt, {},
+                                          std::nullopt, std::nullopt, std::nullopt,
+                                          Tensor::zeros({c.E + 1}, DType::kFloat32)),
+                  op, "swiglu_alpha");
+  EXPECT_FI_ERROR((void)run_moe(c, in, Tensor::zeros({c.T, c.H}, DType::kFloat16)), op, "output");
+  EXPECT_FI_ERROR((void)run_moe(c, in, Tensor::zeros({c.T, c.H + 1}, c.out_dt)), op, "output");
+  MoeCase relu = c;
+  relu.act = ActivationType::Relu2;  // non-gated: w1 must be [E, I, H]
+  EXPECT_FI_ERROR((void)run_moe(relu, in), op, "fc1_expert_weights");
+  MoeCase tanh = c;
+  tanh.act = ActivationType::GegluTanh;
+  EXPECT_FI_ERROR((void)run_moe(tanh, in), op, "activation_type");
+  CutlassFusedMoeOptions situ;
+  situ.situ_beta = Tensor::zeros({c.E}, DType::kFloat32);
+  EXPECT_FI_ERROR(
+      (void)cutlass_fused_moe(in.x, in.ids, in.scales, in.w1, in.w2, c.out_dt, {}, std::nullopt,
+                              std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                              1, 0, 1, 0, 1, 0, std::nullopt, false, false, false, false, false,
+                              false, false, 8192, std::nullopt, ActivationType::Swiglu, true, true,
+                              std::nullopt, std::nullopt, situ),
+      op, "situ_beta");
+}
+
+// ---- fused_topk_deepseek ------------------------------------------------------------------------
+
+struct Routed {
+  std::vector<int64_t> ids;
+  std::vector<double> weights;
+};
+
+// fp64 formula: sigmoid, bias, groups by the sum of their two largest biased scores, top
+// groups, top-k (descending, lower index first on ties), normalized unbiased weights.
+Routed deepseek_formula(const std::vector<double>& logits, const std::vector<double>& bias,
+                        int64_t E, int64_t G, int64_t TG, int64_t K, double factor) {
+  std::vector<double> s(static_cast<size_t>(E)), b(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    s[static_cast<size_t>(e)] = 1.0 / (1.0 + std::exp(-logits[static_cast<size_t>(e)]));
+    b[static_cast<size_t>(e)] = s[static_cast<size_t>(e)] + bias[static_cast<size_t>(e)];
+  }
+  const int64_t per = E / G;
+  std::vector<double> gs(static_cast<size_t>(G));
+  for (int64_t g = 0; g < G; ++g) {
+    std::vector<double> v(b.begin() + g * per, b.begin() + (g + 1) * per);
+    std::sort(v.rbegin(), v.rend());
+    gs[static_cast<size_t>(g)] = per >= 2 ? v[0] + v[1] : v[0];
+  }
+  std::vector<int64_t> order(static_cast<size_t>(G));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+    return gs[static_cast<size_t>(x)] > gs[static_cast<size_t>(y)];
+  });
+  std::vector<int64_t> cand;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t g = e / per;
+    if (G == 1 || std::find(order.begin(), order.begin() + TG, g) != order.begin() + TG) {
+      cand.push_back(e);
+    }
+  }
+  std::stable_sort(cand.begin(), cand.end(), [&](int64_t x, int64_t y) {
+    return b[static_cast<size_t>(x)] > b[static_cast<size_t>(y)];
+  });
+  Routed r;
+  double sum = 0.0;
+  for (int64_t i = 0; i < K; ++i) sum += s[static_cast<size_t>(cand[static_cast<size_t>(i)])];
+  for (int64_t i = 0; i < K; ++i) {
+    const int64_t e = cand[static_cast<size_t>(i)];
+    r.ids.push_back(e);
+    r.weights.push_back(s[static_cast<size_t>(e)] / sum * factor);
+  }
+  return r;
+}
+
+// 8 experts in 4 groups of 2, 2 groups kept, top-3. Biased scores (sigmoid(0) = 0.5 + bias):
+// groups {0,1}: 0.5+0.4, 0.5+0.0 -> 1.4; {2,3}: 0.5+0.3, 0.5+0.3 -> 1.6; {4,5}: 0.5+0.45,
+// 0.5-0.5 -> 0.95; {6,7}: 0.5+0.1, 0.5+0.1 -> 1.2. Kept groups {2,3} and {0,1}; expert 4 has
+// the largest single biased score (0.95) but its group is dropped. Top-3 by biased score:
+// 0 (0.9), then 2 and 3 (0.8, tie: lower index first). Weights: 0.5 / 1.5 * 2.5 each.
+TEST(FusedTopkDeepseek, Golden) {
+  Tensor scores = Tensor::zeros({1, 8}, DType::kFloat32);
+  Tensor bias =
+      Tensor::from_vector({0.4, 0.0, 0.3, 0.3, 0.45, -0.5, 0.1, 0.1}, {8}, DType::kFloat32);
+  Tensor vals = Tensor::zeros({1, 3}, DType::kFloat32);
+  Tensor idx = Tensor::zeros({1, 3}, DType::kInt32);
+  Tensor replay_out = Tensor::full({2, 3}, -1, DType::kInt16);
+  fused_topk_deepseek(scores, bias, 4, 2, 3, 2.5, vals, idx, true, replay_out);
+  EXPECT_TRUE(all_close(idx, {0, 2, 3}, {0, 0}));
+  const double w = 0.5 / 1.5 * 2.5;
+  EXPECT_TRUE(all_close(vals, {w, w, w}, {1e-7, 1e-6}));
+  EXPECT_TRUE(all_close(replay_out, {0, 2, 3, -1, -1, -1}, {0, 0}));  // only row 0 written
+}
+
+TEST(FusedTopkDeepseek, MatchesFormula) {
+  struct Cfg {
+    int64_t E, G, TG, K;
+  };
+  uint64_t seed = 100;
+  for (const Cfg& cfg :
+       {Cfg{64, 8, 4, 8}, Cfg{16, 1, 1, 1}, Cfg{16, 2, 2, 4}, Cfg{32, 4, 2, 6}, Cfg{8, 8, 3, 2}}) {
+    for (DType dt : kDTypes) {
+      const int64_t T = 33;
+      SCOPED_TRACE(std::string(dtype_label(dt)) + " E=" + std::to_string(cfg.E));
+      Tensor scores = rand_tensor({T, cfg.E}, dt, ++seed, -4.0, 4.0);
+      Tensor bias = rand_tensor({cfg.E}, dt, ++seed, -0.3, 0.3);
+      Tensor vals = Tensor::zeros({T, cfg.K}, DType::kFloat32);
+      Tensor idx = Tensor::zeros({T, cfg.K}, DType::kInt32);
+      fused_topk_deepseek(scores, bias, cfg.G, cfg.TG, cfg.K, 1.5, vals, idx);
+      const auto sv = scores.to_double_vector(), bv = bias.to_double_vector();
+      const auto iv = idx.to_double_vector(), vv = vals.to_double_vector();
+      for (int64_t t = 0; t < T; ++t) {
+        const std::vector<double> row(sv.begin() + t * cfg.E, sv.begin() + (t + 1) * cfg.E);
+        const Routed r = deepseek_formula(row, bv, cfg.E, cfg.G, cfg.TG, cfg.K, 1.5);
+        for (int64_t k = 0; k < cfg.K; ++k) {
+          EXPECT_EQ(iv[static_cast<size_t>(t * cfg.K + k)], r.ids[static_cast<size_t>(k)])
+              << "token " << t << " k " << k;
+          EXPECT_NEAR(vv[static_cast<size_t>(t * cfg.K + k)], r.weights[static_cast<size_t>(k)],
+                      1e-6);
+        }
+      }
+      // topk_values in the scores' dtype: the same weights, rounded.
+      Tensor vals_dt = Tensor::zeros({T, cfg.K}, dt);
+      fused_topk_deepseek(scores, bias, cfg.G, cfg.TG, cfg.K, 1.5, vals_dt, idx);
+      EXPECT_TRUE(all_close(vals_dt, vals.to_double_vector(), default_tolerance(dt)));
+    }
+  }
+}
+
+TEST(FusedTopkDeepseek, BadInput) {
+  const char* op = "fused_topk_deepseek";
+  Tensor s = rand_tensor({4, 64}, DType::kFloat32, 1);
+  Tensor b = rand_tensor({64}, DType::kFloat32, 2);
+  Tensor v = Tensor::zeros({4, 8}, DType::kFloat32);
+  Tensor i = Tensor::zeros({4, 8}, DType::kInt32);
+  EXPECT_FI_ERROR(fused_topk_deepseek(s.view({256}), b, 8, 4, 8, 1.0, v, i), op, "scores");
+  EXPECT_FI_ERROR(fused_topk_deepseek(s.to(DType::kFloat64), b, 8, 4, 8, 1.0, v, i), op, "scores");
+  EXPECT_FI_ERROR(fused_topk_deepseek(s, b.slice(0, 0, 32), 8, 4, 8, 1.0, v, i), op, "bias");
+  EXPECT_FI_ERROR(fused_topk_deepseek(s, b, 7, 4, 8, 1.0, v, i), op, "n_group");
+  EXPECT_FI_ERROR(fused_topk_deepseek(s, b, 0, 1, 8, 1.0, v, i), op, "n_group");
+  EXPECT_FI_ERROR(fused_topk_deepseek(s, b, 8, 9, 8, 1.0, v, i), op, "topk_group");
+  EXPECT_FI_ERROR(fused_topk_deepseek(s, b, 4, 1, 8, 1.0, v, i), op, "topk_group");  // 4 < 8
+  EXPECT_FI_ERROR(fused_topk_deepseek(s, b, 8, 4, 9, 1.0, Tensor::zeros({4, 9}, DType::kFloat32),
+                                      Tensor::zeros({4, 9}, DType::kInt32)),
+                  op, "topk");
+  EXPECT_FI_ERROR(fused_topk_deepseek(s, b, 8, 4, 8, std::nan(""), v, i), op,
+                  "routed_scaling_factor");
+  EXPECT_FI_ERROR(
+      fused_topk_deepseek(s, b, 8, 4, 8, 1.0, Tensor::zeros({4, 8}, DType::kFloat16), i), op,
+      "topk_values");
+  EXPECT_FI_ERROR(fused_topk_deepseek(s, b, 8, 4, 8, 1.0, v, Tensor::zeros({4, 8}, DType::kInt64)),
+                  op, "topk_indices");
+  EXPECT_FI_ERROR(fused_topk_deepseek(s, b, 8, 4, 8, 1.0, v, Tensor::zeros({3, 8}, DType::kInt32)),
+                  op, "topk_indices");
+  EXPECT_FI_ERROR(
+      fused_topk_deepseek(s, b, 8, 4, 8, 1.0, v, i, true, Tensor::zeros({3, 8}, DType::kInt16)), op,
+      "routing_replay_out");
+  EXPECT_FI_ERROR(
+      fused_topk_deepseek(s, b, 8, 4, 8, 1.0, v, i, true, Tensor::zeros({4, 8}, DType::kInt32)), op,
+      "routing_replay_out");
+  EXPECT_FI_ERROR(fused_topk_deepseek(s, b, 8, 4, 8, 1.0, v, i, true, std::nullopt, "cake"), op,
+                  "backend");
+  EXPECT_FI_ERROR(fused_topk_deepseek(s, b, 8, 4, 8, 1.0, v, i, true, std::nullopt, "x"), op,
+                  "backend");
+}
+
+// ---- hash_topk ---------------------------------------------------------------------------------
+
+double sqrt_softplus(double x) { return std::sqrt(std::log1p(std::exp(x))); }
+
+// Token 0 (vocab id 2) -> experts {3, 0}; token 1 (vocab id 0) -> {1, 2}. Logit 0 gives
+// sqrt(ln 2); the shared slot is expert 4 with weight 1 / 2.5.
+TEST(HashTopk, Golden) {
+  Tensor logits = Tensor::from_vector({0, 9, 9, std::log(std::exp(4.0) - 1.0),   // sp = 4
+                                       9, 0, std::log(std::exp(9.0) - 1.0), 9},  // sp = 0.69, 9
+                                      {2, 4}, DType::kFloat32);
+  Tensor toks = Tensor::from_vector({2, 0}, {2}, DType::kInt64);
+  Tensor table = Tensor::from_vector({1, 2, /*1*/ 0, 0, /*2*/ 3, 0}, {3, 2}, DType::kInt32);
+  auto [w, ids] = hash_topk(logits, toks, table, 1, 2.5);
+  EXPECT_TRUE(all_close(ids, {3, 0, 4, 1, 2, 4}, {0, 0}));
+  const double a = 2.0, b = std::sqrt(std::log(2.0));  // token 0: sqrt(4), sqrt(softplus(0))
+  const double c = std::sqrt(std::log(2.0)), d = 3.0;  // token 1: sqrt(ln 2), sqrt(9)
+  EXPECT_TRUE(
+      all_close(w, {a / (a + b), b / (a + b), 0.4, c / (c + d), d / (c + d), 0.4}, {1e-6, 1e-6}));
+}
+
+TEST(HashTopk, MatchesFormula) {
+  const int64_t T = 40, E = 32, V = 50, K = 6;
+  Tensor logits = rand_tensor({T, E}, DType::kFloat32, 3, -30.0, 30.0);  // both softplus branches
+  std::vector<double> tab, tok;
+  for (int64_t v = 0; v < V; ++v) {
+    for (int64_t k = 0; k < K; ++k) tab.push_back(static_cast<double>((v * 5 + k * 3) % E));
+  }
+  for (int64_t t = 0; t < T; ++t) tok.push_back(static_cast<double>((t * 13) % V));
+  Tensor table = Tensor::from_vector(tab, {V, K}, DType::kInt32);
+  Tensor toks = Tensor::from_vector(tok, {T}, DType::kInt64);
+  for (int64_t shared : {0, 1}) {
+    auto [w, ids] = hash_topk(logits, toks, table, shared, 0.5);
+    const auto lv = logits.to_double_vector();
+    std::vector<double> ew, ei;
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t v = static_cast<int64_t>(tok[static_cast<size_t>(t)]);
+      double sum = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        sum += sqrt_softplus(lv[static_cast<size_t>(t * E + tab[static_cast<size_t>(v * K + k)])]);
+      }
+      for (int64_t k = 0; k < K; ++k) {
+        const double e = tab[static_cast<size_t>(v * K + k)];
+        ei.push_back(e);
+        ew.push_back(sqrt_softplus(lv[static_cast<size_t>(t * E + static_cast<int64_t>(e))]) / sum);
+      }
+      if (shared) {
+        ei.push_back(E);
+        ew.push_back(2.0);
+      }
+    }
+    EXPECT_TRUE(all_close(ids, ei, {0, 0}));
+    EXPECT_TRUE(all_close(w, ew, {1e-6, 1e-5}));
+  }
+}
+
+TEST(HashTopk, BadInput) {
+  const char* op = "hash_topk";
+  Tensor logits = rand_tensor({3, 8}, DType::kFloat32, 1);
+  Tensor toks = Tensor::from_vector({0, 1, 2}, {3}, DType::kInt64);
+  Tensor table = Tensor::from_vector({0, 1, 2, 3, 4, 5}, {3, 2}, DType::kInt32);
+  EXPECT_FI_ERROR(hash_topk(logits.to(DType::kBFloat16), toks, table), op, "router_logits");
+  EXPECT_FI_ERROR(hash_topk(logits.view({24}), toks, table), op, "router_logits");
+  EXPECT_FI_ERROR(hash_topk(logits, toks.to(DType::kInt32), table), op, "input_ids");
+  EXPECT_FI_ERROR(hash_topk(logits, toks.slice(0, 0, 2), table), op, "input_ids");
+  EXPECT_FI_ERROR(hash_topk(logits, toks, table.to(DType::kInt64)), op, "tid2eid");
+  EXPECT_FI_ERROR(hash_topk(logits, toks, table, 2), op, "num_fused_shared_experts");
+  EXPECT_FI_ERROR(hash_topk(logits, toks, table, 1, 0.0), op, "routed_scaling_factor");
+  // Ids outside their tables: errors, never out-of-bounds reads.
+  EXPECT_FI_ERROR(hash_topk(logits, Tensor::from_vector({0, 3, 1}, {3}, DType::kInt64), table), op,
+                  "input_ids");
+  EXPECT_FI_ERROR(
+      hash_topk(logits, toks, Tensor::from_vector({0, 1, 2, 8, 4, 5}, {3, 2}, DType::kInt32)), op,
+      "tid2eid");
+}
+
+// ---- trtllm_bf16_moe
+// ------------------------------------------------------------------------------
+
+// fp64 routing formula of each RoutingMethodType (docs/MOE.md): (ids, weights) of one token.
+Routed routing_formula(int method, const std::vector<double>& logits,
+                       const std::vector<double>& bias, int64_t K, int64_t G, int64_t TG,
+                       double scale) {
+  const int64_t E = static_cast<int64_t>(logits.size());
+  if (method == 2) return deepseek_formula(logits, bias, E, G, TG, K, scale);
+  std::vector<double> x = logits;
+  auto sigmoid = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+  if (method == 0 || method == 4) {
+    const double m = *std::max_element(x.begin(), x.end());
+    double d = 0.0;
+    for (double& v : x) d += (v = std::exp(v - m));
+    for (double& v : x) v /= d;
+  } else if (method == 6 || method == 7 || method == 8) {
+    for (double& v : x) v = sigmoid(v);
+  }
+  std::vector<double> sel = x;
+  if (method == 7) {
+    for (int64_t e = 0; e < E; ++e) sel[static_cast<size_t>(e)] += bias[static_cast<size_t>(e)];
+  }
+  std::vector<int64_t> order(static_cast<size_t>(E));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return sel[static_cast<size_t>(a)] > sel[static_cast<size_t>(b)];
+  });
+  Routed r;
+  double sum = 0.0;
+  for (int64_t i = 0; i < K; ++i) {
+    r.ids.push_back(order[static_cast<size_t>(i)]);
+    r.weights.push_back(x[static_cast<size_t>(order[static_cast<size_t>(i)])]);
+    sum += r.weights.back();
+  }
+  if (method == 1) {
+    const double m = *std::max_element(r.weights.begin(), r.weights.end());
+    double d = 0.0;
+    for (double& w : r.weights) d += (w = std::exp(w - m));
+    for (double& w : r.weights) w /= d;
+  } else if (method == 3) {
+    for (double& w : r.weights) w = sigmoid(w);
+  } else if (method == 4 || method == 6 || method == 7) {
+    for (double& w : r.weights) w /= sum;
+  }
+  return r;
+}
+
+TEST(TrtllmBf16Moe, MatchesFormulaForEveryRoutingMethod) {
+  const int64_t T = 20, E = 8, H = 32, I = 16, K = 2, G = 4, TG = 2;
+  const double scale = 2.5;
+  for (int method = 0; method <= 8; ++method) {
+    for (int64_t offset : {int64_t{0}, int64_t{4}}) {
+      const int64_t k = method == 3 ? 1 : K;
+      const int64_t local = offset == 0 ? E : 4;
+      SCOPED_TRACE("method " + std::to_string(method) + " offset " + std::to_string(offset));
+      Tensor logits = rand_tensor({T, E}, DType::kFloat32, 50 + method, -3.0, 3.0);
+      Tensor bias = rand_tensor({E}, DType::kFloat32, 60 + method, -0.3, 0.3);
+      Tensor x = rand_tensor({T, H}, DType::kBFloat16, 70 + method, -1.0, 1.0);
+      Tensor w1 = rand_tensor({local, 2 * I, H}, DType::kBFloat16, 80 + method, -0.3, 0.3);
+      Tensor w2 = rand_tensor({local, H, I}, DType::kBFloat16, 90 + method, -0.3, 0.3);
+      Tensor replay_out = Tensor::zeros({T, k}, DType::kInt16);
+      const Tensor out =
+          trtllm_bf16_moe(logits, bias, x, w1, w2, E, k, G, TG, I, offset, local, scale, method,
+                          false, WeightLayout::MajorK, true, true, 8192, 3, true, replay_out);
+      // Expected: the routing formula, then the expert FFNs in fp64 with the trtllm rounding
+      // points (activation and GEMM2 output in bf16; GEMM1 unrounded).
+      const auto lv = logits.to_double_vector(), bv = bias.to_double_vector(),
+                 xv = x.to_double_vector(), w1v = w1.to_double_vector(),
+                 w2v = w2.to_double_vector(), rv = replay_out.to_double_vector();
+      std::vector<double> expect(static_cast<size_t>(T * H), 0.0);
+      for (int64_t t = 0; t < T; ++t) {
+        const std::vector<double> row(lv.begin() + t * E, lv.begin() + (t + 1) * E);
+        const Routed r = routing_formula(method, row, bv, k, G, TG, scale);
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t e = r.ids[static_cast<size_t>(j)];
+          EXPECT_EQ(rv[static_cast<size_t>(t * k + j)], e) << "token " << t;
+          if (e < offset || e >= offset + local) continue;
+          const int64_t le = e - offset;
+          std::vector<double> h(static_cast<size_t>(I));
+          for (int64_t i = 0; i < I; ++i) {
+            double up = 0.0, gate = 0.0;
+            for (int64_t c = 0; c < H; ++c) {
+              const double xc = xv[static_cast<size_t>(t * H + c)];
+              up += xc * w1v[static_cast<size_t>((le * 2 * I + i) * H + c)];
+              gate += xc * w1v[static_cast<size_t>((le * 2 * I + I + i) * H + c)];
+            }
+            h[static_cast<size_t>(i)] = round_as(DType::kBFloat16, silu(gate) * up);
+          }
+          for (int64_t c = 0; c < H; ++c) {
+            double y = 0.0;
+            for (int64_t i = 0; i < I; ++i) {
+              y += h[static_cast<size_t>(i)] * w2v[static_cast<size_t>((le * H + c) * I + i)];
+            }
+            expect[static_cast<size_t>(t * H + c)] +=
+                r.weights[static_cast<size_t>(j)] * round_as(DType::kBFloat16, y);
+          }
+        }
+      }
+      EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
+    }
+  }
+}
+
+TEST(TrtllmBf16Moe, BadInput) {
+  const char* op = "trtllm_bf16_moe";
+  const int64_t T = 4, E = 8, H = 16, I = 8;
+  Tensor logits = rand_tensor({T, E}, DType::kFloat32, 1);
+  Tensor x = rand_tensor({T, H}, DType::kBFloat16, 2);
+  Tensor w1 = rand_tensor({E, 2 * I, H}, DType::kBFloat16, 3);
+  Tensor w2 = rand_tensor({E, H, I}, DType::kBFloat16, 4);
+  // Upstream's defaults ask for shuffled BlockMajorK weights: not implemented, said by name.
+  EXPECT_FI_ERROR(
+      trtllm_bf16_moe(logits, std::nullopt, x, w1, w2, E, 2, std::nullopt, std::nullopt, I, 0, E),
+      op, "use_shuffled_weight");
+  auto call = [&](const Tensor& l, const Tensor& h, const Tensor& a, const Tensor& b, int64_t k,
+                  int64_t method, WeightLayout layout = WeightLayout::MajorK, bool fin = true,
+                  int64_t offset = 0, int64_t local = 8) {
+    (void)trtllm_bf16_moe(l, std::nullopt, h, a, b, E, k, std::nullopt, std::nullopt, I, offset,
+                          local, std::nullopt, method, false, layout, fin);
+  };
+  EXPECT_FI_ERROR(call(logits, x, w1, w2, 2, 0, WeightLayout::BlockMajorK), op, "weight_layout");
+  EXPECT_FI_ERROR(call(logits, x, w1, w2, 2, 0, WeightLayout::MajorK, false), op, "do_finalize");
+  EXPECT_FI_ERROR(call(logits.to(DType::kFloat16), x, w1, w2, 2, 0), op, "routing_logits");
+  EXPECT_FI_ERROR(call(logits.slice(1, 0, 4), x, w1, w2, 2, 0), op, "routing_logits");
+  EXPECT_FI_ERROR(call(logits, x, w1, w2, 9, 0), op, "top_k");
+  EXPECT_FI_ERROR(call(logits, x, w1, w2, 2, 3), op, "top_k");  // Llama4 is top-1
+  EXPECT_FI_ERROR(call(logits, x, w1, w2, 2, 9), op, "routing_method_type");
+  EXPECT_FI_ERROR(call(logits, x.to(DType::kFloat16), w1, w2, 2, 0), op, "hidden_states");
+  EXPECT_FI_ERROR(call(logits, x.slice(0, 0, 3), w1, w2, 2, 0), op, "hidden_states");
+  EXPECT_FI_ERROR(call(logits, x, w1.slice(1, 0, I), w2, 2, 0), op, "gemm1_weights");
+  EXPECT_FI_ERROR(call(logits, x, w1, w2.slice(2, 0, 4), 2, 0), op, "gemm2_weights");
+  EXPECT_FI_ERROR(call(logits, x, w1, w2, 2, 0, WeightLayout::MajorK, true, 4, E), op,
+                  "local_num_experts");
+  EXPECT_FI_ERROR((void)trtllm_bf16_moe(logits, Tensor::zeros({E + 1}, DType::kFloat32), x, w1, w2,
+                                        E, 2, std::nullopt, std::nullopt, I, 0, E, std::nullopt, 0,
+                                        false, WeightLayout::MajorK),
+                  op, "routing_bias");
+  EXPECT_FI_ERROR((void)trtllm_bf16_moe(logits, std::nullopt, x, w1, w2, E, 2, 3, 1, I, 0, E,
+                                        std::nullopt, 2, false, WeightLayout::MajorK),
+                  op, "n_group");
+  EXPECT_FI_ERROR(
+      (void)trtllm_bf16_moe(logits, std::nullopt, x, w1, w2, E, 2, std::nullopt, std::nullopt, I, 0,
+                            E, std::nullopt, 0, false, WeightLayout::MajorK, true, true, 8192, 42),
+      op, "activation_type");
+}
+
+// ---- declarations, record and replay --------------------------------------------------------
+
+TEST(MoeDecls, SignaturesMatchUpstream) {
+  auto decl = [](const char* name) { return OpRegistry::global().find(name); };
+  ASSERT_NE(decl("cutlass_fused_moe"), nullptr);
+  EXPECT_EQ(decl("cutlass_fused_moe")->module, "flashinfer.fused_moe.core");
+  EXPECT_EQ(decl("fused_topk_deepseek")->module, "flashinfer.fused_moe.fused_routing_dsv3");
+  EXPECT_EQ(decl("fused_topk_deepseek")->signature(),
+            "(scores, bias, n_group, topk_group, topk, routed_scaling_factor, topk_values, "
+            "topk_indices, launch_with_pdl=True, routing_replay_out=None, *, backend='default')");
+  EXPECT_EQ(decl("is_gated_activation")->module, "flashinfer.tllm_enums");
+  EXPECT_EQ(decl("is_gated_activation")->signature(), "(activation_type)");
+  EXPECT_EQ(decl("hash_topk")->module, "flashinfer.fused_moe.hash_topk");
+  EXPECT_EQ(decl("hash_topk")->signature(),
+            "(router_logits, input_ids, tid2eid, num_fused_shared_experts=0, "
+            "routed_scaling_factor=1.0, launch_with_pdl=True)");
+}
+
+TEST(MoeDecls, RecordAndReplay) {
+  MoeCase c;
+  c.dt = c.out_dt = DType::kBFloat16;
+  const MoeInputs in = make_inputs(c);
+  Tensor s = rand_tensor({4, 16}, DType::kBFloat16, 3);
+  Tensor b = rand_tensor({16}, DType::kBFloat16, 4);
+  Tensor v = Tensor::zeros({4, 4}, DType::kBFloat16);
+  Tensor i = Tensor::zeros({4, 4}, DType::kInt32);
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    (void)run_moe(c, in);
+    fused_topk_deepseek(s, b, 4, 2, 4, 2.5, v, i);
+    (void)is_gated_activation(ActivationType::Geglu);
+    (void)hash_topk(s.to(DType::kFloat32), Tensor::from_vector({1, 0, 1, 1}, {4}, DType::kInt64),
+                    Tensor::from_vector({0, 5, 15, 3}, {2, 2}, DType::kInt32), 1, 2.0);
+    (void)trtllm_bf16_moe(
+        s.to(DType::kFloat32), b.to(DType::kFloat32), rand_tensor({4, 8}, DType::kBFloat16, 5),
+        rand_tensor({16, 8, 8}, DType::kBFloat16, 6), rand_tensor({16, 8, 4}, DType::kBFloat16, 7),
+        16, 2, 4, 2, 4, 0, 16, 2.5, 2, false, WeightLayout::MajorK);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 5u);
+  for (const auto& call : calls) {
+    SCOPED_TRACE(call.name);
+    ASSERT_TRUE(call.error.empty()) << call.error;
+    // The gate hands over every parameter's value in declaration order (keyword-only ones
+    // included), so the recorded values bind as they are.
+    const OpDecl* d = OpRegistry::global().find(call.name);
+    ASSERT_NE(d, nullptr);
+    std::vector<Value> args;
+    for (const auto& a : call.inputs) args.push_back(snapshot(a));
+    CallArgs bound(*d, std::move(args));
+    EXPECT_TRUE(same_values(d->invoke(bound), call.result));
+    ASSERT_EQ(bound.values().size(), call.after.size());
+    for (std::size_t a = 0; a < call.after.size(); ++a) {
+      EXPECT_TRUE(same_values(bound.values()[a], call.after[a])) << "argument " << a;
+    }
+  }
+  EXPECT_EQ(calls[2].result, Value(true));
+}
+
+// Through a dump directory, as `flashinfer replay` does: the scratch outputs result__1..3 are
+// recorded but not compared, and the result says so; a tampered result__0 is a mismatch.
+TEST(MoeDecls, DumpReplaySkipsUnwrittenOutputs) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_moe_rec_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg);
+  MoeCase c;
+  const MoeInputs in = make_inputs(c);
+  (void)run_moe(c, in);
+  recorder::stop();
+  std::vector<fs::path> calls;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_directory()) calls.push_back(e.path());
+  }
+  ASSERT_EQ(calls.size(), 1u);
+  const replay::Result r = replay::replay_from_dump(calls[0].string());
+  EXPECT_EQ(r.status, replay::Status::kPassed) << r.error;
+  ASSERT_EQ(r.comparisons.size(), 1u);
+  EXPECT_EQ(r.comparisons[0].key, "result__0");
+  EXPECT_EQ(r.skipped_outputs, (std::vector<std::string>{"result__1", "result__2", "result__3"}));
+  EXPECT_NE(r.note.find("not compared: result__1, result__2, result__3"), std::string::npos)
+      << r.note;
+  EXPECT_NE(r.note.find("without writing"), std::string::npos) << r.note;
+  fs::remove_all(dir);
+}
+
+// ---- CUDA vs the CPU reference --------------------------------------------------------------
+
+TEST(MoeCuda, MatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (DType dt : kDTypes) {
+    MoeCase c;
+    c.T = 37;
+    c.dt = c.out_dt = dt;
+    c.ep_size = 2;
+    c.ep_rank = 1;
+    c.biases = true;
+    const MoeInputs in = make_inputs(c);
+    const Tensor ref = run_moe(c, in)[0];
+    MoeInputs g = in;
+    const Device d = Device::cuda(0);
+    g.x = in.x.to(d);
+    g.ids = in.ids.to(d);
+    g.scales = in.scales.to(d);
+    g.w1 = in.w1.to(d);
+    g.w2 = in.w2.to(d);
+    g.b1 = in.b1->to(d);
+    g.b2 = in.b2->to(d);
+    EXPECT_TRUE(all_close(run_moe(c, g)[0].to(Device::cpu()), ref, default_tolerance(dt)))
+        << dtype_label(dt);
+  }
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
