@@ -19,6 +19,7 @@ void register_prefill_ops(OpRegistry& registry);
 void register_activation_ops(OpRegistry& registry);
 void register_rope_ops(OpRegistry& registry);
 void register_topk_ops(OpRegistry& registry);
+void register_norm_quant_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -32,6 +33,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_activation_ops(registry);
   register_rope_ops(registry);
   register_topk_ops(registry);
+  register_norm_quant_ops(registry);
 }
 
 }  // namespace flashinfer::detail
