@@ -160,7 +160,59 @@ void layernorm_quant_impl(const Tensor& out, const Tensor& input, const Tensor& 
   api::launch(kNormQuantKernels, p, input.device(), op, "input");
 }
 
+Tensor rmsnorm_silu_impl(const Tensor& input, const Tensor& weight, double eps,
+                         const std::optional<Tensor>& out,
+                         const std::optional<Tensor>& block_scale) {
+  const char* op = "fused_rmsnorm_silu";
+  api::check_defined(input, op, "input");
+  api::check_dim(input, {2}, op, "input");
+  api::check_dtype_in(input, {DType::kBFloat16}, op, "input");
+  api::check_non_empty(input, op, "input");
+  rms_weight(weight, input, op);
+  check_eps(eps, op);
+  if (block_scale) api::check_defined(*block_scale, op, "block_scale");
+  Tensor result;
+  if (out) {
+    api::check_defined(*out, op, "out");
+    FLASHINFER_CHECK_CODE(out->dtype() == DType::kBFloat16, ErrorCode::kUnsupported, op, "out",
+                          "only bfloat16 output is implemented (upstream also writes fp8 and "
+                          "NVFP4), got ",
+                          dtype_name(out->dtype()));
+    api::check_shape_eq(*out, input.shape(), op, "out");
+    api::check_same_device(*out, input, op, "out", "input");
+    api::check_writable(*out, op, "out");
+    api::check_no_overlap(*out, input, op, "out", "input");
+    result = *out;
+  } else {
+    result = Tensor::empty(input.shape(), DType::kBFloat16, input.device());
+  }
+  kernels::NormQuantParams p;
+  p.kind = kernels::NormQuantKind::kRmsSilu;
+  p.input = input.data_ptr();
+  p.out = result.data_ptr();
+  p.dtype = input.dtype();
+  p.out_dtype = DType::kBFloat16;
+  p.batch = input.size(0);
+  p.hidden = input.size(1);
+  p.in_stride_b = input.stride(0);
+  p.in_stride_d = input.stride(1);
+  p.out_stride_b = result.stride(0);
+  p.out_stride_d = result.stride(1);
+  p.weight = weight.data_ptr();
+  p.weight_stride = weight.stride(0);
+  p.eps = static_cast<float>(eps);
+  api::launch(kNormQuantKernels, p, input.device(), op, "input");
+  return result;
+}
+
 }  // namespace
+
+Tensor fused_rmsnorm_silu(const Tensor& input, const Tensor& weight, double eps,
+                          std::optional<Tensor> out, std::optional<Tensor> block_scale) {
+  return call_op<&fused_rmsnorm_silu>(
+      [&] { return rmsnorm_silu_impl(input, weight, eps, out, block_scale); }, input, weight, eps,
+      out, block_scale);
+}
 
 void rmsnorm_quant(const Tensor& out, const Tensor& input, const Tensor& weight,
                    ScalarOrTensor<double> scale, double eps, std::optional<bool> enable_pdl) {
@@ -237,6 +289,25 @@ void register_norm_quant_ops(OpRegistry& r) {
                              .module = kModule,
                              .summary = "Layer normalization + fp8 quantization into out"},
                             arg("out").mut(), "input", "gemma", "beta", "scale", arg("eps", 1e-6));
+  declare<&fused_rmsnorm_silu>(r,
+                               {.name = "fused_rmsnorm_silu",
+                                .module = kModule,
+                                .summary = "silu(rmsnorm(input) * weight), bf16",
+                                .returns = "Tensor | tuple"},
+                               "input", "weight", arg("eps", 1e-6), arg("out").mut(),
+                               "block_scale");
+  api::register_backends("fused_rmsnorm_silu", kNormQuantKernels);
+  register_bench_hook("fused_rmsnorm_silu", [](const BenchShape& s, Device d) {
+    const Shape x{s.batch_size, s.hidden_size};
+    BenchCase c = api::bench::invoke_case(
+        "fused_rmsnorm_silu",
+        {Value(api::bench::random_tensor(x, DType::kBFloat16, d, s.random_seed)),
+         Value(
+             api::bench::random_tensor({s.hidden_size}, DType::kBFloat16, d, s.random_seed + 1))});
+    c.flops = 8.0 * static_cast<double>(s.batch_size * s.hidden_size);
+    c.bytes = 2.0 * api::bench::nbytes(x, DType::kBFloat16);
+    return c;
+  });
   for (const char* name : {"rmsnorm_quant", "fused_add_rmsnorm_quant", "layernorm_quant"}) {
     api::register_backends(name, kNormQuantKernels);
     register_bench_hook(

@@ -69,7 +69,12 @@ namespace flashinfer::kernels {
 /// x * rsqrt(mean(x^2) + eps) * weight; layernorm: (x - mean) * rsqrt(var + eps) * gamma + beta;
 /// fused add: x = input + residual in fp32, residual <- x rounded to dtype) is written as
 /// fp8(clamp(y * (1 / scale), -max, max)) with max = 448 (e4m3fn) or 57344 (e5m2), RNE.
-enum class NormQuantKind : int32_t { kRms, kFusedAddRms, kLayer };
+enum class NormQuantKind : int32_t {
+  kRms,
+  kFusedAddRms,
+  kLayer,
+  kRmsSilu,  // fused_rmsnorm_silu: out = silu(x * rsqrt(mean(x^2) + eps) * weight), bf16 out
+};
 struct NormQuantParams {
   NormQuantKind kind = NormQuantKind::kRms;
   const void* input = nullptr;

@@ -157,6 +157,47 @@ TEST(NormQuant, BadInput) {
   EXPECT_FI_ERROR(layernorm_quant(out, x, g, b, std::nan("")), lop, "scale");
 }
 
+TEST(FusedRmsNormSilu, MatchesFp64Formula) {
+  for (int64_t hidden : {2, 33, 300}) {
+    Tensor x = strided_rand({3, hidden}, DType::kBFloat16, hidden, -3, 3);
+    Tensor w = rand_tensor({hidden}, DType::kBFloat16, hidden + 1);
+    Tensor y = fused_rmsnorm_silu(x, w, 1e-5);
+    Tensor o = Tensor::empty({3, hidden}, DType::kBFloat16);
+    Tensor y2 = fused_rmsnorm_silu(x, w, 1e-5, o);
+    EXPECT_EQ(y2.data_ptr(), o.data_ptr());
+    const auto xv = values(x), wv = values(w), yv = values(y), y2v = values(o);
+    std::vector<double> want;
+    for (int64_t r = 0; r < 3; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < hidden; ++i) ss += xv[r * hidden + i] * xv[r * hidden + i];
+      const double rs = 1 / std::sqrt(ss / hidden + 1e-5);
+      for (int64_t i = 0; i < hidden; ++i) {
+        const double v = xv[r * hidden + i] * rs * wv[i];
+        want.push_back(v / (1 + std::exp(-v)));
+      }
+    }
+    EXPECT_TRUE(all_close(y, want, default_tolerance(DType::kBFloat16)));
+    EXPECT_EQ(yv, y2v);
+  }
+  // Golden: [3, 4] -> rmsnorm [0.8485, 1.1314] -> silu [0.5942, 0.8514], in bf16.
+  Tensor g = fused_rmsnorm_silu(Tensor::from_vector({3, 4}, {1, 2}, DType::kBFloat16),
+                                Tensor::from_vector({1, 1}, {2}, DType::kBFloat16), 0.0);
+  EXPECT_TRUE(all_close(g, {0.59420, 0.85140}, {4e-3, 4e-3}));
+}
+
+TEST(FusedRmsNormSilu, BadInput) {
+  Tensor x = rand_tensor({4, 8}, DType::kBFloat16, 1);
+  Tensor w = rand_tensor({8}, DType::kBFloat16, 2);
+  const char* op = "fused_rmsnorm_silu";
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x.to(DType::kFloat16), w.to(DType::kFloat16)), op, "input");
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w.to(DType::kFloat32)), op, "weight");
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, 1e-6, Tensor::empty({4, 8}, DType::kFloat8E4M3FN)), op,
+                  "out");
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, 1e-6, Tensor::empty({4, 7}, DType::kBFloat16)), op,
+                  "out");
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, -1.0), op, "eps");
+}
+
 TEST(NormQuant, RecordAndReplay) {
   Tensor x = rand_tensor({3, 40}, DType::kBFloat16, 1);
   Tensor r = rand_tensor({3, 40}, DType::kBFloat16, 2);
@@ -169,9 +210,10 @@ TEST(NormQuant, RecordAndReplay) {
     rmsnorm_quant(o, x, w, 0.1);
     fused_add_rmsnorm_quant(o, x, r, w, Tensor::full({1}, 0.2, DType::kFloat32));
     layernorm_quant(o, x, g, b, 0.3, 1e-5);
+    fused_rmsnorm_silu(x, w);
     calls = scope.observer().calls;
   }
-  ASSERT_EQ(calls.size(), 3u);
+  ASSERT_EQ(calls.size(), 4u);
   for (const auto& c : calls) {
     SCOPED_TRACE(c.name);
     EXPECT_TRUE(replays_identically(c));

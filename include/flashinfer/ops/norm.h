@@ -79,3 +79,19 @@ void layernorm_quant(const Tensor& out, const Tensor& input, const Tensor& gemma
                      const Tensor& beta, ScalarOrTensor<double> scale, double eps = 1e-6);
 
 }  // namespace flashinfer
+
+namespace flashinfer {
+
+/// Fused RMSNorm + SiLU: out = silu(input * rsqrt(mean(input^2) + eps) * weight), silu(y) =
+/// y / (1 + exp(-y)), fp32 math rounded once to bf16.
+///   input [num_tokens, hidden] bf16 (upstream's only dtype), any strides; weight [hidden] bf16.
+///   out   optional bf16 [num_tokens, hidden], written and returned. Upstream's fp8 and NVFP4
+///         output formats (out of dtype float8_e4m3fn / float4_e2m1fn_x2) are not implemented
+///         here: such an `out` raises Error(kUnsupported). block_scale is accepted and ignored
+///         (upstream ignores it for bf16 output).
+/// Upstream runs on CUDA only; here the CPU reference runs too.
+Tensor fused_rmsnorm_silu(const Tensor& input, const Tensor& weight, double eps = 1e-6,
+                          std::optional<Tensor> out = std::nullopt,
+                          std::optional<Tensor> block_scale = std::nullopt);
+
+}  // namespace flashinfer

@@ -40,8 +40,8 @@ void row(const NormQuantParams& p, int64_t b, float inv_scale, std::vector<float
       res[i * p.res_stride_d] = from_float<T>(x[i]);
     }
   }
-  uint8_t* out = static_cast<uint8_t*>(p.out) + b * p.out_stride_b;
   if (p.kind == NormQuantKind::kLayer) {
+    uint8_t* out = static_cast<uint8_t*>(p.out) + b * p.out_stride_b;
     const float* g = static_cast<const float*>(p.weight);
     float sum = 0.0f;
     for (int64_t i = 0; i < n; ++i) sum += x[i];
@@ -59,16 +59,25 @@ void row(const NormQuantParams& p, int64_t b, float inv_scale, std::vector<float
   float ss = 0.0f;
   for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
   const float rstd = 1.0f / std::sqrt(ss / static_cast<float>(n) + p.eps);
+  if (p.kind == NormQuantKind::kRmsSilu) {
+    BFloat16* o = static_cast<BFloat16*>(p.out) + b * p.out_stride_b;
+    for (int64_t i = 0; i < n; ++i) {
+      const float y = x[i] * rstd * f32(w[i * p.weight_stride]);
+      o[i * p.out_stride_d] = BFloat16::from_float(y / (1.0f + std::exp(-y)));
+    }
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) {
     const float y = x[i] * rstd * f32(w[i * p.weight_stride]);
-    out[i * p.out_stride_d] = quantize(y, inv_scale, p.out_dtype);
+    static_cast<uint8_t*>(p.out)[b * p.out_stride_b + i * p.out_stride_d] =
+        quantize(y, inv_scale, p.out_dtype);
   }
 }
 
 }  // namespace
 
 void norm_quant(const NormQuantParams& p) {
-  const float inv_scale = 1.0f / *p.scale;
+  const float inv_scale = p.scale ? 1.0f / *p.scale : 1.0f;
   dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
       p.dtype, "norm_quant", "input", [&]<class T>() {
 #pragma omp parallel if (p.batch * p.hidden >= (1 << 16))

@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kThreads) norm_quant_kernel(NormQuantParams p)
   const int64_t b = blockIdx.x;
   const int64_t n = p.hidden;
   const T* in = static_cast<const T*>(p.input) + b * p.in_stride_b;
-  const float inv_scale = 1.0f / *p.scale;
+  const float inv_scale = p.scale ? 1.0f / *p.scale : 1.0f;
   const bool e4m3 = p.out_dtype == DType::kFloat8E4M3FN;
   uint8_t* out = static_cast<uint8_t*>(p.out) + b * p.out_stride_b;
   const bool fused = p.kind == NormQuantKind::kFusedAddRms;
@@ -66,9 +66,17 @@ __global__ void __launch_bounds__(kThreads) norm_quant_kernel(NormQuantParams p)
     }
     const float rstd = rsqrtf(block_reduce_sum(ss, scratch) / static_cast<float>(n) + p.eps);
     const T* w = static_cast<const T*>(p.weight);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const float y = load(i) * rstd * to_f32(w[i * p.weight_stride]);
-      out[i * p.out_stride_d] = quantize(y, inv_scale, e4m3);
+    if (p.kind == NormQuantKind::kRmsSilu) {
+      __nv_bfloat16* o = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b;
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float y = load(i) * rstd * to_f32(w[i * p.weight_stride]);
+        o[i * p.out_stride_d] = __float2bfloat16_rn(y / (1.0f + expf(-y)));
+      }
+    } else {
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float y = load(i) * rstd * to_f32(w[i * p.weight_stride]);
+        out[i * p.out_stride_d] = quantize(y, inv_scale, e4m3);
+      }
     }
   }
   pdl_launch_dependents();
