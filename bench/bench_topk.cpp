@@ -58,4 +58,24 @@ BENCHMARK(BM_top_k_ragged_transform)
     ->Args({64, 16384, 2048})
     ->Unit(benchmark::kMillisecond);
 
+// vLLM's sampler step at a Llama-3 vocabulary: top_k_top_p_sampling_from_logits (top_k 50,
+// top_p 0.9, "top_k_first"), compared with torch softmax + topk + multinomial by
+// bench/compare_torch.py. Explicit seed and an advancing offset, as an engine passes them.
+void BM_top_k_top_p_sampling_from_logits(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1);
+  Tensor x = normal_logits(rows, cols, DType::kFloat32);
+  int64_t off = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(top_k_top_p_sampling_from_logits(x, 50, 0.9, std::nullopt,
+                                                              "top_k_first", true, false,
+                                                              int64_t{1}, off)
+                                 .data_ptr());
+    off += 4096;
+  }
+}
+BENCHMARK(BM_top_k_top_p_sampling_from_logits)
+    ->ArgNames({"rows", "cols"})
+    ->Args({16, 128256})
+    ->Unit(benchmark::kMillisecond);
+
 }  // namespace

@@ -61,7 +61,20 @@ def top_k_cases():
     return cases
 
 
-GROUPS = {"top_k": top_k_cases}
+def sampling_cases():
+    """vLLM's sampler step; torch's side is the issue's baseline: softmax, topk, multinomial."""
+    x = torch.randn(16, 128256)
+
+    def torch_sample(x=x):
+        p = torch.softmax(x, dim=-1)
+        v, i = torch.topk(p, 50)
+        return i.gather(1, torch.multinomial(v, 1))
+
+    return [("top_k_top_p_sampling_from_logits 16x128256 fp32 (k=50, p=0.9)", "bench_topk",
+             "BM_top_k_top_p_sampling_from_logits/rows:16/cols:128256", torch_sample)]
+
+
+GROUPS = {"top_k": top_k_cases, "sampling": sampling_cases}
 
 
 def main():

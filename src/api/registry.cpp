@@ -22,6 +22,8 @@ void register_trtllm_attention_ops(OpRegistry& registry);
 void register_topk_ops(OpRegistry& registry);
 void register_gguf_mm_ops(OpRegistry& registry);
 void register_moe_ops(OpRegistry& registry);
+void register_norm_quant_ops(OpRegistry& registry);
+void register_quant8_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -38,6 +40,8 @@ void register_builtin_ops(OpRegistry& registry) {
   register_topk_ops(registry);
   register_gguf_mm_ops(registry);
   register_moe_ops(registry);
+  register_norm_quant_ops(registry);
+  register_quant8_ops(registry);
 }
 
 }  // namespace flashinfer::detail

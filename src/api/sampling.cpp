@@ -16,6 +16,7 @@
 #include "flashinfer/op_typed.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/sampling_cpu.h"
+#include "kernels/cpu/spec_sampling_cpu.h"
 #include "kernels/sampling_params.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/sampling_cuda.h"
@@ -506,6 +507,96 @@ Tensor renorm_impl(const char* op, const char* input_name, const Tensor& input,
 }
 
 // ---------------------------------------------------------------------------------------------
+// chain_speculative_sampling (CPU backend only).
+
+constexpr api::KernelEntry<kernels::ChainSpecParams> kChainSpecKernels[] = {
+    {DeviceType::kCPU, "CPU reference: one Philox stream per request, OpenMP rows", nullptr,
+     [](const kernels::ChainSpecParams& p, const api::LaunchContext&) {
+       kernels::cpu::chain_speculative_sampling(p);
+     }},
+};
+
+std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
+                                                   const Tensor& draft_token_ids,
+                                                   const Tensor& target_probs,
+                                                   const std::optional<Tensor>& acc_in,
+                                                   const std::optional<Tensor>& emi_in,
+                                                   const SeedArg& seed, const SeedArg& offset) {
+  const char* op = "chain_speculative_sampling";
+  api::check_defined(draft_probs, op, "draft_probs");
+  api::check_dim(draft_probs, {3}, op, "draft_probs");
+  api::check_dtype_in(draft_probs, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op,
+                      "draft_probs");
+  const int64_t b = draft_probs.size(0), n = draft_probs.size(1), v = draft_probs.size(2);
+  FLASHINFER_CHECK(v >= 1, op, "draft_probs", "the vocabulary must not be empty");
+  api::check_defined(target_probs, op, "target_probs");
+  api::check_same_dtype(target_probs, draft_probs, op, "target_probs", "draft_probs");
+  api::check_shape_eq(target_probs, {b, n + 1, v}, op, "target_probs");
+  api::check_same_device(target_probs, draft_probs, op, "target_probs", "draft_probs");
+  api::check_defined(draft_token_ids, op, "draft_token_ids");
+  api::check_dtype_in(draft_token_ids, {DType::kInt32, DType::kInt64}, op, "draft_token_ids");
+  api::check_shape_eq(draft_token_ids, {b, n}, op, "draft_token_ids");
+  api::check_same_device(draft_token_ids, draft_probs, op, "draft_token_ids", "draft_probs");
+  const DType id = draft_token_ids.dtype();
+  auto counter = [&](const std::optional<Tensor>& t, const char* arg) {
+    if (!t) return Tensor::zeros({b}, id, draft_probs.device());
+    api::check_defined(*t, op, arg);
+    api::check_dtype_in(*t, {id}, op, arg);
+    api::check_shape_eq(*t, {b}, op, arg);
+    api::check_same_device(*t, draft_probs, op, arg, "draft_probs");
+    FLASHINFER_CHECK(t->is_contiguous(), op, arg, "must be contiguous");
+    return *t;
+  };
+  Tensor acc = counter(acc_in, "maybe_output_accepted_token_num");
+  Tensor emi = counter(emi_in, "maybe_output_emitted_draft_token_num");
+  FLASHINFER_CHECK(!acc_in || !emi_in || !api::views_overlap(acc, emi), op,
+                   "maybe_output_emitted_draft_token_num",
+                   "must not overlap maybe_output_accepted_token_num");
+  FLASHINFER_CHECK(seed.has_value() == offset.has_value(), op, seed ? "offset" : "seed",
+                   "seed and offset must be given together");
+  auto one_int = [&](const ScalarOrTensor<int64_t>& a, const char* arg) -> uint64_t {
+    if (!a.is_tensor()) return static_cast<uint64_t>(a.scalar());
+    FLASHINFER_CHECK(a.tensor().numel() == 1, op, arg,
+                     "expected an integer or a one-element tensor");
+    api::check_dtype_in(a.tensor(), {DType::kInt64, DType::kInt32}, op, arg);
+    return static_cast<uint64_t>(host_ints(a.tensor().reshape({1}))[0]);
+  };
+  // The inputs are read on the host (the CPU backend); a CUDA call fails in api::launch below.
+  const Tensor dp = draft_probs.contiguous(), tp = target_probs.contiguous(),
+               ids = draft_token_ids.contiguous();
+  if (ids.device().is_cpu()) {
+    for (int64_t i = 0; i < b * n; ++i) {
+      const int64_t d = id == DType::kInt64 ? ids.data<int64_t>()[i] : ids.data<int32_t>()[i];
+      FLASHINFER_CHECK(d >= 0 && d < v, op, "draft_token_ids", "token ", d, " at [", i / n, ", ",
+                       i % n, "] is outside the vocabulary of ", v);
+    }
+  }
+  Tensor out = Tensor::empty({b, n + 1}, id, draft_probs.device());
+  kernels::ChainSpecParams p;
+  p.draft_probs = dp.data_ptr();
+  p.target_probs = tp.data_ptr();
+  p.dtype = dp.dtype();
+  p.draft_ids = ids.data_ptr();
+  p.out_ids = out.data_ptr();
+  p.accepted = acc.data_ptr();
+  p.emitted = emi.data_ptr();
+  p.id_dtype = id;
+  p.batch = b;
+  p.n = n;
+  p.vocab = v;
+  if (draft_probs.device().is_cpu() && b > 0) {
+    if (seed) {
+      p.seed = one_int(*seed, "seed");
+      p.offset = one_int(*offset, "offset");
+    } else {
+      std::tie(p.seed, p.offset) = draw_seed_offset(static_cast<uint64_t>(n + 2));
+    }
+  }
+  api::launch(kChainSpecKernels, p, draft_probs.device(), op, "draft_probs");
+  return {out, acc, emi};
+}
+
+// ---------------------------------------------------------------------------------------------
 // Declarations. Upstream's samplers take `generator` (a torch.Generator) right after
 // `deterministic`; it has no C++ counterpart. Each sampler is declared through
 // WithGenerator<&fn, Pos>::op, the same function with that slot inserted at position Pos, so
@@ -541,6 +632,21 @@ struct ArgTraits<TorchGenerator> {
 
 // ---------------------------------------------------------------------------------------------
 // Public functions.
+
+std::tuple<Tensor, Tensor, Tensor> chain_speculative_sampling(
+    const Tensor& draft_probs, const Tensor& draft_token_ids, const Tensor& target_probs,
+    std::optional<Tensor> maybe_output_accepted_token_num,
+    std::optional<Tensor> maybe_output_emitted_draft_token_num, bool deterministic, SeedArg seed,
+    SeedArg offset) {
+  return call_op<&WithGenerator<&chain_speculative_sampling, 6>::op>(
+      [&] {
+        return chain_spec_impl(draft_probs, draft_token_ids, target_probs,
+                               maybe_output_accepted_token_num,
+                               maybe_output_emitted_draft_token_num, seed, offset);
+      },
+      draft_probs, draft_token_ids, target_probs, maybe_output_accepted_token_num,
+      maybe_output_emitted_draft_token_num, deterministic, kNoGenerator, seed, offset);
+}
 
 void sampling_manual_seed(uint64_t seed) {
   DefaultStream& s = default_stream();
@@ -724,6 +830,38 @@ BenchHook bench_filter(const char* name, bool from_logits,
 
 std::vector<Value> no_extra(const BenchShape&) { return {}; }
 
+// batch_size requests of 4 draft tokens over vocab_size: draft and target probabilities from
+// softmax of random logits (target sharper), draft tokens 7 * i mod vocab; seed 1, offset 0.
+BenchCase bench_chain_spec(const BenchShape& s, Device dev) {
+  const int64_t n = 4, v = s.vocab_size;
+  Tensor dl = api::bench::random_tensor({s.batch_size, n, v}, DType::kFloat32, Device::cpu(),
+                                        s.random_seed, -2, 2);
+  Tensor tl = api::bench::random_tensor({s.batch_size, n + 1, v}, DType::kFloat32, Device::cpu(),
+                                        s.random_seed + 1, -4, 4);
+  auto probs = [](Tensor t) {
+    const int64_t rows = t.numel() / t.size(-1), cols = t.size(-1);
+    float* x = t.data<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (int64_t j = 0; j < cols; ++j) sum += std::exp(x[r * cols + j]);
+      for (int64_t j = 0; j < cols; ++j) {
+        x[r * cols + j] = static_cast<float>(std::exp(x[r * cols + j]) / sum);
+      }
+    }
+    return t;
+  };
+  std::vector<double> ids;
+  for (int64_t i = 0; i < s.batch_size * n; ++i) ids.push_back(static_cast<double>((7 * i) % v));
+  BenchCase c = api::bench::invoke_case(
+      "chain_speculative_sampling",
+      {Value(probs(dl).to(dev)),
+       Value(Tensor::from_vector(ids, {s.batch_size, n}, DType::kInt32).to(dev)),
+       Value(probs(tl).to(dev))},
+      {{"seed", Value(int64_t{1})}, {"offset", Value(int64_t{0})}});
+  c.bytes = api::bench::nbytes({s.batch_size, 2 * n + 1, v}, DType::kFloat32);
+  return c;
+}
+
 }  // namespace
 
 namespace detail {
@@ -738,6 +876,19 @@ void register_sampling_ops(OpRegistry& r) {
   const auto return_valid = arg("return_valid", false);
   const auto order = arg("filter_apply_order", "top_k_first");
 
+  declare<&WithGenerator<&chain_speculative_sampling, 6>::op>(
+      r,
+      {.name = "chain_speculative_sampling",
+       .module = kModule,
+       .summary = "Chain speculative sampling: accepted draft tokens, a residual/bonus token, "
+                  "acceptance counts (Philox seed/offset)",
+       .returns = "tuple[Tensor, Tensor, Tensor]"},
+      "draft_probs", "draft_token_ids", "target_probs",
+      arg("maybe_output_accepted_token_num").mut(),
+      arg("maybe_output_emitted_draft_token_num").mut(), deterministic, generator, "seed",
+      "offset");
+  api::register_backends("chain_speculative_sampling", kChainSpecKernels);
+  register_bench_hook("chain_speculative_sampling", bench_chain_spec);
   declare<&softmax>(r,
                     {.name = "softmax",
                      .module = kModule,

@@ -62,3 +62,35 @@ struct LayerNormParams {
 };
 
 }  // namespace flashinfer::kernels
+
+namespace flashinfer::kernels {
+
+/// rmsnorm_quant, fused_add_rmsnorm_quant and layernorm_quant: the normalized row y (rmsnorm:
+/// x * rsqrt(mean(x^2) + eps) * weight; layernorm: (x - mean) * rsqrt(var + eps) * gamma + beta;
+/// fused add: x = input + residual in fp32, residual <- x rounded to dtype) is written as
+/// fp8(clamp(y * (1 / scale), -max, max)) with max = 448 (e4m3fn) or 57344 (e5m2), RNE.
+enum class NormQuantKind : int32_t {
+  kRms,
+  kFusedAddRms,
+  kLayer,
+  kRmsSilu,  // fused_rmsnorm_silu: out = silu(x * rsqrt(mean(x^2) + eps) * weight), bf16 out
+};
+struct NormQuantParams {
+  NormQuantKind kind = NormQuantKind::kRms;
+  const void* input = nullptr;
+  void* residual = nullptr;      // kFusedAddRms: read and written
+  const void* weight = nullptr;  // rms: dtype; layer: fp32 gamma
+  const float* beta = nullptr;   // layer
+  void* out = nullptr;           // fp8, out_dtype
+  DType dtype = DType::kFloat16;
+  DType out_dtype = DType::kFloat8E4M3FN;
+  int64_t batch = 0, hidden = 0;
+  int64_t in_stride_b = 0, in_stride_d = 1;
+  int64_t res_stride_b = 0, res_stride_d = 1;
+  int64_t out_stride_b = 0, out_stride_d = 1;
+  int64_t weight_stride = 1, beta_stride = 1;
+  float eps = 1e-6f;
+  const float* scale = nullptr;  // one fp32 on the input's device
+};
+
+}  // namespace flashinfer::kernels

@@ -49,3 +49,49 @@ void gemma_fused_add_rmsnorm(const Tensor& input, const Tensor& residual, const 
 Tensor layernorm(const Tensor& input, const Tensor& gemma, const Tensor& beta, double eps = 1e-6);
 
 }  // namespace flashinfer
+
+#include "flashinfer/ops/sampling.h"  // ScalarOrTensor
+
+namespace flashinfer {
+
+/// RMS normalization + fp8 quantization, written into `out` (upstream returns None):
+///   out = fp8(clamp(input * rsqrt(mean(input^2) + eps) * weight / scale, -max, max))
+/// with max = 448 (float8_e4m3fn out) or 57344 (float8_e5m2), round to nearest even, fp32 math.
+/// A NaN before the clamp becomes -max (the clamp's fmax drops NaN, as upstream's kernels do).
+///   out    [batch, hidden] fp8 (e4m3fn or e5m2); the output dtype is out's.
+///   input  [batch, hidden] fp16, bf16 or fp32; any strides. weight [hidden], input's dtype.
+///   scale  a float or a one-element fp32/fp16/bf16 tensor (moved to input's device).
+void rmsnorm_quant(const Tensor& out, const Tensor& input, const Tensor& weight,
+                   ScalarOrTensor<double> scale, double eps = 1e-6,
+                   std::optional<bool> enable_pdl = std::nullopt);
+
+/// residual <- residual + input (fp32 sum rounded to the dtype); out = fp8 quantization (as
+/// rmsnorm_quant) of rmsnorm(unrounded sum) * weight / scale. Writes `out` and `residual`;
+/// `input` is unchanged.
+void fused_add_rmsnorm_quant(const Tensor& out, const Tensor& input, const Tensor& residual,
+                             const Tensor& weight, ScalarOrTensor<double> scale, double eps = 1e-6,
+                             std::optional<bool> enable_pdl = std::nullopt);
+
+/// Layer normalization + fp8 quantization into `out`:
+///   out = fp8(clamp(((input - mean) * rsqrt(var + eps) * gemma + beta) / scale, -max, max))
+/// gemma and beta fp32 [hidden] (as layernorm); population variance.
+void layernorm_quant(const Tensor& out, const Tensor& input, const Tensor& gemma,
+                     const Tensor& beta, ScalarOrTensor<double> scale, double eps = 1e-6);
+
+}  // namespace flashinfer
+
+namespace flashinfer {
+
+/// Fused RMSNorm + SiLU: out = silu(input * rsqrt(mean(input^2) + eps) * weight), silu(y) =
+/// y / (1 + exp(-y)), fp32 math rounded once to bf16.
+///   input [num_tokens, hidden] bf16 (upstream's only dtype), any strides; weight [hidden] bf16.
+///   out   optional bf16 [num_tokens, hidden], written and returned. Upstream's fp8 and NVFP4
+///         output formats (out of dtype float8_e4m3fn / float4_e2m1fn_x2) are not implemented
+///         here: such an `out` raises Error(kUnsupported). block_scale is accepted and ignored
+///         (upstream ignores it for bf16 output).
+/// Upstream runs on CUDA only; here the CPU reference runs too.
+Tensor fused_rmsnorm_silu(const Tensor& input, const Tensor& weight, double eps = 1e-6,
+                          std::optional<Tensor> out = std::nullopt,
+                          std::optional<Tensor> block_scale = std::nullopt);
+
+}  // namespace flashinfer

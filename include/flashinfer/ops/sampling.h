@@ -155,3 +155,32 @@ Tensor top_p_renorm_probs(const Tensor& probs, ScalarOrTensor<double> top_p,
                           bool is_deterministic = false);
 
 }  // namespace flashinfer
+
+namespace flashinfer {
+
+/// Chain speculative sampling (upstream's algorithm, one Philox stream per request: key = seed,
+/// subsequence = request row, positions from `offset`, one uniform u in (0, 1] per draw):
+///   1. for i = 0..n-1: draw u; the draft token d_i is accepted while u * draft_probs[b, i, d_i]
+///      < target_probs[b, i, d_i]; the first rejection is position pos (pos = n if none);
+///   2. for i = pos..n-1 (the rejected position again, with a fresh draw): draw u and count
+///      u * p < q: accepted = pos + that count ("each token considered independently");
+///   3. draw u, sample token t from relu(target_probs[b, pos] - draft_probs[b, pos]) (just
+///      target_probs[b, n] when pos == n) by inverse CDF at u * sum (the first index whose
+///      running fp32 sum exceeds it, else the last positive entry, else 0).
+/// output_token_ids[b] = d_0..d_{pos-1}, t, then -1 up to n + 1 entries;
+/// output_accepted_token_num[b] += accepted; output_emitted_draft_token_num[b] += pos (the
+/// given tensors are updated in place and returned; zeros are used when None).
+///   draft_probs [B, n, V], target_probs [B, n + 1, V] fp32/fp16/bf16 (same dtype);
+///   draft_token_ids [B, n] int32 or int64 (outputs take its dtype).
+///   seed/offset: integers or one-element int64 tensors, both or neither; without them the
+///   library's default stream supplies them (advanced by n + 2, rounded up to 4).
+/// Returns (output_token_ids [B, n + 1], output_accepted_token_num [B],
+/// output_emitted_draft_token_num [B]). CPU only for now (no CUDA kernel yet).
+std::tuple<Tensor, Tensor, Tensor> chain_speculative_sampling(
+    const Tensor& draft_probs, const Tensor& draft_token_ids, const Tensor& target_probs,
+    std::optional<Tensor> maybe_output_accepted_token_num = std::nullopt,
+    std::optional<Tensor> maybe_output_emitted_draft_token_num = std::nullopt,
+    bool deterministic = true, std::optional<ScalarOrTensor<int64_t>> seed = std::nullopt,
+    std::optional<ScalarOrTensor<int64_t>> offset = std::nullopt);
+
+}  // namespace flashinfer

@@ -1,0 +1,92 @@
+#include "kernels/cpu/norm_quant_cpu.h"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "flashinfer/float_formats.h"
+#include "kernels/dtype_dispatch.h"
+
+namespace flashinfer::kernels::cpu {
+namespace {
+
+template <class T>
+float f32(const T& v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return v.to_float();
+  }
+}
+
+// fmax/fmin as the CUDA kernels' max.f32/min.f32: a NaN operand yields the other one, so a NaN
+// y clamps to -max (upstream's kernels behave the same).
+uint8_t quantize(float y, float inv_scale, DType out_dtype) {
+  const float mx = out_dtype == DType::kFloat8E4M3FN ? 448.0f : 57344.0f;
+  const float v = std::fmin(std::fmax(y * inv_scale, -mx), mx);
+  return out_dtype == DType::kFloat8E4M3FN ? float_to_e4m3fn_bits(v, true)
+                                           : float_to_e5m2_bits(v, true);
+}
+
+template <class T>
+void row(const NormQuantParams& p, int64_t b, float inv_scale, std::vector<float>& x) {
+  const int64_t n = p.hidden;
+  const T* in = static_cast<const T*>(p.input) + b * p.in_stride_b;
+  for (int64_t i = 0; i < n; ++i) x[i] = f32(in[i * p.in_stride_d]);
+  if (p.kind == NormQuantKind::kFusedAddRms) {
+    T* res = static_cast<T*>(p.residual) + b * p.res_stride_b;
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] += f32(res[i * p.res_stride_d]);
+      res[i * p.res_stride_d] = from_float<T>(x[i]);
+    }
+  }
+  if (p.kind == NormQuantKind::kLayer) {
+    uint8_t* out = static_cast<uint8_t*>(p.out) + b * p.out_stride_b;
+    const float* g = static_cast<const float*>(p.weight);
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) sum += x[i];
+    const float mean = sum / static_cast<float>(n);
+    float var = 0.0f;
+    for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+    const float rstd = 1.0f / std::sqrt(var / static_cast<float>(n) + p.eps);
+    for (int64_t i = 0; i < n; ++i) {
+      const float y = (x[i] - mean) * rstd * g[i * p.weight_stride] + p.beta[i * p.beta_stride];
+      out[i * p.out_stride_d] = quantize(y, inv_scale, p.out_dtype);
+    }
+    return;
+  }
+  const T* w = static_cast<const T*>(p.weight);
+  float ss = 0.0f;
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  const float rstd = 1.0f / std::sqrt(ss / static_cast<float>(n) + p.eps);
+  if (p.kind == NormQuantKind::kRmsSilu) {
+    BFloat16* o = static_cast<BFloat16*>(p.out) + b * p.out_stride_b;
+    for (int64_t i = 0; i < n; ++i) {
+      const float y = x[i] * rstd * f32(w[i * p.weight_stride]);
+      o[i * p.out_stride_d] = BFloat16::from_float(y / (1.0f + std::exp(-y)));
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float y = x[i] * rstd * f32(w[i * p.weight_stride]);
+    static_cast<uint8_t*>(p.out)[b * p.out_stride_b + i * p.out_stride_d] =
+        quantize(y, inv_scale, p.out_dtype);
+  }
+}
+
+}  // namespace
+
+void norm_quant(const NormQuantParams& p) {
+  const float inv_scale = p.scale ? 1.0f / *p.scale : 1.0f;
+  dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
+      p.dtype, "norm_quant", "input", [&]<class T>() {
+#pragma omp parallel if (p.batch * p.hidden >= (1 << 16))
+        {
+          std::vector<float> x(static_cast<std::size_t>(p.hidden));
+#pragma omp for schedule(static)
+          for (int64_t b = 0; b < p.batch; ++b) row<T>(p, b, inv_scale, x);
+        }
+      });
+}
+
+}  // namespace flashinfer::kernels::cpu

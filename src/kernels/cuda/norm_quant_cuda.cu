@@ -1,0 +1,102 @@
+// Fused norm + fp8 quantization on CUDA: one block per row. The row is reduced in fp32 (the
+// fused-add variant first forms x = input + residual, writes the rounded sum back to residual
+// and keeps the unrounded fp32 sums in shared memory for the output pass), then written as
+// fp8(clamp(y / scale)) with round-to-nearest-even saturating conversions.
+#include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/norm_quant_cuda.h"
+
+namespace flashinfer::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ uint8_t quantize(float y, float inv_scale, bool e4m3) {
+  const float mx = e4m3 ? 448.0f : 57344.0f;
+  const float v = fminf(fmaxf(y * inv_scale, -mx), mx);
+  return e4m3 ? static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3))
+              : static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E5M2));
+}
+
+// The fused variant keeps the unrounded sums of the thread's elements in shared memory: the
+// residual is overwritten with the rounded sum in pass 1, and pass 2 needs the fp32 one.
+template <class T>
+__global__ void __launch_bounds__(kThreads) norm_quant_kernel(NormQuantParams p) {
+  extern __shared__ float xs[];  // [hidden] for the fused variant
+  __shared__ float scratch[32];
+  pdl_wait();
+  const int64_t b = blockIdx.x;
+  const int64_t n = p.hidden;
+  const T* in = static_cast<const T*>(p.input) + b * p.in_stride_b;
+  const float inv_scale = p.scale ? 1.0f / *p.scale : 1.0f;
+  const bool e4m3 = p.out_dtype == DType::kFloat8E4M3FN;
+  uint8_t* out = static_cast<uint8_t*>(p.out) + b * p.out_stride_b;
+  const bool fused = p.kind == NormQuantKind::kFusedAddRms;
+  T* res = fused ? static_cast<T*>(p.residual) + b * p.res_stride_b : nullptr;
+  auto load = [&](int64_t i) -> float {
+    if (fused) return xs[i];
+    return to_f32(in[i * p.in_stride_d]);
+  };
+  if (fused) {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const float v = to_f32(in[i * p.in_stride_d]) + to_f32(res[i * p.res_stride_d]);
+      res[i * p.res_stride_d] = from_f32<T>(v);
+      xs[i] = v;
+    }
+  }
+  if (p.kind == NormQuantKind::kLayer) {
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += load(i);
+    const float mean = block_reduce_sum(s, scratch) / static_cast<float>(n);
+    float v2 = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const float d = load(i) - mean;
+      v2 += d * d;
+    }
+    const float rstd = rsqrtf(block_reduce_sum(v2, scratch) / static_cast<float>(n) + p.eps);
+    const float* g = static_cast<const float*>(p.weight);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const float y = (load(i) - mean) * rstd * g[i * p.weight_stride] + p.beta[i * p.beta_stride];
+      out[i * p.out_stride_d] = quantize(y, inv_scale, e4m3);
+    }
+  } else {
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const float v = load(i);
+      ss += v * v;
+    }
+    const float rstd = rsqrtf(block_reduce_sum(ss, scratch) / static_cast<float>(n) + p.eps);
+    const T* w = static_cast<const T*>(p.weight);
+    if (p.kind == NormQuantKind::kRmsSilu) {
+      __nv_bfloat16* o = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b;
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float y = load(i) * rstd * to_f32(w[i * p.weight_stride]);
+        o[i * p.out_stride_d] = __float2bfloat16_rn(y / (1.0f + expf(-y)));
+      }
+    } else {
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float y = load(i) * rstd * to_f32(w[i * p.weight_stride]);
+        out[i * p.out_stride_d] = quantize(y, inv_scale, e4m3);
+      }
+    }
+  }
+  pdl_launch_dependents();
+}
+
+}  // namespace
+
+void norm_quant(const NormQuantParams& p, void* stream, bool enable_pdl) {
+  if (p.batch == 0) return;
+  FLASHINFER_CHECK_CODE(p.batch <= 0x7FFFFFFF, ErrorCode::kUnsupported, "norm_quant", "input",
+                        "more than 2^31 - 1 rows");
+  const std::size_t smem =
+      p.kind == NormQuantKind::kFusedAddRms ? static_cast<std::size_t>(p.hidden) * 4 : 0;
+  FLASHINFER_CHECK_CODE(smem <= 160 * 1024, ErrorCode::kUnsupported, "fused_add_rmsnorm_quant",
+                        "input", "hidden size above 40960 is not supported on CUDA");
+  dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
+      p.dtype, "norm_quant", "input", [&]<class T>() {
+        launch_kernel("norm_quant", norm_quant_kernel<T>, dim3(static_cast<unsigned>(p.batch)),
+                      dim3(kThreads), smem, static_cast<cudaStream_t>(stream), enable_pdl, p);
+      });
+}
+
+}  // namespace flashinfer::kernels::cuda

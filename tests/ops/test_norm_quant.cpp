@@ -1,0 +1,224 @@
+// rmsnorm_quant, fused_add_rmsnorm_quant, layernorm_quant: hand-checked golden codes, the clamp
+// (and NaN) at the fp8 range, an fp64 formula over dtypes, shapes, strides and both fp8 output
+// formats, the written residual, every bad input, record/replay. CUDA: test_backend_ops.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer::testing {
+namespace {
+
+std::vector<double> values(const Tensor& t) {
+  Tensor c = t.to(DType::kFloat64).contiguous();
+  return std::vector<double>(c.data<double>(), c.data<double>() + c.numel());
+}
+
+TEST(RmsNormQuant, Golden) {
+  // rms of [3, 4] = sqrt(12.5); y = [0.8485, 1.1314]; / 0.5 = [1.697, 2.263] -> e4m3 1.75, 2.25.
+  Tensor x = Tensor::from_vector({3, 4}, {1, 2}, DType::kFloat32);
+  Tensor w = Tensor::from_vector({1, 1}, {2}, DType::kFloat32);
+  Tensor out = Tensor::empty({1, 2}, DType::kFloat8E4M3FN);
+  rmsnorm_quant(out, x, w, 0.5, 0.0);
+  EXPECT_EQ(values(out), (std::vector<double>{1.75, 2.25}));
+  // Scale as a tensor; out as e5m2 (steps of 0.25 in [1, 2), 0.5 in [2, 4): 1.75, 2.5).
+  Tensor out2 = Tensor::empty({1, 2}, DType::kFloat8E5M2);
+  rmsnorm_quant(out2, x, w, Tensor::full({1}, 0.5, DType::kBFloat16), 0.0);
+  EXPECT_EQ(values(out2), (std::vector<double>{1.75, 2.5}));
+}
+
+TEST(RmsNormQuant, ClampsAndNaN) {
+  // Weight 1000 with scale 1: |y| ~ 1000 > 448 -> +-448; a NaN input makes the row NaN, which
+  // the clamp turns into -448.
+  Tensor x = Tensor::from_vector({1, -1, 1, std::nan("")}, {2, 2}, DType::kFloat16);
+  Tensor w = Tensor::from_vector({1000, 1000}, {2}, DType::kFloat16);
+  Tensor out = Tensor::empty({2, 2}, DType::kFloat8E4M3FN);
+  rmsnorm_quant(out, x, w, 1.0);
+  EXPECT_EQ(values(out), (std::vector<double>{448, -448, -448, -448}));
+}
+
+TEST(LayerNormQuant, Golden) {
+  // x = [1, 3]: mean 2, var 1, normalized [-1, 1]; gamma [2, 1], beta [0.5, 0] -> [-1.5, 1];
+  // scale 0.25 -> [-6, 4].
+  Tensor x = Tensor::from_vector({1, 3}, {1, 2}, DType::kBFloat16);
+  Tensor g = Tensor::from_vector({2, 1}, {2}, DType::kFloat32);
+  Tensor b = Tensor::from_vector({0.5, 0}, {2}, DType::kFloat32);
+  Tensor out = Tensor::empty({1, 2}, DType::kFloat8E4M3FN);
+  layernorm_quant(out, x, g, b, 0.25, 0.0);
+  EXPECT_EQ(values(out), (std::vector<double>{-6, 4}));
+}
+
+// One fp8 unit in the last place at the expected value's magnitude (the kernels round an fp32
+// value that may differ from the fp64 one by a few fp32 ulps, which can cross a rounding
+// boundary).
+double fp8_ulp(double v, DType d) {
+  const int man = d == DType::kFloat8E4M3FN ? 3 : 2;
+  const double min_sub = d == DType::kFloat8E4M3FN ? std::ldexp(1.0, -9) : std::ldexp(1.0, -16);
+  if (v == 0) return min_sub;
+  return std::max(min_sub, std::ldexp(1.0, std::ilogb(std::fabs(v)) - man));
+}
+
+double clamp_q(double y, DType d) {
+  const double mx = d == DType::kFloat8E4M3FN ? 448 : 57344;
+  return std::min(std::max(y, -mx), mx);
+}
+
+TEST(NormQuant, MatchesFp64Formula) {
+  for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (DType od : {DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+      for (int64_t hidden : {1, 7, 300}) {
+        SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " hidden " << hidden
+                                          << (od == DType::kFloat8E5M2 ? " e5m2" : " e4m3"));
+        const int64_t rows = 3;
+        const double scale = 0.05, eps = 1e-5;
+        Tensor x = strided_rand({rows, hidden}, dt, 1 + hidden);
+        Tensor res = rand_tensor({rows, hidden}, dt, 2 + hidden);
+        Tensor w = rand_tensor({hidden}, dt, 3 + hidden);
+        Tensor g = rand_tensor({hidden}, DType::kFloat32, 4 + hidden);
+        Tensor b = rand_tensor({hidden}, DType::kFloat32, 5 + hidden);
+        const auto xv = values(x), rv = values(res), wv = values(w), gv = values(g), bv = values(b);
+        Tensor o1 = Tensor::empty({rows, hidden}, od), o2 = Tensor::empty({rows, hidden}, od),
+               o3 = Tensor::empty({rows, hidden}, od);
+        rmsnorm_quant(o1, x, w, scale, eps);
+        Tensor res2 = res.clone();
+        fused_add_rmsnorm_quant(o2, x, res2, w, Tensor::full({1}, scale, DType::kFloat32), eps);
+        layernorm_quant(o3, x, g, b, scale, eps);
+        const auto q1 = values(o1), q2 = values(o2), q3 = values(o3), r2 = values(res2);
+        for (int64_t r = 0; r < rows; ++r) {
+          double ss = 0, ss2 = 0, mean = 0, var = 0;
+          for (int64_t i = 0; i < hidden; ++i) {
+            const double v = xv[r * hidden + i], s = v + rv[r * hidden + i];
+            ss += v * v;
+            ss2 += s * s;
+            mean += v;
+          }
+          mean /= hidden;
+          for (int64_t i = 0; i < hidden; ++i) var += std::pow(xv[r * hidden + i] - mean, 2);
+          const double rs = 1 / std::sqrt(ss / hidden + eps),
+                       rs2 = 1 / std::sqrt(ss2 / hidden + eps),
+                       rl = 1 / std::sqrt(var / hidden + eps);
+          for (int64_t i = 0; i < hidden; ++i) {
+            const int64_t k = r * hidden + i;
+            const double s = xv[k] + rv[k];
+            const double e1 = clamp_q(xv[k] * rs * wv[i] / scale, od);
+            const double e2 = clamp_q(s * rs2 * wv[i] / scale, od);
+            const double e3 = clamp_q(((xv[k] - mean) * rl * gv[i] + bv[i]) / scale, od);
+            ASSERT_LE(std::fabs(q1[k] - e1), fp8_ulp(e1, od)) << k;
+            ASSERT_LE(std::fabs(q2[k] - e2), fp8_ulp(e2, od)) << k;
+            ASSERT_LE(std::fabs(q3[k] - e3), fp8_ulp(e3, od)) << k;
+            // The residual is the fp32 sum rounded once to the dtype.
+            const double rounded =
+                Tensor::full(
+                    {1}, static_cast<double>(static_cast<float>(xv[k]) + static_cast<float>(rv[k])),
+                    dt)
+                    .to(DType::kFloat64)
+                    .data<double>()[0];
+            ASSERT_EQ(r2[k], rounded) << k;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(NormQuant, BadInput) {
+  Tensor x = rand_tensor({4, 8}, DType::kFloat16, 1);
+  Tensor w = rand_tensor({8}, DType::kFloat16, 2);
+  Tensor out = Tensor::empty({4, 8}, DType::kFloat8E4M3FN);
+  const char* op = "rmsnorm_quant";
+  EXPECT_FI_ERROR(rmsnorm_quant(Tensor::empty({4, 8}, DType::kFloat16), x, w, 1.0), op, "out");
+  EXPECT_FI_ERROR(rmsnorm_quant(Tensor::empty({4, 9}, DType::kFloat8E4M3FN), x, w, 1.0), op, "out");
+  EXPECT_FI_ERROR(rmsnorm_quant(out, rand_tensor({8}, DType::kFloat16, 1), w, 1.0), op, "input");
+  EXPECT_FI_ERROR(rmsnorm_quant(out, rand_tensor({4, 8}, DType::kFloat64, 1), w, 1.0), op, "input");
+  EXPECT_FI_ERROR(rmsnorm_quant(out, x, rand_tensor({8}, DType::kBFloat16, 1), 1.0), op, "weight");
+  EXPECT_FI_ERROR(rmsnorm_quant(out, x, rand_tensor({7}, DType::kFloat16, 1), 1.0), op, "weight");
+  EXPECT_FI_ERROR(rmsnorm_quant(out, x, w, 0.0), op, "scale");
+  EXPECT_FI_ERROR(rmsnorm_quant(out, x, w, Tensor::full({2}, 1.0, DType::kFloat32)), op, "scale");
+  EXPECT_FI_ERROR(rmsnorm_quant(out, x, w, Tensor::full({1}, 1.0, DType::kInt32)), op, "scale");
+  EXPECT_FI_ERROR(rmsnorm_quant(out, x, w, 1.0, -1.0), op, "eps");
+
+  const char* fop = "fused_add_rmsnorm_quant";
+  Tensor r = rand_tensor({4, 8}, DType::kFloat16, 3);
+  EXPECT_FI_ERROR(fused_add_rmsnorm_quant(out, x, rand_tensor({4, 7}, DType::kFloat16, 1), w, 1.0),
+                  fop, "residual");
+  EXPECT_FI_ERROR(fused_add_rmsnorm_quant(out, x, x, w, 1.0), fop, "residual");
+  EXPECT_FI_ERROR(fused_add_rmsnorm_quant(out, x, r.to(DType::kBFloat16), w, 1.0), fop, "residual");
+
+  const char* lop = "layernorm_quant";
+  Tensor g = rand_tensor({8}, DType::kFloat32, 4), b = rand_tensor({8}, DType::kFloat32, 5);
+  EXPECT_FI_ERROR(layernorm_quant(out, x, g.to(DType::kFloat16), b, 1.0), lop, "gemma");
+  EXPECT_FI_ERROR(layernorm_quant(out, x, g, rand_tensor({9}, DType::kFloat32, 1), 1.0), lop,
+                  "beta");
+  EXPECT_FI_ERROR(layernorm_quant(out, x, g, b, std::nan("")), lop, "scale");
+}
+
+TEST(FusedRmsNormSilu, MatchesFp64Formula) {
+  for (int64_t hidden : {2, 33, 300}) {
+    Tensor x = strided_rand({3, hidden}, DType::kBFloat16, hidden, -3, 3);
+    Tensor w = rand_tensor({hidden}, DType::kBFloat16, hidden + 1);
+    Tensor y = fused_rmsnorm_silu(x, w, 1e-5);
+    Tensor o = Tensor::empty({3, hidden}, DType::kBFloat16);
+    Tensor y2 = fused_rmsnorm_silu(x, w, 1e-5, o);
+    EXPECT_EQ(y2.data_ptr(), o.data_ptr());
+    const auto xv = values(x), wv = values(w), yv = values(y), y2v = values(o);
+    std::vector<double> want;
+    for (int64_t r = 0; r < 3; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < hidden; ++i) ss += xv[r * hidden + i] * xv[r * hidden + i];
+      const double rs = 1 / std::sqrt(ss / hidden + 1e-5);
+      for (int64_t i = 0; i < hidden; ++i) {
+        const double v = xv[r * hidden + i] * rs * wv[i];
+        want.push_back(v / (1 + std::exp(-v)));
+      }
+    }
+    EXPECT_TRUE(all_close(y, want, default_tolerance(DType::kBFloat16)));
+    EXPECT_EQ(yv, y2v);
+  }
+  // Golden: [3, 4] -> rmsnorm [0.8485, 1.1314] -> silu [0.5942, 0.8514], in bf16.
+  Tensor g = fused_rmsnorm_silu(Tensor::from_vector({3, 4}, {1, 2}, DType::kBFloat16),
+                                Tensor::from_vector({1, 1}, {2}, DType::kBFloat16), 0.0);
+  EXPECT_TRUE(all_close(g, {0.59420, 0.85140}, {4e-3, 4e-3}));
+}
+
+TEST(FusedRmsNormSilu, BadInput) {
+  Tensor x = rand_tensor({4, 8}, DType::kBFloat16, 1);
+  Tensor w = rand_tensor({8}, DType::kBFloat16, 2);
+  const char* op = "fused_rmsnorm_silu";
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x.to(DType::kFloat16), w.to(DType::kFloat16)), op, "input");
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w.to(DType::kFloat32)), op, "weight");
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, 1e-6, Tensor::empty({4, 8}, DType::kFloat8E4M3FN)), op,
+                  "out");
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, 1e-6, Tensor::empty({4, 7}, DType::kBFloat16)), op,
+                  "out");
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, -1.0), op, "eps");
+}
+
+TEST(NormQuant, RecordAndReplay) {
+  Tensor x = rand_tensor({3, 40}, DType::kBFloat16, 1);
+  Tensor r = rand_tensor({3, 40}, DType::kBFloat16, 2);
+  Tensor w = rand_tensor({40}, DType::kBFloat16, 3);
+  Tensor g = rand_tensor({40}, DType::kFloat32, 4), b = rand_tensor({40}, DType::kFloat32, 5);
+  Tensor o = Tensor::empty({3, 40}, DType::kFloat8E4M3FN);
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    rmsnorm_quant(o, x, w, 0.1);
+    fused_add_rmsnorm_quant(o, x, r, w, Tensor::full({1}, 0.2, DType::kFloat32));
+    layernorm_quant(o, x, g, b, 0.3, 1e-5);
+    fused_rmsnorm_silu(x, w);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 4u);
+  for (const auto& c : calls) {
+    SCOPED_TRACE(c.name);
+    EXPECT_TRUE(replays_identically(c));
+  }
+}
+
+}  // namespace
+}  // namespace flashinfer::testing

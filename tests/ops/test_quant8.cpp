@@ -1,0 +1,170 @@
+// per_token_group_quant_8bit, packbits, segment_packbits: hand-checked golden values, a bit-exact
+// comparison with an independent float implementation over dtypes, group sizes and formats, the
+// column-major / TMA-aligned scale layouts, every bad input, record/replay.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer::testing {
+namespace {
+
+std::vector<double> values(const Tensor& t) {
+  Tensor c = t.to(DType::kFloat64).contiguous();
+  return std::vector<double>(c.data<double>(), c.data<double>() + c.numel());
+}
+Tensor bools(const std::vector<double>& v) {
+  return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::kBool);
+}
+
+TEST(PerTokenGroupQuant8bit, Golden) {
+  Tensor x = Tensor::from_vector({1, -2, 0.5, 4}, {1, 4}, DType::kFloat32);
+  auto [q, s] = per_token_group_quant_8bit(x, 2);
+  EXPECT_EQ(q.dtype(), DType::kFloat8E4M3FN);
+  EXPECT_EQ(s.shape(), (Shape{1, 2}));
+  EXPECT_EQ(values(q), (std::vector<double>{224, -448, 56, 448}));
+  EXPECT_EQ(values(s), (std::vector<double>{2.0f / 448.0f, 4.0f / 448.0f}));
+  // ue8m0 scales (column-major): 2/448 -> 2^-7, 4/448 -> 2^-6.
+  auto [q2, s2] = per_token_group_quant_8bit(x, 2, 1e-10, std::nullopt, true, false, true);
+  EXPECT_EQ(values(s2), (std::vector<double>{0.0078125, 0.015625}));
+  EXPECT_EQ(values(q2), (std::vector<double>{128, -256, 32, 256}));
+  // int8 truncates toward zero: 0.3 * 127 = 38.1 -> 38, -38.1 -> -38.
+  Tensor y = Tensor::from_vector({1, 0.3, -1, -0.3}, {2, 2}, DType::kFloat32);
+  auto [q3, s3] = per_token_group_quant_8bit(y, 2, 1e-10, DType::kInt8);
+  EXPECT_EQ(q3.dtype(), DType::kInt8);
+  EXPECT_EQ(values(q3), (std::vector<double>{127, 38, -127, -38}));
+  // eps floors the scale of an all-zero group.
+  auto [q4, s4] = per_token_group_quant_8bit(Tensor::zeros({1, 2}, DType::kFloat32), 2, 0.5);
+  EXPECT_EQ(values(s4), (std::vector<double>{0.5f / 448.0f}));
+  EXPECT_EQ(values(q4), (std::vector<double>{0, 0}));
+}
+
+TEST(PerTokenGroupQuant8bit, ScaleLayouts) {
+  const int64_t t = 5, k = 6;
+  Tensor x = rand_tensor({t, k}, DType::kBFloat16, 3);
+  auto [q0, s0] = per_token_group_quant_8bit(x, 2);
+  auto [q1, s1] = per_token_group_quant_8bit(x, 2, 1e-10, std::nullopt, true);
+  auto [q2, s2] = per_token_group_quant_8bit(x, 2, 1e-10, std::nullopt, true, true);
+  EXPECT_EQ(s1.shape(), (Shape{t, 3}));
+  EXPECT_EQ(s1.strides(), (Shape{1, t}));
+  EXPECT_EQ(s2.strides(), (Shape{1, 8}));  // 5 tokens rounded up to 8
+  EXPECT_EQ(values(s0), values(s1));
+  EXPECT_EQ(values(s0), values(s2));
+  EXPECT_EQ(values(q0), values(q1));
+}
+
+// Independent float implementation of the definition (float_formats.h conversions).
+uint8_t expect_code(float v, DType d) {
+  return d == DType::kFloat8E4M3FN ? float_to_e4m3fn_bits(v, true) : float_to_e5m2_bits(v, true);
+}
+
+TEST(PerTokenGroupQuant8bit, BitExact) {
+  for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (DType od : {DType::kFloat8E4M3FN, DType::kFloat8E5M2, DType::kInt8}) {
+      for (int64_t gs : {1, 16, 128}) {
+        for (bool ue8m0 : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " gs " << gs << " ue8m0 " << ue8m0
+                                            << " out " << static_cast<int>(od));
+          Tensor x = rand_tensor({3, 2, 256}, dt, gs + 7, -3, 3);
+          if (ue8m0) x = x.view({6, 256});
+          auto [q, s] = per_token_group_quant_8bit(x, gs, 1e-10, od, ue8m0, false, ue8m0);
+          const auto xv = values(x), sv = values(ue8m0 ? s.contiguous() : s);
+          Tensor qc = q.contiguous();
+          const float qmax = od == DType::kInt8           ? 127.f
+                             : od == DType::kFloat8E4M3FN ? 448.f
+                                                          : 57344.f;
+          const float qmin = od == DType::kInt8 ? -128.f : -qmax;
+          const int64_t groups = 256 / gs;
+          for (int64_t r = 0; r < 6; ++r) {
+            for (int64_t g = 0; g < groups; ++g) {
+              float amax = 0;
+              for (int64_t i = 0; i < gs; ++i) {
+                amax = std::fmax(amax, std::fabs(static_cast<float>(xv[r * 256 + g * gs + i])));
+              }
+              float sc = std::fmax(amax, 1e-10f) / qmax;
+              if (ue8m0) sc = std::exp2(std::ceil(std::log2(sc)));
+              ASSERT_EQ(sv[r * groups + g], sc) << r << "," << g;
+              for (int64_t i = 0; i < gs; ++i) {
+                const int64_t e = r * 256 + g * gs + i;
+                const float v = std::fmin(std::fmax(static_cast<float>(xv[e]) / sc, qmin), qmax);
+                if (od == DType::kInt8) {
+                  ASSERT_EQ(qc.data<int8_t>()[e], static_cast<int8_t>(std::trunc(v))) << e;
+                } else {
+                  ASSERT_EQ(qc.data<uint8_t>()[e], expect_code(v, od)) << e;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(PackBits, Golden) {
+  Tensor x = bools({1, 0, 1, 1, 0, 0, 0, 1, 1, 1});
+  EXPECT_EQ(values(packbits(x)), (std::vector<double>{177, 192}));
+  EXPECT_EQ(values(packbits(x, "little")), (std::vector<double>{141, 3}));
+  EXPECT_EQ(packbits(Tensor::empty({0}, DType::kBool)).numel(), 0);
+  // Any shape is flattened; uint8 nonzero counts as 1.
+  Tensor u = Tensor::from_vector({0, 7, 0, 0, 0, 0, 0, 0, 9}, {3, 3}, DType::kUInt8);
+  EXPECT_EQ(values(packbits(u)), (std::vector<double>{64, 128}));
+  auto [y, ip] = segment_packbits(x, Tensor::from_vector({0, 3, 3, 10}, {4}, DType::kInt32));
+  EXPECT_EQ(values(y), (std::vector<double>{160, 142}));
+  EXPECT_EQ(ip.dtype(), DType::kInt32);
+  EXPECT_EQ(values(ip), (std::vector<double>{0, 1, 1, 2}));
+}
+
+TEST(Quant8, BadInput) {
+  Tensor x = rand_tensor({2, 8}, DType::kFloat16, 1);
+  const char* op = "per_token_group_quant_8bit";
+  EXPECT_FI_ERROR(per_token_group_quant_8bit(x, 3), op, "group_size");
+  EXPECT_FI_ERROR(per_token_group_quant_8bit(x, 0), op, "group_size");
+  EXPECT_FI_ERROR(per_token_group_quant_8bit(rand_tensor({2, 8}, DType::kFloat64, 1), 4), op, "x");
+  EXPECT_FI_ERROR(per_token_group_quant_8bit(strided_rand({2, 8}, DType::kFloat16, 1), 4), op, "x");
+  EXPECT_FI_ERROR(per_token_group_quant_8bit(x, 4, 1e-10, DType::kFloat16), op, "dst_dtype");
+  EXPECT_FI_ERROR(per_token_group_quant_8bit(x, 4, -1.0), op, "eps");
+  EXPECT_FI_ERROR(per_token_group_quant_8bit(x, 4, 1e-10, std::nullopt, false, false, true), op,
+                  "column_major_scales");
+  EXPECT_FI_ERROR(per_token_group_quant_8bit(rand_tensor({2, 2, 8}, DType::kFloat16, 1), 4, 1e-10,
+                                             std::nullopt, true),
+                  op, "x");
+  EXPECT_FI_ERROR(per_token_group_quant_8bit(x, 4, 1e-10, std::nullopt, false, false, false, "x"),
+                  op, "backend");
+  Tensor b = bools({1, 0, 1});
+  EXPECT_FI_ERROR(packbits(b, "middle"), "packbits", "bitorder");
+  EXPECT_FI_ERROR(packbits(x), "packbits", "x");
+  const char* sp = "segment_packbits";
+  EXPECT_FI_ERROR(segment_packbits(b, Tensor::from_vector({0, 4}, {2}, DType::kInt32)), sp,
+                  "indptr");
+  EXPECT_FI_ERROR(segment_packbits(b, Tensor::from_vector({2, 1}, {2}, DType::kInt32)), sp,
+                  "indptr");
+  EXPECT_FI_ERROR(segment_packbits(b, Tensor::from_vector({0, 1}, {2}, DType::kFloat32)), sp,
+                  "indptr");
+}
+
+TEST(Quant8, RecordAndReplay) {
+  Tensor x = rand_tensor({4, 64}, DType::kBFloat16, 2);
+  Tensor b = bools({1, 1, 0, 1, 0, 0, 1, 1, 1});
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    per_token_group_quant_8bit(x, 32, 1e-10, DType::kFloat8E4M3FN, true, true, true);
+    per_token_group_quant_8bit(x, 16, 1e-10, DType::kInt8);
+    packbits(b, "little");
+    segment_packbits(b, Tensor::from_vector({0, 2, 9}, {3}, DType::kInt32));
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 4u);
+  for (const auto& c : calls) {
+    SCOPED_TRACE(c.name);
+    EXPECT_TRUE(replays_identically(c));
+  }
+}
+
+}  // namespace
+}  // namespace flashinfer::testing

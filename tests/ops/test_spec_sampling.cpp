@@ -1,0 +1,155 @@
+// chain_speculative_sampling: upstream's docstring example, the algorithm replayed with the same
+// Philox draws (kernels/philox.h) on hand-built probabilities, the in-place counters, the
+// default stream's determinism, every bad input, record/replay.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "kernels/philox.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer::testing {
+namespace {
+
+std::vector<int64_t> ints(const Tensor& t) {
+  Tensor c = t.to(DType::kInt64).contiguous();
+  return std::vector<int64_t>(c.data<int64_t>(), c.data<int64_t>() + c.numel());
+}
+
+TEST(ChainSpeculativeSampling, UpstreamDocstringExample) {
+  Tensor draft =
+      Tensor::from_vector({0.1, 0.2, 0.3, 0.4, 0.2, 0.3, 0.4, 0.1}, {1, 2, 4}, DType::kFloat32);
+  Tensor ids = Tensor::from_vector({2, 1}, {1, 2}, DType::kInt32);
+  Tensor target = Tensor::from_vector({0.0, 0.1, 0.6, 0.3, 1.0, 0.0, 0.0, 0.0, 0.7, 0.1, 0.1, 0.1},
+                                      {1, 3, 4}, DType::kFloat32);
+  // Token 2 is always accepted (u * 0.3 < 0.6), token 1 never (target 0): the residual
+  // relu([1, 0, 0, 0] - draft) puts all mass on token 0, whatever the draws.
+  for (int64_t seed : {0, 1, 12345}) {
+    auto [out, acc, emi] =
+        chain_speculative_sampling(draft, ids, target, std::nullopt, std::nullopt, true, seed, 7);
+    EXPECT_EQ(ints(out), (std::vector<int64_t>{2, 0, -1}));
+    EXPECT_EQ(ints(acc), (std::vector<int64_t>{1}));
+    EXPECT_EQ(ints(emi), (std::vector<int64_t>{1}));
+    EXPECT_EQ(out.dtype(), DType::kInt32);
+  }
+}
+
+// Replays the documented algorithm with the same Philox stream for every request.
+TEST(ChainSpeculativeSampling, MatchesAlgorithmWithSameDraws) {
+  const int64_t b = 6, n = 3, v = 5;
+  Tensor draft = rand_tensor({b, n, v}, DType::kFloat32, 1, 0.0, 1.0);
+  Tensor target = rand_tensor({b, n + 1, v}, DType::kFloat32, 2, 0.0, 1.0);
+  std::vector<double> idv;
+  for (int64_t i = 0; i < b * n; ++i) idv.push_back(static_cast<double>((i * 3) % v));
+  Tensor ids = Tensor::from_vector(idv, {b, n}, DType::kInt64);
+  Tensor acc0 = Tensor::from_vector({5, 5, 5, 5, 5, 5}, {b}, DType::kInt64);
+  Tensor emi0 = Tensor::zeros({b}, DType::kInt64);
+  auto [out, acc, emi] = chain_speculative_sampling(draft, ids, target, acc0, emi0, true, 99, 12);
+  EXPECT_EQ(acc.data_ptr(), acc0.data_ptr());
+  EXPECT_EQ(emi.data_ptr(), emi0.data_ptr());
+  const float* dp = draft.data<float>();
+  const float* tp = target.data<float>();
+  const auto idx = ints(ids), o = ints(out), a = ints(acc), e = ints(emi);
+  for (int64_t r = 0; r < b; ++r) {
+    kernels::PhiloxStream rng(99, static_cast<uint64_t>(r), 12);
+    auto ok = [&](int64_t i) {
+      const int64_t d = idx[r * n + i];
+      return rng.next_uniform() * dp[(r * n + i) * v + d] < tp[(r * (n + 1) + i) * v + d];
+    };
+    int64_t pos = n;
+    for (int64_t i = 0; i < n; ++i) {
+      if (!ok(i)) {
+        pos = i;
+        break;
+      }
+      EXPECT_EQ(o[r * (n + 1) + i], idx[r * n + i]);
+    }
+    int64_t accepted = pos;
+    for (int64_t i = pos; i < n; ++i) accepted += ok(i);
+    EXPECT_EQ(a[r], 5 + accepted);
+    EXPECT_EQ(e[r], pos);
+    std::vector<float> m(v);
+    float sum = 0;
+    for (int64_t j = 0; j < v; ++j) {
+      m[j] = std::max(tp[(r * (n + 1) + pos) * v + j] - (pos < n ? dp[(r * n + pos) * v + j] : 0.f),
+                      0.f);
+      sum += m[j];
+    }
+    const float u = rng.next_uniform() * sum;
+    float c = 0;
+    int64_t tok = -1, last = -1;
+    for (int64_t j = 0; j < v && tok < 0; ++j) {
+      if (!(m[j] > 0)) continue;
+      c += m[j];
+      last = j;
+      if (c > u) tok = j;
+    }
+    EXPECT_EQ(o[r * (n + 1) + pos], tok >= 0 ? tok : last) << r;
+    for (int64_t i = pos + 1; i <= n; ++i) EXPECT_EQ(o[r * (n + 1) + i], -1);
+  }
+}
+
+TEST(ChainSpeculativeSampling, DefaultStreamIsReproducible) {
+  Tensor draft = rand_tensor({4, 2, 8}, DType::kBFloat16, 3, 0.0, 1.0);
+  Tensor target = rand_tensor({4, 3, 8}, DType::kBFloat16, 4, 0.0, 1.0);
+  Tensor ids = Tensor::from_vector({1, 2, 3, 4, 5, 6, 7, 0}, {4, 2}, DType::kInt32);
+  sampling_manual_seed(5);
+  auto [o1, a1, e1] = chain_speculative_sampling(draft, ids, target);
+  auto [o2, a2, e2] = chain_speculative_sampling(draft, ids, target);
+  sampling_manual_seed(5);
+  auto [o3, a3, e3] = chain_speculative_sampling(draft, ids, target);
+  EXPECT_EQ(ints(o1), ints(o3));
+  EXPECT_EQ(ints(a1), ints(a3));
+  // The stream advanced by n + 2 = 4: the second call used offset 8, as an explicit call does.
+  auto [o4, a4, e4] = chain_speculative_sampling(draft, ids, target, std::nullopt, std::nullopt,
+                                                 true, int64_t{5}, int64_t{8});
+  EXPECT_EQ(ints(o2), ints(o4));
+  EXPECT_EQ(ints(e2), ints(e4));
+}
+
+TEST(ChainSpeculativeSampling, BadInput) {
+  Tensor d = rand_tensor({2, 2, 4}, DType::kFloat32, 1, 0, 1);
+  Tensor t = rand_tensor({2, 3, 4}, DType::kFloat32, 2, 0, 1);
+  Tensor ids = Tensor::zeros({2, 2}, DType::kInt32);
+  const char* op = "chain_speculative_sampling";
+  EXPECT_FI_ERROR(chain_speculative_sampling(rand_tensor({2, 4}, DType::kFloat32, 1), ids, t), op,
+                  "draft_probs");
+  EXPECT_FI_ERROR(chain_speculative_sampling(d, ids, rand_tensor({2, 2, 4}, DType::kFloat32, 1)),
+                  op, "target_probs");
+  EXPECT_FI_ERROR(chain_speculative_sampling(d, ids, t.to(DType::kFloat16)), op, "target_probs");
+  EXPECT_FI_ERROR(chain_speculative_sampling(d, Tensor::zeros({2, 3}, DType::kInt32), t), op,
+                  "draft_token_ids");
+  EXPECT_FI_ERROR(chain_speculative_sampling(d, Tensor::zeros({2, 2}, DType::kFloat32), t), op,
+                  "draft_token_ids");
+  EXPECT_FI_ERROR(
+      chain_speculative_sampling(d, Tensor::from_vector({0, 4, 1, 1}, {2, 2}, DType::kInt32), t),
+      op, "draft_token_ids");
+  EXPECT_FI_ERROR(chain_speculative_sampling(d, ids, t, Tensor::zeros({2}, DType::kInt64)), op,
+                  "maybe_output_accepted_token_num");
+  EXPECT_FI_ERROR(
+      chain_speculative_sampling(d, ids, t, std::nullopt, Tensor::zeros({3}, DType::kInt32)), op,
+      "maybe_output_emitted_draft_token_num");
+  EXPECT_FI_ERROR(
+      chain_speculative_sampling(d, ids, t, std::nullopt, std::nullopt, true, int64_t{1}), op,
+      "offset");
+}
+
+TEST(ChainSpeculativeSampling, RecordAndReplay) {
+  Tensor d = rand_tensor({3, 2, 16}, DType::kFloat16, 1, 0, 1);
+  Tensor t = rand_tensor({3, 3, 16}, DType::kFloat16, 2, 0, 1);
+  Tensor ids = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {3, 2}, DType::kInt32);
+  Tensor acc = Tensor::zeros({3}, DType::kInt32);
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    chain_speculative_sampling(d, ids, t, acc, std::nullopt, true, int64_t{3}, int64_t{4});
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_TRUE(replays_identically(calls[0]));
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
