@@ -231,6 +231,7 @@ struct Arg {
   const char* type_name = nullptr;  // kEnum / kObject class name
   ParamKind kind = ParamKind::kAny;
   bool kind_set = false;
+  const char* in_place_of = nullptr;  // see same_view_as()
 
   constexpr Arg mut() const {
     Arg a = *this;
@@ -240,6 +241,14 @@ struct Arg {
   constexpr Arg kw() const {
     Arg a = *this;
     a.keyword_only = true;
+    return a;
+  }
+  /// A written parameter that may be exactly the input `input` (the same view: address, shape,
+  /// strides and dtype), for an op whose upstream use writes its result over its input. Any
+  /// other overlap with `input` is still refused. Each use says why in a comment.
+  constexpr Arg same_view_as(const char* input) const {
+    Arg a = *this;
+    a.in_place_of = input;
     return a;
   }
   constexpr Arg type(const char* t) const {
@@ -396,13 +405,15 @@ struct CallTensor {
 /// Throws flashinfer::Error naming the op, the written argument and the other one when a written
 /// tensor (its parameter marked mutated) overlaps another of `tensors` in memory or has stride 0
 /// on a dimension of size > 1. Overlap is exact memory overlap (src/core/view_overlap.h).
-void check_written_tensors(const OpDecl& decl, const CallTensor* tensors, std::size_t n);
+struct WritePlan;
+void check_written_tensors(const WritePlan& plan, const CallTensor* tensors, std::size_t n);
 
 /// What the gate reads from a declaration on every call.
 struct WritePlan {
   const OpDecl* decl = nullptr;
   bool any_written = false;      // some parameter is marked mutated
   std::vector<int> field_param;  // options-struct field k: its parameter index, -1 if not taken
+  std::vector<std::pair<int, int>> same_view;  // (written, input) that may be one view
 };
 
 /// The registered declaration of each op key (set when the op is declared).
@@ -475,8 +486,15 @@ ParamDecl param_decl_for(const std::string& name) {
   return p;
 }
 
+// The same_view_as() marks of a declaration's named parameters, as (written, input) names.
+inline std::vector<std::pair<std::string, std::string>>& pending_same_view() {
+  thread_local std::vector<std::pair<std::string, std::string>> v;
+  return v;
+}
+
 template <class T, class D>
 void apply_arg(ParamDecl& p, const Arg<D>& a) {
+  if (a.in_place_of) pending_same_view().emplace_back(a.name, a.in_place_of);
   if constexpr (!std::is_void_v<D>) {
     static_assert(std::is_constructible_v<T, D> ||
                       (std::is_same_v<T, DType> || std::is_same_v<T, std::optional<DType>>),
@@ -675,6 +693,7 @@ const OpDecl& declare_key(OpRegistry& registry, const OpSpec& spec, const Specs&
                 "declare: more names than the function has parameters");
 
   OpDecl d;
+  pending_same_view().clear();
   d.name = spec.name;
   d.module = spec.module;
   d.summary = spec.summary ? spec.summary : "";
@@ -740,6 +759,13 @@ const OpDecl& declare_key(OpRegistry& registry, const OpSpec& spec, const Specs&
     if constexpr (has_options) {
       for_each_field<std::tuple_element_t<n_named, Args>>(
           [&](const auto& fld) { plan->field_param.push_back(stored.param_index(fld.name)); });
+    }
+    for (const auto& [w, in] : pending_same_view()) {
+      const int wi = stored.param_index(w), ii = stored.param_index(in);
+      FLASHINFER_CHECK(wi >= 0 && ii >= 0 && stored.params[static_cast<std::size_t>(wi)].mutated,
+                       "declare", w, "op '", stored.name,
+                       "': same_view_as() needs a written parameter and an existing input");
+      plan->same_view.emplace_back(wi, ii);
     }
     DeclSlot<Key>::plan.store(plan, std::memory_order_release);
   }
@@ -815,7 +841,7 @@ void check_call_writes(const WritePlan& plan, const A&... args) {
   CallTensors tensors;
   int param = 0;
   (collect_tensors(args, param++, tensors, plan), ...);
-  check_written_tensors(*plan.decl, tensors.data(), tensors.size());
+  check_written_tensors(plan, tensors.data(), tensors.size());
 }
 
 template <class Key, class Fn, class... A>

@@ -18,7 +18,21 @@ std::string arg_name(const OpDecl& decl, const CallTensor& c) {
 
 }  // namespace
 
-void check_written_tensors(const OpDecl& decl, const CallTensor* tensors, std::size_t n) {
+void check_written_tensors(const WritePlan& plan, const CallTensor* tensors, std::size_t n) {
+  const OpDecl& decl = *plan.decl;
+  // Written tensor i is exactly input j, where the declaration allows that (same_view_as).
+  auto allowed_same_view = [&](std::size_t i, std::size_t j) {
+    const Tensor& a = *tensors[i].tensor;
+    const Tensor& b = *tensors[j].tensor;
+    for (const auto& [w, in] : plan.same_view) {
+      if (w == tensors[i].param && in == tensors[j].param && a.data_ptr() == b.data_ptr() &&
+          a.shape() == b.shape() && a.strides() == b.strides() && a.dtype() == b.dtype() &&
+          a.device() == b.device()) {
+        return true;
+      }
+    }
+    return false;
+  };
   auto written = [&](std::size_t i) {
     return decl.params[static_cast<std::size_t>(tensors[i].param)].mutated;
   };
@@ -33,7 +47,7 @@ void check_written_tensors(const OpDecl& decl, const CallTensor* tensors, std::s
     for (std::size_t j = 0; j < n; ++j) {
       // Two written tensors are compared once, and the error names the later one.
       if (j == i || (j > i && written(j))) continue;
-      if (!views_overlap(w, *tensors[j].tensor)) continue;
+      if (!views_overlap(w, *tensors[j].tensor) || allowed_same_view(i, j)) continue;
       FLASHINFER_FAIL(ErrorCode::kInvalidArgument, decl.name, arg_name(decl, tensors[i]),
                       "is written and must not overlap ", written(j) ? "the written " : "",
                       "argument '", arg_name(decl, tensors[j]), "' in memory (", w.describe(),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <utility>
 
 namespace flashinfer::detail {
 
@@ -51,8 +52,16 @@ Layout layout_of(const Tensor& t) {
     l.run = span;
     return l;
   }
-  std::stable_sort(dims.begin(), dims.begin() + nd,
-                   [](const auto& x, const auto& y) { return x.first > y.first; });
+  // Insertion sort, strides descending: a handful of dimensions, and no allocation (this runs
+  // on every call of an op that writes).
+  for (int i = 1; i < nd; ++i) {
+    const auto d = dims[static_cast<std::size_t>(i)];
+    int j = i;
+    for (; j > 0 && dims[static_cast<std::size_t>(j - 1)].first < d.first; --j) {
+      dims[static_cast<std::size_t>(j)] = dims[static_cast<std::size_t>(j - 1)];
+    }
+    dims[static_cast<std::size_t>(j)] = d;
+  }
   // Innermost dimensions that continue the contiguous run join it.
   while (nd > 0 && dims[static_cast<std::size_t>(nd - 1)].first == l.run) {
     l.run *= dims[static_cast<std::size_t>(nd - 1)].second;
@@ -126,10 +135,29 @@ struct Walk {
   }
 };
 
+// [first, last] byte addresses of a non-empty view (strides are non-negative); false if empty.
+bool byte_span(const Tensor& t, int64_t& first, int64_t& last) {
+  int64_t reach = 0;
+  const Shape& shape = t.shape();
+  const Shape& strides = t.strides();
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return false;
+    reach += (shape[d] - 1) * strides[d];
+  }
+  const auto es = static_cast<int64_t>(t.element_size());
+  first = static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data_ptr()));
+  last = first + reach * es + es - 1;
+  return true;
+}
+
 }  // namespace
 
 bool views_overlap(const Tensor& a, const Tensor& b) {
-  if (!a.defined() || !b.defined() || a.numel() == 0 || b.numel() == 0) return false;
+  if (!a.defined() || !b.defined()) return false;
+  int64_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+  if (!byte_span(a, a0, a1) || !byte_span(b, b0, b1)) return false;
+  // Disjoint spans (the common case) need nothing more.
+  if (a1 < b0 || b1 < a0) return false;
   if (a.device() != b.device()) return false;
   const Layout la = layout_of(a), lb = layout_of(b);
   Walk w{la, lb};
@@ -137,8 +165,10 @@ bool views_overlap(const Tensor& a, const Tensor& b) {
 }
 
 int64_t broadcast_dim(const Tensor& t) {
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.size(d) > 1 && t.stride(d) == 0) return d;
+  const Shape& shape = t.shape();
+  const Shape& strides = t.strides();
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] > 1 && strides[d] == 0) return static_cast<int64_t>(d);
   }
   return -1;
 }

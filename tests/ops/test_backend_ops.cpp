@@ -1053,7 +1053,11 @@ TEST(WrittenArguments, EveryOpRefusesAliasedAndBroadcastWrites) {
         const std::size_t oes = ot.element_size();
         // Wholly (both spans at byte 0), and by one element (o's first element starts inside
         // w's last one, the last of its span).
-        for (const std::size_t at : {std::size_t{0}, (wbytes - 1) / oes * oes}) {
+        // Two tensors of one layout at one address are one view, which a declaration may allow
+        // (same_view_as: rmsnorm's out = input): o then starts one element later instead.
+        const bool one_layout =
+            wt.shape() == ot.shape() && wt.strides() == ot.strides() && wt.dtype() == ot.dtype();
+        for (const std::size_t at : {one_layout ? oes : std::size_t{0}, (wbytes - 1) / oes * oes}) {
           auto st = Storage::allocate(std::max(wbytes, at + obytes), Device::cpu());
           std::vector<Value> a = args;
           set_slot(a, w, view_at(st, wt, 0));
