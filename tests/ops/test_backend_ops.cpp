@@ -40,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <set>
 #include <span>
 #include <sstream>
@@ -1092,6 +1093,52 @@ TEST(WrittenArguments, EveryOpRefusesAliasedAndBroadcastWrites) {
                                 << join(untested);
   EXPECT_GE(ops_checked, 10u);
   if (verbose()) std::printf("  %zu ops, %zu (written, other) pairs\n", ops_checked, pairs_checked);
+}
+
+// The overlap rule against brute force: random views (1-3 dimensions, sizes 1-5, strides 0-23,
+// three element sizes) of one small buffer, compared with the intersection of their byte sets.
+TEST(WrittenArguments, OverlapMatchesBruteForce) {
+  std::mt19937_64 rng(16);
+  auto st = Storage::allocate(2048, Device::cpu());
+  const DType dtypes[] = {DType::kUInt8, DType::kFloat16, DType::kFloat32};
+  int pairs = 0, overlapping = 0;
+  auto random_view = [&]() -> Tensor {
+    const DType d = dtypes[rng() % 3];
+    const auto es = static_cast<int64_t>(dtype_size(d));
+    const std::size_t nd = 1 + rng() % 3;
+    Shape shape(nd), strides(nd);
+    for (std::size_t k = 0; k < nd; ++k) {
+      shape[k] = 1 + static_cast<int64_t>(rng() % 5);
+      strides[k] = rng() % 4 == 0 ? 0 : static_cast<int64_t>(rng() % 24);
+    }
+    const auto [b, e] = detail::covered_span(shape, strides, 0);
+    const int64_t room = 2048 / es - (e - b);
+    if (room <= 0) return {};
+    return Tensor::from_storage(st, shape, strides,
+                                static_cast<int64_t>(rng() % std::min<uint64_t>(room, 48)), d);
+  };
+  auto bytes = [](const Tensor& t) {
+    std::set<int64_t> s;
+    const auto es = static_cast<int64_t>(t.element_size());
+    detail::for_each_offset(t.shape(), t.strides(), t.storage_offset(), [&](int64_t o) {
+      for (int64_t k = 0; k < es; ++k) s.insert(o * es + k);
+    });
+    return s;
+  };
+  while (pairs < 4000) {
+    const Tensor a = random_view(), b = random_view();
+    if (!a.defined() || !b.defined()) continue;
+    const std::set<int64_t> sa = bytes(a), sb = bytes(b);
+    bool want = false;
+    for (int64_t x : sb) want = want || sa.count(x) != 0;
+    ASSERT_EQ(detail::views_overlap(a, b), want)
+        << a.describe() << " at " << a.storage_offset() << ", " << b.describe() << " at "
+        << b.storage_offset();
+    ++pairs;
+    overlapping += want ? 1 : 0;
+  }
+  EXPECT_GT(overlapping, 400);  // both answers are exercised
+  EXPECT_LT(overlapping, 3600);
 }
 
 // The overlap rule itself on layouts the op checks meet: packed q/k/v slices, the K and V halves of
