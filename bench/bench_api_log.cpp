@@ -3,7 +3,8 @@
 //   BM_KernelDirect        the kernel with prebuilt parameters: no gate, no checks;
 //   BM_GatedKernel/<lvl>   the same kernel through call_api with rmsnorm's declaration, so the
 //                          difference to BM_KernelDirect is the cost of the gate and the logger;
-//   BM_RmsnormPublic/<lvl> the public rmsnorm() (argument checks + gate + kernel).
+//   BM_RmsnormPublic/<lvl> the public rmsnorm() (argument checks + gate + kernel);
+//   BM_WrittenArgumentCheck the gate's aliasing check of out= alone.
 // Usage: build/bin/bench_api_log [--benchmark_filter=...]; the log goes to $TMPDIR or /tmp.
 #include <benchmark/benchmark.h>
 
@@ -15,6 +16,7 @@
 
 #include "flashinfer/api_log.h"
 #include "flashinfer/flashinfer.h"
+#include "flashinfer/op_typed.h"
 #include "kernels/cpu/norm_cpu.h"
 
 namespace {
@@ -113,5 +115,23 @@ void BM_RmsnormPublic(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_RmsnormPublic)->Arg(0)->Arg(1)->Arg(3)->Arg(5);
+
+// The gate's written-argument check alone (op_typed.h), as every rmsnorm call with out= runs it:
+// gathering the tensor arguments and comparing out with input and weight. Arg: 0 without out=
+// (nothing written), 1 with.
+void BM_WrittenArgumentCheck(benchmark::State& state) {
+  Setup& s = setup();
+  rmsnorm_decl();
+  const detail::WritePlan& plan =
+      *detail::DeclSlot<detail::FnKey<&flashinfer::rmsnorm>>::plan.load();
+  const double eps = 1e-6;
+  const std::optional<Tensor> out = state.range(0) ? std::optional<Tensor>(s.out) : std::nullopt;
+  const std::optional<bool> pdl;
+  for (auto _ : state) {
+    detail::check_call_writes(plan, s.x, s.w, eps, out, pdl);
+    benchmark::ClobberMemory();
+  }
+}
+BENCHMARK(BM_WrittenArgumentCheck)->Arg(0)->Arg(1);
 
 }  // namespace

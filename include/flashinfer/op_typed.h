@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -231,6 +232,7 @@ struct Arg {
   ParamKind kind = ParamKind::kAny;
   bool kind_set = false;
   bool no_default = false;
+  const char* in_place_of = nullptr;  // see same_view_as()
 
   constexpr Arg mut() const {
     Arg a = *this;
@@ -247,6 +249,14 @@ struct Arg {
   constexpr Arg required() const {
     Arg a = *this;
     a.no_default = true;
+    return a;
+  }
+  /// A written parameter that may be exactly the input `input` (the same view: address, shape,
+  /// strides and dtype), for an op whose upstream use writes its result over its input. Any
+  /// other overlap with `input` is still refused. Each use says why in a comment.
+  constexpr Arg same_view_as(const char* input) const {
+    Arg a = *this;
+    a.in_place_of = input;
     return a;
   }
   constexpr Arg type(const char* t) const {
@@ -389,10 +399,68 @@ struct KeyOf<FnKey<Fn>> : OpInfo<Fn> {};
 template <class C, class... A>
 struct KeyOf<Init<C, A...>> : InitInfo<C, A...> {};
 
+// ---- The written-argument check (every call) ---------------------------------------------------
+//
+// An op that writes into a tensor argument (declared .mut(): out=, in-place tensors) would give a
+// result that depends on the kernel's schedule if that tensor shared memory with another tensor
+// argument, or repeated an element through a zero stride. The gate refuses such calls before the
+// op runs, for every op from its declaration alone (no per-op code). It costs one load and a
+// branch for ops that write nothing; for the others, one pass over their tensor arguments.
+
+/// One tensor of a live call.
+struct CallTensor {
+  const Tensor* tensor;
+  int param;  // index into OpDecl::params
+  int item;   // position inside a pair or list argument; -1: the argument itself
+};
+
+/// Throws flashinfer::Error naming the op, the written argument and the other one when a written
+/// tensor (its parameter marked mutated) overlaps another of `tensors` in memory or has stride 0
+/// on a dimension of size > 1. Overlap is exact memory overlap (src/core/view_overlap.h).
+struct WritePlan;
+void check_written_tensors(const WritePlan& plan, const CallTensor* tensors, std::size_t n);
+
+/// What the gate reads from a declaration on every call.
+struct WritePlan {
+  const OpDecl* decl = nullptr;
+  bool any_written = false;      // some parameter is marked mutated
+  std::vector<int> field_param;  // options-struct field k: its parameter index, -1 if not taken
+  std::vector<std::pair<int, int>> same_view;  // (written, input) that may be one view
+};
+
 /// The registered declaration of each op key (set when the op is declared).
 template <class Key>
 struct DeclSlot {
   static inline const OpDecl* decl = nullptr;
+  static inline std::atomic<const WritePlan*> plan{nullptr};
+};
+
+/// The plan of an op that is called but not declared: nothing known to be written.
+inline const WritePlan kUndeclaredWritePlan{};
+
+// The tensors of one call argument: a Tensor, an optional or a vector of them, a type with
+// for_each_tensor(f) (f(tensor, item); PagedKVCache), or an options struct's tensor fields.
+class CallTensors {
+ public:
+  void add(const Tensor& t, int param, int item) {
+    if (!t.defined()) return;
+    const CallTensor c{&t, param, item};
+    if (n_ < kInline) {
+      inline_[n_++] = c;
+      return;
+    }
+    if (more_.empty()) more_.assign(inline_, inline_ + kInline);
+    more_.push_back(c);
+    ++n_;
+  }
+  const CallTensor* data() const { return more_.empty() ? inline_ : more_.data(); }
+  std::size_t size() const { return n_; }
+
+ private:
+  static constexpr std::size_t kInline = 16;
+  CallTensor inline_[kInline];  // NOLINT: uninitialized on purpose (filled before read)
+  std::size_t n_ = 0;
+  std::vector<CallTensor> more_;
 };
 
 template <class Args>
@@ -430,8 +498,15 @@ ParamDecl param_decl_for(const std::string& name) {
   return p;
 }
 
+// The same_view_as() marks of a declaration's named parameters, as (written, input) names.
+inline std::vector<std::pair<std::string, std::string>>& pending_same_view() {
+  thread_local std::vector<std::pair<std::string, std::string>> v;
+  return v;
+}
+
 template <class T, class D>
 void apply_arg(ParamDecl& p, const Arg<D>& a) {
+  if (a.in_place_of) pending_same_view().emplace_back(a.name, a.in_place_of);
   if constexpr (!std::is_void_v<D>) {
     static_assert(std::is_constructible_v<T, D> ||
                       (std::is_same_v<T, DType> || std::is_same_v<T, std::optional<DType>>),
@@ -631,6 +706,7 @@ const OpDecl& declare_key(OpRegistry& registry, const OpSpec& spec, const Specs&
                 "declare: more names than the function has parameters");
 
   OpDecl d;
+  pending_same_view().clear();
   d.name = spec.name;
   d.module = spec.module;
   d.summary = spec.summary ? spec.summary : "";
@@ -690,7 +766,24 @@ const OpDecl& declare_key(OpRegistry& registry, const OpSpec& spec, const Specs&
   (std::make_index_sequence<n_named>{});
   d.invoke = [](const CallArgs& a) -> Value { return Invoker<Key>::run(a); };
   const OpDecl& stored = registry.add(std::move(d));
-  if (!DeclSlot<Key>::decl) DeclSlot<Key>::decl = &stored;
+  if (!DeclSlot<Key>::decl) {
+    DeclSlot<Key>::decl = &stored;
+    auto* plan = new WritePlan();  // one per op, for the life of the process
+    plan->decl = &stored;
+    for (const ParamDecl& p : stored.params) plan->any_written = plan->any_written || p.mutated;
+    if constexpr (has_options) {
+      for_each_field<std::tuple_element_t<n_named, Args>>(
+          [&](const auto& fld) { plan->field_param.push_back(stored.param_index(fld.name)); });
+    }
+    for (const auto& [w, in] : pending_same_view()) {
+      const int wi = stored.param_index(w), ii = stored.param_index(in);
+      FLASHINFER_CHECK(wi >= 0 && ii >= 0 && stored.params[static_cast<std::size_t>(wi)].mutated,
+                       "declare", w, "op '", stored.name,
+                       "': same_view_as() needs a written parameter and an existing input");
+      plan->same_view.emplace_back(wi, ii);
+    }
+    DeclSlot<Key>::plan.store(plan, std::memory_order_release);
+  }
   return stored;
 }
 
@@ -727,14 +820,62 @@ constexpr bool gate_args_match() {
   }
 }
 
+// The write plan of Key, building the registry on the first call of a built-in op.
+template <class Key>
+[[gnu::noinline, gnu::cold]] const WritePlan* resolve_write_plan() {
+  OpRegistry::global();
+  const WritePlan* plan = DeclSlot<Key>::plan.load(std::memory_order_acquire);
+  return plan ? plan : &kUndeclaredWritePlan;
+}
+
+template <class T>
+void collect_tensors(const T& x, int param, CallTensors& out, const WritePlan& plan) {
+  if constexpr (std::is_same_v<T, Tensor>) {
+    out.add(x, param, -1);
+  } else if constexpr (std::is_same_v<T, std::optional<Tensor>>) {
+    if (x) out.add(*x, param, -1);
+  } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
+    int item = 0;
+    for (const Tensor& t : x) out.add(t, param, item++);
+  } else if constexpr (requires { x.for_each_tensor([](const Tensor&, int) {}); }) {
+    x.for_each_tensor([&](const Tensor& t, int item) { out.add(t, param, item); });
+  } else if constexpr (OptionsStruct<T>) {
+    std::size_t k = 0;
+    for_each_field<T>([&](const auto& fld) {
+      const int p = k < plan.field_param.size() ? plan.field_param[k] : -1;
+      ++k;
+      if constexpr (!OptionsStruct<Plain<decltype(x.*(fld.member))>>) {
+        if (p >= 0) collect_tensors(x.*(fld.member), p, out, plan);
+      }
+    });
+  }
+}
+
+template <class... A>
+void check_call_writes(const WritePlan& plan, const A&... args) {
+  CallTensors tensors;
+  int param = 0;
+  (collect_tensors(args, param++, tensors, plan), ...);
+  check_written_tensors(plan, tensors.data(), tensors.size());
+}
+
 template <class Key, class Fn, class... A>
 inline decltype(auto) call_key(Fn&& fn, const A&... args) {
   static_assert(gate_args_match<Key, A...>(),
                 "call_op: the arguments must be the declared function's parameters, in order");
+  const WritePlan* plan = DeclSlot<Key>::plan.load(std::memory_order_acquire);
+  if (FLASHINFER_UNLIKELY(plan == nullptr)) plan = resolve_write_plan<Key>();
   if (FLASHINFER_LIKELY(!g_call_hooks_active.load(std::memory_order_relaxed))) {
+    if (plan->any_written) check_call_writes(*plan, args...);
     return std::forward<Fn>(fn)();
   }
-  return call_op_observed<Key>(std::forward<Fn>(fn), args...);
+  // Observed, a refused call is reported to the observers like any other failed call.
+  return call_op_observed<Key>(
+      [&]() -> decltype(auto) {
+        if (plan->any_written) check_call_writes(*plan, args...);
+        return std::forward<Fn>(fn)();
+      },
+      args...);
 }
 
 }  // namespace detail

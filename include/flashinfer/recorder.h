@@ -47,6 +47,8 @@ void start(const Config& config);
 void start(const Config& config, LineSink sink);
 /// Stops recording; files already written stay.
 void stop();
+/// Whether a call made now would be recorded: a recorder is running and has not stopped for
+/// good (after a write failure, or at FLASHINFER_DUMP_MAX_COUNT dumps).
 bool active();
 
 /// CUDA graphs (upstream's flush_graph_dumps). A call made while its stream is being captured

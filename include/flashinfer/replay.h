@@ -86,6 +86,8 @@ struct Result {
   /// unwritten_results); `note` names them and says why.
   std::vector<std::string> skipped_outputs;
   bool incomplete = false;  // only line 1 was on record
+  /// Incomplete because writing its outputs failed (not a crash); `note` has the failure.
+  bool write_failed = false;
 };
 
 /// Replays one call directory. Never throws for a bad dump: problems are reported in
@@ -114,6 +116,10 @@ struct MetadataRecord {
   /// Recorded during a CUDA-graph capture and never flushed: no tensor was written (not a
   /// crash; see recorder::flush_graph_dumps()).
   bool graph_pending = false;
+  /// The call returned but writing its outputs failed (execution_status outputs_write_failed):
+  /// not a crash. `write_error` is the recorded failure.
+  bool write_failed = false;
+  std::string write_error;
 };
 MetadataRecord read_metadata(const std::string& path);
 /// The same over the text of a metadata.jsonl (`name` is used in error messages).

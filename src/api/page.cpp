@@ -223,7 +223,13 @@ Tensor get_seq_lens(const Tensor& kv_indptr, const Tensor& kv_last_page_len, int
   std::vector<int32_t> lens(static_cast<std::size_t>(batch));
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t pages = indptr[b + 1] - indptr[b];
-    const int64_t len = std::max<int64_t>(pages - 1, 0) * page_size + last[b];
+    // Checked: a page_size such as 2^62 must not wrap into a small, plausible length.
+    const int64_t full = std::max<int64_t>(pages - 1, 0);
+    int64_t len = 0;
+    FLASHINFER_CHECK(!__builtin_mul_overflow(full, page_size, &len) && len <= INT32_MAX, op,
+                     "page_size", "request ", b, " has ", full, " full pages of ", page_size,
+                     " tokens: its length does not fit in int32");
+    len += last[b];
     FLASHINFER_CHECK(len >= 0 && len <= INT32_MAX, op, "kv_last_page_len", "element ", b,
                      " gives a length outside int32: ", len);
     lens[b] = static_cast<int32_t>(len);

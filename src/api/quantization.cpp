@@ -21,7 +21,15 @@ constexpr const char* kFp8Module = "flashinfer.quantization.fp8_quantization";
 
 using kernels::SfLayoutCode;
 
-SfLayoutCode code_of(SfLayout l) { return static_cast<SfLayoutCode>(static_cast<int>(l)); }
+// An SfLayout made from an out-of-range int (a cast, a hostile record) would size the scale
+// buffer as no layout does: an error naming the argument instead.
+SfLayoutCode code_of(SfLayout l, const char* op, const char* arg) {
+  const int v = static_cast<int>(l);
+  FLASHINFER_CHECK(v >= static_cast<int>(SfLayout::layout_128x4) &&
+                       v <= static_cast<int>(SfLayout::layout_linear),
+                   op, arg, "is not an SfLayout value: ", v);
+  return static_cast<SfLayoutCode>(v);
+}
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -132,7 +140,7 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
     gs = fp32_scalar(*global_scale, x.device(), op,
                      std::string_view(op) == "fp4_quantize" ? "global_scale" : "a_global_sf");
   }
-  const SfLayoutCode code = code_of(layout);
+  const SfLayoutCode code = code_of(layout, op, "sfLayout");
   const int64_t sf_cols = k / sf_vec_size;
   Shape q_shape = rows.column_major ? Shape{m, k / 2} : input.shape();
   if (!rows.column_major) q_shape.back() = k / 2;
@@ -238,11 +246,11 @@ SfLayout sf_layout_from_value(const Value& v) {
 }
 
 int64_t sf_layout_offset(SfLayout layout, int64_t row, int64_t col, int64_t num_sf_cols) {
-  return kernels::sf_offset(code_of(layout), row, col, num_sf_cols);
+  return kernels::sf_offset(code_of(layout, "sf_layout_offset", "layout"), row, col, num_sf_cols);
 }
 
 int64_t sf_layout_size(SfLayout layout, int64_t rows, int64_t num_sf_cols) {
-  return kernels::sf_buffer_size(code_of(layout), rows, num_sf_cols);
+  return kernels::sf_buffer_size(code_of(layout, "sf_layout_size", "layout"), rows, num_sf_cols);
 }
 
 // ---- public ops --------------------------------------------------------------------------------
@@ -314,7 +322,7 @@ Tensor mxfp4_dequantize(const Tensor& a_fp4, const Tensor& a_sf, SfLayout sfLayo
         const int64_t m = data.size(0), k = data.size(1) * 2;
         FLASHINFER_CHECK(k % 32 == 0, op, "a_fp4", "K = ", k,
                          " is not a multiple of the MXFP4 block size 32");
-        const SfLayoutCode layout = code_of(sfLayout);
+        const SfLayoutCode layout = code_of(sfLayout, op, "sfLayout");
         const Tensor sf = check_scales(a_sf, kernels::sf_buffer_size(layout, m, k / 32), op, "a_sf",
                                        layout_desc(layout));
         return dequantize_impl(op, "a_fp4", data, k, true, sf, true, 32, layout, 1.0f);
@@ -415,7 +423,7 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
         // Upstream's host kernel returns the e4m3 bits as uint8; its CUDA kernel as fp8.
         Tensor q = Tensor::empty(input.shape(), on_cpu ? DType::kUInt8 : DType::kFloat8E4M3FN,
                                  input.device());
-        const SfLayoutCode code = code_of(layout);
+        const SfLayoutCode code = code_of(layout, op, "sf_swizzle_layout");
         const int64_t sf_size = kernels::sf_buffer_size(code, m, k / 32);
         Tensor sf = Tensor::empty({sf_size}, DType::kUInt8, input.device());
         const auto p = api::quantize_params<kernels::Mxfp8QuantizeParams>(x, q, sf, code);
@@ -443,7 +451,7 @@ Tensor mxfp8_dequantize_host(const Tensor& input, const Tensor& scale_tensor,
         const int64_t m = input.size(0), k = input.size(1);
         FLASHINFER_CHECK(k % 32 == 0, op, "input", "K = ", k,
                          " is not a multiple of the MXFP8 block size 32");
-        const SfLayoutCode code = code_of(layout);
+        const SfLayoutCode code = code_of(layout, op, "sf_swizzle_layout");
         const Tensor data = host_bytes(input);
         const Tensor sf = check_scales(scale_tensor, kernels::sf_buffer_size(code, m, k / 32), op,
                                        "scale_tensor", layout_desc(code));

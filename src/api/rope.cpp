@@ -233,9 +233,6 @@ std::pair<Tensor, Tensor> rope_common(const char* op, const Tensor& q, const Ten
                                       bool inplace, Positions pos, int64_t rotary_dim,
                                       bool interleave, const Angles& ang) {
   if (inplace) {
-    api::check_writable(q, op, "q");
-    api::check_writable(k, op, "k");
-    api::check_no_overlap(k, q, op, "k", "q");
     run_rope(op, q, k, q, k, true, pos, rotary_dim, interleave, ang);
     return {q, k};
   }
@@ -314,9 +311,6 @@ std::pair<Tensor, Tensor> cos_sin_impl(const char* op, bool inplace, const Tenso
   Positions pos;
   pos.pos = positions;
   if (inplace) {
-    api::check_writable(q3, op, "query");
-    api::check_writable(k3, op, "key");
-    api::check_no_overlap(key, query, op, "key", "query");
     run_rope(op, q3, k3, q3, k3, true, pos, rotary_dim, !is_neox, ang);
     return {query, key};
   }

@@ -80,7 +80,19 @@ void append_tensor_stats(std::string& out, const Tensor& t, std::string_view pre
     const bool floating = dtype_is_floating(t.dtype());
     const bool integral = dtype_is_integral(t.dtype());
     if ((!floating && !integral) || t.numel() == 0) return;  // bool, fp4: no statistics
-    const kernels::TensorStatsParams p = stats_params(t);
+    // A dimension of stride 0 repeats every element of the rest the same number of times: the
+    // statistics of the view without it are the same, with the counts scaled. So a broadcast
+    // view costs what its storage does ({1, 2^34} of one element: one element), not numel.
+    Shape distinct = t.shape();
+    int64_t repeat = 1;
+    for (std::size_t d = 0; d < distinct.size(); ++d) {
+      if (t.strides()[d] == 0 && distinct[d] > 1) {
+        repeat *= distinct[d];  // divides numel, which fits in int64
+        distinct[d] = 1;
+      }
+    }
+    const Tensor v = repeat == 1 ? t : t.as_strided(distinct, t.strides(), t.storage_offset());
+    const kernels::TensorStatsParams p = stats_params(v);
     kernels::TensorStats s;
     if (t.device().is_cpu()) {
       s = kernels::cpu::tensor_stats(p);
@@ -91,7 +103,9 @@ void append_tensor_stats(std::string& out, const Tensor& t, std::string_view pre
       throw std::runtime_error("CUDA tensor in a build without the CUDA backend");
 #endif
     }
-    const double n = static_cast<double>(s.count);
+    s.nan_count *= repeat;
+    s.inf_count *= repeat;
+    const double n = static_cast<double>(s.count);  // of the distinct view: the mean is the same
     if (floating) {
       // torch semantics on .float(): NaN propagates into min, max and mean.
       const bool nan = s.nan_count > 0;

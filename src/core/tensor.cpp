@@ -511,6 +511,33 @@ Tensor& Tensor::fill_(double value) {
     Tensor h = full(shape_, value, dtype_, Device::cpu());
     return copy_(h);
   }
+  // As torch: a value an integer dtype cannot hold (NaN, +-inf, out of range) is an error, not
+  // a silent 0 or a saturated bound; fp4 has no NaN to store.
+  if (dtype_is_integral(dtype_)) {
+    const double t = std::trunc(value);
+    double lo = 0, hi = 0;  // hi: one past the largest value
+    switch (dtype_) {
+      case DType::kInt8:
+        lo = -128.0, hi = 128.0;
+        break;
+      case DType::kUInt8:
+        lo = 0.0, hi = 256.0;
+        break;
+      case DType::kInt16:
+        lo = -32768.0, hi = 32768.0;
+        break;
+      case DType::kInt32:
+        lo = -2147483648.0, hi = 2147483648.0;
+        break;
+      default:
+        lo = -9223372036854775808.0, hi = 9223372036854775808.0;
+        break;
+    }
+    FLASHINFER_CHECK(std::isfinite(value) && t >= lo && t < hi, "Tensor.fill_", "value", value,
+                     " cannot be converted to ", dtype_torch_name(dtype_), " without overflow");
+  }
+  FLASHINFER_CHECK(!(dtype_ == DType::kFloat4E2M1FNx2 && std::isnan(value)), "Tensor.fill_",
+                   "value", "torch.float4_e2m1fn_x2 has no NaN");
   uint8_t elem[8];
   detail::encode_element(dtype_, value, elem);
   const std::size_t es = element_size();
@@ -556,6 +583,9 @@ Tensor& Tensor::uniform_(uint64_t seed, double low, double high) {
 
 Tensor& Tensor::normal_(uint64_t seed, double mean, double stddev) {
   FLASHINFER_CHECK(defined(), "Tensor.normal_", "self", "undefined tensor");
+  // As torch: normal values truncated to integers would be mostly 0, silently.
+  FLASHINFER_CHECK(dtype_is_floating(dtype_) || dtype_ == DType::kFloat4E2M1FNx2, "Tensor.normal_",
+                   "self", "normal_ needs a floating dtype, got ", dtype_torch_name(dtype_));
   // Box-Muller over pairs of uniforms; element i uses pair i/2.
   fill_generated(*this, [&](uint64_t i) {
     const uint64_t pair = i / 2;

@@ -107,6 +107,11 @@ inline constexpr std::string_view kTypeDict = "dict";
 inline constexpr std::string_view kStatusInputsSaved = "inputs_saved";
 inline constexpr std::string_view kStatusCompleted = "completed";
 inline constexpr std::string_view kStatusGraphPending = "graph_capture_pending_flush";
+// Not upstream's: the call returned but writing its outputs failed (a full disk); the record
+// then carries kWriteError, the failure's text. Upstream leaves such a call at inputs_saved,
+// which reads as a crash inside the call.
+inline constexpr std::string_view kStatusOutputsWriteFailed = "outputs_write_failed";
+inline constexpr std::string_view kWriteError = "write_error";
 inline constexpr std::string_view kFormatTorch = "torch";
 inline constexpr std::string_view kFormatSafetensors = "safetensors";
 

@@ -23,6 +23,7 @@
 #include "recorder/dump_schema.h"
 #include "recorder/dump_writer.h"
 #include "recorder/graph_dumps.h"
+#include "recorder/python_json.h"
 #include "recorder/record_json.h"
 #include "recorder/recorder_internal.h"
 #include "recorder/ring.h"
@@ -159,6 +160,12 @@ class Recorder final : public CallObserver {
   bool wants(const OpDecl& decl) override { return filter_.passes(decl.name); }
 
   Stats stats() { return writer_.stats(); }
+  // Whether a call now would still be recorded: a write failure or the count limit ends the
+  // recording for good (the size limit only skips calls too large for what is left).
+  bool recording() {
+    const Stats s = writer_.stats();
+    return !s.failed && s.dumps < writer_.config().max_count;
+  }
   int flush_graph(const char* why, bool synchronize) {
     return graph_.flush(writer_, why, synchronize);
   }
@@ -278,6 +285,23 @@ void Recorder::on_call_end(const OpDecl& decl, std::span<const Value> args, cons
     writer_.log("Outputs dumped to: " + p.dir);
   } catch (const std::exception& e) {
     writer_.fail_once(std::string("dumping the outputs of ") + decl.name + ": " + e.what());
+    // Left at inputs_saved, the call would read as one the process died in: say that writing
+    // its outputs failed (a full disk can still take one short line, often). No completed
+    // line was written (its fd is closed once it is).
+    if (p.metadata.fd >= 0) {
+      try {
+        std::string what;
+        append_json_string(what, e.what());
+        std::string extra;
+        internal::append_member(extra, schema::kWriteError, what);
+        const std::string line =
+            internal::record_line(*p.rec, internal::inputs_outcome(*p.rec),
+                                  schema::kStatusOutputsWriteFailed, p.dir, extra);
+        internal::write_line(p.metadata.fd, p.dir + "/" + std::string(schema::kMetadataFile), line);
+      } catch (const std::exception&) {
+        // Nothing more can be written: show reports the call as incomplete.
+      }
+    }
   }
 }
 
@@ -346,8 +370,12 @@ int clear_graph_dumps() {
 }
 
 bool active() {
-  std::lock_guard<std::mutex> l(g_mu);
-  return g_recorder != nullptr || g_ring != nullptr;
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    if (g_ring != nullptr) return true;  // ring mode records until stopped
+  }
+  auto r = current();
+  return r != nullptr && r->recording();
 }
 
 Stats stats() {

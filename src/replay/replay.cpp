@@ -88,8 +88,14 @@ MetadataRecord parse_metadata(const std::string& text, const std::string& name) 
     }
     rec.graph_pending =
         st != j.end() && st->is_string() && st->get<std::string>() == schema::kStatusGraphPending;
+    rec.write_failed = st != j.end() && st->is_string() &&
+                       st->get<std::string>() == schema::kStatusOutputsWriteFailed;
+    if (rec.write_failed) {
+      const auto w = j.find(schema::kWriteError);
+      rec.write_error = w != j.end() && w->is_string() ? w->get<std::string>() : "";
+    }
   }
-  if (rec.completed) rec.graph_pending = false;
+  if (rec.completed) rec.graph_pending = rec.write_failed = false;
   if (rec.lines == 0) {
     FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "no complete record in ", name);
   }
@@ -311,6 +317,11 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
                       dump_dir);
     }
     r.incomplete = !meta.completed;
+    r.write_failed = meta.write_failed;
+    if (meta.write_failed) {
+      r.note = "the recording process could not write this call's outputs (" + meta.write_error +
+               "): re-run, nothing to compare";
+    }
     const Json rec = Json::parse(meta.json);
     r.function_name = str_at(rec, schema::kFunctionName);
     r.module = str_at(rec, schema::kModule);

@@ -571,6 +571,30 @@ TEST_F(ApiLog, StatisticsReadStridedViewsInPlace) {
       lines({"min=-2.500000", "max=-2.500000", "mean=-2.500000", "nan_count=0", "inf_count=0"}));
 }
 
+// A broadcast view costs its storage, not its logical size: {1, 2^34} over one element would take
+// minutes element by element. Counts scale with the repetition; min, max and mean do not change.
+TEST_F(ApiLog, StatisticsOfBroadcastViewsCostTheirStorage) {
+  api_log::set_level(5);
+  const int64_t big = int64_t{1} << 34;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor one = Tensor::from_vector({-1.5}, {1}, DType::kFloat32);
+  EXPECT_EQ(
+      stats_of(*capture_, one.as_strided({1, big}, {1, 0}, 0)),
+      lines({"min=-1.500000", "max=-1.500000", "mean=-1.500000", "nan_count=0", "inf_count=0"}));
+  // Three values, each repeated 2^33 times (stride 0 in the middle): NaN and Inf counted per copy.
+  Tensor three = Tensor::from_vector({nan, inf, 2.0}, {3}, DType::kBFloat16);
+  EXPECT_EQ(
+      stats_of(*capture_, three.as_strided({3, big / 2}, {1, 0}, 0)),
+      lines({"min=nan", "max=nan", "mean=nan", "nan_count=8589934592", "inf_count=8589934592"}));
+  Tensor finite = Tensor::from_vector({1.0, 4.0}, {2}, DType::kFloat16);
+  EXPECT_EQ(stats_of(*capture_, finite.as_strided({big / 4, 2, 2}, {0, 1, 0}, 0)),
+            lines({"min=1.000000", "max=4.000000", "mean=2.500000", "nan_count=0", "inf_count=0"}));
+  Tensor ints = Tensor::from_vector({-3, 9}, {2}, DType::kInt32);
+  EXPECT_EQ(stats_of(*capture_, ints.as_strided({2, big}, {1, 0}, 0)),
+            lines({"min=-3", "max=9", "mean=3.000000"}));
+}
+
 // Long contiguous tensors take the lane-split loop; the text must not depend on the layout.
 TEST_F(ApiLog, StatisticsLongTensorsAnyLayout) {
   api_log::set_level(5);

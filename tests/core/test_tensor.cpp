@@ -222,6 +222,40 @@ TEST(Tensor, FillAndCasts) {
   EXPECT_THROW(t.item(), Error);
 }
 
+// Values a dtype cannot hold are errors, as torch's: NaN is NaN in every floating dtype that has
+// one, and never a silent 0 in an integer tensor; normal_ wants a floating dtype.
+TEST(Tensor, FillWithUnrepresentableValuesAndNormalOnIntegers) {
+  const double nan = std::nan(""), inf = INFINITY;
+  for (DType d : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                  DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+    EXPECT_TRUE(std::isnan(Tensor::full({2}, nan, d).to_double_vector()[1])) << dtype_name(d);
+  }
+  for (DType d : {DType::kInt8, DType::kUInt8, DType::kInt16, DType::kInt32, DType::kInt64}) {
+    for (double v : {nan, inf, -inf}) {
+      try {
+        Tensor::full({2}, v, d);
+        ADD_FAILURE() << dtype_name(d) << " took " << v;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.arg(), "value") << e.what();
+      }
+    }
+    EXPECT_THROW(Tensor::zeros({2}, d).normal_(1), Error) << dtype_name(d);
+  }
+  EXPECT_THROW(Tensor::full({1}, 128, DType::kInt8), Error);
+  EXPECT_THROW(Tensor::full({1}, -1, DType::kUInt8), Error);
+  EXPECT_THROW(Tensor::full({1}, 2147483648.0, DType::kInt32), Error);
+  EXPECT_THROW(Tensor::full({1}, 9223372036854775808.0, DType::kInt64), Error);
+  EXPECT_THROW(Tensor::full({1}, nan, DType::kFloat4E2M1FNx2), Error);
+  // The range's ends, and fractions truncated toward zero as torch does.
+  EXPECT_EQ(Tensor::full({1}, 127.9, DType::kInt8).item(), 127.0);
+  EXPECT_EQ(Tensor::full({1}, -128.0, DType::kInt8).item(), -128.0);
+  EXPECT_EQ(Tensor::full({1}, -0.5, DType::kUInt8).item(), 0.0);
+  EXPECT_EQ(Tensor::full({1}, -2147483648.0, DType::kInt32).item(), -2147483648.0);
+  EXPECT_EQ(Tensor::full({1}, -9223372036854775808.0, DType::kInt64).item(),
+            -9223372036854775808.0);
+  EXPECT_THROW(Tensor::zeros({2}, DType::kBool).normal_(1), Error);
+}
+
 TEST(Tensor, SeededRandomFillIsReproducible) {
   Tensor a = Tensor::empty({64, 33}, DType::kFloat32);
   Tensor b = Tensor::empty({64, 33}, DType::kFloat32);

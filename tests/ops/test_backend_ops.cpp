@@ -40,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <set>
 #include <span>
 #include <sstream>
@@ -49,6 +50,7 @@
 
 #include "api/bench_support.h"
 #include "core/strided.h"
+#include "core/view_overlap.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/bench.h"
 #include "flashinfer/flashinfer.h"
@@ -915,6 +917,278 @@ TEST(BackendOpsCoverage, ComparisonRules) {
   EXPECT_FALSE(compare_tensor("x", t({1.25}, DType::kFloat8E4M3FN), t({1.0}, DType::kFloat8E4M3FN),
                               std::nullopt)
                    .ok);
+}
+
+// ---- written arguments: the gate's aliasing check, for every declared op -------------------
+//
+// For every registered op with a parameter marked mutated (a new op is covered as soon as it is
+// declared and has a case), from the valid call its case makes (output parameters the case left
+// None given as tensors like the result they receive): each written tensor is made to share
+// memory with each other tensor argument (wholly, and by one byte at its end) and must be refused
+// with an Error naming both; placed right next to it instead (same values), the call must succeed;
+// and the written tensor as a broadcast view (stride 0) must be refused naming it.
+
+// A tensor argument: parameter index and position inside a tuple argument (-1: the argument).
+struct Slot {
+  std::size_t param;
+  int item;
+};
+
+std::string slot_name(const OpDecl& decl, const Slot& s) {
+  return decl.params[s.param].name + (s.item >= 0 ? "[" + std::to_string(s.item) + "]" : "");
+}
+
+const Tensor& slot_tensor(const std::vector<Value>& args, const Slot& s) {
+  const Value& v = args[s.param];
+  return s.item < 0 ? v.as_tensor() : v.items()[static_cast<std::size_t>(s.item)].as_tensor();
+}
+
+void set_slot(std::vector<Value>& args, const Slot& s, const Tensor& t) {
+  if (s.item < 0) {
+    args[s.param] = Value(t);
+    return;
+  }
+  Value::Items items = args[s.param].items();
+  items[static_cast<std::size_t>(s.item)] = Value(t);
+  args[s.param] = args[s.param].kind() == Value::Kind::kTuple ? Value::tuple(std::move(items))
+                                                              : Value::list(std::move(items));
+}
+
+// The bytes `t`'s strides cover, first to last element.
+std::size_t span_bytes(const Tensor& t) {
+  const auto [begin, end] = detail::covered_span(t.shape(), t.strides(), t.storage_offset());
+  return static_cast<std::size_t>(end - begin) * t.element_size();
+}
+
+// A view of `like`'s shape, strides and dtype whose span starts at byte `offset` of `storage`
+// (layouts an op requires, such as a transposed GEMM operand, are kept).
+Tensor view_at(const std::shared_ptr<Storage>& storage, const Tensor& like, std::size_t offset) {
+  const auto [begin, end] =
+      detail::covered_span(like.shape(), like.strides(), like.storage_offset());
+  return Tensor::from_storage(
+      storage, like.shape(), like.strides(),
+      static_cast<int64_t>(offset / like.element_size()) + like.storage_offset() - begin,
+      like.dtype());
+}
+
+std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
+
+// The error of invoking `args`, or "" when the call succeeds.
+std::optional<Error> invoke_error(const OpDecl& decl, const std::vector<Value>& args) {
+  try {
+    invoke(decl, args, kReference.tier);
+  } catch (const Error& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+TEST(WrittenArguments, EveryOpRefusesAliasedAndBroadcastWrites) {
+  std::size_t ops_checked = 0, pairs_checked = 0;
+  std::vector<std::string> untested;
+  for (const OpDecl* decl : OpRegistry::global().ops()) {
+    std::vector<std::size_t> written_params;
+    for (std::size_t i = 0; i < decl->params.size(); ++i) {
+      if (decl->params[i].mutated) written_params.push_back(i);
+    }
+    if (written_params.empty()) continue;
+    SCOPED_TRACE(decl->name);
+    ASSERT_NE(hook_of(decl->name), nullptr)
+        << decl->name << " writes a tensor argument but has no case to build a valid call from";
+    std::vector<Value> args;
+    Outputs outputs;
+    Prepared p;
+    try {
+      p = prepare(decl->name, small_shape(), kReference);  // p keeps a wrapper's self alive
+      args = p.args;
+      std::vector<Value> copy;
+      for (const Value& v : args) copy.push_back(deep_copy(v));
+      outputs = invoke(*decl, std::move(copy), kReference.tier).outputs;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "building the case failed: " << e.what();
+      continue;
+    }
+    std::vector<std::string> result_names;
+    for (const auto& [n, t] : outputs) result_names.push_back(n);
+    for (std::size_t i : written_params) {
+      if (!args[i].is_none() || decl->params[i].kind != ParamKind::kTensor) continue;
+      if (auto target = output_param_target(*decl, decl->params[i], result_names)) {
+        for (const auto& [n, t] : outputs) {
+          if (n == *target) args[i] = Value(Tensor::zeros(t.shape(), t.dtype()));
+        }
+      }
+    }
+    std::vector<Slot> slots;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      if (args[i].is_tensor()) slots.push_back({i, -1});
+      if (args[i].is_sequence()) {
+        for (std::size_t j = 0; j < args[i].items().size(); ++j) {
+          if (args[i].items()[j].is_tensor()) slots.push_back({i, static_cast<int>(j)});
+        }
+      }
+    }
+    bool any = false;
+    for (const Slot& w : slots) {
+      if (!decl->params[w.param].mutated) continue;
+      const Tensor& wt = slot_tensor(args, w);
+      if (wt.numel() == 0) continue;
+      const std::string wname = slot_name(*decl, w);
+      any = true;
+      // Broadcast: stride 0 on the first dimension of size > 1.
+      for (int64_t d = 0; d < wt.dim(); ++d) {
+        if (wt.size(d) <= 1) continue;
+        Shape strides = contiguous_strides(wt.shape());
+        strides[static_cast<std::size_t>(d)] = 0;
+        std::vector<Value> a = args;
+        set_slot(a, w, Tensor::zeros(wt.shape(), wt.dtype()).as_strided(wt.shape(), strides, 0));
+        const auto e = invoke_error(*decl, a);
+        if (!e) {
+          ADD_FAILURE() << wname << " as a broadcast view was accepted";
+        } else {
+          EXPECT_EQ(e->arg(), wname) << e->what();
+          EXPECT_NE(std::string(e->what()).find("stride 0"), std::string::npos) << e->what();
+        }
+        break;
+      }
+      for (const Slot& o : slots) {
+        if (o.param == w.param && o.item == w.item) continue;
+        const Tensor& ot = slot_tensor(args, o);
+        if (ot.numel() == 0) continue;
+        const std::string oname = slot_name(*decl, o);
+        SCOPED_TRACE(wname + " with " + oname);
+        const std::size_t wbytes = span_bytes(wt), obytes = span_bytes(ot);
+        const std::size_t oes = ot.element_size();
+        // Wholly (both spans at byte 0), and by one element (o's first element starts inside
+        // w's last one, the last of its span).
+        // Two tensors of one layout at one address are one view, which a declaration may allow
+        // (same_view_as: rmsnorm's out = input): o then starts one element later instead.
+        const bool one_layout =
+            wt.shape() == ot.shape() && wt.strides() == ot.strides() && wt.dtype() == ot.dtype();
+        for (const std::size_t at : {one_layout ? oes : std::size_t{0}, (wbytes - 1) / oes * oes}) {
+          auto st = Storage::allocate(std::max(wbytes, at + obytes), Device::cpu());
+          std::vector<Value> a = args;
+          set_slot(a, w, view_at(st, wt, 0));
+          set_slot(a, o, view_at(st, ot, at));
+          const auto e = invoke_error(*decl, a);
+          if (!e) {
+            ADD_FAILURE() << "overlap at byte " << at << " was accepted";
+            continue;
+          }
+          const std::string what = e->what();
+          EXPECT_TRUE(e->arg() == wname || e->arg() == oname) << what;
+          EXPECT_NE(what.find("'" + (e->arg() == wname ? oname : wname) + "'"), std::string::npos)
+              << what;
+          EXPECT_NE(what.find("overlap"), std::string::npos) << what;
+        }
+        // Adjacent, not overlapping, with the valid call's values: accepted.
+        const std::size_t at = round_up(wbytes, std::max(oes, wt.element_size()));
+        auto st = Storage::allocate(at + obytes, Device::cpu());
+        std::vector<Value> a = args;
+        set_slot(a, w, view_at(st, wt, 0).copy_(wt));
+        set_slot(a, o, view_at(st, ot, at).copy_(ot));
+        const auto e = invoke_error(*decl, a);
+        EXPECT_FALSE(e.has_value()) << "adjacent buffers were refused: " << e->what();
+        ++pairs_checked;
+      }
+    }
+    if (!any) untested.push_back(decl->name);
+    ++ops_checked;
+  }
+  EXPECT_TRUE(untested.empty()) << "ops whose written parameters the case leaves None with no "
+                                   "result to model them on:"
+                                << join(untested);
+  EXPECT_GE(ops_checked, 10u);
+  if (verbose()) std::printf("  %zu ops, %zu (written, other) pairs\n", ops_checked, pairs_checked);
+}
+
+// The overlap rule against brute force: random views (1-3 dimensions, sizes 1-5, strides 0-23,
+// three element sizes) of one small buffer, compared with the intersection of their byte sets.
+TEST(WrittenArguments, OverlapMatchesBruteForce) {
+  std::mt19937_64 rng(16);
+  auto st = Storage::allocate(2048, Device::cpu());
+  const DType dtypes[] = {DType::kUInt8, DType::kFloat16, DType::kFloat32};
+  int pairs = 0, overlapping = 0;
+  auto random_view = [&]() -> Tensor {
+    const DType d = dtypes[rng() % 3];
+    const auto es = static_cast<int64_t>(dtype_size(d));
+    const std::size_t nd = 1 + rng() % 3;
+    Shape shape(nd), strides(nd);
+    for (std::size_t k = 0; k < nd; ++k) {
+      shape[k] = 1 + static_cast<int64_t>(rng() % 5);
+      strides[k] = rng() % 4 == 0 ? 0 : static_cast<int64_t>(rng() % 24);
+    }
+    const auto [b, e] = detail::covered_span(shape, strides, 0);
+    const int64_t room = 2048 / es - (e - b);
+    if (room <= 0) return {};
+    return Tensor::from_storage(st, shape, strides,
+                                static_cast<int64_t>(rng() % std::min<uint64_t>(room, 48)), d);
+  };
+  auto bytes = [](const Tensor& t) {
+    std::set<int64_t> s;
+    const auto es = static_cast<int64_t>(t.element_size());
+    detail::for_each_offset(t.shape(), t.strides(), t.storage_offset(), [&](int64_t o) {
+      for (int64_t k = 0; k < es; ++k) s.insert(o * es + k);
+    });
+    return s;
+  };
+  while (pairs < 4000) {
+    const Tensor a = random_view(), b = random_view();
+    if (!a.defined() || !b.defined()) continue;
+    const std::set<int64_t> sa = bytes(a), sb = bytes(b);
+    bool want = false;
+    for (int64_t x : sb) want = want || sa.count(x) != 0;
+    ASSERT_EQ(detail::views_overlap(a, b), want)
+        << a.describe() << " at " << a.storage_offset() << ", " << b.describe() << " at "
+        << b.storage_offset();
+    ++pairs;
+    overlapping += want ? 1 : 0;
+  }
+  EXPECT_GT(overlapping, 400);  // both answers are exercised
+  EXPECT_LT(overlapping, 3600);
+}
+
+// The overlap rule itself on layouts the op checks meet: packed q/k/v slices, the K and V halves of
+// one paged cache, one-element overlaps, and views of one buffer through two storages.
+TEST(WrittenArguments, OverlapIsExactMemoryOverlap) {
+  using detail::views_overlap;
+  Tensor qkv = Tensor::zeros({5, 8 * 3 * 4}, DType::kFloat16);  // [tokens, (q|k|v) heads * dim]
+  const Tensor q = qkv.slice(1, 0, 32).view({5, 8, 4});
+  const Tensor k = qkv.slice(1, 32, 64).view({5, 8, 4});
+  const Tensor v = qkv.slice(1, 64, 96);
+  EXPECT_FALSE(views_overlap(q, k));
+  EXPECT_FALSE(views_overlap(k, v));
+  EXPECT_FALSE(views_overlap(q, v));
+  EXPECT_TRUE(views_overlap(q, qkv.slice(1, 31, 33)));  // one column into q's last
+  EXPECT_FALSE(views_overlap(q, qkv.slice(1, 32, 33)));
+  EXPECT_TRUE(views_overlap(q.select(0, 4), qkv.select(0, 4).slice(0, 0, 1)));
+  EXPECT_FALSE(views_overlap(q.select(0, 3), qkv.select(0, 4)));
+  // One paged cache [pages, 2, page_size, heads, dim]: K and V interleave page by page.
+  Tensor kv = Tensor::zeros({3, 2, 4, 2, 8}, DType::kBFloat16);
+  EXPECT_FALSE(views_overlap(kv.select(1, 0), kv.select(1, 1)));
+  EXPECT_TRUE(views_overlap(kv.select(1, 0), kv.select(1, 1).slice(0, 0, 2).as_strided(
+                                                 {1}, {1}, kv.select(1, 1).storage_offset() - 1)));
+  // Even and odd elements; transposed views; a broadcast read view.
+  Tensor x = Tensor::zeros({16}, DType::kFloat32);
+  EXPECT_FALSE(views_overlap(x.slice(0, 0, 16, 2), x.slice(0, 1, 16, 2)));
+  EXPECT_TRUE(views_overlap(x.slice(0, 0, 16, 2), x.slice(0, 2, 3)));
+  EXPECT_TRUE(views_overlap(x.view({4, 4}).transpose(0, 1), x.slice(0, 15, 16)));
+  EXPECT_FALSE(views_overlap(x.slice(0, 0, 8).view({2, 4}).transpose(0, 1), x.slice(0, 8, 16)));
+  EXPECT_TRUE(views_overlap(x.slice(0, 5, 6).as_strided({4, 3}, {0, 0}, 5), x.slice(0, 5, 6)));
+  EXPECT_FALSE(views_overlap(x.slice(0, 5, 6).as_strided({4, 3}, {0, 0}, 5), x.slice(0, 6, 16)));
+  // Rows of different strides: every second row of a [8, 4] matrix against one column.
+  const Tensor m = x.view({4, 4});
+  EXPECT_FALSE(views_overlap(m.slice(0, 0, 4, 2).slice(1, 0, 2), m.slice(1, 2, 3)));
+  EXPECT_TRUE(views_overlap(m.slice(0, 0, 4, 2).slice(1, 0, 3), m.slice(1, 2, 3)));
+  // Two storages over one buffer overlap; different buffers or an empty view do not.
+  Tensor blob = Tensor::from_blob(x.data_ptr(), {4}, {1}, DType::kFloat32, Device::cpu(), {}, 12);
+  EXPECT_TRUE(views_overlap(blob, x.slice(0, 15, 16)));
+  EXPECT_FALSE(views_overlap(blob, x.slice(0, 0, 12)));
+  EXPECT_FALSE(views_overlap(x, x.clone()));
+  EXPECT_FALSE(views_overlap(x, x.slice(0, 3, 3)));
+  // A different dtype's view of the same bytes: byte 6 of x is inside element 1 of x.
+  Tensor bytes = Tensor::from_storage(x.storage(), {1}, {1}, 6, DType::kUInt8);
+  EXPECT_TRUE(views_overlap(bytes, x.slice(0, 1, 2)));
+  EXPECT_FALSE(views_overlap(bytes, x.slice(0, 2, 3)));
 }
 
 }  // namespace

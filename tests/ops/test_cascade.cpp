@@ -148,10 +148,12 @@ TEST(MergeState, BadInput) {
                   "s_b");
   EXPECT_FI_ERROR(merge_state(Tensor::zeros({2, 64}, DType::kFloat16), s, v, s), "merge_state",
                   "v_a");
-  EXPECT_FI_ERROR(merge_state_in_place(v, s, v, s, Tensor::zeros({3}, DType::kBool)),
-                  "merge_state_in_place", "mask");
-  EXPECT_FI_ERROR(merge_state_in_place(v, s, v, s, Tensor::zeros({2}, DType::kUInt8)),
-                  "merge_state_in_place", "mask");
+  EXPECT_FI_ERROR(
+      merge_state_in_place(v, s, v.clone(), s.clone(), Tensor::zeros({3}, DType::kBool)),
+      "merge_state_in_place", "mask");
+  EXPECT_FI_ERROR(
+      merge_state_in_place(v, s, v.clone(), s.clone(), Tensor::zeros({2}, DType::kUInt8)),
+      "merge_state_in_place", "mask");
   EXPECT_FI_ERROR(merge_states(v, s), "merge_states", "v");
   EXPECT_FI_ERROR(merge_states(Tensor::zeros({2, 3, 2, 64}, DType::kFloat16), s), "merge_states",
                   "s");

@@ -236,8 +236,9 @@ TEST(FusedAddRmsNorm, BadInput) {
     EXPECT_FI_ERROR(call(x, x, w), op, "residual");  // aliased
     EXPECT_FI_ERROR(
         call(x.select(0, 0).unsqueeze(0).as_strided({4, 8}, {0, 1}, x.storage_offset()), r, w), op,
-        "input");                                               // broadcast
-    EXPECT_FI_ERROR(call(x, r, x.select(0, 1)), op, "weight");  // weight inside input
+        "input");  // broadcast
+    // weight inside input: the gate names the written input (and weight in the message).
+    EXPECT_FI_ERROR(call(x, r, x.select(0, 1)), op, "input");
   }
 }
 

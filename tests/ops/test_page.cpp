@@ -29,6 +29,15 @@ TEST(GetSeqLens, BadInput) {
                   "page_size");
   EXPECT_FI_ERROR(get_seq_lens(Tensor::zeros({2}, DType::kInt64), int_tensor({1}), 4),
                   "get_seq_lens", "kv_indptr");
+  // 4 full pages of 2^62 tokens wrap int64 to 0 (+4 = a plausible 4) unless checked; lengths
+  // past int32 are errors too.
+  EXPECT_FI_ERROR(get_seq_lens(int_tensor({0, 5}), int_tensor({4}), int64_t{1} << 62),
+                  "get_seq_lens", "page_size");
+  EXPECT_FI_ERROR(get_seq_lens(int_tensor({0, 3}), int_tensor({4}), int64_t{1} << 30),
+                  "get_seq_lens", "page_size");
+  EXPECT_EQ(
+      get_seq_lens(int_tensor({0, 3}), int_tensor({4}), (int64_t{1} << 30) - 3).to_double_vector(),
+      std::vector<double>{2.0 * ((1 << 30) - 3) + 4});  // 2147483646
 }
 
 TEST(GetBatchIndicesPositions, HandChecked) {

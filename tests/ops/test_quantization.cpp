@@ -445,6 +445,11 @@ TEST(QuantizationBadInput, ErrorsNameOpAndArgument) {
       "nvfp4_quantize", "per_token_activation");
   EXPECT_FI_ERROR(nvfp4_quantize(Tensor::empty({4, 40}, DType::kBFloat16), gs), "nvfp4_quantize",
                   "a");
+  // An SfLayout cast from an out-of-range int: an error, not a scale tensor of a made-up shape.
+  EXPECT_FI_ERROR(nvfp4_quantize(x, gs, static_cast<SfLayout>(7)), "nvfp4_quantize", "sfLayout");
+  EXPECT_FI_ERROR(mxfp4_quantize(x, "cuda", std::nullopt, static_cast<SfLayout>(-1)),
+                  "mxfp4_quantize", "sfLayout");
+  EXPECT_FI_ERROR(sf_layout_size(static_cast<SfLayout>(3), 4, 4), "sf_layout_size", "layout");
   EXPECT_FI_ERROR(mxfp4_quantize(Tensor::empty({4, 48}, DType::kFloat16)), "mxfp4_quantize", "a");
   EXPECT_FI_ERROR(mxfp4_quantize(Tensor::empty({4, 64}, DType::kFloat8E4M3FN)), "mxfp4_quantize",
                   "a");

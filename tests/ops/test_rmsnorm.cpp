@@ -122,6 +122,11 @@ TEST(RmsNorm, WritesIntoOutAndReturnsIt) {
   Tensor expect = rmsnorm(x, w);
   rmsnorm(x, w, 1e-6, x);
   EXPECT_EQ(x.to_double_vector(), expect.to_double_vector());
+  // Only the very same view: out one row off input, or input's transpose, overlaps it.
+  Tensor rows = Tensor::empty({5, 32}, DType::kFloat16);
+  EXPECT_FI_ERROR(rmsnorm(rows.slice(0, 0, 4), w, 1e-6, rows.slice(0, 1, 5)), "rmsnorm", "out");
+  Tensor sq = Tensor::empty({32, 32}, DType::kFloat16);
+  EXPECT_FI_ERROR(rmsnorm(sq, w, 1e-6, sq.transpose(0, 1)), "rmsnorm", "out");
 }
 
 TEST(RmsNorm, BadInputGivesClearErrors) {

@@ -2,6 +2,7 @@
 // limits, filters, failure handling, and upstream's own session scanner on our files.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -314,7 +315,9 @@ TEST_F(DumpTest, CountAndSizeLimits) {
   c.max_count = 2;
   start(c);
   Tensor x = Tensor::from_vector({1}, {1}, DType::kFloat32);
+  EXPECT_TRUE(recorder::active());
   for (int i = 0; i < 4; ++i) probe(x, 0, std::nullopt);
+  EXPECT_FALSE(recorder::active());  // the count limit ends the recording
   recorder::stop();
   EXPECT_EQ(call_dirs().size(), 2u);
   int limit_lines = 0;
@@ -334,8 +337,10 @@ TEST_F(DumpTest, CountAndSizeLimits) {
   start(s);
   Tensor big = Tensor::zeros({30}, DType::kFloat32);  // 120 bytes: rejected
   probe(big, 0, std::nullopt);
-  probe(x, 0, std::nullopt);  // 4 bytes in: fits
+  probe(x, 0, std::nullopt);        // 4 bytes in: fits
+  EXPECT_TRUE(recorder::active());  // the size limit only skips calls too large
   recorder::stop();
+  EXPECT_FALSE(recorder::active());
   auto dirs = call_dirs();
   ASSERT_EQ(dirs.size(), 1u);
   // The counter moved for the rejected call, so the kept one is call 2 (upstream leaves a gap).
@@ -429,6 +434,50 @@ TEST_F(DumpTest, UnwritableDirectoryWarnsOnceAndTheCallGoesOn) {
     ++n;
   }
   EXPECT_EQ(n, 1u) << err;
+}
+
+// A full disk while the outputs are written (here a file-size limit that the outputs exceed and
+// the inputs do not): the call is recorded as a write failure, which show and replay tell apart
+// from a crash, the call itself goes on, and active() says the recording has stopped.
+TEST_F(DumpTest, FailedOutputWriteIsRecordedAsSuch) {
+  start();
+  // One stored element seen 64K times: 4 bytes of inputs, 256 KB of result.
+  const Tensor wide = Tensor::from_vector({2}, {1}, DType::kFloat32).as_strided({65536}, {0}, 0);
+  struct rlimit old {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  struct rlimit small = old;
+  small.rlim_cur = 64 * 1024;
+  const auto prev = ::signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails with EFBIG
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  ::testing::internal::CaptureStderr();
+  const Tensor y = probe(wide, 0, std::nullopt);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  ::signal(SIGXFSZ, prev);
+  EXPECT_EQ(y.numel(), 65536);
+  EXPECT_NE(err.find("flight recorder stopped"), std::string::npos) << err;
+  EXPECT_TRUE(recorder::stats().failed);
+  EXPECT_FALSE(recorder::active());
+  const auto dirs = call_dirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  const auto l = lines(dirs[0] / "metadata.jsonl");
+  ASSERT_EQ(l.size(), 2u);
+  EXPECT_EQ(l[0]["execution_status"], "inputs_saved");
+  EXPECT_EQ(l[1]["execution_status"], "outputs_write_failed");
+  ASSERT_TRUE(l[1]["write_error"].is_string());
+  EXPECT_NE(l[1]["write_error"].get<std::string>().find("outputs"), std::string::npos)
+      << l[1]["write_error"];
+  const auto meta = replay::read_metadata((dirs[0] / "metadata.jsonl").string());
+  EXPECT_FALSE(meta.completed);
+  EXPECT_TRUE(meta.write_failed);
+  recorder::stop();
+  auto shown = testing::run_flashinfer("show --dir " + dir_.string());
+  EXPECT_NE(shown.out.find("Found 1 calls whose outputs could not be written"), std::string::npos)
+      << shown.out;
+  EXPECT_EQ(shown.out.find("potential crashes"), std::string::npos) << shown.out;
+  shown = testing::run_flashinfer("show -v --dir " + dir_.string());
+  EXPECT_NE(shown.out.find("OUTPUTS NOT WRITTEN (write failed)"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("write error: "), std::string::npos) << shown.out;
 }
 
 // Upstream's _warn_dump() block, byte for byte: the fixed lines, the directory, the optional

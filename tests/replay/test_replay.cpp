@@ -476,7 +476,7 @@ TEST_F(ReplayTest, MetadataReaderLimits) {
   fs::create_symlink("/dev/zero", meta);
   EXPECT_NE(error_of().find("is not a regular file"), std::string::npos) << error_of();
   r = testing::run_flashinfer("show --dir " + call.string());
-  EXPECT_NE(r.out.find("unreadable"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("malformed record"), std::string::npos) << r.out;
   r = testing::run_flashinfer("replay --dir " + dir_.string());
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("is not a regular file"), std::string::npos) << r.out;
@@ -612,6 +612,85 @@ TEST_F(ReplayTest, CliReportsEachCallAndFailsOnMismatch) {
   r = testing::run_flashinfer("replay --dir " + dir_.string());
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("💥 Incomplete"), std::string::npos) << r.out;
+}
+
+// Text from a dump reaches neither the terminal raw (control characters escaped) nor breaks the
+// JSON report (bytes that are not UTF-8 escaped); one malformed record does not end a listing;
+// a directory with no call is not a clean replay (exit 2).
+TEST_F(ReplayTest, CliEscapesDumpTextAndRefusesAnEmptySession) {
+  using json = nlohmann::json;
+  const fs::path root = dir_ / std::string("sess\xff\xfe");
+  const std::string shown_root = (dir_ / "sess").string() + "\\xff\\xfe";
+  fs::create_directories(root);
+  auto r = testing::run_flashinfer("replay --dir '" + root.string() + "'");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("❌ No recorded calls in " + shown_root), std::string::npos) << r.out;
+  r = testing::run_flashinfer("replay --json --dir '" + root.string() + "'");
+  EXPECT_EQ(r.status, 2) << r.out;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["error"], "no recorded calls");
+  EXPECT_EQ(j["dir"], shown_root);
+
+  // Recorded under an ASCII name, then renamed: the records keep the old dump_dir (replay reads
+  // the directory it is given).
+  fs::remove(root);
+  recorder::Config c;
+  c.dump_dir = (dir_ / "ascii").string();
+  recorder::start(c);
+  const Tensor x = Tensor::from_vector({3, 4}, {1, 2}, DType::kFloat32);
+  const Tensor w = Tensor::from_vector({1, 1}, {2}, DType::kFloat32);
+  rmsnorm(x, w);
+  rmsnorm(x, w);
+  recorder::stop();
+  fs::rename(dir_ / "ascii", root);
+  r = testing::run_flashinfer("replay --json --dir '" + root.string() + "'");
+  EXPECT_EQ(r.status, 0) << r.out;
+  j = json::parse(r.out);
+  EXPECT_EQ(j["passed"], 2);
+  EXPECT_EQ(j["dir"], shown_root);
+  EXPECT_EQ(j["results"][0]["dump_dir"].get<std::string>().rfind(shown_root + "/", 0), 0u);
+
+  // Record 1: a number where a string belongs; record 2: escape sequences in its name.
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (e.is_directory()) dirs.push_back(e.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  ASSERT_EQ(dirs.size(), 2u);
+  auto rewrite = [](const fs::path& meta, const json& name) {
+    std::vector<std::string> out;
+    std::ifstream in(meta);
+    for (std::string l; std::getline(in, l);) {
+      json rec = json::parse(l);
+      rec["function_name"] = name;
+      out.push_back(rec.dump());
+    }
+    std::ofstream f(meta, std::ios::trunc);
+    for (const auto& l : out) f << l << "\n";
+  };
+  rewrite(dirs[0] / "metadata.jsonl", 42);
+  rewrite(dirs[1] / "metadata.jsonl", "rms\x1b[31mnorm\x07\xc2\x9b");
+  r = testing::run_flashinfer("show -v --dir '" + root.string() + "'");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("Session " + shown_root + ": 2 recorded calls"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Found 1 malformed records"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[1] " + dirs[0].filename().string() +
+                       ": malformed record: 'function_name' is a number, not a string"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("[2] rms\\x1b[31mnorm\\x07\\xc2\\x9b  completed"), std::string::npos)
+      << r.out;
+  for (const char* raw : {"\x1b", "\x07", "\xff", "\xc2\x9b"}) {
+    EXPECT_EQ(r.out.find(raw), std::string::npos) << r.out;
+  }
+  r = testing::run_flashinfer("replay --dir '" + root.string() + "'");
+  EXPECT_EQ(r.status, 1) << r.out;
+  for (const char* raw : {"\x1b", "\x07", "\xff", "\xc2\x9b"}) {
+    EXPECT_EQ(r.out.find(raw), std::string::npos) << r.out;
+  }
+  r = testing::run_flashinfer("replay --json --dir '" + root.string() + "'");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NO_THROW(j = json::parse(r.out)) << r.out;
 }
 
 }  // namespace

@@ -6,9 +6,11 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 
 #include "commands.h"
+#include "escape.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
 #include "formats/dedup_store.h"
@@ -43,12 +45,13 @@ void print_details(const replay::Result& r, const char* indent) {
   for (const auto& c : r.comparisons) {
     if (c.match) continue;
     if (!c.problem.empty()) {
-      std::printf("%s%s: %s\n", indent, c.key.c_str(), c.problem.c_str());
+      std::printf("%s%s: %s\n", indent, terminal_text(c.key).c_str(),
+                  terminal_text(c.problem).c_str());
     } else {
       std::printf(
           "%s%s: %lld of %lld elements differ (max abs error %s, max rel error %s, first "
           "at flat index %lld; rtol %s, atol %s)\n",
-          indent, c.key.c_str(), static_cast<long long>(c.mismatches),
+          indent, terminal_text(c.key).c_str(), static_cast<long long>(c.mismatches),
           static_cast<long long>(c.numel), fmt_g(c.max_abs_error).c_str(),
           fmt_g(c.max_rel_error).c_str(), static_cast<long long>(c.first_mismatch),
           fmt_g(c.rtol).c_str(), fmt_g(c.atol).c_str());
@@ -67,20 +70,21 @@ struct ReplayArgs {
 
 nlohmann::ordered_json result_json(const replay::Result& r) {
   nlohmann::ordered_json j;
-  j["dump_dir"] = r.dump_dir;
-  j["function_name"] = r.function_name;
-  j["module"] = r.module;
+  j["dump_dir"] = json_text(r.dump_dir);
+  j["function_name"] = json_text(r.function_name);
+  j["module"] = json_text(r.module);
   j["status"] = replay::status_name(r.status);
   j["incomplete"] = r.incomplete;
-  if (!r.error.empty()) j["error"] = r.error;
+  j["write_failed"] = r.write_failed;
+  if (!r.error.empty()) j["error"] = json_text(r.error);
   j["device"] = r.ran_on.str();
-  if (!r.note.empty()) j["note"] = r.note;
+  if (!r.note.empty()) j["note"] = json_text(r.note);
   nlohmann::ordered_json cs = nlohmann::ordered_json::array();
   for (const auto& c : r.comparisons) {
     nlohmann::ordered_json x;
-    x["key"] = c.key;
+    x["key"] = json_text(c.key);
     x["match"] = c.match;
-    if (!c.problem.empty()) x["problem"] = c.problem;
+    if (!c.problem.empty()) x["problem"] = json_text(c.problem);
     x["mismatches"] = c.mismatches;
     x["numel"] = c.numel;
     x["first_mismatch"] = c.first_mismatch;
@@ -99,8 +103,14 @@ void print_arguments(const replay::Result& r) {
   for (std::size_t i = 0; i < r.args.size(); ++i) {
     std::string v = r.args[i].repr();
     if (v.size() > 100) v = v.substr(0, 97) + "...";
-    std::printf("    arg[%zu] = %s\n", i, v.c_str());
+    std::printf("    arg[%zu] = %s\n", i, terminal_text(v).c_str());
   }
+}
+
+// Every JSON report goes out through here: strings were made UTF-8 by json_text(); should one
+// still not be, it is replaced rather than the report lost.
+void print_json(const nlohmann::ordered_json& j) {
+  std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
 
 int run_replay(const ReplayArgs& a) {
@@ -109,10 +119,9 @@ int run_replay(const ReplayArgs& a) {
   const std::optional<double> atol = a.atol >= 0 ? std::optional<double>(a.atol) : std::nullopt;
   if (!fs::is_directory(a.dir)) {
     if (a.json) {
-      std::printf("{\"error\": \"directory not found\", \"dir\": %s}\n",
-                  nlohmann::json(a.dir).dump().c_str());
+      print_json({{"error", "directory not found"}, {"dir", json_text(a.dir)}});
     } else {
-      std::printf("❌ Directory not found: %s\n", a.dir.c_str());
+      std::printf("❌ Directory not found: %s\n", terminal_text(a.dir).c_str());
     }
     return 2;
   }
@@ -123,7 +132,7 @@ int run_replay(const ReplayArgs& a) {
     o.atol = atol;
     replay::ObjectRegistry reg;
     o.registry = &reg;
-    if (!a.json) std::printf("Replaying single dump from %s...\n", a.dir.c_str());
+    if (!a.json) std::printf("Replaying single dump from %s...\n", terminal_text(a.dir).c_str());
     const replay::Result r = replay::replay_from_dump(a.dir, o);
     if (a.json) {
       nlohmann::ordered_json j;
@@ -131,19 +140,25 @@ int run_replay(const ReplayArgs& a) {
       j["results"] = nlohmann::ordered_json::array({result_json(r)});
       j["passed"] = r.status == replay::Status::kPassed ? 1 : 0;
       j["failed"] = r.status == replay::Status::kPassed ? 0 : 1;
-      std::printf("%s\n", j.dump(2).c_str());
+      print_json(j);
       return r.status == replay::Status::kPassed ? 0 : 1;
     }
     if (a.verbose) print_arguments(r);
-    if (!r.note.empty()) std::printf("ℹ️  %s\n", r.note.c_str());
+    if (!r.note.empty()) std::printf("ℹ️  %s\n", terminal_text(r.note).c_str());
     switch (r.status) {
       case replay::Status::kPassed:
         std::printf("✅ Replay passed (outputs matched)\n");
         return 0;
       case replay::Status::kError:
-        std::printf("❌ Execution failed: %s\n", r.error.c_str());
+        std::printf("❌ Execution failed: %s\n", terminal_text(r.error).c_str());
         return 1;
       case replay::Status::kIncomplete:
+        if (r.write_failed) {
+          std::printf(
+              "💾 Outputs not on record: the recording process failed to write them (not a "
+              "crash); it was re-run here and completed\n");
+          return 1;
+        }
         std::printf(
             "💥 Incomplete record: the recorded process died inside this call; it was "
             "re-run here and completed\n");
@@ -160,8 +175,17 @@ int run_replay(const ReplayArgs& a) {
   filter.include = a.include;
   filter.exclude = a.exclude;
   const bool tty = !a.json && ::isatty(STDOUT_FILENO);
-  if (!a.json) std::printf("Replaying session from %s...\n", a.dir.c_str());
   const std::size_t total = formats::call_directories(a.dir, schema::kMetadataFile).size();
+  if (total == 0) {
+    // Nothing to replay is not a pass: a wrong --dir must not look like a clean session.
+    if (a.json) {
+      print_json({{"error", "no recorded calls"}, {"dir", json_text(a.dir)}});
+    } else {
+      std::printf("❌ No recorded calls in %s\n", terminal_text(a.dir).c_str());
+    }
+    return 2;
+  }
+  if (!a.json) std::printf("Replaying session from %s...\n", terminal_text(a.dir).c_str());
   std::size_t done = 0;
   replay::SequenceOptions so;
   so.device = device;
@@ -181,7 +205,8 @@ int run_replay(const ReplayArgs& a) {
   for (std::size_t i = 0; i < results.size(); ++i) {
     const auto& r = results[i];
     if (!r.function_name.empty() && !recorder::should_dump(filter, r.function_name)) continue;
-    const std::string name = fs::path(r.dump_dir).filename().string();
+    const std::string name = terminal_text(fs::path(r.dump_dir).filename().string());
+    const std::string fn = terminal_text(r.function_name);
     const int n = static_cast<int>(i) + 1;
     const bool ok = r.status == replay::Status::kPassed;
     ok ? ++passed : ++failed;
@@ -190,20 +215,27 @@ int run_replay(const ReplayArgs& a) {
       js.push_back(result_json(r));
       continue;
     }
-    if (!r.note.empty()) std::printf("[%d] %s: ℹ️  %s\n", n, name.c_str(), r.note.c_str());
+    if (!r.note.empty()) {
+      std::printf("[%d] %s: ℹ️  %s\n", n, name.c_str(), terminal_text(r.note).c_str());
+    }
     switch (r.status) {
       case replay::Status::kPassed:
-        std::printf("[%d] %s (%s): ✅ Passed\n", n, r.function_name.c_str(), name.c_str());
+        std::printf("[%d] %s (%s): ✅ Passed\n", n, fn.c_str(), name.c_str());
         break;
       case replay::Status::kError:
-        std::printf("[%d] %s: ❌ Error: %s\n", n, name.c_str(), r.error.c_str());
+        std::printf("[%d] %s: ❌ Error: %s\n", n, name.c_str(), terminal_text(r.error).c_str());
         break;
       case replay::Status::kIncomplete:
+        if (r.write_failed) {
+          std::printf("[%d] %s (%s): 💾 Outputs not on record: writing them failed\n", n, fn.c_str(),
+                      name.c_str());
+          break;
+        }
         std::printf("[%d] %s (%s): 💥 Incomplete: the recorded process died inside this call\n", n,
-                    r.function_name.c_str(), name.c_str());
+                    fn.c_str(), name.c_str());
         break;
       default:
-        std::printf("[%d] %s (%s): ⚠️  Mismatch\n", n, r.function_name.c_str(), name.c_str());
+        std::printf("[%d] %s (%s): ⚠️  Mismatch\n", n, fn.c_str(), name.c_str());
         print_details(r, "    ");
         break;
     }
@@ -212,52 +244,79 @@ int run_replay(const ReplayArgs& a) {
   if (a.json) {
     nlohmann::ordered_json j;
     j["mode"] = "session";
-    j["dir"] = a.dir;
+    j["dir"] = json_text(a.dir);
     j["results"] = js;
     j["passed"] = passed;
     j["failed"] = failed;
-    std::printf("%s\n", j.dump(2).c_str());
+    print_json(j);
     return failed == 0 ? 0 : 1;
   }
   std::printf("\nSummary: %d passed, %d failed/mismatch\n", passed, failed);
   if (first_bad >= 0) {
     const auto& r = results[first_bad];
     std::printf("First divergence: [%d] %s (%s)\n", first_bad + 1,
-                r.function_name.empty() ? "?" : r.function_name.c_str(),
-                fs::path(r.dump_dir).filename().string().c_str());
+                r.function_name.empty() ? "?" : terminal_text(r.function_name).c_str(),
+                terminal_text(fs::path(r.dump_dir).filename().string()).c_str());
   }
   return failed == 0 ? 0 : 1;
 }
 
+// A string member of a record, or `fallback` when absent; a member of another type makes the
+// record malformed (the caller reports it and goes on).
+std::string str_member(const nlohmann::ordered_json& j, const std::string& key,
+                       const char* fallback = "?") {
+  const auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  if (!it->is_string()) {
+    throw std::runtime_error("'" + key + "' is a " + it->type_name() + ", not a string");
+  }
+  return it->get<std::string>();
+}
+
 void show_call(const fs::path& d, int index) {
-  replay::MetadataRecord m;
+  const std::string name = terminal_text(d.filename().string());
   try {
-    m = replay::read_metadata((d / schema::kMetadataFile).string());
+    const replay::MetadataRecord m = replay::read_metadata((d / schema::kMetadataFile).string());
+    const auto j = nlohmann::ordered_json::parse(m.json);
+    if (!j.is_object()) throw std::runtime_error("the record is not a JSON object");
+    const char* state = m.completed       ? "completed"
+                        : m.write_failed  ? "OUTPUTS NOT WRITTEN (write failed)"
+                        : m.graph_pending ? "GRAPH CAPTURE NOT FLUSHED"
+                                          : "INCOMPLETE (inputs only)";
+    std::string lines;
+    auto label = [](const std::string& key) {  // "      %-22s "
+      std::string l = "      " + terminal_text(key);
+      if (l.size() < 28) l.resize(28, ' ');
+      return l + " ";
+    };
+    const std::string details_key(schema::kTensorDetails);
+    if (j.contains(details_key) && j[details_key].is_object()) {
+      for (auto it = j[details_key].begin(); it != j[details_key].end(); ++it) {
+        const auto& t = it.value();
+        if (!t.is_object()) throw std::runtime_error("a tensor_details entry is not an object");
+        const std::string shape_key(schema::kShape);
+        lines += label(it.key()) + terminal_text(str_member(t, std::string(schema::kDType))) + " " +
+                 (t.contains(shape_key) ? terminal_text(t[shape_key].dump()) : "?") + "\n";
+      }
+    }
+    const std::string im_key(schema::kInputMetadata);
+    if (j.contains(im_key) && j[im_key].is_object()) {
+      for (auto it = j[im_key].begin(); it != j[im_key].end(); ++it) {
+        std::string v = it.value().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        if (v.size() > 70) v = v.substr(0, 67) + "...";
+        lines += label(it.key()) + terminal_text(v) + "\n";
+      }
+    }
+    std::printf("[%d] %s  %s  (%s)\n%s", index,
+                terminal_text(str_member(j, std::string(schema::kFunctionName))).c_str(), state,
+                name.c_str(), lines.c_str());
+    if (m.write_failed && !m.write_error.empty()) {
+      std::printf("      write error: %s\n", terminal_text(m.write_error).c_str());
+    }
   } catch (const std::exception& e) {
-    std::printf("[%d] %s: unreadable: %s\n", index, d.filename().string().c_str(), e.what());
-    return;
-  }
-  const auto j = nlohmann::ordered_json::parse(m.json);
-  std::printf(
-      "[%d] %s  %s  (%s)\n", index, j.value(std::string(schema::kFunctionName), "?").c_str(),
-      m.completed ? "completed" : "INCOMPLETE (inputs only)", d.filename().string().c_str());
-  const std::string details_key(schema::kTensorDetails);
-  if (j.contains(details_key) && j[details_key].is_object()) {
-    for (auto it = j[details_key].begin(); it != j[details_key].end(); ++it) {
-      const auto& t = it.value();
-      const std::string shape_key(schema::kShape);
-      std::printf("      %-22s %s %s\n", it.key().c_str(),
-                  t.value(std::string(schema::kDType), "?").c_str(),
-                  t.contains(shape_key) ? t[shape_key].dump().c_str() : "?");
-    }
-  }
-  const std::string im_key(schema::kInputMetadata);
-  if (j.contains(im_key) && j[im_key].is_object()) {
-    for (auto it = j[im_key].begin(); it != j[im_key].end(); ++it) {
-      std::string v = it.value().dump();
-      if (v.size() > 70) v = v.substr(0, 67) + "...";
-      std::printf("      %-22s %s\n", it.key().c_str(), v.c_str());
-    }
+    // One bad record does not end the listing.
+    std::printf("[%d] %s: malformed record: %s\n", index, name.c_str(),
+                terminal_text(e.what()).c_str());
   }
 }
 
@@ -273,7 +332,7 @@ uint64_t dir_bytes(const fs::path& d) {
 int run_show(const std::string& dir, bool verbose) {
   const fs::path p(dir);
   if (!fs::is_directory(p)) {
-    std::printf("❌ Directory not found: %s\n", dir.c_str());
+    std::printf("❌ Directory not found: %s\n", terminal_text(dir).c_str());
     return 2;
   }
   if (fs::exists(p / schema::kMetadataFile)) {
@@ -287,26 +346,32 @@ int run_show(const std::string& dir, bool verbose) {
   std::map<std::string, int> completed_by_fn;
   std::vector<std::pair<std::string, std::string>> incomplete;  // function, directory
   std::vector<std::pair<std::string, std::string>> unflushed;   // captured, never flushed
+  std::vector<std::pair<std::string, std::string>> unwritten;   // outputs' write failed
+  std::vector<std::pair<std::string, std::string>> malformed;   // directory, why
   int completed = 0;
   for (const auto& d : dirs) {
+    const std::string name = terminal_text(d.filename().string());
     try {
       const auto m = replay::read_metadata((d / schema::kMetadataFile).string());
       const auto j = nlohmann::ordered_json::parse(m.json);
-      const std::string fn = j.value(std::string(schema::kFunctionName), "?");
+      if (!j.is_object()) throw std::runtime_error("the record is not a JSON object");
+      const std::string fn = terminal_text(str_member(j, std::string(schema::kFunctionName)));
       if (m.completed) {
         ++completed;
         ++completed_by_fn[fn];
       } else if (m.graph_pending) {
-        unflushed.emplace_back(fn, d.filename().string());
+        unflushed.emplace_back(fn, name);
+      } else if (m.write_failed) {
+        unwritten.emplace_back(fn, name);
       } else {
-        incomplete.emplace_back(fn, d.filename().string());
+        incomplete.emplace_back(fn, name);
       }
     } catch (const std::exception& e) {
-      incomplete.emplace_back("<unreadable record>", d.filename().string());
+      malformed.emplace_back(name, terminal_text(e.what()));
     }
   }
-  std::printf("Session %s: %zu recorded calls, %s on disk\n", dir.c_str(), dirs.size(),
-              fmt_bytes(dir_bytes(p)).c_str());
+  std::printf("Session %s: %zu recorded calls, %s on disk\n", terminal_text(dir).c_str(),
+              dirs.size(), fmt_bytes(dir_bytes(p)).c_str());
   // This library's extensions: the dedup tensor store and a ring dump's trigger.
   if (fs::is_directory(p / formats::kDedupDir)) {
     int blobs = 0;
@@ -328,7 +393,8 @@ int run_show(const std::string& dir, bool verbose) {
                fs::path(c.value(std::string(schema::kDumpDir), "")).filename().string() + ")";
       }
       std::printf("Ring dump: trigger %s, triggering call %s\n",
-                  t.value("reason", std::string("?")).c_str(), call.c_str());
+                  terminal_text(t.value("reason", std::string("?"))).c_str(),
+                  terminal_text(call).c_str());
     } catch (const std::exception& e) {
       std::printf("Ring dump: unreadable trigger.json: %s\n", e.what());
     }
@@ -342,6 +408,17 @@ int run_show(const std::string& dir, bool verbose) {
   if (!incomplete.empty()) {
     std::printf("\n⚠️  Found %zu incomplete calls (potential crashes):\n", incomplete.size());
     for (const auto& [fn, d] : incomplete) std::printf("  - %s at %s\n", fn.c_str(), d.c_str());
+  }
+  if (!unwritten.empty()) {
+    std::printf(
+        "\nFound %zu calls whose outputs could not be written (a write failure such as a full "
+        "disk, not a crash):\n",
+        unwritten.size());
+    for (const auto& [fn, d] : unwritten) std::printf("  - %s at %s\n", fn.c_str(), d.c_str());
+  }
+  if (!malformed.empty()) {
+    std::printf("\nFound %zu malformed records (not readable as calls):\n", malformed.size());
+    for (const auto& [d, why] : malformed) std::printf("  - %s: %s\n", d.c_str(), why.c_str());
   }
   if (!unflushed.empty()) {
     std::printf(
@@ -380,7 +457,7 @@ Command replay_command() {
         sub.add_flag("-v,--verbose", a->verbose, "Also print each call's rebuilt arguments");
         sub.footer(
             "Exit status: 0 when every reported call passed, 1 when one failed, "
-            "mismatched or errored, 2 when the directory does not exist.");
+            "mismatched or errored, 2 when the directory does not exist or holds no call.");
         return std::function<int()>([a] { return run_replay(*a); });
       }};
 }

@@ -36,6 +36,17 @@ class PagedKVCache {
   const Tensor& first() const { return kv_; }
   /// The V cache (pair form only).
   const Tensor& second() const { return v_; }
+  /// f(tensor, item) for each tensor: item -1 for the single tensor, 0 and 1 for a pair (the
+  /// call gate's written-argument check walks an argument's tensors this way).
+  template <class F>
+  void for_each_tensor(F&& f) const {
+    if (pair_) {
+      f(kv_, 0);
+      f(v_, 1);
+    } else {
+      f(kv_, -1);
+    }
+  }
 
  private:
   Tensor kv_;

@@ -1,0 +1,60 @@
+// The gate's written-argument check (include/flashinfer/op_typed.h, call_op): one check, derived
+// from the declarations' .mut() marks, for every op.
+#include <string>
+
+#include "core/view_overlap.h"
+#include "flashinfer/error.h"
+#include "flashinfer/op_typed.h"
+
+namespace flashinfer::detail {
+
+namespace {
+
+std::string arg_name(const OpDecl& decl, const CallTensor& c) {
+  std::string s = decl.params[static_cast<std::size_t>(c.param)].name;
+  if (c.item >= 0) s += "[" + std::to_string(c.item) + "]";
+  return s;
+}
+
+}  // namespace
+
+void check_written_tensors(const WritePlan& plan, const CallTensor* tensors, std::size_t n) {
+  const OpDecl& decl = *plan.decl;
+  // Written tensor i is exactly input j, where the declaration allows that (same_view_as).
+  auto allowed_same_view = [&](std::size_t i, std::size_t j) {
+    const Tensor& a = *tensors[i].tensor;
+    const Tensor& b = *tensors[j].tensor;
+    for (const auto& [w, in] : plan.same_view) {
+      if (w == tensors[i].param && in == tensors[j].param && a.data_ptr() == b.data_ptr() &&
+          a.shape() == b.shape() && a.strides() == b.strides() && a.dtype() == b.dtype() &&
+          a.device() == b.device()) {
+        return true;
+      }
+    }
+    return false;
+  };
+  auto written = [&](std::size_t i) {
+    return decl.params[static_cast<std::size_t>(tensors[i].param)].mutated;
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!written(i)) continue;
+    const Tensor& w = *tensors[i].tensor;
+    if (const int64_t d = broadcast_dim(w); d >= 0) {
+      FLASHINFER_FAIL(ErrorCode::kInvalidArgument, decl.name, arg_name(decl, tensors[i]),
+                      "is written but has stride 0 in dimension ", d,
+                      " (a broadcast view: several of its elements are one memory location)");
+    }
+    for (std::size_t j = 0; j < n; ++j) {
+      // Two written tensors are compared once, and the error names the later one.
+      if (j == i || (j > i && written(j))) continue;
+      if (!views_overlap(w, *tensors[j].tensor) || allowed_same_view(i, j)) continue;
+      FLASHINFER_FAIL(ErrorCode::kInvalidArgument, decl.name, arg_name(decl, tensors[i]),
+                      "is written and must not overlap ", written(j) ? "the written " : "",
+                      "argument '", arg_name(decl, tensors[j]), "' in memory (", w.describe(),
+                      " at ", w.data_ptr(), "; ", tensors[j].tensor->describe(), " at ",
+                      tensors[j].tensor->data_ptr(), ")");
+    }
+  }
+}
+
+}  // namespace flashinfer::detail
