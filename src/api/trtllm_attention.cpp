@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "api/arg_traits.h"
@@ -22,6 +23,7 @@ constexpr const char* kDecodeOp = "trtllm_batch_decode_with_kv_cache";
 constexpr const char* kContextOp = "trtllm_batch_context_with_kv_cache";
 constexpr const char* kXqaOp = "xqa_batch_decode_with_kv_cache";
 constexpr const char* kCudnnPrefillOp = "cudnn_batch_prefill_with_kv_cache";
+constexpr const char* kCudnnDecodeOp = "cudnn_batch_decode_with_kv_cache";
 
 // A fused scale given as a float or a one-element float tensor (read on the host).
 double scale_value(const ScalarOrTensor<double>& x, const char* op, const char* arg) {
@@ -594,6 +596,69 @@ CudnnPrefillResult cudnn_prefill_impl(
   return result;
 }
 
+Tensor cudnn_decode_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                         double scale, const Tensor& workspace_buffer, int64_t max_sequence_kv,
+                         const std::optional<Tensor>& actual_seq_lens_kv,
+                         const std::optional<Tensor>& block_tables,
+                         const std::optional<Tensor>& batch_offsets_q,
+                         const std::optional<Tensor>& batch_offsets_o,
+                         const std::optional<Tensor>& batch_offsets_k,
+                         const std::optional<Tensor>& batch_offsets_v,
+                         const std::optional<Tensor>& out) {
+  const char* op = kCudnnDecodeOp;
+  for (const auto& [t, name] : {std::pair{&batch_offsets_q, "batch_offsets_q"},
+                                std::pair{&batch_offsets_o, "batch_offsets_o"},
+                                std::pair{&batch_offsets_k, "batch_offsets_k"},
+                                std::pair{&batch_offsets_v, "batch_offsets_v"}}) {
+    FLASHINFER_CHECK_CODE(!t->has_value(), ErrorCode::kUnsupported, op, name,
+                          "ragged batch offsets are not supported");
+  }
+  api::check_defined(q, op, "q");
+  api::check_dim(q, {3}, op, "q");
+  api::check_defined(k_cache, op, "k_cache");
+  api::check_dim(k_cache, {4}, op, "k_cache");
+  FLASHINFER_CHECK(std::isfinite(scale), op, "scale", "must be finite, got ", scale);
+  FLASHINFER_CHECK(max_sequence_kv >= 0 && max_sequence_kv <= std::numeric_limits<int32_t>::max(),
+                   op, "max_sequence_kv", "must be in [0, 2^31 - 1], got ", max_sequence_kv);
+  const int64_t batch = q.size(0);
+  std::vector<int32_t> lens;
+  if (actual_seq_lens_kv) {
+    lens = flat_lengths(*actual_seq_lens_kv, op, "actual_seq_lens_kv");
+    FLASHINFER_CHECK(static_cast<int64_t>(lens.size()) == batch, op, "actual_seq_lens_kv", "has ",
+                     lens.size(), " elements for a batch of ", batch);
+  } else {
+    lens.assign(static_cast<std::size_t>(batch), static_cast<int32_t>(max_sequence_kv));
+  }
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    FLASHINFER_CHECK(lens[b] <= max_sequence_kv, op, "max_sequence_kv", "is ", max_sequence_kv,
+                     " but request ", b, " has ", lens[b], " keys");
+  }
+  // Without a block table request b's cache is page b, one page as long as the sequence.
+  Tensor table;
+  if (block_tables) {
+    table = *block_tables;
+  } else {
+    std::vector<int32_t> ids(static_cast<std::size_t>(batch));
+    std::iota(ids.begin(), ids.end(), 0);
+    Tensor h = Tensor::empty({batch, 1}, DType::kInt32);
+    if (batch > 0) std::memcpy(h.data_ptr(), ids.data(), ids.size() * sizeof(int32_t));
+    table = h;
+  }
+  const PagedKVCache cache(k_cache, v_cache);
+  BlockCall c;
+  c.op = op;
+  c.query = q;
+  c.kv_cache = &cache;
+  c.workspace_buffer = &workspace_buffer;
+  c.block_tables = &table;
+  for (int64_t b = 0; b <= batch; ++b) c.qo_indptr.push_back(static_cast<int32_t>(b));
+  c.kv_lens = lens;
+  c.hnd = true;
+  c.bmm1 = scale;
+  c.out = out;
+  return run_block_call(c).out;
+}
+
 }  // namespace
 
 AttentionOutput trtllm_batch_decode_with_kv_cache(
@@ -703,6 +768,24 @@ CudnnPrefillResult cudnn_batch_prefill_with_kv_cache(
       v_scale, batch_offsets_q, batch_offsets_o, batch_offsets_k, batch_offsets_v,
       batch_offsets_stats, batch_offsets_units, out, lse, is_cuda_graph_compatible, backend,
       o_data_type);
+}
+
+Tensor cudnn_batch_decode_with_kv_cache(
+    const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, double scale,
+    const Tensor& workspace_buffer, int64_t max_sequence_kv,
+    std::optional<Tensor> actual_seq_lens_kv, std::optional<Tensor> block_tables,
+    bool is_cuda_graph_compatible, std::optional<Tensor> batch_offsets_q,
+    std::optional<Tensor> batch_offsets_o, std::optional<Tensor> batch_offsets_k,
+    std::optional<Tensor> batch_offsets_v, std::optional<Tensor> out) {
+  return call_op<&cudnn_batch_decode_with_kv_cache>(
+      [&] {
+        return cudnn_decode_impl(q, k_cache, v_cache, scale, workspace_buffer, max_sequence_kv,
+                                 actual_seq_lens_kv, block_tables, batch_offsets_q, batch_offsets_o,
+                                 batch_offsets_k, batch_offsets_v, out);
+      },
+      q, k_cache, v_cache, scale, workspace_buffer, max_sequence_kv, actual_seq_lens_kv,
+      block_tables, is_cuda_graph_compatible, batch_offsets_q, batch_offsets_o, batch_offsets_k,
+      batch_offsets_v, out);
 }
 
 namespace {
@@ -830,6 +913,24 @@ BenchCase bench_cudnn_prefill(const BenchShape& s, Device dev) {
   return c;
 }
 
+BenchCase bench_cudnn_decode(const BenchShape& s, Device dev) {
+  BenchBlocks b = bench_blocks(s, dev);
+  Tensor q = api::bench::random_tensor({s.batch_size, s.num_qo_heads, s.head_dim_qk}, s.q_dtype,
+                                       dev, s.random_seed);
+  BenchCase c = api::bench::invoke_case(
+      kCudnnDecodeOp,
+      {Value(q), Value(b.k), Value(b.v), Value(1.0 / std::sqrt(static_cast<double>(s.head_dim_qk))),
+       Value(b.workspace)},
+      {{"max_sequence_kv", Value(s.s_kv)},
+       {"actual_seq_lens_kv", Value(b.seq_lens.view({s.batch_size, 1, 1, 1}))},
+       {"block_tables", Value(b.block_tables)}});
+  c.flops =
+      static_cast<double>(s.batch_size) *
+      api::bench::attention_flops(1, s.s_kv, s.num_qo_heads, s.head_dim_qk, s.head_dim_qk, false);
+  c.bytes = api::bench::bench_attention_bytes(s, s.batch_size, s.batch_size * s.s_kv);
+  return c;
+}
+
 }  // namespace
 
 namespace detail {
@@ -885,6 +986,18 @@ void register_trtllm_attention_ops(OpRegistry& r) {
       arg("backend").kw(), arg("o_data_type").kw());
   api::register_attention_backends(kCudnnPrefillOp);
   register_bench_hook(kCudnnPrefillOp, bench_cudnn_prefill);
+  declare<&cudnn_batch_decode_with_kv_cache>(
+      r,
+      {.name = kCudnnDecodeOp,
+       .module = "flashinfer.cudnn.decode",
+       .summary = "Batch decode attention under cuDNN's interface (this library's kernels)"},
+      "q", "k_cache", "v_cache", "scale", "workspace_buffer", arg("max_sequence_kv").kw(),
+      arg("actual_seq_lens_kv").kw(), arg("block_tables").kw(),
+      arg("is_cuda_graph_compatible", false).kw(), arg("batch_offsets_q").kw(),
+      arg("batch_offsets_o").kw(), arg("batch_offsets_k").kw(), arg("batch_offsets_v").kw(),
+      arg("out").mut().kw());
+  api::register_attention_backends(kCudnnDecodeOp);
+  register_bench_hook(kCudnnDecodeOp, bench_cudnn_decode);
   api::register_attention_backends(kDecodeOp);
   api::register_attention_backends(kContextOp);
   register_bench_hook(kDecodeOp, bench_trtllm_decode);

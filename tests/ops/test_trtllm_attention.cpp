@@ -788,6 +788,47 @@ TEST(CudnnPrefill, MatchesFp64) {
                   op, "batch_offsets_units");
 }
 
+TEST(CudnnDecode, MatchesFp64) {
+  const char* op = "cudnn_batch_decode_with_kv_cache";
+  BlockCache c = make_cache({9, 30, 2}, 8, 2, 128, DType::kBFloat16, true, true, 41);
+  Tensor q = testing::rand_tensor({3, 4, 128}, DType::kBFloat16, 2, -1.0, 1.0);
+  Ref ref;
+  ref.bmm1 = 0.09;
+  std::vector<double> eo, el;
+  reference(q, c, {0, 1, 2, 3}, ref, eo, el);
+  Tensor o = cudnn_batch_decode_with_kv_cache(q, c.k, c.v, 0.09, workspace(), 30,
+                                              c.seq_lens.view({3, 1, 1, 1}), c.block_tables);
+  EXPECT_TRUE(testing::all_close(o, eo, testing::attention_tolerance(DType::kBFloat16)));
+  // Without a block table request b's cache is page b: [batch, Hkv, max_seq, D].
+  Tensor k = testing::rand_tensor({2, 1, 16, 64}, DType::kFloat16, 3, -1.0, 1.0);
+  Tensor v = testing::rand_tensor({2, 1, 16, 64}, DType::kFloat16, 4, -1.0, 1.0);
+  Tensor q2 = testing::rand_tensor({2, 2, 64}, DType::kFloat16, 5, -1.0, 1.0);
+  Tensor o2 =
+      cudnn_batch_decode_with_kv_cache(q2, k, v, 0.125, workspace(), 16, int_tensor({16, 5}));
+  for (int64_t b = 0; b < 2; ++b) {
+    const int64_t len = b == 0 ? 16 : 5;
+    testing::RefOptions ro;
+    ro.sm_scale = 0.125;
+    std::vector<double> eo2, el2;
+    testing::ref_attention(q2.select(0, b).to_double_vector(),
+                           k.select(0, b).slice(1, 0, len).permute({1, 0, 2}).to_double_vector(),
+                           v.select(0, b).slice(1, 0, len).permute({1, 0, 2}).to_double_vector(), 1,
+                           len, 2, 1, 64, 64, ro, eo2, el2);
+    EXPECT_TRUE(
+        testing::all_close(o2.select(0, b), eo2, testing::attention_tolerance(DType::kFloat16)));
+  }
+  EXPECT_FI_ERROR(
+      cudnn_batch_decode_with_kv_cache(q2, k, v, 0.125, workspace(), 15, int_tensor({16, 5})), op,
+      "max_sequence_kv");
+  EXPECT_FI_ERROR(
+      cudnn_batch_decode_with_kv_cache(q2, k, v, 0.125, workspace(), 16, int_tensor({16})), op,
+      "actual_seq_lens_kv");
+  EXPECT_FI_ERROR(
+      cudnn_batch_decode_with_kv_cache(q2, k, v, 0.125, workspace(), 16, int_tensor({16, 5}),
+                                       std::nullopt, false, int_tensor({0, 1})),
+      op, "batch_offsets_q");
+}
+
 // ---- Dumps: through this library's recorder, and written by Python as upstream writes them ----
 
 namespace fs = std::filesystem;

@@ -413,4 +413,23 @@ CudnnPrefillResult cudnn_batch_prefill_with_kv_cache(
     std::optional<std::string> backend = std::nullopt,
     std::optional<DType> o_data_type = std::nullopt);
 
+/// cudnn_batch_decode_with_kv_cache (flashinfer.cudnn.decode), computed with this library's
+/// kernels (no cuDNN): q [batch, Hq, D]; k_cache, v_cache HND pages [pages, Hkv, page_size, D]
+/// read through block_tables [batch, blocks] (int32); without block_tables each request b owns
+/// page b whole ([batch, Hkv, max_seq, D]). actual_seq_lens_kv: any shape of batch int32 KV
+/// lengths, each <= max_sequence_kv (default: max_sequence_kv for every request). Scores
+/// scale * (q . k). Returns out [batch, Hq, D] in q's dtype (or out's). Not supported:
+/// batch_offsets_*.
+Tensor cudnn_batch_decode_with_kv_cache(const Tensor& q, const Tensor& k_cache,
+                                        const Tensor& v_cache, double scale,
+                                        const Tensor& workspace_buffer, int64_t max_sequence_kv,
+                                        std::optional<Tensor> actual_seq_lens_kv = std::nullopt,
+                                        std::optional<Tensor> block_tables = std::nullopt,
+                                        bool is_cuda_graph_compatible = false,
+                                        std::optional<Tensor> batch_offsets_q = std::nullopt,
+                                        std::optional<Tensor> batch_offsets_o = std::nullopt,
+                                        std::optional<Tensor> batch_offsets_k = std::nullopt,
+                                        std::optional<Tensor> batch_offsets_v = std::nullopt,
+                                        std::optional<Tensor> out = std::nullopt);
+
 }  // namespace flashinfer
