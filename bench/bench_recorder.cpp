@@ -85,7 +85,7 @@ void BM_RmsNormLevel10Spaced(benchmark::State& state) {
   Tensor x = Tensor::empty({4, 256}, DType::kFloat16);
   x.normal_(1);
   Tensor w = Tensor::full({256}, 1.0, DType::kFloat16);
-  rmsnorm(x, w);  // starts the pool
+  for (int i = 0; i < 8; ++i) rmsnorm(x, w);  // the 8th call directory starts the pool
   for (auto _ : state) {
     state.PauseTiming();
     std::this_thread::sleep_for(std::chrono::microseconds(300));

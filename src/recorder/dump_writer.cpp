@@ -227,7 +227,9 @@ bool DumpWriter::make_call_dir(const std::string& dir, bool use_pool) {
     DirPool* pool = nullptr;
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (!pool_tried_) {
+      // Short sessions never start the pool (nor leave it behind when they end in _exit or a
+      // crash): it pays off in long ones.
+      if (!pool_tried_ && ++plain_dirs_ >= kPoolAfterCalls) {
         pool_tried_ = true;
         std::error_code ec;
         fs::create_directories(cfg_.dump_dir, ec);

@@ -114,6 +114,8 @@ class DumpWriter {
   uint64_t total_bytes_ = 0;
   bool failed_ = false;
   bool pool_tried_ = false;
+  static constexpr int64_t kPoolAfterCalls = 8;  // call directories made before the pool starts
+  int64_t plain_dirs_ = 0;
   std::unique_ptr<DirPool> pool_;  // made on the first call directory; goes first
 };
 
