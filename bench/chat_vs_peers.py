@@ -65,8 +65,8 @@ class TorchModel:
 
         def w(name):
             x = t[name]
-            return torch.from_numpy(np.ascontiguousarray(
-                dequantize(x.data, x.tensor_type))).to(torch.bfloat16)
+            return torch.from_numpy(np.array(
+                dequantize(x.data, x.tensor_type), dtype=np.float32)).to(torch.bfloat16)
 
         self.L = int(meta["llama.block_count"])
         self.H = int(meta["llama.embedding_length"])

@@ -30,6 +30,7 @@ def main():
     path, tokens, steps, logits_out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     prompt = [int(t) for t in tokens.split(",")]
     torch.set_grad_enabled(False)
+    torch.set_num_threads(1)  # ctest runs tests side by side (see test_chat.cpp)
     r = GGUFReader(path)
     f = {k: v for k, v in r.fields.items()}
 

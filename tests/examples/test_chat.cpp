@@ -4,6 +4,7 @@
 // `gguf` package does), the answer to a question checked as text, and a batch against single
 // runs.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -36,6 +37,9 @@ const std::vector<int32_t> kFrancePrompt = {
 
 smollm::Model* model() {
   static std::unique_ptr<smollm::Model> m = [] {
+    // One thread: ctest runs tests side by side, and an OpenMP team whose second thread lost
+    // its core waits a scheduler slice at every region (see docs/PERFORMANCE.md).
+    omp_set_num_threads(1);
     const std::string path = flashinfer::gguf::default_model_path();
     if (!fs::exists(path)) return std::unique_ptr<smollm::Model>();
     return std::make_unique<smollm::Model>(smollm::load(path));
