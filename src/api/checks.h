@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "core/view_overlap.h"
 #include "flashinfer/error.h"
 #include "flashinfer/tensor.h"
 
@@ -57,6 +58,21 @@ inline void check_shape_eq(const Tensor& t, const Shape& shape, const char* op, 
 
 inline void check_non_empty(const Tensor& t, const char* op, const char* arg) {
   FLASHINFER_CHECK(t.numel() > 0, op, arg, "empty tensor (shape ", shape_to_string(t.shape()), ")");
+}
+
+/// Pairwise checks for an op's own argument relations the gate's written-argument check does not
+/// see (it covers every argument declared `.mut()`, see src/calls/written_args.cpp); both use the
+/// same exact overlap test.
+inline void check_writable(const Tensor& t, const char* op, const char* arg) {
+  const int64_t d = detail::broadcast_dim(t);
+  FLASHINFER_CHECK(d < 0, op, arg, "is written but has stride 0 in dimension ", d,
+                   " (a broadcast view)");
+}
+
+inline void check_no_overlap(const Tensor& t, const Tensor& other, const char* op, const char* arg,
+                             const char* other_arg) {
+  FLASHINFER_CHECK(!detail::views_overlap(t, other), op, arg, "must not overlap ", other_arg,
+                   " in memory");
 }
 
 }  // namespace flashinfer::api
