@@ -8,6 +8,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/kernel_table.h"
+#include "flashinfer/float_formats.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_cpu.h"
 #if FLASHINFER_WITH_CUDA
@@ -32,6 +33,19 @@ struct ArgTraits<WeightLayout> {
   static WeightLayout get(const CallArgs& a, std::size_t i) {
     return weight_layout_from_value(a[i], a.decl().name,
                                     i < a.decl().params.size() ? a.decl().params[i].name : "");
+  }
+};
+template <>
+struct ArgTraits<MoeTopkIds> {
+  static constexpr ParamKind kind = ParamKind::kAny;
+  static MoeTopkIds get(const CallArgs& a, std::size_t i) {
+    const Value& v = a[i];
+    if (v.is_tensor()) return MoeTopkIds(v.as_tensor());
+    FLASHINFER_CHECK(v.is_sequence() && v.items().size() == 2 && v.items()[0].is_tensor() &&
+                         v.items()[1].is_tensor(),
+                     a.decl().name, a.decl().params.at(i).name,
+                     "expected a packed tensor or a (topk_ids, topk_weights) pair, got ", v.repr());
+    return MoeTopkIds(v.items()[0].as_tensor(), v.items()[1].as_tensor());
   }
 };
 template <>
@@ -541,18 +555,20 @@ constexpr api::KernelEntry<kernels::TrtllmMoeParams> kTrtllmMoeKernels[] = {
      }},
 };
 
-Tensor trtllm_bf16_moe_impl(const Tensor& logits, const std::optional<Tensor>& bias,
-                            const Tensor& hidden, const Tensor& w1, const Tensor& w2,
-                            int64_t num_experts, int64_t top_k, std::optional<int64_t> n_group,
-                            std::optional<int64_t> topk_group, int64_t inter, int64_t offset,
-                            int64_t local_num, std::optional<double> scale, int64_t method,
-                            bool use_shuffled_weight, WeightLayout layout, bool do_finalize,
-                            bool enable_pdl, int64_t activation_type, bool norm_topk_prob,
+// The routing-from-logits op (`routed` null) and the precomputed-routing op share everything
+// after the routing.
+Tensor trtllm_bf16_moe_impl(const char* op, const MoeTopkIds* routed, const Tensor& logits,
+                            const std::optional<Tensor>& bias, const Tensor& hidden,
+                            const Tensor& w1, const Tensor& w2, int64_t num_experts, int64_t top_k,
+                            std::optional<int64_t> n_group, std::optional<int64_t> topk_group,
+                            int64_t inter, int64_t offset, int64_t local_num,
+                            std::optional<double> scale, int64_t method, bool use_shuffled_weight,
+                            WeightLayout layout, bool do_finalize, bool enable_pdl,
+                            int64_t activation_type, bool norm_topk_prob,
                             const std::optional<Tensor>& replay_out,
                             const std::optional<Tensor>& alpha, const std::optional<Tensor>& beta,
                             const std::optional<Tensor>& limit,
                             const std::optional<Tensor>& output) {
-  const char* op = "trtllm_bf16_moe";
   check_flag_off(use_shuffled_weight, op, "use_shuffled_weight",
                  "shuffled (trtllm-gen tiled) weights are not implemented: pass plain weights "
                  "with use_shuffled_weight=False");
@@ -560,16 +576,43 @@ Tensor trtllm_bf16_moe_impl(const Tensor& logits, const std::optional<Tensor>& b
                  "only WeightLayout.MajorK ([Mn, K]) weights are implemented");
   check_flag_off(!do_finalize, op, "do_finalize",
                  "do_finalize=False (unfinalized GEMM2 output) is not implemented");
-  api::check_defined(logits, op, "routing_logits");
   api::check_defined(hidden, op, "hidden_states");
+  api::check_dim(hidden, {2}, op, "hidden_states");
+  if (routed) {
+    // Precomputed routing: the ids and weights as given; the routing arguments are not used.
+    const Tensor& ids = routed->ids;
+    api::check_defined(ids, op, "topk_ids");
+    api::check_dim(ids, {2}, op, "topk_ids");
+    api::check_dtype_in(ids, {DType::kInt32}, op, "topk_ids");
+    FLASHINFER_CHECK(ids.size(0) == hidden.size(0) && ids.size(1) == top_k, op, "topk_ids",
+                     "expected [", hidden.size(0), ", ", top_k, "], got ",
+                     shape_to_string(ids.shape()));
+    check_unit_last_stride(ids, op, "topk_ids");
+    api::check_same_device(ids, hidden, op, "topk_ids", "hidden_states");
+    if (routed->weights) {
+      const Tensor& w = *routed->weights;
+      api::check_dtype_in(w, {DType::kBFloat16, DType::kFloat32}, op, "topk_ids");
+      FLASHINFER_CHECK(w.shape() == ids.shape() && w.stride(0) == ids.stride(0), op, "topk_ids",
+                       "the weights must have the ids' shape and row stride, got ",
+                       shape_to_string(w.shape()));
+      check_unit_last_stride(w, op, "topk_ids");
+      api::check_same_device(w, hidden, op, "topk_ids", "hidden_states");
+    }
+  }
+  const Tensor& logits_or_ids = routed ? routed->ids : logits;
+  if (!routed) api::check_defined(logits, op, "routing_logits");
   api::check_defined(w1, op, "gemm1_weights");
   api::check_defined(w2, op, "gemm2_weights");
-  api::check_dim(logits, {2}, op, "routing_logits");
-  api::check_dtype_in(logits, {DType::kFloat32, DType::kBFloat16}, op, "routing_logits");
-  check_unit_last_stride(logits, op, "routing_logits");
-  const int64_t T = logits.size(0);
-  FLASHINFER_CHECK(logits.size(1) == num_experts, op, "routing_logits", "expected [", T, ", ",
-                   num_experts, "] (num_experts), got ", shape_to_string(logits.shape()));
+  const int64_t T = hidden.size(0);
+  if (!routed) {
+    api::check_dim(logits, {2}, op, "routing_logits");
+    api::check_dtype_in(logits, {DType::kFloat32, DType::kBFloat16}, op, "routing_logits");
+    check_unit_last_stride(logits, op, "routing_logits");
+    FLASHINFER_CHECK(logits.shape() == Shape({T, num_experts}), op, "routing_logits", "expected [",
+                     T, ", ", num_experts, "] (tokens, num_experts), got ",
+                     shape_to_string(logits.shape()));
+    api::check_same_device(logits, hidden, op, "routing_logits", "hidden_states");
+  }
   FLASHINFER_CHECK(top_k >= 1 && top_k <= num_experts, op, "top_k",
                    "must be in [1, num_experts=", num_experts, "], got ", top_k);
   FLASHINFER_CHECK(method >= 0 && method <= 8, op, "routing_method_type",
@@ -581,7 +624,7 @@ Tensor trtllm_bf16_moe_impl(const Tensor& logits, const std::optional<Tensor>& b
   if (bias) {
     api::check_dtype_in(*bias, {DType::kFloat32, DType::kBFloat16}, op, "routing_bias");
     api::check_shape_eq(*bias, {num_experts}, op, "routing_bias");
-    api::check_same_device(*bias, logits, op, "routing_bias", "routing_logits");
+    api::check_same_device(*bias, logits_or_ids, op, "routing_bias", "routing_logits");
     FLASHINFER_CHECK(bias->stride(0) == 1 || num_experts == 1, op, "routing_bias",
                      "must be contiguous");
   }
@@ -598,12 +641,8 @@ Tensor trtllm_bf16_moe_impl(const Tensor& logits, const std::optional<Tensor>& b
   FLASHINFER_CHECK(local_num >= 1 && offset >= 0 && offset + local_num <= num_experts, op,
                    "local_num_experts", "local experts [", offset, ", ", offset + local_num,
                    ") must lie in [0, num_experts=", num_experts, ")");
-  api::check_dim(hidden, {2}, op, "hidden_states");
   api::check_dtype_in(hidden, {DType::kBFloat16}, op, "hidden_states");
   check_unit_last_stride(hidden, op, "hidden_states");
-  api::check_same_device(hidden, logits, op, "hidden_states", "routing_logits");
-  FLASHINFER_CHECK(hidden.size(0) == T, op, "hidden_states", "expected ", T,
-                   " rows (routing_logits'), got ", hidden.size(0));
   const int64_t H = hidden.size(1);
   FLASHINFER_CHECK(activation_type >= 0 && activation_type <= 9, op, "activation_type",
                    "must be an ActivationType value, got ", activation_type);
@@ -647,9 +686,21 @@ Tensor trtllm_bf16_moe_impl(const Tensor& logits, const std::optional<Tensor>& b
     out = Tensor::empty({T, H}, DType::kBFloat16, hidden.device());
   }
   kernels::TrtllmMoeParams p;
-  p.routing.logits = logits.data_ptr();
-  p.routing.logits_dtype = logits.dtype();
-  p.routing.logits_stride = logits.stride(0);
+  if (routed) {
+    p.precomputed = true;
+    p.routed_stride = routed->ids.stride(0);
+    if (routed->weights) {
+      p.ids = routed->ids.data<int32_t>();
+      p.weights = routed->weights->data_ptr();
+      p.weights_dtype = routed->weights->dtype();
+    } else {
+      p.packed = routed->ids.data<int32_t>();
+    }
+  } else {
+    p.routing.logits = logits.data_ptr();
+    p.routing.logits_dtype = logits.dtype();
+    p.routing.logits_stride = logits.stride(0);
+  }
   p.routing.bias = bias ? bias->data_ptr() : nullptr;
   p.routing.bias_dtype = bias ? bias->dtype() : DType::kFloat32;
   p.routing.num_tokens = T;
@@ -705,17 +756,51 @@ Tensor trtllm_bf16_moe(const Tensor& routing_logits, std::optional<Tensor> routi
   return call_op<&trtllm_bf16_moe>(
       [&] {
         return trtllm_bf16_moe_impl(
-            routing_logits, routing_bias, hidden_states, gemm1_weights, gemm2_weights, num_experts,
-            top_k, n_group, topk_group, intermediate_size, local_expert_offset, local_num_experts,
-            routed_scaling_factor, routing_method_type, use_shuffled_weight, weight_layout,
-            do_finalize, enable_pdl, activation_type, norm_topk_prob, routing_replay_out,
-            gemm1_alpha, gemm1_beta, gemm1_clamp_limit, output);
+            "trtllm_bf16_moe", nullptr, routing_logits, routing_bias, hidden_states, gemm1_weights,
+            gemm2_weights, num_experts, top_k, n_group, topk_group, intermediate_size,
+            local_expert_offset, local_num_experts, routed_scaling_factor, routing_method_type,
+            use_shuffled_weight, weight_layout, do_finalize, enable_pdl, activation_type,
+            norm_topk_prob, routing_replay_out, gemm1_alpha, gemm1_beta, gemm1_clamp_limit, output);
       },
       routing_logits, routing_bias, hidden_states, gemm1_weights, gemm2_weights, num_experts, top_k,
       n_group, topk_group, intermediate_size, local_expert_offset, local_num_experts,
       routed_scaling_factor, routing_method_type, use_shuffled_weight, weight_layout, do_finalize,
       enable_pdl, tune_max_num_tokens, activation_type, norm_topk_prob, routing_replay_out,
       gemm1_alpha, gemm1_beta, gemm1_clamp_limit, output);
+}
+
+Value to_value(const MoeTopkIds& t) {
+  if (!t.weights) return Value(t.ids);
+  return Value::tuple({Value(t.ids), Value(*t.weights)});
+}
+
+Tensor trtllm_bf16_routed_moe(
+    const MoeTopkIds& topk_ids, const Tensor& hidden_states, const Tensor& gemm1_weights,
+    const Tensor& gemm2_weights, int64_t num_experts, int64_t top_k, std::optional<int64_t> n_group,
+    std::optional<int64_t> topk_group, int64_t intermediate_size, int64_t local_expert_offset,
+    int64_t local_num_experts, std::optional<double> routed_scaling_factor,
+    int64_t routing_method_type, bool use_shuffled_weight, WeightLayout weight_layout,
+    bool do_finalize, bool enable_pdl, std::optional<Tensor> gemm1_lora_delta,
+    int64_t tune_max_num_tokens, int64_t activation_type, std::optional<Tensor> routing_replay_out,
+    std::optional<Tensor> gemm1_alpha, std::optional<Tensor> gemm1_beta,
+    std::optional<Tensor> gemm1_clamp_limit, std::optional<Tensor> output) {
+  return call_op<&trtllm_bf16_routed_moe>(
+      [&] {
+        const char* op = "trtllm_bf16_routed_moe";
+        check_flag_off(gemm1_lora_delta.has_value(), op, "gemm1_lora_delta",
+                       "the LoRA delta of GEMM1 is not implemented");
+        return trtllm_bf16_moe_impl(
+            op, &topk_ids, Tensor(), std::nullopt, hidden_states, gemm1_weights, gemm2_weights,
+            num_experts, top_k, n_group, topk_group, intermediate_size, local_expert_offset,
+            local_num_experts, routed_scaling_factor, routing_method_type, use_shuffled_weight,
+            weight_layout, do_finalize, enable_pdl, activation_type, true, routing_replay_out,
+            gemm1_alpha, gemm1_beta, gemm1_clamp_limit, output);
+      },
+      topk_ids, hidden_states, gemm1_weights, gemm2_weights, num_experts, top_k, n_group,
+      topk_group, intermediate_size, local_expert_offset, local_num_experts, routed_scaling_factor,
+      routing_method_type, use_shuffled_weight, weight_layout, do_finalize, enable_pdl,
+      gemm1_lora_delta, tune_max_num_tokens, activation_type, routing_replay_out, gemm1_alpha,
+      gemm1_beta, gemm1_clamp_limit, output);
 }
 
 namespace {
@@ -834,6 +919,32 @@ BenchCase bench_trtllm_bf16_moe(const BenchShape& s, Device dev) {
   return c;
 }
 
+// trtllm_bf16_routed_moe: the same FFN shapes, packed precomputed routing (two distinct
+// experts per token, bf16 weights 0.75 / 0.25).
+BenchCase bench_trtllm_bf16_routed_moe(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, H = s.hidden_size, I = s.n, E = 8, K = 2;
+  const DType dt = DType::kBFloat16;
+  std::vector<int64_t> packed;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t e0 = (t * 5) % E, e1 = (e0 + 1 + t % (E - 1)) % E;
+    packed.push_back((e0 << 16) | float_to_bfloat16_bits(0.75f));
+    packed.push_back((e1 << 16) | float_to_bfloat16_bits(0.25f));
+  }
+  BenchCase c = api::bench::invoke_case(
+      "trtllm_bf16_routed_moe",
+      {Value(api::bench::int32_tensor(packed, dev).view({T, K})),
+       Value(api::bench::random_tensor({T, H}, dt, dev, s.random_seed + 2)),
+       Value(api::bench::random_tensor({E, 2 * I, H}, dt, dev, s.random_seed + 3, -0.1, 0.1)),
+       Value(api::bench::random_tensor({E, H, I}, dt, dev, s.random_seed + 4, -0.1, 0.1)), Value(E),
+       Value(K), Value(), Value(), Value(I), Value(int64_t{0}), Value(E), Value(),
+       Value(int64_t{0}), Value(false), Value(int64_t{0})});
+  const double rows = static_cast<double>(T * K);
+  c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
+  c.bytes = api::bench::nbytes({T, H}, dt) * 2 + api::bench::nbytes({E, 2 * I, H}, dt) +
+            api::bench::nbytes({E, H, I}, dt);
+  return c;
+}
+
 // Bench hooks. cutlass_fused_moe: m tokens, hidden_size, inter = n, 8 experts, top-2 (two
 // distinct experts per token spread over all eight), Swiglu. FLOPs: the routed rows' two GEMMs.
 BenchCase bench_cutlass_fused_moe(const BenchShape& s, Device dev) {
@@ -943,7 +1054,22 @@ void register_moe_ops(OpRegistry& r) {
       arg("activation_type", int64_t{3}), arg("norm_topk_prob", true),
       arg("routing_replay_out").mut(), "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit",
       arg("output").mut());
+  declare<&trtllm_bf16_routed_moe>(
+      r,
+      {.name = "trtllm_bf16_routed_moe",
+       .module = kCoreModule,
+       .summary = "trtllm-gen BF16 MoE with precomputed routing (packed ids or (ids, weights))"},
+      "topk_ids", "hidden_states", "gemm1_weights", "gemm2_weights", "num_experts", "top_k",
+      arg("n_group").required(), arg("topk_group").required(), "intermediate_size",
+      "local_expert_offset", "local_num_experts", "routed_scaling_factor",
+      arg("routing_method_type", int64_t{0}), arg("use_shuffled_weight", true),
+      arg("weight_layout", WeightLayout::BlockMajorK), arg("do_finalize", true),
+      arg("enable_pdl", true), "gemm1_lora_delta", arg("tune_max_num_tokens", int64_t{8192}),
+      arg("activation_type", int64_t{3}), arg("routing_replay_out").mut(), "gemm1_alpha",
+      "gemm1_beta", "gemm1_clamp_limit", arg("output").mut());
   api::register_backends("trtllm_bf16_moe", kTrtllmMoeKernels);
+  api::register_backends("trtllm_bf16_routed_moe", kTrtllmMoeKernels);
+  register_bench_hook("trtllm_bf16_routed_moe", bench_trtllm_bf16_routed_moe);
   register_bench_hook("trtllm_bf16_moe", bench_trtllm_bf16_moe);
 
   api::register_backends("hash_topk", kHashTopkKernels);

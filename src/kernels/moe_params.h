@@ -114,7 +114,15 @@ struct MoeRoutingParams {
 /// trtllm_bf16_moe: routing, then the fused MoE (round_gemm1 = false) over the local experts.
 /// moe.experts / moe.scales are filled by the kernel from the routing (ignored on input).
 struct TrtllmMoeParams {
-  MoeRoutingParams routing;
+  MoeRoutingParams routing;  // unused when `precomputed` is set
+  // Precomputed routing (the _routed_ ops): `packed` [num_tokens, top_k] int32 holding
+  // (expert_id << 16) | bf16 weight bits, or `ids` int32 with `weights` (bf16 or fp32).
+  bool precomputed = false;
+  const int32_t* packed = nullptr;
+  const int32_t* ids = nullptr;
+  const void* weights = nullptr;
+  DType weights_dtype = DType::kFloat32;
+  int64_t routed_stride = 0;  // row stride of packed / ids / weights
   CutlassMoeParams moe;
   int16_t* replay_out = nullptr;  // [>= num_tokens, top_k] or null
   int64_t replay_stride = 0;

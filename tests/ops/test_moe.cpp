@@ -710,6 +710,58 @@ TEST(TrtllmBf16Moe, MatchesFormulaForEveryRoutingMethod) {
   }
 }
 
+// Precomputed routing: the (ids, weights) pair form gives trtllm_bf16_moe's result for the
+// routing that op computed; the packed form equals the pair form with bf16 weights.
+TEST(TrtllmBf16RoutedMoe, MatchesRoutingFromLogits) {
+  const int64_t T = 12, E = 8, H = 32, I = 16, K = 2;
+  Tensor logits = rand_tensor({T, E}, DType::kFloat32, 5, -3.0, 3.0);
+  Tensor x = rand_tensor({T, H}, DType::kBFloat16, 6);
+  Tensor w1 = rand_tensor({4, 2 * I, H}, DType::kBFloat16, 7, -0.3, 0.3);
+  Tensor w2 = rand_tensor({4, H, I}, DType::kBFloat16, 8, -0.3, 0.3);
+  const Tensor ref =
+      trtllm_bf16_moe(logits, std::nullopt, x, w1, w2, E, K, std::nullopt, std::nullopt, I, 4, 4,
+                      std::nullopt, 4, false, WeightLayout::MajorK);
+  const auto lv = logits.to_double_vector();
+  std::vector<double> ids, wts;
+  std::vector<double> packed;
+  for (int64_t t = 0; t < T; ++t) {
+    const std::vector<double> row(lv.begin() + t * E, lv.begin() + (t + 1) * E);
+    const Routed r = routing_formula(4, row, {}, K, 1, 1, 1.0);
+    for (int64_t k = 0; k < K; ++k) {
+      ids.push_back(static_cast<double>(r.ids[static_cast<size_t>(k)]));
+      wts.push_back(r.weights[static_cast<size_t>(k)]);
+      const uint32_t bits =
+          float_to_bfloat16_bits(static_cast<float>(r.weights[static_cast<size_t>(k)]));
+      packed.push_back(static_cast<double>(static_cast<int32_t>(
+          (static_cast<uint32_t>(r.ids[static_cast<size_t>(k)]) << 16) | bits)));
+    }
+  }
+  Tensor id_t = Tensor::from_vector(ids, {T, K}, DType::kInt32);
+  auto routed = [&](const MoeTopkIds& topk) {
+    return trtllm_bf16_routed_moe(topk, x, w1, w2, E, K, std::nullopt, std::nullopt, I, 4, 4,
+                                  std::nullopt, 4, false, WeightLayout::MajorK);
+  };
+  EXPECT_TRUE(all_close(routed(MoeTopkIds(id_t, Tensor::from_vector(wts, {T, K}, DType::kFloat32))),
+                        ref, default_tolerance(DType::kBFloat16)));
+  const Tensor from_packed = routed(MoeTopkIds(Tensor::from_vector(packed, {T, K}, DType::kInt32)));
+  const Tensor from_pair =
+      routed(MoeTopkIds(id_t, Tensor::from_vector(wts, {T, K}, DType::kBFloat16)));
+  EXPECT_TRUE(all_close(from_packed, from_pair, {0, 0}));
+  const char* op = "trtllm_bf16_routed_moe";
+  EXPECT_FI_ERROR(
+      (void)trtllm_bf16_routed_moe(MoeTopkIds(id_t), x, w1, w2, E, K, std::nullopt, std::nullopt, I,
+                                   4, 4, std::nullopt, 4, false, WeightLayout::MajorK, true, true,
+                                   Tensor::zeros({T, I}, DType::kBFloat16)),
+      op, "gemm1_lora_delta");
+  EXPECT_FI_ERROR((void)routed(MoeTopkIds(id_t.slice(0, 0, 3))), op, "topk_ids");
+  EXPECT_FI_ERROR((void)routed(MoeTopkIds(id_t.to(DType::kInt64))), op, "topk_ids");
+  EXPECT_FI_ERROR((void)routed(MoeTopkIds(id_t, Tensor::zeros({T, K}, DType::kFloat16))), op,
+                  "topk_ids");
+  EXPECT_FI_ERROR((void)trtllm_bf16_routed_moe(MoeTopkIds(id_t), x, w1, w2, E, K, std::nullopt,
+                                               std::nullopt, I, 4, 4),
+                  op, "use_shuffled_weight");
+}
+
 TEST(TrtllmBf16Moe, BadInput) {
   const char* op = "trtllm_bf16_moe";
   const int64_t T = 4, E = 8, H = 16, I = 8;
@@ -735,7 +787,8 @@ TEST(TrtllmBf16Moe, BadInput) {
   EXPECT_FI_ERROR(call(logits, x, w1, w2, 2, 3), op, "top_k");  // Llama4 is top-1
   EXPECT_FI_ERROR(call(logits, x, w1, w2, 2, 9), op, "routing_method_type");
   EXPECT_FI_ERROR(call(logits, x.to(DType::kFloat16), w1, w2, 2, 0), op, "hidden_states");
-  EXPECT_FI_ERROR(call(logits, x.slice(0, 0, 3), w1, w2, 2, 0), op, "hidden_states");
+  EXPECT_FI_ERROR(call(logits, x.slice(0, 0, 3), w1, w2, 2, 0), op,
+                  "routing_logits");  // token counts differ
   EXPECT_FI_ERROR(call(logits, x, w1.slice(1, 0, I), w2, 2, 0), op, "gemm1_weights");
   EXPECT_FI_ERROR(call(logits, x, w1, w2.slice(2, 0, 4), 2, 0), op, "gemm2_weights");
   EXPECT_FI_ERROR(call(logits, x, w1, w2, 2, 0, WeightLayout::MajorK, true, 4, E), op,
@@ -791,9 +844,15 @@ TEST(MoeDecls, RecordAndReplay) {
         s.to(DType::kFloat32), b.to(DType::kFloat32), rand_tensor({4, 8}, DType::kBFloat16, 5),
         rand_tensor({16, 8, 8}, DType::kBFloat16, 6), rand_tensor({16, 8, 4}, DType::kBFloat16, 7),
         16, 2, 4, 2, 4, 0, 16, 2.5, 2, false, WeightLayout::MajorK);
+    (void)trtllm_bf16_routed_moe(
+        MoeTopkIds(Tensor::from_vector({0, 3, 2, 1}, {2, 2}, DType::kInt32),
+                   Tensor::from_vector({0.5, 0.5, 0.25, 0.75}, {2, 2}, DType::kFloat32)),
+        rand_tensor({2, 8}, DType::kBFloat16, 8), rand_tensor({4, 8, 8}, DType::kBFloat16, 9),
+        rand_tensor({4, 8, 4}, DType::kBFloat16, 10), 4, 2, std::nullopt, std::nullopt, 4, 0, 4,
+        std::nullopt, 0, false, WeightLayout::MajorK);
     calls = scope.observer().calls;
   }
-  ASSERT_EQ(calls.size(), 5u);
+  ASSERT_EQ(calls.size(), 6u);
   for (const auto& call : calls) {
     SCOPED_TRACE(call.name);
     ASSERT_TRUE(call.error.empty()) << call.error;

@@ -129,6 +129,37 @@ Tensor trtllm_bf16_moe(
     std::optional<Tensor> gemm1_clamp_limit = std::nullopt,
     std::optional<Tensor> output = std::nullopt);
 
+/// Upstream's precomputed routing argument `topk_ids`: a packed int32 [T, top_k] tensor
+/// ((expert_id << 16) | the bf16 weight's bits), or an (ids int32, weights bf16/fp32) pair.
+struct MoeTopkIds {
+  Tensor ids;
+  std::optional<Tensor> weights;                         // set for the pair form
+  MoeTopkIds(Tensor packed) : ids(std::move(packed)) {}  // NOLINT: upstream passes a tensor
+  MoeTopkIds(Tensor i, Tensor w) : ids(std::move(i)), weights(std::move(w)) {}
+};
+/// Recorded as upstream records it: the tensor, or a (ids, weights) tuple.
+Value to_value(const MoeTopkIds& t);
+
+/// trtllm_bf16_moe with precomputed routing (`topk_ids`, see MoeTopkIds): the weights are used
+/// as given. Same layouts, limits and refusals as trtllm_bf16_moe; gemm1_lora_delta must be
+/// None.
+Tensor trtllm_bf16_routed_moe(const MoeTopkIds& topk_ids, const Tensor& hidden_states,
+                              const Tensor& gemm1_weights, const Tensor& gemm2_weights,
+                              int64_t num_experts, int64_t top_k, std::optional<int64_t> n_group,
+                              std::optional<int64_t> topk_group, int64_t intermediate_size,
+                              int64_t local_expert_offset, int64_t local_num_experts,
+                              std::optional<double> routed_scaling_factor = std::nullopt,
+                              int64_t routing_method_type = 0, bool use_shuffled_weight = true,
+                              WeightLayout weight_layout = WeightLayout::BlockMajorK,
+                              bool do_finalize = true, bool enable_pdl = true,
+                              std::optional<Tensor> gemm1_lora_delta = std::nullopt,
+                              int64_t tune_max_num_tokens = 8192, int64_t activation_type = 3,
+                              std::optional<Tensor> routing_replay_out = std::nullopt,
+                              std::optional<Tensor> gemm1_alpha = std::nullopt,
+                              std::optional<Tensor> gemm1_beta = std::nullopt,
+                              std::optional<Tensor> gemm1_clamp_limit = std::nullopt,
+                              std::optional<Tensor> output = std::nullopt);
+
 /// Hash-based MoE routing (DeepSeek-V4 hash layers): token t's experts are
 /// tid2eid[input_ids[t], :], weights sqrt(softplus(router_logits[t, e])) / their sum over the
 /// routed experts (fp32). With num_fused_shared_experts = 1 a last slot holds expert id

@@ -512,7 +512,24 @@ void trtllm_moe(const TrtllmMoeParams& p) {
   const int64_t T = p.routing.num_tokens, K = p.routing.top_k;
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
   std::vector<float> w(static_cast<size_t>(T * K));
-  moe_routing(p.routing, ids.data(), w.data());
+  if (!p.precomputed) {
+    moe_routing(p.routing, ids.data(), w.data());
+  } else {
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < K; ++k) {
+        const size_t o = static_cast<size_t>(t * K + k);
+        const int64_t i = t * p.routed_stride + k;
+        if (p.packed) {
+          const uint32_t v = static_cast<uint32_t>(p.packed[i]);
+          ids[o] = static_cast<int32_t>(v >> 16);
+          w[o] = bfloat16_bits_to_float(static_cast<uint16_t>(v & 0xFFFFu));
+        } else {
+          ids[o] = p.ids[i];
+          w[o] = load_f(p.weights, p.weights_dtype, i);
+        }
+      }
+    }
+  }
   if (p.replay_out) {
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t k = 0; k < K; ++k) {
