@@ -549,7 +549,7 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
   };
   Tensor acc = counter(acc_in, "maybe_output_accepted_token_num");
   Tensor emi = counter(emi_in, "maybe_output_emitted_draft_token_num");
-  FLASHINFER_CHECK(!acc_in || !emi_in || !api::views_overlap(acc, emi), op,
+  FLASHINFER_CHECK(!acc_in || !emi_in || !detail::views_overlap(acc, emi), op,
                    "maybe_output_emitted_draft_token_num",
                    "must not overlap maybe_output_accepted_token_num");
   FLASHINFER_CHECK(seed.has_value() == offset.has_value(), op, seed ? "offset" : "seed",
