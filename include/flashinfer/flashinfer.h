@@ -16,6 +16,7 @@
 #include "flashinfer/ops/backends.h"
 #include "flashinfer/ops/cascade.h"
 #include "flashinfer/ops/gemm.h"
+#include "flashinfer/ops/mla.h"
 #include "flashinfer/ops/norm.h"
 #include "flashinfer/ops/page.h"
 #include "flashinfer/ops/quantization.h"

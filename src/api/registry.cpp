@@ -20,6 +20,7 @@ void register_activation_ops(OpRegistry& registry);
 void register_rope_ops(OpRegistry& registry);
 void register_trtllm_attention_ops(OpRegistry& registry);
 void register_topk_ops(OpRegistry& registry);
+void register_mla_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -34,6 +35,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_rope_ops(registry);
   register_trtllm_attention_ops(registry);
   register_topk_ops(registry);
+  register_mla_ops(registry);
 }
 
 }  // namespace flashinfer::detail

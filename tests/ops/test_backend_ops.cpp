@@ -149,6 +149,8 @@ const std::map<std::string, std::string>& covered_elsewhere() {
       {"BatchPrefillWithPagedKVCacheWrapper.plan", "the run case plans before it runs"},
       {"BatchPrefillWithRaggedKVCacheWrapper.__init__", "the run case constructs the wrapper"},
       {"BatchPrefillWithRaggedKVCacheWrapper.plan", "the run case plans before it runs"},
+      {"BatchMLAPagedAttentionWrapper.__init__", "the run case constructs the wrapper"},
+      {"BatchMLAPagedAttentionWrapper.plan", "the run case plans before it runs"},
   };
   return m;
 }
