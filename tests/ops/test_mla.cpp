@@ -10,7 +10,12 @@
 #include <numeric>
 #include <random>
 
+#include <unistd.h>
+#include <filesystem>
+
 #include "flashinfer/ops/mla.h"
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
@@ -511,6 +516,47 @@ TEST(Mla, RecordAndReplay) {
   }
   EXPECT_EQ(calls[2].name, "BatchMLAPagedAttentionWrapper.__init__");
   EXPECT_TRUE(calls[4].result.is_sequence());  // (out, lse) with return_lse
+}
+
+// Through the Flight Recorder's dump (upstream's format: metadata.jsonl, inputs.pt/outputs.pt,
+// self_id for the wrapper) and replay_sequence, with the engines' keyword arguments (vLLM passes
+// every trtllm MLA argument by keyword; SGLang passes run's out= by keyword).
+TEST(Mla, DumpReplaysWithEveryCallPassing) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_mla_dump_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg, [](const std::string&) {});
+  Latent l = make_latent({5, 3}, 2, 32, 8, DType::kBFloat16, 8);
+  {
+    Tensor k = Tensor::zeros({2, 3, 12}, DType::kBFloat16);
+    concat_mla_k(k, testing::rand_tensor({2, 3, 8}, DType::kBFloat16, 1),
+                 testing::rand_tensor({2, 1, 4}, DType::kBFloat16, 2));
+    Tensor ckv = l.ckv.clone(), kpe = l.kpe.clone();
+    append_paged_mla_kv_cache(testing::rand_tensor({1, 32}, DType::kBFloat16, 3),
+                              testing::rand_tensor({1, 8}, DType::kBFloat16, 4), int_tensor({1}),
+                              int_tensor({2}), ckv, kpe, l.kv_indices, l.kv_indptr,
+                              int_tensor({1, 1}));
+    BatchMLAPagedAttentionWrapper w(workspace());
+    w.plan(int_tensor({0, 1, 2}), l.kv_indptr, l.kv_indices, l.kv_lens, 2, 32, 8, 2, false, 0.15,
+           DType::kBFloat16, DType::kBFloat16);
+    Tensor out = Tensor::empty({2, 2, 32}, DType::kBFloat16);
+    w.run(testing::rand_tensor({2, 2, 32}, DType::kBFloat16, 5),
+          testing::rand_tensor({2, 2, 8}, DType::kBFloat16, 6), ckv, kpe, out);
+    Tensor q = testing::rand_tensor({2, 1, 2, 40}, DType::kBFloat16, 7);
+    trtllm_batch_decode_with_kv_cache_mla(q, l.kv.unsqueeze(1), workspace(), 128, 32, 8,
+                                          l.block_tables, l.kv_lens, 6, 0, std::nullopt, 0.2, 1.0);
+    xqa_batch_decode_with_kv_cache_mla(q, l.kv, workspace(), 128, 32, 8, l.block_tables, l.kv_lens,
+                                       6);
+  }
+  recorder::stop();
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 7u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace
