@@ -762,10 +762,10 @@ BenchCase bench_mla_run(const BenchShape& s, Device dev) {
   BenchCase c = api::bench::invoke_case(
       std::string(kClass) + ".run",
       {api::bench::bench_object(w), Value(qn), Value(qp), Value(l.ckv), Value(l.kpe)});
+  // Upstream's count with qk dim ckv + kpe and vo dim ckv.
   c.flops = static_cast<double>(s.batch_size) *
             api::bench::attention_flops(s.s_qo, s.s_kv, s.num_qo_heads, kBenchCkv + kBenchKpe,
-                                        kBenchCkv, s.causal) /
-            2.0 * (1.0 + static_cast<double>(kBenchCkv) / (kBenchCkv + kBenchKpe));
+                                        kBenchCkv, s.causal);
   c.bytes = mla_bytes(s, rows, qd, kd);
   return c;
 }
