@@ -544,7 +544,8 @@ TEST(Mla, DumpReplaysWithEveryCallPassing) {
     BatchMLAPagedAttentionWrapper w(workspace());
     w.plan(int_tensor({0, 1, 2}), l.kv_indptr, l.kv_indices, l.kv_lens, 2, 32, 8, 2, false, 0.15,
            DType::kBFloat16, DType::kBFloat16);
-    Tensor out = Tensor::empty({2, 2, 32}, DType::kBFloat16);
+    Tensor out =
+        Tensor::zeros({2, 2, 32}, DType::kBFloat16);  // recorded as an input: defined bytes
     w.run(testing::rand_tensor({2, 2, 32}, DType::kBFloat16, 5),
           testing::rand_tensor({2, 2, 8}, DType::kBFloat16, 6), ckv, kpe, out);
     Tensor q = testing::rand_tensor({2, 1, 2, 40}, DType::kBFloat16, 7);
