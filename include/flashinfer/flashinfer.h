@@ -17,6 +17,7 @@
 #include "flashinfer/ops/cascade.h"
 #include "flashinfer/ops/gemm.h"
 #include "flashinfer/ops/gguf_mm.h"
+#include "flashinfer/ops/mla.h"
 #include "flashinfer/ops/moe.h"
 #include "flashinfer/ops/norm.h"
 #include "flashinfer/ops/page.h"

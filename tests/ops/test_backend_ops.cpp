@@ -157,6 +157,8 @@ const std::map<std::string, std::string>& covered_elsewhere() {
        "host-side sizing (no kernel): test_trtllm_attention checks it against plan"},
       {"is_gated_activation",
        "a host-side predicate on an enum: no tensors, no backend (tests/ops/test_moe.cpp)"},
+      {"BatchMLAPagedAttentionWrapper.__init__", "the run case constructs the wrapper"},
+      {"BatchMLAPagedAttentionWrapper.plan", "the run case plans before it runs"},
   };
   return m;
 }

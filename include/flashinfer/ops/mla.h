@@ -1,0 +1,143 @@
+// DeepSeek MLA (multi-head latent attention) over the compressed latent KV cache: the
+// wrapper of flashinfer.mla._core, the trtllm/xqa block-table entry points, and the layout
+// helpers flashinfer.page.append_paged_mla_kv_cache and flashinfer.concat_ops.concat_mla_k.
+//
+// The latent cache holds, per token, one compressed KV row ckv [head_dim_ckv] (the value, and
+// the "nope" half of the key) and one rope key row kpe [head_dim_kpe], shared by every head. The
+// score of query head h and token j is
+//   s = sm_scale * (q_nope[h] . ckv[j] + q_pe[h] . kpe[j])
+// and the output is softmax(s) over the visible tokens applied to the ckv rows. DeepSeek uses
+// head_dim_ckv 512 and head_dim_kpe 64; the CPU reference takes any positive dims.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "flashinfer/dtype.h"
+#include "flashinfer/op_decl.h"
+#include "flashinfer/ops/attention.h"
+#include "flashinfer/tensor.h"
+#include "flashinfer/value.h"
+
+namespace flashinfer {
+
+namespace detail {
+struct MlaWrapperState;
+}
+
+/// flashinfer.page.append_paged_mla_kv_cache: writes append_ckv[i] ([nnz, ckv_dim]) and
+/// append_kpe[i] ([nnz, kpe_dim]) into ckv_cache [pages, page_size, ckv_dim] and kpe_cache
+/// [pages, page_size, kpe_dim] (same dtype) at request batch_indices[i], position positions[i]
+/// (int32 [nnz]). The page table (kv_indices, kv_indptr [batch + 1], kv_last_page_len [batch])
+/// must already include the new tokens; every index is checked on the host first. Both caches
+/// are required (upstream's annotation allows None, its kernel does not), so they are plain
+/// tensors here.
+void append_paged_mla_kv_cache(const Tensor& append_ckv, const Tensor& append_kpe,
+                               const Tensor& batch_indices, const Tensor& positions,
+                               const Tensor& ckv_cache, const Tensor& kpe_cache,
+                               const Tensor& kv_indices, const Tensor& kv_indptr,
+                               const Tensor& kv_last_page_len);
+
+/// flashinfer.concat_ops.concat_mla_k: k[t, h, :nope_dim] = k_nope[t, h] and
+/// k[t, h, nope_dim:] = k_rope[t, 0] for every head h (the rope part is shared by the heads).
+///   k [tokens, H, nope_dim + rope_dim] (written), k_nope [tokens, H, nope_dim], k_rope
+///   [tokens, 1, rope_dim]; one dtype among fp16, bf16, fp8 e4m3fn/e5m2 (bit-exact copies).
+void concat_mla_k(const Tensor& k, const Tensor& k_nope, const Tensor& k_rope);
+
+/// flashinfer.mla._core.BatchMLAPagedAttentionWrapper: decode and chunked prefill over the
+/// paged latent cache (plan once per batch, run per layer).
+class BatchMLAPagedAttentionWrapper : public ApiObject {
+ public:
+  /// float_workspace_buffer: scratch on the device the wrapper runs on (the CPU reference needs
+  /// none). The CUDA-graph buffers are accepted and unused. backend "auto" or "fa2".
+  explicit BatchMLAPagedAttentionWrapper(Tensor float_workspace_buffer, bool use_cuda_graph = false,
+                                         std::optional<Tensor> qo_indptr = std::nullopt,
+                                         std::optional<Tensor> kv_indptr = std::nullopt,
+                                         std::optional<Tensor> kv_indices = std::nullopt,
+                                         std::optional<Tensor> kv_len_arr = std::nullopt,
+                                         std::string backend = "auto");
+  ~BatchMLAPagedAttentionWrapper() override;
+  BatchMLAPagedAttentionWrapper(const BatchMLAPagedAttentionWrapper&) = delete;
+  BatchMLAPagedAttentionWrapper& operator=(const BatchMLAPagedAttentionWrapper&) = delete;
+
+  /// qo_indptr [batch + 1] (query rows of each request), kv_indptr [batch + 1] (pages of each
+  /// request in kv_indices), kv_indices (page ids), kv_len_arr [batch] (tokens of each
+  /// request, at most its pages * page_size): int32. Query i of a request of qo_len queries
+  /// and kv_len tokens sits at position kv_len - qo_len + i; with causal it sees tokens up to
+  /// that position, else all of them. sm_scale multiplies q . k (DeepSeek: 1/sqrt(192)).
+  void plan(const Tensor& qo_indptr, const Tensor& kv_indptr, const Tensor& kv_indices,
+            const Tensor& kv_len_arr, int64_t num_heads, int64_t head_dim_ckv, int64_t head_dim_kpe,
+            int64_t page_size, bool causal, double sm_scale, DType q_data_type, DType kv_data_type,
+            bool use_profiler = false);
+
+  /// q_nope [rows, H, head_dim_ckv], q_pe [rows, H, head_dim_kpe] (q_data_type); ckv_cache
+  /// [pages, page_size, head_dim_ckv], kpe_cache [pages, page_size, head_dim_kpe]
+  /// (kv_data_type: fp16, bf16 or fp8, dequantized by ckv_scale / kpe_scale). Returns out
+  /// [rows, H, head_dim_ckv] in q's dtype, and with return_lse the fp32 lse [rows, H] (base 2,
+  /// natural log with return_lse_base_on_e). A row that sees no token gives 0 and -inf.
+  /// Unsupported (kUnsupported when given): profiler_buffer, kv_len, page_table (the cutlass
+  /// backend's arguments), o_scale, ckv_scale_arr.
+  AttentionOutput run(const Tensor& q_nope, const Tensor& q_pe, const Tensor& ckv_cache,
+                      const Tensor& kpe_cache, std::optional<Tensor> out = std::nullopt,
+                      std::optional<Tensor> lse = std::nullopt, bool return_lse = false,
+                      std::optional<Tensor> profiler_buffer = std::nullopt,
+                      std::optional<Tensor> kv_len = std::nullopt,
+                      std::optional<Tensor> page_table = std::nullopt,
+                      bool return_lse_base_on_e = false,
+                      std::optional<double> o_scale = std::nullopt,
+                      std::optional<double> ckv_scale = std::nullopt,
+                      std::optional<Tensor> ckv_scale_arr = std::nullopt,
+                      std::optional<double> kpe_scale = std::nullopt);
+
+  std::string_view class_name() const override { return "BatchMLAPagedAttentionWrapper"; }
+  std::string_view module_name() const override { return "flashinfer.mla._core"; }
+
+ private:
+  std::unique_ptr<detail::MlaWrapperState> s_;
+};
+
+/// flashinfer.mla._core.trtllm_batch_decode_with_kv_cache_mla: MLA decode (and multi-token
+/// prediction) over a block-table latent cache.
+///   query [batch, q_len, H, kv_lora_rank + qk_rope_head_dim] (q_nope then q_pe);
+///   kv_cache [pages, page_size, kv_lora_rank + qk_rope_head_dim] or [pages, 1, page_size, ...]
+///   (ckv then kpe); block_tables [batch, max_blocks] int32 page ids (entries past a request's
+///   length are never read); seq_lens [batch] int32 (<= max_seq_len).
+/// s = bmm1_scale * (q . k) (bmm1_scale folds sm_scale and the fp8 q/k scales), o = bmm2_scale *
+/// softmax(s) . ckv. With q_len > 1 the queries are the request's last tokens, causal among
+/// themselves. Returns out [batch, q_len, H, kv_lora_rank] in query's dtype (bf16 for an fp8
+/// query). qk_nope_head_dim is the model's (unused by the math). Unsupported (kUnsupported):
+/// sparse_mla_top_k > 0, sinks, lse/return_lse, cum_seq_lens_q, context parallelism
+/// (enable_dcp, cp_world > 1), skip_softmax_threshold_scale_factor, use_fp16_softmax.
+Tensor trtllm_batch_decode_with_kv_cache_mla(
+    const Tensor& query, const Tensor& kv_cache, const Tensor& workspace_buffer,
+    int64_t qk_nope_head_dim, int64_t kv_lora_rank, int64_t qk_rope_head_dim,
+    const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
+    int64_t sparse_mla_top_k = 0, std::optional<Tensor> out = std::nullopt,
+    ScalarOrTensor<double> bmm1_scale = 1.0, ScalarOrTensor<double> bmm2_scale = 1.0,
+    std::optional<Tensor> sinks = std::nullopt,
+    std::optional<double> skip_softmax_threshold_scale_factor = std::nullopt,
+    std::optional<bool> enable_pdl = std::nullopt, std::string_view backend = "auto",
+    bool is_var_seq = true, bool uses_shared_paged_kv_idx = true,
+    std::optional<Tensor> lse = std::nullopt, bool return_lse = false,
+    std::string_view cute_dsl_impl = "auto", std::string_view kv_scale_format = "auto",
+    std::optional<Tensor> cum_seq_lens_q = std::nullopt,
+    std::optional<int64_t> max_q_len = std::nullopt,
+    std::optional<Tensor> multi_ctas_kv_counter_buffer = std::nullopt,
+    std::optional<Tensor> sparse_mla_top_k_lens = std::nullopt, bool enable_dcp = false,
+    int64_t cp_world = 1, int64_t cp_rank = 0,
+    std::optional<Tensor> causal_seqlens_kv_global = std::nullopt,
+    std::optional<bool> use_fp16_softmax = std::nullopt);
+
+/// flashinfer.mla._core.xqa_batch_decode_with_kv_cache_mla: the same computation under the
+/// XQA backend's name (upstream requires q_len 1; this library accepts any, causal as above).
+Tensor xqa_batch_decode_with_kv_cache_mla(
+    const Tensor& query, const Tensor& kv_cache, const Tensor& workspace_buffer,
+    int64_t qk_nope_head_dim, int64_t kv_lora_rank, int64_t qk_rope_head_dim,
+    const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
+    std::optional<Tensor> out = std::nullopt, ScalarOrTensor<double> bmm1_scale = 1.0,
+    ScalarOrTensor<double> bmm2_scale = 1.0, std::optional<Tensor> sinks = std::nullopt,
+    std::optional<bool> enable_pdl = std::nullopt);
+
+}  // namespace flashinfer

@@ -1,0 +1,911 @@
+// DeepSeek MLA (flashinfer.mla._core) and its layout helpers (flashinfer.page's
+// append_paged_mla_kv_cache, flashinfer.concat_ops.concat_mla_k): declarations, checks, plan
+// state and dispatch. CPU reference only for now: the backend tables say so, and a replay with
+// --device cuda falls back to the CPU.
+#include "flashinfer/ops/mla.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "api/arg_traits.h"
+#include "api/attention_common.h"
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "api/kernel_table.h"
+#include "flashinfer/op_typed.h"
+#include "kernels/cpu/mla_cpu.h"
+#include "kernels/mla_params.h"
+
+namespace flashinfer {
+namespace detail {
+
+/// What BatchMLAPagedAttentionWrapper keeps between plan() and run().
+struct MlaWrapperState {
+  Tensor float_workspace;
+  Device device;
+  bool use_cuda_graph = false;
+  std::string backend = "auto";
+  bool planned = false;
+  int32_t batch = 0, num_heads = 0, dim_ckv = 0, dim_kpe = 0, page_size = 1;
+  bool causal = false;
+  double sm_scale = 1.0;
+  DType q_dtype = DType::kBFloat16, kv_dtype = DType::kBFloat16;
+  std::vector<int32_t> qo_indptr, kv_indptr, kv_indices, kv_lens;
+  int64_t max_page_id = -1;
+};
+
+}  // namespace detail
+
+namespace {
+
+constexpr const char* kClass = "BatchMLAPagedAttentionWrapper";
+constexpr const char* kMlaModule = "flashinfer.mla._core";
+constexpr const char* kTrtllmOp = "trtllm_batch_decode_with_kv_cache_mla";
+constexpr const char* kXqaOp = "xqa_batch_decode_with_kv_cache_mla";
+
+using MlaInit =
+    Init<BatchMLAPagedAttentionWrapper, Tensor, bool, std::optional<Tensor>, std::optional<Tensor>,
+         std::optional<Tensor>, std::optional<Tensor>, std::string>;
+
+constexpr api::KernelEntry<kernels::MlaAttentionParams> kMlaKernels[] = {
+    {DeviceType::kCPU, "CPU reference: fp32 accumulation, OpenMP over query rows", nullptr,
+     [](const kernels::MlaAttentionParams& p, const api::LaunchContext&) {
+       kernels::cpu::mla_attention(p);
+     }},
+};
+constexpr api::KernelEntry<kernels::MlaAppendParams> kAppendKernels[] = {
+    {DeviceType::kCPU, "CPU reference: row copies, OpenMP over appended rows", nullptr,
+     [](const kernels::MlaAppendParams& p, const api::LaunchContext&) {
+       kernels::cpu::append_paged_mla_kv_cache(p);
+     }},
+};
+constexpr api::KernelEntry<kernels::ConcatMlaKParams> kConcatKernels[] = {
+    {DeviceType::kCPU, "CPU reference: row copies, OpenMP over tokens", nullptr,
+     [](const kernels::ConcatMlaKParams& p, const api::LaunchContext&) {
+       kernels::cpu::concat_mla_k(p);
+     }},
+};
+
+int32_t to_i32(int64_t v, const char* op, const char* arg, int64_t lo = 1) {
+  FLASHINFER_CHECK(v >= lo && v <= std::numeric_limits<int32_t>::max(), op, arg, "must be in [", lo,
+                   ", 2^31 - 1], got ", v);
+  return static_cast<int32_t>(v);
+}
+
+void check_last_contiguous(const Tensor& t, const char* op, const char* arg) {
+  FLASHINFER_CHECK(t.stride(t.dim() - 1) == 1 || t.size(t.dim() - 1) <= 1, op, arg,
+                   "the last axis must be contiguous");
+}
+
+// ---- append_paged_mla_kv_cache / concat_mla_k ---------------------------------------------
+
+void append_mla_impl(const Tensor& append_ckv, const Tensor& append_kpe,
+                     const Tensor& batch_indices, const Tensor& positions, const Tensor& ckv,
+                     const Tensor& kpe, const Tensor& kv_indices, const Tensor& kv_indptr,
+                     const Tensor& kv_last_page_len) {
+  const char* op = "append_paged_mla_kv_cache";
+  api::check_defined(ckv, op, "ckv_cache");
+  api::check_defined(kpe, op, "kpe_cache");
+  api::check_dim(ckv, {3}, op, "ckv_cache");
+  api::check_dim(kpe, {3}, op, "kpe_cache");
+  api::check_same_dtype(kpe, ckv, op, "kpe_cache", "ckv_cache");
+  api::check_same_device(kpe, ckv, op, "kpe_cache", "ckv_cache");
+  FLASHINFER_CHECK(kpe.size(0) == ckv.size(0) && kpe.size(1) == ckv.size(1), op, "kpe_cache",
+                   "has [pages, page_size] = [", kpe.size(0), ", ", kpe.size(1),
+                   "] but ckv_cache has [", ckv.size(0), ", ", ckv.size(1), "]");
+  check_last_contiguous(ckv, op, "ckv_cache");
+  check_last_contiguous(kpe, op, "kpe_cache");
+  api::check_writable(ckv, op, "ckv_cache");
+  api::check_writable(kpe, op, "kpe_cache");
+  api::check_no_overlap(ckv, kpe, op, "ckv_cache", "kpe_cache");
+  for (const auto& [t, arg, cache] :
+       {std::tuple{&append_ckv, "append_ckv", &ckv}, std::tuple{&append_kpe, "append_kpe", &kpe}}) {
+    api::check_defined(*t, op, arg);
+    api::check_dim(*t, {2}, op, arg);
+    api::check_same_dtype(*t, *cache, op, arg, cache == &ckv ? "ckv_cache" : "kpe_cache");
+    api::check_same_device(*t, *cache, op, arg, cache == &ckv ? "ckv_cache" : "kpe_cache");
+    FLASHINFER_CHECK(t->size(1) == cache->size(2), op, arg, "rows have ", t->size(1),
+                     " elements but the cache holds ", cache->size(2), " per token");
+    check_last_contiguous(*t, op, arg);
+  }
+  const int64_t nnz = append_ckv.size(0);
+  FLASHINFER_CHECK(append_kpe.size(0) == nnz, op, "append_kpe", "has ", append_kpe.size(0),
+                   " rows, append_ckv has ", nnz);
+  for (const auto& [t, arg] :
+       {std::pair{&batch_indices, "batch_indices"}, std::pair{&positions, "positions"},
+        std::pair{&kv_indices, "kv_indices"}, std::pair{&kv_indptr, "kv_indptr"},
+        std::pair{&kv_last_page_len, "kv_last_page_len"}}) {
+    api::check_defined(*t, op, arg);
+    api::check_same_device(*t, ckv, op, arg, "ckv_cache");
+  }
+  detail::WrapperState s;
+  api::load_page_table(s, kv_indptr, kv_indices, kv_last_page_len, ckv.size(1), op, "kv_indptr",
+                       "kv_indices", "kv_last_page_len");
+  FLASHINFER_CHECK(s.max_page_id < ckv.size(0), op, "kv_indices", "refers to page ", s.max_page_id,
+                   " but the cache has ", ckv.size(0), " pages");
+  const std::vector<int32_t> bi = api::index_to_host(batch_indices, op, "batch_indices", nnz);
+  const std::vector<int32_t> pos = api::index_to_host(positions, op, "positions", nnz);
+  const auto batch = static_cast<int64_t>(s.kv_lens.size());
+  for (int64_t i = 0; i < nnz; ++i) {
+    FLASHINFER_CHECK(bi[i] >= 0 && bi[i] < batch, op, "batch_indices", "element ", i, " (", bi[i],
+                     ") is outside [0, ", batch, ")");
+    FLASHINFER_CHECK(pos[i] >= 0 && pos[i] < s.kv_lens[bi[i]], op, "positions", "element ", i, " (",
+                     pos[i], ") is outside request ", bi[i], "'s length ", s.kv_lens[bi[i]]);
+  }
+  if (nnz == 0) return;
+  kernels::MlaAppendParams p;
+  p.append_ckv = append_ckv.data_ptr();
+  p.append_kpe = append_kpe.data_ptr();
+  p.ackv_stride_n = append_ckv.stride(0);
+  p.akpe_stride_n = append_kpe.stride(0);
+  p.ckv = ckv.data_ptr();
+  p.kpe = kpe.data_ptr();
+  p.ckv_stride_page = ckv.stride(0);
+  p.ckv_stride_token = ckv.stride(1);
+  p.kpe_stride_page = kpe.stride(0);
+  p.kpe_stride_token = kpe.stride(1);
+  p.kv_indptr = s.kv_indptr.data();
+  p.kv_indices = s.kv_indices.data();
+  p.page_size = static_cast<int32_t>(ckv.size(1));
+  p.batch_indices = bi.data();
+  p.positions = pos.data();
+  p.nnz = nnz;
+  p.dim_ckv = ckv.size(2);
+  p.dim_kpe = kpe.size(2);
+  p.elem_size = static_cast<int64_t>(ckv.element_size());
+  api::launch(kAppendKernels, p, ckv.device(), op, "ckv_cache");
+}
+
+void concat_mla_k_impl(const Tensor& k, const Tensor& k_nope, const Tensor& k_rope) {
+  const char* op = "concat_mla_k";
+  for (const auto& [t, arg] :
+       {std::pair{&k, "k"}, std::pair{&k_nope, "k_nope"}, std::pair{&k_rope, "k_rope"}}) {
+    api::check_defined(*t, op, arg);
+    api::check_dim(*t, {3}, op, arg);
+    check_last_contiguous(*t, op, arg);
+  }
+  api::check_dtype_in(
+      k, {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3FN, DType::kFloat8E5M2}, op, "k");
+  api::check_same_dtype(k_nope, k, op, "k_nope", "k");
+  api::check_same_dtype(k_rope, k, op, "k_rope", "k");
+  api::check_same_device(k_nope, k, op, "k_nope", "k");
+  api::check_same_device(k_rope, k, op, "k_rope", "k");
+  const int64_t tokens = k.size(0), heads = k.size(1);
+  FLASHINFER_CHECK(k_nope.size(0) == tokens && k_nope.size(1) == heads, op, "k_nope", "must be [",
+                   tokens, ", ", heads, ", nope_dim], got ", shape_to_string(k_nope.shape()));
+  FLASHINFER_CHECK(k_rope.size(0) == tokens && k_rope.size(1) == 1, op, "k_rope", "must be [",
+                   tokens, ", 1, rope_dim], got ", shape_to_string(k_rope.shape()));
+  FLASHINFER_CHECK(k.size(2) == k_nope.size(2) + k_rope.size(2), op, "k", "last dim ", k.size(2),
+                   " must be nope_dim + rope_dim = ", k_nope.size(2) + k_rope.size(2));
+  api::check_writable(k, op, "k");
+  api::check_no_overlap(k, k_nope, op, "k", "k_nope");
+  api::check_no_overlap(k, k_rope, op, "k", "k_rope");
+  if (k.numel() == 0) return;
+  kernels::ConcatMlaKParams p;
+  p.k = k.data_ptr();
+  p.k_nope = k_nope.data_ptr();
+  p.k_rope = k_rope.data_ptr();
+  p.k_stride_t = k.stride(0);
+  p.k_stride_h = k.stride(1);
+  p.kn_stride_t = k_nope.stride(0);
+  p.kn_stride_h = k_nope.stride(1);
+  p.kr_stride_t = k_rope.stride(0);
+  p.tokens = tokens;
+  p.num_heads = heads;
+  p.nope_dim = k_nope.size(2);
+  p.rope_dim = k_rope.size(2);
+  p.elem_size = static_cast<int64_t>(k.element_size());
+  api::launch(kConcatKernels, p, k.device(), op, "k");
+}
+
+// ---- attention --------------------------------------------------------------------------
+
+// One MLA attention call after planning: checks the tensors against the plan and runs.
+// q_nope/q_pe [rows, H, *], ckv/kpe [pages, page_size, *] views.
+struct MlaRun {
+  const char* op;
+  const char *qn_arg, *qp_arg, *ckv_arg, *kpe_arg;
+  Tensor q_nope, q_pe, ckv, kpe;
+  std::optional<Tensor> out, lse;
+  bool return_lse = false, lse_base_e = false;
+  DType o_dtype = DType::kBFloat16;
+  float ckv_scale = 1.0f, kpe_scale = 1.0f, out_scale = 1.0f;
+};
+
+AttentionOutput run_mla(const detail::MlaWrapperState& s, const MlaRun& r) {
+  const char* op = r.op;
+  const int64_t rows = s.qo_indptr.back();
+  const int64_t H = s.num_heads;
+  FLASHINFER_CHECK(
+      r.q_nope.size(0) == rows && r.q_nope.size(1) == H && r.q_nope.size(2) == s.dim_ckv, op,
+      r.qn_arg, "must be [", rows, ", ", H, ", ", s.dim_ckv, "], got ",
+      shape_to_string(r.q_nope.shape()));
+  FLASHINFER_CHECK(r.q_pe.size(0) == rows && r.q_pe.size(1) == H && r.q_pe.size(2) == s.dim_kpe, op,
+                   r.qp_arg, "must be [", rows, ", ", H, ", ", s.dim_kpe, "], got ",
+                   shape_to_string(r.q_pe.shape()));
+  FLASHINFER_CHECK(r.ckv.size(2) == s.dim_ckv, op, r.ckv_arg, "holds ", r.ckv.size(2),
+                   " latent elements per token, expected ", s.dim_ckv);
+  FLASHINFER_CHECK(r.kpe.size(2) == s.dim_kpe, op, r.kpe_arg, "holds ", r.kpe.size(2),
+                   " rope elements per token, expected ", s.dim_kpe);
+  FLASHINFER_CHECK(r.ckv.size(1) == s.page_size, op, r.ckv_arg, "page_size ", r.ckv.size(1),
+                   " does not match the plan's ", s.page_size);
+  FLASHINFER_CHECK(r.kpe.size(0) == r.ckv.size(0) && r.kpe.size(1) == r.ckv.size(1), op, r.kpe_arg,
+                   "must have ckv's [pages, page_size] = [", r.ckv.size(0), ", ", r.ckv.size(1),
+                   "], got ", shape_to_string(r.kpe.shape()));
+  FLASHINFER_CHECK(s.max_page_id < r.ckv.size(0), op, r.ckv_arg, "has ", r.ckv.size(0),
+                   " pages but the page table refers to page ", s.max_page_id);
+  FLASHINFER_CHECK(r.q_nope.dtype() == s.q_dtype, op, r.qn_arg, "dtype ",
+                   dtype_torch_name(r.q_nope.dtype()), " is not the planned ",
+                   dtype_torch_name(s.q_dtype));
+  api::check_same_dtype(r.q_pe, r.q_nope, op, r.qp_arg, r.qn_arg);
+  FLASHINFER_CHECK(r.ckv.dtype() == s.kv_dtype, op, r.ckv_arg, "dtype ",
+                   dtype_torch_name(r.ckv.dtype()), " is not the planned ",
+                   dtype_torch_name(s.kv_dtype));
+  api::check_same_dtype(r.kpe, r.ckv, op, r.kpe_arg, r.ckv_arg);
+  for (const auto& [t, arg] :
+       {std::pair{&r.q_pe, r.qp_arg}, std::pair{&r.ckv, r.ckv_arg}, std::pair{&r.kpe, r.kpe_arg}}) {
+    api::check_same_device(*t, r.q_nope, op, arg, r.qn_arg);
+  }
+  for (const auto& [t, arg] : {std::pair{&r.q_nope, r.qn_arg}, std::pair{&r.q_pe, r.qp_arg},
+                               std::pair{&r.ckv, r.ckv_arg}, std::pair{&r.kpe, r.kpe_arg}}) {
+    check_last_contiguous(*t, op, arg);
+  }
+  FLASHINFER_CHECK(r.q_nope.device() == s.device, op, r.qn_arg, "is on ", r.q_nope.device().str(),
+                   " but the wrapper was built for ", s.device.str());
+  const Shape oshape{rows, H, s.dim_ckv};
+  Tensor out;
+  if (r.out) {
+    out = *r.out;
+    api::check_defined(out, op, "out");
+    api::check_shape_eq(out, oshape, op, "out");
+    FLASHINFER_CHECK(out.dtype() == r.o_dtype, op, "out", "dtype must be ",
+                     dtype_torch_name(r.o_dtype), ", got ", dtype_torch_name(out.dtype()));
+    api::check_same_device(out, r.q_nope, op, "out", r.qn_arg);
+    check_last_contiguous(out, op, "out");
+    api::check_writable(out, op, "out");
+    for (const auto& [t, arg] : {std::pair{&r.q_nope, r.qn_arg}, std::pair{&r.q_pe, r.qp_arg},
+                                 std::pair{&r.ckv, r.ckv_arg}, std::pair{&r.kpe, r.kpe_arg}}) {
+      api::check_no_overlap(out, *t, op, "out", arg);
+    }
+  } else {
+    out = Tensor::empty(oshape, r.o_dtype, r.q_nope.device());
+  }
+  Tensor lse;
+  const bool want_lse = r.return_lse || r.lse.has_value();
+  if (r.lse) {
+    lse = *r.lse;
+    api::check_defined(lse, op, "lse");
+    api::check_shape_eq(lse, Shape{rows, H}, op, "lse");
+    FLASHINFER_CHECK(lse.dtype() == DType::kFloat32, op, "lse", "must be torch.float32, got ",
+                     dtype_torch_name(lse.dtype()));
+    api::check_same_device(lse, r.q_nope, op, "lse", r.qn_arg);
+    api::check_writable(lse, op, "lse");
+    api::check_no_overlap(lse, out, op, "lse", "out");
+  } else if (want_lse) {
+    lse = Tensor::empty({rows, H}, DType::kFloat32, r.q_nope.device());
+  }
+  if (rows > 0) {
+    kernels::MlaAttentionParams p;
+    p.q_nope = r.q_nope.data_ptr();
+    p.q_pe = r.q_pe.data_ptr();
+    p.q_dtype = r.q_nope.dtype();
+    p.qn_stride_n = r.q_nope.stride(0);
+    p.qn_stride_h = r.q_nope.stride(1);
+    p.qp_stride_n = r.q_pe.stride(0);
+    p.qp_stride_h = r.q_pe.stride(1);
+    p.ckv = r.ckv.data_ptr();
+    p.kpe = r.kpe.data_ptr();
+    p.kv_dtype = r.ckv.dtype();
+    p.ckv_stride_page = r.ckv.stride(0);
+    p.ckv_stride_token = r.ckv.stride(1);
+    p.kpe_stride_page = r.kpe.stride(0);
+    p.kpe_stride_token = r.kpe.stride(1);
+    p.kv_indptr = s.kv_indptr.data();
+    p.kv_indices = s.kv_indices.data();
+    p.page_size = s.page_size;
+    p.qo_indptr = s.qo_indptr.data();
+    p.kv_lens = s.kv_lens.data();
+    p.o = out.data_ptr();
+    p.o_dtype = out.dtype();
+    p.o_stride_n = out.stride(0);
+    p.o_stride_h = out.stride(1);
+    if (want_lse) {
+      p.lse = lse.data<float>();
+      p.lse_stride_n = lse.stride(0);
+      p.lse_stride_h = lse.stride(1);
+    }
+    p.lse_base_e = r.lse_base_e;
+    p.batch = s.batch;
+    p.num_heads = s.num_heads;
+    p.dim_ckv = s.dim_ckv;
+    p.dim_kpe = s.dim_kpe;
+    p.sm_scale = static_cast<float>(s.sm_scale);
+    p.ckv_scale = r.ckv_scale;
+    p.kpe_scale = r.kpe_scale;
+    p.out_scale = r.out_scale;
+    p.causal = s.causal;
+    api::launch(kMlaKernels, p, r.q_nope.device(), op, r.qn_arg);
+  }
+  AttentionOutput res;
+  res.out = out;
+  if (r.return_lse) res.lse = lse;
+  return res;
+}
+
+float finite_scale(std::optional<double> v, const char* op, const char* arg) {
+  if (!v) return 1.0f;
+  FLASHINFER_CHECK(std::isfinite(*v), op, arg, "must be finite, got ", *v);
+  return static_cast<float>(*v);
+}
+
+double scale_value(const ScalarOrTensor<double>& x, const char* op, const char* arg) {
+  double v = x.scalar();
+  if (x.is_tensor()) {
+    const Tensor& t = x.tensor();
+    api::check_defined(t, op, arg);
+    FLASHINFER_CHECK(t.numel() == 1, op, arg, "a tensor scale must hold one element, got ",
+                     t.numel());
+    FLASHINFER_CHECK(dtype_is_floating(t.dtype()), op, arg, "a tensor scale must be floating, got ",
+                     dtype_torch_name(t.dtype()));
+    v = t.item();
+  }
+  FLASHINFER_CHECK(std::isfinite(v), op, arg, "must be finite, got ", v);
+  return v;
+}
+
+// trtllm / xqa MLA decode: block tables to a planned state, then run_mla.
+Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cache,
+                      const Tensor& workspace_buffer, int64_t qk_nope_head_dim,
+                      int64_t kv_lora_rank, int64_t qk_rope_head_dim, const Tensor& block_tables,
+                      const Tensor& seq_lens, int64_t max_seq_len, const std::optional<Tensor>& out,
+                      const ScalarOrTensor<double>& bmm1_scale,
+                      const ScalarOrTensor<double>& bmm2_scale) {
+  api::check_defined(query, op, "query");
+  api::check_defined(kv_cache, op, "kv_cache");
+  api::check_defined(workspace_buffer, op, "workspace_buffer");
+  api::check_defined(block_tables, op, "block_tables");
+  api::check_defined(seq_lens, op, "seq_lens");
+  api::check_dim(query, {4}, op, "query");
+  api::check_dim(kv_cache, {3, 4}, op, "kv_cache");
+  to_i32(qk_nope_head_dim, op, "qk_nope_head_dim");
+  const int32_t dc = to_i32(kv_lora_rank, op, "kv_lora_rank");
+  const int32_t dk = to_i32(qk_rope_head_dim, op, "qk_rope_head_dim");
+  FLASHINFER_CHECK(query.size(3) == int64_t{dc} + dk, op, "query", "last dim ", query.size(3),
+                   " must be kv_lora_rank + qk_rope_head_dim = ", int64_t{dc} + dk);
+  Tensor kv = kv_cache;
+  if (kv.dim() == 4) {
+    FLASHINFER_CHECK(kv.size(1) == 1, op, "kv_cache",
+                     "a 4-D cache must be [pages, 1, page_size, D], got ",
+                     shape_to_string(kv.shape()));
+    kv = kv.select(1, 0);
+  }
+  FLASHINFER_CHECK(kv.size(2) == int64_t{dc} + dk, op, "kv_cache", "last dim ", kv.size(2),
+                   " must be kv_lora_rank + qk_rope_head_dim = ", int64_t{dc} + dk);
+  const DType qd = query.dtype();
+  FLASHINFER_CHECK(qd == DType::kFloat16 || qd == DType::kBFloat16 || qd == DType::kFloat8E4M3FN,
+                   op, "query", "dtype ", dtype_torch_name(qd),
+                   " is not supported (float16, bfloat16, float8_e4m3fn)");
+  const DType kd = kv.dtype();
+  FLASHINFER_CHECK(kd == qd || kd == DType::kFloat8E4M3FN, op, "kv_cache", "dtype ",
+                   dtype_torch_name(kd), " must be query's (", dtype_torch_name(qd),
+                   ") or float8_e4m3fn");
+  api::check_same_device(kv, query, op, "kv_cache", "query");
+  api::check_same_device(block_tables, query, op, "block_tables", "query");
+  api::check_same_device(seq_lens, query, op, "seq_lens", "query");
+  const int64_t batch = query.size(0), q_len = query.size(1), H = query.size(2);
+  to_i32(H, op, "query");
+  api::check_dim(block_tables, {2}, op, "block_tables");
+  FLASHINFER_CHECK(block_tables.dtype() == DType::kInt32, op, "block_tables",
+                   "must be torch.int32, got ", dtype_torch_name(block_tables.dtype()));
+  FLASHINFER_CHECK(block_tables.size(0) == batch, op, "block_tables", "has ", block_tables.size(0),
+                   " rows, query has batch ", batch);
+  const std::vector<int32_t> lens = api::index_to_host(seq_lens, op, "seq_lens", batch);
+  const int64_t page_size = kv.size(1);
+  FLASHINFER_CHECK(page_size >= 1, op, "kv_cache", "page_size must be >= 1");
+  const int64_t max_blocks = block_tables.size(1);
+  const std::vector<double> table = block_tables.numel() > 0
+                                        ? block_tables.to(Device::cpu()).to_double_vector()
+                                        : std::vector<double>{};
+  detail::MlaWrapperState s;
+  s.device = query.device();
+  s.batch = static_cast<int32_t>(batch);
+  s.num_heads = static_cast<int32_t>(H);
+  s.dim_ckv = dc;
+  s.dim_kpe = dk;
+  s.page_size = static_cast<int32_t>(page_size);
+  // Several queries of a request are its last tokens, causal among themselves (MTP).
+  s.causal = q_len > 1;
+  s.q_dtype = qd;
+  s.kv_dtype = kd;
+  s.qo_indptr.push_back(0);
+  s.kv_indptr.push_back(0);
+  for (int64_t b = 0; b < batch; ++b) {
+    FLASHINFER_CHECK(lens[b] >= 0 && lens[b] <= max_seq_len, op, "seq_lens", "element ", b, " (",
+                     lens[b], ") is outside [0, max_seq_len=", max_seq_len, "]");
+    FLASHINFER_CHECK(q_len <= 1 || lens[b] >= q_len, op, "seq_lens", "request ", b, " has ",
+                     lens[b], " tokens, fewer than its ", q_len, " queries");
+    const int64_t blocks = (lens[b] + page_size - 1) / page_size;
+    FLASHINFER_CHECK(blocks <= max_blocks, op, "block_tables", "request ", b, " needs ", blocks,
+                     " blocks but the table has ", max_blocks, " columns");
+    for (int64_t j = 0; j < blocks; ++j) {
+      const auto id = static_cast<int64_t>(table[static_cast<std::size_t>(b * max_blocks + j)]);
+      FLASHINFER_CHECK(id >= 0 && id < kv.size(0), op, "block_tables", "entry [", b, ", ", j, "] (",
+                       id, ") is outside [0, ", kv.size(0), ")");
+      s.kv_indices.push_back(static_cast<int32_t>(id));
+      s.max_page_id = std::max(s.max_page_id, id);
+    }
+    s.kv_indptr.push_back(static_cast<int32_t>(s.kv_indices.size()));
+    s.kv_lens.push_back(lens[b]);
+    s.qo_indptr.push_back(static_cast<int32_t>((b + 1) * q_len));
+  }
+  s.sm_scale = scale_value(bmm1_scale, op, "bmm1_scale");
+  MlaRun r;
+  r.op = op;
+  r.qn_arg = r.qp_arg = "query";
+  r.ckv_arg = r.kpe_arg = "kv_cache";
+  const Tensor q3 = query.view({batch * q_len, H, query.size(3)});
+  r.q_nope = q3.slice(2, 0, dc);
+  r.q_pe = q3.slice(2, dc, int64_t{dc} + dk);
+  r.ckv = kv.slice(2, 0, dc);
+  r.kpe = kv.slice(2, dc, int64_t{dc} + dk);
+  r.o_dtype = qd == DType::kFloat8E4M3FN ? DType::kBFloat16 : qd;
+  r.out_scale = static_cast<float>(scale_value(bmm2_scale, op, "bmm2_scale"));
+  std::optional<Tensor> out3;
+  if (out) {
+    api::check_defined(*out, op, "out");
+    api::check_shape_eq(*out, Shape{batch, q_len, H, dc}, op, "out");
+    out3 = out->view({batch * q_len, H, dc});
+  }
+  r.out = out3;
+  AttentionOutput res = run_mla(s, r);
+  return out ? *out : res.out.view({batch, q_len, H, dc});
+}
+
+}  // namespace
+
+void append_paged_mla_kv_cache(const Tensor& append_ckv, const Tensor& append_kpe,
+                               const Tensor& batch_indices, const Tensor& positions,
+                               const Tensor& ckv_cache, const Tensor& kpe_cache,
+                               const Tensor& kv_indices, const Tensor& kv_indptr,
+                               const Tensor& kv_last_page_len) {
+  call_op<&append_paged_mla_kv_cache>(
+      [&] {
+        append_mla_impl(append_ckv, append_kpe, batch_indices, positions, ckv_cache, kpe_cache,
+                        kv_indices, kv_indptr, kv_last_page_len);
+      },
+      append_ckv, append_kpe, batch_indices, positions, ckv_cache, kpe_cache, kv_indices, kv_indptr,
+      kv_last_page_len);
+}
+
+void concat_mla_k(const Tensor& k, const Tensor& k_nope, const Tensor& k_rope) {
+  call_op<&concat_mla_k>([&] { concat_mla_k_impl(k, k_nope, k_rope); }, k, k_nope, k_rope);
+}
+
+// ---- BatchMLAPagedAttentionWrapper ------------------------------------------------------
+
+BatchMLAPagedAttentionWrapper::BatchMLAPagedAttentionWrapper(
+    Tensor float_workspace_buffer, bool use_cuda_graph, std::optional<Tensor> qo_indptr,
+    std::optional<Tensor> kv_indptr, std::optional<Tensor> kv_indices,
+    std::optional<Tensor> kv_len_arr, std::string backend)
+    : s_(std::make_unique<detail::MlaWrapperState>()) {
+  call_init<MlaInit>(
+      [&] {
+        const char* op = "BatchMLAPagedAttentionWrapper.__init__";
+        api::check_defined(float_workspace_buffer, op, "float_workspace_buffer");
+        FLASHINFER_CHECK_CODE(backend == "auto" || backend == "fa2", ErrorCode::kUnsupported, op,
+                              "backend", "\"", backend, "\" is not supported (\"auto\", \"fa2\")");
+        s_->float_workspace = float_workspace_buffer;
+        s_->device = float_workspace_buffer.device();
+        s_->use_cuda_graph = use_cuda_graph;
+        s_->backend = backend;
+      },
+      *this, float_workspace_buffer, use_cuda_graph, qo_indptr, kv_indptr, kv_indices, kv_len_arr,
+      backend);
+}
+
+BatchMLAPagedAttentionWrapper::~BatchMLAPagedAttentionWrapper() = default;
+
+void BatchMLAPagedAttentionWrapper::plan(const Tensor& qo_indptr, const Tensor& kv_indptr,
+                                         const Tensor& kv_indices, const Tensor& kv_len_arr,
+                                         int64_t num_heads, int64_t head_dim_ckv,
+                                         int64_t head_dim_kpe, int64_t page_size, bool causal,
+                                         double sm_scale, DType q_data_type, DType kv_data_type,
+                                         bool use_profiler) {
+  call_op<&BatchMLAPagedAttentionWrapper::plan>(
+      [&] {
+        const char* op = "BatchMLAPagedAttentionWrapper.plan";
+        detail::MlaWrapperState& s = *s_;
+        s.planned = false;
+        FLASHINFER_CHECK_CODE(!use_profiler, ErrorCode::kUnsupported, op, "use_profiler",
+                              "the profiler is not supported");
+        s.num_heads = to_i32(num_heads, op, "num_heads");
+        s.dim_ckv = to_i32(head_dim_ckv, op, "head_dim_ckv");
+        s.dim_kpe = to_i32(head_dim_kpe, op, "head_dim_kpe");
+        s.page_size = to_i32(page_size, op, "page_size");
+        FLASHINFER_CHECK(std::isfinite(sm_scale), op, "sm_scale", "must be finite, got ", sm_scale);
+        api::check_q_dtype(q_data_type, op, "q_data_type");
+        api::check_kv_dtype(kv_data_type, q_data_type, op, "kv_data_type");
+        s.q_dtype = q_data_type;
+        s.kv_dtype = kv_data_type;
+        s.causal = causal;
+        s.sm_scale = sm_scale;
+        s.qo_indptr = api::index_to_host(qo_indptr, op, "qo_indptr");
+        api::check_indptr(s.qo_indptr, op, "qo_indptr");
+        const auto batch = static_cast<int64_t>(s.qo_indptr.size()) - 1;
+        s.kv_indptr = api::index_to_host(kv_indptr, op, "kv_indptr", batch + 1);
+        api::check_indptr(s.kv_indptr, op, "kv_indptr");
+        const std::vector<int32_t> idx = api::index_to_host(kv_indices, op, "kv_indices");
+        FLASHINFER_CHECK(static_cast<int64_t>(idx.size()) >= s.kv_indptr.back(), op, "kv_indices",
+                         "has ", idx.size(), " elements but kv_indptr ends at ",
+                         s.kv_indptr.back());
+        s.kv_indices.assign(idx.begin(), idx.begin() + s.kv_indptr.back());
+        s.max_page_id = -1;
+        for (std::size_t i = 0; i < s.kv_indices.size(); ++i) {
+          FLASHINFER_CHECK(s.kv_indices[i] >= 0, op, "kv_indices", "page id ", s.kv_indices[i],
+                           " at ", i, " is negative");
+          s.max_page_id = std::max<int64_t>(s.max_page_id, s.kv_indices[i]);
+        }
+        s.kv_lens = api::index_to_host(kv_len_arr, op, "kv_len_arr", batch);
+        for (int64_t b = 0; b < batch; ++b) {
+          const int64_t pages = s.kv_indptr[b + 1] - s.kv_indptr[b];
+          FLASHINFER_CHECK(s.kv_lens[b] >= 0 && s.kv_lens[b] <= pages * page_size, op, "kv_len_arr",
+                           "element ", b, " (", s.kv_lens[b], ") is outside [0, ", pages,
+                           " pages * page_size ", page_size, "]");
+          const int64_t qo_len = s.qo_indptr[b + 1] - s.qo_indptr[b];
+          FLASHINFER_CHECK(!causal || qo_len <= s.kv_lens[b], op, "kv_len_arr", "request ", b,
+                           " has ", qo_len, " queries but only ", s.kv_lens[b],
+                           " tokens (causal queries are the request's last tokens)");
+        }
+        for (const auto& [t, arg] :
+             {std::pair{&kv_indptr, "kv_indptr"}, std::pair{&kv_indices, "kv_indices"},
+              std::pair{&kv_len_arr, "kv_len_arr"}}) {
+          api::check_same_device(*t, qo_indptr, op, arg, "qo_indptr");
+        }
+        s.batch = static_cast<int32_t>(batch);
+        s.planned = true;
+      },
+      *this, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe,
+      page_size, causal, sm_scale, q_data_type, kv_data_type, use_profiler);
+}
+
+AttentionOutput BatchMLAPagedAttentionWrapper::run(
+    const Tensor& q_nope, const Tensor& q_pe, const Tensor& ckv_cache, const Tensor& kpe_cache,
+    std::optional<Tensor> out, std::optional<Tensor> lse, bool return_lse,
+    std::optional<Tensor> profiler_buffer, std::optional<Tensor> kv_len,
+    std::optional<Tensor> page_table, bool return_lse_base_on_e, std::optional<double> o_scale,
+    std::optional<double> ckv_scale, std::optional<Tensor> ckv_scale_arr,
+    std::optional<double> kpe_scale) {
+  return call_op<&BatchMLAPagedAttentionWrapper::run>(
+      [&] {
+        const char* op = "BatchMLAPagedAttentionWrapper.run";
+        FLASHINFER_CHECK(s_->planned, op, "self", "run() called before plan()");
+        FLASHINFER_CHECK_CODE(!profiler_buffer, ErrorCode::kUnsupported, op, "profiler_buffer",
+                              "the profiler is not supported");
+        FLASHINFER_CHECK_CODE(!kv_len, ErrorCode::kUnsupported, op, "kv_len",
+                              "only the cutlass backend takes kv_len (not supported)");
+        FLASHINFER_CHECK_CODE(!page_table, ErrorCode::kUnsupported, op, "page_table",
+                              "only the cutlass backend takes page_table (not supported)");
+        FLASHINFER_CHECK_CODE(!o_scale, ErrorCode::kUnsupported, op, "o_scale",
+                              "output quantization is not supported");
+        FLASHINFER_CHECK_CODE(!ckv_scale_arr, ErrorCode::kUnsupported, op, "ckv_scale_arr",
+                              "per-token ckv scales are not supported");
+        for (const auto& [t, arg] :
+             {std::pair{&q_nope, "q_nope"}, std::pair{&q_pe, "q_pe"},
+              std::pair{&ckv_cache, "ckv_cache"}, std::pair{&kpe_cache, "kpe_cache"}}) {
+          api::check_defined(*t, op, arg);
+          api::check_dim(*t, {3}, op, arg);
+        }
+        MlaRun r;
+        r.op = op;
+        r.qn_arg = "q_nope";
+        r.qp_arg = "q_pe";
+        r.ckv_arg = "ckv_cache";
+        r.kpe_arg = "kpe_cache";
+        r.q_nope = q_nope;
+        r.q_pe = q_pe;
+        r.ckv = ckv_cache;
+        r.kpe = kpe_cache;
+        r.out = out;
+        r.lse = lse;
+        r.return_lse = return_lse;
+        r.lse_base_e = return_lse_base_on_e;
+        r.o_dtype = s_->q_dtype;
+        r.ckv_scale = finite_scale(ckv_scale, op, "ckv_scale");
+        r.kpe_scale = finite_scale(kpe_scale, op, "kpe_scale");
+        return run_mla(*s_, r);
+      },
+      *this, q_nope, q_pe, ckv_cache, kpe_cache, out, lse, return_lse, profiler_buffer, kv_len,
+      page_table, return_lse_base_on_e, o_scale, ckv_scale, ckv_scale_arr, kpe_scale);
+}
+
+// ---- block-table entry points -----------------------------------------------------------
+
+Tensor trtllm_batch_decode_with_kv_cache_mla(
+    const Tensor& query, const Tensor& kv_cache, const Tensor& workspace_buffer,
+    int64_t qk_nope_head_dim, int64_t kv_lora_rank, int64_t qk_rope_head_dim,
+    const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
+    int64_t sparse_mla_top_k, std::optional<Tensor> out, ScalarOrTensor<double> bmm1_scale,
+    ScalarOrTensor<double> bmm2_scale, std::optional<Tensor> sinks,
+    std::optional<double> skip_softmax_threshold_scale_factor, std::optional<bool> enable_pdl,
+    std::string_view backend, bool is_var_seq, bool uses_shared_paged_kv_idx,
+    std::optional<Tensor> lse, bool return_lse, std::string_view cute_dsl_impl,
+    std::string_view kv_scale_format, std::optional<Tensor> cum_seq_lens_q,
+    std::optional<int64_t> max_q_len, std::optional<Tensor> multi_ctas_kv_counter_buffer,
+    std::optional<Tensor> sparse_mla_top_k_lens, bool enable_dcp, int64_t cp_world, int64_t cp_rank,
+    std::optional<Tensor> causal_seqlens_kv_global, std::optional<bool> use_fp16_softmax) {
+  return call_op<&trtllm_batch_decode_with_kv_cache_mla>(
+      [&] {
+        const char* op = kTrtllmOp;
+        auto unsupported = [&](bool bad, const char* arg, const char* why) {
+          FLASHINFER_CHECK_CODE(!bad, ErrorCode::kUnsupported, op, arg, why);
+        };
+        unsupported(sparse_mla_top_k != 0 || sparse_mla_top_k_lens.has_value(), "sparse_mla_top_k",
+                    "sparse MLA is not supported");
+        unsupported(sinks.has_value(), "sinks", "attention sinks are not supported for MLA");
+        unsupported(skip_softmax_threshold_scale_factor.has_value(),
+                    "skip_softmax_threshold_scale_factor", "skip-softmax is not supported");
+        unsupported(lse.has_value() || return_lse, "return_lse", "the LSE is not supported");
+        unsupported(cum_seq_lens_q.has_value(), "cum_seq_lens_q",
+                    "variable query lengths are not supported");
+        unsupported(
+            enable_dcp || cp_world != 1 || cp_rank != 0 || causal_seqlens_kv_global.has_value(),
+            "enable_dcp", "context parallelism is not supported");
+        unsupported(use_fp16_softmax.value_or(false), "use_fp16_softmax",
+                    "the fp16 softmax is not supported");
+        unsupported(!uses_shared_paged_kv_idx, "uses_shared_paged_kv_idx",
+                    "separate K/V page indices are not supported");
+        FLASHINFER_CHECK_CODE(backend == "auto" || backend == "trtllm-gen" || backend == "xqa" ||
+                                  backend == "cute-dsl",
+                              ErrorCode::kUnsupported, op, "backend", "unknown backend \"", backend,
+                              "\"");
+        (void)enable_pdl;
+        (void)is_var_seq;
+        (void)cute_dsl_impl;
+        (void)kv_scale_format;
+        (void)max_q_len;
+        (void)multi_ctas_kv_counter_buffer;
+        return block_mla_impl(op, query, kv_cache, workspace_buffer, qk_nope_head_dim, kv_lora_rank,
+                              qk_rope_head_dim, block_tables, seq_lens, max_seq_len, out,
+                              bmm1_scale, bmm2_scale);
+      },
+      query, kv_cache, workspace_buffer, qk_nope_head_dim, kv_lora_rank, qk_rope_head_dim,
+      block_tables, seq_lens, max_seq_len, sparse_mla_top_k, out, bmm1_scale, bmm2_scale, sinks,
+      skip_softmax_threshold_scale_factor, enable_pdl, backend, is_var_seq,
+      uses_shared_paged_kv_idx, lse, return_lse, cute_dsl_impl, kv_scale_format, cum_seq_lens_q,
+      max_q_len, multi_ctas_kv_counter_buffer, sparse_mla_top_k_lens, enable_dcp, cp_world, cp_rank,
+      causal_seqlens_kv_global, use_fp16_softmax);
+}
+
+Tensor xqa_batch_decode_with_kv_cache_mla(
+    const Tensor& query, const Tensor& kv_cache, const Tensor& workspace_buffer,
+    int64_t qk_nope_head_dim, int64_t kv_lora_rank, int64_t qk_rope_head_dim,
+    const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
+    std::optional<Tensor> out, ScalarOrTensor<double> bmm1_scale, ScalarOrTensor<double> bmm2_scale,
+    std::optional<Tensor> sinks, std::optional<bool> enable_pdl) {
+  return call_op<&xqa_batch_decode_with_kv_cache_mla>(
+      [&] {
+        FLASHINFER_CHECK_CODE(!sinks, ErrorCode::kUnsupported, kXqaOp, "sinks",
+                              "attention sinks are not supported for MLA");
+        (void)enable_pdl;
+        return block_mla_impl(kXqaOp, query, kv_cache, workspace_buffer, qk_nope_head_dim,
+                              kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens, max_seq_len,
+                              out, bmm1_scale, bmm2_scale);
+      },
+      query, kv_cache, workspace_buffer, qk_nope_head_dim, kv_lora_rank, qk_rope_head_dim,
+      block_tables, seq_lens, max_seq_len, out, bmm1_scale, bmm2_scale, sinks, enable_pdl);
+}
+
+// ---- bench hooks ------------------------------------------------------------------------
+
+namespace {
+
+constexpr int64_t kBenchCkv = 512;  // DeepSeek's latent and rope widths
+constexpr int64_t kBenchKpe = 64;
+
+// A latent cache for the benches: batch_size requests of s_kv tokens, consecutive pages.
+struct BenchLatent {
+  Tensor ckv, kpe, qo_indptr, kv_indptr, kv_indices, kv_lens, block_tables, seq_lens;
+  int64_t pages_per_req = 0;
+};
+
+BenchLatent bench_latent(const BenchShape& s, Device dev, int64_t qo_per_req) {
+  BenchLatent l;
+  l.pages_per_req = (s.s_kv + s.page_size - 1) / s.page_size;
+  const int64_t pages = l.pages_per_req * s.batch_size;
+  l.ckv = api::bench::random_tensor({pages, s.page_size, kBenchCkv}, s.kv_dtype, dev,
+                                    s.random_seed + 1);
+  l.kpe = api::bench::random_tensor({pages, s.page_size, kBenchKpe}, s.kv_dtype, dev,
+                                    s.random_seed + 2);
+  std::vector<int64_t> qo{0}, kvp{0}, idx, lens, table;
+  for (int64_t b = 0; b < s.batch_size; ++b) {
+    qo.push_back((b + 1) * qo_per_req);
+    kvp.push_back((b + 1) * l.pages_per_req);
+    lens.push_back(s.s_kv);
+    for (int64_t j = 0; j < l.pages_per_req; ++j) {
+      idx.push_back(b * l.pages_per_req + j);
+      table.push_back(b * l.pages_per_req + j);
+    }
+  }
+  l.qo_indptr = api::bench::int32_tensor(qo, dev);
+  l.kv_indptr = api::bench::int32_tensor(kvp, dev);
+  l.kv_indices = api::bench::int32_tensor(idx, dev);
+  l.kv_lens = api::bench::int32_tensor(lens, dev);
+  l.block_tables = api::bench::int32_tensor(table, dev).view({s.batch_size, l.pages_per_req});
+  l.seq_lens = l.kv_lens;
+  return l;
+}
+
+double mla_bytes(const BenchShape& s, int64_t rows, DType q, DType kv) {
+  const double qo = 2.0 * api::bench::nbytes({rows, s.num_qo_heads, kBenchCkv + kBenchKpe}, q);
+  return qo + api::bench::nbytes({s.batch_size * s.s_kv, kBenchCkv + kBenchKpe}, kv);
+}
+
+// BatchMLAPagedAttentionWrapper.run: s_qo queries per request (causal per s.causal); plan once.
+BenchCase bench_mla_run(const BenchShape& s, Device dev) {
+  FLASHINFER_CHECK(s.s_qo <= s.s_kv, kClass, "s_qo", "needs s_qo <= s_kv");
+  BenchLatent l = bench_latent(s, dev, s.s_qo);
+  auto w =
+      std::make_shared<BatchMLAPagedAttentionWrapper>(Tensor::empty({1 << 20}, DType::kUInt8, dev));
+  DType qd = s.q_dtype == DType::kFloat32 ? DType::kBFloat16 : s.q_dtype;
+  DType kd = dtype_is_fp8(s.kv_dtype) ? s.kv_dtype : qd;
+  if (kd != s.kv_dtype) {
+    l.ckv = l.ckv.to(kd);
+    l.kpe = l.kpe.to(kd);
+  }
+  w->plan(l.qo_indptr, l.kv_indptr, l.kv_indices, l.kv_lens, s.num_qo_heads, kBenchCkv, kBenchKpe,
+          s.page_size, s.causal, 1.0 / std::sqrt(192.0), qd, kd);
+  const int64_t rows = s.batch_size * s.s_qo;
+  Tensor qn = api::bench::random_tensor({rows, s.num_qo_heads, kBenchCkv}, qd, dev, s.random_seed);
+  Tensor qp =
+      api::bench::random_tensor({rows, s.num_qo_heads, kBenchKpe}, qd, dev, s.random_seed + 3);
+  BenchCase c = api::bench::invoke_case(
+      std::string(kClass) + ".run",
+      {api::bench::bench_object(w), Value(qn), Value(qp), Value(l.ckv), Value(l.kpe)});
+  // Upstream's count with qk dim ckv + kpe and vo dim ckv.
+  c.flops = static_cast<double>(s.batch_size) *
+            api::bench::attention_flops(s.s_qo, s.s_kv, s.num_qo_heads, kBenchCkv + kBenchKpe,
+                                        kBenchCkv, s.causal);
+  c.bytes = mla_bytes(s, rows, qd, kd);
+  return c;
+}
+
+// The block-table entry points: one query per request.
+BenchCase bench_block_mla(const std::string& name, const BenchShape& s, Device dev) {
+  BenchLatent l = bench_latent(s, dev, 1);
+  DType qd = s.q_dtype == DType::kFloat32 ? DType::kBFloat16 : s.q_dtype;
+  const int64_t pages = l.pages_per_req * s.batch_size;
+  Tensor kv = api::bench::random_tensor({pages, s.page_size, kBenchCkv + kBenchKpe}, qd, dev,
+                                        s.random_seed + 1);
+  Tensor q = api::bench::random_tensor({s.batch_size, 1, s.num_qo_heads, kBenchCkv + kBenchKpe}, qd,
+                                       dev, s.random_seed);
+  BenchCase c = api::bench::invoke_case(
+      name,
+      {Value(q), Value(kv), Value(Tensor::zeros({1 << 12}, DType::kUInt8, dev)), Value(128),
+       Value(kBenchCkv), Value(kBenchKpe), Value(l.block_tables), Value(l.seq_lens), Value(s.s_kv)},
+      {{"bmm1_scale", Value(1.0 / std::sqrt(192.0))}});
+  c.flops = static_cast<double>(s.batch_size) * 2.0 * static_cast<double>(s.s_kv) *
+            static_cast<double>(s.num_qo_heads) * (kBenchCkv + kBenchKpe + kBenchCkv);
+  c.bytes = mla_bytes(s, s.batch_size, qd, qd);
+  return c;
+}
+
+// append_paged_mla_kv_cache: the last s_qo tokens of each request are (re)written.
+BenchCase bench_append_mla(const BenchShape& s, Device dev) {
+  FLASHINFER_CHECK(s.s_qo <= s.s_kv, "append_paged_mla_kv_cache", "s_qo", "needs s_qo <= s_kv");
+  BenchLatent l = bench_latent(s, dev, s.s_qo);
+  const int64_t nnz = s.batch_size * s.s_qo;
+  std::vector<int64_t> bi, pos;
+  for (int64_t i = 0; i < nnz; ++i) {
+    bi.push_back(i / s.s_qo);
+    pos.push_back(s.s_kv - s.s_qo + i % s.s_qo);
+  }
+  std::vector<int64_t> last;
+  for (int64_t b = 0; b < s.batch_size; ++b) {
+    last.push_back(s.s_kv - (l.pages_per_req - 1) * s.page_size);
+  }
+  BenchCase c = api::bench::invoke_case(
+      "append_paged_mla_kv_cache",
+      {Value(api::bench::random_tensor({nnz, kBenchCkv}, s.kv_dtype, dev, s.random_seed + 5)),
+       Value(api::bench::random_tensor({nnz, kBenchKpe}, s.kv_dtype, dev, s.random_seed + 6)),
+       Value(api::bench::int32_tensor(bi, dev)), Value(api::bench::int32_tensor(pos, dev)),
+       Value(l.ckv), Value(l.kpe), Value(l.kv_indices), Value(l.kv_indptr),
+       Value(api::bench::int32_tensor(last, dev))});
+  c.bytes = 2.0 * api::bench::nbytes({nnz, kBenchCkv + kBenchKpe}, s.kv_dtype) + 8.0 * nnz;
+  return c;
+}
+
+// concat_mla_k: batch_size * s_kv tokens, num_qo_heads heads, nope 128 and rope 64 (DeepSeek).
+BenchCase bench_concat(const BenchShape& s, Device dev) {
+  const int64_t t = s.batch_size * s.s_kv, h = s.num_qo_heads;
+  const DType d = s.input_dtype == DType::kFloat32 ? DType::kBFloat16 : s.input_dtype;
+  BenchCase c = api::bench::invoke_case(
+      "concat_mla_k", {Value(Tensor::zeros({t, h, 192}, d, dev)),
+                       Value(api::bench::random_tensor({t, h, 128}, d, dev, s.random_seed)),
+                       Value(api::bench::random_tensor({t, 1, 64}, d, dev, s.random_seed + 1))});
+  c.bytes = api::bench::nbytes({t, h, 192}, d) + api::bench::nbytes({t, h, 128}, d) +
+            api::bench::nbytes({t, 1, 64}, d);
+  return c;
+}
+
+}  // namespace
+
+namespace detail {
+void register_mla_ops(OpRegistry& r) {
+  declare<&append_paged_mla_kv_cache>(
+      r,
+      {.name = "append_paged_mla_kv_cache",
+       .module = "flashinfer.page",
+       .summary = "Writes appended latent (ckv) and rope (kpe) rows into an MLA paged cache"},
+      "append_ckv", "append_kpe", "batch_indices", "positions", arg("ckv_cache").mut(),
+      arg("kpe_cache").mut(), "kv_indices", "kv_indptr", "kv_last_page_len");
+  declare<&concat_mla_k>(r,
+                         {.name = "concat_mla_k",
+                          .module = "flashinfer.concat_ops",
+                          .summary = "k = (k_nope, k_rope broadcast to every head) for MLA"},
+                         arg("k").mut(), "k_nope", "k_rope");
+  declare_init<MlaInit>(
+      r,
+      {.name = "BatchMLAPagedAttentionWrapper.__init__",
+       .module = kMlaModule,
+       .summary = "MLA attention over a paged latent cache (plan once, run per layer)"},
+      "float_workspace_buffer", arg("use_cuda_graph", false), "qo_indptr", "kv_indptr",
+      "kv_indices", "kv_len_arr", arg("backend", "auto"));
+  declare<&BatchMLAPagedAttentionWrapper::plan>(
+      r,
+      {.name = "BatchMLAPagedAttentionWrapper.plan",
+       .module = kMlaModule,
+       .summary = "Validates the MLA page table and lengths"},
+      "qo_indptr", "kv_indptr", "kv_indices", "kv_len_arr", "num_heads", "head_dim_ckv",
+      "head_dim_kpe", "page_size", "causal", "sm_scale", "q_data_type", "kv_data_type",
+      arg("use_profiler", false));
+  declare<&BatchMLAPagedAttentionWrapper::run>(
+      r,
+      {.name = "BatchMLAPagedAttentionWrapper.run",
+       .module = kMlaModule,
+       .summary = "MLA attention with the current plan"},
+      "q_nope", "q_pe", "ckv_cache", "kpe_cache", arg("out").mut(), arg("lse").mut(),
+      arg("return_lse", false), "profiler_buffer", "kv_len", "page_table",
+      arg("return_lse_base_on_e", false), "o_scale", arg("ckv_scale").kw(),
+      arg("ckv_scale_arr").kw(), arg("kpe_scale").kw());
+  declare<&trtllm_batch_decode_with_kv_cache_mla>(
+      r,
+      {.name = kTrtllmOp,
+       .module = kMlaModule,
+       .summary = "MLA decode over a block-table latent cache (trtllm convention)"},
+      "query", "kv_cache", "workspace_buffer", "qk_nope_head_dim", "kv_lora_rank",
+      "qk_rope_head_dim", "block_tables", "seq_lens", "max_seq_len", arg("sparse_mla_top_k", 0),
+      arg("out").mut(), arg("bmm1_scale", 1.0), arg("bmm2_scale", 1.0), "sinks",
+      "skip_softmax_threshold_scale_factor", "enable_pdl", arg("backend", "auto"),
+      arg("is_var_seq", true), arg("uses_shared_paged_kv_idx", true), arg("lse").mut(),
+      arg("return_lse", false), arg("cute_dsl_impl", "auto"), arg("kv_scale_format", "auto"),
+      "cum_seq_lens_q", "max_q_len", "multi_ctas_kv_counter_buffer", "sparse_mla_top_k_lens",
+      arg("enable_dcp", false), arg("cp_world", 1), arg("cp_rank", 0), "causal_seqlens_kv_global",
+      "use_fp16_softmax");
+  declare<&xqa_batch_decode_with_kv_cache_mla>(
+      r,
+      {.name = kXqaOp,
+       .module = kMlaModule,
+       .summary = "MLA decode over a block-table latent cache (XQA backend's name)"},
+      "query", "kv_cache", "workspace_buffer", "qk_nope_head_dim", "kv_lora_rank",
+      "qk_rope_head_dim", "block_tables", "seq_lens", "max_seq_len", arg("out").mut(),
+      arg("bmm1_scale", 1.0), arg("bmm2_scale", 1.0), "sinks", "enable_pdl");
+  api::register_backends("append_paged_mla_kv_cache", kAppendKernels);
+  api::register_backends("concat_mla_k", kConcatKernels);
+  for (const char* op :
+       {"BatchMLAPagedAttentionWrapper.__init__", "BatchMLAPagedAttentionWrapper.plan",
+        "BatchMLAPagedAttentionWrapper.run", kTrtllmOp, kXqaOp}) {
+    api::register_backends(op, kMlaKernels);
+  }
+  register_bench_hook("append_paged_mla_kv_cache", bench_append_mla);
+  register_bench_hook("concat_mla_k", bench_concat);
+  register_bench_hook("BatchMLAPagedAttentionWrapper.run", bench_mla_run);
+  register_bench_hook(kTrtllmOp, [](const BenchShape& s, Device dev) {
+    return bench_block_mla(kTrtllmOp, s, dev);
+  });
+  register_bench_hook(
+      kXqaOp, [](const BenchShape& s, Device dev) { return bench_block_mla(kXqaOp, s, dev); });
+}
+}  // namespace detail
+
+}  // namespace flashinfer

@@ -1,0 +1,77 @@
+// Private: what the MLA kernels of every backend receive. Strides are in elements; the last
+// (feature) axis of every tensor is contiguous (checked by the API). Index pointers live on the
+// kernel's device (host memory for the CPU backend).
+#pragma once
+
+#include <cstdint>
+
+#include "flashinfer/dtype.h"
+
+namespace flashinfer::kernels {
+
+/// MLA attention over a paged latent cache. Token t of request b lives in page
+/// kv_indices[kv_indptr[b] + t / page_size], slot t % page_size, of both ckv and kpe.
+struct MlaAttentionParams {
+  // q_nope [rows, H, dim_ckv], q_pe [rows, H, dim_kpe]: row qo_indptr[b] + i is query i of
+  // request b.
+  const void* q_nope = nullptr;
+  const void* q_pe = nullptr;
+  DType q_dtype = DType::kBFloat16;
+  int64_t qn_stride_n = 0, qn_stride_h = 0, qp_stride_n = 0, qp_stride_h = 0;
+  // ckv [pages, page_size, dim_ckv], kpe [pages, page_size, dim_kpe].
+  const void* ckv = nullptr;
+  const void* kpe = nullptr;
+  DType kv_dtype = DType::kBFloat16;
+  int64_t ckv_stride_page = 0, ckv_stride_token = 0, kpe_stride_page = 0, kpe_stride_token = 0;
+  const int32_t* kv_indptr = nullptr;   // [batch + 1] into kv_indices
+  const int32_t* kv_indices = nullptr;  // page ids
+  int32_t page_size = 1;
+  const int32_t* qo_indptr = nullptr;  // [batch + 1]
+  const int32_t* kv_lens = nullptr;    // [batch]
+  // o [rows, H, dim_ckv]; lse [rows, H] fp32 (nullptr: not requested).
+  void* o = nullptr;
+  DType o_dtype = DType::kBFloat16;
+  int64_t o_stride_n = 0, o_stride_h = 0;
+  float* lse = nullptr;
+  int64_t lse_stride_n = 0, lse_stride_h = 0;
+  bool lse_base_e = false;  // natural log instead of base 2
+  int32_t batch = 0, num_heads = 0, dim_ckv = 0, dim_kpe = 0;
+  // s = sm_scale * (q_nope . ckv * ckv_scale + q_pe . kpe * kpe_scale);
+  // o = out_scale * ckv_scale * sum_j softmax(s)_j ckv_j.
+  float sm_scale = 1.0f;
+  float ckv_scale = 1.0f, kpe_scale = 1.0f;
+  float out_scale = 1.0f;
+  // Query i of a request of qo_len queries and kv_len tokens is at kv_len - qo_len + i and,
+  // when causal, sees tokens 0..that position.
+  bool causal = false;
+};
+
+/// append_paged_mla_kv_cache: row i goes to request batch_indices[i], position positions[i]
+/// (validated on the host before launch).
+struct MlaAppendParams {
+  const void* append_ckv = nullptr;
+  const void* append_kpe = nullptr;
+  int64_t ackv_stride_n = 0, akpe_stride_n = 0;
+  void* ckv = nullptr;
+  void* kpe = nullptr;
+  int64_t ckv_stride_page = 0, ckv_stride_token = 0, kpe_stride_page = 0, kpe_stride_token = 0;
+  const int32_t* kv_indptr = nullptr;
+  const int32_t* kv_indices = nullptr;
+  int32_t page_size = 1;
+  const int32_t* batch_indices = nullptr;
+  const int32_t* positions = nullptr;
+  int64_t nnz = 0, dim_ckv = 0, dim_kpe = 0;
+  int64_t elem_size = 2;  // bytes per element (rows and caches share the dtype)
+};
+
+/// concat_mla_k: k[t, h] = (k_nope[t, h], k_rope[t, 0]).
+struct ConcatMlaKParams {
+  void* k = nullptr;
+  const void* k_nope = nullptr;
+  const void* k_rope = nullptr;
+  int64_t k_stride_t = 0, k_stride_h = 0, kn_stride_t = 0, kn_stride_h = 0, kr_stride_t = 0;
+  int64_t tokens = 0, num_heads = 0, nope_dim = 0, rope_dim = 0;
+  int64_t elem_size = 2;
+};
+
+}  // namespace flashinfer::kernels

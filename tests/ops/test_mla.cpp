@@ -1,0 +1,634 @@
+// DeepSeek MLA: concat_mla_k and append_paged_mla_kv_cache (bit-exact copies, untouched
+// elsewhere), BatchMLAPagedAttentionWrapper and the trtllm/xqa block-table entry points against
+// an fp64 formula over a grid of dtypes (fp8 KV included), page sizes, causal and query counts;
+// hand-checked goldens; bad input; record and replay.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "flashinfer/ops/mla.h"
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
+#include "ops/attention_test_util.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer {
+namespace {
+
+using testing::int_tensor;
+
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  Tensor c = t.contiguous();
+  std::vector<uint8_t> b(static_cast<std::size_t>(c.numel()) * c.element_size());
+  if (!b.empty()) std::memcpy(b.data(), c.data_ptr(), b.size());
+  return b;
+}
+
+Tensor workspace() { return Tensor::zeros({1 << 12}, DType::kUInt8); }
+
+// ---- concat_mla_k -------------------------------------------------------------------------
+
+TEST(ConcatMlaK, CopiesBitExactlyForEveryDtype) {
+  for (DType d : {DType::kBFloat16, DType::kFloat16, DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+    SCOPED_TRACE(dtype_torch_name(d));
+    const int64_t T = 3, H = 4, N = 8, R = 4;
+    Tensor k_nope = testing::rand_tensor({T, H, N}, d, 1);
+    Tensor k_rope = testing::rand_tensor({T, 1, R}, d, 2);
+    Tensor k = Tensor::full({T, H, N + R}, 7.0, d);
+    concat_mla_k(k, k_nope, k_rope);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        const Tensor row = k.select(0, t).select(0, h);
+        EXPECT_EQ(bytes_of(row.slice(0, 0, N)), bytes_of(k_nope.select(0, t).select(0, h)));
+        EXPECT_EQ(bytes_of(row.slice(0, N, N + R)), bytes_of(k_rope.select(0, t).select(0, 0)));
+      }
+    }
+  }
+}
+
+TEST(ConcatMlaK, HandCheckedGoldenAndStridedViews) {
+  // k_nope[t, h] = (10t + h, -(10t + h)), k_rope[t] = (100 + t): k[1, 2] = (12, -12, 101).
+  Tensor k_nope = Tensor::empty({2, 3, 2}, DType::kBFloat16);
+  Tensor k_rope = Tensor::empty({2, 1, 1}, DType::kBFloat16);
+  std::vector<double> nope, rope{100, 101};
+  for (int t = 0; t < 2; ++t)
+    for (int h = 0; h < 3; ++h) {
+      nope.push_back(10 * t + h);
+      nope.push_back(-(10 * t + h));
+    }
+  k_nope.copy_(Tensor::from_vector(nope, {2, 3, 2}, DType::kBFloat16));
+  k_rope.copy_(Tensor::from_vector(rope, {2, 1, 1}, DType::kBFloat16));
+  // k as a strided view (every head row padded by 2 elements).
+  Tensor big = Tensor::zeros({2, 3, 5}, DType::kBFloat16);
+  Tensor k = big.slice(2, 0, 3);
+  concat_mla_k(k, k_nope, k_rope);
+  EXPECT_EQ(k.select(0, 1).select(0, 2).to_double_vector(), (std::vector<double>{12, -12, 101}));
+  EXPECT_EQ(k.select(0, 0).select(0, 0).to_double_vector(), (std::vector<double>{0, 0, 100}));
+  // The padding is untouched.
+  for (double x : big.slice(2, 3, 5).to_double_vector()) EXPECT_EQ(x, 0.0);
+}
+
+TEST(ConcatMlaK, BadInput) {
+  const char* op = "concat_mla_k";
+  Tensor kn = Tensor::zeros({2, 3, 4}, DType::kBFloat16);
+  Tensor kr = Tensor::zeros({2, 1, 2}, DType::kBFloat16);
+  Tensor k = Tensor::zeros({2, 3, 6}, DType::kBFloat16);
+  EXPECT_FI_ERROR(concat_mla_k(Tensor::zeros({2, 3, 7}, DType::kBFloat16), kn, kr), op, "k");
+  EXPECT_FI_ERROR(concat_mla_k(k, kn, Tensor::zeros({2, 2, 2}, DType::kBFloat16)), op, "k_rope");
+  EXPECT_FI_ERROR(concat_mla_k(k, Tensor::zeros({2, 2, 4}, DType::kBFloat16), kr), op, "k_nope");
+  EXPECT_FI_ERROR(concat_mla_k(k, kn.to(DType::kFloat16), kr), op, "k_nope");
+  EXPECT_FI_ERROR(concat_mla_k(Tensor::zeros({2, 3, 6}, DType::kFloat32), kn.to(DType::kFloat32),
+                               kr.to(DType::kFloat32)),
+                  op, "k");
+  EXPECT_FI_ERROR(concat_mla_k(k, kn, Tensor::zeros({2, 1, 2, 1}, DType::kBFloat16)), op, "k_rope");
+}
+
+// ---- append_paged_mla_kv_cache --------------------------------------------------------------
+
+TEST(AppendPagedMlaKvCache, WritesEachRowAtItsSlotOnly) {
+  for (DType d : {DType::kBFloat16, DType::kFloat8E4M3FN}) {
+    SCOPED_TRACE(dtype_torch_name(d));
+    // Two requests of 5 and 3 tokens, page_size 2: pages (4, 1, 6) and (0, 3).
+    const int64_t P = 2, C = 8, K = 4;
+    Tensor ckv = Tensor::zeros({7, P, C}, d);
+    Tensor kpe = Tensor::zeros({7, P, K}, d);
+    Tensor indptr = int_tensor({0, 3, 5}), indices = int_tensor({4, 1, 6, 0, 3}),
+           last = int_tensor({1, 1});
+    // Append tokens 3, 4 of request 0 and token 2 of request 1.
+    Tensor bi = int_tensor({0, 0, 1}), pos = int_tensor({3, 4, 2});
+    Tensor ac = testing::rand_tensor({3, C}, d, 5, 0.5, 1.5);
+    Tensor ak = testing::rand_tensor({3, K}, d, 6, 0.5, 1.5);
+    append_paged_mla_kv_cache(ac, ak, bi, pos, ckv, kpe, indices, indptr, last);
+    // (page, slot) of each appended row: request 0 token 3 -> page 1 slot 1; token 4 -> page 6
+    // slot 0; request 1 token 2 -> page 3 slot 0.
+    const int64_t where[3][2] = {{1, 1}, {6, 0}, {3, 0}};
+    int64_t nonzero = 0;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(bytes_of(ckv.select(0, where[i][0]).select(0, where[i][1])),
+                bytes_of(ac.select(0, i)));
+      EXPECT_EQ(bytes_of(kpe.select(0, where[i][0]).select(0, where[i][1])),
+                bytes_of(ak.select(0, i)));
+    }
+    for (double x : ckv.to_double_vector()) nonzero += x != 0.0;
+    for (double x : kpe.to_double_vector()) nonzero += x != 0.0;
+    EXPECT_EQ(nonzero, 3 * (C + K));  // nothing else written (appended values are >= 0.5)
+  }
+}
+
+TEST(AppendPagedMlaKvCache, BadInput) {
+  const char* op = "append_paged_mla_kv_cache";
+  Tensor ckv = Tensor::zeros({4, 2, 8}, DType::kBFloat16);
+  Tensor kpe = Tensor::zeros({4, 2, 4}, DType::kBFloat16);
+  Tensor indptr = int_tensor({0, 2}), indices = int_tensor({1, 3}), last = int_tensor({1});
+  Tensor ac = Tensor::zeros({1, 8}, DType::kBFloat16), ak = Tensor::zeros({1, 4}, DType::kBFloat16);
+  Tensor bi = int_tensor({0});
+  auto call = [&](const Tensor& a_c, const Tensor& a_k, const Tensor& b, const Tensor& p,
+                  const Tensor& c, const Tensor& k, const Tensor& idx) {
+    append_paged_mla_kv_cache(a_c, a_k, b, p, c, k, idx, indptr, last);
+  };
+  call(ac, ak, bi, int_tensor({2}), ckv, kpe, indices);  // valid: length 3
+  EXPECT_FI_ERROR(call(ac, ak, bi, int_tensor({3}), ckv, kpe, indices), op, "positions");
+  EXPECT_FI_ERROR(call(ac, ak, int_tensor({1}), int_tensor({0}), ckv, kpe, indices), op,
+                  "batch_indices");
+  EXPECT_FI_ERROR(call(ac, ak, bi, int_tensor({0}), ckv, kpe, int_tensor({1, 4})), op,
+                  "kv_indices");
+  EXPECT_FI_ERROR(
+      call(Tensor::zeros({1, 6}, DType::kBFloat16), ak, bi, int_tensor({0}), ckv, kpe, indices), op,
+      "append_ckv");
+  EXPECT_FI_ERROR(
+      call(ac, Tensor::zeros({2, 4}, DType::kBFloat16), bi, int_tensor({0}), ckv, kpe, indices), op,
+      "append_kpe");
+  EXPECT_FI_ERROR(call(ac.to(DType::kFloat16), ak, bi, int_tensor({0}), ckv, kpe, indices), op,
+                  "append_ckv");
+  EXPECT_FI_ERROR(call(ac, ak, bi, int_tensor({0}), Tensor(), kpe, indices), op, "ckv_cache");
+  EXPECT_FI_ERROR(call(ac, ak, bi, int_tensor({0}), ckv, Tensor(), indices), op, "kpe_cache");
+  EXPECT_FI_ERROR(
+      call(ac, ak, bi, int_tensor({0}), ckv, Tensor::zeros({3, 2, 4}, DType::kBFloat16), indices),
+      op, "kpe_cache");
+  EXPECT_FI_ERROR(append_paged_mla_kv_cache(ac, ak, bi, int_tensor({0}), ckv, kpe, indices, indptr,
+                                            int_tensor({3})),
+                  op, "kv_last_page_len");
+}
+
+// ---- attention ----------------------------------------------------------------------------
+
+// A latent cache with shuffled pages: per request its dense ckv/kpe rows (as doubles) and the
+// page table in both forms (indptr/indices and a block table padded with -1).
+struct Latent {
+  Tensor ckv, kpe;  // [pages, page_size, *]
+  Tensor kv;        // [pages, page_size, dc + dk]: the concatenated form (same values)
+  Tensor kv_indptr, kv_indices, kv_lens, block_tables;
+  std::vector<std::vector<int32_t>> pages;
+  int64_t page_size = 1, dc = 0, dk = 0;
+  // Row t of request b: ckv then kpe, as doubles.
+  std::vector<double> row(int64_t b, int64_t t) const {
+    const int64_t pg = pages[b][t / page_size];
+    return kv.select(0, pg).select(0, t % page_size).to_double_vector();
+  }
+};
+
+Latent make_latent(const std::vector<int32_t>& lens, int64_t page_size, int64_t dc, int64_t dk,
+                   DType dtype, uint64_t seed) {
+  Latent l;
+  l.page_size = page_size;
+  l.dc = dc;
+  l.dk = dk;
+  int64_t need = 0, max_blocks = 1;
+  for (int32_t n : lens) {
+    need += (n + page_size - 1) / page_size;
+    max_blocks = std::max<int64_t>(max_blocks, (n + page_size - 1) / page_size + 1);
+  }
+  const int64_t total = need + 2;
+  std::vector<int32_t> perm(static_cast<std::size_t>(total));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> indptr{0}, indices, flat;
+  std::size_t next = 0;
+  for (int32_t n : lens) {
+    std::vector<int32_t> r;
+    for (int64_t i = 0; i < (n + page_size - 1) / page_size; ++i) r.push_back(perm[next++]);
+    indices.insert(indices.end(), r.begin(), r.end());
+    indptr.push_back(static_cast<int32_t>(indices.size()));
+    for (int64_t i = 0; i < max_blocks; ++i) {
+      flat.push_back(i < static_cast<int64_t>(r.size()) ? r[i] : -1);
+    }
+    l.pages.push_back(r);
+  }
+  l.kv_indptr = int_tensor(indptr);
+  l.kv_indices = int_tensor(indices);
+  l.kv_lens = int_tensor(lens);
+  l.block_tables = int_tensor(flat).view({static_cast<int64_t>(lens.size()), max_blocks});
+  l.kv = testing::rand_tensor({total, page_size, dc + dk}, dtype, seed + 1, -1.0, 1.0);
+  l.ckv = l.kv.slice(2, 0, dc);
+  l.kpe = l.kv.slice(2, dc, dc + dk);
+  return l;
+}
+
+// fp64 reference of one request: q [qo, H, dc + dk] (q_nope then q_pe) as doubles.
+void ref_request(const Latent& l, int64_t b, int64_t kv_len, const std::vector<double>& q,
+                 int64_t qo, int64_t H, double sm_scale, bool causal, double ckv_scale,
+                 double kpe_scale, double out_scale, std::vector<double>& o,
+                 std::vector<double>& lse) {
+  const int64_t D = l.dc + l.dk;
+  std::vector<double> k, v;
+  for (int64_t t = 0; t < kv_len; ++t) {
+    std::vector<double> r = l.row(b, t);
+    for (int64_t d = 0; d < D; ++d) k.push_back(r[d] * (d < l.dc ? ckv_scale : kpe_scale));
+    for (int64_t d = 0; d < l.dc; ++d) v.push_back(r[d] * ckv_scale);
+  }
+  testing::RefOptions opt;
+  opt.sm_scale = sm_scale;
+  opt.causal = causal;
+  opt.v_scale = out_scale;
+  testing::ref_attention(q, k, v, qo, kv_len, H, 1, D, l.dc, opt, o, lse);
+}
+
+struct GridCase {
+  DType q, kv;
+  int64_t dc, dk, page_size;
+  bool causal;
+  std::vector<int32_t> qo_lens, kv_lens;
+};
+
+TEST(BatchMLAPagedAttention, MatchesFp64FormulaOverGrid) {
+  const std::vector<GridCase> cases = {
+      {DType::kBFloat16, DType::kBFloat16, 512, 64, 1, false, {1, 1, 1}, {7, 1, 12}},
+      {DType::kBFloat16, DType::kBFloat16, 512, 64, 4, true, {3, 1, 5}, {9, 4, 5}},
+      {DType::kFloat16, DType::kFloat16, 512, 64, 3, true, {2, 0, 4}, {2, 6, 10}},
+      {DType::kBFloat16, DType::kFloat8E4M3FN, 512, 64, 2, false, {2, 1}, {5, 8}},
+      {DType::kFloat16, DType::kFloat16, 32, 16, 5, false, {4, 2, 1, 3}, {11, 0, 3, 13}},
+      {DType::kFloat32, DType::kFloat32, 24, 8, 2, true, {3, 3}, {3, 7}},
+  };
+  int idx = 0;
+  for (const GridCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "case " << idx);
+    const int64_t H = 3;
+    Latent l = make_latent(c.kv_lens, c.page_size, c.dc, c.dk, c.kv, 100 + idx);
+    std::vector<int32_t> qo_indptr{0};
+    for (int32_t n : c.qo_lens) qo_indptr.push_back(qo_indptr.back() + n);
+    const int64_t rows = qo_indptr.back();
+    Tensor q = testing::rand_tensor({rows, H, c.dc + c.dk}, c.q, 200 + idx, -1.0, 1.0);
+    const bool fp8 = dtype_is_fp8(c.kv);
+    const double ckv_scale = fp8 ? 0.75 : 1.0, kpe_scale = fp8 ? 1.5 : 1.0;
+    const double sm_scale = 1.0 / std::sqrt(static_cast<double>(c.dc / 4 + c.dk));
+    BatchMLAPagedAttentionWrapper w(workspace());
+    w.plan(int_tensor(qo_indptr), l.kv_indptr, l.kv_indices, l.kv_lens, H, c.dc, c.dk, c.page_size,
+           c.causal, sm_scale, c.q, c.kv);
+    for (bool base_e : {false, true}) {
+      AttentionOutput r =
+          w.run(q.slice(2, 0, c.dc), q.slice(2, c.dc, c.dc + c.dk), l.ckv, l.kpe, std::nullopt,
+                std::nullopt, true, std::nullopt, std::nullopt, std::nullopt, base_e, std::nullopt,
+                fp8 ? std::optional<double>(ckv_scale) : std::nullopt, std::nullopt,
+                fp8 ? std::optional<double>(kpe_scale) : std::nullopt);
+      ASSERT_EQ(r.out.shape(), (Shape{rows, H, c.dc}));
+      ASSERT_EQ(r.out.dtype(), c.q);
+      ASSERT_EQ(r.lse.shape(), (Shape{rows, H}));
+      std::vector<double> want_o, want_lse;
+      for (std::size_t b = 0; b < c.qo_lens.size(); ++b) {
+        const int64_t qo = c.qo_lens[b];
+        std::vector<double> qd = q.slice(0, qo_indptr[b], qo_indptr[b] + qo).to_double_vector();
+        std::vector<double> o, lse;
+        ref_request(l, static_cast<int64_t>(b), c.kv_lens[b], qd, qo, H, sm_scale, c.causal,
+                    ckv_scale, kpe_scale, 1.0, o, lse);
+        // Rows that see no token: zeros (the formula leaves them 0) and -inf.
+        for (double& x : lse) x *= base_e ? std::log(2.0) : 1.0;
+        want_o.insert(want_o.end(), o.begin(), o.end());
+        want_lse.insert(want_lse.end(), lse.begin(), lse.end());
+      }
+      EXPECT_TRUE(testing::all_close(r.out, want_o, testing::attention_tolerance(c.q)));
+      EXPECT_TRUE(testing::all_close(r.lse, want_lse, {2e-4, 2e-4}));
+    }
+    ++idx;
+  }
+}
+
+// Hand-checked: one head, ckv rows (1, 0) and (0, 1), kpe rows (0) and (1), q_nope (1, 0),
+// q_pe (1), sm_scale 1: both scores are 1, so o = (0.5, 0.5) and lse = log2(2e) = 1 +
+// 1/ln 2 = 2.442695. With causal and two queries, the first (position 0) sees token 0 only:
+// o = (1, 0), lse = log2(e) = 1.442695.
+TEST(BatchMLAPagedAttention, HandCheckedGolden) {
+  Tensor ckv = Tensor::from_vector({1, 0, 0, 1}, {1, 2, 2}, DType::kFloat32);
+  Tensor kpe = Tensor::from_vector({0, 1}, {1, 2, 1}, DType::kFloat32);
+  BatchMLAPagedAttentionWrapper w(workspace());
+  w.plan(int_tensor({0, 1}), int_tensor({0, 1}), int_tensor({0}), int_tensor({2}), 1, 2, 1, 2,
+         false, 1.0, DType::kFloat32, DType::kFloat32);
+  AttentionOutput r = w.run(Tensor::from_vector({1, 0}, {1, 1, 2}, DType::kFloat32),
+                            Tensor::from_vector({1}, {1, 1, 1}, DType::kFloat32), ckv, kpe,
+                            std::nullopt, std::nullopt, true);
+  EXPECT_TRUE(testing::all_close(r.out, std::vector<double>{0.5, 0.5}, {1e-7, 1e-7}));
+  EXPECT_TRUE(testing::all_close(r.lse, std::vector<double>{2.4426950408889634}, {1e-6, 1e-6}));
+  w.plan(int_tensor({0, 2}), int_tensor({0, 1}), int_tensor({0}), int_tensor({2}), 1, 2, 1, 2, true,
+         1.0, DType::kFloat32, DType::kFloat32);
+  r = w.run(Tensor::from_vector({1, 0, 1, 0}, {2, 1, 2}, DType::kFloat32),
+            Tensor::from_vector({1, 1}, {2, 1, 1}, DType::kFloat32), ckv, kpe, std::nullopt,
+            std::nullopt, true);
+  EXPECT_TRUE(testing::all_close(r.out, std::vector<double>{1, 0, 0.5, 0.5}, {1e-7, 1e-7}));
+  EXPECT_TRUE(testing::all_close(r.lse, std::vector<double>{1.4426950408889634, 2.4426950408889634},
+                                 {1e-6, 1e-6}));
+}
+
+TEST(BatchMLAPagedAttention, OutAndLseBuffersAreWritten) {
+  Latent l = make_latent({6, 3}, 4, 64, 16, DType::kBFloat16, 9);
+  BatchMLAPagedAttentionWrapper w(workspace());
+  w.plan(int_tensor({0, 2, 3}), l.kv_indptr, l.kv_indices, l.kv_lens, 2, 64, 16, 4, true, 0.2,
+         DType::kBFloat16, DType::kBFloat16);
+  Tensor qn = testing::rand_tensor({3, 2, 64}, DType::kBFloat16, 1);
+  Tensor qp = testing::rand_tensor({3, 2, 16}, DType::kBFloat16, 2);
+  AttentionOutput ref = w.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, true);
+  Tensor out = Tensor::zeros({3, 2, 64}, DType::kBFloat16);
+  Tensor lse = Tensor::zeros({3, 2}, DType::kFloat32);
+  AttentionOutput r = w.run(qn, qp, l.ckv, l.kpe, out, lse, false);
+  EXPECT_FALSE(r.lse.defined());
+  EXPECT_EQ(r.out.data_ptr(), out.data_ptr());
+  EXPECT_TRUE(testing::all_close(out, ref.out, {0.0, 0.0}));
+  EXPECT_TRUE(testing::all_close(lse, ref.lse, {0.0, 0.0}));
+}
+
+TEST(BatchMLAPagedAttention, BadInput) {
+  const char* plan = "BatchMLAPagedAttentionWrapper.plan";
+  const char* run = "BatchMLAPagedAttentionWrapper.run";
+  Latent l = make_latent({5, 3}, 2, 32, 8, DType::kBFloat16, 3);
+  BatchMLAPagedAttentionWrapper w(workspace());
+  Tensor qo = int_tensor({0, 1, 2});
+  Tensor qn = Tensor::zeros({2, 2, 32}, DType::kBFloat16);
+  Tensor qp = Tensor::zeros({2, 2, 8}, DType::kBFloat16);
+  EXPECT_FI_ERROR(w.run(qn, qp, l.ckv, l.kpe), run, "self");
+  auto do_plan = [&](const Tensor& q_indptr, const Tensor& lens, int64_t heads, DType kvd) {
+    w.plan(q_indptr, l.kv_indptr, l.kv_indices, lens, heads, 32, 8, 2, true, 0.1, DType::kBFloat16,
+           kvd);
+  };
+  EXPECT_FI_ERROR(do_plan(qo, int_tensor({5, 7}), 2, DType::kBFloat16), plan, "kv_len_arr");
+  EXPECT_FI_ERROR(do_plan(qo, int_tensor({5}), 2, DType::kBFloat16), plan, "kv_len_arr");
+  EXPECT_FI_ERROR(do_plan(int_tensor({0, 6, 7}), l.kv_lens, 2, DType::kBFloat16), plan,
+                  "kv_len_arr");
+  EXPECT_FI_ERROR(do_plan(int_tensor({1, 1, 2}), l.kv_lens, 2, DType::kBFloat16), plan,
+                  "qo_indptr");
+  EXPECT_FI_ERROR(do_plan(qo, l.kv_lens, 0, DType::kBFloat16), plan, "num_heads");
+  EXPECT_FI_ERROR(do_plan(qo, l.kv_lens, 2, DType::kFloat16), plan, "kv_data_type");
+  EXPECT_FI_ERROR(w.plan(qo, l.kv_indptr, l.kv_indices, l.kv_lens, 2, 32, 8, 2, true, 0.1,
+                         DType::kBFloat16, DType::kBFloat16, true),
+                  plan, "use_profiler");
+  do_plan(qo, l.kv_lens, 2, DType::kBFloat16);
+  w.run(qn, qp, l.ckv, l.kpe);  // valid
+  EXPECT_FI_ERROR(w.run(Tensor::zeros({3, 2, 32}, DType::kBFloat16), qp, l.ckv, l.kpe), run,
+                  "q_nope");
+  EXPECT_FI_ERROR(w.run(qn, Tensor::zeros({2, 2, 9}, DType::kBFloat16), l.ckv, l.kpe), run, "q_pe");
+  EXPECT_FI_ERROR(w.run(qn.to(DType::kFloat16), qp.to(DType::kFloat16), l.ckv, l.kpe), run,
+                  "q_nope");
+  EXPECT_FI_ERROR(w.run(qn, qp, l.ckv.slice(2, 0, 16), l.kpe), run, "ckv_cache");
+  EXPECT_FI_ERROR(w.run(qn, qp, l.ckv, l.kpe.slice(0, 0, 2)), run, "kpe_cache");
+  EXPECT_FI_ERROR(w.run(qn, qp, l.ckv.slice(0, 0, 2), l.kpe.slice(0, 0, 2)), run, "ckv_cache");
+  EXPECT_FI_ERROR(w.run(qn, qp, l.ckv, l.kpe, Tensor::zeros({2, 2, 32}, DType::kFloat16)), run,
+                  "out");
+  EXPECT_FI_ERROR(w.run(qn, qp, l.ckv, l.kpe, std::nullopt, Tensor::zeros({2, 3}, DType::kFloat32)),
+                  run, "lse");
+  EXPECT_FI_ERROR(w.run(qn, qp, l.ckv, l.kpe, qn), run, "out");  // overlaps q_nope
+  try {
+    w.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, false, std::nullopt, std::nullopt,
+          std::nullopt, false, 2.0);
+    ADD_FAILURE() << "o_scale accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_EQ(e.arg(), "o_scale");
+  }
+  EXPECT_FI_ERROR(BatchMLAPagedAttentionWrapper(workspace(), false, std::nullopt, std::nullopt,
+                                                std::nullopt, std::nullopt, "cutlass"),
+                  "BatchMLAPagedAttentionWrapper.__init__", "backend");
+}
+
+// ---- trtllm / xqa block-table entry points ------------------------------------------------
+
+TEST(TrtllmMlaDecode, MatchesFp64FormulaAndTheWrapper) {
+  struct Case {
+    DType q, kv;
+    int64_t page_size, q_len;
+    bool four_d;
+  };
+  const std::vector<Case> cases = {{DType::kBFloat16, DType::kBFloat16, 4, 1, false},
+                                   {DType::kFloat16, DType::kFloat16, 3, 2, true},
+                                   {DType::kBFloat16, DType::kFloat8E4M3FN, 2, 1, false},
+                                   {DType::kFloat8E4M3FN, DType::kFloat8E4M3FN, 5, 3, true}};
+  const std::vector<int32_t> lens{9, 3, 14};
+  const int64_t H = 4, dc = 512, dk = 64, B = 3;
+  int idx = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "case " << idx);
+    Latent l = make_latent(lens, c.page_size, dc, dk, c.kv, 50 + idx);
+    Tensor q = testing::rand_tensor({B, c.q_len, H, dc + dk}, c.q, 60 + idx, -1.0, 1.0);
+    const double bmm1 = 0.07, bmm2 = 1.25;
+    Tensor kv = c.four_d ? l.kv.unsqueeze(1) : l.kv;
+    Tensor o =
+        trtllm_batch_decode_with_kv_cache_mla(q, kv, workspace(), 128, dc, dk, l.block_tables,
+                                              l.kv_lens, 16, 0, std::nullopt, bmm1, bmm2);
+    const DType od = c.q == DType::kFloat8E4M3FN ? DType::kBFloat16 : c.q;
+    ASSERT_EQ(o.shape(), (Shape{B, c.q_len, H, dc}));
+    ASSERT_EQ(o.dtype(), od);
+    std::vector<double> want;
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<double> out, lse;
+      ref_request(l, b, lens[b], q.select(0, b).to_double_vector(), c.q_len, H, bmm1, c.q_len > 1,
+                  1.0, 1.0, bmm2, out, lse);
+      want.insert(want.end(), out.begin(), out.end());
+    }
+    EXPECT_TRUE(testing::all_close(o, want, testing::attention_tolerance(od)));
+    // xqa computes the same thing, bit for bit.
+    Tensor ox = xqa_batch_decode_with_kv_cache_mla(q, kv, workspace(), 128, dc, dk, l.block_tables,
+                                                   l.kv_lens, 16, std::nullopt, bmm1, bmm2);
+    EXPECT_TRUE(testing::all_close(ox, o, {0.0, 0.0}));
+    ++idx;
+  }
+}
+
+TEST(TrtllmMlaDecode, OutBufferAndTensorScales) {
+  Latent l = make_latent({4, 7}, 4, 64, 16, DType::kBFloat16, 1);
+  Tensor q = testing::rand_tensor({2, 1, 2, 80}, DType::kBFloat16, 2);
+  Tensor ref = trtllm_batch_decode_with_kv_cache_mla(
+      q, l.kv, workspace(), 128, 64, 16, l.block_tables, l.kv_lens, 8, 0, std::nullopt, 0.3, 0.5);
+  Tensor out = Tensor::zeros({2, 1, 2, 64}, DType::kBFloat16);
+  Tensor got = trtllm_batch_decode_with_kv_cache_mla(
+      q, l.kv, workspace(), 128, 64, 16, l.block_tables, l.kv_lens, 8, 0, out,
+      Tensor::full({1}, 0.3, DType::kFloat32), Tensor::full({1}, 0.5, DType::kFloat32));
+  EXPECT_EQ(got.data_ptr(), out.data_ptr());
+  EXPECT_TRUE(testing::all_close(out, ref, {0.0, 0.0}));
+}
+
+TEST(TrtllmMlaDecode, BadInput) {
+  const char* op = "trtllm_batch_decode_with_kv_cache_mla";
+  Latent l = make_latent({4, 7}, 4, 64, 16, DType::kBFloat16, 1);
+  Tensor q = Tensor::zeros({2, 1, 2, 80}, DType::kBFloat16);
+  auto call = [&](const Tensor& qq, const Tensor& kv, const Tensor& bt, const Tensor& lens,
+                  int64_t max_len, int64_t rank) {
+    trtllm_batch_decode_with_kv_cache_mla(qq, kv, workspace(), 128, rank, 16, bt, lens, max_len);
+  };
+  call(q, l.kv, l.block_tables, l.kv_lens, 7, 64);  // valid
+  EXPECT_FI_ERROR(call(q, l.kv, l.block_tables, l.kv_lens, 6, 64), op, "seq_lens");
+  EXPECT_FI_ERROR(call(q, l.kv, l.block_tables, l.kv_lens, 7, 60), op, "query");
+  EXPECT_FI_ERROR(call(q, l.kv.slice(2, 0, 70), l.block_tables, l.kv_lens, 7, 64), op, "kv_cache");
+  EXPECT_FI_ERROR(call(q, l.kv, int_tensor({0, 1, 2, 99}).view({2, 2}), l.kv_lens, 7, 64), op,
+                  "block_tables");
+  EXPECT_FI_ERROR(call(q, l.kv, int_tensor({0, 1}).view({2, 1}), l.kv_lens, 7, 64), op,
+                  "block_tables");
+  EXPECT_FI_ERROR(call(q, Tensor::zeros({l.kv.size(0), 2, 4, 80}, DType::kBFloat16), l.block_tables,
+                       l.kv_lens, 7, 64),
+                  op, "kv_cache");
+  EXPECT_FI_ERROR(call(q.to(DType::kFloat32), l.kv, l.block_tables, l.kv_lens, 7, 64), op, "query");
+  EXPECT_FI_ERROR(call(Tensor::zeros({2, 3, 2, 80}, DType::kBFloat16), l.kv, l.block_tables,
+                       int_tensor({2, 7}), 7, 64),
+                  op, "seq_lens");
+  try {
+    trtllm_batch_decode_with_kv_cache_mla(q, l.kv, workspace(), 128, 64, 16, l.block_tables,
+                                          l.kv_lens, 7, 8);
+    ADD_FAILURE() << "sparse MLA accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_EQ(e.arg(), "sparse_mla_top_k");
+  }
+  EXPECT_FI_ERROR(xqa_batch_decode_with_kv_cache_mla(q, l.kv, workspace(), 128, 64, 16,
+                                                     l.block_tables, l.kv_lens, 7, std::nullopt,
+                                                     1.0, 1.0, Tensor::zeros({2}, DType::kFloat32)),
+                  "xqa_batch_decode_with_kv_cache_mla", "sinks");
+}
+
+// ---- record and replay --------------------------------------------------------------------
+
+TEST(Mla, RecordAndReplay) {
+  Latent l = make_latent({5, 3}, 2, 32, 8, DType::kBFloat16, 4);
+  std::vector<testing::RecordingObserver::Call> calls;
+  // The wrapper outlives the recording: replaying plan and run addresses the live object.
+  std::unique_ptr<BatchMLAPagedAttentionWrapper> w;
+  {
+    testing::RecordingScope scope;
+    Tensor k = Tensor::zeros({2, 3, 12}, DType::kBFloat16);
+    concat_mla_k(k, testing::rand_tensor({2, 3, 8}, DType::kBFloat16, 1),
+                 testing::rand_tensor({2, 1, 4}, DType::kBFloat16, 2));
+    Tensor ckv = l.ckv.clone(), kpe = l.kpe.clone();
+    append_paged_mla_kv_cache(testing::rand_tensor({2, 32}, DType::kBFloat16, 3),
+                              testing::rand_tensor({2, 8}, DType::kBFloat16, 4), int_tensor({0, 1}),
+                              int_tensor({4, 2}), ckv, kpe, l.kv_indices, l.kv_indptr,
+                              int_tensor({1, 1}));
+    w = std::make_unique<BatchMLAPagedAttentionWrapper>(workspace());
+    w->plan(int_tensor({0, 2, 3}), l.kv_indptr, l.kv_indices, l.kv_lens, 2, 32, 8, 2, true, 0.15,
+            DType::kBFloat16, DType::kBFloat16);
+    Tensor out = Tensor::empty({3, 2, 32}, DType::kBFloat16);
+    w->run(testing::rand_tensor({3, 2, 32}, DType::kBFloat16, 5),
+           testing::rand_tensor({3, 2, 8}, DType::kBFloat16, 6), ckv, kpe, out, std::nullopt, true);
+    Tensor q = testing::rand_tensor({2, 1, 2, 40}, DType::kBFloat16, 7);
+    trtllm_batch_decode_with_kv_cache_mla(q, l.kv, workspace(), 128, 32, 8, l.block_tables,
+                                          l.kv_lens, 6, 0, std::nullopt, 0.2);
+    xqa_batch_decode_with_kv_cache_mla(q, l.kv, workspace(), 128, 32, 8, l.block_tables, l.kv_lens,
+                                       6);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 7u);
+  for (const auto& call : calls) {
+    SCOPED_TRACE(call.name);
+    if (call.name.ends_with("__init__")) continue;  // replay of the constructor: covered below
+    EXPECT_TRUE(testing::replays_identically(call));
+  }
+  EXPECT_EQ(calls[2].name, "BatchMLAPagedAttentionWrapper.__init__");
+  EXPECT_TRUE(calls[4].result.is_sequence());  // (out, lse) with return_lse
+}
+
+// Through the Flight Recorder's dump (upstream's format: metadata.jsonl, inputs.pt/outputs.pt,
+// self_id for the wrapper) and replay_sequence, with the engines' keyword arguments (vLLM passes
+// every trtllm MLA argument by keyword; SGLang passes run's out= by keyword).
+TEST(Mla, DumpReplaysWithEveryCallPassing) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_mla_dump_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg, [](const std::string&) {});
+  Latent l = make_latent({5, 3}, 2, 32, 8, DType::kBFloat16, 8);
+  {
+    Tensor k = Tensor::zeros({2, 3, 12}, DType::kBFloat16);
+    concat_mla_k(k, testing::rand_tensor({2, 3, 8}, DType::kBFloat16, 1),
+                 testing::rand_tensor({2, 1, 4}, DType::kBFloat16, 2));
+    Tensor ckv = l.ckv.clone(), kpe = l.kpe.clone();
+    append_paged_mla_kv_cache(testing::rand_tensor({1, 32}, DType::kBFloat16, 3),
+                              testing::rand_tensor({1, 8}, DType::kBFloat16, 4), int_tensor({1}),
+                              int_tensor({2}), ckv, kpe, l.kv_indices, l.kv_indptr,
+                              int_tensor({1, 1}));
+    BatchMLAPagedAttentionWrapper w(workspace());
+    w.plan(int_tensor({0, 1, 2}), l.kv_indptr, l.kv_indices, l.kv_lens, 2, 32, 8, 2, false, 0.15,
+           DType::kBFloat16, DType::kBFloat16);
+    Tensor out =
+        Tensor::zeros({2, 2, 32}, DType::kBFloat16);  // recorded as an input: defined bytes
+    w.run(testing::rand_tensor({2, 2, 32}, DType::kBFloat16, 5),
+          testing::rand_tensor({2, 2, 8}, DType::kBFloat16, 6), ckv, kpe, out);
+    Tensor q = testing::rand_tensor({2, 1, 2, 40}, DType::kBFloat16, 7);
+    trtllm_batch_decode_with_kv_cache_mla(q, l.kv.unsqueeze(1), workspace(), 128, 32, 8,
+                                          l.block_tables, l.kv_lens, 6, 0, std::nullopt, 0.2, 1.0);
+    xqa_batch_decode_with_kv_cache_mla(q, l.kv, workspace(), 128, 32, 8, l.block_tables, l.kv_lens,
+                                       6);
+  }
+  recorder::stop();
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 7u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
+}
+
+// A dump written by Python as upstream's recorder writes it, for the call vLLM makes (every
+// argument by keyword, a 4-D cache, the fused bmm1 scale), the expected output computed by torch
+// in fp32: it replays here and passes.
+TEST(Mla, UpstreamWrittenTrtllmMlaDumpReplays) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("fi_mla_upstream_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const fs::path call =
+      dir / "20261122_153000_001_pid4242_trtllm_batch_decode_with_kv_cache_mla_call0001";
+  fs::create_directories(call);
+  const std::string py = R"PY(
+import json, sys
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+d = sys.argv[1]
+torch.manual_seed(0)
+B, H, R, P, PS = 2, 4, 32, 8, 4
+D = R + P
+lens = [6, 3]
+q = torch.randn(B, 1, H, D).to(torch.bfloat16)
+kv = torch.randn(5, 1, PS, D).to(torch.bfloat16)
+bt = torch.tensor([[3, 0], [4, -1]], dtype=torch.int32)
+seq = torch.tensor(lens, dtype=torch.int32)
+ws = torch.zeros(256, dtype=torch.uint8)
+scale = 0.125
+out = torch.empty(B, 1, H, R)
+for b in range(B):
+    rows = torch.cat([kv[bt[b, j], 0].float() for j in range((lens[b] + PS - 1) // PS)])[: lens[b]]
+    s = (q[b, 0].float() @ rows.T) * scale
+    out[b, 0] = torch.softmax(s, -1) @ rows[:, :R]
+out = out.to(torch.bfloat16)
+torch.save({"kwarg_query": q, "kwarg_kv_cache": kv, "kwarg_workspace_buffer": ws,
+            "kwarg_block_tables": bt, "kwarg_seq_lens": seq}, d + "/inputs.pt")
+torch.save({"result": out}, d + "/outputs.pt")
+rec = {"function_name": "trtllm_batch_decode_with_kv_cache_mla", "module": "flashinfer.mla._core",
+       "call_sequence": 1, "timestamp": "20261122_153000_001", "process_id": 4242,
+       "input_metadata": {"kwarg_qk_nope_head_dim": 128, "kwarg_kv_lora_rank": R,
+                          "kwarg_qk_rope_head_dim": P, "kwarg_max_seq_len": 8,
+                          "kwarg_bmm1_scale": scale, "kwarg_bmm2_scale": 1.0},
+       "output_metadata": {},
+       "tensor_info": {"input_tensor_keys": ["kwarg_query", "kwarg_kv_cache",
+                                             "kwarg_workspace_buffer", "kwarg_block_tables",
+                                             "kwarg_seq_lens"],
+                       "output_tensor_keys": ["result"]},
+       "tensor_format": "torch", "execution_status": "completed"}
+with open(d + "/metadata.jsonl", "w") as f:
+    f.write(json.dumps(rec) + "\n")
+)PY";
+  std::ofstream(dir / "make.py") << py;
+  // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
+  const int st = std::system(
+      ("/usr/bin/python3 " + (dir / "make.py").string() + " " + call.string() + " 2>/dev/null")
+          .c_str());
+  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  ASSERT_EQ(st, 0);
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].status, replay::Status::kPassed) << results[0].error;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace flashinfer
