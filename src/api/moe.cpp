@@ -998,6 +998,11 @@ void register_moe_ops(OpRegistry& r) {
        .summary = "Whether an ActivationType consumes a gate half of GEMM1 (Swiglu, Geglu, "
                   "SwigluBias, SwigluStep)"},
       "activation_type");
+  {
+    // A host-side predicate on an enum: it runs wherever it is called, with no kernel.
+    static constexpr api::BackendSummary kHost[] = {{DeviceType::kCPU, "host-side predicate"}};
+    api::register_backends("is_gated_activation", kHost);
+  }
   declare<&cutlass_fused_moe>(
       r,
       {.name = "cutlass_fused_moe",

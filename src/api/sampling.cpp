@@ -857,7 +857,13 @@ BenchCase bench_chain_spec(const BenchShape& s, Device dev) {
       {Value(probs(dl).to(dev)),
        Value(Tensor::from_vector(ids, {s.batch_size, n}, DType::kInt32).to(dev)),
        Value(probs(tl).to(dev))},
-      {{"seed", Value(int64_t{1})}, {"offset", Value(int64_t{0})}});
+      // The engines pass the acceptance counters, which the op adds to (so they start at 0).
+      {{"maybe_output_accepted_token_num",
+        Value(Tensor::zeros({s.batch_size}, DType::kInt32).to(dev))},
+       {"maybe_output_emitted_draft_token_num",
+        Value(Tensor::zeros({s.batch_size}, DType::kInt32).to(dev))},
+       {"seed", Value(int64_t{1})},
+       {"offset", Value(int64_t{0})}});
   c.bytes = api::bench::nbytes({s.batch_size, 2 * n + 1, v}, DType::kFloat32);
   return c;
 }

@@ -193,6 +193,14 @@ std::optional<std::string> output_param_target(const OpDecl& decl, const ParamDe
     if (has("result[0]")) return "result[0]";
   }
   if (p.name == "lse" && has("result[1]")) return "result[1]";
+  if (p.name == "output") {  // the MoE ops
+    if (has("result")) return "result";
+    if (has("result[0]")) return "result[0]";
+  }
+  if (decl.name == "top_k_varlen") {
+    if (p.name == "out_indices" && has("result[0]")) return "result[0]";
+    if (p.name == "out_values" && has("result[1]")) return "result[1]";
+  }
   return std::nullopt;
 }
 

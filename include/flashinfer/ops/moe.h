@@ -136,6 +136,17 @@ struct MoeTopkIds {
   std::optional<Tensor> weights;                         // set for the pair form
   MoeTopkIds(Tensor packed) : ids(std::move(packed)) {}  // NOLINT: upstream passes a tensor
   MoeTopkIds(Tensor i, Tensor w) : ids(std::move(i)), weights(std::move(w)) {}
+  /// f(tensor, item) for the gate's written-argument check: item -1 for the packed tensor, 0 and
+  /// 1 for the pair.
+  template <class F>
+  void for_each_tensor(F&& f) const {
+    if (weights) {
+      f(ids, 0);
+      f(*weights, 1);
+    } else {
+      f(ids, -1);
+    }
+  }
 };
 /// Recorded as upstream records it: the tensor, or a (ids, weights) tuple.
 Value to_value(const MoeTopkIds& t);

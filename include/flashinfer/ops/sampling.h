@@ -50,6 +50,12 @@ class ScalarOrTensor {
   bool is_tensor() const { return tensor_.defined(); }
   T scalar() const { return scalar_; }
   const Tensor& tensor() const { return tensor_; }
+  /// f(tensor, -1) when a tensor was given (the gate's written-argument check sees it as an
+  /// input that a written tensor must not overlap).
+  template <class F>
+  void for_each_tensor(F&& f) const {
+    if (tensor_.defined()) f(tensor_, -1);
+  }
 
  private:
   T scalar_{};
