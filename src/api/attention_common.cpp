@@ -104,6 +104,29 @@ void check_kv_dtype(DType d, DType q, const char* op, const char* arg) {
                    " must be q's dtype (", dtype_torch_name(q), ") or an fp8 dtype");
 }
 
+AppendTargets load_append_targets(detail::WrapperState& s, const Tensor& batch_indices,
+                                  const Tensor& positions, const Tensor& kv_indices,
+                                  const Tensor& kv_indptr, const Tensor& kv_last_page_len,
+                                  int64_t num_pages, int64_t page_size, int64_t nnz,
+                                  const char* op) {
+  load_page_table(s, kv_indptr, kv_indices, kv_last_page_len, page_size, op, "kv_indptr",
+                  "kv_indices", "kv_last_page_len");
+  FLASHINFER_CHECK(s.max_page_id < num_pages, op, "kv_indices", "refers to page ", s.max_page_id,
+                   " but the cache has ", num_pages, " pages");
+  AppendTargets t{index_to_host(batch_indices, op, "batch_indices", nnz),
+                  index_to_host(positions, op, "positions", nnz)};
+  const auto& bi = t.batch_indices;
+  const auto& pos = t.positions;
+  const auto batch = static_cast<int64_t>(s.kv_lens.size());
+  for (int64_t i = 0; i < nnz; ++i) {
+    FLASHINFER_CHECK(bi[i] >= 0 && bi[i] < batch, op, "batch_indices", "element ", i, " (", bi[i],
+                     ") is outside [0, ", batch, ")");
+    FLASHINFER_CHECK(pos[i] >= 0 && pos[i] < s.kv_lens[bi[i]], op, "positions", "element ", i, " (",
+                     pos[i], ") is outside request ", bi[i], "'s length ", s.kv_lens[bi[i]]);
+  }
+  return t;
+}
+
 void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor& indices,
                      const Tensor& last_page_len, int64_t page_size, const char* op,
                      const char* indptr_arg, const char* indices_arg, const char* last_arg) {

@@ -84,6 +84,17 @@ void check_seq_lens(const detail::WrapperState& s, const std::optional<Tensor>& 
 void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor& indices,
                      const Tensor& last_page_len, int64_t page_size, const char* op,
                      const char* indptr_arg, const char* indices_arg, const char* last_arg);
+/// Where each of `nnz` appended tokens goes (append_paged_kv_cache, append_paged_mla_kv_cache):
+/// the page table (into `s`, checked against `num_pages`) and batch_indices / positions on the
+/// host, each element inside its request's length.
+struct AppendTargets {
+  std::vector<int32_t> batch_indices, positions;
+};
+AppendTargets load_append_targets(detail::WrapperState& s, const Tensor& batch_indices,
+                                  const Tensor& positions, const Tensor& kv_indices,
+                                  const Tensor& kv_indptr, const Tensor& kv_last_page_len,
+                                  int64_t num_pages, int64_t page_size, int64_t nnz,
+                                  const char* op);
 /// K and V of a paged cache as [pages, page_size, H, D] views (HND caches are permuted views).
 std::pair<Tensor, Tensor> paged_cache_views(const PagedKVCache& cache, bool hnd, const char* op,
                                             const char* arg);

@@ -120,19 +120,11 @@ void append_mla_impl(const Tensor& append_ckv, const Tensor& append_kpe,
     api::check_same_device(*t, ckv, op, arg, "ckv_cache");
   }
   detail::WrapperState s;
-  api::load_page_table(s, kv_indptr, kv_indices, kv_last_page_len, ckv.size(1), op, "kv_indptr",
-                       "kv_indices", "kv_last_page_len");
-  FLASHINFER_CHECK(s.max_page_id < ckv.size(0), op, "kv_indices", "refers to page ", s.max_page_id,
-                   " but the cache has ", ckv.size(0), " pages");
-  const std::vector<int32_t> bi = api::index_to_host(batch_indices, op, "batch_indices", nnz);
-  const std::vector<int32_t> pos = api::index_to_host(positions, op, "positions", nnz);
-  const auto batch = static_cast<int64_t>(s.kv_lens.size());
-  for (int64_t i = 0; i < nnz; ++i) {
-    FLASHINFER_CHECK(bi[i] >= 0 && bi[i] < batch, op, "batch_indices", "element ", i, " (", bi[i],
-                     ") is outside [0, ", batch, ")");
-    FLASHINFER_CHECK(pos[i] >= 0 && pos[i] < s.kv_lens[bi[i]], op, "positions", "element ", i, " (",
-                     pos[i], ") is outside request ", bi[i], "'s length ", s.kv_lens[bi[i]]);
-  }
+  const api::AppendTargets targets =
+      api::load_append_targets(s, batch_indices, positions, kv_indices, kv_indptr, kv_last_page_len,
+                               ckv.size(0), ckv.size(1), nnz, op);
+  const std::vector<int32_t>& bi = targets.batch_indices;
+  const std::vector<int32_t>& pos = targets.positions;
   if (nnz == 0) return;
   kernels::MlaAppendParams p;
   p.append_ckv = append_ckv.data_ptr();

@@ -156,19 +156,11 @@ void append_impl(const Tensor& append_key, const Tensor& append_value, const Ten
   FLASHINFER_CHECK(k.size(3) == v.size(3), op, "paged_kv_cache",
                    "k and v head dims differ (not supported by append)");
   detail::WrapperState s;
-  api::load_page_table(s, kv_indptr, kv_indices, kv_last_page_len, k.size(1), op, "kv_indptr",
-                       "kv_indices", "kv_last_page_len");
-  FLASHINFER_CHECK(s.max_page_id < k.size(0), op, "kv_indices", "refers to page ", s.max_page_id,
-                   " but the cache has ", k.size(0), " pages");
-  const std::vector<int32_t> bi = api::index_to_host(batch_indices, op, "batch_indices", nnz);
-  const std::vector<int32_t> pos = api::index_to_host(positions, op, "positions", nnz);
-  const auto batch = static_cast<int64_t>(s.kv_lens.size());
-  for (int64_t i = 0; i < nnz; ++i) {
-    FLASHINFER_CHECK(bi[i] >= 0 && bi[i] < batch, op, "batch_indices", "element ", i, " (", bi[i],
-                     ") is outside [0, ", batch, ")");
-    FLASHINFER_CHECK(pos[i] >= 0 && pos[i] < s.kv_lens[bi[i]], op, "positions", "element ", i, " (",
-                     pos[i], ") is outside request ", bi[i], "'s length ", s.kv_lens[bi[i]]);
-  }
+  const api::AppendTargets targets =
+      api::load_append_targets(s, batch_indices, positions, kv_indices, kv_indptr, kv_last_page_len,
+                               k.size(0), k.size(1), nnz, op);
+  const std::vector<int32_t>& bi = targets.batch_indices;
+  const std::vector<int32_t>& pos = targets.positions;
   for (const auto* t : {&batch_indices, &positions, &kv_indices, &kv_indptr, &kv_last_page_len}) {
     FLASHINFER_CHECK(t->device() == k.device(), op,
                      t == &batch_indices ? "batch_indices"
