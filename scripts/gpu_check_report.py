@@ -20,15 +20,19 @@ ALLOWED_SKIP = re.compile(r"a GPU is present", re.I)
 
 # Which CUDA source each CUDA test exercises (docs/STATUS.md's table has one row per source).
 KERNEL_TESTS = [
-    ("norm_cuda.cu", r"^(NormCuda\.|RmsNorm\.Cuda|BackendOpsCuda\.MatchesCpu/.*(rmsnorm|layernorm))"),
+    ("norm_cuda.cu", r"^(NormCuda\.|RmsNorm\.Cuda|BackendOpsCuda\.MatchesCpu/.*(rmsnorm|layernorm)(?!_quant))"),
     ("activation_cuda.cu", r"^(ActivationCuda\.|BackendOpsCuda\.MatchesCpu/.*_and_mul)"),
     ("rope_cuda.cu", r"^(RopeCuda\.|BackendOpsCuda\.MatchesCpu/.*rope)"),
     ("sampling_cuda.cu", r"^(SamplingCuda\.|BackendOpsCuda\.MatchesCpu/.*(sampling|softmax|renorm|mask_logits))"),
     ("gemm_cuda.cu", r"^(GemmCuda\.|BackendOpsCuda\.MatchesCpu/.*(mm_bf16|bmm_|mm_fp4))"),
     ("quantization_cuda.cu", r"^(QuantizationCuda\.|FloatFormatsCuda\.|BackendOpsCuda\.MatchesCpu/.*(quantize|interleave))"),
     ("decode_cuda.cu", r"^(BatchDecodeCuda\.|SingleDecodeCuda\.|BackendOpsCuda\.MatchesCpu/.*[Dd]ecode)"),
-    ("prefill_cuda.cu", r"^(BatchPrefillCuda\.|SinglePrefillCuda\.|BackendOpsCuda\.MatchesCpu/.*[Pp]refill)"),
+    ("prefill_cuda.cu", r"^(BatchPrefillCuda\.|SinglePrefillCuda\.|BackendOpsCuda\.MatchesCpu/.*([Pp]refill|context_with_kv_cache))"),
     ("cascade_cuda.cu", r"^(MergeStatesCuda\.|AppendPagedKvCacheCuda\.|BackendOpsCuda\.MatchesCpu/.*(merge_state|append_paged))"),
+    ("moe_cuda.cu", r"^(MoeCuda\.|BackendOpsCuda\.MatchesCpu/.*(cutlass_fused_moe|fused_topk_deepseek))"),
+    ("norm_quant_cuda.cu", r"^BackendOpsCuda\.MatchesCpu/.*(rmsnorm_quant|layernorm_quant)"),
+    ("quant8_cuda.cu", r"^BackendOpsCuda\.MatchesCpu/.*per_token_group_quant_8bit"),
+    ("topk_cuda.cu", r"^BackendOpsCuda\.MatchesCpu/.*top_k($|_page_table|_ragged|_varlen)"),
     ("apilog_stats_cuda.cu", r"^ApiLog\.StatisticsCuda"),
     ("bench_timing_cuda.cu", None),  # from the bench phase: a CUDA [PERF] row was timed
 ]

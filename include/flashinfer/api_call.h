@@ -6,6 +6,7 @@
 #include <atomic>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -76,6 +77,61 @@ class UnobservedCallScope {
 
 using DeclFn = const OpDecl& (*)();
 
+/// One tensor of a live call.
+struct CallTensor {
+  const Tensor* tensor;
+  int param;  // index into OpDecl::params
+  int item;   // position inside a pair or list argument; -1: the argument itself
+};
+
+/// The gate's written-argument check for ops declared with register_op and called through
+/// call_api (call_op has its own, with the typed declaration's plan): an Error naming the op and
+/// both arguments when a tensor of a parameter marked mutated overlaps another tensor argument
+/// or repeats elements through stride 0 (src/calls/written_args.cpp).
+void check_api_written(const OpDecl& decl, const CallTensor* tensors, std::size_t n);
+
+inline bool decl_writes(const OpDecl& decl) {
+  for (const ParamDecl& p : decl.params)
+    if (p.mutated) return true;
+  return false;
+}
+
+template <class T>
+void api_call_tensors(const T& x, int param, std::vector<CallTensor>& out) {
+  if constexpr (std::is_same_v<T, Tensor>) {
+    if (x.defined()) out.push_back({&x, param, -1});
+  } else if constexpr (std::is_same_v<T, std::optional<Tensor>>) {
+    if (x && x->defined()) out.push_back({&*x, param, -1});
+  } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
+    int item = 0;
+    for (const Tensor& t : x) {
+      if (t.defined()) out.push_back({&t, param, item});
+      ++item;
+    }
+  } else if constexpr (requires { x.for_each_tensor([](const Tensor&, int) {}); }) {
+    x.for_each_tensor([&](const Tensor& t, int item) {
+      if (t.defined()) out.push_back({&t, param, item});
+    });
+  }
+}
+
+template <class... Args>
+[[gnu::noinline]] void check_api_writes(const OpDecl& decl, const Args&... args) {
+  std::vector<CallTensor> tensors;
+  int param = 0;
+  (api_call_tensors(args, param++, tensors), ...);
+  check_api_written(decl, tensors.data(), tensors.size());
+}
+
+// Whether any argument type can hold a tensor (otherwise the check compiles away).
+template <class T>
+inline constexpr bool may_hold_tensor = std::is_same_v<T, Tensor> ||
+                                        std::is_same_v<T, std::optional<Tensor>> ||
+                                        std::is_same_v<T, std::vector<Tensor>> ||
+                                        requires(const T& x) {
+  x.for_each_tensor([](const Tensor&, int) {});
+};
+
 /// One observed call. Only the outermost public call on a thread is observed: an op that calls
 /// another public op internally is recorded once, as itself.
 class ObservedCall {
@@ -138,10 +194,25 @@ template <class Fn, class... Args>
 /// declaration's parameter order (wrapper methods pass `*this` first). Returns fn's result.
 template <class Fn, class... Args>
 inline decltype(auto) call_api(detail::DeclFn decl_fn, Fn&& fn, const Args&... args) {
+  constexpr bool has_tensors = (detail::may_hold_tensor<std::decay_t<Args>> || ...);
   if (FLASHINFER_LIKELY(!detail::g_call_hooks_active.load(std::memory_order_relaxed))) {
+    if constexpr (has_tensors) {
+      const OpDecl& decl = decl_fn();
+      if (detail::decl_writes(decl)) detail::check_api_writes(decl, args...);
+    }
     return std::forward<Fn>(fn)();
   }
-  return detail::call_observed(decl_fn, std::forward<Fn>(fn), args...);
+  // Observed, a refused call is reported to the observers like any other failed call.
+  return detail::call_observed(
+      decl_fn,
+      [&]() -> decltype(auto) {
+        if constexpr (has_tensors) {
+          const OpDecl& decl = decl_fn();
+          if (detail::decl_writes(decl)) detail::check_api_writes(decl, args...);
+        }
+        return std::forward<Fn>(fn)();
+      },
+      args...);
 }
 
 }  // namespace flashinfer

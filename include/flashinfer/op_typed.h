@@ -407,13 +407,6 @@ struct KeyOf<Init<C, A...>> : InitInfo<C, A...> {};
 // op runs, for every op from its declaration alone (no per-op code). It costs one load and a
 // branch for ops that write nothing; for the others, one pass over their tensor arguments.
 
-/// One tensor of a live call.
-struct CallTensor {
-  const Tensor* tensor;
-  int param;  // index into OpDecl::params
-  int item;   // position inside a pair or list argument; -1: the argument itself
-};
-
 /// Throws flashinfer::Error naming the op, the written argument and the other one when a written
 /// tensor (its parameter marked mutated) overlaps another of `tensors` in memory or has stride 0
 /// on a dimension of size > 1. Overlap is exact memory overlap (src/core/view_overlap.h).

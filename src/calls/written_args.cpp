@@ -1,6 +1,7 @@
 // The gate's written-argument check (include/flashinfer/op_typed.h, call_op): one check, derived
 // from the declarations' .mut() marks, for every op.
 #include <string>
+#include <vector>
 
 #include "core/view_overlap.h"
 #include "flashinfer/error.h"
@@ -55,6 +56,19 @@ void check_written_tensors(const WritePlan& plan, const CallTensor* tensors, std
                       tensors[j].tensor->data_ptr(), ")");
     }
   }
+}
+
+void check_api_written(const OpDecl& decl, const CallTensor* tensors, std::size_t n) {
+  WritePlan plan;
+  plan.decl = &decl;
+  plan.any_written = true;
+  // A caller may pass fewer arguments than declared, never more; anything beyond is ignored.
+  std::vector<CallTensor> known;
+  known.reserve(n);
+  for (std::size_t i = 0; i < n; ++i)
+    if (tensors[i].param >= 0 && static_cast<std::size_t>(tensors[i].param) < decl.params.size())
+      known.push_back(tensors[i]);
+  check_written_tensors(plan, known.data(), known.size());
 }
 
 }  // namespace flashinfer::detail

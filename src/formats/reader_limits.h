@@ -31,6 +31,67 @@ inline constexpr std::size_t kMaxMetadataLineBytes = std::size_t{16} << 20;  // 
 inline constexpr std::size_t kMaxMetadataFileBytes = std::size_t{64} << 20;  // 64 MiB
 /// Largest tensor file (inputs/outputs/mutated .pt or .safetensors) read whole.
 inline constexpr std::size_t kMaxTensorFileBytes = std::size_t{64} << 30;  // 64 GiB
+/// Most logical elements of a recorded tensor whose elements repeat (a stride-0 view holds more
+/// logical elements than its storage): an op replayed on a 2^42-element broadcast input would
+/// run for hours. Views within their storage are not limited (their file already paid for them).
+inline constexpr int64_t kMaxBroadcastElements = int64_t{1} << 32;
+
+/// Throws when `numel` logical elements over `stored` elements of storage exceed
+/// kMaxBroadcastElements, naming `op` and the tensor `name`.
+inline void check_broadcast_elements(int64_t numel, int64_t stored, const char* op,
+                                     const std::string& name) {
+  if (numel > stored && numel > kMaxBroadcastElements) {
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, name, "is a view of ", numel,
+                    " logical elements over ", stored, " stored ones: more than the limit of ",
+                    kMaxBroadcastElements, " repeated elements (kMaxBroadcastElements)");
+  }
+}
+
+/// `text` (JSON) with every lone UTF-16 surrogate escape (`\udcff` alone, a high surrogate not
+/// followed by a low one) replaced by `\ufffd`. Python's json.dumps writes lone surrogates for
+/// strings that hold undecodable bytes (a dump directory whose name is not UTF-8, decoded with
+/// surrogateescape); our JSON parser refuses them, so they are shown as U+FFFD instead.
+inline std::string json_without_lone_surrogates(std::string_view text) {
+  if (text.find("\\u") == std::string_view::npos) return std::string(text);
+  auto hex4 = [&](std::size_t at, unsigned* v) {
+    if (at + 4 > text.size()) return false;
+    unsigned x = 0;
+    for (std::size_t k = at; k < at + 4; ++k) {
+      const char c = text[k];
+      const int d = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                           : -1;
+      if (d < 0) return false;
+      x = x * 16 + static_cast<unsigned>(d);
+    }
+    *v = x;
+    return true;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    if (text[i] != '\\' || i + 1 >= text.size()) {
+      out += text[i++];
+      continue;
+    }
+    unsigned cp = 0, lo = 0;
+    if (text[i + 1] != 'u' || !hex4(i + 2, &cp) || cp < 0xD800 || cp > 0xDFFF) {
+      out.append(text.substr(i, 2));  // another escape, or a non-surrogate \uXXXX (copied on)
+      i += 2;
+      continue;
+    }
+    if (cp <= 0xDBFF && i + 12 <= text.size() && text[i + 6] == '\\' && text[i + 7] == 'u' &&
+        hex4(i + 8, &lo) && lo >= 0xDC00 && lo <= 0xDFFF) {
+      out.append(text.substr(i, 12));  // a well-formed pair
+      i += 12;
+      continue;
+    }
+    out += "\\ufffd";
+    i += 6;
+  }
+  return out;
+}
 
 /// The whole content of `path`, which must be a regular file (a symlink to one is fine) of at
 /// most `max_bytes`: a FIFO, a device (/dev/zero), a socket or a directory is an Error

@@ -58,6 +58,33 @@ void dump(std::string& out, const Json& j) {
   }
 }
 
+// The length of the well-formed UTF-8 sequence starting at s[i] (a byte >= 0x80), or 0 when it
+// does not start one (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF).
+int utf8_sequence_length(std::string_view s, std::size_t i) {
+  const auto at = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned c = at(i);
+  int len = 0;
+  unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + static_cast<std::size_t>(len) > s.size()) return 0;
+  if (at(i + 1) < lo || at(i + 1) > hi) return 0;
+  for (int k = 2; k < len; ++k)
+    if (at(i + k) < 0x80 || at(i + k) > 0xBF) return 0;
+  return len;
+}
+
 }  // namespace
 
 void append_json_string(std::string& out, std::string_view s) {
@@ -94,17 +121,19 @@ void append_json_string(std::string& out, std::string_view s) {
       out += static_cast<char>(c);
     } else {
       // Decode UTF-8 and escape as \uXXXX (surrogate pairs above the BMP), like ensure_ascii.
+      // A byte that does not start a well-formed sequence is escaped as Python's surrogateescape
+      // decodes it (U+DC00 + byte): what json.dumps writes for an os.fsdecode'd path such as a
+      // dump directory whose name is not UTF-8.
+      const int len = utf8_sequence_length(s, i);
+      char b[16];
       uint32_t cp = 0;
-      int len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-      if (len == 1 || i + len > s.size()) {
-        cp = 0xFFFD;
-        len = 1;
+      if (len == 0) {
+        cp = 0xDC00 + c;
       } else {
         cp = c & (0x7F >> len);
         for (int k = 1; k < len; ++k)
           cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
       }
-      char b[16];
       if (cp >= 0x10000) {
         cp -= 0x10000;
         std::snprintf(b, sizeof(b), "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
@@ -112,7 +141,7 @@ void append_json_string(std::string& out, std::string_view s) {
         std::snprintf(b, sizeof(b), "\\u%04x", cp);
       }
       out += b;
-      i += static_cast<std::size_t>(len);
+      i += static_cast<std::size_t>(len == 0 ? 1 : len);
       continue;
     }
     ++i;

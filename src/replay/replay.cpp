@@ -73,6 +73,7 @@ MetadataRecord parse_metadata(const std::string& text, const std::string& name) 
       FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "a line in ", name, " nests more than ",
                       formats::kMaxJsonDepth, " deep (kMaxJsonDepth)");
     }
+    line = formats::json_without_lone_surrogates(line);
     Json j;
     try {
       j = Json::parse(line);
@@ -143,7 +144,7 @@ struct Loaded {
   std::map<std::string, Tensor> tensors;
 };
 
-NamedTensors load_named(const fs::path& dir, std::string_view stem) {
+NamedTensors load_named_unchecked(const fs::path& dir, std::string_view stem) {
   // This library's dedup store (FLASHINFER_DUMP_DEDUP=1): references into <root>/tensors/.
   const fs::path refs = dir / (std::string(stem) + std::string(formats::kDedupRefsSuffix));
   if (fs::exists(refs)) return formats::load_dedup_refs(refs.string());
@@ -152,6 +153,16 @@ NamedTensors load_named(const fs::path& dir, std::string_view stem) {
   const fs::path safetensors_file = dir / schema::tensor_file(stem, true);
   if (fs::exists(safetensors_file)) return load_safetensors(safetensors_file.string());
   return {};
+}
+
+NamedTensors load_named(const fs::path& dir, std::string_view stem) {
+  NamedTensors out = load_named_unchecked(dir, stem);
+  for (const auto& [k, t] : out) {
+    if (!t.defined()) continue;
+    const int64_t stored = static_cast<int64_t>(t.storage()->nbytes() / t.element_size());
+    formats::check_broadcast_elements(t.numel(), stored, "replay", k);
+  }
+  return out;
 }
 
 // j[key] for a key of the schema (nlohmann's string_view lookups need a string).

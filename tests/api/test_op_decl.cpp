@@ -111,6 +111,32 @@ Tensor AccumulatorWrapper::add(const Tensor& x) {
       *this, x);
 }
 
+// ---- a user op that writes: add_into(x, y, out) (out = x + y) ----
+const OpDecl& add_into_decl() {
+  static const OpDecl& d = [] {
+    OpDecl decl;
+    decl.name = "myengine_add_into";
+    decl.module = "myengine.ops";
+    decl.params = {ParamDecl("x", ParamKind::kTensor), ParamDecl("y", ParamKind::kTensor),
+                   ParamDecl("out", ParamKind::kTensor).mut()};
+    decl.returns = "None";
+    return std::cref(register_op(std::move(decl)));
+  }();
+  return d;
+}
+
+void add_into(const Tensor& x, const Tensor& y, Tensor& out) {
+  call_api(
+      &add_into_decl,
+      [&] {
+        float* o = out.data<float>();
+        const float* a = x.data<float>();
+        const float* b = y.data<float>();
+        for (int64_t i = 0; i < out.numel(); ++i) o[i] = a[i] + b[i];
+      },
+      x, y, out);
+}
+
 }  // namespace myengine
 
 namespace flashinfer {
@@ -316,6 +342,41 @@ TEST(Value, PythonReprs) {
   EXPECT_TRUE(Value(Tensor()).is_none());
   EXPECT_THROW(Value(1).as_string(), Error);
   EXPECT_EQ(Value(3).as_float(), 3.0);
+}
+
+// An op declared outside the library gets the gate's written-argument check from its `.mut()`
+// marks, like the built-in ones: an `out` overlapping an input, or broadcast, is refused before
+// the body runs, naming both arguments.
+TEST(OpDecl, UserOpWrittenArgumentsAreChecked) {
+  Tensor x = Tensor::from_vector(std::vector<double>{1, 2, 3, 4}, {4}, DType::kFloat32);
+  Tensor y = Tensor::from_vector(std::vector<double>{10, 20, 30, 40}, {4}, DType::kFloat32);
+  Tensor out = Tensor::zeros({4}, DType::kFloat32);
+  ::myengine::add_into(x, y, out);
+  EXPECT_EQ(out.to_double_vector(), (std::vector<double>{11, 22, 33, 44}));
+
+  Tensor big = Tensor::zeros({8}, DType::kFloat32);
+  Tensor lo = big.slice(0, 0, 4), mid = big.slice(0, 2, 6);
+  try {
+    ::myengine::add_into(lo, y, mid);
+    FAIL() << "an out overlapping x was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("myengine_add_into"), std::string::npos) << what;
+    EXPECT_NE(what.find("out"), std::string::npos) << what;
+    EXPECT_NE(what.find("'x'"), std::string::npos) << what;
+  }
+  EXPECT_EQ(big.to_double_vector(), std::vector<double>(8, 0.0)) << "the body ran";
+  Tensor bcast = Tensor::zeros({1}, DType::kFloat32).as_strided({4}, {0}, 0);
+  EXPECT_THROW(::myengine::add_into(x, y, bcast), Error);
+  // Observed, the refused call is reported to the observers as a failed call.
+  auto rec = std::make_shared<Recorder>();
+  {
+    ScopedObserver s(rec);
+    EXPECT_THROW(::myengine::add_into(lo, y, mid), Error);
+  }
+  ASSERT_EQ(rec->calls.size(), 1u);
+  EXPECT_NE(rec->calls[0].error.find("must not overlap"), std::string::npos) << rec->calls[0].error;
+  EXPECT_FALSE(rec->calls[0].ended);
 }
 
 }  // namespace

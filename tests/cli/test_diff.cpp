@@ -80,9 +80,10 @@ fs::path scratch(const std::string& name) {
   return p;
 }
 
-void start_recording(const fs::path& dir) {
+void start_recording(const fs::path& dir, bool dedup = false) {
   recorder::Config c;
   c.dump_dir = dir.string();
+  c.dedup = dedup;  // FLASHINFER_DUMP_DEDUP=1: tensors content-addressed under <dir>/tensors/
   recorder::start(c, [](const std::string&) {});
 }
 
@@ -106,8 +107,8 @@ constexpr float kPerturbation = 0.25f;
 // rmsnorm -> gemma_rmsnorm of its output -> an independent rmsnorm (and `extra` more). With
 // `perturb`, the first call's output is changed by kPerturbation at element 3 both in what the
 // next call receives and in the recorded outputs.pt: a kernel that went wrong in call 1.
-void record_sequence(const fs::path& dir, bool perturb, bool extra = false) {
-  start_recording(dir);
+void record_sequence(const fs::path& dir, bool perturb, bool extra = false, bool dedup = false) {
+  start_recording(dir, dedup);
   std::vector<double> xv(16), wv(8);
   for (int i = 0; i < 16; ++i) xv[i] = 0.1 * (i + 1) - 0.7;
   for (int i = 0; i < 8; ++i) wv[i] = 1.0 + 0.05 * i;
@@ -208,6 +209,32 @@ TEST_F(Diff, NamesTheDivergingCallAndWhereItSpread) {
   EXPECT_EQ(v.out.find("(A #3, B #3)"), std::string::npos) << v.out;
   // Loose enough tolerances hide the perturbation.
   EXPECT_EQ(run_flashinfer("diff --atol 2 " + a_->string() + " " + b_->string()).status, 0);
+}
+
+// A recording in the dedup layout (FLASHINFER_DUMP_DEDUP=1) compares with one in upstream's
+// layout tensor by tensor, and repro reads its call.
+TEST_F(Diff, DedupRecordingsAreRead) {
+  const fs::path d = scratch("dedup");
+  record_sequence(d, false, false, /*dedup=*/true);
+  ASSERT_TRUE(fs::exists(d / "tensors"));
+  const auto same = run_flashinfer("diff " + d.string() + " " + a_->string());
+  EXPECT_EQ(same.status, 0) << same.out;
+  const auto r = run_flashinfer("diff " + d.string() + " " + b_->string());
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("First call whose inputs differ: gemma_rmsnorm (A #2, B #2)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("input arg_0: 1 of 16 elements differ (max abs error 0.25"),
+            std::string::npos)
+      << r.out;
+  const fs::path out = scratch("dedup_repro");
+  const auto rp =
+      run_flashinfer("repro --dir " + calls_named(d, "gemma")[0].string() + " -o " + out.string());
+  EXPECT_EQ(rp.status, 0) << rp.out;
+  EXPECT_TRUE(fs::exists(out / "main.cpp"));
+  EXPECT_FALSE(fs::is_empty(out / "data"));
+  fs::remove_all(d);
+  fs::remove_all(out);
 }
 
 TEST_F(Diff, JsonReportParsesWithPerTensorErrors) {

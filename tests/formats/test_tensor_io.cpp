@@ -17,6 +17,7 @@
 #include "formats/pickle_writer.h"
 #include "formats/reader_limits.h"
 #include "formats/zip_writer.h"
+#include "recorder/python_json.h"
 #include "util/run_command.h"
 #include "util/torch_archive.h"
 
@@ -478,4 +479,42 @@ TEST(LoadSafetensors, HeaderNestingIsLimited) {
 }
 
 }  // namespace
+// Strings that are not UTF-8 (a dump directory named with raw bytes) are written as Python's
+// json.dumps writes an os.fsdecode'd str: each undecodable byte as the lone surrogate U+DC00+byte
+// (json.dumps(os.fsdecode(b"/tmp/nu\xffdir")) == '"/tmp/nu\\udcffdir"'); well-formed UTF-8 as
+// \uXXXX escapes (pairs above the BMP).
+TEST(PythonJson, StringsThatAreNotUtf8AreEscapedLikeSurrogateescape) {
+  auto dumps = [](std::string_view s) {
+    std::string out;
+    recorder::append_json_string(out, s);
+    return out;
+  };
+  EXPECT_EQ(dumps("/tmp/nu\xff"
+                  "dir"),
+            "\"/tmp/nu\\udcffdir\"");
+  EXPECT_EQ(dumps("caf\xc3\xa9"), "\"caf\\u00e9\"");
+  EXPECT_EQ(dumps("\xf0\x9f\x98\x80"), "\"\\ud83d\\ude00\"");
+  // Python: b"\xe2\x82(".decode("utf-8", "surrogateescape") == "\udce2\udc82(".
+  EXPECT_EQ(dumps("\xe2\x82("), "\"\\udce2\\udc82(\"");
+  EXPECT_EQ(dumps("\xc0\xaf"), "\"\\udcc0\\udcaf\"");                        // overlong
+  EXPECT_EQ(dumps("\xed\xa0\x80"), "\"\\udced\\udca0\\udc80\"");             // an encoded surrogate
+  EXPECT_EQ(dumps("\xf4\x90\x80\x80"), "\"\\udcf4\\udc90\\udc80\\udc80\"");  // above U+10FFFF
+}
+
+// Our JSON parser refuses lone surrogates, which Python writes (above): the readers show them as
+// U+FFFD and keep well-formed pairs and every other escape.
+TEST(ReaderLimits, LoneSurrogateEscapesBecomeReplacementCharacters) {
+  using formats::json_without_lone_surrogates;
+  EXPECT_EQ(json_without_lone_surrogates(R"({"d": "/tmp/nu\udcffdir"})"),
+            R"({"d": "/tmp/nu\ufffddir"})");
+  EXPECT_EQ(json_without_lone_surrogates(R"(["\ud83d\ude00", "\ud83d", "\ud83dx", "\\udcff"])"),
+            R"(["\ud83d\ude00", "\ufffd", "\ufffdx", "\\udcff"])");
+  EXPECT_EQ(json_without_lone_surrogates(R"(["\u00e9\n\""])"), R"(["\u00e9\n\""])");
+  const nlohmann::json j =
+      nlohmann::json::parse(json_without_lone_surrogates(R"({"d": "a\udcffb\ud800"})"));
+  EXPECT_EQ(j["d"].get<std::string>(),
+            "a\xef\xbf\xbd"
+            "b\xef\xbf\xbd");
+}
+
 }  // namespace flashinfer

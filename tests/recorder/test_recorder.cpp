@@ -415,6 +415,29 @@ TEST_F(DumpTest, SafetensorsMode) {
   EXPECT_EQ(in[0].second.to_double_vector(), (std::vector<double>{1, 4, 2, 5, 3, 6}));
 }
 
+// A dump directory whose name is not UTF-8: the records hold it as upstream's json.dumps would
+// (surrogate escapes, pure ASCII), and the dump still replays.
+TEST_F(DumpTest, DumpDirectoryThatIsNotUtf8RecordsAndReplays) {
+  const fs::path base = dir_;
+  dir_ = base /
+         "nu\xff"
+         "dir";
+  start();
+  Tensor x = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}, DType::kFloat32);
+  rmsnorm(x, Tensor::from_vector({1, 0.5, 2}, {3}, DType::kFloat32));
+  recorder::stop();
+  auto dirs = call_dirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  for (const std::string& l : raw_lines(dirs[0] / "metadata.jsonl")) {
+    for (const char c : l) EXPECT_LT(static_cast<unsigned char>(c), 0x80) << l;
+    EXPECT_NE(l.find("nu\\udcffdir"), std::string::npos) << l;
+  }
+  const std::vector<replay::Result> rs = replay::replay_sequence(dir_.string());
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].status, replay::Status::kPassed) << rs[0].error;
+  dir_ = base;
+}
+
 TEST_F(DumpTest, UnwritableDirectoryWarnsOnceAndTheCallGoesOn) {
   recorder::Config c;
   c.dump_dir = "/proc/fi_cannot_write_here";

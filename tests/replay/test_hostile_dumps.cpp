@@ -149,6 +149,16 @@ TEST_F(HostileDumps, EveryClassEndsInAnExitNeverASignalAHangOrAWrite) {
                                 testing::rebuild_tensor_pickle({int64_t{1} << 40, 4}, {0, 1}));
                           }),
                      "inputs.pt with a broadcast input of 2^42 elements");
+  // The same with a weight that fits, so the op itself would accept it and run 2^40 rows.
+  dumps.emplace_back(
+      make("broadcast_runnable",
+           [&](const fs::path& c) {
+             testing::write_storage_archive(
+                 (c / "inputs.pt").string(), "inputs",
+                 testing::rebuild_tensors_pickle(
+                     {{"arg_0", {int64_t{1} << 40, 3}, {0, 1}}, {"arg_1", {3}, {1}}}));
+           }),
+      "a runnable call on a broadcast input of 2^40 x 3 elements");
   // Nesting: a metadata line 150k deep, a pickle of 1M nested tuples.
   dumps.emplace_back(make("deep_json",
                           [&](const fs::path& c) {
@@ -254,6 +264,12 @@ TEST_F(HostileDumps, EveryClassEndsInAnExitNeverASignalAHangOrAWrite) {
       testing::run_command(std::string(FLASHINFER_TEST_BIN_DIR) + "/flashinfer replay --dir '" +
                            (root_ / "linked_out").string() + "'");
   EXPECT_EQ(l.status, 2) << l.out;
+  // The runnable broadcast call is refused by the replay's limit, not run for hours.
+  const auto b =
+      testing::run_command(std::string(FLASHINFER_TEST_BIN_DIR) + "/flashinfer replay --dir '" +
+                           (root_ / "broadcast_runnable").string() + "'");
+  EXPECT_NE(b.status, 0) << b.out;
+  EXPECT_NE(b.out.find("kMaxBroadcastElements"), std::string::npos) << b.out;
 }
 
 }  // namespace
