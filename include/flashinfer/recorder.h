@@ -23,7 +23,8 @@ struct Config {
   int64_t ring_mb = 1024;  // FLASHINFER_DUMP_RING_MB: the ring's memory bound (oldest go first)
   /// FLASHINFER_DUMP_TRIGGER: what dumps the ring: "crash" (SIGSEGV, SIGBUS, SIGILL, SIGFPE,
   /// SIGABRT), "signal" (SIGUSR1, the process goes on), "nan" (NaN/Inf in a floating output),
-  /// "error" (an op raised flashinfer::Error).
+  /// "error" (an op raised flashinfer::Error); not by default, "exit" (the process exits
+  /// normally, or recording stops: the last calls of a run, e.g. for a demo or a test).
   std::vector<std::string> triggers = {"crash", "signal", "nan", "error"};
   /// FLASHINFER_DUMP_DEDUP == "1" (record-everything mode): each distinct tensor content is
   /// stored once under <dump_dir>/tensors/, records refer to it (`flashinfer export` expands).

@@ -163,12 +163,12 @@ Settings parse_settings(const EnvLookup& lookup) {
   if (const char* v = get("FLASHINFER_DUMP_TRIGGER")) {
     std::vector<std::string> triggers;
     for (std::string& t : split_pattern_list(v)) {
-      if (t == "crash" || t == "signal" || t == "nan" || t == "error") {
+      if (t == "crash" || t == "signal" || t == "nan" || t == "error" || t == "exit") {
         triggers.push_back(std::move(t));
       } else {
         s.problems.push_back(
             {"FLASHINFER_DUMP_TRIGGER", "FLASHINFER_DUMP_TRIGGER: unknown trigger '" + t +
-                                            "' ignored (known: crash, signal, nan, error)"});
+                                            "' ignored (known: crash, signal, nan, error, exit)"});
       }
     }
     s.dump_trigger = std::move(triggers);

@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -319,14 +320,21 @@ int flush_graph_dumps_at_exit() {
   return r ? r->flush_graph("atexit", true) : 0;
 }
 
+bool has_exit_trigger(const Config& c) {
+  return std::find(c.triggers.begin(), c.triggers.end(), "exit") != c.triggers.end();
+}
+bool g_ring_exit_trigger = false;  // the running ring dumps when it stops or the process exits
+
 void stop_locked() {
   if (g_recorder) remove_call_observer(g_recorder);
   g_recorder.reset();
   if (g_ring) {
     remove_call_observer(internal::as_observer(g_ring));
+    if (g_ring_exit_trigger) internal::ring_dump(*g_ring, "exit");
     internal::ring_shutdown(*g_ring);
   }
   g_ring.reset();
+  g_ring_exit_trigger = false;
 }
 
 }  // namespace
@@ -336,6 +344,12 @@ void start(const Config& config, LineSink sink) {
   stop_locked();
   if (config.ring > 0) {
     g_ring = internal::make_ring_recorder(config, std::move(sink));
+    g_ring_exit_trigger = has_exit_trigger(config);
+    if (g_ring_exit_trigger) {
+      // Registered after g_ring was constructed, so it runs before g_ring is destroyed.
+      static std::once_flag once;
+      std::call_once(once, [] { std::atexit([] { stop(); }); });
+    }
     add_call_observer(internal::as_observer(g_ring), /*priority=*/-100);
     return;
   }

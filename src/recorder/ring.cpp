@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -128,6 +129,11 @@ struct RingCall {
   RecordParts rec;
   std::vector<KeptTensor> inputs;
   bool evicted = false;
+  // A wrapper's setup call (`__init__`, `plan`, `begin_forward`) and its object: once evicted
+  // it is kept as an anchor, so the object's later calls in the ring still replay.
+  std::optional<uint64_t> self_id;
+  std::string method;
+  bool setup = false;
 };
 
 // ---- async-signal-safe text and files
@@ -254,6 +260,8 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   formats::ArchivePlan plan(std::string_view stem, const std::vector<KeptTensor>& t);
   void publish(const std::shared_ptr<RingCall>& call);
   void evict_oldest_locked();
+  void release_locked(RingCall& c);
+  void anchor_locked(std::shared_ptr<RingCall> c);
   void wait_copies_locked();
   std::string signature_of(const OpDecl& decl);
   // Writes the kept calls under `root` (a buffer holding the root path); async-signal-safe.
@@ -280,6 +288,11 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // What the crash handler reads: slot k % N holds the k-th kept call (null once evicted).
   std::vector<std::atomic<RingCall*>> slots_;
   std::atomic<uint64_t> kept_{0};
+  // Evicted setup calls of wrapper objects still needed to replay the kept calls (call order),
+  // and the same pointers for the crash handler.
+  static constexpr std::size_t kMaxAnchors = 256;
+  std::deque<std::shared_ptr<RingCall>> anchors_;
+  std::array<std::atomic<RingCall*>, kMaxAnchors> anchor_slots_{};
   std::atomic<RingCall*> last_begun_{nullptr};
   std::atomic<int64_t> dumps_{0};
   std::atomic<bool> nan_fired_{false}, error_fired_{false};
@@ -501,19 +514,54 @@ void RingRecorder::evict_oldest_locked() {
     RingCall* p = old.get();
     slot.compare_exchange_strong(p, nullptr);
   }
+  // A completed setup call of a wrapper object stays as an anchor: without the object's
+  // __init__ and latest plan, none of its kept run() calls could be replayed.
+  if (old->setup && old->end) {
+    anchor_locked(std::move(old));
+    return;
+  }
+  release_locked(*old);
+}
+
+void RingRecorder::release_locked(RingCall& c) {
   // Its bytes go now unless a later call shares them; keys of freed blobs are forgotten.
   // (A crash on another thread at this very moment could read freed bytes: the handler
   // loads the slot before it was cleared. The window is a few instructions wide.)
   std::vector<BlobKey> keys;
-  for (const auto& b : old->blobs) {
+  for (const auto& b : c.blobs) {
     if (b->key) keys.push_back(*b->key);
   }
-  old->inputs.clear();
-  old->blobs.clear();
+  c.inputs.clear();
+  c.blobs.clear();
   for (const BlobKey& k : keys) {
     auto it = blobs_.find(k);
     if (it != blobs_.end() && it->second.expired()) blobs_.erase(it);
   }
+}
+
+void RingRecorder::anchor_locked(std::shared_ptr<RingCall> c) {
+  // The newer setup call of the same object and method supersedes the older one; a new
+  // __init__ at an object's address means the old object is gone with all its anchors.
+  std::deque<std::shared_ptr<RingCall>> stale;
+  for (auto it = anchors_.begin(); it != anchors_.end();) {
+    const bool same_object = (*it)->self_id == c->self_id;
+    if (same_object && ((*it)->method == c->method || c->method == "__init__")) {
+      stale.push_back(std::move(*it));
+      it = anchors_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  anchors_.push_back(std::move(c));  // evicted in call order, so anchors_ stays in call order
+  while (anchors_.size() > kMaxAnchors) {
+    stale.push_back(std::move(anchors_.front()));
+    anchors_.pop_front();
+  }
+  for (std::size_t i = 0; i < kMaxAnchors; ++i) {
+    anchor_slots_[i].store(i < anchors_.size() ? anchors_[i].get() : nullptr,
+                           std::memory_order_release);
+  }
+  for (auto& a : stale) release_locked(*a);
 }
 
 void RingRecorder::publish(const std::shared_ptr<RingCall>& call) {
@@ -548,6 +596,10 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     std::optional<uint64_t> self_id;
     if (decl.is_method() && !args.empty() && args[0].kind() == Value::Kind::kObject) {
       self_id = args[0].as_object().id;
+      call->self_id = self_id;
+      call->method = std::string(decl.method_name());
+      call->setup =
+          call->method == "__init__" || call->method == "plan" || call->method == "begin_forward";
     }
     const int64_t pseq = process_sequence_.fetch_add(1, std::memory_order_relaxed) + 1;
     finish_inputs(call->rec, ex, false, signature_of(decl), false, self_id, pseq);
@@ -740,8 +792,11 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
   const uint64_t first = kept > n ? kept - n : 0;
   uint64_t written = 0;
   const RingCall* last = nullptr;
-  for (uint64_t i = first; i < kept; ++i) {
-    RingCall* c = slots_[i % n].load(std::memory_order_acquire);
+  // The anchors (older setup calls of wrapper objects) first, then the ring, oldest first.
+  for (uint64_t i = 0; i < kMaxAnchors + kept - first; ++i) {
+    RingCall* c = i < kMaxAnchors
+                      ? anchor_slots_[i].load(std::memory_order_acquire)
+                      : slots_[(first + i - kMaxAnchors) % n].load(std::memory_order_acquire);
     if (!c) continue;
     CallFiles* f = c->files.load(std::memory_order_acquire);
     if (!f) continue;

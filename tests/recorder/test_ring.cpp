@@ -131,7 +131,7 @@ class RingTest : public ::testing::Test {
 TEST_F(RingTest, SettingsParseRingTriggerAndDedup) {
   std::map<std::string, std::string> env = {{"FLASHINFER_DUMP_RING", "64"},
                                             {"FLASHINFER_DUMP_RING_MB", "2_048"},
-                                            {"FLASHINFER_DUMP_TRIGGER", "nan, signal,bogus"},
+                                            {"FLASHINFER_DUMP_TRIGGER", "nan, signal,bogus,exit"},
                                             {"FLASHINFER_DUMP_DEDUP", "1"}};
   auto lookup = [&](const char* n) -> const char* {
     auto it = env.find(n);
@@ -140,7 +140,7 @@ TEST_F(RingTest, SettingsParseRingTriggerAndDedup) {
   detail::Settings s = detail::parse_settings(lookup);
   EXPECT_EQ(s.dump_ring, 64);
   EXPECT_EQ(s.dump_ring_mb, 2048);
-  EXPECT_EQ(s.dump_trigger, (std::vector<std::string>{"nan", "signal"}));
+  EXPECT_EQ(s.dump_trigger, (std::vector<std::string>{"nan", "signal", "exit"}));
   EXPECT_TRUE(s.dump_dedup);
   ASSERT_NE(s.problem("FLASHINFER_DUMP_TRIGGER"), nullptr);
   EXPECT_NE(s.problem("FLASHINFER_DUMP_TRIGGER")->message.find("'bogus'"), std::string::npos);
@@ -363,6 +363,83 @@ TEST_F(RingTest, AbortInAUserOpDumpsFromTheSignalHandler) {
   const auto r = testing::run_flashinfer("replay --dir " + d[0].string() + " --exclude ring_probe");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("Summary: 2 passed, 0 failed/mismatch"), std::string::npos) << r.out;
+}
+
+// FLASHINFER_DUMP_TRIGGER=exit: a process that ends normally leaves its last N calls.
+TEST_F(RingTest, ExitTriggerDumpsTheLastCallsWhenTheProcessEnds) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    recorder::Config c = config(2);
+    c.triggers = {"exit"};
+    recorder::start(c);
+    Tensor w = filled(8, 1.0);
+    for (int i = 1; i <= 3; ++i) rmsnorm(row(8, i), w);
+    std::exit(0);  // atexit handlers run: the ring is written
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  const auto d = dumps();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].filename().string(), "ring_pid" + std::to_string(child) + "_dump0001_exit");
+  EXPECT_EQ(trigger(d[0])["reason"], "exit");
+  ASSERT_EQ(calls(d[0]).size(), 2u);
+  const auto r = testing::run_flashinfer("replay --dir " + d[0].string());
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("Summary: 2 passed, 0 failed/mismatch"), std::string::npos) << r.out;
+  // Stopping the recorder writes it too; without the trigger, stopping writes nothing.
+  recorder::Config c = config(2);
+  c.triggers = {"exit"};
+  recorder::start(c);
+  rmsnorm(row(8, 1), filled(8, 1.0));
+  recorder::stop();
+  EXPECT_EQ(dumps().size(), 2u);
+  c.triggers = {"nan"};
+  recorder::start(c);
+  rmsnorm(row(8, 1), filled(8, 1.0));
+  recorder::stop();
+  EXPECT_EQ(dumps().size(), 2u);
+}
+
+// A wrapper's __init__ and latest plan() leave the ring as anchors, not as lost calls: a dump of
+// the object's last run() calls replays.
+TEST_F(RingTest, WrapperSetupCallsStayForTheKeptRunCalls) {
+  recorder::start(config(3));
+  auto ints = [](std::vector<double> v) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    return Tensor::from_vector(v, {n}, DType::kInt32);
+  };
+  auto qkv = [](double seed) {
+    Tensor t = Tensor::empty({4, 2, 64}, DType::kFloat16);
+    t.uniform_(static_cast<uint64_t>(seed * 10));
+    return t;
+  };
+  BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({1 << 20}, DType::kUInt8));
+  PrefillPlanOptions o;
+  o.causal = true;
+  w.plan(ints({0, 2, 4}), ints({0, 2, 4}), 2, 2, 64, o);  // superseded by the next plan
+  w.run(qkv(1), qkv(2), qkv(3));
+  w.plan(ints({0, 1, 4}), ints({0, 1, 4}), 2, 2, 64, o);
+  for (int i = 0; i < 4; ++i) w.run(qkv(4 + i), qkv(5 + i), qkv(6 + i));
+  const std::string d = recorder::dump_ring("wrapper");
+  recorder::stop();
+  ASSERT_FALSE(d.empty());
+  std::vector<std::string> names;
+  for (const fs::path& c : calls(d)) {
+    const std::string f = c.filename().string();
+    names.push_back(f.substr(f.find("_pid") + 1));
+  }
+  ASSERT_EQ(names.size(), 5u);
+  const std::string pid = "pid" + std::to_string(::getpid()) + "_";
+  EXPECT_EQ(names[0], pid + "BatchPrefillWithRaggedKVCacheWrapper.__init___call0001");
+  EXPECT_EQ(names[1], pid + "BatchPrefillWithRaggedKVCacheWrapper.plan_call0002");
+  EXPECT_EQ(names[4], pid + "BatchPrefillWithRaggedKVCacheWrapper.run_call0005");
+  EXPECT_EQ(lines(fs::path(d) / "session.jsonl").size(), 10u);
+  const auto r = testing::run_flashinfer("replay --dir " + d);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("Summary: 5 passed, 0 failed/mismatch"), std::string::npos) << r.out;
 }
 
 TEST_F(RingTest, DedupStoresEachContentOnceAndExportExpandsIt) {
