@@ -1,0 +1,550 @@
+// Block-scaled and low-latency FP8 GEMMs (flashinfer.gemm.gemm_base: gemm_fp8_nt_groupwise,
+// gemm_fp8_nt_blockscaled, mm_fp8, fp8_blockscale_gemm_sm90; flashinfer.trtllm_low_latency_gemm:
+// prepare_low_latency_gemm_weights): declarations, argument checks, dispatch, bench hooks.
+#include "flashinfer/ops/gemm_fp8.h"
+
+#include <cstdint>
+#include <string>
+
+#include "api/backends.h"
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "api/kernel_table.h"
+#include "api/tuple_arg.h"
+#include "flashinfer/op_typed.h"
+#include "kernels/cpu/gemm_fp8_cpu.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/gemm_fp8_cuda.h"
+#endif
+
+namespace flashinfer {
+namespace {
+
+constexpr const char* kModule = "flashinfer.gemm.gemm_base";
+constexpr const char* kLowLatencyModule = "flashinfer.trtllm_low_latency_gemm";
+
+using api::KernelEntry;
+using api::LaunchContext;
+using kernels::BlockScaledGemmParams;
+
+struct ScaledGemmCall {
+  BlockScaledGemmParams p;
+  const char* op;
+};
+
+constexpr const char* kCpuImpl =
+    "CPU reference: operands decoded to fp32, fp32 partial sum per K block times its scales";
+
+// gemm_fp8_nt_groupwise, gemm_fp8_nt_blockscaled and mm_fp8.
+constexpr KernelEntry<ScaledGemmCall> kScaledGemmKernels[] = {
+    {DeviceType::kCPU, kCpuImpl, nullptr,
+     [](const ScaledGemmCall& c, const LaunchContext&) { kernels::cpu::block_scaled_gemm(c.p); }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "tiled fp32 CUDA kernel of this build (sm80+, no fp8 tensor cores; same per-block order as "
+     "the CPU)",
+     nullptr,
+     [](const ScaledGemmCall& c, const LaunchContext& ctx) {
+       kernels::cuda::block_scaled_gemm(c.p, ctx.stream, c.op, ctx.enable_pdl);
+     }},
+#endif
+};
+
+// fp8_blockscale_gemm_sm90: CPU only (upstream runs TRT-LLM's SM90 DeepGEMM kernel).
+constexpr KernelEntry<ScaledGemmCall> kSm90Kernels[] = {
+    {DeviceType::kCPU, kCpuImpl, nullptr,
+     [](const ScaledGemmCall& c, const LaunchContext&) { kernels::cpu::block_scaled_gemm(c.p); }},
+};
+
+// prepare_low_latency_gemm_weights: a layout transform on the host (CUDA tensors are copied to
+// the host and back).
+struct LayoutCall {
+  const uint8_t* w;
+  int64_t stride_n, n, k;
+  uint8_t* out;
+};
+constexpr KernelEntry<LayoutCall> kLayoutKernels[] = {
+    {DeviceType::kCPU, "CPU reference (closed-form row shuffle, then 128-wide K blocks)", nullptr,
+     [](const LayoutCall& c, const LaunchContext&) {
+       kernels::cpu::low_latency_weight_layout(c.w, c.stride_n, c.n, c.k, c.out);
+     }},
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void check_fp8(const Tensor& t, int64_t rank, const char* op, const char* arg) {
+  api::check_defined(t, op, arg);
+  api::check_dim(t, {rank}, op, arg);
+  api::check_dtype_in(t, {DType::kFloat8E4M3FN, DType::kFloat8E5M2}, op, arg);
+}
+
+// A 2-D fp32 scale tensor of exactly `shape` on `device`.
+void check_scale_tensor(const Tensor& t, const Shape& shape, Device device, const char* op,
+                        const char* arg, const char* layout) {
+  api::check_defined(t, op, arg);
+  api::check_dtype_in(t, {DType::kFloat32}, op, arg);
+  FLASHINFER_CHECK(t.device() == device, op, arg, "is on ", t.device().str(),
+                   " but the operands are on ", device.str());
+  FLASHINFER_CHECK(t.shape() == shape, op, arg, "expected shape ", shape_to_string(shape), " (",
+                   layout, "), got ", shape_to_string(t.shape()));
+}
+
+// Upstream's rule (out given: its dtype is the output dtype; else out_dtype or bf16), with the
+// fp8 GEMMs' bf16/fp16 output contract.
+Tensor make_out(const std::optional<Tensor>& out, std::optional<DType> out_dtype,
+                const Shape& shape, Device device, const char* op) {
+  if (out && out->defined()) {
+    api::check_dtype_in(*out, {DType::kBFloat16, DType::kFloat16}, op, "out");
+    api::check_shape_eq(*out, shape, op, "out");
+    FLASHINFER_CHECK(out->device() == device, op, "out", "is on ", out->device().str(),
+                     " but the operands are on ", device.str());
+    return *out;
+  }
+  const DType dt = out_dtype.value_or(DType::kBFloat16);
+  FLASHINFER_CHECK(dt == DType::kBFloat16 || dt == DType::kFloat16, op, "out_dtype",
+                   "output dtype ", dtype_torch_name(dt),
+                   " is not supported (expected torch.bfloat16 or torch.float16)");
+  return Tensor::empty(shape, dt, device);
+}
+
+void fill_out(BlockScaledGemmParams& p, const Tensor& out) {
+  p.out = out.data_ptr();
+  p.out_dtype = out.dtype();
+  p.out_stride_m = out.stride(0);
+  p.out_stride_n = out.stride(1);
+}
+
+Tensor groupwise_impl(const char* op, const Tensor& a, const Tensor& b, const Tensor& a_scale,
+                      const Tensor& b_scale, std::optional<std::string_view> mode, int64_t mma_sm,
+                      std::tuple<int64_t, int64_t, int64_t> gran, const std::optional<Tensor>& out,
+                      std::optional<DType> out_dtype, std::string_view backend) {
+  check_fp8(a, 2, op, "a");
+  api::check_backend("gemm_fp8_nt_groupwise", backend, a.device());
+  check_fp8(b, 2, op, "b");
+  api::check_same_device(b, a, op, "b", "a");
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  FLASHINFER_CHECK(b.size(1) == k, op, "b", "k mismatch: a is ", shape_to_string(a.shape()),
+                   " but b is ", shape_to_string(b.shape()), " (expected [n, ", k, "])");
+  FLASHINFER_CHECK(m > 0 && n > 0 && k > 0, op, "a", "empty GEMM: m = ", m, ", n = ", n,
+                   ", k = ", k);
+  FLASHINFER_CHECK(mma_sm == 1 || mma_sm == 2, op, "mma_sm", "must be 1 or 2, got ", mma_sm);
+  const auto [gm, gn, gk] = gran;
+  FLASHINFER_CHECK(gm > 0 && gn > 0 && gk > 0, op, "scale_granularity_mnk",
+                   "every granularity must be positive, got (", gm, ", ", gn, ", ", gk, ")");
+  FLASHINFER_CHECK(k % gk == 0, op, "scale_granularity_mnk", "k = ", k,
+                   " is not a multiple of the K granularity ", gk);
+  const bool trtllm = backend == "trtllm";
+  if (trtllm) {
+    FLASHINFER_CHECK(gm == 1 && gn == 128 && gk == 128, op, "scale_granularity_mnk",
+                     "must be (1, 128, 128) in TRTLLM, got (", gm, ", ", gn, ", ", gk, ")");
+    FLASHINFER_CHECK(k >= 256, op, "a", "a.shape[1] must be >= 256 in TRTLLM, got ", k);
+    FLASHINFER_CHECK(!mode || *mode == "MN", op, "scale_major_mode",
+                     "the trtllm backend takes None or 'MN', got '", *mode, "'");
+  } else {
+    FLASHINFER_CHECK(mode.has_value(), op, "scale_major_mode", "scale_major_mode is required in ",
+                     "CUTLASS ('MN' or 'K')");
+    FLASHINFER_CHECK(*mode == "MN" || *mode == "K", op, "scale_major_mode",
+                     "must be 'MN' or 'K', got '", *mode, "'");
+  }
+  const bool k_major = !trtllm && *mode == "K";
+  const int64_t mb = ceil_div(m, gm), nb = ceil_div(n, gn), kb = k / gk;
+  BlockScaledGemmParams p;
+  if (trtllm) {
+    check_scale_tensor(a_scale, {kb, m}, a.device(), op, "a_scale", "[k/128, m]");
+    check_scale_tensor(b_scale, {nb, kb}, a.device(), op, "b_scale", "[n/128, k/128]");
+    p.sa_stride_k = a_scale.stride(0);
+    p.sa_stride_m = a_scale.stride(1);
+    p.sb_stride_n = b_scale.stride(0);
+    p.sb_stride_k = b_scale.stride(1);
+  } else if (k_major) {
+    check_scale_tensor(a_scale, {mb, kb}, a.device(), op, "a_scale", "'K': [m/gm, k/gk]");
+    check_scale_tensor(b_scale, {nb, kb}, a.device(), op, "b_scale", "'K': [n/gn, k/gk]");
+    p.sa_stride_m = a_scale.stride(0);
+    p.sa_stride_k = a_scale.stride(1);
+    p.sb_stride_n = b_scale.stride(0);
+    p.sb_stride_k = b_scale.stride(1);
+  } else {
+    check_scale_tensor(a_scale, {kb, mb}, a.device(), op, "a_scale", "'MN': [k/gk, m/gm]");
+    check_scale_tensor(b_scale, {kb, nb}, a.device(), op, "b_scale", "'MN': [k/gk, n/gn]");
+    p.sa_stride_k = a_scale.stride(0);
+    p.sa_stride_m = a_scale.stride(1);
+    p.sb_stride_k = b_scale.stride(0);
+    p.sb_stride_n = b_scale.stride(1);
+  }
+  Tensor result = make_out(out, out_dtype, {m, n}, a.device(), op);
+  p.a = a.data_ptr();
+  p.a_dtype = a.dtype();
+  p.a_stride_m = a.stride(0);
+  p.a_stride_k = a.stride(1);
+  p.b = b.data_ptr();
+  p.b_dtype = b.dtype();
+  p.b_stride_n = b.stride(0);
+  p.b_stride_k = b.stride(1);
+  p.a_scale = a_scale.data<float>();
+  p.b_scale = b_scale.data<float>();
+  p.gm = gm;
+  p.gn = gn;
+  p.gk = gk;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  fill_out(p, result);
+  api::launch(kScaledGemmKernels, ScaledGemmCall{p, op}, a.device(), op, "a", false);
+  return result;
+}
+
+}  // namespace
+
+Tensor gemm_fp8_nt_groupwise(const Tensor& a, const Tensor& b, const Tensor& a_scale,
+                             const Tensor& b_scale,
+                             std::optional<std::string_view> scale_major_mode, int64_t mma_sm,
+                             std::tuple<int64_t, int64_t, int64_t> scale_granularity_mnk,
+                             std::optional<Tensor> out, std::optional<DType> out_dtype,
+                             std::string_view backend) {
+  return call_op<&gemm_fp8_nt_groupwise>(
+      [&] {
+        return groupwise_impl("gemm_fp8_nt_groupwise", a, b, a_scale, b_scale, scale_major_mode,
+                              mma_sm, scale_granularity_mnk, out, out_dtype, backend);
+      },
+      a, b, a_scale, b_scale, scale_major_mode, mma_sm, scale_granularity_mnk, out, out_dtype,
+      backend);
+}
+
+Tensor gemm_fp8_nt_blockscaled(const Tensor& a, const Tensor& b, const Tensor& a_scale,
+                               const Tensor& b_scale,
+                               std::optional<std::string_view> scale_major_mode, int64_t mma_sm,
+                               std::optional<Tensor> out, std::optional<DType> out_dtype) {
+  return call_op<&gemm_fp8_nt_blockscaled>(
+      [&] {
+        return groupwise_impl("gemm_fp8_nt_blockscaled", a, b, a_scale, b_scale, scale_major_mode,
+                              mma_sm, {128, 128, 128}, out, out_dtype, "cutlass");
+      },
+      a, b, a_scale, b_scale, scale_major_mode, mma_sm, out, out_dtype);
+}
+
+Tensor mm_fp8(const Tensor& a, const Tensor& b, std::optional<Tensor> alpha, DType out_dtype,
+              std::optional<Tensor> out, std::string_view backend) {
+  return call_op<&mm_fp8>(
+      [&] {
+        const char* op = "mm_fp8";
+        api::check_defined(a, op, "a");
+        api::check_backend(op, backend, a.device());
+        api::check_dim(a, {2}, op, "a");
+        api::check_dtype_in(a, {DType::kFloat8E4M3FN}, op, "a");
+        api::check_defined(b, op, "b");
+        api::check_dim(b, {3}, op, "b");
+        api::check_dtype_in(b, {DType::kFloat8E4M3FN}, op, "b");
+        api::check_same_device(b, a, op, "b", "a");
+        const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+        FLASHINFER_CHECK(b.size(2) == 128 && b.size(0) * 128 == k, op, "b",
+                         "expected the prepared weight [k/128, n, 128] = [", k / 128, ", n, 128] ",
+                         "(prepare_low_latency_gemm_weights), got ", shape_to_string(b.shape()));
+        FLASHINFER_CHECK(k % 128 == 0 && k > 0, op, "a", "k = ", k,
+                         " must be a positive multiple of 128");
+        FLASHINFER_CHECK(
+            n % 32 == 0 && n > 0 && m > 0, op, "b", "n = ", n,
+            " must be a positive multiple of 32 (the weight shuffle's block), m = ", m);
+        FLASHINFER_CHECK(b.is_contiguous(), op, "b",
+                         "must be contiguous (the prepared block layout), got strides ",
+                         shape_to_string(b.strides()));
+        Tensor al;
+        if (alpha && alpha->defined()) {
+          al = *alpha;
+          FLASHINFER_CHECK(al.numel() == 1, op, "alpha", "expected a one-element fp32 tensor, ",
+                           "got shape ", shape_to_string(al.shape()));
+          api::check_dtype_in(al, {DType::kFloat32}, op, "alpha");
+          api::check_same_device(al, a, op, "alpha", "a");
+        }
+        // Upstream supports bf16 output only, and an out whose dtype is not out_dtype is an error.
+        Tensor result;
+        if (out && out->defined()) {
+          api::check_dtype_in(*out, {DType::kBFloat16}, op, "out");
+          api::check_shape_eq(*out, {m, n}, op, "out");
+          api::check_same_device(*out, a, op, "out", "a");
+          FLASHINFER_CHECK(out->dtype() == out_dtype, op, "out", "dtype ",
+                           dtype_torch_name(out->dtype()), " does not match out_dtype ",
+                           dtype_torch_name(out_dtype));
+          result = *out;
+        } else {
+          FLASHINFER_CHECK(out_dtype == DType::kBFloat16, op, "out_dtype", "output dtype ",
+                           dtype_torch_name(out_dtype),
+                           " is not supported (only torch.bfloat16, as upstream)");
+          result = Tensor::empty({m, n}, out_dtype, a.device());
+        }
+        BlockScaledGemmParams p;
+        p.a = a.data_ptr();
+        p.a_dtype = a.dtype();
+        p.a_stride_m = a.stride(0);
+        p.a_stride_k = a.stride(1);
+        p.b = b.data_ptr();
+        p.b_dtype = b.dtype();
+        p.b_low_latency = true;
+        p.gk = k;  // one block: a per-tensor alpha
+        p.alpha = al.defined() ? al.data<float>() : nullptr;
+        p.m = m;
+        p.n = n;
+        p.k = k;
+        fill_out(p, result);
+        api::launch(kScaledGemmKernels, ScaledGemmCall{p, op}, a.device(), op, "a", false);
+        return result;
+      },
+      a, b, alpha, out_dtype, out, backend);
+}
+
+Tensor prepare_low_latency_gemm_weights(const Tensor& w, Value permutation_indices_cache) {
+  return call_op<&prepare_low_latency_gemm_weights>(
+      [&] {
+        const char* op = "prepare_low_latency_gemm_weights";
+        check_fp8(w, 2, op, "w");
+        const int64_t n = w.size(0), k = w.size(1);
+        FLASHINFER_CHECK(n % 32 == 0 && n > 0, op, "w", "w.shape[0] = ", n,
+                         " must be a positive multiple of 32 (the shuffle block)");
+        FLASHINFER_CHECK(k % 128 == 0 && k > 0, op, "w", "w.shape[1] = ", k,
+                         " must be a positive multiple of 128 (block_k)");
+        const Tensor h = w.to(Device::cpu()).contiguous();
+        Tensor out = Tensor::empty({k / 128, n, 128}, w.dtype(), Device::cpu());
+        api::launch(kLayoutKernels,
+                    LayoutCall{static_cast<const uint8_t*>(h.data_ptr()), k, n, k,
+                               static_cast<uint8_t*>(out.data_ptr())},
+                    Device::cpu(), op, "w");
+        return w.device().is_cuda() ? out.to(w.device()) : out;
+      },
+      w, permutation_indices_cache);
+}
+
+Tensor fp8_blockscale_gemm_sm90(const Tensor& input, const Tensor& weight,
+                                std::optional<Tensor> input_scale,
+                                std::optional<Tensor> weight_scale, std::optional<Tensor> out,
+                                std::optional<DType> out_dtype) {
+  return call_op<&fp8_blockscale_gemm_sm90>(
+      [&] {
+        const char* op = "fp8_blockscale_gemm_sm90";
+        api::check_defined(input, op, "input");
+        api::check_defined(weight, op, "weight");
+        api::check_dim(input, {2}, op, "input");
+        api::check_dim(weight, {2}, op, "weight");
+        api::check_same_device(weight, input, op, "weight", "input");
+        const int64_t m = input.size(0), k = input.size(1), n = weight.size(0);
+        FLASHINFER_CHECK(weight.size(1) == k, op, "weight", "K dimension mismatch: input has K=", k,
+                         ", weight has K=", weight.size(1));
+        FLASHINFER_CHECK(
+            k % 128 == 0 && k > 0, op, "input",
+            "K dimension must be a positive multiple of the block size (128), got K=", k);
+        FLASHINFER_CHECK(n % 64 == 0 && n > 0 && m > 0, op, "weight",
+                         "N dimension must be a positive multiple of 64, got N=", n, " (M=", m,
+                         ")");
+        api::check_dtype_in(input, {DType::kFloat8E4M3FN, DType::kBFloat16}, op, "input");
+        api::check_dtype_in(weight, {DType::kFloat8E4M3FN, DType::kBFloat16}, op, "weight");
+        const bool in_fp8 = input.dtype() == DType::kFloat8E4M3FN;
+        FLASHINFER_CHECK(!(in_fp8 && weight.dtype() == DType::kBFloat16), op, "weight",
+                         "FP8 input + BF16 weight is not supported (missing kernel "
+                         "implementation)");
+        const bool has_is = input_scale && input_scale->defined();
+        const bool has_ws = weight_scale && weight_scale->defined();
+        const int64_t kb = k / 128;
+        Tensor a = input, sa;
+        if (in_fp8) {
+          FLASHINFER_CHECK(has_is, op, "input_scale", "input_scale is required when input is FP8");
+          check_scale_tensor(*input_scale, {m, kb}, input.device(), op, "input_scale",
+                             "per-token 1x128: [M, K/128]");
+          sa = *input_scale;
+        } else {
+          FLASHINFER_CHECK(!has_is, op, "input_scale",
+                           "input_scale should not be provided for BF16 inputs");
+        }
+        FLASHINFER_CHECK_CODE(weight.dtype() == DType::kFloat8E4M3FN, ErrorCode::kUnsupported, op,
+                              "weight",
+                              "a BF16 weight (quantized inside upstream's kernel) is not "
+                              "implemented in this build; pass an FP8 weight with weight_scale");
+        FLASHINFER_CHECK(has_ws, op, "weight_scale", "weight_scale is required when weight is FP8");
+        const Tensor& ws = *weight_scale;
+        api::check_defined(ws, op, "weight_scale");
+        api::check_dtype_in(ws, {DType::kFloat32}, op, "weight_scale");
+        api::check_same_device(ws, input, op, "weight_scale", "input");
+        const bool per_token = ws.shape() == Shape{n, kb};
+        const bool per_block = ws.shape() == Shape{ceil_div(n, 128), kb};
+        FLASHINFER_CHECK(per_token || per_block, op, "weight_scale",
+                         "shape mismatch: expected either ", shape_to_string({n, kb}),
+                         " (per-token, 1x128 blocks) or ", shape_to_string({ceil_div(n, 128), kb}),
+                         " (per-block, 128x128 blocks), got ", shape_to_string(ws.shape()));
+        if (out && out->defined()) {
+          FLASHINFER_CHECK(!out_dtype || out->dtype() == *out_dtype, op, "out",
+                           "Output dtype mismatch. Expected ", dtype_torch_name(*out_dtype),
+                           ", got ", dtype_torch_name(out->dtype()));
+        }
+        Tensor result = make_out(out, out_dtype, {m, n}, input.device(), op);
+        if (!input.device().is_cuda() && !in_fp8) {
+          // TRT-LLM's 1x128 activation quantization, as upstream's kernel runs it first.
+          Tensor q = Tensor::empty({m, k}, DType::kFloat8E4M3FN);
+          sa = Tensor::empty({m, kb}, DType::kFloat32);
+          FLASHINFER_CHECK(input.stride(1) == 1, op, "input",
+                           "a BF16 input must be row-major (stride(1) == 1), got strides ",
+                           shape_to_string(input.strides()));
+          kernels::cpu::quantize_1x128_e4m3(static_cast<const uint16_t*>(input.data_ptr()),
+                                            input.stride(0), m, k,
+                                            static_cast<uint8_t*>(q.data_ptr()), sa.data<float>());
+          a = q;
+        }
+        BlockScaledGemmParams p;
+        p.a = a.data_ptr();
+        p.a_dtype = a.dtype();
+        p.a_stride_m = a.stride(0);
+        p.a_stride_k = a.stride(1);
+        p.b = weight.data_ptr();
+        p.b_dtype = weight.dtype();
+        p.b_stride_n = weight.stride(0);
+        p.b_stride_k = weight.stride(1);
+        if (sa.defined()) {
+          p.a_scale = sa.data<float>();
+          p.sa_stride_m = sa.stride(0);
+          p.sa_stride_k = sa.stride(1);
+        }
+        p.b_scale = ws.data<float>();
+        p.sb_stride_n = ws.stride(0);
+        p.sb_stride_k = ws.stride(1);
+        p.gm = 1;
+        p.gn = per_token ? 1 : 128;
+        p.gk = 128;
+        p.m = m;
+        p.n = n;
+        p.k = k;
+        fill_out(p, result);
+        api::launch(kSm90Kernels, ScaledGemmCall{p, op}, input.device(), op, "input", false);
+        return result;
+      },
+      input, weight, input_scale, weight_scale, out, out_dtype);
+}
+
+namespace {
+
+// ---- bench hooks (upstream's GEMM formulas: 2*m*n*k FLOPs; each operand, scale and the output
+// counted once) ---------------------------------------------------------------------------------
+
+int64_t round_up(int64_t x, int64_t to) { return ceil_div(x, to) * to; }
+
+BenchCase bench_groupwise(const BenchShape& s, Device dev, bool blockscaled) {
+  const DType f8 = DType::kFloat8E4M3FN, out_dt = s.out_dtype.value_or(DType::kBFloat16);
+  const int64_t m = s.m, n = s.n, k = round_up(s.k, 128);
+  Tensor a = api::bench::random_tensor({m, k}, f8, dev, s.random_seed);
+  Tensor b = api::bench::random_tensor({n, k}, f8, dev, s.random_seed + 1);
+  const int64_t gm = blockscaled ? 128 : 1;
+  // Scales near 1/448 as a quantizer would write them.
+  const Shape sa = blockscaled ? Shape{k / 128, ceil_div(m, gm)} : Shape{ceil_div(m, gm), k / 128};
+  const Shape sb =
+      blockscaled ? Shape{k / 128, ceil_div(n, 128)} : Shape{ceil_div(n, 128), k / 128};
+  Tensor a_scale =
+      api::bench::random_tensor(sa, DType::kFloat32, dev, s.random_seed + 2, 1.0 / 896, 1.0 / 224);
+  Tensor b_scale =
+      api::bench::random_tensor(sb, DType::kFloat32, dev, s.random_seed + 3, 1.0 / 896, 1.0 / 224);
+  BenchCase c = blockscaled
+                    ? api::bench::invoke_case("gemm_fp8_nt_blockscaled",
+                                              {Value(a), Value(b), Value(a_scale), Value(b_scale)},
+                                              {{"out_dtype", Value(out_dt)}})
+                    : api::bench::invoke_case(
+                          "gemm_fp8_nt_groupwise",
+                          {Value(a), Value(b), Value(a_scale), Value(b_scale), Value("K")},
+                          {{"out_dtype", Value(out_dt)}});
+  c.flops = 2.0 * static_cast<double>(m * n * k);
+  c.bytes = api::bench::nbytes({m, k}, f8) + api::bench::nbytes({n, k}, f8) +
+            api::bench::nbytes(sa, DType::kFloat32) + api::bench::nbytes(sb, DType::kFloat32) +
+            api::bench::nbytes({m, n}, out_dt);
+  return c;
+}
+
+BenchCase bench_mm_fp8(const BenchShape& s, Device dev) {
+  const DType f8 = DType::kFloat8E4M3FN;
+  const int64_t m = s.m, n = round_up(s.n, 32), k = round_up(s.k, 128);
+  Tensor a = api::bench::random_tensor({m, k}, f8, dev, s.random_seed);
+  Tensor w = api::bench::random_tensor({n, k}, f8, Device::cpu(), s.random_seed + 1);
+  Tensor prepared = prepare_low_latency_gemm_weights(w, Value()).to(dev);
+  Tensor alpha = Tensor::full({1}, 1.0 / 448.0, DType::kFloat32).to(dev);
+  BenchCase c = api::bench::invoke_case("mm_fp8", {Value(a), Value(prepared), Value(alpha)});
+  c.flops = 2.0 * static_cast<double>(m * n * k);
+  c.bytes = api::bench::nbytes({m, k}, f8) + api::bench::nbytes({n, k}, f8) +
+            api::bench::nbytes({m, n}, DType::kBFloat16);
+  return c;
+}
+
+BenchCase bench_prepare(const BenchShape& s, Device dev) {
+  const int64_t n = round_up(s.n, 32), k = round_up(s.k, 128);
+  Tensor w = api::bench::random_tensor({n, k}, DType::kFloat8E4M3FN, dev, s.random_seed);
+  BenchCase c = api::bench::invoke_case("prepare_low_latency_gemm_weights", {Value(w), Value()});
+  c.bytes = 2.0 * static_cast<double>(n * k);
+  return c;
+}
+
+// The DeepSeek-V3 call: a bf16 activation quantized 1x128 inside, an fp8 weight with 128x128
+// block scales.
+BenchCase bench_sm90(const BenchShape& s, Device dev) {
+  const int64_t m = s.m, n = round_up(s.n, 64), k = round_up(s.k, 128);
+  const DType out_dt = s.out_dtype.value_or(DType::kBFloat16);
+  Tensor input = api::bench::random_tensor({m, k}, DType::kBFloat16, dev, s.random_seed);
+  Tensor weight = api::bench::random_tensor({n, k}, DType::kFloat8E4M3FN, dev, s.random_seed + 1);
+  const Shape ws{ceil_div(n, 128), k / 128};
+  Tensor wscale =
+      api::bench::random_tensor(ws, DType::kFloat32, dev, s.random_seed + 2, 1.0 / 896, 1.0 / 224);
+  BenchCase c = api::bench::invoke_case("fp8_blockscale_gemm_sm90",
+                                        {Value(input), Value(weight), Value(), Value(wscale)},
+                                        {{"out_dtype", Value(out_dt)}});
+  c.flops = 2.0 * static_cast<double>(m * n * k);
+  c.bytes = api::bench::nbytes({m, k}, DType::kBFloat16) +
+            api::bench::nbytes({n, k}, DType::kFloat8E4M3FN) +
+            api::bench::nbytes(ws, DType::kFloat32) + api::bench::nbytes({m, n}, out_dt);
+  return c;
+}
+
+}  // namespace
+
+namespace detail {
+void register_gemm_fp8_ops(OpRegistry& r) {
+  declare<&gemm_fp8_nt_groupwise>(
+      r,
+      {.name = "gemm_fp8_nt_groupwise",
+       .module = kModule,
+       .summary = "FP8 GEMM a [m, k] x b [n, k]^T with per-block scales (default 1x128 / 128x128)"},
+      "a", "b", "a_scale", "b_scale", "scale_major_mode", arg("mma_sm", 1),
+      arg("scale_granularity_mnk", std::tuple<int64_t, int64_t, int64_t>{1, 128, 128}),
+      arg("out").mut(), "out_dtype", arg("backend", "cutlass"));
+  declare<&gemm_fp8_nt_blockscaled>(
+      r,
+      {.name = "gemm_fp8_nt_blockscaled",
+       .module = kModule,
+       .summary = "gemm_fp8_nt_groupwise with 128x128 scale blocks of both operands"},
+      "a", "b", "a_scale", "b_scale", arg("scale_major_mode", "MN"), arg("mma_sm", 1),
+      arg("out").mut(), "out_dtype");
+  declare<&mm_fp8>(r,
+                   {.name = "mm_fp8",
+                    .module = kModule,
+                    .summary = "FP8 GEMM of TRT-LLM's low-latency kernel (prepared weight, alpha)"},
+                   "a", "b", "alpha", arg("out_dtype", DType::kBFloat16), arg("out").mut(),
+                   arg("backend", "trtllm_low_latency"));
+  declare<&prepare_low_latency_gemm_weights>(
+      r,
+      {.name = "prepare_low_latency_gemm_weights",
+       .module = kLowLatencyModule,
+       .summary = "Shuffle an fp8 weight [n, k] into mm_fp8's [k/128, n, 128] block layout"},
+      "w", "permutation_indices_cache");
+  declare<&fp8_blockscale_gemm_sm90>(
+      r,
+      {.name = "fp8_blockscale_gemm_sm90",
+       .module = kModule,
+       .summary = "DeepSeek-style block-scale GEMM (1x128 input, 1x128 or 128x128 weight scales)"},
+      "input", "weight", "input_scale", "weight_scale", arg("out").mut(), "out_dtype");
+
+  api::register_backends("gemm_fp8_nt_groupwise", kScaledGemmKernels);
+  api::register_backends("gemm_fp8_nt_blockscaled", kScaledGemmKernels);
+  api::register_backends("mm_fp8", kScaledGemmKernels);
+  api::register_backends("prepare_low_latency_gemm_weights", kLayoutKernels);
+  api::register_backends("fp8_blockscale_gemm_sm90", kSm90Kernels);
+
+  register_bench_hook("gemm_fp8_nt_groupwise",
+                      [](const BenchShape& s, Device d) { return bench_groupwise(s, d, false); });
+  register_bench_hook("gemm_fp8_nt_blockscaled",
+                      [](const BenchShape& s, Device d) { return bench_groupwise(s, d, true); });
+  register_bench_hook("mm_fp8", bench_mm_fp8);
+  register_bench_hook("prepare_low_latency_gemm_weights", bench_prepare);
+  register_bench_hook("fp8_blockscale_gemm_sm90", bench_sm90);
+}
+}  // namespace detail
+
+}  // namespace flashinfer

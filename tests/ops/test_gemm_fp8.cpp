@@ -1,0 +1,504 @@
+// Block-scaled and low-latency FP8 GEMMs (gemm_fp8_nt_groupwise, gemm_fp8_nt_blockscaled, mm_fp8,
+// prepare_low_latency_gemm_weights, fp8_blockscale_gemm_sm90): an fp64 formula over a grid of
+// shapes, scale layouts, granularities and dtypes; hand-checked values; the weight layout
+// bit-exact against its definition; every bad input; record/replay (live and through a dump);
+// CUDA against the CPU reference.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
+#include "ops/gemm_reference.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer::testing {
+namespace {
+
+using Gran = std::tuple<int64_t, int64_t, int64_t>;
+constexpr DType kE4 = DType::kFloat8E4M3FN;
+constexpr DType kE5 = DType::kFloat8E5M2;
+constexpr DType kBf = DType::kBFloat16;
+
+// fp8 data written with the library's own bit-exact conversions (fp32 -> fp8).
+Tensor fp8(Shape shape, DType dt, uint64_t seed, double lo = -2.0, double hi = 2.0) {
+  return rand_tensor(std::move(shape), DType::kFloat32, seed, lo, hi).to(dt);
+}
+Tensor scales(Shape shape, uint64_t seed) {
+  return rand_tensor(std::move(shape), DType::kFloat32, seed, 0.01, 0.05);
+}
+std::vector<double> dbl(const Tensor& t) { return t.to_double_vector(); }
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The fp64 formula: out[i, j] = sum_kb sa(i / gm, kb) * sb(j / gn, kb) * sum_{k in kb} a b,
+// with sa/sb read through the given accessors (row-major values of the scale tensors).
+template <class SA, class SB>
+std::vector<double> ref_blockscaled(const Tensor& a, const Tensor& b, int64_t gm, int64_t gn,
+                                    int64_t gk, SA sa, SB sb, double alpha = 1.0) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  const auto av = dbl(a), bv = dbl(b);
+  std::vector<double> out(static_cast<std::size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (int64_t kb = 0; kb * gk < k; ++kb) {
+        double part = 0.0;
+        for (int64_t kk = kb * gk; kk < std::min(k, (kb + 1) * gk); ++kk) {
+          part += av[i * k + kk] * bv[j * k + kk];
+        }
+        acc += sa(i / gm, kb) * sb(j / gn, kb) * part;
+      }
+      out[i * n + j] = alpha * acc;
+    }
+  }
+  return out;
+}
+
+// Tolerance for a block-scaled fp32 accumulation rounded to `dt` (|out| ~ scale * sqrt(k)).
+Tolerance tol(DType dt, int64_t k) { return gemm_tol(dt, k); }
+
+// ---- gemm_fp8_nt_groupwise ------------------------------------------------------------------
+
+TEST(GemmFp8NtGroupwise, MatchesFp64FormulaOverGrid) {
+  struct Case {
+    int64_t m, n, k;
+    Gran g;
+  };
+  const std::vector<Case> cases = {{1, 1, 128, {1, 128, 128}},    {5, 130, 256, {1, 128, 128}},
+                                   {33, 64, 384, {1, 128, 128}},  {130, 257, 128, {1, 128, 128}},
+                                   {7, 48, 96, {1, 16, 32}},      {9, 20, 64, {4, 8, 16}},
+                                   {12, 30, 256, {128, 128, 128}}};
+  for (const Case& c : cases) {
+    for (const char* mode : {"K", "MN"}) {
+      for (auto [adt, bdt] : {std::pair{kE4, kE4}, std::pair{kE4, kE5}, std::pair{kE5, kE4}}) {
+        const auto [gm, gn, gk] = c.g;
+        SCOPED_TRACE(::testing::Message() << c.m << "x" << c.n << "x" << c.k << " g=(" << gm << ","
+                                          << gn << "," << gk << ") " << mode << " "
+                                          << dtype_torch_name(adt) << "," << dtype_torch_name(bdt));
+        const bool k_major = std::string(mode) == "K";
+        Tensor a = fp8({c.m, c.k}, adt, c.m + c.k);
+        Tensor b = fp8({c.n, c.k}, bdt, c.n * 7 + c.k);
+        const int64_t mb = cdiv(c.m, gm), nb = cdiv(c.n, gn), kb = c.k / gk;
+        Tensor sa = k_major ? scales({mb, kb}, 1) : scales({kb, mb}, 1);
+        Tensor sb = k_major ? scales({nb, kb}, 2) : scales({kb, nb}, 2);
+        const auto sav = dbl(sa), sbv = dbl(sb);
+        auto at_a = [&](int64_t r, int64_t q) {
+          return k_major ? sav[r * kb + q] : sav[q * mb + r];
+        };
+        auto at_b = [&](int64_t r, int64_t q) {
+          return k_major ? sbv[r * kb + q] : sbv[q * nb + r];
+        };
+        const auto ref = ref_blockscaled(a, b, gm, gn, gk, at_a, at_b);
+        for (DType out_dt : {kBf, DType::kFloat16}) {
+          Tensor out = gemm_fp8_nt_groupwise(a, b, sa, sb, mode, 1, c.g, std::nullopt, out_dt);
+          ASSERT_EQ(out.shape(), (Shape{c.m, c.n}));
+          ASSERT_EQ(out.dtype(), out_dt);
+          EXPECT_TRUE(all_close(out, ref, tol(out_dt, c.k)));
+        }
+      }
+    }
+  }
+}
+
+// Hand-checked: k = 256 (two K blocks), one row, one column; the second block's scale differs.
+TEST(GemmFp8NtGroupwise, HandCheckedPerBlockScales) {
+  Tensor a = Tensor::full({1, 256}, 1.0, kE4);
+  Tensor b = Tensor::full({1, 256}, 2.0, kE4);
+  // 'K': a_scale [1, 2], b_scale [1, 2].
+  Tensor sa = Tensor::from_vector({0.5, 0.25}, {1, 2}, DType::kFloat32);
+  Tensor sb = Tensor::from_vector({1.0, 4.0}, {1, 2}, DType::kFloat32);
+  // 128 * 2 * (0.5 * 1) + 128 * 2 * (0.25 * 4) = 128 + 256 = 384.
+  Tensor out = gemm_fp8_nt_groupwise(a, b, sa, sb, "K");
+  EXPECT_EQ(dbl(out), (std::vector<double>{384.0}));
+  // The same scales in 'MN' layout ([k/128, m]): a transposed view is read through its strides.
+  out = gemm_fp8_nt_groupwise(a, b, sa.transpose(0, 1), sb.transpose(0, 1), "MN");
+  EXPECT_EQ(dbl(out), (std::vector<double>{384.0}));
+}
+
+// Strided operands, scales and out; an out dtype given by out (out_dtype then ignored, as
+// upstream); the trtllm layout (a_scale [k/128, m], b_scale [n/128, k/128]).
+TEST(GemmFp8NtGroupwise, StridedViewsOutAndTrtllmLayout) {
+  const int64_t m = 6, n = 200, k = 256;
+  Tensor a = fp8({m, k + 32}, kE4, 3).slice(1, 16, 16 + k);
+  Tensor b = fp8({n, 2 * k}, kE4, 4).slice(1, 0, 2 * k, 2);
+  Tensor sa = scales({k / 128, m}, 5);                  // 'MN'
+  Tensor sb = scales({2, k / 128}, 6).transpose(0, 1);  // 'MN' [k/128, n/128], transposed view
+  const auto sav = dbl(sa), sbm = dbl(sb.contiguous());
+  auto at_a = [&](int64_t r, int64_t q) { return sav[q * m + r]; };
+  auto at_b = [&](int64_t r, int64_t q) { return sbm[q * 2 + r]; };
+  const auto ref = ref_blockscaled(a.contiguous(), b.contiguous(), 1, 128, 128, at_a, at_b);
+  Tensor out = Tensor::zeros({m, 2 * n}, DType::kFloat16).slice(1, 0, 2 * n, 2);
+  Tensor r = gemm_fp8_nt_groupwise(a, b, sa, sb, "MN", 2, {1, 128, 128}, out, kBf);
+  EXPECT_EQ(r.data_ptr(), out.data_ptr());
+  EXPECT_EQ(r.dtype(), DType::kFloat16);
+  EXPECT_TRUE(all_close(out, ref, tol(DType::kFloat16, k)));
+  // trtllm: b_scale is [n/128, k/128] (upstream's test passes the 'MN' one transposed).
+  Tensor t = gemm_fp8_nt_groupwise(a, b, sa, sb.transpose(0, 1).contiguous(), std::nullopt, 1,
+                                   {1, 128, 128}, std::nullopt, std::nullopt, "trtllm");
+  EXPECT_TRUE(all_close(t, ref, tol(kBf, k)));
+}
+
+// ---- gemm_fp8_nt_blockscaled ----------------------------------------------------------------
+
+TEST(GemmFp8NtBlockscaled, EqualsGroupwiseAt128x128AndFormula) {
+  for (auto [m, n, k] : {Gran{128, 128, 128}, Gran{200, 72, 384}, Gran{3, 300, 256}}) {
+    for (const char* mode : {"MN", "K"}) {
+      SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k << " " << mode);
+      const bool k_major = std::string(mode) == "K";
+      Tensor a = fp8({m, k}, kE4, m + 1), b = fp8({n, k}, kE4, n + 2);
+      const int64_t mb = cdiv(m, 128), nb = cdiv(n, 128), kb = k / 128;
+      Tensor sa = k_major ? scales({mb, kb}, 3) : scales({kb, mb}, 3);
+      Tensor sb = k_major ? scales({nb, kb}, 4) : scales({kb, nb}, 4);
+      const auto sav = dbl(sa), sbv = dbl(sb);
+      auto at_a = [&](int64_t r, int64_t q) { return k_major ? sav[r * kb + q] : sav[q * mb + r]; };
+      auto at_b = [&](int64_t r, int64_t q) { return k_major ? sbv[r * kb + q] : sbv[q * nb + r]; };
+      Tensor out = gemm_fp8_nt_blockscaled(a, b, sa, sb, mode);
+      EXPECT_TRUE(all_close(out, ref_blockscaled(a, b, 128, 128, 128, at_a, at_b), tol(kBf, k)));
+      Tensor g = gemm_fp8_nt_groupwise(a, b, sa, sb, mode, 1, {128, 128, 128});
+      EXPECT_TRUE(all_close(out, g, {0.0, 0.0}));
+    }
+  }
+  // The default mode is 'MN'.
+  Tensor a = fp8({4, 128}, kE4, 1), b = fp8({8, 128}, kE4, 2);
+  Tensor s1 = scales({1, 1}, 3), s2 = scales({1, 1}, 4);
+  EXPECT_TRUE(all_close(gemm_fp8_nt_blockscaled(a, b, s1, s2),
+                        gemm_fp8_nt_blockscaled(a, b, s1, s2, "MN"), {0.0, 0.0}));
+}
+
+// ---- prepare_low_latency_gemm_weights and mm_fp8 --------------------------------------------
+
+TEST(PrepareLowLatencyGemmWeights, LayoutIsTheShuffledBlockLayout) {
+  const int64_t n = 64, k = 256;
+  // Each byte of w encodes (row, k) distinctly enough to check placement: fp8 codes 0..255.
+  Tensor w = Tensor::empty({n, k}, kE4);
+  auto* wb = static_cast<uint8_t*>(w.data_ptr());
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t kk = 0; kk < k; ++kk) wb[j * k + kk] = static_cast<uint8_t>((j * 31 + kk) & 0x7E);
+  }
+  Tensor p = prepare_low_latency_gemm_weights(w, Value());
+  ASSERT_EQ(p.shape(), (Shape{k / 128, n, 128}));
+  ASSERT_EQ(p.dtype(), kE4);
+  const auto* pb = static_cast<const uint8_t*>(p.data_ptr());
+  // Upstream: row_indices[new] = old with new = (old / 32) * 32 + map[old % 32],
+  // map = [0, 8, 16, 24, 1, 9, 17, 25, ...]; then out[kb, new, c] = w[old, kb * 128 + c].
+  const int map[32] = {0, 8,  16, 24, 1, 9,  17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
+                       4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31};
+  for (int64_t old = 0; old < n; ++old) {
+    const int64_t nw = (old / 32) * 32 + map[old % 32];
+    for (int64_t kk = 0; kk < k; ++kk) {
+      ASSERT_EQ(pb[(kk / 128) * n * 128 + nw * 128 + kk % 128], wb[old * k + kk])
+          << old << "," << kk;
+    }
+  }
+}
+
+TEST(MmFp8, MatchesFp64FormulaOfTheUnpreparedWeight) {
+  for (auto [m, n, k] : {Gran{1, 32, 128}, Gran{16, 96, 384}, Gran{5, 64, 256}}) {
+    SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k);
+    Tensor a = fp8({m, k}, kE4, m + 10);
+    Tensor w = fp8({n, k}, kE4, n + 11);
+    Tensor prepared = prepare_low_latency_gemm_weights(w, Value());
+    const double alpha = static_cast<float>(0.0123);
+    auto one = [](int64_t, int64_t) { return 1.0; };
+    const auto ref = ref_blockscaled(a, w, 1, 1, k, one, one, alpha);
+    Tensor out = mm_fp8(a, prepared, Tensor::full({1}, 0.0123, DType::kFloat32));
+    ASSERT_EQ(out.shape(), (Shape{m, n}));
+    ASSERT_EQ(out.dtype(), kBf);
+    EXPECT_TRUE(all_close(out, ref, tol(kBf, k)));
+    // alpha None means 1; a given out is written.
+    Tensor o = Tensor::zeros({m, n}, kBf);
+    mm_fp8(a, prepared, std::nullopt, kBf, o);
+    EXPECT_TRUE(all_close(o, ref_blockscaled(a, w, 1, 1, k, one, one), tol(kBf, k)));
+  }
+}
+
+// ---- fp8_blockscale_gemm_sm90 ----------------------------------------------------------------
+
+TEST(Fp8BlockscaleGemmSm90, Fp8InputsPerTokenAndPerBlockWeightScales) {
+  const int64_t m = 7, n = 192, k = 384, kb = k / 128;
+  Tensor x = fp8({m, k}, kE4, 1), w = fp8({n, k}, kE4, 2);
+  Tensor sx = scales({m, kb}, 3);
+  const auto sxv = dbl(sx);
+  auto at_x = [&](int64_t r, int64_t q) { return sxv[r * kb + q]; };
+  for (bool per_block : {true, false}) {
+    Tensor sw = per_block ? scales({2, kb}, 4) : scales({n, kb}, 4);
+    const auto swv = dbl(sw);
+    auto at_w = [&](int64_t r, int64_t q) { return swv[r * kb + q]; };
+    const auto ref = ref_blockscaled(x, w, 1, per_block ? 128 : 1, 128, at_x, at_w);
+    for (DType out_dt : {kBf, DType::kFloat16}) {
+      Tensor out = fp8_blockscale_gemm_sm90(x, w, sx, sw, std::nullopt, out_dt);
+      EXPECT_EQ(out.dtype(), out_dt);
+      EXPECT_TRUE(all_close(out, ref, tol(out_dt, k))) << per_block;
+    }
+  }
+}
+
+// A bf16 input is quantized per 1x128 block first (TRT-LLM's scale_1x128_kernel): the result
+// equals the fp8 path on the input quantized by that formula, exactly.
+TEST(Fp8BlockscaleGemmSm90, Bf16InputQuantizedPer1x128) {
+  const int64_t m = 5, n = 64, k = 256, kb = 2;
+  std::vector<double> xs = dbl(rand_tensor({m, k}, DType::kFloat32, 9, -3.0, 3.0));
+  xs[130] = 0.0;                                            // a zero and
+  for (int64_t kk = 0; kk < 128; ++kk) xs[4 * k + kk] = 0;  // an all-zero block (scale 1)
+  Tensor x = Tensor::from_vector(xs, {m, k}, kBf);
+  Tensor w = fp8({n, k}, kE4, 10);
+  Tensor sw = scales({1, kb}, 11);
+  // The formula in fp32, written independently: amax, 448 / amax (1 for 0), e4m3 saturating.
+  const auto xv = dbl(x);
+  std::vector<double> q(static_cast<std::size_t>(m * k)), sq(static_cast<std::size_t>(m * kb));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < kb; ++b) {
+      float amax = 0.0f;
+      for (int64_t kk = b * 128; kk < b * 128 + 128; ++kk) {
+        amax = std::max(amax, static_cast<float>(std::fabs(xv[i * k + kk])));
+      }
+      const float qs = amax != 0.0f ? 448.0f / amax : 1.0f;
+      sq[i * kb + b] = 1.0f / qs;
+      for (int64_t kk = b * 128; kk < b * 128 + 128; ++kk) {
+        const float v = std::clamp(static_cast<float>(xv[i * k + kk]) * qs, -448.0f, 448.0f);
+        q[i * k + kk] = v;
+      }
+    }
+  }
+  Tensor xq = Tensor::from_vector(q, {m, k}, kE4);  // RNE to e4m3 (values already in range)
+  Tensor sx = Tensor::from_vector(sq, {m, kb}, DType::kFloat32);
+  Tensor via_fp8 = fp8_blockscale_gemm_sm90(xq, w, sx, sw);
+  Tensor out = fp8_blockscale_gemm_sm90(x, w, std::nullopt, sw);
+  EXPECT_TRUE(all_close(out, via_fp8, {0.0, 0.0}));
+  // And close to the unquantized product (e4m3 keeps ~2 significant digits).
+  const auto swv = dbl(sw);
+  auto one = [](int64_t, int64_t) { return 1.0; };
+  auto at_w = [&](int64_t, int64_t q2) { return swv[q2]; };
+  EXPECT_TRUE(all_close(out, ref_blockscaled(x, w, 1, 128, 128, one, at_w), {0.5, 0.1}));
+}
+
+// ---- bad input ------------------------------------------------------------------------------
+
+TEST(GemmFp8BadInput, ErrorsNameOpAndArgument) {
+  const char* g = "gemm_fp8_nt_groupwise";
+  Tensor a = fp8({4, 256}, kE4, 1), b = fp8({8, 256}, kE4, 2);
+  Tensor sa = scales({4, 2}, 3), sb = scales({1, 2}, 4);
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a.to(kBf), b, sa, sb, "K"), g, "a");
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a, b.to(kBf), sa, sb, "K"), g, "b");
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a, fp8({8, 128}, kE4, 2), sa, sb, "K"), g, "b");
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a.unsqueeze(0), b, sa, sb, "K"), g, "a");
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a, b, sa, sb), g, "scale_major_mode");  // cutlass
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a, b, sa, sb, "N"), g, "scale_major_mode");
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a, b, sa, sb, "K", 3), g, "mma_sm");
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a, b, sa, sb, "K", 1, {1, 128, 0}), g,
+                  "scale_granularity_mnk");
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a, b, sa, sb, "K", 1, {1, 128, 96}), g,
+                  "scale_granularity_mnk");
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a, b, sa.transpose(0, 1), sb, "K"), g, "a_scale");
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a, b, sa, sb.to(DType::kFloat16), "K"), g, "b_scale");
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a, b, sa, sb.transpose(0, 1).contiguous(), "K"), g,
+                  "b_scale");
+  EXPECT_FI_ERROR(
+      gemm_fp8_nt_groupwise(a, b, sa, sb, "K", 1, {1, 128, 128}, std::nullopt, DType::kFloat32), g,
+      "out_dtype");
+  EXPECT_FI_ERROR(
+      gemm_fp8_nt_groupwise(a, b, sa, sb, "K", 1, {1, 128, 128}, Tensor::zeros({4, 7}, kBf)), g,
+      "out");
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a, b, sa, sb, "K", 1, {1, 128, 128},
+                                        Tensor::zeros({4, 8}, DType::kFloat32)),
+                  g, "out");
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a, b, sa, sb, "K", 1, {1, 128, 128}, std::nullopt,
+                                        std::nullopt, "cublas"),
+                  g, "backend");
+  // trtllm: granularity, k >= 256, mode.
+  Tensor ta = scales({2, 4}, 5);
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a, b, ta, sb, std::nullopt, 1, {1, 64, 128}, std::nullopt,
+                                        std::nullopt, "trtllm"),
+                  g, "scale_granularity_mnk");
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(fp8({4, 128}, kE4, 1), fp8({8, 128}, kE4, 2),
+                                        scales({1, 4}, 5), scales({1, 1}, 6), std::nullopt, 1,
+                                        {1, 128, 128}, std::nullopt, std::nullopt, "trtllm"),
+                  g, "a");
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a, b, ta, sb, "K", 1, {1, 128, 128}, std::nullopt,
+                                        std::nullopt, "trtllm"),
+                  g, "scale_major_mode");
+  // blockscaled: its scale shapes are 128x128 blocks.
+  const char* bs = "gemm_fp8_nt_blockscaled";
+  EXPECT_FI_ERROR(gemm_fp8_nt_blockscaled(a, b, sa, sb, "K"), bs, "a_scale");
+  EXPECT_FI_ERROR(gemm_fp8_nt_blockscaled(a, b, scales({2, 1}, 1), sb, "MN"), bs, "b_scale");
+  EXPECT_FI_ERROR(gemm_fp8_nt_blockscaled(a, b, scales({2, 1}, 1), scales({2, 1}, 2), std::nullopt),
+                  bs, "scale_major_mode");
+
+  // mm_fp8.
+  const char* mf = "mm_fp8";
+  Tensor w = fp8({64, 256}, kE4, 7);
+  Tensor pw = prepare_low_latency_gemm_weights(w, Value());
+  Tensor x = fp8({3, 256}, kE4, 8);
+  EXPECT_FI_ERROR(mm_fp8(x.to(kE5), pw), mf, "a");
+  EXPECT_FI_ERROR(mm_fp8(x, w), mf, "b");  // not the prepared 3-D layout
+  EXPECT_FI_ERROR(mm_fp8(x, pw.to(kE5)), mf, "b");
+  EXPECT_FI_ERROR(mm_fp8(fp8({3, 128}, kE4, 8), pw), mf, "b");
+  EXPECT_FI_ERROR(mm_fp8(x, pw.slice(1, 0, 48)), mf, "b");  // n not a multiple of 32
+  EXPECT_FI_ERROR(mm_fp8(x, pw.transpose(0, 1).contiguous().transpose(0, 1)), mf, "b");
+  EXPECT_FI_ERROR(mm_fp8(x, pw, Tensor::zeros({2}, DType::kFloat32)), mf, "alpha");
+  EXPECT_FI_ERROR(mm_fp8(x, pw, Tensor::zeros({1}, DType::kFloat64)), mf, "alpha");
+  EXPECT_FI_ERROR(mm_fp8(x, pw, std::nullopt, DType::kFloat16), mf, "out_dtype");
+  EXPECT_FI_ERROR(mm_fp8(x, pw, std::nullopt, kBf, Tensor::zeros({3, 64}, DType::kFloat16)), mf,
+                  "out");
+  EXPECT_FI_ERROR(mm_fp8(x, pw, std::nullopt, kBf, Tensor::zeros({3, 63}, kBf)), mf, "out");
+  EXPECT_FI_ERROR(mm_fp8(x, pw, std::nullopt, kBf, std::nullopt, "cutlass"), mf, "backend");
+  const char* pl = "prepare_low_latency_gemm_weights";
+  EXPECT_FI_ERROR(prepare_low_latency_gemm_weights(fp8({48, 256}, kE4, 1), Value()), pl, "w");
+  EXPECT_FI_ERROR(prepare_low_latency_gemm_weights(fp8({64, 200}, kE4, 1), Value()), pl, "w");
+  EXPECT_FI_ERROR(prepare_low_latency_gemm_weights(w.to(kBf), Value()), pl, "w");
+  EXPECT_FI_ERROR(prepare_low_latency_gemm_weights(w.unsqueeze(0), Value()), pl, "w");
+
+  // fp8_blockscale_gemm_sm90.
+  const char* s9 = "fp8_blockscale_gemm_sm90";
+  Tensor in = fp8({3, 256}, kE4, 1), wt = fp8({64, 256}, kE4, 2);
+  Tensor si = scales({3, 2}, 3), sw = scales({1, 2}, 4);
+  EXPECT_FI_ERROR(fp8_blockscale_gemm_sm90(in, wt, std::nullopt, sw), s9, "input_scale");
+  EXPECT_FI_ERROR(fp8_blockscale_gemm_sm90(in, wt, scales({2, 3}, 3), sw), s9, "input_scale");
+  EXPECT_FI_ERROR(fp8_blockscale_gemm_sm90(in, wt, si, std::nullopt), s9, "weight_scale");
+  EXPECT_FI_ERROR(fp8_blockscale_gemm_sm90(in, wt, si, scales({2, 2}, 4)), s9, "weight_scale");
+  EXPECT_FI_ERROR(fp8_blockscale_gemm_sm90(in, wt.to(kBf), si), s9, "weight");
+  EXPECT_FI_ERROR(fp8_blockscale_gemm_sm90(in.to(kBf), wt, si, sw), s9, "input_scale");
+  EXPECT_FI_ERROR(fp8_blockscale_gemm_sm90(in.to(kBf), wt.to(kBf)), s9, "weight");
+  EXPECT_FI_ERROR(fp8_blockscale_gemm_sm90(fp8({3, 200}, kE4, 1), fp8({64, 200}, kE4, 2), si, sw),
+                  s9, "input");
+  EXPECT_FI_ERROR(fp8_blockscale_gemm_sm90(in, fp8({48, 256}, kE4, 2), si, sw), s9, "weight");
+  EXPECT_FI_ERROR(fp8_blockscale_gemm_sm90(in, fp8({64, 128}, kE4, 2), si, sw), s9, "weight");
+  EXPECT_FI_ERROR(fp8_blockscale_gemm_sm90(in.to(kE5), wt, si, sw), s9, "input");
+  EXPECT_FI_ERROR(fp8_blockscale_gemm_sm90(in, wt, si, sw, std::nullopt, DType::kFloat32), s9,
+                  "out_dtype");
+  EXPECT_FI_ERROR(
+      fp8_blockscale_gemm_sm90(in, wt, si, sw, Tensor::zeros({3, 64}, kBf), DType::kFloat16), s9,
+      "out");
+  EXPECT_FI_ERROR(fp8_blockscale_gemm_sm90(in, wt, si, sw, Tensor::zeros({3, 32}, kBf)), s9, "out");
+}
+
+// ---- declarations, backends ------------------------------------------------------------------
+
+TEST(GemmFp8Decl, SignaturesModulesAndBackends) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> expected = {
+      {"gemm_fp8_nt_groupwise", "flashinfer.gemm.gemm_base",
+       "(a, b, a_scale, b_scale, scale_major_mode=None, mma_sm=1, scale_granularity_mnk=(1, 128, "
+       "128), out=None, out_dtype=None, backend='cutlass')"},
+      {"gemm_fp8_nt_blockscaled", "flashinfer.gemm.gemm_base",
+       "(a, b, a_scale, b_scale, scale_major_mode='MN', mma_sm=1, out=None, out_dtype=None)"},
+      {"mm_fp8", "flashinfer.gemm.gemm_base",
+       "(a, b, alpha=None, out_dtype=torch.bfloat16, out=None, backend='trtllm_low_latency')"},
+      {"fp8_blockscale_gemm_sm90", "flashinfer.gemm.gemm_base",
+       "(input, weight, input_scale=None, weight_scale=None, out=None, out_dtype=None)"},
+      {"prepare_low_latency_gemm_weights", "flashinfer.trtllm_low_latency_gemm",
+       "(w, permutation_indices_cache)"},
+  };
+  for (const auto& [name, module, sig] : expected) {
+    const OpDecl* d = OpRegistry::global().find(name);
+    ASSERT_NE(d, nullptr) << name;
+    EXPECT_EQ(d->module, module) << name;
+    EXPECT_EQ(d->signature(), sig) << name;
+  }
+  EXPECT_EQ(backend_requirement("gemm_fp8_nt_groupwise").default_backend, "cutlass");
+  EXPECT_EQ(backend_requirement("mm_fp8").default_backend, "trtllm_low_latency");
+  // CPU-only: no CUDA backend in this build.
+  EXPECT_FALSE(op_has_backend("fp8_blockscale_gemm_sm90", DeviceType::kCUDA));
+  EXPECT_TRUE(op_has_backend("fp8_blockscale_gemm_sm90", DeviceType::kCPU));
+  EXPECT_EQ(op_has_backend("gemm_fp8_nt_groupwise", DeviceType::kCUDA), cuda_compiled());
+  if (cuda_compiled()) {
+    EXPECT_TRUE(backend_requirement("gemm_fp8_nt_groupwise").is_backend_supported("trtllm", 90));
+    EXPECT_TRUE(backend_requirement("mm_fp8").is_backend_supported("trtllm_low_latency", 80));
+  }
+  // The recorded tuple default rebuilds: a list value binds too.
+  const OpDecl* d = OpRegistry::global().find("gemm_fp8_nt_groupwise");
+  Tensor a = fp8({2, 128}, kE4, 1), b = fp8({4, 128}, kE4, 2);
+  Tensor sa = scales({2, 1}, 3), sb = scales({1, 1}, 4);
+  Value r = d->invoke(CallArgs(
+      *d, bind_arguments(
+              *d, {Value(a), Value(b), Value(sa), Value(sb), Value("K")},
+              {{"scale_granularity_mnk",
+                Value::list({Value(int64_t{1}), Value(int64_t{128}), Value(int64_t{128})})}})));
+  EXPECT_TRUE(all_close(r.as_tensor(), gemm_fp8_nt_groupwise(a, b, sa, sb, "K"), {0.0, 0.0}));
+  EXPECT_FI_ERROR(
+      d->invoke(CallArgs(
+          *d, bind_arguments(*d, {Value(a), Value(b), Value(sa), Value(sb), Value("K")},
+                             {{"scale_granularity_mnk", Value::list({Value(int64_t{1})})}}))),
+      "gemm_fp8_nt_groupwise", "scale_granularity_mnk");
+}
+
+// ---- record and replay ------------------------------------------------------------------------
+
+void run_every_op() {
+  Tensor a = fp8({5, 256}, kE4, 1), b = fp8({64, 256}, kE4, 2);
+  (void)gemm_fp8_nt_groupwise(a, b, scales({5, 2}, 3), scales({1, 2}, 4), "K");
+  (void)gemm_fp8_nt_blockscaled(a, b, scales({2, 1}, 5), scales({2, 1}, 6));
+  Tensor pw = prepare_low_latency_gemm_weights(b, Value());
+  Tensor out = Tensor::zeros({5, 64}, kBf);
+  (void)mm_fp8(a, pw, Tensor::full({1}, 0.5, DType::kFloat32), kBf, out);
+  (void)fp8_blockscale_gemm_sm90(rand_tensor({5, 256}, kBf, 7), b, std::nullopt, scales({1, 2}, 8));
+}
+
+TEST(GemmFp8, RecordAndReplay) {
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    run_every_op();
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 5u);
+  for (const auto& c : calls) {
+    SCOPED_TRACE(c.name);
+    EXPECT_TRUE(replays_identically(c));
+  }
+}
+
+// Through dump directories in upstream's format, as `flashinfer replay` reads them.
+TEST(GemmFp8, DumpReplayPasses) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_fp8gemm_rec_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg, [](const std::string&) {});
+  run_every_op();
+  recorder::stop();
+  std::vector<fs::path> calls;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_directory()) calls.push_back(e.path());
+  }
+  ASSERT_EQ(calls.size(), 5u);
+  for (const auto& c : calls) {
+    const replay::Result r = replay::replay_from_dump(c.string());
+    EXPECT_EQ(r.status, replay::Status::kPassed) << c << ": " << r.error;
+  }
+  fs::remove_all(dir);
+}
+
+// ---- CUDA vs the CPU reference -----------------------------------------------------------------
+
+TEST(GemmFp8Cuda, MatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  Tensor a = fp8({33, 384}, kE4, 1), b = fp8({150, 384}, kE5, 2);
+  Tensor sa = scales({3, 33}, 3), sb = scales({3, 2}, 4);
+  Tensor cpu = gemm_fp8_nt_groupwise(a, b, sa, sb, "MN");
+  Tensor gpu = gemm_fp8_nt_groupwise(a.to(g), b.to(g), sa.to(g), sb.to(g), "MN");
+  EXPECT_TRUE(all_close(gpu.to(Device::cpu()), cpu, default_tolerance(kBf)));
+  Tensor w = fp8({64, 384}, kE4, 5);
+  Tensor pw = prepare_low_latency_gemm_weights(w, Value());
+  Tensor alpha = Tensor::full({1}, 0.25, DType::kFloat32);
+  Tensor c2 = mm_fp8(a, pw, alpha);
+  Tensor g2 = mm_fp8(a.to(g), prepare_low_latency_gemm_weights(w.to(g), Value()), alpha.to(g));
+  EXPECT_TRUE(all_close(g2.to(Device::cpu()), c2, default_tolerance(kBf)));
+  // CPU-only op on a CUDA tensor: kUnsupported naming the op.
+  EXPECT_FI_ERROR(
+      fp8_blockscale_gemm_sm90(a.to(g), w.to(g), scales({33, 3}, 6).to(g), scales({1, 3}, 7).to(g)),
+      "fp8_blockscale_gemm_sm90", "input");
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
