@@ -1,10 +1,13 @@
-// Block-scaled and low-latency FP8 GEMMs (flashinfer.gemm.gemm_base: gemm_fp8_nt_groupwise,
-// gemm_fp8_nt_blockscaled, mm_fp8, fp8_blockscale_gemm_sm90; flashinfer.trtllm_low_latency_gemm:
-// prepare_low_latency_gemm_weights): declarations, argument checks, dispatch, bench hooks.
+// Block-scaled, MX and low-latency FP8 GEMMs (flashinfer.gemm.gemm_base: gemm_fp8_nt_groupwise,
+// gemm_fp8_nt_blockscaled, mm_fp8, fp8_blockscale_gemm_sm90, mm_mxfp8, bmm_mxfp8;
+// flashinfer.trtllm_low_latency_gemm: prepare_low_latency_gemm_weights): declarations, argument
+// checks, dispatch, bench hooks.
 #include "flashinfer/ops/gemm_fp8.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "api/backends.h"
 #include "api/bench_support.h"
@@ -26,6 +29,7 @@ constexpr const char* kLowLatencyModule = "flashinfer.trtllm_low_latency_gemm";
 using api::KernelEntry;
 using api::LaunchContext;
 using kernels::BlockScaledGemmParams;
+using kernels::SfLayoutCode;
 
 struct ScaledGemmCall {
   BlockScaledGemmParams p;
@@ -417,6 +421,173 @@ Tensor fp8_blockscale_gemm_sm90(const Tensor& input, const Tensor& weight,
 
 namespace {
 
+// One operand's MX scales: a 1-D swizzled buffer (`layout`) of an [rows, k/32] scale matrix, or
+// the 2-D linear tensor of shape `linear` (row-major [rows, k/32] for a, [k/32, n] for b).
+void set_mx(const Tensor& sf, SfLayoutCode layout, int64_t rows, int64_t k, bool transposed_2d,
+            Device device, const char* op, const char* arg, const uint8_t*& ptr, SfLayoutCode& code,
+            int64_t& stride_row, int64_t& stride_k) {
+  api::check_defined(sf, op, arg);
+  api::check_dtype_in(sf, {DType::kUInt8}, op, arg);
+  FLASHINFER_CHECK(sf.device() == device, op, arg, "is on ", sf.device().str(),
+                   " but the operands are on ", device.str());
+  FLASHINFER_CHECK(sf.dim() == 1 || sf.dim() == 2, op, arg,
+                   "must be 1-D (swizzled) or 2-D (linear), got shape ",
+                   shape_to_string(sf.shape()));
+  ptr = static_cast<const uint8_t*>(sf.data_ptr());
+  if (sf.dim() == 1) {
+    const int64_t len = kernels::sf_buffer_size(layout, rows, k / 32);
+    FLASHINFER_CHECK(sf.size(0) == len, op, arg, "shape mismatch for the swizzled ",
+                     layout == SfLayoutCode::k8x4 ? "8x4" : "128x4", " layout: expected (", len,
+                     ",), got ", shape_to_string(sf.shape()));
+    FLASHINFER_CHECK(sf.is_contiguous(), op, arg, "a swizzled scale buffer must be contiguous");
+    code = layout;
+    return;
+  }
+  const Shape want = transposed_2d ? Shape{k / 32, rows} : Shape{rows, k / 32};
+  FLASHINFER_CHECK(sf.shape() == want, op, arg, "shape mismatch for the linear layout: expected ",
+                   shape_to_string(want), ", got ", shape_to_string(sf.shape()));
+  code = SfLayoutCode::kLinear;
+  stride_row = sf.stride(transposed_2d ? 1 : 0);
+  stride_k = sf.stride(transposed_2d ? 0 : 1);
+}
+
+void check_mx_out_dtype(DType dt, const char* op, const char* arg) {
+  FLASHINFER_CHECK(dt == DType::kBFloat16 || dt == DType::kFloat16, op, arg, "Unsupported output ",
+                   "dtype: ", dtype_torch_name(dt),
+                   ". Only torch.bfloat16 and torch.float16 are supported for MXFP8 GEMM");
+}
+
+Tensor mx_out(const std::optional<Tensor>& out, DType dt, const Shape& shape, Device device,
+              const char* op, const char* dtype_arg) {
+  check_mx_out_dtype(dt, op, dtype_arg);
+  if (out && out->defined()) {
+    api::check_shape_eq(*out, shape, op, "out");
+    api::check_dtype_in(*out, {dt}, op, "out");
+    FLASHINFER_CHECK(out->device() == device, op, "out", "is on ", out->device().str(),
+                     " but the operands are on ", device.str());
+    return *out;
+  }
+  return Tensor::empty(shape, dt, device);
+}
+
+}  // namespace
+
+Tensor mm_mxfp8(const Tensor& a, const Tensor& b, const Tensor& a_descale, const Tensor& b_descale,
+                std::optional<Tensor> out, DType out_dtype, bool use_8x4_sf_layout,
+                std::string_view backend) {
+  return call_op<&mm_mxfp8>(
+      [&] {
+        const char* op = "mm_mxfp8";
+        api::check_defined(a, op, "a");
+        api::check_backend(op, backend, a.device());
+        api::check_dim(a, {2}, op, "a");
+        api::check_defined(b, op, "b");
+        api::check_dim(b, {2}, op, "b");
+        api::check_same_device(b, a, op, "b", "a");
+        const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+        FLASHINFER_CHECK(b.size(0) == k, op, "b", "K dimension mismatch: a.shape[1] = ", k,
+                         ", b.shape[0] = ", b.size(0));
+        FLASHINFER_CHECK(n >= 128 && k >= 128 && m > 0, op, "b",
+                         "MXFP8 requires n >= 128 and k >= 128, got m=", m, ", n=", n, ", k=", k);
+        FLASHINFER_CHECK(k % 32 == 0, op, "a", "a.shape[1] must be divisible by 32, got ", k);
+        api::check_dtype_in(a, {DType::kFloat8E4M3FN}, op, "a");
+        api::check_dtype_in(b, {DType::kFloat8E4M3FN}, op, "b");
+        BlockScaledGemmParams p;
+        set_mx(a_descale, use_8x4_sf_layout ? SfLayoutCode::k8x4 : SfLayoutCode::k128x4, m, k,
+               false, a.device(), op, "a_descale", p.a_mx, p.a_mx_layout, p.a_mx_stride_row,
+               p.a_mx_stride_k);
+        set_mx(b_descale, SfLayoutCode::k128x4, n, k, true, a.device(), op, "b_descale", p.b_mx,
+               p.b_mx_layout, p.b_mx_stride_row, p.b_mx_stride_k);
+        Tensor result = mx_out(out, out_dtype, {m, n}, a.device(), op, "out_dtype");
+        p.a = a.data_ptr();
+        p.a_dtype = a.dtype();
+        p.a_stride_m = a.stride(0);
+        p.a_stride_k = a.stride(1);
+        p.b = b.data_ptr();
+        p.b_dtype = b.dtype();
+        p.b_stride_n = b.stride(1);
+        p.b_stride_k = b.stride(0);
+        p.gk = k;
+        p.m = m;
+        p.n = n;
+        p.k = k;
+        fill_out(p, result);
+        api::launch(kScaledGemmKernels, ScaledGemmCall{p, op}, a.device(), op, "a", false);
+        return result;
+      },
+      a, b, a_descale, b_descale, out, out_dtype, use_8x4_sf_layout, backend);
+}
+
+Tensor bmm_mxfp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const Tensor& B_scale,
+                 DType dtype, std::optional<Tensor> out, std::string_view backend) {
+  return call_op<&bmm_mxfp8>(
+      [&] {
+        const char* op = "bmm_mxfp8";
+        api::check_defined(A, op, "A");
+        api::check_backend(op, backend, A.device());
+        api::check_dim(A, {3}, op, "A");
+        api::check_defined(B, op, "B");
+        api::check_dim(B, {3}, op, "B");
+        api::check_same_device(B, A, op, "B", "A");
+        const int64_t nb = A.size(0), m = A.size(1), k = A.size(2), n = B.size(2);
+        FLASHINFER_CHECK(B.size(1) == k, op, "B", "K dimension (last dim of A) mismatch: A is ",
+                         shape_to_string(A.shape()), ", B is ", shape_to_string(B.shape()));
+        FLASHINFER_CHECK(B.size(0) == nb, op, "B", "batch ", B.size(0), " does not match A's ", nb);
+        FLASHINFER_CHECK(n >= 128 && k >= 128 && m > 0 && nb > 0, op, "B",
+                         "MXFP8 requires n >= 128 and k >= 128, got b=", nb, ", m=", m, ", n=", n,
+                         ", k=", k);
+        FLASHINFER_CHECK(k % 32 == 0, op, "A", "k = ", k, " must be divisible by 32");
+        api::check_dtype_in(A, {DType::kFloat8E4M3FN, DType::kFloat8E5M2}, op, "A");
+        api::check_dtype_in(B, {DType::kFloat8E4M3FN, DType::kFloat8E5M2}, op, "B");
+        BlockScaledGemmParams p;
+        const int64_t a_item = kernels::sf_buffer_size(SfLayoutCode::k128x4, m, k / 32);
+        const int64_t b_item = kernels::sf_buffer_size(SfLayoutCode::k128x4, n, k / 32);
+        for (auto [t, arg, item] :
+             {std::tuple{&A_scale, "A_scale", a_item}, std::tuple{&B_scale, "B_scale", b_item}}) {
+          api::check_defined(*t, op, arg);
+          api::check_dtype_in(*t, {DType::kUInt8}, op, arg);
+          api::check_same_device(*t, A, op, arg, "A");
+          FLASHINFER_CHECK(t->dim() == 1, op, arg,
+                           "bmm_mxfp8 requires 1D swizzled scale tensors (mxfp8_quantize(..., "
+                           "is_sf_swizzled_layout=True)), got shape ",
+                           shape_to_string(t->shape()));
+          FLASHINFER_CHECK(t->size(0) == nb * item && t->is_contiguous(), op, arg, "expected ", nb,
+                           " contiguous 128x4 buffers of ", item, " bytes (", nb * item,
+                           "), got shape ", shape_to_string(t->shape()));
+        }
+        Tensor result = mx_out(out, dtype, {nb, m, n}, A.device(), op, "dtype");
+        p.a = A.data_ptr();
+        p.a_dtype = A.dtype();
+        p.a_stride_b = A.stride(0);
+        p.a_stride_m = A.stride(1);
+        p.a_stride_k = A.stride(2);
+        p.b = B.data_ptr();
+        p.b_dtype = B.dtype();
+        p.b_stride_b = B.stride(0);
+        p.b_stride_k = B.stride(1);
+        p.b_stride_n = B.stride(2);
+        p.a_mx = static_cast<const uint8_t*>(A_scale.data_ptr());
+        p.b_mx = static_cast<const uint8_t*>(B_scale.data_ptr());
+        p.a_mx_stride_b = a_item;
+        p.b_mx_stride_b = b_item;
+        p.batch = nb;
+        p.gk = k;
+        p.m = m;
+        p.n = n;
+        p.k = k;
+        p.out = result.data_ptr();
+        p.out_dtype = result.dtype();
+        p.out_stride_b = result.stride(0);
+        p.out_stride_m = result.stride(1);
+        p.out_stride_n = result.stride(2);
+        api::launch(kScaledGemmKernels, ScaledGemmCall{p, op}, A.device(), op, "A", false);
+        return result;
+      },
+      A, B, A_scale, B_scale, dtype, out, backend);
+}
+
+namespace {
+
 // ---- bench hooks (upstream's GEMM formulas: 2*m*n*k FLOPs; each operand, scale and the output
 // counted once) ---------------------------------------------------------------------------------
 
@@ -493,6 +664,41 @@ BenchCase bench_sm90(const BenchShape& s, Device dev) {
   return c;
 }
 
+// Random UE8M0 bytes (scales 2^-9 .. 2^-2), padding included, generated on the host.
+Tensor random_ue8m0(int64_t n, Device dev, uint64_t seed) {
+  Tensor f = api::bench::random_tensor({n}, DType::kFloat32, Device::cpu(), seed, 118.0, 126.0);
+  Tensor u = Tensor::empty({n}, DType::kUInt8);
+  for (int64_t i = 0; i < n; ++i) {
+    u.data<uint8_t>()[i] = static_cast<uint8_t>(f.data<float>()[i]);
+  }
+  return u.to(dev);
+}
+
+BenchCase bench_mxfp8(const BenchShape& s, Device dev, bool batched) {
+  const DType f8 = DType::kFloat8E4M3FN, out_dt = s.out_dtype.value_or(DType::kBFloat16);
+  const int64_t b = batched ? s.batch_size : 1;
+  const int64_t m = s.m, n = std::max<int64_t>(128, s.n),
+                k = round_up(std::max<int64_t>(128, s.k), 32);
+  Tensor a = api::bench::random_tensor({b, m, k}, f8, dev, s.random_seed);
+  Tensor w = api::bench::random_tensor({b, n, k}, f8, dev, s.random_seed + 1);
+  const int64_t sa = kernels::sf_buffer_size(SfLayoutCode::k128x4, m, k / 32);
+  const int64_t sb = kernels::sf_buffer_size(SfLayoutCode::k128x4, n, k / 32);
+  Tensor a_sf = random_ue8m0(b * sa, dev, s.random_seed + 2);
+  Tensor b_sf = random_ue8m0(b * sb, dev, s.random_seed + 3);
+  BenchCase c =
+      batched
+          ? api::bench::invoke_case("bmm_mxfp8", {Value(a), Value(w.transpose(1, 2)), Value(a_sf),
+                                                  Value(b_sf), Value(out_dt)})
+          : api::bench::invoke_case("mm_mxfp8",
+                                    {Value(a.select(0, 0)), Value(w.select(0, 0).transpose(0, 1)),
+                                     Value(a_sf), Value(b_sf)},
+                                    {{"out_dtype", Value(out_dt)}});
+  c.flops = 2.0 * static_cast<double>(b * m * n * k);
+  c.bytes = api::bench::nbytes({b, m, k}, f8) + api::bench::nbytes({b, n, k}, f8) +
+            static_cast<double>(b * (sa + sb)) + api::bench::nbytes({b, m, n}, out_dt);
+  return c;
+}
+
 }  // namespace
 
 namespace detail {
@@ -531,7 +737,23 @@ void register_gemm_fp8_ops(OpRegistry& r) {
        .summary = "DeepSeek-style block-scale GEMM (1x128 input, 1x128 or 128x128 weight scales)"},
       "input", "weight", "input_scale", "weight_scale", arg("out").mut(), "out_dtype");
 
+  declare<&mm_mxfp8>(r,
+                     {.name = "mm_mxfp8",
+                      .module = kModule,
+                      .summary = "MXFP8 GEMM (e4m3 operands, UE8M0 scales per 32 values)"},
+                     "a", "b", "a_descale", "b_descale", arg("out").mut(),
+                     arg("out_dtype", DType::kBFloat16), arg("use_8x4_sf_layout", false),
+                     arg("backend", "auto"));
+  declare<&bmm_mxfp8>(r,
+                      {.name = "bmm_mxfp8",
+                       .module = kModule,
+                       .summary = "Batched MXFP8 GEMM with 128x4-swizzled UE8M0 scales"},
+                      "A", "B", "A_scale", "B_scale", "dtype", arg("out").mut(),
+                      arg("backend", "auto"));
+
   api::register_backends("gemm_fp8_nt_groupwise", kScaledGemmKernels);
+  api::register_backends("mm_mxfp8", kScaledGemmKernels);
+  api::register_backends("bmm_mxfp8", kScaledGemmKernels);
   api::register_backends("gemm_fp8_nt_blockscaled", kScaledGemmKernels);
   api::register_backends("mm_fp8", kScaledGemmKernels);
   api::register_backends("prepare_low_latency_gemm_weights", kLayoutKernels);
@@ -544,6 +766,10 @@ void register_gemm_fp8_ops(OpRegistry& r) {
   register_bench_hook("mm_fp8", bench_mm_fp8);
   register_bench_hook("prepare_low_latency_gemm_weights", bench_prepare);
   register_bench_hook("fp8_blockscale_gemm_sm90", bench_sm90);
+  register_bench_hook("mm_mxfp8",
+                      [](const BenchShape& s, Device d) { return bench_mxfp8(s, d, false); });
+  register_bench_hook("bmm_mxfp8",
+                      [](const BenchShape& s, Device d) { return bench_mxfp8(s, d, true); });
 }
 }  // namespace detail
 

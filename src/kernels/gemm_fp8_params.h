@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "flashinfer/dtype.h"
+#include "kernels/quantization_params.h"
 
 namespace flashinfer::kernels {
 
@@ -33,7 +34,34 @@ struct BlockScaledGemmParams {
   DType out_dtype = DType::kBFloat16;
   int64_t out_stride_m = 0, out_stride_n = 1;
   int64_t m = 0, n = 0, k = 0;
+  // MX block scales (mm_mxfp8, bmm_mxfp8): one UE8M0 byte per 32 consecutive k of each row of a
+  // (and of b's [n, k]), multiplied into the element when it is decoded (x * 2^(e - 127), exact
+  // in fp32), as cuDNN's graph dequantizes both operands before its fp32 matmul. Swizzled
+  // layouts address sf_offset(layout, row, k / 32, k / 32); linear ones use the strides. Null:
+  // no MX scales.
+  const uint8_t* a_mx = nullptr;
+  SfLayoutCode a_mx_layout = SfLayoutCode::k128x4;
+  int64_t a_mx_stride_row = 0, a_mx_stride_k = 0;
+  const uint8_t* b_mx = nullptr;
+  SfLayoutCode b_mx_layout = SfLayoutCode::k128x4;
+  int64_t b_mx_stride_row = 0, b_mx_stride_k = 0;
+  // Batched (bmm_mxfp8): element offsets of one batch item in each buffer.
+  int64_t batch = 1;
+  int64_t a_stride_b = 0, b_stride_b = 0, out_stride_b = 0, a_mx_stride_b = 0, b_mx_stride_b = 0;
 };
+
+/// The MX scale of element (row, kk) of an operand (see BlockScaledGemmParams).
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+    inline float
+    mx_scale(const uint8_t* sf, SfLayoutCode layout, int64_t stride_row, int64_t stride_k,
+             int64_t row, int64_t kk, int64_t k) {
+  const int64_t kb = kk / 32;
+  const int64_t off = layout == SfLayoutCode::kLinear ? row * stride_row + kb * stride_k
+                                                      : sf_offset(layout, row, kb, k / 32);
+  return ue8m0_to_float(sf[off]);
+}
 
 /// The stored row of logical weight row j in prepare_low_latency_gemm_weights' layout: within
 /// each block of 32 rows, row r is stored at (r % 4) * 8 + r / 4.

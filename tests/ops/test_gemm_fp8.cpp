@@ -1,8 +1,8 @@
-// Block-scaled and low-latency FP8 GEMMs (gemm_fp8_nt_groupwise, gemm_fp8_nt_blockscaled, mm_fp8,
-// prepare_low_latency_gemm_weights, fp8_blockscale_gemm_sm90): an fp64 formula over a grid of
-// shapes, scale layouts, granularities and dtypes; hand-checked values; the weight layout
-// bit-exact against its definition; every bad input; record/replay (live and through a dump);
-// CUDA against the CPU reference.
+// Block-scaled, MX and low-latency FP8 GEMMs (gemm_fp8_nt_groupwise, gemm_fp8_nt_blockscaled,
+// mm_fp8, prepare_low_latency_gemm_weights, fp8_blockscale_gemm_sm90, mm_mxfp8, bmm_mxfp8): an fp64
+// formula over a grid of shapes, scale layouts, granularities and dtypes; hand-checked values; the
+// weight layout bit-exact against its definition; every bad input; record/replay (live and through
+// a dump); CUDA against the CPU reference.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -281,6 +281,121 @@ TEST(Fp8BlockscaleGemmSm90, Bf16InputQuantizedPer1x128) {
   EXPECT_TRUE(all_close(out, ref_blockscaled(x, w, 1, 128, 128, one, at_w), {0.5, 0.1}));
 }
 
+// ---- mm_mxfp8 / bmm_mxfp8 -------------------------------------------------------------------
+
+// Upstream's swizzled scale layouts (docs/GEMM_AND_QUANTIZATION.md), written out independently.
+int64_t off128x4(int64_t r, int64_t c, int64_t cols) {
+  return (r / 128) * cdiv(cols, 4) * 512 + (c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 +
+         c % 4;
+}
+int64_t off8x4(int64_t r, int64_t c, int64_t cols) {
+  return (r / 8) * cdiv(cols, 4) * 32 + (c / 4) * 32 + (r % 8) * 4 + c % 4;
+}
+Tensor ue8m0_bytes(int64_t n, uint64_t seed) {
+  const auto v = dbl(rand_tensor({n}, DType::kFloat32, seed, 120.0, 131.0));
+  Tensor t = Tensor::empty({n}, DType::kUInt8);
+  for (int64_t i = 0; i < n; ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(v[i]);
+  return t;
+}
+double ue8m0(uint8_t e) { return std::ldexp(1.0, static_cast<int>(e) - 127); }
+
+// sum_k a[i, k] 2^(ea(i, k/32) - 127) * w[j, k] 2^(eb(j, k/32) - 127) in fp64.
+template <class EA, class EB>
+std::vector<double> ref_mx(const Tensor& a, const Tensor& w, EA ea, EB eb) {
+  const int64_t m = a.size(0), k = a.size(1), n = w.size(0);
+  const auto av = dbl(a), wv = dbl(w);
+  std::vector<double> out(static_cast<std::size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        acc += av[i * k + kk] * ue8m0(ea(i, kk / 32)) * wv[j * k + kk] * ue8m0(eb(j, kk / 32));
+      }
+      out[i * n + j] = acc;
+    }
+  }
+  return out;
+}
+
+// Scales up to 2^3 on each side: the absolute bound grows with them.
+Tolerance mx_tol(DType dt, int64_t k) {
+  Tolerance t = gemm_tol(dt, k);
+  t.atol *= 64;
+  return t;
+}
+
+TEST(MmMxfp8, MatchesFp64FormulaOverLayouts) {
+  for (auto [m, n, k] : {Gran{1, 128, 128}, Gran{37, 200, 288}, Gran{130, 128, 256}}) {
+    const int64_t kc = k / 32;
+    Tensor a = fp8({m, k}, kE4, m + 3), w = fp8({n, k}, kE4, n + 4);
+    for (const std::string la : {"128x4", "8x4", "linear"}) {
+      for (const std::string lb : {"128x4", "linear"}) {
+        SCOPED_TRACE(::testing::Message()
+                     << m << "x" << n << "x" << k << " a:" << la << " b:" << lb);
+        const int64_t a_len =
+            la == "8x4" ? cdiv(m, 8) * 8 * cdiv(kc, 4) * 4 : cdiv(m, 128) * 128 * cdiv(kc, 4) * 4;
+        Tensor sa = la == "linear" ? ue8m0_bytes(m * kc, 5).view({m, kc}) : ue8m0_bytes(a_len, 5);
+        // b's linear scales are [k/32, n] (upstream passes the weight's [n, k/32] transposed).
+        Tensor sb = lb == "linear" ? ue8m0_bytes(n * kc, 6).view({n, kc}).transpose(0, 1)
+                                   : ue8m0_bytes(cdiv(n, 128) * 128 * cdiv(kc, 4) * 4, 6);
+        const uint8_t* pa = static_cast<const uint8_t*>(sa.data_ptr());
+        const uint8_t* pb = static_cast<const uint8_t*>(sb.data_ptr());
+        auto ea = [&](int64_t r, int64_t c) {
+          return la == "linear" ? pa[r * kc + c]
+                 : la == "8x4"  ? pa[off8x4(r, c, kc)]
+                                : pa[off128x4(r, c, kc)];
+        };
+        auto eb = [&](int64_t r, int64_t c) {
+          return lb == "linear" ? pb[r * kc + c] : pb[off128x4(r, c, kc)];
+        };
+        const auto ref = ref_mx(a, w, ea, eb);
+        for (DType out_dt : {kBf, DType::kFloat16}) {
+          Tensor out = mm_mxfp8(a, w.transpose(0, 1), sa, sb, std::nullopt, out_dt, la == "8x4");
+          ASSERT_EQ(out.shape(), (Shape{m, n}));
+          EXPECT_TRUE(all_close(out, ref, mx_tol(out_dt, k)));
+        }
+      }
+    }
+  }
+}
+
+// Hand-checked: ones times ones, a's four K blocks scaled 1, 2, 1, 1 and b's by 0.5:
+// 32 * (0.5 + 1 + 0.5 + 0.5) = 80.
+TEST(MmMxfp8, HandChecked) {
+  Tensor a = Tensor::full({1, 128}, 1.0, kE4), w = Tensor::full({128, 128}, 1.0, kE4);
+  Tensor sa = Tensor::from_vector({127, 128, 127, 127}, {1, 4}, DType::kUInt8);
+  Tensor sb = Tensor::full({4, 128}, 126, DType::kUInt8);
+  Tensor out = mm_mxfp8(a, w.transpose(0, 1), sa, sb);
+  for (double x : dbl(out)) ASSERT_EQ(x, 80.0);
+}
+
+TEST(BmmMxfp8, MatchesFp64FormulaAndMmMxfp8PerItem) {
+  const int64_t nb = 2, m = 3, n = 130, k = 160, kc = k / 32;
+  const int64_t ia = cdiv(m, 128) * 128 * cdiv(kc, 4) * 4;
+  const int64_t ib = cdiv(n, 128) * 128 * cdiv(kc, 4) * 4;
+  for (auto [adt, bdt] : {std::pair{kE4, kE4}, std::pair{kE5, kE4}}) {
+    Tensor A = fp8({nb, m, k}, adt, 1), W = fp8({nb, n, k}, bdt, 2);
+    Tensor sa = ue8m0_bytes(nb * ia, 3), sb = ue8m0_bytes(nb * ib, 4);
+    Tensor out = bmm_mxfp8(A, W.transpose(1, 2), sa, sb, DType::kFloat16);
+    ASSERT_EQ(out.shape(), (Shape{nb, m, n}));
+    for (int64_t b = 0; b < nb; ++b) {
+      SCOPED_TRACE(b);
+      const uint8_t* pa = static_cast<const uint8_t*>(sa.data_ptr()) + b * ia;
+      const uint8_t* pb = static_cast<const uint8_t*>(sb.data_ptr()) + b * ib;
+      auto ea = [&](int64_t r, int64_t c) { return pa[off128x4(r, c, kc)]; };
+      auto eb = [&](int64_t r, int64_t c) { return pb[off128x4(r, c, kc)]; };
+      EXPECT_TRUE(all_close(out.select(0, b), ref_mx(A.select(0, b), W.select(0, b), ea, eb),
+                            mx_tol(DType::kFloat16, k)));
+      if (adt == kE4) {
+        Tensor one = mm_mxfp8(A.select(0, b), W.select(0, b).transpose(0, 1),
+                              sa.slice(0, b * ia, (b + 1) * ia), sb.slice(0, b * ib, (b + 1) * ib),
+                              std::nullopt, DType::kFloat16);
+        EXPECT_TRUE(all_close(out.select(0, b), one, {0.0, 0.0}));
+      }
+    }
+  }
+}
+
 // ---- bad input ------------------------------------------------------------------------------
 
 TEST(GemmFp8BadInput, ErrorsNameOpAndArgument) {
@@ -357,6 +472,45 @@ TEST(GemmFp8BadInput, ErrorsNameOpAndArgument) {
   EXPECT_FI_ERROR(prepare_low_latency_gemm_weights(w.to(kBf), Value()), pl, "w");
   EXPECT_FI_ERROR(prepare_low_latency_gemm_weights(w.unsqueeze(0), Value()), pl, "w");
 
+  // mm_mxfp8 / bmm_mxfp8.
+  const char* mx = "mm_mxfp8";
+  Tensor xa = fp8({4, 128}, kE4, 1), xw = fp8({128, 128}, kE4, 2);
+  Tensor xb = xw.transpose(0, 1);
+  Tensor s4 = Tensor::zeros({512}, DType::kUInt8), s128 = Tensor::zeros({512}, DType::kUInt8);
+  EXPECT_NO_THROW(mm_mxfp8(xa, xb, s4, s128));
+  EXPECT_FI_ERROR(mm_mxfp8(xa.to(kE5), xb, s4, s128), mx, "a");
+  EXPECT_FI_ERROR(mm_mxfp8(xa, xb.to(kE5), s4, s128), mx, "b");
+  EXPECT_FI_ERROR(mm_mxfp8(xa, fp8({64, 128}, kE4, 2).transpose(0, 1), s4, s128), mx, "b");
+  EXPECT_FI_ERROR(mm_mxfp8(fp8({4, 96}, kE4, 1), fp8({128, 96}, kE4, 2).transpose(0, 1), s4, s128),
+                  mx, "b");
+  EXPECT_FI_ERROR(mm_mxfp8(xa, fp8({128, 64}, kE4, 2), s4, s128), mx, "b");
+  EXPECT_FI_ERROR(mm_mxfp8(xa, xb, Tensor::zeros({511}, DType::kUInt8), s128), mx, "a_descale");
+  EXPECT_FI_ERROR(mm_mxfp8(xa, xb, s4.to(DType::kFloat32), s128), mx, "a_descale");
+  EXPECT_FI_ERROR(mm_mxfp8(xa, xb, Tensor::zeros({4, 3}, DType::kUInt8), s128), mx, "a_descale");
+  EXPECT_FI_ERROR(mm_mxfp8(xa, xb, s4, s128, std::nullopt, kBf, true), mx, "a_descale");
+  EXPECT_FI_ERROR(mm_mxfp8(xa, xb, s4, Tensor::zeros({128, 4}, DType::kUInt8)), mx, "b_descale");
+  EXPECT_FI_ERROR(mm_mxfp8(xa, xb, s4, Tensor::zeros({2, 1, 256}, DType::kUInt8)), mx, "b_descale");
+  EXPECT_FI_ERROR(mm_mxfp8(xa, xb, s4, s128, std::nullopt, DType::kFloat32), mx, "out_dtype");
+  EXPECT_FI_ERROR(mm_mxfp8(xa, xb, s4, s128, Tensor::zeros({4, 128}, DType::kFloat16)), mx, "out");
+  EXPECT_FI_ERROR(mm_mxfp8(xa, xb, s4, s128, Tensor::zeros({4, 127}, kBf)), mx, "out");
+  EXPECT_FI_ERROR(mm_mxfp8(xa, xb, s4, s128, std::nullopt, kBf, false, "cublas"), mx, "backend");
+  const char* bmx = "bmm_mxfp8";
+  Tensor BA = fp8({2, 4, 128}, kE4, 1), BW = fp8({2, 128, 128}, kE4, 2).transpose(1, 2);
+  Tensor bsf = Tensor::zeros({1024}, DType::kUInt8);
+  EXPECT_NO_THROW(bmm_mxfp8(BA, BW, bsf, bsf, kBf));
+  EXPECT_FI_ERROR(bmm_mxfp8(xa, BW, bsf, bsf, kBf), bmx, "A");
+  EXPECT_FI_ERROR(bmm_mxfp8(BA, fp8({3, 128, 128}, kE4, 2).transpose(1, 2), bsf, bsf, kBf), bmx,
+                  "B");
+  EXPECT_FI_ERROR(bmm_mxfp8(BA, fp8({2, 64, 128}, kE4, 2).transpose(1, 2), bsf, bsf, kBf), bmx,
+                  "B");
+  EXPECT_FI_ERROR(bmm_mxfp8(BA.to(kBf), BW, bsf, bsf, kBf), bmx, "A");
+  EXPECT_FI_ERROR(bmm_mxfp8(BA, BW, bsf.slice(0, 0, 512), bsf, kBf), bmx, "A_scale");
+  EXPECT_FI_ERROR(bmm_mxfp8(BA, BW, bsf, bsf.view({2, 512}), kBf), bmx, "B_scale");
+  EXPECT_FI_ERROR(bmm_mxfp8(BA, BW, bsf, bsf, DType::kFloat32), bmx, "dtype");
+  EXPECT_FI_ERROR(bmm_mxfp8(BA, BW, bsf, bsf, kBf, Tensor::zeros({2, 4, 128}, DType::kFloat16)),
+                  bmx, "out");
+  EXPECT_FI_ERROR(bmm_mxfp8(BA, BW, bsf, bsf, kBf, std::nullopt, "trtllm"), bmx, "backend");
+
   // fp8_blockscale_gemm_sm90.
   const char* s9 = "fp8_blockscale_gemm_sm90";
   Tensor in = fp8({3, 256}, kE4, 1), wt = fp8({64, 256}, kE4, 2);
@@ -396,6 +550,11 @@ TEST(GemmFp8Decl, SignaturesModulesAndBackends) {
        "(input, weight, input_scale=None, weight_scale=None, out=None, out_dtype=None)"},
       {"prepare_low_latency_gemm_weights", "flashinfer.trtllm_low_latency_gemm",
        "(w, permutation_indices_cache)"},
+      {"mm_mxfp8", "flashinfer.gemm.gemm_base",
+       "(a, b, a_descale, b_descale, out=None, out_dtype=torch.bfloat16, use_8x4_sf_layout=False, "
+       "backend='auto')"},
+      {"bmm_mxfp8", "flashinfer.gemm.gemm_base",
+       "(A, B, A_scale, B_scale, dtype, out=None, backend='auto')"},
   };
   for (const auto& [name, module, sig] : expected) {
     const OpDecl* d = OpRegistry::global().find(name);
@@ -410,8 +569,13 @@ TEST(GemmFp8Decl, SignaturesModulesAndBackends) {
   EXPECT_TRUE(op_has_backend("fp8_blockscale_gemm_sm90", DeviceType::kCPU));
   EXPECT_EQ(op_has_backend("gemm_fp8_nt_groupwise", DeviceType::kCUDA), cuda_compiled());
   if (cuda_compiled()) {
-    EXPECT_TRUE(backend_requirement("gemm_fp8_nt_groupwise").is_backend_supported("trtllm", 90));
+    // The tiled kernel serves each op's default name only.
+    EXPECT_TRUE(backend_requirement("gemm_fp8_nt_groupwise").is_backend_supported("cutlass", 90));
+    EXPECT_FALSE(backend_requirement("gemm_fp8_nt_groupwise").is_backend_supported("trtllm", 90));
     EXPECT_TRUE(backend_requirement("mm_fp8").is_backend_supported("trtllm_low_latency", 80));
+    EXPECT_TRUE(backend_requirement("mm_mxfp8").is_backend_supported("auto", 80));
+    EXPECT_FALSE(backend_requirement("mm_mxfp8").is_backend_supported("cudnn", 100));
+    EXPECT_TRUE(backend_requirement("bmm_mxfp8").is_backend_supported("auto", 90));
   }
   // The recorded tuple default rebuilds: a list value binds too.
   const OpDecl* d = OpRegistry::global().find("gemm_fp8_nt_groupwise");
@@ -440,6 +604,11 @@ void run_every_op() {
   Tensor out = Tensor::zeros({5, 64}, kBf);
   (void)mm_fp8(a, pw, Tensor::full({1}, 0.5, DType::kFloat32), kBf, out);
   (void)fp8_blockscale_gemm_sm90(rand_tensor({5, 256}, kBf, 7), b, std::nullopt, scales({1, 2}, 8));
+  Tensor w = fp8({128, 256}, kE4, 9);
+  (void)mm_mxfp8(a, w.transpose(0, 1), ue8m0_bytes(128 * 8, 10), ue8m0_bytes(128 * 8, 11),
+                 std::nullopt, DType::kFloat16);
+  (void)bmm_mxfp8(a.unsqueeze(0), w.unsqueeze(0).transpose(1, 2), ue8m0_bytes(128 * 8, 12),
+                  ue8m0_bytes(128 * 8, 13), kBf);
 }
 
 TEST(GemmFp8, RecordAndReplay) {
@@ -449,7 +618,7 @@ TEST(GemmFp8, RecordAndReplay) {
     run_every_op();
     calls = scope.observer().calls;
   }
-  ASSERT_EQ(calls.size(), 5u);
+  ASSERT_EQ(calls.size(), 7u);
   for (const auto& c : calls) {
     SCOPED_TRACE(c.name);
     EXPECT_TRUE(replays_identically(c));
@@ -470,7 +639,7 @@ TEST(GemmFp8, DumpReplayPasses) {
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.is_directory()) calls.push_back(e.path());
   }
-  ASSERT_EQ(calls.size(), 5u);
+  ASSERT_EQ(calls.size(), 7u);
   for (const auto& c : calls) {
     const replay::Result r = replay::replay_from_dump(c.string());
     EXPECT_EQ(r.status, replay::Status::kPassed) << c << ": " << r.error;
@@ -494,6 +663,15 @@ TEST(GemmFp8Cuda, MatchesCpu) {
   Tensor c2 = mm_fp8(a, pw, alpha);
   Tensor g2 = mm_fp8(a.to(g), prepare_low_latency_gemm_weights(w.to(g), Value()), alpha.to(g));
   EXPECT_TRUE(all_close(g2.to(Device::cpu()), c2, default_tolerance(kBf)));
+  Tensor w2 = fp8({130, 384}, kE4, 6);
+  Tensor mxa = ue8m0_bytes(128 * 12, 8), mxb = ue8m0_bytes(256 * 12, 9);
+  Tensor c3 = mm_mxfp8(a, w2.transpose(0, 1), mxa, mxb);
+  Tensor g3 = mm_mxfp8(a.to(g), w2.to(g).transpose(0, 1), mxa.to(g), mxb.to(g));
+  EXPECT_TRUE(all_close(g3.to(Device::cpu()), c3, default_tolerance(kBf)));
+  Tensor c4 = bmm_mxfp8(a.unsqueeze(0), w2.unsqueeze(0).transpose(1, 2), mxa, mxb, kBf);
+  Tensor g4 = bmm_mxfp8(a.to(g).unsqueeze(0), w2.to(g).unsqueeze(0).transpose(1, 2), mxa.to(g),
+                        mxb.to(g), kBf);
+  EXPECT_TRUE(all_close(g4.to(Device::cpu()), c4, default_tolerance(kBf)));
   // CPU-only op on a CUDA tensor: kUnsupported naming the op.
   EXPECT_FI_ERROR(
       fp8_blockscale_gemm_sm90(a.to(g), w.to(g), scales({33, 3}, 6).to(g), scales({1, 3}, 7).to(g)),

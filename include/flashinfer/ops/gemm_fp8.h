@@ -79,4 +79,27 @@ Tensor fp8_blockscale_gemm_sm90(const Tensor& input, const Tensor& weight,
                                 std::optional<Tensor> out = std::nullopt,
                                 std::optional<DType> out_dtype = std::nullopt);
 
+/// MXFP8 GEMM: out = sum_k (a[i, k] * 2^(sa[i, k/32] - 127)) * (b[k, j] * 2^(sb[j, k/32] - 127))
+/// with fp32 accumulation (both operands dequantized exactly, then multiplied, as cuDNN's graph).
+///   a  [m, k] float8_e4m3fn, row-major; b [k, n] float8_e4m3fn, column-major (pass w_mx.t()).
+///   a_descale  uint8 UE8M0, one per 32 k: 1-D swizzled (128x4, or 8x4 with use_8x4_sf_layout)
+///              as mxfp8_quantize returns it, or 2-D linear [m, k/32].
+///   b_descale  uint8: 1-D 128x4-swizzled scales of w [n, k], or 2-D linear [k/32, n].
+///   n >= 128, k >= 128 and k % 32 == 0 (upstream's checks). out / out_dtype bf16 or fp16.
+///   backend "cutlass" | "cute-dsl" | "trtllm" | "cudnn" | "auto"; on CUDA this build runs "auto"
+///   with its tiled kernel (sm80+). b is read unshuffled (the trtllm backend's shuffled weight
+///   is not modelled).
+Tensor mm_mxfp8(const Tensor& a, const Tensor& b, const Tensor& a_descale, const Tensor& b_descale,
+                std::optional<Tensor> out = std::nullopt, DType out_dtype = DType::kBFloat16,
+                bool use_8x4_sf_layout = false, std::string_view backend = "auto");
+
+/// Batched MXFP8 GEMM: A [b, m, k] fp8 (e4m3 or e5m2) row-major, B [b, k, n] fp8 column-major,
+/// A_scale / B_scale 1-D uint8 128x4-swizzled UE8M0 scales of each batch item's [m, k/32] /
+/// [n, k/32], one padded buffer per item back to back (b * round_up(rows, 128) *
+/// round_up(k/32, 4) bytes). dtype bf16 or fp16; n, k >= 128. backend "cudnn" | "cutlass" |
+/// "auto"; on CUDA this build runs "auto".
+Tensor bmm_mxfp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const Tensor& B_scale,
+                 DType dtype, std::optional<Tensor> out = std::nullopt,
+                 std::string_view backend = "auto");
+
 }  // namespace flashinfer

@@ -41,13 +41,23 @@ void store(void* base, DType dt, int64_t idx, float v) {
 
 }  // namespace
 
-void block_scaled_gemm(const BlockScaledGemmParams& p) {
+namespace {
+
+void gemm_one(const BlockScaledGemmParams& p, int64_t bi) {
   const int64_t m = p.m, n = p.n, k = p.k;
-  // Both operands decoded once to fp32 (exact for every input format), b as logical [n, k].
+  const void* pa = static_cast<const char*>(p.a) + bi * p.a_stride_b * dtype_size(p.a_dtype);
+  const void* pb = static_cast<const char*>(p.b) + bi * p.b_stride_b * dtype_size(p.b_dtype);
+  const uint8_t* a_mx = p.a_mx ? p.a_mx + bi * p.a_mx_stride_b : nullptr;
+  const uint8_t* b_mx = p.b_mx ? p.b_mx + bi * p.b_mx_stride_b : nullptr;
+  void* out = static_cast<char*>(p.out) + bi * p.out_stride_b * dtype_size(p.out_dtype);
+  // Both operands decoded once to fp32 (exact for every input format, MX scales included), b as
+  // logical [n, k].
   std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(n * k));
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t kk = 0; kk < k; ++kk) {
-      a[i * k + kk] = decode(p.a, p.a_dtype, i * p.a_stride_m + kk * p.a_stride_k);
+      float v = decode(pa, p.a_dtype, i * p.a_stride_m + kk * p.a_stride_k);
+      if (a_mx) v *= mx_scale(a_mx, p.a_mx_layout, p.a_mx_stride_row, p.a_mx_stride_k, i, kk, k);
+      a[i * k + kk] = v;
     }
   }
   for (int64_t j = 0; j < n; ++j) {
@@ -55,7 +65,9 @@ void block_scaled_gemm(const BlockScaledGemmParams& p) {
     for (int64_t kk = 0; kk < k; ++kk) {
       const int64_t idx = p.b_low_latency ? (kk / 128) * n * 128 + row * 128 + kk % 128
                                           : j * p.b_stride_n + kk * p.b_stride_k;
-      b[j * k + kk] = decode(p.b, p.b_dtype, idx);
+      float v = decode(pb, p.b_dtype, idx);
+      if (b_mx) v *= mx_scale(b_mx, p.b_mx_layout, p.b_mx_stride_row, p.b_mx_stride_k, j, kk, k);
+      b[j * k + kk] = v;
     }
   }
   const float alpha = p.alpha ? *p.alpha : 1.0f;
@@ -76,9 +88,15 @@ void block_scaled_gemm(const BlockScaledGemmParams& p) {
             p.b_scale ? p.b_scale[(j / p.gn) * p.sb_stride_n + kb * p.sb_stride_k] : 1.0f;
         acc += (sa * sb) * part;
       }
-      store(p.out, p.out_dtype, i * p.out_stride_m + j * p.out_stride_n, alpha * acc);
+      store(out, p.out_dtype, i * p.out_stride_m + j * p.out_stride_n, alpha * acc);
     }
   }
+}
+
+}  // namespace
+
+void block_scaled_gemm(const BlockScaledGemmParams& p) {
+  for (int64_t bi = 0; bi < p.batch; ++bi) gemm_one(p, bi);
 }
 
 void quantize_1x128_e4m3(const uint16_t* x, int64_t x_stride_m, int64_t m, int64_t k, uint8_t* q,

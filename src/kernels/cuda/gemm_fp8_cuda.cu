@@ -1,7 +1,8 @@
 // Block-scaled FP8 GEMM on CUDA: a straightforward shared-memory tiled kernel, one output per
-// thread. Each K block's partial sum runs over k in order (as the CPU reference does), then is
-// multiplied by the product of its two fp32 scales and added to the accumulator; alpha scales
-// the total. Correctness over speed: no tensor cores (runs on sm80, which has no fp8 MMA).
+// thread, one batch item per grid z. MX scales are multiplied in when an element is loaded. Each K
+// block's partial sum runs over k in order (as the CPU reference does), then is multiplied by the
+// product of its two fp32 scales and added to the accumulator; alpha scales the total. Correctness
+// over speed: no tensor cores (runs on sm80, which has no fp8 MMA).
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/gemm_fp8_cuda.h"
 
@@ -20,8 +21,11 @@ __global__ void __launch_bounds__(kTile* kTile) block_scaled_gemm_kernel(BlockSc
   const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kTile;
   const int64_t i = i0 + ty, j = j0 + tx;
-  const TA* a = static_cast<const TA*>(p.a);
-  const TB* b = static_cast<const TB*>(p.b);
+  const int64_t bi = blockIdx.z;
+  const TA* a = static_cast<const TA*>(p.a) + bi * p.a_stride_b;
+  const TB* b = static_cast<const TB*>(p.b) + bi * p.b_stride_b;
+  const uint8_t* a_mx = p.a_mx ? p.a_mx + bi * p.a_mx_stride_b : nullptr;
+  const uint8_t* b_mx = p.b_mx ? p.b_mx + bi * p.b_mx_stride_b : nullptr;
   const int64_t kblocks = (p.k + p.gk - 1) / p.gk;
   float acc = 0.0f;
   for (int64_t kb = 0; kb < kblocks; ++kb) {
@@ -34,12 +38,20 @@ __global__ void __launch_bounds__(kTile* kTile) block_scaled_gemm_kernel(BlockSc
         const int64_t kk = kt + c;
         const int64_t ia = i0 + r, jb = j0 + r;
         float va = 0.0f, vb = 0.0f;
-        if (kk < k1 && ia < p.m) va = static_cast<float>(a[ia * p.a_stride_m + kk * p.a_stride_k]);
+        if (kk < k1 && ia < p.m) {
+          va = static_cast<float>(a[ia * p.a_stride_m + kk * p.a_stride_k]);
+          if (a_mx) {
+            va *= mx_scale(a_mx, p.a_mx_layout, p.a_mx_stride_row, p.a_mx_stride_k, ia, kk, p.k);
+          }
+        }
         if (kk < k1 && jb < p.n) {
           const int64_t idx = p.b_low_latency
                                   ? (kk / 128) * p.n * 128 + low_latency_row(jb) * 128 + kk % 128
                                   : jb * p.b_stride_n + kk * p.b_stride_k;
           vb = static_cast<float>(b[idx]);
+          if (b_mx) {
+            vb *= mx_scale(b_mx, p.b_mx_layout, p.b_mx_stride_row, p.b_mx_stride_k, jb, kk, p.k);
+          }
         }
         as[r][c] = va;
         bs[r][c] = vb;
@@ -60,14 +72,15 @@ __global__ void __launch_bounds__(kTile* kTile) block_scaled_gemm_kernel(BlockSc
   pdl_launch_dependents();
   if (i < p.m && j < p.n) {
     const float alpha = p.alpha ? *p.alpha : 1.0f;
-    static_cast<TO*>(p.out)[i * p.out_stride_m + j * p.out_stride_n] = from_f32<TO>(alpha * acc);
+    static_cast<TO*>(p.out)[bi * p.out_stride_b + i * p.out_stride_m + j * p.out_stride_n] =
+        from_f32<TO>(alpha * acc);
   }
 }
 
 template <class TA, class TB>
 void launch_out(const BlockScaledGemmParams& p, cudaStream_t stream, const char* op, bool pdl) {
   const dim3 grid(static_cast<unsigned>((p.n + kTile - 1) / kTile),
-                  static_cast<unsigned>((p.m + kTile - 1) / kTile));
+                  static_cast<unsigned>((p.m + kTile - 1) / kTile), static_cast<unsigned>(p.batch));
   const dim3 block(kTile, kTile);
   dispatch_dtype<CudaElements, kBFloat16, kFloat16>(p.out_dtype, op, "out", [&]<class TO>() {
     launch_kernel(op, block_scaled_gemm_kernel<TA, TB, TO>, grid, block, 0, stream, pdl, p);
@@ -80,6 +93,8 @@ void block_scaled_gemm(const BlockScaledGemmParams& p, void* stream, const char*
   if (p.m == 0 || p.n == 0) return;
   FLASHINFER_CHECK_CODE((p.m + kTile - 1) / kTile <= 65535, ErrorCode::kUnsupported, op, "a",
                         "m = ", p.m, " exceeds the CUDA grid's y limit (65535 tiles of 16 rows)");
+  FLASHINFER_CHECK_CODE(p.batch <= 65535, ErrorCode::kUnsupported, op, "a", "batch = ", p.batch,
+                        " exceeds the CUDA grid's z limit (65535)");
   const auto s = static_cast<cudaStream_t>(stream);
   dispatch_dtype<CudaElements, kFloat8E4M3FN, kFloat8E5M2>(p.a_dtype, op, "a", [&]<class TA>() {
     dispatch_dtype<CudaElements, kFloat8E4M3FN, kFloat8E5M2>(
