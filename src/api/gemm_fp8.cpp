@@ -37,7 +37,8 @@ struct ScaledGemmCall {
 };
 
 constexpr const char* kCpuImpl =
-    "CPU reference: operands decoded to fp32, fp32 partial sum per K block times its scales";
+    "CPU reference: operands decoded exactly to fp32, OpenBLAS sgemm per K block, each block's "
+    "fp32 sums times its scales";
 
 // gemm_fp8_nt_groupwise, gemm_fp8_nt_blockscaled and mm_fp8.
 constexpr KernelEntry<ScaledGemmCall> kScaledGemmKernels[] = {
@@ -45,7 +46,7 @@ constexpr KernelEntry<ScaledGemmCall> kScaledGemmKernels[] = {
      [](const ScaledGemmCall& c, const LaunchContext&) { kernels::cpu::block_scaled_gemm(c.p); }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
-     "tiled fp32 CUDA kernel of this build (sm80+, no fp8 tensor cores; same per-block order as "
+     "tiled fp32 CUDA kernel of this build (sm80+, no fp8 tensor cores; per-K-block scaling as "
      "the CPU)",
      nullptr,
      [](const ScaledGemmCall& c, const LaunchContext& ctx) {

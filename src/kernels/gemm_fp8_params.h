@@ -12,8 +12,8 @@ namespace flashinfer::kernels {
 /// out[i, j] = alpha * sum over K blocks kb of
 ///             a_scale[i / gm, kb] * b_scale[j / gn, kb] * sum_{k in kb} a[i, k] * b[j, k]
 /// where a K block is gk consecutive k (the last one may be shorter). The block's partial sum is
-/// accumulated in fp32 over k in order, then multiplied by (a_scale * b_scale) and added to the
-/// fp32 accumulator; alpha multiplies the total. A null scale pointer means 1.
+/// accumulated in fp32, then multiplied by (a_scale * b_scale) and added to the fp32
+/// accumulator; alpha multiplies the total. A null scale pointer means 1.
 struct BlockScaledGemmParams {
   const void* a = nullptr;
   DType a_dtype = DType::kFloat8E4M3FN;

@@ -1,5 +1,7 @@
 #include "kernels/cpu/gemm_fp8_cpu.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -70,25 +72,36 @@ void gemm_one(const BlockScaledGemmParams& p, int64_t bi) {
       b[j * k + kk] = v;
     }
   }
+  // fp32 products of the decoded operands by OpenBLAS sgemm, one call per K block when there are
+  // per-block scales: each block's partial sums are then multiplied by (a_scale * b_scale) and
+  // added to the fp32 accumulator, the promotion of the blockwise kernels (see the header).
   const float alpha = p.alpha ? *p.alpha : 1.0f;
-  const int64_t kblocks = (k + p.gk - 1) / p.gk;
-#pragma omp parallel for schedule(static) if (m * n * k >= (1 << 18))
-  for (int64_t i = 0; i < m; ++i) {
-    const float* ar = a.data() + i * k;
-    for (int64_t j = 0; j < n; ++j) {
-      const float* br = b.data() + j * k;
-      float acc = 0.0f;
-      for (int64_t kb = 0; kb < kblocks; ++kb) {
-        const int64_t k0 = kb * p.gk, k1 = std::min(k, k0 + p.gk);
-        float part = 0.0f;
-        for (int64_t kk = k0; kk < k1; ++kk) part += ar[kk] * br[kk];
-        const float sa =
-            p.a_scale ? p.a_scale[(i / p.gm) * p.sa_stride_m + kb * p.sa_stride_k] : 1.0f;
+  const bool scaled = p.a_scale || p.b_scale;
+  const int64_t gk = scaled ? p.gk : k;
+  const int64_t kblocks = (k + gk - 1) / gk;
+  std::vector<float> part(static_cast<std::size_t>(m * n));
+  std::vector<float> acc(scaled ? static_cast<std::size_t>(m * n) : 0, 0.0f);
+  for (int64_t kb = 0; kb < kblocks; ++kb) {
+    const int64_t k0 = kb * gk, kl = std::min(k, k0 + gk) - k0;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+                static_cast<blasint>(n), static_cast<blasint>(kl), 1.0f, a.data() + k0,
+                static_cast<blasint>(k), b.data() + k0, static_cast<blasint>(k), 0.0f, part.data(),
+                static_cast<blasint>(n));
+    if (!scaled) break;
+    for (int64_t i = 0; i < m; ++i) {
+      const float sa =
+          p.a_scale ? p.a_scale[(i / p.gm) * p.sa_stride_m + kb * p.sa_stride_k] : 1.0f;
+      for (int64_t j = 0; j < n; ++j) {
         const float sb =
             p.b_scale ? p.b_scale[(j / p.gn) * p.sb_stride_n + kb * p.sb_stride_k] : 1.0f;
-        acc += (sa * sb) * part;
+        acc[i * n + j] += (sa * sb) * part[i * n + j];
       }
-      store(out, p.out_dtype, i * p.out_stride_m + j * p.out_stride_n, alpha * acc);
+    }
+  }
+  const std::vector<float>& total = scaled ? acc : part;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      store(out, p.out_dtype, i * p.out_stride_m + j * p.out_stride_n, alpha * total[i * n + j]);
     }
   }
 }

@@ -7,7 +7,9 @@
 
 namespace flashinfer::kernels::cpu {
 
-/// The exact reference of BlockScaledGemmParams (fp32 accumulation per K block, in k order).
+/// The reference of BlockScaledGemmParams: operands decoded exactly to fp32 (MX scales included),
+/// fp32 products summed by OpenBLAS sgemm per K block (its own summation order and threads),
+/// each block's sums scaled and accumulated in fp32.
 void block_scaled_gemm(const BlockScaledGemmParams& p);
 
 /// TRT-LLM's 1x128 quantization of a bf16 [m, k] (row stride x_stride_m, unit k stride): per

@@ -1,7 +1,8 @@
 // Block-scaled FP8 GEMM on CUDA: a straightforward shared-memory tiled kernel, one output per
 // thread, one batch item per grid z. MX scales are multiplied in when an element is loaded. Each K
-// block's partial sum runs over k in order (as the CPU reference does), then is multiplied by the
-// product of its two fp32 scales and added to the accumulator; alpha scales the total. Correctness
+// block's partial sum runs over k in order, then is multiplied by the product of its two fp32
+// scales and added to the accumulator (the CPU reference's per-block scaling); alpha scales the
+// total. Correctness
 // over speed: no tensor cores (runs on sm80, which has no fp8 MMA).
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/gemm_fp8_cuda.h"
