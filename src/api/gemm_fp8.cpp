@@ -1,7 +1,8 @@
 // Block-scaled, MX and low-latency FP8 GEMMs (flashinfer.gemm.gemm_base: gemm_fp8_nt_groupwise,
 // gemm_fp8_nt_blockscaled, mm_fp8, fp8_blockscale_gemm_sm90, mm_mxfp8, bmm_mxfp8;
-// flashinfer.trtllm_low_latency_gemm: prepare_low_latency_gemm_weights): declarations, argument
-// checks, dispatch, bench hooks.
+// flashinfer.trtllm_low_latency_gemm: prepare_low_latency_gemm_weights; flashinfer.gemm.routergemm:
+// the fixed-shape router GEMMs and tinygemm_bf16): declarations, argument checks, dispatch, bench
+// hooks.
 #include "flashinfer/ops/gemm_fp8.h"
 
 #include <algorithm>
@@ -589,6 +590,137 @@ Tensor bmm_mxfp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const 
 
 namespace {
 
+void router_impl(const char* op, const Tensor& mat_a, const Tensor& mat_b, const Tensor& out,
+                 bool pdl, int64_t hidden, int64_t experts, DType out_dtype) {
+  api::check_defined(mat_a, op, "mat_a");
+  api::check_defined(mat_b, op, "mat_b");
+  api::check_defined(out, op, "out");
+  api::check_dim(mat_a, {2}, op, "mat_a");
+  api::check_dim(mat_b, {2}, op, "mat_b");
+  api::check_dim(out, {2}, op, "out");
+  api::check_same_device(mat_b, mat_a, op, "mat_b", "mat_a");
+  api::check_same_device(out, mat_a, op, "out", "mat_a");
+  FLASHINFER_CHECK(mat_a.stride(1) == 1, op, "mat_a", "mat_a must be row-major");
+  FLASHINFER_CHECK(out.stride(1) == 1, op, "out", "out must be row-major");
+  FLASHINFER_CHECK(mat_b.stride(0) == 1, op, "mat_b", "mat_b must be column-major");
+  FLASHINFER_CHECK(mat_a.size(1) == mat_b.size(0), op, "mat_b",
+                   "mat_a.shape[1] must be equal to mat_b.shape[0]");
+  FLASHINFER_CHECK(out.size(0) == mat_a.size(0), op, "out",
+                   "out.shape[0] must be equal to mat_a.shape[0]");
+  FLASHINFER_CHECK(out.size(1) == mat_b.size(1), op, "out",
+                   "out.shape[1] must be equal to mat_b.shape[1]");
+  const int64_t m = mat_a.size(0);
+  FLASHINFER_CHECK(m >= 1 && m <= 16, op, "mat_a",
+                   "mat_a.shape[0] (num_tokens) must be between 1 and 16, got ", m);
+  FLASHINFER_CHECK(mat_a.size(1) == hidden, op, "mat_a",
+                   "mat_a.shape[1] (hidden_dim) must be equal to ", hidden);
+  FLASHINFER_CHECK(mat_b.size(1) == experts, op, "mat_b",
+                   "mat_b.shape[1] (num_experts) must be equal to ", experts);
+  api::check_dtype_in(mat_a, {DType::kBFloat16}, op, "mat_a");
+  api::check_dtype_in(mat_b, {DType::kBFloat16}, op, "mat_b");
+  api::check_dtype_in(out, {out_dtype}, op, "out");
+  BlockScaledGemmParams p;
+  p.a = mat_a.data_ptr();
+  p.a_dtype = DType::kBFloat16;
+  p.a_stride_m = mat_a.stride(0);
+  p.a_stride_k = 1;
+  p.b = mat_b.data_ptr();
+  p.b_dtype = DType::kBFloat16;
+  p.b_stride_n = mat_b.stride(1);
+  p.b_stride_k = 1;
+  p.gk = hidden;
+  p.m = m;
+  p.n = experts;
+  p.k = hidden;
+  fill_out(p, out);
+  api::launch(kScaledGemmKernels, ScaledGemmCall{p, op}, mat_a.device(), op, "mat_a", pdl);
+}
+
+}  // namespace
+
+void mm_M1_16_K7168_N128(const Tensor& mat_a, const Tensor& mat_b, const Tensor& out,
+                         bool launch_with_pdl) {
+  call_op<&mm_M1_16_K7168_N128>(
+      [&] {
+        router_impl("mm_M1_16_K7168_N128", mat_a, mat_b, out, launch_with_pdl, 7168, 128,
+                    DType::kBFloat16);
+      },
+      mat_a, mat_b, out, launch_with_pdl);
+}
+
+void mm_M1_16_K7168_N256(const Tensor& mat_a, const Tensor& mat_b, const Tensor& out,
+                         bool launch_with_pdl) {
+  call_op<&mm_M1_16_K7168_N256>(
+      [&] {
+        router_impl("mm_M1_16_K7168_N256", mat_a, mat_b, out, launch_with_pdl, 7168, 256,
+                    DType::kFloat32);
+      },
+      mat_a, mat_b, out, launch_with_pdl);
+}
+
+void mm_M1_16_K6144_N256(const Tensor& mat_a, const Tensor& mat_b, const Tensor& out,
+                         bool launch_with_pdl) {
+  call_op<&mm_M1_16_K6144_N256>(
+      [&] {
+        router_impl("mm_M1_16_K6144_N256", mat_a, mat_b, out, launch_with_pdl, 6144, 256,
+                    DType::kFloat32);
+      },
+      mat_a, mat_b, out, launch_with_pdl);
+}
+
+void tinygemm_bf16(const Tensor& input, const Tensor& weight, const Tensor& out,
+                   std::optional<Tensor> bias, bool use_pdl) {
+  call_op<&tinygemm_bf16>(
+      [&] {
+        const char* op = "tinygemm_bf16";
+        for (auto [t, arg] :
+             {std::pair{&input, "input"}, std::pair{&weight, "weight"}, std::pair{&out, "out"}}) {
+          api::check_defined(*t, op, arg);
+          api::check_dim(*t, {2}, op, arg);
+          FLASHINFER_CHECK(t->is_contiguous(), op, arg, "must be contiguous (row-major)");
+          api::check_dtype_in(*t, {DType::kBFloat16}, op, arg);
+          api::check_same_device(*t, input, op, arg, "input");
+        }
+        const int64_t m = input.size(0), k = input.size(1), n = weight.size(0);
+        FLASHINFER_CHECK(weight.size(1) == k, op, "weight", "input.shape[1] (", k,
+                         ") must equal weight.shape[1] (", weight.size(1), ")");
+        FLASHINFER_CHECK(out.size(0) == m, op, "out", "out.shape[0] (", out.size(0),
+                         ") must equal input.shape[0] (", m, ")");
+        FLASHINFER_CHECK(out.size(1) == n, op, "out", "out.shape[1] (", out.size(1),
+                         ") must equal weight.shape[0] (", n, ")");
+        FLASHINFER_CHECK(n % 16 == 0 && n > 0 && m > 0 && k > 0, op, "weight", "output_features (",
+                         n,
+                         ") must be a positive multiple of 16 (tile "
+                         "alignment); m = ",
+                         m, ", k = ", k);
+        BlockScaledGemmParams p;
+        if (bias && bias->defined()) {
+          api::check_dim(*bias, {1}, op, "bias");
+          api::check_shape_eq(*bias, {n}, op, "bias");
+          api::check_dtype_in(*bias, {DType::kBFloat16}, op, "bias");
+          FLASHINFER_CHECK(bias->is_contiguous(), op, "bias", "bias must be contiguous");
+          api::check_same_device(*bias, input, op, "bias", "input");
+          p.bias = bias->data_ptr();
+        }
+        p.a = input.data_ptr();
+        p.a_dtype = DType::kBFloat16;
+        p.a_stride_m = k;
+        p.b = weight.data_ptr();
+        p.b_dtype = DType::kBFloat16;
+        p.b_stride_n = k;
+        p.gk = k;
+        p.m = m;
+        p.n = n;
+        p.k = k;
+        fill_out(p, out);
+        api::launch(kScaledGemmKernels, ScaledGemmCall{p, op}, input.device(), op, "input",
+                    use_pdl);
+      },
+      input, weight, out, bias, use_pdl);
+}
+
+namespace {
+
 // ---- bench hooks (upstream's GEMM formulas: 2*m*n*k FLOPs; each operand, scale and the output
 // counted once) ---------------------------------------------------------------------------------
 
@@ -700,6 +832,36 @@ BenchCase bench_mxfp8(const BenchShape& s, Device dev, bool batched) {
   return c;
 }
 
+// The routers at their fixed K and N with m = min(s.m, 16) tokens; tinygemm at m x k -> n.
+BenchCase bench_router(const BenchShape& s, Device dev, const char* op, int64_t k, int64_t n,
+                       DType out_dt) {
+  const int64_t m = std::clamp<int64_t>(s.m, 1, 16);
+  Tensor a = api::bench::random_tensor({m, k}, DType::kBFloat16, dev, s.random_seed);
+  Tensor w =
+      api::bench::random_tensor({n, k}, DType::kBFloat16, dev, s.random_seed + 1, -0.05, 0.05);
+  Tensor out = Tensor::zeros({m, n}, out_dt).to(dev);
+  BenchCase c = api::bench::invoke_case(op, {Value(a), Value(w.transpose(0, 1)), Value(out)});
+  c.flops = 2.0 * static_cast<double>(m * n * k);
+  c.bytes = api::bench::nbytes({m, k}, DType::kBFloat16) +
+            api::bench::nbytes({n, k}, DType::kBFloat16) + api::bench::nbytes({m, n}, out_dt);
+  return c;
+}
+
+BenchCase bench_tinygemm(const BenchShape& s, Device dev) {
+  const int64_t m = s.m, n = round_up(s.n, 16), k = s.k;
+  Tensor x = api::bench::random_tensor({m, k}, DType::kBFloat16, dev, s.random_seed);
+  Tensor w = api::bench::random_tensor({n, k}, DType::kBFloat16, dev, s.random_seed + 1);
+  Tensor bias = api::bench::random_tensor({n}, DType::kBFloat16, dev, s.random_seed + 2);
+  Tensor out = Tensor::zeros({m, n}, DType::kBFloat16).to(dev);
+  BenchCase c =
+      api::bench::invoke_case("tinygemm_bf16", {Value(x), Value(w), Value(out), Value(bias)});
+  c.flops = 2.0 * static_cast<double>(m * n * k);
+  c.bytes = api::bench::nbytes({m, k}, DType::kBFloat16) +
+            api::bench::nbytes({n, k}, DType::kBFloat16) +
+            api::bench::nbytes({m, n}, DType::kBFloat16);
+  return c;
+}
+
 }  // namespace
 
 namespace detail {
@@ -752,7 +914,36 @@ void register_gemm_fp8_ops(OpRegistry& r) {
                       "A", "B", "A_scale", "B_scale", "dtype", arg("out").mut(),
                       arg("backend", "auto"));
 
+  constexpr const char* kRouterModule = "flashinfer.gemm.routergemm";
+  declare<&mm_M1_16_K7168_N128>(
+      r,
+      {.name = "mm_M1_16_K7168_N128",
+       .module = kRouterModule,
+       .summary = "Router GEMM (Mistral Large 3): [1-16, 7168] x [7168, 128] bf16 -> bf16"},
+      "mat_a", "mat_b", arg("out").mut(), arg("launch_with_pdl", true));
+  declare<&mm_M1_16_K7168_N256>(
+      r,
+      {.name = "mm_M1_16_K7168_N256",
+       .module = kRouterModule,
+       .summary = "Router GEMM (DeepSeek-V3): [1-16, 7168] x [7168, 256] bf16 -> fp32"},
+      "mat_a", "mat_b", arg("out").mut(), arg("launch_with_pdl", true));
+  declare<&mm_M1_16_K6144_N256>(
+      r,
+      {.name = "mm_M1_16_K6144_N256",
+       .module = kRouterModule,
+       .summary = "Router GEMM (GLM-MoE-DSA): [1-16, 6144] x [6144, 256] bf16 -> fp32"},
+      "mat_a", "mat_b", arg("out").mut(), arg("launch_with_pdl", true));
+  declare<&tinygemm_bf16>(r,
+                          {.name = "tinygemm_bf16",
+                           .module = kRouterModule,
+                           .summary = "Small bf16 GEMM with bias: out = input @ weight^T + bias"},
+                          "input", "weight", arg("out").mut(), "bias", arg("use_pdl", false));
+
   api::register_backends("gemm_fp8_nt_groupwise", kScaledGemmKernels);
+  for (const char* op :
+       {"mm_M1_16_K7168_N128", "mm_M1_16_K7168_N256", "mm_M1_16_K6144_N256", "tinygemm_bf16"}) {
+    api::register_backends(op, kScaledGemmKernels);
+  }
   api::register_backends("mm_mxfp8", kScaledGemmKernels);
   api::register_backends("bmm_mxfp8", kScaledGemmKernels);
   api::register_backends("gemm_fp8_nt_blockscaled", kScaledGemmKernels);
@@ -767,6 +958,16 @@ void register_gemm_fp8_ops(OpRegistry& r) {
   register_bench_hook("mm_fp8", bench_mm_fp8);
   register_bench_hook("prepare_low_latency_gemm_weights", bench_prepare);
   register_bench_hook("fp8_blockscale_gemm_sm90", bench_sm90);
+  register_bench_hook("mm_M1_16_K7168_N128", [](const BenchShape& s, Device d) {
+    return bench_router(s, d, "mm_M1_16_K7168_N128", 7168, 128, DType::kBFloat16);
+  });
+  register_bench_hook("mm_M1_16_K7168_N256", [](const BenchShape& s, Device d) {
+    return bench_router(s, d, "mm_M1_16_K7168_N256", 7168, 256, DType::kFloat32);
+  });
+  register_bench_hook("mm_M1_16_K6144_N256", [](const BenchShape& s, Device d) {
+    return bench_router(s, d, "mm_M1_16_K6144_N256", 6144, 256, DType::kFloat32);
+  });
+  register_bench_hook("tinygemm_bf16", bench_tinygemm);
   register_bench_hook("mm_mxfp8",
                       [](const BenchShape& s, Device d) { return bench_mxfp8(s, d, false); });
   register_bench_hook("bmm_mxfp8",

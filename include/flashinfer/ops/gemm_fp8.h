@@ -102,4 +102,25 @@ Tensor bmm_mxfp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const 
                  DType dtype, std::optional<Tensor> out = std::nullopt,
                  std::string_view backend = "auto");
 
+// ---- flashinfer.gemm.routergemm: fixed-shape bf16 router GEMMs (out is written, None returned) --
+
+/// out = mat_a @ mat_b, fp32 accumulation. mat_a [M, K] bf16 row-major (stride(1) == 1) with
+/// 1 <= M <= 16, mat_b [K, N] bf16 column-major (stride(0) == 1), out [M, N] row-major:
+///   mm_M1_16_K7168_N128: K = 7168, N = 128, out bf16 (Mistral Large 3's router);
+///   mm_M1_16_K7168_N256: K = 7168, N = 256, out fp32 (DeepSeek-V3's router);
+///   mm_M1_16_K6144_N256: K = 6144, N = 256, out fp32 (GLM-MoE-DSA's router).
+/// launch_with_pdl: programmatic dependent launch on CUDA; no effect on the numbers.
+void mm_M1_16_K7168_N128(const Tensor& mat_a, const Tensor& mat_b, const Tensor& out,
+                         bool launch_with_pdl = true);
+void mm_M1_16_K7168_N256(const Tensor& mat_a, const Tensor& mat_b, const Tensor& out,
+                         bool launch_with_pdl = true);
+void mm_M1_16_K6144_N256(const Tensor& mat_a, const Tensor& mat_b, const Tensor& out,
+                         bool launch_with_pdl = true);
+
+/// out = input @ weight^T + bias (F.linear), fp32 accumulation, the bias added in fp32 before
+/// the one rounding to bf16. input [M, K], weight [N, K] (N a multiple of 16), out [M, N], bias
+/// optional [N]: all bf16 and contiguous.
+void tinygemm_bf16(const Tensor& input, const Tensor& weight, const Tensor& out,
+                   std::optional<Tensor> bias = std::nullopt, bool use_pdl = false);
+
 }  // namespace flashinfer

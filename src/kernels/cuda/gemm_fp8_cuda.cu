@@ -73,8 +73,10 @@ __global__ void __launch_bounds__(kTile* kTile) block_scaled_gemm_kernel(BlockSc
   pdl_launch_dependents();
   if (i < p.m && j < p.n) {
     const float alpha = p.alpha ? *p.alpha : 1.0f;
+    const float bias =
+        p.bias ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[j]) : 0.0f;
     static_cast<TO*>(p.out)[bi * p.out_stride_b + i * p.out_stride_m + j * p.out_stride_n] =
-        from_f32<TO>(alpha * acc);
+        from_f32<TO>(alpha * acc + bias);
   }
 }
 
@@ -83,9 +85,10 @@ void launch_out(const BlockScaledGemmParams& p, cudaStream_t stream, const char*
   const dim3 grid(static_cast<unsigned>((p.n + kTile - 1) / kTile),
                   static_cast<unsigned>((p.m + kTile - 1) / kTile), static_cast<unsigned>(p.batch));
   const dim3 block(kTile, kTile);
-  dispatch_dtype<CudaElements, kBFloat16, kFloat16>(p.out_dtype, op, "out", [&]<class TO>() {
-    launch_kernel(op, block_scaled_gemm_kernel<TA, TB, TO>, grid, block, 0, stream, pdl, p);
-  });
+  dispatch_dtype<CudaElements, kBFloat16, kFloat16, kFloat32>(
+      p.out_dtype, op, "out", [&]<class TO>() {
+        launch_kernel(op, block_scaled_gemm_kernel<TA, TB, TO>, grid, block, 0, stream, pdl, p);
+      });
 }
 
 }  // namespace
@@ -97,6 +100,11 @@ void block_scaled_gemm(const BlockScaledGemmParams& p, void* stream, const char*
   FLASHINFER_CHECK_CODE(p.batch <= 65535, ErrorCode::kUnsupported, op, "a", "batch = ", p.batch,
                         " exceeds the CUDA grid's z limit (65535)");
   const auto s = static_cast<cudaStream_t>(stream);
+  // The router GEMMs: bf16 x bf16 (no scales).
+  if (p.a_dtype == DType::kBFloat16 && p.b_dtype == DType::kBFloat16) {
+    launch_out<__nv_bfloat16, __nv_bfloat16>(p, s, op, pdl);
+    return;
+  }
   dispatch_dtype<CudaElements, kFloat8E4M3FN, kFloat8E5M2>(p.a_dtype, op, "a", [&]<class TA>() {
     dispatch_dtype<CudaElements, kFloat8E4M3FN, kFloat8E5M2>(
         p.b_dtype, op, "b", [&]<class TB>() { launch_out<TA, TB>(p, s, op, pdl); });
