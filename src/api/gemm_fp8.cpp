@@ -719,6 +719,66 @@ void tinygemm_bf16(const Tensor& input, const Tensor& weight, const Tensor& out,
       input, weight, out, bias, use_pdl);
 }
 
+Tensor tgv_gemm_sm100(const Tensor& a, const Tensor& b, const Tensor& bias, bool pdl,
+                      std::optional<Tensor> out) {
+  return call_op<&tgv_gemm_sm100>(
+      [&] {
+        const char* op = "tgv_gemm_sm100";
+        api::check_defined(a, op, "a");
+        api::check_defined(b, op, "b");
+        api::check_defined(bias, op, "bias");
+        api::check_dim(a, {2}, op, "a");
+        api::check_dim(b, {2}, op, "b");
+        api::check_dtype_in(a, {DType::kBFloat16, DType::kFloat16}, op, "a");
+        api::check_same_dtype(b, a, op, "b", "a");
+        api::check_same_device(b, a, op, "b", "a");
+        const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+        FLASHINFER_CHECK(b.size(0) == k, op, "b", "k mismatch: a is ", shape_to_string(a.shape()),
+                         ", b is ", shape_to_string(b.shape()));
+        FLASHINFER_CHECK(m > 0 && n > 0 && k > 0, op, "a", "empty GEMM: m = ", m, ", n = ", n,
+                         ", k = ", k);
+        FLASHINFER_CHECK(a.stride(1) == 1 || k == 1, op, "a", "must be row-major, got strides ",
+                         shape_to_string(a.strides()));
+        FLASHINFER_CHECK(b.stride(0) == 1 || k == 1, op, "b",
+                         "must be column-major (a transposed [n, k]), got strides ",
+                         shape_to_string(b.strides()));
+        api::check_dim(bias, {1}, op, "bias");
+        api::check_shape_eq(bias, {n}, op, "bias");
+        api::check_same_dtype(bias, a, op, "bias", "a");
+        api::check_same_device(bias, a, op, "bias", "a");
+        Tensor result;
+        if (out && out->defined()) {
+          api::check_shape_eq(*out, {m, n}, op, "out");
+          api::check_same_device(*out, a, op, "out", "a");
+          api::check_same_dtype(*out, a, op, "out", "a");
+          result = *out;
+        } else {
+          result = Tensor::empty({m, n}, a.dtype(), a.device());
+        }
+        BlockScaledGemmParams p;
+        p.a = a.data_ptr();
+        p.a_dtype = a.dtype();
+        p.a_stride_m = a.stride(0);
+        p.a_stride_k = a.stride(1);
+        p.b = b.data_ptr();
+        p.b_dtype = b.dtype();
+        p.b_stride_n = b.stride(1);
+        p.b_stride_k = b.stride(0);
+        // The CUDA kernel reads the bias densely.
+        const Tensor dense_bias = bias.contiguous();
+        p.bias = dense_bias.data_ptr();
+        p.bias_dtype = bias.dtype();
+        p.gk = k;
+        p.m = m;
+        p.n = n;
+        p.k = k;
+        fill_out(p, result);
+        api::launch(kScaledGemmKernels, ScaledGemmCall{p, op}, a.device(), op, "a", pdl);
+        return result;
+      },
+      a, b, bias, pdl, out);
+}
+
 namespace {
 
 // ---- bench hooks (upstream's GEMM formulas: 2*m*n*k FLOPs; each operand, scale and the output
@@ -862,6 +922,19 @@ BenchCase bench_tinygemm(const BenchShape& s, Device dev) {
   return c;
 }
 
+BenchCase bench_tgv(const BenchShape& s, Device dev) {
+  const DType dt = s.input_dtype == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
+  Tensor a = api::bench::random_tensor({s.m, s.k}, dt, dev, s.random_seed);
+  Tensor w = api::bench::random_tensor({s.n, s.k}, dt, dev, s.random_seed + 1);
+  Tensor bias = api::bench::random_tensor({s.n}, dt, dev, s.random_seed + 2);
+  BenchCase c =
+      api::bench::invoke_case("tgv_gemm_sm100", {Value(a), Value(w.transpose(0, 1)), Value(bias)});
+  c.flops = 2.0 * static_cast<double>(s.m * s.n * s.k);
+  c.bytes = api::bench::nbytes({s.m, s.k}, dt) + api::bench::nbytes({s.n, s.k}, dt) +
+            api::bench::nbytes({s.m, s.n}, dt);
+  return c;
+}
+
 }  // namespace
 
 namespace detail {
@@ -939,7 +1012,14 @@ void register_gemm_fp8_ops(OpRegistry& r) {
                            .summary = "Small bf16 GEMM with bias: out = input @ weight^T + bias"},
                           "input", "weight", arg("out").mut(), "bias", arg("use_pdl", false));
 
+  declare<&tgv_gemm_sm100>(r,
+                           {.name = "tgv_gemm_sm100",
+                            .module = kModule,
+                            .summary = "TGV GEMM: a [m, k] @ b [k, n] column-major + bias"},
+                           "a", "b", "bias", arg("pdl", false), arg("out").mut());
+
   api::register_backends("gemm_fp8_nt_groupwise", kScaledGemmKernels);
+  api::register_backends("tgv_gemm_sm100", kScaledGemmKernels);
   for (const char* op :
        {"mm_M1_16_K7168_N128", "mm_M1_16_K7168_N256", "mm_M1_16_K6144_N256", "tinygemm_bf16"}) {
     api::register_backends(op, kScaledGemmKernels);
@@ -968,6 +1048,7 @@ void register_gemm_fp8_ops(OpRegistry& r) {
     return bench_router(s, d, "mm_M1_16_K6144_N256", 6144, 256, DType::kFloat32);
   });
   register_bench_hook("tinygemm_bf16", bench_tinygemm);
+  register_bench_hook("tgv_gemm_sm100", bench_tgv);
   register_bench_hook("mm_mxfp8",
                       [](const BenchShape& s, Device d) { return bench_mxfp8(s, d, false); });
   register_bench_hook("bmm_mxfp8",

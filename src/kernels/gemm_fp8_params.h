@@ -45,9 +45,10 @@ struct BlockScaledGemmParams {
   const uint8_t* b_mx = nullptr;
   SfLayoutCode b_mx_layout = SfLayoutCode::k128x4;
   int64_t b_mx_stride_row = 0, b_mx_stride_k = 0;
-  // tinygemm_bf16: a bf16 [n] bias added in fp32 to alpha * sum before the one rounding; null:
-  // none.
+  // tinygemm_bf16 / tgv_gemm_sm100: a [n] bias (bf16 or fp16) added in fp32 to alpha * sum
+  // before the one rounding; null: none.
   const void* bias = nullptr;
+  DType bias_dtype = DType::kBFloat16;
   // Batched (bmm_mxfp8): element offsets of one batch item in each buffer.
   int64_t batch = 1;
   int64_t a_stride_b = 0, b_stride_b = 0, out_stride_b = 0, a_mx_stride_b = 0, b_mx_stride_b = 0;

@@ -451,6 +451,24 @@ TEST(TinygemmBf16, MatchesFp64FormulaWithAndWithoutBias) {
   EXPECT_EQ(dbl(out), std::vector<double>(16, 9.5));
 }
 
+TEST(TgvGemmSm100, MatchesFp64FormulaInBf16AndFp16) {
+  for (DType dt : {kBf, DType::kFloat16}) {
+    for (auto [m, n, k] : {Gran{1, 8, 16}, Gran{7, 33, 70}, Gran{20, 64, 256}}) {
+      Tensor a = rand_tensor({m, k}, dt, m + 1), w = rand_tensor({n, k}, dt, n + 2);
+      Tensor bias = rand_tensor({n}, dt, 3);
+      Tensor out = tgv_gemm_sm100(a, w.transpose(0, 1), bias);
+      ASSERT_EQ(out.dtype(), dt);
+      EXPECT_TRUE(all_close(out, ref_mm(a, w, &bias), gemm_tol(dt, k)));
+    }
+  }
+  // Hand-checked: [1, 2] . [3, 3] + 0.5 = 9.5.
+  Tensor o = Tensor::zeros({1, 4}, kBf);
+  tgv_gemm_sm100(Tensor::from_vector({1, 2}, {1, 2}, kBf),
+                 Tensor::full({4, 2}, 3.0, kBf).transpose(0, 1), Tensor::full({4}, 0.5, kBf), false,
+                 o);
+  EXPECT_EQ(dbl(o), std::vector<double>(4, 9.5));
+}
+
 // ---- bad input ------------------------------------------------------------------------------
 
 TEST(GemmFp8BadInput, ErrorsNameOpAndArgument) {
@@ -597,6 +615,21 @@ TEST(GemmFp8BadInput, ErrorsNameOpAndArgument) {
   EXPECT_FI_ERROR(tinygemm_bf16(tx, tw, to, Tensor::zeros({16}, kBf)), tg, "bias");
   EXPECT_FI_ERROR(tinygemm_bf16(tx, tw, to, Tensor::zeros({32}, DType::kFloat32)), tg, "bias");
 
+  // tgv_gemm_sm100.
+  const char* tv = "tgv_gemm_sm100";
+  Tensor va = Tensor::zeros({2, 16}, kBf), vb = Tensor::zeros({8, 16}, kBf).transpose(0, 1);
+  Tensor vbias = Tensor::zeros({8}, kBf);
+  EXPECT_NO_THROW(tgv_gemm_sm100(va, vb, vbias));
+  EXPECT_FI_ERROR(tgv_gemm_sm100(va.to(DType::kFloat32), vb, vbias), tv, "a");
+  EXPECT_FI_ERROR(tgv_gemm_sm100(va, vb.to(DType::kFloat16), vbias), tv, "b");
+  EXPECT_FI_ERROR(tgv_gemm_sm100(va, Tensor::zeros({16, 8}, kBf), vbias), tv, "b");
+  EXPECT_FI_ERROR(tgv_gemm_sm100(va, Tensor::zeros({8, 12}, kBf).transpose(0, 1), vbias), tv, "b");
+  EXPECT_FI_ERROR(tgv_gemm_sm100(va, vb, Tensor::zeros({7}, kBf)), tv, "bias");
+  EXPECT_FI_ERROR(tgv_gemm_sm100(va, vb, vbias.to(DType::kFloat16)), tv, "bias");
+  EXPECT_FI_ERROR(tgv_gemm_sm100(va, vb, vbias, false, Tensor::zeros({2, 8}, DType::kFloat16)), tv,
+                  "out");
+  EXPECT_FI_ERROR(tgv_gemm_sm100(va, vb, vbias, false, Tensor::zeros({2, 7}, kBf)), tv, "out");
+
   // fp8_blockscale_gemm_sm90.
   const char* s9 = "fp8_blockscale_gemm_sm90";
   Tensor in = fp8({3, 256}, kE4, 1), wt = fp8({64, 256}, kE4, 2);
@@ -649,6 +682,7 @@ TEST(GemmFp8Decl, SignaturesModulesAndBackends) {
        "(mat_a, mat_b, out, launch_with_pdl=True)"},
       {"tinygemm_bf16", "flashinfer.gemm.routergemm",
        "(input, weight, out, bias=None, use_pdl=False)"},
+      {"tgv_gemm_sm100", "flashinfer.gemm.gemm_base", "(a, b, bias, pdl=False, out=None)"},
   };
   for (const auto& [name, module, sig] : expected) {
     const OpDecl* d = OpRegistry::global().find(name);
@@ -707,6 +741,9 @@ void run_every_op() {
   mm_M1_16_K6144_N256(ra, rw.transpose(0, 1), Tensor::zeros({3, 256}, DType::kFloat32));
   tinygemm_bf16(rand_tensor({2, 64}, kBf, 16), rand_tensor({32, 64}, kBf, 17),
                 Tensor::zeros({2, 32}, kBf), rand_tensor({32}, kBf, 18));
+  (void)tgv_gemm_sm100(rand_tensor({3, 32}, DType::kFloat16, 19),
+                       rand_tensor({16, 32}, DType::kFloat16, 20).transpose(0, 1),
+                       rand_tensor({16}, DType::kFloat16, 21));
 }
 
 TEST(GemmFp8, RecordAndReplay) {
@@ -716,12 +753,13 @@ TEST(GemmFp8, RecordAndReplay) {
     run_every_op();
     calls = scope.observer().calls;
   }
-  ASSERT_EQ(calls.size(), 9u);
+  ASSERT_EQ(calls.size(), 10u);
   for (const auto& c : calls) {
     SCOPED_TRACE(c.name);
-    // The live replay clones inputs contiguous, which the router's column-major mat_b refuses;
+    // The live replay clones inputs contiguous, which a column-major b (the router's mat_b,
+    // tgv's b) refuses;
     // the dump replay below keeps strides and covers it.
-    if (c.name == "mm_M1_16_K6144_N256") continue;
+    if (c.name == "mm_M1_16_K6144_N256" || c.name == "tgv_gemm_sm100") continue;
     EXPECT_TRUE(replays_identically(c));
   }
 }
@@ -740,7 +778,7 @@ TEST(GemmFp8, DumpReplayPasses) {
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.is_directory()) calls.push_back(e.path());
   }
-  ASSERT_EQ(calls.size(), 9u);
+  ASSERT_EQ(calls.size(), 10u);
   for (const auto& c : calls) {
     const replay::Result r = replay::replay_from_dump(c.string());
     EXPECT_EQ(r.status, replay::Status::kPassed) << c << ": " << r.error;

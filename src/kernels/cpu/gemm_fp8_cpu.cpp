@@ -101,8 +101,7 @@ void gemm_one(const BlockScaledGemmParams& p, int64_t bi) {
   const std::vector<float>& total = scaled ? acc : part;
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
-      const float bias =
-          p.bias ? bfloat16_bits_to_float(static_cast<const uint16_t*>(p.bias)[j]) : 0.0f;
+      const float bias = p.bias ? decode(p.bias, p.bias_dtype, j) : 0.0f;
       store(out, p.out_dtype, i * p.out_stride_m + j * p.out_stride_n,
             alpha * total[i * n + j] + bias);
     }

@@ -73,8 +73,12 @@ __global__ void __launch_bounds__(kTile* kTile) block_scaled_gemm_kernel(BlockSc
   pdl_launch_dependents();
   if (i < p.m && j < p.n) {
     const float alpha = p.alpha ? *p.alpha : 1.0f;
-    const float bias =
-        p.bias ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[j]) : 0.0f;
+    float bias = 0.0f;
+    if (p.bias) {
+      bias = p.bias_dtype == DType::kFloat16
+                 ? __half2float(static_cast<const __half*>(p.bias)[j])
+                 : __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[j]);
+    }
     static_cast<TO*>(p.out)[bi * p.out_stride_b + i * p.out_stride_m + j * p.out_stride_n] =
         from_f32<TO>(alpha * acc + bias);
   }
@@ -103,6 +107,11 @@ void block_scaled_gemm(const BlockScaledGemmParams& p, void* stream, const char*
   // The router GEMMs: bf16 x bf16 (no scales).
   if (p.a_dtype == DType::kBFloat16 && p.b_dtype == DType::kBFloat16) {
     launch_out<__nv_bfloat16, __nv_bfloat16>(p, s, op, pdl);
+    return;
+  }
+  // tgv_gemm_sm100 in fp16.
+  if (p.a_dtype == DType::kFloat16 && p.b_dtype == DType::kFloat16) {
+    launch_out<__half, __half>(p, s, op, pdl);
     return;
   }
   dispatch_dtype<CudaElements, kFloat8E4M3FN, kFloat8E5M2>(p.a_dtype, op, "a", [&]<class TA>() {
