@@ -55,6 +55,18 @@ const std::map<std::string, BackendRequirement, std::less<>>& table() {
     for (const char* op : {"fp4_quantize", "nvfp4_quantize", "mxfp4_quantize", "mxfp8_quantize"}) {
       m->emplace(op, make(op, "cuda", {"cuda", "cute-dsl"}, {{"cuda", 80, ""}}));
     }
+    // The block-scaled, MX and low-latency FP8 GEMMs: this build's tiled CUDA kernel (fp32 math,
+    // no fp8 tensor cores, so sm80+) serves each op's default backend name only.
+    const std::string tiled = "tiled CUDA kernel of this build (serves the default)";
+    m->emplace("gemm_fp8_nt_groupwise", make("gemm_fp8_nt_groupwise", "cutlass",
+                                             {"cutlass", "trtllm"}, {{"cutlass", 80, tiled}}));
+    m->emplace("mm_fp8", make("mm_fp8", "trtllm_low_latency", {"trtllm_low_latency"},
+                              {{"trtllm_low_latency", 80, tiled}}));
+    m->emplace("mm_mxfp8",
+               make("mm_mxfp8", "auto", {"cutlass", "cute-dsl", "trtllm", "cudnn", "auto"},
+                    {{"auto", 80, tiled}}));
+    m->emplace("bmm_mxfp8",
+               make("bmm_mxfp8", "auto", {"cudnn", "cutlass", "auto"}, {{"auto", 80, tiled}}));
     return m;
   }();
   return *t;

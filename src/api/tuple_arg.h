@@ -1,0 +1,31 @@
+// Private: the ArgTraits of a fixed-size Python tuple parameter (upstream's
+// scale_granularity_mnk=(1, 128, 128)), for the ops that take one. Kept out of
+// flashinfer/op_typed.h so that only those ops' files see it.
+#pragma once
+
+#include <cstddef>
+#include <tuple>
+#include <utility>
+
+#include "flashinfer/op_typed.h"
+
+namespace flashinfer {
+
+/// A list or tuple of exactly sizeof...(T) items, each rebuilt with its own traits.
+template <class... T>
+struct ArgTraits<std::tuple<T...>> {
+  static constexpr ParamKind kind = ParamKind::kList;
+  static std::tuple<T...> get(const CallArgs& a, std::size_t i) {
+    FLASHINFER_CHECK(a[i].is_sequence() && a[i].items().size() == sizeof...(T), a.decl().name,
+                     a.decl().params.at(i).name, "expected a tuple of ", sizeof...(T),
+                     " items, got ", value_kind_name(a[i].kind()));
+    OpDecl one;
+    one.name = a.decl().name;
+    one.params = {a.decl().params.at(i)};
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::tuple<T...>{ArgTraits<T>::get(CallArgs(one, {a[i].items()[I]}), 0)...};
+    }(std::index_sequence_for<T...>{});
+  }
+};
+
+}  // namespace flashinfer

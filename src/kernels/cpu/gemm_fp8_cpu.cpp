@@ -1,0 +1,147 @@
+#include "kernels/cpu/gemm_fp8_cpu.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "flashinfer/error.h"
+#include "flashinfer/float_formats.h"
+
+namespace flashinfer::kernels::cpu {
+namespace {
+
+float decode(const void* base, DType dt, int64_t idx) {
+  switch (dt) {
+    case DType::kFloat8E4M3FN:
+      return e4m3fn_bits_to_float(static_cast<const uint8_t*>(base)[idx]);
+    case DType::kFloat8E5M2:
+      return e5m2_bits_to_float(static_cast<const uint8_t*>(base)[idx]);
+    case DType::kBFloat16:
+      return bfloat16_bits_to_float(static_cast<const uint16_t*>(base)[idx]);
+    case DType::kFloat16:
+      return half_bits_to_float(static_cast<const uint16_t*>(base)[idx]);
+    case DType::kFloat32:
+      return static_cast<const float*>(base)[idx];
+    default:
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, "block_scaled_gemm", "", "dtype ",
+                      dtype_torch_name(dt), " is not supported on CPU");
+  }
+}
+
+void store(void* base, DType dt, int64_t idx, float v) {
+  if (dt == DType::kBFloat16) {
+    static_cast<uint16_t*>(base)[idx] = float_to_bfloat16_bits(v);
+  } else if (dt == DType::kFloat16) {
+    static_cast<uint16_t*>(base)[idx] = float_to_half_bits(v);
+  } else {
+    static_cast<float*>(base)[idx] = v;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+void gemm_one(const BlockScaledGemmParams& p, int64_t bi) {
+  const int64_t m = p.m, n = p.n, k = p.k;
+  const void* pa = static_cast<const char*>(p.a) + bi * p.a_stride_b * dtype_size(p.a_dtype);
+  const void* pb = static_cast<const char*>(p.b) + bi * p.b_stride_b * dtype_size(p.b_dtype);
+  const uint8_t* a_mx = p.a_mx ? p.a_mx + bi * p.a_mx_stride_b : nullptr;
+  const uint8_t* b_mx = p.b_mx ? p.b_mx + bi * p.b_mx_stride_b : nullptr;
+  void* out = static_cast<char*>(p.out) + bi * p.out_stride_b * dtype_size(p.out_dtype);
+  // Both operands decoded once to fp32 (exact for every input format, MX scales included), b as
+  // logical [n, k].
+  std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(n * k));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t kk = 0; kk < k; ++kk) {
+      float v = decode(pa, p.a_dtype, i * p.a_stride_m + kk * p.a_stride_k);
+      if (a_mx) v *= mx_scale(a_mx, p.a_mx_layout, p.a_mx_stride_row, p.a_mx_stride_k, i, kk, k);
+      a[i * k + kk] = v;
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t row = p.b_low_latency ? low_latency_row(j) : j;
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const int64_t idx = p.b_low_latency ? (kk / 128) * n * 128 + row * 128 + kk % 128
+                                          : j * p.b_stride_n + kk * p.b_stride_k;
+      float v = decode(pb, p.b_dtype, idx);
+      if (b_mx) v *= mx_scale(b_mx, p.b_mx_layout, p.b_mx_stride_row, p.b_mx_stride_k, j, kk, k);
+      b[j * k + kk] = v;
+    }
+  }
+  // fp32 products of the decoded operands by OpenBLAS sgemm, one call per K block when there are
+  // per-block scales: each block's partial sums are then multiplied by (a_scale * b_scale) and
+  // added to the fp32 accumulator, the promotion of the blockwise kernels (see the header).
+  const float alpha = p.alpha ? *p.alpha : 1.0f;
+  const bool scaled = p.a_scale || p.b_scale;
+  const int64_t gk = scaled ? p.gk : k;
+  const int64_t kblocks = (k + gk - 1) / gk;
+  std::vector<float> part(static_cast<std::size_t>(m * n));
+  std::vector<float> acc(scaled ? static_cast<std::size_t>(m * n) : 0, 0.0f);
+  for (int64_t kb = 0; kb < kblocks; ++kb) {
+    const int64_t k0 = kb * gk, kl = std::min(k, k0 + gk) - k0;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+                static_cast<blasint>(n), static_cast<blasint>(kl), 1.0f, a.data() + k0,
+                static_cast<blasint>(k), b.data() + k0, static_cast<blasint>(k), 0.0f, part.data(),
+                static_cast<blasint>(n));
+    if (!scaled) break;
+    for (int64_t i = 0; i < m; ++i) {
+      const float sa =
+          p.a_scale ? p.a_scale[(i / p.gm) * p.sa_stride_m + kb * p.sa_stride_k] : 1.0f;
+      for (int64_t j = 0; j < n; ++j) {
+        const float sb =
+            p.b_scale ? p.b_scale[(j / p.gn) * p.sb_stride_n + kb * p.sb_stride_k] : 1.0f;
+        acc[i * n + j] += (sa * sb) * part[i * n + j];
+      }
+    }
+  }
+  const std::vector<float>& total = scaled ? acc : part;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float bias = p.bias ? decode(p.bias, p.bias_dtype, j) : 0.0f;
+      store(out, p.out_dtype, i * p.out_stride_m + j * p.out_stride_n,
+            alpha * total[i * n + j] + bias);
+    }
+  }
+}
+
+}  // namespace
+
+void block_scaled_gemm(const BlockScaledGemmParams& p) {
+  for (int64_t bi = 0; bi < p.batch; ++bi) gemm_one(p, bi);
+}
+
+void quantize_1x128_e4m3(const uint16_t* x, int64_t x_stride_m, int64_t m, int64_t k, uint8_t* q,
+                         float* scales) {
+  const int64_t kblocks = (k + 127) / 128;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t kb = 0; kb < kblocks; ++kb) {
+      const int64_t k0 = kb * 128, k1 = std::min(k, k0 + 128);
+      float amax = 0.0f;
+      for (int64_t kk = k0; kk < k1; ++kk) {
+        amax = std::max(amax, std::fabs(bfloat16_bits_to_float(x[i * x_stride_m + kk])));
+      }
+      const float quant = amax != 0.0f ? 448.0f / amax : 1.0f;
+      scales[i * kblocks + kb] = 1.0f / quant;
+      for (int64_t kk = k0; kk < k1; ++kk) {
+        q[i * k + kk] = float_to_e4m3fn_bits(bfloat16_bits_to_float(x[i * x_stride_m + kk]) * quant,
+                                             /*saturate=*/true);
+      }
+    }
+  }
+}
+
+void low_latency_weight_layout(const uint8_t* w, int64_t w_stride_n, int64_t n, int64_t k,
+                               uint8_t* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t row = low_latency_row(j);
+    for (int64_t kb = 0; kb < k / 128; ++kb) {
+      std::memcpy(out + (kb * n + row) * 128, w + j * w_stride_n + kb * 128, 128);
+    }
+  }
+}
+
+}  // namespace flashinfer::kernels::cpu
