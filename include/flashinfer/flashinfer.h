@@ -19,6 +19,7 @@
 #include "flashinfer/ops/gguf_mm.h"
 #include "flashinfer/ops/mla.h"
 #include "flashinfer/ops/moe.h"
+#include "flashinfer/ops/moe_quant.h"
 #include "flashinfer/ops/norm.h"
 #include "flashinfer/ops/page.h"
 #include "flashinfer/ops/quant8.h"

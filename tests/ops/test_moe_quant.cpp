@@ -1,0 +1,482 @@
+// trtllm MoE weight layouts (shuffled rows, BlockMajorK) and the FP8 trtllm MoE ops
+// (trtllm_fp8_block_scale_moe / _routed_, trtllm_fp8_per_tensor_scale_moe / _routed_):
+// hand-checked row permutations, layouts against plain weights (bit-exact), fp64 formulas,
+// bad input naming the argument, and record/replay.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "api/moe_layout.h"
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/recorder.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer::testing {
+namespace {
+
+// ---- upstream's weight preparation, written out independently for the tests ---------------
+// shuffle_matrix_a's row maps (srcToDstBlk16RowMap / srcToDstBlk32RowMap): row r of a block
+// lands at map[r].
+const std::vector<int64_t> kMap16 = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
+const std::vector<int64_t> kMap32 = {0, 8,  16, 24, 1, 9,  17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
+                                     4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31};
+
+// The plain row that stored (prepared) row i holds, following the upstream procedure:
+// permute0 = reorder_rows_for_gated_act_gemm indices (or identity), permute1 = shuffle indices,
+// prepared = plain[permute0[permute1]].
+std::vector<int64_t> prepared_rows(int64_t m, int64_t tile, bool interleave) {
+  const std::vector<int64_t>& map = tile % 128 == 0 ? kMap32 : kMap16;
+  const int64_t b = static_cast<int64_t>(map.size());
+  std::vector<int64_t> permute0(static_cast<size_t>(m)), permute1(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    permute0[static_cast<size_t>(i)] = !interleave ? i : (i % 2 == 0 ? i / 2 : (m + 1) / 2 + i / 2);
+  }
+  for (int64_t old_row = 0; old_row < m; ++old_row) {
+    const int64_t new_row = old_row / b * b + map[static_cast<size_t>(old_row % b)];
+    permute1[static_cast<size_t>(new_row)] = old_row;
+  }
+  std::vector<int64_t> out(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    out[static_cast<size_t>(i)] = permute0[static_cast<size_t>(permute1[static_cast<size_t>(i)])];
+  }
+  return out;
+}
+
+// Prepares [E, m, k] plain weights: rows as above, then (block_bytes > 0) convert_to_block_layout
+// over the bytes: [E, k / bk, m, bk] with bk = block_bytes / element size.
+Tensor prepare(const Tensor& plain, int64_t tile, bool shuffle, bool interleave,
+               int64_t block_bytes) {
+  const int64_t E = plain.size(0), m = plain.size(1), k = plain.size(2);
+  const size_t es = plain.element_size();
+  std::vector<int64_t> rows(static_cast<size_t>(m));
+  if (shuffle) {
+    rows = prepared_rows(m, tile, interleave);
+  } else {
+    for (int64_t i = 0; i < m; ++i) rows[static_cast<size_t>(i)] = i;
+  }
+  const int64_t bk = block_bytes > 0 ? block_bytes / static_cast<int64_t>(es) : k;
+  Shape shape = block_bytes > 0 ? Shape({E, k / bk, m, bk}) : Shape({E, m, k});
+  Tensor out = Tensor::empty(shape, plain.dtype());
+  const auto* src = static_cast<const uint8_t*>(plain.data_ptr());
+  auto* dst = static_cast<uint8_t*>(out.data_ptr());
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t c = 0; c < k; ++c) {
+        const int64_t from = (e * m + rows[static_cast<size_t>(i)]) * k + c;
+        const int64_t to =
+            block_bytes > 0 ? ((e * (k / bk) + c / bk) * m + i) * bk + c % bk : (e * m + i) * k + c;
+        std::memcpy(dst + static_cast<size_t>(to) * es, src + static_cast<size_t>(from) * es, es);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(MoeWeightLayout, ShuffledRowSourceHandChecked) {
+  // epilogue_tile_m 64: blocks of 16 rows; plain row r goes to (r % 2) * 8 + r / 2.
+  const auto s16 = api::moe_shuffled_row_source(32, 64, false);
+  EXPECT_EQ(s16[0], 0);
+  EXPECT_EQ(s16[8], 1);
+  EXPECT_EQ(s16[1], 2);
+  EXPECT_EQ(s16[9], 3);
+  EXPECT_EQ(s16[15], 15);
+  EXPECT_EQ(s16[16 + 8], 17);
+  // epilogue_tile_m 128: blocks of 32 rows; (r % 4) * 8 + r / 4; with the gated interleave the
+  // interleaved row j is up row j / 2 (even j) or gate row 16 + j / 2 (odd j) of 32 rows.
+  const auto s32 = api::moe_shuffled_row_source(32, 128, true);
+  EXPECT_EQ(s32[0], 0);   // interleaved row 0: up 0
+  EXPECT_EQ(s32[8], 16);  // interleaved row 1: gate 0
+  EXPECT_EQ(s32[16], 1);  // interleaved row 2: up 1
+  EXPECT_EQ(s32[1], 2);   // interleaved row 4: up 2
+  EXPECT_EQ(s32[31], 31);
+  for (int64_t tile : {int64_t{64}, int64_t{128}}) {
+    for (bool inter : {false, true}) {
+      EXPECT_EQ(api::moe_shuffled_row_source(64, tile, inter), prepared_rows(64, tile, inter));
+    }
+  }
+}
+
+// trtllm_bf16_moe on upstream's default layouts (shuffled, BlockMajorK with 128-byte blocks)
+// gives bit-for-bit the result of the plain weights.
+TEST(MoeWeightLayout, Bf16ShuffledLayoutsMatchPlain) {
+  const int64_t T = 9, E = 8, H = 128, I = 64, K = 2;
+  Tensor logits = rand_tensor({T, E}, DType::kFloat32, 1, -3.0, 3.0);
+  Tensor x = rand_tensor({T, H}, DType::kBFloat16, 2, -1.0, 1.0);
+  for (int64_t act : {int64_t{3}, int64_t{6}}) {
+    SCOPED_TRACE("activation " + std::to_string(act));
+    const int64_t N1 = act == 3 ? 2 * I : I;
+    Tensor w1 = rand_tensor({E, N1, H}, DType::kBFloat16, 3, -0.3, 0.3);
+    Tensor w2 = rand_tensor({E, H, I}, DType::kBFloat16, 4, -0.3, 0.3);
+    auto run = [&](const Tensor& a, const Tensor& b, bool shuffled, WeightLayout layout) {
+      return trtllm_bf16_moe(logits, std::nullopt, x, a, b, E, K, std::nullopt, std::nullopt, I, 0,
+                             E, std::nullopt, 1, shuffled, layout, true, true, 8192, act);
+    };
+    const Tensor ref = run(w1, w2, false, WeightLayout::MajorK);
+    const bool gated = act == 3;
+    const Tensor a = run(prepare(w1, 128, true, gated, 128), prepare(w2, 128, true, false, 128),
+                         true, WeightLayout::BlockMajorK);
+    EXPECT_TRUE(all_close(a, ref, {0, 0}));
+    const Tensor b = run(prepare(w1, 128, true, gated, 0), prepare(w2, 128, true, false, 0), true,
+                         WeightLayout::MajorK);
+    EXPECT_TRUE(all_close(b, ref, {0, 0}));
+    const Tensor c = run(prepare(w1, 128, false, false, 128), prepare(w2, 128, false, false, 128),
+                         false, WeightLayout::BlockMajorK);
+    EXPECT_TRUE(all_close(c, ref, {0, 0}));
+  }
+  // Rows not a multiple of the 32-row shuffle block, and a wrong block shape, are named.
+  Tensor w1 = rand_tensor({E, 16, H}, DType::kBFloat16, 5);
+  Tensor w2 = rand_tensor({E, H, 8}, DType::kBFloat16, 6);
+  EXPECT_FI_ERROR(
+      (void)trtllm_bf16_moe(logits, std::nullopt, x, w1, w2, E, K, std::nullopt, std::nullopt, 8, 0,
+                            E, std::nullopt, 1, true, WeightLayout::MajorK),
+      "trtllm_bf16_moe", "gemm1_weights");
+  EXPECT_FI_ERROR((void)trtllm_bf16_moe(logits, std::nullopt, x, w1.view({E, 2, 16, 64}),
+                                        Tensor::zeros({E, 2, H, 8}, DType::kBFloat16), E, K,
+                                        std::nullopt, std::nullopt, 8, 0, E, std::nullopt, 1, false,
+                                        WeightLayout::BlockMajorK),
+                  "trtllm_bf16_moe", "gemm2_weights");
+}
+
+// ---- FP8 ------------------------------------------------------------------------------------
+
+Tensor fp8(const Shape& shape, uint64_t seed, double lo = -3.0, double hi = 3.0) {
+  return rand_tensor(shape, DType::kFloat32, seed, lo, hi).to(DType::kFloat8E4M3FN);
+}
+
+double bf16(double v) {
+  return bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(v)));
+}
+double silu(double v) { return v / (1.0 + std::exp(-v)); }
+
+struct Fp8Case {
+  int64_t T = 6, E = 8, K = 2, H = 256, I = 128, local = 8, offset = 0;
+};
+
+// (ids, weights) for every token: distinct experts (t + 3k) mod E, weights 0.7 / 0.3.
+MoeTopkIds pair_routing(const Fp8Case& c) {
+  std::vector<double> ids, w;
+  for (int64_t t = 0; t < c.T; ++t) {
+    for (int64_t k = 0; k < c.K; ++k) {
+      ids.push_back(static_cast<double>((t + 3 * k) % c.E));
+      w.push_back(k == 0 ? 0.7 : 0.3);
+    }
+  }
+  return MoeTopkIds(Tensor::from_vector(ids, {c.T, c.K}, DType::kInt32),
+                    Tensor::from_vector(w, {c.T, c.K}, DType::kFloat32));
+}
+
+TEST(TrtllmFp8BlockScaleMoe, MatchesFormula) {
+  Fp8Case c;
+  for (int64_t offset : {int64_t{0}, int64_t{4}}) {
+    c.offset = offset;
+    c.local = offset == 0 ? 8 : 4;
+    SCOPED_TRACE("offset " + std::to_string(offset));
+    const int64_t T = c.T, H = c.H, I = c.I, El = c.local, K = c.K;
+    Tensor x = fp8({T, H}, 1);
+    Tensor xs = rand_tensor({H / 128, T}, DType::kFloat32, 2, 0.05, 0.15);
+    Tensor w1 = fp8({El, 2 * I, H}, 3);
+    Tensor s1 = rand_tensor({El, 2 * I / 128, H / 128}, DType::kFloat32, 4, 0.005, 0.02);
+    Tensor w2 = fp8({El, H, I}, 5);
+    Tensor s2 = rand_tensor({El, H / 128, I / 128}, DType::kFloat32, 6, 0.005, 0.02);
+    const MoeTopkIds routing = pair_routing(c);
+    const Tensor out = trtllm_fp8_block_scale_routed_moe(routing, std::nullopt, x, xs, w1, s1, w2,
+                                                         s2, c.E, K, std::nullopt, std::nullopt, I,
+                                                         c.offset, El, std::nullopt);
+    const auto xv = x.to_double_vector(), xsv = xs.to_double_vector(), w1v = w1.to_double_vector(),
+               s1v = s1.to_double_vector(), w2v = w2.to_double_vector(),
+               s2v = s2.to_double_vector(), idv = routing.ids.to_double_vector(),
+               wv = routing.weights->to_double_vector();
+    std::vector<double> expect(static_cast<size_t>(T * H), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t e = static_cast<int64_t>(idv[static_cast<size_t>(t * K + k)]) - c.offset;
+        if (e < 0 || e >= El) continue;
+        std::vector<double> h(static_cast<size_t>(I));
+        for (int64_t i = 0; i < I; ++i) {
+          double up = 0.0, gate = 0.0;
+          for (int64_t d = 0; d < H; ++d) {
+            const double xd =
+                xv[static_cast<size_t>(t * H + d)] * xsv[static_cast<size_t>((d / 128) * T + t)];
+            auto w1d = [&](int64_t row) {
+              return w1v[static_cast<size_t>((e * 2 * I + row) * H + d)] *
+                     s1v[static_cast<size_t>((e * (2 * I / 128) + row / 128) * (H / 128) +
+                                             d / 128)];
+            };
+            up += xd * w1d(i);
+            gate += xd * w1d(I + i);
+          }
+          h[static_cast<size_t>(i)] = bf16(silu(gate) * up);
+        }
+        for (int64_t d = 0; d < H; ++d) {
+          double y = 0.0;
+          for (int64_t i = 0; i < I; ++i) {
+            y += h[static_cast<size_t>(i)] * w2v[static_cast<size_t>((e * H + d) * I + i)] *
+                 s2v[static_cast<size_t>((e * (H / 128) + d / 128) * (I / 128) + i / 128)];
+          }
+          expect[static_cast<size_t>(t * H + d)] +=
+              bf16(wv[static_cast<size_t>(t * K + k)]) * bf16(y);
+        }
+      }
+    }
+    EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
+    // Upstream's shuffled layouts (epilogue_tile_m 64, no interleave) give the same bits.
+    const Tensor shuffled = trtllm_fp8_block_scale_routed_moe(
+        routing, std::nullopt, x, xs, prepare(w1, 64, true, false, 128), s1,
+        prepare(w2, 64, true, false, 128), s2, c.E, K, std::nullopt, std::nullopt, I, c.offset, El,
+        std::nullopt, 0, true, WeightLayout::BlockMajorK);
+    EXPECT_TRUE(all_close(shuffled, out, {0, 0}));
+  }
+}
+
+// Routing from logits equals the routed op fed the same routing (DeepSeekV3 from
+// fused_topk_deepseek, whose own tests check the formula).
+TEST(TrtllmFp8BlockScaleMoe, RoutingFromLogitsMatchesRouted) {
+  const int64_t T = 5, E = 8, H = 128, I = 128, K = 2;
+  Tensor logits = rand_tensor({T, E}, DType::kFloat32, 11, -3.0, 3.0);
+  Tensor bias = rand_tensor({E}, DType::kFloat32, 12, -0.3, 0.3);
+  Tensor x = fp8({T, H}, 13);
+  Tensor xs = rand_tensor({H / 128, T}, DType::kFloat32, 14, 0.05, 0.15);
+  Tensor w1 = fp8({E, 2 * I, H}, 15);
+  Tensor s1 = rand_tensor({E, 2, 1}, DType::kFloat32, 16, 0.005, 0.02);
+  Tensor w2 = fp8({E, H, I}, 17);
+  Tensor s2 = rand_tensor({E, 1, 1}, DType::kFloat32, 18, 0.005, 0.02);
+  Tensor replay = Tensor::zeros({T, K}, DType::kInt16);
+  const Tensor out = trtllm_fp8_block_scale_moe(
+      logits, bias, x, xs, w1, s1, w2, s2, E, K, 4, 2, I, 0, E, 2.5, 2, false, WeightLayout::MajorK,
+      true, std::nullopt, 8192, Fp8QuantizationType::DeepSeekFp8, std::nullopt, 3, true, replay);
+  Tensor vals = Tensor::zeros({T, K}, DType::kFloat32), idx = Tensor::zeros({T, K}, DType::kInt32);
+  fused_topk_deepseek(logits, bias, 4, 2, K, 2.5, vals, idx);
+  EXPECT_TRUE(all_close(replay.to(DType::kInt32), idx, {0, 0}));
+  const Tensor routed = trtllm_fp8_block_scale_routed_moe(
+      MoeTopkIds(idx, vals), std::nullopt, x, xs, w1, s1, w2, s2, E, K, 4, 2, I, 0, E, 2.5, 2);
+  EXPECT_TRUE(all_close(out, routed, {0, 0}));
+}
+
+TEST(TrtllmFp8BlockScaleMoe, BadInput) {
+  const char* op = "trtllm_fp8_block_scale_moe";
+  const int64_t T = 3, E = 8, H = 128, I = 128, K = 2;
+  Tensor logits = rand_tensor({T, E}, DType::kFloat32, 1);
+  Tensor x = fp8({T, H}, 2), xs = Tensor::full({H / 128, T}, 0.1, DType::kFloat32);
+  Tensor w1 = fp8({E, 2 * I, H}, 3), s1 = Tensor::full({E, 2, 1}, 0.01, DType::kFloat32);
+  Tensor w2 = fp8({E, H, I}, 4), s2 = Tensor::full({E, 1, 1}, 0.01, DType::kFloat32);
+  auto call = [&](const Tensor& h, const Tensor& hs, const Tensor& a, const Tensor& as,
+                  const Tensor& b, const Tensor& bs, int64_t inter = 128,
+                  Fp8QuantizationType q = Fp8QuantizationType::DeepSeekFp8, bool fin = true) {
+    (void)trtllm_fp8_block_scale_moe(logits, std::nullopt, h, hs, a, as, b, bs, E, K, std::nullopt,
+                                     std::nullopt, inter, 0, E, std::nullopt, 1, false,
+                                     WeightLayout::MajorK, fin, std::nullopt, 8192, q);
+  };
+  EXPECT_FI_ERROR(call(x.to(DType::kBFloat16), xs, w1, s1, w2, s2), op, "hidden_states");
+  EXPECT_FI_ERROR(call(x, xs.slice(1, 0, 2), w1, s1, w2, s2), op, "hidden_states_scale");
+  EXPECT_FI_ERROR(call(x, xs, w1.to(DType::kBFloat16), s1, w2, s2), op, "gemm1_weights");
+  EXPECT_FI_ERROR(call(x, xs, w1, s1.slice(1, 0, 1), w2, s2), op, "gemm1_weights_scale");
+  EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, s2.to(DType::kBFloat16)), op, "gemm2_weights_scale");
+  EXPECT_FI_ERROR(call(x, xs, w1, s1, w2.slice(2, 0, 64), s2), op, "gemm2_weights");
+  EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, s2, 64), op, "intermediate_size");
+  EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, s2, I, Fp8QuantizationType::MxFp8), op,
+                  "fp8_quantization_type");
+  EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, s2, I, Fp8QuantizationType::DeepSeekFp8, false), op,
+                  "do_finalize");
+  EXPECT_FI_ERROR((void)trtllm_fp8_block_scale_moe(
+                      logits, std::nullopt, x, xs, w1, s1, w2, s2, E, K, std::nullopt, std::nullopt,
+                      I, 0, E, std::nullopt, 1, false, WeightLayout::MajorK, true, std::nullopt,
+                      8192, Fp8QuantizationType::DeepSeekFp8, 1),
+                  op, "num_fused_shared_experts");
+  EXPECT_FI_ERROR(
+      (void)trtllm_fp8_block_scale_routed_moe(
+          MoeTopkIds(Tensor::zeros({T, K}, DType::kInt32)), std::nullopt, x, xs, w1, s1, w2, s2, E,
+          K, std::nullopt, std::nullopt, I, 0, E, std::nullopt, 0, false, WeightLayout::MajorK,
+          true, std::nullopt, Tensor::zeros({T, I}, DType::kBFloat16)),
+      "trtllm_fp8_block_scale_routed_moe", "gemm1_lora_delta");
+}
+
+// Per-tensor FP8: gated (Swiglu) and non-gated (Relu2) against the fp64 formula, weights in
+// upstream's always-shuffled layout.
+TEST(TrtllmFp8PerTensorScaleMoe, MatchesFormula) {
+  const int64_t T = 7, E = 8, H = 64, I = 32, K = 2;
+  Fp8Case c;
+  c.T = T;
+  const MoeTopkIds routing = pair_routing(c);
+  Tensor x = fp8({T, H}, 21);
+  Tensor s1 = rand_tensor({E}, DType::kFloat32, 22, 0.5, 1.0);
+  Tensor sg = rand_tensor({E}, DType::kFloat32, 23, 0.001, 0.004);
+  Tensor s2 = rand_tensor({E}, DType::kFloat32, 24, 0.001, 0.004);
+  for (int64_t act : {int64_t{3}, int64_t{6}}) {
+    SCOPED_TRACE("activation " + std::to_string(act));
+    const bool gated = act == 3;
+    const int64_t N1 = gated ? 2 * I : I;
+    Tensor w1 = fp8({E, N1, H}, 25);
+    Tensor w2 = fp8({E, H, I}, 26);
+    const Tensor out = trtllm_fp8_per_tensor_scale_routed_moe(
+        routing, std::nullopt, x, prepare(w1, 128, true, gated, 0), s1, sg,
+        prepare(w2, 128, true, false, 0), s2, E, K, std::nullopt, std::nullopt, I, 0, E,
+        std::nullopt, false, 0, true, std::nullopt, 8192, act);
+    const auto xv = x.to_double_vector(), w1v = w1.to_double_vector(), w2v = w2.to_double_vector(),
+               s1v = s1.to_double_vector(), sgv = sg.to_double_vector(),
+               s2v = s2.to_double_vector(), idv = routing.ids.to_double_vector(),
+               wv = routing.weights->to_double_vector();
+    std::vector<double> expect(static_cast<size_t>(T * H), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t e = static_cast<int64_t>(idv[static_cast<size_t>(t * K + k)]);
+        std::vector<double> h(static_cast<size_t>(I));
+        for (int64_t i = 0; i < I; ++i) {
+          double a = 0.0, g = 0.0;
+          for (int64_t d = 0; d < H; ++d) {
+            a +=
+                xv[static_cast<size_t>(t * H + d)] * w1v[static_cast<size_t>((e * N1 + i) * H + d)];
+            if (gated) {
+              g += xv[static_cast<size_t>(t * H + d)] *
+                   w1v[static_cast<size_t>((e * N1 + I + i) * H + d)];
+            }
+          }
+          const double v =
+              gated ? silu(g * sgv[static_cast<size_t>(e)]) * a * s1v[static_cast<size_t>(e)]
+                    : std::pow(std::max(a * sgv[static_cast<size_t>(e)], 0.0), 2) *
+                          s1v[static_cast<size_t>(e)];
+          h[static_cast<size_t>(i)] =
+              e4m3fn_bits_to_float(float_to_e4m3fn_bits(static_cast<float>(v), true));
+        }
+        for (int64_t d = 0; d < H; ++d) {
+          double y = 0.0;
+          for (int64_t i = 0; i < I; ++i) {
+            y += h[static_cast<size_t>(i)] * w2v[static_cast<size_t>((e * H + d) * I + i)];
+          }
+          expect[static_cast<size_t>(t * H + d)] +=
+              bf16(wv[static_cast<size_t>(t * K + k)]) * bf16(y * s2v[static_cast<size_t>(e)]);
+        }
+      }
+    }
+    // fp8 rounding of the activation may flip one code between fp32 and fp64 sums: a little
+    // more than bf16's tolerance.
+    EXPECT_TRUE(all_close(out, expect, {2e-2, 2e-2}));
+  }
+}
+
+// Llama4: top-1 sigmoid routing from bf16 logits, the routing weight applied to GEMM1's output
+// (use_routing_scales_on_input) instead of the combine; equals the routed op with that weight
+// folded into output1 scales for a linear (Identity) activation.
+TEST(TrtllmFp8PerTensorScaleMoe, Llama4RoutingScalesOnInput) {
+  const int64_t T = 5, E = 8, H = 64, I = 32;
+  Tensor logits = rand_tensor({T, E}, DType::kBFloat16, 31, -3.0, 3.0);
+  Tensor x = fp8({T, H}, 32);
+  Tensor w1 = fp8({E, 2 * I, H}, 33), w2 = fp8({E, H, I}, 34);
+  Tensor s1 = Tensor::full({E}, 0.5, DType::kFloat32),
+         sg = Tensor::full({E}, 0.01, DType::kFloat32);
+  Tensor s2 = Tensor::full({E}, 0.004, DType::kFloat32);
+  Tensor replay = Tensor::zeros({T, 1}, DType::kInt16);
+  const Tensor out = trtllm_fp8_per_tensor_scale_moe(
+      logits, std::nullopt, x, prepare(w1, 128, true, true, 0), s1, sg,
+      prepare(w2, 128, true, false, 0), s2, E, 1, std::nullopt, std::nullopt, I, 0, E, std::nullopt,
+      true, 3, true, std::nullopt, 8192, 3, true, replay);
+  // Expected with the fp64 formula: expert argmax(logit), weight bf16(sigmoid(logit)) applied to
+  // both halves of GEMM1's output, combine weight 1.
+  const auto lv = logits.to_double_vector(), xv = x.to_double_vector(), w1v = w1.to_double_vector(),
+             w2v = w2.to_double_vector();
+  const auto rv = replay.to_double_vector();
+  std::vector<double> expect(static_cast<size_t>(T * H), 0.0);
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t e = 0;
+    for (int64_t j = 1; j < E; ++j) {
+      if (lv[static_cast<size_t>(t * E + j)] > lv[static_cast<size_t>(t * E + e)]) e = j;
+    }
+    EXPECT_EQ(rv[static_cast<size_t>(t)], e);
+    const double w = bf16(1.0 / (1.0 + std::exp(-lv[static_cast<size_t>(t * E + e)])));
+    std::vector<double> h(static_cast<size_t>(I));
+    for (int64_t i = 0; i < I; ++i) {
+      double a = 0.0, g = 0.0;
+      for (int64_t d = 0; d < H; ++d) {
+        a += xv[static_cast<size_t>(t * H + d)] * w1v[static_cast<size_t>((e * 2 * I + i) * H + d)];
+        g += xv[static_cast<size_t>(t * H + d)] *
+             w1v[static_cast<size_t>((e * 2 * I + I + i) * H + d)];
+      }
+      h[static_cast<size_t>(i)] = e4m3fn_bits_to_float(
+          float_to_e4m3fn_bits(static_cast<float>(silu(g * 0.01 * w) * a * 0.5 * w), true));
+    }
+    for (int64_t d = 0; d < H; ++d) {
+      double y = 0.0;
+      for (int64_t i = 0; i < I; ++i) {
+        y += h[static_cast<size_t>(i)] * w2v[static_cast<size_t>((e * H + d) * I + i)];
+      }
+      expect[static_cast<size_t>(t * H + d)] = bf16(y * 0.004);
+    }
+  }
+  EXPECT_TRUE(all_close(out, expect, {2e-2, 2e-2}));
+}
+
+TEST(TrtllmFp8PerTensorScaleMoe, BadInput) {
+  const char* op = "trtllm_fp8_per_tensor_scale_moe";
+  const int64_t T = 3, E = 8, H = 64, I = 32, K = 2;
+  Tensor logits = rand_tensor({T, E}, DType::kBFloat16, 1);
+  Tensor x = fp8({T, H}, 2), w1 = fp8({E, 2 * I, H}, 3), w2 = fp8({E, H, I}, 4);
+  Tensor s = Tensor::full({E}, 0.01, DType::kFloat32);
+  auto call = [&](const Tensor& h, const Tensor& a, const Tensor& sa, const Tensor& b,
+                  int64_t k = 2, bool on_input = false, int64_t inter = 32) {
+    (void)trtllm_fp8_per_tensor_scale_moe(logits, std::nullopt, h, a, sa, s, b, s, E, k,
+                                          std::nullopt, std::nullopt, inter, 0, E, std::nullopt,
+                                          on_input, 1);
+  };
+  EXPECT_FI_ERROR(call(x.to(DType::kBFloat16), w1, s, w2), op, "hidden_states");
+  EXPECT_FI_ERROR(call(x, w1.to(DType::kBFloat16), s, w2), op, "gemm1_weights");
+  EXPECT_FI_ERROR(call(x, fp8({E, 16, H}, 5), s, w2, K, false, 8), op, "gemm1_weights");
+  EXPECT_FI_ERROR(call(x, w1, s.slice(0, 0, 4), w2), op, "output1_scales_scalar");
+  EXPECT_FI_ERROR(call(x, w1, s.to(DType::kBFloat16), w2), op, "output1_scales_scalar");
+  EXPECT_FI_ERROR(call(x, w1, s, w2.slice(1, 0, 32)), op, "gemm2_weights");
+  EXPECT_FI_ERROR(call(x, w1, s, w2, K, true), op, "use_routing_scales_on_input");
+  EXPECT_FI_ERROR(call(x, w1, s, w2, 9), op, "top_k");
+}
+
+TEST(MoeQuantDecls, SignaturesAndRecordReplay) {
+  const OpDecl* d = OpRegistry::global().find("trtllm_fp8_block_scale_moe");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->module, "flashinfer.fused_moe.core");
+  for (const char* name : {"trtllm_fp8_block_scale_routed_moe", "trtllm_fp8_per_tensor_scale_moe",
+                           "trtllm_fp8_per_tensor_scale_routed_moe"}) {
+    ASSERT_NE(OpRegistry::global().find(name), nullptr) << name;
+  }
+  const int64_t T = 3, E = 8, H = 128, I = 128;
+  Fp8Case c;
+  c.T = T;
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    (void)trtllm_fp8_block_scale_moe(
+        rand_tensor({T, E}, DType::kFloat32, 1), std::nullopt, fp8({T, H}, 2),
+        Tensor::full({1, T}, 0.1, DType::kFloat32), fp8({E, 2 * I, H}, 3),
+        Tensor::full({E, 2, 1}, 0.01, DType::kFloat32), fp8({E, H, I}, 4),
+        Tensor::full({E, 1, 1}, 0.01, DType::kFloat32), E, 2, std::nullopt, std::nullopt, I, 0, E,
+        std::nullopt, 1);
+    (void)trtllm_fp8_block_scale_routed_moe(
+        pair_routing(c), std::nullopt, fp8({T, H}, 5), Tensor::full({1, T}, 0.1, DType::kFloat32),
+        fp8({E, 2 * I, H}, 6), Tensor::full({E, 2, 1}, 0.01, DType::kFloat32), fp8({E, H, I}, 7),
+        Tensor::full({E, 1, 1}, 0.01, DType::kFloat32), E, 2, std::nullopt, std::nullopt, I, 0, E,
+        std::nullopt);
+    Tensor s = Tensor::full({E}, 0.01, DType::kFloat32);
+    (void)trtllm_fp8_per_tensor_scale_moe(rand_tensor({T, E}, DType::kBFloat16, 8), std::nullopt,
+                                          fp8({T, 64}, 9), fp8({E, 64, 64}, 10), s, s,
+                                          fp8({E, 64, 32}, 11), s, E, 2, std::nullopt, std::nullopt,
+                                          32, 0, E, std::nullopt, false, 1);
+    (void)trtllm_fp8_per_tensor_scale_routed_moe(
+        pair_routing(c), std::nullopt, fp8({T, 64}, 12), fp8({E, 64, 64}, 13), s, s,
+        fp8({E, 64, 32}, 14), s, E, 2, std::nullopt, std::nullopt, 32, 0, E, std::nullopt, false);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 4u);
+  for (const auto& call : calls) {
+    SCOPED_TRACE(call.name);
+    ASSERT_TRUE(call.error.empty()) << call.error;
+    const OpDecl* decl = OpRegistry::global().find(call.name);
+    ASSERT_NE(decl, nullptr);
+    std::vector<Value> args;
+    for (const auto& a : call.inputs) args.push_back(snapshot(a));
+    CallArgs bound(*decl, std::move(args));
+    EXPECT_TRUE(same_values(decl->invoke(bound), call.result));
+  }
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
