@@ -605,6 +605,62 @@ BenchCase bench_trtllm_fp8_per_tensor_scale_moe(const BenchShape& s, Device dev)
   return c;
 }
 
+// Precomputed routing for the _routed_ benches: packed ids, two distinct experts per token with
+// bf16 weights 0.75 / 0.25.
+Value packed_routing(int64_t T, int64_t E, Device dev) {
+  std::vector<int64_t> packed;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t e0 = (t * 5) % E, e1 = (e0 + 1 + t % (E - 1)) % E;
+    packed.push_back((e0 << 16) | float_to_bfloat16_bits(0.75f));
+    packed.push_back((e1 << 16) | float_to_bfloat16_bits(0.25f));
+  }
+  return Value(api::bench::int32_tensor(packed, dev).view({T, 2}));
+}
+
+// trtllm_fp8_block_scale_routed_moe: the FFN shapes of trtllm_fp8_block_scale_moe, packed
+// precomputed routing.
+BenchCase bench_trtllm_fp8_block_scale_routed_moe(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, H = (s.hidden_size + 127) / 128 * 128, I = (s.n + 127) / 128 * 128;
+  const int64_t E = 8, K = 2;
+  const uint64_t sd = s.random_seed;
+  BenchCase c = api::bench::invoke_case(
+      "trtllm_fp8_block_scale_routed_moe",
+      {packed_routing(T, E, dev), Value(), Value(fp8_tensor({T, H}, dev, sd + 2, -4.0, 4.0)),
+       Value(api::bench::random_tensor({H / 128, T}, DType::kFloat32, dev, sd + 3, 0.01, 0.02)),
+       Value(fp8_tensor({E, 2 * I, H}, dev, sd + 4, -4.0, 4.0)),
+       Value(api::bench::random_tensor({E, 2 * I / 128, H / 128}, DType::kFloat32, dev, sd + 5,
+                                       0.01, 0.02)),
+       Value(fp8_tensor({E, H, I}, dev, sd + 6, -4.0, 4.0)),
+       Value(api::bench::random_tensor({E, H / 128, I / 128}, DType::kFloat32, dev, sd + 7, 0.01,
+                                       0.02)),
+       Value(E), Value(K), Value(), Value(), Value(I), Value(int64_t{0}), Value(E), Value()});
+  const double rows = static_cast<double>(T * K);
+  c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
+  c.bytes = static_cast<double>(T * H) * 3 + static_cast<double>(E * 3 * I * H);
+  return c;
+}
+
+// trtllm_fp8_per_tensor_scale_routed_moe: the FFN shapes of trtllm_fp8_per_tensor_scale_moe,
+// packed precomputed routing.
+BenchCase bench_trtllm_fp8_per_tensor_scale_routed_moe(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, H = (s.hidden_size + 31) / 32 * 32, I = (s.n + 31) / 32 * 32;
+  const int64_t E = 8, K = 2;
+  const uint64_t sd = s.random_seed;
+  auto scales = [&](uint64_t seed) {
+    return Value(api::bench::random_tensor({E}, DType::kFloat32, dev, seed, 0.01, 0.02));
+  };
+  BenchCase c = api::bench::invoke_case(
+      "trtllm_fp8_per_tensor_scale_routed_moe",
+      {packed_routing(T, E, dev), Value(), Value(fp8_tensor({T, H}, dev, sd + 2, -4.0, 4.0)),
+       Value(fp8_tensor({E, 2 * I, H}, dev, sd + 4, -4.0, 4.0)), scales(sd + 5), scales(sd + 6),
+       Value(fp8_tensor({E, H, I}, dev, sd + 7, -4.0, 4.0)), scales(sd + 8), Value(E), Value(K),
+       Value(), Value(), Value(I), Value(int64_t{0}), Value(E), Value(), Value(false)});
+  const double rows = static_cast<double>(T * K);
+  c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
+  c.bytes = static_cast<double>(T * H) * 3 + static_cast<double>(E * 3 * I * H);
+  return c;
+}
+
 }  // namespace
 
 namespace detail {
@@ -675,6 +731,9 @@ void register_moe_quant_ops(OpRegistry& r) {
   }
   register_bench_hook("trtllm_fp8_block_scale_moe", bench_trtllm_fp8_block_scale_moe);
   register_bench_hook("trtllm_fp8_per_tensor_scale_moe", bench_trtllm_fp8_per_tensor_scale_moe);
+  register_bench_hook("trtllm_fp8_block_scale_routed_moe", bench_trtllm_fp8_block_scale_routed_moe);
+  register_bench_hook("trtllm_fp8_per_tensor_scale_routed_moe",
+                      bench_trtllm_fp8_per_tensor_scale_routed_moe);
 }
 }  // namespace detail
 
