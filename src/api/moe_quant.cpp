@@ -13,6 +13,9 @@
 #include "flashinfer/float_formats.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_quant_cpu.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/moe_cuda.h"
+#endif
 
 namespace flashinfer {
 
@@ -70,6 +73,20 @@ constexpr api::KernelEntry<kernels::TrtllmFp8MoeParams> kTrtllmFp8MoeKernels[] =
      [](const kernels::TrtllmFp8MoeParams& p, const api::LaunchContext&) {
        kernels::cpu::trtllm_fp8_moe(p);
      }},
+};
+
+// The block-scale ops also have a CUDA kernel (plain MajorK weights).
+constexpr api::KernelEntry<kernels::TrtllmFp8MoeParams> kTrtllmFp8BlockMoeKernels[] = {
+    kTrtllmFp8MoeKernels[0],
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA kernel: routing one thread per token, then one block per (token, expert) pair with "
+     "warp dot products over block-dequantized fp8",
+     nullptr,
+     [](const kernels::TrtllmFp8MoeParams& p, const api::LaunchContext& c) {
+       kernels::cuda::trtllm_fp8_moe(p, c.stream, c.enable_pdl);
+     }},
+#endif
 };
 
 void unit_last_stride(const Tensor& t, const char* op, const char* arg) {
@@ -313,7 +330,21 @@ Tensor fp8_block_impl(const Fp8Common& c, const Tensor& hs_scale, const Tensor& 
   p.base.moe.swiglu_alpha = expert_floats(alpha, El, hidden, op, "gemm1_alpha");
   p.base.moe.swiglu_beta = expert_floats(beta, El, hidden, op, "gemm1_beta");
   p.base.moe.swiglu_limit = expert_floats(limit, El, hidden, op, "gemm1_clamp_limit");
-  api::launch(kTrtllmFp8MoeKernels, p, hidden.device(), op, "hidden_states", false);
+  Tensor ws_ids, ws_w, ws_g1, ws_h, ws_y;
+  if (hidden.device().is_cuda()) {
+    const int64_t pairs = T * c.top_k;
+    ws_ids = Tensor::empty({pairs}, DType::kInt32, hidden.device());
+    ws_w = Tensor::empty({pairs}, DType::kFloat32, hidden.device());
+    ws_g1 = Tensor::empty({pairs, N1}, DType::kFloat32, hidden.device());
+    ws_h = Tensor::empty({pairs, I}, DType::kFloat32, hidden.device());
+    ws_y = Tensor::empty({pairs, H}, DType::kFloat32, hidden.device());
+    p.ws_ids = ws_ids.data<int32_t>();
+    p.ws_w = ws_w.data<float>();
+    p.ws_g1 = ws_g1.data<float>();
+    p.ws_h = ws_h.data<float>();
+    p.ws_y = ws_y.data<float>();
+  }
+  api::launch(kTrtllmFp8BlockMoeKernels, p, hidden.device(), op, "hidden_states", false);
   return out;
 }
 
@@ -724,11 +755,10 @@ void register_moe_quant_ops(OpRegistry& r) {
       arg("routing_method_type", int64_t{0}), arg("do_finalize", true), "enable_pdl",
       arg("tune_max_num_tokens", int64_t{8192}), arg("activation_type", int64_t{3}),
       arg("routing_replay_out").mut(), arg("output").mut());
-  for (const char* name :
-       {"trtllm_fp8_block_scale_moe", "trtllm_fp8_block_scale_routed_moe",
-        "trtllm_fp8_per_tensor_scale_moe", "trtllm_fp8_per_tensor_scale_routed_moe"}) {
-    api::register_backends(name, kTrtllmFp8MoeKernels);
-  }
+  api::register_backends("trtllm_fp8_block_scale_moe", kTrtllmFp8BlockMoeKernels);
+  api::register_backends("trtllm_fp8_block_scale_routed_moe", kTrtllmFp8BlockMoeKernels);
+  api::register_backends("trtllm_fp8_per_tensor_scale_moe", kTrtllmFp8MoeKernels);
+  api::register_backends("trtllm_fp8_per_tensor_scale_routed_moe", kTrtllmFp8MoeKernels);
   register_bench_hook("trtllm_fp8_block_scale_moe", bench_trtllm_fp8_block_scale_moe);
   register_bench_hook("trtllm_fp8_per_tensor_scale_moe", bench_trtllm_fp8_per_tensor_scale_moe);
   register_bench_hook("trtllm_fp8_block_scale_routed_moe", bench_trtllm_fp8_block_scale_routed_moe);

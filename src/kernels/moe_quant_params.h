@@ -27,6 +27,18 @@ struct TrtllmFp8MoeParams {
   const float* out1_gate_scale = nullptr;  // output1_scales_gate_scalar
   const float* out2_scale = nullptr;       // output2_scales_scalar
   bool routing_scales_on_input = false;    // Llama4: routing weight applied to GEMM1's output
+  // CUDA only: device scratch allocated by the API layer: ws_ids [num_tokens * top_k] int32,
+  // ws_w (the bf16-rounded routing weights) [num_tokens * top_k], ws_g1 [.., gemm1_n],
+  // ws_h [.., inter], ws_y [.., hidden] fp32.
+  int32_t* ws_ids = nullptr;
+  float* ws_w = nullptr;
+  float* ws_g1 = nullptr;
+  float* ws_h = nullptr;
+  float* ws_y = nullptr;
 };
+
+/// The most experts the CUDA routing kernel handles (one thread per token keeps per-expert
+/// scores in local memory).
+constexpr int64_t kFp8MoeCudaMaxExperts = 512;
 
 }  // namespace flashinfer::kernels
