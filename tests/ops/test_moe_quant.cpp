@@ -478,5 +478,40 @@ TEST(MoeQuantDecls, SignaturesAndRecordReplay) {
   }
 }
 
+// The CUDA kernel against the CPU reference: every routing method from logits with an expert
+// offset, and the precomputed pair form (skipped without a GPU).
+TEST(TrtllmFp8BlockScaleMoeCuda, MatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const int64_t T = 13, E = 8, H = 256, I = 128, El = 4, off = 2;
+  const Device d = Device::cuda(0);
+  Tensor x = fp8({T, H}, 41), xs = rand_tensor({H / 128, T}, DType::kFloat32, 42, 0.05, 0.15);
+  Tensor w1 = fp8({El, 2 * I, H}, 43), w2 = fp8({El, H, I}, 44);
+  Tensor s1 = rand_tensor({El, 2, 2}, DType::kFloat32, 45, 0.005, 0.02);
+  Tensor s2 = rand_tensor({El, 2, 1}, DType::kFloat32, 46, 0.005, 0.02);
+  Tensor bias = rand_tensor({E}, DType::kFloat32, 47, -0.3, 0.3);
+  for (int64_t method = 0; method <= 8; ++method) {
+    SCOPED_TRACE("method " + std::to_string(method));
+    const int64_t k = method == 3 ? 1 : 2;
+    Tensor logits = rand_tensor({T, E}, DType::kFloat32, 48 + method, -3.0, 3.0);
+    auto run = [&](Device dev) {
+      return trtllm_fp8_block_scale_moe(logits.to(dev), bias.to(dev), x.to(dev), xs.to(dev),
+                                        w1.to(dev), s1.to(dev), w2.to(dev), s2.to(dev), E, k, 4, 2,
+                                        I, off, El, 2.5, method)
+          .to(Device::cpu());
+    };
+    EXPECT_TRUE(all_close(run(d), run(Device::cpu()), default_tolerance(DType::kBFloat16)));
+  }
+  Fp8Case c;
+  c.T = T;
+  const MoeTopkIds r = pair_routing(c);
+  const Tensor ref =
+      trtllm_fp8_block_scale_routed_moe(r, std::nullopt, x, xs, w1, s1, w2, s2, E, 2, std::nullopt,
+                                        std::nullopt, I, off, El, std::nullopt);
+  const Tensor got = trtllm_fp8_block_scale_routed_moe(
+      MoeTopkIds(r.ids.to(d), r.weights->to(d)), std::nullopt, x.to(d), xs.to(d), w1.to(d),
+      s1.to(d), w2.to(d), s2.to(d), E, 2, std::nullopt, std::nullopt, I, off, El, std::nullopt);
+  EXPECT_TRUE(all_close(got.to(Device::cpu()), ref, default_tolerance(DType::kBFloat16)));
+}
+
 }  // namespace
 }  // namespace flashinfer::testing
