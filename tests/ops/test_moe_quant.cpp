@@ -536,14 +536,17 @@ TEST(TrtllmFp8BlockScaleMoeCuda, MatchesCpu) {
 // torch.float8_e4m3fn, written by hand since the machine's torch 1.13 has no float8), for the
 // calls engines make: every argument by keyword, weights prepared by upstream's procedure
 // (trtllm_bf16_moe with its default shuffled BlockMajorK layout; trtllm_fp8_block_scale_moe
-// with DeepSeekV3 routing and shuffled BlockMajorK weights), expected outputs computed by torch
-// in fp32 as upstream's test reference does. Both replay here and pass.
+// with DeepSeekV3 routing and shuffled BlockMajorK weights; trtllm_fp8_per_tensor_scale_moe as
+// for Llama4), expected outputs computed by torch in fp32 as upstream's test reference does.
+// All three replay here and pass.
 TEST(MoeUpstreamDumps, EngineStyleTrtllmDumpsReplay) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("fi_moe_quant_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir / "20261122_170000_001_pid4242_trtllm_bf16_moe_call0001");
   fs::create_directories(dir / "20261122_170000_002_pid4242_trtllm_fp8_block_scale_moe_call0002");
+  fs::create_directories(dir /
+                         "20261122_170000_003_pid4242_trtllm_fp8_per_tensor_scale_moe_call0003");
   const std::string py = R"PY(
 import json, sys, zipfile, struct
 try:
@@ -717,6 +720,42 @@ record(d + "/20261122_170000_002_pid4242_trtllm_fp8_block_scale_moe_call0002",
         "kwarg_routing_method_type": 2, "kwarg_use_shuffled_weight": True,
         "kwarg_weight_layout": 2, "kwarg_enable_pdl": None},
        out.bfloat16())
+
+# 3. trtllm_fp8_per_tensor_scale_moe as SGLang calls it for Llama4 (keywords; top-1 sigmoid
+# routing of bf16 logits applied on GEMM1's output), weights prepared as upstream's
+# FP8PerTensorMoe does (gated interleave, shuffle with epilogue_tile_m 128, MajorK).
+T, E, H, I = 5, 8, 64, 32
+logits = torch.randn(T, E).to(torch.bfloat16)
+xc, xv = to_fp8(torch.randn(T, H) * 2)
+w1c, w1v = to_fp8(torch.randn(E, 2 * I, H) * 2)
+w2c, w2v = to_fp8(torch.randn(E, H, I) * 2)
+o1 = torch.rand(E) * 0.5 + 0.5
+og = torch.rand(E) * 0.02 + 0.02
+o2 = torch.rand(E) * 0.05 + 0.05
+p1 = interleave_idx(2 * I)[shuffle_idx(2 * I, 128)]
+w1k = torch.stack([w1c[e][p1] for e in range(E)])
+w2k = torch.stack([w2c[e][shuffle_idx(H, 128)] for e in range(E)])
+ti = logits.float().argmax(-1)
+wt = torch.sigmoid(logits.float().gather(1, ti[:, None]))[:, 0].bfloat16().float()
+out = torch.zeros(T, H)
+for t in range(T):
+    e = int(ti[t])
+    g = xv[t] @ w1v[e].T
+    h = F.silu(g[I:] * og[e] * wt[t]) * (g[:I] * o1[e] * wt[t])
+    h = to_fp8(h.clamp(-448, 448))[1]
+    out[t] = (h @ w2v[e].T * o2[e]).bfloat16().float()
+record(d + "/20261122_170000_003_pid4242_trtllm_fp8_per_tensor_scale_moe_call0003",
+       "trtllm_fp8_per_tensor_scale_moe",
+       {"kwarg_routing_logits": logits, "kwarg_hidden_states": ("fp8", xc),
+        "kwarg_gemm1_weights": ("fp8", w1k), "kwarg_output1_scales_scalar": o1,
+        "kwarg_output1_scales_gate_scalar": og, "kwarg_gemm2_weights": ("fp8", w2k),
+        "kwarg_output2_scales_scalar": o2},
+       {"kwarg_routing_bias": None, "kwarg_num_experts": E, "kwarg_top_k": 1,
+        "kwarg_n_group": None, "kwarg_topk_group": None, "kwarg_intermediate_size": I,
+        "kwarg_local_expert_offset": 0, "kwarg_local_num_experts": E,
+        "kwarg_routed_scaling_factor": None, "kwarg_use_routing_scales_on_input": True,
+        "kwarg_routing_method_type": 3},
+       out.bfloat16())
 )PY";
   std::ofstream(dir / "make.py") << py;
   // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
@@ -730,7 +769,7 @@ record(d + "/20261122_170000_002_pid4242_trtllm_fp8_block_scale_moe_call0002",
   ASSERT_EQ(st, 0);
   fs::remove(dir / "make.py");
   const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 2u);
+  ASSERT_EQ(results.size(), 3u);
   for (const auto& r : results) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
   }
