@@ -37,6 +37,22 @@ struct TrtllmFp8MoeParams {
   float* ws_y = nullptr;
 };
 
+/// trtllm_gen_routing: routing, then the per-local-expert permutation padded to tile_tokens_dim.
+struct TrtllmGenRoutingParams {
+  MoeRoutingParams routing;
+  int64_t local_expert_offset = 0, local_num_experts = 0, tile = 8;
+  int32_t* topk_ids = nullptr;              // [T, top_k]
+  uint16_t* topk_weights = nullptr;         // bf16 bits [T, top_k]
+  int32_t* total_padded = nullptr;          // [1]
+  int32_t* expanded_to_permuted = nullptr;  // [T, top_k]
+  int32_t* permuted_to_token = nullptr;     // [max_padded]
+  int64_t max_padded = 0;
+  int32_t* cta_to_batch = nullptr;     // [max_ctas]
+  int32_t* cta_to_mn_limit = nullptr;  // [max_ctas]
+  int64_t max_ctas = 0;
+  int32_t* num_ctas = nullptr;  // [1]
+};
+
 /// The most experts the CUDA routing kernel handles (one thread per token keeps per-expert
 /// scores in local memory).
 constexpr int64_t kFp8MoeCudaMaxExperts = 512;

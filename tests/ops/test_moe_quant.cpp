@@ -776,5 +776,87 @@ record(d + "/20261122_170000_003_pid4242_trtllm_fp8_per_tensor_scale_moe_call000
   fs::remove_all(dir);
 }
 
+// trtllm_gen_routing, hand-checked: 3 tokens, 4 experts, top-2 Renormalize, local experts
+// [1, 3), tile 4. Pairs (t, k) in token-major order: (0,0)->e0 (not local), (0,1)->e1,
+// (1,0)->e1, (1,1)->e2, (2,0)->e3 (not local), (2,1)->e2. Expert 1 holds slots 0, 1 (padded to
+// 4), expert 2 slots 4, 5; max_ctas = min(4, 6) + (6 - 4) / 4 = 4.
+TEST(TrtllmGenRouting, HandChecked) {
+  Tensor logits =
+      Tensor::from_vector({4, 3, 0, 0, 0, 5, 4, 0, 0, 0, 1, 2}, {3, 4}, DType::kFloat32);
+  const auto r = trtllm_gen_routing(logits, std::nullopt, RoutingMethodType::Renormalize, 2, 0, 0,
+                                    0, 1, 2, 1.0, 4);
+  auto v = [](const Tensor& t) { return t.to_double_vector(); };
+  using V = std::vector<double>;
+  EXPECT_EQ(v(std::get<0>(r)), (V{-1, 1, 1, 2, -1, 2}));
+  const double hi = 1.0 / (1.0 + std::exp(-1.0)), lo = 1.0 - hi;  // softmax of (a, a - 1)
+  EXPECT_TRUE(
+      all_close(std::get<1>(r), V{hi, lo, hi, lo, hi, lo}, default_tolerance(DType::kBFloat16)));
+  EXPECT_EQ(v(std::get<2>(r)), (V{8}));
+  EXPECT_EQ(v(std::get<3>(r)), (V{-1, 0, 1, 4, -1, 5}));
+  const V p2t = v(std::get<4>(r));
+  ASSERT_EQ(p2t.size(), 16u);
+  EXPECT_EQ(V(p2t.begin(), p2t.begin() + 6), (V{0, 1, -1, -1, 1, 2}));
+  const V batch = v(std::get<5>(r)), limit = v(std::get<6>(r));
+  ASSERT_EQ(batch.size(), 4u);
+  EXPECT_EQ(V(batch.begin(), batch.begin() + 2), (V{0, 1}));
+  EXPECT_EQ(V(limit.begin(), limit.begin() + 2), (V{2, 6}));
+  EXPECT_EQ(v(std::get<7>(r)), (V{2}));
+}
+
+// DeepSeekV3 through trtllm_gen_routing selects what fused_topk_deepseek selects, with its
+// weights in bf16; every local pair has a slot whose CTA belongs to its expert.
+TEST(TrtllmGenRouting, DeepSeekV3MatchesFusedTopk) {
+  const int64_t T = 33, E = 16, K = 4;
+  Tensor logits = rand_tensor({T, E}, DType::kFloat32, 61, -3.0, 3.0);
+  Tensor bias = rand_tensor({E}, DType::kFloat32, 62, -0.3, 0.3);
+  const auto r = trtllm_gen_routing(logits, bias, RoutingMethodType::DeepSeekV3, K, 0, 4, 2, 0,
+                                    std::nullopt, 2.5, 8);
+  Tensor vals = Tensor::zeros({T, K}, DType::kFloat32), idx = Tensor::zeros({T, K}, DType::kInt32);
+  fused_topk_deepseek(logits, bias, 4, 2, K, 2.5, vals, idx);
+  EXPECT_TRUE(all_close(std::get<0>(r), idx, {0, 0}));
+  EXPECT_TRUE(all_close(std::get<1>(r), vals.to(DType::kBFloat16), {0, 0}));
+  const auto ids = std::get<0>(r).to_double_vector(), e2p = std::get<3>(r).to_double_vector(),
+             p2t = std::get<4>(r).to_double_vector(), batch = std::get<5>(r).to_double_vector();
+  for (int64_t i = 0; i < T * K; ++i) {
+    const auto slot = static_cast<size_t>(e2p[static_cast<size_t>(i)]);
+    EXPECT_EQ(p2t[slot], static_cast<double>(i / K));
+    EXPECT_EQ(batch[slot / 8], ids[static_cast<size_t>(i)]);
+  }
+}
+
+TEST(TrtllmGenRouting, BadInputAndRecordReplay) {
+  const char* op = "trtllm_gen_routing";
+  Tensor logits = rand_tensor({4, 8}, DType::kFloat32, 1);
+  auto call = [&](const Tensor& l, int64_t k, int64_t nfse, int64_t tile) {
+    (void)trtllm_gen_routing(l, std::nullopt, RoutingMethodType::Renormalize, k, nfse, 0, 0, 0,
+                             std::nullopt, 1.0, tile);
+  };
+  EXPECT_FI_ERROR(call(logits.to(DType::kFloat16), 2, 0, 8), op, "routing_logits");
+  EXPECT_FI_ERROR(call(logits, 9, 0, 8), op, "top_k");
+  EXPECT_FI_ERROR(call(logits, 2, 1, 8), op, "num_fused_shared_experts");
+  EXPECT_FI_ERROR(call(logits, 2, 0, 6), op, "tile_tokens_dim");
+  EXPECT_FI_ERROR((void)trtllm_gen_routing(logits, Tensor::zeros({7}, DType::kFloat32),
+                                           RoutingMethodType::DeepSeekV3, 2),
+                  op, "routing_bias");
+  EXPECT_FI_ERROR((void)trtllm_gen_routing(logits, std::nullopt, RoutingMethodType::Llama4, 2), op,
+                  "top_k");
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    (void)trtllm_gen_routing(logits, std::nullopt, RoutingMethodType::RenormalizeNaive, 2, 0, 0, 0,
+                             2, 4);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 1u);
+  ASSERT_TRUE(calls[0].error.empty()) << calls[0].error;
+  const OpDecl* d = OpRegistry::global().find("trtllm_gen_routing");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->module, "flashinfer.fused_moe.trtllm_gen_routing");
+  std::vector<Value> args;
+  for (const auto& a : calls[0].inputs) args.push_back(snapshot(a));
+  CallArgs bound(*d, std::move(args));
+  EXPECT_TRUE(same_values(d->invoke(bound), calls[0].result));
+}
+
 }  // namespace
 }  // namespace flashinfer::testing

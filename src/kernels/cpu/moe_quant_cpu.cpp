@@ -144,4 +144,52 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p) {
   }
 }
 
+void trtllm_gen_routing(const TrtllmGenRoutingParams& p) {
+  const int64_t T = p.routing.num_tokens, K = p.routing.top_k;
+  const int64_t L = p.local_num_experts, tile = p.tile;
+  std::vector<int32_t> ids(static_cast<size_t>(T * K));
+  std::vector<float> w(static_cast<size_t>(T * K));
+  moe_routing(p.routing, ids.data(), w.data());
+  // Pairs per local expert in token-major, k-minor order; each expert's block padded to a
+  // multiple of the tile, blocks in expert order (upstream's routing_reference).
+  std::vector<int64_t> count(static_cast<size_t>(L), 0), rank(static_cast<size_t>(T * K), -1);
+  for (int64_t i = 0; i < T * K; ++i) {
+    const int64_t e = ids[static_cast<size_t>(i)] - p.local_expert_offset;
+    if (e >= 0 && e < L) rank[static_cast<size_t>(i)] = count[static_cast<size_t>(e)]++;
+  }
+  std::vector<int64_t> offset(static_cast<size_t>(L + 1), 0);
+  for (int64_t e = 0; e < L; ++e) {
+    const int64_t c = count[static_cast<size_t>(e)];
+    offset[static_cast<size_t>(e + 1)] =
+        offset[static_cast<size_t>(e)] + (c + tile - 1) / tile * tile;
+  }
+  std::fill(p.permuted_to_token, p.permuted_to_token + p.max_padded, -1);
+  std::fill(p.cta_to_batch, p.cta_to_batch + p.max_ctas, -1);
+  std::fill(p.cta_to_mn_limit, p.cta_to_mn_limit + p.max_ctas, -1);
+  for (int64_t i = 0; i < T * K; ++i) {
+    p.topk_weights[i] = float_to_bfloat16_bits(w[static_cast<size_t>(i)]);
+    const int64_t r = rank[static_cast<size_t>(i)];
+    if (r < 0) {
+      p.expanded_to_permuted[i] = -1;
+      p.topk_ids[i] = -1;
+      continue;
+    }
+    const int64_t e = ids[static_cast<size_t>(i)] - p.local_expert_offset;
+    const int64_t slot = offset[static_cast<size_t>(e)] + r;
+    p.expanded_to_permuted[i] = static_cast<int32_t>(slot);
+    p.permuted_to_token[slot] = static_cast<int32_t>(i / K);
+    p.topk_ids[i] = ids[static_cast<size_t>(i)];
+  }
+  int64_t cta = 0;
+  for (int64_t e = 0; e < L; ++e) {
+    const int64_t c = count[static_cast<size_t>(e)], base = offset[static_cast<size_t>(e)];
+    for (int64_t j = 0; j * tile < c; ++j, ++cta) {
+      p.cta_to_batch[cta] = static_cast<int32_t>(e);
+      p.cta_to_mn_limit[cta] = static_cast<int32_t>(base + std::min((j + 1) * tile, c));
+    }
+  }
+  p.total_padded[0] = static_cast<int32_t>(offset[static_cast<size_t>(L)]);
+  p.num_ctas[0] = static_cast<int32_t>(cta);
+}
+
 }  // namespace flashinfer::kernels::cpu

@@ -7,5 +7,6 @@
 namespace flashinfer::kernels::cpu {
 
 void trtllm_fp8_moe(const TrtllmFp8MoeParams& p);
+void trtllm_gen_routing(const TrtllmGenRoutingParams& p);
 
 }  // namespace flashinfer::kernels::cpu
