@@ -244,7 +244,7 @@ void register_moe_routing_ops(OpRegistry& r) {
        .summary = "trtllm-gen MoE routing: expert selection and the padded per-expert "
                   "permutation",
        .returns = "TrtllmGenRoutingResult",
-       .unwritten_results = {"result__4", "result__5", "result__6"},
+       .unwritten_results = {"result_4", "result_5", "result_6"},
        .unwritten_reason =
            "upstream leaves the entries of permuted_idx_to_token_idx, cta_idx_xy_to_batch_idx "
            "and cta_idx_xy_to_mn_limit beyond the padded count / CTA count undefined "

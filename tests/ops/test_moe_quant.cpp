@@ -537,8 +537,9 @@ TEST(TrtllmFp8BlockScaleMoeCuda, MatchesCpu) {
 // calls engines make: every argument by keyword, weights prepared by upstream's procedure
 // (trtllm_bf16_moe with its default shuffled BlockMajorK layout; trtllm_fp8_block_scale_moe
 // with DeepSeekV3 routing and shuffled BlockMajorK weights; trtllm_fp8_per_tensor_scale_moe as
-// for Llama4), expected outputs computed by torch in fp32 as upstream's test reference does.
-// All three replay here and pass.
+// for Llama4; trtllm_gen_routing, whose undefined output tails hold junk and are skipped),
+// expected outputs computed by torch in fp32 as upstream's test reference does. All four replay
+// here and pass.
 TEST(MoeUpstreamDumps, EngineStyleTrtllmDumpsReplay) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("fi_moe_quant_" + std::to_string(::getpid()));
@@ -547,6 +548,7 @@ TEST(MoeUpstreamDumps, EngineStyleTrtllmDumpsReplay) {
   fs::create_directories(dir / "20261122_170000_002_pid4242_trtllm_fp8_block_scale_moe_call0002");
   fs::create_directories(dir /
                          "20261122_170000_003_pid4242_trtllm_fp8_per_tensor_scale_moe_call0003");
+  fs::create_directories(dir / "20261122_170000_004_pid4242_trtllm_gen_routing_call0004");
   const std::string py = R"PY(
 import json, sys, zipfile, struct
 try:
@@ -756,6 +758,50 @@ record(d + "/20261122_170000_003_pid4242_trtllm_fp8_per_tensor_scale_moe_call000
         "kwarg_routed_scaling_factor": None, "kwarg_use_routing_scales_on_input": True,
         "kwarg_routing_method_type": 3},
        out.bfloat16())
+
+# 4. trtllm_gen_routing (keywords; RoutingMethodType member), Renormalize of bf16 logits,
+# local experts [2, 6), tile 4. The entries upstream leaves undefined (torch.empty) hold junk.
+T, E, K, OFF, L, TILE = 6, 8, 2, 2, 4, 4
+logits = torch.randn(T, E).to(torch.bfloat16)
+tv, ti = torch.topk(logits, K, dim=-1)
+wts = torch.softmax(tv.float(), -1).bfloat16()
+filled = min(E, T * K)
+max_ctas = filled + (T * K - filled) // TILE
+junk = lambda n: torch.full((n,), 12345, dtype=torch.int32)
+e2p = torch.full((T, K), -1, dtype=torch.int32)
+p2t, batch, limit = junk(max_ctas * TILE), junk(max_ctas), junk(max_ctas)
+ids = torch.full((T, K), -1, dtype=torch.int32)
+slot, cta = 0, 0
+for e in range(OFF, OFF + L):
+    pairs = [(t, k) for t in range(T) for k in range(K) if int(ti[t, k]) == e]
+    for r, (t, k) in enumerate(pairs):
+        e2p[t, k] = slot + r
+        p2t[slot + r] = t
+        ids[t, k] = e
+    for j in range((len(pairs) + TILE - 1) // TILE):
+        batch[cta] = e - OFF
+        limit[cta] = slot + min((j + 1) * TILE, len(pairs))
+        cta += 1
+    slot += (len(pairs) + TILE - 1) // TILE * TILE
+outs = [ids, wts, torch.tensor([slot], dtype=torch.int32), e2p, p2t, batch, limit,
+        torch.tensor([cta], dtype=torch.int32)]
+call = d + "/20261122_170000_004_pid4242_trtllm_gen_routing_call0004"
+save({"kwarg_routing_logits": logits}, call + "/inputs.pt")
+save({"result_%d" % i: o for i, o in enumerate(outs)}, call + "/outputs.pt")
+rec = {"function_name": "trtllm_gen_routing", "module": "flashinfer.fused_moe.trtllm_gen_routing",
+       "call_sequence": 4, "timestamp": "20261122_170000_004", "process_id": 4242,
+       "input_metadata": {"kwarg_routing_bias": None,
+                          "kwarg_routing_method": {"type": "enum",
+                                                   "name": "RoutingMethodType.Renormalize",
+                                                   "value": 1},
+                          "kwarg_top_k": K, "kwarg_local_expert_offset": OFF,
+                          "kwarg_local_num_experts": L, "kwarg_tile_tokens_dim": TILE},
+       "output_metadata": {},
+       "tensor_info": {"input_tensor_keys": ["kwarg_routing_logits"],
+                       "output_tensor_keys": ["result_%d" % i for i in range(8)]},
+       "tensor_format": "torch", "execution_status": "completed"}
+with open(call + "/metadata.jsonl", "w") as f:
+    f.write(json.dumps(rec) + "\n")
 )PY";
   std::ofstream(dir / "make.py") << py;
   // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
@@ -769,7 +815,7 @@ record(d + "/20261122_170000_003_pid4242_trtllm_fp8_per_tensor_scale_moe_call000
   ASSERT_EQ(st, 0);
   fs::remove(dir / "make.py");
   const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 3u);
+  ASSERT_EQ(results.size(), 4u);
   for (const auto& r : results) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
   }
