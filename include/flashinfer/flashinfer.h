@@ -19,6 +19,8 @@
 #include "flashinfer/ops/gguf_mm.h"
 #include "flashinfer/ops/mla.h"
 #include "flashinfer/ops/moe.h"
+#include "flashinfer/ops/moe_quant.h"
+#include "flashinfer/ops/moe_routing.h"
 #include "flashinfer/ops/norm.h"
 #include "flashinfer/ops/page.h"
 #include "flashinfer/ops/quant8.h"

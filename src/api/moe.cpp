@@ -8,6 +8,8 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/kernel_table.h"
+#include "api/moe_layout.h"
+#include "api/moe_traits.h"
 #include "flashinfer/float_formats.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_cpu.h"
@@ -24,28 +26,6 @@ struct ArgTraits<ActivationType> {
   static ActivationType get(const CallArgs& a, std::size_t i) {
     return activation_type_from_value(a[i], a.decl().name,
                                       i < a.decl().params.size() ? a.decl().params[i].name : "");
-  }
-};
-template <>
-struct ArgTraits<WeightLayout> {
-  static constexpr ParamKind kind = ParamKind::kEnum;
-  static constexpr const char* type_name = "WeightLayout";
-  static WeightLayout get(const CallArgs& a, std::size_t i) {
-    return weight_layout_from_value(a[i], a.decl().name,
-                                    i < a.decl().params.size() ? a.decl().params[i].name : "");
-  }
-};
-template <>
-struct ArgTraits<MoeTopkIds> {
-  static constexpr ParamKind kind = ParamKind::kAny;
-  static MoeTopkIds get(const CallArgs& a, std::size_t i) {
-    const Value& v = a[i];
-    if (v.is_tensor()) return MoeTopkIds(v.as_tensor());
-    FLASHINFER_CHECK(v.is_sequence() && v.items().size() == 2 && v.items()[0].is_tensor() &&
-                         v.items()[1].is_tensor(),
-                     a.decl().name, a.decl().params.at(i).name,
-                     "expected a packed tensor or a (topk_ids, topk_weights) pair, got ", v.repr());
-    return MoeTopkIds(v.items()[0].as_tensor(), v.items()[1].as_tensor());
   }
 };
 template <>
@@ -569,11 +549,6 @@ Tensor trtllm_bf16_moe_impl(const char* op, const MoeTopkIds* routed, const Tens
                             const std::optional<Tensor>& alpha, const std::optional<Tensor>& beta,
                             const std::optional<Tensor>& limit,
                             const std::optional<Tensor>& output) {
-  check_flag_off(use_shuffled_weight, op, "use_shuffled_weight",
-                 "shuffled (trtllm-gen tiled) weights are not implemented: pass plain weights "
-                 "with use_shuffled_weight=False");
-  check_flag_off(layout != WeightLayout::MajorK, op, "weight_layout",
-                 "only WeightLayout.MajorK ([Mn, K]) weights are implemented");
   check_flag_off(!do_finalize, op, "do_finalize",
                  "do_finalize=False (unfinalized GEMM2 output) is not implemented");
   api::check_defined(hidden, op, "hidden_states");
@@ -653,14 +628,18 @@ Tensor trtllm_bf16_moe_impl(const char* op, const MoeTopkIds* routed, const Tens
       kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(activation_type)) ? 2 * inter : inter;
   api::check_dtype_in(w1, {DType::kBFloat16}, op, "gemm1_weights");
   api::check_same_device(w1, hidden, op, "gemm1_weights", "hidden_states");
-  FLASHINFER_CHECK(w1.is_contiguous() && w1.shape() == Shape({local_num, N1, H}), op,
-                   "gemm1_weights", "expected contiguous [", local_num, ", ", N1, ", ", H,
-                   "], got ", shape_to_string(w1.shape()));
   api::check_dtype_in(w2, {DType::kBFloat16}, op, "gemm2_weights");
   api::check_same_device(w2, hidden, op, "gemm2_weights", "hidden_states");
-  FLASHINFER_CHECK(w2.is_contiguous() && w2.shape() == Shape({local_num, H, inter}), op,
-                   "gemm2_weights", "expected contiguous [", local_num, ", ", H, ", ", inter,
-                   "], got ", shape_to_string(w2.shape()));
+  // Upstream's weight preparation for BF16 (tests/moe: BF16Moe) shuffles with
+  // epilogue_tile_m = 128 and interleaves GEMM1's up/gate rows for a gated activation.
+  api::MoeWeightFormat fmt;
+  fmt.shuffled = use_shuffled_weight;
+  fmt.layout = layout;
+  fmt.epilogue_tile_m = 128;
+  fmt.gated_interleave = use_shuffled_weight && N1 != inter;
+  const Tensor w1p = api::moe_plain_weights(w1, local_num, N1, H, fmt, op, "gemm1_weights");
+  fmt.gated_interleave = false;
+  const Tensor w2p = api::moe_plain_weights(w2, local_num, H, inter, fmt, op, "gemm2_weights");
   FLASHINFER_CHECK(!scale || std::isfinite(*scale), op, "routed_scaling_factor", "must be finite");
   if (replay_out) {
     api::check_dtype_in(*replay_out, {DType::kInt16}, op, "routing_replay_out");
@@ -718,8 +697,8 @@ Tensor trtllm_bf16_moe_impl(const char* op, const MoeTopkIds* routed, const Tens
   kernels::CutlassMoeParams& m = p.moe;
   m.input = hidden.data_ptr();
   m.in_stride = hidden.stride(0);
-  m.w1 = w1.data_ptr();
-  m.w2 = w2.data_ptr();
+  m.w1 = w1p.data_ptr();
+  m.w2 = w2p.data_ptr();
   m.swiglu_alpha = expert_vector(alpha, local_num, hidden, op, "gemm1_alpha");
   m.swiglu_beta = expert_vector(beta, local_num, hidden, op, "gemm1_beta");
   m.swiglu_limit = expert_vector(limit, local_num, hidden, op, "gemm1_clamp_limit");

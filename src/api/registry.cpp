@@ -26,6 +26,8 @@ void register_norm_quant_ops(OpRegistry& registry);
 void register_quant8_ops(OpRegistry& registry);
 void register_mla_ops(OpRegistry& registry);
 void register_gemm_fp8_ops(OpRegistry& registry);
+void register_moe_quant_ops(OpRegistry& registry);
+void register_moe_routing_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -46,6 +48,8 @@ void register_builtin_ops(OpRegistry& registry) {
   register_quant8_ops(registry);
   register_mla_ops(registry);
   register_gemm_fp8_ops(registry);
+  register_moe_quant_ops(registry);
+  register_moe_routing_ops(registry);
 }
 
 }  // namespace flashinfer::detail

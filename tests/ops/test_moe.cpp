@@ -759,7 +759,7 @@ TEST(TrtllmBf16RoutedMoe, MatchesRoutingFromLogits) {
                   "topk_ids");
   EXPECT_FI_ERROR((void)trtllm_bf16_routed_moe(MoeTopkIds(id_t), x, w1, w2, E, K, std::nullopt,
                                                std::nullopt, I, 4, 4),
-                  op, "use_shuffled_weight");
+                  op, "gemm1_weights");  // the defaults ask for 4-D BlockMajorK weights
 }
 
 TEST(TrtllmBf16Moe, BadInput) {
@@ -769,17 +769,19 @@ TEST(TrtllmBf16Moe, BadInput) {
   Tensor x = rand_tensor({T, H}, DType::kBFloat16, 2);
   Tensor w1 = rand_tensor({E, 2 * I, H}, DType::kBFloat16, 3);
   Tensor w2 = rand_tensor({E, H, I}, DType::kBFloat16, 4);
-  // Upstream's defaults ask for shuffled BlockMajorK weights: not implemented, said by name.
+  // Upstream's defaults ask for shuffled BlockMajorK weights ([E, K / bk, Mn, bk]): 3-D
+  // weights are refused by name (test_moe_quant.cpp runs the shuffled layouts).
   EXPECT_FI_ERROR(
       trtllm_bf16_moe(logits, std::nullopt, x, w1, w2, E, 2, std::nullopt, std::nullopt, I, 0, E),
-      op, "use_shuffled_weight");
+      op, "gemm1_weights");
   auto call = [&](const Tensor& l, const Tensor& h, const Tensor& a, const Tensor& b, int64_t k,
                   int64_t method, WeightLayout layout = WeightLayout::MajorK, bool fin = true,
                   int64_t offset = 0, int64_t local = 8) {
     (void)trtllm_bf16_moe(l, std::nullopt, h, a, b, E, k, std::nullopt, std::nullopt, I, offset,
                           local, std::nullopt, method, false, layout, fin);
   };
-  EXPECT_FI_ERROR(call(logits, x, w1, w2, 2, 0, WeightLayout::BlockMajorK), op, "weight_layout");
+  EXPECT_FI_ERROR(call(logits, x, w1, w2, 2, 0, WeightLayout::BlockMajorK), op, "gemm1_weights");
+  EXPECT_FI_ERROR(call(logits, x, w1, w2, 2, 0, WeightLayout::MajorMn), op, "weight_layout");
   EXPECT_FI_ERROR(call(logits, x, w1, w2, 2, 0, WeightLayout::MajorK, false), op, "do_finalize");
   EXPECT_FI_ERROR(call(logits.to(DType::kFloat16), x, w1, w2, 2, 0), op, "routing_logits");
   EXPECT_FI_ERROR(call(logits.slice(1, 0, 4), x, w1, w2, 2, 0), op, "routing_logits");

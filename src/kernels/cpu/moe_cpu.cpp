@@ -508,12 +508,10 @@ void moe_routing(const MoeRoutingParams& p, int32_t* ids, float* weights) {
   }
 }
 
-void trtllm_moe(const TrtllmMoeParams& p) {
+void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* w) {
   const int64_t T = p.routing.num_tokens, K = p.routing.top_k;
-  std::vector<int32_t> ids(static_cast<size_t>(T * K));
-  std::vector<float> w(static_cast<size_t>(T * K));
   if (!p.precomputed) {
-    moe_routing(p.routing, ids.data(), w.data());
+    moe_routing(p.routing, ids, w);
   } else {
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t k = 0; k < K; ++k) {
@@ -533,11 +531,17 @@ void trtllm_moe(const TrtllmMoeParams& p) {
   if (p.replay_out) {
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t k = 0; k < K; ++k) {
-        p.replay_out[t * p.replay_stride + k] =
-            static_cast<int16_t>(ids[static_cast<size_t>(t * K + k)]);
+        p.replay_out[t * p.replay_stride + k] = static_cast<int16_t>(ids[t * K + k]);
       }
     }
   }
+}
+
+void trtllm_moe(const TrtllmMoeParams& p) {
+  const int64_t T = p.routing.num_tokens, K = p.routing.top_k;
+  std::vector<int32_t> ids(static_cast<size_t>(T * K));
+  std::vector<float> w(static_cast<size_t>(T * K));
+  trtllm_route(p, ids.data(), w.data());
   CutlassMoeParams m = p.moe;
   m.experts = ids.data();
   m.experts_dtype = DType::kInt32;

@@ -13,6 +13,9 @@ void hash_topk(const HashTopkParams& p);
 /// Routing from logits into ids [num_tokens, top_k] (int32) and weights (fp32).
 void moe_routing(const MoeRoutingParams& p, int32_t* ids, float* weights);
 void trtllm_moe(const TrtllmMoeParams& p);
+/// The routing step of trtllm_moe: ids / weights [num_tokens, top_k] from the logits or the
+/// precomputed routing, and routing_replay_out when set.
+void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* weights);
 
 /// The activation of one GEMM1 output row (exposed for tests): `g1` holds [gemm1_n] fp32 values
 /// (up half first, then gate, for gated activations), `h` receives [inter] values. `e` is the

@@ -224,6 +224,221 @@ __global__ void deepseek_routing_kernel(DeepSeekRoutingParams p) {
   pdl_launch_dependents();
 }
 
+// ---- trtllm FP8 (DeepSeek block-scale) MoE -------------------------------------------------
+
+__device__ __forceinline__ float fp8_at(const void* base, int64_t i) {
+  return static_cast<float>(static_cast<const __nv_fp8_e4m3*>(base)[i]);
+}
+__device__ __forceinline__ float bf16_round(float v) {
+  return __bfloat162float(__float2bfloat16(v));
+}
+__device__ __forceinline__ float load_routing(const void* base, DType dt, int64_t i) {
+  return dt == DType::kBFloat16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i])
+                                : static_cast<const float*>(base)[i];
+}
+
+// One thread per token: the routing of the CPU reference (moe_routing / trtllm_route), weights
+// rounded to bf16 as the trtllm launchers keep them.
+__global__ void fp8_moe_route_kernel(TrtllmFp8MoeParams p) {
+  pdl_wait();
+  const TrtllmMoeParams& b = p.base;
+  const MoeRoutingParams& r = b.routing;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= r.num_tokens) return;
+  const int64_t E = r.num_experts, K = r.top_k;
+  int32_t* id = p.ws_ids + t * K;
+  float* w = p.ws_w + t * K;
+  if (b.precomputed) {
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t i = t * b.routed_stride + k;
+      if (b.packed) {
+        const uint32_t v = static_cast<uint32_t>(b.packed[i]);
+        id[k] = static_cast<int32_t>(v >> 16);
+        w[k] = __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(v & 0xFFFFu)));
+      } else {
+        id[k] = b.ids[i];
+        w[k] = load_routing(b.weights, b.weights_dtype, i);
+      }
+    }
+  } else {
+    const int64_t G = r.n_group > 1 ? r.n_group : 1, per_group = E / G;
+    const int64_t TG = r.method == MoeRouting::kDeepSeekV3 && G > 1 ? r.topk_group : G;
+    float x[kFp8MoeCudaMaxExperts], sel[kFp8MoeCudaMaxExperts];
+    for (int64_t e = 0; e < E; ++e) {
+      x[e] = load_routing(r.logits, r.logits_dtype, t * r.logits_stride + e);
+    }
+    float mx = -INFINITY, denom = 0.0f;
+    switch (r.method) {
+      case MoeRouting::kDefault:
+      case MoeRouting::kRenormalizeNaive:
+        for (int64_t e = 0; e < E; ++e) mx = fmaxf(mx, x[e]);
+        for (int64_t e = 0; e < E; ++e) {
+          x[e] = expf(x[e] - mx);
+          denom += x[e];
+        }
+        for (int64_t e = 0; e < E; ++e) x[e] /= denom;
+        break;
+      case MoeRouting::kDeepSeekV3:
+      case MoeRouting::kSigmoidRenorm:
+      case MoeRouting::kMiniMax2:
+      case MoeRouting::kSigmoid:
+        for (int64_t e = 0; e < E; ++e) x[e] = 1.0f / (1.0f + expf(-x[e]));
+        break;
+      default:
+        break;
+    }
+    const bool biased =
+        r.bias && (r.method == MoeRouting::kDeepSeekV3 || r.method == MoeRouting::kMiniMax2);
+    for (int64_t e = 0; e < E; ++e) {
+      sel[e] = x[e] + (biased ? load_routing(r.bias, r.bias_dtype, e) : 0.0f);
+    }
+    bool kept[32];
+    for (int64_t g = 0; g < G && g < 32; ++g) kept[g] = TG >= G;
+    if (TG < G) {
+      float gscore[32];
+      for (int64_t g = 0; g < G; ++g) {
+        float m1 = -INFINITY, m2 = -INFINITY;
+        for (int64_t e = g * per_group; e < (g + 1) * per_group; ++e) {
+          if (sel[e] > m1) {
+            m2 = m1;
+            m1 = sel[e];
+          } else if (sel[e] > m2) {
+            m2 = sel[e];
+          }
+        }
+        gscore[g] = per_group >= 2 ? m1 + m2 : m1;
+      }
+      for (int64_t i = 0; i < TG; ++i) {
+        int64_t best = -1;
+        for (int64_t g = 0; g < G; ++g) {
+          if (!kept[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
+        }
+        if (best >= 0) kept[best] = true;
+      }
+    }
+    float sum = 0.0f;
+    for (int64_t i = 0; i < K; ++i) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < E; ++e) {
+        if (G > 1 && !kept[e / per_group]) continue;
+        bool taken = false;
+        for (int64_t q = 0; q < i; ++q) taken |= id[q] == e;
+        if (taken) continue;
+        if (best < 0 || sel[e] > sel[best]) best = e;
+      }
+      if (best < 0) best = 0;
+      id[i] = static_cast<int32_t>(best);
+      w[i] = x[best];
+      sum += w[i];
+    }
+    switch (r.method) {
+      case MoeRouting::kRenormalize: {
+        float m = -INFINITY, d = 0.0f;
+        for (int64_t i = 0; i < K; ++i) m = fmaxf(m, w[i]);
+        for (int64_t i = 0; i < K; ++i) {
+          w[i] = expf(w[i] - m);
+          d += w[i];
+        }
+        for (int64_t i = 0; i < K; ++i) w[i] /= d;
+        break;
+      }
+      case MoeRouting::kLlama4:
+        for (int64_t i = 0; i < K; ++i) w[i] = 1.0f / (1.0f + expf(-w[i]));
+        break;
+      case MoeRouting::kRenormalizeNaive:
+        for (int64_t i = 0; i < K; ++i) w[i] /= sum;
+        break;
+      case MoeRouting::kSigmoidRenorm:
+        if (r.norm_topk_prob) {
+          for (int64_t i = 0; i < K; ++i) w[i] /= sum;
+        }
+        break;
+      case MoeRouting::kDeepSeekV3:
+        for (int64_t i = 0; i < K; ++i) w[i] = w[i] / (sum + 1e-20f) * r.routed_scaling_factor;
+        break;
+      case MoeRouting::kMiniMax2:
+        for (int64_t i = 0; i < K; ++i) w[i] = w[i] / (sum + 1e-20f);
+        break;
+      default:
+        break;
+    }
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    w[k] = bf16_round(w[k]);
+    if (b.replay_out) b.replay_out[t * b.replay_stride + k] = static_cast<int16_t>(id[k]);
+  }
+}
+
+__device__ __forceinline__ int64_t fp8_local_expert(const TrtllmFp8MoeParams& p, int64_t pair) {
+  const int64_t e = p.ws_ids[pair] - p.base.moe.expert_offset;
+  return (e >= 0 && e < p.base.moe.num_local_experts) ? e : -1;
+}
+
+// One block per (token, k) pair: the block-dequantized GEMM1 row (one warp per output), then the
+// activation rounded to bf16.
+__global__ void fp8_moe_gemm1_kernel(TrtllmFp8MoeParams p) {
+  const CutlassMoeParams& m = p.base.moe;
+  const int64_t pair = blockIdx.x;
+  const int64_t e = fp8_local_expert(p, pair);
+  if (e < 0) return;
+  const int64_t t = pair / m.top_k, H = m.hidden, I = m.inter;
+  const int64_t N1 = moe_act_is_gated(m.act) ? 2 * I : I;
+  const int64_t HB = H / 128;
+  const float* w1s = p.w1_scale + e * (N1 / 128) * HB;
+  float* g = p.ws_g1 + pair * N1;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t j = warp; j < N1; j += kWarps) {
+    float acc = 0.0f;
+    for (int64_t c = lane; c < H; c += 32) {
+      const float xv =
+          fp8_at(m.input, t * m.in_stride + c) * p.hs_scale[(c / 128) * p.hs_scale_stride + t];
+      acc += xv * fp8_at(m.w1, (e * N1 + j) * H + c) * w1s[(j / 128) * HB + c / 128];
+    }
+    acc = warp_reduce_sum(acc);
+    if (lane == 0) g[j] = acc;
+  }
+  __syncthreads();
+  float* h = p.ws_h + pair * I;
+  for (int64_t j = threadIdx.x; j < I; j += blockDim.x) h[j] = bf16_round(activation(m, e, g, j));
+}
+
+// One block per pair: the GEMM2 row (block-dequantized weights), rounded to bf16.
+__global__ void fp8_moe_gemm2_kernel(TrtllmFp8MoeParams p) {
+  const CutlassMoeParams& m = p.base.moe;
+  const int64_t pair = blockIdx.x;
+  const int64_t e = fp8_local_expert(p, pair);
+  if (e < 0) return;
+  const int64_t H = m.hidden, I = m.inter, IB = I / 128;
+  const float* h = p.ws_h + pair * I;
+  const float* w2s = p.w2_scale + e * (H / 128) * IB;
+  float* y = p.ws_y + pair * H;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t j = warp; j < H; j += kWarps) {
+    float acc = 0.0f;
+    for (int64_t c = lane; c < I; c += 32) {
+      acc += h[c] * fp8_at(m.w2, (e * H + j) * I + c) * w2s[(j / 128) * IB + c / 128];
+    }
+    acc = warp_reduce_sum(acc);
+    if (lane == 0) y[j] = bf16_round(acc);
+  }
+}
+
+// One block per token: the routing-weighted sum over k in k order, rounded to bf16.
+__global__ void fp8_moe_finalize_kernel(TrtllmFp8MoeParams p) {
+  const CutlassMoeParams& m = p.base.moe;
+  const int64_t t = blockIdx.x;
+  auto* out = static_cast<__nv_bfloat16*>(m.out) + t * m.out_stride;
+  for (int64_t j = threadIdx.x; j < m.hidden; j += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t k = 0; k < m.top_k; ++k) {
+      const int64_t pair = t * m.top_k + k;
+      if (fp8_local_expert(p, pair) < 0) continue;
+      acc += p.ws_w[pair] * p.ws_y[pair * m.hidden + j];
+    }
+    out[j] = __float2bfloat16(acc);
+  }
+  pdl_launch_dependents();
+}
 }  // namespace
 
 void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl) {
@@ -251,6 +466,29 @@ void deepseek_routing(const DeepSeekRoutingParams& p, void* stream, bool enable_
                   });
             });
       });
+}
+
+void trtllm_fp8_moe(const TrtllmFp8MoeParams& p, void* stream, bool enable_pdl) {
+  const char* op = "trtllm_fp8_block_scale_moe";
+  const CutlassMoeParams& m = p.base.moe;
+  if (m.num_tokens == 0) return;
+  FLASHINFER_CHECK_CODE(p.block_scale, ErrorCode::kUnsupported, op, "hidden_states",
+                        "the CUDA kernel implements the DeepSeek block-scale form only");
+  FLASHINFER_CHECK_CODE(p.base.routing.num_experts <= kFp8MoeCudaMaxExperts,
+                        ErrorCode::kUnsupported, op, "num_experts",
+                        "the CUDA routing handles at most ", kFp8MoeCudaMaxExperts, " experts");
+  const int64_t pairs = m.num_tokens * m.top_k;
+  FLASHINFER_CHECK_CODE(pairs <= 0x7FFFFFFF, ErrorCode::kUnsupported, op, "hidden_states",
+                        "more than 2^31 - 1 (token, expert) pairs");
+  auto s = static_cast<cudaStream_t>(stream);
+  launch_kernel(op, fp8_moe_route_kernel, dim3(static_cast<unsigned>((m.num_tokens + 63) / 64)),
+                dim3(64), 0, s, enable_pdl, p);
+  launch_kernel(op, fp8_moe_gemm1_kernel, dim3(static_cast<unsigned>(pairs)), dim3(kThreads), 0, s,
+                false, p);
+  launch_kernel(op, fp8_moe_gemm2_kernel, dim3(static_cast<unsigned>(pairs)), dim3(kThreads), 0, s,
+                false, p);
+  launch_kernel(op, fp8_moe_finalize_kernel, dim3(static_cast<unsigned>(m.num_tokens)),
+                dim3(kThreads), 0, s, false, p);
 }
 
 }  // namespace flashinfer::kernels::cuda

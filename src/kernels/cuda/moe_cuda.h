@@ -3,11 +3,15 @@
 #pragma once
 
 #include "kernels/moe_params.h"
+#include "kernels/moe_quant_params.h"
 
 namespace flashinfer::kernels::cuda {
 
 /// Needs p.ws_g1 / ws_h / ws_y (device fp32 scratch, see CutlassMoeParams).
 void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl);
 void deepseek_routing(const DeepSeekRoutingParams& p, void* stream, bool enable_pdl);
+/// trtllm_fp8_block_scale_moe / _routed_ (block_scale must be set; plain MajorK weights).
+/// Needs the ws_* scratch of TrtllmFp8MoeParams; num_experts <= kFp8MoeCudaMaxExperts.
+void trtllm_fp8_moe(const TrtllmFp8MoeParams& p, void* stream, bool enable_pdl);
 
 }  // namespace flashinfer::kernels::cuda

@@ -1,0 +1,85 @@
+#include "api/moe_layout.h"
+
+#include <cstring>
+
+#include "api/checks.h"
+#include "flashinfer/error.h"
+
+namespace flashinfer::api {
+
+int64_t moe_shuffle_block_size(int64_t epilogue_tile_m) {
+  return epilogue_tile_m % 128 == 0 ? 32 : 16;
+}
+
+std::vector<int64_t> moe_shuffled_row_source(int64_t m, int64_t epilogue_tile_m,
+                                             bool gated_interleave) {
+  const int64_t b = moe_shuffle_block_size(epilogue_tile_m);
+  const int64_t lanes = b / 8;  // srcToDstBlk{16,32}RowMap: row r of a block goes to
+                                // (r % lanes) * 8 + r / lanes
+  std::vector<int64_t> src(static_cast<size_t>(m));
+  for (int64_t old_row = 0; old_row < m; ++old_row) {
+    const int64_t blk = old_row / b, r = old_row % b;
+    const int64_t new_row = blk * b + (r % lanes) * 8 + r / lanes;
+    // The interleave is applied first (its output is what gets shuffled).
+    const int64_t plain =
+        gated_interleave ? (old_row % 2 == 0 ? old_row / 2 : m / 2 + old_row / 2) : old_row;
+    src[static_cast<size_t>(new_row)] = plain;
+  }
+  return src;
+}
+
+Tensor moe_plain_weights(const Tensor& w, int64_t E, int64_t mn, int64_t k,
+                         const MoeWeightFormat& f, const char* op, const char* arg) {
+  FLASHINFER_CHECK_CODE(
+      f.layout != WeightLayout::MajorMn, ErrorCode::kUnsupported, op, "weight_layout",
+      "WeightLayout.MajorMn is not supported (upstream's trtllm launcher refuses it "
+      "too)");
+  FLASHINFER_CHECK(w.is_contiguous(), op, arg, "must be contiguous");
+  int64_t bk = k;
+  if (f.layout == WeightLayout::MajorK) {
+    FLASHINFER_CHECK(w.shape() == Shape({E, mn, k}), op, arg, "expected [", E, ", ", mn, ", ", k,
+                     "] (MajorK), got ", shape_to_string(w.shape()));
+  } else {
+    FLASHINFER_CHECK(w.dim() == 4 && w.size(0) == E && w.size(2) == mn && w.size(3) >= 1 &&
+                         k % w.size(3) == 0 && w.size(1) == k / w.size(3),
+                     op, arg, "expected [", E, ", ", k, " / block_k, ", mn,
+                     ", block_k] (BlockMajorK), got ", shape_to_string(w.shape()));
+    bk = w.size(3);
+  }
+  if (!f.shuffled && f.layout == WeightLayout::MajorK) return w;
+  const int64_t b = moe_shuffle_block_size(f.epilogue_tile_m);
+  if (f.shuffled) {
+    FLASHINFER_CHECK(mn % b == 0 && (!f.gated_interleave || mn % 2 == 0), op, arg,
+                     "shuffled weights need a row count that is a multiple of ", b, ", got ", mn);
+  }
+  FLASHINFER_CHECK_CODE(
+      w.device().is_cpu(), ErrorCode::kUnsupported, op, arg,
+      "shuffled / BlockMajorK weights are turned back into plain rows on the host "
+      "only");
+  std::vector<int64_t> src;
+  if (f.shuffled) {
+    src = moe_shuffled_row_source(mn, f.epilogue_tile_m, f.gated_interleave);
+  } else {
+    src.resize(static_cast<size_t>(mn));
+    for (int64_t i = 0; i < mn; ++i) src[static_cast<size_t>(i)] = i;
+  }
+  Tensor out = Tensor::empty({E, mn, k}, w.dtype(), w.device());
+  const size_t es = w.element_size();
+  const auto* in = static_cast<const uint8_t*>(w.data_ptr());
+  auto* o = static_cast<uint8_t*>(out.data_ptr());
+  const int64_t nb = k / bk;
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t r = 0; r < mn; ++r) {
+      uint8_t* dst = o + static_cast<size_t>((e * mn + src[static_cast<size_t>(r)]) * k) * es;
+      // Stored row r: in MajorK one run of k elements; in BlockMajorK nb runs of bk elements,
+      // block j at [e, j, r, :].
+      for (int64_t j = 0; j < nb; ++j) {
+        const uint8_t* s = in + static_cast<size_t>(((e * nb + j) * mn + r) * bk) * es;
+        std::memcpy(dst + static_cast<size_t>(j * bk) * es, s, static_cast<size_t>(bk) * es);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace flashinfer::api

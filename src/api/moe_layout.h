@@ -1,0 +1,41 @@
+// Private: trtllm-gen MoE weight layouts (upstream's use_shuffled_weight / WeightLayout) turned
+// back into plain [E, Mn, K] matrices for the CPU reference. The transforms are pure
+// permutations, so the result is bit-exact. Facts and sources: docs/MOE.md ("Weight layouts").
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "flashinfer/ops/moe.h"
+#include "flashinfer/tensor.h"
+
+namespace flashinfer::api {
+
+/// Rows per shuffle block for upstream's epilogue_tile_m (get_shuffle_block_size): 32 when
+/// epilogue_tile_m is a multiple of 128, else 16.
+int64_t moe_shuffle_block_size(int64_t epilogue_tile_m);
+
+/// For each row of the stored (shuffled) matrix, the plain row it holds: upstream's
+/// shuffle_matrix_a row indices (blocks of 16 or 32 rows), composed after the gated-activation
+/// interleave (reorder_rows_for_gated_act_gemm: row 2i = up row i, row 2i+1 = gate row i) when
+/// `gated_interleave`. `m` must be a multiple of the block size (and even when interleaving).
+std::vector<int64_t> moe_shuffled_row_source(int64_t m, int64_t epilogue_tile_m,
+                                             bool gated_interleave);
+
+/// How a trtllm weight tensor is stored.
+struct MoeWeightFormat {
+  bool shuffled = false;                       // use_shuffled_weight
+  WeightLayout layout = WeightLayout::MajorK;  // MajorK [E, Mn, K] or BlockMajorK
+  int64_t epilogue_tile_m = 128;               // shuffle block: 32 rows (128) or 16 (64)
+  bool gated_interleave = false;               // GEMM1 of a gated activation, shuffled
+};
+
+/// Checks `w` (dtype already checked by the caller) against [E, mn, k] in format `f` and returns
+/// the plain contiguous [E, mn, k] weights: `w` itself when it is already plain, else a new host
+/// tensor. BlockMajorK is [E, k / bk, mn, bk] with any bk dividing k (upstream reads bk from
+/// shape[3]; its preparation uses 128 bytes). MajorMn and non-host shuffled weights raise
+/// kUnsupported naming `arg`.
+Tensor moe_plain_weights(const Tensor& w, int64_t E, int64_t mn, int64_t k,
+                         const MoeWeightFormat& f, const char* op, const char* arg);
+
+}  // namespace flashinfer::api

@@ -1,0 +1,770 @@
+// FP8 trtllm-gen MoE ops (flashinfer.fused_moe.core): declarations, argument checks, dispatch.
+// Semantics and sources: docs/MOE.md.
+#include "flashinfer/ops/moe_quant.h"
+
+#include <cmath>
+#include <string>
+
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "api/kernel_table.h"
+#include "api/moe_layout.h"
+#include "api/moe_traits.h"
+#include "flashinfer/float_formats.h"
+#include "flashinfer/op_typed.h"
+#include "kernels/cpu/moe_quant_cpu.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/moe_cuda.h"
+#endif
+
+namespace flashinfer {
+
+std::string_view fp8_quantization_type_name(Fp8QuantizationType q) {
+  switch (q) {
+    case Fp8QuantizationType::NoneFp8:
+      return "NoneFp8";
+    case Fp8QuantizationType::DeepSeekFp8:
+      return "DeepSeekFp8";
+    case Fp8QuantizationType::MxFp8:
+      return "MxFp8";
+    case Fp8QuantizationType::PerTensorFp8:
+      return "PerTensorFp8";
+  }
+  return "NoneFp8";
+}
+
+Value to_value(Fp8QuantizationType q) {
+  return Value(EnumValue{"Fp8QuantizationType", std::string(fp8_quantization_type_name(q)),
+                         std::to_string(static_cast<int>(q))});
+}
+
+Fp8QuantizationType fp8_quantization_type_from_value(const Value& v, std::string_view op,
+                                                     std::string_view arg) {
+  constexpr Fp8QuantizationType all[] = {
+      Fp8QuantizationType::NoneFp8, Fp8QuantizationType::DeepSeekFp8, Fp8QuantizationType::MxFp8,
+      Fp8QuantizationType::PerTensorFp8};
+  if (v.kind() == Value::Kind::kInt) {
+    for (Fp8QuantizationType q : all) {
+      if (static_cast<int64_t>(q) == v.as_int()) return q;
+    }
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg,
+                    "no Fp8QuantizationType member has value ", v.as_int());
+  }
+  FLASHINFER_CHECK(v.kind() == Value::Kind::kEnum, op, arg,
+                   "expected an Fp8QuantizationType member or int, got ", v.repr());
+  std::string_view name = v.as_enum().name;
+  if (const auto dot = name.rfind('.'); dot != std::string_view::npos) name = name.substr(dot + 1);
+  for (Fp8QuantizationType q : all) {
+    if (name == fp8_quantization_type_name(q)) return q;
+  }
+  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "unknown Fp8QuantizationType member ",
+                  v.as_enum().name);
+}
+
+namespace {
+
+constexpr const char* kCoreModule = "flashinfer.fused_moe.core";
+
+constexpr api::KernelEntry<kernels::TrtllmFp8MoeParams> kTrtllmFp8MoeKernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: routing, fp32 dequantization, per-expert GEMMs of the routed rows only, "
+     "fp32 accumulation",
+     nullptr,
+     [](const kernels::TrtllmFp8MoeParams& p, const api::LaunchContext&) {
+       kernels::cpu::trtllm_fp8_moe(p);
+     }},
+};
+
+// The block-scale ops also have a CUDA kernel (plain MajorK weights).
+constexpr api::KernelEntry<kernels::TrtllmFp8MoeParams> kTrtllmFp8BlockMoeKernels[] = {
+    kTrtllmFp8MoeKernels[0],
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA kernel: routing one thread per token, then one block per (token, expert) pair with "
+     "warp dot products over block-dequantized fp8",
+     nullptr,
+     [](const kernels::TrtllmFp8MoeParams& p, const api::LaunchContext& c) {
+       kernels::cuda::trtllm_fp8_moe(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+
+void unit_last_stride(const Tensor& t, const char* op, const char* arg) {
+  FLASHINFER_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, op, arg,
+                   "the last dimension must be contiguous (stride 1), got stride ", t.stride(-1));
+}
+
+void flag_off(bool flag, const char* op, const char* arg, const char* why) {
+  if (flag) FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, why);
+}
+
+// fp32 [E_l] contiguous (per-expert scales and SwigluBias parameters), or null when absent.
+const float* expert_floats(const std::optional<Tensor>& t, int64_t experts, const Tensor& like,
+                           const char* op, const char* arg) {
+  if (!t) return nullptr;
+  api::check_defined(*t, op, arg);
+  api::check_dtype_in(*t, {DType::kFloat32}, op, arg);
+  api::check_shape_eq(*t, {experts}, op, arg);
+  api::check_same_device(*t, like, op, arg, "hidden_states");
+  FLASHINFER_CHECK(t->stride(0) == 1 || experts <= 1, op, arg, "must be contiguous");
+  return t->data<float>();
+}
+
+// What both FP8 variants share: the routing (from logits, or precomputed `routed`), the shapes
+// and the output. Fills p.base; returns the output tensor.
+struct Fp8Common {
+  const char* op;
+  const MoeTopkIds* routed;
+  const Tensor* logits;
+  const std::optional<Tensor>* bias;
+  const Tensor* hidden;
+  int64_t num_experts, top_k;
+  std::optional<int64_t> n_group, topk_group;
+  int64_t inter, offset, local_num;
+  std::optional<double> scale;
+  int64_t method, activation_type;
+  bool norm_topk_prob;
+  const std::optional<Tensor>* replay_out;
+  const std::optional<Tensor>* output;
+};
+
+Tensor fill_common(const Fp8Common& c, kernels::TrtllmFp8MoeParams& p) {
+  const char* op = c.op;
+  const Tensor& hidden = *c.hidden;
+  api::check_defined(hidden, op, "hidden_states");
+  api::check_dim(hidden, {2}, op, "hidden_states");
+  api::check_dtype_in(hidden, {DType::kFloat8E4M3FN}, op, "hidden_states");
+  unit_last_stride(hidden, op, "hidden_states");
+  const int64_t T = hidden.size(0), H = hidden.size(1), E = c.num_experts;
+  if (c.routed) {
+    const Tensor& ids = c.routed->ids;
+    api::check_defined(ids, op, "topk_ids");
+    api::check_dim(ids, {2}, op, "topk_ids");
+    api::check_dtype_in(ids, {DType::kInt32}, op, "topk_ids");
+    FLASHINFER_CHECK(ids.size(0) == T && ids.size(1) == c.top_k, op, "topk_ids", "expected [", T,
+                     ", ", c.top_k, "], got ", shape_to_string(ids.shape()));
+    unit_last_stride(ids, op, "topk_ids");
+    api::check_same_device(ids, hidden, op, "topk_ids", "hidden_states");
+    if (c.routed->weights) {
+      const Tensor& w = *c.routed->weights;
+      api::check_dtype_in(w, {DType::kBFloat16, DType::kFloat32}, op, "topk_ids");
+      FLASHINFER_CHECK(w.shape() == ids.shape() && w.stride(0) == ids.stride(0), op, "topk_ids",
+                       "the weights must have the ids' shape and row stride, got ",
+                       shape_to_string(w.shape()));
+      unit_last_stride(w, op, "topk_ids");
+      api::check_same_device(w, hidden, op, "topk_ids", "hidden_states");
+    }
+  } else {
+    const Tensor& logits = *c.logits;
+    api::check_defined(logits, op, "routing_logits");
+    api::check_dim(logits, {2}, op, "routing_logits");
+    api::check_dtype_in(logits, {DType::kFloat32, DType::kBFloat16}, op, "routing_logits");
+    unit_last_stride(logits, op, "routing_logits");
+    FLASHINFER_CHECK(logits.shape() == Shape({T, E}), op, "routing_logits", "expected [", T, ", ",
+                     E, "] (tokens, num_experts), got ", shape_to_string(logits.shape()));
+    api::check_same_device(logits, hidden, op, "routing_logits", "hidden_states");
+  }
+  FLASHINFER_CHECK(c.top_k >= 1 && c.top_k <= E, op, "top_k", "must be in [1, num_experts=", E,
+                   "], got ", c.top_k);
+  FLASHINFER_CHECK(c.method >= 0 && c.method <= 8, op, "routing_method_type",
+                   "must be a RoutingMethodType value in [0, 8], got ", c.method);
+  const auto rm = static_cast<kernels::MoeRouting>(c.method);
+  if (rm == kernels::MoeRouting::kLlama4) {
+    FLASHINFER_CHECK(c.top_k == 1, op, "top_k", "Llama4 routing selects one expert, got ", c.top_k);
+  }
+  if (*c.bias) {
+    const Tensor& b = **c.bias;
+    api::check_dtype_in(b, {DType::kFloat32, DType::kBFloat16}, op, "routing_bias");
+    api::check_shape_eq(b, {E}, op, "routing_bias");
+    api::check_same_device(b, hidden, op, "routing_bias", "hidden_states");
+    FLASHINFER_CHECK(b.stride(0) == 1 || E == 1, op, "routing_bias", "must be contiguous");
+  }
+  const int64_t G = c.n_group.value_or(0) > 0 ? *c.n_group : 1;
+  const int64_t TG = c.topk_group.value_or(0) > 0 ? *c.topk_group : G;
+  if (rm == kernels::MoeRouting::kDeepSeekV3 && G > 1) {
+    FLASHINFER_CHECK(E % G == 0, op, "n_group", "num_experts (", E,
+                     ") must be divisible by n_group (", G, ")");
+    FLASHINFER_CHECK(TG >= 1 && TG <= G, op, "topk_group", "must be in [1, n_group=", G, "], got ",
+                     TG);
+    FLASHINFER_CHECK(TG * (E / G) >= c.top_k, op, "topk_group",
+                     "the kept groups hold fewer than top_k experts");
+  }
+  FLASHINFER_CHECK(c.local_num >= 1 && c.offset >= 0 && c.offset + c.local_num <= E, op,
+                   "local_num_experts", "local experts [", c.offset, ", ", c.offset + c.local_num,
+                   ") must lie in [0, num_experts=", E, ")");
+  FLASHINFER_CHECK(c.inter >= 1, op, "intermediate_size", "must be positive, got ", c.inter);
+  FLASHINFER_CHECK(c.activation_type >= 0 && c.activation_type <= 9, op, "activation_type",
+                   "must be an ActivationType value, got ", c.activation_type);
+  flag_off(c.activation_type == static_cast<int64_t>(ActivationType::GegluTanh), op,
+           "activation_type", "GegluTanh is not implemented (its formula is unverified)");
+  FLASHINFER_CHECK(!c.scale || std::isfinite(*c.scale), op, "routed_scaling_factor",
+                   "must be finite");
+  if (*c.replay_out) {
+    const Tensor& r = **c.replay_out;
+    api::check_dtype_in(r, {DType::kInt16}, op, "routing_replay_out");
+    api::check_dim(r, {2}, op, "routing_replay_out");
+    FLASHINFER_CHECK(r.size(0) >= T && r.size(1) == c.top_k, op, "routing_replay_out",
+                     "shape[0] must be >= ", T, " and shape[1] must be top_k (", c.top_k, "), got ",
+                     shape_to_string(r.shape()));
+    unit_last_stride(r, op, "routing_replay_out");
+    api::check_same_device(r, hidden, op, "routing_replay_out", "hidden_states");
+    api::check_writable(r, op, "routing_replay_out");
+  }
+  Tensor out;
+  if (*c.output) {
+    const Tensor& o = **c.output;
+    api::check_dtype_in(o, {DType::kBFloat16}, op, "output");
+    api::check_shape_eq(o, {T, H}, op, "output");
+    api::check_same_device(o, hidden, op, "output", "hidden_states");
+    unit_last_stride(o, op, "output");
+    api::check_writable(o, op, "output");
+    out = o;
+  } else {
+    out = Tensor::empty({T, H}, DType::kBFloat16, hidden.device());
+  }
+  kernels::TrtllmMoeParams& b = p.base;
+  if (c.routed) {
+    b.precomputed = true;
+    b.routed_stride = c.routed->ids.stride(0);
+    if (c.routed->weights) {
+      b.ids = c.routed->ids.data<int32_t>();
+      b.weights = c.routed->weights->data_ptr();
+      b.weights_dtype = c.routed->weights->dtype();
+    } else {
+      b.packed = c.routed->ids.data<int32_t>();
+    }
+  } else {
+    b.routing.logits = c.logits->data_ptr();
+    b.routing.logits_dtype = c.logits->dtype();
+    b.routing.logits_stride = c.logits->stride(0);
+  }
+  b.routing.bias = *c.bias ? (*c.bias)->data_ptr() : nullptr;
+  b.routing.bias_dtype = *c.bias ? (*c.bias)->dtype() : DType::kFloat32;
+  b.routing.num_tokens = T;
+  b.routing.num_experts = E;
+  b.routing.top_k = c.top_k;
+  b.routing.n_group = G;
+  b.routing.topk_group = TG;
+  b.routing.routed_scaling_factor = static_cast<float>(c.scale.value_or(1.0));
+  b.routing.norm_topk_prob = c.norm_topk_prob;
+  b.routing.method = rm;
+  if (*c.replay_out) {
+    b.replay_out = (*c.replay_out)->data<int16_t>();
+    b.replay_stride = (*c.replay_out)->stride(0);
+  }
+  kernels::CutlassMoeParams& m = b.moe;
+  m.input = hidden.data_ptr();
+  m.in_stride = hidden.stride(0);
+  m.out = out.data_ptr();
+  m.out_stride = out.stride(0);
+  m.dtype = DType::kBFloat16;
+  m.out_dtype = DType::kBFloat16;
+  m.num_tokens = T;
+  m.top_k = c.top_k;
+  m.hidden = H;
+  m.inter = c.inter;
+  m.num_local_experts = c.local_num;
+  m.expert_offset = c.offset;
+  m.act = static_cast<kernels::MoeAct>(c.activation_type);
+  return out;
+}
+
+// Checks a 3-D fp32 block-scale tensor [E_l, rows / 128, cols / 128].
+const float* block_scales(const Tensor& s, int64_t E, int64_t rows, int64_t cols,
+                          const Tensor& like, const char* op, const char* arg) {
+  api::check_defined(s, op, arg);
+  api::check_dtype_in(s, {DType::kFloat32}, op, arg);
+  FLASHINFER_CHECK(s.is_contiguous() && s.shape() == Shape({E, rows / 128, cols / 128}), op, arg,
+                   "expected contiguous [", E, ", ", rows / 128, ", ", cols / 128, "], got ",
+                   shape_to_string(s.shape()));
+  api::check_same_device(s, like, op, arg, "hidden_states");
+  return s.data<float>();
+}
+
+Tensor fp8_block_impl(const Fp8Common& c, const Tensor& hs_scale, const Tensor& w1,
+                      const Tensor& w1_scale, const Tensor& w2, const Tensor& w2_scale,
+                      bool use_shuffled_weight, WeightLayout layout, bool do_finalize,
+                      Fp8QuantizationType qtype, const std::optional<Tensor>& alpha,
+                      const std::optional<Tensor>& beta, const std::optional<Tensor>& limit) {
+  const char* op = c.op;
+  flag_off(qtype != Fp8QuantizationType::DeepSeekFp8, op, "fp8_quantization_type",
+           "only Fp8QuantizationType.DeepSeekFp8 (128x128 block scales) is implemented");
+  flag_off(!do_finalize, op, "do_finalize",
+           "do_finalize=False (unfinalized GEMM2 output) is not implemented");
+  kernels::TrtllmFp8MoeParams p;
+  Tensor out = fill_common(c, p);
+  const Tensor& hidden = *c.hidden;
+  const int64_t T = hidden.size(0), H = hidden.size(1), I = c.inter, El = c.local_num;
+  const bool gated = kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(c.activation_type));
+  const int64_t N1 = gated ? 2 * I : I;
+  // Upstream's launcher: hidden_size and intermediate_size multiples of 128 (the block).
+  FLASHINFER_CHECK(H % 128 == 0, op, "hidden_states", "hidden size must be a multiple of 128, got ",
+                   H);
+  FLASHINFER_CHECK(I % 128 == 0, op, "intermediate_size", "must be a multiple of 128, got ", I);
+  api::check_defined(hs_scale, op, "hidden_states_scale");
+  api::check_dtype_in(hs_scale, {DType::kFloat32}, op, "hidden_states_scale");
+  FLASHINFER_CHECK(hs_scale.shape() == Shape({H / 128, T}), op, "hidden_states_scale", "expected [",
+                   H / 128, ", ", T, "] (hidden / 128, tokens), got ",
+                   shape_to_string(hs_scale.shape()));
+  unit_last_stride(hs_scale, op, "hidden_states_scale");
+  api::check_same_device(hs_scale, hidden, op, "hidden_states_scale", "hidden_states");
+  api::check_dtype_in(w1, {DType::kFloat8E4M3FN}, op, "gemm1_weights");
+  api::check_same_device(w1, hidden, op, "gemm1_weights", "hidden_states");
+  api::check_dtype_in(w2, {DType::kFloat8E4M3FN}, op, "gemm2_weights");
+  api::check_same_device(w2, hidden, op, "gemm2_weights", "hidden_states");
+  // Upstream's preparation for DeepSeek FP8 (tests/moe: FP8BlockScaleMoe) shuffles with
+  // epilogue_tile_m = 64 and does not interleave GEMM1's up/gate rows.
+  api::MoeWeightFormat fmt;
+  fmt.shuffled = use_shuffled_weight;
+  fmt.layout = layout;
+  fmt.epilogue_tile_m = 64;
+  const Tensor w1p = api::moe_plain_weights(w1, El, N1, H, fmt, op, "gemm1_weights");
+  const Tensor w2p = api::moe_plain_weights(w2, El, H, I, fmt, op, "gemm2_weights");
+  p.block_scale = true;
+  p.hs_scale = hs_scale.data<float>();
+  p.hs_scale_stride = hs_scale.stride(0);
+  p.w1_scale = block_scales(w1_scale, El, N1, H, hidden, op, "gemm1_weights_scale");
+  p.w2_scale = block_scales(w2_scale, El, H, I, hidden, op, "gemm2_weights_scale");
+  p.base.moe.w1 = w1p.data_ptr();
+  p.base.moe.w2 = w2p.data_ptr();
+  p.base.moe.swiglu_alpha = expert_floats(alpha, El, hidden, op, "gemm1_alpha");
+  p.base.moe.swiglu_beta = expert_floats(beta, El, hidden, op, "gemm1_beta");
+  p.base.moe.swiglu_limit = expert_floats(limit, El, hidden, op, "gemm1_clamp_limit");
+  Tensor ws_ids, ws_w, ws_g1, ws_h, ws_y;
+  if (hidden.device().is_cuda()) {
+    const int64_t pairs = T * c.top_k;
+    ws_ids = Tensor::empty({pairs}, DType::kInt32, hidden.device());
+    ws_w = Tensor::empty({pairs}, DType::kFloat32, hidden.device());
+    ws_g1 = Tensor::empty({pairs, N1}, DType::kFloat32, hidden.device());
+    ws_h = Tensor::empty({pairs, I}, DType::kFloat32, hidden.device());
+    ws_y = Tensor::empty({pairs, H}, DType::kFloat32, hidden.device());
+    p.ws_ids = ws_ids.data<int32_t>();
+    p.ws_w = ws_w.data<float>();
+    p.ws_g1 = ws_g1.data<float>();
+    p.ws_h = ws_h.data<float>();
+    p.ws_y = ws_y.data<float>();
+  }
+  api::launch(kTrtllmFp8BlockMoeKernels, p, hidden.device(), op, "hidden_states", false);
+  return out;
+}
+
+Tensor fp8_per_tensor_impl(const Fp8Common& c, const Tensor& w1, const Tensor& s1,
+                           const Tensor& s1_gate, const Tensor& w2, const Tensor& s2,
+                           bool use_routing_scales_on_input, bool do_finalize) {
+  const char* op = c.op;
+  flag_off(!do_finalize, op, "do_finalize",
+           "do_finalize=False (unfinalized GEMM2 output) is not implemented");
+  kernels::TrtllmFp8MoeParams p;
+  Tensor out = fill_common(c, p);
+  const Tensor& hidden = *c.hidden;
+  const int64_t H = hidden.size(1), I = c.inter, El = c.local_num;
+  const bool gated = kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(c.activation_type));
+  const int64_t N1 = gated ? 2 * I : I;
+  if (use_routing_scales_on_input) {
+    FLASHINFER_CHECK(c.top_k == 1, op, "use_routing_scales_on_input",
+                     "applies the routing weight on the input, which needs top_k == 1, got ",
+                     c.top_k);
+  }
+  api::check_dtype_in(w1, {DType::kFloat8E4M3FN}, op, "gemm1_weights");
+  api::check_same_device(w1, hidden, op, "gemm1_weights", "hidden_states");
+  api::check_dtype_in(w2, {DType::kFloat8E4M3FN}, op, "gemm2_weights");
+  api::check_same_device(w2, hidden, op, "gemm2_weights", "hidden_states");
+  // Upstream's preparation for per-tensor FP8 (tests/moe: FP8PerTensorMoe) always shuffles,
+  // with epilogue_tile_m = 128, after interleaving GEMM1's up/gate rows for a gated activation.
+  api::MoeWeightFormat fmt;
+  fmt.shuffled = true;
+  fmt.layout = WeightLayout::MajorK;
+  fmt.epilogue_tile_m = 128;
+  fmt.gated_interleave = gated;
+  const Tensor w1p = api::moe_plain_weights(w1, El, N1, H, fmt, op, "gemm1_weights");
+  fmt.gated_interleave = false;
+  const Tensor w2p = api::moe_plain_weights(w2, El, H, I, fmt, op, "gemm2_weights");
+  p.block_scale = false;
+  p.out1_scale = expert_floats(s1, El, hidden, op, "output1_scales_scalar");
+  p.out1_gate_scale = expert_floats(s1_gate, El, hidden, op, "output1_scales_gate_scalar");
+  p.out2_scale = expert_floats(s2, El, hidden, op, "output2_scales_scalar");
+  p.routing_scales_on_input = use_routing_scales_on_input;
+  p.base.moe.w1 = w1p.data_ptr();
+  p.base.moe.w2 = w2p.data_ptr();
+  api::launch(kTrtllmFp8MoeKernels, p, hidden.device(), op, "hidden_states", false);
+  return out;
+}
+
+}  // namespace
+
+Tensor trtllm_fp8_block_scale_moe(
+    const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
+    const Tensor& hidden_states_scale, const Tensor& gemm1_weights,
+    const Tensor& gemm1_weights_scale, const Tensor& gemm2_weights,
+    const Tensor& gemm2_weights_scale, int64_t num_experts, int64_t top_k,
+    std::optional<int64_t> n_group, std::optional<int64_t> topk_group, int64_t intermediate_size,
+    int64_t local_expert_offset, int64_t local_num_experts,
+    std::optional<double> routed_scaling_factor, int64_t routing_method_type,
+    bool use_shuffled_weight, WeightLayout weight_layout, bool do_finalize,
+    std::optional<bool> enable_pdl, int64_t tune_max_num_tokens,
+    Fp8QuantizationType fp8_quantization_type, std::optional<int64_t> num_fused_shared_experts,
+    int64_t activation_type, bool norm_topk_prob, std::optional<Tensor> routing_replay_out,
+    std::optional<Tensor> gemm1_alpha, std::optional<Tensor> gemm1_beta,
+    std::optional<Tensor> gemm1_clamp_limit, std::optional<Tensor> output) {
+  return call_op<&trtllm_fp8_block_scale_moe>(
+      [&] {
+        const char* op = "trtllm_fp8_block_scale_moe";
+        flag_off(num_fused_shared_experts.value_or(0) != 0, op, "num_fused_shared_experts",
+                 "fused shared experts are not implemented");
+        const Fp8Common c{op,
+                          nullptr,
+                          &routing_logits,
+                          &routing_bias,
+                          &hidden_states,
+                          num_experts,
+                          top_k,
+                          n_group,
+                          topk_group,
+                          intermediate_size,
+                          local_expert_offset,
+                          local_num_experts,
+                          routed_scaling_factor,
+                          routing_method_type,
+                          activation_type,
+                          norm_topk_prob,
+                          &routing_replay_out,
+                          &output};
+        return fp8_block_impl(c, hidden_states_scale, gemm1_weights, gemm1_weights_scale,
+                              gemm2_weights, gemm2_weights_scale, use_shuffled_weight,
+                              weight_layout, do_finalize, fp8_quantization_type, gemm1_alpha,
+                              gemm1_beta, gemm1_clamp_limit);
+      },
+      routing_logits, routing_bias, hidden_states, hidden_states_scale, gemm1_weights,
+      gemm1_weights_scale, gemm2_weights, gemm2_weights_scale, num_experts, top_k, n_group,
+      topk_group, intermediate_size, local_expert_offset, local_num_experts, routed_scaling_factor,
+      routing_method_type, use_shuffled_weight, weight_layout, do_finalize, enable_pdl,
+      tune_max_num_tokens, fp8_quantization_type, num_fused_shared_experts, activation_type,
+      norm_topk_prob, routing_replay_out, gemm1_alpha, gemm1_beta, gemm1_clamp_limit, output);
+}
+
+Tensor trtllm_fp8_block_scale_routed_moe(
+    const MoeTopkIds& topk_ids, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
+    const Tensor& hidden_states_scale, const Tensor& gemm1_weights,
+    const Tensor& gemm1_weights_scale, const Tensor& gemm2_weights,
+    const Tensor& gemm2_weights_scale, int64_t num_experts, int64_t top_k,
+    std::optional<int64_t> n_group, std::optional<int64_t> topk_group, int64_t intermediate_size,
+    int64_t local_expert_offset, int64_t local_num_experts,
+    std::optional<double> routed_scaling_factor, int64_t routing_method_type,
+    bool use_shuffled_weight, WeightLayout weight_layout, bool do_finalize,
+    std::optional<bool> enable_pdl, std::optional<Tensor> gemm1_lora_delta,
+    std::optional<Tensor> output, int64_t tune_max_num_tokens,
+    Fp8QuantizationType fp8_quantization_type, int64_t activation_type,
+    std::optional<Tensor> gemm1_alpha, std::optional<Tensor> gemm1_beta,
+    std::optional<Tensor> gemm1_clamp_limit) {
+  return call_op<&trtllm_fp8_block_scale_routed_moe>(
+      [&] {
+        const char* op = "trtllm_fp8_block_scale_routed_moe";
+        flag_off(gemm1_lora_delta.has_value(), op, "gemm1_lora_delta",
+                 "the LoRA delta of GEMM1 is not implemented");
+        const std::optional<Tensor> no_replay;
+        const Fp8Common c{op,
+                          &topk_ids,
+                          nullptr,
+                          &routing_bias,
+                          &hidden_states,
+                          num_experts,
+                          top_k,
+                          n_group,
+                          topk_group,
+                          intermediate_size,
+                          local_expert_offset,
+                          local_num_experts,
+                          routed_scaling_factor,
+                          routing_method_type,
+                          activation_type,
+                          true,
+                          &no_replay,
+                          &output};
+        return fp8_block_impl(c, hidden_states_scale, gemm1_weights, gemm1_weights_scale,
+                              gemm2_weights, gemm2_weights_scale, use_shuffled_weight,
+                              weight_layout, do_finalize, fp8_quantization_type, gemm1_alpha,
+                              gemm1_beta, gemm1_clamp_limit);
+      },
+      topk_ids, routing_bias, hidden_states, hidden_states_scale, gemm1_weights,
+      gemm1_weights_scale, gemm2_weights, gemm2_weights_scale, num_experts, top_k, n_group,
+      topk_group, intermediate_size, local_expert_offset, local_num_experts, routed_scaling_factor,
+      routing_method_type, use_shuffled_weight, weight_layout, do_finalize, enable_pdl,
+      gemm1_lora_delta, output, tune_max_num_tokens, fp8_quantization_type, activation_type,
+      gemm1_alpha, gemm1_beta, gemm1_clamp_limit);
+}
+
+Tensor trtllm_fp8_per_tensor_scale_moe(
+    const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
+    const Tensor& gemm1_weights, const Tensor& output1_scales_scalar,
+    const Tensor& output1_scales_gate_scalar, const Tensor& gemm2_weights,
+    const Tensor& output2_scales_scalar, int64_t num_experts, int64_t top_k,
+    std::optional<int64_t> n_group, std::optional<int64_t> topk_group, int64_t intermediate_size,
+    int64_t local_expert_offset, int64_t local_num_experts,
+    std::optional<double> routed_scaling_factor, bool use_routing_scales_on_input,
+    int64_t routing_method_type, bool do_finalize, std::optional<bool> enable_pdl,
+    int64_t tune_max_num_tokens, int64_t activation_type, bool norm_topk_prob,
+    std::optional<Tensor> routing_replay_out, std::optional<Tensor> output) {
+  return call_op<&trtllm_fp8_per_tensor_scale_moe>(
+      [&] {
+        const Fp8Common c{"trtllm_fp8_per_tensor_scale_moe",
+                          nullptr,
+                          &routing_logits,
+                          &routing_bias,
+                          &hidden_states,
+                          num_experts,
+                          top_k,
+                          n_group,
+                          topk_group,
+                          intermediate_size,
+                          local_expert_offset,
+                          local_num_experts,
+                          routed_scaling_factor,
+                          routing_method_type,
+                          activation_type,
+                          norm_topk_prob,
+                          &routing_replay_out,
+                          &output};
+        return fp8_per_tensor_impl(c, gemm1_weights, output1_scales_scalar,
+                                   output1_scales_gate_scalar, gemm2_weights, output2_scales_scalar,
+                                   use_routing_scales_on_input, do_finalize);
+      },
+      routing_logits, routing_bias, hidden_states, gemm1_weights, output1_scales_scalar,
+      output1_scales_gate_scalar, gemm2_weights, output2_scales_scalar, num_experts, top_k, n_group,
+      topk_group, intermediate_size, local_expert_offset, local_num_experts, routed_scaling_factor,
+      use_routing_scales_on_input, routing_method_type, do_finalize, enable_pdl,
+      tune_max_num_tokens, activation_type, norm_topk_prob, routing_replay_out, output);
+}
+
+Tensor trtllm_fp8_per_tensor_scale_routed_moe(
+    const MoeTopkIds& topk_ids, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
+    const Tensor& gemm1_weights, const Tensor& output1_scales_scalar,
+    const Tensor& output1_scales_gate_scalar, const Tensor& gemm2_weights,
+    const Tensor& output2_scales_scalar, int64_t num_experts, int64_t top_k,
+    std::optional<int64_t> n_group, std::optional<int64_t> topk_group, int64_t intermediate_size,
+    int64_t local_expert_offset, int64_t local_num_experts,
+    std::optional<double> routed_scaling_factor, bool use_routing_scales_on_input,
+    int64_t routing_method_type, bool do_finalize, std::optional<bool> enable_pdl,
+    int64_t tune_max_num_tokens, int64_t activation_type, std::optional<Tensor> routing_replay_out,
+    std::optional<Tensor> output) {
+  return call_op<&trtllm_fp8_per_tensor_scale_routed_moe>(
+      [&] {
+        const Fp8Common c{"trtllm_fp8_per_tensor_scale_routed_moe",
+                          &topk_ids,
+                          nullptr,
+                          &routing_bias,
+                          &hidden_states,
+                          num_experts,
+                          top_k,
+                          n_group,
+                          topk_group,
+                          intermediate_size,
+                          local_expert_offset,
+                          local_num_experts,
+                          routed_scaling_factor,
+                          routing_method_type,
+                          activation_type,
+                          true,
+                          &routing_replay_out,
+                          &output};
+        return fp8_per_tensor_impl(c, gemm1_weights, output1_scales_scalar,
+                                   output1_scales_gate_scalar, gemm2_weights, output2_scales_scalar,
+                                   use_routing_scales_on_input, do_finalize);
+      },
+      topk_ids, routing_bias, hidden_states, gemm1_weights, output1_scales_scalar,
+      output1_scales_gate_scalar, gemm2_weights, output2_scales_scalar, num_experts, top_k, n_group,
+      topk_group, intermediate_size, local_expert_offset, local_num_experts, routed_scaling_factor,
+      use_routing_scales_on_input, routing_method_type, do_finalize, enable_pdl,
+      tune_max_num_tokens, activation_type, routing_replay_out, output);
+}
+
+namespace {
+
+// fp8 e4m3fn tensor of uniform values in [low, high) (drawn in fp32, then rounded).
+Tensor fp8_tensor(const Shape& shape, Device dev, uint64_t seed, double low, double high) {
+  return api::bench::random_tensor(shape, DType::kFloat32, Device::cpu(), seed, low, high)
+      .to(DType::kFloat8E4M3FN)
+      .to(dev);
+}
+
+// trtllm_fp8_block_scale_moe: m tokens, hidden_size, inter = n (both rounded up to 128), 8
+// experts, top-2, DeepSeekV3 routing (4 groups of 2, 2 kept), plain MajorK weights.
+BenchCase bench_trtllm_fp8_block_scale_moe(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, H = (s.hidden_size + 127) / 128 * 128, I = (s.n + 127) / 128 * 128;
+  const int64_t E = 8, K = 2;
+  const uint64_t sd = s.random_seed;
+  BenchCase c = api::bench::invoke_case(
+      "trtllm_fp8_block_scale_moe",
+      {Value(api::bench::random_tensor({T, E}, DType::kFloat32, dev, sd, -3.0, 3.0)),
+       Value(api::bench::random_tensor({E}, DType::kBFloat16, dev, sd + 1, -0.2, 0.2)),
+       Value(fp8_tensor({T, H}, dev, sd + 2, -4.0, 4.0)),
+       Value(api::bench::random_tensor({H / 128, T}, DType::kFloat32, dev, sd + 3, 0.01, 0.02)),
+       Value(fp8_tensor({E, 2 * I, H}, dev, sd + 4, -4.0, 4.0)),
+       Value(api::bench::random_tensor({E, 2 * I / 128, H / 128}, DType::kFloat32, dev, sd + 5,
+                                       0.01, 0.02)),
+       Value(fp8_tensor({E, H, I}, dev, sd + 6, -4.0, 4.0)),
+       Value(api::bench::random_tensor({E, H / 128, I / 128}, DType::kFloat32, dev, sd + 7, 0.01,
+                                       0.02)),
+       Value(E), Value(K), Value(int64_t{4}), Value(int64_t{2}), Value(I), Value(int64_t{0}),
+       Value(E), Value(2.5), Value(int64_t{2})});
+  const double rows = static_cast<double>(T * K);
+  c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
+  c.bytes = static_cast<double>(T * H) * 3 + static_cast<double>(E * 3 * I * H);
+  return c;
+}
+
+// trtllm_fp8_per_tensor_scale_moe: m tokens, hidden_size, inter = n (rounded up to 32 rows for
+// the shuffle), 8 experts, top-2, Renormalize routing; the weights are random fp8 bytes, which
+// is a valid shuffled layout of other random weights.
+BenchCase bench_trtllm_fp8_per_tensor_scale_moe(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, H = (s.hidden_size + 31) / 32 * 32, I = (s.n + 31) / 32 * 32;
+  const int64_t E = 8, K = 2;
+  const uint64_t sd = s.random_seed;
+  auto scales = [&](uint64_t seed) {
+    return Value(api::bench::random_tensor({E}, DType::kFloat32, dev, seed, 0.01, 0.02));
+  };
+  BenchCase c = api::bench::invoke_case(
+      "trtllm_fp8_per_tensor_scale_moe",
+      {Value(api::bench::random_tensor({T, E}, DType::kBFloat16, dev, sd, -3.0, 3.0)), Value(),
+       Value(fp8_tensor({T, H}, dev, sd + 2, -4.0, 4.0)),
+       Value(fp8_tensor({E, 2 * I, H}, dev, sd + 4, -4.0, 4.0)), scales(sd + 5), scales(sd + 6),
+       Value(fp8_tensor({E, H, I}, dev, sd + 7, -4.0, 4.0)), scales(sd + 8), Value(E), Value(K),
+       Value(), Value(), Value(I), Value(int64_t{0}), Value(E), Value(), Value(false),
+       Value(int64_t{1})});
+  const double rows = static_cast<double>(T * K);
+  c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
+  c.bytes = static_cast<double>(T * H) * 3 + static_cast<double>(E * 3 * I * H);
+  return c;
+}
+
+// Precomputed routing for the _routed_ benches: packed ids, two distinct experts per token with
+// bf16 weights 0.75 / 0.25.
+Value packed_routing(int64_t T, int64_t E, Device dev) {
+  std::vector<int64_t> packed;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t e0 = (t * 5) % E, e1 = (e0 + 1 + t % (E - 1)) % E;
+    packed.push_back((e0 << 16) | float_to_bfloat16_bits(0.75f));
+    packed.push_back((e1 << 16) | float_to_bfloat16_bits(0.25f));
+  }
+  return Value(api::bench::int32_tensor(packed, dev).view({T, 2}));
+}
+
+// trtllm_fp8_block_scale_routed_moe: the FFN shapes of trtllm_fp8_block_scale_moe, packed
+// precomputed routing.
+BenchCase bench_trtllm_fp8_block_scale_routed_moe(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, H = (s.hidden_size + 127) / 128 * 128, I = (s.n + 127) / 128 * 128;
+  const int64_t E = 8, K = 2;
+  const uint64_t sd = s.random_seed;
+  BenchCase c = api::bench::invoke_case(
+      "trtllm_fp8_block_scale_routed_moe",
+      {packed_routing(T, E, dev), Value(), Value(fp8_tensor({T, H}, dev, sd + 2, -4.0, 4.0)),
+       Value(api::bench::random_tensor({H / 128, T}, DType::kFloat32, dev, sd + 3, 0.01, 0.02)),
+       Value(fp8_tensor({E, 2 * I, H}, dev, sd + 4, -4.0, 4.0)),
+       Value(api::bench::random_tensor({E, 2 * I / 128, H / 128}, DType::kFloat32, dev, sd + 5,
+                                       0.01, 0.02)),
+       Value(fp8_tensor({E, H, I}, dev, sd + 6, -4.0, 4.0)),
+       Value(api::bench::random_tensor({E, H / 128, I / 128}, DType::kFloat32, dev, sd + 7, 0.01,
+                                       0.02)),
+       Value(E), Value(K), Value(), Value(), Value(I), Value(int64_t{0}), Value(E), Value()});
+  const double rows = static_cast<double>(T * K);
+  c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
+  c.bytes = static_cast<double>(T * H) * 3 + static_cast<double>(E * 3 * I * H);
+  return c;
+}
+
+// trtllm_fp8_per_tensor_scale_routed_moe: the FFN shapes of trtllm_fp8_per_tensor_scale_moe,
+// packed precomputed routing.
+BenchCase bench_trtllm_fp8_per_tensor_scale_routed_moe(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, H = (s.hidden_size + 31) / 32 * 32, I = (s.n + 31) / 32 * 32;
+  const int64_t E = 8, K = 2;
+  const uint64_t sd = s.random_seed;
+  auto scales = [&](uint64_t seed) {
+    return Value(api::bench::random_tensor({E}, DType::kFloat32, dev, seed, 0.01, 0.02));
+  };
+  BenchCase c = api::bench::invoke_case(
+      "trtllm_fp8_per_tensor_scale_routed_moe",
+      {packed_routing(T, E, dev), Value(), Value(fp8_tensor({T, H}, dev, sd + 2, -4.0, 4.0)),
+       Value(fp8_tensor({E, 2 * I, H}, dev, sd + 4, -4.0, 4.0)), scales(sd + 5), scales(sd + 6),
+       Value(fp8_tensor({E, H, I}, dev, sd + 7, -4.0, 4.0)), scales(sd + 8), Value(E), Value(K),
+       Value(), Value(), Value(I), Value(int64_t{0}), Value(E), Value(), Value(false)});
+  const double rows = static_cast<double>(T * K);
+  c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
+  c.bytes = static_cast<double>(T * H) * 3 + static_cast<double>(E * 3 * I * H);
+  return c;
+}
+
+}  // namespace
+
+namespace detail {
+void register_moe_quant_ops(OpRegistry& r) {
+  declare<&trtllm_fp8_block_scale_moe>(
+      r,
+      {.name = "trtllm_fp8_block_scale_moe",
+       .module = kCoreModule,
+       .summary = "trtllm-gen FP8 MoE, DeepSeek 128x128 block scales: routing from logits, then "
+                  "the fused expert FFNs"},
+      "routing_logits", arg("routing_bias").required(), "hidden_states", "hidden_states_scale",
+      "gemm1_weights", "gemm1_weights_scale", "gemm2_weights", "gemm2_weights_scale", "num_experts",
+      "top_k", arg("n_group").required(), arg("topk_group").required(), "intermediate_size",
+      "local_expert_offset", "local_num_experts", arg("routed_scaling_factor").required(),
+      arg("routing_method_type", int64_t{0}), arg("use_shuffled_weight", false),
+      arg("weight_layout", WeightLayout::MajorK), arg("do_finalize", true), "enable_pdl",
+      arg("tune_max_num_tokens", int64_t{8192}),
+      arg("fp8_quantization_type", Fp8QuantizationType::DeepSeekFp8), "num_fused_shared_experts",
+      arg("activation_type", int64_t{3}), arg("norm_topk_prob", true),
+      arg("routing_replay_out").mut(), "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit",
+      arg("output").mut());
+  declare<&trtllm_fp8_block_scale_routed_moe>(
+      r,
+      {.name = "trtllm_fp8_block_scale_routed_moe",
+       .module = kCoreModule,
+       .summary = "trtllm-gen FP8 block-scale MoE with precomputed routing (packed ids or (ids, "
+                  "weights))"},
+      "topk_ids", arg("routing_bias").required(), "hidden_states", "hidden_states_scale",
+      "gemm1_weights", "gemm1_weights_scale", "gemm2_weights", "gemm2_weights_scale", "num_experts",
+      "top_k", arg("n_group").required(), arg("topk_group").required(), "intermediate_size",
+      "local_expert_offset", "local_num_experts", arg("routed_scaling_factor").required(),
+      arg("routing_method_type", int64_t{0}), arg("use_shuffled_weight", false),
+      arg("weight_layout", WeightLayout::MajorK), arg("do_finalize", true), "enable_pdl",
+      "gemm1_lora_delta", arg("output").mut(), arg("tune_max_num_tokens", int64_t{8192}),
+      arg("fp8_quantization_type", Fp8QuantizationType::DeepSeekFp8),
+      arg("activation_type", int64_t{3}), "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit");
+  declare<&trtllm_fp8_per_tensor_scale_moe>(
+      r,
+      {.name = "trtllm_fp8_per_tensor_scale_moe",
+       .module = kCoreModule,
+       .summary = "trtllm-gen FP8 MoE with per-tensor scales: routing from logits, then the "
+                  "fused expert FFNs"},
+      "routing_logits", arg("routing_bias").required(), "hidden_states", "gemm1_weights",
+      "output1_scales_scalar", "output1_scales_gate_scalar", "gemm2_weights",
+      "output2_scales_scalar", "num_experts", "top_k", arg("n_group").required(),
+      arg("topk_group").required(), "intermediate_size", "local_expert_offset", "local_num_experts",
+      arg("routed_scaling_factor").required(), "use_routing_scales_on_input",
+      arg("routing_method_type", int64_t{0}), arg("do_finalize", true), "enable_pdl",
+      arg("tune_max_num_tokens", int64_t{8192}), arg("activation_type", int64_t{3}),
+      arg("norm_topk_prob", true), arg("routing_replay_out").mut(), arg("output").mut());
+  declare<&trtllm_fp8_per_tensor_scale_routed_moe>(
+      r,
+      {.name = "trtllm_fp8_per_tensor_scale_routed_moe",
+       .module = kCoreModule,
+       .summary = "trtllm-gen FP8 per-tensor-scale MoE with precomputed routing"},
+      "topk_ids", arg("routing_bias").required(), "hidden_states", "gemm1_weights",
+      "output1_scales_scalar", "output1_scales_gate_scalar", "gemm2_weights",
+      "output2_scales_scalar", "num_experts", "top_k", arg("n_group").required(),
+      arg("topk_group").required(), "intermediate_size", "local_expert_offset", "local_num_experts",
+      arg("routed_scaling_factor").required(), "use_routing_scales_on_input",
+      arg("routing_method_type", int64_t{0}), arg("do_finalize", true), "enable_pdl",
+      arg("tune_max_num_tokens", int64_t{8192}), arg("activation_type", int64_t{3}),
+      arg("routing_replay_out").mut(), arg("output").mut());
+  api::register_backends("trtllm_fp8_block_scale_moe", kTrtllmFp8BlockMoeKernels);
+  api::register_backends("trtllm_fp8_block_scale_routed_moe", kTrtllmFp8BlockMoeKernels);
+  api::register_backends("trtllm_fp8_per_tensor_scale_moe", kTrtllmFp8MoeKernels);
+  api::register_backends("trtllm_fp8_per_tensor_scale_routed_moe", kTrtllmFp8MoeKernels);
+  register_bench_hook("trtllm_fp8_block_scale_moe", bench_trtllm_fp8_block_scale_moe);
+  register_bench_hook("trtllm_fp8_per_tensor_scale_moe", bench_trtllm_fp8_per_tensor_scale_moe);
+  register_bench_hook("trtllm_fp8_block_scale_routed_moe", bench_trtllm_fp8_block_scale_routed_moe);
+  register_bench_hook("trtllm_fp8_per_tensor_scale_routed_moe",
+                      bench_trtllm_fp8_per_tensor_scale_routed_moe);
+}
+}  // namespace detail
+
+}  // namespace flashinfer
