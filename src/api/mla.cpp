@@ -80,12 +80,27 @@ constexpr api::KernelEntry<kernels::MlaAppendParams> kAppendKernels[] = {
      [](const kernels::MlaAppendParams& p, const api::LaunchContext&) {
        kernels::cpu::append_paged_mla_kv_cache(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: row copies, block per appended row", nullptr,
+     [](const kernels::MlaAppendParams& p, const api::LaunchContext& c) {
+       kernels::cuda::append_paged_mla_kv_cache(p, c.stream);
+     }},
+#endif
 };
 constexpr api::KernelEntry<kernels::ConcatMlaKParams> kConcatKernels[] = {
     {DeviceType::kCPU, "CPU reference: row copies, OpenMP over tokens", nullptr,
      [](const kernels::ConcatMlaKParams& p, const api::LaunchContext&) {
        kernels::cpu::concat_mla_k(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: row copies, block per (token, head)",
+     [](const kernels::ConcatMlaKParams& p) {
+       return p.num_heads > 65535 ? api::Refusal{"k", "more than 65535 heads"} : api::Refusal{};
+     },
+     [](const kernels::ConcatMlaKParams& p, const api::LaunchContext& c) {
+       kernels::cuda::concat_mla_k(p, c.stream);
+     }},
+#endif
 };
 
 int32_t to_i32(int64_t v, const char* op, const char* arg, int64_t lo = 1) {
@@ -167,6 +182,21 @@ void append_mla_impl(const Tensor& append_ckv, const Tensor& append_kpe,
   p.dim_ckv = ckv.size(2);
   p.dim_kpe = kpe.size(2);
   p.elem_size = static_cast<int64_t>(ckv.element_size());
+  Tensor dev_ints;  // the index arrays on the cache's device (CUDA)
+  if (ckv.device().is_cuda()) {
+    std::vector<int32_t> all(s.kv_indptr);
+    all.insert(all.end(), s.kv_indices.begin(), s.kv_indices.end());
+    all.insert(all.end(), bi.begin(), bi.end());
+    all.insert(all.end(), pos.begin(), pos.end());
+    Tensor h = Tensor::empty({static_cast<int64_t>(all.size())}, DType::kInt32);
+    std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
+    dev_ints = h.to(ckv.device());
+    const auto* base = dev_ints.data<const int32_t>();
+    p.kv_indptr = base;
+    p.kv_indices = base + s.kv_indptr.size();
+    p.batch_indices = p.kv_indices + s.kv_indices.size();
+    p.positions = p.batch_indices + bi.size();
+  }
   api::launch(kAppendKernels, p, ckv.device(), op, "ckv_cache");
 }
 

@@ -261,7 +261,71 @@ void check(const char* what, cudaError_t err) {
   }
 }
 
+// Block per appended row; threads copy the row's latent then rope elements (E: an unsigned
+// integer of the element's width, so the copy is bit-exact for every dtype).
+template <class E>
+__global__ void append_mla_kernel(MlaAppendParams p) {
+  const int64_t i = blockIdx.x;
+  const int32_t b = p.batch_indices[i];
+  const int64_t t = p.positions[i];
+  const int64_t page = p.kv_indices[p.kv_indptr[b] + t / p.page_size];
+  const int64_t slot = t % p.page_size;
+  const E* ac = static_cast<const E*>(p.append_ckv) + i * p.ackv_stride_n;
+  const E* ak = static_cast<const E*>(p.append_kpe) + i * p.akpe_stride_n;
+  E* c = static_cast<E*>(p.ckv) + page * p.ckv_stride_page + slot * p.ckv_stride_token;
+  E* k = static_cast<E*>(p.kpe) + page * p.kpe_stride_page + slot * p.kpe_stride_token;
+  for (int64_t d = threadIdx.x; d < p.dim_ckv; d += blockDim.x) c[d] = ac[d];
+  for (int64_t d = threadIdx.x; d < p.dim_kpe; d += blockDim.x) k[d] = ak[d];
+}
+
+// Block per (token, head): k[t, h] = (k_nope[t, h], k_rope[t, 0]).
+template <class E>
+__global__ void concat_mla_k_kernel(ConcatMlaKParams p) {
+  const int64_t t = blockIdx.x, h = blockIdx.y;
+  E* k = static_cast<E*>(p.k) + t * p.k_stride_t + h * p.k_stride_h;
+  const E* kn = static_cast<const E*>(p.k_nope) + t * p.kn_stride_t + h * p.kn_stride_h;
+  const E* kr = static_cast<const E*>(p.k_rope) + t * p.kr_stride_t;
+  for (int64_t d = threadIdx.x; d < p.nope_dim; d += blockDim.x) k[d] = kn[d];
+  for (int64_t d = threadIdx.x; d < p.rope_dim; d += blockDim.x) k[p.nope_dim + d] = kr[d];
+}
+
+template <class F>
+void by_width(int64_t elem_size, const char* op, F&& f) {
+  switch (elem_size) {
+    case 1:
+      f(uint8_t{});
+      return;
+    case 2:
+      f(uint16_t{});
+      return;
+    case 4:
+      f(uint32_t{});
+      return;
+    default:
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "", "element size ", elem_size,
+                      " is not supported on CUDA");
+  }
+}
+
 }  // namespace
+
+void append_paged_mla_kv_cache(const MlaAppendParams& p, void* stream) {
+  if (p.nnz == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  by_width(p.elem_size, "append_paged_mla_kv_cache", [&](auto e) {
+    append_mla_kernel<decltype(e)><<<static_cast<unsigned>(p.nnz), 128, 0, s>>>(p);
+  });
+  FLASHINFER_CUDA_CALL("append_paged_mla_kv_cache", cudaGetLastError());
+}
+
+void concat_mla_k(const ConcatMlaKParams& p, void* stream) {
+  if (p.tokens == 0 || p.num_heads == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.num_heads));
+  by_width(p.elem_size, "concat_mla_k",
+           [&](auto e) { concat_mla_k_kernel<decltype(e)><<<grid, 128, 0, s>>>(p); });
+  FLASHINFER_CUDA_CALL("concat_mla_k", cudaGetLastError());
+}
 
 const char* mla_attention_unsupported(const MlaAttentionParams& p) {
   if (p.dim_ckv < 1 || p.dim_ckv > kWarp * kCkvPerLane) {
