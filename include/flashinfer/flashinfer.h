@@ -26,6 +26,7 @@
 #include "flashinfer/ops/rope.h"
 #include "flashinfer/ops/sampling.h"
 #include "flashinfer/ops/topk.h"
+#include "flashinfer/ops/ragged_deepseek.h"
 #include "flashinfer/stream.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"
