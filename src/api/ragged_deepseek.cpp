@@ -13,6 +13,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/kernel_table.h"
+#include "api/ragged_attention.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/ragged_attention_cpu.h"
 #include "kernels/ragged_attention_params.h"
@@ -24,6 +25,11 @@ namespace flashinfer {
 namespace {
 
 constexpr const char* kOp = "trtllm_ragged_attention_deepseek";
+
+}  // namespace
+
+namespace api {
+namespace {
 
 constexpr api::KernelEntry<kernels::RaggedAttentionParams> kRaggedKernels[] = {
     {DeviceType::kCPU, "CPU reference: fp32 softmax, OpenMP over (query row, KV head)", nullptr,
@@ -40,6 +46,38 @@ constexpr api::KernelEntry<kernels::RaggedAttentionParams> kRaggedKernels[] = {
      }},
 #endif
 };
+}  // namespace
+
+void run_ragged_attention(kernels::RaggedAttentionParams p, Device device, const char* op,
+                          const char* arg, std::optional<bool> enable_pdl) {
+  Tensor dev_ints;  // the index arrays on the device (CUDA); alive until the launch returns
+  if (device.is_cuda()) {
+    std::vector<int32_t> all(p.cu_q, p.cu_q + p.batch + 1);
+    all.insert(all.end(), p.cu_kv, p.cu_kv + p.batch + 1);
+    all.insert(all.end(), p.kv_lens, p.kv_lens + p.batch);
+    for (int32_t b = 0; b < p.batch; ++b) {
+      all.insert(all.end(), static_cast<std::size_t>(p.cu_q[b + 1] - p.cu_q[b]), b);
+    }
+    all.push_back(0);  // never empty
+    Tensor h = Tensor::empty({static_cast<int64_t>(all.size())}, DType::kInt32);
+    std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
+    dev_ints = h.to(device);
+    const auto* base = dev_ints.data<const int32_t>();
+    p.cu_q = base;
+    p.cu_kv = base + p.batch + 1;
+    p.kv_lens = p.cu_kv + p.batch + 1;
+    p.row_req = p.kv_lens + p.batch;
+  }
+  launch(kRaggedKernels, p, device, op, arg, enable_pdl);
+}
+
+void register_ragged_attention_backends(std::string_view op) {
+  register_backends(op, kRaggedKernels);
+}
+
+}  // namespace api
+
+namespace {
 
 double scale_of(const ScalarOrTensor<double>& x, const char* arg) {
   double v = x.scalar();
@@ -245,24 +283,7 @@ AttentionOutput ragged_impl(
     p.bmm1_scale = static_cast<float>(s1);
     p.bmm2_scale = static_cast<float>(s2);
     p.causal = is_causal;
-    Tensor dev_ints;  // the index arrays on the query's device (CUDA); kept alive to the end
-    if (query.device().is_cuda()) {
-      std::vector<int32_t> all(cq);
-      all.insert(all.end(), ckv.begin(), ckv.end());
-      all.insert(all.end(), lens.begin(), lens.end());
-      for (int64_t b = 0; b < batch_size; ++b) {
-        all.insert(all.end(), static_cast<std::size_t>(qlens[b]), static_cast<int32_t>(b));
-      }
-      Tensor h = Tensor::empty({static_cast<int64_t>(all.size())}, DType::kInt32);
-      std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
-      dev_ints = h.to(query.device());
-      const auto* base = dev_ints.data<const int32_t>();
-      p.cu_q = base;
-      p.cu_kv = base + cq.size();
-      p.kv_lens = p.cu_kv + ckv.size();
-      p.row_req = p.kv_lens + lens.size();
-    }
-    api::launch(kRaggedKernels, p, query.device(), kOp, "query", enable_pdl);
+    api::run_ragged_attention(p, query.device(), kOp, "query", enable_pdl);
   }
   AttentionOutput r;
   r.out = out;
@@ -344,7 +365,7 @@ void register_ragged_deepseek_ops(OpRegistry& r) {
       arg("num_elts_per_sage_attn_blk", Value::tuple({Value(0), Value(0), Value(0), Value(0)})),
       arg("backend", "trtllm-gen"), "q_seq_lens_cpu", "kv_seq_lens_cpu", "use_fp16_softmax",
       "uses_spcompress");
-  api::register_backends(kOp, kRaggedKernels);
+  api::register_ragged_attention_backends(kOp);
   register_bench_hook(kOp, bench_ragged);
 }
 }  // namespace detail

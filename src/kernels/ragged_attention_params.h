@@ -31,6 +31,11 @@ struct RaggedAttentionParams {
   int64_t o_stride_n = 0, o_stride_h = 0;
   float* lse = nullptr;  // [rows, Hq] fp32 (nullptr: not requested)
   int64_t lse_stride_n = 0, lse_stride_h = 0;
+  // fmha_v2's softmax statistics (nullptr: not requested): stats[row, h] = (m, l * stats_sum_scale)
+  // with m = max_j s_j (natural units) and l = sum_j exp(s_j - m); an empty row gives (-inf, 0).
+  float* stats = nullptr;
+  int64_t stats_stride_n = 0, stats_stride_h = 0;
+  float stats_sum_scale = 1.0f;
   int32_t batch = 0, rows = 0, num_qo_heads = 0, num_kv_heads = 0, head_dim_qk = 0, head_dim_vo = 0;
   int32_t window_left = -1;
   float bmm1_scale = 1.0f, bmm2_scale = 1.0f;

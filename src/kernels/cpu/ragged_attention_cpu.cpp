@@ -149,6 +149,11 @@ void ragged_attention(const RaggedAttentionParams& p) {
           p.lse[row * p.lse_stride_n + h * p.lse_stride_h] =
               empty ? kNegInf : (m[g] + std::log(l[g])) * 1.4426950408889634f;
         }
+        if (p.stats != nullptr) {
+          float* st = p.stats + row * p.stats_stride_n + h * p.stats_stride_h;
+          st[0] = empty ? kNegInf : m[g];
+          st[1] = empty ? 0.0f : l[g] * p.stats_sum_scale;
+        }
       }
     }
   }

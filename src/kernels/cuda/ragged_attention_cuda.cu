@@ -147,6 +147,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   if (p.lse != nullptr && lane == 0) {
     p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = empty ? -INFINITY : (m + logf(l)) * kLog2e;
   }
+  if (p.stats != nullptr && lane == 0) {
+    float* st = p.stats + row * p.stats_stride_n + h * p.stats_stride_h;
+    st[0] = empty ? -INFINITY : m;
+    st[1] = empty ? 0.0f : l * p.stats_sum_scale;
+  }
 }
 
 bool one_of(DType d, std::initializer_list<DType> ok) {
