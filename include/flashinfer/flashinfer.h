@@ -28,6 +28,7 @@
 #include "flashinfer/ops/topk.h"
 #include "flashinfer/ops/ragged_deepseek.h"
 #include "flashinfer/ops/fmha_v2.h"
+#include "flashinfer/ops/rope_quantize.h"
 #include "flashinfer/stream.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"

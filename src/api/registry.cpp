@@ -27,6 +27,7 @@ void register_quant8_ops(OpRegistry& registry);
 void register_mla_ops(OpRegistry& registry);
 void register_ragged_deepseek_ops(OpRegistry& registry);
 void register_fmha_v2_ops(OpRegistry& registry);
+void register_rope_quantize_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -48,6 +49,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_mla_ops(registry);
   register_ragged_deepseek_ops(registry);
   register_fmha_v2_ops(registry);
+  register_rope_quantize_ops(registry);
 }
 
 }  // namespace flashinfer::detail
