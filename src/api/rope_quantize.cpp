@@ -134,6 +134,8 @@ Outs rope_quantize_impl(const char* op, const Tensor& q_rope, const Tensor& k_ro
                        "the last axis must be contiguous");
       api::check_writable(o, op, out_names[i]);
       for (int j = 0; j < 4; ++j) api::check_no_overlap(o, *ins[j], op, out_names[i], in_names[j]);
+      api::check_no_overlap(o, cos_sin_cache, op, out_names[i], "cos_sin_cache");
+      api::check_no_overlap(o, pos_ids, op, out_names[i], "pos_ids");
       for (int j = 0; j < i; ++j) {
         if (outs[j]) api::check_no_overlap(o, *outs[j], op, out_names[i], out_names[j]);
       }
@@ -189,7 +191,14 @@ BenchCase bench_rope_quantize(const BenchShape& s, Device dev, bool mla) {
        Value(api::bench::random_tensor({nnz, hq, nope}, d, dev, s.random_seed + 2)),
        Value(api::bench::random_tensor(kn, d, dev, s.random_seed + 3)), Value(cs),
        Value(api::bench::int32_tensor(pos, dev))},
-      {{"quant_scale_q", Value(2.0)}, {"quant_scale_kv", Value(0.5)}});
+      {{"quant_scale_q", Value(2.0)},
+       {"quant_scale_kv", Value(0.5)},
+       // The outputs given (the engines pass preallocated ones), so the written-argument checks
+       // see them.
+       {"q_rope_out", Value(Tensor::zeros({nnz, hq, rd}, DType::kFloat8E4M3FN, dev))},
+       {"k_rope_out", Value(Tensor::zeros(kr, DType::kFloat8E4M3FN, dev))},
+       {"q_nope_out", Value(Tensor::zeros({nnz, hq, nope}, DType::kFloat8E4M3FN, dev))},
+       {"k_nope_out", Value(Tensor::zeros(kn, DType::kFloat8E4M3FN, dev))}});
   const double elems =
       static_cast<double>(nnz) * (hq * (rd + nope) + (mla ? 1 : s.num_kv_heads) * (rd + nope));
   c.bytes = elems * (dtype_size(d) + 1.0);
