@@ -1,10 +1,13 @@
 // DeepSeek MLA (flashinfer.mla._core) and its layout helpers (flashinfer.page's
 // append_paged_mla_kv_cache, flashinfer.concat_ops.concat_mla_k): declarations, checks, plan
-// state and dispatch. CPU reference only for now: the backend tables say so, and a replay with
-// --device cuda falls back to the CPU.
+// state and dispatch. Attention runs on the CPU reference or the CUDA kernel
+// (kernels/cuda/mla_cuda.cu); the two layout helpers are CPU-only for now (the backend tables
+// say so, and a replay with --device cuda falls back to the CPU for them).
 #include "flashinfer/ops/mla.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -16,6 +19,9 @@
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/mla_cpu.h"
 #include "kernels/mla_params.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/mla_cuda.h"
+#endif
 
 namespace flashinfer {
 namespace detail {
@@ -33,6 +39,11 @@ struct MlaWrapperState {
   DType q_dtype = DType::kBFloat16, kv_dtype = DType::kBFloat16;
   std::vector<int32_t> qo_indptr, kv_indptr, kv_indices, kv_lens;
   int64_t max_page_id = -1;
+  // The index arrays on the device a CUDA run uses (uploaded by the first run after a plan):
+  // qo_indptr, kv_indptr, kv_lens, kv_indices, row_req at the offsets dev_off.
+  Tensor dev_ints;
+  bool dev_ints_current = false;
+  int64_t dev_off[5] = {};
 };
 
 }  // namespace detail
@@ -53,18 +64,43 @@ constexpr api::KernelEntry<kernels::MlaAttentionParams> kMlaKernels[] = {
      [](const kernels::MlaAttentionParams& p, const api::LaunchContext&) {
        kernels::cpu::mla_attention(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA kernel: fp32 online softmax, warp per head, shared latent tiles, split-KV + merge",
+     [](const kernels::MlaAttentionParams& p) {
+       return api::Refusal{nullptr, kernels::cuda::mla_attention_unsupported(p)};
+     },
+     [](const kernels::MlaAttentionParams& p, const api::LaunchContext& c) {
+       kernels::cuda::mla_attention(p, c.stream, c.enable_pdl);
+     }},
+#endif
 };
 constexpr api::KernelEntry<kernels::MlaAppendParams> kAppendKernels[] = {
     {DeviceType::kCPU, "CPU reference: row copies, OpenMP over appended rows", nullptr,
      [](const kernels::MlaAppendParams& p, const api::LaunchContext&) {
        kernels::cpu::append_paged_mla_kv_cache(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: row copies, block per appended row", nullptr,
+     [](const kernels::MlaAppendParams& p, const api::LaunchContext& c) {
+       kernels::cuda::append_paged_mla_kv_cache(p, c.stream);
+     }},
+#endif
 };
 constexpr api::KernelEntry<kernels::ConcatMlaKParams> kConcatKernels[] = {
     {DeviceType::kCPU, "CPU reference: row copies, OpenMP over tokens", nullptr,
      [](const kernels::ConcatMlaKParams& p, const api::LaunchContext&) {
        kernels::cpu::concat_mla_k(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: row copies, block per (token, head)",
+     [](const kernels::ConcatMlaKParams& p) {
+       return p.num_heads > 65535 ? api::Refusal{"k", "more than 65535 heads"} : api::Refusal{};
+     },
+     [](const kernels::ConcatMlaKParams& p, const api::LaunchContext& c) {
+       kernels::cuda::concat_mla_k(p, c.stream);
+     }},
+#endif
 };
 
 int32_t to_i32(int64_t v, const char* op, const char* arg, int64_t lo = 1) {
@@ -146,6 +182,21 @@ void append_mla_impl(const Tensor& append_ckv, const Tensor& append_kpe,
   p.dim_ckv = ckv.size(2);
   p.dim_kpe = kpe.size(2);
   p.elem_size = static_cast<int64_t>(ckv.element_size());
+  Tensor dev_ints;  // the index arrays on the cache's device (CUDA)
+  if (ckv.device().is_cuda()) {
+    std::vector<int32_t> all(s.kv_indptr);
+    all.insert(all.end(), s.kv_indices.begin(), s.kv_indices.end());
+    all.insert(all.end(), bi.begin(), bi.end());
+    all.insert(all.end(), pos.begin(), pos.end());
+    Tensor h = Tensor::empty({static_cast<int64_t>(all.size())}, DType::kInt32);
+    std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
+    dev_ints = h.to(ckv.device());
+    const auto* base = dev_ints.data<const int32_t>();
+    p.kv_indptr = base;
+    p.kv_indices = base + s.kv_indptr.size();
+    p.batch_indices = p.kv_indices + s.kv_indices.size();
+    p.positions = p.batch_indices + bi.size();
+  }
   api::launch(kAppendKernels, p, ckv.device(), op, "ckv_cache");
 }
 
@@ -205,7 +256,36 @@ struct MlaRun {
   float ckv_scale = 1.0f, kpe_scale = 1.0f, out_scale = 1.0f;
 };
 
-AttentionOutput run_mla(const detail::MlaWrapperState& s, const MlaRun& r) {
+// Puts the plan's index arrays (and the row -> request map) on `dev`, once per plan and device;
+// a re-plan reuses the buffer when it is large enough.
+void upload_indices(detail::MlaWrapperState& s, Device dev) {
+  if (s.dev_ints_current && s.dev_ints.defined() && s.dev_ints.device() == dev) return;
+  std::vector<int32_t> all;
+  auto append = [&](int idx, const std::vector<int32_t>& v) {
+    s.dev_off[idx] = static_cast<int64_t>(all.size());
+    all.insert(all.end(), v.begin(), v.end());
+  };
+  std::vector<int32_t> row_req;
+  for (int32_t b = 0; b < s.batch; ++b) {
+    row_req.insert(row_req.end(), static_cast<std::size_t>(s.qo_indptr[b + 1] - s.qo_indptr[b]), b);
+  }
+  append(0, s.qo_indptr);
+  append(1, s.kv_indptr);
+  append(2, s.kv_lens);
+  append(3, s.kv_indices);
+  append(4, row_req);
+  all.push_back(0);  // never empty
+  const auto n = static_cast<int64_t>(all.size());
+  Tensor h = Tensor::empty({n}, DType::kInt32);
+  std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
+  if (!s.dev_ints.defined() || s.dev_ints.device() != dev || s.dev_ints.numel() < n) {
+    s.dev_ints = Tensor::empty({n}, DType::kInt32, dev);
+  }
+  s.dev_ints.slice(0, 0, n).copy_(h);
+  s.dev_ints_current = true;
+}
+
+AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
   const char* op = r.op;
   const int64_t rows = s.qo_indptr.back();
   const int64_t H = s.num_heads;
@@ -317,6 +397,18 @@ AttentionOutput run_mla(const detail::MlaWrapperState& s, const MlaRun& r) {
     p.kpe_scale = r.kpe_scale;
     p.out_scale = r.out_scale;
     p.causal = s.causal;
+    p.rows = static_cast<int32_t>(rows);
+    p.max_kv_len = s.kv_lens.empty() ? 0 : *std::max_element(s.kv_lens.begin(), s.kv_lens.end());
+    if (r.q_nope.device().is_cuda()) {
+      // The kernel reads the index arrays on its device.
+      upload_indices(s, r.q_nope.device());
+      const auto* base = s.dev_ints.data<const int32_t>();
+      p.qo_indptr = base + s.dev_off[0];
+      p.kv_indptr = base + s.dev_off[1];
+      p.kv_lens = base + s.dev_off[2];
+      p.kv_indices = base + s.dev_off[3];
+      p.row_req = base + s.dev_off[4];
+    }
     api::launch(kMlaKernels, p, r.q_nope.device(), op, r.qn_arg);
   }
   AttentionOutput res;
@@ -555,6 +647,7 @@ void BatchMLAPagedAttentionWrapper::plan(const Tensor& qo_indptr, const Tensor& 
           api::check_same_device(*t, qo_indptr, op, arg, "qo_indptr");
         }
         s.batch = static_cast<int32_t>(batch);
+        s.dev_ints_current = false;
         s.planned = true;
       },
       *this, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe,

@@ -28,6 +28,9 @@ void register_mla_ops(OpRegistry& registry);
 void register_gemm_fp8_ops(OpRegistry& registry);
 void register_moe_quant_ops(OpRegistry& registry);
 void register_moe_routing_ops(OpRegistry& registry);
+void register_ragged_deepseek_ops(OpRegistry& registry);
+void register_fmha_v2_ops(OpRegistry& registry);
+void register_rope_quantize_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -50,6 +53,9 @@ void register_builtin_ops(OpRegistry& registry) {
   register_gemm_fp8_ops(registry);
   register_moe_quant_ops(registry);
   register_moe_routing_ops(registry);
+  register_ragged_deepseek_ops(registry);
+  register_fmha_v2_ops(registry);
+  register_rope_quantize_ops(registry);
 }
 
 }  // namespace flashinfer::detail

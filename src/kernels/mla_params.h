@@ -44,6 +44,11 @@ struct MlaAttentionParams {
   // Query i of a request of qo_len queries and kv_len tokens is at kv_len - qo_len + i and,
   // when causal, sees tokens 0..that position.
   bool causal = false;
+  // Host-side summaries (read by the CUDA launcher for its grid): query rows (qo_indptr[batch])
+  // and the largest kv_lens entry.
+  int32_t rows = 0, max_kv_len = 0;
+  // [rows] request of each query row (device memory; the CUDA backend only).
+  const int32_t* row_req = nullptr;
 };
 
 /// append_paged_mla_kv_cache: row i goes to request batch_indices[i], position positions[i]

@@ -1,7 +1,8 @@
 // DeepSeek MLA: concat_mla_k and append_paged_mla_kv_cache (bit-exact copies, untouched
 // elsewhere), BatchMLAPagedAttentionWrapper and the trtllm/xqa block-table entry points against
 // an fp64 formula over a grid of dtypes (fp8 KV included), page sizes, causal and query counts;
-// hand-checked goldens; bad input; record and replay.
+// hand-checked goldens; bad input; record and replay; the CUDA kernel against the CPU reference
+// (skipped without a GPU).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -479,6 +480,117 @@ TEST(TrtllmMlaDecode, BadInput) {
                                                      l.block_tables, l.kv_lens, 7, std::nullopt,
                                                      1.0, 1.0, Tensor::zeros({2}, DType::kFloat32)),
                   "xqa_batch_decode_with_kv_cache_mla", "sinks");
+}
+
+// ---- CUDA against the CPU reference (skipped without a GPU) --------------------------------
+
+// The CUDA kernel splits the KV axis when the grid is small (long caches, few rows and heads) and
+// merges the partial states; these cases cover both paths, partial head groups (heads not a
+// multiple of 8), widths under one warp, empty requests (out 0, lse -inf), fp8 caches with
+// scales and both LSE bases.
+struct CudaCase {
+  DType q, kv;
+  int64_t H, dc, dk, page_size;
+  bool causal;
+  std::vector<int32_t> qo_lens, kv_lens;
+};
+
+TEST(MlaCuda, WrapperMatchesCpu) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const std::vector<CudaCase> cases = {
+      // Decode over long caches: split-KV with the merge pass.
+      {DType::kBFloat16, DType::kBFloat16, 16, 512, 64, 64, false, {1, 1}, {5000, 3000}},
+      // Chunked prefill, causal, 128 heads: one split.
+      {DType::kFloat16, DType::kFloat16, 128, 512, 64, 16, true, {37, 1, 20}, {100, 50, 20}},
+      // fp8 cache with scales, 12 heads (a half-empty head group), an empty request.
+      {DType::kBFloat16, DType::kFloat8E4M3FN, 12, 512, 64, 32, false, {2, 1, 3}, {700, 0, 33}},
+      // Widths under one warp, fp32.
+      {DType::kFloat32, DType::kFloat32, 3, 24, 8, 2, true, {3, 3}, {3, 7}},
+      // e5m2 cache, causal with qo_len == kv_len, split-KV with causal ends.
+      {DType::kFloat16, DType::kFloat8E5M2, 4, 512, 64, 8, true, {40, 1}, {40, 900}},
+  };
+  int idx = 0;
+  for (const CudaCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "case " << idx);
+    Latent l = make_latent(c.kv_lens, c.page_size, c.dc, c.dk, c.kv, 300 + idx);
+    std::vector<int32_t> qo_indptr{0};
+    for (int32_t n : c.qo_lens) qo_indptr.push_back(qo_indptr.back() + n);
+    const int64_t rows = qo_indptr.back();
+    Tensor q = testing::rand_tensor({rows, c.H, c.dc + c.dk}, c.q, 400 + idx, -1.0, 1.0);
+    const bool fp8 = dtype_is_fp8(c.kv);
+    const std::optional<double> ckv_scale = fp8 ? std::optional<double>(0.75) : std::nullopt;
+    const std::optional<double> kpe_scale = fp8 ? std::optional<double>(1.5) : std::nullopt;
+    const double sm_scale = 1.0 / std::sqrt(static_cast<double>(c.dc / 4 + c.dk));
+    BatchMLAPagedAttentionWrapper cpu(workspace());
+    BatchMLAPagedAttentionWrapper dev(workspace().to(gpu));
+    cpu.plan(int_tensor(qo_indptr), l.kv_indptr, l.kv_indices, l.kv_lens, c.H, c.dc, c.dk,
+             c.page_size, c.causal, sm_scale, c.q, c.kv);
+    dev.plan(int_tensor(qo_indptr).to(gpu), l.kv_indptr.to(gpu), l.kv_indices.to(gpu),
+             l.kv_lens.to(gpu), c.H, c.dc, c.dk, c.page_size, c.causal, sm_scale, c.q, c.kv);
+    const Tensor qn = q.slice(2, 0, c.dc), qp = q.slice(2, c.dc, c.dc + c.dk);
+    const Tensor qn_d = testing::to_keep_layout(qn, gpu), qp_d = testing::to_keep_layout(qp, gpu);
+    const Tensor ckv_d = testing::to_keep_layout(l.ckv, gpu);
+    const Tensor kpe_d = testing::to_keep_layout(l.kpe, gpu);
+    for (bool base_e : {false, true}) {
+      SCOPED_TRACE(base_e ? "lse base e" : "lse base 2");
+      AttentionOutput want = cpu.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, true,
+                                     std::nullopt, std::nullopt, std::nullopt, base_e, std::nullopt,
+                                     ckv_scale, std::nullopt, kpe_scale);
+      // Twice: the second run reuses the uploaded page table.
+      for (int rep = 0; rep < 2; ++rep) {
+        AttentionOutput got = dev.run(qn_d, qp_d, ckv_d, kpe_d, std::nullopt, std::nullopt, true,
+                                      std::nullopt, std::nullopt, std::nullopt, base_e,
+                                      std::nullopt, ckv_scale, std::nullopt, kpe_scale);
+        ASSERT_TRUE(got.out.device().is_cuda());
+        EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
+                                       testing::attention_tolerance(c.q)));
+        EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {1e-4, 1e-4}));
+      }
+    }
+    ++idx;
+  }
+}
+
+TEST(MlaCuda, TrtllmAndXqaMatchCpu) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  struct Case {
+    DType q, kv;
+    int64_t page_size, q_len, H;
+    std::vector<int32_t> lens;
+  };
+  const std::vector<Case> cases = {
+      {DType::kBFloat16, DType::kBFloat16, 32, 1, 16, {9, 300, 1200}},
+      {DType::kFloat16, DType::kFloat16, 64, 2, 128, {70, 2, 513}},  // MTP: causal among queries
+      {DType::kFloat8E4M3FN, DType::kFloat8E4M3FN, 16, 3, 16, {3, 2000, 40}},
+      {DType::kBFloat16, DType::kFloat8E4M3FN, 1, 1, 8, {0, 17, 5}},
+  };
+  const int64_t dc = 512, dk = 64;
+  int idx = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "case " << idx);
+    const auto B = static_cast<int64_t>(c.lens.size());
+    Latent l = make_latent(c.lens, c.page_size, dc, dk, c.kv, 500 + idx);
+    Tensor q = testing::rand_tensor({B, c.q_len, c.H, dc + dk}, c.q, 600 + idx, -1.0, 1.0);
+    const int64_t max_len = *std::max_element(c.lens.begin(), c.lens.end());
+    const Tensor kv4 = l.kv.unsqueeze(1);
+    Tensor want =
+        trtllm_batch_decode_with_kv_cache_mla(q, kv4, workspace(), 128, dc, dk, l.block_tables,
+                                              l.kv_lens, max_len, 0, std::nullopt, 0.05, 1.25);
+    const Tensor ws = workspace().to(gpu);
+    Tensor got = trtllm_batch_decode_with_kv_cache_mla(q.to(gpu), kv4.to(gpu), ws, 128, dc, dk,
+                                                       l.block_tables.to(gpu), l.kv_lens.to(gpu),
+                                                       max_len, 0, std::nullopt, 0.05, 1.25);
+    ASSERT_TRUE(got.device().is_cuda());
+    const testing::Tolerance tol = testing::attention_tolerance(want.dtype());
+    EXPECT_TRUE(testing::all_close(got.to(Device::cpu()), want, tol));
+    Tensor gx = xqa_batch_decode_with_kv_cache_mla(q.to(gpu), l.kv.to(gpu), ws, 128, dc, dk,
+                                                   l.block_tables.to(gpu), l.kv_lens.to(gpu),
+                                                   max_len, std::nullopt, 0.05, 1.25);
+    EXPECT_TRUE(testing::all_close(gx.to(Device::cpu()), want, tol));
+    ++idx;
+  }
 }
 
 // ---- record and replay --------------------------------------------------------------------

@@ -1,0 +1,22 @@
+// Private: the ragged-attention kernel table (CPU reference, CUDA kernel) shared by
+// trtllm_ragged_attention_deepseek and the fmha_v2 prefill names.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+#include "flashinfer/device.h"
+#include "kernels/ragged_attention_params.h"
+
+namespace flashinfer::api {
+
+/// Runs `p` on `device`. p.cu_q, p.cu_kv and p.kv_lens point to host arrays (batch + 1, batch + 1
+/// and batch elements); for CUDA they (and the row -> request map) are copied to the device
+/// first. Errors name `op` and `arg`.
+void run_ragged_attention(kernels::RaggedAttentionParams p, Device device, const char* op,
+                          const char* arg, std::optional<bool> enable_pdl);
+
+/// Records the table's backends for `op` (is_backend_supported, list-ops).
+void register_ragged_attention_backends(std::string_view op);
+
+}  // namespace flashinfer::api

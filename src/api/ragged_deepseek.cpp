@@ -1,0 +1,373 @@
+// trtllm_ragged_attention_deepseek (flashinfer.prefill): declaration, checks and dispatch to the
+// CPU reference (kernels/cpu/ragged_attention_cpu.cpp) or the CUDA kernel
+// (kernels/cuda/ragged_attention_cuda.cu).
+#include "flashinfer/ops/ragged_deepseek.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "api/arg_traits.h"
+#include "api/attention_common.h"
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "api/kernel_table.h"
+#include "api/ragged_attention.h"
+#include "flashinfer/op_typed.h"
+#include "kernels/cpu/ragged_attention_cpu.h"
+#include "kernels/ragged_attention_params.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/ragged_attention_cuda.h"
+#endif
+
+namespace flashinfer {
+namespace {
+
+constexpr const char* kOp = "trtllm_ragged_attention_deepseek";
+
+}  // namespace
+
+namespace api {
+namespace {
+
+constexpr api::KernelEntry<kernels::RaggedAttentionParams> kRaggedKernels[] = {
+    {DeviceType::kCPU, "CPU reference: fp32 softmax, OpenMP over (query row, KV head)", nullptr,
+     [](const kernels::RaggedAttentionParams& p, const api::LaunchContext&) {
+       kernels::cpu::ragged_attention(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: warp per (row, head), fp32 online softmax",
+     [](const kernels::RaggedAttentionParams& p) {
+       return api::Refusal{nullptr, kernels::cuda::ragged_attention_unsupported(p)};
+     },
+     [](const kernels::RaggedAttentionParams& p, const api::LaunchContext& c) {
+       kernels::cuda::ragged_attention(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+}  // namespace
+
+void run_ragged_attention(kernels::RaggedAttentionParams p, Device device, const char* op,
+                          const char* arg, std::optional<bool> enable_pdl) {
+  Tensor dev_ints;  // the index arrays on the device (CUDA); alive until the launch returns
+  if (device.is_cuda()) {
+    std::vector<int32_t> all(p.cu_q, p.cu_q + p.batch + 1);
+    all.insert(all.end(), p.cu_kv, p.cu_kv + p.batch + 1);
+    all.insert(all.end(), p.kv_lens, p.kv_lens + p.batch);
+    for (int32_t b = 0; b < p.batch; ++b) {
+      all.insert(all.end(), static_cast<std::size_t>(p.cu_q[b + 1] - p.cu_q[b]), b);
+    }
+    all.push_back(0);  // never empty
+    Tensor h = Tensor::empty({static_cast<int64_t>(all.size())}, DType::kInt32);
+    std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
+    dev_ints = h.to(device);
+    const auto* base = dev_ints.data<const int32_t>();
+    p.cu_q = base;
+    p.cu_kv = base + p.batch + 1;
+    p.kv_lens = p.cu_kv + p.batch + 1;
+    p.row_req = p.kv_lens + p.batch;
+  }
+  launch(kRaggedKernels, p, device, op, arg, enable_pdl);
+}
+
+void register_ragged_attention_backends(std::string_view op) {
+  register_backends(op, kRaggedKernels);
+}
+
+}  // namespace api
+
+namespace {
+
+double scale_of(const ScalarOrTensor<double>& x, const char* arg) {
+  double v = x.scalar();
+  if (x.is_tensor()) {
+    const Tensor& t = x.tensor();
+    api::check_defined(t, kOp, arg);
+    FLASHINFER_CHECK(t.numel() == 1, kOp, arg, "a tensor scale must hold one element, got ",
+                     t.numel());
+    FLASHINFER_CHECK(t.dtype() == DType::kFloat32, kOp, arg,
+                     "a tensor scale must be torch.float32, got ", dtype_torch_name(t.dtype()));
+    v = t.item();
+  }
+  FLASHINFER_CHECK(std::isfinite(v), kOp, arg, "must be finite, got ", v);
+  return v;
+}
+
+void check_last_contiguous(const Tensor& t, const char* arg) {
+  FLASHINFER_CHECK(t.stride(t.dim() - 1) == 1 || t.size(t.dim() - 1) <= 1, kOp, arg,
+                   "the last axis must be contiguous");
+}
+
+// Host copies given as hints must hold the lengths the device tensors imply.
+void check_hint(const std::optional<Tensor>& hint, const std::vector<int32_t>& want,
+                const char* arg) {
+  if (!hint) return;
+  const std::vector<int32_t> got =
+      api::index_to_host(*hint, kOp, arg, static_cast<int64_t>(want.size()));
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    FLASHINFER_CHECK(got[i] == want[i], kOp, arg, "element ", i, " (", got[i],
+                     ") disagrees with the lengths of the device tensors (", want[i], ")");
+  }
+}
+
+bool is_unset(const Value& v) {
+  if (v.is_none()) return true;
+  if (v.is_sequence()) {
+    for (const Value& x : v.items()) {
+      if (!is_unset(x)) return false;
+    }
+    return true;
+  }
+  return v.kind() == Value::Kind::kInt && v.as_int() == 0;
+}
+
+AttentionOutput ragged_impl(
+    const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& workspace_buffer,
+    const Tensor& seq_lens, int64_t max_q_len, int64_t max_kv_len,
+    const ScalarOrTensor<double>& bmm1_scale, const ScalarOrTensor<double>& bmm2_scale,
+    int64_t batch_size, int64_t window_left, const Tensor& cum_seq_lens_q,
+    const Tensor& cum_seq_lens_kv, std::optional<bool> enable_pdl, bool is_causal, bool return_lse,
+    const std::optional<Tensor>& attention_sinks, std::optional<double> skip_softmax,
+    const std::optional<Tensor>& out_arg, const std::optional<Tensor>& lse_arg,
+    const Value& sage_attn_sfs, const Value& num_elts_per_sage_attn_blk, std::string_view backend,
+    const std::optional<Tensor>& q_seq_lens_cpu, const std::optional<Tensor>& kv_seq_lens_cpu,
+    std::optional<bool> use_fp16_softmax, std::optional<bool> uses_spcompress) {
+  auto unsupported = [&](bool bad, const char* arg, const char* why) {
+    FLASHINFER_CHECK_CODE(!bad, ErrorCode::kUnsupported, kOp, arg, why);
+  };
+  unsupported(attention_sinks.has_value(), "attention_sinks", "attention sinks are not supported");
+  unsupported(skip_softmax.has_value(), "skip_softmax_threshold_scale_factor",
+              "skip-softmax is not supported");
+  unsupported(!is_unset(sage_attn_sfs), "sage_attn_sfs", "SageAttention is not supported");
+  unsupported(!is_unset(num_elts_per_sage_attn_blk), "num_elts_per_sage_attn_blk",
+              "SageAttention is not supported");
+  unsupported(use_fp16_softmax.value_or(false), "use_fp16_softmax",
+              "the fp16 softmax is not supported");
+  unsupported(uses_spcompress.value_or(false), "uses_spcompress", "not supported");
+  FLASHINFER_CHECK(backend == "trtllm-gen" || backend == "cute-dsl", kOp, "backend",
+                   "must be \"trtllm-gen\" or \"cute-dsl\", got \"", backend, "\"");
+  for (const auto& [t, arg] :
+       {std::pair{&query, "query"}, std::pair{&key, "key"}, std::pair{&value, "value"}}) {
+    api::check_defined(*t, kOp, arg);
+    api::check_dim(*t, {3}, kOp, arg);
+    check_last_contiguous(*t, arg);
+  }
+  api::check_defined(workspace_buffer, kOp, "workspace_buffer");
+  const int64_t dqk = query.size(2), dvo = value.size(2);
+  const bool dims_ok =
+      key.size(2) == dqk &&
+      ((dqk == 192 && dvo == 128) || (dqk == 128 && dvo == 128) || (dqk == 256 && dvo == 256));
+  FLASHINFER_CHECK(dims_ok, kOp, "query", "head dims (query ", dqk, ", key ", key.size(2),
+                   ", value ", dvo,
+                   ") are not supported: (192, 192, 128), (128, 128, 128) or (256, 256, 256)");
+  const int64_t nq = query.size(0), hq = query.size(1), nk = key.size(0), hkv = key.size(1);
+  api::check_heads(hq, hkv, kOp, "query", "key");
+  FLASHINFER_CHECK(value.size(0) == nk && value.size(1) == hkv, kOp, "value", "must be [", nk, ", ",
+                   hkv, ", ", dvo, "], got ", shape_to_string(value.shape()));
+  const DType qd = query.dtype();
+  FLASHINFER_CHECK(qd == DType::kFloat16 || qd == DType::kBFloat16 || qd == DType::kFloat8E4M3FN,
+                   kOp, "query", "dtype ", dtype_torch_name(qd),
+                   " is not supported (float16, bfloat16, float8_e4m3fn)");
+  api::check_same_dtype(key, query, kOp, "key", "query");
+  FLASHINFER_CHECK(value.dtype() == qd || value.dtype() == DType::kFloat8E4M3FN, kOp, "value",
+                   "dtype ", dtype_torch_name(value.dtype()), " must be query's (",
+                   dtype_torch_name(qd), ") or float8_e4m3fn");
+  api::check_same_device(key, query, kOp, "key", "query");
+  api::check_same_device(value, query, kOp, "value", "query");
+  for (const auto& [t, arg] :
+       {std::pair{&seq_lens, "seq_lens"}, std::pair{&cum_seq_lens_q, "cum_seq_lens_q"},
+        std::pair{&cum_seq_lens_kv, "cum_seq_lens_kv"}}) {
+    api::check_defined(*t, kOp, arg);
+    api::check_same_device(*t, query, kOp, arg, "query");
+  }
+  FLASHINFER_CHECK(batch_size >= 0 && batch_size < (int64_t{1} << 31), kOp, "batch_size",
+                   "must be in [0, 2^31), got ", batch_size);
+  FLASHINFER_CHECK(window_left >= -1 && window_left < (int64_t{1} << 31), kOp, "window_left",
+                   "must be -1 (no window) or a non-negative count, got ", window_left);
+  const std::vector<int32_t> lens = api::index_to_host(seq_lens, kOp, "seq_lens", batch_size);
+  const std::vector<int32_t> cq =
+      api::index_to_host(cum_seq_lens_q, kOp, "cum_seq_lens_q", batch_size + 1);
+  const std::vector<int32_t> ckv =
+      api::index_to_host(cum_seq_lens_kv, kOp, "cum_seq_lens_kv", batch_size + 1);
+  api::check_indptr(cq, kOp, "cum_seq_lens_q");
+  api::check_indptr(ckv, kOp, "cum_seq_lens_kv");
+  FLASHINFER_CHECK(cq.back() == nq, kOp, "cum_seq_lens_q", "ends at ", cq.back(), " but query has ",
+                   nq, " rows");
+  FLASHINFER_CHECK(ckv.back() <= nk, kOp, "cum_seq_lens_kv", "ends at ", ckv.back(),
+                   " but key has ", nk, " rows");
+  std::vector<int32_t> qlens;
+  int32_t max_kv = 0;
+  for (int64_t b = 0; b < batch_size; ++b) {
+    const int32_t ql = cq[b + 1] - cq[b], kl = ckv[b + 1] - ckv[b];
+    FLASHINFER_CHECK(lens[b] == kl, kOp, "seq_lens", "element ", b, " (", lens[b],
+                     ") disagrees with cum_seq_lens_kv (", kl, " rows)");
+    FLASHINFER_CHECK(ql <= max_q_len, kOp, "max_q_len", "request ", b, " has ", ql,
+                     " queries, more than max_q_len=", max_q_len);
+    FLASHINFER_CHECK(kl <= max_kv_len, kOp, "max_kv_len", "request ", b, " has ", kl,
+                     " keys, more than max_kv_len=", max_kv_len);
+    qlens.push_back(ql);
+    max_kv = std::max(max_kv, kl);
+  }
+  check_hint(q_seq_lens_cpu, qlens, "q_seq_lens_cpu");
+  check_hint(kv_seq_lens_cpu, lens, "kv_seq_lens_cpu");
+  const double s1 = scale_of(bmm1_scale, "bmm1_scale");
+  const double s2 = scale_of(bmm2_scale, "bmm2_scale");
+
+  const Shape oshape{nq, hq, dvo};
+  Tensor out;
+  if (out_arg) {
+    out = *out_arg;
+    api::check_defined(out, kOp, "out");
+    api::check_shape_eq(out, oshape, kOp, "out");
+    FLASHINFER_CHECK_CODE(out.dtype() == DType::kFloat16 || out.dtype() == DType::kBFloat16,
+                          ErrorCode::kUnsupported, kOp, "out", "dtype ",
+                          dtype_torch_name(out.dtype()), " is not supported (float16, bfloat16)");
+    api::check_same_device(out, query, kOp, "out", "query");
+    check_last_contiguous(out, "out");
+    api::check_writable(out, kOp, "out");
+    for (const auto& [t, arg] :
+         {std::pair{&query, "query"}, std::pair{&key, "key"}, std::pair{&value, "value"}}) {
+      api::check_no_overlap(out, *t, kOp, "out", arg);
+    }
+  } else {
+    out = Tensor::empty(oshape, qd == DType::kFloat8E4M3FN ? DType::kBFloat16 : qd, query.device());
+  }
+  Tensor lse;
+  if (lse_arg) {
+    lse = *lse_arg;
+    api::check_defined(lse, kOp, "lse");
+    api::check_shape_eq(lse, Shape{nq, hq}, kOp, "lse");
+    FLASHINFER_CHECK(lse.dtype() == DType::kFloat32, kOp, "lse", "must be torch.float32, got ",
+                     dtype_torch_name(lse.dtype()));
+    api::check_same_device(lse, query, kOp, "lse", "query");
+    api::check_writable(lse, kOp, "lse");
+    api::check_no_overlap(lse, out, kOp, "lse", "out");
+  } else if (return_lse) {
+    lse = Tensor::empty({nq, hq}, DType::kFloat32, query.device());
+  }
+
+  if (nq > 0 && hq > 0) {
+    kernels::RaggedAttentionParams p;
+    p.q = query.data_ptr();
+    p.k = key.data_ptr();
+    p.v = value.data_ptr();
+    p.q_dtype = qd;
+    p.k_dtype = key.dtype();
+    p.v_dtype = value.dtype();
+    p.q_stride_n = query.stride(0);
+    p.q_stride_h = query.stride(1);
+    p.k_stride_n = key.stride(0);
+    p.k_stride_h = key.stride(1);
+    p.v_stride_n = value.stride(0);
+    p.v_stride_h = value.stride(1);
+    p.cu_q = cq.data();
+    p.cu_kv = ckv.data();
+    p.kv_lens = lens.data();
+    p.o = out.data_ptr();
+    p.o_dtype = out.dtype();
+    p.o_stride_n = out.stride(0);
+    p.o_stride_h = out.stride(1);
+    if (lse.defined()) {
+      p.lse = lse.data<float>();
+      p.lse_stride_n = lse.stride(0);
+      p.lse_stride_h = lse.stride(1);
+    }
+    p.batch = static_cast<int32_t>(batch_size);
+    p.rows = static_cast<int32_t>(nq);
+    p.num_qo_heads = static_cast<int32_t>(hq);
+    p.num_kv_heads = static_cast<int32_t>(hkv);
+    p.head_dim_qk = static_cast<int32_t>(dqk);
+    p.head_dim_vo = static_cast<int32_t>(dvo);
+    p.window_left = static_cast<int32_t>(window_left);
+    p.bmm1_scale = static_cast<float>(s1);
+    p.bmm2_scale = static_cast<float>(s2);
+    p.causal = is_causal;
+    api::run_ragged_attention(p, query.device(), kOp, "query", enable_pdl);
+  }
+  AttentionOutput r;
+  r.out = out;
+  if (return_lse) r.lse = lse;
+  return r;
+}
+
+// flashinfer bench: batch_size requests of s_qo queries over s_kv keys each, DeepSeek's head
+// dims (192 / 128), num_qo_heads query and num_kv_heads key/value heads, s.causal.
+BenchCase bench_ragged(const BenchShape& s, Device dev) {
+  FLASHINFER_CHECK(s.s_qo <= s.s_kv || !s.causal, kOp, "s_qo", "needs s_qo <= s_kv when causal");
+  const DType qd = s.q_dtype == DType::kFloat32 ? DType::kBFloat16 : s.q_dtype;
+  const int64_t B = s.batch_size, nq = B * s.s_qo, nk = B * s.s_kv;
+  std::vector<int64_t> cq{0}, ck{0}, lens;
+  for (int64_t b = 0; b < B; ++b) {
+    cq.push_back((b + 1) * s.s_qo);
+    ck.push_back((b + 1) * s.s_kv);
+    lens.push_back(s.s_kv);
+  }
+  Tensor q = api::bench::random_tensor({nq, s.num_qo_heads, 192}, qd, dev, s.random_seed);
+  Tensor k = api::bench::random_tensor({nk, s.num_kv_heads, 192}, qd, dev, s.random_seed + 1);
+  Tensor v = api::bench::random_tensor({nk, s.num_kv_heads, 128}, qd, dev, s.random_seed + 2);
+  BenchCase c = api::bench::invoke_case(
+      kOp, {Value(q), Value(k), Value(v), Value(Tensor::zeros({1 << 12}, DType::kUInt8, dev)),
+            Value(api::bench::int32_tensor(lens, dev)), Value(s.s_qo), Value(s.s_kv),
+            Value(1.0 / std::sqrt(192.0)), Value(1.0), Value(-1.0), Value(B), Value(-1),
+            Value(api::bench::int32_tensor(cq, dev)), Value(api::bench::int32_tensor(ck, dev)),
+            Value(false), Value(s.causal), Value(true)});
+  c.flops = static_cast<double>(B) *
+            api::bench::attention_flops(s.s_qo, s.s_kv, s.num_qo_heads, 192, 128, s.causal);
+  c.bytes = api::bench::nbytes({nq, s.num_qo_heads, 192 + 128}, qd) +
+            api::bench::nbytes({nk, s.num_kv_heads, 192 + 128}, qd);
+  return c;
+}
+
+}  // namespace
+
+AttentionOutput trtllm_ragged_attention_deepseek(
+    const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& workspace_buffer,
+    const Tensor& seq_lens, int64_t max_q_len, int64_t max_kv_len,
+    ScalarOrTensor<double> bmm1_scale, ScalarOrTensor<double> bmm2_scale, double o_sf_scale,
+    int64_t batch_size, int64_t window_left, const Tensor& cum_seq_lens_q,
+    const Tensor& cum_seq_lens_kv, std::optional<bool> enable_pdl, bool is_causal, bool return_lse,
+    std::optional<Tensor> attention_sinks,
+    std::optional<double> skip_softmax_threshold_scale_factor, std::optional<Tensor> out,
+    std::optional<Tensor> lse, Value sage_attn_sfs, Value num_elts_per_sage_attn_blk,
+    std::string_view backend, std::optional<Tensor> q_seq_lens_cpu,
+    std::optional<Tensor> kv_seq_lens_cpu, std::optional<bool> use_fp16_softmax,
+    std::optional<bool> uses_spcompress) {
+  return call_op<&trtllm_ragged_attention_deepseek>(
+      [&] {
+        (void)o_sf_scale;  // scales nvfp4 outputs only, never produced here
+        return ragged_impl(query, key, value, workspace_buffer, seq_lens, max_q_len, max_kv_len,
+                           bmm1_scale, bmm2_scale, batch_size, window_left, cum_seq_lens_q,
+                           cum_seq_lens_kv, enable_pdl, is_causal, return_lse, attention_sinks,
+                           skip_softmax_threshold_scale_factor, out, lse, sage_attn_sfs,
+                           num_elts_per_sage_attn_blk, backend, q_seq_lens_cpu, kv_seq_lens_cpu,
+                           use_fp16_softmax, uses_spcompress);
+      },
+      query, key, value, workspace_buffer, seq_lens, max_q_len, max_kv_len, bmm1_scale, bmm2_scale,
+      o_sf_scale, batch_size, window_left, cum_seq_lens_q, cum_seq_lens_kv, enable_pdl, is_causal,
+      return_lse, attention_sinks, skip_softmax_threshold_scale_factor, out, lse, sage_attn_sfs,
+      num_elts_per_sage_attn_blk, backend, q_seq_lens_cpu, kv_seq_lens_cpu, use_fp16_softmax,
+      uses_spcompress);
+}
+
+namespace detail {
+void register_ragged_deepseek_ops(OpRegistry& r) {
+  declare<&trtllm_ragged_attention_deepseek>(
+      r,
+      {.name = kOp,
+       .module = "flashinfer.prefill",
+       .summary = "Ragged prefill attention, DeepSeek head dims (qk 192, vo 128), base-2 LSE"},
+      "query", "key", "value", "workspace_buffer", "seq_lens", "max_q_len", "max_kv_len",
+      "bmm1_scale", "bmm2_scale", "o_sf_scale", "batch_size", "window_left", "cum_seq_lens_q",
+      "cum_seq_lens_kv", arg("enable_pdl").required(), "is_causal", "return_lse", "attention_sinks",
+      "skip_softmax_threshold_scale_factor", arg("out").mut(), arg("lse").mut(),
+      arg("sage_attn_sfs", Value::tuple({Value(), Value(), Value(), Value()})),
+      arg("num_elts_per_sage_attn_blk", Value::tuple({Value(0), Value(0), Value(0), Value(0)})),
+      arg("backend", "trtllm-gen"), "q_seq_lens_cpu", "kv_seq_lens_cpu", "use_fp16_softmax",
+      "uses_spcompress");
+  api::register_ragged_attention_backends(kOp);
+  register_bench_hook(kOp, bench_ragged);
+}
+}  // namespace detail
+
+}  // namespace flashinfer

@@ -1,0 +1,202 @@
+// CUDA kernel of trtllm_ragged_attention_deepseek: one warp per (query row, head), fp32 online
+// softmax over the row's visible keys, four keys per step (their dot products reduced together
+// for instruction-level parallelism). The query and the output accumulator live in registers
+// (head_dim_qk, head_dim_vo <= 256: 8 per lane). Semantics are the CPU reference's
+// (kernels/cpu/ragged_attention_cpu.cpp).
+#include <algorithm>
+#include <initializer_list>
+
+#include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/ragged_attention_cuda.h"
+
+namespace flashinfer::kernels::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kWarpsPerBlock = 4;
+constexpr int kPerLane = 8;  // head dims <= 256
+constexpr int kKeys = 4;     // keys per step
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ float elem_f32(__half x) { return __half2float(x); }
+__device__ __forceinline__ float elem_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float elem_f32(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
+__device__ __forceinline__ float elem_f32(__nv_fp8_e5m2 x) { return static_cast<float>(x); }
+
+__device__ __forceinline__ float load_any(const void* base, int64_t off, DType d) {
+  switch (d) {
+    case DType::kFloat16:
+      return elem_f32(static_cast<const __half*>(base)[off]);
+    case DType::kBFloat16:
+      return elem_f32(static_cast<const __nv_bfloat16*>(base)[off]);
+    case DType::kFloat8E4M3FN:
+      return elem_f32(static_cast<const __nv_fp8_e4m3*>(base)[off]);
+    case DType::kFloat8E5M2:
+      return elem_f32(static_cast<const __nv_fp8_e5m2*>(base)[off]);
+    default:
+      return static_cast<const float*>(base)[off];
+  }
+}
+
+__device__ __forceinline__ void store_any(void* base, int64_t off, DType d, float v) {
+  switch (d) {
+    case DType::kFloat16:
+      static_cast<__half*>(base)[off] = __float2half_rn(v);
+      return;
+    case DType::kBFloat16:
+      static_cast<__nv_bfloat16*>(base)[off] = __float2bfloat16_rn(v);
+      return;
+    default:
+      static_cast<float*>(base)[off] = v;
+      return;
+  }
+}
+
+// Warp w of block x handles item x * kWarpsPerBlock + w = row * Hq + head. No block barrier:
+// warps are independent, and a warp past the last item returns at once.
+template <class KT, class VT>
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
+    ragged_attention_kernel(RaggedAttentionParams p) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t item =
+      static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + static_cast<int64_t>(threadIdx.x) / kWarp;
+  pdl_wait();
+  if (item >= int64_t{p.rows} * p.num_qo_heads) return;
+  const int64_t row = item / p.num_qo_heads;
+  const int h = static_cast<int>(item % p.num_qo_heads);
+  const int hk = h / (p.num_qo_heads / p.num_kv_heads);
+  const int dqk = p.head_dim_qk, dvo = p.head_dim_vo;
+  const int32_t b = p.row_req[row];
+  const int64_t qo_len = p.cu_q[b + 1] - p.cu_q[b];
+  const int64_t kv_len = p.kv_lens[b];
+  const int64_t pos = kv_len - qo_len + (row - p.cu_q[b]);
+  int64_t hi = kv_len, lo = 0;
+  if (p.causal) hi = pos + 1 < 0 ? 0 : (pos + 1 > kv_len ? kv_len : pos + 1);
+  if (p.window_left >= 0) {
+    lo = pos - p.window_left;
+    lo = lo < 0 ? 0 : (lo > kv_len ? kv_len : lo);
+  }
+  float q[kPerLane], acc[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int d = lane + i * kWarp;
+    q[i] = d < dqk ? load_any(p.q, row * p.q_stride_n + h * p.q_stride_h + d, p.q_dtype) : 0.0f;
+    acc[i] = 0.0f;
+  }
+  const KT* kbase =
+      static_cast<const KT*>(p.k) + int64_t{p.cu_kv[b]} * p.k_stride_n + int64_t{hk} * p.k_stride_h;
+  const VT* vbase =
+      static_cast<const VT*>(p.v) + int64_t{p.cu_kv[b]} * p.v_stride_n + int64_t{hk} * p.v_stride_h;
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t j0 = lo; j0 < hi; j0 += kKeys) {
+    // Warp-uniform count: the shuffles below always see the full warp.
+    const int n = static_cast<int>(hi - j0 < kKeys ? hi - j0 : int64_t{kKeys});
+    float s[kKeys];
+#pragma unroll
+    for (int t = 0; t < kKeys; ++t) {
+      float dot = 0.0f;
+      if (t < n) {
+        const KT* kr = kbase + (j0 + t) * p.k_stride_n;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+          const int d = lane + i * kWarp;
+          if (d < dqk) dot += q[i] * elem_f32(kr[d]);
+        }
+      }
+      s[t] = dot;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+      for (int t = 0; t < kKeys; ++t) s[t] += __shfl_xor_sync(0xffffffffu, s[t], o);
+    }
+    float m_new = m;
+#pragma unroll
+    for (int t = 0; t < kKeys; ++t) {
+      s[t] = t < n ? p.bmm1_scale * s[t] : -INFINITY;
+      m_new = fmaxf(m_new, s[t]);
+    }
+    if (m_new == -INFINITY) continue;     // all scores -inf so far: weights stay 0 (CPU rule)
+    const float alpha = expf(m - m_new);  // 0 while m is -inf
+    l *= alpha;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) acc[i] *= alpha;
+#pragma unroll
+    for (int t = 0; t < kKeys; ++t) {
+      if (t < n) {
+        const float w = expf(s[t] - m_new);
+        l += w;
+        const VT* vr = vbase + (j0 + t) * p.v_stride_n;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+          const int d = lane + i * kWarp;
+          if (d < dvo) acc[i] += w * elem_f32(vr[d]);
+        }
+      }
+    }
+    m = m_new;
+  }
+  const bool empty = l == 0.0f;
+  const float f = empty ? 0.0f : p.bmm2_scale / l;
+  const int64_t off = row * p.o_stride_n + h * p.o_stride_h;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int d = lane + i * kWarp;
+    if (d < dvo) store_any(p.o, off + d, p.o_dtype, empty ? 0.0f : acc[i] * f);
+  }
+  if (p.lse != nullptr && lane == 0) {
+    p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = empty ? -INFINITY : (m + logf(l)) * kLog2e;
+  }
+  if (p.stats != nullptr && lane == 0) {
+    float* st = p.stats + row * p.stats_stride_n + h * p.stats_stride_h;
+    st[0] = empty ? -INFINITY : m;
+    st[1] = empty ? 0.0f : l * p.stats_sum_scale;
+  }
+}
+
+bool one_of(DType d, std::initializer_list<DType> ok) {
+  return std::find(ok.begin(), ok.end(), d) != ok.end();
+}
+
+}  // namespace
+
+const char* ragged_attention_unsupported(const RaggedAttentionParams& p) {
+  if (p.head_dim_qk < 1 || p.head_dim_qk > kWarp * kPerLane || p.head_dim_vo < 1 ||
+      p.head_dim_vo > kWarp * kPerLane) {
+    return "the CUDA kernel takes head dims in [1, 256]";
+  }
+  if (p.num_kv_heads < 1 || p.num_qo_heads % p.num_kv_heads != 0) return "bad head counts";
+  constexpr auto f16 = DType::kFloat16, bf16 = DType::kBFloat16, e4m3 = DType::kFloat8E4M3FN;
+  if (!one_of(p.q_dtype, {f16, bf16, e4m3}) || !one_of(p.k_dtype, {f16, bf16, e4m3}) ||
+      !one_of(p.v_dtype, {f16, bf16, e4m3}) || !one_of(p.o_dtype, {f16, bf16, DType::kFloat32})) {
+    return "dtype combination not supported by the CUDA kernel";
+  }
+  if ((int64_t{p.rows} * p.num_qo_heads + kWarpsPerBlock - 1) / kWarpsPerBlock > 0x7fffffff) {
+    return "too many (row, head) items for one grid";
+  }
+  if (p.row_req == nullptr && p.rows > 0) return "no row-to-request map (host-side bug)";
+  return nullptr;
+}
+
+void ragged_attention(const RaggedAttentionParams& p, void* stream, bool enable_pdl) {
+  const int64_t items = int64_t{p.rows} * p.num_qo_heads;
+  if (items == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  const dim3 grid(static_cast<unsigned>((items + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  const dim3 block(kWarp * kWarpsPerBlock);
+  cudaError_t err = cudaSuccess;
+  dispatch_dtype<CudaElements, kFloat16, kBFloat16, kFloat8E4M3FN>(
+      p.k_dtype, "trtllm_ragged_attention_deepseek", "key", [&]<class KT>() {
+        dispatch_dtype<CudaElements, kFloat16, kBFloat16, kFloat8E4M3FN>(
+            p.v_dtype, "trtllm_ragged_attention_deepseek", "value", [&]<class VT>() {
+              err = try_launch_kernel(ragged_attention_kernel<KT, VT>, grid, block, 0, s,
+                                      enable_pdl, p);
+            });
+      });
+  if (err != cudaSuccess) {
+    FLASHINFER_FAIL(ErrorCode::kCuda, "trtllm_ragged_attention_deepseek", "",
+                    "kernel launch failed: ", cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+  }
+}
+
+}  // namespace flashinfer::kernels::cuda

@@ -1,0 +1,385 @@
+// trtllm_ragged_attention_deepseek: against an fp64 formula (GQA, causal, sliding window, fp8
+// inputs with fused scales, empty requests, strided views), a hand-checked golden, out/lse
+// buffers, bad input, record and replay, an upstream-format dump written by Python, and the CUDA
+// kernel against the CPU reference (skipped without a GPU).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "flashinfer/ops/ragged_deepseek.h"
+#include "flashinfer/replay.h"
+#include "ops/attention_test_util.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer {
+namespace {
+
+using testing::int_tensor;
+
+Tensor workspace(Device d = Device::cpu()) { return Tensor::zeros({1 << 12}, DType::kUInt8, d); }
+
+struct Case {
+  DType qk, v;
+  int64_t dqk, dvo, hq, hkv;
+  bool causal;
+  int64_t window_left;
+  std::vector<int32_t> qo_lens, kv_lens;
+};
+
+// Ragged inputs of one case: q [Nq, Hq, Dqk] as a strided view (rows padded), k, v dense.
+struct Inputs {
+  Tensor q, k, v, seq_lens, cq, ckv;
+  std::vector<int32_t> cq_h, ckv_h;
+};
+
+Inputs make_inputs(const Case& c, uint64_t seed) {
+  Inputs in;
+  in.cq_h = {0};
+  in.ckv_h = {0};
+  for (std::size_t b = 0; b < c.qo_lens.size(); ++b) {
+    in.cq_h.push_back(in.cq_h.back() + c.qo_lens[b]);
+    in.ckv_h.push_back(in.ckv_h.back() + c.kv_lens[b]);
+  }
+  const int64_t nq = in.cq_h.back(), nk = in.ckv_h.back();
+  // fp8 inputs are drawn in [-4, 4) like quantized activations; 16-bit in [-1, 1).
+  const double r = dtype_is_fp8(c.qk) ? 4.0 : 1.0;
+  in.q = testing::rand_tensor({nq, c.hq, c.dqk + 16}, c.qk, seed, -r, r).slice(2, 0, c.dqk);
+  in.k = testing::rand_tensor({nk, c.hkv, c.dqk}, c.qk, seed + 1, -r, r);
+  in.v = testing::rand_tensor({nk, c.hkv, c.dvo}, c.v, seed + 2, -r, r);
+  in.seq_lens = int_tensor(c.kv_lens);
+  in.cq = int_tensor(in.cq_h);
+  in.ckv = int_tensor(in.ckv_h);
+  return in;
+}
+
+std::vector<double> rows_of(const Tensor& t, int64_t lo, int64_t hi) {
+  return t.slice(0, lo, hi).contiguous().to_double_vector();
+}
+
+TEST(TrtllmRaggedDeepseek, MatchesFp64FormulaOverGrid) {
+  const DType bf16 = DType::kBFloat16, f16 = DType::kFloat16, e4m3 = DType::kFloat8E4M3FN;
+  const std::vector<Case> cases = {
+      {bf16, bf16, 192, 128, 4, 2, true, -1, {3, 1, 5}, {7, 1, 5}},
+      {f16, f16, 192, 128, 3, 3, false, -1, {2, 2, 0}, {9, 0, 4}},
+      {bf16, bf16, 128, 128, 2, 1, true, 3, {6, 2}, {6, 11}},
+      {f16, f16, 256, 256, 2, 2, false, 2, {4}, {8}},
+      {e4m3, e4m3, 192, 128, 4, 4, true, -1, {4, 3}, {4, 10}},
+      {bf16, e4m3, 192, 128, 2, 1, false, -1, {1, 3}, {12, 3}},
+  };
+  int idx = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "case " << idx);
+    Inputs in = make_inputs(c, 10 + 7 * idx);
+    const bool fp8 = dtype_is_fp8(c.qk) || dtype_is_fp8(c.v);
+    // bmm1 fuses the softmax scale with dequant scales; bmm2 is the value scale.
+    const double bmm1 = (fp8 ? 0.5 : 1.0) / std::sqrt(static_cast<double>(c.dqk));
+    const double bmm2 = fp8 ? 0.25 : 1.0;
+    const auto B = static_cast<int64_t>(c.qo_lens.size());
+    const int64_t max_q = *std::max_element(c.qo_lens.begin(), c.qo_lens.end());
+    const int64_t max_kv = *std::max_element(c.kv_lens.begin(), c.kv_lens.end());
+    AttentionOutput r = trtllm_ragged_attention_deepseek(
+        in.q, in.k, in.v, workspace(), in.seq_lens, max_q, max_kv + 3, bmm1, bmm2, -1.0, B,
+        c.window_left, in.cq, in.ckv, false, c.causal, true);
+    const DType od = dtype_is_fp8(c.qk) ? bf16 : c.qk;
+    ASSERT_EQ(r.out.shape(), (Shape{in.cq_h.back(), c.hq, c.dvo}));
+    ASSERT_EQ(r.out.dtype(), od);
+    ASSERT_EQ(r.lse.shape(), (Shape{in.cq_h.back(), c.hq}));
+    std::vector<double> want_o, want_lse;
+    for (int64_t b = 0; b < B; ++b) {
+      testing::RefOptions opt;
+      opt.sm_scale = bmm1;
+      opt.causal = c.causal;
+      opt.window_left = c.window_left;
+      opt.v_scale = bmm2;
+      std::vector<double> o, lse;
+      testing::ref_attention(rows_of(in.q, in.cq_h[b], in.cq_h[b + 1]),
+                             rows_of(in.k, in.ckv_h[b], in.ckv_h[b + 1]),
+                             rows_of(in.v, in.ckv_h[b], in.ckv_h[b + 1]), c.qo_lens[b],
+                             c.kv_lens[b], c.hq, c.hkv, c.dqk, c.dvo, opt, o, lse);
+      want_o.insert(want_o.end(), o.begin(), o.end());
+      want_lse.insert(want_lse.end(), lse.begin(), lse.end());
+    }
+    const testing::Tolerance tol = testing::attention_tolerance(od);
+    EXPECT_TRUE(testing::all_close(r.out, want_o, {tol.atol * (fp8 ? 4 : 1), tol.rtol}));
+    EXPECT_TRUE(testing::all_close(r.lse, want_lse, {2e-4, 2e-4}));
+    ++idx;
+  }
+}
+
+// Hand-checked: one head, q = e0, bmm1_scale = ln 3, keys 0 and e0: scores 0 and ln 3, weights
+// 1/4 and 3/4; v0 = 4 e0, v1 = 8 e1, bmm2_scale 0.5: out = 0.5 * (1, 6) = (0.5, 3), lse =
+// log2(1 + 3) = 2. Causal with two queries over two keys: the first sees key 0 only: out =
+// 0.5 * v0 = (2, 0), lse = log2(e^0) = 0.
+TEST(TrtllmRaggedDeepseek, HandCheckedGolden) {
+  const int64_t D = 128;
+  auto unit = [&](int64_t rows, std::vector<std::pair<int64_t, double>> entries) {
+    std::vector<double> v(static_cast<std::size_t>(rows * D), 0.0);
+    for (auto [i, x] : entries) v[static_cast<std::size_t>(i)] = x;
+    return Tensor::from_vector(v, {rows, 1, D}, DType::kFloat16);
+  };
+  Tensor k = unit(2, {{D, 1.0}});
+  Tensor v = unit(2, {{0, 4.0}, {D + 1, 8.0}});
+  Tensor q1 = unit(1, {{0, 1.0}});
+  const double ln3 = std::log(3.0);
+  AttentionOutput r = trtllm_ragged_attention_deepseek(
+      q1, k, v, workspace(), int_tensor({2}), 1, 2, ln3, 0.5, 1.0, 1, -1, int_tensor({0, 1}),
+      int_tensor({0, 2}), std::nullopt, false, true);
+  std::vector<double> want(D, 0.0);
+  want[0] = 0.5;
+  want[1] = 3.0;
+  EXPECT_TRUE(testing::all_close(r.out, want, {1e-3, 1e-3}));
+  EXPECT_TRUE(testing::all_close(r.lse, std::vector<double>{2.0}, {1e-6, 1e-6}));
+  Tensor q2 = unit(2, {{0, 1.0}, {D, 1.0}});
+  r = trtllm_ragged_attention_deepseek(q2, k, v, workspace(), int_tensor({2}), 2, 2, ln3, 0.5, 1.0,
+                                       1, -1, int_tensor({0, 2}), int_tensor({0, 2}), std::nullopt,
+                                       true, true);
+  std::vector<double> want2(2 * D, 0.0);
+  want2[0] = 2.0;
+  want2[D] = 0.5;
+  want2[D + 1] = 3.0;
+  EXPECT_TRUE(testing::all_close(r.out, want2, {1e-3, 1e-3}));
+  EXPECT_TRUE(testing::all_close(r.lse, std::vector<double>{0.0, 2.0}, {1e-6, 1e-6}));
+}
+
+TEST(TrtllmRaggedDeepseek, OutAndLseBuffersAndTensorScales) {
+  const Case c{DType::kBFloat16, DType::kBFloat16, 192, 128, 2, 1, true, -1, {2, 3}, {4, 3}};
+  Inputs in = make_inputs(c, 3);
+  auto call = [&](std::optional<Tensor> out, std::optional<Tensor> lse, bool ret,
+                  ScalarOrTensor<double> s1) {
+    return trtllm_ragged_attention_deepseek(in.q, in.k, in.v, workspace(), in.seq_lens, 3, 4, s1,
+                                            1.0, 1.0, 2, -1, in.cq, in.ckv, std::nullopt, true, ret,
+                                            std::nullopt, std::nullopt, out, lse);
+  };
+  AttentionOutput ref = call(std::nullopt, std::nullopt, true, 0.07);
+  Tensor out = Tensor::zeros({5, 2, 128}, DType::kBFloat16);
+  Tensor lse = Tensor::zeros({5, 2}, DType::kFloat32);
+  AttentionOutput r = call(out, lse, false, Tensor::full({1}, 0.07, DType::kFloat32));
+  EXPECT_FALSE(r.lse.defined());
+  EXPECT_EQ(r.out.data_ptr(), out.data_ptr());
+  EXPECT_TRUE(testing::all_close(out, ref.out, {0.0, 0.0}));
+  EXPECT_TRUE(testing::all_close(lse, ref.lse, {0.0, 0.0}));
+  // fp16 out for bf16 inputs.
+  Tensor o16 = Tensor::zeros({5, 2, 128}, DType::kFloat16);
+  call(o16, std::nullopt, false, 0.07);
+  EXPECT_TRUE(testing::all_close(o16, ref.out, {1e-2, 2e-2}));
+}
+
+TEST(TrtllmRaggedDeepseek, BadInput) {
+  const char* op = "trtllm_ragged_attention_deepseek";
+  const Case c{DType::kBFloat16, DType::kBFloat16, 192, 128, 2, 1, true, -1, {2, 3}, {4, 3}};
+  Inputs in = make_inputs(c, 5);
+  struct Args {
+    Tensor q, k, v, seq_lens, cq, ckv;
+    int64_t max_q = 3, max_kv = 4, batch = 2, window_left = -1;
+    std::optional<Tensor> sinks, out, lse;
+    Value sage = Value::tuple({Value(), Value(), Value(), Value()});
+    std::string backend = "trtllm-gen";
+    std::optional<bool> fp16_softmax;
+  };
+  Args good;
+  good.q = in.q;
+  good.k = in.k;
+  good.v = in.v;
+  good.seq_lens = in.seq_lens;
+  good.cq = in.cq;
+  good.ckv = in.ckv;
+  auto run = [&](const Args& a) {
+    trtllm_ragged_attention_deepseek(a.q, a.k, a.v, workspace(), a.seq_lens, a.max_q, a.max_kv, 0.1,
+                                     1.0, 1.0, a.batch, a.window_left, a.cq, a.ckv, std::nullopt,
+                                     true, false, a.sinks, std::nullopt, a.out, a.lse, a.sage,
+                                     Value::tuple({Value(0), Value(0), Value(0), Value(0)}),
+                                     a.backend, std::nullopt, std::nullopt, a.fp16_softmax);
+  };
+  run(good);
+  auto with = [&](auto f) {
+    Args a = good;
+    f(a);
+    return a;
+  };
+  EXPECT_FI_ERROR(run(with([&](Args& a) { a.q = in.q.slice(2, 0, 128); })), op, "query");
+  EXPECT_FI_ERROR(run(with([&](Args& a) {
+                    a.v = Tensor::zeros({7, 1, 192}, DType::kBFloat16);
+                  })),
+                  op, "query");
+  EXPECT_FI_ERROR(run(with([&](Args& a) {
+                    a.k = Tensor::zeros({7, 3, 192}, DType::kBFloat16);
+                    a.v = Tensor::zeros({7, 3, 128}, DType::kBFloat16);
+                  })),
+                  op, "key");
+  EXPECT_FI_ERROR(run(with([&](Args& a) {
+                    a.q = in.q.to(DType::kFloat32);
+                    a.k = in.k.to(DType::kFloat32);
+                  })),
+                  op, "query");
+  EXPECT_FI_ERROR(run(with([&](Args& a) { a.k = in.k.to(DType::kFloat16); })), op, "key");
+  EXPECT_FI_ERROR(run(with([&](Args& a) { a.v = in.v.to(DType::kFloat16); })), op, "value");
+  EXPECT_FI_ERROR(run(with([&](Args& a) { a.seq_lens = int_tensor({4, 2}); })), op, "seq_lens");
+  EXPECT_FI_ERROR(run(with([&](Args& a) { a.cq = int_tensor({0, 2, 4}); })), op, "cum_seq_lens_q");
+  EXPECT_FI_ERROR(run(with([&](Args& a) {
+                    a.ckv = int_tensor({0, 4, 9});
+                  })),
+                  op, "cum_seq_lens_kv");
+  EXPECT_FI_ERROR(run(with([&](Args& a) { a.max_q = 2; })), op, "max_q_len");
+  EXPECT_FI_ERROR(run(with([&](Args& a) { a.max_kv = 3; })), op, "max_kv_len");
+  EXPECT_FI_ERROR(run(with([&](Args& a) { a.batch = 3; })), op, "seq_lens");
+  EXPECT_FI_ERROR(run(with([&](Args& a) { a.window_left = -2; })), op, "window_left");
+  EXPECT_FI_ERROR(run(with([&](Args& a) {
+                    a.out = Tensor::zeros({5, 2, 192}, DType::kBFloat16);
+                  })),
+                  op, "out");
+  EXPECT_FI_ERROR(run(with([&](Args& a) {
+                    a.out = Tensor::zeros({5, 2, 128}, DType::kFloat8E4M3FN);
+                  })),
+                  op, "out");
+  EXPECT_FI_ERROR(run(with([&](Args& a) {
+                    a.lse = Tensor::zeros({5, 3}, DType::kFloat32);
+                  })),
+                  op, "lse");
+  EXPECT_FI_ERROR(run(with([&](Args& a) { a.sinks = Tensor::zeros({2}, DType::kFloat32); })), op,
+                  "attention_sinks");
+  EXPECT_FI_ERROR(run(with([&](Args& a) {
+                    a.sage = Value::tuple(
+                        {Value(Tensor::zeros({1}, DType::kFloat32)), Value(), Value(), Value()});
+                  })),
+                  op, "sage_attn_sfs");
+  EXPECT_FI_ERROR(run(with([&](Args& a) { a.backend = "fa2"; })), op, "backend");
+  EXPECT_FI_ERROR(run(with([&](Args& a) { a.fp16_softmax = true; })), op, "use_fp16_softmax");
+}
+
+TEST(TrtllmRaggedDeepseek, RecordAndReplay) {
+  const Case c{DType::kBFloat16, DType::kBFloat16, 192, 128, 2, 1, true, -1, {2, 3}, {4, 3}};
+  Inputs in = make_inputs(c, 9);
+  std::vector<testing::RecordingObserver::Call> calls;
+  {
+    testing::RecordingScope scope;
+    trtllm_ragged_attention_deepseek(in.q, in.k, in.v, workspace(), in.seq_lens, 3, 4, 0.08, 1.0,
+                                     -1.0, 2, -1, in.cq, in.ckv, false, true, true);
+    Tensor out = Tensor::zeros({5, 2, 128}, DType::kBFloat16);
+    trtllm_ragged_attention_deepseek(in.q, in.k, in.v, workspace(), in.seq_lens, 3, 4, 0.08, 1.0,
+                                     1.0, 2, 1, in.cq, in.ckv, std::nullopt, false, false,
+                                     std::nullopt, std::nullopt, out);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_TRUE(calls[0].result.is_sequence());  // (out, lse) with return_lse
+  for (const auto& call : calls) EXPECT_TRUE(testing::replays_identically(call));
+}
+
+// A dump written by Python as upstream's recorder writes it, for the call SGLang's trtllm_mla
+// backend makes (every argument by keyword, out= given, return_lse=True: the result is the
+// (out, lse) tuple, saved as result_0 / result_1), expected values computed by torch in fp64.
+TEST(TrtllmRaggedDeepseek, UpstreamWrittenDumpReplays) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_ragged_ds_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const fs::path call =
+      dir / "20261122_170000_001_pid4242_trtllm_ragged_attention_deepseek_call0001";
+  fs::create_directories(call);
+  const std::string py = R"PY(
+import json, math, sys
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+d = sys.argv[1]
+torch.manual_seed(0)
+H, HKV, DQK, DVO = 4, 4, 192, 128
+qlens, kvlens = [3, 2], [5, 2]
+cq = [0, 3, 5]
+ck = [0, 5, 7]
+q = torch.randn(5, H, DQK).to(torch.bfloat16)
+k = torch.randn(7, HKV, DQK).to(torch.bfloat16)
+v = torch.randn(7, HKV, DVO).to(torch.bfloat16)
+scale = 1.0 / math.sqrt(DQK)
+out = torch.empty(5, H, DVO, dtype=torch.float64)
+lse = torch.empty(5, H, dtype=torch.float64)
+for b in range(2):
+    qb = q[cq[b]:cq[b + 1]].double()
+    kb = k[ck[b]:ck[b + 1]].double()
+    vb = v[ck[b]:ck[b + 1]].double()
+    s = torch.einsum("qhd,khd->hqk", qb, kb) * scale
+    ql, kl = qlens[b], kvlens[b]
+    mask = torch.arange(kl)[None, :] <= (kl - ql + torch.arange(ql))[:, None]
+    s = s.masked_fill(~mask[None], float("-inf"))
+    out[cq[b]:cq[b + 1]] = torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), vb)
+    lse[cq[b]:cq[b + 1]] = (torch.logsumexp(s, -1) / math.log(2.0)).T
+i32 = lambda x: torch.tensor(x, dtype=torch.int32)
+inputs = {"kwarg_query": q, "kwarg_key": k, "kwarg_value": v,
+          "kwarg_workspace_buffer": torch.zeros(256, dtype=torch.uint8),
+          "kwarg_cum_seq_lens_q": i32(cq), "kwarg_cum_seq_lens_kv": i32(ck),
+          "kwarg_seq_lens": i32(kvlens), "kwarg_out": torch.zeros(5, H, DVO, dtype=torch.bfloat16)}
+torch.save(inputs, d + "/inputs.pt")
+torch.save({"result_0": out.to(torch.bfloat16), "result_1": lse.float()}, d + "/outputs.pt")
+rec = {"function_name": "trtllm_ragged_attention_deepseek", "module": "flashinfer.prefill",
+       "call_sequence": 1, "timestamp": "20261122_170000_001", "process_id": 4242,
+       "input_metadata": {"kwarg_max_q_len": 3, "kwarg_max_kv_len": 5, "kwarg_bmm1_scale": scale,
+                          "kwarg_bmm2_scale": 1.0, "kwarg_o_sf_scale": -1.0,
+                          "kwarg_batch_size": 2, "kwarg_window_left": -1,
+                          "kwarg_enable_pdl": False, "kwarg_is_causal": True,
+                          "kwarg_return_lse": True},
+       "output_metadata": {},
+       "tensor_info": {"input_tensor_keys": list(inputs.keys()),
+                       "output_tensor_keys": ["result_0", "result_1"]},
+       "tensor_format": "torch", "execution_status": "completed"}
+with open(d + "/metadata.jsonl", "w") as f:
+    f.write(json.dumps(rec) + "\n")
+)PY";
+  std::ofstream(dir / "make.py") << py;
+  const int st = std::system(
+      ("/usr/bin/python3 " + (dir / "make.py").string() + " " + call.string() + " 2>/dev/null")
+          .c_str());
+  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  ASSERT_EQ(st, 0);
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].status, replay::Status::kPassed) << results[0].error;
+  fs::remove_all(dir);
+}
+
+TEST(TrtllmRaggedDeepseekCuda, MatchesCpu) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const DType bf16 = DType::kBFloat16, f16 = DType::kFloat16, e4m3 = DType::kFloat8E4M3FN;
+  const std::vector<Case> cases = {
+      {bf16, bf16, 192, 128, 16, 16, true, -1, {37, 1, 200}, {37, 300, 200}},
+      {f16, f16, 192, 128, 8, 2, false, -1, {5, 0, 9}, {100, 3, 9}},
+      {e4m3, e4m3, 192, 128, 4, 4, true, 17, {64, 3}, {64, 70}},
+      {bf16, e4m3, 128, 128, 6, 3, true, -1, {7}, {7}},
+      {f16, f16, 256, 256, 2, 1, false, 5, {9, 2}, {9, 0}},
+  };
+  int idx = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "case " << idx);
+    Inputs in = make_inputs(c, 70 + idx);
+    const auto B = static_cast<int64_t>(c.qo_lens.size());
+    const int64_t max_q = *std::max_element(c.qo_lens.begin(), c.qo_lens.end());
+    const int64_t max_kv = *std::max_element(c.kv_lens.begin(), c.kv_lens.end());
+    const double bmm1 = 0.6 / std::sqrt(static_cast<double>(c.dqk)), bmm2 = 0.8;
+    AttentionOutput want = trtllm_ragged_attention_deepseek(
+        in.q, in.k, in.v, workspace(), in.seq_lens, max_q, max_kv, bmm1, bmm2, -1.0, B,
+        c.window_left, in.cq, in.ckv, false, c.causal, true);
+    AttentionOutput got = trtllm_ragged_attention_deepseek(
+        testing::to_keep_layout(in.q, gpu), in.k.to(gpu), in.v.to(gpu), workspace(gpu),
+        in.seq_lens.to(gpu), max_q, max_kv, bmm1, bmm2, -1.0, B, c.window_left, in.cq.to(gpu),
+        in.ckv.to(gpu), std::nullopt, c.causal, true);
+    ASSERT_TRUE(got.out.device().is_cuda());
+    EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
+                                   testing::attention_tolerance(want.out.dtype())));
+    EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {1e-4, 1e-4}));
+    ++idx;
+  }
+}
+
+}  // namespace
+}  // namespace flashinfer
