@@ -20,6 +20,7 @@
 #include "flashinfer/ops/mla.h"
 #include "flashinfer/ops/moe.h"
 #include "flashinfer/ops/norm.h"
+#include "flashinfer/ops/nvfp4.h"
 #include "flashinfer/ops/page.h"
 #include "flashinfer/ops/quant8.h"
 #include "flashinfer/ops/quantization.h"

@@ -1,0 +1,163 @@
+#include "kernels/cpu/nvfp4_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "flashinfer/float_formats.h"
+#include "kernels/cpu/quantization_cpu.h"
+#include "kernels/dtype_dispatch.h"
+#include "kernels/quantization_params.h"
+
+namespace flashinfer::kernels::cpu {
+namespace {
+
+// silu(g) * u in fp32, rounded once to the element type (upstream's fused kernels compute the
+// product in fp32 and keep it in the input's 16-bit type before quantizing it).
+template <class T>
+void silu_mul_row(const T* x, int64_t k, T* y) {
+  for (int64_t j = 0; j < k; ++j) {
+    const float g = to_float(x[j]);
+    const float u = to_float(x[k + j]);
+    y[j] = from_float<T>(g / (1.0f + std::exp(-g)) * u);
+  }
+}
+
+template <class T>
+void grouped_quantize_typed(const GroupedQuantizeParams& p) {
+  const T* in = static_cast<const T*>(p.input);
+  const int64_t out_row = p.fp4 ? p.k / 2 : p.padded_k;
+  std::memset(p.out, 0, static_cast<size_t>(p.groups * p.m * out_row));
+  for (int64_t g = 0; g < p.groups; ++g) {
+    const int64_t rows = p.rows ? std::clamp<int64_t>(p.rows[g], 0, p.m) : p.m;
+    uint8_t* sf = p.sf + g * p.sf_per_group;
+    uint8_t* out = p.out + g * p.m * out_row;
+    const T* x = in + g * p.in_stride_g;
+    // The rows the kernel reads: the input itself, or its silu-and-mul / zero-padded copy.
+    std::vector<T> tmp;
+    int64_t stride = p.in_stride_m;
+    const int64_t width = p.fp4 ? p.k : p.padded_k;
+    if (p.silu_and_mul || width != p.k) {
+      tmp.assign(static_cast<size_t>(rows * width), from_float<T>(0.0f));
+      for (int64_t r = 0; r < rows; ++r) {
+        if (p.silu_and_mul) {
+          silu_mul_row(x + r * p.in_stride_m, p.k, tmp.data() + r * width);
+        } else {
+          std::copy(x + r * p.in_stride_m, x + r * p.in_stride_m + p.k, tmp.data() + r * width);
+        }
+      }
+      x = tmp.data();
+      stride = width;
+    }
+    if (p.fp4) {
+      Fp4QuantizeParams q;
+      q.input = x;
+      q.in_dtype = p.in_dtype;
+      q.m = rows;
+      q.k = p.k;
+      q.in_stride_m = stride;
+      q.in_stride_k = 1;
+      q.out = out;
+      q.sf = sf;
+      q.sf_size = p.sf_per_group;
+      q.global_scale = p.global_scale ? p.global_scale + (p.per_group_scale ? g : 0) : nullptr;
+      q.sf_vec_size = 16;
+      q.layout = SfLayoutCode::k128x4;
+      fp4_quantize(q);
+    } else {
+      Mxfp8QuantizeParams q;
+      q.input = x;
+      q.in_dtype = p.in_dtype;
+      q.m = rows;
+      q.k = p.padded_k;
+      q.in_stride_m = stride;
+      q.in_stride_k = 1;
+      q.out = out;
+      q.sf = sf;
+      q.sf_size = p.sf_per_group;
+      q.layout = SfLayoutCode::k128x4;
+      mxfp8_quantize(q);
+    }
+  }
+}
+
+template <class T>
+void kv_quantize_typed(const Nvfp4KvParams& p) {
+  const float inv_gs = 1.0f / p.global_scale;
+  const float inv6 = 1.0f / 6.0f;
+#pragma omp parallel for schedule(static) if (p.m * p.k >= (1 << 15))
+  for (int64_t r = 0; r < p.m; ++r) {
+    const T* x = static_cast<const T*>(p.values) + r * p.value_stride_m;
+    uint8_t* q = p.fp4 + r * p.fp4_stride_m;
+    uint8_t* s = p.sf + r * p.sf_stride_m;
+    for (int64_t b = 0; b < p.k / 16; ++b) {
+      float v[16];
+      float amax = 0.0f;
+      for (int i = 0; i < 16; ++i) {
+        v[i] = to_float(x[b * 16 + i]);
+        amax = std::fmax(amax, std::fabs(v[i]));
+      }
+      const uint8_t code = float_to_e4m3fn_bits(inv_gs * (amax * inv6), /*saturate=*/true);
+      s[b] = code;
+      const float out_scale =
+          amax != 0.0f ? 1.0f / (e4m3fn_bits_to_float(code) * p.global_scale) : 0.0f;
+      for (int i = 0; i < 8; ++i) {
+        q[b * 8 + i] = pack_e2m1x2(float_to_e2m1_bits(v[2 * i] * out_scale),
+                                   float_to_e2m1_bits(v[2 * i + 1] * out_scale));
+      }
+    }
+  }
+}
+
+template <class T>
+void kv_dequantize_typed(const Nvfp4KvParams& p) {
+#pragma omp parallel for schedule(static) if (p.m * p.k >= (1 << 15))
+  for (int64_t r = 0; r < p.m; ++r) {
+    T* y = static_cast<T*>(const_cast<void*>(p.values)) + r * p.value_stride_m;
+    const uint8_t* q = p.fp4 + r * p.fp4_stride_m;
+    const uint8_t* s = p.sf + r * p.sf_stride_m;
+    for (int64_t c = 0; c < p.k; ++c) {
+      const uint8_t byte = q[c / 2];
+      const float e = e2m1_bits_to_float(c % 2 == 0 ? e2m1x2_low(byte) : e2m1x2_high(byte));
+      y[c] = from_float<T>(e * e4m3fn_bits_to_float(s[c / 16]) * p.global_scale);
+    }
+  }
+}
+
+}  // namespace
+
+void grouped_quantize(const GroupedQuantizeParams& p) {
+  dispatch_dtype<CpuElements, kFloat16, kBFloat16>(
+      p.in_dtype, "grouped_quantize", "a", [&]<class T>() { grouped_quantize_typed<T>(p); });
+}
+
+void silu_and_mul_rows(const SiluMulParams& p) {
+  dispatch_dtype<CpuElements, kFloat16, kBFloat16>(
+      p.dtype, "silu_and_mul", "input", [&]<class T>() {
+        const T* x = static_cast<const T*>(p.input);
+        T* y = static_cast<T*>(p.out);
+        for (int64_t r = 0; r < p.m; ++r) {
+          silu_mul_row(x + r * p.in_stride_m, p.k, y + r * p.k);
+        }
+      });
+}
+
+void gather_rows(const RowGatherParams& p) {
+  for (int64_t i = 0; i < p.rows; ++i) {
+    std::memcpy(p.out + i * p.row_bytes, p.input + p.src_row[i] * p.in_stride_bytes,
+                static_cast<size_t>(p.row_bytes));
+  }
+}
+
+void nvfp4_kv_quantize(const Nvfp4KvParams& p) {
+  dispatch_dtype<CpuElements, kFloat16, kBFloat16>(p.dtype, "nvfp4_kv_quantize", "input",
+                                                   [&]<class T>() { kv_quantize_typed<T>(p); });
+}
+
+void nvfp4_kv_dequantize(const Nvfp4KvParams& p) {
+  dispatch_dtype<CpuElements, kFloat16, kBFloat16>(p.dtype, "nvfp4_kv_dequantize", "output_dtype",
+                                                   [&]<class T>() { kv_dequantize_typed<T>(p); });
+}
+
+}  // namespace flashinfer::kernels::cpu
