@@ -55,4 +55,41 @@ struct Nvfp4KvParams {
   float global_scale = 1.0f;
 };
 
+/// NVFP4 quantize-and-append into a paged cache (flashinfer.page's nvfp4 appends): token i of
+/// append_key/value goes to (page[i], entry[i]) of every head; page[i] < 0 skips the token.
+/// Strides in elements (the caches are bytes: uint8 data, e4m3 scales).
+struct Nvfp4PagedAppendParams {
+  const void* key = nullptr;
+  const void* value = nullptr;
+  DType dtype = DType::kBFloat16;
+  int64_t nnz = 0, heads = 0, head_dim = 0;
+  int64_t k_stride_n = 0, k_stride_h = 0, v_stride_n = 0, v_stride_h = 0;
+  const int64_t* page = nullptr;
+  const int64_t* entry = nullptr;
+  uint8_t* k_cache = nullptr;
+  uint8_t* v_cache = nullptr;
+  uint8_t* k_sf = nullptr;
+  uint8_t* v_sf = nullptr;
+  int64_t kc_stride[3] = {}, vc_stride[3] = {};  // page, entry, head
+  int64_t ks_stride[3] = {}, vs_stride[3] = {};
+  float k_scale = 1.0f, v_scale = 1.0f;
+};
+
+/// Paged NVFP4 dequantization into dense [batch, max_seq_len, H, D] outputs: token t < seq_lens[b]
+/// of request b is read from page block_table[b][t / page_size], entry t % page_size.
+struct Nvfp4PagedDequantParams {
+  const uint8_t* cache[2] = {};     // K, V packed e2m1
+  const uint8_t* sf[2] = {};        // K, V e4m3 scales
+  int64_t cache_stride[2][4] = {};  // page, entry, head, byte
+  int64_t sf_stride[2][4] = {};
+  int64_t head_dim[2] = {};
+  float scale[2] = {1.0f, 1.0f};
+  void* out[2] = {};
+  int64_t out_stride[2][4] = {};  // batch, token, head, dim
+  DType out_dtype = DType::kBFloat16;
+  int64_t batch = 0, heads = 0, page_size = 1, table_cols = 0;
+  const int64_t* block_table = nullptr;  // [batch, table_cols]
+  const int64_t* seq_lens = nullptr;     // [batch]
+};
+
 }  // namespace flashinfer::kernels

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
@@ -357,6 +358,209 @@ TEST(Nvfp4Kv, RoundTripAndFormula) {
   }
 }
 
+// ---- paged NVFP4 caches ----------------------------------------------------------------------
+
+TEST(Nvfp4QuantizePagedKvCache, MatchesFp4QuantizeAndVSwizzle) {
+  for (bool hnd : {true, false}) {
+    SCOPED_TRACE(hnd ? "HND" : "NHD");
+    const int64_t pages = 3, ps = 8, h = 2, d = 64, sd = d / 16;
+    const Shape shape = hnd ? Shape{pages, h, ps, d} : Shape{pages, ps, h, d};
+    Tensor k = rand_tensor(shape, DType::kBFloat16, 41, -3, 3);
+    Tensor v = rand_tensor(shape, DType::kBFloat16, 42, -5, 5);
+    auto [fp4, sf, kgs, vgs] = nvfp4_quantize_paged_kv_cache(k, v, hnd ? "HND" : "NHD");
+    auto [kq, vq] = fp4;
+    auto [ksf, vsf] = sf;
+    // Auto global scales: 448 / amax; returned as 1 / gs.
+    float ka = 0, va = 0;
+    for (float x : floats(k)) ka = std::fmax(ka, std::fabs(x));
+    for (float x : floats(v)) va = std::fmax(va, std::fabs(x));
+    const float kg = static_cast<float>(448.0 / ka), vg = static_cast<float>(448.0 / va);
+    EXPECT_EQ(kgs, static_cast<double>(1.0f / kg));
+    EXPECT_EQ(vgs, static_cast<double>(1.0f / vg));
+    auto [kq2, ksf2] = fp4_quantize(k.reshape({-1, d}), f32({kg}), 16, false, false);
+    auto [vq2, vsf2] = fp4_quantize(v.reshape({-1, d}), f32({vg}), 16, false, false);
+    EXPECT_EQ(kq.shape(), (hnd ? Shape{pages, h, ps, d / 2} : Shape{pages, ps, h, d / 2}));
+    EXPECT_EQ(ksf.dtype(), DType::kFloat8E4M3FN);
+    EXPECT_EQ(bytes(kq), bytes(kq2));
+    EXPECT_EQ(bytes(vq), bytes(vq2));
+    EXPECT_EQ(bytes(ksf), bytes(ksf2));
+    // V: within each (page, head) [ps, S] tile, out[(t/4)*4*S + s*4 + t%4] = in[t*S + s].
+    const auto lin = bytes(vsf2), sw = bytes(vsf);
+    auto at = [&](int64_t p, int64_t t, int64_t hh, int64_t s2) {
+      return hnd ? ((p * h + hh) * ps + t) * sd + s2 : ((p * ps + t) * h + hh) * sd + s2;
+    };
+    for (int64_t p = 0; p < pages; ++p) {
+      for (int64_t hh = 0; hh < h; ++hh) {
+        for (int64_t t = 0; t < ps; ++t) {
+          for (int64_t s2 = 0; s2 < sd; ++s2) {
+            const int64_t o = (t / 4) * 4 * sd + s2 * 4 + t % 4;
+            ASSERT_EQ(sw[at(p, o / sd, hh, o % sd)], lin[at(p, t, hh, s2)]);
+          }
+        }
+      }
+    }
+    // Given global scales are used as they are.
+    auto [fp4b, sfb, kgs2, vgs2] =
+        nvfp4_quantize_paged_kv_cache(k, v, hnd ? "HND" : "NHD", f32({100}), f32({50}));
+    EXPECT_EQ(kgs2, static_cast<double>(1.0f / 100.0f));
+    EXPECT_EQ(vgs2, static_cast<double>(1.0f / 50.0f));
+    EXPECT_EQ(bytes(std::get<0>(fp4b)),
+              bytes(std::get<0>(fp4_quantize(k.reshape({-1, d}), f32({100}), 16, false, false))));
+  }
+}
+
+// Bytes of a uint8 tensor as float8_e4m3fn (upstream's .view(torch.float8_e4m3fn)).
+Tensor as_e4m3(const Tensor& u8) {
+  Tensor c = u8.contiguous();
+  Tensor t = Tensor::empty(c.shape(), DType::kFloat8E4M3FN);
+  std::memcpy(t.data_ptr(), c.data_ptr(), static_cast<size_t>(c.numel()));
+  return t;
+}
+
+// A packed cache whose (page, entry, head) rows come from nvfp4_kv_quantize rows
+// r = (page * ps + entry) * h + head; the paged output must equal nvfp4_kv_dequantize's row r.
+TEST(Nvfp4KvDequantizePaged, MatchesDenseDequantize) {
+  const int64_t pages = 5, ps = 4, h = 2, dk = 32, dv = 64, batch = 2, max_len = 7;
+  Tensor krows = rand_tensor({pages * ps * h, dk}, DType::kBFloat16, 8, -3, 3);
+  Tensor vrows = rand_tensor({pages * ps * h, dv}, DType::kBFloat16, 9, -3, 3);
+  auto [kq, ks] = nvfp4_kv_quantize(krows, f32({0.01}));
+  auto [vq, vs] = nvfp4_kv_quantize(vrows, f32({0.02}));
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    const Tensor kd = nvfp4_kv_dequantize(kq, ks, f32({0.5}), dt);
+    const Tensor vd = nvfp4_kv_dequantize(vq, vs, f32({0.25}), dt);
+    for (bool hnd : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << (hnd ? "HND" : "NHD") << " " << dtype_label(dt));
+      auto layout = [&](const Tensor& t, int64_t w) {
+        Tensor x = t.view({pages, ps, h, w});
+        return hnd ? x.permute({0, 2, 1, 3}).contiguous() : x;
+      };
+      const PagedKVCache cache(layout(kq, dk / 2), layout(vq, dv / 2));
+      const PagedKVCache sf(as_e4m3(layout(ks, dk / 16)), as_e4m3(layout(vs, dv / 16)));
+      Tensor table = Tensor::from_vector({2, 4, 1, 3}, {batch, 2}, DType::kInt64);
+      Tensor lens = i32({7, 3});
+      Tensor ok = Tensor::full({batch, max_len, h, dk}, 123, dt);
+      Tensor ov = Tensor::full({batch, max_len, h, dv}, 123, dt);
+      nvfp4_kv_dequantize_paged(cache, sf, table, lens, f32({0.5}), 0.25, ok, ov,
+                                hnd ? "HND" : "NHD");
+      const auto okv = values(ok), ovv = values(ov), kdv = values(kd), vdv = values(vd);
+      const int64_t tbl[2][2] = {{2, 4}, {1, 3}}, len[2] = {7, 3};
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int64_t t = 0; t < max_len; ++t) {
+          for (int64_t hh = 0; hh < h; ++hh) {
+            const int64_t r = t < len[b] ? (tbl[b][t / ps] * ps + t % ps) * h + hh : -1;
+            for (int64_t c = 0; c < dk; ++c) {
+              ASSERT_EQ(okv[((b * max_len + t) * h + hh) * dk + c], r < 0 ? 123 : kdv[r * dk + c]);
+            }
+            for (int64_t c = 0; c < dv; ++c) {
+              ASSERT_EQ(ovv[((b * max_len + t) * h + hh) * dv + c], r < 0 ? 123 : vdv[r * dv + c]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Appends checked block by block against the append formula (sf = e4m3(amax / (6 * scale)),
+// q = e2m1(x / (sf * scale))); every other cache byte is unchanged.
+void expect_appended(const Tensor& cache_k, const Tensor& sf_k, const Tensor& before_k,
+                     const Tensor& before_sf, const Tensor& key, float scale,
+                     const std::vector<std::pair<int64_t, int64_t>>& dest, int64_t h, int64_t d) {
+  // cache/sf NHD [pages, ps, h, d/2 | d/16] contiguous; dest[i] = (page, entry) or (-1, -1).
+  const auto cb = bytes(cache_k), sb = bytes(sf_k);
+  auto cexp = bytes(before_k), sexp = bytes(before_sf);
+  const auto x = floats(key);
+  const int64_t ps = cache_k.size(1);
+  for (size_t i = 0; i < dest.size(); ++i) {
+    if (dest[i].first < 0) continue;
+    for (int64_t hh = 0; hh < h; ++hh) {
+      const int64_t row = (dest[i].first * ps + dest[i].second) * h + hh;
+      for (int64_t b = 0; b < d / 16; ++b) {
+        const float* v = &x[(static_cast<int64_t>(i) * h + hh) * d + b * 16];
+        float amax = 0;
+        for (int j = 0; j < 16; ++j) amax = std::fmax(amax, std::fabs(v[j]));
+        const uint8_t sc = float_to_e4m3fn_bits(amax > 0 ? amax / (6.0f * scale) : 0.0f, true);
+        const float sr = e4m3fn_bits_to_float(sc);
+        const float os = amax > 0 && sr > 0 ? 1.0f / (sr * scale) : 0.0f;
+        sexp[row * (d / 16) + b] = sc;
+        for (int j = 0; j < 8; ++j) {
+          cexp[row * (d / 2) + b * 8 + j] =
+              pack_e2m1x2(float_to_e2m1_bits(v[2 * j] * os), float_to_e2m1_bits(v[2 * j + 1] * os));
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cb, cexp);
+  EXPECT_EQ(sb, sexp);
+}
+
+TEST(Nvfp4QuantizeAppendPagedKvCache, Golden) {
+  // One token, one head, d 16: {6, 3, -1.5, 0...} with scale 1 -> sf 0x38, bytes 0x57 0x0B.
+  std::vector<double> x(16, 0.0);
+  x[0] = 6, x[1] = 3, x[2] = -1.5;
+  Tensor key = Tensor::from_vector(x, {1, 1, 16}, DType::kBFloat16);
+  Tensor kc = Tensor::zeros({2, 2, 1, 8}, DType::kUInt8),
+         vc = Tensor::zeros({2, 2, 1, 8}, DType::kUInt8);
+  Tensor ks = Tensor::zeros({2, 2, 1, 1}, DType::kFloat8E4M3FN),
+         vs = Tensor::zeros({2, 2, 1, 1}, DType::kFloat8E4M3FN);
+  // Request 0 owns page 1; position 1 -> page 1, entry 1.
+  nvfp4_quantize_append_paged_kv_cache(key, key, i32({0}), i32({1}), PagedKVCache(kc, vc),
+                                       PagedKVCache(ks, vs), i32({1}), i32({0, 1}), i32({2}), 1.0,
+                                       0.5);
+  const auto kb = bytes(kc), vb = bytes(vc), kss = bytes(ks), vss = bytes(vs);
+  EXPECT_EQ(kb[(1 * 2 + 1) * 8 + 0], 0x57);
+  EXPECT_EQ(kb[(1 * 2 + 1) * 8 + 1], 0x0B);
+  EXPECT_EQ(kss[3], 0x38);
+  EXPECT_EQ(vss[3], 0x40);  // 6 / (6 * 0.5) = 2; codes unchanged (x / (2 * 0.5))
+  EXPECT_EQ(vb[(1 * 2 + 1) * 8 + 0], 0x57);
+  EXPECT_EQ(kb[0], 0);
+  EXPECT_EQ(kss[0], 0);
+}
+
+TEST(Nvfp4QuantizeAppendPagedKvCache, MatchesBlockFormula) {
+  const int64_t pages = 4, ps = 4, h = 2, d = 32, nnz = 5;
+  for (bool hnd : {false, true}) {
+    SCOPED_TRACE(hnd ? "HND" : "NHD");
+    Tensor key = rand_tensor({nnz, h, d}, DType::kFloat16, 3, -4, 4);
+    Tensor val = rand_tensor({nnz, h, d}, DType::kFloat16, 4, -4, 4);
+    // NHD storage, passed as HND views when hnd (the same bytes, permuted logically).
+    Tensor k0 = rand_tensor({pages, ps, h, d / 2}, DType::kFloat32, 5, 0, 255).to(DType::kUInt8);
+    Tensor v0 = rand_tensor({pages, ps, h, d / 2}, DType::kFloat32, 6, 0, 255).to(DType::kUInt8);
+    Tensor s0 = as_e4m3(Tensor::full({pages, ps, h, d / 16}, 7, DType::kUInt8));
+    Tensor kc = k0.clone(), vc = v0.clone(), ksf = s0.clone(), vsf = s0.clone();
+    auto view = [&](const Tensor& t) { return hnd ? t.permute({0, 2, 1, 3}) : t; };
+    // Two requests: request 0 has pages [3, 1] (length 6), request 1 page [0] (length 3).
+    // Appended: request 0 positions 3, 4, 5; request 1 positions 1, 2.
+    nvfp4_quantize_append_paged_kv_cache(
+        key, val, i32({0, 0, 0, 1, 1}), i32({3, 4, 5, 1, 2}), PagedKVCache(view(kc), view(vc)),
+        PagedKVCache(view(ksf), view(vsf)), i32({3, 1, 0}), i32({0, 2, 3}), i32({2, 3}), 0.02, 0.03,
+        hnd ? "HND" : "NHD");
+    const std::vector<std::pair<int64_t, int64_t>> dest = {{3, 3}, {1, 0}, {1, 1}, {0, 1}, {0, 2}};
+    expect_appended(kc, ksf, k0, s0, key, 0.02f, dest, h, d);
+    expect_appended(vc, vsf, v0, s0, val, 0.03f, dest, h, d);
+  }
+}
+
+TEST(Nvfp4QuantizeAppendWithSlotMapping, MatchesBlockFormula) {
+  const int64_t pages = 3, ps = 4, h = 1, d = 16;
+  Tensor key = rand_tensor({5, h, d}, DType::kBFloat16, 13, -2, 2);
+  Tensor val = rand_tensor({5, h, d}, DType::kBFloat16, 14, -2, 2);
+  Tensor kv = Tensor::zeros({pages, 2, ps, h, d / 2}, DType::kUInt8);  // stacked
+  Tensor sf = Tensor::zeros({pages, 2, ps, h, d / 16}, DType::kFloat8E4M3FN);
+  Tensor k0 = Tensor::zeros({pages, ps, h, d / 2}, DType::kUInt8);
+  Tensor s0 = Tensor::zeros({pages, ps, h, d / 16}, DType::kFloat8E4M3FN);
+  // Slots: 5 -> (1, 1); -1 skipped; 11 -> (2, 3); 12 is past the cache, skipped. Row 4 of
+  // key/value is padding (only slot_mapping.shape[0] rows are read).
+  nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
+      key, val, Tensor::from_vector({5, -1, 11, 12}, {4}, DType::kInt64), kv, sf, f32({0.05}),
+      0.04);
+  const std::vector<std::pair<int64_t, int64_t>> dest = {{1, 1}, {-1, -1}, {2, 3}, {-1, -1}};
+  expect_appended(kv.select(1, 0).contiguous(), sf.select(1, 0).contiguous(), k0, s0,
+                  key.slice(0, 0, 4), 0.05f, dest, h, d);
+  expect_appended(kv.select(1, 1).contiguous(), sf.select(1, 1).contiguous(), k0, s0,
+                  val.slice(0, 0, 4), 0.04f, dest, h, d);
+}
+
 // ---- bad input -------------------------------------------------------------------------------
 
 TEST(Nvfp4Ops, BadInput) {
@@ -435,6 +639,109 @@ TEST(Nvfp4Ops, BadInput) {
       "output_dtype");
 }
 
+TEST(Nvfp4PagedOps, BadInput) {
+  const char* qp = "nvfp4_quantize_paged_kv_cache";
+  Tensor k = rand_tensor({2, 2, 8, 64}, DType::kBFloat16, 1);
+  EXPECT_FI_ERROR(nvfp4_quantize_paged_kv_cache(k, k, "XYZ"), qp, "kv_layout");
+  EXPECT_FI_ERROR(nvfp4_quantize_paged_kv_cache(k.to(DType::kFloat32), k), qp, "k_cache");
+  EXPECT_FI_ERROR(nvfp4_quantize_paged_kv_cache(k, k.slice(0, 0, 1)), qp, "v_cache");
+  EXPECT_FI_ERROR(nvfp4_quantize_paged_kv_cache(rand_tensor({2, 2, 6, 64}, DType::kBFloat16, 1),
+                                                rand_tensor({2, 2, 6, 64}, DType::kBFloat16, 1)),
+                  qp, "k_cache");  // page_size % 4
+  EXPECT_FI_ERROR(nvfp4_quantize_paged_kv_cache(k, k, "HND", f32({1, 2})), qp, "k_global_sf");
+
+  const char* dp = "nvfp4_kv_dequantize_paged";
+  const PagedKVCache c(Tensor::zeros({2, 4, 1, 8}, DType::kUInt8),
+                       Tensor::zeros({2, 4, 1, 8}, DType::kUInt8));
+  const PagedKVCache sf(Tensor::zeros({2, 4, 1, 1}, DType::kFloat8E4M3FN),
+                        Tensor::zeros({2, 4, 1, 1}, DType::kFloat8E4M3FN));
+  Tensor out = Tensor::zeros({1, 5, 1, 16}, DType::kBFloat16);
+  Tensor out2 = Tensor::zeros({1, 5, 1, 16}, DType::kBFloat16);
+  Tensor bt = Tensor::from_vector({0, 1}, {1, 2}, DType::kInt32);
+  EXPECT_FI_ERROR(
+      nvfp4_kv_dequantize_paged(c, sf, bt.slice(1, 0, 1), i32({5}), 1.0, 1.0, out, out2), dp,
+      "block_tables");  // column count insufficient
+  EXPECT_FI_ERROR(
+      nvfp4_kv_dequantize_paged(c, sf, Tensor::from_vector({0, 2}, {1, 2}, DType::kInt32), i32({5}),
+                                1.0, 1.0, out, out2),
+      dp, "block_tables");  // page 2 of 2
+  EXPECT_FI_ERROR(nvfp4_kv_dequantize_paged(c, sf, bt, i32({6}), 1.0, 1.0, out, out2), dp,
+                  "seq_lens");
+  EXPECT_FI_ERROR(nvfp4_kv_dequantize_paged(c, sf, bt, i32({5}), f32({1, 1}), 1.0, out, out2), dp,
+                  "k_scale");
+  EXPECT_FI_ERROR(nvfp4_kv_dequantize_paged(c, sf, bt, i32({5}), 1.0, -1.0, out, out2), dp,
+                  "v_scale");
+  EXPECT_FI_ERROR(nvfp4_kv_dequantize_paged(c, sf, bt, i32({5}), 1.0, 1.0,
+                                            Tensor::zeros({1, 5, 1, 32}, DType::kBFloat16), out2),
+                  dp, "paged_kv_cache");
+  EXPECT_FI_ERROR(
+      nvfp4_kv_dequantize_paged(c, sf, bt, i32({5}), 1.0, 1.0, out.to(DType::kFloat32), out2), dp,
+      "output_k");
+
+  const char* ap = "nvfp4_quantize_append_paged_kv_cache";
+  Tensor key = rand_tensor({1, 1, 16}, DType::kBFloat16, 2);
+  auto append = [&](const Tensor& kk, const PagedKVCache& cc, const PagedKVCache& ss,
+                    const Tensor& pos, double scale) {
+    nvfp4_quantize_append_paged_kv_cache(kk, kk, i32({0}), pos, cc, ss, i32({1}), i32({0, 1}),
+                                         i32({2}), scale, 1.0);
+  };
+  EXPECT_FI_ERROR(append(key, c, sf, i32({1}), 0.0), ap, "k_scale");
+  EXPECT_FI_ERROR(append(key, c, sf, i32({2}), 1.0), ap, "positions");
+  EXPECT_FI_ERROR(append(key.to(DType::kFloat32), c, sf, i32({1}), 1.0), ap, "append_key");
+  EXPECT_FI_ERROR(append(rand_tensor({1, 1, 32}, DType::kBFloat16, 2), c, sf, i32({1}), 1.0), ap,
+                  "paged_kv_cache");
+  EXPECT_FI_ERROR(append(key,
+                         PagedKVCache(Tensor::zeros({2, 4, 1, 8}, DType::kBFloat16),
+                                      Tensor::zeros({2, 4, 1, 8}, DType::kBFloat16)),
+                         sf, i32({1}), 1.0),
+                  ap, "paged_kv_cache");
+  EXPECT_FI_ERROR(append(key, c,
+                         PagedKVCache(Tensor::zeros({2, 4, 1, 1}, DType::kUInt8),
+                                      Tensor::zeros({2, 4, 1, 1}, DType::kUInt8)),
+                         i32({1}), 1.0),
+                  ap, "kv_cache_sf");
+  const char* sp = "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping";
+  EXPECT_FI_ERROR(nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(key, key, i32({0, 1}), c,
+                                                                         sf, 1.0, 1.0),
+                  sp, "append_key");
+  EXPECT_FI_ERROR(
+      nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(key, key, f32({0}), c, sf, 1.0, 1.0),
+      sp, "slot_mapping");
+  EXPECT_FI_ERROR(nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(key, key, i32({0}), c, sf,
+                                                                         f32({std::nan("")}), 1.0),
+                  sp, "k_scale");
+  EXPECT_FI_ERROR(nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(key, key, i32({0}), c, sf,
+                                                                         1.0, 1.0, "XYZ"),
+                  sp, "kv_layout");
+}
+
+TEST(Nvfp4PagedOps, RecordAndReplay) {
+  Tensor k = rand_tensor({2, 4, 1, 64}, DType::kBFloat16, 3, -3, 3);
+  Tensor key = rand_tensor({3, 1, 64}, DType::kBFloat16, 4, -3, 3);
+  Tensor kc = Tensor::zeros({2, 4, 1, 32}, DType::kUInt8), vc = kc.clone();
+  Tensor ks = Tensor::zeros({2, 4, 1, 4}, DType::kFloat8E4M3FN), vs = ks.clone();
+  Tensor ok = Tensor::zeros({1, 6, 1, 64}, DType::kBFloat16), ov = ok.clone();
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    nvfp4_quantize_paged_kv_cache(k, k, "NHD");
+    nvfp4_quantize_append_paged_kv_cache(key, key, i32({0, 0, 0}), i32({3, 4, 5}),
+                                         PagedKVCache(kc, vc), PagedKVCache(ks, vs), i32({1, 0}),
+                                         i32({0, 2}), i32({2}), 0.01, 0.02);
+    nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
+        key, key, i32({0, -1, 7}), PagedKVCache(kc, vc), PagedKVCache(ks, vs), f32({0.03}), 0.04);
+    nvfp4_kv_dequantize_paged(PagedKVCache(kc, vc), PagedKVCache(ks, vs),
+                              Tensor::from_vector({1, 0}, {1, 2}, DType::kInt32), i32({6}), 0.5,
+                              f32({0.25}), ok, ov);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 4u);
+  for (const auto& c : calls) {
+    SCOPED_TRACE(c.name);
+    EXPECT_TRUE(replays_identically(c));
+  }
+}
+
 TEST(Nvfp4Ops, RecordAndReplay) {
   Tensor a = rand_tensor({2, 4, 64}, DType::kBFloat16, 2, -4, 4);
   Tensor sf = Tensor::empty({128, 4}, DType::kUInt8);
@@ -466,7 +773,9 @@ TEST(Nvfp4Ops, HostOnlyBackends) {
        {"silu_and_mul_nvfp4_quantize", "silu_and_mul_scaled_nvfp4_experts_quantize",
         "scaled_fp4_grouped_quantize", "nvfp4_batched_quantize", "mxfp8_grouped_quantize",
         "shuffle_matrix_a", "shuffle_matrix_sf_a", "mxfp4_dequantize_host", "nvfp4_kv_quantize",
-        "nvfp4_kv_dequantize"}) {
+        "nvfp4_kv_dequantize", "nvfp4_quantize_paged_kv_cache", "nvfp4_kv_dequantize_paged",
+        "nvfp4_quantize_append_paged_kv_cache",
+        "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping"}) {
     SCOPED_TRACE(op);
     EXPECT_TRUE(op_has_backend(op, DeviceType::kCPU));
     EXPECT_FALSE(op_has_backend(op, DeviceType::kCUDA));

@@ -12,9 +12,12 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <tuple>
 
 #include "flashinfer/dtype.h"
+#include "flashinfer/ops/page.h"      // PagedKVCache
+#include "flashinfer/ops/sampling.h"  // ScalarOrTensor
 #include "flashinfer/tensor.h"
 
 namespace flashinfer {
@@ -90,5 +93,55 @@ std::tuple<Tensor, Tensor> nvfp4_kv_quantize(const Tensor& input, const Tensor& 
 /// fp32 [1]. Returns [M, K].
 Tensor nvfp4_kv_dequantize(const Tensor& fp4_data, const Tensor& block_scales,
                            const Tensor& global_scale, DType output_dtype = DType::kBFloat16);
+
+// ---- NVFP4 paged KV caches -------------------------------------------------------------------
+// A packed cache holds uint8 [pages, page_size, H, D/2] (NHD) or [pages, H, page_size, D/2] (HND),
+// as a (k, v) pair or stacked [pages, 2, ...]; its scale cache the same with D/16 float8_e4m3fn.
+
+/// Quantizes whole bf16/fp16 K/V caches to NVFP4 (fp4_quantization). A global scale not given is
+/// 448 / max(amax, 1e-12) (amax over the whole cache). Each cache is quantized as
+/// fp4_quantize(cache.reshape(-1, D), global_sf, 16, is_sf_swizzled_layout=False); K scales keep
+/// the linear layout, V scales are interleaved by groups of 4 tokens:
+/// out[..., (t/4)*4*S + s*4 + t%4] = in[..., t*S + s] within each [page_size, D/16] tile
+/// (page_size % 4 == 0 and D % 64 == 0 required).
+/// Returns ((k_fp4, v_fp4), (k_sf, v_sf), 1 / k_global_sf, 1 / v_global_sf) (fp32 quotients).
+std::tuple<std::tuple<Tensor, Tensor>, std::tuple<Tensor, Tensor>, double, double>
+nvfp4_quantize_paged_kv_cache(const Tensor& k_cache, const Tensor& v_cache,
+                              std::string_view kv_layout = "HND",
+                              std::optional<Tensor> k_global_sf = std::nullopt,
+                              std::optional<Tensor> v_global_sf = std::nullopt);
+
+/// Dequantizes a paged NVFP4 cache into dense output_k / output_v [batch, max_seq_len, H, D]
+/// (bf16/fp16): token t < seq_lens[b] comes from page block_tables[b, t / page_size]; other
+/// output rows are left as they are. out = (e2m1 * e4m3(sf)) * scale in fp32.
+///   block_tables [batch, cols] int32/int64 (cols * page_size >= max_seq_len), seq_lens [batch]
+///   int32, k_scale / v_scale fp32 one-element tensors or numbers.
+void nvfp4_kv_dequantize_paged(const PagedKVCache& paged_kv_cache, const PagedKVCache& kv_cache_sf,
+                               const Tensor& block_tables, const Tensor& seq_lens,
+                               ScalarOrTensor<double> k_scale, ScalarOrTensor<double> v_scale,
+                               const Tensor& output_k, const Tensor& output_v,
+                               std::string_view kv_layout = "NHD");
+
+/// Quantizes append_key / append_value ([nnz, H, D] bf16/fp16) to NVFP4 and writes them into
+/// the paged caches at (batch_indices[i], positions[i]) through the page table, as
+/// append_paged_kv_cache places rows (flashinfer.page). k_scale / v_scale are the positive
+/// global decode scales: per block of 16, sf = e4m3_satfinite(amax / (6 * scale)),
+/// q = e2m1(x / (sf * scale)).
+void nvfp4_quantize_append_paged_kv_cache(const Tensor& append_key, const Tensor& append_value,
+                                          const Tensor& batch_indices, const Tensor& positions,
+                                          const PagedKVCache& paged_kv_cache,
+                                          const PagedKVCache& kv_cache_sf, const Tensor& kv_indices,
+                                          const Tensor& kv_indptr, const Tensor& kv_last_page_len,
+                                          double k_scale, double v_scale,
+                                          std::string_view kv_layout = "NHD");
+
+/// As nvfp4_quantize_append_paged_kv_cache, each of the first slot_mapping.shape[0] rows to the
+/// flat slot page * page_size + entry (int32/int64; negative slots, and slots past the cache, are
+/// skipped).
+void nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
+    const Tensor& append_key, const Tensor& append_value, const Tensor& slot_mapping,
+    const PagedKVCache& paged_kv_cache, const PagedKVCache& kv_cache_sf,
+    ScalarOrTensor<double> k_scale, ScalarOrTensor<double> v_scale,
+    std::string_view kv_layout = "NHD");
 
 }  // namespace flashinfer

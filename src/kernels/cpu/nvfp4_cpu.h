@@ -11,5 +11,7 @@ void silu_and_mul_rows(const SiluMulParams& p);
 void gather_rows(const RowGatherParams& p);
 void nvfp4_kv_quantize(const Nvfp4KvParams& p);
 void nvfp4_kv_dequantize(const Nvfp4KvParams& p);
+void nvfp4_paged_append(const Nvfp4PagedAppendParams& p);
+void nvfp4_paged_dequantize(const Nvfp4PagedDequantParams& p);
 
 }  // namespace flashinfer::kernels::cpu
