@@ -27,6 +27,7 @@ void register_quant8_ops(OpRegistry& registry);
 void register_mla_ops(OpRegistry& registry);
 void register_nvfp4_ops(OpRegistry& registry);
 void register_nvfp4_paged_ops(OpRegistry& registry);
+void register_dit_norm_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -48,6 +49,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_mla_ops(registry);
   register_nvfp4_ops(registry);
   register_nvfp4_paged_ops(registry);
+  register_dit_norm_ops(registry);
 }
 
 }  // namespace flashinfer::detail
