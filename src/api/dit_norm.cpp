@@ -267,6 +267,10 @@ DitCase dit_case(const BenchShape& s, Device dev) {
   return c;
 }
 Value chunk(const DitCase& c, int64_t i) { return Value(c.temb.select(2, i)); }
+// The outputs are given (as engines pass them), so the written-argument checks see them.
+Value out(const DitCase& c, Device dev) {
+  return Value(Tensor::zeros({c.b, c.m, kHidden}, DType::kBFloat16, dev));
+}
 double dit_bytes(const DitCase& c, int64_t reads) {
   return static_cast<double>(reads + 2) * api::bench::nbytes({c.b, c.m, kHidden}, DType::kBFloat16);
 }
@@ -280,7 +284,9 @@ BenchCase bench_gamma_beta(const BenchShape& s, Device dev) {
            api::bench::random_tensor({kHidden}, DType::kFloat32, dev, s.random_seed + 3, 0.5, 1.5)),
        Value(api::bench::random_tensor({kHidden}, DType::kFloat32, dev, s.random_seed + 4))},
       {{"gate_bias", Value(api::bench::random_tensor({kHidden}, DType::kFloat32, dev,
-                                                     s.random_seed + 5, -0.1, 0.1))}});
+                                                     s.random_seed + 5, -0.1, 0.1))},
+       {"residual_out", out(d, dev)},
+       {"norm_out", out(d, dev)}});
   c.bytes = dit_bytes(d, 3);
   return c;
 }
@@ -291,16 +297,18 @@ BenchCase bench_gate_scale_shift(const BenchShape& s, Device dev) {
       "fused_dit_gate_residual_layernorm_scale_shift",
       {Value(d.input), Value(d.residual), chunk(d, 2), chunk(d, 4), chunk(d, 3)},
       {{"scale_bias", Value(api::bench::random_tensor({1, kHidden}, DType::kFloat32, dev,
-                                                      s.random_seed + 6, -0.1, 0.1))}});
+                                                      s.random_seed + 6, -0.1, 0.1))},
+       {"residual_out", out(d, dev)},
+       {"norm_out", out(d, dev)}});
   c.bytes = dit_bytes(d, 5);
   return c;
 }
 
 BenchCase bench_residual_scale_shift(const BenchShape& s, Device dev) {
   const DitCase d = dit_case(s, dev);
-  BenchCase c = api::bench::invoke_case("fused_dit_residual_layernorm_scale_shift",
-                                        {Value(d.input), chunk(d, 1), chunk(d, 0)},
-                                        {{"residual", Value(d.residual)}});
+  BenchCase c = api::bench::invoke_case(
+      "fused_dit_residual_layernorm_scale_shift", {Value(d.input), chunk(d, 1), chunk(d, 0)},
+      {{"residual", Value(d.residual)}, {"residual_out", out(d, dev)}, {"norm_out", out(d, dev)}});
   c.bytes = dit_bytes(d, 4);
   return c;
 }
