@@ -358,6 +358,22 @@ TEST(Nvfp4Kv, RoundTripAndFormula) {
   }
 }
 
+TEST(Nvfp4QuantizeDoShuffle, IsLinearQuantizeThenShuffles) {
+  // nvfp4_quantize(do_shuffle=True): linear-scale quantization, then shuffle_matrix_a on the data
+  // and shuffle_matrix_sf_a on the scales (reshaped to the linear scales' shape), as upstream.
+  Tensor a = rand_tensor({256, 128}, DType::kBFloat16, 77, -4, 4);
+  auto [q, sf] = nvfp4_quantize(a, f32({672}), SfLayout::layout_128x4, true);
+  auto [ql, sfl] = fp4_quantize(a, f32({672}), 16, false, false);
+  EXPECT_EQ(q.shape(), (Shape{256, 64}));
+  EXPECT_EQ(sf.shape(), (Shape{256, 8}));
+  EXPECT_EQ(bytes(q), bytes(shuffle_matrix_a(ql, 128)));
+  EXPECT_EQ(bytes(sf), bytes(shuffle_matrix_sf_a(sfl, 128)));
+  // Row 1 of the shuffled data is input row 4 (block 32: out row 8 * (i % 4) + i / 4 = 1 for
+  // i = 4).
+  const auto qb = bytes(q), lb = bytes(ql);
+  for (int64_t c = 0; c < 64; ++c) ASSERT_EQ(qb[64 + c], lb[4 * 64 + c]);
+}
+
 // ---- paged NVFP4 caches ----------------------------------------------------------------------
 
 TEST(Nvfp4QuantizePagedKvCache, MatchesFp4QuantizeAndVSwizzle) {
