@@ -96,8 +96,16 @@ BenchCase invoke_case(const std::string& name, std::vector<Value> positional,
     } else if (last->is_sequence()) {
       const auto& items = last->items();
       for (std::size_t i = 0; i < items.size(); ++i) {
+        const std::string name = "result[" + std::to_string(i) + "]";
         if (items[i].is_tensor()) {
-          out.emplace_back("result[" + std::to_string(i) + "]", host_copy(items[i].as_tensor()));
+          out.emplace_back(name, host_copy(items[i].as_tensor()));
+        } else if (items[i].is_sequence()) {  // a nested tuple of tensors
+          for (std::size_t j = 0; j < items[i].items().size(); ++j) {
+            if (items[i].items()[j].is_tensor()) {
+              out.emplace_back(name + "[" + std::to_string(j) + "]",
+                               host_copy(items[i].items()[j].as_tensor()));
+            }
+          }
         }
       }
     }

@@ -2,6 +2,8 @@
 // flashinfer.quantization.fp8_quantization): declarations, argument checks, dispatch.
 #include "flashinfer/ops/quantization.h"
 
+#include "flashinfer/ops/nvfp4.h"  // shuffle_matrix_a / shuffle_matrix_sf_a (do_shuffle)
+
 #include "api/arg_traits.h"
 #include "api/backends.h"
 #include "api/bench_support.h"
@@ -286,16 +288,35 @@ std::tuple<Tensor, Tensor> nvfp4_quantize(const Tensor& a, const Tensor& a_globa
         api::check_defined(a, op, "a");
         api::check_backend(op, backend, a.device());
         api::check_defined(a_global_sf, op, "a_global_sf");
-        FLASHINFER_CHECK_CODE(!do_shuffle, ErrorCode::kUnsupported, op, "do_shuffle",
-                              "trtllm-gen scale/weight shuffling is not available here");
         FLASHINFER_CHECK_CODE(!per_token_activation, ErrorCode::kUnsupported, op,
                               "per_token_activation",
                               "per-token NVFP4 activation scaling is not available here");
         FLASHINFER_CHECK(!expanded_idx_to_permuted_idx || !expanded_idx_to_permuted_idx->defined(),
                          op, "expanded_idx_to_permuted_idx",
                          "is only supported with per_token_activation=True");
-        return fp4_quantize_impl(op, a, a_global_sf, sf_vec_size, false, sfLayout, false,
-                                 enable_pdl);
+        if (!do_shuffle) {
+          return fp4_quantize_impl(op, a, a_global_sf, sf_vec_size, false, sfLayout, false,
+                                   enable_pdl);
+        }
+        // Upstream (fp4_quantization.py): assert sfLayout == layout_128x4, quantize with linear
+        // scales, then shuffle_matrix_a(a_fp4, 128) and shuffle_matrix_sf_a(a_sf, 128) reshaped
+        // to a_sf's shape (the trtllm-gen weight layout). The shuffles run on the host only.
+        FLASHINFER_CHECK(sfLayout == SfLayout::layout_128x4, op, "sfLayout",
+                         "do_shuffle requires SfLayout.layout_128x4");
+        FLASHINFER_CHECK_CODE(a.device().is_cpu(), ErrorCode::kUnsupported, op, "do_shuffle",
+                              "the trtllm-gen shuffles run on the CPU only here; got a tensor on ",
+                              a.device().str());
+        FLASHINFER_CHECK(a.dim() == 2 && a.size(0) % 128 == 0 && sf_vec_size > 0 &&
+                             a.size(1) % (4 * sf_vec_size) == 0,
+                         op, "a",
+                         "do_shuffle needs a 2-D [M, K] input with M % 128 == 0 and K a multiple "
+                         "of 4 * sf_vec_size (shuffle_matrix_sf_a's 128-row blocks of 4 scale "
+                         "columns), got shape ",
+                         shape_to_string(a.shape()));
+        auto [q, sf] = fp4_quantize_impl(op, a, a_global_sf, sf_vec_size, false,
+                                         SfLayout::layout_linear, false, enable_pdl);
+        Tensor sf_shuffled = shuffle_matrix_sf_a(sf, 128).reshape(sf.shape());
+        return std::tuple<Tensor, Tensor>{shuffle_matrix_a(q, 128), sf_shuffled};
       },
       a, a_global_sf, sfLayout, do_shuffle, sf_vec_size, enable_pdl, backend, per_token_activation,
       expanded_idx_to_permuted_idx);

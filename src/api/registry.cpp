@@ -31,6 +31,9 @@ void register_moe_routing_ops(OpRegistry& registry);
 void register_ragged_deepseek_ops(OpRegistry& registry);
 void register_fmha_v2_ops(OpRegistry& registry);
 void register_rope_quantize_ops(OpRegistry& registry);
+void register_nvfp4_ops(OpRegistry& registry);
+void register_nvfp4_paged_ops(OpRegistry& registry);
+void register_dit_norm_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -56,6 +59,9 @@ void register_builtin_ops(OpRegistry& registry) {
   register_ragged_deepseek_ops(registry);
   register_fmha_v2_ops(registry);
   register_rope_quantize_ops(registry);
+  register_nvfp4_ops(registry);
+  register_nvfp4_paged_ops(registry);
+  register_dit_norm_ops(registry);
 }
 
 }  // namespace flashinfer::detail

@@ -381,9 +381,17 @@ Outputs collect_outputs(const OpDecl& decl, const std::vector<Value>& args, cons
     out.emplace_back("result", host_copy(result.as_tensor()));
   } else if (result.is_sequence()) {
     for (std::size_t i = 0; i < result.items().size(); ++i) {
-      if (result.items()[i].is_tensor()) {
-        out.emplace_back("result[" + std::to_string(i) + "]",
-                         host_copy(result.items()[i].as_tensor()));
+      const Value& item = result.items()[i];
+      const std::string name = "result[" + std::to_string(i) + "]";
+      if (item.is_tensor()) {
+        out.emplace_back(name, host_copy(item.as_tensor()));
+      } else if (item.is_sequence()) {  // a nested tuple (nvfp4_quantize_paged_kv_cache)
+        for (std::size_t j = 0; j < item.items().size(); ++j) {
+          if (item.items()[j].is_tensor()) {
+            out.emplace_back(name + "[" + std::to_string(j) + "]",
+                             host_copy(item.items()[j].as_tensor()));
+          }
+        }
       }
     }
   }

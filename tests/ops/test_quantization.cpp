@@ -438,8 +438,9 @@ TEST(QuantizationBadInput, ErrorsNameOpAndArgument) {
                   "global_scale");
   EXPECT_FI_ERROR(fp4_quantize(x, gs, 16, false, true, false, false, std::nullopt, "triton"),
                   "fp4_quantize", "backend");
-  EXPECT_FI_ERROR(nvfp4_quantize(x, gs, SfLayout::layout_128x4, true), "nvfp4_quantize",
-                  "do_shuffle");
+  EXPECT_FI_ERROR(nvfp4_quantize(x, gs, SfLayout::layout_128x4, true), "nvfp4_quantize", "a");
+  EXPECT_FI_ERROR(nvfp4_quantize(x, gs, SfLayout::layout_linear, true), "nvfp4_quantize",
+                  "sfLayout");
   EXPECT_FI_ERROR(
       nvfp4_quantize(x, gs, SfLayout::layout_128x4, false, 16, std::nullopt, "cuda", true),
       "nvfp4_quantize", "per_token_activation");

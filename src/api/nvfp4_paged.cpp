@@ -1,0 +1,587 @@
+// NVFP4 paged KV caches: whole-cache quantization (fp4_quantization), paged dequantization and
+// the quantize-and-append ops (flashinfer.page): declarations, checks, dispatch. CPU reference
+// only (the backend tables list the CPU alone).
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "api/arg_traits.h"
+#include "api/attention_common.h"
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "api/kernel_table.h"
+#include "flashinfer/op_typed.h"
+#include "flashinfer/ops/nvfp4.h"
+#include "flashinfer/ops/quantization.h"
+#include "kernels/cpu/nvfp4_cpu.h"
+
+namespace flashinfer {
+namespace {
+
+constexpr const char* kFp4Module = "flashinfer.quantization.fp4_quantization";
+constexpr const char* kPageModule = "flashinfer.page";
+
+using api::KernelEntry;
+using api::LaunchContext;
+
+constexpr KernelEntry<kernels::Nvfp4PagedAppendParams> kAppendKernels[] = {
+    {DeviceType::kCPU, "CPU reference (host only)", nullptr,
+     [](const kernels::Nvfp4PagedAppendParams& p, const LaunchContext&) {
+       kernels::cpu::nvfp4_paged_append(p);
+     }},
+};
+constexpr KernelEntry<kernels::Nvfp4PagedDequantParams> kPagedDequantKernels[] = {
+    {DeviceType::kCPU, "CPU reference (host only)", nullptr,
+     [](const kernels::Nvfp4PagedDequantParams& p, const LaunchContext&) {
+       kernels::cpu::nvfp4_paged_dequantize(p);
+     }},
+};
+// nvfp4_quantize_paged_kv_cache composes host-side tensor work with fp4_quantize; its entry
+// only decides the device (the CPU).
+struct HostOnly {
+  int unused = 0;
+};
+constexpr KernelEntry<HostOnly> kHostKernels[] = {
+    {DeviceType::kCPU, "CPU reference (host only): fp4_quantize + layout transforms", nullptr,
+     [](const HostOnly&, const LaunchContext&) {}},
+};
+
+// An int32/int64 index tensor as host int64 values.
+std::vector<int64_t> host_indices(const Tensor& t, const char* op, const char* arg) {
+  api::check_defined(t, op, arg);
+  api::check_dtype_in(t, {DType::kInt32, DType::kInt64}, op, arg);
+  const Tensor c = t.to(Device::cpu()).to(DType::kInt64).contiguous();
+  return std::vector<int64_t>(c.data<int64_t>(), c.data<int64_t>() + c.numel());
+}
+
+// A global decode scale: a positive finite number or a one-element fp32 tensor holding one.
+float decode_scale(const ScalarOrTensor<double>& s, const char* op, const char* arg) {
+  double v = s.scalar();
+  if (s.is_tensor()) {
+    const Tensor& t = s.tensor();
+    FLASHINFER_CHECK(t.numel() == 1, op, arg, "must have exactly one element, got ", t.numel());
+    api::check_dtype_in(t, {DType::kFloat32}, op, arg);
+    v = t.to(Device::cpu()).item();
+  }
+  FLASHINFER_CHECK(std::isfinite(v) && v > 0.0, op, arg,
+                   "must be a positive finite global decode scale, got ", v);
+  return static_cast<float>(v);
+}
+
+// K/V views [pages, page_size, H, D'] of a packed cache or its scale cache (any last stride).
+std::pair<Tensor, Tensor> cache_views(const PagedKVCache& c, bool hnd, const char* op,
+                                      const char* arg) {
+  Tensor k, v;
+  if (c.is_pair()) {
+    k = c.first();
+    v = c.second();
+    api::check_defined(k, op, arg);
+    api::check_defined(v, op, arg);
+    FLASHINFER_CHECK(k.dim() == 4 && v.dim() == 4, op, arg, "(k, v) must be 4-D, got ",
+                     shape_to_string(k.shape()), " and ", shape_to_string(v.shape()));
+  } else {
+    const Tensor& kv = c.first();
+    api::check_defined(kv, op, arg);
+    FLASHINFER_CHECK(kv.dim() == 5 && kv.size(1) == 2, op, arg,
+                     "expected a 5-D tensor [pages, 2, ...] or a (k, v) pair, got shape ",
+                     shape_to_string(kv.shape()));
+    k = kv.select(1, 0);
+    v = kv.select(1, 1);
+  }
+  FLASHINFER_CHECK(k.device() == v.device(), op, arg, "k and v are on different devices");
+  if (hnd) {
+    k = k.permute({0, 2, 1, 3});
+    v = v.permute({0, 2, 1, 3});
+  }
+  return {k, v};
+}
+
+// The packed caches (uint8) and scale caches (e4m3) of the append ops, checked against
+// [*, H, head_dim] rows.
+struct AppendCaches {
+  Tensor k, v, ks, vs;
+};
+AppendCaches append_caches(const PagedKVCache& cache, const PagedKVCache& sf,
+                           const Tensor& append_key, const Tensor& append_value, bool hnd,
+                           const char* op) {
+  AppendCaches c;
+  std::tie(c.k, c.v) = api::paged_cache_views(cache, hnd, op, "paged_kv_cache");
+  std::tie(c.ks, c.vs) = cache_views(sf, hnd, op, "kv_cache_sf");
+  for (const auto& [t, arg] :
+       {std::pair{&append_key, "append_key"}, std::pair{&append_value, "append_value"}}) {
+    api::check_defined(*t, op, arg);
+    api::check_dim(*t, {3}, op, arg);
+    api::check_dtype_in(*t, {DType::kFloat16, DType::kBFloat16}, op, arg);
+    FLASHINFER_CHECK(t->stride(2) == 1, op, arg, "the head_dim axis must be contiguous");
+    api::check_same_device(*t, c.k, op, arg, "paged_kv_cache");
+  }
+  api::check_same_dtype(append_value, append_key, op, "append_value", "append_key");
+  const int64_t h = append_key.size(1), d = append_key.size(2);
+  FLASHINFER_CHECK(d % 16 == 0, op, "append_key", "head_dim ", d, " must be a multiple of 16");
+  FLASHINFER_CHECK(append_value.size(1) == h && append_value.size(2) == d, op, "append_value",
+                   "shape ", shape_to_string(append_value.shape()), " does not match append_key's ",
+                   shape_to_string(append_key.shape()));
+  for (const auto& [t, arg] :
+       {std::pair{&c.k, "paged_kv_cache"}, std::pair{&c.v, "paged_kv_cache"}}) {
+    FLASHINFER_CHECK(t->dtype() == DType::kUInt8, op, arg,
+                     "NVFP4 paged K/V cache tensors must have dtype torch.uint8");
+    FLASHINFER_CHECK(t->size(2) == h && t->size(3) == d / 2, op, arg, "holds [", t->size(2), ", ",
+                     t->size(3), "] per token, expected [", h, ", ", d / 2, "]");
+  }
+  for (const Tensor* t : {&c.ks, &c.vs}) {
+    FLASHINFER_CHECK(t->dtype() == DType::kFloat8E4M3FN, op, "kv_cache_sf",
+                     "NVFP4 scale cache tensors must have dtype torch.float8_e4m3fn");
+    FLASHINFER_CHECK(t->size(0) == c.k.size(0) && t->size(1) == c.k.size(1) && t->size(2) == h &&
+                         t->size(3) == d / 16,
+                     op, "kv_cache_sf", "shape ", shape_to_string(t->shape()),
+                     " does not match the packed cache (last dimension head_dim / 16 = ", d / 16,
+                     ")");
+    api::check_same_device(*t, c.k, op, "kv_cache_sf", "paged_kv_cache");
+  }
+  return c;
+}
+
+void run_append(const AppendCaches& c, const Tensor& key, const Tensor& value,
+                const std::vector<int64_t>& page, const std::vector<int64_t>& entry, float ks,
+                float vs, const char* op) {
+  kernels::Nvfp4PagedAppendParams p;
+  p.key = key.data_ptr();
+  p.value = value.data_ptr();
+  p.dtype = key.dtype();
+  p.nnz = static_cast<int64_t>(page.size());
+  p.heads = key.size(1);
+  p.head_dim = key.size(2);
+  p.k_stride_n = key.stride(0);
+  p.k_stride_h = key.stride(1);
+  p.v_stride_n = value.stride(0);
+  p.v_stride_h = value.stride(1);
+  p.page = page.data();
+  p.entry = entry.data();
+  p.k_cache = static_cast<uint8_t*>(c.k.data_ptr());
+  p.v_cache = static_cast<uint8_t*>(c.v.data_ptr());
+  p.k_sf = static_cast<uint8_t*>(c.ks.data_ptr());
+  p.v_sf = static_cast<uint8_t*>(c.vs.data_ptr());
+  for (int i = 0; i < 3; ++i) {
+    p.kc_stride[i] = c.k.stride(i);
+    p.vc_stride[i] = c.v.stride(i);
+    p.ks_stride[i] = c.ks.stride(i);
+    p.vs_stride[i] = c.vs.stride(i);
+  }
+  FLASHINFER_CHECK(c.ks.stride(3) == 1 && c.vs.stride(3) == 1, op, "kv_cache_sf",
+                   "the scale axis must be contiguous");
+  p.k_scale = ks;
+  p.v_scale = vs;
+  api::launch(kAppendKernels, p, c.k.device(), op, "paged_kv_cache");
+}
+
+}  // namespace
+
+std::tuple<std::tuple<Tensor, Tensor>, std::tuple<Tensor, Tensor>, double, double>
+nvfp4_quantize_paged_kv_cache(const Tensor& k_cache, const Tensor& v_cache,
+                              std::string_view kv_layout, std::optional<Tensor> k_global_sf,
+                              std::optional<Tensor> v_global_sf) {
+  return call_op<&nvfp4_quantize_paged_kv_cache>(
+      [&]() -> std::tuple<std::tuple<Tensor, Tensor>, std::tuple<Tensor, Tensor>, double, double> {
+        const char* op = "nvfp4_quantize_paged_kv_cache";
+        const bool hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
+        for (const auto& [t, arg] :
+             {std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"}}) {
+          api::check_defined(*t, op, arg);
+          api::check_dim(*t, {4}, op, arg);
+          api::check_dtype_in(*t, {DType::kFloat16, DType::kBFloat16}, op, arg);
+          api::check_non_empty(*t, op, arg);
+        }
+        api::check_shape_eq(v_cache, k_cache.shape(), op, "v_cache");
+        api::check_same_device(v_cache, k_cache, op, "v_cache", "k_cache");
+        api::launch(kHostKernels, HostOnly{}, k_cache.device(), op, "k_cache");
+        const int64_t pages = k_cache.size(0), heads = hnd ? k_cache.size(1) : k_cache.size(2);
+        const int64_t page_size = hnd ? k_cache.size(2) : k_cache.size(1), d = k_cache.size(3);
+        FLASHINFER_CHECK(d % 16 == 0, op, "k_cache", "head_dim ", d, " must be a multiple of 16");
+        // Upstream: float32 tensor [448 / max(amax, 1e-12)], amax = cache.float().abs().amax().
+        auto global_sf = [&](const std::optional<Tensor>& given, const Tensor& cache,
+                             const char* arg) {
+          if (given && given->defined()) {
+            FLASHINFER_CHECK(given->numel() == 1, op, arg, "expected a one-element tensor, got ",
+                             shape_to_string(given->shape()));
+            api::check_dtype_in(*given, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op,
+                                arg);
+            return given->to(DType::kFloat32).reshape({1});
+          }
+          const Tensor f = cache.to(DType::kFloat32).contiguous();
+          float amax = 0.0f;
+          for (int64_t i = 0; i < f.numel(); ++i) {
+            amax = std::fmax(amax, std::fabs(f.data<float>()[i]));
+          }
+          const double gs = 448.0 / std::max(static_cast<double>(amax), 1e-12);
+          return Tensor::full({1}, static_cast<float>(gs), DType::kFloat32);
+        };
+        const Tensor kgs = global_sf(k_global_sf, k_cache, "k_global_sf");
+        const Tensor vgs = global_sf(v_global_sf, v_cache, "v_global_sf");
+        FLASHINFER_CHECK(page_size % 4 == 0 && d % 64 == 0, op, "k_cache",
+                         "V-scale swizzling requires page_size % 4 == 0 and head_dim % 64 == 0, "
+                         "got page_size=",
+                         page_size, ", head_dim=", d);
+        auto [kq, ksf] = fp4_quantize(k_cache.reshape({-1, d}), kgs, 16, false, false);
+        auto [vq, vsf] = fp4_quantize(v_cache.reshape({-1, d}), vgs, 16, false, false);
+        const int64_t sd = d / 16;
+        const Shape fp4_shape =
+            hnd ? Shape{pages, heads, page_size, d / 2} : Shape{pages, page_size, heads, d / 2};
+        const Shape sf_shape =
+            hnd ? Shape{pages, heads, page_size, sd} : Shape{pages, page_size, heads, sd};
+        // The scale bytes as float8_e4m3fn (upstream's .view(torch.float8_e4m3fn)).
+        auto as_e4m3 = [](const Tensor& u8, const Shape& shape) {
+          Tensor t = Tensor::empty(shape, DType::kFloat8E4M3FN);
+          std::memcpy(t.data_ptr(), u8.contiguous().data_ptr(), static_cast<size_t>(t.numel()));
+          return t;
+        };
+        Tensor k_sf = as_e4m3(ksf, sf_shape);
+        Tensor v_lin = as_e4m3(vsf, sf_shape);
+        // V scales: tokens interleaved by groups of 4 within each [page_size, D/16] tile.
+        const Tensor v_sw = hnd ? v_lin.view({pages, heads, page_size / 4, 4, 4, sd / 4})
+                                      .permute({0, 1, 2, 4, 5, 3})
+                                      .contiguous()
+                                      .view(sf_shape)
+                                : v_lin.view({pages, page_size / 4, 4, heads, 4, sd / 4})
+                                      .permute({0, 1, 4, 3, 5, 2})
+                                      .contiguous()
+                                      .view(sf_shape);
+        // 1 / global_sf as a float32 quotient (upstream: (1.0 / k_global_sf).item()).
+        const double k_ret = static_cast<double>(1.0f / kgs.data<float>()[0]);
+        const double v_ret = static_cast<double>(1.0f / vgs.data<float>()[0]);
+        return {std::tuple{kq.reshape(fp4_shape), vq.reshape(fp4_shape)}, std::tuple{k_sf, v_sw},
+                k_ret, v_ret};
+      },
+      k_cache, v_cache, kv_layout, k_global_sf, v_global_sf);
+}
+
+void nvfp4_kv_dequantize_paged(const PagedKVCache& paged_kv_cache, const PagedKVCache& kv_cache_sf,
+                               const Tensor& block_tables, const Tensor& seq_lens,
+                               ScalarOrTensor<double> k_scale, ScalarOrTensor<double> v_scale,
+                               const Tensor& output_k, const Tensor& output_v,
+                               std::string_view kv_layout) {
+  call_op<&nvfp4_kv_dequantize_paged>(
+      [&] {
+        const char* op = "nvfp4_kv_dequantize_paged";
+        const bool hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
+        auto [k, v] = cache_views(paged_kv_cache, hnd, op, "paged_kv_cache");
+        auto [ks, vs] = cache_views(kv_cache_sf, hnd, op, "kv_cache_sf");
+        const float kscale = decode_scale(k_scale, op, "k_scale");
+        const float vscale = decode_scale(v_scale, op, "v_scale");
+        for (const auto& [t, arg] :
+             {std::pair{&output_k, "output_k"}, std::pair{&output_v, "output_v"}}) {
+          api::check_defined(*t, op, arg);
+          api::check_dim(*t, {4}, op, arg);
+          api::check_dtype_in(*t, {DType::kBFloat16, DType::kFloat16}, op, arg);
+          api::check_same_device(*t, k, op, arg, "paged_kv_cache");
+        }
+        api::check_same_dtype(output_v, output_k, op, "output_v", "output_k");
+        const int64_t batch = output_k.size(0), max_len = output_k.size(1),
+                      heads = output_k.size(2);
+        FLASHINFER_CHECK(
+            output_v.size(0) == batch && output_v.size(1) == max_len && output_v.size(2) == heads,
+            op, "output_v", "shape ", shape_to_string(output_v.shape()),
+            " does not match output_k's ", shape_to_string(output_k.shape()));
+        const Tensor* caches[2] = {&k, &v};
+        const Tensor* scales[2] = {&ks, &vs};
+        const Tensor* outs[2] = {&output_k, &output_v};
+        for (int i = 0; i < 2; ++i) {
+          const Tensor& c = *caches[i];
+          const Tensor& s = *scales[i];
+          const int64_t d = outs[i]->size(3);
+          FLASHINFER_CHECK(c.dtype() == DType::kUInt8, op, "paged_kv_cache",
+                           "must be torch.uint8 (packed e2m1)");
+          FLASHINFER_CHECK(c.size(2) == heads && c.size(3) * 2 == d && d % 16 == 0, op,
+                           "paged_kv_cache", "holds [", c.size(2), ", ", c.size(3),
+                           "] per token; the output expects [", heads, ", ", d / 2, "]");
+          api::check_dtype_in(s, {DType::kFloat8E4M3FN, DType::kUInt8}, op, "kv_cache_sf");
+          FLASHINFER_CHECK(s.size(0) == c.size(0) && s.size(1) == c.size(1) && s.size(2) == heads &&
+                               s.size(3) * 16 == d,
+                           op, "kv_cache_sf", "shape ", shape_to_string(s.shape()),
+                           " does not match the packed cache");
+          api::check_same_device(s, c, op, "kv_cache_sf", "paged_kv_cache");
+        }
+        const int64_t pages = k.size(0), page_size = k.size(1);
+        api::check_dim(block_tables, {2}, op, "block_tables");
+        FLASHINFER_CHECK(block_tables.size(0) == batch, op, "block_tables", "has ",
+                         block_tables.size(0), " rows, the output batch is ", batch);
+        const int64_t cols = block_tables.size(1);
+        const std::vector<int64_t> table = host_indices(block_tables, op, "block_tables");
+        api::check_dtype_in(seq_lens, {DType::kInt32}, op, "seq_lens");
+        const std::vector<int64_t> lens = host_indices(seq_lens, op, "seq_lens");
+        FLASHINFER_CHECK(static_cast<int64_t>(lens.size()) == batch, op, "seq_lens", "has ",
+                         lens.size(), " elements, the output batch is ", batch);
+        if (batch == 0 || max_len == 0 || heads == 0) return;
+        FLASHINFER_CHECK(cols * page_size >= max_len, op, "block_tables",
+                         "block_tables column count insufficient: ", cols, " pages of ", page_size,
+                         " tokens cannot cover max_seq_len ", max_len);
+        for (int64_t b = 0; b < batch; ++b) {
+          FLASHINFER_CHECK(lens[b] >= 0 && lens[b] <= max_len, op, "seq_lens", "element ", b, " (",
+                           lens[b], ") is outside [0, max_seq_len=", max_len, "]");
+          for (int64_t j = 0; j < (lens[b] + page_size - 1) / page_size; ++j) {
+            const int64_t pg = table[b * cols + j];
+            FLASHINFER_CHECK(pg >= 0 && pg < pages, op, "block_tables", "page ", pg, " (request ",
+                             b, ", column ", j, ") is outside the cache's ", pages, " pages");
+          }
+        }
+        kernels::Nvfp4PagedDequantParams p;
+        for (int i = 0; i < 2; ++i) {
+          p.cache[i] = static_cast<const uint8_t*>(caches[i]->data_ptr());
+          p.sf[i] = static_cast<const uint8_t*>(scales[i]->data_ptr());
+          for (int j = 0; j < 4; ++j) {
+            p.cache_stride[i][j] = caches[i]->stride(j);
+            p.sf_stride[i][j] = scales[i]->stride(j);
+            p.out_stride[i][j] = outs[i]->stride(j);
+          }
+          p.head_dim[i] = outs[i]->size(3);
+          p.out[i] = outs[i]->data_ptr();
+        }
+        p.scale[0] = kscale;
+        p.scale[1] = vscale;
+        p.out_dtype = output_k.dtype();
+        p.batch = batch;
+        p.heads = heads;
+        p.page_size = page_size;
+        p.table_cols = cols;
+        p.block_table = table.data();
+        p.seq_lens = lens.data();
+        api::launch(kPagedDequantKernels, p, k.device(), op, "paged_kv_cache");
+      },
+      paged_kv_cache, kv_cache_sf, block_tables, seq_lens, k_scale, v_scale, output_k, output_v,
+      kv_layout);
+}
+
+void nvfp4_quantize_append_paged_kv_cache(const Tensor& append_key, const Tensor& append_value,
+                                          const Tensor& batch_indices, const Tensor& positions,
+                                          const PagedKVCache& paged_kv_cache,
+                                          const PagedKVCache& kv_cache_sf, const Tensor& kv_indices,
+                                          const Tensor& kv_indptr, const Tensor& kv_last_page_len,
+                                          double k_scale, double v_scale,
+                                          std::string_view kv_layout) {
+  call_op<&nvfp4_quantize_append_paged_kv_cache>(
+      [&] {
+        const char* op = "nvfp4_quantize_append_paged_kv_cache";
+        const bool hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
+        const AppendCaches c =
+            append_caches(paged_kv_cache, kv_cache_sf, append_key, append_value, hnd, op);
+        const float ks = decode_scale(k_scale, op, "k_scale");
+        const float vs = decode_scale(v_scale, op, "v_scale");
+        const int64_t nnz = append_key.size(0);
+        FLASHINFER_CHECK(append_value.size(0) == nnz, op, "append_value", "has ",
+                         append_value.size(0), " rows, append_key has ", nnz);
+        detail::WrapperState s;
+        const int64_t page_size = c.k.size(1);
+        const api::AppendTargets t =
+            api::load_append_targets(s, batch_indices, positions, kv_indices, kv_indptr,
+                                     kv_last_page_len, c.k.size(0), page_size, nnz, op);
+        std::vector<int64_t> page(static_cast<size_t>(nnz)), entry(page.size());
+        for (int64_t i = 0; i < nnz; ++i) {
+          const int64_t flat =
+              static_cast<int64_t>(s.kv_indptr[t.batch_indices[i]]) * page_size + t.positions[i];
+          page[i] = s.kv_indices[flat / page_size];
+          entry[i] = flat % page_size;
+        }
+        if (nnz == 0) return;
+        run_append(c, append_key, append_value, page, entry, ks, vs, op);
+      },
+      append_key, append_value, batch_indices, positions, paged_kv_cache, kv_cache_sf, kv_indices,
+      kv_indptr, kv_last_page_len, k_scale, v_scale, kv_layout);
+}
+
+void nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
+    const Tensor& append_key, const Tensor& append_value, const Tensor& slot_mapping,
+    const PagedKVCache& paged_kv_cache, const PagedKVCache& kv_cache_sf,
+    ScalarOrTensor<double> k_scale, ScalarOrTensor<double> v_scale, std::string_view kv_layout) {
+  call_op<&nvfp4_quantize_append_paged_kv_cache_with_slot_mapping>(
+      [&] {
+        const char* op = "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping";
+        const bool hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
+        const AppendCaches c =
+            append_caches(paged_kv_cache, kv_cache_sf, append_key, append_value, hnd, op);
+        api::check_dim(slot_mapping, {1}, op, "slot_mapping");
+        const std::vector<int64_t> slots = host_indices(slot_mapping, op, "slot_mapping");
+        const auto nnz = static_cast<int64_t>(slots.size());
+        FLASHINFER_CHECK(append_key.size(0) >= nnz && append_value.size(0) >= nnz, op,
+                         append_key.size(0) < nnz ? "append_key" : "append_value",
+                         "append_key and append_value must have at least slot_mapping.shape[0] (",
+                         nnz, ") rows");
+        const float ks = decode_scale(k_scale, op, "k_scale");
+        const float vs = decode_scale(v_scale, op, "v_scale");
+        const int64_t page_size = c.k.size(1), slots_total = c.k.size(0) * page_size;
+        std::vector<int64_t> page(static_cast<size_t>(nnz)), entry(page.size());
+        for (int64_t i = 0; i < nnz; ++i) {
+          // Negative slots are padding; slots past the cache are skipped, as upstream's kernel.
+          const bool skip = slots[i] < 0 || slots[i] >= slots_total;
+          page[i] = skip ? -1 : slots[i] / page_size;
+          entry[i] = skip ? 0 : slots[i] % page_size;
+        }
+        if (nnz == 0) return;
+        run_append(c, append_key, append_value, page, entry, ks, vs, op);
+      },
+      append_key, append_value, slot_mapping, paged_kv_cache, kv_cache_sf, k_scale, v_scale,
+      kv_layout);
+}
+
+namespace {
+
+// Bench hooks: batch_size requests of s_kv tokens in an NHD cache of page_size pages,
+// num_kv_heads heads of head_dim_qk (rounded up to 64) dims; bf16 inputs.
+struct PagedShape {
+  int64_t batch, len, ps, pages_per_req, heads, d;
+};
+PagedShape paged_shape(const BenchShape& s) {
+  PagedShape g;
+  g.batch = s.batch_size;
+  g.len = s.s_kv;
+  g.ps = (s.page_size + 3) / 4 * 4;
+  g.pages_per_req = (g.len + g.ps - 1) / g.ps;
+  g.heads = s.num_kv_heads;
+  g.d = (s.head_dim_qk + 63) / 64 * 64;
+  return g;
+}
+DType bench_dtype(const BenchShape& s) {
+  return s.kv_dtype == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
+}
+Tensor bench_bytes(const Shape& shape, Device dev, uint64_t seed, double lo, double hi,
+                   DType dt = DType::kUInt8) {
+  Tensor b = api::bench::random_tensor(shape, DType::kFloat32, Device::cpu(), seed, lo, hi)
+                 .to(DType::kUInt8);
+  if (dt != DType::kUInt8) {
+    Tensor t = Tensor::empty(shape, dt);
+    std::memcpy(t.data_ptr(), b.data_ptr(), static_cast<size_t>(b.numel()));
+    b = t;
+  }
+  return b.to(dev);
+}
+
+BenchCase bench_quantize_paged(const BenchShape& s, Device dev) {
+  const PagedShape g = paged_shape(s);
+  const Shape shape{g.batch * g.pages_per_req, g.ps, g.heads, g.d};
+  const DType dt = bench_dtype(s);
+  BenchCase c = api::bench::invoke_case(
+      "nvfp4_quantize_paged_kv_cache",
+      {Value(api::bench::random_tensor(shape, dt, dev, s.random_seed, -4, 4)),
+       Value(api::bench::random_tensor(shape, dt, dev, s.random_seed + 1, -4, 4)), Value("NHD")});
+  const double n = 2.0 * static_cast<double>(g.batch * g.pages_per_req * g.ps * g.heads * g.d);
+  c.bytes = n * 2.0 + n / 2.0 + n / 16.0;
+  return c;
+}
+
+BenchCase bench_dequantize_paged(const BenchShape& s, Device dev) {
+  const PagedShape g = paged_shape(s);
+  const int64_t pages = g.batch * g.pages_per_req;
+  const DType dt = bench_dtype(s);
+  std::vector<int64_t> table, lens;
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t j = 0; j < g.pages_per_req; ++j) table.push_back(b * g.pages_per_req + j);
+    lens.push_back(g.len - b % 2);
+  }
+  const Tensor bt =
+      api::bench::int32_tensor(table, Device::cpu()).reshape({g.batch, g.pages_per_req}).to(dev);
+  const Shape out{g.batch, g.len, g.heads, g.d};
+  BenchCase c = api::bench::invoke_case(
+      "nvfp4_kv_dequantize_paged",
+      {Value::tuple(
+           {Value(bench_bytes({pages, g.ps, g.heads, g.d / 2}, dev, s.random_seed, 0, 256)),
+            Value(bench_bytes({pages, g.ps, g.heads, g.d / 2}, dev, s.random_seed + 1, 0, 256))}),
+       Value::tuple({Value(bench_bytes({pages, g.ps, g.heads, g.d / 16}, dev, s.random_seed + 2, 40,
+                                       60, DType::kFloat8E4M3FN)),
+                     Value(bench_bytes({pages, g.ps, g.heads, g.d / 16}, dev, s.random_seed + 3, 40,
+                                       60, DType::kFloat8E4M3FN))}),
+       Value(bt), Value(api::bench::int32_tensor(lens, dev)), Value(0.5), Value(0.25),
+       Value(Tensor::zeros(out, dt, dev)), Value(Tensor::zeros(out, dt, dev))});
+  const double n = 2.0 * static_cast<double>(g.batch * g.len * g.heads * g.d);
+  c.bytes = n / 2.0 + n / 16.0 + 2.0 * n;
+  return c;
+}
+
+// The last s_qo tokens of each request appended (again), as append_paged_kv_cache's bench.
+BenchCase bench_append(const BenchShape& s, Device dev, bool slots) {
+  const PagedShape g = paged_shape(s);
+  const int64_t pages = g.batch * g.pages_per_req;
+  const int64_t q = std::min(s.s_qo, g.len);
+  const int64_t nnz = g.batch * q;
+  const DType dt = bench_dtype(s);
+  std::vector<int64_t> bi, pos, indptr{0}, indices, last, slot;
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t j = 0; j < g.pages_per_req; ++j) indices.push_back(b * g.pages_per_req + j);
+    indptr.push_back((b + 1) * g.pages_per_req);
+    last.push_back(g.len - (g.pages_per_req - 1) * g.ps);
+    for (int64_t i = 0; i < q; ++i) {
+      bi.push_back(b);
+      pos.push_back(g.len - q + i);
+      slot.push_back(b * g.pages_per_req * g.ps + g.len - q + i);
+    }
+  }
+  const Shape kv{nnz, g.heads, g.d};
+  const Value cache =
+      Value::tuple({Value(Tensor::zeros({pages, g.ps, g.heads, g.d / 2}, DType::kUInt8, dev)),
+                    Value(Tensor::zeros({pages, g.ps, g.heads, g.d / 2}, DType::kUInt8, dev))});
+  const Value sf = Value::tuple(
+      {Value(Tensor::zeros({pages, g.ps, g.heads, g.d / 16}, DType::kFloat8E4M3FN, dev)),
+       Value(Tensor::zeros({pages, g.ps, g.heads, g.d / 16}, DType::kFloat8E4M3FN, dev))});
+  const Value key(api::bench::random_tensor(kv, dt, dev, s.random_seed, -4, 4));
+  const Value value(api::bench::random_tensor(kv, dt, dev, s.random_seed + 1, -4, 4));
+  BenchCase c =
+      slots ? api::bench::invoke_case("nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
+                                      {key, value, Value(api::bench::int32_tensor(slot, dev)),
+                                       cache, sf, Value(0.01), Value(0.02)})
+            : api::bench::invoke_case(
+                  "nvfp4_quantize_append_paged_kv_cache",
+                  {key, value, Value(api::bench::int32_tensor(bi, dev)),
+                   Value(api::bench::int32_tensor(pos, dev)), cache, sf,
+                   Value(api::bench::int32_tensor(indices, dev)),
+                   Value(api::bench::int32_tensor(indptr, dev)),
+                   Value(api::bench::int32_tensor(last, dev)), Value(0.01), Value(0.02)});
+  const double n = 2.0 * static_cast<double>(nnz * g.heads * g.d);
+  c.bytes = n * 2.0 + n / 2.0 + n / 16.0;
+  return c;
+}
+
+}  // namespace
+
+namespace detail {
+void register_nvfp4_paged_ops(OpRegistry& r) {
+  declare<&nvfp4_quantize_paged_kv_cache>(
+      r,
+      {.name = "nvfp4_quantize_paged_kv_cache",
+       .module = kFp4Module,
+       .summary = "Quantize whole paged K/V caches to NVFP4 (linear K scales, 4-token V swizzle)",
+       .returns = "Tuple[Tuple[Tensor, Tensor], Tuple[Tensor, Tensor], float, float]"},
+      "k_cache", "v_cache", arg("kv_layout", "HND"), "k_global_sf", "v_global_sf");
+  declare<&nvfp4_kv_dequantize_paged>(
+      r,
+      {.name = "nvfp4_kv_dequantize_paged",
+       .module = kFp4Module,
+       .summary = "Dequantize a paged NVFP4 KV cache into dense K/V through a block table"},
+      "paged_kv_cache", "kv_cache_sf", "block_tables", "seq_lens", "k_scale", "v_scale",
+      arg("output_k").mut(), arg("output_v").mut(), arg("kv_layout", "NHD"));
+  declare<&nvfp4_quantize_append_paged_kv_cache>(
+      r,
+      {.name = "nvfp4_quantize_append_paged_kv_cache",
+       .module = kPageModule,
+       .summary = "Quantize K/V rows to NVFP4 and append them into a paged cache"},
+      "append_key", "append_value", "batch_indices", "positions", arg("paged_kv_cache").mut(),
+      arg("kv_cache_sf").mut(), "kv_indices", "kv_indptr", "kv_last_page_len", "k_scale", "v_scale",
+      arg("kv_layout", "NHD"));
+  declare<&nvfp4_quantize_append_paged_kv_cache_with_slot_mapping>(
+      r,
+      {.name = "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
+       .module = kPageModule,
+       .summary = "Quantize K/V rows to NVFP4 and write them at flat cache slots"},
+      "append_key", "append_value", "slot_mapping", arg("paged_kv_cache").mut(),
+      arg("kv_cache_sf").mut(), "k_scale", "v_scale", arg("kv_layout", "NHD"));
+  api::register_backends("nvfp4_quantize_paged_kv_cache", kHostKernels);
+  api::register_backends("nvfp4_kv_dequantize_paged", kPagedDequantKernels);
+  api::register_backends("nvfp4_quantize_append_paged_kv_cache", kAppendKernels);
+  api::register_backends("nvfp4_quantize_append_paged_kv_cache_with_slot_mapping", kAppendKernels);
+  register_bench_hook("nvfp4_quantize_paged_kv_cache", bench_quantize_paged);
+  register_bench_hook("nvfp4_kv_dequantize_paged", bench_dequantize_paged);
+  register_bench_hook("nvfp4_quantize_append_paged_kv_cache",
+                      [](const BenchShape& s, Device d) { return bench_append(s, d, false); });
+  register_bench_hook("nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
+                      [](const BenchShape& s, Device d) { return bench_append(s, d, true); });
+}
+}  // namespace detail
+
+}  // namespace flashinfer
