@@ -1,7 +1,8 @@
 // CPU throughput of the block-scaled, MX and low-latency FP8 GEMMs at a decode size (m = 16) and
 // a prefill size (m = 512), n = k = 2048 (DeepSeek-style 1x128 / 128x128 scales). Reports FLOP/s
-// (2 m n k per call). The CPU path decodes both operands to fp32 and multiplies with OpenBLAS
-// sgemm (per 128-wide K block where there are block scales).
+// (2 m n k per call, over wall time: OpenBLAS runs its own threads). The CPU path decodes both
+// operands to fp32 and multiplies with OpenBLAS sgemm (per 128-wide K block where there are block
+// scales).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -44,7 +45,7 @@ void BM_GemmFp8NtGroupwise(benchmark::State& state) {
   }
   report(state, m, kN, kK);
 }
-BENCHMARK(BM_GemmFp8NtGroupwise)->Arg(16)->Arg(512)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GemmFp8NtGroupwise)->Arg(16)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_MmFp8(benchmark::State& state) {
   const int64_t m = state.range(0);
@@ -55,7 +56,7 @@ void BM_MmFp8(benchmark::State& state) {
   for (auto _ : state) mm_fp8(a, w, alpha, DType::kBFloat16, out);
   report(state, m, kN, kK);
 }
-BENCHMARK(BM_MmFp8)->Arg(16)->Arg(512)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MmFp8)->Arg(16)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_MmMxfp8(benchmark::State& state) {
   const int64_t m = state.range(0);
@@ -65,7 +66,7 @@ void BM_MmMxfp8(benchmark::State& state) {
   for (auto _ : state) mm_mxfp8(a, w.transpose(0, 1), sa, sb, out);
   report(state, m, kN, kK);
 }
-BENCHMARK(BM_MmMxfp8)->Arg(16)->Arg(512)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MmMxfp8)->Arg(16)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_Fp8BlockscaleGemmSm90Bf16Input(benchmark::State& state) {
   const int64_t m = state.range(0);
@@ -75,6 +76,10 @@ void BM_Fp8BlockscaleGemmSm90Bf16Input(benchmark::State& state) {
   for (auto _ : state) fp8_blockscale_gemm_sm90(x, w, std::nullopt, sw, out);
   report(state, m, kN, kK);
 }
-BENCHMARK(BM_Fp8BlockscaleGemmSm90Bf16Input)->Arg(16)->Arg(512)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Fp8BlockscaleGemmSm90Bf16Input)
+    ->Arg(16)
+    ->Arg(512)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace

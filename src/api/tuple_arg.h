@@ -22,9 +22,13 @@ struct ArgTraits<std::tuple<T...>> {
     OpDecl one;
     one.name = a.decl().name;
     one.params = {a.decl().params.at(i)};
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::tuple<T...>{ArgTraits<T>::get(CallArgs(one, {a[i].items()[I]}), 0)...};
-    }(std::index_sequence_for<T...>{});
+    return items(a[i], one, std::index_sequence_for<T...>{});
+  }
+
+ private:
+  template <std::size_t... I>
+  static std::tuple<T...> items(const Value& v, const OpDecl& one, std::index_sequence<I...>) {
+    return std::tuple<T...>{ArgTraits<T>::get(CallArgs(one, {v.items()[I]}), 0)...};
   }
 };
 
