@@ -15,6 +15,7 @@
 #include "flashinfer/ops/attention.h"
 #include "flashinfer/ops/backends.h"
 #include "flashinfer/ops/cascade.h"
+#include "flashinfer/ops/cascade_wrappers.h"
 #include "flashinfer/ops/gemm.h"
 #include "flashinfer/ops/gguf_mm.h"
 #include "flashinfer/ops/mla.h"

@@ -159,6 +159,20 @@ const std::map<std::string, std::string>& covered_elsewhere() {
        "a host-side predicate on an enum: no tensors, no backend (tests/ops/test_moe.cpp)"},
       {"BatchMLAPagedAttentionWrapper.__init__", "the run case constructs the wrapper"},
       {"BatchMLAPagedAttentionWrapper.plan", "the run case plans before it runs"},
+      {"MultiLevelCascadeAttentionWrapper.__init__", "the run case constructs the wrapper"},
+      {"MultiLevelCascadeAttentionWrapper.plan", "the run case plans before it runs"},
+      {"BatchDecodeWithSharedPrefixPagedKVCacheWrapper.__init__",
+       "the forward case constructs the wrapper"},
+      {"BatchDecodeWithSharedPrefixPagedKVCacheWrapper.begin_forward",
+       "the forward case plans before it runs"},
+      {"BatchDecodeWithSharedPrefixPagedKVCacheWrapper.end_forward",
+       "upstream's no-op: no tensors, no kernel (tests/ops/test_cascade_wrappers.cpp)"},
+      {"BatchPrefillWithSharedPrefixPagedKVCacheWrapper.__init__",
+       "the forward case constructs the wrapper"},
+      {"BatchPrefillWithSharedPrefixPagedKVCacheWrapper.begin_forward",
+       "the forward case plans before it runs"},
+      {"BatchPrefillWithSharedPrefixPagedKVCacheWrapper.end_forward",
+       "upstream's no-op: no tensors, no kernel (tests/ops/test_cascade_wrappers.cpp)"},
   };
   return m;
 }
