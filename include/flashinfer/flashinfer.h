@@ -14,6 +14,7 @@
 #include "flashinfer/ops/activation.h"
 #include "flashinfer/ops/attention.h"
 #include "flashinfer/ops/backends.h"
+#include "flashinfer/ops/batch_attention.h"
 #include "flashinfer/ops/cascade.h"
 #include "flashinfer/ops/cascade_wrappers.h"
 #include "flashinfer/ops/gemm.h"
