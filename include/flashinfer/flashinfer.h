@@ -23,6 +23,7 @@
 #include "flashinfer/ops/moe.h"
 #include "flashinfer/ops/norm.h"
 #include "flashinfer/ops/page.h"
+#include "flashinfer/ops/pod.h"
 #include "flashinfer/ops/quant8.h"
 #include "flashinfer/ops/quantization.h"
 #include "flashinfer/ops/rope.h"

@@ -27,6 +27,7 @@ void register_quant8_ops(OpRegistry& registry);
 void register_mla_ops(OpRegistry& registry);
 void register_cascade_wrapper_ops(OpRegistry& registry);
 void register_batch_attention_ops(OpRegistry& registry);
+void register_pod_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -48,6 +49,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_mla_ops(registry);
   register_cascade_wrapper_ops(registry);
   register_batch_attention_ops(registry);
+  register_pod_ops(registry);
 }
 
 }  // namespace flashinfer::detail

@@ -175,6 +175,10 @@ const std::map<std::string, std::string>& covered_elsewhere() {
        "upstream's no-op: no tensors, no kernel (tests/ops/test_cascade_wrappers.cpp)"},
       {"BatchAttention.__init__", "the run case constructs the wrapper"},
       {"BatchAttention.plan", "the run case plans before it runs"},
+      {"PODWithPagedKVCacheWrapper.__init__", "the run case constructs the wrapper"},
+      {"PODWithPagedKVCacheWrapper.plan", "the run case plans before it runs"},
+      {"BatchPODWithPagedKVCacheWrapper.__init__", "the run case constructs the wrapper"},
+      {"BatchPODWithPagedKVCacheWrapper.plan", "the run case plans before it runs"},
   };
   return m;
 }
