@@ -28,6 +28,7 @@
 #include "flashinfer/ops/quantization.h"
 #include "flashinfer/ops/rope.h"
 #include "flashinfer/ops/sampling.h"
+#include "flashinfer/ops/sparse.h"
 #include "flashinfer/ops/topk.h"
 #include "flashinfer/stream.h"
 #include "flashinfer/tensor.h"

@@ -28,6 +28,7 @@ void register_mla_ops(OpRegistry& registry);
 void register_cascade_wrapper_ops(OpRegistry& registry);
 void register_batch_attention_ops(OpRegistry& registry);
 void register_pod_ops(OpRegistry& registry);
+void register_sparse_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -50,6 +51,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_cascade_wrapper_ops(registry);
   register_batch_attention_ops(registry);
   register_pod_ops(registry);
+  register_sparse_ops(registry);
 }
 
 }  // namespace flashinfer::detail

@@ -179,6 +179,8 @@ const std::map<std::string, std::string>& covered_elsewhere() {
       {"PODWithPagedKVCacheWrapper.plan", "the run case plans before it runs"},
       {"BatchPODWithPagedKVCacheWrapper.__init__", "the run case constructs the wrapper"},
       {"BatchPODWithPagedKVCacheWrapper.plan", "the run case plans before it runs"},
+      {"BlockSparseAttentionWrapper.__init__", "the run case constructs the wrapper"},
+      {"BlockSparseAttentionWrapper.plan", "the run case plans before it runs"},
   };
   return m;
 }
