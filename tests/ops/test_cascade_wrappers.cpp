@@ -508,5 +508,126 @@ TEST(CascadeWrappers, DumpReplaysWithEveryCallPassing) {
   fs::remove_all(dir);
 }
 
+// A dump written by Python as upstream's recorder writes it, for the calls upstream's cascade test
+// makes (the level lists positional, causal by keyword, a 5-D NHD cache), the expected output
+// computed by torch as upstream composes it (each level in fp32, rounded to fp16, merged): it
+// replays here with every call passing.
+TEST(CascadeWrappers, UpstreamWrittenMultiLevelDumpReplays) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("fi_cascade_upstream_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string py = R"PY(
+import json, os, sys
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+root = sys.argv[1]
+torch.manual_seed(0)
+HQ, HKV, D, PS = 4, 2, 64, 4
+SELF = 140000000000000
+REPR = "<flashinfer.cascade.MultiLevelCascadeAttentionWrapper object at 0x%x>" % SELF
+obj = {"type": "MultiLevelCascadeAttentionWrapper", "repr": REPR}
+# Pages 0-1: the 6-token shared prefix; request 0's unique tokens in pages 2-3 (5 tokens),
+# request 1's in page 4 (3 tokens). Queries: 2 for request 0, 1 for request 1.
+cache = torch.randn(5, 2, PS, HKV, D).to(torch.float16)
+q = torch.randn(3, HQ, D).to(torch.float16)
+ws = torch.zeros(1 << 16, dtype=torch.uint8)
+i32 = lambda v: torch.tensor(v, dtype=torch.int32)
+levels = [
+    (i32([0, 3]), i32([0, 2]), i32([0, 1]), i32([2])),
+    (i32([0, 2, 3]), i32([0, 2, 3]), i32([2, 3, 4]), i32([1, 3])),
+]
+def keys(pages, last):
+    rows = [cache[p] for p in pages]
+    kv = torch.cat(rows, 1)  # [2, tokens, HKV, D]
+    n = (len(pages) - 1) * PS + last
+    return kv[0, :n].float(), kv[1, :n].float()
+def attend(qr, k, v, causal):
+    g = HQ // HKV
+    k = k.repeat_interleave(g, 1)
+    v = v.repeat_interleave(g, 1)
+    s = torch.einsum("qhd,khd->hqk", qr.float(), k) / D ** 0.5
+    if causal:
+        qo, kv = qr.shape[0], k.shape[0]
+        pos = torch.arange(qo)[:, None] + kv - qo
+        s = s.masked_fill(torch.arange(kv)[None, :] > pos, float("-inf"))
+    lse = torch.logsumexp(s, -1).T / torch.log(torch.tensor(2.0))  # base 2, [q, h]
+    o = torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), v)
+    return o.to(torch.float16), lse
+outs = []
+for li, (qo, kvp, idx, last) in enumerate(levels):
+    o = torch.empty(3, HQ, D, dtype=torch.float16)
+    l = torch.empty(3, HQ)
+    for b in range(len(qo) - 1):
+        pages = idx[kvp[b]:kvp[b + 1]].tolist()
+        k, v = keys(pages, int(last[b]))
+        ob, lb = attend(q[qo[b]:qo[b + 1]], k, v, li == len(levels) - 1)
+        o[qo[b]:qo[b + 1]] = ob
+        l[qo[b]:qo[b + 1]] = lb
+    outs.append((o, l))
+(o1, l1), (o0, l0) = outs[1], outs[0]
+m = torch.maximum(l0, l1)
+w0, w1 = torch.exp2(l0 - m), torch.exp2(l1 - m)
+out = ((o0.float() * w0[..., None] + o1.float() * w1[..., None]) / (w0 + w1)[..., None]).to(torch.float16)
+def tensor_meta(t, key):
+    return {"type": "torch.Tensor", "shape": list(t.shape), "dtype": str(t.dtype),
+            "stride": list(t.stride()), "device": "cpu", "requires_grad": False,
+            "is_contiguous": True, "tensor_key": key}
+def write(seq, name, inputs, meta, outputs):
+    d = os.path.join(root, "20261122_170000_%03d_pid777_%s_call%04d" % (seq, name, 1))
+    os.makedirs(d)
+    torch.save(inputs, d + "/inputs.pt")
+    if outputs:
+        torch.save(outputs, d + "/outputs.pt")
+    rec = {"function_name": name, "module": "flashinfer.cascade", "call_sequence": 1,
+           "timestamp": "20261122_170000_%03d" % seq, "process_id": 777,
+           "input_metadata": meta, "output_metadata": {} if outputs else {"result": None},
+           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": list(outputs)},
+           "tensor_format": "torch", "execution_status": "completed", "self_id": SELF}
+    with open(d + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+write(1, "MultiLevelCascadeAttentionWrapper.__init__", {"arg_2": ws},
+      {"arg_0": obj, "arg_1": 2, "arg_3": "NHD"}, {})
+inputs, meta = {}, {"arg_0": obj}
+for a, arr in enumerate(zip(*levels)):
+    items = []
+    for i, t in enumerate(arr):
+        key = "arg_%d__%d" % (a + 1, i)
+        inputs[key] = t
+        items.append(tensor_meta(t, key))
+    meta["arg_%d" % (a + 1)] = {"type": "list", "length": len(items), "items": items,
+                                "truncated": False}
+meta.update({"arg_5": HQ, "arg_6": HKV, "arg_7": D, "arg_8": PS, "kwarg_causal": True})
+write(2, "MultiLevelCascadeAttentionWrapper.plan", inputs, meta, {})
+write(3, "MultiLevelCascadeAttentionWrapper.run", {"arg_1": q, "arg_2": cache}, {"arg_0": obj},
+      {"result": out})
+)PY";
+  std::ofstream(dir / "make.py") << py;
+  const fs::path calls = dir / "calls";
+  fs::create_directories(calls);
+  const int st = std::system(
+      ("/usr/bin/python3 " + (dir / "make.py").string() + " " + calls.string() + " 2>/dev/null")
+          .c_str());
+  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  ASSERT_EQ(st, 0);
+  const auto results = replay::replay_sequence(calls.string());
+  ASSERT_EQ(results.size(), 3u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+    for (const auto& c : r.comparisons) {
+      EXPECT_TRUE(c.match) << c.key << " " << c.problem << " " << c.mismatches << "/" << c.numel
+                           << " max abs " << c.max_abs_error;
+    }
+  }
+  EXPECT_EQ(results[2].comparisons.size(), 1u);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace flashinfer
