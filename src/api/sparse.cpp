@@ -174,6 +174,200 @@ AttentionOutput BlockSparseAttentionWrapper::run(
       *this, q, k, v, scale_q, scale_k, scale_v, out, lse, return_lse, enable_pdl);
 }
 
+// ---- VariableBlockSparseAttentionWrapper ---------------------------------------------------
+
+namespace {
+
+using VarInit = Init<VariableBlockSparseAttentionWrapper, Tensor, std::string>;
+
+// An integer [rows, cols] tensor on the host as int64 values.
+std::vector<int64_t> int_matrix(const Tensor& t, int64_t rows, const char* op, const char* arg) {
+  api::check_defined(t, op, arg);
+  api::check_dim(t, {2}, op, arg);
+  FLASHINFER_CHECK(dtype_is_integral(t.dtype()), op, arg, "expected an integer tensor, got ",
+                   dtype_torch_name(t.dtype()));
+  FLASHINFER_CHECK(t.size(0) == rows, op, arg, "has ", t.size(0), " rows, expected num_kv_heads ",
+                   rows);
+  std::vector<int64_t> out;
+  for (double x : t.to_double_vector()) {
+    FLASHINFER_CHECK(x >= 0, op, arg, "block sizes must be >= 0, got ", x);
+    out.push_back(static_cast<int64_t>(x));
+  }
+  return out;
+}
+
+}  // namespace
+
+VariableBlockSparseAttentionWrapper::VariableBlockSparseAttentionWrapper(
+    Tensor float_workspace_buffer, std::string backend)
+    : s_(std::make_unique<detail::WrapperState>()) {
+  call_init<VarInit>(
+      [&] {
+        api::init_wrapper(*s_, float_workspace_buffer, "NHD", false, backend, std::nullopt,
+                          "VariableBlockSparseAttentionWrapper.__init__");
+      },
+      *this, float_workspace_buffer, backend);
+}
+
+VariableBlockSparseAttentionWrapper::~VariableBlockSparseAttentionWrapper() = default;
+
+void VariableBlockSparseAttentionWrapper::plan(
+    const Tensor& block_mask_map, const Tensor& block_row_sz, const Tensor& block_col_sz,
+    int64_t num_qo_heads, int64_t num_kv_heads, int64_t head_dim, bool causal,
+    std::string_view pos_encoding_mode, bool use_fp16_qk_reduction,
+    std::optional<double> logits_soft_cap, std::optional<double> sm_scale,
+    std::optional<double> rope_scale, std::optional<double> rope_theta, bool non_blocking,
+    DType q_data_type, std::optional<DType> kv_data_type) {
+  call_op<&VariableBlockSparseAttentionWrapper::plan>(
+      [&] {
+        const char* op = "VariableBlockSparseAttentionWrapper.plan";
+        detail::WrapperState& s = *s_;
+        s.planned = false;
+        api::check_heads(num_qo_heads, num_kv_heads, op, "num_qo_heads", "num_kv_heads");
+        api::check_head_dim(head_dim, op, "head_dim");
+        // The kernels see one kv head per request and the group's query heads as its heads.
+        const int64_t group = num_qo_heads / num_kv_heads;
+        api::plan_settings(s, group, 1, head_dim, head_dim, q_data_type, kv_data_type, q_data_type,
+                           sm_scale, -1, logits_soft_cap, pos_encoding_mode, op);
+        api::check_defined(block_mask_map, op, "block_mask_map");
+        api::check_dim(block_mask_map, {3}, op, "block_mask_map");
+        FLASHINFER_CHECK(block_mask_map.dtype() == DType::kBool, op, "block_mask_map",
+                         "expected torch.bool, got ", dtype_torch_name(block_mask_map.dtype()));
+        FLASHINFER_CHECK(block_mask_map.size(0) == num_kv_heads, op, "block_mask_map", "has ",
+                         block_mask_map.size(0), " heads, expected num_kv_heads ", num_kv_heads);
+        const int64_t mb = block_mask_map.size(1), nb = block_mask_map.size(2);
+        const std::vector<int64_t> rows =
+            int_matrix(block_row_sz, num_kv_heads, op, "block_row_sz");
+        const std::vector<int64_t> cols =
+            int_matrix(block_col_sz, num_kv_heads, op, "block_col_sz");
+        FLASHINFER_CHECK(block_row_sz.size(1) == mb, op, "block_row_sz", "has ",
+                         block_row_sz.size(1), " block rows, block_mask_map has ", mb);
+        FLASHINFER_CHECK(block_col_sz.size(1) == nb, op, "block_col_sz", "has ",
+                         block_col_sz.size(1), " block columns, block_mask_map has ", nb);
+        const Tensor mh = block_mask_map.to(Device::cpu()).contiguous();
+        const auto* m = static_cast<const uint8_t*>(mh.data_ptr());
+        // Every head's sizes sum to the same qo_len / kv_len (q and k hold them per head).
+        int64_t qo_len = -1, kv_len = -1;
+        for (int64_t h = 0; h < num_kv_heads; ++h) {
+          int64_t rq = 0, ck = 0;
+          for (int64_t r = 0; r < mb; ++r) rq += rows[h * mb + r];
+          for (int64_t c = 0; c < nb; ++c) ck += cols[h * nb + c];
+          if (h == 0) {
+            qo_len = rq;
+            kv_len = ck;
+          }
+          FLASHINFER_CHECK(rq == qo_len, op, "block_row_sz", "head ", h, " rows sum to ", rq,
+                           ", head 0's to ", qo_len);
+          FLASHINFER_CHECK(ck == kv_len, op, "block_col_sz", "head ", h, " columns sum to ", ck,
+                           ", head 0's to ", kv_len);
+        }
+        // Requests (h, r): rows in order, keys = token ids h * kv_len + (kept columns' tokens).
+        std::vector<int32_t> qo{0}, ip{0}, ix, last;
+        for (int64_t h = 0; h < num_kv_heads; ++h) {
+          for (int64_t r = 0; r < mb; ++r) {
+            qo.push_back(static_cast<int32_t>(qo.back() + rows[h * mb + r]));
+            int64_t start = 0;
+            for (int64_t c = 0; c < nb; ++c) {
+              if (m[(h * mb + r) * nb + c]) {
+                for (int64_t t = 0; t < cols[h * nb + c]; ++t) {
+                  ix.push_back(static_cast<int32_t>(h * kv_len + start + t));
+                }
+              }
+              start += cols[h * nb + c];
+            }
+            ip.push_back(static_cast<int32_t>(ix.size()));
+            last.push_back(ip.back() > ip[ip.size() - 2] ? 1 : 0);
+          }
+        }
+        api::load_page_table(s, host_int32(ip), host_int32(ix), host_int32(last), 1, op,
+                             "block_mask_map", "block_mask_map", "block_mask_map");
+        s.decode = false;
+        s.qo_indptr = qo;
+        s.batch = static_cast<int32_t>(num_kv_heads * mb);
+        s.total_qo = qo.back();
+        s.causal = causal;
+        for (int32_t b = 0; causal && b < s.batch; ++b) {
+          const int32_t n = s.qo_indptr[b + 1] - s.qo_indptr[b];
+          FLASHINFER_CHECK(s.kv_lens[b] == 0 || s.kv_lens[b] >= n, op, "causal", "block row ",
+                           b % mb, " of kv head ", b / mb, " has ", n, " rows but sees ",
+                           s.kv_lens[b],
+                           " keys (causal masks are right-aligned and need kv_len >= qo_len)");
+        }
+        api::build_plan(s, std::nullopt, false, op);
+        hq_ = num_qo_heads;
+        hkv_ = num_kv_heads;
+        qo_len_ = qo_len;
+        kv_len_ = kv_len;
+        (void)use_fp16_qk_reduction;  // scores are always fp32
+        (void)rope_scale;             // only pos_encoding_mode "NONE"
+        (void)rope_theta;
+        (void)non_blocking;
+      },
+      *this, block_mask_map, block_row_sz, block_col_sz, num_qo_heads, num_kv_heads, head_dim,
+      causal, pos_encoding_mode, use_fp16_qk_reduction, logits_soft_cap, sm_scale, rope_scale,
+      rope_theta, non_blocking, q_data_type, kv_data_type);
+}
+
+AttentionOutput VariableBlockSparseAttentionWrapper::run(const Tensor& q, const Tensor& k,
+                                                         const Tensor& v, std::optional<Tensor> out,
+                                                         std::optional<Tensor> lse, bool return_lse,
+                                                         std::optional<bool> enable_pdl) {
+  return call_op<&VariableBlockSparseAttentionWrapper::run>(
+      [&] {
+        const char* op = "VariableBlockSparseAttentionWrapper.run";
+        const detail::WrapperState& s = *s_;
+        FLASHINFER_CHECK(s.planned, op, "self", "run() called before plan()");
+        const int64_t d = s.head_dim_qk, g = hq_ / hkv_;
+        api::check_defined(q, op, "q");
+        api::check_shape_eq(q, {hq_, qo_len_, d}, op, "q");
+        for (const auto& [t, arg] : {std::pair{&k, "k"}, std::pair{&v, "v"}}) {
+          api::check_defined(*t, op, arg);
+          api::check_shape_eq(*t, {hkv_, kv_len_, d}, op, arg);
+        }
+        // Upstream's rearrangement: q (Hkv G) L D -> (Hkv L) G D; k, v -> (Hkv L) 1 1 D pages.
+        const Tensor qr = q.view({hkv_, g, qo_len_, d})
+                              .permute({0, 2, 1, 3})
+                              .contiguous()
+                              .view({hkv_ * qo_len_, g, d});
+        const Tensor kr = k.contiguous().view({hkv_ * kv_len_, 1, 1, d});
+        const Tensor vr = v.contiguous().view({hkv_ * kv_len_, 1, 1, d});
+        if (out) {
+          api::check_defined(*out, op, "out");
+          api::check_shape_eq(*out, {hq_, qo_len_, d}, op, "out");
+          FLASHINFER_CHECK(out->dtype() == s.o_dtype, op, "out", "dtype ",
+                           dtype_torch_name(out->dtype()), " must be plan's q_data_type ",
+                           dtype_torch_name(s.o_dtype));
+          api::check_same_device(*out, q, op, "out", "q");
+        }
+        if (lse) {
+          api::check_defined(*lse, op, "lse");
+          api::check_shape_eq(*lse, {hq_, qo_len_}, op, "lse");
+          FLASHINFER_CHECK(lse->dtype() == DType::kFloat32, op, "lse", "must be torch.float32");
+          api::check_same_device(*lse, q, op, "lse", "q");
+        }
+        AttentionRunOptions o;
+        o.return_lse = return_lse || lse.has_value();
+        o.enable_pdl = enable_pdl;
+        AttentionOutput r = api::run_planned(s, qr, kr, vr, o, op, "k", "v");
+        AttentionOutput res;
+        const Tensor ro = r.out.view({hkv_, qo_len_, g, d}).permute({0, 2, 1, 3});
+        if (out) {
+          out->copy_(ro.contiguous().view({hq_, qo_len_, d}));
+          res.out = *out;
+        } else {
+          res.out = ro.contiguous().view({hq_, qo_len_, d});
+        }
+        if (o.return_lse) {
+          const Tensor rl = r.lse.view({hkv_, qo_len_, g}).permute({0, 2, 1});
+          Tensor l = lse ? *lse : Tensor::empty({hq_, qo_len_}, DType::kFloat32, q.device());
+          l.view({hkv_, g, qo_len_}).copy_(rl);
+          if (return_lse) res.lse = l;
+        }
+        return res;
+      },
+      *this, q, k, v, out, lse, return_lse, enable_pdl);
+}
+
 namespace {
 
 // Bench hook: one request of s_qo * batch_size queries and s_kv keys, blocks of 16 x page_size,
@@ -210,6 +404,44 @@ BenchCase bench_block_sparse(const BenchShape& s, Device dev) {
   return c;
 }
 
+// Bench hook: num_kv_heads heads of batch_size * s_qo queries and s_kv keys, 4 block rows and 4
+// block columns of equal size per head, a checkerboard of kept blocks plus the diagonal.
+BenchCase bench_variable_block_sparse(const BenchShape& s, Device dev) {
+  const int64_t hkv = s.num_kv_heads, d = s.head_dim_qk;
+  const int64_t qo = (s.batch_size * s.s_qo) / 4 * 4, kv = s.s_kv / 4 * 4;
+  Tensor mask = Tensor::empty({hkv, 4, 4}, DType::kBool);
+  Tensor rows = Tensor::empty({hkv, 4}, DType::kInt32),
+         cols = Tensor::empty({hkv, 4}, DType::kInt32);
+  int64_t kept = 0;
+  for (int64_t h = 0; h < hkv; ++h) {
+    for (int64_t i = 0; i < 4; ++i) {
+      rows.data<int32_t>()[h * 4 + i] = static_cast<int32_t>(qo / 4);
+      cols.data<int32_t>()[h * 4 + i] = static_cast<int32_t>(kv / 4);
+      for (int64_t j = 0; j < 4; ++j) {
+        const bool keep = i == j || (i + j + h) % 2 == 0;
+        mask.data<bool>()[(h * 4 + i) * 4 + j] = keep;
+        kept += keep;
+      }
+    }
+  }
+  auto w = std::make_shared<VariableBlockSparseAttentionWrapper>(
+      Tensor::empty({16 << 20}, DType::kUInt8, dev));
+  w->plan(mask.to(dev), rows.to(dev), cols.to(dev), s.num_qo_heads, hkv, d, false, "NONE", false,
+          std::nullopt, std::nullopt, std::nullopt, std::nullopt, true, s.q_dtype, s.kv_dtype);
+  BenchCase c = api::bench::invoke_case(
+      "VariableBlockSparseAttentionWrapper.run",
+      {api::bench::bench_object(w),
+       Value(api::bench::random_tensor({s.num_qo_heads, qo, d}, s.q_dtype, dev, s.random_seed)),
+       Value(api::bench::random_tensor({hkv, kv, d}, s.kv_dtype, dev, s.random_seed + 1)),
+       Value(api::bench::random_tensor({hkv, kv, d}, s.kv_dtype, dev, s.random_seed + 2))});
+  const double per_block = static_cast<double>(qo / 4) * (kv / 4);
+  c.flops = 2.0 * kept * per_block * (s.num_qo_heads / hkv) * (2 * d);
+  BenchShape one = s;
+  one.head_dim_vo = d;
+  c.bytes = api::bench::bench_attention_bytes(one, qo, kv);
+  return c;
+}
+
 }  // namespace
 
 namespace detail {
@@ -240,6 +472,30 @@ void register_sparse_ops(OpRegistry& r) {
   api::register_attention_backends("BlockSparseAttentionWrapper.plan");
   api::register_attention_backends("BlockSparseAttentionWrapper.run");
   register_bench_hook("BlockSparseAttentionWrapper.run", bench_block_sparse);
+  declare_init<VarInit>(r,
+                        {.name = "VariableBlockSparseAttentionWrapper.__init__",
+                         .module = kModule,
+                         .summary = "Attention with per-kv-head variable-size block-sparse masks"},
+                        "float_workspace_buffer", arg("backend", "auto"));
+  declare<&VariableBlockSparseAttentionWrapper::plan>(
+      r,
+      {.name = "VariableBlockSparseAttentionWrapper.plan",
+       .module = kModule,
+       .summary = "Plans variable block-sparse attention from the per-head block map"},
+      "block_mask_map", "block_row_sz", "block_col_sz", "num_qo_heads", "num_kv_heads", "head_dim",
+      arg("causal", false), arg("pos_encoding_mode", "NONE"), arg("use_fp16_qk_reduction", false),
+      "logits_soft_cap", "sm_scale", "rope_scale", "rope_theta", arg("non_blocking", true),
+      arg("q_data_type", "float16"), "kv_data_type");
+  declare<&VariableBlockSparseAttentionWrapper::run>(
+      r,
+      {.name = "VariableBlockSparseAttentionWrapper.run",
+       .module = kModule,
+       .summary = "Variable block-sparse attention with the current plan"},
+      "q", "k", "v", arg("out").mut(), arg("lse").mut(), arg("return_lse", false), "enable_pdl");
+  api::register_attention_backends("VariableBlockSparseAttentionWrapper.__init__");
+  api::register_attention_backends("VariableBlockSparseAttentionWrapper.plan");
+  api::register_attention_backends("VariableBlockSparseAttentionWrapper.run");
+  register_bench_hook("VariableBlockSparseAttentionWrapper.run", bench_variable_block_sparse);
 }
 }  // namespace detail
 

@@ -181,6 +181,8 @@ const std::map<std::string, std::string>& covered_elsewhere() {
       {"BatchPODWithPagedKVCacheWrapper.plan", "the run case plans before it runs"},
       {"BlockSparseAttentionWrapper.__init__", "the run case constructs the wrapper"},
       {"BlockSparseAttentionWrapper.plan", "the run case plans before it runs"},
+      {"VariableBlockSparseAttentionWrapper.__init__", "the run case constructs the wrapper"},
+      {"VariableBlockSparseAttentionWrapper.plan", "the run case plans before it runs"},
   };
   return m;
 }

@@ -63,4 +63,45 @@ class BlockSparseAttentionWrapper : public ApiObject {
   int64_t m_ = 0, n_ = 0, c_ = 1;
 };
 
+/// Block-sparse attention with variable block sizes per kv head (flashinfer.sparse): q [Hq,
+/// qo_len, D], k / v [Hkv, kv_len, D] (head-major). For kv head h (and the Hq / Hkv query heads of
+/// its group), block row r holds block_row_sz[h][r] consecutive queries, block column c
+/// block_col_sz[h][c] consecutive keys (each head's sizes summing to qo_len and kv_len), and
+/// block_mask_map[h][r][c] says whether row r sees column c. As upstream, each (h, r) is a request
+/// whose keys are its kept columns' tokens in column order; `causal` is right-aligned within them.
+class VariableBlockSparseAttentionWrapper : public ApiObject {
+ public:
+  explicit VariableBlockSparseAttentionWrapper(Tensor float_workspace_buffer,
+                                               std::string backend = "auto");
+  ~VariableBlockSparseAttentionWrapper() override;
+  VariableBlockSparseAttentionWrapper(const VariableBlockSparseAttentionWrapper&) = delete;
+  VariableBlockSparseAttentionWrapper& operator=(const VariableBlockSparseAttentionWrapper&) =
+      delete;
+
+  /// block_mask_map bool [Hkv, MB, NB]; block_row_sz [Hkv, MB], block_col_sz [Hkv, NB] integer
+  /// (any device; copied to the host). Output dtype: q_data_type. pos_encoding_mode "NONE" only.
+  void plan(const Tensor& block_mask_map, const Tensor& block_row_sz, const Tensor& block_col_sz,
+            int64_t num_qo_heads, int64_t num_kv_heads, int64_t head_dim, bool causal = false,
+            std::string_view pos_encoding_mode = "NONE", bool use_fp16_qk_reduction = false,
+            std::optional<double> logits_soft_cap = std::nullopt,
+            std::optional<double> sm_scale = std::nullopt,
+            std::optional<double> rope_scale = std::nullopt,
+            std::optional<double> rope_theta = std::nullopt, bool non_blocking = true,
+            DType q_data_type = DType::kFloat16, std::optional<DType> kv_data_type = std::nullopt);
+
+  /// q [Hq, qo_len, D], k / v [Hkv, kv_len, D] → o [Hq, qo_len, D] (and lse [Hq, qo_len] fp32,
+  /// base 2, with return_lse; this library's layout, the output's).
+  AttentionOutput run(const Tensor& q, const Tensor& k, const Tensor& v,
+                      std::optional<Tensor> out = std::nullopt,
+                      std::optional<Tensor> lse = std::nullopt, bool return_lse = false,
+                      std::optional<bool> enable_pdl = std::nullopt);
+
+  std::string_view class_name() const override { return "VariableBlockSparseAttentionWrapper"; }
+  std::string_view module_name() const override { return "flashinfer.sparse"; }
+
+ private:
+  std::unique_ptr<detail::WrapperState> s_;
+  int64_t hq_ = 0, hkv_ = 0, qo_len_ = 0, kv_len_ = 0;
+};
+
 }  // namespace flashinfer
