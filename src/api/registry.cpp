@@ -34,6 +34,10 @@ void register_rope_quantize_ops(OpRegistry& registry);
 void register_nvfp4_ops(OpRegistry& registry);
 void register_nvfp4_paged_ops(OpRegistry& registry);
 void register_dit_norm_ops(OpRegistry& registry);
+void register_cascade_wrapper_ops(OpRegistry& registry);
+void register_batch_attention_ops(OpRegistry& registry);
+void register_pod_ops(OpRegistry& registry);
+void register_sparse_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -62,6 +66,10 @@ void register_builtin_ops(OpRegistry& registry) {
   register_nvfp4_ops(registry);
   register_nvfp4_paged_ops(registry);
   register_dit_norm_ops(registry);
+  register_cascade_wrapper_ops(registry);
+  register_batch_attention_ops(registry);
+  register_pod_ops(registry);
+  register_sparse_ops(registry);
 }
 
 }  // namespace flashinfer::detail

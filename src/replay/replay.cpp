@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -452,10 +453,19 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
             r.result.kind() == Value::Kind::kTuple
                 ? std::string(schema::kResultPrefix)
                 : std::string(schema::kResult) + std::string(schema::kNestedSeparator);
+        // Nested containers (BatchPOD's ((out_p, out_d), (lse_p, lse_d))): key__<j> below.
+        std::function<void(const std::string&, const Value&)> add = [&](const std::string& key,
+                                                                        const Value& v) {
+          if (v.is_tensor()) {
+            actual[key] = v.as_tensor();
+          } else if (v.is_sequence()) {
+            for (std::size_t j = 0; j < v.items().size(); ++j) {
+              add(key + std::string(schema::kNestedSeparator) + std::to_string(j), v.items()[j]);
+            }
+          }
+        };
         const auto& items = r.result.items();
-        for (std::size_t i = 0; i < items.size(); ++i) {
-          if (items[i].is_tensor()) actual[prefix + std::to_string(i)] = items[i].as_tensor();
-        }
+        for (std::size_t i = 0; i < items.size(); ++i) add(prefix + std::to_string(i), items[i]);
       }
       for (const auto& [k, e] : r.expected) {
         // Outputs upstream returns without writing are not compared (the note says which).
