@@ -380,6 +380,69 @@ FI_GGUF_AVX512 void tile512_q8_0_sum(const float* a, int64_t lda, const uint8_t*
     for (int c = 0; c < NR; ++c) out[r * NR + c] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
+// The prefill shape (R = 2..6 activation rows): as tile512, each block of NR weight rows
+// dequantized once to fp32 and used by every activation row, but d and m of 16 blocks come
+// from one gather and are broadcast from memory, instead of four scalar conversions and
+// broadcasts per block and weight row.
+template <GgmlQuantType T, int R, int NR>
+FI_GGUF_AVX512 void tile512_dm(const float* a, int64_t lda, const uint8_t* b, int64_t brow,
+                               int64_t blocks, float* out) {
+  constexpr int64_t bytes = ggml_block_bytes(T);
+  constexpr bool kQ4 = T == GgmlQuantType::kQ4_1;
+  const __m512i dm_index =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(bytes)));
+  __m512 acc[R][NR][2];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NR; ++c) acc[r][c][0] = acc[r][c][1] = _mm512_setzero_ps();
+  alignas(64) float dbuf[NR][16];
+  alignas(64) float mbuf[NR][16];
+  for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
+    const int nb = static_cast<int>(std::min<int64_t>(16, blocks - b0));
+    const __mmask16 live = static_cast<__mmask16>((1u << nb) - 1u);
+    for (int c = 0; c < NR; ++c) {
+      const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, dm_index,
+                                                     b + c * brow + b0 * bytes, 1);
+      _mm512_store_ps(dbuf[c], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
+      if constexpr (kQ4)
+        _mm512_store_ps(mbuf[c], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))));
+    }
+    for (int j = 0; j < nb; ++j) {
+      const int64_t blk = b0 + j;
+      for (int c = 0; c < NR; ++c) {
+        const uint8_t* p = b + c * brow + blk * bytes;
+        const __m512 d = _mm512_set1_ps(dbuf[c][j]);
+        __m512 w0, w1;
+        if constexpr (kQ4) {
+          const __m512 mn = _mm512_set1_ps(mbuf[c][j]);
+          const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4));
+          const __m128i mask = _mm_set1_epi8(0x0F);
+          w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(qs, mask))), d,
+                               mn);
+          w1 = _mm512_fmadd_ps(
+              _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(qs, 4), mask))),
+              d, mn);
+        } else {
+          w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2)))),
+                             d);
+          w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 18)))),
+                             d);
+        }
+        for (int r = 0; r < R; ++r) {
+          const float* x = a + r * lda + blk * kGgmlBlockValues;
+          acc[r][c][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), acc[r][c][0]);
+          acc[r][c][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), acc[r][c][1]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NR; ++c)
+      out[r * NR + c] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][c][0], acc[r][c][1]));
+}
+
 using SplitTileFn = void (*)(const SplitActs& xa, int64_t i0, const uint8_t* b, int64_t brow,
                              float* out);
 
@@ -438,18 +501,16 @@ Tiles tiles_for(CpuIsa isa) {
   if (isa == CpuIsa::kAvx512) {
     t.max_r = 6;
     t.fn[0][0] = &tile512<T, 1, 1>, t.fn[0][1] = &tile512<T, 1, 4>, t.wide_nr[0] = 4;
-    t.fn[1][0] = &tile512<T, 2, 1>, t.fn[1][1] = &tile512<T, 2, 2>, t.wide_nr[1] = 2;
-    t.fn[2][0] = &tile512<T, 3, 1>, t.fn[2][1] = &tile512<T, 3, 2>, t.wide_nr[2] = 2;
-    t.fn[3][0] = &tile512<T, 4, 1>, t.fn[3][1] = &tile512<T, 4, 2>, t.wide_nr[3] = 2;
-    t.fn[4][0] = &tile512<T, 5, 1>, t.fn[4][1] = &tile512<T, 5, 2>, t.wide_nr[4] = 2;
-    t.fn[5][0] = &tile512<T, 6, 1>, t.fn[5][1] = &tile512<T, 6, 2>, t.wide_nr[5] = 2;
+    // From two activation rows on, d and m come from the per-16-block gather (tile512_dm).
+    t.fn[1][0] = &tile512_dm<T, 2, 1>, t.fn[1][1] = &tile512_dm<T, 2, 2>, t.wide_nr[1] = 2;
+    t.fn[2][0] = &tile512_dm<T, 3, 1>, t.fn[2][1] = &tile512_dm<T, 3, 2>, t.wide_nr[2] = 2;
+    t.fn[3][0] = &tile512_dm<T, 4, 1>, t.fn[3][1] = &tile512_dm<T, 4, 2>, t.wide_nr[3] = 2;
+    t.fn[4][0] = &tile512_dm<T, 5, 1>, t.fn[4][1] = &tile512_dm<T, 5, 2>, t.wide_nr[4] = 2;
+    t.fn[5][0] = &tile512_dm<T, 6, 1>, t.fn[5][1] = &tile512_dm<T, 6, 2>, t.wide_nr[5] = 2;
     if constexpr (T == GgmlQuantType::kQ8_0) {
-      // Up to 4 activation rows, scaling each block's sum by d (tile512_q8_0_sum) costs fewer
-      // instructions than scaling every code; from 5 rows on the shared dequantization wins.
+      // One activation row: scaling each block's sum by d (tile512_q8_0_sum: 4 + 3 R vector
+      // instructions per block and weight row) beats scaling every code (6 + 2 R).
       t.fn[0][0] = &tile512_q8_0_sum<1, 1>, t.fn[0][1] = &tile512_q8_0_sum<1, 4>;
-      t.fn[1][0] = &tile512_q8_0_sum<2, 1>, t.fn[1][1] = &tile512_q8_0_sum<2, 2>;
-      t.fn[2][0] = &tile512_q8_0_sum<3, 1>, t.fn[2][1] = &tile512_q8_0_sum<3, 2>;
-      t.fn[3][0] = &tile512_q8_0_sum<4, 1>, t.fn[3][1] = &tile512_q8_0_sum<4, 2>;
     }
   } else if (isa == CpuIsa::kAvx2) {
     t.max_r = 3;
@@ -472,25 +533,36 @@ void gguf_mm_vector(const GgufMmParams& p, const float* a, int64_t lda, const Ti
   const int r_main = static_cast<int>(std::min<int64_t>(p.m, t.max_r));
   const int64_t nr = t.wide_nr[r_main - 1];
   const int64_t full = p.n / nr, units = full + p.n % nr;
+  // With several activation-row tiles (prefill), units are grouped into chunks of about 16 KiB
+  // of weight rows and each chunk runs every activation tile over all its units: the chunk
+  // stays in L1 and the activation tile is reused across the chunk, so the activations are
+  // read once per chunk rather than once per unit (at m = 128 the per-unit order streamed
+  // about 400 MB of activations from L2 per call).
+  const int64_t per_chunk =
+      r_main == p.m ? 1 : std::max<int64_t>(1, (int64_t{16} << 10) / (nr * p.b_row_bytes));
+  const int64_t chunks = (units + per_chunk - 1) / per_chunk;
 #pragma omp parallel for schedule(static) if (p.m * p.n * p.k >= kParallelMinMacs)
-  for (int64_t u = 0; u < units; ++u) {
-    const int64_t j0 = u < full ? u * nr : full * nr + (u - full);
-    const int64_t cols = u < full ? nr : 1;
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int64_t u_end = std::min(units, (ch + 1) * per_chunk);
     float sums[kMaxR * 4];
     for (int64_t i0 = 0; i0 < p.m; i0 += r_main) {
       const int rows = static_cast<int>(std::min<int64_t>(r_main, p.m - i0));
-      // The wide tile when its NR is this unit's width (a short last row tile may have
-      // another), else the unit's rows one by one.
-      const bool wide = cols == t.wide_nr[rows - 1];
-      const TileFn fn = t.fn[rows - 1][wide ? 1 : 0];
-      const int64_t c_eff = wide ? cols : 1;
-      for (int64_t jc = 0; jc < cols; jc += c_eff) {
-        fn(a + i0 * lda, lda, p.b + (j0 + jc) * p.b_row_bytes, p.b_row_bytes, blocks, sums);
-        for (int r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < c_eff; ++c)
-            store_out(p.out, p.out_dtype,
-                      (i0 + r) * p.out_stride_m + (j0 + jc + c) * p.out_stride_n,
-                      sums[r * c_eff + c]);
+      for (int64_t u = ch * per_chunk; u < u_end; ++u) {
+        const int64_t j0 = u < full ? u * nr : full * nr + (u - full);
+        const int64_t cols = u < full ? nr : 1;
+        // The wide tile when its NR is this unit's width (a short last row tile may have
+        // another), else the unit's rows one by one.
+        const bool wide = cols == t.wide_nr[rows - 1];
+        const TileFn fn = t.fn[rows - 1][wide ? 1 : 0];
+        const int64_t c_eff = wide ? cols : 1;
+        for (int64_t jc = 0; jc < cols; jc += c_eff) {
+          fn(a + i0 * lda, lda, p.b + (j0 + jc) * p.b_row_bytes, p.b_row_bytes, blocks, sums);
+          for (int r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < c_eff; ++c)
+              store_out(p.out, p.out_dtype,
+                        (i0 + r) * p.out_stride_m + (j0 + jc + c) * p.out_stride_n,
+                        sums[r * c_eff + c]);
+        }
       }
     }
   }
