@@ -381,7 +381,7 @@ FI_GGUF_AVX512 void tile512_q8_0_sum(const float* a, int64_t lda, const uint8_t*
     for (int c = 0; c < NR; ++c) out[r * NR + c] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
-// The prefill shape (R = 2..6 activation rows): as tile512, each block of NR weight rows
+// The prefill shape (R = 2..12 activation rows): as tile512, each block of NR weight rows
 // dequantized once to fp32 and used by every activation row, but d and m of 16 blocks come
 // from one gather and are broadcast from memory, instead of four scalar conversions and
 // broadcasts per block and weight row.
@@ -393,9 +393,11 @@ FI_GGUF_AVX512 void tile512_dm(const float* a, int64_t lda, const uint8_t* b, in
   const __m512i dm_index =
       _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                          _mm512_set1_epi32(static_cast<int>(bytes)));
-  __m512 acc[R][NR][2];
+  // One accumulator per (row, weight row), both halves of a block into it: R = 12 with NR = 2
+  // fits the 32 vector registers and amortizes each dequantized block over twice the rows.
+  __m512 acc[R][NR];
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < NR; ++c) acc[r][c][0] = acc[r][c][1] = _mm512_setzero_ps();
+    for (int c = 0; c < NR; ++c) acc[r][c] = _mm512_setzero_ps();
   alignas(64) float dbuf[NR][16];
   alignas(64) float mbuf[NR][16];
   for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
@@ -433,15 +435,14 @@ FI_GGUF_AVX512 void tile512_dm(const float* a, int64_t lda, const uint8_t* b, in
         }
         for (int r = 0; r < R; ++r) {
           const float* x = a + r * lda + blk * kGgmlBlockValues;
-          acc[r][c][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), acc[r][c][0]);
-          acc[r][c][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), acc[r][c][1]);
+          acc[r][c] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), acc[r][c]);
+          acc[r][c] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), acc[r][c]);
         }
       }
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < NR; ++c)
-      out[r * NR + c] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][c][0], acc[r][c][1]));
+    for (int c = 0; c < NR; ++c) out[r * NR + c] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
 using SplitTileFn = void (*)(const SplitActs& xa, int64_t i0, const uint8_t* b, int64_t brow,
@@ -488,7 +489,7 @@ void gguf_mm_q4_1_split(const GgufMmParams& p) {
 
 // The tiles of one tier: fn[r - 1][0] is R = r with NR = 1, fn[r - 1][1] is R = r with the
 // tier's wide NR (4 weight rows for the decode shape R = 1, 2 for larger R).
-constexpr int kMaxR = 6;
+constexpr int kMaxR = 12;
 struct Tiles {
   TileFn fn[kMaxR][2] = {};
   int max_r = 0;
@@ -500,7 +501,7 @@ Tiles tiles_for(CpuIsa isa) {
   Tiles t;
 #if FLASHINFER_CPU_X86_INTRINSICS
   if (isa == CpuIsa::kAvx512) {
-    t.max_r = 6;
+    t.max_r = 12;
     t.fn[0][0] = &tile512<T, 1, 1>, t.fn[0][1] = &tile512<T, 1, 4>, t.wide_nr[0] = 4;
     // From two activation rows on, d and m come from the per-16-block gather (tile512_dm).
     t.fn[1][0] = &tile512_dm<T, 2, 1>, t.fn[1][1] = &tile512_dm<T, 2, 2>, t.wide_nr[1] = 2;
@@ -508,6 +509,12 @@ Tiles tiles_for(CpuIsa isa) {
     t.fn[3][0] = &tile512_dm<T, 4, 1>, t.fn[3][1] = &tile512_dm<T, 4, 2>, t.wide_nr[3] = 2;
     t.fn[4][0] = &tile512_dm<T, 5, 1>, t.fn[4][1] = &tile512_dm<T, 5, 2>, t.wide_nr[4] = 2;
     t.fn[5][0] = &tile512_dm<T, 6, 1>, t.fn[5][1] = &tile512_dm<T, 6, 2>, t.wide_nr[5] = 2;
+    t.fn[6][0] = &tile512_dm<T, 7, 1>, t.fn[6][1] = &tile512_dm<T, 7, 2>, t.wide_nr[6] = 2;
+    t.fn[7][0] = &tile512_dm<T, 8, 1>, t.fn[7][1] = &tile512_dm<T, 8, 2>, t.wide_nr[7] = 2;
+    t.fn[8][0] = &tile512_dm<T, 9, 1>, t.fn[8][1] = &tile512_dm<T, 9, 2>, t.wide_nr[8] = 2;
+    t.fn[9][0] = &tile512_dm<T, 10, 1>, t.fn[9][1] = &tile512_dm<T, 10, 2>, t.wide_nr[9] = 2;
+    t.fn[10][0] = &tile512_dm<T, 11, 1>, t.fn[10][1] = &tile512_dm<T, 11, 2>, t.wide_nr[10] = 2;
+    t.fn[11][0] = &tile512_dm<T, 12, 1>, t.fn[11][1] = &tile512_dm<T, 12, 2>, t.wide_nr[11] = 2;
     if constexpr (T == GgmlQuantType::kQ8_0) {
       // One activation row: scaling each block's sum by d (tile512_q8_0_sum: 4 + 3 R vector
       // instructions per block and weight row) beats scaling every code (6 + 2 R).
