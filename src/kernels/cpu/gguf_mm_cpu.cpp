@@ -59,11 +59,6 @@ inline void store_out(void* out, DType dt, int64_t off, float v) {
   }
 }
 
-// Software prefetch distance of the decode tiles, in weight rows: each row stream is read
-// kPrefetchRows rows (two 4-row tiles) ahead of its use, which keeps more misses in flight
-// than the hardware prefetcher alone (the 30 MB Q8_0 head and the 66 MB of Q4_1 layers come
-// from L3/DRAM every token).
-constexpr int64_t kPrefetchRows = 8;
 // Below this many multiply-adds a call runs on one thread (the fork costs more than it saves).
 constexpr int64_t kParallelMinMacs = int64_t{1} << 15;
 
@@ -93,6 +88,12 @@ using TileFn = void (*)(const float* a, int64_t lda, const uint8_t* b, int64_t b
                         float* out);
 
 #if FLASHINFER_CPU_X86_INTRINSICS
+// Software prefetch distance of the decode tiles, in weight rows: each row stream is read
+// kPrefetchRows rows (two 4-row tiles) ahead of its use, which keeps more misses in flight
+// than the hardware prefetcher alone (the 30 MB Q8_0 head and the 66 MB of Q4_1 layers come
+// from L3/DRAM every token).
+constexpr int64_t kPrefetchRows = 8;
+
 #define FI_GGUF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define FI_GGUF_AVX2 __attribute__((target("avx2,fma,f16c")))
 
