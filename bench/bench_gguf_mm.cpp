@@ -1,10 +1,13 @@
-// mm_gguf on the CPU at SmolLM2-135M's shapes: decode (m = 1, memory-bound: the figure is
-// weight bytes per second) and prefill (m = 64, compute-bound), per tier, against mm_bf16 on
+// mm_gguf on the CPU at SmolLM2-135M's shapes: decode (m = 1: the figure is weight bytes per
+// second) and prefill (m = 64), per tier, with bf16 and fp32 activations, against mm_bf16 on
 // the same shapes with bf16 weights (three times the bytes) as the same-run baseline.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include "flashinfer/flashinfer.h"
 #include "kernels/cpu/cpu_isa.h"
@@ -28,8 +31,11 @@ Tensor random_blocks(int64_t n, int64_t k, bool q4) {
   return b;
 }
 
-// Args: m, n, k, q4 (1) or Q8_0 (0), tier.
-void BM_MmGguf(benchmark::State& state) {
+// Args: m, n, k, q4 (1) or Q8_0 (0), tier; activation dtype bf16 (BM_MmGguf) or fp32
+// (BM_MmGgufFp32, the chat's case: m = 1 Q4_1 on AVX-512 BF16 + VBMI takes the two-bf16-part
+// split path). The fp32 runs also report err_vs_scalar: max |out - scalar tier's out| over
+// max |scalar tier's out| (the split path's bound is 2^-16 |a| |d q| per value, so about 1e-5).
+void run_mm_gguf(benchmark::State& state, DType a_dtype) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const bool q4 = state.range(3) != 0;
   const auto isa = static_cast<CpuIsa>(state.range(4));
@@ -39,13 +45,26 @@ void BM_MmGguf(benchmark::State& state) {
   }
   const CpuIsa old = kernels::cpu::cpu_isa_cap();
   kernels::cpu::set_cpu_isa_cap(isa);
-  Tensor a = Tensor::empty({m, k}, DType::kBFloat16);
+  Tensor a = Tensor::empty({m, k}, a_dtype);
   a.uniform_(3, -1.0, 1.0);
   Tensor b = random_blocks(n, k, q4);
-  Tensor out = Tensor::empty({m, n}, DType::kBFloat16);
+  const DType out_dtype = a_dtype == DType::kFloat32 ? DType::kFloat32 : DType::kBFloat16;
+  Tensor out = Tensor::empty({m, n}, out_dtype);
   for (auto _ : state) {
-    mm_gguf(a, b, q4 ? "Q4_1" : "Q8_0", out);
+    mm_gguf(a, b, q4 ? "Q4_1" : "Q8_0", out, out_dtype);
     benchmark::DoNotOptimize(out.data_ptr());
+  }
+  if (a_dtype == DType::kFloat32) {
+    kernels::cpu::set_cpu_isa_cap(CpuIsa::kScalar);
+    const std::vector<double> ref =
+        mm_gguf(a, b, q4 ? "Q4_1" : "Q8_0", std::nullopt, out_dtype).to_double_vector();
+    const std::vector<double> got = out.to_double_vector();
+    double err = 0, mag = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      err = std::max(err, std::abs(got[i] - ref[i]));
+      mag = std::max(mag, std::abs(ref[i]));
+    }
+    state.counters["err_vs_scalar"] = mag > 0 ? err / mag : err;
   }
   kernels::cpu::set_cpu_isa_cap(old);
   state.SetBytesProcessed(static_cast<int64_t>(b.numel()) * state.iterations());
@@ -53,6 +72,9 @@ void BM_MmGguf(benchmark::State& state) {
                                                  benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
 }
+
+void BM_MmGguf(benchmark::State& state) { run_mm_gguf(state, DType::kBFloat16); }
+void BM_MmGgufFp32(benchmark::State& state) { run_mm_gguf(state, DType::kFloat32); }
 
 // The bf16 baseline: mm_bf16 with the same shapes (weights as bf16, [k, n] column-major).
 void BM_MmBf16Baseline(benchmark::State& state) {
@@ -82,6 +104,7 @@ void Shapes(benchmark::internal::Benchmark* b) {
   }
 }
 BENCHMARK(BM_MmGguf)->Apply(Shapes)->UseRealTime();
+BENCHMARK(BM_MmGgufFp32)->Apply(Shapes)->UseRealTime();
 BENCHMARK(BM_MmBf16Baseline)
     ->Args({1, 3072, 576})
     ->Args({1, 576, 1536})

@@ -3,7 +3,7 @@
 weights and against llama.cpp (PyPI's llama-cpp-python) on the same .gguf, in one run, with the
 same thread count. Not part of CI. Prints a Markdown table (docs/PERFORMANCE.md).
 
-  bench/chat_vs_peers.py [--chat build/bin/chat] [--model PATH] [--threads 2]
+  bench/chat_vs_peers.py [--chat build/bin/chat] [--model PATH] [--threads 1,2]
                          [--prompt_len 128] [--new_tokens 32] [--batches 1,8]
                          [--llama_cpp_site DIR]
 
@@ -35,8 +35,8 @@ def random_prompts(batch, length, vocab, seed=7):
 
 
 # ---- ours ----------------------------------------------------------------------------------
-def bench_ours(args, batch):
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), FLASHINFER_LOGLEVEL="0")
+def bench_ours(args, batch, threads):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), FLASHINFER_LOGLEVEL="0")
     best = None
     for _ in range(args.repeats):
         out = subprocess.run(
@@ -153,15 +153,15 @@ class TorchModel:
 
 
 # ---- llama.cpp -------------------------------------------------------------------------------
-def bench_llama_cpp(args, prompt):
+def bench_llama_cpp(args, prompt, threads):
     if args.llama_cpp_site:
         sys.path.insert(0, args.llama_cpp_site)
     try:
         import llama_cpp
     except Exception as e:  # not built / not importable: say why in the table
         return None, "llama_cpp not importable: %s" % e
-    llm = llama_cpp.Llama(model_path=args.model, n_threads=args.threads,
-                          n_threads_batch=args.threads, n_ctx=len(prompt) + args.new_tokens + 8,
+    llm = llama_cpp.Llama(model_path=args.model, n_threads=threads,
+                          n_threads_batch=threads, n_ctx=len(prompt) + args.new_tokens + 8,
                           n_batch=max(len(prompt), 8), verbose=False)
     best_p, best_d = 0.0, 0.0
     for _ in range(args.repeats):
@@ -184,7 +184,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--chat", default="build/bin/chat")
     ap.add_argument("--model", default=default_model())
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     ap.add_argument("--prompt_len", type=int, default=128)
     ap.add_argument("--new_tokens", type=int, default=32)
     ap.add_argument("--batches", default="1,8")
@@ -195,19 +195,20 @@ def main():
     batches = [int(b) for b in args.batches.split(",")]
     vocab = 49152
 
-    rows = []  # (what, batch, ours, torch, llama)
+    rows = []  # (threads, what, batch, ours, torch, llama)
     tm = None if args.skip_torch else TorchModel(args.model)
     llama_note = ""
-    for b in batches:
-        prompts = random_prompts(b, args.prompt_len, vocab)
-        ours = bench_ours(args, b)
-        torch_r = tm.bench(prompts, args.new_tokens, args.threads) if tm else None
-        llama_r = None
-        if b == 1:
-            llama_r, llama_note = bench_llama_cpp(args, prompts[0])
-        for i, what in enumerate(("prefill", "decode")):
-            rows.append((what, b, ours[i], torch_r[i] if torch_r else None,
-                         llama_r[i] if llama_r else None))
+    for threads in [int(t) for t in args.threads.split(",")]:
+        for b in batches:
+            prompts = random_prompts(b, args.prompt_len, vocab)
+            ours = bench_ours(args, b, threads)
+            torch_r = tm.bench(prompts, args.new_tokens, threads) if tm else None
+            llama_r = None
+            if b == 1:
+                llama_r, llama_note = bench_llama_cpp(args, prompts[0], threads)
+            for i, what in enumerate(("prefill", "decode")):
+                rows.append((threads, what, b, ours[i], torch_r[i] if torch_r else None,
+                             llama_r[i] if llama_r else None))
 
     def fmt(v):
         return "n/a" if v is None else "%.1f" % v
@@ -215,16 +216,16 @@ def main():
     def ratio(a, b):
         return "n/a" if a is None or b is None else "%.2fx" % (a / b)
 
-    print("prompt %d tokens, %d new tokens, %d threads; tokens/s (batch x tokens / wall time)"
-          % (args.prompt_len, args.new_tokens, args.threads))
+    print("prompt %d tokens, %d new tokens; tokens/s (batch x tokens / wall time)"
+          % (args.prompt_len, args.new_tokens))
     print("llama.cpp: %s" % (llama_note or "not run"))
     print()
-    print("| phase | batch | ours | PyTorch bf16 | llama.cpp | ours / PyTorch | ours / llama.cpp |")
-    print("|---|---|---|---|---|---|---|")
-    for what, b, o, t, l in rows:
-        print("| %s | %d | %s | %s | %s | %s | %s |" % (what, b, fmt(o), fmt(t), fmt(l),
-                                                       ratio(o, t), ratio(o, l)))
-
+    print("| threads | phase | batch | ours | PyTorch bf16 | llama.cpp | ours / PyTorch "
+          "| ours / llama.cpp |")
+    print("|---|---|---|---|---|---|---|---|")
+    for threads, what, b, o, t, l in rows:
+        print("| %d | %s | %d | %s | %s | %s | %s | %s |" % (
+            threads, what, b, fmt(o), fmt(t), fmt(l), ratio(o, t), ratio(o, l)))
 
 if __name__ == "__main__":
     main()

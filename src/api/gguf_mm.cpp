@@ -22,7 +22,8 @@ constexpr const char* kOp = "mm_gguf";
 
 constexpr api::KernelEntry<kernels::GgufMmParams> kGgufMmKernels[] = {
     {DeviceType::kCPU,
-     "CPU: blocks dequantized in registers, fp32 accumulation, OpenMP rows, AVX2/AVX-512 tiers",
+     "CPU: blocks dequantized in registers (AVX-512 BF16: Q4_1 codes x split activations), fp32 "
+     "accumulation, OpenMP rows, AVX2/AVX-512 tiers",
      nullptr,
      [](const kernels::GgufMmParams& p, const api::LaunchContext&) { kernels::cpu::gguf_mm(p); }},
 };

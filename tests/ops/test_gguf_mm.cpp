@@ -10,6 +10,7 @@
 
 #include "flashinfer/flashinfer.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/gguf_mm_cpu.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 
@@ -90,10 +91,31 @@ std::vector<double> dequant_fp64(const std::vector<uint8_t>& rows, int64_t n, in
   return w;
 }
 
+// |m| of the Q4_1 block holding value t of row j (0 for Q8_0): the split path's bound needs it.
+std::vector<double> block_mins(const std::vector<uint8_t>& rows, int64_t n, int64_t k, bool q4) {
+  const int64_t bb = block_bytes(q4), blocks = k / 32;
+  std::vector<double> mins(static_cast<size_t>(n * k), 0.0);
+  if (q4)
+    for (int64_t i = 0; i < n * blocks; ++i)
+      for (int t = 0; t < 32; ++t)
+        mins[static_cast<size_t>(i * 32 + t)] = std::abs(get_half(rows.data() + i * bb + 2));
+  return mins;
+}
+
+// Whether mm_gguf runs this call on two bf16 parts of each activation (gguf_mm_cpu.h).
+bool takes_split_path(bool q4, int64_t m, DType a_dtype, CpuIsa isa) {
+  return q4 && m == 1 && a_dtype != DType::kBFloat16 && isa == CpuIsa::kAvx512 &&
+         kernels::cpu::gguf_mm_has_split_path();
+}
+
 // Checks out [m, n] against the fp64 product: |out - ref| <= fp32 accumulation error (bounded
-// by 2^-20 * k * sum |a w|, generous) plus half an ulp of the output dtype.
+// by 2^-20 * k * sum |a w|, generous) plus half an ulp of the output dtype. With `mins` (the
+// split path), the activation split adds 2^-16 |a| per value times |d q| <= |w| + |m|, and the
+// fp32 sums d * sum q a and m * sum a (which cancel when m ~ -8 d) are bounded by
+// |a| (|w| + 2 |m|) per value instead of |a w|.
 ::testing::AssertionResult matches_fp64(const Tensor& out, const Tensor& a,
-                                        const std::vector<double>& w, int64_t n) {
+                                        const std::vector<double>& w, int64_t n,
+                                        const std::vector<double>* mins = nullptr) {
   const int64_t m = a.size(0), k = a.size(1);
   const std::vector<double> av = a.to_double_vector(), ov = out.to_double_vector();
   const double out_rel = out.dtype() == DType::kBFloat16  ? std::exp2(-8)
@@ -101,14 +123,22 @@ std::vector<double> dequant_fp64(const std::vector<uint8_t>& rows, int64_t n, in
                                                           : std::exp2(-24);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
-      double ref = 0, mag = 0;
+      double ref = 0, mag = 0, split = 0;
       for (int64_t t = 0; t < k; ++t) {
-        ref += av[static_cast<size_t>(i * k + t)] * w[static_cast<size_t>(j * k + t)];
-        mag += std::abs(av[static_cast<size_t>(i * k + t)] * w[static_cast<size_t>(j * k + t)]);
+        const double x = av[static_cast<size_t>(i * k + t)];
+        const double wv = w[static_cast<size_t>(j * k + t)];
+        ref += x * wv;
+        if (mins == nullptr) {
+          mag += std::abs(x * wv);
+        } else {
+          const double mn = (*mins)[static_cast<size_t>(j * k + t)];
+          mag += std::abs(x) * (std::abs(wv) + 2 * mn);
+          split += std::abs(x) * (std::abs(wv) + mn);
+        }
       }
       const double got = ov[static_cast<size_t>(i * n + j)];
-      const double tol =
-          std::exp2(-20) * static_cast<double>(k) / 32.0 * mag + out_rel * std::abs(ref) + 1e-30;
+      const double tol = std::exp2(-20) * static_cast<double>(k) / 32.0 * mag +
+                         std::exp2(-16) * split + out_rel * std::abs(ref) + 1e-30;
       if (!(std::abs(got - ref) <= tol)) {
         return ::testing::AssertionFailure() << "out[" << i << ", " << j << "] = " << got
                                              << ", fp64 " << ref << " (tolerance " << tol << ")";
@@ -168,6 +198,7 @@ TEST(MmGguf, EveryTierMatchesTheFp64Formula) {
     for (const Shape3& s : shapes) {
       const std::vector<uint8_t> rows = random_rows(s.n, s.k, q4, seed++);
       const std::vector<double> w = dequant_fp64(rows, s.n, s.k, q4);
+      const std::vector<double> mins = block_mins(rows, s.n, s.k, q4);
       const Tensor b = bytes_tensor(rows, s.n);
       for (DType adt : {DType::kBFloat16, DType::kFloat32, DType::kFloat16}) {
         const Tensor a = testing::rand_tensor({s.m, s.k}, adt, seed++, -2.0, 2.0);
@@ -177,7 +208,8 @@ TEST(MmGguf, EveryTierMatchesTheFp64Formula) {
             const Tensor out = mm_gguf(a, b, q4 ? "Q4_1" : "Q8_0", std::nullopt, odt);
             ASSERT_EQ(out.shape(), (Shape{s.m, s.n}));
             ASSERT_EQ(out.dtype(), odt);
-            EXPECT_TRUE(matches_fp64(out, a, w, s.n))
+            EXPECT_TRUE(
+                matches_fp64(out, a, w, s.n, takes_split_path(q4, s.m, adt, isa) ? &mins : nullptr))
                 << (q4 ? "Q4_1" : "Q8_0") << " m=" << s.m << " n=" << s.n << " k=" << s.k
                 << " a=" << dtype_name(adt) << " out=" << dtype_name(odt)
                 << " tier=" << static_cast<int>(isa);
@@ -185,6 +217,50 @@ TEST(MmGguf, EveryTierMatchesTheFp64Formula) {
         }
       }
     }
+  }
+}
+
+// The split path (fp32 activations as two bf16 parts, m = 1) at the model's shapes: within its
+// derived bound of the fp64 formula (2^-16 |a| |d q| per value plus the fp32 sums), and at
+// least 32 times closer to it than the same activations rounded to bf16 (one part: 2^-8 |a|
+// per value, the error that changed the chat's greedy answer; two parts are 2^8 finer). The
+// scalar fp32 reference's error is printed for comparison.
+TEST(MmGguf, SplitActivationPathIsFp32Accurate) {
+  if (!kernels::cpu::gguf_mm_has_split_path()) GTEST_SKIP() << "no AVX-512 BF16 + VBMI here";
+  uint64_t seed = 500;
+  for (int64_t k : {int64_t{32}, int64_t{576}, int64_t{1536}}) {
+    const int64_t n = 67;
+    const std::vector<uint8_t> rows = random_rows(n, k, true, seed++);
+    const std::vector<double> w = dequant_fp64(rows, n, k, true);
+    const std::vector<double> mins = block_mins(rows, n, k, true);
+    const Tensor b = bytes_tensor(rows, n);
+    const Tensor a = testing::rand_tensor({1, k}, DType::kFloat32, seed++, -3.0, 3.0);
+    const Tensor a_bf16 = a.to(DType::kBFloat16);
+    Tensor split, one_part, scalar;
+    {
+      IsaCap cap(CpuIsa::kAvx512);
+      split = mm_gguf(a, b, "Q4_1", std::nullopt, DType::kFloat32);
+      one_part = mm_gguf(a_bf16, b, "Q4_1", std::nullopt, DType::kFloat32);
+    }
+    {
+      IsaCap cap(CpuIsa::kScalar);
+      scalar = mm_gguf(a, b, "Q4_1", std::nullopt, DType::kFloat32);
+    }
+    EXPECT_TRUE(matches_fp64(split, a, w, n, &mins)) << "k=" << k;
+    const std::vector<double> av = a.to_double_vector(), sv = split.to_double_vector(),
+                              ov = one_part.to_double_vector(), rv = scalar.to_double_vector();
+    double err_split = 0, err_one = 0, err_scalar = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0;
+      for (int64_t t = 0; t < k; ++t)
+        ref += av[static_cast<size_t>(t)] * w[static_cast<size_t>(j * k + t)];
+      err_split += std::abs(sv[static_cast<size_t>(j)] - ref);
+      err_one += std::abs(ov[static_cast<size_t>(j)] - ref);
+      err_scalar += std::abs(rv[static_cast<size_t>(j)] - ref);
+    }
+    EXPECT_LE(32.0 * err_split, err_one) << "k=" << k;
+    std::printf("k=%lld: sum |err| vs fp64: two bf16 parts %.3g, one part %.3g, scalar fp32 %.3g\n",
+                static_cast<long long>(k), err_split, err_one, err_scalar);
   }
 }
 

@@ -8,7 +8,11 @@
 // and AVX-512, chosen at run time (cpu_isa.h). The vector tiers dequantize one block of NR
 // weight rows into registers and use it for R activation rows (R = 1 for decode, a few rows
 // for prefill so each dequantized block is reused), with one accumulator vector per (row,
-// weight row, 8/16 values), reduced once at the end of the row.
+// weight row, 8/16 values), reduced once at the end of the row. On AVX-512 two more paths
+// cut the instructions per block where the decode shape spends them: Q4_1 on activations split
+// into bf16 parts (vdpbf16ps on the raw codes, the min term from per-block activation sums)
+// and Q8_0 with d applied to each block's sum; both read d/m of 16 blocks with one gather and
+// prefetch their rows ahead.
 #include "kernels/cpu/gguf_mm_cpu.h"
 
 #include <algorithm>
@@ -84,6 +88,12 @@ using TileFn = void (*)(const float* a, int64_t lda, const uint8_t* b, int64_t b
                         float* out);
 
 #if FLASHINFER_CPU_X86_INTRINSICS
+// Software prefetch distance of the decode tiles, in weight rows: each row stream is read
+// kPrefetchRows rows (two 4-row tiles) ahead of its use, which keeps more misses in flight
+// than the hardware prefetcher alone (the 30 MB Q8_0 head and the 66 MB of Q4_1 layers come
+// from L3/DRAM every token).
+constexpr int64_t kPrefetchRows = 8;
+
 #define FI_GGUF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define FI_GGUF_AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -182,83 +192,275 @@ FI_GGUF_AVX2 void tile256(const float* a, int64_t lda, const uint8_t* b, int64_t
       out[r * NR + c] = hsum256(_mm256_add_ps(_mm256_add_ps(acc[r][c][0], acc[r][c][1]),
                                               _mm256_add_ps(acc[r][c][2], acc[r][c][3])));
 }
-// ---- AVX-512 BF16, Q4_1 with bf16 activations (the model's case) ----
-// sum_j (d q_j + m) x_j = d * sum_j q_j x_j + m * sum_j x_j. The codes 0..15 and the bf16
-// activations are exact bf16 values, so vdpbf16ps forms the products q_j x_j exactly and sums
-// pairs in fp32; sum_j x_j per block is computed once per activation row (sx) and shared by
-// every weight row. Per block this is half the vector instructions of dequantizing to fp32.
-#define FI_GGUF_AVX512BF16 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
+// ---- AVX-512 BF16 + VBMI: Q4_1 on split activations, Q8_0 with the scale applied per block ----
+// Q4_1: sum_j (d q_j + m) x_j = d * sum_j q_j x_j + m * sum_j x_j. The codes 0..15 are exact
+// bf16 values; each activation is split into S bf16 parts, x ~= x_1 + ... + x_S (x_1 the bf16
+// rounding of x, x_2 that of the remainder, ...), so vdpbf16ps forms every product q_j x_s,j
+// exactly and sums in fp32. S = 1 is exact for bf16 activations; for fp32 ones each split
+// leaves at most 2^-8 of the remainder, so |x - sum_s x_s| <= 2^(-8 S) |x|: S = 2 (2^-16, 256
+// times below bf16 activations; measured 3-10x the scalar fp32 path's own rounding error,
+// tests/ops/test_gguf_mm.cpp) is what m = 1 uses, S = 3 would be exact up to flushed
+// denormals at 10-20% more time. sum_j x_j per block (fp32, from x itself) is computed once
+// per activation row and shared by every weight row.
+// Per weight row and block: one 16-byte load, vpmultishiftqb (each 16-bit lane takes one
+// nibble), vpermw (nibble -> bf16 code), S vdpbf16ps and one FMA by d; d and m of 16 blocks
+// come from one gather and are converted together, and the m term is a 16-lane FMA with the
+// block sums. The fp32 dequantizing path needs about twice the vector instructions.
+#define FI_GGUF_AVX512BF16                                                        \
+  __attribute__((                                                                 \
+      target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma," \
+             "f16c")))
 
-template <int R, int NR>
-FI_GGUF_AVX512BF16 void tile512_q4_1_bf16(const uint16_t* a, int64_t lda, const float* sx,
-                                          const uint8_t* b, int64_t brow, int64_t blocks,
-                                          float* out) {
-  // Word j < 16 of a block takes byte j's low nibble, word j >= 16 byte j - 16's high nibble:
-  // the bytes twice, shifted right by 0 or 4, then the code's bf16 bits from a table (vpermw
-  // reads the low 5 bits of each index, so entry i holds bf16(i & 15)).
-  const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-  alignas(64) static constexpr uint16_t kCodes[32] = {
-      0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40A0, 0x40C0, 0x40E0, 0x4100, 0x4110, 0x4120,
-      0x4130, 0x4140, 0x4150, 0x4160, 0x4170, 0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40A0,
-      0x40C0, 0x40E0, 0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170};
-  const __m512i table = _mm512_load_si512(kCodes);
-  __m512 acc[R][NR];
-  float macc[R][NR];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < NR; ++c) acc[r][c] = _mm512_setzero_ps(), macc[r][c] = 0.0f;
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    for (int c = 0; c < NR; ++c) {
-      const uint8_t* p = b + c * brow + blk * 20;
-      const __m256i bytes =
-          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4)));
-      const __m512i codes = _mm512_srlv_epi16(_mm512_cvtepu8_epi16(bytes), shifts);
-      const __m512bh q = (__m512bh)_mm512_permutexvar_epi16(codes, table);
-      const __m512 d = _mm512_set1_ps(_cvtsh_ss(load_u16(p)));
-      const float m = _cvtsh_ss(load_u16(p + 2));
-      for (int r = 0; r < R; ++r) {
-        const __m512bh x = (__m512bh)_mm512_loadu_si512(a + r * lda + blk * kGgmlBlockValues);
-        const __m512 t = _mm512_dpbf16_ps(_mm512_setzero_ps(), q, x);
-        acc[r][c] = _mm512_fmadd_ps(t, d, acc[r][c]);
-        macc[r][c] += m * sx[r * blocks + blk];
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < NR; ++c) out[r * NR + c] = _mm512_reduce_add_ps(acc[r][c]) + macc[r][c];
-}
-
-using Bf16TileFn = void (*)(const uint16_t* a, int64_t lda, const float* sx, const uint8_t* b,
-                            int64_t brow, int64_t blocks, float* out);
-
-// AVX-512 BF16 (CPUID leaf 7, subleaf 1, EAX bit 5), on top of the AVX-512 tier.
-bool has_avx512_bf16() {
+// AVX-512 BF16 (CPUID leaf 7 subleaf 1 EAX bit 5) and VBMI (leaf 7 ECX bit 1), on top of the
+// AVX-512 tier.
+bool has_avx512_bf16_vbmi() {
   static const bool v = [] {
     unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((c >> 1) & 1)) return false;
     return __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
   }();
   return v;
 }
 
-// Q4_1 x bf16 activations on AVX-512 BF16: as gguf_mm_vector, with R = 1 (decode: 4 weight
-// rows a tile) or 4 (prefill: 2 weight rows a tile) activation rows.
-void gguf_mm_q4_1_bf16(const GgufMmParams& p) {
-  const int64_t blocks = p.k / kGgmlBlockValues;
-  const auto* a = static_cast<const uint16_t*>(p.a);
-  const int64_t lda = p.a_stride_m;
-  std::vector<float> sx(static_cast<size_t>(p.m * blocks));
-  for (int64_t i = 0; i < p.m; ++i)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      float s = 0.0f;
-      for (int64_t t = 0; t < kGgmlBlockValues; ++t)
-        s += bfloat16_bits_to_float(a[i * lda + blk * kGgmlBlockValues + t]);
-      sx[static_cast<size_t>(i * blocks + blk)] = s;
+// Lane p (0..31) of a block's bf16 vector holds value kLaneValue[p]: 16-bit lane w of qword L
+// takes, from byte 8 (L & 1) + 2 (L >> 1) + (w >> 1) of the block's 16 code bytes, the low
+// nibble (w even: value = byte index) or the high one (w odd: byte index + 16). Qword L of the
+// broadcast 16 bytes holds bytes 8 (L & 1) .. + 7, so one vpmultishiftqb with bit offsets
+// 16 (L >> 1) + 8 (w >> 1) + 4 (w & 1) puts every nibble in the low bits of its lane.
+constexpr int lane_value(int p) {
+  const int L = p >> 2, w = p & 3;
+  return 8 * (L & 1) + 2 * (L >> 1) + (w >> 1) + 16 * (w & 1);
+}
+
+// The activation rows of one call, split: x[i][blk][s][32] (bf16 bits in lane order, part s)
+// and the per-block sums sx[i][blk] (fp32, rows padded with zeros to a multiple of 16 blocks).
+struct SplitActs {
+  std::vector<uint16_t> x;
+  std::vector<float> sx;
+  int64_t blocks = 0, sx_row = 0, x_row = 0;
+};
+
+SplitActs split_acts(const GgufMmParams& p, int parts) {
+  SplitActs s;
+  s.blocks = p.k / kGgmlBlockValues;
+  s.sx_row = (s.blocks + 15) / 16 * 16;
+  s.x_row = s.blocks * parts * kGgmlBlockValues;
+  s.x.resize(static_cast<size_t>(p.m * s.x_row));
+  s.sx.assign(static_cast<size_t>(p.m * s.sx_row), 0.0f);
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t blk = 0; blk < s.blocks; ++blk) {
+      float v[kGgmlBlockValues];
+      float sum = 0.0f;
+      for (int t = 0; t < kGgmlBlockValues; ++t) {
+        v[t] =
+            load_a(p.a, p.a_dtype, i * p.a_stride_m + (blk * kGgmlBlockValues + t) * p.a_stride_k);
+        sum += v[t];
+      }
+      s.sx[static_cast<size_t>(i * s.sx_row + blk)] = sum;
+      uint16_t* dst = s.x.data() + i * s.x_row + blk * parts * kGgmlBlockValues;
+      for (int lane = 0; lane < kGgmlBlockValues; ++lane) {
+        float r = v[lane_value(lane)];
+        for (int part = 0; part < parts; ++part) {
+          const BFloat16 h = BFloat16::from_float(r);
+          dst[part * kGgmlBlockValues + lane] = h.bits;
+          r -= h.to_float();  // exact: h is r rounded to 8 significant bits
+        }
+      }
     }
+  }
+  return s;
+}
+
+// R activation rows x NR weight rows of Q4_1, S parts; writes the R x NR sums to out[r * NR + c].
+template <int S, int R, int NR>
+FI_GGUF_AVX512BF16 void tile512_q4_1_split(const SplitActs& xa, int64_t i0, const uint8_t* b,
+                                           int64_t brow, float* out) {
+  alignas(64) static constexpr uint16_t kCodes[32] = {
+      0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40A0, 0x40C0, 0x40E0, 0x4100, 0x4110, 0x4120,
+      0x4130, 0x4140, 0x4150, 0x4160, 0x4170, 0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40A0,
+      0x40C0, 0x40E0, 0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170};
+  alignas(64) static constexpr uint8_t kShift[64] = {
+#define FI_Q(g) \
+  16 * g, 16 * g, 16 * g + 4, 16 * g + 4, 16 * g + 8, 16 * g + 8, 16 * g + 12, 16 * g + 12
+      FI_Q(0), FI_Q(0), FI_Q(1), FI_Q(1), FI_Q(2),
+      FI_Q(2), FI_Q(3), FI_Q(3)
+#undef FI_Q
+  };
+  const __m512i table = _mm512_load_si512(kCodes);
+  const __m512i shift = _mm512_load_si512(kShift);
+  const __m512i dm_index =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(20));
+  const int64_t blocks = xa.blocks;
+  const uint16_t* xs = xa.x.data() + i0 * xa.x_row;
+  const float* sx = xa.sx.data() + i0 * xa.sx_row;
+  __m512 acc[R][NR];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NR; ++c) acc[r][c] = _mm512_setzero_ps();
+  alignas(64) float dbuf[NR][16];
+  for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
+    const int nb = static_cast<int>(std::min<int64_t>(16, blocks - b0));
+    const __mmask16 live = static_cast<__mmask16>((1u << nb) - 1u);
+    for (int c = 0; c < NR; ++c) {
+      // d (low half) and m (high half) of 16 blocks at once.
+      const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, dm_index,
+                                                     b + c * brow + b0 * 20, 1);
+      _mm512_store_ps(dbuf[c], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
+      const __m512 mv = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+      for (int r = 0; r < R; ++r)
+        acc[r][c] = _mm512_fmadd_ps(mv, _mm512_loadu_ps(sx + r * xa.sx_row + b0), acc[r][c]);
+    }
+    for (int j = 0; j < nb; ++j) {
+      const int64_t blk = b0 + j;
+      __m512bh xv[R][S];
+      for (int r = 0; r < R; ++r)
+        for (int s = 0; s < S; ++s)
+          xv[r][s] =
+              (__m512bh)_mm512_loadu_si512(xs + r * xa.x_row + (blk * S + s) * kGgmlBlockValues);
+      for (int c = 0; c < NR; ++c) {
+        _mm_prefetch(reinterpret_cast<const char*>(b + (c + kPrefetchRows) * brow + blk * 20),
+                     _MM_HINT_T0);
+        const __m512i bytes = _mm512_broadcast_i32x4(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + c * brow + blk * 20 + 4)));
+        const __m512bh q =
+            (__m512bh)_mm512_permutexvar_epi16(_mm512_multishift_epi64_epi8(shift, bytes), table);
+        const __m512 d = _mm512_set1_ps(dbuf[c][j]);
+        for (int r = 0; r < R; ++r) {
+          // The smallest part first.
+          __m512 t = _mm512_dpbf16_ps(_mm512_setzero_ps(), q, xv[r][S - 1]);
+          for (int s = S - 2; s >= 0; --s) t = _mm512_dpbf16_ps(t, q, xv[r][s]);
+          acc[r][c] = _mm512_fmadd_ps(t, d, acc[r][c]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NR; ++c) out[r * NR + c] = _mm512_reduce_add_ps(acc[r][c]);
+}
+
+// Q8_0 on fp32 activations: d * sum_j q_j x_j per block (the codes converted to fp32, exact),
+// d of 16 blocks from one gather: three vector FMAs per block and activation row after the
+// shared conversion, instead of scaling every code by d first.
+template <int R, int NR>
+FI_GGUF_AVX512 void tile512_q8_0_sum(const float* a, int64_t lda, const uint8_t* b, int64_t brow,
+                                     int64_t blocks, float* out) {
+  const __m512i d_index =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(34));
+  __m512 acc[R][NR];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NR; ++c) acc[r][c] = _mm512_setzero_ps();
+  alignas(64) float dbuf[NR][16];
+  for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
+    const int nb = static_cast<int>(std::min<int64_t>(16, blocks - b0));
+    const __mmask16 live = static_cast<__mmask16>((1u << nb) - 1u);
+    for (int c = 0; c < NR; ++c) {
+      const __m512i dd = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, d_index,
+                                                     b + c * brow + b0 * 34, 1);
+      _mm512_store_ps(dbuf[c], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+    }
+    for (int j = 0; j < nb; ++j) {
+      const int64_t blk = b0 + j;
+      for (int c = 0; c < NR; ++c) {
+        const uint8_t* p = b + c * brow + blk * 34 + 2;
+        _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchRows * brow), _MM_HINT_T0);
+        const __m512 q0 = _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+        const __m512 q1 = _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))));
+        const __m512 d = _mm512_set1_ps(dbuf[c][j]);
+        for (int r = 0; r < R; ++r) {
+          const float* x = a + r * lda + blk * kGgmlBlockValues;
+          const __m512 t =
+              _mm512_fmadd_ps(q1, _mm512_loadu_ps(x + 16), _mm512_mul_ps(q0, _mm512_loadu_ps(x)));
+          acc[r][c] = _mm512_fmadd_ps(t, d, acc[r][c]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NR; ++c) out[r * NR + c] = _mm512_reduce_add_ps(acc[r][c]);
+}
+
+// The prefill shape (R = 2..12 activation rows): as tile512, each block of NR weight rows
+// dequantized once to fp32 and used by every activation row, but d and m of 16 blocks come
+// from one gather and are broadcast from memory, instead of four scalar conversions and
+// broadcasts per block and weight row.
+template <GgmlQuantType T, int R, int NR>
+FI_GGUF_AVX512 void tile512_dm(const float* a, int64_t lda, const uint8_t* b, int64_t brow,
+                               int64_t blocks, float* out) {
+  constexpr int64_t bytes = ggml_block_bytes(T);
+  constexpr bool kQ4 = T == GgmlQuantType::kQ4_1;
+  const __m512i dm_index =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(bytes)));
+  // One accumulator per (row, weight row), both halves of a block into it: R = 12 with NR = 2
+  // fits the 32 vector registers and amortizes each dequantized block over twice the rows.
+  __m512 acc[R][NR];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NR; ++c) acc[r][c] = _mm512_setzero_ps();
+  alignas(64) float dbuf[NR][16];
+  alignas(64) float mbuf[NR][16];
+  for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
+    const int nb = static_cast<int>(std::min<int64_t>(16, blocks - b0));
+    const __mmask16 live = static_cast<__mmask16>((1u << nb) - 1u);
+    for (int c = 0; c < NR; ++c) {
+      const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, dm_index,
+                                                     b + c * brow + b0 * bytes, 1);
+      _mm512_store_ps(dbuf[c], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)));
+      if constexpr (kQ4)
+        _mm512_store_ps(mbuf[c], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16))));
+    }
+    for (int j = 0; j < nb; ++j) {
+      const int64_t blk = b0 + j;
+      for (int c = 0; c < NR; ++c) {
+        const uint8_t* p = b + c * brow + blk * bytes;
+        const __m512 d = _mm512_set1_ps(dbuf[c][j]);
+        __m512 w0, w1;
+        if constexpr (kQ4) {
+          const __m512 mn = _mm512_set1_ps(mbuf[c][j]);
+          const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4));
+          const __m128i mask = _mm_set1_epi8(0x0F);
+          w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(qs, mask))), d,
+                               mn);
+          w1 = _mm512_fmadd_ps(
+              _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(qs, 4), mask))),
+              d, mn);
+        } else {
+          w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2)))),
+                             d);
+          w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 18)))),
+                             d);
+        }
+        for (int r = 0; r < R; ++r) {
+          const float* x = a + r * lda + blk * kGgmlBlockValues;
+          acc[r][c] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), acc[r][c]);
+          acc[r][c] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), acc[r][c]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NR; ++c) out[r * NR + c] = _mm512_reduce_add_ps(acc[r][c]);
+}
+
+using SplitTileFn = void (*)(const SplitActs& xa, int64_t i0, const uint8_t* b, int64_t brow,
+                             float* out);
+
+// Q4_1 on split activations: OpenMP over units of weight rows as gguf_mm_vector, R = 1 (decode:
+// 4 weight rows a tile) up to 4 activation rows (2 weight rows a tile).
+template <int S>
+void gguf_mm_q4_1_split(const GgufMmParams& p) {
+  const SplitActs xa = split_acts(p, S);
   constexpr int kR = 4;
-  static constexpr Bf16TileFn narrow[kR] = {&tile512_q4_1_bf16<1, 1>, &tile512_q4_1_bf16<2, 1>,
-                                            &tile512_q4_1_bf16<3, 1>, &tile512_q4_1_bf16<4, 1>};
-  static constexpr Bf16TileFn wide[kR] = {&tile512_q4_1_bf16<1, 4>, &tile512_q4_1_bf16<2, 2>,
-                                          &tile512_q4_1_bf16<3, 2>, &tile512_q4_1_bf16<4, 2>};
+  static constexpr SplitTileFn narrow[kR] = {
+      &tile512_q4_1_split<S, 1, 1>, &tile512_q4_1_split<S, 2, 1>, &tile512_q4_1_split<S, 3, 1>,
+      &tile512_q4_1_split<S, 4, 1>};
+  static constexpr SplitTileFn wide[kR] = {
+      &tile512_q4_1_split<S, 1, 4>, &tile512_q4_1_split<S, 2, 2>, &tile512_q4_1_split<S, 3, 2>,
+      &tile512_q4_1_split<S, 4, 2>};
   static constexpr int wide_nr[kR] = {4, 2, 2, 2};
   const int r_main = static_cast<int>(std::min<int64_t>(p.m, kR));
   const int64_t nr = wide_nr[r_main - 1];
@@ -271,11 +473,10 @@ void gguf_mm_q4_1_bf16(const GgufMmParams& p) {
     for (int64_t i0 = 0; i0 < p.m; i0 += r_main) {
       const int rows = static_cast<int>(std::min<int64_t>(r_main, p.m - i0));
       const bool is_wide = cols == wide_nr[rows - 1];
-      const Bf16TileFn fn = is_wide ? wide[rows - 1] : narrow[rows - 1];
+      const SplitTileFn fn = is_wide ? wide[rows - 1] : narrow[rows - 1];
       const int64_t c_eff = is_wide ? cols : 1;
       for (int64_t jc = 0; jc < cols; jc += c_eff) {
-        fn(a + i0 * lda, lda, sx.data() + i0 * blocks, p.b + (j0 + jc) * p.b_row_bytes,
-           p.b_row_bytes, blocks, sums);
+        fn(xa, i0, p.b + (j0 + jc) * p.b_row_bytes, p.b_row_bytes, sums);
         for (int r = 0; r < rows; ++r)
           for (int64_t c = 0; c < c_eff; ++c)
             store_out(p.out, p.out_dtype,
@@ -289,7 +490,7 @@ void gguf_mm_q4_1_bf16(const GgufMmParams& p) {
 
 // The tiles of one tier: fn[r - 1][0] is R = r with NR = 1, fn[r - 1][1] is R = r with the
 // tier's wide NR (4 weight rows for the decode shape R = 1, 2 for larger R).
-constexpr int kMaxR = 6;
+constexpr int kMaxR = 12;
 struct Tiles {
   TileFn fn[kMaxR][2] = {};
   int max_r = 0;
@@ -301,13 +502,25 @@ Tiles tiles_for(CpuIsa isa) {
   Tiles t;
 #if FLASHINFER_CPU_X86_INTRINSICS
   if (isa == CpuIsa::kAvx512) {
-    t.max_r = 6;
+    t.max_r = 12;
     t.fn[0][0] = &tile512<T, 1, 1>, t.fn[0][1] = &tile512<T, 1, 4>, t.wide_nr[0] = 4;
-    t.fn[1][0] = &tile512<T, 2, 1>, t.fn[1][1] = &tile512<T, 2, 2>, t.wide_nr[1] = 2;
-    t.fn[2][0] = &tile512<T, 3, 1>, t.fn[2][1] = &tile512<T, 3, 2>, t.wide_nr[2] = 2;
-    t.fn[3][0] = &tile512<T, 4, 1>, t.fn[3][1] = &tile512<T, 4, 2>, t.wide_nr[3] = 2;
-    t.fn[4][0] = &tile512<T, 5, 1>, t.fn[4][1] = &tile512<T, 5, 2>, t.wide_nr[4] = 2;
-    t.fn[5][0] = &tile512<T, 6, 1>, t.fn[5][1] = &tile512<T, 6, 2>, t.wide_nr[5] = 2;
+    // From two activation rows on, d and m come from the per-16-block gather (tile512_dm).
+    t.fn[1][0] = &tile512_dm<T, 2, 1>, t.fn[1][1] = &tile512_dm<T, 2, 2>, t.wide_nr[1] = 2;
+    t.fn[2][0] = &tile512_dm<T, 3, 1>, t.fn[2][1] = &tile512_dm<T, 3, 2>, t.wide_nr[2] = 2;
+    t.fn[3][0] = &tile512_dm<T, 4, 1>, t.fn[3][1] = &tile512_dm<T, 4, 2>, t.wide_nr[3] = 2;
+    t.fn[4][0] = &tile512_dm<T, 5, 1>, t.fn[4][1] = &tile512_dm<T, 5, 2>, t.wide_nr[4] = 2;
+    t.fn[5][0] = &tile512_dm<T, 6, 1>, t.fn[5][1] = &tile512_dm<T, 6, 2>, t.wide_nr[5] = 2;
+    t.fn[6][0] = &tile512_dm<T, 7, 1>, t.fn[6][1] = &tile512_dm<T, 7, 2>, t.wide_nr[6] = 2;
+    t.fn[7][0] = &tile512_dm<T, 8, 1>, t.fn[7][1] = &tile512_dm<T, 8, 2>, t.wide_nr[7] = 2;
+    t.fn[8][0] = &tile512_dm<T, 9, 1>, t.fn[8][1] = &tile512_dm<T, 9, 2>, t.wide_nr[8] = 2;
+    t.fn[9][0] = &tile512_dm<T, 10, 1>, t.fn[9][1] = &tile512_dm<T, 10, 2>, t.wide_nr[9] = 2;
+    t.fn[10][0] = &tile512_dm<T, 11, 1>, t.fn[10][1] = &tile512_dm<T, 11, 2>, t.wide_nr[10] = 2;
+    t.fn[11][0] = &tile512_dm<T, 12, 1>, t.fn[11][1] = &tile512_dm<T, 12, 2>, t.wide_nr[11] = 2;
+    if constexpr (T == GgmlQuantType::kQ8_0) {
+      // One activation row: scaling each block's sum by d (tile512_q8_0_sum: 4 + 3 R vector
+      // instructions per block and weight row) beats scaling every code (6 + 2 R).
+      t.fn[0][0] = &tile512_q8_0_sum<1, 1>, t.fn[0][1] = &tile512_q8_0_sum<1, 4>;
+    }
   } else if (isa == CpuIsa::kAvx2) {
     t.max_r = 3;
     t.fn[0][0] = &tile256<T, 1, 1>, t.fn[0][1] = &tile256<T, 1, 2>, t.wide_nr[0] = 2;
@@ -329,25 +542,36 @@ void gguf_mm_vector(const GgufMmParams& p, const float* a, int64_t lda, const Ti
   const int r_main = static_cast<int>(std::min<int64_t>(p.m, t.max_r));
   const int64_t nr = t.wide_nr[r_main - 1];
   const int64_t full = p.n / nr, units = full + p.n % nr;
+  // With several activation-row tiles (prefill), units are grouped into chunks of about 16 KiB
+  // of weight rows and each chunk runs every activation tile over all its units: the chunk
+  // stays in L1 and the activation tile is reused across the chunk, so the activations are
+  // read once per chunk rather than once per unit (at m = 128 the per-unit order streamed
+  // about 400 MB of activations from L2 per call).
+  const int64_t per_chunk =
+      r_main == p.m ? 1 : std::max<int64_t>(1, (int64_t{16} << 10) / (nr * p.b_row_bytes));
+  const int64_t chunks = (units + per_chunk - 1) / per_chunk;
 #pragma omp parallel for schedule(static) if (p.m * p.n * p.k >= kParallelMinMacs)
-  for (int64_t u = 0; u < units; ++u) {
-    const int64_t j0 = u < full ? u * nr : full * nr + (u - full);
-    const int64_t cols = u < full ? nr : 1;
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int64_t u_end = std::min(units, (ch + 1) * per_chunk);
     float sums[kMaxR * 4];
     for (int64_t i0 = 0; i0 < p.m; i0 += r_main) {
       const int rows = static_cast<int>(std::min<int64_t>(r_main, p.m - i0));
-      // The wide tile when its NR is this unit's width (a short last row tile may have
-      // another), else the unit's rows one by one.
-      const bool wide = cols == t.wide_nr[rows - 1];
-      const TileFn fn = t.fn[rows - 1][wide ? 1 : 0];
-      const int64_t c_eff = wide ? cols : 1;
-      for (int64_t jc = 0; jc < cols; jc += c_eff) {
-        fn(a + i0 * lda, lda, p.b + (j0 + jc) * p.b_row_bytes, p.b_row_bytes, blocks, sums);
-        for (int r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < c_eff; ++c)
-            store_out(p.out, p.out_dtype,
-                      (i0 + r) * p.out_stride_m + (j0 + jc + c) * p.out_stride_n,
-                      sums[r * c_eff + c]);
+      for (int64_t u = ch * per_chunk; u < u_end; ++u) {
+        const int64_t j0 = u < full ? u * nr : full * nr + (u - full);
+        const int64_t cols = u < full ? nr : 1;
+        // The wide tile when its NR is this unit's width (a short last row tile may have
+        // another), else the unit's rows one by one.
+        const bool wide = cols == t.wide_nr[rows - 1];
+        const TileFn fn = t.fn[rows - 1][wide ? 1 : 0];
+        const int64_t c_eff = wide ? cols : 1;
+        for (int64_t jc = 0; jc < cols; jc += c_eff) {
+          fn(a + i0 * lda, lda, p.b + (j0 + jc) * p.b_row_bytes, p.b_row_bytes, blocks, sums);
+          for (int r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < c_eff; ++c)
+              store_out(p.out, p.out_dtype,
+                        (i0 + r) * p.out_stride_m + (j0 + jc + c) * p.out_stride_n,
+                        sums[r * c_eff + c]);
+        }
       }
     }
   }
@@ -377,10 +601,18 @@ void gguf_mm_with(const GgufMmParams& p, CpuIsa isa) {
   if (p.m == 0 || p.n == 0) return;
   isa = std::min(isa, detected_cpu_isa());
 #if FLASHINFER_CPU_X86_INTRINSICS
-  if (isa == CpuIsa::kAvx512 && p.type == GgmlQuantType::kQ4_1 && p.a_dtype == DType::kBFloat16 &&
-      p.a_stride_k == 1 && has_avx512_bf16()) {
-    gguf_mm_q4_1_bf16(p);
-    return;
+  if (isa == CpuIsa::kAvx512 && p.type == GgmlQuantType::kQ4_1 && has_avx512_bf16_vbmi()) {
+    // bf16 activations are exact in one part, at any m. Other dtypes take two parts for the
+    // decode shape (m = 1), where unpacking the codes dominates; from m = 2 on the fp32
+    // dequantization shared by the activation rows is cheaper than two vdpbf16ps per row.
+    if (p.a_dtype == DType::kBFloat16) {
+      gguf_mm_q4_1_split<1>(p);
+      return;
+    }
+    if (p.m == 1) {
+      gguf_mm_q4_1_split<2>(p);
+      return;
+    }
   }
 #endif
   // The activations as contiguous fp32 rows, converted once per call (m * k values, small next
@@ -411,5 +643,13 @@ void gguf_mm_with(const GgufMmParams& p, CpuIsa isa) {
 }
 
 void gguf_mm(const GgufMmParams& p) { gguf_mm_with(p, cpu_isa()); }
+
+bool gguf_mm_has_split_path() {
+#if FLASHINFER_CPU_X86_INTRINSICS
+  return detected_cpu_isa() >= CpuIsa::kAvx512 && has_avx512_bf16_vbmi();
+#else
+  return false;
+#endif
+}
 
 }  // namespace flashinfer::kernels::cpu

@@ -11,6 +11,11 @@ void gguf_mm(const GgufMmParams& p);
 /// The same on a given tier (lowered to what this CPU has); for tests and benchmarks.
 void gguf_mm_with(const GgufMmParams& p, CpuIsa isa);
 
+/// Whether Q4_1 runs on split activations here (AVX-512 with BF16 and VBMI): bf16 activations
+/// exactly at any m, other dtypes for m = 1 as two bf16 parts, |x - x_1 - x_2| <= 2^-16 |x|
+/// (gguf_mm_cpu.cpp says why and how).
+bool gguf_mm_has_split_path();
+
 /// Dequantizes one row of `blocks` blocks to fp32, as the GGUF formula writes it (d * q + m in
 /// fp32, each operation rounded). The scalar reference and the tests use it.
 void gguf_dequantize_row(GgmlQuantType type, const uint8_t* row, int64_t blocks, float* out);
