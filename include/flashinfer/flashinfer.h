@@ -19,6 +19,7 @@
 #include "flashinfer/ops/dit_norm.h"
 #include "flashinfer/ops/fmha_v2.h"
 #include "flashinfer/ops/cascade_wrappers.h"
+#include "flashinfer/ops/fmha_v2.h"
 #include "flashinfer/ops/gemm.h"
 #include "flashinfer/ops/gemm_fp8.h"
 #include "flashinfer/ops/gguf_mm.h"
