@@ -269,7 +269,7 @@ TEST(BatchDecodeWrapper, BadInput) {
   EXPECT_FI_ERROR(P(f.indptr, f.indices, int_tensor({0, 4}), 4, 2, 64, 4), plan, "last_page_len");
   EXPECT_FI_ERROR(P(f.indptr, f.indices, int_tensor({1, 5}), 4, 2, 64, 4), plan, "last_page_len");
   EXPECT_FI_ERROR(P(f.indptr, f.indices, f.last_page_len, 4, 3, 64, 4), plan, "num_kv_heads");
-  EXPECT_FI_ERROR(P(f.indptr, f.indices, f.last_page_len, 4, 2, 96, 4), plan, "head_dim_qk");
+  EXPECT_FI_ERROR(P(f.indptr, f.indices, f.last_page_len, 4, 2, 72, 4), plan, "head_dim_qk");
   EXPECT_FI_ERROR(P(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 0), plan, "page_size");
   EXPECT_FI_ERROR(P(Tensor::zeros({3}, DType::kInt64), f.indices, f.last_page_len, 4, 2, 64, 4),
                   plan, "indptr");
@@ -415,7 +415,7 @@ namespace {
 TEST(BatchDecodeCuda, MatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-    for (int64_t d : {64, 128, 256}) {
+    for (int64_t d : {64, 128, 256, 96, 80}) {  // 96, 80: JIT-compiled (docs/JIT.md)
       std::vector<std::vector<double>> kd, vd;
       testing::PagedFixture f =
           testing::make_paged({1, 17, 300, 64}, 16, 2, d, dt, false, false, 3, kd, vd);
