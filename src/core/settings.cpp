@@ -102,6 +102,54 @@ std::optional<double> parse_python_float(std::string_view text) {
   return std::strtod(norm.c_str(), nullptr);
 }
 
+namespace {
+
+// The JIT's variables (docs/JIT.md). Upstream reads FLASHINFER_JIT_VERBOSE/DEBUG as == "1",
+// FLASHINFER_NVCC_THREADS and MAX_JOBS with int(), FLASHINFER_CUDA_ARCH_LIST split on
+// whitespace ("8.0 9.0a"); commas and semicolons are accepted too (CMake's list spelling).
+template <class Get>
+void parse_jit_settings(const Get& get, Settings& s) {
+  if (const char* v = get("FLASHINFER_WORKSPACE_BASE")) s.workspace_base = v;
+  if (const char* v = get("FLASHINFER_JIT_VERBOSE")) s.jit_verbose = std::string_view(v) == "1";
+  if (const char* v = get("FLASHINFER_JIT_DEBUG")) s.jit_debug = std::string_view(v) == "1";
+  if (const char* v = get("FLASHINFER_CUDA_ARCH_LIST")) {
+    std::string_view t = v;
+    while (!t.empty()) {
+      std::size_t i = 0;
+      while (i < t.size() && (py_space(t[i]) || t[i] == ',' || t[i] == ';')) ++i;
+      t.remove_prefix(i);
+      i = 0;
+      while (i < t.size() && !py_space(t[i]) && t[i] != ',' && t[i] != ';') ++i;
+      if (i > 0) s.cuda_arch_list.emplace_back(t.substr(0, i));
+      t.remove_prefix(i);
+    }
+  }
+  auto positive = [&](const char* var, int64_t& field, const char* fallback) {
+    const char* v = get(var);
+    if (!v || !*v) return;
+    if (auto n = parse_python_int(v); n && *n >= 1) {
+      field = *n;
+    } else {
+      s.problems.push_back(
+          {var, std::string(var) + "='" + v + "' is not a positive integer; using " + fallback});
+    }
+  };
+  positive("FLASHINFER_NVCC_THREADS", s.nvcc_threads, "1");
+  positive("MAX_JOBS", s.max_jobs, "the number of CPUs");
+  if (const char* v = get("FLASHINFER_JIT_AOT_DIR")) {
+    std::string_view t = v;
+    while (!t.empty()) {
+      const std::size_t i = t.find(':');
+      const std::string_view dir = t.substr(0, i);
+      if (!dir.empty()) s.jit_aot_dirs.emplace_back(dir);
+      if (i == std::string_view::npos) break;
+      t.remove_prefix(i + 1);
+    }
+  }
+}
+
+}  // namespace
+
 const Settings::Problem* Settings::problem(std::string_view variable) const {
   for (const Problem& p : problems) {
     if (p.variable == variable) return &p;
@@ -182,6 +230,7 @@ Settings parse_settings(const EnvLookup& lookup) {
                                                             v + " is not a number of MiB"});
     }
   }
+  parse_jit_settings(get, s);
   return s;
 }
 

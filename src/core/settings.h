@@ -29,6 +29,14 @@ struct Settings {
   bool dump_dedup = false;  // FLASHINFER_DUMP_DEDUP == "1": content-addressed tensors
   // This library's own: the host allocator cache limit (README), Python int() >= 0.
   std::optional<int64_t> host_cache_mb;  // FLASHINFER_HOST_CACHE_MB; nullopt: unset/invalid
+  // JIT compilation (docs/JIT.md), upstream's variables and one of this library's own.
+  std::string workspace_base;               // FLASHINFER_WORKSPACE_BASE, raw; empty: $HOME
+  bool jit_verbose = false;                 // FLASHINFER_JIT_VERBOSE == "1"
+  bool jit_debug = false;                   // FLASHINFER_JIT_DEBUG == "1"
+  std::vector<std::string> cuda_arch_list;  // FLASHINFER_CUDA_ARCH_LIST: "8.0 9.0a" split
+  int64_t nvcc_threads = 1;                 // FLASHINFER_NVCC_THREADS, Python int() >= 1
+  int64_t max_jobs = 0;                     // MAX_JOBS, Python int() >= 1; 0: unset
+  std::vector<std::string> jit_aot_dirs;    // FLASHINFER_JIT_AOT_DIR, ':'-separated (ours)
 
   /// A variable that could not be parsed keeps its default; upstream raises at import, here
   /// the owner of the setting prints `message` once (docs/LOGGING.md, differences).

@@ -1,12 +1,26 @@
 // Private: what the attention, page and cascade kernels of every backend receive. Strides are in
 // elements; the head_dim axis of q, k, v and o is contiguous (stride 1, checked by the API).
 // Index pointers live on the kernel's device (host memory for the CPU backend).
+//
+// The CUDA attention kernels are also compiled at run time by NVRTC (src/jit), which has no host
+// headers: under __CUDACC_RTC__ only the structs the kernels read are declared, with DType of the
+// same underlying type and only the enumerators the default member initializers name (the kernels
+// never look at its values; the static_assert below keeps them equal to flashinfer/dtype.h's).
 #pragma once
 
+#ifdef __CUDACC_RTC__
+#include <cuda/std/cstdint>
+namespace flashinfer {
+enum class DType : uint8_t { kFloat32, kFloat16 };
+}
+#else
 #include <cstdint>
 #include <vector>
 
 #include "flashinfer/dtype.h"
+static_assert(static_cast<int>(flashinfer::DType::kFloat16) == 1,
+              "the NVRTC declaration of DType above names kFloat16 = 1");
+#endif
 
 namespace flashinfer::kernels {
 
@@ -32,6 +46,7 @@ struct WorkItem {
 };
 static_assert(sizeof(WorkItem) == 6 * sizeof(int32_t));
 
+#ifndef __CUDACC_RTC__
 /// The host-side work partition plan() builds once and run() reuses for every layer.
 struct AttentionPlan {
   std::vector<WorkItem> work;
@@ -45,6 +60,7 @@ struct AttentionPlan {
   int32_t kv_chunk_size = 0;  // tokens per chunk; 0 when KV is not split
   bool split_kv = false;
 };
+#endif
 
 struct AttentionParams {
   // q [rows, Hq, Dqk]: row qo_indptr[b] + i is query i of request b.

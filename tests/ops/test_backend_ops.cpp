@@ -29,6 +29,7 @@
 // BackendOpsCoverage.* (every registered op has a case here). FLASHINFER_TEST_VERBOSE=1 prints
 // the largest error of every comparison and the outputs each guard run placed.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -36,6 +37,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -55,6 +57,7 @@
 #include "flashinfer/bench.h"
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/op_decl.h"
+#include "jit/jit.h"
 #include "kernels/cpu/cpu_isa.h"
 
 namespace flashinfer::testing {
@@ -1235,3 +1238,49 @@ TEST(WrittenArguments, OverlapIsExactMemoryOverlap) {
 
 }  // namespace
 }  // namespace flashinfer::testing
+
+// The JIT's load path (src/jit/jit_load.cpp): a module compiled by NVRTC for this device, loaded
+// with cudaLibraryLoadData and launched. Skipped without a GPU (FLASHINFER_TEST_REQUIRE_CUDA=1
+// makes that a failure). The attention kernels' JIT head dims run in test_decode/test_prefill's
+// *Cuda cases.
+namespace flashinfer {
+namespace {
+
+TEST(BackendOpsCudaJit, ModuleLoadsAndRuns) {
+  const char* require = std::getenv("FLASHINFER_TEST_REQUIRE_CUDA");
+  const bool required = require != nullptr && std::string(require) == "1";
+  const char* why = !cuda_compiled()           ? "this build has no CUDA backend"
+                    : cuda_device_count() == 0 ? "no CUDA device is visible"
+                                               : nullptr;
+  if (why != nullptr && required) FAIL() << "FLASHINFER_TEST_REQUIRE_CUDA=1 but " << why;
+  if (why != nullptr) GTEST_SKIP() << "JIT load skipped: " << why;
+  jit::ModuleSpec spec;
+  spec.name = "backend_ops_jit_probe";
+  spec.source =
+      "namespace probe {\n"
+      "template <int N> __global__ void axpb(float* x, int n) {\n"
+      "  const int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+      "  if (i < n) x[i] = x[i] * N + 1.0f;\n"
+      "}\n"
+      "}\n";
+  spec.kernels = {"&probe::axpb<3>"};
+  jit::JitConfig config = jit::default_config();
+  config.cache_root =
+      std::filesystem::temp_directory_path() / ("fi_backend_ops_jit_" + std::to_string(::getpid()));
+  const jit::CompiledModule m = jit::build(spec, jit::current_device_arch(config), config);
+  void* kernel = jit::load_kernel(m, spec.kernels[0]);
+  EXPECT_EQ(jit::load_kernel(m, spec.kernels[0]), kernel);  // loaded once
+  std::vector<double> host(300);
+  for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<double>(i) * 0.5;
+  Tensor x = Tensor::from_vector(host, {300}, DType::kFloat32).to(Device::cuda());
+  void* ptr = x.data_ptr();
+  int n = 300;
+  void* args[] = {&ptr, &n};
+  jit::launch("jit_probe", kernel, 3, 1, 1, 128, 0, nullptr, false, args);
+  const std::vector<double> got = x.to(Device::cpu()).to_double_vector();
+  for (std::size_t i = 0; i < host.size(); ++i) EXPECT_EQ(got[i], host[i] * 3 + 1.0) << i;
+  std::filesystem::remove_all(config.cache_root);
+}
+
+}  // namespace
+}  // namespace flashinfer

@@ -269,7 +269,7 @@ TEST(BatchDecodeWrapper, BadInput) {
   EXPECT_FI_ERROR(P(f.indptr, f.indices, int_tensor({0, 4}), 4, 2, 64, 4), plan, "last_page_len");
   EXPECT_FI_ERROR(P(f.indptr, f.indices, int_tensor({1, 5}), 4, 2, 64, 4), plan, "last_page_len");
   EXPECT_FI_ERROR(P(f.indptr, f.indices, f.last_page_len, 4, 3, 64, 4), plan, "num_kv_heads");
-  EXPECT_FI_ERROR(P(f.indptr, f.indices, f.last_page_len, 4, 2, 96, 4), plan, "head_dim_qk");
+  EXPECT_FI_ERROR(P(f.indptr, f.indices, f.last_page_len, 4, 2, 72, 4), plan, "head_dim_qk");
   EXPECT_FI_ERROR(P(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 0), plan, "page_size");
   EXPECT_FI_ERROR(P(Tensor::zeros({3}, DType::kInt64), f.indices, f.last_page_len, 4, 2, 64, 4),
                   plan, "indptr");
@@ -396,9 +396,10 @@ TEST(SingleDecode, BadInput) {
                   op, "k");
   EXPECT_FI_ERROR(single_decode_with_kv_cache(q, k.to(DType::kBFloat16), k.to(DType::kBFloat16)),
                   op, "k");
-  EXPECT_FI_ERROR(single_decode_with_kv_cache(Tensor::zeros({4, 32}, DType::kFloat16),
-                                              Tensor::zeros({10, 2, 32}, DType::kFloat16),
-                                              Tensor::zeros({10, 2, 32}, DType::kFloat16)),
+  // head_dim 40: not a multiple of 16 (any multiple of 16 up to 256 runs, docs/JIT.md).
+  EXPECT_FI_ERROR(single_decode_with_kv_cache(Tensor::zeros({4, 40}, DType::kFloat16),
+                                              Tensor::zeros({10, 2, 40}, DType::kFloat16),
+                                              Tensor::zeros({10, 2, 40}, DType::kFloat16)),
                   op, "q");
   EXPECT_FI_ERROR(single_decode_with_kv_cache(q, k, k, "XYZ"), op, "kv_layout");
   EXPECT_FI_ERROR(single_decode_with_kv_cache(q.unsqueeze(0), k, k), op, "q");
@@ -415,7 +416,7 @@ namespace {
 TEST(BatchDecodeCuda, MatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-    for (int64_t d : {64, 128, 256}) {
+    for (int64_t d : {64, 128, 256, 96, 80}) {  // 96, 80: JIT-compiled (docs/JIT.md)
       std::vector<std::vector<double>> kd, vd;
       testing::PagedFixture f =
           testing::make_paged({1, 17, 300, 64}, 16, 2, d, dt, false, false, 3, kd, vd);

@@ -93,7 +93,43 @@ INSTANTIATE_TEST_SUITE_P(
         SingleCase{DType::kFloat32, DType::kFloat32, 6, 23, 2, 1, 64, false, false, 0, -1, true},
         // fp8 e4m3 KV with per-head k scale and v_scale, causal, qo == kv.
         SingleCase{DType::kFloat16, DType::kFloat8E4M3FN, 16, 16, 4, 2, 64, true, false, 0, -1,
-                   false}));
+                   false},
+        // Head dims outside CUDA's AOT set (JIT-compiled there, docs/JIT.md): 96 and 80.
+        SingleCase{DType::kBFloat16, DType::kBFloat16, 7, 25, 4, 2, 96, true, false, 0, -1, false},
+        SingleCase{DType::kFloat16, DType::kFloat16, 5, 19, 2, 2, 80, false, true, 0, 6, false}));
+
+// Ragged prefill with different qk and vo head dims (DeepSeek's 192/128) against the fp64
+// formula, request by request.
+TEST(BatchPrefillWrappers, RaggedQk192Vo128MatchesReference) {
+  const std::vector<int32_t> qo{0, 3, 10}, kv{0, 9, 21};
+  const int64_t hq = 4, hkv = 2, dqk = 192, dvo = 128;
+  Tensor q = Tensor::empty({10, hq, dqk}, DType::kBFloat16).uniform_(11);
+  Tensor k = Tensor::empty({21, hkv, dqk}, DType::kBFloat16).uniform_(12);
+  Tensor v = Tensor::empty({21, hkv, dvo}, DType::kBFloat16).uniform_(13);
+  PrefillPlanOptions po;
+  po.q_data_type = DType::kBFloat16;
+  po.head_dim_vo = dvo;
+  po.causal = true;
+  BatchPrefillWithRaggedKVCacheWrapper w(workspace());
+  w.plan(int_tensor(qo), int_tensor(kv), hq, hkv, dqk, po);
+  AttentionRunOptions ro;
+  ro.return_lse = true;
+  AttentionOutput r = w.run(q, k, v, ro);
+  ASSERT_EQ(r.out.shape(), (Shape{10, hq, dvo}));
+  for (int b = 0; b < 2; ++b) {
+    const int64_t nq = qo[b + 1] - qo[b], nk = kv[b + 1] - kv[b];
+    const auto qd = q.slice(0, qo[b], qo[b + 1]).to_double_vector();
+    const auto kd = k.slice(0, kv[b], kv[b + 1]).to_double_vector();
+    const auto vd = v.slice(0, kv[b], kv[b + 1]).to_double_vector();
+    RefOptions opt;
+    opt.causal = true;
+    std::vector<double> eo, el;
+    testing::ref_attention(qd, kd, vd, nq, nk, hq, hkv, dqk, dvo, opt, eo, el);
+    EXPECT_TRUE(testing::all_close(r.out.slice(0, qo[b], qo[b + 1]), eo,
+                                   testing::attention_tolerance(DType::kBFloat16)));
+    EXPECT_TRUE(testing::all_close(r.lse.slice(0, qo[b], qo[b + 1]), el, {1e-4, 1e-5}));
+  }
+}
 
 TEST(SinglePrefill, PackedMaskEqualsBoolMask) {
   const int64_t qo = 5, kv = 13;
@@ -327,7 +363,7 @@ TEST(BatchPrefillWrappers, BadInput) {
     o.packed_custom_mask = Tensor::zeros({1}, DType::kUInt8);
     EXPECT_FI_ERROR(P(int_tensor({0, 1, 2}), o), plan, "packed_custom_mask");
     o = {};
-    o.head_dim_vo = 80;
+    o.head_dim_vo = 72;  // not a multiple of 16
     EXPECT_FI_ERROR(P(int_tensor({0, 1, 2}), o), plan, "head_dim_vo");
     o = {};
     o.seq_lens = Tensor::zeros({2}, DType::kInt32);
@@ -402,7 +438,7 @@ namespace {
 TEST(BatchPrefillCuda, PagedMatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-    for (int64_t d : {64, 128, 256}) {
+    for (int64_t d : {64, 128, 256, 96, 80}) {  // 96, 80: JIT-compiled (docs/JIT.md)
       std::vector<std::vector<double>> kd, vd;
       testing::PagedFixture f =
           testing::make_paged({40, 7, 200}, 16, 2, d, dt, true, true, 3, kd, vd);
@@ -478,6 +514,30 @@ TEST(BatchPrefillCuda, RaggedCustomMaskMatchesCpu) {
   gpu.plan(int_tensor(qo), int_tensor(kv), 4, 1, 128, po);
   Tensor got = gpu.run(q.to(Device::cuda()), k.to(Device::cuda()), v.to(Device::cuda()));
   EXPECT_TRUE(testing::all_close(got, ref, testing::default_tolerance(DType::kFloat16)));
+}
+
+// qk 192 / vo 128 (DeepSeek) on CUDA: the CUDA-core kernel, JIT-compiled for that pair.
+TEST(BatchPrefillCuda, RaggedQk192Vo128MatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const std::vector<int32_t> qo{0, 3, 40}, kv{0, 9, 90};
+  Tensor q = Tensor::empty({40, 8, 192}, DType::kBFloat16).uniform_(1);
+  Tensor k = Tensor::empty({90, 2, 192}, DType::kBFloat16).uniform_(2);
+  Tensor v = Tensor::empty({90, 2, 128}, DType::kBFloat16).uniform_(3);
+  PrefillPlanOptions po;
+  po.q_data_type = DType::kBFloat16;
+  po.head_dim_vo = 128;
+  po.causal = true;
+  AttentionRunOptions ro;
+  ro.return_lse = true;
+  BatchPrefillWithRaggedKVCacheWrapper cpu(workspace());
+  cpu.plan(int_tensor(qo), int_tensor(kv), 8, 2, 192, po);
+  AttentionOutput ref = cpu.run(q, k, v, ro);
+  BatchPrefillWithRaggedKVCacheWrapper gpu(Tensor::zeros({8 << 20}, DType::kUInt8, Device::cuda()));
+  gpu.plan(int_tensor(qo), int_tensor(kv), 8, 2, 192, po);
+  AttentionOutput got =
+      gpu.run(q.to(Device::cuda()), k.to(Device::cuda()), v.to(Device::cuda()), ro);
+  EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3}));
 }
 
 }  // namespace

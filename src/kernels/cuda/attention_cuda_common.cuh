@@ -1,14 +1,13 @@
 // Private device helpers shared by the CUDA attention kernels: element conversions (fp8 too),
-// KV addressing, the mask rule and the base-2 state merge.
+// KV addressing, the mask rule and the base-2 state merge. Device code only: NVRTC compiles it
+// too (src/kernels/cuda/jit_sources.cmake).
 #pragma once
 
-#include <cuda_fp8.h>
-
-#include <cmath>
-#include <cstdint>
-
 #include "kernels/attention_params.h"
-#include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/device_utils.cuh"
+#ifndef __CUDACC_RTC__
+#include "kernels/cuda/cuda_utils.cuh"  // host side of the .cu files that include this
+#endif
 
 namespace flashinfer::kernels::cuda {
 

@@ -1,6 +1,7 @@
 // CUDA launcher of the tensor-core (mma.sync, sm80+) prefill attention kernel (plain C++
-// header). It serves fp16/bf16 q, KV and output of one dtype with head_dim_qk == head_dim_vo in
-// {64, 128, 256}; batch_attention falls back to the CUDA-core kernel otherwise.
+// header). It serves fp16/bf16 q, KV and output of one dtype with head_dim_qk == head_dim_vo, a
+// multiple of 16 up to 256 (64/128/256 built ahead of time, others JIT-compiled);
+// batch_attention falls back to the CUDA-core kernel otherwise.
 #pragma once
 
 #include "kernels/attention_params.h"
