@@ -30,3 +30,4 @@
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"
 #include "flashinfer/version.h"
+#include "flashinfer/trace.h"

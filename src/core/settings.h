@@ -29,6 +29,9 @@ struct Settings {
   bool dump_dedup = false;  // FLASHINFER_DUMP_DEDUP == "1": content-addressed tensors
   // This library's own: the host allocator cache limit (README), Python int() >= 0.
   std::optional<int64_t> host_cache_mb;  // FLASHINFER_HOST_CACHE_MB; nullopt: unset/invalid
+  // Trace templates (docs/TRACE.md), upstream's names and rules: on unless unset, "" or "0".
+  bool trace_dump = false;                      // FLASHINFER_TRACE_DUMP
+  std::string trace_dump_dir = "fi_trace_out";  // FLASHINFER_TRACE_DUMP_DIR
 
   /// A variable that could not be parsed keeps its default; upstream raises at import, here
   /// the owner of the setting prints `message` once (docs/LOGGING.md, differences).

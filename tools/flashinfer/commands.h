@@ -31,5 +31,6 @@ Command diff_command();
 Command repro_command();
 Command bench_command();
 Command export_command();
+Command trace_command();
 
 }  // namespace flashinfer::cli
