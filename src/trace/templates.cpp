@@ -577,19 +577,19 @@ void add_attention(std::vector<Template>& v) {
        .inputs = {T("q", qhd), T("k_cache", cache).from("paged_kv_cache").item(0),
                   T("v_cache", cache).from("paged_kv_cache").item(1),
                   T("kv_indptr", {"len_indptr"})
-                      .opt()
+                      .plan()
                       .synth("int32")
                       .init("torch.arange(batch_size + 1, dtype=torch.int32, device=device) * "
                             "max(num_pages // batch_size, 1)")
                       .desc("Page offsets of each request (given to plan())."),
                   T("kv_indices", {"num_kv_indices"})
-                      .opt()
+                      .plan()
                       .synth("int32")
                       .init("torch.arange(int(kv_indptr[-1]), dtype=torch.int32, device=device) "
                             "% num_pages")
                       .desc("Page ids (given to plan())."),
                   S("sm_scale", "float32")
-                      .opt()
+                      .plan()
                       .init("1.0 / math.sqrt(head_dim)")
                       .desc("Softmax scale, 1/sqrt(head_dim) unless plan() says otherwise.")},
        .outputs = {T("output", qhd).like("q"), T("lse", {"batch_size", "num_qo_heads"})
@@ -618,6 +618,268 @@ void add_attention(std::vector<Template>& v) {
 )PY"});
 }
 
+// ---------------------------------------------------------------------------------------------
+// rope (flashinfer.rope): ragged (indptr + offsets) or per-token pos_ids, plain or Llama 3.1
+// frequencies, out of place (q_rope, k_rope) or in place (q, k).
+
+const char* kRopeHelpers = R"PY(def _freqs(dim, theta, scale, llama=None):
+    inv = 1.0 / (float(theta) ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    if llama is None:
+        return inv / float(scale)
+    low, high, old = (float(x) for x in llama)
+    # Llama 3.1: long wavelengths divided by scale, short ones kept, a linear blend between.
+    smooth = ((old * inv / (2 * math.pi) - low) / (high - low)).clamp(0.0, 1.0)
+    return (1.0 - smooth) * inv / float(scale) + smooth * inv
+
+
+def _rotate(x, pos, freqs, interleave):
+    rd = freqs.numel() * 2
+    ang = pos.double()[:, None] * freqs[None, :]
+    cos, sin = ang.cos().float()[:, None, :], ang.sin().float()[:, None, :]
+    xf = x.float()
+    r = xf[..., :rd]
+    a, b = (r[..., 0::2], r[..., 1::2]) if interleave else (r[..., : rd // 2], r[..., rd // 2 :])
+    ra, rb = a * cos - b * sin, b * cos + a * sin
+    r = torch.stack([ra, rb], dim=-1).flatten(-2) if interleave else torch.cat([ra, rb], dim=-1)
+    return torch.cat([r, xf[..., rd:]], dim=-1).to(x.dtype)
+
+
+def _ragged_positions(indptr, offsets, nnz):
+    pos = torch.zeros(nnz, dtype=torch.int64)
+    for b in range(offsets.shape[0]):
+        s, e = int(indptr[b]), int(indptr[b + 1])
+        pos[s:e] = int(offsets[b]) + torch.arange(e - s)
+    return pos
+
+
+)PY";
+
+void add_rope(std::vector<Template>& v) {
+  for (bool llama : {false, true}) {
+    for (bool ragged : {true, false}) {
+      for (bool inplace : {false, true}) {
+        std::string suffix = std::string(ragged ? "" : "_pos_ids") + (inplace ? "_inplace" : "");
+        const std::string op = std::string(llama ? "apply_llama31_rope" : "apply_rope") + suffix;
+        const std::string prefix = std::string(llama ? "llama31_rope" : "rope") + suffix;
+        const std::vector<std::string> q = {"nnz", "num_q_heads", "head_dim"};
+        const std::vector<std::string> k = {"nnz", "num_k_heads", "head_dim"};
+        std::vector<Axis> axes = {var("nnz", "Tokens in the batch.")};
+        if (ragged) axes.push_back(var("batch_size", "", 2));
+        axes.push_back(cst("num_q_heads", "h"));
+        axes.push_back(cst("num_k_heads", "kv"));
+        axes.push_back(cst("head_dim", "d"));
+        if (ragged) axes.push_back(var("batch_size_plus_1", "batch_size + 1.", 3));
+        std::vector<Io> in = {T("q", q), T("k", k)};
+        if (ragged) {
+          in.push_back(T("indptr", {"batch_size_plus_1"})
+                           .dt("int32")
+                           .init("torch.arange(batch_size_plus_1, dtype=torch.int32, "
+                                 "device=device) * (nnz // batch_size)"));
+          in.push_back(T("offsets", {"batch_size"})
+                           .dt("int32")
+                           .init("torch.arange(batch_size, dtype=torch.int32, device=device) * 7"));
+        } else {
+          in.push_back(T("pos_ids", {"nnz"})
+                           .dt("int32")
+                           .init("torch.arange(nnz, dtype=torch.int32, device=device) * 5"));
+        }
+        in.push_back(S("rotary_dim", "int32").opt());
+        in.push_back(S("interleave", "int32").opt());
+        in.push_back(S("rope_scale", "float32").opt());
+        in.push_back(S("rope_theta", "float32").opt());
+        if (llama) {
+          in.push_back(S("low_freq_factor", "float32").opt());
+          in.push_back(S("high_freq_factor", "float32").opt());
+          in.push_back(S("old_context_len", "int32").opt());
+        }
+        std::vector<Io> out = {T(inplace ? "q" : "q_rope", q).like("q"),
+                               T(inplace ? "k" : "k_rope", k).like("k")};
+        if (inplace) {
+          out[0].writes("q");
+          out[1].writes("k");
+        }
+        std::string sig = ragged ? "q, k, indptr, offsets" : "q, k, pos_ids";
+        sig += llama ? ", rotary_dim=None, interleave=None, rope_scale=8, rope_theta=500000.0, "
+                       "low_freq_factor=1, high_freq_factor=4, old_context_len=8192"
+                     : ", rotary_dim=None, interleave=None, rope_scale=1, rope_theta=10000.0";
+        std::string ref = std::string(kRopeHelpers) + "def run(" + sig + "):\n" +
+                          "    dim = q.shape[-1] if rotary_dim is None else int(rotary_dim)\n" +
+                          (llama ? "    f = _freqs(dim, rope_theta, rope_scale, (low_freq_factor, "
+                                   "high_freq_factor, old_context_len))\n"
+                                 : "    f = _freqs(dim, rope_theta, rope_scale)\n") +
+                          (ragged ? "    pos = _ragged_positions(indptr, offsets, q.shape[0])\n"
+                                  : "    pos = pos_ids.long()\n") +
+                          "    il = bool(interleave)\n" +
+                          "    return _rotate(q, pos, f, il), _rotate(k, pos, f, il)\n";
+        Template t{.op = op,
+                   .op_type = "rope",
+                   .name_prefix = prefix,
+                   .description = std::string(llama ? "Llama 3.1 RoPE" : "RoPE") +
+                                  (ragged ? " at positions offsets[b] + i of each request"
+                                          : " at per-token positions pos_ids") +
+                                  (inplace ? ", q and k rotated in place." : "."),
+                   .axes = std::move(axes),
+                   .inputs = std::move(in),
+                   .outputs = std::move(out),
+                   .tags = {"status:verified"},
+                   .reference = std::move(ref)};
+        if (ragged) t.constraints = {"batch_size_plus_1 == batch_size + 1"};
+        if (llama) t.tags.push_back("model:llama");
+        v.push_back(std::move(t));
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// page (flashinfer.page): the cache parameter is a (k, v) tuple or one tensor; its dims are read
+// from the parameter itself, so a tuple leaves page_size without a value, as upstream's does.
+
+void add_page(std::vector<Template>& v) {
+  const std::vector<std::string> kv = {"nnz_kv", "num_kv_heads", "head_dim"};
+  const std::vector<std::string> cache = {"num_pages", "page_size", "num_kv_heads", "head_dim"};
+  v.push_back(
+      {.op = "append_paged_kv_cache",
+       .op_type = "page_append",
+       .name_prefix = "append_paged_kv_cache",
+       .description = "Writes each appended (key, value) row into its request's page at its "
+                      "position.",
+       .axes = {var("nnz_kv", "Rows appended."), cst("num_kv_heads", "kv"), cst("head_dim", "d"),
+                var("num_pages"), cst("page_size", "ps"), var("batch_size", "", 2),
+                var("batch_size_plus_1", "batch_size + 1.", 3),
+                var("num_kv_indices", "Length of kv_indices.")},
+       .inputs = {T("append_key", kv), T("append_value", kv),
+                  T("batch_indices", {"nnz_kv"})
+                      .dt("int32")
+                      .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) % batch_size"),
+                  T("positions", {"nnz_kv"})
+                      .dt("int32")
+                      .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) // "
+                            "batch_size"),
+                  T("paged_kv_cache", cache)
+                      .init("torch.zeros((num_pages, page_size, num_kv_heads, head_dim), "
+                            "device=device).to(append_key.dtype)"),
+                  T("kv_indices", {"num_kv_indices"})
+                      .dt("int32")
+                      .init("torch.arange(num_pages, dtype=torch.int32, device=device)"),
+                  T("kv_indptr", {"batch_size_plus_1"})
+                      .dt("int32")
+                      .init("torch.arange(batch_size + 1, dtype=torch.int32, device=device) * "
+                            "(num_pages // batch_size)"),
+                  T("kv_last_page_len", {"batch_size"})
+                      .dt("int32")
+                      .init("torch.full((batch_size,), page_size, dtype=torch.int32, "
+                            "device=device)")},
+       .outputs = {T("paged_kv_cache", cache).like("append_key").writes("paged_kv_cache")},
+       .constraints = {"batch_size_plus_1 == batch_size + 1"},
+       .tags = {"status:verified"},
+       // The definition describes the cache as one [num_pages, page_size, heads, dim] tensor:
+       // given that, the keys are appended to it; a (k, v) pair or the 5-D combined layout
+       // receives both.
+       .reference =
+           R"PY(def run(append_key, append_value, batch_indices, positions, paged_kv_cache, kv_indices, kv_indptr, kv_last_page_len):
+    if isinstance(paged_kv_cache, (tuple, list)):
+        caches = [(paged_kv_cache[0], append_key), (paged_kv_cache[1], append_value)]
+    elif paged_kv_cache.dim() == 5:
+        caches = [(paged_kv_cache[:, 0], append_key), (paged_kv_cache[:, 1], append_value)]
+    else:
+        caches = [(paged_kv_cache, append_key)]
+    for cache, rows in caches:
+        ps = cache.shape[1]
+        for i in range(batch_indices.shape[0]):
+            b, p = int(batch_indices[i]), int(positions[i])
+            page = int(kv_indices[int(kv_indptr[b]) + p // ps])
+            cache[page, p % ps] = rows[i].to(cache.dtype)
+    return paged_kv_cache
+)PY"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// gemm (flashinfer.gemm): mm_bf16 takes b as [K, N] (column-major weights).
+
+void add_gemm(std::vector<Template>& v) {
+  v.push_back({.op = "mm_bf16",
+               .op_type = "gemm_bf16",
+               .name_prefix = "gemm_bf16",
+               .description = "C = A @ B with B given as [K, N].",
+               .axes = {var("M"), cst("N", "N"), cst("K", "K")},
+               .inputs = {T("A", {"M", "K"}).from("a"), T("B", {"K", "N"}).from("b")},
+               .outputs = {T("C", {"M", "N"})},
+               .tags = {"status:verified"},
+               .reference = R"PY(def run(A, B):
+    return (A.float() @ B.float()).to(A.dtype)
+)PY"});
+}
+
+// The prefill wrapper's run (flashinfer.prefill): causal, the last query row of a request
+// seeing all its KV rows.
+void add_prefill(std::vector<Template>& v) {
+  const std::vector<std::string> cache = {"num_pages", "page_size", "num_kv_heads", "head_dim"};
+  v.push_back(
+      {.op = "BatchPrefillWithPagedKVCacheWrapper.run",
+       .op_type = "gqa_paged",
+       .name_prefix = "gqa_paged_prefill",
+       .description = "Batched causal GQA prefill over a paged KV cache given as (k_cache, "
+                      "v_cache); the ragged layout comes from plan().",
+       .axes = {cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"), cst("head_dim", "d"),
+                cst("page_size", "ps"), var("len_indptr", "batch_size + 1.", 3),
+                var("total_q", "Query rows in the batch."),
+                var("num_kv_indices", "Number of page indices."), var("num_pages")},
+       .inputs = {T("q", {"total_q", "num_qo_heads", "head_dim"}),
+                  T("k_cache", cache).from("paged_kv_cache").item(0),
+                  T("v_cache", cache).from("paged_kv_cache").item(1),
+                  T("qo_indptr", {"len_indptr"})
+                      .plan()
+                      .synth("int32")
+                      .init("torch.arange(len_indptr, dtype=torch.int32, device=device) * "
+                            "(total_q // (len_indptr - 1))")
+                      .desc("Query offsets of each request (given to plan())."),
+                  T("kv_indptr", {"len_indptr"})
+                      .plan()
+                      .synth("int32")
+                      .init("torch.arange(len_indptr, dtype=torch.int32, device=device) * "
+                            "max(num_pages // (len_indptr - 1), 1)")
+                      .desc("Page offsets of each request (given to plan())."),
+                  T("kv_indices", {"num_kv_indices"})
+                      .plan()
+                      .synth("int32")
+                      .init("torch.arange(int(kv_indptr[-1]), dtype=torch.int32, device=device) "
+                            "% num_pages")
+                      .desc("Page ids (given to plan())."),
+                  S("sm_scale", "float32").plan().init("1.0 / math.sqrt(head_dim)")},
+       .outputs = {T("output", {"total_q", "num_qo_heads", "head_dim"}).like("q"),
+                   T("lse", {"total_q", "num_qo_heads"})
+                       .dt("float32")
+                       .desc("Base-2 log-sum-exp of the scores.")},
+       .constraints = {"total_q == qo_indptr[-1].item()", "num_kv_indices == kv_indptr[-1].item()"},
+       .tags = {"stage:prefill", "status:verified"},
+       .reference =
+           R"PY(def run(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, sm_scale=None):
+    n, h, d = q.shape
+    kvh = k_cache.shape[2]
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    out = torch.zeros((n, h, d), dtype=torch.float32)
+    lse = torch.full((n, h), -float("inf"), dtype=torch.float32)
+    for b in range(qo_indptr.shape[0] - 1):
+        qs, qe = int(qo_indptr[b]), int(qo_indptr[b + 1])
+        pages = kv_indices[int(kv_indptr[b]):int(kv_indptr[b + 1])].long()
+        if qe <= qs or pages.numel() == 0:
+            continue
+        k = k_cache[pages].reshape(-1, kvh, d).float()
+        v = v_cache[pages].reshape(-1, kvh, d).float()
+        for i in range(qs, qe):
+            visible = k.shape[0] - (qe - 1 - i)
+            if visible <= 0:
+                continue
+            for j in range(h):
+                g = j // (h // kvh)
+                s = (k[:visible, g] @ q[i, j].float()) * scale
+                lse[i, j] = torch.logsumexp(s, 0) / math.log(2.0)
+                out[i, j] = torch.softmax(s, 0) @ v[:visible, g]
+    return out.to(q.dtype), lse
+)PY"});
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -628,6 +890,10 @@ const std::vector<Template>& templates() {
     add_cascade(*v);
     add_sampling(*v);
     add_attention(*v);
+    add_rope(*v);
+    add_page(*v);
+    add_gemm(*v);
+    add_prefill(*v);
     return v;
   }();
   return *all;

@@ -19,18 +19,26 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// The tensor a descriptor points at: the parameter, or one item of a tuple parameter.
-const Arg* tensor_of(const Args& args, const std::string& param, int tuple_idx) {
+// The tensor a descriptor points at: the parameter, or one item of a tuple parameter. A paged
+// cache given as one combined tensor [num_pages, 2, ...] (NHD) stands for its (k, v) pair: item i
+// is its slice [:, i] (upstream finds no tensor there and leaves the cache's axes unresolved).
+std::optional<Arg> tensor_of(const Args& args, const std::string& param, int tuple_idx) {
   auto it = args.find(param);
-  if (it == args.end()) return nullptr;
+  if (it == args.end()) return std::nullopt;
   const Arg* a = &it->second;
   if (tuple_idx >= 0) {
+    if (a->kind == Arg::Kind::kTensor && a->shape.size() == 5 && a->shape[1] == 2) {
+      Arg half = *a;
+      half.shape.erase(half.shape.begin() + 1);
+      return half;
+    }
     if (a->kind != Arg::Kind::kTuple || static_cast<int>(a->items.size()) <= tuple_idx) {
-      return nullptr;
+      return std::nullopt;
     }
     a = &a->items[static_cast<std::size_t>(tuple_idx)];
   }
-  return a->kind == Arg::Kind::kTensor ? a : nullptr;
+  if (a->kind != Arg::Kind::kTensor) return std::nullopt;
+  return *a;
 }
 
 std::optional<int64_t> scalar_of(const Args& args, const std::string& name) {
@@ -43,7 +51,7 @@ std::optional<int64_t> scalar_of(const Args& args, const std::string& name) {
 }
 
 std::optional<int64_t> dim_of(const Args& args, const Io& io, const std::string& axis) {
-  const Arg* t = tensor_of(args, io.source(), io.tuple_idx);
+  const auto t = tensor_of(args, io.source(), io.tuple_idx);
   if (!t) return std::nullopt;
   std::size_t d = 0;
   while (d < io.dims.size() && io.dims[d] != axis) ++d;
@@ -101,7 +109,7 @@ std::string name_from(const Template& t, const std::map<std::string, int64_t>& v
 
 std::string input_dtype(const Io& io, const Args& args) {
   if (io.scalar) return io.dtype;
-  if (const Arg* a = tensor_of(args, io.source(), io.tuple_idx)) return a->dtype;
+  if (const auto a = tensor_of(args, io.source(), io.tuple_idx)) return a->dtype;
   if (io.optional && !io.dtype.empty()) return io.dtype;
   return "unknown";
 }
@@ -109,7 +117,7 @@ std::string input_dtype(const Io& io, const Args& args) {
 std::string output_dtype(const Template& t, const Io& io, const Args& args) {
   if (io.scalar) return io.dtype;
   if (!io.dtype_from.empty()) {
-    if (const Arg* a = tensor_of(args, io.dtype_from, -1)) return a->dtype;
+    if (const auto a = tensor_of(args, io.dtype_from, -1)) return a->dtype;
     return io.dtype.empty() ? "unknown" : io.dtype;
   }
   if (!io.dtype.empty()) return io.dtype;
@@ -119,7 +127,7 @@ std::string output_dtype(const Template& t, const Io& io, const Args& args) {
     bool shares = false;
     for (const auto& d : io.dims) shares = shares || has_dim(in, d);
     if (!shares) continue;
-    if (const Arg* a = tensor_of(args, in.source(), in.tuple_idx)) return a->dtype;
+    if (const auto a = tensor_of(args, in.source(), in.tuple_idx)) return a->dtype;
   }
   return "unknown";
 }

@@ -44,6 +44,9 @@ struct Io {
   // inputs, `device`, and {dtype:<key>} for an input's resolved torch dtype); empty: random data
   // of its shape and dtype (optional inputs are left out).
   std::string init_expr{};
+  // Not a parameter of this op: given to an earlier call (the wrappers' plan()), so absent from
+  // the call's arguments (such inputs are optional, their dtype "unknown").
+  bool from_plan = false;
 
   Io& from(std::string p) {
     param = std::move(p);
@@ -75,6 +78,11 @@ struct Io {
   }
   Io& synth(std::string d) {
     synth_dtype = std::move(d);
+    return *this;
+  }
+  Io& plan() {
+    from_plan = true;
+    optional = true;
     return *this;
   }
   Io& init(std::string e) {
