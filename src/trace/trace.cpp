@@ -21,8 +21,11 @@ using Json = nlohmann::ordered_json;
 
 // The tensor a descriptor points at: the parameter, or one item of a tuple parameter. A paged
 // cache given as one combined tensor [num_pages, 2, ...] (NHD) stands for its (k, v) pair: item i
-// is its slice [:, i] (upstream finds no tensor there and leaves the cache's axes unresolved).
-std::optional<Arg> tensor_of(const Args& args, const std::string& param, int tuple_idx) {
+// is its slice [:, i] (upstream finds no tensor there and leaves the cache's axes unresolved),
+// and where a template names the cache as one 4-D tensor, the combined one has the dims of a
+// half (upstream would read the 2 as page_size).
+std::optional<Arg> tensor_of(const Args& args, const std::string& param, int tuple_idx,
+                             std::size_t rank = 0) {
   auto it = args.find(param);
   if (it == args.end()) return std::nullopt;
   const Arg* a = &it->second;
@@ -38,6 +41,13 @@ std::optional<Arg> tensor_of(const Args& args, const std::string& param, int tup
     a = &a->items[static_cast<std::size_t>(tuple_idx)];
   }
   if (a->kind != Arg::Kind::kTensor) return std::nullopt;
+  if (rank == 4 && a->shape.size() == 5 && a->shape[1] == 2) {
+    // The whole combined cache where the template names one [num_pages, page_size, ...] cache
+    // (append_paged_kv_cache): its dims are those of either half.
+    Arg half = *a;
+    half.shape.erase(half.shape.begin() + 1);
+    return half;
+  }
   return *a;
 }
 
@@ -51,7 +61,7 @@ std::optional<int64_t> scalar_of(const Args& args, const std::string& name) {
 }
 
 std::optional<int64_t> dim_of(const Args& args, const Io& io, const std::string& axis) {
-  const auto t = tensor_of(args, io.source(), io.tuple_idx);
+  const auto t = tensor_of(args, io.source(), io.tuple_idx, io.dims.size());
   if (!t) return std::nullopt;
   std::size_t d = 0;
   while (d < io.dims.size() && io.dims[d] != axis) ++d;
@@ -109,7 +119,7 @@ std::string name_from(const Template& t, const std::map<std::string, int64_t>& v
 
 std::string input_dtype(const Io& io, const Args& args) {
   if (io.scalar) return io.dtype;
-  if (const auto a = tensor_of(args, io.source(), io.tuple_idx)) return a->dtype;
+  if (const auto a = tensor_of(args, io.source(), io.tuple_idx, io.dims.size())) return a->dtype;
   if (io.optional && !io.dtype.empty()) return io.dtype;
   return "unknown";
 }
@@ -127,7 +137,9 @@ std::string output_dtype(const Template& t, const Io& io, const Args& args) {
     bool shares = false;
     for (const auto& d : io.dims) shares = shares || has_dim(in, d);
     if (!shares) continue;
-    if (const auto a = tensor_of(args, in.source(), in.tuple_idx)) return a->dtype;
+    if (const auto a = tensor_of(args, in.source(), in.tuple_idx, in.dims.size())) {
+      return a->dtype;
+    }
   }
   return "unknown";
 }

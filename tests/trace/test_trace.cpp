@@ -500,14 +500,15 @@ TEST(Trace, LlamaDemoDump) {
     ASSERT_NE(decl, nullptr) << api;
     std::vector<std::string> unresolved;
     validate(d, decl->name, &unresolved);
-    // The demo's paged cache is a (k, v) pair: append_paged_kv_cache reads page_size from the
-    // pair itself and leaves it without a value, as upstream's own definition does.
-    for (const auto& u : unresolved) EXPECT_EQ(u, "append_paged_kv_cache:page_size");
+    // The demo's paged cache is one combined tensor: every constant axis resolves.
+    EXPECT_TRUE(unresolved.empty()) << unresolved.front();
     const auto* t = fi::trace::detail::find_template(decl->name);
     by_prefix[t->name_prefix] = e.path().filename().string();
     EXPECT_EQ(e.path().filename().string(), d.at("name").get<std::string>() + ".json");
   }
   // Every traced op the demo calls (llama_decode.cpp, examples/llama/llama_model.cpp).
+  EXPECT_TRUE(fs::exists(dir / "append_paged_kv_cache_kv2_d64_ps16.json"));
+  EXPECT_TRUE(fs::exists(dir / "gqa_paged_decode_h8_kv2_d64_ps16.json"));
   for (const char* p : {"rmsnorm", "fused_add_rmsnorm", "rope_pos_ids", "append_paged_kv_cache",
                         "gemm_bf16", "silu_and_mul", "gqa_paged_prefill", "gqa_paged_decode",
                         "top_k_top_p_sampling_from_logits"}) {
