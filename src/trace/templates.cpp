@@ -795,7 +795,8 @@ void add_page(std::vector<Template>& v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// gemm (flashinfer.gemm): mm_bf16 takes b as [K, N] (column-major weights).
+// gemm (flashinfer.gemm): mm_bf16 takes b as [K, N], column-major (a transposed [N, K] tensor),
+// which is how init builds it.
 
 void add_gemm(std::vector<Template>& v) {
   v.push_back({.op = "mm_bf16",
@@ -803,7 +804,10 @@ void add_gemm(std::vector<Template>& v) {
                .name_prefix = "gemm_bf16",
                .description = "C = A @ B with B given as [K, N].",
                .axes = {var("M"), cst("N", "N"), cst("K", "K")},
-               .inputs = {T("A", {"M", "K"}).from("a"), T("B", {"K", "N"}).from("b")},
+               .inputs = {T("A", {"M", "K"}).from("a"),
+                          T("B", {"K", "N"})
+                              .from("b")
+                              .init("torch.randn((N, K), device=device).to({dtype:B}).t()")},
                .outputs = {T("C", {"M", "N"})},
                .tags = {"status:verified"},
                .reference = R"PY(def run(A, B):

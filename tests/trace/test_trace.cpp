@@ -18,6 +18,7 @@
 #include "flashinfer/flashinfer.h"
 #include "trace/trace_template.h"
 #include "util/run_command.h"
+#include "util/test_util.h"
 
 namespace fi = flashinfer;
 namespace fs = std::filesystem;
@@ -515,5 +516,96 @@ TEST(Trace, LlamaDemoDump) {
     EXPECT_TRUE(by_prefix.count(p)) << "no definition for " << p;
   }
   run_python(files);
+  fs::remove_all(dir);
+}
+
+// The references are the definitions' math: on the inputs their init builds, the library's CPU
+// op gives the same outputs (bf16: a couple of ulps, the reference and the kernel both fp32).
+TEST(Trace, ReferencesMatchTheLibrary) {
+  if (!have_python_torch()) GTEST_SKIP() << "no /usr/bin/python3 with torch";
+  using Outs = std::vector<Tensor>;
+  using In = std::map<std::string, Tensor>;
+  struct Case {
+    std::string op;
+    std::function<Outs(In&)> call;
+  };
+  auto rope2 = [](std::pair<Tensor, Tensor> p) { return Outs{p.first, p.second}; };
+  auto tup2 = [](std::tuple<Tensor, Tensor> p) { return Outs{std::get<0>(p), std::get<1>(p)}; };
+  const std::vector<Case> cases = {
+      {"rmsnorm", [](In& i) { return Outs{fi::rmsnorm(i["hidden_states"], i["weight"])}; }},
+      {"gemma_rmsnorm",
+       [](In& i) { return Outs{fi::gemma_rmsnorm(i["hidden_states"], i["weight"])}; }},
+      {"fused_add_rmsnorm",
+       [](In& i) {
+         fi::fused_add_rmsnorm(i["hidden_states"], i["residual"], i["weight"]);
+         return Outs{i["hidden_states"], i["residual"]};
+       }},
+      {"gemma_fused_add_rmsnorm",
+       [](In& i) {
+         fi::gemma_fused_add_rmsnorm(i["hidden_states"], i["residual"], i["weight"]);
+         return Outs{i["hidden_states"], i["residual"]};
+       }},
+      {"layernorm",
+       [](In& i) { return Outs{fi::layernorm(i["hidden_states"], i["weight"], i["bias"])}; }},
+      {"silu_and_mul", [](In& i) { return Outs{fi::silu_and_mul(i["input"])}; }},
+      {"gelu_and_mul", [](In& i) { return Outs{fi::gelu_and_mul(i["input"])}; }},
+      {"gelu_tanh_and_mul", [](In& i) { return Outs{fi::gelu_tanh_and_mul(i["input"])}; }},
+      {"merge_state",
+       [&](In& i) { return tup2(fi::merge_state(i["v_a"], i["s_a"], i["v_b"], i["s_b"])); }},
+      {"merge_states", [&](In& i) { return tup2(fi::merge_states(i["v"], i["s"])); }},
+      {"merge_state_in_place",
+       [](In& i) {
+         fi::merge_state_in_place(i["v"], i["s"], i["v_other"], i["s_other"]);
+         return Outs{i["v"], i["s"]};
+       }},
+      {"apply_rope_pos_ids",
+       [&](In& i) { return rope2(fi::apply_rope_pos_ids(i["q"], i["k"], i["pos_ids"])); }},
+      {"apply_llama31_rope_pos_ids",
+       [&](In& i) { return rope2(fi::apply_llama31_rope_pos_ids(i["q"], i["k"], i["pos_ids"])); }},
+      {"apply_rope",
+       [&](In& i) { return rope2(fi::apply_rope(i["q"], i["k"], i["indptr"], i["offsets"])); }},
+      {"apply_llama31_rope",
+       [&](In& i) {
+         return rope2(fi::apply_llama31_rope(i["q"], i["k"], i["indptr"], i["offsets"]));
+       }},
+      {"softmax", [](In& i) { return Outs{fi::softmax(i["logits"])}; }},
+      {"top_k_mask_logits", [](In& i) { return Outs{fi::top_k_mask_logits(i["logits"], 20)}; }},
+      {"top_k_renorm_probs", [](In& i) { return Outs{fi::top_k_renorm_probs(i["probs"], 20)}; }},
+      {"top_p_renorm_probs", [](In& i) { return Outs{fi::top_p_renorm_probs(i["probs"], 0.9)}; }},
+      {"mm_bf16", [](In& i) { return Outs{fi::mm_bf16(i["A"], i["B"])}; }},
+  };
+  const fs::path dir = fresh_dir("refs");
+  // One Python process writes every case's inputs and reference outputs (torch loads once).
+  std::string cmd = "/usr/bin/python3 " + (kSource / "tests/trace/reference_io.py").string();
+  for (const Case& c : cases) {
+    auto axes = small_axes(c.op);
+    if (axes.count("vocab_size")) axes["vocab_size"] = 100;  // top-k of 20 leaves some out
+    const fs::path def = dir / (c.op + ".json");
+    std::ofstream(def) << fi::trace::definition_for_axes(c.op, axes, DType::kBFloat16);
+    cmd += " '" + def.string() + "' '" + (dir / (c.op + ".pt")).string() + "'";
+  }
+  const auto r = fi::testing::run_command(cmd);
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op);
+    const fs::path pt = dir / (c.op + ".pt");
+    In in;
+    std::vector<Tensor> expected;
+    for (auto& [name, t] : fi::load_torch(pt.string())) {
+      if (name.rfind("in.", 0) == 0) in[name.substr(3)] = t;
+      if (name.rfind("out.", 0) == 0) expected.push_back(t);
+    }
+    const Outs got = c.call(in);
+    ASSERT_EQ(got.size(), expected.size());
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      const DType dt = expected[k].dtype();
+      const fi::testing::Tolerance tol = dt == DType::kBFloat16
+                                             ? fi::testing::Tolerance{2e-2, 2e-2}
+                                             : fi::testing::Tolerance{2e-4, 2e-4};
+      EXPECT_TRUE(
+          fi::testing::all_close(got[k].to(DType::kFloat32), expected[k].to(DType::kFloat32), tol))
+          << "output " << k;
+    }
+  }
   fs::remove_all(dir);
 }
