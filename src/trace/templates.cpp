@@ -884,6 +884,104 @@ void add_prefill(std::vector<Template>& v) {
 )PY"});
 }
 
+// The ragged prefill wrapper's run (flashinfer.prefill) and the MLA wrapper's run
+// (flashinfer.mla): causal prefill over ragged k/v, and MLA decode over the compressed cache.
+void add_ragged_and_mla(std::vector<Template>& v) {
+  const std::vector<std::string> qhd = {"total_q", "num_qo_heads", "head_dim"};
+  const std::vector<std::string> kv = {"total_kv", "num_kv_heads", "head_dim"};
+  v.push_back(
+      {.op = "BatchPrefillWithRaggedKVCacheWrapper.run",
+       .op_type = "gqa_ragged",
+       .name_prefix = "gqa_ragged",
+       .description = "Batched causal GQA prefill over ragged q, k, v; the layout comes from "
+                      "plan().",
+       .axes = {cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"), cst("head_dim", "d"),
+                var("len_indptr", "batch_size + 1.", 3), var("total_q", "Query rows."),
+                var("total_kv", "Key/value rows.", 6)},
+       .inputs = {T("q", qhd), T("k", kv), T("v", kv),
+                  T("qo_indptr", {"len_indptr"})
+                      .plan()
+                      .synth("int32")
+                      .init("torch.arange(len_indptr, dtype=torch.int32, device=device) * "
+                            "(total_q // (len_indptr - 1))"),
+                  T("kv_indptr", {"len_indptr"})
+                      .plan()
+                      .synth("int32")
+                      .init("torch.arange(len_indptr, dtype=torch.int32, device=device) * "
+                            "(total_kv // (len_indptr - 1))"),
+                  S("sm_scale", "float32").plan().init("1.0 / math.sqrt(head_dim)")},
+       .outputs = {T("output", qhd).like("q"), T("lse", {"total_q", "num_qo_heads"}).dt("float32")},
+       .constraints = {"total_q == qo_indptr[-1].item()", "total_kv == kv_indptr[-1].item()"},
+       .tags = {"stage:prefill", "status:verified"},
+       .reference = R"PY(def run(q, k, v, qo_indptr, kv_indptr, sm_scale=None):
+    n, h, d = q.shape
+    kvh = k.shape[1]
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    out = torch.zeros((n, h, d), dtype=torch.float32)
+    lse = torch.full((n, h), -float("inf"), dtype=torch.float32)
+    for b in range(qo_indptr.shape[0] - 1):
+        qs, qe = int(qo_indptr[b]), int(qo_indptr[b + 1])
+        ks, ke = int(kv_indptr[b]), int(kv_indptr[b + 1])
+        kb, vb = k[ks:ke].float(), v[ks:ke].float()
+        for i in range(qs, qe):
+            visible = (ke - ks) - (qe - 1 - i)
+            if visible <= 0:
+                continue
+            for j in range(h):
+                g = j // (h // kvh)
+                s = (kb[:visible, g] @ q[i, j].float()) * scale
+                lse[i, j] = torch.logsumexp(s, 0) / math.log(2.0)
+                out[i, j] = torch.softmax(s, 0) @ vb[:visible, g]
+    return out.to(q.dtype), lse
+)PY"});
+  v.push_back(
+      {.op = "BatchMLAPagedAttentionWrapper.run",
+       .op_type = "mla_paged",
+       .name_prefix = "mla_paged_decode",
+       .description = "Batched MLA decode over a paged compressed cache (ckv, kpe); scores from "
+                      "both parts, output in the ckv space.",
+       .axes = {var("batch_size", "", 2), cst("num_qo_heads", "h"), cst("head_dim_ckv", "ckv"),
+                cst("head_dim_kpe", "kpe"), cst("page_size", "ps"), var("num_pages", "", 6),
+                var("len_indptr", "batch_size + 1.", 3),
+                var("num_kv_indices", "Number of page indices.")},
+       .inputs =
+           {T("q_nope", {"batch_size", "num_qo_heads", "head_dim_ckv"}),
+            T("q_pe", {"batch_size", "num_qo_heads", "head_dim_kpe"}),
+            T("ckv_cache", {"num_pages", "page_size", "head_dim_ckv"}),
+            T("kpe_cache", {"num_pages", "page_size", "head_dim_kpe"}),
+            T("kv_indptr", {"len_indptr"})
+                .plan()
+                .synth("int32")
+                .init("torch.arange(batch_size + 1, dtype=torch.int32, device=device) * "
+                      "max(num_pages // batch_size, 1)"),
+            T("kv_indices", {"num_kv_indices"})
+                .plan()
+                .synth("int32")
+                .init("torch.arange(int(kv_indptr[-1]), dtype=torch.int32, device=device) "
+                      "% num_pages"),
+            S("sm_scale", "float32").plan().init("1.0 / math.sqrt(head_dim_ckv + head_dim_kpe)")},
+       .outputs = {T("output", {"batch_size", "num_qo_heads", "head_dim_ckv"}).like("q_nope"),
+                   T("lse", {"batch_size", "num_qo_heads"}).dt("float32")},
+       .constraints = {"len_indptr == batch_size + 1", "num_kv_indices == kv_indptr[-1].item()"},
+       .tags = {"stage:decode", "status:verified"},
+       .reference =
+           R"PY(def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale):
+    b, h, dc = q_nope.shape
+    out = torch.zeros((b, h, dc), dtype=torch.float32)
+    lse = torch.full((b, h), -float("inf"), dtype=torch.float32)
+    for i in range(b):
+        pages = kv_indices[int(kv_indptr[i]):int(kv_indptr[i + 1])].long()
+        if pages.numel() == 0:
+            continue
+        ckv = ckv_cache[pages].reshape(-1, dc).float()
+        kpe = kpe_cache[pages].reshape(-1, kpe_cache.shape[-1]).float()
+        s = (q_nope[i].float() @ ckv.T + q_pe[i].float() @ kpe.T) * float(sm_scale)
+        lse[i] = torch.logsumexp(s, -1) / math.log(2.0)
+        out[i] = torch.softmax(s, -1) @ ckv
+    return out.to(q_nope.dtype), lse
+)PY"});
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -898,6 +996,7 @@ const std::vector<Template>& templates() {
     add_page(*v);
     add_gemm(*v);
     add_prefill(*v);
+    add_ragged_and_mla(*v);
     return v;
   }();
   return *all;

@@ -167,6 +167,21 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                                         {"kv_indptr", T({3}, i32)},
                                                         {"kv_last_page_len", T({2}, i32)}});
                                          }};
+  m["gqa_ragged_h32_kv8_d128"] = {"BatchPrefillWithRaggedKVCacheWrapper.run", [=] {
+                                    return bind("BatchPrefillWithRaggedKVCacheWrapper.run",
+                                                {{"self", Value()},
+                                                 {"q", T({7, 32, 128}, bf)},
+                                                 {"k", T({9, 8, 128}, bf)},
+                                                 {"v", T({9, 8, 128}, bf)}});
+                                  }};
+  m["mla_paged_decode_h16_ckv512_kpe64_ps1"] = {"BatchMLAPagedAttentionWrapper.run", [=] {
+                                                  return bind("BatchMLAPagedAttentionWrapper.run",
+                                                              {{"self", Value()},
+                                                               {"q_nope", T({2, 16, 512}, bf)},
+                                                               {"q_pe", T({2, 16, 64}, bf)},
+                                                               {"ckv_cache", T({6, 1, 512}, bf)},
+                                                               {"kpe_cache", T({6, 1, 64}, bf)}});
+                                                }};
   m["gemm_bf16_N4096_K4096"] = {
       "mm_bf16", [=] {
         return bind("mm_bf16", {{"a", T({3, 4096}, bf)}, {"b", T({4096, 4096}, bf)}});
@@ -331,7 +346,9 @@ std::map<std::string, int64_t> small_axes(const std::string& op) {
                                                    {"topk", 2},
                                                    {"k", 3},
                                                    {"N", 8},
-                                                   {"K", 16}};
+                                                   {"K", 16},
+                                                   {"head_dim_ckv", 32},
+                                                   {"head_dim_kpe", 8}};
   std::map<std::string, int64_t> out;
   for (const auto& a : fi::trace::template_axes(op)) {
     if (a.is_const) out[a.name] = v.at(a.name);
@@ -357,12 +374,12 @@ TEST(Trace, UpstreamComparison) {
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(calls.size()));
-  EXPECT_GE(compared, 20);
+  EXPECT_GE(compared, 22);
 }
 
 TEST(Trace, EveryTemplateNamesADeclaredOp) {
   const auto ops = fi::trace::traced_ops();
-  EXPECT_GE(ops.size(), 41u);
+  EXPECT_GE(ops.size(), 43u);
   std::set<std::string> prefixes;
   for (const auto& op : ops) {
     EXPECT_NE(fi::OpRegistry::global().find(op), nullptr) << op;
@@ -474,7 +491,7 @@ TEST(Trace, CommandWritesWithoutRunning) {
   EXPECT_EQ(r.status, 2) << r.out;
   r = fi::testing::run_flashinfer("trace --list");
   EXPECT_EQ(r.status, 0);
-  EXPECT_NE(r.out.find("41 ops with a trace template"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("43 ops with a trace template"), std::string::npos) << r.out;
   fs::remove_all(dir);
 }
 
