@@ -41,5 +41,6 @@
 #include "flashinfer/ops/topk.h"
 #include "flashinfer/stream.h"
 #include "flashinfer/tensor.h"
+#include "flashinfer/trace.h"
 #include "flashinfer/value.h"
 #include "flashinfer/version.h"

@@ -231,6 +231,10 @@ Settings parse_settings(const EnvLookup& lookup) {
     }
   }
   parse_jit_settings(get, s);
+  if (const char* v = get("FLASHINFER_TRACE_DUMP")) {
+    s.trace_dump = *v != '\0' && std::string_view(v) != "0";
+  }
+  if (const char* v = get("FLASHINFER_TRACE_DUMP_DIR"); v && *v) s.trace_dump_dir = v;
   return s;
 }
 

@@ -37,6 +37,9 @@ struct Settings {
   int64_t nvcc_threads = 1;                 // FLASHINFER_NVCC_THREADS, Python int() >= 1
   int64_t max_jobs = 0;                     // MAX_JOBS, Python int() >= 1; 0: unset
   std::vector<std::string> jit_aot_dirs;    // FLASHINFER_JIT_AOT_DIR, ':'-separated (ours)
+  // Trace templates (docs/TRACE.md), upstream's names and rules: on unless unset, "" or "0".
+  bool trace_dump = false;                      // FLASHINFER_TRACE_DUMP
+  std::string trace_dump_dir = "fi_trace_out";  // FLASHINFER_TRACE_DUMP_DIR
 
   /// A variable that could not be parsed keeps its default; upstream raises at import, here
   /// the owner of the setting prints `message` once (docs/LOGGING.md, differences).

@@ -11,6 +11,7 @@
 #include "core/settings.h"
 #include "flashinfer/api_log.h"
 #include "flashinfer/recorder.h"
+#include "flashinfer/trace.h"
 #include "recorder/recorder_internal.h"
 
 namespace flashinfer {
@@ -27,6 +28,8 @@ void apply(const detail::Settings& s) {
     std::fflush(stdout);
     recorder::start(c);
   }
+  // The trace dumper is a third observer, independent of both.
+  if (s.trace_dump && !trace::dump_active()) trace::start_dump(s.trace_dump_dir);
 }
 
 void warn(const char* what) {

@@ -32,5 +32,6 @@ Command repro_command();
 Command bench_command();
 Command export_command();
 Command jit_command();
+Command trace_command();
 
 }  // namespace flashinfer::cli

@@ -9,8 +9,9 @@
 namespace flashinfer::cli {
 
 std::vector<Command> commands() {
-  return {version_command(), info_command(),  list_ops_command(), replay_command(), show_command(),
-          diff_command(),    repro_command(), export_command(),   bench_command(),  jit_command()};
+  return {version_command(), info_command(), list_ops_command(), replay_command(),
+          show_command(),    diff_command(), repro_command(),    export_command(),
+          bench_command(),   jit_command(),  trace_command()};
 }
 
 }  // namespace flashinfer::cli

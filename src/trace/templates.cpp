@@ -1,0 +1,1005 @@
+// The trace annotations: one template per traced op, found by the op's declared name. Each says
+// which dimensions are variable axes and which constants (with the abbreviation the definition
+// name uses), where each input comes from among the op's declared parameters, and our own
+// PyTorch `reference` (a `run` function over the definition's inputs, fp32 math). Names, axes,
+// inputs and outputs follow upstream FlashInfer's templates (flashinfer/trace/templates/*.py)
+// so that a definition equals upstream's for the same call; tests/trace/data holds upstream's
+// own outputs we compare with. To trace another op, add its entry here (docs/TRACE.md).
+#include "trace/trace_template.h"
+
+namespace flashinfer::trace::detail {
+
+namespace {
+
+Axis var(std::string name, std::string desc = "", int64_t init_value = 4) {
+  return {.name = std::move(name),
+          .is_const = false,
+          .description = std::move(desc),
+          .init_value = init_value};
+}
+Axis cst(std::string name, std::string abbrev, std::string desc = "") {
+  return {.name = std::move(name),
+          .is_const = true,
+          .abbrev = std::move(abbrev),
+          .description = std::move(desc)};
+}
+Io T(std::string key, std::vector<std::string> dims) {
+  Io io;
+  io.key = std::move(key);
+  io.dims = std::move(dims);
+  return io;
+}
+Io S(std::string key, std::string dtype) {
+  Io io;
+  io.key = std::move(key);
+  io.scalar = true;
+  io.dtype = std::move(dtype);
+  return io;
+}
+
+const std::vector<std::string> kBH = {"batch_size", "hidden_size"};
+
+// ---------------------------------------------------------------------------------------------
+// norm (flashinfer.norm). Epsilon is not an input of upstream's definitions: 1e-6 throughout.
+
+void add_norm(std::vector<Template>& v) {
+  v.push_back({.op = "rmsnorm",
+               .op_type = "rmsnorm",
+               .name_prefix = "rmsnorm",
+               .description = "RMSNorm of each row times weight; eps 1e-6.",
+               .axes = {var("batch_size"), cst("hidden_size", "h")},
+               .inputs = {T("hidden_states", kBH).from("input"), T("weight", {"hidden_size"})},
+               .outputs = {T("output", kBH).like("input")},
+               .tags = {"status:verified"},
+               .reference = R"PY(def run(hidden_states, weight):
+    x = hidden_states.float()
+    inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
+    return (x * inv * weight.float()).to(hidden_states.dtype)
+)PY"});
+  v.push_back({.op = "fused_add_rmsnorm",
+               .op_type = "rmsnorm",
+               .name_prefix = "fused_add_rmsnorm",
+               .description = "residual += input, then RMSNorm of residual times weight; eps 1e-6.",
+               .axes = {var("batch_size"), cst("hidden_size", "h")},
+               .inputs = {T("hidden_states", kBH).from("input"), T("residual", kBH),
+                          T("weight", {"hidden_size"})},
+               .outputs = {T("output", kBH).writes("input").like("input"),
+                           T("residual", kBH)
+                               .writes("residual")
+                               .like("input")
+                               .desc("The residual after the add (written in place).")},
+               .tags = {"status:verified", "fused"},
+               .reference = R"PY(def run(hidden_states, residual, weight):
+    x = hidden_states.float() + residual.float()
+    inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
+    y = x * inv * weight.float()
+    return y.to(hidden_states.dtype), x.to(residual.dtype)
+)PY"});
+  // The fp8 output's dtype: upstream declares none, so it resolves to the input's (as here).
+  const std::string quant_ref_head = R"PY(def _to_fp8(y, scale):
+    s = scale.float().reshape(()) if isinstance(scale, torch.Tensor) else float(scale)
+    y = (y / s).clamp(-448.0, 448.0)
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    return y.to(fp8) if fp8 is not None else y
+
+
+)PY";
+  v.push_back(
+      {.op = "rmsnorm_quant",
+       .op_type = "rmsnorm",
+       .name_prefix = "rmsnorm_quant",
+       .description = "RMSNorm times weight, divided by scale and cast to fp8 e4m3; eps 1e-6.",
+       .axes = {var("batch_size"), cst("hidden_size", "h")},
+       .inputs = {T("hidden_states", kBH).from("input"), T("weight", {"hidden_size"}),
+                  S("scale", "float32").desc("Per-tensor scale.")},
+       .outputs = {T("out", kBH).desc("Quantized output (the preallocated out tensor).")},
+       .tags = {"status:verified", "quantization:fp8"},
+       .reference = quant_ref_head + R"PY(def run(hidden_states, weight, scale):
+    x = hidden_states.float()
+    inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
+    return _to_fp8(x * inv * weight.float(), scale)
+)PY"});
+  v.push_back({.op = "fused_add_rmsnorm_quant",
+               .op_type = "rmsnorm",
+               .name_prefix = "fused_add_rmsnorm_quant",
+               .description = "residual += input; out = fp8(RMSNorm(residual) * weight / scale).",
+               .axes = {var("batch_size"), cst("hidden_size", "h")},
+               .inputs = {T("hidden_states", kBH).from("input"), T("residual", kBH),
+                          T("weight", {"hidden_size"}), S("scale", "float32")},
+               .outputs = {T("out", kBH), T("residual", kBH).like("input")},
+               .tags = {"status:verified", "fused", "quantization:fp8"},
+               .reference = quant_ref_head + R"PY(def run(hidden_states, residual, weight, scale):
+    x = hidden_states.float() + residual.float()
+    inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
+    return _to_fp8(x * inv * weight.float(), scale), x.to(residual.dtype)
+)PY"});
+  v.push_back({.op = "gemma_rmsnorm",
+               .op_type = "rmsnorm",
+               .name_prefix = "gemma_rmsnorm",
+               .description = "Gemma RMSNorm: RMSNorm(x) * (1 + weight); eps 1e-6.",
+               .axes = {var("batch_size"), cst("hidden_size", "h")},
+               .inputs = {T("hidden_states", kBH).from("input"), T("weight", {"hidden_size"})},
+               .outputs = {T("output", kBH).like("input")},
+               .tags = {"status:verified", "model:gemma"},
+               .reference = R"PY(def run(hidden_states, weight):
+    x = hidden_states.float()
+    inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
+    return (x * inv * (1.0 + weight.float())).to(hidden_states.dtype)
+)PY"});
+  v.push_back({.op = "gemma_fused_add_rmsnorm",
+               .op_type = "rmsnorm",
+               .name_prefix = "gemma_fused_add_rmsnorm",
+               .description = "residual += input, then Gemma RMSNorm of residual; eps 1e-6.",
+               .axes = {var("batch_size"), cst("hidden_size", "h")},
+               .inputs = {T("hidden_states", kBH).from("input"), T("residual", kBH),
+                          T("weight", {"hidden_size"})},
+               .outputs = {T("output", kBH).like("input"), T("residual", kBH).like("input")},
+               .tags = {"status:verified", "fused", "model:gemma"},
+               .reference = R"PY(def run(hidden_states, residual, weight):
+    x = hidden_states.float() + residual.float()
+    inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
+    y = x * inv * (1.0 + weight.float())
+    return y.to(hidden_states.dtype), x.to(residual.dtype)
+)PY"});
+  v.push_back({.op = "layernorm",
+               .op_type = "layernorm",
+               .name_prefix = "layernorm",
+               .description = "LayerNorm with fp32 gamma and beta; eps 1e-6.",
+               .axes = {var("batch_size"), cst("hidden_size", "h")},
+               .inputs = {T("hidden_states", kBH).from("input"),
+                          T("weight", {"hidden_size"}).from("gemma").synth("float32"),
+                          T("bias", {"hidden_size"}).from("beta").synth("float32")},
+               .outputs = {T("output", kBH).like("input")},
+               .tags = {"status:verified"},
+               .reference = R"PY(def run(hidden_states, weight, bias):
+    x = hidden_states.float()
+    mean = x.mean(dim=-1, keepdim=True)
+    var = (x - mean).pow(2).mean(dim=-1, keepdim=True)
+    y = (x - mean) * torch.rsqrt(var + 1e-6) * weight.float() + bias.float()
+    return y.to(hidden_states.dtype)
+)PY"});
+  v.push_back({.op = "fused_rmsnorm_silu",
+               .op_type = "rmsnorm",
+               .name_prefix = "fused_rmsnorm_silu",
+               .description = "SiLU(RMSNorm(input) * weight).",
+               .axes = {var("num_tokens"), cst("hidden_size", "h")},
+               .inputs = {T("input", {"num_tokens", "hidden_size"}), T("weight", {"hidden_size"}),
+                          S("eps", "float32").opt()},
+               .outputs = {T("output", {"num_tokens", "hidden_size"}).like("input")},
+               .tags = {"status:verified", "fused"},
+               .reference = R"PY(def run(input, weight, eps=1e-6):
+    x = input.float()
+    y = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + float(eps)) * weight.float()
+    return (y * torch.sigmoid(y)).to(input.dtype)
+)PY"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// activation (flashinfer.activation). hidden_size is the input's last dim (2 * the output's),
+// as upstream reads it.
+
+void add_activation(std::vector<Template>& v) {
+  auto gated = [&](const char* op, const char* what, const char* act) {
+    v.push_back({.op = op,
+                 .op_type = "activation",
+                 .name_prefix = op,
+                 .description = std::string(what) + "(x[..., :H]) * x[..., H:], H = hidden_size/2.",
+                 .axes = {var("num_tokens"), cst("hidden_size", "h", "Last dim of the input.")},
+                 .inputs = {T("input", {"num_tokens", "hidden_size"})},
+                 .outputs = {T("output", {"num_tokens", "hidden_size"}).like("input")},
+                 .tags = {"status:verified", "fused"},
+                 .reference = std::string(R"PY(def run(input):
+    h = input.shape[-1] // 2
+    x = input[..., :h].float()
+    g = )PY") + act + R"PY(
+    return (g * input[..., h:].float()).to(input.dtype)
+)PY"});
+  };
+  gated("silu_and_mul", "silu", "x * torch.sigmoid(x)");
+  gated("gelu_tanh_and_mul", "gelu_tanh",
+        "0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))");
+  gated("gelu_and_mul", "gelu", "0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))");
+}
+
+// ---------------------------------------------------------------------------------------------
+// cascade (flashinfer.cascade): lse in base 2.
+
+const char* kMergeTwo = R"PY(def _merge(v_a, s_a, v_b, s_b):
+    sa, sb = s_a.float(), s_b.float()
+    m = torch.maximum(sa, sb)
+    wa, wb = torch.exp2(sa - m), torch.exp2(sb - m)
+    v = (v_a.float() * wa.unsqueeze(-1) + v_b.float() * wb.unsqueeze(-1)) / (wa + wb).unsqueeze(-1)
+    return v, m + torch.log2(wa + wb)
+
+
+)PY";
+
+void add_cascade(std::vector<Template>& v) {
+  const std::vector<std::string> shd = {"seq_len", "num_heads", "head_dim"};
+  const std::vector<std::string> sh = {"seq_len", "num_heads"};
+  v.push_back({.op = "merge_state",
+               .op_type = "cascade_merge",
+               .name_prefix = "merge_state",
+               .description = "Merges two attention states (v, base-2 lse).",
+               .axes = {var("seq_len"), cst("num_heads", "h"), cst("head_dim", "d")},
+               .inputs = {T("v_a", shd), T("s_a", sh).dt("float32"), T("v_b", shd),
+                          T("s_b", sh).dt("float32")},
+               .outputs = {T("v_merged", shd).like("v_a"), T("s_merged", sh).dt("float32")},
+               .tags = {"status:verified"},
+               .reference = std::string(kMergeTwo) + R"PY(def run(v_a, s_a, v_b, s_b):
+    v, s = _merge(v_a, s_a, v_b, s_b)
+    return v.to(v_a.dtype), s
+)PY"});
+  v.push_back(
+      {.op = "merge_state_in_place",
+       .op_type = "cascade_merge",
+       .name_prefix = "merge_state_in_place",
+       .description = "Merges (v_other, s_other) into (v, s), rows where mask is set.",
+       .axes = {var("seq_len"), cst("num_heads", "h"), cst("head_dim", "d")},
+       .inputs = {T("v", shd), T("s", sh).dt("float32"), T("v_other", shd),
+                  T("s_other", sh).dt("float32"), T("mask", {"seq_len"}).opt()},
+       .outputs = {T("v", shd).like("v"), T("s", sh).dt("float32")},
+       .tags = {"status:verified"},
+       .reference = std::string(kMergeTwo) + R"PY(def run(v, s, v_other, s_other, mask=None):
+    vm, sm = _merge(v, s, v_other, s_other)
+    if mask is not None:
+        keep = mask.bool()
+        vm = torch.where(keep[:, None, None], vm, v.float())
+        sm = torch.where(keep[:, None], sm, s.float())
+    return vm.to(v.dtype), sm
+)PY"});
+  v.push_back(
+      {.op = "merge_states",
+       .op_type = "cascade_merge",
+       .name_prefix = "merge_states",
+       .description = "Merges num_states attention states (v, base-2 lse) per token.",
+       .axes = {var("seq_len"), var("num_states"), cst("num_heads", "h"), cst("head_dim", "d")},
+       .inputs = {T("v", {"seq_len", "num_states", "num_heads", "head_dim"}),
+                  T("s", {"seq_len", "num_states", "num_heads"}).dt("float32")},
+       .outputs = {T("v_merged", shd).like("v"), T("s_merged", sh).dt("float32")},
+       .tags = {"status:verified"},
+       .reference = R"PY(def run(v, s):
+    sf = s.float()
+    m = sf.max(dim=1, keepdim=True).values
+    w = torch.exp2(sf - m)
+    total = w.sum(dim=1)
+    vm = (v.float() * w.unsqueeze(-1)).sum(dim=1) / total.unsqueeze(-1)
+    return vm.to(v.dtype), m.squeeze(1) + torch.log2(total)
+)PY"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// sampling (flashinfer.sampling) and the top-k transforms. Random draws cannot be compared
+// exactly: the references of the sampling ops are deterministic (argmax of the filtered
+// distribution), as upstream's own references for the fused samplers are.
+
+const char* kFilters = R"PY(def _per_row(x, n, dtype):
+    if isinstance(x, torch.Tensor):
+        return x.to(dtype).reshape(-1, 1) if x.numel() > 1 else x.to(dtype).reshape(1, 1).expand(n, 1)
+    return torch.full((n, 1), x, dtype=dtype)
+
+
+def _top_k(p, k):
+    k = _per_row(k, p.shape[0], torch.int64).clamp(min=1, max=p.shape[-1])
+    kth = torch.sort(p, dim=-1, descending=True).values.gather(-1, k - 1)
+    return torch.where(p >= kth, p, torch.zeros_like(p))
+
+
+def _top_p(p, top_p):
+    tp = _per_row(top_p, p.shape[0], torch.float32)
+    vals, idx = torch.sort(p, dim=-1, descending=True)
+    before = vals.cumsum(dim=-1) - vals
+    keep = torch.zeros_like(p, dtype=torch.bool).scatter(-1, idx, before < tp * p.sum(-1, keepdim=True))
+    return torch.where(keep, p, torch.zeros_like(p))
+
+
+def _normalize(p):
+    return p / p.sum(dim=-1, keepdim=True).clamp(min=1e-20)
+
+
+)PY";
+
+void add_sampling(std::vector<Template>& v) {
+  const std::vector<std::string> bv = {"batch_size", "vocab_size"};
+  const char* kProbs = "torch.softmax(torch.randn(batch_size, vocab_size, device=device), -1)";
+  auto probs = [&] { return T("probs", bv).init(kProbs); };
+  auto common_axes = [] {
+    return std::vector<Axis>{var("batch_size"), cst("vocab_size", "v"),
+                             var("num_indices", "Length of the optional indices tensor.")};
+  };
+  auto indices = [] { return T("indices", {"num_indices"}).dt("int32").opt(); };
+  auto sampler = [&](const char* op, const char* prefix, std::vector<Io> inputs, const char* out,
+                     const std::string& ref, std::vector<Axis> axes) {
+    v.push_back({.op = op,
+                 .op_type = "sampling",
+                 .name_prefix = prefix,
+                 .description = std::string("Sampling: ") + prefix +
+                                " (reference: argmax of the filtered distribution).",
+                 .axes = std::move(axes),
+                 .inputs = std::move(inputs),
+                 .outputs = {T("samples", {"batch_size"}).dt(out)},
+                 .tags = {"status:verified"},
+                 .reference = std::string(kFilters) + ref});
+  };
+  const std::vector<Axis> bv_axes = {var("batch_size"), cst("vocab_size", "v")};
+  sampler("top_k_sampling_from_probs", "top_k_sampling",
+          {probs(), T("top_k", {"batch_size"})
+                        .synth("int32")
+                        .init("torch.full((batch_size,), 20, dtype={dtype:top_k}, device=device)")},
+          "int64", R"PY(def run(probs, top_k):
+    return _normalize(_top_k(probs.float(), top_k)).argmax(dim=-1)
+)PY",
+          bv_axes);
+  sampler(
+      "top_p_sampling_from_probs", "top_p_sampling",
+      {probs(), T("top_p", {"batch_size"})
+                    .synth("float32")
+                    .init("torch.full((batch_size,), 0.9, dtype={dtype:top_p}, device=device)")},
+      "int64", R"PY(def run(probs, top_p):
+    return _normalize(_top_p(probs.float(), top_p)).argmax(dim=-1)
+)PY",
+      bv_axes);
+  sampler("top_k_top_p_sampling_from_probs", "top_k_top_p_sampling",
+          {probs(),
+           T("top_k", {"batch_size"})
+               .synth("int32")
+               .init("torch.full((batch_size,), 20, dtype={dtype:top_k}, device=device)"),
+           T("top_p", {"batch_size"})
+               .synth("float32")
+               .init("torch.full((batch_size,), 0.9, dtype={dtype:top_p}, device=device)")},
+          "int64", R"PY(def run(probs, top_k, top_p):
+    p = _normalize(_top_k(probs.float(), top_k))
+    return _normalize(_top_p(p, top_p)).argmax(dim=-1)
+)PY",
+          bv_axes);
+  sampler("sampling_from_probs", "sampling_from_probs", {probs(), indices()}, "int32",
+          R"PY(def run(probs, indices=None):
+    p = probs.float() if indices is None else probs.float()[indices.long()]
+    return p.argmax(dim=-1).to(torch.int32)
+)PY",
+          common_axes());
+  sampler("sampling_from_logits", "sampling_from_logits", {T("logits", bv), indices()}, "int32",
+          R"PY(def run(logits, indices=None):
+    p = torch.softmax(logits.float(), dim=-1)
+    if indices is not None:
+        p = p[indices.long()]
+    return p.argmax(dim=-1).to(torch.int32)
+)PY",
+          common_axes());
+  sampler("min_p_sampling_from_probs", "min_p_sampling",
+          {probs(), S("min_p", "float32").init("0.1"), indices()}, "int32",
+          R"PY(def run(probs, min_p, indices=None):
+    p = probs.float() if indices is None else probs.float()[indices.long()]
+    mp = _per_row(min_p, p.shape[0], torch.float32)
+    p = torch.where(p >= p.max(dim=-1, keepdim=True).values * mp, p, torch.zeros_like(p))
+    return _normalize(p).argmax(dim=-1).to(torch.int32)
+)PY",
+          common_axes());
+  sampler("top_k_top_p_sampling_from_logits", "top_k_top_p_sampling_from_logits",
+          {T("logits", bv), S("top_k", "int32").init("20"), S("top_p", "float32").init("0.9"),
+           indices()},
+          "int32", R"PY(def run(logits, top_k, top_p, indices=None):
+    p = torch.softmax(logits.float(), dim=-1)
+    p = _normalize(_top_p(_normalize(_top_k(p, top_k)), top_p))
+    if indices is not None:
+        p = p[indices.long()]
+    return p.argmax(dim=-1).to(torch.int32)
+)PY",
+          common_axes());
+  auto elementwise = [&](const char* op, std::vector<Io> inputs, const char* out, const char* like,
+                         const char* desc, const std::string& ref) {
+    v.push_back({.op = op,
+                 .op_type = "sampling",
+                 .name_prefix = op,
+                 .description = desc,
+                 .axes = {var("batch_size"), cst("vocab_size", "v")},
+                 .inputs = std::move(inputs),
+                 .outputs = {T(out, bv).like(like)},
+                 .tags = {"status:verified"},
+                 .reference = std::string(kFilters) + ref});
+  };
+  elementwise("softmax", {T("logits", bv), S("temperature", "float32").opt()}, "output", "logits",
+              "Softmax of logits / temperature.", R"PY(def run(logits, temperature=None):
+    x = logits.float()
+    if temperature is not None:
+        x = x / _per_row(temperature, x.shape[0], torch.float32)
+    return torch.softmax(x, dim=-1).to(logits.dtype)
+)PY");
+  elementwise("top_p_renorm_probs", {probs(), S("top_p", "float32").init("0.9")}, "renormalized",
+              "probs", "Probabilities outside the top-p set zeroed, then renormalized.",
+              R"PY(def run(probs, top_p):
+    return _normalize(_top_p(probs.float(), top_p)).to(probs.dtype)
+)PY");
+  elementwise("top_k_renorm_probs", {probs(), S("top_k", "int32").init("20")}, "renormalized",
+              "probs", "Probabilities outside the top-k set zeroed, then renormalized.",
+              R"PY(def run(probs, top_k):
+    return _normalize(_top_k(probs.float(), top_k)).to(probs.dtype)
+)PY");
+  elementwise("top_k_mask_logits", {T("logits", bv), S("top_k", "int32").init("20")},
+              "masked_logits", "logits", "Logits outside the top-k set to -inf.",
+              R"PY(def run(logits, top_k):
+    x = logits.float()
+    kept = _top_k(x - x.min() + 1.0, top_k) > 0
+    return torch.where(kept, x, torch.full_like(x, -float("inf"))).to(logits.dtype)
+)PY");
+  const std::vector<std::string> bsv = {"batch_size", "num_speculative_plus_1", "vocab_size"};
+  v.push_back(
+      {.op = "chain_speculative_sampling",
+       .op_type = "sampling",
+       .name_prefix = "chain_speculative_sampling",
+       .description = "Chain speculative sampling: accepts draft tokens against the target "
+                      "distribution, then emits one more token (reference: deterministic).",
+       .axes = {var("batch_size"), var("num_speculative", "", 3),
+                var("num_speculative_plus_1", "num_speculative + 1.", 4), cst("vocab_size", "v")},
+       .inputs =
+           {T("draft_probs", bsv)
+                .init("torch.softmax(torch.randn(batch_size, num_speculative_plus_1, vocab_size, "
+                      "device=device), -1)"),
+            T("draft_token_ids", {"batch_size", "num_speculative"})
+                .dt("int32")
+                .init("torch.randint(0, vocab_size, (batch_size, num_speculative), "
+                      "dtype=torch.int32, device=device)"),
+            T("target_probs", bsv)
+                .init("torch.softmax(torch.randn(batch_size, num_speculative_plus_1, vocab_size, "
+                      "device=device), -1)")},
+       .outputs = {T("accepted_token_ids", {"batch_size", "num_speculative_plus_1"}).dt("int32")},
+       .tags = {"status:verified", "speculative"},
+       .reference = R"PY(def run(draft_probs, draft_token_ids, target_probs):
+    b, n = draft_token_ids.shape
+    dp, tp = draft_probs.float(), target_probs.float()
+    out = torch.full((b, n + 1), -1, dtype=torch.int32)
+    for i in range(b):
+        j = 0
+        while j < n:
+            t = int(draft_token_ids[i, j])
+            if tp[i, j, t] < dp[i, j, t]:
+                break
+            out[i, j] = t
+            j += 1
+        out[i, j] = int(tp[i, j].argmax())
+    return out
+)PY"});
+  const char* kTopkRows = R"PY(def _topk_rows(input, lengths, k):
+    rows = input.shape[0]
+    out = torch.full((rows, int(k)), -1, dtype=torch.int64)
+    for i in range(rows):
+        n = min(int(lengths[i]), input.shape[1])
+        if n > 0:
+            kk = min(int(k), n)
+            out[i, :kk] = torch.topk(input[i, :n].float(), kk).indices
+    return out
+
+
+)PY";
+  v.push_back(
+      {.op = "top_k_ragged_transform",
+       .op_type = "sampling",
+       .name_prefix = "top_k_ragged_transform",
+       .description = "Top-k of each row's first lengths[i] entries, plus offsets[i].",
+       .axes = {var("num_rows"), var("max_len"), cst("k", "k")},
+       .inputs = {T("input", {"num_rows", "max_len"}).synth("float32"),
+                  T("offsets", {"num_rows"})
+                      .dt("int32")
+                      .init("torch.zeros((num_rows,), dtype=torch.int32, device=device)"),
+                  T("lengths", {"num_rows"})
+                      .dt("int32")
+                      .init("torch.full((num_rows,), max_len, dtype=torch.int32, device=device)"),
+                  S("k", "int32").init("k"), S("deterministic", "int32").opt(),
+                  S("tie_break", "int32").opt(), S("dsa_graph_safe", "int32").opt()},
+       .outputs = {T("indices", {"num_rows", "k"}).dt("int32")},
+       .tags = {"status:verified", "sparse"},
+       .reference =
+           std::string(kTopkRows) +
+           R"PY(def run(input, offsets, lengths, k, deterministic=None, tie_break=None, dsa_graph_safe=None):
+    idx = _topk_rows(input, lengths, k)
+    return torch.where(idx >= 0, idx + offsets.long()[:, None], idx).to(torch.int32)
+)PY"});
+  v.push_back(
+      {.op = "top_k_page_table_transform",
+       .op_type = "sampling",
+       .name_prefix = "top_k_page_table_transform",
+       .description = "Top-k of each row's first lengths[i] entries, mapped through the row's "
+                      "page table.",
+       .axes = {var("num_rows"), var("max_len"), var("batch_size"), var("max_pages_per_seq"),
+                cst("k", "k")},
+       .inputs = {T("input", {"num_rows", "max_len"}).synth("float32"),
+                  T("src_page_table", {"batch_size", "max_pages_per_seq"})
+                      .dt("int32")
+                      .init("torch.arange(batch_size * max_pages_per_seq, dtype=torch.int32, "
+                            "device=device).reshape(batch_size, max_pages_per_seq)"),
+                  T("lengths", {"num_rows"})
+                      .dt("int32")
+                      .init("torch.full((num_rows,), min(max_len, max_pages_per_seq), "
+                            "dtype=torch.int32, device=device)"),
+                  S("k", "int32").init("k"), T("row_to_batch", {"num_rows"}).dt("int32").opt()},
+       .outputs = {T("indices", {"num_rows", "k"}).dt("int32")},
+       .tags = {"status:verified", "sparse"},
+       .reference = std::string(kTopkRows) +
+                    R"PY(def run(input, src_page_table, lengths, k, row_to_batch=None):
+    idx = _topk_rows(input, lengths, k)
+    out = torch.full_like(idx, -1)
+    for i in range(idx.shape[0]):
+        b = int(row_to_batch[i]) if row_to_batch is not None else min(i, src_page_table.shape[0] - 1)
+        sel = idx[i] >= 0
+        out[i, sel] = src_page_table[b, idx[i, sel]].long()
+    return out.to(torch.int32)
+)PY"});
+  v.push_back(
+      {.op = "fused_topk_deepseek",
+       .op_type = "moe_routing",
+       .name_prefix = "fused_topk_deepseek",
+       .description = "DeepSeek-V3 routing: sigmoid + bias, best groups (sum of each group's top "
+                      "2), top-k experts in them, weights normalized and scaled.",
+       .axes = {var("num_tokens"), cst("num_experts", "e"), cst("topk", "k")},
+       .inputs = {T("scores", {"num_tokens", "num_experts"}).synth("float32"),
+                  T("bias", {"num_experts"}).synth("float32"), S("n_group", "int32").init("1"),
+                  S("topk_group", "int32").init("1"), S("topk", "int32").init("topk"),
+                  S("routed_scaling_factor", "float32"),
+                  T("topk_values", {"num_tokens", "topk"}).synth("float32"),
+                  T("topk_indices", {"num_tokens", "topk"}).dt("int32")},
+       .outputs = {T("topk_values", {"num_tokens", "topk"}).like("scores"),
+                   T("topk_indices", {"num_tokens", "topk"}).dt("int32")},
+       .tags = {"status:verified", "moe"},
+       .reference =
+           R"PY(def run(scores, bias, n_group, topk_group, topk, routed_scaling_factor, topk_values=None, topk_indices=None):
+    t, e = scores.shape
+    sig = torch.sigmoid(scores.float())
+    biased = sig + bias.float()[None, :]
+    groups = biased.reshape(t, int(n_group), e // int(n_group))
+    group_score = groups.topk(min(2, groups.shape[-1]), dim=-1).values.sum(-1)
+    best = group_score.topk(int(topk_group), dim=-1).indices
+    allowed = torch.zeros(t, int(n_group), dtype=torch.bool).scatter(1, best, True)
+    allowed = allowed[:, :, None].expand_as(groups).reshape(t, e)
+    idx = torch.where(allowed, biased, torch.full_like(biased, -float("inf"))).topk(int(topk), dim=-1).indices
+    w = sig.gather(1, idx)
+    w = w / w.sum(dim=-1, keepdim=True) * float(routed_scaling_factor)
+    return w.to(scores.dtype), idx.to(torch.int32)
+)PY"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention: the decode wrapper's run (flashinfer.decode). kv_indptr / kv_indices / sm_scale are
+// given to plan(), not run(): optional inputs whose dtype a run() call cannot tell.
+
+void add_attention(std::vector<Template>& v) {
+  const std::vector<std::string> qhd = {"batch_size", "num_qo_heads", "head_dim"};
+  const std::vector<std::string> cache = {"num_pages", "page_size", "num_kv_heads", "head_dim"};
+  v.push_back(
+      {.op = "BatchDecodeWithPagedKVCacheWrapper.run",
+       .op_type = "gqa_paged",
+       .name_prefix = "gqa_paged_decode",
+       .description = "Batched GQA decode (one query per request) over a paged KV cache given as "
+                      "(k_cache, v_cache); the page table comes from plan().",
+       .axes = {var("batch_size", "", 2), cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"),
+                cst("head_dim", "d"), var("num_pages", "", 6), cst("page_size", "ps"),
+                var("len_indptr", "Length of kv_indptr."),
+                var("num_kv_indices", "Number of page indices.")},
+       .inputs = {T("q", qhd), T("k_cache", cache).from("paged_kv_cache").item(0),
+                  T("v_cache", cache).from("paged_kv_cache").item(1),
+                  T("kv_indptr", {"len_indptr"})
+                      .plan()
+                      .synth("int32")
+                      .init("torch.arange(batch_size + 1, dtype=torch.int32, device=device) * "
+                            "max(num_pages // batch_size, 1)")
+                      .desc("Page offsets of each request (given to plan())."),
+                  T("kv_indices", {"num_kv_indices"})
+                      .plan()
+                      .synth("int32")
+                      .init("torch.arange(int(kv_indptr[-1]), dtype=torch.int32, device=device) "
+                            "% num_pages")
+                      .desc("Page ids (given to plan())."),
+                  S("sm_scale", "float32")
+                      .plan()
+                      .init("1.0 / math.sqrt(head_dim)")
+                      .desc("Softmax scale, 1/sqrt(head_dim) unless plan() says otherwise.")},
+       .outputs = {T("output", qhd).like("q"), T("lse", {"batch_size", "num_qo_heads"})
+                                                   .dt("float32")
+                                                   .desc("Base-2 log-sum-exp of the scores.")},
+       .constraints = {"len_indptr == batch_size + 1", "num_kv_indices == kv_indptr[-1].item()"},
+       .tags = {"stage:decode", "status:verified"},
+       .reference = R"PY(def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale=None):
+    b, h, d = q.shape
+    kvh = k_cache.shape[2]
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    out = torch.zeros((b, h, d), dtype=torch.float32)
+    lse = torch.full((b, h), -float("inf"), dtype=torch.float32)
+    for i in range(b):
+        pages = kv_indices[int(kv_indptr[i]):int(kv_indptr[i + 1])].long()
+        if pages.numel() == 0:
+            continue
+        k = k_cache[pages].reshape(-1, kvh, d).float()
+        v = v_cache[pages].reshape(-1, kvh, d).float()
+        for j in range(h):
+            g = j // (h // kvh)
+            s = (k[:, g] @ q[i, j].float()) * scale
+            lse[i, j] = torch.logsumexp(s, 0) / math.log(2.0)
+            out[i, j] = torch.softmax(s, 0) @ v[:, g]
+    return out.to(q.dtype), lse
+)PY"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// rope (flashinfer.rope): ragged (indptr + offsets) or per-token pos_ids, plain or Llama 3.1
+// frequencies, out of place (q_rope, k_rope) or in place (q, k).
+
+const char* kRopeHelpers = R"PY(def _freqs(dim, theta, scale, llama=None):
+    inv = 1.0 / (float(theta) ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    if llama is None:
+        return inv / float(scale)
+    low, high, old = (float(x) for x in llama)
+    # Llama 3.1: long wavelengths divided by scale, short ones kept, a linear blend between.
+    smooth = ((old * inv / (2 * math.pi) - low) / (high - low)).clamp(0.0, 1.0)
+    return (1.0 - smooth) * inv / float(scale) + smooth * inv
+
+
+def _rotate(x, pos, freqs, interleave):
+    rd = freqs.numel() * 2
+    ang = pos.double()[:, None] * freqs[None, :]
+    cos, sin = ang.cos().float()[:, None, :], ang.sin().float()[:, None, :]
+    xf = x.float()
+    r = xf[..., :rd]
+    a, b = (r[..., 0::2], r[..., 1::2]) if interleave else (r[..., : rd // 2], r[..., rd // 2 :])
+    ra, rb = a * cos - b * sin, b * cos + a * sin
+    r = torch.stack([ra, rb], dim=-1).flatten(-2) if interleave else torch.cat([ra, rb], dim=-1)
+    return torch.cat([r, xf[..., rd:]], dim=-1).to(x.dtype)
+
+
+def _ragged_positions(indptr, offsets, nnz):
+    pos = torch.zeros(nnz, dtype=torch.int64)
+    for b in range(offsets.shape[0]):
+        s, e = int(indptr[b]), int(indptr[b + 1])
+        pos[s:e] = int(offsets[b]) + torch.arange(e - s)
+    return pos
+
+
+)PY";
+
+void add_rope(std::vector<Template>& v) {
+  for (bool llama : {false, true}) {
+    for (bool ragged : {true, false}) {
+      for (bool inplace : {false, true}) {
+        std::string suffix = std::string(ragged ? "" : "_pos_ids") + (inplace ? "_inplace" : "");
+        const std::string op = std::string(llama ? "apply_llama31_rope" : "apply_rope") + suffix;
+        const std::string prefix = std::string(llama ? "llama31_rope" : "rope") + suffix;
+        const std::vector<std::string> q = {"nnz", "num_q_heads", "head_dim"};
+        const std::vector<std::string> k = {"nnz", "num_k_heads", "head_dim"};
+        std::vector<Axis> axes = {var("nnz", "Tokens in the batch.")};
+        if (ragged) axes.push_back(var("batch_size", "", 2));
+        axes.push_back(cst("num_q_heads", "h"));
+        axes.push_back(cst("num_k_heads", "kv"));
+        axes.push_back(cst("head_dim", "d"));
+        if (ragged) axes.push_back(var("batch_size_plus_1", "batch_size + 1.", 3));
+        std::vector<Io> in = {T("q", q), T("k", k)};
+        if (ragged) {
+          in.push_back(T("indptr", {"batch_size_plus_1"})
+                           .dt("int32")
+                           .init("torch.arange(batch_size_plus_1, dtype=torch.int32, "
+                                 "device=device) * (nnz // batch_size)"));
+          in.push_back(T("offsets", {"batch_size"})
+                           .dt("int32")
+                           .init("torch.arange(batch_size, dtype=torch.int32, device=device) * 7"));
+        } else {
+          in.push_back(T("pos_ids", {"nnz"})
+                           .dt("int32")
+                           .init("torch.arange(nnz, dtype=torch.int32, device=device) * 5"));
+        }
+        in.push_back(S("rotary_dim", "int32").opt());
+        in.push_back(S("interleave", "int32").opt());
+        in.push_back(S("rope_scale", "float32").opt());
+        in.push_back(S("rope_theta", "float32").opt());
+        if (llama) {
+          in.push_back(S("low_freq_factor", "float32").opt());
+          in.push_back(S("high_freq_factor", "float32").opt());
+          in.push_back(S("old_context_len", "int32").opt());
+        }
+        std::vector<Io> out = {T(inplace ? "q" : "q_rope", q).like("q"),
+                               T(inplace ? "k" : "k_rope", k).like("k")};
+        if (inplace) {
+          out[0].writes("q");
+          out[1].writes("k");
+        }
+        std::string sig = ragged ? "q, k, indptr, offsets" : "q, k, pos_ids";
+        sig += llama ? ", rotary_dim=None, interleave=None, rope_scale=8, rope_theta=500000.0, "
+                       "low_freq_factor=1, high_freq_factor=4, old_context_len=8192"
+                     : ", rotary_dim=None, interleave=None, rope_scale=1, rope_theta=10000.0";
+        std::string ref = std::string(kRopeHelpers) + "def run(" + sig + "):\n" +
+                          "    dim = q.shape[-1] if rotary_dim is None else int(rotary_dim)\n" +
+                          (llama ? "    f = _freqs(dim, rope_theta, rope_scale, (low_freq_factor, "
+                                   "high_freq_factor, old_context_len))\n"
+                                 : "    f = _freqs(dim, rope_theta, rope_scale)\n") +
+                          (ragged ? "    pos = _ragged_positions(indptr, offsets, q.shape[0])\n"
+                                  : "    pos = pos_ids.long()\n") +
+                          "    il = bool(interleave)\n" +
+                          "    return _rotate(q, pos, f, il), _rotate(k, pos, f, il)\n";
+        Template t{.op = op,
+                   .op_type = "rope",
+                   .name_prefix = prefix,
+                   .description = std::string(llama ? "Llama 3.1 RoPE" : "RoPE") +
+                                  (ragged ? " at positions offsets[b] + i of each request"
+                                          : " at per-token positions pos_ids") +
+                                  (inplace ? ", q and k rotated in place." : "."),
+                   .axes = std::move(axes),
+                   .inputs = std::move(in),
+                   .outputs = std::move(out),
+                   .tags = {"status:verified"},
+                   .reference = std::move(ref)};
+        if (ragged) t.constraints = {"batch_size_plus_1 == batch_size + 1"};
+        if (llama) t.tags.push_back("model:llama");
+        v.push_back(std::move(t));
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// page (flashinfer.page): the cache parameter is a (k, v) tuple or one tensor; its dims are read
+// from the parameter itself, so a tuple leaves page_size without a value, as upstream's does.
+
+void add_page(std::vector<Template>& v) {
+  const std::vector<std::string> kv = {"nnz_kv", "num_kv_heads", "head_dim"};
+  const std::vector<std::string> cache = {"num_pages", "page_size", "num_kv_heads", "head_dim"};
+  v.push_back(
+      {.op = "append_paged_kv_cache",
+       .op_type = "page_append",
+       .name_prefix = "append_paged_kv_cache",
+       .description = "Writes each appended (key, value) row into its request's page at its "
+                      "position.",
+       .axes = {var("nnz_kv", "Rows appended."), cst("num_kv_heads", "kv"), cst("head_dim", "d"),
+                var("num_pages"), cst("page_size", "ps"), var("batch_size", "", 2),
+                var("batch_size_plus_1", "batch_size + 1.", 3),
+                var("num_kv_indices", "Length of kv_indices.")},
+       .inputs = {T("append_key", kv), T("append_value", kv),
+                  T("batch_indices", {"nnz_kv"})
+                      .dt("int32")
+                      .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) % batch_size"),
+                  T("positions", {"nnz_kv"})
+                      .dt("int32")
+                      .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) // "
+                            "batch_size"),
+                  T("paged_kv_cache", cache)
+                      .init("torch.zeros((num_pages, page_size, num_kv_heads, head_dim), "
+                            "device=device).to(append_key.dtype)"),
+                  T("kv_indices", {"num_kv_indices"})
+                      .dt("int32")
+                      .init("torch.arange(num_pages, dtype=torch.int32, device=device)"),
+                  T("kv_indptr", {"batch_size_plus_1"})
+                      .dt("int32")
+                      .init("torch.arange(batch_size + 1, dtype=torch.int32, device=device) * "
+                            "(num_pages // batch_size)"),
+                  T("kv_last_page_len", {"batch_size"})
+                      .dt("int32")
+                      .init("torch.full((batch_size,), page_size, dtype=torch.int32, "
+                            "device=device)")},
+       .outputs = {T("paged_kv_cache", cache).like("append_key").writes("paged_kv_cache")},
+       .constraints = {"batch_size_plus_1 == batch_size + 1"},
+       .tags = {"status:verified"},
+       // The definition describes the cache as one [num_pages, page_size, heads, dim] tensor:
+       // given that, the keys are appended to it; a (k, v) pair or the 5-D combined layout
+       // receives both.
+       .reference =
+           R"PY(def run(append_key, append_value, batch_indices, positions, paged_kv_cache, kv_indices, kv_indptr, kv_last_page_len):
+    if isinstance(paged_kv_cache, (tuple, list)):
+        caches = [(paged_kv_cache[0], append_key), (paged_kv_cache[1], append_value)]
+    elif paged_kv_cache.dim() == 5:
+        caches = [(paged_kv_cache[:, 0], append_key), (paged_kv_cache[:, 1], append_value)]
+    else:
+        caches = [(paged_kv_cache, append_key)]
+    for cache, rows in caches:
+        ps = cache.shape[1]
+        for i in range(batch_indices.shape[0]):
+            b, p = int(batch_indices[i]), int(positions[i])
+            page = int(kv_indices[int(kv_indptr[b]) + p // ps])
+            cache[page, p % ps] = rows[i].to(cache.dtype)
+    return paged_kv_cache
+)PY"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// gemm (flashinfer.gemm): mm_bf16 takes b as [K, N], column-major (a transposed [N, K] tensor),
+// which is how init builds it.
+
+void add_gemm(std::vector<Template>& v) {
+  v.push_back({.op = "mm_bf16",
+               .op_type = "gemm_bf16",
+               .name_prefix = "gemm_bf16",
+               .description = "C = A @ B with B given as [K, N].",
+               .axes = {var("M"), cst("N", "N"), cst("K", "K")},
+               .inputs = {T("A", {"M", "K"}).from("a"),
+                          T("B", {"K", "N"})
+                              .from("b")
+                              .init("torch.randn((N, K), device=device).to({dtype:B}).t()")},
+               .outputs = {T("C", {"M", "N"})},
+               .tags = {"status:verified"},
+               .reference = R"PY(def run(A, B):
+    return (A.float() @ B.float()).to(A.dtype)
+)PY"});
+}
+
+// The prefill wrapper's run (flashinfer.prefill): causal, the last query row of a request
+// seeing all its KV rows.
+void add_prefill(std::vector<Template>& v) {
+  const std::vector<std::string> cache = {"num_pages", "page_size", "num_kv_heads", "head_dim"};
+  v.push_back(
+      {.op = "BatchPrefillWithPagedKVCacheWrapper.run",
+       .op_type = "gqa_paged",
+       .name_prefix = "gqa_paged_prefill",
+       .description = "Batched causal GQA prefill over a paged KV cache given as (k_cache, "
+                      "v_cache); the ragged layout comes from plan().",
+       .axes = {cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"), cst("head_dim", "d"),
+                cst("page_size", "ps"), var("len_indptr", "batch_size + 1.", 3),
+                var("total_q", "Query rows in the batch."),
+                var("num_kv_indices", "Number of page indices."), var("num_pages")},
+       .inputs = {T("q", {"total_q", "num_qo_heads", "head_dim"}),
+                  T("k_cache", cache).from("paged_kv_cache").item(0),
+                  T("v_cache", cache).from("paged_kv_cache").item(1),
+                  T("qo_indptr", {"len_indptr"})
+                      .plan()
+                      .synth("int32")
+                      .init("torch.arange(len_indptr, dtype=torch.int32, device=device) * "
+                            "(total_q // (len_indptr - 1))")
+                      .desc("Query offsets of each request (given to plan())."),
+                  T("kv_indptr", {"len_indptr"})
+                      .plan()
+                      .synth("int32")
+                      .init("torch.arange(len_indptr, dtype=torch.int32, device=device) * "
+                            "max(num_pages // (len_indptr - 1), 1)")
+                      .desc("Page offsets of each request (given to plan())."),
+                  T("kv_indices", {"num_kv_indices"})
+                      .plan()
+                      .synth("int32")
+                      .init("torch.arange(int(kv_indptr[-1]), dtype=torch.int32, device=device) "
+                            "% num_pages")
+                      .desc("Page ids (given to plan())."),
+                  S("sm_scale", "float32").plan().init("1.0 / math.sqrt(head_dim)")},
+       .outputs = {T("output", {"total_q", "num_qo_heads", "head_dim"}).like("q"),
+                   T("lse", {"total_q", "num_qo_heads"})
+                       .dt("float32")
+                       .desc("Base-2 log-sum-exp of the scores.")},
+       .constraints = {"total_q == qo_indptr[-1].item()", "num_kv_indices == kv_indptr[-1].item()"},
+       .tags = {"stage:prefill", "status:verified"},
+       .reference =
+           R"PY(def run(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, sm_scale=None):
+    n, h, d = q.shape
+    kvh = k_cache.shape[2]
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    out = torch.zeros((n, h, d), dtype=torch.float32)
+    lse = torch.full((n, h), -float("inf"), dtype=torch.float32)
+    for b in range(qo_indptr.shape[0] - 1):
+        qs, qe = int(qo_indptr[b]), int(qo_indptr[b + 1])
+        pages = kv_indices[int(kv_indptr[b]):int(kv_indptr[b + 1])].long()
+        if qe <= qs or pages.numel() == 0:
+            continue
+        k = k_cache[pages].reshape(-1, kvh, d).float()
+        v = v_cache[pages].reshape(-1, kvh, d).float()
+        for i in range(qs, qe):
+            visible = k.shape[0] - (qe - 1 - i)
+            if visible <= 0:
+                continue
+            for j in range(h):
+                g = j // (h // kvh)
+                s = (k[:visible, g] @ q[i, j].float()) * scale
+                lse[i, j] = torch.logsumexp(s, 0) / math.log(2.0)
+                out[i, j] = torch.softmax(s, 0) @ v[:visible, g]
+    return out.to(q.dtype), lse
+)PY"});
+}
+
+// The ragged prefill wrapper's run (flashinfer.prefill) and the MLA wrapper's run
+// (flashinfer.mla): causal prefill over ragged k/v, and MLA decode over the compressed cache.
+void add_ragged_and_mla(std::vector<Template>& v) {
+  const std::vector<std::string> qhd = {"total_q", "num_qo_heads", "head_dim"};
+  const std::vector<std::string> kv = {"total_kv", "num_kv_heads", "head_dim"};
+  v.push_back(
+      {.op = "BatchPrefillWithRaggedKVCacheWrapper.run",
+       .op_type = "gqa_ragged",
+       .name_prefix = "gqa_ragged",
+       .description = "Batched causal GQA prefill over ragged q, k, v; the layout comes from "
+                      "plan().",
+       .axes = {cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"), cst("head_dim", "d"),
+                var("len_indptr", "batch_size + 1.", 3), var("total_q", "Query rows."),
+                var("total_kv", "Key/value rows.", 6)},
+       .inputs = {T("q", qhd), T("k", kv), T("v", kv),
+                  T("qo_indptr", {"len_indptr"})
+                      .plan()
+                      .synth("int32")
+                      .init("torch.arange(len_indptr, dtype=torch.int32, device=device) * "
+                            "(total_q // (len_indptr - 1))"),
+                  T("kv_indptr", {"len_indptr"})
+                      .plan()
+                      .synth("int32")
+                      .init("torch.arange(len_indptr, dtype=torch.int32, device=device) * "
+                            "(total_kv // (len_indptr - 1))"),
+                  S("sm_scale", "float32").plan().init("1.0 / math.sqrt(head_dim)")},
+       .outputs = {T("output", qhd).like("q"), T("lse", {"total_q", "num_qo_heads"}).dt("float32")},
+       .constraints = {"total_q == qo_indptr[-1].item()", "total_kv == kv_indptr[-1].item()"},
+       .tags = {"stage:prefill", "status:verified"},
+       .reference = R"PY(def run(q, k, v, qo_indptr, kv_indptr, sm_scale=None):
+    n, h, d = q.shape
+    kvh = k.shape[1]
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    out = torch.zeros((n, h, d), dtype=torch.float32)
+    lse = torch.full((n, h), -float("inf"), dtype=torch.float32)
+    for b in range(qo_indptr.shape[0] - 1):
+        qs, qe = int(qo_indptr[b]), int(qo_indptr[b + 1])
+        ks, ke = int(kv_indptr[b]), int(kv_indptr[b + 1])
+        kb, vb = k[ks:ke].float(), v[ks:ke].float()
+        for i in range(qs, qe):
+            visible = (ke - ks) - (qe - 1 - i)
+            if visible <= 0:
+                continue
+            for j in range(h):
+                g = j // (h // kvh)
+                s = (kb[:visible, g] @ q[i, j].float()) * scale
+                lse[i, j] = torch.logsumexp(s, 0) / math.log(2.0)
+                out[i, j] = torch.softmax(s, 0) @ vb[:visible, g]
+    return out.to(q.dtype), lse
+)PY"});
+  v.push_back(
+      {.op = "BatchMLAPagedAttentionWrapper.run",
+       .op_type = "mla_paged",
+       .name_prefix = "mla_paged_decode",
+       .description = "Batched MLA decode over a paged compressed cache (ckv, kpe); scores from "
+                      "both parts, output in the ckv space.",
+       .axes = {var("batch_size", "", 2), cst("num_qo_heads", "h"), cst("head_dim_ckv", "ckv"),
+                cst("head_dim_kpe", "kpe"), cst("page_size", "ps"), var("num_pages", "", 6),
+                var("len_indptr", "batch_size + 1.", 3),
+                var("num_kv_indices", "Number of page indices.")},
+       .inputs =
+           {T("q_nope", {"batch_size", "num_qo_heads", "head_dim_ckv"}),
+            T("q_pe", {"batch_size", "num_qo_heads", "head_dim_kpe"}),
+            T("ckv_cache", {"num_pages", "page_size", "head_dim_ckv"}),
+            T("kpe_cache", {"num_pages", "page_size", "head_dim_kpe"}),
+            T("kv_indptr", {"len_indptr"})
+                .plan()
+                .synth("int32")
+                .init("torch.arange(batch_size + 1, dtype=torch.int32, device=device) * "
+                      "max(num_pages // batch_size, 1)"),
+            T("kv_indices", {"num_kv_indices"})
+                .plan()
+                .synth("int32")
+                .init("torch.arange(int(kv_indptr[-1]), dtype=torch.int32, device=device) "
+                      "% num_pages"),
+            S("sm_scale", "float32").plan().init("1.0 / math.sqrt(head_dim_ckv + head_dim_kpe)")},
+       .outputs = {T("output", {"batch_size", "num_qo_heads", "head_dim_ckv"}).like("q_nope"),
+                   T("lse", {"batch_size", "num_qo_heads"}).dt("float32")},
+       .constraints = {"len_indptr == batch_size + 1", "num_kv_indices == kv_indptr[-1].item()"},
+       .tags = {"stage:decode", "status:verified"},
+       .reference =
+           R"PY(def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale):
+    b, h, dc = q_nope.shape
+    out = torch.zeros((b, h, dc), dtype=torch.float32)
+    lse = torch.full((b, h), -float("inf"), dtype=torch.float32)
+    for i in range(b):
+        pages = kv_indices[int(kv_indptr[i]):int(kv_indptr[i + 1])].long()
+        if pages.numel() == 0:
+            continue
+        ckv = ckv_cache[pages].reshape(-1, dc).float()
+        kpe = kpe_cache[pages].reshape(-1, kpe_cache.shape[-1]).float()
+        s = (q_nope[i].float() @ ckv.T + q_pe[i].float() @ kpe.T) * float(sm_scale)
+        lse[i] = torch.logsumexp(s, -1) / math.log(2.0)
+        out[i] = torch.softmax(s, -1) @ ckv
+    return out.to(q_nope.dtype), lse
+)PY"});
+}
+
+}  // namespace
+
+const std::vector<Template>& templates() {
+  static const auto* all = [] {
+    auto* v = new std::vector<Template>();
+    add_norm(*v);
+    add_activation(*v);
+    add_cascade(*v);
+    add_sampling(*v);
+    add_attention(*v);
+    add_rope(*v);
+    add_page(*v);
+    add_gemm(*v);
+    add_prefill(*v);
+    add_ragged_and_mla(*v);
+    return v;
+  }();
+  return *all;
+}
+
+}  // namespace flashinfer::trace::detail

@@ -1,0 +1,128 @@
+// Private: the trace-template machinery behind flashinfer/trace.h. A template annotates one
+// declared op: its axes (variable or constant, with the abbreviation its definition name uses),
+// its inputs and outputs (shape by axis names, where each comes from among the op's parameters)
+// and our own PyTorch `reference` / `init` snippets. The table of templates is
+// src/trace/templates.cpp, one entry per op, found by the op's declared name.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flashinfer/dtype.h"
+
+namespace flashinfer::trace::detail {
+
+struct Axis {
+  std::string name{};
+  bool is_const = false;
+  // Prefix in the definition name: nullopt uses the axis name, "" leaves the axis out.
+  std::optional<std::string> abbrev{};
+  std::string description{};
+  std::optional<int64_t> value{};  // a constant fixed by the template itself
+  int64_t init_value = 4;          // a variable axis's default in the init snippet
+};
+
+/// One input or output of a definition.
+struct Io {
+  std::string key{};                // the JSON name ("hidden_states")
+  std::vector<std::string> dims{};  // axis names; unused for a scalar
+  bool scalar = false;              // a non-tensor: "shape": null
+  std::string param{};              // the op parameter holding it (empty: same as key)
+  int tuple_idx = -1;               // index into a tuple parameter (paged_kv_cache's k, v)
+  std::string dtype{};              // fixed dtype (outputs; optional inputs; scalars)
+  std::string dtype_from{};         // outputs: the dtype of this parameter's tensor
+  bool optional = false;
+  std::string description{};
+  std::string out_param{};  // outputs: the parameter written in place ("param" in the JSON)
+  // `flashinfer trace` builds a call from axis values: the dtype to give this input there
+  // (empty: the --dtype given for activations). Index arrays say "int32".
+  std::string synth_dtype{};
+  // The init snippet's Python expression building this input (may use the axis names, earlier
+  // inputs, `device`, and {dtype:<key>} for an input's resolved torch dtype); empty: random data
+  // of its shape and dtype (optional inputs are left out).
+  std::string init_expr{};
+  // Not a parameter of this op: given to an earlier call (the wrappers' plan()), so absent from
+  // the call's arguments (such inputs are optional, their dtype "unknown").
+  bool from_plan = false;
+
+  Io& from(std::string p) {
+    param = std::move(p);
+    return *this;
+  }
+  Io& item(int i) {
+    tuple_idx = i;
+    return *this;
+  }
+  Io& dt(std::string d) {
+    dtype = std::move(d);
+    return *this;
+  }
+  Io& like(std::string p) {
+    dtype_from = std::move(p);
+    return *this;
+  }
+  Io& opt() {
+    optional = true;
+    return *this;
+  }
+  Io& desc(std::string d) {
+    description = std::move(d);
+    return *this;
+  }
+  Io& writes(std::string p) {
+    out_param = std::move(p);
+    return *this;
+  }
+  Io& synth(std::string d) {
+    synth_dtype = std::move(d);
+    return *this;
+  }
+  Io& plan() {
+    from_plan = true;
+    optional = true;
+    return *this;
+  }
+  Io& init(std::string e) {
+    init_expr = std::move(e);
+    return *this;
+  }
+  const std::string& source() const { return param.empty() ? key : param; }
+};
+
+struct Template {
+  std::string op{};       // declared op name: "rmsnorm", "BatchDecodeWithPagedKVCacheWrapper.run"
+  std::string op_type{};  // "rmsnorm", "gqa_paged", ...
+  std::string name_prefix{};  // "rmsnorm", "gqa_paged_decode"
+  std::string description{};
+  std::vector<Axis> axes{};
+  std::vector<Io> inputs{};
+  std::vector<Io> outputs{};
+  std::vector<std::string> constraints{};
+  std::vector<std::string> tags{};  // after the fi_api tag: "status:verified", "fused", ...
+  std::string reference{};          // Python source defining run(<input keys>)
+};
+
+/// The table (src/trace/templates.cpp): built once, never destroyed.
+const std::vector<Template>& templates();
+const Template* find_template(std::string_view op);
+
+/// An argument as templates see it: a tensor's shape and dtype, a tuple, a number, or nothing.
+struct Arg {
+  enum class Kind { kNone, kTensor, kTuple, kInt, kFloat, kOther } kind = Kind::kNone;
+  std::vector<int64_t> shape{};
+  std::string dtype{};
+  std::vector<Arg> items{};
+  int64_t i = 0;
+};
+using Args = std::map<std::string, Arg, std::less<>>;
+
+/// Builds the definition (an ordered JSON document's text) from `args` by parameter name; the
+/// fi_api tag is `fi_api`. `name_out` receives the definition name.
+std::string render(const Template& t, const Args& args, const std::string& fi_api,
+                   std::string* name_out);
+std::string definition_name(const Template& t, const Args& args);
+
+}  // namespace flashinfer::trace::detail

@@ -1,0 +1,628 @@
+// Trace templates (docs/TRACE.md): definitions equal upstream's own outputs for the same call,
+// every definition the library can emit validates (schema, and its reference runs under
+// /usr/bin/python3 + torch when present), the FLASHINFER_TRACE_DUMP observer writes one file per
+// name, `flashinfer trace` writes without running, and the llama demo's dump validates.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/settings.h"
+#include "flashinfer/flashinfer.h"
+#include "trace/trace_template.h"
+#include "util/run_command.h"
+#include "util/test_util.h"
+
+namespace fi = flashinfer;
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+using fi::DType;
+using fi::Tensor;
+using fi::Value;
+
+namespace {
+
+const fs::path kSource = FLASHINFER_TEST_SOURCE_DIR;
+const fs::path kData = kSource / "tests/trace/data/upstream";
+
+Json read_json(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return Json::parse(ss.str());
+}
+
+Tensor ones(std::vector<int64_t> shape, DType dt) {
+  Tensor t = Tensor::empty(shape, dt);
+  t.fill_(1.0);
+  return t;
+}
+
+Value T(std::vector<int64_t> shape, DType dt) { return Value(Tensor::empty(shape, dt)); }
+
+// Arguments of `op` bound by keyword, aligned with its declaration (defaults filled in).
+std::vector<Value> bind(const std::string& op, std::vector<std::pair<std::string, Value>> kw) {
+  const fi::OpDecl* d = fi::OpRegistry::global().find(op);
+  EXPECT_NE(d, nullptr) << op;
+  return fi::bind_arguments(*d, {}, std::move(kw));
+}
+
+std::string definition(const std::string& op, const std::vector<Value>& args) {
+  const fi::OpDecl* d = fi::OpRegistry::global().find(op);
+  auto text = fi::trace::definition_for_call(*d, args);
+  EXPECT_TRUE(text.has_value()) << op << " has no template";
+  return text.value_or("{}");
+}
+
+// Upstream's example call behind each of its files in tests/trace/data/upstream: the shapes its
+// constant axes name, small variable axes, the dtypes the file records.
+struct UpstreamCall {
+  std::string op;
+  std::function<std::vector<Value>()> args;
+};
+
+std::map<std::string, UpstreamCall> upstream_calls() {
+  const DType bf = DType::kBFloat16, f32 = DType::kFloat32, i32 = DType::kInt32;
+  std::map<std::string, UpstreamCall> m;
+  auto norm = [&](const char* op, int64_t h) {
+    return UpstreamCall{op, [=] {
+                          return bind(op, {{"input", T({3, h}, bf)}, {"weight", T({h}, bf)}});
+                        }};
+  };
+  auto add_norm = [&](const char* op, int64_t h) {
+    return UpstreamCall{
+        op, [=] {
+          return bind(
+              op, {{"input", T({3, h}, bf)}, {"residual", T({3, h}, bf)}, {"weight", T({h}, bf)}});
+        }};
+  };
+  m["rmsnorm_h4096"] = norm("rmsnorm", 4096);
+  m["gemma_rmsnorm_h4608"] = norm("gemma_rmsnorm", 4608);
+  m["fused_add_rmsnorm_h5120"] = add_norm("fused_add_rmsnorm", 5120);
+  m["gemma_fused_add_rmsnorm_h4608"] = add_norm("gemma_fused_add_rmsnorm", 4608);
+  m["fused_add_rmsnorm_quant_h7168"] = {"fused_add_rmsnorm_quant", [=] {
+                                          return bind("fused_add_rmsnorm_quant",
+                                                      {{"out", T({3, 7168}, DType::kFloat8E4M3FN)},
+                                                       {"input", T({3, 7168}, bf)},
+                                                       {"residual", T({3, 7168}, bf)},
+                                                       {"weight", T({7168}, bf)},
+                                                       {"scale", T({1}, f32)}});
+                                        }};
+  m["layernorm_h768"] = {"layernorm", [=] {
+                           return bind("layernorm", {{"input", T({3, 768}, bf)},
+                                                     {"gemma", T({768}, f32)},
+                                                     {"beta", T({768}, f32)}});
+                         }};
+  for (const char* op : {"silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"}) {
+    m[std::string(op) + "_h16384"] = {op, [=] { return bind(op, {{"input", T({3, 16384}, bf)}}); }};
+  }
+  m["merge_state_h32_d128"] = {"merge_state", [=] {
+                                 return bind("merge_state", {{"v_a", T({5, 32, 128}, bf)},
+                                                             {"s_a", T({5, 32}, f32)},
+                                                             {"v_b", T({5, 32, 128}, bf)},
+                                                             {"s_b", T({5, 32}, f32)}});
+                               }};
+  m["merge_state_in_place_h32_d128"] = {"merge_state_in_place", [=] {
+                                          return bind("merge_state_in_place",
+                                                      {{"v", T({5, 32, 128}, bf)},
+                                                       {"s", T({5, 32}, f32)},
+                                                       {"v_other", T({5, 32, 128}, bf)},
+                                                       {"s_other", T({5, 32}, f32)}});
+                                        }};
+  m["merge_states_h32_d128"] = {
+      "merge_states", [=] {
+        return bind("merge_states", {{"v", T({5, 3, 32, 128}, bf)}, {"s", T({5, 3, 32}, f32)}});
+      }};
+  m["top_k_sampling_v128256"] = {"top_k_sampling_from_probs", [=] {
+                                   return bind(
+                                       "top_k_sampling_from_probs",
+                                       {{"probs", T({2, 128256}, f32)}, {"top_k", T({2}, i32)}});
+                                 }};
+  m["top_k_top_p_sampling_v128256"] = {
+      "top_k_top_p_sampling_from_probs", [=] {
+        return bind(
+            "top_k_top_p_sampling_from_probs",
+            {{"probs", T({2, 128256}, f32)}, {"top_k", T({2}, i32)}, {"top_p", T({2}, f32)}});
+      }};
+  m["chain_speculative_sampling_v32000"] = {
+      "chain_speculative_sampling", [=] {
+        return bind("chain_speculative_sampling", {{"draft_probs", T({2, 3, 32000}, f32)},
+                                                   {"draft_token_ids", T({2, 3}, i32)},
+                                                   {"target_probs", T({2, 4, 32000}, f32)}});
+      }};
+  auto paged = [=](int64_t pages) {
+    return Value::tuple({T({pages, 16, 8, 128}, bf), T({pages, 16, 8, 128}, bf)});
+  };
+  m["gqa_paged_decode_h32_kv8_d128_ps16"] = {
+      "BatchDecodeWithPagedKVCacheWrapper.run", [=] {
+        return bind("BatchDecodeWithPagedKVCacheWrapper.run",
+                    {{"self", Value()}, {"q", T({2, 32, 128}, bf)}, {"paged_kv_cache", paged(6)}});
+      }};
+  m["gqa_paged_prefill_h32_kv8_d128_ps16"] = {
+      "BatchPrefillWithPagedKVCacheWrapper.run", [=] {
+        return bind("BatchPrefillWithPagedKVCacheWrapper.run",
+                    {{"self", Value()}, {"q", T({7, 32, 128}, bf)}, {"paged_kv_cache", paged(6)}});
+      }};
+  m["llama31_rope_pos_ids_h32_kv8_d128"] = {
+      "apply_llama31_rope_pos_ids", [=] {
+        return bind(
+            "apply_llama31_rope_pos_ids",
+            {{"q", T({5, 32, 128}, bf)}, {"k", T({5, 8, 128}, bf)}, {"pos_ids", T({5}, i32)}});
+      }};
+  m["append_paged_kv_cache_kv8_d128"] = {"append_paged_kv_cache", [=] {
+                                           return bind("append_paged_kv_cache",
+                                                       {{"append_key", T({5, 8, 128}, bf)},
+                                                        {"append_value", T({5, 8, 128}, bf)},
+                                                        {"batch_indices", T({5}, i32)},
+                                                        {"positions", T({5}, i32)},
+                                                        {"paged_kv_cache", paged(6)},
+                                                        {"kv_indices", T({6}, i32)},
+                                                        {"kv_indptr", T({3}, i32)},
+                                                        {"kv_last_page_len", T({2}, i32)}});
+                                         }};
+  m["gqa_ragged_h32_kv8_d128"] = {"BatchPrefillWithRaggedKVCacheWrapper.run", [=] {
+                                    return bind("BatchPrefillWithRaggedKVCacheWrapper.run",
+                                                {{"self", Value()},
+                                                 {"q", T({7, 32, 128}, bf)},
+                                                 {"k", T({9, 8, 128}, bf)},
+                                                 {"v", T({9, 8, 128}, bf)}});
+                                  }};
+  m["mla_paged_decode_h16_ckv512_kpe64_ps1"] = {"BatchMLAPagedAttentionWrapper.run", [=] {
+                                                  return bind("BatchMLAPagedAttentionWrapper.run",
+                                                              {{"self", Value()},
+                                                               {"q_nope", T({2, 16, 512}, bf)},
+                                                               {"q_pe", T({2, 16, 64}, bf)},
+                                                               {"ckv_cache", T({6, 1, 512}, bf)},
+                                                               {"kpe_cache", T({6, 1, 64}, bf)}});
+                                                }};
+  m["gemm_bf16_N4096_K4096"] = {
+      "mm_bf16", [=] {
+        return bind("mm_bf16", {{"a", T({3, 4096}, bf)}, {"b", T({4096, 4096}, bf)}});
+      }};
+  return m;
+}
+
+// The fields the issue names, compared one by one: name, op_type, tags, axes (type, value),
+// constraints, and inputs/outputs (names in order, shape, dtype, optional).
+void expect_same_definition(const Json& up, const Json& ours, const std::string& file) {
+  SCOPED_TRACE(file);
+  EXPECT_EQ(ours.at("name"), up.at("name"));
+  EXPECT_EQ(ours.at("op_type"), up.at("op_type"));
+  EXPECT_EQ(ours.at("tags"), up.at("tags"));
+  EXPECT_EQ(ours.value("constraints", Json::array()), up.value("constraints", Json::array()));
+  std::vector<std::string> up_axes, our_axes;
+  for (auto& [k, v] : up.at("axes").items()) up_axes.push_back(k);
+  for (auto& [k, v] : ours.at("axes").items()) our_axes.push_back(k);
+  EXPECT_EQ(our_axes, up_axes);
+  for (auto& [k, v] : up.at("axes").items()) {
+    if (!ours.at("axes").contains(k)) continue;
+    const Json& o = ours.at("axes").at(k);
+    EXPECT_EQ(o.at("type"), v.at("type")) << "axis " << k;
+    EXPECT_EQ(o.value("value", Json()), v.value("value", Json())) << "axis " << k;
+  }
+  for (const char* side : {"inputs", "outputs"}) {
+    std::vector<std::string> uk, ok;
+    for (auto& [k, v] : up.at(side).items()) uk.push_back(k);
+    for (auto& [k, v] : ours.at(side).items()) ok.push_back(k);
+    EXPECT_EQ(ok, uk) << side;
+    for (auto& [k, v] : up.at(side).items()) {
+      if (!ours.at(side).contains(k)) continue;
+      const Json& o = ours.at(side).at(k);
+      EXPECT_EQ(o.at("shape"), v.at("shape")) << side << " " << k;
+      EXPECT_EQ(o.at("dtype"), v.at("dtype")) << side << " " << k;
+      EXPECT_EQ(o.value("optional", false), v.value("optional", false)) << side << " " << k;
+    }
+  }
+}
+
+const std::set<std::string> kDtypes = {
+    "float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",     "int8",
+    "uint8",   "int16",   "int32",   "int64",    "bool",          "float4_e2m1fn_x2"};
+
+// Schema checks of one definition. `unresolved` collects constant axes left without a value (a
+// (k, v) tuple parameter read as one tensor, as upstream's append_paged_kv_cache does).
+void validate(const Json& d, const std::string& op, std::vector<std::string>* unresolved) {
+  SCOPED_TRACE(d.value("name", std::string("?")));
+  for (const char* f : {"name", "description", "op_type", "tags", "axes", "inputs", "outputs",
+                        "reference", "init"}) {
+    ASSERT_TRUE(d.contains(f)) << "missing " << f;
+  }
+  const fi::OpDecl* decl = fi::OpRegistry::global().find(op);
+  ASSERT_NE(decl, nullptr);
+  const auto& tags = d.at("tags");
+  ASSERT_FALSE(tags.empty());
+  EXPECT_EQ(tags[0], "fi_api:" + decl->module + "." + decl->name);
+  bool status = false;
+  for (const auto& t : tags) status = status || t.get<std::string>().rfind("status:", 0) == 0;
+  EXPECT_TRUE(status) << "no status: tag";
+  std::string expected_name;
+  const auto* tmpl = fi::trace::detail::find_template(op);
+  ASSERT_NE(tmpl, nullptr);
+  expected_name = tmpl->name_prefix;
+  for (const auto& a : tmpl->axes) {
+    const Json& j = d.at("axes").at(a.name);
+    const std::string type = j.at("type");
+    EXPECT_TRUE(type == "var" || type == "const") << a.name;
+    if (type == "var") {
+      EXPECT_FALSE(j.contains("value")) << a.name;
+    }
+    if (type == "const") {
+      if (j.contains("value")) {
+        EXPECT_TRUE(j.at("value").is_number_integer()) << a.name;
+        const std::string pfx = a.abbrev ? *a.abbrev : a.name;
+        if (!pfx.empty()) expected_name += "_" + pfx + std::to_string(j.at("value").get<int64_t>());
+      } else if (unresolved) {
+        unresolved->push_back(op + ":" + a.name);
+      }
+    }
+  }
+  EXPECT_EQ(d.at("name"), expected_name);
+  for (const char* side : {"inputs", "outputs"}) {
+    ASSERT_FALSE(d.at(side).empty()) << side;
+    for (auto& [k, v] : d.at(side).items()) {
+      const std::string dt = v.at("dtype");
+      const bool optional = v.value("optional", false);
+      EXPECT_TRUE(kDtypes.count(dt) || (dt == "unknown" && optional) ||
+                  (dt == "unknown" && std::string(side) == "inputs"))
+          << side << " " << k << " dtype " << dt;
+      if (v.at("shape").is_null()) continue;
+      for (const auto& axis : v.at("shape")) {
+        EXPECT_TRUE(d.at("axes").contains(axis.get<std::string>()))
+            << side << " " << k << " names unknown axis " << axis;
+      }
+    }
+  }
+  // The annotations name the op's declared parameters.
+  for (const auto& io : tmpl->inputs) {
+    const std::string p = io.source();
+    const bool declared = decl->param_index(p) >= 0;
+    const bool axis = [&] {
+      for (const auto& a : tmpl->axes) {
+        if (a.name == p) return true;
+      }
+      return false;
+    }();
+    // plan() inputs are not parameters of the method (and are optional in the definition).
+    EXPECT_TRUE(declared || (io.scalar && axis) || (io.from_plan && io.optional))
+        << op << ": input " << io.key << " reads '" << p << "', not a parameter of the op";
+  }
+  for (const auto& io : tmpl->outputs) {
+    for (const std::string& p : {io.dtype_from, io.out_param}) {
+      if (!p.empty()) {
+        EXPECT_GE(decl->param_index(p), 0) << op << ": output " << io.key << " " << p;
+      }
+    }
+  }
+}
+
+bool have_python_torch() {
+  static const bool yes =
+      fi::testing::run_command("/usr/bin/python3 -c 'import torch' 2>/dev/null").status == 0;
+  return yes;
+}
+bool have_python() {
+  static const bool yes = fi::testing::run_command("/usr/bin/python3 -c 'import ast'").status == 0;
+  return yes;
+}
+
+// Runs tests/trace/run_definitions.py over `files`: the references run with torch when it is
+// importable, else they are only parsed.
+void run_python(const std::vector<fs::path>& files) {
+  if (!have_python()) GTEST_SKIP() << "no /usr/bin/python3";
+  std::string cmd = "/usr/bin/python3 " + (kSource / "tests/trace/run_definitions.py").string();
+  if (!have_python_torch()) cmd += " --parse-only";
+  for (const auto& f : files) cmd += " '" + f.string() + "'";
+  const auto r = fi::testing::run_command(cmd);
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path d =
+      fs::temp_directory_path() / ("fi_trace_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// Small constant axis values for building every definition from axes alone.
+std::map<std::string, int64_t> small_axes(const std::string& op) {
+  static const std::map<std::string, int64_t> v = {{"hidden_size", 32},
+                                                   {"vocab_size", 64},
+                                                   {"num_heads", 4},
+                                                   {"head_dim", 16},
+                                                   {"num_qo_heads", 4},
+                                                   {"num_kv_heads", 2},
+                                                   {"page_size", 4},
+                                                   {"num_q_heads", 4},
+                                                   {"num_k_heads", 2},
+                                                   {"num_experts", 8},
+                                                   {"topk", 2},
+                                                   {"k", 3},
+                                                   {"N", 8},
+                                                   {"K", 16},
+                                                   {"head_dim_ckv", 32},
+                                                   {"head_dim_kpe", 8}};
+  std::map<std::string, int64_t> out;
+  for (const auto& a : fi::trace::template_axes(op)) {
+    if (a.is_const) out[a.name] = v.at(a.name);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Trace, UpstreamComparison) {
+  const auto calls = upstream_calls();
+  int compared = 0;
+  for (const auto& entry : fs::directory_iterator(kData)) {
+    if (entry.path().extension() != ".json") continue;
+    const std::string stem = entry.path().stem().string();
+    auto it = calls.find(stem);
+    ASSERT_NE(it, calls.end()) << "no call for upstream file " << stem;
+    const Json up = read_json(entry.path());
+    const Json ours = Json::parse(definition(it->second.op, it->second.args()));
+    expect_same_definition(up, ours, stem);
+    std::vector<std::string> unresolved;
+    validate(ours, it->second.op, &unresolved);
+    ++compared;
+  }
+  EXPECT_EQ(compared, static_cast<int>(calls.size()));
+  EXPECT_GE(compared, 22);
+}
+
+TEST(Trace, EveryTemplateNamesADeclaredOp) {
+  const auto ops = fi::trace::traced_ops();
+  EXPECT_GE(ops.size(), 43u);
+  std::set<std::string> prefixes;
+  for (const auto& op : ops) {
+    EXPECT_NE(fi::OpRegistry::global().find(op), nullptr) << op;
+    const auto* t = fi::trace::detail::find_template(op);
+    ASSERT_NE(t, nullptr);
+    // Two ops with one name prefix would write one file for both.
+    EXPECT_TRUE(prefixes.insert(t->name_prefix).second) << t->name_prefix;
+  }
+}
+
+TEST(Trace, EveryDefinitionValidates) {
+  const fs::path dir = fresh_dir("all");
+  std::vector<fs::path> files;
+  for (const auto& op : fi::trace::traced_ops()) {
+    const std::string text = fi::trace::definition_for_axes(op, small_axes(op), DType::kBFloat16);
+    const Json d = Json::parse(text);
+    std::vector<std::string> unresolved;
+    validate(d, op, &unresolved);
+    EXPECT_TRUE(unresolved.empty()) << op << ": " << unresolved.front();
+    const fs::path p = dir / (d.at("name").get<std::string>() + ".json");
+    EXPECT_FALSE(fs::exists(p)) << "two ops write " << p;
+    std::ofstream(p) << text;
+    files.push_back(p);
+  }
+  run_python(files);
+  fs::remove_all(dir);
+}
+
+TEST(Trace, DefinitionForAxesErrors) {
+  EXPECT_THROW(fi::trace::definition_for_axes("rmsnorm", {}), fi::Error);  // hidden_size missing
+  EXPECT_THROW(fi::trace::definition_for_axes("rmsnorm", {{"hidden_size", 8}, {"bogus", 1}}),
+               fi::Error);
+  EXPECT_THROW(fi::trace::definition_for_axes("bmm_fp8", {{"hidden_size", 8}}), fi::Error);
+  try {
+    fi::trace::definition_for_axes("rmsnorm", {});
+  } catch (const fi::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hidden_size"), std::string::npos) << e.what();
+  }
+  // The same shape written from axes and seen in a call: one name, one definition.
+  const auto from_axes =
+      Json::parse(fi::trace::definition_for_axes("rmsnorm", {{"hidden_size", 4096}}));
+  const auto from_call = Json::parse(
+      definition("rmsnorm", bind("rmsnorm", {{"input", T({1, 4096}, DType::kBFloat16)},
+                                             {"weight", T({4096}, DType::kBFloat16)}})));
+  EXPECT_EQ(from_axes, from_call);
+}
+
+TEST(Trace, SettingsParse) {
+  auto parse = [](std::map<std::string, std::string> env) {
+    return fi::detail::parse_settings([env](const char* n) -> const char* {
+      auto it = env.find(n);
+      return it == env.end() ? nullptr : it->second.c_str();
+    });
+  };
+  EXPECT_FALSE(parse({}).trace_dump);
+  EXPECT_EQ(parse({}).trace_dump_dir, "fi_trace_out");
+  EXPECT_FALSE(parse({{"FLASHINFER_TRACE_DUMP", "0"}}).trace_dump);
+  EXPECT_FALSE(parse({{"FLASHINFER_TRACE_DUMP", ""}}).trace_dump);
+  EXPECT_TRUE(parse({{"FLASHINFER_TRACE_DUMP", "1"}}).trace_dump);
+  EXPECT_TRUE(parse({{"FLASHINFER_TRACE_DUMP", "true"}}).trace_dump);  // upstream: not "0"/""
+  EXPECT_EQ(parse({{"FLASHINFER_TRACE_DUMP_DIR", "/x/y"}}).trace_dump_dir, "/x/y");
+}
+
+TEST(Trace, DumpObserverWritesOncePerName) {
+  const fs::path dir = fresh_dir("dump");
+  fi::trace::start_dump(dir.string());
+  ASSERT_TRUE(fi::trace::dump_active());
+  Tensor w = ones({64}, DType::kFloat32);
+  for (int64_t rows : {1, 3, 5}) fi::rmsnorm(ones({rows, 64}, DType::kFloat32), w);
+  Tensor w2 = ones({32}, DType::kFloat32);
+  fi::rmsnorm(ones({2, 32}, DType::kFloat32), w2);
+  fi::silu_and_mul(ones({2, 16}, DType::kFloat32));
+  // An op without a template: not even packed for the dumper, no file.
+  fi::top_k(ones({2, 8}, DType::kFloat32), 2);
+  EXPECT_EQ(fi::trace::stop_dump(), 3);
+  EXPECT_FALSE(fi::trace::dump_active());
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"rmsnorm_h64.json", "rmsnorm_h32.json",
+                                          "silu_and_mul_h16.json"}));
+  const Json d = read_json(dir / "rmsnorm_h64.json");
+  EXPECT_EQ(d.at("inputs").at("hidden_states").at("dtype"), "float32");
+  validate(d, "rmsnorm", nullptr);
+  // After stop, calls write nothing more.
+  fi::rmsnorm(ones({2, 16}, DType::kFloat32), ones({16}, DType::kFloat32));
+  EXPECT_FALSE(fs::exists(dir / "rmsnorm_h16.json"));
+  fs::remove_all(dir);
+}
+
+TEST(Trace, CommandWritesWithoutRunning) {
+  const fs::path dir = fresh_dir("cli");
+  auto r = fi::testing::run_flashinfer(
+      "trace --routine BatchDecodeWithPagedKVCacheWrapper.run "
+      "--num_qo_heads 32 --num_kv_heads 8 --head_dim_qk 128 "
+      "--page_size 16 -o " +
+      dir.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const fs::path p = dir / "gqa_paged_decode_h32_kv8_d128_ps16.json";
+  ASSERT_TRUE(fs::exists(p)) << r.out;
+  expect_same_definition(read_json(kData / "gqa_paged_decode_h32_kv8_d128_ps16.json"), read_json(p),
+                         "cli");
+  r = fi::testing::run_flashinfer("trace --routine rmsnorm --axis hidden_size=4096 --stdout");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(Json::parse(r.out).at("name"), "rmsnorm_h4096");
+  r = fi::testing::run_flashinfer("trace --routine rmsnorm --stdout");  // hidden_size missing
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("hidden_size"), std::string::npos) << r.out;
+  r = fi::testing::run_flashinfer("trace --routine rmsnorm --axis hidden_size=x --stdout");
+  EXPECT_EQ(r.status, 2) << r.out;
+  r = fi::testing::run_flashinfer("trace --list");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("43 ops with a trace template"), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}
+
+// FLASHINFER_TRACE_DUMP=1 on the llama demo: one definition per distinct op and shape class,
+// each of which validates and runs.
+TEST(Trace, LlamaDemoDump) {
+  const fs::path bin = fs::path(FLASHINFER_TEST_BIN_DIR) / "llama_decode";
+  if (!fs::exists(bin)) GTEST_SKIP() << "llama_decode not built";
+  const fs::path dir = fresh_dir("llama");
+  const auto r =
+      fi::testing::run_command("FLASHINFER_TRACE_DUMP=1 FLASHINFER_TRACE_DUMP_DIR='" +
+                               dir.string() + "' " + bin.string() + " --steps 3 --layers 2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::map<std::string, std::string> by_prefix;  // name prefix -> file
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const Json d = read_json(e.path());
+    files.push_back(e.path());
+    const std::string api = d.at("tags")[0].get<std::string>();
+    const fi::OpDecl* decl = nullptr;
+    for (const auto* op : fi::OpRegistry::global().ops()) {
+      if ("fi_api:" + op->module + "." + op->name == api) decl = op;
+    }
+    ASSERT_NE(decl, nullptr) << api;
+    std::vector<std::string> unresolved;
+    validate(d, decl->name, &unresolved);
+    // The demo's paged cache is one combined tensor: every constant axis resolves.
+    EXPECT_TRUE(unresolved.empty()) << unresolved.front();
+    const auto* t = fi::trace::detail::find_template(decl->name);
+    by_prefix[t->name_prefix] = e.path().filename().string();
+    EXPECT_EQ(e.path().filename().string(), d.at("name").get<std::string>() + ".json");
+  }
+  // Every traced op the demo calls (llama_decode.cpp, examples/llama/llama_model.cpp).
+  EXPECT_TRUE(fs::exists(dir / "append_paged_kv_cache_kv2_d64_ps16.json"));
+  EXPECT_TRUE(fs::exists(dir / "gqa_paged_decode_h8_kv2_d64_ps16.json"));
+  for (const char* p : {"rmsnorm", "fused_add_rmsnorm", "rope_pos_ids", "append_paged_kv_cache",
+                        "gemm_bf16", "silu_and_mul", "gqa_paged_prefill", "gqa_paged_decode",
+                        "top_k_top_p_sampling_from_logits"}) {
+    EXPECT_TRUE(by_prefix.count(p)) << "no definition for " << p;
+  }
+  run_python(files);
+  fs::remove_all(dir);
+}
+
+// The references are the definitions' math: on the inputs their init builds, the library's CPU
+// op gives the same outputs (bf16: a couple of ulps, the reference and the kernel both fp32).
+TEST(Trace, ReferencesMatchTheLibrary) {
+  if (!have_python_torch()) GTEST_SKIP() << "no /usr/bin/python3 with torch";
+  using Outs = std::vector<Tensor>;
+  using In = std::map<std::string, Tensor>;
+  struct Case {
+    std::string op;
+    std::function<Outs(In&)> call;
+  };
+  auto rope2 = [](std::pair<Tensor, Tensor> p) { return Outs{p.first, p.second}; };
+  auto tup2 = [](std::tuple<Tensor, Tensor> p) { return Outs{std::get<0>(p), std::get<1>(p)}; };
+  const std::vector<Case> cases = {
+      {"rmsnorm", [](In& i) { return Outs{fi::rmsnorm(i["hidden_states"], i["weight"])}; }},
+      {"gemma_rmsnorm",
+       [](In& i) { return Outs{fi::gemma_rmsnorm(i["hidden_states"], i["weight"])}; }},
+      {"fused_add_rmsnorm",
+       [](In& i) {
+         fi::fused_add_rmsnorm(i["hidden_states"], i["residual"], i["weight"]);
+         return Outs{i["hidden_states"], i["residual"]};
+       }},
+      {"gemma_fused_add_rmsnorm",
+       [](In& i) {
+         fi::gemma_fused_add_rmsnorm(i["hidden_states"], i["residual"], i["weight"]);
+         return Outs{i["hidden_states"], i["residual"]};
+       }},
+      {"layernorm",
+       [](In& i) { return Outs{fi::layernorm(i["hidden_states"], i["weight"], i["bias"])}; }},
+      {"silu_and_mul", [](In& i) { return Outs{fi::silu_and_mul(i["input"])}; }},
+      {"gelu_and_mul", [](In& i) { return Outs{fi::gelu_and_mul(i["input"])}; }},
+      {"gelu_tanh_and_mul", [](In& i) { return Outs{fi::gelu_tanh_and_mul(i["input"])}; }},
+      {"merge_state",
+       [&](In& i) { return tup2(fi::merge_state(i["v_a"], i["s_a"], i["v_b"], i["s_b"])); }},
+      {"merge_states", [&](In& i) { return tup2(fi::merge_states(i["v"], i["s"])); }},
+      {"merge_state_in_place",
+       [](In& i) {
+         fi::merge_state_in_place(i["v"], i["s"], i["v_other"], i["s_other"]);
+         return Outs{i["v"], i["s"]};
+       }},
+      {"apply_rope_pos_ids",
+       [&](In& i) { return rope2(fi::apply_rope_pos_ids(i["q"], i["k"], i["pos_ids"])); }},
+      {"apply_llama31_rope_pos_ids",
+       [&](In& i) { return rope2(fi::apply_llama31_rope_pos_ids(i["q"], i["k"], i["pos_ids"])); }},
+      {"apply_rope",
+       [&](In& i) { return rope2(fi::apply_rope(i["q"], i["k"], i["indptr"], i["offsets"])); }},
+      {"apply_llama31_rope",
+       [&](In& i) {
+         return rope2(fi::apply_llama31_rope(i["q"], i["k"], i["indptr"], i["offsets"]));
+       }},
+      {"softmax", [](In& i) { return Outs{fi::softmax(i["logits"])}; }},
+      {"top_k_mask_logits", [](In& i) { return Outs{fi::top_k_mask_logits(i["logits"], 20)}; }},
+      {"top_k_renorm_probs", [](In& i) { return Outs{fi::top_k_renorm_probs(i["probs"], 20)}; }},
+      {"top_p_renorm_probs", [](In& i) { return Outs{fi::top_p_renorm_probs(i["probs"], 0.9)}; }},
+      {"mm_bf16", [](In& i) { return Outs{fi::mm_bf16(i["A"], i["B"])}; }},
+  };
+  const fs::path dir = fresh_dir("refs");
+  // One Python process writes every case's inputs and reference outputs (torch loads once).
+  std::string cmd = "/usr/bin/python3 " + (kSource / "tests/trace/reference_io.py").string();
+  for (const Case& c : cases) {
+    auto axes = small_axes(c.op);
+    if (axes.count("vocab_size")) axes["vocab_size"] = 100;  // top-k of 20 leaves some out
+    const fs::path def = dir / (c.op + ".json");
+    std::ofstream(def) << fi::trace::definition_for_axes(c.op, axes, DType::kBFloat16);
+    cmd += " '" + def.string() + "' '" + (dir / (c.op + ".pt")).string() + "'";
+  }
+  const auto r = fi::testing::run_command(cmd);
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op);
+    const fs::path pt = dir / (c.op + ".pt");
+    In in;
+    std::vector<Tensor> expected;
+    for (auto& [name, t] : fi::load_torch(pt.string())) {
+      if (name.rfind("in.", 0) == 0) in[name.substr(3)] = t;
+      if (name.rfind("out.", 0) == 0) expected.push_back(t);
+    }
+    const Outs got = c.call(in);
+    ASSERT_EQ(got.size(), expected.size());
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      const DType dt = expected[k].dtype();
+      const fi::testing::Tolerance tol = dt == DType::kBFloat16
+                                             ? fi::testing::Tolerance{2e-2, 2e-2}
+                                             : fi::testing::Tolerance{2e-4, 2e-4};
+      EXPECT_TRUE(
+          fi::testing::all_close(got[k].to(DType::kFloat32), expected[k].to(DType::kFloat32), tol))
+          << "output " << k;
+    }
+  }
+  fs::remove_all(dir);
+}
