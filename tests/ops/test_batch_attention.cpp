@@ -175,7 +175,7 @@ TEST(BatchAttention, BadInput) {
   EXPECT_FI_ERROR(call(qo, ip, ix, int_tensor({3, 3})), plan, "kv_len_arr");
   EXPECT_FI_ERROR(call(qo, ip, ix, int_tensor({2})), plan, "kv_len_arr");
   EXPECT_FI_ERROR(call(qo, ip, ix, lens, 3), plan, "num_kv_heads");
-  EXPECT_FI_ERROR(call(qo, ip, ix, lens, 2, 96), plan, "head_dim_qk");
+  EXPECT_FI_ERROR(call(qo, ip, ix, lens, 2, 40), plan, "head_dim_qk");
   EXPECT_FI_ERROR(call(int_tensor({0, 3, 3}), ip, ix, lens, 2, 64, true), plan, "causal");
   EXPECT_FI_ERROR(w.plan(qo, ip, ix, lens, 4, 2, 64, 64, 2, false, std::nullopt, std::nullopt,
                          DType::kBFloat16, DType::kBFloat16, true),
