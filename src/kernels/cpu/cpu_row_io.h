@@ -11,6 +11,8 @@
 #include <omp.h>
 #endif
 
+#include "flashinfer/dtype.h"
+#include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
 #include "kernels/cpu/cpu_intrinsics.h"
 #include "kernels/cpu/cpu_isa.h"
@@ -152,6 +154,51 @@ inline void store_row(T* y, int64_t stride, int64_t n, const float* __restrict s
     for (int64_t i = 0; i < n; ++i) store(y + i, src[i]);
   } else {
     for (int64_t i = 0; i < n; ++i) store(y + i * stride, src[i]);
+  }
+}
+
+/// n contiguous elements at element offset `off` of `base`, of any dtype the attention kernels
+/// read (fp32, fp16, bf16, fp8 e4m3/e5m2), converted to fp32 exactly; another dtype is an Error
+/// naming `op` and `arg`. One switch per row keeps a kernel one instantiation for every dtype mix.
+inline void load_row_dtype(const void* base, DType dtype, int64_t off, int64_t n,
+                           float* __restrict dst, const char* op, const char* arg) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return load_row(static_cast<const float*>(base) + off, 1, n, dst);
+    case DType::kFloat16:
+      return load_row(static_cast<const Half*>(base) + off, 1, n, dst);
+    case DType::kBFloat16:
+      return load_row(static_cast<const BFloat16*>(base) + off, 1, n, dst);
+    case DType::kFloat8E4M3FN: {
+      const uint8_t* x = static_cast<const uint8_t*>(base) + off;
+      for (int64_t i = 0; i < n; ++i) dst[i] = e4m3fn_bits_to_float(x[i]);
+      return;
+    }
+    case DType::kFloat8E5M2: {
+      const uint8_t* x = static_cast<const uint8_t*>(base) + off;
+      for (int64_t i = 0; i < n; ++i) dst[i] = e5m2_bits_to_float(x[i]);
+      return;
+    }
+    default:
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg,
+                      "dtype not supported by the CPU kernel: ", dtype_torch_name(dtype));
+  }
+}
+
+/// n fp32 values stored contiguously at element offset `off` of `base` as fp32, fp16 or bf16
+/// (round to nearest even); another dtype is an Error naming `op` and `arg`.
+inline void store_row_dtype(void* base, DType dtype, int64_t off, int64_t n,
+                            const float* __restrict src, const char* op, const char* arg) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return store_row(static_cast<float*>(base) + off, 1, n, src);
+    case DType::kFloat16:
+      return store_row(static_cast<Half*>(base) + off, 1, n, src);
+    case DType::kBFloat16:
+      return store_row(static_cast<BFloat16*>(base) + off, 1, n, src);
+    default:
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg,
+                      "output dtype not supported by the CPU kernel: ", dtype_torch_name(dtype));
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/cpu/cpu_row_io.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -17,58 +18,11 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Converts n elements at element offset `off` of `base` to fp32. One switch per row keeps the
 // kernel a single instantiation for every (q, kv, o) dtype combination.
 void load_f32(const void* base, DType dtype, int64_t off, int64_t n, float* dst) {
-  switch (dtype) {
-    case DType::kFloat32: {
-      const float* x = static_cast<const float*>(base) + off;
-      std::copy(x, x + n, dst);
-      return;
-    }
-    case DType::kFloat16: {
-      const Half* x = static_cast<const Half*>(base) + off;
-      for (int64_t i = 0; i < n; ++i) dst[i] = x[i].to_float();
-      return;
-    }
-    case DType::kBFloat16: {
-      const BFloat16* x = static_cast<const BFloat16*>(base) + off;
-      for (int64_t i = 0; i < n; ++i) dst[i] = x[i].to_float();
-      return;
-    }
-    case DType::kFloat8E4M3FN: {
-      const uint8_t* x = static_cast<const uint8_t*>(base) + off;
-      for (int64_t i = 0; i < n; ++i) dst[i] = e4m3fn_bits_to_float(x[i]);
-      return;
-    }
-    case DType::kFloat8E5M2: {
-      const uint8_t* x = static_cast<const uint8_t*>(base) + off;
-      for (int64_t i = 0; i < n; ++i) dst[i] = e5m2_bits_to_float(x[i]);
-      return;
-    }
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "mla", "dtype",
-                      "dtype not supported by the CPU MLA kernel: ", dtype_torch_name(dtype));
-  }
+  rowio::load_row_dtype(base, dtype, off, n, dst, "mla", "dtype");
 }
 
 void store_f32(void* base, DType dtype, int64_t off, int64_t n, const float* src) {
-  switch (dtype) {
-    case DType::kFloat32:
-      std::copy(src, src + n, static_cast<float*>(base) + off);
-      return;
-    case DType::kFloat16: {
-      Half* y = static_cast<Half*>(base) + off;
-      for (int64_t i = 0; i < n; ++i) y[i] = Half::from_float(src[i]);
-      return;
-    }
-    case DType::kBFloat16: {
-      BFloat16* y = static_cast<BFloat16*>(base) + off;
-      for (int64_t i = 0; i < n; ++i) y[i] = BFloat16::from_float(src[i]);
-      return;
-    }
-    default:
-      FLASHINFER_FAIL(
-          ErrorCode::kUnsupported, "mla", "out",
-          "output dtype not supported by the CPU MLA kernel: ", dtype_torch_name(dtype));
-  }
+  rowio::store_row_dtype(base, dtype, off, n, src, "mla", "out");
 }
 
 float dot(const float* a, const float* b, int64_t n) {

@@ -7,6 +7,7 @@
 
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/cpu/cpu_row_io.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -14,57 +15,11 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 void load_row(const void* base, DType dtype, int64_t off, int64_t n, float* dst) {
-  switch (dtype) {
-    case DType::kFloat32: {
-      const float* x = static_cast<const float*>(base) + off;
-      std::copy(x, x + n, dst);
-      return;
-    }
-    case DType::kFloat16: {
-      const Half* x = static_cast<const Half*>(base) + off;
-      for (int64_t i = 0; i < n; ++i) dst[i] = x[i].to_float();
-      return;
-    }
-    case DType::kBFloat16: {
-      const BFloat16* x = static_cast<const BFloat16*>(base) + off;
-      for (int64_t i = 0; i < n; ++i) dst[i] = x[i].to_float();
-      return;
-    }
-    case DType::kFloat8E4M3FN: {
-      const uint8_t* x = static_cast<const uint8_t*>(base) + off;
-      for (int64_t i = 0; i < n; ++i) dst[i] = e4m3fn_bits_to_float(x[i]);
-      return;
-    }
-    case DType::kFloat8E5M2: {
-      const uint8_t* x = static_cast<const uint8_t*>(base) + off;
-      for (int64_t i = 0; i < n; ++i) dst[i] = e5m2_bits_to_float(x[i]);
-      return;
-    }
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "trtllm_ragged_attention_deepseek", "query",
-                      "dtype not supported by the CPU kernel: ", dtype_torch_name(dtype));
-  }
+  rowio::load_row_dtype(base, dtype, off, n, dst, "trtllm_ragged_attention_deepseek", "query");
 }
 
 void store_row(void* base, DType dtype, int64_t off, int64_t n, const float* src) {
-  switch (dtype) {
-    case DType::kFloat32:
-      std::copy(src, src + n, static_cast<float*>(base) + off);
-      return;
-    case DType::kFloat16: {
-      Half* y = static_cast<Half*>(base) + off;
-      for (int64_t i = 0; i < n; ++i) y[i] = Half::from_float(src[i]);
-      return;
-    }
-    case DType::kBFloat16: {
-      BFloat16* y = static_cast<BFloat16*>(base) + off;
-      for (int64_t i = 0; i < n; ++i) y[i] = BFloat16::from_float(src[i]);
-      return;
-    }
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "trtllm_ragged_attention_deepseek", "out",
-                      "output dtype not supported by the CPU kernel: ", dtype_torch_name(dtype));
-  }
+  rowio::store_row_dtype(base, dtype, off, n, src, "trtllm_ragged_attention_deepseek", "out");
 }
 
 }  // namespace
