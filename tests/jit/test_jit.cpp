@@ -190,7 +190,7 @@ TEST(JitArch, ParsesSpellings) {
   EXPECT_FALSE(jit::parse_arch("sm_").has_value());
   EXPECT_FALSE(jit::parse_arch("9.0.1").has_value());
   EXPECT_FALSE(jit::parse_arch("x80").has_value());
-  EXPECT_EQ(Arch(90, 'a').name(), "sm_90a");
+  EXPECT_EQ((Arch{90, 'a'}).name(), "sm_90a");
   // Upstream's suffix rule, and an explicit list entry winning.
   EXPECT_EQ(jit::arch_for_device(90, {}), (Arch{90, 'a'}));
   EXPECT_EQ(jit::arch_for_device(100, {}), (Arch{100, 'a'}));
