@@ -7,6 +7,7 @@
 
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "api/enum_table.h"
 #include "api/kernel_table.h"
 #include "api/moe_layout.h"
 #include "api/moe_traits.h"
@@ -35,103 +36,43 @@ struct ReturnName<std::vector<Tensor>> {
 
 namespace {
 
-constexpr ActivationType kAllActivations[] = {ActivationType::Gelu,      ActivationType::Relu,
-                                              ActivationType::Silu,      ActivationType::Swiglu,
-                                              ActivationType::Geglu,     ActivationType::SwigluBias,
-                                              ActivationType::Relu2,     ActivationType::SwigluStep,
-                                              ActivationType::GegluTanh, ActivationType::Identity};
+constexpr api::EnumTable<ActivationType, 10> kActivationTypes{
+    "ActivationType",
+    {{{ActivationType::Gelu, "Gelu"},
+      {ActivationType::Relu, "Relu"},
+      {ActivationType::Silu, "Silu"},
+      {ActivationType::Swiglu, "Swiglu"},
+      {ActivationType::Geglu, "Geglu"},
+      {ActivationType::SwigluBias, "SwigluBias"},
+      {ActivationType::Relu2, "Relu2"},
+      {ActivationType::SwigluStep, "SwigluStep"},
+      {ActivationType::GegluTanh, "GegluTanh"},
+      {ActivationType::Identity, "Identity"}}}};
+
+constexpr api::EnumTable<WeightLayout, 3> kWeightLayouts{
+    "WeightLayout",
+    {{{WeightLayout::MajorK, "MajorK"},
+      {WeightLayout::MajorMn, "MajorMn"},
+      {WeightLayout::BlockMajorK, "BlockMajorK"}}}};
 
 }  // namespace
 
-std::string_view activation_type_name(ActivationType a) {
-  switch (a) {
-    case ActivationType::Gelu:
-      return "Gelu";
-    case ActivationType::Relu:
-      return "Relu";
-    case ActivationType::Silu:
-      return "Silu";
-    case ActivationType::Swiglu:
-      return "Swiglu";
-    case ActivationType::Geglu:
-      return "Geglu";
-    case ActivationType::SwigluBias:
-      return "SwigluBias";
-    case ActivationType::Relu2:
-      return "Relu2";
-    case ActivationType::SwigluStep:
-      return "SwigluStep";
-    case ActivationType::GegluTanh:
-      return "GegluTanh";
-    case ActivationType::Identity:
-      return "Identity";
-  }
-  return "Swiglu";
-}
+std::string_view activation_type_name(ActivationType a) { return kActivationTypes.name_of(a); }
 
-Value to_value(ActivationType a) {
-  return Value(EnumValue{"ActivationType", std::string(activation_type_name(a)),
-                         std::to_string(static_cast<int>(a))});
-}
+Value to_value(ActivationType a) { return kActivationTypes.to_value(a); }
 
+// Upstream has members we may not implement: an unknown name is kUnsupported, not a bad value.
 ActivationType activation_type_from_value(const Value& v, std::string_view op,
                                           std::string_view arg) {
-  if (v.kind() == Value::Kind::kInt) {
-    const int64_t i = v.as_int();
-    for (ActivationType a : kAllActivations) {
-      if (static_cast<int64_t>(a) == i) return a;
-    }
-    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "no ActivationType member has value ", i);
-  }
-  FLASHINFER_CHECK(v.kind() == Value::Kind::kEnum, op, arg,
-                   "expected an ActivationType member or int, got ", v.repr());
-  const EnumValue& e = v.as_enum();
-  // Upstream records "ActivationType.Swiglu" as the name; ours is the bare member.
-  std::string_view name = e.name;
-  if (const auto dot = name.rfind('.'); dot != std::string_view::npos) name = name.substr(dot + 1);
-  for (ActivationType a : kAllActivations) {
-    if (name == activation_type_name(a)) return a;
-  }
-  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, "ActivationType member ", e.name,
-                  " is not supported by flashinfer-cpp");
+  return kActivationTypes.from_value(v, op, arg, ErrorCode::kUnsupported);
 }
 
-std::string_view weight_layout_name(WeightLayout w) {
-  switch (w) {
-    case WeightLayout::MajorK:
-      return "MajorK";
-    case WeightLayout::MajorMn:
-      return "MajorMn";
-    case WeightLayout::BlockMajorK:
-      return "BlockMajorK";
-  }
-  return "MajorK";
-}
+std::string_view weight_layout_name(WeightLayout w) { return kWeightLayouts.name_of(w); }
 
-Value to_value(WeightLayout w) {
-  return Value(EnumValue{"WeightLayout", std::string(weight_layout_name(w)),
-                         std::to_string(static_cast<int>(w))});
-}
+Value to_value(WeightLayout w) { return kWeightLayouts.to_value(w); }
 
 WeightLayout weight_layout_from_value(const Value& v, std::string_view op, std::string_view arg) {
-  constexpr WeightLayout all[] = {WeightLayout::MajorK, WeightLayout::MajorMn,
-                                  WeightLayout::BlockMajorK};
-  if (v.kind() == Value::Kind::kInt) {
-    for (WeightLayout w : all) {
-      if (static_cast<int64_t>(w) == v.as_int()) return w;
-    }
-    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "no WeightLayout member has value ",
-                    v.as_int());
-  }
-  FLASHINFER_CHECK(v.kind() == Value::Kind::kEnum, op, arg,
-                   "expected a WeightLayout member or int, got ", v.repr());
-  std::string_view name = v.as_enum().name;
-  if (const auto dot = name.rfind('.'); dot != std::string_view::npos) name = name.substr(dot + 1);
-  for (WeightLayout w : all) {
-    if (name == weight_layout_name(w)) return w;
-  }
-  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "unknown WeightLayout member ",
-                  v.as_enum().name);
+  return kWeightLayouts.from_value(v, op, arg);
 }
 
 bool is_gated_activation(ActivationType activation_type) {

@@ -7,6 +7,7 @@
 
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "api/enum_table.h"
 #include "api/kernel_table.h"
 #include "api/moe_layout.h"
 #include "api/moe_traits.h"
@@ -19,46 +20,24 @@
 
 namespace flashinfer {
 
+namespace {
+constexpr api::EnumTable<Fp8QuantizationType, 4> kFp8QuantizationTypes{
+    "Fp8QuantizationType",
+    {{{Fp8QuantizationType::NoneFp8, "NoneFp8"},
+      {Fp8QuantizationType::DeepSeekFp8, "DeepSeekFp8"},
+      {Fp8QuantizationType::MxFp8, "MxFp8"},
+      {Fp8QuantizationType::PerTensorFp8, "PerTensorFp8"}}}};
+}  // namespace
+
 std::string_view fp8_quantization_type_name(Fp8QuantizationType q) {
-  switch (q) {
-    case Fp8QuantizationType::NoneFp8:
-      return "NoneFp8";
-    case Fp8QuantizationType::DeepSeekFp8:
-      return "DeepSeekFp8";
-    case Fp8QuantizationType::MxFp8:
-      return "MxFp8";
-    case Fp8QuantizationType::PerTensorFp8:
-      return "PerTensorFp8";
-  }
-  return "NoneFp8";
+  return kFp8QuantizationTypes.name_of(q);
 }
 
-Value to_value(Fp8QuantizationType q) {
-  return Value(EnumValue{"Fp8QuantizationType", std::string(fp8_quantization_type_name(q)),
-                         std::to_string(static_cast<int>(q))});
-}
+Value to_value(Fp8QuantizationType q) { return kFp8QuantizationTypes.to_value(q); }
 
 Fp8QuantizationType fp8_quantization_type_from_value(const Value& v, std::string_view op,
                                                      std::string_view arg) {
-  constexpr Fp8QuantizationType all[] = {
-      Fp8QuantizationType::NoneFp8, Fp8QuantizationType::DeepSeekFp8, Fp8QuantizationType::MxFp8,
-      Fp8QuantizationType::PerTensorFp8};
-  if (v.kind() == Value::Kind::kInt) {
-    for (Fp8QuantizationType q : all) {
-      if (static_cast<int64_t>(q) == v.as_int()) return q;
-    }
-    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg,
-                    "no Fp8QuantizationType member has value ", v.as_int());
-  }
-  FLASHINFER_CHECK(v.kind() == Value::Kind::kEnum, op, arg,
-                   "expected an Fp8QuantizationType member or int, got ", v.repr());
-  std::string_view name = v.as_enum().name;
-  if (const auto dot = name.rfind('.'); dot != std::string_view::npos) name = name.substr(dot + 1);
-  for (Fp8QuantizationType q : all) {
-    if (name == fp8_quantization_type_name(q)) return q;
-  }
-  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "unknown Fp8QuantizationType member ",
-                  v.as_enum().name);
+  return kFp8QuantizationTypes.from_value(v, op, arg);
 }
 
 namespace {

@@ -8,6 +8,7 @@
 
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "api/enum_table.h"
 #include "api/kernel_table.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_quant_cpu.h"
@@ -29,61 +30,29 @@ struct ReturnName<TrtllmGenRoutingResult> {
 };
 
 namespace {
-constexpr RoutingMethodType kAllMethods[] = {
-    RoutingMethodType::Default,          RoutingMethodType::Renormalize,
-    RoutingMethodType::DeepSeekV3,       RoutingMethodType::Llama4,
-    RoutingMethodType::RenormalizeNaive, RoutingMethodType::TopK,
-    RoutingMethodType::SigmoidRenorm,    RoutingMethodType::MiniMax2,
-    RoutingMethodType::Sigmoid};
+constexpr api::EnumTable<RoutingMethodType, 9> kRoutingMethods{
+    "RoutingMethodType",
+    {{{RoutingMethodType::Default, "Default"},
+      {RoutingMethodType::Renormalize, "Renormalize"},
+      {RoutingMethodType::DeepSeekV3, "DeepSeekV3"},
+      {RoutingMethodType::Llama4, "Llama4"},
+      {RoutingMethodType::RenormalizeNaive, "RenormalizeNaive"},
+      {RoutingMethodType::TopK, "TopK"},
+      {RoutingMethodType::SigmoidRenorm, "SigmoidRenorm"},
+      {RoutingMethodType::MiniMax2, "MiniMax2"},
+      {RoutingMethodType::Sigmoid, "Sigmoid"}}}};
 }  // namespace
 
 std::string_view routing_method_type_name(RoutingMethodType m) {
-  switch (m) {
-    case RoutingMethodType::Default:
-      return "Default";
-    case RoutingMethodType::Renormalize:
-      return "Renormalize";
-    case RoutingMethodType::DeepSeekV3:
-      return "DeepSeekV3";
-    case RoutingMethodType::Llama4:
-      return "Llama4";
-    case RoutingMethodType::RenormalizeNaive:
-      return "RenormalizeNaive";
-    case RoutingMethodType::TopK:
-      return "TopK";
-    case RoutingMethodType::SigmoidRenorm:
-      return "SigmoidRenorm";
-    case RoutingMethodType::MiniMax2:
-      return "MiniMax2";
-    case RoutingMethodType::Sigmoid:
-      return "Sigmoid";
-  }
-  return "Default";
+  return kRoutingMethods.name_of(m);
 }
 
-Value to_value(RoutingMethodType m) {
-  return Value(EnumValue{"RoutingMethodType", std::string(routing_method_type_name(m)),
-                         std::to_string(static_cast<int>(m))});
-}
+Value to_value(RoutingMethodType m) { return kRoutingMethods.to_value(m); }
 
+// Upstream's Unspecified names no method: it and any other unknown name are kUnsupported.
 RoutingMethodType routing_method_type_from_value(const Value& v, std::string_view op,
                                                  std::string_view arg) {
-  if (v.kind() == Value::Kind::kInt) {
-    for (RoutingMethodType m : kAllMethods) {
-      if (static_cast<int64_t>(m) == v.as_int()) return m;
-    }
-    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "no RoutingMethodType member has value ",
-                    v.as_int());
-  }
-  FLASHINFER_CHECK(v.kind() == Value::Kind::kEnum, op, arg,
-                   "expected a RoutingMethodType member or int, got ", v.repr());
-  std::string_view name = v.as_enum().name;
-  if (const auto dot = name.rfind('.'); dot != std::string_view::npos) name = name.substr(dot + 1);
-  for (RoutingMethodType m : kAllMethods) {
-    if (name == routing_method_type_name(m)) return m;
-  }
-  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, "RoutingMethodType member ", v.as_enum().name,
-                  " is not supported (Unspecified names no method)");
+  return kRoutingMethods.from_value(v, op, arg, ErrorCode::kUnsupported);
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include "api/backends.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "api/enum_table.h"
 #include "api/kernel_table.h"
 #include "api/quantize_params.h"
 #include "kernels/cpu/quantization_cpu.h"
@@ -214,37 +215,19 @@ const char* layout_desc(SfLayoutCode c) {
 
 // ---- SfLayout ----------------------------------------------------------------------------------
 
-std::string_view sf_layout_name(SfLayout layout) {
-  switch (layout) {
-    case SfLayout::layout_128x4:
-      return "layout_128x4";
-    case SfLayout::layout_8x4:
-      return "layout_8x4";
-    case SfLayout::layout_linear:
-      return "layout_linear";
-  }
-  return "layout_128x4";
-}
+namespace {
+constexpr api::EnumTable<SfLayout, 3> kSfLayouts{"SfLayout",
+                                                 {{{SfLayout::layout_128x4, "layout_128x4"},
+                                                   {SfLayout::layout_8x4, "layout_8x4"},
+                                                   {SfLayout::layout_linear, "layout_linear"}}}};
+}  // namespace
 
-Value to_value(SfLayout layout) {
-  return Value(EnumValue{"SfLayout", std::string(sf_layout_name(layout)),
-                         std::to_string(static_cast<int>(layout))});
-}
+std::string_view sf_layout_name(SfLayout layout) { return kSfLayouts.name_of(layout); }
+
+Value to_value(SfLayout layout) { return kSfLayouts.to_value(layout); }
 
 SfLayout sf_layout_from_value(const Value& v) {
-  if (v.kind() == Value::Kind::kInt) {
-    const int64_t i = v.as_int();
-    FLASHINFER_CHECK(i >= 0 && i <= 2, "SfLayout", "value", "no SfLayout member has value ", i);
-    return static_cast<SfLayout>(i);
-  }
-  FLASHINFER_CHECK(v.kind() == Value::Kind::kEnum, "SfLayout", "value",
-                   "expected an SfLayout enum member or int, got ", v.repr());
-  const EnumValue& e = v.as_enum();
-  for (SfLayout l : {SfLayout::layout_128x4, SfLayout::layout_8x4, SfLayout::layout_linear}) {
-    if (e.name == sf_layout_name(l) || e.value == std::to_string(static_cast<int>(l))) return l;
-  }
-  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "SfLayout", "value", "unknown SfLayout member ",
-                  e.name);
+  return kSfLayouts.from_value(v, "SfLayout", "value", ErrorCode::kInvalidArgument, true);
 }
 
 int64_t sf_layout_offset(SfLayout layout, int64_t row, int64_t col, int64_t num_sf_cols) {

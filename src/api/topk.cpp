@@ -8,6 +8,7 @@
 
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "api/enum_table.h"
 #include "api/kernel_table.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/topk_cpu.h"
@@ -22,17 +23,10 @@ namespace {
 constexpr const char* kModule = "flashinfer.topk";
 constexpr const char* kVarlenModule = "flashinfer.topk_varlen.topk_varlen";
 
-constexpr const char* tie_break_name(TopKTieBreak t) {
-  switch (t) {
-    case TopKTieBreak::NONE:
-      return "NONE";
-    case TopKTieBreak::SMALL:
-      return "SMALL";
-    case TopKTieBreak::LARGE:
-      return "LARGE";
-  }
-  return "NONE";
-}
+constexpr api::EnumTable<TopKTieBreak, 3> kTieBreaks{"TopKTieBreak",
+                                                     {{{TopKTieBreak::NONE, "NONE"},
+                                                       {TopKTieBreak::SMALL, "SMALL"},
+                                                       {TopKTieBreak::LARGE, "LARGE"}}}};
 
 // The CPU backend reports page-table lookups outside the table (only CPU tensors get here with
 // out-of-range values: the API checks them first, so this is a second line of defence).
@@ -325,26 +319,10 @@ std::tuple<Tensor, std::optional<Tensor>> varlen_impl(
 
 }  // namespace
 
-Value to_value(TopKTieBreak tie_break) {
-  return Value(EnumValue{"TopKTieBreak", tie_break_name(tie_break),
-                         std::to_string(static_cast<int>(tie_break))});
-}
+Value to_value(TopKTieBreak tie_break) { return kTieBreaks.to_value(tie_break); }
 
 TopKTieBreak topk_tie_break_from_value(const Value& v) {
-  if (v.kind() == Value::Kind::kInt) {
-    const int64_t i = v.as_int();
-    FLASHINFER_CHECK(i >= 0 && i <= 2, "TopKTieBreak", "tie_break",
-                     "no TopKTieBreak member has value ", i);
-    return static_cast<TopKTieBreak>(i);
-  }
-  FLASHINFER_CHECK(v.kind() == Value::Kind::kEnum, "TopKTieBreak", "tie_break",
-                   "expected a TopKTieBreak member or int, got ", v.repr());
-  const EnumValue& e = v.as_enum();
-  for (TopKTieBreak t : {TopKTieBreak::NONE, TopKTieBreak::SMALL, TopKTieBreak::LARGE}) {
-    if (e.name == tie_break_name(t) || e.value == std::to_string(static_cast<int>(t))) return t;
-  }
-  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "TopKTieBreak", "tie_break",
-                  "unknown TopKTieBreak member ", e.name);
+  return kTieBreaks.from_value(v, "TopKTieBreak", "tie_break", ErrorCode::kInvalidArgument, true);
 }
 
 std::tuple<Tensor, Tensor> top_k(const Tensor& input, int64_t k, bool sorted, bool deterministic,
