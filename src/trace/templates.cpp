@@ -158,6 +158,27 @@ void add_norm(std::vector<Template>& v) {
     y = (x - mean) * torch.rsqrt(var + 1e-6) * weight.float() + bias.float()
     return y.to(hidden_states.dtype)
 )PY"});
+  v.push_back({.op = "layernorm_quant",
+               .op_type = "layernorm",
+               .name_prefix = "layernorm_quant",
+               .description = "LayerNorm with fp32 gamma and beta, divided by scale and cast to "
+                              "fp8 e4m3; eps 1e-6.",
+               .axes = {var("batch_size"), cst("hidden_size", "h")},
+               .inputs = {T("hidden_states", kBH).from("input"),
+                          T("weight", {"hidden_size"}).from("gemma").synth("float32"),
+                          T("bias", {"hidden_size"}).from("beta").synth("float32"),
+                          S("scale", "float32").desc("Per-tensor quantization scale.")},
+               .outputs = {T("out", kBH)
+                               .like("out")
+                               .dt("float8_e4m3fn")
+                               .desc("Quantized output (the preallocated out tensor).")},
+               .tags = {"status:verified", "quantization:fp8"},
+               .reference = quant_ref_head + R"PY(def run(hidden_states, weight, bias, scale):
+    x = hidden_states.float()
+    mean = x.mean(dim=-1, keepdim=True)
+    var = (x - mean).pow(2).mean(dim=-1, keepdim=True)
+    return _to_fp8((x - mean) * torch.rsqrt(var + 1e-6) * weight.float() + bias.float(), scale)
+)PY"});
   v.push_back({.op = "fused_rmsnorm_silu",
                .op_type = "rmsnorm",
                .name_prefix = "fused_rmsnorm_silu",
@@ -979,6 +1000,29 @@ void add_ragged_and_mla(std::vector<Template>& v) {
         lse[i] = torch.logsumexp(s, -1) / math.log(2.0)
         out[i] = torch.softmax(s, -1) @ ckv
     return out.to(q_nope.dtype), lse
+)PY"});
+  // concat_mla_k (flashinfer.concat_ops): the rope part, one per token, is shared by the heads.
+  const std::vector<std::string> k_dims = {"num_tokens", "num_heads", "total_dim"};
+  Axis broadcast = cst("num_heads_broadcast", "", "Always 1 (k_rope is shared across heads).");
+  broadcast.value = 1;
+  v.push_back(
+      {.op = "concat_mla_k",
+       .op_type = "mla_paged",
+       .name_prefix = "concat_mla_k",
+       .description = "DeepSeek MLA key concatenation: k = [k_nope | k_rope] with k_rope "
+                      "broadcast over the heads; writes k in place.",
+       .axes = {var("num_tokens"), cst("num_heads", "h"), cst("nope_dim", "nope"),
+                cst("rope_dim", "rope"), cst("total_dim", "d", "nope_dim + rope_dim."), broadcast},
+       .inputs = {T("k", k_dims).desc("Output buffer (written in place)."),
+                  T("k_nope", {"num_tokens", "num_heads", "nope_dim"}),
+                  T("k_rope", {"num_tokens", "num_heads_broadcast", "rope_dim"})},
+       .outputs = {T("k", k_dims).like("k")},
+       .tags = {"status:verified", "mla"},
+       .reference = R"PY(def run(k, k_nope, k_rope):
+    out = k.clone()
+    out[..., : k_nope.shape[-1]] = k_nope
+    out[..., k_nope.shape[-1] :] = k_rope.expand(-1, k.shape[1], -1)
+    return out
 )PY"});
 }
 

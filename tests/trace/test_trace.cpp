@@ -95,6 +95,20 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                                        {"weight", T({7168}, bf)},
                                                        {"scale", T({1}, f32)}});
                                         }};
+  m["layernorm_quant_h768"] = {"layernorm_quant", [=] {
+                                 return bind("layernorm_quant",
+                                             {{"out", T({3, 768}, DType::kFloat8E4M3FN)},
+                                              {"input", T({3, 768}, bf)},
+                                              {"gemma", T({768}, f32)},
+                                              {"beta", T({768}, f32)},
+                                              {"scale", T({1}, f32)}});
+                               }};
+  m["concat_mla_k_h128_nope128_rope64_d192"] = {"concat_mla_k", [=] {
+                                                  return bind("concat_mla_k",
+                                                              {{"k", T({3, 128, 192}, bf)},
+                                                               {"k_nope", T({3, 128, 128}, bf)},
+                                                               {"k_rope", T({3, 1, 64}, bf)}});
+                                                }};
   m["layernorm_h768"] = {"layernorm", [=] {
                            return bind("layernorm", {{"input", T({3, 768}, bf)},
                                                      {"gemma", T({768}, f32)},
@@ -348,7 +362,11 @@ std::map<std::string, int64_t> small_axes(const std::string& op) {
                                                    {"N", 8},
                                                    {"K", 16},
                                                    {"head_dim_ckv", 32},
-                                                   {"head_dim_kpe", 8}};
+                                                   {"head_dim_kpe", 8},
+                                                   {"nope_dim", 16},
+                                                   {"rope_dim", 8},
+                                                   {"total_dim", 24},
+                                                   {"num_heads_broadcast", 1}};
   std::map<std::string, int64_t> out;
   for (const auto& a : fi::trace::template_axes(op)) {
     if (a.is_const) out[a.name] = v.at(a.name);
@@ -374,7 +392,7 @@ TEST(Trace, UpstreamComparison) {
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(calls.size()));
-  EXPECT_GE(compared, 22);
+  EXPECT_GE(compared, 24);
 }
 
 TEST(Trace, EveryTemplateNamesADeclaredOp) {
@@ -491,7 +509,10 @@ TEST(Trace, CommandWritesWithoutRunning) {
   EXPECT_EQ(r.status, 2) << r.out;
   r = fi::testing::run_flashinfer("trace --list");
   EXPECT_EQ(r.status, 0);
-  EXPECT_NE(r.out.find("43 ops with a trace template"), std::string::npos) << r.out;
+  EXPECT_NE(
+      r.out.find(std::to_string(fi::trace::traced_ops().size()) + " ops with a trace template"),
+      std::string::npos)
+      << r.out;
   fs::remove_all(dir);
 }
 
@@ -590,6 +611,11 @@ TEST(Trace, ReferencesMatchTheLibrary) {
       {"top_k_renorm_probs", [](In& i) { return Outs{fi::top_k_renorm_probs(i["probs"], 20)}; }},
       {"top_p_renorm_probs", [](In& i) { return Outs{fi::top_p_renorm_probs(i["probs"], 0.9)}; }},
       {"mm_bf16", [](In& i) { return Outs{fi::mm_bf16(i["A"], i["B"])}; }},
+      {"concat_mla_k",
+       [](In& i) {
+         fi::concat_mla_k(i["k"], i["k_nope"], i["k_rope"]);
+         return Outs{i["k"]};
+       }},
   };
   const fs::path dir = fresh_dir("refs");
   // One Python process writes every case's inputs and reference outputs (torch loads once).

@@ -1,5 +1,5 @@
-// Private device helpers shared by the CUDA attention kernels: element conversions (fp8 too),
-// KV addressing, the mask rule and the base-2 state merge. Device code only: NVRTC compiles it
+// Private device helpers shared by the CUDA attention kernels: KV addressing,
+//, the mask rule and the base-2 state merge. Device code only: NVRTC compiles it
 // too (src/kernels/cuda/jit_sources.cmake).
 #pragma once
 
@@ -12,9 +12,6 @@
 namespace flashinfer::kernels::cuda {
 
 constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ float to_f32(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
-__device__ __forceinline__ float to_f32(__nv_fp8_e5m2 x) { return static_cast<float>(x); }
 
 // Element offset of key/value token t of request b (head and dim excluded).
 __device__ __forceinline__ int64_t kv_offset(const KvAddressing& a, int32_t b, int64_t t,

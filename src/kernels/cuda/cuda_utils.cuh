@@ -92,4 +92,36 @@ struct CudaElements {
   static constexpr const char* kBackend = "CUDA";
 };
 
+// One element of a runtime-typed tensor, for data touched once per block (queries, outputs):
+// a dtype switch keeps one kernel per cache dtype instead of one per (q, kv, o) combination.
+__device__ __forceinline__ float load_any(const void* base, int64_t off, DType d) {
+  switch (d) {
+    case DType::kFloat16:
+      return to_f32(static_cast<const __half*>(base)[off]);
+    case DType::kBFloat16:
+      return to_f32(static_cast<const __nv_bfloat16*>(base)[off]);
+    case DType::kFloat8E4M3FN:
+      return to_f32(static_cast<const __nv_fp8_e4m3*>(base)[off]);
+    case DType::kFloat8E5M2:
+      return to_f32(static_cast<const __nv_fp8_e5m2*>(base)[off]);
+    default:
+      return static_cast<const float*>(base)[off];
+  }
+}
+
+// Stores fp32 `v` rounded to nearest-even in a half, bfloat16 or float tensor.
+__device__ __forceinline__ void store_any(void* base, int64_t off, DType d, float v) {
+  switch (d) {
+    case DType::kFloat16:
+      static_cast<__half*>(base)[off] = __float2half_rn(v);
+      return;
+    case DType::kBFloat16:
+      static_cast<__nv_bfloat16*>(base)[off] = __float2bfloat16_rn(v);
+      return;
+    default:
+      static_cast<float*>(base)[off] = v;
+      return;
+  }
+}
+
 }  // namespace flashinfer::kernels::cuda

@@ -23,6 +23,9 @@ namespace flashinfer::kernels::cuda {
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+// fp8 -> fp32 is exact (every e4m3 / e5m2 value is a half).
+__device__ __forceinline__ float to_f32(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
+__device__ __forceinline__ float to_f32(__nv_fp8_e5m2 x) { return static_cast<float>(x); }
 
 template <class T>
 __device__ __forceinline__ T from_f32(float x);

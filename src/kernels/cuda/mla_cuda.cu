@@ -26,44 +26,6 @@ constexpr int64_t kMinChunk = 256;                 // tokens per split at least
 constexpr int64_t kMaxScratch = int64_t{1} << 28;  // bytes of split partials at most
 constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ float elem_f32(float x) { return x; }
-__device__ __forceinline__ float elem_f32(__half x) { return __half2float(x); }
-__device__ __forceinline__ float elem_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-// fp8 -> fp32 is exact (every e4m3 / e5m2 value is a half).
-__device__ __forceinline__ float elem_f32(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
-__device__ __forceinline__ float elem_f32(__nv_fp8_e5m2 x) { return static_cast<float>(x); }
-
-// Queries and outputs are touched once per block: a runtime dtype switch keeps one kernel per
-// cache dtype instead of one per (q, kv, o) combination.
-__device__ __forceinline__ float load_any(const void* base, int64_t off, DType d) {
-  switch (d) {
-    case DType::kFloat16:
-      return elem_f32(static_cast<const __half*>(base)[off]);
-    case DType::kBFloat16:
-      return elem_f32(static_cast<const __nv_bfloat16*>(base)[off]);
-    case DType::kFloat8E4M3FN:
-      return elem_f32(static_cast<const __nv_fp8_e4m3*>(base)[off]);
-    case DType::kFloat8E5M2:
-      return elem_f32(static_cast<const __nv_fp8_e5m2*>(base)[off]);
-    default:
-      return static_cast<const float*>(base)[off];
-  }
-}
-
-__device__ __forceinline__ void store_any(void* base, int64_t off, DType d, float v) {
-  switch (d) {
-    case DType::kFloat16:
-      static_cast<__half*>(base)[off] = __float2half_rn(v);
-      return;
-    case DType::kBFloat16:
-      static_cast<__nv_bfloat16*>(base)[off] = __float2bfloat16_rn(v);
-      return;
-    default:
-      static_cast<float*>(base)[off] = v;
-      return;
-  }
-}
-
 // The request's causal end (tokens [0, end) are visible to `row`), as in the CPU reference.
 struct RowSpan {
   int32_t b;
@@ -128,8 +90,8 @@ __global__ void __launch_bounds__(kWarp* kMaxHeadsPerBlock)
       const KV* cr = ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token;
       const KV* kr = kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token;
       float* dst = kv_s + t * W;
-      for (int d = lane; d < dc; d += kWarp) dst[d] = elem_f32(cr[d]);
-      for (int d = lane; d < dk; d += kWarp) dst[dc + d] = elem_f32(kr[d]);
+      for (int d = lane; d < dc; d += kWarp) dst[d] = to_f32(cr[d]);
+      for (int d = lane; d < dk; d += kWarp) dst[dc + d] = to_f32(kr[d]);
     }
     __syncthreads();
     if (!head_ok) continue;

@@ -18,40 +18,6 @@ constexpr int kPerLane = 8;  // head dims <= 256
 constexpr int kKeys = 4;     // keys per step
 constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ float elem_f32(__half x) { return __half2float(x); }
-__device__ __forceinline__ float elem_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float elem_f32(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
-__device__ __forceinline__ float elem_f32(__nv_fp8_e5m2 x) { return static_cast<float>(x); }
-
-__device__ __forceinline__ float load_any(const void* base, int64_t off, DType d) {
-  switch (d) {
-    case DType::kFloat16:
-      return elem_f32(static_cast<const __half*>(base)[off]);
-    case DType::kBFloat16:
-      return elem_f32(static_cast<const __nv_bfloat16*>(base)[off]);
-    case DType::kFloat8E4M3FN:
-      return elem_f32(static_cast<const __nv_fp8_e4m3*>(base)[off]);
-    case DType::kFloat8E5M2:
-      return elem_f32(static_cast<const __nv_fp8_e5m2*>(base)[off]);
-    default:
-      return static_cast<const float*>(base)[off];
-  }
-}
-
-__device__ __forceinline__ void store_any(void* base, int64_t off, DType d, float v) {
-  switch (d) {
-    case DType::kFloat16:
-      static_cast<__half*>(base)[off] = __float2half_rn(v);
-      return;
-    case DType::kBFloat16:
-      static_cast<__nv_bfloat16*>(base)[off] = __float2bfloat16_rn(v);
-      return;
-    default:
-      static_cast<float*>(base)[off] = v;
-      return;
-  }
-}
-
 // Warp w of block x handles item x * kWarpsPerBlock + w = row * Hq + head. No block barrier:
 // warps are independent, and a warp past the last item returns at once.
 template <class KT, class VT>
@@ -100,7 +66,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
           const int d = lane + i * kWarp;
-          if (d < dqk) dot += q[i] * elem_f32(kr[d]);
+          if (d < dqk) dot += q[i] * to_f32(kr[d]);
         }
       }
       s[t] = dot;
@@ -130,7 +96,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
           const int d = lane + i * kWarp;
-          if (d < dvo) acc[i] += w * elem_f32(vr[d]);
+          if (d < dvo) acc[i] += w * to_f32(vr[d]);
         }
       }
     }
