@@ -834,6 +834,38 @@ void add_gemm(std::vector<Template>& v) {
                .reference = R"PY(def run(A, B):
     return (A.float() @ B.float()).to(A.dtype)
 )PY"});
+  // gemm_fp8_nt_groupwise: upstream's template describes one scale layout (a_scale [M, K/bk],
+  // b_scale [K/bk, N/bk]); calls in the other layouts name the same axes, only the variable
+  // block counts read differently.
+  v.push_back({.op = "gemm_fp8_nt_groupwise",
+               .op_type = "gemm_fp8",
+               .name_prefix = "gemm_fp8_nt_groupwise",
+               .description =
+                   "FP8 GEMM C = A @ B.T with per-block dequantization scales (1x128 for A, "
+                   "128x128 for B by default).",
+               .axes = {var("M"), cst("N", "n"), cst("K", "k"),
+                        var("K_div_block", "K // scale_block_size_k.", 1),
+                        var("N_div_block", "N // scale_block_size_n.", 1)},
+               .inputs = {T("a", {"M", "K"}).synth("float8_e4m3fn"),
+                          T("b", {"N", "K"}).synth("float8_e4m3fn"),
+                          T("a_scale", {"M", "K_div_block"})
+                              .synth("float32")
+                              .init("torch.rand((M, K_div_block), device=device) + 0.5"),
+                          T("b_scale", {"K_div_block", "N_div_block"})
+                              .synth("float32")
+                              .init("torch.rand((K_div_block, N_div_block), device=device) + 0.5")},
+               .outputs = {T("out", {"M", "N"}).like("out").dt("bfloat16")},
+               .tags = {"status:verified", "quantization:float8_e4m3fn"},
+               .reference = R"PY(def run(a, b, a_scale, b_scale):
+    af, bf = a.float(), b.float()
+    m, k = af.shape
+    n = bf.shape[0]
+    bk = k // a_scale.shape[1]
+    bn = -(-n // b_scale.shape[1])
+    sa = a_scale.float().repeat_interleave(bk, dim=1)[:, :k]
+    sb = b_scale.float().repeat_interleave(bk, dim=0).repeat_interleave(bn, dim=1)[:k, :n]
+    return ((af * sa) @ (bf.t() * sb)).to(torch.bfloat16)
+)PY"});
 }
 
 // The prefill wrapper's run (flashinfer.prefill): causal, the last query row of a request

@@ -153,6 +153,8 @@ Json shape_json(const Io& io) {
 
 std::string torch_dtype(const std::string& d) {
   if (d == "unknown" || d.empty()) return "torch.float32";
+  // torch < 2.1 has no float8 dtypes: such inputs fall back to float32 there.
+  if (d.rfind("float8", 0) == 0) return "getattr(torch, \"" + d + "\", torch.float32)";
   return "torch." + d;
 }
 

@@ -109,6 +109,14 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                                                {"k_nope", T({3, 128, 128}, bf)},
                                                                {"k_rope", T({3, 1, 64}, bf)}});
                                                 }};
+  m["gemm_fp8_nt_groupwise_n1536_k7168"] = {"gemm_fp8_nt_groupwise", [=] {
+                                              const DType f8 = DType::kFloat8E4M3FN;
+                                              return bind("gemm_fp8_nt_groupwise",
+                                                          {{"a", T({3, 7168}, f8)},
+                                                           {"b", T({1536, 7168}, f8)},
+                                                           {"a_scale", T({3, 56}, f32)},
+                                                           {"b_scale", T({56, 12}, f32)}});
+                                            }};
   m["layernorm_h768"] = {"layernorm", [=] {
                            return bind("layernorm", {{"input", T({3, 768}, bf)},
                                                      {"gemma", T({768}, f32)},
@@ -392,7 +400,7 @@ TEST(Trace, UpstreamComparison) {
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(calls.size()));
-  EXPECT_GE(compared, 24);
+  EXPECT_GE(compared, 25);
 }
 
 TEST(Trace, EveryTemplateNamesADeclaredOp) {
