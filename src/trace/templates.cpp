@@ -516,6 +516,25 @@ void add_sampling(std::vector<Template>& v) {
     return torch.where(idx >= 0, idx + offsets.long()[:, None], idx).to(torch.int32)
 )PY"});
   v.push_back(
+      {.op = "top_k",
+       .op_type = "sampling",
+       .name_prefix = "top_k",
+       .description = "The k largest entries of each row (values and int64 indices); sorted: "
+                      "descending values, else ascending index order.",
+       .axes = {var("batch_size"), cst("vocab_size", "v"), cst("k", "k")},
+       .inputs = {T("input", {"batch_size", "vocab_size"}), S("k", "int32").init("k"),
+                  S("sorted", "int32").opt(), S("deterministic", "int32").opt(),
+                  S("tie_break", "int32").opt(), S("dsa_graph_safe", "int32").opt()},
+       .outputs = {T("values", {"batch_size", "k"}).like("input"),
+                   T("indices", {"batch_size", "k"}).dt("int64")},
+       .tags = {"status:verified"},
+       .reference =
+           R"PY(def run(input, k, sorted=None, deterministic=None, tie_break=None, dsa_graph_safe=None):
+    top = torch.topk(input.float(), int(k), dim=-1)
+    idx = top.indices if sorted else torch.sort(top.indices, dim=-1).values
+    return torch.gather(input, -1, idx), idx
+)PY"});
+  v.push_back(
       {.op = "top_k_page_table_transform",
        .op_type = "sampling",
        .name_prefix = "top_k_page_table_transform",

@@ -479,7 +479,7 @@ TEST(Trace, DumpObserverWritesOncePerName) {
   fi::rmsnorm(ones({2, 32}, DType::kFloat32), w2);
   fi::silu_and_mul(ones({2, 16}, DType::kFloat32));
   // An op without a template: not even packed for the dumper, no file.
-  fi::top_k(ones({2, 8}, DType::kFloat32), 2);
+  fi::packbits(ones({16}, DType::kBool));
   EXPECT_EQ(fi::trace::stop_dump(), 3);
   EXPECT_FALSE(fi::trace::dump_active());
   std::set<std::string> names;
@@ -619,6 +619,7 @@ TEST(Trace, ReferencesMatchTheLibrary) {
       {"top_k_renorm_probs", [](In& i) { return Outs{fi::top_k_renorm_probs(i["probs"], 20)}; }},
       {"top_p_renorm_probs", [](In& i) { return Outs{fi::top_p_renorm_probs(i["probs"], 0.9)}; }},
       {"mm_bf16", [](In& i) { return Outs{fi::mm_bf16(i["A"], i["B"])}; }},
+      {"top_k", [&](In& i) { return tup2(fi::top_k(i["input"], 3)); }},
       {"concat_mla_k",
        [](In& i) {
          fi::concat_mla_k(i["k"], i["k_nope"], i["k_rope"]);
