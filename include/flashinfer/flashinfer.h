@@ -20,6 +20,7 @@
 #include "flashinfer/ops/dit_norm.h"
 #include "flashinfer/ops/fmha_v2.h"
 #include "flashinfer/ops/gemm.h"
+#include "flashinfer/ops/gemm_bf16_fp4.h"
 #include "flashinfer/ops/gemm_fp8.h"
 #include "flashinfer/ops/gguf_mm.h"
 #include "flashinfer/ops/mla.h"
