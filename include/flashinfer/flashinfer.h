@@ -31,6 +31,7 @@
 #include "flashinfer/ops/nvfp4.h"
 #include "flashinfer/ops/page.h"
 #include "flashinfer/ops/pod.h"
+#include "flashinfer/ops/qk_norm_rope.h"
 #include "flashinfer/ops/quant8.h"
 #include "flashinfer/ops/quantization.h"
 #include "flashinfer/ops/ragged_deepseek.h"
