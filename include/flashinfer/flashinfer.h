@@ -39,6 +39,7 @@
 #include "flashinfer/ops/rope_quantize.h"
 #include "flashinfer/ops/sampling.h"
 #include "flashinfer/ops/sparse.h"
+#include "flashinfer/ops/svdquant.h"
 #include "flashinfer/ops/topk.h"
 #include "flashinfer/stream.h"
 #include "flashinfer/tensor.h"

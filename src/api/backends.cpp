@@ -71,6 +71,10 @@ const std::map<std::string, BackendRequirement, std::less<>>& table() {
     for (const char* op : {"prepare_bf16_fp4_weights", "mm_bf16_fp4"}) {
       m->emplace(op, make(op, "", {"cudnn", "cute-dsl"}, {}));
     }
+    // SVDQuant: CPU reference only; upstream's one backend name.
+    for (const char* op : {"mm_nvfp4_svdquant", "nvfp4_quantize_smooth"}) {
+      m->emplace(op, make(op, "cutlass", {"cutlass"}, {}));
+    }
     return m;
   }();
   return *t;

@@ -40,6 +40,7 @@ void register_pod_ops(OpRegistry& registry);
 void register_sparse_ops(OpRegistry& registry);
 void register_gemm_bf16_fp4_ops(OpRegistry& registry);
 void register_qk_norm_rope_ops(OpRegistry& registry);
+void register_svdquant_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -74,6 +75,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_sparse_ops(registry);
   register_gemm_bf16_fp4_ops(registry);
   register_qk_norm_rope_ops(registry);
+  register_svdquant_ops(registry);
 }
 
 }  // namespace flashinfer::detail
