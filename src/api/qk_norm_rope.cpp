@@ -166,17 +166,23 @@ BenchCase bench_qk_norm_rope(const BenchShape& s, Device dev) {
       api::bench::random_tensor({h * d}, DType::kBFloat16, dev, s.random_seed + 1, 0.5, 1.5);
   Tensor kw =
       api::bench::random_tensor({h * d}, DType::kBFloat16, dev, s.random_seed + 2, 0.5, 1.5);
-  BenchCase c = api::bench::invoke_case("fused_qk_rmsnorm_rope", {Value(qkv), Value(qw), Value(kw)},
-                                        {{"ppf", Value(ppf)},
-                                         {"pph", Value(pph)},
-                                         {"ppw", Value(ppw)},
-                                         {"num_frame_channels", Value(int64_t{24})},
-                                         {"num_height_channels", Value(int64_t{20})},
-                                         {"num_width_channels", Value(int64_t{20})},
-                                         {"num_heads_q", Value(h)},
-                                         {"num_heads_k", Value(h)},
-                                         {"num_heads_v", Value(h)},
-                                         {"head_dim", Value(d)}});
+  BenchCase c =
+      api::bench::invoke_case("fused_qk_rmsnorm_rope", {Value(qkv), Value(qw), Value(kw)},
+                              {{"ppf", Value(ppf)},
+                               {"pph", Value(pph)},
+                               {"ppw", Value(ppw)},
+                               {"num_frame_channels", Value(int64_t{24})},
+                               {"num_height_channels", Value(int64_t{20})},
+                               {"num_width_channels", Value(int64_t{20})},
+                               {"num_heads_q", Value(h)},
+                               {"num_heads_k", Value(h)},
+                               {"num_heads_v", Value(h)},
+                               {"head_dim", Value(d)},
+                               // Written buffers given (as DiT callers preallocate them), so the
+                               // written-argument checks have views to work on.
+                               {"q_out", Value(Tensor::zeros({t, h, d}, DType::kBFloat16, dev))},
+                               {"k_out", Value(Tensor::zeros({t, h, d}, DType::kBFloat16, dev))},
+                               {"v_out", Value(Tensor::zeros({t, h, d}, DType::kBFloat16, dev))}});
   c.bytes = 2.0 * api::bench::nbytes({t, row}, DType::kBFloat16);
   return c;
 }
