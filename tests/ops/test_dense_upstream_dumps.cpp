@@ -81,7 +81,9 @@ def fp4_values(b):  # uint8 [r, c/2] -> fp32 [r, c], low nibble first
 def swz(r, c, ksf):  # 128x4 scale layout
     return ((r // 128) * ((ksf + 3) // 4) + c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
 def unswizzle(buf, n, ksf):
-    return torch.stack([torch.stack([buf[swz(r, c, ksf)] for c in range(ksf)]) for r in range(n)])
+    v = buf.tolist()
+    return torch.tensor([[v[swz(r, c, ksf)] for c in range(ksf)] for r in range(n)],
+                        dtype=torch.uint8)
 def rbytes(shape, lo=0, hi=256):
     return torch.randint(lo, hi, shape, dtype=torch.int64).to(torch.uint8)
 
@@ -117,7 +119,7 @@ b = rbytes((N, K // 2))
 sfbuf = rbytes((512,), 0x30, 0x40)
 alpha = torch.tensor([0.5])
 lin = unswizzle(sfbuf, N, KSF)                     # (N, K_sf) e4m3 codes
-bkn = b.t().contiguous()                           # (K/2, N)
+bkn = b.t().tolist()                               # (K/2, N)
 words = torch.zeros(K // 16, (N // 64) * 128, dtype=torch.int64)
 KOFF, NOFF = (0, 4, 0, 4), ((0, 0, 16, 16), (32, 32, 48, 48))
 for kt in range(K // 16):
@@ -128,7 +130,7 @@ for kt in range(K // 16):
             for j in range(4):
                 kh = lane % 4 + KOFF[j]
                 nn = (u // 64) * 8 + lane // 4 + NOFF[u % 2][j]
-                w |= int(bkn[kt * 8 + kh, nt * 64 + nn]) << (8 * j)
+                w |= bkn[kt * 8 + kh][nt * 64 + nn] << (8 * j)
             words[kt, nt * 128 + u] = w - (1 << 32) if w >= (1 << 31) else w
 s0e5m3 = ((E4M3[lin.t().long()].to(torch.float16).view(torch.int16).to(torch.int64) >> 7) & 0xFF)
 record("prepare_bf16_fp4_weights", BF4,
