@@ -73,6 +73,7 @@ def e4m3_value(c):
     if e == 0xF and m == 7: return float("nan")
     return s * (m / 8.0 * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7))
 E4M3 = torch.tensor([e4m3_value(c) for c in range(256)], dtype=torch.float32)
+FIN8 = torch.tensor([c for c in range(256) if E4M3[c] == E4M3[c]])
 E2M1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
 
 def fp4_values(b):  # uint8 [r, c/2] -> fp32 [r, c], low nibble first
@@ -238,6 +239,60 @@ for i in range(0, 21, 8):
     packed.append(v)
 record("packbits", "flashinfer.quantization.packbits", {"kwarg_x": bits},
        {"kwarg_bitorder": "little"}, torch.tensor(packed, dtype=torch.uint8))
+
+# 11. shuffle_matrix_sf_a: the same row shuffle of linear scales [128, 4], then the 128x4 layout.
+sfl = rbytes((128, 4), 0x30, 0x48)
+idx = torch.empty(128, dtype=torch.long)
+for old in range(128):
+    idx[old // 32 * 32 + MAP32[old % 32]] = old
+sh = sfl[idx].tolist()
+flat = [0] * 512
+for r in range(128):
+    for c in range(4):
+        flat[swz(r, c, 4)] = sh[r][c]
+record("shuffle_matrix_sf_a", "flashinfer.quantization.fp4_quantization",
+       {"kwarg_input_tensor": sfl}, {"kwarg_epilogue_tile_m": 128},
+       torch.tensor(flat, dtype=torch.uint8))
+
+# 12. segment_packbits, big bit order, int32 indptr: (packed, new_indptr).
+bits = torch.randint(0, 2, (20,), dtype=torch.int64).to(torch.bool)
+ind = [0, 5, 13, 20]
+packed, newp = [], [0]
+for sgm in range(3):
+    seg = bits[ind[sgm]:ind[sgm + 1]].tolist()
+    for i in range(0, len(seg), 8):
+        v = 0
+        for j, bit in enumerate(seg[i:i + 8]):
+            v |= int(bit) << (7 - j)
+        packed.append(v)
+    newp.append(len(packed))
+record("segment_packbits", "flashinfer.quantization.packbits",
+       {"kwarg_x": bits, "kwarg_indptr": torch.tensor(ind, dtype=torch.int32)},
+       {"kwarg_bitorder": "big"},
+       [torch.tensor(packed, dtype=torch.uint8), torch.tensor(newp, dtype=torch.int32)])
+
+# 13. fused_dit_residual_layernorm_scale_shift (no residual): LayerNorm of the fp32 input,
+# * (1 + scale) + shift, bf16; residual_out is the input.
+xi = torch.randn(1, 2, 3072).to(torch.bfloat16)
+sc, sh = (0.1 * torch.randn(1, 2, 3072)).to(torch.bfloat16), torch.randn(1, 2, 3072).to(torch.bfloat16)
+xf = xi.float()
+mu = xf.mean(-1, keepdim=True)
+var = ((xf - mu) ** 2).mean(-1, keepdim=True)
+nrm = (xf - mu) * torch.rsqrt(var + 1e-6) * (1 + sc.float()) + sh.float()
+record("fused_dit_residual_layernorm_scale_shift", "flashinfer.norm",
+       {"kwarg_input": xi, "kwarg_scale": sc, "kwarg_shift": sh}, {"kwarg_epsilon": 1e-6},
+       [xi, nrm.to(torch.bfloat16)])
+
+# 14. per_token_group_quant_8bit (DeepSeek fp8 activations): s = max(absmax, eps) / 448 per
+# group of 128, q = e4m3(clamp(x / s)); (q, s).
+xg = torch.randn(4, 256).to(torch.bfloat16)
+g = xg.float().view(4, 2, 128)
+s_ = g.abs().amax(-1).clamp(min=1e-10) / 448.0
+qv = (g / s_[..., None]).clamp(-448, 448).reshape(4, 256)
+vals = E4M3[FIN8]
+codes = FIN8[(qv.reshape(-1, 1) - vals.reshape(1, -1)).abs().argmin(1)].to(torch.uint8).reshape(4, 256)
+record("per_token_group_quant_8bit", "flashinfer.quantization.fp8_quantization",
+       {"kwarg_x": xg}, {"kwarg_group_size": 128}, [("fp8", codes), s_])
 )PY";
 
 TEST(DenseUpstreamDumps, TorchWrittenDumpsReplay) {
@@ -256,7 +311,7 @@ TEST(DenseUpstreamDumps, TorchWrittenDumpsReplay) {
   ASSERT_EQ(st, 0);
   fs::remove(dir / "make.py");
   const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 10u);
+  ASSERT_EQ(results.size(), 14u);
   for (const auto& r : results) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
   }
