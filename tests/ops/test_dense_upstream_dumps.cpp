@@ -293,6 +293,52 @@ vals = E4M3[FIN8]
 codes = FIN8[(qv.reshape(-1, 1) - vals.reshape(1, -1)).abs().argmin(1)].to(torch.uint8).reshape(4, 256)
 record("per_token_group_quant_8bit", "flashinfer.quantization.fp8_quantization",
        {"kwarg_x": xg}, {"kwarg_group_size": 128}, [("fp8", codes), s_])
+
+# 15-16. nvfp4_quantize_smooth and svdquant_linear. NVFP4 of v = bf16(x * pre_quant_scale):
+# per 16 values sf = e4m3_satfinite((gs * amax) / 6), q = e2m1((v * gs) / sf), both rounded to
+# nearest, ties to the even code (the stock quantizer's formulas).
+G2 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6])
+POS8 = torch.tensor([E4M3[c].item() for c in range(127)])
+def rne(a, grid):  # codes of the nearest grid values, ties to the even code
+    dist = (a.reshape(-1, 1) - grid.reshape(1, -1)).abs()
+    tie = dist == dist.min(1, keepdim=True)[0]
+    even = (torch.arange(len(grid)) % 2 == 0).to(torch.int64)
+    return (tie.to(torch.int64) * (1 + even)).argmax(1).reshape(a.shape)
+def nvfp4(v, gs):
+    m, n = v.shape
+    blk = v.float().view(m, n // 16, 16)
+    amax = blk.abs().amax(-1)
+    sfc = rne(((gs * amax) / 6.0).clamp(max=448.0), POS8)
+    sfv = POS8[sfc]
+    y = (blk * gs) / sfv[..., None]
+    code = rne(y.abs().clamp(max=6.0), G2) + 8 * (torch.signbit(y)).to(torch.int64)
+    code = torch.where(sfv[..., None] == 0, torch.zeros_like(code), code).reshape(m, n)
+    q = (code[:, 0::2] | (code[:, 1::2] << 4)).to(torch.uint8)
+    flat = [0] * ((m + 127) // 128 * 128 * ((n // 16 + 3) // 4 * 4))
+    sl = sfc.tolist()
+    for r in range(m):
+        for c in range(n // 16):
+            flat[swz(r, c, n // 16)] = sl[r][c]
+    return q, torch.tensor(flat, dtype=torch.uint8), (E2M1[code] * sfv.repeat_interleave(16, 1))
+xsm = torch.randn(128, 64).to(torch.bfloat16)
+pqs = (0.5 + torch.rand(64)).to(torch.bfloat16)
+gsm = torch.tensor([448.0 * 6.0 / 6.0])
+xq, xsf, _ = nvfp4((xsm.float() * pqs.float()).bfloat16(), 448.0)
+record("nvfp4_quantize_smooth", "flashinfer.gemm.gemm_svdquant",
+       {"kwarg_x": xsm, "kwarg_pre_quant_scale": pqs, "kwarg_global_scale": gsm}, {},
+       [xq, xsf])
+xl = torch.randn(4, 64).to(torch.bfloat16)
+wq, wsf = rbytes((32, 32)), rbytes((512,), 0x30, 0x40)
+Wd = fp4_values(wq) * E4M3[unswizzle(wsf, 32, 4).long()].repeat_interleave(16, 1)
+l2t, l1s = (0.2 * torch.randn(64, 32)).to(torch.bfloat16), torch.randn(32, 32).to(torch.bfloat16)
+al = torch.tensor([1.0 / 448.0])
+_, _, xdq = nvfp4((xl.float() * pqs.float()).bfloat16(), 448.0)
+down = (xl.float() @ l2t.float()).bfloat16().float()
+yl = (1.0 / 448.0) * (xdq @ Wd.t() + down @ l1s.float().t())
+record("svdquant_linear", "flashinfer.gemm.gemm_svdquant",
+       {"kwarg_x": xl, "kwarg_weight_fp4": wq, "kwarg_weight_sf": wsf, "kwarg_alpha": al,
+        "kwarg_pre_quant_scale": pqs, "kwarg_l2t_smoothed": l2t, "kwarg_l1_scaled": l1s,
+        "kwarg_global_scale": torch.tensor([448.0])}, {}, yl.to(torch.bfloat16))
 )PY";
 
 TEST(DenseUpstreamDumps, TorchWrittenDumpsReplay) {
@@ -311,7 +357,7 @@ TEST(DenseUpstreamDumps, TorchWrittenDumpsReplay) {
   ASSERT_EQ(st, 0);
   fs::remove(dir / "make.py");
   const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 14u);
+  ASSERT_EQ(results.size(), 16u);
   for (const auto& r : results) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
   }
