@@ -67,6 +67,14 @@ const std::map<std::string, BackendRequirement, std::less<>>& table() {
                     {{"auto", 80, tiled}}));
     m->emplace("bmm_mxfp8",
                make("bmm_mxfp8", "auto", {"cudnn", "cutlass", "auto"}, {{"auto", 80, tiled}}));
+    // bf16 x fp4: CPU reference only (no CUDA kernel table entry), `backend` has no default.
+    for (const char* op : {"prepare_bf16_fp4_weights", "mm_bf16_fp4"}) {
+      m->emplace(op, make(op, "", {"cudnn", "cute-dsl"}, {}));
+    }
+    // SVDQuant: CPU reference only; upstream's one backend name.
+    for (const char* op : {"mm_nvfp4_svdquant", "nvfp4_quantize_smooth"}) {
+      m->emplace(op, make(op, "cutlass", {"cutlass"}, {}));
+    }
     return m;
   }();
   return *t;

@@ -38,6 +38,9 @@ void register_cascade_wrapper_ops(OpRegistry& registry);
 void register_batch_attention_ops(OpRegistry& registry);
 void register_pod_ops(OpRegistry& registry);
 void register_sparse_ops(OpRegistry& registry);
+void register_gemm_bf16_fp4_ops(OpRegistry& registry);
+void register_qk_norm_rope_ops(OpRegistry& registry);
+void register_svdquant_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -70,6 +73,9 @@ void register_builtin_ops(OpRegistry& registry) {
   register_batch_attention_ops(registry);
   register_pod_ops(registry);
   register_sparse_ops(registry);
+  register_gemm_bf16_fp4_ops(registry);
+  register_qk_norm_rope_ops(registry);
+  register_svdquant_ops(registry);
 }
 
 }  // namespace flashinfer::detail

@@ -1,0 +1,368 @@
+// Dense-toolbox ops (issue 20) through dumps written by Python as upstream's recorder writes
+// them: torch format (fp8 tensors pickled as torch >= 2.1 does, by hand, since the machine's
+// torch 1.13 has no float8), every argument by keyword as engines call them, expected outputs
+// computed by torch from upstream's definitions (the layouts of gemm_bf16_fp4's prepare paths,
+// e2m1 / e4m3 / ue8m0 decoding, the fused kernels' fp32 math). Each replays here and passes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/replay.h"
+
+namespace flashinfer::testing {
+namespace {
+
+const char* const kScript = R"PY(
+import json, sys, zipfile, struct
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+
+# torch.save as torch >= 2.1 writes it: legacy dtypes through _rebuild_tensor_v2 and a typed
+# storage; fp8 (an ("fp8", uint8 codes) pair) through _rebuild_tensor_v3 and an UntypedStorage.
+LEGACY = {torch.float32: "FloatStorage", torch.bfloat16: "BFloat16Storage",
+          torch.int32: "IntStorage", torch.int64: "LongStorage", torch.uint8: "ByteStorage",
+          torch.float16: "HalfStorage", torch.bool: "BoolStorage"}
+def save(d, path):
+    out = bytearray(b"\x80\x02}(")
+    blobs = []
+    def s(x):
+        b = x.encode()
+        out.extend(b"X" + struct.pack("<I", len(b)) + b)
+    def i(v):
+        out.extend(b"J" + struct.pack("<i", v))
+    def ints(vs):
+        out.extend(b"(")
+        for v in vs: i(v)
+        out.extend(b"t")
+    for name, v in d.items():
+        fp8 = isinstance(v, tuple)
+        t = (v[1] if fp8 else v).contiguous()
+        key = str(len(blobs))
+        raw = t if t.dtype in (torch.uint8, torch.bool) else t.view(torch.uint8)
+        blobs.append(raw.numpy().tobytes())
+        s(name)
+        out.extend(b"ctorch._utils\n_rebuild_tensor_v%d\n(" % (3 if fp8 else 2))
+        out.extend(b"(")
+        s("storage")
+        out.extend(b"ctorch\n%s\n" % (b"UntypedStorage" if fp8 else LEGACY[t.dtype].encode()))
+        s(key); s("cpu"); i(t.numel())
+        out.extend(b"tQ")
+        i(0); ints(list(t.shape)); ints(list(t.stride()))
+        out.extend(b"\x89ccollections\nOrderedDict\n)R")
+        if fp8:
+            out.extend(b"ctorch\nfloat8_e4m3fn\n")
+        out.extend(b"tR")
+    out.extend(b"u.")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", bytes(out))
+        for k, b in enumerate(blobs):
+            z.writestr("archive/data/%d" % k, b)
+        z.writestr("archive/version", "3\n")
+
+def e4m3_value(c):
+    s = -1.0 if c & 0x80 else 1.0
+    e, m = (c >> 3) & 0xF, c & 7
+    if e == 0xF and m == 7: return float("nan")
+    return s * (m / 8.0 * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7))
+E4M3 = torch.tensor([e4m3_value(c) for c in range(256)], dtype=torch.float32)
+FIN8 = torch.tensor([c for c in range(256) if E4M3[c] == E4M3[c]])
+E2M1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
+
+def fp4_values(b):  # uint8 [r, c/2] -> fp32 [r, c], low nibble first
+    lo, hi = E2M1[(b & 0xF).long()], E2M1[(b >> 4).long()]
+    return torch.stack([lo, hi], -1).reshape(b.shape[0], -1)
+def swz(r, c, ksf):  # 128x4 scale layout
+    return ((r // 128) * ((ksf + 3) // 4) + c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
+def unswizzle(buf, n, ksf):
+    v = buf.tolist()
+    return torch.tensor([[v[swz(r, c, ksf)] for c in range(ksf)] for r in range(n)],
+                        dtype=torch.uint8)
+def rbytes(shape, lo=0, hi=256):
+    return torch.randint(lo, hi, shape, dtype=torch.int64).to(torch.uint8)
+
+d = sys.argv[1]
+seq = [0]
+def record(name, module, tensors, meta, outs):
+    seq[0] += 1
+    call = "%s/20261122_180000_%03d_pid4242_%s_call%04d" % (d, seq[0], name, seq[0])
+    import os
+    os.makedirs(call)
+    save(tensors, call + "/inputs.pt")
+    if isinstance(outs, (list, tuple)):
+        okeys = ["result_%d" % i for i in range(len(outs))]
+        save(dict(zip(okeys, outs)), call + "/outputs.pt")
+    else:
+        okeys = ["result"]
+        save({"result": outs}, call + "/outputs.pt")
+    rec = {"function_name": name, "module": module, "call_sequence": seq[0],
+           "timestamp": "20261122_180000_%03d" % seq[0], "process_id": 4242,
+           "input_metadata": meta, "output_metadata": {},
+           "tensor_info": {"input_tensor_keys": list(tensors), "output_tensor_keys": okeys},
+           "tensor_format": "torch", "execution_status": "completed"}
+    with open(call + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+
+torch.manual_seed(0)
+BF4 = "flashinfer.gemm.gemm_bf16_fp4"
+
+# 1-2. prepare_bf16_fp4_weights, as vLLM calls it (keywords, backend by name).
+N, K = 64, 64
+KSF = K // 16
+b = rbytes((N, K // 2))
+sfbuf = rbytes((512,), 0x30, 0x40)
+alpha = torch.tensor([0.5])
+lin = unswizzle(sfbuf, N, KSF)                     # (N, K_sf) e4m3 codes
+bkn = b.t().tolist()                               # (K/2, N)
+words = torch.zeros(K // 16, (N // 64) * 128, dtype=torch.int64)
+KOFF, NOFF = (0, 4, 0, 4), ((0, 0, 16, 16), (32, 32, 48, 48))
+for kt in range(K // 16):
+    for nt in range(N // 64):
+        for u in range(128):
+            lane = (u // 2) % 32
+            w = 0
+            for j in range(4):
+                kh = lane % 4 + KOFF[j]
+                nn = (u // 64) * 8 + lane // 4 + NOFF[u % 2][j]
+                w |= bkn[kt * 8 + kh][nt * 64 + nn] << (8 * j)
+            words[kt, nt * 128 + u] = w - (1 << 32) if w >= (1 << 31) else w
+s0e5m3 = ((E4M3[lin.t().long()].to(torch.float16).view(torch.int16).to(torch.int64) >> 7) & 0xFF)
+record("prepare_bf16_fp4_weights", BF4,
+       {"kwarg_b": b, "kwarg_b_descale": sfbuf, "kwarg_alpha": alpha},
+       {"kwarg_backend": "cute-dsl"},
+       [words.to(torch.int32), s0e5m3.to(torch.uint8), alpha])
+record("prepare_bf16_fp4_weights", BF4,
+       {"kwarg_b": b, "kwarg_b_descale": ("fp8", sfbuf), "kwarg_alpha": alpha},
+       {"kwarg_backend": "cudnn"},
+       [b, ("fp8", lin), alpha])
+
+# 3. mm_bf16_fp4 on the cudnn-prepared pair (upstream's test reference: fp32 dequant + matmul).
+a = torch.randn(3, K).to(torch.bfloat16)
+W = fp4_values(b) * E4M3[lin.long()].repeat_interleave(16, 1)
+record("mm_bf16_fp4", BF4,
+       {"kwarg_a": a, "kwarg_b": b, "kwarg_b_descale": ("fp8", lin), "kwarg_alpha": alpha},
+       {"kwarg_backend": "cudnn"},
+       ((a.float() @ W.t()) * 0.5).to(torch.bfloat16))
+
+# 4. mm_nvfp4_svdquant: alpha * (a @ b^T + d @ l1^T) + bias, bf16.
+m, n, k, r = 3, 32, 64, 32
+qa, qb = rbytes((m, k // 2)), rbytes((n, k // 2))
+sa, sb = rbytes((512,), 0x30, 0x40), rbytes((512,), 0x30, 0x40)
+A = fp4_values(qa) * E4M3[unswizzle(sa, m, k // 16).long()].repeat_interleave(16, 1)
+B = fp4_values(qb) * E4M3[unswizzle(sb, n, k // 16).long()].repeat_interleave(16, 1)
+dd, l1 = torch.randn(m, r).to(torch.bfloat16), torch.randn(n, r).to(torch.bfloat16)
+bias = torch.randn(n).to(torch.bfloat16)
+al = torch.tensor([0.25])
+ref = 0.25 * (A @ B.t() + dd.float() @ l1.float().t()) + bias.float()
+record("mm_nvfp4_svdquant", "flashinfer.gemm.gemm_svdquant",
+       {"kwarg_a": qa, "kwarg_b": qb, "kwarg_a_sf": sa, "kwarg_b_sf": sb, "kwarg_alpha": al,
+        "kwarg_d": dd, "kwarg_l1": l1, "kwarg_bias": bias},
+       {"kwarg_enable_pdl": None}, ref.to(torch.bfloat16))
+
+# 5. fused_qk_rmsnorm_rope (WAN-style keywords): RMSNorm across heads (bf16-rounded), 3D RoPE.
+ppf, pph, ppw, D, H = 2, 3, 2, 64, 2
+FC, HC, WC = 24, 20, 20
+S = ppf * pph * ppw
+qkv = torch.randn(S, 3 * H * D).to(torch.bfloat16)
+qw = (1.0 + 0.1 * torch.randn(H * D)).to(torch.bfloat16)
+kw = (1.0 + 0.1 * torch.randn(H * D)).to(torch.bfloat16)
+freq, sec = [], []
+for size, sid in ((FC, 0), (HC, 1), (WC, 2)):
+    for j in range(size // 2):
+        freq.append(10000.0 ** (-2.0 * j / size)); sec.append(sid)
+freq = torch.tensor(freq, dtype=torch.float32)
+def qk(x, w):
+    x = x.float()
+    y = (x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w.float()).bfloat16().float()
+    y = y.view(S, H, D // 2, 2)
+    out = torch.empty_like(y)
+    for s in range(S):
+        pos = (s // (pph * ppw), (s % (pph * ppw)) // ppw, s % ppw)
+        th = torch.tensor([pos[sec[i]] for i in range(D // 2)], dtype=torch.float32) * freq
+        c, sn = torch.cos(th), torch.sin(th)
+        out[s, :, :, 0] = y[s, :, :, 0] * c - y[s, :, :, 1] * sn
+        out[s, :, :, 1] = y[s, :, :, 1] * c + y[s, :, :, 0] * sn
+    return out.reshape(S, H, D).bfloat16()
+record("fused_qk_rmsnorm_rope", "flashinfer.norm",
+       {"kwarg_qkv": qkv, "kwarg_q_weight": qw, "kwarg_k_weight": kw},
+       {"kwarg_ppf": ppf, "kwarg_pph": pph, "kwarg_ppw": ppw, "kwarg_num_frame_channels": FC,
+        "kwarg_num_height_channels": HC, "kwarg_num_width_channels": WC, "kwarg_num_heads_q": H,
+        "kwarg_num_heads_k": H, "kwarg_num_heads_v": H, "kwarg_head_dim": D, "kwarg_eps": 1e-6,
+        "kwarg_base": 10000.0, "kwarg_interleave": True, "kwarg_is_qk_norm": True},
+       [qk(qkv[:, :H * D], qw), qk(qkv[:, H * D:2 * H * D], kw),
+        qkv[:, 2 * H * D:].reshape(S, H, D)])
+
+# 6. mxfp4_dequantize_host: e2m1 * 2^(scale - 127), fp32.
+w4, sc = rbytes((8, 32)), rbytes((8, 2), 120, 135)
+record("mxfp4_dequantize_host", "flashinfer.quantization.fp4_quantization",
+       {"kwarg_weight": w4, "kwarg_scale": sc}, {"kwarg_group_size": 32},
+       fp4_values(w4) * torch.pow(2.0, sc.float() - 127).repeat_interleave(32, 1))
+
+# 7. shuffle_matrix_a (epilogue_tile_m 128: blocks of 32 rows, the 8-row interleave).
+MAP32 = [0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
+         4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31]
+x = rbytes((64, 8))
+idx = torch.empty(64, dtype=torch.long)
+for old in range(64):
+    idx[old // 32 * 32 + MAP32[old % 32]] = old
+record("shuffle_matrix_a", "flashinfer.quantization.fp4_quantization",
+       {"kwarg_input_tensor": x}, {"kwarg_epilogue_tile_m": 128}, x[idx])
+
+# 8. nvfp4_kv_dequantize: e2m1 * e4m3 * global_scale -> bf16 (the default output dtype).
+kvq, kvs = rbytes((4, 16)), rbytes((4, 2), 0x30, 0x48)
+record("nvfp4_kv_dequantize", "flashinfer.quantization.fp4_quantization",
+       {"kwarg_fp4_data": kvq, "kwarg_block_scales": ("fp8", kvs),
+        "kwarg_global_scale": torch.tensor([0.5])}, {},
+       (fp4_values(kvq) * E4M3[kvs.long()].repeat_interleave(16, 1) * 0.5).to(torch.bfloat16))
+
+# 9. fused_rmsnorm_silu: silu(x * rsqrt(mean(x^2) + eps) * w), one bf16 rounding.
+xs = torch.randn(4, 128).to(torch.bfloat16)
+ws = (1.0 + 0.1 * torch.randn(128)).to(torch.bfloat16)
+y = xs.float() * torch.rsqrt((xs.float() ** 2).mean(-1, keepdim=True) + 1e-6) * ws.float()
+record("fused_rmsnorm_silu", "flashinfer.norm", {"kwarg_input": xs, "kwarg_weight": ws},
+       {"kwarg_eps": 1e-6}, (y * torch.sigmoid(y)).to(torch.bfloat16))
+
+# 10. packbits, little bit order (numpy.packbits semantics).
+bits = torch.randint(0, 2, (21,), dtype=torch.int64).to(torch.bool)
+packed = []
+for i in range(0, 21, 8):
+    v = 0
+    for j, bit in enumerate(bits[i:i + 8].tolist()):
+        v |= int(bit) << j
+    packed.append(v)
+record("packbits", "flashinfer.quantization.packbits", {"kwarg_x": bits},
+       {"kwarg_bitorder": "little"}, torch.tensor(packed, dtype=torch.uint8))
+
+# 11. shuffle_matrix_sf_a: the same row shuffle of linear scales [128, 4], then the 128x4 layout.
+sfl = rbytes((128, 4), 0x30, 0x48)
+idx = torch.empty(128, dtype=torch.long)
+for old in range(128):
+    idx[old // 32 * 32 + MAP32[old % 32]] = old
+sh = sfl[idx].tolist()
+flat = [0] * 512
+for r in range(128):
+    for c in range(4):
+        flat[swz(r, c, 4)] = sh[r][c]
+record("shuffle_matrix_sf_a", "flashinfer.quantization.fp4_quantization",
+       {"kwarg_input_tensor": sfl}, {"kwarg_epilogue_tile_m": 128},
+       torch.tensor(flat, dtype=torch.uint8))
+
+# 12. segment_packbits, big bit order, int32 indptr: (packed, new_indptr).
+bits = torch.randint(0, 2, (20,), dtype=torch.int64).to(torch.bool)
+ind = [0, 5, 13, 20]
+packed, newp = [], [0]
+for sgm in range(3):
+    seg = bits[ind[sgm]:ind[sgm + 1]].tolist()
+    for i in range(0, len(seg), 8):
+        v = 0
+        for j, bit in enumerate(seg[i:i + 8]):
+            v |= int(bit) << (7 - j)
+        packed.append(v)
+    newp.append(len(packed))
+record("segment_packbits", "flashinfer.quantization.packbits",
+       {"kwarg_x": bits, "kwarg_indptr": torch.tensor(ind, dtype=torch.int32)},
+       {"kwarg_bitorder": "big"},
+       [torch.tensor(packed, dtype=torch.uint8), torch.tensor(newp, dtype=torch.int32)])
+
+# 13. fused_dit_residual_layernorm_scale_shift (no residual): LayerNorm of the fp32 input,
+# * (1 + scale) + shift, bf16; residual_out is the input.
+xi = torch.randn(1, 2, 3072).to(torch.bfloat16)
+sc, sh = (0.1 * torch.randn(1, 2, 3072)).to(torch.bfloat16), torch.randn(1, 2, 3072).to(torch.bfloat16)
+xf = xi.float()
+mu = xf.mean(-1, keepdim=True)
+var = ((xf - mu) ** 2).mean(-1, keepdim=True)
+nrm = (xf - mu) * torch.rsqrt(var + 1e-6) * (1 + sc.float()) + sh.float()
+record("fused_dit_residual_layernorm_scale_shift", "flashinfer.norm",
+       {"kwarg_input": xi, "kwarg_scale": sc, "kwarg_shift": sh}, {"kwarg_epsilon": 1e-6},
+       [xi, nrm.to(torch.bfloat16)])
+
+# 14. per_token_group_quant_8bit (DeepSeek fp8 activations): s = max(absmax, eps) / 448 per
+# group of 128, q = e4m3(clamp(x / s)); (q, s).
+xg = torch.randn(4, 256).to(torch.bfloat16)
+g = xg.float().view(4, 2, 128)
+s_ = g.abs().amax(-1).clamp(min=1e-10) / 448.0
+qv = (g / s_[..., None]).clamp(-448, 448).reshape(4, 256)
+vals = E4M3[FIN8]
+codes = FIN8[(qv.reshape(-1, 1) - vals.reshape(1, -1)).abs().argmin(1)].to(torch.uint8).reshape(4, 256)
+record("per_token_group_quant_8bit", "flashinfer.quantization.fp8_quantization",
+       {"kwarg_x": xg}, {"kwarg_group_size": 128}, [("fp8", codes), s_])
+
+# 15-16. nvfp4_quantize_smooth and svdquant_linear. NVFP4 of v = bf16(x * pre_quant_scale):
+# per 16 values sf = e4m3_satfinite((gs * amax) / 6), q = e2m1((v * gs) / sf), both rounded to
+# nearest, ties to the even code (the stock quantizer's formulas).
+G2 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6])
+POS8 = torch.tensor([E4M3[c].item() for c in range(127)])
+def rne(a, grid):  # codes of the nearest grid values, ties to the even code
+    dist = (a.reshape(-1, 1) - grid.reshape(1, -1)).abs()
+    tie = dist == dist.min(1, keepdim=True)[0]
+    even = (torch.arange(len(grid)) % 2 == 0).to(torch.int64)
+    return (tie.to(torch.int64) * (1 + even)).argmax(1).reshape(a.shape)
+def nvfp4(v, gs):
+    m, n = v.shape
+    blk = v.float().view(m, n // 16, 16)
+    amax = blk.abs().amax(-1)
+    sfc = rne(((gs * amax) / 6.0).clamp(max=448.0), POS8)
+    sfv = POS8[sfc]
+    y = (blk * gs) / sfv[..., None]
+    code = rne(y.abs().clamp(max=6.0), G2) + 8 * (torch.signbit(y)).to(torch.int64)
+    code = torch.where(sfv[..., None] == 0, torch.zeros_like(code), code).reshape(m, n)
+    q = (code[:, 0::2] | (code[:, 1::2] << 4)).to(torch.uint8)
+    flat = [0] * ((m + 127) // 128 * 128 * ((n // 16 + 3) // 4 * 4))
+    sl = sfc.tolist()
+    for r in range(m):
+        for c in range(n // 16):
+            flat[swz(r, c, n // 16)] = sl[r][c]
+    return q, torch.tensor(flat, dtype=torch.uint8), (E2M1[code] * sfv.repeat_interleave(16, 1))
+xsm = torch.randn(128, 64).to(torch.bfloat16)
+pqs = (0.5 + torch.rand(64)).to(torch.bfloat16)
+gsm = torch.tensor([448.0 * 6.0 / 6.0])
+xq, xsf, _ = nvfp4((xsm.float() * pqs.float()).bfloat16(), 448.0)
+record("nvfp4_quantize_smooth", "flashinfer.gemm.gemm_svdquant",
+       {"kwarg_x": xsm, "kwarg_pre_quant_scale": pqs, "kwarg_global_scale": gsm}, {},
+       [xq, xsf])
+xl = torch.randn(4, 64).to(torch.bfloat16)
+wq, wsf = rbytes((32, 32)), rbytes((512,), 0x30, 0x40)
+Wd = fp4_values(wq) * E4M3[unswizzle(wsf, 32, 4).long()].repeat_interleave(16, 1)
+l2t, l1s = (0.2 * torch.randn(64, 32)).to(torch.bfloat16), torch.randn(32, 32).to(torch.bfloat16)
+al = torch.tensor([1.0 / 448.0])
+_, _, xdq = nvfp4((xl.float() * pqs.float()).bfloat16(), 448.0)
+down = (xl.float() @ l2t.float()).bfloat16().float()
+yl = (1.0 / 448.0) * (xdq @ Wd.t() + down @ l1s.float().t())
+record("svdquant_linear", "flashinfer.gemm.gemm_svdquant",
+       {"kwarg_x": xl, "kwarg_weight_fp4": wq, "kwarg_weight_sf": wsf, "kwarg_alpha": al,
+        "kwarg_pre_quant_scale": pqs, "kwarg_l2t_smoothed": l2t, "kwarg_l1_scaled": l1s,
+        "kwarg_global_scale": torch.tensor([448.0])}, {}, yl.to(torch.bfloat16))
+)PY";
+
+TEST(DenseUpstreamDumps, TorchWrittenDumpsReplay) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_dense_dumps_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "make.py") << kScript;
+  // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
+  const int st =
+      std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + dir.string()).c_str());
+  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  ASSERT_EQ(st, 0);
+  fs::remove(dir / "make.py");
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 16u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
