@@ -127,7 +127,11 @@ void resolve_pointers(kernels::BgmvMoeParams& p, const Tensor& w_ptr, int64_t lo
                       int64_t rows, int64_t cols, const char* op, const char* arg,
                       std::vector<std::shared_ptr<Storage>>& keep) {
   const int64_t S = p.num_slices, P = p.num_pairs;
-  FLASHINFER_CHECK(lora_stride >= 0, op, "lora_stride", "must be >= 0, got ", lora_stride);
+  const std::string_view w(arg);
+  const char* stride_arg = w == "w_ptr_a"   ? "lora_stride_a"
+                           : w == "w_ptr_b" ? "lora_stride_b"
+                                            : "lora_stride";
+  FLASHINFER_CHECK(lora_stride >= 0, op, stride_arg, "must be >= 0, got ", lora_stride);
   const auto* table = w_ptr.data<int64_t>();
   const int64_t E = w_ptr.size(1);
   const std::size_t es = dtype_size(p.dtype);
@@ -163,7 +167,7 @@ void check_w_ptr(const Tensor& w_ptr, int64_t slices, const char* op, const char
 
 void shrink_impl(const Tensor& y, const Tensor& x, const Tensor& w_ptr, const Tensor& token_ids,
                  const Tensor& expert_ids, const Tensor& lora_indices, int64_t lora_stride,
-                 bool per_pair_input, const char* op) {
+                 bool per_pair_input, const char* op, const char* w_arg = "w_ptr") {
   check_host(y, op, "y");
   check_host(x, op, "x");
   api::check_dtype_in(x, {DType::kFloat16, DType::kBFloat16}, op, "x");
@@ -171,7 +175,7 @@ void shrink_impl(const Tensor& y, const Tensor& x, const Tensor& w_ptr, const Te
   FLASHINFER_CHECK(y.dim() == 3, op, "y", "must be [num_slices, num_pairs, rank], got ",
                    shape_to_string(y.shape()));
   FLASHINFER_CHECK(x.dim() == 2, op, "x", "must be 2D, got ", shape_to_string(x.shape()));
-  check_w_ptr(w_ptr, y.size(0), op, "w_ptr");
+  check_w_ptr(w_ptr, y.size(0), op, w_arg);
   kernels::BgmvMoeParams p;
   p.num_slices = y.size(0);
   fill_pairs(p, token_ids, expert_ids, lora_indices, w_ptr.size(1), op);
@@ -188,14 +192,14 @@ void shrink_impl(const Tensor& y, const Tensor& x, const Tensor& w_ptr, const Te
   p.feat = x.size(1);
   p.per_pair_input = per_pair_input;
   std::vector<std::shared_ptr<Storage>> keep;
-  resolve_pointers(p, w_ptr, lora_stride, p.rank, p.feat, op, "w_ptr", keep);
+  resolve_pointers(p, w_ptr, lora_stride, p.rank, p.feat, op, w_arg, keep);
   api::launch(kShrinkKernels, p, x.device(), op, "x");
 }
 
 void expand_impl(const Tensor& y, const Tensor& x, const Tensor& w_ptr, const Tensor& token_ids,
                  const Tensor& expert_ids, const Tensor& topk_weights, const Tensor& lora_indices,
                  const Tensor& slice_start_loc, const std::vector<int64_t>& output_slices,
-                 int64_t lora_stride, bool finalize, const char* op) {
+                 int64_t lora_stride, bool finalize, const char* op, const char* w_arg = "w_ptr") {
   check_host(y, op, "y");
   check_host(x, op, "x");
   FLASHINFER_CHECK(y.dtype() == DType::kFloat32, op, "y", "must be float32, got ",
@@ -204,7 +208,7 @@ void expand_impl(const Tensor& y, const Tensor& x, const Tensor& w_ptr, const Te
   FLASHINFER_CHECK(x.dim() == 3, op, "x", "must be [num_slices, num_pairs, rank], got ",
                    shape_to_string(x.shape()));
   FLASHINFER_CHECK(y.dim() == 2, op, "y", "must be 2D, got ", shape_to_string(y.shape()));
-  check_w_ptr(w_ptr, x.size(0), op, "w_ptr");
+  check_w_ptr(w_ptr, x.size(0), op, w_arg);
   kernels::BgmvMoeParams p;
   p.num_slices = x.size(0);
   fill_pairs(p, token_ids, expert_ids, lora_indices, w_ptr.size(1), op);
@@ -243,7 +247,7 @@ void expand_impl(const Tensor& y, const Tensor& x, const Tensor& w_ptr, const Te
   p.y_cols = y.size(1);
   p.finalize = finalize;
   std::vector<std::shared_ptr<Storage>> keep;
-  resolve_pointers(p, w_ptr, lora_stride, p.feat, p.rank, op, "w_ptr", keep);
+  resolve_pointers(p, w_ptr, lora_stride, p.feat, p.rank, op, w_arg, keep);
   api::launch(kExpandKernels, p, x.device(), op, "x");
 }
 
@@ -351,8 +355,8 @@ void check_delta_dtypes(DType lora_dtype, DType out_dtype, const char* op) {
 }
 
 // Upstream's _expanded_pairs: pair p = token * top_k + slot.
-void expanded_pairs(const Tensor& topk_ids, const Tensor& lora_ids, Tensor& token, Tensor& expert,
-                    const char* op) {
+void expanded_pairs(const Tensor& topk_ids, const Tensor& lora_ids, int64_t num_experts,
+                    Tensor& token, Tensor& expert, const char* op) {
   check_host(topk_ids, op, "topk_ids");
   FLASHINFER_CHECK(topk_ids.dim() == 2, op, "topk_ids", "must be [num_tokens, top_k], got ",
                    shape_to_string(topk_ids.shape()));
@@ -360,6 +364,15 @@ void expanded_pairs(const Tensor& topk_ids, const Tensor& lora_ids, Tensor& toke
                    "must be [num_tokens=", topk_ids.size(0), "], got ",
                    shape_to_string(lora_ids.shape()));
   const int64_t T = topk_ids.size(0), K = topk_ids.size(1);
+  const std::vector<int64_t> ids = index_vector(topk_ids, op, "topk_ids");
+  const std::vector<int64_t> loras = index_vector(lora_ids, op, "lora_ids");
+  for (int64_t i = 0; i < T * K; ++i) {
+    if (loras[static_cast<std::size_t>(i / K)] < 0) continue;
+    FLASHINFER_CHECK(
+        ids[static_cast<std::size_t>(i)] >= 0 && ids[static_cast<std::size_t>(i)] < num_experts, op,
+        "topk_ids", "entry ", i, " = ", ids[static_cast<std::size_t>(i)],
+        " is not in [0, num_experts=", num_experts, ") (w_ptr_a.shape[1])");
+  }
   token = Tensor::empty({T * K}, DType::kInt64);
   for (int64_t i = 0; i < T * K; ++i) token.data<int64_t>()[i] = i / K;
   expert = topk_ids.contiguous().reshape({T * K});
@@ -387,20 +400,22 @@ Tensor gemm1_impl(const Tensor& hidden, const Tensor& w_ptr_a, int64_t stride_a,
   FLASHINFER_CHECK(rank >= 1, op, "rank", "must be positive, got ", rank);
   FLASHINFER_CHECK(inter >= 1, op, "intermediate_size", "must be positive, got ", inter);
   Tensor token, expert;
-  expanded_pairs(topk_ids, lora_ids, token, expert, op);
+  FLASHINFER_CHECK(w_ptr_b.size(1) == w_ptr_a.size(1), op, "w_ptr_b", "must list as many experts (",
+                   w_ptr_b.size(1), ") as w_ptr_a (", w_ptr_a.size(1), ")");
+  expanded_pairs(topk_ids, lora_ids, w_ptr_a.size(1), token, expert, op);
   const int64_t T = hidden.size(0), K = topk_ids.size(1), P = T * K;
   FLASHINFER_CHECK(topk_ids.size(0) == T, op, "topk_ids", "must have T=", T, " rows, got ",
                    topk_ids.size(0));
   const Tensor x = hidden.to(lora_dtype).contiguous();
   Tensor shrink = Tensor::zeros({2, P, rank}, lora_dtype);
-  shrink_impl(shrink, x, w_ptr_a, token, expert, lora_ids, stride_a, false, op);
+  shrink_impl(shrink, x, w_ptr_a, token, expert, lora_ids, stride_a, false, op, "w_ptr_a");
   Tensor starts = Tensor::empty({2}, DType::kInt64);
   starts.data<int64_t>()[0] = 0;
   starts.data<int64_t>()[1] = inter;
   Tensor unit = Tensor::full({P}, 1.0, DType::kFloat32);
   Tensor y = Tensor::zeros({P, 2 * inter}, DType::kFloat32);
   expand_impl(y, shrink, w_ptr_b, token, expert, unit, lora_ids, starts, {inter, inter}, stride_b,
-              false, op);
+              false, op, "w_ptr_b");
   if (scale != 1.0) {
     float* d = y.data<float>();
     for (int64_t i = 0; i < y.numel(); ++i) d[i] *= static_cast<float>(scale);
@@ -428,7 +443,9 @@ Tensor gemm2_impl(const Tensor& act, const Tensor& perm_t, const Tensor& w_ptr_a
   FLASHINFER_CHECK(rank >= 1, op, "rank", "must be positive, got ", rank);
   FLASHINFER_CHECK(hidden >= 1, op, "hidden_size", "must be positive, got ", hidden);
   Tensor token, expert;
-  expanded_pairs(topk_ids, lora_ids, token, expert, op);
+  FLASHINFER_CHECK(w_ptr_b.size(1) == w_ptr_a.size(1), op, "w_ptr_b", "must list as many experts (",
+                   w_ptr_b.size(1), ") as w_ptr_a (", w_ptr_a.size(1), ")");
+  expanded_pairs(topk_ids, lora_ids, w_ptr_a.size(1), token, expert, op);
   const int64_t T = topk_ids.size(0), K = topk_ids.size(1), P = T * K, I = act.size(1);
   FLASHINFER_CHECK(perm_t.dim() == 1 && perm_t.size(0) == P, op, "expanded_idx_to_permuted_idx",
                    "must be [T * top_k = ", P, "], got ", shape_to_string(perm_t.shape()));
@@ -451,11 +468,12 @@ Tensor gemm2_impl(const Tensor& act, const Tensor& perm_t, const Tensor& w_ptr_a
         row_bytes);
   }
   Tensor shrink = Tensor::zeros({1, P, rank}, lora_dtype);
-  shrink_impl(shrink, a_exp, w_ptr_a, token, expert, lora_ids, stride_a, true, op);
+  shrink_impl(shrink, a_exp, w_ptr_a, token, expert, lora_ids, stride_a, true, op, "w_ptr_a");
   Tensor starts = Tensor::zeros({1}, DType::kInt64);
   const Tensor w = topk_weights.contiguous().reshape({P}).to(DType::kFloat32);
   Tensor y = Tensor::zeros({T, hidden}, DType::kFloat32);
-  expand_impl(y, shrink, w_ptr_b, token, expert, w, lora_ids, starts, {hidden}, stride_b, true, op);
+  expand_impl(y, shrink, w_ptr_b, token, expert, w, lora_ids, starts, {hidden}, stride_b, true, op,
+              "w_ptr_b");
   if (scale != 1.0) {
     float* d = y.data<float>();
     for (int64_t i = 0; i < y.numel(); ++i) d[i] *= static_cast<float>(scale);
