@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -489,6 +490,20 @@ struct LoraBenchData {
   int64_t sa = 0, sb = 0;
 };
 
+// Bench weight banks live for the process, one per shape and seed: every case built from one
+// seed then holds the same addresses in its pointer tables, so a table captured from one case
+// (test_backend_ops' reference run) still names live weights when another case is run.
+Tensor bench_bank(const Shape& shape, uint64_t seed) {
+  static std::mutex mutex;
+  static std::map<std::pair<Shape, uint64_t>, Tensor> banks;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [it, added] = banks.try_emplace({shape, seed});
+  if (added) {
+    it->second = api::bench::random_tensor(shape, DType::kBFloat16, Device::cpu(), seed, -0.1, 0.1);
+  }
+  return it->second;
+}
+
 LoraBenchData lora_bench_data(const BenchShape& s, int64_t slices, int64_t feat_in,
                               int64_t feat_out) {
   LoraBenchData d;
@@ -506,10 +521,8 @@ LoraBenchData lora_bench_data(const BenchShape& s, int64_t slices, int64_t feat_
   for (int64_t t = 0; t < d.T; ++t) d.lora.data<int64_t>()[t] = t % 3 == 2 ? -1 : t % d.L;
   d.exp = d.topk.reshape({P});
   d.wts = api::bench::random_tensor({P}, DType::kFloat32, Device::cpu(), s.random_seed + 1, 0, 1);
-  d.a_bank = api::bench::random_tensor({d.L, d.E, d.R, feat_in}, DType::kBFloat16, Device::cpu(),
-                                       s.random_seed + 2, -0.1, 0.1);
-  d.b_bank = api::bench::random_tensor({d.L, d.E, feat_out, d.R}, DType::kBFloat16, Device::cpu(),
-                                       s.random_seed + 3, -0.1, 0.1);
+  d.a_bank = bench_bank({d.L, d.E, d.R, feat_in}, s.random_seed + 2);
+  d.b_bank = bench_bank({d.L, d.E, feat_out, d.R}, s.random_seed + 3);
   d.wa = Tensor::zeros({slices, d.E}, DType::kInt64);
   d.wb = Tensor::zeros({slices, d.E}, DType::kInt64);
   for (int64_t sl = 0; sl < slices; ++sl) {
