@@ -532,13 +532,6 @@ LoraBenchData lora_bench_data(const BenchShape& s, int64_t slices, int64_t feat_
   return d;
 }
 
-// Keeps the banks behind a case's pointer tables alive with the case.
-BenchCase keep_banks(BenchCase c, const LoraBenchData& d) {
-  auto run = c.run;
-  c.run = [run, a = d.a_bank, b = d.b_bank] { run(); };
-  return c;
-}
-
 BenchCase bench_shrink(const BenchShape& s, Device) {
   LoraBenchData d = lora_bench_data(s, 1, 256, 256);
   const int64_t P = d.T * d.K;
@@ -548,7 +541,7 @@ BenchCase bench_shrink(const BenchShape& s, Device) {
   c.flops = 2.0 * static_cast<double>(P * d.R * d.H);
   c.bytes = api::bench::nbytes({d.T, d.H}, DType::kBFloat16) +
             api::bench::nbytes({P, d.R, d.H}, DType::kBFloat16);
-  return keep_banks(std::move(c), d);
+  return c;
 }
 BenchCase bench_expand(const BenchShape& s, Device) {
   LoraBenchData d = lora_bench_data(s, 1, 256, 256);
@@ -562,7 +555,7 @@ BenchCase bench_expand(const BenchShape& s, Device) {
   c.flops = 2.0 * static_cast<double>(P * d.R * d.H);
   c.bytes = api::bench::nbytes({P, d.R, d.H}, DType::kBFloat16) +
             api::bench::nbytes({d.T, d.H}, DType::kFloat32);
-  return keep_banks(std::move(c), d);
+  return c;
 }
 BenchCase bench_bgmv_moe(const BenchShape& s, Device) {
   LoraBenchData d = lora_bench_data(s, 1, 256, 256);
@@ -584,7 +577,7 @@ BenchCase bench_gemm1(const BenchShape& s, Device) {
                               {{"scale", Value(0.5)}});
   c.flops = 2.0 * 2.0 * static_cast<double>(P * d.R * (d.H + d.I));
   c.bytes = 2.0 * api::bench::nbytes({P, d.R, d.H + d.I}, DType::kBFloat16);
-  return keep_banks(std::move(c), d);
+  return c;
 }
 BenchCase bench_gemm2(const BenchShape& s, Device) {
   LoraBenchData d = lora_bench_data(s, 1, 128, 256);
@@ -599,7 +592,7 @@ BenchCase bench_gemm2(const BenchShape& s, Device) {
       {{"scale", Value(0.5)}});
   c.flops = 2.0 * static_cast<double>(P * d.R * (d.H + d.I));
   c.bytes = api::bench::nbytes({P, d.R, d.H + d.I}, DType::kBFloat16);
-  return keep_banks(std::move(c), d);
+  return c;
 }
 
 }  // namespace
