@@ -41,6 +41,8 @@ void register_sparse_ops(OpRegistry& registry);
 void register_gemm_bf16_fp4_ops(OpRegistry& registry);
 void register_qk_norm_rope_ops(OpRegistry& registry);
 void register_svdquant_ops(OpRegistry& registry);
+void register_moe_weight_prep_ops(OpRegistry& registry);
+void register_moe_lora_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -76,6 +78,8 @@ void register_builtin_ops(OpRegistry& registry) {
   register_gemm_bf16_fp4_ops(registry);
   register_qk_norm_rope_ops(registry);
   register_svdquant_ops(registry);
+  register_moe_weight_prep_ops(registry);
+  register_moe_lora_ops(registry);
 }
 
 }  // namespace flashinfer::detail
