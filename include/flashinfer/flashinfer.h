@@ -24,6 +24,7 @@
 #include "flashinfer/ops/gguf_mm.h"
 #include "flashinfer/ops/mla.h"
 #include "flashinfer/ops/moe.h"
+#include "flashinfer/ops/moe_fp4.h"
 #include "flashinfer/ops/moe_quant.h"
 #include "flashinfer/ops/moe_routing.h"
 #include "flashinfer/ops/norm.h"
