@@ -3,15 +3,21 @@
 // (written out independently here), fp64 formulas, routing from logits against the routed form,
 // bad input naming the argument, and record/replay.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 
@@ -728,6 +734,323 @@ TEST(MoeFp4Decls, SignaturesBackendsAndRecordReplay) {
     CallArgs bound(*decl, std::move(args));
     EXPECT_TRUE(same_values(decl->invoke(bound), call.result));
   }
+}
+
+// ---- dumps in upstream's format -----------------------------------------------------------
+
+// Dumps written by Python (torch 1.13) as upstream's recorder writes them: torch .pt files, fp8
+// tensors as torch >= 2.1 pickles float8_e4m3fn (written by hand, as in test_moe_quant.cpp),
+// packed fp4 as uint8, every argument by keyword as the engines pass it, the list result as
+// result__0. Weights, scales and biases prepared by upstream's procedure (FP4Moe /
+// MxInt4BlockScaleMoe in tests/moe, vLLM's gpt-oss preparation for the biases); expected
+// outputs computed by torch in fp32 as upstream's reference does. Calls: NVFP4 with DeepSeekV3
+// routing; MXFP4 x bf16 with biases and SwiGLU alpha/beta/limit (gpt-oss); the NVFP4 routed
+// form with packed ids; MxInt4 with Kimi-style DeepSeekV3 routing (BlockMajorK weights) and its
+// routed form (MajorK). Every call replays here and passes.
+TEST(MoeFp4UpstreamDumps, EngineStyleDumpsReplay) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_moe_fp4_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string py = R"PY(
+import json, os, sys, zipfile, struct
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+import torch.nn.functional as F
+
+LEGACY = {torch.float32: "FloatStorage", torch.bfloat16: "BFloat16Storage",
+          torch.int32: "IntStorage", torch.int64: "LongStorage", torch.int16: "ShortStorage",
+          torch.uint8: "ByteStorage", torch.float16: "HalfStorage"}
+def save(d, path):  # torch.save's zip format; ("fp8", uint8 codes) saved as float8_e4m3fn
+    out = bytearray(b"\x80\x02}(")
+    blobs = []
+    def s(x):
+        b = x.encode()
+        out.extend(b"X" + struct.pack("<I", len(b)) + b)
+    def i(v):
+        out.extend(b"J" + struct.pack("<i", v))
+    def ints(vs):
+        out.extend(b"(")
+        for v in vs: i(v)
+        out.extend(b"t")
+    for name, v in d.items():
+        fp8 = isinstance(v, tuple)
+        t = (v[1] if fp8 else v).contiguous()
+        key = str(len(blobs))
+        blobs.append(t.numpy().tobytes() if t.dtype == torch.uint8 else t.view(torch.uint8).numpy().tobytes())
+        s(name)
+        out.extend(b"ctorch._utils\n_rebuild_tensor_v%d\n(" % (3 if fp8 else 2))
+        out.extend(b"(")
+        s("storage")
+        out.extend(b"ctorch\n%s\n" % (b"UntypedStorage" if fp8 else LEGACY[t.dtype].encode()))
+        s(key); s("cpu"); i(t.numel())
+        out.extend(b"tQ")
+        i(0); ints(list(t.shape)); ints(list(t.stride()))
+        out.extend(b"\x89ccollections\nOrderedDict\n)R")
+        if fp8:
+            out.extend(b"ctorch\nfloat8_e4m3fn\n")
+        out.extend(b"tR")
+    out.extend(b"u.")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", bytes(out))
+        for k, b in enumerate(blobs):
+            z.writestr("archive/data/%d" % k, b)
+        z.writestr("archive/version", "3\n")
+
+d = sys.argv[1]
+seq = [0]
+def record(name, inputs, meta, out):
+    seq[0] += 1
+    call = "%s/20261122_200000_%03d_pid4242_%s_call%04d" % (d, seq[0], name, seq[0])
+    os.makedirs(call)
+    save(inputs, call + "/inputs.pt")
+    save({"result__0": out}, call + "/outputs.pt")
+    rec = {"function_name": name, "module": "flashinfer.fused_moe.core",
+           "call_sequence": seq[0], "timestamp": "20261122_200000_%03d" % seq[0],
+           "process_id": 4242, "input_metadata": meta, "output_metadata": {},
+           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": ["result__0"]},
+           "tensor_format": "torch", "execution_status": "completed"}
+    with open(call + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+
+def e4m3_value(c):
+    s = -1.0 if c & 0x80 else 1.0
+    e, m = (c >> 3) & 0xF, c & 7
+    if e == 0xF and m == 7: return float("nan")
+    return s * (m / 8.0 * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7))
+E4M3 = torch.tensor([e4m3_value(c) for c in range(256)])
+POS = torch.tensor([c for c in range(127)])  # finite non-negative codes 0..126
+def e4m3_codes(x):  # nearest non-negative code (x >= 0), saturating at 448
+    idx = (x.double().reshape(-1, 1) - E4M3[POS].double().reshape(1, -1)).abs().argmin(1)
+    return POS[idx].reshape(x.shape)
+E2M1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
+def e2m1_codes(x):  # round to nearest, ties to the even code, saturating at 6
+    a = x.abs().clamp(max=6).double().reshape(-1, 1)
+    dist = (a - E2M1[:8].double().reshape(1, -1)).abs() + (torch.arange(8) % 2).double() * 1e-12
+    c = dist.argmin(1).reshape(x.shape)
+    return c + 8 * (x < 0).long()
+def pack(codes):  # element 2j in the low nibble
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
+
+MAP32 = [0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
+         4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31]
+def shuffle_idx(m):  # get_shuffle_matrix_a_row_indices, epilogue_tile_m 128
+    idx = torch.empty(m, dtype=torch.long)
+    for old in range(m):
+        idx[old // 32 * 32 + MAP32[old % 32]] = old
+    return idx
+def interleave_idx(m):  # get_reorder_rows_for_gated_act_gemm_row_indices
+    r = torch.arange(m)
+    p = torch.empty_like(r)
+    p[0::2] = r[: (m + 1) // 2]
+    p[1::2] = r[(m + 1) // 2:]
+    return p
+def interleave_128x4(s):  # block_scale_interleave of one [M, C] matrix: 1-D, zero padding
+    M, C = s.shape
+    Mp, Cp = (M + 127) // 128 * 128, (C + 3) // 4 * 4
+    p = torch.zeros(Mp, Cp, dtype=s.dtype)
+    p[:M, :C] = s
+    return p.view(Mp // 128, 4, 32, Cp // 4, 4).permute(0, 3, 2, 1, 4).reshape(-1)
+def block_layout(u8):  # convert_to_block_layout(x, 128) on bytes
+    m, k = u8.shape
+    return u8.view(m, k // 128, 128).permute(1, 0, 2).contiguous()
+def bf(x): return x.bfloat16().float()
+
+torch.manual_seed(0)
+# 1. trtllm_fp4_block_scale_moe, NVFP4 (SGLang / vLLM ModelOpt NVFP4): DeepSeekV3 routing.
+T, E, H, I, K = 4, 8, 128, 64, 2
+p1, p2 = interleave_idx(2 * I)[shuffle_idx(2 * I)], shuffle_idx(H)
+xq = torch.randint(0, 16, (T, H))
+xs = e4m3_codes(torch.rand(T, H // 16) * 0.5 + 0.5)
+w1q = torch.randint(0, 16, (E, 2 * I, H))
+w2q = torch.randint(0, 16, (E, H, I))
+s1 = e4m3_codes(torch.rand(E, 2 * I, H // 16) * 0.04 + 0.02)
+s2 = e4m3_codes(torch.rand(E, H, I // 16) * 0.04 + 0.02)
+o1, og, o2 = torch.rand(E) + 0.5, torch.rand(E) + 0.5, torch.rand(E) + 0.5
+w1k = torch.stack([pack(w1q[e])[p1] for e in range(E)])
+w2k = torch.stack([pack(w2q[e])[p2] for e in range(E)])
+s1k = torch.stack([interleave_128x4(s1[e][p1].to(torch.uint8)) for e in range(E)]).view(E, 2 * I, H // 16)
+s2k = torch.stack([interleave_128x4(s2[e][p2].to(torch.uint8)) for e in range(E)]).view(E, H, I // 16)
+xd = E2M1[xq] * E4M3[xs].repeat_interleave(16, 1)
+w1d = E2M1[w1q] * E4M3[s1].repeat_interleave(16, 2)
+w2d = E2M1[w2q] * E4M3[s2].repeat_interleave(16, 2)
+def nvfp4_ffn(t, e):
+    g = xd[t] @ w1d[e].T
+    h = bf(F.silu(g[I:] * og[e]) * (g[:I] * o1[e]))
+    blocks = h.view(-1, 16)
+    sf = E4M3[e4m3_codes(blocks.abs().amax(1) / 6)]
+    q = torch.where(sf[:, None] > 0, E2M1[e2m1_codes(blocks / sf[:, None])] * sf[:, None],
+                    torch.zeros_like(blocks)).view(-1)
+    return bf(q @ w2d[e].T * o2[e])
+logits = torch.randn(T, E)
+rbias = (torch.randn(E) * 0.1).to(torch.bfloat16)
+s = torch.sigmoid(logits)
+sb = s + rbias.float()
+gs = sb.view(T, 4, 2).topk(2, dim=-1)[0].sum(-1)
+gmask = torch.zeros(T, 4).scatter_(1, gs.topk(2, dim=-1)[1], 1)
+ti = (sb * gmask.repeat_interleave(2, dim=1)).topk(K, dim=-1)[1]
+sel = s.gather(1, ti)
+wts = bf(sel / (sel.sum(-1, keepdim=True) + 1e-20) * 2.5)
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        out[t] += wts[t, k] * nvfp4_ffn(t, int(ti[t, k]))
+nv_inputs = {"kwarg_hidden_states": pack(xq), "kwarg_hidden_states_scale": ("fp8", xs.to(torch.uint8)),
+             "kwarg_gemm1_weights": w1k, "kwarg_gemm1_weights_scale": ("fp8", s1k),
+             "kwarg_gemm2_weights": w2k, "kwarg_gemm2_weights_scale": ("fp8", s2k),
+             "kwarg_output1_scale_scalar": o1, "kwarg_output1_scale_gate_scalar": og,
+             "kwarg_output2_scale_scalar": o2}
+nv_meta = {"kwarg_gemm1_bias": None, "kwarg_gemm1_alpha": None, "kwarg_gemm1_beta": None,
+           "kwarg_gemm1_clamp_limit": None, "kwarg_gemm2_bias": None, "kwarg_num_experts": E,
+           "kwarg_top_k": K, "kwarg_intermediate_size": I, "kwarg_local_expert_offset": 0,
+           "kwarg_local_num_experts": E, "kwarg_do_finalize": True, "kwarg_enable_pdl": None,
+           "kwarg_activation_type": 3, "kwarg_tune_max_num_tokens": 8192}
+record("trtllm_fp4_block_scale_moe",
+       dict(nv_inputs, kwarg_routing_logits=logits, kwarg_routing_bias=rbias),
+       dict(nv_meta, kwarg_n_group=4, kwarg_topk_group=2, kwarg_routed_scaling_factor=2.5,
+            kwarg_routing_method_type=2, kwarg_output=None),
+       out.bfloat16())
+
+# 2. trtllm_fp4_block_scale_routed_moe, the same NVFP4 layer, packed (id << 16 | bf16 weight).
+ids = torch.tensor([[1, 6], [0, 3], [7, 2], [5, 4]], dtype=torch.int32)
+rw = torch.tensor([[0.75, 0.25], [0.5, 0.5], [0.625, 0.375], [0.875, 0.125]])
+packed = (ids << 16) | rw.bfloat16().view(torch.int16).to(torch.int32)
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        out[t] += rw[t, k] * nvfp4_ffn(t, int(ids[t, k]))
+record("trtllm_fp4_block_scale_routed_moe", dict(nv_inputs, kwarg_topk_ids=packed),
+       dict(nv_meta, kwarg_routing_bias=None, kwarg_n_group=None, kwarg_topk_group=None,
+            kwarg_routed_scaling_factor=None, kwarg_routing_method_type=1),
+       out.bfloat16())
+
+# 3. trtllm_fp4_block_scale_moe, MXFP4 weights x bf16 hidden states (gpt-oss): biases stored in
+# their rows' prepared order, SwiGLU alpha / beta / clamp limit, Renormalize of bf16 logits.
+T, E, H, I, K = 4, 8, 128, 128, 2
+p1, p2 = interleave_idx(2 * I)[shuffle_idx(2 * I)], shuffle_idx(H)
+x = torch.randn(T, H).bfloat16()
+w1q = torch.randint(0, 16, (E, 2 * I, H))
+w2q = torch.randint(0, 16, (E, H, I))
+s1 = torch.randint(122, 126, (E, 2 * I, H // 32))
+s2 = torch.randint(122, 126, (E, H, I // 32))
+b1, b2 = torch.randn(E, 2 * I) * 0.1, torch.randn(E, H) * 0.1
+alpha, beta, lim = torch.full((E,), 1.702), torch.full((E,), 1.0), torch.full((E,), 7.0)
+w1d = E2M1[w1q] * torch.pow(2.0, s1.float() - 127).repeat_interleave(32, 2)
+w2d = E2M1[w2q] * torch.pow(2.0, s2.float() - 127).repeat_interleave(32, 2)
+logits = torch.randn(T, E).bfloat16()
+tv, ti = torch.topk(logits.float(), K, dim=-1)
+wts = bf(torch.softmax(tv, -1))
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        e = int(ti[t, k])
+        g = x[t].float() @ w1d[e].T
+        up, gate = g[:I] + b1[e, :I], g[I:] + b1[e, I:]
+        gl = gate.clamp(max=lim[e])
+        ul = up.clamp(-lim[e], lim[e]) + beta[e]
+        h = bf(gl * torch.sigmoid(alpha[e] * gl) * ul)
+        out[t] += wts[t, k] * bf(h @ w2d[e].T + b2[e])
+record("trtllm_fp4_block_scale_moe",
+       {"kwarg_routing_logits": logits, "kwarg_hidden_states": x,
+        "kwarg_gemm1_weights": torch.stack([pack(w1q[e])[p1] for e in range(E)]),
+        "kwarg_gemm1_weights_scale": ("fp8", torch.stack([interleave_128x4(s1[e][p1].to(torch.uint8)) for e in range(E)]).view(E, 2 * I, H // 32)),
+        "kwarg_gemm1_bias": torch.stack([b1[e][p1] for e in range(E)]),
+        "kwarg_gemm1_alpha": alpha, "kwarg_gemm1_beta": beta, "kwarg_gemm1_clamp_limit": lim,
+        "kwarg_gemm2_weights": torch.stack([pack(w2q[e])[p2] for e in range(E)]),
+        "kwarg_gemm2_weights_scale": ("fp8", torch.stack([interleave_128x4(s2[e][p2].to(torch.uint8)) for e in range(E)]).view(E, H, I // 32)),
+        "kwarg_gemm2_bias": torch.stack([b2[e][p2] for e in range(E)])},
+       {"kwarg_routing_bias": None, "kwarg_hidden_states_scale": None,
+        "kwarg_output1_scale_scalar": None, "kwarg_output1_scale_gate_scalar": None,
+        "kwarg_output2_scale_scalar": None, "kwarg_num_experts": E, "kwarg_top_k": K,
+        "kwarg_n_group": None, "kwarg_topk_group": None, "kwarg_intermediate_size": I,
+        "kwarg_local_expert_offset": 0, "kwarg_local_num_experts": E,
+        "kwarg_routed_scaling_factor": None, "kwarg_routing_method_type": 1,
+        "kwarg_do_finalize": True, "kwarg_tune_max_num_tokens": 8192},
+       out.bfloat16())
+
+# 4. trtllm_mxint4_block_scale_moe (Kimi-style DeepSeekV3 routing, one group), weights
+# prepared as MxInt4BlockScaleMoe does (interleave + shuffle, BlockMajorK of 128 bytes), bf16
+# scales shuffled, 128x4-interleaved and stacked [E, padded].
+T, E, H, I, K = 4, 8, 256, 256, 2
+p1, p2 = interleave_idx(2 * I)[shuffle_idx(2 * I)], shuffle_idx(H)
+x = torch.randn(T, H).bfloat16()
+w1q = torch.randint(0, 16, (E, 2 * I, H))
+w2q = torch.randint(0, 16, (E, H, I))
+s1 = (torch.rand(E, 2 * I, H // 32) * 0.01 + 0.005).bfloat16()
+s2 = (torch.rand(E, H, I // 32) * 0.01 + 0.005).bfloat16()
+INT4 = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1]).float()
+w1d = INT4[w1q] * s1.float().repeat_interleave(32, 2)
+w2d = INT4[w2q] * s2.float().repeat_interleave(32, 2)
+w1k = torch.stack([block_layout(pack(w1q[e])[p1]) for e in range(E)])
+w2k = torch.stack([block_layout(pack(w2q[e])[p2]) for e in range(E)])
+s1k = torch.stack([interleave_128x4(s1[e][p1]) for e in range(E)])
+s2k = torch.stack([interleave_128x4(s2[e][p2]) for e in range(E)])
+def int4_ffn(t, e):
+    g = x[t].float() @ w1d[e].T
+    h = bf(F.silu(g[I:]) * g[:I])
+    return bf(h @ w2d[e].T)
+logits = torch.randn(T, E)
+rbias = (torch.randn(E) * 0.1).bfloat16()
+s = torch.sigmoid(logits)
+ti = (s + rbias.float()).topk(K, dim=-1)[1]
+sel = s.gather(1, ti)
+wts = bf(sel / (sel.sum(-1, keepdim=True) + 1e-20) * 2.5)
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        out[t] += wts[t, k] * int4_ffn(t, int(ti[t, k]))
+record("trtllm_mxint4_block_scale_moe",
+       {"kwarg_routing_logits": logits, "kwarg_routing_bias": rbias, "kwarg_hidden_states": x,
+        "kwarg_gemm1_weights": w1k, "kwarg_gemm1_weights_scale": s1k,
+        "kwarg_gemm2_weights": w2k, "kwarg_gemm2_weights_scale": s2k},
+       {"kwarg_gemm1_alpha": None, "kwarg_gemm1_beta": None, "kwarg_gemm1_clamp_limit": None,
+        "kwarg_num_experts": E, "kwarg_top_k": K, "kwarg_n_group": 1, "kwarg_topk_group": 1,
+        "kwarg_intermediate_size": I, "kwarg_local_expert_offset": 0,
+        "kwarg_local_num_experts": E, "kwarg_routed_scaling_factor": 2.5,
+        "kwarg_routing_method_type": 2, "kwarg_enable_pdl": None, "kwarg_output": None,
+        "kwarg_tune_max_num_tokens": 8192},
+       out.bfloat16())
+
+# 5. trtllm_mxint4_block_scale_routed_moe, MajorK weights, packed ids.
+ids = torch.tensor([[2, 5], [7, 0], [1, 3], [6, 4]], dtype=torch.int32)
+rw = torch.tensor([[0.75, 0.25], [0.5, 0.5], [0.625, 0.375], [0.875, 0.125]])
+packed = (ids << 16) | rw.bfloat16().view(torch.int16).to(torch.int32)
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        out[t] += rw[t, k] * int4_ffn(t, int(ids[t, k]))
+record("trtllm_mxint4_block_scale_routed_moe",
+       {"kwarg_topk_ids": packed, "kwarg_hidden_states": x,
+        "kwarg_gemm1_weights": torch.stack([pack(w1q[e])[p1] for e in range(E)]),
+        "kwarg_gemm1_weights_scale": s1k,
+        "kwarg_gemm2_weights": torch.stack([pack(w2q[e])[p2] for e in range(E)]),
+        "kwarg_gemm2_weights_scale": s2k},
+       {"kwarg_gemm1_alpha": None, "kwarg_gemm1_beta": None, "kwarg_gemm1_clamp_limit": None,
+        "kwarg_num_experts": E, "kwarg_top_k": K, "kwarg_n_group": None,
+        "kwarg_topk_group": None, "kwarg_intermediate_size": I, "kwarg_local_expert_offset": 0,
+        "kwarg_local_num_experts": E, "kwarg_routed_scaling_factor": None},
+       out.bfloat16())
+)PY";
+  std::ofstream(dir / "make.py") << py;
+  // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
+  const int st =
+      std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + dir.string()).c_str());
+  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  ASSERT_EQ(st, 0);
+  fs::remove(dir / "make.py");
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 5u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+    ASSERT_FALSE(r.comparisons.empty()) << r.function_name;
+    EXPECT_EQ(r.comparisons[0].key, "result__0") << r.function_name;
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace
