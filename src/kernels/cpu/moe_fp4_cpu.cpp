@@ -22,37 +22,41 @@ float e2m1_at(const uint8_t* row, int64_t c) {
   return e2m1_bits_to_float(c % 2 == 0 ? e2m1x2_low(b) : e2m1x2_high(b));
 }
 
-// Element c of a packed signed-int4 row (two's complement nibbles, element 2j low).
-float int4_at(const uint8_t* row, int64_t c) {
-  const uint8_t b = row[c / 2];
-  const int v = c % 2 == 0 ? (b & 0xF) : (b >> 4);
-  return static_cast<float>(v < 8 ? v : v - 16);
-}
-
 int64_t weight_vec(Moe4Weights w) { return w == Moe4Weights::kNvfp4 ? 16 : 32; }
 
-// The fp32 value of one expert's [rows, cols] packed weight matrix with its linear scales.
+// The fp32 value of one expert's [rows, cols] packed weight matrix with its linear scales: a
+// 16-entry table of the nibble values times each block's scale.
 std::vector<float> dequant_weights(Moe4Weights kind, const uint8_t* w, const void* scale,
                                    int64_t rows, int64_t cols) {
   std::vector<float> out(static_cast<size_t>(rows * cols));
   const int64_t vec = weight_vec(kind), sc = cols / vec;
+  float lut[16];
+  for (int i = 0; i < 16; ++i) {
+    lut[i] = kind == Moe4Weights::kMxint4 ? static_cast<float>(i < 8 ? i : i - 16)
+                                          : e2m1_bits_to_float(static_cast<uint8_t>(i));
+  }
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* wr = w + r * (cols / 2);
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t si = r * sc + c / vec;
-      float v;
+    float* o = out.data() + r * cols;
+    for (int64_t b = 0; b < sc; ++b) {
+      const int64_t si = r * sc + b;
+      float s;
       switch (kind) {
         case Moe4Weights::kNvfp4:
-          v = e2m1_at(wr, c) * e4m3fn_bits_to_float(static_cast<const uint8_t*>(scale)[si]);
+          s = e4m3fn_bits_to_float(static_cast<const uint8_t*>(scale)[si]);
           break;
         case Moe4Weights::kMxfp4:
-          v = e2m1_at(wr, c) * ue8m0_to_float(static_cast<const uint8_t*>(scale)[si]);
+          s = ue8m0_to_float(static_cast<const uint8_t*>(scale)[si]);
           break;
         default:
-          v = int4_at(wr, c) * bfloat16_bits_to_float(static_cast<const uint16_t*>(scale)[si]);
+          s = bfloat16_bits_to_float(static_cast<const uint16_t*>(scale)[si]);
           break;
       }
-      out[static_cast<size_t>(r * cols + c)] = v;
+      for (int64_t j = b * vec / 2; j < (b + 1) * vec / 2; ++j) {
+        const uint8_t byte = wr[j];
+        o[2 * j] = lut[byte & 0xF] * s;
+        o[2 * j + 1] = lut[byte >> 4] * s;
+      }
     }
   }
   return out;
