@@ -711,6 +711,258 @@ std::vector<Tensor> trtllm_mxint4_block_scale_routed_moe(
 
 namespace {
 
+// Upstream's CuTe-DSL preparation interleaves the gated GEMM1 rows in groups of 64
+// (interleave_linear_and_gate(w1, 64)): stored row s holds plain row
+// ((s % 128) / 64) * I + (s / 128) * 64 + s % 64 (linear half first, then gate).
+std::vector<int64_t> cute_gated_row_source(int64_t rows) {
+  const int64_t I = rows / 2;
+  std::vector<int64_t> src(static_cast<size_t>(rows));
+  for (int64_t s = 0; s < rows; ++s) {
+    src[static_cast<size_t>(s)] = ((s % 128) / 64) * I + (s / 128) * 64 + s % 64;
+  }
+  return src;
+}
+
+// Rows of [E, m, row_bytes] bytes moved to their plain positions (src[stored] = plain).
+Tensor plain_rows(const Tensor& w, int64_t E, int64_t m, int64_t row_bytes,
+                  const std::vector<int64_t>& src) {
+  Tensor out = Tensor::empty({E, m, row_bytes}, w.dtype(), Device::cpu());
+  const auto* in = static_cast<const uint8_t*>(w.data_ptr());
+  auto* o = static_cast<uint8_t*>(out.data_ptr());
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t r = 0; r < m; ++r) {
+      std::memcpy(o + (e * m + src[static_cast<size_t>(r)]) * row_bytes,
+                  in + (e * m + r) * row_bytes, static_cast<size_t>(row_bytes));
+    }
+  }
+  return out;
+}
+
+// The e4m3 scale codes of E matrices [m, cols] as upstream's CuTe-DSL tests pass them: the
+// 128x4-swizzled bytes of fp4_quantize per expert, either contiguous (any shape with the padded
+// element count) or through convert_sf_to_mma_layout's 6-D view (32, 4, m_tiles, 4, k_tiles, E).
+// Returns linear codes [E, m, cols] with stored row r moved to src[r].
+Tensor cute_plain_scales(const Tensor& s, int64_t E, int64_t m, int64_t cols,
+                         const std::vector<int64_t>& src, const char* op, const char* arg) {
+  api::check_defined(s, op, arg);
+  api::check_dtype_in(s, {DType::kUInt8, DType::kFloat8E4M3FN}, op, arg);
+  const auto layout = kernels::SfLayoutCode::k128x4;
+  const int64_t per = kernels::sf_buffer_size(layout, m, cols);
+  const int64_t mt = (m + 127) / 128, kt = (cols + 3) / 4;
+  const bool six = s.dim() == 6;
+  FLASHINFER_CHECK(
+      six ? s.shape() == Shape({32, 4, mt, 4, kt, E}) : (s.is_contiguous() && s.numel() == E * per),
+      op, arg, "expected the 128x4-swizzled scales of ", E, " experts of ", m, " x ", cols, " (",
+      E * per, " contiguous elements, or the 6-D view [32, 4, ", mt, ", 4, ", kt, ", ", E,
+      "]), got ", shape_to_string(s.shape()));
+  Tensor out = Tensor::empty({E, m, cols}, DType::kUInt8, Device::cpu());
+  const auto* in = static_cast<const uint8_t*>(s.data_ptr());
+  auto* o = static_cast<uint8_t*>(out.data_ptr());
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        int64_t at;
+        if (six) {
+          at = (r % 32) * s.stride(0) + ((r % 128) / 32) * s.stride(1) + (r / 128) * s.stride(2) +
+               (c % 4) * s.stride(3) + (c / 4) * s.stride(4) + e * s.stride(5);
+        } else {
+          at = e * per + kernels::sf_offset(layout, r, c, cols);
+        }
+        o[(e * m + src[static_cast<size_t>(r)]) * cols + c] = in[at];
+      }
+    }
+  }
+  return out;
+}
+
+Tensor cute_dsl_impl(const Tensor& x, const std::optional<Tensor>& x_sf, const Tensor& ids,
+                     const Tensor& scales, const Tensor& w1, const Tensor& w1_sf,
+                     const Tensor& w1_alpha, const std::optional<Tensor>& fc2_input_scale,
+                     const Tensor& w2, const Tensor& w2_sf, const Tensor& w2_alpha,
+                     int64_t num_experts, int64_t top_k, std::optional<int64_t> num_local_experts,
+                     int64_t offset, DType output_dtype, const std::optional<Tensor>& moe_output,
+                     int64_t activation_type, double swiglu_alpha, double swiglu_beta,
+                     double swiglu_limit, const std::optional<double>& situ_beta,
+                     const std::optional<double>& situ_linear_beta, std::string_view quant_mode,
+                     const std::optional<Tensor>& per_token_scale) {
+  const char* op = "cute_dsl_fused_moe_nvfp4";
+  api::check_defined(x, op, "x");
+  check_cpu(x, op);
+  FLASHINFER_CHECK_CODE(quant_mode == "w4a4", ErrorCode::kUnsupported, op, "quant_mode",
+                        "only \"w4a4\" (NVFP4 activations and weights) is implemented, got \"",
+                        quant_mode, "\"");
+  refuse(situ_beta.has_value(), op, "situ_beta", "the SiTU activation is not implemented");
+  refuse(situ_linear_beta.has_value(), op, "situ_linear_beta",
+         "the SiTU activation is not implemented");
+  refuse(per_token_scale.has_value(), op, "per_token_scale",
+         "per-token activation scales are not implemented");
+  FLASHINFER_CHECK_CODE(
+      activation_type == 3 || activation_type == 6, ErrorCode::kUnsupported, op, "activation_type",
+      "Swiglu (3) and Relu2 (6) are implemented (the reference's two), got ", activation_type);
+  const bool gated = activation_type == 3;
+  api::check_dtype_in(x, {DType::kUInt8}, op, "x");
+  api::check_dim(x, {2}, op, "x");
+  last_stride_one(x, op, "x");
+  const int64_t T = x.size(0), H = 2 * x.size(1), K = top_k, E = num_experts;
+  const int64_t El = num_local_experts.value_or(E);
+  FLASHINFER_CHECK(H % 64 == 0, op, "x", "hidden_size must be a multiple of 64, got ", H);
+  FLASHINFER_CHECK(K >= 1 && K <= E, op, "top_k", "must be in [1, num_experts=", E, "], got ", K);
+  FLASHINFER_CHECK(El >= 1 && offset >= 0 && offset + El <= E, op, "num_local_experts",
+                   "local experts [", offset, ", ", offset + El,
+                   ") must lie in [0, num_experts=", E, ")");
+  FLASHINFER_CHECK(x_sf.has_value(), op, "x_sf", "required for NVFP4 x");
+  api::check_dtype_in(*x_sf, {DType::kUInt8, DType::kFloat8E4M3FN}, op, "x_sf");
+  api::check_same_device(*x_sf, x, op, "x_sf", "x");
+  FLASHINFER_CHECK(x_sf->is_contiguous() && x_sf->numel() == T * (H / 16), op, "x_sf",
+                   "expected contiguous [", T, ", ", H / 16, "] linear scales, got ",
+                   shape_to_string(x_sf->shape()));
+  api::check_defined(ids, op, "token_selected_experts");
+  api::check_dtype_in(ids, {DType::kInt32}, op, "token_selected_experts");
+  api::check_shape_eq(ids, {T, K}, op, "token_selected_experts");
+  api::check_same_device(ids, x, op, "token_selected_experts", "x");
+  last_stride_one(ids, op, "token_selected_experts");
+  api::check_defined(scales, op, "token_final_scales");
+  api::check_dtype_in(scales, {DType::kFloat32, DType::kBFloat16}, op, "token_final_scales");
+  api::check_shape_eq(scales, {T, K}, op, "token_final_scales");
+  api::check_same_device(scales, x, op, "token_final_scales", "x");
+  FLASHINFER_CHECK(scales.stride(0) == ids.stride(0) && (K <= 1 || scales.stride(1) == 1), op,
+                   "token_final_scales", "must have the row stride of token_selected_experts");
+  api::check_defined(w1, op, "w1_weight");
+  api::check_dtype_in(w1, {DType::kUInt8}, op, "w1_weight");
+  api::check_dim(w1, {3}, op, "w1_weight");
+  api::check_same_device(w1, x, op, "w1_weight", "x");
+  FLASHINFER_CHECK(w1.is_contiguous() && w1.size(0) == El && w1.size(2) == H / 2, op, "w1_weight",
+                   "expected contiguous [", El, ", ", gated ? "2 * " : "", "intermediate_size, ",
+                   H / 2, "], got ", shape_to_string(w1.shape()));
+  const int64_t N1 = w1.size(1), I = gated ? N1 / 2 : N1;
+  FLASHINFER_CHECK(I >= 16 && I % (gated ? 64 : 16) == 0 && (!gated || N1 % 2 == 0), op,
+                   "w1_weight", "intermediate_size must be a multiple of ", gated ? 64 : 16,
+                   " (gated rows interleave in groups of 64), got ", gated ? N1 / 2 : N1);
+  api::check_defined(w2, op, "w2_weight");
+  api::check_dtype_in(w2, {DType::kUInt8}, op, "w2_weight");
+  api::check_same_device(w2, x, op, "w2_weight", "x");
+  FLASHINFER_CHECK(w2.is_contiguous() && w2.shape() == Shape({El, H, I / 2}), op, "w2_weight",
+                   "expected contiguous [", El, ", ", H, ", ", I / 2, "], got ",
+                   shape_to_string(w2.shape()));
+  const float* a1 = per_expert(w1_alpha, El, x, op, "w1_alpha");
+  FLASHINFER_CHECK(a1 != nullptr, op, "w1_alpha", "required");
+  const float* a2 = per_expert(w2_alpha, El, x, op, "w2_alpha");
+  const float* gs = nullptr;
+  int64_t gs_count = 0;
+  if (fc2_input_scale) {
+    const Tensor& f = *fc2_input_scale;
+    api::check_dtype_in(f, {DType::kFloat32}, op, "fc2_input_scale");
+    api::check_same_device(f, x, op, "fc2_input_scale", "x");
+    FLASHINFER_CHECK(f.is_contiguous() && (f.numel() == 1 || f.numel() == El), op,
+                     "fc2_input_scale", "expected one value or [", El, "], got ",
+                     shape_to_string(f.shape()));
+    gs = f.data<float>();
+    gs_count = f.numel();
+  }
+  api::check_dtype_in(Tensor::empty({0}, output_dtype),
+                      {DType::kBFloat16, DType::kFloat16, DType::kFloat32}, op, "output_dtype");
+  Tensor out;
+  if (moe_output) {
+    const Tensor& o = *moe_output;
+    api::check_dtype_in(o, {output_dtype}, op, "moe_output");
+    api::check_shape_eq(o, {T, H}, op, "moe_output");
+    api::check_same_device(o, x, op, "moe_output", "x");
+    last_stride_one(o, op, "moe_output");
+    api::check_writable(o, op, "moe_output");
+    out = o;
+  } else {
+    out = Tensor::empty({T, H}, output_dtype, x.device());
+  }
+  std::vector<int64_t> src1(static_cast<size_t>(N1)), src2(static_cast<size_t>(H));
+  for (int64_t i = 0; i < N1; ++i) src1[static_cast<size_t>(i)] = i;
+  for (int64_t i = 0; i < H; ++i) src2[static_cast<size_t>(i)] = i;
+  if (gated) src1 = cute_gated_row_source(N1);
+  const Tensor w1p = plain_rows(w1, El, N1, H / 2, src1);
+  const Tensor s1p = cute_plain_scales(w1_sf, El, N1, H / 16, src1, op, "w1_weight_sf");
+  const Tensor s2p = cute_plain_scales(w2_sf, El, H, I / 16, src2, op, "w2_weight_sf");
+  std::vector<float> sa(static_cast<size_t>(El), static_cast<float>(swiglu_alpha)),
+      sb(static_cast<size_t>(El), static_cast<float>(swiglu_beta)),
+      sl(static_cast<size_t>(El), static_cast<float>(swiglu_limit));
+  kernels::TrtllmFp4MoeParams p;
+  p.weights = kernels::Moe4Weights::kNvfp4;
+  p.input = kernels::Moe4Input::kNvfp4;
+  p.act_quant = gs ? kernels::Moe4ActQuant::kNvfp4 : kernels::Moe4ActQuant::kNone;
+  p.act_global_scale = gs;
+  p.act_gs_count = gs_count;
+  p.round_routing_weights = false;
+  p.round_expert_out = false;
+  p.hs_scale = static_cast<const uint8_t*>(x_sf->data_ptr());
+  p.hs_scale_stride = H / 16;
+  p.w1_scale = s1p.data_ptr();
+  p.w2_scale = s2p.data_ptr();
+  // GEMM1's per-expert alpha scales both halves (and the single projection of Relu2).
+  p.out1_scale = gated ? a1 : nullptr;
+  p.out1_gate_scale = a1;
+  p.out2_scale = a2;
+  kernels::TrtllmMoeParams& b = p.base;
+  b.precomputed = true;
+  b.ids = ids.data<int32_t>();
+  b.weights = scales.data_ptr();
+  b.weights_dtype = scales.dtype();
+  b.routed_stride = ids.stride(0);
+  b.routing.num_tokens = T;
+  b.routing.num_experts = E;
+  b.routing.top_k = K;
+  kernels::CutlassMoeParams& m = b.moe;
+  m.input = x.data_ptr();
+  m.in_stride = x.stride(0);
+  m.out = out.data_ptr();
+  m.out_stride = out.stride(0);
+  m.out_dtype = output_dtype;
+  m.num_tokens = T;
+  m.top_k = K;
+  m.hidden = H;
+  m.inter = I;
+  m.num_local_experts = El;
+  m.expert_offset = offset;
+  m.act = static_cast<kernels::MoeAct>(activation_type);
+  m.w1 = w1p.data_ptr();
+  m.w2 = w2.data_ptr();
+  if (gated) {
+    // The reference's SwiGLU with alpha / beta / limit (the SwigluBias formula).
+    m.swiglu_alpha = sa.data();
+    m.swiglu_beta = sb.data();
+    m.swiglu_limit = sl.data();
+  }
+  api::launch(kTrtllmFp4MoeKernels, p, x.device(), op, "x", false);
+  return out;
+}
+
+}  // namespace
+
+Tensor cute_dsl_fused_moe_nvfp4(
+    const Tensor& x, std::optional<Tensor> x_sf, const Tensor& token_selected_experts,
+    const Tensor& token_final_scales, const Tensor& w1_weight, const Tensor& w1_weight_sf,
+    const Tensor& w1_alpha, std::optional<Tensor> fc2_input_scale, const Tensor& w2_weight,
+    const Tensor& w2_weight_sf, const Tensor& w2_alpha, int64_t num_experts, int64_t top_k,
+    std::optional<int64_t> num_local_experts, int64_t local_expert_offset, DType output_dtype,
+    bool use_fused_finalize, std::optional<Tensor> moe_output, std::optional<Value> aux_stream,
+    bool enable_pdl, int64_t activation_type, double swiglu_alpha, double swiglu_beta,
+    double swiglu_limit, std::optional<double> situ_beta, std::optional<double> situ_linear_beta,
+    std::string_view quant_mode, std::optional<Tensor> per_token_scale) {
+  return call_op<&cute_dsl_fused_moe_nvfp4>(
+      [&] {
+        return cute_dsl_impl(x, x_sf, token_selected_experts, token_final_scales, w1_weight,
+                             w1_weight_sf, w1_alpha, fc2_input_scale, w2_weight, w2_weight_sf,
+                             w2_alpha, num_experts, top_k, num_local_experts, local_expert_offset,
+                             output_dtype, moe_output, activation_type, swiglu_alpha, swiglu_beta,
+                             swiglu_limit, situ_beta, situ_linear_beta, quant_mode,
+                             per_token_scale);
+      },
+      x, x_sf, token_selected_experts, token_final_scales, w1_weight, w1_weight_sf, w1_alpha,
+      fc2_input_scale, w2_weight, w2_weight_sf, w2_alpha, num_experts, top_k, num_local_experts,
+      local_expert_offset, output_dtype, use_fused_finalize, moe_output, aux_stream, enable_pdl,
+      activation_type, swiglu_alpha, swiglu_beta, swiglu_limit, situ_beta, situ_linear_beta,
+      quant_mode, per_token_scale);
+}
+
+namespace {
+
 Tensor rand_bytes(const Shape& shape, Device dev, uint64_t seed) {
   return api::bench::random_tensor(shape, DType::kFloat32, Device::cpu(), seed, 0.0, 256.0)
       .to(DType::kUInt8)
@@ -841,6 +1093,35 @@ BenchCase bench_trtllm_mxint4_block_scale_routed_moe(const BenchShape& s, Device
                 H, I);
 }
 
+// cute_dsl_fused_moe_nvfp4: NVFP4 x and weights (random bytes are a valid prepared layout),
+// 8 experts, top-2 with weights 0.75 / 0.25, alphas and fc2_input_scale 1.
+BenchCase bench_cute_dsl_fused_moe_nvfp4(const BenchShape& s, Device dev) {
+  const int64_t H = (s.hidden_size + 127) / 128 * 128, I = (s.n + 127) / 128 * 128, E = 8;
+  const int64_t T = s.m;
+  const uint64_t sd = s.random_seed;
+  std::vector<double> ids, w;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t e0 = (t * 5) % E, e1 = (e0 + 1 + t % (E - 1)) % E;
+    ids.insert(ids.end(), {static_cast<double>(e0), static_cast<double>(e1)});
+    w.insert(w.end(), {0.75, 0.25});
+  }
+  auto ones = [&] { return Value(Tensor::full({E}, 1.0, DType::kFloat32).to(dev)); };
+  auto sf = [&](int64_t rows, int64_t cols, uint64_t seed) {
+    const int64_t per = kernels::sf_buffer_size(kernels::SfLayoutCode::k128x4, rows, cols);
+    return Value(e4m3_scales({E * per}, dev, seed, 0.01, 0.02));
+  };
+  BenchCase c = api::bench::invoke_case(
+      "cute_dsl_fused_moe_nvfp4",
+      {Value(rand_bytes({T, H / 2}, dev, sd + 1)),
+       Value(e4m3_scales({T, H / 16}, dev, sd + 2, 0.25, 0.5)),
+       Value(Tensor::from_vector(ids, {T, 2}, DType::kInt32).to(dev)),
+       Value(Tensor::from_vector(w, {T, 2}, DType::kFloat32).to(dev)),
+       Value(rand_bytes({E, 2 * I, H / 2}, dev, sd + 3)), sf(2 * I, H / 16, sd + 4), ones(),
+       Value(Tensor::full({1}, 1.0, DType::kFloat32).to(dev)),
+       Value(rand_bytes({E, H, I / 2}, dev, sd + 5)), sf(H, I / 16, sd + 6), ones(), Value(E),
+       Value(int64_t{2})});
+  return finish(std::move(c), s, H, I);
+}
 }  // namespace
 
 namespace detail {
@@ -906,6 +1187,22 @@ void register_moe_fp4_ops(OpRegistry& r) {
       "local_expert_offset", "local_num_experts", arg("routed_scaling_factor").required(),
       arg("routing_method_type", int64_t{0}), arg("do_finalize", true), "enable_pdl",
       "gemm1_lora_delta", arg("output").mut(), arg("tune_max_num_tokens", int64_t{8192}));
+  declare<&cute_dsl_fused_moe_nvfp4>(
+      r,
+      {.name = "cute_dsl_fused_moe_nvfp4",
+       .module = "flashinfer.fused_moe.cute_dsl.fused_moe",
+       .summary = "CuTe-DSL NVFP4 fused MoE with precomputed routing (w4a4): GEMM1, SwiGLU or "
+                  "Relu2, NVFP4 activation, GEMM2, weighted combine"},
+      "x", arg("x_sf").required(), "token_selected_experts", "token_final_scales", "w1_weight",
+      "w1_weight_sf", "w1_alpha", arg("fc2_input_scale").required(), "w2_weight", "w2_weight_sf",
+      "w2_alpha", "num_experts", "top_k", "num_local_experts", arg("local_expert_offset", 0),
+      arg("output_dtype", DType::kBFloat16), arg("use_fused_finalize", true),
+      arg("moe_output").mut(), "aux_stream", arg("enable_pdl", true),
+      arg("activation_type", int64_t{3}), arg("swiglu_alpha", 1.0), arg("swiglu_beta", 0.0),
+      arg("swiglu_limit", 3.4028234663852886e38), "situ_beta", "situ_linear_beta",
+      arg("quant_mode", std::string_view("w4a4")).kw(), arg("per_token_scale").kw());
+  api::register_backends("cute_dsl_fused_moe_nvfp4", kTrtllmFp4MoeKernels);
+  register_bench_hook("cute_dsl_fused_moe_nvfp4", bench_cute_dsl_fused_moe_nvfp4);
   for (const char* name :
        {"trtllm_fp4_block_scale_moe", "trtllm_fp4_block_scale_routed_moe",
         "trtllm_mxint4_block_scale_moe", "trtllm_mxint4_block_scale_routed_moe"}) {

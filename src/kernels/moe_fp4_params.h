@@ -27,6 +27,7 @@ enum class Moe4ActQuant : int {
   kNvfp4 = 0,  // fp4_quantize of the bf16-rounded activation (global scale 1)
   kMxfp8 = 1,  // mxfp8_quantize of the bf16-rounded activation
   kBf16 = 2,   // rounded to bf16
+  kNone = 3,   // fp32 as computed (cute_dsl_fused_moe_nvfp4 without fc2_input_scale)
 };
 
 /// base.moe.input: the hidden states (row stride in_stride, in elements of the stored dtype:
@@ -48,6 +49,14 @@ struct TrtllmFp4MoeParams {
   const float* out1_scale = nullptr;       // output1_scale_scalar
   const float* out1_gate_scale = nullptr;  // output1_scale_gate_scalar
   const float* out2_scale = nullptr;       // output2_scale_scalar
+  // kNvfp4 activation: the global scale of fp4_quantize, [E_l] or one value (act_gs_count 1);
+  // null means 1. Dequantized as (e2m1 * sf) * (1 / gs).
+  const float* act_global_scale = nullptr;
+  int64_t act_gs_count = 0;
+  // trtllm-gen keeps the routing weights and each expert's GEMM2 output in bf16; the CuTe-DSL
+  // reference keeps both in fp32.
+  bool round_routing_weights = true;
+  bool round_expert_out = true;
 };
 
 }  // namespace flashinfer::kernels

@@ -736,6 +736,227 @@ TEST(MoeFp4Decls, SignaturesBackendsAndRecordReplay) {
   }
 }
 
+// ---- cute_dsl_fused_moe_nvfp4 ------------------------------------------------------------------
+
+// Upstream's CuTe-DSL test preparation (create_moe_tensors): gated GEMM1 rows interleaved
+// linear / gate in groups of 64 (interleave_linear_and_gate), scales 128x4-swizzled per expert.
+std::vector<int64_t> cute_stored_rows(int64_t n1, bool gated) {
+  std::vector<int64_t> src(static_cast<size_t>(n1));  // stored row s holds plain row src[s]
+  const int64_t I = n1 / 2;
+  for (int64_t s = 0; s < n1; ++s) {
+    // interleave_linear_and_gate: view (2, n1 / 128, 64) -> transpose -> (n1 / 128, 2, 64)
+    src[static_cast<size_t>(s)] = gated ? ((s % 128) / 64) * I + (s / 128) * 64 + s % 64 : s;
+  }
+  return src;
+}
+
+struct CuteCase {
+  int64_t T = 5, E = 8, K = 2, H = 128, I = 64, act = 3, offset = 0, local = 8;
+  bool quant_act = true, six_d = false;
+  double gs = 0.5, sw_alpha = 1.0, sw_beta = 0.0, sw_limit = 3.4028234663852886e38;
+  std::vector<uint8_t> x, xs, w1, s1, w2, s2;  // plain rows; linear scales
+  std::vector<double> a1, a2;
+  Tensor s1_base, s2_base;  // the swizzled buffers the 6-D views look into
+  int64_t n1() const { return act == 3 ? 2 * I : I; }
+  void make(uint64_t seed) {
+    x = random_bytes(static_cast<size_t>(T * H / 2), seed);
+    xs = e4m3_codes(static_cast<size_t>(T * H / 16), seed + 1, 0.5, 1.0);
+    w1 = random_bytes(static_cast<size_t>(local * n1() * H / 2), seed + 2);
+    w2 = random_bytes(static_cast<size_t>(local * H * I / 2), seed + 3);
+    s1 = e4m3_codes(static_cast<size_t>(local * n1() * H / 16), seed + 4, 0.02, 0.06);
+    s2 = e4m3_codes(static_cast<size_t>(local * H * I / 16), seed + 5, 0.02, 0.06);
+    Rng r{seed + 6};
+    for (int64_t e = 0; e < local; ++e) {
+      a1.push_back(static_cast<float>(r.uniform(0.75, 1.25)));
+      a2.push_back(static_cast<float>(r.uniform(0.75, 1.25)));
+    }
+  }
+  Tensor stored_w1() const {
+    const auto src = cute_stored_rows(n1(), act == 3);
+    std::vector<uint8_t> out(w1.size());
+    const int64_t rb = H / 2;
+    for (int64_t e = 0; e < local; ++e) {
+      for (int64_t s = 0; s < n1(); ++s) {
+        std::memcpy(&out[static_cast<size_t>((e * n1() + s) * rb)],
+                    &w1[static_cast<size_t>((e * n1() + src[s]) * rb)], static_cast<size_t>(rb));
+      }
+    }
+    return bytes_tensor(out, {local, n1(), H / 2}, DType::kUInt8);
+  }
+  // Swizzled scales of `plain` [local, m, cols] with rows in stored order: 1-D, or the 6-D view
+  // of convert_sf_to_mma_layout over `base`.
+  Tensor scales(const std::vector<uint8_t>& plain, int64_t m, int64_t cols, bool gated,
+                Tensor& base) const {
+    const auto src = cute_stored_rows(m, gated);
+    std::vector<uint8_t> rows(plain.size());
+    for (int64_t e = 0; e < local; ++e) {
+      for (int64_t s = 0; s < m; ++s) {
+        std::memcpy(&rows[static_cast<size_t>((e * m + s) * cols)],
+                    &plain[static_cast<size_t>((e * m + src[s]) * cols)],
+                    static_cast<size_t>(cols));
+      }
+    }
+    base = block_scale_interleave(bytes_tensor(rows, {local, m, cols}, DType::kUInt8));
+    if (!six_d) return base;
+    const int64_t mt = (m + 127) / 128, kt = (cols + 3) / 4;
+    return Tensor::from_blob(base.data_ptr(), {32, 4, mt, 4, kt, local},
+                             {16, 4, kt * 512, 1, 512, mt * kt * 512}, DType::kUInt8,
+                             Device::cpu());
+  }
+  std::vector<Tensor> inputs() {
+    return {bytes_tensor(x, {T, H / 2}, DType::kUInt8),
+            bytes_tensor(xs, {T, H / 16, 1}, DType::kUInt8),
+            stored_w1(),
+            scales(s1, n1(), H / 16, act == 3, s1_base),
+            Tensor::from_vector(a1, {local}, DType::kFloat32),
+            Tensor::from_vector({gs}, {1}, DType::kFloat32),
+            bytes_tensor(w2, {local, H, I / 2}, DType::kUInt8),
+            scales(s2, H, I / 16, false, s2_base),
+            Tensor::from_vector(a2, {local}, DType::kFloat32)};
+  }
+  Tensor run(const MoeTopkIds& r, DType out_dtype = DType::kBFloat16) {
+    const auto in = inputs();
+    return cute_dsl_fused_moe_nvfp4(in[0], in[1], r.ids, *r.weights, in[2], in[3], in[4],
+                                    quant_act ? std::optional<Tensor>(in[5]) : std::nullopt, in[6],
+                                    in[7], in[8], E, K, local, offset, out_dtype, true,
+                                    std::nullopt, std::nullopt, true, act, sw_alpha, sw_beta,
+                                    sw_limit);
+  }
+  std::vector<double> expected(const MoeTopkIds& r) const {
+    const auto idv = r.ids.to_double_vector(), wv = r.weights->to_double_vector();
+    const int64_t N1 = n1();
+    std::vector<double> out(static_cast<size_t>(T * H), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t e = static_cast<int64_t>(idv[static_cast<size_t>(t * K + k)]) - offset;
+        if (e < 0 || e >= local) continue;
+        std::vector<double> g(static_cast<size_t>(N1), 0.0);
+        for (int64_t j = 0; j < N1; ++j) {
+          for (int64_t d = 0; d < H; ++d) {
+            const size_t wi = static_cast<size_t>((e * N1 + j) * H + d);
+            g[j] += e2m1(x, static_cast<size_t>(t * H + d)) *
+                    e4m3fn_bits_to_float(xs[static_cast<size_t>(t * (H / 16) + d / 16)]) *
+                    e2m1(w1, wi) * e4m3fn_bits_to_float(s1[wi / 16]);
+          }
+          g[j] *= a1[e];
+        }
+        std::vector<double> h(static_cast<size_t>(I));
+        for (int64_t j = 0; j < I; ++j) {
+          if (act == 3) {
+            const double gate = std::min(g[I + j], sw_limit);
+            const double lin = std::clamp(g[j], -sw_limit, sw_limit);
+            h[j] = gate / (1.0 + std::exp(-sw_alpha * gate)) * (lin + sw_beta);
+          } else {
+            h[j] = std::max(g[j], 0.0) * std::max(g[j], 0.0);
+          }
+        }
+        if (quant_act) {
+          std::vector<double> hb(h.size());
+          for (size_t j = 0; j < h.size(); ++j) hb[j] = bf16(h[j]);
+          auto [q, sf] =
+              fp4_quantize(Tensor::from_vector(hb, {1, I}, DType::kBFloat16),
+                           Tensor::from_vector({gs}, {1}, DType::kFloat32), 16, false, false);
+          h = e2m1_and_ufp8sf_scale_to_float(
+                  q, sf, Tensor::from_vector({1.0 / gs}, {1}, DType::kFloat32), 16, 1, false)
+                  .to_double_vector();
+        }
+        for (int64_t d = 0; d < H; ++d) {
+          double y = 0.0;
+          for (int64_t j = 0; j < I; ++j) {
+            const size_t wi = static_cast<size_t>((e * H + d) * I + j);
+            y += h[j] * e2m1(w2, wi) * e4m3fn_bits_to_float(s2[wi / 16]);
+          }
+          out[static_cast<size_t>(t * H + d)] += wv[static_cast<size_t>(t * K + k)] * a2[e] * y;
+        }
+      }
+    }
+    return out;
+  }
+};
+
+TEST(CuteDslFusedMoeNvfp4, MatchesFormula) {
+  struct Variant {
+    const char* name;
+    int64_t act, offset, local;
+    bool quant, six;
+    double alpha, beta, limit;
+  };
+  for (const Variant& v :
+       {Variant{"swiglu", 3, 0, 8, true, false, 1.0, 0.0, 3.4e38},
+        Variant{"swiglu 6-D scales, EP", 3, 4, 4, true, true, 1.0, 0.0, 3.4e38},
+        Variant{"swiglu params, no fc2 scale", 3, 0, 8, false, false, 1.702, 1.0, 2.0},
+        Variant{"relu2", 6, 0, 8, true, true, 1.0, 0.0, 3.4e38}}) {
+    SCOPED_TRACE(v.name);
+    CuteCase c;
+    c.act = v.act;
+    c.offset = v.offset;
+    c.local = v.local;
+    c.quant_act = v.quant;
+    c.six_d = v.six;
+    c.sw_alpha = v.alpha;
+    c.sw_beta = v.beta;
+    c.sw_limit = v.limit;
+    c.make(101);
+    const MoeTopkIds r = pair_routing(c.T, c.E, c.K);
+    const auto expect = c.expected(r);
+    EXPECT_GT(max_abs(expect), 0.5);
+    const Tensor out = c.run(r);
+    EXPECT_EQ(out.dtype(), DType::kBFloat16);
+    EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
+  }
+  CuteCase c;
+  c.make(102);
+  const MoeTopkIds r = pair_routing(c.T, c.E, c.K);
+  EXPECT_TRUE(all_close(c.run(r, DType::kFloat32), c.expected(r), {1e-4, 1e-4}));
+}
+
+TEST(CuteDslFusedMoeNvfp4, BadInputAndRecordReplay) {
+  const char* op = "cute_dsl_fused_moe_nvfp4";
+  CuteCase c;
+  c.make(111);
+  const MoeTopkIds r = pair_routing(c.T, c.E, c.K);
+  const auto in = c.inputs();
+  auto call = [&](int idx, const Tensor& bad, int64_t act = 3, std::string_view quant_mode = "w4a4",
+                  std::optional<double> situ = std::nullopt) {
+    auto a = in;
+    if (idx >= 0) a[static_cast<size_t>(idx)] = bad;
+    (void)cute_dsl_fused_moe_nvfp4(a[0], a[1], r.ids, *r.weights, a[2], a[3], a[4], a[5], a[6],
+                                   a[7], a[8], c.E, c.K, std::nullopt, 0, DType::kBFloat16, true,
+                                   std::nullopt, std::nullopt, true, act, 1.0, 0.0, 3.4e38, situ,
+                                   std::nullopt, quant_mode);
+  };
+  EXPECT_FI_ERROR(call(0, Tensor::zeros({c.T, c.H}, DType::kBFloat16)), op, "x");
+  EXPECT_FI_ERROR(call(1, Tensor::zeros({c.T, 3}, DType::kUInt8)), op, "x_sf");
+  EXPECT_FI_ERROR(call(2, Tensor::zeros({8, 100, 64}, DType::kUInt8)), op, "w1_weight");
+  EXPECT_FI_ERROR(call(3, Tensor::zeros({100}, DType::kUInt8)), op, "w1_weight_sf");
+  EXPECT_FI_ERROR(call(4, Tensor::zeros({3}, DType::kFloat32)), op, "w1_alpha");
+  EXPECT_FI_ERROR(call(5, Tensor::zeros({3}, DType::kFloat32)), op, "fc2_input_scale");
+  EXPECT_FI_ERROR(call(6, Tensor::zeros({8, 128, 16}, DType::kUInt8)), op, "w2_weight");
+  EXPECT_FI_ERROR(call(7, Tensor::zeros({100}, DType::kUInt8)), op, "w2_weight_sf");
+  EXPECT_FI_ERROR(call(8, Tensor::zeros({8}, DType::kBFloat16)), op, "w2_alpha");
+  EXPECT_FI_ERROR(call(-1, Tensor(), 4), op, "activation_type");
+  EXPECT_FI_ERROR(call(-1, Tensor(), 3, "w4a8"), op, "quant_mode");
+  EXPECT_FI_ERROR(call(-1, Tensor(), 3, "w4a4", 4.0), op, "situ_beta");
+  EXPECT_FI_ERROR(
+      (void)cute_dsl_fused_moe_nvfp4(in[0], in[1], r.ids.to(DType::kInt64), *r.weights, in[2],
+                                     in[3], in[4], in[5], in[6], in[7], in[8], c.E, c.K),
+      op, "token_selected_experts");
+  EXPECT_EQ(op_backends(op), std::vector<std::string>{"cpu"});
+  const OpDecl* d = OpRegistry::global().find(op);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->module, "flashinfer.fused_moe.cute_dsl.fused_moe");
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    (void)cute_dsl_fused_moe_nvfp4(in[0], in[1], r.ids, *r.weights, in[2], in[3], in[4], in[5],
+                                   in[6], in[7], in[8], c.E, c.K);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 1u);
+  ASSERT_TRUE(calls[0].error.empty()) << calls[0].error;
+  EXPECT_TRUE(replays_identically(calls[0]));
+}
+
 // ---- dumps in upstream's format -----------------------------------------------------------
 
 // Dumps written by Python (torch 1.13) as upstream's recorder writes them: torch .pt files, fp8

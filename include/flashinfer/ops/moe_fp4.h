@@ -6,10 +6,12 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "flashinfer/ops/moe.h"
 #include "flashinfer/tensor.h"
+#include "flashinfer/value.h"
 
 namespace flashinfer {
 
@@ -95,5 +97,28 @@ std::vector<Tensor> trtllm_mxint4_block_scale_routed_moe(
     bool do_finalize = true, std::optional<bool> enable_pdl = std::nullopt,
     std::optional<Tensor> gemm1_lora_delta = std::nullopt,
     std::optional<Tensor> output = std::nullopt, int64_t tune_max_num_tokens = 8192);
+
+/// CuTe-DSL NVFP4 fused MoE (flashinfer.fused_moe.cute_dsl.fused_moe), precomputed routing:
+///   x uint8 [T, H/2] packed NVFP4 with x_sf e4m3 [T, H/16] (linear; a trailing 1 allowed);
+///   token_selected_experts int32 [T, top_k] (global ids), token_final_scales fp32 [T, top_k];
+///   w1_weight uint8 [E_l, 2I, H/2] (gated: linear / gate rows interleaved in groups of 64, as
+///   upstream's tests prepare them) or [E_l, I, H/2] (Relu2); w1_weight_sf the 128x4-swizzled
+///   e4m3 scales per expert (contiguous, or the 6-D view of convert_sf_to_mma_layout);
+///   w1_alpha / w2_alpha fp32 [E_l]; fc2_input_scale fp32 [1] or [E_l] (the global scale of the
+///   activation's NVFP4 quantization; None: not quantized). Returns [T, H] of output_dtype.
+///   CPU only; situ_*, per_token_scale and quant_mode other than "w4a4" are refused.
+Tensor cute_dsl_fused_moe_nvfp4(
+    const Tensor& x, std::optional<Tensor> x_sf, const Tensor& token_selected_experts,
+    const Tensor& token_final_scales, const Tensor& w1_weight, const Tensor& w1_weight_sf,
+    const Tensor& w1_alpha, std::optional<Tensor> fc2_input_scale, const Tensor& w2_weight,
+    const Tensor& w2_weight_sf, const Tensor& w2_alpha, int64_t num_experts, int64_t top_k,
+    std::optional<int64_t> num_local_experts = std::nullopt, int64_t local_expert_offset = 0,
+    DType output_dtype = DType::kBFloat16, bool use_fused_finalize = true,
+    std::optional<Tensor> moe_output = std::nullopt, std::optional<Value> aux_stream = std::nullopt,
+    bool enable_pdl = true, int64_t activation_type = 3, double swiglu_alpha = 1.0,
+    double swiglu_beta = 0.0, double swiglu_limit = 3.4028234663852886e38,
+    std::optional<double> situ_beta = std::nullopt,
+    std::optional<double> situ_linear_beta = std::nullopt, std::string_view quant_mode = "w4a4",
+    std::optional<Tensor> per_token_scale = std::nullopt);
 
 }  // namespace flashinfer

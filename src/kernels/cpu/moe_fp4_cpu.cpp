@@ -89,8 +89,10 @@ void dequant_hidden(const TrtllmFp4MoeParams& p, int64_t t, float* dst) {
   }
 }
 
-// Quantizes and dequantizes the activation rows [n, I] in place, as GEMM2 reads them.
-void quantize_activation(Moe4ActQuant q, std::vector<float>& h, int64_t n, int64_t I) {
+// Quantizes and dequantizes the activation rows [n, I] in place, as GEMM2 reads them; `gs` is
+// the NVFP4 global scale.
+void quantize_activation(Moe4ActQuant q, std::vector<float>& h, int64_t n, int64_t I, float gs) {
+  if (q == Moe4ActQuant::kNone) return;
   for (float& v : h) v = bf16_round(v);
   if (q == Moe4ActQuant::kBf16 || n == 0) return;
   std::vector<uint16_t> bits(h.size());
@@ -107,14 +109,16 @@ void quantize_activation(Moe4ActQuant q, std::vector<float>& h, int64_t n, int64
     fp.out = packed.data();
     fp.sf = sf.data();
     fp.sf_size = static_cast<int64_t>(sf.size());
+    fp.global_scale = &gs;
     fp.sf_vec_size = 16;
     fp.layout = SfLayoutCode::kLinear;
     fp4_quantize(fp);
+    const float inv = 1.0f / gs;
     for (int64_t r = 0; r < n; ++r) {
       for (int64_t c = 0; c < I; ++c) {
         h[static_cast<size_t>(r * I + c)] =
             e2m1_at(packed.data() + r * (I / 2), c) *
-            e4m3fn_bits_to_float(sf[static_cast<size_t>(r * (I / 16) + c / 16)]);
+            e4m3fn_bits_to_float(sf[static_cast<size_t>(r * (I / 16) + c / 16)]) * inv;
       }
     }
     return;
@@ -159,8 +163,10 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
   std::vector<float> w(static_cast<size_t>(T * K));
   trtllm_route(p.base, ids.data(), w.data());
-  // The launchers keep the routing weights in bf16.
-  for (float& v : w) v = bf16_round(v);
+  // The trtllm launchers keep the routing weights in bf16.
+  if (p.round_routing_weights) {
+    for (float& v : w) v = bf16_round(v);
+  }
 
   const auto* w1 = static_cast<const uint8_t*>(m.w1);
   const auto* w2 = static_cast<const uint8_t*>(m.w2);
@@ -206,7 +212,8 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
         for (int64_t j = 0; j < I; ++j) hr[j] *= sc;
       }
     }
-    quantize_activation(p.act_quant, h, n, I);
+    const float gs = p.act_global_scale ? p.act_global_scale[p.act_gs_count == 1 ? 0 : e] : 1.0f;
+    quantize_activation(p.act_quant, h, n, I, gs);
     const auto* s2 =
         static_cast<const uint8_t*>(p.w2_scale) + static_cast<size_t>(e * H * (I / vec)) * sf_es;
     const std::vector<float> w2e = dequant_weights(p.weights, w2 + e * H * (I / 2), s2, H, I);
@@ -217,13 +224,12 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
       const int64_t pair = pairs[static_cast<size_t>(r)];
       local[static_cast<size_t>(pair)] = 1;
       for (int64_t c = 0; c < H; ++c) {
-        y[static_cast<size_t>(pair * H + c)] =
-            bf16_round(g2[static_cast<size_t>(r * H + c)] * s2o + (b2 ? b2[e * H + c] : 0.0f));
+        const float v = g2[static_cast<size_t>(r * H + c)] * s2o + (b2 ? b2[e * H + c] : 0.0f);
+        y[static_cast<size_t>(pair * H + c)] = p.round_expert_out ? bf16_round(v) : v;
       }
     }
   }
-  // Finalize: the routing-weighted sum over k in k order, fp32, rounded once to bf16.
-  auto* out = static_cast<uint16_t*>(m.out);
+  // Finalize: the routing-weighted sum over k in k order, fp32, rounded once to out_dtype.
   std::vector<float> acc(static_cast<size_t>(H));
   for (int64_t t = 0; t < T; ++t) {
     std::fill(acc.begin(), acc.end(), 0.0f);
@@ -236,7 +242,15 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
       }
     }
     for (int64_t c = 0; c < H; ++c) {
-      out[t * m.out_stride + c] = float_to_bfloat16_bits(acc[static_cast<size_t>(c)]);
+      const float v = acc[static_cast<size_t>(c)];
+      const int64_t i = t * m.out_stride + c;
+      if (m.out_dtype == DType::kFloat32) {
+        static_cast<float*>(m.out)[i] = v;
+      } else if (m.out_dtype == DType::kFloat16) {
+        static_cast<uint16_t*>(m.out)[i] = float_to_half_bits(v);
+      } else {
+        static_cast<uint16_t*>(m.out)[i] = float_to_bfloat16_bits(v);
+      }
     }
   }
 }
