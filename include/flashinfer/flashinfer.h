@@ -26,6 +26,7 @@
 #include "flashinfer/ops/mla.h"
 #include "flashinfer/ops/moe.h"
 #include "flashinfer/ops/moe_lora.h"
+#include "flashinfer/ops/moe_fp4.h"
 #include "flashinfer/ops/moe_quant.h"
 #include "flashinfer/ops/moe_routing.h"
 #include "flashinfer/ops/moe_weight_prep.h"

@@ -43,6 +43,7 @@ void register_qk_norm_rope_ops(OpRegistry& registry);
 void register_svdquant_ops(OpRegistry& registry);
 void register_moe_weight_prep_ops(OpRegistry& registry);
 void register_moe_lora_ops(OpRegistry& registry);
+void register_moe_fp4_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -80,6 +81,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_svdquant_ops(registry);
   register_moe_weight_prep_ops(registry);
   register_moe_lora_ops(registry);
+  register_moe_fp4_ops(registry);
 }
 
 }  // namespace flashinfer::detail

@@ -1,0 +1,124 @@
+// FP4 / MxInt4 trtllm-gen MoE ops (flashinfer.fused_moe.core): NVFP4 and MXFP4 weights
+// (trtllm_fp4_block_scale_moe and _routed_) and MxInt4 weights (trtllm_mxint4_block_scale_moe
+// and _routed_), with routing from logits or precomputed. CPU reference only. Semantics and
+// sources: docs/MOE.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "flashinfer/ops/moe.h"
+#include "flashinfer/tensor.h"
+#include "flashinfer/value.h"
+
+namespace flashinfer {
+
+/// trtllm-gen FP4 block-scale MoE, routing from logits (upstream's weight preparation assumed:
+/// rows shuffled with epilogue_tile_m 128, GEMM1's up/gate rows interleaved for a gated
+/// activation, scales shuffled the same way and then 128x4-interleaved):
+///   hidden_states  uint8 [T, H/2] packed NVFP4 with hidden_states_scale e4m3 [T, H/16]
+///                  (linear), float8_e4m3fn [T, H] (MXFP8) with ue8m0 scales [T, H/32], or
+///                  bf16 [T, H] with no scale.
+///   gemm1_weights  uint8 [E_l, 2I or I, H/2]; gemm1_weights_scale [E_l, 2I or I, H/16] e4m3
+///                  (NVFP4) or [E_l, 2I or I, H/32] ue8m0 (MXFP4), float8_e4m3fn or uint8.
+///   gemm2_weights  uint8 [E_l, H, I/2]; gemm2_weights_scale [E_l, H, I/16 or I/32].
+///   gemm1_bias fp32 [E_l, 2I] / gemm2_bias fp32 [E_l, H] (rows stored as the weights'),
+///   gemm1_alpha / beta / clamp_limit fp32 [E_l] (SwiGLU parameters), output*_scale_scalar
+///   fp32 [E_l] (None means 1).
+/// Returns [output] (bf16 [T, H]), as upstream returns a list. do_finalize=False,
+/// per_token_scale and fused shared experts are refused (kUnsupported).
+std::vector<Tensor> trtllm_fp4_block_scale_moe(
+    const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
+    std::optional<Tensor> hidden_states_scale, const Tensor& gemm1_weights,
+    const Tensor& gemm1_weights_scale, std::optional<Tensor> gemm1_bias,
+    std::optional<Tensor> gemm1_alpha, std::optional<Tensor> gemm1_beta,
+    std::optional<Tensor> gemm1_clamp_limit, const Tensor& gemm2_weights,
+    const Tensor& gemm2_weights_scale, std::optional<Tensor> gemm2_bias,
+    std::optional<Tensor> output1_scale_scalar, std::optional<Tensor> output1_scale_gate_scalar,
+    std::optional<Tensor> output2_scale_scalar, int64_t num_experts, int64_t top_k,
+    std::optional<int64_t> n_group, std::optional<int64_t> topk_group, int64_t intermediate_size,
+    int64_t local_expert_offset, int64_t local_num_experts,
+    std::optional<double> routed_scaling_factor, int64_t routing_method_type = 0,
+    bool do_finalize = true, std::optional<bool> enable_pdl = std::nullopt,
+    int64_t activation_type = 3, std::optional<Tensor> per_token_scale = std::nullopt,
+    std::optional<Tensor> output = std::nullopt, int64_t tune_max_num_tokens = 8192,
+    bool norm_topk_prob = true, std::optional<Tensor> routing_replay_out = std::nullopt,
+    std::optional<int64_t> num_fused_shared_experts = std::nullopt);
+
+/// trtllm_fp4_block_scale_moe with precomputed routing (`topk_ids`, see MoeTopkIds).
+std::vector<Tensor> trtllm_fp4_block_scale_routed_moe(
+    const MoeTopkIds& topk_ids, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
+    std::optional<Tensor> hidden_states_scale, const Tensor& gemm1_weights,
+    const Tensor& gemm1_weights_scale, std::optional<Tensor> gemm1_bias,
+    std::optional<Tensor> gemm1_alpha, std::optional<Tensor> gemm1_beta,
+    std::optional<Tensor> gemm1_clamp_limit, const Tensor& gemm2_weights,
+    const Tensor& gemm2_weights_scale, std::optional<Tensor> gemm2_bias,
+    std::optional<Tensor> output1_scale_scalar, std::optional<Tensor> output1_scale_gate_scalar,
+    std::optional<Tensor> output2_scale_scalar, int64_t num_experts, int64_t top_k,
+    std::optional<int64_t> n_group, std::optional<int64_t> topk_group, int64_t intermediate_size,
+    int64_t local_expert_offset, int64_t local_num_experts,
+    std::optional<double> routed_scaling_factor, int64_t routing_method_type = 0,
+    bool do_finalize = true, std::optional<bool> enable_pdl = std::nullopt,
+    int64_t activation_type = 3, std::optional<Tensor> per_token_scale = std::nullopt,
+    std::optional<Tensor> output = std::nullopt, int64_t tune_max_num_tokens = 8192,
+    std::optional<Tensor> gemm1_lora_delta = std::nullopt);
+
+/// trtllm-gen MxInt4 block-scale MoE (Swiglu), routing from logits:
+///   hidden_states bf16 [T, H]; gemm1_weights uint8 [E_l, 2I, H/2] (MajorK) or
+///   [E_l, H/2/bk, 2I, bk] (BlockMajorK over bytes), signed int4 nibbles (element 2j in the low
+///   nibble), rows shuffled as upstream prepares them (epilogue_tile_m 128, up/gate
+///   interleaved); gemm1_weights_scale bf16 scales of blocks of 32, shuffled like the rows and
+///   128x4-interleaved (E_l * round_up(2I, 128) * round_up(H/32, 4) elements); gemm2 likewise
+///   [E_l, H, I/2]. Returns [output] (bf16 [T, H]).
+std::vector<Tensor> trtllm_mxint4_block_scale_moe(
+    const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
+    const Tensor& gemm1_weights, const Tensor& gemm1_weights_scale,
+    std::optional<Tensor> gemm1_alpha, std::optional<Tensor> gemm1_beta,
+    std::optional<Tensor> gemm1_clamp_limit, const Tensor& gemm2_weights,
+    const Tensor& gemm2_weights_scale, int64_t num_experts, int64_t top_k,
+    std::optional<int64_t> n_group, std::optional<int64_t> topk_group, int64_t intermediate_size,
+    int64_t local_expert_offset, int64_t local_num_experts,
+    std::optional<double> routed_scaling_factor, int64_t routing_method_type = 0,
+    bool do_finalize = true, std::optional<bool> enable_pdl = std::nullopt,
+    std::optional<Tensor> output = std::nullopt, int64_t tune_max_num_tokens = 8192,
+    bool norm_topk_prob = true, std::optional<Tensor> routing_replay_out = std::nullopt);
+
+/// trtllm_mxint4_block_scale_moe with precomputed routing (`topk_ids`, see MoeTopkIds).
+std::vector<Tensor> trtllm_mxint4_block_scale_routed_moe(
+    const MoeTopkIds& topk_ids, const Tensor& hidden_states, const Tensor& gemm1_weights,
+    const Tensor& gemm1_weights_scale, std::optional<Tensor> gemm1_alpha,
+    std::optional<Tensor> gemm1_beta, std::optional<Tensor> gemm1_clamp_limit,
+    const Tensor& gemm2_weights, const Tensor& gemm2_weights_scale, int64_t num_experts,
+    int64_t top_k, std::optional<int64_t> n_group, std::optional<int64_t> topk_group,
+    int64_t intermediate_size, int64_t local_expert_offset, int64_t local_num_experts,
+    std::optional<double> routed_scaling_factor, int64_t routing_method_type = 0,
+    bool do_finalize = true, std::optional<bool> enable_pdl = std::nullopt,
+    std::optional<Tensor> gemm1_lora_delta = std::nullopt,
+    std::optional<Tensor> output = std::nullopt, int64_t tune_max_num_tokens = 8192);
+
+/// CuTe-DSL NVFP4 fused MoE (flashinfer.fused_moe.cute_dsl.fused_moe), precomputed routing:
+///   x uint8 [T, H/2] packed NVFP4 with x_sf e4m3 [T, H/16] (linear; a trailing 1 allowed);
+///   token_selected_experts int32 [T, top_k] (global ids), token_final_scales fp32 [T, top_k];
+///   w1_weight uint8 [E_l, 2I, H/2] (gated: linear / gate rows interleaved in groups of 64, as
+///   upstream's tests prepare them) or [E_l, I, H/2] (Relu2); w1_weight_sf the 128x4-swizzled
+///   e4m3 scales per expert (contiguous, or the 6-D view of convert_sf_to_mma_layout);
+///   w1_alpha / w2_alpha fp32 [E_l]; fc2_input_scale fp32 [1] or [E_l] (the global scale of the
+///   activation's NVFP4 quantization; None: not quantized). Returns [T, H] of output_dtype.
+///   CPU only; situ_*, per_token_scale and quant_mode other than "w4a4" are refused.
+Tensor cute_dsl_fused_moe_nvfp4(
+    const Tensor& x, std::optional<Tensor> x_sf, const Tensor& token_selected_experts,
+    const Tensor& token_final_scales, const Tensor& w1_weight, const Tensor& w1_weight_sf,
+    const Tensor& w1_alpha, std::optional<Tensor> fc2_input_scale, const Tensor& w2_weight,
+    const Tensor& w2_weight_sf, const Tensor& w2_alpha, int64_t num_experts, int64_t top_k,
+    std::optional<int64_t> num_local_experts = std::nullopt, int64_t local_expert_offset = 0,
+    DType output_dtype = DType::kBFloat16, bool use_fused_finalize = true,
+    std::optional<Tensor> moe_output = std::nullopt, std::optional<Value> aux_stream = std::nullopt,
+    bool enable_pdl = true, int64_t activation_type = 3, double swiglu_alpha = 1.0,
+    double swiglu_beta = 0.0, double swiglu_limit = 3.4028234663852886e38,
+    std::optional<double> situ_beta = std::nullopt,
+    std::optional<double> situ_linear_beta = std::nullopt, std::string_view quant_mode = "w4a4",
+    std::optional<Tensor> per_token_scale = std::nullopt);
+
+}  // namespace flashinfer

@@ -1,0 +1,62 @@
+// Private: what the FP4 / MxInt4 trtllm MoE kernel receives (trtllm_fp4_block_scale_moe,
+// trtllm_mxint4_block_scale_moe and their _routed_ forms). Semantics: docs/MOE.md.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/moe_params.h"
+
+namespace flashinfer::kernels {
+
+/// How the weights are quantized: packed 4-bit values with one scale per block along K.
+enum class Moe4Weights : int {
+  kNvfp4 = 0,   // e2m1, e4m3 scales of 16
+  kMxfp4 = 1,   // e2m1, ue8m0 scales of 32
+  kMxint4 = 2,  // signed int4 (two's complement), bf16 scales of 32
+};
+
+/// How the hidden states arrive.
+enum class Moe4Input : int {
+  kNvfp4 = 0,  // packed e2m1 [T, H/2] with e4m3 scales [T, H/16]
+  kMxfp8 = 1,  // e4m3 [T, H] with ue8m0 scales [T, H/32]
+  kBf16 = 2,   // bf16 [T, H]
+};
+
+/// What GEMM2 reads: the activation quantized like upstream's reference does per mode.
+enum class Moe4ActQuant : int {
+  kNvfp4 = 0,  // fp4_quantize of the bf16-rounded activation (global scale 1)
+  kMxfp8 = 1,  // mxfp8_quantize of the bf16-rounded activation
+  kBf16 = 2,   // rounded to bf16
+  kNone = 3,   // fp32 as computed (cute_dsl_fused_moe_nvfp4 without fc2_input_scale)
+};
+
+/// base.moe.input: the hidden states (row stride in_stride, in elements of the stored dtype:
+/// bytes for NVFP4 and MXFP8, bf16 elements otherwise). base.moe.w1 / w2: the packed weights in
+/// plain row order, [num_local_experts, gemm1_n, hidden / 2] and [.., hidden, inter / 2] bytes;
+/// base.moe.b1 / b2 fp32 plain biases or null; base.moe.out bf16 [num_tokens, hidden].
+struct TrtllmFp4MoeParams {
+  TrtllmMoeParams base;
+  Moe4Weights weights = Moe4Weights::kNvfp4;
+  Moe4Input input = Moe4Input::kBf16;
+  Moe4ActQuant act_quant = Moe4ActQuant::kBf16;
+  const uint8_t* hs_scale = nullptr;  // [num_tokens, hidden / vec] linear codes, row stride
+  int64_t hs_scale_stride = 0;
+  // Linear plain-row scales: [E_l, gemm1_n, hidden / vec] and [E_l, hidden, inter / vec], uint8
+  // codes (e4m3 / ue8m0) or bf16 bits (MxInt4), contiguous.
+  const void* w1_scale = nullptr;
+  const void* w2_scale = nullptr;
+  // fp32 [E_l] each, or null for 1.
+  const float* out1_scale = nullptr;       // output1_scale_scalar
+  const float* out1_gate_scale = nullptr;  // output1_scale_gate_scalar
+  const float* out2_scale = nullptr;       // output2_scale_scalar
+  // kNvfp4 activation: the global scale of fp4_quantize, [E_l] or one value (act_gs_count 1);
+  // null means 1. Dequantized as (e2m1 * sf) * (1 / gs).
+  const float* act_global_scale = nullptr;
+  int64_t act_gs_count = 0;
+  // trtllm-gen keeps the routing weights and each expert's GEMM2 output in bf16; the CuTe-DSL
+  // reference keeps both in fp32.
+  bool round_routing_weights = true;
+  bool round_expert_out = true;
+};
+
+}  // namespace flashinfer::kernels

@@ -1,0 +1,1278 @@
+// FP4 / MxInt4 trtllm MoE ops (trtllm_fp4_block_scale_moe / _routed_,
+// trtllm_mxint4_block_scale_moe / _routed_): weights prepared as upstream's tests prepare them
+// (written out independently here), fp64 formulas, routing from logits against the routed form,
+// bad input naming the argument, and record/replay.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer::testing {
+namespace {
+
+// ---- data ------------------------------------------------------------------------------------
+
+struct Rng {
+  uint64_t s;
+  uint32_t next() {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(s >> 33);
+  }
+  double uniform(double lo, double hi) { return lo + (hi - lo) * (next() / 2147483648.0); }
+};
+
+Tensor bytes_tensor(const std::vector<uint8_t>& v, const Shape& shape, DType dtype) {
+  Tensor t = Tensor::empty(shape, dtype);
+  EXPECT_EQ(static_cast<size_t>(t.numel()) * t.element_size(), v.size());
+  std::memcpy(t.data_ptr(), v.data(), v.size());
+  return t;
+}
+
+std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
+  Rng r{seed};
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(r.next() & 0xFF);
+  return v;
+}
+
+// e4m3 codes of values in [lo, hi).
+std::vector<uint8_t> e4m3_codes(size_t n, uint64_t seed, double lo, double hi) {
+  Rng r{seed};
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = float_to_e4m3fn_bits(static_cast<float>(r.uniform(lo, hi)), true);
+  return v;
+}
+
+// bf16 bits of values in [lo, hi).
+std::vector<uint16_t> bf16_bits(size_t n, uint64_t seed, double lo, double hi) {
+  Rng r{seed};
+  std::vector<uint16_t> v(n);
+  for (auto& b : v) b = float_to_bfloat16_bits(static_cast<float>(r.uniform(lo, hi)));
+  return v;
+}
+
+double e2m1(const std::vector<uint8_t>& packed, size_t i) {
+  const uint8_t b = packed[i / 2];
+  return e2m1_bits_to_float(i % 2 == 0 ? (b & 0xF) : (b >> 4));
+}
+double int4(const std::vector<uint8_t>& packed, size_t i) {
+  const uint8_t b = packed[i / 2];
+  const int v = i % 2 == 0 ? (b & 0xF) : (b >> 4);
+  return v < 8 ? v : v - 16;
+}
+double ue8m0(uint8_t c) { return std::ldexp(1.0, static_cast<int>(c) - 127); }
+double bf16(double v) {
+  return bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(v)));
+}
+double silu(double v) { return v / (1.0 + std::exp(-v)); }
+double max_abs(const std::vector<double>& v) {
+  double m = 0.0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// ---- upstream's weight preparation (tests/moe FP4Moe / MxInt4BlockScaleMoe), transcribed ----
+
+// shuffle_matrix_a's 32-row map (epilogue_tile_m 128): row r of a block lands at kMap32[r].
+const int64_t kMap32[32] = {0, 8,  16, 24, 1, 9,  17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
+                            4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31};
+
+// The plain row held by prepared row i: permute0 (gated interleave or identity), then the
+// shuffle: prepared = plain[permute0[permute1]].
+std::vector<int64_t> prepared_rows(int64_t m, bool interleave) {
+  std::vector<int64_t> p0(static_cast<size_t>(m)), p1(static_cast<size_t>(m)),
+      out(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    p0[static_cast<size_t>(i)] = !interleave ? i : (i % 2 == 0 ? i / 2 : m / 2 + i / 2);
+  }
+  for (int64_t old_row = 0; old_row < m; ++old_row) {
+    p1[static_cast<size_t>(old_row / 32 * 32 + kMap32[old_row % 32])] = old_row;
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    out[static_cast<size_t>(i)] = p0[static_cast<size_t>(p1[static_cast<size_t>(i)])];
+  }
+  return out;
+}
+
+// Rows of E matrices [m, row_bytes] permuted; block_bytes > 0: convert_to_block_layout on the
+// bytes ([E, row_bytes / bk, m, bk]).
+std::vector<uint8_t> prepare_rows(const std::vector<uint8_t>& plain, int64_t E, int64_t m,
+                                  int64_t row_bytes, bool interleave, int64_t block_bytes = 0) {
+  const auto rows = prepared_rows(m, interleave);
+  std::vector<uint8_t> out(plain.size());
+  const int64_t bk = block_bytes > 0 ? block_bytes : row_bytes;
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t c = 0; c < row_bytes; ++c) {
+        const int64_t from = (e * m + rows[static_cast<size_t>(i)]) * row_bytes + c;
+        const int64_t to = ((e * (row_bytes / bk) + c / bk) * m + i) * bk + c % bk;
+        out[static_cast<size_t>(to)] = plain[static_cast<size_t>(from)];
+      }
+    }
+  }
+  return out;
+}
+
+// Scales [E, m, cols] of `es`-byte elements: rows permuted like the weights', then
+// block_scale_interleave (upstream's preparation calls it; so does this).
+Tensor prepare_scales(const std::vector<uint8_t>& plain, int64_t E, int64_t m, int64_t cols,
+                      bool interleave, DType dtype) {
+  const int64_t es = dtype == DType::kBFloat16 ? 2 : 1;
+  const std::vector<uint8_t> permuted = prepare_rows(plain, E, m, cols * es, interleave);
+  return block_scale_interleave(
+      bytes_tensor(permuted, {E, m, cols}, dtype == DType::kBFloat16 ? dtype : DType::kUInt8));
+}
+
+std::vector<double> prepare_bias(const std::vector<double>& plain, int64_t E, int64_t m,
+                                 bool interleave) {
+  const auto rows = prepared_rows(m, interleave);
+  std::vector<double> out(plain.size());
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t i = 0; i < m; ++i) {
+      out[static_cast<size_t>(e * m + i)] = plain[static_cast<size_t>(e * m + rows[i])];
+    }
+  }
+  return out;
+}
+
+// (ids, weights) for every token: distinct experts (t + 3k) mod E, weights 0.7 / 0.3.
+MoeTopkIds pair_routing(int64_t T, int64_t E, int64_t K) {
+  std::vector<double> ids, w;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t k = 0; k < K; ++k) {
+      ids.push_back(static_cast<double>((t + 3 * k) % E));
+      w.push_back(k == 0 ? 0.7 : 0.3);
+    }
+  }
+  return MoeTopkIds(Tensor::from_vector(ids, {T, K}, DType::kInt32),
+                    Tensor::from_vector(w, {T, K}, DType::kFloat32));
+}
+
+// ---- an FP4 case: plain data, its prepared form, and the fp64 reference ---------------------
+
+enum class Mode { kNvfp4, kMxfp4Bf16, kMxfp4Mxfp8 };
+
+struct Fp4Case {
+  Mode mode = Mode::kNvfp4;
+  int64_t T = 5, E = 8, K = 2, H = 128, I = 64, act = 3, offset = 0, local = 8;
+  bool bias = false, swiglu_params = false;
+  int64_t vec() const { return mode == Mode::kNvfp4 ? 16 : 32; }
+  int64_t n1() const { return act == 3 ? 2 * I : I; }
+  // plain data
+  std::vector<uint8_t> x, xs, w1, s1, w2, s2;
+  std::vector<double> b1, b2, o1, o1g, o2, alpha, beta, limit;
+
+  void make(uint64_t seed) {
+    const int64_t El = local, N1 = n1(), v = vec();
+    if (mode == Mode::kNvfp4) {
+      x = random_bytes(static_cast<size_t>(T * H / 2), seed);
+      xs = e4m3_codes(static_cast<size_t>(T * H / 16), seed + 1, 0.5, 1.0);
+    } else if (mode == Mode::kMxfp4Mxfp8) {
+      x.resize(static_cast<size_t>(T * H));
+      Rng r{seed};
+      for (auto& b : x) b = float_to_e4m3fn_bits(static_cast<float>(r.uniform(-3, 3)), true);
+      xs.resize(static_cast<size_t>(T * H / 32));
+      for (auto& b : xs) b = static_cast<uint8_t>(125 + r.next() % 3);
+    } else {
+      const auto bits = bf16_bits(static_cast<size_t>(T * H), seed, -2, 2);
+      x.resize(bits.size() * 2);
+      std::memcpy(x.data(), bits.data(), x.size());
+    }
+    w1 = random_bytes(static_cast<size_t>(El * N1 * H / 2), seed + 2);
+    w2 = random_bytes(static_cast<size_t>(El * H * I / 2), seed + 3);
+    if (mode == Mode::kNvfp4) {
+      s1 = e4m3_codes(static_cast<size_t>(El * N1 * H / v), seed + 4, 0.02, 0.06);
+      s2 = e4m3_codes(static_cast<size_t>(El * H * I / v), seed + 5, 0.02, 0.06);
+    } else {
+      Rng r{seed + 4};
+      s1.resize(static_cast<size_t>(El * N1 * H / v));
+      s2.resize(static_cast<size_t>(El * H * I / v));
+      for (auto& b : s1) b = static_cast<uint8_t>(120 + r.next() % 3);
+      for (auto& b : s2) b = static_cast<uint8_t>(120 + r.next() % 3);
+    }
+    Rng r{seed + 6};
+    auto vecd = [&](int64_t n, double lo, double hi) {
+      std::vector<double> out(static_cast<size_t>(n));
+      for (auto& d : out) d = static_cast<float>(r.uniform(lo, hi));
+      return out;
+    };
+    o1 = vecd(El, 0.5, 1.5);
+    o1g = vecd(El, 0.5, 1.5);
+    o2 = vecd(El, 0.5, 1.5);
+    if (bias) {
+      b1 = vecd(El * N1, -0.5, 0.5);
+      b2 = vecd(El * H, -0.5, 0.5);
+    }
+    if (swiglu_params) {
+      alpha = vecd(El, 1.5, 2.0);
+      beta = vecd(El, 0.5, 1.0);
+      limit = vecd(El, 1.0, 3.0);
+    }
+  }
+
+  Tensor hidden() const {
+    if (mode == Mode::kNvfp4) return bytes_tensor(x, {T, H / 2}, DType::kUInt8);
+    if (mode == Mode::kMxfp4Mxfp8) return bytes_tensor(x, {T, H}, DType::kFloat8E4M3FN);
+    return bytes_tensor(x, {T, H}, DType::kBFloat16);
+  }
+  std::optional<Tensor> hidden_scale() const {
+    if (mode == Mode::kMxfp4Bf16) return std::nullopt;
+    return bytes_tensor(xs, {T, H / (mode == Mode::kNvfp4 ? 16 : 32)}, DType::kFloat8E4M3FN);
+  }
+  Tensor gemm1() const {
+    return bytes_tensor(prepare_rows(w1, local, n1(), H / 2, act == 3), {local, n1(), H / 2},
+                        DType::kUInt8);
+  }
+  Tensor gemm2() const {
+    return bytes_tensor(prepare_rows(w2, local, H, I / 2, false), {local, H, I / 2}, DType::kUInt8);
+  }
+  // The 1-D 128x4 buffers reshaped to the docstring's [E, rows, cols] (as upstream's test does).
+  Tensor scale1() const {
+    return prepare_scales(s1, local, n1(), H / vec(), act == 3, DType::kUInt8)
+        .view({local, n1(), H / vec()});
+  }
+  Tensor scale2() const {
+    return prepare_scales(s2, local, H, I / vec(), false, DType::kUInt8)
+        .view({local, H, I / vec()});
+  }
+  std::optional<Tensor> f32(const std::vector<double>& v, Shape shape) const {
+    if (v.empty()) return std::nullopt;
+    return Tensor::from_vector(v, shape, DType::kFloat32);
+  }
+  std::optional<Tensor> bias1() const {
+    if (b1.empty()) return std::nullopt;
+    return f32(prepare_bias(b1, local, n1(), act == 3), {local, n1()});
+  }
+  std::optional<Tensor> bias2() const {
+    if (b2.empty()) return std::nullopt;
+    return f32(prepare_bias(b2, local, H, false), {local, H});
+  }
+
+  std::vector<Tensor> run_routed(const MoeTopkIds& routing) const {
+    return trtllm_fp4_block_scale_routed_moe(
+        routing, std::nullopt, hidden(), hidden_scale(), gemm1(), scale1(), bias1(),
+        f32(alpha, {local}), f32(beta, {local}), f32(limit, {local}), gemm2(), scale2(), bias2(),
+        f32(o1, {local}), f32(o1g, {local}), f32(o2, {local}), E, K, std::nullopt, std::nullopt, I,
+        offset, local, std::nullopt, 0, true, std::nullopt, act);
+  }
+
+  // fp64 formula, with upstream's reference's quantization of the activation (through the
+  // library's fp4_quantize / mxfp8_quantize, the functions that reference calls).
+  std::vector<double> expected(const MoeTopkIds& routing) const {
+    const auto idv = routing.ids.to_double_vector(), wv = routing.weights->to_double_vector();
+    const int64_t N1 = n1(), v = vec();
+    auto xval = [&](int64_t t, int64_t d) -> double {
+      if (mode == Mode::kNvfp4) {
+        return e2m1(x, static_cast<size_t>(t * H + d)) *
+               e4m3fn_bits_to_float(xs[static_cast<size_t>(t * (H / 16) + d / 16)]);
+      }
+      if (mode == Mode::kMxfp4Mxfp8) {
+        return e4m3fn_bits_to_float(x[static_cast<size_t>(t * H + d)]) *
+               ue8m0(xs[static_cast<size_t>(t * (H / 32) + d / 32)]);
+      }
+      uint16_t b;
+      std::memcpy(&b, &x[static_cast<size_t>(2 * (t * H + d))], 2);
+      return bfloat16_bits_to_float(b);
+    };
+    auto wval = [&](const std::vector<uint8_t>& w, const std::vector<uint8_t>& s, int64_t e,
+                    int64_t rows, int64_t cols, int64_t r, int64_t c) {
+      const size_t i = static_cast<size_t>((e * rows + r) * cols + c);
+      const uint8_t sc = s[static_cast<size_t>((e * rows + r) * (cols / v) + c / v)];
+      return e2m1(w, i) * (mode == Mode::kNvfp4 ? e4m3fn_bits_to_float(sc) : ue8m0(sc));
+    };
+    std::vector<double> out(static_cast<size_t>(T * H), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t e = static_cast<int64_t>(idv[static_cast<size_t>(t * K + k)]) - offset;
+        if (e < 0 || e >= local) continue;
+        std::vector<double> g(static_cast<size_t>(N1), 0.0);
+        for (int64_t j = 0; j < N1; ++j) {
+          for (int64_t d = 0; d < H; ++d) g[j] += xval(t, d) * wval(w1, s1, e, N1, H, j, d);
+        }
+        std::vector<double> h(static_cast<size_t>(I));
+        for (int64_t j = 0; j < I; ++j) {
+          if (act == 3) {
+            const double up = g[j] * o1[e] + (b1.empty() ? 0.0 : b1[e * N1 + j]);
+            const double gate = g[I + j] * o1g[e] + (b1.empty() ? 0.0 : b1[e * N1 + I + j]);
+            if (alpha.empty()) {
+              h[j] = silu(gate) * up;
+            } else {
+              const double gl = std::min(gate, limit[e]);
+              const double ul = std::clamp(up, -limit[e], limit[e]) + beta[e];
+              h[j] = gl / (1.0 + std::exp(-alpha[e] * gl)) * ul;
+            }
+          } else {  // Relu2
+            const double a = std::max(g[j] * o1g[e] + (b1.empty() ? 0.0 : b1[e * N1 + j]), 0.0);
+            h[j] = a * a * o1[e];
+          }
+        }
+        // The activation as GEMM2 reads it.
+        std::vector<double> hb(h.size());
+        for (size_t j = 0; j < h.size(); ++j) hb[j] = bf16(h[j]);
+        std::vector<double> hq = hb;
+        const Tensor ht = Tensor::from_vector(hb, {1, I}, DType::kBFloat16);
+        if (mode == Mode::kNvfp4) {
+          auto [q, sf] = fp4_quantize(ht, std::nullopt, 16, false, false);
+          hq = e2m1_and_ufp8sf_scale_to_float(q, sf, std::nullopt, 16, 1, false).to_double_vector();
+        } else if (mode == Mode::kMxfp4Mxfp8) {
+          auto [q, sf] = mxfp8_quantize(ht, false);
+          hq = mxfp8_dequantize_host(q, sf, false).to_double_vector();
+        }
+        for (int64_t d = 0; d < H; ++d) {
+          double y = 0.0;
+          for (int64_t j = 0; j < I; ++j) y += hq[j] * wval(w2, s2, e, H, I, d, j);
+          y = bf16(y * o2[e] + (b2.empty() ? 0.0 : b2[e * H + d]));
+          out[static_cast<size_t>(t * H + d)] += bf16(wv[static_cast<size_t>(t * K + k)]) * y;
+        }
+      }
+    }
+    return out;
+  }
+};
+
+TEST(TrtllmFp4BlockScaleMoe, Nvfp4MatchesFormula) {
+  for (int64_t offset : {int64_t{0}, int64_t{4}}) {
+    SCOPED_TRACE("offset " + std::to_string(offset));
+    Fp4Case c;
+    c.offset = offset;
+    c.local = offset == 0 ? 8 : 4;
+    c.make(11);
+    const MoeTopkIds routing = pair_routing(c.T, c.E, c.K);
+    const auto out = c.run_routed(routing);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].dtype(), DType::kBFloat16);
+    EXPECT_EQ(out[0].shape(), Shape({c.T, c.H}));
+    const auto expect = c.expected(routing);
+    EXPECT_GT(max_abs(expect), 0.5);
+    EXPECT_TRUE(all_close(out[0], expect, default_tolerance(DType::kBFloat16)));
+  }
+}
+
+TEST(TrtllmFp4BlockScaleMoe, Nvfp4Relu2NonGated) {
+  Fp4Case c;
+  c.act = 6;
+  c.I = 128;
+  c.bias = true;
+  c.make(21);
+  const MoeTopkIds routing = pair_routing(c.T, c.E, c.K);
+  const auto expect = c.expected(routing);
+  EXPECT_GT(max_abs(expect), 0.5);
+  EXPECT_TRUE(all_close(c.run_routed(routing)[0], expect, default_tolerance(DType::kBFloat16)));
+}
+
+// gpt-oss style: MXFP4 weights, bf16 hidden states, biases, SwiGLU alpha / beta / clamp limit.
+TEST(TrtllmFp4BlockScaleMoe, Mxfp4Bf16WithBiasAndSwigluParams) {
+  Fp4Case c;
+  c.mode = Mode::kMxfp4Bf16;
+  c.I = 128;  // the 128x4 scale layout: I / 32 a multiple of 4
+  c.bias = true;
+  c.swiglu_params = true;
+  c.make(31);
+  const MoeTopkIds routing = pair_routing(c.T, c.E, c.K);
+  const auto expect = c.expected(routing);
+  EXPECT_GT(max_abs(expect), 0.5);
+  EXPECT_TRUE(all_close(c.run_routed(routing)[0], expect, default_tolerance(DType::kBFloat16)));
+}
+
+TEST(TrtllmFp4BlockScaleMoe, Mxfp4Mxfp8MatchesFormula) {
+  Fp4Case c;
+  c.mode = Mode::kMxfp4Mxfp8;
+  c.I = 128;
+  c.make(41);
+  const MoeTopkIds routing = pair_routing(c.T, c.E, c.K);
+  const auto expect = c.expected(routing);
+  EXPECT_GT(max_abs(expect), 0.5);
+  EXPECT_TRUE(all_close(c.run_routed(routing)[0], expect, default_tolerance(DType::kBFloat16)));
+}
+
+// Routing from logits (Renormalize: top-k logits, softmax over the k) equals the routed op fed
+// that routing; routing_replay_out receives the ids.
+TEST(TrtllmFp4BlockScaleMoe, RoutingFromLogitsMatchesRouted) {
+  Fp4Case c;
+  c.make(51);
+  Rng r{52};
+  std::vector<double> logits(static_cast<size_t>(c.T * c.E)), ids, w;
+  for (auto& l : logits) l = static_cast<float>(r.uniform(-3, 3));
+  for (int64_t t = 0; t < c.T; ++t) {
+    std::vector<int64_t> order(static_cast<size_t>(c.E));
+    for (int64_t e = 0; e < c.E; ++e) order[e] = e;
+    std::sort(order.begin(), order.end(),
+              [&](int64_t a, int64_t b) { return logits[t * c.E + a] > logits[t * c.E + b]; });
+    const double l0 = logits[t * c.E + order[0]], l1 = logits[t * c.E + order[1]];
+    const double s = std::exp(l0 - l0) + std::exp(l1 - l0);
+    ids.push_back(static_cast<double>(order[0]));
+    ids.push_back(static_cast<double>(order[1]));
+    w.push_back(1.0 / s);
+    w.push_back(std::exp(l1 - l0) / s);
+  }
+  const MoeTopkIds routing(Tensor::from_vector(ids, {c.T, c.K}, DType::kInt32),
+                           Tensor::from_vector(w, {c.T, c.K}, DType::kFloat32));
+  Tensor replay = Tensor::zeros({c.T, c.K}, DType::kInt16);
+  const auto out = trtllm_fp4_block_scale_moe(
+      Tensor::from_vector(logits, {c.T, c.E}, DType::kFloat32), std::nullopt, c.hidden(),
+      c.hidden_scale(), c.gemm1(), c.scale1(), std::nullopt, std::nullopt, std::nullopt,
+      std::nullopt, c.gemm2(), c.scale2(), std::nullopt, c.f32(c.o1, {8}), c.f32(c.o1g, {8}),
+      c.f32(c.o2, {8}), c.E, c.K, std::nullopt, std::nullopt, c.I, 0, c.E, std::nullopt, 1, true,
+      std::nullopt, 3, std::nullopt, std::nullopt, 8192, true, replay);
+  EXPECT_TRUE(all_close(out[0], c.run_routed(routing)[0], default_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(all_close(out[0], c.expected(routing), default_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(all_close(replay.to(DType::kInt32), ids, {0, 0}));
+}
+
+TEST(TrtllmFp4BlockScaleMoe, BadInput) {
+  Fp4Case c;
+  c.make(61);
+  const char* op = "trtllm_fp4_block_scale_routed_moe";
+  const MoeTopkIds routing = pair_routing(c.T, c.E, c.K);
+  const Tensor x = c.hidden(), w1 = c.gemm1(), s1 = c.scale1(), w2 = c.gemm2(), s2 = c.scale2();
+  const std::optional<Tensor> xs = c.hidden_scale();
+  auto call = [&](const Tensor& h, const std::optional<Tensor>& hs, const Tensor& a,
+                  const Tensor& as, const Tensor& b, const Tensor& bs, int64_t inter = 64,
+                  int64_t act = 3, bool fin = true,
+                  std::optional<Tensor> per_token = std::nullopt) {
+    (void)trtllm_fp4_block_scale_routed_moe(
+        routing, std::nullopt, h, hs, a, as, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+        b, bs, std::nullopt, std::nullopt, std::nullopt, std::nullopt, c.E, c.K, std::nullopt,
+        std::nullopt, inter, 0, c.E, std::nullopt, 0, fin, std::nullopt, act, per_token);
+  };
+  EXPECT_FI_ERROR(call(Tensor::zeros({c.T, c.H}, DType::kFloat16), std::nullopt, w1, s1, w2, s2),
+                  op, "hidden_states");
+  // bf16 hidden states need MXFP4 weights.
+  EXPECT_FI_ERROR(call(Tensor::zeros({c.T, c.H}, DType::kBFloat16), std::nullopt, w1, s1, w2, s2),
+                  op, "hidden_states");
+  EXPECT_FI_ERROR(call(x, std::nullopt, w1, s1, w2, s2), op, "hidden_states_scale");
+  EXPECT_FI_ERROR(call(x, Tensor::zeros({c.T, 3}, DType::kUInt8), w1, s1, w2, s2), op,
+                  "hidden_states_scale");
+  EXPECT_FI_ERROR(call(x, xs, w1.to(DType::kFloat32), s1, w2, s2), op, "gemm1_weights");
+  EXPECT_FI_ERROR(call(x, xs, w1, Tensor::zeros({8, 128, 5}, DType::kUInt8), w2, s2), op,
+                  "gemm1_weights_scale");
+  EXPECT_FI_ERROR(call(x, xs, w1, s1, Tensor::zeros({8, 128, 16}, DType::kUInt8), s2), op,
+                  "gemm2_weights");
+  EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, Tensor::zeros({8, 128, 2}, DType::kUInt8)), op,
+                  "gemm2_weights_scale");
+  EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, s2, 64, 8), op, "activation_type");
+  EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, s2, 64, 3, false), op, "do_finalize");
+  EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, s2, 64, 3, true, Tensor::zeros({c.T}, DType::kFloat32)),
+                  op, "per_token_scale");
+  // 2 * intermediate_size = 64 rows: not a multiple of 128 (the prepared scales' row tile).
+  EXPECT_FI_ERROR(
+      call(x, xs, Tensor::zeros({8, 64, 64}, DType::kUInt8),
+           Tensor::zeros({8, 64, 8}, DType::kUInt8), Tensor::zeros({8, 128, 16}, DType::kUInt8),
+           Tensor::zeros({8, 128, 2}, DType::kUInt8), 32),
+      op, "intermediate_size");
+  EXPECT_FI_ERROR(
+      (void)trtllm_fp4_block_scale_routed_moe(
+          routing, std::nullopt, x, xs, w1, s1, std::nullopt, std::nullopt, std::nullopt,
+          std::nullopt, w2, s2, std::nullopt, std::nullopt, std::nullopt, std::nullopt, c.E, c.K,
+          std::nullopt, std::nullopt, 64, 0, c.E, std::nullopt, 0, true, std::nullopt, 3,
+          std::nullopt, std::nullopt, 8192, Tensor::zeros({c.T * c.K, 64}, DType::kBFloat16)),
+      op, "gemm1_lora_delta");
+  EXPECT_FI_ERROR((void)trtllm_fp4_block_scale_routed_moe(
+                      routing, std::nullopt, x, xs, w1, s1, Tensor::zeros({8, 7}, DType::kFloat32),
+                      std::nullopt, std::nullopt, std::nullopt, w2, s2, std::nullopt, std::nullopt,
+                      std::nullopt, std::nullopt, c.E, c.K, std::nullopt, std::nullopt, 64, 0, c.E,
+                      std::nullopt),
+                  op, "gemm1_bias");
+  EXPECT_FI_ERROR((void)trtllm_fp4_block_scale_moe(
+                      Tensor::zeros({c.T, 4}, DType::kFloat32), std::nullopt, x, xs, w1, s1,
+                      std::nullopt, std::nullopt, std::nullopt, std::nullopt, w2, s2, std::nullopt,
+                      std::nullopt, std::nullopt, std::nullopt, c.E, c.K, std::nullopt,
+                      std::nullopt, 64, 0, c.E, std::nullopt),
+                  "trtllm_fp4_block_scale_moe", "routing_logits");
+  EXPECT_FI_ERROR((void)trtllm_fp4_block_scale_moe(
+                      Tensor::zeros({c.T, c.E}, DType::kFloat32), std::nullopt, x, xs, w1, s1,
+                      std::nullopt, std::nullopt, std::nullopt, std::nullopt, w2, s2, std::nullopt,
+                      std::nullopt, std::nullopt, std::nullopt, c.E, c.K, std::nullopt,
+                      std::nullopt, 64, 0, c.E, std::nullopt, 0, true, std::nullopt, 3,
+                      std::nullopt, std::nullopt, 8192, true, std::nullopt, 1),
+                  "trtllm_fp4_block_scale_moe", "num_fused_shared_experts");
+}
+
+// ---- MxInt4 -----------------------------------------------------------------------------------
+
+struct MxInt4Case {
+  int64_t T = 5, E = 8, K = 2, H = 256, I = 64;
+  std::vector<uint8_t> w1, w2, s1, s2;  // s*: bf16 bytes
+  std::vector<uint16_t> xb;
+  void make(uint64_t seed) {
+    xb = bf16_bits(static_cast<size_t>(T * H), seed, -2, 2);
+    w1 = random_bytes(static_cast<size_t>(E * 2 * I * H / 2), seed + 1);
+    w2 = random_bytes(static_cast<size_t>(E * H * I / 2), seed + 2);
+    auto sc = [&](int64_t n, uint64_t sd) {
+      const auto b = bf16_bits(static_cast<size_t>(n), sd, 0.005, 0.02);
+      std::vector<uint8_t> out(b.size() * 2);
+      std::memcpy(out.data(), b.data(), out.size());
+      return out;
+    };
+    s1 = sc(E * 2 * I * H / 32, seed + 3);
+    s2 = sc(E * H * I / 32, seed + 4);
+  }
+  Tensor hidden() const {
+    std::vector<uint8_t> b(xb.size() * 2);
+    std::memcpy(b.data(), xb.data(), b.size());
+    return bytes_tensor(b, {T, H}, DType::kBFloat16);
+  }
+  // block_bytes 0: MajorK, else BlockMajorK with that many bytes per block.
+  Tensor gemm1(int64_t block_bytes) const {
+    const auto p = prepare_rows(w1, E, 2 * I, H / 2, true, block_bytes);
+    if (block_bytes == 0) return bytes_tensor(p, {E, 2 * I, H / 2}, DType::kUInt8);
+    return bytes_tensor(p, {E, H / 2 / block_bytes, 2 * I, block_bytes}, DType::kUInt8);
+  }
+  Tensor gemm2(int64_t block_bytes) const {
+    const auto p = prepare_rows(w2, E, H, I / 2, false, block_bytes);
+    if (block_bytes == 0) return bytes_tensor(p, {E, H, I / 2}, DType::kUInt8);
+    return bytes_tensor(p, {E, I / 2 / block_bytes, H, block_bytes}, DType::kUInt8);
+  }
+  // Per expert 1-D buffers stacked, as upstream's test stacks them: [E, padded].
+  Tensor scale1() const {
+    const Tensor t = prepare_scales(s1, E, 2 * I, H / 32, true, DType::kBFloat16);
+    return t.view({E, t.numel() / E});
+  }
+  Tensor scale2() const {
+    const Tensor t = prepare_scales(s2, E, H, I / 32, false, DType::kBFloat16);
+    return t.view({E, t.numel() / E});
+  }
+  double scale(const std::vector<uint8_t>& s, size_t i) const {
+    uint16_t b;
+    std::memcpy(&b, &s[2 * i], 2);
+    return bfloat16_bits_to_float(b);
+  }
+  std::vector<double> expected(const MoeTopkIds& routing, const std::vector<double>& alpha = {},
+                               const std::vector<double>& beta = {},
+                               const std::vector<double>& limit = {}) const {
+    const auto idv = routing.ids.to_double_vector(), wv = routing.weights->to_double_vector();
+    std::vector<double> out(static_cast<size_t>(T * H), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t e = static_cast<int64_t>(idv[static_cast<size_t>(t * K + k)]);
+        std::vector<double> g(static_cast<size_t>(2 * I), 0.0);
+        for (int64_t j = 0; j < 2 * I; ++j) {
+          for (int64_t d = 0; d < H; ++d) {
+            const size_t wi = static_cast<size_t>((e * 2 * I + j) * H + d);
+            g[j] += bfloat16_bits_to_float(xb[t * H + d]) * int4(w1, wi) * scale(s1, wi / 32);
+          }
+        }
+        std::vector<double> h(static_cast<size_t>(I));
+        for (int64_t j = 0; j < I; ++j) {
+          if (alpha.empty()) {
+            h[j] = bf16(silu(g[I + j]) * g[j]);
+          } else {
+            const double gl = std::min(g[I + j], limit[e]);
+            const double ul = std::clamp(g[j], -limit[e], limit[e]) + beta[e];
+            h[j] = bf16(gl / (1.0 + std::exp(-alpha[e] * gl)) * ul);
+          }
+        }
+        for (int64_t d = 0; d < H; ++d) {
+          double y = 0.0;
+          for (int64_t j = 0; j < I; ++j) {
+            const size_t wi = static_cast<size_t>((e * H + d) * I + j);
+            y += h[j] * int4(w2, wi) * scale(s2, wi / 32);
+          }
+          out[static_cast<size_t>(t * H + d)] += bf16(wv[static_cast<size_t>(t * K + k)]) * bf16(y);
+        }
+      }
+    }
+    return out;
+  }
+};
+
+TEST(TrtllmMxInt4BlockScaleMoe, MatchesFormulaInBothLayouts) {
+  MxInt4Case c;
+  c.make(71);
+  const MoeTopkIds routing = pair_routing(c.T, c.E, c.K);
+  const auto expect = c.expected(routing);
+  EXPECT_GT(max_abs(expect), 0.5);
+  std::vector<Tensor> outs;
+  for (int64_t block : {int64_t{128}, int64_t{0}}) {
+    SCOPED_TRACE("block bytes " + std::to_string(block));
+    const int64_t b2 = block == 0 ? 0 : 32;  // gemm2 rows are I / 2 = 32 bytes
+    const auto out = trtllm_mxint4_block_scale_routed_moe(
+        routing, c.hidden(), c.gemm1(block), c.scale1(), std::nullopt, std::nullopt, std::nullopt,
+        c.gemm2(b2), c.scale2(), c.E, c.K, std::nullopt, std::nullopt, c.I, 0, c.E, std::nullopt);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_TRUE(all_close(out[0], expect, default_tolerance(DType::kBFloat16)));
+    outs.push_back(out[0]);
+  }
+  EXPECT_TRUE(all_close(outs[0], outs[1], {0, 0}));
+  // SwiGLU parameters.
+  const std::vector<double> alpha(8, 1.702), beta(8, 1.0), limit(8, 0.5);
+  auto t8 = [](const std::vector<double>& v) {
+    return Tensor::from_vector(v, {8}, DType::kFloat32);
+  };
+  const auto out = trtllm_mxint4_block_scale_routed_moe(
+      routing, c.hidden(), c.gemm1(0), c.scale1(), t8(alpha), t8(beta), t8(limit), c.gemm2(0),
+      c.scale2(), c.E, c.K, std::nullopt, std::nullopt, c.I, 0, c.E, std::nullopt);
+  const auto expect2 = c.expected(routing, alpha, beta, limit);
+  EXPECT_GT(max_abs(expect2), 0.1);
+  EXPECT_TRUE(all_close(out[0], expect2, default_tolerance(DType::kBFloat16)));
+}
+
+TEST(TrtllmMxInt4BlockScaleMoe, RoutingFromLogitsAndBadInput) {
+  MxInt4Case c;
+  c.make(81);
+  // TopK routing (method 5): top-k of the logits, the logits as weights.
+  std::vector<double> logits(static_cast<size_t>(c.T * c.E), 0.0), ids, w;
+  for (int64_t t = 0; t < c.T; ++t) {
+    for (int64_t k = 0; k < c.K; ++k) {
+      const int64_t e = (2 * t + 5 * k) % c.E;
+      logits[t * c.E + e] = k == 0 ? 0.75 : 0.5;
+      ids.push_back(static_cast<double>(e));
+      w.push_back(k == 0 ? 0.75 : 0.5);
+    }
+  }
+  const MoeTopkIds routing(Tensor::from_vector(ids, {c.T, c.K}, DType::kInt32),
+                           Tensor::from_vector(w, {c.T, c.K}, DType::kFloat32));
+  const Tensor lg = Tensor::from_vector(logits, {c.T, c.E}, DType::kBFloat16);
+  const auto out = trtllm_mxint4_block_scale_moe(
+      lg, std::nullopt, c.hidden(), c.gemm1(128), c.scale1(), std::nullopt, std::nullopt,
+      std::nullopt, c.gemm2(32), c.scale2(), c.E, c.K, std::nullopt, std::nullopt, c.I, 0, c.E,
+      std::nullopt, 5);
+  EXPECT_TRUE(all_close(out[0], c.expected(routing), default_tolerance(DType::kBFloat16)));
+
+  const char* op = "trtllm_mxint4_block_scale_routed_moe";
+  auto call = [&](const Tensor& h, const Tensor& a, const Tensor& as, const Tensor& b,
+                  const Tensor& bs, int64_t inter = 64) {
+    (void)trtllm_mxint4_block_scale_routed_moe(routing, h, a, as, std::nullopt, std::nullopt,
+                                               std::nullopt, b, bs, c.E, c.K, std::nullopt,
+                                               std::nullopt, inter, 0, c.E, std::nullopt);
+  };
+  const Tensor x = c.hidden(), w1 = c.gemm1(0), s1 = c.scale1(), w2 = c.gemm2(0), s2 = c.scale2();
+  EXPECT_FI_ERROR(call(x.to(DType::kFloat16), w1, s1, w2, s2), op, "hidden_states");
+  EXPECT_FI_ERROR(call(x, w1.slice(1, 0, 64), s1, w2, s2), op, "gemm1_weights");
+  EXPECT_FI_ERROR(call(x, w1, s1.to(DType::kFloat32), w2, s2), op, "gemm1_weights_scale");
+  EXPECT_FI_ERROR(call(x, w1, s1, w2, s2.slice(1, 0, 100)), op, "gemm2_weights_scale");
+  EXPECT_FI_ERROR(call(x, w1, s1, w2.to(DType::kBFloat16), s2), op, "gemm2_weights");
+  EXPECT_FI_ERROR(call(x, w1, s1, w2, s2, 48), op, "intermediate_size");
+  EXPECT_FI_ERROR((void)trtllm_mxint4_block_scale_routed_moe(
+                      routing, x, w1, s1, std::nullopt, std::nullopt, std::nullopt, w2, s2, c.E,
+                      c.K, std::nullopt, std::nullopt, c.I, 0, c.E, std::nullopt, 0, false),
+                  op, "do_finalize");
+  EXPECT_FI_ERROR((void)trtllm_mxint4_block_scale_moe(
+                      lg, std::nullopt, x, w1, s1, std::nullopt, std::nullopt, std::nullopt, w2, s2,
+                      c.E, c.K, std::nullopt, std::nullopt, c.I, 0, c.E, std::nullopt, 9),
+                  "trtllm_mxint4_block_scale_moe", "routing_method_type");
+}
+
+// ---- declarations, backends, record/replay --------------------------------------------------
+
+TEST(MoeFp4Decls, SignaturesBackendsAndRecordReplay) {
+  for (const char* name :
+       {"trtllm_fp4_block_scale_moe", "trtllm_fp4_block_scale_routed_moe",
+        "trtllm_mxint4_block_scale_moe", "trtllm_mxint4_block_scale_routed_moe"}) {
+    const OpDecl* d = OpRegistry::global().find(name);
+    ASSERT_NE(d, nullptr) << name;
+    EXPECT_EQ(d->module, "flashinfer.fused_moe.core");
+    // CPU only: replay --device cuda falls back to the CPU.
+    EXPECT_EQ(op_backends(name), std::vector<std::string>{"cpu"}) << name;
+  }
+  Fp4Case c;
+  c.make(91);
+  MxInt4Case m;
+  m.make(92);
+  // Inputs first: preparing them calls library ops, which the recorder would also record.
+  Fp4Case one = c;
+  one.T = 1;
+  one.x.resize(static_cast<size_t>(one.H / 2));
+  one.xs.resize(static_cast<size_t>(one.H / 16));
+  const Tensor packed =
+      Tensor::from_vector({static_cast<double>((1 << 16) | float_to_bfloat16_bits(0.75f)),
+                           static_cast<double>((6 << 16) | float_to_bfloat16_bits(0.25f))},
+                          {1, 2}, DType::kInt32);
+  const Tensor x = c.hidden(), w1 = c.gemm1(), s1 = c.scale1(), w2 = c.gemm2(), s2 = c.scale2();
+  const std::optional<Tensor> xs = c.hidden_scale(), ox = one.hidden_scale();
+  const Tensor x1 = one.hidden(), lg = rand_tensor({c.T, c.E}, DType::kBFloat16, 3);
+  const std::optional<Tensor> o1 = c.f32(c.o1, {8}), o1g = c.f32(c.o1g, {8}), o2 = c.f32(c.o2, {8});
+  const Tensor mx = m.hidden(), mw1 = m.gemm1(128), mw1m = m.gemm1(0), ms1 = m.scale1(),
+               mw2 = m.gemm2(32), mw2m = m.gemm2(0), ms2 = m.scale2(),
+               mlg = rand_tensor({m.T, m.E}, DType::kFloat32, 4);
+  const MoeTopkIds rc = pair_routing(c.T, c.E, c.K), rm = pair_routing(m.T, m.E, m.K);
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    auto routed = [&](const MoeTopkIds& r, const Tensor& h, const std::optional<Tensor>& hs) {
+      (void)trtllm_fp4_block_scale_routed_moe(r, std::nullopt, h, hs, w1, s1, std::nullopt,
+                                              std::nullopt, std::nullopt, std::nullopt, w2, s2,
+                                              std::nullopt, o1, o1g, o2, c.E, c.K, std::nullopt,
+                                              std::nullopt, c.I, 0, c.E, std::nullopt);
+    };
+    routed(rc, x, xs);
+    routed(MoeTopkIds(packed), x1, ox);
+    (void)trtllm_fp4_block_scale_moe(lg, std::nullopt, x, xs, w1, s1, std::nullopt, std::nullopt,
+                                     std::nullopt, std::nullopt, w2, s2, std::nullopt, o1, o1g, o2,
+                                     c.E, c.K, std::nullopt, std::nullopt, c.I, 0, c.E,
+                                     std::nullopt, 1);
+    (void)trtllm_mxint4_block_scale_moe(mlg, std::nullopt, mx, mw1, ms1, std::nullopt, std::nullopt,
+                                        std::nullopt, mw2, ms2, m.E, m.K, std::nullopt,
+                                        std::nullopt, m.I, 0, m.E, std::nullopt, 4);
+    (void)trtllm_mxint4_block_scale_routed_moe(rm, mx, mw1m, ms1, std::nullopt, std::nullopt,
+                                               std::nullopt, mw2m, ms2, m.E, m.K, std::nullopt,
+                                               std::nullopt, m.I, 0, m.E, std::nullopt);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 5u);
+  for (const auto& call : calls) {
+    SCOPED_TRACE(call.name);
+    ASSERT_TRUE(call.error.empty()) << call.error;
+    const OpDecl* decl = OpRegistry::global().find(call.name);
+    ASSERT_NE(decl, nullptr);
+    std::vector<Value> args;
+    for (const auto& a : call.inputs) args.push_back(snapshot(a));
+    CallArgs bound(*decl, std::move(args));
+    EXPECT_TRUE(same_values(decl->invoke(bound), call.result));
+  }
+}
+
+// ---- cute_dsl_fused_moe_nvfp4 ------------------------------------------------------------------
+
+// Upstream's CuTe-DSL test preparation (create_moe_tensors): gated GEMM1 rows interleaved
+// linear / gate in groups of 64 (interleave_linear_and_gate), scales 128x4-swizzled per expert.
+std::vector<int64_t> cute_stored_rows(int64_t n1, bool gated) {
+  std::vector<int64_t> src(static_cast<size_t>(n1));  // stored row s holds plain row src[s]
+  const int64_t I = n1 / 2;
+  for (int64_t s = 0; s < n1; ++s) {
+    // interleave_linear_and_gate: view (2, n1 / 128, 64) -> transpose -> (n1 / 128, 2, 64)
+    src[static_cast<size_t>(s)] = gated ? ((s % 128) / 64) * I + (s / 128) * 64 + s % 64 : s;
+  }
+  return src;
+}
+
+struct CuteCase {
+  int64_t T = 5, E = 8, K = 2, H = 128, I = 64, act = 3, offset = 0, local = 8;
+  bool quant_act = true, six_d = false;
+  double gs = 0.5, sw_alpha = 1.0, sw_beta = 0.0, sw_limit = 3.4028234663852886e38;
+  std::vector<uint8_t> x, xs, w1, s1, w2, s2;  // plain rows; linear scales
+  std::vector<double> a1, a2;
+  Tensor s1_base, s2_base;  // the swizzled buffers the 6-D views look into
+  int64_t n1() const { return act == 3 ? 2 * I : I; }
+  void make(uint64_t seed) {
+    x = random_bytes(static_cast<size_t>(T * H / 2), seed);
+    xs = e4m3_codes(static_cast<size_t>(T * H / 16), seed + 1, 0.5, 1.0);
+    w1 = random_bytes(static_cast<size_t>(local * n1() * H / 2), seed + 2);
+    w2 = random_bytes(static_cast<size_t>(local * H * I / 2), seed + 3);
+    s1 = e4m3_codes(static_cast<size_t>(local * n1() * H / 16), seed + 4, 0.02, 0.06);
+    s2 = e4m3_codes(static_cast<size_t>(local * H * I / 16), seed + 5, 0.02, 0.06);
+    Rng r{seed + 6};
+    for (int64_t e = 0; e < local; ++e) {
+      a1.push_back(static_cast<float>(r.uniform(0.75, 1.25)));
+      a2.push_back(static_cast<float>(r.uniform(0.75, 1.25)));
+    }
+  }
+  Tensor stored_w1() const {
+    const auto src = cute_stored_rows(n1(), act == 3);
+    std::vector<uint8_t> out(w1.size());
+    const int64_t rb = H / 2;
+    for (int64_t e = 0; e < local; ++e) {
+      for (int64_t s = 0; s < n1(); ++s) {
+        std::memcpy(&out[static_cast<size_t>((e * n1() + s) * rb)],
+                    &w1[static_cast<size_t>((e * n1() + src[s]) * rb)], static_cast<size_t>(rb));
+      }
+    }
+    return bytes_tensor(out, {local, n1(), H / 2}, DType::kUInt8);
+  }
+  // Swizzled scales of `plain` [local, m, cols] with rows in stored order: 1-D, or the 6-D view
+  // of convert_sf_to_mma_layout over `base`.
+  Tensor scales(const std::vector<uint8_t>& plain, int64_t m, int64_t cols, bool gated,
+                Tensor& base) const {
+    const auto src = cute_stored_rows(m, gated);
+    std::vector<uint8_t> rows(plain.size());
+    for (int64_t e = 0; e < local; ++e) {
+      for (int64_t s = 0; s < m; ++s) {
+        std::memcpy(&rows[static_cast<size_t>((e * m + s) * cols)],
+                    &plain[static_cast<size_t>((e * m + src[s]) * cols)],
+                    static_cast<size_t>(cols));
+      }
+    }
+    base = block_scale_interleave(bytes_tensor(rows, {local, m, cols}, DType::kUInt8));
+    if (!six_d) return base;
+    const int64_t mt = (m + 127) / 128, kt = (cols + 3) / 4;
+    return Tensor::from_blob(base.data_ptr(), {32, 4, mt, 4, kt, local},
+                             {16, 4, kt * 512, 1, 512, mt * kt * 512}, DType::kUInt8,
+                             Device::cpu());
+  }
+  std::vector<Tensor> inputs() {
+    return {bytes_tensor(x, {T, H / 2}, DType::kUInt8),
+            bytes_tensor(xs, {T, H / 16, 1}, DType::kUInt8),
+            stored_w1(),
+            scales(s1, n1(), H / 16, act == 3, s1_base),
+            Tensor::from_vector(a1, {local}, DType::kFloat32),
+            Tensor::from_vector({gs}, {1}, DType::kFloat32),
+            bytes_tensor(w2, {local, H, I / 2}, DType::kUInt8),
+            scales(s2, H, I / 16, false, s2_base),
+            Tensor::from_vector(a2, {local}, DType::kFloat32)};
+  }
+  Tensor run(const MoeTopkIds& r, DType out_dtype = DType::kBFloat16) {
+    const auto in = inputs();
+    return cute_dsl_fused_moe_nvfp4(in[0], in[1], r.ids, *r.weights, in[2], in[3], in[4],
+                                    quant_act ? std::optional<Tensor>(in[5]) : std::nullopt, in[6],
+                                    in[7], in[8], E, K, local, offset, out_dtype, true,
+                                    std::nullopt, std::nullopt, true, act, sw_alpha, sw_beta,
+                                    sw_limit);
+  }
+  std::vector<double> expected(const MoeTopkIds& r) const {
+    const auto idv = r.ids.to_double_vector(), wv = r.weights->to_double_vector();
+    const int64_t N1 = n1();
+    std::vector<double> out(static_cast<size_t>(T * H), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t e = static_cast<int64_t>(idv[static_cast<size_t>(t * K + k)]) - offset;
+        if (e < 0 || e >= local) continue;
+        std::vector<double> g(static_cast<size_t>(N1), 0.0);
+        for (int64_t j = 0; j < N1; ++j) {
+          for (int64_t d = 0; d < H; ++d) {
+            const size_t wi = static_cast<size_t>((e * N1 + j) * H + d);
+            g[j] += e2m1(x, static_cast<size_t>(t * H + d)) *
+                    e4m3fn_bits_to_float(xs[static_cast<size_t>(t * (H / 16) + d / 16)]) *
+                    e2m1(w1, wi) * e4m3fn_bits_to_float(s1[wi / 16]);
+          }
+          g[j] *= a1[e];
+        }
+        std::vector<double> h(static_cast<size_t>(I));
+        for (int64_t j = 0; j < I; ++j) {
+          if (act == 3) {
+            const double gate = std::min(g[I + j], sw_limit);
+            const double lin = std::clamp(g[j], -sw_limit, sw_limit);
+            h[j] = gate / (1.0 + std::exp(-sw_alpha * gate)) * (lin + sw_beta);
+          } else {
+            h[j] = std::max(g[j], 0.0) * std::max(g[j], 0.0);
+          }
+        }
+        if (quant_act) {
+          std::vector<double> hb(h.size());
+          for (size_t j = 0; j < h.size(); ++j) hb[j] = bf16(h[j]);
+          auto [q, sf] =
+              fp4_quantize(Tensor::from_vector(hb, {1, I}, DType::kBFloat16),
+                           Tensor::from_vector({gs}, {1}, DType::kFloat32), 16, false, false);
+          h = e2m1_and_ufp8sf_scale_to_float(
+                  q, sf, Tensor::from_vector({1.0 / gs}, {1}, DType::kFloat32), 16, 1, false)
+                  .to_double_vector();
+        }
+        for (int64_t d = 0; d < H; ++d) {
+          double y = 0.0;
+          for (int64_t j = 0; j < I; ++j) {
+            const size_t wi = static_cast<size_t>((e * H + d) * I + j);
+            y += h[j] * e2m1(w2, wi) * e4m3fn_bits_to_float(s2[wi / 16]);
+          }
+          out[static_cast<size_t>(t * H + d)] += wv[static_cast<size_t>(t * K + k)] * a2[e] * y;
+        }
+      }
+    }
+    return out;
+  }
+};
+
+TEST(CuteDslFusedMoeNvfp4, MatchesFormula) {
+  struct Variant {
+    const char* name;
+    int64_t act, offset, local;
+    bool quant, six;
+    double alpha, beta, limit;
+  };
+  for (const Variant& v :
+       {Variant{"swiglu", 3, 0, 8, true, false, 1.0, 0.0, 3.4e38},
+        Variant{"swiglu 6-D scales, EP", 3, 4, 4, true, true, 1.0, 0.0, 3.4e38},
+        Variant{"swiglu params, no fc2 scale", 3, 0, 8, false, false, 1.702, 1.0, 2.0},
+        Variant{"relu2", 6, 0, 8, true, true, 1.0, 0.0, 3.4e38}}) {
+    SCOPED_TRACE(v.name);
+    CuteCase c;
+    c.act = v.act;
+    c.offset = v.offset;
+    c.local = v.local;
+    c.quant_act = v.quant;
+    c.six_d = v.six;
+    c.sw_alpha = v.alpha;
+    c.sw_beta = v.beta;
+    c.sw_limit = v.limit;
+    c.make(101);
+    const MoeTopkIds r = pair_routing(c.T, c.E, c.K);
+    const auto expect = c.expected(r);
+    EXPECT_GT(max_abs(expect), 0.5);
+    const Tensor out = c.run(r);
+    EXPECT_EQ(out.dtype(), DType::kBFloat16);
+    EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
+  }
+  CuteCase c;
+  c.make(102);
+  const MoeTopkIds r = pair_routing(c.T, c.E, c.K);
+  EXPECT_TRUE(all_close(c.run(r, DType::kFloat32), c.expected(r), {1e-4, 1e-4}));
+}
+
+TEST(CuteDslFusedMoeNvfp4, BadInputAndRecordReplay) {
+  const char* op = "cute_dsl_fused_moe_nvfp4";
+  CuteCase c;
+  c.make(111);
+  const MoeTopkIds r = pair_routing(c.T, c.E, c.K);
+  const auto in = c.inputs();
+  auto call = [&](int idx, const Tensor& bad, int64_t act = 3, std::string_view quant_mode = "w4a4",
+                  std::optional<double> situ = std::nullopt) {
+    auto a = in;
+    if (idx >= 0) a[static_cast<size_t>(idx)] = bad;
+    (void)cute_dsl_fused_moe_nvfp4(a[0], a[1], r.ids, *r.weights, a[2], a[3], a[4], a[5], a[6],
+                                   a[7], a[8], c.E, c.K, std::nullopt, 0, DType::kBFloat16, true,
+                                   std::nullopt, std::nullopt, true, act, 1.0, 0.0, 3.4e38, situ,
+                                   std::nullopt, quant_mode);
+  };
+  EXPECT_FI_ERROR(call(0, Tensor::zeros({c.T, c.H}, DType::kBFloat16)), op, "x");
+  EXPECT_FI_ERROR(call(1, Tensor::zeros({c.T, 3}, DType::kUInt8)), op, "x_sf");
+  EXPECT_FI_ERROR(call(2, Tensor::zeros({8, 100, 64}, DType::kUInt8)), op, "w1_weight");
+  EXPECT_FI_ERROR(call(3, Tensor::zeros({100}, DType::kUInt8)), op, "w1_weight_sf");
+  EXPECT_FI_ERROR(call(4, Tensor::zeros({3}, DType::kFloat32)), op, "w1_alpha");
+  EXPECT_FI_ERROR(call(5, Tensor::zeros({3}, DType::kFloat32)), op, "fc2_input_scale");
+  EXPECT_FI_ERROR(call(6, Tensor::zeros({8, 128, 16}, DType::kUInt8)), op, "w2_weight");
+  EXPECT_FI_ERROR(call(7, Tensor::zeros({100}, DType::kUInt8)), op, "w2_weight_sf");
+  EXPECT_FI_ERROR(call(8, Tensor::zeros({8}, DType::kBFloat16)), op, "w2_alpha");
+  EXPECT_FI_ERROR(call(-1, Tensor(), 4), op, "activation_type");
+  EXPECT_FI_ERROR(call(-1, Tensor(), 3, "w4a8"), op, "quant_mode");
+  EXPECT_FI_ERROR(call(-1, Tensor(), 3, "w4a4", 4.0), op, "situ_beta");
+  EXPECT_FI_ERROR(
+      (void)cute_dsl_fused_moe_nvfp4(in[0], in[1], r.ids.to(DType::kInt64), *r.weights, in[2],
+                                     in[3], in[4], in[5], in[6], in[7], in[8], c.E, c.K),
+      op, "token_selected_experts");
+  EXPECT_EQ(op_backends(op), std::vector<std::string>{"cpu"});
+  const OpDecl* d = OpRegistry::global().find(op);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->module, "flashinfer.fused_moe.cute_dsl.fused_moe");
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    (void)cute_dsl_fused_moe_nvfp4(in[0], in[1], r.ids, *r.weights, in[2], in[3], in[4], in[5],
+                                   in[6], in[7], in[8], c.E, c.K);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 1u);
+  ASSERT_TRUE(calls[0].error.empty()) << calls[0].error;
+  EXPECT_TRUE(replays_identically(calls[0]));
+}
+
+// ---- dumps in upstream's format -----------------------------------------------------------
+
+// Dumps written by Python (torch 1.13) as upstream's recorder writes them: torch .pt files, fp8
+// tensors as torch >= 2.1 pickles float8_e4m3fn (written by hand, as in test_moe_quant.cpp),
+// packed fp4 as uint8, every argument by keyword as the engines pass it, the list result as
+// result__0. Weights, scales and biases prepared by upstream's procedure (FP4Moe /
+// MxInt4BlockScaleMoe in tests/moe, vLLM's gpt-oss preparation for the biases); expected
+// outputs computed by torch in fp32 as upstream's reference does. Calls: NVFP4 with DeepSeekV3
+// routing; MXFP4 x bf16 with biases and SwiGLU alpha/beta/limit (gpt-oss); the NVFP4 routed
+// form with packed ids; MxInt4 with Kimi-style DeepSeekV3 routing (BlockMajorK weights) and its
+// routed form (MajorK). Every call replays here and passes.
+TEST(MoeFp4UpstreamDumps, EngineStyleDumpsReplay) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_moe_fp4_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string py = R"PY(
+import json, os, sys, zipfile, struct
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+import torch.nn.functional as F
+
+LEGACY = {torch.float32: "FloatStorage", torch.bfloat16: "BFloat16Storage",
+          torch.int32: "IntStorage", torch.int64: "LongStorage", torch.int16: "ShortStorage",
+          torch.uint8: "ByteStorage", torch.float16: "HalfStorage"}
+def save(d, path):  # torch.save's zip format; ("fp8", uint8 codes) saved as float8_e4m3fn
+    out = bytearray(b"\x80\x02}(")
+    blobs = []
+    def s(x):
+        b = x.encode()
+        out.extend(b"X" + struct.pack("<I", len(b)) + b)
+    def i(v):
+        out.extend(b"J" + struct.pack("<i", v))
+    def ints(vs):
+        out.extend(b"(")
+        for v in vs: i(v)
+        out.extend(b"t")
+    for name, v in d.items():
+        fp8 = isinstance(v, tuple)
+        t = (v[1] if fp8 else v).contiguous()
+        key = str(len(blobs))
+        blobs.append(t.numpy().tobytes() if t.dtype == torch.uint8 else t.view(torch.uint8).numpy().tobytes())
+        s(name)
+        out.extend(b"ctorch._utils\n_rebuild_tensor_v%d\n(" % (3 if fp8 else 2))
+        out.extend(b"(")
+        s("storage")
+        out.extend(b"ctorch\n%s\n" % (b"UntypedStorage" if fp8 else LEGACY[t.dtype].encode()))
+        s(key); s("cpu"); i(t.numel())
+        out.extend(b"tQ")
+        i(0); ints(list(t.shape)); ints(list(t.stride()))
+        out.extend(b"\x89ccollections\nOrderedDict\n)R")
+        if fp8:
+            out.extend(b"ctorch\nfloat8_e4m3fn\n")
+        out.extend(b"tR")
+    out.extend(b"u.")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", bytes(out))
+        for k, b in enumerate(blobs):
+            z.writestr("archive/data/%d" % k, b)
+        z.writestr("archive/version", "3\n")
+
+d = sys.argv[1]
+seq = [0]
+def record(name, inputs, meta, out):
+    seq[0] += 1
+    call = "%s/20261122_200000_%03d_pid4242_%s_call%04d" % (d, seq[0], name, seq[0])
+    os.makedirs(call)
+    save(inputs, call + "/inputs.pt")
+    save({"result__0": out}, call + "/outputs.pt")
+    rec = {"function_name": name, "module": "flashinfer.fused_moe.core",
+           "call_sequence": seq[0], "timestamp": "20261122_200000_%03d" % seq[0],
+           "process_id": 4242, "input_metadata": meta, "output_metadata": {},
+           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": ["result__0"]},
+           "tensor_format": "torch", "execution_status": "completed"}
+    with open(call + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+
+def e4m3_value(c):
+    s = -1.0 if c & 0x80 else 1.0
+    e, m = (c >> 3) & 0xF, c & 7
+    if e == 0xF and m == 7: return float("nan")
+    return s * (m / 8.0 * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7))
+E4M3 = torch.tensor([e4m3_value(c) for c in range(256)])
+POS = torch.tensor([c for c in range(127)])  # finite non-negative codes 0..126
+def e4m3_codes(x):  # nearest non-negative code (x >= 0), saturating at 448
+    idx = (x.double().reshape(-1, 1) - E4M3[POS].double().reshape(1, -1)).abs().argmin(1)
+    return POS[idx].reshape(x.shape)
+E2M1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
+def e2m1_codes(x):  # round to nearest, ties to the even code, saturating at 6
+    a = x.abs().clamp(max=6).double().reshape(-1, 1)
+    dist = (a - E2M1[:8].double().reshape(1, -1)).abs() + (torch.arange(8) % 2).double() * 1e-12
+    c = dist.argmin(1).reshape(x.shape)
+    return c + 8 * (x < 0).long()
+def pack(codes):  # element 2j in the low nibble
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
+
+MAP32 = [0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
+         4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31]
+def shuffle_idx(m):  # get_shuffle_matrix_a_row_indices, epilogue_tile_m 128
+    idx = torch.empty(m, dtype=torch.long)
+    for old in range(m):
+        idx[old // 32 * 32 + MAP32[old % 32]] = old
+    return idx
+def interleave_idx(m):  # get_reorder_rows_for_gated_act_gemm_row_indices
+    r = torch.arange(m)
+    p = torch.empty_like(r)
+    p[0::2] = r[: (m + 1) // 2]
+    p[1::2] = r[(m + 1) // 2:]
+    return p
+def interleave_128x4(s):  # block_scale_interleave of one [M, C] matrix: 1-D, zero padding
+    M, C = s.shape
+    Mp, Cp = (M + 127) // 128 * 128, (C + 3) // 4 * 4
+    p = torch.zeros(Mp, Cp, dtype=s.dtype)
+    p[:M, :C] = s
+    return p.view(Mp // 128, 4, 32, Cp // 4, 4).permute(0, 3, 2, 1, 4).reshape(-1)
+def block_layout(u8):  # convert_to_block_layout(x, 128) on bytes
+    m, k = u8.shape
+    return u8.view(m, k // 128, 128).permute(1, 0, 2).contiguous()
+def bf(x): return x.bfloat16().float()
+
+torch.manual_seed(0)
+# 1. trtllm_fp4_block_scale_moe, NVFP4 (SGLang / vLLM ModelOpt NVFP4): DeepSeekV3 routing.
+T, E, H, I, K = 4, 8, 128, 64, 2
+p1, p2 = interleave_idx(2 * I)[shuffle_idx(2 * I)], shuffle_idx(H)
+xq = torch.randint(0, 16, (T, H))
+xs = e4m3_codes(torch.rand(T, H // 16) * 0.5 + 0.5)
+w1q = torch.randint(0, 16, (E, 2 * I, H))
+w2q = torch.randint(0, 16, (E, H, I))
+s1 = e4m3_codes(torch.rand(E, 2 * I, H // 16) * 0.04 + 0.02)
+s2 = e4m3_codes(torch.rand(E, H, I // 16) * 0.04 + 0.02)
+o1, og, o2 = torch.rand(E) + 0.5, torch.rand(E) + 0.5, torch.rand(E) + 0.5
+w1k = torch.stack([pack(w1q[e])[p1] for e in range(E)])
+w2k = torch.stack([pack(w2q[e])[p2] for e in range(E)])
+s1k = torch.stack([interleave_128x4(s1[e][p1].to(torch.uint8)) for e in range(E)]).view(E, 2 * I, H // 16)
+s2k = torch.stack([interleave_128x4(s2[e][p2].to(torch.uint8)) for e in range(E)]).view(E, H, I // 16)
+xd = E2M1[xq] * E4M3[xs].repeat_interleave(16, 1)
+w1d = E2M1[w1q] * E4M3[s1].repeat_interleave(16, 2)
+w2d = E2M1[w2q] * E4M3[s2].repeat_interleave(16, 2)
+def nvfp4_ffn(t, e):
+    g = xd[t] @ w1d[e].T
+    h = bf(F.silu(g[I:] * og[e]) * (g[:I] * o1[e]))
+    blocks = h.view(-1, 16)
+    sf = E4M3[e4m3_codes(blocks.abs().amax(1) / 6)]
+    q = torch.where(sf[:, None] > 0, E2M1[e2m1_codes(blocks / sf[:, None])] * sf[:, None],
+                    torch.zeros_like(blocks)).view(-1)
+    return bf(q @ w2d[e].T * o2[e])
+logits = torch.randn(T, E)
+rbias = (torch.randn(E) * 0.1).to(torch.bfloat16)
+s = torch.sigmoid(logits)
+sb = s + rbias.float()
+gs = sb.view(T, 4, 2).topk(2, dim=-1)[0].sum(-1)
+gmask = torch.zeros(T, 4).scatter_(1, gs.topk(2, dim=-1)[1], 1)
+ti = (sb * gmask.repeat_interleave(2, dim=1)).topk(K, dim=-1)[1]
+sel = s.gather(1, ti)
+wts = bf(sel / (sel.sum(-1, keepdim=True) + 1e-20) * 2.5)
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        out[t] += wts[t, k] * nvfp4_ffn(t, int(ti[t, k]))
+nv_inputs = {"kwarg_hidden_states": pack(xq), "kwarg_hidden_states_scale": ("fp8", xs.to(torch.uint8)),
+             "kwarg_gemm1_weights": w1k, "kwarg_gemm1_weights_scale": ("fp8", s1k),
+             "kwarg_gemm2_weights": w2k, "kwarg_gemm2_weights_scale": ("fp8", s2k),
+             "kwarg_output1_scale_scalar": o1, "kwarg_output1_scale_gate_scalar": og,
+             "kwarg_output2_scale_scalar": o2}
+nv_meta = {"kwarg_gemm1_bias": None, "kwarg_gemm1_alpha": None, "kwarg_gemm1_beta": None,
+           "kwarg_gemm1_clamp_limit": None, "kwarg_gemm2_bias": None, "kwarg_num_experts": E,
+           "kwarg_top_k": K, "kwarg_intermediate_size": I, "kwarg_local_expert_offset": 0,
+           "kwarg_local_num_experts": E, "kwarg_do_finalize": True, "kwarg_enable_pdl": None,
+           "kwarg_activation_type": 3, "kwarg_tune_max_num_tokens": 8192}
+record("trtllm_fp4_block_scale_moe",
+       dict(nv_inputs, kwarg_routing_logits=logits, kwarg_routing_bias=rbias),
+       dict(nv_meta, kwarg_n_group=4, kwarg_topk_group=2, kwarg_routed_scaling_factor=2.5,
+            kwarg_routing_method_type=2, kwarg_output=None),
+       out.bfloat16())
+
+# 2. trtllm_fp4_block_scale_routed_moe, the same NVFP4 layer, packed (id << 16 | bf16 weight).
+ids = torch.tensor([[1, 6], [0, 3], [7, 2], [5, 4]], dtype=torch.int32)
+rw = torch.tensor([[0.75, 0.25], [0.5, 0.5], [0.625, 0.375], [0.875, 0.125]])
+packed = (ids << 16) | rw.bfloat16().view(torch.int16).to(torch.int32)
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        out[t] += rw[t, k] * nvfp4_ffn(t, int(ids[t, k]))
+record("trtllm_fp4_block_scale_routed_moe", dict(nv_inputs, kwarg_topk_ids=packed),
+       dict(nv_meta, kwarg_routing_bias=None, kwarg_n_group=None, kwarg_topk_group=None,
+            kwarg_routed_scaling_factor=None, kwarg_routing_method_type=1),
+       out.bfloat16())
+
+# 3. trtllm_fp4_block_scale_moe, MXFP4 weights x bf16 hidden states (gpt-oss): biases stored in
+# their rows' prepared order, SwiGLU alpha / beta / clamp limit, Renormalize of bf16 logits.
+T, E, H, I, K = 4, 8, 128, 128, 2
+p1, p2 = interleave_idx(2 * I)[shuffle_idx(2 * I)], shuffle_idx(H)
+x = torch.randn(T, H).bfloat16()
+w1q = torch.randint(0, 16, (E, 2 * I, H))
+w2q = torch.randint(0, 16, (E, H, I))
+s1 = torch.randint(122, 126, (E, 2 * I, H // 32))
+s2 = torch.randint(122, 126, (E, H, I // 32))
+b1, b2 = torch.randn(E, 2 * I) * 0.1, torch.randn(E, H) * 0.1
+alpha, beta, lim = torch.full((E,), 1.702), torch.full((E,), 1.0), torch.full((E,), 7.0)
+w1d = E2M1[w1q] * torch.pow(2.0, s1.float() - 127).repeat_interleave(32, 2)
+w2d = E2M1[w2q] * torch.pow(2.0, s2.float() - 127).repeat_interleave(32, 2)
+logits = torch.randn(T, E).bfloat16()
+tv, ti = torch.topk(logits.float(), K, dim=-1)
+wts = bf(torch.softmax(tv, -1))
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        e = int(ti[t, k])
+        g = x[t].float() @ w1d[e].T
+        up, gate = g[:I] + b1[e, :I], g[I:] + b1[e, I:]
+        gl = gate.clamp(max=lim[e])
+        ul = up.clamp(-lim[e], lim[e]) + beta[e]
+        h = bf(gl * torch.sigmoid(alpha[e] * gl) * ul)
+        out[t] += wts[t, k] * bf(h @ w2d[e].T + b2[e])
+record("trtllm_fp4_block_scale_moe",
+       {"kwarg_routing_logits": logits, "kwarg_hidden_states": x,
+        "kwarg_gemm1_weights": torch.stack([pack(w1q[e])[p1] for e in range(E)]),
+        "kwarg_gemm1_weights_scale": ("fp8", torch.stack([interleave_128x4(s1[e][p1].to(torch.uint8)) for e in range(E)]).view(E, 2 * I, H // 32)),
+        "kwarg_gemm1_bias": torch.stack([b1[e][p1] for e in range(E)]),
+        "kwarg_gemm1_alpha": alpha, "kwarg_gemm1_beta": beta, "kwarg_gemm1_clamp_limit": lim,
+        "kwarg_gemm2_weights": torch.stack([pack(w2q[e])[p2] for e in range(E)]),
+        "kwarg_gemm2_weights_scale": ("fp8", torch.stack([interleave_128x4(s2[e][p2].to(torch.uint8)) for e in range(E)]).view(E, H, I // 32)),
+        "kwarg_gemm2_bias": torch.stack([b2[e][p2] for e in range(E)])},
+       {"kwarg_routing_bias": None, "kwarg_hidden_states_scale": None,
+        "kwarg_output1_scale_scalar": None, "kwarg_output1_scale_gate_scalar": None,
+        "kwarg_output2_scale_scalar": None, "kwarg_num_experts": E, "kwarg_top_k": K,
+        "kwarg_n_group": None, "kwarg_topk_group": None, "kwarg_intermediate_size": I,
+        "kwarg_local_expert_offset": 0, "kwarg_local_num_experts": E,
+        "kwarg_routed_scaling_factor": None, "kwarg_routing_method_type": 1,
+        "kwarg_do_finalize": True, "kwarg_tune_max_num_tokens": 8192},
+       out.bfloat16())
+
+# 4. trtllm_mxint4_block_scale_moe (Kimi-style DeepSeekV3 routing, one group), weights
+# prepared as MxInt4BlockScaleMoe does (interleave + shuffle, BlockMajorK of 128 bytes), bf16
+# scales shuffled, 128x4-interleaved and stacked [E, padded].
+T, E, H, I, K = 4, 8, 256, 256, 2
+p1, p2 = interleave_idx(2 * I)[shuffle_idx(2 * I)], shuffle_idx(H)
+x = torch.randn(T, H).bfloat16()
+w1q = torch.randint(0, 16, (E, 2 * I, H))
+w2q = torch.randint(0, 16, (E, H, I))
+s1 = (torch.rand(E, 2 * I, H // 32) * 0.01 + 0.005).bfloat16()
+s2 = (torch.rand(E, H, I // 32) * 0.01 + 0.005).bfloat16()
+INT4 = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1]).float()
+w1d = INT4[w1q] * s1.float().repeat_interleave(32, 2)
+w2d = INT4[w2q] * s2.float().repeat_interleave(32, 2)
+w1k = torch.stack([block_layout(pack(w1q[e])[p1]) for e in range(E)])
+w2k = torch.stack([block_layout(pack(w2q[e])[p2]) for e in range(E)])
+s1k = torch.stack([interleave_128x4(s1[e][p1]) for e in range(E)])
+s2k = torch.stack([interleave_128x4(s2[e][p2]) for e in range(E)])
+def int4_ffn(t, e):
+    g = x[t].float() @ w1d[e].T
+    h = bf(F.silu(g[I:]) * g[:I])
+    return bf(h @ w2d[e].T)
+logits = torch.randn(T, E)
+rbias = (torch.randn(E) * 0.1).bfloat16()
+s = torch.sigmoid(logits)
+ti = (s + rbias.float()).topk(K, dim=-1)[1]
+sel = s.gather(1, ti)
+wts = bf(sel / (sel.sum(-1, keepdim=True) + 1e-20) * 2.5)
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        out[t] += wts[t, k] * int4_ffn(t, int(ti[t, k]))
+record("trtllm_mxint4_block_scale_moe",
+       {"kwarg_routing_logits": logits, "kwarg_routing_bias": rbias, "kwarg_hidden_states": x,
+        "kwarg_gemm1_weights": w1k, "kwarg_gemm1_weights_scale": s1k,
+        "kwarg_gemm2_weights": w2k, "kwarg_gemm2_weights_scale": s2k},
+       {"kwarg_gemm1_alpha": None, "kwarg_gemm1_beta": None, "kwarg_gemm1_clamp_limit": None,
+        "kwarg_num_experts": E, "kwarg_top_k": K, "kwarg_n_group": 1, "kwarg_topk_group": 1,
+        "kwarg_intermediate_size": I, "kwarg_local_expert_offset": 0,
+        "kwarg_local_num_experts": E, "kwarg_routed_scaling_factor": 2.5,
+        "kwarg_routing_method_type": 2, "kwarg_enable_pdl": None, "kwarg_output": None,
+        "kwarg_tune_max_num_tokens": 8192},
+       out.bfloat16())
+
+# 5. trtllm_mxint4_block_scale_routed_moe, MajorK weights, packed ids.
+ids = torch.tensor([[2, 5], [7, 0], [1, 3], [6, 4]], dtype=torch.int32)
+rw = torch.tensor([[0.75, 0.25], [0.5, 0.5], [0.625, 0.375], [0.875, 0.125]])
+packed = (ids << 16) | rw.bfloat16().view(torch.int16).to(torch.int32)
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        out[t] += rw[t, k] * int4_ffn(t, int(ids[t, k]))
+record("trtllm_mxint4_block_scale_routed_moe",
+       {"kwarg_topk_ids": packed, "kwarg_hidden_states": x,
+        "kwarg_gemm1_weights": torch.stack([pack(w1q[e])[p1] for e in range(E)]),
+        "kwarg_gemm1_weights_scale": s1k,
+        "kwarg_gemm2_weights": torch.stack([pack(w2q[e])[p2] for e in range(E)]),
+        "kwarg_gemm2_weights_scale": s2k},
+       {"kwarg_gemm1_alpha": None, "kwarg_gemm1_beta": None, "kwarg_gemm1_clamp_limit": None,
+        "kwarg_num_experts": E, "kwarg_top_k": K, "kwarg_n_group": None,
+        "kwarg_topk_group": None, "kwarg_intermediate_size": I, "kwarg_local_expert_offset": 0,
+        "kwarg_local_num_experts": E, "kwarg_routed_scaling_factor": None},
+       out.bfloat16())
+)PY";
+  std::ofstream(dir / "make.py") << py;
+  // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
+  const int st =
+      std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + dir.string()).c_str());
+  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  ASSERT_EQ(st, 0);
+  fs::remove(dir / "make.py");
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 5u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+    ASSERT_FALSE(r.comparisons.empty()) << r.function_name;
+    EXPECT_EQ(r.comparisons[0].key, "result__0") << r.function_name;
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
