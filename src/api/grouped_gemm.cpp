@@ -300,6 +300,234 @@ Tensor grouped_mm_fp4(const Tensor& a, const Tensor& b, const Tensor& a_descale,
       a, b, a_descale, b_descale, m_indptr, alpha, out, out_dtype, block_size, backend, tactic);
 }
 
+// ---- fp32 groupwise-scaled FP8 (group_gemm_fp8_nt_groupwise, DeepGEMM) -----------------------
+
+namespace {
+
+void check_fp8_operand(const Tensor& t, int64_t rank, const char* op, const char* arg,
+                       bool e4m3_only) {
+  api::check_defined(t, op, arg);
+  api::check_dim(t, {rank}, op, arg);
+  if (e4m3_only) {
+    api::check_dtype_in(t, {DType::kFloat8E4M3FN}, op, arg);
+  } else {
+    api::check_dtype_in(t, {DType::kFloat8E4M3FN, DType::kFloat8E5M2}, op, arg);
+  }
+}
+
+// An fp32 scale tensor of exactly `shape`, attached to `o`: (row, kk) of group g reads
+// s[g * stride(group_dim) + (row / gran_row) * stride(row_dim) + (kk / gran_k) * stride(k_dim)].
+void attach_fp32_scales(GroupedOperand& o, const Tensor& s, const Shape& shape, int64_t row_dim,
+                        int64_t k_dim, int64_t group_dim, int64_t gran_row, int64_t gran_k,
+                        const Tensor& a, const char* op, const char* arg, const char* layout) {
+  api::check_defined(s, op, arg);
+  api::check_dtype_in(s, {DType::kFloat32}, op, arg);
+  api::check_same_device(s, a, op, arg, "a");
+  FLASHINFER_CHECK(s.shape() == shape, op, arg, "expected shape ", shape_to_string(shape), " (",
+                   layout, "), got ", shape_to_string(s.shape()));
+  o.fs = s.data<float>();
+  o.fs_gran_row = gran_row;
+  o.fs_gran_k = gran_k;
+  o.fs_stride_row = s.stride(row_dim);
+  o.fs_stride_k = s.stride(k_dim);
+  o.fs_stride_group = group_dim >= 0 ? s.stride(group_dim) : 0;
+}
+
+// out given: shape and dtype (out_dtype, when given, must match); else out_dtype or bf16,
+// zero-filled. bf16/fp16 only (upstream's _validate_fp8_output_dtype).
+Tensor fp8_group_out(const std::optional<Tensor>& out, std::optional<DType> out_dtype,
+                     const Shape& shape, const Tensor& a, const char* op) {
+  if (out && out->defined()) {
+    api::check_dtype_in(*out, {DType::kBFloat16, DType::kFloat16}, op, "out");
+    FLASHINFER_CHECK(out->shape() == shape, op, "out",
+                     "Shape mismatch. out.shape = ", shape_to_string(out->shape()), ", expected ",
+                     shape_to_string(shape));
+    FLASHINFER_CHECK(!out_dtype || *out_dtype == out->dtype(), op, "out", "dtype mismatch. ",
+                     "out.dtype = ", dtype_torch_name(out->dtype()),
+                     ", out_dtype = ", dtype_torch_name(*out_dtype));
+    api::check_same_device(*out, a, op, "out", "a");
+    api::check_writable(*out, op, "out");
+    return *out;
+  }
+  const DType dt = out_dtype.value_or(DType::kBFloat16);
+  FLASHINFER_CHECK(dt == DType::kBFloat16 || dt == DType::kFloat16, op, "out_dtype",
+                   "output dtype ", dtype_torch_name(dt),
+                   " is not supported (expected torch.bfloat16 or torch.float16)");
+  return Tensor::zeros(shape, dt, a.device());
+}
+
+void fill_out(GroupedGemmParams& p, const Tensor& out, bool batched) {
+  p.out = out.data_ptr();
+  p.out_dtype = out.dtype();
+  const int64_t d = out.dim();
+  p.out_stride_row = out.stride(d - 2);
+  p.out_stride_n = out.stride(d - 1);
+  p.out_stride_group = batched ? out.stride(0) : 0;
+}
+
+void check_deepgemm_granularity(std::tuple<int64_t, int64_t, int64_t> g, int64_t k,
+                                const char* op) {
+  const auto [gm, gn, gk] = g;
+  FLASHINFER_CHECK(gm == 1 && gn == 128 && gk == 128, op, "scale_granularity_mnk",
+                   "DeepGEMM's FP8 recipe is (1, 128, 128), got (", gm, ", ", gn, ", ", gk, ")");
+  FLASHINFER_CHECK(k % 128 == 0 && k > 0, op, "a", "k = ", k,
+                   " must be a positive multiple of 128 (the scale block)");
+}
+
+}  // namespace
+
+Tensor group_gemm_fp8_nt_groupwise(const Tensor& a, const Tensor& b, const Tensor& a_scale,
+                                   const Tensor& b_scale, const Tensor& m_indptr,
+                                   std::tuple<int64_t, int64_t, int64_t> scale_granularity_mnk,
+                                   std::string_view scale_major_mode, int64_t mma_sm,
+                                   std::optional<Tensor> out, std::optional<DType> out_dtype,
+                                   std::string_view backend) {
+  return call_op<&group_gemm_fp8_nt_groupwise>(
+      [&] {
+        const char* op = "group_gemm_fp8_nt_groupwise";
+        check_fp8_operand(a, 2, op, "a", false);
+        check_fp8_operand(b, 3, op, "b", false);
+        api::check_same_device(b, a, op, "b", "a");
+        FLASHINFER_CHECK(backend == "trtllm" || backend == "cutlass", op, "backend",
+                         "unknown backend '", backend, "' ('trtllm' or 'cutlass')");
+        FLASHINFER_CHECK(scale_major_mode == "MN" || scale_major_mode == "K", op,
+                         "scale_major_mode", "scale_major_mode must be either 'MN' or 'K', but ",
+                         "got ", scale_major_mode);
+        FLASHINFER_CHECK(mma_sm == 1 || mma_sm == 2, op, "mma_sm",
+                         "mma_sm must be either 1 or 2, but got ", mma_sm);
+        const int64_t B = b.size(0), n = b.size(1), k = b.size(2), cum = a.size(0);
+        FLASHINFER_CHECK(a.size(1) == k, op, "a", "Shape mismatch. a.shape[1] = ", a.size(1),
+                         ", k = ", k);
+        FLASHINFER_CHECK(n % 8 == 0, op, "b", "n must be a multiple of 8, but got ", n);
+        FLASHINFER_CHECK(k % 16 == 0, op, "b", "k must be a multiple of 16, but got ", k);
+        const auto [gm, gn, gk] = scale_granularity_mnk;
+        FLASHINFER_CHECK(gm > 0 && gn > 0 && gk > 0 && k % gk == 0, op, "scale_granularity_mnk",
+                         "granularities must be positive with k (", k, ") a multiple of gk, got (",
+                         gm, ", ", gn, ", ", gk, ")");
+        api::check_same_device(m_indptr, a, op, "m_indptr", "a");
+        const std::vector<int64_t> indptr = index_to_host(m_indptr, op, "m_indptr", B + 1, true);
+        check_indptr(indptr, cum, op, "m_indptr");
+        for (int64_t v : indptr) {
+          FLASHINFER_CHECK(v % 4 == 0, op, "m_indptr",
+                           "every entry must be a multiple of 4 (pad the groups: "
+                           "pad_indptr_to_multiple_of_4), got ",
+                           v);
+        }
+        const int64_t mb = (cum + gm - 1) / gm, nb = (n + gn - 1) / gn, kb = k / gk;
+        GroupedGemmParams p;
+        p.a = plain_operand(a, false);
+        p.b = plain_operand(b, true);
+        if (scale_major_mode == "K") {
+          attach_fp32_scales(p.a, a_scale, {mb, kb}, 0, 1, -1, gm, gk, a, op, "a_scale",
+                             "'K': [cum_m/gm, k/gk]");
+          attach_fp32_scales(p.b, b_scale, {B, nb, kb}, 1, 2, 0, gn, gk, a, op, "b_scale",
+                             "'K': [batch, n/gn, k/gk]");
+        } else {
+          attach_fp32_scales(p.a, a_scale, {kb, mb}, 1, 0, -1, gm, gk, a, op, "a_scale",
+                             "'MN': [k/gk, cum_m/gm]");
+          attach_fp32_scales(p.b, b_scale, {B, kb, nb}, 2, 1, 0, gn, gk, a, op, "b_scale",
+                             "'MN': [batch, k/gk, n/gn]");
+        }
+        const Tensor result = fp8_group_out(out, out_dtype, {cum, n}, a, op);
+        p.n = n;
+        p.k = k;
+        fill_out(p, result, false);
+        for (int64_t e = 0; e < B; ++e) {
+          const int64_t r0 = indptr[static_cast<std::size_t>(e)];
+          const int64_t m = indptr[static_cast<std::size_t>(e) + 1] - r0;
+          if (m > 0) p.problems.push_back({0, r0, m, e, 0, r0});
+        }
+        api::launch(kCpuOnly, p, a.device(), op, "a");
+        return result;
+      },
+      a, b, a_scale, b_scale, m_indptr, scale_granularity_mnk, scale_major_mode, mma_sm, out,
+      out_dtype, backend);
+}
+
+Tensor group_deepgemm_fp8_nt_groupwise(const Tensor& a, const Tensor& b, const Tensor& a_scale,
+                                       const Tensor& b_scale, const Tensor& m_indices,
+                                       std::tuple<int64_t, int64_t, int64_t> scale_granularity_mnk,
+                                       std::optional<Tensor> out, std::optional<DType> out_dtype) {
+  return call_op<&group_deepgemm_fp8_nt_groupwise>(
+      [&] {
+        const char* op = "group_deepgemm_fp8_nt_groupwise";
+        check_fp8_operand(a, 2, op, "a", true);
+        check_fp8_operand(b, 3, op, "b", true);
+        api::check_same_device(b, a, op, "b", "a");
+        const int64_t B = b.size(0), n = b.size(1), k = b.size(2), m = a.size(0);
+        FLASHINFER_CHECK(a.size(1) == k, op, "a", "k mismatch: a is ", shape_to_string(a.shape()),
+                         ", b is ", shape_to_string(b.shape()));
+        check_deepgemm_granularity(scale_granularity_mnk, k, op);
+        api::check_same_device(m_indices, a, op, "m_indices", "a");
+        const std::vector<int64_t> idx = index_to_host(m_indices, op, "m_indices", m, true);
+        GroupedGemmParams p;
+        p.a = plain_operand(a, false);
+        p.b = plain_operand(b, true);
+        attach_fp32_scales(p.a, a_scale, {m, k / 128}, 0, 1, -1, 1, 128, a, op, "a_scale",
+                           "per token: [m, k/128]");
+        attach_fp32_scales(p.b, b_scale, {B, (n + 127) / 128, k / 128}, 1, 2, 0, 128, 128, a, op,
+                           "b_scale", "per block: [batch, n/128, k/128]");
+        const Tensor result = fp8_group_out(out, out_dtype, {m, n}, a, op);
+        p.n = n;
+        p.k = k;
+        fill_out(p, result, false);
+        // Runs of equal indices are one problem each.
+        for (int64_t i = 0; i < m;) {
+          const int64_t e = idx[static_cast<std::size_t>(i)];
+          FLASHINFER_CHECK(e >= -1 && e < B, op, "m_indices", "m_indices[", i, "] = ", e,
+                           " is outside [-1, ", B, ")");
+          int64_t j = i + 1;
+          while (j < m && idx[static_cast<std::size_t>(j)] == e) ++j;
+          if (e >= 0) p.problems.push_back({0, i, j - i, e, 0, i});
+          i = j;
+        }
+        api::launch(kCpuOnly, p, a.device(), op, "a");
+        return result;
+      },
+      a, b, a_scale, b_scale, m_indices, scale_granularity_mnk, out, out_dtype);
+}
+
+Tensor batch_deepgemm_fp8_nt_groupwise(const Tensor& a, const Tensor& b, const Tensor& a_scale,
+                                       const Tensor& b_scale, const Tensor& masked_m,
+                                       int64_t expected_m,
+                                       std::tuple<int64_t, int64_t, int64_t> scale_granularity_mnk,
+                                       std::optional<Tensor> out, std::optional<DType> out_dtype) {
+  return call_op<&batch_deepgemm_fp8_nt_groupwise>(
+      [&] {
+        const char* op = "batch_deepgemm_fp8_nt_groupwise";
+        check_fp8_operand(a, 3, op, "a", true);
+        check_fp8_operand(b, 3, op, "b", true);
+        api::check_same_device(b, a, op, "b", "a");
+        const int64_t B = a.size(0), m = a.size(1), k = a.size(2), n = b.size(1);
+        FLASHINFER_CHECK(b.size(0) == B && b.size(2) == k, op, "b", "expected [", B, ", n, ", k,
+                         "], got ", shape_to_string(b.shape()));
+        check_deepgemm_granularity(scale_granularity_mnk, k, op);
+        FLASHINFER_CHECK(expected_m >= 0, op, "expected_m", "must be >= 0, got ", expected_m);
+        api::check_same_device(masked_m, a, op, "masked_m", "a");
+        const std::vector<int64_t> mm = index_to_host(masked_m, op, "masked_m", B, true);
+        GroupedGemmParams p;
+        p.a = plain_operand(a, true);
+        p.b = plain_operand(b, true);
+        attach_fp32_scales(p.a, a_scale, {B, m, k / 128}, 1, 2, 0, 1, 128, a, op, "a_scale",
+                           "per token: [batch, m, k/128]");
+        attach_fp32_scales(p.b, b_scale, {B, (n + 127) / 128, k / 128}, 1, 2, 0, 128, 128, a, op,
+                           "b_scale", "per block: [batch, n/128, k/128]");
+        const Tensor result = fp8_group_out(out, out_dtype, {B, m, n}, a, op);
+        p.n = n;
+        p.k = k;
+        fill_out(p, result, true);
+        for (int64_t g = 0; g < B; ++g) {
+          const int64_t rows = mm[static_cast<std::size_t>(g)];
+          FLASHINFER_CHECK(rows >= 0 && rows <= m, op, "masked_m", "masked_m[", g, "] = ", rows,
+                           " is outside [0, ", m, "]");
+          if (rows > 0) p.problems.push_back({g, 0, rows, g, g, 0});
+        }
+        api::launch(kCpuOnly, p, a.device(), op, "a");
+        return result;
+      },
+      a, b, a_scale, b_scale, masked_m, expected_m, scale_granularity_mnk, out, out_dtype);
+}
+
 // ---- SegmentGEMMWrapper ---------------------------------------------------------------------
 
 namespace {
@@ -461,6 +689,14 @@ void masked_impl(const std::tuple<Tensor, Tensor>& lhs, const std::tuple<Tensor,
   api::check_defined(B, op, "rhs");
   api::check_defined(SFB, op, "rhs");
   api::check_defined(out, op, "out");
+  // The gate checks written tensors against top-level tensor arguments; the tuples' items are
+  // checked here, with the gate's message form.
+  for (const auto& [t, name] :
+       {std::pair<const Tensor*, const char*>{&A, "lhs[0]"}, {&SFA, "lhs[1]"}, {&B, "rhs[0]"},
+        {&SFB, "rhs[1]"}}) {
+    FLASHINFER_CHECK(!detail::views_overlap(out, *t), op, "out", "the written argument 'out' ",
+                     "must not overlap '", name, "' in memory");
+  }
   refuse_if(topk_weights && topk_weights->defined(), op, "topk_weights");
   refuse_if(idx_src_info && idx_src_info->defined(), op, "idx_src_info");
   refuse_if(rank_src_info && rank_src_info->defined(), op, "rank_src_info");
@@ -791,6 +1027,73 @@ BenchCase bench_masked(const BenchShape& s, Device dev) {
   return c;
 }
 
+Tensor scale_tensor(const Shape& shape, Device dev, uint64_t seed) {
+  return api::bench::random_tensor(shape, DType::kFloat32, dev, seed, 0.01, 0.02);
+}
+
+// Groups of s.m + 3e rows rounded up to 4 (the kernel's rule), one empty; "MN" scales.
+BenchCase bench_group_gemm_fp8(const BenchShape& s, Device dev) {
+  std::vector<int64_t> p = bench_indptr(s, false);
+  for (std::size_t i = 1; i < p.size(); ++i) p[i] = (p[i] + 3) / 4 * 4;
+  const int64_t B = static_cast<int64_t>(p.size()) - 1, cum = p.back();
+  const int64_t n = (s.n + 7) / 8 * 8, k = (s.k + 127) / 128 * 128;
+  const DType f8 = DType::kFloat8E4M3FN,
+              out_dt = s.out_dtype == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
+  Tensor a = api::bench::random_tensor({cum, k}, f8, dev, s.random_seed);
+  Tensor b = api::bench::random_tensor({B, n, k}, f8, dev, s.random_seed + 1);
+  BenchCase c = api::bench::invoke_case(
+      "group_gemm_fp8_nt_groupwise",
+      {Value(a), Value(b), Value(scale_tensor({k / 128, cum}, dev, s.random_seed + 2)),
+       Value(scale_tensor({B, k / 128, (n + 127) / 128}, dev, s.random_seed + 3)),
+       Value(api::bench::int32_tensor(p, dev))},
+      {{"out_dtype", Value(out_dt)}});
+  c.flops = grouped_flops(p, n, k);
+  c.bytes = api::bench::nbytes({cum, k}, f8) + api::bench::nbytes({B, n, k}, f8) +
+            api::bench::nbytes({cum, n}, out_dt);
+  return c;
+}
+
+// Rows assigned expert by expert (uneven runs), every eighth row a -1 padding row.
+BenchCase bench_group_deepgemm(const BenchShape& s, Device dev) {
+  const int64_t B = std::max<int64_t>(s.batch_size, 1), m = s.m;
+  const int64_t n = (s.n + 127) / 128 * 128, k = (s.k + 127) / 128 * 128;
+  std::vector<int64_t> idx;
+  for (int64_t i = 0; i < m; ++i) idx.push_back(i % 8 == 7 ? -1 : (i * B) / m);
+  const DType f8 = DType::kFloat8E4M3FN;
+  BenchCase c = api::bench::invoke_case(
+      "group_deepgemm_fp8_nt_groupwise",
+      {Value(api::bench::random_tensor({m, k}, f8, dev, s.random_seed)),
+       Value(api::bench::random_tensor({B, n, k}, f8, dev, s.random_seed + 1)),
+       Value(scale_tensor({m, k / 128}, dev, s.random_seed + 2)),
+       Value(scale_tensor({B, n / 128, k / 128}, dev, s.random_seed + 3)),
+       Value(api::bench::int32_tensor(idx, dev))});
+  c.flops = 2.0 * static_cast<double>(m * n * k);
+  c.bytes = api::bench::nbytes({m, k}, f8) + api::bench::nbytes({B, n, k}, f8) +
+            api::bench::nbytes({m, n}, DType::kBFloat16);
+  return c;
+}
+
+BenchCase bench_batch_deepgemm(const BenchShape& s, Device dev) {
+  const int64_t B = std::max<int64_t>(s.batch_size, 1), m = s.m;
+  const int64_t n = (s.n + 127) / 128 * 128, k = (s.k + 127) / 128 * 128;
+  std::vector<int64_t> mm;
+  for (int64_t g = 0; g < B; ++g) mm.push_back(g % 3 == 0 ? m : (g % 3 == 1 ? m / 3 : 0));
+  const DType f8 = DType::kFloat8E4M3FN;
+  BenchCase c = api::bench::invoke_case(
+      "batch_deepgemm_fp8_nt_groupwise",
+      {Value(api::bench::random_tensor({B, m, k}, f8, dev, s.random_seed)),
+       Value(api::bench::random_tensor({B, n, k}, f8, dev, s.random_seed + 1)),
+       Value(scale_tensor({B, m, k / 128}, dev, s.random_seed + 2)),
+       Value(scale_tensor({B, n / 128, k / 128}, dev, s.random_seed + 3)),
+       Value(api::bench::int32_tensor(mm, dev)), Value(m)});
+  int64_t rows = 0;
+  for (int64_t v : mm) rows += v;
+  c.flops = 2.0 * static_cast<double>(rows * n * k);
+  c.bytes = api::bench::nbytes({B, m, k}, f8) + api::bench::nbytes({B, n, k}, f8) +
+            api::bench::nbytes({B, m, n}, DType::kBFloat16);
+  return c;
+}
+
 }  // namespace
 
 namespace detail {
@@ -849,9 +1152,37 @@ void register_grouped_gemm_ops(OpRegistry& r) {
       arg("barrier_flag_local").kw(), arg("barrier_flag_multicast").kw(),
       arg("is_combine_fusion", false).kw(), arg("is_swap_ab", false).kw());
 
+  declare<&group_gemm_fp8_nt_groupwise>(
+      r,
+      {.name = "group_gemm_fp8_nt_groupwise",
+       .module = kGemmModule,
+       .summary = "Grouped FP8 GEMM with fp32 groupwise scales per expert (m_indptr)"},
+      "a", "b", "a_scale", "b_scale", "m_indptr",
+      arg("scale_granularity_mnk", std::tuple<int64_t, int64_t, int64_t>{1, 128, 128}),
+      arg("scale_major_mode", "MN"), arg("mma_sm", 1), arg("out").mut(), "out_dtype",
+      arg("backend", "trtllm"));
+  declare<&group_deepgemm_fp8_nt_groupwise>(
+      r,
+      {.name = "group_deepgemm_fp8_nt_groupwise",
+       .module = kGemmModule,
+       .summary = "DeepGEMM contiguous grouped FP8 GEMM (row i to expert m_indices[i])"},
+      "a", "b", "a_scale", "b_scale", "m_indices",
+      arg("scale_granularity_mnk", std::tuple<int64_t, int64_t, int64_t>{1, 128, 128}),
+      arg("out").mut(), "out_dtype");
+  declare<&batch_deepgemm_fp8_nt_groupwise>(
+      r,
+      {.name = "batch_deepgemm_fp8_nt_groupwise",
+       .module = kGemmModule,
+       .summary = "DeepGEMM masked batched FP8 GEMM (rows < masked_m[i] per batch)"},
+      "a", "b", "a_scale", "b_scale", "masked_m", "expected_m",
+      arg("scale_granularity_mnk", std::tuple<int64_t, int64_t, int64_t>{1, 128, 128}),
+      arg("out").mut(), "out_dtype");
+
   api::register_backends("grouped_mm_bf16", kGroupedMmBf16Kernels);
-  for (const char* op : {"grouped_mm_fp8", "grouped_mm_mxfp8", "grouped_mm_fp4",
-                         "SegmentGEMMWrapper.run", "grouped_gemm_nt_masked"}) {
+  for (const char* op :
+       {"grouped_mm_fp8", "grouped_mm_mxfp8", "grouped_mm_fp4", "SegmentGEMMWrapper.run",
+        "grouped_gemm_nt_masked", "group_gemm_fp8_nt_groupwise", "group_deepgemm_fp8_nt_groupwise",
+        "batch_deepgemm_fp8_nt_groupwise"}) {
     api::register_backends(op, kCpuOnly);
   }
 
@@ -865,6 +1196,9 @@ void register_grouped_gemm_ops(OpRegistry& r) {
   });
   register_bench_hook("SegmentGEMMWrapper.run", bench_segment_gemm);
   register_bench_hook("grouped_gemm_nt_masked", bench_masked);
+  register_bench_hook("group_gemm_fp8_nt_groupwise", bench_group_gemm_fp8);
+  register_bench_hook("group_deepgemm_fp8_nt_groupwise", bench_group_deepgemm);
+  register_bench_hook("batch_deepgemm_fp8_nt_groupwise", bench_batch_deepgemm);
 }
 }  // namespace detail
 

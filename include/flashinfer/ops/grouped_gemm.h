@@ -59,6 +59,42 @@ Tensor grouped_mm_fp4(const Tensor& a, const Tensor& b, const Tensor& a_descale,
                       int64_t block_size = 16, std::string_view backend = "cudnn",
                       int64_t tactic = -1);
 
+/// Grouped FP8 GEMM with fp32 groupwise scales: out[rows of e] = A_deq[rows of e] @ B_deq[e]^T,
+/// x_deq = x * scale of its (row / g, k / gk) block; (gm, gn, gk) = scale_granularity_mnk.
+///   a [cum_m, k], b [B, n, k] float8_e4m3fn/e5m2; m_indptr [B + 1] int32, entries multiples of
+///   4 (upstream's kernel rule); n % 8 == 0, k % 16 == 0 and k % gk == 0.
+///   scale_major_mode "K": a_scale [ceil(cum_m/gm), k/gk], b_scale [B, ceil(n/gn), k/gk];
+///                    "MN": a_scale [k/gk, ceil(cum_m/gm)], b_scale [B, k/gk, ceil(n/gn)].
+///   out [cum_m, n] bf16/fp16 (out_dtype must match a given out); mma_sm 1 or 2 (tiling only).
+///   backend "trtllm" (default) or "cutlass": the same math here. CPU reference only.
+Tensor group_gemm_fp8_nt_groupwise(
+    const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale,
+    const Tensor& m_indptr,
+    std::tuple<int64_t, int64_t, int64_t> scale_granularity_mnk = {1, 128, 128},
+    std::string_view scale_major_mode = "MN", int64_t mma_sm = 1,
+    std::optional<Tensor> out = std::nullopt, std::optional<DType> out_dtype = std::nullopt,
+    std::string_view backend = "trtllm");
+
+/// DeepGEMM's contiguous grouped FP8 GEMM: row i of a goes to expert m_indices[i] (-1: a padding
+/// row, not computed and not written). a [m, k] e4m3, a_scale [m, k/128] fp32 (per token, 1x128),
+/// b [B, n, k] e4m3, b_scale [B, n/128, k/128] fp32 (128x128); scale_granularity_mnk (1, 128,
+/// 128). out [m, n] bf16 (new: zero-filled). CPU reference only.
+Tensor group_deepgemm_fp8_nt_groupwise(
+    const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale,
+    const Tensor& m_indices,
+    std::tuple<int64_t, int64_t, int64_t> scale_granularity_mnk = {1, 128, 128},
+    std::optional<Tensor> out = std::nullopt, std::optional<DType> out_dtype = std::nullopt);
+
+/// DeepGEMM's masked batched FP8 GEMM: out[i, :masked_m[i]] = a[i, :masked_m[i]] @ b[i]^T with
+/// the scales of group_deepgemm_fp8_nt_groupwise per batch (a_scale [B, m, k/128], b_scale
+/// [B, n/128, k/128]); rows past masked_m[i] are not written (a new out is zero-filled).
+/// expected_m: a performance hint. CPU reference only.
+Tensor batch_deepgemm_fp8_nt_groupwise(
+    const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale,
+    const Tensor& masked_m, int64_t expected_m,
+    std::tuple<int64_t, int64_t, int64_t> scale_granularity_mnk = {1, 128, 128},
+    std::optional<Tensor> out = std::nullopt, std::optional<DType> out_dtype = std::nullopt);
+
 /// Segment GEMM (LoRA-style): y[seg i] = x[seg i] @ W[weight_indices[i] or i], W [d_in, d_out]
 /// (weight_column_major false) or [d_out, d_in] (true, y = x @ W^T). CPU reference only.
 class SegmentGEMMWrapper : public ApiObject {
