@@ -444,6 +444,152 @@ Tensor group_gemm_fp8_nt_groupwise(const Tensor& a, const Tensor& b, const Tenso
       out_dtype, backend);
 }
 
+namespace {
+
+// The block-scaled grouped GEMMs with per-group padded activation scales
+// (group_gemm_mxfp8_mxfp4_nt_groupwise, group_gemm_nvfp4_nt_groupwise).
+Tensor padded_fp4_group_impl(const char* op, bool nvfp4, const Tensor& a, const Tensor& b,
+                             const Tensor& a_scale, const Tensor& b_scale, const Tensor& m_indptr,
+                             const std::optional<Tensor>& alpha, const std::optional<Tensor>& out,
+                             std::optional<DType> out_dtype) {
+  api::check_defined(a, op, "a");
+  api::check_defined(b, op, "b");
+  api::check_dim(a, {2}, op, "a");
+  api::check_dim(b, {3}, op, "b");
+  if (nvfp4) {
+    api::check_dtype_in(a, {DType::kUInt8, DType::kFloat4E2M1FNx2}, op, "a");
+  } else {
+    api::check_dtype_in(a, {DType::kFloat8E4M3FN, DType::kFloat8E5M2}, op, "a");
+  }
+  api::check_dtype_in(b, {DType::kUInt8, DType::kFloat4E2M1FNx2}, op, "b");
+  api::check_same_device(b, a, op, "b", "a");
+  const int64_t B = b.size(0), n = b.size(1), k = 2 * b.size(2), cum = a.size(0);
+  const int64_t vec = nvfp4 ? 16 : 32;
+  FLASHINFER_CHECK(a.size(1) == (nvfp4 ? k / 2 : k), op, "a", "a.shape[1] must equal ",
+                   nvfp4 ? "k / 2" : "k", " (k = ", k, "), but got ", a.size(1));
+  FLASHINFER_CHECK(n % 8 == 0, op, "b", "n must be a multiple of 8, but got n=", n);
+  FLASHINFER_CHECK(k % 128 == 0, op, "b", "k must be a multiple of 128, but got k=", k);
+  api::check_same_device(m_indptr, a, op, "m_indptr", "a");
+  const std::vector<int64_t> indptr = index_to_host(m_indptr, op, "m_indptr", B + 1, true);
+  check_indptr(indptr, cum, op, "m_indptr");
+  for (int64_t v : indptr) {
+    FLASHINFER_CHECK(v % 4 == 0, op, "m_indptr", "every entry must be a multiple of 4, got ", v);
+  }
+  const int64_t cols = k / vec, n_pad = (n + 127) / 128 * 128;
+  std::vector<int64_t> base, row0;
+  int64_t padded = 0;
+  for (int64_t e = 0; e < B; ++e) {
+    const int64_t r0 = indptr[static_cast<std::size_t>(e)];
+    base.push_back(padded * cols);
+    row0.push_back(r0);
+    padded += (indptr[static_cast<std::size_t>(e) + 1] - r0 + 127) / 128 * 128;
+  }
+  for (const auto& [t, arg, shape] :
+       {std::tuple<const Tensor*, const char*, Shape>{&a_scale, "a_scale", {padded, cols}},
+        {&b_scale, "b_scale", {B, n_pad, cols}}}) {
+    api::check_defined(*t, op, arg);
+    if (nvfp4) {
+      api::check_dtype_in(*t, {DType::kFloat8E4M3FN, DType::kUInt8}, op, arg);
+    } else {
+      api::check_dtype_in(*t, {DType::kUInt8}, op, arg);
+    }
+    api::check_same_device(*t, a, op, arg, "a");
+    FLASHINFER_CHECK(t->shape() == shape, op, arg, "expected shape ", shape_to_string(shape),
+                     " (each group's rows padded to 128, swizzled 128x4), got ",
+                     shape_to_string(t->shape()));
+    FLASHINFER_CHECK(t->is_contiguous(), op, arg, "must be contiguous (the swizzled layout)");
+  }
+  const Tensor result = fp8_group_out(out, out_dtype, {cum, n}, a, op);
+  GroupedGemmParams p;
+  p.a = plain_operand(a, false);
+  p.a.fp4 = nvfp4;
+  p.b = plain_operand(b, true);
+  p.b.fp4 = true;
+  p.a.sf = static_cast<const uint8_t*>(a_scale.data_ptr());
+  p.a.sf_e4m3 = nvfp4;
+  p.a.sf_mode = 3;
+  p.a.sf_vec = vec;
+  p.a.sf_cols = cols;
+  p.a.sf_group_base = std::move(base);
+  p.a.sf_group_row0 = std::move(row0);
+  p.b.sf = static_cast<const uint8_t*>(b_scale.data_ptr());
+  p.b.sf_e4m3 = nvfp4;
+  p.b.sf_mode = 1;
+  p.b.sf_vec = vec;
+  p.b.sf_cols = cols;
+  p.b.sf_stride_group = n_pad * cols;
+  Tensor alpha_flat;
+  if (alpha && alpha->defined()) {
+    api::check_dtype_in(*alpha, {DType::kFloat32}, op, "alpha");
+    api::check_same_device(*alpha, a, op, "alpha", "a");
+    FLASHINFER_CHECK(alpha->numel() == B, op, "alpha", "expected one value per group (", B,
+                     "), got shape ", shape_to_string(alpha->shape()));
+    alpha_flat = alpha->reshape({B});
+    p.alpha_group = alpha_flat.data<float>();
+    p.alpha_group_stride = alpha_flat.stride(0);
+  }
+  p.n = n;
+  p.k = k;
+  fill_out(p, result, false);
+  for (int64_t e = 0; e < B; ++e) {
+    const int64_t r0 = indptr[static_cast<std::size_t>(e)];
+    const int64_t m = indptr[static_cast<std::size_t>(e) + 1] - r0;
+    if (m > 0) p.problems.push_back({e, r0, m, e, 0, r0});
+  }
+  api::launch(kCpuOnly, p, a.device(), op, "a");
+  return result;
+}
+
+void check_tiles(const char* op, int64_t mma_sm, int64_t tile_m, int64_t tile_n, int64_t tile_k,
+                 bool strict) {
+  if (mma_sm != 0) {
+    FLASHINFER_CHECK(mma_sm == 1 || mma_sm == 2, op, "mma_sm",
+                     "mma_sm must be either 1 or 2, but got ", mma_sm);
+  }
+  if (strict) {
+    FLASHINFER_CHECK(tile_m == 128, op, "tile_m", "tile_m must be 128, but got ", tile_m);
+    FLASHINFER_CHECK(tile_n == 64 || tile_n == 128 || tile_n == 192 || tile_n == 256, op, "tile_n",
+                     "tile_n must be one of [64, 128, 192, 256], but got ", tile_n);
+    FLASHINFER_CHECK(tile_k == 128 || tile_k == 256, op, "tile_k",
+                     "tile_k must be either 128 or 256, but got ", tile_k);
+  } else {
+    FLASHINFER_CHECK(tile_m > 0 && tile_n > 0 && tile_k > 0, op, "tile_m",
+                     "tiles must be positive, got (", tile_m, ", ", tile_n, ", ", tile_k, ")");
+  }
+}
+
+}  // namespace
+
+Tensor group_gemm_mxfp8_mxfp4_nt_groupwise(const Tensor& a, const Tensor& b, const Tensor& a_scale,
+                                           const Tensor& b_scale, const Tensor& m_indptr,
+                                           int64_t mma_sm, int64_t tile_m, int64_t tile_n,
+                                           int64_t tile_k, bool swap_ab, std::optional<Tensor> out,
+                                           std::optional<DType> out_dtype) {
+  return call_op<&group_gemm_mxfp8_mxfp4_nt_groupwise>(
+      [&] {
+        const char* op = "group_gemm_mxfp8_mxfp4_nt_groupwise";
+        check_tiles(op, mma_sm, tile_m, tile_n, tile_k, true);
+        return padded_fp4_group_impl(op, false, a, b, a_scale, b_scale, m_indptr, std::nullopt, out,
+                                     out_dtype);
+      },
+      a, b, a_scale, b_scale, m_indptr, mma_sm, tile_m, tile_n, tile_k, swap_ab, out, out_dtype);
+}
+
+Tensor group_gemm_nvfp4_nt_groupwise(const Tensor& a, const Tensor& b, const Tensor& a_scale,
+                                     const Tensor& b_scale, const Tensor& m_indptr,
+                                     std::optional<Tensor> alpha, int64_t tile_m, int64_t tile_n,
+                                     int64_t tile_k, bool swap_ab, std::optional<Tensor> out,
+                                     std::optional<DType> out_dtype) {
+  return call_op<&group_gemm_nvfp4_nt_groupwise>(
+      [&] {
+        const char* op = "group_gemm_nvfp4_nt_groupwise";
+        check_tiles(op, 0, tile_m, tile_n, tile_k, false);
+        return padded_fp4_group_impl(op, true, a, b, a_scale, b_scale, m_indptr, alpha, out,
+                                     out_dtype);
+      },
+      a, b, a_scale, b_scale, m_indptr, alpha, tile_m, tile_n, tile_k, swap_ab, out, out_dtype);
+}
+
 Tensor group_deepgemm_fp8_nt_groupwise(const Tensor& a, const Tensor& b, const Tensor& a_scale,
                                        const Tensor& b_scale, const Tensor& m_indices,
                                        std::tuple<int64_t, int64_t, int64_t> scale_granularity_mnk,
@@ -691,9 +837,10 @@ void masked_impl(const std::tuple<Tensor, Tensor>& lhs, const std::tuple<Tensor,
   api::check_defined(out, op, "out");
   // The gate checks written tensors against top-level tensor arguments; the tuples' items are
   // checked here, with the gate's message form.
-  for (const auto& [t, name] :
-       {std::pair<const Tensor*, const char*>{&A, "lhs[0]"}, {&SFA, "lhs[1]"}, {&B, "rhs[0]"},
-        {&SFB, "rhs[1]"}}) {
+  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&A, "lhs[0]"},
+                                {&SFA, "lhs[1]"},
+                                {&B, "rhs[0]"},
+                                {&SFB, "rhs[1]"}}) {
     FLASHINFER_CHECK(!detail::views_overlap(out, *t), op, "out", "the written argument 'out' ",
                      "must not overlap '", name, "' in memory");
   }
@@ -1094,6 +1241,42 @@ BenchCase bench_batch_deepgemm(const BenchShape& s, Device dev) {
   return c;
 }
 
+// Groups of s.m + 3e rows rounded to 4 (one empty); activation scales per group padded to 128.
+BenchCase bench_padded_fp4(const BenchShape& s, Device dev, bool nvfp4) {
+  std::vector<int64_t> p = bench_indptr(s, false);
+  for (std::size_t i = 1; i < p.size(); ++i) p[i] = (p[i] + 3) / 4 * 4;
+  const int64_t B = static_cast<int64_t>(p.size()) - 1, cum = p.back();
+  const int64_t n = (s.n + 7) / 8 * 8, k = (s.k + 127) / 128 * 128, vec = nvfp4 ? 16 : 32;
+  int64_t padded = 0;
+  for (int64_t e = 0; e < B; ++e) {
+    padded +=
+        (p[static_cast<std::size_t>(e) + 1] - p[static_cast<std::size_t>(e)] + 127) / 128 * 128;
+  }
+  auto bytes = [&](const Shape& shape, uint64_t seed) {
+    return api::bench::random_tensor(shape, DType::kFloat32, Device::cpu(), seed, 0.0, 255.0)
+        .to(DType::kUInt8)
+        .to(dev);
+  };
+  Tensor a = nvfp4 ? bytes({cum, k / 2}, s.random_seed)
+                   : api::bench::random_tensor({cum, k}, DType::kFloat8E4M3FN, dev, s.random_seed);
+  Tensor b = bytes({B, n, k / 2}, s.random_seed + 1);
+  Tensor sa = random_scales({padded, k / vec}, nvfp4, dev, s.random_seed + 2);
+  Tensor sb = random_scales({B, (n + 127) / 128 * 128, k / vec}, nvfp4, dev, s.random_seed + 3);
+  Tensor ip = api::bench::int32_tensor(p, dev);
+  BenchCase c =
+      nvfp4
+          ? api::bench::invoke_case("group_gemm_nvfp4_nt_groupwise",
+                                    {Value(a), Value(b), Value(sa), Value(sb), Value(ip),
+                                     Value(api::bench::random_tensor({B}, DType::kFloat32, dev,
+                                                                     s.random_seed + 4, 0.5, 1.5))})
+          : api::bench::invoke_case("group_gemm_mxfp8_mxfp4_nt_groupwise",
+                                    {Value(a), Value(b), Value(sa), Value(sb), Value(ip)});
+  c.flops = grouped_flops(p, n, k);
+  c.bytes = (nvfp4 ? 0.5 : 1.0) * static_cast<double>(cum * k) +
+            0.5 * static_cast<double>(B * n * k) + api::bench::nbytes({cum, n}, DType::kBFloat16);
+  return c;
+}
+
 }  // namespace
 
 namespace detail {
@@ -1161,6 +1344,20 @@ void register_grouped_gemm_ops(OpRegistry& r) {
       arg("scale_granularity_mnk", std::tuple<int64_t, int64_t, int64_t>{1, 128, 128}),
       arg("scale_major_mode", "MN"), arg("mma_sm", 1), arg("out").mut(), "out_dtype",
       arg("backend", "trtllm"));
+  declare<&group_gemm_mxfp8_mxfp4_nt_groupwise>(
+      r,
+      {.name = "group_gemm_mxfp8_mxfp4_nt_groupwise",
+       .module = kGemmModule,
+       .summary = "Grouped MXFP8 x MXFP4 GEMM per expert (m_indptr)"},
+      "a", "b", "a_scale", "b_scale", "m_indptr", arg("mma_sm", 1), arg("tile_m", 128),
+      arg("tile_n", 128), arg("tile_k", 128), arg("swap_ab", true), arg("out").mut(), "out_dtype");
+  declare<&group_gemm_nvfp4_nt_groupwise>(
+      r,
+      {.name = "group_gemm_nvfp4_nt_groupwise",
+       .module = kGemmModule,
+       .summary = "Grouped NVFP4 GEMM per expert with per-group alpha"},
+      "a", "b", "a_scale", "b_scale", "m_indptr", "alpha", arg("tile_m", 128), arg("tile_n", 128),
+      arg("tile_k", 128), arg("swap_ab", true), arg("out").mut(), "out_dtype");
   declare<&group_deepgemm_fp8_nt_groupwise>(
       r,
       {.name = "group_deepgemm_fp8_nt_groupwise",
@@ -1199,6 +1396,10 @@ void register_grouped_gemm_ops(OpRegistry& r) {
   register_bench_hook("group_gemm_fp8_nt_groupwise", bench_group_gemm_fp8);
   register_bench_hook("group_deepgemm_fp8_nt_groupwise", bench_group_deepgemm);
   register_bench_hook("batch_deepgemm_fp8_nt_groupwise", bench_batch_deepgemm);
+  register_bench_hook("group_gemm_mxfp8_mxfp4_nt_groupwise",
+                      [](const BenchShape& s, Device d) { return bench_padded_fp4(s, d, false); });
+  register_bench_hook("group_gemm_nvfp4_nt_groupwise",
+                      [](const BenchShape& s, Device d) { return bench_padded_fp4(s, d, true); });
 }
 }  // namespace detail
 

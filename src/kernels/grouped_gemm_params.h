@@ -23,12 +23,15 @@ struct GroupedOperand {
   // sf_mode 1: the 128x4 swizzled layout of a [rows, sf_cols] matrix, group g starting at byte
   // g * sf_stride_group. sf_mode 2: the 6-D view (32, 4, rm, 4, rk, l) of the masked GEMM with
   // element strides sf6 (row r, block b, group g -> (r % 32, (r % 128) / 32, r / 128, b % 4,
-  // b / 4, g)). 0: none.
+  // b / 4, g)). sf_mode 3: each group's rows padded to 128 and swizzled on their own, the
+  // blocks concatenated (group g's block at byte sf_group_base[g], its first row is
+  // sf_group_row0[g]). 0: none.
   const uint8_t* sf = nullptr;
   bool sf_e4m3 = false;
   int sf_mode = 0;
   int64_t sf_vec = 32, sf_cols = 0, sf_stride_group = 0;
   int64_t sf6[6] = {0, 0, 0, 0, 0, 0};
+  std::vector<int64_t> sf_group_base, sf_group_row0;
   // fp32 block scales (the fp8 groupwise GEMMs): scale of (row, kk) in group g is
   // fs[g * fs_stride_group + (row / fs_gran_row) * fs_stride_row + (kk / fs_gran_k) *
   // fs_stride_k]. Null: none.
@@ -44,7 +47,7 @@ struct GroupedProblem {
 
 /// out = alpha * (A_deq @ B_deq^T) per problem, A_deq/B_deq the operands dequantized to fp32
 /// (element times its scales, in fp32), products summed in fp32, one rounding to out_dtype.
-/// alpha: *alpha (one fp32) times alpha_group[out_group * alpha_group_stride] when given.
+/// alpha: *alpha (one fp32) times alpha_group[b_group * alpha_group_stride] when given.
 struct GroupedGemmParams {
   GroupedOperand a, b;
   int64_t n = 0, k = 0;

@@ -565,6 +565,105 @@ TEST(GroupGemmFp8NtGroupwise, BothScaleModesMatchFp64) {
                   op, "out_dtype");
 }
 
+// Activation scales of group_gemm_mxfp8_mxfp4/nvfp4: each group's rows padded to 128 and
+// swizzled on their own, blocks concatenated.
+void check_padded_fp4(bool nvfp4) {
+  SCOPED_TRACE(nvfp4 ? "nvfp4" : "mxfp8 x mxfp4");
+  const int64_t k = 128, n = 16, B = 3, vec = nvfp4 ? 16 : 32, cols = k / vec;
+  const std::vector<int64_t> indptr = {0, 8, 8, 140};
+  const int64_t cum = 140, padded = 128 + 0 + 256, n_pad = 128;
+  Tensor a = nvfp4 ? rand_bytes({cum, k / 2}, 71)
+                   : rand_tensor({cum, k}, DType::kFloat32, 71).to(DType::kFloat8E4M3FN);
+  Tensor b = rand_bytes({B, n, k / 2}, 72);
+  const DType sf_dt = nvfp4 ? DType::kFloat8E4M3FN : DType::kUInt8;
+  Tensor sa = Tensor::zeros({padded, cols}, sf_dt), sb = Tensor::zeros({B, n_pad, cols}, sf_dt);
+  Tensor ra = rand_bytes({cum * cols}, 73), rb = rand_bytes({B * n * cols}, 74);
+  auto code = [&](uint8_t v) {
+    return nvfp4 ? static_cast<uint8_t>(0x30 + v % 17) : static_cast<uint8_t>(125 + v % 5);
+  };
+  std::vector<double> A(static_cast<std::size_t>(cum * k)), Bd(static_cast<std::size_t>(B * n * k));
+  const std::vector<double> av = nvfp4 ? std::vector<double>{} : a.to_double_vector();
+  int64_t base = 0;
+  for (int64_t e = 0; e < B; ++e) {
+    const int64_t r0 = indptr[static_cast<std::size_t>(e)],
+                  r1 = indptr[static_cast<std::size_t>(e) + 1];
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint8_t sc = code(static_cast<const uint8_t*>(ra.data_ptr())[r * cols + c]);
+        static_cast<uint8_t*>(sa.data_ptr())[base * cols + swz(r - r0, c, cols)] = sc;
+        for (int64_t kk = c * vec; kk < (c + 1) * vec; ++kk) {
+          double v;
+          if (nvfp4) {
+            const uint8_t byte = static_cast<const uint8_t*>(a.data_ptr())[r * (k / 2) + kk / 2];
+            v = e2m1(kk % 2 == 0 ? (byte & 15) : (byte >> 4));
+          } else {
+            v = av[static_cast<std::size_t>(r * k + kk)];
+          }
+          A[static_cast<std::size_t>(r * k + kk)] = v * scale_value(sc, nvfp4);
+        }
+      }
+    }
+    base += (r1 - r0 + 127) / 128 * 128;
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint8_t sc = code(static_cast<const uint8_t*>(rb.data_ptr())[(e * n + j) * cols + c]);
+        static_cast<uint8_t*>(sb.data_ptr())[e * n_pad * cols + swz(j, c, cols)] = sc;
+        for (int64_t kk = c * vec; kk < (c + 1) * vec; ++kk) {
+          const uint8_t byte =
+              static_cast<const uint8_t*>(b.data_ptr())[(e * n + j) * (k / 2) + kk / 2];
+          Bd[static_cast<std::size_t>((e * n + j) * k + kk)] =
+              e2m1(kk % 2 == 0 ? (byte & 15) : (byte >> 4)) * scale_value(sc, nvfp4);
+        }
+      }
+    }
+  }
+  std::vector<double> ref;
+  Tensor out;
+  if (nvfp4) {
+    Tensor alpha = Tensor::from_vector({0.5, 4.0, 0.25}, {3}, DType::kFloat32);
+    out = group_gemm_nvfp4_nt_groupwise(a, b, sa, sb, i32(indptr), alpha);
+    ref = grouped_ref(A, Bd, indptr, cum, n, k, 1.0);
+    const double al[3] = {0.5, 4.0, 0.25};
+    for (int64_t e = 0; e < B; ++e) {
+      for (int64_t r = indptr[static_cast<std::size_t>(e)];
+           r < indptr[static_cast<std::size_t>(e) + 1]; ++r) {
+        for (int64_t j = 0; j < n; ++j) ref[static_cast<std::size_t>(r * n + j)] *= al[e];
+      }
+    }
+  } else {
+    out = group_gemm_mxfp8_mxfp4_nt_groupwise(a, b, sa, sb, i32(indptr));
+    ref = grouped_ref(A, Bd, indptr, cum, n, k, 1.0);
+  }
+  EXPECT_TRUE(all_close(out, ref, default_tolerance(DType::kBFloat16)));
+}
+
+TEST(GroupGemmFp4NtGroupwise, MxFp4AndNvfp4MatchFp64) {
+  check_padded_fp4(false);
+  check_padded_fp4(true);
+  const char* op = "group_gemm_mxfp8_mxfp4_nt_groupwise";
+  Tensor a = rand_tensor({8, 128}, DType::kFloat32, 1).to(DType::kFloat8E4M3FN);
+  Tensor b = rand_bytes({1, 16, 64}, 2);
+  Tensor sa = Tensor::zeros({128, 4}, DType::kUInt8),
+         sb = Tensor::zeros({1, 128, 4}, DType::kUInt8);
+  EXPECT_FI_ERROR(group_gemm_mxfp8_mxfp4_nt_groupwise(a, b, sa, sb, i32({0, 8}), 1, 64), op,
+                  "tile_m");
+  EXPECT_FI_ERROR(group_gemm_mxfp8_mxfp4_nt_groupwise(a, b, sa, sb, i32({0, 8}), 1, 128, 96), op,
+                  "tile_n");
+  EXPECT_FI_ERROR(group_gemm_mxfp8_mxfp4_nt_groupwise(a, b, sa.slice(0, 0, 8), sb, i32({0, 8})), op,
+                  "a_scale");
+  EXPECT_FI_ERROR(group_gemm_mxfp8_mxfp4_nt_groupwise(a, b, sa, sb.slice(1, 0, 16), i32({0, 8})),
+                  op, "b_scale");
+  EXPECT_FI_ERROR(group_gemm_mxfp8_mxfp4_nt_groupwise(a.slice(0, 0, 6), b, sa, sb, i32({0, 6})), op,
+                  "m_indptr");  // not a multiple of 4
+  EXPECT_FI_ERROR(group_gemm_mxfp8_mxfp4_nt_groupwise(a.slice(1, 0, 64), b, sa, sb, i32({0, 8})),
+                  op, "a");
+  EXPECT_FI_ERROR(group_gemm_nvfp4_nt_groupwise(
+                      rand_bytes({8, 64}, 3), b, Tensor::zeros({128, 8}, DType::kFloat8E4M3FN),
+                      Tensor::zeros({1, 128, 8}, DType::kFloat8E4M3FN), i32({0, 8}),
+                      Tensor::full({2}, 1.0, DType::kFloat32)),
+                  "group_gemm_nvfp4_nt_groupwise", "alpha");
+}
+
 TEST(DeepGemmFp8, ContiguousAndMaskedMatchFp64) {
   const int64_t m = 12, k = 256, n = 128, B = 3, kb = 2;
   Tensor a = rand_tensor({m, k}, DType::kFloat32, 61).to(DType::kFloat8E4M3FN);
@@ -651,7 +750,9 @@ TEST(GroupedGemmDecls, ModulesBackendsAndRecordReplay) {
       {"grouped_gemm_nt_masked", "flashinfer.gemm.kernels.grouped_gemm_masked_wrapper"},
       {"group_gemm_fp8_nt_groupwise", "flashinfer.gemm.gemm_base"},
       {"group_deepgemm_fp8_nt_groupwise", "flashinfer.gemm.gemm_base"},
-      {"batch_deepgemm_fp8_nt_groupwise", "flashinfer.gemm.gemm_base"}};
+      {"batch_deepgemm_fp8_nt_groupwise", "flashinfer.gemm.gemm_base"},
+      {"group_gemm_mxfp8_mxfp4_nt_groupwise", "flashinfer.gemm.gemm_base"},
+      {"group_gemm_nvfp4_nt_groupwise", "flashinfer.gemm.gemm_base"}};
   for (const auto& [name, module] : names) {
     const OpDecl* d = OpRegistry::global().find(name);
     ASSERT_NE(d, nullptr) << name;
@@ -666,7 +767,8 @@ TEST(GroupedGemmDecls, ModulesBackendsAndRecordReplay) {
   }
   EXPECT_FALSE(op_has_backend("grouped_gemm_nt_masked", DeviceType::kCUDA));
   for (const char* op : {"SegmentGEMMWrapper.run", "group_gemm_fp8_nt_groupwise",
-                         "group_deepgemm_fp8_nt_groupwise", "batch_deepgemm_fp8_nt_groupwise"}) {
+                         "group_deepgemm_fp8_nt_groupwise", "batch_deepgemm_fp8_nt_groupwise",
+                         "group_gemm_mxfp8_mxfp4_nt_groupwise", "group_gemm_nvfp4_nt_groupwise"}) {
     EXPECT_FALSE(op_has_backend(op, DeviceType::kCUDA)) << op;
   }
 
@@ -707,9 +809,16 @@ TEST(GroupedGemmDecls, ModulesBackendsAndRecordReplay) {
     (void)group_deepgemm_fp8_nt_groupwise(f8a, f8b, s8, sb8, i32({1, 1, -1, 0, 0, 0, 1, -1}));
     (void)batch_deepgemm_fp8_nt_groupwise(f8a.reshape({2, 4, 128}), f8b, s8.reshape({2, 4, 1}), sb8,
                                           i32({3, 4}), 4);
+    (void)group_gemm_mxfp8_mxfp4_nt_groupwise(
+        f8a, rand_bytes({2, 16, 64}, 18), Tensor::full({256, 4}, 127.0, DType::kUInt8),
+        Tensor::full({2, 128, 4}, 126.0, DType::kUInt8), i32({0, 4, 8}));
+    (void)group_gemm_nvfp4_nt_groupwise(rand_bytes({8, 64}, 19), rand_bytes({2, 16, 64}, 20),
+                                        Tensor::full({256, 8}, 0.5, DType::kFloat8E4M3FN),
+                                        Tensor::full({2, 128, 8}, 2.0, DType::kFloat8E4M3FN),
+                                        i32({0, 4, 8}), Tensor::full({2}, 0.5, DType::kFloat32));
     calls = scope.observer().calls;
   }
-  ASSERT_EQ(calls.size(), 10u);
+  ASSERT_EQ(calls.size(), 12u);
   for (const auto& call : calls) {
     SCOPED_TRACE(call.name);
     // A replayed __init__ builds a new object (its own id): it only has to succeed.

@@ -75,6 +75,32 @@ Tensor group_gemm_fp8_nt_groupwise(
     std::optional<Tensor> out = std::nullopt, std::optional<DType> out_dtype = std::nullopt,
     std::string_view backend = "trtllm");
 
+/// Grouped MXFP8 x MXFP4 GEMM: a [cum_m, k] fp8 (e4m3/e5m2), b [B, n, k/2] packed e2m1 (uint8),
+/// ue8m0 scales per 32 k: a_scale [cum_m_padded, k/32] uint8 holding each group's rows padded to
+/// 128 and swizzled 128x4 on their own, the groups' blocks concatenated (cum_m_padded = sum of
+/// round_up(m_e, 128)); b_scale [B, round_up(n, 128), k/32] uint8, each expert swizzled.
+/// m_indptr entries multiples of 4; n % 8 == 0; k % 128 == 0; tile_m 128, tile_n 64/128/192/256,
+/// tile_k 128/256, mma_sm 1/2, swap_ab (tiling only). out [cum_m, n] bf16/fp16. CPU reference.
+Tensor group_gemm_mxfp8_mxfp4_nt_groupwise(const Tensor& a, const Tensor& b, const Tensor& a_scale,
+                                           const Tensor& b_scale, const Tensor& m_indptr,
+                                           int64_t mma_sm = 1, int64_t tile_m = 128,
+                                           int64_t tile_n = 128, int64_t tile_k = 128,
+                                           bool swap_ab = true,
+                                           std::optional<Tensor> out = std::nullopt,
+                                           std::optional<DType> out_dtype = std::nullopt);
+
+/// Grouped NVFP4 GEMM: a [cum_m, k/2], b [B, n, k/2] packed e2m1 (uint8); e4m3 scales per 16 k
+/// laid out as group_gemm_mxfp8_mxfp4_nt_groupwise's (a_scale [cum_m_padded, k/16], b_scale
+/// [B, round_up(n, 128), k/16], float8_e4m3fn or uint8 codes); alpha optional [B] fp32, one per
+/// group, multiplying the fp32 sums. Tiles and swap_ab: no numeric effect. CPU reference only.
+Tensor group_gemm_nvfp4_nt_groupwise(const Tensor& a, const Tensor& b, const Tensor& a_scale,
+                                     const Tensor& b_scale, const Tensor& m_indptr,
+                                     std::optional<Tensor> alpha = std::nullopt,
+                                     int64_t tile_m = 128, int64_t tile_n = 128,
+                                     int64_t tile_k = 128, bool swap_ab = true,
+                                     std::optional<Tensor> out = std::nullopt,
+                                     std::optional<DType> out_dtype = std::nullopt);
+
 /// DeepGEMM's contiguous grouped FP8 GEMM: row i of a goes to expert m_indices[i] (-1: a padding
 /// row, not computed and not written). a [m, k] e4m3, a_scale [m, k/128] fp32 (per token, 1x128),
 /// b [B, n, k] e4m3, b_scale [B, n/128, k/128] fp32 (128x128); scale_granularity_mnk (1, 128,

@@ -44,6 +44,10 @@ float scale_of(const GroupedOperand& o, int64_t g, int64_t row, int64_t kk) {
     int64_t off = 0;
     if (o.sf_mode == 1) {
       off = g * o.sf_stride_group + sf_offset(SfLayoutCode::k128x4, row, blk, o.sf_cols);
+    } else if (o.sf_mode == 3) {
+      const auto gi = static_cast<std::size_t>(g);
+      off = o.sf_group_base[gi] +
+            sf_offset(SfLayoutCode::k128x4, row - o.sf_group_row0[gi], blk, o.sf_cols);
     } else {
       off = (row % 32) * o.sf6[0] + ((row % 128) / 32) * o.sf6[1] + (row / 128) * o.sf6[2] +
             (blk % 4) * o.sf6[3] + (blk / 4) * o.sf6[4] + g * o.sf6[5];
@@ -115,7 +119,7 @@ void grouped_gemm(const GroupedGemmParams& p) {
                   static_cast<blasint>(n));
     }
     const float alpha =
-        p.alpha_group ? alpha0 * p.alpha_group[pr.out_group * p.alpha_group_stride] : alpha0;
+        p.alpha_group ? alpha0 * p.alpha_group[pr.b_group * p.alpha_group_stride] : alpha0;
     for (int64_t i = 0; i < pr.m; ++i) {
       const int64_t base = pr.out_group * p.out_stride_group + (pr.out_row0 + i) * p.out_stride_row;
       for (int64_t j = 0; j < n; ++j) {
