@@ -44,6 +44,7 @@
 #include "flashinfer/ops/sparse.h"
 #include "flashinfer/ops/svdquant.h"
 #include "flashinfer/ops/topk.h"
+#include "flashinfer/ops/grouped_gemm.h"
 #include "flashinfer/stream.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/trace.h"

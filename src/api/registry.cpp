@@ -44,6 +44,7 @@ void register_svdquant_ops(OpRegistry& registry);
 void register_moe_weight_prep_ops(OpRegistry& registry);
 void register_moe_lora_ops(OpRegistry& registry);
 void register_moe_fp4_ops(OpRegistry& registry);
+void register_grouped_gemm_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -82,6 +83,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_moe_weight_prep_ops(registry);
   register_moe_lora_ops(registry);
   register_moe_fp4_ops(registry);
+  register_grouped_gemm_ops(registry);
 }
 
 }  // namespace flashinfer::detail

@@ -186,6 +186,7 @@ const std::map<std::string, std::string>& covered_elsewhere() {
       {"BlockSparseAttentionWrapper.plan", "the run case plans before it runs"},
       {"VariableBlockSparseAttentionWrapper.__init__", "the run case constructs the wrapper"},
       {"VariableBlockSparseAttentionWrapper.plan", "the run case plans before it runs"},
+      {"SegmentGEMMWrapper.__init__", "the run case constructs the wrapper"},
   };
   return m;
 }

@@ -1,0 +1,1160 @@
+// Grouped GEMMs (grouped_mm_bf16/fp8/mxfp8/fp4, SegmentGEMMWrapper, grouped_gemm_nt_masked):
+// hand-checked values, fp64 formulas over the dequantized operands (the block-scale layouts
+// written out independently here), empty groups and uncovered rows, bad input naming the
+// argument, record/replay, and upstream-format dumps written by Python.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/float_formats.h"
+#include "flashinfer/ops/backends.h"
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer::testing {
+namespace {
+
+constexpr Tolerance kF32Tol{1e-4, 1e-4};
+
+Tensor i32(const std::vector<int64_t>& v) {
+  std::vector<double> d(v.begin(), v.end());
+  return Tensor::from_vector(d, {static_cast<int64_t>(v.size())}, DType::kInt32);
+}
+Tensor i64(const std::vector<int64_t>& v) {
+  std::vector<double> d(v.begin(), v.end());
+  return Tensor::from_vector(d, {static_cast<int64_t>(v.size())}, DType::kInt64);
+}
+
+// Random bytes (every e2m1 pair is finite).
+Tensor rand_bytes(const Shape& shape, uint64_t seed) {
+  Tensor t = Tensor::empty(shape, DType::kUInt8);
+  auto* p = static_cast<uint8_t*>(t.data_ptr());
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    p[i] = static_cast<uint8_t>(s >> 56);
+  }
+  return t;
+}
+
+// e2m1 code -> value, from the format's definition (1 sign, 2 exponent, 1 mantissa bits).
+double e2m1(uint8_t c) {
+  static const double mag[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+  return (c & 8 ? -1.0 : 1.0) * mag[c & 7];
+}
+
+// The 128x4 swizzled offset of scale (r, c) in an [rows, cols] scale matrix (cols multiple of 4):
+// 128-row by 4-column tiles in row-major tile order, each tile 32 x (4 x 4): row r lands at
+// (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4.
+int64_t swz(int64_t r, int64_t c, int64_t cols) {
+  return (r / 128) * (cols / 4) * 512 + (c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 +
+         c % 4;
+}
+
+// A scale matrix [groups][rows, cols] of byte codes, and its swizzled copy (shape `shape`).
+struct Scales {
+  std::vector<uint8_t> logical;  // [groups, rows, cols]
+  Tensor swizzled;
+};
+Scales make_scales(int64_t groups, int64_t rows, int64_t cols, bool e4m3, const Shape& shape,
+                   uint64_t seed) {
+  Scales s;
+  Tensor r = rand_bytes({groups * rows * cols}, seed);
+  s.logical.resize(static_cast<std::size_t>(groups * rows * cols));
+  s.swizzled = Tensor::zeros(shape, e4m3 ? DType::kFloat8E4M3FN : DType::kUInt8);
+  auto* dst = static_cast<uint8_t*>(s.swizzled.data_ptr());
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint8_t v = static_cast<const uint8_t*>(r.data_ptr())[(g * rows + i) * cols + c];
+        // ue8m0 2^-2..2^2; e4m3 codes 0x30..0x40 (0.5 .. 2)
+        const uint8_t code =
+            e4m3 ? static_cast<uint8_t>(0x30 + v % 17) : static_cast<uint8_t>(125 + v % 5);
+        s.logical[static_cast<std::size_t>((g * rows + i) * cols + c)] = code;
+        // (a 1-D shape: only the logical codes are wanted)
+        if (shape.size() > 1) dst[g * rows * cols + swz(i, c, cols)] = code;
+      }
+    }
+  }
+  return s;
+}
+double scale_value(uint8_t code, bool e4m3) {
+  return e4m3 ? static_cast<double>(e4m3fn_bits_to_float(code)) : std::ldexp(1.0, code - 127);
+}
+
+// fp64 grouped reference: out[r] = alpha * sum_k A[r, k] * B[e, j, k] for rows r of group e;
+// rows outside every group keep `fill`.
+std::vector<double> grouped_ref(const std::vector<double>& A, const std::vector<double>& B,
+                                const std::vector<int64_t>& indptr, int64_t cum, int64_t n,
+                                int64_t k, double alpha, double fill = 0.0) {
+  std::vector<double> out(static_cast<std::size_t>(cum * n), fill);
+  for (std::size_t e = 0; e + 1 < indptr.size(); ++e) {
+    for (int64_t r = indptr[e]; r < indptr[e + 1]; ++r) {
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0.0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          acc += A[static_cast<std::size_t>(r * k + kk)] *
+                 B[static_cast<std::size_t>((static_cast<int64_t>(e) * n + j) * k + kk)];
+        }
+        out[static_cast<std::size_t>(r * n + j)] = alpha * acc;
+      }
+    }
+  }
+  return out;
+}
+
+// ---- grouped_mm_bf16 ----------------------------------------------------------------------
+
+TEST(GroupedMmBf16, HandChecked) {
+  // a = [[1, 2], [3, 4]]; expert 0 = identity, expert 1 = [[1, 1], [2, -1]]; one row each.
+  Tensor a = Tensor::from_vector({1, 2, 3, 4}, {2, 2}, DType::kBFloat16);
+  Tensor b = Tensor::from_vector({1, 0, 0, 1, 1, 1, 2, -1}, {2, 2, 2}, DType::kBFloat16);
+  Tensor out = grouped_mm_bf16(a, b, i32({0, 1, 2}));
+  EXPECT_EQ(out.dtype(), DType::kBFloat16);
+  EXPECT_EQ(out.to_double_vector(), (std::vector<double>{1, 2, 3 + 4, 6 - 4}));
+}
+
+TEST(GroupedMmBf16, MatchesFp64WithEmptyGroupsAndUncoveredRows) {
+  const int64_t cum = 11, k = 40, n = 24;
+  // row 0 and rows 9..10 in no group; group 1 and 3 empty
+  const std::vector<int64_t> indptr = {1, 4, 4, 9, 9};
+  const int64_t E = 4;
+  Tensor a = rand_tensor({cum, k}, DType::kBFloat16, 1);
+  Tensor b = rand_tensor({E, n, k}, DType::kBFloat16, 2);
+  for (DType od : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+    SCOPED_TRACE(dtype_torch_name(od));
+    Tensor out = grouped_mm_bf16(a, b, i32(indptr), std::nullopt, od);
+    EXPECT_EQ(out.dtype(), od);
+    const auto ref =
+        grouped_ref(a.to_double_vector(), b.to_double_vector(), indptr, cum, n, k, 1.0);
+    EXPECT_TRUE(all_close(out, ref, od == DType::kFloat32 ? kF32Tol : default_tolerance(od)));
+  }
+  // Given out: its dtype wins over out_dtype, uncovered rows keep their values.
+  Tensor given = Tensor::full({cum, n}, 5.0, DType::kFloat32);
+  Tensor r = grouped_mm_bf16(a, b.transpose(1, 2).contiguous().transpose(1, 2), i32(indptr), given,
+                             DType::kBFloat16);
+  EXPECT_EQ(r.data_ptr(), given.data_ptr());
+  EXPECT_TRUE(all_close(
+      given, grouped_ref(a.to_double_vector(), b.to_double_vector(), indptr, cum, n, k, 1.0, 5.0),
+      kF32Tol));
+}
+
+TEST(GroupedMmBf16, BadInput) {
+  const char* op = "grouped_mm_bf16";
+  Tensor a = rand_tensor({6, 32}, DType::kBFloat16, 3),
+         b = rand_tensor({2, 8, 32}, DType::kBFloat16, 4);
+  EXPECT_FI_ERROR(grouped_mm_bf16(a.to(DType::kFloat16), b, i32({0, 3, 6})), op, "a");
+  EXPECT_FI_ERROR(grouped_mm_bf16(a, b.to(DType::kFloat32), i32({0, 3, 6})), op, "b");
+  EXPECT_FI_ERROR(grouped_mm_bf16(a, b.slice(2, 0, 16), i32({0, 3, 6})), op, "b");
+  EXPECT_FI_ERROR(grouped_mm_bf16(a, b, i64({0, 3, 6})), op, "m_indptr");
+  EXPECT_FI_ERROR(grouped_mm_bf16(a, b, i32({0, 6})), op, "m_indptr");
+  EXPECT_FI_ERROR(grouped_mm_bf16(a, b, i32({0, 4, 3})), op, "m_indptr");   // not monotone
+  EXPECT_FI_ERROR(grouped_mm_bf16(a, b, i32({0, 3, 7})), op, "m_indptr");   // past cum_m
+  EXPECT_FI_ERROR(grouped_mm_bf16(a, b, i32({-1, 3, 6})), op, "m_indptr");  // negative
+  EXPECT_FI_ERROR(grouped_mm_bf16(a, b, i32({0, 3, 6}), Tensor::zeros({6, 9}, DType::kBFloat16)),
+                  op, "out");
+  EXPECT_FI_ERROR(grouped_mm_bf16(a, b, i32({0, 3, 6}), std::nullopt, DType::kInt32), op,
+                  "out_dtype");
+  EXPECT_FI_ERROR(grouped_mm_bf16(a, b, i32({0, 3, 6}), std::nullopt, DType::kBFloat16, "cutlass"),
+                  op, "backend");
+}
+
+// ---- grouped_mm_fp8 -----------------------------------------------------------------------
+
+TEST(GroupedMmFp8, MatchesFp64WithAlpha) {
+  const int64_t cum = 9, k = 48, n = 16;
+  const std::vector<int64_t> indptr = {0, 2, 2, 9};
+  Tensor a = rand_tensor({cum, k}, DType::kFloat32, 5).to(DType::kFloat8E4M3FN);
+  Tensor b = rand_tensor({3, n, k}, DType::kFloat32, 6).to(DType::kFloat8E5M2);
+  Tensor alpha = Tensor::full({1}, 0.375, DType::kFloat32);
+  Tensor out = grouped_mm_fp8(a, b, i32(indptr), alpha, std::nullopt, DType::kFloat32);
+  EXPECT_TRUE(all_close(
+      out, grouped_ref(a.to_double_vector(), b.to_double_vector(), indptr, cum, n, k, 0.375),
+      kF32Tol));
+  Tensor o2 = grouped_mm_fp8(a, b, i32(indptr));  // no alpha, bf16
+  EXPECT_TRUE(
+      all_close(o2, grouped_ref(a.to_double_vector(), b.to_double_vector(), indptr, cum, n, k, 1.0),
+                default_tolerance(DType::kBFloat16)));
+  const char* op = "grouped_mm_fp8";
+  EXPECT_FI_ERROR(grouped_mm_fp8(a.to(DType::kBFloat16), b, i32(indptr)), op, "a");
+  EXPECT_FI_ERROR(grouped_mm_fp8(a, b, i32(indptr), Tensor::full({2}, 1.0, DType::kFloat32)), op,
+                  "alpha");
+  EXPECT_FI_ERROR(grouped_mm_fp8(a, b, i32(indptr), Tensor::full({1}, 1.0, DType::kFloat16)), op,
+                  "alpha");
+}
+
+// ---- grouped_mm_mxfp8 / grouped_mm_fp4 ------------------------------------------------------
+
+TEST(GroupedMmMxfp8, MatchesFp64) {
+  const int64_t cum = 128, k = 128, n = 128, E = 3, kb = k / 32;
+  const std::vector<int64_t> indptr = {0, 50, 50, 128};
+  Tensor a = rand_tensor({cum, k}, DType::kFloat32, 7).to(DType::kFloat8E4M3FN);
+  Tensor b = rand_tensor({E, n, k}, DType::kFloat32, 8).to(DType::kFloat8E4M3FN);
+  Scales sa = make_scales(1, cum, kb, false, {cum, kb}, 9);
+  Scales sb = make_scales(E, n, kb, false, {E, n, kb}, 10);
+  std::vector<double> A = a.to_double_vector(), B = b.to_double_vector();
+  for (int64_t r = 0; r < cum; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      A[static_cast<std::size_t>(r * k + c)] *=
+          scale_value(sa.logical[static_cast<std::size_t>(r * kb + c / 32)], false);
+    }
+  }
+  for (int64_t r = 0; r < E * n; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      B[static_cast<std::size_t>(r * k + c)] *=
+          scale_value(sb.logical[static_cast<std::size_t>(r * kb + c / 32)], false);
+    }
+  }
+  Tensor out =
+      grouped_mm_mxfp8(a, b, sa.swizzled, sb.swizzled, i32(indptr), std::nullopt, DType::kFloat32);
+  EXPECT_TRUE(all_close(out, grouped_ref(A, B, indptr, cum, n, k, 1.0), kF32Tol));
+  const char* op = "grouped_mm_mxfp8";
+  EXPECT_FI_ERROR(
+      grouped_mm_mxfp8(a, b, sa.swizzled.to(DType::kFloat8E4M3FN), sb.swizzled, i32(indptr)), op,
+      "a_descale");
+  EXPECT_FI_ERROR(
+      grouped_mm_mxfp8(a, b, sa.swizzled, sb.swizzled.reshape({E * n, kb}), i32(indptr)), op,
+      "b_descale");
+  // cum_m not a multiple of 128: the swizzled layout does not fill [cum_m, k/32]
+  EXPECT_FI_ERROR(grouped_mm_mxfp8(a.slice(0, 0, 100), b, sa.swizzled.slice(0, 0, 100), sb.swizzled,
+                                   i32({0, 50, 50, 100})),
+                  op, "a_descale");
+}
+
+void check_fp4(int64_t block) {
+  SCOPED_TRACE("block " + std::to_string(block));
+  const bool e4m3 = block == 16;
+  const int64_t cum = 256, k = 128, n = 128, E = 2, kb = k / block;
+  const std::vector<int64_t> indptr = {0, 200, 256};
+  Tensor a = rand_bytes({cum, k / 2}, 11), b = rand_bytes({E, n, k / 2}, 12);
+  Scales sa = make_scales(1, cum, kb, e4m3, {cum, kb}, 13);
+  Scales sb = make_scales(E, n, kb, e4m3, {E, n, kb}, 14);
+  auto deq = [&](const Tensor& t, const Scales& s, int64_t rows) {
+    std::vector<double> v(static_cast<std::size_t>(rows * k));
+    const auto* p = static_cast<const uint8_t*>(t.data_ptr());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        const uint8_t byte = p[r * (k / 2) + c / 2];
+        v[static_cast<std::size_t>(r * k + c)] =
+            e2m1(c % 2 == 0 ? (byte & 15) : (byte >> 4)) *
+            scale_value(s.logical[static_cast<std::size_t>(r * kb + c / block)], e4m3);
+      }
+    }
+    return v;
+  };
+  Tensor alpha = Tensor::full({1}, 0.125, DType::kFloat32);
+  Tensor out = grouped_mm_fp4(a, b, sa.swizzled, sb.swizzled, i32(indptr), alpha, std::nullopt,
+                              DType::kFloat32, block);
+  EXPECT_TRUE(all_close(
+      out, grouped_ref(deq(a, sa, cum), deq(b, sb, E * n), indptr, cum, n, k, 0.125), kF32Tol));
+}
+
+TEST(GroupedMmFp4, Nvfp4AndMxfp4MatchFp64) {
+  check_fp4(16);
+  check_fp4(32);
+  const char* op = "grouped_mm_fp4";
+  Tensor a = rand_bytes({128, 64}, 1), b = rand_bytes({1, 128, 64}, 2);
+  Scales sa = make_scales(1, 128, 8, true, {128, 8}, 3),
+         sb = make_scales(1, 128, 8, true, {1, 128, 8}, 4);
+  EXPECT_FI_ERROR(grouped_mm_fp4(a, b, sa.swizzled, sb.swizzled, i32({0, 128}), std::nullopt,
+                                 std::nullopt, DType::kBFloat16, 64),
+                  op, "block_size");
+  // MXFP4 takes uint8 (ue8m0) scales
+  EXPECT_FI_ERROR(grouped_mm_fp4(a, b, sa.swizzled, sb.swizzled, i32({0, 128}), std::nullopt,
+                                 std::nullopt, DType::kBFloat16, 32),
+                  op, "a_descale");
+  EXPECT_FI_ERROR(
+      grouped_mm_fp4(a.to(DType::kBFloat16), b, sa.swizzled, sb.swizzled, i32({0, 128})), op, "a");
+}
+
+// ---- SegmentGEMMWrapper ---------------------------------------------------------------------
+
+TEST(SegmentGemm, MatchesFp64BothLayouts) {
+  const int64_t cum = 10, d_in = 24, d_out = 16, W = 3;
+  Tensor x = rand_tensor({cum, d_in}, DType::kFloat16, 21);
+  Tensor w_rm = rand_tensor({W, d_in, d_out}, DType::kFloat16, 22);  // [W, d_in, d_out]
+  SegmentGEMMWrapper seg(Tensor::empty({1024}, DType::kUInt8));
+  // segments 3, 0, 5 (rows 8..9 in none), weights 2, 0, 2
+  const std::vector<int64_t> lens = {3, 0, 5}, widx = {2, 0, 2};
+  const std::vector<int64_t> indptr = {0, 3, 3, 8};
+  // fp64 reference on the row-major weights
+  auto ref = [&](const std::vector<double>& W_rm) {
+    const std::vector<double> X = x.to_double_vector();
+    std::vector<double> y(static_cast<std::size_t>(cum * d_out), 0.0);
+    for (std::size_t s = 0; s < 3; ++s) {
+      for (int64_t r = indptr[s]; r < indptr[s + 1]; ++r) {
+        for (int64_t j = 0; j < d_out; ++j) {
+          double acc = 0.0;
+          for (int64_t c = 0; c < d_in; ++c) {
+            acc += X[static_cast<std::size_t>(r * d_in + c)] *
+                   W_rm[static_cast<std::size_t>((widx[s] * d_in + c) * d_out + j)];
+          }
+          y[static_cast<std::size_t>(r * d_out + j)] = acc;
+        }
+      }
+    }
+    return y;
+  };
+  const auto expected = ref(w_rm.to_double_vector());
+  Tensor y1 = seg.run(x, w_rm, 3, false, std::nullopt, i64(lens), std::nullopt, i64(widx));
+  EXPECT_EQ(y1.dtype(), DType::kFloat16);
+  EXPECT_TRUE(all_close(y1, expected, default_tolerance(DType::kFloat16)));
+  // column-major weights [W, d_out, d_in], seg_indptr instead of seg_lens (which it overrides)
+  Tensor w_cm = w_rm.transpose(1, 2).contiguous();
+  Tensor y2 = seg.run(x, w_cm, 3, true, std::nullopt, i64({9, 9, 9}), i64(indptr), i64(widx));
+  EXPECT_TRUE(all_close(y2, expected, default_tolerance(DType::kFloat16)));
+  // without weight_indices, segment i uses weights[i]
+  Tensor y3 = seg.run(x, w_rm, 3, false, std::nullopt, std::nullopt, i64(indptr));
+  const std::vector<double> X = x.to_double_vector(), Wd = w_rm.to_double_vector();
+  double worst = 0.0;
+  for (int64_t r = 3; r < 8; ++r) {  // segment 2 uses weights[2]
+    for (int64_t j = 0; j < d_out; ++j) {
+      double acc = 0.0;
+      for (int64_t c = 0; c < d_in; ++c) {
+        acc += X[static_cast<std::size_t>(r * d_in + c)] *
+               Wd[static_cast<std::size_t>((2 * d_in + c) * d_out + j)];
+      }
+      worst = std::max(
+          worst, std::fabs(acc - y3.to_double_vector()[static_cast<std::size_t>(r * d_out + j)]));
+    }
+  }
+  EXPECT_LT(worst, 2e-2);
+}
+
+TEST(SegmentGemm, BadInput) {
+  const char* op = "SegmentGEMMWrapper.run";
+  SegmentGEMMWrapper seg(Tensor::empty({16}, DType::kUInt8));
+  Tensor x = rand_tensor({6, 8}, DType::kBFloat16, 1),
+         w = rand_tensor({2, 8, 4}, DType::kBFloat16, 2);
+  EXPECT_FI_ERROR(seg.run(x, w, 2, false), op, "seg_lens");
+  EXPECT_FI_ERROR(seg.run(x, w, 2, true, std::nullopt, i64({3, 3})), op, "weights");
+  EXPECT_FI_ERROR(seg.run(x, w.to(DType::kFloat16), 2, false, std::nullopt, i64({3, 3})), op,
+                  "weights");
+  EXPECT_FI_ERROR(seg.run(x, w, 2, false, std::nullopt, i64({4, 3})), op, "seg_lens");
+  EXPECT_FI_ERROR(seg.run(x, w, 2, false, std::nullopt, std::nullopt, i64({0, 4, 2})), op,
+                  "seg_indptr");
+  EXPECT_FI_ERROR(seg.run(x, w, 2, false, std::nullopt, i64({3, 3}), std::nullopt, i64({0, 2})), op,
+                  "weight_indices");
+  EXPECT_FI_ERROR(seg.run(x, w, 3, false, std::nullopt, i64({2, 2, 2})), op, "batch_size");
+  EXPECT_FI_ERROR(seg.run(x, w, 2, false, Tensor::zeros({6, 5}, DType::kBFloat16), i64({3, 3})), op,
+                  "out");
+  EXPECT_FI_ERROR(SegmentGEMMWrapper(Tensor::empty({16}, DType::kUInt8), "sm100"),
+                  "SegmentGEMMWrapper.__init__", "backend");
+}
+
+// ---- grouped_gemm_nt_masked -------------------------------------------------------------------
+
+struct MaskedCase {
+  int64_t l = 3, m = 5, n = 8, k = 64;
+  bool fp4 = true, e4m3 = true;
+  int64_t vec = 16;
+  Tensor A, B, SFA, SFB, out;
+  std::vector<double> Ad, Bd;  // dequantized [l, m, k], [l, n, k]
+};
+
+// Operands built physically as [l, rows, k(/2)] and [l, r, rk, 32, 4, 4] and passed as the
+// (rows, k, l) and (32, 4, r, 4, rk, l) views, as engines pass them.
+MaskedCase make_masked(bool fp4) {
+  MaskedCase c;
+  c.fp4 = fp4;
+  c.e4m3 = fp4;
+  c.vec = fp4 ? 16 : 32;
+  const int64_t kb = c.k / c.vec, rk = (kb + 3) / 4;
+  auto operand = [&](int64_t rows, uint64_t seed, Tensor& data, Tensor& sf,
+                     std::vector<double>& deq) {
+    const int64_t rr = (rows + 127) / 128;
+    Tensor phys =
+        fp4 ? rand_bytes({c.l, rows, c.k / 2}, seed)
+            : rand_tensor({c.l, rows, c.k}, DType::kFloat32, seed).to(DType::kFloat8E4M3FN);
+    Scales s = make_scales(1, c.l * rows, kb, c.e4m3, {c.l * rows * kb}, seed + 1);
+    Tensor sfp =
+        Tensor::zeros({c.l, rr, rk, 32, 4, 4}, c.e4m3 ? DType::kFloat8E4M3FN : DType::kUInt8);
+    auto* sp = static_cast<uint8_t*>(sfp.data_ptr());
+    deq.assign(static_cast<std::size_t>(c.l * rows * c.k), 0.0);
+    const std::vector<double> pv = fp4 ? std::vector<double>{} : phys.to_double_vector();
+    for (int64_t g = 0; g < c.l; ++g) {
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t b = 0; b < kb; ++b) {
+          const uint8_t code = s.logical[static_cast<std::size_t>((g * rows + r) * kb + b)];
+          sp[((((g * rr + r / 128) * rk + b / 4) * 32 + r % 32) * 4 + (r % 128) / 32) * 4 + b % 4] =
+              code;
+        }
+        for (int64_t kk = 0; kk < c.k; ++kk) {
+          double v;
+          if (fp4) {
+            const uint8_t byte =
+                static_cast<const uint8_t*>(phys.data_ptr())[(g * rows + r) * (c.k / 2) + kk / 2];
+            v = e2m1(kk % 2 == 0 ? (byte & 15) : (byte >> 4));
+          } else {
+            v = pv[static_cast<std::size_t>((g * rows + r) * c.k + kk)];
+          }
+          const uint8_t code =
+              s.logical[static_cast<std::size_t>((g * rows + r) * kb + kk / c.vec)];
+          deq[static_cast<std::size_t>((g * rows + r) * c.k + kk)] = v * scale_value(code, c.e4m3);
+        }
+      }
+    }
+    data = phys.permute({1, 2, 0});
+    sf = sfp.permute({3, 4, 1, 5, 2, 0});
+  };
+  operand(c.m, 31, c.A, c.SFA, c.Ad);
+  operand(c.n, 41, c.B, c.SFB, c.Bd);
+  return c;
+}
+
+void check_masked(bool fp4, DType c_dtype, const char* c_name) {
+  SCOPED_TRACE(std::string(fp4 ? "nvfp4 " : "mxfp8 ") + c_name);
+  MaskedCase c = make_masked(fp4);
+  const std::vector<int64_t> mm = {5, 2, 0};
+  Tensor out_phys = Tensor::full({c.l, c.m, c.n}, 7.0, c_dtype);
+  Tensor out = out_phys.permute({1, 2, 0});
+  Tensor alpha = Tensor::from_vector({0.5, 2.0, 3.0}, {1, 1, 3}, DType::kFloat32);
+  GroupedGemmNtMaskedKwargs kw;
+  kw.alpha = alpha;
+  kw.alpha_dtype = "float32";
+  Tensor r = grouped_gemm_nt_masked(
+      {c.A, c.SFA}, {c.B, c.SFB}, out, i32(mm), fp4 ? "float4_e2m1fn" : "float8_e4m3fn",
+      fp4 ? "float8_e4m3fn" : "float8_e8m0fnu", c_name, c.vec, std::nullopt, std::nullopt,
+      std::nullopt, std::nullopt, 0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, false,
+      false, kw);
+  EXPECT_EQ(r.data_ptr(), out.data_ptr());
+  std::vector<double> expected(static_cast<std::size_t>(c.l * c.m * c.n), 7.0);
+  const double al[3] = {0.5, 2.0, 3.0};
+  for (int64_t g = 0; g < c.l; ++g) {
+    for (int64_t i = 0; i < mm[static_cast<std::size_t>(g)]; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double acc = 0.0;
+        for (int64_t kk = 0; kk < c.k; ++kk) {
+          acc += c.Ad[static_cast<std::size_t>((g * c.m + i) * c.k + kk)] *
+                 c.Bd[static_cast<std::size_t>((g * c.n + j) * c.k + kk)];
+        }
+        expected[static_cast<std::size_t>((g * c.m + i) * c.n + j)] = al[g] * acc;
+      }
+    }
+  }
+  EXPECT_TRUE(all_close(out_phys, expected,
+                        c_dtype == DType::kFloat32 ? kF32Tol : default_tolerance(c_dtype)));
+}
+
+TEST(GroupedGemmNtMasked, MatchesFp64RowsPastMaskUntouched) {
+  check_masked(true, DType::kBFloat16, "bfloat16");
+  check_masked(true, DType::kFloat32, "float32");
+  check_masked(false, DType::kFloat32, "float32");
+  check_masked(false, DType::kFloat16, "float16");
+}
+
+TEST(GroupedGemmNtMasked, BadInput) {
+  const char* op = "grouped_gemm_nt_masked";
+  MaskedCase c = make_masked(true);
+  Tensor out = Tensor::zeros({c.l, c.m, c.n}, DType::kBFloat16).permute({1, 2, 0});
+  auto call = [&](Tensor mm, std::string_view ab, std::string_view sf, std::string_view cd,
+                  int64_t vec, Tensor o, GroupedGemmNtMaskedKwargs kw = {},
+                  std::optional<Tensor> topk = std::nullopt, bool swap = false) {
+    return grouped_gemm_nt_masked({c.A, c.SFA}, {c.B, c.SFB}, o, mm, ab, sf, cd, vec, topk,
+                                  std::nullopt, std::nullopt, std::nullopt, 0, std::nullopt,
+                                  std::nullopt, std::nullopt, std::nullopt, false, swap, kw);
+  };
+  const Tensor mm = i32({5, 2, 0});
+  EXPECT_FI_ERROR(call(i32({6, 2, 0}), "float4_e2m1fn", "float8_e4m3fn", "bfloat16", 16, out), op,
+                  "masked_m");
+  EXPECT_FI_ERROR(call(i32({5, 2}), "float4_e2m1fn", "float8_e4m3fn", "bfloat16", 16, out), op,
+                  "masked_m");
+  EXPECT_FI_ERROR(call(mm, "int8", "float8_e4m3fn", "bfloat16", 16, out), op, "ab_dtype");
+  EXPECT_FI_ERROR(call(mm, "float4_e2m1fn", "float16", "bfloat16", 16, out), op, "sf_dtype");
+  EXPECT_FI_ERROR(call(mm, "float4_e2m1fn", "float8_e4m3fn", "int8", 16, out), op, "c_dtype");
+  EXPECT_FI_ERROR(call(mm, "float4_e2m1fn", "float8_e4m3fn", "float16", 16, out), op, "out");
+  EXPECT_FI_ERROR(call(mm, "float4_e2m1fn", "float8_e4m3fn", "bfloat16", 32, out), op,
+                  "sf_vec_size");
+  EXPECT_FI_ERROR(call(mm, "float8_e4m3fn", "float8_e8m0fnu", "bfloat16", 32, out), op, "lhs");
+  EXPECT_FI_ERROR(call(mm, "float4_e2m1fn", "float8_e8m0fnu", "bfloat16", 16, out), op, "lhs");
+  GroupedGemmNtMaskedKwargs no_dtype;
+  no_dtype.alpha = Tensor::full({3}, 1.0, DType::kFloat32);
+  EXPECT_FI_ERROR(call(mm, "float4_e2m1fn", "float8_e4m3fn", "bfloat16", 16, out, no_dtype), op,
+                  "alpha_dtype");
+  GroupedGemmNtMaskedKwargs short_alpha = no_dtype;
+  short_alpha.alpha = Tensor::full({2}, 1.0, DType::kFloat32);
+  short_alpha.alpha_dtype = "float32";
+  EXPECT_FI_ERROR(call(mm, "float4_e2m1fn", "float8_e4m3fn", "bfloat16", 16, out, short_alpha), op,
+                  "alpha");
+  EXPECT_FI_ERROR(call(mm, "float4_e2m1fn", "float8_e4m3fn", "bfloat16", 16, out, {},
+                       Tensor::zeros({3, 5}, DType::kFloat32)),
+                  op, "topk_weights");
+  EXPECT_FI_ERROR(
+      call(mm, "float4_e2m1fn", "float8_e4m3fn", "bfloat16", 16, out, {}, std::nullopt, true), op,
+      "is_swap_ab");
+}
+
+// ---- fp32 groupwise-scaled FP8: group_gemm_fp8_nt_groupwise, DeepGEMM -------------------------
+
+// x_deq[r, c] = x[r, c] * scale(r / gr, c / gk) for rows [0, rows) of one group.
+std::vector<double> deq_fp32(const std::vector<double>& x, int64_t rows, int64_t k,
+                             const std::function<double(int64_t, int64_t)>& scale) {
+  std::vector<double> out(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      out[static_cast<std::size_t>(r * k + c)] =
+          x[static_cast<std::size_t>(r * k + c)] * scale(r, c);
+    }
+  }
+  return out;
+}
+
+TEST(GroupGemmFp8NtGroupwise, BothScaleModesMatchFp64) {
+  const int64_t cum = 16, k = 256, n = 136, B = 3;    // n spans two 128-wide scale blocks
+  const std::vector<int64_t> indptr = {0, 8, 8, 12};  // rows 12..15 in no group
+  Tensor a = rand_tensor({cum, k}, DType::kFloat32, 51).to(DType::kFloat8E4M3FN);
+  Tensor b = rand_tensor({B, n, k}, DType::kFloat32, 52).to(DType::kFloat8E5M2);
+  const int64_t kb = k / 128, nb = 2;
+  Tensor sa_k = rand_tensor({cum, kb}, DType::kFloat32, 53, 0.1, 1.0);  // gm = 1
+  Tensor sb_k = rand_tensor({B, nb, kb}, DType::kFloat32, 54, 0.1, 1.0);
+  const std::vector<double> SA = sa_k.to_double_vector(), SB = sb_k.to_double_vector();
+  const std::vector<double> A = deq_fp32(a.to_double_vector(), cum, k, [&](int64_t r, int64_t c) {
+    return SA[static_cast<std::size_t>(r * kb + c / 128)];
+  });
+  const std::vector<double> Bv = b.to_double_vector();
+  std::vector<double> Bd(Bv.size());
+  for (int64_t e = 0; e < B; ++e) {
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t c = 0; c < k; ++c) {
+        const std::size_t i = static_cast<std::size_t>((e * n + j) * k + c);
+        Bd[i] = Bv[i] * SB[static_cast<std::size_t>((e * nb + j / 128) * kb + c / 128)];
+      }
+    }
+  }
+  const auto ref = grouped_ref(A, Bd, indptr, cum, n, k, 1.0);
+  Tensor out_k = group_gemm_fp8_nt_groupwise(a, b, sa_k, sb_k, i32(indptr), {1, 128, 128}, "K");
+  EXPECT_TRUE(all_close(out_k, ref, default_tolerance(DType::kBFloat16)));
+  // "MN": the same scales transposed ([k/gk, cum_m] and [B, k/gk, n/gn]), fp16 output.
+  Tensor out_mn = group_gemm_fp8_nt_groupwise(
+      a, b, sa_k.transpose(0, 1).contiguous(), sb_k.transpose(1, 2).contiguous(), i32(indptr),
+      {1, 128, 128}, "MN", 2, std::nullopt, DType::kFloat16, "cutlass");
+  EXPECT_EQ(out_mn.dtype(), DType::kFloat16);
+  EXPECT_TRUE(all_close(out_mn, ref, default_tolerance(DType::kFloat16)));
+
+  const char* op = "group_gemm_fp8_nt_groupwise";
+  EXPECT_FI_ERROR(
+      group_gemm_fp8_nt_groupwise(a, b, sa_k, sb_k, i32({0, 6, 6, 12}), {1, 128, 128}, "K"), op,
+      "m_indptr");  // 6 is not a multiple of 4
+  EXPECT_FI_ERROR(group_gemm_fp8_nt_groupwise(a, b, sa_k, sb_k, i32(indptr), {1, 128, 128}, "MN"),
+                  op, "a_scale");
+  EXPECT_FI_ERROR(group_gemm_fp8_nt_groupwise(a, b, sa_k, sb_k, i32(indptr), {1, 128, 128}, "X"),
+                  op, "scale_major_mode");
+  EXPECT_FI_ERROR(group_gemm_fp8_nt_groupwise(a, b, sa_k, sb_k, i32(indptr), {1, 128, 128}, "K", 3),
+                  op, "mma_sm");
+  EXPECT_FI_ERROR(group_gemm_fp8_nt_groupwise(a, b.slice(1, 0, 132), sa_k, sb_k, i32(indptr),
+                                              {1, 128, 128}, "K"),
+                  op, "b");  // n % 8
+  EXPECT_FI_ERROR(
+      group_gemm_fp8_nt_groupwise(a, b, sa_k, sb_k, i32(indptr), {1, 128, 128}, "K", 1,
+                                  Tensor::zeros({cum, n}, DType::kBFloat16), DType::kFloat16),
+      op, "out");
+  EXPECT_FI_ERROR(group_gemm_fp8_nt_groupwise(a, b, sa_k, sb_k, i32(indptr), {1, 128, 128}, "K", 1,
+                                              std::nullopt, DType::kFloat32),
+                  op, "out_dtype");
+}
+
+// Activation scales of group_gemm_mxfp8_mxfp4/nvfp4: each group's rows padded to 128 and
+// swizzled on their own, blocks concatenated.
+void check_padded_fp4(bool nvfp4) {
+  SCOPED_TRACE(nvfp4 ? "nvfp4" : "mxfp8 x mxfp4");
+  const int64_t k = 128, n = 16, B = 3, vec = nvfp4 ? 16 : 32, cols = k / vec;
+  const std::vector<int64_t> indptr = {0, 8, 8, 140};
+  const int64_t cum = 140, padded = 128 + 0 + 256, n_pad = 128;
+  Tensor a = nvfp4 ? rand_bytes({cum, k / 2}, 71)
+                   : rand_tensor({cum, k}, DType::kFloat32, 71).to(DType::kFloat8E4M3FN);
+  Tensor b = rand_bytes({B, n, k / 2}, 72);
+  const DType sf_dt = nvfp4 ? DType::kFloat8E4M3FN : DType::kUInt8;
+  Tensor sa = Tensor::zeros({padded, cols}, sf_dt), sb = Tensor::zeros({B, n_pad, cols}, sf_dt);
+  Tensor ra = rand_bytes({cum * cols}, 73), rb = rand_bytes({B * n * cols}, 74);
+  auto code = [&](uint8_t v) {
+    return nvfp4 ? static_cast<uint8_t>(0x30 + v % 17) : static_cast<uint8_t>(125 + v % 5);
+  };
+  std::vector<double> A(static_cast<std::size_t>(cum * k)), Bd(static_cast<std::size_t>(B * n * k));
+  const std::vector<double> av = nvfp4 ? std::vector<double>{} : a.to_double_vector();
+  int64_t base = 0;
+  for (int64_t e = 0; e < B; ++e) {
+    const int64_t r0 = indptr[static_cast<std::size_t>(e)],
+                  r1 = indptr[static_cast<std::size_t>(e) + 1];
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint8_t sc = code(static_cast<const uint8_t*>(ra.data_ptr())[r * cols + c]);
+        static_cast<uint8_t*>(sa.data_ptr())[base * cols + swz(r - r0, c, cols)] = sc;
+        for (int64_t kk = c * vec; kk < (c + 1) * vec; ++kk) {
+          double v;
+          if (nvfp4) {
+            const uint8_t byte = static_cast<const uint8_t*>(a.data_ptr())[r * (k / 2) + kk / 2];
+            v = e2m1(kk % 2 == 0 ? (byte & 15) : (byte >> 4));
+          } else {
+            v = av[static_cast<std::size_t>(r * k + kk)];
+          }
+          A[static_cast<std::size_t>(r * k + kk)] = v * scale_value(sc, nvfp4);
+        }
+      }
+    }
+    base += (r1 - r0 + 127) / 128 * 128;
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint8_t sc = code(static_cast<const uint8_t*>(rb.data_ptr())[(e * n + j) * cols + c]);
+        static_cast<uint8_t*>(sb.data_ptr())[e * n_pad * cols + swz(j, c, cols)] = sc;
+        for (int64_t kk = c * vec; kk < (c + 1) * vec; ++kk) {
+          const uint8_t byte =
+              static_cast<const uint8_t*>(b.data_ptr())[(e * n + j) * (k / 2) + kk / 2];
+          Bd[static_cast<std::size_t>((e * n + j) * k + kk)] =
+              e2m1(kk % 2 == 0 ? (byte & 15) : (byte >> 4)) * scale_value(sc, nvfp4);
+        }
+      }
+    }
+  }
+  std::vector<double> ref;
+  Tensor out;
+  if (nvfp4) {
+    Tensor alpha = Tensor::from_vector({0.5, 4.0, 0.25}, {3}, DType::kFloat32);
+    out = group_gemm_nvfp4_nt_groupwise(a, b, sa, sb, i32(indptr), alpha);
+    ref = grouped_ref(A, Bd, indptr, cum, n, k, 1.0);
+    const double al[3] = {0.5, 4.0, 0.25};
+    for (int64_t e = 0; e < B; ++e) {
+      for (int64_t r = indptr[static_cast<std::size_t>(e)];
+           r < indptr[static_cast<std::size_t>(e) + 1]; ++r) {
+        for (int64_t j = 0; j < n; ++j) ref[static_cast<std::size_t>(r * n + j)] *= al[e];
+      }
+    }
+  } else {
+    out = group_gemm_mxfp8_mxfp4_nt_groupwise(a, b, sa, sb, i32(indptr));
+    ref = grouped_ref(A, Bd, indptr, cum, n, k, 1.0);
+  }
+  EXPECT_TRUE(all_close(out, ref, default_tolerance(DType::kBFloat16)));
+}
+
+TEST(GroupGemmFp4NtGroupwise, MxFp4AndNvfp4MatchFp64) {
+  check_padded_fp4(false);
+  check_padded_fp4(true);
+  const char* op = "group_gemm_mxfp8_mxfp4_nt_groupwise";
+  Tensor a = rand_tensor({8, 128}, DType::kFloat32, 1).to(DType::kFloat8E4M3FN);
+  Tensor b = rand_bytes({1, 16, 64}, 2);
+  Tensor sa = Tensor::zeros({128, 4}, DType::kUInt8),
+         sb = Tensor::zeros({1, 128, 4}, DType::kUInt8);
+  EXPECT_FI_ERROR(group_gemm_mxfp8_mxfp4_nt_groupwise(a, b, sa, sb, i32({0, 8}), 1, 64), op,
+                  "tile_m");
+  EXPECT_FI_ERROR(group_gemm_mxfp8_mxfp4_nt_groupwise(a, b, sa, sb, i32({0, 8}), 1, 128, 96), op,
+                  "tile_n");
+  EXPECT_FI_ERROR(group_gemm_mxfp8_mxfp4_nt_groupwise(a, b, sa.slice(0, 0, 8), sb, i32({0, 8})), op,
+                  "a_scale");
+  EXPECT_FI_ERROR(group_gemm_mxfp8_mxfp4_nt_groupwise(a, b, sa, sb.slice(1, 0, 16), i32({0, 8})),
+                  op, "b_scale");
+  EXPECT_FI_ERROR(group_gemm_mxfp8_mxfp4_nt_groupwise(a.slice(0, 0, 6), b, sa, sb, i32({0, 6})), op,
+                  "m_indptr");  // not a multiple of 4
+  EXPECT_FI_ERROR(group_gemm_mxfp8_mxfp4_nt_groupwise(a.slice(1, 0, 64), b, sa, sb, i32({0, 8})),
+                  op, "a");
+  EXPECT_FI_ERROR(group_gemm_nvfp4_nt_groupwise(
+                      rand_bytes({8, 64}, 3), b, Tensor::zeros({128, 8}, DType::kFloat8E4M3FN),
+                      Tensor::zeros({1, 128, 8}, DType::kFloat8E4M3FN), i32({0, 8}),
+                      Tensor::full({2}, 1.0, DType::kFloat32)),
+                  "group_gemm_nvfp4_nt_groupwise", "alpha");
+}
+
+TEST(DeepGemmFp8, ContiguousAndMaskedMatchFp64) {
+  const int64_t m = 12, k = 256, n = 128, B = 3, kb = 2;
+  Tensor a = rand_tensor({m, k}, DType::kFloat32, 61).to(DType::kFloat8E4M3FN);
+  Tensor b = rand_tensor({B, n, k}, DType::kFloat32, 62).to(DType::kFloat8E4M3FN);
+  Tensor sa = rand_tensor({m, kb}, DType::kFloat32, 63, 0.1, 1.0);
+  Tensor sb = rand_tensor({B, 1, kb}, DType::kFloat32, 64, 0.1, 1.0);
+  // rows: expert 2, 2, 0, -1 (padding), 0, 1, ...
+  const std::vector<int64_t> idx = {2, 2, 0, -1, 0, 1, 1, 1, -1, -1, 2, 0};
+  const std::vector<double> A = a.to_double_vector(), Bv = b.to_double_vector();
+  const std::vector<double> SA = sa.to_double_vector(), SB = sb.to_double_vector();
+  std::vector<double> ref(static_cast<std::size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t e = idx[static_cast<std::size_t>(i)];
+    if (e < 0) continue;
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (int64_t c = 0; c < k; ++c) {
+        acc += A[static_cast<std::size_t>(i * k + c)] *
+               SA[static_cast<std::size_t>(i * kb + c / 128)] *
+               Bv[static_cast<std::size_t>((e * n + j) * k + c)] *
+               SB[static_cast<std::size_t>(e * kb + c / 128)];
+      }
+      ref[static_cast<std::size_t>(i * n + j)] = acc;
+    }
+  }
+  Tensor out = group_deepgemm_fp8_nt_groupwise(a, b, sa, sb, i32(idx));
+  EXPECT_TRUE(all_close(out, ref, default_tolerance(DType::kBFloat16)));
+  const char* op = "group_deepgemm_fp8_nt_groupwise";
+  std::vector<int64_t> bad = idx;
+  bad[3] = 3;
+  EXPECT_FI_ERROR(group_deepgemm_fp8_nt_groupwise(a, b, sa, sb, i32(bad)), op, "m_indices");
+  EXPECT_FI_ERROR(group_deepgemm_fp8_nt_groupwise(a, b, sa, sb, i32(idx), {1, 128, 64}), op,
+                  "scale_granularity_mnk");
+  EXPECT_FI_ERROR(group_deepgemm_fp8_nt_groupwise(a.to(DType::kFloat32).to(DType::kFloat8E5M2), b,
+                                                  sa, sb, i32(idx)),
+                  op, "a");
+  EXPECT_FI_ERROR(
+      group_deepgemm_fp8_nt_groupwise(a, b, sa.transpose(0, 1).contiguous(), sb, i32(idx)), op,
+      "a_scale");
+
+  // Masked batched: batch g is rows 4g..4g+3 of a, masked_m {4, 1, 0}; rows past keep 9.
+  Tensor a3 = a.reshape({B, 4, k}), sa3 = sa.reshape({B, 4, kb});
+  Tensor given = Tensor::full({B, 4, n}, 9.0, DType::kBFloat16);
+  const std::vector<int64_t> mm = {4, 1, 0};
+  Tensor r = batch_deepgemm_fp8_nt_groupwise(a3, b, sa3, sb, i32(mm), 2, {1, 128, 128}, given);
+  EXPECT_EQ(r.data_ptr(), given.data_ptr());
+  std::vector<double> ref3(static_cast<std::size_t>(B * 4 * n), 9.0);
+  for (int64_t g = 0; g < B; ++g) {
+    for (int64_t i = 0; i < mm[static_cast<std::size_t>(g)]; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0.0;
+        const int64_t row = g * 4 + i;
+        for (int64_t c = 0; c < k; ++c) {
+          acc += A[static_cast<std::size_t>(row * k + c)] *
+                 SA[static_cast<std::size_t>(row * kb + c / 128)] *
+                 Bv[static_cast<std::size_t>((g * n + j) * k + c)] *
+                 SB[static_cast<std::size_t>(g * kb + c / 128)];
+        }
+        ref3[static_cast<std::size_t>((g * 4 + i) * n + j)] = acc;
+      }
+    }
+  }
+  EXPECT_TRUE(all_close(given, ref3, default_tolerance(DType::kBFloat16)));
+  const char* op2 = "batch_deepgemm_fp8_nt_groupwise";
+  EXPECT_FI_ERROR(batch_deepgemm_fp8_nt_groupwise(a3, b, sa3, sb, i32({5, 1, 0}), 2), op2,
+                  "masked_m");
+  EXPECT_FI_ERROR(batch_deepgemm_fp8_nt_groupwise(a3, b, sa3, sb, i32({4, 1}), 2), op2, "masked_m");
+  EXPECT_FI_ERROR(batch_deepgemm_fp8_nt_groupwise(a3, b.slice(0, 0, 2), sa3, sb, i32(mm), 2), op2,
+                  "b");
+  EXPECT_FI_ERROR(batch_deepgemm_fp8_nt_groupwise(a3, b, sa3, sb.slice(0, 0, 2), i32(mm), 2), op2,
+                  "b_scale");
+}
+
+// ---- declarations, backends, record/replay --------------------------------------------------
+
+TEST(GroupedGemmDecls, ModulesBackendsAndRecordReplay) {
+  const std::pair<const char*, const char*> names[] = {
+      {"grouped_mm_bf16", "flashinfer.grouped_mm.core"},
+      {"grouped_mm_fp8", "flashinfer.grouped_mm.core"},
+      {"grouped_mm_mxfp8", "flashinfer.grouped_mm.core"},
+      {"grouped_mm_fp4", "flashinfer.grouped_mm.core"},
+      {"SegmentGEMMWrapper.__init__", "flashinfer.gemm.gemm_base"},
+      {"SegmentGEMMWrapper.run", "flashinfer.gemm.gemm_base"},
+      {"grouped_gemm_nt_masked", "flashinfer.gemm.kernels.grouped_gemm_masked_wrapper"},
+      {"group_gemm_fp8_nt_groupwise", "flashinfer.gemm.gemm_base"},
+      {"group_deepgemm_fp8_nt_groupwise", "flashinfer.gemm.gemm_base"},
+      {"batch_deepgemm_fp8_nt_groupwise", "flashinfer.gemm.gemm_base"},
+      {"group_gemm_mxfp8_mxfp4_nt_groupwise", "flashinfer.gemm.gemm_base"},
+      {"group_gemm_nvfp4_nt_groupwise", "flashinfer.gemm.gemm_base"}};
+  for (const auto& [name, module] : names) {
+    const OpDecl* d = OpRegistry::global().find(name);
+    ASSERT_NE(d, nullptr) << name;
+    EXPECT_EQ(d->module, module) << name;
+  }
+  // Only grouped_mm_bf16 has a CUDA kernel; the others say so.
+  EXPECT_EQ(op_has_backend("grouped_mm_bf16", DeviceType::kCUDA),
+            backend_requirement("grouped_mm_bf16").is_backend_supported("cudnn", 90));
+  for (const char* op : {"grouped_mm_fp8", "grouped_mm_mxfp8", "grouped_mm_fp4"}) {
+    EXPECT_FALSE(backend_requirement(op).is_backend_supported("cudnn", 100)) << op;
+    EXPECT_FALSE(op_has_backend(op, DeviceType::kCUDA)) << op;
+  }
+  EXPECT_FALSE(op_has_backend("grouped_gemm_nt_masked", DeviceType::kCUDA));
+  for (const char* op : {"SegmentGEMMWrapper.run", "group_gemm_fp8_nt_groupwise",
+                         "group_deepgemm_fp8_nt_groupwise", "batch_deepgemm_fp8_nt_groupwise",
+                         "group_gemm_mxfp8_mxfp4_nt_groupwise", "group_gemm_nvfp4_nt_groupwise"}) {
+    EXPECT_FALSE(op_has_backend(op, DeviceType::kCUDA)) << op;
+  }
+
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    Tensor a = rand_tensor({6, 32}, DType::kBFloat16, 1),
+           b = rand_tensor({2, 8, 32}, DType::kBFloat16, 2);
+    (void)grouped_mm_bf16(a, b, i32({0, 2, 6}));
+    (void)grouped_mm_fp8(a.to(DType::kFloat8E4M3FN), b.to(DType::kFloat8E4M3FN), i32({1, 1, 5}),
+                         Tensor::full({1}, 2.0, DType::kFloat32));
+    Scales sa = make_scales(1, 128, 4, false, {128, 4}, 5),
+           sb = make_scales(2, 128, 4, false, {2, 128, 4}, 6);
+    (void)grouped_mm_mxfp8(rand_tensor({128, 128}, DType::kFloat32, 7).to(DType::kFloat8E4M3FN),
+                           rand_tensor({2, 128, 128}, DType::kFloat32, 8).to(DType::kFloat8E4M3FN),
+                           sa.swizzled, sb.swizzled, i32({0, 100, 128}));
+    Scales fa = make_scales(1, 128, 8, true, {128, 8}, 9),
+           fb = make_scales(2, 128, 8, true, {2, 128, 8}, 10);
+    (void)grouped_mm_fp4(rand_bytes({128, 64}, 11), rand_bytes({2, 128, 64}, 12), fa.swizzled,
+                         fb.swizzled, i32({0, 28, 128}), Tensor::full({1}, 0.5, DType::kFloat32));
+    SegmentGEMMWrapper seg(Tensor::empty({16}, DType::kUInt8));
+    (void)seg.run(a, rand_tensor({2, 32, 8}, DType::kBFloat16, 13), 2, false, std::nullopt,
+                  i64({2, 3}), std::nullopt, i64({1, 1}));
+    MaskedCase c = make_masked(true);
+    GroupedGemmNtMaskedKwargs kw;
+    kw.alpha = Tensor::full({3}, 0.5, DType::kFloat32);
+    kw.alpha_dtype = "float32";
+    (void)grouped_gemm_nt_masked(
+        {c.A, c.SFA}, {c.B, c.SFB},
+        Tensor::full({c.l, c.m, c.n}, 3.0, DType::kBFloat16).permute({1, 2, 0}), i32({5, 1, 0}),
+        "float4_e2m1fn", "float8_e4m3fn", "bfloat16", 16, std::nullopt, std::nullopt, std::nullopt,
+        std::nullopt, 0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, false, false, kw);
+    Tensor f8a = rand_tensor({8, 128}, DType::kFloat32, 14).to(DType::kFloat8E4M3FN);
+    Tensor f8b = rand_tensor({2, 128, 128}, DType::kFloat32, 15).to(DType::kFloat8E4M3FN);
+    Tensor s8 = rand_tensor({8, 1}, DType::kFloat32, 16, 0.1, 1.0);
+    Tensor sb8 = rand_tensor({2, 1, 1}, DType::kFloat32, 17, 0.1, 1.0);
+    (void)group_gemm_fp8_nt_groupwise(f8a, f8b, s8, sb8, i32({0, 4, 8}), {1, 128, 128}, "K");
+    (void)group_deepgemm_fp8_nt_groupwise(f8a, f8b, s8, sb8, i32({1, 1, -1, 0, 0, 0, 1, -1}));
+    (void)batch_deepgemm_fp8_nt_groupwise(f8a.reshape({2, 4, 128}), f8b, s8.reshape({2, 4, 1}), sb8,
+                                          i32({3, 4}), 4);
+    (void)group_gemm_mxfp8_mxfp4_nt_groupwise(
+        f8a, rand_bytes({2, 16, 64}, 18), Tensor::full({256, 4}, 127.0, DType::kUInt8),
+        Tensor::full({2, 128, 4}, 126.0, DType::kUInt8), i32({0, 4, 8}));
+    (void)group_gemm_nvfp4_nt_groupwise(rand_bytes({8, 64}, 19), rand_bytes({2, 16, 64}, 20),
+                                        Tensor::full({256, 8}, 0.5, DType::kFloat8E4M3FN),
+                                        Tensor::full({2, 128, 8}, 2.0, DType::kFloat8E4M3FN),
+                                        i32({0, 4, 8}), Tensor::full({2}, 0.5, DType::kFloat32));
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 12u);
+  for (const auto& call : calls) {
+    SCOPED_TRACE(call.name);
+    // A replayed __init__ builds a new object (its own id): it only has to succeed.
+    if (call.name == "SegmentGEMMWrapper.__init__") {
+      EXPECT_TRUE(call.error.empty()) << call.error;
+      EXPECT_NO_THROW((void)replay(call));
+      continue;
+    }
+    EXPECT_TRUE(replays_identically(call));
+  }
+}
+
+// The CUDA kernel of grouped_mm_bf16 against the CPU reference (skipped without a GPU).
+TEST(GroupedMmBf16Cuda, MatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  Tensor a = rand_tensor({37, 64}, DType::kBFloat16, 1),
+         b = rand_tensor({4, 40, 64}, DType::kBFloat16, 2);
+  const Tensor indptr = i32({2, 10, 10, 30, 35});
+  for (DType od : {DType::kBFloat16, DType::kFloat32}) {
+    const Tensor ref = grouped_mm_bf16(a, b, indptr, std::nullopt, od);
+    const Tensor got = grouped_mm_bf16(a.to(d), b.to(d), indptr.to(d), std::nullopt, od);
+    EXPECT_TRUE(all_close(got.to(Device::cpu()), ref, default_tolerance(od)));
+  }
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
+
+namespace flashinfer::testing {
+namespace {
+
+// Through the Flight Recorder (upstream's layout) and replay_sequence: every op of this file.
+TEST(GroupedGemmDump, RecorderDumpReplaysWithEveryCallPassing) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("fi_grouped_dump_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg, [](const std::string&) {});
+  {
+    Tensor a = rand_tensor({6, 32}, DType::kBFloat16, 1);
+    Tensor b = rand_tensor({2, 8, 32}, DType::kBFloat16, 2);
+    (void)grouped_mm_bf16(a, b, i32({0, 2, 6}));
+    (void)grouped_mm_fp8(a.to(DType::kFloat8E4M3FN), b.to(DType::kFloat8E4M3FN), i32({1, 1, 5}),
+                         Tensor::full({1}, 2.0, DType::kFloat32));
+    Scales sa = make_scales(1, 128, 8, true, {128, 8}, 9);
+    Scales sb = make_scales(2, 128, 8, true, {2, 128, 8}, 10);
+    (void)grouped_mm_fp4(rand_bytes({128, 64}, 11), rand_bytes({2, 128, 64}, 12), sa.swizzled,
+                         sb.swizzled, i32({0, 28, 128}), Tensor::full({1}, 0.5, DType::kFloat32));
+    SegmentGEMMWrapper seg(Tensor::empty({16}, DType::kUInt8));
+    (void)seg.run(a, rand_tensor({2, 32, 8}, DType::kBFloat16, 13), 2, false, std::nullopt,
+                  i64({2, 3}), std::nullopt, i64({1, 0}));
+    MaskedCase c = make_masked(true);
+    GroupedGemmNtMaskedKwargs kw;
+    kw.alpha = Tensor::full({3}, 0.5, DType::kFloat32);
+    kw.alpha_dtype = "float32";
+    (void)grouped_gemm_nt_masked(
+        {c.A, c.SFA}, {c.B, c.SFB},
+        Tensor::full({c.l, c.m, c.n}, 3.0, DType::kBFloat16).permute({1, 2, 0}), i32({5, 1, 0}),
+        "float4_e2m1fn", "float8_e4m3fn", "bfloat16", 16, std::nullopt, std::nullopt, std::nullopt,
+        std::nullopt, 0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, false, false, kw);
+  }
+  recorder::stop();
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 6u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
+}
+
+// Dumps written by Python as upstream's recorder writes them (torch format; fp8 tensors as torch
+// >= 2.1 pickles them, _rebuild_tensor_v3 over an UntypedStorage, written by hand since the
+// machine's torch 1.13 has no float8; views saved over their base storage with their strides):
+// grouped_gemm_nt_masked as vLLM's CuteDSL MoE calls it (NVFP4 operands as (m, k/2, l) views of
+// [l, m, k/2], swizzled scale views, out as the (m, n, l) view, alpha through **kwargs), the
+// grouped_mm_* ops with 8 experts and top-2 routing's row counts, and SegmentGEMMWrapper
+// (__init__ then run with SGLang's keywords, one self_id). Expected outputs: torch in fp32 over
+// the dequantized operands, as upstream's test references compute them. All replay and pass.
+TEST(GroupedGemmDump, UpstreamWrittenDumpsReplay) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("fi_grouped_upstream_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string py = R"PY(
+import json, os, sys, struct, zipfile
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+
+LEGACY = {torch.float32: "FloatStorage", torch.bfloat16: "BFloat16Storage",
+          torch.int32: "IntStorage", torch.int64: "LongStorage", torch.uint8: "ByteStorage",
+          torch.float16: "HalfStorage"}
+class T:
+    """A tensor to save: `base` (contiguous) seen as (shape, stride); fp8 = e4m3fn codes."""
+    def __init__(self, base, shape=None, stride=None, fp8=False):
+        self.base = base.contiguous()
+        self.shape = list(shape if shape is not None else base.shape)
+        self.stride = list(stride if stride is not None else self.base.stride())
+        self.fp8 = fp8
+def wrap(v):
+    return v if isinstance(v, T) else T(v)
+def save(d, path):
+    out = bytearray(b"\x80\x02}(")
+    blobs = []
+    def s(x):
+        b = x.encode()
+        out.extend(b"X" + struct.pack("<I", len(b)) + b)
+    def i(v):
+        out.extend(b"J" + struct.pack("<i", v))
+    def ints(vs):
+        out.extend(b"(")
+        for v in vs: i(v)
+        out.extend(b"t")
+    for name, v in d.items():
+        t = wrap(v)
+        key = str(len(blobs))
+        blobs.append(t.base.view(torch.uint8).numpy().tobytes() if t.base.dtype != torch.uint8
+                     else t.base.numpy().tobytes())
+        s(name)
+        out.extend(b"ctorch._utils\n_rebuild_tensor_v%d\n(" % (3 if t.fp8 else 2))
+        out.extend(b"(")
+        s("storage")
+        out.extend(b"ctorch\n%s\n" % (b"UntypedStorage" if t.fp8 else LEGACY[t.base.dtype].encode()))
+        s(key); s("cpu"); i(t.base.numel())
+        out.extend(b"tQ")
+        i(0); ints(t.shape); ints(t.stride)
+        out.extend(b"\x89ccollections\nOrderedDict\n)R")
+        if t.fp8:
+            out.extend(b"ctorch\nfloat8_e4m3fn\n")
+        out.extend(b"tR")
+    out.extend(b"u.")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", bytes(out))
+        for k, b in enumerate(blobs):
+            z.writestr("archive/data/%d" % k, b)
+        z.writestr("archive/version", "3\n")
+
+def tmeta(key, t, device="cuda:0"):
+    t = wrap(t)
+    return {"type": "torch.Tensor", "shape": t.shape,
+            "dtype": "torch.float8_e4m3fn" if t.fp8 else str(t.base.dtype),
+            "stride": t.stride, "device": device, "requires_grad": False,
+            "is_contiguous": False, "tensor_key": key}
+seq = [0]
+def record(name, module, inputs, meta, outputs, self_id=None):
+    seq[0] += 1
+    call = "%s/20261122_180000_%03d_pid4242_%s_call%04d" % (sys.argv[1], seq[0], name, seq[0])
+    os.makedirs(call)
+    save(inputs, call + "/inputs.pt")
+    save(outputs, call + "/outputs.pt")
+    rec = {"function_name": name, "module": module, "call_sequence": seq[0],
+           "timestamp": "20261122_180000_%03d" % seq[0], "process_id": 4242,
+           "input_metadata": meta, "output_metadata": {} if outputs else {"result": None},
+           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": list(outputs)},
+           "tensor_format": "torch", "execution_status": "completed"}
+    if self_id is not None:
+        rec["self_id"] = self_id
+    with open(call + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+
+# e4m3fn codes <-> values; e2m1 values of the 16 codes.
+def e4m3_value(c):
+    s = -1.0 if c & 0x80 else 1.0
+    e, m = (c >> 3) & 0xF, c & 7
+    if e == 0xF and m == 7: return float("nan")
+    return s * (m / 8.0 * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7))
+E4M3 = torch.tensor([e4m3_value(c) for c in range(256)])
+E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+def fp8_codes(shape):  # finite e4m3 codes of moderate magnitude (|x| in [2^-3, 2^3])
+    c = torch.randint(0x20, 0x50, shape, dtype=torch.uint8)
+    return c | (torch.randint(0, 2, shape, dtype=torch.uint8) << 7)
+def fp4_unpack(p):  # [.., k/2] bytes -> [.., k] values, low nibble first
+    lo, hi = (p & 15).long(), (p >> 4).long()
+    return torch.stack([E2M1[lo], E2M1[hi]], -1).reshape(*p.shape[:-1], p.shape[-1] * 2)
+def swz(r, c, cols):  # 128x4 swizzled offset of scale (r, c) of an [rows, cols] matrix
+    return (r // 128) * (cols // 4) * 512 + (c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
+def swizzle(codes):  # [rows, cols] codes -> swizzled bytes of the same shape
+    rows, cols = codes.shape
+    r = torch.arange(rows).view(-1, 1).expand(rows, cols)
+    c = torch.arange(cols).view(1, -1).expand(rows, cols)
+    out = torch.zeros(rows * cols, dtype=torch.uint8)
+    out[swz(r, c, cols).reshape(-1)] = codes.reshape(-1)
+    return out.view(rows, cols)
+
+torch.manual_seed(0)
+d = sys.argv[1]
+E, TOPK, NT = 8, 2, 6
+# Rows per expert from a top-2 routing of T tokens (some experts get none).
+ids = torch.stack([torch.randperm(E)[:TOPK] for _ in range(NT)])
+counts = torch.bincount(ids.flatten(), minlength=E)
+indptr = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)]).to(torch.int32)
+cum = int(indptr[-1])
+GM = "flashinfer.grouped_mm.core"
+
+# 1. grouped_gemm_nt_masked, vLLM's CuteDSL NVFP4 MoE (gemm1): per expert up to M rows.
+M, N, K = 4, 64, 128
+masked = torch.clamp(counts, max=M).to(torch.int32)
+rk = (K // 16 + 3) // 4
+a_p = torch.randint(0, 256, (E, M, K // 2), dtype=torch.uint8)
+b_p = torch.randint(0, 256, (E, N, K // 2), dtype=torch.uint8)
+def sf_phys(rows):  # e4m3 codes 0.5..2, physical (l, r, rk, 32, 4, 4)
+    return torch.randint(0x30, 0x41, (E, (rows + 127) // 128, rk, 32, 4, 4), dtype=torch.uint8)
+sfa, sfb = sf_phys(M), sf_phys(N)
+def sf_of(sf, rows):  # -> [l, rows, K/16] scale values
+    v = E4M3[sf.long()]  # (l, rr, rk, 32, 4, 4)
+    v = v.permute(0, 1, 4, 3, 2, 5).reshape(E, -1, rk * 4)  # row = rr*128 + m4*32 + m32
+    return v[:, :rows, : K // 16]
+def view6(sf):  # the (32, 4, r, 4, rk, l) view's strides of the physical buffer
+    l, rr, rkk, a, b, c = sf.shape
+    st = sf.contiguous().stride()
+    return T(sf, [32, 4, rr, 4, rkk, l], [st[3], st[4], st[1], st[5], st[2], st[0]], fp8=True)
+alpha = torch.rand(E) * 0.5 + 0.25
+ad = fp4_unpack(a_p) * sf_of(sfa, M).repeat_interleave(16, -1)
+bd = fp4_unpack(b_p) * sf_of(sfb, N).repeat_interleave(16, -1)
+junk = (torch.randn(E, M, N) * 100).to(torch.bfloat16)
+res = junk.clone()
+for e in range(E):
+    r = int(masked[e])
+    if r:
+        res[e, :r] = (alpha[e] * (ad[e, :r] @ bd[e].T)).to(torch.bfloat16)
+view3 = lambda t, rows, cols: T(t, [rows, cols, E], [t.shape[2], 1, t.shape[1] * t.shape[2]])
+A, B = view3(a_p, M, K // 2), view3(b_p, N, K // 2)
+SA, SB = view6(sfa), view6(sfb)
+OUT_IN, OUT_RES = view3(junk, M, N), view3(res, M, N)
+record("grouped_gemm_nt_masked", "flashinfer.gemm.kernels.grouped_gemm_masked_wrapper",
+       {"arg_0__0": A, "arg_0__1": SA, "arg_1__0": B, "arg_1__1": SB, "arg_2": OUT_IN,
+        "arg_3": masked, "kwarg_alpha": alpha.view(1, 1, E)},
+       {"arg_0": {"type": "tuple", "length": 2, "items": [tmeta("arg_0__0", A), tmeta("arg_0__1", SA)], "truncated": False},
+        "arg_1": {"type": "tuple", "length": 2, "items": [tmeta("arg_1__0", B), tmeta("arg_1__1", SB)], "truncated": False},
+        "kwarg_ab_dtype": "float4_e2m1fn", "kwarg_sf_dtype": "float8_e4m3fn",
+        "kwarg_c_dtype": "bfloat16", "kwarg_sf_vec_size": 16, "kwarg_alpha_dtype": "float32"},
+       {"result": OUT_RES})
+
+# 2. grouped_mm_bf16 over the top-2 rows of T tokens, 8 experts.
+K, N = 64, 32
+a = torch.randn(cum, K).to(torch.bfloat16)
+b = (torch.randn(E, N, K) * 0.2).to(torch.bfloat16)
+ref = torch.zeros(cum, N)
+for e in range(E):
+    s, t = int(indptr[e]), int(indptr[e + 1])
+    ref[s:t] = a[s:t].float() @ b[e].float().T
+record("grouped_mm_bf16", GM, {"arg_0": a, "arg_1": b, "arg_2": indptr},
+       {"kwarg_out_dtype": {"type": "torch.dtype", "value": "torch.bfloat16"}},
+       {"result": ref.to(torch.bfloat16)})
+
+# 3. grouped_mm_fp8 with alpha, fp16 output.
+ac, bc = fp8_codes((cum, K)), fp8_codes((E, N, K))
+al = torch.tensor([0.0625])
+ref = torch.zeros(cum, N)
+for e in range(E):
+    s, t = int(indptr[e]), int(indptr[e + 1])
+    ref[s:t] = al * (E4M3[ac[s:t].long()] @ E4M3[bc[e].long()].T)
+record("grouped_mm_fp8", GM, {"kwarg_a": T(ac, fp8=True), "kwarg_b": T(bc, fp8=True),
+                              "kwarg_m_indptr": indptr, "kwarg_alpha": al},
+       {"kwarg_out_dtype": {"type": "torch.dtype", "value": "torch.float16"}},
+       {"result": ref.to(torch.float16)})
+
+# 4. grouped_mm_mxfp8: 8 experts of 16 rows (cum_m 128), ue8m0 scales swizzled 128x4.
+K, N, R = 128, 128, 16
+ip = (torch.arange(E + 1) * R).to(torch.int32)
+ac, bc = fp8_codes((E * R, K)), fp8_codes((E, N, K))
+sa = torch.randint(124, 131, (E * R, K // 32), dtype=torch.uint8)
+sb = torch.randint(124, 131, (E, N, K // 32), dtype=torch.uint8)
+deq = lambda codes, s: E4M3[codes.long()] * torch.pow(2.0, s.float() - 127).repeat_interleave(32, -1)
+ad = deq(ac, sa)
+ref = torch.zeros(E * R, N)
+for e in range(E):
+    ref[e * R:(e + 1) * R] = ad[e * R:(e + 1) * R] @ deq(bc[e], sb[e]).T
+record("grouped_mm_mxfp8", GM,
+       {"arg_0": T(ac, fp8=True), "arg_1": T(bc, fp8=True), "arg_2": swizzle(sa),
+        "arg_3": torch.stack([swizzle(sb[e]) for e in range(E)]), "arg_4": ip},
+       {"kwarg_out_dtype": {"type": "torch.dtype", "value": "torch.bfloat16"}},
+       {"result": ref.to(torch.bfloat16)})
+
+# 5. grouped_mm_fp4, NVFP4 (block 16, e4m3 scales), alpha.
+K = 128
+ap, bp = torch.randint(0, 256, (E * R, K // 2), dtype=torch.uint8), torch.randint(0, 256, (E, N, K // 2), dtype=torch.uint8)
+sa = torch.randint(0x30, 0x41, (E * R, K // 16), dtype=torch.uint8)
+sb = torch.randint(0x30, 0x41, (E, N, K // 16), dtype=torch.uint8)
+deq = lambda p, s: fp4_unpack(p) * E4M3[s.long()].repeat_interleave(16, -1)
+al = torch.tensor([0.5])
+ad = deq(ap, sa)
+ref = torch.zeros(E * R, N)
+for e in range(E):
+    ref[e * R:(e + 1) * R] = al * (ad[e * R:(e + 1) * R] @ deq(bp[e], sb[e]).T)
+record("grouped_mm_fp4", GM,
+       {"arg_0": ap, "arg_1": bp, "arg_2": T(swizzle(sa), fp8=True),
+        "arg_3": T(torch.stack([swizzle(sb[e]) for e in range(E)]), fp8=True), "arg_4": ip,
+        "kwarg_alpha": al},
+       {"kwarg_out_dtype": {"type": "torch.dtype", "value": "torch.bfloat16"},
+        "kwarg_block_size": 16},
+       {"result": ref.to(torch.bfloat16)})
+
+# 6. SegmentGEMMWrapper: SGLang's LoRA (column-major weights, seg_indptr, weight_indices).
+SELF = 139637976727296
+obj = {"type": "SegmentGEMMWrapper",
+       "repr": "<flashinfer.gemm.gemm_base.SegmentGEMMWrapper object at 0x%x>" % SELF}
+ws = torch.zeros(1024, dtype=torch.uint8)
+record("SegmentGEMMWrapper.__init__", "flashinfer.gemm.gemm_base", {"arg_1": ws},
+       {"arg_0": obj}, {}, self_id=SELF)
+DI, DO = 32, 16
+x = torch.randn(cum, DI).to(torch.bfloat16)
+w = (torch.randn(3, DO, DI) * 0.2).to(torch.bfloat16)
+sip = torch.tensor([0, 3, 3, cum], dtype=torch.int64)
+wi = torch.tensor([2, 0, 1], dtype=torch.int64)
+y = torch.zeros(cum, DO)
+for i in range(3):
+    s, t = int(sip[i]), int(sip[i + 1])
+    y[s:t] = x[s:t].float() @ w[int(wi[i])].float().T
+record("SegmentGEMMWrapper.run", "flashinfer.gemm.gemm_base",
+       {"kwarg_x": x, "kwarg_weights": w, "kwarg_seg_indptr": sip, "kwarg_weight_indices": wi},
+       {"arg_0": obj, "kwarg_batch_size": 3, "kwarg_weight_column_major": True},
+       {"result": y.to(torch.bfloat16)}, self_id=SELF)
+)PY";
+  std::ofstream(dir / "make.py") << py;
+  // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
+  const int st =
+      std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + dir.string()).c_str());
+  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  ASSERT_EQ(st, 0);
+  fs::remove(dir / "make.py");
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 7u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
