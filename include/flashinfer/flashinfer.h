@@ -38,6 +38,7 @@
 #include "flashinfer/ops/sampling.h"
 #include "flashinfer/ops/sparse.h"
 #include "flashinfer/ops/topk.h"
+#include "flashinfer/ops/fmha_v2_prefill.h"
 #include "flashinfer/stream.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/trace.h"
