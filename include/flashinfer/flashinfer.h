@@ -39,6 +39,7 @@
 #include "flashinfer/ops/sparse.h"
 #include "flashinfer/ops/topk.h"
 #include "flashinfer/ops/fmha_v2_prefill.h"
+#include "flashinfer/ops/attention_sink.h"
 #include "flashinfer/stream.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/trace.h"

@@ -421,7 +421,7 @@ void register_fmha_v2_prefill_ops(OpRegistry& r) {
       "bmm1_scale", "bmm2_scale", "batch_size", "cum_seq_lens_q", "cum_seq_lens_kv", "block_tables",
       arg("out").mut(), "out_dtype", "sinks", "pos_encoding_mode", "logits_soft_cap_scale",
       arg("mask_mode", "causal"), arg("window_left", -1), arg("chunked_attention_size", 0),
-      arg("save_softmax_stats", false), arg("skip_softmax_threshold_scale_factor", 0.0));
+      arg("save_softmax_stats", false), arg("skip_softmax_threshold_scale_factor", 0));
   api::register_backends(kOp, kKernels);
   register_bench_hook(kOp, bench_fmha_v2_prefill);
 }

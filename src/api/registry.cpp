@@ -39,6 +39,7 @@ void register_batch_attention_ops(OpRegistry& registry);
 void register_pod_ops(OpRegistry& registry);
 void register_sparse_ops(OpRegistry& registry);
 void register_fmha_v2_prefill_ops(OpRegistry& registry);
+void register_attention_sink_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -72,6 +73,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_pod_ops(registry);
   register_sparse_ops(registry);
   register_fmha_v2_prefill_ops(registry);
+  register_attention_sink_ops(registry);
 }
 
 }  // namespace flashinfer::detail
