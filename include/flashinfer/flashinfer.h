@@ -40,6 +40,7 @@
 #include "flashinfer/ops/topk.h"
 #include "flashinfer/ops/fmha_v2_prefill.h"
 #include "flashinfer/ops/attention_sink.h"
+#include "flashinfer/ops/xqa.h"
 #include "flashinfer/stream.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/trace.h"

@@ -40,6 +40,7 @@ void register_pod_ops(OpRegistry& registry);
 void register_sparse_ops(OpRegistry& registry);
 void register_fmha_v2_prefill_ops(OpRegistry& registry);
 void register_attention_sink_ops(OpRegistry& registry);
+void register_xqa_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -74,6 +75,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_sparse_ops(registry);
   register_fmha_v2_prefill_ops(registry);
   register_attention_sink_ops(registry);
+  register_xqa_ops(registry);
 }
 
 }  // namespace flashinfer::detail
