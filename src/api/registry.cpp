@@ -45,6 +45,9 @@ void register_moe_weight_prep_ops(OpRegistry& registry);
 void register_moe_lora_ops(OpRegistry& registry);
 void register_moe_fp4_ops(OpRegistry& registry);
 void register_grouped_gemm_ops(OpRegistry& registry);
+void register_fmha_v2_prefill_ops(OpRegistry& registry);
+void register_attention_sink_ops(OpRegistry& registry);
+void register_xqa_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -84,6 +87,9 @@ void register_builtin_ops(OpRegistry& registry) {
   register_moe_lora_ops(registry);
   register_moe_fp4_ops(registry);
   register_grouped_gemm_ops(registry);
+  register_fmha_v2_prefill_ops(registry);
+  register_attention_sink_ops(registry);
+  register_xqa_ops(registry);
 }
 
 }  // namespace flashinfer::detail

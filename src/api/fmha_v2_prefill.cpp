@@ -1,0 +1,430 @@
+// trtllm_fmha_v2_prefill (flashinfer.prefill): declaration, checks, and the CPU reference
+// (kernels/cpu/fmha_v2_prefill_cpu.cpp). No CUDA kernel: the backend table lists the CPU only, so
+// is_backend_supported and replay --device cuda (which falls back) say so.
+#include "flashinfer/ops/fmha_v2_prefill.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "api/arg_traits.h"
+#include "api/attention_common.h"
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "api/kernel_table.h"
+#include "flashinfer/op_typed.h"
+#include "kernels/cpu/fmha_v2_prefill_cpu.h"
+#include "kernels/fmha_v2_prefill_params.h"
+
+namespace flashinfer {
+
+FmhaV2Qkv FmhaV2Qkv::from_value(const Value& v) {
+  if (v.is_tensor()) return FmhaV2Qkv(v.as_tensor());
+  const auto& it = v.items();
+  if (it.size() == 2) return FmhaV2Qkv(it[0].as_tensor(), it[1].as_tensor());
+  return FmhaV2Qkv(it.at(0).as_tensor(), it.at(1).as_tensor(), it.at(2).as_tensor());
+}
+
+Value to_value(const FmhaV2Qkv& qkv) {
+  if (qkv.is_single()) return Value(qkv.tensors().at(0));
+  Value::Items items;
+  for (const Tensor& t : qkv.tensors()) items.push_back(Value(t));
+  return Value::tuple(std::move(items));
+}
+
+/// Upstream's Union[Tensor, Tuple[Tensor, Tensor], Tuple[Tensor, Tensor, Tensor]].
+template <>
+struct ArgTraits<FmhaV2Qkv> {
+  static constexpr ParamKind kind = ParamKind::kAny;
+  static FmhaV2Qkv get(const CallArgs& a, std::size_t i) {
+    bool ok = a[i].is_tensor();
+    if (a[i].is_sequence()) {
+      const auto& it = a[i].items();
+      ok = (it.size() == 2 || it.size() == 3) &&
+           std::all_of(it.begin(), it.end(), [](const Value& x) { return x.is_tensor(); });
+    }
+    FLASHINFER_CHECK(ok, a.decl().name, a.decl().params.at(i).name,
+                     "expected a tensor or a tuple of two or three tensors, got ", a[i].repr());
+    return FmhaV2Qkv::from_value(a[i]);
+  }
+};
+
+namespace {
+
+constexpr const char* kOp = "trtllm_fmha_v2_prefill";
+
+constexpr api::KernelEntry<kernels::FmhaV2PrefillParams> kKernels[] = {
+    {DeviceType::kCPU, "CPU reference: fp32 softmax, OpenMP over (query row, KV head)", nullptr,
+     [](const kernels::FmhaV2PrefillParams& p, const api::LaunchContext&) {
+       kernels::cpu::fmha_v2_prefill(p);
+     }},
+};
+
+std::string lower(std::string_view s) {
+  std::string r(s);
+  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return r;
+}
+
+void check_3d(const Tensor& t, const char* what) {
+  api::check_defined(t, kOp, "qkv");
+  FLASHINFER_CHECK(t.dim() == 3, kOp, "qkv", what, " must be 3-D [tokens, heads, head_dim], got ",
+                   shape_to_string(t.shape()));
+}
+
+void check_last_contiguous(const Tensor& t) {
+  FLASHINFER_CHECK(t.stride(-1) == 1 || t.size(-1) <= 1, kOp, "qkv",
+                   "the head_dim axis must be contiguous");
+}
+
+AttentionOutput fmha_v2_prefill_impl(
+    const FmhaV2Qkv& qkv, std::string_view layout, const Tensor& workspace_buffer,
+    const Tensor& seq_lens, int64_t max_q_len, int64_t max_kv_len, double bmm1_scale,
+    double bmm2_scale, int64_t batch_size, const Tensor& cum_seq_lens_q,
+    const Tensor& cum_seq_lens_kv, const std::optional<Tensor>& block_tables,
+    const std::optional<Tensor>& out_arg, std::optional<DType> out_dtype,
+    const std::optional<Tensor>& sinks, const std::optional<std::string>& pos_encoding_mode,
+    std::optional<double> soft_cap, std::string_view mask_mode, int64_t window_left,
+    int64_t chunked_attention_size, bool save_softmax_stats, double skip_softmax) {
+  api::check_defined(workspace_buffer, kOp, "workspace_buffer");
+  FLASHINFER_CHECK_CODE(!(pos_encoding_mode && lower(*pos_encoding_mode) == "alibi"),
+                        ErrorCode::kUnsupported, kOp, "pos_encoding_mode",
+                        "ALiBi inside FMHAv2 is not supported (its slope and scale convention is "
+                        "not pinned down here)");
+  FLASHINFER_CHECK_CODE(skip_softmax == 0.0, ErrorCode::kUnsupported, kOp,
+                        "skip_softmax_threshold_scale_factor",
+                        "skip-softmax (an approximation) is not supported; pass 0");
+  // ---- layout ----
+  const auto& t = qkv.tensors();
+  const bool paged = layout == "Q_PAGED_KV_NHD" || layout == "Q_PAGED_KV_HND";
+  const bool hnd = layout == "Q_PAGED_KV_HND";
+  const std::size_t want = layout == "PACKED_QKV"                   ? 1
+                           : layout == "SEPARATE_Q_K_V"             ? 3
+                           : (layout == "CONTIGUOUS_Q_KV" || paged) ? 2
+                                                                    : 0;
+  FLASHINFER_CHECK(want != 0, kOp, "input_layout", "unsupported input_layout '", layout,
+                   "' (PACKED_QKV, CONTIGUOUS_Q_KV, Q_PAGED_KV_HND, Q_PAGED_KV_NHD, "
+                   "SEPARATE_Q_K_V)");
+  FLASHINFER_CHECK(
+      qkv.is_single() == (want == 1) && t.size() == want, kOp, "qkv", "input_layout ", layout,
+      " takes ", want == 1 ? std::string("one tensor") : "a tuple of " + std::to_string(want),
+      ", got ",
+      qkv.is_single() ? std::string("one tensor") : "a tuple of " + std::to_string(t.size()));
+  for (const Tensor& x : t) api::check_defined(x, kOp, "qkv");
+  Tensor q, k, v;  // q [tokens, H, D]; k/v views with a page axis if paged
+  int64_t hkv = 0, page_size = 0, num_pages = 0;
+  if (layout == "PACKED_QKV") {
+    FLASHINFER_CHECK(t[0].dim() == 4 && t[0].size(1) == 3, kOp, "qkv",
+                     "PACKED_QKV expects [tokens, 3, num_heads, head_dim], got ",
+                     shape_to_string(t[0].shape()));
+    q = t[0].select(1, 0);
+    k = t[0].select(1, 1);
+    v = t[0].select(1, 2);
+    hkv = q.size(1);
+  } else if (layout == "CONTIGUOUS_Q_KV") {
+    check_3d(t[0], "Q");
+    FLASHINFER_CHECK(t[1].dim() == 4 && t[1].size(1) == 2, kOp, "qkv",
+                     "CONTIGUOUS_Q_KV expects KV [tokens, 2, num_kv_heads, head_dim], got ",
+                     shape_to_string(t[1].shape()));
+    q = t[0];
+    k = t[1].select(1, 0);
+    v = t[1].select(1, 1);
+    hkv = k.size(1);
+  } else if (layout == "SEPARATE_Q_K_V") {
+    check_3d(t[0], "Q");
+    check_3d(t[1], "K");
+    check_3d(t[2], "V");
+    q = t[0];
+    k = t[1];
+    v = t[2];
+    hkv = k.size(1);
+    FLASHINFER_CHECK(v.size(0) == k.size(0) && v.size(1) == hkv, kOp, "qkv", "V ",
+                     shape_to_string(v.shape()), " does not match K ", shape_to_string(k.shape()));
+    FLASHINFER_CHECK(!(soft_cap && *soft_cap > 0), kOp, "logits_soft_cap_scale",
+                     "soft capping is not supported for the SEPARATE_Q_K_V input layout (as "
+                     "upstream)");
+  } else {
+    check_3d(t[0], "Q");
+    FLASHINFER_CHECK(t[1].dim() == 5 && t[1].size(1) == 2, kOp, "qkv", layout,
+                     " expects paged KV [pages, 2, ",
+                     hnd ? "num_kv_heads, page_size" : "page_size, num_kv_heads",
+                     ", head_dim], got ", shape_to_string(t[1].shape()));
+    q = t[0];
+    // [pages, page_size, Hkv, D] views (HND transposed), so one set of strides serves both.
+    k = t[1].select(1, 0);
+    v = t[1].select(1, 1);
+    if (hnd) {
+      k = k.transpose(1, 2);
+      v = v.transpose(1, 2);
+    }
+    num_pages = k.size(0);
+    page_size = k.size(1);
+    hkv = k.size(2);
+    FLASHINFER_CHECK(page_size >= 1, kOp, "qkv", "page_size must be >= 1");
+    FLASHINFER_CHECK(block_tables.has_value(), kOp, "block_tables", "is required for ", layout);
+  }
+  for (const Tensor* x : {&q, &k, &v}) check_last_contiguous(*x);
+  const int64_t rows = q.size(0), H = q.size(1), D = q.size(2), dv = v.size(-1);
+  FLASHINFER_CHECK(k.size(-1) == D, kOp, "qkv", "key head_dim ", k.size(-1), " != query's ", D);
+  FLASHINFER_CHECK(D >= 1 && D <= 256 && dv >= 1 && dv <= 256, kOp, "qkv",
+                   "head dims must be in [1, 256], got ", D, " and ", dv);
+  FLASHINFER_CHECK(hkv >= 1 && H % hkv == 0, kOp, "qkv", "KV heads (", hkv,
+                   ") must divide the query's ", H);
+  const DType qd = q.dtype();
+  FLASHINFER_CHECK(qd == DType::kFloat16 || qd == DType::kBFloat16 || qd == DType::kFloat8E4M3FN,
+                   kOp, "qkv", "dtype ", dtype_torch_name(qd),
+                   " is not supported (float16, bfloat16, float8_e4m3fn)");
+  FLASHINFER_CHECK(qd != DType::kFloat8E4M3FN || layout != "SEPARATE_Q_K_V", kOp, "qkv",
+                   "fp8 e4m3 is not supported for the SEPARATE_Q_K_V input layout (as upstream)");
+  for (const Tensor& x : t) {
+    api::check_same_dtype(x, t[0], kOp, "qkv", "qkv");
+    api::check_same_device(x, t[0], kOp, "qkv", "qkv");
+  }
+  // ---- lengths ----
+  FLASHINFER_CHECK(batch_size >= 0, kOp, "batch_size", "must be >= 0, got ", batch_size);
+  const std::vector<int32_t> kv_lens = api::index_to_host(seq_lens, kOp, "seq_lens", batch_size);
+  const std::vector<int32_t> cu_q =
+      api::index_to_host(cum_seq_lens_q, kOp, "cum_seq_lens_q", batch_size + 1);
+  api::check_indptr(cu_q, kOp, "cum_seq_lens_q");
+  FLASHINFER_CHECK(cu_q.back() == rows, kOp, "cum_seq_lens_q", "ends at ", cu_q.back(),
+                   " but the query has ", rows, " tokens");
+  std::vector<int32_t> cu_kv;
+  if (!paged) {
+    cu_kv = api::index_to_host(cum_seq_lens_kv, kOp, "cum_seq_lens_kv", batch_size + 1);
+    api::check_indptr(cu_kv, kOp, "cum_seq_lens_kv");
+    FLASHINFER_CHECK(cu_kv.back() <= k.size(0), kOp, "cum_seq_lens_kv", "ends at ", cu_kv.back(),
+                     " but the key has ", k.size(0), " tokens");
+  }
+  for (int64_t b = 0; b < batch_size; ++b) {
+    FLASHINFER_CHECK(kv_lens[b] >= 0 && kv_lens[b] <= max_kv_len, kOp, "seq_lens", "seq_lens[", b,
+                     "] = ", kv_lens[b], " is outside [0, max_kv_len = ", max_kv_len, "]");
+    FLASHINFER_CHECK(cu_q[b + 1] - cu_q[b] <= max_q_len, kOp, "max_q_len", "request ", b, " has ",
+                     cu_q[b + 1] - cu_q[b], " queries, more than max_q_len = ", max_q_len);
+    if (!paged) {
+      FLASHINFER_CHECK(cu_kv[b + 1] - cu_kv[b] == kv_lens[b], kOp, "cum_seq_lens_kv", "request ", b,
+                       " spans ", cu_kv[b + 1] - cu_kv[b], " key rows but seq_lens[", b,
+                       "] = ", kv_lens[b]);
+    }
+  }
+  std::vector<int32_t> table;
+  int64_t bt_stride = 0;
+  if (paged) {
+    const Tensor& bt = *block_tables;
+    api::check_defined(bt, kOp, "block_tables");
+    FLASHINFER_CHECK(bt.dim() == 2 && bt.size(0) == batch_size && bt.dtype() == DType::kInt32, kOp,
+                     "block_tables", "must be int32 [batch_size, max_num_pages], got ",
+                     dtype_torch_name(bt.dtype()), " ", shape_to_string(bt.shape()));
+    bt_stride = bt.size(1);
+    const Tensor h = bt.to(Device::cpu()).contiguous();
+    table.assign(h.data<int32_t>(), h.data<int32_t>() + h.numel());
+    for (int64_t b = 0; b < batch_size; ++b) {
+      const int64_t need = (kv_lens[b] + page_size - 1) / page_size;
+      FLASHINFER_CHECK(need <= bt_stride, kOp, "block_tables", "request ", b, " needs ", need,
+                       " pages but the table has ", bt_stride, " columns");
+      for (int64_t p = 0; p < need; ++p) {
+        const int32_t page = table[b * bt_stride + p];
+        FLASHINFER_CHECK(page >= 0 && page < num_pages, kOp, "block_tables", "block_tables[", b,
+                         ", ", p, "] = ", page, " is not a page of the cache (", num_pages,
+                         " pages)");
+      }
+    }
+  }
+  // ---- mask ----
+  const std::string mode = lower(mask_mode);
+  FLASHINFER_CHECK(
+      mode == "causal" || mode == "sliding_window" || mode == "chunked" || mode == "padding", kOp,
+      "mask_mode", "unsupported mask_mode '", mask_mode,
+      "' (causal, sliding_window, chunked, padding)");
+  FLASHINFER_CHECK(window_left >= -1, kOp, "window_left", "must be >= -1, got ", window_left);
+  FLASHINFER_CHECK(
+      chunked_attention_size >= 0 && (chunked_attention_size & (chunked_attention_size - 1)) == 0,
+      kOp, "chunked_attention_size", "must be 0 or a power of 2, got ", chunked_attention_size);
+  FLASHINFER_CHECK(mode != "chunked" || chunked_attention_size > 0, kOp, "chunked_attention_size",
+                   "mask_mode 'chunked' needs chunked_attention_size > 0");
+  FLASHINFER_CHECK(mode != "padding" || (window_left < 0 && chunked_attention_size == 0), kOp,
+                   "mask_mode", "sliding window and chunked attention need causal masking");
+  FLASHINFER_CHECK(std::isfinite(bmm1_scale), kOp, "bmm1_scale", "must be finite");
+  FLASHINFER_CHECK(std::isfinite(bmm2_scale), kOp, "bmm2_scale", "must be finite");
+  const double cap = soft_cap.value_or(0.0);
+  FLASHINFER_CHECK(std::isfinite(cap) && cap >= 0, kOp, "logits_soft_cap_scale",
+                   "must be finite and >= 0, got ", cap);
+  // ---- sinks ----
+  Tensor sinks_h;
+  if (sinks) {
+    api::check_defined(*sinks, kOp, "sinks");
+    FLASHINFER_CHECK(sinks->dim() == 1 && sinks->size(0) == H && sinks->dtype() == DType::kFloat32,
+                     kOp, "sinks", "must be float32 [", H, "], got ",
+                     dtype_torch_name(sinks->dtype()), " ", shape_to_string(sinks->shape()));
+    FLASHINFER_CHECK_CODE(!save_softmax_stats, ErrorCode::kUnsupported, kOp, "save_softmax_stats",
+                          "softmax statistics with sinks are not supported (upstream's "
+                          "convention for that case is not pinned down)");
+    sinks_h = sinks->to(Device::cpu()).contiguous();
+  }
+  FLASHINFER_CHECK_CODE(!(save_softmax_stats && qd == DType::kFloat8E4M3FN),
+                        ErrorCode::kUnsupported, kOp, "save_softmax_stats",
+                        "softmax statistics with fp8 inputs are not supported (upstream's "
+                        "scaling of them is not pinned down)");
+  // ---- output ----
+  const DType od = out_arg ? out_arg->dtype() : out_dtype.value_or(qd);
+  if (qd == DType::kFloat8E4M3FN) {
+    FLASHINFER_CHECK_CODE(od == DType::kFloat16 || od == DType::kBFloat16, ErrorCode::kUnsupported,
+                          kOp, out_arg ? "out" : "out_dtype", "output dtype ", dtype_torch_name(od),
+                          " is not supported for fp8 inputs (float16, bfloat16)");
+  } else {
+    FLASHINFER_CHECK(od == qd, kOp, out_arg ? "out" : "out_dtype", "output dtype ",
+                     dtype_torch_name(od), " must be the query's (", dtype_torch_name(qd),
+                     ") for 16-bit inputs");
+  }
+  Tensor out;
+  if (out_arg) {
+    out = *out_arg;
+    api::check_defined(out, kOp, "out");
+    api::check_shape_eq(out, Shape{rows, H, dv}, kOp, "out");
+    FLASHINFER_CHECK(out.stride(2) == 1 || dv <= 1, kOp, "out",
+                     "the head_dim axis must be contiguous");
+    api::check_same_device(out, q, kOp, "out", "qkv");
+    api::check_writable(out, kOp, "out");
+    for (const Tensor& x : t) api::check_no_overlap(out, x, kOp, "out", "qkv");
+  } else {
+    out = Tensor::empty({rows, H, dv}, od, q.device());
+  }
+  Tensor stats;
+  if (save_softmax_stats) stats = Tensor::empty({rows, H, 2}, DType::kFloat32, q.device());
+  if (rows > 0 && H > 0) {
+    kernels::FmhaV2PrefillParams p;
+    p.q = q.data_ptr();
+    p.k = k.data_ptr();
+    p.v = v.data_ptr();
+    p.dtype = qd;
+    p.q_stride_n = q.stride(0);
+    p.q_stride_h = q.stride(1);
+    if (paged) {
+      p.k_stride_page = k.stride(0);
+      p.k_stride_n = k.stride(1);
+      p.k_stride_h = k.stride(2);
+      p.v_stride_page = v.stride(0);
+      p.v_stride_n = v.stride(1);
+      p.v_stride_h = v.stride(2);
+      p.block_tables = table.data();
+      p.bt_stride = bt_stride;
+      p.page_size = static_cast<int32_t>(page_size);
+    } else {
+      p.k_stride_n = k.stride(0);
+      p.k_stride_h = k.stride(1);
+      p.v_stride_n = v.stride(0);
+      p.v_stride_h = v.stride(1);
+      p.cu_kv = cu_kv.data();
+    }
+    p.cu_q = cu_q.data();
+    p.kv_lens = kv_lens.data();
+    p.o = out.data_ptr();
+    p.o_dtype = od;
+    p.o_stride_n = out.stride(0);
+    p.o_stride_h = out.stride(1);
+    if (sinks_h.defined()) p.sinks = sinks_h.data<float>();
+    if (stats.defined()) {
+      p.stats = stats.data<float>();
+      p.stats_stride_n = stats.stride(0);
+      p.stats_stride_h = stats.stride(1);
+    }
+    p.batch = static_cast<int32_t>(batch_size);
+    p.rows = static_cast<int32_t>(rows);
+    p.num_qo_heads = static_cast<int32_t>(H);
+    p.num_kv_heads = static_cast<int32_t>(hkv);
+    p.head_dim_qk = static_cast<int32_t>(D);
+    p.head_dim_vo = static_cast<int32_t>(dv);
+    p.causal = mode != "padding";
+    p.window_left = window_left;
+    p.chunk = chunked_attention_size;
+    p.bmm1_scale = static_cast<float>(bmm1_scale);
+    p.bmm2_scale = static_cast<float>(bmm2_scale);
+    p.soft_cap = static_cast<float>(cap);
+    api::launch(kKernels, p, q.device(), kOp, "qkv", std::nullopt);
+  } else if (stats.defined()) {
+    stats.fill_(0.0);
+  }
+  AttentionOutput r;
+  r.out = out;
+  if (save_softmax_stats) r.lse = stats;
+  return r;
+}
+
+// flashinfer bench: Q_PAGED_KV_HND (SGLang's layout), batch_size requests of s_qo queries over
+// s_kv keys in pages of page_size, causal.
+BenchCase bench_fmha_v2_prefill(const BenchShape& s, Device dev) {
+  const DType qd = s.q_dtype == DType::kFloat32 ? DType::kBFloat16 : s.q_dtype;
+  const int64_t B = s.batch_size, Sq = s.s_qo, Skv = std::max(s.s_kv, s.s_qo);
+  const int64_t H = s.num_qo_heads, Hkv = s.num_kv_heads, D = s.head_dim_qk;
+  const int64_t ps = s.page_size, per = (Skv + ps - 1) / ps;
+  const Tensor q = api::bench::random_tensor({B * Sq, H, D}, qd, dev, s.random_seed);
+  const Tensor kv = api::bench::random_tensor({B * per, 2, Hkv, ps, D}, qd, dev, s.random_seed + 1);
+  std::vector<int64_t> table, lens, cu_q, cu_kv;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t p = 0; p < per; ++p) table.push_back(b * per + p);
+    lens.push_back(Skv);
+  }
+  for (int64_t b = 0; b <= B; ++b) {
+    cu_q.push_back(b * Sq);
+    cu_kv.push_back(b * Skv);
+  }
+  Tensor bt = api::bench::int32_tensor(table, dev).reshape({B, per});
+  const Tensor ws = Tensor::zeros({1024}, DType::kUInt8, dev);
+  BenchCase c = api::bench::invoke_case(
+      kOp,
+      {Value::tuple({Value(q), Value(kv)}), Value(std::string("Q_PAGED_KV_HND")), Value(ws),
+       Value(api::bench::int32_tensor(lens, dev)), Value(Sq), Value(Skv),
+       Value(1.0 / std::sqrt(static_cast<double>(D))), Value(1.0), Value(B),
+       Value(api::bench::int32_tensor(cu_q, dev)), Value(api::bench::int32_tensor(cu_kv, dev))},
+      {{"block_tables", Value(bt)}, {"mask_mode", Value(std::string("causal"))}});
+  c.flops = static_cast<double>(B) * api::bench::attention_flops(Sq, Skv, H, D, D, true);
+  c.bytes =
+      api::bench::nbytes({B * Sq, H, 2 * D}, qd) + api::bench::nbytes({B * Skv, Hkv, 2 * D}, qd);
+  return c;
+}
+
+}  // namespace
+
+AttentionOutput trtllm_fmha_v2_prefill(
+    const FmhaV2Qkv& qkv, std::string_view input_layout, const Tensor& workspace_buffer,
+    const Tensor& seq_lens, int64_t max_q_len, int64_t max_kv_len, double bmm1_scale,
+    double bmm2_scale, int64_t batch_size, const Tensor& cum_seq_lens_q,
+    const Tensor& cum_seq_lens_kv, std::optional<Tensor> block_tables, std::optional<Tensor> out,
+    std::optional<DType> out_dtype, std::optional<Tensor> sinks,
+    std::optional<std::string> pos_encoding_mode, std::optional<double> logits_soft_cap_scale,
+    std::string_view mask_mode, int64_t window_left, int64_t chunked_attention_size,
+    bool save_softmax_stats, double skip_softmax_threshold_scale_factor) {
+  return call_op<&trtllm_fmha_v2_prefill>(
+      [&] {
+        return fmha_v2_prefill_impl(
+            qkv, input_layout, workspace_buffer, seq_lens, max_q_len, max_kv_len, bmm1_scale,
+            bmm2_scale, batch_size, cum_seq_lens_q, cum_seq_lens_kv, block_tables, out, out_dtype,
+            sinks, pos_encoding_mode, logits_soft_cap_scale, mask_mode, window_left,
+            chunked_attention_size, save_softmax_stats, skip_softmax_threshold_scale_factor);
+      },
+      qkv, input_layout, workspace_buffer, seq_lens, max_q_len, max_kv_len, bmm1_scale, bmm2_scale,
+      batch_size, cum_seq_lens_q, cum_seq_lens_kv, block_tables, out, out_dtype, sinks,
+      pos_encoding_mode, logits_soft_cap_scale, mask_mode, window_left, chunked_attention_size,
+      save_softmax_stats, skip_softmax_threshold_scale_factor);
+}
+
+namespace detail {
+void register_fmha_v2_prefill_ops(OpRegistry& r) {
+  declare<&trtllm_fmha_v2_prefill>(
+      r,
+      {.name = kOp,
+       .module = "flashinfer.prefill",
+       .summary = "TRT-LLM FMHAv2 prefill: packed/contiguous/separate/paged inputs, mask modes, "
+                  "soft cap, sinks, softmax statistics (CPU only)"},
+      "qkv", "input_layout", "workspace_buffer", "seq_lens", "max_q_len", "max_kv_len",
+      "bmm1_scale", "bmm2_scale", "batch_size", "cum_seq_lens_q", "cum_seq_lens_kv", "block_tables",
+      arg("out").mut(), "out_dtype", "sinks", "pos_encoding_mode", "logits_soft_cap_scale",
+      arg("mask_mode", "causal"), arg("window_left", -1), arg("chunked_attention_size", 0),
+      arg("save_softmax_stats", false), arg("skip_softmax_threshold_scale_factor", 0));
+  api::register_backends(kOp, kKernels);
+  register_bench_hook(kOp, bench_fmha_v2_prefill);
+}
+}  // namespace detail
+
+}  // namespace flashinfer

@@ -1,0 +1,305 @@
+// flashinfer.xqa: xqa and xqa_mla, checked here and run through xqa_batch_decode_with_kv_cache /
+// xqa_batch_decode_with_kv_cache_mla (nested calls, not recorded), whose CPU and CUDA kernels
+// they share. Upstream builds those two on these entry points:
+//   kv_scale = bmm2_scale * o_scale, q_scale = bmm1_scale / kv_scale * sqrt(head_dim),
+//   sliding_win_size = window_left + 1 (0: none), sinks.reshape(Hkv, -1)   (decode.py)
+//   q_scale = bmm1_scale, kv_scale = bmm2_scale, kv_cache.squeeze(1).unsqueeze(2)   (mla/_core.py)
+// so the inverse maps are exact.
+#include "flashinfer/ops/xqa.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "api/arg_traits.h"
+#include "api/attention_common.h"
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "api/kernel_table.h"
+#include "flashinfer/op_typed.h"
+#include "flashinfer/ops/mla.h"
+
+namespace flashinfer {
+namespace {
+
+constexpr const char* kXqa = "xqa";
+constexpr const char* kXqaMla = "xqa_mla";
+
+double scalar_of(const ScalarOrTensor<double>& s, const char* op, const char* arg) {
+  if (!s.is_tensor()) {
+    FLASHINFER_CHECK(std::isfinite(s.scalar()), op, arg, "must be finite, got ", s.scalar());
+    return s.scalar();
+  }
+  const Tensor& t = s.tensor();
+  FLASHINFER_CHECK(t.numel() == 1 && t.dtype() == DType::kFloat32, op, arg,
+                   "a tensor scale must be one float32 element, got ", dtype_torch_name(t.dtype()),
+                   " ", shape_to_string(t.shape()));
+  const double v = t.to(Device::cpu()).contiguous().data<float>()[0];
+  FLASHINFER_CHECK(std::isfinite(v), op, arg, "must be finite, got ", v);
+  return v;
+}
+
+// seq_lens [batch, 1] (beam width 1) -> [batch] view.
+Tensor beam_lens(const Tensor& seq_lens, int64_t batch, const char* op) {
+  api::check_defined(seq_lens, op, "seq_lens");
+  FLASHINFER_CHECK(seq_lens.dtype() == DType::kInt32, op, "seq_lens", "must be int32, got ",
+                   dtype_torch_name(seq_lens.dtype()));
+  FLASHINFER_CHECK((seq_lens.dim() == 2 && seq_lens.size(0) == batch && seq_lens.size(1) == 1) ||
+                       (seq_lens.dim() == 1 && seq_lens.size(0) == batch),
+                   op, "seq_lens", "must be [", batch, ", 1] (beam width 1), got ",
+                   shape_to_string(seq_lens.shape()));
+  return seq_lens.dim() == 2 ? seq_lens.select(1, 0) : seq_lens;
+}
+
+void check_page_table(const Tensor& page_table, int64_t batch, const char* op) {
+  api::check_defined(page_table, op, "page_table");
+  FLASHINFER_CHECK(
+      page_table.dim() == 2 && page_table.size(0) == batch && page_table.dtype() == DType::kInt32,
+      op, "page_table", "must be int32 [", batch, ", pages per sequence], got ",
+      dtype_torch_name(page_table.dtype()), " ", shape_to_string(page_table.shape()));
+}
+
+void check_scratch(const Tensor& workspace_buffer, const Tensor& semaphores, const char* op) {
+  api::check_defined(workspace_buffer, op, "workspace_buffer");
+  api::check_defined(semaphores, op, "semaphores");
+}
+
+void xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+              const Tensor& page_table, const Tensor& seq_lens, const Tensor& output,
+              const Tensor& workspace_buffer, const Tensor& semaphores, int64_t num_kv_heads,
+              int64_t page_size, const std::optional<Tensor>& sinks,
+              const ScalarOrTensor<double>& q_scale, const ScalarOrTensor<double>& kv_scale,
+              int64_t sliding_win_size, std::string_view kv_layout, std::optional<bool> enable_pdl,
+              int64_t q_seq_len, const std::optional<Tensor>& mask,
+              const std::optional<Tensor>& q_cu_seq_lens, const std::optional<Tensor>& k_sf_cache,
+              const std::optional<Tensor>& v_sf_cache) {
+  const char* op = kXqa;
+  FLASHINFER_CHECK_CODE(q_seq_len == 1, ErrorCode::kUnsupported, op, "q_seq_len",
+                        "speculative decoding (q_seq_len > 1, which upstream runs with a mask) is "
+                        "not supported; got ",
+                        q_seq_len);
+  FLASHINFER_CHECK_CODE(!mask, ErrorCode::kUnsupported, op, "mask",
+                        "speculative-decoding masks are not supported");
+  FLASHINFER_CHECK_CODE(!q_cu_seq_lens, ErrorCode::kUnsupported, op, "q_cu_seq_lens",
+                        "variable query lengths (speculative decoding) are not supported");
+  FLASHINFER_CHECK_CODE(!k_sf_cache, ErrorCode::kUnsupported, op, "k_sf_cache",
+                        "NVFP4 KV caches are not supported");
+  FLASHINFER_CHECK_CODE(!v_sf_cache, ErrorCode::kUnsupported, op, "v_sf_cache",
+                        "NVFP4 KV caches are not supported");
+  check_scratch(workspace_buffer, semaphores, op);
+  api::check_defined(q, op, "q");
+  FLASHINFER_CHECK(q.dim() == 4 && q.size(1) == 1, op, "q",
+                   "must be [batch, 1, num_q_heads, head_dim] (beam width 1), got ",
+                   shape_to_string(q.shape()));
+  const int64_t batch = q.size(0), H = q.size(2), D = q.size(3);
+  api::check_defined(output, op, "output");
+  api::check_shape_eq(output, q.shape(), op, "output");
+  FLASHINFER_CHECK_CODE(output.dtype() == q.dtype(), ErrorCode::kUnsupported, op, "output",
+                        "must be q's dtype ", dtype_torch_name(q.dtype()),
+                        " (fp8 outputs are not "
+                        "supported), got ",
+                        dtype_torch_name(output.dtype()));
+  const bool hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
+  for (const auto& [t, arg] : {std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"}}) {
+    api::check_defined(*t, op, arg);
+    FLASHINFER_CHECK(t->dim() == 4, op, arg, "must be 4-D [pages, ",
+                     hnd ? "num_kv_heads, page_size" : "page_size, num_kv_heads",
+                     ", head_dim], got ", shape_to_string(t->shape()));
+    FLASHINFER_CHECK(t->size(hnd ? 2 : 1) == page_size, op, "page_size", "page_size ", page_size,
+                     " != the cache's ", t->size(hnd ? 2 : 1));
+    FLASHINFER_CHECK(t->size(hnd ? 1 : 2) == num_kv_heads, op, "num_kv_heads", "num_kv_heads ",
+                     num_kv_heads, " != the cache's ", t->size(hnd ? 1 : 2));
+    FLASHINFER_CHECK(t->size(3) == D, op, arg, "head_dim ", t->size(3), " != q's ", D);
+  }
+  api::check_same_dtype(v_cache, k_cache, op, "v_cache", "k_cache");
+  FLASHINFER_CHECK(num_kv_heads >= 1 && H % num_kv_heads == 0, op, "num_kv_heads", num_kv_heads,
+                   " must divide q's ", H, " heads");
+  check_page_table(page_table, batch, op);
+  const Tensor lens = beam_lens(seq_lens, batch, op);
+  FLASHINFER_CHECK(sliding_win_size >= 0, op, "sliding_win_size", "must be >= 0, got ",
+                   sliding_win_size);
+  std::optional<Tensor> flat_sinks;
+  if (sinks) {
+    api::check_defined(*sinks, op, "sinks");
+    FLASHINFER_CHECK(
+        sinks->dtype() == DType::kFloat32 && sinks->numel() == H &&
+            (sinks->dim() == 1 || (sinks->dim() == 2 && sinks->size(0) == num_kv_heads)),
+        op, "sinks", "must be float32 [num_kv_heads, ", H / std::max<int64_t>(num_kv_heads, 1),
+        "], got ", dtype_torch_name(sinks->dtype()), " ", shape_to_string(sinks->shape()));
+    flat_sinks = sinks->contiguous().reshape({H});
+  }
+  const double qs = scalar_of(q_scale, op, "q_scale"), ks = scalar_of(kv_scale, op, "kv_scale");
+  const double bmm1 = qs * ks / std::sqrt(static_cast<double>(D));
+  // Nested: the decode entry point's kernels, writing into output's [batch, Hq, D] view.
+  xqa_batch_decode_with_kv_cache(q.select(1, 0), PagedKVCache(k_cache, v_cache), workspace_buffer,
+                                 page_table, lens, page_table.size(1) * page_size, bmm1, ks,
+                                 sliding_win_size > 0 ? sliding_win_size - 1 : -1,
+                                 output.select(1, 0), flat_sinks, kv_layout, enable_pdl, 1, 1.0);
+}
+
+void xqa_mla_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                  const Tensor& page_table, const Tensor& seq_lens, const Tensor& output,
+                  const Tensor& workspace_buffer, const Tensor& semaphores, int64_t page_size,
+                  const ScalarOrTensor<double>& q_scale, const ScalarOrTensor<double>& kv_scale,
+                  std::optional<bool> enable_pdl) {
+  const char* op = kXqaMla;
+  check_scratch(workspace_buffer, semaphores, op);
+  api::check_defined(q, op, "q");
+  FLASHINFER_CHECK(q.dim() == 4 && q.size(1) == 1, op, "q",
+                   "must be [batch, 1, num_heads, kv_lora_rank + rope_dim] (beam width 1), got ",
+                   shape_to_string(q.shape()));
+  const int64_t batch = q.size(0), H = q.size(2), D = q.size(3);
+  api::check_defined(k_cache, op, "k_cache");
+  api::check_defined(v_cache, op, "v_cache");
+  FLASHINFER_CHECK(k_cache.dim() == 4 && k_cache.size(2) == 1 && k_cache.size(3) == D, op,
+                   "k_cache", "must be the latent cache [pages, page_size, 1, ", D, "], got ",
+                   shape_to_string(k_cache.shape()));
+  FLASHINFER_CHECK(k_cache.size(1) == page_size, op, "page_size", "page_size ", page_size,
+                   " != the cache's ", k_cache.size(1));
+  FLASHINFER_CHECK(v_cache.shape() == k_cache.shape() && v_cache.dtype() == k_cache.dtype(), op,
+                   "v_cache", "must be the latent cache k_cache is, got ",
+                   dtype_torch_name(v_cache.dtype()), " ", shape_to_string(v_cache.shape()));
+  // Values are the latent rows' first kv_lora_rank features: upstream passes one cache twice. A
+  // copy (a replayed record whose two arguments were saved apart) must hold the same bytes.
+  if (v_cache.data_ptr() != k_cache.data_ptr() || v_cache.strides() != k_cache.strides()) {
+    const Tensor a = k_cache.to(Device::cpu()).contiguous();
+    const Tensor b = v_cache.to(Device::cpu()).contiguous();
+    FLASHINFER_CHECK_CODE(
+        std::memcmp(a.data_ptr(), b.data_ptr(), static_cast<std::size_t>(a.nbytes())) == 0,
+        ErrorCode::kUnsupported, op, "v_cache",
+        "must hold the same latent cache as k_cache (values are its first kv_lora_rank "
+        "features), as upstream passes it");
+  }
+  api::check_defined(output, op, "output");
+  FLASHINFER_CHECK(output.dim() == 4 && output.size(0) == batch && output.size(1) == 1 &&
+                       output.size(2) == H && output.size(3) >= 1 && output.size(3) < D,
+                   op, "output", "must be [", batch, ", 1, ", H,
+                   ", kv_lora_rank] with kv_lora_rank < ", D, ", got ",
+                   shape_to_string(output.shape()));
+  check_page_table(page_table, batch, op);
+  const Tensor lens = beam_lens(seq_lens, batch, op);
+  const int64_t rank = output.size(3);
+  const double qs = scalar_of(q_scale, op, "q_scale"), ks = scalar_of(kv_scale, op, "kv_scale");
+  xqa_batch_decode_with_kv_cache_mla(q, k_cache.select(2, 0), workspace_buffer, 128, rank, D - rank,
+                                     page_table, lens, page_table.size(1) * page_size, output, qs,
+                                     ks, std::nullopt, enable_pdl);
+}
+
+// flashinfer bench: batch_size requests of s_kv tokens, one query each.
+BenchCase bench_xqa(const BenchShape& s, Device dev) {
+  const DType qd = s.q_dtype == DType::kFloat32 ? DType::kBFloat16 : s.q_dtype;
+  const DType kd = s.kv_dtype == DType::kFloat32 ? qd : s.kv_dtype;
+  const int64_t B = s.batch_size, H = s.num_qo_heads, Hkv = s.num_kv_heads, D = s.head_dim_qk;
+  const int64_t ps = s.page_size, per = (s.s_kv + ps - 1) / ps;
+  std::vector<int64_t> table, lens;
+  for (int64_t i = 0; i < B * per; ++i) table.push_back(i);
+  for (int64_t b = 0; b < B; ++b) lens.push_back(s.s_kv);
+  const Tensor q = api::bench::random_tensor({B, 1, H, D}, qd, dev, s.random_seed);
+  const Tensor k = api::bench::random_tensor({B * per, ps, Hkv, D}, kd, dev, s.random_seed + 1);
+  const Tensor v = api::bench::random_tensor({B * per, ps, Hkv, D}, kd, dev, s.random_seed + 2);
+  BenchCase c = api::bench::invoke_case(
+      kXqa,
+      {Value(q), Value(k), Value(v), Value(api::bench::int32_tensor(table, dev).reshape({B, per})),
+       Value(api::bench::int32_tensor(lens, dev).reshape({B, 1})),
+       Value(Tensor::zeros({B, 1, H, D}, qd, dev)), Value(Tensor::zeros({256}, DType::kUInt8, dev)),
+       Value(Tensor::zeros({64}, DType::kUInt8, dev)), Value(Hkv), Value(ps)});
+  c.flops = static_cast<double>(B) * api::bench::attention_flops(1, s.s_kv, H, D, D, false);
+  c.bytes =
+      api::bench::nbytes({B * s.s_kv, Hkv, 2 * D}, kd) + api::bench::nbytes({B, H, 2 * D}, qd);
+  return c;
+}
+
+// flashinfer bench: DeepSeek widths (512 + 64, output 512), batch_size requests of s_kv tokens.
+BenchCase bench_xqa_mla(const BenchShape& s, Device dev) {
+  const DType qd = s.q_dtype == DType::kFloat32 ? DType::kBFloat16 : s.q_dtype;
+  const int64_t B = s.batch_size, H = s.num_qo_heads, D = 576, R = 512;
+  const int64_t ps = s.page_size, per = (s.s_kv + ps - 1) / ps;
+  std::vector<int64_t> table, lens;
+  for (int64_t i = 0; i < B * per; ++i) table.push_back(i);
+  for (int64_t b = 0; b < B; ++b) lens.push_back(s.s_kv);
+  const Tensor kv = api::bench::random_tensor({B * per, ps, 1, D}, qd, dev, s.random_seed + 1);
+  BenchCase c = api::bench::invoke_case(
+      kXqaMla,
+      {Value(api::bench::random_tensor({B, 1, H, D}, qd, dev, s.random_seed)), Value(kv), Value(kv),
+       Value(api::bench::int32_tensor(table, dev).reshape({B, per})),
+       Value(api::bench::int32_tensor(lens, dev).reshape({B, 1})),
+       Value(Tensor::zeros({B, 1, H, R}, qd == DType::kFloat8E4M3FN ? DType::kBFloat16 : qd, dev)),
+       Value(Tensor::zeros({256}, DType::kUInt8, dev)),
+       Value(Tensor::zeros({64}, DType::kUInt8, dev)), Value(ps), Value(1.0 / std::sqrt(192.0))});
+  c.flops = static_cast<double>(B) * api::bench::attention_flops(1, s.s_kv, H, D, R, false);
+  c.bytes = api::bench::nbytes({B * s.s_kv, D}, qd);
+  return c;
+}
+
+}  // namespace
+
+void xqa(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& page_table,
+         const Tensor& seq_lens, const Tensor& output, const Tensor& workspace_buffer,
+         const Tensor& semaphores, int64_t num_kv_heads, int64_t page_size,
+         std::optional<Tensor> sinks, ScalarOrTensor<double> q_scale,
+         ScalarOrTensor<double> kv_scale, int64_t sliding_win_size, std::string_view kv_layout,
+         std::optional<int64_t> sm_count, std::optional<bool> enable_pdl, double rcp_out_scale,
+         int64_t q_seq_len, std::optional<Tensor> mask, std::optional<Tensor> q_cu_seq_lens,
+         std::optional<Tensor> k_sf_cache, std::optional<Tensor> v_sf_cache) {
+  call_op<&xqa>(
+      [&] {
+        (void)sm_count;       // a launch-size hint
+        (void)rcp_out_scale;  // scales fp8 outputs only (refused)
+        xqa_impl(q, k_cache, v_cache, page_table, seq_lens, output, workspace_buffer, semaphores,
+                 num_kv_heads, page_size, sinks, q_scale, kv_scale, sliding_win_size, kv_layout,
+                 enable_pdl, q_seq_len, mask, q_cu_seq_lens, k_sf_cache, v_sf_cache);
+      },
+      q, k_cache, v_cache, page_table, seq_lens, output, workspace_buffer, semaphores, num_kv_heads,
+      page_size, sinks, q_scale, kv_scale, sliding_win_size, kv_layout, sm_count, enable_pdl,
+      rcp_out_scale, q_seq_len, mask, q_cu_seq_lens, k_sf_cache, v_sf_cache);
+}
+
+void xqa_mla(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+             const Tensor& page_table, const Tensor& seq_lens, const Tensor& output,
+             const Tensor& workspace_buffer, const Tensor& semaphores, int64_t page_size,
+             ScalarOrTensor<double> q_scale, ScalarOrTensor<double> kv_scale,
+             std::optional<int64_t> sm_count, std::optional<bool> enable_pdl) {
+  call_op<&xqa_mla>(
+      [&] {
+        (void)sm_count;
+        xqa_mla_impl(q, k_cache, v_cache, page_table, seq_lens, output, workspace_buffer,
+                     semaphores, page_size, q_scale, kv_scale, enable_pdl);
+      },
+      q, k_cache, v_cache, page_table, seq_lens, output, workspace_buffer, semaphores, page_size,
+      q_scale, kv_scale, sm_count, enable_pdl);
+}
+
+namespace detail {
+void register_xqa_ops(OpRegistry& r) {
+  declare<&xqa>(r,
+                {.name = kXqa,
+                 .module = "flashinfer.xqa",
+                 .summary = "XQA paged decode (block table, sinks, sliding window), in place"},
+                "q", "k_cache", "v_cache", "page_table", "seq_lens", arg("output").mut(),
+                "workspace_buffer", "semaphores", "num_kv_heads", "page_size", "sinks",
+                arg("q_scale", 1.0), arg("kv_scale", 1.0), arg("sliding_win_size", 0),
+                arg("kv_layout", "NHD"), "sm_count", "enable_pdl", arg("rcp_out_scale", 1.0),
+                arg("q_seq_len", 1), "mask", arg("q_cu_seq_lens").kw(), arg("k_sf_cache").kw(),
+                arg("v_sf_cache").kw());
+  declare<&xqa_mla>(r,
+                    {.name = kXqaMla,
+                     .module = "flashinfer.xqa",
+                     .summary = "XQA DeepSeek MLA decode over the latent cache, in place"},
+                    "q", "k_cache", "v_cache", "page_table", "seq_lens", arg("output").mut(),
+                    "workspace_buffer", "semaphores", "page_size", arg("q_scale", 1.0),
+                    arg("kv_scale", 1.0), "sm_count", "enable_pdl");
+  // The kernels of xqa_batch_decode_with_kv_cache / _mla, which these run on.
+  api::register_attention_backends(kXqa);
+  static constexpr api::BackendSummary kMla[] = {
+    {DeviceType::kCPU, "CPU reference of xqa_batch_decode_with_kv_cache_mla"},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel of xqa_batch_decode_with_kv_cache_mla"},
+#endif
+  };
+  api::register_backends(kXqaMla, std::span<const api::BackendSummary>(kMla));
+  register_bench_hook(kXqa, bench_xqa);
+  register_bench_hook(kXqaMla, bench_xqa_mla);
+}
+}  // namespace detail
+
+}  // namespace flashinfer

@@ -1,0 +1,49 @@
+// Private: what the trtllm_fmha_v2_prefill CPU reference receives. Strides in elements; the
+// feature axis of every tensor is contiguous (checked by the API); index arrays on the host.
+#pragma once
+
+#include <cstdint>
+
+#include "flashinfer/dtype.h"
+
+namespace flashinfer::kernels {
+
+/// Request b owns query rows [cu_q[b], cu_q[b + 1]) and kv_lens[b] keys. Key j of request b and
+/// KV head g lives at element
+///   ragged (page_size == 0): (cu_kv[b] + j) * k_stride_n + g * k_stride_h,
+///   paged:  block_tables[b * bt_stride + j / page_size] * k_stride_page
+///           + (j % page_size) * k_stride_n + g * k_stride_h
+/// (V likewise with its strides). Query i of qo_len sits at pos = kv_len - qo_len + i and sees
+/// key j when (!causal || j <= pos), (window_left < 0 || j >= pos - window_left) and
+/// (chunk <= 0 || j >= pos / chunk * chunk).
+///   s_j = bmm1_scale * q . k_j;  soft_cap > 0: s_j = soft_cap * tanh(s_j / soft_cap);
+///   o = bmm2_scale * sum_j exp(s_j - m) v_j / (sum_j exp(s_j - m) + exp(sink_h - m)).
+struct FmhaV2PrefillParams {
+  const void* q = nullptr;  // [rows, Hq, head_dim_qk]
+  const void* k = nullptr;
+  const void* v = nullptr;
+  DType dtype = DType::kBFloat16;  // q, k and v
+  int64_t q_stride_n = 0, q_stride_h = 0;
+  int64_t k_stride_page = 0, k_stride_n = 0, k_stride_h = 0;
+  int64_t v_stride_page = 0, v_stride_n = 0, v_stride_h = 0;
+  const int32_t* cu_q = nullptr;          // [batch + 1]
+  const int32_t* cu_kv = nullptr;         // [batch + 1] (ragged only)
+  const int32_t* kv_lens = nullptr;       // [batch]
+  const int32_t* block_tables = nullptr;  // [batch, bt_stride] (paged only)
+  int64_t bt_stride = 0;
+  int32_t page_size = 0;  // 0: ragged
+  void* o = nullptr;      // [rows, Hq, head_dim_vo]
+  DType o_dtype = DType::kBFloat16;
+  int64_t o_stride_n = 0, o_stride_h = 0;
+  const float* sinks = nullptr;  // [Hq] natural-log logits, or nullptr
+  // Softmax statistics (nullptr: not requested): stats[row, h] = (m, l), m = max_j s_j,
+  // l = sum_j exp(s_j - m); a row that sees no key gives (-inf, 0).
+  float* stats = nullptr;
+  int64_t stats_stride_n = 0, stats_stride_h = 0;
+  int32_t batch = 0, rows = 0, num_qo_heads = 0, num_kv_heads = 0, head_dim_qk = 0, head_dim_vo = 0;
+  bool causal = true;
+  int64_t window_left = -1, chunk = 0;
+  float bmm1_scale = 1.0f, bmm2_scale = 1.0f, soft_cap = 0.0f;
+};
+
+}  // namespace flashinfer::kernels

@@ -1,0 +1,540 @@
+// trtllm_fmha_v2_prefill: every input layout against an fp64 formula (bf16, fp16, fp8 e4m3 with a
+// 16-bit out; GQA; causal, sliding window, chunked and padding masks; soft cap; sinks), the
+// softmax statistics, hand-checked golden values, bad input, record and replay, and a
+// Python-written upstream-format dump in the keyword style engines use.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+
+#include "flashinfer/ops/backends.h"
+#include "flashinfer/ops/fmha_v2_prefill.h"
+#include "flashinfer/replay.h"
+#include "ops/attention_test_util.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer {
+namespace {
+
+constexpr const char* kOp = "trtllm_fmha_v2_prefill";
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+Tensor i32(const std::vector<int32_t>& v, Shape shape = {}) {
+  if (shape.empty()) shape = {static_cast<int64_t>(v.size())};
+  Tensor t = Tensor::empty(shape, DType::kInt32);
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return t;
+}
+
+std::vector<int32_t> prefix(const std::vector<int32_t>& lens) {
+  std::vector<int32_t> c{0};
+  for (int32_t l : lens) c.push_back(c.back() + l);
+  return c;
+}
+
+// One call's inputs and the logical per-request K/V the formula reads.
+struct Case {
+  std::string layout;
+  FmhaV2Qkv qkv;
+  Tensor q;  // [rows, H, D]
+  std::vector<int32_t> q_lens, kv_lens;
+  std::optional<Tensor> block_tables;
+  std::vector<double> qd;  // q as doubles
+  // key(b, j, g) / value(b, j, g): the D / Dv doubles of key j of request b, KV head g.
+  std::vector<std::vector<double>> kr, vr;  // per request: [kv_len, Hkv, D]
+  int64_t H = 0, hkv = 0, D = 0, dv = 0;
+};
+
+// Dense per-request doubles of a [tokens, Hkv, D] tensor by cumulative lengths.
+std::vector<std::vector<double>> split(const Tensor& t, const std::vector<int32_t>& lens) {
+  const std::vector<double> all = t.contiguous().to_double_vector();
+  const int64_t row = t.size(1) * t.size(2);
+  std::vector<std::vector<double>> r;
+  int64_t at = 0;
+  for (int32_t l : lens) {
+    r.emplace_back(all.begin() + at * row, all.begin() + (at + l) * row);
+    at += l;
+  }
+  return r;
+}
+
+Case make_case(const std::string& layout, DType d, std::vector<int32_t> q_lens,
+               std::vector<int32_t> kv_lens, int64_t H, int64_t hkv, int64_t D, int64_t dv,
+               uint64_t seed, int64_t page_size = 4) {
+  Case c;
+  c.layout = layout;
+  c.q_lens = q_lens;
+  c.kv_lens = kv_lens;
+  c.H = H;
+  c.hkv = hkv;
+  c.D = D;
+  c.dv = dv;
+  const double r = dtype_is_fp8(d) ? 3.0 : 1.0;
+  int64_t rows = 0, kv_rows = 0;
+  for (int32_t l : q_lens) rows += l;
+  for (int32_t l : kv_lens) kv_rows += l;
+  if (layout == "PACKED_QKV") {
+    Tensor p = testing::rand_tensor({rows, 3, H, D}, d, seed, -r, r);
+    c.qkv = FmhaV2Qkv(p);
+    c.q = p.select(1, 0);
+    c.kr = split(p.select(1, 1), kv_lens);
+    c.vr = split(p.select(1, 2), kv_lens);
+  } else if (layout == "CONTIGUOUS_Q_KV") {
+    c.q = testing::rand_tensor({rows, H, D}, d, seed, -r, r);
+    Tensor kv = testing::rand_tensor({kv_rows, 2, hkv, D}, d, seed + 1, -r, r);
+    c.qkv = FmhaV2Qkv(c.q, kv);
+    c.kr = split(kv.select(1, 0), kv_lens);
+    c.vr = split(kv.select(1, 1), kv_lens);
+  } else if (layout == "SEPARATE_Q_K_V") {
+    c.q = testing::rand_tensor({rows, H, D}, d, seed, -r, r);
+    Tensor k = testing::rand_tensor({kv_rows, hkv, D}, d, seed + 1, -r, r);
+    Tensor v = testing::rand_tensor({kv_rows, hkv, dv}, d, seed + 2, -r, r);
+    c.qkv = FmhaV2Qkv(c.q, k, v);
+    c.kr = split(k, kv_lens);
+    c.vr = split(v, kv_lens);
+  } else {
+    const bool hnd = layout == "Q_PAGED_KV_HND";
+    c.q = testing::rand_tensor({rows, H, D}, d, seed, -r, r);
+    int64_t max_pages = 0, pages = 0;
+    for (int32_t l : kv_lens) {
+      max_pages = std::max<int64_t>(max_pages, (l + page_size - 1) / page_size);
+      pages += (l + page_size - 1) / page_size;
+    }
+    pages += 2;  // pages no request uses
+    Tensor cache = hnd ? testing::rand_tensor({pages, 2, hkv, page_size, D}, d, seed + 1, -r, r)
+                       : testing::rand_tensor({pages, 2, page_size, hkv, D}, d, seed + 1, -r, r);
+    // Pages handed out in reverse, padding entries -1 (never read).
+    std::vector<int32_t> table(kv_lens.size() * std::max<int64_t>(max_pages, 1), -1);
+    int32_t next = static_cast<int32_t>(pages) - 1;
+    const std::vector<double> cd = cache.contiguous().to_double_vector();
+    for (std::size_t b = 0; b < kv_lens.size(); ++b) {
+      std::vector<double> kb, vb;
+      for (int64_t j = 0; j < kv_lens[b]; ++j) {
+        if (j % page_size == 0) table[b * std::max<int64_t>(max_pages, 1) + j / page_size] = next--;
+        const int64_t page = table[b * std::max<int64_t>(max_pages, 1) + j / page_size];
+        for (int which = 0; which < 2; ++which) {
+          for (int64_t g = 0; g < hkv; ++g) {
+            for (int64_t e = 0; e < D; ++e) {
+              const int64_t t = j % page_size;
+              const int64_t idx = hnd ? (((page * 2 + which) * hkv + g) * page_size + t) * D + e
+                                      : (((page * 2 + which) * page_size + t) * hkv + g) * D + e;
+              (which == 0 ? kb : vb).push_back(cd[idx]);
+            }
+          }
+        }
+      }
+      c.kr.push_back(kb);
+      c.vr.push_back(vb);
+    }
+    c.qkv = FmhaV2Qkv(c.q, cache);
+    c.block_tables =
+        i32(table, {static_cast<int64_t>(kv_lens.size()), std::max<int64_t>(max_pages, 1)});
+  }
+  c.qd = c.q.contiguous().to_double_vector();
+  return c;
+}
+
+struct Opts {
+  double bmm1 = 0.2, bmm2 = 1.0, cap = 0.0;
+  std::string mask = "causal";
+  int64_t window_left = -1, chunk = 0;
+  std::vector<double> sinks;
+};
+
+// fp64 formula: o [rows, H, dv], stats (max, sum) [rows, H, 2].
+void reference(const Case& c, const Opts& o, std::vector<double>& out, std::vector<double>& stats) {
+  out.clear();
+  stats.clear();
+  const int64_t group = c.H / c.hkv;
+  for (std::size_t b = 0; b < c.q_lens.size(); ++b) {
+    const int64_t qo = c.q_lens[b], kv = c.kv_lens[b];
+    int64_t row0 = 0;
+    for (std::size_t x = 0; x < b; ++x) row0 += c.q_lens[x];
+    for (int64_t i = 0; i < qo; ++i) {
+      const int64_t pos = kv - qo + i;
+      for (int64_t h = 0; h < c.H; ++h) {
+        const int64_t g = h / group;
+        std::vector<double> s;
+        std::vector<int64_t> js;
+        for (int64_t j = 0; j < kv; ++j) {
+          const bool causal = o.mask != "padding";
+          if (causal && j > pos) continue;
+          if (o.window_left >= 0 && j < pos - o.window_left) continue;
+          if (o.chunk > 0 && j < (pos / o.chunk) * o.chunk) continue;
+          double dot = 0;
+          for (int64_t e = 0; e < c.D; ++e) {
+            dot += c.qd[((row0 + i) * c.H + h) * c.D + e] * c.kr[b][(j * c.hkv + g) * c.D + e];
+          }
+          double x = o.bmm1 * dot;
+          if (o.cap > 0) x = o.cap * std::tanh(x / o.cap);
+          s.push_back(x);
+          js.push_back(j);
+        }
+        double m = -kInf, l = 0;
+        for (double x : s) m = std::max(m, x);
+        for (double x : s) l += std::exp(x - m);
+        const double den = l + (o.sinks.empty() || s.empty() ? 0.0 : std::exp(o.sinks[h] - m));
+        for (int64_t e = 0; e < c.dv; ++e) {
+          double acc = 0;
+          for (std::size_t n = 0; n < s.size(); ++n) {
+            acc += std::exp(s[n] - m) * c.vr[b][(js[n] * c.hkv + g) * c.dv + e];
+          }
+          out.push_back(s.empty() ? 0.0 : o.bmm2 * acc / den);
+        }
+        stats.push_back(s.empty() ? -kInf : m);
+        stats.push_back(l);
+      }
+    }
+  }
+}
+
+AttentionOutput run(const Case& c, const Opts& o, std::optional<Tensor> out = std::nullopt,
+                    std::optional<DType> out_dtype = std::nullopt, bool stats = false) {
+  std::optional<Tensor> sinks;
+  if (!o.sinks.empty()) {
+    Tensor t = Tensor::empty({c.H}, DType::kFloat32);
+    for (int64_t h = 0; h < c.H; ++h) t.data<float>()[h] = static_cast<float>(o.sinks[h]);
+    sinks = t;
+  }
+  int32_t mq = 0, mkv = 0;
+  for (int32_t l : c.q_lens) mq = std::max(mq, l);
+  for (int32_t l : c.kv_lens) mkv = std::max(mkv, l);
+  return trtllm_fmha_v2_prefill(
+      c.qkv, c.layout, Tensor::zeros({256}, DType::kUInt8), i32(c.kv_lens), mq, mkv, o.bmm1, o.bmm2,
+      static_cast<int64_t>(c.q_lens.size()), i32(prefix(c.q_lens)), i32(prefix(c.kv_lens)),
+      c.block_tables, out, out_dtype, sinks, std::nullopt,
+      o.cap > 0 ? std::optional<double>(o.cap) : std::nullopt, o.mask, o.window_left, o.chunk,
+      stats);
+}
+
+TEST(TrtllmFmhaV2Prefill, MatchesFp64FormulaOverLayoutsMasksAndDtypes) {
+  struct Row {
+    const char* layout;
+    DType d, o;
+    Opts opt;
+  };
+  Opts sw;
+  sw.mask = "SLIDING_WINDOW";  // upstream's test passes upper case; the mode is lower-cased
+  sw.window_left = 2;
+  Opts ch;
+  ch.mask = "chunked";
+  ch.chunk = 4;
+  Opts pad;
+  pad.mask = "padding";
+  Opts padcap = pad;
+  padcap.cap = 0.5;
+  Opts sink;
+  sink.sinks = {0.5, -1.0, 2.0, 0.0};
+  sink.bmm2 = 0.75;
+  Opts cap;
+  cap.cap = 0.3;
+  cap.window_left = 3;  // a window under "causal" narrows it too
+  const std::vector<Row> rows = {
+      {"PACKED_QKV", DType::kBFloat16, DType::kBFloat16, Opts{}},
+      {"PACKED_QKV", DType::kFloat16, DType::kFloat16, sw},
+      {"CONTIGUOUS_Q_KV", DType::kBFloat16, DType::kBFloat16, ch},
+      {"CONTIGUOUS_Q_KV", DType::kFloat8E4M3FN, DType::kBFloat16, sink},
+      {"SEPARATE_Q_K_V", DType::kFloat16, DType::kFloat16, pad},
+      {"SEPARATE_Q_K_V", DType::kBFloat16, DType::kBFloat16, sink},
+      {"Q_PAGED_KV_NHD", DType::kBFloat16, DType::kBFloat16, cap},
+      {"Q_PAGED_KV_NHD", DType::kFloat8E4M3FN, DType::kFloat16, sw},
+      {"Q_PAGED_KV_HND", DType::kFloat16, DType::kFloat16, ch},
+      {"Q_PAGED_KV_HND", DType::kBFloat16, DType::kBFloat16, sink},
+      {"Q_PAGED_KV_HND", DType::kFloat8E4M3FN, DType::kBFloat16, padcap},
+  };
+  int idx = 0;
+  for (const Row& r : rows) {
+    SCOPED_TRACE(::testing::Message() << "row " << idx << " " << r.layout << " "
+                                      << dtype_torch_name(r.d) << " mask " << r.opt.mask);
+    const bool packed = std::string(r.layout) == "PACKED_QKV";
+    const bool sep = std::string(r.layout) == "SEPARATE_Q_K_V";
+    // Packed: keys are the query tokens (MHA). Others: GQA, more keys than queries, an empty
+    // request.
+    const std::vector<int32_t> ql =
+        packed ? std::vector<int32_t>{5, 3} : std::vector<int32_t>{3, 5, 0};
+    const std::vector<int32_t> kl = packed ? ql : std::vector<int32_t>{6, 9, 4};
+    const int64_t H = packed ? 2 : 4, hkv = packed ? 2 : 2;
+    Case c = make_case(r.layout, r.d, ql, kl, H, hkv, 32, sep ? 16 : 32, 100 + idx);
+    Opts o = r.opt;
+    if (!o.sinks.empty()) o.sinks.resize(H);
+    const bool stats = o.sinks.empty() && !dtype_is_fp8(r.d);
+    AttentionOutput got =
+        run(c, o, std::nullopt, r.o == r.d ? std::nullopt : std::optional<DType>(r.o), stats);
+    ASSERT_EQ(got.out.dtype(), r.o);
+    std::vector<double> want, st;
+    reference(c, o, want, st);
+    testing::Tolerance tol = testing::attention_tolerance(r.o);
+    if (dtype_is_fp8(r.d)) tol.atol *= 4;
+    EXPECT_TRUE(testing::all_close(got.out, want, tol));
+    if (stats) {
+      ASSERT_TRUE(got.lse.defined());
+      EXPECT_TRUE(testing::all_close(got.lse, st, {1e-4, 1e-4}));
+    } else {
+      EXPECT_FALSE(got.lse.defined());
+    }
+    ++idx;
+  }
+}
+
+// Hand-checked: two equal scores (s = 0) with values 1 and 3, a sink logit ln 2:
+// out = bmm2 * (1 + 3) / (1 + 1 + 2) = bmm2; without the sink (1 + 3) / 2 = 2, stats (0, 2).
+TEST(TrtllmFmhaV2Prefill, GoldenSinkAndStatistics) {
+  Tensor q = Tensor::zeros({1, 1, 16}, DType::kBFloat16);
+  Tensor kv = Tensor::zeros({2, 2, 1, 16}, DType::kBFloat16);
+  kv.select(1, 1).select(0, 0).fill_(1.0);
+  kv.select(1, 1).select(0, 1).fill_(3.0);
+  Tensor sinks = Tensor::full({1}, std::log(2.0), DType::kFloat32);
+  auto call = [&](std::optional<Tensor> s, bool stats) {
+    return trtllm_fmha_v2_prefill(
+        FmhaV2Qkv(q, kv), "CONTIGUOUS_Q_KV", Tensor::zeros({8}, DType::kUInt8), i32({2}), 1, 2, 1.0,
+        2.0, 1, i32({0, 1}), i32({0, 2}), std::nullopt, std::nullopt, std::nullopt, s, std::nullopt,
+        std::nullopt, "causal", -1, 0, stats);
+  };
+  EXPECT_TRUE(testing::all_close(call(sinks, false).out, std::vector<double>(16, 2.0), {0, 0}));
+  AttentionOutput r = call(std::nullopt, true);
+  EXPECT_TRUE(testing::all_close(r.out, std::vector<double>(16, 4.0), {0, 0}));
+  EXPECT_TRUE(testing::all_close(r.lse, std::vector<double>{0.0, 2.0}, {0, 0}));
+}
+
+TEST(TrtllmFmhaV2Prefill, GivenOutAndEmptyRows) {
+  Case c = make_case("Q_PAGED_KV_NHD", DType::kBFloat16, {2, 3}, {1, 3}, 2, 1, 32, 32, 7);
+  // Query 0 of request 0 sits at position -1: it sees no key (zeros, stats (-inf, 0)).
+  Tensor big = Tensor::full({5, 2, 40}, 9.0, DType::kBFloat16);
+  Tensor out = big.slice(2, 0, 32);
+  AttentionOutput r = run(c, Opts{}, out, std::nullopt, true);
+  EXPECT_EQ(r.out.data_ptr(), out.data_ptr());
+  std::vector<double> want, st;
+  reference(c, Opts{}, want, st);
+  EXPECT_TRUE(testing::all_close(out, want, testing::attention_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(
+      testing::all_close(big.slice(2, 32, 40), std::vector<double>(5 * 2 * 8, 9.0), {0, 0}));
+  const std::vector<double> got = r.lse.contiguous().to_double_vector();
+  EXPECT_EQ(got[0], -kInf);
+  EXPECT_EQ(got[1], 0.0);
+}
+
+TEST(TrtllmFmhaV2Prefill, BadInput) {
+  Case c = make_case("Q_PAGED_KV_HND", DType::kBFloat16, {2, 3}, {4, 5}, 4, 2, 32, 32, 9);
+  const Tensor ws = Tensor::zeros({8}, DType::kUInt8);
+  const Tensor lens = i32({4, 5}), cq = i32({0, 2, 5}), ckv = i32({0, 4, 9});
+  auto call = [&](const FmhaV2Qkv& qkv, std::string_view layout, const Tensor& sl,
+                  const Tensor& cuq, std::optional<Tensor> bt, std::string_view mask = "causal",
+                  int64_t window = -1, int64_t chunk = 0, std::optional<Tensor> out = std::nullopt,
+                  std::optional<DType> od = std::nullopt,
+                  std::optional<Tensor> sinks = std::nullopt,
+                  std::optional<std::string> pos = std::nullopt, bool stats = false,
+                  double skip = 0.0, int64_t max_q = 3) {
+    trtllm_fmha_v2_prefill(qkv, layout, ws, sl, max_q, 5, 0.1, 1.0, 2, cuq, ckv, bt, out, od, sinks,
+                           pos, std::nullopt, mask, window, chunk, stats, skip);
+  };
+  const auto& t = c.qkv.tensors();
+  call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables);  // valid
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV", lens, cq, c.block_tables), kOp, "input_layout");
+  EXPECT_FI_ERROR(call(FmhaV2Qkv(t[0]), "Q_PAGED_KV_HND", lens, cq, c.block_tables), kOp, "qkv");
+  EXPECT_FI_ERROR(call(c.qkv, "CONTIGUOUS_Q_KV", lens, cq, c.block_tables), kOp, "qkv");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, std::nullopt), kOp, "block_tables");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, i32({0, 1}, {2, 1})), kOp,
+                  "block_tables");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, i32({0, 1, 2, 99}, {2, 2})), kOp,
+                  "block_tables");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", i32({4, 6}), cq, c.block_tables), kOp, "seq_lens");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", i32({4}), cq, c.block_tables), kOp, "seq_lens");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, i32({0, 2, 4}), c.block_tables), kOp,
+                  "cum_seq_lens_q");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "causal", -1, 0,
+                       std::nullopt, std::nullopt, std::nullopt, std::nullopt, false, 0.0, 2),
+                  kOp, "max_q_len");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "custom"), kOp,
+                  "mask_mode");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "padding", 4), kOp,
+                  "mask_mode");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "chunked", -1, 0), kOp,
+                  "chunked_attention_size");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "chunked", -1, 6), kOp,
+                  "chunked_attention_size");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "causal", -1, 0,
+                       Tensor::zeros({5, 4, 16}, DType::kBFloat16)),
+                  kOp, "out");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "causal", -1, 0,
+                       std::nullopt, DType::kFloat16),
+                  kOp, "out_dtype");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "causal", -1, 0, t[0]),
+                  kOp, "out");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "causal", -1, 0,
+                       std::nullopt, std::nullopt, Tensor::zeros({3}, DType::kFloat32)),
+                  kOp, "sinks");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "causal", -1, 0,
+                       std::nullopt, std::nullopt, std::nullopt, std::string("alibi")),
+                  kOp, "pos_encoding_mode");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "causal", -1, 0,
+                       std::nullopt, std::nullopt, std::nullopt, std::nullopt, false, 500.0),
+                  kOp, "skip_softmax_threshold_scale_factor");
+  EXPECT_FI_ERROR(
+      call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "causal", -1, 0, std::nullopt,
+           std::nullopt, Tensor::zeros({4}, DType::kFloat32), std::nullopt, true),
+      kOp, "save_softmax_stats");
+  // Dtypes: fp32 is not an FMHAv2 input; fp8 SEPARATE_Q_K_V and fp8 outputs are refused.
+  Case f = make_case("SEPARATE_Q_K_V", DType::kFloat32, {2, 3}, {4, 5}, 4, 2, 32, 32, 10);
+  EXPECT_FI_ERROR(call(f.qkv, "SEPARATE_Q_K_V", lens, cq, std::nullopt), kOp, "qkv");
+  Case e = make_case("SEPARATE_Q_K_V", DType::kFloat8E4M3FN, {2, 3}, {4, 5}, 4, 2, 32, 32, 11);
+  EXPECT_FI_ERROR(call(e.qkv, "SEPARATE_Q_K_V", lens, cq, std::nullopt), kOp, "qkv");
+  Case p = make_case("CONTIGUOUS_Q_KV", DType::kFloat8E4M3FN, {2, 3}, {4, 5}, 4, 2, 32, 32, 12);
+  EXPECT_FI_ERROR(call(p.qkv, "CONTIGUOUS_Q_KV", lens, cq, std::nullopt, "causal", -1, 0,
+                       std::nullopt, DType::kFloat8E4M3FN),
+                  kOp, "out_dtype");
+  // Ragged KV segments must equal seq_lens.
+  Case g = make_case("CONTIGUOUS_Q_KV", DType::kBFloat16, {2, 3}, {4, 5}, 4, 2, 32, 32, 13);
+  EXPECT_FI_ERROR(trtllm_fmha_v2_prefill(g.qkv, "CONTIGUOUS_Q_KV", ws, lens, 3, 5, 0.1, 1.0, 2, cq,
+                                         i32({0, 3, 9})),
+                  kOp, "cum_seq_lens_kv");
+}
+
+TEST(TrtllmFmhaV2Prefill, CpuOnlyBackend) {
+  EXPECT_TRUE(op_has_backend(kOp, DeviceType::kCPU));
+  EXPECT_FALSE(op_has_backend(kOp, DeviceType::kCUDA));
+}
+
+TEST(TrtllmFmhaV2Prefill, RecordAndReplay) {
+  Case paged = make_case("Q_PAGED_KV_NHD", DType::kBFloat16, {2, 3}, {4, 6}, 4, 2, 32, 32, 20);
+  Case packed = make_case("PACKED_QKV", DType::kFloat16, {3, 2}, {3, 2}, 2, 2, 32, 32, 21);
+  std::vector<testing::RecordingObserver::Call> calls;
+  {
+    testing::RecordingScope scope;
+    Opts o;
+    o.cap = 0.5;
+    run(paged, o);
+    run(packed, Opts{}, std::nullopt, std::nullopt, true);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_TRUE(calls[1].result.is_sequence());
+  for (const auto& call : calls) EXPECT_TRUE(testing::replays_identically(call));
+}
+
+// Written by Python as upstream's recorder writes it, in the keyword style of upstream's tests
+// and the serving stacks (qkv=(q, paged kv) tuple, input_layout=..., every argument by keyword,
+// out_dtype and mask_mode given): SGLang's Q_PAGED_KV_HND call and a PACKED_QKV call with
+// save_softmax_stats=True (result_0 / result_1), expected values from torch in fp64.
+TEST(TrtllmFmhaV2Prefill, UpstreamWrittenDumpReplays) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("fi_fmha_v2_prefill_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string py = R"PY(
+import json, math, os, sys
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+root = sys.argv[1]
+torch.manual_seed(3)
+H, HKV, D, PS = 4, 2, 64, 4
+
+def attend(q, k, v, qo, kv, scale):
+    o = torch.zeros(qo, q.shape[1], v.shape[2], dtype=torch.float64)
+    st = torch.zeros(qo, q.shape[1], 2, dtype=torch.float64)
+    g = q.shape[1] // k.shape[1]
+    for i in range(qo):
+        n = kv - qo + i + 1
+        for h in range(q.shape[1]):
+            s = (k[:n, h // g, :].double() @ q[i, h].double()) * scale
+            m = s.max()
+            e = torch.exp(s - m)
+            o[i, h] = (e[:, None] * v[:n, h // g, :].double()).sum(0) / e.sum()
+            st[i, h, 0], st[i, h, 1] = m, e.sum()
+    return o, st
+
+def tensor_meta(t, key):
+    return {"type": "torch.Tensor", "shape": list(t.shape), "dtype": str(t.dtype),
+            "stride": list(t.stride()), "device": "cuda:0", "requires_grad": False,
+            "is_contiguous": t.is_contiguous(), "tensor_key": key}
+
+def write(seq, inputs, meta, outputs):
+    d = os.path.join(root, "20261122_203000_%03d_pid4242_trtllm_fmha_v2_prefill_call%04d" % (seq, seq))
+    os.makedirs(d)
+    torch.save(inputs, d + "/inputs.pt")
+    torch.save(outputs, d + "/outputs.pt")
+    rec = {"function_name": "trtllm_fmha_v2_prefill", "module": "flashinfer.prefill",
+           "call_sequence": seq, "timestamp": "20261122_203000_%03d" % seq, "process_id": 4242,
+           "input_metadata": meta, "output_metadata": {},
+           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": list(outputs)},
+           "tensor_format": "torch", "execution_status": "completed"}
+    with open(d + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+
+# 1. Q_PAGED_KV_HND (SGLang / rtp-llm style), two requests with a cached prefix.
+qlens, kvlens = [3, 2], [7, 5]
+pages = 8
+cache = torch.randn(pages, 2, HKV, PS, D).to(torch.bfloat16)
+table = torch.tensor([[5, 1], [0, 6]], dtype=torch.int32)
+q = torch.randn(sum(qlens), H, D).to(torch.bfloat16)
+scale = 1.0 / math.sqrt(D)
+outs, q0 = [], 0
+for b in range(2):
+    rows_k = [cache[int(table[b, t // PS]), 0, :, t % PS, :] for t in range(kvlens[b])]
+    rows_v = [cache[int(table[b, t // PS]), 1, :, t % PS, :] for t in range(kvlens[b])]
+    o, _ = attend(q[q0:q0 + qlens[b]], torch.stack(rows_k), torch.stack(rows_v), qlens[b], kvlens[b], scale)
+    outs.append(o)
+    q0 += qlens[b]
+write(1, {"kwarg_qkv__0": q, "kwarg_qkv__1": cache,
+          "kwarg_workspace_buffer": torch.zeros(1024, dtype=torch.uint8),
+          "kwarg_seq_lens": torch.tensor(kvlens, dtype=torch.int32),
+          "kwarg_cum_seq_lens_q": torch.tensor([0, 3, 5], dtype=torch.int32),
+          "kwarg_cum_seq_lens_kv": torch.tensor([0, 7, 12], dtype=torch.int32),
+          "kwarg_block_tables": table},
+      {"kwarg_qkv": {"type": "tuple", "length": 2, "truncated": False,
+                     "items": [tensor_meta(q, "kwarg_qkv__0"), tensor_meta(cache, "kwarg_qkv__1")]},
+       "kwarg_input_layout": "Q_PAGED_KV_HND", "kwarg_max_q_len": 3, "kwarg_max_kv_len": 7,
+       "kwarg_bmm1_scale": scale, "kwarg_bmm2_scale": 1.0, "kwarg_batch_size": 2,
+       "kwarg_out_dtype": "torch.bfloat16", "kwarg_mask_mode": "causal"},
+      {"result": torch.cat(outs).to(torch.bfloat16)})
+
+# 2. PACKED_QKV (upstream's own test style: qkv and input_layout positional) with statistics.
+lens = [4, 3]
+packed = torch.randn(sum(lens), 3, H, D).to(torch.float16)
+cum = torch.tensor([0, 4, 7], dtype=torch.int32)
+outs, sts, q0 = [], [], 0
+for l in lens:
+    p = packed[q0:q0 + l]
+    o, st = attend(p[:, 0], p[:, 1], p[:, 2], l, l, scale)
+    outs.append(o)
+    sts.append(st)
+    q0 += l
+write(2, {"arg_0": packed, "kwarg_workspace_buffer": torch.zeros(1024, dtype=torch.uint8),
+          "kwarg_seq_lens": torch.tensor(lens, dtype=torch.int32),
+          "kwarg_cum_seq_lens_q": cum, "kwarg_cum_seq_lens_kv": cum},
+      {"arg_1": "PACKED_QKV", "kwarg_max_q_len": 4, "kwarg_max_kv_len": 4,
+       "kwarg_bmm1_scale": scale, "kwarg_bmm2_scale": 1.0, "kwarg_batch_size": 2,
+       "kwarg_mask_mode": "CAUSAL", "kwarg_window_left": -1,
+       "kwarg_logits_soft_cap_scale": None, "kwarg_skip_softmax_threshold_scale_factor": 0.0,
+       "kwarg_pos_encoding_mode": None, "kwarg_save_softmax_stats": True},
+      {"result_0": torch.cat(outs).to(torch.float16), "result_1": torch.cat(sts).float()})
+)PY";
+  std::ofstream(dir / "make.py") << py;
+  const int st = std::system(
+      ("/usr/bin/python3 " + (dir / "make.py").string() + " " + (dir / "dump").string()).c_str());
+  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  ASSERT_EQ(st, 0);
+  const auto results = replay::replay_sequence((dir / "dump").string());
+  ASSERT_EQ(results.size(), 2u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace flashinfer
