@@ -18,6 +18,7 @@
 #include "api/tuple_arg.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/ops/quantization.h"
+#include "kernels/cpu/gemm_cpu.h"
 #include "kernels/cpu/grouped_gemm_cpu.h"
 #include "kernels/quantization_params.h"
 #if FLASHINFER_WITH_CUDA
@@ -45,9 +46,40 @@ struct GroupedMmCall {
   GroupedGemmParams cpu;
   kernels::GroupedMmBf16CudaParams cuda;
 };
+
+// Unit k strides and a bf16/fp16 output: each group is one call of the dense bf16 GEMM's CPU kernel
+// (kernels/cpu/ gemm_cpu.h: small m reads the expert's bf16 weights in place, no fp32 copy), the
+// same fp32 accumulation and one rounding; other layouts take the generic driver.
+void grouped_mm_bf16_cpu(const GroupedMmCall& c) {
+  const kernels::GroupedMmBf16CudaParams& d = c.cuda;
+  // (fp32 output: that kernel's small-m path rounds to bf16/fp16 only)
+  if (d.a_stride_k != 1 || d.b_stride_k != 1 || d.out_dtype == DType::kFloat32) {
+    kernels::cpu::grouped_gemm(c.cpu);
+    return;
+  }
+  for (const GroupedProblem& pr : c.cpu.problems) {
+    kernels::GemmParams g;
+    g.a = static_cast<const uint16_t*>(d.a) + pr.a_row0 * d.a_stride_m;
+    g.a_stride_m = d.a_stride_m;
+    g.b = static_cast<const uint16_t*>(d.b) + pr.b_group * d.b_stride_e;
+    g.b_stride_n = d.b_stride_n;
+    g.out = static_cast<char*>(d.out) +
+            pr.out_row0 * d.out_stride_m * static_cast<int64_t>(dtype_size(d.out_dtype));
+    g.out_dtype = d.out_dtype;
+    g.out_stride_m = d.out_stride_m;
+    g.out_stride_n = d.out_stride_n;
+    g.m = pr.m;
+    g.n = d.n;
+    g.k = d.k;
+    kernels::cpu::gemm(g);
+  }
+}
+
 constexpr KernelEntry<GroupedMmCall> kGroupedMmBf16Kernels[] = {
-    {DeviceType::kCPU, kCpuImpl, nullptr,
-     [](const GroupedMmCall& c, const LaunchContext&) { kernels::cpu::grouped_gemm(c.cpu); }},
+    {DeviceType::kCPU,
+     "CPU reference: per group the dense bf16 GEMM kernel (small m reads B in place, AVX-512/"
+     "AVX2; else OpenBLAS sgemm), fp32 accumulation, one rounding",
+     nullptr, [](const GroupedMmCall& c, const LaunchContext&) { grouped_mm_bf16_cpu(c); }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
      "grouped CUDA kernel of this build (fp32 accumulation, groups found from m_indptr on the "
