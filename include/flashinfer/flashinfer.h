@@ -23,6 +23,7 @@
 #include "flashinfer/ops/gemm_bf16_fp4.h"
 #include "flashinfer/ops/gemm_fp8.h"
 #include "flashinfer/ops/gguf_mm.h"
+#include "flashinfer/ops/grouped_gemm.h"
 #include "flashinfer/ops/mla.h"
 #include "flashinfer/ops/moe.h"
 #include "flashinfer/ops/moe_lora.h"

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "api/tuple_arg.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/ops/quantization.h"
+#include "kernels/cpu/gemm_cpu.h"
 #include "kernels/cpu/grouped_gemm_cpu.h"
 #include "kernels/quantization_params.h"
 #if FLASHINFER_WITH_CUDA
@@ -44,9 +46,40 @@ struct GroupedMmCall {
   GroupedGemmParams cpu;
   kernels::GroupedMmBf16CudaParams cuda;
 };
+
+// Unit k strides and a bf16/fp16 output: each group is one call of the dense bf16 GEMM's CPU kernel
+// (kernels/cpu/ gemm_cpu.h: small m reads the expert's bf16 weights in place, no fp32 copy), the
+// same fp32 accumulation and one rounding; other layouts take the generic driver.
+void grouped_mm_bf16_cpu(const GroupedMmCall& c) {
+  const kernels::GroupedMmBf16CudaParams& d = c.cuda;
+  // (fp32 output: that kernel's small-m path rounds to bf16/fp16 only)
+  if (d.a_stride_k != 1 || d.b_stride_k != 1 || d.out_dtype == DType::kFloat32) {
+    kernels::cpu::grouped_gemm(c.cpu);
+    return;
+  }
+  for (const GroupedProblem& pr : c.cpu.problems) {
+    kernels::GemmParams g;
+    g.a = static_cast<const uint16_t*>(d.a) + pr.a_row0 * d.a_stride_m;
+    g.a_stride_m = d.a_stride_m;
+    g.b = static_cast<const uint16_t*>(d.b) + pr.b_group * d.b_stride_e;
+    g.b_stride_n = d.b_stride_n;
+    g.out = static_cast<char*>(d.out) +
+            pr.out_row0 * d.out_stride_m * static_cast<int64_t>(dtype_size(d.out_dtype));
+    g.out_dtype = d.out_dtype;
+    g.out_stride_m = d.out_stride_m;
+    g.out_stride_n = d.out_stride_n;
+    g.m = pr.m;
+    g.n = d.n;
+    g.k = d.k;
+    kernels::cpu::gemm(g);
+  }
+}
+
 constexpr KernelEntry<GroupedMmCall> kGroupedMmBf16Kernels[] = {
-    {DeviceType::kCPU, kCpuImpl, nullptr,
-     [](const GroupedMmCall& c, const LaunchContext&) { kernels::cpu::grouped_gemm(c.cpu); }},
+    {DeviceType::kCPU,
+     "CPU reference: per group the dense bf16 GEMM kernel (small m reads B in place, AVX-512/"
+     "AVX2; else OpenBLAS sgemm), fp32 accumulation, one rounding",
+     nullptr, [](const GroupedMmCall& c, const LaunchContext&) { grouped_mm_bf16_cpu(c); }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
      "grouped CUDA kernel of this build (fp32 accumulation, groups found from m_indptr on the "
@@ -588,6 +621,152 @@ Tensor group_gemm_nvfp4_nt_groupwise(const Tensor& a, const Tensor& b, const Ten
                                      out_dtype);
       },
       a, b, a_scale, b_scale, m_indptr, alpha, tile_m, tile_n, tile_k, swap_ab, out, out_dtype);
+}
+
+namespace {
+
+// moe_gemm_fp8/mxfp8_nt_groupwise: the zero-padding row layout of the activation scales.
+Tensor sm120_moe_impl(const char* op, bool mx, const Tensor& a, const Tensor& b,
+                      const Tensor& a_scale, const Tensor& b_scale, const Tensor& m_indptr,
+                      std::tuple<int64_t, int64_t, int64_t> gran, std::string_view mode,
+                      std::string_view backend, const std::optional<Tensor>& out,
+                      std::optional<DType> out_dtype, bool is_gated) {
+  const auto [gm, gn, gk] = gran;
+  if (mx) {
+    FLASHINFER_CHECK(gm == 1 && gn == 1 && (gk == 32 || gk == 128), op, "scale_granularity_mnk",
+                     "must be (1, 1, 32) or (1, 1, 128), got (", gm, ", ", gn, ", ", gk, ")");
+  } else {
+    FLASHINFER_CHECK(gm == 1 && gn == 128 && gk == 128, op, "scale_granularity_mnk",
+                     "must be (1, 128, 128) for the FP8 float-scale kernel; got (", gm, ", ", gn,
+                     ", ", gk, ")");
+  }
+  FLASHINFER_CHECK(mode == "MN", op, "scale_major_mode", "scale_major_mode must be \"MN\"; got \"",
+                   mode, "\"");
+  FLASHINFER_CHECK_CODE(backend == "cute", ErrorCode::kUnsupported, op, "backend",
+                        "Only backend=\"cute\" is currently implemented; got backend=\"", backend,
+                        "\"");
+  check_fp8_operand(a, 2, op, "a", true);
+  check_fp8_operand(b, 3, op, "b", true);
+  api::check_same_device(b, a, op, "b", "a");
+  const int64_t E = b.size(0), n = b.size(1), k = b.size(2), cum = a.size(0);
+  FLASHINFER_CHECK(a.size(1) == k, op, "a", "k mismatch: a is ", shape_to_string(a.shape()),
+                   ", b is ", shape_to_string(b.shape()));
+  FLASHINFER_CHECK(!is_gated || n % 2 == 0, op, "is_gated",
+                   "a gated GEMM needs an even b.shape[1] (up then gate), got ", n);
+  api::check_same_device(m_indptr, a, op, "m_indptr", "a");
+  const std::vector<int64_t> indptr = index_to_host(m_indptr, op, "m_indptr", E + 1, true);
+  check_indptr(indptr, cum, op, "m_indptr");
+  FLASHINFER_CHECK(indptr.front() == 0 && indptr.back() == cum, op, "m_indptr",
+                   "must run from 0 to cum_m = ", cum, ", got ", indptr.front(), " .. ",
+                   indptr.back());
+  const int64_t m_pad = (cum + 3 * E) / 4 * 4;
+  std::vector<int64_t> start, row0;
+  for (int64_t e = 0; e < E; ++e) {
+    start.push_back((indptr[static_cast<std::size_t>(e)] + 3 * e) / 4 * 4);
+    row0.push_back(indptr[static_cast<std::size_t>(e)]);
+  }
+  const int64_t out_n = is_gated ? n / 2 : n;
+  Tensor result;
+  if (out && out->defined()) {
+    FLASHINFER_CHECK(!out_dtype || *out_dtype == DType::kBFloat16, op, "out_dtype",
+                     "Only out_dtype=torch.bfloat16 is supported; got ",
+                     dtype_torch_name(*out_dtype));
+    api::check_dtype_in(*out, {DType::kBFloat16}, op, "out");
+    api::check_shape_eq(*out, {cum, out_n}, op, "out");
+    api::check_same_device(*out, a, op, "out", "a");
+    api::check_writable(*out, op, "out");
+    result = *out;
+  } else {
+    FLASHINFER_CHECK_CODE(out_dtype.value_or(DType::kBFloat16) == DType::kBFloat16,
+                          ErrorCode::kUnsupported, op, "out_dtype",
+                          "Only out_dtype=torch.bfloat16 is supported; got ",
+                          dtype_torch_name(*out_dtype));
+    result = Tensor::zeros({cum, out_n}, DType::kBFloat16, a.device());
+  }
+  GroupedGemmParams p;
+  p.a = plain_operand(a, false);
+  p.b = plain_operand(b, true);
+  if (mx) {
+    const int64_t k_align = (k + 4 * gk - 1) / (4 * gk);
+    for (const auto& [t, arg, shape] :
+         {std::tuple<const Tensor*, const char*, Shape>{&a_scale, "a_scale", {m_pad, k_align}},
+          {&b_scale, "b_scale", {E, n, k_align}}}) {
+      api::check_defined(*t, op, arg);
+      api::check_dtype_in(*t, {DType::kInt32}, op, arg);
+      api::check_same_device(*t, a, op, arg, "a");
+      FLASHINFER_CHECK(t->shape() == shape, op, arg, "expected shape ", shape_to_string(shape),
+                       " (int32-packed UE8M0, per token), got ", shape_to_string(t->shape()));
+      FLASHINFER_CHECK(t->is_contiguous(), op, arg, "must be contiguous");
+    }
+    for (GroupedOperand* o : {&p.a, &p.b}) {
+      o->sf_mode = 4;
+      o->sf_vec = gk;
+      o->sf_row_bytes = 4 * k_align;
+    }
+    p.a.sf = static_cast<const uint8_t*>(a_scale.data_ptr());
+    p.b.sf = static_cast<const uint8_t*>(b_scale.data_ptr());
+    for (int64_t e = 0; e < E; ++e) {
+      p.a.sf_group_base.push_back(start[static_cast<std::size_t>(e)] * 4 * k_align);
+      p.b.sf_group_base.push_back(e * n * 4 * k_align);
+      p.b.sf_group_row0.push_back(0);
+    }
+    p.a.sf_group_row0 = row0;
+  } else {
+    const int64_t kb = (k + 127) / 128, nb = (n + 127) / 128;
+    attach_fp32_scales(p.a, a_scale, {kb, m_pad}, 1, 0, -1, 1, 128, a, op, "a_scale",
+                       "zero-padding MN-major: [ceil(k/128), m_padded]");
+    attach_fp32_scales(p.b, b_scale, {E, kb, nb}, 2, 1, 0, 128, 128, a, op, "b_scale",
+                       "[num_experts, ceil(k/128), ceil(n/128)]");
+    for (int64_t e = 0; e < E; ++e) {
+      p.a.fs_group_base.push_back(start[static_cast<std::size_t>(e)] * a_scale.stride(1));
+    }
+    p.a.fs_group_row0 = row0;
+  }
+  p.n = n;
+  p.k = k;
+  p.swiglu = is_gated;
+  fill_out(p, result, false);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = indptr[static_cast<std::size_t>(e)];
+    const int64_t m = indptr[static_cast<std::size_t>(e) + 1] - r0;
+    if (m > 0) p.problems.push_back({e, r0, m, e, 0, r0});
+  }
+  api::launch(kCpuOnly, p, a.device(), op, "a");
+  return result;
+}
+
+}  // namespace
+
+Tensor moe_gemm_fp8_nt_groupwise(const Tensor& a, const Tensor& b, const Tensor& a_scale,
+                                 const Tensor& b_scale, const Tensor& m_indptr,
+                                 std::tuple<int64_t, int64_t, int64_t> scale_granularity_mnk,
+                                 std::string_view scale_major_mode, std::string_view backend,
+                                 std::optional<Tensor> out, std::optional<DType> out_dtype,
+                                 bool is_gated) {
+  return call_op<&moe_gemm_fp8_nt_groupwise>(
+      [&] {
+        return sm120_moe_impl("moe_gemm_fp8_nt_groupwise", false, a, b, a_scale, b_scale, m_indptr,
+                              scale_granularity_mnk, scale_major_mode, backend, out, out_dtype,
+                              is_gated);
+      },
+      a, b, a_scale, b_scale, m_indptr, scale_granularity_mnk, scale_major_mode, backend, out,
+      out_dtype, is_gated);
+}
+
+Tensor moe_gemm_mxfp8_nt_groupwise(const Tensor& a, const Tensor& b, const Tensor& a_scale,
+                                   const Tensor& b_scale, const Tensor& m_indptr,
+                                   std::tuple<int64_t, int64_t, int64_t> scale_granularity_mnk,
+                                   std::string_view scale_major_mode, std::string_view backend,
+                                   std::optional<Tensor> out, std::optional<DType> out_dtype,
+                                   bool is_gated) {
+  return call_op<&moe_gemm_mxfp8_nt_groupwise>(
+      [&] {
+        return sm120_moe_impl("moe_gemm_mxfp8_nt_groupwise", true, a, b, a_scale, b_scale, m_indptr,
+                              scale_granularity_mnk, scale_major_mode, backend, out, out_dtype,
+                              is_gated);
+      },
+      a, b, a_scale, b_scale, m_indptr, scale_granularity_mnk, scale_major_mode, backend, out,
+      out_dtype, is_gated);
 }
 
 Tensor group_deepgemm_fp8_nt_groupwise(const Tensor& a, const Tensor& b, const Tensor& a_scale,
@@ -1213,7 +1392,9 @@ BenchCase bench_group_deepgemm(const BenchShape& s, Device dev) {
        Value(api::bench::random_tensor({B, n, k}, f8, dev, s.random_seed + 1)),
        Value(scale_tensor({m, k / 128}, dev, s.random_seed + 2)),
        Value(scale_tensor({B, n / 128, k / 128}, dev, s.random_seed + 3)),
-       Value(api::bench::int32_tensor(idx, dev))});
+       Value(api::bench::int32_tensor(idx, dev))},
+      // out given: the padding rows are not written, so they keep its (defined) zeros
+      {{"out", Value(Tensor::zeros({m, n}, DType::kBFloat16, dev))}});
   c.flops = 2.0 * static_cast<double>(m * n * k);
   c.bytes = api::bench::nbytes({m, k}, f8) + api::bench::nbytes({B, n, k}, f8) +
             api::bench::nbytes({m, n}, DType::kBFloat16);
@@ -1232,7 +1413,9 @@ BenchCase bench_batch_deepgemm(const BenchShape& s, Device dev) {
        Value(api::bench::random_tensor({B, n, k}, f8, dev, s.random_seed + 1)),
        Value(scale_tensor({B, m, k / 128}, dev, s.random_seed + 2)),
        Value(scale_tensor({B, n / 128, k / 128}, dev, s.random_seed + 3)),
-       Value(api::bench::int32_tensor(mm, dev)), Value(m)});
+       Value(api::bench::int32_tensor(mm, dev)), Value(m)},
+      // out given: rows past masked_m are not written, so they keep its (defined) zeros
+      {{"out", Value(Tensor::zeros({B, m, n}, DType::kBFloat16, dev))}});
   int64_t rows = 0;
   for (int64_t v : mm) rows += v;
   c.flops = 2.0 * static_cast<double>(rows * n * k);
@@ -1274,6 +1457,41 @@ BenchCase bench_padded_fp4(const BenchShape& s, Device dev, bool nvfp4) {
   c.flops = grouped_flops(p, n, k);
   c.bytes = (nvfp4 ? 0.5 : 1.0) * static_cast<double>(cum * k) +
             0.5 * static_cast<double>(B * n * k) + api::bench::nbytes({cum, n}, DType::kBFloat16);
+  return c;
+}
+
+// Token-packed groups (one empty), zero-padding scale rows; gated in the fp8 case.
+BenchCase bench_sm120_moe(const BenchShape& s, Device dev, bool mx) {
+  const std::vector<int64_t> p = bench_indptr(s, false);
+  const int64_t E = static_cast<int64_t>(p.size()) - 1, cum = p.back();
+  const int64_t n = (s.n + 255) / 256 * 256, k = (s.k + 127) / 128 * 128;
+  const int64_t m_pad = (cum + 3 * E) / 4 * 4;
+  const DType f8 = DType::kFloat8E4M3FN;
+  Tensor a = api::bench::random_tensor({cum, k}, f8, dev, s.random_seed);
+  Tensor b = api::bench::random_tensor({E, n, k}, f8, dev, s.random_seed + 1);
+  Tensor ip = api::bench::int32_tensor(p, dev);
+  BenchCase c;
+  if (mx) {
+    const int64_t k_align = (k + 511) / 512;
+    Tensor sa = Tensor::empty({m_pad, k_align}, DType::kInt32);
+    Tensor sb = Tensor::empty({E, n, k_align}, DType::kInt32);
+    Tensor ra = random_scales({sa.numel() * 4}, false, Device::cpu(), s.random_seed + 2);
+    Tensor rb = random_scales({sb.numel() * 4}, false, Device::cpu(), s.random_seed + 3);
+    std::memcpy(sa.data_ptr(), ra.data_ptr(), static_cast<std::size_t>(ra.numel()));
+    std::memcpy(sb.data_ptr(), rb.data_ptr(), static_cast<std::size_t>(rb.numel()));
+    c = api::bench::invoke_case(
+        "moe_gemm_mxfp8_nt_groupwise",
+        {Value(a), Value(b), Value(sa.to(dev)), Value(sb.to(dev)), Value(ip)});
+  } else {
+    c = api::bench::invoke_case(
+        "moe_gemm_fp8_nt_groupwise",
+        {Value(a), Value(b), Value(scale_tensor({k / 128, m_pad}, dev, s.random_seed + 2)),
+         Value(scale_tensor({E, k / 128, n / 128}, dev, s.random_seed + 3)), Value(ip)},
+        {{"is_gated", Value(true)}});
+  }
+  c.flops = grouped_flops(p, n, k);
+  c.bytes = api::bench::nbytes({cum, k}, f8) + api::bench::nbytes({E, n, k}, f8) +
+            api::bench::nbytes({cum, mx ? n : n / 2}, DType::kBFloat16);
   return c;
 }
 
@@ -1358,6 +1576,24 @@ void register_grouped_gemm_ops(OpRegistry& r) {
        .summary = "Grouped NVFP4 GEMM per expert with per-group alpha"},
       "a", "b", "a_scale", "b_scale", "m_indptr", "alpha", arg("tile_m", 128), arg("tile_n", 128),
       arg("tile_k", 128), arg("swap_ab", true), arg("out").mut(), "out_dtype");
+  declare<&moe_gemm_fp8_nt_groupwise>(
+      r,
+      {.name = "moe_gemm_fp8_nt_groupwise",
+       .module = "flashinfer.grouped_mm.cute_sm120_fp8_groupwise.core",
+       .summary = "SM120 zero-padding MoE FP8 GEMM (fp32 scales, optional fused SwiGLU)"},
+      "a", "b", "a_scale", "b_scale", "m_indptr",
+      arg("scale_granularity_mnk", std::tuple<int64_t, int64_t, int64_t>{1, 128, 128}),
+      arg("scale_major_mode", "MN"), arg("backend", "cute"), arg("out").mut(), "out_dtype",
+      arg("is_gated", false));
+  declare<&moe_gemm_mxfp8_nt_groupwise>(
+      r,
+      {.name = "moe_gemm_mxfp8_nt_groupwise",
+       .module = "flashinfer.grouped_mm.cute_sm120_mxfp8_groupwise.core",
+       .summary = "SM120 zero-padding MoE MXFP8 GEMM (int32-packed UE8M0 per-token scales)"},
+      "a", "b", "a_scale", "b_scale", "m_indptr",
+      arg("scale_granularity_mnk", std::tuple<int64_t, int64_t, int64_t>{1, 1, 128}),
+      arg("scale_major_mode", "MN"), arg("backend", "cute"), arg("out").mut(), "out_dtype",
+      arg("is_gated", false));
   declare<&group_deepgemm_fp8_nt_groupwise>(
       r,
       {.name = "group_deepgemm_fp8_nt_groupwise",
@@ -1379,7 +1615,9 @@ void register_grouped_gemm_ops(OpRegistry& r) {
   for (const char* op :
        {"grouped_mm_fp8", "grouped_mm_mxfp8", "grouped_mm_fp4", "SegmentGEMMWrapper.run",
         "grouped_gemm_nt_masked", "group_gemm_fp8_nt_groupwise", "group_deepgemm_fp8_nt_groupwise",
-        "batch_deepgemm_fp8_nt_groupwise"}) {
+        "batch_deepgemm_fp8_nt_groupwise", "group_gemm_mxfp8_mxfp4_nt_groupwise",
+        "group_gemm_nvfp4_nt_groupwise", "moe_gemm_fp8_nt_groupwise",
+        "moe_gemm_mxfp8_nt_groupwise"}) {
     api::register_backends(op, kCpuOnly);
   }
 
@@ -1400,6 +1638,10 @@ void register_grouped_gemm_ops(OpRegistry& r) {
                       [](const BenchShape& s, Device d) { return bench_padded_fp4(s, d, false); });
   register_bench_hook("group_gemm_nvfp4_nt_groupwise",
                       [](const BenchShape& s, Device d) { return bench_padded_fp4(s, d, true); });
+  register_bench_hook("moe_gemm_fp8_nt_groupwise",
+                      [](const BenchShape& s, Device d) { return bench_sm120_moe(s, d, false); });
+  register_bench_hook("moe_gemm_mxfp8_nt_groupwise",
+                      [](const BenchShape& s, Device d) { return bench_sm120_moe(s, d, true); });
 }
 }  // namespace detail
 

@@ -32,11 +32,19 @@ struct GroupedOperand {
   int64_t sf_vec = 32, sf_cols = 0, sf_stride_group = 0;
   int64_t sf6[6] = {0, 0, 0, 0, 0, 0};
   std::vector<int64_t> sf_group_base, sf_group_row0;
+  // sf_mode 4: linear rows of sf_row_bytes bytes, row r of group g at byte sf_group_base[g] +
+  // (r - sf_group_row0[g]) * sf_row_bytes, block b at byte b within it (4 blocks per int32,
+  // little-endian, as the int32-packed UE8M0 scales are stored).
+  int64_t sf_row_bytes = 0;
   // fp32 block scales (the fp8 groupwise GEMMs): scale of (row, kk) in group g is
   // fs[g * fs_stride_group + (row / fs_gran_row) * fs_stride_row + (kk / fs_gran_k) *
   // fs_stride_k]. Null: none.
   const float* fs = nullptr;
   int64_t fs_gran_row = 1, fs_gran_k = 128, fs_stride_row = 0, fs_stride_k = 0, fs_stride_group = 0;
+  // When set: group g's scales start at element fs_group_base[g] (instead of g *
+  // fs_stride_group) and its rows count from fs_group_row0[g] (the zero-padded per-expert scale
+  // layouts of moe_gemm_*_nt_groupwise).
+  std::vector<int64_t> fs_group_base, fs_group_row0;
 };
 
 /// out rows [out_row0, out_row0 + m) of group out_group = A rows [a_row0, a_row0 + m) of group
@@ -58,6 +66,9 @@ struct GroupedGemmParams {
   void* out = nullptr;
   DType out_dtype = DType::kBFloat16;
   int64_t out_stride_row = 0, out_stride_n = 1, out_stride_group = 0;
+  // Fused SwiGLU epilogue (moe_gemm_fp8_nt_groupwise is_gated): B's rows [0, n/2) are the up
+  // projection, [n/2, n) the gate; out has n/2 columns, out = SiLU(gate) * up in fp32.
+  bool swiglu = false;
 };
 
 /// grouped_mm_bf16 on CUDA: the problems are read from m_indptr on the device.

@@ -664,6 +664,110 @@ TEST(GroupGemmFp4NtGroupwise, MxFp4AndNvfp4MatchFp64) {
                   "group_gemm_nvfp4_nt_groupwise", "alpha");
 }
 
+// moe_gemm_*_nt_groupwise: expert e's activation-scale rows start at (m_indptr[e] + 3e) / 4 * 4.
+TEST(MoeGemmSm120, Fp8PlainGatedAndMxfp8MatchFp64) {
+  const int64_t k = 256, n = 256, E = 3;
+  const std::vector<int64_t> indptr = {0, 3, 3, 8};  // expert 1 empty
+  const int64_t cum = 8, m_pad = (cum + 3 * E) / 4 * 4, kb = 2, nb = 2;
+  Tensor a = rand_tensor({cum, k}, DType::kFloat32, 81).to(DType::kFloat8E4M3FN);
+  Tensor b = rand_tensor({E, n, k}, DType::kFloat32, 82, -0.5, 0.5).to(DType::kFloat8E4M3FN);
+  const std::vector<double> Av = a.to_double_vector(), Bv = b.to_double_vector();
+  // fp8: a_scale [kb, m_pad] (padding columns hold junk), b_scale [E, kb, nb]
+  Tensor sa = rand_tensor({kb, m_pad}, DType::kFloat32, 83, 0.1, 0.5);
+  Tensor sb = rand_tensor({E, kb, nb}, DType::kFloat32, 84, 0.1, 0.5);
+  const std::vector<double> SA = sa.to_double_vector(), SB = sb.to_double_vector();
+  std::vector<double> A(Av.size()), Bd(Bv.size());
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = indptr[static_cast<std::size_t>(e)];
+    const int64_t col0 = (r0 + 3 * e) / 4 * 4;
+    for (int64_t r = r0; r < indptr[static_cast<std::size_t>(e) + 1]; ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        A[static_cast<std::size_t>(r * k + c)] =
+            Av[static_cast<std::size_t>(r * k + c)] *
+            SA[static_cast<std::size_t>((c / 128) * m_pad + col0 + r - r0)];
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t c = 0; c < k; ++c) {
+        const std::size_t i = static_cast<std::size_t>((e * n + j) * k + c);
+        Bd[i] = Bv[i] * SB[static_cast<std::size_t>((e * kb + c / 128) * nb + j / 128)];
+      }
+    }
+  }
+  const auto plain = grouped_ref(A, Bd, indptr, cum, n, k, 1.0);
+  EXPECT_TRUE(all_close(moe_gemm_fp8_nt_groupwise(a, b, sa, sb, i32(indptr)), plain,
+                        default_tolerance(DType::kBFloat16)));
+  // Gated: up = rows [0, n/2), gate = [n/2, n); out = SiLU(gate) * up.
+  Tensor g = moe_gemm_fp8_nt_groupwise(a, b, sa, sb, i32(indptr), {1, 128, 128}, "MN", "cute",
+                                       std::nullopt, std::nullopt, true);
+  ASSERT_EQ(g.shape(), (Shape{cum, n / 2}));
+  std::vector<double> gated(static_cast<std::size_t>(cum * n / 2));
+  for (int64_t r = 0; r < cum; ++r) {
+    for (int64_t j = 0; j < n / 2; ++j) {
+      const double up = plain[static_cast<std::size_t>(r * n + j)];
+      const double gate = plain[static_cast<std::size_t>(r * n + n / 2 + j)];
+      gated[static_cast<std::size_t>(r * n / 2 + j)] = up * gate / (1.0 + std::exp(-gate));
+    }
+  }
+  EXPECT_TRUE(all_close(g, gated, default_tolerance(DType::kBFloat16)));
+
+  // mxfp8, k_gran 32: int32-packed UE8M0, 4 blocks per word (little-endian bytes).
+  const int64_t gk = 32, k_align = (k + 4 * gk - 1) / (4 * gk), blocks = k / gk;
+  Tensor msa = Tensor::zeros({m_pad, k_align}, DType::kInt32);
+  Tensor msb = Tensor::zeros({E, n, k_align}, DType::kInt32);
+  Tensor ra = rand_bytes({m_pad * blocks}, 85), rb = rand_bytes({E * n * blocks}, 86);
+  auto* pa = static_cast<uint8_t*>(msa.data_ptr());
+  auto* pb = static_cast<uint8_t*>(msb.data_ptr());
+  std::vector<double> MA(Av.size()), MB(Bv.size());
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = indptr[static_cast<std::size_t>(e)];
+    const int64_t row0 = (r0 + 3 * e) / 4 * 4;
+    for (int64_t r = r0; r < indptr[static_cast<std::size_t>(e) + 1]; ++r) {
+      for (int64_t bl = 0; bl < blocks; ++bl) {
+        const uint8_t code = static_cast<uint8_t>(
+            125 + static_cast<const uint8_t*>(ra.data_ptr())[r * blocks + bl] % 5);
+        pa[(row0 + r - r0) * k_align * 4 + bl] = code;  // word bl / 4, byte bl % 4
+        for (int64_t c = bl * gk; c < (bl + 1) * gk; ++c) {
+          MA[static_cast<std::size_t>(r * k + c)] =
+              Av[static_cast<std::size_t>(r * k + c)] * std::ldexp(1.0, code - 127);
+        }
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t bl = 0; bl < blocks; ++bl) {
+        const uint8_t code = static_cast<uint8_t>(
+            125 + static_cast<const uint8_t*>(rb.data_ptr())[(e * n + j) * blocks + bl] % 5);
+        pb[(e * n + j) * k_align * 4 + bl] = code;
+        for (int64_t c = bl * gk; c < (bl + 1) * gk; ++c) {
+          const std::size_t i = static_cast<std::size_t>((e * n + j) * k + c);
+          MB[i] = Bv[i] * std::ldexp(1.0, code - 127);
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(all_close(moe_gemm_mxfp8_nt_groupwise(a, b, msa, msb, i32(indptr), {1, 1, 32}),
+                        grouped_ref(MA, MB, indptr, cum, n, k, 1.0),
+                        default_tolerance(DType::kBFloat16)));
+
+  const char* op = "moe_gemm_fp8_nt_groupwise";
+  EXPECT_FI_ERROR(moe_gemm_fp8_nt_groupwise(a, b, sa, sb, i32(indptr), {1, 128, 64}), op,
+                  "scale_granularity_mnk");
+  EXPECT_FI_ERROR(moe_gemm_fp8_nt_groupwise(a, b, sa, sb, i32(indptr), {1, 128, 128}, "K"), op,
+                  "scale_major_mode");
+  EXPECT_FI_ERROR(moe_gemm_fp8_nt_groupwise(a, b, sa, sb, i32(indptr), {1, 128, 128}, "MN", "x"),
+                  op, "backend");
+  EXPECT_FI_ERROR(moe_gemm_fp8_nt_groupwise(a, b, sa, sb, i32({0, 3, 3, 7})), op, "m_indptr");
+  EXPECT_FI_ERROR(moe_gemm_fp8_nt_groupwise(a, b, sa.slice(1, 0, 8), sb, i32(indptr)), op,
+                  "a_scale");
+  EXPECT_FI_ERROR(moe_gemm_fp8_nt_groupwise(a, b, sa, sb, i32(indptr), {1, 128, 128}, "MN", "cute",
+                                            std::nullopt, DType::kFloat16),
+                  op, "out_dtype");
+  EXPECT_FI_ERROR(moe_gemm_mxfp8_nt_groupwise(a, b, msa, msb, i32(indptr), {1, 128, 32}),
+                  "moe_gemm_mxfp8_nt_groupwise", "scale_granularity_mnk");
+  EXPECT_FI_ERROR(moe_gemm_mxfp8_nt_groupwise(a, b, msa, msb, i32(indptr), {1, 1, 128}),
+                  "moe_gemm_mxfp8_nt_groupwise", "a_scale");  // k_align differs for 128
+}
+
 TEST(DeepGemmFp8, ContiguousAndMaskedMatchFp64) {
   const int64_t m = 12, k = 256, n = 128, B = 3, kb = 2;
   Tensor a = rand_tensor({m, k}, DType::kFloat32, 61).to(DType::kFloat8E4M3FN);
@@ -752,7 +856,9 @@ TEST(GroupedGemmDecls, ModulesBackendsAndRecordReplay) {
       {"group_deepgemm_fp8_nt_groupwise", "flashinfer.gemm.gemm_base"},
       {"batch_deepgemm_fp8_nt_groupwise", "flashinfer.gemm.gemm_base"},
       {"group_gemm_mxfp8_mxfp4_nt_groupwise", "flashinfer.gemm.gemm_base"},
-      {"group_gemm_nvfp4_nt_groupwise", "flashinfer.gemm.gemm_base"}};
+      {"group_gemm_nvfp4_nt_groupwise", "flashinfer.gemm.gemm_base"},
+      {"moe_gemm_fp8_nt_groupwise", "flashinfer.grouped_mm.cute_sm120_fp8_groupwise.core"},
+      {"moe_gemm_mxfp8_nt_groupwise", "flashinfer.grouped_mm.cute_sm120_mxfp8_groupwise.core"}};
   for (const auto& [name, module] : names) {
     const OpDecl* d = OpRegistry::global().find(name);
     ASSERT_NE(d, nullptr) << name;
@@ -768,7 +874,8 @@ TEST(GroupedGemmDecls, ModulesBackendsAndRecordReplay) {
   EXPECT_FALSE(op_has_backend("grouped_gemm_nt_masked", DeviceType::kCUDA));
   for (const char* op : {"SegmentGEMMWrapper.run", "group_gemm_fp8_nt_groupwise",
                          "group_deepgemm_fp8_nt_groupwise", "batch_deepgemm_fp8_nt_groupwise",
-                         "group_gemm_mxfp8_mxfp4_nt_groupwise", "group_gemm_nvfp4_nt_groupwise"}) {
+                         "group_gemm_mxfp8_mxfp4_nt_groupwise", "group_gemm_nvfp4_nt_groupwise",
+                         "moe_gemm_fp8_nt_groupwise", "moe_gemm_mxfp8_nt_groupwise"}) {
     EXPECT_FALSE(op_has_backend(op, DeviceType::kCUDA)) << op;
   }
 
@@ -816,9 +923,15 @@ TEST(GroupedGemmDecls, ModulesBackendsAndRecordReplay) {
                                         Tensor::full({256, 8}, 0.5, DType::kFloat8E4M3FN),
                                         Tensor::full({2, 128, 8}, 2.0, DType::kFloat8E4M3FN),
                                         i32({0, 4, 8}), Tensor::full({2}, 0.5, DType::kFloat32));
+    (void)moe_gemm_fp8_nt_groupwise(f8a, f8b, rand_tensor({1, 12}, DType::kFloat32, 21, 0.1, 1.0),
+                                    sb8, i32({0, 5, 8}), {1, 128, 128}, "MN", "cute", std::nullopt,
+                                    std::nullopt, true);
+    (void)moe_gemm_mxfp8_nt_groupwise(f8a, f8b, Tensor::full({12, 1}, 2122219134.0, DType::kInt32),
+                                      Tensor::full({2, 128, 1}, 2122219134.0, DType::kInt32),
+                                      i32({0, 5, 8}));
     calls = scope.observer().calls;
   }
-  ASSERT_EQ(calls.size(), 12u);
+  ASSERT_EQ(calls.size(), 14u);
   for (const auto& call : calls) {
     SCOPED_TRACE(call.name);
     // A replayed __init__ builds a new object (its own id): it only has to succeed.
@@ -1137,6 +1250,78 @@ record("SegmentGEMMWrapper.run", "flashinfer.gemm.gemm_base",
        {"kwarg_x": x, "kwarg_weights": w, "kwarg_seg_indptr": sip, "kwarg_weight_indices": wi},
        {"arg_0": obj, "kwarg_batch_size": 3, "kwarg_weight_column_major": True},
        {"result": y.to(torch.bfloat16)}, self_id=SELF)
+
+# 7. group_gemm_fp8_nt_groupwise, "MN" scales, the top-2 groups padded to 4 rows.
+K, N = 256, 256
+cnt4 = (counts + 3) // 4 * 4
+ip4 = torch.cat([torch.zeros(1, dtype=torch.long), cnt4.cumsum(0)]).to(torch.int32)
+cm = int(ip4[-1])
+ac, bc = fp8_codes((cm, K)), fp8_codes((E, N, K))
+sa = torch.rand(K // 128, cm) * 0.5 + 0.25
+sb = torch.rand(E, K // 128, N // 128) * 0.5 + 0.25
+ad = E4M3[ac.long()] * sa.t().repeat_interleave(128, 1)
+bdq = lambda e: E4M3[bc[e].long()] * sb[e].t().repeat_interleave(128, 0).repeat_interleave(128, 1)
+ref = torch.zeros(cm, N)
+for e in range(E):
+    s0, s1 = int(ip4[e]), int(ip4[e + 1])
+    ref[s0:s1] = ad[s0:s1] @ bdq(e).T
+record("group_gemm_fp8_nt_groupwise", "flashinfer.gemm.gemm_base",
+       {"arg_0": T(ac, fp8=True), "arg_1": T(bc, fp8=True), "arg_2": sa, "arg_3": sb, "arg_4": ip4},
+       {"kwarg_scale_major_mode": "MN",
+        "kwarg_out_dtype": {"type": "torch.dtype", "value": "torch.bfloat16"}},
+       {"result": ref.to(torch.bfloat16)})
+
+# 8. group_deepgemm_fp8_nt_groupwise: per-token a scales, rows by m_indices (-1: padding rows,
+# left as they were in the given out).
+M = 12
+mi = torch.tensor([3, 3, 0, -1, 0, 7, 7, 7, -1, 1, 1, 5], dtype=torch.int32)
+ac = fp8_codes((M, K))
+sa = torch.rand(M, K // 128) * 0.5 + 0.25
+sbd = torch.rand(E, N // 128, K // 128) * 0.5 + 0.25
+ad = E4M3[ac.long()] * sa.repeat_interleave(128, 1)
+bdd = lambda e: E4M3[bc[e].long()] * sbd[e].repeat_interleave(128, 0).repeat_interleave(128, 1)
+junk = (torch.randn(M, N) * 50).to(torch.bfloat16)
+res = junk.clone()
+for i in range(M):
+    e = int(mi[i])
+    if e >= 0:
+        res[i] = (ad[i] @ bdd(e).T).to(torch.bfloat16)
+record("group_deepgemm_fp8_nt_groupwise", "flashinfer.gemm.gemm_base",
+       {"arg_0": T(ac, fp8=True), "arg_1": T(bc, fp8=True), "arg_2": sa, "arg_3": sbd,
+        "arg_4": mi, "kwarg_out": junk}, {}, {"result": res})
+
+# 9. batch_deepgemm_fp8_nt_groupwise: 8 batches of up to 4 rows, masked by the top-2 counts.
+a3 = fp8_codes((E, 4, K))
+sa3 = torch.rand(E, 4, K // 128) * 0.5 + 0.25
+mm3 = torch.clamp(counts, max=4).to(torch.int32)
+junk = (torch.randn(E, 4, N) * 50).to(torch.bfloat16)
+res = junk.clone()
+for e in range(E):
+    r = int(mm3[e])
+    if r:
+        res[e, :r] = ((E4M3[a3[e, :r].long()] * sa3[e, :r].repeat_interleave(128, 1)) @ bdd(e).T).to(torch.bfloat16)
+record("batch_deepgemm_fp8_nt_groupwise", "flashinfer.gemm.gemm_base",
+       {"arg_0": T(a3, fp8=True), "arg_1": T(bc, fp8=True), "arg_2": sa3, "arg_3": sbd,
+        "arg_4": mm3, "kwarg_out": junk}, {"arg_5": 2}, {"result": res})
+
+# 10. moe_gemm_fp8_nt_groupwise, gated (up rows [0, N/2), gate [N/2, N)), zero-padding a scales.
+ac = fp8_codes((cum, K))
+mp = (cum + 3 * E) // 4 * 4
+sa = torch.rand(K // 128, mp) * 0.5 + 0.25
+ad = torch.zeros(cum, K)
+for e in range(E):
+    s0, s1 = int(indptr[e]), int(indptr[e + 1])
+    c0 = (s0 + 3 * e) // 4 * 4
+    ad[s0:s1] = E4M3[ac[s0:s1].long()] * sa[:, c0:c0 + s1 - s0].t().repeat_interleave(128, 1)
+ref = torch.zeros(cum, N // 2)
+for e in range(E):
+    s0, s1 = int(indptr[e]), int(indptr[e + 1])
+    h = ad[s0:s1] @ bdq(e).T
+    ref[s0:s1] = torch.nn.functional.silu(h[:, N // 2:]) * h[:, :N // 2]
+record("moe_gemm_fp8_nt_groupwise", "flashinfer.grouped_mm.cute_sm120_fp8_groupwise.core",
+       {"kwarg_a": T(ac, fp8=True), "kwarg_b": T(bc, fp8=True), "kwarg_a_scale": sa,
+        "kwarg_b_scale": sb, "kwarg_m_indptr": indptr}, {"kwarg_is_gated": True},
+       {"result": ref.to(torch.bfloat16)})
 )PY";
   std::ofstream(dir / "make.py") << py;
   // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
@@ -1149,7 +1334,7 @@ record("SegmentGEMMWrapper.run", "flashinfer.gemm.gemm_base",
   ASSERT_EQ(st, 0);
   fs::remove(dir / "make.py");
   const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 7u);
+  ASSERT_EQ(results.size(), 11u);
   for (const auto& r : results) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
   }

@@ -101,6 +101,35 @@ Tensor group_gemm_nvfp4_nt_groupwise(const Tensor& a, const Tensor& b, const Ten
                                      std::optional<Tensor> out = std::nullopt,
                                      std::optional<DType> out_dtype = std::nullopt);
 
+/// SM120 zero-padding MoE GEMM, FP8 with fp32 scales (flashinfer.grouped_mm.
+/// cute_sm120_fp8_groupwise.core): out[rows of e] = A_deq @ B_deq[e]^T, a [cum_m, k] and b
+/// [E, n, k] float8_e4m3fn; m_indptr [E + 1] int32 from 0 to cum_m. a_scale fp32 [ceil(k/128),
+/// m_padded], m_padded = (cum_m + 3E) / 4 * 4, expert e's rows at columns from
+/// (m_indptr[e] + 3e) / 4 * 4 (per-token, padding columns ignored); b_scale fp32 [E, ceil(k/128),
+/// ceil(n/128)]. scale_granularity_mnk (1, 128, 128), scale_major_mode "MN", backend "cute" only;
+/// out [cum_m, n (n/2 with is_gated)] bf16. is_gated: b's rows [0, n/2) are up, [n/2, n) gate,
+/// out = SiLU(gate) * up (fp32, one rounding). CPU reference only.
+Tensor moe_gemm_fp8_nt_groupwise(
+    const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale,
+    const Tensor& m_indptr,
+    std::tuple<int64_t, int64_t, int64_t> scale_granularity_mnk = {1, 128, 128},
+    std::string_view scale_major_mode = "MN", std::string_view backend = "cute",
+    std::optional<Tensor> out = std::nullopt, std::optional<DType> out_dtype = std::nullopt,
+    bool is_gated = false);
+
+/// The MXFP8 variant (flashinfer.grouped_mm.cute_sm120_mxfp8_groupwise.core): per-token UE8M0
+/// scales, 4 per int32 (little-endian bytes, one per k_gran block of k): a_scale int32
+/// [m_padded, k_align] with the zero-padding row layout above, b_scale int32 [E, n, k_align],
+/// k_align = (k + 4 k_gran - 1) / (4 k_gran); scale_granularity_mnk (1, 1, 32) or (1, 1, 128).
+/// is_gated as moe_gemm_fp8_nt_groupwise (unverified for this variant). CPU reference only.
+Tensor moe_gemm_mxfp8_nt_groupwise(
+    const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale,
+    const Tensor& m_indptr,
+    std::tuple<int64_t, int64_t, int64_t> scale_granularity_mnk = {1, 1, 128},
+    std::string_view scale_major_mode = "MN", std::string_view backend = "cute",
+    std::optional<Tensor> out = std::nullopt, std::optional<DType> out_dtype = std::nullopt,
+    bool is_gated = false);
+
 /// DeepGEMM's contiguous grouped FP8 GEMM: row i of a goes to expert m_indices[i] (-1: a padding
 /// row, not computed and not written). a [m, k] e4m3, a_scale [m, k/128] fp32 (per token, 1x128),
 /// b [B, n, k] e4m3, b_scale [B, n/128, k/128] fp32 (128x128); scale_granularity_mnk (1, 128,

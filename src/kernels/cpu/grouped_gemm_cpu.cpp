@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -44,6 +45,9 @@ float scale_of(const GroupedOperand& o, int64_t g, int64_t row, int64_t kk) {
     int64_t off = 0;
     if (o.sf_mode == 1) {
       off = g * o.sf_stride_group + sf_offset(SfLayoutCode::k128x4, row, blk, o.sf_cols);
+    } else if (o.sf_mode == 4) {
+      const auto gi = static_cast<std::size_t>(g);
+      off = o.sf_group_base[gi] + (row - o.sf_group_row0[gi]) * o.sf_row_bytes + blk;
     } else if (o.sf_mode == 3) {
       const auto gi = static_cast<std::size_t>(g);
       off = o.sf_group_base[gi] +
@@ -55,8 +59,12 @@ float scale_of(const GroupedOperand& o, int64_t g, int64_t row, int64_t kk) {
     s = o.sf_e4m3 ? e4m3fn_bits_to_float(o.sf[off]) : ue8m0_to_float(o.sf[off]);
   }
   if (o.fs) {
-    s *= o.fs[g * o.fs_stride_group + (row / o.fs_gran_row) * o.fs_stride_row +
-              (kk / o.fs_gran_k) * o.fs_stride_k];
+    int64_t base = g * o.fs_stride_group, r = row;
+    if (!o.fs_group_base.empty()) {
+      base = o.fs_group_base[static_cast<std::size_t>(g)];
+      r = row - o.fs_group_row0[static_cast<std::size_t>(g)];
+    }
+    s *= o.fs[base + (r / o.fs_gran_row) * o.fs_stride_row + (kk / o.fs_gran_k) * o.fs_stride_k];
   }
   return s;
 }
@@ -120,11 +128,16 @@ void grouped_gemm(const GroupedGemmParams& p) {
     }
     const float alpha =
         p.alpha_group ? alpha0 * p.alpha_group[pr.b_group * p.alpha_group_stride] : alpha0;
+    const int64_t n_out = p.swiglu ? n / 2 : n;
     for (int64_t i = 0; i < pr.m; ++i) {
       const int64_t base = pr.out_group * p.out_stride_group + (pr.out_row0 + i) * p.out_stride_row;
-      for (int64_t j = 0; j < n; ++j) {
-        store(p.out, p.out_dtype, base + j * p.out_stride_n,
-              alpha * c[static_cast<std::size_t>(i * n + j)]);
+      for (int64_t j = 0; j < n_out; ++j) {
+        float v = alpha * c[static_cast<std::size_t>(i * n + j)];
+        if (p.swiglu) {
+          const float gate = alpha * c[static_cast<std::size_t>(i * n + n_out + j)];
+          v *= gate / (1.0f + std::exp(-gate));
+        }
+        store(p.out, p.out_dtype, base + j * p.out_stride_n, v);
       }
     }
   }
