@@ -69,10 +69,10 @@ constexpr api::KernelEntry<kernels::BgmvMoeParams> kExpandKernels[] = {
        kernels::cpu::bgmv_moe_expand(p);
      }},
 };
-// The composite ops run shrink and expand on the host; their tables say so for list-ops.
-constexpr api::KernelEntry<kernels::BgmvMoeParams> kCompositeKernels[] = {
-    {DeviceType::kCPU, "CPU reference: shrink into the LoRA dtype, fp32 expand", nullptr,
-     [](const kernels::BgmvMoeParams&, const api::LaunchContext&) {}},
+// The composite ops run the shrink and expand kernels on the host themselves; this is what
+// list-ops and is_backend_supported report for them.
+constexpr api::BackendSummary kCompositeBackends[] = {
+    {DeviceType::kCPU, "CPU reference: shrink into the LoRA dtype, fp32 expand"},
 };
 
 std::vector<int64_t> index_vector(const Tensor& t, const char* op, const char* arg) {
@@ -737,9 +737,9 @@ void register_moe_lora_ops(OpRegistry& r) {
       arg("out_dtype", DType::kBFloat16).kw());
   api::register_backends("bgmv_moe_shrink", kShrinkKernels);
   api::register_backends("bgmv_moe_expand", kExpandKernels);
-  api::register_backends("bgmv_moe", kCompositeKernels);
-  api::register_backends("bgmv_moe_gemm1_lora_delta", kCompositeKernels);
-  api::register_backends("bgmv_moe_gemm2_lora_delta", kCompositeKernels);
+  api::register_backends("bgmv_moe", kCompositeBackends);
+  api::register_backends("bgmv_moe_gemm1_lora_delta", kCompositeBackends);
+  api::register_backends("bgmv_moe_gemm2_lora_delta", kCompositeBackends);
   register_bench_hook("bgmv_moe_shrink", bench_shrink);
   register_bench_hook("bgmv_moe_expand", bench_expand);
   register_bench_hook("bgmv_moe", bench_bgmv_moe);
