@@ -1,7 +1,7 @@
-// FP4 / MxInt4 trtllm MoE ops (trtllm_fp4_block_scale_moe / _routed_,
-// trtllm_mxint4_block_scale_moe / _routed_): weights prepared as upstream's tests prepare them
+// FP4 / MxInt4 MoE ops (trtllm_fp4_block_scale_moe / _routed_, trtllm_mxint4_block_scale_moe /
+// _routed_, cute_dsl_fused_moe_nvfp4): weights prepared as upstream's tests prepare them
 // (written out independently here), fp64 formulas, routing from logits against the routed form,
-// bad input naming the argument, and record/replay.
+// bad input naming the argument, record/replay, and engine-style dumps in upstream's format.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
