@@ -1094,7 +1094,7 @@ BenchCase bench_trtllm_mxint4_block_scale_routed_moe(const BenchShape& s, Device
 }
 
 // cute_dsl_fused_moe_nvfp4: NVFP4 x and weights (random bytes are a valid prepared layout),
-// 8 experts, top-2 with weights 0.75 / 0.25, alphas and fc2_input_scale 1.
+// 8 experts, top-2 with weights 0.75 / 0.25, alphas and fc2_input_scale 1, into moe_output.
 BenchCase bench_cute_dsl_fused_moe_nvfp4(const BenchShape& s, Device dev) {
   const int64_t H = (s.hidden_size + 127) / 128 * 128, I = (s.n + 127) / 128 * 128, E = 8;
   const int64_t T = s.m;
@@ -1119,7 +1119,8 @@ BenchCase bench_cute_dsl_fused_moe_nvfp4(const BenchShape& s, Device dev) {
        Value(rand_bytes({E, 2 * I, H / 2}, dev, sd + 3)), sf(2 * I, H / 16, sd + 4), ones(),
        Value(Tensor::full({1}, 1.0, DType::kFloat32).to(dev)),
        Value(rand_bytes({E, H, I / 2}, dev, sd + 5)), sf(H, I / 16, sd + 6), ones(), Value(E),
-       Value(int64_t{2})});
+       Value(int64_t{2})},
+      {{"moe_output", Value(Tensor::empty({T, H}, DType::kBFloat16, dev))}});
   return finish(std::move(c), s, H, I);
 }
 }  // namespace

@@ -1,7 +1,7 @@
-// FP4 / MxInt4 trtllm MoE ops (trtllm_fp4_block_scale_moe / _routed_,
-// trtllm_mxint4_block_scale_moe / _routed_): weights prepared as upstream's tests prepare them
+// FP4 / MxInt4 MoE ops (trtllm_fp4_block_scale_moe / _routed_, trtllm_mxint4_block_scale_moe /
+// _routed_, cute_dsl_fused_moe_nvfp4): weights prepared as upstream's tests prepare them
 // (written out independently here), fp64 formulas, routing from logits against the routed form,
-// bad input naming the argument, and record/replay.
+// bad input naming the argument, record/replay, and engine-style dumps in upstream's format.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -905,6 +905,7 @@ TEST(CuteDslFusedMoeNvfp4, MatchesFormula) {
     EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
   }
   CuteCase c;
+  c.I = 128;  // two 128-row interleave groups
   c.make(102);
   const MoeTopkIds r = pair_routing(c.T, c.E, c.K);
   EXPECT_TRUE(all_close(c.run(r, DType::kFloat32), c.expected(r), {1e-4, 1e-4}));
@@ -967,7 +968,8 @@ TEST(CuteDslFusedMoeNvfp4, BadInputAndRecordReplay) {
 // outputs computed by torch in fp32 as upstream's reference does. Calls: NVFP4 with DeepSeekV3
 // routing; MXFP4 x bf16 with biases and SwiGLU alpha/beta/limit (gpt-oss); the NVFP4 routed
 // form with packed ids; MxInt4 with Kimi-style DeepSeekV3 routing (BlockMajorK weights) and its
-// routed form (MajorK). Every call replays here and passes.
+// routed form (MajorK); cute_dsl_fused_moe_nvfp4 on upstream's CuTe-DSL layouts. Every call
+// replays here and passes.
 TEST(MoeFp4UpstreamDumps, EngineStyleDumpsReplay) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("fi_moe_fp4_" + std::to_string(::getpid()));
@@ -1022,16 +1024,16 @@ def save(d, path):  # torch.save's zip format; ("fp8", uint8 codes) saved as flo
 
 d = sys.argv[1]
 seq = [0]
-def record(name, inputs, meta, out):
+def record(name, inputs, meta, out, key="result__0", module="flashinfer.fused_moe.core"):
     seq[0] += 1
     call = "%s/20261122_200000_%03d_pid4242_%s_call%04d" % (d, seq[0], name, seq[0])
     os.makedirs(call)
     save(inputs, call + "/inputs.pt")
-    save({"result__0": out}, call + "/outputs.pt")
-    rec = {"function_name": name, "module": "flashinfer.fused_moe.core",
+    save({key: out}, call + "/outputs.pt")
+    rec = {"function_name": name, "module": module,
            "call_sequence": seq[0], "timestamp": "20261122_200000_%03d" % seq[0],
            "process_id": 4242, "input_metadata": meta, "output_metadata": {},
-           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": ["result__0"]},
+           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": [key]},
            "tensor_format": "torch", "execution_status": "completed"}
     with open(call + "/metadata.jsonl", "w") as f:
         f.write(json.dumps(rec) + "\n")
@@ -1043,8 +1045,9 @@ def e4m3_value(c):
     return s * (m / 8.0 * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7))
 E4M3 = torch.tensor([e4m3_value(c) for c in range(256)])
 POS = torch.tensor([c for c in range(127)])  # finite non-negative codes 0..126
-def e4m3_codes(x):  # nearest non-negative code (x >= 0), saturating at 448
-    idx = (x.double().reshape(-1, 1) - E4M3[POS].double().reshape(1, -1)).abs().argmin(1)
+def e4m3_codes(x):  # nearest non-negative code (x >= 0), ties to even, saturating at 448
+    dist = (x.double().reshape(-1, 1) - E4M3[POS].double().reshape(1, -1)).abs()
+    idx = (dist + (POS % 2).double().reshape(1, -1) * 1e-12).argmin(1)
     return POS[idx].reshape(x.shape)
 E2M1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
 def e2m1_codes(x):  # round to nearest, ties to the even code, saturating at 6
@@ -1253,6 +1256,52 @@ record("trtllm_mxint4_block_scale_routed_moe",
         "kwarg_topk_group": None, "kwarg_intermediate_size": I, "kwarg_local_expert_offset": 0,
         "kwarg_local_num_experts": E, "kwarg_routed_scaling_factor": None},
        out.bfloat16())
+# 6. cute_dsl_fused_moe_nvfp4 (vLLM's CuTe-DSL NVFP4 path): precomputed routing, weights as
+# upstream's create_moe_tensors prepares them (linear / gate rows interleaved in groups of 64,
+# 128x4-swizzled scales through convert_sf_to_mma_layout's 6-D view), per-expert alphas,
+# fc2_input_scale 0.5; returns a tensor ("result").
+T, E, H, I, K = 4, 8, 128, 128, 2
+lg = torch.arange(2 * I).view(2, 2 * I // 128, 64).transpose(0, 1).reshape(-1)
+xq = torch.randint(0, 16, (T, H))
+xs = e4m3_codes(torch.rand(T, H // 16) * 0.5 + 0.5)
+w1q = torch.randint(0, 16, (E, 2 * I, H))
+w2q = torch.randint(0, 16, (E, H, I))
+s1 = e4m3_codes(torch.rand(E, 2 * I, H // 16) * 0.04 + 0.02)
+s2 = e4m3_codes(torch.rand(E, H, I // 16) * 0.04 + 0.02)
+a1, a2 = torch.linspace(0.75, 1.25, E), torch.linspace(1.25, 0.75, E)
+gs = torch.tensor([0.5])
+def mma_view(flat, m, cols):  # convert_sf_to_mma_layout
+    return flat.view(E, (m + 127) // 128, (cols + 3) // 4, 32, 4, 4).permute(3, 4, 1, 5, 2, 0)
+s1k = mma_view(torch.stack([interleave_128x4(s1[e][lg].to(torch.uint8)) for e in range(E)]), 2 * I, H // 16)
+s2k = mma_view(torch.stack([interleave_128x4(s2[e].to(torch.uint8)) for e in range(E)]), H, I // 16)
+xd = E2M1[xq] * E4M3[xs].repeat_interleave(16, 1)
+w1d = E2M1[w1q] * E4M3[s1].repeat_interleave(16, 2)
+w2d = E2M1[w2q] * E4M3[s2].repeat_interleave(16, 2)
+ids = torch.tensor([[3, 0], [6, 1], [2, 7], [5, 4]], dtype=torch.int32)
+rw = torch.tensor([[0.6, 0.4], [0.7, 0.3], [0.55, 0.45], [0.8, 0.2]])
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        e = int(ids[t, k])
+        g = a1[e] * (xd[t] @ w1d[e].T)
+        h = bf(g[I:] * torch.sigmoid(g[I:]) * g[:I]).view(-1, 16)
+        sf = E4M3[e4m3_codes(gs * h.abs().amax(1) / 6)]
+        q = torch.where(sf[:, None] > 0, E2M1[e2m1_codes(h * gs / sf[:, None])] * sf[:, None],
+                        torch.zeros_like(h)).view(-1) * (1 / gs)
+        out[t] += rw[t, k] * a2[e] * (q @ w2d[e].T)
+record("cute_dsl_fused_moe_nvfp4",
+       {"kwarg_x": pack(xq), "kwarg_x_sf": xs.to(torch.uint8).unsqueeze(-1),
+        "kwarg_token_selected_experts": ids, "kwarg_token_final_scales": rw,
+        "kwarg_w1_weight": torch.stack([pack(w1q[e])[lg] for e in range(E)]),
+        "kwarg_w1_weight_sf": s1k, "kwarg_w1_alpha": a1, "kwarg_fc2_input_scale": gs,
+        "kwarg_w2_weight": torch.stack([pack(w2q[e]) for e in range(E)]),
+        "kwarg_w2_weight_sf": s2k, "kwarg_w2_alpha": a2},
+       {"kwarg_num_experts": E, "kwarg_top_k": K, "kwarg_num_local_experts": E,
+        "kwarg_local_expert_offset": 0, "kwarg_use_fused_finalize": True,
+        "kwarg_moe_output": None, "kwarg_aux_stream": None, "kwarg_enable_pdl": True,
+        "kwarg_activation_type": 3},
+       out.bfloat16(), key="result",
+       module="flashinfer.fused_moe.cute_dsl.fused_moe")
 )PY";
   std::ofstream(dir / "make.py") << py;
   // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
@@ -1265,11 +1314,13 @@ record("trtllm_mxint4_block_scale_routed_moe",
   ASSERT_EQ(st, 0);
   fs::remove(dir / "make.py");
   const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 5u);
+  ASSERT_EQ(results.size(), 6u);
   for (const auto& r : results) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
     ASSERT_FALSE(r.comparisons.empty()) << r.function_name;
-    EXPECT_EQ(r.comparisons[0].key, "result__0") << r.function_name;
+    EXPECT_EQ(r.comparisons[0].key,
+              r.function_name == "cute_dsl_fused_moe_nvfp4" ? "result" : "result__0")
+        << r.function_name;
   }
   fs::remove_all(dir);
 }
