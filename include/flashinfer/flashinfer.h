@@ -41,6 +41,7 @@
 #include "flashinfer/ops/fmha_v2_prefill.h"
 #include "flashinfer/ops/attention_sink.h"
 #include "flashinfer/ops/xqa.h"
+#include "flashinfer/ops/rope_quantize_append.h"
 #include "flashinfer/stream.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/trace.h"
