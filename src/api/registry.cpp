@@ -48,6 +48,7 @@ void register_grouped_gemm_ops(OpRegistry& registry);
 void register_fmha_v2_prefill_ops(OpRegistry& registry);
 void register_attention_sink_ops(OpRegistry& registry);
 void register_xqa_ops(OpRegistry& registry);
+void register_rope_quantize_append_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -90,6 +91,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_fmha_v2_prefill_ops(registry);
   register_attention_sink_ops(registry);
   register_xqa_ops(registry);
+  register_rope_quantize_append_ops(registry);
 }
 
 }  // namespace flashinfer::detail

@@ -331,9 +331,14 @@ AttentionOutput VariableBlockSparseAttentionWrapper::run(const Tensor& q, const 
                               .view({hkv_ * qo_len_, g, d});
         const Tensor kr = k.contiguous().view({hkv_ * kv_len_, 1, 1, d});
         const Tensor vr = v.contiguous().view({hkv_ * kv_len_, 1, 1, d});
+        // Upstream checks a given out / lse against the kernel's layout ([Hkv * L, G, D] /
+        // [Hkv * L, G]), fills it in that layout and returns head-major copies; the head-major
+        // shapes of the result are accepted too (filled with the result).
+        const bool out_kernel = out && out->shape() == Shape{hkv_ * qo_len_, g, d};
+        const bool lse_kernel = lse && lse->shape() == Shape{hkv_ * qo_len_, g};
         if (out) {
           api::check_defined(*out, op, "out");
-          api::check_shape_eq(*out, {hq_, qo_len_, d}, op, "out");
+          if (!out_kernel) api::check_shape_eq(*out, {hq_, qo_len_, d}, op, "out");
           FLASHINFER_CHECK(out->dtype() == s.o_dtype, op, "out", "dtype ",
                            dtype_torch_name(out->dtype()), " must be plan's q_data_type ",
                            dtype_torch_name(s.o_dtype));
@@ -341,7 +346,7 @@ AttentionOutput VariableBlockSparseAttentionWrapper::run(const Tensor& q, const 
         }
         if (lse) {
           api::check_defined(*lse, op, "lse");
-          api::check_shape_eq(*lse, {hq_, qo_len_}, op, "lse");
+          if (!lse_kernel) api::check_shape_eq(*lse, {hq_, qo_len_}, op, "lse");
           FLASHINFER_CHECK(lse->dtype() == DType::kFloat32, op, "lse", "must be torch.float32");
           api::check_same_device(*lse, q, op, "lse", "q");
         }
@@ -351,7 +356,10 @@ AttentionOutput VariableBlockSparseAttentionWrapper::run(const Tensor& q, const 
         AttentionOutput r = api::run_planned(s, qr, kr, vr, o, op, "k", "v");
         AttentionOutput res;
         const Tensor ro = r.out.view({hkv_, qo_len_, g, d}).permute({0, 2, 1, 3});
-        if (out) {
+        if (out_kernel) {
+          Tensor(*out).copy_(r.out);
+          res.out = ro.contiguous().view({hq_, qo_len_, d});
+        } else if (out) {
           out->copy_(ro.contiguous().view({hq_, qo_len_, d}));
           res.out = *out;
         } else {
@@ -359,9 +367,15 @@ AttentionOutput VariableBlockSparseAttentionWrapper::run(const Tensor& q, const 
         }
         if (o.return_lse) {
           const Tensor rl = r.lse.view({hkv_, qo_len_, g}).permute({0, 2, 1});
-          Tensor l = lse ? *lse : Tensor::empty({hq_, qo_len_}, DType::kFloat32, q.device());
-          l.view({hkv_, g, qo_len_}).copy_(rl);
-          if (return_lse) res.lse = l;
+          if (lse_kernel) {
+            Tensor(*lse).copy_(r.lse);
+            res.lse = rl.contiguous().view({hq_, qo_len_});
+          } else {
+            Tensor l = lse ? *lse : Tensor::empty({hq_, qo_len_}, DType::kFloat32, q.device());
+            l.view({hkv_, g, qo_len_}).copy_(rl);
+            res.lse = l;
+          }
+          if (!return_lse) res.lse = Tensor();
         }
         return res;
       },

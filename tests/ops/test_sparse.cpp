@@ -380,6 +380,31 @@ TEST(VariableBlockSparseAttention, MatchesFp64FormulaOverGrid) {
   }
 }
 
+// Upstream's run checks a given out / lse against the kernel layout ([Hkv * L, G, D] /
+// [Hkv * L, G]: "(num_kv_heads qo_len) gqa_group_size"), fills them in that layout and returns
+// head-major copies ("(num_kv_heads gqa_group_size) qo_len"), flashinfer/sparse.py.
+TEST(VariableBlockSparseAttention, KernelLayoutBuffersAsUpstream) {
+  VariableBlockSparseAttentionWrapper w(workspace());
+  Tensor mask = Tensor::zeros({2, 2, 2}, DType::kBool);
+  mask.fill_(1);
+  w.plan(mask, int_tensor({2, 2, 1, 3}).view({2, 2}), int_tensor({3, 1, 2, 2}).view({2, 2}), 4, 2,
+         64);
+  const Tensor q = testing::rand_tensor({4, 4, 64}, DType::kFloat16, 70);
+  const Tensor k = testing::rand_tensor({2, 4, 64}, DType::kFloat16, 71);
+  const Tensor v = testing::rand_tensor({2, 4, 64}, DType::kFloat16, 72);
+  const AttentionOutput want = w.run(q, k, v, std::nullopt, std::nullopt, true);
+  Tensor out = Tensor::zeros({2 * 4, 2, 64}, DType::kFloat16);
+  Tensor lse = Tensor::zeros({2 * 4, 2}, DType::kFloat32);
+  const AttentionOutput got = w.run(q, k, v, out, lse, true);
+  EXPECT_TRUE(testing::all_close(got.out, want.out, {0, 0}));
+  EXPECT_TRUE(testing::all_close(got.lse, want.lse, {0, 0}));
+  // The buffers hold the kernel layout: row (g_kv * L + i), column j is head g_kv * G + j.
+  EXPECT_TRUE(testing::all_close(out.view({2, 4, 2, 64}).permute({0, 2, 1, 3}).contiguous(),
+                                 want.out.view({2, 2, 4, 64}), {0, 0}));
+  EXPECT_TRUE(testing::all_close(lse.view({2, 4, 2}).permute({0, 2, 1}).contiguous(),
+                                 want.lse.view({2, 2, 4}), {0, 0}));
+}
+
 TEST(VariableBlockSparseAttention, BadInput) {
   const char* plan = "VariableBlockSparseAttentionWrapper.plan";
   const char* run = "VariableBlockSparseAttentionWrapper.run";

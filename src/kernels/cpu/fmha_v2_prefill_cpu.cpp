@@ -37,6 +37,7 @@ void fmha_v2_prefill(const FmhaV2PrefillParams& p) {
     work += int64_t{p.cu_q[b + 1] - p.cu_q[b]} * p.kv_lens[b];
   }
   work *= Hq * (dqk + dvo);
+  (void)work;  // read only by the OpenMP clause below
 #pragma omp parallel if (work > (int64_t{1} << 20))
   {
     std::vector<float> q(static_cast<std::size_t>(group * dqk)), k(static_cast<std::size_t>(dqk));

@@ -1,0 +1,235 @@
+// rope_quantize_fp8_append_paged_kv_cache (flashinfer.rope): the queries through rope_quantize_fp8
+// (a nested, unrecorded call: the same reference), the keys quantized the same way and, with the
+// values, scattered into the paged cache here on the host. CPU only: the backend index says so.
+#include "flashinfer/ops/rope_quantize_append.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "api/arg_traits.h"
+#include "api/attention_common.h"
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "api/kernel_table.h"
+#include "flashinfer/float_formats.h"
+#include "flashinfer/op_typed.h"
+#include "flashinfer/ops/rope_quantize.h"
+
+namespace flashinfer {
+namespace {
+
+constexpr const char* kOp = "rope_quantize_fp8_append_paged_kv_cache";
+
+uint8_t to_fp8(float x, DType d) {
+  return d == DType::kFloat8E4M3FN ? float_to_e4m3fn_bits(x, true) : float_to_e5m2_bits(x, true);
+}
+
+// Copies the 1-byte elements of src row [n] (contiguous) to dst at element offset off.
+void put_row(const Tensor& dst, int64_t off, const uint8_t* src, int64_t n) {
+  std::memcpy(static_cast<uint8_t*>(dst.data_ptr()) + off, src, static_cast<std::size_t>(n));
+}
+
+std::tuple<Tensor, Tensor> impl(const Tensor& q_rope, const Tensor& k_rope,
+                                const std::optional<Tensor>& q_nope,
+                                const std::optional<Tensor>& k_nope, const std::optional<Tensor>& v,
+                                const Tensor& cos_sin_cache, const Tensor& pos_ids,
+                                const PagedKVCache& cache, const Tensor& kv_indices,
+                                const Tensor& kv_indptr, const Tensor& batch_indices,
+                                const Tensor& positions, bool is_neox,
+                                std::optional<DType> quantize_dtype, double sq, double skv,
+                                int64_t page_size, std::string_view kv_layout,
+                                const std::optional<Tensor>& q_rope_out,
+                                const std::optional<Tensor>& q_nope_out, bool enable_pdl) {
+  api::check_defined(q_rope, kOp, "q_rope");
+  api::check_defined(k_rope, kOp, "k_rope");
+  FLASHINFER_CHECK_CODE(q_rope.device().is_cpu(), ErrorCode::kUnsupported, kOp, "q_rope",
+                        "runs on the CPU only in this library (no CUDA kernel)");
+  FLASHINFER_CHECK(cache.is_pair(), kOp, "paged_kv_cache",
+                   "must be a tuple of two tensors ((k_cache, v_cache) or (ckv_cache, "
+                   "kpe_cache))");
+  const bool mla = k_rope.dim() == 2;
+  const bool hnd = api::parse_kv_layout(kv_layout, kOp, "kv_layout");
+  FLASHINFER_CHECK(page_size >= 1, kOp, "page_size", "must be >= 1, got ", page_size);
+  FLASHINFER_CHECK(q_rope.dim() == 3, kOp, "q_rope", "must be [nnz, num_qo_heads, rope_dim], got ",
+                   shape_to_string(q_rope.shape()));
+  const int64_t nnz = q_rope.size(0), rope = q_rope.size(2);
+  FLASHINFER_CHECK(
+      mla ? !v.has_value() : v.has_value(), kOp, "v",
+      mla ? "MLA (2-D k_rope) takes no V (pass None)" : "GQA/MHA (3-D k_rope) needs a V tensor");
+  const DType qd = quantize_dtype.value_or(
+      q_rope_out ? q_rope_out->dtype() : (q_nope_out ? q_nope_out->dtype() : DType::kFloat8E4M3FN));
+  FLASHINFER_CHECK(qd == DType::kFloat8E4M3FN || qd == DType::kFloat8E5M2, kOp, "quantize_dtype",
+                   "must be float8_e4m3fn or float8_e5m2, got ", dtype_torch_name(qd));
+  const Tensor& c0 = cache.first();
+  const Tensor& c1 = cache.second();
+  api::check_defined(c0, kOp, "paged_kv_cache");
+  api::check_defined(c1, kOp, "paged_kv_cache");
+  FLASHINFER_CHECK(c0.dtype() == qd && c1.dtype() == qd, kOp, "paged_kv_cache",
+                   "cache dtype must be the quantize dtype ", dtype_torch_name(qd), ", got ",
+                   dtype_torch_name(c0.dtype()), " and ", dtype_torch_name(c1.dtype()));
+  for (const Tensor* c : {&c0, &c1}) {
+    FLASHINFER_CHECK(c->device().is_cpu(), kOp, "paged_kv_cache", "must be on the CPU");
+    FLASHINFER_CHECK(c->stride(-1) == 1 || c->size(-1) <= 1, kOp, "paged_kv_cache",
+                     "the feature axis must be contiguous");
+    api::check_writable(*c, kOp, "paged_kv_cache");
+  }
+  const int64_t hk = mla ? 1 : k_rope.size(1);
+  const int64_t nope = k_nope ? k_nope->size(-1) : 0;
+  int64_t pages = 0;
+  if (mla) {
+    FLASHINFER_CHECK(c0.dim() == 3 && c1.dim() == 3 && c0.size(1) == page_size &&
+                         c1.size(1) == page_size && c0.size(0) == c1.size(0) &&
+                         c0.size(2) == nope && c1.size(2) == rope,
+                     kOp, "paged_kv_cache", "MLA caches must be ckv [pages, ", page_size, ", ",
+                     nope, "] and kpe [pages, ", page_size, ", ", rope, "], got ",
+                     shape_to_string(c0.shape()), " and ", shape_to_string(c1.shape()));
+    pages = c0.size(0);
+  } else {
+    const Shape want = hnd ? Shape{c0.size(0), hk, page_size, rope + nope}
+                           : Shape{c0.size(0), page_size, hk, rope + nope};
+    FLASHINFER_CHECK(c0.dim() == 4 && c0.shape() == want && c1.shape() == want, kOp,
+                     "paged_kv_cache", "k_cache and v_cache must be ", shape_to_string(want), " (",
+                     kv_layout, ", head_dim = rope_dim + no_rope_dim), got ",
+                     shape_to_string(c0.shape()), " and ", shape_to_string(c1.shape()));
+    api::check_defined(*v, kOp, "v");
+    FLASHINFER_CHECK(
+        v->dim() == 3 && v->size(0) == nnz && v->size(1) == hk && v->size(2) == rope + nope, kOp,
+        "v", "must be [", nnz, ", ", hk, ", ", rope + nope, "], got ", shape_to_string(v->shape()));
+    FLASHINFER_CHECK(v->dtype() == q_rope.dtype(), kOp, "v", "must be q_rope's dtype ",
+                     dtype_torch_name(q_rope.dtype()), ", got ", dtype_torch_name(v->dtype()));
+    pages = c0.size(0);
+  }
+  // Index arrays (host), each token's slot checked before anything is written.
+  const std::vector<int32_t> bi = api::index_to_host(batch_indices, kOp, "batch_indices", nnz);
+  const std::vector<int32_t> ps = api::index_to_host(positions, kOp, "positions", nnz);
+  const std::vector<int32_t> indptr = api::index_to_host(kv_indptr, kOp, "kv_indptr");
+  const std::vector<int32_t> idx = api::index_to_host(kv_indices, kOp, "kv_indices");
+  FLASHINFER_CHECK(!indptr.empty(), kOp, "kv_indptr", "must have batch_size + 1 entries");
+  api::check_indptr(indptr, kOp, "kv_indptr");
+  FLASHINFER_CHECK(indptr.back() <= static_cast<int64_t>(idx.size()), kOp, "kv_indices", "has ",
+                   idx.size(), " entries, kv_indptr ends at ", indptr.back());
+  const int64_t batch = static_cast<int64_t>(indptr.size()) - 1;
+  std::vector<std::pair<int64_t, int64_t>> slot(static_cast<std::size_t>(nnz));
+  for (int64_t i = 0; i < nnz; ++i) {
+    FLASHINFER_CHECK(bi[i] >= 0 && bi[i] < batch, kOp, "batch_indices", "batch_indices[", i,
+                     "] = ", bi[i], " is not a request (", batch, " requests)");
+    FLASHINFER_CHECK(ps[i] >= 0, kOp, "positions", "positions[", i, "] = ", ps[i], " < 0");
+    const int64_t at = indptr[bi[i]] + ps[i] / page_size;
+    FLASHINFER_CHECK(at < indptr[bi[i] + 1], kOp, "positions", "positions[", i, "] = ", ps[i],
+                     " lies past request ", bi[i], "'s ", indptr[bi[i] + 1] - indptr[bi[i]],
+                     " pages");
+    FLASHINFER_CHECK(idx[at] >= 0 && idx[at] < pages, kOp, "kv_indices", "kv_indices[", at,
+                     "] = ", idx[at], " is not a page of the cache (", pages, " pages)");
+    slot[i] = {idx[at], ps[i] % page_size};
+  }
+  // Queries and keys: rope_quantize_fp8's reference (nested call, not recorded).
+  auto [qr, kr, qn, kn] =
+      rope_quantize_fp8(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox, qd, sq,
+                        skv, q_rope_out, std::nullopt, q_nope_out, std::nullopt, enable_pdl);
+  const Tensor krc = kr.contiguous(), knc = kn.contiguous();
+  const auto* kr8 = static_cast<const uint8_t*>(krc.data_ptr());
+  const auto* kn8 = static_cast<const uint8_t*>(knc.data_ptr());
+  std::vector<double> vd;
+  if (!mla) vd = v->contiguous().to_double_vector();
+  std::vector<uint8_t> vrow(static_cast<std::size_t>(rope + nope));
+  for (int64_t i = 0; i < nnz; ++i) {
+    const auto [page, s] = slot[i];
+    if (mla) {
+      put_row(c0, page * c0.stride(0) + s * c0.stride(1), kn8 + i * nope, nope);
+      put_row(c1, page * c1.stride(0) + s * c1.stride(1), kr8 + i * rope, rope);
+      continue;
+    }
+    for (int64_t h = 0; h < hk; ++h) {
+      const int64_t off0 = page * c0.stride(0) + (hnd ? h * c0.stride(1) + s * c0.stride(2)
+                                                      : s * c0.stride(1) + h * c0.stride(2));
+      const int64_t off1 = page * c1.stride(0) + (hnd ? h * c1.stride(1) + s * c1.stride(2)
+                                                      : s * c1.stride(1) + h * c1.stride(2));
+      put_row(c0, off0, kr8 + (i * hk + h) * rope, rope);
+      put_row(c0, off0 + rope, kn8 + (i * hk + h) * nope, nope);
+      for (int64_t e = 0; e < rope + nope; ++e) {
+        // Scaled in fp32, then converted: the rule rope_quantize_fp8 applies to its nope parts.
+        vrow[e] = to_fp8(
+            static_cast<float>(vd[(i * hk + h) * (rope + nope) + e]) * static_cast<float>(skv), qd);
+      }
+      put_row(c1, off1, vrow.data(), rope + nope);
+    }
+  }
+  return {qr, qn};
+}
+
+// flashinfer bench: GQA, batch_size requests of s_qo new tokens each appended after s_kv - s_qo.
+BenchCase bench_append(const BenchShape& s, Device dev) {
+  const DType in = s.q_dtype == DType::kFloat32 ? DType::kBFloat16 : s.q_dtype;
+  const int64_t B = s.batch_size, n = s.s_qo, H = s.num_qo_heads, Hk = s.num_kv_heads;
+  const int64_t D = s.head_dim_qk, ps = s.page_size, per = (std::max(s.s_kv, n) + ps - 1) / ps;
+  std::vector<int64_t> indptr, indices, bi, pos, pids;
+  for (int64_t b = 0; b <= B; ++b) indptr.push_back(b * per);
+  for (int64_t p = 0; p < B * per; ++p) indices.push_back(p);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < n; ++t) {
+      bi.push_back(b);
+      pos.push_back(per * ps - n + t);
+      pids.push_back(per * ps - n + t);
+    }
+  }
+  Tensor cs = api::bench::random_tensor({per * ps, D}, DType::kFloat32, dev, s.random_seed + 5);
+  BenchCase c = api::bench::invoke_case(
+      kOp,
+      {Value(api::bench::random_tensor({B * n, H, D}, in, dev, s.random_seed)),
+       Value(api::bench::random_tensor({B * n, Hk, D}, in, dev, s.random_seed + 1)), Value(),
+       Value(), Value(api::bench::random_tensor({B * n, Hk, D}, in, dev, s.random_seed + 2)),
+       Value(cs), Value(api::bench::int32_tensor(pids, dev)),
+       Value::tuple({Value(Tensor::zeros({B * per, ps, Hk, D}, DType::kFloat8E4M3FN, dev)),
+                     Value(Tensor::zeros({B * per, ps, Hk, D}, DType::kFloat8E4M3FN, dev))}),
+       Value(api::bench::int32_tensor(indices, dev)), Value(api::bench::int32_tensor(indptr, dev)),
+       Value(api::bench::int32_tensor(bi, dev)), Value(api::bench::int32_tensor(pos, dev))},
+      {{"page_size", Value(ps)}});
+  c.bytes = api::bench::nbytes({B * n, H + 2 * Hk, D}, in) +
+            api::bench::nbytes({B * n, H + 2 * Hk, D}, DType::kFloat8E4M3FN);
+  return c;
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor> rope_quantize_fp8_append_paged_kv_cache(
+    const Tensor& q_rope, const Tensor& k_rope, std::optional<Tensor> q_nope,
+    std::optional<Tensor> k_nope, std::optional<Tensor> v, const Tensor& cos_sin_cache,
+    const Tensor& pos_ids, const PagedKVCache& paged_kv_cache, const Tensor& kv_indices,
+    const Tensor& kv_indptr, const Tensor& batch_indices, const Tensor& positions, bool is_neox,
+    std::optional<DType> quantize_dtype, double quant_scale_q, double quant_scale_kv,
+    int64_t page_size, std::string_view kv_layout, std::optional<Tensor> q_rope_out,
+    std::optional<Tensor> q_nope_out, bool enable_pdl) {
+  return call_op<&rope_quantize_fp8_append_paged_kv_cache>(
+      [&] {
+        return impl(q_rope, k_rope, q_nope, k_nope, v, cos_sin_cache, pos_ids, paged_kv_cache,
+                    kv_indices, kv_indptr, batch_indices, positions, is_neox, quantize_dtype,
+                    quant_scale_q, quant_scale_kv, page_size, kv_layout, q_rope_out, q_nope_out,
+                    enable_pdl);
+      },
+      q_rope, k_rope, q_nope, k_nope, v, cos_sin_cache, pos_ids, paged_kv_cache, kv_indices,
+      kv_indptr, batch_indices, positions, is_neox, quantize_dtype, quant_scale_q, quant_scale_kv,
+      page_size, kv_layout, q_rope_out, q_nope_out, enable_pdl);
+}
+
+namespace detail {
+void register_rope_quantize_append_ops(OpRegistry& r) {
+  declare<&rope_quantize_fp8_append_paged_kv_cache>(
+      r,
+      {.name = kOp,
+       .module = "flashinfer.rope",
+       .summary = "rope_quantize_fp8 with K (and V) appended to a paged FP8 cache (CPU only)"},
+      "q_rope", "k_rope", arg("q_nope").required(), arg("k_nope").required(), arg("v").required(),
+      "cos_sin_cache", "pos_ids", arg("paged_kv_cache").mut(), "kv_indices", "kv_indptr",
+      "batch_indices", "positions", arg("is_neox", true), "quantize_dtype",
+      arg("quant_scale_q", 1.0), arg("quant_scale_kv", 1.0), arg("page_size", 16),
+      arg("kv_layout", "NHD"), arg("q_rope_out").mut(), arg("q_nope_out").mut(),
+      arg("enable_pdl", false));
+  static constexpr api::BackendSummary kCpu[] = {
+      {DeviceType::kCPU, "CPU reference: rope_quantize_fp8's, then a host scatter into the pages"}};
+  api::register_backends(kOp, std::span<const api::BackendSummary>(kCpu));
+  register_bench_hook(kOp, bench_append);
+}
+}  // namespace detail
+
+}  // namespace flashinfer
