@@ -296,10 +296,49 @@ y = blk * osc[..., None]
 code = (rne(y.abs().clamp(max=6.0), G2) + 8 * torch.signbit(y).to(torch.int64)).reshape(4, 64)
 record("nvfp4_kv_quantize", QM, {"kwarg_input": xk, "kwarg_global_scale": gsk}, {},
        [(code[:, 0::2] | (code[:, 1::2] << 4)).to(torch.uint8), sfc.to(torch.uint8)])
+
+# 30. nvfp4_quantize_paged_kv_cache (HND, given global scales): fp4_quantize of
+# cache.reshape(-1, D) with linear scales; V scales 4-token interleaved within each (page, head)
+# [page_size, D/16] tile: out[(t/4)*4*S + s*4 + t%4] = in[t*S + s].
+P, H, PS, D = 2, 2, 8, 64
+S = D // 16
+kc, vc = bf(torch.randn(P, H, PS, D)), bf(3 * torch.randn(P, H, PS, D))
+kq, ks = nv_lin(kc.reshape(-1, D), 100.0)
+vq, vs = nv_lin(vc.reshape(-1, D), 50.0)
+vt = vs.view(P, H, PS * S)
+vsw = torch.empty_like(vt)
+for t in range(PS):
+    for s_ in range(S):
+        vsw[:, :, (t // 4) * 4 * S + s_ * 4 + t % 4] = vt[:, :, t * S + s_]
+record("nvfp4_quantize_paged_kv_cache", QM,
+       {"kwarg_k_cache": kc, "kwarg_v_cache": vc, "kwarg_k_global_sf": torch.tensor([100.0]),
+        "kwarg_v_global_sf": torch.tensor([50.0])}, {"kwarg_kv_layout": "HND"},
+       [[kq.view(P, H, PS, D // 2), vq.view(P, H, PS, D // 2)],
+        [("fp8", ks.view(P, H, PS, S)), ("fp8", vsw.view(P, H, PS, S))]])
+
+# 31. nvfp4_kv_dequantize_paged (stacked NHD cache): token t < seq_lens[b] from page
+# block_tables[b, t // page_size], entry t % page_size, (e2m1 * e4m3) * scale; other rows kept.
+P, PS, H, D = 4, 4, 2, 32
+data, sfs = rbytes((P, 2, PS, H, D // 2)), rbytes((P, 2, PS, H, D // 16), 0x30, 0x48)
+bt = torch.tensor([[2, 0], [3, 1]], dtype=torch.int32)
+sl = torch.tensor([6, 3], dtype=torch.int32)
+outs = [torch.full((2, 8, H, D), 7.0).to(torch.bfloat16) for _ in range(2)]
+exp = [o.clone() for o in outs]
+for kv, scale in ((0, 0.5), (1, 0.25)):
+    for b_ in range(2):
+        for t in range(int(sl[b_])):
+            pg, e_ = int(bt[b_, t // PS]), t % PS
+            v = fp4_values(data[pg, kv, e_]) * E4M3[sfs[pg, kv, e_].long()].repeat_interleave(16, 1)
+            exp[kv][b_, t] = (v * scale).to(torch.bfloat16)
+record("nvfp4_kv_dequantize_paged", QM,
+       {"kwarg_paged_kv_cache": data, "kwarg_kv_cache_sf": ("fp8", sfs), "kwarg_block_tables": bt,
+        "kwarg_seq_lens": sl, "kwarg_output_k": outs[0], "kwarg_output_v": outs[1]},
+       {"kwarg_k_scale": 0.5, "kwarg_v_scale": 0.25, "kwarg_kv_layout": "NHD"}, None,
+       {"kwarg_output_k": exp[0], "kwarg_output_v": exp[1]})
 )PY";
 
 TEST(QuantUpstreamDumps, TorchWrittenDumpsReplay) {
-  if (!run_upstream_dump_script("fi_quant_dumps", kCalls, 28)) {
+  if (!run_upstream_dump_script("fi_quant_dumps", kCalls, 30)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
 }

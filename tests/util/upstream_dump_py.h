@@ -108,8 +108,18 @@ def record(name, module, tensors, meta, outs, mutated=None):
     if outs is None:
         okeys = []
     elif isinstance(outs, list) or (isinstance(outs, tuple) and outs[0] != "fp8"):
-        okeys = ["result_%d" % i for i in range(len(outs))]
-        save(dict(zip(okeys, outs)), call + "/outputs.pt")
+        # A nested tuple's items are result_<i>__<j> (the recorder's nested keys).
+        flat = {}
+        def add(key, v):
+            if isinstance(v, list):
+                for j, x in enumerate(v):
+                    add(key + "__%d" % j, x)
+            else:
+                flat[key] = v
+        for i, v in enumerate(outs):
+            add("result_%d" % i, v)
+        okeys = list(flat)
+        save(flat, call + "/outputs.pt")
     else:
         okeys = ["result"]
         save({"result": outs}, call + "/outputs.pt")
