@@ -335,10 +335,20 @@ record("nvfp4_kv_dequantize_paged", QM,
         "kwarg_seq_lens": sl, "kwarg_output_k": outs[0], "kwarg_output_v": outs[1]},
        {"kwarg_k_scale": 0.5, "kwarg_v_scale": 0.25, "kwarg_kv_layout": "NHD"}, None,
        {"kwarg_output_k": exp[0], "kwarg_output_v": exp[1]})
+
+# 32. fused_rmsnorm_silu into a float8_e4m3fn `out` (upstream's binding: scale 1.0):
+# e4m3_satfinite(silu(x * rsqrt(mean(x^2) + eps) * w)); the result is `out`.
+xs = bf(torch.randn(4, 128))
+ws = bf(1 + 0.1 * torch.randn(128))
+ys = rms(xs.float(), ws)
+record("fused_rmsnorm_silu", "flashinfer.norm",
+       {"kwarg_input": xs, "kwarg_weight": ws,
+        "kwarg_out": ("fp8", torch.zeros(4, 128, dtype=torch.uint8))}, {"kwarg_eps": 1e-6},
+       ("fp8", e4m3(ys * torch.sigmoid(ys))))
 )PY";
 
 TEST(QuantUpstreamDumps, TorchWrittenDumpsReplay) {
-  if (!run_upstream_dump_script("fi_quant_dumps", kCalls, 30)) {
+  if (!run_upstream_dump_script("fi_quant_dumps", kCalls, 31)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
 }
