@@ -174,9 +174,11 @@ Tensor rmsnorm_silu_impl(const Tensor& input, const Tensor& weight, double eps,
   Tensor result;
   if (out) {
     api::check_defined(*out, op, "out");
-    FLASHINFER_CHECK_CODE(out->dtype() == DType::kBFloat16, ErrorCode::kUnsupported, op, "out",
-                          "only bfloat16 output is implemented (upstream also writes fp8 and "
-                          "NVFP4), got ",
+    // Upstream's binding runs the fp8 kernel with scale 1.0 (csrc/rmsnorm_silu.cu).
+    FLASHINFER_CHECK_CODE(out->dtype() == DType::kBFloat16 || out->dtype() == DType::kFloat8E4M3FN,
+                          ErrorCode::kUnsupported, op, "out",
+                          "only bfloat16 and float8_e4m3fn outputs are implemented (upstream also "
+                          "writes NVFP4), got ",
                           dtype_name(out->dtype()));
     api::check_shape_eq(*out, input.shape(), op, "out");
     api::check_same_device(*out, input, op, "out", "input");
@@ -191,7 +193,7 @@ Tensor rmsnorm_silu_impl(const Tensor& input, const Tensor& weight, double eps,
   p.input = input.data_ptr();
   p.out = result.data_ptr();
   p.dtype = input.dtype();
-  p.out_dtype = DType::kBFloat16;
+  p.out_dtype = result.dtype();
   p.batch = input.size(0);
   p.hidden = input.size(1);
   p.in_stride_b = input.stride(0);

@@ -4,112 +4,14 @@
 // computed by torch from upstream's definitions (the layouts of gemm_bf16_fp4's prepare paths,
 // e2m1 / e4m3 / ue8m0 decoding, the fused kernels' fp32 math). Each replays here and passes.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <string>
 
 #include "flashinfer/flashinfer.h"
-#include "flashinfer/replay.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer::testing {
 namespace {
 
-const char* const kScript = R"PY(
-import json, sys, zipfile, struct
-try:
-    import torch
-except ImportError:
-    sys.exit(77)
-
-# torch.save as torch >= 2.1 writes it: legacy dtypes through _rebuild_tensor_v2 and a typed
-# storage; fp8 (an ("fp8", uint8 codes) pair) through _rebuild_tensor_v3 and an UntypedStorage.
-LEGACY = {torch.float32: "FloatStorage", torch.bfloat16: "BFloat16Storage",
-          torch.int32: "IntStorage", torch.int64: "LongStorage", torch.uint8: "ByteStorage",
-          torch.float16: "HalfStorage", torch.bool: "BoolStorage"}
-def save(d, path):
-    out = bytearray(b"\x80\x02}(")
-    blobs = []
-    def s(x):
-        b = x.encode()
-        out.extend(b"X" + struct.pack("<I", len(b)) + b)
-    def i(v):
-        out.extend(b"J" + struct.pack("<i", v))
-    def ints(vs):
-        out.extend(b"(")
-        for v in vs: i(v)
-        out.extend(b"t")
-    for name, v in d.items():
-        fp8 = isinstance(v, tuple)
-        t = (v[1] if fp8 else v).contiguous()
-        key = str(len(blobs))
-        raw = t if t.dtype in (torch.uint8, torch.bool) else t.view(torch.uint8)
-        blobs.append(raw.numpy().tobytes())
-        s(name)
-        out.extend(b"ctorch._utils\n_rebuild_tensor_v%d\n(" % (3 if fp8 else 2))
-        out.extend(b"(")
-        s("storage")
-        out.extend(b"ctorch\n%s\n" % (b"UntypedStorage" if fp8 else LEGACY[t.dtype].encode()))
-        s(key); s("cpu"); i(t.numel())
-        out.extend(b"tQ")
-        i(0); ints(list(t.shape)); ints(list(t.stride()))
-        out.extend(b"\x89ccollections\nOrderedDict\n)R")
-        if fp8:
-            out.extend(b"ctorch\nfloat8_e4m3fn\n")
-        out.extend(b"tR")
-    out.extend(b"u.")
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        z.writestr("archive/data.pkl", bytes(out))
-        for k, b in enumerate(blobs):
-            z.writestr("archive/data/%d" % k, b)
-        z.writestr("archive/version", "3\n")
-
-def e4m3_value(c):
-    s = -1.0 if c & 0x80 else 1.0
-    e, m = (c >> 3) & 0xF, c & 7
-    if e == 0xF and m == 7: return float("nan")
-    return s * (m / 8.0 * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7))
-E4M3 = torch.tensor([e4m3_value(c) for c in range(256)], dtype=torch.float32)
-FIN8 = torch.tensor([c for c in range(256) if E4M3[c] == E4M3[c]])
-E2M1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
-
-def fp4_values(b):  # uint8 [r, c/2] -> fp32 [r, c], low nibble first
-    lo, hi = E2M1[(b & 0xF).long()], E2M1[(b >> 4).long()]
-    return torch.stack([lo, hi], -1).reshape(b.shape[0], -1)
-def swz(r, c, ksf):  # 128x4 scale layout
-    return ((r // 128) * ((ksf + 3) // 4) + c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
-def unswizzle(buf, n, ksf):
-    v = buf.tolist()
-    return torch.tensor([[v[swz(r, c, ksf)] for c in range(ksf)] for r in range(n)],
-                        dtype=torch.uint8)
-def rbytes(shape, lo=0, hi=256):
-    return torch.randint(lo, hi, shape, dtype=torch.int64).to(torch.uint8)
-
-d = sys.argv[1]
-seq = [0]
-def record(name, module, tensors, meta, outs):
-    seq[0] += 1
-    call = "%s/20261122_180000_%03d_pid4242_%s_call%04d" % (d, seq[0], name, seq[0])
-    import os
-    os.makedirs(call)
-    save(tensors, call + "/inputs.pt")
-    if isinstance(outs, (list, tuple)):
-        okeys = ["result_%d" % i for i in range(len(outs))]
-        save(dict(zip(okeys, outs)), call + "/outputs.pt")
-    else:
-        okeys = ["result"]
-        save({"result": outs}, call + "/outputs.pt")
-    rec = {"function_name": name, "module": module, "call_sequence": seq[0],
-           "timestamp": "20261122_180000_%03d" % seq[0], "process_id": 4242,
-           "input_metadata": meta, "output_metadata": {},
-           "tensor_info": {"input_tensor_keys": list(tensors), "output_tensor_keys": okeys},
-           "tensor_format": "torch", "execution_status": "completed"}
-    with open(call + "/metadata.jsonl", "w") as f:
-        f.write(json.dumps(rec) + "\n")
-
+const char* const kCalls = R"PY(
 torch.manual_seed(0)
 BF4 = "flashinfer.gemm.gemm_bf16_fp4"
 
@@ -297,29 +199,6 @@ record("per_token_group_quant_8bit", "flashinfer.quantization.fp8_quantization",
 # 15-16. nvfp4_quantize_smooth and svdquant_linear. NVFP4 of v = bf16(x * pre_quant_scale):
 # per 16 values sf = e4m3_satfinite((gs * amax) / 6), q = e2m1((v * gs) / sf), both rounded to
 # nearest, ties to the even code (the stock quantizer's formulas).
-G2 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6])
-POS8 = torch.tensor([E4M3[c].item() for c in range(127)])
-def rne(a, grid):  # codes of the nearest grid values, ties to the even code
-    dist = (a.reshape(-1, 1) - grid.reshape(1, -1)).abs()
-    tie = dist == dist.min(1, keepdim=True)[0]
-    even = (torch.arange(len(grid)) % 2 == 0).to(torch.int64)
-    return (tie.to(torch.int64) * (1 + even)).argmax(1).reshape(a.shape)
-def nvfp4(v, gs):
-    m, n = v.shape
-    blk = v.float().view(m, n // 16, 16)
-    amax = blk.abs().amax(-1)
-    sfc = rne(((gs * amax) / 6.0).clamp(max=448.0), POS8)
-    sfv = POS8[sfc]
-    y = (blk * gs) / sfv[..., None]
-    code = rne(y.abs().clamp(max=6.0), G2) + 8 * (torch.signbit(y)).to(torch.int64)
-    code = torch.where(sfv[..., None] == 0, torch.zeros_like(code), code).reshape(m, n)
-    q = (code[:, 0::2] | (code[:, 1::2] << 4)).to(torch.uint8)
-    flat = [0] * ((m + 127) // 128 * 128 * ((n // 16 + 3) // 4 * 4))
-    sl = sfc.tolist()
-    for r in range(m):
-        for c in range(n // 16):
-            flat[swz(r, c, n // 16)] = sl[r][c]
-    return q, torch.tensor(flat, dtype=torch.uint8), (E2M1[code] * sfv.repeat_interleave(16, 1))
 xsm = torch.randn(128, 64).to(torch.bfloat16)
 pqs = (0.5 + torch.rand(64)).to(torch.bfloat16)
 gsm = torch.tensor([448.0 * 6.0 / 6.0])
@@ -342,26 +221,9 @@ record("svdquant_linear", "flashinfer.gemm.gemm_svdquant",
 )PY";
 
 TEST(DenseUpstreamDumps, TorchWrittenDumpsReplay) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("fi_dense_dumps_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::ofstream(dir / "make.py") << kScript;
-  // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
-  const int st =
-      std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + dir.string()).c_str());
-  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-    fs::remove_all(dir);
+  if (!run_upstream_dump_script("fi_dense_dumps", kCalls, 16)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
-  ASSERT_EQ(st, 0);
-  fs::remove(dir / "make.py");
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 16u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
-  fs::remove_all(dir);
 }
 
 }  // namespace

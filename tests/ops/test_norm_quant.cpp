@@ -185,14 +185,47 @@ TEST(FusedRmsNormSilu, MatchesFp64Formula) {
   EXPECT_TRUE(all_close(g, {0.59420, 0.85140}, {4e-3, 4e-3}));
 }
 
+// fp8 output (upstream's binding: scale 1.0): e4m3 of silu(y), saturating at 448.
+TEST(FusedRmsNormSilu, Fp8OutputMatchesFp64Formula) {
+  for (int64_t hidden : {2, 33, 300}) {
+    Tensor x = strided_rand({3, hidden}, DType::kBFloat16, hidden, -3, 3);
+    Tensor w = rand_tensor({hidden}, DType::kBFloat16, hidden + 7);
+    Tensor o = Tensor::empty({3, hidden}, DType::kFloat8E4M3FN);
+    Tensor y = fused_rmsnorm_silu(x, w, 1e-5, o);
+    EXPECT_EQ(y.data_ptr(), o.data_ptr());
+    EXPECT_EQ(y.dtype(), DType::kFloat8E4M3FN);
+    const auto xv = values(x), wv = values(w), yv = values(y);
+    for (int64_t r = 0; r < 3; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < hidden; ++i) ss += xv[r * hidden + i] * xv[r * hidden + i];
+      const double rs = 1 / std::sqrt(ss / hidden + 1e-5);
+      for (int64_t i = 0; i < hidden; ++i) {
+        const double v = xv[r * hidden + i] * rs * wv[i];
+        const double want = clamp_q(v / (1 + std::exp(-v)), DType::kFloat8E4M3FN);
+        EXPECT_NEAR(yv[r * hidden + i], want, fp8_ulp(want, DType::kFloat8E4M3FN))
+            << "hidden " << hidden << " row " << r << " col " << i;
+      }
+    }
+  }
+  // Golden: [3, 4] -> rmsnorm [0.8485, 1.1314] -> silu [0.5942, 0.8554] -> e4m3 0.625, 0.875;
+  // weight 1000 -> [848.5, 1131.4] -> saturates to 448.
+  Tensor x = Tensor::from_vector({3, 4}, {1, 2}, DType::kBFloat16);
+  Tensor o = Tensor::empty({1, 2}, DType::kFloat8E4M3FN);
+  fused_rmsnorm_silu(x, Tensor::from_vector({1, 1}, {2}, DType::kBFloat16), 0.0, o);
+  EXPECT_EQ(values(o), (std::vector<double>{0.625, 0.875}));
+  fused_rmsnorm_silu(x, Tensor::from_vector({1000, 1000}, {2}, DType::kBFloat16), 0.0, o);
+  EXPECT_EQ(values(o), (std::vector<double>{448, 448}));
+}
+
 TEST(FusedRmsNormSilu, BadInput) {
   Tensor x = rand_tensor({4, 8}, DType::kBFloat16, 1);
   Tensor w = rand_tensor({8}, DType::kBFloat16, 2);
   const char* op = "fused_rmsnorm_silu";
   EXPECT_FI_ERROR(fused_rmsnorm_silu(x.to(DType::kFloat16), w.to(DType::kFloat16)), op, "input");
   EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w.to(DType::kFloat32)), op, "weight");
-  EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, 1e-6, Tensor::empty({4, 8}, DType::kFloat8E4M3FN)), op,
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, 1e-6, Tensor::empty({4, 8}, DType::kFloat8E5M2)), op,
                   "out");
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, 1e-6, Tensor::empty({4, 4}, DType::kUInt8)), op, "out");
   EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, 1e-6, Tensor::empty({4, 7}, DType::kBFloat16)), op,
                   "out");
   EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, -1.0), op, "eps");

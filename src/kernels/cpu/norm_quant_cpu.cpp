@@ -59,6 +59,15 @@ void row(const NormQuantParams& p, int64_t b, float inv_scale, std::vector<float
   float ss = 0.0f;
   for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
   const float rstd = 1.0f / std::sqrt(ss / static_cast<float>(n) + p.eps);
+  if (p.kind == NormQuantKind::kRmsSilu && p.out_dtype == DType::kFloat8E4M3FN) {
+    // fused_rmsnorm_silu's fp8 output: e4m3 (saturating) of silu(y), scale 1.
+    uint8_t* o = static_cast<uint8_t*>(p.out) + b * p.out_stride_b;
+    for (int64_t i = 0; i < n; ++i) {
+      const float y = x[i] * rstd * f32(w[i * p.weight_stride]);
+      o[i * p.out_stride_d] = quantize(y / (1.0f + std::exp(-y)), 1.0f, p.out_dtype);
+    }
+    return;
+  }
   if (p.kind == NormQuantKind::kRmsSilu) {
     BFloat16* o = static_cast<BFloat16*>(p.out) + b * p.out_stride_b;
     for (int64_t i = 0; i < n; ++i) {

@@ -66,7 +66,13 @@ __global__ void __launch_bounds__(kThreads) norm_quant_kernel(NormQuantParams p)
     }
     const float rstd = rsqrtf(block_reduce_sum(ss, scratch) / static_cast<float>(n) + p.eps);
     const T* w = static_cast<const T*>(p.weight);
-    if (p.kind == NormQuantKind::kRmsSilu) {
+    if (p.kind == NormQuantKind::kRmsSilu && e4m3) {
+      // fused_rmsnorm_silu's fp8 output: e4m3 (saturating) of silu(y), scale 1.
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float y = load(i) * rstd * to_f32(w[i * p.weight_stride]);
+        out[i * p.out_stride_d] = quantize(y / (1.0f + expf(-y)), 1.0f, true);
+      }
+    } else if (p.kind == NormQuantKind::kRmsSilu) {
       __nv_bfloat16* o = static_cast<__nv_bfloat16*>(p.out) + b * p.out_stride_b;
       for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         const float y = load(i) * rstd * to_f32(w[i * p.weight_stride]);
