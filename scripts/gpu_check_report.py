@@ -30,7 +30,7 @@ KERNEL_TESTS = [
     ("prefill_cuda.cu", r"^(BatchPrefillCuda\.|SinglePrefillCuda\.|BackendOpsCuda\.MatchesCpu/.*([Pp]refill|context_with_kv_cache))"),
     ("cascade_cuda.cu", r"^(MergeStatesCuda\.|AppendPagedKvCacheCuda\.|BackendOpsCuda\.MatchesCpu/.*(merge_state|append_paged))"),
     ("moe_cuda.cu", r"^(MoeCuda\.|TrtllmFp8BlockScaleMoeCuda\.|BackendOpsCuda\.MatchesCpu/.*(cutlass_fused_moe|fused_topk_deepseek|trtllm_fp8_block_scale))"),
-    ("norm_quant_cuda.cu", r"^BackendOpsCuda\.MatchesCpu/.*(rmsnorm_quant|layernorm_quant)"),
+    ("norm_quant_cuda.cu", r"^BackendOpsCuda\.MatchesCpu/.*(rmsnorm_quant|layernorm_quant|fused_rmsnorm_silu)"),
     ("quant8_cuda.cu", r"^BackendOpsCuda\.MatchesCpu/.*per_token_group_quant_8bit"),
     ("topk_cuda.cu", r"^BackendOpsCuda\.MatchesCpu/.*top_k($|_page_table|_ragged|_varlen)"),
     ("gemm_fp8_cuda.cu", r"^(GemmFp8Cuda\.|BackendOpsCuda\.MatchesCpu/.*(gemm_fp8|mm_fp8|mxfp8|tgv_gemm|mm_M1_16|tinygemm))"),
@@ -38,6 +38,7 @@ KERNEL_TESTS = [
     ("ragged_attention_cuda.cu", r"^(TrtllmRaggedDeepseekCuda\.|FmhaV2PrefillCuda\.|BackendOpsCuda\.MatchesCpu/.*(ragged_attention_deepseek|fmha_v2))"),
     ("rope_quantize_cuda.cu", r"^(RopeQuantizeFp8Cuda\.|BackendOpsCuda\.MatchesCpu/.*rope_quantize)"),
     ("attention_jit_launch.cu", r"^(BackendOpsCudaJit\.|BatchPrefillCuda\.RaggedQk192Vo128)"),
+    ("grouped_gemm_cuda.cu", r"^(GroupedMmBf16Cuda\.|BackendOpsCuda\.MatchesCpu/.*grouped_mm_bf16)"),
     ("apilog_stats_cuda.cu", r"^ApiLog\.StatisticsCuda"),
     ("bench_timing_cuda.cu", None),  # from the bench phase: a CUDA [PERF] row was timed
 ]
