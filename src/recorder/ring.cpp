@@ -789,6 +789,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   bool nan = false;
   SplitLine line1;
   std::vector<KeptTensor> inputs;
+  formats::ArchivePlan inputs_plan;  // line 1's, reused: the same tensors, the same bytes
   bool evicted = false;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -796,6 +797,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     if (!evicted) {
       line1 = call->begin->lines[0];
       inputs = call->inputs;
+      if (call->begin->has_inputs) inputs_plan = call->begin->inputs;
     }
   }
   try {
@@ -820,7 +822,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     files->lines.push_back(
         split_line(record_line(call->rec, o, schema::kStatusCompleted, kDirMarker)));
     files->has_inputs = !inputs.empty();
-    if (files->has_inputs) files->inputs = plan(schema::kInputsStem, inputs);
+    if (files->has_inputs) files->inputs = std::move(inputs_plan);
     files->has_outputs = !kept_out.empty();
     if (files->has_outputs) files->outputs = plan(schema::kOutputsStem, kept_out);
     files->has_mutated = !kept_mut.empty();
