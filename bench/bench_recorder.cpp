@@ -154,7 +154,8 @@ BENCHMARK(BM_RmsNormRing)->UseRealTime();
 
 // One decode step of the toy Llama model (examples/llama: 4 layers, hidden 512, batch 4) on
 // the CPU: arg 0 is level 0, arg 1 ring mode with 256 calls kept, arg 2 ring mode and NaN
-// checks off. The time is the generation loop's decode time per step.
+// checks off, arg 3 ring mode with FLASHINFER_DUMP_RING_VERIFY=full (every input hashed). The
+// time is the generation loop's decode time per step.
 void BM_LlamaDecodeStep(benchmark::State& state) {
   const int mode = static_cast<int>(state.range(0));
   const fs::path d = scratch_dir("_llama");
@@ -169,6 +170,7 @@ void BM_LlamaDecodeStep(benchmark::State& state) {
     c.dump_dir = d.string();
     c.ring = 256;
     if (mode == 2) c.triggers = {"crash", "signal", "error"};
+    c.ring_verify_full = mode == 3;
     recorder::start(c);
   }
   for (auto _ : state) {
@@ -186,6 +188,7 @@ BENCHMARK(BM_LlamaDecodeStep)
     ->Arg(0)
     ->Arg(1)
     ->Arg(2)
+    ->Arg(3)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);

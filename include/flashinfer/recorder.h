@@ -26,6 +26,11 @@ struct Config {
   /// "error" (an op raised flashinfer::Error); not by default, "exit" (the process exits
   /// normally, or recording stops: the last calls of a run, e.g. for a demo or a test).
   std::vector<std::string> triggers = {"crash", "signal", "nan", "error"};
+  /// FLASHINFER_DUMP_RING_VERIFY == "full": a tensor is shared with a kept call only when a hash
+  /// of all its bytes matches (one extra read of every input per call). Default ("sampled"):
+  /// same storage span, no library write to it since, and a sampled fingerprint matches
+  /// (docs/LOGGING.md, "What unchanged means").
+  bool ring_verify_full = false;
   /// FLASHINFER_DUMP_DEDUP == "1" (record-everything mode): each distinct tensor content is
   /// stored once under <dump_dir>/tensors/, records refer to it (`flashinfer export` expands).
   bool dedup = false;

@@ -222,6 +222,17 @@ Settings parse_settings(const EnvLookup& lookup) {
     s.dump_trigger = std::move(triggers);
   }
   if (const char* v = get("FLASHINFER_DUMP_DEDUP")) s.dump_dedup = std::string_view(v) == "1";
+  if (const char* v = get("FLASHINFER_DUMP_RING_VERIFY"); v && *v) {
+    const std::string_view mode(v);
+    if (mode == "full" || mode == "sampled") {
+      s.dump_ring_verify_full = mode == "full";
+    } else {
+      s.problems.push_back({"FLASHINFER_DUMP_RING_VERIFY", "FLASHINFER_DUMP_RING_VERIFY='" +
+                                                               std::string(mode) +
+                                                               "' is not 'sampled' or 'full'; "
+                                                               "using 'sampled'"});
+    }
+  }
   if (const char* v = get("FLASHINFER_HOST_CACHE_MB"); v && *v) {
     if (auto n = parse_python_int(v); n && *n >= 0 && *n <= (int64_t{1} << 40)) {
       s.host_cache_mb = *n;

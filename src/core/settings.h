@@ -27,6 +27,8 @@ struct Settings {
   int64_t dump_ring_mb = 1024;  // FLASHINFER_DUMP_RING_MB: memory bound of the ring
   std::vector<std::string> dump_trigger = {"crash", "signal", "nan", "error"};  // _TRIGGER
   bool dump_dedup = false;  // FLASHINFER_DUMP_DEDUP == "1": content-addressed tensors
+  // FLASHINFER_DUMP_RING_VERIFY == "full" (default "sampled"): how the ring tells unchanged.
+  bool dump_ring_verify_full = false;
   // This library's own: the host allocator cache limit (README), Python int() >= 0.
   std::optional<int64_t> host_cache_mb;  // FLASHINFER_HOST_CACHE_MB; nullopt: unset/invalid
   // JIT compilation (docs/JIT.md), upstream's variables and one of this library's own.

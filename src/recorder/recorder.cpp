@@ -65,6 +65,7 @@ Config config_from(const detail::Settings& s) {
   c.ring_mb = s.dump_ring_mb;
   c.triggers = s.dump_trigger;
   c.dedup = s.dump_dedup;
+  c.ring_verify_full = s.dump_ring_verify_full;
   return c;
 }
 

@@ -57,13 +57,22 @@ struct BlobKeyHash {
   std::size_t operator()(const BlobKey& k) const { return k.lo ^ (k.hi * 31) ^ k.size; }
 };
 
+// Where a blob's bytes came from (default mode): a span of device memory, keyed by device and
+// first byte address.
+struct SpanKey {
+  int64_t device = 0;  // DeviceType * 65536 + index
+  uintptr_t lo = 0;
+  auto operator<=>(const SpanKey&) const = default;
+};
+
 // One distinct tensor content: the covered span of a tensor's storage, on the host.
 struct Blob {
   uint8_t* data = nullptr;
   uint64_t size = 0;
   bool pinned = false;
-  void* event = nullptr;  // a CUDA copy not yet known to be complete
-  std::optional<BlobKey> key;
+  void* event = nullptr;         // a CUDA copy not yet known to be complete
+  std::optional<BlobKey> key;    // FLASHINFER_DUMP_RING_VERIFY=full: its content hash
+  std::optional<SpanKey> where;  // default mode: its entry in the span table
   std::shared_ptr<std::atomic<uint64_t>> held;  // the ring's byte counter
 
   Blob(uint64_t n, bool pin, std::shared_ptr<std::atomic<uint64_t>> counter)
@@ -224,6 +233,45 @@ const char* signal_name(int signo) {
 
 constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 
+// A kept span in the default mode: sharing it again needs the same storage object (not only
+// the same address: freed memory is reused), no library write to the span since (entries are
+// erased by note_write), and the same sampled fingerprint (writes made outside the library).
+struct SpanEntry {
+  uint64_t bytes = 0;
+  std::weak_ptr<Blob> blob;
+  std::weak_ptr<Storage> storage;
+  uint64_t fingerprint = 0;
+};
+
+int64_t device_code(const Device& d) {
+  return static_cast<int64_t>(d.type) * 65536 + static_cast<int64_t>(d.index);
+}
+
+// Spans up to this size are fingerprinted whole; larger ones by samples.
+constexpr uint64_t kWholeFingerprintBytes = 4096;
+constexpr int kFingerprintSamples = 64;  // 8-byte words spread evenly over the span
+
+// The default mode's check for writes made outside the library (docs/LOGGING.md): the whole
+// span when small; otherwise its first and last 64 bytes and 64 words spread evenly, about
+// 640 bytes read whatever the size. A write that changes none of the sampled bytes (a few
+// elements in the middle of a large tensor) is not seen; FLASHINFER_DUMP_RING_VERIFY=full is.
+uint64_t fingerprint(const uint8_t* p, uint64_t n) {
+  if (n <= kWholeFingerprintBytes) return XXH3_64bits(p, n);
+  std::array<uint64_t, 16 + kFingerprintSamples + 1> words{};
+  std::memcpy(words.data(), p, 64);
+  std::memcpy(words.data() + 8, p + n - 64, 64);
+  const uint64_t step = (n - 8) / (kFingerprintSamples - 1);
+  for (int i = 0; i < kFingerprintSamples; ++i) {
+    std::memcpy(&words[16 + static_cast<std::size_t>(i)], p + step * static_cast<uint64_t>(i), 8);
+  }
+  words.back() = n;
+  return XXH3_64bits(words.data(), sizeof(words));
+}
+
+bool same_owner(const std::weak_ptr<Storage>& a, const std::shared_ptr<Storage>& b) {
+  return !a.owner_before(b) && !b.owner_before(a);
+}
+
 }  // namespace
 
 // ---- the recorder
@@ -238,7 +286,8 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   void on_call_end(const OpDecl& decl, std::span<const Value> args, const Value& result) override;
   void on_call_error(const OpDecl& decl, std::span<const Value> args,
                      std::string_view what) override;
-  bool wants(const OpDecl& decl) override { return filter_.passes(decl.name); }
+  // Every call, kept or not: what a filtered-out call writes must reach the span table too.
+  bool wants(const OpDecl&) override { return true; }
 
   std::string dump(const std::string& reason, RingCall* trigger);
   // From the crash handler: no allocation, no locks.
@@ -250,6 +299,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
  private:
   struct Pending {
     std::shared_ptr<RingCall> call;
+    bool observed = false;  // not kept (filtered out, or captured), but its writes are noted
   };
   static std::vector<Pending>& stack() {
     thread_local std::vector<Pending> s;
@@ -257,6 +307,11 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   }
 
   std::vector<KeptTensor> keep(const NamedTensors& tensors, std::vector<std::shared_ptr<Blob>>&);
+  std::shared_ptr<Blob> share_span_locked(const SpanKey& at, uint64_t n, const Tensor& t,
+                                          uint64_t fp);
+  // A recorded (or filtered-out) call wrote `tensors`: kept spans overlapping them are stale.
+  void note_writes(const NamedTensors& tensors);
+  void note_write_locked(const Tensor& t);
   formats::ArchivePlan plan(std::string_view stem, const std::vector<KeptTensor>& t);
   void publish(const std::shared_ptr<RingCall>& call);
   void evict_oldest_locked();
@@ -279,8 +334,13 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   uint64_t limit_bytes_;
 
   std::mutex mu_;
-  std::deque<std::shared_ptr<RingCall>> calls_;  // oldest first
-  std::unordered_map<BlobKey, std::weak_ptr<Blob>, BlobKeyHash> blobs_;
+  std::deque<std::shared_ptr<RingCall>> calls_;                          // oldest first
+  std::unordered_map<BlobKey, std::weak_ptr<Blob>, BlobKeyHash> blobs_;  // verify=full
+  std::map<SpanKey, std::vector<SpanEntry>> spans_;                      // default mode
+  uint64_t max_span_bytes_ = 0;  // bounds the search for spans overlapping a write
+  // A CUDA graph was captured: its replays write CUDA memory unobserved, so CUDA spans are no
+  // longer shared.
+  std::atomic<bool> graphs_seen_{false};
   std::map<std::string, int64_t> counters_;
   std::map<std::pair<const OpDecl*, std::string>, std::string> signatures_;
   std::shared_ptr<std::atomic<uint64_t>> held_ = std::make_shared<std::atomic<uint64_t>>(0);
@@ -469,12 +529,18 @@ std::vector<KeptTensor> RingRecorder::keep(const NamedTensors& tensors,
     const uint8_t* src =
         n ? static_cast<const uint8_t*>(t.data_ptr()) - k.item.offset * dtype_size(t.dtype())
           : nullptr;
-    if (t.device().is_cuda()) {
-      // Copied on the call's stream into page-locked memory; the copy is awaited only when a
-      // dump is written.
-      k.blob = std::make_shared<Blob>(n, true, held_);
-      k.blob->event = detail::cuda_copy_to_host_async(k.blob->data, src, n, t.device().index);
-    } else {
+    const bool cuda = t.device().is_cuda();
+    std::optional<SpanKey> at;
+    uint64_t fp = 0;
+    if (!cfg_.ring_verify_full && n > 0 && !(cuda && graphs_seen_.load())) {
+      // The default mode: the same storage span, unwritten by the library since it was kept,
+      // with the same sampled fingerprint (CPU only: reading device memory here would wait for
+      // the stream) is the same content.
+      at = SpanKey{device_code(t.device()), reinterpret_cast<uintptr_t>(src)};
+      if (!cuda) fp = fingerprint(src, n);
+      std::lock_guard<std::mutex> l(mu_);
+      k.blob = share_span_locked(*at, n, t, fp);
+    } else if (!cuda) {
       const XXH128_hash_t h = XXH3_128bits(src, n);
       const BlobKey bk{h.low64, h.high64, n};
       {
@@ -490,10 +556,63 @@ std::vector<KeptTensor> RingRecorder::keep(const NamedTensors& tensors,
         blobs_[bk] = k.blob;
       }
     }
+    if (!k.blob) {
+      if (cuda) {
+        // Copied on the call's stream into page-locked memory; the copy is awaited only when
+        // a dump is written.
+        k.blob = std::make_shared<Blob>(n, true, held_);
+        k.blob->event = detail::cuda_copy_to_host_async(k.blob->data, src, n, t.device().index);
+      } else {
+        k.blob = std::make_shared<Blob>(n, false, held_);
+        if (n) std::memcpy(k.blob->data, src, n);
+      }
+      if (at) {
+        std::lock_guard<std::mutex> l(mu_);
+        k.blob->where = at;
+        auto& entries = spans_[*at];
+        std::erase_if(entries, [&](const SpanEntry& e) { return e.bytes == n; });
+        entries.push_back({n, k.blob, t.storage(), fp});
+        max_span_bytes_ = std::max(max_span_bytes_, n);
+      }
+    }
     owner.push_back(k.blob);
     out.push_back(std::move(k));
   }
   return out;
+}
+
+std::shared_ptr<Blob> RingRecorder::share_span_locked(const SpanKey& at, uint64_t n,
+                                                      const Tensor& t, uint64_t fp) {
+  auto it = spans_.find(at);
+  if (it == spans_.end()) return nullptr;
+  for (const SpanEntry& e : it->second) {
+    if (e.bytes != n || e.fingerprint != fp || !same_owner(e.storage, t.storage())) continue;
+    if (auto b = e.blob.lock()) return b;
+  }
+  return nullptr;
+}
+
+void RingRecorder::note_write_locked(const Tensor& t) {
+  if (t.numel() == 0 || spans_.empty()) return;
+  const auto [begin, end] = detail::covered_span(t.shape(), t.strides(), t.storage_offset());
+  const uint64_t es = dtype_size(t.dtype());
+  const auto* base = static_cast<const uint8_t*>(t.data_ptr()) - t.storage_offset() * es;
+  const auto a = reinterpret_cast<uintptr_t>(base + begin * es);
+  const auto b = reinterpret_cast<uintptr_t>(base + end * es);
+  const int64_t dev = device_code(t.device());
+  // Every kept span starting in [a - max_span_bytes_, b) may overlap [a, b).
+  const uintptr_t from = a > max_span_bytes_ ? a - max_span_bytes_ : 0;
+  for (auto it = spans_.lower_bound(SpanKey{dev, from});
+       it != spans_.end() && it->first.device == dev && it->first.lo < b;) {
+    std::erase_if(it->second, [&](const SpanEntry& e) { return it->first.lo + e.bytes > a; });
+    it = it->second.empty() ? spans_.erase(it) : std::next(it);
+  }
+}
+
+void RingRecorder::note_writes(const NamedTensors& tensors) {
+  if (cfg_.ring_verify_full) return;
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& [key, t] : tensors) note_write_locked(t);
 }
 
 formats::ArchivePlan RingRecorder::plan(std::string_view stem, const std::vector<KeptTensor>& t) {
@@ -528,14 +647,22 @@ void RingRecorder::release_locked(RingCall& c) {
   // (A crash on another thread at this very moment could read freed bytes: the handler
   // loads the slot before it was cleared. The window is a few instructions wide.)
   std::vector<BlobKey> keys;
+  std::vector<SpanKey> wheres;
   for (const auto& b : c.blobs) {
     if (b->key) keys.push_back(*b->key);
+    if (b->where) wheres.push_back(*b->where);
   }
   c.inputs.clear();
   c.blobs.clear();
   for (const BlobKey& k : keys) {
     auto it = blobs_.find(k);
     if (it != blobs_.end() && it->second.expired()) blobs_.erase(it);
+  }
+  for (const SpanKey& w : wheres) {
+    auto it = spans_.find(w);
+    if (it == spans_.end()) continue;
+    std::erase_if(it->second, [](const SpanEntry& e) { return e.blob.expired(); });
+    if (it->second.empty()) spans_.erase(it);
   }
 }
 
@@ -580,8 +707,20 @@ void RingRecorder::publish(const std::shared_ptr<RingCall>& call) {
 
 void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
   stack().push_back({});
-  if (!filter_.passes(decl.name)) return;
-  if (capture_in_progress(args)) return;  // copying now would break the capture: not kept
+  if (capture_in_progress(args)) {
+    // Copying now would break the capture: not kept. The graph's replays will write CUDA
+    // memory without any call being seen, so kept CUDA spans can no longer be trusted.
+    if (!graphs_seen_.exchange(true)) {
+      std::lock_guard<std::mutex> l(mu_);
+      std::erase_if(spans_,
+                    [](const auto& kv) { return kv.first.device != device_code(Device::cpu()); });
+    }
+    return;
+  }
+  if (!filter_.passes(decl.name)) {
+    stack().back().observed = true;
+    return;
+  }
   try {
     auto call = std::make_shared<RingCall>();
     int64_t seq = 0;
@@ -635,13 +774,22 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
                                const Value& result) {
   if (stack().empty()) return;
   std::shared_ptr<RingCall> call = std::move(stack().back().call);
+  const bool observed = stack().back().observed;
   stack().pop_back();
-  if (!call) return;
+  if (!call) {
+    if (observed && !cfg_.ring_verify_full) {
+      std::string ignored;
+      note_writes(extract_result(result, true, ignored).tensors);
+      note_writes(extract_mutated(decl, args, true).tensors);
+    }
+    return;
+  }
   RingCall* expected = call.get();
   last_begun_.compare_exchange_strong(expected, nullptr);
   bool nan = false;
   SplitLine line1;
   std::vector<KeptTensor> inputs;
+  formats::ArchivePlan inputs_plan;  // line 1's, reused: the same tensors, the same bytes
   bool evicted = false;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -649,12 +797,16 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     if (!evicted) {
       line1 = call->begin->lines[0];
       inputs = call->inputs;
+      if (call->begin->has_inputs) inputs_plan = call->begin->inputs;
     }
   }
   try {
     std::string output_metadata;
     Extracted out = extract_result(result, true, output_metadata);
     Extracted mutated = extract_mutated(decl, args, true);
+    // Before the outputs are kept: what the op wrote is new content, not what a kept span holds.
+    note_writes(out.tensors);
+    note_writes(mutated.tensors);
     if (trig_nan_ && !nan_fired_.load(std::memory_order_relaxed)) {
       for (const NamedTensors* side : {&out.tensors, &mutated.tensors}) {
         for (const auto& [k, t] : *side) nan = nan || detail::apilog::tensor_has_nonfinite(t);
@@ -670,7 +822,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     files->lines.push_back(
         split_line(record_line(call->rec, o, schema::kStatusCompleted, kDirMarker)));
     files->has_inputs = !inputs.empty();
-    if (files->has_inputs) files->inputs = plan(schema::kInputsStem, inputs);
+    if (files->has_inputs) files->inputs = std::move(inputs_plan);
     files->has_outputs = !kept_out.empty();
     if (files->has_outputs) files->outputs = plan(schema::kOutputsStem, kept_out);
     files->has_mutated = !kept_mut.empty();
@@ -697,10 +849,21 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   if (nan && !nan_fired_.exchange(true)) dump("nan", call.get());
 }
 
-void RingRecorder::on_call_error(const OpDecl&, std::span<const Value>, std::string_view) {
+void RingRecorder::on_call_error(const OpDecl& decl, std::span<const Value> args,
+                                 std::string_view) {
   if (stack().empty()) return;
   std::shared_ptr<RingCall> call = std::move(stack().back().call);
+  const bool observed = stack().back().observed;
   stack().pop_back();
+  // The op may have written part of its written arguments before it raised.
+  if ((call || observed) && !cfg_.ring_verify_full) {
+    try {
+      note_writes(extract_mutated(decl, args, true).tensors);
+    } catch (const std::exception&) {
+      std::lock_guard<std::mutex> l(mu_);
+      spans_.clear();  // what was written is unknown: nothing kept is shared any more
+    }
+  }
   if (!call) return;
   RingCall* expected = call.get();
   last_begun_.compare_exchange_strong(expected, nullptr);

@@ -3,11 +3,12 @@
 // until a trigger (a crash signal, SIGUSR1, a NaN/Inf output, a flashinfer::Error, or
 // recorder::dump_ring()) writes them in upstream's dump layout.
 //
-// Memory: tensor bytes are held as "blobs", one per distinct content. A CPU tensor's covered
-// span is hashed (XXH3-128) and a blob with the same hash and size is shared instead of copied,
-// so weights passed call after call are held once. CUDA tensors are copied asynchronously into
-// pinned host memory on the call's stream and are not shared (their bytes are not on the host
-// when the call is kept).
+// Memory: tensor bytes are held as "blobs". A tensor is shared with a kept blob instead of
+// copied when it is the same storage span, no library call wrote that span since (declared
+// written arguments and results), and a sampled fingerprint matches (CPU only); with
+// FLASHINFER_DUMP_RING_VERIFY=full, when an XXH3-128 hash of all its bytes matches. So weights
+// passed call after call are held once. CUDA tensors are copied asynchronously into pinned host
+// memory on the call's stream (shared by span only, never in full mode).
 //
 // Crash safety: every kept call carries its files laid out ahead (record lines around the
 // dump directory, torch archives as header bytes plus pointers to blobs), so the crash

@@ -58,6 +58,33 @@ Tensor ring_probe(const Tensor& x, int64_t mode) {
       x, mode);
 }
 
+// A user op that sets element i of a float32 x to v in place (x is declared written).
+void ring_poke_(const Tensor& x, int64_t i, double v);
+
+const OpDecl& ring_poke_decl() {
+  static const OpDecl& d = [] {
+    OpDecl decl;
+    decl.name = "ring_poke_";
+    decl.module = "tests.ring";
+    decl.params = {ParamDecl("x", ParamKind::kTensor), ParamDecl("i", ParamKind::kInt),
+                   ParamDecl("v", ParamKind::kFloat)};
+    decl.params[0].mutated = true;
+    decl.returns = "None";
+    decl.invoke = [](const CallArgs& a) -> Value {
+      ring_poke_(a.tensor(0), a.i64(1), a.f64(2));
+      return Value();
+    };
+    return std::cref(register_op(std::move(decl)));
+  }();
+  return d;
+}
+
+void ring_poke_(const Tensor& x, int64_t i, double v) {
+  call_api(
+      &ring_poke_decl, [&] { static_cast<float*>(x.data_ptr())[i] = static_cast<float>(v); }, x, i,
+      v);
+}
+
 Tensor filled(int64_t n, double v) {
   return Tensor::from_vector(std::vector<double>(static_cast<std::size_t>(n), v), {n},
                              DType::kFloat32);
@@ -151,6 +178,14 @@ TEST_F(RingTest, SettingsParseRingTriggerAndDedup) {
   EXPECT_EQ(s.dump_trigger, (std::vector<std::string>{"crash", "signal", "nan", "error"}));
   EXPECT_EQ(s.dump_ring_mb, 1024);
   EXPECT_FALSE(s.dump_dedup);
+  EXPECT_FALSE(s.dump_ring_verify_full);
+  env = {{"FLASHINFER_DUMP_RING_VERIFY", "full"}};
+  EXPECT_TRUE(detail::parse_settings(lookup).dump_ring_verify_full);
+  EXPECT_TRUE(recorder::config_from(detail::parse_settings(lookup)).ring_verify_full);
+  env = {{"FLASHINFER_DUMP_RING_VERIFY", "always"}};
+  s = detail::parse_settings(lookup);
+  EXPECT_FALSE(s.dump_ring_verify_full);
+  EXPECT_NE(s.problem("FLASHINFER_DUMP_RING_VERIFY"), nullptr);
   const recorder::Config c = recorder::config_from(s);
   EXPECT_EQ(c.ring, 0);
   EXPECT_EQ(c.ring_mb, 1024);
@@ -216,21 +251,106 @@ TEST_F(RingTest, KeepsTheLastNCallsAndWritesNothingUntilDumped) {
 }
 
 TEST_F(RingTest, UnchangedTensorsAreHeldOnceAndChangesAreSeen) {
+  for (const bool full : {false, true}) {
+    SCOPED_TRACE(full ? "verify=full" : "verify=sampled");
+    recorder::Config cfg = config(8);
+    cfg.ring_verify_full = full;
+    recorder::start(cfg);
+    Tensor w = filled(16384, 0.5);  // 64 KiB, passed on every call
+    std::vector<Tensor> outs;       // kept alive: freed memory may come back at one address
+    for (int i = 0; i < 6; ++i) outs.push_back(ring_probe(w, 0));
+    // The weight is held once. Six outputs of equal content are one blob when contents are
+    // hashed (full), six when spans are tracked (sampled: six allocations).
+    EXPECT_EQ(recorder::stats().ring_bytes, (full ? 2u : 7u) * 65536u);
+    // Written in place between calls (outside the library): the next call keeps the new
+    // content, found by the sampled fingerprint (every sampled word changed).
+    w.fill_(3.0);
+    ring_probe(w, 0);
+    EXPECT_EQ(recorder::stats().ring_bytes, (full ? 4u : 9u) * 65536u);
+    const std::string root = recorder::dump_ring(full ? "full" : "sampled");
+    const auto c = calls(root);
+    ASSERT_EQ(c.size(), 7u);
+    EXPECT_EQ(load_torch((c[5] / "inputs.pt").string())[0].second.to_double_vector()[0], 0.5);
+    EXPECT_EQ(load_torch((c[6] / "inputs.pt").string())[0].second.to_double_vector()[0], 3.0);
+    EXPECT_EQ(load_torch((c[6] / "outputs.pt").string())[0].second.to_double_vector()[0], 6.0);
+    recorder::stop();
+  }
+}
+
+TEST_F(RingTest, ATensorWrittenByALibraryOpIsKeptAnew) {
+  for (const bool excluded : {false, true}) {
+    SCOPED_TRACE(excluded ? "ring_poke_ excluded" : "ring_poke_ kept");
+    recorder::Config cfg = config(8);
+    if (excluded) cfg.exclude = {"ring_poke_"};  // a call not kept still has its writes seen
+    recorder::start(cfg);
+    Tensor w = filled(16384, 0.5);
+    const Tensor y1 = ring_probe(w, 0);
+    // The output of a kept call passed on as the next input is the same span: shared.
+    const Tensor y2 = ring_probe(y1, 0);
+    EXPECT_EQ(recorder::stats().ring_bytes, 3u * 65536u);
+    // A library op writes one element of w in place, between the sampled words (byte 4004),
+    // so the fingerprint alone would not see it: the op's declared write does. Kept, its
+    // input is the kept w (shared) and its mutated side new bytes.
+    ring_poke_(w, 1001, 1.5);
+    EXPECT_EQ(recorder::stats().ring_bytes, (excluded ? 3u : 4u) * 65536u);
+    // w as poke_ left it: shared with poke_'s mutated side, or new when poke_ was not kept.
+    ring_probe(w, 0);
+    EXPECT_EQ(recorder::stats().ring_bytes, 5u * 65536u);
+    const auto c = calls(recorder::dump_ring(excluded ? "excluded" : "kept"));
+    ASSERT_EQ(c.size(), excluded ? 3u : 4u);
+    auto at = [&](std::size_t call, const char* file) {
+      return load_torch((c[call] / file).string())[0].second.to_double_vector()[1001];
+    };
+    EXPECT_EQ(at(0, "inputs.pt"), 0.5);
+    if (!excluded) {
+      EXPECT_EQ(at(2, "inputs.pt"), 0.5);
+      EXPECT_EQ(at(2, "mutated.pt"), 1.5);
+    }
+    EXPECT_EQ(at(c.size() - 1, "inputs.pt"), 1.5);
+    recorder::stop();
+  }
+}
+
+TEST_F(RingTest, AWriteOutsideTheLibraryBetweenSampledBytesNeedsVerifyFull) {
+  // A large tensor changed in one element that the sampled fingerprint does not read (not in
+  // the first or last 64 bytes, not one of the evenly spread words): sampled mode shares the
+  // stale bytes (its documented limit); verify=full keeps the new content.
+  for (const bool full : {false, true}) {
+    SCOPED_TRACE(full ? "verify=full" : "verify=sampled");
+    recorder::Config cfg = config(8);
+    cfg.ring_verify_full = full;
+    recorder::start(cfg);
+    Tensor w = filled(16384, 0.5);
+    ring_probe(w, 0);
+    static_cast<float*>(w.data_ptr())[1001] = 7.0f;  // byte 4004: between samples
+    ring_probe(w, 0);
+    const auto c = calls(recorder::dump_ring(full ? "full" : "sampled"));
+    ASSERT_EQ(c.size(), 2u);
+    const double seen =
+        load_torch((c[1] / "inputs.pt").string())[0].second.to_double_vector()[1001];
+    EXPECT_EQ(seen, full ? 7.0 : 0.5);
+    // A write that reaches a sampled word is seen in both modes.
+    static_cast<float*>(w.data_ptr())[0] = -1.0f;
+    ring_probe(w, 0);
+    const auto c2 = calls(recorder::dump_ring(full ? "full2" : "sampled2"));
+    ASSERT_EQ(c2.size(), 3u);
+    const auto v = load_torch((c2[2] / "inputs.pt").string())[0].second.to_double_vector();
+    EXPECT_EQ(v[0], -1.0);
+    EXPECT_EQ(v[1001], 7.0);
+    recorder::stop();
+  }
+}
+
+TEST_F(RingTest, FreedMemoryAtTheSameAddressIsNotShared) {
   recorder::start(config(8));
-  Tensor w = filled(16384, 0.5);  // 64 KiB, passed on every call
-  for (int i = 0; i < 6; ++i) ring_probe(w, 0);
-  // One input blob (w) and one output blob (2w) for six calls.
-  EXPECT_EQ(recorder::stats().ring_bytes, 2u * 65536u);
-  // Written in place between calls: the next call keeps the new content.
-  w.fill_(3.0);
-  ring_probe(w, 0);
-  EXPECT_EQ(recorder::stats().ring_bytes, 4u * 65536u);
-  const std::string root = recorder::dump_ring("x");
-  const auto c = calls(root);
-  ASSERT_EQ(c.size(), 7u);
-  EXPECT_EQ(load_torch((c[5] / "inputs.pt").string())[0].second.to_double_vector()[0], 0.5);
-  EXPECT_EQ(load_torch((c[6] / "inputs.pt").string())[0].second.to_double_vector()[0], 3.0);
-  EXPECT_EQ(load_torch((c[6] / "outputs.pt").string())[0].second.to_double_vector()[0], 6.0);
+  // Small tensors (fingerprinted whole) and a storage freed and allocated again: even when
+  // the allocator hands back the same address, a new storage object is a new span.
+  for (int i = 0; i < 4; ++i) {
+    Tensor x = filled(64, 1.0);  // equal content every time, new storage every time
+    ring_probe(x, 0);
+  }
+  // Four inputs, four outputs of 256 bytes: nothing shared across storages.
+  EXPECT_EQ(recorder::stats().ring_bytes, 8u * 256u);
 }
 
 TEST_F(RingTest, MemoryBoundEvictsTheOldestCalls) {
