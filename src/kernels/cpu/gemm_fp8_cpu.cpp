@@ -9,6 +9,7 @@
 
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/cpu/gemm_bf16_cpu.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -45,15 +46,12 @@ void store(void* base, DType dt, int64_t idx, float v) {
 
 namespace {
 
-void gemm_one(const BlockScaledGemmParams& p, int64_t bi) {
+// Both operands decoded once to fp32 (exact for every input format, MX scales included), b as
+// logical [n, k]; sums by OpenBLAS into part (unscaled) or acc (scaled).
+void fp32_products(const BlockScaledGemmParams& p, const void* pa, const void* pb,
+                   const uint8_t* a_mx, const uint8_t* b_mx, std::vector<float>& part,
+                   std::vector<float>& acc) {
   const int64_t m = p.m, n = p.n, k = p.k;
-  const void* pa = static_cast<const char*>(p.a) + bi * p.a_stride_b * dtype_size(p.a_dtype);
-  const void* pb = static_cast<const char*>(p.b) + bi * p.b_stride_b * dtype_size(p.b_dtype);
-  const uint8_t* a_mx = p.a_mx ? p.a_mx + bi * p.a_mx_stride_b : nullptr;
-  const uint8_t* b_mx = p.b_mx ? p.b_mx + bi * p.b_mx_stride_b : nullptr;
-  void* out = static_cast<char*>(p.out) + bi * p.out_stride_b * dtype_size(p.out_dtype);
-  // Both operands decoded once to fp32 (exact for every input format, MX scales included), b as
-  // logical [n, k].
   std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(n * k));
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t kk = 0; kk < k; ++kk) {
@@ -75,12 +73,10 @@ void gemm_one(const BlockScaledGemmParams& p, int64_t bi) {
   // fp32 products of the decoded operands by OpenBLAS sgemm, one call per K block when there are
   // per-block scales: each block's partial sums are then multiplied by (a_scale * b_scale) and
   // added to the fp32 accumulator, the promotion of the blockwise kernels (see the header).
-  const float alpha = p.alpha ? *p.alpha : 1.0f;
   const bool scaled = p.a_scale || p.b_scale;
   const int64_t gk = scaled ? p.gk : k;
   const int64_t kblocks = (k + gk - 1) / gk;
-  std::vector<float> part(static_cast<std::size_t>(m * n));
-  std::vector<float> acc(scaled ? static_cast<std::size_t>(m * n) : 0, 0.0f);
+  acc.assign(scaled ? static_cast<std::size_t>(m * n) : 0, 0.0f);
   for (int64_t kb = 0; kb < kblocks; ++kb) {
     const int64_t k0 = kb * gk, kl = std::min(k, k0 + gk) - k0;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
@@ -97,6 +93,48 @@ void gemm_one(const BlockScaledGemmParams& p, int64_t bi) {
         acc[i * n + j] += (sa * sb) * part[i * n + j];
       }
     }
+  }
+}
+
+// part = a b^T through oneDNN's bf16 matmul (fp32 accumulation) for inputs exact in bf16; b is
+// widened (and mm_fp8's shuffle undone) into a dense bf16 [n, k]. False when oneDNN is absent.
+bool bf16_products(const BlockScaledGemmParams& p, const void* pa, const void* pb, float* part) {
+  const int64_t m = p.m, n = p.n, k = p.k;
+  if (!onednn_gemm_available() || k == 0 || !exact_in_bf16(p.a_dtype) ||
+      !exact_in_bf16(p.b_dtype)) {
+    return false;
+  }
+  std::vector<uint16_t> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(n * k));
+  to_bf16_rows(pa, p.a_dtype, m, k, p.a_stride_m, p.a_stride_k, a.data());
+  if (p.b_low_latency) {
+    const auto* b8 = static_cast<const uint8_t*>(pb);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t row = low_latency_row(j);
+      for (int64_t k0 = 0; k0 < k; k0 += 128) {
+        to_bf16_rows(b8 + ((k0 / 128) * n + row) * 128, p.b_dtype, 1,
+                     std::min<int64_t>(128, k - k0), 0, 1, b.data() + j * k + k0);
+      }
+    }
+  } else {
+    to_bf16_rows(pb, p.b_dtype, n, k, p.b_stride_n, p.b_stride_k, b.data());
+  }
+  return bf16_gemm_nt(m, n, k, a.data(), k, b.data(), k, part, n);
+}
+
+void gemm_one(const BlockScaledGemmParams& p, int64_t bi) {
+  const int64_t m = p.m, n = p.n;
+  const void* pa = static_cast<const char*>(p.a) + bi * p.a_stride_b * dtype_size(p.a_dtype);
+  const void* pb = static_cast<const char*>(p.b) + bi * p.b_stride_b * dtype_size(p.b_dtype);
+  const uint8_t* a_mx = p.a_mx ? p.a_mx + bi * p.a_mx_stride_b : nullptr;
+  const uint8_t* b_mx = p.b_mx ? p.b_mx + bi * p.b_mx_stride_b : nullptr;
+  void* out = static_cast<char*>(p.out) + bi * p.out_stride_b * dtype_size(p.out_dtype);
+  const float alpha = p.alpha ? *p.alpha : 1.0f;
+  const bool scaled = p.a_scale || p.b_scale;
+  std::vector<float> part(static_cast<std::size_t>(m * n));
+  std::vector<float> acc;
+  // Unscaled, no MX scales (mm_fp8, tgv_gemm_sm100 ...): oneDNN's bf16 matmul when available.
+  if (scaled || a_mx || b_mx || !bf16_products(p, pa, pb, part.data())) {
+    fp32_products(p, pa, pb, a_mx, b_mx, part, acc);
   }
   const std::vector<float>& total = scaled ? acc : part;
   for (int64_t i = 0; i < m; ++i) {

@@ -1,0 +1,31 @@
+// CPU bf16 GEMM with fp32 accumulation for the large-m GEMMs (mm_bf16, bmm_bf16, bmm_fp8 and
+// mm_fp8 with m > kGemmSmallMMax): oneDNN's matmul (Debian's libdnnl-dev, native avx512_bf16 /
+// AMX instructions where the CPU has them, the library PyTorch's CPU matmul uses). fp8 inputs
+// are widened to bf16 first, which is exact (e4m3 and e5m2 values are all bf16 values). Built
+// without oneDNN, or with FLASHINFER_CPU_ONEDNN=0 in the environment, every entry point reports
+// "not available" and the callers keep their OpenBLAS sgemm path.
+#pragma once
+
+#include <cstdint>
+
+#include "flashinfer/dtype.h"
+
+namespace flashinfer::kernels::cpu {
+
+/// True when this build has oneDNN and FLASHINFER_CPU_ONEDNN is not "0" (read once).
+bool onednn_gemm_available();
+
+/// True for the input dtypes whose every value is a bf16 value (bf16, e4m3fn, e5m2).
+bool exact_in_bf16(DType dt);
+
+/// Copies a strided [rows, cols] matrix of an exact_in_bf16 dtype into dense bf16 bits.
+void to_bf16_rows(const void* src, DType dt, int64_t rows, int64_t cols, int64_t stride_r,
+                  int64_t stride_c, uint16_t* dst);
+
+/// c[m, n] (fp32, row stride ldc) = a[m, k] * b[n, k]^T for bf16 bit patterns with unit k stride
+/// and row strides lda, ldb (>= k), fp32 accumulation. Returns false (c untouched) when oneDNN is
+/// not available or refuses the problem.
+bool bf16_gemm_nt(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                  const uint16_t* b, int64_t ldb, float* c, int64_t ldc);
+
+}  // namespace flashinfer::kernels::cpu
