@@ -31,6 +31,8 @@ float e5m2(uint8_t b) { return e5m2_bits_to_float(b); }
 
 template <class T, class F>
 void copy_rows(const T* s, int64_t rows, int64_t cols, int64_t sr, int64_t sc, uint16_t* d, F f) {
+  // Threads share the rows of a weight-sized copy (the GEMM after it runs on the same team).
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * cols >= (1 << 20))
   for (int64_t r = 0; r < rows; ++r) {
     const T* row = s + r * sr;
     uint16_t* o = d + r * cols;
@@ -48,6 +50,12 @@ bool exact_in_bf16(DType dt) {
   return dt == DType::kBFloat16 || dt == DType::kFloat8E4M3FN || dt == DType::kFloat8E5M2;
 }
 
+const uint16_t* fp8_bf16_table(DType dt) {
+  static const std::array<uint16_t, 256> k4 = fp8_to_bf16_table<e4m3>();
+  static const std::array<uint16_t, 256> k5 = fp8_to_bf16_table<e5m2>();
+  return dt == DType::kFloat8E4M3FN ? k4.data() : k5.data();
+}
+
 void to_bf16_rows(const void* src, DType dt, int64_t rows, int64_t cols, int64_t stride_r,
                   int64_t stride_c, uint16_t* dst) {
   if (dt == DType::kBFloat16) {
@@ -55,9 +63,7 @@ void to_bf16_rows(const void* src, DType dt, int64_t rows, int64_t cols, int64_t
               [](uint16_t v) { return v; });
     return;
   }
-  static const std::array<uint16_t, 256> k4 = fp8_to_bf16_table<e4m3>();
-  static const std::array<uint16_t, 256> k5 = fp8_to_bf16_table<e5m2>();
-  const uint16_t* t = dt == DType::kFloat8E4M3FN ? k4.data() : k5.data();
+  const uint16_t* t = fp8_bf16_table(dt);
   copy_rows(static_cast<const uint8_t*>(src), rows, cols, stride_r, stride_c, dst,
             [t](uint8_t v) { return t[v]; });
 }

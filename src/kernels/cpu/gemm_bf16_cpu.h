@@ -6,8 +6,10 @@
 // "not available" and the callers keep their OpenBLAS sgemm path.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
+#include "core/host_allocator.h"
 #include "flashinfer/dtype.h"
 
 namespace flashinfer::kernels::cpu {
@@ -18,6 +20,9 @@ bool onednn_gemm_available();
 /// True for the input dtypes whose every value is a bf16 value (bf16, e4m3fn, e5m2).
 bool exact_in_bf16(DType dt);
 
+/// The bf16 bits of each of the 256 codes of an fp8 dtype (e4m3fn or e5m2).
+const uint16_t* fp8_bf16_table(DType dt);
+
 /// Copies a strided [rows, cols] matrix of an exact_in_bf16 dtype into dense bf16 bits.
 void to_bf16_rows(const void* src, DType dt, int64_t rows, int64_t cols, int64_t stride_r,
                   int64_t stride_c, uint16_t* dst);
@@ -27,5 +32,22 @@ void to_bf16_rows(const void* src, DType dt, int64_t rows, int64_t cols, int64_t
 /// not available or refuses the problem.
 bool bf16_gemm_nt(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                   const uint16_t* b, int64_t ldb, float* c, int64_t ldc);
+
+/// Uninitialized scratch from the host allocator, whose cache keeps large blocks: a fresh
+/// operand-sized buffer every call would page-fault on every 4 KiB.
+template <class T>
+class HostBuffer {
+ public:
+  explicit HostBuffer(std::size_t n)
+      : p_(static_cast<T*>(detail::host_alloc(n ? n * sizeof(T) : 1, &cap_))) {}
+  ~HostBuffer() { detail::host_free(p_, cap_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  T* get() const { return p_; }
+
+ private:
+  std::size_t cap_ = 0;
+  T* p_;
+};
 
 }  // namespace flashinfer::kernels::cpu

@@ -150,9 +150,9 @@ bool bf16_path(const GemmParams& p, float alpha) {
   }
   const bool a_direct = p.a_dtype == DType::kBFloat16 && p.a_stride_k == 1 && p.a_stride_m >= p.k;
   const bool b_direct = p.b_dtype == DType::kBFloat16 && p.b_stride_k == 1 && p.b_stride_n >= p.k;
-  std::unique_ptr<uint16_t[]> a(a_direct ? nullptr : new uint16_t[static_cast<size_t>(p.m * p.k)]);
-  std::unique_ptr<uint16_t[]> b(b_direct ? nullptr : new uint16_t[static_cast<size_t>(p.n * p.k)]);
-  std::unique_ptr<float[]> c(new float[static_cast<size_t>(p.m * p.n)]);
+  HostBuffer<uint16_t> a(a_direct ? 0 : static_cast<size_t>(p.m * p.k));
+  HostBuffer<uint16_t> b(b_direct ? 0 : static_cast<size_t>(p.n * p.k));
+  HostBuffer<float> c(static_cast<size_t>(p.m * p.n));
   const size_t a_es = dtype_size(p.a_dtype), b_es = dtype_size(p.b_dtype),
                o_es = dtype_size(p.out_dtype);
   for (int64_t bi = 0; bi < p.batch; ++bi) {
@@ -170,7 +170,7 @@ bool bf16_path(const GemmParams& p, float alpha) {
       return true;
     }
     if (alpha != 1.0f) {
-      for (int64_t i = 0; i < p.m * p.n; ++i) c[i] *= alpha;
+      for (int64_t i = 0; i < p.m * p.n; ++i) c.get()[i] *= alpha;
     }
     store_out(c.get(), p, ob);
   }
