@@ -331,10 +331,15 @@ TEST(GemmLargeM, Fp8EveryCodeWidensExactly) {
       for (int64_t i = 0; i < m; ++i) expected[i * n + j] = v;
     }
     Tensor A = Tensor::full({1, m, k}, 1.0, DType::kFloat8E4M3FN);
-    EXPECT_TRUE(all_close(
-        run_kernel(A, w.transpose(1, 2), DType::kFloat16, GemmPath::kBf16, CpuIsa::kScalar),
-        expected, Tolerance{0, 0}))
-        << dtype_torch_name(bdt);
+    // The fp8 -> bf16 widening has an AVX-512 and a portable version: both, via the cap.
+    for (CpuIsa cap : isas()) {
+      kernels::cpu::set_cpu_isa_cap(cap);
+      EXPECT_TRUE(all_close(
+          run_kernel(A, w.transpose(1, 2), DType::kFloat16, GemmPath::kBf16, CpuIsa::kScalar),
+          expected, Tolerance{0, 0}))
+          << dtype_torch_name(bdt) << " " << isa_name(cap);
+    }
+    kernels::cpu::set_cpu_isa_cap(CpuIsa::kAvx512);
   }
 }
 

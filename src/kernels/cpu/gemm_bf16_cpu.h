@@ -23,6 +23,10 @@ bool exact_in_bf16(DType dt);
 /// The bf16 bits of each of the 256 codes of an fp8 dtype (e4m3fn or e5m2).
 const uint16_t* fp8_bf16_table(DType dt);
 
+/// n contiguous fp8 codes (e4m3fn or e5m2) -> bf16 bits, on the calling thread (AVX-512 where
+/// the CPU has it).
+void fp8_to_bf16(const uint8_t* src, int64_t n, DType dt, uint16_t* dst);
+
 /// Copies a strided [rows, cols] matrix of an exact_in_bf16 dtype into dense bf16 bits.
 void to_bf16_rows(const void* src, DType dt, int64_t rows, int64_t cols, int64_t stride_r,
                   int64_t stride_c, uint16_t* dst);

@@ -112,7 +112,14 @@ bool bf16_products(const BlockScaledGemmParams& p, const void* pa, const void* p
     for (int64_t j = 0; j < n; ++j) {
       const uint8_t* src = b8 + low_latency_row(j) * 128;
       uint16_t* dst = b.get() + j * k;
-      for (int64_t kk = 0; kk < k; ++kk) dst[kk] = t[src[(kk / 128) * n * 128 + kk % 128]];
+      if (k % 128 == 0) {
+        // Whole 128-wide K blocks (mm_fp8 requires them): one vectorized copy per block.
+        for (int64_t k0 = 0; k0 < k; k0 += 128) {
+          fp8_to_bf16(src + (k0 / 128) * n * 128, 128, p.b_dtype, dst + k0);
+        }
+      } else {
+        for (int64_t kk = 0; kk < k; ++kk) dst[kk] = t[src[(kk / 128) * n * 128 + kk % 128]];
+      }
     }
   } else {
     to_bf16_rows(pb, p.b_dtype, n, k, p.b_stride_n, p.b_stride_k, b.get());
