@@ -1169,8 +1169,13 @@ TEST(SamplingCuda, BadInputOnDevice) {
 // the samples of the three steps it fuses (top_k_mask_logits -> softmax -> top-p rejection with
 // the same seed and offset): fp32 and bf16 logits, ties, -inf and +inf logits, k above the
 // vocabulary, per-row k and p, indices.
-TEST(Sampling, TopKFirstFromLogitsEqualsMaskSoftmaxTopP) {
-  const int64_t rows = 6, vocab = 1000;
+// vocab 20000 takes the sampled-threshold select (rows of 8192 or more, small k); 1000 and
+// k = 2000 (more than the row's finite logits in row 2) the histogram select.
+class TopKFirstVocab : public ::testing::TestWithParam<int64_t> {};
+INSTANTIATE_TEST_SUITE_P(Sampling, TopKFirstVocab, ::testing::Values(1000, 20000));
+
+TEST_P(TopKFirstVocab, FromLogitsEqualsMaskSoftmaxTopP) {
+  const int64_t rows = 6, vocab = GetParam();
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<double> v(static_cast<std::size_t>(rows * vocab));
   Tensor g = Tensor::empty({rows, vocab}, DType::kFloat32).normal_(91, 0.0, 3.0);
@@ -1179,8 +1184,12 @@ TEST(Sampling, TopKFirstFromLogitsEqualsMaskSoftmaxTopP) {
     for (int64_t i = 0; i < vocab; ++i) {
       double x = n[static_cast<std::size_t>(r * vocab + i)];
       if (r == 1) x = std::round(x);       // many ties at the threshold
-      if (r == 2 && i % 7 != 0) x = -inf;  // 143 finite logits
+      if (r == 2 && i % 7 != 0) x = -inf;  // a seventh of the logits finite
       if (r == 3 && i == 500) x = inf;     // degenerate row: NaN probabilities
+      // Every 9th logit (the sampled ones at vocab 20000) far above the rest and nearly equal
+      // (distinct in fp32, increasing with i): too few pass the sampled threshold for k = 50, the
+      // histogram select takes over, and a wrong kept set would change the (near uniform) draw.
+      if (r == 5 && i % 9 == 0) x = 20.0 + static_cast<double>(i) * 1e-6;
       if (r == 4) x *= 40.0;  // kept logits far apart: some probabilities underflow to 0
       v[static_cast<std::size_t>(r * vocab + i)] = x;
     }
@@ -1190,7 +1199,7 @@ TEST(Sampling, TopKFirstFromLogitsEqualsMaskSoftmaxTopP) {
   for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
     Tensor x = Tensor::from_vector(v, {rows, vocab}, DType::kFloat32).to(dt);
     for (const auto& [k, p] : kp) {
-      for (int64_t seed : {1, 77}) {
+      for (int64_t seed : vocab > 5000 ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 77}) {
         for (int64_t off : {0, 4096}) {
           const auto fused = ints(top_k_top_p_sampling_from_logits(
               x, k, p, std::nullopt, "top_k_first", true, false, seed, off));

@@ -299,6 +299,56 @@ uint32_t kth_key(const uint32_t* keys, int64_t n, int64_t k, TopKFirstScratch& s
   return s.bound[static_cast<std::size_t>(need - 1)];
 }
 
+// kth_key in one pass for k well below n (the idea of top_k's prefilter, topk_cpu.cpp): the
+// (4 k kSample / n + 8)-th largest key of kSample evenly spaced elements is a guess g (at least
+// 1: NaN never counts); one scan keeps the indices with key >= g in s.cand (keys[] written for
+// them only). When at least k keys pass, the k-th largest nonzero key and every key above it are
+// among them, so *t is exact; otherwise returns false and kth_key runs.
+bool sampled_kth_key(const float* x, int64_t n, int64_t k, uint32_t* keys, TopKFirstScratch& s,
+                     uint32_t* t) {
+  constexpr int64_t kSample = 2048;
+  if (n < 4 * kSample) return false;
+  const int64_t rank = (4 * k * kSample + n - 1) / n + 8;
+  if (rank > kSample / 4) return false;
+  s.bound.resize(static_cast<std::size_t>(kSample));
+  const int64_t step = n / kSample;
+  for (int64_t i = 0; i < kSample; ++i) s.bound[i] = ordered_key(x[i * step]);
+  std::nth_element(s.bound.begin(), s.bound.begin() + (rank - 1), s.bound.end(),
+                   std::greater<uint32_t>());
+  const uint32_t g = std::max(s.bound[static_cast<std::size_t>(rank - 1)], 1u);
+  s.cand.clear();
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    uint32_t kb[16];
+    uint32_t any = 0;
+    for (int w = 0; w < 16; ++w) {
+      kb[w] = ordered_key(x[j + w]);
+      any |= static_cast<uint32_t>(kb[w] >= g);
+    }
+    if (!any) continue;
+    for (int w = 0; w < 16; ++w) {
+      if (kb[w] >= g) {
+        keys[j + w] = kb[w];
+        s.cand.push_back(j + w);
+      }
+    }
+  }
+  for (; j < n; ++j) {
+    const uint32_t key = ordered_key(x[j]);
+    if (key >= g) {
+      keys[j] = key;
+      s.cand.push_back(j);
+    }
+  }
+  if (static_cast<int64_t>(s.cand.size()) < k) return false;
+  s.bound.clear();
+  for (int64_t c : s.cand) s.bound.push_back(keys[c]);
+  std::nth_element(s.bound.begin(), s.bound.begin() + (k - 1), s.bound.end(),
+                   std::greater<uint32_t>());
+  *t = s.bound[static_cast<std::size_t>(k - 1)];
+  return true;
+}
+
 int64_t top_k_first_row(const SamplingParams& p, int64_t b, TopKFirstScratch& s) {
   const SamplingRow& row = p.rows[b];
   const int64_t n = p.vocab;
@@ -312,8 +362,11 @@ int64_t top_k_first_row(const SamplingParams& p, int64_t b, TopKFirstScratch& s)
   }
   s.keys.resize(static_cast<std::size_t>(n));
   uint32_t* keys = s.keys.data();
-  for (int64_t i = 0; i < n; ++i) keys[i] = ordered_key(x[i]);
-  const uint32_t t = kth_key(keys, n, row.top_k, s);
+  uint32_t t;
+  if (!sampled_kth_key(x, n, row.top_k, keys, s, &t)) {
+    for (int64_t i = 0; i < n; ++i) keys[i] = ordered_key(x[i]);
+    t = kth_key(keys, n, row.top_k, s);
+  }
   // Kept: key nonzero and >= t (filter's kTopKMask test); all are among the candidates.
   s.kept.clear();
   for (int64_t c : s.cand) {

@@ -274,9 +274,11 @@ int64_t top_k(const TopKParams& p) {
   int64_t bad = 0;
   dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
       p.dtype, "top_k", "input", [&]<class T>() {
-  // Rows are independent; one row of a 128k vocabulary is ~0.1 ms, so parallelize from a
-  // few rows up.
-#pragma omp parallel reduction(+ : bad) if (p.rows > 1 && p.rows * p.cols >= (1 << 16))
+  // Rows are independent, but a team only pays off for several ms of work: a fp32 row of a
+  // 128k vocabulary takes ~0.1 ms (sampled threshold), and on a loaded machine the join waits
+  // for a descheduled thread far longer (measured: 16 x 128256 took 3 ms on one thread and
+  // ~50 ms on two at load 13). Hence 2^22 elements (~4 ms on one thread).
+#pragma omp parallel reduction(+ : bad) if (p.rows > 1 && p.rows * p.cols >= (1 << 22))
         {
           Scratch s;
 #pragma omp for schedule(dynamic, 1)
