@@ -1,6 +1,6 @@
 // Top-k ops on the CPU backend: `flashinfer.top_k` over fp32 logits drawn from N(0, 1) (the
 // shape of vLLM's logits processor: batch x vocabulary), and the two fused transforms at a
-// DeepSeek sparse-attention shape. bench/compare_topk_torch.py runs the top_k cases beside
+// DeepSeek sparse-attention shape. bench/compare_torch.py runs the top_k cases beside
 // torch.topk in the same run and thread count (docs/PERFORMANCE.md).
 #include <benchmark/benchmark.h>
 

@@ -378,6 +378,38 @@ Tensor launch_softmax(const char* op, const Tensor& logits, const std::vector<Sa
   return out;
 }
 
+constexpr KernelEntry<kernels::SamplingParams> kTopKFirstLogitsKernels[] = {
+    {DeviceType::kCPU, "CPU: top-k mask, softmax and top-p rejection fused per row (Philox)",
+     nullptr,
+     [](const kernels::SamplingParams& p, const LaunchContext&) {
+       kernels::cpu::sample_top_k_first_from_logits(p);
+     }},
+};
+
+// top_k_top_p_sampling_from_logits, "top_k_first", on the CPU: one fused kernel that gives the
+// samples of launch_filter(kTopKMask) -> launch_softmax -> launch_sample(kTopP).
+Tensor launch_top_k_first_logits(const char* op, const Tensor& logits,
+                                 const std::vector<SamplingRow>& rows, DType out_dtype) {
+  const int64_t batch = static_cast<int64_t>(rows.size());
+  Tensor samples = Tensor::empty({batch}, out_dtype, logits.device());
+  if (batch == 0) return samples;
+  Tensor valid = Tensor::empty({batch}, DType::kBool, logits.device());
+  kernels::SamplingParams p;
+  p.input = logits.data_ptr();
+  p.dtype = logits.dtype();
+  p.vocab = logits.size(1);
+  p.in_stride_row = logits.stride(0);
+  p.in_stride_col = logits.stride(1);
+  p.rows = rows.data();
+  p.batch = batch;
+  p.samples = samples.data_ptr();
+  p.out_dtype = out_dtype;
+  p.valid = valid.data<bool>();
+  p.kind = SamplingKind::kTopP;
+  api::launch(kTopKFirstLogitsKernels, p, logits.device(), op, "logits");
+  return samples;
+}
+
 // Rows re-pointed at an intermediate [batch, vocab] tensor whose row b is output row b.
 std::vector<SamplingRow> identity_rows(std::vector<SamplingRow> rows) {
   for (std::size_t i = 0; i < rows.size(); ++i) rows[i].src_row = static_cast<int64_t>(i);
@@ -476,6 +508,9 @@ Tensor top_k_top_p_logits_impl(const Tensor& logits, const ScalarOrTensor<int64_
   if (order == "joint") {
     probs = launch_softmax(op, logits, rows, std::nullopt);
     kind = SamplingKind::kTopKTopP;
+  } else if (logits.device().is_cpu()) {
+    // The same three steps fused per row on the CPU (no [batch, vocab] intermediates).
+    return launch_top_k_first_logits(op, logits, rows, sample_dtype(indices));
   } else {
     const Tensor masked = launch_filter(op, logits, rows, FilterKind::kTopKMask, logits.dtype());
     probs = launch_softmax(op, masked, own, std::nullopt);

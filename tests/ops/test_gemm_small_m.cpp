@@ -284,5 +284,64 @@ TEST(GemmSmallM, IsaRequestIsClampedToTheCpu) {
   EXPECT_TRUE(all_close(asked, best, Tolerance{0, 0}));
 }
 
+// The large-m bf16 path (oneDNN's bf16 matmul where the build has it; the sgemm path otherwise):
+// bf16 and fp8 inputs, batches, bias, padded strides and both output dtypes against the fp64
+// reference, and against the sgemm path within a rounding step.
+TEST(GemmLargeM, Bf16PathMatchesFp64AndSgemmPath) {
+  const int64_t m = kGemmSmallMMax + 35, n = 37, k = 300;
+  Tensor A = randn({2, m, k}, DType::kBFloat16, 50);
+  Tensor B = weight_t({2, n, k}, DType::kBFloat16, 51);
+  Tensor bias = randn({n}, DType::kBFloat16, 52);
+  const auto bv = bias.to_double_vector();
+  for (DType out_dt : {DType::kBFloat16, DType::kFloat16}) {
+    const Tensor fast = run_kernel(A, B, out_dt, GemmPath::kBf16, CpuIsa::kScalar, 1, 1, &bias);
+    const Tensor big = run_kernel(A, B, out_dt, GemmPath::kSgemm, CpuIsa::kScalar, 1, 1, &bias);
+    EXPECT_TRUE(all_close(fast, ref_bmm(A, B, 1.0, &bv), gemm_tol(out_dt, k)));
+    EXPECT_TRUE(all_close(fast, big, default_tolerance(out_dt)));
+  }
+  for (auto [adt, bdt] : {std::pair{DType::kFloat8E4M3FN, DType::kFloat8E4M3FN},
+                          std::pair{DType::kFloat8E5M2, DType::kFloat8E4M3FN}}) {
+    Tensor A8 = randn({2, m, k}, adt, 53, 40);
+    Tensor W8 = randn({2, n + 2, k + 5}, bdt, 54, 40);  // padded rows: b_stride_n = k + 5
+    Tensor B8 = W8.slice(1, 0, n).slice(2, 0, k).transpose(1, 2);
+    const float sa = 0.0125f, sb = 0.03125f;
+    const Tensor fast =
+        run_kernel(A8, B8, DType::kBFloat16, GemmPath::kAuto, CpuIsa::kScalar, sa, sb);
+    const Tensor big =
+        run_kernel(A8, B8, DType::kBFloat16, GemmPath::kSgemm, CpuIsa::kScalar, sa, sb);
+    EXPECT_TRUE(all_close(fast, ref_bmm(A8, B8, static_cast<double>(sa * sb)),
+                          gemm_tol(DType::kBFloat16, k)))
+        << dtype_torch_name(adt);
+    EXPECT_TRUE(all_close(fast, big, default_tolerance(DType::kBFloat16))) << dtype_torch_name(adt);
+  }
+}
+
+// Every e4m3 and e5m2 code through the large-m path: out[i, j] is exactly code j's value.
+TEST(GemmLargeM, Fp8EveryCodeWidensExactly) {
+  const int64_t n = 256, k = 40, m = kGemmSmallMMax + 2;
+  for (DType bdt : {DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+    Tensor w = Tensor::zeros({1, n, k}, bdt);
+    auto* wp = static_cast<uint8_t*>(w.data_ptr());
+    std::vector<double> expected(static_cast<size_t>(m * n));
+    for (int64_t j = 0; j < n; ++j) {
+      const auto code = static_cast<uint8_t>(j);
+      wp[j * k + j % k] = code;
+      const double v =
+          bdt == DType::kFloat8E4M3FN ? e4m3fn_bits_to_float(code) : e5m2_bits_to_float(code);
+      for (int64_t i = 0; i < m; ++i) expected[i * n + j] = v;
+    }
+    Tensor A = Tensor::full({1, m, k}, 1.0, DType::kFloat8E4M3FN);
+    // The fp8 -> bf16 widening has an AVX-512 and a portable version: both, via the cap.
+    for (CpuIsa cap : isas()) {
+      kernels::cpu::set_cpu_isa_cap(cap);
+      EXPECT_TRUE(all_close(
+          run_kernel(A, w.transpose(1, 2), DType::kFloat16, GemmPath::kBf16, CpuIsa::kScalar),
+          expected, Tolerance{0, 0}))
+          << dtype_torch_name(bdt) << " " << isa_name(cap);
+    }
+    kernels::cpu::set_cpu_isa_cap(CpuIsa::kAvx512);
+  }
+}
+
 }  // namespace
 }  // namespace flashinfer

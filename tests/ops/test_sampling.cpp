@@ -1165,5 +1165,68 @@ TEST(SamplingCuda, BadInputOnDevice) {
   EXPECT_FI_ERROR(sampling_from_probs(pg, int_tensor({0})), "sampling_from_probs", "indices");
 }
 
+// The CPU's fused top_k_first path of top_k_top_p_sampling_from_logits gives, token for token,
+// the samples of the three steps it fuses (top_k_mask_logits -> softmax -> top-p rejection with
+// the same seed and offset): fp32 and bf16 logits, ties, -inf and +inf logits, k above the
+// vocabulary, per-row k and p, indices.
+// vocab 20000 takes the sampled-threshold select (rows of 8192 or more, small k); 1000 and
+// k = 2000 (more than the row's finite logits in row 2) the histogram select.
+class TopKFirstVocab : public ::testing::TestWithParam<int64_t> {};
+INSTANTIATE_TEST_SUITE_P(Sampling, TopKFirstVocab, ::testing::Values(1000, 20000));
+
+TEST_P(TopKFirstVocab, FromLogitsEqualsMaskSoftmaxTopP) {
+  const int64_t rows = 6, vocab = GetParam();
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> v(static_cast<std::size_t>(rows * vocab));
+  Tensor g = Tensor::empty({rows, vocab}, DType::kFloat32).normal_(91, 0.0, 3.0);
+  const std::vector<double> n = g.to_double_vector();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < vocab; ++i) {
+      double x = n[static_cast<std::size_t>(r * vocab + i)];
+      if (r == 1) x = std::round(x);       // many ties at the threshold
+      if (r == 2 && i % 7 != 0) x = -inf;  // a seventh of the logits finite
+      if (r == 3 && i == 500) x = inf;     // degenerate row: NaN probabilities
+      // Every 9th logit (the sampled ones at vocab 20000) far above the rest and nearly equal
+      // (distinct in fp32, increasing with i): too few pass the sampled threshold for k = 50, the
+      // histogram select takes over, and a wrong kept set would change the (near uniform) draw.
+      if (r == 5 && i % 9 == 0) x = 20.0 + static_cast<double>(i) * 1e-6;
+      if (r == 4) x *= 40.0;  // kept logits far apart: some probabilities underflow to 0
+      v[static_cast<std::size_t>(r * vocab + i)] = x;
+    }
+  }
+  const std::vector<std::pair<int64_t, double>> kp = {
+      {1, 0.9}, {5, 0.3}, {50, 0.9}, {200, 1.0}, {2000, 0.5}};
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    Tensor x = Tensor::from_vector(v, {rows, vocab}, DType::kFloat32).to(dt);
+    for (const auto& [k, p] : kp) {
+      for (int64_t seed : vocab > 5000 ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 77}) {
+        for (int64_t off : {0, 4096}) {
+          const auto fused = ints(top_k_top_p_sampling_from_logits(
+              x, k, p, std::nullopt, "top_k_first", true, false, seed, off));
+          const Tensor probs = softmax(top_k_mask_logits(x, k));
+          const auto steps = ints(
+              top_p_sampling_from_probs(probs, p, std::nullopt, true, false, seed, off).samples);
+          EXPECT_EQ(fused, steps) << dtype_torch_name(dt) << " k=" << k << " p=" << p
+                                  << " seed=" << seed << " offset=" << off;
+        }
+      }
+    }
+    // Per-row k and p, and indices (output row b reads logits row idx[b], Philox subsequence b).
+    Tensor kt = int_tensor({3, 1, 200, 7, 50, 1000});
+    Tensor pt = Tensor::from_vector({0.5, 1.0, 0.2, 0.9, 0.95, 0.7}, {rows}, DType::kFloat32);
+    EXPECT_EQ(ints(top_k_top_p_sampling_from_logits(x, kt, pt, std::nullopt, "top_k_first", true,
+                                                    false, int64_t{5}, int64_t{8})),
+              ints(top_p_sampling_from_probs(softmax(top_k_mask_logits(x, kt)), pt, std::nullopt,
+                                             true, false, int64_t{5}, int64_t{8})
+                       .samples));
+    Tensor idx = int_tensor({5, 0, 0, 2, 4, 1, 3, 5});
+    const Tensor probs = softmax(top_k_mask_logits(x, 20));
+    EXPECT_EQ(ints(top_k_top_p_sampling_from_logits(x, 20, 0.8, idx, "top_k_first", true, false,
+                                                    int64_t{9}, int64_t{0})),
+              ints(top_p_sampling_from_probs(probs, 0.8, idx, true, false, int64_t{9}, int64_t{0})
+                       .samples));
+  }
+}
+
 }  // namespace
 }  // namespace flashinfer

@@ -129,8 +129,9 @@ TEST(TopK, MatchesReference) {
     int64_t rows, cols, k;
   };
   for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-    for (const Case& c : {Case{3, 1, 1}, Case{2, 17, 5}, Case{4, 300, 1}, Case{3, 300, 64},
-                          Case{2, 300, 300}, Case{2, 5000, 100}, Case{1, 4097, 4000}}) {
+    for (const Case& c :
+         {Case{3, 1, 1}, Case{2, 17, 5}, Case{4, 300, 1}, Case{3, 300, 64}, Case{2, 300, 300},
+          Case{2, 5000, 100}, Case{1, 4097, 4000}, Case{2, 20000, 50}, Case{1, 9000, 200}}) {
       for (int variant = 0; variant < 3; ++variant) {
         SCOPED_TRACE(::testing::Message() << dtype_label(d) << " " << c.rows << "x" << c.cols
                                           << " k=" << c.k << " variant " << variant);
@@ -158,6 +159,27 @@ TEST(TopK, MatchesReference) {
           }
         }
       }
+    }
+  }
+}
+
+// Rows of 8192 or more with a small k take a one-pass candidate filter whose threshold comes
+// from evenly spaced samples. Here the samples (every 32nd element) are the row's largest values,
+// so fewer than k elements pass it and the histogram select must take over.
+TEST(TopK, SampledThresholdFallsBackWhenTooFewPass) {
+  const int64_t cols = 65536, k = 4000;
+  std::vector<double> v(static_cast<std::size_t>(cols));
+  for (int64_t i = 0; i < cols; ++i) {
+    v[static_cast<std::size_t>(i)] = i % 32 == 0
+                                         ? 2.0 + static_cast<double>(i % 7)
+                                         : static_cast<double>((i * 7919) % 65521) / 65521.0;
+  }
+  for (DType d : {DType::kFloat32, DType::kBFloat16}) {
+    Tensor x = Tensor::from_vector(v, {1, cols}, d);
+    const std::vector<double> xv = doubles(x);
+    for (bool sorted : {false, true}) {
+      auto [val, idx] = top_k(x, k, sorted);
+      EXPECT_EQ(ints(idx), reference_select(xv, k, false, sorted)) << dtype_label(d);
     }
   }
 }

@@ -9,6 +9,7 @@
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
 #include "kernels/cpu/cpu_row_io.h"
+#include "kernels/cpu/gemm_bf16_cpu.h"
 #include "kernels/dtype_dispatch.h"
 
 // Threading: on the sgemm path OpenBLAS parallelizes the O(m n k) multiply with its own thread
@@ -113,15 +114,16 @@ void sgemm_nt(int64_t m, int64_t n, int64_t k, float alpha, const float* a, cons
               b, static_cast<blasint>(k), 0.0f, c, static_cast<blasint>(n));
 }
 
-// Large m: every operand converted to dense fp32, one OpenBLAS sgemm per batch.
-void sgemm_path(const GemmParams& p, float alpha) {
+// Large m: every operand converted to dense fp32, one OpenBLAS sgemm per batch (from batch
+// item `first` on).
+void sgemm_path(const GemmParams& p, float alpha, int64_t first = 0) {
   // Uninitialized scratch: every element is written before it is read.
   std::unique_ptr<float[]> a(new float[static_cast<size_t>(p.m * p.k)]);
   std::unique_ptr<float[]> b(new float[static_cast<size_t>(p.n * p.k)]);
   std::unique_ptr<float[]> c(new float[static_cast<size_t>(p.m * p.n)]);
   const size_t a_es = dtype_size(p.a_dtype), b_es = dtype_size(p.b_dtype),
                o_es = dtype_size(p.out_dtype);
-  for (int64_t bi = 0; bi < p.batch; ++bi) {
+  for (int64_t bi = first; bi < p.batch; ++bi) {
     const auto* ab = static_cast<const uint8_t*>(p.a) + bi * p.a_stride_b * a_es;
     const auto* bb = static_cast<const uint8_t*>(p.b) + bi * p.b_stride_b * b_es;
     auto* ob = static_cast<uint8_t*>(p.out) + bi * p.out_stride_b * o_es;
@@ -135,6 +137,44 @@ void sgemm_path(const GemmParams& p, float alpha) {
     }
     store_out(c.get(), p, ob);
   }
+}
+
+// Large m, inputs exact in bf16 (bf16, e4m3, e5m2): oneDNN's bf16 matmul with fp32 accumulation
+// (gemm_bf16_cpu.h), then the sgemm path's alpha (one fp32 multiply, as sgemm applies it), bias
+// and single rounding. bf16 operands with unit k stride are read in place; fp8 ones are widened
+// to bf16 (exact). Returns false, nothing written, when oneDNN is not available.
+bool bf16_path(const GemmParams& p, float alpha) {
+  if (!onednn_gemm_available() || p.k == 0 || !exact_in_bf16(p.a_dtype) ||
+      !exact_in_bf16(p.b_dtype)) {
+    return false;
+  }
+  const bool a_direct = p.a_dtype == DType::kBFloat16 && p.a_stride_k == 1 && p.a_stride_m >= p.k;
+  const bool b_direct = p.b_dtype == DType::kBFloat16 && p.b_stride_k == 1 && p.b_stride_n >= p.k;
+  HostBuffer<uint16_t> a(a_direct ? 0 : static_cast<size_t>(p.m * p.k));
+  HostBuffer<uint16_t> b(b_direct ? 0 : static_cast<size_t>(p.n * p.k));
+  HostBuffer<float> c(static_cast<size_t>(p.m * p.n));
+  const size_t a_es = dtype_size(p.a_dtype), b_es = dtype_size(p.b_dtype),
+               o_es = dtype_size(p.out_dtype);
+  for (int64_t bi = 0; bi < p.batch; ++bi) {
+    const auto* ab = static_cast<const uint8_t*>(p.a) + bi * p.a_stride_b * a_es;
+    const auto* bb = static_cast<const uint8_t*>(p.b) + bi * p.b_stride_b * b_es;
+    auto* ob = static_cast<uint8_t*>(p.out) + bi * p.out_stride_b * o_es;
+    if (!a_direct) to_bf16_rows(ab, p.a_dtype, p.m, p.k, p.a_stride_m, p.a_stride_k, a.get());
+    if (!b_direct) to_bf16_rows(bb, p.b_dtype, p.n, p.k, p.b_stride_n, p.b_stride_k, b.get());
+    const auto* ap = a_direct ? reinterpret_cast<const uint16_t*>(ab) : a.get();
+    const auto* bp = b_direct ? reinterpret_cast<const uint16_t*>(bb) : b.get();
+    if (!bf16_gemm_nt(p.m, p.n, p.k, ap, a_direct ? p.a_stride_m : p.k, bp,
+                      b_direct ? p.b_stride_n : p.k, c.get(), p.n)) {
+      if (bi == 0) return false;
+      sgemm_path(p, alpha, bi);  // oneDNN refused midway: the rest the former way
+      return true;
+    }
+    if (alpha != 1.0f) {
+      for (int64_t i = 0; i < p.m * p.n; ++i) c.get()[i] *= alpha;
+    }
+    store_out(c.get(), p, ob);
+  }
+  return true;
 }
 
 // ---- small m: B read in place --------------------------------------------------------------
@@ -478,6 +518,7 @@ void gemm_with(const GemmParams& p, GemmPath path, CpuIsa isa) {
   const bool small =
       path == GemmPath::kSmallM || (path == GemmPath::kAuto && p.m <= kGemmSmallMMax);
   if (small && small_m_path(p, alpha, isa)) return;
+  if ((path == GemmPath::kAuto || path == GemmPath::kBf16) && bf16_path(p, alpha)) return;
   sgemm_path(p, alpha);
 }
 

@@ -9,6 +9,7 @@
 
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/cpu/gemm_bf16_cpu.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -45,15 +46,11 @@ void store(void* base, DType dt, int64_t idx, float v) {
 
 namespace {
 
-void gemm_one(const BlockScaledGemmParams& p, int64_t bi) {
+// Both operands decoded once to fp32 (exact for every input format, MX scales included), b as
+// logical [n, k]; sums by OpenBLAS into part (unscaled) or acc (scaled).
+void fp32_products(const BlockScaledGemmParams& p, const void* pa, const void* pb,
+                   const uint8_t* a_mx, const uint8_t* b_mx, float* part, std::vector<float>& acc) {
   const int64_t m = p.m, n = p.n, k = p.k;
-  const void* pa = static_cast<const char*>(p.a) + bi * p.a_stride_b * dtype_size(p.a_dtype);
-  const void* pb = static_cast<const char*>(p.b) + bi * p.b_stride_b * dtype_size(p.b_dtype);
-  const uint8_t* a_mx = p.a_mx ? p.a_mx + bi * p.a_mx_stride_b : nullptr;
-  const uint8_t* b_mx = p.b_mx ? p.b_mx + bi * p.b_mx_stride_b : nullptr;
-  void* out = static_cast<char*>(p.out) + bi * p.out_stride_b * dtype_size(p.out_dtype);
-  // Both operands decoded once to fp32 (exact for every input format, MX scales included), b as
-  // logical [n, k].
   std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(n * k));
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t kk = 0; kk < k; ++kk) {
@@ -75,17 +72,15 @@ void gemm_one(const BlockScaledGemmParams& p, int64_t bi) {
   // fp32 products of the decoded operands by OpenBLAS sgemm, one call per K block when there are
   // per-block scales: each block's partial sums are then multiplied by (a_scale * b_scale) and
   // added to the fp32 accumulator, the promotion of the blockwise kernels (see the header).
-  const float alpha = p.alpha ? *p.alpha : 1.0f;
   const bool scaled = p.a_scale || p.b_scale;
   const int64_t gk = scaled ? p.gk : k;
   const int64_t kblocks = (k + gk - 1) / gk;
-  std::vector<float> part(static_cast<std::size_t>(m * n));
-  std::vector<float> acc(scaled ? static_cast<std::size_t>(m * n) : 0, 0.0f);
+  acc.assign(scaled ? static_cast<std::size_t>(m * n) : 0, 0.0f);
   for (int64_t kb = 0; kb < kblocks; ++kb) {
     const int64_t k0 = kb * gk, kl = std::min(k, k0 + gk) - k0;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
                 static_cast<blasint>(n), static_cast<blasint>(kl), 1.0f, a.data() + k0,
-                static_cast<blasint>(k), b.data() + k0, static_cast<blasint>(k), 0.0f, part.data(),
+                static_cast<blasint>(k), b.data() + k0, static_cast<blasint>(k), 0.0f, part,
                 static_cast<blasint>(n));
     if (!scaled) break;
     for (int64_t i = 0; i < m; ++i) {
@@ -98,7 +93,67 @@ void gemm_one(const BlockScaledGemmParams& p, int64_t bi) {
       }
     }
   }
-  const std::vector<float>& total = scaled ? acc : part;
+}
+
+// part = a b^T through oneDNN's bf16 matmul (fp32 accumulation) for inputs exact in bf16; b is
+// widened (and mm_fp8's shuffle undone) into a dense bf16 [n, k]. False when oneDNN is absent.
+bool bf16_products(const BlockScaledGemmParams& p, const void* pa, const void* pb, float* part) {
+  const int64_t m = p.m, n = p.n, k = p.k;
+  if (!onednn_gemm_available() || k == 0 || !exact_in_bf16(p.a_dtype) ||
+      !exact_in_bf16(p.b_dtype) || (p.b_low_latency && dtype_size(p.b_dtype) != 1)) {
+    return false;
+  }
+  HostBuffer<uint16_t> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(n * k));
+  to_bf16_rows(pa, p.a_dtype, m, k, p.a_stride_m, p.a_stride_k, a.get());
+  if (p.b_low_latency) {
+    const auto* b8 = static_cast<const uint8_t*>(pb);
+    const uint16_t* t = fp8_bf16_table(p.b_dtype);  // mm_fp8's weight is e4m3
+#pragma omp parallel for schedule(static) if (n * k >= (1 << 20))
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* src = b8 + low_latency_row(j) * 128;
+      uint16_t* dst = b.get() + j * k;
+      if (k % 128 == 0) {
+        // Whole 128-wide K blocks (mm_fp8 requires them): one vectorized copy per block.
+        for (int64_t k0 = 0; k0 < k; k0 += 128) {
+          fp8_to_bf16(src + (k0 / 128) * n * 128, 128, p.b_dtype, dst + k0);
+        }
+      } else {
+        for (int64_t kk = 0; kk < k; ++kk) dst[kk] = t[src[(kk / 128) * n * 128 + kk % 128]];
+      }
+    }
+  } else {
+    to_bf16_rows(pb, p.b_dtype, n, k, p.b_stride_n, p.b_stride_k, b.get());
+  }
+  return bf16_gemm_nt(m, n, k, a.get(), k, b.get(), k, part, n);
+}
+
+void gemm_one(const BlockScaledGemmParams& p, int64_t bi) {
+  const int64_t m = p.m, n = p.n;
+  const void* pa = static_cast<const char*>(p.a) + bi * p.a_stride_b * dtype_size(p.a_dtype);
+  const void* pb = static_cast<const char*>(p.b) + bi * p.b_stride_b * dtype_size(p.b_dtype);
+  const uint8_t* a_mx = p.a_mx ? p.a_mx + bi * p.a_mx_stride_b : nullptr;
+  const uint8_t* b_mx = p.b_mx ? p.b_mx + bi * p.b_mx_stride_b : nullptr;
+  void* out = static_cast<char*>(p.out) + bi * p.out_stride_b * dtype_size(p.out_dtype);
+  const float alpha = p.alpha ? *p.alpha : 1.0f;
+  const bool scaled = p.a_scale || p.b_scale;
+  HostBuffer<float> part(static_cast<std::size_t>(m * n));
+  std::vector<float> acc;
+  // Unscaled, no MX scales (mm_fp8, tgv_gemm_sm100 ...): oneDNN's bf16 matmul when available.
+  if (scaled || a_mx || b_mx || !bf16_products(p, pa, pb, part.get())) {
+    fp32_products(p, pa, pb, a_mx, b_mx, part.get(), acc);
+  }
+  const float* total = scaled ? acc.data() : part.get();
+  if (!p.bias && p.out_dtype == DType::kBFloat16 && p.out_stride_n == 1) {
+    // The common case without a per-element dispatch; the same arithmetic as below (+ 0.0f
+    // included: it turns a -0 product into +0, as the general loop does).
+    auto* o = static_cast<uint16_t*>(out);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        o[i * p.out_stride_m + j] = float_to_bfloat16_bits(alpha * total[i * n + j] + 0.0f);
+      }
+    }
+    return;
+  }
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       const float bias = p.bias ? decode(p.bias, p.bias_dtype, j) : 0.0f;

@@ -229,6 +229,201 @@ void sample(const SamplingParams& p) {
   }
 }
 
+namespace {
+
+// Scratch of one thread of sample_top_k_first_from_logits.
+struct TopKFirstScratch {
+  std::vector<float> x;         // the row in fp32 (when it is not a unit-stride fp32 row)
+  std::vector<uint32_t> keys;   // ordered_key of every element
+  std::vector<uint32_t> hist;   // kWays interleaved histograms of the keys' top bits
+  std::vector<int64_t> cand;    // indices in buckets >= the boundary bucket, ascending
+  std::vector<uint32_t> bound;  // keys in the boundary bucket
+  std::vector<int64_t> kept;    // kept indices, ascending
+  std::vector<float> prob;      // their probabilities (or the full row in the fallback)
+};
+
+constexpr int kSelBits = 11, kSelShift = 32 - kSelBits, kSelBuckets = 1 << kSelBits;
+constexpr int kWays = 4;  // interleaved histogram copies: increments of one counter don't chain
+
+// count_threshold's answer (the k-th largest nonzero key, or 0 when fewer than k nonzero keys)
+// from a histogram pass and a scan that skips blocks without a candidate; fills s.cand with
+// every index whose key is in the boundary bucket or above.
+uint32_t kth_key(const uint32_t* keys, int64_t n, int64_t k, TopKFirstScratch& s) {
+  s.hist.assign(static_cast<std::size_t>(kSelBuckets * kWays), 0u);
+  uint32_t* h = s.hist.data();
+  int64_t i = 0;
+  for (; i + kWays <= n; i += kWays) {
+    for (int w = 0; w < kWays; ++w) ++h[w * kSelBuckets + (keys[i + w] >> kSelShift)];
+  }
+  for (; i < n; ++i) ++h[keys[i] >> kSelShift];
+  for (int b = 0; b < kSelBuckets; ++b) {
+    for (int w = 1; w < kWays; ++w) h[b] += h[w * kSelBuckets + b];
+  }
+  // Key 0 (NaN) never counts; bucket 0 also holds the smallest numbers' keys.
+  int64_t zeros = 0;
+  for (int64_t j = 0; j < n; ++j) zeros += keys[j] == 0u;
+  s.cand.clear();
+  if (k > n - zeros) {
+    for (int64_t j = 0; j < n; ++j) {
+      if (keys[j] != 0u) s.cand.push_back(j);
+    }
+    return 0u;
+  }
+  h[0] -= static_cast<uint32_t>(zeros);
+  int64_t above = 0;
+  int b = kSelBuckets - 1;
+  for (; b > 0; --b) {
+    if (above + h[b] >= k) break;
+    above += h[b];
+  }
+  const uint32_t lo = std::max<uint32_t>(static_cast<uint32_t>(b) << kSelShift, 1u);
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    uint32_t any = 0;
+    for (int w = 0; w < 16; ++w) any |= static_cast<uint32_t>(keys[j + w] >= lo);
+    if (!any) continue;
+    for (int w = 0; w < 16; ++w) {
+      if (keys[j + w] >= lo) s.cand.push_back(j + w);
+    }
+  }
+  for (; j < n; ++j) {
+    if (keys[j] >= lo) s.cand.push_back(j);
+  }
+  s.bound.clear();
+  for (int64_t c : s.cand) {
+    if (static_cast<int>(keys[c] >> kSelShift) == b) s.bound.push_back(keys[c]);
+  }
+  const int64_t need = k - above;
+  std::nth_element(s.bound.begin(), s.bound.begin() + (need - 1), s.bound.end(),
+                   std::greater<uint32_t>());
+  return s.bound[static_cast<std::size_t>(need - 1)];
+}
+
+// kth_key in one pass for k well below n (the idea of top_k's prefilter, topk_cpu.cpp): the
+// (4 k kSample / n + 8)-th largest key of kSample evenly spaced elements is a guess g (at least
+// 1: NaN never counts); one scan keeps the indices with key >= g in s.cand (keys[] written for
+// them only). When at least k keys pass, the k-th largest nonzero key and every key above it are
+// among them, so *t is exact; otherwise returns false and kth_key runs.
+bool sampled_kth_key(const float* x, int64_t n, int64_t k, uint32_t* keys, TopKFirstScratch& s,
+                     uint32_t* t) {
+  constexpr int64_t kSample = 2048;
+  if (n < 4 * kSample) return false;
+  const int64_t rank = (4 * k * kSample + n - 1) / n + 8;
+  if (rank > kSample / 4) return false;
+  s.bound.resize(static_cast<std::size_t>(kSample));
+  const int64_t step = n / kSample;
+  for (int64_t i = 0; i < kSample; ++i) s.bound[i] = ordered_key(x[i * step]);
+  std::nth_element(s.bound.begin(), s.bound.begin() + (rank - 1), s.bound.end(),
+                   std::greater<uint32_t>());
+  const uint32_t g = std::max(s.bound[static_cast<std::size_t>(rank - 1)], 1u);
+  s.cand.clear();
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    uint32_t kb[16];
+    uint32_t any = 0;
+    for (int w = 0; w < 16; ++w) {
+      kb[w] = ordered_key(x[j + w]);
+      any |= static_cast<uint32_t>(kb[w] >= g);
+    }
+    if (!any) continue;
+    for (int w = 0; w < 16; ++w) {
+      if (kb[w] >= g) {
+        keys[j + w] = kb[w];
+        s.cand.push_back(j + w);
+      }
+    }
+  }
+  for (; j < n; ++j) {
+    const uint32_t key = ordered_key(x[j]);
+    if (key >= g) {
+      keys[j] = key;
+      s.cand.push_back(j);
+    }
+  }
+  if (static_cast<int64_t>(s.cand.size()) < k) return false;
+  s.bound.clear();
+  for (int64_t c : s.cand) s.bound.push_back(keys[c]);
+  std::nth_element(s.bound.begin(), s.bound.begin() + (k - 1), s.bound.end(),
+                   std::greater<uint32_t>());
+  *t = s.bound[static_cast<std::size_t>(k - 1)];
+  return true;
+}
+
+int64_t top_k_first_row(const SamplingParams& p, int64_t b, TopKFirstScratch& s) {
+  const SamplingRow& row = p.rows[b];
+  const int64_t n = p.vocab;
+  const float* x;
+  if (p.dtype == DType::kFloat32 && p.in_stride_col == 1) {
+    x = static_cast<const float*>(p.input) + row.src_row * p.in_stride_row;
+  } else {
+    s.x.resize(static_cast<std::size_t>(n));
+    load_row(p.input, p.dtype, row.src_row, p.in_stride_row, n, p.in_stride_col, s.x.data());
+    x = s.x.data();
+  }
+  s.keys.resize(static_cast<std::size_t>(n));
+  uint32_t* keys = s.keys.data();
+  uint32_t t;
+  if (!sampled_kth_key(x, n, row.top_k, keys, s, &t)) {
+    for (int64_t i = 0; i < n; ++i) keys[i] = ordered_key(x[i]);
+    t = kth_key(keys, n, row.top_k, s);
+  }
+  // Kept: key nonzero and >= t (filter's kTopKMask test); all are among the candidates.
+  s.kept.clear();
+  for (int64_t c : s.cand) {
+    if (keys[c] >= t) s.kept.push_back(c);
+  }
+  // softmax over the masked row: every other logit is -inf, so its exp(-inf - m) is exactly 0
+  // for a finite max m and adds nothing to the sum.
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  float m = neg_inf;
+  for (int64_t i : s.kept) m = std::fmax(m, x[i] / row.temperature);
+  PhiloxStream rng(row.seed, static_cast<uint64_t>(b), row.offset);
+  if (!std::isfinite(m)) {
+    // Degenerate row (an infinite logit, or only -inf kept): the three passes as written.
+    s.prob.resize(static_cast<std::size_t>(n));
+    float* y = s.prob.data();
+    std::size_t next = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const bool keep = next < s.kept.size() && s.kept[next] == i;
+      next += keep;
+      y[i] = (keep ? x[i] : neg_inf) / row.temperature;
+    }
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+      y[i] = std::exp(y[i] - m);
+      sum += y[i];
+    }
+    for (int64_t i = 0; i < n; ++i) y[i] = y[i] / sum;
+    return rejection_sample(y, n, SamplingKind::kTopP, row, rng);
+  }
+  const std::size_t nk = s.kept.size();
+  s.prob.resize(nk);
+  float sum = 0.0f;
+  for (std::size_t j = 0; j < nk; ++j) {
+    s.prob[j] = std::exp(x[s.kept[j]] / row.temperature - m);
+    sum += s.prob[j];
+  }
+  for (std::size_t j = 0; j < nk; ++j) s.prob[j] = s.prob[j] / sum;
+  // Zero probabilities never pass rejection_sample's `> low` tests, so the kept ones in index
+  // order give the same draws, sums and pivots as the full row.
+  const int64_t j =
+      rejection_sample(s.prob.data(), static_cast<int64_t>(nk), SamplingKind::kTopP, row, rng);
+  return j < 0 ? -1 : s.kept[static_cast<std::size_t>(j)];
+}
+
+}  // namespace
+
+void sample_top_k_first_from_logits(const SamplingParams& p) {
+  // A row of a 128k vocabulary takes ~0.1-0.2 ms here; as in top_k (topk_cpu.cpp), a team is
+  // only worth its join on a loaded machine from ~4 ms of work.
+#pragma omp parallel if (p.batch > 1 && p.batch * p.vocab >= (1 << 22))
+  {
+    TopKFirstScratch s;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < p.batch; ++b) write_sample(p, b, top_k_first_row(p, b, s));
+  }
+}
+
 void filter(const FilterParams& p) {
   const int64_t n = p.vocab;
 #pragma omp parallel if (p.batch > 1 && p.batch * n >= (1 << 14))

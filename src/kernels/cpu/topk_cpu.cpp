@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "flashinfer/float_formats.h"
+#include "kernels/cpu/cpu_avx512.h"
 #include "kernels/dtype_dispatch.h"
 
 namespace flashinfer::kernels::cpu {
@@ -60,6 +61,102 @@ void load_keys(const T* x, int64_t len, int64_t sc, uint32_t* keys) {
   }
 }
 
+// One-pass candidate filter for k well below the row length. The keys of kSample evenly spaced
+// elements give a guess g: their r-th largest with r about 4 k kSample / len + 8, so about
+// 4 k + 8 len / kSample keys of the row are >= g, and fewer than k with negligible
+// probability. One scan then keeps every index whose key is >= g (computing keys on the fly,
+// blocks of 16 without a candidate skipped), writing its key into keys[]. When at least k keys
+// are >= g, the k-th largest key and every key equal to it are among them, so selecting from the
+// candidates alone is exact; otherwise (or when k is too large for a guess to pay) returns false
+// and the caller runs the histogram select.
+constexpr int64_t kSample = 2048;
+
+#if FLASHINFER_CPU_AVX512
+// prefilter's scan for a unit-stride fp32 row, 16 keys per step (topk_key32 in vector form).
+FI_AVX512 int64_t scan_f32_avx512(const float* x, int64_t len, uint32_t g, uint32_t* keys,
+                                  std::vector<int64_t>& sel) {
+  const __m512i g16 = _mm512_set1_epi32(static_cast<int>(g));
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
+  const __m512i inf = _mm512_set1_epi32(0x7F800000);
+  const __m512i ones = _mm512_set1_epi32(-1);
+  alignas(64) uint32_t kb[16];
+  int64_t j = 0;
+  for (; j < len; j += 16) {
+    const __mmask16 lanes =
+        len - j >= 16 ? static_cast<__mmask16>(0xFFFF) : simd512::tail_mask(len - j);
+    const __m512i u = _mm512_maskz_loadu_epi32(lanes, x + j);
+    const __m512i abs = _mm512_and_si512(u, absm);
+    const __m512i neg = _mm512_srai_epi32(u, 31);
+    __m512i key = _mm512_xor_si512(u, _mm512_or_si512(neg, sign));
+    key = _mm512_mask_mov_epi32(key, _mm512_cmpeq_epi32_mask(abs, _mm512_setzero_si512()), sign);
+    key = _mm512_mask_mov_epi32(key, _mm512_cmpgt_epi32_mask(abs, inf), ones);
+    __mmask16 hit = _mm512_mask_cmpge_epu32_mask(lanes, key, g16);
+    if (!hit) continue;
+    _mm512_store_si512(kb, key);
+    for (; hit; hit = static_cast<__mmask16>(hit & (hit - 1))) {
+      const int w = __builtin_ctz(hit);
+      keys[j + w] = kb[w];
+      sel.push_back(j + w);
+    }
+  }
+  return static_cast<int64_t>(sel.size());
+}
+#endif
+
+template <class T>
+bool prefilter(const T* x, int64_t len, int64_t sc, int64_t k, uint32_t* keys, Scratch& s) {
+  if (len < 4 * kSample) return false;
+  const int64_t rank = (4 * k * kSample + len - 1) / len + 8;
+  if (rank > kSample / 4) return false;
+  s.boundary.resize(static_cast<std::size_t>(kSample));
+  const int64_t step = len / kSample;
+  for (int64_t i = 0; i < kSample; ++i) {
+    s.boundary[static_cast<std::size_t>(i)] = KeyOf<T>::key(x[i * step * sc]);
+  }
+  std::nth_element(s.boundary.begin(), s.boundary.begin() + (rank - 1), s.boundary.end(),
+                   std::greater<uint32_t>());
+  const uint32_t g = s.boundary[static_cast<std::size_t>(rank - 1)];
+  s.sel.clear();
+  int64_t j = 0;
+#if FLASHINFER_CPU_AVX512
+  if constexpr (std::is_same_v<T, float>) {
+    if (sc == 1 && use_avx512()) {
+      scan_f32_avx512(x, len, g, keys, s.sel);
+      j = len;
+    }
+  }
+#endif
+  if (sc == 1) {
+    for (; j + 16 <= len; j += 16) {
+      uint32_t kb[16];
+      uint32_t any = 0;
+      for (int w = 0; w < 16; ++w) {
+        kb[w] = KeyOf<T>::key(x[j + w]);
+        any |= static_cast<uint32_t>(kb[w] >= g);
+      }
+      if (!any) continue;
+      for (int w = 0; w < 16; ++w) {
+        if (kb[w] >= g) {
+          keys[j + w] = kb[w];
+          s.sel.push_back(j + w);
+        }
+      }
+    }
+  }
+  for (; j < len; ++j) {
+    const uint32_t key = KeyOf<T>::key(x[j * sc]);
+    if (key >= g) {
+      keys[j] = key;
+      s.sel.push_back(j);
+    }
+  }
+  if (static_cast<int64_t>(s.sel.size()) < k) return false;
+  s.boundary.clear();
+  for (int64_t c : s.sel) s.boundary.push_back(keys[c]);
+  return true;
+}
+
 template <class T>
 int64_t row_top_k(const TopKParams& p, int64_t r, Scratch& s) {
   using K = KeyOf<T>;
@@ -72,13 +169,18 @@ int64_t row_top_k(const TopKParams& p, int64_t r, Scratch& s) {
   s.sel.clear();
   s.keys.resize(static_cast<std::size_t>(len));
   uint32_t* keys = s.keys.data();
-  load_keys(x, len, sc, keys);
 
   int64_t n = 0;  // selected, in ascending index order in s.sel
+  // need: rank of the k-th largest key among s.boundary (keys above every boundary key that are
+  // not in it: k - need of them).
+  int64_t need = k;
   if (len <= k) {
+    load_keys(x, len, sc, keys);
     for (int64_t i = 0; i < len; ++i) s.sel.push_back(i);
     n = len;
-  } else {
+  } else if (!prefilter(x, len, sc, k, keys, s)) {
+    load_keys(x, len, sc, keys);
+    s.sel.clear();
     s.hist.assign(static_cast<std::size_t>(kBuckets * kWays), 0);
     uint32_t* h = s.hist.data();
     int64_t i = 0;
@@ -114,7 +216,9 @@ int64_t row_top_k(const TopKParams& p, int64_t r, Scratch& s) {
     for (int64_t j : s.sel) {
       if ((keys[j] >> kShift) == static_cast<uint32_t>(b)) s.boundary.push_back(keys[j]);
     }
-    const int64_t need = k - above;  // 1 <= need <= boundary.size()
+    need = k - above;  // 1 <= need <= boundary.size()
+  }
+  if (len > k) {
     std::nth_element(s.boundary.begin(), s.boundary.begin() + (need - 1), s.boundary.end(),
                      std::greater<uint32_t>());
     const uint32_t thr = s.boundary[static_cast<std::size_t>(need - 1)];  // the k-th largest
@@ -170,9 +274,11 @@ int64_t top_k(const TopKParams& p) {
   int64_t bad = 0;
   dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
       p.dtype, "top_k", "input", [&]<class T>() {
-  // Rows are independent; one row of a 128k vocabulary is ~0.1 ms, so parallelize from a
-  // few rows up.
-#pragma omp parallel reduction(+ : bad) if (p.rows > 1 && p.rows * p.cols >= (1 << 16))
+  // Rows are independent, but a team only pays off for several ms of work: a fp32 row of a
+  // 128k vocabulary takes ~0.1 ms (sampled threshold), and on a loaded machine the join waits
+  // for a descheduled thread far longer (measured: 16 x 128256 took 3 ms on one thread and
+  // ~50 ms on two at load 13). Hence 2^22 elements (~4 ms on one thread).
+#pragma omp parallel reduction(+ : bad) if (p.rows > 1 && p.rows * p.cols >= (1 << 22))
         {
           Scratch s;
 #pragma omp for schedule(dynamic, 1)

@@ -1,0 +1,57 @@
+// CPU bf16 GEMM with fp32 accumulation for the large-m GEMMs (mm_bf16, bmm_bf16, bmm_fp8 and
+// mm_fp8 with m > kGemmSmallMMax): oneDNN's matmul (Debian's libdnnl-dev, native avx512_bf16 /
+// AMX instructions where the CPU has them, the library PyTorch's CPU matmul uses). fp8 inputs
+// are widened to bf16 first, which is exact (e4m3 and e5m2 values are all bf16 values). Built
+// without oneDNN, or with FLASHINFER_CPU_ONEDNN=0 in the environment, every entry point reports
+// "not available" and the callers keep their OpenBLAS sgemm path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/host_allocator.h"
+#include "flashinfer/dtype.h"
+
+namespace flashinfer::kernels::cpu {
+
+/// True when this build has oneDNN and FLASHINFER_CPU_ONEDNN is not "0" (read once).
+bool onednn_gemm_available();
+
+/// True for the input dtypes whose every value is a bf16 value (bf16, e4m3fn, e5m2).
+bool exact_in_bf16(DType dt);
+
+/// The bf16 bits of each of the 256 codes of an fp8 dtype (e4m3fn or e5m2).
+const uint16_t* fp8_bf16_table(DType dt);
+
+/// n contiguous fp8 codes (e4m3fn or e5m2) -> bf16 bits, on the calling thread (AVX-512 where
+/// the CPU has it).
+void fp8_to_bf16(const uint8_t* src, int64_t n, DType dt, uint16_t* dst);
+
+/// Copies a strided [rows, cols] matrix of an exact_in_bf16 dtype into dense bf16 bits.
+void to_bf16_rows(const void* src, DType dt, int64_t rows, int64_t cols, int64_t stride_r,
+                  int64_t stride_c, uint16_t* dst);
+
+/// c[m, n] (fp32, row stride ldc) = a[m, k] * b[n, k]^T for bf16 bit patterns with unit k stride
+/// and row strides lda, ldb (>= k), fp32 accumulation. Returns false (c untouched) when oneDNN is
+/// not available or refuses the problem.
+bool bf16_gemm_nt(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                  const uint16_t* b, int64_t ldb, float* c, int64_t ldc);
+
+/// Uninitialized scratch from the host allocator, whose cache keeps large blocks: a fresh
+/// operand-sized buffer every call would page-fault on every 4 KiB.
+template <class T>
+class HostBuffer {
+ public:
+  explicit HostBuffer(std::size_t n)
+      : p_(static_cast<T*>(detail::host_alloc(n ? n * sizeof(T) : 1, &cap_))) {}
+  ~HostBuffer() { detail::host_free(p_, cap_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  T* get() const { return p_; }
+
+ private:
+  std::size_t cap_ = 0;
+  T* p_;
+};
+
+}  // namespace flashinfer::kernels::cpu
