@@ -97,6 +97,30 @@ FI_AVX512 void scale_axpy512(float* a, float f, float p, const float* v, int64_t
 }
 #endif
 
+// q.k over n values.
+inline float dot_row(const float* a, const float* b, int64_t n, [[maybe_unused]] bool avx512) {
+#if FLASHINFER_CPU_AVX512
+  if (avx512) return dot512(a, b, n);
+#endif
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t i = 0; i < n; ++i) dot += a[i] * b[i];
+  return dot;
+}
+
+// a = a * f + p * v over n values.
+inline void scale_axpy_row(float* a, float f, float p, const float* v, int64_t n,
+                           [[maybe_unused]] bool avx512) {
+#if FLASHINFER_CPU_AVX512
+  if (avx512) {
+    scale_axpy512(a, f, p, v, n);
+    return;
+  }
+#endif
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) a[i] = a[i] * f + p * v[i];
+}
+
 // Converts n elements to fp32.
 template <class T>
 inline void load_row(float* dst, const T* src, int64_t n) {
@@ -219,16 +243,7 @@ class Runner {
             continue;
           }
           const float* kr = &kt_[j * dqk];
-          float dot = 0.0f;
-#if FLASHINFER_CPU_AVX512
-          if (avx512_) {
-            dot = dot512(qr, kr, dqk);
-          } else
-#endif
-          {
-#pragma omp simd reduction(+ : dot)
-            for (int64_t i = 0; i < dqk; ++i) dot += qr[i] * kr[i];
-          }
+          const float dot = dot_row(qr, kr, dqk, avx512_);
           float sc = soft_cap ? cap * std::tanh(dot * scale / cap) : dot * scale;
           sc *= kLog2e;
           if (std::isnan(sc)) {
@@ -245,29 +260,13 @@ class Runner {
         const float factor = std::exp2(m_[rr] - m_new);  // 0 when m was -inf
         float* a = &acc_[rr * dvo];
         float sum = 0.0f;
-#if FLASHINFER_CPU_AVX512
-        if (avx512_) {
-          // The rescale folds into the first visible key's update (a * factor + p * v).
-          float f = factor;
-          for (int64_t j = 0; j < n; ++j) {
-            if (s_[j] == kNegInf) continue;
-            const float pj = std::exp2(s_[j] - m_new);
-            sum += pj;
-            scale_axpy512(a, f, pj, &vt_[j * dvo], dvo);
-            f = 1.0f;
-          }
-        } else
-#endif
-        {
-          for (int64_t i = 0; i < dvo; ++i) a[i] *= factor;
-          for (int64_t j = 0; j < n; ++j) {
-            if (s_[j] == kNegInf) continue;
-            const float pj = std::exp2(s_[j] - m_new);
-            sum += pj;
-            const float* vr = &vt_[j * dvo];
-#pragma omp simd
-            for (int64_t i = 0; i < dvo; ++i) a[i] += pj * vr[i];
-          }
+        bool first = true;  // the rescale folds into the first visible key's update
+        for (int64_t j = 0; j < n; ++j) {
+          if (s_[j] == kNegInf) continue;
+          const float pj = std::exp2(s_[j] - m_new);
+          sum += pj;
+          scale_axpy_row(a, first ? factor : 1.0f, pj, &vt_[j * dvo], dvo, avx512_);
+          first = false;
         }
         d_[rr] = d_[rr] * factor + sum;
         m_[rr] = m_new;
