@@ -11,6 +11,7 @@
 
 #include "flashinfer/flashinfer.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/gguf_mm_cpu.h"
 
 namespace {
 
@@ -32,9 +33,10 @@ Tensor random_blocks(int64_t n, int64_t k, bool q4) {
 }
 
 // Args: m, n, k, q4 (1) or Q8_0 (0), tier; activation dtype bf16 (BM_MmGguf) or fp32
-// (BM_MmGgufFp32, the chat's case: m = 1 Q4_1 on AVX-512 BF16 + VBMI takes the two-bf16-part
-// split path). The fp32 runs also report err_vs_scalar: max |out - scalar tier's out| over
-// max |scalar tier's out| (the split path's bound is 2^-16 |a| |d q| per value, so about 1e-5).
+// (BM_MmGgufFp32, the chat's case: m = 1 on AVX-512 VNNI takes the two-int8-part path, else
+// Q4_1 on AVX-512 BF16 + VBMI the two-bf16-part split path). The fp32 runs also report
+// err_vs_scalar: max |out - scalar tier's out| over max |scalar tier's out| (about 2e-5 for the
+// int8 path, 3e-6 for the bf16 split path, docs/CHAT.md).
 void run_mm_gguf(benchmark::State& state, DType a_dtype) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const bool q4 = state.range(3) != 0;
@@ -75,6 +77,13 @@ void run_mm_gguf(benchmark::State& state, DType a_dtype) {
 
 void BM_MmGguf(benchmark::State& state) { run_mm_gguf(state, DType::kBFloat16); }
 void BM_MmGgufFp32(benchmark::State& state) { run_mm_gguf(state, DType::kFloat32); }
+// The same with the int8 activation path turned off: on an AVX-512 VNNI + BF16 CPU, m = 1 Q4_1
+// then takes the two-bf16-part path and Q8_0 the fp32 one (the same-run before/after).
+void BM_MmGgufFp32NoInt8(benchmark::State& state) {
+  kernels::cpu::set_gguf_mm_int8_path_enabled(false);
+  run_mm_gguf(state, DType::kFloat32);
+  kernels::cpu::set_gguf_mm_int8_path_enabled(true);
+}
 
 // The bf16 baseline: mm_bf16 with the same shapes (weights as bf16, [k, n] column-major).
 void BM_MmBf16Baseline(benchmark::State& state) {
@@ -105,6 +114,11 @@ void Shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_MmGguf)->Apply(Shapes)->UseRealTime();
 BENCHMARK(BM_MmGgufFp32)->Apply(Shapes)->UseRealTime();
+BENCHMARK(BM_MmGgufFp32NoInt8)
+    ->Args({1, 3072, 576, 1, 2})
+    ->Args({1, 576, 1536, 1, 2})
+    ->Args({1, 49152, 576, 0, 2})
+    ->UseRealTime();
 BENCHMARK(BM_MmBf16Baseline)
     ->Args({1, 3072, 576})
     ->Args({1, 576, 1536})

@@ -8,7 +8,9 @@ same thread count. Not part of CI. Prints a Markdown table (docs/PERFORMANCE.md)
                          [--llama_cpp_site DIR]
 
 llama-cpp-python is built from source by pip (`pip install --no-binary llama-cpp-python
---target DIR llama-cpp-python`) and imported from DIR; its high-level Llama class runs one
+--target DIR llama-cpp-python`) and imported from DIR (or DIR holds its sdist's `llama_cpp`
+package, and LLAMA_CPP_LIB_PATH names a CMake build of its vendored llama.cpp: see
+docs/PERFORMANCE.md); its high-level Llama class runs one
 sequence, so its batch-8 rows are not measured. Run on a quiet machine: every figure is
 wall-clock time.
 """
@@ -160,6 +162,12 @@ def bench_llama_cpp(args, prompt, threads):
         import llama_cpp
     except Exception as e:  # not built / not importable: say why in the table
         return None, "llama_cpp not importable: %s" % e
+    def last_argmax(llm):
+        # Newer llama-cpp-python (0.3.x) keeps llm.scores only with logits_all; the context
+        # holds the last token's logits either way.
+        ptr = llm._ctx.get_logits_ith(-1)
+        return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),))))
+
     llm = llama_cpp.Llama(model_path=args.model, n_threads=threads,
                           n_threads_batch=threads, n_ctx=len(prompt) + args.new_tokens + 8,
                           n_batch=max(len(prompt), 8), verbose=False)
@@ -169,11 +177,11 @@ def bench_llama_cpp(args, prompt, threads):
         t0 = time.perf_counter()
         llm.eval(prompt)
         t1 = time.perf_counter()
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = last_argmax(llm)
         t2 = time.perf_counter()
         for _ in range(args.new_tokens - 1):
             llm.eval([tok])
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            tok = last_argmax(llm)
         t3 = time.perf_counter()
         best_p = max(best_p, len(prompt) / (t1 - t0))
         best_d = max(best_d, (args.new_tokens - 1) / (t3 - t2))

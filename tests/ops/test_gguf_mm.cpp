@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -102,20 +103,53 @@ std::vector<double> block_mins(const std::vector<uint8_t>& rows, int64_t n, int6
   return mins;
 }
 
-// Whether mm_gguf runs this call on two bf16 parts of each activation (gguf_mm_cpu.h).
-bool takes_split_path(bool q4, int64_t m, DType a_dtype, CpuIsa isa) {
-  return q4 && m == 1 && a_dtype != DType::kBFloat16 && isa == CpuIsa::kAvx512 &&
-         kernels::cpu::gguf_mm_has_split_path();
+struct Int8PathOff {  // reaches the bf16 split path on a CPU that has the int8 one
+  Int8PathOff() { kernels::cpu::set_gguf_mm_int8_path_enabled(false); }
+  ~Int8PathOff() { kernels::cpu::set_gguf_mm_int8_path_enabled(true); }
+};
+
+// Which activation path mm_gguf takes (gguf_mm_cpu.h): fp32 (exact activations), two bf16
+// parts (Q4_1, AVX-512 BF16 + VBMI) or two int8 parts (AVX-512 VNNI); both split paths only
+// for m = 1 and fp32/fp16 activations, the int8 one first.
+enum class ActPath { kFp32, kBf16x2, kInt8x2 };
+ActPath act_path(bool q4, int64_t m, DType a_dtype, CpuIsa isa) {
+  if (m != 1 || a_dtype == DType::kBFloat16 || isa != CpuIsa::kAvx512) return ActPath::kFp32;
+  if (kernels::cpu::gguf_mm_has_int8_path()) return ActPath::kInt8x2;
+  if (q4 && kernels::cpu::gguf_mm_has_split_path()) return ActPath::kBf16x2;
+  return ActPath::kFp32;
+}
+
+// Per activation, how far the path's representation may be from it: 2^-16 |x| for two bf16
+// parts; max |x| over its block of 32 / 32512 for two int8 parts (s2 = max / (127 * 256), half
+// of it unless lo saturates; 32000 leaves room for the fp32 rounding of the scales).
+std::vector<double> act_errors(const Tensor& a, ActPath path) {
+  std::vector<double> v = a.to_double_vector();
+  const int64_t k = a.size(1);
+  if (path == ActPath::kBf16x2) {
+    for (double& x : v) x = std::exp2(-16) * std::abs(x);
+  } else if (path == ActPath::kInt8x2) {
+    for (size_t b0 = 0; b0 < v.size(); b0 += 32) {
+      double amax = 0;
+      for (size_t t = b0; t < b0 + 32; ++t) amax = std::max(amax, std::abs(v[t]));
+      for (size_t t = b0; t < b0 + 32; ++t) v[t] = amax / 32000.0;
+    }
+  } else {
+    std::fill(v.begin(), v.end(), 0.0);
+  }
+  (void)k;
+  return v;
 }
 
 // Checks out [m, n] against the fp64 product: |out - ref| <= fp32 accumulation error (bounded
-// by 2^-20 * k * sum |a w|, generous) plus half an ulp of the output dtype. With `mins` (the
-// split path), the activation split adds 2^-16 |a| per value times |d q| <= |w| + |m|, and the
-// fp32 sums d * sum q a and m * sum a (which cancel when m ~ -8 d) are bounded by
-// |a| (|w| + 2 |m|) per value instead of |a w|.
+// by 2^-20 * k * sum |a w|, generous) plus half an ulp of the output dtype. With `mins` (a split
+// activation path), the activations' representation adds err(x) per value times
+// |d q| <= |w| + |m| (err from act_errors; 2^-16 |x| when not given), and the fp32 sums
+// d * sum q a and m * sum a (which cancel when m ~ -8 d) are bounded by |a| (|w| + 2 |m|) per
+// value instead of |a w|.
 ::testing::AssertionResult matches_fp64(const Tensor& out, const Tensor& a,
                                         const std::vector<double>& w, int64_t n,
-                                        const std::vector<double>* mins = nullptr) {
+                                        const std::vector<double>* mins = nullptr,
+                                        const std::vector<double>* errs = nullptr) {
   const int64_t m = a.size(0), k = a.size(1);
   const std::vector<double> av = a.to_double_vector(), ov = out.to_double_vector();
   const double out_rel = out.dtype() == DType::kBFloat16  ? std::exp2(-8)
@@ -132,13 +166,15 @@ bool takes_split_path(bool q4, int64_t m, DType a_dtype, CpuIsa isa) {
           mag += std::abs(x * wv);
         } else {
           const double mn = (*mins)[static_cast<size_t>(j * k + t)];
+          const double e =
+              errs ? (*errs)[static_cast<size_t>(i * k + t)] : std::exp2(-16) * std::abs(x);
           mag += std::abs(x) * (std::abs(wv) + 2 * mn);
-          split += std::abs(x) * (std::abs(wv) + mn);
+          split += e * (std::abs(wv) + mn);
         }
       }
       const double got = ov[static_cast<size_t>(i * n + j)];
-      const double tol = std::exp2(-20) * static_cast<double>(k) / 32.0 * mag +
-                         std::exp2(-16) * split + out_rel * std::abs(ref) + 1e-30;
+      const double tol = std::exp2(-20) * static_cast<double>(k) / 32.0 * mag + split +
+                         out_rel * std::abs(ref) + 1e-30;
       if (!(std::abs(got - ref) <= tol)) {
         return ::testing::AssertionFailure() << "out[" << i << ", " << j << "] = " << got
                                              << ", fp64 " << ref << " (tolerance " << tol << ")";
@@ -208,8 +244,10 @@ TEST(MmGguf, EveryTierMatchesTheFp64Formula) {
             const Tensor out = mm_gguf(a, b, q4 ? "Q4_1" : "Q8_0", std::nullopt, odt);
             ASSERT_EQ(out.shape(), (Shape{s.m, s.n}));
             ASSERT_EQ(out.dtype(), odt);
+            const ActPath path = act_path(q4, s.m, adt, isa);
+            const std::vector<double> errs = act_errors(a, path);
             EXPECT_TRUE(
-                matches_fp64(out, a, w, s.n, takes_split_path(q4, s.m, adt, isa) ? &mins : nullptr))
+                matches_fp64(out, a, w, s.n, path != ActPath::kFp32 ? &mins : nullptr, &errs))
                 << (q4 ? "Q4_1" : "Q8_0") << " m=" << s.m << " n=" << s.n << " k=" << s.k
                 << " a=" << dtype_name(adt) << " out=" << dtype_name(odt)
                 << " tier=" << static_cast<int>(isa);
@@ -227,6 +265,7 @@ TEST(MmGguf, EveryTierMatchesTheFp64Formula) {
 // scalar fp32 reference's error is printed for comparison.
 TEST(MmGguf, SplitActivationPathIsFp32Accurate) {
   if (!kernels::cpu::gguf_mm_has_split_path()) GTEST_SKIP() << "no AVX-512 BF16 + VBMI here";
+  const Int8PathOff int8_off;
   uint64_t seed = 500;
   for (int64_t k : {int64_t{32}, int64_t{576}, int64_t{1536}}) {
     const int64_t n = 67;
@@ -261,6 +300,106 @@ TEST(MmGguf, SplitActivationPathIsFp32Accurate) {
     EXPECT_LE(32.0 * err_split, err_one) << "k=" << k;
     std::printf("k=%lld: sum |err| vs fp64: two bf16 parts %.3g, one part %.3g, scalar fp32 %.3g\n",
                 static_cast<long long>(k), err_split, err_one, err_scalar);
+  }
+}
+
+// The int8 path (fp32 activations as two int8 parts per block, m = 1) at the model's shapes,
+// Q4_1 and Q8_0: within its derived bound of the fp64 formula (max |x| of the block / 32512
+// per value times |d q|, plus the fp32 sums), and at least 32 times closer to it than the same
+// activations rounded to bf16 (one part, the error that changed the chat's greedy answer).
+TEST(MmGguf, Int8ActivationPathIsFp32Accurate) {
+  if (!kernels::cpu::gguf_mm_has_int8_path()) GTEST_SKIP() << "no AVX-512 VNNI here";
+  uint64_t seed = 900;
+  for (bool q4 : {true, false}) {
+    for (int64_t k : {int64_t{32}, int64_t{576}, int64_t{1536}}) {
+      const int64_t n = 67;
+      const std::vector<uint8_t> rows = random_rows(n, k, q4, seed++);
+      const std::vector<double> w = dequant_fp64(rows, n, k, q4);
+      const std::vector<double> mins = block_mins(rows, n, k, q4);
+      const Tensor b = bytes_tensor(rows, n);
+      const char* type = q4 ? "Q4_1" : "Q8_0";
+      const Tensor a = testing::rand_tensor({1, k}, DType::kFloat32, seed++, -3.0, 3.0);
+      Tensor two, one_bf16, scalar;
+      {
+        IsaCap cap(CpuIsa::kAvx512);
+        two = mm_gguf(a, b, type, std::nullopt, DType::kFloat32);
+      }
+      {
+        IsaCap cap(CpuIsa::kScalar);
+        one_bf16 = mm_gguf(a.to(DType::kBFloat16), b, type, std::nullopt, DType::kFloat32);
+        scalar = mm_gguf(a, b, type, std::nullopt, DType::kFloat32);
+      }
+      const std::vector<double> errs = act_errors(a, ActPath::kInt8x2);
+      EXPECT_TRUE(matches_fp64(two, a, w, n, &mins, &errs)) << type << " k=" << k;
+      const std::vector<double> av = a.to_double_vector(), tv = two.to_double_vector(),
+                                ov = one_bf16.to_double_vector(), rv = scalar.to_double_vector();
+      double err_two = 0, err_one = 0, err_scalar = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        double ref = 0;
+        for (int64_t t = 0; t < k; ++t)
+          ref += av[static_cast<size_t>(t)] * w[static_cast<size_t>(j * k + t)];
+        err_two += std::abs(tv[static_cast<size_t>(j)] - ref);
+        err_one += std::abs(ov[static_cast<size_t>(j)] - ref);
+        err_scalar += std::abs(rv[static_cast<size_t>(j)] - ref);
+      }
+      EXPECT_LE(32.0 * err_two, err_one) << type << " k=" << k;
+      std::printf(
+          "%s k=%lld: sum |err| vs fp64: two int8 parts %.3g, bf16 activations %.3g, scalar "
+          "fp32 %.3g\n",
+          type, static_cast<long long>(k), err_two, err_one, err_scalar);
+    }
+  }
+}
+
+// Blocks of zeros and of tiny values, a strided fp16 row, and non-finite values: the int8 path
+// (or the fp32 path it falls back to) stays within the bound, and inf/NaN come out where the
+// scalar reference puts them.
+TEST(MmGguf, Int8PathEdgeCases) {
+  if (!kernels::cpu::gguf_mm_has_int8_path()) GTEST_SKIP() << "no AVX-512 VNNI here";
+  const int64_t n = 9, k = 128;
+  for (bool q4 : {true, false}) {
+    const char* type = q4 ? "Q4_1" : "Q8_0";
+    const std::vector<uint8_t> rows = random_rows(n, k, q4, q4 ? 31 : 32);
+    const std::vector<double> w = dequant_fp64(rows, n, k, q4);
+    const std::vector<double> mins = block_mins(rows, n, k, q4);
+    const Tensor b = bytes_tensor(rows, n);
+    std::vector<double> x =
+        testing::rand_tensor({1, k}, DType::kFloat32, 7, -2.0, 2.0).to_double_vector();
+    for (int t = 0; t < 32; ++t) x[static_cast<size_t>(t)] = 0.0;  // block 0: zeros
+    x[40] = 1e5;                                                   // one large value
+    const IsaCap cap(CpuIsa::kAvx512);
+    for (bool tiny : {false, true}) {
+      if (tiny)  // block 3 below the smallest scale the path takes: the fp32 path runs
+        for (int t = 96; t < 128; ++t) x[static_cast<size_t>(t)] = 1e-30 * (t - 100);
+      const Tensor a = Tensor::from_vector(x, {1, k}, DType::kFloat32);
+      const Tensor out = mm_gguf(a, b, type, std::nullopt, DType::kFloat32);
+      const std::vector<double> errs = act_errors(a, ActPath::kInt8x2);
+      EXPECT_TRUE(matches_fp64(out, a, w, n, &mins, &errs)) << type << " tiny=" << tiny;
+    }
+    // fp16 activations with a column stride of 2.
+    Tensor wide = testing::rand_tensor({1, 2 * k}, DType::kFloat16, 8, -2.0, 2.0);
+    const Tensor a16 = wide.slice(1, 0, 2 * k, 2);
+    const Tensor out16 = mm_gguf(a16, b, type, std::nullopt, DType::kFloat32);
+    const std::vector<double> errs16 = act_errors(a16.contiguous(), ActPath::kInt8x2);
+    EXPECT_TRUE(matches_fp64(out16, a16.contiguous(), w, n, &mins, &errs16)) << type;
+    // inf and NaN: the same non-finite pattern as the scalar reference.
+    for (double bad : {std::numeric_limits<double>::infinity(), std::nan("")}) {
+      std::vector<double> xb = x;
+      xb[70] = bad;
+      const Tensor a = Tensor::from_vector(xb, {1, k}, DType::kFloat32);
+      const std::vector<double> got =
+          mm_gguf(a, b, type, std::nullopt, DType::kFloat32).to_double_vector();
+      std::vector<double> ref;
+      {
+        IsaCap scalar(CpuIsa::kScalar);
+        ref = mm_gguf(a, b, type, std::nullopt, DType::kFloat32).to_double_vector();
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        const double g = got[static_cast<size_t>(j)], r = ref[static_cast<size_t>(j)];
+        EXPECT_EQ(std::isnan(g), std::isnan(r)) << type << " j=" << j;
+        EXPECT_EQ(std::isinf(g), std::isinf(r)) << type << " j=" << j;
+      }
+    }
   }
 }
 
