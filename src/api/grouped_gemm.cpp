@@ -1613,11 +1613,11 @@ void register_grouped_gemm_ops(OpRegistry& r) {
 
   api::register_backends("grouped_mm_bf16", kGroupedMmBf16Kernels);
   for (const char* op :
-       {"grouped_mm_fp8", "grouped_mm_mxfp8", "grouped_mm_fp4", "SegmentGEMMWrapper.run",
-        "grouped_gemm_nt_masked", "group_gemm_fp8_nt_groupwise", "group_deepgemm_fp8_nt_groupwise",
-        "batch_deepgemm_fp8_nt_groupwise", "group_gemm_mxfp8_mxfp4_nt_groupwise",
-        "group_gemm_nvfp4_nt_groupwise", "moe_gemm_fp8_nt_groupwise",
-        "moe_gemm_mxfp8_nt_groupwise"}) {
+       {"grouped_mm_fp8", "grouped_mm_mxfp8", "grouped_mm_fp4", "SegmentGEMMWrapper.__init__",
+        "SegmentGEMMWrapper.run", "grouped_gemm_nt_masked", "group_gemm_fp8_nt_groupwise",
+        "group_deepgemm_fp8_nt_groupwise", "batch_deepgemm_fp8_nt_groupwise",
+        "group_gemm_mxfp8_mxfp4_nt_groupwise", "group_gemm_nvfp4_nt_groupwise",
+        "moe_gemm_fp8_nt_groupwise", "moe_gemm_mxfp8_nt_groupwise"}) {
     api::register_backends(op, kCpuOnly);
   }
 
