@@ -11,6 +11,7 @@
 #include "api/checks.h"
 #include "api/kernel_table.h"
 #include "api/moe_layout.h"
+#include "api/moe_routing_checks.h"
 #include "api/moe_traits.h"
 #include "flashinfer/float_formats.h"
 #include "flashinfer/op_typed.h"
@@ -32,11 +33,6 @@ constexpr api::KernelEntry<kernels::TrtllmFp4MoeParams> kTrtllmFp4MoeKernels[] =
      }},
 };
 
-void last_stride_one(const Tensor& t, const char* op, const char* arg) {
-  FLASHINFER_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, op, arg,
-                   "the last dimension must be contiguous (stride 1), got stride ", t.stride(-1));
-}
-
 void refuse(bool flag, const char* op, const char* arg, const char* why) {
   if (flag) FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, why);
 }
@@ -54,93 +50,17 @@ const float* per_expert(const std::optional<Tensor>& t, int64_t experts, const T
 }
 
 // The routing arguments every variant shares.
-struct RoutingArgs {
-  const char* op;
-  const MoeTopkIds* routed;  // precomputed routing, or null: from `logits`
-  const Tensor* logits;
-  const std::optional<Tensor>* bias;
-  int64_t num_experts, top_k;
-  std::optional<int64_t> n_group, topk_group;
-  int64_t offset, local_num;
-  std::optional<double> scale;
-  int64_t method;
-  bool norm_topk_prob;
-  const std::optional<Tensor>* replay_out;
-};
+using RoutingArgs = api::MoeRoutingArgs;
 
 void fill_routing(const RoutingArgs& c, const Tensor& hidden, kernels::TrtllmMoeParams& b) {
-  const char* op = c.op;
+  api::check_moe_routing(c, hidden, /*groups_when_routed=*/false);
   const int64_t T = hidden.size(0), E = c.num_experts;
-  if (c.routed) {
-    const Tensor& ids = c.routed->ids;
-    api::check_defined(ids, op, "topk_ids");
-    api::check_dim(ids, {2}, op, "topk_ids");
-    api::check_dtype_in(ids, {DType::kInt32}, op, "topk_ids");
-    FLASHINFER_CHECK(ids.size(0) == T && ids.size(1) == c.top_k, op, "topk_ids", "expected [", T,
-                     ", ", c.top_k, "], got ", shape_to_string(ids.shape()));
-    last_stride_one(ids, op, "topk_ids");
-    api::check_same_device(ids, hidden, op, "topk_ids", "hidden_states");
-    if (c.routed->weights) {
-      const Tensor& w = *c.routed->weights;
-      api::check_dtype_in(w, {DType::kBFloat16, DType::kFloat32}, op, "topk_ids");
-      FLASHINFER_CHECK(w.shape() == ids.shape() && w.stride(0) == ids.stride(0), op, "topk_ids",
-                       "the weights must have the ids' shape and row stride, got ",
-                       shape_to_string(w.shape()));
-      last_stride_one(w, op, "topk_ids");
-      api::check_same_device(w, hidden, op, "topk_ids", "hidden_states");
-    }
-  } else {
-    const Tensor& logits = *c.logits;
-    api::check_defined(logits, op, "routing_logits");
-    api::check_dim(logits, {2}, op, "routing_logits");
-    api::check_dtype_in(logits, {DType::kFloat32, DType::kBFloat16}, op, "routing_logits");
-    last_stride_one(logits, op, "routing_logits");
-    FLASHINFER_CHECK(logits.shape() == Shape({T, E}), op, "routing_logits", "expected [", T, ", ",
-                     E, "] (tokens, num_experts), got ", shape_to_string(logits.shape()));
-    api::check_same_device(logits, hidden, op, "routing_logits", "hidden_states");
-  }
-  FLASHINFER_CHECK(c.top_k >= 1 && c.top_k <= E, op, "top_k", "must be in [1, num_experts=", E,
-                   "], got ", c.top_k);
-  FLASHINFER_CHECK(c.method >= 0 && c.method <= 8, op, "routing_method_type",
-                   "must be a RoutingMethodType value in [0, 8], got ", c.method);
   const auto rm = static_cast<kernels::MoeRouting>(c.method);
-  if (rm == kernels::MoeRouting::kLlama4) {
-    FLASHINFER_CHECK(c.top_k == 1, op, "top_k", "Llama4 routing selects one expert, got ", c.top_k);
-  }
-  if (c.bias && *c.bias) {
-    const Tensor& bt = **c.bias;
-    api::check_dtype_in(bt, {DType::kFloat32, DType::kBFloat16}, op, "routing_bias");
-    api::check_shape_eq(bt, {E}, op, "routing_bias");
-    api::check_same_device(bt, hidden, op, "routing_bias", "hidden_states");
-    FLASHINFER_CHECK(bt.stride(0) == 1 || E == 1, op, "routing_bias", "must be contiguous");
-  }
   const int64_t G = c.n_group.value_or(0) > 0 ? *c.n_group : 1;
   const int64_t TG = c.topk_group.value_or(0) > 0 ? *c.topk_group : G;
-  if (rm == kernels::MoeRouting::kDeepSeekV3 && G > 1 && !c.routed) {
-    FLASHINFER_CHECK(E % G == 0, op, "n_group", "num_experts (", E,
-                     ") must be divisible by n_group (", G, ")");
-    FLASHINFER_CHECK(TG >= 1 && TG <= G, op, "topk_group", "must be in [1, n_group=", G, "], got ",
-                     TG);
-    FLASHINFER_CHECK(TG * (E / G) >= c.top_k, op, "topk_group",
-                     "the kept groups hold fewer than top_k experts");
-  }
-  FLASHINFER_CHECK(c.local_num >= 1 && c.offset >= 0 && c.offset + c.local_num <= E, op,
-                   "local_num_experts", "local experts [", c.offset, ", ", c.offset + c.local_num,
-                   ") must lie in [0, num_experts=", E, ")");
-  FLASHINFER_CHECK(!c.scale || std::isfinite(*c.scale), op, "routed_scaling_factor",
-                   "must be finite");
   if (c.replay_out && *c.replay_out) {
-    const Tensor& r = **c.replay_out;
-    api::check_dtype_in(r, {DType::kInt16}, op, "routing_replay_out");
-    api::check_dim(r, {2}, op, "routing_replay_out");
-    FLASHINFER_CHECK(r.size(0) >= T && r.size(1) == c.top_k, op, "routing_replay_out",
-                     "shape[0] must be >= ", T, " and shape[1] must be top_k (", c.top_k, "), got ",
-                     shape_to_string(r.shape()));
-    last_stride_one(r, op, "routing_replay_out");
-    api::check_same_device(r, hidden, op, "routing_replay_out", "hidden_states");
-    api::check_writable(r, op, "routing_replay_out");
-    b.replay_out = r.data<int16_t>();
-    b.replay_stride = r.stride(0);
+    b.replay_out = (*c.replay_out)->data<int16_t>();
+    b.replay_stride = (*c.replay_out)->stride(0);
   }
   if (c.routed) {
     b.precomputed = true;
@@ -177,7 +97,7 @@ Tensor make_output(const std::optional<Tensor>& output, int64_t T, int64_t H, co
   api::check_dtype_in(o, {DType::kBFloat16}, op, "output");
   api::check_shape_eq(o, {T, H}, op, "output");
   api::check_same_device(o, like, op, "output", "hidden_states");
-  last_stride_one(o, op, "output");
+  api::check_last_stride_one(o, op, "output");
   api::check_writable(o, op, "output");
   return o;
 }
@@ -346,7 +266,7 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a) {
     p.input = kernels::Moe4Input::kBf16;
     p.act_quant = kernels::Moe4ActQuant::kBf16;
   }
-  last_stride_one(hidden, op, "hidden_states");
+  api::check_last_stride_one(hidden, op, "hidden_states");
   if (p.input != kernels::Moe4Input::kBf16) {
     const int64_t hv = p.input == kernels::Moe4Input::kNvfp4 ? 16 : 32;
     FLASHINFER_CHECK(hs.has_value(), op, "hidden_states_scale",
@@ -433,7 +353,7 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   check_cpu(hidden, op);
   api::check_dim(hidden, {2}, op, "hidden_states");
   api::check_dtype_in(hidden, {DType::kBFloat16}, op, "hidden_states");
-  last_stride_one(hidden, op, "hidden_states");
+  api::check_last_stride_one(hidden, op, "hidden_states");
   refuse(!a.do_finalize, op, "do_finalize",
          "do_finalize=False (unfinalized GEMM2 output) is not implemented");
   const int64_t T = hidden.size(0), H = hidden.size(1), I = a.inter, El = rc.local_num;
@@ -802,7 +722,7 @@ Tensor cute_dsl_impl(const Tensor& x, const std::optional<Tensor>& x_sf, const T
   const bool gated = activation_type == 3;
   api::check_dtype_in(x, {DType::kUInt8}, op, "x");
   api::check_dim(x, {2}, op, "x");
-  last_stride_one(x, op, "x");
+  api::check_last_stride_one(x, op, "x");
   const int64_t T = x.size(0), H = 2 * x.size(1), K = top_k, E = num_experts;
   const int64_t El = num_local_experts.value_or(E);
   FLASHINFER_CHECK(H % 64 == 0, op, "x", "hidden_size must be a multiple of 64, got ", H);
@@ -820,7 +740,7 @@ Tensor cute_dsl_impl(const Tensor& x, const std::optional<Tensor>& x_sf, const T
   api::check_dtype_in(ids, {DType::kInt32}, op, "token_selected_experts");
   api::check_shape_eq(ids, {T, K}, op, "token_selected_experts");
   api::check_same_device(ids, x, op, "token_selected_experts", "x");
-  last_stride_one(ids, op, "token_selected_experts");
+  api::check_last_stride_one(ids, op, "token_selected_experts");
   api::check_defined(scales, op, "token_final_scales");
   api::check_dtype_in(scales, {DType::kFloat32, DType::kBFloat16}, op, "token_final_scales");
   api::check_shape_eq(scales, {T, K}, op, "token_final_scales");
@@ -867,7 +787,7 @@ Tensor cute_dsl_impl(const Tensor& x, const std::optional<Tensor>& x_sf, const T
     api::check_dtype_in(o, {output_dtype}, op, "moe_output");
     api::check_shape_eq(o, {T, H}, op, "moe_output");
     api::check_same_device(o, x, op, "moe_output", "x");
-    last_stride_one(o, op, "moe_output");
+    api::check_last_stride_one(o, op, "moe_output");
     api::check_writable(o, op, "moe_output");
     out = o;
   } else {

@@ -10,6 +10,7 @@
 #include "api/enum_table.h"
 #include "api/kernel_table.h"
 #include "api/moe_layout.h"
+#include "api/moe_routing_checks.h"
 #include "api/moe_traits.h"
 #include "flashinfer/float_formats.h"
 #include "flashinfer/op_typed.h"
@@ -68,11 +69,6 @@ constexpr api::KernelEntry<kernels::TrtllmFp8MoeParams> kTrtllmFp8BlockMoeKernel
 #endif
 };
 
-void unit_last_stride(const Tensor& t, const char* op, const char* arg) {
-  FLASHINFER_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, op, arg,
-                   "the last dimension must be contiguous (stride 1), got stride ", t.stride(-1));
-}
-
 void flag_off(bool flag, const char* op, const char* arg, const char* why) {
   if (flag) FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, why);
 }
@@ -113,89 +109,27 @@ Tensor fill_common(const Fp8Common& c, kernels::TrtllmFp8MoeParams& p) {
   api::check_defined(hidden, op, "hidden_states");
   api::check_dim(hidden, {2}, op, "hidden_states");
   api::check_dtype_in(hidden, {DType::kFloat8E4M3FN}, op, "hidden_states");
-  unit_last_stride(hidden, op, "hidden_states");
+  api::check_last_stride_one(hidden, op, "hidden_states");
   const int64_t T = hidden.size(0), H = hidden.size(1), E = c.num_experts;
-  if (c.routed) {
-    const Tensor& ids = c.routed->ids;
-    api::check_defined(ids, op, "topk_ids");
-    api::check_dim(ids, {2}, op, "topk_ids");
-    api::check_dtype_in(ids, {DType::kInt32}, op, "topk_ids");
-    FLASHINFER_CHECK(ids.size(0) == T && ids.size(1) == c.top_k, op, "topk_ids", "expected [", T,
-                     ", ", c.top_k, "], got ", shape_to_string(ids.shape()));
-    unit_last_stride(ids, op, "topk_ids");
-    api::check_same_device(ids, hidden, op, "topk_ids", "hidden_states");
-    if (c.routed->weights) {
-      const Tensor& w = *c.routed->weights;
-      api::check_dtype_in(w, {DType::kBFloat16, DType::kFloat32}, op, "topk_ids");
-      FLASHINFER_CHECK(w.shape() == ids.shape() && w.stride(0) == ids.stride(0), op, "topk_ids",
-                       "the weights must have the ids' shape and row stride, got ",
-                       shape_to_string(w.shape()));
-      unit_last_stride(w, op, "topk_ids");
-      api::check_same_device(w, hidden, op, "topk_ids", "hidden_states");
-    }
-  } else {
-    const Tensor& logits = *c.logits;
-    api::check_defined(logits, op, "routing_logits");
-    api::check_dim(logits, {2}, op, "routing_logits");
-    api::check_dtype_in(logits, {DType::kFloat32, DType::kBFloat16}, op, "routing_logits");
-    unit_last_stride(logits, op, "routing_logits");
-    FLASHINFER_CHECK(logits.shape() == Shape({T, E}), op, "routing_logits", "expected [", T, ", ",
-                     E, "] (tokens, num_experts), got ", shape_to_string(logits.shape()));
-    api::check_same_device(logits, hidden, op, "routing_logits", "hidden_states");
-  }
-  FLASHINFER_CHECK(c.top_k >= 1 && c.top_k <= E, op, "top_k", "must be in [1, num_experts=", E,
-                   "], got ", c.top_k);
-  FLASHINFER_CHECK(c.method >= 0 && c.method <= 8, op, "routing_method_type",
-                   "must be a RoutingMethodType value in [0, 8], got ", c.method);
+  api::check_moe_routing(
+      {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group, c.offset,
+       c.local_num, c.scale, c.method, c.norm_topk_prob, c.replay_out},
+      hidden, /*groups_when_routed=*/true);
   const auto rm = static_cast<kernels::MoeRouting>(c.method);
-  if (rm == kernels::MoeRouting::kLlama4) {
-    FLASHINFER_CHECK(c.top_k == 1, op, "top_k", "Llama4 routing selects one expert, got ", c.top_k);
-  }
-  if (*c.bias) {
-    const Tensor& b = **c.bias;
-    api::check_dtype_in(b, {DType::kFloat32, DType::kBFloat16}, op, "routing_bias");
-    api::check_shape_eq(b, {E}, op, "routing_bias");
-    api::check_same_device(b, hidden, op, "routing_bias", "hidden_states");
-    FLASHINFER_CHECK(b.stride(0) == 1 || E == 1, op, "routing_bias", "must be contiguous");
-  }
   const int64_t G = c.n_group.value_or(0) > 0 ? *c.n_group : 1;
   const int64_t TG = c.topk_group.value_or(0) > 0 ? *c.topk_group : G;
-  if (rm == kernels::MoeRouting::kDeepSeekV3 && G > 1) {
-    FLASHINFER_CHECK(E % G == 0, op, "n_group", "num_experts (", E,
-                     ") must be divisible by n_group (", G, ")");
-    FLASHINFER_CHECK(TG >= 1 && TG <= G, op, "topk_group", "must be in [1, n_group=", G, "], got ",
-                     TG);
-    FLASHINFER_CHECK(TG * (E / G) >= c.top_k, op, "topk_group",
-                     "the kept groups hold fewer than top_k experts");
-  }
-  FLASHINFER_CHECK(c.local_num >= 1 && c.offset >= 0 && c.offset + c.local_num <= E, op,
-                   "local_num_experts", "local experts [", c.offset, ", ", c.offset + c.local_num,
-                   ") must lie in [0, num_experts=", E, ")");
   FLASHINFER_CHECK(c.inter >= 1, op, "intermediate_size", "must be positive, got ", c.inter);
   FLASHINFER_CHECK(c.activation_type >= 0 && c.activation_type <= 9, op, "activation_type",
                    "must be an ActivationType value, got ", c.activation_type);
   flag_off(c.activation_type == static_cast<int64_t>(ActivationType::GegluTanh), op,
            "activation_type", "GegluTanh is not implemented (its formula is unverified)");
-  FLASHINFER_CHECK(!c.scale || std::isfinite(*c.scale), op, "routed_scaling_factor",
-                   "must be finite");
-  if (*c.replay_out) {
-    const Tensor& r = **c.replay_out;
-    api::check_dtype_in(r, {DType::kInt16}, op, "routing_replay_out");
-    api::check_dim(r, {2}, op, "routing_replay_out");
-    FLASHINFER_CHECK(r.size(0) >= T && r.size(1) == c.top_k, op, "routing_replay_out",
-                     "shape[0] must be >= ", T, " and shape[1] must be top_k (", c.top_k, "), got ",
-                     shape_to_string(r.shape()));
-    unit_last_stride(r, op, "routing_replay_out");
-    api::check_same_device(r, hidden, op, "routing_replay_out", "hidden_states");
-    api::check_writable(r, op, "routing_replay_out");
-  }
   Tensor out;
   if (*c.output) {
     const Tensor& o = **c.output;
     api::check_dtype_in(o, {DType::kBFloat16}, op, "output");
     api::check_shape_eq(o, {T, H}, op, "output");
     api::check_same_device(o, hidden, op, "output", "hidden_states");
-    unit_last_stride(o, op, "output");
+    api::check_last_stride_one(o, op, "output");
     api::check_writable(o, op, "output");
     out = o;
   } else {
@@ -285,7 +219,7 @@ Tensor fp8_block_impl(const Fp8Common& c, const Tensor& hs_scale, const Tensor& 
   FLASHINFER_CHECK(hs_scale.shape() == Shape({H / 128, T}), op, "hidden_states_scale", "expected [",
                    H / 128, ", ", T, "] (hidden / 128, tokens), got ",
                    shape_to_string(hs_scale.shape()));
-  unit_last_stride(hs_scale, op, "hidden_states_scale");
+  api::check_last_stride_one(hs_scale, op, "hidden_states_scale");
   api::check_same_device(hs_scale, hidden, op, "hidden_states_scale", "hidden_states");
   api::check_dtype_in(w1, {DType::kFloat8E4M3FN}, op, "gemm1_weights");
   api::check_same_device(w1, hidden, op, "gemm1_weights", "hidden_states");

@@ -1,0 +1,90 @@
+#include "api/moe_routing_checks.h"
+
+#include <cmath>
+
+#include "api/checks.h"
+#include "flashinfer/error.h"
+#include "kernels/moe_params.h"
+
+namespace flashinfer::api {
+
+void check_last_stride_one(const Tensor& t, const char* op, const char* arg) {
+  FLASHINFER_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, op, arg,
+                   "the last dimension must be contiguous (stride 1), got stride ", t.stride(-1));
+}
+
+void check_moe_routing(const MoeRoutingArgs& c, const Tensor& hidden, bool groups_when_routed) {
+  const char* op = c.op;
+  const int64_t T = hidden.size(0), E = c.num_experts;
+  if (c.routed) {
+    const Tensor& ids = c.routed->ids;
+    check_defined(ids, op, "topk_ids");
+    check_dim(ids, {2}, op, "topk_ids");
+    check_dtype_in(ids, {DType::kInt32}, op, "topk_ids");
+    FLASHINFER_CHECK(ids.size(0) == T && ids.size(1) == c.top_k, op, "topk_ids", "expected [", T,
+                     ", ", c.top_k, "], got ", shape_to_string(ids.shape()));
+    check_last_stride_one(ids, op, "topk_ids");
+    check_same_device(ids, hidden, op, "topk_ids", "hidden_states");
+    if (c.routed->weights) {
+      const Tensor& w = *c.routed->weights;
+      check_dtype_in(w, {DType::kBFloat16, DType::kFloat32}, op, "topk_ids");
+      FLASHINFER_CHECK(w.shape() == ids.shape() && w.stride(0) == ids.stride(0), op, "topk_ids",
+                       "the weights must have the ids' shape and row stride, got ",
+                       shape_to_string(w.shape()));
+      check_last_stride_one(w, op, "topk_ids");
+      check_same_device(w, hidden, op, "topk_ids", "hidden_states");
+    }
+  } else {
+    const Tensor& logits = *c.logits;
+    check_defined(logits, op, "routing_logits");
+    check_dim(logits, {2}, op, "routing_logits");
+    check_dtype_in(logits, {DType::kFloat32, DType::kBFloat16}, op, "routing_logits");
+    check_last_stride_one(logits, op, "routing_logits");
+    FLASHINFER_CHECK(logits.shape() == Shape({T, E}), op, "routing_logits", "expected [", T, ", ",
+                     E, "] (tokens, num_experts), got ", shape_to_string(logits.shape()));
+    check_same_device(logits, hidden, op, "routing_logits", "hidden_states");
+  }
+  FLASHINFER_CHECK(c.top_k >= 1 && c.top_k <= E, op, "top_k", "must be in [1, num_experts=", E,
+                   "], got ", c.top_k);
+  FLASHINFER_CHECK(c.method >= 0 && c.method <= 8, op, "routing_method_type",
+                   "must be a RoutingMethodType value in [0, 8], got ", c.method);
+  const auto rm = static_cast<kernels::MoeRouting>(c.method);
+  if (rm == kernels::MoeRouting::kLlama4) {
+    FLASHINFER_CHECK(c.top_k == 1, op, "top_k", "Llama4 routing selects one expert, got ", c.top_k);
+  }
+  if (c.bias && *c.bias) {
+    const Tensor& b = **c.bias;
+    check_dtype_in(b, {DType::kFloat32, DType::kBFloat16}, op, "routing_bias");
+    check_shape_eq(b, {E}, op, "routing_bias");
+    check_same_device(b, hidden, op, "routing_bias", "hidden_states");
+    FLASHINFER_CHECK(b.stride(0) == 1 || E == 1, op, "routing_bias", "must be contiguous");
+  }
+  const int64_t G = c.n_group.value_or(0) > 0 ? *c.n_group : 1;
+  const int64_t TG = c.topk_group.value_or(0) > 0 ? *c.topk_group : G;
+  if (rm == kernels::MoeRouting::kDeepSeekV3 && G > 1 && (!c.routed || groups_when_routed)) {
+    FLASHINFER_CHECK(E % G == 0, op, "n_group", "num_experts (", E,
+                     ") must be divisible by n_group (", G, ")");
+    FLASHINFER_CHECK(TG >= 1 && TG <= G, op, "topk_group", "must be in [1, n_group=", G, "], got ",
+                     TG);
+    FLASHINFER_CHECK(TG * (E / G) >= c.top_k, op, "topk_group",
+                     "the kept groups hold fewer than top_k experts");
+  }
+  FLASHINFER_CHECK(c.local_num >= 1 && c.offset >= 0 && c.offset + c.local_num <= E, op,
+                   "local_num_experts", "local experts [", c.offset, ", ", c.offset + c.local_num,
+                   ") must lie in [0, num_experts=", E, ")");
+  FLASHINFER_CHECK(!c.scale || std::isfinite(*c.scale), op, "routed_scaling_factor",
+                   "must be finite");
+  if (c.replay_out && *c.replay_out) {
+    const Tensor& r = **c.replay_out;
+    check_dtype_in(r, {DType::kInt16}, op, "routing_replay_out");
+    check_dim(r, {2}, op, "routing_replay_out");
+    FLASHINFER_CHECK(r.size(0) >= T && r.size(1) == c.top_k, op, "routing_replay_out",
+                     "shape[0] must be >= ", T, " and shape[1] must be top_k (", c.top_k, "), got ",
+                     shape_to_string(r.shape()));
+    check_last_stride_one(r, op, "routing_replay_out");
+    check_same_device(r, hidden, op, "routing_replay_out", "hidden_states");
+    check_writable(r, op, "routing_replay_out");
+  }
+}
+
+}  // namespace flashinfer::api

@@ -1,0 +1,36 @@
+#pragma once
+// Argument checks of the routing inputs shared by the trtllm MoE entry points (fp8, fp4, mxint4
+// and their routed forms): logits or precomputed top-k ids, bias, groups, the local expert range,
+// the scaling factor and routing_replay_out.
+
+#include <cstdint>
+#include <optional>
+
+#include "flashinfer/ops/moe.h"
+#include "flashinfer/tensor.h"
+
+namespace flashinfer::api {
+
+struct MoeRoutingArgs {
+  const char* op;
+  const MoeTopkIds* routed;  // precomputed routing, or null: from `logits`
+  const Tensor* logits;
+  const std::optional<Tensor>* bias;  // null: the op has no routing_bias
+  int64_t num_experts, top_k;
+  std::optional<int64_t> n_group, topk_group;
+  int64_t offset, local_num;
+  std::optional<double> scale;
+  int64_t method;
+  bool norm_topk_prob;
+  const std::optional<Tensor>* replay_out;  // null: the op has no routing_replay_out
+};
+
+/// A tensor's last dimension has stride 1 (or a single element).
+void check_last_stride_one(const Tensor& t, const char* op, const char* arg);
+
+/// Checks the routing arguments against hidden_states [T, H] (already checked 2-D). DeepSeekV3's
+/// group rule (num_experts % n_group, topk_group) applies to routing computed here, and to
+/// precomputed routing too when `groups_when_routed`.
+void check_moe_routing(const MoeRoutingArgs& c, const Tensor& hidden, bool groups_when_routed);
+
+}  // namespace flashinfer::api
