@@ -33,22 +33,6 @@ constexpr api::KernelEntry<kernels::TrtllmFp4MoeParams> kTrtllmFp4MoeKernels[] =
      }},
 };
 
-void refuse(bool flag, const char* op, const char* arg, const char* why) {
-  if (flag) FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, why);
-}
-
-// fp32 [E_l] contiguous per-expert values, or null when absent.
-const float* per_expert(const std::optional<Tensor>& t, int64_t experts, const Tensor& like,
-                        const char* op, const char* arg) {
-  if (!t) return nullptr;
-  api::check_defined(*t, op, arg);
-  api::check_dtype_in(*t, {DType::kFloat32}, op, arg);
-  api::check_shape_eq(*t, {experts}, op, arg);
-  api::check_same_device(*t, like, op, arg, "hidden_states");
-  FLASHINFER_CHECK(t->stride(0) == 1 || experts <= 1, op, arg, "must be contiguous");
-  return t->data<float>();
-}
-
 // The routing arguments every variant shares.
 using RoutingArgs = api::MoeRoutingArgs;
 
@@ -163,8 +147,8 @@ void check_cpu(const Tensor& hidden, const char* op) {
 int64_t check_activation(int64_t activation_type, const char* op) {
   FLASHINFER_CHECK(activation_type >= 0 && activation_type <= 9, op, "activation_type",
                    "must be an ActivationType value, got ", activation_type);
-  refuse(activation_type == static_cast<int64_t>(ActivationType::GegluTanh), op, "activation_type",
-         "GegluTanh is not implemented (its formula is unverified)");
+  api::refuse_if(activation_type == static_cast<int64_t>(ActivationType::GegluTanh), op,
+                 "activation_type", "GegluTanh is not implemented (its formula is unverified)");
   return activation_type;
 }
 
@@ -185,10 +169,10 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a) {
   api::check_defined(hidden, op, "hidden_states");
   check_cpu(hidden, op);
   api::check_dim(hidden, {2}, op, "hidden_states");
-  refuse(!a.do_finalize, op, "do_finalize",
-         "do_finalize=False (unfinalized GEMM2 output) is not implemented");
-  refuse(a.per_token_scale->has_value(), op, "per_token_scale",
-         "per-token activation scales are not implemented");
+  api::refuse_if(!a.do_finalize, op, "do_finalize",
+                 "do_finalize=False (unfinalized GEMM2 output) is not implemented");
+  api::refuse_if(a.per_token_scale->has_value(), op, "per_token_scale",
+                 "per-token activation scales are not implemented");
   const int64_t act = check_activation(a.activation_type, op);
   const bool gated = kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(act));
   const int64_t T = hidden.size(0), I = a.inter, El = rc.local_num;
@@ -311,14 +295,14 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a) {
   m.w2 = w2p.data_ptr();
   m.b1 = b1p.defined() ? b1p.data_ptr() : nullptr;
   m.b2 = b2p.defined() ? b2p.data_ptr() : nullptr;
-  m.swiglu_alpha = per_expert(*a.alpha, El, hidden, op, "gemm1_alpha");
-  m.swiglu_beta = per_expert(*a.beta, El, hidden, op, "gemm1_beta");
-  m.swiglu_limit = per_expert(*a.limit, El, hidden, op, "gemm1_clamp_limit");
+  m.swiglu_alpha = api::per_expert_floats(*a.alpha, El, hidden, op, "gemm1_alpha");
+  m.swiglu_beta = api::per_expert_floats(*a.beta, El, hidden, op, "gemm1_beta");
+  m.swiglu_limit = api::per_expert_floats(*a.limit, El, hidden, op, "gemm1_clamp_limit");
   p.w1_scale = s1p.data_ptr();
   p.w2_scale = s2p.data_ptr();
-  p.out1_scale = per_expert(*a.o1, El, hidden, op, "output1_scale_scalar");
-  p.out1_gate_scale = per_expert(*a.o1g, El, hidden, op, "output1_scale_gate_scalar");
-  p.out2_scale = per_expert(*a.o2, El, hidden, op, "output2_scale_scalar");
+  p.out1_scale = api::per_expert_floats(*a.o1, El, hidden, op, "output1_scale_scalar");
+  p.out1_gate_scale = api::per_expert_floats(*a.o1g, El, hidden, op, "output1_scale_gate_scalar");
+  p.out2_scale = api::per_expert_floats(*a.o2, El, hidden, op, "output2_scale_scalar");
   api::launch(kTrtllmFp4MoeKernels, p, hidden.device(), op, "hidden_states", false);
   return {out};
 }
@@ -354,8 +338,8 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   api::check_dim(hidden, {2}, op, "hidden_states");
   api::check_dtype_in(hidden, {DType::kBFloat16}, op, "hidden_states");
   api::check_last_stride_one(hidden, op, "hidden_states");
-  refuse(!a.do_finalize, op, "do_finalize",
-         "do_finalize=False (unfinalized GEMM2 output) is not implemented");
+  api::refuse_if(!a.do_finalize, op, "do_finalize",
+                 "do_finalize=False (unfinalized GEMM2 output) is not implemented");
   const int64_t T = hidden.size(0), H = hidden.size(1), I = a.inter, El = rc.local_num;
   FLASHINFER_CHECK(I >= 1 && I % 32 == 0, op, "intermediate_size",
                    "must be a positive multiple of 32 (the scale block), got ", I);
@@ -395,9 +379,9 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   m.act = kernels::MoeAct::kSwiglu;
   m.w1 = w1p.data_ptr();
   m.w2 = w2p.data_ptr();
-  m.swiglu_alpha = per_expert(*a.alpha, El, hidden, op, "gemm1_alpha");
-  m.swiglu_beta = per_expert(*a.beta, El, hidden, op, "gemm1_beta");
-  m.swiglu_limit = per_expert(*a.limit, El, hidden, op, "gemm1_clamp_limit");
+  m.swiglu_alpha = api::per_expert_floats(*a.alpha, El, hidden, op, "gemm1_alpha");
+  m.swiglu_beta = api::per_expert_floats(*a.beta, El, hidden, op, "gemm1_beta");
+  m.swiglu_limit = api::per_expert_floats(*a.limit, El, hidden, op, "gemm1_clamp_limit");
   p.w1_scale = s1p.data_ptr();
   p.w2_scale = s2p.data_ptr();
   api::launch(kTrtllmFp4MoeKernels, p, hidden.device(), op, "hidden_states", false);
@@ -424,8 +408,8 @@ std::vector<Tensor> trtllm_fp4_block_scale_moe(
   return call_op<&trtllm_fp4_block_scale_moe>(
       [&] {
         const char* op = "trtllm_fp4_block_scale_moe";
-        refuse(num_fused_shared_experts.value_or(0) != 0, op, "num_fused_shared_experts",
-               "fused shared experts are not implemented");
+        api::refuse_if(num_fused_shared_experts.value_or(0) != 0, op, "num_fused_shared_experts",
+                       "fused shared experts are not implemented");
         const RoutingArgs rc{op,
                              nullptr,
                              &routing_logits,
@@ -488,8 +472,8 @@ std::vector<Tensor> trtllm_fp4_block_scale_routed_moe(
   return call_op<&trtllm_fp4_block_scale_routed_moe>(
       [&] {
         const char* op = "trtllm_fp4_block_scale_routed_moe";
-        refuse(gemm1_lora_delta.has_value(), op, "gemm1_lora_delta",
-               "the LoRA delta of GEMM1 is not implemented");
+        api::refuse_if(gemm1_lora_delta.has_value(), op, "gemm1_lora_delta",
+                       "the LoRA delta of GEMM1 is not implemented");
         const RoutingArgs rc{op,
                              &topk_ids,
                              nullptr,
@@ -594,8 +578,8 @@ std::vector<Tensor> trtllm_mxint4_block_scale_routed_moe(
   return call_op<&trtllm_mxint4_block_scale_routed_moe>(
       [&] {
         const char* op = "trtllm_mxint4_block_scale_routed_moe";
-        refuse(gemm1_lora_delta.has_value(), op, "gemm1_lora_delta",
-               "the LoRA delta of GEMM1 is not implemented");
+        api::refuse_if(gemm1_lora_delta.has_value(), op, "gemm1_lora_delta",
+                       "the LoRA delta of GEMM1 is not implemented");
         const RoutingArgs rc{op,
                              &topk_ids,
                              nullptr,
@@ -711,11 +695,11 @@ Tensor cute_dsl_impl(const Tensor& x, const std::optional<Tensor>& x_sf, const T
   FLASHINFER_CHECK_CODE(quant_mode == "w4a4", ErrorCode::kUnsupported, op, "quant_mode",
                         "only \"w4a4\" (NVFP4 activations and weights) is implemented, got \"",
                         quant_mode, "\"");
-  refuse(situ_beta.has_value(), op, "situ_beta", "the SiTU activation is not implemented");
-  refuse(situ_linear_beta.has_value(), op, "situ_linear_beta",
-         "the SiTU activation is not implemented");
-  refuse(per_token_scale.has_value(), op, "per_token_scale",
-         "per-token activation scales are not implemented");
+  api::refuse_if(situ_beta.has_value(), op, "situ_beta", "the SiTU activation is not implemented");
+  api::refuse_if(situ_linear_beta.has_value(), op, "situ_linear_beta",
+                 "the SiTU activation is not implemented");
+  api::refuse_if(per_token_scale.has_value(), op, "per_token_scale",
+                 "per-token activation scales are not implemented");
   FLASHINFER_CHECK_CODE(
       activation_type == 3 || activation_type == 6, ErrorCode::kUnsupported, op, "activation_type",
       "Swiglu (3) and Relu2 (6) are implemented (the reference's two), got ", activation_type);
@@ -764,9 +748,9 @@ Tensor cute_dsl_impl(const Tensor& x, const std::optional<Tensor>& x_sf, const T
   FLASHINFER_CHECK(w2.is_contiguous() && w2.shape() == Shape({El, H, I / 2}), op, "w2_weight",
                    "expected contiguous [", El, ", ", H, ", ", I / 2, "], got ",
                    shape_to_string(w2.shape()));
-  const float* a1 = per_expert(w1_alpha, El, x, op, "w1_alpha");
+  const float* a1 = api::per_expert_floats(w1_alpha, El, x, op, "w1_alpha");
   FLASHINFER_CHECK(a1 != nullptr, op, "w1_alpha", "required");
-  const float* a2 = per_expert(w2_alpha, El, x, op, "w2_alpha");
+  const float* a2 = api::per_expert_floats(w2_alpha, El, x, op, "w2_alpha");
   const float* gs = nullptr;
   int64_t gs_count = 0;
   if (fc2_input_scale) {

@@ -69,22 +69,6 @@ constexpr api::KernelEntry<kernels::TrtllmFp8MoeParams> kTrtllmFp8BlockMoeKernel
 #endif
 };
 
-void flag_off(bool flag, const char* op, const char* arg, const char* why) {
-  if (flag) FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, why);
-}
-
-// fp32 [E_l] contiguous (per-expert scales and SwigluBias parameters), or null when absent.
-const float* expert_floats(const std::optional<Tensor>& t, int64_t experts, const Tensor& like,
-                           const char* op, const char* arg) {
-  if (!t) return nullptr;
-  api::check_defined(*t, op, arg);
-  api::check_dtype_in(*t, {DType::kFloat32}, op, arg);
-  api::check_shape_eq(*t, {experts}, op, arg);
-  api::check_same_device(*t, like, op, arg, "hidden_states");
-  FLASHINFER_CHECK(t->stride(0) == 1 || experts <= 1, op, arg, "must be contiguous");
-  return t->data<float>();
-}
-
 // What both FP8 variants share: the routing (from logits, or precomputed `routed`), the shapes
 // and the output. Fills p.base; returns the output tensor.
 struct Fp8Common {
@@ -121,8 +105,8 @@ Tensor fill_common(const Fp8Common& c, kernels::TrtllmFp8MoeParams& p) {
   FLASHINFER_CHECK(c.inter >= 1, op, "intermediate_size", "must be positive, got ", c.inter);
   FLASHINFER_CHECK(c.activation_type >= 0 && c.activation_type <= 9, op, "activation_type",
                    "must be an ActivationType value, got ", c.activation_type);
-  flag_off(c.activation_type == static_cast<int64_t>(ActivationType::GegluTanh), op,
-           "activation_type", "GegluTanh is not implemented (its formula is unverified)");
+  api::refuse_if(c.activation_type == static_cast<int64_t>(ActivationType::GegluTanh), op,
+                 "activation_type", "GegluTanh is not implemented (its formula is unverified)");
   Tensor out;
   if (*c.output) {
     const Tensor& o = **c.output;
@@ -200,10 +184,10 @@ Tensor fp8_block_impl(const Fp8Common& c, const Tensor& hs_scale, const Tensor& 
                       Fp8QuantizationType qtype, const std::optional<Tensor>& alpha,
                       const std::optional<Tensor>& beta, const std::optional<Tensor>& limit) {
   const char* op = c.op;
-  flag_off(qtype != Fp8QuantizationType::DeepSeekFp8, op, "fp8_quantization_type",
-           "only Fp8QuantizationType.DeepSeekFp8 (128x128 block scales) is implemented");
-  flag_off(!do_finalize, op, "do_finalize",
-           "do_finalize=False (unfinalized GEMM2 output) is not implemented");
+  api::refuse_if(qtype != Fp8QuantizationType::DeepSeekFp8, op, "fp8_quantization_type",
+                 "only Fp8QuantizationType.DeepSeekFp8 (128x128 block scales) is implemented");
+  api::refuse_if(!do_finalize, op, "do_finalize",
+                 "do_finalize=False (unfinalized GEMM2 output) is not implemented");
   kernels::TrtllmFp8MoeParams p;
   Tensor out = fill_common(c, p);
   const Tensor& hidden = *c.hidden;
@@ -240,9 +224,9 @@ Tensor fp8_block_impl(const Fp8Common& c, const Tensor& hs_scale, const Tensor& 
   p.w2_scale = block_scales(w2_scale, El, H, I, hidden, op, "gemm2_weights_scale");
   p.base.moe.w1 = w1p.data_ptr();
   p.base.moe.w2 = w2p.data_ptr();
-  p.base.moe.swiglu_alpha = expert_floats(alpha, El, hidden, op, "gemm1_alpha");
-  p.base.moe.swiglu_beta = expert_floats(beta, El, hidden, op, "gemm1_beta");
-  p.base.moe.swiglu_limit = expert_floats(limit, El, hidden, op, "gemm1_clamp_limit");
+  p.base.moe.swiglu_alpha = api::per_expert_floats(alpha, El, hidden, op, "gemm1_alpha");
+  p.base.moe.swiglu_beta = api::per_expert_floats(beta, El, hidden, op, "gemm1_beta");
+  p.base.moe.swiglu_limit = api::per_expert_floats(limit, El, hidden, op, "gemm1_clamp_limit");
   Tensor ws_ids, ws_w, ws_g1, ws_h, ws_y;
   if (hidden.device().is_cuda()) {
     const int64_t pairs = T * c.top_k;
@@ -265,8 +249,8 @@ Tensor fp8_per_tensor_impl(const Fp8Common& c, const Tensor& w1, const Tensor& s
                            const Tensor& s1_gate, const Tensor& w2, const Tensor& s2,
                            bool use_routing_scales_on_input, bool do_finalize) {
   const char* op = c.op;
-  flag_off(!do_finalize, op, "do_finalize",
-           "do_finalize=False (unfinalized GEMM2 output) is not implemented");
+  api::refuse_if(!do_finalize, op, "do_finalize",
+                 "do_finalize=False (unfinalized GEMM2 output) is not implemented");
   kernels::TrtllmFp8MoeParams p;
   Tensor out = fill_common(c, p);
   const Tensor& hidden = *c.hidden;
@@ -293,9 +277,9 @@ Tensor fp8_per_tensor_impl(const Fp8Common& c, const Tensor& w1, const Tensor& s
   fmt.gated_interleave = false;
   const Tensor w2p = api::moe_plain_weights(w2, El, H, I, fmt, op, "gemm2_weights");
   p.block_scale = false;
-  p.out1_scale = expert_floats(s1, El, hidden, op, "output1_scales_scalar");
-  p.out1_gate_scale = expert_floats(s1_gate, El, hidden, op, "output1_scales_gate_scalar");
-  p.out2_scale = expert_floats(s2, El, hidden, op, "output2_scales_scalar");
+  p.out1_scale = api::per_expert_floats(s1, El, hidden, op, "output1_scales_scalar");
+  p.out1_gate_scale = api::per_expert_floats(s1_gate, El, hidden, op, "output1_scales_gate_scalar");
+  p.out2_scale = api::per_expert_floats(s2, El, hidden, op, "output2_scales_scalar");
   p.routing_scales_on_input = use_routing_scales_on_input;
   p.base.moe.w1 = w1p.data_ptr();
   p.base.moe.w2 = w2p.data_ptr();
@@ -322,8 +306,8 @@ Tensor trtllm_fp8_block_scale_moe(
   return call_op<&trtllm_fp8_block_scale_moe>(
       [&] {
         const char* op = "trtllm_fp8_block_scale_moe";
-        flag_off(num_fused_shared_experts.value_or(0) != 0, op, "num_fused_shared_experts",
-                 "fused shared experts are not implemented");
+        api::refuse_if(num_fused_shared_experts.value_or(0) != 0, op, "num_fused_shared_experts",
+                       "fused shared experts are not implemented");
         const Fp8Common c{op,
                           nullptr,
                           &routing_logits,
@@ -372,8 +356,8 @@ Tensor trtllm_fp8_block_scale_routed_moe(
   return call_op<&trtllm_fp8_block_scale_routed_moe>(
       [&] {
         const char* op = "trtllm_fp8_block_scale_routed_moe";
-        flag_off(gemm1_lora_delta.has_value(), op, "gemm1_lora_delta",
-                 "the LoRA delta of GEMM1 is not implemented");
+        api::refuse_if(gemm1_lora_delta.has_value(), op, "gemm1_lora_delta",
+                       "the LoRA delta of GEMM1 is not implemented");
         const std::optional<Tensor> no_replay;
         const Fp8Common c{op,
                           &topk_ids,

@@ -8,6 +8,21 @@
 
 namespace flashinfer::api {
 
+void refuse_if(bool flag, const char* op, const char* arg, const char* why) {
+  if (flag) FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, why);
+}
+
+const float* per_expert_floats(const std::optional<Tensor>& t, int64_t experts, const Tensor& like,
+                               const char* op, const char* arg) {
+  if (!t) return nullptr;
+  check_defined(*t, op, arg);
+  check_dtype_in(*t, {DType::kFloat32}, op, arg);
+  check_shape_eq(*t, {experts}, op, arg);
+  check_same_device(*t, like, op, arg, "hidden_states");
+  FLASHINFER_CHECK(t->stride(0) == 1 || experts <= 1, op, arg, "must be contiguous");
+  return t->data<float>();
+}
+
 void check_last_stride_one(const Tensor& t, const char* op, const char* arg) {
   FLASHINFER_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, op, arg,
                    "the last dimension must be contiguous (stride 1), got stride ", t.stride(-1));

@@ -1,7 +1,7 @@
 #pragma once
-// Argument checks of the routing inputs shared by the trtllm MoE entry points (fp8, fp4, mxint4
-// and their routed forms): logits or precomputed top-k ids, bias, groups, the local expert range,
-// the scaling factor and routing_replay_out.
+// Argument checks shared by the trtllm MoE entry points (fp8, fp4, mxint4 and their routed
+// forms): the routing inputs (logits or precomputed top-k ids, bias, groups, the local expert
+// range, the scaling factor, routing_replay_out) and the per-expert parameter tensors.
 
 #include <cstdint>
 #include <optional>
@@ -24,6 +24,14 @@ struct MoeRoutingArgs {
   bool norm_topk_prob;
   const std::optional<Tensor>* replay_out;  // null: the op has no routing_replay_out
 };
+
+/// kUnsupported naming op and arg when `flag` (an upstream option this build does not model).
+void refuse_if(bool flag, const char* op, const char* arg, const char* why);
+
+/// An optional fp32 [experts] contiguous tensor (per-expert scales, SwiGLU parameters) on
+/// `like`'s device: its data, or null when absent.
+const float* per_expert_floats(const std::optional<Tensor>& t, int64_t experts, const Tensor& like,
+                               const char* op, const char* arg);
 
 /// A tensor's last dimension has stride 1 (or a single element).
 void check_last_stride_one(const Tensor& t, const char* op, const char* arg);
