@@ -20,6 +20,7 @@
 #include "flashinfer/replay.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer::testing {
 namespace {
@@ -975,7 +976,8 @@ TEST(MoeFp4UpstreamDumps, EngineStyleDumpsReplay) {
   const fs::path dir = fs::temp_directory_path() / ("fi_moe_fp4_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const std::string py = R"PY(
+  // save(): the shared torch.save writer (tests/util/upstream_dump_py.h).
+  const std::string py = std::string(flashinfer::testing::kTorchSavePy) + R"PY(
 import json, os, sys, zipfile, struct
 try:
     import torch
@@ -983,44 +985,6 @@ except ImportError:
     sys.exit(77)
 import torch.nn.functional as F
 
-LEGACY = {torch.float32: "FloatStorage", torch.bfloat16: "BFloat16Storage",
-          torch.int32: "IntStorage", torch.int64: "LongStorage", torch.int16: "ShortStorage",
-          torch.uint8: "ByteStorage", torch.float16: "HalfStorage"}
-def save(d, path):  # torch.save's zip format; ("fp8", uint8 codes) saved as float8_e4m3fn
-    out = bytearray(b"\x80\x02}(")
-    blobs = []
-    def s(x):
-        b = x.encode()
-        out.extend(b"X" + struct.pack("<I", len(b)) + b)
-    def i(v):
-        out.extend(b"J" + struct.pack("<i", v))
-    def ints(vs):
-        out.extend(b"(")
-        for v in vs: i(v)
-        out.extend(b"t")
-    for name, v in d.items():
-        fp8 = isinstance(v, tuple)
-        t = (v[1] if fp8 else v).contiguous()
-        key = str(len(blobs))
-        blobs.append(t.numpy().tobytes() if t.dtype == torch.uint8 else t.view(torch.uint8).numpy().tobytes())
-        s(name)
-        out.extend(b"ctorch._utils\n_rebuild_tensor_v%d\n(" % (3 if fp8 else 2))
-        out.extend(b"(")
-        s("storage")
-        out.extend(b"ctorch\n%s\n" % (b"UntypedStorage" if fp8 else LEGACY[t.dtype].encode()))
-        s(key); s("cpu"); i(t.numel())
-        out.extend(b"tQ")
-        i(0); ints(list(t.shape)); ints(list(t.stride()))
-        out.extend(b"\x89ccollections\nOrderedDict\n)R")
-        if fp8:
-            out.extend(b"ctorch\nfloat8_e4m3fn\n")
-        out.extend(b"tR")
-    out.extend(b"u.")
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        z.writestr("archive/data.pkl", bytes(out))
-        for k, b in enumerate(blobs):
-            z.writestr("archive/data/%d" % k, b)
-        z.writestr("archive/version", "3\n")
 
 d = sys.argv[1]
 seq = [0]

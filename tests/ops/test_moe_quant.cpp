@@ -21,6 +21,7 @@
 #include "flashinfer/replay.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer::testing {
 namespace {
@@ -549,7 +550,8 @@ TEST(MoeUpstreamDumps, EngineStyleTrtllmDumpsReplay) {
   fs::create_directories(dir /
                          "20261122_170000_003_pid4242_trtllm_fp8_per_tensor_scale_moe_call0003");
   fs::create_directories(dir / "20261122_170000_004_pid4242_trtllm_gen_routing_call0004");
-  const std::string py = R"PY(
+  // save(): the shared torch.save writer (tests/util/upstream_dump_py.h).
+  const std::string py = std::string(flashinfer::testing::kTorchSavePy) + R"PY(
 import json, sys, zipfile, struct
 try:
     import torch
@@ -557,48 +559,6 @@ except ImportError:
     sys.exit(77)
 import torch.nn.functional as F
 
-# torch.save as torch >= 2.1 writes it, for torch 1.13 which lacks float8: a dict of tensors;
-# legacy dtypes with _rebuild_tensor_v2 and their typed storage, fp8 (given as a uint8 tensor
-# of e4m3fn codes in an ("fp8", t) pair) with _rebuild_tensor_v3, an UntypedStorage and
-# torch.float8_e4m3fn.
-LEGACY = {torch.float32: "FloatStorage", torch.bfloat16: "BFloat16Storage",
-          torch.int32: "IntStorage", torch.int64: "LongStorage", torch.int16: "ShortStorage",
-          torch.uint8: "ByteStorage", torch.float16: "HalfStorage"}
-def save(d, path):
-    out = bytearray(b"\x80\x02}(")
-    blobs = []
-    def s(x):
-        b = x.encode()
-        out.extend(b"X" + struct.pack("<I", len(b)) + b)
-    def i(v):
-        out.extend(b"J" + struct.pack("<i", v))
-    def ints(vs):
-        out.extend(b"(")
-        for v in vs: i(v)
-        out.extend(b"t")
-    for name, v in d.items():
-        fp8 = isinstance(v, tuple)
-        t = (v[1] if fp8 else v).contiguous()
-        key = str(len(blobs))
-        blobs.append(t.view(torch.uint8).numpy().tobytes() if t.dtype != torch.uint8 else t.numpy().tobytes())
-        s(name)
-        out.extend(b"ctorch._utils\n_rebuild_tensor_v%d\n(" % (3 if fp8 else 2))
-        out.extend(b"(")
-        s("storage")
-        out.extend(b"ctorch\n%s\n" % (b"UntypedStorage" if fp8 else LEGACY[t.dtype].encode()))
-        s(key); s("cpu"); i(t.numel())
-        out.extend(b"tQ")
-        i(0); ints(list(t.shape)); ints(list(t.stride()))
-        out.extend(b"\x89ccollections\nOrderedDict\n)R")
-        if fp8:
-            out.extend(b"ctorch\nfloat8_e4m3fn\n")
-        out.extend(b"tR")
-    out.extend(b"u.")
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        z.writestr("archive/data.pkl", bytes(out))
-        for k, b in enumerate(blobs):
-            z.writestr("archive/data/%d" % k, b)
-        z.writestr("archive/version", "3\n")
 
 # e4m3fn codes of float values (round to nearest even), via a table of all 256 codes.
 def e4m3_value(c):

@@ -1,9 +1,10 @@
-// Test helper: the Python half of the torch-written upstream-format dump tests. kUpstreamDumpPy
-// defines save() (torch.save as torch >= 2.1 writes it, fp8 pickled by hand because Debian's torch
-// 1.13 has no float8), e4m3 / e2m1 decoding tables, the 128x4 scale layout, an independent NVFP4
-// quantizer and record() (one call directory in upstream's recorder layout). A test appends its
-// calls and runs run_upstream_dump_script(): one interpreter start writes every call, then
-// replay_sequence replays them and every call must pass.
+// Test helper: the Python half of the torch-written upstream-format dump tests. kTorchSavePy
+// (used alone by dump tests with their own record()) defines save() (torch.save as torch >= 2.1
+// writes it, fp8 pickled by hand because Debian's torch 1.13 has no float8); kUpstreamDumpRestPy
+// adds e4m3 / e2m1 decoding tables, the 128x4 scale layout, an independent NVFP4 quantizer and
+// record() (one call directory in upstream's recorder layout). A test appends its calls and runs
+// run_upstream_dump_script(): one interpreter start writes every call, then replay_sequence replays
+// them and every call must pass.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,7 +20,8 @@
 
 namespace flashinfer::testing {
 
-inline constexpr const char* kUpstreamDumpPy = R"PY(
+// The interpreter check and save() alone, for dump tests that write their own record().
+inline constexpr const char* kTorchSavePy = R"PY(
 import json, sys, zipfile, struct
 try:
     import torch
@@ -30,7 +32,7 @@ except ImportError:
 # storage; fp8 (an ("fp8", uint8 codes) pair) through _rebuild_tensor_v3 and an UntypedStorage.
 LEGACY = {torch.float32: "FloatStorage", torch.bfloat16: "BFloat16Storage",
           torch.int32: "IntStorage", torch.int64: "LongStorage", torch.uint8: "ByteStorage",
-          torch.float16: "HalfStorage", torch.bool: "BoolStorage"}
+          torch.float16: "HalfStorage", torch.bool: "BoolStorage", torch.int16: "ShortStorage"}
 def save(d, path):
     out = bytearray(b"\x80\x02}(")
     blobs = []
@@ -71,7 +73,10 @@ def save(d, path):
         for k, b in enumerate(blobs):
             z.writestr("archive/data/%d" % k, b)
         z.writestr("archive/version", "3\n")
+)PY";
 
+// kTorchSavePy continues with the tables, the quantizer and record().
+inline constexpr const char* kUpstreamDumpRestPy = R"PY(
 def e4m3_value(c):
     s = -1.0 if c & 0x80 else 1.0
     e, m = (c >> 3) & 0xF, c & 7
@@ -156,16 +161,16 @@ def nvfp4(v, gs):
     return q, torch.tensor(flat, dtype=torch.uint8), (E2M1[code] * sfv.repeat_interleave(16, 1))
 )PY";
 
-/// Writes kUpstreamDumpPy + `body` to a temporary directory, runs it once and replays the calls it
-/// wrote; every call must pass and there must be `expected_calls`. Returns false (nothing checked)
-/// when python3-torch is not installed.
+/// Writes kTorchSavePy + kUpstreamDumpRestPy + `body` to a temporary directory, runs it once and
+/// replays the calls it wrote; every call must pass and there must be `expected_calls`. Returns
+/// false (nothing checked) when python3-torch is not installed.
 inline bool run_upstream_dump_script(const std::string& tag, const std::string& body,
                                      std::size_t expected_calls) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / (tag + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  std::ofstream(dir / "make.py") << kUpstreamDumpPy << body;
+  std::ofstream(dir / "make.py") << kTorchSavePy << kUpstreamDumpRestPy << body;
   // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
   const int st =
       std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + dir.string()).c_str());
