@@ -36,44 +36,6 @@ constexpr api::KernelEntry<kernels::TrtllmFp4MoeParams> kTrtllmFp4MoeKernels[] =
 // The routing arguments every variant shares.
 using RoutingArgs = api::MoeRoutingArgs;
 
-void fill_routing(const RoutingArgs& c, const Tensor& hidden, kernels::TrtllmMoeParams& b) {
-  api::check_moe_routing(c, hidden, /*groups_when_routed=*/false);
-  const int64_t T = hidden.size(0), E = c.num_experts;
-  const auto rm = static_cast<kernels::MoeRouting>(c.method);
-  const int64_t G = c.n_group.value_or(0) > 0 ? *c.n_group : 1;
-  const int64_t TG = c.topk_group.value_or(0) > 0 ? *c.topk_group : G;
-  if (c.replay_out && *c.replay_out) {
-    b.replay_out = (*c.replay_out)->data<int16_t>();
-    b.replay_stride = (*c.replay_out)->stride(0);
-  }
-  if (c.routed) {
-    b.precomputed = true;
-    b.routed_stride = c.routed->ids.stride(0);
-    if (c.routed->weights) {
-      b.ids = c.routed->ids.data<int32_t>();
-      b.weights = c.routed->weights->data_ptr();
-      b.weights_dtype = c.routed->weights->dtype();
-    } else {
-      b.packed = c.routed->ids.data<int32_t>();
-    }
-  } else {
-    b.routing.logits = c.logits->data_ptr();
-    b.routing.logits_dtype = c.logits->dtype();
-    b.routing.logits_stride = c.logits->stride(0);
-  }
-  const bool has_bias = c.bias && *c.bias;
-  b.routing.bias = has_bias ? (*c.bias)->data_ptr() : nullptr;
-  b.routing.bias_dtype = has_bias ? (*c.bias)->dtype() : DType::kFloat32;
-  b.routing.num_tokens = T;
-  b.routing.num_experts = E;
-  b.routing.top_k = c.top_k;
-  b.routing.n_group = G;
-  b.routing.topk_group = TG;
-  b.routing.routed_scaling_factor = static_cast<float>(c.scale.value_or(1.0));
-  b.routing.norm_topk_prob = c.norm_topk_prob;
-  b.routing.method = rm;
-}
-
 Tensor make_output(const std::optional<Tensor>& output, int64_t T, int64_t H, const Tensor& like,
                    const char* op) {
   if (!output) return Tensor::empty({T, H}, DType::kBFloat16, like.device());
@@ -264,7 +226,7 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a) {
     p.hs_scale_stride = H / hv;
   }
   Tensor out = make_output(*a.output, T, H, hidden, op);
-  fill_routing(rc, hidden, p.base);
+  api::fill_moe_routing(rc, hidden, /*groups_when_routed=*/false, p.base);
   // Upstream's preparation: GEMM1 rows interleaved (gated) then shuffled, GEMM2 rows shuffled,
   // epilogue_tile_m 128, MajorK; scales and biases follow their rows.
   api::MoeWeightFormat fmt;
@@ -360,7 +322,7 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   p.input = kernels::Moe4Input::kBf16;
   p.act_quant = kernels::Moe4ActQuant::kBf16;
   Tensor out = make_output(*a.output, T, H, hidden, op);
-  fill_routing(rc, hidden, p.base);
+  api::fill_moe_routing(rc, hidden, /*groups_when_routed=*/false, p.base);
   const Tensor w1p = mxint4_plain_weights(w1, El, 2 * I, H, true, op, "gemm1_weights");
   const Tensor w2p = mxint4_plain_weights(w2, El, H, I, false, op, "gemm2_weights");
   const Tensor s1p = plain_scales(w1s, El, 2 * I, H / 32, true, op, "gemm1_weights_scale");

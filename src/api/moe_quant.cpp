@@ -94,14 +94,11 @@ Tensor fill_common(const Fp8Common& c, kernels::TrtllmFp8MoeParams& p) {
   api::check_dim(hidden, {2}, op, "hidden_states");
   api::check_dtype_in(hidden, {DType::kFloat8E4M3FN}, op, "hidden_states");
   api::check_last_stride_one(hidden, op, "hidden_states");
-  const int64_t T = hidden.size(0), H = hidden.size(1), E = c.num_experts;
-  api::check_moe_routing(
+  const int64_t T = hidden.size(0), H = hidden.size(1);
+  api::fill_moe_routing(
       {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group, c.offset,
        c.local_num, c.scale, c.method, c.norm_topk_prob, c.replay_out},
-      hidden, /*groups_when_routed=*/true);
-  const auto rm = static_cast<kernels::MoeRouting>(c.method);
-  const int64_t G = c.n_group.value_or(0) > 0 ? *c.n_group : 1;
-  const int64_t TG = c.topk_group.value_or(0) > 0 ? *c.topk_group : G;
+      hidden, /*groups_when_routed=*/true, p.base);
   FLASHINFER_CHECK(c.inter >= 1, op, "intermediate_size", "must be positive, got ", c.inter);
   FLASHINFER_CHECK(c.activation_type >= 0 && c.activation_type <= 9, op, "activation_type",
                    "must be an ActivationType value, got ", c.activation_type);
@@ -120,35 +117,6 @@ Tensor fill_common(const Fp8Common& c, kernels::TrtllmFp8MoeParams& p) {
     out = Tensor::empty({T, H}, DType::kBFloat16, hidden.device());
   }
   kernels::TrtllmMoeParams& b = p.base;
-  if (c.routed) {
-    b.precomputed = true;
-    b.routed_stride = c.routed->ids.stride(0);
-    if (c.routed->weights) {
-      b.ids = c.routed->ids.data<int32_t>();
-      b.weights = c.routed->weights->data_ptr();
-      b.weights_dtype = c.routed->weights->dtype();
-    } else {
-      b.packed = c.routed->ids.data<int32_t>();
-    }
-  } else {
-    b.routing.logits = c.logits->data_ptr();
-    b.routing.logits_dtype = c.logits->dtype();
-    b.routing.logits_stride = c.logits->stride(0);
-  }
-  b.routing.bias = *c.bias ? (*c.bias)->data_ptr() : nullptr;
-  b.routing.bias_dtype = *c.bias ? (*c.bias)->dtype() : DType::kFloat32;
-  b.routing.num_tokens = T;
-  b.routing.num_experts = E;
-  b.routing.top_k = c.top_k;
-  b.routing.n_group = G;
-  b.routing.topk_group = TG;
-  b.routing.routed_scaling_factor = static_cast<float>(c.scale.value_or(1.0));
-  b.routing.norm_topk_prob = c.norm_topk_prob;
-  b.routing.method = rm;
-  if (*c.replay_out) {
-    b.replay_out = (*c.replay_out)->data<int16_t>();
-    b.replay_stride = (*c.replay_out)->stride(0);
-  }
   kernels::CutlassMoeParams& m = b.moe;
   m.input = hidden.data_ptr();
   m.in_stride = hidden.stride(0);

@@ -102,4 +102,43 @@ void check_moe_routing(const MoeRoutingArgs& c, const Tensor& hidden, bool group
   }
 }
 
+void fill_moe_routing(const MoeRoutingArgs& c, const Tensor& hidden, bool groups_when_routed,
+                      kernels::TrtllmMoeParams& b) {
+  check_moe_routing(c, hidden, groups_when_routed);
+  const int64_t T = hidden.size(0), E = c.num_experts;
+  const auto rm = static_cast<kernels::MoeRouting>(c.method);
+  const int64_t G = c.n_group.value_or(0) > 0 ? *c.n_group : 1;
+  const int64_t TG = c.topk_group.value_or(0) > 0 ? *c.topk_group : G;
+  if (c.replay_out && *c.replay_out) {
+    b.replay_out = (*c.replay_out)->data<int16_t>();
+    b.replay_stride = (*c.replay_out)->stride(0);
+  }
+  if (c.routed) {
+    b.precomputed = true;
+    b.routed_stride = c.routed->ids.stride(0);
+    if (c.routed->weights) {
+      b.ids = c.routed->ids.data<int32_t>();
+      b.weights = c.routed->weights->data_ptr();
+      b.weights_dtype = c.routed->weights->dtype();
+    } else {
+      b.packed = c.routed->ids.data<int32_t>();
+    }
+  } else {
+    b.routing.logits = c.logits->data_ptr();
+    b.routing.logits_dtype = c.logits->dtype();
+    b.routing.logits_stride = c.logits->stride(0);
+  }
+  const bool has_bias = c.bias && *c.bias;
+  b.routing.bias = has_bias ? (*c.bias)->data_ptr() : nullptr;
+  b.routing.bias_dtype = has_bias ? (*c.bias)->dtype() : DType::kFloat32;
+  b.routing.num_tokens = T;
+  b.routing.num_experts = E;
+  b.routing.top_k = c.top_k;
+  b.routing.n_group = G;
+  b.routing.topk_group = TG;
+  b.routing.routed_scaling_factor = static_cast<float>(c.scale.value_or(1.0));
+  b.routing.norm_topk_prob = c.norm_topk_prob;
+  b.routing.method = rm;
+}
+
 }  // namespace flashinfer::api

@@ -8,6 +8,7 @@
 
 #include "flashinfer/ops/moe.h"
 #include "flashinfer/tensor.h"
+#include "kernels/moe_params.h"
 
 namespace flashinfer::api {
 
@@ -40,5 +41,10 @@ void check_last_stride_one(const Tensor& t, const char* op, const char* arg);
 /// group rule (num_experts % n_group, topk_group) applies to routing computed here, and to
 /// precomputed routing too when `groups_when_routed`.
 void check_moe_routing(const MoeRoutingArgs& c, const Tensor& hidden, bool groups_when_routed);
+
+/// check_moe_routing, then the routing half of the kernels' parameters: the logits or the
+/// precomputed ids/weights, bias, groups, scaling and routing_replay_out.
+void fill_moe_routing(const MoeRoutingArgs& c, const Tensor& hidden, bool groups_when_routed,
+                      kernels::TrtllmMoeParams& b);
 
 }  // namespace flashinfer::api
