@@ -1,6 +1,7 @@
 // Private: walking the elements of a strided view in row-major order.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -88,19 +89,103 @@ void for_each_offset(const std::vector<int64_t>& shape, const std::vector<int64_
   }
 }
 
+namespace strided_copy_impl {
+
+template <class T>
+inline void copy_run(uint8_t* d, int64_t ds, const uint8_t* s, int64_t ss, int64_t n) {
+  T* dt = reinterpret_cast<T*>(d);
+  const T* st = reinterpret_cast<const T*>(s);
+  for (int64_t i = 0; i < n; ++i) std::memcpy(dt + i * ds, st + i * ss, sizeof(T));
+}
+
+/// n elements of `es` bytes from s (stride ss elements) to d (stride ds elements).
+inline void copy_run(uint8_t* d, int64_t ds, const uint8_t* s, int64_t ss, int64_t n,
+                     std::size_t es) {
+  if (ds == 1 && ss == 1) {
+    std::memcpy(d, s, static_cast<std::size_t>(n) * es);
+    return;
+  }
+  switch (es) {
+    case 1:
+      return copy_run<uint8_t>(d, ds, s, ss, n);
+    case 2:
+      return copy_run<uint16_t>(d, ds, s, ss, n);
+    case 4:
+      return copy_run<uint32_t>(d, ds, s, ss, n);
+    case 8:
+      return copy_run<uint64_t>(d, ds, s, ss, n);
+    default:
+      for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(d + static_cast<std::size_t>(i * ds) * es,
+                    s + static_cast<std::size_t>(i * ss) * es, es);
+      }
+  }
+}
+
+}  // namespace strided_copy_impl
+
 /// Copies a strided view into another of the same shape (element size `es` bytes); storages may
-/// be the same only if the views do not overlap.
+/// be the same only if the views do not overlap. Both views are walked together, row by row; a
+/// view whose last two dimensions are transposed relative to the other (the common
+/// `w.transpose(0, 1).contiguous()`) is copied in square tiles so that neither side strides
+/// through memory one element per cache line.
 inline void strided_copy(void* dst_base, const std::vector<int64_t>& shape,
                          const std::vector<int64_t>& dst_strides, int64_t dst_offset,
                          const void* src_base, const std::vector<int64_t>& src_strides,
                          int64_t src_offset, std::size_t es) {
-  std::vector<int64_t> src_offsets;
-  for_each_offset(shape, src_strides, src_offset, [&](int64_t off) { src_offsets.push_back(off); });
+  using strided_copy_impl::copy_run;
+  const std::size_t nd = shape.size();
+  for (int64_t n : shape) {
+    if (n == 0) return;
+  }
   auto* d = static_cast<uint8_t*>(dst_base);
   const auto* s = static_cast<const uint8_t*>(src_base);
-  std::size_t i = 0;
-  for_each_offset(shape, dst_strides, dst_offset,
-                  [&](int64_t off) { std::memcpy(d + off * es, s + src_offsets[i++] * es, es); });
+  auto at = [es](int64_t off) { return static_cast<std::size_t>(off) * es; };
+  if (nd == 0) {
+    std::memcpy(d + at(dst_offset), s + at(src_offset), es);
+    return;
+  }
+  // Tile the last two dimensions when one side is contiguous along the last and the other
+  // along the second to last.
+  const bool tiled = nd >= 2 && shape[nd - 1] > 1 && shape[nd - 2] > 1 &&
+                     ((dst_strides[nd - 1] == 1 && src_strides[nd - 2] == 1) ||
+                      (src_strides[nd - 1] == 1 && dst_strides[nd - 2] == 1));
+  const std::size_t walk = tiled ? nd - 2 : nd - 1;  // dimensions walked by the odometer
+  const int64_t rows = tiled ? shape[nd - 2] : 1, cols = shape[nd - 1];
+  const int64_t dr = tiled ? dst_strides[nd - 2] : 0, sr = tiled ? src_strides[nd - 2] : 0;
+  const int64_t dc = dst_strides[nd - 1], sc = src_strides[nd - 1];
+  std::vector<int64_t> idx(walk, 0);
+  int64_t db = dst_offset, sb = src_offset;
+  constexpr int64_t kTile = 32;
+  while (true) {
+    if (!tiled) {
+      copy_run(d + at(db), dc, s + at(sb), sc, cols, es);
+    } else {
+      for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+        const int64_t r1 = std::min(rows, r0 + kTile);
+        for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+          const int64_t c1 = std::min(cols, c0 + kTile);
+          for (int64_t r = r0; r < r1; ++r) {
+            copy_run(d + at(db + r * dr + c0 * dc), dc, s + at(sb + r * sr + c0 * sc), sc, c1 - c0,
+                     es);
+          }
+        }
+      }
+    }
+    // Advance the outer index like an odometer, both bases together.
+    std::size_t k = walk;
+    while (true) {
+      if (k == 0) return;
+      --k;
+      ++idx[k];
+      db += dst_strides[k];
+      sb += src_strides[k];
+      if (idx[k] < shape[k]) break;
+      db -= idx[k] * dst_strides[k];
+      sb -= idx[k] * src_strides[k];
+      idx[k] = 0;
+    }
+  }
 }
 
 }  // namespace flashinfer::detail
