@@ -1063,7 +1063,9 @@ TEST(WrittenArguments, EveryOpRefusesAliasedAndBroadcastWrites) {
     Outputs outputs;
     Prepared p;
     try {
-      p = prepare(decl->name, small_shape(), kReference);  // p keeps a wrapper's self alive
+      BenchShape shape = small_shape();
+      shrink_for(decl->name, shape);
+      p = prepare(decl->name, shape, kReference);  // p keeps a wrapper's self alive
       args = p.args;
       std::vector<Value> copy;
       for (const Value& v : args) copy.push_back(deep_copy(v));
