@@ -183,6 +183,32 @@ TEST(Tensor, ViewAndReshape) {
   EXPECT_EQ(t.unsqueeze(0).squeeze(0).shape(), t.shape());
 }
 
+// Copies between views of every element size, with sizes that are not multiples of the
+// 32-element tiles the transposed path uses, both directions of a transpose, a step slice and a
+// three-dimensional permutation: each equals the logical element order.
+TEST(Tensor, StridedCopiesOfEveryElementSizeMatchLogicalOrder) {
+  for (DType dt : {DType::kUInt8, DType::kBFloat16, DType::kFloat32, DType::kInt64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    std::vector<double> v(3 * 37 * 45);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i % 251);
+    const Tensor t = Tensor::from_vector(v, {3, 37, 45}, dt);
+    for (const Tensor& view :
+         {t.transpose(1, 2), t.permute({2, 0, 1}), t.transpose(0, 2),
+          t.slice(2, 1, 45, 3).transpose(1, 2), t.select(0, 1).transpose(0, 1)}) {
+      const Tensor c = view.contiguous();
+      EXPECT_TRUE(c.is_contiguous());
+      EXPECT_EQ(c.to_double_vector(), view.to_double_vector());
+      // Into a transposed destination: contiguous source, strided target.
+      Tensor dst = Tensor::zeros(view.shape(), dt);
+      const int64_t nd = dst.dim();
+      Tensor dst_t =
+          Tensor::zeros(dst.transpose(nd - 2, nd - 1).shape(), dt).transpose(nd - 2, nd - 1);
+      dst_t.copy_(c);
+      EXPECT_EQ(dst_t.to_double_vector(), view.to_double_vector());
+    }
+  }
+}
+
 TEST(Tensor, ContiguousCloneCopy) {
   Tensor t = Tensor::from_vector(iota(12), {3, 4}, DType::kBFloat16);
   EXPECT_EQ(t.contiguous().storage(), t.storage());
