@@ -508,8 +508,8 @@ struct MoeBenchInputs {
 MoeBenchInputs bench_inputs(const BenchShape& s, Device dev) {
   MoeBenchInputs b;
   b.T = s.m;
-  b.H = (s.hidden_size + 127) / 128 * 128;
-  b.I = (s.n + 127) / 128 * 128;
+  b.H = (s.hidden_size + 63) / 64 * 64;  // the ops' granularity: H % 64, I % 64 (CuTe-DSL gated)
+  b.I = (s.n + 63) / 64 * 64;
   std::vector<double> ids, w;
   for (int64_t t = 0; t < b.T; ++t) {
     const int64_t e0 = (t * 5) % b.E, e1 = (e0 + 1 + t % (b.E - 1)) % b.E;
