@@ -54,3 +54,4 @@
 #include "flashinfer/trace.h"
 #include "flashinfer/value.h"
 #include "flashinfer/version.h"
+#include "flashinfer/ops/moe_b12x.h"

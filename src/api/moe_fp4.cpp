@@ -10,6 +10,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/kernel_table.h"
+#include "api/moe_cute_dsl.h"
 #include "api/moe_layout.h"
 #include "api/moe_routing_checks.h"
 #include "api/moe_traits.h"
@@ -575,7 +576,7 @@ std::vector<Tensor> trtllm_mxint4_block_scale_routed_moe(
       routing_method_type, do_finalize, enable_pdl, gemm1_lora_delta, output, tune_max_num_tokens);
 }
 
-namespace {
+namespace moe_cute {
 
 // Upstream's CuTe-DSL preparation interleaves the gated GEMM1 rows in groups of 64
 // (interleave_linear_and_gate(w1, 64)): stored row s holds plain row
@@ -641,8 +642,8 @@ Tensor cute_plain_scales(const Tensor& s, int64_t E, int64_t m, int64_t cols,
   return out;
 }
 
-Tensor cute_dsl_impl(const Tensor& x, const std::optional<Tensor>& x_sf, const Tensor& ids,
-                     const Tensor& scales, const Tensor& w1, const Tensor& w1_sf,
+Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor>& x_sf,
+                     const Tensor& ids, const Tensor& scales, const Tensor& w1, const Tensor& w1_sf,
                      const Tensor& w1_alpha, const std::optional<Tensor>& fc2_input_scale,
                      const Tensor& w2, const Tensor& w2_sf, const Tensor& w2_alpha,
                      int64_t num_experts, int64_t top_k, std::optional<int64_t> num_local_experts,
@@ -651,7 +652,6 @@ Tensor cute_dsl_impl(const Tensor& x, const std::optional<Tensor>& x_sf, const T
                      double swiglu_limit, const std::optional<double>& situ_beta,
                      const std::optional<double>& situ_linear_beta, std::string_view quant_mode,
                      const std::optional<Tensor>& per_token_scale) {
-  const char* op = "cute_dsl_fused_moe_nvfp4";
   api::check_defined(x, op, "x");
   check_cpu(x, op);
   FLASHINFER_CHECK_CODE(quant_mode == "w4a4", ErrorCode::kUnsupported, op, "quant_mode",
@@ -799,7 +799,7 @@ Tensor cute_dsl_impl(const Tensor& x, const std::optional<Tensor>& x_sf, const T
   return out;
 }
 
-}  // namespace
+}  // namespace moe_cute
 
 Tensor cute_dsl_fused_moe_nvfp4(
     const Tensor& x, std::optional<Tensor> x_sf, const Tensor& token_selected_experts,
@@ -813,12 +813,12 @@ Tensor cute_dsl_fused_moe_nvfp4(
     std::string_view quant_mode, std::optional<Tensor> per_token_scale) {
   return call_op<&cute_dsl_fused_moe_nvfp4>(
       [&] {
-        return cute_dsl_impl(x, x_sf, token_selected_experts, token_final_scales, w1_weight,
-                             w1_weight_sf, w1_alpha, fc2_input_scale, w2_weight, w2_weight_sf,
-                             w2_alpha, num_experts, top_k, num_local_experts, local_expert_offset,
-                             output_dtype, moe_output, activation_type, swiglu_alpha, swiglu_beta,
-                             swiglu_limit, situ_beta, situ_linear_beta, quant_mode,
-                             per_token_scale);
+        return moe_cute::cute_dsl_impl(
+            "cute_dsl_fused_moe_nvfp4", x, x_sf, token_selected_experts, token_final_scales,
+            w1_weight, w1_weight_sf, w1_alpha, fc2_input_scale, w2_weight, w2_weight_sf, w2_alpha,
+            num_experts, top_k, num_local_experts, local_expert_offset, output_dtype, moe_output,
+            activation_type, swiglu_alpha, swiglu_beta, swiglu_limit, situ_beta, situ_linear_beta,
+            quant_mode, per_token_scale);
       },
       x, x_sf, token_selected_experts, token_final_scales, w1_weight, w1_weight_sf, w1_alpha,
       fc2_input_scale, w2_weight, w2_weight_sf, w2_alpha, num_experts, top_k, num_local_experts,

@@ -2,11 +2,14 @@
 // declarations, argument checks, dispatch. CPU only. Semantics and sources: docs/MOE.md.
 #include "flashinfer/ops/moe_lora.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,6 +18,7 @@
 #include "api/kernel_table.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_lora_cpu.h"
+#include "recorder/call_extensions.h"
 
 namespace flashinfer {
 
@@ -55,6 +59,127 @@ std::shared_ptr<Storage> find_bank(std::uintptr_t addr, std::size_t nbytes, DTyp
     if (auto s = b.storage.lock()) return s;
   }
   return nullptr;
+}
+
+// ---- pointer tables across processes (this library's dump extension) -------------------------
+// A recorded w_ptr holds the recording process's addresses. When this library records, it also
+// stores every live bank a table points into (fi_ext__<param>__bank<j>, the bank's elements) and
+// the address of its first byte then (fi_ext__<param>__bank<j>__base, int64 [1]); replay
+// registers the loaded banks and rewrites the table's entries into them. Upstream's recordings
+// have no such keys: their tables stay as recorded and the op refuses them, naming the table.
+
+struct LiveBank {
+  std::shared_ptr<Storage> storage;
+  std::uintptr_t begin = 0, end = 0;
+  DType dtype = DType::kBFloat16;
+};
+
+std::optional<LiveBank> bank_at(std::uintptr_t addr) {
+  std::lock_guard<std::mutex> lock(g_bank_mutex);
+  for (const Bank& b : g_banks) {
+    if (addr < b.begin || addr >= b.end) continue;
+    if (auto st = b.storage.lock()) return LiveBank{std::move(st), b.begin, b.end, b.dtype};
+  }
+  return std::nullopt;
+}
+
+using TableParams = std::vector<std::pair<std::size_t, std::string>>;  // (index, name)
+
+std::string bank_key(const std::string& param, std::size_t j) {
+  return std::string(detail::kExtensionPrefix) + param + "__bank" + std::to_string(j);
+}
+
+void capture_tables(const TableParams& tables, std::span<const Value> args,
+                    std::vector<std::pair<std::string, Tensor>>& extra) {
+  for (const auto& [idx, name] : tables) {
+    if (idx >= args.size() || !args[idx].is_tensor()) continue;
+    const Tensor& t = args[idx].as_tensor();
+    if (!t.defined() || t.dtype() != DType::kInt64 || !t.device().is_cpu() || !t.is_contiguous()) {
+      continue;  // the op refuses it anyway
+    }
+    std::vector<LiveBank> found;
+    const auto* v = t.data<int64_t>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const auto addr = static_cast<std::uintptr_t>(v[i]);
+      if (std::any_of(found.begin(), found.end(),
+                      [&](const LiveBank& b) { return addr >= b.begin && addr < b.end; })) {
+        continue;
+      }
+      if (auto b = bank_at(addr)) found.push_back(std::move(*b));
+    }
+    for (std::size_t j = 0; j < found.size(); ++j) {
+      const LiveBank& b = found[j];
+      const std::size_t es = dtype_size(b.dtype);
+      const auto base = reinterpret_cast<std::uintptr_t>(b.storage->data());
+      extra.emplace_back(
+          bank_key(name, j),
+          Tensor::from_storage(b.storage, {static_cast<int64_t>((b.end - b.begin) / es)}, {1},
+                               static_cast<int64_t>((b.begin - base) / es), b.dtype));
+      Tensor where = Tensor::empty({1}, DType::kInt64);
+      where.data<int64_t>()[0] = static_cast<int64_t>(b.begin);
+      extra.emplace_back(bank_key(name, j) + "__base", where);
+    }
+  }
+}
+
+void rebuild_tables(const TableParams& tables, const std::map<std::string, Tensor>& tensors,
+                    std::vector<Value>& args) {
+  for (const auto& [idx, name] : tables) {
+    if (idx >= args.size() || !args[idx].is_tensor()) continue;
+    struct Moved {
+      std::uintptr_t old_begin, old_end, now;
+    };
+    std::vector<Moved> moved;
+    for (std::size_t j = 0;; ++j) {
+      const auto b = tensors.find(bank_key(name, j));
+      const auto w = tensors.find(bank_key(name, j) + "__base");
+      if (b == tensors.end() || w == tensors.end()) break;
+      const Tensor& bank = b->second;
+      if (!bank.device().is_cpu() || !bank.is_contiguous() || w->second.numel() != 1) break;
+      register_bank(bank);  // alive while the replayed call runs (the loaded inputs hold it)
+      const auto old = static_cast<std::uintptr_t>(w->second.to(DType::kInt64).data<int64_t>()[0]);
+      moved.push_back(
+          {old, old + bank.nbytes(), reinterpret_cast<std::uintptr_t>(bank.data_ptr())});
+    }
+    if (moved.empty()) continue;
+    const Tensor old_table = args[idx].as_tensor();
+    if (old_table.dtype() != DType::kInt64 || !old_table.device().is_cpu()) continue;
+    const Tensor src = old_table.contiguous();
+    Tensor table = Tensor::empty(src.shape(), DType::kInt64);
+    auto* out = table.data<int64_t>();
+    const auto* in = src.data<int64_t>();
+    for (int64_t i = 0; i < src.numel(); ++i) {
+      const auto addr = static_cast<std::uintptr_t>(in[i]);
+      out[i] = in[i];
+      for (const Moved& m : moved) {
+        if (addr >= m.old_begin && addr < m.old_end) {
+          out[i] = static_cast<int64_t>(m.now + (addr - m.old_begin));
+          break;
+        }
+      }
+    }
+    args[idx] = Value(table);
+  }
+}
+
+void register_table_extension(OpRegistry& r, const char* op,
+                              std::initializer_list<const char*> params) {
+  const OpDecl* d = r.find(op);
+  if (d == nullptr) return;
+  TableParams tables;
+  for (const char* p : params) {
+    for (std::size_t i = 0; i < d->params.size(); ++i) {
+      if (d->params[i].name == p) tables.emplace_back(i, p);
+    }
+  }
+  detail::register_call_extension(
+      op,
+      [tables](std::span<const Value> args, std::vector<std::pair<std::string, Tensor>>& extra) {
+        capture_tables(tables, args, extra);
+      },
+      [tables](const std::map<std::string, Tensor>& tensors, std::vector<Value>& args) {
+        rebuild_tables(tables, tensors, args);
+      });
 }
 
 constexpr api::KernelEntry<kernels::BgmvMoeParams> kShrinkKernels[] = {
@@ -745,6 +870,10 @@ void register_moe_lora_ops(OpRegistry& r) {
   register_bench_hook("bgmv_moe", bench_bgmv_moe);
   register_bench_hook("bgmv_moe_gemm1_lora_delta", bench_gemm1);
   register_bench_hook("bgmv_moe_gemm2_lora_delta", bench_gemm2);
+  register_table_extension(r, "bgmv_moe_shrink", {"w_ptr"});
+  register_table_extension(r, "bgmv_moe_expand", {"w_ptr"});
+  register_table_extension(r, "bgmv_moe_gemm1_lora_delta", {"w_ptr_a", "w_ptr_b"});
+  register_table_extension(r, "bgmv_moe_gemm2_lora_delta", {"w_ptr_a", "w_ptr_b"});
 }
 }  // namespace detail
 

@@ -28,6 +28,9 @@ enum class Moe4ActQuant : int {
   kMxfp8 = 1,  // mxfp8_quantize of the bf16-rounded activation
   kBf16 = 2,   // rounded to bf16
   kNone = 3,   // fp32 as computed (cute_dsl_fused_moe_nvfp4 without fc2_input_scale)
+  // b12x (moe_reference_f32): the fp32 activation quantized to NVFP4 with the global scale and
+  // dequantized as e2m1 * sf, the global scale left in the values (see nvfp4_qdq_keep_scale).
+  kNvfp4KeepScale = 4,
 };
 
 /// base.moe.input: the hidden states (row stride in_stride, in elements of the stored dtype:
@@ -57,6 +60,16 @@ struct TrtllmFp4MoeParams {
   // reference keeps both in fp32.
   bool round_routing_weights = true;
   bool round_expert_out = true;
+  // b12x: bf16 hidden states (input kBf16) quantized per (token, expert) like the activation of
+  // kNvfp4KeepScale, with this global scale ([E_l] or one value, in_gs_count 1; null: 1).
+  bool quantize_input = false;
+  const float* in_global_scale = nullptr;
+  int64_t in_gs_count = 0;
 };
+
+/// NVFP4 quantize-dequantize of `n` values (a multiple of 16) in place, as b12x's reference does
+/// (moe_reference_f32): per block of 16, sf = e4m3(min(amax * gs / 6, 448)), v = e2m1(v / max(sf
+/// / gs, 1e-30)) * sf (the result keeps the factor gs).
+void nvfp4_qdq_keep_scale(float* v, int64_t n, float gs);
 
 }  // namespace flashinfer::kernels

@@ -6,6 +6,7 @@
 #include "core/tensor_span.h"
 #include "flashinfer/dtype.h"
 #include "flashinfer/version.h"
+#include "recorder/call_extensions.h"
 #include "recorder/dump_schema.h"
 #include "recorder/python_json.h"
 
@@ -212,6 +213,12 @@ std::string record_head(const OpDecl& decl, std::span<const Value> args, int64_t
       w.key(key);
       serialize(w, args[i], key, ex, 0);
     }
+  }
+  // This library's extension tensors (what a pointer argument names), after upstream's keys.
+  if (const detail::RecordExtensionFn* extend = detail::record_extension(decl.name)) {
+    std::vector<std::pair<std::string, Tensor>> extra;
+    (*extend)(args, extra);
+    for (const auto& [k, t] : extra) ex.add(k, t);
   }
   w.end_object();  // the record itself stays open: record_line() continues it
   return head;

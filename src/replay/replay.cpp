@@ -16,6 +16,7 @@
 #include "flashinfer/ops/backends.h"
 #include "formats/dedup_store.h"
 #include "formats/reader_limits.h"
+#include "recorder/call_extensions.h"
 #include "recorder/dump_schema.h"
 
 namespace flashinfer::replay {
@@ -432,6 +433,11 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
       }
     }
     r.args = bind_arguments(*decl, std::move(positional), keyword);
+    // Arguments this library's recorder captured more of (extension tensors, e.g. the weights
+    // behind a pointer table): rebuilt here; without those tensors nothing changes.
+    if (const detail::ReplayExtensionFn* extend = detail::replay_extension(r.function_name)) {
+      (*extend)(tensors, r.args);
+    }
     if (!o.run) {
       r.status = Status::kNotRun;
       return r;

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -93,6 +94,10 @@ void dequant_hidden(const TrtllmFp4MoeParams& p, int64_t t, float* dst) {
 // the NVFP4 global scale.
 void quantize_activation(Moe4ActQuant q, std::vector<float>& h, int64_t n, int64_t I, float gs) {
   if (q == Moe4ActQuant::kNone) return;
+  if (q == Moe4ActQuant::kNvfp4KeepScale) {
+    nvfp4_qdq_keep_scale(h.data(), n * I, gs);
+    return;
+  }
   for (float& v : h) v = bf16_round(v);
   if (q == Moe4ActQuant::kBf16 || n == 0) return;
   std::vector<uint16_t> bits(h.size());
@@ -153,6 +158,26 @@ void sgemm_nt(const float* a, const float* b, float* c, int64_t m, int64_t n, in
 
 }  // namespace
 
+}  // namespace flashinfer::kernels::cpu
+
+namespace flashinfer::kernels {
+
+void nvfp4_qdq_keep_scale(float* v, int64_t n, float gs) {
+  for (int64_t b = 0; b < n; b += 16) {
+    float amax = 0.0f;
+    for (int64_t i = b; i < b + 16; ++i) amax = std::max(amax, std::fabs(v[i]));
+    const float sf =
+        e4m3fn_bits_to_float(float_to_e4m3fn_bits(std::min(amax * gs / 6.0f, 448.0f), true));
+    const float d = std::max(sf / gs, 1e-30f);
+    for (int64_t i = b; i < b + 16; ++i)
+      v[i] = e2m1_bits_to_float(float_to_e2m1_bits(v[i] / d)) * sf;
+  }
+}
+
+}  // namespace flashinfer::kernels
+
+namespace flashinfer::kernels::cpu {
+
 void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
   const CutlassMoeParams& m = p.base.moe;
   const int64_t T = m.num_tokens, K = m.top_k, H = m.hidden, I = m.inter;
@@ -185,6 +210,10 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
     std::vector<float> a(static_cast<size_t>(n * H));
     for (int64_t r = 0; r < n; ++r)
       dequant_hidden(p, pairs[static_cast<size_t>(r)] / K, &a[static_cast<size_t>(r * H)]);
+    if (p.quantize_input) {
+      const float igs = p.in_global_scale ? p.in_global_scale[p.in_gs_count == 1 ? 0 : e] : 1.0f;
+      for (int64_t r = 0; r < n; ++r) nvfp4_qdq_keep_scale(&a[static_cast<size_t>(r * H)], H, igs);
+    }
     const auto* s1 =
         static_cast<const uint8_t*>(p.w1_scale) + static_cast<size_t>(e * N1 * (H / vec)) * sf_es;
     const std::vector<float> w1e = dequant_weights(p.weights, w1 + e * N1 * (H / 2), s1, N1, H);

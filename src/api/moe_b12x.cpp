@@ -1,0 +1,652 @@
+// The Blackwell CuTe-DSL MoE wrappers: b12x_fused_moe / B12xMoEWrapper
+// (flashinfer.fused_moe.cute_dsl.b12x_moe) and CuteDslMoEWrapper
+// (flashinfer.fused_moe.cute_dsl.fused_moe). CPU reference only, on the FP4 MoE kernel of
+// cute_dsl_fused_moe_nvfp4. Semantics and sources: docs/MOE.md ("Blackwell wrappers").
+#include "flashinfer/ops/moe_b12x.h"
+
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "api/kernel_table.h"
+#include "api/moe_cute_dsl.h"
+#include "api/moe_routing_checks.h"
+#include "flashinfer/op_typed.h"
+#include "kernels/cpu/moe_fp4_cpu.h"
+#include "kernels/moe_fp4_params.h"
+#include "kernels/quantization_params.h"
+
+namespace flashinfer {
+namespace {
+
+constexpr const char* kB12xModule = "flashinfer.fused_moe.cute_dsl.b12x_moe";
+constexpr const char* kCuteModule = "flashinfer.fused_moe.cute_dsl.fused_moe";
+
+constexpr api::KernelEntry<kernels::TrtllmFp4MoeParams> kB12xKernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: bf16 input quantized to NVFP4 per (token, expert), exact block "
+     "dequantization, per-expert fp32 GEMMs of the routed rows only, NVFP4 activation",
+     nullptr,
+     [](const kernels::TrtllmFp4MoeParams& p, const api::LaunchContext&) {
+       kernels::cpu::trtllm_fp4_moe(p);
+     }},
+};
+
+// _normalize_quant_mode upstream: quant_mode wins; None takes activation_precision ("fp4" ->
+// "nvfp4", "bf16" -> "w4a16"); "w4a4" is an alias of "nvfp4".
+std::string b12x_quant_mode(const std::optional<std::string>& quant_mode,
+                            const std::string& activation_precision, const char* op) {
+  if (!quant_mode) {
+    FLASHINFER_CHECK(activation_precision == "fp4" || activation_precision == "bf16", op,
+                     "activation_precision", "must be \"fp4\" or \"bf16\", got \"",
+                     activation_precision, "\"");
+    return activation_precision == "fp4" ? "nvfp4" : "w4a16";
+  }
+  const std::string& q = *quant_mode;
+  if (q == "nvfp4" || q == "w4a4") return "nvfp4";
+  FLASHINFER_CHECK(q == "w4a16" || q == "w4a8_mx" || q == "w4a8_nvfp4", op, "quant_mode",
+                   "must be \"nvfp4\", \"w4a4\", \"w4a16\", \"w4a8_mx\" or \"w4a8_nvfp4\", got \"",
+                   q, "\"");
+  return q;
+}
+
+// The settings b12x checks when they are given (constructor or call).
+void b12x_check_settings(const char* op, DType output_dtype, const std::string& activation,
+                         const std::optional<double>& swiglu_limit,
+                         const std::string& source_format) {
+  FLASHINFER_CHECK(output_dtype == DType::kBFloat16, op, "output_dtype",
+                   "b12x only supports torch.bfloat16 output, got ",
+                   dtype_torch_name(output_dtype));
+  FLASHINFER_CHECK_CODE(
+      activation == "silu" || activation == "relu2", ErrorCode::kUnsupported, op, "activation",
+      "\"silu\" (gated SwiGLU) and \"relu2\" are implemented, got \"", activation, "\"");
+  // Upstream's dispatch resolves silu/relu2 to limit None, alpha 1, beta 0; what a given limit
+  // does with silu is not established.
+  api::refuse_if(swiglu_limit.has_value(), op, "swiglu_limit",
+                 "a SwiGLU clamp with \"silu\" is not implemented (its semantics are unverified)");
+  FLASHINFER_CHECK(source_format == "modelopt" || source_format == "compressed_tensors", op,
+                   "source_format", "must be \"modelopt\" or \"compressed_tensors\", got \"",
+                   source_format, "\"");
+}
+
+struct B12xCall {
+  const Tensor* x;
+  const Tensor* w1;
+  const Tensor* w1_sf;
+  const Tensor* w2;
+  const Tensor* w2_sf;
+  const Tensor* ids;
+  const Tensor* scales;
+  const Tensor* w1_alpha;
+  const Tensor* w2_alpha;
+  const std::optional<Tensor>* fc2_input_scale;
+  const std::optional<Tensor>* input_global_scale;
+  const std::optional<Tensor>* output;
+  int64_t num_experts;
+  int64_t top_k;
+  std::string activation;
+  std::string quant_mode;  // normalized
+};
+
+// A global scale: one fp32 value or [E] (b12x's _expand_to_experts); null when absent.
+const float* global_scale(const std::optional<Tensor>& t, int64_t E, const Tensor& like,
+                          const char* op, const char* arg, int64_t& count) {
+  count = 0;
+  if (!t) return nullptr;
+  api::check_dtype_in(*t, {DType::kFloat32}, op, arg);
+  api::check_same_device(*t, like, op, arg, "x");
+  FLASHINFER_CHECK(t->is_contiguous() && (t->numel() == 1 || t->numel() == E), op, arg,
+                   "expected one value or [", E, "], got ", shape_to_string(t->shape()));
+  count = t->numel();
+  return t->data<float>();
+}
+
+Tensor b12x_impl(const char* op, const B12xCall& c) {
+  FLASHINFER_CHECK_CODE(c.quant_mode == "nvfp4", ErrorCode::kUnsupported, op, "quant_mode",
+                        "only \"nvfp4\" (w4a4: NVFP4 weights, input quantized in the op) is "
+                        "implemented, got \"",
+                        c.quant_mode, "\"");
+  const Tensor& x = *c.x;
+  api::check_defined(x, op, "x");
+  FLASHINFER_CHECK_CODE(x.device().is_cpu(), ErrorCode::kUnsupported, op, "x",
+                        "this op has a CPU reference only (no CUDA kernel here)");
+  api::check_dtype_in(x, {DType::kBFloat16}, op, "x");
+  api::check_dim(x, {2}, op, "x");
+  api::check_last_stride_one(x, op, "x");
+  const bool gated = c.activation == "silu";
+  const int64_t T = x.size(0), H = x.size(1), K = c.top_k, E = c.num_experts;
+  FLASHINFER_CHECK(E >= 1, op, "num_experts", "must be >= 1, got ", E);
+  FLASHINFER_CHECK(K >= 1 && K <= E, op, "top_k", "must be in [1, num_experts=", E, "], got ", K);
+  FLASHINFER_CHECK(H % 64 == 0, op, "x", "hidden_size must be a multiple of 64, got ", H);
+  const Tensor& ids = *c.ids;
+  api::check_defined(ids, op, "token_selected_experts");
+  api::check_dtype_in(ids, {DType::kInt32}, op, "token_selected_experts");
+  api::check_shape_eq(ids, {T, K}, op, "token_selected_experts");
+  api::check_same_device(ids, x, op, "token_selected_experts", "x");
+  FLASHINFER_CHECK(ids.is_contiguous(), op, "token_selected_experts", "must be contiguous");
+  const Tensor& sc = *c.scales;
+  api::check_defined(sc, op, "token_final_scales");
+  api::check_dtype_in(sc, {DType::kFloat32}, op, "token_final_scales");
+  api::check_shape_eq(sc, {T, K}, op, "token_final_scales");
+  api::check_same_device(sc, x, op, "token_final_scales", "x");
+  FLASHINFER_CHECK(sc.is_contiguous(), op, "token_final_scales", "must be contiguous");
+  // An id outside [0, E) would index past upstream's per-expert buffers; here it is an error.
+  const int32_t* idp = ids.data<int32_t>();
+  for (int64_t i = 0; i < T * K; ++i) {
+    FLASHINFER_CHECK(idp[i] >= 0 && idp[i] < E, op, "token_selected_experts", "entry ", i, " is ",
+                     idp[i], ", outside [0, num_experts=", E, ")");
+  }
+  const Tensor& w1 = *c.w1;
+  api::check_defined(w1, op, "w1_weight");
+  api::check_dtype_in(w1, {DType::kUInt8}, op, "w1_weight");
+  api::check_dim(w1, {3}, op, "w1_weight");
+  api::check_same_device(w1, x, op, "w1_weight", "x");
+  FLASHINFER_CHECK(w1.is_contiguous() && w1.size(0) == E && w1.size(2) == H / 2, op, "w1_weight",
+                   "expected contiguous [", E, ", ", gated ? "2 * " : "", "intermediate_size, ",
+                   H / 2, "], got ", shape_to_string(w1.shape()));
+  const int64_t N1 = w1.size(1), I = gated ? N1 / 2 : N1;
+  FLASHINFER_CHECK(I >= 16 && I % 16 == 0 && (!gated || N1 % 2 == 0), op, "w1_weight",
+                   "intermediate_size must be a positive multiple of 16, got rows ", N1);
+  const Tensor& w2 = *c.w2;
+  api::check_defined(w2, op, "w2_weight");
+  api::check_dtype_in(w2, {DType::kUInt8}, op, "w2_weight");
+  api::check_same_device(w2, x, op, "w2_weight", "x");
+  FLASHINFER_CHECK(w2.is_contiguous() && w2.shape() == Shape({E, H, I / 2}), op, "w2_weight",
+                   "expected contiguous [", E, ", ", H, ", ", I / 2, "], got ",
+                   shape_to_string(w2.shape()));
+  const float* a1 = api::per_expert_floats(*c.w1_alpha, E, x, op, "w1_alpha");
+  const float* a2 = api::per_expert_floats(*c.w2_alpha, E, x, op, "w2_alpha");
+  FLASHINFER_CHECK(a1 != nullptr, op, "w1_alpha", "required");
+  FLASHINFER_CHECK(a2 != nullptr, op, "w2_alpha", "required");
+  FLASHINFER_CHECK(c.fc2_input_scale->has_value(), op, "fc2_input_scale",
+                   "is required when quant_mode='nvfp4'");
+  int64_t gs2_n = 0, gs1_n = 0;
+  const float* gs2 = global_scale(*c.fc2_input_scale, E, x, op, "fc2_input_scale", gs2_n);
+  const float* gs1 = global_scale(*c.input_global_scale, E, x, op, "input_global_scale", gs1_n);
+  Tensor out;
+  if (*c.output) {
+    const Tensor& o = **c.output;
+    api::check_dtype_in(o, {DType::kBFloat16}, op, "output");
+    api::check_shape_eq(o, {T, H}, op, "output");
+    api::check_same_device(o, x, op, "output", "x");
+    api::check_last_stride_one(o, op, "output");
+    api::check_writable(o, op, "output");
+    out = o;
+  } else {
+    out = Tensor::empty({T, H}, DType::kBFloat16, x.device());
+  }
+  // Plain rows (b12x takes w1 un-interleaved: create_b12x_moe_tensors), scales de-swizzled.
+  std::vector<int64_t> src1(static_cast<size_t>(N1)), src2(static_cast<size_t>(H));
+  std::iota(src1.begin(), src1.end(), int64_t{0});
+  std::iota(src2.begin(), src2.end(), int64_t{0});
+  const Tensor s1p = moe_cute::cute_plain_scales(*c.w1_sf, E, N1, H / 16, src1, op, "w1_weight_sf");
+  const Tensor s2p = moe_cute::cute_plain_scales(*c.w2_sf, E, H, I / 16, src2, op, "w2_weight_sf");
+  // silu: gate * sigmoid(gate) * up, the SwigluBias formula with alpha 1, beta 0, no limit.
+  std::vector<float> sa(static_cast<size_t>(E), 1.0f), sb(static_cast<size_t>(E), 0.0f),
+      sl(static_cast<size_t>(E), 3.4028234663852886e38f);
+  kernels::TrtllmFp4MoeParams p;
+  p.weights = kernels::Moe4Weights::kNvfp4;
+  p.input = kernels::Moe4Input::kBf16;
+  p.quantize_input = true;
+  p.in_global_scale = gs1;
+  p.in_gs_count = gs1_n;
+  p.act_quant = kernels::Moe4ActQuant::kNvfp4KeepScale;
+  p.act_global_scale = gs2;
+  p.act_gs_count = gs2_n;
+  p.round_routing_weights = false;
+  p.round_expert_out = false;
+  p.w1_scale = s1p.data_ptr();
+  p.w2_scale = s2p.data_ptr();
+  p.out1_scale = gated ? a1 : nullptr;
+  p.out1_gate_scale = a1;
+  p.out2_scale = a2;
+  kernels::TrtllmMoeParams& b = p.base;
+  b.precomputed = true;
+  b.ids = idp;
+  b.weights = sc.data_ptr();
+  b.weights_dtype = sc.dtype();
+  b.routed_stride = K;
+  b.routing.num_tokens = T;
+  b.routing.num_experts = E;
+  b.routing.top_k = K;
+  kernels::CutlassMoeParams& m = b.moe;
+  m.input = x.data_ptr();
+  m.in_stride = x.stride(0);
+  m.out = out.data_ptr();
+  m.out_stride = out.stride(0);
+  m.out_dtype = DType::kBFloat16;
+  m.num_tokens = T;
+  m.top_k = K;
+  m.hidden = H;
+  m.inter = I;
+  m.num_local_experts = E;
+  m.expert_offset = 0;
+  m.act = gated ? kernels::MoeAct::kSwiglu : kernels::MoeAct::kRelu2;
+  m.w1 = w1.data_ptr();
+  m.w2 = w2.data_ptr();
+  if (gated) {
+    m.swiglu_alpha = sa.data();
+    m.swiglu_beta = sb.data();
+    m.swiglu_limit = sl.data();
+  }
+  api::launch(kB12xKernels, p, x.device(), op, "x", false);
+  return out;
+}
+
+std::string canonical_cute_quant_mode(const std::string& q, const char* op) {
+  if (q == "nvfp4") return "w4a4";  // upstream's deprecated alias
+  FLASHINFER_CHECK(q == "w4a4" || q == "w4a8" || q == "w4a16", op, "quant_mode",
+                   "must be 'w4a4', 'w4a8' or 'w4a16', got '", q, "'");
+  return q;
+}
+
+void check_device_name(const std::string& device, const char* op) {
+  try {
+    (void)Device::parse(device);
+  } catch (const Error&) {
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, "device",
+                    "expected \"cpu\", \"cuda\" or \"cuda:N\", got \"", device, "\"");
+  }
+}
+
+using B12xInit = Init<B12xMoEWrapper, int64_t, int64_t, int64_t, int64_t, bool, int64_t,
+                      std::optional<int64_t>, DType, std::string, std::string, double, double,
+                      std::optional<double>, std::string, std::optional<std::string>, std::string>;
+using CuteInit =
+    Init<CuteDslMoEWrapper, int64_t, int64_t, int64_t, int64_t, bool, std::optional<int64_t>,
+         std::optional<int64_t>, int64_t, int64_t, int64_t, DType, std::string, bool, int64_t,
+         double, double, double, std::optional<double>, std::optional<double>, bool, std::string>;
+
+}  // namespace
+
+Tensor b12x_fused_moe(const Tensor& x, const Tensor& w1_weight, const Tensor& w1_weight_sf,
+                      const Tensor& w2_weight, const Tensor& w2_weight_sf,
+                      const Tensor& token_selected_experts, const Tensor& token_final_scales,
+                      int64_t num_experts, int64_t top_k, const Tensor& w1_alpha,
+                      const Tensor& w2_alpha, std::optional<Tensor> fc2_input_scale,
+                      std::optional<Tensor> input_global_scale,
+                      std::optional<int64_t> num_local_experts, std::optional<Tensor> output,
+                      DType output_dtype, std::string activation, double swiglu_alpha,
+                      double swiglu_beta, std::optional<double> swiglu_limit,
+                      std::string activation_precision, std::optional<std::string> quant_mode,
+                      std::string source_format) {
+  return call_op<&b12x_fused_moe>(
+      [&] {
+        const char* op = "b12x_fused_moe";
+        b12x_check_settings(op, output_dtype, activation, swiglu_limit, source_format);
+        const std::string q = b12x_quant_mode(quant_mode, activation_precision, op);
+        // Upstream raises NotImplementedError: no expert parallelism in b12x.
+        FLASHINFER_CHECK_CODE(
+            num_local_experts.value_or(num_experts) == num_experts, ErrorCode::kUnsupported, op,
+            "num_local_experts", "b12x does not support expert parallelism (num_local_experts ",
+            num_local_experts.value_or(num_experts), " != num_experts ", num_experts, ")");
+        const B12xCall c{&x,
+                         &w1_weight,
+                         &w1_weight_sf,
+                         &w2_weight,
+                         &w2_weight_sf,
+                         &token_selected_experts,
+                         &token_final_scales,
+                         &w1_alpha,
+                         &w2_alpha,
+                         &fc2_input_scale,
+                         &input_global_scale,
+                         &output,
+                         num_experts,
+                         top_k,
+                         activation,
+                         q};
+        return b12x_impl(op, c);
+      },
+      x, w1_weight, w1_weight_sf, w2_weight, w2_weight_sf, token_selected_experts,
+      token_final_scales, num_experts, top_k, w1_alpha, w2_alpha, fc2_input_scale,
+      input_global_scale, num_local_experts, output, output_dtype, activation, swiglu_alpha,
+      swiglu_beta, swiglu_limit, activation_precision, quant_mode, source_format);
+}
+
+B12xMoEWrapper::B12xMoEWrapper(int64_t num_experts, int64_t top_k, int64_t hidden_size,
+                               int64_t intermediate_size, bool use_cuda_graph,
+                               int64_t max_num_tokens, std::optional<int64_t> num_local_experts,
+                               DType output_dtype, std::string device, std::string activation,
+                               double swiglu_alpha, double swiglu_beta,
+                               std::optional<double> swiglu_limit, std::string activation_precision,
+                               std::optional<std::string> quant_mode, std::string source_format) {
+  call_init<B12xInit>(
+      [&] {
+        const char* op = "B12xMoEWrapper.__init__";
+        b12x_check_settings(op, output_dtype, activation, swiglu_limit, source_format);
+        check_device_name(device, op);
+        FLASHINFER_CHECK(num_experts >= 1, op, "num_experts", "must be >= 1, got ", num_experts);
+        FLASHINFER_CHECK(top_k >= 1 && top_k <= num_experts, op, "top_k",
+                         "must be in [1, num_experts=", num_experts, "], got ", top_k);
+        FLASHINFER_CHECK(hidden_size >= 64 && hidden_size % 64 == 0, op, "hidden_size",
+                         "must be a positive multiple of 64, got ", hidden_size);
+        FLASHINFER_CHECK(intermediate_size >= 16 && intermediate_size % 16 == 0, op,
+                         "intermediate_size", "must be a positive multiple of 16, got ",
+                         intermediate_size);
+        FLASHINFER_CHECK(max_num_tokens >= 1, op, "max_num_tokens", "must be >= 1, got ",
+                         max_num_tokens);
+        // num_local_experts or num_experts (Python's `or`: 0 and None both mean all).
+        const int64_t local =
+            num_local_experts && *num_local_experts != 0 ? *num_local_experts : num_experts;
+        FLASHINFER_CHECK_CODE(local == num_experts, ErrorCode::kUnsupported, op,
+                              "num_local_experts",
+                              "b12x does not support expert parallelism (num_local_experts ", local,
+                              " != num_experts ", num_experts, ")");
+        quant_mode_ = b12x_quant_mode(quant_mode, activation_precision, op);
+        num_experts_ = num_experts;
+        top_k_ = top_k;
+        hidden_size_ = hidden_size;
+        intermediate_size_ = intermediate_size;
+        use_cuda_graph_ = use_cuda_graph;
+        max_num_tokens_ = max_num_tokens;
+        activation_ = activation;
+        source_format_ = source_format;
+        swiglu_alpha_ = swiglu_alpha;
+        swiglu_beta_ = swiglu_beta;
+        swiglu_limit_ = swiglu_limit;
+      },
+      *this, num_experts, top_k, hidden_size, intermediate_size, use_cuda_graph, max_num_tokens,
+      num_local_experts, output_dtype, device, activation, swiglu_alpha, swiglu_beta, swiglu_limit,
+      activation_precision, quant_mode, source_format);
+}
+
+Tensor B12xMoEWrapper::run(const Tensor& x, const Tensor& w1_weight, const Tensor& w1_weight_sf,
+                           const Tensor& w2_weight, const Tensor& w2_weight_sf,
+                           const Tensor& token_selected_experts, const Tensor& token_final_scales,
+                           const Tensor& w1_alpha, const Tensor& w2_alpha,
+                           std::optional<Tensor> fc2_input_scale,
+                           std::optional<Tensor> input_global_scale) {
+  return call_op<&B12xMoEWrapper::run>(
+      [&] {
+        const char* op = "B12xMoEWrapper.run";
+        api::check_defined(token_selected_experts, op, "token_selected_experts");
+        api::check_dim(token_selected_experts, {2}, op, "token_selected_experts");
+        const int64_t T = token_selected_experts.size(0);
+        FLASHINFER_CHECK(!use_cuda_graph_ || T <= max_num_tokens_, op, "token_selected_experts",
+                         "num_tokens (", T, ") exceeds max_num_tokens (", max_num_tokens_, ")");
+        api::check_defined(x, op, "x");
+        api::check_dim(x, {2}, op, "x");
+        FLASHINFER_CHECK(x.size(1) == hidden_size_, op, "x", "expected hidden_size ", hidden_size_,
+                         " columns, got ", shape_to_string(x.shape()));
+        api::check_defined(w1_weight, op, "w1_weight");
+        api::check_dim(w1_weight, {3}, op, "w1_weight");
+        const int64_t rows = (activation_ == "silu" ? 2 : 1) * intermediate_size_;
+        FLASHINFER_CHECK(w1_weight.size(1) == rows, op, "w1_weight", "expected ", rows,
+                         " rows for intermediate_size ", intermediate_size_, ", got ",
+                         shape_to_string(w1_weight.shape()));
+        const std::optional<Tensor> no_output;
+        const B12xCall c{&x,
+                         &w1_weight,
+                         &w1_weight_sf,
+                         &w2_weight,
+                         &w2_weight_sf,
+                         &token_selected_experts,
+                         &token_final_scales,
+                         &w1_alpha,
+                         &w2_alpha,
+                         &fc2_input_scale,
+                         &input_global_scale,
+                         &no_output,
+                         num_experts_,
+                         top_k_,
+                         activation_,
+                         quant_mode_};
+        return b12x_impl(op, c);
+      },
+      *this, x, w1_weight, w1_weight_sf, w2_weight, w2_weight_sf, token_selected_experts,
+      token_final_scales, w1_alpha, w2_alpha, fc2_input_scale, input_global_scale);
+}
+
+CuteDslMoEWrapper::CuteDslMoEWrapper(
+    int64_t num_experts, int64_t top_k, int64_t hidden_size, int64_t intermediate_size,
+    bool use_cuda_graph, std::optional<int64_t> max_num_tokens,
+    std::optional<int64_t> num_local_experts, int64_t local_expert_offset, int64_t tile_size,
+    int64_t sf_vec_size, DType output_dtype, std::string device, bool enable_pdl,
+    int64_t activation_type, double swiglu_alpha, double swiglu_beta, double swiglu_limit,
+    std::optional<double> situ_beta, std::optional<double> situ_linear_beta,
+    bool use_fused_finalize, std::string quant_mode) {
+  call_init<CuteInit>(
+      [&] {
+        const char* op = "CuteDslMoEWrapper.__init__";
+        check_device_name(device, op);
+        FLASHINFER_CHECK(num_experts >= 1, op, "num_experts", "must be >= 1, got ", num_experts);
+        FLASHINFER_CHECK(top_k >= 1 && top_k <= num_experts, op, "top_k",
+                         "must be in [1, num_experts=", num_experts, "], got ", top_k);
+        FLASHINFER_CHECK(hidden_size >= 1 && intermediate_size >= 1, op,
+                         hidden_size >= 1 ? "intermediate_size" : "hidden_size",
+                         "must be positive");
+        // Upstream's normalize_cute_dsl_moe_activation_type: Swiglu, GegluTanh, Relu2.
+        FLASHINFER_CHECK(activation_type == 3 || activation_type == 6 || activation_type == 8, op,
+                         "activation_type",
+                         "must be ActivationType.Swiglu (3), Relu2 (6) or GegluTanh (8), got ",
+                         activation_type);
+        FLASHINFER_CHECK(tile_size >= 1, op, "tile_size", "must be positive, got ", tile_size);
+        FLASHINFER_CHECK(local_expert_offset >= 0, op, "local_expert_offset", "must be >= 0, got ",
+                         local_expert_offset);
+        api::check_dtype_in(Tensor::empty({0}, output_dtype),
+                            {DType::kBFloat16, DType::kFloat16, DType::kFloat32}, op,
+                            "output_dtype");
+        quant_mode_ = canonical_cute_quant_mode(quant_mode, op);
+        num_experts_ = num_experts;
+        top_k_ = top_k;
+        hidden_size_ = hidden_size;
+        intermediate_size_ = intermediate_size;
+        // num_local_experts or num_experts (Python's `or`).
+        num_local_experts_ = num_local_experts && *num_local_experts != 0
+                                 ? num_local_experts
+                                 : std::optional<int64_t>(num_experts);
+        local_expert_offset_ = local_expert_offset;
+        sf_vec_size_ = sf_vec_size;
+        output_dtype_ = output_dtype;
+        activation_type_ = activation_type;
+        swiglu_alpha_ = swiglu_alpha;
+        swiglu_beta_ = swiglu_beta;
+        swiglu_limit_ = swiglu_limit;
+        situ_beta_ = situ_beta;
+        situ_linear_beta_ = situ_linear_beta;
+      },
+      *this, num_experts, top_k, hidden_size, intermediate_size, use_cuda_graph, max_num_tokens,
+      num_local_experts, local_expert_offset, tile_size, sf_vec_size, output_dtype, device,
+      enable_pdl, activation_type, swiglu_alpha, swiglu_beta, swiglu_limit, situ_beta,
+      situ_linear_beta, use_fused_finalize, quant_mode);
+}
+
+Tensor CuteDslMoEWrapper::run(const Tensor& x, std::optional<Tensor> x_sf,
+                              const Tensor& token_selected_experts,
+                              const Tensor& token_final_scales, const Tensor& w1_weight,
+                              const Tensor& w1_weight_sf, const Tensor& w1_alpha,
+                              std::optional<Tensor> fc2_input_scale, const Tensor& w2_weight,
+                              const Tensor& w2_weight_sf, const Tensor& w2_alpha,
+                              std::optional<Value> tactic, std::optional<Tensor> per_token_scale) {
+  return call_op<&CuteDslMoEWrapper::run>(
+      [&] {
+        const char* op = "CuteDslMoEWrapper.run";
+        FLASHINFER_CHECK_CODE(sf_vec_size_ == 16, ErrorCode::kUnsupported, op, "sf_vec_size",
+                              "NVFP4 scale blocks of 16 are implemented, the wrapper has ",
+                              sf_vec_size_);
+        api::check_defined(x, op, "x");
+        api::check_dim(x, {2}, op, "x");
+        FLASHINFER_CHECK(2 * x.size(1) == hidden_size_, op, "x", "expected packed [T, ",
+                         hidden_size_ / 2, "] for hidden_size ", hidden_size_, ", got ",
+                         shape_to_string(x.shape()));
+        return moe_cute::cute_dsl_impl(
+            op, x, x_sf, token_selected_experts, token_final_scales, w1_weight, w1_weight_sf,
+            w1_alpha, fc2_input_scale, w2_weight, w2_weight_sf, w2_alpha, num_experts_, top_k_,
+            num_local_experts_, local_expert_offset_, output_dtype_, std::nullopt, activation_type_,
+            swiglu_alpha_, swiglu_beta_, swiglu_limit_, situ_beta_, situ_linear_beta_, quant_mode_,
+            per_token_scale);
+      },
+      *this, x, x_sf, token_selected_experts, token_final_scales, w1_weight, w1_weight_sf, w1_alpha,
+      fc2_input_scale, w2_weight, w2_weight_sf, w2_alpha, tactic, per_token_scale);
+}
+
+namespace {
+
+Tensor rand_bytes(const Shape& shape, Device dev, uint64_t seed) {
+  return api::bench::random_tensor(shape, DType::kFloat32, Device::cpu(), seed, 0.0, 256.0)
+      .to(DType::kUInt8)
+      .to(dev);
+}
+
+Tensor e4m3_scales(const Shape& shape, Device dev, uint64_t seed, double low, double high) {
+  return api::bench::random_tensor(shape, DType::kFloat32, Device::cpu(), seed, low, high)
+      .to(DType::kFloat8E4M3FN)
+      .to(dev);
+}
+
+// The b12x / CuTe-DSL inputs both benches share: 8 experts, top-2 with weights 0.75 / 0.25,
+// random packed weights (every byte is a valid NVFP4 pair) and swizzled e4m3 scales.
+struct MoeBenchInputs {
+  int64_t T = 0, H = 0, I = 0, E = 8;
+  Tensor ids, w, w1, s1, w2, s2, ones;
+};
+
+MoeBenchInputs bench_inputs(const BenchShape& s, Device dev) {
+  MoeBenchInputs b;
+  b.T = s.m;
+  b.H = (s.hidden_size + 63) / 64 * 64;  // the ops' granularity: H % 64, I % 64 (CuTe-DSL gated)
+  b.I = (s.n + 63) / 64 * 64;
+  std::vector<double> ids, w;
+  for (int64_t t = 0; t < b.T; ++t) {
+    const int64_t e0 = (t * 5) % b.E, e1 = (e0 + 1 + t % (b.E - 1)) % b.E;
+    ids.insert(ids.end(), {static_cast<double>(e0), static_cast<double>(e1)});
+    w.insert(w.end(), {0.75, 0.25});
+  }
+  const uint64_t sd = s.random_seed;
+  auto sf = [&](int64_t rows, int64_t cols, uint64_t seed) {
+    const int64_t per = kernels::sf_buffer_size(kernels::SfLayoutCode::k128x4, rows, cols);
+    return e4m3_scales({b.E * per}, dev, seed, 0.01, 0.02);
+  };
+  b.ids = Tensor::from_vector(ids, {b.T, 2}, DType::kInt32).to(dev);
+  b.w = Tensor::from_vector(w, {b.T, 2}, DType::kFloat32).to(dev);
+  b.w1 = rand_bytes({b.E, 2 * b.I, b.H / 2}, dev, sd + 3);
+  b.s1 = sf(2 * b.I, b.H / 16, sd + 4);
+  b.w2 = rand_bytes({b.E, b.H, b.I / 2}, dev, sd + 5);
+  b.s2 = sf(b.H, b.I / 16, sd + 6);
+  b.ones = Tensor::full({b.E}, 1.0, DType::kFloat32).to(dev);
+  return b;
+}
+
+BenchCase finish(BenchCase c, const MoeBenchInputs& b) {
+  const double rows = static_cast<double>(b.T * 2);
+  c.flops = 2.0 * rows * b.H * (2 * b.I) + 2.0 * rows * b.I * b.H;
+  c.bytes = static_cast<double>(b.T * b.H) * 4.0 + static_cast<double>(b.E * 3 * b.I * b.H) / 2;
+  return c;
+}
+
+// b12x_fused_moe: bf16 x, 8 experts, top-2, alphas and global scales 1 (vLLM's call).
+BenchCase bench_b12x(const BenchShape& s, Device dev) {
+  const MoeBenchInputs b = bench_inputs(s, dev);
+  Tensor x = api::bench::random_tensor({b.T, b.H}, DType::kBFloat16, dev, s.random_seed + 1);
+  return finish(api::bench::invoke_case(
+                    "b12x_fused_moe",
+                    {Value(x), Value(b.w1), Value(b.s1), Value(b.w2), Value(b.s2), Value(b.ids),
+                     Value(b.w), Value(b.E), Value(int64_t{2})},
+                    {{"w1_alpha", Value(b.ones)},
+                     {"w2_alpha", Value(b.ones)},
+                     {"fc2_input_scale", Value(b.ones)},
+                     {"output", Value(Tensor::empty({b.T, b.H}, DType::kBFloat16, dev))}}),
+                b);
+}
+
+BenchCase bench_b12x_wrapper(const BenchShape& s, Device dev) {
+  const MoeBenchInputs b = bench_inputs(s, dev);
+  Tensor x = api::bench::random_tensor({b.T, b.H}, DType::kBFloat16, dev, s.random_seed + 1);
+  auto obj = std::make_shared<B12xMoEWrapper>(b.E, 2, b.H, b.I);
+  return finish(
+      api::bench::invoke_case("B12xMoEWrapper.run",
+                              {api::bench::bench_object(obj), Value(x), Value(b.w1), Value(b.s1),
+                               Value(b.w2), Value(b.s2), Value(b.ids), Value(b.w)},
+                              {{"w1_alpha", Value(b.ones)},
+                               {"w2_alpha", Value(b.ones)},
+                               {"fc2_input_scale", Value(b.ones)}}),
+      b);
+}
+
+// CuteDslMoEWrapper.run: NVFP4 x with linear scales, the CuTe-DSL weight layout (random bytes
+// are a valid prepared layout), fc2_input_scale 1.
+BenchCase bench_cute_wrapper(const BenchShape& s, Device dev) {
+  const MoeBenchInputs b = bench_inputs(s, dev);
+  auto obj = std::make_shared<CuteDslMoEWrapper>(b.E, 2, b.H, b.I);
+  return finish(
+      api::bench::invoke_case(
+          "CuteDslMoEWrapper.run",
+          {api::bench::bench_object(obj), Value(rand_bytes({b.T, b.H / 2}, dev, s.random_seed + 1)),
+           Value(e4m3_scales({b.T, b.H / 16}, dev, s.random_seed + 2, 0.25, 0.5)), Value(b.ids),
+           Value(b.w), Value(b.w1), Value(b.s1), Value(b.ones),
+           Value(Tensor::full({1}, 1.0, DType::kFloat32).to(dev)), Value(b.w2), Value(b.s2),
+           Value(b.ones)}),
+      b);
+}
+
+}  // namespace
+
+namespace detail {
+void register_moe_b12x_ops(OpRegistry& r) {
+  declare<&b12x_fused_moe>(
+      r,
+      {.name = "b12x_fused_moe",
+       .module = kB12xModule,
+       .summary = "b12x (SM12x) NVFP4 fused MoE: bf16 input quantized in the op, precomputed "
+                  "routing, GEMM1, SiLU or ReLU2, NVFP4 activation, GEMM2, weighted combine"},
+      "x", "w1_weight", "w1_weight_sf", "w2_weight", "w2_weight_sf", "token_selected_experts",
+      "token_final_scales", "num_experts", "top_k", arg("w1_alpha").kw(), arg("w2_alpha").kw(),
+      arg("fc2_input_scale").kw(), arg("input_global_scale").kw(), arg("num_local_experts").kw(),
+      arg("output").mut().kw(), arg("output_dtype", DType::kBFloat16).kw(),
+      arg("activation", "silu").kw(), arg("swiglu_alpha", 1.702).kw(), arg("swiglu_beta", 1.0).kw(),
+      arg("swiglu_limit").kw(), arg("activation_precision", "fp4").kw(), arg("quant_mode").kw(),
+      arg("source_format", "modelopt").kw());
+  declare_init<B12xInit>(
+      r,
+      {.name = "B12xMoEWrapper.__init__",
+       .module = kB12xModule,
+       .summary = "b12x fused-MoE wrapper (settings fixed at construction)"},
+      "num_experts", "top_k", "hidden_size", "intermediate_size", arg("use_cuda_graph", false).kw(),
+      arg("max_num_tokens", int64_t{4096}).kw(), arg("num_local_experts").kw(),
+      arg("output_dtype", DType::kBFloat16).kw(), arg("device", "cuda").kw(),
+      arg("activation", "silu").kw(), arg("swiglu_alpha", 1.702).kw(), arg("swiglu_beta", 1.0).kw(),
+      arg("swiglu_limit").kw(), arg("activation_precision", "fp4").kw(), arg("quant_mode").kw(),
+      arg("source_format", "modelopt").kw());
+  declare<&B12xMoEWrapper::run>(r,
+                                {.name = "B12xMoEWrapper.run",
+                                 .module = kB12xModule,
+                                 .summary = "b12x fused MoE with the wrapper's settings"},
+                                "x", "w1_weight", "w1_weight_sf", "w2_weight", "w2_weight_sf",
+                                "token_selected_experts", "token_final_scales",
+                                arg("w1_alpha").kw(), arg("w2_alpha").kw(),
+                                arg("fc2_input_scale").kw(), arg("input_global_scale").kw());
+  declare_init<CuteInit>(
+      r,
+      {.name = "CuteDslMoEWrapper.__init__",
+       .module = kCuteModule,
+       .summary = "CuTe-DSL block-scaled fused-MoE wrapper (settings fixed at construction)"},
+      "num_experts", "top_k", "hidden_size", "intermediate_size", arg("use_cuda_graph", false),
+      "max_num_tokens", "num_local_experts", arg("local_expert_offset", int64_t{0}),
+      arg("tile_size", int64_t{128}), arg("sf_vec_size", int64_t{16}),
+      arg("output_dtype", DType::kBFloat16), arg("device", "cuda"), arg("enable_pdl", true),
+      arg("activation_type", int64_t{3}), arg("swiglu_alpha", 1.0), arg("swiglu_beta", 0.0),
+      arg("swiglu_limit", 3.4028234663852886e38), "situ_beta", "situ_linear_beta",
+      arg("use_fused_finalize", true), arg("quant_mode", "w4a4"));
+  declare<&CuteDslMoEWrapper::run>(
+      r,
+      {.name = "CuteDslMoEWrapper.run",
+       .module = kCuteModule,
+       .summary = "CuTe-DSL NVFP4 fused MoE with the wrapper's settings"},
+      "x", arg("x_sf").required(), "token_selected_experts", "token_final_scales", "w1_weight",
+      "w1_weight_sf", "w1_alpha", arg("fc2_input_scale").required(), "w2_weight", "w2_weight_sf",
+      "w2_alpha", "tactic", arg("per_token_scale").kw());
+  for (const char* name : {"b12x_fused_moe", "B12xMoEWrapper.__init__", "B12xMoEWrapper.run",
+                           "CuteDslMoEWrapper.__init__", "CuteDslMoEWrapper.run"}) {
+    api::register_backends(name, kB12xKernels);
+  }
+  register_bench_hook("b12x_fused_moe", bench_b12x);
+  register_bench_hook("B12xMoEWrapper.run", bench_b12x_wrapper);
+  register_bench_hook("CuteDslMoEWrapper.run", bench_cute_wrapper);
+}
+}  // namespace detail
+
+}  // namespace flashinfer

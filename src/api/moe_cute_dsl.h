@@ -1,0 +1,41 @@
+// Private: the CuTe-DSL NVFP4 MoE pieces shared by cute_dsl_fused_moe_nvfp4 (src/api/moe_fp4.cpp)
+// and the Blackwell wrappers (src/api/moe_b12x.cpp: CuteDslMoEWrapper, b12x). Semantics and
+// sources: docs/MOE.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "flashinfer/tensor.h"
+
+namespace flashinfer::moe_cute {
+
+/// Stored row s of a gated GEMM1 weight prepared by interleave_linear_and_gate(w1, 64) holds
+/// plain row src[s] (linear half first, then gate).
+std::vector<int64_t> cute_gated_row_source(int64_t rows);
+
+/// Rows of [E, m, row_bytes] bytes moved to their plain positions (src[stored] = plain).
+Tensor plain_rows(const Tensor& w, int64_t E, int64_t m, int64_t row_bytes,
+                  const std::vector<int64_t>& src);
+
+/// The e4m3 codes of E matrices [m, cols] given as 128x4-swizzled bytes per expert (contiguous)
+/// or through convert_sf_to_mma_layout's 6-D view; returns linear codes [E, m, cols] (uint8)
+/// with stored row r moved to src[r]. Errors name `op` and `arg`.
+Tensor cute_plain_scales(const Tensor& s, int64_t E, int64_t m, int64_t cols,
+                         const std::vector<int64_t>& src, const char* op, const char* arg);
+
+/// cute_dsl_fused_moe's w4a4 math (errors name `op`); returns [T, H] of output_dtype.
+Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor>& x_sf,
+                     const Tensor& ids, const Tensor& scales, const Tensor& w1, const Tensor& w1_sf,
+                     const Tensor& w1_alpha, const std::optional<Tensor>& fc2_input_scale,
+                     const Tensor& w2, const Tensor& w2_sf, const Tensor& w2_alpha,
+                     int64_t num_experts, int64_t top_k, std::optional<int64_t> num_local_experts,
+                     int64_t offset, DType output_dtype, const std::optional<Tensor>& moe_output,
+                     int64_t activation_type, double swiglu_alpha, double swiglu_beta,
+                     double swiglu_limit, const std::optional<double>& situ_beta,
+                     const std::optional<double>& situ_linear_beta, std::string_view quant_mode,
+                     const std::optional<Tensor>& per_token_scale);
+
+}  // namespace flashinfer::moe_cute

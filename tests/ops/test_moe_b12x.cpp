@@ -1,0 +1,743 @@
+// The Blackwell CuTe-DSL MoE wrappers (b12x_fused_moe, B12xMoEWrapper, CuteDslMoEWrapper):
+// fp64 formulas (8 experts, top-2), the wrappers against the functions, bad input naming the
+// argument, in-memory record/replay, and a dump in upstream's format written by torch with the
+// engines' keyword arguments (__init__ and run records sharing self_id).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/replay.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+#include "util/upstream_dump_py.h"
+
+// EXPECT_FI_ERROR that also checks the error code (kUnsupported for what upstream does and this
+// build does not).
+#define EXPECT_FI_ERROR_CODE(stmt, op_name, arg_name, err_code)   \
+  do {                                                            \
+    try {                                                         \
+      stmt;                                                       \
+      ADD_FAILURE() << "expected flashinfer::Error from: " #stmt; \
+    } catch (const ::flashinfer::Error& e) {                      \
+      EXPECT_EQ(e.op(), op_name) << e.what();                     \
+      EXPECT_EQ(e.arg(), arg_name) << e.what();                   \
+      EXPECT_EQ(e.code(), err_code) << e.what();                  \
+    }                                                             \
+  } while (0)
+
+namespace flashinfer::testing {
+namespace {
+
+struct Rng {
+  uint64_t s;
+  uint32_t next() {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(s >> 33);
+  }
+  double uniform(double lo, double hi) { return lo + (hi - lo) * (next() / 2147483648.0); }
+};
+
+Tensor bytes_tensor(const std::vector<uint8_t>& v, const Shape& shape) {
+  Tensor t = Tensor::empty(shape, DType::kUInt8);
+  EXPECT_EQ(static_cast<size_t>(t.numel()), v.size());
+  std::memcpy(t.data_ptr(), v.data(), v.size());
+  return t;
+}
+
+std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
+  Rng r{seed};
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(r.next() & 0xFF);
+  return v;
+}
+
+std::vector<uint8_t> e4m3_codes(size_t n, uint64_t seed, double lo, double hi) {
+  Rng r{seed};
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = float_to_e4m3fn_bits(static_cast<float>(r.uniform(lo, hi)), true);
+  return v;
+}
+
+double e2m1(const std::vector<uint8_t>& packed, size_t i) {
+  const uint8_t b = packed[i / 2];
+  return e2m1_bits_to_float(i % 2 == 0 ? (b & 0xF) : (b >> 4));
+}
+
+// The e2m1 value nearest to v (ties to the even code), saturating at 6: the grid written out.
+float e2m1_round(float v) {
+  static const float kGrid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float a = std::min(std::fabs(v), 6.0f);
+  int best = 0;
+  for (int c = 1; c < 8; ++c) {
+    const float d = std::fabs(a - kGrid[c]), db = std::fabs(a - kGrid[best]);
+    if (d < db || (d == db && c % 2 == 0)) best = c;
+  }
+  return std::signbit(v) ? -kGrid[best] : kGrid[best];
+}
+
+// b12x's reference quantize-dequantize (moe_reference_f32, quantize_vec_to_fp4_dequant), in
+// fp32 as torch computes it: per 16 values, sf = e4m3(min(amax * gs / 6, 448)), q = e2m1(v /
+// max(sf / gs, 1e-30)), v' = q * sf.
+std::vector<double> qdq_keep_scale(const std::vector<double>& v, float gs) {
+  std::vector<double> out(v.size());
+  for (size_t b = 0; b < v.size(); b += 16) {
+    float amax = 0.0f;
+    for (size_t i = b; i < b + 16; ++i) amax = std::max(amax, std::fabs(static_cast<float>(v[i])));
+    const float sf = e4m3fn_bits_to_float(float_to_e4m3fn_bits(std::min(amax * gs / 6.0f, 448.0f)));
+    const float d = std::max(sf / gs, 1e-30f);
+    for (size_t i = b; i < b + 16; ++i) out[i] = e2m1_round(static_cast<float>(v[i]) / d) * sf;
+  }
+  return out;
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0.0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// ---- one MoE problem: plain NVFP4 weights, per-expert alphas, routing ------------------------
+
+// Upstream's CuTe-DSL gated layout (interleave_linear_and_gate(w1, 64)): stored row s holds
+// plain row src[s]; b12x keeps the plain rows.
+std::vector<int64_t> stored_rows(int64_t n1, bool cute_gated) {
+  std::vector<int64_t> src(static_cast<size_t>(n1));
+  const int64_t I = n1 / 2;
+  for (int64_t s = 0; s < n1; ++s) {
+    src[static_cast<size_t>(s)] = cute_gated ? ((s % 128) / 64) * I + (s / 128) * 64 + s % 64 : s;
+  }
+  return src;
+}
+
+struct MoeCase {
+  int64_t T = 5, E = 8, K = 2, H = 128, I = 64, offset = 0, local = 8;
+  bool gated = true, six_d = false, cute = false;  // cute: the CuTe-DSL layout and NVFP4 x
+  std::vector<double> x;                           // b12x: bf16 values [T, H]
+  std::vector<uint8_t> xq, xs;                     // cute: packed x and linear scales
+  std::vector<uint8_t> w1, s1, w2, s2;             // plain rows, linear scale codes
+  std::vector<double> a1, a2, ids, rw;
+  Tensor s1_base, s2_base;
+  int64_t n1() const { return gated ? 2 * I : I; }
+  void make(uint64_t seed) {
+    Rng r{seed};
+    for (int64_t i = 0; i < T * H; ++i) {
+      x.push_back(
+          bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(r.uniform(-2.0, 2.0)))));
+    }
+    xq = random_bytes(static_cast<size_t>(T * H / 2), seed + 1);
+    xs = e4m3_codes(static_cast<size_t>(T * H / 16), seed + 2, 0.5, 1.0);
+    w1 = random_bytes(static_cast<size_t>(local * n1() * H / 2), seed + 3);
+    w2 = random_bytes(static_cast<size_t>(local * H * I / 2), seed + 4);
+    s1 = e4m3_codes(static_cast<size_t>(local * n1() * H / 16), seed + 5, 0.02, 0.06);
+    s2 = e4m3_codes(static_cast<size_t>(local * H * I / 16), seed + 6, 0.02, 0.06);
+    for (int64_t e = 0; e < local; ++e) {
+      a1.push_back(static_cast<float>(r.uniform(0.75, 1.25)));
+      a2.push_back(static_cast<float>(r.uniform(0.75, 1.25)));
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < K; ++k) {
+        ids.push_back(static_cast<double>((t + 3 * k) % E));
+        rw.push_back(k == 0 ? 0.7 : 0.3);
+      }
+    }
+  }
+  Tensor x_bf16() const { return Tensor::from_vector(x, {T, H}, DType::kBFloat16); }
+  Tensor ids_t() const { return Tensor::from_vector(ids, {T, K}, DType::kInt32); }
+  Tensor rw_t() const { return Tensor::from_vector(rw, {T, K}, DType::kFloat32); }
+  Tensor alpha(const std::vector<double>& a) const {
+    return Tensor::from_vector(a, {local}, DType::kFloat32);
+  }
+  Tensor w1_t() const {
+    const auto src = stored_rows(n1(), cute && gated);
+    std::vector<uint8_t> out(w1.size());
+    const int64_t rb = H / 2;
+    for (int64_t e = 0; e < local; ++e) {
+      for (int64_t s = 0; s < n1(); ++s) {
+        std::memcpy(&out[static_cast<size_t>((e * n1() + s) * rb)],
+                    &w1[static_cast<size_t>((e * n1() + src[s]) * rb)], static_cast<size_t>(rb));
+      }
+    }
+    return bytes_tensor(out, {local, n1(), H / 2});
+  }
+  Tensor w2_t() const { return bytes_tensor(w2, {local, H, I / 2}); }
+  // Swizzled scales (rows in stored order): contiguous, or convert_sf_to_mma_layout's 6-D view.
+  Tensor scales(const std::vector<uint8_t>& plain, int64_t m, int64_t cols, bool reorder,
+                Tensor& base) const {
+    const auto src = stored_rows(m, reorder);
+    std::vector<uint8_t> rows(plain.size());
+    for (int64_t e = 0; e < local; ++e) {
+      for (int64_t s = 0; s < m; ++s) {
+        std::memcpy(&rows[static_cast<size_t>((e * m + s) * cols)],
+                    &plain[static_cast<size_t>((e * m + src[s]) * cols)],
+                    static_cast<size_t>(cols));
+      }
+    }
+    base = block_scale_interleave(bytes_tensor(rows, {local, m, cols}));
+    if (!six_d) return base;
+    const int64_t mt = (m + 127) / 128, kt = (cols + 3) / 4;
+    return Tensor::from_blob(base.data_ptr(), {32, 4, mt, 4, kt, local},
+                             {16, 4, kt * 512, 1, 512, mt * kt * 512}, DType::kUInt8,
+                             Device::cpu());
+  }
+  Tensor s1_t() { return scales(s1, n1(), H / 16, cute && gated, s1_base); }
+  Tensor s2_t() { return scales(s2, H, I / 16, false, s2_base); }
+
+  // fp64 GEMMs over the dequantized operands. b12x: x quantized per expert with gs1 (per local
+  // expert, one value, or none = 1), the activation quantized with gs2, both keeping the scale;
+  // cute (fc2_input_scale None): NVFP4 x as given, the activation in full precision.
+  // act_alpha/beta/limit: the cute wrapper's SwiGLU parameters.
+  std::vector<double> expected(const std::vector<float>& gs1, const std::vector<float>& gs2,
+                               double sw_alpha = 1.0, double sw_beta = 0.0,
+                               double sw_limit = 3.4e38) const {
+    const int64_t N1 = n1();
+    std::vector<double> out(static_cast<size_t>(T * H), 0.0);
+    auto pick = [](const std::vector<float>& g, int64_t e) {
+      return g.empty() ? 1.0f : g[g.size() == 1 ? 0 : static_cast<size_t>(e)];
+    };
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t e = static_cast<int64_t>(ids[static_cast<size_t>(t * K + k)]) - offset;
+        if (e < 0 || e >= local) continue;
+        std::vector<double> xr(static_cast<size_t>(H));
+        for (int64_t d = 0; d < H; ++d) {
+          xr[static_cast<size_t>(d)] =
+              cute ? e2m1(xq, static_cast<size_t>(t * H + d)) *
+                         e4m3fn_bits_to_float(xs[static_cast<size_t>(t * (H / 16) + d / 16)])
+                   : x[static_cast<size_t>(t * H + d)];
+        }
+        if (!cute) xr = qdq_keep_scale(xr, pick(gs1, e));
+        std::vector<double> g(static_cast<size_t>(N1), 0.0);
+        for (int64_t j = 0; j < N1; ++j) {
+          for (int64_t d = 0; d < H; ++d) {
+            const size_t wi = static_cast<size_t>((e * N1 + j) * H + d);
+            g[static_cast<size_t>(j)] +=
+                xr[static_cast<size_t>(d)] * e2m1(w1, wi) * e4m3fn_bits_to_float(s1[wi / 16]);
+          }
+          g[static_cast<size_t>(j)] *= a1[static_cast<size_t>(e)];
+        }
+        std::vector<double> h(static_cast<size_t>(I));
+        for (int64_t j = 0; j < I; ++j) {
+          if (gated) {  // up (linear) rows [0, I), gate rows [I, 2I)
+            const double gate = std::min(g[static_cast<size_t>(I + j)], sw_limit);
+            const double lin = std::clamp(g[static_cast<size_t>(j)], -sw_limit, sw_limit);
+            h[static_cast<size_t>(j)] = gate / (1.0 + std::exp(-sw_alpha * gate)) * (lin + sw_beta);
+          } else {
+            const double v = std::max(g[static_cast<size_t>(j)], 0.0);
+            h[static_cast<size_t>(j)] = v * v;
+          }
+        }
+        if (!cute) h = qdq_keep_scale(h, pick(gs2, e));
+        for (int64_t d = 0; d < H; ++d) {
+          double y = 0.0;
+          for (int64_t j = 0; j < I; ++j) {
+            const size_t wi = static_cast<size_t>((e * H + d) * I + j);
+            y += h[static_cast<size_t>(j)] * e2m1(w2, wi) * e4m3fn_bits_to_float(s2[wi / 16]);
+          }
+          out[static_cast<size_t>(t * H + d)] +=
+              rw[static_cast<size_t>(t * K + k)] * a2[static_cast<size_t>(e)] * y;
+        }
+      }
+    }
+    return out;
+  }
+};
+
+Tensor floats(const std::vector<float>& v) {
+  std::vector<double> d(v.begin(), v.end());
+  return Tensor::from_vector(d, {static_cast<int64_t>(v.size())}, DType::kFloat32);
+}
+
+// ---- b12x_fused_moe ---------------------------------------------------------------------------
+
+TEST(B12xFusedMoe, MatchesFormula) {
+  struct Variant {
+    const char* name;
+    bool gated, six_d;
+    std::vector<float> gs1, gs2;
+  };
+  for (const Variant& v : {Variant{"silu, input_global_scale given", true, true, {0.5f}, {1.0f}},
+                           Variant{"silu, per-expert scales",
+                                   true,
+                                   false,
+                                   {1.0f, 0.5f, 2.0f, 1.0f, 0.25f, 1.0f, 4.0f, 1.0f},
+                                   {2.0f, 1.0f, 0.5f, 1.0f, 1.0f, 4.0f, 1.0f, 0.5f}},
+                           Variant{"relu2, no input_global_scale", false, true, {}, {0.5f}}}) {
+    SCOPED_TRACE(v.name);
+    MoeCase c;
+    c.gated = v.gated;
+    c.six_d = v.six_d;
+    c.make(7);
+    const auto expect = c.expected(v.gs1, v.gs2);
+    EXPECT_GT(max_abs(expect), 0.5);
+    const Tensor out =
+        b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
+                       c.K, c.alpha(c.a1), c.alpha(c.a2), floats(v.gs2),
+                       v.gs1.empty() ? std::nullopt : std::optional<Tensor>(floats(v.gs1)),
+                       std::nullopt, std::nullopt, DType::kBFloat16, v.gated ? "silu" : "relu2");
+    EXPECT_EQ(out.dtype(), DType::kBFloat16);
+    EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
+  }
+}
+
+TEST(B12xFusedMoe, WrapperMatchesFunctionAndOutputArgument) {
+  MoeCase c;
+  c.make(9);
+  const Tensor gs2 = floats({0.5f});
+  const Tensor ref = b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(),
+                                    c.rw_t(), c.E, c.K, c.alpha(c.a1), c.alpha(c.a2), gs2);
+  B12xMoEWrapper w(c.E, c.K, c.H, c.I, true, 16);
+  EXPECT_EQ(w.quant_mode(), "nvfp4");
+  const Tensor got = w.run(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(),
+                           c.alpha(c.a1), c.alpha(c.a2), gs2);
+  EXPECT_TRUE(all_close(got, ref.to_double_vector(), {0.0, 0.0}));
+  Tensor out = Tensor::full({c.T, c.H}, 9.0, DType::kBFloat16);
+  const Tensor r2 =
+      b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
+                     c.K, c.alpha(c.a1), c.alpha(c.a2), gs2, std::nullopt, c.E, out);
+  EXPECT_EQ(r2.data_ptr(), out.data_ptr());
+  EXPECT_TRUE(all_close(out, ref.to_double_vector(), {0.0, 0.0}));
+  // activation_precision "fp4" and quant_mode "w4a4" are spellings of "nvfp4".
+  EXPECT_EQ(B12xMoEWrapper(c.E, c.K, c.H, c.I, false, 4096, std::nullopt, DType::kBFloat16, "cuda",
+                           "silu", 1.702, 1.0, std::nullopt, "bf16", "w4a4")
+                .quant_mode(),
+            "nvfp4");
+  EXPECT_EQ(B12xMoEWrapper(c.E, c.K, c.H, c.I, false, 4096, std::nullopt, DType::kBFloat16, "cuda",
+                           "silu", 1.702, 1.0, std::nullopt, "bf16")
+                .quant_mode(),
+            "w4a16");
+}
+
+TEST(B12xFusedMoe, BadInput) {
+  const char* op = "b12x_fused_moe";
+  MoeCase c;
+  c.make(11);
+  const Tensor gs = floats({1.0f});
+  struct In {
+    Tensor x, w1, s1, w2, s2, ids, rw, a1, a2;
+    std::optional<Tensor> fc2, igs, output;
+  };
+  const In good{c.x_bf16(), c.w1_t(),      c.s1_t(),      c.w2_t(), c.s2_t(),     c.ids_t(),
+                c.rw_t(),   c.alpha(c.a1), c.alpha(c.a2), gs,       std::nullopt, std::nullopt};
+  auto call = [&](const In& a, std::optional<int64_t> local = std::nullopt,
+                  DType od = DType::kBFloat16, std::string act = "silu",
+                  std::optional<double> limit = std::nullopt, std::string prec = "fp4",
+                  std::optional<std::string> qm = std::nullopt) {
+    (void)b12x_fused_moe(a.x, a.w1, a.s1, a.w2, a.s2, a.ids, a.rw, c.E, c.K, a.a1, a.a2, a.fc2,
+                         a.igs, local, a.output, od, act, 1.702, 1.0, limit, prec, qm);
+  };
+  auto with = [&](auto f) {
+    In a = good;
+    f(a);
+    return a;
+  };
+  EXPECT_FI_ERROR(call(with([](In& a) { a.x = a.x.to(DType::kFloat16); })), op, "x");
+  EXPECT_FI_ERROR(call(with([&](In& a) {
+                    a.w1 = Tensor::zeros({8, 100, 64}, DType::kUInt8);
+                  })),
+                  op, "w1_weight");
+  EXPECT_FI_ERROR(call(with([](In& a) { a.s1 = Tensor::zeros({100}, DType::kUInt8); })), op,
+                  "w1_weight_sf");
+  EXPECT_FI_ERROR(call(with([](In& a) {
+                    a.w2 = Tensor::zeros({8, 128, 16}, DType::kUInt8);
+                  })),
+                  op, "w2_weight");
+  EXPECT_FI_ERROR(call(with([](In& a) { a.s2 = Tensor::zeros({7}, DType::kUInt8); })), op,
+                  "w2_weight_sf");
+  EXPECT_FI_ERROR(call(with([](In& a) { a.a1 = Tensor::zeros({3}, DType::kFloat32); })), op,
+                  "w1_alpha");
+  EXPECT_FI_ERROR(call(with([](In& a) { a.a2 = Tensor::zeros({8}, DType::kBFloat16); })), op,
+                  "w2_alpha");
+  EXPECT_FI_ERROR(call(with([](In& a) { a.fc2 = std::nullopt; })), op, "fc2_input_scale");
+  EXPECT_FI_ERROR(call(with([](In& a) { a.igs = Tensor::zeros({3}, DType::kFloat32); })), op,
+                  "input_global_scale");
+  EXPECT_FI_ERROR(call(with([](In& a) {
+                    a.ids = Tensor::full({5, 2}, 8.0, DType::kInt32);
+                  })),
+                  op, "token_selected_experts");
+  EXPECT_FI_ERROR(call(with([](In& a) {
+                    a.rw = Tensor::zeros({5, 3}, DType::kFloat32);
+                  })),
+                  op, "token_final_scales");
+  EXPECT_FI_ERROR(call(with([](In& a) {
+                    a.output = Tensor::zeros({5, 128}, DType::kFloat32);
+                  })),
+                  op, "output");
+  EXPECT_FI_ERROR(call(good, std::nullopt, DType::kFloat16), op, "output_dtype");
+  EXPECT_FI_ERROR_CODE(call(good, 4), op, "num_local_experts", ErrorCode::kUnsupported);
+  EXPECT_FI_ERROR_CODE(call(good, std::nullopt, DType::kBFloat16, "swigluoai"), op, "activation",
+                       ErrorCode::kUnsupported);
+  EXPECT_FI_ERROR_CODE(call(good, std::nullopt, DType::kBFloat16, "silu", 7.0), op, "swiglu_limit",
+                       ErrorCode::kUnsupported);
+  EXPECT_FI_ERROR(call(good, std::nullopt, DType::kBFloat16, "silu", std::nullopt, "fp8"), op,
+                  "activation_precision");
+  EXPECT_FI_ERROR_CODE(call(good, std::nullopt, DType::kBFloat16, "silu", std::nullopt, "bf16"), op,
+                       "quant_mode", ErrorCode::kUnsupported);
+  EXPECT_FI_ERROR(call(good, std::nullopt, DType::kBFloat16, "silu", std::nullopt, "fp4", "int8"),
+                  op, "quant_mode");
+  EXPECT_EQ(op_backends(op), std::vector<std::string>{"cpu"});
+
+  const char* init = "B12xMoEWrapper.__init__";
+  EXPECT_FI_ERROR(B12xMoEWrapper(8, 2, 128, 64, false, 4096, std::nullopt, DType::kFloat16), init,
+                  "output_dtype");
+  EXPECT_FI_ERROR_CODE(B12xMoEWrapper(8, 2, 128, 64, false, 4096, 4), init, "num_local_experts",
+                       ErrorCode::kUnsupported);
+  EXPECT_FI_ERROR(B12xMoEWrapper(8, 2, 128, 64, false, 4096, std::nullopt, DType::kBFloat16, "tpu"),
+                  init, "device");
+  EXPECT_FI_ERROR(B12xMoEWrapper(8, 0, 128, 64), init, "top_k");
+  EXPECT_FI_ERROR(B12xMoEWrapper(8, 2, 100, 64), init, "hidden_size");
+  const char* run = "B12xMoEWrapper.run";
+  B12xMoEWrapper small(8, 2, 128, 64, true, 4);
+  EXPECT_FI_ERROR(small.run(good.x, good.w1, good.s1, good.w2, good.s2, good.ids, good.rw, good.a1,
+                            good.a2, gs),
+                  run, "token_selected_experts");
+  B12xMoEWrapper wide(8, 2, 256, 64);
+  EXPECT_FI_ERROR(
+      wide.run(good.x, good.w1, good.s1, good.w2, good.s2, good.ids, good.rw, good.a1, good.a2, gs),
+      run, "x");
+  B12xMoEWrapper other_i(8, 2, 128, 128);
+  EXPECT_FI_ERROR(other_i.run(good.x, good.w1, good.s1, good.w2, good.s2, good.ids, good.rw,
+                              good.a1, good.a2, gs),
+                  run, "w1_weight");
+}
+
+// ---- CuteDslMoEWrapper -----------------------------------------------------------------------
+
+TEST(CuteDslMoEWrapper, MatchesFormulaAndFunction) {
+  struct Variant {
+    const char* name;
+    bool gated, six_d;
+    int64_t offset, local;
+    double alpha, beta, limit;
+  };
+  for (const Variant& v : {Variant{"swiglu", true, true, 0, 8, 1.0, 0.0, 3.4028234663852886e38},
+                           Variant{"swiglu params, EP rank 1", true, false, 4, 4, 1.702, 1.0, 2.0},
+                           Variant{"relu2", false, true, 0, 8, 1.0, 0.0, 3.4028234663852886e38}}) {
+    SCOPED_TRACE(v.name);
+    MoeCase c;
+    c.cute = true;
+    c.gated = v.gated;
+    c.six_d = v.six_d;
+    c.offset = v.offset;
+    c.local = v.local;
+    c.make(21);
+    const auto expect = c.expected({}, {}, v.alpha, v.beta, v.limit);
+    EXPECT_GT(max_abs(expect), 0.5);
+    const int64_t act = v.gated ? 3 : 6;
+    CuteDslMoEWrapper w(c.E, c.K, c.H, c.I, false, std::nullopt, c.local, c.offset, 128, 16,
+                        DType::kFloat32, "cuda", true, act, v.alpha, v.beta, v.limit);
+    const Tensor x = bytes_tensor(c.xq, {c.T, c.H / 2}), xs = bytes_tensor(c.xs, {c.T, c.H / 16});
+    const Tensor out = w.run(x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1),
+                             std::nullopt, c.w2_t(), c.s2_t(), c.alpha(c.a2));
+    EXPECT_EQ(out.dtype(), DType::kFloat32);
+    EXPECT_TRUE(all_close(out, expect, {1e-4, 1e-4}));
+    // The same settings through cute_dsl_fused_moe_nvfp4, bit for bit.
+    const Tensor ref = cute_dsl_fused_moe_nvfp4(
+        x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1), std::nullopt, c.w2_t(),
+        c.s2_t(), c.alpha(c.a2), c.E, c.K, c.local, c.offset, DType::kFloat32, true, std::nullopt,
+        std::nullopt, true, act, v.alpha, v.beta, v.limit);
+    EXPECT_TRUE(all_close(out, ref.to_double_vector(), {0.0, 0.0}));
+  }
+}
+
+TEST(CuteDslMoEWrapper, BadInput) {
+  const char* init = "CuteDslMoEWrapper.__init__";
+  EXPECT_FI_ERROR(CuteDslMoEWrapper(8, 2, 128, 64, false, std::nullopt, std::nullopt, 0, 128, 16,
+                                    DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, 1e30, std::nullopt,
+                                    std::nullopt, true, "int8"),
+                  init, "quant_mode");
+  EXPECT_FI_ERROR(CuteDslMoEWrapper(8, 2, 128, 64, false, std::nullopt, std::nullopt, 0, 128, 16,
+                                    DType::kBFloat16, "cuda", true, 4),
+                  init, "activation_type");
+  EXPECT_FI_ERROR(CuteDslMoEWrapper(8, 9, 128, 64), init, "top_k");
+  EXPECT_FI_ERROR(CuteDslMoEWrapper(8, 2, 128, 64, false, std::nullopt, std::nullopt, 0, 128, 16,
+                                    DType::kInt32),
+                  init, "output_dtype");
+  EXPECT_FI_ERROR(CuteDslMoEWrapper(8, 2, 128, 64, false, std::nullopt, std::nullopt, 0, 128, 16,
+                                    DType::kBFloat16, "npu"),
+                  init, "device");
+  EXPECT_EQ(CuteDslMoEWrapper(8, 2, 128, 64, false, std::nullopt, std::nullopt, 0, 128, 16,
+                              DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, 1e30, std::nullopt,
+                              std::nullopt, true, "nvfp4")
+                .quant_mode(),
+            "w4a4");
+
+  const char* run = "CuteDslMoEWrapper.run";
+  MoeCase c;
+  c.cute = true;
+  c.make(31);
+  const Tensor x = bytes_tensor(c.xq, {c.T, c.H / 2}), xs = bytes_tensor(c.xs, {c.T, c.H / 16});
+  const Tensor w1 = c.w1_t(), s1 = c.s1_t(), w2 = c.w2_t(), s2 = c.s2_t();
+  auto run_with = [&](CuteDslMoEWrapper& w, const Tensor& xx, const Tensor& a1,
+                      std::optional<Tensor> pts = std::nullopt) {
+    (void)w.run(xx, xs, c.ids_t(), c.rw_t(), w1, s1, a1, std::nullopt, w2, s2, c.alpha(c.a2),
+                std::nullopt, pts);
+  };
+  CuteDslMoEWrapper ok(c.E, c.K, c.H, c.I);
+  EXPECT_FI_ERROR(run_with(ok, Tensor::zeros({c.T, 32}, DType::kUInt8), c.alpha(c.a1)), run, "x");
+  EXPECT_FI_ERROR(run_with(ok, x, Tensor::zeros({3}, DType::kFloat32)), run, "w1_alpha");
+  EXPECT_FI_ERROR_CODE(run_with(ok, x, c.alpha(c.a1), Tensor::full({c.T}, 1.0, DType::kFloat32)),
+                       run, "per_token_scale", ErrorCode::kUnsupported);
+  CuteDslMoEWrapper w4a16(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
+                          DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, 1e30, std::nullopt,
+                          std::nullopt, true, "w4a16");
+  EXPECT_FI_ERROR_CODE(run_with(w4a16, x, c.alpha(c.a1)), run, "quant_mode",
+                       ErrorCode::kUnsupported);
+  CuteDslMoEWrapper geglu(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
+                          DType::kBFloat16, "cuda", true, 8);
+  EXPECT_FI_ERROR_CODE(run_with(geglu, x, c.alpha(c.a1)), run, "activation_type",
+                       ErrorCode::kUnsupported);
+  CuteDslMoEWrapper sf32(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 32);
+  EXPECT_FI_ERROR_CODE(run_with(sf32, x, c.alpha(c.a1)), run, "sf_vec_size",
+                       ErrorCode::kUnsupported);
+  EXPECT_EQ(op_backends(run), std::vector<std::string>{"cpu"});
+}
+
+// ---- record / replay --------------------------------------------------------------------------
+
+TEST(B12xMoeRecordReplay, InMemory) {
+  MoeCase b;
+  b.make(41);
+  MoeCase c;
+  c.cute = true;
+  c.make(42);
+  // Inputs built before recording (block_scale_interleave is an op too).
+  const Tensor bx = b.x_bf16(), bw1 = b.w1_t(), bs1 = b.s1_t(), bw2 = b.w2_t(), bs2 = b.s2_t();
+  const Tensor cx = bytes_tensor(c.xq, {c.T, c.H / 2}), cxs = bytes_tensor(c.xs, {c.T, c.H / 16});
+  const Tensor cw1 = c.w1_t(), cs1 = c.s1_t(), cw2 = c.w2_t(), cs2 = c.s2_t();
+  // The wrappers outlive the recording: the run records refer to them.
+  std::optional<B12xMoEWrapper> w;
+  std::optional<CuteDslMoEWrapper> cw;
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    (void)b12x_fused_moe(bx, bw1, bs1, bw2, bs2, b.ids_t(), b.rw_t(), b.E, b.K, b.alpha(b.a1),
+                         b.alpha(b.a2), floats({1.0f}), floats({0.5f}));
+    w.emplace(b.E, b.K, b.H, b.I);
+    (void)w->run(bx, bw1, bs1, bw2, bs2, b.ids_t(), b.rw_t(), b.alpha(b.a1), b.alpha(b.a2),
+                 floats({0.5f}));
+    cw.emplace(c.E, c.K, c.H, c.I);
+    (void)cw->run(cx, cxs, c.ids_t(), c.rw_t(), cw1, cs1, c.alpha(c.a1), floats({0.5f}), cw2, cs2,
+                  c.alpha(c.a2));
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 5u);
+  for (const auto& call : calls) {
+    SCOPED_TRACE(call.name);
+    ASSERT_TRUE(call.error.empty()) << call.error;
+    // A replayed __init__ builds a new object (its own id): it only has to succeed.
+    if (call.name.ends_with(".__init__")) {
+      EXPECT_NO_THROW((void)replay(call));
+      continue;
+    }
+    EXPECT_TRUE(replays_identically(call));
+  }
+}
+
+// ---- a dump in upstream's format --------------------------------------------------------------
+
+// Written by Python (torch 1.13) as upstream's recorder writes it: b12x_fused_moe as vLLM's
+// FlashInferB12xExperts calls it (every argument by keyword, output= given), B12xMoEWrapper
+// constructed and run with keywords, and CuteDslMoEWrapper constructed as SGLang's
+// ensure_cutedsl_wrapper does (EP rank 1 of 2: num_local_experts 4, local_expert_offset 4) and
+// run with SGLang's keywords. __init__ records carry the object as arg_0 and share self_id with
+// the run records. Expected outputs: torch in fp32 with upstream's reference formulas. Every call
+// replays and passes.
+TEST(B12xMoeUpstreamDump, EngineStyleDumpReplays) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_moe_b12x_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string py = std::string(flashinfer::testing::kTorchSavePy) + R"PY(
+import json, os, sys
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+
+d = sys.argv[1]
+seq = [0]
+def record(name, module, inputs, meta, outputs, self_id=None):
+    seq[0] += 1
+    call = "%s/20261122_230000_%03d_pid4242_%s_call%04d" % (d, seq[0], name, seq[0])
+    os.makedirs(call)
+    save(inputs, call + "/inputs.pt")
+    save(outputs, call + "/outputs.pt")
+    rec = {"function_name": name, "module": module, "call_sequence": seq[0],
+           "timestamp": "20261122_230000_%03d" % seq[0], "process_id": 4242,
+           "input_metadata": meta, "output_metadata": {} if outputs else {"result": None},
+           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": list(outputs)},
+           "tensor_format": "torch", "execution_status": "completed"}
+    if self_id is not None:
+        rec["self_id"] = self_id
+    with open(call + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+
+def e4m3_value(c):
+    s = -1.0 if c & 0x80 else 1.0
+    e, m = (c >> 3) & 0xF, c & 7
+    if e == 0xF and m == 7: return float("nan")
+    return s * (m / 8.0 * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7))
+E4M3 = torch.tensor([e4m3_value(c) for c in range(256)])
+POS = torch.tensor([c for c in range(127)])
+def e4m3_codes(x):  # nearest non-negative code, ties to even, saturating at 448
+    dist = (x.double().reshape(-1, 1) - E4M3[POS].double().reshape(1, -1)).abs()
+    idx = (dist + (POS % 2).double().reshape(1, -1) * 1e-12).argmin(1)
+    return POS[idx].reshape(x.shape)
+E2M1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
+def e2m1_codes(x):  # nearest, ties to the even code, saturating at 6
+    a = x.abs().clamp(max=6).double().reshape(-1, 1)
+    dist = (a - E2M1[:8].double().reshape(1, -1)).abs() + (torch.arange(8) % 2).double() * 1e-12
+    return dist.argmin(1).reshape(x.shape) + 8 * (x < 0).long()
+def pack(codes):
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
+def interleave_128x4(s):  # block_scale_interleave of one [M, C] matrix
+    M, C = s.shape
+    Mp, Cp = (M + 127) // 128 * 128, (C + 3) // 4 * 4
+    p = torch.zeros(Mp, Cp, dtype=s.dtype)
+    p[:M, :C] = s
+    return p.view(Mp // 128, 4, 32, Cp // 4, 4).permute(0, 3, 2, 1, 4).reshape(-1)
+def mma_view(flat, El, m, cols):  # convert_sf_to_mma_layout
+    return flat.view(El, (m + 127) // 128, (cols + 3) // 4, 32, 4, 4).permute(3, 4, 1, 5, 2, 0)
+def qdq(v, gs):  # b12x's quantize_vec_to_fp4_dequant (the global scale stays in the values)
+    b = v.reshape(-1, 16)
+    sf = E4M3[e4m3_codes((b.abs().amax(1) * gs / 6.0).clamp(max=448.0))]
+    q = E2M1[e2m1_codes(b / (sf / gs).clamp(min=1e-30)[:, None])]
+    return (q * sf[:, None]).reshape(v.shape)
+BF16 = {"type": "torch.dtype", "value": "torch.bfloat16"}
+
+torch.manual_seed(0)
+T, E, H, I, K = 4, 8, 128, 128, 2
+ids = torch.tensor([[3, 0], [6, 1], [2, 7], [5, 4]], dtype=torch.int32)
+rw = torch.tensor([[0.6, 0.4], [0.7, 0.3], [0.55, 0.45], [0.8, 0.2]])
+w1q = torch.randint(0, 16, (E, 2 * I, H))
+w2q = torch.randint(0, 16, (E, H, I))
+s1 = e4m3_codes(torch.rand(E, 2 * I, H // 16) * 0.04 + 0.02)
+s2 = e4m3_codes(torch.rand(E, H, I // 16) * 0.04 + 0.02)
+w1d = E2M1[w1q] * E4M3[s1].repeat_interleave(16, 2)
+w2d = E2M1[w2q] * E4M3[s2].repeat_interleave(16, 2)
+a1, a2 = torch.linspace(0.75, 1.25, E), torch.linspace(1.25, 0.75, E)
+
+# b12x: plain [up; gate] rows, 6-D scale views, bf16 x quantized in the op.
+x = (torch.rand(T, H) * 4 - 2).bfloat16()
+s1b = mma_view(torch.stack([interleave_128x4(s1[e].to(torch.uint8)) for e in range(E)]), E, 2 * I, H // 16)
+s2b = mma_view(torch.stack([interleave_128x4(s2[e].to(torch.uint8)) for e in range(E)]), E, H, I // 16)
+w1b = torch.stack([pack(w1q[e]) for e in range(E)])
+w2b = torch.stack([pack(w2q[e]) for e in range(E)])
+def b12x_ref(gs1, gs2):
+    out = torch.zeros(T, H)
+    for t in range(T):
+        for k in range(K):
+            e = int(ids[t, k])
+            xd = qdq(x[t].float(), gs1)
+            g = a1[e] * (w1d[e] @ xd)
+            h = qdq(g[I:] * torch.sigmoid(g[I:]) * g[:I], gs2)
+            out[t] += rw[t, k] * a2[e] * (w2d[e] @ h)
+    return out.bfloat16()
+
+# 1. b12x_fused_moe as vLLM's FlashInferB12xExperts.apply calls it (fc2_input_scale filled
+# with 1.0 per expert, output given, no input_global_scale).
+fc2 = torch.ones(E)
+out_buf = torch.zeros(T, H).bfloat16()
+ref = b12x_ref(1.0, 1.0)
+record("b12x_fused_moe", "flashinfer.fused_moe.cute_dsl.b12x_moe",
+       {"kwarg_x": x, "kwarg_token_selected_experts": ids, "kwarg_token_final_scales": rw,
+        "kwarg_w1_weight": w1b, "kwarg_w1_weight_sf": s1b, "kwarg_w1_alpha": a1,
+        "kwarg_fc2_input_scale": fc2, "kwarg_w2_weight": w2b, "kwarg_w2_weight_sf": s2b,
+        "kwarg_w2_alpha": a2, "kwarg_output": out_buf},
+       {"kwarg_num_experts": E, "kwarg_top_k": K, "kwarg_num_local_experts": E,
+        "kwarg_output_dtype": BF16},
+       {"result": ref})
+
+# 2. B12xMoEWrapper: constructed with keywords (CUDA graphs on), run with keywords and an
+# input_global_scale of 0.5.
+SELF = 139637976727296
+obj = {"type": "B12xMoEWrapper",
+       "repr": "<flashinfer.fused_moe.cute_dsl.b12x_moe.B12xMoEWrapper object at 0x%x>" % SELF}
+record("B12xMoEWrapper.__init__", "flashinfer.fused_moe.cute_dsl.b12x_moe", {},
+       {"arg_0": obj, "kwarg_num_experts": E, "kwarg_top_k": K, "kwarg_hidden_size": H,
+        "kwarg_intermediate_size": I, "kwarg_use_cuda_graph": True, "kwarg_max_num_tokens": 16,
+        "kwarg_num_local_experts": E, "kwarg_output_dtype": BF16, "kwarg_device": "cuda:0"},
+       {}, self_id=SELF)
+record("B12xMoEWrapper.run", "flashinfer.fused_moe.cute_dsl.b12x_moe",
+       {"kwarg_x": x, "kwarg_w1_weight": w1b, "kwarg_w1_weight_sf": s1b, "kwarg_w2_weight": w2b,
+        "kwarg_w2_weight_sf": s2b, "kwarg_token_selected_experts": ids,
+        "kwarg_token_final_scales": rw, "kwarg_w1_alpha": a1, "kwarg_w2_alpha": a2,
+        "kwarg_fc2_input_scale": torch.tensor([2.0]),
+        "kwarg_input_global_scale": torch.tensor([0.5])},
+       {"arg_0": obj}, {"result": b12x_ref(0.5, 2.0)}, self_id=SELF)
+
+# 3. CuteDslMoEWrapper as SGLang's ensure_cutedsl_wrapper builds it on EP rank 1 of 2 (experts
+# 4..7 local), run with SGLang's keywords: NVFP4 x with linear scales, the CuTe-DSL w1 layout
+# (linear / gate rows interleaved in groups of 64), scalar fc2_input_scale 0.5.
+El, off = 4, 4
+SELF2 = 139637976729999
+obj2 = {"type": "CuteDslMoEWrapper",
+        "repr": "<flashinfer.fused_moe.cute_dsl.fused_moe.CuteDslMoEWrapper object at 0x%x>" % SELF2}
+record("CuteDslMoEWrapper.__init__", "flashinfer.fused_moe.cute_dsl.fused_moe", {},
+       {"arg_0": obj2, "kwarg_num_experts": E, "kwarg_top_k": K, "kwarg_hidden_size": H,
+        "kwarg_intermediate_size": I, "kwarg_use_cuda_graph": True, "kwarg_max_num_tokens": 64,
+        "kwarg_num_local_experts": El, "kwarg_local_expert_offset": off,
+        "kwarg_output_dtype": BF16, "kwarg_device": "cuda:0"},
+       {}, self_id=SELF2)
+lg = torch.arange(2 * I).view(2, 2 * I // 128, 64).transpose(0, 1).reshape(-1)
+xq = torch.randint(0, 16, (T, H))
+xs = e4m3_codes(torch.rand(T, H // 16) * 0.5 + 0.5)
+xd = E2M1[xq] * E4M3[xs].repeat_interleave(16, 1)
+gs = torch.tensor([0.5])
+loc = range(off, off + El)
+s1c = mma_view(torch.stack([interleave_128x4(s1[e][lg].to(torch.uint8)) for e in loc]), El, 2 * I, H // 16)
+s2c = mma_view(torch.stack([interleave_128x4(s2[e].to(torch.uint8)) for e in loc]), El, H, I // 16)
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        e = int(ids[t, k])
+        if not off <= e < off + El:
+            continue
+        g = a1[e] * (xd[t] @ w1d[e].T)
+        h = (g[I:] * torch.sigmoid(g[I:]) * g[:I]).bfloat16().float().view(-1, 16)
+        sf = E4M3[e4m3_codes(gs * h.abs().amax(1) / 6)]
+        q = torch.where(sf[:, None] > 0, E2M1[e2m1_codes(h * gs / sf[:, None])] * sf[:, None],
+                        torch.zeros_like(h)).view(-1) * (1 / gs)
+        out[t] += rw[t, k] * a2[e] * (q @ w2d[e].T)
+record("CuteDslMoEWrapper.run", "flashinfer.fused_moe.cute_dsl.fused_moe",
+       {"kwarg_x": pack(xq), "kwarg_x_sf": xs.to(torch.uint8),
+        "kwarg_token_selected_experts": ids, "kwarg_token_final_scales": rw,
+        "kwarg_w1_weight": torch.stack([pack(w1q[e])[lg] for e in loc]),
+        "kwarg_w1_weight_sf": s1c, "kwarg_w1_alpha": a1[off:off + El].clone(),
+        "kwarg_fc2_input_scale": gs,
+        "kwarg_w2_weight": torch.stack([pack(w2q[e]) for e in loc]),
+        "kwarg_w2_weight_sf": s2c, "kwarg_w2_alpha": a2[off:off + El].clone()},
+       {"arg_0": obj2}, {"result": out.bfloat16()}, self_id=SELF2)
+)PY";
+  std::ofstream(dir / "make.py") << py;
+  const int st =
+      std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + dir.string()).c_str());
+  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  ASSERT_EQ(st, 0);
+  fs::remove(dir / "make.py");
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 5u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+    if (r.function_name.ends_with(".__init__")) continue;
+    ASSERT_FALSE(r.comparisons.empty()) << r.function_name;
+    EXPECT_EQ(r.comparisons[0].key, "result") << r.function_name;
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
