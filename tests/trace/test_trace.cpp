@@ -208,6 +208,67 @@ std::map<std::string, UpstreamCall> upstream_calls() {
       "mm_bf16", [=] {
         return bind("mm_bf16", {{"a", T({3, 4096}, bf)}, {"b", T({4096, 4096}, bf)}});
       }};
+  // Upstream's other committed outputs of the same templates (other shapes, other ops of a
+  // family).
+  m["gqa_paged_decode_h32_kv8_d128_ps64"] = {
+      "BatchDecodeWithPagedKVCacheWrapper.run", [=] {
+        return bind(
+            "BatchDecodeWithPagedKVCacheWrapper.run",
+            {{"self", Value()},
+             {"q", T({2, 32, 128}, bf)},
+             {"paged_kv_cache", Value::tuple({T({3, 64, 8, 128}, bf), T({3, 64, 8, 128}, bf)})}});
+      }};
+  m["mla_paged_decode_h16_ckv512_kpe64_ps64"] = {"BatchMLAPagedAttentionWrapper.run", [=] {
+                                                   return bind("BatchMLAPagedAttentionWrapper.run",
+                                                               {{"self", Value()},
+                                                                {"q_nope", T({2, 16, 512}, bf)},
+                                                                {"q_pe", T({2, 16, 64}, bf)},
+                                                                {"ckv_cache", T({3, 64, 512}, bf)},
+                                                                {"kpe_cache", T({3, 64, 64}, bf)}});
+                                                 }};
+  for (const char* op : {"apply_rope", "apply_llama31_rope"}) {
+    const std::string name = std::string(op) == "apply_rope" ? "rope" : "llama31_rope";
+    m[name + "_h32_kv8_d128"] = {op, [=] {
+                                   return bind(op, {{"q", T({5, 32, 128}, bf)},
+                                                    {"k", T({5, 8, 128}, bf)},
+                                                    {"indptr", T({3}, i32)},
+                                                    {"offsets", T({2}, i32)}});
+                                 }};
+  }
+  m["rope_pos_ids_h32_kv8_d128"] = {"apply_rope_pos_ids", [=] {
+                                      return bind("apply_rope_pos_ids", {{"q", T({5, 32, 128}, bf)},
+                                                                         {"k", T({5, 8, 128}, bf)},
+                                                                         {"pos_ids", T({5}, i32)}});
+                                    }};
+  m["rmsnorm_h7168"] = norm("rmsnorm", 7168);
+  m["rmsnorm_quant_h7168"] = {"rmsnorm_quant", [=] {
+                                return bind("rmsnorm_quant",
+                                            {{"out", T({3, 7168}, DType::kFloat8E4M3FN)},
+                                             {"input", T({3, 7168}, bf)},
+                                             {"weight", T({7168}, bf)},
+                                             {"scale", T({1}, f32)}});
+                              }};
+  m["top_p_sampling_v128256"] = {"top_p_sampling_from_probs", [=] {
+                                   return bind(
+                                       "top_p_sampling_from_probs",
+                                       {{"probs", T({2, 128256}, f32)}, {"top_p", T({2}, f32)}});
+                                 }};
+  m["top_k_top_p_sampling_v151936"] = {
+      "top_k_top_p_sampling_from_probs", [=] {
+        return bind(
+            "top_k_top_p_sampling_from_probs",
+            {{"probs", T({2, 151936}, f32)}, {"top_k", T({2}, i32)}, {"top_p", T({2}, f32)}});
+      }};
+  m["softmax_v32000"] = {
+      "softmax", [=] {
+        return bind("softmax", {{"logits", T({2, 32000}, f32)}, {"temperature", Value(1.0)}});
+      }};
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{256, 7168}, {32, 3072}}) {
+    m["gemm_bf16_N" + std::to_string(n) + "_K" + std::to_string(k)] = {
+        "mm_bf16", [=] {
+          return bind("mm_bf16", {{"a", T({3, k}, bf)}, {"b", T({k, n}, bf)}});
+        }};
+  }
   return m;
 }
 
