@@ -1077,6 +1077,224 @@ void add_ragged_and_mla(std::vector<Template>& v) {
 )PY"});
 }
 
+// ---------------------------------------------------------------------------------------------
+// Quantized GEMMs and the fp4 quantizer (flashinfer.gemm.gemm_base, flashinfer.quantization).
+// Upstream's shapes name dimensions that are not axes (K_div_block_size, K_div_32, ...): they are
+// `derived` here, sized from the axes only for `flashinfer trace` and the init snippet.
+
+// Python helpers shared by the references: UE8M0 and e2m1 decoding, the 128x4 scale layout.
+const char* kMxHelpers = R"PY(def _ue8m0(sf):
+    return torch.pow(2.0, sf.float() - 127.0)
+
+
+def _unswizzle_128x4(buf, rows, cols):
+    # Scale of (row, col) in the 128x4 layout: 512-byte tiles of 128 rows x 4 columns.
+    r = torch.arange(rows).reshape(-1, 1)
+    c = torch.arange(cols).reshape(1, -1)
+    k_tiles = (cols + 3) // 4
+    off = (r // 128) * k_tiles * 512 + (c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
+    return buf.reshape(-1)[off.reshape(-1)].reshape(rows, cols)
+
+
+_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def _e2m1(codes):
+    return torch.tensor(_E2M1)[(codes.long() & 15)]
+
+
+)PY";
+
+void add_quant_gemm(std::vector<Template>& v) {
+  // mm_fp8: the weight in trtllm's low-latency layout [K/128, N, 128] (prepare_low_latency_gemm_
+  // weights: rows shuffled in blocks of 32, then 128-wide K blocks outermost).
+  v.push_back(
+      {.op = "mm_fp8",
+       .op_type = "gemm_fp8",
+       .name_prefix = "gemm_fp8",
+       .description = "FP8 GEMM C = A @ W.T with W in the trtllm low-latency block layout "
+                      "[K // 128, N, 128] (rows shuffled in blocks of 32); bf16 output.",
+       .axes = {var("M"), cst("N", "N"), cst("K", "K")},
+       .inputs = {T("A", {"M", "K"}).from("a").synth("float8_e4m3fn"),
+                  T("B", {"K_div_block_size", "N", "block_size"})
+                      .from("b")
+                      .synth("float8_e4m3fn")
+                      .desc("FP8 weight in the block layout [K // block_size, N, block_size].")},
+       .outputs = {T("C", {"M", "N"}).dt("bfloat16")},
+       .derived = {{.name = "K_div_block_size", .of = "K", .by = 128},
+                   {.name = "block_size", .by = 128}},
+       .tags = {"status:verified", "quantization:float8_e4m3fn"},
+       .reference = R"PY(def run(A, B):
+    kb, n, bs = B.shape
+    w = B.float().permute(1, 0, 2).reshape(n, kb * bs)
+    # Undo the row shuffle: row j of the weight sits at (j % 32 % 4) * 8 + (j % 32) // 4 of its
+    # block of 32 (a partial last block is left in order).
+    rows = [j // 32 * 32 + (j % 32 % 4) * 8 + (j % 32) // 4 if j // 32 * 32 + 32 <= n else j
+            for j in range(n)]
+    w = w[torch.tensor(rows, dtype=torch.long)]
+    return (A.float() @ w.t()).to(torch.bfloat16)
+)PY"});
+  v.push_back(
+      {.op = "mm_mxfp8",
+       .op_type = "gemm_mxfp8",
+       .name_prefix = "gemm_mxfp8",
+       .description = "MXFP8 GEMM C = A @ B: e4m3 operands, one UE8M0 scale per 32 values of K "
+                      "(linear layout here; calls may pass swizzled 1-D scales).",
+       .axes = {var("M"), cst("N", "N"), cst("K", "K")},
+       .inputs = {T("A", {"M", "K"}).from("a").synth("float8_e4m3fn"),
+                  T("B", {"K", "N"}).from("b").synth("float8_e4m3fn").desc("Column-major weight."),
+                  T("a_descale", {"M", "K_div_32"})
+                      .synth("uint8")
+                      .init("torch.randint(124, 131, (M, K_div_32), dtype=torch.uint8, "
+                            "device=device)"),
+                  T("b_descale", {"K_div_32", "N"})
+                      .synth("uint8")
+                      .init("torch.randint(124, 131, (K_div_32, N), dtype=torch.uint8, "
+                            "device=device)")},
+       .outputs = {T("C", {"M", "N"}).dt("bfloat16")},
+       .derived = {{.name = "K_div_32", .of = "K", .by = 32}},
+       .tags = {"status:verified", "quantization:mxfp8"},
+       .reference = std::string(kMxHelpers) + R"PY(def run(A, B, a_descale, b_descale):
+    sa = _ue8m0(a_descale).repeat_interleave(32, dim=1)
+    sb = _ue8m0(b_descale).repeat_interleave(32, dim=0)
+    return ((A.float() * sa) @ (B.float() * sb)).to(torch.bfloat16)
+)PY"});
+  v.push_back(
+      {.op = "bmm_mxfp8",
+       .op_type = "bmm_mxfp8",
+       .name_prefix = "bmm_mxfp8",
+       .description = "Batched MXFP8 matmul: e4m3 A [b, M, K] and B [b, K, N] (column-major), "
+                      "1-D 128x4-swizzled UE8M0 scales per batch item, back to back.",
+       .axes = {var("batch_size", "", 2), var("M"), cst("N", "N"), cst("K", "K"),
+                var("A_scale_size", "Batched padded 128x4 scale-buffer length for A."),
+                var("B_scale_size", "Batched padded 128x4 scale-buffer length for B.")},
+       .inputs = {T("A", {"batch_size", "M", "K"}).synth("float8_e4m3fn"),
+                  T("B", {"batch_size", "K", "N"}).synth("float8_e4m3fn"),
+                  T("A_scale", {"A_scale_size"})
+                      .synth("uint8")
+                      .init("torch.randint(124, 131, (batch_size * ((M + 127) // 128 * 128) * "
+                            "((K // 32 + 3) // 4 * 4),), dtype=torch.uint8, device=device)"),
+                  T("B_scale", {"B_scale_size"})
+                      .synth("uint8")
+                      .init("torch.randint(124, 131, (batch_size * ((N + 127) // 128 * 128) * "
+                            "((K // 32 + 3) // 4 * 4),), dtype=torch.uint8, device=device)"),
+                  S("dtype", "int32").desc("Output dtype.")},
+       .outputs = {T("C", {"batch_size", "M", "N"}).dt("bfloat16")},
+       .tags = {"status:verified", "quantization:mxfp8"},
+       .reference = std::string(kMxHelpers) + R"PY(def run(A, B, A_scale, B_scale, dtype=None):
+    b, m, k = A.shape
+    n = B.shape[-1]
+    sa_all = A_scale.reshape(b, -1)
+    sb_all = B_scale.reshape(b, -1)
+    out = []
+    for i in range(b):
+        sa = _ue8m0(_unswizzle_128x4(sa_all[i], m, k // 32)).repeat_interleave(32, dim=1)
+        sb = _ue8m0(_unswizzle_128x4(sb_all[i], n, k // 32)).repeat_interleave(32, dim=1)
+        out.append((A[i].float() * sa) @ (B[i].float() * sb.t()))
+    return torch.stack(out).to(torch.bfloat16)
+)PY"});
+  // mm_fp4: upstream's template (and its example call) count K and N in values, one per byte of
+  // A [M, K] and B [K, N], with block scales [M, K // bs] and [K, N // bs]; our reference reads
+  // those shapes as written (one e2m1 code per byte, in its low nibble).
+  Axis block_size = cst("block_size", "block_size", "16 for NVFP4, 32 for MXFP4.");
+  v.push_back(
+      {.op = "mm_fp4",
+       .op_type = "gemm_fp4",
+       .name_prefix = "gemm_fp4",
+       .description = "FP4 GEMM C = A @ B with e2m1 operands and e4m3 block scales (block_size "
+                      "values per scale); bf16 output.",
+       .axes = {var("M"), cst("N", "N"), cst("K", "K"), block_size},
+       .inputs = {T("A", {"M", "K"})
+                      .from("a")
+                      .synth("uint8")
+                      .init("torch.randint(0, 256, (M, K), dtype=torch.uint8, device=device)"),
+                  T("B", {"K", "N"})
+                      .from("b")
+                      .synth("uint8")
+                      .init("torch.randint(0, 256, (K, N), dtype=torch.uint8, device=device)"),
+                  T("a_descale", {"M", "K_div_block_size"})
+                      .synth("float8_e4m3fn")
+                      .init("(torch.rand((M, K_div_block_size), device=device) + 0.5)"
+                            ".to({dtype:a_descale})"),
+                  T("b_descale", {"K", "N_div_block_size"})
+                      .synth("float8_e4m3fn")
+                      .init("(torch.rand((K, N_div_block_size), device=device) + 0.5)"
+                            ".to({dtype:b_descale})"),
+                  S("block_size", "int32").init("block_size")},
+       .outputs = {T("C", {"M", "N"}).dt("bfloat16")},
+       .derived = {{.name = "K_div_block_size", .of = "K", .by_axis = "block_size"},
+                   {.name = "N_div_block_size", .of = "N", .by_axis = "block_size"}},
+       .tags = {"status:verified", "quantization:fp4"},
+       .reference =
+           std::string(kMxHelpers) + R"PY(def run(A, B, a_descale, b_descale, block_size=16):
+    bs = int(block_size)
+    a = _e2m1(A) * a_descale.float().repeat_interleave(bs, dim=1)
+    b = _e2m1(B) * b_descale.float().repeat_interleave(bs, dim=1)
+    return (a @ b).to(torch.bfloat16)
+)PY"});
+  // fp4_quantize: NVFP4 (sf_vec_size 16, e4m3 scales, global scale) as ops/quantization.h:
+  // sf = e4m3_satfinite(gs * amax / 6), q = e2m1_rn((x * gs) / sf). The reference returns the
+  // scales in the linear layout (calls default to the 128x4 swizzle: same bytes, reordered).
+  v.push_back(
+      {.op = "fp4_quantize",
+       .op_type = "quantization",
+       .name_prefix = "fp4_quantize",
+       .description = "FP4 quantization: bf16/fp16 input to packed e2m1 (two values per byte, "
+                      "the first in the low nibble) and e4m3 block scales (NVFP4).",
+       .axes = {var("M", "Number of rows."), cst("K", "k", "Number of input columns."),
+                var("K_packed", "K // 2."), var("num_scale_elems", "Number of scale bytes."),
+                var("one", "1: shape of the global scale.", 1)},
+       .inputs = {T("input", {"M", "K"}),
+                  T("global_scale", {"one"})
+                      .opt()
+                      .dt("float32")
+                      .init("torch.full((one,), 3.0, dtype=torch.float32, device=device)"),
+                  S("sf_vec_size", "int32").opt()},
+       .outputs = {T("quantized", {"M", "K_packed"}).dt("uint8"),
+                   T("scales", {"num_scale_elems"}).dt("uint8")},
+       .constraints = {"K_packed == K // 2"},
+       .tags = {"status:verified", "quantization:fp4"},
+       .reference = R"PY(def _e4m3_rn(v):
+    # Round non-negative fp32 to e4m3 (nearest even, saturating at 448); value and bits.
+    v = v.clamp(max=448.0)
+    e = torch.floor(torch.log2(v.clamp(min=2.0 ** -9))).clamp(min=-6.0)
+    q = torch.pow(2.0, e - 3.0)
+    r = (torch.round(v / q) * q).clamp(max=448.0)
+    e = torch.floor(torch.log2(r.clamp(min=2.0 ** -9))).clamp(min=-6.0)
+    normal = r >= 2.0 ** -6
+    mant = torch.where(normal, r / torch.pow(2.0, e) * 8.0 - 8.0, r / 2.0 ** -9)
+    bits = torch.where(normal, (e + 7.0) * 8.0 + mant, mant)
+    return r, bits.round().to(torch.uint8)
+
+
+_E2M1_POS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def _e2m1_rn(x):
+    # Nearest e2m1 code (ties to the even code), the sign in bit 3 (negative zero included).
+    tab = torch.tensor(_E2M1_POS)
+    mag = x.abs().clamp(max=6.0).unsqueeze(-1)
+    score = (mag - tab).abs() + (torch.arange(8) % 2).float() * 1e-6
+    code = score.argmin(dim=-1)
+    return code + torch.signbit(x).long() * 8
+
+
+def run(input, global_scale=None, sf_vec_size=16):
+    vec = 16 if sf_vec_size is None else int(sf_vec_size)
+    gs = 1.0 if global_scale is None else float(global_scale.float().reshape(-1)[0])
+    x = input.float()
+    m, k = x.shape
+    blocks = x.reshape(m, k // vec, vec)
+    amax = blocks.abs().amax(dim=-1)
+    sf, sf_bits = _e4m3_rn(gs * amax / 6.0)
+    scaled = torch.where(sf.unsqueeze(-1) > 0, (blocks * gs) / sf.unsqueeze(-1).clamp(min=1e-30),
+                         torch.zeros_like(blocks))
+    codes = _e2m1_rn(scaled).reshape(m, k)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
+    return packed, sf_bits.reshape(-1)
+)PY"});
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -1092,6 +1310,7 @@ const std::vector<Template>& templates() {
     add_gemm(*v);
     add_prefill(*v);
     add_ragged_and_mla(*v);
+    add_quant_gemm(*v);
     return v;
   }();
   return *all;

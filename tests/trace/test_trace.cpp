@@ -263,6 +263,39 @@ std::map<std::string, UpstreamCall> upstream_calls() {
       "softmax", [=] {
         return bind("softmax", {{"logits", T({2, 32000}, f32)}, {"temperature", Value(1.0)}});
       }};
+  // The quantized GEMMs and quantizer, with upstream's example shapes (tests/trace/example.py).
+  const DType f8 = DType::kFloat8E4M3FN, u8 = DType::kUInt8;
+  m["gemm_fp8_N1536_K7168"] = {"mm_fp8", [=] {
+                                 return bind("mm_fp8", {{"a", T({3, 7168}, f8)},
+                                                        {"b", T({56, 1536, 128}, f8)},
+                                                        {"alpha", T({}, f32)}});
+                               }};
+  m["gemm_mxfp8_N4096_K4096"] = {"mm_mxfp8", [=] {
+                                   return bind("mm_mxfp8", {{"a", T({128, 4096}, f8)},
+                                                            {"b", T({4096, 4096}, f8)},
+                                                            {"a_descale", T({16384}, u8)},
+                                                            {"b_descale", T({524288}, u8)}});
+                                 }};
+  m["bmm_mxfp8_N128_K128"] = {"bmm_mxfp8", [=] {
+                                return bind("bmm_mxfp8", {{"A", T({2, 128, 128}, f8)},
+                                                          {"B", T({2, 128, 128}, f8)},
+                                                          {"A_scale", T({1024}, u8)},
+                                                          {"B_scale", T({1024}, u8)},
+                                                          {"dtype", Value(bf)}});
+                              }};
+  m["gemm_fp4_N2048_K7168_block_size16"] = {"mm_fp4", [=] {
+                                              return bind("mm_fp4",
+                                                          {{"a", T({3, 7168}, u8)},
+                                                           {"b", T({7168, 2048}, u8)},
+                                                           {"a_descale", T({3, 448}, f8)},
+                                                           {"b_descale", T({7168, 128}, f8)},
+                                                           {"block_size", Value(16)}});
+                                            }};
+  m["fp4_quantize_k4096"] = {"fp4_quantize", [=] {
+                               return bind("fp4_quantize", {{"input", T({3, 4096}, bf)},
+                                                            {"global_scale", T({1}, f32)},
+                                                            {"sf_vec_size", Value(16)}});
+                             }};
   for (auto [n, k] : {std::pair<int64_t, int64_t>{256, 7168}, {32, 3072}}) {
     m["gemm_bf16_N" + std::to_string(n) + "_K" + std::to_string(k)] = {
         "mm_bf16", [=] {
@@ -357,7 +390,9 @@ void validate(const Json& d, const std::string& op, std::vector<std::string>* un
           << side << " " << k << " dtype " << dt;
       if (v.at("shape").is_null()) continue;
       for (const auto& axis : v.at("shape")) {
-        EXPECT_TRUE(d.at("axes").contains(axis.get<std::string>()))
+        // An axis, or one of the template's derived names (upstream's "K_div_32", ...).
+        EXPECT_TRUE(d.at("axes").contains(axis.get<std::string>()) ||
+                    fi::trace::detail::find_derived(*tmpl, axis.get<std::string>()) != nullptr)
             << side << " " << k << " names unknown axis " << axis;
       }
     }
@@ -436,9 +471,21 @@ std::map<std::string, int64_t> small_axes(const std::string& op) {
                                                    {"rope_dim", 8},
                                                    {"total_dim", 24},
                                                    {"num_heads_broadcast", 1}};
+  // Ops whose references need K (or N) to hold whole scale blocks.
+  static const std::map<std::string, std::map<std::string, int64_t>> per_op = {
+      {"mm_fp8", {{"K", 256}}},
+      {"mm_mxfp8", {{"K", 64}}},
+      {"bmm_mxfp8", {{"K", 64}}},
+      {"mm_fp4", {{"K", 32}, {"N", 32}, {"block_size", 16}}}};
   std::map<std::string, int64_t> out;
   for (const auto& a : fi::trace::template_axes(op)) {
-    if (a.is_const) out[a.name] = v.at(a.name);
+    if (!a.is_const) continue;
+    auto o = per_op.find(op);
+    if (o != per_op.end() && o->second.count(a.name)) {
+      out[a.name] = o->second.at(a.name);
+    } else {
+      out[a.name] = v.at(a.name);
+    }
   }
   return out;
 }
@@ -685,6 +732,12 @@ TEST(Trace, ReferencesMatchTheLibrary) {
        [](In& i) {
          fi::concat_mla_k(i["k"], i["k_nope"], i["k_rope"]);
          return Outs{i["k"]};
+       }},
+      // The reference's scales are linear and flat: the op's linear [M, K / 16], flattened.
+      {"fp4_quantize",
+       [](In& i) {
+         auto [q, sf] = fi::fp4_quantize(i["input"], i["global_scale"], 16, false, false);
+         return Outs{q, sf.reshape({sf.numel()})};
        }},
   };
   const fs::path dir = fresh_dir("refs");
