@@ -1295,6 +1295,112 @@ def run(input, global_scale=None, sf_vec_size=16):
 )PY"});
 }
 
+// mla_rope_quantize_fp8 (flashinfer.rope): upstream's current template, rank-compressed 2-D keys
+// (an earlier one read k_rope [nnz, rope_dim] as [nnz, num_k_heads, ...]: the file
+// mla_rope_quantize_fp8_h128_kv64_rope64 it wrote is not what this gives). RoPE in fp32 on the
+// rope parts, then every part times its scale, rounded to fp8 e4m3 (float on torch < 2.1).
+// fmha_v2_prefill_sm120 (flashinfer.prefill): dense causal self-attention, fp8 in, bf16 out.
+void add_rope_quant_and_fmha(std::vector<Template>& v) {
+  Axis rotary = cst("rotary_dim", "", "cos_sin_cache's width (the rotary dimension).");
+  v.push_back(
+      {.op = "mla_rope_quantize_fp8",
+       .op_type = "rope",
+       .name_prefix = "mla_rope_quantize_fp8",
+       .description = "MLA RoPE + FP8 quantization: RoPE (cos/sin cache, NeoX halves or "
+                      "interleaved pairs) on q_rope and the 2-D latent k_rope, then every part "
+                      "times quant_scale_q / quant_scale_kv, rounded to fp8 e4m3.",
+       .axes = {var("nnz", "Total number of tokens."), cst("num_q_heads", "h"),
+                cst("rope_dim", "rope"), var("no_rope_dim", "Non-rotary width.", 8),
+                var("max_seq_len", "cos_sin_cache length.", 16), rotary},
+       .inputs = {T("q_rope", {"nnz", "num_q_heads", "rope_dim"}), T("k_rope", {"nnz", "rope_dim"}),
+                  T("q_nope", {"nnz", "num_q_heads", "no_rope_dim"})
+                      .opt()
+                      .init("torch.randn((nnz, num_q_heads, no_rope_dim), device=device)"
+                            ".to({dtype:q_rope})"),
+                  T("k_nope", {"nnz", "no_rope_dim"})
+                      .opt()
+                      .init("torch.randn((nnz, no_rope_dim), device=device).to({dtype:q_rope})"),
+                  T("cos_sin_cache", {"max_seq_len", "rotary_dim"})
+                      .synth("float32")
+                      .init("torch.cat([torch.cos(torch.arange(max_seq_len).float()[:, None] * "
+                            "torch.pow(1e4, -torch.arange(0, rotary_dim, 2).float() / "
+                            "rotary_dim)[None, :]), torch.sin(torch.arange(max_seq_len).float()"
+                            "[:, None] * torch.pow(1e4, -torch.arange(0, rotary_dim, 2).float() "
+                            "/ rotary_dim)[None, :])], dim=-1).to(device)"),
+                  T("pos_ids", {"nnz"})
+                      .synth("int32")
+                      .init("torch.arange(nnz, dtype=torch.int32, device=device) % max_seq_len"),
+                  S("is_neox", "int32").opt().init("False"),
+                  S("quant_scale_q", "float32").opt().init("1.0"),
+                  S("quant_scale_kv", "float32").opt().init("1.0")},
+       .outputs = {T("q_rope_out", {"nnz", "num_q_heads", "rope_dim"}).dt("float8_e4m3fn"),
+                   T("k_rope_out", {"nnz", "rope_dim"}).dt("float8_e4m3fn"),
+                   T("q_nope_out", {"nnz", "num_q_heads", "no_rope_dim"}).dt("float8_e4m3fn"),
+                   T("k_nope_out", {"nnz", "no_rope_dim"}).dt("float8_e4m3fn")},
+       .tags = {"status:verified", "fused", "quantize:fp8", "mla"},
+       .reference = R"PY(def _rotate(x, cos, sin, neox):
+    if neox:
+        h = x.shape[-1] // 2
+        x1, x2 = x[..., :h], x[..., h:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+
+
+def _fp8(x, scale):
+    y = (x.float() * float(scale)).clamp(-448.0, 448.0)
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    return y.to(fp8) if fp8 is not None else y
+
+
+def run(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True, quant_scale_q=1.0,
+        quant_scale_kv=1.0):
+    half = cos_sin_cache.shape[-1] // 2
+    cs = cos_sin_cache.float()[pos_ids.long()]
+    cos, sin = cs[:, :half], cs[:, half:]
+    q = _rotate(q_rope.float(), cos[:, None, :], sin[:, None, :], bool(is_neox))
+    k = _rotate(k_rope.float(), cos, sin, bool(is_neox))
+    return (_fp8(q, quant_scale_q), _fp8(k, quant_scale_kv), _fp8(q_nope, quant_scale_q),
+            _fp8(k_nope, quant_scale_kv))
+)PY"});
+  const std::vector<std::string> bshd = {"batch_size", "seq_len", "num_heads", "head_dim"};
+  v.push_back(
+      {.op = "fmha_v2_prefill_sm120",
+       .op_type = "trtllm_paged",
+       .name_prefix = "fmha_v2_prefill_sm120",
+       .description = "FMHA v2 prefill (SM120 names): dense self-attention of query/key/value "
+                      "[batch, seq_len, heads, head_dim], s = scale_bmm1 * q.k (causal mask), "
+                      "out = scale_bmm2 * softmax(s) v, written into out.",
+       .axes = {var("batch_size", "", 2), var("seq_len"), cst("num_heads", "h"),
+                cst("head_dim", "d"), var("scale_size", "1: device scale tensors.", 1)},
+       .inputs = {T("query", bshd).synth("float8_e4m3fn"), T("key", bshd).synth("float8_e4m3fn"),
+                  T("value", bshd).synth("float8_e4m3fn"),
+                  T("out", bshd).synth("bfloat16").desc("Output buffer (written in place)."),
+                  S("num_heads", "int32").init("num_heads"),
+                  S("head_dim", "int32").init("head_dim"), S("seq_len", "int32").init("seq_len"),
+                  S("scale_softmax", "float32").init("1.0"),
+                  S("scale_bmm1", "float32").opt().init("1.0 / math.sqrt(head_dim)"),
+                  S("scale_bmm2", "float32").opt().init("1.0"),
+                  T("scale_bmm1_d", {"scale_size"}).opt().dt("float32"),
+                  T("scale_bmm2_d", {"scale_size"}).opt().dt("float32"),
+                  S("causal", "bool").init("True")},
+       .outputs = {T("out", bshd).like("out")},
+       .tags = {"status:verified", "stage:prefill", "backend:trtllm"},
+       .reference =
+           R"PY(def run(query, key, value, out, num_heads, head_dim, seq_len, scale_softmax,
+        scale_bmm1=None, scale_bmm2=None, scale_bmm1_d=None, scale_bmm2_d=None, causal=True):
+    s1 = 1.0 if scale_bmm1 is None else float(scale_bmm1)
+    s2 = 1.0 if scale_bmm2 is None else float(scale_bmm2)
+    q, k, v = query.float(), key.float(), value.float()
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * s1
+    if causal:
+        n = s.shape[-1]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    o = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, dim=-1), v) * s2
+    return o.to(out.dtype)
+)PY"});
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -1311,6 +1417,7 @@ const std::vector<Template>& templates() {
     add_prefill(*v);
     add_ragged_and_mla(*v);
     add_quant_gemm(*v);
+    add_rope_quant_and_fmha(*v);
     return v;
   }();
   return *all;

@@ -296,6 +296,38 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                                             {"global_scale", T({1}, f32)},
                                                             {"sf_vec_size", Value(16)}});
                              }};
+  m["fp4_quantize_k7168"] = {"fp4_quantize", [=] {
+                               return bind("fp4_quantize", {{"input", T({3, 7168}, bf)},
+                                                            {"global_scale", T({1}, f32)},
+                                                            {"sf_vec_size", Value(16)}});
+                             }};
+  m["mla_rope_quantize_fp8_h128_rope64"] = {"mla_rope_quantize_fp8", [=] {
+                                              return bind("mla_rope_quantize_fp8",
+                                                          {{"q_rope", T({4, 128, 64}, bf)},
+                                                           {"k_rope", T({4, 64}, bf)},
+                                                           {"q_nope", T({4, 128, 512}, bf)},
+                                                           {"k_nope", T({4, 512}, bf)},
+                                                           {"cos_sin_cache", T({4096, 64}, f32)},
+                                                           {"pos_ids", T({4}, i32)},
+                                                           {"is_neox", Value(false)}});
+                                            }};
+  m["fmha_v2_prefill_sm120_h4_d128"] = {"fmha_v2_prefill_sm120", [=] {
+                                          const std::vector<int64_t> s = {1, 128, 4, 128};
+                                          return bind("fmha_v2_prefill_sm120",
+                                                      {{"query", T(s, f8)},
+                                                       {"key", T(s, f8)},
+                                                       {"value", T(s, f8)},
+                                                       {"out", T(s, bf)},
+                                                       {"num_heads", Value(4)},
+                                                       {"head_dim", Value(128)},
+                                                       {"seq_len", Value(128)},
+                                                       {"scale_softmax", Value(1.0)},
+                                                       {"scale_bmm1", Value(0.01)},
+                                                       {"scale_bmm2", Value(0.02)},
+                                                       {"scale_bmm1_d", T({1}, f32)},
+                                                       {"scale_bmm2_d", T({1}, f32)},
+                                                       {"causal", Value(true)}});
+                                        }};
   for (auto [n, k] : {std::pair<int64_t, int64_t>{256, 7168}, {32, 3072}}) {
     m["gemm_bf16_N" + std::to_string(n) + "_K" + std::to_string(k)] = {
         "mm_bf16", [=] {
@@ -476,7 +508,9 @@ std::map<std::string, int64_t> small_axes(const std::string& op) {
       {"mm_fp8", {{"K", 256}}},
       {"mm_mxfp8", {{"K", 64}}},
       {"bmm_mxfp8", {{"K", 64}}},
-      {"mm_fp4", {{"K", 32}, {"N", 32}, {"block_size", 16}}}};
+      {"mm_fp4", {{"K", 32}, {"N", 32}, {"block_size", 16}}},
+      {"mla_rope_quantize_fp8", {{"num_q_heads", 2}, {"rope_dim", 8}, {"rotary_dim", 8}}},
+      {"fmha_v2_prefill_sm120", {{"num_heads", 2}, {"head_dim", 16}}}};
   std::map<std::string, int64_t> out;
   for (const auto& a : fi::trace::template_axes(op)) {
     if (!a.is_const) continue;
@@ -682,6 +716,12 @@ TEST(Trace, ReferencesMatchTheLibrary) {
   struct Case {
     std::string op;
     std::function<Outs(In&)> call;
+    // Wider than the dtype's default: the reference's fp8 outputs stay unrounded fp32 on a torch
+    // without float8 (relative error up to 2^-4, subnormal steps of 2^-9).
+    std::optional<fi::testing::Tolerance> tol = std::nullopt;
+  };
+  auto tup4 = [](std::tuple<Tensor, Tensor, Tensor, Tensor> p) {
+    return Outs{std::get<0>(p), std::get<1>(p), std::get<2>(p), std::get<3>(p)};
   };
   auto rope2 = [](std::pair<Tensor, Tensor> p) { return Outs{p.first, p.second}; };
   auto tup2 = [](std::tuple<Tensor, Tensor> p) { return Outs{std::get<0>(p), std::get<1>(p)}; };
@@ -739,6 +779,12 @@ TEST(Trace, ReferencesMatchTheLibrary) {
          auto [q, sf] = fi::fp4_quantize(i["input"], i["global_scale"], 16, false, false);
          return Outs{q, sf.reshape({sf.numel()})};
        }},
+      {"mla_rope_quantize_fp8",
+       [&](In& i) {
+         return tup4(fi::mla_rope_quantize_fp8(i["q_rope"], i["k_rope"], i["q_nope"], i["k_nope"],
+                                               i["cos_sin_cache"], i["pos_ids"], false));
+       },
+       fi::testing::Tolerance{2e-3, 6.3e-2}},
   };
   const fs::path dir = fresh_dir("refs");
   // One Python process writes every case's inputs and reference outputs (torch loads once).
@@ -765,7 +811,8 @@ TEST(Trace, ReferencesMatchTheLibrary) {
     ASSERT_EQ(got.size(), expected.size());
     for (std::size_t k = 0; k < got.size(); ++k) {
       const DType dt = expected[k].dtype();
-      const fi::testing::Tolerance tol = dt == DType::kBFloat16
+      const fi::testing::Tolerance tol = c.tol ? *c.tol
+                                         : dt == DType::kBFloat16
                                              ? fi::testing::Tolerance{2e-2, 2e-2}
                                              : fi::testing::Tolerance{2e-4, 2e-4};
       EXPECT_TRUE(
