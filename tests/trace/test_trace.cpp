@@ -348,6 +348,22 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                        "top_p_sampling_from_probs",
                                        {{"probs", T({2, 151936}, f32)}, {"top_p", T({2}, f32)}});
                                  }};
+  m["rope_inplace_h32_kv8_d128"] = {"apply_rope_inplace", [=] {
+                                      return bind("apply_rope_inplace", {{"q", T({5, 32, 128}, bf)},
+                                                                         {"k", T({5, 8, 128}, bf)},
+                                                                         {"indptr", T({3}, i32)},
+                                                                         {"offsets", T({2}, i32)}});
+                                    }};
+  m["llama31_rope_pos_ids_inplace_h32_kv8_d128"] = {
+      "apply_llama31_rope_pos_ids_inplace", [=] {
+        return bind(
+            "apply_llama31_rope_pos_ids_inplace",
+            {{"q", T({5, 32, 128}, bf)}, {"k", T({5, 8, 128}, bf)}, {"pos_ids", T({5}, i32)}});
+      }};
+  m["top_p_renorm_probs_v32000"] = {
+      "top_p_renorm_probs", [=] {
+        return bind("top_p_renorm_probs", {{"probs", T({2, 32000}, f32)}, {"top_p", Value(0.9)}});
+      }};
   for (auto [n, k] : {std::pair<int64_t, int64_t>{256, 7168}, {32, 3072}}) {
     m["gemm_bf16_N" + std::to_string(n) + "_K" + std::to_string(k)] = {
         "mm_bf16", [=] {
