@@ -360,6 +360,12 @@ std::map<std::string, UpstreamCall> upstream_calls() {
             "apply_llama31_rope_pos_ids_inplace",
             {{"q", T({5, 32, 128}, bf)}, {"k", T({5, 8, 128}, bf)}, {"pos_ids", T({5}, i32)}});
       }};
+  m["rope_pos_ids_inplace_h32_kv8_d128"] = {
+      "apply_rope_pos_ids_inplace", [=] {
+        return bind(
+            "apply_rope_pos_ids_inplace",
+            {{"q", T({5, 32, 128}, bf)}, {"k", T({5, 8, 128}, bf)}, {"pos_ids", T({5}, i32)}});
+      }};
   m["top_p_renorm_probs_v32000"] = {
       "top_p_renorm_probs", [=] {
         return bind("top_p_renorm_probs", {{"probs", T({2, 32000}, f32)}, {"top_p", Value(0.9)}});
