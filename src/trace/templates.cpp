@@ -1105,6 +1105,57 @@ def _e2m1(codes):
 
 )PY";
 
+// NVFP4 quantization in PyTorch (ops/quantization.h's formulas), shared by fp4_quantize and
+// nvfp4_quantize: e4m3 block scales rounded to nearest even, e2m1 codes likewise, two codes per
+// byte (the first in the low nibble), scales returned linear and flat.
+const char* kFp4Quant = R"PY(def _e4m3_rn(v):
+    # Round non-negative fp32 to e4m3 (nearest even, saturating at 448); value and bits.
+    v = v.clamp(max=448.0)
+    e = torch.floor(torch.log2(v.clamp(min=2.0 ** -9))).clamp(min=-6.0)
+    q = torch.pow(2.0, e - 3.0)
+    r = (torch.round(v / q) * q).clamp(max=448.0)
+    e = torch.floor(torch.log2(r.clamp(min=2.0 ** -9))).clamp(min=-6.0)
+    normal = r >= 2.0 ** -6
+    mant = torch.where(normal, r / torch.pow(2.0, e) * 8.0 - 8.0, r / 2.0 ** -9)
+    bits = torch.where(normal, (e + 7.0) * 8.0 + mant, mant)
+    return r, bits.round().to(torch.uint8)
+
+
+_E2M1_POS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def _e2m1_rn(x):
+    # Nearest e2m1 code (ties to the even code), the sign in bit 3 (negative zero included).
+    tab = torch.tensor(_E2M1_POS)
+    mag = x.abs().clamp(max=6.0).unsqueeze(-1)
+    score = (mag - tab).abs() + (torch.arange(8) % 2).float() * 1e-6
+    code = score.argmin(dim=-1)
+    return code + torch.signbit(x).long() * 8
+
+
+def _pack(codes):
+    return (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
+
+
+def _nvfp4(input, gs, vec):
+    x = input.float()
+    m, k = x.shape
+    blocks = x.reshape(m, k // vec, vec)
+    amax = blocks.abs().amax(dim=-1)
+    sf, sf_bits = _e4m3_rn(gs * amax / 6.0)
+    scaled = torch.where(sf.unsqueeze(-1) > 0, (blocks * gs) / sf.unsqueeze(-1).clamp(min=1e-30),
+                         torch.zeros_like(blocks))
+    return _pack(_e2m1_rn(scaled).reshape(m, k)), sf_bits.reshape(-1)
+
+
+def _ue8m0_up(v):
+    # MX scale: the power of two at or above v (as its biased exponent byte); 0 gives 2^-127.
+    e = torch.where(v > 0, torch.ceil(torch.log2(v.clamp(min=1e-38))), torch.full_like(v, -127.0))
+    e = e.clamp(-127.0, 127.0)
+    return torch.pow(2.0, e), (e + 127.0).to(torch.uint8)
+
+
+)PY";
 void add_quant_gemm(std::vector<Template>& v) {
   // mm_fp8: the weight in trtllm's low-latency layout [K/128, N, 128] (prepare_low_latency_gemm_
   // weights: rows shuffled in blocks of 32, then 128-wide K blocks outermost).
@@ -1254,44 +1305,73 @@ void add_quant_gemm(std::vector<Template>& v) {
                    T("scales", {"num_scale_elems"}).dt("uint8")},
        .constraints = {"K_packed == K // 2"},
        .tags = {"status:verified", "quantization:fp4"},
-       .reference = R"PY(def _e4m3_rn(v):
-    # Round non-negative fp32 to e4m3 (nearest even, saturating at 448); value and bits.
-    v = v.clamp(max=448.0)
-    e = torch.floor(torch.log2(v.clamp(min=2.0 ** -9))).clamp(min=-6.0)
-    q = torch.pow(2.0, e - 3.0)
-    r = (torch.round(v / q) * q).clamp(max=448.0)
-    e = torch.floor(torch.log2(r.clamp(min=2.0 ** -9))).clamp(min=-6.0)
-    normal = r >= 2.0 ** -6
-    mant = torch.where(normal, r / torch.pow(2.0, e) * 8.0 - 8.0, r / 2.0 ** -9)
-    bits = torch.where(normal, (e + 7.0) * 8.0 + mant, mant)
-    return r, bits.round().to(torch.uint8)
-
-
-_E2M1_POS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
-
-
-def _e2m1_rn(x):
-    # Nearest e2m1 code (ties to the even code), the sign in bit 3 (negative zero included).
-    tab = torch.tensor(_E2M1_POS)
-    mag = x.abs().clamp(max=6.0).unsqueeze(-1)
-    score = (mag - tab).abs() + (torch.arange(8) % 2).float() * 1e-6
-    code = score.argmin(dim=-1)
-    return code + torch.signbit(x).long() * 8
-
-
-def run(input, global_scale=None, sf_vec_size=16):
+       .reference = std::string(kFp4Quant) + R"PY(def run(input, global_scale=None, sf_vec_size=16):
     vec = 16 if sf_vec_size is None else int(sf_vec_size)
     gs = 1.0 if global_scale is None else float(global_scale.float().reshape(-1)[0])
+    return _nvfp4(input, gs, vec)
+)PY"});
+  auto fp4_axes = [] {
+    return std::vector<Axis>{var("M", "Number of rows."), cst("K", "k", "Number of input columns."),
+                             var("K_packed", "K // 2."), var("num_scale_elems", "Scale bytes."),
+                             var("one", "1: shape of the global scale.", 1)};
+  };
+  const std::vector<Io> fp4_outs = {T("quantized", {"M", "K_packed"}).dt("uint8"),
+                                    T("scales", {"num_scale_elems"}).dt("uint8")};
+  v.push_back({.op = "nvfp4_quantize",
+               .op_type = "quantization",
+               .name_prefix = "nvfp4_quantize",
+               .description = "NVFP4 quantization: packed e2m1 and e4m3 scales of 16 values, with "
+                              "the global scale a_global_sf.",
+               .axes = fp4_axes(),
+               .inputs = {T("a", {"M", "K"}),
+                          T("a_global_sf", {"one"})
+                              .synth("float32")
+                              .init("torch.full((one,), 3.0, dtype=torch.float32, device=device)"),
+                          S("sf_vec_size", "int32").opt()},
+               .outputs = fp4_outs,
+               .constraints = {"K_packed == K // 2"},
+               .tags = {"status:verified", "quantization:nvfp4"},
+               .reference = std::string(kFp4Quant) + R"PY(def run(a, a_global_sf, sf_vec_size=16):
+    vec = 16 if sf_vec_size is None else int(sf_vec_size)
+    return _nvfp4(a, float(a_global_sf.float().reshape(-1)[0]), vec)
+)PY"});
+  v.push_back({.op = "mxfp4_quantize",
+               .op_type = "quantization",
+               .name_prefix = "mxfp4_quantize",
+               .description = "MXFP4 quantization: packed e2m1 and UE8M0 scales of 32 values (the "
+                              "power of two at or above amax / 6); no global scale.",
+               .axes = fp4_axes(),
+               .inputs = {T("a", {"M", "K"})},
+               .outputs = fp4_outs,
+               .constraints = {"K_packed == K // 2"},
+               .tags = {"status:verified", "quantization:mxfp4"},
+               .reference = std::string(kFp4Quant) + R"PY(def run(a):
+    x = a.float()
+    m, k = x.shape
+    blocks = x.reshape(m, k // 32, 32)
+    scale, sf_bits = _ue8m0_up(blocks.abs().amax(dim=-1) / 6.0)
+    codes = _e2m1_rn(blocks / scale.unsqueeze(-1)).reshape(m, k)
+    return _pack(codes), sf_bits.reshape(-1)
+)PY"});
+  v.push_back({.op = "mxfp8_quantize",
+               .op_type = "quantization",
+               .name_prefix = "mxfp8_quantize",
+               .description = "MXFP8 quantization: e4m3 values and UE8M0 scales of 32 values (the "
+                              "power of two at or above amax / 448).",
+               .axes = {var("M", "Number of rows."), cst("K", "k", "Number of input columns."),
+                        var("num_scale_elems", "Scale bytes.")},
+               .inputs = {T("input", {"M", "K"})},
+               .outputs = {T("quantized", {"M", "K"}).dt("float8_e4m3fn"),
+                           T("scales", {"num_scale_elems"}).dt("uint8")},
+               .tags = {"status:verified", "quantization:mxfp8"},
+               .reference = std::string(kFp4Quant) + R"PY(def run(input):
     x = input.float()
     m, k = x.shape
-    blocks = x.reshape(m, k // vec, vec)
-    amax = blocks.abs().amax(dim=-1)
-    sf, sf_bits = _e4m3_rn(gs * amax / 6.0)
-    scaled = torch.where(sf.unsqueeze(-1) > 0, (blocks * gs) / sf.unsqueeze(-1).clamp(min=1e-30),
-                         torch.zeros_like(blocks))
-    codes = _e2m1_rn(scaled).reshape(m, k)
-    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
-    return packed, sf_bits.reshape(-1)
+    blocks = x.reshape(m, k // 32, 32)
+    scale, sf_bits = _ue8m0_up(blocks.abs().amax(dim=-1) / 448.0)
+    y = (blocks / scale.unsqueeze(-1)).clamp(-448.0, 448.0).reshape(m, k)
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    return (y.to(fp8) if fp8 is not None else y), sf_bits.reshape(-1)
 )PY"});
 }
 

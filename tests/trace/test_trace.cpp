@@ -296,6 +296,16 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                                             {"global_scale", T({1}, f32)},
                                                             {"sf_vec_size", Value(16)}});
                              }};
+  m["nvfp4_quantize_k4096"] = {
+      "nvfp4_quantize", [=] {
+        return bind("nvfp4_quantize", {{"a", T({3, 4096}, bf)}, {"a_global_sf", T({1}, f32)}});
+      }};
+  m["mxfp4_quantize_k4096"] = {"mxfp4_quantize", [=] {
+                                 return bind("mxfp4_quantize", {{"a", T({3, 4096}, bf)}});
+                               }};
+  m["mxfp8_quantize_k4096"] = {"mxfp8_quantize", [=] {
+                                 return bind("mxfp8_quantize", {{"input", T({3, 4096}, bf)}});
+                               }};
   m["fp4_quantize_k7168"] = {"fp4_quantize", [=] {
                                return bind("fp4_quantize", {{"input", T({3, 7168}, bf)},
                                                             {"global_scale", T({1}, f32)},
@@ -551,6 +561,8 @@ std::map<std::string, int64_t> small_axes(const std::string& op) {
       {"mm_mxfp8", {{"K", 64}}},
       {"bmm_mxfp8", {{"K", 64}}},
       {"mm_fp4", {{"K", 32}, {"N", 32}, {"block_size", 16}}},
+      {"mxfp4_quantize", {{"K", 64}}},
+      {"mxfp8_quantize", {{"K", 64}}},
       {"mla_rope_quantize_fp8", {{"num_q_heads", 2}, {"rope_dim", 8}, {"rotary_dim", 8}}},
       {"fmha_v2_prefill_sm120", {{"num_heads", 2}, {"head_dim", 16}}}};
   std::map<std::string, int64_t> out;
@@ -819,6 +831,17 @@ TEST(Trace, ReferencesMatchTheLibrary) {
       {"fp4_quantize",
        [](In& i) {
          auto [q, sf] = fi::fp4_quantize(i["input"], i["global_scale"], 16, false, false);
+         return Outs{q, sf.reshape({sf.numel()})};
+       }},
+      {"nvfp4_quantize",
+       [](In& i) {
+         auto [q, sf] = fi::nvfp4_quantize(i["a"], i["a_global_sf"], fi::SfLayout::layout_linear);
+         return Outs{q, sf.reshape({sf.numel()})};
+       }},
+      {"mxfp4_quantize",
+       [](In& i) {
+         auto [q, sf] =
+             fi::mxfp4_quantize(i["a"], "cuda", std::nullopt, fi::SfLayout::layout_linear);
          return Outs{q, sf.reshape({sf.numel()})};
        }},
       {"mla_rope_quantize_fp8",
