@@ -1335,6 +1335,68 @@ void add_quant_gemm(std::vector<Template>& v) {
     vec = 16 if sf_vec_size is None else int(sf_vec_size)
     return _nvfp4(a, float(a_global_sf.float().reshape(-1)[0]), vec)
 )PY"});
+  v.push_back({.op = "silu_and_mul_nvfp4_quantize",
+               .op_type = "quantization",
+               .name_prefix = "silu_and_mul_nvfp4_quantize",
+               .description = "silu(gate) * up of input [M, 2K] (gate first), rounded to the "
+                              "input dtype, then NVFP4 (fp4_quantize's formulas).",
+               .axes = {var("M", "Number of rows."),
+                        cst("K_doubled", "k", "Gated input width (2 * the output's K)."),
+                        var("K_packed", "K_doubled // 4."), var("num_scale_elems", "Scale bytes."),
+                        var("one", "1: shape of the global scale.", 1)},
+               .inputs = {T("input", {"M", "K_doubled"}),
+                          T("global_scale", {"one"})
+                              .synth("float32")
+                              .init("torch.full((one,), 3.0, dtype=torch.float32, device=device)"),
+                          S("sf_vec_size", "int32").opt()},
+               .outputs = {T("x_q", {"M", "K_packed"}).dt("uint8"),
+                           T("sf", {"num_scale_elems"}).dt("uint8")},
+               .constraints = {"K_packed == K_doubled // 4"},
+               .tags = {"status:verified", "fused", "quantization:nvfp4"},
+               .reference = std::string(kFp4Quant) +
+                            R"PY(def run(input, global_scale, sf_vec_size=16):
+    vec = 16 if sf_vec_size is None else int(sf_vec_size)
+    h = input.shape[-1] // 2
+    gate, up = input[:, :h].float(), input[:, h:].float()
+    y = (gate * torch.sigmoid(gate) * up).to(input.dtype)
+    return _nvfp4(y, float(global_scale.float().reshape(-1)[0]), vec)
+)PY"});
+  // nvfp4_quantize_smooth (flashinfer.gemm.gemm_svdquant): upstream's template has no status tag
+  // and names the global scale's dim "1".
+  v.push_back({.op = "nvfp4_quantize_smooth",
+               .op_type = "quantize_nvfp4_smooth",
+               .name_prefix = "quantize_nvfp4_smooth",
+               .description =
+                   "Smooth + NVFP4 quantize: NVFP4 of bf16(x * pre_quant_scale) with the "
+                   "global scale; 128x4-swizzled e4m3 scales, returned 1-D.",
+               .axes = {var("M"), cst("N", "N"), var("N_half", "N / 2 (two e2m1 values per byte)."),
+                        var("SF", "128x4-swizzled scale buffer size.")},
+               .inputs = {T("x", {"M", "N"}),
+                          T("pre_quant_scale", {"N"})
+                              .init("(torch.rand((N,), device=device) + 0.5).to({dtype:x})"),
+                          T("global_scale", {"1"})
+                              .synth("float32")
+                              .init("torch.full((1,), 3.0, dtype=torch.float32, device=device)")},
+               .outputs = {T("xq", {"M", "N_half"}).dt("uint8"), T("sf", {"SF"}).dt("uint8")},
+               .constraints = {"N_half == N // 2",
+                               "SF == ((M + 127) // 128) * 128 * ((N // 16 + 3) // 4) * 4"},
+               .derived = {{.name = "1", .by = 1}},
+               .tags = {"quantization:fp4"},
+               .reference = std::string(kFp4Quant) + R"PY(def _swizzle_128x4(sf, rows, cols):
+    rp, cp = (rows + 127) // 128 * 128, (cols + 3) // 4 * 4
+    r = torch.arange(rows).reshape(-1, 1)
+    c = torch.arange(cols).reshape(1, -1)
+    off = (r // 128) * (cp // 4) * 512 + (c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
+    out = torch.zeros(rp * cp, dtype=torch.uint8)
+    out[off.reshape(-1)] = sf.reshape(-1)
+    return out
+
+
+def run(x, pre_quant_scale, global_scale):
+    xs = (x.float() * pre_quant_scale.float()).to(torch.bfloat16)
+    q, sf = _nvfp4(xs, float(global_scale.float().reshape(-1)[0]), 16)
+    return q, _swizzle_128x4(sf, x.shape[0], x.shape[1] // 16)
+)PY"});
   v.push_back({.op = "mxfp4_quantize",
                .op_type = "quantization",
                .name_prefix = "mxfp4_quantize",

@@ -176,6 +176,8 @@ std::string generic_init(const Template& t, const std::map<std::string, int64_t>
   }
   // Shape names that are not axes (upstream's derived names), sized from the axes above.
   for (const Derived& d : t.derived) {
+    // A number used as a shape name (upstream's "1") needs no definition.
+    if (d.name.find_first_not_of("0123456789") == std::string::npos) continue;
     o << "    " << d.name << " = ";
     if (d.of.empty()) {
       o << d.by << "\n";
