@@ -1397,6 +1397,50 @@ def run(x, pre_quant_scale, global_scale):
     q, sf = _nvfp4(xs, float(global_scale.float().reshape(-1)[0]), 16)
     return q, _swizzle_128x4(sf, x.shape[0], x.shape[1] // 16)
 )PY"});
+  // mxfp8_grouped_quantize (fp8_quantization): K zero-padded to a multiple of 128, scales in
+  // the 128x4 tile order per group, both returned as upstream's permuted views; rows >= mask[b]
+  // are zero (docs/GEMM_AND_QUANTIZATION.md). Upstream's file carries no reference; ours rounds
+  // the values to e4m3 itself so they compare exactly on a torch without float8.
+  v.push_back(
+      {.op = "mxfp8_grouped_quantize",
+       .op_type = "quantization",
+       .name_prefix = "mxfp8_grouped_quantize",
+       .description = "Grouped MXFP8 quantization of a [B, M, K] (rows < mask[b] of each group): "
+                      "e4m3 values [M, padded_K, B] and UE8M0 scales [32, 4, rm, 4, rk, B].",
+       .axes = {var("B", "Number of groups.", 2), var("M", "Rows per group."),
+                cst("K", "k", "Input columns (divisible by 32)."),
+                var("padded_K", "K rounded up to a multiple of 128."),
+                var("rm", "padded_M // 128."), var("rk", "padded_K // 128."), var("m32", "32."),
+                var("m4", "4."), var("k4", "4.")},
+       .inputs = {T("a", {"B", "M", "K"}),
+                  T("mask", {"B"})
+                      .synth("int32")
+                      .init("torch.full((B,), max(M - 1, 0), dtype=torch.int32, device=device)")},
+       .outputs = {T("x_q", {"M", "padded_K", "B"}).dt("float8_e4m3fn"),
+                   T("sf", {"m32", "m4", "rm", "k4", "rk", "B"}).dt("uint8")},
+       .constraints = {"padded_K == ((K + 127) // 128) * 128", "rm == (M + 127) // 128",
+                       "rk == padded_K // 128", "m32 == 32", "m4 == 4", "k4 == 4"},
+       .tags = {"status:verified", "quantization:mxfp8"},
+       .reference = std::string(kFp4Quant) + R"PY(def run(a, mask):
+    b, m, k = a.shape
+    pk = (k + 127) // 128 * 128
+    rm, sk = (m + 127) // 128, pk // 32
+    x = torch.zeros(b, m, pk)
+    x[:, :, :k] = a.float()
+    live = torch.arange(m).reshape(1, -1, 1) < mask.long().reshape(-1, 1, 1)
+    blocks = x.reshape(b, m, sk, 32)
+    scale, bits = _ue8m0_up(blocks.abs().amax(dim=-1) / 448.0)
+    y = (blocks / scale.unsqueeze(-1)).reshape(b, m, pk)
+    mag, _ = _e4m3_rn(y.abs())
+    y = torch.where(live, torch.where(y < 0, -mag, mag), torch.zeros_like(y))
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    xq = (y.to(fp8) if fp8 is not None else y).permute(1, 2, 0)
+    sf = torch.zeros(b, rm * 128, sk, dtype=torch.uint8)
+    sf[:, :m] = torch.where(live, bits, torch.zeros_like(bits))
+    # Rows r = (t, j, i) = 128 t + 32 j + i, columns c = 4 u + l: stored as (b, t, u, i, j, l).
+    sf = sf.reshape(b, rm, 4, 32, sk // 4, 4).permute(0, 1, 4, 3, 2, 5)
+    return xq, sf.permute(3, 4, 1, 5, 2, 0)
+)PY"});
   v.push_back({.op = "mxfp4_quantize",
                .op_type = "quantization",
                .name_prefix = "mxfp4_quantize",

@@ -318,6 +318,11 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                                      {"pre_quant_scale", T({3072}, bf)},
                                                      {"global_scale", T({1}, f32)}});
                                       }};
+  m["mxfp8_grouped_quantize_k4096"] = {"mxfp8_grouped_quantize", [=] {
+                                         return bind(
+                                             "mxfp8_grouped_quantize",
+                                             {{"a", T({2, 256, 4096}, bf)}, {"mask", T({2}, i32)}});
+                                       }};
   m["fp4_quantize_k7168"] = {"fp4_quantize", [=] {
                                return bind("fp4_quantize", {{"input", T({3, 7168}, bf)},
                                                             {"global_scale", T({1}, f32)},
@@ -577,6 +582,7 @@ std::map<std::string, int64_t> small_axes(const std::string& op) {
       {"mxfp4_quantize", {{"K", 64}}},
       {"silu_and_mul_nvfp4_quantize", {{"K_doubled", 64}}},
       {"nvfp4_quantize_smooth", {{"N", 32}}},
+      {"mxfp8_grouped_quantize", {{"K", 96}}},
       {"mxfp8_quantize", {{"K", 64}}},
       {"mla_rope_quantize_fp8", {{"num_q_heads", 2}, {"rope_dim", 8}, {"rotary_dim", 8}}},
       {"fmha_v2_prefill_sm120", {{"num_heads", 2}, {"head_dim", 16}}}};
@@ -611,12 +617,12 @@ TEST(Trace, UpstreamComparison) {
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(calls.size()));
-  EXPECT_GE(compared, 58);
+  EXPECT_GE(compared, 59);
 }
 
 TEST(Trace, EveryTemplateNamesADeclaredOp) {
   const auto ops = fi::trace::traced_ops();
-  EXPECT_GE(ops.size(), 59u);
+  EXPECT_GE(ops.size(), 60u);
   std::set<std::string> prefixes;
   for (const auto& op : ops) {
     EXPECT_NE(fi::OpRegistry::global().find(op), nullptr) << op;
@@ -869,6 +875,8 @@ TEST(Trace, ReferencesMatchTheLibrary) {
          auto [q, sf] = fi::nvfp4_quantize_smooth(i["x"], i["pre_quant_scale"], i["global_scale"]);
          return Outs{q, sf.reshape({sf.numel()})};
        }},
+      {"mxfp8_grouped_quantize",
+       [&](In& i) { return tup2(fi::mxfp8_grouped_quantize(i["a"], i["mask"])); }},
       {"mla_rope_quantize_fp8",
        [&](In& i) {
          return tup4(fi::mla_rope_quantize_fp8(i["q_rope"], i["k_rope"], i["q_nope"], i["k_nope"],
