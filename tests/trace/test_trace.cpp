@@ -402,7 +402,9 @@ std::map<std::string, UpstreamCall> upstream_calls() {
       "top_p_renorm_probs", [=] {
         return bind("top_p_renorm_probs", {{"probs", T({2, 32000}, f32)}, {"top_p", Value(0.9)}});
       }};
-  for (auto [n, k] : {std::pair<int64_t, int64_t>{256, 7168}, {32, 3072}}) {
+  // (No structured bindings: clang cannot capture them in the lambda.)
+  for (const auto& nk : {std::pair<int64_t, int64_t>{256, 7168}, {32, 3072}}) {
+    const int64_t n = nk.first, k = nk.second;
     m["gemm_bf16_N" + std::to_string(n) + "_K" + std::to_string(k)] = {
         "mm_bf16", [=] {
           return bind("mm_bf16", {{"a", T({3, k}, bf)}, {"b", T({k, n}, bf)}});
