@@ -1077,6 +1077,516 @@ void add_ragged_and_mla(std::vector<Template>& v) {
 )PY"});
 }
 
+// ---------------------------------------------------------------------------------------------
+// Quantized GEMMs and the fp4 quantizer (flashinfer.gemm.gemm_base, flashinfer.quantization).
+// Upstream's shapes name dimensions that are not axes (K_div_block_size, K_div_32, ...): they are
+// `derived` here, sized from the axes only for `flashinfer trace` and the init snippet.
+
+// Python helpers shared by the references: UE8M0 and e2m1 decoding, the 128x4 scale layout.
+const char* kMxHelpers = R"PY(def _ue8m0(sf):
+    return torch.pow(2.0, sf.float() - 127.0)
+
+
+def _unswizzle_128x4(buf, rows, cols):
+    # Scale of (row, col) in the 128x4 layout: 512-byte tiles of 128 rows x 4 columns.
+    r = torch.arange(rows).reshape(-1, 1)
+    c = torch.arange(cols).reshape(1, -1)
+    k_tiles = (cols + 3) // 4
+    off = (r // 128) * k_tiles * 512 + (c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
+    return buf.reshape(-1)[off.reshape(-1)].reshape(rows, cols)
+
+
+_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def _e2m1(codes):
+    return torch.tensor(_E2M1)[(codes.long() & 15)]
+
+
+)PY";
+
+// NVFP4 quantization in PyTorch (ops/quantization.h's formulas), shared by fp4_quantize and
+// nvfp4_quantize: e4m3 block scales rounded to nearest even, e2m1 codes likewise, two codes per
+// byte (the first in the low nibble), scales returned linear and flat.
+const char* kFp4Quant = R"PY(def _e4m3_rn(v):
+    # Round non-negative fp32 to e4m3 (nearest even, saturating at 448); value and bits.
+    v = v.clamp(max=448.0)
+    e = torch.floor(torch.log2(v.clamp(min=2.0 ** -9))).clamp(min=-6.0)
+    q = torch.pow(2.0, e - 3.0)
+    r = (torch.round(v / q) * q).clamp(max=448.0)
+    e = torch.floor(torch.log2(r.clamp(min=2.0 ** -9))).clamp(min=-6.0)
+    normal = r >= 2.0 ** -6
+    mant = torch.where(normal, r / torch.pow(2.0, e) * 8.0 - 8.0, r / 2.0 ** -9)
+    bits = torch.where(normal, (e + 7.0) * 8.0 + mant, mant)
+    return r, bits.round().to(torch.uint8)
+
+
+_E2M1_POS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def _e2m1_rn(x):
+    # Nearest e2m1 code (ties to the even code), the sign in bit 3 (negative zero included).
+    tab = torch.tensor(_E2M1_POS)
+    mag = x.abs().clamp(max=6.0).unsqueeze(-1)
+    score = (mag - tab).abs() + (torch.arange(8) % 2).float() * 1e-6
+    code = score.argmin(dim=-1)
+    return code + torch.signbit(x).long() * 8
+
+
+def _pack(codes):
+    return (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
+
+
+def _nvfp4(input, gs, vec):
+    x = input.float()
+    m, k = x.shape
+    blocks = x.reshape(m, k // vec, vec)
+    amax = blocks.abs().amax(dim=-1)
+    sf, sf_bits = _e4m3_rn(gs * amax / 6.0)
+    scaled = torch.where(sf.unsqueeze(-1) > 0, (blocks * gs) / sf.unsqueeze(-1).clamp(min=1e-30),
+                         torch.zeros_like(blocks))
+    return _pack(_e2m1_rn(scaled).reshape(m, k)), sf_bits.reshape(-1)
+
+
+def _ue8m0_up(v):
+    # MX scale: the power of two at or above v (as its biased exponent byte); 0 gives 2^-127.
+    e = torch.where(v > 0, torch.ceil(torch.log2(v.clamp(min=1e-38))), torch.full_like(v, -127.0))
+    e = e.clamp(-127.0, 127.0)
+    return torch.pow(2.0, e), (e + 127.0).to(torch.uint8)
+
+
+)PY";
+void add_quant_gemm(std::vector<Template>& v) {
+  // mm_fp8: the weight in trtllm's low-latency layout [K/128, N, 128] (prepare_low_latency_gemm_
+  // weights: rows shuffled in blocks of 32, then 128-wide K blocks outermost).
+  v.push_back(
+      {.op = "mm_fp8",
+       .op_type = "gemm_fp8",
+       .name_prefix = "gemm_fp8",
+       .description = "FP8 GEMM C = A @ W.T with W in the trtllm low-latency block layout "
+                      "[K // 128, N, 128] (rows shuffled in blocks of 32); bf16 output.",
+       .axes = {var("M"), cst("N", "N"), cst("K", "K")},
+       .inputs = {T("A", {"M", "K"}).from("a").synth("float8_e4m3fn"),
+                  T("B", {"K_div_block_size", "N", "block_size"})
+                      .from("b")
+                      .synth("float8_e4m3fn")
+                      .desc("FP8 weight in the block layout [K // block_size, N, block_size].")},
+       .outputs = {T("C", {"M", "N"}).dt("bfloat16")},
+       .derived = {{.name = "K_div_block_size", .of = "K", .by = 128},
+                   {.name = "block_size", .by = 128}},
+       .tags = {"status:verified", "quantization:float8_e4m3fn"},
+       .reference = R"PY(def run(A, B):
+    kb, n, bs = B.shape
+    w = B.float().permute(1, 0, 2).reshape(n, kb * bs)
+    # Undo the row shuffle: row j of the weight sits at (j % 32 % 4) * 8 + (j % 32) // 4 of its
+    # block of 32 (a partial last block is left in order).
+    rows = [j // 32 * 32 + (j % 32 % 4) * 8 + (j % 32) // 4 if j // 32 * 32 + 32 <= n else j
+            for j in range(n)]
+    w = w[torch.tensor(rows, dtype=torch.long)]
+    return (A.float() @ w.t()).to(torch.bfloat16)
+)PY"});
+  v.push_back(
+      {.op = "mm_mxfp8",
+       .op_type = "gemm_mxfp8",
+       .name_prefix = "gemm_mxfp8",
+       .description = "MXFP8 GEMM C = A @ B: e4m3 operands, one UE8M0 scale per 32 values of K "
+                      "(linear layout here; calls may pass swizzled 1-D scales).",
+       .axes = {var("M"), cst("N", "N"), cst("K", "K")},
+       .inputs = {T("A", {"M", "K"}).from("a").synth("float8_e4m3fn"),
+                  T("B", {"K", "N"}).from("b").synth("float8_e4m3fn").desc("Column-major weight."),
+                  T("a_descale", {"M", "K_div_32"})
+                      .synth("uint8")
+                      .init("torch.randint(124, 131, (M, K_div_32), dtype=torch.uint8, "
+                            "device=device)"),
+                  T("b_descale", {"K_div_32", "N"})
+                      .synth("uint8")
+                      .init("torch.randint(124, 131, (K_div_32, N), dtype=torch.uint8, "
+                            "device=device)")},
+       .outputs = {T("C", {"M", "N"}).dt("bfloat16")},
+       .derived = {{.name = "K_div_32", .of = "K", .by = 32}},
+       .tags = {"status:verified", "quantization:mxfp8"},
+       .reference = std::string(kMxHelpers) + R"PY(def run(A, B, a_descale, b_descale):
+    sa = _ue8m0(a_descale).repeat_interleave(32, dim=1)
+    sb = _ue8m0(b_descale).repeat_interleave(32, dim=0)
+    return ((A.float() * sa) @ (B.float() * sb)).to(torch.bfloat16)
+)PY"});
+  v.push_back(
+      {.op = "bmm_mxfp8",
+       .op_type = "bmm_mxfp8",
+       .name_prefix = "bmm_mxfp8",
+       .description = "Batched MXFP8 matmul: e4m3 A [b, M, K] and B [b, K, N] (column-major), "
+                      "1-D 128x4-swizzled UE8M0 scales per batch item, back to back.",
+       .axes = {var("batch_size", "", 2), var("M"), cst("N", "N"), cst("K", "K"),
+                var("A_scale_size", "Batched padded 128x4 scale-buffer length for A."),
+                var("B_scale_size", "Batched padded 128x4 scale-buffer length for B.")},
+       .inputs = {T("A", {"batch_size", "M", "K"}).synth("float8_e4m3fn"),
+                  T("B", {"batch_size", "K", "N"}).synth("float8_e4m3fn"),
+                  T("A_scale", {"A_scale_size"})
+                      .synth("uint8")
+                      .init("torch.randint(124, 131, (batch_size * ((M + 127) // 128 * 128) * "
+                            "((K // 32 + 3) // 4 * 4),), dtype=torch.uint8, device=device)"),
+                  T("B_scale", {"B_scale_size"})
+                      .synth("uint8")
+                      .init("torch.randint(124, 131, (batch_size * ((N + 127) // 128 * 128) * "
+                            "((K // 32 + 3) // 4 * 4),), dtype=torch.uint8, device=device)"),
+                  S("dtype", "int32").desc("Output dtype.")},
+       .outputs = {T("C", {"batch_size", "M", "N"}).dt("bfloat16")},
+       .tags = {"status:verified", "quantization:mxfp8"},
+       .reference = std::string(kMxHelpers) + R"PY(def run(A, B, A_scale, B_scale, dtype=None):
+    b, m, k = A.shape
+    n = B.shape[-1]
+    sa_all = A_scale.reshape(b, -1)
+    sb_all = B_scale.reshape(b, -1)
+    out = []
+    for i in range(b):
+        sa = _ue8m0(_unswizzle_128x4(sa_all[i], m, k // 32)).repeat_interleave(32, dim=1)
+        sb = _ue8m0(_unswizzle_128x4(sb_all[i], n, k // 32)).repeat_interleave(32, dim=1)
+        out.append((A[i].float() * sa) @ (B[i].float() * sb.t()))
+    return torch.stack(out).to(torch.bfloat16)
+)PY"});
+  // mm_fp4: upstream's template (and its example call) count K and N in values, one per byte of
+  // A [M, K] and B [K, N], with block scales [M, K // bs] and [K, N // bs]; our reference reads
+  // those shapes as written (one e2m1 code per byte, in its low nibble).
+  Axis block_size = cst("block_size", "block_size", "16 for NVFP4, 32 for MXFP4.");
+  v.push_back(
+      {.op = "mm_fp4",
+       .op_type = "gemm_fp4",
+       .name_prefix = "gemm_fp4",
+       .description = "FP4 GEMM C = A @ B with e2m1 operands and e4m3 block scales (block_size "
+                      "values per scale); bf16 output.",
+       .axes = {var("M"), cst("N", "N"), cst("K", "K"), block_size},
+       .inputs = {T("A", {"M", "K"})
+                      .from("a")
+                      .synth("uint8")
+                      .init("torch.randint(0, 256, (M, K), dtype=torch.uint8, device=device)"),
+                  T("B", {"K", "N"})
+                      .from("b")
+                      .synth("uint8")
+                      .init("torch.randint(0, 256, (K, N), dtype=torch.uint8, device=device)"),
+                  T("a_descale", {"M", "K_div_block_size"})
+                      .synth("float8_e4m3fn")
+                      .init("(torch.rand((M, K_div_block_size), device=device) + 0.5)"
+                            ".to({dtype:a_descale})"),
+                  T("b_descale", {"K", "N_div_block_size"})
+                      .synth("float8_e4m3fn")
+                      .init("(torch.rand((K, N_div_block_size), device=device) + 0.5)"
+                            ".to({dtype:b_descale})"),
+                  S("block_size", "int32").init("block_size")},
+       .outputs = {T("C", {"M", "N"}).dt("bfloat16")},
+       .derived = {{.name = "K_div_block_size", .of = "K", .by_axis = "block_size"},
+                   {.name = "N_div_block_size", .of = "N", .by_axis = "block_size"}},
+       .tags = {"status:verified", "quantization:fp4"},
+       .reference =
+           std::string(kMxHelpers) + R"PY(def run(A, B, a_descale, b_descale, block_size=16):
+    bs = int(block_size)
+    a = _e2m1(A) * a_descale.float().repeat_interleave(bs, dim=1)
+    b = _e2m1(B) * b_descale.float().repeat_interleave(bs, dim=1)
+    return (a @ b).to(torch.bfloat16)
+)PY"});
+  // fp4_quantize: NVFP4 (sf_vec_size 16, e4m3 scales, global scale) as ops/quantization.h:
+  // sf = e4m3_satfinite(gs * amax / 6), q = e2m1_rn((x * gs) / sf). The reference returns the
+  // scales in the linear layout (calls default to the 128x4 swizzle: same bytes, reordered).
+  v.push_back(
+      {.op = "fp4_quantize",
+       .op_type = "quantization",
+       .name_prefix = "fp4_quantize",
+       .description = "FP4 quantization: bf16/fp16 input to packed e2m1 (two values per byte, "
+                      "the first in the low nibble) and e4m3 block scales (NVFP4).",
+       .axes = {var("M", "Number of rows."), cst("K", "k", "Number of input columns."),
+                var("K_packed", "K // 2."), var("num_scale_elems", "Number of scale bytes."),
+                var("one", "1: shape of the global scale.", 1)},
+       .inputs = {T("input", {"M", "K"}),
+                  T("global_scale", {"one"})
+                      .opt()
+                      .dt("float32")
+                      .init("torch.full((one,), 3.0, dtype=torch.float32, device=device)"),
+                  S("sf_vec_size", "int32").opt()},
+       .outputs = {T("quantized", {"M", "K_packed"}).dt("uint8"),
+                   T("scales", {"num_scale_elems"}).dt("uint8")},
+       .constraints = {"K_packed == K // 2"},
+       .tags = {"status:verified", "quantization:fp4"},
+       .reference = std::string(kFp4Quant) + R"PY(def run(input, global_scale=None, sf_vec_size=16):
+    vec = 16 if sf_vec_size is None else int(sf_vec_size)
+    gs = 1.0 if global_scale is None else float(global_scale.float().reshape(-1)[0])
+    return _nvfp4(input, gs, vec)
+)PY"});
+  auto fp4_axes = [] {
+    return std::vector<Axis>{var("M", "Number of rows."), cst("K", "k", "Number of input columns."),
+                             var("K_packed", "K // 2."), var("num_scale_elems", "Scale bytes."),
+                             var("one", "1: shape of the global scale.", 1)};
+  };
+  const std::vector<Io> fp4_outs = {T("quantized", {"M", "K_packed"}).dt("uint8"),
+                                    T("scales", {"num_scale_elems"}).dt("uint8")};
+  v.push_back({.op = "nvfp4_quantize",
+               .op_type = "quantization",
+               .name_prefix = "nvfp4_quantize",
+               .description = "NVFP4 quantization: packed e2m1 and e4m3 scales of 16 values, with "
+                              "the global scale a_global_sf.",
+               .axes = fp4_axes(),
+               .inputs = {T("a", {"M", "K"}),
+                          T("a_global_sf", {"one"})
+                              .synth("float32")
+                              .init("torch.full((one,), 3.0, dtype=torch.float32, device=device)"),
+                          S("sf_vec_size", "int32").opt()},
+               .outputs = fp4_outs,
+               .constraints = {"K_packed == K // 2"},
+               .tags = {"status:verified", "quantization:nvfp4"},
+               .reference = std::string(kFp4Quant) + R"PY(def run(a, a_global_sf, sf_vec_size=16):
+    vec = 16 if sf_vec_size is None else int(sf_vec_size)
+    return _nvfp4(a, float(a_global_sf.float().reshape(-1)[0]), vec)
+)PY"});
+  v.push_back({.op = "silu_and_mul_nvfp4_quantize",
+               .op_type = "quantization",
+               .name_prefix = "silu_and_mul_nvfp4_quantize",
+               .description = "silu(gate) * up of input [M, 2K] (gate first), rounded to the "
+                              "input dtype, then NVFP4 (fp4_quantize's formulas).",
+               .axes = {var("M", "Number of rows."),
+                        cst("K_doubled", "k", "Gated input width (2 * the output's K)."),
+                        var("K_packed", "K_doubled // 4."), var("num_scale_elems", "Scale bytes."),
+                        var("one", "1: shape of the global scale.", 1)},
+               .inputs = {T("input", {"M", "K_doubled"}),
+                          T("global_scale", {"one"})
+                              .synth("float32")
+                              .init("torch.full((one,), 3.0, dtype=torch.float32, device=device)"),
+                          S("sf_vec_size", "int32").opt()},
+               .outputs = {T("x_q", {"M", "K_packed"}).dt("uint8"),
+                           T("sf", {"num_scale_elems"}).dt("uint8")},
+               .constraints = {"K_packed == K_doubled // 4"},
+               .tags = {"status:verified", "fused", "quantization:nvfp4"},
+               .reference = std::string(kFp4Quant) +
+                            R"PY(def run(input, global_scale, sf_vec_size=16):
+    vec = 16 if sf_vec_size is None else int(sf_vec_size)
+    h = input.shape[-1] // 2
+    gate, up = input[:, :h].float(), input[:, h:].float()
+    y = (gate * torch.sigmoid(gate) * up).to(input.dtype)
+    return _nvfp4(y, float(global_scale.float().reshape(-1)[0]), vec)
+)PY"});
+  // nvfp4_quantize_smooth (flashinfer.gemm.gemm_svdquant): upstream's template has no status tag
+  // and names the global scale's dim "1".
+  v.push_back({.op = "nvfp4_quantize_smooth",
+               .op_type = "quantize_nvfp4_smooth",
+               .name_prefix = "quantize_nvfp4_smooth",
+               .description =
+                   "Smooth + NVFP4 quantize: NVFP4 of bf16(x * pre_quant_scale) with the "
+                   "global scale; 128x4-swizzled e4m3 scales, returned 1-D.",
+               .axes = {var("M"), cst("N", "N"), var("N_half", "N / 2 (two e2m1 values per byte)."),
+                        var("SF", "128x4-swizzled scale buffer size.")},
+               .inputs = {T("x", {"M", "N"}),
+                          T("pre_quant_scale", {"N"})
+                              .init("(torch.rand((N,), device=device) + 0.5).to({dtype:x})"),
+                          T("global_scale", {"1"})
+                              .synth("float32")
+                              .init("torch.full((1,), 3.0, dtype=torch.float32, device=device)")},
+               .outputs = {T("xq", {"M", "N_half"}).dt("uint8"), T("sf", {"SF"}).dt("uint8")},
+               .constraints = {"N_half == N // 2",
+                               "SF == ((M + 127) // 128) * 128 * ((N // 16 + 3) // 4) * 4"},
+               .derived = {{.name = "1", .by = 1}},
+               .tags = {"quantization:fp4"},
+               .reference = std::string(kFp4Quant) + R"PY(def _swizzle_128x4(sf, rows, cols):
+    rp, cp = (rows + 127) // 128 * 128, (cols + 3) // 4 * 4
+    r = torch.arange(rows).reshape(-1, 1)
+    c = torch.arange(cols).reshape(1, -1)
+    off = (r // 128) * (cp // 4) * 512 + (c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
+    out = torch.zeros(rp * cp, dtype=torch.uint8)
+    out[off.reshape(-1)] = sf.reshape(-1)
+    return out
+
+
+def run(x, pre_quant_scale, global_scale):
+    xs = (x.float() * pre_quant_scale.float()).to(torch.bfloat16)
+    q, sf = _nvfp4(xs, float(global_scale.float().reshape(-1)[0]), 16)
+    return q, _swizzle_128x4(sf, x.shape[0], x.shape[1] // 16)
+)PY"});
+  // mxfp8_grouped_quantize (fp8_quantization): K zero-padded to a multiple of 128, scales in
+  // the 128x4 tile order per group, both returned as upstream's permuted views; rows >= mask[b]
+  // are zero (docs/GEMM_AND_QUANTIZATION.md). Upstream's file carries no reference; ours rounds
+  // the values to e4m3 itself so they compare exactly on a torch without float8.
+  v.push_back(
+      {.op = "mxfp8_grouped_quantize",
+       .op_type = "quantization",
+       .name_prefix = "mxfp8_grouped_quantize",
+       .description = "Grouped MXFP8 quantization of a [B, M, K] (rows < mask[b] of each group): "
+                      "e4m3 values [M, padded_K, B] and UE8M0 scales [32, 4, rm, 4, rk, B].",
+       .axes = {var("B", "Number of groups.", 2), var("M", "Rows per group."),
+                cst("K", "k", "Input columns (divisible by 32)."),
+                var("padded_K", "K rounded up to a multiple of 128."),
+                var("rm", "padded_M // 128."), var("rk", "padded_K // 128."), var("m32", "32."),
+                var("m4", "4."), var("k4", "4.")},
+       .inputs = {T("a", {"B", "M", "K"}),
+                  T("mask", {"B"})
+                      .synth("int32")
+                      .init("torch.full((B,), max(M - 1, 0), dtype=torch.int32, device=device)")},
+       .outputs = {T("x_q", {"M", "padded_K", "B"}).dt("float8_e4m3fn"),
+                   T("sf", {"m32", "m4", "rm", "k4", "rk", "B"}).dt("uint8")},
+       .constraints = {"padded_K == ((K + 127) // 128) * 128", "rm == (M + 127) // 128",
+                       "rk == padded_K // 128", "m32 == 32", "m4 == 4", "k4 == 4"},
+       .tags = {"status:verified", "quantization:mxfp8"},
+       .reference = std::string(kFp4Quant) + R"PY(def run(a, mask):
+    b, m, k = a.shape
+    pk = (k + 127) // 128 * 128
+    rm, sk = (m + 127) // 128, pk // 32
+    x = torch.zeros(b, m, pk)
+    x[:, :, :k] = a.float()
+    live = torch.arange(m).reshape(1, -1, 1) < mask.long().reshape(-1, 1, 1)
+    blocks = x.reshape(b, m, sk, 32)
+    scale, bits = _ue8m0_up(blocks.abs().amax(dim=-1) / 448.0)
+    y = (blocks / scale.unsqueeze(-1)).reshape(b, m, pk)
+    mag, _ = _e4m3_rn(y.abs())
+    y = torch.where(live, torch.where(y < 0, -mag, mag), torch.zeros_like(y))
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    xq = (y.to(fp8) if fp8 is not None else y).permute(1, 2, 0)
+    sf = torch.zeros(b, rm * 128, sk, dtype=torch.uint8)
+    sf[:, :m] = torch.where(live, bits, torch.zeros_like(bits))
+    # Rows r = (t, j, i) = 128 t + 32 j + i, columns c = 4 u + l: stored as (b, t, u, i, j, l).
+    sf = sf.reshape(b, rm, 4, 32, sk // 4, 4).permute(0, 1, 4, 3, 2, 5)
+    return xq, sf.permute(3, 4, 1, 5, 2, 0)
+)PY"});
+  v.push_back({.op = "mxfp4_quantize",
+               .op_type = "quantization",
+               .name_prefix = "mxfp4_quantize",
+               .description = "MXFP4 quantization: packed e2m1 and UE8M0 scales of 32 values (the "
+                              "power of two at or above amax / 6); no global scale.",
+               .axes = fp4_axes(),
+               .inputs = {T("a", {"M", "K"})},
+               .outputs = fp4_outs,
+               .constraints = {"K_packed == K // 2"},
+               .tags = {"status:verified", "quantization:mxfp4"},
+               .reference = std::string(kFp4Quant) + R"PY(def run(a):
+    x = a.float()
+    m, k = x.shape
+    blocks = x.reshape(m, k // 32, 32)
+    scale, sf_bits = _ue8m0_up(blocks.abs().amax(dim=-1) / 6.0)
+    codes = _e2m1_rn(blocks / scale.unsqueeze(-1)).reshape(m, k)
+    return _pack(codes), sf_bits.reshape(-1)
+)PY"});
+  v.push_back({.op = "mxfp8_quantize",
+               .op_type = "quantization",
+               .name_prefix = "mxfp8_quantize",
+               .description = "MXFP8 quantization: e4m3 values and UE8M0 scales of 32 values (the "
+                              "power of two at or above amax / 448).",
+               .axes = {var("M", "Number of rows."), cst("K", "k", "Number of input columns."),
+                        var("num_scale_elems", "Scale bytes.")},
+               .inputs = {T("input", {"M", "K"})},
+               .outputs = {T("quantized", {"M", "K"}).dt("float8_e4m3fn"),
+                           T("scales", {"num_scale_elems"}).dt("uint8")},
+               .tags = {"status:verified", "quantization:mxfp8"},
+               .reference = std::string(kFp4Quant) + R"PY(def run(input):
+    x = input.float()
+    m, k = x.shape
+    blocks = x.reshape(m, k // 32, 32)
+    scale, sf_bits = _ue8m0_up(blocks.abs().amax(dim=-1) / 448.0)
+    y = (blocks / scale.unsqueeze(-1)).clamp(-448.0, 448.0).reshape(m, k)
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    return (y.to(fp8) if fp8 is not None else y), sf_bits.reshape(-1)
+)PY"});
+}
+
+// mla_rope_quantize_fp8 (flashinfer.rope): upstream's current template, rank-compressed 2-D keys
+// (an earlier one read k_rope [nnz, rope_dim] as [nnz, num_k_heads, ...]: the file
+// mla_rope_quantize_fp8_h128_kv64_rope64 it wrote is not what this gives). RoPE in fp32 on the
+// rope parts, then every part times its scale, rounded to fp8 e4m3 (float on torch < 2.1).
+// fmha_v2_prefill_sm120 (flashinfer.prefill): dense causal self-attention, fp8 in, bf16 out.
+void add_rope_quant_and_fmha(std::vector<Template>& v) {
+  Axis rotary = cst("rotary_dim", "", "cos_sin_cache's width (the rotary dimension).");
+  v.push_back(
+      {.op = "mla_rope_quantize_fp8",
+       .op_type = "rope",
+       .name_prefix = "mla_rope_quantize_fp8",
+       .description = "MLA RoPE + FP8 quantization: RoPE (cos/sin cache, NeoX halves or "
+                      "interleaved pairs) on q_rope and the 2-D latent k_rope, then every part "
+                      "times quant_scale_q / quant_scale_kv, rounded to fp8 e4m3.",
+       .axes = {var("nnz", "Total number of tokens."), cst("num_q_heads", "h"),
+                cst("rope_dim", "rope"), var("no_rope_dim", "Non-rotary width.", 8),
+                var("max_seq_len", "cos_sin_cache length.", 16), rotary},
+       .inputs = {T("q_rope", {"nnz", "num_q_heads", "rope_dim"}), T("k_rope", {"nnz", "rope_dim"}),
+                  T("q_nope", {"nnz", "num_q_heads", "no_rope_dim"})
+                      .opt()
+                      .init("torch.randn((nnz, num_q_heads, no_rope_dim), device=device)"
+                            ".to({dtype:q_rope})"),
+                  T("k_nope", {"nnz", "no_rope_dim"})
+                      .opt()
+                      .init("torch.randn((nnz, no_rope_dim), device=device).to({dtype:q_rope})"),
+                  T("cos_sin_cache", {"max_seq_len", "rotary_dim"})
+                      .synth("float32")
+                      .init("torch.cat([torch.cos(torch.arange(max_seq_len).float()[:, None] * "
+                            "torch.pow(1e4, -torch.arange(0, rotary_dim, 2).float() / "
+                            "rotary_dim)[None, :]), torch.sin(torch.arange(max_seq_len).float()"
+                            "[:, None] * torch.pow(1e4, -torch.arange(0, rotary_dim, 2).float() "
+                            "/ rotary_dim)[None, :])], dim=-1).to(device)"),
+                  T("pos_ids", {"nnz"})
+                      .synth("int32")
+                      .init("torch.arange(nnz, dtype=torch.int32, device=device) % max_seq_len"),
+                  S("is_neox", "int32").opt().init("False"),
+                  S("quant_scale_q", "float32").opt().init("1.0"),
+                  S("quant_scale_kv", "float32").opt().init("1.0")},
+       .outputs = {T("q_rope_out", {"nnz", "num_q_heads", "rope_dim"}).dt("float8_e4m3fn"),
+                   T("k_rope_out", {"nnz", "rope_dim"}).dt("float8_e4m3fn"),
+                   T("q_nope_out", {"nnz", "num_q_heads", "no_rope_dim"}).dt("float8_e4m3fn"),
+                   T("k_nope_out", {"nnz", "no_rope_dim"}).dt("float8_e4m3fn")},
+       .tags = {"status:verified", "fused", "quantize:fp8", "mla"},
+       .reference = R"PY(def _rotate(x, cos, sin, neox):
+    if neox:
+        h = x.shape[-1] // 2
+        x1, x2 = x[..., :h], x[..., h:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+
+
+def _fp8(x, scale):
+    y = (x.float() * float(scale)).clamp(-448.0, 448.0)
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    return y.to(fp8) if fp8 is not None else y
+
+
+def run(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True, quant_scale_q=1.0,
+        quant_scale_kv=1.0):
+    half = cos_sin_cache.shape[-1] // 2
+    cs = cos_sin_cache.float()[pos_ids.long()]
+    cos, sin = cs[:, :half], cs[:, half:]
+    q = _rotate(q_rope.float(), cos[:, None, :], sin[:, None, :], bool(is_neox))
+    k = _rotate(k_rope.float(), cos, sin, bool(is_neox))
+    return (_fp8(q, quant_scale_q), _fp8(k, quant_scale_kv), _fp8(q_nope, quant_scale_q),
+            _fp8(k_nope, quant_scale_kv))
+)PY"});
+  const std::vector<std::string> bshd = {"batch_size", "seq_len", "num_heads", "head_dim"};
+  v.push_back(
+      {.op = "fmha_v2_prefill_sm120",
+       .op_type = "trtllm_paged",
+       .name_prefix = "fmha_v2_prefill_sm120",
+       .description = "FMHA v2 prefill (SM120 names): dense self-attention of query/key/value "
+                      "[batch, seq_len, heads, head_dim], s = scale_bmm1 * q.k (causal mask), "
+                      "out = scale_bmm2 * softmax(s) v, written into out.",
+       .axes = {var("batch_size", "", 2), var("seq_len"), cst("num_heads", "h"),
+                cst("head_dim", "d"), var("scale_size", "1: device scale tensors.", 1)},
+       .inputs = {T("query", bshd).synth("float8_e4m3fn"), T("key", bshd).synth("float8_e4m3fn"),
+                  T("value", bshd).synth("float8_e4m3fn"),
+                  T("out", bshd).synth("bfloat16").desc("Output buffer (written in place)."),
+                  S("num_heads", "int32").init("num_heads"),
+                  S("head_dim", "int32").init("head_dim"), S("seq_len", "int32").init("seq_len"),
+                  S("scale_softmax", "float32").init("1.0"),
+                  S("scale_bmm1", "float32").opt().init("1.0 / math.sqrt(head_dim)"),
+                  S("scale_bmm2", "float32").opt().init("1.0"),
+                  T("scale_bmm1_d", {"scale_size"}).opt().dt("float32"),
+                  T("scale_bmm2_d", {"scale_size"}).opt().dt("float32"),
+                  S("causal", "bool").init("True")},
+       .outputs = {T("out", bshd).like("out")},
+       .tags = {"status:verified", "stage:prefill", "backend:trtllm"},
+       .reference =
+           R"PY(def run(query, key, value, out, num_heads, head_dim, seq_len, scale_softmax,
+        scale_bmm1=None, scale_bmm2=None, scale_bmm1_d=None, scale_bmm2_d=None, causal=True):
+    s1 = 1.0 if scale_bmm1 is None else float(scale_bmm1)
+    s2 = 1.0 if scale_bmm2 is None else float(scale_bmm2)
+    q, k, v = query.float(), key.float(), value.float()
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * s1
+    if causal:
+        n = s.shape[-1]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    o = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, dim=-1), v) * s2
+    return o.to(out.dtype)
+)PY"});
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -1092,6 +1602,8 @@ const std::vector<Template>& templates() {
     add_gemm(*v);
     add_prefill(*v);
     add_ragged_and_mla(*v);
+    add_quant_gemm(*v);
+    add_rope_quant_and_fmha(*v);
     return v;
   }();
   return *all;

@@ -3,6 +3,7 @@
 // finds its value, how input and output dtypes resolve, how the name is formed and the key order
 // of the JSON. docs/TRACE.md lists them.
 #include <algorithm>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
@@ -173,6 +174,17 @@ std::string generic_init(const Template& t, const std::map<std::string, int64_t>
     auto it = values.find(a.name);
     o << "    " << a.name << " = " << (it == values.end() ? 1 : it->second) << "\n";
   }
+  // Shape names that are not axes (upstream's derived names), sized from the axes above.
+  for (const Derived& d : t.derived) {
+    // A number used as a shape name (upstream's "1") needs no definition.
+    if (d.name.find_first_not_of("0123456789") == std::string::npos) continue;
+    o << "    " << d.name << " = ";
+    if (d.of.empty()) {
+      o << d.by << "\n";
+    } else {
+      o << d.of << " // " << (d.by_axis.empty() ? std::to_string(d.by) : d.by_axis) << "\n";
+    }
+  }
   std::vector<std::string> keys;
   for (const Io& io : t.inputs) {
     const std::string dt = inputs[io.key]["dtype"].get<std::string>();
@@ -266,6 +278,13 @@ std::string render(const Template& t, const Args& args, const std::string& fi_ap
   j["init"] = generic_init(t, values, inputs);
   // json.dumps(indent=2) layout, ASCII only, as upstream writes its files.
   return j.dump(2, ' ', true);
+}
+
+const Derived* find_derived(const Template& t, std::string_view name) {
+  for (const Derived& d : t.derived) {
+    if (d.name == name) return &d;
+  }
+  return nullptr;
 }
 
 const Template* find_template(std::string_view op) {
@@ -374,7 +393,12 @@ std::string definition_for_axes(std::string_view op, const std::map<std::string,
     FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "trace", "routine", "no op named '",
                     std::string(op), "'");
   }
-  auto value = [&](const std::string& axis) -> int64_t {
+  std::function<int64_t(const std::string&)> value = [&](const std::string& axis) -> int64_t {
+    if (const detail::Derived* d = detail::find_derived(t, axis)) {
+      if (d->of.empty()) return d->by;
+      const int64_t by = d->by_axis.empty() ? d->by : value(d->by_axis);
+      return by > 0 ? value(d->of) / by : 0;
+    }
     for (const auto& a : t.axes) {
       if (a.name != axis) continue;
       if (a.value) return *a.value;

@@ -92,6 +92,17 @@ struct Io {
   const std::string& source() const { return param.empty() ? key : param; }
 };
 
+/// A dimension name in a shape that is not an axis of the definition: upstream's templates write
+/// such names (gemm_fp8's "K_div_block_size", gemm_mxfp8's "K_div_32") without declaring them.
+/// They never take part in naming or axis values; `flashinfer trace` and the init snippet size
+/// them as `of // by_axis` (another axis), `of // by`, or the fixed `by` when `of` is empty.
+struct Derived {
+  std::string name{};
+  std::string of{};
+  std::string by_axis{};
+  int64_t by = 1;
+};
+
 struct Template {
   std::string op{};       // declared op name: "rmsnorm", "BatchDecodeWithPagedKVCacheWrapper.run"
   std::string op_type{};  // "rmsnorm", "gqa_paged", ...
@@ -101,6 +112,7 @@ struct Template {
   std::vector<Io> inputs{};
   std::vector<Io> outputs{};
   std::vector<std::string> constraints{};
+  std::vector<Derived> derived{};   // shape names that are not axes
   std::vector<std::string> tags{};  // after the fi_api tag: "status:verified", "fused", ...
   std::string reference{};          // Python source defining run(<input keys>)
 };
@@ -108,6 +120,8 @@ struct Template {
 /// The table (src/trace/templates.cpp): built once, never destroyed.
 const std::vector<Template>& templates();
 const Template* find_template(std::string_view op);
+/// The derived shape name `name` of `t`, or nullptr.
+const Derived* find_derived(const Template& t, std::string_view name);
 
 /// An argument as templates see it: a tensor's shape and dtype, a tuple, a number, or nothing.
 struct Arg {
