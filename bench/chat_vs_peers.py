@@ -33,6 +33,7 @@ the peers' order rotated), with a second's pause between them, and the table giv
 import argparse
 import json
 import os
+import select
 import statistics
 import subprocess
 import sys
@@ -200,45 +201,69 @@ def worker(kind, model):
         print(json.dumps({"prefill_s": pre, "decode_s": dec, "first": first}), flush=True)
 
 
-class Worker:
-    def __init__(self, kind, args):
-        env = dict(os.environ)
-        if kind == "llama_cpp":
-            env["PYTHONPATH"] = args.llama_cpp_site + os.pathsep + env.get("PYTHONPATH", "")
-            env["LLAMA_CPP_LIB_PATH"] = args.llama_cpp_lib
-        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", kind,
-                                   "--model", args.model], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, env=env, text=True)
-        self.note = json.loads(self._line())["ready"]
-        self.warm = set()
+class Timeout(Exception):
+    pass
 
-    def _line(self):
+
+class Worker:
+    """A peer's process. A measurement that runs past the timeout kills it (the next one
+    starts it again), so one starved configuration cannot hold up the whole run."""
+
+    def __init__(self, kind, args):
+        self.kind, self.args = kind, args
+        self.p = None
+        self.note = self._start()
+
+    def _start(self):
+        env = dict(os.environ)
+        if self.kind == "llama_cpp":
+            env["PYTHONPATH"] = self.args.llama_cpp_site + os.pathsep + env.get("PYTHONPATH", "")
+            env["LLAMA_CPP_LIB_PATH"] = self.args.llama_cpp_lib
+        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker",
+                                   self.kind, "--model", self.args.model],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                  text=True)
+        self.warm = set()
+        return json.loads(self._line(600))["ready"]
+
+    def _line(self, timeout):
+        if not select.select([self.p.stdout], [], [], timeout)[0]:
+            self.p.kill()
+            self.p.wait()
+            self.p = None
+            raise Timeout()
         line = self.p.stdout.readline()
         if not line:
-            raise RuntimeError("worker exited (status %s)" % self.p.wait())
+            raise RuntimeError("%s worker exited (status %s)" % (self.kind, self.p.wait()))
         return line
 
     def run(self, prompts, new_tokens, threads):
+        if self.p is None:
+            self._start()
         req = {"prompts": prompts, "new_tokens": new_tokens, "threads": threads}
         if (threads, len(prompts)) not in self.warm:
             self.warm.add((threads, len(prompts)))
             req["warmup"] = True
         self.p.stdin.write(json.dumps(req) + "\n")
         self.p.stdin.flush()
-        r = json.loads(self._line())
+        r = json.loads(self._line(self.args.timeout))
         return r["prefill_s"], r["decode_s"], r["first"]
 
     def close(self):
-        self.p.stdin.close()
-        self.p.wait()
+        if self.p is not None:
+            self.p.stdin.close()
+            self.p.wait()
 
 
 def run_ours(args, prompts, threads):
     B, P = len(prompts), len(prompts[0])
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), FLASHINFER_LOGLEVEL="0")
-    out = subprocess.run([args.chat, "--model", args.model, "--bench", "%d,%d" % (P, B),
-                          "--max_new_tokens", str(args.new_tokens)],
-                         env=env, check=True, capture_output=True, text=True).stdout
+    try:
+        out = subprocess.run([args.chat, "--model", args.model, "--bench", "%d,%d" % (P, B),
+                              "--max_new_tokens", str(args.new_tokens)], env=env, check=True,
+                             capture_output=True, text=True, timeout=args.timeout).stdout
+    except subprocess.TimeoutExpired:
+        raise Timeout()
     r = json.loads(out.strip().splitlines()[-1])
     return (B * P / r["prefill_tok_s"], B * (args.new_tokens - 1) / r["decode_tok_s"],
             r.get("first"))
@@ -255,6 +280,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--llama_cpp_site", default=os.path.join(LLAMA_DIR, "site"))
     ap.add_argument("--llama_cpp_lib", default=os.path.join(LLAMA_DIR, "build", "bin"))
+    ap.add_argument("--timeout", type=float, default=300,
+                    help="seconds one measurement (prefill + decode) may take; a configuration "
+                    "that runs past it is reported as such and not repeated")
     ap.add_argument("--skip_torch", action="store_true")
     ap.add_argument("--skip_llama_cpp", action="store_true")
     ap.add_argument("--worker", choices=["torch", "llama_cpp"], help=argparse.SUPPRESS)
@@ -289,15 +317,27 @@ def main():
     prompts = {b: bench_prompts(b, args.prompt_len, vocab) for b in batches}
     times = {}  # (threads, batch, peer) -> [(prefill_s, decode_s)]
     firsts = {}
+    timed_out = set()
     names = list(peers)
     for rep in range(args.repeats):
         for t in threads:
             for b in batches:
                 order = names[rep % len(names):] + names[:rep % len(names)]
                 for name in order:
+                    if (t, b, name) in timed_out:
+                        continue
                     time.sleep(1.0)  # let the previous peer's threads go idle
-                    pre, dec, first = peers[name](prompts[b], args.new_tokens, t)
+                    what = "repetition %d, %d thread(s), batch %d, %s" % (rep + 1, t, b, name)
+                    try:
+                        pre, dec, first = peers[name](prompts[b], args.new_tokens, t)
+                    except Timeout:
+                        timed_out.add((t, b, name))
+                        print("[%.0f s] %s: over %.0f s, not repeated" % (
+                            time.time() - t_start, what, args.timeout), file=sys.stderr)
+                        continue
                     times.setdefault((t, b, name), []).append((pre, dec))
+                    print("[%.0f s] %s: prefill %.2f s, decode %.2f s" % (
+                        time.time() - t_start, what, pre, dec), file=sys.stderr, flush=True)
                     if first is not None:
                         firsts[(t, b, name)] = first
     for w in workers:
@@ -313,6 +353,11 @@ def main():
 
     def fmt(v):
         return "n/a" if v is None else "%.1f" % v
+
+    def cell(t, b, name, phase):
+        if (t, b, name) in timed_out and (t, b, name) not in times:
+            return "over %.0f s" % args.timeout
+        return fmt(rate(t, b, name, phase))
 
     def ratio(a, b):
         if a is None or b is None:
@@ -343,7 +388,8 @@ def main():
             for b in batches:
                 o, p, l = (rate(t, b, n, phase) for n in ("ours", "torch", "llama_cpp"))
                 print("| %d | %s | %d | %s | %s | %s | %s | %s |" % (
-                    t, what, b, fmt(o), fmt(p), fmt(l), ratio(o, p), ratio(o, l)))
+                    t, what, b, *(cell(t, b, n, phase) for n in ("ours", "torch", "llama_cpp")),
+                    ratio(o, p), ratio(o, l)))
 
 
 if __name__ == "__main__":
