@@ -140,12 +140,16 @@ int main(int argc, char** argv) {
       if (stream) std::fwrite(rest.data(), 1, rest.size(), stdout);
     }
     if (bench_prompt_len > 0) {
+      // The first greedy token of each prompt lets bench/chat_vs_peers.py check that the
+      // peers ran the same prompts.
+      std::string first;
+      for (const auto& t : r.tokens) first += (first.empty() ? "" : ", ") + std::to_string(t[0]);
       std::printf(
           "{\"batch\": %lld, \"prompt_len\": %lld, \"new_tokens\": %lld, "
-          "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f}\n",
+          "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, \"first\": [%s]}\n",
           static_cast<long long>(bench_batch), static_cast<long long>(bench_prompt_len),
           static_cast<long long>(opt.max_new_tokens), r.prompt_tokens / r.prefill_seconds,
-          r.decode_seconds > 0 ? r.decoded_tokens / r.decode_seconds : 0.0);
+          r.decode_seconds > 0 ? r.decoded_tokens / r.decode_seconds : 0.0, first.c_str());
       return 0;
     }
     if (stream) {
