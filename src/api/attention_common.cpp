@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "api/attention_pos_encoding.h"
 #include "api/checks.h"
 #include "api/device_props.h"
 #include "api/kernel_table.h"
@@ -29,7 +30,14 @@ constexpr KernelEntry<kernels::AttentionParams> kAttentionKernels[] = {
        kernels::cpu::batch_attention(p);
      }},
 #if FLASHINFER_WITH_CUDA
-    {DeviceType::kCUDA, "CUDA kernel: split-KV online softmax + merge pass", nullptr,
+    {DeviceType::kCUDA, "CUDA kernel: split-KV online softmax + merge pass",
+     [](const kernels::AttentionParams& p) {
+       // The CUDA kernels have no RoPE or ALiBi term: refused, never a wrong answer.
+       return p.pos_encoding == 0 ? api::Refusal{}
+                                  : api::Refusal{"pos_encoding_mode",
+                                                 "ROPE_LLAMA / ALIBI inside attention run on the "
+                                                 "CPU only (apply RoPE with the rope ops on CUDA)"};
+     },
      [](const kernels::AttentionParams& p, const LaunchContext& c) {
        kernels::cuda::batch_attention(p, c.stream, c.enable_pdl);
      }},
@@ -90,7 +98,8 @@ void check_pos_encoding(std::string_view mode, const char* op) {
   if (mode == "NONE") return;
   if (mode == "ROPE_LLAMA" || mode == "ALIBI") {
     FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "pos_encoding_mode", "\"", mode,
-                    "\" is not implemented; apply RoPE with the rope ops before attention");
+                    "\" is not implemented for this op (only the single and batch decode / "
+                    "prefill ops take it); apply RoPE with the rope ops before attention");
   }
   FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, "pos_encoding_mode",
                   "must be \"NONE\", \"ROPE_LLAMA\" or \"ALIBI\", got \"", mode, "\"");
@@ -580,6 +589,7 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
   if (s.scale_k.defined()) p.scale_k = s.scale_k.data<const float>();
   if (s.scale_v.defined()) p.scale_v = s.scale_v.data<const float>();
   if (sinks.defined()) p.sinks = sinks.data<const float>();
+  api::set_pos_encoding_params(s, p);
   if (s.device.is_cpu()) {
     p.qo_indptr = s.qo_indptr.data();
     p.kv.kv_indptr = s.kv_indptr.data();

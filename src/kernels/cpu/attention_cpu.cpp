@@ -163,6 +163,27 @@ inline void apply_sink(float& lse, float* v, int64_t d, float sink2) {
   lse = total;
 }
 
+// RoPE (llama style, non-interleaved halves) of one fp32 row of d values at `pos`, in fp32 as
+// upstream's kernels compute it; `round` stores the result in T and reads it back (upstream's
+// prefill kernel rotates q and k in shared memory in their own 16-bit dtypes).
+template <class T>
+inline void rope_row(float* x, int64_t d, int64_t pos, const float* freq, bool round) {
+  const int64_t half = d / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float angle = static_cast<float>(pos) * freq[i];
+    const float c = std::cos(angle), s = std::sin(angle);
+    const float a = x[i], b = x[i + half];
+    x[i] = a * c - b * s;
+    x[i + half] = b * c + a * s;
+  }
+  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, Float8E4M3FN> &&
+                !std::is_same_v<T, Float8E5M2>) {
+    if (round) {
+      for (int64_t i = 0; i < d; ++i) x[i] = to_float(from_float<T>(x[i]));
+    }
+  }
+}
+
 template <class TQ, class TKV, class TO>
 class Runner {
  public:
@@ -197,11 +218,24 @@ class Runner {
     }
     const float cap = p.logits_soft_cap;
     const bool soft_cap = cap > 0.0f;
+    const bool rope = p.pos_encoding == 1, alibi = p.pos_encoding == 2;
+    if (rope && freq_.empty()) {
+      // Upstream: rope_rcp_scale * rope_rcp_theta^(2 i / D) in fp32.
+      freq_.resize(static_cast<std::size_t>(dqk / 2));
+      for (int64_t i = 0; i < dqk / 2; ++i) {
+        freq_[i] = p.rope_rcp_scale *
+                   std::pow(p.rope_rcp_theta, static_cast<float>(2 * i) / static_cast<float>(dqk));
+      }
+    }
     for (int64_t rr = 0; rr < rows; ++rr) {
       const int64_t h = g * group + rr % group;
       const TQ* src = static_cast<const TQ*>(p.q) +
                       (p.qo_indptr[b] + w.qo_begin + rr / group) * p.q_stride_n + h * p.q_stride_h;
       load_row(&q_[rr * dqk], src, dqk);
+      if (rope) {
+        rope_row<TQ>(&q_[rr * dqk], dqk, kv_len - qo_len + w.qo_begin + rr / group, freq_.data(),
+                     p.use_tensor_cores);
+      }
     }
     const TKV* kbase = static_cast<const TKV*>(p.kv.k) + g * p.kv.k_stride_head;
     const TKV* vbase = static_cast<const TKV*>(p.kv.v) + g * p.kv.v_stride_head;
@@ -222,6 +256,7 @@ class Runner {
         const TKV* vr = vbase + kv_token_offset(p.kv, b, t0 + j, true);
         load_row(&kt_[j * dqk], kr, dqk);
         load_row(&vt_[j * dvo], vr, dvo);
+        if (rope) rope_row<TKV>(&kt_[j * dqk], dqk, t0 + j, freq_.data(), p.use_tensor_cores);
       }
       for (int64_t rr = 0; rr < rows; ++rr) {
         const int64_t qi = w.qo_begin + rr / group;
@@ -245,6 +280,9 @@ class Runner {
           const float* kr = &kt_[j * dqk];
           const float dot = dot_row(qr, kr, dqk, avx512_);
           float sc = soft_cap ? cap * std::tanh(dot * scale / cap) : dot * scale;
+          if (alibi) {
+            sc += p.alibi_slopes[g * group + rr % group] * static_cast<float>(kj - qi);
+          }
           sc *= kLog2e;
           if (std::isnan(sc)) {
             // A NaN score makes the row NaN, as in upstream's kernels (it would otherwise be
@@ -325,7 +363,7 @@ class Runner {
  private:
   const AttentionParams& p_;
   const bool avx512_ = use_avx512();
-  std::vector<float> q_, acc_, m_, d_, kt_, vt_, s_, scale_;
+  std::vector<float> q_, acc_, m_, d_, kt_, vt_, s_, scale_, freq_;
   std::vector<char> nan_;  // per row: a visible score was NaN
 };
 
