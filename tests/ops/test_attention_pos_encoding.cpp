@@ -390,5 +390,139 @@ TEST(AttentionPosEncoding, RecordAndReplay) {
   for (const auto& call : calls) EXPECT_TRUE(testing::replays_identically(call));
 }
 
+// Written by Python as upstream's recorder writes the calls: single_decode_with_kv_cache with
+// pos_encoding_mode="ALIBI", single_prefill_with_kv_cache with "ROPE_LLAMA" (rope_theta given),
+// and a ragged prefill wrapper planned with "ROPE_LLAMA" (one self_id); expected outputs from
+// torch in fp64 with upstream's slopes and positions.
+TEST(AttentionPosEncoding, UpstreamWrittenDumpReplays) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_attn_pos_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string py = R"PY(
+import json, math, os, sys
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+root = sys.argv[1]
+torch.manual_seed(7)
+SELF = 140234567890777
+def ser(v):
+    if isinstance(v, torch.dtype):
+        return {"type": "torch.dtype", "value": str(v)}
+    return v
+def write(seq, name, module, inputs, meta, outputs, self_obj=False):
+    d = os.path.join(root, "20261122_233000_%03d_pid4242_%s_call%04d" % (seq, name, seq))
+    os.makedirs(d)
+    torch.save(inputs, d + "/inputs.pt")
+    torch.save(outputs, d + "/outputs.pt")
+    rec = {"function_name": name, "module": module, "call_sequence": seq,
+           "timestamp": "20261122_233000_%03d" % seq, "process_id": 4242,
+           "input_metadata": meta, "output_metadata": {},
+           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": list(outputs)},
+           "tensor_format": "torch", "execution_status": "completed"}
+    if self_obj:
+        rec["self_id"] = SELF
+        rec["input_metadata"] = dict(meta, arg_0={
+            "type": "BatchPrefillWithRaggedKVCacheWrapper",
+            "repr": "<flashinfer.prefill.BatchPrefillWithRaggedKVCacheWrapper object at 0x%x>" % SELF})
+    with open(d + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+
+def slopes(n_heads):
+    n = 2 ** math.floor(math.log2(n_heads))
+    m = [2.0 ** (-8.0 * k / n) for k in range(1, n + 1)]
+    m += [2.0 ** (-4.0 * k / n) for k in range(1, 2 * (n_heads - n), 2)]
+    return torch.tensor(m, dtype=torch.float64)
+def rope(x, pos, theta=1e4, scale=1.0):
+    d = x.shape[-1]
+    freq = theta ** (-torch.arange(0, d // 2, dtype=torch.float64) * 2 / d) / scale
+    a = pos.double()[:, None] * freq[None, :]
+    c, s = torch.cos(a)[:, None, :], torch.sin(a)[:, None, :]
+    x0, x1 = x[..., : d // 2], x[..., d // 2 :]
+    return torch.cat([x0 * c - x1 * s, x1 * c + x0 * s], -1)
+def attend(q, k, v, causal, bias=None):
+    # q [qo, H, D], k/v [kv, HKV, D] in fp64; bias [H, qo, kv] or None.
+    qo, H, D = q.shape
+    kv, HKV = k.shape[0], k.shape[1]
+    k = k.repeat_interleave(H // HKV, 1)
+    v = v.repeat_interleave(H // HKV, 1)
+    s = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(D)
+    if bias is not None:
+        s = s + bias
+    if causal:
+        keep = torch.ones(qo, kv, dtype=torch.bool).tril(kv - qo)
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), v)
+
+# single_decode_with_kv_cache(q, k, v, pos_encoding_mode="ALIBI"), GQA 8/2.
+H, HKV, D, KV = 8, 2, 64, 21
+q = torch.randn(H, D).half()
+k = torch.randn(KV, HKV, D).half()
+v = torch.randn(KV, HKV, D).half()
+bias = slopes(H)[:, None, None] * torch.arange(KV, dtype=torch.float64)[None, None, :]
+out = attend(q[None].double(), k.double(), v.double(), False, bias)[0]
+write(1, "single_decode_with_kv_cache", "flashinfer.decode",
+      {"arg_0": q, "arg_1": k, "arg_2": v}, {"kwarg_pos_encoding_mode": "ALIBI"},
+      {"result": out.half()})
+
+# single_prefill_with_kv_cache(q, k, v, causal=True, pos_encoding_mode="ROPE_LLAMA",
+# rope_theta=5e5): q at kv_len - qo_len + i, key j at j.
+QO, KV = 5, 13
+q = torch.randn(QO, H, D).half()
+k = torch.randn(KV, HKV, D).half()
+v = torch.randn(KV, HKV, D).half()
+qr = rope(q.double(), torch.arange(KV - QO, KV), theta=5e5)
+kr = rope(k.double(), torch.arange(KV), theta=5e5)
+out = attend(qr, kr, v.double(), True)
+write(2, "single_prefill_with_kv_cache", "flashinfer.prefill",
+      {"arg_0": q, "arg_1": k, "arg_2": v},
+      {"kwarg_causal": True, "kwarg_pos_encoding_mode": "ROPE_LLAMA", "kwarg_rope_theta": 5e5},
+      {"result": out.half()})
+
+# BatchPrefillWithRaggedKVCacheWrapper: plan(..., causal=True, pos_encoding_mode="ROPE_LLAMA"),
+# run(q, k, v).
+write(3, "BatchPrefillWithRaggedKVCacheWrapper.__init__", "flashinfer.prefill",
+      {"arg_1": torch.zeros(1 << 20, dtype=torch.uint8)}, {"arg_2": "NHD"}, {"result": None},
+      self_obj=True)
+qlens, kvlens = [2, 3], [4, 9]
+qo_indptr = torch.tensor([0, 2, 5], dtype=torch.int32)
+kv_indptr = torch.tensor([0, 4, 13], dtype=torch.int32)
+write(4, "BatchPrefillWithRaggedKVCacheWrapper.plan", "flashinfer.prefill",
+      {"arg_1": qo_indptr, "arg_2": kv_indptr},
+      {"arg_3": H, "arg_4": HKV, "arg_5": D, "kwarg_causal": True,
+       "kwarg_pos_encoding_mode": "ROPE_LLAMA", "kwarg_q_data_type": ser(torch.float16)},
+      {"result": None}, self_obj=True)
+q = torch.randn(5, H, D).half()
+k = torch.randn(13, HKV, D).half()
+v = torch.randn(13, HKV, D).half()
+outs = []
+for b in range(2):
+    qb = q[qo_indptr[b]:qo_indptr[b + 1]].double()
+    kb = k[kv_indptr[b]:kv_indptr[b + 1]].double()
+    vb = v[kv_indptr[b]:kv_indptr[b + 1]].double()
+    qb = rope(qb, torch.arange(kvlens[b] - qlens[b], kvlens[b]))
+    kb = rope(kb, torch.arange(kvlens[b]))
+    outs.append(attend(qb, kb, vb, True))
+write(5, "BatchPrefillWithRaggedKVCacheWrapper.run", "flashinfer.prefill",
+      {"arg_1": q, "arg_2": k, "arg_3": v}, {}, {"result": torch.cat(outs).half()}, self_obj=True)
+)PY";
+  std::ofstream(dir / "make.py") << py;
+  const int st = std::system(
+      ("/usr/bin/python3 " + (dir / "make.py").string() + " " + (dir / "dump").string()).c_str());
+  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  ASSERT_EQ(st, 0);
+  const auto results = replay::replay_sequence((dir / "dump").string());
+  ASSERT_EQ(results.size(), 5u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace flashinfer
