@@ -30,14 +30,7 @@ constexpr KernelEntry<kernels::AttentionParams> kAttentionKernels[] = {
        kernels::cpu::batch_attention(p);
      }},
 #if FLASHINFER_WITH_CUDA
-    {DeviceType::kCUDA, "CUDA kernel: split-KV online softmax + merge pass",
-     [](const kernels::AttentionParams& p) {
-       // The CUDA kernels have no RoPE or ALiBi term: refused, never a wrong answer.
-       return p.pos_encoding == 0 ? api::Refusal{}
-                                  : api::Refusal{"pos_encoding_mode",
-                                                 "ROPE_LLAMA / ALIBI inside attention run on the "
-                                                 "CPU only (apply RoPE with the rope ops on CUDA)"};
-     },
+    {DeviceType::kCUDA, "CUDA kernel: split-KV online softmax + merge pass", nullptr,
      [](const kernels::AttentionParams& p, const LaunchContext& c) {
        kernels::cuda::batch_attention(p, c.stream, c.enable_pdl);
      }},
@@ -589,7 +582,6 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
   if (s.scale_k.defined()) p.scale_k = s.scale_k.data<const float>();
   if (s.scale_v.defined()) p.scale_v = s.scale_v.data<const float>();
   if (sinks.defined()) p.sinks = sinks.data<const float>();
-  api::set_pos_encoding_params(s, p);
   if (s.device.is_cpu()) {
     p.qo_indptr = s.qo_indptr.data();
     p.kv.kv_indptr = s.kv_indptr.data();
@@ -618,7 +610,10 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
       p.mask_indptr = s.dev_mask_indptr.data<const int64_t>();
     }
   }
-  launch(kAttentionKernels, p, s.device, op, "q", o.enable_pdl);
+  // RoPE / ALiBi inside attention: the CPU reference alone computes them.
+  if (!api::run_with_pos_encoding(s, p, op)) {
+    launch(kAttentionKernels, p, s.device, op, "q", o.enable_pdl);
+  }
   return result;
 }
 

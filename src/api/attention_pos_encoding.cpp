@@ -7,6 +7,7 @@
 
 #include "api/checks.h"
 #include "flashinfer/error.h"
+#include "kernels/cpu/attention_cpu.h"
 
 namespace flashinfer::api {
 
@@ -63,11 +64,18 @@ void plan_pos_encoding(detail::WrapperState& s, std::string_view mode,
   s.alibi_slopes = alibi_slopes(s.num_qo_heads);
 }
 
-void set_pos_encoding_params(const detail::WrapperState& s, kernels::AttentionParams& p) {
-  p.pos_encoding = s.pos_encoding;
-  p.rope_rcp_scale = static_cast<float>(1.0 / s.rope_scale);
-  p.rope_rcp_theta = static_cast<float>(1.0 / s.rope_theta);
-  p.alibi_slopes = s.alibi_slopes.empty() ? nullptr : s.alibi_slopes.data();
+bool run_with_pos_encoding(const detail::WrapperState& s, const kernels::AttentionParams& p,
+                           const char* op) {
+  if (s.pos_encoding == 0) return false;
+  FLASHINFER_CHECK_CODE(s.device.is_cpu(), ErrorCode::kUnsupported, op, "pos_encoding_mode",
+                        "ROPE_LLAMA / ALIBI inside attention run on the CPU only");
+  kernels::cpu::PosEncoding pe;
+  pe.mode = s.pos_encoding;
+  pe.rope_rcp_scale = static_cast<float>(1.0 / s.rope_scale);
+  pe.rope_rcp_theta = static_cast<float>(1.0 / s.rope_theta);
+  pe.alibi_slopes = s.alibi_slopes.empty() ? nullptr : s.alibi_slopes.data();
+  kernels::cpu::batch_attention(p, pe);
+  return true;
 }
 
 }  // namespace flashinfer::api

@@ -24,7 +24,9 @@ void plan_pos_encoding(detail::WrapperState& s, std::string_view mode,
                        std::optional<double> rope_scale, std::optional<double> rope_theta,
                        const char* op);
 
-/// Copies the planned mode into the kernel parameters (run_planned).
-void set_pos_encoding_params(const detail::WrapperState& s, kernels::AttentionParams& p);
+/// run_planned: with a planned mode, runs `p` on the CPU reference with it and returns true
+/// (kUnsupported naming pos_encoding_mode on any other device); without one, returns false.
+bool run_with_pos_encoding(const detail::WrapperState& s, const kernels::AttentionParams& p,
+                           const char* op);
 
 }  // namespace flashinfer::api

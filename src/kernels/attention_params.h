@@ -109,16 +109,6 @@ struct AttentionParams {
   int32_t num_merge = 0;
   float* tmp_v = nullptr;  // [num_partial_rows, Hq, Dvo]
   float* tmp_s = nullptr;  // [num_partial_rows, Hq]
-
-  // pos_encoding_mode inside attention (CPU backend only; the CUDA entries refuse it):
-  // 0 none, 1 ROPE_LLAMA (q at kv_len - qo_len + i, key j at j; rotated halves, frequency
-  // rope_rcp_scale * rope_rcp_theta^(2 (d mod D/2) / D); with use_tensor_cores the rotated q and
-  // k are rounded to their 16-bit dtypes, as upstream's prefill kernel stores them back),
-  // 2 ALIBI (s = sm_scale * q.k + alibi_slopes[h] * (j - i), i the query's index in its request).
-  int32_t pos_encoding = 0;
-  float rope_rcp_scale = 1.0f;
-  float rope_rcp_theta = 1e-4f;
-  const float* alibi_slopes = nullptr;  // [Hq]
 };
 
 /// merge_state / merge_state_in_place / merge_states: `num_states` states per (row, head).

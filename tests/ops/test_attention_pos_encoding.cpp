@@ -242,7 +242,9 @@ void check_batch(const BatchCase& c) {
       po.q_data_type = c.dtype;
       po.fixed_split_size = c.fixed_split;
       w.plan(f.indptr, f.indices, f.last_page_len, c.hq, c.hkv, d, ps, po);
-      if (c.fixed_split) EXPECT_TRUE(w.split_kv());
+      if (c.fixed_split) {
+        EXPECT_TRUE(w.split_kv());
+      }
       r = w.run(q, f.cache(), ro);
     } else {
       BatchPrefillWithPagedKVCacheWrapper w(workspace());
@@ -253,7 +255,9 @@ void check_batch(const BatchCase& c) {
       po.fixed_split_size = c.fixed_split;
       w.plan(testing::int_tensor(qo_indptr), f.indptr, f.indices, f.last_page_len, c.hq, c.hkv, d,
              ps, po);
-      if (c.fixed_split) EXPECT_TRUE(w.split_kv());
+      if (c.fixed_split) {
+        EXPECT_TRUE(w.split_kv());
+      }
       r = w.run(q, f.cache(), ro);
     }
   }
@@ -416,11 +420,13 @@ def write(seq, name, module, inputs, meta, outputs, self_obj=False):
     d = os.path.join(root, "20261122_233000_%03d_pid4242_%s_call%04d" % (seq, name, seq))
     os.makedirs(d)
     torch.save(inputs, d + "/inputs.pt")
-    torch.save(outputs, d + "/outputs.pt")
+    tensors = {k: x for k, x in outputs.items() if x is not None}
+    torch.save(tensors, d + "/outputs.pt")
     rec = {"function_name": name, "module": module, "call_sequence": seq,
            "timestamp": "20261122_233000_%03d" % seq, "process_id": 4242,
-           "input_metadata": meta, "output_metadata": {},
-           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": list(outputs)},
+           "input_metadata": meta,
+           "output_metadata": {k: None for k, x in outputs.items() if x is None},
+           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": list(tensors)},
            "tensor_format": "torch", "execution_status": "completed"}
     if self_obj:
         rec["self_id"] = SELF

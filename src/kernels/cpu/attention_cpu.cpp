@@ -187,7 +187,7 @@ inline void rope_row(float* x, int64_t d, int64_t pos, const float* freq, bool r
 template <class TQ, class TKV, class TO>
 class Runner {
  public:
-  explicit Runner(const AttentionParams& p) : p_(p) {}
+  Runner(const AttentionParams& p, const PosEncoding& pe) : p_(p), pe_(pe) {}
 
   // One (work item, kv head): query rows [qo_begin, qo_end) of every qo head of kv head g's
   // group (so each K/V tile is converted once per group) against keys [kv_begin, kv_end).
@@ -218,13 +218,14 @@ class Runner {
     }
     const float cap = p.logits_soft_cap;
     const bool soft_cap = cap > 0.0f;
-    const bool rope = p.pos_encoding == 1, alibi = p.pos_encoding == 2;
+    const PosEncoding& pe = pe_;
+    const bool rope = pe.mode == 1, alibi = pe.mode == 2;
     if (rope && freq_.empty()) {
       // Upstream: rope_rcp_scale * rope_rcp_theta^(2 i / D) in fp32.
       freq_.resize(static_cast<std::size_t>(dqk / 2));
       for (int64_t i = 0; i < dqk / 2; ++i) {
-        freq_[i] = p.rope_rcp_scale *
-                   std::pow(p.rope_rcp_theta, static_cast<float>(2 * i) / static_cast<float>(dqk));
+        freq_[i] = pe.rope_rcp_scale *
+                   std::pow(pe.rope_rcp_theta, static_cast<float>(2 * i) / static_cast<float>(dqk));
       }
     }
     for (int64_t rr = 0; rr < rows; ++rr) {
@@ -281,7 +282,7 @@ class Runner {
           const float dot = dot_row(qr, kr, dqk, avx512_);
           float sc = soft_cap ? cap * std::tanh(dot * scale / cap) : dot * scale;
           if (alibi) {
-            sc += p.alibi_slopes[g * group + rr % group] * static_cast<float>(kj - qi);
+            sc += pe.alibi_slopes[g * group + rr % group] * static_cast<float>(kj - qi);
           }
           sc *= kLog2e;
           if (std::isnan(sc)) {
@@ -362,13 +363,14 @@ class Runner {
 
  private:
   const AttentionParams& p_;
+  const PosEncoding& pe_;
   const bool avx512_ = use_avx512();
   std::vector<float> q_, acc_, m_, d_, kt_, vt_, s_, scale_, freq_;
   std::vector<char> nan_;  // per row: a visible score was NaN
 };
 
 template <class TQ, class TKV, class TO>
-void run_attention(const AttentionParams& p) {
+void run_attention(const AttentionParams& p, const PosEncoding& pe) {
   const int64_t kv_heads = p.num_kv_heads, heads = p.num_qo_heads;
   const int64_t items = static_cast<int64_t>(p.num_work) * kv_heads;
   // Small problems run on the calling thread: waking the team costs microseconds on a quiet
@@ -381,7 +383,7 @@ void run_attention(const AttentionParams& p) {
   macs *= static_cast<int64_t>(heads) * (p.head_dim_qk + p.head_dim_vo);
 #pragma omp parallel if (items > 1 && macs >= (int64_t{1} << 18))
   {
-    Runner<TQ, TKV, TO> runner(p);
+    Runner<TQ, TKV, TO> runner(p, pe);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t x = 0; x < items; ++x) {
       runner.run(p.work[x / kv_heads], static_cast<int32_t>(x % kv_heads));
@@ -429,14 +431,16 @@ void run_merge(const MergeParams& p) {
 
 }  // namespace
 
-void batch_attention(const AttentionParams& p) {
+void batch_attention(const AttentionParams& p) { batch_attention(p, PosEncoding{}); }
+
+void batch_attention(const AttentionParams& p, const PosEncoding& pe) {
   dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
       p.q_dtype, "attention", "q", [&]<class TQ>() {
         dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16, kFloat8E4M3FN, kFloat8E5M2>(
             p.kv.dtype, "attention", "k", [&]<class TKV>() {
               dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
                   p.o_dtype, "attention", "out",
-                  [&]<class TO>() { run_attention<TQ, TKV, TO>(p); });
+                  [&]<class TO>() { run_attention<TQ, TKV, TO>(p, pe); });
             });
       });
 }
