@@ -167,7 +167,8 @@ inline void apply_sink(float& lse, float* v, int64_t d, float sink2) {
 // upstream's kernels compute it; `round` stores the result in T and reads it back (upstream's
 // prefill kernel rotates q and k in shared memory in their own 16-bit dtypes).
 template <class T>
-inline void rope_row(float* x, int64_t d, int64_t pos, const float* freq, bool round) {
+inline void rope_row(float* x, int64_t d, int64_t pos, const float* freq,
+                     [[maybe_unused]] bool round) {
   const int64_t half = d / 2;
   for (int64_t i = 0; i < half; ++i) {
     const float angle = static_cast<float>(pos) * freq[i];
