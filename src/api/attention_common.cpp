@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "api/attention_pos_encoding.h"
 #include "api/checks.h"
 #include "api/device_props.h"
 #include "api/kernel_table.h"
@@ -90,7 +91,8 @@ void check_pos_encoding(std::string_view mode, const char* op) {
   if (mode == "NONE") return;
   if (mode == "ROPE_LLAMA" || mode == "ALIBI") {
     FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "pos_encoding_mode", "\"", mode,
-                    "\" is not implemented; apply RoPE with the rope ops before attention");
+                    "\" is not implemented for this op (only the single and batch decode / "
+                    "prefill ops take it); apply RoPE with the rope ops before attention");
   }
   FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, "pos_encoding_mode",
                   "must be \"NONE\", \"ROPE_LLAMA\" or \"ALIBI\", got \"", mode, "\"");
@@ -608,7 +610,10 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
       p.mask_indptr = s.dev_mask_indptr.data<const int64_t>();
     }
   }
-  launch(kAttentionKernels, p, s.device, op, "q", o.enable_pdl);
+  // RoPE / ALiBi inside attention: the CPU reference alone computes them.
+  if (!api::run_with_pos_encoding(s, p, op)) {
+    launch(kAttentionKernels, p, s.device, op, "q", o.enable_pdl);
+  }
   return result;
 }
 

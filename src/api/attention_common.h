@@ -55,6 +55,11 @@ struct WrapperState {
   // Element offsets in dev_ints: qo_indptr, kv_indptr, kv_indices, kv_lens, work,
   // merge_indptr, merge_rows, merge_out_row.
   int64_t dev_off[8] = {};
+  // pos_encoding_mode inside attention (api/attention_pos_encoding.h): 0 none, 1 ROPE_LLAMA,
+  // 2 ALIBI (slopes per qo head, on the host: the CPU backend alone runs these modes).
+  int32_t pos_encoding = 0;
+  double rope_scale = 1.0, rope_theta = 1e4;
+  std::vector<float> alibi_slopes;
 };
 
 }  // namespace detail

@@ -4,6 +4,7 @@
 
 #include "api/arg_traits.h"
 #include "api/attention_common.h"
+#include "api/attention_pos_encoding.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "flashinfer/ops/attention.h"
@@ -34,7 +35,9 @@ AttentionOutput single_decode_impl(const Tensor& q, const Tensor& k, const Tenso
                                    std::optional<double> q_scale, std::optional<double> k_scale,
                                    std::optional<double> v_scale, int64_t window_left,
                                    std::optional<double> logits_soft_cap,
-                                   std::optional<double> sm_scale, bool return_lse) {
+                                   std::optional<double> sm_scale, bool use_tensor_cores,
+                                   std::optional<double> rope_scale,
+                                   std::optional<double> rope_theta, bool return_lse) {
   const char* op = "single_decode_with_kv_cache";
   api::check_defined(q, op, "q");
   api::check_defined(k, op, "k");
@@ -65,9 +68,11 @@ AttentionOutput single_decode_impl(const Tensor& q, const Tensor& k, const Tenso
   detail::WrapperState s;
   s.device = q.device();
   api::plan_settings(s, q.size(0), kn.size(1), q.size(1), vn.size(2), q.dtype(), k.dtype(),
-                     std::nullopt, sm_scale, window_left, logits_soft_cap, pos_encoding_mode, op);
+                     std::nullopt, sm_scale, window_left, logits_soft_cap, "NONE", op);
   s.paged = false;
   s.decode = true;
+  s.use_tensor_cores = use_tensor_cores;
+  api::plan_pos_encoding(s, pos_encoding_mode, rope_scale, rope_theta, op);
   s.batch = 1;
   const auto kv_len = static_cast<int32_t>(kn.size(0));
   s.qo_indptr = {0, 1};
@@ -98,7 +103,8 @@ AttentionOutput single_decode_with_kv_cache(
   return call_op<&single_decode_with_kv_cache>(
       [&] {
         return single_decode_impl(q, k, v, kv_layout, pos_encoding_mode, q_scale, k_scale, v_scale,
-                                  window_left, logits_soft_cap, sm_scale, return_lse);
+                                  window_left, logits_soft_cap, sm_scale, use_tensor_cores,
+                                  rope_scale, rope_theta, return_lse);
       },
       q, k, v, kv_layout, pos_encoding_mode, use_tensor_cores, q_scale, k_scale, v_scale,
       window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta, return_lse);
@@ -144,8 +150,9 @@ void plan_decode(detail::WrapperState& s, const Tensor& indptr, const Tensor& in
                    "no key lies right of a decode query; expected 0 or -1, got ", o.window_right);
   const std::optional<DType> kv = o.kv_data_type ? o.kv_data_type : o.data_type;
   api::plan_settings(s, num_qo_heads, num_kv_heads, head_dim, head_dim, o.q_data_type, kv,
-                     o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap,
-                     o.pos_encoding_mode, op);
+                     o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap, "NONE", op);
+  s.decode = true;
+  api::plan_pos_encoding(s, o.pos_encoding_mode, o.rope_scale, o.rope_theta, op);
   api::load_page_table(s, indptr, indices, last_page_len, page_size, op, "indptr", "indices",
                        "last_page_len");
   api::check_seq_lens(s, o.seq_lens, op);

@@ -4,6 +4,7 @@
 
 #include "api/arg_traits.h"
 #include "api/attention_common.h"
+#include "api/attention_pos_encoding.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "flashinfer/ops/attention.h"
@@ -75,7 +76,8 @@ AttentionOutput single_prefill_impl(
     std::optional<DType> o_dtype, const std::optional<Tensor>& custom_mask,
     const std::optional<Tensor>& packed_custom_mask, bool causal, std::string_view kv_layout,
     std::string_view pos_encoding_mode, std::optional<double> sm_scale, int64_t window_left,
-    std::optional<double> logits_soft_cap, std::string_view backend, bool return_lse,
+    std::optional<double> logits_soft_cap, std::optional<double> rope_scale,
+    std::optional<double> rope_theta, std::string_view backend, bool return_lse,
     const std::optional<Tensor>& kv_cache_sf, std::optional<double> k_scale,
     std::optional<double> v_scale) {
   const char* op = "single_prefill_with_kv_cache";
@@ -114,7 +116,8 @@ AttentionOutput single_prefill_impl(
   detail::WrapperState s;
   s.device = q.device();
   api::plan_settings(s, q.size(1), kn.size(1), q.size(2), vn.size(2), q.dtype(), k.dtype(), o_dtype,
-                     sm_scale, window_left, logits_soft_cap, pos_encoding_mode, op);
+                     sm_scale, window_left, logits_soft_cap, "NONE", op);
+  api::plan_pos_encoding(s, pos_encoding_mode, rope_scale, rope_theta, op);
   s.paged = false;
   s.batch = 1;
   const auto qo_len = static_cast<int32_t>(q.size(0));
@@ -155,8 +158,8 @@ AttentionOutput single_prefill_with_kv_cache(
       [&] {
         return single_prefill_impl(q, k, v, scale_q, scale_k, scale_v, o_dtype, custom_mask,
                                    packed_custom_mask, causal, kv_layout, pos_encoding_mode,
-                                   sm_scale, window_left, logits_soft_cap, backend, return_lse,
-                                   kv_cache_sf, k_scale, v_scale);
+                                   sm_scale, window_left, logits_soft_cap, rope_scale, rope_theta,
+                                   backend, return_lse, kv_cache_sf, k_scale, v_scale);
       },
       q, k, v, scale_q, scale_k, scale_v, o_dtype, custom_mask, packed_custom_mask, causal,
       kv_layout, pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap,
@@ -211,8 +214,9 @@ void plan_paged_prefill(detail::WrapperState& s, const Tensor& qo_indptr,
   check_prefill_options(o, /*paged=*/true, op);
   api::plan_settings(s, num_qo_heads, num_kv_heads, head_dim_qk,
                      o.head_dim_vo.value_or(head_dim_qk), o.q_data_type, o.kv_data_type,
-                     o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap,
-                     o.pos_encoding_mode, op);
+                     o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap, "NONE", op);
+  s.decode = false;
+  api::plan_pos_encoding(s, o.pos_encoding_mode, o.rope_scale, o.rope_theta, op);
   api::load_page_table(s, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, page_size, op,
                        "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len");
   api::check_seq_lens(s, o.seq_lens, op);
@@ -303,8 +307,9 @@ void BatchPrefillWithRaggedKVCacheWrapper::plan(const Tensor& qo_indptr, const T
         check_prefill_options(o, /*paged=*/false, op);
         api::plan_settings(s, num_qo_heads, num_kv_heads, head_dim_qk,
                            o.head_dim_vo.value_or(head_dim_qk), o.q_data_type, o.kv_data_type,
-                           o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap,
-                           o.pos_encoding_mode, op);
+                           o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap, "NONE", op);
+        s.decode = false;
+        api::plan_pos_encoding(s, o.pos_encoding_mode, o.rope_scale, o.rope_theta, op);
         s.kv_indptr = api::index_to_host(kv_indptr, op, "kv_indptr");
         api::check_indptr(s.kv_indptr, op, "kv_indptr");
         s.kv_indices.clear();

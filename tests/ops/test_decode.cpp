@@ -275,7 +275,7 @@ TEST(BatchDecodeWrapper, BadInput) {
                   plan, "indptr");
   {
     BatchDecodeWithPagedKVCacheWrapper::PlanOptions o;
-    o.pos_encoding_mode = "ROPE_LLAMA";
+    o.pos_encoding_mode = "ROPE";  // not a mode
     EXPECT_FI_ERROR(P(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 4, o), plan,
                     "pos_encoding_mode");
     o = {};

@@ -212,7 +212,7 @@ TEST(PODWrappers, BadInput) {
                         std::nullopt, std::nullopt, true),
                   run, "causal_p");
   EXPECT_FI_ERROR(w.run(qp, kp, vp, qd, PagedKVCache(cache), std::nullopt, std::nullopt, false,
-                        "NHD", "ROPE_LLAMA"),
+                        "NHD", "ROPE"),  // not a mode
                   run, "pos_encoding_mode_p");
 
   const char* bplan = "BatchPODWithPagedKVCacheWrapper.plan";

@@ -413,7 +413,7 @@ TEST(SinglePrefill, BadInput) {
   EXPECT_FI_ERROR(single_prefill_with_kv_cache(q, k, k, {}, {}, {}, {}, {}, {}, true), op,
                   "causal");
   EXPECT_FI_ERROR(
-      single_prefill_with_kv_cache(q, k, k, {}, {}, {}, {}, {}, {}, false, "NHD", "ALIBI"), op,
+      single_prefill_with_kv_cache(q, k, k, {}, {}, {}, {}, {}, {}, false, "NHD", "alibi"), op,
       "pos_encoding_mode");
   EXPECT_FI_ERROR(
       single_prefill_with_kv_cache(q, k, k, {}, {}, {}, {}, Tensor::zeros({4, 4}, DType::kBool)),

@@ -163,10 +163,32 @@ inline void apply_sink(float& lse, float* v, int64_t d, float sink2) {
   lse = total;
 }
 
+// RoPE (llama style, non-interleaved halves) of one fp32 row of d values at `pos`, in fp32 as
+// upstream's kernels compute it; `round` stores the result in T and reads it back (upstream's
+// prefill kernel rotates q and k in shared memory in their own 16-bit dtypes).
+template <class T>
+inline void rope_row(float* x, int64_t d, int64_t pos, const float* freq,
+                     [[maybe_unused]] bool round) {
+  const int64_t half = d / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float angle = static_cast<float>(pos) * freq[i];
+    const float c = std::cos(angle), s = std::sin(angle);
+    const float a = x[i], b = x[i + half];
+    x[i] = a * c - b * s;
+    x[i + half] = b * c + a * s;
+  }
+  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, Float8E4M3FN> &&
+                !std::is_same_v<T, Float8E5M2>) {
+    if (round) {
+      for (int64_t i = 0; i < d; ++i) x[i] = to_float(from_float<T>(x[i]));
+    }
+  }
+}
+
 template <class TQ, class TKV, class TO>
 class Runner {
  public:
-  explicit Runner(const AttentionParams& p) : p_(p) {}
+  Runner(const AttentionParams& p, const PosEncoding& pe) : p_(p), pe_(pe) {}
 
   // One (work item, kv head): query rows [qo_begin, qo_end) of every qo head of kv head g's
   // group (so each K/V tile is converted once per group) against keys [kv_begin, kv_end).
@@ -197,11 +219,25 @@ class Runner {
     }
     const float cap = p.logits_soft_cap;
     const bool soft_cap = cap > 0.0f;
+    const PosEncoding& pe = pe_;
+    const bool rope = pe.mode == 1, alibi = pe.mode == 2;
+    if (rope && freq_.empty()) {
+      // Upstream: rope_rcp_scale * rope_rcp_theta^(2 i / D) in fp32.
+      freq_.resize(static_cast<std::size_t>(dqk / 2));
+      for (int64_t i = 0; i < dqk / 2; ++i) {
+        freq_[i] = pe.rope_rcp_scale *
+                   std::pow(pe.rope_rcp_theta, static_cast<float>(2 * i) / static_cast<float>(dqk));
+      }
+    }
     for (int64_t rr = 0; rr < rows; ++rr) {
       const int64_t h = g * group + rr % group;
       const TQ* src = static_cast<const TQ*>(p.q) +
                       (p.qo_indptr[b] + w.qo_begin + rr / group) * p.q_stride_n + h * p.q_stride_h;
       load_row(&q_[rr * dqk], src, dqk);
+      if (rope) {
+        rope_row<TQ>(&q_[rr * dqk], dqk, kv_len - qo_len + w.qo_begin + rr / group, freq_.data(),
+                     p.use_tensor_cores);
+      }
     }
     const TKV* kbase = static_cast<const TKV*>(p.kv.k) + g * p.kv.k_stride_head;
     const TKV* vbase = static_cast<const TKV*>(p.kv.v) + g * p.kv.v_stride_head;
@@ -222,6 +258,7 @@ class Runner {
         const TKV* vr = vbase + kv_token_offset(p.kv, b, t0 + j, true);
         load_row(&kt_[j * dqk], kr, dqk);
         load_row(&vt_[j * dvo], vr, dvo);
+        if (rope) rope_row<TKV>(&kt_[j * dqk], dqk, t0 + j, freq_.data(), p.use_tensor_cores);
       }
       for (int64_t rr = 0; rr < rows; ++rr) {
         const int64_t qi = w.qo_begin + rr / group;
@@ -245,6 +282,9 @@ class Runner {
           const float* kr = &kt_[j * dqk];
           const float dot = dot_row(qr, kr, dqk, avx512_);
           float sc = soft_cap ? cap * std::tanh(dot * scale / cap) : dot * scale;
+          if (alibi) {
+            sc += pe.alibi_slopes[g * group + rr % group] * static_cast<float>(kj - qi);
+          }
           sc *= kLog2e;
           if (std::isnan(sc)) {
             // A NaN score makes the row NaN, as in upstream's kernels (it would otherwise be
@@ -324,13 +364,14 @@ class Runner {
 
  private:
   const AttentionParams& p_;
+  const PosEncoding& pe_;
   const bool avx512_ = use_avx512();
-  std::vector<float> q_, acc_, m_, d_, kt_, vt_, s_, scale_;
+  std::vector<float> q_, acc_, m_, d_, kt_, vt_, s_, scale_, freq_;
   std::vector<char> nan_;  // per row: a visible score was NaN
 };
 
 template <class TQ, class TKV, class TO>
-void run_attention(const AttentionParams& p) {
+void run_attention(const AttentionParams& p, const PosEncoding& pe) {
   const int64_t kv_heads = p.num_kv_heads, heads = p.num_qo_heads;
   const int64_t items = static_cast<int64_t>(p.num_work) * kv_heads;
   // Small problems run on the calling thread: waking the team costs microseconds on a quiet
@@ -343,7 +384,7 @@ void run_attention(const AttentionParams& p) {
   macs *= static_cast<int64_t>(heads) * (p.head_dim_qk + p.head_dim_vo);
 #pragma omp parallel if (items > 1 && macs >= (int64_t{1} << 18))
   {
-    Runner<TQ, TKV, TO> runner(p);
+    Runner<TQ, TKV, TO> runner(p, pe);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t x = 0; x < items; ++x) {
       runner.run(p.work[x / kv_heads], static_cast<int32_t>(x % kv_heads));
@@ -391,14 +432,16 @@ void run_merge(const MergeParams& p) {
 
 }  // namespace
 
-void batch_attention(const AttentionParams& p) {
+void batch_attention(const AttentionParams& p) { batch_attention(p, PosEncoding{}); }
+
+void batch_attention(const AttentionParams& p, const PosEncoding& pe) {
   dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
       p.q_dtype, "attention", "q", [&]<class TQ>() {
         dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16, kFloat8E4M3FN, kFloat8E5M2>(
             p.kv.dtype, "attention", "k", [&]<class TKV>() {
               dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
                   p.o_dtype, "attention", "out",
-                  [&]<class TO>() { run_attention<TQ, TKV, TO>(p); });
+                  [&]<class TO>() { run_attention<TQ, TKV, TO>(p, pe); });
             });
       });
 }

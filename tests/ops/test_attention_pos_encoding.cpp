@@ -1,0 +1,534 @@
+// pos_encoding_mode="ROPE_LLAMA" / "ALIBI" inside the decode and prefill ops: against an fp64
+// formula (RoPE of q at kv_len - qo_len + i and of key j at j; ALiBi slope_h * (j - i) added to
+// the scaled logit), over single and batch decode / prefill, GQA, fp32/fp16/bf16, causal and
+// split-KV; upstream's slopes; bad input; record and replay; a torch-written upstream-format
+// dump with one call per mode.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "api/attention_pos_encoding.h"
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/replay.h"
+#include "ops/attention_test_util.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer {
+namespace {
+
+enum class Mode { kRope, kAlibi };
+
+const char* mode_name(Mode m) { return m == Mode::kRope ? "ROPE_LLAMA" : "ALIBI"; }
+
+Tensor workspace() { return Tensor::empty({8 << 20}, DType::kUInt8); }
+
+// Upstream's slopes written out independently: n = 2^floor(log2 H); 2^(-8k/n), k = 1..n, then
+// 2^(-4k/n) for odd k < 2 (H - n).
+std::vector<double> ref_slopes(int64_t heads) {
+  const int64_t n = int64_t{1} << static_cast<int>(std::floor(std::log2(double(heads))));
+  std::vector<double> m;
+  for (int64_t k = 1; k <= n; ++k) m.push_back(std::pow(2.0, -8.0 * double(k) / double(n)));
+  for (int64_t k = 1; k < 2 * (heads - n); k += 2) {
+    m.push_back(std::pow(2.0, -4.0 * double(k) / double(n)));
+  }
+  return m;
+}
+
+// x [rows, heads, d] rotated in place, row r at position pos0 + r (llama: halves).
+void ref_rope(std::vector<double>& x, int64_t rows, int64_t heads, int64_t d, int64_t pos0,
+              double rope_scale, double rope_theta) {
+  const int64_t half = d / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t h = 0; h < heads; ++h) {
+      double* v = &x[static_cast<std::size_t>((r * heads + h) * d)];
+      for (int64_t i = 0; i < half; ++i) {
+        const double freq = std::pow(rope_theta, -2.0 * double(i) / double(d)) / rope_scale;
+        const double a = double(pos0 + r) * freq;
+        const double x0 = v[i], x1 = v[i + half];
+        v[i] = x0 * std::cos(a) - x1 * std::sin(a);
+        v[i + half] = x1 * std::cos(a) + x0 * std::sin(a);
+      }
+    }
+  }
+}
+
+struct PosRef {
+  Mode mode = Mode::kRope;
+  double rope_scale = 1.0, rope_theta = 1e4;
+  double sm_scale = 0.0;
+  bool causal = false;
+};
+
+// One request: q [qo, Hq, D], k/v [kv, Hkv, D]. o [qo, Hq, D], lse base 2 [qo, Hq].
+void ref_pos_attention(std::vector<double> q, std::vector<double> k, const std::vector<double>& v,
+                       int64_t qo, int64_t kv, int64_t hq, int64_t hkv, int64_t d, const PosRef& r,
+                       std::vector<double>& o, std::vector<double>& lse) {
+  if (r.mode == Mode::kRope) {
+    ref_rope(q, qo, hq, d, kv - qo, r.rope_scale, r.rope_theta);
+    ref_rope(k, kv, hkv, d, 0, r.rope_scale, r.rope_theta);
+  }
+  const double scale = r.sm_scale > 0 ? r.sm_scale : 1.0 / std::sqrt(double(d));
+  const std::vector<double> slopes = ref_slopes(hq);
+  const int64_t group = hq / hkv;
+  o.assign(static_cast<std::size_t>(qo * hq * d), 0.0);
+  lse.assign(static_cast<std::size_t>(qo * hq), -std::numeric_limits<double>::infinity());
+  std::vector<double> s(static_cast<std::size_t>(kv));
+  for (int64_t i = 0; i < qo; ++i) {
+    const int64_t pos = kv - qo + i;
+    for (int64_t h = 0; h < hq; ++h) {
+      const int64_t g = h / group;
+      const int64_t end = r.causal ? std::min(kv, pos + 1) : kv;
+      if (end <= 0) continue;
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < end; ++j) {
+        double dot = 0;
+        for (int64_t e = 0; e < d; ++e) dot += q[(i * hq + h) * d + e] * k[(j * hkv + g) * d + e];
+        s[j] = dot * scale;
+        if (r.mode == Mode::kAlibi) s[j] += slopes[h] * double(j - i);
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < end; ++j) sum += std::exp(s[j] - mx);
+      for (int64_t j = 0; j < end; ++j) {
+        const double p = std::exp(s[j] - mx) / sum;
+        for (int64_t e = 0; e < d; ++e) o[(i * hq + h) * d + e] += p * v[(j * hkv + g) * d + e];
+      }
+      lse[i * hq + h] = (mx + std::log(sum)) / std::log(2.0);
+    }
+  }
+}
+
+// A rotated q/k in 16 bits (the prefill kernel's rounding) moves the LSE by more than fp32 noise.
+testing::Tolerance lse_tolerance(DType d) {
+  return d == DType::kFloat32 ? testing::Tolerance{1e-4, 1e-5} : testing::Tolerance{2e-2, 2e-2};
+}
+
+TEST(AttentionPosEncoding, AlibiSlopesAreUpstreams) {
+  for (int64_t h : {1, 2, 4, 6, 8, 12, 32, 40}) {
+    const std::vector<float> got = api::alibi_slopes(h);
+    const std::vector<double> want = ref_slopes(h);
+    ASSERT_EQ(got.size(), want.size()) << h;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], 1e-7 * want[i]) << h << " heads, head " << i;
+    }
+  }
+  // Hand-checked: 8 heads give 1/2, 1/4, ..., 1/256; 6 heads 1/4, 1/16, 1/64, 1/256 then
+  // 2^-1, 2^-3 (the interleaved slopes of 8 heads).
+  const std::vector<float> s8 = api::alibi_slopes(8);
+  EXPECT_EQ(s8.front(), 0.5f);
+  EXPECT_EQ(s8.back(), 1.0f / 256);
+  EXPECT_EQ(api::alibi_slopes(6),
+            (std::vector<float>{0.25f, 1.0f / 16, 1.0f / 64, 1.0f / 256, 0.5f, 0.125f}));
+}
+
+struct SingleCase {
+  Mode mode;
+  DType dtype;
+  int64_t hq, hkv, qo, kv;  // qo 0: single decode
+  bool causal;
+  bool tensor_cores;
+  double rope_scale, rope_theta;  // 0: default (not passed)
+};
+
+class SinglePos : public ::testing::TestWithParam<SingleCase> {};
+
+TEST_P(SinglePos, MatchesFp64Formula) {
+  const SingleCase c = GetParam();
+  const int64_t d = 64;
+  const bool decode = c.qo == 0;
+  const int64_t qo = decode ? 1 : c.qo;
+  Tensor q = testing::rand_tensor(decode ? Shape{c.hq, d} : Shape{qo, c.hq, d}, c.dtype, 1);
+  Tensor k = testing::rand_tensor({c.kv, c.hkv, d}, c.dtype, 2);
+  Tensor v = testing::rand_tensor({c.kv, c.hkv, d}, c.dtype, 3);
+  std::optional<double> rs, rt;
+  if (c.rope_scale > 0) rs = c.rope_scale;
+  if (c.rope_theta > 0) rt = c.rope_theta;
+  AttentionOutput r;
+  if (decode) {
+    r = single_decode_with_kv_cache(q, k, v, "NHD", mode_name(c.mode), c.tensor_cores, {}, {}, {},
+                                    -1, {}, {}, rs, rt, /*return_lse=*/true);
+  } else {
+    r = single_prefill_with_kv_cache(q, k, v, {}, {}, {}, {}, {}, {}, c.causal, "NHD",
+                                     mode_name(c.mode), false, {}, -1, {}, rs, rt, "auto",
+                                     /*return_lse=*/true);
+  }
+  PosRef ref;
+  ref.mode = c.mode;
+  ref.rope_scale = rs.value_or(1.0);
+  ref.rope_theta = rt.value_or(1e4);
+  ref.causal = c.causal;
+  std::vector<double> eo, el;
+  ref_pos_attention(q.to_double_vector(), k.to_double_vector(), v.to_double_vector(), qo, c.kv,
+                    c.hq, c.hkv, d, ref, eo, el);
+  EXPECT_TRUE(testing::all_close(r.out, eo, testing::attention_tolerance(c.dtype)));
+  EXPECT_TRUE(testing::all_close(r.lse, el, lse_tolerance(c.dtype)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, SinglePos,
+    ::testing::Values(
+        // Decode: fp32 exact, GQA 4, a long key range (angles up to 70 rad at theta 1e4).
+        SingleCase{Mode::kRope, DType::kFloat32, 8, 2, 0, 70, false, false, 0, 0},
+        SingleCase{Mode::kRope, DType::kFloat16, 4, 4, 0, 37, false, true, 2.0, 5e5},
+        SingleCase{Mode::kRope, DType::kBFloat16, 8, 1, 0, 9, false, false, 0, 0},
+        SingleCase{Mode::kAlibi, DType::kFloat32, 6, 2, 0, 40, false, false, 0, 0},
+        SingleCase{Mode::kAlibi, DType::kFloat16, 8, 2, 0, 33, false, true, 0, 0},
+        // Prefill: causal and not, GQA, rounding of the rotated q/k in 16 bits.
+        SingleCase{Mode::kRope, DType::kFloat32, 4, 2, 5, 23, true, false, 0, 0},
+        SingleCase{Mode::kRope, DType::kFloat16, 4, 2, 5, 23, false, false, 0, 0},
+        SingleCase{Mode::kRope, DType::kBFloat16, 8, 2, 7, 7, true, false, 4.0, 1e6},
+        SingleCase{Mode::kAlibi, DType::kFloat32, 4, 1, 6, 19, true, false, 0, 0},
+        SingleCase{Mode::kAlibi, DType::kBFloat16, 6, 3, 4, 11, false, false, 0, 0},
+        SingleCase{Mode::kAlibi, DType::kFloat16, 12, 4, 3, 30, true, false, 0, 0}));
+
+struct BatchCase {
+  Mode mode;
+  DType dtype;
+  int64_t hq, hkv;
+  std::vector<int32_t> qo_lens;  // empty: batch decode (one query per request)
+  std::vector<int32_t> kv_lens;
+  std::optional<int64_t> fixed_split;
+  bool ragged;
+};
+
+void check_batch(const BatchCase& c) {
+  const int64_t d = 64, ps = 4;
+  const bool decode = c.qo_lens.empty();
+  const auto batch = static_cast<int64_t>(c.kv_lens.size());
+  std::vector<int32_t> qo_lens = decode ? std::vector<int32_t>(batch, 1) : c.qo_lens;
+  std::vector<int32_t> qo_indptr{0}, kv_indptr{0};
+  for (int64_t b = 0; b < batch; ++b) {
+    qo_indptr.push_back(qo_indptr.back() + qo_lens[b]);
+    kv_indptr.push_back(kv_indptr.back() + c.kv_lens[b]);
+  }
+  const int64_t rows = qo_indptr.back();
+  Tensor q = testing::rand_tensor({rows, c.hq, d}, c.dtype, 11);
+  std::vector<std::vector<double>> kd, vd;
+  AttentionRunOptions ro;
+  ro.return_lse = true;
+  AttentionOutput r;
+  if (c.ragged) {
+    Tensor k = testing::rand_tensor({kv_indptr.back(), c.hkv, d}, c.dtype, 12);
+    Tensor v = testing::rand_tensor({kv_indptr.back(), c.hkv, d}, c.dtype, 13);
+    for (int64_t b = 0; b < batch; ++b) {
+      kd.push_back(k.slice(0, kv_indptr[b], kv_indptr[b + 1]).to_double_vector());
+      vd.push_back(v.slice(0, kv_indptr[b], kv_indptr[b + 1]).to_double_vector());
+    }
+    BatchPrefillWithRaggedKVCacheWrapper w(workspace());
+    PrefillPlanOptions po;
+    po.causal = true;
+    po.pos_encoding_mode = mode_name(c.mode);
+    po.q_data_type = c.dtype;
+    po.fixed_split_size = c.fixed_split;
+    w.plan(testing::int_tensor(qo_indptr), testing::int_tensor(kv_indptr), c.hq, c.hkv, d, po);
+    r = w.run(q, k, v, ro);
+  } else {
+    testing::PagedFixture f =
+        testing::make_paged(c.kv_lens, ps, c.hkv, d, c.dtype, false, false, 21, kd, vd);
+    if (decode) {
+      BatchDecodeWithPagedKVCacheWrapper w(workspace());
+      BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+      po.pos_encoding_mode = mode_name(c.mode);
+      po.q_data_type = c.dtype;
+      po.fixed_split_size = c.fixed_split;
+      w.plan(f.indptr, f.indices, f.last_page_len, c.hq, c.hkv, d, ps, po);
+      if (c.fixed_split) {
+        EXPECT_TRUE(w.split_kv());
+      }
+      r = w.run(q, f.cache(), ro);
+    } else {
+      BatchPrefillWithPagedKVCacheWrapper w(workspace());
+      PrefillPlanOptions po;
+      po.causal = true;
+      po.pos_encoding_mode = mode_name(c.mode);
+      po.q_data_type = c.dtype;
+      po.fixed_split_size = c.fixed_split;
+      w.plan(testing::int_tensor(qo_indptr), f.indptr, f.indices, f.last_page_len, c.hq, c.hkv, d,
+             ps, po);
+      if (c.fixed_split) {
+        EXPECT_TRUE(w.split_kv());
+      }
+      r = w.run(q, f.cache(), ro);
+    }
+  }
+  const auto qd = q.to_double_vector();
+  PosRef ref;
+  ref.mode = c.mode;
+  ref.causal = true;
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<double> eo, el;
+    ref_pos_attention(testing::rows_of(qd, qo_indptr[b], qo_indptr[b + 1], c.hq * d), kd[b], vd[b],
+                      qo_lens[b], c.kv_lens[b], c.hq, c.hkv, d, ref, eo, el);
+    EXPECT_TRUE(testing::all_close(r.out.slice(0, qo_indptr[b], qo_indptr[b + 1]), eo,
+                                   testing::attention_tolerance(c.dtype)))
+        << "request " << b;
+    EXPECT_TRUE(testing::all_close(r.lse.slice(0, qo_indptr[b], qo_indptr[b + 1]), el,
+                                   lse_tolerance(c.dtype)))
+        << "request " << b;
+  }
+}
+
+class BatchPos : public ::testing::TestWithParam<BatchCase> {};
+TEST_P(BatchPos, MatchesFp64Formula) { check_batch(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, BatchPos,
+    ::testing::Values(
+        // Batch decode: a 1-token request, a forced split of 2 pages (partials merged).
+        BatchCase{Mode::kRope, DType::kFloat32, 4, 2, {}, {1, 9, 30}, 2, false},
+        BatchCase{Mode::kRope, DType::kBFloat16, 8, 2, {}, {17, 5}, {}, false},
+        BatchCase{Mode::kAlibi, DType::kFloat16, 4, 1, {}, {1, 9, 30}, 2, false},
+        // Paged prefill, causal, split.
+        BatchCase{Mode::kRope, DType::kFloat16, 4, 2, {2, 3, 1}, {5, 9, 30}, 2, false},
+        BatchCase{Mode::kAlibi, DType::kFloat32, 6, 2, {2, 3, 1}, {5, 9, 30}, 2, false},
+        // Ragged prefill (split in tokens).
+        BatchCase{Mode::kRope, DType::kBFloat16, 4, 2, {3, 4}, {3, 21}, 8, true},
+        BatchCase{Mode::kAlibi, DType::kFloat16, 8, 4, {3, 4}, {3, 21}, {}, true}));
+
+TEST(AttentionPosEncoding, NoneIsUnchangedAndModesDiffer) {
+  // The modes change the answer (a test that could not fail otherwise), NONE is the plain op.
+  Tensor q = testing::rand_tensor({4, 64}, DType::kFloat32, 31);
+  Tensor k = testing::rand_tensor({20, 2, 64}, DType::kFloat32, 32);
+  Tensor v = testing::rand_tensor({20, 2, 64}, DType::kFloat32, 33);
+  const Tensor none = single_decode_with_kv_cache(q, k, v).out;
+  const Tensor rope = single_decode_with_kv_cache(q, k, v, "NHD", "ROPE_LLAMA").out;
+  const Tensor alibi = single_decode_with_kv_cache(q, k, v, "NHD", "ALIBI").out;
+  EXPECT_FALSE(testing::same_values(Value(none), Value(rope)));
+  EXPECT_FALSE(testing::same_values(Value(none), Value(alibi)));
+  // rope_scale / rope_theta matter only for ROPE_LLAMA.
+  const Tensor none2 =
+      single_decode_with_kv_cache(q, k, v, "NHD", "NONE", false, {}, {}, {}, -1, {}, {}, 3.0, 7.0)
+          .out;
+  EXPECT_TRUE(testing::same_values(Value(none), Value(none2)));
+}
+
+TEST(AttentionPosEncoding, BadInput) {
+  const char* dec = "single_decode_with_kv_cache";
+  const char* pre = "single_prefill_with_kv_cache";
+  Tensor q = Tensor::zeros({4, 64}, DType::kFloat16);
+  Tensor k = Tensor::zeros({6, 2, 64}, DType::kFloat16);
+  Tensor q3 = Tensor::zeros({3, 4, 64}, DType::kFloat16);
+  // Unknown mode: invalid argument.
+  try {
+    single_decode_with_kv_cache(q, k, k, "NHD", "ROPE");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(e.arg(), "pos_encoding_mode");
+  }
+  EXPECT_FI_ERROR(
+      single_prefill_with_kv_cache(q3, k, k, {}, {}, {}, {}, {}, {}, false, "NHD", "rope_llama"),
+      pre, "pos_encoding_mode");
+  // rope_scale / rope_theta must be positive and finite with ROPE_LLAMA.
+  EXPECT_FI_ERROR(
+      single_decode_with_kv_cache(q, k, k, "NHD", "ROPE_LLAMA", false, {}, {}, {}, -1, {}, {}, 0.0),
+      dec, "rope_scale");
+  EXPECT_FI_ERROR(single_decode_with_kv_cache(q, k, k, "NHD", "ROPE_LLAMA", false, {}, {}, {}, -1,
+                                              {}, {}, {}, -1.0),
+                  dec, "rope_theta");
+  // ALiBi with a soft cap (upstream scales twice there) is refused.
+  try {
+    single_decode_with_kv_cache(q, k, k, "NHD", "ALIBI", false, {}, {}, {}, -1, 30.0);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_EQ(e.arg(), "logits_soft_cap");
+  }
+  // RoPE with an fp8 cache: the decode kernel takes it, the prefill kernel (upstream: 16-bit K
+  // only) does not.
+  Tensor k8 = testing::rand_tensor({6, 2, 64}, DType::kFloat8E4M3FN, 5);
+  EXPECT_NO_THROW(single_decode_with_kv_cache(q, k8, k8, "NHD", "ROPE_LLAMA"));
+  try {
+    single_decode_with_kv_cache(q, k8, k8, "NHD", "ROPE_LLAMA", /*use_tensor_cores=*/true);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_EQ(e.arg(), "pos_encoding_mode");
+  }
+  EXPECT_FI_ERROR(
+      single_prefill_with_kv_cache(q3, k8, k8, {}, {}, {}, {}, {}, {}, false, "NHD", "ROPE_LLAMA"),
+      pre, "pos_encoding_mode");
+  // Ops that cannot do it keep refusing (kUnsupported naming pos_encoding_mode).
+  MultiLevelCascadeAttentionWrapper cw(1, workspace());
+  try {
+    cw.plan({testing::int_tensor({0, 1})}, {testing::int_tensor({0, 1})},
+            {testing::int_tensor({0})}, {testing::int_tensor({1})}, 4, 2, 64, 4, false, "ALIBI");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_EQ(e.arg(), "pos_encoding_mode");
+  }
+}
+
+TEST(AttentionPosEncoding, RecordAndReplay) {
+  std::vector<testing::RecordingObserver::Call> calls;
+  {
+    testing::RecordingScope scope;
+    Tensor q = testing::rand_tensor({4, 64}, DType::kFloat16, 41);
+    Tensor k = testing::rand_tensor({10, 2, 64}, DType::kFloat16, 42);
+    single_decode_with_kv_cache(q, k, k, "NHD", "ALIBI");
+    Tensor q3 = testing::rand_tensor({3, 4, 64}, DType::kBFloat16, 43);
+    Tensor kb = testing::rand_tensor({10, 2, 64}, DType::kBFloat16, 44);
+    single_prefill_with_kv_cache(q3, kb, kb, {}, {}, {}, {}, {}, {}, true, "NHD", "ROPE_LLAMA",
+                                 false, {}, -1, {}, 2.0, 5e5);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 2u);
+  // The mode is recorded as upstream records it: the string argument (single_prefill's 12th
+  // parameter), rope_scale / rope_theta as floats.
+  ASSERT_EQ(calls[1].name, "single_prefill_with_kv_cache");
+  ASSERT_GT(calls[1].inputs.size(), 17u);
+  EXPECT_EQ(calls[1].inputs[11].as_string(), "ROPE_LLAMA");
+  EXPECT_EQ(calls[1].inputs[16].as_float(), 2.0);
+  EXPECT_EQ(calls[1].inputs[17].as_float(), 5e5);
+  for (const auto& call : calls) EXPECT_TRUE(testing::replays_identically(call));
+}
+
+// Written by Python as upstream's recorder writes the calls: single_decode_with_kv_cache with
+// pos_encoding_mode="ALIBI", single_prefill_with_kv_cache with "ROPE_LLAMA" (rope_theta given),
+// and a ragged prefill wrapper planned with "ROPE_LLAMA" (one self_id); expected outputs from
+// torch in fp64 with upstream's slopes and positions.
+TEST(AttentionPosEncoding, UpstreamWrittenDumpReplays) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_attn_pos_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string py = R"PY(
+import json, math, os, sys
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+root = sys.argv[1]
+torch.manual_seed(7)
+SELF = 140234567890777
+def ser(v):
+    if isinstance(v, torch.dtype):
+        return {"type": "torch.dtype", "value": str(v)}
+    return v
+def write(seq, name, module, inputs, meta, outputs, self_obj=False):
+    d = os.path.join(root, "20261122_233000_%03d_pid4242_%s_call%04d" % (seq, name, seq))
+    os.makedirs(d)
+    torch.save(inputs, d + "/inputs.pt")
+    tensors = {k: x for k, x in outputs.items() if x is not None}
+    torch.save(tensors, d + "/outputs.pt")
+    rec = {"function_name": name, "module": module, "call_sequence": seq,
+           "timestamp": "20261122_233000_%03d" % seq, "process_id": 4242,
+           "input_metadata": meta,
+           "output_metadata": {k: None for k, x in outputs.items() if x is None},
+           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": list(tensors)},
+           "tensor_format": "torch", "execution_status": "completed"}
+    if self_obj:
+        rec["self_id"] = SELF
+        rec["input_metadata"] = dict(meta, arg_0={
+            "type": "BatchPrefillWithRaggedKVCacheWrapper",
+            "repr": "<flashinfer.prefill.BatchPrefillWithRaggedKVCacheWrapper object at 0x%x>" % SELF})
+    with open(d + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+
+def slopes(n_heads):
+    n = 2 ** math.floor(math.log2(n_heads))
+    m = [2.0 ** (-8.0 * k / n) for k in range(1, n + 1)]
+    m += [2.0 ** (-4.0 * k / n) for k in range(1, 2 * (n_heads - n), 2)]
+    return torch.tensor(m, dtype=torch.float64)
+def rope(x, pos, theta=1e4, scale=1.0):
+    d = x.shape[-1]
+    freq = theta ** (-torch.arange(0, d // 2, dtype=torch.float64) * 2 / d) / scale
+    a = pos.double()[:, None] * freq[None, :]
+    c, s = torch.cos(a)[:, None, :], torch.sin(a)[:, None, :]
+    x0, x1 = x[..., : d // 2], x[..., d // 2 :]
+    return torch.cat([x0 * c - x1 * s, x1 * c + x0 * s], -1)
+def attend(q, k, v, causal, bias=None):
+    # q [qo, H, D], k/v [kv, HKV, D] in fp64; bias [H, qo, kv] or None.
+    qo, H, D = q.shape
+    kv, HKV = k.shape[0], k.shape[1]
+    k = k.repeat_interleave(H // HKV, 1)
+    v = v.repeat_interleave(H // HKV, 1)
+    s = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(D)
+    if bias is not None:
+        s = s + bias
+    if causal:
+        keep = torch.ones(qo, kv, dtype=torch.bool).tril(kv - qo)
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), v)
+
+# single_decode_with_kv_cache(q, k, v, pos_encoding_mode="ALIBI"), GQA 8/2.
+H, HKV, D, KV = 8, 2, 64, 21
+q = torch.randn(H, D).half()
+k = torch.randn(KV, HKV, D).half()
+v = torch.randn(KV, HKV, D).half()
+bias = slopes(H)[:, None, None] * torch.arange(KV, dtype=torch.float64)[None, None, :]
+out = attend(q[None].double(), k.double(), v.double(), False, bias)[0]
+write(1, "single_decode_with_kv_cache", "flashinfer.decode",
+      {"arg_0": q, "arg_1": k, "arg_2": v}, {"kwarg_pos_encoding_mode": "ALIBI"},
+      {"result": out.half()})
+
+# single_prefill_with_kv_cache(q, k, v, causal=True, pos_encoding_mode="ROPE_LLAMA",
+# rope_theta=5e5): q at kv_len - qo_len + i, key j at j.
+QO, KV = 5, 13
+q = torch.randn(QO, H, D).half()
+k = torch.randn(KV, HKV, D).half()
+v = torch.randn(KV, HKV, D).half()
+qr = rope(q.double(), torch.arange(KV - QO, KV), theta=5e5)
+kr = rope(k.double(), torch.arange(KV), theta=5e5)
+out = attend(qr, kr, v.double(), True)
+write(2, "single_prefill_with_kv_cache", "flashinfer.prefill",
+      {"arg_0": q, "arg_1": k, "arg_2": v},
+      {"kwarg_causal": True, "kwarg_pos_encoding_mode": "ROPE_LLAMA", "kwarg_rope_theta": 5e5},
+      {"result": out.half()})
+
+# BatchPrefillWithRaggedKVCacheWrapper: plan(..., causal=True, pos_encoding_mode="ROPE_LLAMA"),
+# run(q, k, v).
+write(3, "BatchPrefillWithRaggedKVCacheWrapper.__init__", "flashinfer.prefill",
+      {"arg_1": torch.zeros(1 << 20, dtype=torch.uint8)}, {"arg_2": "NHD"}, {"result": None},
+      self_obj=True)
+qlens, kvlens = [2, 3], [4, 9]
+qo_indptr = torch.tensor([0, 2, 5], dtype=torch.int32)
+kv_indptr = torch.tensor([0, 4, 13], dtype=torch.int32)
+write(4, "BatchPrefillWithRaggedKVCacheWrapper.plan", "flashinfer.prefill",
+      {"arg_1": qo_indptr, "arg_2": kv_indptr},
+      {"arg_3": H, "arg_4": HKV, "arg_5": D, "kwarg_causal": True,
+       "kwarg_pos_encoding_mode": "ROPE_LLAMA", "kwarg_q_data_type": ser(torch.float16)},
+      {"result": None}, self_obj=True)
+q = torch.randn(5, H, D).half()
+k = torch.randn(13, HKV, D).half()
+v = torch.randn(13, HKV, D).half()
+outs = []
+for b in range(2):
+    qb = q[qo_indptr[b]:qo_indptr[b + 1]].double()
+    kb = k[kv_indptr[b]:kv_indptr[b + 1]].double()
+    vb = v[kv_indptr[b]:kv_indptr[b + 1]].double()
+    qb = rope(qb, torch.arange(kvlens[b] - qlens[b], kvlens[b]))
+    kb = rope(kb, torch.arange(kvlens[b]))
+    outs.append(attend(qb, kb, vb, True))
+write(5, "BatchPrefillWithRaggedKVCacheWrapper.run", "flashinfer.prefill",
+      {"arg_1": q, "arg_2": k, "arg_3": v}, {}, {"result": torch.cat(outs).half()}, self_obj=True)
+)PY";
+  std::ofstream(dir / "make.py") << py;
+  const int st = std::system(
+      ("/usr/bin/python3 " + (dir / "make.py").string() + " " + (dir / "dump").string()).c_str());
+  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  ASSERT_EQ(st, 0);
+  const auto results = replay::replay_sequence((dir / "dump").string());
+  ASSERT_EQ(results.size(), 5u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace flashinfer
