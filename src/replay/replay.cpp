@@ -307,9 +307,14 @@ TensorComparison compare_tensors(const std::string& key, const Tensor& actual,
   return compare(key, actual, expected, o);
 }
 
-Result replay_from_dump(const std::string& dump_dir, const Options& o) {
+namespace {
+
+// One attempt on o.device; `refused` is set when the call itself raised kUnsupported (an
+// argument the device's kernels do not implement, e.g. ALiBi inside CUDA attention).
+Result replay_once(const std::string& dump_dir, const Options& o, bool* refused) {
   Result r;
   r.dump_dir = dump_dir;
+  bool invoking = false;
   try {
     const fs::path dir(dump_dir);
     if (!fs::is_directory(dir)) {
@@ -444,7 +449,9 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
     }
     {
       ScopedUnobserved quiet;  // replaying must not log or record the calls again
+      invoking = true;
       r.result = decl->invoke(CallArgs(*decl, r.args));
+      invoking = false;
     }
     if (decl->is_constructor() && o.registry && r.result.kind() == Value::Kind::kObject) {
       (*o.registry)[self_key] = r.result;
@@ -530,11 +537,38 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
     const bool all_match = std::all_of(r.comparisons.begin(), r.comparisons.end(),
                                        [](const TensorComparison& c) { return c.match; });
     r.status = r.incomplete ? Status::kIncomplete : all_match ? Status::kPassed : Status::kMismatch;
+  } catch (const Error& e) {
+    r.status = Status::kError;
+    r.error = e.what();
+    *refused = invoking && e.code() == ErrorCode::kUnsupported;
   } catch (const std::exception& e) {
     r.status = Status::kError;
     r.error = e.what();
   }
   return r;
+}
+
+}  // namespace
+
+Result replay_from_dump(const std::string& dump_dir, const Options& o) {
+  bool refused = false;
+  Result r = replay_once(dump_dir, o, &refused);
+  if (!refused || !o.device.is_cuda() || !r.ran_on.is_cuda()) return r;
+  // The op has a CUDA kernel, but not for this call's arguments: the CPU reference takes every
+  // argument (breadth policy), so the call runs there and the result says why. A wrapper
+  // method whose object was built on the GPU stays an error if the CPU refuses it too.
+  Options cpu = o;
+  cpu.device = Device::cpu();
+  bool again = false;
+  Result c = replay_once(dump_dir, cpu, &again);
+  if (c.status == Status::kError) {
+    r.note +=
+        (r.note.empty() ? "" : "; ") + std::string("the CPU reference failed too: ") + c.error;
+    return r;
+  }
+  c.note = "the CUDA kernels refused this call (" + r.error +
+           "): replayed on the CPU reference instead" + (c.note.empty() ? "" : "; " + c.note);
+  return c;
 }
 
 std::vector<Result> replay_sequence(const std::string& root, Device device,

@@ -219,6 +219,29 @@ TEST_F(ReplayTest, CudaReplayFallsBackToTheCpuWhereAnOpHasNoCudaKernel) {
   }
 }
 
+// --device cuda on a call whose op has CUDA kernels that do not take one of its arguments
+// (ALiBi inside attention is CPU-only): the CUDA attempt raises kUnsupported, and the call is
+// replayed on the CPU reference with a note saying why. Needs a GPU; gpu-check runs it.
+TEST_F(ReplayTest, CudaReplayFallsBackToTheCpuWhereTheKernelsRefuseAnArgument) {
+  if (!cuda_compiled() || cuda_device_count() == 0) GTEST_SKIP() << "needs a CUDA device";
+  record();
+  Tensor q = Tensor::empty({4, 64}, DType::kFloat16);
+  q.normal_(1);
+  Tensor k = Tensor::empty({19, 2, 64}, DType::kFloat16);
+  k.normal_(2);
+  Tensor v = Tensor::empty({19, 2, 64}, DType::kFloat16);
+  v.normal_(3);
+  single_decode_with_kv_cache(q, k, v, "NHD", "ALIBI");
+  recorder::stop();
+  replay::Options o;
+  o.device = Device::cuda();
+  const auto r = replay::replay_from_dump(call_dirs().at(0).string(), o);
+  EXPECT_EQ(r.status, replay::Status::kPassed) << r.error;
+  EXPECT_TRUE(r.ran_on.is_cpu());
+  EXPECT_TRUE(r.note.starts_with("the CUDA kernels refused this call")) << r.note;
+  EXPECT_NE(r.note.find("pos_encoding_mode"), std::string::npos) << r.note;
+}
+
 TEST_F(ReplayTest, TamperedOutputIsAMismatchWithDetails) {
   record();
   twice(Tensor::from_vector({1, 2, 3, 4}, {4}, DType::kFloat32), false);
