@@ -17,7 +17,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <stdexcept>
 #include <thread>
 #include <unordered_map>
@@ -429,9 +428,10 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // Bounds the search for spans overlapping a write: the largest kept span up to kBigSpan. The
   // few larger ones (weights, workspaces) are listed apart, so that one 16 MiB workspace does
   // not make every write scan all activations below it (perf: ~9 % of the ring's time).
-  static constexpr uint64_t kBigSpan = uint64_t{1} << 20;
+  static constexpr uint64_t kBigSpan = uint64_t{1} << 16;
   uint64_t max_span_bytes_ = 0;
-  std::set<SpanKey> big_spans_;  // keys that hold (or held) an entry over kBigSpan
+  // Keys that hold (or held: erased lazily) an entry over kBigSpan, with its largest size.
+  std::map<SpanKey, uint64_t> big_spans_;
   // A CUDA graph was captured: its replays write CUDA memory unobserved, so CUDA spans are no
   // longer shared.
   std::atomic<bool> graphs_seen_{false};
@@ -671,7 +671,8 @@ std::vector<KeptTensor> RingRecorder::keep(const NamedTensors& tensors,
         std::erase_if(entries, [&](const SpanEntry& e) { return e.bytes == n; });
         entries.push_back({n, k.blob, t.storage(), fp});
         if (n > kBigSpan) {
-          big_spans_.insert(*at);
+          uint64_t& most = big_spans_[*at];
+          most = std::max(most, n);
         } else {
           max_span_bytes_ = std::max(max_span_bytes_, n);
         }
@@ -711,13 +712,18 @@ void RingRecorder::note_write_locked(const Tensor& t) {
   // Every kept span up to kBigSpan starting in [a - max_span_bytes_, b) may overlap [a, b);
   // larger ones are checked one by one.
   for (auto k = big_spans_.begin(); k != big_spans_.end();) {
-    auto it = spans_.find(*k);
+    const SpanKey& key = k->first;
+    if (key.device != dev || key.lo >= b || key.lo + k->second <= a) {
+      ++k;
+      continue;
+    }
+    auto it = spans_.find(key);
     if (it == spans_.end()) {
       k = big_spans_.erase(k);
       continue;
     }
-    if (k->device == dev && k->lo < b) {
-      std::erase_if(it->second, overlaps(k->lo));
+    {
+      std::erase_if(it->second, overlaps(key.lo));
       if (it->second.empty()) {
         spans_.erase(it);
         k = big_spans_.erase(k);
@@ -787,7 +793,10 @@ void RingRecorder::release_locked(RingCall& c) {
     auto it = spans_.find(w);
     if (it == spans_.end()) continue;
     std::erase_if(it->second, [](const SpanEntry& e) { return e.blob.expired(); });
-    if (it->second.empty()) spans_.erase(it);
+    if (it->second.empty()) {
+      spans_.erase(it);
+      big_spans_.erase(w);
+    }
   }
 }
 
@@ -837,8 +846,11 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     // memory without any call being seen, so kept CUDA spans can no longer be trusted.
     if (!graphs_seen_.exchange(true)) {
       std::lock_guard<std::mutex> l(mu_);
-      std::erase_if(spans_,
-                    [](const auto& kv) { return kv.first.device != device_code(Device::cpu()); });
+      const auto not_cpu = [](const auto& kv) {
+        return kv.first.device != device_code(Device::cpu());
+      };
+      std::erase_if(spans_, not_cpu);
+      std::erase_if(big_spans_, not_cpu);
     }
     return;
   }
@@ -913,7 +925,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   last_begun_.compare_exchange_strong(expected, nullptr);
   bool nan = false;
   SplitLine line1;
-  std::vector<KeptTensor> inputs;
+  bool has_inputs = false;
   formats::ArchivePlan inputs_plan;  // line 1's, reused: the same tensors, the same bytes
   bool evicted = false;
   {
@@ -921,8 +933,8 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     evicted = call->evicted;
     if (!evicted) {
       line1 = call->begin->lines[0];
-      inputs = call->inputs;
-      if (call->begin->has_inputs) inputs_plan = call->begin->inputs;
+      has_inputs = call->begin->has_inputs;
+      if (has_inputs) inputs_plan = call->begin->inputs;
     }
   }
   try {
@@ -949,7 +961,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     files->lines.push_back(std::move(line1));
     files->lines.push_back(
         split_line(record_line(call->rec, o, schema::kStatusCompleted, kDirMarker)));
-    files->has_inputs = !inputs.empty();
+    files->has_inputs = has_inputs;
     if (files->has_inputs) files->inputs = std::move(inputs_plan);
     files->has_outputs = !kept_out.empty();
     if (files->has_outputs) files->outputs = plan(schema::kOutputsStem, kept_out);
@@ -990,6 +1002,7 @@ void RingRecorder::on_call_error(const OpDecl& decl, std::span<const Value> args
     } catch (const std::exception&) {
       std::lock_guard<std::mutex> l(mu_);
       spans_.clear();  // what was written is unknown: nothing kept is shared any more
+      big_spans_.clear();
     }
   }
   if (!call) return;
