@@ -747,13 +747,39 @@ void RingRecorder::note_writes(const NamedTensors& tensors) {
 }
 
 formats::ArchivePlan RingRecorder::plan(std::string_view stem, const std::vector<KeptTensor>& t) {
-  std::vector<formats::TorchItem> items;
-  std::vector<const void*> data;
+  // An archive's layout depends on its tensors' names, dtypes, shapes, strides and spans only;
+  // the tensor bytes are pointers in it. A decode step calls the same ops with the same
+  // layouts over and over, so the layouts are cached per thread (no lock) and a kept call
+  // copies one and points it at its own blobs (the pickling and zip headers took a sixth of
+  // the ring's time).
+  thread_local std::unordered_map<std::string, formats::ArchivePlan> cache;
+  std::string key(stem);
+  const auto put = [&key](const void* p, std::size_t n) {
+    key.append(static_cast<const char*>(p), n);
+  };
   for (const KeptTensor& k : t) {
-    items.push_back(k.item);
-    data.push_back(k.blob->data);
+    const uint64_t sizes[] = {k.item.name.size(), static_cast<uint64_t>(k.item.dtype),
+                              k.item.shape.size(), static_cast<uint64_t>(k.item.offset),
+                              static_cast<uint64_t>(k.item.span)};
+    put(sizes, sizeof(sizes));
+    key += k.item.name;
+    put(k.item.shape.data(), k.item.shape.size() * sizeof(int64_t));
+    put(k.item.strides.data(), k.item.strides.size() * sizeof(int64_t));
   }
-  return formats::plan_torch_archive(stem, items, data);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    std::vector<formats::TorchItem> items;
+    items.reserve(t.size());
+    for (const KeptTensor& k : t) items.push_back(k.item);
+    const std::vector<const void*> none(t.size(), nullptr);
+    if (cache.size() >= 1024) cache.clear();  // bounded: programs with ever new shapes
+    it = cache.emplace(std::move(key), formats::plan_torch_archive(stem, items, none)).first;
+  }
+  formats::ArchivePlan plan = it->second;
+  for (std::size_t i = 0; i < plan.crc_slots.size(); ++i) {
+    plan.pieces[plan.crc_slots[i].piece].data = t[i].blob->data;
+  }
+  return plan;
 }
 
 void RingRecorder::evict_oldest_locked() {
