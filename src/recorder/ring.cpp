@@ -462,6 +462,10 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
 namespace {
 
 std::atomic<RingRecorder*> g_crash_ring{nullptr};
+// Dump directories are numbered per process, not per recorder: a recorder started again in
+// the same process must not write into an earlier one's dump directory.
+std::atomic<int64_t> g_dump_number{0};
+std::atomic<int64_t> g_dump_number_pid{-1};  // the process the numbers count for (fork)
 struct sigaction g_old_crash[32];
 struct sigaction g_old_usr1;
 std::atomic<int> g_usr1_fd{-1};
@@ -523,6 +527,7 @@ RingRecorder::RingRecorder(Config c, LineSink sink)
       slots_(static_cast<std::size_t>(std::max<int64_t>(cfg_.ring, 1))) {
   // Freed blob memory kept for reuse: an eighth of the bound (outside it), at most 64 MiB.
   pool_ = std::make_shared<BlobPool>(std::min<uint64_t>(limit_bytes_ / 8, uint64_t{64} << 20));
+  if (g_dump_number_pid.exchange(pid_) != pid_) g_dump_number.store(0);
   trig_crash_ = has(cfg_.triggers, "crash");
   trig_signal_ = has(cfg_.triggers, "signal");
   trig_nan_ = has(cfg_.triggers, "nan");
@@ -1054,7 +1059,8 @@ void RingRecorder::wait_copies_locked() {
 
 std::string RingRecorder::dump(const std::string& reason, RingCall* trigger) {
   const std::string why = sanitized(reason);
-  const int64_t k = dumps_.fetch_add(1) + 1;
+  dumps_.fetch_add(1);
+  const int64_t k = g_dump_number.fetch_add(1) + 1;
   char num[16];
   std::snprintf(num, sizeof(num), "%04lld", static_cast<long long>(k));
   std::string rel = "ring_pid" + std::to_string(pid_) + "_dump" + num + "_" + why;
@@ -1082,7 +1088,8 @@ void RingRecorder::dump_from_signal(int signo) noexcept {
   FixedText t(root, sizeof(root));
   t.put(prefix_.c_str(), prefix_.size());  // prefix_ is immutable after construction
   const std::size_t rel_at = t.n;
-  const int64_t k = dumps_.fetch_add(1) + 1;
+  dumps_.fetch_add(1);
+  const int64_t k = g_dump_number.fetch_add(1) + 1;
   t.put("ring_pid");
   t.put_u64(static_cast<uint64_t>(pid_));
   t.put("_dump");
