@@ -8,7 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <thread>
 
@@ -192,6 +194,59 @@ BENCHMARK(BM_LlamaDecodeStep)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);
+
+// Level 0 and ring mode (256 calls, default triggers) interleaved in one run: rounds of one
+// generate() (32 decode steps) at level 0 then one in ring mode, so that both see the same
+// machine load. Counters: the medians over the rounds of the decode time per step (wall) and of
+// the process CPU time per generate() (all threads), and their ratios (ring / level 0).
+double process_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+void BM_LlamaDecodeRingInterleaved(benchmark::State& state) {
+  const int rounds = static_cast<int>(state.range(0));
+  const fs::path d = scratch_dir("_llama_interleaved");
+  recorder::set_log_sink([](const std::string&) {});
+  llama::Config config;
+  const llama::Weights weights = llama::make_weights(config, Device::cpu());
+  const auto prompts = llama::make_prompts({5, 9, 13, 17}, config.vocab, 1);
+  llama::GenerateOptions options;
+  options.steps = 32;
+  std::vector<double> step[2], cpu[2];
+  for (auto _ : state) {
+    for (int r = 0; r < rounds; ++r) {
+      for (int mode = 0; mode < 2; ++mode) {
+        if (mode == 1) {
+          recorder::Config c;
+          c.dump_dir = d.string();
+          c.ring = 256;
+          recorder::start(c);
+        }
+        const double c0 = process_cpu_seconds();
+        const llama::GenerateResult res =
+            llama::generate(config, weights, prompts, options, Device::cpu());
+        const double c1 = process_cpu_seconds();
+        if (mode == 1) recorder::stop();
+        step[mode].push_back(res.decode_seconds / static_cast<double>(options.steps));
+        cpu[mode].push_back(c1 - c0);
+      }
+    }
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  state.counters["level0_step_ms"] = median(step[0]) * 1e3;
+  state.counters["ring_step_ms"] = median(step[1]) * 1e3;
+  state.counters["step_ratio"] = median(step[1]) / median(step[0]);
+  state.counters["level0_cpu_ms"] = median(cpu[0]) * 1e3;
+  state.counters["ring_cpu_ms"] = median(cpu[1]) * 1e3;
+  state.counters["cpu_ratio"] = median(cpu[1]) / median(cpu[0]);
+  recorder::set_log_sink({});
+}
+BENCHMARK(BM_LlamaDecodeRingInterleaved)->Arg(9)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 constexpr int64_t kBig = 64ll << 20;  // bytes
 

@@ -65,6 +65,54 @@ struct SpanKey {
   auto operator<=>(const SpanKey&) const = default;
 };
 
+// Host memory for blobs, reused: a decode step keeps and evicts hundreds of activation copies,
+// and going through malloc for each made the copies page-fault and the heap churn (perf: malloc,
+// free and page faults took a sixth of the ring's time). Sizes are rounded up to one of four
+// classes per power of two (at most 25 % slack); freed buffers are kept per class up to a bound.
+class BlobPool {
+ public:
+  explicit BlobPool(uint64_t retain) : retain_(retain) {}
+  ~BlobPool() {
+    for (auto& [cls, v] : free_)
+      for (uint8_t* p : v) ::operator delete(p);
+  }
+  static uint64_t rounded(uint64_t n) {
+    if (n <= 256) return 256;
+    const int top = 63 - __builtin_clzll(n - 1);  // 2^top < n <= 2^(top+1)
+    const uint64_t quarter = uint64_t{1} << (top - 1);
+    return (n + quarter - 1) / quarter * quarter;
+  }
+  uint8_t* get(uint64_t cls) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = free_.find(cls);
+      if (it != free_.end() && !it->second.empty()) {
+        uint8_t* p = it->second.back();
+        it->second.pop_back();
+        retained_ -= cls;
+        return p;
+      }
+    }
+    return static_cast<uint8_t*>(::operator new(cls));
+  }
+  void put(uint8_t* p, uint64_t cls) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (retained_ + cls <= retain_) {
+        free_[cls].push_back(p);
+        retained_ += cls;
+        return;
+      }
+    }
+    ::operator delete(p);
+  }
+
+ private:
+  std::mutex mu_;
+  uint64_t retain_, retained_ = 0;
+  std::unordered_map<uint64_t, std::vector<uint8_t*>> free_;
+};
+
 // One distinct tensor content: the covered span of a tensor's storage, on the host.
 struct Blob {
   uint8_t* data = nullptr;
@@ -74,12 +122,15 @@ struct Blob {
   std::optional<BlobKey> key;    // FLASHINFER_DUMP_RING_VERIFY=full: its content hash
   std::optional<SpanKey> where;  // default mode: its entry in the span table
   std::shared_ptr<std::atomic<uint64_t>> held;  // the ring's byte counter
+  std::shared_ptr<BlobPool> pool;               // host blobs: where the memory goes back
+  uint64_t capacity = 0;                        // bytes allocated (the pool's size class)
 
-  Blob(uint64_t n, bool pin, std::shared_ptr<std::atomic<uint64_t>> counter)
-      : size(n), pinned(pin), held(std::move(counter)) {
-    data =
-        pinned ? static_cast<uint8_t*>(detail::cuda_pinned_alloc(n)) : new uint8_t[n == 0 ? 1 : n];
-    held->fetch_add(n, std::memory_order_relaxed);
+  Blob(uint64_t n, bool pin, std::shared_ptr<std::atomic<uint64_t>> counter,
+       std::shared_ptr<BlobPool> from)
+      : size(n), pinned(pin), held(std::move(counter)), pool(std::move(from)) {
+    capacity = pinned ? n : BlobPool::rounded(n);
+    data = pinned ? static_cast<uint8_t*>(detail::cuda_pinned_alloc(n)) : pool->get(capacity);
+    held->fetch_add(capacity, std::memory_order_relaxed);
   }
   ~Blob() {
     if (event) {
@@ -89,9 +140,9 @@ struct Blob {
     if (pinned) {
       detail::cuda_pinned_free(data);
     } else {
-      delete[] data;
+      pool->put(data, capacity);
     }
-    held->fetch_sub(size, std::memory_order_relaxed);
+    held->fetch_sub(capacity, std::memory_order_relaxed);
   }
   Blob(const Blob&) = delete;
   Blob& operator=(const Blob&) = delete;
@@ -268,6 +319,41 @@ uint64_t fingerprint(const uint8_t* p, uint64_t n) {
   return XXH3_64bits(words.data(), sizeof(words));
 }
 
+// Whether `n` elements at `p` hold a NaN or an Inf: an element whose exponent bits are all ones.
+// One branch-free pass that the compiler vectorizes, over the ring's own copy (still in cache).
+template <typename W>
+bool any_exponent_all_ones(const uint8_t* p, uint64_t n, W mask) {
+  W bad = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    W w;
+    std::memcpy(&w, p + i * sizeof(W), sizeof(W));
+    bad |= static_cast<W>((w & mask) == mask);
+  }
+  return bad != 0;
+}
+
+// The NaN trigger's check of a kept CPU tensor whose elements fill its span (no gaps): on the
+// copy. Others (strided, fp8, CUDA) take the level-5 statistics path.
+bool kept_has_nonfinite(const Tensor& t, const uint8_t* copy, uint64_t span_elems) {
+  if (!dtype_is_floating(t.dtype()) || t.numel() == 0) return false;
+  if (t.device().is_cpu() && static_cast<uint64_t>(t.numel()) == span_elems) {
+    const uint64_t n = span_elems;
+    switch (t.dtype()) {
+      case DType::kFloat32:
+        return any_exponent_all_ones<uint32_t>(copy, n, 0x7f800000u);
+      case DType::kFloat16:
+        return any_exponent_all_ones<uint16_t>(copy, n, 0x7c00u);
+      case DType::kBFloat16:
+        return any_exponent_all_ones<uint16_t>(copy, n, 0x7f80u);
+      case DType::kFloat64:
+        return any_exponent_all_ones<uint64_t>(copy, n, 0x7ff0000000000000ull);
+      default:
+        break;
+    }
+  }
+  return detail::apilog::tensor_has_nonfinite(t);
+}
+
 bool same_owner(const std::weak_ptr<Storage>& a, const std::shared_ptr<Storage>& b) {
   return !a.owner_before(b) && !b.owner_before(a);
 }
@@ -306,7 +392,9 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
     return s;
   }
 
-  std::vector<KeptTensor> keep(const NamedTensors& tensors, std::vector<std::shared_ptr<Blob>>&);
+  // `nonfinite` (the NaN trigger, outputs): set when a kept tensor holds a NaN or an Inf.
+  std::vector<KeptTensor> keep(const NamedTensors& tensors, std::vector<std::shared_ptr<Blob>>&,
+                               bool* nonfinite = nullptr);
   std::shared_ptr<Blob> share_span_locked(const SpanKey& at, uint64_t n, const Tensor& t,
                                           uint64_t fp);
   // A recorded (or filtered-out) call wrote `tensors`: kept spans overlapping them are stale.
@@ -337,13 +425,20 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   std::deque<std::shared_ptr<RingCall>> calls_;                          // oldest first
   std::unordered_map<BlobKey, std::weak_ptr<Blob>, BlobKeyHash> blobs_;  // verify=full
   std::map<SpanKey, std::vector<SpanEntry>> spans_;                      // default mode
-  uint64_t max_span_bytes_ = 0;  // bounds the search for spans overlapping a write
+  // Bounds the search for spans overlapping a write: the largest kept span up to kBigSpan. The
+  // few larger ones (weights, workspaces) are listed apart, so that one 16 MiB workspace does
+  // not make every write scan all activations below it (perf: ~9 % of the ring's time).
+  static constexpr uint64_t kBigSpan = uint64_t{1} << 16;
+  uint64_t max_span_bytes_ = 0;
+  // Keys that hold (or held: erased lazily) an entry over kBigSpan, with its largest size.
+  std::map<SpanKey, uint64_t> big_spans_;
   // A CUDA graph was captured: its replays write CUDA memory unobserved, so CUDA spans are no
   // longer shared.
   std::atomic<bool> graphs_seen_{false};
   std::map<std::string, int64_t> counters_;
   std::map<std::pair<const OpDecl*, std::string>, std::string> signatures_;
   std::shared_ptr<std::atomic<uint64_t>> held_ = std::make_shared<std::atomic<uint64_t>>(0);
+  std::shared_ptr<BlobPool> pool_;
 
   // What the crash handler reads: slot k % N holds the k-th kept call (null once evicted).
   std::vector<std::atomic<RingCall*>> slots_;
@@ -367,6 +462,10 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
 namespace {
 
 std::atomic<RingRecorder*> g_crash_ring{nullptr};
+// Dump directories are numbered per process, not per recorder: a recorder started again in
+// the same process must not write into an earlier one's dump directory.
+std::atomic<int64_t> g_dump_number{0};
+std::atomic<int64_t> g_dump_number_pid{-1};  // the process the numbers count for (fork)
 struct sigaction g_old_crash[32];
 struct sigaction g_old_usr1;
 std::atomic<int> g_usr1_fd{-1};
@@ -426,6 +525,9 @@ RingRecorder::RingRecorder(Config c, LineSink sink)
       prefix_json_(json_escaped(prefix_)),
       limit_bytes_(static_cast<uint64_t>(std::max<int64_t>(cfg_.ring_mb, 0)) << 20),
       slots_(static_cast<std::size_t>(std::max<int64_t>(cfg_.ring, 1))) {
+  // Freed blob memory kept for reuse: an eighth of the bound (outside it), at most 64 MiB.
+  pool_ = std::make_shared<BlobPool>(std::min<uint64_t>(limit_bytes_ / 8, uint64_t{64} << 20));
+  if (g_dump_number_pid.exchange(pid_) != pid_) g_dump_number.store(0);
   trig_crash_ = has(cfg_.triggers, "crash");
   trig_signal_ = has(cfg_.triggers, "signal");
   trig_nan_ = has(cfg_.triggers, "nan");
@@ -510,7 +612,8 @@ std::string RingRecorder::signature_of(const OpDecl& decl) {
 }
 
 std::vector<KeptTensor> RingRecorder::keep(const NamedTensors& tensors,
-                                           std::vector<std::shared_ptr<Blob>>& owner) {
+                                           std::vector<std::shared_ptr<Blob>>& owner,
+                                           bool* nonfinite) {
   std::vector<KeptTensor> out;
   out.reserve(tensors.size());
   for (const auto& [key, t] : tensors) {
@@ -549,7 +652,7 @@ std::vector<KeptTensor> RingRecorder::keep(const NamedTensors& tensors,
         if (it != blobs_.end()) k.blob = it->second.lock();
       }
       if (!k.blob) {
-        k.blob = std::make_shared<Blob>(n, false, held_);
+        k.blob = std::make_shared<Blob>(n, false, held_, pool_);
         if (n) std::memcpy(k.blob->data, src, n);
         k.blob->key = bk;
         std::lock_guard<std::mutex> l(mu_);
@@ -560,10 +663,10 @@ std::vector<KeptTensor> RingRecorder::keep(const NamedTensors& tensors,
       if (cuda) {
         // Copied on the call's stream into page-locked memory; the copy is awaited only when
         // a dump is written.
-        k.blob = std::make_shared<Blob>(n, true, held_);
+        k.blob = std::make_shared<Blob>(n, true, held_, pool_);
         k.blob->event = detail::cuda_copy_to_host_async(k.blob->data, src, n, t.device().index);
       } else {
-        k.blob = std::make_shared<Blob>(n, false, held_);
+        k.blob = std::make_shared<Blob>(n, false, held_, pool_);
         if (n) std::memcpy(k.blob->data, src, n);
       }
       if (at) {
@@ -572,8 +675,16 @@ std::vector<KeptTensor> RingRecorder::keep(const NamedTensors& tensors,
         auto& entries = spans_[*at];
         std::erase_if(entries, [&](const SpanEntry& e) { return e.bytes == n; });
         entries.push_back({n, k.blob, t.storage(), fp});
-        max_span_bytes_ = std::max(max_span_bytes_, n);
+        if (n > kBigSpan) {
+          uint64_t& most = big_spans_[*at];
+          most = std::max(most, n);
+        } else {
+          max_span_bytes_ = std::max(max_span_bytes_, n);
+        }
       }
+    }
+    if (nonfinite && !*nonfinite) {
+      *nonfinite = kept_has_nonfinite(t, cuda ? nullptr : k.blob->data, k.item.span);
     }
     owner.push_back(k.blob);
     out.push_back(std::move(k));
@@ -600,11 +711,36 @@ void RingRecorder::note_write_locked(const Tensor& t) {
   const auto a = reinterpret_cast<uintptr_t>(base + begin * es);
   const auto b = reinterpret_cast<uintptr_t>(base + end * es);
   const int64_t dev = device_code(t.device());
-  // Every kept span starting in [a - max_span_bytes_, b) may overlap [a, b).
+  const auto overlaps = [&](uintptr_t lo) {
+    return [lo, a](const SpanEntry& e) { return lo + e.bytes > a; };
+  };
+  // Every kept span up to kBigSpan starting in [a - max_span_bytes_, b) may overlap [a, b);
+  // larger ones are checked one by one.
+  for (auto k = big_spans_.begin(); k != big_spans_.end();) {
+    const SpanKey& key = k->first;
+    if (key.device != dev || key.lo >= b || key.lo + k->second <= a) {
+      ++k;
+      continue;
+    }
+    auto it = spans_.find(key);
+    if (it == spans_.end()) {
+      k = big_spans_.erase(k);
+      continue;
+    }
+    {
+      std::erase_if(it->second, overlaps(key.lo));
+      if (it->second.empty()) {
+        spans_.erase(it);
+        k = big_spans_.erase(k);
+        continue;
+      }
+    }
+    ++k;
+  }
   const uintptr_t from = a > max_span_bytes_ ? a - max_span_bytes_ : 0;
   for (auto it = spans_.lower_bound(SpanKey{dev, from});
        it != spans_.end() && it->first.device == dev && it->first.lo < b;) {
-    std::erase_if(it->second, [&](const SpanEntry& e) { return it->first.lo + e.bytes > a; });
+    std::erase_if(it->second, overlaps(it->first.lo));
     it = it->second.empty() ? spans_.erase(it) : std::next(it);
   }
 }
@@ -616,13 +752,39 @@ void RingRecorder::note_writes(const NamedTensors& tensors) {
 }
 
 formats::ArchivePlan RingRecorder::plan(std::string_view stem, const std::vector<KeptTensor>& t) {
-  std::vector<formats::TorchItem> items;
-  std::vector<const void*> data;
+  // An archive's layout depends on its tensors' names, dtypes, shapes, strides and spans only;
+  // the tensor bytes are pointers in it. A decode step calls the same ops with the same
+  // layouts over and over, so the layouts are cached per thread (no lock) and a kept call
+  // copies one and points it at its own blobs (the pickling and zip headers took a sixth of
+  // the ring's time).
+  thread_local std::unordered_map<std::string, formats::ArchivePlan> cache;
+  std::string key(stem);
+  const auto put = [&key](const void* p, std::size_t n) {
+    key.append(static_cast<const char*>(p), n);
+  };
   for (const KeptTensor& k : t) {
-    items.push_back(k.item);
-    data.push_back(k.blob->data);
+    const uint64_t sizes[] = {k.item.name.size(), static_cast<uint64_t>(k.item.dtype),
+                              k.item.shape.size(), static_cast<uint64_t>(k.item.offset),
+                              static_cast<uint64_t>(k.item.span)};
+    put(sizes, sizeof(sizes));
+    key += k.item.name;
+    put(k.item.shape.data(), k.item.shape.size() * sizeof(int64_t));
+    put(k.item.strides.data(), k.item.strides.size() * sizeof(int64_t));
   }
-  return formats::plan_torch_archive(stem, items, data);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    std::vector<formats::TorchItem> items;
+    items.reserve(t.size());
+    for (const KeptTensor& k : t) items.push_back(k.item);
+    const std::vector<const void*> none(t.size(), nullptr);
+    if (cache.size() >= 1024) cache.clear();  // bounded: programs with ever new shapes
+    it = cache.emplace(std::move(key), formats::plan_torch_archive(stem, items, none)).first;
+  }
+  formats::ArchivePlan plan = it->second;
+  for (std::size_t i = 0; i < plan.crc_slots.size(); ++i) {
+    plan.pieces[plan.crc_slots[i].piece].data = t[i].blob->data;
+  }
+  return plan;
 }
 
 void RingRecorder::evict_oldest_locked() {
@@ -662,7 +824,10 @@ void RingRecorder::release_locked(RingCall& c) {
     auto it = spans_.find(w);
     if (it == spans_.end()) continue;
     std::erase_if(it->second, [](const SpanEntry& e) { return e.blob.expired(); });
-    if (it->second.empty()) spans_.erase(it);
+    if (it->second.empty()) {
+      spans_.erase(it);
+      big_spans_.erase(w);
+    }
   }
 }
 
@@ -712,8 +877,11 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     // memory without any call being seen, so kept CUDA spans can no longer be trusted.
     if (!graphs_seen_.exchange(true)) {
       std::lock_guard<std::mutex> l(mu_);
-      std::erase_if(spans_,
-                    [](const auto& kv) { return kv.first.device != device_code(Device::cpu()); });
+      const auto not_cpu = [](const auto& kv) {
+        return kv.first.device != device_code(Device::cpu());
+      };
+      std::erase_if(spans_, not_cpu);
+      std::erase_if(big_spans_, not_cpu);
     }
     return;
   }
@@ -788,7 +956,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   last_begun_.compare_exchange_strong(expected, nullptr);
   bool nan = false;
   SplitLine line1;
-  std::vector<KeptTensor> inputs;
+  bool has_inputs = false;
   formats::ArchivePlan inputs_plan;  // line 1's, reused: the same tensors, the same bytes
   bool evicted = false;
   {
@@ -796,8 +964,8 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     evicted = call->evicted;
     if (!evicted) {
       line1 = call->begin->lines[0];
-      inputs = call->inputs;
-      if (call->begin->has_inputs) inputs_plan = call->begin->inputs;
+      has_inputs = call->begin->has_inputs;
+      if (has_inputs) inputs_plan = call->begin->inputs;
     }
   }
   try {
@@ -807,21 +975,24 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     // Before the outputs are kept: what the op wrote is new content, not what a kept span holds.
     note_writes(out.tensors);
     note_writes(mutated.tensors);
-    if (trig_nan_ && !nan_fired_.load(std::memory_order_relaxed)) {
-      for (const NamedTensors* side : {&out.tensors, &mutated.tensors}) {
-        for (const auto& [k, t] : *side) nan = nan || detail::apilog::tensor_has_nonfinite(t);
+    const bool check = trig_nan_ && !nan_fired_.load(std::memory_order_relaxed);
+    if (evicted) {
+      if (check) {
+        for (const NamedTensors* side : {&out.tensors, &mutated.tensors}) {
+          for (const auto& [k, t] : *side) nan = nan || detail::apilog::tensor_has_nonfinite(t);
+        }
       }
+      throw std::runtime_error("evicted before it completed");
     }
-    if (evicted) throw std::runtime_error("evicted before it completed");
     std::vector<std::shared_ptr<Blob>> blobs;
-    const std::vector<KeptTensor> kept_out = keep(out.tensors, blobs);
-    const std::vector<KeptTensor> kept_mut = keep(mutated.tensors, blobs);
+    const std::vector<KeptTensor> kept_out = keep(out.tensors, blobs, check ? &nan : nullptr);
+    const std::vector<KeptTensor> kept_mut = keep(mutated.tensors, blobs, check ? &nan : nullptr);
     const Outcome o = outputs_outcome(call->rec, std::move(output_metadata), out, mutated);
     auto files = std::make_unique<CallFiles>();
     files->lines.push_back(std::move(line1));
     files->lines.push_back(
         split_line(record_line(call->rec, o, schema::kStatusCompleted, kDirMarker)));
-    files->has_inputs = !inputs.empty();
+    files->has_inputs = has_inputs;
     if (files->has_inputs) files->inputs = std::move(inputs_plan);
     files->has_outputs = !kept_out.empty();
     if (files->has_outputs) files->outputs = plan(schema::kOutputsStem, kept_out);
@@ -862,6 +1033,7 @@ void RingRecorder::on_call_error(const OpDecl& decl, std::span<const Value> args
     } catch (const std::exception&) {
       std::lock_guard<std::mutex> l(mu_);
       spans_.clear();  // what was written is unknown: nothing kept is shared any more
+      big_spans_.clear();
     }
   }
   if (!call) return;
@@ -887,7 +1059,8 @@ void RingRecorder::wait_copies_locked() {
 
 std::string RingRecorder::dump(const std::string& reason, RingCall* trigger) {
   const std::string why = sanitized(reason);
-  const int64_t k = dumps_.fetch_add(1) + 1;
+  dumps_.fetch_add(1);
+  const int64_t k = g_dump_number.fetch_add(1) + 1;
   char num[16];
   std::snprintf(num, sizeof(num), "%04lld", static_cast<long long>(k));
   std::string rel = "ring_pid" + std::to_string(pid_) + "_dump" + num + "_" + why;
@@ -915,7 +1088,8 @@ void RingRecorder::dump_from_signal(int signo) noexcept {
   FixedText t(root, sizeof(root));
   t.put(prefix_.c_str(), prefix_.size());  // prefix_ is immutable after construction
   const std::size_t rel_at = t.n;
-  const int64_t k = dumps_.fetch_add(1) + 1;
+  dumps_.fetch_add(1);
+  const int64_t k = g_dump_number.fetch_add(1) + 1;
   t.put("ring_pid");
   t.put_u64(static_cast<uint64_t>(pid_));
   t.put("_dump");

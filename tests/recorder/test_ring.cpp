@@ -397,6 +397,30 @@ TEST_F(RingTest, NanOutputDumpsTheProducingCallAndTheOnesBefore) {
       << show.out;
 }
 
+// The NaN trigger checks the ring's copy of a contiguous half-precision output in one pass
+// over its exponent bits: an Inf fires it, a large finite value does not.
+TEST_F(RingTest, NanTriggerSeesInfInHalfPrecisionOutputs) {
+  const DType dtypes[] = {DType::kFloat16, DType::kBFloat16};
+  for (std::size_t i = 0; i < 2; ++i) {
+    recorder::start(config(4));
+    const DType dt = dtypes[i];
+    Tensor w = Tensor::full({8}, 1.0, dt);
+    rmsnorm(Tensor::from_vector({1, 2, 3, 4, 5, 6, 7, 60000}, {1, 8}, dt), w);
+    EXPECT_EQ(dumps().size(), i) << "a finite output fired the trigger";
+    const double inf = std::numeric_limits<double>::infinity();
+    rmsnorm(Tensor::from_vector({1, 2, 3, inf, 5, 6, 7, 8}, {1, 8}, dt), w);
+    const auto d = dumps();
+    ASSERT_EQ(d.size(), i + 1) << "an Inf input (NaN output) did not fire the trigger";
+    recorder::stop();
+  }
+  const auto d = dumps();
+  for (const auto& dir : d) {
+    const json t = trigger(dir);
+    EXPECT_EQ(t["reason"], "nan");
+    EXPECT_EQ(t["triggering_call"]["call_sequence"], 2);
+  }
+}
+
 TEST_F(RingTest, FlashinferErrorDumpsTheFailingCall) {
   recorder::start(config(3));
   Tensor w = filled(8, 1.0);
