@@ -69,6 +69,7 @@ struct BlockCall {
   std::optional<DType> out_dtype;
   bool return_lse = false;
   std::optional<bool> enable_pdl;
+  std::optional<Value> kv_cache_sf;  // NVFP4 block scales (uint8 cache)
 };
 
 AttentionOutput run_block_call(BlockCall& c) {
@@ -82,15 +83,18 @@ AttentionOutput run_block_call(BlockCall& c) {
       " is not supported (float16, bfloat16; float32 on the CPU)");
   auto [k, v] = block_cache_views(*c.kv_cache, c.hnd, op);
   api::check_same_device(k, q, op, "kv_cache", "query");
-  api::check_kv_dtype(k.dtype(), q.dtype(), op, "kv_cache");
+  // uint8: NVFP4 (two e2m1 codes per byte, read through kv_cache_sf by run_planned).
+  const bool nvfp4 = k.dtype() == DType::kUInt8;
+  if (!nvfp4) api::check_kv_dtype(k.dtype(), q.dtype(), op, "kv_cache");
   const Tensor& ws = *c.workspace_buffer;
   api::check_defined(ws, op, "workspace_buffer");
   api::check_same_device(ws, q, op, "workspace_buffer", "query");
 
-  const int64_t num_pages = k.size(0), page_size = k.size(1), hkv = k.size(2), d = k.size(3);
+  const int64_t num_pages = k.size(0), page_size = k.size(1), hkv = k.size(2);
+  const int64_t d = nvfp4 ? 2 * k.size(3) : k.size(3);
   FLASHINFER_CHECK(page_size >= 1 && page_size <= (1 << 20), op, "kv_cache", "page size ",
                    page_size, " is outside [1, 2^20]");
-  FLASHINFER_CHECK(v.size(3) == d, op, "kv_cache", "K and V head dims differ");
+  FLASHINFER_CHECK(v.size(3) == k.size(3), op, "kv_cache", "K and V head dims differ");
   FLASHINFER_CHECK(q.size(2) == d, op, "query", "head_dim ", q.size(2),
                    " does not match the cache's ", d);
   api::check_heads(q.size(1), hkv, op, "query", "kv_cache");
@@ -171,6 +175,15 @@ AttentionOutput run_block_call(BlockCall& c) {
   o.return_lse = c.return_lse;
   o.enable_pdl = c.enable_pdl;
   o.sinks = c.sinks;
+  if (c.kv_cache_sf && !c.kv_cache_sf->is_none()) {
+    FLASHINFER_CHECK(
+        c.kv_cache_sf->is_tensor() ||
+            (c.kv_cache_sf->is_sequence() && c.kv_cache_sf->items().size() == 2 &&
+             c.kv_cache_sf->items()[0].is_tensor() && c.kv_cache_sf->items()[1].is_tensor()),
+        op, "kv_cache_sf", "expected a tensor or a (k_scales, v_scales) pair, got ",
+        c.kv_cache_sf->repr());
+    o.kv_cache_sf = PagedKVCache::from_value(*c.kv_cache_sf);
+  }
   return api::run_planned(s, q, k, v, o, op, "kv_cache", "kv_cache");
 }
 
@@ -199,8 +212,7 @@ void check_common_unsupported(const char* op, std::optional<DType>,
                         "NVFP4 output is not supported");
   FLASHINFER_CHECK_CODE(!o_sf_vec_size, ErrorCode::kUnsupported, op, "o_sf_vec_size",
                         "NVFP4 output is not supported");
-  FLASHINFER_CHECK_CODE(!kv_cache_sf || kv_cache_sf->is_none(), ErrorCode::kUnsupported, op,
-                        "kv_cache_sf", "NVFP4 KV caches are not supported");
+  static_cast<void>(kv_cache_sf);  // NVFP4 block scales: run_block_call passes them on
   FLASHINFER_CHECK_CODE(!skip_softmax, ErrorCode::kUnsupported, op,
                         "skip_softmax_threshold_scale_factor", "not supported");
   FLASHINFER_CHECK_CODE(uses_shared_paged_kv_idx, ErrorCode::kUnsupported, op,
@@ -295,6 +307,7 @@ AttentionOutput decode_impl(
   c.return_lse = return_lse;
   c.sinks = sinks;
   c.enable_pdl = enable_pdl;
+  c.kv_cache_sf = kv_cache_sf;
   return run_block_call(c);
 }
 
@@ -354,6 +367,7 @@ AttentionOutput context_impl(
   c.return_lse = return_lse;
   c.sinks = sinks;
   c.enable_pdl = enable_pdl;
+  c.kv_cache_sf = kv_cache_sf;
   return run_block_call(c);
 }
 
@@ -369,8 +383,6 @@ Tensor xqa_impl(const Tensor& query, const PagedKVCache& kv_cache, const Tensor&
   const char* op = kXqaOp;
   FLASHINFER_CHECK_CODE(!mask, ErrorCode::kUnsupported, op, "mask",
                         "speculative-decoding masks are not supported");
-  FLASHINFER_CHECK_CODE(!kv_cache_sf || kv_cache_sf->is_none(), ErrorCode::kUnsupported, op,
-                        "kv_cache_sf", "NVFP4 KV caches are not supported");
   FLASHINFER_CHECK(max_seq_len >= 0, op, "max_seq_len", "must be >= 0, got ", max_seq_len);
   api::check_defined(query, op, "query");
   api::check_dim(query, {3}, op, "query");
@@ -410,6 +422,7 @@ Tensor xqa_impl(const Tensor& query, const PagedKVCache& kv_cache, const Tensor&
   c.out = out;  // upstream: out's dtype, else query's
   c.sinks = sinks;
   c.enable_pdl = enable_pdl;
+  c.kv_cache_sf = kv_cache_sf;
   return run_block_call(c).out;
 }
 

@@ -96,7 +96,7 @@ Value to_value(const WorkspaceSizes& w);
 /// it takes upstream, and rejects the others when set).
 struct AttentionRunOptions {
   std::optional<double> q_scale, k_scale, v_scale;
-  std::optional<double> o_scale;  // ragged prefill only
+  std::optional<double> o_scale;  // ragged prefill only (upstream's fa2 backend ignores it)
   std::optional<Tensor> out, lse;
   bool return_lse = false;
   std::optional<bool> enable_pdl;
@@ -104,9 +104,10 @@ struct AttentionRunOptions {
   std::optional<Tensor> sinks;                                // not supported
   std::optional<int64_t> q_len_per_req;                       // decode, deprecated: must match plan
   std::optional<double> skip_softmax_threshold_scale_factor;  // not supported
-  std::optional<Tensor> kv_cache_sf;                          // not supported (NVFP4)
-  std::optional<bool> use_fp16_softmax;                       // not supported when true
-  std::optional<bool> uses_spcompress;                        // not supported when true
+  // NVFP4 paged caches (CPU): (k_sf, v_sf) or one [pages, 2, ...] tensor of e4m3 block scales.
+  std::optional<PagedKVCache> kv_cache_sf;
+  std::optional<bool> use_fp16_softmax;  // not supported when true
+  std::optional<bool> uses_spcompress;   // not supported when true
 };
 FLASHINFER_OPTION_FIELDS(AttentionRunOptions, q_scale, k_scale, v_scale, o_scale, out, lse,
                          return_lse, enable_pdl, window_left, sinks, q_len_per_req,
