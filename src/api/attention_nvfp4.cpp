@@ -100,7 +100,7 @@ AttentionOutput run_planned_nvfp4(const detail::WrapperState& s, const Tensor& q
   check_defined(v, op, v_arg);
   check_nvfp4_view(s, k, ks, s.head_dim_qk, op, k_arg);
   check_nvfp4_view(s, v, vs, s.head_dim_vo, op, v_arg);
-  FLASHINFER_CHECK(s.page_size % 4 == 0, op, "kv_cache_sf",
+  FLASHINFER_CHECK(s.nvfp4_v_linear || s.page_size % 4 == 0, op, "kv_cache_sf",
                    "V scales are 4-token interleaved within a page: page_size must be a multiple "
                    "of 4, got ",
                    s.page_size);
@@ -119,7 +119,7 @@ AttentionOutput run_planned_nvfp4(const detail::WrapperState& s, const Tensor& q
   t.max_page_id = static_cast<int64_t>(used.size()) - 1;
   t.kv_dtype = DType::kFloat32;
   const Tensor kf = dequantize_pages(k, ks, used, s.head_dim_qk, /*v_interleaved=*/false);
-  const Tensor vf = dequantize_pages(v, vs, used, s.head_dim_vo, /*v_interleaved=*/true);
+  const Tensor vf = dequantize_pages(v, vs, used, s.head_dim_vo, !s.nvfp4_v_linear);
   AttentionRunOptions o2 = o;
   o2.kv_cache_sf.reset();
   return run_planned(t, q, kf, vf, o2, op, k_arg, v_arg);

@@ -23,7 +23,8 @@ std::pair<int64_t, int64_t> nvfp4_v_scale_index(int64_t t, int64_t j, int64_t sf
 
 /// run_planned for a plan whose kv_data_type is torch.uint8 (or a call with kv_cache_sf): k/v are
 /// the packed [pages, page_size, Hkv, D / 2] views, o.kv_cache_sf the [pages, page_size, Hkv,
-/// D / 16] scales laid out like the cache (s.hnd). CPU only (kUnsupported naming kv_cache_sf on
+/// D / 16] scales laid out like the cache (s.hnd); V's interleaved unless s.nvfp4_v_linear (then
+/// page_size % 4 is not required). CPU only (kUnsupported naming kv_cache_sf on
 /// CUDA). Errors name kv_cache_sf, k_arg / v_arg.
 AttentionOutput run_planned_nvfp4(const detail::WrapperState& s, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const AttentionRunOptions& o, const char* op,

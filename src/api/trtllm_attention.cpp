@@ -70,6 +70,7 @@ struct BlockCall {
   bool return_lse = false;
   std::optional<bool> enable_pdl;
   std::optional<Value> kv_cache_sf;  // NVFP4 block scales (uint8 cache)
+  bool sf_v_linear = false;          // xqa reads V's block scales linearly, trtllm-gen interleaved
 };
 
 AttentionOutput run_block_call(BlockCall& c) {
@@ -133,6 +134,7 @@ AttentionOutput run_block_call(BlockCall& c) {
   s.qo_indptr = c.qo_indptr;
   s.kv_lens = c.kv_lens;
   s.causal = c.causal;
+  s.nvfp4_v_linear = c.sf_v_linear;
   s.kv_indptr.assign(static_cast<std::size_t>(batch) + 1, 0);
   s.max_page_id = -1;
   for (int64_t b = 0; b < batch; ++b) {
@@ -308,6 +310,9 @@ AttentionOutput decode_impl(
   c.sinks = sinks;
   c.enable_pdl = enable_pdl;
   c.kv_cache_sf = kv_cache_sf;
+  // NVFP4 V scales: xqa's linear layout for backend="xqa"; "auto" is trtllm-gen's interleave
+  // (SM100, where upstream's auto picks trtllm-gen, is where engines enable NVFP4 KV caches).
+  c.sf_v_linear = backend == "xqa";
   return run_block_call(c);
 }
 
@@ -423,6 +428,7 @@ Tensor xqa_impl(const Tensor& query, const PagedKVCache& kv_cache, const Tensor&
   c.sinks = sinks;
   c.enable_pdl = enable_pdl;
   c.kv_cache_sf = kv_cache_sf;
+  c.sf_v_linear = true;  // the xqa kernels read V's NVFP4 block scales linearly
   return run_block_call(c).out;
 }
 

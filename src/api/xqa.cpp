@@ -82,10 +82,14 @@ void xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                         "speculative-decoding masks are not supported");
   FLASHINFER_CHECK_CODE(!q_cu_seq_lens, ErrorCode::kUnsupported, op, "q_cu_seq_lens",
                         "variable query lengths (speculative decoding) are not supported");
-  FLASHINFER_CHECK_CODE(!k_sf_cache, ErrorCode::kUnsupported, op, "k_sf_cache",
-                        "NVFP4 KV caches are not supported");
-  FLASHINFER_CHECK_CODE(!v_sf_cache, ErrorCode::kUnsupported, op, "v_sf_cache",
-                        "NVFP4 KV caches are not supported");
+  // NVFP4: uint8 caches (two e2m1 codes per byte) with linear e4m3 block scales [.., D / 16].
+  const bool nvfp4 = k_cache.defined() && k_cache.dtype() == DType::kUInt8;
+  FLASHINFER_CHECK(nvfp4 == k_sf_cache.has_value(), op, "k_sf_cache",
+                   nvfp4 ? "must be given for an NVFP4 (uint8) cache"
+                         : "is given but k_cache is not an NVFP4 (uint8) cache");
+  FLASHINFER_CHECK(nvfp4 == v_sf_cache.has_value(), op, "v_sf_cache",
+                   nvfp4 ? "must be given for an NVFP4 (uint8) cache"
+                         : "is given but v_cache is not an NVFP4 (uint8) cache");
   check_scratch(workspace_buffer, semaphores, op);
   api::check_defined(q, op, "q");
   FLASHINFER_CHECK(q.dim() == 4 && q.size(1) == 1, op, "q",
@@ -109,7 +113,8 @@ void xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      " != the cache's ", t->size(hnd ? 2 : 1));
     FLASHINFER_CHECK(t->size(hnd ? 1 : 2) == num_kv_heads, op, "num_kv_heads", "num_kv_heads ",
                      num_kv_heads, " != the cache's ", t->size(hnd ? 1 : 2));
-    FLASHINFER_CHECK(t->size(3) == D, op, arg, "head_dim ", t->size(3), " != q's ", D);
+    FLASHINFER_CHECK(t->size(3) * (nvfp4 ? 2 : 1) == D, op, arg, "head_dim ",
+                     t->size(3) * (nvfp4 ? 2 : 1), " != q's ", D);
   }
   api::check_same_dtype(v_cache, k_cache, op, "v_cache", "k_cache");
   FLASHINFER_CHECK(num_kv_heads >= 1 && H % num_kv_heads == 0, op, "num_kv_heads", num_kv_heads,
@@ -131,10 +136,12 @@ void xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   const double qs = scalar_of(q_scale, op, "q_scale"), ks = scalar_of(kv_scale, op, "kv_scale");
   const double bmm1 = qs * ks / std::sqrt(static_cast<double>(D));
   // Nested: the decode entry point's kernels, writing into output's [batch, Hq, D] view.
-  xqa_batch_decode_with_kv_cache(q.select(1, 0), PagedKVCache(k_cache, v_cache), workspace_buffer,
-                                 page_table, lens, page_table.size(1) * page_size, bmm1, ks,
-                                 sliding_win_size > 0 ? sliding_win_size - 1 : -1,
-                                 output.select(1, 0), flat_sinks, kv_layout, enable_pdl, 1, 1.0);
+  xqa_batch_decode_with_kv_cache(
+      q.select(1, 0), PagedKVCache(k_cache, v_cache), workspace_buffer, page_table, lens,
+      page_table.size(1) * page_size, bmm1, ks, sliding_win_size > 0 ? sliding_win_size - 1 : -1,
+      output.select(1, 0), flat_sinks, kv_layout, enable_pdl, 1, 1.0, std::nullopt,
+      nvfp4 ? std::optional<Value>(to_value(PagedKVCache(*k_sf_cache, *v_sf_cache)))
+            : std::nullopt);
 }
 
 void xqa_mla_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,

@@ -224,30 +224,42 @@ TEST_P(Nvfp4Layout, TrtllmAndXqaMatchFp64) {
   const bool hnd = GetParam();
   const Nvfp4Cache c = make_nvfp4(8, kPs, kHkv, kD, hnd, 13);
   const char* layout = hnd ? "HND" : "NHD";
+  // trtllm-gen (and "auto") read V's scales interleaved, the xqa kernels linearly.
   const Value sf = to_value(PagedKVCache(c.k_sf, c.v_sf));
+  const Value sf_lin = to_value(PagedKVCache(c.k_sf, c.v_lin));
+  const PagedKVCache cache(c.k, c.v);
   {  // decode: bmm1 fuses sm_scale and the K global scale, bmm2 the V one
     const std::vector<Req> reqs = decode_reqs();
     const Table t = table_of(reqs, kPs);
     const Tensor q = testing::rand_tensor({2, kHq, kD}, DType::kBFloat16, 5, -1.0, 1.0);
-    const AttentionOutput r = trtllm_batch_decode_with_kv_cache(
-        q, PagedKVCache(c.k, c.v), workspace(), t.block_tables, t.seq_lens, 10, 0.15, kVg, -1,
-        std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, layout, std::nullopt,
-        "auto", 1, 1.0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, sf);
     const std::vector<double> ref = reference(q, c, reqs, 0.15, kVg, false);
-    EXPECT_TRUE(testing::all_close(r.out, ref, kTol));
+    for (const char* backend : {"auto", "trtllm-gen", "xqa"}) {
+      const bool xqa = std::string(backend) == "xqa";
+      const AttentionOutput r = trtllm_batch_decode_with_kv_cache(
+          q, cache, workspace(), t.block_tables, t.seq_lens, 10, 0.15, kVg, -1, std::nullopt,
+          std::nullopt, std::nullopt, std::nullopt, std::nullopt, layout, std::nullopt, backend, 1,
+          1.0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, xqa ? sf_lin : sf);
+      EXPECT_TRUE(testing::all_close(r.out, ref, kTol)) << backend;
+    }
     const Tensor x = xqa_batch_decode_with_kv_cache(
-        q, PagedKVCache(c.k, c.v), workspace(), t.block_tables, t.seq_lens, 10, 0.15, kVg, -1,
-        std::nullopt, std::nullopt, layout, std::nullopt, 1, 1.0, std::nullopt, sf);
-    EXPECT_TRUE(testing::all_close(x, r.out, {0.0, 0.0}));  // the same computation
+        q, cache, workspace(), t.block_tables, t.seq_lens, 10, 0.15, kVg, -1, std::nullopt,
+        std::nullopt, layout, std::nullopt, 1, 1.0, std::nullopt, sf_lin);
+    EXPECT_TRUE(testing::all_close(x, ref, kTol));
+    // flashinfer.xqa.xqa: q [B, 1, H, D], seq_lens [B, 1]; bmm1 = q_scale * kv_scale / sqrt(D).
+    const Tensor out = Tensor::zeros({2, 1, kHq, kD}, DType::kBFloat16);
+    xqa(q.unsqueeze(1), c.k, c.v, t.block_tables, t.seq_lens.reshape({2, 1}), out, workspace(),
+        workspace(), kHkv, kPs, std::nullopt, 0.15 * std::sqrt(double(kD)) / kVg, kVg, 0, layout,
+        std::nullopt, std::nullopt, 1.0, 1, std::nullopt, std::nullopt, c.k_sf, c.v_lin);
+    EXPECT_TRUE(testing::all_close(out.select(1, 0), x, {1e-2, 1e-2}));
   }
   {  // context: causal prefill rows
     const std::vector<Req> reqs = prefill_reqs();
     const Table t = table_of(reqs, kPs);
     const Tensor q = testing::rand_tensor({7, kHq, kD}, DType::kFloat16, 6, -1.0, 1.0);
     const AttentionOutput r = trtllm_batch_context_with_kv_cache(
-        q, PagedKVCache(c.k, c.v), workspace(), t.block_tables, t.seq_lens, 4, 10, 0.1, kVg, 2,
-        t.qo_indptr, int_tensor({0, 7, 17}), -1, std::nullopt, std::nullopt, std::nullopt,
-        std::nullopt, layout, std::nullopt, std::nullopt, sf);
+        q, cache, workspace(), t.block_tables, t.seq_lens, 4, 10, 0.1, kVg, 2, t.qo_indptr,
+        int_tensor({0, 7, 17}), -1, std::nullopt, std::nullopt, std::nullopt, std::nullopt, layout,
+        std::nullopt, std::nullopt, sf);
     EXPECT_TRUE(testing::all_close(r.out, reference(q, c, reqs, 0.1, kVg, true), kTol));
   }
 }
@@ -339,6 +351,17 @@ TEST(Nvfp4Attention, BadInput) {
           std::nullopt, std::nullopt, std::nullopt, std::nullopt, "HND", std::nullopt, "auto", 1,
           1.0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, Value(int64_t{3})),
       tr, "kv_cache_sf");
+  // xqa: a uint8 cache needs both scale caches; scales with a 16-bit cache are refused.
+  const Tensor qx = q.unsqueeze(1), ox = Tensor::zeros({2, 1, kHq, kD}, DType::kFloat16);
+  const Tensor nk = c.k.permute({0, 2, 1, 3}).contiguous(), nv = c.v.permute({0, 2, 1, 3});
+  EXPECT_FI_ERROR(xqa(qx, nk, nv, t.block_tables, t.seq_lens.reshape({2, 1}), ox, workspace(),
+                      workspace(), kHkv, kPs),
+                  "xqa", "k_sf_cache");
+  const Tensor hk = Tensor::zeros({8, kPs, kHkv, kD}, DType::kFloat16);
+  EXPECT_FI_ERROR(xqa(qx, hk, hk, t.block_tables, t.seq_lens.reshape({2, 1}), ox, workspace(),
+                      workspace(), kHkv, kPs, std::nullopt, 1.0, 1.0, 0, "NHD", std::nullopt,
+                      std::nullopt, 1.0, 1, std::nullopt, std::nullopt, c.k_sf),
+                  "xqa", "k_sf_cache");
   // The ragged wrapper has no paged scales to read.
   BatchPrefillWithRaggedKVCacheWrapper rw(workspace());
   PrefillPlanOptions rpo;
@@ -368,6 +391,50 @@ TEST(RaggedOScale, HasNoEffectOnFa2) {
   EXPECT_TRUE(testing::all_close(b.out, a.out, {0.0, 0.0}));
   // Sanity: the output is not trivially zero (so a scaled result would differ).
   EXPECT_GT(std::abs(a.out.to_double_vector()[0]) + std::abs(a.out.to_double_vector()[1]), 0.0);
+}
+
+// BatchDecodeWithPagedKVCacheWrapper(backend="trtllm-gen") reads request b's pages from plan's
+// block_tables (lengths from indptr / last_page_len), as upstream's trtllm-gen decode does; fa2
+// stores the table and never reads it. Here `indices` names other pages (page 7, never the
+// right one), so only a run that reads block_tables matches the fp64 formula.
+TEST(DecodeBlockTables, TrtllmGenBackendReadsThem) {
+  const Nvfp4Cache c = make_nvfp4(8, kPs, kHkv, kD, true, 17);
+  const std::vector<Req> reqs = decode_reqs();
+  const Table t = table_of(reqs, kPs);
+  const Tensor wrong = int_tensor({7, 7, 7, 7, 7});
+  const Tensor q = testing::rand_tensor({2, kHq, kD}, DType::kFloat16, 8, -1.0, 1.0);
+  BatchDecodePlanOptions po;
+  po.kv_data_type = DType::kUInt8;
+  po.block_tables = t.block_tables;
+  AttentionRunOptions ro;
+  ro.kv_cache_sf = PagedKVCache(c.k_sf, c.v_sf);
+  const std::vector<double> ref = reference(q, c, reqs, 1.0 / std::sqrt(double(kD)), 1.0, false);
+  BatchDecodeWithPagedKVCacheWrapper w(workspace(), "HND", false, false, std::nullopt, std::nullopt,
+                                       std::nullopt, "trtllm-gen");
+  w.plan(t.indptr, wrong, t.last, kHq, kHkv, kD, kPs, po);
+  const AttentionOutput r = w.run(q, PagedKVCache(c.k, c.v), ro);
+  EXPECT_TRUE(testing::all_close(r.out, ref, kTol));
+  // fa2 ignores block_tables: the same as a plan without them, reading `wrong`'s page 7.
+  BatchDecodeWithPagedKVCacheWrapper f(workspace(), "HND");
+  f.plan(t.indptr, wrong, t.last, kHq, kHkv, kD, kPs, po);
+  BatchDecodePlanOptions plain = po;
+  plain.block_tables.reset();
+  BatchDecodeWithPagedKVCacheWrapper g(workspace(), "HND");
+  g.plan(t.indptr, wrong, t.last, kHq, kHkv, kD, kPs, plain);
+  EXPECT_TRUE(testing::all_close(f.run(q, PagedKVCache(c.k, c.v), ro).out,
+                                 g.run(q, PagedKVCache(c.k, c.v), ro).out, {0.0, 0.0}));
+  EXPECT_FALSE(testing::all_close(f.run(q, PagedKVCache(c.k, c.v), ro).out, ref, kTol));
+  // Bad tables: too few columns, a negative needed entry, not int32.
+  const char* op = "BatchDecodeWithPagedKVCacheWrapper.plan";
+  BatchDecodePlanOptions narrow = po;
+  narrow.block_tables = t.block_tables.slice(1, 0, 2);
+  EXPECT_FI_ERROR(w.plan(t.indptr, wrong, t.last, kHq, kHkv, kD, kPs, narrow), op, "block_tables");
+  BatchDecodePlanOptions neg = po;
+  neg.block_tables = int_tensor({4, -1, 0, 0, 5, 3, 0, 0}).view({2, 4});
+  EXPECT_FI_ERROR(w.plan(t.indptr, wrong, t.last, kHq, kHkv, kD, kPs, neg), op, "block_tables");
+  BatchDecodePlanOptions i64 = po;
+  i64.block_tables = t.block_tables.to(DType::kInt64);
+  EXPECT_FI_ERROR(w.plan(t.indptr, wrong, t.last, kHq, kHkv, kD, kPs, i64), op, "block_tables");
 }
 
 fs::path temp_dir(const char* name) {
@@ -401,10 +468,19 @@ TEST(Nvfp4Attention, RecordAndReplay) {
         q, PagedKVCache(c.k, c.v), workspace(), t.block_tables, t.seq_lens, 4, 10, 0.1, kVg, 2,
         t.qo_indptr, int_tensor({0, 7, 17}), -1, std::nullopt, std::nullopt, std::nullopt,
         std::nullopt, "HND", std::nullopt, std::nullopt, to_value(PagedKVCache(c.k_sf, c.v_sf)));
+    BatchDecodeWithPagedKVCacheWrapper d(workspace(), "HND", false, false, std::nullopt,
+                                         std::nullopt, std::nullopt, "trtllm-gen");
+    const Table td = table_of(decode_reqs(), kPs);
+    BatchDecodePlanOptions dpo;
+    dpo.q_data_type = DType::kBFloat16;
+    dpo.kv_data_type = DType::kUInt8;
+    dpo.block_tables = td.block_tables;
+    d.plan(td.indptr, int_tensor({7, 7, 7, 7, 7}), td.last, kHq, kHkv, kD, kPs, dpo);
+    d.run(q.slice(0, 0, 2), PagedKVCache(c.k, c.v), ro);
     recorder::stop();
   }
   const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 4u);  // __init__, plan, run, trtllm context
+  ASSERT_EQ(results.size(), 7u);  // prefill __init__, plan, run; trtllm context; decode x3
   for (const auto& r : results) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
   }

@@ -128,7 +128,7 @@ struct BatchDecodePlanOptions {
   std::optional<double> sm_scale;
   std::optional<double> rope_scale, rope_theta;
   bool non_blocking = true;
-  std::optional<Tensor> block_tables;  // trtllm-gen only: not supported
+  std::optional<Tensor> block_tables;  // read by backend "trtllm-gen" only (as upstream)
   /// [batch] int32 KV lengths (vLLM passes them): cross-checked against the page table.
   std::optional<Tensor> seq_lens;
   std::optional<int64_t> fixed_split_size;  // KV chunk in pages (forces split-KV); -1: none
