@@ -14,6 +14,7 @@
 #include "api/attention_common.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "flashinfer/float_formats.h"
 #include "flashinfer/ops/attention.h"
 
 namespace flashinfer {
@@ -71,6 +72,7 @@ struct BlockCall {
   std::optional<bool> enable_pdl;
   std::optional<Value> kv_cache_sf;  // NVFP4 block scales (uint8 cache)
   bool sf_v_linear = false;          // xqa reads V's block scales linearly, trtllm-gen interleaved
+  bool f32_out = false;              // fp32 output for an fp8 result quantized afterwards (xqa)
 };
 
 AttentionOutput run_block_call(BlockCall& c) {
@@ -118,8 +120,9 @@ AttentionOutput run_block_call(BlockCall& c) {
   s.device = q.device();
   s.hnd = c.hnd;
   const DType od = c.out_dtype ? *c.out_dtype : (c.out ? c.out->dtype() : q.dtype());
-  FLASHINFER_CHECK(od == q.dtype() || od == DType::kFloat16 || od == DType::kBFloat16, op,
-                   "out_dtype", "must be query's dtype, float16 or bfloat16, got ",
+  FLASHINFER_CHECK(od == q.dtype() || od == DType::kFloat16 || od == DType::kBFloat16 ||
+                       (c.f32_out && od == DType::kFloat32),
+                   op, "out_dtype", "must be query's dtype, float16 or bfloat16, got ",
                    dtype_torch_name(od));
   if (c.out && c.out_dtype) {
     FLASHINFER_CHECK(c.out->dtype() == *c.out_dtype, op, "out", "dtype ",
@@ -429,7 +432,31 @@ Tensor xqa_impl(const Tensor& query, const PagedKVCache& kv_cache, const Tensor&
   c.enable_pdl = enable_pdl;
   c.kv_cache_sf = kv_cache_sf;
   c.sf_v_linear = true;  // the xqa kernels read V's NVFP4 block scales linearly
-  return run_block_call(c).out;
+  if (!out || !dtype_is_fp8(out->dtype())) return run_block_call(c).out;
+  // fp8 output: xqa multiplies the (bmm2_scale * o_scale)-scaled result by rcp_out_scale =
+  // 1 / o_scale and converts with saturation. Computed in fp32, then quantized once (CPU only).
+  FLASHINFER_CHECK_CODE(query.device().is_cpu(), ErrorCode::kUnsupported, op, "out",
+                        "fp8 outputs run on the CPU reference only; pass CPU tensors");
+  api::check_defined(*out, op, "out");
+  api::check_shape_eq(*out, query.shape(), op, "out");
+  FLASHINFER_CHECK(out->device() == query.device(), op, "out", "is on ", out->device().str(),
+                   ", query on ", query.device().str());
+  c.out.reset();
+  c.out_dtype = DType::kFloat32;
+  c.f32_out = true;
+  const Tensor f = run_block_call(c).out.contiguous();
+  const float rcp = static_cast<float>(1.0 / o_mul);
+  Tensor q8 = Tensor::empty(out->shape(), out->dtype());
+  auto* dst = static_cast<uint8_t*>(q8.data_ptr());
+  const bool e4m3 = out->dtype() == DType::kFloat8E4M3FN;
+  for (int64_t i = 0; i < f.numel(); ++i) {
+    const float x = f.data<float>()[i] * rcp;
+    dst[i] = e4m3 ? float_to_e4m3fn_bits(x, /*saturate=*/true)
+                  : float_to_e5m2_bits(x, /*saturate=*/true);
+  }
+  Tensor o = *out;
+  o.copy_(q8);
+  return o;
 }
 
 // Lengths given in any shape with `batch` int32 elements (cuDNN takes [batch, 1, 1, 1]).

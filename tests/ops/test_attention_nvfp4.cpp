@@ -437,6 +437,57 @@ TEST(DecodeBlockTables, TrtllmGenBackendReadsThem) {
   EXPECT_FI_ERROR(w.plan(t.indptr, wrong, t.last, kHq, kHkv, kD, kPs, i64), op, "block_tables");
 }
 
+// xqa with an fp8 output: upstream's xqa kernels scale KV by bmm2_scale * o_scale and multiply
+// an fp8 output by rcp_out_scale = 1 / o_scale (xqa_batch_decode_with_kv_cache: fp8(bmm2 * o);
+// flashinfer.xqa.xqa: fp8(kv_scale * o * rcp_out_scale)); conversion saturates at +-448.
+TEST(XqaFp8Output, MatchesFp64AndSaturates) {
+  const Nvfp4Cache c = make_nvfp4(8, kPs, kHkv, kD, false, 18);
+  const std::vector<Req> reqs = decode_reqs();
+  const Table t = table_of(reqs, kPs);
+  const Tensor q = testing::rand_tensor({2, kHq, kD}, DType::kBFloat16, 9, -1.0, 1.0);
+  const Value sf = to_value(PagedKVCache(c.k_sf, c.v_lin));
+  const PagedKVCache cache(c.k, c.v);
+  auto run = [&](const Tensor& out, double bmm2, double o_scale) {
+    return xqa_batch_decode_with_kv_cache(q, cache, workspace(), t.block_tables, t.seq_lens, 10,
+                                          0.15, bmm2, -1, out, std::nullopt, "NHD", std::nullopt, 1,
+                                          o_scale, std::nullopt, sf);
+  };
+  const std::vector<double> ref = reference(q, c, reqs, 0.15, kVg, false);
+  // fp8 e4m3 keeps 3 mantissa bits: relative error up to 2^-4.
+  const Tensor o8 = run(Tensor::zeros({2, kHq, kD}, DType::kFloat8E4M3FN), kVg, 0.5);
+  EXPECT_TRUE(testing::all_close(o8, ref, {1e-2, 0.07}));
+  // A 16-bit output keeps the o_scale factor.
+  std::vector<double> half = ref;
+  for (double& x : half) x *= 0.5;
+  EXPECT_TRUE(
+      testing::all_close(run(Tensor::zeros({2, kHq, kD}, DType::kBFloat16), kVg, 0.5), half, kTol));
+  // Saturation: 1000x the result is beyond e4m3's 448 for most elements; none is NaN.
+  const Tensor big = run(Tensor::zeros({2, kHq, kD}, DType::kFloat8E4M3FN), 1000.0 * kVg, 1.0);
+  int saturated = 0;
+  const std::vector<double> bv = big.to_double_vector();
+  for (std::size_t i = 0; i < bv.size(); ++i) {
+    ASSERT_FALSE(std::isnan(bv[i])) << i;
+    if (std::abs(ref[i] * 1000.0) > 464.0) {
+      EXPECT_EQ(std::abs(bv[i]), 448.0) << i;
+      ++saturated;
+    }
+  }
+  EXPECT_GT(saturated, 0);
+  // flashinfer.xqa.xqa: fp8(kv_scale * o * rcp_out_scale).
+  const Tensor out = Tensor::zeros({2, 1, kHq, kD}, DType::kFloat8E4M3FN);
+  xqa(q.unsqueeze(1), c.k, c.v, t.block_tables, t.seq_lens.reshape({2, 1}), out, workspace(),
+      workspace(), kHkv, kPs, std::nullopt, 0.15 * std::sqrt(double(kD)) / kVg, kVg, 0, "NHD",
+      std::nullopt, std::nullopt, 2.0, 1, std::nullopt, std::nullopt, c.k_sf, c.v_lin);
+  std::vector<double> twice = ref;
+  for (double& x : twice) x *= 2.0;
+  EXPECT_TRUE(testing::all_close(out.select(1, 0), twice, {2e-2, 0.07}));
+  EXPECT_FI_ERROR(
+      xqa(q.unsqueeze(1), c.k, c.v, t.block_tables, t.seq_lens.reshape({2, 1}), out, workspace(),
+          workspace(), kHkv, kPs, std::nullopt, 1.0, 1.0, 0, "NHD", std::nullopt, std::nullopt, 0.0,
+          1, std::nullopt, std::nullopt, c.k_sf, c.v_lin),
+      "xqa", "rcp_out_scale");
+}
+
 fs::path temp_dir(const char* name) {
   fs::path d = fs::temp_directory_path() / ("fi_nvfp4_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(d);
