@@ -9,9 +9,13 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "flashinfer/float_formats.h"
 #include "flashinfer/ops/attention.h"
