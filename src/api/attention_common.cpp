@@ -1,6 +1,7 @@
 // Shared machinery of the attention areas: index checks, paged-cache views, the planner and the
 // run path of the wrappers (and of the single-request ops, which are one-request plans).
 #include "api/attention_common.h"
+#include "api/attention_nvfp4.h"
 
 #include <algorithm>
 #include <cmath>
@@ -436,17 +437,19 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
                             const Tensor& v, const AttentionRunOptions& o, const char* op,
                             const char* k_arg, const char* v_arg) {
   FLASHINFER_CHECK(s.planned, op, "self", "run() called before plan()");
+  // NVFP4 caches (uint8 KV, kv_cache_sf): dequantized pages, then this path (attention_nvfp4.cpp).
+  if (o.kv_cache_sf || s.kv_dtype == DType::kUInt8) {
+    return run_planned_nvfp4(s, q, k, v, o, op, k_arg, v_arg);
+  }
   // Options this library does not implement must stay unset.
-  FLASHINFER_CHECK_CODE(!o.kv_cache_sf, ErrorCode::kUnsupported, op, "kv_cache_sf",
-                        "NVFP4 KV caches are not supported");
   FLASHINFER_CHECK_CODE(!o.skip_softmax_threshold_scale_factor, ErrorCode::kUnsupported, op,
                         "skip_softmax_threshold_scale_factor", "not supported");
   FLASHINFER_CHECK_CODE(!o.use_fp16_softmax.value_or(false), ErrorCode::kUnsupported, op,
                         "use_fp16_softmax", "not supported (softmax is fp32)");
   FLASHINFER_CHECK_CODE(!o.uses_spcompress.value_or(false), ErrorCode::kUnsupported, op,
                         "uses_spcompress", "not supported");
-  FLASHINFER_CHECK_CODE(!o.o_scale, ErrorCode::kUnsupported, op, "o_scale",
-                        "fp8 output scaling is not supported");
+  // o_scale (ragged prefill): upstream's fa2/fa3 ragged run never passes it to a kernel (only
+  // its cutlass backend, not offered here, does), so it has no effect.
   if (o.q_len_per_req) {
     FLASHINFER_CHECK(*o.q_len_per_req == s.q_len_per_req, op, "q_len_per_req", "is ",
                      *o.q_len_per_req, " but plan() was given ", s.q_len_per_req);
@@ -651,7 +654,8 @@ void plan_settings(detail::WrapperState& s, int64_t num_qo_heads, int64_t num_kv
   check_pos_encoding(pos_encoding_mode, op);
   check_q_dtype(q_dtype, op, "q_data_type");
   const DType kv = kv_dtype.value_or(q_dtype);
-  check_kv_dtype(kv, q_dtype, op, "kv_data_type");
+  // torch.uint8: an NVFP4 cache, read with run()'s kv_cache_sf (attention_nvfp4.cpp).
+  if (kv != DType::kUInt8) check_kv_dtype(kv, q_dtype, op, "kv_data_type");
   const DType od = o_dtype.value_or(q_dtype);
   check_q_dtype(od, op, "o_data_type");
   FLASHINFER_CHECK(window_left >= -1 && window_left <= std::numeric_limits<int32_t>::max(), op,

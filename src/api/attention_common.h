@@ -39,6 +39,9 @@ struct WrapperState {
   int64_t q_len_per_req = 1;
   DType q_dtype = DType::kFloat16, kv_dtype = DType::kFloat16, o_dtype = DType::kFloat16;
   bool causal = false;
+  // NVFP4 caches: V block scales in the linear layout (xqa's) instead of TRT-LLM's 4-token
+  // interleave (the paged wrappers' and trtllm-gen's).
+  bool nvfp4_v_linear = false;
   int64_t window_left = -1;
   double logits_soft_cap = 0.0;
   double sm_scale = 1.0;

@@ -1,5 +1,6 @@
 // Public decode attention (flashinfer.decode): single_decode_with_kv_cache and
 // BatchDecodeWithPagedKVCacheWrapper — declarations, checks, plan and dispatch.
+#include <algorithm>
 #include <cmath>
 
 #include "api/arg_traits.h"
@@ -121,8 +122,12 @@ BatchDecodeWithPagedKVCacheWrapper::BatchDecodeWithPagedKVCacheWrapper(
     : s_(std::make_unique<detail::WrapperState>()) {
   call_init<DecodeInit>(
       [&] {
-        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
+        // "trtllm-gen" runs the same kernels; it differs in reading plan's block_tables.
+        const bool trtllm = backend == "trtllm-gen";
+        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph,
+                          trtllm ? "auto" : backend, jit_args,
                           "BatchDecodeWithPagedKVCacheWrapper.__init__");
+        if (trtllm) s_->backend = backend;
         s_->use_tensor_cores = use_tensor_cores;
       },
       *this, float_workspace_buffer, kv_layout, use_cuda_graph, use_tensor_cores,
@@ -136,14 +141,40 @@ bool BatchDecodeWithPagedKVCacheWrapper::split_kv() const { return s_->plan.spli
 
 namespace {
 
+// Replaces the page ids of the loaded table by block_tables' rows: request b's first
+// (pages of b) entries, each a page id >= 0; entries past them are never read (padding).
+void use_block_tables(detail::WrapperState& s, const Tensor& block_tables, const char* op) {
+  api::check_defined(block_tables, op, "block_tables");
+  api::check_dim(block_tables, {2}, op, "block_tables");
+  FLASHINFER_CHECK(block_tables.dtype() == DType::kInt32, op, "block_tables",
+                   "expected int32, got ", dtype_torch_name(block_tables.dtype()));
+  const auto batch = static_cast<int64_t>(s.kv_lens.size());
+  FLASHINFER_CHECK(block_tables.size(0) >= batch, op, "block_tables", "has ", block_tables.size(0),
+                   " rows for a batch of ", batch);
+  const Tensor h = block_tables.to(Device::cpu()).contiguous();
+  const auto* table = static_cast<const int32_t*>(h.data_ptr());
+  const int64_t cols = block_tables.size(1);
+  s.max_page_id = -1;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t pages = s.kv_indptr[b + 1] - s.kv_indptr[b];
+    FLASHINFER_CHECK(pages <= cols, op, "block_tables", "request ", b, " needs ", pages,
+                     " pages but the table has ", cols, " columns");
+    for (int64_t i = 0; i < pages; ++i) {
+      const int32_t page = table[b * cols + i];
+      FLASHINFER_CHECK(page >= 0, op, "block_tables", "entry [", b, ", ", i, "] = ", page,
+                       " is negative");
+      s.kv_indices[static_cast<std::size_t>(s.kv_indptr[b] + i)] = page;
+      s.max_page_id = std::max<int64_t>(s.max_page_id, page);
+    }
+  }
+}
+
 // plan()'s work, into `s` (the wrapper's state, or workspace_size()'s scratch copy).
 void plan_decode(detail::WrapperState& s, const Tensor& indptr, const Tensor& indices,
                  const Tensor& last_page_len, int64_t num_qo_heads, int64_t num_kv_heads,
                  int64_t head_dim, int64_t page_size, const BatchDecodePlanOptions& o,
                  const char* op) {
   s.planned = false;
-  FLASHINFER_CHECK_CODE(!o.block_tables, ErrorCode::kUnsupported, op, "block_tables",
-                        "only the trtllm-gen backend takes block tables");
   FLASHINFER_CHECK(o.q_len_per_req >= 1, op, "q_len_per_req", "must be >= 1, got ",
                    o.q_len_per_req);
   FLASHINFER_CHECK(o.window_right == 0 || o.window_right == -1, op, "window_right",
@@ -156,6 +187,9 @@ void plan_decode(detail::WrapperState& s, const Tensor& indptr, const Tensor& in
   api::load_page_table(s, indptr, indices, last_page_len, page_size, op, "indptr", "indices",
                        "last_page_len");
   api::check_seq_lens(s, o.seq_lens, op);
+  // Upstream's trtllm-gen backend reads request b's pages from block_tables[b] (its lengths still
+  // come from indptr and last_page_len); fa2 stores the table and never reads it.
+  if (o.block_tables && s.backend == "trtllm-gen") use_block_tables(s, *o.block_tables, op);
   s.batch = static_cast<int32_t>(s.kv_lens.size());
   s.decode = true;
   s.q_len_per_req = o.q_len_per_req;

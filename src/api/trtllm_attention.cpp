@@ -14,6 +14,7 @@
 #include "api/attention_common.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "flashinfer/float_formats.h"
 #include "flashinfer/ops/attention.h"
 
 namespace flashinfer {
@@ -69,6 +70,9 @@ struct BlockCall {
   std::optional<DType> out_dtype;
   bool return_lse = false;
   std::optional<bool> enable_pdl;
+  std::optional<Value> kv_cache_sf;  // NVFP4 block scales (uint8 cache)
+  bool sf_v_linear = false;          // xqa reads V's block scales linearly, trtllm-gen interleaved
+  bool f32_out = false;              // fp32 output for an fp8 result quantized afterwards (xqa)
 };
 
 AttentionOutput run_block_call(BlockCall& c) {
@@ -82,15 +86,18 @@ AttentionOutput run_block_call(BlockCall& c) {
       " is not supported (float16, bfloat16; float32 on the CPU)");
   auto [k, v] = block_cache_views(*c.kv_cache, c.hnd, op);
   api::check_same_device(k, q, op, "kv_cache", "query");
-  api::check_kv_dtype(k.dtype(), q.dtype(), op, "kv_cache");
+  // uint8: NVFP4 (two e2m1 codes per byte, read through kv_cache_sf by run_planned).
+  const bool nvfp4 = k.dtype() == DType::kUInt8;
+  if (!nvfp4) api::check_kv_dtype(k.dtype(), q.dtype(), op, "kv_cache");
   const Tensor& ws = *c.workspace_buffer;
   api::check_defined(ws, op, "workspace_buffer");
   api::check_same_device(ws, q, op, "workspace_buffer", "query");
 
-  const int64_t num_pages = k.size(0), page_size = k.size(1), hkv = k.size(2), d = k.size(3);
+  const int64_t num_pages = k.size(0), page_size = k.size(1), hkv = k.size(2);
+  const int64_t d = nvfp4 ? 2 * k.size(3) : k.size(3);
   FLASHINFER_CHECK(page_size >= 1 && page_size <= (1 << 20), op, "kv_cache", "page size ",
                    page_size, " is outside [1, 2^20]");
-  FLASHINFER_CHECK(v.size(3) == d, op, "kv_cache", "K and V head dims differ");
+  FLASHINFER_CHECK(v.size(3) == k.size(3), op, "kv_cache", "K and V head dims differ");
   FLASHINFER_CHECK(q.size(2) == d, op, "query", "head_dim ", q.size(2),
                    " does not match the cache's ", d);
   api::check_heads(q.size(1), hkv, op, "query", "kv_cache");
@@ -113,8 +120,9 @@ AttentionOutput run_block_call(BlockCall& c) {
   s.device = q.device();
   s.hnd = c.hnd;
   const DType od = c.out_dtype ? *c.out_dtype : (c.out ? c.out->dtype() : q.dtype());
-  FLASHINFER_CHECK(od == q.dtype() || od == DType::kFloat16 || od == DType::kBFloat16, op,
-                   "out_dtype", "must be query's dtype, float16 or bfloat16, got ",
+  FLASHINFER_CHECK(od == q.dtype() || od == DType::kFloat16 || od == DType::kBFloat16 ||
+                       (c.f32_out && od == DType::kFloat32),
+                   op, "out_dtype", "must be query's dtype, float16 or bfloat16, got ",
                    dtype_torch_name(od));
   if (c.out && c.out_dtype) {
     FLASHINFER_CHECK(c.out->dtype() == *c.out_dtype, op, "out", "dtype ",
@@ -129,6 +137,7 @@ AttentionOutput run_block_call(BlockCall& c) {
   s.qo_indptr = c.qo_indptr;
   s.kv_lens = c.kv_lens;
   s.causal = c.causal;
+  s.nvfp4_v_linear = c.sf_v_linear;
   s.kv_indptr.assign(static_cast<std::size_t>(batch) + 1, 0);
   s.max_page_id = -1;
   for (int64_t b = 0; b < batch; ++b) {
@@ -171,6 +180,15 @@ AttentionOutput run_block_call(BlockCall& c) {
   o.return_lse = c.return_lse;
   o.enable_pdl = c.enable_pdl;
   o.sinks = c.sinks;
+  if (c.kv_cache_sf && !c.kv_cache_sf->is_none()) {
+    FLASHINFER_CHECK(
+        c.kv_cache_sf->is_tensor() ||
+            (c.kv_cache_sf->is_sequence() && c.kv_cache_sf->items().size() == 2 &&
+             c.kv_cache_sf->items()[0].is_tensor() && c.kv_cache_sf->items()[1].is_tensor()),
+        op, "kv_cache_sf", "expected a tensor or a (k_scales, v_scales) pair, got ",
+        c.kv_cache_sf->repr());
+    o.kv_cache_sf = PagedKVCache::from_value(*c.kv_cache_sf);
+  }
   return api::run_planned(s, q, k, v, o, op, "kv_cache", "kv_cache");
 }
 
@@ -199,8 +217,7 @@ void check_common_unsupported(const char* op, std::optional<DType>,
                         "NVFP4 output is not supported");
   FLASHINFER_CHECK_CODE(!o_sf_vec_size, ErrorCode::kUnsupported, op, "o_sf_vec_size",
                         "NVFP4 output is not supported");
-  FLASHINFER_CHECK_CODE(!kv_cache_sf || kv_cache_sf->is_none(), ErrorCode::kUnsupported, op,
-                        "kv_cache_sf", "NVFP4 KV caches are not supported");
+  static_cast<void>(kv_cache_sf);  // NVFP4 block scales: run_block_call passes them on
   FLASHINFER_CHECK_CODE(!skip_softmax, ErrorCode::kUnsupported, op,
                         "skip_softmax_threshold_scale_factor", "not supported");
   FLASHINFER_CHECK_CODE(uses_shared_paged_kv_idx, ErrorCode::kUnsupported, op,
@@ -295,6 +312,10 @@ AttentionOutput decode_impl(
   c.return_lse = return_lse;
   c.sinks = sinks;
   c.enable_pdl = enable_pdl;
+  c.kv_cache_sf = kv_cache_sf;
+  // NVFP4 V scales: xqa's linear layout for backend="xqa"; "auto" is trtllm-gen's interleave
+  // (SM100, where upstream's auto picks trtllm-gen, is where engines enable NVFP4 KV caches).
+  c.sf_v_linear = backend == "xqa";
   return run_block_call(c);
 }
 
@@ -354,6 +375,7 @@ AttentionOutput context_impl(
   c.return_lse = return_lse;
   c.sinks = sinks;
   c.enable_pdl = enable_pdl;
+  c.kv_cache_sf = kv_cache_sf;
   return run_block_call(c);
 }
 
@@ -369,8 +391,6 @@ Tensor xqa_impl(const Tensor& query, const PagedKVCache& kv_cache, const Tensor&
   const char* op = kXqaOp;
   FLASHINFER_CHECK_CODE(!mask, ErrorCode::kUnsupported, op, "mask",
                         "speculative-decoding masks are not supported");
-  FLASHINFER_CHECK_CODE(!kv_cache_sf || kv_cache_sf->is_none(), ErrorCode::kUnsupported, op,
-                        "kv_cache_sf", "NVFP4 KV caches are not supported");
   FLASHINFER_CHECK(max_seq_len >= 0, op, "max_seq_len", "must be >= 0, got ", max_seq_len);
   api::check_defined(query, op, "query");
   api::check_dim(query, {3}, op, "query");
@@ -410,7 +430,33 @@ Tensor xqa_impl(const Tensor& query, const PagedKVCache& kv_cache, const Tensor&
   c.out = out;  // upstream: out's dtype, else query's
   c.sinks = sinks;
   c.enable_pdl = enable_pdl;
-  return run_block_call(c).out;
+  c.kv_cache_sf = kv_cache_sf;
+  c.sf_v_linear = true;  // the xqa kernels read V's NVFP4 block scales linearly
+  if (!out || !dtype_is_fp8(out->dtype())) return run_block_call(c).out;
+  // fp8 output: xqa multiplies the (bmm2_scale * o_scale)-scaled result by rcp_out_scale =
+  // 1 / o_scale and converts with saturation. Computed in fp32, then quantized once (CPU only).
+  FLASHINFER_CHECK_CODE(query.device().is_cpu(), ErrorCode::kUnsupported, op, "out",
+                        "fp8 outputs run on the CPU reference only; pass CPU tensors");
+  api::check_defined(*out, op, "out");
+  api::check_shape_eq(*out, query.shape(), op, "out");
+  FLASHINFER_CHECK(out->device() == query.device(), op, "out", "is on ", out->device().str(),
+                   ", query on ", query.device().str());
+  c.out.reset();
+  c.out_dtype = DType::kFloat32;
+  c.f32_out = true;
+  const Tensor f = run_block_call(c).out.contiguous();
+  const float rcp = static_cast<float>(1.0 / o_mul);
+  Tensor q8 = Tensor::empty(out->shape(), out->dtype());
+  auto* dst = static_cast<uint8_t*>(q8.data_ptr());
+  const bool e4m3 = out->dtype() == DType::kFloat8E4M3FN;
+  for (int64_t i = 0; i < f.numel(); ++i) {
+    const float x = f.data<float>()[i] * rcp;
+    dst[i] = e4m3 ? float_to_e4m3fn_bits(x, /*saturate=*/true)
+                  : float_to_e5m2_bits(x, /*saturate=*/true);
+  }
+  Tensor o = *out;
+  o.copy_(q8);
+  return o;
 }
 
 // Lengths given in any shape with `batch` int32 elements (cuDNN takes [batch, 1, 1, 1]).

@@ -70,7 +70,7 @@ void xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
               int64_t page_size, const std::optional<Tensor>& sinks,
               const ScalarOrTensor<double>& q_scale, const ScalarOrTensor<double>& kv_scale,
               int64_t sliding_win_size, std::string_view kv_layout, std::optional<bool> enable_pdl,
-              int64_t q_seq_len, const std::optional<Tensor>& mask,
+              int64_t q_seq_len, double rcp_out_scale, const std::optional<Tensor>& mask,
               const std::optional<Tensor>& q_cu_seq_lens, const std::optional<Tensor>& k_sf_cache,
               const std::optional<Tensor>& v_sf_cache) {
   const char* op = kXqa;
@@ -82,10 +82,14 @@ void xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                         "speculative-decoding masks are not supported");
   FLASHINFER_CHECK_CODE(!q_cu_seq_lens, ErrorCode::kUnsupported, op, "q_cu_seq_lens",
                         "variable query lengths (speculative decoding) are not supported");
-  FLASHINFER_CHECK_CODE(!k_sf_cache, ErrorCode::kUnsupported, op, "k_sf_cache",
-                        "NVFP4 KV caches are not supported");
-  FLASHINFER_CHECK_CODE(!v_sf_cache, ErrorCode::kUnsupported, op, "v_sf_cache",
-                        "NVFP4 KV caches are not supported");
+  // NVFP4: uint8 caches (two e2m1 codes per byte) with linear e4m3 block scales [.., D / 16].
+  const bool nvfp4 = k_cache.defined() && k_cache.dtype() == DType::kUInt8;
+  FLASHINFER_CHECK(nvfp4 == k_sf_cache.has_value(), op, "k_sf_cache",
+                   nvfp4 ? "must be given for an NVFP4 (uint8) cache"
+                         : "is given but k_cache is not an NVFP4 (uint8) cache");
+  FLASHINFER_CHECK(nvfp4 == v_sf_cache.has_value(), op, "v_sf_cache",
+                   nvfp4 ? "must be given for an NVFP4 (uint8) cache"
+                         : "is given but v_cache is not an NVFP4 (uint8) cache");
   check_scratch(workspace_buffer, semaphores, op);
   api::check_defined(q, op, "q");
   FLASHINFER_CHECK(q.dim() == 4 && q.size(1) == 1, op, "q",
@@ -94,11 +98,12 @@ void xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   const int64_t batch = q.size(0), H = q.size(2), D = q.size(3);
   api::check_defined(output, op, "output");
   api::check_shape_eq(output, q.shape(), op, "output");
-  FLASHINFER_CHECK_CODE(output.dtype() == q.dtype(), ErrorCode::kUnsupported, op, "output",
-                        "must be q's dtype ", dtype_torch_name(q.dtype()),
-                        " (fp8 outputs are not "
-                        "supported), got ",
-                        dtype_torch_name(output.dtype()));
+  const bool fp8_out = dtype_is_fp8(output.dtype());
+  FLASHINFER_CHECK(output.dtype() == q.dtype() || fp8_out, op, "output", "must be q's dtype ",
+                   dtype_torch_name(q.dtype()), " or an fp8 dtype, got ",
+                   dtype_torch_name(output.dtype()));
+  FLASHINFER_CHECK(std::isfinite(rcp_out_scale) && rcp_out_scale != 0.0, op, "rcp_out_scale",
+                   "must be finite and non-zero, got ", rcp_out_scale);
   const bool hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
   for (const auto& [t, arg] : {std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"}}) {
     api::check_defined(*t, op, arg);
@@ -109,7 +114,8 @@ void xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      " != the cache's ", t->size(hnd ? 2 : 1));
     FLASHINFER_CHECK(t->size(hnd ? 1 : 2) == num_kv_heads, op, "num_kv_heads", "num_kv_heads ",
                      num_kv_heads, " != the cache's ", t->size(hnd ? 1 : 2));
-    FLASHINFER_CHECK(t->size(3) == D, op, arg, "head_dim ", t->size(3), " != q's ", D);
+    FLASHINFER_CHECK(t->size(3) * (nvfp4 ? 2 : 1) == D, op, arg, "head_dim ",
+                     t->size(3) * (nvfp4 ? 2 : 1), " != q's ", D);
   }
   api::check_same_dtype(v_cache, k_cache, op, "v_cache", "k_cache");
   FLASHINFER_CHECK(num_kv_heads >= 1 && H % num_kv_heads == 0, op, "num_kv_heads", num_kv_heads,
@@ -130,11 +136,17 @@ void xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   }
   const double qs = scalar_of(q_scale, op, "q_scale"), ks = scalar_of(kv_scale, op, "kv_scale");
   const double bmm1 = qs * ks / std::sqrt(static_cast<double>(D));
+  // The decode name's map back: kv_scale = bmm2_scale * o_scale, rcp_out_scale = 1 / o_scale
+  // (rcp_out_scale only scales fp8 outputs; a 16-bit output is kv_scale * attention).
+  const double o_scale = fp8_out ? 1.0 / rcp_out_scale : 1.0;
   // Nested: the decode entry point's kernels, writing into output's [batch, Hq, D] view.
-  xqa_batch_decode_with_kv_cache(q.select(1, 0), PagedKVCache(k_cache, v_cache), workspace_buffer,
-                                 page_table, lens, page_table.size(1) * page_size, bmm1, ks,
-                                 sliding_win_size > 0 ? sliding_win_size - 1 : -1,
-                                 output.select(1, 0), flat_sinks, kv_layout, enable_pdl, 1, 1.0);
+  xqa_batch_decode_with_kv_cache(
+      q.select(1, 0), PagedKVCache(k_cache, v_cache), workspace_buffer, page_table, lens,
+      page_table.size(1) * page_size, bmm1, ks / o_scale,
+      sliding_win_size > 0 ? sliding_win_size - 1 : -1, output.select(1, 0), flat_sinks, kv_layout,
+      enable_pdl, 1, o_scale, std::nullopt,
+      nvfp4 ? std::optional<Value>(to_value(PagedKVCache(*k_sf_cache, *v_sf_cache)))
+            : std::nullopt);
 }
 
 void xqa_mla_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -243,11 +255,10 @@ void xqa(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Te
          std::optional<Tensor> k_sf_cache, std::optional<Tensor> v_sf_cache) {
   call_op<&xqa>(
       [&] {
-        (void)sm_count;       // a launch-size hint
-        (void)rcp_out_scale;  // scales fp8 outputs only (refused)
+        (void)sm_count;  // a launch-size hint
         xqa_impl(q, k_cache, v_cache, page_table, seq_lens, output, workspace_buffer, semaphores,
                  num_kv_heads, page_size, sinks, q_scale, kv_scale, sliding_win_size, kv_layout,
-                 enable_pdl, q_seq_len, mask, q_cu_seq_lens, k_sf_cache, v_sf_cache);
+                 enable_pdl, q_seq_len, rcp_out_scale, mask, q_cu_seq_lens, k_sf_cache, v_sf_cache);
       },
       q, k_cache, v_cache, page_table, seq_lens, output, workspace_buffer, semaphores, num_kv_heads,
       page_size, sinks, q_scale, kv_scale, sliding_win_size, kv_layout, sm_count, enable_pdl,

@@ -236,9 +236,9 @@ TEST(BatchDecodeWrapper, BadInput) {
   const char* plan = "BatchDecodeWithPagedKVCacheWrapper.plan";
   const char* run = "BatchDecodeWithPagedKVCacheWrapper.run";
   EXPECT_FI_ERROR(BatchDecodeWithPagedKVCacheWrapper(workspace(), "NDH"), init, "kv_layout");
-  EXPECT_FI_ERROR(BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD", false, false, {}, {}, {},
-                                                     "trtllm-gen"),
-                  init, "backend");
+  EXPECT_FI_ERROR(
+      BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD", false, false, {}, {}, {}, "fa3"), init,
+      "backend");
   EXPECT_FI_ERROR(BatchDecodeWithPagedKVCacheWrapper{Tensor{}}, init, "float_workspace_buffer");
   // A workspace view at an odd byte offset: the fp32 partials in it would be misaligned.
   EXPECT_FI_ERROR(BatchDecodeWithPagedKVCacheWrapper{workspace().slice(0, 1, 1 << 20)}, init,

@@ -399,11 +399,13 @@ TEST(BatchPrefillWrappers, BadInput) {
   EXPECT_FI_ERROR(r.run(rq, Tensor::zeros({6, 1, 64}, DType::kFloat16),
                         Tensor::zeros({6, 2, 64}, DType::kFloat16)),
                   rrun, "v");
+  // o_scale is accepted (upstream's fa2 ragged run ignores it): test_attention_nvfp4.cpp.
   AttentionRunOptions ro;
-  ro.o_scale = 2.0;
+  ro.kv_cache_sf = PagedKVCache(Tensor::zeros({6, 1, 4}, DType::kUInt8),
+                                Tensor::zeros({6, 1, 4}, DType::kUInt8));
   EXPECT_FI_ERROR(r.run(rq, Tensor::zeros({6, 1, 64}, DType::kFloat16),
                         Tensor::zeros({6, 1, 64}, DType::kFloat16), ro),
-                  rrun, "o_scale");
+                  rrun, "kv_cache_sf");
 }
 
 TEST(SinglePrefill, BadInput) {

@@ -96,7 +96,7 @@ Value to_value(const WorkspaceSizes& w);
 /// it takes upstream, and rejects the others when set).
 struct AttentionRunOptions {
   std::optional<double> q_scale, k_scale, v_scale;
-  std::optional<double> o_scale;  // ragged prefill only
+  std::optional<double> o_scale;  // ragged prefill only (upstream's fa2 backend ignores it)
   std::optional<Tensor> out, lse;
   bool return_lse = false;
   std::optional<bool> enable_pdl;
@@ -104,9 +104,10 @@ struct AttentionRunOptions {
   std::optional<Tensor> sinks;                                // not supported
   std::optional<int64_t> q_len_per_req;                       // decode, deprecated: must match plan
   std::optional<double> skip_softmax_threshold_scale_factor;  // not supported
-  std::optional<Tensor> kv_cache_sf;                          // not supported (NVFP4)
-  std::optional<bool> use_fp16_softmax;                       // not supported when true
-  std::optional<bool> uses_spcompress;                        // not supported when true
+  // NVFP4 paged caches (CPU): (k_sf, v_sf) or one [pages, 2, ...] tensor of e4m3 block scales.
+  std::optional<PagedKVCache> kv_cache_sf;
+  std::optional<bool> use_fp16_softmax;  // not supported when true
+  std::optional<bool> uses_spcompress;   // not supported when true
 };
 FLASHINFER_OPTION_FIELDS(AttentionRunOptions, q_scale, k_scale, v_scale, o_scale, out, lse,
                          return_lse, enable_pdl, window_left, sinks, q_len_per_req,
@@ -127,7 +128,7 @@ struct BatchDecodePlanOptions {
   std::optional<double> sm_scale;
   std::optional<double> rope_scale, rope_theta;
   bool non_blocking = true;
-  std::optional<Tensor> block_tables;  // trtllm-gen only: not supported
+  std::optional<Tensor> block_tables;  // read by backend "trtllm-gen" only (as upstream)
   /// [batch] int32 KV lengths (vLLM passes them): cross-checked against the page table.
   std::optional<Tensor> seq_lens;
   std::optional<int64_t> fixed_split_size;  // KV chunk in pages (forces split-KV); -1: none
@@ -310,9 +311,11 @@ class BatchPrefillWithRaggedKVCacheWrapper : public ApiObject {
 /// o_scale follows the xqa backend upstream's "auto" picks on SM80/SM90: a 16-bit output is
 /// multiplied by it (backend="trtllm-gen" ignores it). out_dtype: q's dtype, float16 or
 /// bfloat16. Not supported (an error naming them when set): nvfp4 output (o_sf_scale,
-/// o_sf_vec_size), mask, skip_softmax_threshold_scale_factor, kv_cache_sf,
+/// o_sf_vec_size), mask, skip_softmax_threshold_scale_factor,
 /// uses_shared_paged_kv_idx=False, bmm1_scale_log2, enable_block_sparse_attention,
-/// bf16q_fp8kv_transform_mode. workspace_buffer and multi_ctas_kv_counter_buffer are scratch
+/// bf16q_fp8kv_transform_mode. kv_cache_sf: uint8 NVFP4 caches (CPU; docs/ATTENTION.md: V block
+/// scales interleaved, linear for backend="xqa"). workspace_buffer and
+/// multi_ctas_kv_counter_buffer are scratch
 /// upstream; they are checked, never written. Returns out, or (out, lse) when return_lse.
 AttentionOutput trtllm_batch_decode_with_kv_cache(
     const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
@@ -339,7 +342,7 @@ AttentionOutput trtllm_batch_decode_with_kv_cache(
 /// (cum_seq_lens_kv must agree with seq_lens); seq_lens int32 [batch_size] KV lengths; every
 /// query length <= max_q_len, every KV length <= max_kv_len. Query i of a request sits at
 /// position kv_len - qo_len + i; causal (default) keeps keys j <= that position. Scales, sinks,
-/// out/out_dtype, lse as for decode. Not supported (errors when set): nvfp4 output, kv_cache_sf,
+/// out/out_dtype, lse, kv_cache_sf as for decode. Not supported (errors when set): nvfp4 output,
 /// skip_softmax_threshold_scale_factor, uses_shared_paged_kv_idx=False, use_fp16_softmax=True,
 /// uses_spcompress=True.
 AttentionOutput trtllm_batch_context_with_kv_cache(
@@ -361,9 +364,9 @@ AttentionOutput trtllm_batch_context_with_kv_cache(
 
 /// xqa_batch_decode_with_kv_cache (flashinfer.decode): the xqa backend's decode under its own
 /// name: trtllm_batch_decode_with_kv_cache's math with kv_layout "NHD" by default; o_scale
-/// multiplies 16-bit outputs (xqa divides only fp8 outputs by it). q_cu_seq_lens [batch + 1]
-/// int32, when given, sets each request's query rows (each at most q_len_per_req). Not
-/// supported: mask, kv_cache_sf.
+/// multiplies 16-bit outputs; an fp8 out (CPU) gets fp8(bmm2_scale * o), saturating. kv_cache_sf
+/// (uint8 NVFP4 cache, CPU): linear K and V block scales. q_cu_seq_lens [batch + 1] int32, when
+/// given, sets each request's query rows (each at most q_len_per_req). Not supported: mask.
 Tensor xqa_batch_decode_with_kv_cache(
     const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
     const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,

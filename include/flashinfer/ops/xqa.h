@@ -20,9 +20,10 @@ namespace flashinfer {
 ///   output = kv_scale * sum_t softmax(s)_t v_t, with exp(sinks[g, i]) (sinks [Hkv, Hq / Hkv]
 ///   fp32, head g * Hq / Hkv + i) added to each head's denominator;
 /// sliding_win_size > 0 keeps the last sliding_win_size tokens. rcp_out_scale only scales fp8
-/// outputs upstream: accepted, no effect on 16-bit outputs. workspace_buffer / semaphores are
-/// checked, never written. Not supported (kUnsupported): q_seq_len > 1 and mask (speculative
-/// decoding), q_cu_seq_lens, k_sf_cache / v_sf_cache (NVFP4), fp8 output.
+/// outputs (CPU: fp8(output * rcp_out_scale), saturating); no effect on 16-bit outputs.
+/// k_sf_cache / v_sf_cache: linear e4m3 block scales of uint8 NVFP4 caches (CPU).
+/// workspace_buffer / semaphores are checked, never written. Not supported (kUnsupported):
+/// q_seq_len > 1 and mask (speculative decoding), q_cu_seq_lens.
 void xqa(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& page_table,
          const Tensor& seq_lens, const Tensor& output, const Tensor& workspace_buffer,
          const Tensor& semaphores, int64_t num_kv_heads, int64_t page_size,

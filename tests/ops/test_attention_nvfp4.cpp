@@ -1,0 +1,644 @@
+// NVFP4 paged KV caches (kv_cache_sf) in the attention run paths: the paged prefill and decode
+// wrappers, trtllm_batch_decode/context_with_kv_cache and xqa_batch_decode_with_kv_cache, against
+// an fp64 formula over caches built here from random codes (K scales linear, V scales
+// 4-token interleaved by a reshape/permute as upstream's quantizer does, the reference reading the
+// linear ones); bad input; o_scale on the ragged wrapper; record and replay; an upstream-format
+// dump written by Python.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "flashinfer/float_formats.h"
+#include "flashinfer/ops/attention.h"
+#include "flashinfer/ops/page.h"
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
+#include "ops/attention_test_util.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+#include "util/upstream_dump_py.h"
+
+namespace flashinfer {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::int_tensor;
+
+Tensor workspace() { return Tensor::zeros({1 << 16}, DType::kUInt8); }
+
+constexpr double kE2m1[16] = {0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6};
+
+// An NVFP4 paged cache of `pages` pages: packed codes [pages, (Hkv, P) or (P, Hkv), D / 2] and
+// e4m3 scales [.., D / 16]; `v_lin` keeps V's linear scales for the reference.
+struct Nvfp4Cache {
+  int64_t pages = 0, ps = 0, hkv = 0, d = 0;
+  bool hnd = true;
+  Tensor k, v, k_sf, v_sf, v_lin;  // k_sf linear, v_sf interleaved, v_lin linear
+  // Element x of token slot (page, entry) head g, in fp64 (no global scale).
+  double value(bool is_v, int64_t page, int64_t entry, int64_t g, int64_t x) const {
+    const Tensor& c = is_v ? v : k;
+    const Tensor& s = is_v ? v_lin : k_sf;
+    auto at = [&](const Tensor& t, int64_t last) {
+      const int64_t i1 = hnd ? g : entry, i2 = hnd ? entry : g;
+      const int64_t off = page * t.stride(0) + i1 * t.stride(1) + i2 * t.stride(2) + last;
+      return static_cast<const uint8_t*>(t.data_ptr())[off];
+    };
+    const uint8_t byte = at(c, x / 2);
+    return kE2m1[x % 2 == 0 ? (byte & 0xF) : (byte >> 4)] * e4m3fn_bits_to_float(at(s, x / 16));
+  }
+};
+
+Tensor as_e4m3(const Tensor& u8) {
+  Tensor t = Tensor::empty(u8.shape(), DType::kFloat8E4M3FN);
+  std::memcpy(t.data_ptr(), u8.contiguous().data_ptr(), static_cast<size_t>(u8.numel()));
+  return t;
+}
+
+Nvfp4Cache make_nvfp4(int64_t pages, int64_t ps, int64_t hkv, int64_t d, bool hnd, uint64_t seed) {
+  Nvfp4Cache c;
+  c.pages = pages;
+  c.ps = ps;
+  c.hkv = hkv;
+  c.d = d;
+  c.hnd = hnd;
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  auto bytes = [&](const Shape& s, int lo, int hi) {
+    Tensor t = Tensor::empty(s, DType::kUInt8);
+    std::uniform_int_distribution<int> u(lo, hi);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(u(rng));
+    return t;
+  };
+  const Shape data = hnd ? Shape{pages, hkv, ps, d / 2} : Shape{pages, ps, hkv, d / 2};
+  const Shape sf = hnd ? Shape{pages, hkv, ps, d / 16} : Shape{pages, ps, hkv, d / 16};
+  c.k = bytes(data, 0, 255);
+  c.v = bytes(data, 0, 255);
+  // e4m3 codes 0x28..0x40: 0.25 .. 2 (finite, positive).
+  c.k_sf = as_e4m3(bytes(sf, 0x28, 0x40));
+  c.v_lin = as_e4m3(bytes(sf, 0x28, 0x40));
+  const int64_t s4 = d / 16 / 4;
+  // Upstream's nvfp4_quantize_paged_kv_cache V-scale swizzle, by reshape and permute.
+  c.v_sf = hnd ? c.v_lin.view({pages, hkv, ps / 4, 4, 4, s4})
+                     .permute({0, 1, 2, 4, 5, 3})
+                     .contiguous()
+                     .view(sf)
+               : c.v_lin.view({pages, ps / 4, 4, hkv, 4, s4})
+                     .permute({0, 1, 4, 3, 5, 2})
+                     .contiguous()
+                     .view(sf);
+  return c;
+}
+
+struct Req {
+  std::vector<int32_t> pages;  // the request's pages in order
+  int32_t kv_len = 0, qo_len = 1;
+};
+
+// fp64: o = sum_j softmax(scale * q.k_j) v_j * vscale, K/V dequantized (times kg / vg folded into
+// scale / vscale by the caller), query i of a request at position kv_len - qo_len + i.
+std::vector<double> reference(const Tensor& q, const Nvfp4Cache& c, const std::vector<Req>& reqs,
+                              double scale, double vscale, bool causal) {
+  const int64_t hq = q.size(1), d = c.d, group = hq / c.hkv;
+  const std::vector<double> qd = q.to_double_vector();
+  std::vector<double> o(static_cast<std::size_t>(q.size(0) * hq * d), 0.0);
+  int64_t row0 = 0;
+  for (const Req& r : reqs) {
+    for (int64_t i = 0; i < r.qo_len; ++i) {
+      const int64_t row = row0 + i, pos = r.kv_len - r.qo_len + i;
+      for (int64_t h = 0; h < hq; ++h) {
+        const int64_t g = h / group;
+        std::vector<double> s;
+        double mx = -INFINITY;
+        const int64_t n = causal ? pos + 1 : r.kv_len;
+        for (int64_t j = 0; j < n; ++j) {
+          double dot = 0;
+          for (int64_t x = 0; x < d; ++x) {
+            dot += qd[(row * hq + h) * d + x] * c.value(false, r.pages[j / c.ps], j % c.ps, g, x);
+          }
+          s.push_back(dot * scale);
+          mx = std::max(mx, s.back());
+        }
+        double sum = 0;
+        for (double x : s) sum += std::exp(x - mx);
+        for (int64_t j = 0; j < n; ++j) {
+          const double p = std::exp(s[j] - mx) / sum;
+          for (int64_t x = 0; x < d; ++x) {
+            o[(row * hq + h) * d + x] +=
+                p * c.value(true, r.pages[j / c.ps], j % c.ps, g, x) * vscale;
+          }
+        }
+      }
+    }
+    row0 += r.qo_len;
+  }
+  return o;
+}
+
+// The page-table tensors of `reqs`.
+struct Table {
+  Tensor indptr, indices, last, block_tables, seq_lens, qo_indptr;
+};
+Table table_of(const std::vector<Req>& reqs, int64_t ps) {
+  std::vector<int32_t> indptr{0}, indices, last, qo{0}, lens, flat;
+  std::size_t cols = 1;
+  for (const Req& r : reqs) cols = std::max(cols, r.pages.size() + 1);
+  for (const Req& r : reqs) {
+    indices.insert(indices.end(), r.pages.begin(), r.pages.end());
+    indptr.push_back(static_cast<int32_t>(indices.size()));
+    last.push_back(static_cast<int32_t>(r.kv_len - (r.pages.size() - 1) * ps));
+    qo.push_back(qo.back() + r.qo_len);
+    lens.push_back(r.kv_len);
+    for (std::size_t i = 0; i < cols; ++i) flat.push_back(i < r.pages.size() ? r.pages[i] : -1);
+  }
+  return {int_tensor(indptr),
+          int_tensor(indices),
+          int_tensor(last),
+          int_tensor(flat).view({static_cast<int64_t>(reqs.size()), static_cast<int64_t>(cols)}),
+          int_tensor(lens),
+          int_tensor(qo)};
+}
+
+constexpr testing::Tolerance kTol{2e-2, 2e-2};  // bf16 output rounding of O(1) values
+constexpr int64_t kHq = 4, kHkv = 2, kD = 64, kPs = 4;
+constexpr double kKg = 0.75, kVg = 1.25;  // global scales (upstream: k_scale / v_scale)
+
+std::vector<Req> decode_reqs() { return {{{5, 1}, 7, 1}, {{0, 6, 3}, 10, 1}}; }
+std::vector<Req> prefill_reqs() { return {{{5, 1}, 7, 3}, {{0, 6, 3}, 10, 4}}; }
+
+class Nvfp4Layout : public ::testing::TestWithParam<bool> {};  // hnd
+
+TEST_P(Nvfp4Layout, PagedPrefillWrapperMatchesFp64) {
+  const bool hnd = GetParam();
+  const Nvfp4Cache c = make_nvfp4(8, kPs, kHkv, kD, hnd, 11);
+  const std::vector<Req> reqs = prefill_reqs();
+  const Table t = table_of(reqs, kPs);
+  const Tensor q = testing::rand_tensor({7, kHq, kD}, DType::kBFloat16, 3, -1.0, 1.0);
+  BatchPrefillWithPagedKVCacheWrapper w(workspace(), hnd ? "HND" : "NHD");
+  PrefillPlanOptions po;
+  po.causal = true;
+  po.q_data_type = DType::kBFloat16;
+  po.kv_data_type = DType::kUInt8;
+  po.sm_scale = 0.2;
+  w.plan(t.qo_indptr, t.indptr, t.indices, t.last, kHq, kHkv, kD, kPs, po);
+  AttentionRunOptions ro;
+  ro.k_scale = kKg;
+  ro.v_scale = kVg;
+  ro.kv_cache_sf = PagedKVCache(c.k_sf, c.v_sf);
+  const AttentionOutput r = w.run(q, PagedKVCache(c.k, c.v), ro);
+  EXPECT_TRUE(testing::all_close(r.out, reference(q, c, reqs, 0.2 * kKg, kVg, true), kTol));
+}
+
+TEST_P(Nvfp4Layout, DecodeWrapperMatchesFp64) {
+  const bool hnd = GetParam();
+  const Nvfp4Cache c = make_nvfp4(8, kPs, kHkv, kD, hnd, 12);
+  const std::vector<Req> reqs = decode_reqs();
+  const Table t = table_of(reqs, kPs);
+  const Tensor q = testing::rand_tensor({2, kHq, kD}, DType::kFloat16, 4, -1.0, 1.0);
+  BatchDecodeWithPagedKVCacheWrapper w(workspace(), hnd ? "HND" : "NHD");
+  BatchDecodePlanOptions po;
+  po.kv_data_type = DType::kUInt8;
+  w.plan(t.indptr, t.indices, t.last, kHq, kHkv, kD, kPs, po);
+  // One stacked [pages, 2, ...] tensor for the codes and one for the scales.
+  AttentionRunOptions ro;
+  ro.k_scale = kKg;
+  ro.v_scale = kVg;
+  auto stack = [](const Tensor& a, const Tensor& b) {
+    Shape s = a.shape();
+    s.insert(s.begin() + 1, 2);
+    Tensor out = Tensor::empty(s, a.dtype());
+    out.select(1, 0).copy_(a);
+    out.select(1, 1).copy_(b);
+    return out;
+  };
+  ro.kv_cache_sf = PagedKVCache(stack(c.k_sf, c.v_sf));
+  const AttentionOutput r = w.run(q, PagedKVCache(stack(c.k, c.v)), ro);
+  const std::vector<double> ref = reference(q, c, reqs, kKg / std::sqrt(double(kD)), kVg, false);
+  EXPECT_TRUE(testing::all_close(r.out, ref, kTol));
+}
+
+TEST_P(Nvfp4Layout, TrtllmAndXqaMatchFp64) {
+  const bool hnd = GetParam();
+  const Nvfp4Cache c = make_nvfp4(8, kPs, kHkv, kD, hnd, 13);
+  const char* layout = hnd ? "HND" : "NHD";
+  // trtllm-gen (and "auto") read V's scales interleaved, the xqa kernels linearly.
+  const Value sf = to_value(PagedKVCache(c.k_sf, c.v_sf));
+  const Value sf_lin = to_value(PagedKVCache(c.k_sf, c.v_lin));
+  const PagedKVCache cache(c.k, c.v);
+  {  // decode: bmm1 fuses sm_scale and the K global scale, bmm2 the V one
+    const std::vector<Req> reqs = decode_reqs();
+    const Table t = table_of(reqs, kPs);
+    const Tensor q = testing::rand_tensor({2, kHq, kD}, DType::kBFloat16, 5, -1.0, 1.0);
+    const std::vector<double> ref = reference(q, c, reqs, 0.15, kVg, false);
+    for (const char* backend : {"auto", "trtllm-gen", "xqa"}) {
+      const bool xqa = std::string(backend) == "xqa";
+      const AttentionOutput r = trtllm_batch_decode_with_kv_cache(
+          q, cache, workspace(), t.block_tables, t.seq_lens, 10, 0.15, kVg, -1, std::nullopt,
+          std::nullopt, std::nullopt, std::nullopt, std::nullopt, layout, std::nullopt, backend, 1,
+          1.0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, xqa ? sf_lin : sf);
+      EXPECT_TRUE(testing::all_close(r.out, ref, kTol)) << backend;
+    }
+    const Tensor x = xqa_batch_decode_with_kv_cache(
+        q, cache, workspace(), t.block_tables, t.seq_lens, 10, 0.15, kVg, -1, std::nullopt,
+        std::nullopt, layout, std::nullopt, 1, 1.0, std::nullopt, sf_lin);
+    EXPECT_TRUE(testing::all_close(x, ref, kTol));
+    // flashinfer.xqa.xqa: q [B, 1, H, D], seq_lens [B, 1]; bmm1 = q_scale * kv_scale / sqrt(D).
+    const Tensor out = Tensor::zeros({2, 1, kHq, kD}, DType::kBFloat16);
+    xqa(q.unsqueeze(1), c.k, c.v, t.block_tables, t.seq_lens.reshape({2, 1}), out, workspace(),
+        workspace(), kHkv, kPs, std::nullopt, 0.15 * std::sqrt(double(kD)) / kVg, kVg, 0, layout,
+        std::nullopt, std::nullopt, 1.0, 1, std::nullopt, std::nullopt, c.k_sf, c.v_lin);
+    EXPECT_TRUE(testing::all_close(out.select(1, 0), x, {1e-2, 1e-2}));
+  }
+  {  // context: causal prefill rows
+    const std::vector<Req> reqs = prefill_reqs();
+    const Table t = table_of(reqs, kPs);
+    const Tensor q = testing::rand_tensor({7, kHq, kD}, DType::kFloat16, 6, -1.0, 1.0);
+    const AttentionOutput r = trtllm_batch_context_with_kv_cache(
+        q, cache, workspace(), t.block_tables, t.seq_lens, 4, 10, 0.1, kVg, 2, t.qo_indptr,
+        int_tensor({0, 7, 17}), -1, std::nullopt, std::nullopt, std::nullopt, std::nullopt, layout,
+        std::nullopt, std::nullopt, sf);
+    EXPECT_TRUE(testing::all_close(r.out, reference(q, c, reqs, 0.1, kVg, true), kTol));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, Nvfp4Layout, ::testing::Bool(),
+                         [](const auto& i) { return std::string(i.param ? "HND" : "NHD"); });
+
+// One token, one head, hand-computed: a single key gets softmax weight 1, so the output is V's
+// dequantized row times v_scale: codes 0x62 (low nibble 2 = 1.0, high 6 = 4.0) times the e4m3
+// scale 0x30 = 0.5, times 3.
+TEST(Nvfp4Attention, HandCheckedSingleToken) {
+  Tensor k = Tensor::full({1, 4, 1, 16}, 0x21, DType::kUInt8);
+  Tensor v = Tensor::full({1, 4, 1, 16}, 0x62, DType::kUInt8);           // low 1.0, high 4.0
+  Tensor ks = as_e4m3(Tensor::full({1, 4, 1, 2}, 0x40, DType::kUInt8));  // 2.0
+  Tensor vs = as_e4m3(Tensor::full({1, 4, 1, 2}, 0x30, DType::kUInt8));  // 0.5
+  BatchDecodeWithPagedKVCacheWrapper w(workspace());
+  BatchDecodePlanOptions po;
+  po.q_data_type = DType::kFloat32;
+  po.kv_data_type = DType::kUInt8;
+  w.plan(int_tensor({0, 1}), int_tensor({0}), int_tensor({1}), 1, 1, 32, 4, po);
+  AttentionRunOptions ro;
+  ro.v_scale = 3.0;
+  ro.kv_cache_sf = PagedKVCache(ks, vs);
+  const Tensor q = Tensor::full({1, 1, 32}, 1.0, DType::kFloat32);
+  const AttentionOutput r = w.run(q, PagedKVCache(k, v), ro);
+  // One key: softmax weight 1; V elements 1.0 * 0.5 and 4.0 * 0.5, times v_scale 3.
+  std::vector<double> want;
+  for (int i = 0; i < 32; ++i) want.push_back(i % 2 == 0 ? 1.5 : 6.0);
+  EXPECT_TRUE(testing::all_close(r.out, want, {0.0, 0.0}));
+}
+
+TEST(Nvfp4Attention, BadInput) {
+  const Nvfp4Cache c = make_nvfp4(8, kPs, kHkv, kD, true, 14);
+  const Table t = table_of(decode_reqs(), kPs);
+  const Tensor q = testing::rand_tensor({2, kHq, kD}, DType::kFloat16, 4, -1.0, 1.0);
+  auto planned = [&](DType kv) {
+    auto w = std::make_unique<BatchDecodeWithPagedKVCacheWrapper>(workspace(), "HND");
+    BatchDecodePlanOptions po;
+    po.kv_data_type = kv;
+    w->plan(t.indptr, t.indices, t.last, kHq, kHkv, kD, kPs, po);
+    return w;
+  };
+  auto sf = [](const Tensor& k, const Tensor& v) {
+    AttentionRunOptions o;
+    o.kv_cache_sf = PagedKVCache(k, v);
+    return o;
+  };
+  const char* op = "BatchDecodeWithPagedKVCacheWrapper.run";
+  const PagedKVCache cache(c.k, c.v);
+  // A uint8 (NVFP4) plan run without scales.
+  EXPECT_FI_ERROR(planned(DType::kUInt8)->run(q, cache, AttentionRunOptions()), op, "kv_cache_sf");
+  // Scales given to a 16-bit plan.
+  const Tensor z = Tensor::zeros({8, kHkv, kPs, kD}, DType::kFloat16);
+  EXPECT_FI_ERROR(planned(DType::kFloat16)->run(q, PagedKVCache(z, z), sf(c.k_sf, c.v_sf)), op,
+                  "kv_cache_sf");
+  // Scales of the wrong width, or of a 16-bit dtype.
+  EXPECT_FI_ERROR(
+      planned(DType::kUInt8)->run(q, cache, sf(c.k_sf.slice(3, 0, 2), c.v_sf.slice(3, 0, 2))), op,
+      "kv_cache_sf");
+  EXPECT_FI_ERROR(planned(DType::kUInt8)
+                      ->run(q, cache,
+                            sf(c.k_sf.to(DType::kFloat16).contiguous(),
+                               c.v_sf.to(DType::kFloat16).contiguous())),
+                  op, "kv_cache_sf");
+  // Packed codes of the wrong width name the cache.
+  EXPECT_FI_ERROR(
+      planned(DType::kUInt8)
+          ->run(q, PagedKVCache(c.k.slice(3, 0, 16), c.v.slice(3, 0, 16)), sf(c.k_sf, c.v_sf)),
+      op, "paged_kv_cache");
+  // page_size 3: the V scales' 4-token interleave is undefined.
+  {
+    const Nvfp4Cache c3 = make_nvfp4(4, 4, kHkv, kD, true, 15);
+    BatchDecodeWithPagedKVCacheWrapper w(workspace(), "HND");
+    BatchDecodePlanOptions po;
+    po.kv_data_type = DType::kUInt8;
+    w.plan(int_tensor({0, 1}), int_tensor({0}), int_tensor({3}), kHq, kHkv, kD, 3, po);
+    EXPECT_FI_ERROR(w.run(q.slice(0, 0, 1), PagedKVCache(c3.k.slice(2, 0, 3), c3.v.slice(2, 0, 3)),
+                          sf(c3.k_sf.slice(2, 0, 3), c3.v_sf.slice(2, 0, 3))),
+                    op, "kv_cache_sf");
+  }
+  // trtllm: a uint8 cache without scales; scales that are neither a tensor nor a pair.
+  const char* tr = "trtllm_batch_decode_with_kv_cache";
+  EXPECT_FI_ERROR(trtllm_batch_decode_with_kv_cache(q, cache, workspace(), t.block_tables,
+                                                    t.seq_lens, 10, 0.1, 1.0),
+                  tr, "kv_cache_sf");
+  EXPECT_FI_ERROR(
+      trtllm_batch_decode_with_kv_cache(
+          q, cache, workspace(), t.block_tables, t.seq_lens, 10, 0.1, 1.0, -1, std::nullopt,
+          std::nullopt, std::nullopt, std::nullopt, std::nullopt, "HND", std::nullopt, "auto", 1,
+          1.0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, Value(int64_t{3})),
+      tr, "kv_cache_sf");
+  // xqa: a uint8 cache needs both scale caches; scales with a 16-bit cache are refused.
+  const Tensor qx = q.unsqueeze(1), ox = Tensor::zeros({2, 1, kHq, kD}, DType::kFloat16);
+  const Tensor nk = c.k.permute({0, 2, 1, 3}).contiguous(), nv = c.v.permute({0, 2, 1, 3});
+  EXPECT_FI_ERROR(xqa(qx, nk, nv, t.block_tables, t.seq_lens.reshape({2, 1}), ox, workspace(),
+                      workspace(), kHkv, kPs),
+                  "xqa", "k_sf_cache");
+  const Tensor hk = Tensor::zeros({8, kPs, kHkv, kD}, DType::kFloat16);
+  EXPECT_FI_ERROR(xqa(qx, hk, hk, t.block_tables, t.seq_lens.reshape({2, 1}), ox, workspace(),
+                      workspace(), kHkv, kPs, std::nullopt, 1.0, 1.0, 0, "NHD", std::nullopt,
+                      std::nullopt, 1.0, 1, std::nullopt, std::nullopt, c.k_sf),
+                  "xqa", "k_sf_cache");
+  // The ragged wrapper has no paged scales to read.
+  BatchPrefillWithRaggedKVCacheWrapper rw(workspace());
+  PrefillPlanOptions rpo;
+  rpo.kv_data_type = DType::kUInt8;
+  rw.plan(int_tensor({0, 2}), int_tensor({0, 4}), kHq, kHkv, kD, rpo);
+  const Tensor rk = Tensor::zeros({4, kHkv, kD / 2}, DType::kUInt8);
+  const Tensor rs = Tensor::zeros({4, kHkv, kD / 16}, DType::kUInt8);
+  AttentionRunOptions ro;
+  ro.kv_cache_sf = PagedKVCache(rs, rs);
+  EXPECT_FI_ERROR(rw.run(q, rk, rk, ro), "BatchPrefillWithRaggedKVCacheWrapper.run", "kv_cache_sf");
+}
+
+// Upstream's fa2/fa3 ragged run passes o_scale to no kernel (only its cutlass backend reads it):
+// the output is the same with or without it.
+TEST(RaggedOScale, HasNoEffectOnFa2) {
+  const Tensor q = testing::rand_tensor({5, 2, 64}, DType::kFloat16, 1, -1.0, 1.0);
+  const Tensor k = testing::rand_tensor({9, 1, 64}, DType::kFloat16, 2, -1.0, 1.0);
+  const Tensor v = testing::rand_tensor({9, 1, 64}, DType::kFloat16, 3, -1.0, 1.0);
+  BatchPrefillWithRaggedKVCacheWrapper w(workspace());
+  PrefillPlanOptions po;
+  po.causal = true;
+  w.plan(int_tensor({0, 2, 5}), int_tensor({0, 4, 9}), 2, 1, 64, po);
+  AttentionRunOptions plain, scaled;
+  scaled.o_scale = 0.25;
+  const AttentionOutput a = w.run(q, k, v, plain);
+  const AttentionOutput b = w.run(q, k, v, scaled);
+  EXPECT_TRUE(testing::all_close(b.out, a.out, {0.0, 0.0}));
+  // Sanity: the output is not trivially zero (so a scaled result would differ).
+  EXPECT_GT(std::abs(a.out.to_double_vector()[0]) + std::abs(a.out.to_double_vector()[1]), 0.0);
+}
+
+// BatchDecodeWithPagedKVCacheWrapper(backend="trtllm-gen") reads request b's pages from plan's
+// block_tables (lengths from indptr / last_page_len), as upstream's trtllm-gen decode does; fa2
+// stores the table and never reads it. Here `indices` names other pages (page 7, never the
+// right one), so only a run that reads block_tables matches the fp64 formula.
+TEST(DecodeBlockTables, TrtllmGenBackendReadsThem) {
+  const Nvfp4Cache c = make_nvfp4(8, kPs, kHkv, kD, true, 17);
+  const std::vector<Req> reqs = decode_reqs();
+  const Table t = table_of(reqs, kPs);
+  const Tensor wrong = int_tensor({7, 7, 7, 7, 7});
+  const Tensor q = testing::rand_tensor({2, kHq, kD}, DType::kFloat16, 8, -1.0, 1.0);
+  BatchDecodePlanOptions po;
+  po.kv_data_type = DType::kUInt8;
+  po.block_tables = t.block_tables;
+  AttentionRunOptions ro;
+  ro.kv_cache_sf = PagedKVCache(c.k_sf, c.v_sf);
+  const std::vector<double> ref = reference(q, c, reqs, 1.0 / std::sqrt(double(kD)), 1.0, false);
+  BatchDecodeWithPagedKVCacheWrapper w(workspace(), "HND", false, false, std::nullopt, std::nullopt,
+                                       std::nullopt, "trtllm-gen");
+  w.plan(t.indptr, wrong, t.last, kHq, kHkv, kD, kPs, po);
+  const AttentionOutput r = w.run(q, PagedKVCache(c.k, c.v), ro);
+  EXPECT_TRUE(testing::all_close(r.out, ref, kTol));
+  // fa2 ignores block_tables: the same as a plan without them, reading `wrong`'s page 7.
+  BatchDecodeWithPagedKVCacheWrapper f(workspace(), "HND");
+  f.plan(t.indptr, wrong, t.last, kHq, kHkv, kD, kPs, po);
+  BatchDecodePlanOptions plain = po;
+  plain.block_tables.reset();
+  BatchDecodeWithPagedKVCacheWrapper g(workspace(), "HND");
+  g.plan(t.indptr, wrong, t.last, kHq, kHkv, kD, kPs, plain);
+  EXPECT_TRUE(testing::all_close(f.run(q, PagedKVCache(c.k, c.v), ro).out,
+                                 g.run(q, PagedKVCache(c.k, c.v), ro).out, {0.0, 0.0}));
+  EXPECT_FALSE(testing::all_close(f.run(q, PagedKVCache(c.k, c.v), ro).out, ref, kTol));
+  // Bad tables: too few columns, a negative needed entry, not int32.
+  const char* op = "BatchDecodeWithPagedKVCacheWrapper.plan";
+  BatchDecodePlanOptions narrow = po;
+  narrow.block_tables = t.block_tables.slice(1, 0, 2);
+  EXPECT_FI_ERROR(w.plan(t.indptr, wrong, t.last, kHq, kHkv, kD, kPs, narrow), op, "block_tables");
+  BatchDecodePlanOptions neg = po;
+  neg.block_tables = int_tensor({4, -1, 0, 0, 5, 3, 0, 0}).view({2, 4});
+  EXPECT_FI_ERROR(w.plan(t.indptr, wrong, t.last, kHq, kHkv, kD, kPs, neg), op, "block_tables");
+  BatchDecodePlanOptions i64 = po;
+  i64.block_tables = t.block_tables.to(DType::kInt64);
+  EXPECT_FI_ERROR(w.plan(t.indptr, wrong, t.last, kHq, kHkv, kD, kPs, i64), op, "block_tables");
+}
+
+// xqa with an fp8 output: upstream's xqa kernels scale KV by bmm2_scale * o_scale and multiply
+// an fp8 output by rcp_out_scale = 1 / o_scale (xqa_batch_decode_with_kv_cache: fp8(bmm2 * o);
+// flashinfer.xqa.xqa: fp8(kv_scale * o * rcp_out_scale)); conversion saturates at +-448.
+TEST(XqaFp8Output, MatchesFp64AndSaturates) {
+  const Nvfp4Cache c = make_nvfp4(8, kPs, kHkv, kD, false, 18);
+  const std::vector<Req> reqs = decode_reqs();
+  const Table t = table_of(reqs, kPs);
+  const Tensor q = testing::rand_tensor({2, kHq, kD}, DType::kBFloat16, 9, -1.0, 1.0);
+  const Value sf = to_value(PagedKVCache(c.k_sf, c.v_lin));
+  const PagedKVCache cache(c.k, c.v);
+  auto run = [&](const Tensor& out, double bmm2, double o_scale) {
+    return xqa_batch_decode_with_kv_cache(q, cache, workspace(), t.block_tables, t.seq_lens, 10,
+                                          0.15, bmm2, -1, out, std::nullopt, "NHD", std::nullopt, 1,
+                                          o_scale, std::nullopt, sf);
+  };
+  const std::vector<double> ref = reference(q, c, reqs, 0.15, kVg, false);
+  // fp8 e4m3 keeps 3 mantissa bits: relative error up to 2^-4.
+  const Tensor o8 = run(Tensor::zeros({2, kHq, kD}, DType::kFloat8E4M3FN), kVg, 0.5);
+  EXPECT_TRUE(testing::all_close(o8, ref, {1e-2, 0.07}));
+  // A 16-bit output keeps the o_scale factor.
+  std::vector<double> half = ref;
+  for (double& x : half) x *= 0.5;
+  EXPECT_TRUE(
+      testing::all_close(run(Tensor::zeros({2, kHq, kD}, DType::kBFloat16), kVg, 0.5), half, kTol));
+  // Saturation: 1000x the result is beyond e4m3's 448 for most elements; none is NaN.
+  const Tensor big = run(Tensor::zeros({2, kHq, kD}, DType::kFloat8E4M3FN), 1000.0 * kVg, 1.0);
+  int saturated = 0;
+  const std::vector<double> bv = big.to_double_vector();
+  for (std::size_t i = 0; i < bv.size(); ++i) {
+    ASSERT_FALSE(std::isnan(bv[i])) << i;
+    if (std::abs(ref[i] * 1000.0) > 464.0) {
+      EXPECT_EQ(std::abs(bv[i]), 448.0) << i;
+      ++saturated;
+    }
+  }
+  EXPECT_GT(saturated, 0);
+  // flashinfer.xqa.xqa: fp8(kv_scale * o * rcp_out_scale).
+  const Tensor out = Tensor::zeros({2, 1, kHq, kD}, DType::kFloat8E4M3FN);
+  xqa(q.unsqueeze(1), c.k, c.v, t.block_tables, t.seq_lens.reshape({2, 1}), out, workspace(),
+      workspace(), kHkv, kPs, std::nullopt, 0.15 * std::sqrt(double(kD)) / kVg, kVg, 0, "NHD",
+      std::nullopt, std::nullopt, 2.0, 1, std::nullopt, std::nullopt, c.k_sf, c.v_lin);
+  std::vector<double> twice = ref;
+  for (double& x : twice) x *= 2.0;
+  EXPECT_TRUE(testing::all_close(out.select(1, 0), twice, {2e-2, 0.07}));
+  EXPECT_FI_ERROR(
+      xqa(q.unsqueeze(1), c.k, c.v, t.block_tables, t.seq_lens.reshape({2, 1}), out, workspace(),
+          workspace(), kHkv, kPs, std::nullopt, 1.0, 1.0, 0, "NHD", std::nullopt, std::nullopt, 0.0,
+          1, std::nullopt, std::nullopt, c.k_sf, c.v_lin),
+      "xqa", "rcp_out_scale");
+}
+
+fs::path temp_dir(const char* name) {
+  fs::path d = fs::temp_directory_path() / ("fi_nvfp4_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(d);
+  return d;
+}
+
+TEST(Nvfp4Attention, RecordAndReplay) {
+  const fs::path dir = temp_dir("rec");
+  const Nvfp4Cache c = make_nvfp4(8, kPs, kHkv, kD, true, 16);
+  const std::vector<Req> reqs = prefill_reqs();
+  const Table t = table_of(reqs, kPs);
+  {
+    recorder::Config cfg;
+    cfg.dump_dir = dir.string();
+    recorder::start(cfg, [](const std::string&) {});
+    const Tensor q = testing::rand_tensor({7, kHq, kD}, DType::kBFloat16, 7, -1.0, 1.0);
+    BatchPrefillWithPagedKVCacheWrapper w(workspace(), "HND");
+    PrefillPlanOptions po;
+    po.causal = true;
+    po.q_data_type = DType::kBFloat16;
+    po.kv_data_type = DType::kUInt8;
+    w.plan(t.qo_indptr, t.indptr, t.indices, t.last, kHq, kHkv, kD, kPs, po);
+    AttentionRunOptions ro;
+    ro.k_scale = kKg;
+    ro.v_scale = kVg;
+    ro.kv_cache_sf = PagedKVCache(c.k_sf, c.v_sf);
+    w.run(q, PagedKVCache(c.k, c.v), ro);
+    trtllm_batch_context_with_kv_cache(
+        q, PagedKVCache(c.k, c.v), workspace(), t.block_tables, t.seq_lens, 4, 10, 0.1, kVg, 2,
+        t.qo_indptr, int_tensor({0, 7, 17}), -1, std::nullopt, std::nullopt, std::nullopt,
+        std::nullopt, "HND", std::nullopt, std::nullopt, to_value(PagedKVCache(c.k_sf, c.v_sf)));
+    BatchDecodeWithPagedKVCacheWrapper d(workspace(), "HND", false, false, std::nullopt,
+                                         std::nullopt, std::nullopt, "trtllm-gen");
+    const Table td = table_of(decode_reqs(), kPs);
+    BatchDecodePlanOptions dpo;
+    dpo.q_data_type = DType::kBFloat16;
+    dpo.kv_data_type = DType::kUInt8;
+    dpo.block_tables = td.block_tables;
+    d.plan(td.indptr, int_tensor({7, 7, 7, 7, 7}), td.last, kHq, kHkv, kD, kPs, dpo);
+    d.run(q.slice(0, 0, 2), PagedKVCache(c.k, c.v), ro);
+    recorder::stop();
+  }
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 7u);  // prefill __init__, plan, run; trtllm context; decode x3
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
+}
+
+// Calls written by Python in upstream's recorder layout the way vLLM passes them: the paged
+// prefill wrapper planned with kv_data_type=torch.uint8 and run with kv_cache_sf=(k_sf, v_sf),
+// k_scale / v_scale the global scales; trtllm decode with the scales as a stacked tensor. Scales
+// are float8_e4m3fn codes; V's are interleaved with upstream's reshape/permute; the expected
+// outputs are a float64 formula over the linear scales.
+TEST(Nvfp4Attention, UpstreamWrittenDumpReplaysHere) {
+  const std::string body = R"PY(
+import math
+torch.manual_seed(1)
+P, S, H, HQ, D = 6, 4, 2, 4, 64
+SF = D // 16
+kq, vq = rbytes((P, H, S, D // 2)), rbytes((P, H, S, D // 2))        # HND codes
+ksc, vsc = rbytes((P, H, S, SF), 0x28, 0x41), rbytes((P, H, S, SF), 0x28, 0x41)
+vsw = vsc.view(P, H, S // 4, 4, 4, SF // 4).permute(0, 1, 2, 4, 5, 3).contiguous().view(P, H, S, SF)
+def deq(codes, sc):  # [P, H, S, D] float64
+    lo, hi = E2M1[(codes & 0xF).long()], E2M1[(codes >> 4).long()]
+    vals = torch.stack([lo, hi], -1).reshape(P, H, S, D).double()
+    return vals * E4M3[sc.long()].double().repeat_interleave(16, -1)
+K, V = deq(kq, ksc), deq(vq, vsc)
+def attend(q, pages, kv_len, qo_len, scale, vscale, causal):
+    k = torch.cat([K[p] for p in pages], 1)[:, :kv_len]  # [H, kv, D]
+    v = torch.cat([V[p] for p in pages], 1)[:, :kv_len]
+    o = torch.zeros(qo_len, HQ, D, dtype=torch.float64)
+    for i in range(qo_len):
+        n = kv_len - qo_len + i + 1 if causal else kv_len
+        for h in range(HQ):
+            g = h // (HQ // H)
+            s = (k[g, :n] @ q[i, h].double()) * scale
+            p = torch.softmax(s, 0)
+            o[i, h] = (p[:, None] * v[g, :n]).sum(0) * vscale
+    return o
+def tmeta(t, key):
+    return {"type": "torch.Tensor", "shape": list(t.shape), "dtype": str(t.dtype),
+            "stride": list(t.stride()), "device": "cuda:0", "requires_grad": False,
+            "is_contiguous": t.is_contiguous(), "tensor_key": key}
+def fp8meta(t, key):
+    m = tmeta(t, key); m["dtype"] = "torch.float8_e4m3fn"; return m
+SELF_ID = 140001
+SELF = {"type": "BatchPrefillWithPagedKVCacheWrapper",
+        "repr": "<flashinfer.prefill.BatchPrefillWithPagedKVCacheWrapper object at 0x%x>" % SELF_ID}
+def rec_self(name, tensors, meta, outs):
+    record(name, "flashinfer.prefill", tensors, dict(meta, arg_0=SELF), outs)
+    call = "%s/20261122_180000_%03d_pid4242_%s_call%04d" % (d, seq[0], name, seq[0])
+    j = json.loads(open(call + "/metadata.jsonl").read())
+    j["self_id"] = SELF_ID
+    open(call + "/metadata.jsonl", "w").write(json.dumps(j) + "\n")
+def dt(x):
+    return {"type": "torch.dtype", "value": x}
+ws = torch.zeros(4096, dtype=torch.uint8)
+rec_self("BatchPrefillWithPagedKVCacheWrapper.__init__",
+         {"arg_1": ws}, {"arg_1": tmeta(ws, "arg_1"), "arg_2": "HND"}, None)
+qo, kvp, kvi, last = [0, 3, 7], [0, 2, 5], [4, 1, 0, 5, 3], [3, 2]
+ti = lambda x: torch.tensor(x, dtype=torch.int32)
+rec_self("BatchPrefillWithPagedKVCacheWrapper.plan",
+       {"arg_1": ti(qo), "arg_2": ti(kvp), "arg_3": ti(kvi), "arg_4": ti(last)},
+       {"arg_1": tmeta(ti(qo), "arg_1"), "arg_2": tmeta(ti(kvp), "arg_2"),
+        "arg_3": tmeta(ti(kvi), "arg_3"), "arg_4": tmeta(ti(last), "arg_4"), "arg_5": HQ,
+        "arg_6": H, "arg_7": D, "arg_8": S, "kwarg_causal": True,
+        "kwarg_q_data_type": dt("torch.bfloat16"), "kwarg_kv_data_type": dt("torch.uint8")}, None)
+q = torch.randn(7, HQ, D).to(torch.bfloat16)
+kg, vg = 0.5, 1.5
+out = torch.cat([attend(q[0:3], [4, 1], 7, 3, kg / math.sqrt(D), vg, True),
+                 attend(q[3:7], [0, 5, 3], 10, 4, kg / math.sqrt(D), vg, True)])
+rec_self("BatchPrefillWithPagedKVCacheWrapper.run",
+       {"arg_1": q, "arg_2__0": kq, "arg_2__1": vq,
+        "kwarg_kv_cache_sf__0": ("fp8", ksc), "kwarg_kv_cache_sf__1": ("fp8", vsw)},
+       {"arg_1": tmeta(q, "arg_1"),
+        "arg_2": {"type": "tuple", "length": 2, "truncated": False,
+                  "items": [tmeta(kq, "arg_2__0"), tmeta(vq, "arg_2__1")]},
+        "kwarg_k_scale": kg, "kwarg_v_scale": vg,
+        "kwarg_kv_cache_sf": {"type": "tuple", "length": 2, "truncated": False,
+                              "items": [fp8meta(ksc, "kwarg_kv_cache_sf__0"),
+                                        fp8meta(vsw, "kwarg_kv_cache_sf__1")]}},
+       out.to(torch.bfloat16))
+# trtllm decode, one stacked [P, 2, H, S, ...] cache and scale tensor, q_len_per_req 1.
+kv5 = torch.stack([kq, vq], 1)
+sf5 = torch.stack([ksc, vsw], 1)
+qd = torch.randn(2, HQ, D).to(torch.float16)
+table = ti([[4, 1, -1], [0, 5, 3]])
+lens = ti([7, 10])
+outd = torch.cat([attend(qd[0:1], [4, 1], 7, 1, 0.2, vg, False),
+                  attend(qd[1:2], [0, 5, 3], 10, 1, 0.2, vg, False)])
+record("trtllm_batch_decode_with_kv_cache", "flashinfer.decode",
+       {"kwarg_query": qd, "kwarg_kv_cache": kv5, "kwarg_workspace_buffer": ws,
+        "kwarg_block_tables": table, "kwarg_seq_lens": lens, "kwarg_kv_cache_sf": ("fp8", sf5)},
+       {"kwarg_query": tmeta(qd, "kwarg_query"), "kwarg_kv_cache": tmeta(kv5, "kwarg_kv_cache"),
+        "kwarg_workspace_buffer": tmeta(ws, "kwarg_workspace_buffer"),
+        "kwarg_block_tables": tmeta(table, "kwarg_block_tables"),
+        "kwarg_seq_lens": tmeta(lens, "kwarg_seq_lens"), "kwarg_max_seq_len": 10,
+        "kwarg_bmm1_scale": 0.2, "kwarg_bmm2_scale": vg, "kwarg_kv_layout": "HND",
+        "kwarg_kv_cache_sf": fp8meta(sf5, "kwarg_kv_cache_sf")},
+       outd.to(torch.float16))
+)PY";
+  if (!testing::run_upstream_dump_script("fi_nvfp4_attn_dump", body, 4)) {
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+}
+
+}  // namespace
+}  // namespace flashinfer
