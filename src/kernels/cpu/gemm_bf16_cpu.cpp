@@ -54,9 +54,8 @@ void copy_rows(const T* s, int64_t rows, int64_t cols, int64_t sr, int64_t sc, u
 #if FLASHINFER_CPU_AVX512
 // n fp8 codes -> bf16 bits through the 256-entry table held in eight registers: four two-source
 // word permutes (64 entries each) picked by the code's top two bits. 32 codes per step.
-FI_AVX512 void fp8_row_avx512(const uint8_t* src, int64_t n, const uint16_t* table, uint16_t* dst) {
-  __m512i t[8];
-  for (int i = 0; i < 8; ++i) t[i] = _mm512_loadu_si512(table + 32 * i);
+FI_AVX512 inline void fp8_row_avx512(const uint8_t* src, int64_t n, const __m512i* t,
+                                     uint16_t* dst) {
   const __m512i b6 = _mm512_set1_epi16(0x40), b7 = _mm512_set1_epi16(0x80);
   for (int64_t j = 0; j < n; j += 32) {
     const int64_t left = n - j;
@@ -72,6 +71,16 @@ FI_AVX512 void fp8_row_avx512(const uint8_t* src, int64_t n, const uint16_t* tab
     const __m512i lo = _mm512_mask_blend_epi16(hi6, q0, q1);
     const __m512i hi = _mm512_mask_blend_epi16(hi6, q2, q3);
     _mm512_mask_storeu_epi16(dst + j, lanes, _mm512_mask_blend_epi16(hi7, lo, hi));
+  }
+}
+
+FI_AVX512 void fp8_rows_avx512(const uint8_t* src, int64_t src_stride, int64_t rows, int64_t cols,
+                               const uint16_t* table, uint16_t* dst, int64_t ldd,
+                               const int32_t* perm) {
+  __m512i t[8];
+  for (int i = 0; i < 8; ++i) t[i] = _mm512_loadu_si512(table + 32 * i);
+  for (int64_t r = 0; r < rows; ++r) {
+    fp8_row_avx512(src + r * src_stride, cols, t, dst + (perm ? perm[r] : r) * ldd);
   }
 }
 
@@ -113,14 +122,22 @@ const uint16_t* fp8_bf16_table(DType dt) {
 }
 
 void fp8_to_bf16(const uint8_t* src, int64_t n, DType dt, uint16_t* dst) {
+  fp8_to_bf16_rows(src, n, 1, n, dt, dst, n, nullptr);
+}
+
+void fp8_to_bf16_rows(const uint8_t* src, int64_t src_stride, int64_t rows, int64_t cols, DType dt,
+                      uint16_t* dst, int64_t ldd, const int32_t* perm) {
   const uint16_t* t = fp8_bf16_table(dt);
 #if FLASHINFER_CPU_AVX512
   if (use_avx512()) {
-    fp8_row_avx512(src, n, t, dst);
+    fp8_rows_avx512(src, src_stride, rows, cols, t, dst, ldd, perm);
     return;
   }
 #endif
-  for (int64_t i = 0; i < n; ++i) dst[i] = t[src[i]];
+  for (int64_t r = 0; r < rows; ++r) {
+    uint16_t* d = dst + (perm ? perm[r] : r) * ldd;
+    for (int64_t i = 0; i < cols; ++i) d[i] = t[src[r * src_stride + i]];
+  }
 }
 
 void to_bf16_rows(const void* src, DType dt, int64_t rows, int64_t cols, int64_t stride_r,
@@ -134,7 +151,11 @@ void to_bf16_rows(const void* src, DType dt, int64_t rows, int64_t cols, int64_t
   const uint16_t* t = fp8_bf16_table(dt);
   if (stride_c == 1) {
     const auto* s8 = static_cast<const uint8_t*>(src);
-#pragma omp parallel for schedule(static) if (parallel && rows > 1 && rows * cols >= (1 << 20))
+    if (!parallel) {
+      fp8_to_bf16_rows(s8, stride_r, rows, cols, dt, dst, cols, nullptr);
+      return;
+    }
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * cols >= (1 << 20))
     for (int64_t r = 0; r < rows; ++r) fp8_to_bf16(s8 + r * stride_r, cols, dt, dst + r * cols);
     return;
   }

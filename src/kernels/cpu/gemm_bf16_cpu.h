@@ -28,6 +28,11 @@ const uint16_t* fp8_bf16_table(DType dt);
 /// the CPU has it).
 void fp8_to_bf16(const uint8_t* src, int64_t n, DType dt, uint16_t* dst);
 
+/// rows x cols fp8 codes (row r at src + r * src_stride) -> bf16 bits at dst + dst_row(r) * ldd,
+/// dst_row(r) = perm ? perm[r] : r. One pass with the table held in registers (AVX-512).
+void fp8_to_bf16_rows(const uint8_t* src, int64_t src_stride, int64_t rows, int64_t cols, DType dt,
+                      uint16_t* dst, int64_t ldd, const int32_t* perm);
+
 /// Copies a strided [rows, cols] matrix of an exact_in_bf16 dtype into dense bf16 bits (rows
 /// shared by an OpenMP team for large copies when `parallel`).
 void to_bf16_rows(const void* src, DType dt, int64_t rows, int64_t cols, int64_t stride_r,

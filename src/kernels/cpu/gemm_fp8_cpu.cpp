@@ -120,6 +120,22 @@ bool bf16_chunked(const BlockScaledGemmParams& p, const void* pa, const void* pb
     }
     const auto* b8 = static_cast<const uint8_t*>(pb);
     const uint16_t* t = fp8_bf16_table(p.b_dtype);  // mm_fp8's weight is e4m3
+    if (k % 128 == 0 && j0 % 32 == 0 && w % 32 == 0) {
+      // Whole 32-row groups: the chunk's stored rows are [j0, j0 + w) in another order. Each
+      // 128-wide K block is then one contiguous run of w * 128 bytes (read in order, which the
+      // prefetchers follow), each stored row written to the logical row it holds.
+      int32_t perm[32];
+      for (int q = 0; q < 32; ++q) perm[q] = static_cast<int32_t>((q % 8) * 4 + q / 8);
+      for (int64_t k0 = 0; k0 < k; k0 += 128) {
+        for (int64_t g = 0; g < w; g += 32) {
+          int32_t rows[32];
+          for (int q = 0; q < 32; ++q) rows[q] = static_cast<int32_t>(g + perm[q]);
+          fp8_to_bf16_rows(b8 + ((k0 / 128) * n + j0 + g) * 128, 128, 32, 128, p.b_dtype, dst + k0,
+                           k, rows);
+        }
+      }
+      return;
+    }
     for (int64_t jj = 0; jj < w; ++jj) {
       const uint8_t* src = b8 + low_latency_row(j0 + jj) * 128;
       uint16_t* d = dst + jj * k;
