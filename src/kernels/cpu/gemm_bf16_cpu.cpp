@@ -312,10 +312,11 @@ bool bf16_gemm_nt_chunked(int64_t m, int64_t n, int64_t k, const uint16_t* a, in
                           const std::function<void(int64_t, int64_t, const float*)>& epilogue) {
   if (!onednn_gemm_available() || m <= 0 || n <= 0 || k <= 0) return false;
   // Column chunks of about 1 MiB of bf16 B (half an L2) and a multiple of 64 columns (oneDNN's
-  // N block), at least two per thread when n allows.
+  // N block), at least four per thread when n allows: handed out one at a time, so a thread
+  // that lost its core to another process leaves its remaining chunks to the others.
   const int nthr = omp_get_max_threads();
   int64_t nc = std::max<int64_t>(64, ((int64_t{512} * 1024) / k) / 64 * 64);
-  while (nc > 64 && (n + nc - 1) / nc < 2 * nthr) nc -= 64;
+  while (nc > 64 && (n + nc - 1) / nc < 4 * nthr) nc -= 64;
   nc = std::min(nc, n);
   const int64_t chunks = (n + nc - 1) / nc, tail = n - (chunks - 1) * nc;
   Matmul full, last;
@@ -337,7 +338,7 @@ bool bf16_gemm_nt_chunked(int64_t m, int64_t n, int64_t k, const uint16_t* a, in
 #pragma omp parallel num_threads(nthr) if (chunks > 1)
   {
     const int t = omp_get_thread_num();
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
     for (int64_t ci = 0; ci < chunks; ++ci) {
       const int64_t j0 = ci * nc, w = ci + 1 == chunks ? tail : nc;
       fill_b(j0, w, b.get() + bsz * t);
