@@ -272,18 +272,6 @@ uint32_t f32_bits(float v) {
 
 }  // namespace
 
-bool bf16_gemm_nt(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
-                  const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
-  if (!onednn_gemm_available() || m <= 0 || n <= 0 || k <= 0) return false;
-  try {
-    const MatmulKey key{m, n, k, lda, ldb, ldc, 0, f32_bits(1.0f), omp_get_max_threads()};
-    run_matmul(get_matmul(key), key, a, b, c);
-    return true;
-  } catch (const dnnl::error&) {
-    return false;  // the caller's sgemm path computes the same product
-  }
-}
-
 bool bf16_gemm_nt_out(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                       const uint16_t* b, int64_t ldb, float alpha, DType out_dtype, void* out) {
   if (!onednn_gemm_available() || m <= 0 || n <= 0 || k <= 0 ||
@@ -358,11 +346,6 @@ bool bf16_gemm_nt_chunked(int64_t m, int64_t n, int64_t k, const uint16_t* a, in
 #else
 
 bool onednn_gemm_available() { return false; }
-
-bool bf16_gemm_nt(int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
-                  float*, int64_t) {
-  return false;
-}
 
 bool bf16_gemm_nt_out(int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
                       float, DType, void*) {

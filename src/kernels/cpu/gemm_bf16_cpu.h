@@ -42,16 +42,12 @@ void to_bf16_rows(const void* src, DType dt, int64_t rows, int64_t cols, int64_t
 /// bits of float_to_bfloat16_bits, 16 lanes at a time where the CPU has AVX-512.
 void scale_to_bf16_row(const float* c, float alpha, bool add_zero, uint16_t* out, int64_t n);
 
-/// c[m, n] (fp32, row stride ldc) = a[m, k] * b[n, k]^T for bf16 bit patterns with unit k stride
-/// and row strides lda, ldb (>= k), fp32 accumulation. Returns false (c untouched) when oneDNN is
-/// not available or refuses the problem.
-bool bf16_gemm_nt(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
-                  const uint16_t* b, int64_t ldb, float* c, int64_t ldc);
-
 /// out[m, n] (dense rows: out_dtype bf16 or fp16, row stride n) = round(alpha * a[m, k] *
 /// b[n, k]^T) written by oneDNN itself (fp32 accumulation, one fp32 multiply by alpha when alpha
-/// != 1, one RNE rounding: the same numbers as bf16_gemm_nt followed by that multiply and
-/// rounding, without the fp32 product in memory). False (out untouched) when not available.
+/// != 1, one RNE rounding by oneDNN's store, with no fp32 product in memory): the numbers of
+/// float_to_bfloat16_bits(alpha * sum) except that on avx512_bf16 CPUs the hardware conversion
+/// flushes fp32 results below 2^-126 to +-0 and keeps NaN payloads (torch's bf16 matmul is the
+/// same primitive). False (out untouched) when not available.
 bool bf16_gemm_nt_out(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                       const uint16_t* b, int64_t ldb, float alpha, DType out_dtype, void* out);
 
@@ -59,7 +55,7 @@ bool bf16_gemm_nt_out(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_
 /// chunks of n; for each, fill_b(j0, nc, dst) writes B's rows [j0, j0 + nc) as dense bf16
 /// [nc, k] into a per-thread buffer (still in cache when oneDNN reads it), oneDNN's matmul runs
 /// single-threaded into a per-thread dense fp32 [m, nc], and epilogue(j0, nc, c) consumes it.
-/// The fp32 sums are those of bf16_gemm_nt on the whole B. One parallel region per call (an
+/// The fp32 sums are those of one oneDNN matmul over the whole B. One parallel region per call (an
 /// OpenMP join costs a time slice when the machine is oversubscribed). False (nothing called)
 /// when oneDNN is not available or refuses the shapes.
 bool bf16_gemm_nt_chunked(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
