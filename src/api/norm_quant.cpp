@@ -24,7 +24,12 @@ constexpr api::KernelEntry<kernels::NormQuantParams> kNormQuantKernels[] = {
        kernels::cpu::norm_quant(p);
      }},
 #if FLASHINFER_WITH_CUDA
-    {DeviceType::kCUDA, "CUDA kernel: one block per row", nullptr,
+    {DeviceType::kCUDA, "CUDA kernel: one block per row",
+     [](const kernels::NormQuantParams& p) {
+       return p.out_dtype == DType::kFloat4E2M1FNx2
+                  ? api::Refusal{"out", "fused_rmsnorm_silu's NVFP4 output is CPU-only here"}
+                  : api::Refusal{};
+     },
      [](const kernels::NormQuantParams& p, const api::LaunchContext& c) {
        kernels::cuda::norm_quant(p, c.stream, c.enable_pdl);
      }},
@@ -160,9 +165,30 @@ void layernorm_quant_impl(const Tensor& out, const Tensor& input, const Tensor& 
   api::launch(kNormQuantKernels, p, input.device(), op, "input");
 }
 
-Tensor rmsnorm_silu_impl(const Tensor& input, const Tensor& weight, double eps,
-                         const std::optional<Tensor>& out,
-                         const std::optional<Tensor>& block_scale) {
+// NVFP4 `out` [num_tokens, hidden / 2] and `block_scale` [num_tokens, hidden / 16] e4m3
+// (upstream's checks in flashinfer/norm/__init__.py: hidden % 16, both shapes, the scale dtype).
+Tensor nvfp4_block_scale(const Tensor& input, const Tensor& out,
+                         const std::optional<Tensor>& block_scale, const char* op) {
+  const int64_t rows = input.size(0), hidden = input.size(1);
+  FLASHINFER_CHECK(hidden % 16 == 0, op, "out", "NVFP4 output needs hidden % 16 == 0, got hidden ",
+                   hidden);
+  api::check_shape_eq(out, {rows, hidden / 2}, op, "out");
+  if (!block_scale) {
+    return Tensor::empty({rows, hidden / 16}, DType::kFloat8E4M3FN, input.device());
+  }
+  const Tensor& bs = *block_scale;
+  api::check_dtype_in(bs, {DType::kFloat8E4M3FN}, op, "block_scale");
+  api::check_shape_eq(bs, {rows, hidden / 16}, op, "block_scale");
+  api::check_same_device(bs, input, op, "block_scale", "input");
+  api::check_writable(bs, op, "block_scale");
+  api::check_no_overlap(bs, input, op, "block_scale", "input");
+  api::check_no_overlap(bs, out, op, "block_scale", "out");
+  return bs;
+}
+
+RmsNormSiluOutput rmsnorm_silu_impl(const Tensor& input, const Tensor& weight, double eps,
+                                    const std::optional<Tensor>& out,
+                                    const std::optional<Tensor>& block_scale) {
   const char* op = "fused_rmsnorm_silu";
   api::check_defined(input, op, "input");
   api::check_dim(input, {2}, op, "input");
@@ -171,46 +197,58 @@ Tensor rmsnorm_silu_impl(const Tensor& input, const Tensor& weight, double eps,
   rms_weight(weight, input, op);
   check_eps(eps, op);
   if (block_scale) api::check_defined(*block_scale, op, "block_scale");
-  Tensor result;
+  RmsNormSiluOutput result;
   if (out) {
     api::check_defined(*out, op, "out");
     // Upstream's binding runs the fp8 kernel with scale 1.0 (csrc/rmsnorm_silu.cu).
-    FLASHINFER_CHECK_CODE(out->dtype() == DType::kBFloat16 || out->dtype() == DType::kFloat8E4M3FN,
-                          ErrorCode::kUnsupported, op, "out",
-                          "only bfloat16 and float8_e4m3fn outputs are implemented (upstream also "
-                          "writes NVFP4), got ",
-                          dtype_name(out->dtype()));
-    api::check_shape_eq(*out, input.shape(), op, "out");
+    api::check_dtype_in(*out, {DType::kBFloat16, DType::kFloat8E4M3FN, DType::kFloat4E2M1FNx2}, op,
+                        "out");
     api::check_same_device(*out, input, op, "out", "input");
     api::check_writable(*out, op, "out");
     api::check_no_overlap(*out, input, op, "out", "input");
-    result = *out;
+    if (out->dtype() == DType::kFloat4E2M1FNx2) {
+      result.block_scale = nvfp4_block_scale(input, *out, block_scale, op);
+    } else {
+      api::check_shape_eq(*out, input.shape(), op, "out");
+    }
+    result.out = *out;
   } else {
-    result = Tensor::empty(input.shape(), DType::kBFloat16, input.device());
+    result.out = Tensor::empty(input.shape(), DType::kBFloat16, input.device());
   }
+  const Tensor& o = result.out;
   kernels::NormQuantParams p;
   p.kind = kernels::NormQuantKind::kRmsSilu;
   p.input = input.data_ptr();
-  p.out = result.data_ptr();
+  p.out = o.data_ptr();
   p.dtype = input.dtype();
-  p.out_dtype = result.dtype();
+  p.out_dtype = o.dtype();
   p.batch = input.size(0);
   p.hidden = input.size(1);
   p.in_stride_b = input.stride(0);
   p.in_stride_d = input.stride(1);
-  p.out_stride_b = result.stride(0);
-  p.out_stride_d = result.stride(1);
+  p.out_stride_b = o.stride(0);
+  p.out_stride_d = o.stride(1);
   p.weight = weight.data_ptr();
   p.weight_stride = weight.stride(0);
   p.eps = static_cast<float>(eps);
+  if (result.block_scale.defined()) {
+    p.block_scale = static_cast<uint8_t*>(result.block_scale.data_ptr());
+    p.bs_stride_b = result.block_scale.stride(0);
+    p.bs_stride_d = result.block_scale.stride(1);
+  }
   api::launch(kNormQuantKernels, p, input.device(), op, "input");
   return result;
 }
 
 }  // namespace
 
-Tensor fused_rmsnorm_silu(const Tensor& input, const Tensor& weight, double eps,
-                          std::optional<Tensor> out, std::optional<Tensor> block_scale) {
+Value to_value(const RmsNormSiluOutput& r) {
+  if (!r.block_scale.defined()) return Value(r.out);
+  return Value::tuple({Value(r.out), Value(r.block_scale)});
+}
+
+RmsNormSiluOutput fused_rmsnorm_silu(const Tensor& input, const Tensor& weight, double eps,
+                                     std::optional<Tensor> out, std::optional<Tensor> block_scale) {
   return call_op<&fused_rmsnorm_silu>(
       [&] { return rmsnorm_silu_impl(input, weight, eps, out, block_scale); }, input, weight, eps,
       out, block_scale);
@@ -291,13 +329,13 @@ void register_norm_quant_ops(OpRegistry& r) {
                              .module = kModule,
                              .summary = "Layer normalization + fp8 quantization into out"},
                             arg("out").mut(), "input", "gemma", "beta", "scale", arg("eps", 1e-6));
-  declare<&fused_rmsnorm_silu>(r,
-                               {.name = "fused_rmsnorm_silu",
-                                .module = kModule,
-                                .summary = "silu(rmsnorm(input) * weight), bf16",
-                                .returns = "Tensor | tuple"},
-                               "input", "weight", arg("eps", 1e-6), arg("out").mut(),
-                               "block_scale");
+  declare<&fused_rmsnorm_silu>(
+      r,
+      {.name = "fused_rmsnorm_silu",
+       .module = kModule,
+       .summary = "silu(rmsnorm(input) * weight): bf16, fp8 or NVFP4 (with block scales)",
+       .returns = "Tensor | tuple"},
+      "input", "weight", arg("eps", 1e-6), arg("out").mut(), "block_scale");
   api::register_backends("fused_rmsnorm_silu", kNormQuantKernels);
   register_bench_hook("fused_rmsnorm_silu", [](const BenchShape& s, Device d) {
     const Shape x{s.batch_size, s.hidden_size};

@@ -74,6 +74,7 @@ enum class NormQuantKind : int32_t {
   kFusedAddRms,
   kLayer,
   kRmsSilu,  // fused_rmsnorm_silu: out = silu(x * rsqrt(mean(x^2) + eps) * weight), bf16 out
+             // (or e4m3 with scale 1, or NVFP4: out_dtype kFloat4E2M1FNx2 with block_scale)
 };
 struct NormQuantParams {
   NormQuantKind kind = NormQuantKind::kRms;
@@ -91,6 +92,10 @@ struct NormQuantParams {
   int64_t weight_stride = 1, beta_stride = 1;
   float eps = 1e-6f;
   const float* scale = nullptr;  // one fp32 on the input's device
+  // kRmsSilu NVFP4: e4m3 [batch, hidden / 16] (out is [batch, hidden / 2] packed pairs, its
+  // strides in bytes-sized elements).
+  uint8_t* block_scale = nullptr;
+  int64_t bs_stride_b = 0, bs_stride_d = 1;
 };
 
 }  // namespace flashinfer::kernels

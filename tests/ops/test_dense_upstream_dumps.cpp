@@ -218,10 +218,27 @@ record("svdquant_linear", "flashinfer.gemm.gemm_svdquant",
        {"kwarg_x": xl, "kwarg_weight_fp4": wq, "kwarg_weight_sf": wsf, "kwarg_alpha": al,
         "kwarg_pre_quant_scale": pqs, "kwarg_l2t_smoothed": l2t, "kwarg_l1_scaled": l1s,
         "kwarg_global_scale": torch.tensor([448.0])}, {}, yl.to(torch.bfloat16))
+
+# 17. fused_rmsnorm_silu into a float4_e2m1fn_x2 `out` (NVFP4, block_scale allocated): y in
+# fp64; per 16 values s = max(amax / 6, FLT_MIN), scale = e4m3 RNE of s (saturating), codes =
+# e2m1 RNE of y / s (the unrounded s), low nibble first; returns (out, block_scale).
+xs4 = torch.randn(4, 64).to(torch.bfloat16)
+ws4 = (1.0 + 0.5 * torch.randn(64)).to(torch.bfloat16)
+x64 = xs4.double()
+y4 = x64 * torch.rsqrt((x64 ** 2).mean(-1, keepdim=True) + 1e-6) * ws4.double()
+y4 = (y4 / (1 + torch.exp(-y4))).view(4, 4, 16)
+s4 = (y4.abs().amax(-1) / 6.0).clamp(min=2.0 ** -126)
+sc4 = rne(s4.clamp(max=448.0).float(), POS8).to(torch.uint8)
+a4 = (y4 / s4[..., None]).float()
+c4 = (rne(a4.abs().clamp(max=6.0), G2) + 8 * torch.signbit(a4).to(torch.int64)).reshape(4, 64)
+q4 = (c4[:, 0::2] | (c4[:, 1::2] << 4)).to(torch.uint8)
+record("fused_rmsnorm_silu", "flashinfer.norm",
+       {"kwarg_input": xs4, "kwarg_weight": ws4, "kwarg_out": ("fp4", torch.zeros(4, 32, dtype=torch.uint8))},
+       {"kwarg_eps": 1e-6}, [("fp4", q4), ("fp8", sc4)])
 )PY";
 
 TEST(DenseUpstreamDumps, TorchWrittenDumpsReplay) {
-  if (!run_upstream_dump_script("fi_dense_dumps", kCalls, 16)) {
+  if (!run_upstream_dump_script("fi_dense_dumps", kCalls, 17)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -215,6 +216,165 @@ TEST(FusedRmsNormSilu, Fp8OutputMatchesFp64Formula) {
   EXPECT_EQ(values(o), (std::vector<double>{0.625, 0.875}));
   fused_rmsnorm_silu(x, Tensor::from_vector({1000, 1000}, {2}, DType::kBFloat16), 0.0, o);
   EXPECT_EQ(values(o), (std::vector<double>{448, 448}));
+}
+
+// NVFP4 output, hand-checked: rows of ones (eps 0) make y = silu(weight), which is the weight
+// itself in fp32 for weights >= 17 (exp(-17) < 2^-24) and 0 for 0.
+TEST(FusedRmsNormSilu, Nvfp4OutputGolden) {
+  std::vector<double> w(32, 0.0);
+  // Block 0: amax 144 -> s = 24, scale e4m3 0x5C; y / 24 = 1, 2, 4, 6, 1.5, 2.5 (tie -> 2, the
+  // even code), 3.5 (tie -> 4), 0 -> codes 2, 4, 6, 7, 3, 4, 6, 0.
+  const double b0[] = {24, 48, 96, 144, 36, 60, 84};
+  for (int i = 0; i < 7; ++i) w[i] = b0[i];
+  // Block 1: amax 100 -> s = 16.67 (stored as e4m3 16 = 0x58); 41 / 16.67 = 2.46 -> code 4
+  // (dividing by the stored 16 would give 2.56 -> code 5: upstream divides by the unrounded s).
+  w[16] = 100;
+  w[17] = 41;
+  Tensor x = Tensor::full({3, 32}, 1.0, DType::kBFloat16);
+  // Row 1 zero with eps 0: rsqrt(0) = inf, y = 0 * inf = NaN. amax skips NaN (fmaxf), so s is
+  // FLT_MIN, which e4m3 flushes to 0, and e2m1(NaN) is +6 (code 7, as CUDA's cvt).
+  x.slice(0, 1, 2).fill_(0.0);
+  Tensor wt = Tensor::from_vector(w, {32}, DType::kBFloat16);
+  Tensor out = Tensor::empty({3, 16}, DType::kFloat4E2M1FNx2);
+  std::memset(out.data_ptr(), 0xFF, 48);
+  RmsNormSiluOutput r = fused_rmsnorm_silu(x, wt, 0.0, out);
+  EXPECT_EQ(r.out.data_ptr(), out.data_ptr());
+  ASSERT_TRUE(r.block_scale.defined());
+  EXPECT_EQ(r.block_scale.dtype(), DType::kFloat8E4M3FN);
+  EXPECT_EQ(r.block_scale.shape(), (Shape{3, 2}));
+  const uint8_t* q = static_cast<const uint8_t*>(out.data_ptr());
+  const uint8_t* sf = static_cast<const uint8_t*>(r.block_scale.data_ptr());
+  const std::vector<uint8_t> row0 = {0x42, 0x76, 0x43, 0x06, 0, 0, 0, 0, 0x47, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(std::vector<uint8_t>(q, q + 16), row0);
+  EXPECT_EQ(std::vector<uint8_t>(q + 16, q + 32), std::vector<uint8_t>(16, 0x77));
+  EXPECT_EQ(std::vector<uint8_t>(q + 32, q + 48), row0);
+  EXPECT_EQ(std::vector<uint8_t>(sf, sf + 6), (std::vector<uint8_t>{0x5C, 0x58, 0, 0, 0x5C, 0x58}));
+
+  // Scale saturation: amax 5376 -> s = 896, stored as 448 (0x7E); codes 5376 / 896 = 6 (7),
+  // 1792 / 896 = 2 (4). A block of silu(-24) ~ -9e-10 alone: s ~ 1.5e-10 is stored as e4m3 0,
+  // yet y / s = -6 -> code 0xF (upstream quantizes with the unrounded s).
+  std::vector<double> w2(32, 0.0);
+  w2[0] = 5376;
+  w2[1] = 1792;
+  w2[16] = -24;
+  Tensor block = Tensor::empty({1, 2}, DType::kFloat8E4M3FN);
+  Tensor out2 = Tensor::empty({1, 16}, DType::kFloat4E2M1FNx2);
+  RmsNormSiluOutput r2 =
+      fused_rmsnorm_silu(Tensor::full({1, 32}, 1.0, DType::kBFloat16),
+                         Tensor::from_vector(w2, {32}, DType::kBFloat16), 0.0, out2, block);
+  EXPECT_EQ(r2.block_scale.data_ptr(), block.data_ptr());
+  const uint8_t* q2 = static_cast<const uint8_t*>(out2.data_ptr());
+  const uint8_t* s2 = static_cast<const uint8_t*>(block.data_ptr());
+  EXPECT_EQ(q2[0], 0x47);
+  EXPECT_EQ(q2[8], 0x0F);
+  EXPECT_EQ(s2[0], 0x7E);
+  EXPECT_EQ(s2[1], 0x00);
+}
+
+// The e4m3 / e2m1 grids, for the fp64 reference below: the nearest grid value, ties to the even
+// code; `margin` gets the distance to the nearest rounding boundary relative to the value.
+int nearest_code(double a, const std::vector<double>& grid, double& margin) {
+  int best = 0;
+  for (int c = 1; c < static_cast<int>(grid.size()); ++c) {
+    const double d = std::fabs(a - grid[c]), db = std::fabs(a - grid[best]);
+    if (d < db || (d == db && c % 2 == 0)) best = c;
+  }
+  margin = std::numeric_limits<double>::infinity();
+  for (std::size_t c = 0; c + 1 < grid.size(); ++c) {
+    const double mid = 0.5 * (grid[c] + grid[c + 1]);
+    margin = std::min(margin, std::fabs(a - mid) / std::max(std::fabs(a), 1e-30));
+  }
+  return best;
+}
+
+// NVFP4 output against an fp64 formula: y in fp64, s = max(amax / 6, FLT_MIN), the scale byte
+// the nearest e4m3 to s (saturating), codes the nearest e2m1 to y / s. Values within 1e-5 of a
+// rounding boundary (where fp32 and fp64 may part) are not compared; nearly all are.
+TEST(FusedRmsNormSilu, Nvfp4OutputMatchesFp64Formula) {
+  std::vector<double> e4m3, e2m1 = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  for (int c = 0; c < 127; ++c) e4m3.push_back(e4m3fn_bits_to_float(static_cast<uint8_t>(c)));
+  int compared = 0, total = 0;
+  for (int64_t hidden : {16, 64, 160}) {
+    Tensor x = strided_rand({5, hidden}, DType::kBFloat16, hidden, -3, 3);
+    Tensor w = rand_tensor({hidden}, DType::kBFloat16, hidden + 3, -4, 4);
+    Tensor out = Tensor::empty({5, hidden / 2}, DType::kFloat4E2M1FNx2);
+    RmsNormSiluOutput r = fused_rmsnorm_silu(x, w, 1e-5, out);
+    const auto xv = values(x), wv = values(w);
+    const uint8_t* q = static_cast<const uint8_t*>(out.data_ptr());
+    const uint8_t* sf = static_cast<const uint8_t*>(r.block_scale.data_ptr());
+    for (int64_t row = 0; row < 5; ++row) {
+      double ss = 0;
+      for (int64_t i = 0; i < hidden; ++i) ss += xv[row * hidden + i] * xv[row * hidden + i];
+      const double rs = 1 / std::sqrt(ss / hidden + 1e-5);
+      std::vector<double> y(hidden);
+      for (int64_t i = 0; i < hidden; ++i) {
+        const double v = xv[row * hidden + i] * rs * wv[i];
+        y[i] = v / (1 + std::exp(-v));
+      }
+      for (int64_t blk = 0; blk < hidden / 16; ++blk) {
+        double amax = 0;
+        for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(y[blk * 16 + i]));
+        const double s = std::max(amax / 6, static_cast<double>(std::numeric_limits<float>::min()));
+        double m = 0;
+        const int sc = nearest_code(std::min(s, 448.0), e4m3, m);
+        ++total;
+        if (m > 1e-5) {
+          ++compared;
+          EXPECT_EQ(sf[row * (hidden / 16) + blk], sc) << hidden << " " << row << " " << blk;
+        }
+        for (int i = 0; i < 16; ++i) {
+          const double a = y[blk * 16 + i] / s;
+          const int code = nearest_code(std::min(std::fabs(a), 6.0), e2m1, m) + (a < 0 ? 8 : 0);
+          const int64_t e = row * hidden + blk * 16 + i;
+          const int got = (e % 2 == 0) ? (q[e / 2] & 0xF) : (q[e / 2] >> 4);
+          ++total;
+          if (m > 1e-5) {
+            ++compared;
+            EXPECT_EQ(got, code) << hidden << " " << row << " " << blk * 16 + i << " " << a;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, total * 95 / 100);
+}
+
+TEST(FusedRmsNormSilu, Nvfp4BadInput) {
+  const char* op = "fused_rmsnorm_silu";
+  Tensor x = rand_tensor({4, 32}, DType::kBFloat16, 1);
+  Tensor w = rand_tensor({32}, DType::kBFloat16, 2);
+  Tensor out = Tensor::empty({4, 16}, DType::kFloat4E2M1FNx2);
+  // hidden % 16 != 0; out shapes of the bf16 layout and a wrong column count.
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(rand_tensor({4, 24}, DType::kBFloat16, 3),
+                                     rand_tensor({24}, DType::kBFloat16, 4), 1e-6,
+                                     Tensor::empty({4, 12}, DType::kFloat4E2M1FNx2)),
+                  op, "out");
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, 1e-6, Tensor::empty({4, 32}, DType::kFloat4E2M1FNx2)),
+                  op, "out");
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, 1e-6, Tensor::empty({3, 16}, DType::kFloat4E2M1FNx2)),
+                  op, "out");
+  // block_scale: dtype, shape, undefined.
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, 1e-6, out, Tensor::empty({4, 2}, DType::kUInt8)), op,
+                  "block_scale");
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, 1e-6, out, Tensor::empty({4, 4}, DType::kFloat8E4M3FN)),
+                  op, "block_scale");
+  EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, 1e-6, out, Tensor()), op, "block_scale");
+}
+
+TEST(FusedRmsNormSilu, Nvfp4RecordAndReplay) {
+  Tensor x = rand_tensor({3, 48}, DType::kBFloat16, 11);
+  Tensor w = rand_tensor({48}, DType::kBFloat16, 12);
+  Tensor out = Tensor::empty({3, 24}, DType::kFloat4E2M1FNx2);
+  Tensor bs = Tensor::empty({3, 3}, DType::kFloat8E4M3FN);
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    fused_rmsnorm_silu(x, w, 1e-6, out);
+    fused_rmsnorm_silu(x, w, 1e-5, out, bs);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 2u);
+  for (const auto& c : calls) EXPECT_TRUE(replays_identically(c));
 }
 
 TEST(FusedRmsNormSilu, BadInput) {

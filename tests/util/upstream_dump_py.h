@@ -29,7 +29,8 @@ except ImportError:
     sys.exit(77)
 
 # torch.save as torch >= 2.1 writes it: legacy dtypes through _rebuild_tensor_v2 and a typed
-# storage; fp8 (an ("fp8", uint8 codes) pair) through _rebuild_tensor_v3 and an UntypedStorage.
+# storage; fp8 (an ("fp8", uint8 codes) pair) through _rebuild_tensor_v3 and an UntypedStorage
+# (an ("fp4", uint8 pairs) tuple the same way, as float4_e2m1fn_x2).
 LEGACY = {torch.float32: "FloatStorage", torch.bfloat16: "BFloat16Storage",
           torch.int32: "IntStorage", torch.int64: "LongStorage", torch.uint8: "ByteStorage",
           torch.float16: "HalfStorage", torch.bool: "BoolStorage", torch.int16: "ShortStorage"}
@@ -64,8 +65,8 @@ def save(d, path):
         out.extend(b"tQ")
         i(0); ints(list(t.shape)); ints(list(t.stride()))
         out.extend(b"\x89ccollections\nOrderedDict\n)R")
-        if fp8:
-            out.extend(b"ctorch\nfloat8_e4m3fn\n")
+        if fp8:  # ("fp8", codes) or ("fp4", packed pairs): the float8 / float4 dtypes
+            out.extend(b"ctorch\n%s\n" % (b"float8_e4m3fn" if v[0] == "fp8" else b"float4_e2m1fn_x2"))
         out.extend(b"tR")
     out.extend(b"u.")
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
@@ -112,7 +113,7 @@ def record(name, module, tensors, meta, outs, mutated=None):
         save(mutated, call + "/mutated.pt")
     if outs is None:
         okeys = []
-    elif isinstance(outs, list) or (isinstance(outs, tuple) and outs[0] != "fp8"):
+    elif isinstance(outs, list) or (isinstance(outs, tuple) and outs[0] not in ("fp8", "fp4")):
         # A nested tuple's items are result_<i>__<j> (the recorder's nested keys).
         flat = {}
         def add(key, v):

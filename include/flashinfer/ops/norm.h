@@ -82,16 +82,33 @@ void layernorm_quant(const Tensor& out, const Tensor& input, const Tensor& gemma
 
 namespace flashinfer {
 
-/// Fused RMSNorm + SiLU: out = silu(input * rsqrt(mean(input^2) + eps) * weight), silu(y) =
-/// y / (1 + exp(-y)), fp32 math rounded once to bf16.
+/// What fused_rmsnorm_silu returns: `out`, plus `block_scale` for an NVFP4 `out` (undefined
+/// otherwise). Converts to `out`; recorded as upstream returns it (the tensor, or the
+/// (out, block_scale) tuple).
+struct RmsNormSiluOutput {
+  Tensor out;
+  Tensor block_scale;
+  operator Tensor() const { return out; }  // NOLINT: implicit like upstream's return value
+};
+Value to_value(const RmsNormSiluOutput& r);
+
+/// Fused RMSNorm + SiLU: y = silu(input * rsqrt(mean(input^2) + eps) * weight), silu(y) =
+/// y / (1 + exp(-y)), fp32 math.
 ///   input [num_tokens, hidden] bf16 (upstream's only dtype), any strides; weight [hidden] bf16.
-///   out   optional bf16 [num_tokens, hidden], written and returned. Upstream's fp8 and NVFP4
-///         output formats (out of dtype float8_e4m3fn / float4_e2m1fn_x2) are not implemented
-///         here: such an `out` raises Error(kUnsupported). block_scale is accepted and ignored
-///         (upstream ignores it for bf16 output).
-/// Upstream runs on CUDA only; here the CPU reference runs too.
-Tensor fused_rmsnorm_silu(const Tensor& input, const Tensor& weight, double eps = 1e-6,
-                          std::optional<Tensor> out = std::nullopt,
-                          std::optional<Tensor> block_scale = std::nullopt);
+///   out   optional (bf16 when absent), written and returned; its dtype picks the format:
+///         bfloat16 [num_tokens, hidden]: bf16(y), one rounding;
+///         float8_e4m3fn [num_tokens, hidden]: e4m3 of y, saturating at +-448 (scale 1);
+///         float4_e2m1fn_x2 [num_tokens, hidden / 2] (hidden % 16 == 0): NVFP4, per 16 values
+///         s = max(amax / 6, FLT_MIN) in fp32, block_scale = e4m3_satfinite(s),
+///         codes = e2m1(y / s) (the unrounded s), element 2t in the low nibble; then returns
+///         (out, block_scale).
+///   block_scale  NVFP4 only: float8_e4m3fn [num_tokens, hidden / 16], one scale per 16
+///         values in row order (linear, not swizzled); allocated when absent. Ignored for the
+///         bf16 / fp8 outputs (as upstream).
+/// Upstream runs on CUDA only; here the CPU reference runs too (the CUDA kernel writes bf16 and
+/// fp8, and refuses NVFP4).
+RmsNormSiluOutput fused_rmsnorm_silu(const Tensor& input, const Tensor& weight, double eps = 1e-6,
+                                     std::optional<Tensor> out = std::nullopt,
+                                     std::optional<Tensor> block_scale = std::nullopt);
 
 }  // namespace flashinfer

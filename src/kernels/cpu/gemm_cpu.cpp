@@ -139,10 +139,34 @@ void sgemm_path(const GemmParams& p, float alpha, int64_t first = 0) {
   }
 }
 
+// C [m, w] (fp32, row stride ldc) -> the columns [j0, j0 + w) of out: alpha (one fp32 multiply
+// when != 1, as sgemm applies it), bias, one rounding; the arithmetic of store_rows.
+void store_cols(const float* c, int64_t ldc, float alpha, const GemmParams& p, void* out,
+                int64_t j0, int64_t w) {
+  auto* o = static_cast<uint16_t*>(out);
+  const bool bf16 = p.out_dtype == DType::kBFloat16;
+  for (int64_t i = 0; i < p.m; ++i) {
+    const float* ci = c + i * ldc;
+    uint16_t* oi = o + i * p.out_stride_m + j0 * p.out_stride_n;
+    if (!p.bias && bf16 && p.out_stride_n == 1) {
+      scale_to_bf16_row(ci, alpha, /*add_zero=*/false, oi, w);
+      continue;
+    }
+    for (int64_t j = 0; j < w; ++j) {
+      float v = alpha != 1.0f ? ci[j] * alpha : ci[j];
+      if (p.bias) v += load(p.bias, p.bias_dtype, (j0 + j) * p.bias_stride);
+      oi[j * p.out_stride_n] = bf16 ? round_bf16(v) : round_f16(v);
+    }
+  }
+}
+
 // Large m, inputs exact in bf16 (bf16, e4m3, e5m2): oneDNN's bf16 matmul with fp32 accumulation
 // (gemm_bf16_cpu.h), then the sgemm path's alpha (one fp32 multiply, as sgemm applies it), bias
-// and single rounding. bf16 operands with unit k stride are read in place; fp8 ones are widened
-// to bf16 (exact). Returns false, nothing written, when oneDNN is not available.
+// and single rounding. bf16 operands with unit k stride are read in place, and without bias into
+// a dense bf16 / fp16 out oneDNN writes out itself (alpha as its output scale: the same multiply
+// and rounding), as torch's bf16 matmul runs it. Otherwise (fp8, strided operands, bias) B is
+// widened chunk by chunk next to the matmul that reads it and each chunk's products are stored
+// at once (bf16_gemm_nt_chunked). Returns false, nothing written, when oneDNN is not available.
 bool bf16_path(const GemmParams& p, float alpha) {
   if (!onednn_gemm_available() || p.k == 0 || !exact_in_bf16(p.a_dtype) ||
       !exact_in_bf16(p.b_dtype)) {
@@ -150,29 +174,40 @@ bool bf16_path(const GemmParams& p, float alpha) {
   }
   const bool a_direct = p.a_dtype == DType::kBFloat16 && p.a_stride_k == 1 && p.a_stride_m >= p.k;
   const bool b_direct = p.b_dtype == DType::kBFloat16 && p.b_stride_k == 1 && p.b_stride_n >= p.k;
+  const bool out_direct = !p.bias && p.out_stride_n == 1 && p.out_stride_m == p.n;
   HostBuffer<uint16_t> a(a_direct ? 0 : static_cast<size_t>(p.m * p.k));
-  HostBuffer<uint16_t> b(b_direct ? 0 : static_cast<size_t>(p.n * p.k));
-  HostBuffer<float> c(static_cast<size_t>(p.m * p.n));
   const size_t a_es = dtype_size(p.a_dtype), b_es = dtype_size(p.b_dtype),
                o_es = dtype_size(p.out_dtype);
   for (int64_t bi = 0; bi < p.batch; ++bi) {
     const auto* ab = static_cast<const uint8_t*>(p.a) + bi * p.a_stride_b * a_es;
     const auto* bb = static_cast<const uint8_t*>(p.b) + bi * p.b_stride_b * b_es;
     auto* ob = static_cast<uint8_t*>(p.out) + bi * p.out_stride_b * o_es;
-    if (!a_direct) to_bf16_rows(ab, p.a_dtype, p.m, p.k, p.a_stride_m, p.a_stride_k, a.get());
-    if (!b_direct) to_bf16_rows(bb, p.b_dtype, p.n, p.k, p.b_stride_n, p.b_stride_k, b.get());
+    if (!a_direct) {
+      to_bf16_rows(ab, p.a_dtype, p.m, p.k, p.a_stride_m, p.a_stride_k, a.get(),
+                   /*parallel=*/false);
+    }
     const auto* ap = a_direct ? reinterpret_cast<const uint16_t*>(ab) : a.get();
-    const auto* bp = b_direct ? reinterpret_cast<const uint16_t*>(bb) : b.get();
-    if (!bf16_gemm_nt(p.m, p.n, p.k, ap, a_direct ? p.a_stride_m : p.k, bp,
-                      b_direct ? p.b_stride_n : p.k, c.get(), p.n)) {
+    const int64_t lda = a_direct ? p.a_stride_m : p.k;
+    bool done = false;
+    if (b_direct && out_direct) {
+      done = bf16_gemm_nt_out(p.m, p.n, p.k, ap, lda, reinterpret_cast<const uint16_t*>(bb),
+                              p.b_stride_n, alpha, p.out_dtype, ob);
+    }
+    if (!done) {
+      const auto fill_b = [&](int64_t j0, int64_t w, uint16_t* dst) {
+        to_bf16_rows(bb + j0 * p.b_stride_n * b_es, p.b_dtype, w, p.k, p.b_stride_n, p.b_stride_k,
+                     dst, /*parallel=*/false);
+      };
+      const auto epilogue = [&](int64_t j0, int64_t w, const float* c) {
+        store_cols(c, w, alpha, p, ob, j0, w);
+      };
+      done = bf16_gemm_nt_chunked(p.m, p.n, p.k, ap, lda, fill_b, epilogue);
+    }
+    if (!done) {
       if (bi == 0) return false;
       sgemm_path(p, alpha, bi);  // oneDNN refused midway: the rest the former way
       return true;
     }
-    if (alpha != 1.0f) {
-      for (int64_t i = 0; i < p.m * p.n; ++i) c.get()[i] *= alpha;
-    }
-    store_out(c.get(), p, ob);
   }
   return true;
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "flashinfer/error.h"
@@ -95,36 +96,82 @@ void fp32_products(const BlockScaledGemmParams& p, const void* pa, const void* p
   }
 }
 
-// part = a b^T through oneDNN's bf16 matmul (fp32 accumulation) for inputs exact in bf16; b is
-// widened (and mm_fp8's shuffle undone) into a dense bf16 [n, k]. False when oneDNN is absent.
-bool bf16_products(const BlockScaledGemmParams& p, const void* pa, const void* pb, float* part) {
+// out = epilogue(a b^T) through oneDNN's bf16 matmul (fp32 accumulation) for inputs exact in
+// bf16, without a bf16 copy of the whole b: each column chunk of b is widened (and mm_fp8's
+// shuffle undone) into a per-thread buffer right before oneDNN reads it, and its fp32 products
+// go through `epilogue` (alpha, bias, one rounding) while still in cache; all in one OpenMP team
+// (bf16_gemm_nt_chunked). False when oneDNN is absent or refuses.
+bool bf16_chunked(const BlockScaledGemmParams& p, const void* pa, const void* pb,
+                  const std::function<void(int64_t, int64_t, const float*)>& epilogue) {
   const int64_t m = p.m, n = p.n, k = p.k;
   if (!onednn_gemm_available() || k == 0 || !exact_in_bf16(p.a_dtype) ||
       !exact_in_bf16(p.b_dtype) || (p.b_low_latency && dtype_size(p.b_dtype) != 1)) {
     return false;
   }
-  HostBuffer<uint16_t> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(n * k));
-  to_bf16_rows(pa, p.a_dtype, m, k, p.a_stride_m, p.a_stride_k, a.get());
-  if (p.b_low_latency) {
+  HostBuffer<uint16_t> a(static_cast<std::size_t>(m * k));
+  // A is small next to B here (m rows against n): widened on this thread, outside any team.
+  to_bf16_rows(pa, p.a_dtype, m, k, p.a_stride_m, p.a_stride_k, a.get(), /*parallel=*/false);
+  const auto fill_b = [&](int64_t j0, int64_t w, uint16_t* dst) {
+    if (!p.b_low_latency) {
+      const auto* base =
+          static_cast<const uint8_t*>(pb) + j0 * p.b_stride_n * dtype_size(p.b_dtype);
+      to_bf16_rows(base, p.b_dtype, w, k, p.b_stride_n, p.b_stride_k, dst, /*parallel=*/false);
+      return;
+    }
     const auto* b8 = static_cast<const uint8_t*>(pb);
     const uint16_t* t = fp8_bf16_table(p.b_dtype);  // mm_fp8's weight is e4m3
-#pragma omp parallel for schedule(static) if (n * k >= (1 << 20))
-    for (int64_t j = 0; j < n; ++j) {
-      const uint8_t* src = b8 + low_latency_row(j) * 128;
-      uint16_t* dst = b.get() + j * k;
+    if (k % 128 == 0 && j0 % 32 == 0 && w % 32 == 0) {
+      // Whole 32-row groups: the chunk's stored rows are [j0, j0 + w) in another order. Each
+      // 128-wide K block is then one contiguous run of w * 128 bytes (read in order, which the
+      // prefetchers follow), each stored row written to the logical row it holds.
+      int32_t perm[32];
+      for (int q = 0; q < 32; ++q) perm[q] = static_cast<int32_t>((q % 8) * 4 + q / 8);
+      for (int64_t k0 = 0; k0 < k; k0 += 128) {
+        for (int64_t g = 0; g < w; g += 32) {
+          int32_t rows[32];
+          for (int q = 0; q < 32; ++q) rows[q] = static_cast<int32_t>(g + perm[q]);
+          fp8_to_bf16_rows(b8 + ((k0 / 128) * n + j0 + g) * 128, 128, 32, 128, p.b_dtype, dst + k0,
+                           k, rows);
+        }
+      }
+      return;
+    }
+    for (int64_t jj = 0; jj < w; ++jj) {
+      const uint8_t* src = b8 + low_latency_row(j0 + jj) * 128;
+      uint16_t* d = dst + jj * k;
       if (k % 128 == 0) {
         // Whole 128-wide K blocks (mm_fp8 requires them): one vectorized copy per block.
         for (int64_t k0 = 0; k0 < k; k0 += 128) {
-          fp8_to_bf16(src + (k0 / 128) * n * 128, 128, p.b_dtype, dst + k0);
+          fp8_to_bf16(src + (k0 / 128) * n * 128, 128, p.b_dtype, d + k0);
         }
       } else {
-        for (int64_t kk = 0; kk < k; ++kk) dst[kk] = t[src[(kk / 128) * n * 128 + kk % 128]];
+        for (int64_t kk = 0; kk < k; ++kk) d[kk] = t[src[(kk / 128) * n * 128 + kk % 128]];
       }
     }
-  } else {
-    to_bf16_rows(pb, p.b_dtype, n, k, p.b_stride_n, p.b_stride_k, b.get());
+  };
+  return bf16_gemm_nt_chunked(m, n, k, a.get(), k, fill_b, epilogue);
+}
+
+// Stores alpha * total[i, j] + bias[j] (+ 0.0f without bias) for the columns [j0, j0 + w) of
+// `out` from `total` [m, w] (row stride ldt).
+void store_block(const BlockScaledGemmParams& p, void* out, float alpha, const float* total,
+                 int64_t ldt, int64_t j0, int64_t w) {
+  if (!p.bias && p.out_dtype == DType::kBFloat16 && p.out_stride_n == 1) {
+    // The common case without a per-element dispatch; the same arithmetic as below (+ 0.0f
+    // included: it turns a -0 product into +0, as the general loop does).
+    auto* o = static_cast<uint16_t*>(out);
+    for (int64_t i = 0; i < p.m; ++i) {
+      scale_to_bf16_row(total + i * ldt, alpha, /*add_zero=*/true, o + i * p.out_stride_m + j0, w);
+    }
+    return;
   }
-  return bf16_gemm_nt(m, n, k, a.get(), k, b.get(), k, part, n);
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < w; ++j) {
+      const float bias = p.bias ? decode(p.bias, p.bias_dtype, j0 + j) : 0.0f;
+      store(out, p.out_dtype, i * p.out_stride_m + (j0 + j) * p.out_stride_n,
+            alpha * total[i * ldt + j] + bias);
+    }
+  }
 }
 
 void gemm_one(const BlockScaledGemmParams& p, int64_t bi) {
@@ -136,31 +183,17 @@ void gemm_one(const BlockScaledGemmParams& p, int64_t bi) {
   void* out = static_cast<char*>(p.out) + bi * p.out_stride_b * dtype_size(p.out_dtype);
   const float alpha = p.alpha ? *p.alpha : 1.0f;
   const bool scaled = p.a_scale || p.b_scale;
-  HostBuffer<float> part(static_cast<std::size_t>(m * n));
-  std::vector<float> acc;
   // Unscaled, no MX scales (mm_fp8, tgv_gemm_sm100 ...): oneDNN's bf16 matmul when available.
-  if (scaled || a_mx || b_mx || !bf16_products(p, pa, pb, part.get())) {
-    fp32_products(p, pa, pb, a_mx, b_mx, part.get(), acc);
-  }
-  const float* total = scaled ? acc.data() : part.get();
-  if (!p.bias && p.out_dtype == DType::kBFloat16 && p.out_stride_n == 1) {
-    // The common case without a per-element dispatch; the same arithmetic as below (+ 0.0f
-    // included: it turns a -0 product into +0, as the general loop does).
-    auto* o = static_cast<uint16_t*>(out);
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        o[i * p.out_stride_m + j] = float_to_bfloat16_bits(alpha * total[i * n + j] + 0.0f);
-      }
-    }
+  if (!scaled && !a_mx && !b_mx &&
+      bf16_chunked(p, pa, pb, [&](int64_t j0, int64_t w, const float* c) {
+        store_block(p, out, alpha, c, w, j0, w);
+      })) {
     return;
   }
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      const float bias = p.bias ? decode(p.bias, p.bias_dtype, j) : 0.0f;
-      store(out, p.out_dtype, i * p.out_stride_m + j * p.out_stride_n,
-            alpha * total[i * n + j] + bias);
-    }
-  }
+  HostBuffer<float> part(static_cast<std::size_t>(m * n));
+  std::vector<float> acc;
+  fp32_products(p, pa, pb, a_mx, b_mx, part.get(), acc);
+  store_block(p, out, alpha, scaled ? acc.data() : part.get(), n, 0, n);
 }
 
 }  // namespace

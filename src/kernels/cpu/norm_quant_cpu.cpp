@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "flashinfer/float_formats.h"
@@ -26,6 +27,33 @@ uint8_t quantize(float y, float inv_scale, DType out_dtype) {
   const float v = std::fmin(std::fmax(y * inv_scale, -mx), mx);
   return out_dtype == DType::kFloat8E4M3FN ? float_to_e4m3fn_bits(v, true)
                                            : float_to_e5m2_bits(v, true);
+}
+
+// fused_rmsnorm_silu's NVFP4 output, as upstream's kernel (cuDNN's BlockScaleRowHelper) does it
+// per 16 values of y = silu(...) in fp32 (not rounded to bf16 first): s = max(amax / 6, FLT_MIN)
+// with amax by fmaxf (a NaN is skipped), the scale byte is e4m3_satfinite(s), and each code is
+// e2m1(y / s) with the unrounded fp32 s (not the stored e4m3 scale), RNE, saturating at 6.
+template <class T>
+void rms_silu_nvfp4(const NormQuantParams& p, int64_t b, float rstd, const T* w,
+                    std::vector<float>& x) {
+  const int64_t n = p.hidden;
+  for (int64_t i = 0; i < n; ++i) {
+    const float y = x[i] * rstd * f32(w[i * p.weight_stride]);
+    x[i] = y / (1.0f + std::exp(-y));
+  }
+  uint8_t* o = static_cast<uint8_t*>(p.out) + b * p.out_stride_b;
+  uint8_t* sf = p.block_scale + b * p.bs_stride_b;
+  for (int64_t blk = 0; blk < n / 16; ++blk) {
+    const float* v = x.data() + blk * 16;
+    float amax = 0.0f;
+    for (int i = 0; i < 16; ++i) amax = std::fmax(amax, std::fabs(v[i]));
+    const float s = std::fmax(amax / 6.0f, std::numeric_limits<float>::min());
+    sf[blk * p.bs_stride_d] = float_to_e4m3fn_bits(s, true);
+    for (int i = 0; i < 16; i += 2) {
+      o[(blk * 8 + i / 2) * p.out_stride_d] =
+          pack_e2m1x2(float_to_e2m1_bits(v[i] / s), float_to_e2m1_bits(v[i + 1] / s));
+    }
+  }
 }
 
 template <class T>
@@ -59,6 +87,10 @@ void row(const NormQuantParams& p, int64_t b, float inv_scale, std::vector<float
   float ss = 0.0f;
   for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
   const float rstd = 1.0f / std::sqrt(ss / static_cast<float>(n) + p.eps);
+  if (p.kind == NormQuantKind::kRmsSilu && p.out_dtype == DType::kFloat4E2M1FNx2) {
+    rms_silu_nvfp4(p, b, rstd, w, x);
+    return;
+  }
   if (p.kind == NormQuantKind::kRmsSilu && p.out_dtype == DType::kFloat8E4M3FN) {
     // fused_rmsnorm_silu's fp8 output: e4m3 (saturating) of silu(y), scale 1.
     uint8_t* o = static_cast<uint8_t*>(p.out) + b * p.out_stride_b;
