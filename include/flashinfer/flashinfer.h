@@ -28,6 +28,7 @@
 #include "flashinfer/ops/grouped_gemm.h"
 #include "flashinfer/ops/mla.h"
 #include "flashinfer/ops/moe.h"
+#include "flashinfer/ops/moe_b12x.h"
 #include "flashinfer/ops/moe_fp4.h"
 #include "flashinfer/ops/moe_lora.h"
 #include "flashinfer/ops/moe_quant.h"
@@ -54,4 +55,3 @@
 #include "flashinfer/trace.h"
 #include "flashinfer/value.h"
 #include "flashinfer/version.h"
-#include "flashinfer/ops/moe_b12x.h"
