@@ -1587,6 +1587,171 @@ def run(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True, qu
 )PY"});
 }
 
+// ---------------------------------------------------------------------------------------------
+// trtllm MoE (flashinfer.fused_moe.core). Upstream traces trtllm_fp8_block_scale_moe with one
+// template per routing_method_type (its moe.py dispatch): Default 0, Renormalize 1, DeepSeekV3 2,
+// Llama4 3, RenormalizeNaive 4, TopK 5; Unspecified (6) writes nothing. Names, axes and inputs
+// follow upstream's newest committed file of each (tests/trace/data/upstream): `top_k` (and for
+// DeepSeekV3 `n_group`, `topk_group`) are scalar inputs as well as constant axes.
+
+// Our reference's shared part: DeepSeek FP8 block scales (128 x 128 weight blocks, per-token
+// 128-wide activation blocks stored [H/128, T]), SwiGLU with the gate in the second half of
+// gemm1's output (as our CPU op), topk_w the routing weight of each (token, slot).
+const char* const kMoeFp8Experts =
+    R"PY(def _experts(hidden_states, hidden_states_scale, gemm1_weights, gemm1_weights_scale,
+             gemm2_weights, gemm2_weights_scale, topk_ids, topk_w, local_expert_offset):
+    T, H = hidden_states.shape
+    E, G1, _ = gemm1_weights.shape
+    I = G1 // 2
+
+    def deq(w, s):
+        s = s.float().repeat_interleave(128, dim=1)[:, : w.shape[1]]
+        return w.float() * s.repeat_interleave(128, dim=2)[:, :, : w.shape[2]]
+
+    a = hidden_states.float() * hidden_states_scale.float().t().repeat_interleave(128, dim=1)[:, :H]
+    w1 = deq(gemm1_weights, gemm1_weights_scale)
+    w2 = deq(gemm2_weights, gemm2_weights_scale)
+    out = torch.zeros((T, H), dtype=torch.float32)
+    for e in range(E):
+        hit = topk_ids == (int(local_expert_offset) + e)
+        rows = hit.any(dim=1).nonzero().flatten()
+        if rows.numel() == 0:
+            continue
+        g = a[rows] @ w1[e].t()
+        h = torch.nn.functional.silu(g[:, I:]) * g[:, :I]
+        w = (topk_w[rows] * hit[rows].float()).sum(dim=1, keepdim=True)
+        out[rows] += w * (h @ w2[e].t())
+    return out.to(torch.bfloat16)
+
+
+)PY";
+
+void add_moe(std::vector<Template>& v) {
+  auto axes = [](bool ds) {
+    std::vector<Axis> a = {var("seq_len", "", 3), cst("num_experts", ""), cst("top_k", "topk")};
+    if (ds) {
+      a.push_back(cst("n_group", "ng"));
+      a.push_back(cst("topk_group", "kg"));
+    }
+    for (Axis x :
+         {cst("num_local_experts", "e"), cst("hidden_size", "h"), cst("intermediate_size", "i"),
+          cst("gemm1_out_size", ""), cst("num_hidden_blocks", ""),
+          cst("num_intermediate_blocks", ""), cst("num_gemm1_out_blocks", "")}) {
+      a.push_back(std::move(x));
+    }
+    return a;
+  };
+  auto inputs = [](bool ds) {
+    Io bias = T("routing_bias", {"num_experts"});
+    // Optional except for DeepSeek-V3 (upstream's files); init passes one either way (run()
+    // takes its inputs by position).
+    if (!ds) bias.opt();
+    bias.init("(torch.randn((num_experts,), device=device) * 0.1).to({dtype:routing_bias})");
+    std::vector<Io> in = {
+        T("routing_logits", {"seq_len", "num_experts"}),
+        bias,
+        T("hidden_states", {"seq_len", "hidden_size"}),
+        T("hidden_states_scale", {"num_hidden_blocks", "seq_len"})
+            .init("(torch.rand((num_hidden_blocks, seq_len), device=device) + 0.5)"
+                  ".to({dtype:hidden_states_scale})"),
+        T("gemm1_weights", {"num_local_experts", "gemm1_out_size", "hidden_size"}),
+        T("gemm1_weights_scale", {"num_local_experts", "num_gemm1_out_blocks", "num_hidden_blocks"})
+            .init("(torch.rand((num_local_experts, num_gemm1_out_blocks, num_hidden_blocks), "
+                  "device=device) * 0.01).to({dtype:gemm1_weights_scale})"),
+        T("gemm2_weights", {"num_local_experts", "hidden_size", "intermediate_size"}),
+        T("gemm2_weights_scale",
+          {"num_local_experts", "num_hidden_blocks", "num_intermediate_blocks"})
+            .init("(torch.rand((num_local_experts, num_hidden_blocks, num_intermediate_blocks), "
+                  "device=device) * 0.01).to({dtype:gemm2_weights_scale})")};
+    in.push_back(S("top_k", "int32").init("top_k"));
+    if (ds) {
+      in.push_back(S("n_group", "int32").init("n_group"));
+      in.push_back(S("topk_group", "int32").init("topk_group"));
+    }
+    in.push_back(S("local_expert_offset", "int32").init("0"));
+    in.push_back(S("routed_scaling_factor", "float32").init("1.0"));
+    return in;
+  };
+  struct Variant {
+    int64_t type;
+    const char* prefix;
+    const char* desc;
+    const char* routing;  // Python computing topk_ids, topk_w from logits (bias applied)
+  };
+  const Variant variants[] = {
+      {0, "moe_fp8_block_scale_default_routing",
+       "FP8 block-scale MoE, Default routing: softmax, then top-k.",
+       "    p = torch.softmax(logits, dim=-1)\n"
+       "    topk_w, topk_ids = torch.topk(p, k=int(top_k), dim=1)\n"},
+      {1, "moe_fp8_block_scale_renormalize_routing",
+       "FP8 block-scale MoE, Renormalize routing: top-k, then softmax over the selected.",
+       "    sel, topk_ids = torch.topk(logits, k=int(top_k), dim=1)\n"
+       "    topk_w = torch.softmax(sel, dim=-1)\n"},
+      {2, "moe_fp8_block_scale_ds_routing",
+       "FP8 block-scale MoE, DeepSeek-V3 routing: sigmoid scores plus bias, the best topk_group of "
+       "n_group groups (sum of each group's two best), top-k among them, weights the selected "
+       "scores (without bias) normalized.",
+       "    s = torch.sigmoid(logits)\n"
+       "    sb = s + routing_bias.float().reshape(-1)\n"
+       "    T, E = sb.shape\n"
+       "    g = sb.view(T, int(n_group), E // int(n_group))\n"
+       "    gscore = torch.topk(g, k=2, dim=2).values.sum(dim=2)\n"
+       "    keep = torch.zeros_like(gscore).scatter_(1, torch.topk(gscore, k=int(topk_group), "
+       "dim=1).indices, 1.0)\n"
+       "    mask = keep.unsqueeze(2).expand(T, int(n_group), E // int(n_group)).reshape(T, E)\n"
+       "    _, topk_ids = torch.topk(sb.masked_fill(mask == 0, float(\"-inf\")), k=int(top_k), "
+       "dim=1)\n"
+       "    sel = s.gather(1, topk_ids)\n"
+       "    topk_w = sel / (sel.sum(dim=1, keepdim=True) + 1e-20)\n"},
+      {3, "moe_fp8_block_scale_llama4_routing",
+       "FP8 block-scale MoE, Llama4 routing: the top-1 expert, weight sigmoid of its logit.",
+       "    sel, topk_ids = torch.topk(logits, k=1, dim=1)\n"
+       "    topk_w = torch.sigmoid(sel)\n"},
+      {4, "moe_fp8_block_scale_renormalize_naive_routing",
+       "FP8 block-scale MoE, RenormalizeNaive routing: softmax, top-k, renormalized.",
+       "    sel, topk_ids = torch.topk(torch.softmax(logits, dim=-1), k=int(top_k), dim=1)\n"
+       "    topk_w = sel / (sel.sum(dim=1, keepdim=True) + 1e-20)\n"},
+      {5, "moe_fp8_block_scale_topk_routing",
+       "FP8 block-scale MoE, TopK routing: top-k of the logits, equal weights 1/top_k.",
+       "    _, topk_ids = torch.topk(logits, k=int(top_k), dim=1)\n"
+       "    topk_w = torch.full(topk_ids.shape, 1.0 / topk_ids.shape[1])\n"},
+  };
+  for (const Variant& x : variants) {
+    const bool ds = x.type == 2;
+    std::string ref = kMoeFp8Experts;
+    ref += std::string(
+               "def run(routing_logits, routing_bias, hidden_states, hidden_states_scale,\n"
+               "        gemm1_weights, gemm1_weights_scale, gemm2_weights, "
+               "gemm2_weights_scale,\n        ") +
+           (ds ? "top_k, n_group, topk_group, " : "top_k, ") +
+           "local_expert_offset, routed_scaling_factor):\n"
+           "    logits = routing_logits.float()\n";
+    if (!ds) {
+      ref +=
+          "    if routing_bias is not None:\n"
+          "        logits = logits + routing_bias.float().reshape(-1)\n";
+    }
+    ref += x.routing;
+    ref +=
+        "    topk_w = topk_w * float(routed_scaling_factor)\n"
+        "    return _experts(hidden_states, hidden_states_scale, gemm1_weights, "
+        "gemm1_weights_scale,\n"
+        "                    gemm2_weights, gemm2_weights_scale, topk_ids, topk_w, "
+        "local_expert_offset)\n";
+    v.push_back({.op = "trtllm_fp8_block_scale_moe",
+                 .op_type = "moe",
+                 .name_prefix = x.prefix,
+                 .description = x.desc,
+                 .axes = axes(ds),
+                 .inputs = inputs(ds),
+                 .outputs = {T("output", {"seq_len", "hidden_size"}).dt("bfloat16")},
+                 .tags = {"status:verified", "quantization:float8_e4m3fn"},
+                 .reference = ref,
+                 .select_param = "routing_method_type",
+                 .select_values = {x.type}});
+  }
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -1604,6 +1769,7 @@ const std::vector<Template>& templates() {
     add_ragged_and_mla(*v);
     add_quant_gemm(*v);
     add_rope_quant_and_fmha(*v);
+    add_moe(*v);
     return v;
   }();
   return *all;
