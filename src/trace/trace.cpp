@@ -274,7 +274,15 @@ std::string render(const Template& t, const Args& args, const std::string& fi_ap
     outputs[io.key] = e;
   }
   j["outputs"] = outputs;
-  j["reference"] = "import math\nimport torch\n\n\n" + t.reference;
+  // {axis:NAME} in the reference: that constant axis's value (a constant no input carries).
+  std::string ref = t.reference;
+  for (const auto& [axis, val] : values) {
+    const std::string ph = "{axis:" + axis + "}", num = std::to_string(val);
+    for (std::size_t p = ref.find(ph); p != std::string::npos; p = ref.find(ph, p + num.size())) {
+      ref.replace(p, ph.size(), num);
+    }
+  }
+  j["reference"] = "import math\nimport torch\n\n\n" + ref;
   j["init"] = generic_init(t, values, inputs);
   // json.dumps(indent=2) layout, ASCII only, as upstream writes its files.
   return j.dump(2, ' ', true);

@@ -114,7 +114,8 @@ struct Template {
   std::vector<std::string> constraints{};
   std::vector<Derived> derived{};   // shape names that are not axes
   std::vector<std::string> tags{};  // after the fi_api tag: "status:verified", "fused", ...
-  std::string reference{};          // Python source defining run(<input keys>)
+  // Python source defining run(<input keys>); `{axis:NAME}` stands for that axis's value.
+  std::string reference{};
   // Several templates for one op (upstream's trace dispatch, e.g. one per MoE
   // routing_method_type): this one applies when the integer argument `select_param` is one of
   // `select_values` (an absent argument counts as `select_default`). Empty: the op's only one.
