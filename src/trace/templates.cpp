@@ -1843,8 +1843,79 @@ void add_moe(std::vector<Template>& v) {
   const std::string common_tail =
       "    scale = 1.0 if routed_scaling_factor is None else float(routed_scaling_factor)\n"
       "    topk_w = topk_w * scale\n";
+  // DeepSeek-V3 with fused shared experts (num_fused_shared_experts = S > 0): upstream's sibling
+  // template. The weights hold E + S expert-major rows (`num_weight_rows`); the routing appends
+  // the ids [E, E + S) at weight 1.0 to every token (E = num_experts), as upstream's docstring.
+  auto fp8_shared = [&] {
+    std::vector<Axis> axes = {cst("num_fused_shared_experts", "s"),
+                              cst("num_weight_rows", "e"),
+                              var("seq_len", "", 3),
+                              cst("num_experts", ""),
+                              cst("top_k", "topk"),
+                              cst("n_group", "ng"),
+                              cst("topk_group", "kg"),
+                              cst("hidden_size", "h"),
+                              cst("intermediate_size", "i"),
+                              cst("gemm1_out_size", ""),
+                              cst("num_hidden_blocks", ""),
+                              cst("num_intermediate_blocks", ""),
+                              cst("num_gemm1_out_blocks", "")};
+    std::vector<Io> in = fp8_inputs(true);
+    for (Io& io : in) {
+      for (auto& d : io.dims) {
+        if (d == "num_local_experts") d = "num_weight_rows";
+      }
+      if (!io.init_expr.empty()) {
+        for (std::size_t p = io.init_expr.find("num_local_experts"); p != std::string::npos;
+             p = io.init_expr.find("num_local_experts", p)) {
+          io.init_expr.replace(p, 17, "num_weight_rows");
+        }
+      }
+    }
+    in.insert(in.begin(), S("num_fused_shared_experts", "int32").init("num_fused_shared_experts"));
+    const std::vector<std::string> rows = {"num_weight_rows"};
+    in.insert(in.begin() + 7, {T("gemm1_alpha", rows).opt().dt("float32"),
+                               T("gemm1_beta", rows).opt().dt("float32"),
+                               T("gemm1_clamp_limit", rows).opt().dt("float32")});
+    const std::string ref =
+        std::string(kMoeFp8Experts) +
+        "def run(num_fused_shared_experts, routing_logits, routing_bias, hidden_states,\n"
+        "        hidden_states_scale, gemm1_weights, gemm1_weights_scale, gemm1_alpha=None,\n"
+        "        gemm1_beta=None, gemm1_clamp_limit=None, gemm2_weights=None,\n"
+        "        gemm2_weights_scale=None, top_k=None, n_group=None, topk_group=None,\n"
+        "        local_expert_offset=0, routed_scaling_factor=1.0):\n"
+        "    if gemm1_alpha is not None or gemm1_beta is not None or gemm1_clamp_limit is not "
+        "None:\n"
+        "        raise NotImplementedError(\"gemm1_alpha / beta / clamp_limit\")\n"
+        "    DS = True\n"
+        "    TOP_K = int(top_k)\n"
+        "    N_GROUP, TOPK_GROUP = int(n_group), int(topk_group)\n" +
+        common_head + variants[2].routing + common_tail +
+        "    S = int(num_fused_shared_experts)\n"
+        "    shared = torch.arange(E, E + S).expand(topk_ids.shape[0], S)\n"
+        "    topk_ids = torch.cat((topk_ids, shared), dim=1)\n"
+        "    topk_w = torch.cat((topk_w, torch.ones(topk_w.shape[0], S)), dim=1)\n"
+        "    return _experts(hidden_states, hidden_states_scale, gemm1_weights, "
+        "gemm1_weights_scale,\n"
+        "                    gemm2_weights, gemm2_weights_scale, topk_ids, topk_w, "
+        "local_expert_offset)\n";
+    v.push_back({.op = "trtllm_fp8_block_scale_moe",
+                 .op_type = "moe",
+                 .name_prefix = "moe_fp8_block_scale_ds_shared_experts",
+                 .description = std::string("FP8 block-scale MoE, ") + variants[2].desc +
+                                " The fused shared experts run for every token at weight 1.",
+                 .axes = axes,
+                 .inputs = in,
+                 .outputs = {T("output", {"seq_len", "hidden_size"}).dt("bfloat16")},
+                 .tags = {"status:verified", "quantization:float8_e4m3fn"},
+                 .reference = ref,
+                 .select_param = "routing_method_type",
+                 .select_values = {2},
+                 .positive_param = "num_fused_shared_experts"});
+  };
   for (const Variant& x : variants) {
     const bool ds = x.type == 2;
+    if (ds) fp8_shared();  // before its plain sibling: the first match wins
     const std::string flag = std::string("    DS = ") + (ds ? "True" : "False") + "\n";
     // FP8: top_k (and the groups) arrive as inputs.
     std::string ref8 = std::string(kMoeFp8Experts) +

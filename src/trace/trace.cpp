@@ -321,6 +321,9 @@ const Template* find_template(std::string_view op, const Args& args) {
   if (it == template_index().end()) return nullptr;
   for (const Template* t : it->second) {
     if (t->select_param.empty()) return t;
+    if (!t->positive_param.empty() && scalar_of(args, t->positive_param).value_or(0) <= 0) {
+      continue;
+    }
     const auto v = scalar_of(args, t->select_param);
     const int64_t x = v ? *v : t->select_default;
     for (int64_t s : t->select_values) {
@@ -434,6 +437,13 @@ std::string definition_for_axes(std::string_view op, const std::map<std::string,
       sel[it->first].kind = detail::Arg::Kind::kInt;
       sel[it->first].i = it->second;
       axes.erase(it);
+    }
+    for (const detail::Template* v : detail::templates_of(op)) {
+      // The positive selector is an axis of its template: read, not removed.
+      if (auto it = axes.find(v->positive_param); !v->positive_param.empty() && it != axes.end()) {
+        sel[it->first].kind = detail::Arg::Kind::kInt;
+        sel[it->first].i = it->second;
+      }
     }
     picked = detail::find_template(op, sel);
     if (!picked) {

@@ -122,6 +122,9 @@ struct Template {
   std::string select_param{};
   std::vector<int64_t> select_values{};
   int64_t select_default = 0;
+  // And only when this integer argument is > 0 (None = 0): upstream's shared-experts sibling of
+  // the DeepSeek-V3 MoE template. Such a template comes before its plain sibling in the table.
+  std::string positive_param{};
 };
 
 /// The table (src/trace/templates.cpp): built once, never destroyed.

@@ -450,6 +450,31 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                    {"routing_method_type", Value(rt)}});
                     }};
   }
+  // DeepSeek-V3 with one fused shared expert: 32 routed experts, 33 weight rows (upstream's
+  // example).
+  m["moe_fp8_block_scale_ds_shared_experts_s1_e33_topk8_ng8_kg4_h7168_i2048"] = {
+      "trtllm_fp8_block_scale_moe", [=] {
+        const DType f8 = DType::kFloat8E4M3FN;
+        return bind("trtllm_fp8_block_scale_moe",
+                    {{"routing_logits", T({3, 32}, f32)},
+                     {"routing_bias", T({32}, bf)},
+                     {"hidden_states", T({3, 7168}, f8)},
+                     {"hidden_states_scale", T({56, 3}, f32)},
+                     {"gemm1_weights", B({33, 4096, 7168}, f8)},
+                     {"gemm1_weights_scale", B({33, 32, 56}, f32)},
+                     {"gemm2_weights", B({33, 7168, 2048}, f8)},
+                     {"gemm2_weights_scale", B({33, 56, 16}, f32)},
+                     {"num_experts", Value(int64_t{32})},
+                     {"top_k", Value(int64_t{8})},
+                     {"n_group", Value(int64_t{8})},
+                     {"topk_group", Value(int64_t{4})},
+                     {"intermediate_size", Value(int64_t{2048})},
+                     {"local_expert_offset", Value(int64_t{0})},
+                     {"local_num_experts", Value(int64_t{32})},
+                     {"routed_scaling_factor", Value(2.5)},
+                     {"routing_method_type", Value(int64_t{2})},
+                     {"num_fused_shared_experts", Value(int64_t{1})}});
+      }};
   // trtllm_fp4_block_scale_moe, the same shapes in NVFP4 (upstream's example passes no
   // routing_bias and no gemm biases; DeepSeek-V3's group axes come last in its names).
   const std::pair<int64_t, const char*> moe_fp4[] = {
@@ -695,7 +720,9 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
         {"gemm1_out_size", 256},
         {"num_hidden_blocks", 2},
         {"num_intermediate_blocks", 1},
-        {"num_gemm1_out_blocks", 2}}},
+        {"num_gemm1_out_blocks", 2},
+        {"num_fused_shared_experts", 1},
+        {"num_weight_rows", 9}}},
       // Packed halves and scale blocks of 16 consistent with h64, i32.
       {"trtllm_fp4_block_scale_moe",
        {{"num_experts", 8},
@@ -745,7 +772,7 @@ TEST(Trace, UpstreamComparison) {
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(calls.size()));
-  EXPECT_GE(compared, 72);
+  EXPECT_GE(compared, 73);
 }
 
 TEST(Trace, EveryTemplateNamesADeclaredOp) {
@@ -756,7 +783,7 @@ TEST(Trace, EveryTemplateNamesADeclaredOp) {
     EXPECT_NE(fi::OpRegistry::global().find(op), nullptr) << op;
     const auto variants = fi::trace::detail::templates_of(op);
     ASSERT_FALSE(variants.empty()) << op;
-    std::set<int64_t> selected;
+    std::set<std::pair<int64_t, std::string>> selected;
     for (const auto* t : variants) {
       // Two templates with one name prefix would write one file for both.
       EXPECT_TRUE(prefixes.insert(t->name_prefix).second) << t->name_prefix;
@@ -764,7 +791,9 @@ TEST(Trace, EveryTemplateNamesADeclaredOp) {
       if (variants.size() > 1) {
         EXPECT_EQ(t->select_param, variants.front()->select_param) << op;
         EXPECT_FALSE(t->select_param.empty()) << op;
-        for (int64_t v : t->select_values) EXPECT_TRUE(selected.insert(v).second) << op << " " << v;
+        for (int64_t v : t->select_values) {
+          EXPECT_TRUE(selected.insert({v, t->positive_param}).second) << op << " " << v;
+        }
       }
     }
   }
@@ -817,7 +846,7 @@ TEST(Trace, DefinitionForAxesErrors) {
 // template takes writes nothing (routing_method_type 6, Unspecified), and `flashinfer trace`
 // takes the selector as an axis.
 TEST(Trace, SelectedTemplates) {
-  const auto call = [](int64_t rt) {
+  const auto call = [](int64_t rt, int64_t shared = 0) {
     return bind("trtllm_fp8_block_scale_moe",
                 {{"routing_logits", T({2, 8}, DType::kFloat32)},
                  {"routing_bias", T({8}, DType::kBFloat16)},
@@ -835,7 +864,8 @@ TEST(Trace, SelectedTemplates) {
                  {"local_expert_offset", Value(int64_t{0})},
                  {"local_num_experts", Value(int64_t{4})},
                  {"routed_scaling_factor", Value(1.0)},
-                 {"routing_method_type", Value(rt)}});
+                 {"routing_method_type", Value(rt)},
+                 {"num_fused_shared_experts", shared ? Value(shared) : Value()}});
   };
   const fi::OpDecl* d = fi::OpRegistry::global().find("trtllm_fp8_block_scale_moe");
   ASSERT_NE(d, nullptr);
@@ -855,6 +885,11 @@ TEST(Trace, SelectedTemplates) {
     EXPECT_EQ(j.at("inputs").at("routing_bias").value("optional", false), rt != 2) << rt;
   }
   EXPECT_FALSE(fi::trace::definition_name_for_call(*d, call(6)).has_value());
+  // Fused shared experts pick DeepSeek-V3's sibling (its rows counted as num_weight_rows); other
+  // routings ignore them.
+  EXPECT_EQ(fi::trace::definition_name_for_call(*d, call(2, 1)).value_or("none"),
+            "moe_fp8_block_scale_ds_shared_experts_s1_e4_topk2_ng2_kg1_h256_i128");
+  EXPECT_EQ(fi::trace::definition_name_for_call(*d, call(0, 1)).value_or("none"), want.at(0));
   EXPECT_FALSE(fi::trace::definition_for_call(*d, call(6)).has_value());
   // From axes: the selector as one more axis; without it, the first template (Default).
   std::map<std::string, int64_t> axes = {{"num_experts", 8},
