@@ -1587,6 +1587,401 @@ def run(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True, qu
 )PY"});
 }
 
+// ---------------------------------------------------------------------------------------------
+// trtllm MoE (flashinfer.fused_moe.core). Upstream traces trtllm_fp8_block_scale_moe with one
+// template per routing_method_type (its moe.py dispatch): Default 0, Renormalize 1, DeepSeekV3 2,
+// Llama4 3, RenormalizeNaive 4, TopK 5; Unspecified (6) writes nothing. Names, axes and inputs
+// follow upstream's newest committed file of each (tests/trace/data/upstream): `top_k` (and for
+// DeepSeekV3 `n_group`, `topk_group`) are scalar inputs as well as constant axes.
+
+// Our reference's shared part: DeepSeek FP8 block scales (128 x 128 weight blocks, per-token
+// 128-wide activation blocks stored [H/128, T]), SwiGLU with the gate in the second half of
+// gemm1's output (as our CPU op), topk_w the routing weight of each (token, slot).
+const char* const kMoeFp8Experts =
+    R"PY(def _experts(hidden_states, hidden_states_scale, gemm1_weights, gemm1_weights_scale,
+             gemm2_weights, gemm2_weights_scale, topk_ids, topk_w, local_expert_offset):
+    T, H = hidden_states.shape
+    E, G1, _ = gemm1_weights.shape
+    I = G1 // 2
+
+    def deq(w, s):
+        s = s.float().repeat_interleave(128, dim=1)[:, : w.shape[1]]
+        return w.float() * s.repeat_interleave(128, dim=2)[:, :, : w.shape[2]]
+
+    a = hidden_states.float() * hidden_states_scale.float().t().repeat_interleave(128, dim=1)[:, :H]
+    w1 = deq(gemm1_weights, gemm1_weights_scale)
+    w2 = deq(gemm2_weights, gemm2_weights_scale)
+    out = torch.zeros((T, H), dtype=torch.float32)
+    for e in range(E):
+        hit = topk_ids == (int(local_expert_offset) + e)
+        rows = hit.any(dim=1).nonzero().flatten()
+        if rows.numel() == 0:
+            continue
+        g = a[rows] @ w1[e].t()
+        h = torch.nn.functional.silu(g[:, I:]) * g[:, :I]
+        w = (topk_w[rows] * hit[rows].float()).sum(dim=1, keepdim=True)
+        out[rows] += w * (h @ w2[e].t())
+    return out.to(torch.bfloat16)
+
+
+)PY";
+
+// The NVFP4 experts (trtllm_fp4_block_scale_moe) on the definition's shapes as written: packed
+// e2m1 pairs (low nibble first), e4m3 scales per 16 values along the last dim (linear, not the
+// op's shuffled 128x4 layout), gate in the second half of gemm1's output, the per-expert
+// output*_scale_scalar as docs/MOE.md's math (None = 1); the activation's intermediate NVFP4
+// rounding is left out (fp32). gemm1_alpha / beta / clamp_limit are refused (not covered).
+const char* const kMoeFp4Experts =
+    R"PY(_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def _fp4(p, s):
+    tab = torch.tensor(_E2M1)
+    p = p.long()
+    v = torch.stack([tab[p & 15], tab[(p >> 4) & 15]], dim=-1)
+    v = v.reshape(*p.shape[:-1], p.shape[-1] * 2)
+    return v * s.float().repeat_interleave(16, dim=-1)[..., : v.shape[-1]]
+
+
+def _experts(hidden_states, hidden_states_scale, gemm1_weights, gemm1_weights_scale, gemm1_bias,
+             gemm2_weights, gemm2_weights_scale, gemm2_bias, output1_scale_scalar,
+             output1_scale_gate_scalar, output2_scale_scalar, topk_ids, topk_w,
+             local_expert_offset):
+    if hidden_states_scale is None:
+        x = hidden_states.float()
+    else:
+        x = _fp4(hidden_states, hidden_states_scale)
+    w1 = _fp4(gemm1_weights, gemm1_weights_scale)
+    w2 = _fp4(gemm2_weights, gemm2_weights_scale)
+    E, G1, _ = w1.shape
+    I = G1 // 2
+    T, H = x.shape[0], w2.shape[1]
+
+    def per_expert(t):
+        return torch.ones(E) if t is None else t.float().reshape(E)
+
+    o1, og, o2 = (per_expert(output1_scale_scalar), per_expert(output1_scale_gate_scalar),
+                  per_expert(output2_scale_scalar))
+    b1 = torch.zeros((E, G1)) if gemm1_bias is None else gemm1_bias.float()
+    b2 = torch.zeros((E, H)) if gemm2_bias is None else gemm2_bias.float()
+    out = torch.zeros((T, H), dtype=torch.float32)
+    for e in range(E):
+        hit = topk_ids == (int(local_expert_offset) + e)
+        rows = hit.any(dim=1).nonzero().flatten()
+        if rows.numel() == 0:
+            continue
+        acc = x[rows] @ w1[e].t()
+        gate = acc[:, I:] * og[e] + b1[e, I:]
+        h = torch.nn.functional.silu(gate) * (acc[:, :I] * o1[e] + b1[e, :I])
+        y = (h @ w2[e].t()) * o2[e] + b2[e]
+        w = (topk_w[rows] * hit[rows].float()).sum(dim=1, keepdim=True)
+        out[rows] += w * y
+    return out.to(torch.bfloat16)
+
+
+)PY";
+
+void add_moe(std::vector<Template>& v) {
+  // FP8 (DeepSeek block scales): DeepSeek-V3's group axes after top_k, group scalars as inputs.
+  auto fp8_axes = [](bool ds) {
+    std::vector<Axis> a = {var("seq_len", "", 3), cst("num_experts", ""), cst("top_k", "topk")};
+    if (ds) {
+      a.push_back(cst("n_group", "ng"));
+      a.push_back(cst("topk_group", "kg"));
+    }
+    for (Axis x :
+         {cst("num_local_experts", "e"), cst("hidden_size", "h"), cst("intermediate_size", "i"),
+          cst("gemm1_out_size", ""), cst("num_hidden_blocks", ""),
+          cst("num_intermediate_blocks", ""), cst("num_gemm1_out_blocks", "")}) {
+      a.push_back(std::move(x));
+    }
+    return a;
+  };
+  const std::string bias_init =
+      "(torch.randn((num_experts,), device=device) * 0.1).to({dtype:routing_bias})";
+  auto fp8_inputs = [&](bool ds) {
+    Io bias = T("routing_bias", {"num_experts"});
+    // Optional except for DeepSeek-V3 (upstream's files); init passes one either way.
+    if (!ds) bias.opt();
+    bias.init(bias_init);
+    std::vector<Io> in = {
+        T("routing_logits", {"seq_len", "num_experts"}),
+        bias,
+        T("hidden_states", {"seq_len", "hidden_size"}),
+        T("hidden_states_scale", {"num_hidden_blocks", "seq_len"})
+            .init("(torch.rand((num_hidden_blocks, seq_len), device=device) + 0.5)"
+                  ".to({dtype:hidden_states_scale})"),
+        T("gemm1_weights", {"num_local_experts", "gemm1_out_size", "hidden_size"}),
+        T("gemm1_weights_scale", {"num_local_experts", "num_gemm1_out_blocks", "num_hidden_blocks"})
+            .init("(torch.rand((num_local_experts, num_gemm1_out_blocks, num_hidden_blocks), "
+                  "device=device) * 0.01).to({dtype:gemm1_weights_scale})"),
+        T("gemm2_weights", {"num_local_experts", "hidden_size", "intermediate_size"}),
+        T("gemm2_weights_scale",
+          {"num_local_experts", "num_hidden_blocks", "num_intermediate_blocks"})
+            .init("(torch.rand((num_local_experts, num_hidden_blocks, num_intermediate_blocks), "
+                  "device=device) * 0.01).to({dtype:gemm2_weights_scale})")};
+    in.push_back(S("top_k", "int32").init("top_k"));
+    if (ds) {
+      in.push_back(S("n_group", "int32").init("n_group"));
+      in.push_back(S("topk_group", "int32").init("topk_group"));
+    }
+    in.push_back(S("local_expert_offset", "int32").init("0"));
+    in.push_back(S("routed_scaling_factor", "float32").init("1.0"));
+    return in;
+  };
+  // NVFP4: DeepSeek-V3's group axes last (upstream's ..._i2048_ng8_kg4 names); top_k and the
+  // groups are not inputs; routed_scaling_factor is an optional scalar.
+  auto fp4_axes = [](bool ds) {
+    std::vector<Axis> a = {var("seq_len", "", 3),
+                           cst("num_experts", ""),
+                           cst("top_k", "topk"),
+                           cst("num_local_experts", "e"),
+                           cst("hidden_size", "h"),
+                           cst("intermediate_size", "i"),
+                           cst("gemm1_out_size", ""),
+                           cst("num_packed_hidden", ""),
+                           cst("num_fp4_hidden_blocks", ""),
+                           cst("num_packed_intermediate", ""),
+                           cst("num_fp4_intermediate_blocks", "")};
+    if (ds) {
+      a.push_back(cst("n_group", "ng"));
+      a.push_back(cst("topk_group", "kg"));
+    }
+    return a;
+  };
+  auto packed = [](std::vector<std::string> dims) {
+    std::string shape;
+    for (const auto& d : dims) shape += d + ", ";
+    return "torch.randint(0, 256, (" + shape + "), dtype=torch.uint8, device=device)";
+  };
+  auto scales = [](std::vector<std::string> dims, const std::string& key, const char* k) {
+    std::string shape;
+    for (const auto& d : dims) shape += d + ", ";
+    return "(torch.rand((" + shape + "), device=device) * " + k + " + " + k + ").to({dtype:" + key +
+           "})";
+  };
+  const std::vector<std::string> hs = {"seq_len", "num_packed_hidden"},
+                                 hss = {"seq_len", "num_fp4_hidden_blocks"},
+                                 w1 = {"num_local_experts", "gemm1_out_size", "num_packed_hidden"},
+                                 w1s = {"num_local_experts", "gemm1_out_size",
+                                        "num_fp4_hidden_blocks"},
+                                 w2 = {"num_local_experts", "hidden_size",
+                                       "num_packed_intermediate"},
+                                 w2s = {"num_local_experts", "hidden_size",
+                                        "num_fp4_intermediate_blocks"},
+                                 el = {"num_local_experts"};
+  const std::vector<Io> fp4_inputs = {
+      T("routing_logits", {"seq_len", "num_experts"}),
+      T("routing_bias", {"num_experts"}).opt(),
+      T("hidden_states", hs).synth("uint8").init(packed(hs)),
+      T("hidden_states_scale", hss)
+          .opt()
+          .dt("float8_e4m3fn")
+          .init(scales(hss, "hidden_states_scale", "0.5")),
+      T("gemm1_weights", w1).synth("uint8").init(packed(w1)),
+      T("gemm1_weights_scale", w1s)
+          .synth("float8_e4m3fn")
+          .init(scales(w1s, "gemm1_weights_scale", "0.05")),
+      T("gemm1_bias", {"num_local_experts", "gemm1_out_size"}).opt(),
+      T("gemm1_alpha", el).opt(),
+      T("gemm1_beta", el).opt(),
+      T("gemm1_clamp_limit", el).opt(),
+      T("gemm2_weights", w2).synth("uint8").init(packed(w2)),
+      T("gemm2_weights_scale", w2s)
+          .synth("float8_e4m3fn")
+          .init(scales(w2s, "gemm2_weights_scale", "0.05")),
+      T("gemm2_bias", {"num_local_experts", "hidden_size"}).opt(),
+      T("output1_scale_scalar", el).opt().dt("float32"),
+      T("output1_scale_gate_scalar", el).opt().dt("float32"),
+      T("output2_scale_scalar", el).opt().dt("float32"),
+      S("local_expert_offset", "int32").init("0"),
+      S("routed_scaling_factor", "float32").opt().init("1.0")};
+
+  struct Variant {
+    int64_t type;
+    const char* prefix;  // after "moe_fp8_block_scale_" / "moe_fp4_block_scale_"
+    const char* desc;
+    const char* routing;  // Python: topk_ids, topk_w from `logits` (bias applied but for DS)
+  };
+  const Variant variants[] = {
+      {0, "default_routing", "Default routing: softmax, then top-k.",
+       "    p = torch.softmax(logits, dim=-1)\n"
+       "    topk_w, topk_ids = torch.topk(p, k=TOP_K, dim=1)\n"},
+      {1, "renormalize_routing", "Renormalize routing: top-k, then softmax over the selected.",
+       "    sel, topk_ids = torch.topk(logits, k=TOP_K, dim=1)\n"
+       "    topk_w = torch.softmax(sel, dim=-1)\n"},
+      {2, "ds_routing",
+       "DeepSeek-V3 routing: sigmoid scores plus bias, the best topk_group of n_group groups (sum "
+       "of each group's two best), top-k among them, weights the selected scores (without bias) "
+       "normalized.",
+       "    s = torch.sigmoid(logits)\n"
+       "    sb = s + (0.0 if routing_bias is None else routing_bias.float().reshape(-1))\n"
+       "    T, E = sb.shape\n"
+       "    g = sb.view(T, N_GROUP, E // N_GROUP)\n"
+       "    gscore = torch.topk(g, k=2, dim=2).values.sum(dim=2)\n"
+       "    best = torch.topk(gscore, k=TOPK_GROUP, dim=1).indices\n"
+       "    keep = torch.zeros_like(gscore).scatter_(1, best, 1.0)\n"
+       "    mask = keep.unsqueeze(2).expand(T, N_GROUP, E // N_GROUP).reshape(T, E)\n"
+       "    pruned = sb.masked_fill(mask == 0, float(\"-inf\"))\n"
+       "    _, topk_ids = torch.topk(pruned, k=TOP_K, dim=1)\n"
+       "    sel = s.gather(1, topk_ids)\n"
+       "    topk_w = sel / (sel.sum(dim=1, keepdim=True) + 1e-20)\n"},
+      {3, "llama4_routing", "Llama4 routing: the top-1 expert, weight sigmoid of its logit.",
+       "    sel, topk_ids = torch.topk(logits, k=1, dim=1)\n"
+       "    topk_w = torch.sigmoid(sel)\n"},
+      {4, "renormalize_naive_routing", "RenormalizeNaive routing: softmax, top-k, renormalized.",
+       "    sel, topk_ids = torch.topk(torch.softmax(logits, dim=-1), k=TOP_K, dim=1)\n"
+       "    topk_w = sel / (sel.sum(dim=1, keepdim=True) + 1e-20)\n"},
+      {5, "topk_routing", "TopK routing: top-k of the logits, equal weights 1/top_k.",
+       "    _, topk_ids = torch.topk(logits, k=TOP_K, dim=1)\n"
+       "    topk_w = torch.full(topk_ids.shape, 1.0 / topk_ids.shape[1])\n"},
+  };
+  const std::string common_head =
+      "    logits = routing_logits.float()\n"
+      "    if routing_bias is not None and not DS:\n"
+      "        logits = logits + routing_bias.float().reshape(-1)\n";
+  const std::string common_tail =
+      "    scale = 1.0 if routed_scaling_factor is None else float(routed_scaling_factor)\n"
+      "    topk_w = topk_w * scale\n";
+  // DeepSeek-V3 with fused shared experts (num_fused_shared_experts = S > 0): upstream's sibling
+  // template. The weights hold E + S expert-major rows (`num_weight_rows`); the routing appends
+  // the ids [E, E + S) at weight 1.0 to every token (E = num_experts), as upstream's docstring.
+  auto fp8_shared = [&] {
+    std::vector<Axis> axes = {cst("num_fused_shared_experts", "s"),
+                              cst("num_weight_rows", "e"),
+                              var("seq_len", "", 3),
+                              cst("num_experts", ""),
+                              cst("top_k", "topk"),
+                              cst("n_group", "ng"),
+                              cst("topk_group", "kg"),
+                              cst("hidden_size", "h"),
+                              cst("intermediate_size", "i"),
+                              cst("gemm1_out_size", ""),
+                              cst("num_hidden_blocks", ""),
+                              cst("num_intermediate_blocks", ""),
+                              cst("num_gemm1_out_blocks", "")};
+    std::vector<Io> in = fp8_inputs(true);
+    for (Io& io : in) {
+      for (auto& d : io.dims) {
+        if (d == "num_local_experts") d = "num_weight_rows";
+      }
+      if (!io.init_expr.empty()) {
+        for (std::size_t p = io.init_expr.find("num_local_experts"); p != std::string::npos;
+             p = io.init_expr.find("num_local_experts", p)) {
+          io.init_expr.replace(p, 17, "num_weight_rows");
+        }
+      }
+    }
+    in.insert(in.begin(), S("num_fused_shared_experts", "int32").init("num_fused_shared_experts"));
+    const std::vector<std::string> rows = {"num_weight_rows"};
+    in.insert(in.begin() + 7, {T("gemm1_alpha", rows).opt().dt("float32"),
+                               T("gemm1_beta", rows).opt().dt("float32"),
+                               T("gemm1_clamp_limit", rows).opt().dt("float32")});
+    const std::string ref =
+        std::string(kMoeFp8Experts) +
+        "def run(num_fused_shared_experts, routing_logits, routing_bias, hidden_states,\n"
+        "        hidden_states_scale, gemm1_weights, gemm1_weights_scale, gemm1_alpha=None,\n"
+        "        gemm1_beta=None, gemm1_clamp_limit=None, gemm2_weights=None,\n"
+        "        gemm2_weights_scale=None, top_k=None, n_group=None, topk_group=None,\n"
+        "        local_expert_offset=0, routed_scaling_factor=1.0):\n"
+        "    if gemm1_alpha is not None or gemm1_beta is not None or gemm1_clamp_limit is not "
+        "None:\n"
+        "        raise NotImplementedError(\"gemm1_alpha / beta / clamp_limit\")\n"
+        "    DS = True\n"
+        "    TOP_K = int(top_k)\n"
+        "    N_GROUP, TOPK_GROUP = int(n_group), int(topk_group)\n" +
+        common_head + variants[2].routing + common_tail +
+        "    S = int(num_fused_shared_experts)\n"
+        "    shared = torch.arange(E, E + S).expand(topk_ids.shape[0], S)\n"
+        "    topk_ids = torch.cat((topk_ids, shared), dim=1)\n"
+        "    topk_w = torch.cat((topk_w, torch.ones(topk_w.shape[0], S)), dim=1)\n"
+        "    return _experts(hidden_states, hidden_states_scale, gemm1_weights, "
+        "gemm1_weights_scale,\n"
+        "                    gemm2_weights, gemm2_weights_scale, topk_ids, topk_w, "
+        "local_expert_offset)\n";
+    v.push_back({.op = "trtllm_fp8_block_scale_moe",
+                 .op_type = "moe",
+                 .name_prefix = "moe_fp8_block_scale_ds_shared_experts",
+                 .description = std::string("FP8 block-scale MoE, ") + variants[2].desc +
+                                " The fused shared experts run for every token at weight 1.",
+                 .axes = axes,
+                 .inputs = in,
+                 .outputs = {T("output", {"seq_len", "hidden_size"}).dt("bfloat16")},
+                 .tags = {"status:verified", "quantization:float8_e4m3fn"},
+                 .reference = ref,
+                 .select_param = "routing_method_type",
+                 .select_values = {2},
+                 .positive_param = "num_fused_shared_experts"});
+  };
+  for (const Variant& x : variants) {
+    const bool ds = x.type == 2;
+    if (ds) fp8_shared();  // before its plain sibling: the first match wins
+    const std::string flag = std::string("    DS = ") + (ds ? "True" : "False") + "\n";
+    // FP8: top_k (and the groups) arrive as inputs.
+    std::string ref8 = std::string(kMoeFp8Experts) +
+                       "def run(routing_logits, routing_bias, hidden_states, "
+                       "hidden_states_scale,\n"
+                       "        gemm1_weights, gemm1_weights_scale, gemm2_weights, "
+                       "gemm2_weights_scale,\n        " +
+                       (ds ? "top_k, n_group, topk_group, " : "top_k, ") +
+                       "local_expert_offset, routed_scaling_factor):\n" + flag +
+                       "    TOP_K = int(top_k)\n" +
+                       (ds ? "    N_GROUP, TOPK_GROUP = int(n_group), int(topk_group)\n" : "") +
+                       common_head + x.routing + common_tail +
+                       "    return _experts(hidden_states, hidden_states_scale, gemm1_weights, "
+                       "gemm1_weights_scale,\n"
+                       "                    gemm2_weights, gemm2_weights_scale, topk_ids, topk_w, "
+                       "local_expert_offset)\n";
+    v.push_back({.op = "trtllm_fp8_block_scale_moe",
+                 .op_type = "moe",
+                 .name_prefix = std::string("moe_fp8_block_scale_") + x.prefix,
+                 .description = std::string("FP8 block-scale MoE, ") + x.desc,
+                 .axes = fp8_axes(ds),
+                 .inputs = fp8_inputs(ds),
+                 .outputs = {T("output", {"seq_len", "hidden_size"}).dt("bfloat16")},
+                 .tags = {"status:verified", "quantization:float8_e4m3fn"},
+                 .reference = ref8,
+                 .select_param = "routing_method_type",
+                 .select_values = {x.type}});
+    // NVFP4: top_k and the groups are constants of the definition, baked into the reference
+    // by the {axis:...} placeholders.
+    std::string ref4 =
+        std::string(kMoeFp4Experts) +
+        "def run(routing_logits, routing_bias=None, hidden_states=None, "
+        "hidden_states_scale=None,\n"
+        "        gemm1_weights=None, gemm1_weights_scale=None, gemm1_bias=None, "
+        "gemm1_alpha=None,\n"
+        "        gemm1_beta=None, gemm1_clamp_limit=None, gemm2_weights=None,\n"
+        "        gemm2_weights_scale=None, gemm2_bias=None, output1_scale_scalar=None,\n"
+        "        output1_scale_gate_scalar=None, output2_scale_scalar=None, "
+        "local_expert_offset=0,\n"
+        "        routed_scaling_factor=None):\n"
+        "    if gemm1_alpha is not None or gemm1_beta is not None or gemm1_clamp_limit is not "
+        "None:\n"
+        "        raise NotImplementedError(\"gemm1_alpha / beta / clamp_limit\")\n" +
+        flag + "    TOP_K = {axis:top_k}\n" +
+        (ds ? "    N_GROUP, TOPK_GROUP = {axis:n_group}, {axis:topk_group}\n" : "") + common_head +
+        x.routing + common_tail +
+        "    return _experts(hidden_states, hidden_states_scale, gemm1_weights, "
+        "gemm1_weights_scale,\n"
+        "                    gemm1_bias, gemm2_weights, gemm2_weights_scale, gemm2_bias,\n"
+        "                    output1_scale_scalar, output1_scale_gate_scalar, "
+        "output2_scale_scalar,\n"
+        "                    topk_ids, topk_w, local_expert_offset)\n";
+    v.push_back({.op = "trtllm_fp4_block_scale_moe",
+                 .op_type = "moe",
+                 .name_prefix = std::string("moe_fp4_block_scale_") + x.prefix,
+                 .description = std::string("NVFP4 block-scale MoE, ") + x.desc,
+                 .axes = fp4_axes(ds),
+                 .inputs = fp4_inputs,
+                 .outputs = {T("output", {"seq_len", "hidden_size"}).dt("bfloat16")},
+                 .tags = {"status:experimental", "quantization:nvfp4"},
+                 .reference = ref4,
+                 .select_param = "routing_method_type",
+                 .select_values = {x.type}});
+  }
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -1604,6 +1999,7 @@ const std::vector<Template>& templates() {
     add_ragged_and_mla(*v);
     add_quant_gemm(*v);
     add_rope_quant_and_fmha(*v);
+    add_moe(*v);
     return v;
   }();
   return *all;

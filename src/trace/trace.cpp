@@ -274,7 +274,15 @@ std::string render(const Template& t, const Args& args, const std::string& fi_ap
     outputs[io.key] = e;
   }
   j["outputs"] = outputs;
-  j["reference"] = "import math\nimport torch\n\n\n" + t.reference;
+  // {axis:NAME} in the reference: that constant axis's value (a constant no input carries).
+  std::string ref = t.reference;
+  for (const auto& [axis, val] : values) {
+    const std::string ph = "{axis:" + axis + "}", num = std::to_string(val);
+    for (std::size_t p = ref.find(ph); p != std::string::npos; p = ref.find(ph, p + num.size())) {
+      ref.replace(p, ph.size(), num);
+    }
+  }
+  j["reference"] = "import math\nimport torch\n\n\n" + ref;
   j["init"] = generic_init(t, values, inputs);
   // json.dumps(indent=2) layout, ASCII only, as upstream writes its files.
   return j.dump(2, ' ', true);
@@ -287,14 +295,42 @@ const Derived* find_derived(const Template& t, std::string_view name) {
   return nullptr;
 }
 
-const Template* find_template(std::string_view op) {
+namespace {
+const std::unordered_map<std::string_view, std::vector<const Template*>>& template_index() {
   static const auto* index = [] {
-    auto* m = new std::unordered_map<std::string_view, const Template*>();
-    for (const Template& t : templates()) (*m)[t.op] = &t;
+    auto* m = new std::unordered_map<std::string_view, std::vector<const Template*>>();
+    for (const Template& t : templates()) (*m)[t.op].push_back(&t);
     return m;
   }();
-  auto it = index->find(op);
-  return it == index->end() ? nullptr : it->second;
+  return *index;
+}
+}  // namespace
+
+const Template* find_template(std::string_view op) {
+  auto it = template_index().find(op);
+  return it == template_index().end() ? nullptr : it->second.front();
+}
+
+std::vector<const Template*> templates_of(std::string_view op) {
+  auto it = template_index().find(op);
+  return it == template_index().end() ? std::vector<const Template*>{} : it->second;
+}
+
+const Template* find_template(std::string_view op, const Args& args) {
+  auto it = template_index().find(op);
+  if (it == template_index().end()) return nullptr;
+  for (const Template* t : it->second) {
+    if (t->select_param.empty()) return t;
+    if (!t->positive_param.empty() && scalar_of(args, t->positive_param).value_or(0) <= 0) {
+      continue;
+    }
+    const auto v = scalar_of(args, t->select_param);
+    const int64_t x = v ? *v : t->select_default;
+    for (int64_t s : t->select_values) {
+      if (s == x) return t;
+    }
+  }
+  return nullptr;
 }
 
 }  // namespace detail
@@ -363,20 +399,24 @@ std::vector<std::string> traced_ops() {
   std::vector<std::string> ops;
   for (const auto& t : detail::templates()) ops.push_back(t.op);
   std::sort(ops.begin(), ops.end());
+  // An op with selected templates is listed once.
+  ops.erase(std::unique(ops.begin(), ops.end()), ops.end());
   return ops;
 }
 
 std::optional<std::string> definition_for_call(const OpDecl& decl, std::span<const Value> args) {
-  const detail::Template* t = detail::find_template(decl.name);
+  const detail::Args a = args_of(decl, args);
+  const detail::Template* t = detail::find_template(decl.name, a);
   if (!t) return std::nullopt;
-  return detail::render(*t, args_of(decl, args), fi_api_of(decl), nullptr);
+  return detail::render(*t, a, fi_api_of(decl), nullptr);
 }
 
 std::optional<std::string> definition_name_for_call(const OpDecl& decl,
                                                     std::span<const Value> args) {
-  const detail::Template* t = detail::find_template(decl.name);
+  const detail::Args a = args_of(decl, args);
+  const detail::Template* t = detail::find_template(decl.name, a);
   if (!t) return std::nullopt;
-  return detail::definition_name(*t, args_of(decl, args));
+  return detail::definition_name(*t, a);
 }
 
 std::vector<AxisInfo> template_axes(std::string_view op) {
@@ -385,9 +425,33 @@ std::vector<AxisInfo> template_axes(std::string_view op) {
   return out;
 }
 
-std::string definition_for_axes(std::string_view op, const std::map<std::string, int64_t>& axes,
+std::string definition_for_axes(std::string_view op, const std::map<std::string, int64_t>& axes_in,
                                 DType dtype) {
-  const detail::Template& t = require_template(op);
+  // An op with selected templates takes its selector as one more `axis` (--axis
+  // routing_method_type=2); without it, the first template.
+  std::map<std::string, int64_t> axes = axes_in;
+  const detail::Template* picked = &require_template(op);
+  if (!picked->select_param.empty()) {
+    detail::Args sel;
+    if (auto it = axes.find(picked->select_param); it != axes.end()) {
+      sel[it->first].kind = detail::Arg::Kind::kInt;
+      sel[it->first].i = it->second;
+      axes.erase(it);
+    }
+    for (const detail::Template* v : detail::templates_of(op)) {
+      // The positive selector is an axis of its template: read, not removed.
+      if (auto it = axes.find(v->positive_param); !v->positive_param.empty() && it != axes.end()) {
+        sel[it->first].kind = detail::Arg::Kind::kInt;
+        sel[it->first].i = it->second;
+      }
+    }
+    picked = detail::find_template(op, sel);
+    if (!picked) {
+      FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "trace", "routine", "op ", std::string(op),
+                      " has no trace template for that ", require_template(op).select_param);
+    }
+  }
+  const detail::Template& t = *picked;
   const OpDecl* decl = OpRegistry::global().find(op);
   if (!decl) {
     FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "trace", "routine", "no op named '",

@@ -114,12 +114,25 @@ struct Template {
   std::vector<std::string> constraints{};
   std::vector<Derived> derived{};   // shape names that are not axes
   std::vector<std::string> tags{};  // after the fi_api tag: "status:verified", "fused", ...
-  std::string reference{};          // Python source defining run(<input keys>)
+  // Python source defining run(<input keys>); `{axis:NAME}` stands for that axis's value.
+  std::string reference{};
+  // Several templates for one op (upstream's trace dispatch, e.g. one per MoE
+  // routing_method_type): this one applies when the integer argument `select_param` is one of
+  // `select_values` (an absent argument counts as `select_default`). Empty: the op's only one.
+  std::string select_param{};
+  std::vector<int64_t> select_values{};
+  int64_t select_default = 0;
+  // And only when this integer argument is > 0 (None = 0): upstream's shared-experts sibling of
+  // the DeepSeek-V3 MoE template. Such a template comes before its plain sibling in the table.
+  std::string positive_param{};
 };
 
 /// The table (src/trace/templates.cpp): built once, never destroyed.
 const std::vector<Template>& templates();
+/// The op's first template (its only one unless it has selected variants).
 const Template* find_template(std::string_view op);
+/// Every template of the op, in table order.
+std::vector<const Template*> templates_of(std::string_view op);
 /// The derived shape name `name` of `t`, or nullptr.
 const Derived* find_derived(const Template& t, std::string_view name);
 
@@ -132,6 +145,10 @@ struct Arg {
   int64_t i = 0;
 };
 using Args = std::map<std::string, Arg, std::less<>>;
+
+/// The op's template for a call with `args` (its selector matching), or nullptr when none
+/// applies (upstream writes nothing then, e.g. routing_method_type Unspecified).
+const Template* find_template(std::string_view op, const Args& args);
 
 /// Builds the definition (an ordered JSON document's text) from `args` by parameter name; the
 /// fi_api tag is `fi_api`. `name_out` receives the definition name.

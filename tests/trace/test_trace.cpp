@@ -46,6 +46,11 @@ Tensor ones(std::vector<int64_t> shape, DType dt) {
 }
 
 Value T(std::vector<int64_t> shape, DType dt) { return Value(Tensor::empty(shape, dt)); }
+// A tensor of that shape over one element (all strides 0): the MoE weights' shapes without their
+// gigabytes (a definition reads only shapes and dtypes).
+Value B(std::vector<int64_t> shape, DType dt) {
+  return Value(Tensor::empty({1}, dt).as_strided(shape, std::vector<int64_t>(shape.size(), 0), 0));
+}
 
 // Arguments of `op` bound by keyword, aligned with its declaration (defaults filled in).
 std::vector<Value> bind(const std::string& op, std::vector<std::pair<std::string, Value>> kw) {
@@ -410,6 +415,108 @@ std::map<std::string, UpstreamCall> upstream_calls() {
           return bind("mm_bf16", {{"a", T({3, k}, bf)}, {"b", T({k, n}, bf)}});
         }};
   }
+  // trtllm_fp8_block_scale_moe: one file per routing_method_type (upstream's dispatch), the
+  // DeepSeek-V3 shapes of upstream's example (256 experts, 32 local, h7168, i2048); its calls
+  // pass a bf16 routing_bias for every routing (the files record its dtype).
+  const std::pair<int64_t, const char*> moe_fp8[] = {
+      {0, "moe_fp8_block_scale_default_routing_topk8_e32_h7168_i2048"},
+      {1, "moe_fp8_block_scale_renormalize_routing_topk8_e32_h7168_i2048"},
+      {2, "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048"},
+      {3, "moe_fp8_block_scale_llama4_routing_topk1_e32_h7168_i2048"},
+      {4, "moe_fp8_block_scale_renormalize_naive_routing_topk8_e32_h7168_i2048"},
+      {5, "moe_fp8_block_scale_topk_routing_topk8_e32_h7168_i2048"}};
+  for (const auto& rf : moe_fp8) {
+    const int64_t rt = rf.first;
+    m[rf.second] = {"trtllm_fp8_block_scale_moe", [=] {
+                      const DType f8 = DType::kFloat8E4M3FN;
+                      const bool ds = rt == 2;
+                      return bind("trtllm_fp8_block_scale_moe",
+                                  {{"routing_logits", T({3, 256}, f32)},
+                                   {"routing_bias", T({256}, bf)},
+                                   {"hidden_states", T({3, 7168}, f8)},
+                                   {"hidden_states_scale", T({56, 3}, f32)},
+                                   {"gemm1_weights", B({32, 4096, 7168}, f8)},
+                                   {"gemm1_weights_scale", B({32, 32, 56}, f32)},
+                                   {"gemm2_weights", B({32, 7168, 2048}, f8)},
+                                   {"gemm2_weights_scale", B({32, 56, 16}, f32)},
+                                   {"num_experts", Value(int64_t{256})},
+                                   {"top_k", Value(int64_t{rt == 3 ? 1 : 8})},
+                                   {"n_group", ds ? Value(int64_t{8}) : Value()},
+                                   {"topk_group", ds ? Value(int64_t{4}) : Value()},
+                                   {"intermediate_size", Value(int64_t{2048})},
+                                   {"local_expert_offset", Value(int64_t{0})},
+                                   {"local_num_experts", Value(int64_t{32})},
+                                   {"routed_scaling_factor", Value(2.5)},
+                                   {"routing_method_type", Value(rt)}});
+                    }};
+  }
+  // DeepSeek-V3 with one fused shared expert: 32 routed experts, 33 weight rows (upstream's
+  // example).
+  m["moe_fp8_block_scale_ds_shared_experts_s1_e33_topk8_ng8_kg4_h7168_i2048"] = {
+      "trtllm_fp8_block_scale_moe", [=] {
+        const DType f8 = DType::kFloat8E4M3FN;
+        return bind("trtllm_fp8_block_scale_moe",
+                    {{"routing_logits", T({3, 32}, f32)},
+                     {"routing_bias", T({32}, bf)},
+                     {"hidden_states", T({3, 7168}, f8)},
+                     {"hidden_states_scale", T({56, 3}, f32)},
+                     {"gemm1_weights", B({33, 4096, 7168}, f8)},
+                     {"gemm1_weights_scale", B({33, 32, 56}, f32)},
+                     {"gemm2_weights", B({33, 7168, 2048}, f8)},
+                     {"gemm2_weights_scale", B({33, 56, 16}, f32)},
+                     {"num_experts", Value(int64_t{32})},
+                     {"top_k", Value(int64_t{8})},
+                     {"n_group", Value(int64_t{8})},
+                     {"topk_group", Value(int64_t{4})},
+                     {"intermediate_size", Value(int64_t{2048})},
+                     {"local_expert_offset", Value(int64_t{0})},
+                     {"local_num_experts", Value(int64_t{32})},
+                     {"routed_scaling_factor", Value(2.5)},
+                     {"routing_method_type", Value(int64_t{2})},
+                     {"num_fused_shared_experts", Value(int64_t{1})}});
+      }};
+  // trtllm_fp4_block_scale_moe, the same shapes in NVFP4 (upstream's example passes no
+  // routing_bias and no gemm biases; DeepSeek-V3's group axes come last in its names).
+  const std::pair<int64_t, const char*> moe_fp4[] = {
+      {0, "moe_fp4_block_scale_default_routing_topk8_e32_h7168_i2048"},
+      {1, "moe_fp4_block_scale_renormalize_routing_topk8_e32_h7168_i2048"},
+      {2, "moe_fp4_block_scale_ds_routing_topk8_e32_h7168_i2048_ng8_kg4"},
+      {3, "moe_fp4_block_scale_llama4_routing_topk1_e32_h7168_i2048"},
+      {4, "moe_fp4_block_scale_renormalize_naive_routing_topk8_e32_h7168_i2048"},
+      {5, "moe_fp4_block_scale_topk_routing_topk8_e32_h7168_i2048"}};
+  for (const auto& rf : moe_fp4) {
+    const int64_t rt = rf.first;
+    m[rf.second] = {"trtllm_fp4_block_scale_moe", [=] {
+                      const DType f8 = DType::kFloat8E4M3FN, u8 = DType::kUInt8;
+                      const bool ds = rt == 2;
+                      return bind("trtllm_fp4_block_scale_moe",
+                                  {{"routing_logits", T({3, 256}, bf)},
+                                   {"routing_bias", Value()},
+                                   {"hidden_states", T({3, 3584}, u8)},
+                                   {"gemm1_bias", Value()},
+                                   {"gemm1_alpha", Value()},
+                                   {"gemm1_beta", Value()},
+                                   {"gemm1_clamp_limit", Value()},
+                                   {"gemm2_bias", Value()},
+                                   {"hidden_states_scale", T({3, 448}, f8)},
+                                   {"gemm1_weights", B({32, 4096, 3584}, u8)},
+                                   {"gemm1_weights_scale", B({32, 4096, 448}, f8)},
+                                   {"gemm2_weights", B({32, 7168, 1024}, u8)},
+                                   {"gemm2_weights_scale", B({32, 7168, 128}, f8)},
+                                   {"output1_scale_scalar", T({32}, f32)},
+                                   {"output1_scale_gate_scalar", T({32}, f32)},
+                                   {"output2_scale_scalar", T({32}, f32)},
+                                   {"num_experts", Value(int64_t{256})},
+                                   {"top_k", Value(int64_t{rt == 3 ? 1 : 8})},
+                                   {"n_group", ds ? Value(int64_t{8}) : Value()},
+                                   {"topk_group", ds ? Value(int64_t{4}) : Value()},
+                                   {"intermediate_size", Value(int64_t{2048})},
+                                   {"local_expert_offset", Value(int64_t{0})},
+                                   {"local_num_experts", Value(int64_t{32})},
+                                   {"routed_scaling_factor", Value(2.5)},
+                                   {"routing_method_type", Value(rt)}});
+                    }};
+  }
   return m;
 }
 
@@ -468,8 +575,15 @@ void validate(const Json& d, const std::string& op, std::vector<std::string>* un
   // Upstream's nvfp4_quantize_smooth template carries no status tag (its committed file).
   EXPECT_TRUE(status || op == "nvfp4_quantize_smooth") << "no status: tag";
   std::string expected_name;
-  const auto* tmpl = fi::trace::detail::find_template(op);
-  ASSERT_NE(tmpl, nullptr);
+  // The op's template that wrote `d`: for ops with selected templates (the MoE routing
+  // variants), the one whose prefix starts the name (the longest such).
+  const fi::trace::detail::Template* tmpl = nullptr;
+  const std::string dname = d.at("name").get<std::string>();
+  for (const auto* t : fi::trace::detail::templates_of(op)) {
+    const bool starts = dname == t->name_prefix || dname.rfind(t->name_prefix + "_", 0) == 0;
+    if (starts && (!tmpl || t->name_prefix.size() > tmpl->name_prefix.size())) tmpl = t;
+  }
+  ASSERT_NE(tmpl, nullptr) << "no template of " << op << " writes " << dname;
   expected_name = tmpl->name_prefix;
   for (const auto& a : tmpl->axes) {
     const Json& j = d.at("axes").at(a.name);
@@ -559,7 +673,8 @@ fs::path fresh_dir(const std::string& name) {
 }
 
 // Small constant axis values for building every definition from axes alone.
-std::map<std::string, int64_t> small_axes(const std::string& op) {
+std::map<std::string, int64_t> small_axes(const std::string& op,
+                                          const fi::trace::detail::Template& tmpl) {
   static const std::map<std::string, int64_t> v = {{"hidden_size", 32},
                                                    {"vocab_size", 64},
                                                    {"num_heads", 4},
@@ -592,9 +707,38 @@ std::map<std::string, int64_t> small_axes(const std::string& op) {
       {"mxfp8_grouped_quantize", {{"K", 96}}},
       {"mxfp8_quantize", {{"K", 64}}},
       {"mla_rope_quantize_fp8", {{"num_q_heads", 2}, {"rope_dim", 8}, {"rotary_dim", 8}}},
-      {"fmha_v2_prefill_sm120", {{"num_heads", 2}, {"head_dim", 16}}}};
+      {"fmha_v2_prefill_sm120", {{"num_heads", 2}, {"head_dim", 16}}},
+      // Whole 128-wide scale blocks; 2 groups of 4 experts, 4 of them local.
+      {"trtllm_fp8_block_scale_moe",
+       {{"num_experts", 8},
+        {"top_k", 2},
+        {"n_group", 2},
+        {"topk_group", 1},
+        {"num_local_experts", 4},
+        {"hidden_size", 256},
+        {"intermediate_size", 128},
+        {"gemm1_out_size", 256},
+        {"num_hidden_blocks", 2},
+        {"num_intermediate_blocks", 1},
+        {"num_gemm1_out_blocks", 2},
+        {"num_fused_shared_experts", 1},
+        {"num_weight_rows", 9}}},
+      // Packed halves and scale blocks of 16 consistent with h64, i32.
+      {"trtllm_fp4_block_scale_moe",
+       {{"num_experts", 8},
+        {"top_k", 2},
+        {"n_group", 2},
+        {"topk_group", 1},
+        {"num_local_experts", 4},
+        {"hidden_size", 64},
+        {"intermediate_size", 32},
+        {"gemm1_out_size", 64},
+        {"num_packed_hidden", 32},
+        {"num_fp4_hidden_blocks", 4},
+        {"num_packed_intermediate", 16},
+        {"num_fp4_intermediate_blocks", 2}}}};
   std::map<std::string, int64_t> out;
-  for (const auto& a : fi::trace::template_axes(op)) {
+  for (const auto& a : tmpl.axes) {
     if (!a.is_const) continue;
     auto o = per_op.find(op);
     if (o != per_op.end() && o->second.count(a.name)) {
@@ -604,6 +748,10 @@ std::map<std::string, int64_t> small_axes(const std::string& op) {
     }
   }
   return out;
+}
+
+std::map<std::string, int64_t> small_axes(const std::string& op) {
+  return small_axes(op, *fi::trace::detail::find_template(op));
 }
 
 }  // namespace
@@ -624,7 +772,7 @@ TEST(Trace, UpstreamComparison) {
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(calls.size()));
-  EXPECT_GE(compared, 60);
+  EXPECT_GE(compared, 73);
 }
 
 TEST(Trace, EveryTemplateNamesADeclaredOp) {
@@ -633,10 +781,21 @@ TEST(Trace, EveryTemplateNamesADeclaredOp) {
   std::set<std::string> prefixes;
   for (const auto& op : ops) {
     EXPECT_NE(fi::OpRegistry::global().find(op), nullptr) << op;
-    const auto* t = fi::trace::detail::find_template(op);
-    ASSERT_NE(t, nullptr);
-    // Two ops with one name prefix would write one file for both.
-    EXPECT_TRUE(prefixes.insert(t->name_prefix).second) << t->name_prefix;
+    const auto variants = fi::trace::detail::templates_of(op);
+    ASSERT_FALSE(variants.empty()) << op;
+    std::set<std::pair<int64_t, std::string>> selected;
+    for (const auto* t : variants) {
+      // Two templates with one name prefix would write one file for both.
+      EXPECT_TRUE(prefixes.insert(t->name_prefix).second) << t->name_prefix;
+      // Several templates of one op are told apart by one selector, one value each.
+      if (variants.size() > 1) {
+        EXPECT_EQ(t->select_param, variants.front()->select_param) << op;
+        EXPECT_FALSE(t->select_param.empty()) << op;
+        for (int64_t v : t->select_values) {
+          EXPECT_TRUE(selected.insert({v, t->positive_param}).second) << op << " " << v;
+        }
+      }
+    }
   }
 }
 
@@ -644,15 +803,21 @@ TEST(Trace, EveryDefinitionValidates) {
   const fs::path dir = fresh_dir("all");
   std::vector<fs::path> files;
   for (const auto& op : fi::trace::traced_ops()) {
-    const std::string text = fi::trace::definition_for_axes(op, small_axes(op), DType::kBFloat16);
-    const Json d = Json::parse(text);
-    std::vector<std::string> unresolved;
-    validate(d, op, &unresolved);
-    EXPECT_TRUE(unresolved.empty()) << op << ": " << unresolved.front();
-    const fs::path p = dir / (d.at("name").get<std::string>() + ".json");
-    EXPECT_FALSE(fs::exists(p)) << "two ops write " << p;
-    std::ofstream(p) << text;
-    files.push_back(p);
+    // Every template of the op: selected ones by their selector value.
+    for (const auto* tmpl : fi::trace::detail::templates_of(op)) {
+      auto axes = small_axes(op, *tmpl);
+      if (!tmpl->select_param.empty()) axes[tmpl->select_param] = tmpl->select_values.front();
+      const std::string text = fi::trace::definition_for_axes(op, axes, DType::kBFloat16);
+      const Json d = Json::parse(text);
+      EXPECT_EQ(d.at("name").get<std::string>().rfind(tmpl->name_prefix, 0), 0u) << op;
+      std::vector<std::string> unresolved;
+      validate(d, op, &unresolved);
+      EXPECT_TRUE(unresolved.empty()) << op << ": " << unresolved.front();
+      const fs::path p = dir / (d.at("name").get<std::string>() + ".json");
+      EXPECT_FALSE(fs::exists(p)) << "two ops write " << p;
+      std::ofstream(p) << text;
+      files.push_back(p);
+    }
   }
   run_python(files);
   fs::remove_all(dir);
@@ -675,6 +840,81 @@ TEST(Trace, DefinitionForAxesErrors) {
       definition("rmsnorm", bind("rmsnorm", {{"input", T({1, 4096}, DType::kBFloat16)},
                                              {"weight", T({4096}, DType::kBFloat16)}})));
   EXPECT_EQ(from_axes, from_call);
+}
+
+// An op with several templates: the call's argument picks one (upstream's dispatch), a value no
+// template takes writes nothing (routing_method_type 6, Unspecified), and `flashinfer trace`
+// takes the selector as an axis.
+TEST(Trace, SelectedTemplates) {
+  const auto call = [](int64_t rt, int64_t shared = 0) {
+    return bind("trtllm_fp8_block_scale_moe",
+                {{"routing_logits", T({2, 8}, DType::kFloat32)},
+                 {"routing_bias", T({8}, DType::kBFloat16)},
+                 {"hidden_states", T({2, 256}, DType::kFloat8E4M3FN)},
+                 {"hidden_states_scale", T({2, 2}, DType::kFloat32)},
+                 {"gemm1_weights", T({4, 256, 256}, DType::kFloat8E4M3FN)},
+                 {"gemm1_weights_scale", T({4, 2, 2}, DType::kFloat32)},
+                 {"gemm2_weights", T({4, 256, 128}, DType::kFloat8E4M3FN)},
+                 {"gemm2_weights_scale", T({4, 2, 1}, DType::kFloat32)},
+                 {"num_experts", Value(int64_t{8})},
+                 {"top_k", Value(int64_t{2})},
+                 {"n_group", Value(int64_t{2})},
+                 {"topk_group", Value(int64_t{1})},
+                 {"intermediate_size", Value(int64_t{128})},
+                 {"local_expert_offset", Value(int64_t{0})},
+                 {"local_num_experts", Value(int64_t{4})},
+                 {"routed_scaling_factor", Value(1.0)},
+                 {"routing_method_type", Value(rt)},
+                 {"num_fused_shared_experts", shared ? Value(shared) : Value()}});
+  };
+  const fi::OpDecl* d = fi::OpRegistry::global().find("trtllm_fp8_block_scale_moe");
+  ASSERT_NE(d, nullptr);
+  const std::map<int64_t, std::string> want = {
+      {0, "moe_fp8_block_scale_default_routing_topk2_e4_h256_i128"},
+      {1, "moe_fp8_block_scale_renormalize_routing_topk2_e4_h256_i128"},
+      {2, "moe_fp8_block_scale_ds_routing_topk2_ng2_kg1_e4_h256_i128"},
+      {3, "moe_fp8_block_scale_llama4_routing_topk2_e4_h256_i128"},
+      {4, "moe_fp8_block_scale_renormalize_naive_routing_topk2_e4_h256_i128"},
+      {5, "moe_fp8_block_scale_topk_routing_topk2_e4_h256_i128"}};
+  for (const auto& [rt, name] : want) {
+    EXPECT_EQ(fi::trace::definition_name_for_call(*d, call(rt)).value_or("none"), name);
+    const Json j = Json::parse(definition("trtllm_fp8_block_scale_moe", call(rt)));
+    EXPECT_EQ(j.at("name"), name);
+    // Only DeepSeek-V3 routing has the group axes and inputs; its bias is required.
+    EXPECT_EQ(j.at("axes").contains("n_group"), rt == 2) << rt;
+    EXPECT_EQ(j.at("inputs").at("routing_bias").value("optional", false), rt != 2) << rt;
+  }
+  EXPECT_FALSE(fi::trace::definition_name_for_call(*d, call(6)).has_value());
+  // Fused shared experts pick DeepSeek-V3's sibling (its rows counted as num_weight_rows); other
+  // routings ignore them.
+  EXPECT_EQ(fi::trace::definition_name_for_call(*d, call(2, 1)).value_or("none"),
+            "moe_fp8_block_scale_ds_shared_experts_s1_e4_topk2_ng2_kg1_h256_i128");
+  EXPECT_EQ(fi::trace::definition_name_for_call(*d, call(0, 1)).value_or("none"), want.at(0));
+  EXPECT_FALSE(fi::trace::definition_for_call(*d, call(6)).has_value());
+  // From axes: the selector as one more axis; without it, the first template (Default).
+  std::map<std::string, int64_t> axes = {{"num_experts", 8},
+                                         {"top_k", 2},
+                                         {"n_group", 2},
+                                         {"topk_group", 1},
+                                         {"num_local_experts", 4},
+                                         {"hidden_size", 256},
+                                         {"intermediate_size", 128},
+                                         {"gemm1_out_size", 256},
+                                         {"num_hidden_blocks", 2},
+                                         {"num_intermediate_blocks", 1},
+                                         {"num_gemm1_out_blocks", 2},
+                                         {"routing_method_type", 2}};
+  EXPECT_EQ(
+      Json::parse(fi::trace::definition_for_axes("trtllm_fp8_block_scale_moe", axes)).at("name"),
+      want.at(2));
+  axes["routing_method_type"] = 6;
+  EXPECT_THROW(fi::trace::definition_for_axes("trtllm_fp8_block_scale_moe", axes), fi::Error);
+  axes.erase("routing_method_type");
+  axes.erase("n_group");
+  axes.erase("topk_group");
+  EXPECT_EQ(
+      Json::parse(fi::trace::definition_for_axes("trtllm_fp8_block_scale_moe", axes)).at("name"),
+      want.at(0));
 }
 
 TEST(Trace, SettingsParse) {
