@@ -486,17 +486,8 @@ Tensor CuteDslMoEWrapper::run(const Tensor& x, std::optional<Tensor> x_sf,
 
 namespace {
 
-Tensor rand_bytes(const Shape& shape, Device dev, uint64_t seed) {
-  return api::bench::random_tensor(shape, DType::kFloat32, Device::cpu(), seed, 0.0, 256.0)
-      .to(DType::kUInt8)
-      .to(dev);
-}
-
-Tensor e4m3_scales(const Shape& shape, Device dev, uint64_t seed, double low, double high) {
-  return api::bench::random_tensor(shape, DType::kFloat32, Device::cpu(), seed, low, high)
-      .to(DType::kFloat8E4M3FN)
-      .to(dev);
-}
+using moe_cute::e4m3_scales;
+using moe_cute::rand_bytes;
 
 // The b12x / CuTe-DSL inputs both benches share: 8 experts, top-2 with weights 0.75 / 0.25,
 // random packed weights (every byte is a valid NVFP4 pair) and swizzled e4m3 scales.

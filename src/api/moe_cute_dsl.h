@@ -38,4 +38,10 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
                      const std::optional<double>& situ_linear_beta, std::string_view quant_mode,
                      const std::optional<Tensor>& per_token_scale);
 
+/// Bench inputs of the NVFP4 MoE bench hooks (moe_fp4.cpp, moe_b12x.cpp): uniform random bytes
+/// of `shape` (every byte is a valid pair of e2m1 codes) and positive e4m3 scale codes of values
+/// in [low, high), drawn on the CPU and moved to `dev`.
+Tensor rand_bytes(const Shape& shape, Device dev, uint64_t seed);
+Tensor e4m3_scales(const Shape& shape, Device dev, uint64_t seed, double low, double high);
+
 }  // namespace flashinfer::moe_cute

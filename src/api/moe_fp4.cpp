@@ -827,20 +827,23 @@ Tensor cute_dsl_fused_moe_nvfp4(
       quant_mode, per_token_scale);
 }
 
-namespace {
-
-Tensor rand_bytes(const Shape& shape, Device dev, uint64_t seed) {
+Tensor moe_cute::rand_bytes(const Shape& shape, Device dev, uint64_t seed) {
   return api::bench::random_tensor(shape, DType::kFloat32, Device::cpu(), seed, 0.0, 256.0)
       .to(DType::kUInt8)
       .to(dev);
 }
 
-// Positive fp8 e4m3 scale codes of values in [low, high).
-Tensor e4m3_scales(const Shape& shape, Device dev, uint64_t seed, double low, double high) {
+Tensor moe_cute::e4m3_scales(const Shape& shape, Device dev, uint64_t seed, double low,
+                             double high) {
   return api::bench::random_tensor(shape, DType::kFloat32, Device::cpu(), seed, low, high)
       .to(DType::kFloat8E4M3FN)
       .to(dev);
 }
+
+namespace {
+
+using moe_cute::e4m3_scales;
+using moe_cute::rand_bytes;
 
 // Two distinct experts per token, bf16 weights 0.75 / 0.25, packed (id << 16) | weight bits.
 Value packed_ids(int64_t T, int64_t E, Device dev) {
