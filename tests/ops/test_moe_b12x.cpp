@@ -17,6 +17,7 @@
 
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/replay.h"
+#include "ops/moe_fp4_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
@@ -38,35 +39,10 @@
 namespace flashinfer::testing {
 namespace {
 
-struct Rng {
-  uint64_t s;
-  uint32_t next() {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<uint32_t>(s >> 33);
-  }
-  double uniform(double lo, double hi) { return lo + (hi - lo) * (next() / 2147483648.0); }
-};
-
-Tensor bytes_tensor(const std::vector<uint8_t>& v, const Shape& shape) {
-  Tensor t = Tensor::empty(shape, DType::kUInt8);
-  EXPECT_EQ(static_cast<size_t>(t.numel()), v.size());
-  std::memcpy(t.data_ptr(), v.data(), v.size());
-  return t;
-}
-
-std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
-  Rng r{seed};
-  std::vector<uint8_t> v(n);
-  for (auto& b : v) b = static_cast<uint8_t>(r.next() & 0xFF);
-  return v;
-}
-
-std::vector<uint8_t> e4m3_codes(size_t n, uint64_t seed, double lo, double hi) {
-  Rng r{seed};
-  std::vector<uint8_t> v(n);
-  for (auto& b : v) b = float_to_e4m3fn_bits(static_cast<float>(r.uniform(lo, hi)), true);
-  return v;
-}
+using moe_fp4::bytes_tensor;
+using moe_fp4::e4m3_codes;
+using moe_fp4::random_bytes;
+using moe_fp4::Rng;
 
 double e2m1(const std::vector<uint8_t>& packed, size_t i) {
   const uint8_t b = packed[i / 2];
