@@ -94,7 +94,7 @@ enum class MoeRouting : int {
   kRenormalizeNaive = 4,  // softmax, top-k, divided by the sum of the k
   kTopK = 5,              // top-k of the logits, the logits as weights
   kSigmoidRenorm = 6,     // sigmoid, top-k, divided by the sum of the k (norm_topk_prob)
-  kMiniMax2 = 7,          // sigmoid + bias selects, sigmoid / (sum + 1e-20)
+  kMiniMax2 = 7,          // sigmoid + bias selects, sigmoid * scale / (sum + 1e-20)
   kSigmoid = 8,           // sigmoid, top-k
 };
 

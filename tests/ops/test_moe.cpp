@@ -648,8 +648,11 @@ Routed routing_formula(int method, const std::vector<double>& logits,
     for (double& w : r.weights) w /= d;
   } else if (method == 3) {
     for (double& w : r.weights) w = sigmoid(w);
-  } else if (method == 4 || method == 6 || method == 7) {
+  } else if (method == 4 || method == 6) {
     for (double& w : r.weights) w /= sum;
+  } else if (method == 7) {
+    // MiniMax2: routeScale = routed_scaling_factor (upstream's Routing::Runner).
+    for (double& w : r.weights) w = w * scale / (sum + 1e-20);
   }
   return r;
 }

@@ -491,15 +491,20 @@ void moe_routing(const MoeRoutingParams& p, int32_t* ids, float* weights) {
           for (int64_t i = 0; i < K; ++i) w[i] /= sum;
           break;
         case MoeRouting::kSigmoidRenorm:
+          // Upstream's SumNormalize floors the denominator at 1e-20 (RoutingCustomPolicy.cuh).
           if (p.norm_topk_prob) {
-            for (int64_t i = 0; i < K; ++i) w[i] /= sum;
+            for (int64_t i = 0; i < K; ++i) w[i] /= std::max(sum, 1e-20f);
           }
           break;
         case MoeRouting::kDeepSeekV3:
-          for (int64_t i = 0; i < K; ++i) w[i] = w[i] / (sum + 1e-20f) * p.routed_scaling_factor;
+          for (int64_t i = 0; i < K; ++i) w[i] = w[i] * p.routed_scaling_factor / (sum + 1e-20f);
           break;
         case MoeRouting::kMiniMax2:
-          for (int64_t i = 0; i < K; ++i) w[i] = w[i] / (sum + 1e-20f);
+          // Upstream's Routing::Runner sets routeScale = routed_scaling_factor for MiniMax2
+          // (ScaledSumNormalize: sigmoid * routeScale / (sum + 1e-20)).
+          for (int64_t i = 0; i < K; ++i) {
+            w[i] = w[i] * p.routed_scaling_factor / (sum + 1e-20f);
+          }
           break;
         default:
           break;  // Default, TopK, Sigmoid: the selected scores as they are

@@ -350,14 +350,12 @@ __global__ void fp8_moe_route_kernel(TrtllmFp8MoeParams p) {
         break;
       case MoeRouting::kSigmoidRenorm:
         if (r.norm_topk_prob) {
-          for (int64_t i = 0; i < K; ++i) w[i] /= sum;
+          for (int64_t i = 0; i < K; ++i) w[i] /= fmaxf(sum, 1e-20f);
         }
         break;
       case MoeRouting::kDeepSeekV3:
-        for (int64_t i = 0; i < K; ++i) w[i] = w[i] / (sum + 1e-20f) * r.routed_scaling_factor;
-        break;
-      case MoeRouting::kMiniMax2:
-        for (int64_t i = 0; i < K; ++i) w[i] = w[i] / (sum + 1e-20f);
+      case MoeRouting::kMiniMax2:  // both scale by routed_scaling_factor (as the CPU reference)
+        for (int64_t i = 0; i < K; ++i) w[i] = w[i] * r.routed_scaling_factor / (sum + 1e-20f);
         break;
       default:
         break;
