@@ -235,6 +235,20 @@ Tensor floats(const std::vector<float>& v) {
 
 // ---- b12x_fused_moe ---------------------------------------------------------------------------
 
+// The activation quantization rounds to e2m1 as upstream's fp4_quantize_values_torch does
+// ("kernel-matching tie-breaking", flashinfer/fused_moe/cute_dsl/utils.py): every midpoint goes
+// to the even code (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4) and
+// magnitudes above 6 saturate. Hand-checked against that function's interval table.
+TEST(B12xFusedMoe, E2m1TieRuleIsUpstreams) {
+  const float in[] = {0.25f, 0.26f, 0.75f, 1.25f, 1.3f,   1.75f, 2.5f, 2.6f,
+                      3.5f,  5.0f,  5.1f,  7.0f,  -0.75f, -2.5f, -5.0f};
+  const float want[] = {0.0f, 0.5f, 1.0f, 1.0f, 1.5f,  2.0f,  2.0f, 3.0f,
+                        4.0f, 4.0f, 6.0f, 6.0f, -1.0f, -2.0f, -4.0f};
+  for (size_t i = 0; i < std::size(in); ++i) {
+    EXPECT_EQ(e2m1_bits_to_float(float_to_e2m1_bits(in[i])), want[i]) << "x = " << in[i];
+  }
+}
+
 TEST(B12xFusedMoe, MatchesFormula) {
   struct Variant {
     const char* name;
