@@ -713,6 +713,31 @@ TEST(TrtllmBf16Moe, MatchesFormulaForEveryRoutingMethod) {
   }
 }
 
+// The combine uses the routing weights rounded to bf16, as upstream's routing kernels write them
+// (Routing::Runner: mDtypeOutput = Bfloat16). Hand-checked: TopK routing makes the weight the
+// raw logit w = 1 + 2^-8 - 2^-20, which bf16 rounds to 1.0; with Identity activation and
+// one-hot weights the expert output is y = 255/128 exactly, so out = bf16(1.0 * y) = 1.9921875,
+// where an fp32 weight would give bf16(1.99997) = 2.0.
+TEST(TrtllmBf16Moe, RoutingWeightsRoundedToBf16) {
+  const int64_t T = 1, E = 2, H = 32, I = 16;
+  const double w = 1.0 + std::ldexp(1.0, -8) - std::ldexp(1.0, -20);
+  Tensor logits = Tensor::from_vector({w, -10.0}, {T, E}, DType::kFloat32);
+  std::vector<double> xv(static_cast<size_t>(T * H), 0.0), w1v(static_cast<size_t>(E * I * H), 0.0),
+      w2v(static_cast<size_t>(E * H * I), 0.0);
+  xv[0] = 1.0;
+  w1v[0] = 1.0;            // expert 0, row 0, column 0: h[0] = x[0]
+  w2v[0] = 255.0 / 128.0;  // expert 0, output 0 reads h[0]
+  const Tensor out = trtllm_bf16_moe(
+      logits, std::nullopt, Tensor::from_vector(xv, {T, H}, DType::kBFloat16),
+      Tensor::from_vector(w1v, {E, I, H}, DType::kBFloat16),
+      Tensor::from_vector(w2v, {E, H, I}, DType::kBFloat16), E, 1, std::nullopt, std::nullopt, I, 0,
+      E, std::nullopt, /*TopK*/ 5, false, WeightLayout::MajorK, true, true, 8192,
+      /*Identity*/ 9);
+  const std::vector<double> o = out.to_double_vector();
+  EXPECT_EQ(o[0], 255.0 / 128.0);
+  for (int64_t c = 1; c < H; ++c) EXPECT_EQ(o[static_cast<size_t>(c)], 0.0) << c;
+}
+
 // Precomputed routing: the (ids, weights) pair form gives trtllm_bf16_moe's result for the
 // routing that op computed; the packed form equals the pair form with bf16 weights.
 TEST(TrtllmBf16RoutedMoe, MatchesRoutingFromLogits) {

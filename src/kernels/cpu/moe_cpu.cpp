@@ -547,6 +547,9 @@ void trtllm_moe(const TrtllmMoeParams& p) {
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
   std::vector<float> w(static_cast<size_t>(T * K));
   trtllm_route(p, ids.data(), w.data());
+  // The routing kernels write the expert weights as bf16 (mDtypeOutput = Bfloat16 for every
+  // method in upstream's Routing::Runner), so the combine sees bf16 weights.
+  for (float& v : w) v = bfloat16_bits_to_float(float_to_bfloat16_bits(v));
   CutlassMoeParams m = p.moe;
   m.experts = ids.data();
   m.experts_dtype = DType::kInt32;
