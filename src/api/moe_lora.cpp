@@ -217,8 +217,8 @@ void check_host(const Tensor& t, const char* op, const char* arg) {
   FLASHINFER_CHECK(t.is_contiguous(), op, arg, "must be contiguous");
 }
 
-// token / expert / lora per pair, checked: tokens index lora_indices, experts of pairs that are
-// not skipped lie in [0, num_experts).
+// token / expert / lora per pair: a pair is skipped (lora -1) when its token is outside
+// lora_indices or has no adapter; experts of the other pairs must lie in [0, num_experts).
 void fill_pairs(kernels::BgmvMoeParams& p, const Tensor& sorted_token_ids, const Tensor& expert_ids,
                 const Tensor& lora_indices, int64_t num_experts, const char* op) {
   FLASHINFER_CHECK(sorted_token_ids.dim() == 1, op, "sorted_token_ids", "must be 1D, got ",
@@ -236,8 +236,12 @@ void fill_pairs(kernels::BgmvMoeParams& p, const Tensor& sorted_token_ids, const
   const auto T = static_cast<int64_t>(per_token.size());
   p.lora.resize(p.token.size());
   for (std::size_t q = 0; q < p.token.size(); ++q) {
-    FLASHINFER_CHECK(p.token[q] >= 0 && p.token[q] < T, op, "sorted_token_ids", "entry ", q, " = ",
-                     p.token[q], " is not a token of lora_indices [0, ", T, ")");
+    // Upstream's kernels skip a pair whose token lies outside [0, lora_indices.size(0)) (the
+    // padding entries of an aligned table): its output is left untouched (moe_bgmv_impl.cuh).
+    if (p.token[q] < 0 || p.token[q] >= T) {
+      p.lora[q] = -1;
+      continue;
+    }
     p.lora[q] = per_token[static_cast<std::size_t>(p.token[q])] < 0
                     ? -1
                     : per_token[static_cast<std::size_t>(p.token[q])];

@@ -1,5 +1,6 @@
 // replay_from_dump / replay_sequence (include/flashinfer/replay.h).
 #include "flashinfer/replay.h"
+#include "flashinfer/replay_extensions.h"
 
 #include <algorithm>
 #include <cmath>
@@ -440,9 +441,7 @@ Result replay_once(const std::string& dump_dir, const Options& o, bool* refused)
     r.args = bind_arguments(*decl, std::move(positional), keyword);
     // Arguments this library's recorder captured more of (extension tensors, e.g. the weights
     // behind a pointer table): rebuilt here; without those tensors nothing changes.
-    if (const detail::ReplayExtensionFn* extend = detail::replay_extension(r.function_name)) {
-      (*extend)(tensors, r.args);
-    }
+    apply_call_extensions(r.function_name, tensors, r.args);
     if (!o.run) {
       r.status = Status::kNotRun;
       return r;
@@ -681,6 +680,13 @@ std::vector<Result> replay_sequence(const std::string& root, const SequenceOptio
     if (so.on_progress) so.on_progress(out.back());
   }
   return out;
+}
+
+void apply_call_extensions(const std::string& function_name,
+                           const std::map<std::string, Tensor>& tensors, std::vector<Value>& args) {
+  if (const detail::ReplayExtensionFn* extend = detail::replay_extension(function_name)) {
+    (*extend)(tensors, args);
+  }
 }
 
 }  // namespace flashinfer::replay

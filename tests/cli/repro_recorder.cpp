@@ -1,5 +1,6 @@
-// Records the calls the `flashinfer repro` tests reproduce: an rmsnorm writing into `out`, and a
-// BatchDecodeWithPagedKVCacheWrapper's __init__, plan and run (small shapes).
+// Records the calls the `flashinfer repro` tests reproduce: an rmsnorm writing into `out`, a
+// BatchDecodeWithPagedKVCacheWrapper's __init__, plan and run, and a bgmv_moe_gemm1_lora_delta
+// through pointer tables (small shapes).
 //   repro_recorder DUMP_DIR [--tamper]
 // --tamper rewrites the rmsnorm call's recorded output so that a faithful reproduction fails.
 #include <cstdio>
@@ -49,6 +50,27 @@ int main(int argc, char** argv) {
   AttentionRunOptions ro;
   ro.return_lse = true;
   wrapper.run(q, kv, ro);
+
+  // A MoE LoRA delta through w_ptr tables of weight addresses: the recording carries the banks
+  // as extension tensors, and the banks die before the reproducer runs in another process.
+  {
+    const int64_t T = 3, K = 2, E = 4, L = 2, H = 16, R = 8, I = 16;
+    Tensor hs = Tensor::empty({T, H}, DType::kBFloat16);
+    hs.normal_(5);
+    Tensor ids = Tensor::from_vector({0, 3, 2, 1, 3, 2}, {T, K}, DType::kInt64);
+    Tensor lid = Tensor::from_vector({0, -1, 1}, {T}, DType::kInt64);
+    Tensor wa = Tensor::zeros({2, E}, DType::kInt64), wb = Tensor::zeros({2, E}, DType::kInt64);
+    Tensor banks[4];
+    for (int i = 0; i < 4; ++i) {
+      banks[i] = Tensor::empty(i < 2 ? Shape{L, E, R, H} : Shape{L, E, I, R}, DType::kBFloat16);
+      banks[i].normal_(6 + i);
+    }
+    const int64_t sa = fill_w_ptr(wa, banks[0], E, 0);
+    (void)fill_w_ptr(wa, banks[1], E, 1);
+    const int64_t sb = fill_w_ptr(wb, banks[2], E, 0);
+    (void)fill_w_ptr(wb, banks[3], E, 1);
+    (void)bgmv_moe_gemm1_lora_delta(hs, wa, sa, wb, sb, ids, lid, R, I);
+  }
   recorder::stop();
 
   if (tamper) {

@@ -1,8 +1,9 @@
 # `flashinfer repro` end to end against the installed package: install into a scratch prefix,
-# record an rmsnorm and a BatchDecodeWithPagedKVCacheWrapper session, generate a reproducer for
-# the rmsnorm call and for the wrapper's run call with the installed `flashinfer`, build each
-# with find_package(flashinfer_cpp), and run them: both pass. The rmsnorm reproducer is then run
-# on the data of a recording whose output was tampered with: it must fail.
+# record an rmsnorm, a BatchDecodeWithPagedKVCacheWrapper session and a MoE LoRA delta through
+# pointer tables, generate a reproducer for the rmsnorm call, the wrapper's run call and the
+# delta (whose tables the reproducer rebuilds from the recorded weight banks) with the installed
+# `flashinfer`, build each with find_package(flashinfer_cpp), and run them: all pass. The rmsnorm
+# reproducer is then run on the data of a recording whose output was tampered with: it must fail.
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 
@@ -18,7 +19,7 @@ run_step("install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 run_step("recording" ${RECORDER} ${WORK_DIR}/dump)
 run_step("tampered recording" ${RECORDER} ${WORK_DIR}/dump_tampered --tamper)
 
-foreach(op rmsnorm BatchDecodeWithPagedKVCacheWrapper.run)
+foreach(op rmsnorm BatchDecodeWithPagedKVCacheWrapper.run bgmv_moe_gemm1_lora_delta)
   file(GLOB call LIST_DIRECTORIES true ${WORK_DIR}/dump/*_${op}_call*)
   list(LENGTH call n)
   if(NOT n EQUAL 1)

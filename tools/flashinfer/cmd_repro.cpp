@@ -206,7 +206,7 @@ class StepWriter {
     list(positional);
     o << ",";
     list(kw);
-    o << ");\n";
+    o << ",\n          step_inputs);\n";
     if (decl_.is_constructor()) {
       o << "      repro_self = step_result;  // the object the later steps call\n";
     }
@@ -472,6 +472,7 @@ constexpr const char* kPrologue = R"(#include <cstdint>
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/op_decl.h"
 #include "flashinfer/replay.h"
+#include "flashinfer/replay_extensions.h"
 #include "flashinfer/tensor_io.h"
 
 namespace fi = flashinfer;
@@ -520,14 +521,19 @@ using TensorMap = std::map<std::string, fi::Tensor>;
 }
 
 // Runs op `name` through its declaration, binding the arguments as Python would (defaults
-// filled in): the path `flashinfer replay` takes.
+// filled in), then rebuilding those this library's recorder captured more of from the step's
+// extension tensors (e.g. the weight banks behind a LoRA pointer table): the path `flashinfer
+// replay` takes.
 [[maybe_unused]] fi::Value repro_run(const std::string& name,
                                      std::vector<fi::Value> positional,
-                                     std::vector<std::pair<std::string, fi::Value>> keyword) {
+                                     std::vector<std::pair<std::string, fi::Value>> keyword,
+                                     const TensorMap& inputs) {
   const fi::OpDecl* op = fi::OpRegistry::global().find(name);
   if (!op || !op->invoke) throw std::runtime_error("this flashinfer-cpp cannot run " + name);
-  return op->invoke(
-      fi::CallArgs(*op, fi::bind_arguments(*op, std::move(positional), std::move(keyword))));
+  std::vector<fi::Value> args =
+      fi::bind_arguments(*op, std::move(positional), std::move(keyword));
+  fi::replay::apply_call_extensions(name, inputs, args);
+  return op->invoke(fi::CallArgs(*op, std::move(args)));
 }
 
 // The tensors a call returned, under the keys the recorder gives them.

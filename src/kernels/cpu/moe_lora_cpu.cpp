@@ -23,6 +23,11 @@ void store16(void* base, int64_t i, float v) {
   static_cast<uint16_t*>(base)[i] = kBf16 ? float_to_bfloat16_bits(v) : float_to_half_bits(v);
 }
 template <bool kBf16>
+float round16(float v) {
+  return kBf16 ? bfloat16_bits_to_float(float_to_bfloat16_bits(v))
+               : half_bits_to_float(float_to_half_bits(v));
+}
+template <bool kBf16>
 void to_float(const void* base, int64_t offset, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = load16<kBf16>(base, offset + i);
 }
@@ -48,7 +53,9 @@ void shrink(const BgmvMoeParams& p) {
             acc += xf[static_cast<std::size_t>(c)] * wf[static_cast<std::size_t>(c)];
           }
           const int64_t o = (s * P + q) * R + r;
-          store16<kBf16>(p.y, o, load16<kBf16>(p.y, o) + acc);
+          // Upstream: Y[o] += static_cast<out_T>(acc), i.e. the fp32 dot rounded to y's dtype
+          // first, then a half-precision add (moe_bgmv_impl.cuh).
+          store16<kBf16>(p.y, o, load16<kBf16>(p.y, o) + round16<kBf16>(acc));
         }
       }
     }
