@@ -1982,6 +1982,274 @@ void add_moe(std::vector<Template>& v) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Templates chosen by a string argument: mm_bf16_fp4 by `backend` (each backend's prepared weight
+// has its own layout: upstream's gemm.py has one template per backend), nvfp4_kv_dequantize_paged
+// by `kv_layout` (upstream's _hnd sibling).
+
+// The cute-dsl weight: int32 [K/16, 2N], (16 k x 64 n) tiles of 128 words, tiles k-major; byte j
+// of word w holds packed k-row kh and column nn of its tile (our src/kernels/cpu/
+// gemm_bf16_fp4_cpu.cpp, cute_dsl_tile_source). Scales: S0E5M3 bytes [K/bs, N], the top 8 bits
+// of an fp16 (byte << 7).
+const char* kBf16Fp4CuteDsl = R"PY(def _cute_dsl_weight(B, b_descale, bs):
+    ksf, n = b_descale.shape
+    k = ksf * bs
+    kt, nt = k // 16, n // 64
+    by = B.contiguous().view(torch.uint8).reshape(kt, nt, 128, 4).long()
+    w = torch.zeros(n, k)
+    t_k = torch.arange(kt).reshape(-1, 1)
+    t_n = torch.arange(nt).reshape(1, -1)
+    koff, noff = [0, 4, 0, 4], [[0, 0, 16, 16], [32, 32, 48, 48]]
+    for word in range(128):
+        lane = (word // 2) % 32
+        for j in range(4):
+            kh = lane % 4 + koff[j]
+            nn = (word // 64) * 8 + lane // 4 + noff[word % 2][j]
+            byte = by[:, :, word, j]
+            rows = (t_n * 64 + nn).expand(kt, nt)
+            cols = ((t_k * 8 + kh) * 2).expand(kt, nt)
+            w[rows, cols] = _e2m1(byte & 15)
+            w[rows, cols + 1] = _e2m1(byte >> 4)
+    half = (b_descale.to(torch.int32) << 7).to(torch.int16).view(torch.float16).float()
+    return w * half.t().repeat_interleave(bs, dim=1)
+
+
+)PY";
+
+void add_string_selected(std::vector<Template>& v) {
+  // mm_bf16_fp4: C = (A @ dequant(B).T) * alpha, bf16 out. Upstream's three committed files come
+  // from two generations of its gemm.py: cudnn / cute_dsl (alpha float32, no out/out_dtype
+  // inputs) and cute_dsl_native_sf1d (the later one: alpha, out_dtype and out listed).
+  const auto bf16_fp4 = [&](std::string backend, std::string prefix, std::string desc,
+                            std::vector<Io> weight, std::vector<Derived> derived,
+                            std::string reference) {
+    std::vector<Io> in = {T("A", {"M", "K"}).from("a").desc("Activation, bfloat16.")};
+    for (auto& w : weight) in.push_back(std::move(w));
+    in.push_back(T("alpha", {"1"})
+                     .dt("float32")
+                     .opt()
+                     .init("torch.tensor([0.5], device=device)")
+                     .desc("Optional global scale, float32, shape (1,)."));
+    in.push_back(S("block_size", "int32").init("block_size").desc("FP4 block size (always 16)."));
+    derived.push_back({.name = "1", .by = 1});
+    v.push_back(
+        {.op = "mm_bf16_fp4",
+         .op_type = "gemm_bf16_fp4",
+         .name_prefix = std::move(prefix),
+         .description = std::move(desc),
+         .axes = {var("M"), cst("N", "N"), cst("K", "K"),
+                  cst("block_size", "block_size", "FP4 quantization block size (16 for nvfp4).")},
+         .inputs = std::move(in),
+         .outputs = {T("C", {"M", "N"}).dt("bfloat16")},
+         .derived = std::move(derived),
+         .tags = {"status:verified", "quantization:fp4"},
+         .reference = std::move(reference),
+         .select_param = "backend",
+         .select_strings = {std::move(backend)}});
+  };
+  bf16_fp4("cudnn", "mm_bf16_fp4_cudnn",
+           "bf16 x fp4 GEMM C = (A @ dequant(B).T) * alpha, cuDNN-prepared weights: B is e2m1 "
+           "packed two per byte (low nibble first) [N, K // 2], e4m3 block scales linear "
+           "[N, K // block_size].",
+           {T("B", {"N", "K_div_2"})
+                .from("b")
+                .synth("uint8")
+                .init("torch.randint(0, 256, (N, K_div_2), dtype=torch.uint8, device=device)")
+                .desc("Weight, fp4 e2m1fn_x2 packed as uint8, [N, K//2]."),
+            T("b_descale", {"N", "K_div_block_size"})
+                .synth("float8_e4m3fn")
+                .init("(torch.rand((N, K_div_block_size), device=device) + 0.5)"
+                      ".to({dtype:b_descale})")
+                .desc("Per-block scales, float8_e4m3fn, [N, K//block_size].")},
+           {{.name = "K_div_2", .of = "K", .by = 2},
+            {.name = "K_div_block_size", .of = "K", .by_axis = "block_size"}},
+           std::string(kMxHelpers) + R"PY(def run(A, B, b_descale, alpha=None, block_size=16):
+    bs = int(block_size)
+    n = B.shape[0]
+    codes = torch.stack([B.long() & 15, B.long() >> 4], dim=-1).reshape(n, -1)
+    w = _e2m1(codes) * b_descale.float().repeat_interleave(bs, dim=1)
+    c = A.float() @ w.t()
+    if alpha is not None:
+        c = c * alpha.float().reshape(())
+    return c.to(torch.bfloat16)
+)PY");
+  bf16_fp4("cute-dsl", "mm_bf16_fp4_cute_dsl",
+           "bf16 x fp4 GEMM C = (A @ dequant(B).T) * alpha, cute-DSL-prepared weights: B is fp4 "
+           "repacked into (16 K x 64 N) MMA tiles as int32 [K // 16, N * 2], S0E5M3 block "
+           "scales [K // block_size, N].",
+           {T("B", {"K_div_16", "N_mul_2"})
+                .from("b")
+                .synth("int32")
+                .init("torch.randint(-2 ** 31, 2 ** 31 - 1, (K_div_16, N_mul_2), "
+                      "dtype=torch.int32, device=device)")
+                .desc("Weight, fp4 tile-packed as int32, [K//16, N*2]."),
+            T("b_descale", {"K_div_block_size", "N"})
+                .synth("uint8")
+                .init("torch.randint(100, 130, (K_div_block_size, N), dtype=torch.uint8, "
+                      "device=device)")
+                .desc("Per-block scales, S0E5M3 as uint8, [K//block_size, N].")},
+           {{.name = "K_div_16", .of = "K", .by = 16},
+            {.name = "N_mul_2", .of = "N", .times = 2},
+            {.name = "K_div_block_size", .of = "K", .by_axis = "block_size"}},
+           std::string(kMxHelpers) + kBf16Fp4CuteDsl +
+               R"PY(def run(A, B, b_descale, alpha=None, block_size=16):
+    c = A.float() @ _cute_dsl_weight(B, b_descale, int(block_size)).t()
+    if alpha is not None:
+        c = c * alpha.float().reshape(())
+    return c.to(torch.bfloat16)
+)PY");
+  // The native backend (SM120/121): canonical uint8 weights and the 1-D padded 128x4-swizzled
+  // e4m3 scale buffer. Our op has no such backend (it refuses the call); the definition is
+  // still written for it, as upstream's.
+  v.push_back(
+      {.op = "mm_bf16_fp4",
+       .op_type = "gemm_bf16_fp4",
+       .name_prefix = "mm_bf16_fp4_cute_dsl_native_sf1d",
+       .description = "BF16 x NVFP4 GEMM with canonical uint8 weights and padded 128x4-swizzled "
+                      "E4M3 block scales (SM120/121).",
+       .axes = {var("M"), cst("N", "N"), cst("K", "K"), cst("K_packed", "K_packed"),
+                cst("block_size", "block_size"), cst("SF_dim_0", "SF_dim_0")},
+       .inputs = {T("A", {"M", "K"}).from("a"),
+                  T("B", {"N", "K_packed"})
+                      .from("b")
+                      .synth("uint8")
+                      .init("torch.randint(0, 256, (N, K_packed), dtype=torch.uint8, "
+                            "device=device)"),
+                  T("b_descale", {"SF_dim_0"})
+                      .synth("float8_e4m3fn")
+                      .init("(torch.rand((SF_dim_0,), device=device) + 0.5).to({dtype:b_descale})")
+                      .desc("Contiguous 128x4-swizzled E4M3 buffer, including N/K padding."),
+                  T("alpha", {"1"}).opt(), S("block_size", "int32").init("block_size"),
+                  S("out_dtype", "dtype").opt(), T("out", {"M", "N"}).opt()},
+       .outputs = {T("C", {"M", "N"}).dt("bfloat16")},
+       .constraints = {"K == K_packed * 2", "block_size == 16", "M >= 1"},
+       .derived = {{.name = "1", .by = 1}},
+       .tags = {"status:verified", "quantization:fp4"},
+       .reference =
+           std::string(kMxHelpers) +
+           R"PY(def run(A, B, b_descale, alpha=None, block_size=16, out_dtype=None, out=None):
+    bs = int(block_size)
+    n, kp = B.shape
+    k = kp * 2
+    sf = _unswizzle_128x4(b_descale.float(), n, k // bs).repeat_interleave(bs, dim=1)
+    codes = torch.stack([B.long() & 15, B.long() >> 4], dim=-1).reshape(n, k)
+    w = _e2m1(codes) * sf
+    if alpha is not None:
+        w = w * alpha.float().reshape(())
+    c = (A.float() @ w.t()).to(out_dtype or A.dtype)
+    if out is not None:
+        out.copy_(c)
+        return out
+    return c
+)PY",
+       .select_param = "backend",
+       .select_strings = {"cute-dsl-native"}});
+
+  // nvfp4_kv_dequantize_paged: the (k, v) cache and scale tuples, gathered through the block
+  // table into [batch, max_seq_len, heads, dim] (rows past a request's length left as they were;
+  // our src/kernels/cpu/nvfp4_cpu.cpp). One template per kv_layout, "NHD" by default.
+  for (const bool hnd : {false, true}) {
+    const std::vector<std::string> pre =
+        hnd ? std::vector<std::string>{"num_pages", "num_heads", "page_size"}
+            : std::vector<std::string>{"num_pages", "page_size", "num_heads"};
+    const auto cache = [&](const char* last) {
+      auto d = pre;
+      d.push_back(last);
+      return d;
+    };
+    const std::string bytes = "torch.randint(0, 256, (" + pre[0] + ", " + pre[1] + ", " + pre[2];
+    const std::string sfs = "(torch.rand((" + pre[0] + ", " + pre[1] + ", " + pre[2];
+    const std::vector<std::string> kout = {"batch_size", "max_seq_len", "num_heads", "k_head_dim"};
+    const std::vector<std::string> vout = {"batch_size", "max_seq_len", "num_heads", "v_head_dim"};
+    std::string ref = std::string(kMxHelpers) + "HND = " + (hnd ? "True" : "False") + "\n\n\n" +
+                      R"PY(def _gather(cache, sf, block_tables, seq_lens, scale, out):
+    out = out.clone()
+    page_size = cache.shape[2] if HND else cache.shape[1]
+    for b in range(block_tables.shape[0]):
+        for t in range(int(seq_lens[b])):
+            page = int(block_tables[b, t // page_size])
+            slot = t % page_size
+            q = cache[page, :, slot] if HND else cache[page, slot]
+            s = sf[page, :, slot] if HND else sf[page, slot]
+            codes = torch.stack([q.long() & 15, q.long() >> 4], dim=-1).reshape(q.shape[0], -1)
+            val = _e2m1(codes) * s.float().repeat_interleave(16, dim=1) * scale.float().reshape(())
+            out[b, t] = val.to(out.dtype)
+    return out
+
+
+def run(paged_k_cache, paged_v_cache, k_scales, v_scales, block_tables, seq_lens, k_scale,
+        v_scale, output_k, output_v):
+    return (_gather(paged_k_cache, k_scales, block_tables, seq_lens, k_scale, output_k),
+            _gather(paged_v_cache, v_scales, block_tables, seq_lens, v_scale, output_v))
+)PY";
+    v.push_back(
+        {.op = "nvfp4_kv_dequantize_paged",
+         .op_type = "dequantize_fp4",
+         .name_prefix = hnd ? "nvfp4_kv_dequantize_paged_hnd" : "nvfp4_kv_dequantize_paged",
+         .description = "Gather and dequantize a paged NVFP4 KV cache through block tables into "
+                        "caller-owned contiguous K/V output buffers.",
+         .axes = {var("batch_size", "", 2), var("max_seq_len", "", 6), cst("num_heads", "h"),
+                  cst("k_head_dim", "dk"), cst("v_head_dim", "dv"),
+                  var("k_packed_dim", "k_head_dim // 2."), var("v_packed_dim", "v_head_dim // 2."),
+                  var("k_scale_dim", "k_head_dim // 16."), var("v_scale_dim", "v_head_dim // 16."),
+                  var("num_pages", "", 5), cst("page_size", "ps"), var("block_table_stride", "", 2),
+                  var("scalar", "Global scale tensor length, normally 1.", 1)},
+         .inputs = {T("paged_k_cache", cache("k_packed_dim"))
+                        .from("paged_kv_cache")
+                        .item(0)
+                        .synth("uint8")
+                        .init(bytes + ", k_head_dim // 2), dtype=torch.uint8, device=device)"),
+                    T("paged_v_cache", cache("v_packed_dim"))
+                        .from("paged_kv_cache")
+                        .item(1)
+                        .synth("uint8")
+                        .init(bytes + ", v_head_dim // 2), dtype=torch.uint8, device=device)"),
+                    T("k_scales", cache("k_scale_dim"))
+                        .from("kv_cache_sf")
+                        .item(0)
+                        .synth("float8_e4m3fn")
+                        .init(sfs + ", k_head_dim // 16), device=device) + 0.5)"
+                                    ".to({dtype:k_scales})"),
+                    T("v_scales", cache("v_scale_dim"))
+                        .from("kv_cache_sf")
+                        .item(1)
+                        .synth("float8_e4m3fn")
+                        .init(sfs + ", v_head_dim // 16), device=device) + 0.5)"
+                                    ".to({dtype:v_scales})"),
+                    T("block_tables", {"batch_size", "block_table_stride"})
+                        .synth("int32")
+                        .init("torch.arange(batch_size * block_table_stride, dtype=torch.int32, "
+                              "device=device).reshape(batch_size, block_table_stride) % "
+                              "num_pages"),
+                    T("seq_lens", {"batch_size"})
+                        .synth("int32")
+                        .init("torch.full((batch_size,), min(max_seq_len, block_table_stride * "
+                              "page_size), dtype=torch.int32, device=device)"),
+                    T("k_scale", {"scalar"})
+                        .synth("float32")
+                        .init("torch.ones((scalar,), device=device)"),
+                    T("v_scale", {"scalar"})
+                        .synth("float32")
+                        .init("torch.full((scalar,), 0.5, device=device)"),
+                    T("output_k", kout)
+                        .init("torch.zeros((batch_size, max_seq_len, num_heads, "
+                              "k_head_dim), device=device).to({dtype:output_k})"),
+                    T("output_v", vout)
+                        .init("torch.zeros((batch_size, max_seq_len, num_heads, "
+                              "v_head_dim), device=device).to({dtype:output_v})")},
+         .outputs = {T("output_k", kout).like("output_k").writes("output_k"),
+                     T("output_v", vout).like("output_v").writes("output_v")},
+         .constraints = {"k_head_dim == k_packed_dim * 2", "v_head_dim == v_packed_dim * 2",
+                         "k_head_dim == k_scale_dim * 16", "v_head_dim == v_scale_dim * 16",
+                         "block_table_stride * page_size >= max_seq_len", "scalar == 1"},
+         .tags = {"status:verified", "quantization:fp4"},
+         .reference = ref,
+         .select_param = "kv_layout",
+         .select_strings = {hnd ? "HND" : "NHD"},
+         .select_string_default = "NHD"});
+  }
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -2000,6 +2268,7 @@ const std::vector<Template>& templates() {
     add_quant_gemm(*v);
     add_rope_quant_and_fmha(*v);
     add_moe(*v);
+    add_string_selected(*v);
     return v;
   }();
   return *all;

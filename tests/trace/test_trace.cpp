@@ -517,6 +517,56 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                    {"routing_method_type", Value(rt)}});
                     }};
   }
+  // mm_bf16_fp4, one template per backend (the weight layouts of prepare_bf16_fp4_weights);
+  // upstream's calls pass alpha to the cudnn and cute-dsl ones, none to the native one.
+  m["mm_bf16_fp4_cudnn_N2048_K7168_block_size16"] = {
+      "mm_bf16_fp4", [=] {
+        return bind("mm_bf16_fp4", {{"a", T({3, 7168}, bf)},
+                                    {"b", T({2048, 3584}, DType::kUInt8)},
+                                    {"b_descale", T({2048, 448}, DType::kFloat8E4M3FN)},
+                                    {"alpha", T({1}, f32)},
+                                    {"backend", Value("cudnn")}});
+      }};
+  m["mm_bf16_fp4_cute_dsl_N2048_K7168_block_size16"] = {
+      "mm_bf16_fp4", [=] {
+        return bind("mm_bf16_fp4", {{"a", T({3, 7168}, bf)},
+                                    {"b", T({448, 4096}, i32)},
+                                    {"b_descale", T({448, 2048}, DType::kUInt8)},
+                                    {"alpha", T({1}, f32)},
+                                    {"backend", Value("cute-dsl")}});
+      }};
+  m["mm_bf16_fp4_cute_dsl_native_sf1d_N256_K1024_K_packed512_block_size16_SF_dim_016384"] = {
+      "mm_bf16_fp4", [=] {
+        // 128x4-swizzled scales of [256, 64]: 256 rows x 64 columns, padded to (128, 4) tiles.
+        return bind("mm_bf16_fp4", {{"a", T({3, 1024}, bf)},
+                                    {"b", T({256, 512}, DType::kUInt8)},
+                                    {"b_descale", T({16384}, DType::kFloat8E4M3FN)},
+                                    {"backend", Value("cute-dsl-native")}});
+      }};
+  // nvfp4_kv_dequantize_paged, one template per kv_layout (NHD by default): 2 heads, k dim 64,
+  // v dim 128, page size 4.
+  for (const bool hnd : {false, true}) {
+    const std::string name =
+        std::string("nvfp4_kv_dequantize_paged_") + (hnd ? "hnd_" : "") + "h2_dk64_dv128_ps4";
+    m[name] = {"nvfp4_kv_dequantize_paged", [=]() -> std::vector<Value> {
+                 const DType u8 = DType::kUInt8, f8 = DType::kFloat8E4M3FN;
+                 const auto page = [&](int64_t last, DType dt) -> Value {
+                   return hnd ? T({6, 2, 4, last}, dt) : T({6, 4, 2, last}, dt);
+                 };
+                 std::vector<std::pair<std::string, Value>> kw = {
+                     {"paged_kv_cache", Value::tuple({page(32, u8), page(64, u8)})},
+                     {"kv_cache_sf", Value::tuple({page(4, f8), page(8, f8)})},
+                     {"block_tables", T({2, 3}, i32)},
+                     {"seq_lens", T({2}, i32)},
+                     {"k_scale", T({1}, f32)},
+                     {"v_scale", T({1}, f32)},
+                     {"output_k", T({2, 12, 2, 64}, bf)},
+                     {"output_v", T({2, 12, 2, 128}, bf)}};
+                 if (hnd) kw.emplace_back("kv_layout", Value("HND"));
+                 // (Parenthesized: a named vector argument would find std::bind by ADL.)
+                 return (bind)("nvfp4_kv_dequantize_paged", std::move(kw));
+               }};
+  }
   return m;
 }
 
@@ -608,8 +658,10 @@ void validate(const Json& d, const std::string& op, std::vector<std::string>* un
     for (auto& [k, v] : d.at(side).items()) {
       const std::string dt = v.at("dtype");
       const bool optional = v.value("optional", false);
+      // "dtype": a torch.dtype argument (upstream's mm_bf16_fp4 out_dtype).
       EXPECT_TRUE(kDtypes.count(dt) || (dt == "unknown" && optional) ||
-                  (dt == "unknown" && std::string(side) == "inputs"))
+                  (dt == "unknown" && std::string(side) == "inputs") ||
+                  (dt == "dtype" && v.at("shape").is_null()))
           << side << " " << k << " dtype " << dt;
       if (v.at("shape").is_null()) continue;
       for (const auto& axis : v.at("shape")) {
@@ -709,6 +761,12 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
       {"mla_rope_quantize_fp8", {{"num_q_heads", 2}, {"rope_dim", 8}, {"rotary_dim", 8}}},
       {"fmha_v2_prefill_sm120", {{"num_heads", 2}, {"head_dim", 16}}},
       // Whole 128-wide scale blocks; 2 groups of 4 experts, 4 of them local.
+      // The cute-dsl layout's tiles are 64 wide in N; the native scale buffer of [64, 2] padded
+      // to 128 rows x 4 columns.
+      {"mm_bf16_fp4",
+       {{"N", 64}, {"K", 32}, {"block_size", 16}, {"K_packed", 16}, {"SF_dim_0", 512}}},
+      {"nvfp4_kv_dequantize_paged",
+       {{"num_heads", 2}, {"k_head_dim", 32}, {"v_head_dim", 16}, {"page_size", 4}}},
       {"trtllm_fp8_block_scale_moe",
        {{"num_experts", 8},
         {"top_k", 2},
@@ -772,7 +830,7 @@ TEST(Trace, UpstreamComparison) {
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(calls.size()));
-  EXPECT_GE(compared, 73);
+  EXPECT_GE(compared, 78);
 }
 
 TEST(Trace, EveryTemplateNamesADeclaredOp) {
@@ -784,6 +842,7 @@ TEST(Trace, EveryTemplateNamesADeclaredOp) {
     const auto variants = fi::trace::detail::templates_of(op);
     ASSERT_FALSE(variants.empty()) << op;
     std::set<std::pair<int64_t, std::string>> selected;
+    std::set<std::string> strings;
     for (const auto* t : variants) {
       // Two templates with one name prefix would write one file for both.
       EXPECT_TRUE(prefixes.insert(t->name_prefix).second) << t->name_prefix;
@@ -793,6 +852,9 @@ TEST(Trace, EveryTemplateNamesADeclaredOp) {
         EXPECT_FALSE(t->select_param.empty()) << op;
         for (int64_t v : t->select_values) {
           EXPECT_TRUE(selected.insert({v, t->positive_param}).second) << op << " " << v;
+        }
+        for (const std::string& v : t->select_strings) {
+          EXPECT_TRUE(strings.insert(v).second) << op << " " << v;
         }
       }
     }
@@ -806,8 +868,15 @@ TEST(Trace, EveryDefinitionValidates) {
     // Every template of the op: selected ones by their selector value.
     for (const auto* tmpl : fi::trace::detail::templates_of(op)) {
       auto axes = small_axes(op, *tmpl);
-      if (!tmpl->select_param.empty()) axes[tmpl->select_param] = tmpl->select_values.front();
-      const std::string text = fi::trace::definition_for_axes(op, axes, DType::kBFloat16);
+      // A string selector is no axis value: that template directly.
+      const bool by_string = !tmpl->select_strings.empty();
+      if (!tmpl->select_param.empty() && !by_string) {
+        axes[tmpl->select_param] = tmpl->select_values.front();
+      }
+      const std::string text =
+          by_string
+              ? fi::trace::detail::definition_for_template_axes(op, *tmpl, axes, DType::kBFloat16)
+              : fi::trace::definition_for_axes(op, axes, DType::kBFloat16);
       const Json d = Json::parse(text);
       EXPECT_EQ(d.at("name").get<std::string>().rfind(tmpl->name_prefix, 0), 0u) << op;
       std::vector<std::string> unresolved;
@@ -915,6 +984,50 @@ TEST(Trace, SelectedTemplates) {
   EXPECT_EQ(
       Json::parse(fi::trace::definition_for_axes("trtllm_fp8_block_scale_moe", axes)).at("name"),
       want.at(0));
+}
+
+// Templates chosen by a string argument: mm_bf16_fp4's backend (a backend no template takes
+// writes nothing), nvfp4_kv_dequantize_paged's kv_layout (None counts as its default, "NHD").
+TEST(Trace, StringSelectedTemplates) {
+  const fi::OpDecl* mm = fi::OpRegistry::global().find("mm_bf16_fp4");
+  ASSERT_NE(mm, nullptr);
+  const auto mm_call = [](const char* backend) {
+    return bind("mm_bf16_fp4", {{"a", T({2, 64}, DType::kBFloat16)},
+                                {"b", T({64, 32}, DType::kUInt8)},
+                                {"b_descale", T({64, 4}, DType::kFloat8E4M3FN)},
+                                {"backend", Value(backend)}});
+  };
+  EXPECT_EQ(fi::trace::definition_name_for_call(*mm, mm_call("cudnn")).value_or("none"),
+            "mm_bf16_fp4_cudnn_N64_K64_block_size16");
+  EXPECT_EQ(fi::trace::definition_name_for_call(*mm, mm_call("cute-dsl")).value_or("none"),
+            "mm_bf16_fp4_cute_dsl_N4_K64_block_size16");
+  EXPECT_FALSE(fi::trace::definition_name_for_call(*mm, mm_call("cutlass")).has_value());
+  const fi::OpDecl* kv = fi::OpRegistry::global().find("nvfp4_kv_dequantize_paged");
+  ASSERT_NE(kv, nullptr);
+  const auto kv_call = [](Value layout) {
+    const DType u8 = DType::kUInt8, f8 = DType::kFloat8E4M3FN;
+    return bind("nvfp4_kv_dequantize_paged",
+                {{"paged_kv_cache", Value::tuple({T({3, 4, 2, 8}, u8), T({3, 4, 2, 8}, u8)})},
+                 {"kv_cache_sf", Value::tuple({T({3, 4, 2, 1}, f8), T({3, 4, 2, 1}, f8)})},
+                 {"block_tables", T({1, 3}, DType::kInt32)},
+                 {"seq_lens", T({1}, DType::kInt32)},
+                 {"k_scale", T({1}, DType::kFloat32)},
+                 {"v_scale", T({1}, DType::kFloat32)},
+                 {"output_k", T({1, 12, 2, 16}, DType::kBFloat16)},
+                 {"output_v", T({1, 12, 2, 16}, DType::kBFloat16)},
+                 {"kv_layout", std::move(layout)}});
+  };
+  EXPECT_EQ(fi::trace::definition_name_for_call(*kv, kv_call(Value())).value_or("none"),
+            "nvfp4_kv_dequantize_paged_h2_dk16_dv16_ps4");
+  // HND reads the same tensors as [pages, heads, page_size, dim].
+  EXPECT_EQ(fi::trace::definition_name_for_call(*kv, kv_call(Value("HND"))).value_or("none"),
+            "nvfp4_kv_dequantize_paged_hnd_h4_dk16_dv16_ps2");
+  EXPECT_FALSE(fi::trace::definition_name_for_call(*kv, kv_call(Value("NDH"))).has_value());
+  // From axes alone: the first template (a string is no axis value).
+  EXPECT_EQ(Json::parse(fi::trace::definition_for_axes("mm_bf16_fp4",
+                                                       {{"N", 64}, {"K", 32}, {"block_size", 16}}))
+                .at("name"),
+            "mm_bf16_fp4_cudnn_N64_K32_block_size16");
 }
 
 TEST(Trace, SettingsParse) {
