@@ -2250,6 +2250,126 @@ def run(paged_k_cache, paged_v_cache, k_scales, v_scales, block_tables, seq_lens
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// SVDQuant (flashinfer.gemm.gemm_svdquant): out = alpha * (a @ b^T + d @ l1^T), NVFP4 a and b with
+// 128x4-swizzled e4m3 scale bytes, the LoRA-up weight l1 pre-divided by alpha (upstream's
+// docstrings; our src/api/svdquant.cpp). Upstream's templates carry no status tag; its
+// committed files come in two generations (the weight scale buffer SF_B variable or constant):
+// these follow the constant one.
+const char* kSvdHelpers = R"PY(def _e4m3_bits(b):
+    b = b.long()
+    e, m = (b >> 3) & 15, (b & 7).float()
+    v = torch.where(e == 0, m / 8.0 * 2.0 ** -6, (1.0 + m / 8.0) * torch.pow(2.0, e.float() - 7.0))
+    return torch.where(b >= 128, -v, v)
+
+
+def _fp4_rows(q, sf):
+    # Packed e2m1 rows [r, k // 2] (low nibble first) times their e4m3 scales [r, k // 16].
+    codes = torch.stack([q.long() & 15, q.long() >> 4], dim=-1).reshape(q.shape[0], -1)
+    return _e2m1(codes) * sf.repeat_interleave(16, dim=1)
+
+
+)PY";
+
+void add_svdquant(std::vector<Template>& v) {
+  const Axis k_packed = cst("K_packed", "K_packed", "K / 2 (two e2m1 values per byte).");
+  const Axis sf_b = cst("SF_B", "SF_B", "128x4-swizzled weight scale buffer size.");
+  const Axis rank = cst("rank", "rank", "LoRA rank, a positive multiple of 32.");
+  const auto bytes = [](const char* key, std::vector<std::string> dims, std::string shape,
+                        const char* desc) {
+    return T(key, std::move(dims))
+        .synth("uint8")
+        .init("torch.randint(0, 256, (" + shape + "), dtype=torch.uint8, device=device)")
+        .desc(desc);
+  };
+  // e4m3 scale bytes 48..63: 0.5 to under 1 (exponent field 6).
+  const auto scales = [](const char* key, std::string dim, std::string size, const char* desc) {
+    return T(key, {std::move(dim)})
+        .synth("uint8")
+        .init("torch.randint(48, 64, (" + size + ",), dtype=torch.uint8, device=device)")
+        .desc(desc);
+  };
+  const Io alpha = T("alpha", {"1"})
+                       .synth("float32")
+                       .init("torch.full((1,), 0.5, dtype=torch.float32, device=device)")
+                       .desc("Per-tensor residual dequant scale, float32 device scalar.");
+  const std::string sf_a_size = "((M + 127) // 128) * 128 * (((K_packed * 2 // 16) + 3) // 4) * 4";
+  v.push_back(
+      {.op = "mm_nvfp4_svdquant",
+       .op_type = "gemm_nvfp4_svdquant",
+       .name_prefix = "gemm_nvfp4_svdquant",
+       .description = "SVDQuant NVFP4 GEMM: out = alpha * (a @ b^T + d @ l1^T), 1/alpha "
+                      "pre-folded into l1.",
+       .axes = {var("M"), cst("N", "N"), k_packed,
+                var("SF_A", "128x4-swizzled activation scale buffer size derived from M and K."),
+                sf_b, rank},
+       .inputs = {bytes("a", {"M", "K_packed"}, "M, K_packed",
+                        "Smooth-quantized activation, packed e2m1 as uint8."),
+                  bytes("b", {"N", "K_packed"}, "N, K_packed",
+                        "NVFP4 residual weight, packed e2m1 as uint8, row-major."),
+                  scales("a_sf", "SF_A", sf_a_size,
+                         "Activation block scales, ue4m3 as uint8, 128x4 swizzled."),
+                  scales("b_sf", "SF_B", "SF_B",
+                         "Weight block scales, ue4m3 as uint8, 128x4 swizzled."),
+                  alpha, T("d", {"M", "rank"}).desc("LoRA-down output x_hat @ L2^T, bf16."),
+                  T("l1", {"N", "rank"}).desc("LoRA-up weight pre-divided by alpha, bf16.")},
+       .outputs = {T("out", {"M", "N"}).dt("bfloat16")},
+       .constraints = {"SF_A == " + sf_a_size},
+       .derived = {{.name = "1", .by = 1}},
+       .tags = {"quantization:fp4"},
+       .reference =
+           std::string(kMxHelpers) + kSvdHelpers + R"PY(def run(a, b, a_sf, b_sf, alpha, d, l1):
+    m, n, k = a.shape[0], b.shape[0], a.shape[1] * 2
+    x = _fp4_rows(a, _e4m3_bits(_unswizzle_128x4(a_sf, m, k // 16)))
+    w = _fp4_rows(b, _e4m3_bits(_unswizzle_128x4(b_sf, n, k // 16)))
+    out = alpha.float().reshape(()) * (x @ w.t() + d.float() @ l1.float().t())
+    return out.to(torch.bfloat16)
+)PY"});
+  // svdquant_linear: nvfp4_quantize_smooth(x), d = bf16(x @ l2t_smoothed), then the GEMM above.
+  v.push_back(
+      {.op = "svdquant_linear",
+       .op_type = "linear_nvfp4_svdquant",
+       .name_prefix = "linear_nvfp4_svdquant",
+       .description = "Full SVDQuant linear: y = (x * pre_quant_scale) @ (R + L1 @ L2)^T with R "
+                      "the NVFP4 residual weight: smooth-quantize, bf16 rank-r down-projection, "
+                      "then the NVFP4 residual + LoRA-up GEMM.",
+       .axes = {var("M"), cst("N", "N"), cst("K", "K"), k_packed, sf_b, rank},
+       .inputs = {T("x", {"M", "K"}).desc("Input activation, bf16."),
+                  bytes("weight_fp4", {"N", "K_packed"}, "N, K_packed",
+                        "NVFP4 residual weight, packed e2m1 as uint8."),
+                  scales("weight_sf", "SF_B", "SF_B",
+                         "Weight block scales, ue4m3 as uint8, 128x4 swizzled."),
+                  alpha,
+                  T("pre_quant_scale", {"K"})
+                      .init("(torch.rand((K,), device=device) + 0.5).to({dtype:x})")
+                      .desc("Per-input-channel smoothing scale, bf16."),
+                  T("l2t_smoothed", {"K", "rank"})
+                      .init("(torch.randn((K, rank), device=device) * 0.1).to({dtype:x})")
+                      .desc("pre_quant_scale[:, None] * L2^T, bf16."),
+                  T("l1_scaled", {"N", "rank"}).desc("L1 / alpha, bf16."),
+                  T("global_scale", {"1"})
+                      .synth("float32")
+                      .init("torch.full((1,), 100.0, dtype=torch.float32, device=device)")
+                      .desc("Activation global scale, float32 device scalar.")},
+       .outputs = {T("out", {"M", "N"}).dt("bfloat16")},
+       .derived = {{.name = "1", .by = 1}},
+       .tags = {"quantization:fp4"},
+       .reference =
+           std::string(kMxHelpers) + kFp4Quant + kSvdHelpers +
+           R"PY(def run(x, weight_fp4, weight_sf, alpha, pre_quant_scale, l2t_smoothed, l1_scaled,
+        global_scale):
+    m, k = x.shape
+    n = weight_fp4.shape[0]
+    xs = (x.float() * pre_quant_scale.float()).to(torch.bfloat16)
+    q, bits = _nvfp4(xs, float(global_scale.float().reshape(-1)[0]), 16)
+    a = _fp4_rows(q, _e4m3_bits(bits.reshape(m, k // 16)))
+    w = _fp4_rows(weight_fp4, _e4m3_bits(_unswizzle_128x4(weight_sf, n, k // 16)))
+    d = (x.float() @ l2t_smoothed.float()).to(torch.bfloat16)
+    out = alpha.float().reshape(()) * (a @ w.t() + d.float() @ l1_scaled.float().t())
+    return out.to(torch.bfloat16)
+)PY"});
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -2269,6 +2389,7 @@ const std::vector<Template>& templates() {
     add_rope_quant_and_fmha(*v);
     add_moe(*v);
     add_string_selected(*v);
+    add_svdquant(*v);
     return v;
   }();
   return *all;

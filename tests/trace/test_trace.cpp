@@ -543,6 +543,31 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                     {"b_descale", T({16384}, DType::kFloat8E4M3FN)},
                                     {"backend", Value("cute-dsl-native")}});
       }};
+  // SVDQuant at Qwen-Image's shapes (N = K = 3072, rank 32): scale buffers 128x4-swizzled,
+  // [3 -> 128 rows, 192 columns] for a, [3072, 192] for b.
+  m["gemm_nvfp4_svdquant_N3072_K_packed1536_SF_B589824_rank32"] = {
+      "mm_nvfp4_svdquant", [=] {
+        const DType u8 = DType::kUInt8;
+        return bind("mm_nvfp4_svdquant", {{"a", T({3, 1536}, u8)},
+                                          {"b", T({3072, 1536}, u8)},
+                                          {"a_sf", T({128 * 192}, u8)},
+                                          {"b_sf", T({3072 * 192}, u8)},
+                                          {"alpha", T({1}, f32)},
+                                          {"d", T({3, 32}, bf)},
+                                          {"l1", T({3072, 32}, bf)}});
+      }};
+  m["linear_nvfp4_svdquant_N3072_K3072_K_packed1536_SF_B589824_rank32"] = {
+      "svdquant_linear", [=] {
+        const DType u8 = DType::kUInt8;
+        return bind("svdquant_linear", {{"x", T({3, 3072}, bf)},
+                                        {"weight_fp4", T({3072, 1536}, u8)},
+                                        {"weight_sf", T({3072 * 192}, u8)},
+                                        {"alpha", T({1}, f32)},
+                                        {"pre_quant_scale", T({3072}, bf)},
+                                        {"l2t_smoothed", T({3072, 32}, bf)},
+                                        {"l1_scaled", T({3072, 32}, bf)},
+                                        {"global_scale", T({1}, f32)}});
+      }};
   // nvfp4_kv_dequantize_paged, one template per kv_layout (NHD by default): 2 heads, k dim 64,
   // v dim 128, page size 4.
   for (const bool hnd : {false, true}) {
@@ -622,8 +647,10 @@ void validate(const Json& d, const std::string& op, std::vector<std::string>* un
   EXPECT_EQ(tags[0], "fi_api:" + decl->module + "." + decl->name);
   bool status = false;
   for (const auto& t : tags) status = status || t.get<std::string>().rfind("status:", 0) == 0;
-  // Upstream's nvfp4_quantize_smooth template carries no status tag (its committed file).
-  EXPECT_TRUE(status || op == "nvfp4_quantize_smooth") << "no status: tag";
+  // Upstream's SVDQuant templates carry no status tag (their committed files).
+  EXPECT_TRUE(status || op == "nvfp4_quantize_smooth" || op == "mm_nvfp4_svdquant" ||
+              op == "svdquant_linear")
+      << "no status: tag";
   std::string expected_name;
   // The op's template that wrote `d`: for ops with selected templates (the MoE routing
   // variants), the one whose prefix starts the name (the longest such).
@@ -765,6 +792,9 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
       // to 128 rows x 4 columns.
       {"mm_bf16_fp4",
        {{"N", 64}, {"K", 32}, {"block_size", 16}, {"K_packed", 16}, {"SF_dim_0", 512}}},
+      // K = 32 (two 16-wide scale blocks); the weight's scale buffer padded to 128 x 4.
+      {"mm_nvfp4_svdquant", {{"N", 32}, {"K_packed", 16}, {"SF_B", 512}, {"rank", 32}}},
+      {"svdquant_linear", {{"N", 32}, {"K", 32}, {"K_packed", 16}, {"SF_B", 512}, {"rank", 32}}},
       {"nvfp4_kv_dequantize_paged",
        {{"num_heads", 2}, {"k_head_dim", 32}, {"v_head_dim", 16}, {"page_size", 4}}},
       {"trtllm_fp8_block_scale_moe",
@@ -830,7 +860,7 @@ TEST(Trace, UpstreamComparison) {
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(calls.size()));
-  EXPECT_GE(compared, 78);
+  EXPECT_GE(compared, 80);
 }
 
 TEST(Trace, EveryTemplateNamesADeclaredOp) {
