@@ -2058,7 +2058,7 @@ void add_string_selected(std::vector<Template>& v) {
                 .desc("Weight, fp4 e2m1fn_x2 packed as uint8, [N, K//2]."),
             T("b_descale", {"N", "K_div_block_size"})
                 .synth("float8_e4m3fn")
-                .init("(torch.rand((N, K_div_block_size), device=device) + 0.5)"
+                .init("(torch.randint(4, 12, (N, K_div_block_size), device=device) / 8.0)"
                       ".to({dtype:b_descale})")
                 .desc("Per-block scales, float8_e4m3fn, [N, K//block_size].")},
            {{.name = "K_div_2", .of = "K", .by = 2},
@@ -2158,7 +2158,9 @@ void add_string_selected(std::vector<Template>& v) {
       return d;
     };
     const std::string bytes = "torch.randint(0, 256, (" + pre[0] + ", " + pre[1] + ", " + pre[2];
-    const std::string sfs = "(torch.rand((" + pre[0] + ", " + pre[1] + ", " + pre[2];
+    // e4m3 scales k / 8 (k in 4..11): exact in e4m3, also as the float32 stand-in of a torch
+    // without float8.
+    const std::string sfs = "(torch.randint(4, 12, (" + pre[0] + ", " + pre[1] + ", " + pre[2];
     const std::vector<std::string> kout = {"batch_size", "max_seq_len", "num_heads", "k_head_dim"};
     const std::vector<std::string> vout = {"batch_size", "max_seq_len", "num_heads", "v_head_dim"};
     std::string ref = std::string(kMxHelpers) + "HND = " + (hnd ? "True" : "False") + "\n\n\n" +
@@ -2208,13 +2210,13 @@ def run(paged_k_cache, paged_v_cache, k_scales, v_scales, block_tables, seq_lens
                         .from("kv_cache_sf")
                         .item(0)
                         .synth("float8_e4m3fn")
-                        .init(sfs + ", k_head_dim // 16), device=device) + 0.5)"
+                        .init(sfs + ", k_head_dim // 16), device=device) / 8.0)"
                                     ".to({dtype:k_scales})"),
                     T("v_scales", cache("v_scale_dim"))
                         .from("kv_cache_sf")
                         .item(1)
                         .synth("float8_e4m3fn")
-                        .init(sfs + ", v_head_dim // 16), device=device) + 0.5)"
+                        .init(sfs + ", v_head_dim // 16), device=device) / 8.0)"
                                     ".to({dtype:v_scales})"),
                     T("block_tables", {"batch_size", "block_table_stride"})
                         .synth("int32")

@@ -1184,7 +1184,11 @@ TEST(Trace, ReferencesMatchTheLibrary) {
     // Wider than the dtype's default: the reference's fp8 outputs stay unrounded fp32 on a torch
     // without float8 (relative error up to 2^-4, subnormal steps of 2^-9).
     std::optional<fi::testing::Tolerance> tol = std::nullopt;
+    // The template's name prefix, for an op with string-selected templates (else the first).
+    std::string variant{};
   };
+  // e4m3 inputs arrive as float32 from a torch without float8 (values exact in e4m3).
+  const auto e4m3 = [](const Tensor& t) { return t.to(DType::kFloat8E4M3FN); };
   auto tup4 = [](std::tuple<Tensor, Tensor, Tensor, Tensor> p) {
     return Outs{std::get<0>(p), std::get<1>(p), std::get<2>(p), std::get<3>(p)};
   };
@@ -1273,6 +1277,36 @@ TEST(Trace, ReferencesMatchTheLibrary) {
                                                i["cos_sin_cache"], i["pos_ids"], false));
        },
        fi::testing::Tolerance{2e-3, 6.3e-2}},
+      {"mm_bf16_fp4",
+       [&](In& i) {
+         return Outs{fi::mm_bf16_fp4(i["A"], i["B"], e4m3(i["b_descale"]), i["alpha"], "cudnn")};
+       },
+       std::nullopt, "mm_bf16_fp4_cudnn"},
+      // The tile permutation of the cute-dsl layout: the reference decodes it on its own.
+      {"mm_bf16_fp4",
+       [](In& i) {
+         return Outs{fi::mm_bf16_fp4(i["A"], i["B"], i["b_descale"], i["alpha"], "cute-dsl")};
+       },
+       std::nullopt, "mm_bf16_fp4_cute_dsl"},
+      {"nvfp4_kv_dequantize_paged",
+       [&](In& i) {
+         fi::nvfp4_kv_dequantize_paged(fi::PagedKVCache(i["paged_k_cache"], i["paged_v_cache"]),
+                                       fi::PagedKVCache(e4m3(i["k_scales"]), e4m3(i["v_scales"])),
+                                       i["block_tables"], i["seq_lens"], i["k_scale"], i["v_scale"],
+                                       i["output_k"], i["output_v"]);
+         return Outs{i["output_k"], i["output_v"]};
+       }},
+      {"mm_nvfp4_svdquant",
+       [](In& i) {
+         return Outs{fi::mm_nvfp4_svdquant(i["a"], i["b"], i["a_sf"], i["b_sf"], i["alpha"], i["d"],
+                                           i["l1"])};
+       }},
+      {"svdquant_linear",
+       [](In& i) {
+         return Outs{fi::svdquant_linear(i["x"], i["weight_fp4"], i["weight_sf"], i["alpha"],
+                                         i["pre_quant_scale"], i["l2t_smoothed"], i["l1_scaled"],
+                                         i["global_scale"])};
+       }},
   };
   const fs::path dir = fresh_dir("refs");
   // One Python process writes every case's inputs and reference outputs (torch loads once).
@@ -1280,15 +1314,22 @@ TEST(Trace, ReferencesMatchTheLibrary) {
   for (const Case& c : cases) {
     auto axes = small_axes(c.op);
     if (axes.count("vocab_size")) axes["vocab_size"] = 100;  // top-k of 20 leaves some out
-    const fs::path def = dir / (c.op + ".json");
-    std::ofstream(def) << fi::trace::definition_for_axes(c.op, axes, DType::kBFloat16);
-    cmd += " '" + def.string() + "' '" + (dir / (c.op + ".pt")).string() + "'";
+    const std::string stem = c.variant.empty() ? c.op : c.variant;
+    const fs::path def = dir / (stem + ".json");
+    const fi::trace::detail::Template* t = fi::trace::detail::find_template(c.op);
+    for (const auto* v : fi::trace::detail::templates_of(c.op)) {
+      if (v->name_prefix == c.variant) t = v;
+    }
+    std::ofstream(def) << fi::trace::detail::definition_for_template_axes(c.op, *t, axes,
+                                                                          DType::kBFloat16);
+    cmd += " '" + def.string() + "' '" + (dir / (stem + ".pt")).string() + "'";
   }
   const auto r = fi::testing::run_command(cmd);
   ASSERT_EQ(r.status, 0) << r.out;
   for (const Case& c : cases) {
-    SCOPED_TRACE(c.op);
-    const fs::path pt = dir / (c.op + ".pt");
+    const std::string stem = c.variant.empty() ? c.op : c.variant;
+    SCOPED_TRACE(stem);
+    const fs::path pt = dir / (stem + ".pt");
     In in;
     std::vector<Tensor> expected;
     for (auto& [name, t] : fi::load_torch(pt.string())) {
