@@ -2372,6 +2372,79 @@ void add_svdquant(std::vector<Template>& v) {
 )PY"});
 }
 
+// ---------------------------------------------------------------------------------------------
+// trtllm_batch_decode_with_kv_cache with enable_block_sparse_attention=True (upstream's only
+// template for this op that we follow; a dense call writes nothing): per-KV-head page tables
+// [num_kv_heads, batch, pages] and lengths [num_kv_heads, batch], the selected pages packed at the
+// front of each row in ascending order (upstream's template description). Our op refuses block
+// sparsity; the definition is written for the call as upstream's. The reference: HND cache with
+// K and V halves (kv_cache_dim 2), q_len_per_req = num_tokens // batch_size queries per request,
+// causal over the compacted per-head sequence when there are several.
+void add_block_sparse_decode(std::vector<Template>& v) {
+  v.push_back(
+      {.op = "trtllm_batch_decode_with_kv_cache",
+       .op_type = "trtllm_paged",
+       .name_prefix = "trtllm_batch_decode_block_sparse",
+       .description = "TRT-LLM paged decode with block-sparse attention: each KV head attends to "
+                      "its own subset of KV cache pages (per-head block_tables and seq_lens).",
+       .axes = {var("num_tokens", "Total query tokens across the batch.", 2), cst("num_heads", "h"),
+                cst("num_kv_heads", "kv"), cst("head_dim", "d"), cst("page_size", "ps"),
+                var("num_pages", "", 6),
+                cst("kv_cache_dim", "",
+                    "1 for interleaved (K,V) single tensor; 2 for separate K/V halves."),
+                var("batch_size", "", 2),
+                var("max_pages_per_seq", "Maximum number of pages per sequence.", 3)},
+       .inputs = {T("query", {"num_tokens", "num_heads", "head_dim"}),
+                  T("kv_cache",
+                    {"num_pages", "kv_cache_dim", "num_kv_heads", "page_size", "head_dim"}),
+                  T("block_tables", {"num_kv_heads", "batch_size", "max_pages_per_seq"})
+                      .synth("int32")
+                      .init("torch.stack([torch.randperm(num_pages)[:batch_size * "
+                            "max_pages_per_seq].sort().values.reshape(batch_size, "
+                            "max_pages_per_seq) for _ in range(num_kv_heads)]).to(torch.int32)"),
+                  T("seq_lens", {"num_kv_heads", "batch_size"})
+                      .synth("int32")
+                      .init("torch.randint(1, max_pages_per_seq * page_size + 1, (num_kv_heads, "
+                            "batch_size), dtype=torch.int32)"),
+                  S("max_seq_len", "int32").init("int(seq_lens.max())"),
+                  S("bmm1_scale", "float32").opt(), S("bmm2_scale", "float32").opt(),
+                  S("enable_block_sparse_attention", "bool").init("True")},
+       .outputs = {T("output", {"num_tokens", "num_heads", "head_dim"})},
+       .tags = {"status:verified", "stage:decode", "backend:trtllm"},
+       .reference =
+           R"PY(def run(query, kv_cache, block_tables, seq_lens, max_seq_len, bmm1_scale=None,
+        bmm2_scale=None, enable_block_sparse_attention=True):
+    num_tokens, num_heads, head_dim = query.shape
+    _, kv_dim, num_kv_heads, page_size, _ = kv_cache.shape
+    if kv_dim != 2:
+        raise NotImplementedError("kv_cache_dim 1 (interleaved K/V)")
+    s1 = 1.0 / math.sqrt(head_dim) if bmm1_scale is None else float(bmm1_scale)
+    s2 = 1.0 if bmm2_scale is None else float(bmm2_scale)
+    batch = block_tables.shape[1]
+    q_len = num_tokens // batch
+    group = num_heads // num_kv_heads
+    out = torch.zeros(num_tokens, num_heads, head_dim)
+    for b in range(batch):
+        q = query[b * q_len:(b + 1) * q_len].float()
+        for kh in range(num_kv_heads):
+            n = int(seq_lens[kh, b])
+            pages = block_tables[kh, b, :(n + page_size - 1) // page_size].long()
+            k = kv_cache[pages, 0, kh].reshape(-1, head_dim)[:n].float()
+            v = kv_cache[pages, 1, kh].reshape(-1, head_dim)[:n].float()
+            # Query i of the request sees compacted positions j <= n - q_len + i.
+            j = torch.arange(n).reshape(1, -1)
+            i = torch.arange(q_len).reshape(-1, 1)
+            masked = j > n - q_len + i
+            for h in range(kh * group, (kh + 1) * group):
+                logits = (q[:, h] @ k.t()) * s1
+                p = torch.softmax(logits.masked_fill(masked, float("-inf")), dim=-1)
+                out[b * q_len:(b + 1) * q_len, h] = (p @ v) * s2
+    return out.to(query.dtype)
+)PY",
+       .select_param = "enable_block_sparse_attention",
+       .select_values = {1}});
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -2392,6 +2465,7 @@ const std::vector<Template>& templates() {
     add_moe(*v);
     add_string_selected(*v);
     add_svdquant(*v);
+    add_block_sparse_decode(*v);
     return v;
   }();
   return *all;

@@ -568,6 +568,19 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                         {"l1_scaled", T({3072, 32}, bf)},
                                         {"global_scale", T({1}, f32)}});
       }};
+  // trtllm_batch_decode_with_kv_cache with block sparsity: 16 heads over 2 KV heads, d128, pages
+  // of 16, an HND cache of K and V halves, per-KV-head page tables.
+  m["trtllm_batch_decode_block_sparse_h16_kv2_d128_ps16"] = {
+      "trtllm_batch_decode_with_kv_cache", [=] {
+        return bind("trtllm_batch_decode_with_kv_cache",
+                    {{"query", T({2, 16, 128}, bf)},
+                     {"kv_cache", T({8, 2, 2, 16, 128}, bf)},
+                     {"workspace_buffer", T({16}, DType::kUInt8)},
+                     {"block_tables", T({2, 2, 4}, i32)},
+                     {"seq_lens", T({2, 2}, i32)},
+                     {"max_seq_len", Value(int64_t{64})},
+                     {"enable_block_sparse_attention", Value(true)}});
+      }};
   // nvfp4_kv_dequantize_paged, one template per kv_layout (NHD by default): 2 heads, k dim 64,
   // v dim 128, page size 4.
   for (const bool hnd : {false, true}) {
@@ -795,6 +808,12 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
       // K = 32 (two 16-wide scale blocks); the weight's scale buffer padded to 128 x 4.
       {"mm_nvfp4_svdquant", {{"N", 32}, {"K_packed", 16}, {"SF_B", 512}, {"rank", 32}}},
       {"svdquant_linear", {{"N", 32}, {"K", 32}, {"K_packed", 16}, {"SF_B", 512}, {"rank", 32}}},
+      {"trtllm_batch_decode_with_kv_cache",
+       {{"num_heads", 4},
+        {"num_kv_heads", 2},
+        {"head_dim", 16},
+        {"page_size", 4},
+        {"kv_cache_dim", 2}}},
       {"nvfp4_kv_dequantize_paged",
        {{"num_heads", 2}, {"k_head_dim", 32}, {"v_head_dim", 16}, {"page_size", 4}}},
       {"trtllm_fp8_block_scale_moe",
@@ -860,7 +879,7 @@ TEST(Trace, UpstreamComparison) {
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(calls.size()));
-  EXPECT_GE(compared, 80);
+  EXPECT_GE(compared, 81);
 }
 
 TEST(Trace, EveryTemplateNamesADeclaredOp) {
