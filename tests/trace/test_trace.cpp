@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "core/settings.h"
 #include "flashinfer/flashinfer.h"
@@ -92,6 +93,72 @@ std::map<std::string, UpstreamCall> upstream_calls() {
   m["gemma_rmsnorm_h4608"] = norm("gemma_rmsnorm", 4608);
   m["fused_add_rmsnorm_h5120"] = add_norm("fused_add_rmsnorm", 5120);
   m["gemma_fused_add_rmsnorm_h4608"] = add_norm("gemma_fused_add_rmsnorm", 4608);
+  using Kw = std::vector<std::pair<std::string, Value>>;
+  // (bind is called parenthesized below: a std::string op would find std::bind by ADL.)
+  // The RoPE family, {rope, llama31_rope} x {ragged (indptr, offsets), pos_ids} x {out of place,
+  // in place}: 5 tokens, 32 q and 8 k heads of 128, two requests.
+  for (const char* base : {"rope", "llama31_rope"}) {
+    for (const char* pos : {"", "_pos_ids"}) {
+      for (const char* place : {"", "_inplace"}) {
+        const std::string stem = std::string(base) + pos + place, op = "apply_" + stem;
+        const bool ragged = *pos == '\0';
+        m[stem + "_h32_kv8_d128"] = {
+            op, [=] {
+              Kw kw = {{"q", T({5, 32, 128}, bf)}, {"k", T({5, 8, 128}, bf)}};
+              if (ragged) {
+                kw.emplace_back("indptr", T({3}, i32));
+                kw.emplace_back("offsets", T({2}, i32));
+              } else {
+                kw.emplace_back("pos_ids", T({5}, i32));
+              }
+              return (bind)(op, std::move(kw));
+            }};
+      }
+    }
+  }
+  // Samplers from probabilities: [2, vocab] fp32 probs, per-row int32 top_k and fp32 top_p.
+  const std::tuple<const char*, const char*, int64_t> samplers[] = {
+      {"top_k_sampling", "top_k_sampling_from_probs", 128256},
+      {"top_p_sampling", "top_p_sampling_from_probs", 128256},
+      {"top_p_sampling", "top_p_sampling_from_probs", 151936},
+      {"top_k_top_p_sampling", "top_k_top_p_sampling_from_probs", 128256},
+      {"top_k_top_p_sampling", "top_k_top_p_sampling_from_probs", 151936}};
+  for (const auto& smp : samplers) {
+    const std::string stem = std::get<0>(smp), op = std::get<1>(smp);
+    const int64_t vocab = std::get<2>(smp);
+    m[stem + "_v" + std::to_string(vocab)] = {op, [=] {
+                                                Kw kw = {{"probs", T({2, vocab}, f32)}};
+                                                if (stem.find("top_k") != std::string::npos) {
+                                                  kw.emplace_back("top_k", T({2}, i32));
+                                                }
+                                                if (stem.find("top_p") != std::string::npos) {
+                                                  kw.emplace_back("top_p", T({2}, f32));
+                                                }
+                                                return (bind)(op, std::move(kw));
+                                              }};
+  }
+  // The renormalizers and the logits mask: [2, 32000] fp32 and a scalar threshold.
+  const std::tuple<const char*, const char*, const char*, double> renorms[] = {
+      {"top_k_renorm_probs", "probs", "top_k", 50},
+      {"top_k_mask_logits", "logits", "top_k", 50},
+      {"top_p_renorm_probs", "probs", "top_p", 0.9}};
+  for (const auto& rn : renorms) {
+    const std::string op = std::get<0>(rn), input = std::get<1>(rn), arg = std::get<2>(rn);
+    // top_k as an int (upstream's call), top_p as a float.
+    const Value threshold =
+        arg == "top_k" ? Value(static_cast<int64_t>(std::get<3>(rn))) : Value(std::get<3>(rn));
+    m[op + "_v32000"] = {op, [=] {
+                           return (bind)(op, Kw{{input, T({2, 32000}, f32)}, {arg, threshold}});
+                         }};
+  }
+  for (const int64_t k : {3456, 4096, 7168}) {
+    m["fp4_quantize_k" + std::to_string(k)] = {"fp4_quantize", [=] {
+                                                 return bind("fp4_quantize",
+                                                             {{"input", T({3, k}, bf)},
+                                                              {"global_scale", T({1}, f32)},
+                                                              {"sf_vec_size", Value(16)}});
+                                               }};
+  }
   m["fused_add_rmsnorm_quant_h7168"] = {"fused_add_rmsnorm_quant", [=] {
                                           return bind("fused_add_rmsnorm_quant",
                                                       {{"out", T({3, 7168}, DType::kFloat8E4M3FN)},
@@ -147,17 +214,6 @@ std::map<std::string, UpstreamCall> upstream_calls() {
       "merge_states", [=] {
         return bind("merge_states", {{"v", T({5, 3, 32, 128}, bf)}, {"s", T({5, 3, 32}, f32)}});
       }};
-  m["top_k_sampling_v128256"] = {"top_k_sampling_from_probs", [=] {
-                                   return bind(
-                                       "top_k_sampling_from_probs",
-                                       {{"probs", T({2, 128256}, f32)}, {"top_k", T({2}, i32)}});
-                                 }};
-  m["top_k_top_p_sampling_v128256"] = {
-      "top_k_top_p_sampling_from_probs", [=] {
-        return bind(
-            "top_k_top_p_sampling_from_probs",
-            {{"probs", T({2, 128256}, f32)}, {"top_k", T({2}, i32)}, {"top_p", T({2}, f32)}});
-      }};
   m["chain_speculative_sampling_v32000"] = {
       "chain_speculative_sampling", [=] {
         return bind("chain_speculative_sampling", {{"draft_probs", T({2, 3, 32000}, f32)},
@@ -176,12 +232,6 @@ std::map<std::string, UpstreamCall> upstream_calls() {
       "BatchPrefillWithPagedKVCacheWrapper.run", [=] {
         return bind("BatchPrefillWithPagedKVCacheWrapper.run",
                     {{"self", Value()}, {"q", T({7, 32, 128}, bf)}, {"paged_kv_cache", paged(6)}});
-      }};
-  m["llama31_rope_pos_ids_h32_kv8_d128"] = {
-      "apply_llama31_rope_pos_ids", [=] {
-        return bind(
-            "apply_llama31_rope_pos_ids",
-            {{"q", T({5, 32, 128}, bf)}, {"k", T({5, 8, 128}, bf)}, {"pos_ids", T({5}, i32)}});
       }};
   m["append_paged_kv_cache_kv8_d128"] = {"append_paged_kv_cache", [=] {
                                            return bind("append_paged_kv_cache",
@@ -231,20 +281,6 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                                                 {"ckv_cache", T({3, 64, 512}, bf)},
                                                                 {"kpe_cache", T({3, 64, 64}, bf)}});
                                                  }};
-  for (const char* op : {"apply_rope", "apply_llama31_rope"}) {
-    const std::string name = std::string(op) == "apply_rope" ? "rope" : "llama31_rope";
-    m[name + "_h32_kv8_d128"] = {op, [=] {
-                                   return bind(op, {{"q", T({5, 32, 128}, bf)},
-                                                    {"k", T({5, 8, 128}, bf)},
-                                                    {"indptr", T({3}, i32)},
-                                                    {"offsets", T({2}, i32)}});
-                                 }};
-  }
-  m["rope_pos_ids_h32_kv8_d128"] = {"apply_rope_pos_ids", [=] {
-                                      return bind("apply_rope_pos_ids", {{"q", T({5, 32, 128}, bf)},
-                                                                         {"k", T({5, 8, 128}, bf)},
-                                                                         {"pos_ids", T({5}, i32)}});
-                                    }};
   m["rmsnorm_h7168"] = norm("rmsnorm", 7168);
   m["rmsnorm_quant_h7168"] = {"rmsnorm_quant", [=] {
                                 return bind("rmsnorm_quant",
@@ -253,17 +289,6 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                              {"weight", T({7168}, bf)},
                                              {"scale", T({1}, f32)}});
                               }};
-  m["top_p_sampling_v128256"] = {"top_p_sampling_from_probs", [=] {
-                                   return bind(
-                                       "top_p_sampling_from_probs",
-                                       {{"probs", T({2, 128256}, f32)}, {"top_p", T({2}, f32)}});
-                                 }};
-  m["top_k_top_p_sampling_v151936"] = {
-      "top_k_top_p_sampling_from_probs", [=] {
-        return bind(
-            "top_k_top_p_sampling_from_probs",
-            {{"probs", T({2, 151936}, f32)}, {"top_k", T({2}, i32)}, {"top_p", T({2}, f32)}});
-      }};
   m["softmax_v32000"] = {
       "softmax", [=] {
         return bind("softmax", {{"logits", T({2, 32000}, f32)}, {"temperature", Value(1.0)}});
@@ -296,11 +321,6 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                                            {"b_descale", T({7168, 128}, f8)},
                                                            {"block_size", Value(16)}});
                                             }};
-  m["fp4_quantize_k4096"] = {"fp4_quantize", [=] {
-                               return bind("fp4_quantize", {{"input", T({3, 4096}, bf)},
-                                                            {"global_scale", T({1}, f32)},
-                                                            {"sf_vec_size", Value(16)}});
-                             }};
   m["nvfp4_quantize_k4096"] = {
       "nvfp4_quantize", [=] {
         return bind("nvfp4_quantize", {{"a", T({3, 4096}, bf)}, {"a_global_sf", T({1}, f32)}});
@@ -328,16 +348,6 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                              "mxfp8_grouped_quantize",
                                              {{"a", T({2, 256, 4096}, bf)}, {"mask", T({2}, i32)}});
                                        }};
-  m["fp4_quantize_k3456"] = {"fp4_quantize", [=] {
-                               return bind("fp4_quantize", {{"input", T({3, 3456}, bf)},
-                                                            {"global_scale", T({1}, f32)},
-                                                            {"sf_vec_size", Value(16)}});
-                             }};
-  m["fp4_quantize_k7168"] = {"fp4_quantize", [=] {
-                               return bind("fp4_quantize", {{"input", T({3, 7168}, bf)},
-                                                            {"global_scale", T({1}, f32)},
-                                                            {"sf_vec_size", Value(16)}});
-                             }};
   m["mla_rope_quantize_fp8_h128_rope64"] = {"mla_rope_quantize_fp8", [=] {
                                               return bind("mla_rope_quantize_fp8",
                                                           {{"q_rope", T({4, 128, 64}, bf)},
@@ -365,48 +375,6 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                                        {"scale_bmm2_d", T({1}, f32)},
                                                        {"causal", Value(true)}});
                                         }};
-  m["llama31_rope_inplace_h32_kv8_d128"] = {"apply_llama31_rope_inplace", [=] {
-                                              return bind("apply_llama31_rope_inplace",
-                                                          {{"q", T({5, 32, 128}, bf)},
-                                                           {"k", T({5, 8, 128}, bf)},
-                                                           {"indptr", T({3}, i32)},
-                                                           {"offsets", T({2}, i32)}});
-                                            }};
-  m["top_k_renorm_probs_v32000"] = {
-      "top_k_renorm_probs", [=] {
-        return bind("top_k_renorm_probs", {{"probs", T({2, 32000}, f32)}, {"top_k", Value(50)}});
-      }};
-  m["top_k_mask_logits_v32000"] = {
-      "top_k_mask_logits", [=] {
-        return bind("top_k_mask_logits", {{"logits", T({2, 32000}, f32)}, {"top_k", Value(50)}});
-      }};
-  m["top_p_sampling_v151936"] = {"top_p_sampling_from_probs", [=] {
-                                   return bind(
-                                       "top_p_sampling_from_probs",
-                                       {{"probs", T({2, 151936}, f32)}, {"top_p", T({2}, f32)}});
-                                 }};
-  m["rope_inplace_h32_kv8_d128"] = {"apply_rope_inplace", [=] {
-                                      return bind("apply_rope_inplace", {{"q", T({5, 32, 128}, bf)},
-                                                                         {"k", T({5, 8, 128}, bf)},
-                                                                         {"indptr", T({3}, i32)},
-                                                                         {"offsets", T({2}, i32)}});
-                                    }};
-  m["llama31_rope_pos_ids_inplace_h32_kv8_d128"] = {
-      "apply_llama31_rope_pos_ids_inplace", [=] {
-        return bind(
-            "apply_llama31_rope_pos_ids_inplace",
-            {{"q", T({5, 32, 128}, bf)}, {"k", T({5, 8, 128}, bf)}, {"pos_ids", T({5}, i32)}});
-      }};
-  m["rope_pos_ids_inplace_h32_kv8_d128"] = {
-      "apply_rope_pos_ids_inplace", [=] {
-        return bind(
-            "apply_rope_pos_ids_inplace",
-            {{"q", T({5, 32, 128}, bf)}, {"k", T({5, 8, 128}, bf)}, {"pos_ids", T({5}, i32)}});
-      }};
-  m["top_p_renorm_probs_v32000"] = {
-      "top_p_renorm_probs", [=] {
-        return bind("top_p_renorm_probs", {{"probs", T({2, 32000}, f32)}, {"top_p", Value(0.9)}});
-      }};
   // (No structured bindings: clang cannot capture them in the lambda.)
   for (const auto& nk : {std::pair<int64_t, int64_t>{256, 7168}, {32, 3072}}) {
     const int64_t n = nk.first, k = nk.second;
@@ -938,6 +906,10 @@ TEST(Trace, EveryDefinitionValidates) {
     }
   }
   run_python(files);
+  // FI_TRACE_TEST_KEEP=DIR keeps a copy of every definition (to diff a change of the templates).
+  if (const char* keep = std::getenv("FI_TRACE_TEST_KEEP")) {
+    fs::copy(dir, keep, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  }
   fs::remove_all(dir);
 }
 
