@@ -43,38 +43,59 @@ const std::vector<std::string> kBH = {"batch_size", "hidden_size"};
 // norm (flashinfer.norm). Epsilon is not an input of upstream's definitions: 1e-6 throughout.
 
 void add_norm(std::vector<Template>& v) {
-  v.push_back({.op = "rmsnorm",
-               .op_type = "rmsnorm",
-               .name_prefix = "rmsnorm",
-               .description = "RMSNorm of each row times weight; eps 1e-6.",
-               .axes = {var("batch_size"), cst("hidden_size", "h")},
-               .inputs = {T("hidden_states", kBH).from("input"), T("weight", {"hidden_size"})},
-               .outputs = {T("output", kBH).like("input")},
-               .tags = {"status:verified"},
-               .reference = R"PY(def run(hidden_states, weight):
+  // RMSNorm and Gemma's variant (times 1 + weight), alone and after the residual add: the same
+  // axes and inputs, the weight term the only difference in the math.
+  const auto rms = [&](const char* op, const char* desc, const char* w,
+                       std::vector<std::string> tags) {
+    v.push_back({.op = op,
+                 .op_type = "rmsnorm",
+                 .name_prefix = op,
+                 .description = desc,
+                 .axes = {var("batch_size"), cst("hidden_size", "h")},
+                 .inputs = {T("hidden_states", kBH).from("input"), T("weight", {"hidden_size"})},
+                 .outputs = {T("output", kBH).like("input")},
+                 .tags = std::move(tags),
+                 .reference = std::string(R"PY(def run(hidden_states, weight):
     x = hidden_states.float()
     inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
-    return (x * inv * weight.float()).to(hidden_states.dtype)
-)PY"});
-  v.push_back({.op = "fused_add_rmsnorm",
-               .op_type = "rmsnorm",
-               .name_prefix = "fused_add_rmsnorm",
-               .description = "residual += input, then RMSNorm of residual times weight; eps 1e-6.",
-               .axes = {var("batch_size"), cst("hidden_size", "h")},
-               .inputs = {T("hidden_states", kBH).from("input"), T("residual", kBH),
-                          T("weight", {"hidden_size"})},
-               .outputs = {T("output", kBH).writes("input").like("input"),
-                           T("residual", kBH)
-                               .writes("residual")
-                               .like("input")
-                               .desc("The residual after the add (written in place).")},
-               .tags = {"status:verified", "fused"},
-               .reference = R"PY(def run(hidden_states, residual, weight):
+    return (x * inv * )PY") + w +
+                              ").to(hidden_states.dtype)\n"});
+  };
+  // (Only fused_add_rmsnorm's outputs name the parameters written in place; Gemma's do not.)
+  const auto rms_add = [&](const char* op, const char* desc, const char* w, std::vector<Io> outputs,
+                           std::vector<std::string> tags) {
+    v.push_back({.op = op,
+                 .op_type = "rmsnorm",
+                 .name_prefix = op,
+                 .description = desc,
+                 .axes = {var("batch_size"), cst("hidden_size", "h")},
+                 .inputs = {T("hidden_states", kBH).from("input"), T("residual", kBH),
+                            T("weight", {"hidden_size"})},
+                 .outputs = std::move(outputs),
+                 .tags = std::move(tags),
+                 .reference = std::string(R"PY(def run(hidden_states, residual, weight):
     x = hidden_states.float() + residual.float()
     inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
-    y = x * inv * weight.float()
+    y = x * inv * )PY") + w + R"PY(
     return y.to(hidden_states.dtype), x.to(residual.dtype)
 )PY"});
+  };
+  rms("rmsnorm", "RMSNorm of each row times weight; eps 1e-6.", "weight.float()",
+      {"status:verified"});
+  rms_add("fused_add_rmsnorm",
+          "residual += input, then RMSNorm of residual times weight; eps 1e-6.", "weight.float()",
+          {T("output", kBH).writes("input").like("input"),
+           T("residual", kBH)
+               .writes("residual")
+               .like("input")
+               .desc("The residual after the add (written in place).")},
+          {"status:verified", "fused"});
+  rms("gemma_rmsnorm", "Gemma RMSNorm: RMSNorm(x) * (1 + weight); eps 1e-6.",
+      "(1.0 + weight.float())", {"status:verified", "model:gemma"});
+  rms_add("gemma_fused_add_rmsnorm", "residual += input, then Gemma RMSNorm of residual; eps 1e-6.",
+          "(1.0 + weight.float())",
+          {T("output", kBH).like("input"), T("residual", kBH).like("input")},
+          {"status:verified", "fused", "model:gemma"});
   // The fp8 output's dtype: upstream declares none, so it resolves to the input's (as here).
   const std::string quant_ref_head = R"PY(def _to_fp8(y, scale):
     s = scale.float().reshape(()) if isinstance(scale, torch.Tensor) else float(scale)
@@ -112,34 +133,6 @@ void add_norm(std::vector<Template>& v) {
     x = hidden_states.float() + residual.float()
     inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
     return _to_fp8(x * inv * weight.float(), scale), x.to(residual.dtype)
-)PY"});
-  v.push_back({.op = "gemma_rmsnorm",
-               .op_type = "rmsnorm",
-               .name_prefix = "gemma_rmsnorm",
-               .description = "Gemma RMSNorm: RMSNorm(x) * (1 + weight); eps 1e-6.",
-               .axes = {var("batch_size"), cst("hidden_size", "h")},
-               .inputs = {T("hidden_states", kBH).from("input"), T("weight", {"hidden_size"})},
-               .outputs = {T("output", kBH).like("input")},
-               .tags = {"status:verified", "model:gemma"},
-               .reference = R"PY(def run(hidden_states, weight):
-    x = hidden_states.float()
-    inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
-    return (x * inv * (1.0 + weight.float())).to(hidden_states.dtype)
-)PY"});
-  v.push_back({.op = "gemma_fused_add_rmsnorm",
-               .op_type = "rmsnorm",
-               .name_prefix = "gemma_fused_add_rmsnorm",
-               .description = "residual += input, then Gemma RMSNorm of residual; eps 1e-6.",
-               .axes = {var("batch_size"), cst("hidden_size", "h")},
-               .inputs = {T("hidden_states", kBH).from("input"), T("residual", kBH),
-                          T("weight", {"hidden_size"})},
-               .outputs = {T("output", kBH).like("input"), T("residual", kBH).like("input")},
-               .tags = {"status:verified", "fused", "model:gemma"},
-               .reference = R"PY(def run(hidden_states, residual, weight):
-    x = hidden_states.float() + residual.float()
-    inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
-    y = x * inv * (1.0 + weight.float())
-    return y.to(hidden_states.dtype), x.to(residual.dtype)
 )PY"});
   v.push_back({.op = "layernorm",
                .op_type = "layernorm",
@@ -1283,6 +1276,14 @@ void add_quant_gemm(std::vector<Template>& v) {
     b = _e2m1(B) * b_descale.float().repeat_interleave(bs, dim=1)
     return (a @ b).to(torch.bfloat16)
 )PY"});
+  // fp4_quantize and nvfp4_quantize: the same axes (but one description) and outputs.
+  const auto fp4_axes = [](const char* scales_desc) {
+    return std::vector<Axis>{var("M", "Number of rows."), cst("K", "k", "Number of input columns."),
+                             var("K_packed", "K // 2."), var("num_scale_elems", scales_desc),
+                             var("one", "1: shape of the global scale.", 1)};
+  };
+  const std::vector<Io> fp4_outs = {T("quantized", {"M", "K_packed"}).dt("uint8"),
+                                    T("scales", {"num_scale_elems"}).dt("uint8")};
   // fp4_quantize: NVFP4 (sf_vec_size 16, e4m3 scales, global scale) as ops/quantization.h:
   // sf = e4m3_satfinite(gs * amax / 6), q = e2m1_rn((x * gs) / sf). The reference returns the
   // scales in the linear layout (calls default to the 128x4 swizzle: same bytes, reordered).
@@ -1292,17 +1293,14 @@ void add_quant_gemm(std::vector<Template>& v) {
        .name_prefix = "fp4_quantize",
        .description = "FP4 quantization: bf16/fp16 input to packed e2m1 (two values per byte, "
                       "the first in the low nibble) and e4m3 block scales (NVFP4).",
-       .axes = {var("M", "Number of rows."), cst("K", "k", "Number of input columns."),
-                var("K_packed", "K // 2."), var("num_scale_elems", "Number of scale bytes."),
-                var("one", "1: shape of the global scale.", 1)},
+       .axes = fp4_axes("Number of scale bytes."),
        .inputs = {T("input", {"M", "K"}),
                   T("global_scale", {"one"})
                       .opt()
                       .dt("float32")
                       .init("torch.full((one,), 3.0, dtype=torch.float32, device=device)"),
                   S("sf_vec_size", "int32").opt()},
-       .outputs = {T("quantized", {"M", "K_packed"}).dt("uint8"),
-                   T("scales", {"num_scale_elems"}).dt("uint8")},
+       .outputs = fp4_outs,
        .constraints = {"K_packed == K // 2"},
        .tags = {"status:verified", "quantization:fp4"},
        .reference = std::string(kFp4Quant) + R"PY(def run(input, global_scale=None, sf_vec_size=16):
@@ -1310,19 +1308,12 @@ void add_quant_gemm(std::vector<Template>& v) {
     gs = 1.0 if global_scale is None else float(global_scale.float().reshape(-1)[0])
     return _nvfp4(input, gs, vec)
 )PY"});
-  auto fp4_axes = [] {
-    return std::vector<Axis>{var("M", "Number of rows."), cst("K", "k", "Number of input columns."),
-                             var("K_packed", "K // 2."), var("num_scale_elems", "Scale bytes."),
-                             var("one", "1: shape of the global scale.", 1)};
-  };
-  const std::vector<Io> fp4_outs = {T("quantized", {"M", "K_packed"}).dt("uint8"),
-                                    T("scales", {"num_scale_elems"}).dt("uint8")};
   v.push_back({.op = "nvfp4_quantize",
                .op_type = "quantization",
                .name_prefix = "nvfp4_quantize",
                .description = "NVFP4 quantization: packed e2m1 and e4m3 scales of 16 values, with "
                               "the global scale a_global_sf.",
-               .axes = fp4_axes(),
+               .axes = fp4_axes("Scale bytes."),
                .inputs = {T("a", {"M", "K"}),
                           T("a_global_sf", {"one"})
                               .synth("float32")
@@ -1446,7 +1437,7 @@ def run(x, pre_quant_scale, global_scale):
                .name_prefix = "mxfp4_quantize",
                .description = "MXFP4 quantization: packed e2m1 and UE8M0 scales of 32 values (the "
                               "power of two at or above amax / 6); no global scale.",
-               .axes = fp4_axes(),
+               .axes = fp4_axes("Scale bytes."),
                .inputs = {T("a", {"M", "K"})},
                .outputs = fp4_outs,
                .constraints = {"K_packed == K // 2"},
