@@ -43,38 +43,59 @@ const std::vector<std::string> kBH = {"batch_size", "hidden_size"};
 // norm (flashinfer.norm). Epsilon is not an input of upstream's definitions: 1e-6 throughout.
 
 void add_norm(std::vector<Template>& v) {
-  v.push_back({.op = "rmsnorm",
-               .op_type = "rmsnorm",
-               .name_prefix = "rmsnorm",
-               .description = "RMSNorm of each row times weight; eps 1e-6.",
-               .axes = {var("batch_size"), cst("hidden_size", "h")},
-               .inputs = {T("hidden_states", kBH).from("input"), T("weight", {"hidden_size"})},
-               .outputs = {T("output", kBH).like("input")},
-               .tags = {"status:verified"},
-               .reference = R"PY(def run(hidden_states, weight):
+  // RMSNorm and Gemma's variant (times 1 + weight), alone and after the residual add: the same
+  // axes and inputs, the weight term the only difference in the math.
+  const auto rms = [&](const char* op, const char* desc, const char* w,
+                       std::vector<std::string> tags) {
+    v.push_back({.op = op,
+                 .op_type = "rmsnorm",
+                 .name_prefix = op,
+                 .description = desc,
+                 .axes = {var("batch_size"), cst("hidden_size", "h")},
+                 .inputs = {T("hidden_states", kBH).from("input"), T("weight", {"hidden_size"})},
+                 .outputs = {T("output", kBH).like("input")},
+                 .tags = std::move(tags),
+                 .reference = std::string(R"PY(def run(hidden_states, weight):
     x = hidden_states.float()
     inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
-    return (x * inv * weight.float()).to(hidden_states.dtype)
-)PY"});
-  v.push_back({.op = "fused_add_rmsnorm",
-               .op_type = "rmsnorm",
-               .name_prefix = "fused_add_rmsnorm",
-               .description = "residual += input, then RMSNorm of residual times weight; eps 1e-6.",
-               .axes = {var("batch_size"), cst("hidden_size", "h")},
-               .inputs = {T("hidden_states", kBH).from("input"), T("residual", kBH),
-                          T("weight", {"hidden_size"})},
-               .outputs = {T("output", kBH).writes("input").like("input"),
-                           T("residual", kBH)
-                               .writes("residual")
-                               .like("input")
-                               .desc("The residual after the add (written in place).")},
-               .tags = {"status:verified", "fused"},
-               .reference = R"PY(def run(hidden_states, residual, weight):
+    return (x * inv * )PY") + w +
+                              ").to(hidden_states.dtype)\n"});
+  };
+  // (Only fused_add_rmsnorm's outputs name the parameters written in place; Gemma's do not.)
+  const auto rms_add = [&](const char* op, const char* desc, const char* w, std::vector<Io> outputs,
+                           std::vector<std::string> tags) {
+    v.push_back({.op = op,
+                 .op_type = "rmsnorm",
+                 .name_prefix = op,
+                 .description = desc,
+                 .axes = {var("batch_size"), cst("hidden_size", "h")},
+                 .inputs = {T("hidden_states", kBH).from("input"), T("residual", kBH),
+                            T("weight", {"hidden_size"})},
+                 .outputs = std::move(outputs),
+                 .tags = std::move(tags),
+                 .reference = std::string(R"PY(def run(hidden_states, residual, weight):
     x = hidden_states.float() + residual.float()
     inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
-    y = x * inv * weight.float()
+    y = x * inv * )PY") + w + R"PY(
     return y.to(hidden_states.dtype), x.to(residual.dtype)
 )PY"});
+  };
+  rms("rmsnorm", "RMSNorm of each row times weight; eps 1e-6.", "weight.float()",
+      {"status:verified"});
+  rms_add("fused_add_rmsnorm",
+          "residual += input, then RMSNorm of residual times weight; eps 1e-6.", "weight.float()",
+          {T("output", kBH).writes("input").like("input"),
+           T("residual", kBH)
+               .writes("residual")
+               .like("input")
+               .desc("The residual after the add (written in place).")},
+          {"status:verified", "fused"});
+  rms("gemma_rmsnorm", "Gemma RMSNorm: RMSNorm(x) * (1 + weight); eps 1e-6.",
+      "(1.0 + weight.float())", {"status:verified", "model:gemma"});
+  rms_add("gemma_fused_add_rmsnorm", "residual += input, then Gemma RMSNorm of residual; eps 1e-6.",
+          "(1.0 + weight.float())",
+          {T("output", kBH).like("input"), T("residual", kBH).like("input")},
+          {"status:verified", "fused", "model:gemma"});
   // The fp8 output's dtype: upstream declares none, so it resolves to the input's (as here).
   const std::string quant_ref_head = R"PY(def _to_fp8(y, scale):
     s = scale.float().reshape(()) if isinstance(scale, torch.Tensor) else float(scale)
@@ -112,34 +133,6 @@ void add_norm(std::vector<Template>& v) {
     x = hidden_states.float() + residual.float()
     inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
     return _to_fp8(x * inv * weight.float(), scale), x.to(residual.dtype)
-)PY"});
-  v.push_back({.op = "gemma_rmsnorm",
-               .op_type = "rmsnorm",
-               .name_prefix = "gemma_rmsnorm",
-               .description = "Gemma RMSNorm: RMSNorm(x) * (1 + weight); eps 1e-6.",
-               .axes = {var("batch_size"), cst("hidden_size", "h")},
-               .inputs = {T("hidden_states", kBH).from("input"), T("weight", {"hidden_size"})},
-               .outputs = {T("output", kBH).like("input")},
-               .tags = {"status:verified", "model:gemma"},
-               .reference = R"PY(def run(hidden_states, weight):
-    x = hidden_states.float()
-    inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
-    return (x * inv * (1.0 + weight.float())).to(hidden_states.dtype)
-)PY"});
-  v.push_back({.op = "gemma_fused_add_rmsnorm",
-               .op_type = "rmsnorm",
-               .name_prefix = "gemma_fused_add_rmsnorm",
-               .description = "residual += input, then Gemma RMSNorm of residual; eps 1e-6.",
-               .axes = {var("batch_size"), cst("hidden_size", "h")},
-               .inputs = {T("hidden_states", kBH).from("input"), T("residual", kBH),
-                          T("weight", {"hidden_size"})},
-               .outputs = {T("output", kBH).like("input"), T("residual", kBH).like("input")},
-               .tags = {"status:verified", "fused", "model:gemma"},
-               .reference = R"PY(def run(hidden_states, residual, weight):
-    x = hidden_states.float() + residual.float()
-    inv = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
-    y = x * inv * (1.0 + weight.float())
-    return y.to(hidden_states.dtype), x.to(residual.dtype)
 )PY"});
   v.push_back({.op = "layernorm",
                .op_type = "layernorm",
@@ -1283,6 +1276,14 @@ void add_quant_gemm(std::vector<Template>& v) {
     b = _e2m1(B) * b_descale.float().repeat_interleave(bs, dim=1)
     return (a @ b).to(torch.bfloat16)
 )PY"});
+  // fp4_quantize and nvfp4_quantize: the same axes (but one description) and outputs.
+  const auto fp4_axes = [](const char* scales_desc) {
+    return std::vector<Axis>{var("M", "Number of rows."), cst("K", "k", "Number of input columns."),
+                             var("K_packed", "K // 2."), var("num_scale_elems", scales_desc),
+                             var("one", "1: shape of the global scale.", 1)};
+  };
+  const std::vector<Io> fp4_outs = {T("quantized", {"M", "K_packed"}).dt("uint8"),
+                                    T("scales", {"num_scale_elems"}).dt("uint8")};
   // fp4_quantize: NVFP4 (sf_vec_size 16, e4m3 scales, global scale) as ops/quantization.h:
   // sf = e4m3_satfinite(gs * amax / 6), q = e2m1_rn((x * gs) / sf). The reference returns the
   // scales in the linear layout (calls default to the 128x4 swizzle: same bytes, reordered).
@@ -1292,17 +1293,14 @@ void add_quant_gemm(std::vector<Template>& v) {
        .name_prefix = "fp4_quantize",
        .description = "FP4 quantization: bf16/fp16 input to packed e2m1 (two values per byte, "
                       "the first in the low nibble) and e4m3 block scales (NVFP4).",
-       .axes = {var("M", "Number of rows."), cst("K", "k", "Number of input columns."),
-                var("K_packed", "K // 2."), var("num_scale_elems", "Number of scale bytes."),
-                var("one", "1: shape of the global scale.", 1)},
+       .axes = fp4_axes("Number of scale bytes."),
        .inputs = {T("input", {"M", "K"}),
                   T("global_scale", {"one"})
                       .opt()
                       .dt("float32")
                       .init("torch.full((one,), 3.0, dtype=torch.float32, device=device)"),
                   S("sf_vec_size", "int32").opt()},
-       .outputs = {T("quantized", {"M", "K_packed"}).dt("uint8"),
-                   T("scales", {"num_scale_elems"}).dt("uint8")},
+       .outputs = fp4_outs,
        .constraints = {"K_packed == K // 2"},
        .tags = {"status:verified", "quantization:fp4"},
        .reference = std::string(kFp4Quant) + R"PY(def run(input, global_scale=None, sf_vec_size=16):
@@ -1310,19 +1308,12 @@ void add_quant_gemm(std::vector<Template>& v) {
     gs = 1.0 if global_scale is None else float(global_scale.float().reshape(-1)[0])
     return _nvfp4(input, gs, vec)
 )PY"});
-  auto fp4_axes = [] {
-    return std::vector<Axis>{var("M", "Number of rows."), cst("K", "k", "Number of input columns."),
-                             var("K_packed", "K // 2."), var("num_scale_elems", "Scale bytes."),
-                             var("one", "1: shape of the global scale.", 1)};
-  };
-  const std::vector<Io> fp4_outs = {T("quantized", {"M", "K_packed"}).dt("uint8"),
-                                    T("scales", {"num_scale_elems"}).dt("uint8")};
   v.push_back({.op = "nvfp4_quantize",
                .op_type = "quantization",
                .name_prefix = "nvfp4_quantize",
                .description = "NVFP4 quantization: packed e2m1 and e4m3 scales of 16 values, with "
                               "the global scale a_global_sf.",
-               .axes = fp4_axes(),
+               .axes = fp4_axes("Scale bytes."),
                .inputs = {T("a", {"M", "K"}),
                           T("a_global_sf", {"one"})
                               .synth("float32")
@@ -1446,7 +1437,7 @@ def run(x, pre_quant_scale, global_scale):
                .name_prefix = "mxfp4_quantize",
                .description = "MXFP4 quantization: packed e2m1 and UE8M0 scales of 32 values (the "
                               "power of two at or above amax / 6); no global scale.",
-               .axes = fp4_axes(),
+               .axes = fp4_axes("Scale bytes."),
                .inputs = {T("a", {"M", "K"})},
                .outputs = fp4_outs,
                .constraints = {"K_packed == K // 2"},
@@ -1982,6 +1973,469 @@ void add_moe(std::vector<Template>& v) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Templates chosen by a string argument: mm_bf16_fp4 by `backend` (each backend's prepared weight
+// has its own layout: upstream's gemm.py has one template per backend), nvfp4_kv_dequantize_paged
+// by `kv_layout` (upstream's _hnd sibling).
+
+// The cute-dsl weight: int32 [K/16, 2N], (16 k x 64 n) tiles of 128 words, tiles k-major; byte j
+// of word w holds packed k-row kh and column nn of its tile (our src/kernels/cpu/
+// gemm_bf16_fp4_cpu.cpp, cute_dsl_tile_source). Scales: S0E5M3 bytes [K/bs, N], the top 8 bits
+// of an fp16 (byte << 7).
+const char* kBf16Fp4CuteDsl = R"PY(def _cute_dsl_weight(B, b_descale, bs):
+    ksf, n = b_descale.shape
+    k = ksf * bs
+    kt, nt = k // 16, n // 64
+    by = B.contiguous().view(torch.uint8).reshape(kt, nt, 128, 4).long()
+    w = torch.zeros(n, k)
+    t_k = torch.arange(kt).reshape(-1, 1)
+    t_n = torch.arange(nt).reshape(1, -1)
+    koff, noff = [0, 4, 0, 4], [[0, 0, 16, 16], [32, 32, 48, 48]]
+    for word in range(128):
+        lane = (word // 2) % 32
+        for j in range(4):
+            kh = lane % 4 + koff[j]
+            nn = (word // 64) * 8 + lane // 4 + noff[word % 2][j]
+            byte = by[:, :, word, j]
+            rows = (t_n * 64 + nn).expand(kt, nt)
+            cols = ((t_k * 8 + kh) * 2).expand(kt, nt)
+            w[rows, cols] = _e2m1(byte & 15)
+            w[rows, cols + 1] = _e2m1(byte >> 4)
+    half = (b_descale.to(torch.int32) << 7).to(torch.int16).view(torch.float16).float()
+    return w * half.t().repeat_interleave(bs, dim=1)
+
+
+)PY";
+
+void add_string_selected(std::vector<Template>& v) {
+  // mm_bf16_fp4: C = (A @ dequant(B).T) * alpha, bf16 out. Upstream's three committed files come
+  // from two generations of its gemm.py: cudnn / cute_dsl (alpha float32, no out/out_dtype
+  // inputs) and cute_dsl_native_sf1d (the later one: alpha, out_dtype and out listed).
+  const auto bf16_fp4 = [&](std::string backend, std::string prefix, std::string desc,
+                            std::vector<Io> weight, std::vector<Derived> derived,
+                            std::string reference) {
+    std::vector<Io> in = {T("A", {"M", "K"}).from("a").desc("Activation, bfloat16.")};
+    for (auto& w : weight) in.push_back(std::move(w));
+    in.push_back(T("alpha", {"1"})
+                     .dt("float32")
+                     .opt()
+                     .init("torch.tensor([0.5], device=device)")
+                     .desc("Optional global scale, float32, shape (1,)."));
+    in.push_back(S("block_size", "int32").init("block_size").desc("FP4 block size (always 16)."));
+    derived.push_back({.name = "1", .by = 1});
+    v.push_back(
+        {.op = "mm_bf16_fp4",
+         .op_type = "gemm_bf16_fp4",
+         .name_prefix = std::move(prefix),
+         .description = std::move(desc),
+         .axes = {var("M"), cst("N", "N"), cst("K", "K"),
+                  cst("block_size", "block_size", "FP4 quantization block size (16 for nvfp4).")},
+         .inputs = std::move(in),
+         .outputs = {T("C", {"M", "N"}).dt("bfloat16")},
+         .derived = std::move(derived),
+         .tags = {"status:verified", "quantization:fp4"},
+         .reference = std::move(reference),
+         .select_param = "backend",
+         .select_strings = {std::move(backend)}});
+  };
+  bf16_fp4("cudnn", "mm_bf16_fp4_cudnn",
+           "bf16 x fp4 GEMM C = (A @ dequant(B).T) * alpha, cuDNN-prepared weights: B is e2m1 "
+           "packed two per byte (low nibble first) [N, K // 2], e4m3 block scales linear "
+           "[N, K // block_size].",
+           {T("B", {"N", "K_div_2"})
+                .from("b")
+                .synth("uint8")
+                .init("torch.randint(0, 256, (N, K_div_2), dtype=torch.uint8, device=device)")
+                .desc("Weight, fp4 e2m1fn_x2 packed as uint8, [N, K//2]."),
+            T("b_descale", {"N", "K_div_block_size"})
+                .synth("float8_e4m3fn")
+                .init("(torch.randint(4, 12, (N, K_div_block_size), device=device) / 8.0)"
+                      ".to({dtype:b_descale})")
+                .desc("Per-block scales, float8_e4m3fn, [N, K//block_size].")},
+           {{.name = "K_div_2", .of = "K", .by = 2},
+            {.name = "K_div_block_size", .of = "K", .by_axis = "block_size"}},
+           std::string(kMxHelpers) + R"PY(def run(A, B, b_descale, alpha=None, block_size=16):
+    bs = int(block_size)
+    n = B.shape[0]
+    codes = torch.stack([B.long() & 15, B.long() >> 4], dim=-1).reshape(n, -1)
+    w = _e2m1(codes) * b_descale.float().repeat_interleave(bs, dim=1)
+    c = A.float() @ w.t()
+    if alpha is not None:
+        c = c * alpha.float().reshape(())
+    return c.to(torch.bfloat16)
+)PY");
+  bf16_fp4("cute-dsl", "mm_bf16_fp4_cute_dsl",
+           "bf16 x fp4 GEMM C = (A @ dequant(B).T) * alpha, cute-DSL-prepared weights: B is fp4 "
+           "repacked into (16 K x 64 N) MMA tiles as int32 [K // 16, N * 2], S0E5M3 block "
+           "scales [K // block_size, N].",
+           {T("B", {"K_div_16", "N_mul_2"})
+                .from("b")
+                .synth("int32")
+                .init("torch.randint(-2 ** 31, 2 ** 31 - 1, (K_div_16, N_mul_2), "
+                      "dtype=torch.int32, device=device)")
+                .desc("Weight, fp4 tile-packed as int32, [K//16, N*2]."),
+            T("b_descale", {"K_div_block_size", "N"})
+                .synth("uint8")
+                .init("torch.randint(100, 130, (K_div_block_size, N), dtype=torch.uint8, "
+                      "device=device)")
+                .desc("Per-block scales, S0E5M3 as uint8, [K//block_size, N].")},
+           {{.name = "K_div_16", .of = "K", .by = 16},
+            {.name = "N_mul_2", .of = "N", .times = 2},
+            {.name = "K_div_block_size", .of = "K", .by_axis = "block_size"}},
+           std::string(kMxHelpers) + kBf16Fp4CuteDsl +
+               R"PY(def run(A, B, b_descale, alpha=None, block_size=16):
+    c = A.float() @ _cute_dsl_weight(B, b_descale, int(block_size)).t()
+    if alpha is not None:
+        c = c * alpha.float().reshape(())
+    return c.to(torch.bfloat16)
+)PY");
+  // The native backend (SM120/121): canonical uint8 weights and the 1-D padded 128x4-swizzled
+  // e4m3 scale buffer. Our op has no such backend (it refuses the call); the definition is
+  // still written for it, as upstream's.
+  v.push_back(
+      {.op = "mm_bf16_fp4",
+       .op_type = "gemm_bf16_fp4",
+       .name_prefix = "mm_bf16_fp4_cute_dsl_native_sf1d",
+       .description = "BF16 x NVFP4 GEMM with canonical uint8 weights and padded 128x4-swizzled "
+                      "E4M3 block scales (SM120/121).",
+       .axes = {var("M"), cst("N", "N"), cst("K", "K"), cst("K_packed", "K_packed"),
+                cst("block_size", "block_size"), cst("SF_dim_0", "SF_dim_0")},
+       .inputs = {T("A", {"M", "K"}).from("a"),
+                  T("B", {"N", "K_packed"})
+                      .from("b")
+                      .synth("uint8")
+                      .init("torch.randint(0, 256, (N, K_packed), dtype=torch.uint8, "
+                            "device=device)"),
+                  T("b_descale", {"SF_dim_0"})
+                      .synth("float8_e4m3fn")
+                      .init("(torch.rand((SF_dim_0,), device=device) + 0.5).to({dtype:b_descale})")
+                      .desc("Contiguous 128x4-swizzled E4M3 buffer, including N/K padding."),
+                  T("alpha", {"1"}).opt(), S("block_size", "int32").init("block_size"),
+                  S("out_dtype", "dtype").opt(), T("out", {"M", "N"}).opt()},
+       .outputs = {T("C", {"M", "N"}).dt("bfloat16")},
+       .constraints = {"K == K_packed * 2", "block_size == 16", "M >= 1"},
+       .derived = {{.name = "1", .by = 1}},
+       .tags = {"status:verified", "quantization:fp4"},
+       .reference =
+           std::string(kMxHelpers) +
+           R"PY(def run(A, B, b_descale, alpha=None, block_size=16, out_dtype=None, out=None):
+    bs = int(block_size)
+    n, kp = B.shape
+    k = kp * 2
+    sf = _unswizzle_128x4(b_descale.float(), n, k // bs).repeat_interleave(bs, dim=1)
+    codes = torch.stack([B.long() & 15, B.long() >> 4], dim=-1).reshape(n, k)
+    w = _e2m1(codes) * sf
+    if alpha is not None:
+        w = w * alpha.float().reshape(())
+    c = (A.float() @ w.t()).to(out_dtype or A.dtype)
+    if out is not None:
+        out.copy_(c)
+        return out
+    return c
+)PY",
+       .select_param = "backend",
+       .select_strings = {"cute-dsl-native"}});
+
+  // nvfp4_kv_dequantize_paged: the (k, v) cache and scale tuples, gathered through the block
+  // table into [batch, max_seq_len, heads, dim] (rows past a request's length left as they were;
+  // our src/kernels/cpu/nvfp4_cpu.cpp). One template per kv_layout, "NHD" by default.
+  for (const bool hnd : {false, true}) {
+    const std::vector<std::string> pre =
+        hnd ? std::vector<std::string>{"num_pages", "num_heads", "page_size"}
+            : std::vector<std::string>{"num_pages", "page_size", "num_heads"};
+    const auto cache = [&](const char* last) {
+      auto d = pre;
+      d.push_back(last);
+      return d;
+    };
+    const std::string bytes = "torch.randint(0, 256, (" + pre[0] + ", " + pre[1] + ", " + pre[2];
+    // e4m3 scales k / 8 (k in 4..11): exact in e4m3, also as the float32 stand-in of a torch
+    // without float8.
+    const std::string sfs = "(torch.randint(4, 12, (" + pre[0] + ", " + pre[1] + ", " + pre[2];
+    const std::vector<std::string> kout = {"batch_size", "max_seq_len", "num_heads", "k_head_dim"};
+    const std::vector<std::string> vout = {"batch_size", "max_seq_len", "num_heads", "v_head_dim"};
+    std::string ref = std::string(kMxHelpers) + "HND = " + (hnd ? "True" : "False") + "\n\n\n" +
+                      R"PY(def _gather(cache, sf, block_tables, seq_lens, scale, out):
+    out = out.clone()
+    page_size = cache.shape[2] if HND else cache.shape[1]
+    for b in range(block_tables.shape[0]):
+        for t in range(int(seq_lens[b])):
+            page = int(block_tables[b, t // page_size])
+            slot = t % page_size
+            q = cache[page, :, slot] if HND else cache[page, slot]
+            s = sf[page, :, slot] if HND else sf[page, slot]
+            codes = torch.stack([q.long() & 15, q.long() >> 4], dim=-1).reshape(q.shape[0], -1)
+            val = _e2m1(codes) * s.float().repeat_interleave(16, dim=1) * scale.float().reshape(())
+            out[b, t] = val.to(out.dtype)
+    return out
+
+
+def run(paged_k_cache, paged_v_cache, k_scales, v_scales, block_tables, seq_lens, k_scale,
+        v_scale, output_k, output_v):
+    return (_gather(paged_k_cache, k_scales, block_tables, seq_lens, k_scale, output_k),
+            _gather(paged_v_cache, v_scales, block_tables, seq_lens, v_scale, output_v))
+)PY";
+    v.push_back(
+        {.op = "nvfp4_kv_dequantize_paged",
+         .op_type = "dequantize_fp4",
+         .name_prefix = hnd ? "nvfp4_kv_dequantize_paged_hnd" : "nvfp4_kv_dequantize_paged",
+         .description = "Gather and dequantize a paged NVFP4 KV cache through block tables into "
+                        "caller-owned contiguous K/V output buffers.",
+         .axes = {var("batch_size", "", 2), var("max_seq_len", "", 6), cst("num_heads", "h"),
+                  cst("k_head_dim", "dk"), cst("v_head_dim", "dv"),
+                  var("k_packed_dim", "k_head_dim // 2."), var("v_packed_dim", "v_head_dim // 2."),
+                  var("k_scale_dim", "k_head_dim // 16."), var("v_scale_dim", "v_head_dim // 16."),
+                  var("num_pages", "", 5), cst("page_size", "ps"), var("block_table_stride", "", 2),
+                  var("scalar", "Global scale tensor length, normally 1.", 1)},
+         .inputs = {T("paged_k_cache", cache("k_packed_dim"))
+                        .from("paged_kv_cache")
+                        .item(0)
+                        .synth("uint8")
+                        .init(bytes + ", k_head_dim // 2), dtype=torch.uint8, device=device)"),
+                    T("paged_v_cache", cache("v_packed_dim"))
+                        .from("paged_kv_cache")
+                        .item(1)
+                        .synth("uint8")
+                        .init(bytes + ", v_head_dim // 2), dtype=torch.uint8, device=device)"),
+                    T("k_scales", cache("k_scale_dim"))
+                        .from("kv_cache_sf")
+                        .item(0)
+                        .synth("float8_e4m3fn")
+                        .init(sfs + ", k_head_dim // 16), device=device) / 8.0)"
+                                    ".to({dtype:k_scales})"),
+                    T("v_scales", cache("v_scale_dim"))
+                        .from("kv_cache_sf")
+                        .item(1)
+                        .synth("float8_e4m3fn")
+                        .init(sfs + ", v_head_dim // 16), device=device) / 8.0)"
+                                    ".to({dtype:v_scales})"),
+                    T("block_tables", {"batch_size", "block_table_stride"})
+                        .synth("int32")
+                        .init("torch.arange(batch_size * block_table_stride, dtype=torch.int32, "
+                              "device=device).reshape(batch_size, block_table_stride) % "
+                              "num_pages"),
+                    T("seq_lens", {"batch_size"})
+                        .synth("int32")
+                        .init("torch.full((batch_size,), min(max_seq_len, block_table_stride * "
+                              "page_size), dtype=torch.int32, device=device)"),
+                    T("k_scale", {"scalar"})
+                        .synth("float32")
+                        .init("torch.ones((scalar,), device=device)"),
+                    T("v_scale", {"scalar"})
+                        .synth("float32")
+                        .init("torch.full((scalar,), 0.5, device=device)"),
+                    T("output_k", kout)
+                        .init("torch.zeros((batch_size, max_seq_len, num_heads, "
+                              "k_head_dim), device=device).to({dtype:output_k})"),
+                    T("output_v", vout)
+                        .init("torch.zeros((batch_size, max_seq_len, num_heads, "
+                              "v_head_dim), device=device).to({dtype:output_v})")},
+         .outputs = {T("output_k", kout).like("output_k").writes("output_k"),
+                     T("output_v", vout).like("output_v").writes("output_v")},
+         .constraints = {"k_head_dim == k_packed_dim * 2", "v_head_dim == v_packed_dim * 2",
+                         "k_head_dim == k_scale_dim * 16", "v_head_dim == v_scale_dim * 16",
+                         "block_table_stride * page_size >= max_seq_len", "scalar == 1"},
+         .tags = {"status:verified", "quantization:fp4"},
+         .reference = ref,
+         .select_param = "kv_layout",
+         .select_strings = {hnd ? "HND" : "NHD"},
+         .select_string_default = "NHD"});
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SVDQuant (flashinfer.gemm.gemm_svdquant): out = alpha * (a @ b^T + d @ l1^T), NVFP4 a and b with
+// 128x4-swizzled e4m3 scale bytes, the LoRA-up weight l1 pre-divided by alpha (upstream's
+// docstrings; our src/api/svdquant.cpp). Upstream's templates carry no status tag; its
+// committed files come in two generations (the weight scale buffer SF_B variable or constant):
+// these follow the constant one.
+const char* kSvdHelpers = R"PY(def _e4m3_bits(b):
+    b = b.long()
+    e, m = (b >> 3) & 15, (b & 7).float()
+    v = torch.where(e == 0, m / 8.0 * 2.0 ** -6, (1.0 + m / 8.0) * torch.pow(2.0, e.float() - 7.0))
+    return torch.where(b >= 128, -v, v)
+
+
+def _fp4_rows(q, sf):
+    # Packed e2m1 rows [r, k // 2] (low nibble first) times their e4m3 scales [r, k // 16].
+    codes = torch.stack([q.long() & 15, q.long() >> 4], dim=-1).reshape(q.shape[0], -1)
+    return _e2m1(codes) * sf.repeat_interleave(16, dim=1)
+
+
+)PY";
+
+void add_svdquant(std::vector<Template>& v) {
+  const Axis k_packed = cst("K_packed", "K_packed", "K / 2 (two e2m1 values per byte).");
+  const Axis sf_b = cst("SF_B", "SF_B", "128x4-swizzled weight scale buffer size.");
+  const Axis rank = cst("rank", "rank", "LoRA rank, a positive multiple of 32.");
+  const auto bytes = [](const char* key, std::vector<std::string> dims, std::string shape,
+                        const char* desc) {
+    return T(key, std::move(dims))
+        .synth("uint8")
+        .init("torch.randint(0, 256, (" + shape + "), dtype=torch.uint8, device=device)")
+        .desc(desc);
+  };
+  // e4m3 scale bytes 48..63: 0.5 to under 1 (exponent field 6).
+  const auto scales = [](const char* key, std::string dim, std::string size, const char* desc) {
+    return T(key, {std::move(dim)})
+        .synth("uint8")
+        .init("torch.randint(48, 64, (" + size + ",), dtype=torch.uint8, device=device)")
+        .desc(desc);
+  };
+  const Io alpha = T("alpha", {"1"})
+                       .synth("float32")
+                       .init("torch.full((1,), 0.5, dtype=torch.float32, device=device)")
+                       .desc("Per-tensor residual dequant scale, float32 device scalar.");
+  const std::string sf_a_size = "((M + 127) // 128) * 128 * (((K_packed * 2 // 16) + 3) // 4) * 4";
+  v.push_back(
+      {.op = "mm_nvfp4_svdquant",
+       .op_type = "gemm_nvfp4_svdquant",
+       .name_prefix = "gemm_nvfp4_svdquant",
+       .description = "SVDQuant NVFP4 GEMM: out = alpha * (a @ b^T + d @ l1^T), 1/alpha "
+                      "pre-folded into l1.",
+       .axes = {var("M"), cst("N", "N"), k_packed,
+                var("SF_A", "128x4-swizzled activation scale buffer size derived from M and K."),
+                sf_b, rank},
+       .inputs = {bytes("a", {"M", "K_packed"}, "M, K_packed",
+                        "Smooth-quantized activation, packed e2m1 as uint8."),
+                  bytes("b", {"N", "K_packed"}, "N, K_packed",
+                        "NVFP4 residual weight, packed e2m1 as uint8, row-major."),
+                  scales("a_sf", "SF_A", sf_a_size,
+                         "Activation block scales, ue4m3 as uint8, 128x4 swizzled."),
+                  scales("b_sf", "SF_B", "SF_B",
+                         "Weight block scales, ue4m3 as uint8, 128x4 swizzled."),
+                  alpha, T("d", {"M", "rank"}).desc("LoRA-down output x_hat @ L2^T, bf16."),
+                  T("l1", {"N", "rank"}).desc("LoRA-up weight pre-divided by alpha, bf16.")},
+       .outputs = {T("out", {"M", "N"}).dt("bfloat16")},
+       .constraints = {"SF_A == " + sf_a_size},
+       .derived = {{.name = "1", .by = 1}},
+       .tags = {"quantization:fp4"},
+       .reference =
+           std::string(kMxHelpers) + kSvdHelpers + R"PY(def run(a, b, a_sf, b_sf, alpha, d, l1):
+    m, n, k = a.shape[0], b.shape[0], a.shape[1] * 2
+    x = _fp4_rows(a, _e4m3_bits(_unswizzle_128x4(a_sf, m, k // 16)))
+    w = _fp4_rows(b, _e4m3_bits(_unswizzle_128x4(b_sf, n, k // 16)))
+    out = alpha.float().reshape(()) * (x @ w.t() + d.float() @ l1.float().t())
+    return out.to(torch.bfloat16)
+)PY"});
+  // svdquant_linear: nvfp4_quantize_smooth(x), d = bf16(x @ l2t_smoothed), then the GEMM above.
+  v.push_back(
+      {.op = "svdquant_linear",
+       .op_type = "linear_nvfp4_svdquant",
+       .name_prefix = "linear_nvfp4_svdquant",
+       .description = "Full SVDQuant linear: y = (x * pre_quant_scale) @ (R + L1 @ L2)^T with R "
+                      "the NVFP4 residual weight: smooth-quantize, bf16 rank-r down-projection, "
+                      "then the NVFP4 residual + LoRA-up GEMM.",
+       .axes = {var("M"), cst("N", "N"), cst("K", "K"), k_packed, sf_b, rank},
+       .inputs = {T("x", {"M", "K"}).desc("Input activation, bf16."),
+                  bytes("weight_fp4", {"N", "K_packed"}, "N, K_packed",
+                        "NVFP4 residual weight, packed e2m1 as uint8."),
+                  scales("weight_sf", "SF_B", "SF_B",
+                         "Weight block scales, ue4m3 as uint8, 128x4 swizzled."),
+                  alpha,
+                  T("pre_quant_scale", {"K"})
+                      .init("(torch.rand((K,), device=device) + 0.5).to({dtype:x})")
+                      .desc("Per-input-channel smoothing scale, bf16."),
+                  T("l2t_smoothed", {"K", "rank"})
+                      .init("(torch.randn((K, rank), device=device) * 0.1).to({dtype:x})")
+                      .desc("pre_quant_scale[:, None] * L2^T, bf16."),
+                  T("l1_scaled", {"N", "rank"}).desc("L1 / alpha, bf16."),
+                  T("global_scale", {"1"})
+                      .synth("float32")
+                      .init("torch.full((1,), 100.0, dtype=torch.float32, device=device)")
+                      .desc("Activation global scale, float32 device scalar.")},
+       .outputs = {T("out", {"M", "N"}).dt("bfloat16")},
+       .derived = {{.name = "1", .by = 1}},
+       .tags = {"quantization:fp4"},
+       .reference =
+           std::string(kMxHelpers) + kFp4Quant + kSvdHelpers +
+           R"PY(def run(x, weight_fp4, weight_sf, alpha, pre_quant_scale, l2t_smoothed, l1_scaled,
+        global_scale):
+    m, k = x.shape
+    n = weight_fp4.shape[0]
+    xs = (x.float() * pre_quant_scale.float()).to(torch.bfloat16)
+    q, bits = _nvfp4(xs, float(global_scale.float().reshape(-1)[0]), 16)
+    a = _fp4_rows(q, _e4m3_bits(bits.reshape(m, k // 16)))
+    w = _fp4_rows(weight_fp4, _e4m3_bits(_unswizzle_128x4(weight_sf, n, k // 16)))
+    d = (x.float() @ l2t_smoothed.float()).to(torch.bfloat16)
+    out = alpha.float().reshape(()) * (a @ w.t() + d.float() @ l1_scaled.float().t())
+    return out.to(torch.bfloat16)
+)PY"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// trtllm_batch_decode_with_kv_cache with enable_block_sparse_attention=True (upstream's only
+// template for this op that we follow; a dense call writes nothing): per-KV-head page tables
+// [num_kv_heads, batch, pages] and lengths [num_kv_heads, batch], the selected pages packed at the
+// front of each row in ascending order (upstream's template description). Our op refuses block
+// sparsity; the definition is written for the call as upstream's. The reference: HND cache with
+// K and V halves (kv_cache_dim 2), q_len_per_req = num_tokens // batch_size queries per request,
+// causal over the compacted per-head sequence when there are several.
+void add_block_sparse_decode(std::vector<Template>& v) {
+  v.push_back(
+      {.op = "trtllm_batch_decode_with_kv_cache",
+       .op_type = "trtllm_paged",
+       .name_prefix = "trtllm_batch_decode_block_sparse",
+       .description = "TRT-LLM paged decode with block-sparse attention: each KV head attends to "
+                      "its own subset of KV cache pages (per-head block_tables and seq_lens).",
+       .axes = {var("num_tokens", "Total query tokens across the batch.", 2), cst("num_heads", "h"),
+                cst("num_kv_heads", "kv"), cst("head_dim", "d"), cst("page_size", "ps"),
+                var("num_pages", "", 6),
+                cst("kv_cache_dim", "",
+                    "1 for interleaved (K,V) single tensor; 2 for separate K/V halves."),
+                var("batch_size", "", 2),
+                var("max_pages_per_seq", "Maximum number of pages per sequence.", 3)},
+       .inputs = {T("query", {"num_tokens", "num_heads", "head_dim"}),
+                  T("kv_cache",
+                    {"num_pages", "kv_cache_dim", "num_kv_heads", "page_size", "head_dim"}),
+                  T("block_tables", {"num_kv_heads", "batch_size", "max_pages_per_seq"})
+                      .synth("int32")
+                      .init("torch.stack([torch.randperm(num_pages)[:batch_size * "
+                            "max_pages_per_seq].sort().values.reshape(batch_size, "
+                            "max_pages_per_seq) for _ in range(num_kv_heads)]).to(torch.int32)"),
+                  T("seq_lens", {"num_kv_heads", "batch_size"})
+                      .synth("int32")
+                      .init("torch.randint(1, max_pages_per_seq * page_size + 1, (num_kv_heads, "
+                            "batch_size), dtype=torch.int32)"),
+                  S("max_seq_len", "int32").init("int(seq_lens.max())"),
+                  S("bmm1_scale", "float32").opt(), S("bmm2_scale", "float32").opt(),
+                  S("enable_block_sparse_attention", "bool").init("True")},
+       .outputs = {T("output", {"num_tokens", "num_heads", "head_dim"})},
+       .tags = {"status:verified", "stage:decode", "backend:trtllm"},
+       .reference =
+           R"PY(def run(query, kv_cache, block_tables, seq_lens, max_seq_len, bmm1_scale=None,
+        bmm2_scale=None, enable_block_sparse_attention=True):
+    num_tokens, num_heads, head_dim = query.shape
+    _, kv_dim, num_kv_heads, page_size, _ = kv_cache.shape
+    if kv_dim != 2:
+        raise NotImplementedError("kv_cache_dim 1 (interleaved K/V)")
+    s1 = 1.0 / math.sqrt(head_dim) if bmm1_scale is None else float(bmm1_scale)
+    s2 = 1.0 if bmm2_scale is None else float(bmm2_scale)
+    batch = block_tables.shape[1]
+    q_len = num_tokens // batch
+    group = num_heads // num_kv_heads
+    out = torch.zeros(num_tokens, num_heads, head_dim)
+    for b in range(batch):
+        q = query[b * q_len:(b + 1) * q_len].float()
+        for kh in range(num_kv_heads):
+            n = int(seq_lens[kh, b])
+            pages = block_tables[kh, b, :(n + page_size - 1) // page_size].long()
+            k = kv_cache[pages, 0, kh].reshape(-1, head_dim)[:n].float()
+            v = kv_cache[pages, 1, kh].reshape(-1, head_dim)[:n].float()
+            # Query i of the request sees compacted positions j <= n - q_len + i.
+            j = torch.arange(n).reshape(1, -1)
+            i = torch.arange(q_len).reshape(-1, 1)
+            masked = j > n - q_len + i
+            for h in range(kh * group, (kh + 1) * group):
+                logits = (q[:, h] @ k.t()) * s1
+                p = torch.softmax(logits.masked_fill(masked, float("-inf")), dim=-1)
+                out[b * q_len:(b + 1) * q_len, h] = (p @ v) * s2
+    return out.to(query.dtype)
+)PY",
+       .select_param = "enable_block_sparse_attention",
+       .select_values = {1}});
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -2000,6 +2454,9 @@ const std::vector<Template>& templates() {
     add_quant_gemm(*v);
     add_rope_quant_and_fmha(*v);
     add_moe(*v);
+    add_string_selected(*v);
+    add_svdquant(*v);
+    add_block_sparse_decode(*v);
     return v;
   }();
   return *all;

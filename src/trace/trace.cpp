@@ -181,6 +181,8 @@ std::string generic_init(const Template& t, const std::map<std::string, int64_t>
     o << "    " << d.name << " = ";
     if (d.of.empty()) {
       o << d.by << "\n";
+    } else if (d.times > 0) {
+      o << d.of << " * " << d.times << "\n";
     } else {
       o << d.of << " // " << (d.by_axis.empty() ? std::to_string(d.by) : d.by_axis) << "\n";
     }
@@ -324,6 +326,16 @@ const Template* find_template(std::string_view op, const Args& args) {
     if (!t->positive_param.empty() && scalar_of(args, t->positive_param).value_or(0) <= 0) {
       continue;
     }
+    if (!t->select_strings.empty()) {
+      auto it = args.find(t->select_param);
+      const std::string& x = it != args.end() && it->second.kind == Arg::Kind::kString
+                                 ? it->second.s
+                                 : t->select_string_default;
+      for (const std::string& s : t->select_strings) {
+        if (s == x) return t;
+      }
+      continue;
+    }
     const auto v = scalar_of(args, t->select_param);
     const int64_t x = v ? *v : t->select_default;
     for (int64_t s : t->select_values) {
@@ -366,6 +378,10 @@ detail::Arg to_arg(const Value& v) {
       a.i = (d > -9.2e18 && d < 9.2e18) ? static_cast<int64_t>(d) : 0;
       break;
     }
+    case Value::Kind::kString:
+      a.kind = detail::Arg::Kind::kString;
+      a.s = v.as_string();
+      break;
     case Value::Kind::kNone:
       break;
     default:
@@ -445,13 +461,20 @@ std::string definition_for_axes(std::string_view op, const std::map<std::string,
         sel[it->first].i = it->second;
       }
     }
-    picked = detail::find_template(op, sel);
+    // A string selector cannot be an axis value: the first template (detail::
+    // definition_for_template_axes writes the others).
+    if (picked->select_strings.empty()) picked = detail::find_template(op, sel);
     if (!picked) {
       FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "trace", "routine", "op ", std::string(op),
                       " has no trace template for that ", require_template(op).select_param);
     }
   }
-  const detail::Template& t = *picked;
+  return detail::definition_for_template_axes(op, *picked, axes, dtype);
+}
+
+std::string detail::definition_for_template_axes(std::string_view op, const detail::Template& t,
+                                                 const std::map<std::string, int64_t>& axes,
+                                                 DType dtype) {
   const OpDecl* decl = OpRegistry::global().find(op);
   if (!decl) {
     FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "trace", "routine", "no op named '",
@@ -460,6 +483,7 @@ std::string definition_for_axes(std::string_view op, const std::map<std::string,
   std::function<int64_t(const std::string&)> value = [&](const std::string& axis) -> int64_t {
     if (const detail::Derived* d = detail::find_derived(t, axis)) {
       if (d->of.empty()) return d->by;
+      if (d->times > 0) return value(d->of) * d->times;
       const int64_t by = d->by_axis.empty() ? d->by : value(d->by_axis);
       return by > 0 ? value(d->of) / by : 0;
     }

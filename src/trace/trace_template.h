@@ -101,6 +101,8 @@ struct Derived {
   std::string of{};
   std::string by_axis{};
   int64_t by = 1;
+  // > 0: `of * times` instead (upstream's "N_mul_2").
+  int64_t times = 0;
 };
 
 struct Template {
@@ -125,6 +127,11 @@ struct Template {
   // And only when this integer argument is > 0 (None = 0): upstream's shared-experts sibling of
   // the DeepSeek-V3 MoE template. Such a template comes before its plain sibling in the table.
   std::string positive_param{};
+  // Or selected by a string argument (upstream's mm_bf16_fp4 `backend`, nvfp4_kv_dequantize_
+  // paged `kv_layout`): this one applies when `select_param` is one of `select_strings` (an
+  // absent argument counts as `select_string_default`).
+  std::vector<std::string> select_strings{};
+  std::string select_string_default{};
 };
 
 /// The table (src/trace/templates.cpp): built once, never destroyed.
@@ -138,11 +145,12 @@ const Derived* find_derived(const Template& t, std::string_view name);
 
 /// An argument as templates see it: a tensor's shape and dtype, a tuple, a number, or nothing.
 struct Arg {
-  enum class Kind { kNone, kTensor, kTuple, kInt, kFloat, kOther } kind = Kind::kNone;
+  enum class Kind { kNone, kTensor, kTuple, kInt, kFloat, kString, kOther } kind = Kind::kNone;
   std::vector<int64_t> shape{};
   std::string dtype{};
   std::vector<Arg> items{};
   int64_t i = 0;
+  std::string s{};  // kString
 };
 using Args = std::map<std::string, Arg, std::less<>>;
 
@@ -155,5 +163,10 @@ const Template* find_template(std::string_view op, const Args& args);
 std::string render(const Template& t, const Args& args, const std::string& fi_api,
                    std::string* name_out);
 std::string definition_name(const Template& t, const Args& args);
+
+/// `definition_for_axes` for one given template of `op` (a string-selected one, which axis values
+/// cannot name).
+std::string definition_for_template_axes(std::string_view op, const Template& t,
+                                         const std::map<std::string, int64_t>& axes, DType dtype);
 
 }  // namespace flashinfer::trace::detail

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "core/settings.h"
 #include "flashinfer/flashinfer.h"
@@ -92,6 +93,72 @@ std::map<std::string, UpstreamCall> upstream_calls() {
   m["gemma_rmsnorm_h4608"] = norm("gemma_rmsnorm", 4608);
   m["fused_add_rmsnorm_h5120"] = add_norm("fused_add_rmsnorm", 5120);
   m["gemma_fused_add_rmsnorm_h4608"] = add_norm("gemma_fused_add_rmsnorm", 4608);
+  using Kw = std::vector<std::pair<std::string, Value>>;
+  // (bind is called parenthesized below: a std::string op would find std::bind by ADL.)
+  // The RoPE family, {rope, llama31_rope} x {ragged (indptr, offsets), pos_ids} x {out of place,
+  // in place}: 5 tokens, 32 q and 8 k heads of 128, two requests.
+  for (const char* base : {"rope", "llama31_rope"}) {
+    for (const char* pos : {"", "_pos_ids"}) {
+      for (const char* place : {"", "_inplace"}) {
+        const std::string stem = std::string(base) + pos + place, op = "apply_" + stem;
+        const bool ragged = *pos == '\0';
+        m[stem + "_h32_kv8_d128"] = {
+            op, [=] {
+              Kw kw = {{"q", T({5, 32, 128}, bf)}, {"k", T({5, 8, 128}, bf)}};
+              if (ragged) {
+                kw.emplace_back("indptr", T({3}, i32));
+                kw.emplace_back("offsets", T({2}, i32));
+              } else {
+                kw.emplace_back("pos_ids", T({5}, i32));
+              }
+              return (bind)(op, std::move(kw));
+            }};
+      }
+    }
+  }
+  // Samplers from probabilities: [2, vocab] fp32 probs, per-row int32 top_k and fp32 top_p.
+  const std::tuple<const char*, const char*, int64_t> samplers[] = {
+      {"top_k_sampling", "top_k_sampling_from_probs", 128256},
+      {"top_p_sampling", "top_p_sampling_from_probs", 128256},
+      {"top_p_sampling", "top_p_sampling_from_probs", 151936},
+      {"top_k_top_p_sampling", "top_k_top_p_sampling_from_probs", 128256},
+      {"top_k_top_p_sampling", "top_k_top_p_sampling_from_probs", 151936}};
+  for (const auto& smp : samplers) {
+    const std::string stem = std::get<0>(smp), op = std::get<1>(smp);
+    const int64_t vocab = std::get<2>(smp);
+    m[stem + "_v" + std::to_string(vocab)] = {op, [=] {
+                                                Kw kw = {{"probs", T({2, vocab}, f32)}};
+                                                if (stem.find("top_k") != std::string::npos) {
+                                                  kw.emplace_back("top_k", T({2}, i32));
+                                                }
+                                                if (stem.find("top_p") != std::string::npos) {
+                                                  kw.emplace_back("top_p", T({2}, f32));
+                                                }
+                                                return (bind)(op, std::move(kw));
+                                              }};
+  }
+  // The renormalizers and the logits mask: [2, 32000] fp32 and a scalar threshold.
+  const std::tuple<const char*, const char*, const char*, double> renorms[] = {
+      {"top_k_renorm_probs", "probs", "top_k", 50},
+      {"top_k_mask_logits", "logits", "top_k", 50},
+      {"top_p_renorm_probs", "probs", "top_p", 0.9}};
+  for (const auto& rn : renorms) {
+    const std::string op = std::get<0>(rn), input = std::get<1>(rn), arg = std::get<2>(rn);
+    // top_k as an int (upstream's call), top_p as a float.
+    const Value threshold =
+        arg == "top_k" ? Value(static_cast<int64_t>(std::get<3>(rn))) : Value(std::get<3>(rn));
+    m[op + "_v32000"] = {op, [=] {
+                           return (bind)(op, Kw{{input, T({2, 32000}, f32)}, {arg, threshold}});
+                         }};
+  }
+  for (const int64_t k : {3456, 4096, 7168}) {
+    m["fp4_quantize_k" + std::to_string(k)] = {"fp4_quantize", [=] {
+                                                 return bind("fp4_quantize",
+                                                             {{"input", T({3, k}, bf)},
+                                                              {"global_scale", T({1}, f32)},
+                                                              {"sf_vec_size", Value(16)}});
+                                               }};
+  }
   m["fused_add_rmsnorm_quant_h7168"] = {"fused_add_rmsnorm_quant", [=] {
                                           return bind("fused_add_rmsnorm_quant",
                                                       {{"out", T({3, 7168}, DType::kFloat8E4M3FN)},
@@ -147,17 +214,6 @@ std::map<std::string, UpstreamCall> upstream_calls() {
       "merge_states", [=] {
         return bind("merge_states", {{"v", T({5, 3, 32, 128}, bf)}, {"s", T({5, 3, 32}, f32)}});
       }};
-  m["top_k_sampling_v128256"] = {"top_k_sampling_from_probs", [=] {
-                                   return bind(
-                                       "top_k_sampling_from_probs",
-                                       {{"probs", T({2, 128256}, f32)}, {"top_k", T({2}, i32)}});
-                                 }};
-  m["top_k_top_p_sampling_v128256"] = {
-      "top_k_top_p_sampling_from_probs", [=] {
-        return bind(
-            "top_k_top_p_sampling_from_probs",
-            {{"probs", T({2, 128256}, f32)}, {"top_k", T({2}, i32)}, {"top_p", T({2}, f32)}});
-      }};
   m["chain_speculative_sampling_v32000"] = {
       "chain_speculative_sampling", [=] {
         return bind("chain_speculative_sampling", {{"draft_probs", T({2, 3, 32000}, f32)},
@@ -176,12 +232,6 @@ std::map<std::string, UpstreamCall> upstream_calls() {
       "BatchPrefillWithPagedKVCacheWrapper.run", [=] {
         return bind("BatchPrefillWithPagedKVCacheWrapper.run",
                     {{"self", Value()}, {"q", T({7, 32, 128}, bf)}, {"paged_kv_cache", paged(6)}});
-      }};
-  m["llama31_rope_pos_ids_h32_kv8_d128"] = {
-      "apply_llama31_rope_pos_ids", [=] {
-        return bind(
-            "apply_llama31_rope_pos_ids",
-            {{"q", T({5, 32, 128}, bf)}, {"k", T({5, 8, 128}, bf)}, {"pos_ids", T({5}, i32)}});
       }};
   m["append_paged_kv_cache_kv8_d128"] = {"append_paged_kv_cache", [=] {
                                            return bind("append_paged_kv_cache",
@@ -231,20 +281,6 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                                                 {"ckv_cache", T({3, 64, 512}, bf)},
                                                                 {"kpe_cache", T({3, 64, 64}, bf)}});
                                                  }};
-  for (const char* op : {"apply_rope", "apply_llama31_rope"}) {
-    const std::string name = std::string(op) == "apply_rope" ? "rope" : "llama31_rope";
-    m[name + "_h32_kv8_d128"] = {op, [=] {
-                                   return bind(op, {{"q", T({5, 32, 128}, bf)},
-                                                    {"k", T({5, 8, 128}, bf)},
-                                                    {"indptr", T({3}, i32)},
-                                                    {"offsets", T({2}, i32)}});
-                                 }};
-  }
-  m["rope_pos_ids_h32_kv8_d128"] = {"apply_rope_pos_ids", [=] {
-                                      return bind("apply_rope_pos_ids", {{"q", T({5, 32, 128}, bf)},
-                                                                         {"k", T({5, 8, 128}, bf)},
-                                                                         {"pos_ids", T({5}, i32)}});
-                                    }};
   m["rmsnorm_h7168"] = norm("rmsnorm", 7168);
   m["rmsnorm_quant_h7168"] = {"rmsnorm_quant", [=] {
                                 return bind("rmsnorm_quant",
@@ -253,17 +289,6 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                              {"weight", T({7168}, bf)},
                                              {"scale", T({1}, f32)}});
                               }};
-  m["top_p_sampling_v128256"] = {"top_p_sampling_from_probs", [=] {
-                                   return bind(
-                                       "top_p_sampling_from_probs",
-                                       {{"probs", T({2, 128256}, f32)}, {"top_p", T({2}, f32)}});
-                                 }};
-  m["top_k_top_p_sampling_v151936"] = {
-      "top_k_top_p_sampling_from_probs", [=] {
-        return bind(
-            "top_k_top_p_sampling_from_probs",
-            {{"probs", T({2, 151936}, f32)}, {"top_k", T({2}, i32)}, {"top_p", T({2}, f32)}});
-      }};
   m["softmax_v32000"] = {
       "softmax", [=] {
         return bind("softmax", {{"logits", T({2, 32000}, f32)}, {"temperature", Value(1.0)}});
@@ -296,11 +321,6 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                                            {"b_descale", T({7168, 128}, f8)},
                                                            {"block_size", Value(16)}});
                                             }};
-  m["fp4_quantize_k4096"] = {"fp4_quantize", [=] {
-                               return bind("fp4_quantize", {{"input", T({3, 4096}, bf)},
-                                                            {"global_scale", T({1}, f32)},
-                                                            {"sf_vec_size", Value(16)}});
-                             }};
   m["nvfp4_quantize_k4096"] = {
       "nvfp4_quantize", [=] {
         return bind("nvfp4_quantize", {{"a", T({3, 4096}, bf)}, {"a_global_sf", T({1}, f32)}});
@@ -328,16 +348,6 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                              "mxfp8_grouped_quantize",
                                              {{"a", T({2, 256, 4096}, bf)}, {"mask", T({2}, i32)}});
                                        }};
-  m["fp4_quantize_k3456"] = {"fp4_quantize", [=] {
-                               return bind("fp4_quantize", {{"input", T({3, 3456}, bf)},
-                                                            {"global_scale", T({1}, f32)},
-                                                            {"sf_vec_size", Value(16)}});
-                             }};
-  m["fp4_quantize_k7168"] = {"fp4_quantize", [=] {
-                               return bind("fp4_quantize", {{"input", T({3, 7168}, bf)},
-                                                            {"global_scale", T({1}, f32)},
-                                                            {"sf_vec_size", Value(16)}});
-                             }};
   m["mla_rope_quantize_fp8_h128_rope64"] = {"mla_rope_quantize_fp8", [=] {
                                               return bind("mla_rope_quantize_fp8",
                                                           {{"q_rope", T({4, 128, 64}, bf)},
@@ -365,48 +375,6 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                                        {"scale_bmm2_d", T({1}, f32)},
                                                        {"causal", Value(true)}});
                                         }};
-  m["llama31_rope_inplace_h32_kv8_d128"] = {"apply_llama31_rope_inplace", [=] {
-                                              return bind("apply_llama31_rope_inplace",
-                                                          {{"q", T({5, 32, 128}, bf)},
-                                                           {"k", T({5, 8, 128}, bf)},
-                                                           {"indptr", T({3}, i32)},
-                                                           {"offsets", T({2}, i32)}});
-                                            }};
-  m["top_k_renorm_probs_v32000"] = {
-      "top_k_renorm_probs", [=] {
-        return bind("top_k_renorm_probs", {{"probs", T({2, 32000}, f32)}, {"top_k", Value(50)}});
-      }};
-  m["top_k_mask_logits_v32000"] = {
-      "top_k_mask_logits", [=] {
-        return bind("top_k_mask_logits", {{"logits", T({2, 32000}, f32)}, {"top_k", Value(50)}});
-      }};
-  m["top_p_sampling_v151936"] = {"top_p_sampling_from_probs", [=] {
-                                   return bind(
-                                       "top_p_sampling_from_probs",
-                                       {{"probs", T({2, 151936}, f32)}, {"top_p", T({2}, f32)}});
-                                 }};
-  m["rope_inplace_h32_kv8_d128"] = {"apply_rope_inplace", [=] {
-                                      return bind("apply_rope_inplace", {{"q", T({5, 32, 128}, bf)},
-                                                                         {"k", T({5, 8, 128}, bf)},
-                                                                         {"indptr", T({3}, i32)},
-                                                                         {"offsets", T({2}, i32)}});
-                                    }};
-  m["llama31_rope_pos_ids_inplace_h32_kv8_d128"] = {
-      "apply_llama31_rope_pos_ids_inplace", [=] {
-        return bind(
-            "apply_llama31_rope_pos_ids_inplace",
-            {{"q", T({5, 32, 128}, bf)}, {"k", T({5, 8, 128}, bf)}, {"pos_ids", T({5}, i32)}});
-      }};
-  m["rope_pos_ids_inplace_h32_kv8_d128"] = {
-      "apply_rope_pos_ids_inplace", [=] {
-        return bind(
-            "apply_rope_pos_ids_inplace",
-            {{"q", T({5, 32, 128}, bf)}, {"k", T({5, 8, 128}, bf)}, {"pos_ids", T({5}, i32)}});
-      }};
-  m["top_p_renorm_probs_v32000"] = {
-      "top_p_renorm_probs", [=] {
-        return bind("top_p_renorm_probs", {{"probs", T({2, 32000}, f32)}, {"top_p", Value(0.9)}});
-      }};
   // (No structured bindings: clang cannot capture them in the lambda.)
   for (const auto& nk : {std::pair<int64_t, int64_t>{256, 7168}, {32, 3072}}) {
     const int64_t n = nk.first, k = nk.second;
@@ -517,6 +485,94 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                    {"routing_method_type", Value(rt)}});
                     }};
   }
+  // mm_bf16_fp4, one template per backend (the weight layouts of prepare_bf16_fp4_weights);
+  // upstream's calls pass alpha to the cudnn and cute-dsl ones, none to the native one.
+  m["mm_bf16_fp4_cudnn_N2048_K7168_block_size16"] = {
+      "mm_bf16_fp4", [=] {
+        return bind("mm_bf16_fp4", {{"a", T({3, 7168}, bf)},
+                                    {"b", T({2048, 3584}, DType::kUInt8)},
+                                    {"b_descale", T({2048, 448}, DType::kFloat8E4M3FN)},
+                                    {"alpha", T({1}, f32)},
+                                    {"backend", Value("cudnn")}});
+      }};
+  m["mm_bf16_fp4_cute_dsl_N2048_K7168_block_size16"] = {
+      "mm_bf16_fp4", [=] {
+        return bind("mm_bf16_fp4", {{"a", T({3, 7168}, bf)},
+                                    {"b", T({448, 4096}, i32)},
+                                    {"b_descale", T({448, 2048}, DType::kUInt8)},
+                                    {"alpha", T({1}, f32)},
+                                    {"backend", Value("cute-dsl")}});
+      }};
+  m["mm_bf16_fp4_cute_dsl_native_sf1d_N256_K1024_K_packed512_block_size16_SF_dim_016384"] = {
+      "mm_bf16_fp4", [=] {
+        // 128x4-swizzled scales of [256, 64]: 256 rows x 64 columns, padded to (128, 4) tiles.
+        return bind("mm_bf16_fp4", {{"a", T({3, 1024}, bf)},
+                                    {"b", T({256, 512}, DType::kUInt8)},
+                                    {"b_descale", T({16384}, DType::kFloat8E4M3FN)},
+                                    {"backend", Value("cute-dsl-native")}});
+      }};
+  // SVDQuant at Qwen-Image's shapes (N = K = 3072, rank 32): scale buffers 128x4-swizzled,
+  // [3 -> 128 rows, 192 columns] for a, [3072, 192] for b.
+  m["gemm_nvfp4_svdquant_N3072_K_packed1536_SF_B589824_rank32"] = {
+      "mm_nvfp4_svdquant", [=] {
+        const DType u8 = DType::kUInt8;
+        return bind("mm_nvfp4_svdquant", {{"a", T({3, 1536}, u8)},
+                                          {"b", T({3072, 1536}, u8)},
+                                          {"a_sf", T({128 * 192}, u8)},
+                                          {"b_sf", T({3072 * 192}, u8)},
+                                          {"alpha", T({1}, f32)},
+                                          {"d", T({3, 32}, bf)},
+                                          {"l1", T({3072, 32}, bf)}});
+      }};
+  m["linear_nvfp4_svdquant_N3072_K3072_K_packed1536_SF_B589824_rank32"] = {
+      "svdquant_linear", [=] {
+        const DType u8 = DType::kUInt8;
+        return bind("svdquant_linear", {{"x", T({3, 3072}, bf)},
+                                        {"weight_fp4", T({3072, 1536}, u8)},
+                                        {"weight_sf", T({3072 * 192}, u8)},
+                                        {"alpha", T({1}, f32)},
+                                        {"pre_quant_scale", T({3072}, bf)},
+                                        {"l2t_smoothed", T({3072, 32}, bf)},
+                                        {"l1_scaled", T({3072, 32}, bf)},
+                                        {"global_scale", T({1}, f32)}});
+      }};
+  // trtllm_batch_decode_with_kv_cache with block sparsity: 16 heads over 2 KV heads, d128, pages
+  // of 16, an HND cache of K and V halves, per-KV-head page tables.
+  m["trtllm_batch_decode_block_sparse_h16_kv2_d128_ps16"] = {
+      "trtllm_batch_decode_with_kv_cache", [=] {
+        return bind("trtllm_batch_decode_with_kv_cache",
+                    {{"query", T({2, 16, 128}, bf)},
+                     {"kv_cache", T({8, 2, 2, 16, 128}, bf)},
+                     {"workspace_buffer", T({16}, DType::kUInt8)},
+                     {"block_tables", T({2, 2, 4}, i32)},
+                     {"seq_lens", T({2, 2}, i32)},
+                     {"max_seq_len", Value(int64_t{64})},
+                     {"enable_block_sparse_attention", Value(true)}});
+      }};
+  // nvfp4_kv_dequantize_paged, one template per kv_layout (NHD by default): 2 heads, k dim 64,
+  // v dim 128, page size 4.
+  for (const bool hnd : {false, true}) {
+    const std::string name =
+        std::string("nvfp4_kv_dequantize_paged_") + (hnd ? "hnd_" : "") + "h2_dk64_dv128_ps4";
+    m[name] = {"nvfp4_kv_dequantize_paged", [=]() -> std::vector<Value> {
+                 const DType u8 = DType::kUInt8, f8 = DType::kFloat8E4M3FN;
+                 const auto page = [&](int64_t last, DType dt) -> Value {
+                   return hnd ? T({6, 2, 4, last}, dt) : T({6, 4, 2, last}, dt);
+                 };
+                 std::vector<std::pair<std::string, Value>> kw = {
+                     {"paged_kv_cache", Value::tuple({page(32, u8), page(64, u8)})},
+                     {"kv_cache_sf", Value::tuple({page(4, f8), page(8, f8)})},
+                     {"block_tables", T({2, 3}, i32)},
+                     {"seq_lens", T({2}, i32)},
+                     {"k_scale", T({1}, f32)},
+                     {"v_scale", T({1}, f32)},
+                     {"output_k", T({2, 12, 2, 64}, bf)},
+                     {"output_v", T({2, 12, 2, 128}, bf)}};
+                 if (hnd) kw.emplace_back("kv_layout", Value("HND"));
+                 // (Parenthesized: a named vector argument would find std::bind by ADL.)
+                 return (bind)("nvfp4_kv_dequantize_paged", std::move(kw));
+               }};
+  }
   return m;
 }
 
@@ -572,8 +628,10 @@ void validate(const Json& d, const std::string& op, std::vector<std::string>* un
   EXPECT_EQ(tags[0], "fi_api:" + decl->module + "." + decl->name);
   bool status = false;
   for (const auto& t : tags) status = status || t.get<std::string>().rfind("status:", 0) == 0;
-  // Upstream's nvfp4_quantize_smooth template carries no status tag (its committed file).
-  EXPECT_TRUE(status || op == "nvfp4_quantize_smooth") << "no status: tag";
+  // Upstream's SVDQuant templates carry no status tag (their committed files).
+  EXPECT_TRUE(status || op == "nvfp4_quantize_smooth" || op == "mm_nvfp4_svdquant" ||
+              op == "svdquant_linear")
+      << "no status: tag";
   std::string expected_name;
   // The op's template that wrote `d`: for ops with selected templates (the MoE routing
   // variants), the one whose prefix starts the name (the longest such).
@@ -608,8 +666,10 @@ void validate(const Json& d, const std::string& op, std::vector<std::string>* un
     for (auto& [k, v] : d.at(side).items()) {
       const std::string dt = v.at("dtype");
       const bool optional = v.value("optional", false);
+      // "dtype": a torch.dtype argument (upstream's mm_bf16_fp4 out_dtype).
       EXPECT_TRUE(kDtypes.count(dt) || (dt == "unknown" && optional) ||
-                  (dt == "unknown" && std::string(side) == "inputs"))
+                  (dt == "unknown" && std::string(side) == "inputs") ||
+                  (dt == "dtype" && v.at("shape").is_null()))
           << side << " " << k << " dtype " << dt;
       if (v.at("shape").is_null()) continue;
       for (const auto& axis : v.at("shape")) {
@@ -709,6 +769,21 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
       {"mla_rope_quantize_fp8", {{"num_q_heads", 2}, {"rope_dim", 8}, {"rotary_dim", 8}}},
       {"fmha_v2_prefill_sm120", {{"num_heads", 2}, {"head_dim", 16}}},
       // Whole 128-wide scale blocks; 2 groups of 4 experts, 4 of them local.
+      // The cute-dsl layout's tiles are 64 wide in N; the native scale buffer of [64, 2] padded
+      // to 128 rows x 4 columns.
+      {"mm_bf16_fp4",
+       {{"N", 64}, {"K", 32}, {"block_size", 16}, {"K_packed", 16}, {"SF_dim_0", 512}}},
+      // K = 32 (two 16-wide scale blocks); the weight's scale buffer padded to 128 x 4.
+      {"mm_nvfp4_svdquant", {{"N", 32}, {"K_packed", 16}, {"SF_B", 512}, {"rank", 32}}},
+      {"svdquant_linear", {{"N", 32}, {"K", 32}, {"K_packed", 16}, {"SF_B", 512}, {"rank", 32}}},
+      {"trtllm_batch_decode_with_kv_cache",
+       {{"num_heads", 4},
+        {"num_kv_heads", 2},
+        {"head_dim", 16},
+        {"page_size", 4},
+        {"kv_cache_dim", 2}}},
+      {"nvfp4_kv_dequantize_paged",
+       {{"num_heads", 2}, {"k_head_dim", 32}, {"v_head_dim", 16}, {"page_size", 4}}},
       {"trtllm_fp8_block_scale_moe",
        {{"num_experts", 8},
         {"top_k", 2},
@@ -772,7 +847,7 @@ TEST(Trace, UpstreamComparison) {
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(calls.size()));
-  EXPECT_GE(compared, 73);
+  EXPECT_GE(compared, 81);
 }
 
 TEST(Trace, EveryTemplateNamesADeclaredOp) {
@@ -784,6 +859,7 @@ TEST(Trace, EveryTemplateNamesADeclaredOp) {
     const auto variants = fi::trace::detail::templates_of(op);
     ASSERT_FALSE(variants.empty()) << op;
     std::set<std::pair<int64_t, std::string>> selected;
+    std::set<std::string> strings;
     for (const auto* t : variants) {
       // Two templates with one name prefix would write one file for both.
       EXPECT_TRUE(prefixes.insert(t->name_prefix).second) << t->name_prefix;
@@ -793,6 +869,9 @@ TEST(Trace, EveryTemplateNamesADeclaredOp) {
         EXPECT_FALSE(t->select_param.empty()) << op;
         for (int64_t v : t->select_values) {
           EXPECT_TRUE(selected.insert({v, t->positive_param}).second) << op << " " << v;
+        }
+        for (const std::string& v : t->select_strings) {
+          EXPECT_TRUE(strings.insert(v).second) << op << " " << v;
         }
       }
     }
@@ -806,8 +885,15 @@ TEST(Trace, EveryDefinitionValidates) {
     // Every template of the op: selected ones by their selector value.
     for (const auto* tmpl : fi::trace::detail::templates_of(op)) {
       auto axes = small_axes(op, *tmpl);
-      if (!tmpl->select_param.empty()) axes[tmpl->select_param] = tmpl->select_values.front();
-      const std::string text = fi::trace::definition_for_axes(op, axes, DType::kBFloat16);
+      // A string selector is no axis value: that template directly.
+      const bool by_string = !tmpl->select_strings.empty();
+      if (!tmpl->select_param.empty() && !by_string) {
+        axes[tmpl->select_param] = tmpl->select_values.front();
+      }
+      const std::string text =
+          by_string
+              ? fi::trace::detail::definition_for_template_axes(op, *tmpl, axes, DType::kBFloat16)
+              : fi::trace::definition_for_axes(op, axes, DType::kBFloat16);
       const Json d = Json::parse(text);
       EXPECT_EQ(d.at("name").get<std::string>().rfind(tmpl->name_prefix, 0), 0u) << op;
       std::vector<std::string> unresolved;
@@ -820,6 +906,10 @@ TEST(Trace, EveryDefinitionValidates) {
     }
   }
   run_python(files);
+  // FI_TRACE_TEST_KEEP=DIR keeps a copy of every definition (to diff a change of the templates).
+  if (const char* keep = std::getenv("FI_TRACE_TEST_KEEP")) {
+    fs::copy(dir, keep, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  }
   fs::remove_all(dir);
 }
 
@@ -915,6 +1005,50 @@ TEST(Trace, SelectedTemplates) {
   EXPECT_EQ(
       Json::parse(fi::trace::definition_for_axes("trtllm_fp8_block_scale_moe", axes)).at("name"),
       want.at(0));
+}
+
+// Templates chosen by a string argument: mm_bf16_fp4's backend (a backend no template takes
+// writes nothing), nvfp4_kv_dequantize_paged's kv_layout (None counts as its default, "NHD").
+TEST(Trace, StringSelectedTemplates) {
+  const fi::OpDecl* mm = fi::OpRegistry::global().find("mm_bf16_fp4");
+  ASSERT_NE(mm, nullptr);
+  const auto mm_call = [](const char* backend) {
+    return bind("mm_bf16_fp4", {{"a", T({2, 64}, DType::kBFloat16)},
+                                {"b", T({64, 32}, DType::kUInt8)},
+                                {"b_descale", T({64, 4}, DType::kFloat8E4M3FN)},
+                                {"backend", Value(backend)}});
+  };
+  EXPECT_EQ(fi::trace::definition_name_for_call(*mm, mm_call("cudnn")).value_or("none"),
+            "mm_bf16_fp4_cudnn_N64_K64_block_size16");
+  EXPECT_EQ(fi::trace::definition_name_for_call(*mm, mm_call("cute-dsl")).value_or("none"),
+            "mm_bf16_fp4_cute_dsl_N4_K64_block_size16");
+  EXPECT_FALSE(fi::trace::definition_name_for_call(*mm, mm_call("cutlass")).has_value());
+  const fi::OpDecl* kv = fi::OpRegistry::global().find("nvfp4_kv_dequantize_paged");
+  ASSERT_NE(kv, nullptr);
+  const auto kv_call = [](Value layout) {
+    const DType u8 = DType::kUInt8, f8 = DType::kFloat8E4M3FN;
+    return bind("nvfp4_kv_dequantize_paged",
+                {{"paged_kv_cache", Value::tuple({T({3, 4, 2, 8}, u8), T({3, 4, 2, 8}, u8)})},
+                 {"kv_cache_sf", Value::tuple({T({3, 4, 2, 1}, f8), T({3, 4, 2, 1}, f8)})},
+                 {"block_tables", T({1, 3}, DType::kInt32)},
+                 {"seq_lens", T({1}, DType::kInt32)},
+                 {"k_scale", T({1}, DType::kFloat32)},
+                 {"v_scale", T({1}, DType::kFloat32)},
+                 {"output_k", T({1, 12, 2, 16}, DType::kBFloat16)},
+                 {"output_v", T({1, 12, 2, 16}, DType::kBFloat16)},
+                 {"kv_layout", std::move(layout)}});
+  };
+  EXPECT_EQ(fi::trace::definition_name_for_call(*kv, kv_call(Value())).value_or("none"),
+            "nvfp4_kv_dequantize_paged_h2_dk16_dv16_ps4");
+  // HND reads the same tensors as [pages, heads, page_size, dim].
+  EXPECT_EQ(fi::trace::definition_name_for_call(*kv, kv_call(Value("HND"))).value_or("none"),
+            "nvfp4_kv_dequantize_paged_hnd_h4_dk16_dv16_ps2");
+  EXPECT_FALSE(fi::trace::definition_name_for_call(*kv, kv_call(Value("NDH"))).has_value());
+  // From axes alone: the first template (a string is no axis value).
+  EXPECT_EQ(Json::parse(fi::trace::definition_for_axes("mm_bf16_fp4",
+                                                       {{"N", 64}, {"K", 32}, {"block_size", 16}}))
+                .at("name"),
+            "mm_bf16_fp4_cudnn_N64_K32_block_size16");
 }
 
 TEST(Trace, SettingsParse) {
@@ -1041,7 +1175,11 @@ TEST(Trace, ReferencesMatchTheLibrary) {
     // Wider than the dtype's default: the reference's fp8 outputs stay unrounded fp32 on a torch
     // without float8 (relative error up to 2^-4, subnormal steps of 2^-9).
     std::optional<fi::testing::Tolerance> tol = std::nullopt;
+    // The template's name prefix, for an op with string-selected templates (else the first).
+    std::string variant{};
   };
+  // e4m3 inputs arrive as float32 from a torch without float8 (values exact in e4m3).
+  const auto e4m3 = [](const Tensor& t) { return t.to(DType::kFloat8E4M3FN); };
   auto tup4 = [](std::tuple<Tensor, Tensor, Tensor, Tensor> p) {
     return Outs{std::get<0>(p), std::get<1>(p), std::get<2>(p), std::get<3>(p)};
   };
@@ -1130,6 +1268,36 @@ TEST(Trace, ReferencesMatchTheLibrary) {
                                                i["cos_sin_cache"], i["pos_ids"], false));
        },
        fi::testing::Tolerance{2e-3, 6.3e-2}},
+      {"mm_bf16_fp4",
+       [&](In& i) {
+         return Outs{fi::mm_bf16_fp4(i["A"], i["B"], e4m3(i["b_descale"]), i["alpha"], "cudnn")};
+       },
+       std::nullopt, "mm_bf16_fp4_cudnn"},
+      // The tile permutation of the cute-dsl layout: the reference decodes it on its own.
+      {"mm_bf16_fp4",
+       [](In& i) {
+         return Outs{fi::mm_bf16_fp4(i["A"], i["B"], i["b_descale"], i["alpha"], "cute-dsl")};
+       },
+       std::nullopt, "mm_bf16_fp4_cute_dsl"},
+      {"nvfp4_kv_dequantize_paged",
+       [&](In& i) {
+         fi::nvfp4_kv_dequantize_paged(fi::PagedKVCache(i["paged_k_cache"], i["paged_v_cache"]),
+                                       fi::PagedKVCache(e4m3(i["k_scales"]), e4m3(i["v_scales"])),
+                                       i["block_tables"], i["seq_lens"], i["k_scale"], i["v_scale"],
+                                       i["output_k"], i["output_v"]);
+         return Outs{i["output_k"], i["output_v"]};
+       }},
+      {"mm_nvfp4_svdquant",
+       [](In& i) {
+         return Outs{fi::mm_nvfp4_svdquant(i["a"], i["b"], i["a_sf"], i["b_sf"], i["alpha"], i["d"],
+                                           i["l1"])};
+       }},
+      {"svdquant_linear",
+       [](In& i) {
+         return Outs{fi::svdquant_linear(i["x"], i["weight_fp4"], i["weight_sf"], i["alpha"],
+                                         i["pre_quant_scale"], i["l2t_smoothed"], i["l1_scaled"],
+                                         i["global_scale"])};
+       }},
   };
   const fs::path dir = fresh_dir("refs");
   // One Python process writes every case's inputs and reference outputs (torch loads once).
@@ -1137,15 +1305,22 @@ TEST(Trace, ReferencesMatchTheLibrary) {
   for (const Case& c : cases) {
     auto axes = small_axes(c.op);
     if (axes.count("vocab_size")) axes["vocab_size"] = 100;  // top-k of 20 leaves some out
-    const fs::path def = dir / (c.op + ".json");
-    std::ofstream(def) << fi::trace::definition_for_axes(c.op, axes, DType::kBFloat16);
-    cmd += " '" + def.string() + "' '" + (dir / (c.op + ".pt")).string() + "'";
+    const std::string stem = c.variant.empty() ? c.op : c.variant;
+    const fs::path def = dir / (stem + ".json");
+    const fi::trace::detail::Template* t = fi::trace::detail::find_template(c.op);
+    for (const auto* v : fi::trace::detail::templates_of(c.op)) {
+      if (v->name_prefix == c.variant) t = v;
+    }
+    std::ofstream(def) << fi::trace::detail::definition_for_template_axes(c.op, *t, axes,
+                                                                          DType::kBFloat16);
+    cmd += " '" + def.string() + "' '" + (dir / (stem + ".pt")).string() + "'";
   }
   const auto r = fi::testing::run_command(cmd);
   ASSERT_EQ(r.status, 0) << r.out;
   for (const Case& c : cases) {
-    SCOPED_TRACE(c.op);
-    const fs::path pt = dir / (c.op + ".pt");
+    const std::string stem = c.variant.empty() ? c.op : c.variant;
+    SCOPED_TRACE(stem);
+    const fs::path pt = dir / (stem + ".pt");
     In in;
     std::vector<Tensor> expected;
     for (auto& [name, t] : fi::load_torch(pt.string())) {
