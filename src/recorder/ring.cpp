@@ -354,6 +354,42 @@ bool kept_has_nonfinite(const Tensor& t, const uint8_t* copy, uint64_t span_elem
   return detail::apilog::tensor_has_nonfinite(t);
 }
 
+// Whether two laid-out archives write the same bytes: the same pieces over the same blobs (so
+// the same tensor bytes), and the same header bytes except for CRC fields that one of them may
+// not have filled in yet (they follow from the same blob bytes). No allocation: the crash
+// handler calls it.
+bool same_archive(const formats::ArchivePlan& a, const formats::ArchivePlan& b) noexcept {
+  if (a.size != b.size || a.pieces.size() != b.pieces.size() ||
+      a.crc_slots.size() != b.crc_slots.size() || a.header.size() != b.header.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < a.pieces.size(); ++i) {
+    const auto &x = a.pieces[i], &y = b.pieces[i];
+    if (x.data != y.data || x.at != y.at || x.size != y.size) return false;
+  }
+  for (std::size_t i = 0; i < a.crc_slots.size(); ++i) {
+    const auto &x = a.crc_slots[i], &y = b.crc_slots[i];
+    if (x.piece != y.piece || x.local_at != y.local_at || x.central_at != y.central_at) {
+      return false;
+    }
+  }
+  if (a.header.empty() || std::memcmp(a.header.data(), b.header.data(), a.header.size()) == 0) {
+    return true;
+  }
+  const auto in_crc = [&](std::size_t at) {
+    for (const auto& c : a.crc_slots) {
+      if ((at >= c.local_at && at < c.local_at + 4) ||
+          (at >= c.central_at && at < c.central_at + 4))
+        return true;
+    }
+    return false;
+  };
+  for (std::size_t i = 0; i < a.header.size(); ++i) {
+    if (a.header[i] != b.header[i] && !in_crc(i)) return false;
+  }
+  return true;
+}
+
 bool same_owner(const std::weak_ptr<Storage>& a, const std::shared_ptr<Storage>& b) {
   return !a.owner_before(b) && !b.owner_before(a);
 }
@@ -409,8 +445,14 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   std::string signature_of(const OpDecl& decl);
   // Writes the kept calls under `root` (a buffer holding the root path); async-signal-safe.
   // `reason`/`signo` and `trigger` go to trigger.json. Returns false if nothing was written.
+  // An archive file already written in the dump being written: an equal one is linked to it.
+  struct WrittenArchive {
+    const formats::ArchivePlan* plan = nullptr;
+    const RingCall* call = nullptr;
+    std::string_view stem;  // schema::kInputsStem ...
+  };
   bool write_dump(char* root, std::size_t root_rel_at, const char* reason, int signo,
-                  const RingCall* trigger) noexcept;
+                  const RingCall* trigger, std::vector<WrittenArchive>& archives) noexcept;
   void log(const std::string& line);
 
   Config cfg_;
@@ -449,6 +491,9 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   std::deque<std::shared_ptr<RingCall>> anchors_;
   std::array<std::atomic<RingCall*>, kMaxAnchors> anchor_slots_{};
   std::atomic<RingCall*> last_begun_{nullptr};
+  // The archives a dump wrote, allocated ahead (the crash handler cannot allocate): one table
+  // for dump() (under mu_) and one for the crash handler, which may interrupt a dump().
+  std::vector<WrittenArchive> written_dump_, written_crash_;
   std::atomic<int64_t> dumps_{0};
   std::atomic<bool> nan_fired_{false}, error_fired_{false};
   std::atomic<int64_t> process_sequence_{0};
@@ -532,6 +577,9 @@ RingRecorder::RingRecorder(Config c, LineSink sink)
   trig_signal_ = has(cfg_.triggers, "signal");
   trig_nan_ = has(cfg_.triggers, "nan");
   trig_error_ = has(cfg_.triggers, "error");
+  const std::size_t archives = (slots_.size() + kMaxAnchors) * 3;
+  written_dump_.reserve(archives);
+  written_crash_.reserve(archives);
 }
 
 RingRecorder::~RingRecorder() { remove_handlers(); }
@@ -1071,7 +1119,7 @@ std::string RingRecorder::dump(const std::string& reason, RingCall* trigger) {
   {
     std::lock_guard<std::mutex> l(mu_);
     wait_copies_locked();
-    ok = write_dump(buf.data(), prefix_.size(), why.c_str(), 0, trigger);
+    ok = write_dump(buf.data(), prefix_.size(), why.c_str(), 0, trigger, written_dump_);
   }
   if (!ok) {
     std::fprintf(stderr, "[flashinfer] warning: the ring dump to '%s' failed: %s\n", root.c_str(),
@@ -1100,16 +1148,19 @@ void RingRecorder::dump_from_signal(int signo) noexcept {
   (void)!::write(2, kMsg, sizeof(kMsg) - 1);
   (void)!::write(2, root, t.n);
   (void)!::write(2, "\n", 1);
-  write_dump(root, rel_at, "crash", signo, last_begun_.load(std::memory_order_acquire));
+  write_dump(root, rel_at, "crash", signo, last_begun_.load(std::memory_order_acquire),
+             written_crash_);
 }
 
 bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason, int signo,
-                              const RingCall* trigger) noexcept {
+                              const RingCall* trigger,
+                              std::vector<WrittenArchive>& archives) noexcept {
   const std::size_t root_len = std::strlen(root);
   if (!make_dirs(root)) return false;
-  char path[8192];
-  auto file_path = [&](const char* dir, std::string_view name) {
-    FixedText p(path, sizeof(path));
+  archives.clear();  // keeps its capacity: no allocation below while it stays within it
+  char path[8192], linked[8192];
+  auto path_into = [&](char* buf, std::size_t cap, const char* dir, std::string_view name) {
+    FixedText p(buf, cap);
     p.put(root, root_len);
     if (dir) {
       p.put("/");
@@ -1118,6 +1169,9 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
     p.put("/");
     p.put(name);
     return !p.overflow;
+  };
+  auto file_path = [&](const char* dir, std::string_view name) {
+    return path_into(path, sizeof(path), dir, name);
   };
   // The root as JSON text: the escaped dump directory prefix, then the plain ASCII rest.
   const std::string_view rel(root + rel_at, root_len - rel_at);
@@ -1170,11 +1224,26 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
       FixedText nm(name, sizeof(name));
       nm.put(s.stem);
       nm.put(schema::kTorchExtension);
-      if (!file_path(dir, std::string_view(name, nm.n))) continue;
+      const std::string_view file(name, nm.n);
+      if (!file_path(dir, file)) continue;
+      // Each distinct archive once per dump: an archive equal to one already written (the same
+      // tensors, held in the same blobs, in the same layout) becomes a hard link to that file,
+      // so upstream's loader still finds every call's own file. A copy where link(2) fails.
+      bool done = false;
+      for (const WrittenArchive& w : archives) {
+        if (w.stem != s.stem || !same_archive(*w.plan, *s.plan)) continue;
+        if (path_into(linked, sizeof(linked), w.call->dir_name.c_str(), file)) {
+          ::unlink(path);  // a file left by an earlier attempt at the same path
+          done = ::link(linked, path) == 0;
+        }
+        break;
+      }
+      if (done) continue;
       const int fd = open_new(path);
       if (fd < 0) continue;
-      formats::write_archive_plan(fd, *s.plan);
+      const bool ok = formats::write_archive_plan(fd, *s.plan);
       ::close(fd);
+      if (ok && archives.size() < archives.capacity()) archives.push_back({s.plan, c, s.stem});
     }
     ++written;
     last = c;
