@@ -383,6 +383,52 @@ std::string record_line(const RecordParts& p, const Outcome& o, std::string_view
   return s;
 }
 
+void record_line_pieces(const RecordParts& p, const Outcome& o, std::string_view status,
+                        std::vector<std::string_view>& out) {
+  // The fixed text between the parts, laid out once (the same keys record_line writes).
+  struct Glue {
+    std::string output_metadata, tensor_info, tensor_details, status, flags, dump_dir;
+  };
+  static const Glue g = [] {
+    Glue x;
+    const auto member = [](std::string_view key, std::string_view after) {
+      std::string t = ", ";
+      key_text(t, key);
+      t += after;
+      return t;
+    };
+    x.output_metadata = member(schema::kOutputMetadata, "");
+    x.tensor_info = member(schema::kTensorInfo, "");
+    x.tensor_details = member(schema::kTensorDetails, "{");
+    x.status = member(schema::kExecutionStatus, "\"");
+    x.flags = "\", ";
+    x.dump_dir = member(schema::kDumpDir, "");
+    return x;
+  }();
+  static constexpr std::string_view kComma = ", ", kClose = "}, ", kEnd = "}";
+  out.clear();
+  out.push_back(p.head);
+  out.push_back(g.output_metadata);
+  out.push_back(o.output_metadata);
+  out.push_back(g.tensor_info);
+  out.push_back(o.tensor_info);
+  out.push_back(g.tensor_details);
+  out.push_back(p.in_details);
+  if (!p.in_details.empty() && !o.out_details.empty()) out.push_back(kComma);
+  out.push_back(o.out_details);
+  out.push_back(kClose);
+  out.push_back(p.tail);
+  out.push_back(g.status);
+  out.push_back(status);
+  out.push_back(g.flags);
+  out.push_back(p.flags);
+  out.push_back(g.dump_dir);
+  out.push_back(std::string_view());  // the dump directory's JSON string
+  out.push_back(kComma);
+  out.push_back(p.trailer);
+  out.push_back(kEnd);
+}
+
 void append_member(std::string& out, std::string_view key, std::string_view json_value) {
   out += ", ";
   key_text(out, key);

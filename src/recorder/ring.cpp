@@ -41,11 +41,6 @@ namespace schema = flashinfer::dump_schema;
 
 namespace {
 
-// Stands for the dump directory in a kept record line; JSON-escaped it reads "\u0001", where
-// the line is split so that a dump can put its own directory there.
-constexpr std::string_view kDirMarker = "\x01";
-constexpr std::string_view kDirMarkerJson = "\\u0001";
-
 // ---- tensor bytes
 // ------------------------------------------------------------------------------
 
@@ -154,27 +149,22 @@ struct KeptTensor {
   std::shared_ptr<Blob> blob;
 };
 
-// A record line with the dump directory cut out: before + <dir> + after.
-struct SplitLine {
-  std::string before, after;
-};
-
-SplitLine split_line(const std::string& line) {
-  const std::size_t at = line.find(kDirMarkerJson);
-  if (at == std::string::npos) return {line, ""};
-  return {line.substr(0, at), line.substr(at + kDirMarkerJson.size())};
-}
-
 std::string json_escaped(std::string_view s) {
   std::string out;
   append_json_string(out, s);
   return out.substr(1, out.size() - 2);  // without the quotes
 }
 
+// A record line as pieces (record_line_pieces): views of the call's record parts and of an
+// Outcome, not a copy; a null piece stands for the dump directory. Laying the text out in one
+// string per line, twice per call, was the largest part of the ring's cost per call.
+using LinePieces = std::vector<std::string_view>;
+
 // A kept call's files, laid out. Immutable once published, except for the CRC fields that
 // writing an archive fills in (always with the same values).
 struct CallFiles {
-  std::vector<SplitLine> lines;  // metadata.jsonl (and session.jsonl) lines
+  Outcome outcome;                // what this file set's last line views (not moved once viewed)
+  std::vector<LinePieces> lines;  // metadata.jsonl (and session.jsonl) lines
   formats::ArchivePlan inputs, outputs, mutated;
   bool has_inputs = false, has_outputs = false, has_mutated = false;
 };
@@ -238,8 +228,6 @@ bool write_all(int fd, const char* p, std::size_t n) noexcept {
   }
   return true;
 }
-
-bool write_sv(int fd, std::string_view s) noexcept { return write_all(fd, s.data(), s.size()); }
 
 // mkdir -p on a mutable path buffer, component by component.
 bool make_dirs(char* path) noexcept {
@@ -972,8 +960,9 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     call->info_json = info.substr(2);
 
     auto files = std::make_unique<CallFiles>();
-    files->lines.push_back(split_line(
-        record_line(call->rec, inputs_outcome(call->rec), schema::kStatusInputsSaved, kDirMarker)));
+    files->outcome = inputs_outcome(call->rec);
+    files->lines.emplace_back();
+    record_line_pieces(call->rec, files->outcome, schema::kStatusInputsSaved, files->lines.back());
     files->has_inputs = !call->inputs.empty();
     if (files->has_inputs) files->inputs = plan(schema::kInputsStem, call->inputs);
     call->begin = std::move(files);
@@ -1003,7 +992,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   RingCall* expected = call.get();
   last_begun_.compare_exchange_strong(expected, nullptr);
   bool nan = false;
-  SplitLine line1;
+  LinePieces line1;  // views of call->begin, which lives as long as the call
   bool has_inputs = false;
   formats::ArchivePlan inputs_plan;  // line 1's, reused: the same tensors, the same bytes
   bool evicted = false;
@@ -1035,11 +1024,11 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     std::vector<std::shared_ptr<Blob>> blobs;
     const std::vector<KeptTensor> kept_out = keep(out.tensors, blobs, check ? &nan : nullptr);
     const std::vector<KeptTensor> kept_mut = keep(mutated.tensors, blobs, check ? &nan : nullptr);
-    const Outcome o = outputs_outcome(call->rec, std::move(output_metadata), out, mutated);
     auto files = std::make_unique<CallFiles>();
+    files->outcome = outputs_outcome(call->rec, std::move(output_metadata), out, mutated);
     files->lines.push_back(std::move(line1));
-    files->lines.push_back(
-        split_line(record_line(call->rec, o, schema::kStatusCompleted, kDirMarker)));
+    files->lines.emplace_back();
+    record_line_pieces(call->rec, files->outcome, schema::kStatusCompleted, files->lines.back());
     files->has_inputs = has_inputs;
     if (files->has_inputs) files->inputs = std::move(inputs_plan);
     files->has_outputs = !kept_out.empty();
@@ -1158,7 +1147,7 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
   const std::size_t root_len = std::strlen(root);
   if (!make_dirs(root)) return false;
   archives.clear();  // keeps its capacity: no allocation below while it stays within it
-  char path[8192], linked[8192];
+  char path[8192], linked[8192], line_buf[16384];
   auto path_into = [&](char* buf, std::size_t cap, const char* dir, std::string_view name) {
     FixedText p(buf, cap);
     p.put(root, root_len);
@@ -1198,16 +1187,36 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
     if (!file_path(dir, schema::kMetadataFile)) continue;
     const int meta = open_new(path);
     if (meta < 0) continue;
-    for (const SplitLine& line : f->lines) {
-      for (int fd : {meta, session}) {
-        write_sv(fd, line.before);
-        write_sv(fd, prefix_json_);
-        write_sv(fd, rel);
-        write_sv(fd, "/");
-        write_sv(fd, c->dir_name_json);
-        write_sv(fd, line.after);
-        write_sv(fd, "\n");
+    for (const LinePieces& line : f->lines) {
+      // Assembled in a fixed buffer, written out when full and at the end of the line.
+      FixedText out(line_buf, sizeof(line_buf));
+      const auto flush = [&] {
+        write_all(meta, line_buf, out.n);
+        write_all(session, line_buf, out.n);
+        out.n = 0;
+      };
+      const auto put = [&](std::string_view v) {
+        while (!v.empty()) {
+          if (out.n + 1 >= out.cap) flush();
+          const std::size_t k = std::min(v.size(), out.cap - 1 - out.n);
+          out.put(v.data(), k);
+          v.remove_prefix(k);
+        }
+      };
+      for (const std::string_view piece : line) {
+        if (piece.data()) {
+          put(piece);
+          continue;
+        }
+        put("\"");
+        put(prefix_json_);
+        put(rel);
+        put("/");
+        put(c->dir_name_json);
+        put("\"");
       }
+      put("\n");
+      flush();
     }
     ::close(meta);
     struct Side {

@@ -22,6 +22,8 @@
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
 #include "flashinfer/tensor_io.h"
+#include "recorder/python_json.h"
+#include "recorder/record_json.h"
 #include "recorder/recorder_internal.h"
 #include "util/run_command.h"
 
@@ -654,6 +656,43 @@ TEST_F(RingTest, DedupStoresEachContentOnceAndExportExpandsIt) {
   }
   EXPECT_TRUE(saw_error);
   fs::remove_all(out);
+}
+
+// The ring keeps record lines as pieces (recorder/record_json.h) and writes them only in a
+// dump: their concatenation is record_line's text, byte for byte, for both lines of a call.
+TEST(RingRecordPieces, ConcatenatedPiecesAreRecordLinesText) {
+  using namespace recorder::internal;
+  const OpDecl& decl = ring_probe_decl();
+  const Tensor x = filled(6, 1.5).view({2, 3});
+  const std::vector<Value> args = {Value(x), Value(int64_t{7})};
+  Extracted ex;
+  ex.by_reference = true;
+  RecordParts rec;
+  rec.head = record_head(decl, args, 3, "20260101_000000_000", 42, ex);
+  finish_inputs(rec, ex, false, decl.signature(), false, std::nullopt, 11);
+  std::string meta;
+  const Extracted out = extract_result(Value(filled(6, 3.0)), true, meta);
+  const Extracted mutated = extract_mutated(decl, args, true);
+  const std::string dir = "/tmp/d \"x\"/call\x01";  // escaping is the line's, not the pieces'
+  const Outcome line1 = inputs_outcome(rec);
+  const Outcome line2 = outputs_outcome(rec, meta, out, mutated);
+  for (const auto& [o, status] :
+       {std::pair{&line1, std::string_view("inputs_saved")}, {&line2, "completed"}}) {
+    std::vector<std::string_view> pieces;
+    record_line_pieces(rec, *o, status, pieces);
+    std::string text;
+    int dirs = 0;
+    for (std::string_view p : pieces) {
+      if (p.data()) {
+        text += p;
+      } else {
+        recorder::append_json_string(text, dir);
+        ++dirs;
+      }
+    }
+    EXPECT_EQ(dirs, 1);
+    EXPECT_EQ(text, record_line(rec, *o, status, dir));
+  }
 }
 
 // The archive files of a dump, by inode: {inode: (size, paths)}.
