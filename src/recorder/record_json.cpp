@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <unordered_map>
 
 #include "core/tensor_span.h"
 #include "flashinfer/dtype.h"
@@ -177,7 +178,17 @@ void size_members(std::string& s, std::string_view bytes_key, std::string_view m
   s += std::to_string(bytes);
   s += ", ";
   key_text(s, mb_key);
-  append_json_float(s, static_cast<double>(bytes) / 1048576.0);
+  // The float's repr is the costly part (shortest round-trip digits), and a program's calls
+  // repeat the same few sizes: cached per thread by byte count, bounded.
+  thread_local std::unordered_map<uint64_t, std::string> mb_text_cache;
+  auto it = mb_text_cache.find(bytes);
+  if (it == mb_text_cache.end()) {
+    if (mb_text_cache.size() >= 4096) mb_text_cache.clear();
+    std::string t;
+    append_json_float(t, static_cast<double>(bytes) / 1048576.0);
+    it = mb_text_cache.emplace(bytes, std::move(t)).first;
+  }
+  s += it->second;
 }
 
 }  // namespace

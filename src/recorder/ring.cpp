@@ -179,6 +179,7 @@ struct RingCall {
   RecordParts rec;
   std::vector<KeptTensor> inputs;
   bool evicted = false;
+  std::size_t slot = 0;  // its index in slots_ (kept index % N)
   // A wrapper's setup call (`__init__`, `plan`, `begin_forward`) and its object: once evicted
   // it is kept as an anchor, so the object's later calls in the ring still replay.
   std::optional<uint64_t> self_id;
@@ -827,10 +828,9 @@ void RingRecorder::evict_oldest_locked() {
   std::shared_ptr<RingCall> old = std::move(calls_.front());
   calls_.pop_front();
   old->evicted = true;
-  for (auto& slot : slots_) {
-    RingCall* p = old.get();
-    slot.compare_exchange_strong(p, nullptr);
-  }
+  // Only its own slot can hold it (a later call may have taken the slot already).
+  RingCall* p = old.get();
+  slots_[old->slot].compare_exchange_strong(p, nullptr);
   // A completed setup call of a wrapper object stays as an anchor: without the object's
   // __init__ and latest plan, none of its kept run() calls could be replayed.
   if (old->setup && old->end) {
@@ -898,6 +898,7 @@ void RingRecorder::publish(const std::shared_ptr<RingCall>& call) {
   while (calls_.size() >= n) evict_oldest_locked();
   calls_.push_back(call);
   const uint64_t k = kept_.load(std::memory_order_relaxed);
+  call->slot = static_cast<std::size_t>(k % n);
   slots_[k % n].store(call.get(), std::memory_order_release);
   kept_.store(k + 1, std::memory_order_release);
   // The newest call stays; older ones go, oldest first, while the bound is passed.
