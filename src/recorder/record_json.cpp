@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <unordered_map>
 
 #include "core/tensor_span.h"
@@ -44,9 +45,23 @@ void serialize(PyJsonWriter& w, const Value& v, const std::string& key, Extracte
     case Value::Kind::kInt:
       w.integer(v.as_int());
       return;
-    case Value::Kind::kFloat:
-      w.number(v.as_float());
+    case Value::Kind::kFloat: {
+      // Shortest round-trip digits are costly and a program passes the same few floats (eps,
+      // scales) call after call: their text is cached per thread by bit pattern, bounded.
+      thread_local std::unordered_map<uint64_t, std::string> float_text;
+      const double d = v.as_float();
+      uint64_t bits = 0;
+      std::memcpy(&bits, &d, sizeof(bits));
+      auto it = float_text.find(bits);
+      if (it == float_text.end()) {
+        if (float_text.size() >= 4096) float_text.clear();
+        std::string t;
+        append_json_float(t, d);
+        it = float_text.emplace(bits, std::move(t)).first;
+      }
+      w.raw(it->second);
       return;
+    }
     case Value::Kind::kString:
       w.string(v.as_string());
       return;
