@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <unordered_map>
 
 #include "core/tensor_span.h"
 #include "flashinfer/dtype.h"
@@ -43,9 +45,23 @@ void serialize(PyJsonWriter& w, const Value& v, const std::string& key, Extracte
     case Value::Kind::kInt:
       w.integer(v.as_int());
       return;
-    case Value::Kind::kFloat:
-      w.number(v.as_float());
+    case Value::Kind::kFloat: {
+      // Shortest round-trip digits are costly and a program passes the same few floats (eps,
+      // scales) call after call: their text is cached per thread by bit pattern, bounded.
+      thread_local std::unordered_map<uint64_t, std::string> float_text;
+      const double d = v.as_float();
+      uint64_t bits = 0;
+      std::memcpy(&bits, &d, sizeof(bits));
+      auto it = float_text.find(bits);
+      if (it == float_text.end()) {
+        if (float_text.size() >= 4096) float_text.clear();
+        std::string t;
+        append_json_float(t, d);
+        it = float_text.emplace(bits, std::move(t)).first;
+      }
+      w.raw(it->second);
       return;
+    }
     case Value::Kind::kString:
       w.string(v.as_string());
       return;
@@ -177,7 +193,17 @@ void size_members(std::string& s, std::string_view bytes_key, std::string_view m
   s += std::to_string(bytes);
   s += ", ";
   key_text(s, mb_key);
-  append_json_float(s, static_cast<double>(bytes) / 1048576.0);
+  // The float's repr is the costly part (shortest round-trip digits), and a program's calls
+  // repeat the same few sizes: cached per thread by byte count, bounded.
+  thread_local std::unordered_map<uint64_t, std::string> mb_text_cache;
+  auto it = mb_text_cache.find(bytes);
+  if (it == mb_text_cache.end()) {
+    if (mb_text_cache.size() >= 4096) mb_text_cache.clear();
+    std::string t;
+    append_json_float(t, static_cast<double>(bytes) / 1048576.0);
+    it = mb_text_cache.emplace(bytes, std::move(t)).first;
+  }
+  s += it->second;
 }
 
 }  // namespace
@@ -381,6 +407,52 @@ std::string record_line(const RecordParts& p, const Outcome& o, std::string_view
   s += extra;
   s += '}';
   return s;
+}
+
+void record_line_pieces(const RecordParts& p, const Outcome& o, std::string_view status,
+                        std::vector<std::string_view>& out) {
+  // The fixed text between the parts, laid out once (the same keys record_line writes).
+  struct Glue {
+    std::string output_metadata, tensor_info, tensor_details, status, flags, dump_dir;
+  };
+  static const Glue g = [] {
+    Glue x;
+    const auto member = [](std::string_view key, std::string_view after) {
+      std::string t = ", ";
+      key_text(t, key);
+      t += after;
+      return t;
+    };
+    x.output_metadata = member(schema::kOutputMetadata, "");
+    x.tensor_info = member(schema::kTensorInfo, "");
+    x.tensor_details = member(schema::kTensorDetails, "{");
+    x.status = member(schema::kExecutionStatus, "\"");
+    x.flags = "\", ";
+    x.dump_dir = member(schema::kDumpDir, "");
+    return x;
+  }();
+  static constexpr std::string_view kComma = ", ", kClose = "}, ", kEnd = "}";
+  out.clear();
+  out.push_back(p.head);
+  out.push_back(g.output_metadata);
+  out.push_back(o.output_metadata);
+  out.push_back(g.tensor_info);
+  out.push_back(o.tensor_info);
+  out.push_back(g.tensor_details);
+  out.push_back(p.in_details);
+  if (!p.in_details.empty() && !o.out_details.empty()) out.push_back(kComma);
+  out.push_back(o.out_details);
+  out.push_back(kClose);
+  out.push_back(p.tail);
+  out.push_back(g.status);
+  out.push_back(status);
+  out.push_back(g.flags);
+  out.push_back(p.flags);
+  out.push_back(g.dump_dir);
+  out.push_back(std::string_view());  // the dump directory's JSON string
+  out.push_back(kComma);
+  out.push_back(p.trailer);
+  out.push_back(kEnd);
 }
 
 void append_member(std::string& out, std::string_view key, std::string_view json_value) {

@@ -77,6 +77,13 @@ Outcome outputs_outcome(const RecordParts& rec, std::string output_metadata, con
 std::string record_line(const RecordParts& p, const Outcome& o, std::string_view status,
                         std::string_view dump_dir, std::string_view extra = {});
 
+/// record_line() as pieces that point into `p`, `o` and static text, not copied: record_line's
+/// text is their concatenation, with the piece whose data() is null standing for the JSON
+/// string of the dump directory. `status` must be plain ASCII (the schema's status values:
+/// nothing to escape). The ring keeps a call's lines this way and writes them only in a dump.
+void record_line_pieces(const RecordParts& p, const Outcome& o, std::string_view status,
+                        std::vector<std::string_view>& out);
+
 /// ', "<key>": ' + `json_value`, for `extra`.
 void append_member(std::string& out, std::string_view key, std::string_view json_value);
 

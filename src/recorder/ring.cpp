@@ -41,11 +41,6 @@ namespace schema = flashinfer::dump_schema;
 
 namespace {
 
-// Stands for the dump directory in a kept record line; JSON-escaped it reads "\u0001", where
-// the line is split so that a dump can put its own directory there.
-constexpr std::string_view kDirMarker = "\x01";
-constexpr std::string_view kDirMarkerJson = "\\u0001";
-
 // ---- tensor bytes
 // ------------------------------------------------------------------------------
 
@@ -154,27 +149,22 @@ struct KeptTensor {
   std::shared_ptr<Blob> blob;
 };
 
-// A record line with the dump directory cut out: before + <dir> + after.
-struct SplitLine {
-  std::string before, after;
-};
-
-SplitLine split_line(const std::string& line) {
-  const std::size_t at = line.find(kDirMarkerJson);
-  if (at == std::string::npos) return {line, ""};
-  return {line.substr(0, at), line.substr(at + kDirMarkerJson.size())};
-}
-
 std::string json_escaped(std::string_view s) {
   std::string out;
   append_json_string(out, s);
   return out.substr(1, out.size() - 2);  // without the quotes
 }
 
+// A record line as pieces (record_line_pieces): views of the call's record parts and of an
+// Outcome, not a copy; a null piece stands for the dump directory. Laying the text out in one
+// string per line, twice per call, was the largest part of the ring's cost per call.
+using LinePieces = std::vector<std::string_view>;
+
 // A kept call's files, laid out. Immutable once published, except for the CRC fields that
 // writing an archive fills in (always with the same values).
 struct CallFiles {
-  std::vector<SplitLine> lines;  // metadata.jsonl (and session.jsonl) lines
+  Outcome outcome;                // what this file set's last line views (not moved once viewed)
+  std::vector<LinePieces> lines;  // metadata.jsonl (and session.jsonl) lines
   formats::ArchivePlan inputs, outputs, mutated;
   bool has_inputs = false, has_outputs = false, has_mutated = false;
 };
@@ -189,6 +179,7 @@ struct RingCall {
   RecordParts rec;
   std::vector<KeptTensor> inputs;
   bool evicted = false;
+  std::size_t slot = 0;  // its index in slots_ (kept index % N)
   // A wrapper's setup call (`__init__`, `plan`, `begin_forward`) and its object: once evicted
   // it is kept as an anchor, so the object's later calls in the ring still replay.
   std::optional<uint64_t> self_id;
@@ -238,8 +229,6 @@ bool write_all(int fd, const char* p, std::size_t n) noexcept {
   }
   return true;
 }
-
-bool write_sv(int fd, std::string_view s) noexcept { return write_all(fd, s.data(), s.size()); }
 
 // mkdir -p on a mutable path buffer, component by component.
 bool make_dirs(char* path) noexcept {
@@ -354,6 +343,42 @@ bool kept_has_nonfinite(const Tensor& t, const uint8_t* copy, uint64_t span_elem
   return detail::apilog::tensor_has_nonfinite(t);
 }
 
+// Whether two laid-out archives write the same bytes: the same pieces over the same blobs (so
+// the same tensor bytes), and the same header bytes except for CRC fields that one of them may
+// not have filled in yet (they follow from the same blob bytes). No allocation: the crash
+// handler calls it.
+bool same_archive(const formats::ArchivePlan& a, const formats::ArchivePlan& b) noexcept {
+  if (a.size != b.size || a.pieces.size() != b.pieces.size() ||
+      a.crc_slots.size() != b.crc_slots.size() || a.header.size() != b.header.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < a.pieces.size(); ++i) {
+    const auto &x = a.pieces[i], &y = b.pieces[i];
+    if (x.data != y.data || x.at != y.at || x.size != y.size) return false;
+  }
+  for (std::size_t i = 0; i < a.crc_slots.size(); ++i) {
+    const auto &x = a.crc_slots[i], &y = b.crc_slots[i];
+    if (x.piece != y.piece || x.local_at != y.local_at || x.central_at != y.central_at) {
+      return false;
+    }
+  }
+  if (a.header.empty() || std::memcmp(a.header.data(), b.header.data(), a.header.size()) == 0) {
+    return true;
+  }
+  const auto in_crc = [&](std::size_t at) {
+    for (const auto& c : a.crc_slots) {
+      if ((at >= c.local_at && at < c.local_at + 4) ||
+          (at >= c.central_at && at < c.central_at + 4))
+        return true;
+    }
+    return false;
+  };
+  for (std::size_t i = 0; i < a.header.size(); ++i) {
+    if (a.header[i] != b.header[i] && !in_crc(i)) return false;
+  }
+  return true;
+}
+
 bool same_owner(const std::weak_ptr<Storage>& a, const std::shared_ptr<Storage>& b) {
   return !a.owner_before(b) && !b.owner_before(a);
 }
@@ -409,8 +434,14 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   std::string signature_of(const OpDecl& decl);
   // Writes the kept calls under `root` (a buffer holding the root path); async-signal-safe.
   // `reason`/`signo` and `trigger` go to trigger.json. Returns false if nothing was written.
+  // An archive file already written in the dump being written: an equal one is linked to it.
+  struct WrittenArchive {
+    const formats::ArchivePlan* plan = nullptr;
+    const RingCall* call = nullptr;
+    std::string_view stem;  // schema::kInputsStem ...
+  };
   bool write_dump(char* root, std::size_t root_rel_at, const char* reason, int signo,
-                  const RingCall* trigger) noexcept;
+                  const RingCall* trigger, std::vector<WrittenArchive>& archives) noexcept;
   void log(const std::string& line);
 
   Config cfg_;
@@ -449,6 +480,9 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   std::deque<std::shared_ptr<RingCall>> anchors_;
   std::array<std::atomic<RingCall*>, kMaxAnchors> anchor_slots_{};
   std::atomic<RingCall*> last_begun_{nullptr};
+  // The archives a dump wrote, allocated ahead (the crash handler cannot allocate): one table
+  // for dump() (under mu_) and one for the crash handler, which may interrupt a dump().
+  std::vector<WrittenArchive> written_dump_, written_crash_;
   std::atomic<int64_t> dumps_{0};
   std::atomic<bool> nan_fired_{false}, error_fired_{false};
   std::atomic<int64_t> process_sequence_{0};
@@ -532,6 +566,9 @@ RingRecorder::RingRecorder(Config c, LineSink sink)
   trig_signal_ = has(cfg_.triggers, "signal");
   trig_nan_ = has(cfg_.triggers, "nan");
   trig_error_ = has(cfg_.triggers, "error");
+  const std::size_t archives = (slots_.size() + kMaxAnchors) * 3;
+  written_dump_.reserve(archives);
+  written_crash_.reserve(archives);
 }
 
 RingRecorder::~RingRecorder() { remove_handlers(); }
@@ -791,10 +828,9 @@ void RingRecorder::evict_oldest_locked() {
   std::shared_ptr<RingCall> old = std::move(calls_.front());
   calls_.pop_front();
   old->evicted = true;
-  for (auto& slot : slots_) {
-    RingCall* p = old.get();
-    slot.compare_exchange_strong(p, nullptr);
-  }
+  // Only its own slot can hold it (a later call may have taken the slot already).
+  RingCall* p = old.get();
+  slots_[old->slot].compare_exchange_strong(p, nullptr);
   // A completed setup call of a wrapper object stays as an anchor: without the object's
   // __init__ and latest plan, none of its kept run() calls could be replayed.
   if (old->setup && old->end) {
@@ -862,6 +898,7 @@ void RingRecorder::publish(const std::shared_ptr<RingCall>& call) {
   while (calls_.size() >= n) evict_oldest_locked();
   calls_.push_back(call);
   const uint64_t k = kept_.load(std::memory_order_relaxed);
+  call->slot = static_cast<std::size_t>(k % n);
   slots_[k % n].store(call.get(), std::memory_order_release);
   kept_.store(k + 1, std::memory_order_release);
   // The newest call stays; older ones go, oldest first, while the bound is passed.
@@ -924,8 +961,9 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     call->info_json = info.substr(2);
 
     auto files = std::make_unique<CallFiles>();
-    files->lines.push_back(split_line(
-        record_line(call->rec, inputs_outcome(call->rec), schema::kStatusInputsSaved, kDirMarker)));
+    files->outcome = inputs_outcome(call->rec);
+    files->lines.emplace_back();
+    record_line_pieces(call->rec, files->outcome, schema::kStatusInputsSaved, files->lines.back());
     files->has_inputs = !call->inputs.empty();
     if (files->has_inputs) files->inputs = plan(schema::kInputsStem, call->inputs);
     call->begin = std::move(files);
@@ -955,7 +993,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   RingCall* expected = call.get();
   last_begun_.compare_exchange_strong(expected, nullptr);
   bool nan = false;
-  SplitLine line1;
+  LinePieces line1;  // views of call->begin, which lives as long as the call
   bool has_inputs = false;
   formats::ArchivePlan inputs_plan;  // line 1's, reused: the same tensors, the same bytes
   bool evicted = false;
@@ -987,11 +1025,11 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     std::vector<std::shared_ptr<Blob>> blobs;
     const std::vector<KeptTensor> kept_out = keep(out.tensors, blobs, check ? &nan : nullptr);
     const std::vector<KeptTensor> kept_mut = keep(mutated.tensors, blobs, check ? &nan : nullptr);
-    const Outcome o = outputs_outcome(call->rec, std::move(output_metadata), out, mutated);
     auto files = std::make_unique<CallFiles>();
+    files->outcome = outputs_outcome(call->rec, std::move(output_metadata), out, mutated);
     files->lines.push_back(std::move(line1));
-    files->lines.push_back(
-        split_line(record_line(call->rec, o, schema::kStatusCompleted, kDirMarker)));
+    files->lines.emplace_back();
+    record_line_pieces(call->rec, files->outcome, schema::kStatusCompleted, files->lines.back());
     files->has_inputs = has_inputs;
     if (files->has_inputs) files->inputs = std::move(inputs_plan);
     files->has_outputs = !kept_out.empty();
@@ -1071,7 +1109,7 @@ std::string RingRecorder::dump(const std::string& reason, RingCall* trigger) {
   {
     std::lock_guard<std::mutex> l(mu_);
     wait_copies_locked();
-    ok = write_dump(buf.data(), prefix_.size(), why.c_str(), 0, trigger);
+    ok = write_dump(buf.data(), prefix_.size(), why.c_str(), 0, trigger, written_dump_);
   }
   if (!ok) {
     std::fprintf(stderr, "[flashinfer] warning: the ring dump to '%s' failed: %s\n", root.c_str(),
@@ -1100,16 +1138,19 @@ void RingRecorder::dump_from_signal(int signo) noexcept {
   (void)!::write(2, kMsg, sizeof(kMsg) - 1);
   (void)!::write(2, root, t.n);
   (void)!::write(2, "\n", 1);
-  write_dump(root, rel_at, "crash", signo, last_begun_.load(std::memory_order_acquire));
+  write_dump(root, rel_at, "crash", signo, last_begun_.load(std::memory_order_acquire),
+             written_crash_);
 }
 
 bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason, int signo,
-                              const RingCall* trigger) noexcept {
+                              const RingCall* trigger,
+                              std::vector<WrittenArchive>& archives) noexcept {
   const std::size_t root_len = std::strlen(root);
   if (!make_dirs(root)) return false;
-  char path[8192];
-  auto file_path = [&](const char* dir, std::string_view name) {
-    FixedText p(path, sizeof(path));
+  archives.clear();  // keeps its capacity: no allocation below while it stays within it
+  char path[8192], linked[8192], line_buf[16384];
+  auto path_into = [&](char* buf, std::size_t cap, const char* dir, std::string_view name) {
+    FixedText p(buf, cap);
     p.put(root, root_len);
     if (dir) {
       p.put("/");
@@ -1118,6 +1159,9 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
     p.put("/");
     p.put(name);
     return !p.overflow;
+  };
+  auto file_path = [&](const char* dir, std::string_view name) {
+    return path_into(path, sizeof(path), dir, name);
   };
   // The root as JSON text: the escaped dump directory prefix, then the plain ASCII rest.
   const std::string_view rel(root + rel_at, root_len - rel_at);
@@ -1144,16 +1188,36 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
     if (!file_path(dir, schema::kMetadataFile)) continue;
     const int meta = open_new(path);
     if (meta < 0) continue;
-    for (const SplitLine& line : f->lines) {
-      for (int fd : {meta, session}) {
-        write_sv(fd, line.before);
-        write_sv(fd, prefix_json_);
-        write_sv(fd, rel);
-        write_sv(fd, "/");
-        write_sv(fd, c->dir_name_json);
-        write_sv(fd, line.after);
-        write_sv(fd, "\n");
+    for (const LinePieces& line : f->lines) {
+      // Assembled in a fixed buffer, written out when full and at the end of the line.
+      FixedText out(line_buf, sizeof(line_buf));
+      const auto flush = [&] {
+        write_all(meta, line_buf, out.n);
+        write_all(session, line_buf, out.n);
+        out.n = 0;
+      };
+      const auto put = [&](std::string_view v) {
+        while (!v.empty()) {
+          if (out.n + 1 >= out.cap) flush();
+          const std::size_t k = std::min(v.size(), out.cap - 1 - out.n);
+          out.put(v.data(), k);
+          v.remove_prefix(k);
+        }
+      };
+      for (const std::string_view piece : line) {
+        if (piece.data()) {
+          put(piece);
+          continue;
+        }
+        put("\"");
+        put(prefix_json_);
+        put(rel);
+        put("/");
+        put(c->dir_name_json);
+        put("\"");
       }
+      put("\n");
+      flush();
     }
     ::close(meta);
     struct Side {
@@ -1170,11 +1234,26 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
       FixedText nm(name, sizeof(name));
       nm.put(s.stem);
       nm.put(schema::kTorchExtension);
-      if (!file_path(dir, std::string_view(name, nm.n))) continue;
+      const std::string_view file(name, nm.n);
+      if (!file_path(dir, file)) continue;
+      // Each distinct archive once per dump: an archive equal to one already written (the same
+      // tensors, held in the same blobs, in the same layout) becomes a hard link to that file,
+      // so upstream's loader still finds every call's own file. A copy where link(2) fails.
+      bool done = false;
+      for (const WrittenArchive& w : archives) {
+        if (w.stem != s.stem || !same_archive(*w.plan, *s.plan)) continue;
+        if (path_into(linked, sizeof(linked), w.call->dir_name.c_str(), file)) {
+          ::unlink(path);  // a file left by an earlier attempt at the same path
+          done = ::link(linked, path) == 0;
+        }
+        break;
+      }
+      if (done) continue;
       const int fd = open_new(path);
       if (fd < 0) continue;
-      formats::write_archive_plan(fd, *s.plan);
+      const bool ok = formats::write_archive_plan(fd, *s.plan);
       ::close(fd);
+      if (ok && archives.size() < archives.capacity()) archives.push_back({s.plan, c, s.stem});
     }
     ++written;
     last = c;

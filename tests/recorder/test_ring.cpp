@@ -2,6 +2,7 @@
 // flashinfer::Error, dump_ring), dedup mode (FLASHINFER_DUMP_DEDUP) and `flashinfer export`.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -20,6 +22,8 @@
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
 #include "flashinfer/tensor_io.h"
+#include "recorder/python_json.h"
+#include "recorder/record_json.h"
 #include "recorder/recorder_internal.h"
 #include "util/run_command.h"
 
@@ -652,6 +656,129 @@ TEST_F(RingTest, DedupStoresEachContentOnceAndExportExpandsIt) {
   }
   EXPECT_TRUE(saw_error);
   fs::remove_all(out);
+}
+
+// The ring keeps record lines as pieces (recorder/record_json.h) and writes them only in a
+// dump: their concatenation is record_line's text, byte for byte, for both lines of a call.
+TEST(RingRecordPieces, ConcatenatedPiecesAreRecordLinesText) {
+  using namespace recorder::internal;
+  const OpDecl& decl = ring_probe_decl();
+  const Tensor x = filled(6, 1.5).view({2, 3});
+  const std::vector<Value> args = {Value(x), Value(int64_t{7})};
+  Extracted ex;
+  ex.by_reference = true;
+  RecordParts rec;
+  rec.head = record_head(decl, args, 3, "20260101_000000_000", 42, ex);
+  finish_inputs(rec, ex, false, decl.signature(), false, std::nullopt, 11);
+  std::string meta;
+  const Extracted out = extract_result(Value(filled(6, 3.0)), true, meta);
+  const Extracted mutated = extract_mutated(decl, args, true);
+  const std::string dir = "/tmp/d \"x\"/call\x01";  // escaping is the line's, not the pieces'
+  const Outcome line1 = inputs_outcome(rec);
+  const Outcome line2 = outputs_outcome(rec, meta, out, mutated);
+  for (const auto& [o, status] :
+       {std::pair{&line1, std::string_view("inputs_saved")}, {&line2, "completed"}}) {
+    std::vector<std::string_view> pieces;
+    record_line_pieces(rec, *o, status, pieces);
+    std::string text;
+    int dirs = 0;
+    for (std::string_view p : pieces) {
+      if (p.data()) {
+        text += p;
+      } else {
+        recorder::append_json_string(text, dir);
+        ++dirs;
+      }
+    }
+    EXPECT_EQ(dirs, 1);
+    EXPECT_EQ(text, record_line(rec, *o, status, dir));
+  }
+}
+
+// The archive files of a dump, by inode: {inode: (size, paths)}.
+std::map<ino_t, std::pair<uint64_t, std::vector<fs::path>>> archives_by_inode(
+    const fs::path& root) {
+  std::map<ino_t, std::pair<uint64_t, std::vector<fs::path>>> out;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (e.path().extension() != ".pt") continue;
+    struct stat st {};
+    EXPECT_EQ(::stat(e.path().c_str(), &st), 0);
+    auto& [size, paths] = out[st.st_ino];
+    size = static_cast<uint64_t>(st.st_size);
+    paths.push_back(e.path());
+  }
+  return out;
+}
+
+// A tensor held once in the ring is written once per dump: an archive equal to one already
+// written (the same blobs in the same layout) is a hard link to it, in dump_ring() and in the
+// crash handler alike; each call's own file path still loads and replays.
+TEST_F(RingTest, ADumpWritesEachDistinctArchiveOnce) {
+  for (const bool full : {false, true}) {
+    SCOPED_TRACE(full ? "verify=full" : "verify=sampled");
+    recorder::Config cfg = config(8);
+    cfg.ring_verify_full = full;
+    recorder::start(cfg);
+    Tensor w = filled(16384, 0.5);  // 64 KiB, held once
+    std::vector<Tensor> outs;       // kept alive: six allocations, six output blobs when sampled
+    for (int i = 0; i < 6; ++i) outs.push_back(ring_probe(w, 0));
+    const std::string root = recorder::dump_ring("links");
+    recorder::stop();
+    const auto c = calls(root);
+    ASSERT_EQ(c.size(), 6u);
+    const auto by_inode = archives_by_inode(root);
+    // Inputs: one file, six names. Outputs: one file when contents are shared (full), six when
+    // each output is its own blob (sampled).
+    ASSERT_EQ(by_inode.size(), full ? 2u : 7u);
+    uint64_t disk = 0, tensor_bytes = 0;
+    for (const auto& [ino, entry] : by_inode) disk += entry.first;
+    tensor_bytes = (full ? 2u : 7u) * 65536u;  // the distinct blobs
+    // The distinct tensor bytes plus each distinct archive's zip and pickle headers.
+    EXPECT_GE(disk, tensor_bytes);
+    EXPECT_LT(disk, tensor_bytes + by_inode.size() * 4096u);
+    struct stat st {};
+    ASSERT_EQ(::stat((c[0] / "inputs.pt").c_str(), &st), 0);
+    EXPECT_EQ(st.st_nlink, 6u);
+    for (const auto& d : c) {
+      EXPECT_EQ(load_torch((d / "inputs.pt").string())[0].second.to_double_vector()[7], 0.5);
+      EXPECT_EQ(load_torch((d / "outputs.pt").string())[0].second.to_double_vector()[7], 1.0);
+    }
+    for (const auto& r : replay::replay_sequence(root)) {
+      EXPECT_EQ(r.status, replay::Status::kPassed) << r.dump_dir << " " << r.error;
+    }
+  }
+  // The crash handler links the same way.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    recorder::start(config(8));
+    Tensor w = filled(16384, 0.5);
+    std::vector<Tensor> outs;
+    for (int i = 0; i < 3; ++i) outs.push_back(ring_probe(w, 0));
+    ring_probe(w, 2);  // abort() inside the op: its inputs are the same archive again
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  fs::path crash;
+  for (const fs::path& d : dumps()) {
+    if (d.filename().string().ends_with("_crash")) crash = d;
+  }
+  ASSERT_FALSE(crash.empty());
+  const auto c = calls(crash);
+  ASSERT_EQ(c.size(), 4u);
+  std::size_t inputs_files = 0;
+  for (const auto& [ino, entry] : archives_by_inode(crash)) {
+    if (entry.second[0].filename() == "inputs.pt") {
+      ++inputs_files;
+      EXPECT_EQ(entry.second.size(), 4u);
+    }
+  }
+  EXPECT_EQ(inputs_files, 1u);
+  const auto r =
+      testing::run_flashinfer("replay --dir " + crash.string() + " --exclude ring_probe");
+  EXPECT_EQ(r.status, 0) << r.out;
 }
 
 TEST_F(RingTest, PreparedDirectoriesLeaveUpstreamsLayoutOnly) {
