@@ -63,10 +63,12 @@ void b12x_check_settings(const char* op, DType output_dtype, const std::string& 
   FLASHINFER_CHECK_CODE(
       activation == "silu" || activation == "relu2", ErrorCode::kUnsupported, op, "activation",
       "\"silu\" (gated SwiGLU) and \"relu2\" are implemented, got \"", activation, "\"");
-  // Upstream's dispatch resolves silu/relu2 to limit None, alpha 1, beta 0; what a given limit
-  // does with silu is not established.
-  api::refuse_if(swiglu_limit.has_value(), op, "swiglu_limit",
-                 "a SwiGLU clamp with \"silu\" is not implemented (its semantics are unverified)");
+  // Upstream's SM12x kernels clamp only "swigluoai_uninterleave" (gated_activation_f32), so a
+  // limit leaves "silu" unchanged; with non-gated "relu2" a stored normalizer raises and the
+  // pinned behaviour is not settled.
+  api::refuse_if(swiglu_limit.has_value() && activation == "relu2", op, "swiglu_limit",
+                 "a SwiGLU clamp with \"relu2\" is not implemented (upstream's handling is "
+                 "unsettled)");
   FLASHINFER_CHECK(source_format == "modelopt" || source_format == "compressed_tensors", op,
                    "source_format", "must be \"modelopt\" or \"compressed_tensors\", got \"",
                    source_format, "\"");
@@ -166,6 +168,20 @@ Tensor b12x_impl(const char* op, const B12xCall& c) {
   int64_t gs2_n = 0, gs1_n = 0;
   const float* gs2 = global_scale(*c.fc2_input_scale, E, x, op, "fc2_input_scale", gs2_n);
   const float* gs1 = global_scale(*c.input_global_scale, E, x, op, "input_global_scale", gs1_n);
+  // launch_sm120_moe: a given input_global_scale quantizes x and is folded into GEMM1's alpha
+  // (w1_alpha * input_global_scale, fp32); absent, w1_alpha itself is x's quantization scale.
+  std::vector<float> a1_folded;
+  const bool fold = gs1 != nullptr;
+  if (fold) {
+    a1_folded.resize(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      a1_folded[static_cast<size_t>(e)] = a1[e] * gs1[gs1_n == 1 ? 0 : e];
+    }
+  } else {
+    gs1 = a1;
+    gs1_n = E;
+  }
+  const float* alpha1 = fold ? a1_folded.data() : a1;
   Tensor out;
   if (*c.output) {
     const Tensor& o = **c.output;
@@ -193,15 +209,15 @@ Tensor b12x_impl(const char* op, const B12xCall& c) {
   p.quantize_input = true;
   p.in_global_scale = gs1;
   p.in_gs_count = gs1_n;
-  p.act_quant = kernels::Moe4ActQuant::kNvfp4KeepScale;
+  p.act_quant = kernels::Moe4ActQuant::kNvfp4KeepScaleBf16;
   p.act_global_scale = gs2;
   p.act_gs_count = gs2_n;
   p.round_routing_weights = false;
   p.round_expert_out = false;
   p.w1_scale = s1p.data_ptr();
   p.w2_scale = s2p.data_ptr();
-  p.out1_scale = gated ? a1 : nullptr;
-  p.out1_gate_scale = a1;
+  p.out1_scale = gated ? alpha1 : nullptr;
+  p.out1_gate_scale = alpha1;
   p.out2_scale = a2;
   kernels::TrtllmMoeParams& b = p.base;
   b.precomputed = true;

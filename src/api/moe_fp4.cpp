@@ -715,7 +715,10 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
   const float* a2 = api::per_expert_floats(w2_alpha, El, x, op, "w2_alpha");
   const float* gs = nullptr;
   int64_t gs_count = 0;
-  if (fc2_input_scale) {
+  // GEMM1 always writes NVFP4 for w4a4, and its wrapper requires the global scale.
+  FLASHINFER_CHECK(fc2_input_scale.has_value(), op, "fc2_input_scale",
+                   "is required for quant_mode \"w4a4\" (GEMM1 quantizes its output to NVFP4)");
+  {
     const Tensor& f = *fc2_input_scale;
     api::check_dtype_in(f, {DType::kFloat32}, op, "fc2_input_scale");
     api::check_same_device(f, x, op, "fc2_input_scale", "x");
@@ -752,7 +755,9 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
   kernels::TrtllmFp4MoeParams p;
   p.weights = kernels::Moe4Weights::kNvfp4;
   p.input = kernels::Moe4Input::kNvfp4;
-  p.act_quant = gs ? kernels::Moe4ActQuant::kNvfp4 : kernels::Moe4ActQuant::kNone;
+  // The GEMM1 epilogue quantizes the fp32 activation with the global scale; GEMM2 reads e2m1 * sf
+  // (the global scale stays in the values) and applies w2_alpha as given.
+  p.act_quant = kernels::Moe4ActQuant::kNvfp4KeepScale;
   p.act_global_scale = gs;
   p.act_gs_count = gs_count;
   p.round_routing_weights = false;

@@ -27,10 +27,12 @@ enum class Moe4ActQuant : int {
   kNvfp4 = 0,  // fp4_quantize of the bf16-rounded activation (global scale 1)
   kMxfp8 = 1,  // mxfp8_quantize of the bf16-rounded activation
   kBf16 = 2,   // rounded to bf16
-  kNone = 3,   // fp32 as computed (cute_dsl_fused_moe_nvfp4 without fc2_input_scale)
-  // b12x (moe_reference_f32): the fp32 activation quantized to NVFP4 with the global scale and
-  // dequantized as e2m1 * sf, the global scale left in the values (see nvfp4_qdq_keep_scale).
+  kNone = 3,   // fp32 as computed
+  // The fp32 activation quantized to NVFP4 with the global scale and dequantized as e2m1 * sf,
+  // the global scale left in the values (see nvfp4_qdq_keep_scale): the CuTe-DSL GEMM1 epilogue.
   kNvfp4KeepScale = 4,
+  // kNvfp4KeepScale of the bf16-rounded activation: the b12x kernels' FC1 epilogue.
+  kNvfp4KeepScaleBf16 = 5,
 };
 
 /// base.moe.input: the hidden states (row stride in_stride, in elements of the stored dtype:

@@ -168,9 +168,10 @@ struct MoeCase {
   Tensor s1_t() { return scales(s1, n1(), H / 16, cute && gated, s1_base); }
   Tensor s2_t() { return scales(s2, H, I / 16, false, s2_base); }
 
-  // fp64 GEMMs over the dequantized operands. b12x: x quantized per expert with gs1 (per local
-  // expert, one value, or none = 1), the activation quantized with gs2, both keeping the scale;
-  // cute (fc2_input_scale None): NVFP4 x as given, the activation in full precision.
+  // fp64 GEMMs over the dequantized operands. b12x (launch_sm120_moe): x quantized per expert
+  // with gs1 (per local expert or one value) and GEMM1's alpha w1_alpha * gs1, or, gs1 empty,
+  // with w1_alpha as both; the activation rounded to bf16, then quantized with gs2. cute: NVFP4 x
+  // as given, the fp32 activation quantized with gs2. Both keep the global scale in the values.
   // act_alpha/beta/limit: the cute wrapper's SwiGLU parameters.
   std::vector<double> expected(const std::vector<float>& gs1, const std::vector<float>& gs2,
                                double sw_alpha = 1.0, double sw_beta = 0.0,
@@ -191,7 +192,13 @@ struct MoeCase {
                          e4m3fn_bits_to_float(xs[static_cast<size_t>(t * (H / 16) + d / 16)])
                    : x[static_cast<size_t>(t * H + d)];
         }
-        if (!cute) xr = qdq_keep_scale(xr, pick(gs1, e));
+        double alpha1 = a1[static_cast<size_t>(e)];
+        if (!cute) {
+          const float a1f = static_cast<float>(alpha1);
+          const float gx = gs1.empty() ? a1f : pick(gs1, e);
+          if (!gs1.empty()) alpha1 = a1f * gx;  // the fold, an fp32 product
+          xr = qdq_keep_scale(xr, gx);
+        }
         std::vector<double> g(static_cast<size_t>(N1), 0.0);
         for (int64_t j = 0; j < N1; ++j) {
           for (int64_t d = 0; d < H; ++d) {
@@ -199,7 +206,7 @@ struct MoeCase {
             g[static_cast<size_t>(j)] +=
                 xr[static_cast<size_t>(d)] * e2m1(w1, wi) * e4m3fn_bits_to_float(s1[wi / 16]);
           }
-          g[static_cast<size_t>(j)] *= a1[static_cast<size_t>(e)];
+          g[static_cast<size_t>(j)] *= alpha1;
         }
         std::vector<double> h(static_cast<size_t>(I));
         for (int64_t j = 0; j < I; ++j) {
@@ -212,7 +219,11 @@ struct MoeCase {
             h[static_cast<size_t>(j)] = v * v;
           }
         }
-        if (!cute) h = qdq_keep_scale(h, pick(gs2, e));
+        if (!cute) {
+          for (double& v : h)
+            v = bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(v)));
+        }
+        h = qdq_keep_scale(h, pick(gs2, e));
         for (int64_t d = 0; d < H; ++d) {
           double y = 0.0;
           for (int64_t j = 0; j < I; ++j) {
@@ -255,7 +266,7 @@ TEST(B12xFusedMoe, MatchesFormula) {
     bool gated, six_d;
     std::vector<float> gs1, gs2;
   };
-  for (const Variant& v : {Variant{"silu, input_global_scale given", true, true, {0.5f}, {1.0f}},
+  for (const Variant& v : {Variant{"silu, input_global_scale given", true, true, {2.0f}, {1.0f}},
                            Variant{"silu, per-expert scales",
                                    true,
                                    false,
@@ -277,6 +288,84 @@ TEST(B12xFusedMoe, MatchesFormula) {
     EXPECT_EQ(out.dtype(), DType::kBFloat16);
     EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
   }
+}
+
+// launch_sm120_moe (moe_dispatch.py upstream): input_global_scale, when given, is x's NVFP4
+// global scale and is folded into GEMM1's alpha (w1_alpha * input_global_scale); absent,
+// w1_alpha itself is x's global scale. So w1_alpha = a without input_global_scale is, bit for
+// bit, w1_alpha = 1 with input_global_scale = a (both: x scale a, GEMM1 alpha a).
+TEST(B12xFusedMoe, InputGlobalScaleIsUpstreams) {
+  MoeCase c;
+  c.make(13);
+  const std::vector<double> ones(static_cast<size_t>(c.E), 1.0);
+  std::vector<float> a1f(c.a1.begin(), c.a1.end());
+  const Tensor gs2 = floats({1.0f});
+  const Tensor absent =
+      b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
+                     c.K, c.alpha(c.a1), c.alpha(c.a2), gs2, std::nullopt);
+  const Tensor folded =
+      b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
+                     c.K, c.alpha(ones), c.alpha(c.a2), gs2, floats(a1f));
+  EXPECT_TRUE(all_close(absent, folded.to_double_vector(), {0.0, 0.0}));
+  // The previous reading (x scale 1 when absent, no fold) gives a different result.
+  const Tensor unit =
+      b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
+                     c.K, c.alpha(c.a1), c.alpha(c.a2), gs2, floats({1.0f}));
+  const auto a = absent.to_double_vector(), u = unit.to_double_vector();
+  double diff = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::abs(a[i] - u[i]));
+  EXPECT_GT(diff, 0.1);
+}
+
+// The b12x kernels round the activation to bf16 before its NVFP4 quantization (FC1 epilogue of
+// moe_static_kernel.py: `acc_vec.to(cutlass.BFloat16)` into shared memory, then quantized;
+// upstream's moe_reference_nvfp4 does the same). Hand-checked: relu2, one expert, x = 1 (64
+// values), an input_global_scale of 1: sf = e4m3(1/6) = 0.171875, x' = 6 * sf = 1.03125, GEMM1 rows
+// of e2m1 1.0 with scales 1 and 0.9375 give 66 and 61.875; alpha 0.038355 makes h0 = 6.40814 and h1
+// = 5.63215 (fp32). bf16: 6.40625 and 5.625. Block scale e4m3(6.40625 / 6) = 1.125, so h1 quantizes
+// to e2m1(5.625 / 1.125 = 5, a tie) = 4 -> 4.5; unrounded, 5.0064 -> 6 -> 6.75. GEMM2 reads only
+// column 1 (e2m1 1.0, scale 1): every output is 4.5.
+TEST(B12xFusedMoe, ActivationRoundedToBf16BeforeQuantization) {
+  MoeCase c;
+  c.T = 1;
+  c.E = 1;
+  c.K = 1;
+  c.H = 64;
+  c.I = 16;
+  c.local = 1;
+  c.gated = false;
+  c.x.assign(64, 1.0);
+  c.w1.assign(16 * 32, 0);
+  for (int i = 0; i < 64; ++i) c.w1[static_cast<size_t>(i)] = 0x22;  // rows 0, 1: e2m1 1.0
+  c.s1.assign(16 * 4, 0x38);                                         // e4m3 1.0
+  for (int i = 4; i < 8; ++i) c.s1[static_cast<size_t>(i)] = 0x37;   // row 1: e4m3 0.9375
+  c.w2.assign(64 * 8, 0);
+  for (int d = 0; d < 64; ++d) c.w2[static_cast<size_t>(d * 8)] = 0x20;  // column 1: 1.0
+  c.s2.assign(64, 0x38);
+  c.a1 = {static_cast<double>(0.038355f)};
+  c.a2 = {1.0};
+  c.ids = {0.0};
+  c.rw = {1.0};
+  const Tensor out =
+      b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), 1, 1,
+                     c.alpha(c.a1), c.alpha(c.a2), floats({1.0f}), floats({1.0f}), std::nullopt,
+                     std::nullopt, DType::kBFloat16, "relu2");
+  EXPECT_TRUE(all_close(out, std::vector<double>(64, 4.5), {0.0, 0.0}));
+}
+
+// swiglu_limit / swiglu_alpha / swiglu_beta reach only "swigluoai_uninterleave" in the SM12x
+// kernels (gated_activation_f32, moe_activation.py upstream): with "silu" they change nothing.
+TEST(B12xFusedMoe, SwigluParametersDoNotChangeSilu) {
+  MoeCase c;
+  c.make(17);
+  const Tensor gs2 = floats({1.0f});
+  const Tensor plain = b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(),
+                                      c.rw_t(), c.E, c.K, c.alpha(c.a1), c.alpha(c.a2), gs2);
+  const Tensor limited =
+      b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
+                     c.K, c.alpha(c.a1), c.alpha(c.a2), gs2, std::nullopt, std::nullopt,
+                     std::nullopt, DType::kBFloat16, "silu", 1.702, 1.0, 0.5);
+  EXPECT_TRUE(all_close(limited, plain.to_double_vector(), {0.0, 0.0}));
 }
 
 TEST(B12xFusedMoe, WrapperMatchesFunctionAndOutputArgument) {
@@ -366,7 +455,7 @@ TEST(B12xFusedMoe, BadInput) {
   EXPECT_FI_ERROR_CODE(call(good, 4), op, "num_local_experts", ErrorCode::kUnsupported);
   EXPECT_FI_ERROR_CODE(call(good, std::nullopt, DType::kBFloat16, "swigluoai"), op, "activation",
                        ErrorCode::kUnsupported);
-  EXPECT_FI_ERROR_CODE(call(good, std::nullopt, DType::kBFloat16, "silu", 7.0), op, "swiglu_limit",
+  EXPECT_FI_ERROR_CODE(call(good, std::nullopt, DType::kBFloat16, "relu2", 7.0), op, "swiglu_limit",
                        ErrorCode::kUnsupported);
   EXPECT_FI_ERROR(call(good, std::nullopt, DType::kBFloat16, "silu", std::nullopt, "fp8"), op,
                   "activation_precision");
@@ -408,10 +497,20 @@ TEST(CuteDslMoEWrapper, MatchesFormulaAndFunction) {
     bool gated, six_d;
     int64_t offset, local;
     double alpha, beta, limit;
+    std::vector<float> gs2;
   };
-  for (const Variant& v : {Variant{"swiglu", true, true, 0, 8, 1.0, 0.0, 3.4028234663852886e38},
-                           Variant{"swiglu params, EP rank 1", true, false, 4, 4, 1.702, 1.0, 2.0},
-                           Variant{"relu2", false, true, 0, 8, 1.0, 0.0, 3.4028234663852886e38}}) {
+  for (const Variant& v :
+       {Variant{"swiglu", true, true, 0, 8, 1.0, 0.0, 3.4028234663852886e38, {1.0f}},
+        Variant{"swiglu params, EP rank 1", true, false, 4, 4, 1.702, 1.0, 2.0, {0.5f}},
+        Variant{"relu2, per-expert fc2 scales",
+                false,
+                true,
+                0,
+                8,
+                1.0,
+                0.0,
+                3.4028234663852886e38,
+                {2.0f, 1.0f, 0.5f, 1.0f, 1.0f, 4.0f, 1.0f, 0.5f}}}) {
     SCOPED_TRACE(v.name);
     MoeCase c;
     c.cute = true;
@@ -420,19 +519,19 @@ TEST(CuteDslMoEWrapper, MatchesFormulaAndFunction) {
     c.offset = v.offset;
     c.local = v.local;
     c.make(21);
-    const auto expect = c.expected({}, {}, v.alpha, v.beta, v.limit);
+    const auto expect = c.expected({}, v.gs2, v.alpha, v.beta, v.limit);
     EXPECT_GT(max_abs(expect), 0.5);
     const int64_t act = v.gated ? 3 : 6;
     CuteDslMoEWrapper w(c.E, c.K, c.H, c.I, false, std::nullopt, c.local, c.offset, 128, 16,
                         DType::kFloat32, "cuda", true, act, v.alpha, v.beta, v.limit);
     const Tensor x = bytes_tensor(c.xq, {c.T, c.H / 2}), xs = bytes_tensor(c.xs, {c.T, c.H / 16});
     const Tensor out = w.run(x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1),
-                             std::nullopt, c.w2_t(), c.s2_t(), c.alpha(c.a2));
+                             floats(v.gs2), c.w2_t(), c.s2_t(), c.alpha(c.a2));
     EXPECT_EQ(out.dtype(), DType::kFloat32);
     EXPECT_TRUE(all_close(out, expect, {1e-4, 1e-4}));
     // The same settings through cute_dsl_fused_moe_nvfp4, bit for bit.
     const Tensor ref = cute_dsl_fused_moe_nvfp4(
-        x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1), std::nullopt, c.w2_t(),
+        x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1), floats(v.gs2), c.w2_t(),
         c.s2_t(), c.alpha(c.a2), c.E, c.K, c.local, c.offset, DType::kFloat32, true, std::nullopt,
         std::nullopt, true, act, v.alpha, v.beta, v.limit);
     EXPECT_TRUE(all_close(out, ref.to_double_vector(), {0.0, 0.0}));
@@ -468,11 +567,15 @@ TEST(CuteDslMoEWrapper, BadInput) {
   const Tensor x = bytes_tensor(c.xq, {c.T, c.H / 2}), xs = bytes_tensor(c.xs, {c.T, c.H / 16});
   const Tensor w1 = c.w1_t(), s1 = c.s1_t(), w2 = c.w2_t(), s2 = c.s2_t();
   auto run_with = [&](CuteDslMoEWrapper& w, const Tensor& xx, const Tensor& a1,
-                      std::optional<Tensor> pts = std::nullopt) {
-    (void)w.run(xx, xs, c.ids_t(), c.rw_t(), w1, s1, a1, std::nullopt, w2, s2, c.alpha(c.a2),
-                std::nullopt, pts);
+                      std::optional<Tensor> pts = std::nullopt,
+                      std::optional<Tensor> fc2 = floats({1.0f})) {
+    (void)w.run(xx, xs, c.ids_t(), c.rw_t(), w1, s1, a1, fc2, w2, s2, c.alpha(c.a2), std::nullopt,
+                pts);
   };
   CuteDslMoEWrapper ok(c.E, c.K, c.H, c.I);
+  // w4a4's GEMM1 quantizes its output to NVFP4 and requires the global scale upstream.
+  EXPECT_FI_ERROR(run_with(ok, x, c.alpha(c.a1), std::nullopt, std::nullopt), run,
+                  "fc2_input_scale");
   EXPECT_FI_ERROR(run_with(ok, Tensor::zeros({c.T, 32}, DType::kUInt8), c.alpha(c.a1)), run, "x");
   EXPECT_FI_ERROR(run_with(ok, x, Tensor::zeros({3}, DType::kFloat32)), run, "w1_alpha");
   EXPECT_FI_ERROR_CODE(run_with(ok, x, c.alpha(c.a1), Tensor::full({c.T}, 1.0, DType::kFloat32)),
@@ -623,14 +726,16 @@ s1b = mma_view(torch.stack([interleave_128x4(s1[e].to(torch.uint8)) for e in ran
 s2b = mma_view(torch.stack([interleave_128x4(s2[e].to(torch.uint8)) for e in range(E)]), E, H, I // 16)
 w1b = torch.stack([pack(w1q[e]) for e in range(E)])
 w2b = torch.stack([pack(w2q[e]) for e in range(E)])
-def b12x_ref(gs1, gs2):
+def b12x_ref(gs1, gs2):  # launch_sm120_moe: gs1 None -> w1_alpha quantizes x, else folded
     out = torch.zeros(T, H)
     for t in range(T):
         for k in range(K):
             e = int(ids[t, k])
-            xd = qdq(x[t].float(), gs1)
-            g = a1[e] * (w1d[e] @ xd)
-            h = qdq(g[I:] * torch.sigmoid(g[I:]) * g[:I], gs2)
+            gx = a1[e] if gs1 is None else torch.tensor(gs1)
+            al = a1[e] if gs1 is None else a1[e] * gx
+            xd = qdq(x[t].float(), gx)
+            g = al * (w1d[e] @ xd)
+            h = qdq((g[I:] * torch.sigmoid(g[I:]) * g[:I]).bfloat16().float(), gs2)
             out[t] += rw[t, k] * a2[e] * (w2d[e] @ h)
     return out.bfloat16()
 
@@ -638,7 +743,7 @@ def b12x_ref(gs1, gs2):
 # with 1.0 per expert, output given, no input_global_scale).
 fc2 = torch.ones(E)
 out_buf = torch.zeros(T, H).bfloat16()
-ref = b12x_ref(1.0, 1.0)
+ref = b12x_ref(None, 1.0)
 record("b12x_fused_moe", "flashinfer.fused_moe.cute_dsl.b12x_moe",
        {"kwarg_x": x, "kwarg_token_selected_experts": ids, "kwarg_token_final_scales": rw,
         "kwarg_w1_weight": w1b, "kwarg_w1_weight_sf": s1b, "kwarg_w1_alpha": a1,
@@ -694,10 +799,8 @@ for t in range(T):
         if not off <= e < off + El:
             continue
         g = a1[e] * (xd[t] @ w1d[e].T)
-        h = (g[I:] * torch.sigmoid(g[I:]) * g[:I]).bfloat16().float().view(-1, 16)
-        sf = E4M3[e4m3_codes(gs * h.abs().amax(1) / 6)]
-        q = torch.where(sf[:, None] > 0, E2M1[e2m1_codes(h * gs / sf[:, None])] * sf[:, None],
-                        torch.zeros_like(h)).view(-1) * (1 / gs)
+        # The GEMM1 epilogue quantizes the fp32 activation; GEMM2 reads e2m1 * sf.
+        q = qdq(g[I:] * torch.sigmoid(g[I:]) * g[:I], gs)
         out[t] += rw[t, k] * a2[e] * (q @ w2d[e].T)
 record("CuteDslMoEWrapper.run", "flashinfer.fused_moe.cute_dsl.fused_moe",
        {"kwarg_x": pack(xq), "kwarg_x_sf": xs.to(torch.uint8),

@@ -54,6 +54,18 @@ double ue8m0(uint8_t c) { return std::ldexp(1.0, static_cast<int>(c) - 127); }
 double bf16(double v) {
   return bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(v)));
 }
+
+// The e2m1 value nearest to v, ties to the even code, saturating at 6: the grid written out.
+float e2m1_grid(float v) {
+  static const float kGrid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float a = std::min(std::fabs(v), 6.0f);
+  int best = 0;
+  for (int c = 1; c < 8; ++c) {
+    const float d = std::fabs(a - kGrid[c]), db = std::fabs(a - kGrid[best]);
+    if (d < db || (d == db && c % 2 == 0)) best = c;
+  }
+  return std::signbit(v) ? -kGrid[best] : kGrid[best];
+}
 double silu(double v) { return v / (1.0 + std::exp(-v)); }
 double max_abs(const std::vector<double>& v) {
   double m = 0.0;
@@ -722,7 +734,7 @@ std::vector<int64_t> cute_stored_rows(int64_t n1, bool gated) {
 
 struct CuteCase {
   int64_t T = 5, E = 8, K = 2, H = 128, I = 64, act = 3, offset = 0, local = 8;
-  bool quant_act = true, six_d = false;
+  bool six_d = false;
   double gs = 0.5, sw_alpha = 1.0, sw_beta = 0.0, sw_limit = 3.4028234663852886e38;
   std::vector<uint8_t> x, xs, w1, s1, w2, s2;  // plain rows; linear scales
   std::vector<double> a1, a2;
@@ -786,9 +798,8 @@ struct CuteCase {
   }
   Tensor run(const MoeTopkIds& r, DType out_dtype = DType::kBFloat16) {
     const auto in = inputs();
-    return cute_dsl_fused_moe_nvfp4(in[0], in[1], r.ids, *r.weights, in[2], in[3], in[4],
-                                    quant_act ? std::optional<Tensor>(in[5]) : std::nullopt, in[6],
-                                    in[7], in[8], E, K, local, offset, out_dtype, true,
+    return cute_dsl_fused_moe_nvfp4(in[0], in[1], r.ids, *r.weights, in[2], in[3], in[4], in[5],
+                                    in[6], in[7], in[8], E, K, local, offset, out_dtype, true,
                                     std::nullopt, std::nullopt, true, act, sw_alpha, sw_beta,
                                     sw_limit);
   }
@@ -820,15 +831,17 @@ struct CuteCase {
             h[j] = std::max(g[j], 0.0) * std::max(g[j], 0.0);
           }
         }
-        if (quant_act) {
-          std::vector<double> hb(h.size());
-          for (size_t j = 0; j < h.size(); ++j) hb[j] = bf16(h[j]);
-          auto [q, sf] =
-              fp4_quantize(Tensor::from_vector(hb, {1, I}, DType::kBFloat16),
-                           Tensor::from_vector({gs}, {1}, DType::kFloat32), 16, false, false);
-          h = e2m1_and_ufp8sf_scale_to_float(
-                  q, sf, Tensor::from_vector({1.0 / gs}, {1}, DType::kFloat32), 16, 1, false)
-                  .to_double_vector();
+        // The GEMM1 epilogue (blockscaled_contiguous_gather_grouped_gemm_act_fusion upstream)
+        // quantizes the fp32 activation: sf = e4m3(amax * gs / 6), q = e2m1(v * gs / sf); GEMM2
+        // reads q * sf, the global scale left in the values, and applies w2_alpha as given.
+        const float gsf = static_cast<float>(gs);
+        for (int64_t b = 0; b < I; b += 16) {
+          float amax = 0.0f;
+          for (int64_t j = b; j < b + 16; ++j) amax = std::max(amax, std::fabs(float(h[j])));
+          const float sf =
+              e4m3fn_bits_to_float(float_to_e4m3fn_bits(std::min(amax * gsf / 6.0f, 448.0f)));
+          const float d = std::max(sf / gsf, 1e-30f);
+          for (int64_t j = b; j < b + 16; ++j) h[j] = e2m1_grid(float(h[j]) / d) * sf;
         }
         for (int64_t d = 0; d < H; ++d) {
           double y = 0.0;
@@ -854,14 +867,14 @@ TEST(CuteDslFusedMoeNvfp4, MatchesFormula) {
   for (const Variant& v :
        {Variant{"swiglu", 3, 0, 8, true, false, 1.0, 0.0, 3.4e38},
         Variant{"swiglu 6-D scales, EP", 3, 4, 4, true, true, 1.0, 0.0, 3.4e38},
-        Variant{"swiglu params, no fc2 scale", 3, 0, 8, false, false, 1.702, 1.0, 2.0},
+        Variant{"swiglu params, fc2 scale 2", 3, 0, 8, false, false, 1.702, 1.0, 2.0},
         Variant{"relu2", 6, 0, 8, true, true, 1.0, 0.0, 3.4e38}}) {
     SCOPED_TRACE(v.name);
     CuteCase c;
     c.act = v.act;
     c.offset = v.offset;
     c.local = v.local;
-    c.quant_act = v.quant;
+    if (!v.quant) c.gs = 2.0;
     c.six_d = v.six;
     c.sw_alpha = v.alpha;
     c.sw_beta = v.beta;
@@ -902,6 +915,11 @@ TEST(CuteDslFusedMoeNvfp4, BadInputAndRecordReplay) {
   EXPECT_FI_ERROR(call(3, Tensor::zeros({100}, DType::kUInt8)), op, "w1_weight_sf");
   EXPECT_FI_ERROR(call(4, Tensor::zeros({3}, DType::kFloat32)), op, "w1_alpha");
   EXPECT_FI_ERROR(call(5, Tensor::zeros({3}, DType::kFloat32)), op, "fc2_input_scale");
+  // w4a4's GEMM1 quantizes its output to NVFP4: upstream requires the global scale.
+  EXPECT_FI_ERROR(
+      (void)cute_dsl_fused_moe_nvfp4(in[0], in[1], r.ids, *r.weights, in[2], in[3], in[4],
+                                     std::nullopt, in[6], in[7], in[8], c.E, c.K),
+      op, "fc2_input_scale");
   EXPECT_FI_ERROR(call(6, Tensor::zeros({8, 128, 16}, DType::kUInt8)), op, "w2_weight");
   EXPECT_FI_ERROR(call(7, Tensor::zeros({100}, DType::kUInt8)), op, "w2_weight_sf");
   EXPECT_FI_ERROR(call(8, Tensor::zeros({8}, DType::kBFloat16)), op, "w2_alpha");
@@ -1217,10 +1235,10 @@ for t in range(T):
     for k in range(K):
         e = int(ids[t, k])
         g = a1[e] * (xd[t] @ w1d[e].T)
-        h = bf(g[I:] * torch.sigmoid(g[I:]) * g[:I]).view(-1, 16)
-        sf = E4M3[e4m3_codes(gs * h.abs().amax(1) / 6)]
-        q = torch.where(sf[:, None] > 0, E2M1[e2m1_codes(h * gs / sf[:, None])] * sf[:, None],
-                        torch.zeros_like(h)).view(-1) * (1 / gs)
+        # The GEMM1 epilogue quantizes the fp32 activation; GEMM2 reads e2m1 * sf.
+        h = (g[I:] * torch.sigmoid(g[I:]) * g[:I]).view(-1, 16)
+        sf = E4M3[e4m3_codes((gs * h.abs().amax(1) / 6).clamp(max=448.0))]
+        q = (E2M1[e2m1_codes(h / (sf / gs).clamp(min=1e-30)[:, None])] * sf[:, None]).view(-1)
         out[t] += rw[t, k] * a2[e] * (q @ w2d[e].T)
 record("cute_dsl_fused_moe_nvfp4",
        {"kwarg_x": pack(xq), "kwarg_x_sf": xs.to(torch.uint8).unsqueeze(-1),

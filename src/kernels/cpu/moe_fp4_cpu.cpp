@@ -94,7 +94,10 @@ void dequant_hidden(const TrtllmFp4MoeParams& p, int64_t t, float* dst) {
 // the NVFP4 global scale.
 void quantize_activation(Moe4ActQuant q, std::vector<float>& h, int64_t n, int64_t I, float gs) {
   if (q == Moe4ActQuant::kNone) return;
-  if (q == Moe4ActQuant::kNvfp4KeepScale) {
+  if (q == Moe4ActQuant::kNvfp4KeepScale || q == Moe4ActQuant::kNvfp4KeepScaleBf16) {
+    if (q == Moe4ActQuant::kNvfp4KeepScaleBf16) {
+      for (float& v : h) v = bf16_round(v);
+    }
     nvfp4_qdq_keep_scale(h.data(), n * I, gs);
     return;
   }
