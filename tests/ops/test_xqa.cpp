@@ -22,6 +22,7 @@
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer {
 namespace {
@@ -356,17 +357,17 @@ write(2, "xqa_mla", {"arg_0": qm, "arg_1": kv, "arg_2": kv, "arg_3": mt,
        "kwarg_enable_pdl": False},
       {"arg_5": om.to(torch.bfloat16)})
 
-# Speculative decoding (q_seq_len > 1): xqa with q_seq_len / mask by keyword (torch 1.13 here
-# has no torch.uint16, so the mask bits are saved as int16, the dtype this library reads
-# upstream's uint16 as), and the decode name as vLLM calls it, by keyword.
+# Speculative decoding (q_seq_len > 1): xqa with q_seq_len / mask by keyword, and the decode name
+# as vLLM calls it, by keyword. The masks are written as torch >= 2.3 writes torch.uint16 (by
+# hand: torch 1.13 here has no uint16); this library reads them as int16 bits.
 torch.manual_seed(11)
 def write2(seq, name, module, inputs, meta, outputs, mutated):
     d = os.path.join(root, "20261122_205000_%03d_pid4242_%s_call%04d" % (seq, name, seq))
     os.makedirs(d)
-    torch.save(inputs, d + "/inputs.pt")
-    torch.save(outputs, d + "/outputs.pt")
+    save(inputs, d + "/inputs.pt")  # by hand (util/upstream_dump_py.h): torch.uint16 masks
+    save(outputs, d + "/outputs.pt")
     if mutated:
-        torch.save(mutated, d + "/mutated.pt")
+        save(mutated, d + "/mutated.pt")
     rec = {"function_name": name, "module": module, "call_sequence": seq,
            "timestamp": "20261122_205000_%03d" % seq, "process_id": 4242,
            "input_metadata": meta, "output_metadata": {},
@@ -419,7 +420,7 @@ write2(3, "xqa", "flashinfer.xqa",
       {"arg_0": q, "arg_1": k, "arg_2": v, "arg_3": table,
        "arg_4": torch.tensor(lens, dtype=torch.int32).unsqueeze(1),
        "arg_5": torch.zeros(B, 1, Q, H, D, dtype=torch.bfloat16), "arg_6": ws, "arg_7": sem,
-       "kwarg_mask": mask},
+       "kwarg_mask": ("u16", mask)},
       {"arg_8": HKV, "arg_9": PS, "kwarg_sinks": None, "kwarg_q_scale": qs, "kwarg_kv_scale": ks,
        "kwarg_sliding_win_size": 0, "kwarg_kv_layout": "NHD", "kwarg_sm_count": 132,
        "kwarg_enable_pdl": True, "kwarg_rcp_out_scale": 1.0, "kwarg_q_seq_len": Q},
@@ -439,7 +440,7 @@ def tensor_meta(t, key):
 write2(4, "xqa_batch_decode_with_kv_cache", "flashinfer.decode",
       {"kwarg_query": q2, "kwarg_kv_cache__0": k, "kwarg_kv_cache__1": v,
        "kwarg_workspace_buffer": torch.zeros(4096, dtype=torch.uint8), "kwarg_block_tables": table,
-       "kwarg_seq_lens": torch.tensor(lens, dtype=torch.int32), "kwarg_mask": mask2},
+       "kwarg_seq_lens": torch.tensor(lens, dtype=torch.int32), "kwarg_mask": ("u16", mask2)},
       {"kwarg_kv_cache": {"type": "tuple", "length": 2, "truncated": False,
                           "items": [tensor_meta(k, "kwarg_kv_cache__0"),
                                     tensor_meta(v, "kwarg_kv_cache__1")]},
@@ -448,7 +449,7 @@ write2(4, "xqa_batch_decode_with_kv_cache", "flashinfer.decode",
        "kwarg_enable_pdl": False, "kwarg_q_len_per_req": Q, "kwarg_o_scale": 1.0},
       {"result": ref2.to(torch.bfloat16)}, {})
 )PY";
-  std::ofstream(dir / "make.py") << py;
+  std::ofstream(dir / "make.py") << testing::kTorchSavePy << py;
   const int st = std::system(
       ("/usr/bin/python3 " + (dir / "make.py").string() + " " + (dir / "dump").string()).c_str());
   if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
