@@ -306,8 +306,12 @@ AttentionOutput decode_impl(
                            uses_shared_paged_kv_idx, counter, query);
   FLASHINFER_CHECK(backend == "auto" || backend == "xqa" || backend == "trtllm-gen", op, "backend",
                    "must be \"auto\", \"xqa\" or \"trtllm-gen\", got \"", backend, "\"");
-  FLASHINFER_CHECK_CODE(!mask, ErrorCode::kUnsupported, op, "mask",
-                        "xqa speculative-decoding masks are not supported");
+  // The bit-packed draft mask is the xqa kernels' (upstream passes it on to xqa); trtllm-gen's
+  // treatment of it, and which kernel "auto" picks, depend on the GPU.
+  FLASHINFER_CHECK_CODE(!mask || backend == "xqa", ErrorCode::kUnsupported, op, "mask",
+                        "speculative-decoding masks are supported with backend=\"xqa\" only, got "
+                        "backend=\"",
+                        backend, "\"");
   FLASHINFER_CHECK_CODE(!bmm1_scale_log2 || bmm1_scale_log2->is_none(), ErrorCode::kUnsupported, op,
                         "bmm1_scale_log2", "not supported; pass bmm1_scale");
   FLASHINFER_CHECK_CODE(!enable_block_sparse_attention, ErrorCode::kUnsupported, op,
@@ -350,9 +354,19 @@ AttentionOutput decode_impl(
     }
   }
   c.kv_lens = lengths(seq_lens, batch, max_seq_len, op, "max_seq_len");
-  // Several queries of a request are its last tokens, causal among themselves (speculative
-  // verification, as the trtllm-gen kernels treat them); one query sees every key.
-  for (int64_t b = 0; b < batch; ++b) c.causal |= c.qo_indptr[b + 1] - c.qo_indptr[b] > 1;
+  if (mask) {  // xqa's draft mask (see xqa_impl below)
+    FLASHINFER_CHECK_CODE(q_len_per_req && *q_len_per_req > 1, ErrorCode::kUnsupported, op, "mask",
+                          "a speculative-decoding mask needs q_len_per_req > 1");
+    FLASHINFER_CHECK_CODE(window_left < 0, ErrorCode::kUnsupported, op, "window_left",
+                          "a sliding window with a speculative-decoding mask is not supported "
+                          "(upstream's xqa kernel drops whole KV tiles there)");
+    c.spec_mask = mask;
+    c.spec_q_len = *q_len_per_req;
+  } else {
+    // Several queries of a request are its last tokens, causal among themselves (speculative
+    // verification, as the trtllm-gen kernels treat them); one query sees every key.
+    for (int64_t b = 0; b < batch; ++b) c.causal |= c.qo_indptr[b + 1] - c.qo_indptr[b] > 1;
+  }
   c.bmm1 = scale_value(bmm1_scale, op, "bmm1_scale");
   double o_mul = 1.0;
   if (o_scale) {

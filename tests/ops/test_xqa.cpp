@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "flashinfer/ops/attention.h"
 #include "flashinfer/ops/backends.h"
 #include "flashinfer/ops/mla.h"
 #include "flashinfer/ops/xqa.h"
@@ -611,6 +612,35 @@ TEST(XqaSpecDec, Int32WordsAndCausalMaskAgree) {
   // A different mask changes the result (the bits are read).
   const Tensor full = spec_mask(6, Q, [](int64_t, int64_t) { return true; });
   EXPECT_FALSE(testing::all_close(run(full), none, {1e-3, 1e-3}));
+}
+
+// trtllm_batch_decode_with_kv_cache(backend="xqa") passes the mask on as upstream's does: the same
+// bits as the xqa decode name; other backends refuse it.
+TEST(XqaSpecDec, TrtllmDecodeXqaBackendTakesTheMask) {
+  const int64_t H = 4, hkv = 2, D = 32, Q = 3, ps = 4;
+  Paged p = make_paged({7, 5}, ps, hkv, D, DType::kBFloat16, true, 85);
+  const Tensor q = testing::rand_tensor({6, H, D}, DType::kBFloat16, 86, -1.0, 1.0);
+  const Tensor mask = spec_mask(6, Q, [](int64_t r, int64_t j) { return (r + 2 * j) % 3 != 1; });
+  const Tensor want = xqa_batch_decode_with_kv_cache(
+      q, PagedKVCache(p.k, p.v), scratch(), p.table, p.lens.select(1, 0), p.per * ps, 0.2, 0.9, -1,
+      std::nullopt, std::nullopt, "HND", std::nullopt, Q, 1.0, mask);
+  auto run = [&](std::string_view backend) {
+    return trtllm_batch_decode_with_kv_cache(
+               q, PagedKVCache(p.k, p.v), scratch(), p.table, p.lens.select(1, 0), p.per * ps, 0.2,
+               0.9, -1, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, "HND",
+               std::nullopt, backend, Q, 1.0, mask)
+        .out;
+  };
+  EXPECT_TRUE(testing::all_close(run("xqa"), want, {0, 0}));
+  for (const char* backend : {"auto", "trtllm-gen"}) {
+    try {
+      run(backend);
+      ADD_FAILURE() << backend << " must refuse the mask";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+      EXPECT_EQ(e.arg(), "mask");
+    }
+  }
 }
 
 TEST(XqaSpecDec, BadInput) {
