@@ -22,6 +22,7 @@
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer {
 namespace {
@@ -517,8 +518,8 @@ TEST(TrtllmFmhaV2Prefill, RecordAndReplay) {
 // Written by Python as upstream's recorder writes it, in the keyword style of upstream's tests
 // and the serving stacks (qkv=(q, paged kv) tuple, input_layout=..., every argument by keyword,
 // out_dtype and mask_mode given): SGLang's Q_PAGED_KV_HND call, a PACKED_QKV call with
-// save_softmax_stats=True (result_0 / result_1) and a CONTIGUOUS_Q_KV call with
-// pos_encoding_mode="alibi", expected values from torch in fp64.
+// save_softmax_stats=True (result_0 / result_1), a CONTIGUOUS_Q_KV call with
+// pos_encoding_mode="alibi" and an e4m3-in / e4m3-out one, expected values from torch in fp64.
 TEST(TrtllmFmhaV2Prefill, UpstreamWrittenDumpReplays) {
   namespace fs = std::filesystem;
   const fs::path dir =
@@ -647,8 +648,65 @@ write(3, {"kwarg_qkv__0": q, "kwarg_qkv__1": kv,
        "kwarg_bmm1_scale": scale, "kwarg_bmm2_scale": 1.0, "kwarg_batch_size": 2,
        "kwarg_pos_encoding_mode": "alibi", "kwarg_mask_mode": "causal"},
       {"result": torch.cat(outs).to(torch.bfloat16)})
+
+# 4. e4m3 inputs and an e4m3 output (out_dtype by keyword), pickled by hand (save(): torch 1.13
+# here has no float8); the output scale folded into bmm2_scale.
+def e4m3_value(c):
+    sg = -1.0 if c & 0x80 else 1.0
+    e, m = (c >> 3) & 0xF, c & 7
+    if e == 0xF and m == 7: return float("nan")
+    return sg * (m / 8.0 * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7))
+E4M3 = torch.tensor([e4m3_value(c) for c in range(256)], dtype=torch.float64)
+FIN = [c for c in range(256) if E4M3[c] == E4M3[c]]
+def e4m3_code(x):  # round to nearest, ties to an even code, saturating at +-448
+    x = max(-448.0, min(448.0, x))
+    best = min(FIN, key=lambda c: (abs(float(E4M3[c]) - x), c & 1))
+    return best
+def codes(shape):
+    c = torch.randint(0x20, 0x41, shape, dtype=torch.int64)
+    return (c | (torch.randint(0, 2, shape) * 0x80)).to(torch.uint8)
+qlens = [3, 2]
+q8 = codes((5, H, D))
+kv8 = codes((5, 2, HKV, D))
+qv, kvv = E4M3[q8.long()], E4M3[kv8.long()]
+bmm1, bmm2 = 0.05, 0.75
+ref, q0 = [], 0
+for l in qlens:
+    for i in range(l):
+        for h in range(H):
+            g = h // (H // HKV)
+            s = (kvv[q0:q0 + i + 1, 0, g] @ qv[q0 + i, h]) * bmm1
+            ref.append(bmm2 * (torch.softmax(s, 0) @ kvv[q0:q0 + i + 1, 1, g]))
+    q0 += l
+out8 = torch.tensor([e4m3_code(float(x)) for x in torch.stack(ref).flatten()],
+                    dtype=torch.uint8).reshape(5, H, D)
+d4 = os.path.join(root, "20261122_203000_004_pid4242_trtllm_fmha_v2_prefill_call0004")
+os.makedirs(d4)
+save({"kwarg_qkv__0": ("fp8", q8), "kwarg_qkv__1": ("fp8", kv8),
+      "kwarg_workspace_buffer": torch.zeros(1024, dtype=torch.uint8),
+      "kwarg_seq_lens": torch.tensor(qlens, dtype=torch.int32),
+      "kwarg_cum_seq_lens_q": torch.tensor([0, 3, 5], dtype=torch.int32),
+      "kwarg_cum_seq_lens_kv": torch.tensor([0, 3, 5], dtype=torch.int32)}, d4 + "/inputs.pt")
+save({"result": ("fp8", out8)}, d4 + "/outputs.pt")
+fp8meta = lambda t, key: {**tensor_meta(t, key), "dtype": "torch.float8_e4m3fn"}
+rec = {"function_name": "trtllm_fmha_v2_prefill", "module": "flashinfer.prefill",
+       "call_sequence": 4, "timestamp": "20261122_203000_004", "process_id": 4242,
+       "input_metadata": {
+           "kwarg_qkv": {"type": "tuple", "length": 2, "truncated": False,
+                         "items": [fp8meta(q8, "kwarg_qkv__0"), fp8meta(kv8, "kwarg_qkv__1")]},
+           "kwarg_input_layout": "CONTIGUOUS_Q_KV", "kwarg_max_q_len": 3, "kwarg_max_kv_len": 3,
+           "kwarg_bmm1_scale": bmm1, "kwarg_bmm2_scale": bmm2, "kwarg_batch_size": 2,
+           "kwarg_out_dtype": "torch.float8_e4m3fn", "kwarg_mask_mode": "causal"},
+       "output_metadata": {},
+       "tensor_info": {"input_tensor_keys": ["kwarg_qkv__0", "kwarg_qkv__1",
+                                             "kwarg_workspace_buffer", "kwarg_seq_lens",
+                                             "kwarg_cum_seq_lens_q", "kwarg_cum_seq_lens_kv"],
+                       "output_tensor_keys": ["result"]},
+       "tensor_format": "torch", "execution_status": "completed"}
+with open(d4 + "/metadata.jsonl", "w") as f:
+    f.write(json.dumps(rec) + "\n")
 )PY";
-  std::ofstream(dir / "make.py") << py;
+  std::ofstream(dir / "make.py") << testing::kTorchSavePy << py;
   const int st = std::system(
       ("/usr/bin/python3 " + (dir / "make.py").string() + " " + (dir / "dump").string()).c_str());
   if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
@@ -657,9 +715,10 @@ write(3, {"kwarg_qkv__0": q, "kwarg_qkv__1": kv,
   }
   ASSERT_EQ(st, 0);
   const auto results = replay::replay_sequence((dir / "dump").string());
-  ASSERT_EQ(results.size(), 3u);
+  ASSERT_EQ(results.size(), 4u);
   for (const auto& r : results) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+    EXPECT_FALSE(r.comparisons.empty()) << r.function_name;
   }
   fs::remove_all(dir);
 }
