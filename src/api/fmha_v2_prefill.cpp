@@ -89,13 +89,20 @@ AttentionOutput fmha_v2_prefill_impl(
     std::optional<double> soft_cap, std::string_view mask_mode, int64_t window_left,
     int64_t chunked_attention_size, bool save_softmax_stats, double skip_softmax) {
   api::check_defined(workspace_buffer, kOp, "workspace_buffer");
-  FLASHINFER_CHECK_CODE(!(pos_encoding_mode && lower(*pos_encoding_mode) == "alibi"),
-                        ErrorCode::kUnsupported, kOp, "pos_encoding_mode",
-                        "ALiBi inside FMHAv2 is not supported (its slope and scale convention is "
-                        "not pinned down here)");
+  // Upstream passes `pos_encoding_mode.lower() == "alibi"` to its kernels: any other value is
+  // no positional encoding.
+  const bool alibi = pos_encoding_mode && lower(*pos_encoding_mode) == "alibi";
+  FLASHINFER_CHECK(std::isfinite(skip_softmax) && skip_softmax >= 0, kOp,
+                   "skip_softmax_threshold_scale_factor", "must be finite and >= 0, got ",
+                   skip_softmax);
+  // Upstream's kernels skip a whole KV tile's softmax and BMM2 when exp(tile max - running max) <
+  // factor / kv_len for every row of a warpgroup: the result depends on the kernel's tile size
+  // and schedule, which no exact reference can follow.
   FLASHINFER_CHECK_CODE(skip_softmax == 0.0, ErrorCode::kUnsupported, kOp,
                         "skip_softmax_threshold_scale_factor",
-                        "skip-softmax (an approximation) is not supported; pass 0");
+                        "skip-softmax is a lossy approximation decided per KV tile of upstream's "
+                        "kernels (tile size and schedule dependent) and cannot be reproduced "
+                        "exactly; pass 0");
   // ---- layout ----
   const auto& t = qkv.tensors();
   const bool paged = layout == "Q_PAGED_KV_NHD" || layout == "Q_PAGED_KV_HND";
@@ -261,7 +268,15 @@ AttentionOutput fmha_v2_prefill_impl(
                           "softmax statistics with sinks are not supported (upstream's "
                           "convention for that case is not pinned down)");
     sinks_h = sinks->to(Device::cpu()).contiguous();
+    // FMHAv2 adds slope * absolute key column, so the sink's weight against the keys depends on
+    // that offset, a convention not pinned down here.
+    FLASHINFER_CHECK_CODE(!alibi, ErrorCode::kUnsupported, kOp, "sinks",
+                          "sinks with pos_encoding_mode=\"alibi\" are not supported");
   }
+  FLASHINFER_CHECK_CODE(!(alibi && save_softmax_stats), ErrorCode::kUnsupported, kOp,
+                        "save_softmax_stats",
+                        "softmax statistics with ALiBi are not supported (the stored max "
+                        "includes FMHAv2's absolute-column bias)");
   FLASHINFER_CHECK_CODE(!(save_softmax_stats && qd == DType::kFloat8E4M3FN),
                         ErrorCode::kUnsupported, kOp, "save_softmax_stats",
                         "softmax statistics with fp8 inputs are not supported (upstream's "
@@ -269,13 +284,26 @@ AttentionOutput fmha_v2_prefill_impl(
   // ---- output ----
   const DType od = out_arg ? out_arg->dtype() : out_dtype.value_or(qd);
   if (qd == DType::kFloat8E4M3FN) {
-    FLASHINFER_CHECK_CODE(od == DType::kFloat16 || od == DType::kBFloat16, ErrorCode::kUnsupported,
-                          kOp, out_arg ? "out" : "out_dtype", "output dtype ", dtype_torch_name(od),
-                          " is not supported for fp8 inputs (float16, bfloat16)");
+    FLASHINFER_CHECK(od == DType::kFloat16 || od == DType::kBFloat16 || od == DType::kFloat8E4M3FN,
+                     kOp, out_arg ? "out" : "out_dtype", "output dtype ", dtype_torch_name(od),
+                     " is not supported for fp8 inputs (float16, bfloat16, float8_e4m3fn)");
   } else {
     FLASHINFER_CHECK(od == qd, kOp, out_arg ? "out" : "out_dtype", "output dtype ",
                      dtype_torch_name(od), " must be the query's (", dtype_torch_name(qd),
                      ") for 16-bit inputs");
+  }
+  // FMHAv2's ALiBi slopes (fmha::AlibiParams(h), scale_after_alibi 1): with p = the largest power
+  // of two <= H, head h < p gets 2^(-8 (h + 1) / p), the others 2^(-4 (2 (h - p) + 1) / p),
+  // computed in fp32 as the kernel does.
+  std::vector<float> slopes;
+  if (alibi) {
+    int64_t p2 = 1;
+    while (p2 * 2 <= H) p2 *= 2;
+    const float neg4 = -4.0f / static_cast<float>(p2);
+    for (int64_t h = 0; h < H; ++h) {
+      slopes.push_back(h < p2 ? std::exp2(static_cast<float>((h + 1) * 2) * neg4)
+                              : std::exp2(static_cast<float>(2 * (h - p2) + 1) * neg4));
+    }
   }
   Tensor out;
   if (out_arg) {
@@ -324,6 +352,7 @@ AttentionOutput fmha_v2_prefill_impl(
     p.o_stride_n = out.stride(0);
     p.o_stride_h = out.stride(1);
     if (sinks_h.defined()) p.sinks = sinks_h.data<float>();
+    if (alibi) p.alibi_slopes = slopes.data();
     if (stats.defined()) {
       p.stats = stats.data<float>();
       p.stats_stride_n = stats.stride(0);
@@ -416,7 +445,7 @@ void register_fmha_v2_prefill_ops(OpRegistry& r) {
       {.name = kOp,
        .module = "flashinfer.prefill",
        .summary = "TRT-LLM FMHAv2 prefill: packed/contiguous/separate/paged inputs, mask modes, "
-                  "soft cap, sinks, softmax statistics (CPU only)"},
+                  "soft cap, sinks, ALiBi, softmax statistics, e4m3 output (CPU only)"},
       "qkv", "input_layout", "workspace_buffer", "seq_lens", "max_q_len", "max_kv_len",
       "bmm1_scale", "bmm2_scale", "batch_size", "cum_seq_lens_q", "cum_seq_lens_kv", "block_tables",
       arg("out").mut(), "out_dtype", "sinks", "pos_encoding_mode", "logits_soft_cap_scale",

@@ -73,7 +73,58 @@ struct BlockCall {
   std::optional<Value> kv_cache_sf;  // NVFP4 block scales (uint8 cache)
   bool sf_v_linear = false;          // xqa reads V's block scales linearly, trtllm-gen interleaved
   bool f32_out = false;              // fp32 output for an fp8 result quantized afterwards (xqa)
+  // xqa speculative decoding: the bit-packed draft mask and the q_seq_len its rows are sized for.
+  std::optional<Tensor> spec_mask;
+  int64_t spec_q_len = 1;
 };
+
+// xqa's speculative-decoding mask (csrc/xqa/mha.cu, applyMaskFromInput) as the kernels' custom
+// mask: request b's query t sees every key before its last qo_len positions, and draft key j
+// (position L - qo_len + j) when bit j of mask row qo_indptr[b] + t is set; rows are
+// ceil(q_seq_len / 32) * 2 uint16 words, bit j in word j / 16 at bit j % 16.
+void load_spec_dec_mask(detail::WrapperState& s, const Tensor& mask, int64_t q_len,
+                        const char* op) {
+  api::check_defined(mask, op, "mask");
+  FLASHINFER_CHECK(mask.dtype() == DType::kInt16 || mask.dtype() == DType::kInt32, op, "mask",
+                   "expected torch.uint16 bits (int16 here) or their uint32 words (int32), got ",
+                   dtype_torch_name(mask.dtype()));
+  const int64_t words16 = (q_len + 31) / 32 * 2;
+  const int64_t per_row = mask.dtype() == DType::kInt16 ? words16 : words16 / 2;
+  FLASHINFER_CHECK(mask.dim() >= 1 && mask.size(-1) == per_row, op, "mask", "rows must hold ",
+                   per_row, " ", dtype_torch_name(mask.dtype()),
+                   " elements (ceil(q_seq_len / 32) * 32 bits) for q_seq_len ", q_len, ", got ",
+                   shape_to_string(mask.shape()));
+  const int64_t rows = mask.numel() / per_row;
+  FLASHINFER_CHECK(rows >= s.total_qo, op, "mask", "has ", rows, " rows for ", s.total_qo,
+                   " query tokens");
+  const Tensor h = mask.to(Device::cpu()).contiguous();
+  const auto* bytes = static_cast<const uint8_t*>(h.data_ptr());
+  const auto bit_of = [&](int64_t row, int64_t j) {
+    const int64_t byte = row * words16 * 2 + j / 8;  // little-endian words: bit j in byte j / 8
+    return (bytes[byte] >> (j % 8)) & 1;
+  };
+  const auto batch = static_cast<std::size_t>(s.batch);
+  s.packed_mask.clear();
+  s.mask_indptr.assign(batch, 0);
+  int64_t bit = 0;
+  for (std::size_t b = 0; b < batch; ++b) {
+    const int64_t qo = s.qo_indptr[b + 1] - s.qo_indptr[b], len = s.kv_lens[b];
+    FLASHINFER_CHECK(qo <= len, op, "seq_lens", "request ", b, " has ", qo,
+                     " draft tokens but only ", len, " keys");
+    bit = (bit + 7) / 8 * 8;
+    s.mask_indptr[b] = bit;
+    s.packed_mask.resize(static_cast<std::size_t>((bit + qo * len + 7) / 8), 0);
+    for (int64_t t = 0; t < qo; ++t) {
+      for (int64_t kj = 0; kj < len; ++kj, ++bit) {
+        const int64_t j = kj - (len - qo);
+        if (j < 0 || bit_of(s.qo_indptr[b] + t, j)) {
+          s.packed_mask[static_cast<std::size_t>(bit >> 3)] |=
+              static_cast<uint8_t>(1u << (bit & 7));
+        }
+      }
+    }
+  }
+}
 
 AttentionOutput run_block_call(BlockCall& c) {
   const char* op = c.op;
@@ -163,6 +214,13 @@ AttentionOutput run_block_call(BlockCall& c) {
     FLASHINFER_CHECK(!c.causal || qo_len <= c.kv_lens[b], op, "seq_lens", "request ", b, " has ",
                      qo_len, " queries but only ", c.kv_lens[b], " keys");
   }
+  if (c.spec_mask) {
+    FLASHINFER_CHECK_CODE(q.device().is_cpu(), ErrorCode::kUnsupported, op, "mask",
+                          "speculative-decoding masks run on the CPU reference only; pass CPU "
+                          "tensors");
+    s.causal = false;
+    load_spec_dec_mask(s, *c.spec_mask, c.spec_q_len, op);
+  }
 
   // Split-KV partials go to scratch of our own (at most 64 MiB), allocated after planning:
   // workspace_buffer is the caller's and stays untouched, so it replays as an input.
@@ -248,8 +306,12 @@ AttentionOutput decode_impl(
                            uses_shared_paged_kv_idx, counter, query);
   FLASHINFER_CHECK(backend == "auto" || backend == "xqa" || backend == "trtllm-gen", op, "backend",
                    "must be \"auto\", \"xqa\" or \"trtllm-gen\", got \"", backend, "\"");
-  FLASHINFER_CHECK_CODE(!mask, ErrorCode::kUnsupported, op, "mask",
-                        "xqa speculative-decoding masks are not supported");
+  // The bit-packed draft mask is the xqa kernels' (upstream passes it on to xqa); trtllm-gen's
+  // treatment of it, and which kernel "auto" picks, depend on the GPU.
+  FLASHINFER_CHECK_CODE(!mask || backend == "xqa", ErrorCode::kUnsupported, op, "mask",
+                        "speculative-decoding masks are supported with backend=\"xqa\" only, got "
+                        "backend=\"",
+                        backend, "\"");
   FLASHINFER_CHECK_CODE(!bmm1_scale_log2 || bmm1_scale_log2->is_none(), ErrorCode::kUnsupported, op,
                         "bmm1_scale_log2", "not supported; pass bmm1_scale");
   FLASHINFER_CHECK_CODE(!enable_block_sparse_attention, ErrorCode::kUnsupported, op,
@@ -292,9 +354,19 @@ AttentionOutput decode_impl(
     }
   }
   c.kv_lens = lengths(seq_lens, batch, max_seq_len, op, "max_seq_len");
-  // Several queries of a request are its last tokens, causal among themselves (speculative
-  // verification, as the trtllm-gen kernels treat them); one query sees every key.
-  for (int64_t b = 0; b < batch; ++b) c.causal |= c.qo_indptr[b + 1] - c.qo_indptr[b] > 1;
+  if (mask) {  // xqa's draft mask (see xqa_impl below)
+    FLASHINFER_CHECK_CODE(q_len_per_req && *q_len_per_req > 1, ErrorCode::kUnsupported, op, "mask",
+                          "a speculative-decoding mask needs q_len_per_req > 1");
+    FLASHINFER_CHECK_CODE(window_left < 0, ErrorCode::kUnsupported, op, "window_left",
+                          "a sliding window with a speculative-decoding mask is not supported "
+                          "(upstream's xqa kernel drops whole KV tiles there)");
+    c.spec_mask = mask;
+    c.spec_q_len = *q_len_per_req;
+  } else {
+    // Several queries of a request are its last tokens, causal among themselves (speculative
+    // verification, as the trtllm-gen kernels treat them); one query sees every key.
+    for (int64_t b = 0; b < batch; ++b) c.causal |= c.qo_indptr[b + 1] - c.qo_indptr[b] > 1;
+  }
   c.bmm1 = scale_value(bmm1_scale, op, "bmm1_scale");
   double o_mul = 1.0;
   if (o_scale) {
@@ -389,8 +461,6 @@ Tensor xqa_impl(const Tensor& query, const PagedKVCache& kv_cache, const Tensor&
                 const std::optional<Value>& kv_cache_sf,
                 const std::optional<Tensor>& q_cu_seq_lens) {
   const char* op = kXqaOp;
-  FLASHINFER_CHECK_CODE(!mask, ErrorCode::kUnsupported, op, "mask",
-                        "speculative-decoding masks are not supported");
   FLASHINFER_CHECK(max_seq_len >= 0, op, "max_seq_len", "must be >= 0, got ", max_seq_len);
   api::check_defined(query, op, "query");
   api::check_dim(query, {3}, op, "query");
@@ -420,7 +490,20 @@ Tensor xqa_impl(const Tensor& query, const PagedKVCache& kv_cache, const Tensor&
     for (int64_t b = 0; b <= batch; ++b) c.qo_indptr.push_back(static_cast<int32_t>(b * q_len));
   }
   c.kv_lens = lengths(seq_lens, batch, max_seq_len, op, "max_seq_len");
-  for (int64_t b = 0; b < batch; ++b) c.causal |= c.qo_indptr[b + 1] - c.qo_indptr[b] > 1;
+  if (mask) {
+    // Upstream's xqa kernels read the mask only when compiled for q_seq_len > 1, and then skip
+    // whole KV tiles for a sliding window (mha.cu): a window is not pinned down per token there.
+    FLASHINFER_CHECK_CODE(q_len > 1, ErrorCode::kUnsupported, op, "mask",
+                          "a speculative-decoding mask needs q_len_per_req > 1");
+    FLASHINFER_CHECK_CODE(window_left < 0, ErrorCode::kUnsupported, op, "window_left",
+                          "a sliding window with a speculative-decoding mask is not supported "
+                          "(upstream's xqa kernel drops whole KV tiles there)");
+    c.spec_mask = mask;
+    c.spec_q_len = q_len;
+  } else {
+    // Without a mask the draft tokens are causal among themselves (generate_causal_mask's).
+    for (int64_t b = 0; b < batch; ++b) c.causal |= c.qo_indptr[b + 1] - c.qo_indptr[b] > 1;
+  }
   c.bmm1 = scale_value(bmm1_scale, op, "bmm1_scale");
   const double o_mul = o_scale.value_or(1.0);
   FLASHINFER_CHECK(std::isfinite(o_mul) && o_mul != 0.0, op, "o_scale",

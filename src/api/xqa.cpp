@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "api/arg_traits.h"
 #include "api/attention_common.h"
@@ -64,6 +65,24 @@ void check_scratch(const Tensor& workspace_buffer, const Tensor& semaphores, con
   api::check_defined(semaphores, op, "semaphores");
 }
 
+// The decode name's argument as xqa's caller named it.
+std::string xqa_arg(const std::string& a) {
+  static const std::pair<const char*, const char*> kMap[] = {{"query", "q"},
+                                                             {"kv_cache", "k_cache"},
+                                                             {"block_tables", "page_table"},
+                                                             {"out", "output"},
+                                                             {"window_left", "sliding_win_size"},
+                                                             {"q_len_per_req", "q_seq_len"},
+                                                             {"bmm1_scale", "q_scale"},
+                                                             {"bmm2_scale", "kv_scale"},
+                                                             {"kv_cache_sf", "k_sf_cache"},
+                                                             {"max_seq_len", "page_table"}};
+  for (const auto& [from, to] : kMap) {
+    if (a == from) return to;
+  }
+  return a;
+}
+
 void xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
               const Tensor& page_table, const Tensor& seq_lens, const Tensor& output,
               const Tensor& workspace_buffer, const Tensor& semaphores, int64_t num_kv_heads,
@@ -74,14 +93,17 @@ void xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
               const std::optional<Tensor>& q_cu_seq_lens, const std::optional<Tensor>& k_sf_cache,
               const std::optional<Tensor>& v_sf_cache) {
   const char* op = kXqa;
-  FLASHINFER_CHECK_CODE(q_seq_len == 1, ErrorCode::kUnsupported, op, "q_seq_len",
-                        "speculative decoding (q_seq_len > 1, which upstream runs with a mask) is "
-                        "not supported; got ",
-                        q_seq_len);
-  FLASHINFER_CHECK_CODE(!mask, ErrorCode::kUnsupported, op, "mask",
-                        "speculative-decoding masks are not supported");
-  FLASHINFER_CHECK_CODE(!q_cu_seq_lens, ErrorCode::kUnsupported, op, "q_cu_seq_lens",
-                        "variable query lengths (speculative decoding) are not supported");
+  // Speculative decoding (q_seq_len > 1, upstream's SPEC_DEC build): q [B, 1, q_seq_len, Hq, D],
+  // or with q_cu_seq_lens the packed rows of every request ([tokens, Hq, D] or any shape ending
+  // in [Hq, D]); the mask is required (upstream asserts it).
+  FLASHINFER_CHECK(q_seq_len >= 1, op, "q_seq_len", "must be >= 1, got ", q_seq_len);
+  const bool spec = q_seq_len > 1;
+  FLASHINFER_CHECK(spec || !q_cu_seq_lens, op, "q_cu_seq_lens",
+                   "variable query lengths need q_seq_len > 1 (their maximum), got q_seq_len=1");
+  FLASHINFER_CHECK(!spec || mask.has_value(), op, "mask",
+                   "is required for speculative decoding (q_seq_len=", q_seq_len, ")");
+  FLASHINFER_CHECK_CODE(spec || !mask, ErrorCode::kUnsupported, op, "mask",
+                        "a speculative-decoding mask needs q_seq_len > 1");
   // NVFP4: uint8 caches (two e2m1 codes per byte) with linear e4m3 block scales [.., D / 16].
   const bool nvfp4 = k_cache.defined() && k_cache.dtype() == DType::kUInt8;
   FLASHINFER_CHECK(nvfp4 == k_sf_cache.has_value(), op, "k_sf_cache",
@@ -92,10 +114,34 @@ void xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                          : "is given but v_cache is not an NVFP4 (uint8) cache");
   check_scratch(workspace_buffer, semaphores, op);
   api::check_defined(q, op, "q");
-  FLASHINFER_CHECK(q.dim() == 4 && q.size(1) == 1, op, "q",
-                   "must be [batch, 1, num_q_heads, head_dim] (beam width 1), got ",
-                   shape_to_string(q.shape()));
-  const int64_t batch = q.size(0), H = q.size(2), D = q.size(3);
+  if (!spec) {
+    FLASHINFER_CHECK(q.dim() == 4 && q.size(1) == 1, op, "q",
+                     "must be [batch, 1, num_q_heads, head_dim] (beam width 1), got ",
+                     shape_to_string(q.shape()));
+  } else if (!q_cu_seq_lens) {
+    FLASHINFER_CHECK(q.dim() == 5 && q.size(1) == 1 && q.size(2) == q_seq_len, op, "q",
+                     "must be [batch, 1, q_seq_len=", q_seq_len,
+                     ", num_q_heads, head_dim] (beam width 1), got ", shape_to_string(q.shape()));
+  } else {
+    FLASHINFER_CHECK(q.dim() >= 3, op, "q",
+                     "must end in [num_q_heads, head_dim] after the query tokens, got ",
+                     shape_to_string(q.shape()));
+  }
+  const int64_t H = q.size(-2), D = q.size(-1);
+  api::check_defined(page_table, op, "page_table");
+  // Speculative calls take the request count from page_table (q's leading axes may be tokens).
+  const int64_t batch = spec && page_table.dim() == 2 ? page_table.size(0) : q.size(0);
+  const int64_t rows = H * D > 0 ? q.numel() / (H * D) : 0;
+  if (spec && !q_cu_seq_lens) {
+    FLASHINFER_CHECK(q.size(0) == batch, op, "q", "has ", q.size(0), " requests, page_table ",
+                     batch);
+  }
+  if (q_cu_seq_lens) {
+    api::check_defined(*q_cu_seq_lens, op, "q_cu_seq_lens");
+    FLASHINFER_CHECK(q_cu_seq_lens->numel() == batch + 1, op, "q_cu_seq_lens", "must hold ",
+                     batch + 1, " offsets (page_table has ", batch, " requests), got ",
+                     q_cu_seq_lens->numel());
+  }
   api::check_defined(output, op, "output");
   api::check_shape_eq(output, q.shape(), op, "output");
   const bool fp8_out = dtype_is_fp8(output.dtype());
@@ -124,6 +170,12 @@ void xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   const Tensor lens = beam_lens(seq_lens, batch, op);
   FLASHINFER_CHECK(sliding_win_size >= 0, op, "sliding_win_size", "must be >= 0, got ",
                    sliding_win_size);
+  // Upstream's SPEC_DEC kernel (mha.cu) skips only whole KV tiles before the window: no per-token
+  // rule to reproduce.
+  FLASHINFER_CHECK_CODE(!spec || sliding_win_size == 0, ErrorCode::kUnsupported, op,
+                        "sliding_win_size",
+                        "a sliding window with speculative decoding (q_seq_len > 1) is not "
+                        "supported");
   std::optional<Tensor> flat_sinks;
   if (sinks) {
     api::check_defined(*sinks, op, "sinks");
@@ -139,14 +191,27 @@ void xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   // The decode name's map back: kv_scale = bmm2_scale * o_scale, rcp_out_scale = 1 / o_scale
   // (rcp_out_scale only scales fp8 outputs; a 16-bit output is kv_scale * attention).
   const double o_scale = fp8_out ? 1.0 / rcp_out_scale : 1.0;
-  // Nested: the decode entry point's kernels, writing into output's [batch, Hq, D] view.
-  xqa_batch_decode_with_kv_cache(
-      q.select(1, 0), PagedKVCache(k_cache, v_cache), workspace_buffer, page_table, lens,
-      page_table.size(1) * page_size, bmm1, ks / o_scale,
-      sliding_win_size > 0 ? sliding_win_size - 1 : -1, output.select(1, 0), flat_sinks, kv_layout,
-      enable_pdl, 1, o_scale, std::nullopt,
-      nvfp4 ? std::optional<Value>(to_value(PagedKVCache(*k_sf_cache, *v_sf_cache)))
-            : std::nullopt);
+  // Nested: the decode entry point's kernels, writing into output's [rows, Hq, D] view.
+  FLASHINFER_CHECK(!spec || output.is_contiguous(), op, "output",
+                   "must be contiguous for speculative decoding (written through a [tokens, "
+                   "heads, head_dim] view)");
+  const Tensor query = spec ? q.reshape({rows, H, D}) : q.select(1, 0);
+  try {
+    xqa_batch_decode_with_kv_cache(
+        query, PagedKVCache(k_cache, v_cache), workspace_buffer, page_table, lens,
+        page_table.size(1) * page_size, bmm1, ks / o_scale,
+        sliding_win_size > 0 ? sliding_win_size - 1 : -1,
+        spec ? output.view({rows, H, D}) : output.select(1, 0), flat_sinks, kv_layout, enable_pdl,
+        q_seq_len, o_scale, mask,
+        nvfp4 ? std::optional<Value>(to_value(PagedKVCache(*k_sf_cache, *v_sf_cache)))
+              : std::nullopt,
+        q_cu_seq_lens);
+  } catch (const Error& e) {
+    // What only the nested call checks (mask rows, per-request counts) is xqa's caller's error:
+    // name xqa and its own argument.
+    if (e.op() != "xqa_batch_decode_with_kv_cache") throw;
+    throw Error(e.code(), op, xqa_arg(e.arg()), e.detail());
+  }
 }
 
 void xqa_mla_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,

@@ -17,7 +17,9 @@ namespace flashinfer::kernels {
 /// key j when (!causal || j <= pos), (window_left < 0 || j >= pos - window_left) and
 /// (chunk <= 0 || j >= pos / chunk * chunk).
 ///   s_j = bmm1_scale * q . k_j;  soft_cap > 0: s_j = soft_cap * tanh(s_j / soft_cap);
-///   o = bmm2_scale * sum_j exp(s_j - m) v_j / (sum_j exp(s_j - m) + exp(sink_h - m)).
+///   ALiBi (alibi_slopes != nullptr): s_j += alibi_slopes[h] * (j - pos), after the cap;
+///   o = bmm2_scale * sum_j exp(s_j - m) v_j / (sum_j exp(s_j - m) + exp(sink_h - m)),
+///   stored in o_dtype (fp32, fp16, bf16 round to nearest even; fp8 e4m3 saturates at +-448).
 struct FmhaV2PrefillParams {
   const void* q = nullptr;  // [rows, Hq, head_dim_qk]
   const void* k = nullptr;
@@ -35,7 +37,8 @@ struct FmhaV2PrefillParams {
   void* o = nullptr;      // [rows, Hq, head_dim_vo]
   DType o_dtype = DType::kBFloat16;
   int64_t o_stride_n = 0, o_stride_h = 0;
-  const float* sinks = nullptr;  // [Hq] natural-log logits, or nullptr
+  const float* sinks = nullptr;         // [Hq] natural-log logits, or nullptr
+  const float* alibi_slopes = nullptr;  // [Hq] ALiBi slopes, or nullptr
   // Softmax statistics (nullptr: not requested): stats[row, h] = (m, l), m = max_j s_j,
   // l = sum_j exp(s_j - m); a row that sees no key gives (-inf, 0).
   float* stats = nullptr;

@@ -1,5 +1,6 @@
 // trtllm_fmha_v2_prefill: every input layout against an fp64 formula (bf16, fp16, fp8 e4m3 with a
-// 16-bit out; GQA; causal, sliding window, chunked and padding masks; soft cap; sinks), the
+// 16-bit or e4m3 out; GQA; causal, sliding window, chunked and padding masks; soft cap; sinks;
+// ALiBi), ALiBi slopes and e4m3 rounding / saturation against hand-checked values, the
 // softmax statistics, hand-checked golden values, bad input, record and replay, and a
 // Python-written upstream-format dump in the keyword style engines use.
 #include <gtest/gtest.h>
@@ -21,6 +22,7 @@
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer {
 namespace {
@@ -148,13 +150,28 @@ struct Opts {
   std::string mask = "causal";
   int64_t window_left = -1, chunk = 0;
   std::vector<double> sinks;
+  bool alibi = false;
 };
+
+// ALiBi slopes as the ALiBi paper defines them, in fp64: n = the largest power of two <= H,
+// heads 0..n-1 get (2^(-8/n))^(h+1), the rest the odd powers (2^(-4/n))^(1, 3, 5, ...).
+std::vector<double> alibi_slopes(int64_t H) {
+  int64_t n = 1;
+  while (n * 2 <= H) n *= 2;
+  std::vector<double> r;
+  for (int64_t h = 0; h < H; ++h) {
+    r.push_back(h < n ? std::pow(std::pow(2.0, -8.0 / n), h + 1)
+                      : std::pow(std::pow(2.0, -4.0 / n), 2 * (h - n) + 1));
+  }
+  return r;
+}
 
 // fp64 formula: o [rows, H, dv], stats (max, sum) [rows, H, 2].
 void reference(const Case& c, const Opts& o, std::vector<double>& out, std::vector<double>& stats) {
   out.clear();
   stats.clear();
   const int64_t group = c.H / c.hkv;
+  const std::vector<double> slopes = alibi_slopes(c.H);
   for (std::size_t b = 0; b < c.q_lens.size(); ++b) {
     const int64_t qo = c.q_lens[b], kv = c.kv_lens[b];
     int64_t row0 = 0;
@@ -176,6 +193,7 @@ void reference(const Case& c, const Opts& o, std::vector<double>& out, std::vect
           }
           double x = o.bmm1 * dot;
           if (o.cap > 0) x = o.cap * std::tanh(x / o.cap);
+          if (o.alibi) x += slopes[h] * static_cast<double>(j - pos);
           s.push_back(x);
           js.push_back(j);
         }
@@ -208,12 +226,13 @@ AttentionOutput run(const Case& c, const Opts& o, std::optional<Tensor> out = st
   int32_t mq = 0, mkv = 0;
   for (int32_t l : c.q_lens) mq = std::max(mq, l);
   for (int32_t l : c.kv_lens) mkv = std::max(mkv, l);
-  return trtllm_fmha_v2_prefill(
-      c.qkv, c.layout, Tensor::zeros({256}, DType::kUInt8), i32(c.kv_lens), mq, mkv, o.bmm1, o.bmm2,
-      static_cast<int64_t>(c.q_lens.size()), i32(prefix(c.q_lens)), i32(prefix(c.kv_lens)),
-      c.block_tables, out, out_dtype, sinks, std::nullopt,
-      o.cap > 0 ? std::optional<double>(o.cap) : std::nullopt, o.mask, o.window_left, o.chunk,
-      stats);
+  return trtllm_fmha_v2_prefill(c.qkv, c.layout, Tensor::zeros({256}, DType::kUInt8),
+                                i32(c.kv_lens), mq, mkv, o.bmm1, o.bmm2,
+                                static_cast<int64_t>(c.q_lens.size()), i32(prefix(c.q_lens)),
+                                i32(prefix(c.kv_lens)), c.block_tables, out, out_dtype, sinks,
+                                o.alibi ? std::optional<std::string>("ALIBI") : std::nullopt,
+                                o.cap > 0 ? std::optional<double>(o.cap) : std::nullopt, o.mask,
+                                o.window_left, o.chunk, stats);
 }
 
 TEST(TrtllmFmhaV2Prefill, MatchesFp64FormulaOverLayoutsMasksAndDtypes) {
@@ -238,6 +257,12 @@ TEST(TrtllmFmhaV2Prefill, MatchesFp64FormulaOverLayoutsMasksAndDtypes) {
   Opts cap;
   cap.cap = 0.3;
   cap.window_left = 3;  // a window under "causal" narrows it too
+  Opts ali;
+  ali.alibi = true;
+  Opts alicap = cap;  // ALiBi after the soft cap, under a window
+  alicap.alibi = true;
+  Opts alipad = pad;
+  alipad.alibi = true;
   const std::vector<Row> rows = {
       {"PACKED_QKV", DType::kBFloat16, DType::kBFloat16, Opts{}},
       {"PACKED_QKV", DType::kFloat16, DType::kFloat16, sw},
@@ -250,6 +275,12 @@ TEST(TrtllmFmhaV2Prefill, MatchesFp64FormulaOverLayoutsMasksAndDtypes) {
       {"Q_PAGED_KV_HND", DType::kFloat16, DType::kFloat16, ch},
       {"Q_PAGED_KV_HND", DType::kBFloat16, DType::kBFloat16, sink},
       {"Q_PAGED_KV_HND", DType::kFloat8E4M3FN, DType::kBFloat16, padcap},
+      {"PACKED_QKV", DType::kBFloat16, DType::kBFloat16, ali},
+      {"Q_PAGED_KV_NHD", DType::kFloat16, DType::kFloat16, alicap},
+      {"SEPARATE_Q_K_V", DType::kBFloat16, DType::kBFloat16, alipad},
+      // fp8 e4m3 output (e4m3 inputs only), saturating.
+      {"CONTIGUOUS_Q_KV", DType::kFloat8E4M3FN, DType::kFloat8E4M3FN, Opts{}},
+      {"Q_PAGED_KV_HND", DType::kFloat8E4M3FN, DType::kFloat8E4M3FN, ali},
   };
   int idx = 0;
   for (const Row& r : rows) {
@@ -266,7 +297,7 @@ TEST(TrtllmFmhaV2Prefill, MatchesFp64FormulaOverLayoutsMasksAndDtypes) {
     Case c = make_case(r.layout, r.d, ql, kl, H, hkv, 32, sep ? 16 : 32, 100 + idx);
     Opts o = r.opt;
     if (!o.sinks.empty()) o.sinks.resize(H);
-    const bool stats = o.sinks.empty() && !dtype_is_fp8(r.d);
+    const bool stats = o.sinks.empty() && !dtype_is_fp8(r.d) && !o.alibi;
     AttentionOutput got =
         run(c, o, std::nullopt, r.o == r.d ? std::nullopt : std::optional<DType>(r.o), stats);
     ASSERT_EQ(got.out.dtype(), r.o);
@@ -274,6 +305,8 @@ TEST(TrtllmFmhaV2Prefill, MatchesFp64FormulaOverLayoutsMasksAndDtypes) {
     reference(c, o, want, st);
     testing::Tolerance tol = testing::attention_tolerance(r.o);
     if (dtype_is_fp8(r.d)) tol.atol *= 4;
+    // e4m3 keeps 3 mantissa bits: half a step is 1/16 relative.
+    if (dtype_is_fp8(r.o)) tol = {0.07, 0.03};
     EXPECT_TRUE(testing::all_close(got.out, want, tol));
     if (stats) {
       ASSERT_TRUE(got.lse.defined());
@@ -303,6 +336,47 @@ TEST(TrtllmFmhaV2Prefill, GoldenSinkAndStatistics) {
   AttentionOutput r = call(std::nullopt, true);
   EXPECT_TRUE(testing::all_close(r.out, std::vector<double>(16, 4.0), {0, 0}));
   EXPECT_TRUE(testing::all_close(r.lse, std::vector<double>{0.0, 2.0}, {0, 0}));
+}
+
+// Hand-checked ALiBi slopes for 3 heads (largest power of two 2): 2^-4, 2^-8, then the odd power
+// 2^-2. With q = 0 every score is the bias slope * (j - pos); one query at pos 1 over values
+// 0 and 1 gives out = 1 / (1 + exp(-slope)).
+TEST(TrtllmFmhaV2Prefill, GoldenAlibiSlopes) {
+  Tensor q = Tensor::zeros({1, 3, 16}, DType::kBFloat16);
+  Tensor kv = Tensor::zeros({2, 2, 3, 16}, DType::kBFloat16);
+  kv.select(1, 1).select(0, 1).fill_(1.0);
+  const AttentionOutput r =
+      trtllm_fmha_v2_prefill(FmhaV2Qkv(q, kv), "CONTIGUOUS_Q_KV", Tensor::zeros({8}, DType::kUInt8),
+                             i32({2}), 1, 2, 1.0, 1.0, 1, i32({0, 1}), i32({0, 2}), std::nullopt,
+                             std::nullopt, DType::kBFloat16, std::nullopt, std::string("alibi"));
+  std::vector<double> want;
+  for (double slope : {0.0625, 0.00390625, 0.25}) {
+    for (int e = 0; e < 16; ++e) want.push_back(1.0 / (1.0 + std::exp(-slope)));
+  }
+  EXPECT_TRUE(testing::all_close(r.out, want, testing::attention_tolerance(DType::kBFloat16)));
+  // Any other mode string means no positional encoding (0.5 everywhere).
+  const AttentionOutput none =
+      trtllm_fmha_v2_prefill(FmhaV2Qkv(q, kv), "CONTIGUOUS_Q_KV", Tensor::zeros({8}, DType::kUInt8),
+                             i32({2}), 1, 2, 1.0, 1.0, 1, i32({0, 1}), i32({0, 2}), std::nullopt,
+                             std::nullopt, DType::kBFloat16, std::nullopt, std::string("NONE"));
+  EXPECT_TRUE(testing::all_close(none.out, std::vector<double>(48, 0.5), {0, 0}));
+}
+
+// e4m3 output: one key, value 1, so out = bmm2_scale exactly before the conversion. Ties round to
+// even (1.0625 -> 1.0, 1.1875 -> 1.25), beyond 448 saturates (not NaN), both signs.
+TEST(TrtllmFmhaV2Prefill, GoldenFp8OutputRoundingAndSaturation) {
+  Tensor q = Tensor::zeros({1, 1, 16}, DType::kFloat8E4M3FN);
+  Tensor kv = Tensor::zeros({1, 2, 1, 16}, DType::kFloat8E4M3FN);
+  kv.select(1, 1).fill_(1.0);
+  for (const auto& [bmm2, want] : std::vector<std::pair<double, double>>{
+           {1.0625, 1.0}, {1.1875, 1.25}, {300.0, 288.0}, {1000.0, 448.0}, {-1000.0, -448.0}}) {
+    SCOPED_TRACE(bmm2);
+    const AttentionOutput r = trtllm_fmha_v2_prefill(
+        FmhaV2Qkv(q, kv), "CONTIGUOUS_Q_KV", Tensor::zeros({8}, DType::kUInt8), i32({1}), 1, 1, 1.0,
+        bmm2, 1, i32({0, 1}), i32({0, 1}), std::nullopt, std::nullopt, DType::kFloat8E4M3FN);
+    ASSERT_EQ(r.out.dtype(), DType::kFloat8E4M3FN);
+    EXPECT_TRUE(testing::all_close(r.out, std::vector<double>(16, want), {0, 0}));
+  }
 }
 
 TEST(TrtllmFmhaV2Prefill, GivenOutAndEmptyRows) {
@@ -372,9 +446,18 @@ TEST(TrtllmFmhaV2Prefill, BadInput) {
   EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "causal", -1, 0,
                        std::nullopt, std::nullopt, Tensor::zeros({3}, DType::kFloat32)),
                   kOp, "sinks");
+  call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "causal", -1, 0, std::nullopt,
+       std::nullopt, std::nullopt, std::string("alibi"));  // valid
+  EXPECT_FI_ERROR(
+      call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "causal", -1, 0, std::nullopt,
+           std::nullopt, Tensor::zeros({4}, DType::kFloat32), std::string("alibi")),
+      kOp, "sinks");
   EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "causal", -1, 0,
-                       std::nullopt, std::nullopt, std::nullopt, std::string("alibi")),
-                  kOp, "pos_encoding_mode");
+                       std::nullopt, std::nullopt, std::nullopt, std::string("alibi"), true),
+                  kOp, "save_softmax_stats");
+  EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "causal", -1, 0,
+                       std::nullopt, std::nullopt, std::nullopt, std::nullopt, false, -1.0),
+                  kOp, "skip_softmax_threshold_scale_factor");
   EXPECT_FI_ERROR(call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "causal", -1, 0,
                        std::nullopt, std::nullopt, std::nullopt, std::nullopt, false, 500.0),
                   kOp, "skip_softmax_threshold_scale_factor");
@@ -382,13 +465,20 @@ TEST(TrtllmFmhaV2Prefill, BadInput) {
       call(c.qkv, "Q_PAGED_KV_HND", lens, cq, c.block_tables, "causal", -1, 0, std::nullopt,
            std::nullopt, Tensor::zeros({4}, DType::kFloat32), std::nullopt, true),
       kOp, "save_softmax_stats");
-  // Dtypes: fp32 is not an FMHAv2 input; fp8 SEPARATE_Q_K_V and fp8 outputs are refused.
+  // Dtypes: fp32 is not an FMHAv2 input; fp8 SEPARATE_Q_K_V is refused; an fp8 output needs
+  // fp8 inputs (upstream builds the e4m3-output kernel for e4m3 inputs only).
   Case f = make_case("SEPARATE_Q_K_V", DType::kFloat32, {2, 3}, {4, 5}, 4, 2, 32, 32, 10);
   EXPECT_FI_ERROR(call(f.qkv, "SEPARATE_Q_K_V", lens, cq, std::nullopt), kOp, "qkv");
   Case e = make_case("SEPARATE_Q_K_V", DType::kFloat8E4M3FN, {2, 3}, {4, 5}, 4, 2, 32, 32, 11);
   EXPECT_FI_ERROR(call(e.qkv, "SEPARATE_Q_K_V", lens, cq, std::nullopt), kOp, "qkv");
   Case p = make_case("CONTIGUOUS_Q_KV", DType::kFloat8E4M3FN, {2, 3}, {4, 5}, 4, 2, 32, 32, 12);
+  call(p.qkv, "CONTIGUOUS_Q_KV", lens, cq, std::nullopt, "causal", -1, 0, std::nullopt,
+       DType::kFloat8E4M3FN);  // valid
   EXPECT_FI_ERROR(call(p.qkv, "CONTIGUOUS_Q_KV", lens, cq, std::nullopt, "causal", -1, 0,
+                       std::nullopt, DType::kFloat8E5M2),
+                  kOp, "out_dtype");
+  Case p16 = make_case("CONTIGUOUS_Q_KV", DType::kBFloat16, {2, 3}, {4, 5}, 4, 2, 32, 32, 14);
+  EXPECT_FI_ERROR(call(p16.qkv, "CONTIGUOUS_Q_KV", lens, cq, std::nullopt, "causal", -1, 0,
                        std::nullopt, DType::kFloat8E4M3FN),
                   kOp, "out_dtype");
   // Ragged KV segments must equal seq_lens.
@@ -413,17 +503,23 @@ TEST(TrtllmFmhaV2Prefill, RecordAndReplay) {
     o.cap = 0.5;
     run(paged, o);
     run(packed, Opts{}, std::nullopt, std::nullopt, true);
+    Opts a;
+    a.alibi = true;
+    run(paged, a);
+    Case f8 = make_case("CONTIGUOUS_Q_KV", DType::kFloat8E4M3FN, {2, 1}, {3, 2}, 4, 2, 32, 32, 22);
+    run(f8, Opts{}, std::nullopt, DType::kFloat8E4M3FN);
     calls = scope.observer().calls;
   }
-  ASSERT_EQ(calls.size(), 2u);
+  ASSERT_EQ(calls.size(), 4u);
   EXPECT_TRUE(calls[1].result.is_sequence());
   for (const auto& call : calls) EXPECT_TRUE(testing::replays_identically(call));
 }
 
 // Written by Python as upstream's recorder writes it, in the keyword style of upstream's tests
 // and the serving stacks (qkv=(q, paged kv) tuple, input_layout=..., every argument by keyword,
-// out_dtype and mask_mode given): SGLang's Q_PAGED_KV_HND call and a PACKED_QKV call with
-// save_softmax_stats=True (result_0 / result_1), expected values from torch in fp64.
+// out_dtype and mask_mode given): SGLang's Q_PAGED_KV_HND call, a PACKED_QKV call with
+// save_softmax_stats=True (result_0 / result_1), a CONTIGUOUS_Q_KV call with
+// pos_encoding_mode="alibi" and an e4m3-in / e4m3-out one, expected values from torch in fp64.
 TEST(TrtllmFmhaV2Prefill, UpstreamWrittenDumpReplays) {
   namespace fs = std::filesystem;
   const fs::path dir =
@@ -519,8 +615,98 @@ write(2, {"arg_0": packed, "kwarg_workspace_buffer": torch.zeros(1024, dtype=tor
        "kwarg_logits_soft_cap_scale": None, "kwarg_skip_softmax_threshold_scale_factor": 0.0,
        "kwarg_pos_encoding_mode": None, "kwarg_save_softmax_stats": True},
       {"result_0": torch.cat(outs).to(torch.float16), "result_1": torch.cat(sts).float()})
+
+# 3. CONTIGUOUS_Q_KV with pos_encoding_mode="alibi" by keyword: slopes 2^(-8 (h + 1) / 4).
+qlens, kvlens = [2, 3], [5, 3]
+q = torch.randn(sum(qlens), H, D).to(torch.bfloat16)
+kv = torch.randn(sum(kvlens), 2, HKV, D).to(torch.bfloat16)
+slopes = [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)]
+outs, q0, k0 = [], 0, 0
+for b in range(2):
+    qo, n = qlens[b], kvlens[b]
+    o = torch.zeros(qo, H, D, dtype=torch.float64)
+    for i in range(qo):
+        pos = n - qo + i
+        for h in range(H):
+            g = h // (H // HKV)
+            kk = kv[k0:k0 + pos + 1, 0, g].double()
+            vv = kv[k0:k0 + pos + 1, 1, g].double()
+            s = (kk @ q[q0 + i, h].double()) * scale
+            s = s + slopes[h] * (torch.arange(pos + 1, dtype=torch.float64) - pos)
+            o[i, h] = torch.softmax(s, 0) @ vv
+    outs.append(o)
+    q0 += qo
+    k0 += n
+write(3, {"kwarg_qkv__0": q, "kwarg_qkv__1": kv,
+          "kwarg_workspace_buffer": torch.zeros(1024, dtype=torch.uint8),
+          "kwarg_seq_lens": torch.tensor(kvlens, dtype=torch.int32),
+          "kwarg_cum_seq_lens_q": torch.tensor([0, 2, 5], dtype=torch.int32),
+          "kwarg_cum_seq_lens_kv": torch.tensor([0, 5, 8], dtype=torch.int32)},
+      {"kwarg_qkv": {"type": "tuple", "length": 2, "truncated": False,
+                     "items": [tensor_meta(q, "kwarg_qkv__0"), tensor_meta(kv, "kwarg_qkv__1")]},
+       "kwarg_input_layout": "CONTIGUOUS_Q_KV", "kwarg_max_q_len": 3, "kwarg_max_kv_len": 5,
+       "kwarg_bmm1_scale": scale, "kwarg_bmm2_scale": 1.0, "kwarg_batch_size": 2,
+       "kwarg_pos_encoding_mode": "alibi", "kwarg_mask_mode": "causal"},
+      {"result": torch.cat(outs).to(torch.bfloat16)})
+
+# 4. e4m3 inputs and an e4m3 output (out_dtype by keyword), pickled by hand (save(): torch 1.13
+# here has no float8); the output scale folded into bmm2_scale.
+def e4m3_value(c):
+    sg = -1.0 if c & 0x80 else 1.0
+    e, m = (c >> 3) & 0xF, c & 7
+    if e == 0xF and m == 7: return float("nan")
+    return sg * (m / 8.0 * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7))
+E4M3 = torch.tensor([e4m3_value(c) for c in range(256)], dtype=torch.float64)
+FIN = [c for c in range(256) if E4M3[c] == E4M3[c]]
+def e4m3_code(x):  # round to nearest, ties to an even code, saturating at +-448
+    x = max(-448.0, min(448.0, x))
+    best = min(FIN, key=lambda c: (abs(float(E4M3[c]) - x), c & 1))
+    return best
+def codes(shape):
+    c = torch.randint(0x20, 0x41, shape, dtype=torch.int64)
+    return (c | (torch.randint(0, 2, shape) * 0x80)).to(torch.uint8)
+qlens = [3, 2]
+q8 = codes((5, H, D))
+kv8 = codes((5, 2, HKV, D))
+qv, kvv = E4M3[q8.long()], E4M3[kv8.long()]
+bmm1, bmm2 = 0.05, 0.75
+ref, q0 = [], 0
+for l in qlens:
+    for i in range(l):
+        for h in range(H):
+            g = h // (H // HKV)
+            s = (kvv[q0:q0 + i + 1, 0, g] @ qv[q0 + i, h]) * bmm1
+            ref.append(bmm2 * (torch.softmax(s, 0) @ kvv[q0:q0 + i + 1, 1, g]))
+    q0 += l
+out8 = torch.tensor([e4m3_code(float(x)) for x in torch.stack(ref).flatten()],
+                    dtype=torch.uint8).reshape(5, H, D)
+d4 = os.path.join(root, "20261122_203000_004_pid4242_trtllm_fmha_v2_prefill_call0004")
+os.makedirs(d4)
+save({"kwarg_qkv__0": ("fp8", q8), "kwarg_qkv__1": ("fp8", kv8),
+      "kwarg_workspace_buffer": torch.zeros(1024, dtype=torch.uint8),
+      "kwarg_seq_lens": torch.tensor(qlens, dtype=torch.int32),
+      "kwarg_cum_seq_lens_q": torch.tensor([0, 3, 5], dtype=torch.int32),
+      "kwarg_cum_seq_lens_kv": torch.tensor([0, 3, 5], dtype=torch.int32)}, d4 + "/inputs.pt")
+save({"result": ("fp8", out8)}, d4 + "/outputs.pt")
+fp8meta = lambda t, key: {**tensor_meta(t, key), "dtype": "torch.float8_e4m3fn"}
+rec = {"function_name": "trtllm_fmha_v2_prefill", "module": "flashinfer.prefill",
+       "call_sequence": 4, "timestamp": "20261122_203000_004", "process_id": 4242,
+       "input_metadata": {
+           "kwarg_qkv": {"type": "tuple", "length": 2, "truncated": False,
+                         "items": [fp8meta(q8, "kwarg_qkv__0"), fp8meta(kv8, "kwarg_qkv__1")]},
+           "kwarg_input_layout": "CONTIGUOUS_Q_KV", "kwarg_max_q_len": 3, "kwarg_max_kv_len": 3,
+           "kwarg_bmm1_scale": bmm1, "kwarg_bmm2_scale": bmm2, "kwarg_batch_size": 2,
+           "kwarg_out_dtype": "torch.float8_e4m3fn", "kwarg_mask_mode": "causal"},
+       "output_metadata": {},
+       "tensor_info": {"input_tensor_keys": ["kwarg_qkv__0", "kwarg_qkv__1",
+                                             "kwarg_workspace_buffer", "kwarg_seq_lens",
+                                             "kwarg_cum_seq_lens_q", "kwarg_cum_seq_lens_kv"],
+                       "output_tensor_keys": ["result"]},
+       "tensor_format": "torch", "execution_status": "completed"}
+with open(d4 + "/metadata.jsonl", "w") as f:
+    f.write(json.dumps(rec) + "\n")
 )PY";
-  std::ofstream(dir / "make.py") << py;
+  std::ofstream(dir / "make.py") << testing::kTorchSavePy << py;
   const int st = std::system(
       ("/usr/bin/python3 " + (dir / "make.py").string() + " " + (dir / "dump").string()).c_str());
   if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
@@ -529,9 +715,10 @@ write(2, {"arg_0": packed, "kwarg_workspace_buffer": torch.zeros(1024, dtype=tor
   }
   ASSERT_EQ(st, 0);
   const auto results = replay::replay_sequence((dir / "dump").string());
-  ASSERT_EQ(results.size(), 2u);
+  ASSERT_EQ(results.size(), 4u);
   for (const auto& r : results) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+    EXPECT_FALSE(r.comparisons.empty()) << r.function_name;
   }
   fs::remove_all(dir);
 }

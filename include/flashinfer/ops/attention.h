@@ -366,7 +366,8 @@ AttentionOutput trtllm_batch_context_with_kv_cache(
 /// name: trtllm_batch_decode_with_kv_cache's math with kv_layout "NHD" by default; o_scale
 /// multiplies 16-bit outputs; an fp8 out (CPU) gets fp8(bmm2_scale * o), saturating. kv_cache_sf
 /// (uint8 NVFP4 cache, CPU): linear K and V block scales. q_cu_seq_lens [batch + 1] int32, when
-/// given, sets each request's query rows (each at most q_len_per_req). Not supported: mask.
+/// given, sets each request's query rows (each at most q_len_per_req). mask (CPU): xqa's bit-packed
+/// speculative-decoding mask, q_len_per_req > 1 (docs/ATTENTION.md).
 Tensor xqa_batch_decode_with_kv_cache(
     const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
     const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,

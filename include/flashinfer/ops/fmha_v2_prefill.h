@@ -59,10 +59,12 @@ Value to_value(const FmhaV2Qkv& qkv);
 /// window_left >= 0 keeping j >= pos - window_left and chunked_attention_size C > 0 keeping
 /// j >= floor(pos / C) * C), "padding" (every key; no window or chunk allowed).
 /// out: given, or new of out_dtype (default query's) [tokens, H, Dv]; q/k/v fp16, bf16 or fp8
-/// e4m3 (one dtype); out q's dtype, or fp16/bf16 for fp8 inputs. save_softmax_stats returns
-/// (out, stats) with stats [tokens, H, 2] fp32 = (max_j s_j, sum_j exp(s_j - max)).
-/// Not supported (kUnsupported): pos_encoding_mode "alibi", skip_softmax_threshold_scale_factor
-/// > 0, fp8 outputs, statistics with fp8 inputs or with sinks. workspace_buffer is never written.
+/// e4m3 (one dtype); out q's dtype, or fp16/bf16/e4m3 for fp8 inputs (e4m3: saturating at
+/// +-448). pos_encoding_mode "alibi" (any case) adds FMHAv2's ALiBi slope_h * (j - pos) after the
+/// soft cap. save_softmax_stats returns (out, stats) with stats [tokens, H, 2] fp32 = (max_j s_j,
+/// sum_j exp(s_j - max)). Not supported (kUnsupported): skip_softmax_threshold_scale_factor > 0
+/// (a tile-dependent approximation), statistics with fp8 inputs, sinks or ALiBi, ALiBi with
+/// sinks. workspace_buffer is never written.
 AttentionOutput trtllm_fmha_v2_prefill(
     const FmhaV2Qkv& qkv, std::string_view input_layout, const Tensor& workspace_buffer,
     const Tensor& seq_lens, int64_t max_q_len, int64_t max_kv_len, double bmm1_scale,

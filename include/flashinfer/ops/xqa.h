@@ -22,8 +22,12 @@ namespace flashinfer {
 /// sliding_win_size > 0 keeps the last sliding_win_size tokens. rcp_out_scale only scales fp8
 /// outputs (CPU: fp8(output * rcp_out_scale), saturating); no effect on 16-bit outputs.
 /// k_sf_cache / v_sf_cache: linear e4m3 block scales of uint8 NVFP4 caches (CPU).
-/// workspace_buffer / semaphores are checked, never written. Not supported (kUnsupported):
-/// q_seq_len > 1 and mask (speculative decoding), q_cu_seq_lens.
+/// workspace_buffer / semaphores are checked, never written. Speculative decoding (CPU only):
+/// q_seq_len > 1 with q [batch, 1, q_seq_len, Hq, D] (or, with q_cu_seq_lens [batch + 1], packed
+/// rows ending in [Hq, D]) and the required bit-packed mask (int16 bits of upstream's uint16, or
+/// int32 words), ceil(q_seq_len / 32) * 2 words per query row: request b's query t sees its
+/// context and draft token i when bit i of row cu[b] + t is set. Not supported (kUnsupported):
+/// a sliding window with speculative decoding.
 void xqa(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& page_table,
          const Tensor& seq_lens, const Tensor& output, const Tensor& workspace_buffer,
          const Tensor& semaphores, int64_t num_kv_heads, int64_t page_size,

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "flashinfer/float_formats.h"
 #include "kernels/cpu/cpu_row_io.h"
 
 namespace flashinfer::kernels::cpu {
@@ -21,13 +22,26 @@ int64_t kv_offset(const FmhaV2PrefillParams& p, int32_t b, int64_t j, int64_t g,
   return page * s_page + (j % p.page_size) * s_n + g * s_h;
 }
 
+// fp8 e4m3 outputs convert with saturation (PTX's e4m3 conversion exists only in .satfinite form);
+// the other dtypes through the shared row writer.
+void store_out(const FmhaV2PrefillParams& p, int64_t off, int64_t n, const float* src) {
+  if (p.o_dtype != DType::kFloat8E4M3FN) {
+    rowio::store_row_dtype(p.o, p.o_dtype, off, n, src, kOp, "out");
+    return;
+  }
+  auto* dst = static_cast<uint8_t*>(p.o) + off;
+  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_e4m3fn_bits(src[i], /*saturate=*/true);
+}
+
 }  // namespace
 
 void fmha_v2_prefill(const FmhaV2PrefillParams& p) {
   // Dtypes checked outside the parallel region, where an exception may leave.
   float probe = 0.0f;
   rowio::load_row_dtype(&probe, p.dtype, 0, 0, &probe, kOp, "qkv");
-  rowio::store_row_dtype(&probe, p.o_dtype, 0, 0, &probe, kOp, "out");
+  if (p.o_dtype != DType::kFloat8E4M3FN) {
+    rowio::store_row_dtype(&probe, p.o_dtype, 0, 0, &probe, kOp, "out");
+  }
   const int64_t rows = p.rows, Hq = p.num_qo_heads, Hkv = p.num_kv_heads;
   const int64_t group = Hq / Hkv, dqk = p.head_dim_qk, dvo = p.head_dim_vo;
   std::vector<int32_t> row_req(static_cast<std::size_t>(rows), -1);
@@ -48,10 +62,10 @@ void fmha_v2_prefill(const FmhaV2PrefillParams& p) {
       const int64_t row = task / Hkv, hk = task % Hkv;
       const int32_t b = row_req[row];
       std::fill(acc.begin(), acc.end(), 0.0f);
-      int64_t lo = 0, n = 0;
+      int64_t lo = 0, n = 0, pos = 0;
       if (b >= 0) {
         const int64_t qo_len = p.cu_q[b + 1] - p.cu_q[b], kv_len = p.kv_lens[b];
-        const int64_t pos = kv_len - qo_len + (row - p.cu_q[b]);
+        pos = kv_len - qo_len + (row - p.cu_q[b]);
         const int64_t hi = p.causal ? std::clamp<int64_t>(pos + 1, 0, kv_len) : kv_len;
         if (p.window_left >= 0) lo = std::max(lo, pos - p.window_left);
         if (p.chunk > 0 && pos >= 0) lo = std::max(lo, pos / p.chunk * p.chunk);
@@ -73,6 +87,11 @@ void fmha_v2_prefill(const FmhaV2PrefillParams& p) {
           for (int64_t d = 0; d < dqk; ++d) dot += q[g * dqk + d] * k[d];
           float x = p.bmm1_scale * dot;
           if (p.soft_cap > 0.0f) x = p.soft_cap * std::tanh(x / p.soft_cap);
+          // FMHAv2 adds slope * key column after scaling and capping; relative to the query's
+          // position (a per-row constant, which softmax drops) it stays small.
+          if (p.alibi_slopes != nullptr) {
+            x += p.alibi_slopes[hk * group + g] * static_cast<float>(lo + j - pos);
+          }
           s[g * n + j] = x;
           m[g] = std::max(m[g], x);
         }
@@ -109,8 +128,7 @@ void fmha_v2_prefill(const FmhaV2PrefillParams& p) {
         }
         float* a = &acc[g * dvo];
         for (int64_t d = 0; d < dvo; ++d) a[d] = empty ? 0.0f : a[d] * f;
-        rowio::store_row_dtype(p.o, p.o_dtype, row * p.o_stride_n + h * p.o_stride_h, dvo, a, kOp,
-                               "out");
+        store_out(p, row * p.o_stride_n + h * p.o_stride_h, dvo, a);
         if (p.stats != nullptr) {
           float* st = p.stats + row * p.stats_stride_n + h * p.stats_stride_h;
           st[0] = empty ? kNegInf : m[g];
