@@ -80,19 +80,9 @@ FI_DPBF16 inline void lookup(const Tables& t, __m512i codes, __m512i& lo, __m512
                                  _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);
 }
 
-// Byte indices into (lo, hi) of _mm512_permutex2var_epi8: the bf16 words of codes
-// [32 h, 32 h + 32) in order (h = 0, 1).
-FI_DPBF16 inline __m512i word_index(int h) {
-  alignas(64) uint8_t ix[64];
-  for (int w = 0; w < 32; ++w) {
-    ix[2 * w] = static_cast<uint8_t>(32 * h + w);
-    ix[2 * w + 1] = static_cast<uint8_t>(64 + 32 * h + w);
-  }
-  return _mm512_load_si512(ix);
-}
-
-// The same for a gathered vector whose dword c holds codes k = 4t .. 4t + 3 of column c: the
-// bf16 pair (k = 4t + 2e, 4t + 2e + 1) of every column (e = 0, 1), low element in the low half.
+// Byte indices into (lo, hi) of _mm512_permutex2var_epi8 for a gathered vector whose dword c holds
+// codes k = 4t .. 4t + 3 of column c: the bf16 pair (k = 4t + 2e, 4t + 2e + 1) of every column (e =
+// 0, 1), low element in the low half.
 FI_DPBF16 inline __m512i pair_index(int e) {
   alignas(64) uint8_t ix[64];
   for (int c = 0; c < 16; ++c) {
@@ -102,27 +92,6 @@ FI_DPBF16 inline __m512i pair_index(int e) {
     ix[4 * c + 3] = static_cast<uint8_t>(64 + 4 * c + 2 * e + 1);
   }
   return _mm512_load_si512(ix);
-}
-
-// Activation rows [i0, i0 + kMr) (rows past m are zeros), k block kb: bf16 [kMr][kKc].
-FI_DPBF16 void pack_a_tile(const uint8_t* a, int64_t lda, int64_t m, int64_t i0, int64_t kb,
-                           uint16_t* dst) {
-  const Tables t = load_tables();
-  const __m512i w0 = word_index(0), w1 = word_index(1);
-  for (int r = 0; r < kMr; ++r) {
-    uint16_t* d = dst + r * kKc;
-    if (i0 + r >= m) {
-      std::memset(d, 0, kKc * sizeof(uint16_t));
-      continue;
-    }
-    const uint8_t* s = a + (i0 + r) * lda + kb * kKc;
-    for (int64_t j = 0; j < kKc; j += 64) {
-      __m512i lo, hi;
-      lookup(t, _mm512_loadu_si512(s + j), lo, hi);
-      _mm512_storeu_si512(d + j, _mm512_permutex2var_epi8(lo, w0, hi));
-      _mm512_storeu_si512(d + j + 32, _mm512_permutex2var_epi8(lo, w1, hi));
-    }
-  }
 }
 
 // Columns [j0, j0 + w) (w % 32 == 0) of the prepared weight, k block kb -> w / 32 panels of
@@ -186,13 +155,146 @@ FI_DPBF16 void micro(const uint16_t* ap, const uint32_t* bp, const float* src, f
   }
 }
 
+// ---- fp32 path: on this CPU family vdpbf16ps retires one per two cycles, vfmadd231ps two per
+// cycle, so 16-lane fp32 FMAs do twice the multiply-adds per cycle. vdpbf16ps is, per the SDM,
+// srcdest += a[2p+1] * b[2p+1], then srcdest += a[2p] * b[2p], each an FMA rounded to nearest even
+// with DAZ/FTZ: every e4m3 value is a normal bf16, each product is exact in fp32, and every sum
+// of them is a multiple of 2^-18, so no denormal ever occurs and two fp32 FMAs in that order give
+// the same bits. The packed operands store each k pair swapped (element 2p holds k = 2p + 1).
+// NaN codes are the exception (which NaN's sign survives may differ): a chunk that meets one
+// takes the vdpbf16ps path above.
+
+// Byte indices (into lo, hi) that put the fp32 of code src(d) in dword d (bytes 2, 3; bytes 0,
+// 1 are zeroed by kF32Bytes).
+constexpr __mmask64 kF32Bytes = 0xCCCCCCCCCCCCCCCCull;
+template <class F>
+FI_DPBF16 inline __m512i f32_index(F src) {
+  alignas(64) uint8_t ix[64];
+  for (int d = 0; d < 16; ++d) {
+    ix[4 * d] = ix[4 * d + 1] = 0;
+    ix[4 * d + 2] = static_cast<uint8_t>(src(d));
+    ix[4 * d + 3] = static_cast<uint8_t>(64 + src(d));
+  }
+  return _mm512_load_si512(ix);
+}
+
+FI_DPBF16 inline __mmask64 nan_codes(__m512i codes) {
+  const __m512i x7f = _mm512_set1_epi8(0x7F);
+  return _mm512_cmpeq_epi8_mask(_mm512_and_si512(codes, x7f), x7f);
+}
+
+// Activation rows [i0, i0 + kMr) (rows past m are zeros), k block kb, as fp32 [kMr][kKc] with
+// swapped pairs. True when a NaN code was seen.
+FI_DPBF16 bool pack_a_tile_f32(const uint8_t* a, int64_t lda, int64_t m, int64_t i0, int64_t kb,
+                               float* dst) {
+  const Tables t = load_tables();
+  __m512i ix[4];
+  for (int v = 0; v < 4; ++v) ix[v] = f32_index([v](int d) { return (16 * v + d) ^ 1; });
+  __mmask64 nan = 0;
+  for (int r = 0; r < kMr; ++r) {
+    float* d = dst + r * kKc;
+    if (i0 + r >= m) {
+      std::memset(d, 0, kKc * sizeof(float));
+      continue;
+    }
+    const uint8_t* s = a + (i0 + r) * lda + kb * kKc;
+    for (int64_t j = 0; j < kKc; j += 64) {
+      const __m512i codes = _mm512_loadu_si512(s + j);
+      nan |= nan_codes(codes);
+      __m512i lo, hi;
+      lookup(t, codes, lo, hi);
+      for (int v = 0; v < 4; ++v) {
+        _mm512_storeu_si512(d + j + 16 * v,
+                            _mm512_maskz_permutex2var_epi8(kF32Bytes, lo, ix[v], hi));
+      }
+    }
+  }
+  return nan != 0;
+}
+
+// pack_b as fp32 panels [kKc][32] with swapped pairs. True when a NaN code was seen (the panel
+// is then incomplete).
+FI_DPBF16 bool pack_b_f32(const uint8_t* b, int64_t n, int64_t kb, int64_t j0, int64_t w,
+                          float* dst) {
+  const Tables t = load_tables();
+  __m512i ix[4];
+  for (int e = 0; e < 4; ++e) ix[e] = f32_index([e](int c) { return 4 * c + e; });
+  alignas(64) int32_t off[32];
+  for (int c = 0; c < 32; ++c) off[c] = static_cast<int32_t>(low_latency_row(c) * 128);
+  const __m512i idx[2] = {_mm512_load_si512(off), _mm512_load_si512(off + 16)};
+  __mmask64 nan = 0;
+  for (int64_t g = 0; g < w; g += 32) {
+    const uint8_t* base = b + (kb * n + j0 + g) * 128;
+    float* pd = dst + g * kKc;
+    for (int h = 0; h < 2; ++h) {
+      for (int64_t q = 0; q < kKc / 4; ++q) {
+        const __m512i codes = _mm512_i32gather_epi32(idx[h], base + 4 * q, 1);
+        nan |= nan_codes(codes);
+        __m512i lo, hi;
+        lookup(t, codes, lo, hi);
+        for (int e = 0; e < 4; ++e) {
+          _mm512_storeu_si512(pd + (4 * q + (e ^ 1)) * 32 + 16 * h,
+                              _mm512_maskz_permutex2var_epi8(kF32Bytes, lo, ix[e], hi));
+        }
+      }
+    }
+  }
+  return nan != 0;
+}
+
+// micro with fp32 operands (packed with swapped pairs): the same sums.
+template <int R>
+FI_DPBF16 void micro_f32(const float* ap, const float* bp, const float* src, float* dst,
+                         int64_t ldc, bool add) {
+  __m512 acc[R][2];
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = src ? _mm512_loadu_ps(src + r * ldc) : _mm512_setzero_ps();
+    acc[r][1] = src ? _mm512_loadu_ps(src + r * ldc + 16) : _mm512_setzero_ps();
+  }
+  for (int64_t kk = 0; kk < kKc; ++kk) {
+    const __m512 b0 = _mm512_loadu_ps(bp + kk * 32), b1 = _mm512_loadu_ps(bp + kk * 32 + 16);
+#pragma GCC unroll 14
+    for (int r = 0; r < R; ++r) {
+      const __m512 av = _mm512_set1_ps(ap[r * kKc + kk]);
+      acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r) {
+    float* d = dst + r * ldc;
+    if (add) {
+      acc[r][0] = _mm512_add_ps(_mm512_loadu_ps(d), acc[r][0]);
+      acc[r][1] = _mm512_add_ps(_mm512_loadu_ps(d + 16), acc[r][1]);
+    }
+    _mm512_storeu_ps(d, acc[r][0]);
+    _mm512_storeu_ps(d + 16, acc[r][1]);
+  }
+}
+
 using MicroFn = void (*)(const uint16_t*, const uint32_t*, const float*, float*, int64_t, bool);
+using MicroF32Fn = void (*)(const float*, const float*, const float*, float*, int64_t, bool);
 
 template <std::size_t... I>
 constexpr std::array<MicroFn, sizeof...(I)> micro_table(std::index_sequence<I...>) {
   return {&micro<static_cast<int>(I) + 1>...};
 }
+template <std::size_t... I>
+constexpr std::array<MicroF32Fn, sizeof...(I)> micro_f32_table(std::index_sequence<I...>) {
+  return {&micro_f32<static_cast<int>(I) + 1>...};
+}
 constexpr std::array<MicroFn, kMr> kMicro = micro_table(std::make_index_sequence<kMr>{});
+constexpr std::array<MicroF32Fn, kMr> kMicroF32 = micro_f32_table(std::make_index_sequence<kMr>{});
+
+// A tile of pack_a_tile_f32 as micro's bf16 [kMr][kKc] (the high halves, pairs unswapped).
+void f32_tile_to_bf16(const float* src, uint16_t* dst) {
+  for (int64_t x = 0; x < kMr * kKc; ++x) {
+    uint32_t u;
+    std::memcpy(&u, src + (x ^ 1), 4);
+    dst[x] = static_cast<uint16_t>(u >> 16);
+  }
+}
 
 }  // namespace
 
@@ -221,29 +323,49 @@ bool fp8_ll_gemm_dpbf16(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64
   // each from +0, the chunks added in order: the same chunks here (in 128-wide blocks).
   const int64_t kch = (k <= 512 ? k : k <= 1024 ? 512 : 1024) / kKc;
   const std::size_t a_tile = static_cast<std::size_t>(kMr * kKc);
-  const std::size_t bsz = static_cast<std::size_t>(nc * kKc / 2),
+  const std::size_t bsz = static_cast<std::size_t>(nc * kKc),
                     csz = static_cast<std::size_t>(m * nc);
   // Allocated before the team starts (nothing inside it may throw out).
-  HostBuffer<uint16_t> ap(a_tile * static_cast<std::size_t>(mtiles * kblocks));
-  HostBuffer<uint32_t> bp(bsz * static_cast<std::size_t>(nthr));
+  HostBuffer<float> ap(a_tile * static_cast<std::size_t>(mtiles * kblocks));
+  HostBuffer<float> bp(bsz * static_cast<std::size_t>(nthr));
+  HostBuffer<uint32_t> bp16(bsz / 2 * static_cast<std::size_t>(nthr));
+  HostBuffer<uint16_t> at16(a_tile * static_cast<std::size_t>(nthr));
   HostBuffer<float> cb(csz * static_cast<std::size_t>(nthr));
   HostBuffer<float> pb(kblocks > kch ? csz * static_cast<std::size_t>(nthr) : 0);
+  bool a_nan = false;
 #pragma omp parallel num_threads(nthr)
   {
     // The activation, widened once into [tile][k block][kMr][kKc] (shared by every chunk).
+    bool nan = false;
 #pragma omp for schedule(static)
     for (int64_t x = 0; x < mtiles * kblocks; ++x) {
-      pack_a_tile(a, lda, m, (x / kblocks) * kMr, x % kblocks, ap.get() + a_tile * x);
+      nan |= pack_a_tile_f32(a, lda, m, (x / kblocks) * kMr, x % kblocks, ap.get() + a_tile * x);
     }
+    if (nan) {
+#pragma omp atomic write
+      a_nan = true;
+    }
+#pragma omp barrier
+    bool any_a_nan;
+#pragma omp atomic read
+    any_a_nan = a_nan;
     const int t = omp_get_thread_num();
-    uint32_t* bt = bp.get() + bsz * t;
+    float* bt = bp.get() + bsz * t;
+    uint32_t* bt16 = bp16.get() + bsz / 2 * t;
+    uint16_t* a16 = at16.get() + a_tile * t;
     float* ct = cb.get() + csz * t;
     float* pt = pb.get() + csz * t;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t ci = 0; ci < chunks; ++ci) {
       const int64_t j0 = ci * nc, w = std::min(nc, n - j0);
+      bool bf16 = any_a_nan;
       for (int64_t kb = 0; kb < kblocks; ++kb) {
-        pack_b(b, n, kb, j0, w, bt);
+        if (!bf16 && pack_b_f32(b, n, kb, j0, w, bt)) {
+          bf16 = true;  // a NaN code: this chunk again, on the vdpbf16ps path
+          kb = -1;
+          continue;
+        }
+        if (bf16) pack_b(b, n, kb, j0, w, bt16);
         // oneDNN's order: chunk 0 accumulates into c; a later chunk from +0 into the partial
         // buffer, added to c by its last block (c + acc, one fp32 add).
         const int64_t ch = kb / kch, first = ch * kch, last = std::min(kblocks, first + kch) - 1;
@@ -254,9 +376,15 @@ bool fp8_ll_gemm_dpbf16(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64
           for (int64_t mt = 0; mt < mtiles; ++mt) {
             const int rows = static_cast<int>(std::min<int64_t>(kMr, m - mt * kMr));
             const int64_t off = mt * kMr * w + g;
-            kMicro[static_cast<std::size_t>(rows - 1)](
-                ap.get() + a_tile * (mt * kblocks + kb), bt + g * kKc / 2,
-                from_zero ? nullptr : src + off, dst + off, w, add);
+            const float* at = ap.get() + a_tile * (mt * kblocks + kb);
+            if (bf16) {
+              f32_tile_to_bf16(at, a16);
+              kMicro[static_cast<std::size_t>(rows - 1)](
+                  a16, bt16 + g * kKc / 2, from_zero ? nullptr : src + off, dst + off, w, add);
+            } else {
+              kMicroF32[static_cast<std::size_t>(rows - 1)](
+                  at, bt + g * kKc, from_zero ? nullptr : src + off, dst + off, w, add);
+            }
           }
         }
       }
