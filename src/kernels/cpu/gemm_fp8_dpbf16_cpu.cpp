@@ -332,23 +332,15 @@ bool fp8_ll_gemm_dpbf16(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64
   HostBuffer<uint16_t> at16(a_tile * static_cast<std::size_t>(nthr));
   HostBuffer<float> cb(csz * static_cast<std::size_t>(nthr));
   HostBuffer<float> pb(kblocks > kch ? csz * static_cast<std::size_t>(nthr) : 0);
+  // The activation, widened once into [tile][k block][kMr][kKc] (shared by every chunk), on
+  // this thread: it is small next to the weight, and a barrier after a shared packing pass costs
+  // a time slice whenever the machine is oversubscribed.
   bool a_nan = false;
-#pragma omp parallel num_threads(nthr)
+  for (int64_t x = 0; x < mtiles * kblocks; ++x) {
+    a_nan |= pack_a_tile_f32(a, lda, m, (x / kblocks) * kMr, x % kblocks, ap.get() + a_tile * x);
+  }
+#pragma omp parallel num_threads(nthr) if (chunks > 1)
   {
-    // The activation, widened once into [tile][k block][kMr][kKc] (shared by every chunk).
-    bool nan = false;
-#pragma omp for schedule(static)
-    for (int64_t x = 0; x < mtiles * kblocks; ++x) {
-      nan |= pack_a_tile_f32(a, lda, m, (x / kblocks) * kMr, x % kblocks, ap.get() + a_tile * x);
-    }
-    if (nan) {
-#pragma omp atomic write
-      a_nan = true;
-    }
-#pragma omp barrier
-    bool any_a_nan;
-#pragma omp atomic read
-    any_a_nan = a_nan;
     const int t = omp_get_thread_num();
     float* bt = bp.get() + bsz * t;
     uint32_t* bt16 = bp16.get() + bsz / 2 * t;
@@ -358,7 +350,7 @@ bool fp8_ll_gemm_dpbf16(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64
 #pragma omp for schedule(dynamic, 1)
     for (int64_t ci = 0; ci < chunks; ++ci) {
       const int64_t j0 = ci * nc, w = std::min(nc, n - j0);
-      bool bf16 = any_a_nan;
+      bool bf16 = a_nan;
       for (int64_t kb = 0; kb < kblocks; ++kb) {
         if (!bf16 && pack_b_f32(b, n, kb, j0, w, bt)) {
           bf16 = true;  // a NaN code: this chunk again, on the vdpbf16ps path
@@ -372,8 +364,10 @@ bool fp8_ll_gemm_dpbf16(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64
         const bool from_zero = kb == first, add = ch > 0 && kb == last;
         float* src = ch == 0 ? ct : pt;
         float* dst = ch == 0 || add ? ct : pt;
-        for (int64_t g = 0; g < w; g += 32) {
-          for (int64_t mt = 0; mt < mtiles; ++mt) {
+        // Row tiles outer: an activation tile stays in L1 over the chunk's panels (the panels,
+        // 16 KiB each, come from L2).
+        for (int64_t mt = 0; mt < mtiles; ++mt) {
+          for (int64_t g = 0; g < w; g += 32) {
             const int rows = static_cast<int>(std::min<int64_t>(kMr, m - mt * kMr));
             const int64_t off = mt * kMr * w + g;
             const float* at = ap.get() + a_tile * (mt * kblocks + kb);
