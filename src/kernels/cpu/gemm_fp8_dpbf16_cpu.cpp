@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "flashinfer/dtype.h"
 #include "kernels/cpu/cpu_intrinsics.h"
@@ -313,10 +315,11 @@ bool fp8_ll_gemm_dpbf16(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64
     return false;
   }
   const int nthr = omp_get_max_threads();
-  // Column chunks of 128 (fewer when that leaves under four per thread: handed out one at a
-  // time, so a thread that lost its core to another process leaves its chunks to the others).
+  // Column chunks of 128 (narrower when that leaves under four per thread, eight with several
+  // threads: handed out one at a time, so a thread that lost its core to another process leaves
+  // its chunks to the others, and the last chunk is short).
   int64_t nc = 128;
-  while (nc > 32 && (n + nc - 1) / nc < 4 * nthr) nc -= 32;
+  while (nc > 32 && (n + nc - 1) / nc < (nthr > 1 ? 8 : 4) * nthr) nc -= 32;
   nc = std::min(nc, n);
   const int64_t chunks = (n + nc - 1) / nc, kblocks = k / kKc, mtiles = (m + kMr - 1) / kMr;
   // oneDNN (avx512_core matmul heuristic) sums k in chunks of min(k, 512), or 1024 for k > 1024,
@@ -330,14 +333,20 @@ bool fp8_ll_gemm_dpbf16(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64
   HostBuffer<float> bp(bsz * static_cast<std::size_t>(nthr));
   HostBuffer<uint32_t> bp16(bsz / 2 * static_cast<std::size_t>(nthr));
   HostBuffer<uint16_t> at16(a_tile * static_cast<std::size_t>(nthr));
+  HostBuffer<float> own_tile(a_tile * static_cast<std::size_t>(nthr));
   HostBuffer<float> cb(csz * static_cast<std::size_t>(nthr));
   HostBuffer<float> pb(kblocks > kch ? csz * static_cast<std::size_t>(nthr) : 0);
-  // The activation, widened once into [tile][k block][kMr][kKc] (shared by every chunk), on
-  // this thread: it is small next to the weight, and a barrier after a shared packing pass costs
-  // a time slice whenever the machine is oversubscribed.
+  // The activation, widened into [tile][k block][kMr][kKc] (shared by every chunk) by the first
+  // thread that needs a tile: state 0 unpacked, 1 being packed, 2 ready (3: ready, with a NaN
+  // code). A thread that finds a tile being packed packs its own copy rather than wait (a wait
+  // costs a time slice when the machine is oversubscribed), so no barrier is needed.
+  std::vector<std::atomic<uint8_t>> state(static_cast<std::size_t>(mtiles * kblocks));
+  for (auto& x : state) x.store(0, std::memory_order_relaxed);
+  // A NaN code anywhere in the activation sends every chunk to the vdpbf16ps path: a byte scan
+  // (small next to the weight).
   bool a_nan = false;
-  for (int64_t x = 0; x < mtiles * kblocks; ++x) {
-    a_nan |= pack_a_tile_f32(a, lda, m, (x / kblocks) * kMr, x % kblocks, ap.get() + a_tile * x);
+  for (int64_t i = 0; i < m && !a_nan; ++i) {
+    for (int64_t x = 0; x < k; ++x) a_nan |= (a[i * lda + x] & 0x7F) == 0x7F;
   }
 #pragma omp parallel num_threads(nthr) if (chunks > 1)
   {
@@ -345,6 +354,7 @@ bool fp8_ll_gemm_dpbf16(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64
     float* bt = bp.get() + bsz * t;
     uint32_t* bt16 = bp16.get() + bsz / 2 * t;
     uint16_t* a16 = at16.get() + a_tile * t;
+    float* own = own_tile.get() + a_tile * t;
     float* ct = cb.get() + csz * t;
     float* pt = pb.get() + csz * t;
 #pragma omp for schedule(dynamic, 1)
@@ -370,7 +380,21 @@ bool fp8_ll_gemm_dpbf16(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64
           for (int64_t g = 0; g < w; g += 32) {
             const int rows = static_cast<int>(std::min<int64_t>(kMr, m - mt * kMr));
             const int64_t off = mt * kMr * w + g;
-            const float* at = ap.get() + a_tile * (mt * kblocks + kb);
+            const int64_t x = mt * kblocks + kb;
+            const float* at = ap.get() + a_tile * x;
+            if (g == 0) {
+              auto& st = state[static_cast<std::size_t>(x)];
+              uint8_t expect = 0;
+              if (st.load(std::memory_order_acquire) < 2) {
+                if (st.compare_exchange_strong(expect, 1, std::memory_order_acquire)) {
+                  pack_a_tile_f32(a, lda, m, mt * kMr, kb, ap.get() + a_tile * x);
+                  st.store(2, std::memory_order_release);
+                } else if (expect == 1) {
+                  pack_a_tile_f32(a, lda, m, mt * kMr, kb, own);
+                }
+              }
+            }
+            if (state[static_cast<std::size_t>(x)].load(std::memory_order_acquire) < 2) at = own;
             if (bf16) {
               f32_tile_to_bf16(at, a16);
               kMicro[static_cast<std::size_t>(rows - 1)](
