@@ -185,6 +185,15 @@ FI_DPBF16 inline __mmask64 nan_codes(__m512i codes) {
   return _mm512_cmpeq_epi8_mask(_mm512_and_si512(codes, x7f), x7f);
 }
 
+// True when rows [0, m) of a (k % 64 == 0) hold a NaN code (0x7F or 0xFF).
+FI_DPBF16 bool has_nan_codes(const uint8_t* a, int64_t lda, int64_t m, int64_t k) {
+  __mmask64 nan = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t x = 0; x < k; x += 64) nan |= nan_codes(_mm512_loadu_si512(a + i * lda + x));
+  }
+  return nan != 0;
+}
+
 // Activation rows [i0, i0 + kMr) (rows past m are zeros), k block kb, as fp32 [kMr][kKc] with
 // swapped pairs. True when a NaN code was seen.
 FI_DPBF16 bool pack_a_tile_f32(const uint8_t* a, int64_t lda, int64_t m, int64_t i0, int64_t kb,
@@ -344,10 +353,7 @@ bool fp8_ll_gemm_dpbf16(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64
   for (auto& x : state) x.store(0, std::memory_order_relaxed);
   // A NaN code anywhere in the activation sends every chunk to the vdpbf16ps path: a byte scan
   // (small next to the weight).
-  bool a_nan = false;
-  for (int64_t i = 0; i < m && !a_nan; ++i) {
-    for (int64_t x = 0; x < k; ++x) a_nan |= (a[i * lda + x] & 0x7F) == 0x7F;
-  }
+  const bool a_nan = has_nan_codes(a, lda, m, k);
 #pragma omp parallel num_threads(nthr) if (chunks > 1)
   {
     const int t = omp_get_thread_num();
