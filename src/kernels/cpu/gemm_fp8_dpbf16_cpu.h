@@ -1,9 +1,10 @@
 // mm_fp8's large GEMM (e4m3 a [m, k] by the prepared e4m3 weight [k/128, n, 128]) on AVX-512
-// BF16 CPUs without a bf16 copy of the weight: the e4m3 codes are widened straight into the
-// vdpbf16ps panel layout (a lookup on the raw bytes), the operand packing a bf16 GEMM does
-// anyway, so the widening costs no pass of its own. The fp32 sums are those of oneDNN's
-// avx512_core_bf16 matmul (the path it replaces, still used elsewhere): one accumulator per
-// output, vdpbf16ps over the k pairs (2p, 2p + 1) in increasing order from +0.
+// BF16 + VBMI CPUs without a bf16 copy of the weight: the e4m3 codes are widened while they are
+// packed (a lookup on the raw bytes), the operand packing a GEMM does anyway. The fp32 sums are
+// those of oneDNN's avx512_core_bf16 matmul (the path it replaces, still used elsewhere) bit for
+// bit: vdpbf16ps's per-pair order (element 2p + 1, then 2p) and oneDNN's k chunks, computed with
+// fp32 FMAs (exact for e4m3 operands, twice vdpbf16ps's rate on this CPU family; chunks that
+// meet a NaN code use vdpbf16ps itself). docs/GEMM_AND_QUANTIZATION.md, "Session 10".
 #pragma once
 
 #include <cstdint>
