@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <tuple>
@@ -17,6 +18,9 @@
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/gemm_bf16_cpu.h"
+#include "kernels/cpu/gemm_fp8_dpbf16_cpu.h"
 #include "ops/gemm_reference.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
@@ -218,6 +222,71 @@ TEST(MmFp8, MatchesFp64FormulaOfTheUnpreparedWeight) {
     Tensor o = Tensor::zeros({m, n}, kBf);
     mm_fp8(a, prepared, std::nullopt, kBf, o);
     EXPECT_TRUE(all_close(o, ref_blockscaled(a, w, 1, 1, k, one, one), tol(kBf, k)));
+  }
+}
+
+// The CPU fast path (kernels/cpu/gemm_fp8_dpbf16_cpu.cpp, AVX-512 BF16 CPUs) against its
+// specification, bit for bit: oneDNN's avx512_core_bf16 sums (vdpbf16ps per k pair: element
+// 2p + 1, then 2p, each an fp32 FMA; k summed in chunks of min(k, 512), or 1024 for k > 1024,
+// each from +0, chunks added in order), then bf16(alpha * sum + 0.0f). Every sum holds +-448^2
+// at k = 0 (even) and its negation at an odd k of the last chunk, so the order of the roundings
+// shows in the bf16 result. With NaN codes only in the weight (one chunk takes the vdpbf16ps
+// path), in the activation (all of it does) or none. Also the same bytes as the oneDNN path it
+// replaced (the AVX-512 tier capped off), where the build has oneDNN.
+TEST(MmFp8, LargeMFastPathIsTheOneDnnSumsBitForBit) {
+  namespace kc = kernels::cpu;
+  for (auto [m, n, k] : {Gran{20, 64, 1152}, Gran{15, 96, 640}, Gran{3, 32, 256}}) {
+    for (int nan : {0, 1, 2}) {
+      SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k << " nan " << nan);
+      Tensor a = fp8({m, k}, kE4, m + 20);
+      Tensor w = fp8({n, k}, kE4, n + 21);
+      auto* ab = static_cast<uint8_t*>(a.data_ptr());
+      auto* wb = static_cast<uint8_t*>(w.data_ptr());
+      for (int64_t x = 3; x < m * k; x += 37) ab[x] = static_cast<uint8_t>(x % 8);  // subnormals
+      for (int64_t i = 0; i < m; ++i) ab[i * k] = 0x7E, ab[i * k + k - 5] = 0xFE;   // 448, -448
+      for (int64_t j = 0; j < n; ++j) wb[j * k] = wb[j * k + k - 5] = 0x7E;
+      for (int64_t x = 0; x < k; ++x) ab[k + x] = 0x80;  // a row of -0: zero sums
+      if (nan == 1) wb[5 * k + 17] = 0xFF, wb[(n - 1) * k + 3] = 0x7F;
+      if (nan == 2) ab[k / 2] = 0x7F;
+      Tensor prepared = prepare_low_latency_gemm_weights(w, Value());
+      const float alpha = -0.0123f;
+      Tensor out = mm_fp8(a, prepared, Tensor::full({1}, alpha, DType::kFloat32));
+      const auto* got = static_cast<const uint16_t*>(out.data_ptr());
+      if (kc::fp8_dpbf16_gemm_available()) {
+        const int64_t kch = k <= 512 ? k : k <= 1024 ? 512 : 1024;
+        const auto av = dbl(a), wv = dbl(w);
+        int bad = 0;
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            float total = 0.0f;
+            for (int64_t k0 = 0; k0 < k; k0 += kch) {
+              float acc = 0.0f;
+              for (int64_t kk = k0; kk < std::min(k, k0 + kch); kk += 2) {
+                for (int64_t e : {kk + 1, kk}) {
+                  acc = std::fma(static_cast<float>(av[i * k + e]),
+                                 static_cast<float>(wv[j * k + e]), acc);
+                }
+              }
+              total = k0 == 0 ? acc : total + acc;
+            }
+            const uint16_t want = float_to_bfloat16_bits(alpha * total + 0.0f);
+            const bool both_nan = (want & 0x7FFF) > 0x7F80 && (got[i * n + j] & 0x7FFF) > 0x7F80;
+            bad += want != got[i * n + j] && !both_nan;
+          }
+        }
+        EXPECT_EQ(bad, 0);
+      }
+      const kc::CpuIsa cap = kc::cpu_isa_cap();
+      kc::set_cpu_isa_cap(kc::CpuIsa::kAvx2);
+      Tensor old = mm_fp8(a, prepared, Tensor::full({1}, alpha, DType::kFloat32));
+      kc::set_cpu_isa_cap(cap);
+      if (kc::onednn_gemm_available()) {
+        EXPECT_EQ(std::memcmp(old.data_ptr(), out.data_ptr(), static_cast<std::size_t>(m * n * 2)),
+                  0);
+      } else if (nan == 0) {
+        EXPECT_TRUE(all_close(out, dbl(old), tol(kBf, k)));
+      }
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
 #include "kernels/cpu/gemm_bf16_cpu.h"
+#include "kernels/cpu/gemm_fp8_dpbf16_cpu.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -183,13 +184,19 @@ void gemm_one(const BlockScaledGemmParams& p, int64_t bi) {
   void* out = static_cast<char*>(p.out) + bi * p.out_stride_b * dtype_size(p.out_dtype);
   const float alpha = p.alpha ? *p.alpha : 1.0f;
   const bool scaled = p.a_scale || p.b_scale;
-  // Unscaled, no MX scales (mm_fp8, tgv_gemm_sm100 ...): oneDNN's bf16 matmul when available.
-  if (!scaled && !a_mx && !b_mx &&
-      bf16_chunked(p, pa, pb, [&](int64_t j0, int64_t w, const float* c) {
-        store_block(p, out, alpha, c, w, j0, w);
-      })) {
+  const auto epilogue = [&](int64_t j0, int64_t w, const float* c) {
+    store_block(p, out, alpha, c, w, j0, w);
+  };
+  // mm_fp8 (e4m3 by the prepared e4m3 weight): vdpbf16ps on codes widened while packed, the
+  // same fp32 sums as oneDNN's bf16 matmul below without its bf16 copy of the weight.
+  if (!scaled && !a_mx && !b_mx && p.b_low_latency && p.a_dtype == DType::kFloat8E4M3FN &&
+      p.b_dtype == DType::kFloat8E4M3FN && p.a_stride_k == 1 &&
+      fp8_ll_gemm_dpbf16(m, n, p.k, static_cast<const uint8_t*>(pa), p.a_stride_m,
+                         static_cast<const uint8_t*>(pb), epilogue)) {
     return;
   }
+  // Unscaled, no MX scales (mm_fp8, tgv_gemm_sm100 ...): oneDNN's bf16 matmul when available.
+  if (!scaled && !a_mx && !b_mx && bf16_chunked(p, pa, pb, epilogue)) return;
   HostBuffer<float> part(static_cast<std::size_t>(m * n));
   std::vector<float> acc;
   fp32_products(p, pa, pb, a_mx, b_mx, part.get(), acc);

@@ -1,0 +1,432 @@
+#include "kernels/cpu/gemm_fp8_dpbf16_cpu.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "flashinfer/dtype.h"
+#include "kernels/cpu/cpu_intrinsics.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/gemm_bf16_cpu.h"
+#include "kernels/gemm_fp8_params.h"
+
+#if FLASHINFER_CPU_X86_INTRINSICS
+#include <cpuid.h>
+#include <omp.h>
+#endif
+
+namespace flashinfer::kernels::cpu {
+
+#if FLASHINFER_CPU_X86_INTRINSICS && defined(__GNUC__)
+
+namespace {
+
+#define FI_DPBF16                                                                 \
+  __attribute__((                                                                 \
+      target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma," \
+             "f16c")))
+
+// Blocking: a tile of kMr rows by 32 columns (28 fp32 accumulators, two weight vectors: 30 of
+// the 32 registers), k in blocks of 128 (the prepared weight's block, so k % 128 == 0 is all
+// it needs): a weight panel of one block is 8 KiB (stays in L1 over all row tiles), an
+// activation tile 3.5 KiB.
+constexpr int kMr = 14;
+constexpr int64_t kKc = 128;
+
+// The bf16 bits of e4m3 codes, split by byte for a vpermi2b lookup on the low 7 bits: the sign
+// bit of the code is the sign bit of the bf16 (checked against fp8_bf16_table at first use).
+struct Luts {
+  alignas(64) std::array<uint8_t, 128> lo{}, hi{};
+  bool ok = true;
+};
+
+const Luts& e4m3_luts() {
+  static const Luts l = [] {
+    Luts t;
+    const uint16_t* bf = fp8_bf16_table(DType::kFloat8E4M3FN);
+    for (int c = 0; c < 128; ++c) {
+      t.lo[static_cast<std::size_t>(c)] = static_cast<uint8_t>(bf[c] & 0xFF);
+      t.hi[static_cast<std::size_t>(c)] = static_cast<uint8_t>(bf[c] >> 8);
+      t.ok = t.ok && bf[c | 0x80] == (bf[c] | 0x8000);
+    }
+    return t;
+  }();
+  return l;
+}
+
+bool has_bf16_vbmi() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((c >> 1) & 1)) return false;  // VBMI
+  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);               // AVX512_BF16
+}
+
+struct Tables {
+  __m512i lo0, lo1, hi0, hi1;
+};
+
+FI_DPBF16 inline Tables load_tables() {
+  const Luts& l = e4m3_luts();
+  return {_mm512_loadu_si512(l.lo.data()), _mm512_loadu_si512(l.lo.data() + 64),
+          _mm512_loadu_si512(l.hi.data()), _mm512_loadu_si512(l.hi.data() + 64)};
+}
+
+// 64 codes -> the low and the high bytes of their bf16 bits (byte j of each for code j).
+FI_DPBF16 inline void lookup(const Tables& t, __m512i codes, __m512i& lo, __m512i& hi) {
+  lo = _mm512_permutex2var_epi8(t.lo0, codes, t.lo1);  // index bits 0-6; bit 7 is ignored
+  // hi | (codes & 0x80): ternary logic A | (B & C) = 0xF8.
+  hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t.hi0, codes, t.hi1), codes,
+                                 _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);
+}
+
+// Byte indices into (lo, hi) of _mm512_permutex2var_epi8 for a gathered vector whose dword c holds
+// codes k = 4t .. 4t + 3 of column c: the bf16 pair (k = 4t + 2e, 4t + 2e + 1) of every column (e =
+// 0, 1), low element in the low half.
+FI_DPBF16 inline __m512i pair_index(int e) {
+  alignas(64) uint8_t ix[64];
+  for (int c = 0; c < 16; ++c) {
+    ix[4 * c + 0] = static_cast<uint8_t>(4 * c + 2 * e);
+    ix[4 * c + 1] = static_cast<uint8_t>(64 + 4 * c + 2 * e);
+    ix[4 * c + 2] = static_cast<uint8_t>(4 * c + 2 * e + 1);
+    ix[4 * c + 3] = static_cast<uint8_t>(64 + 4 * c + 2 * e + 1);
+  }
+  return _mm512_load_si512(ix);
+}
+
+// Columns [j0, j0 + w) (w % 32 == 0) of the prepared weight, k block kb -> w / 32 panels of
+// [kKc / 2][32] bf16 pairs (dword (p, c): elements 2p and 2p + 1 of column c, vdpbf16ps's
+// layout). The 32 columns of a panel are one 32-row block of the prepared layout (4 KiB): a
+// gather takes 4 codes of each of 16 columns.
+FI_DPBF16 void pack_b(const uint8_t* b, int64_t n, int64_t kb, int64_t j0, int64_t w,
+                      uint32_t* dst) {
+  const Tables t = load_tables();
+  const __m512i e0 = pair_index(0), e1 = pair_index(1);
+  alignas(64) int32_t off[32];
+  for (int c = 0; c < 32; ++c) off[c] = static_cast<int32_t>(low_latency_row(c) * 128);
+  const __m512i idx[2] = {_mm512_load_si512(off), _mm512_load_si512(off + 16)};
+  for (int64_t g = 0; g < w; g += 32) {
+    const uint8_t* base = b + (kb * n + j0 + g) * 128;
+    uint32_t* pd = dst + g * kKc / 2;
+    for (int h = 0; h < 2; ++h) {
+      for (int64_t q = 0; q < kKc / 4; ++q) {
+        const __m512i codes = _mm512_i32gather_epi32(idx[h], base + 4 * q, 1);
+        __m512i lo, hi;
+        lookup(t, codes, lo, hi);
+        _mm512_storeu_si512(pd + (2 * q) * 32 + 16 * h, _mm512_permutex2var_epi8(lo, e0, hi));
+        _mm512_storeu_si512(pd + (2 * q + 1) * 32 + 16 * h, _mm512_permutex2var_epi8(lo, e1, hi));
+      }
+    }
+  }
+}
+
+// One k block of a tile of R rows by 32 columns (row stride ldc): acc = src (or +0 when src is
+// null) plus the block's products; dst = acc, or dst + acc when add.
+template <int R>
+FI_DPBF16 void micro(const uint16_t* ap, const uint32_t* bp, const float* src, float* dst,
+                     int64_t ldc, bool add) {
+  __m512 acc[R][2];
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = src ? _mm512_loadu_ps(src + r * ldc) : _mm512_setzero_ps();
+    acc[r][1] = src ? _mm512_loadu_ps(src + r * ldc + 16) : _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < kKc / 2; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + p * 32);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + p * 32 + 16);
+#pragma GCC unroll 14
+    for (int r = 0; r < R; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, ap + r * kKc + 2 * p, 4);
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+    }
+  }
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r) {
+    float* d = dst + r * ldc;
+    if (add) {
+      acc[r][0] = _mm512_add_ps(_mm512_loadu_ps(d), acc[r][0]);
+      acc[r][1] = _mm512_add_ps(_mm512_loadu_ps(d + 16), acc[r][1]);
+    }
+    _mm512_storeu_ps(d, acc[r][0]);
+    _mm512_storeu_ps(d + 16, acc[r][1]);
+  }
+}
+
+// ---- fp32 path: on this CPU family vdpbf16ps retires one per two cycles, vfmadd231ps two per
+// cycle, so 16-lane fp32 FMAs do twice the multiply-adds per cycle. vdpbf16ps is, per the SDM,
+// srcdest += a[2p+1] * b[2p+1], then srcdest += a[2p] * b[2p], each an FMA rounded to nearest even
+// with DAZ/FTZ: every e4m3 value is a normal bf16, each product is exact in fp32, and every sum
+// of them is a multiple of 2^-18, so no denormal ever occurs and two fp32 FMAs in that order give
+// the same bits. The packed operands store each k pair swapped (element 2p holds k = 2p + 1).
+// NaN codes are the exception (which NaN's sign survives may differ): a chunk that meets one
+// takes the vdpbf16ps path above.
+
+// Byte indices (into lo, hi) that put the fp32 of code src(d) in dword d (bytes 2, 3; bytes 0,
+// 1 are zeroed by kF32Bytes).
+constexpr __mmask64 kF32Bytes = 0xCCCCCCCCCCCCCCCCull;
+template <class F>
+FI_DPBF16 inline __m512i f32_index(F src) {
+  alignas(64) uint8_t ix[64];
+  for (int d = 0; d < 16; ++d) {
+    ix[4 * d] = ix[4 * d + 1] = 0;
+    ix[4 * d + 2] = static_cast<uint8_t>(src(d));
+    ix[4 * d + 3] = static_cast<uint8_t>(64 + src(d));
+  }
+  return _mm512_load_si512(ix);
+}
+
+FI_DPBF16 inline __mmask64 nan_codes(__m512i codes) {
+  const __m512i x7f = _mm512_set1_epi8(0x7F);
+  return _mm512_cmpeq_epi8_mask(_mm512_and_si512(codes, x7f), x7f);
+}
+
+// True when rows [0, m) of a (k % 64 == 0) hold a NaN code (0x7F or 0xFF).
+FI_DPBF16 bool has_nan_codes(const uint8_t* a, int64_t lda, int64_t m, int64_t k) {
+  __mmask64 nan = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t x = 0; x < k; x += 64) nan |= nan_codes(_mm512_loadu_si512(a + i * lda + x));
+  }
+  return nan != 0;
+}
+
+// Activation rows [i0, i0 + kMr) (rows past m are zeros), k block kb, as fp32 [kMr][kKc] with
+// swapped pairs. True when a NaN code was seen.
+FI_DPBF16 bool pack_a_tile_f32(const uint8_t* a, int64_t lda, int64_t m, int64_t i0, int64_t kb,
+                               float* dst) {
+  const Tables t = load_tables();
+  __m512i ix[4];
+  for (int v = 0; v < 4; ++v) ix[v] = f32_index([v](int d) { return (16 * v + d) ^ 1; });
+  __mmask64 nan = 0;
+  for (int r = 0; r < kMr; ++r) {
+    float* d = dst + r * kKc;
+    if (i0 + r >= m) {
+      std::memset(d, 0, kKc * sizeof(float));
+      continue;
+    }
+    const uint8_t* s = a + (i0 + r) * lda + kb * kKc;
+    for (int64_t j = 0; j < kKc; j += 64) {
+      const __m512i codes = _mm512_loadu_si512(s + j);
+      nan |= nan_codes(codes);
+      __m512i lo, hi;
+      lookup(t, codes, lo, hi);
+      for (int v = 0; v < 4; ++v) {
+        _mm512_storeu_si512(d + j + 16 * v,
+                            _mm512_maskz_permutex2var_epi8(kF32Bytes, lo, ix[v], hi));
+      }
+    }
+  }
+  return nan != 0;
+}
+
+// pack_b as fp32 panels [kKc][32] with swapped pairs. True when a NaN code was seen (the panel
+// is then incomplete).
+FI_DPBF16 bool pack_b_f32(const uint8_t* b, int64_t n, int64_t kb, int64_t j0, int64_t w,
+                          float* dst) {
+  const Tables t = load_tables();
+  __m512i ix[4];
+  for (int e = 0; e < 4; ++e) ix[e] = f32_index([e](int c) { return 4 * c + e; });
+  alignas(64) int32_t off[32];
+  for (int c = 0; c < 32; ++c) off[c] = static_cast<int32_t>(low_latency_row(c) * 128);
+  const __m512i idx[2] = {_mm512_load_si512(off), _mm512_load_si512(off + 16)};
+  __mmask64 nan = 0;
+  for (int64_t g = 0; g < w; g += 32) {
+    const uint8_t* base = b + (kb * n + j0 + g) * 128;
+    float* pd = dst + g * kKc;
+    for (int h = 0; h < 2; ++h) {
+      for (int64_t q = 0; q < kKc / 4; ++q) {
+        const __m512i codes = _mm512_i32gather_epi32(idx[h], base + 4 * q, 1);
+        nan |= nan_codes(codes);
+        __m512i lo, hi;
+        lookup(t, codes, lo, hi);
+        for (int e = 0; e < 4; ++e) {
+          _mm512_storeu_si512(pd + (4 * q + (e ^ 1)) * 32 + 16 * h,
+                              _mm512_maskz_permutex2var_epi8(kF32Bytes, lo, ix[e], hi));
+        }
+      }
+    }
+  }
+  return nan != 0;
+}
+
+// micro with fp32 operands (packed with swapped pairs): the same sums.
+template <int R>
+FI_DPBF16 void micro_f32(const float* ap, const float* bp, const float* src, float* dst,
+                         int64_t ldc, bool add) {
+  __m512 acc[R][2];
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = src ? _mm512_loadu_ps(src + r * ldc) : _mm512_setzero_ps();
+    acc[r][1] = src ? _mm512_loadu_ps(src + r * ldc + 16) : _mm512_setzero_ps();
+  }
+  for (int64_t kk = 0; kk < kKc; ++kk) {
+    const __m512 b0 = _mm512_loadu_ps(bp + kk * 32), b1 = _mm512_loadu_ps(bp + kk * 32 + 16);
+#pragma GCC unroll 14
+    for (int r = 0; r < R; ++r) {
+      const __m512 av = _mm512_set1_ps(ap[r * kKc + kk]);
+      acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 14
+  for (int r = 0; r < R; ++r) {
+    float* d = dst + r * ldc;
+    if (add) {
+      acc[r][0] = _mm512_add_ps(_mm512_loadu_ps(d), acc[r][0]);
+      acc[r][1] = _mm512_add_ps(_mm512_loadu_ps(d + 16), acc[r][1]);
+    }
+    _mm512_storeu_ps(d, acc[r][0]);
+    _mm512_storeu_ps(d + 16, acc[r][1]);
+  }
+}
+
+using MicroFn = void (*)(const uint16_t*, const uint32_t*, const float*, float*, int64_t, bool);
+using MicroF32Fn = void (*)(const float*, const float*, const float*, float*, int64_t, bool);
+
+template <std::size_t... I>
+constexpr std::array<MicroFn, sizeof...(I)> micro_table(std::index_sequence<I...>) {
+  return {&micro<static_cast<int>(I) + 1>...};
+}
+template <std::size_t... I>
+constexpr std::array<MicroF32Fn, sizeof...(I)> micro_f32_table(std::index_sequence<I...>) {
+  return {&micro_f32<static_cast<int>(I) + 1>...};
+}
+constexpr std::array<MicroFn, kMr> kMicro = micro_table(std::make_index_sequence<kMr>{});
+constexpr std::array<MicroF32Fn, kMr> kMicroF32 = micro_f32_table(std::make_index_sequence<kMr>{});
+
+// A tile of pack_a_tile_f32 as micro's bf16 [kMr][kKc] (the high halves, pairs unswapped).
+void f32_tile_to_bf16(const float* src, uint16_t* dst) {
+  for (int64_t x = 0; x < kMr * kKc; ++x) {
+    uint32_t u;
+    std::memcpy(&u, src + (x ^ 1), 4);
+    dst[x] = static_cast<uint16_t>(u >> 16);
+  }
+}
+
+}  // namespace
+
+bool fp8_dpbf16_gemm_available() {
+  static const bool hw = [] {
+    const char* e = std::getenv("FLASHINFER_CPU_FP8_DPBF16");
+    return !(e && std::strcmp(e, "0") == 0) && has_bf16_vbmi() && e4m3_luts().ok;
+  }();
+  return hw && use_avx512();
+}
+
+bool fp8_ll_gemm_dpbf16(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64_t lda,
+                        const uint8_t* b,
+                        const std::function<void(int64_t, int64_t, const float*)>& epilogue) {
+  if (!fp8_dpbf16_gemm_available() || m <= 0 || n <= 0 || k <= 0 || k % kKc != 0 || n % 32 != 0) {
+    return false;
+  }
+  const int nthr = omp_get_max_threads();
+  // Column chunks of 128 (narrower when that leaves under four per thread, eight with several
+  // threads: handed out one at a time, so a thread that lost its core to another process leaves
+  // its chunks to the others, and the last chunk is short).
+  int64_t nc = 128;
+  while (nc > 32 && (n + nc - 1) / nc < (nthr > 1 ? 8 : 4) * nthr) nc -= 32;
+  nc = std::min(nc, n);
+  const int64_t chunks = (n + nc - 1) / nc, kblocks = k / kKc, mtiles = (m + kMr - 1) / kMr;
+  // oneDNN (avx512_core matmul heuristic) sums k in chunks of min(k, 512), or 1024 for k > 1024,
+  // each from +0, the chunks added in order: the same chunks here (in 128-wide blocks).
+  const int64_t kch = (k <= 512 ? k : k <= 1024 ? 512 : 1024) / kKc;
+  const std::size_t a_tile = static_cast<std::size_t>(kMr * kKc);
+  const std::size_t bsz = static_cast<std::size_t>(nc * kKc),
+                    csz = static_cast<std::size_t>(m * nc);
+  // Allocated before the team starts (nothing inside it may throw out).
+  HostBuffer<float> ap(a_tile * static_cast<std::size_t>(mtiles * kblocks));
+  HostBuffer<float> bp(bsz * static_cast<std::size_t>(nthr));
+  HostBuffer<uint32_t> bp16(bsz / 2 * static_cast<std::size_t>(nthr));
+  HostBuffer<uint16_t> at16(a_tile * static_cast<std::size_t>(nthr));
+  HostBuffer<float> own_tile(a_tile * static_cast<std::size_t>(nthr));
+  HostBuffer<float> cb(csz * static_cast<std::size_t>(nthr));
+  HostBuffer<float> pb(kblocks > kch ? csz * static_cast<std::size_t>(nthr) : 0);
+  // The activation, widened into [tile][k block][kMr][kKc] (shared by every chunk) by the first
+  // thread that needs a tile: state 0 unpacked, 1 being packed, 2 ready (3: ready, with a NaN
+  // code). A thread that finds a tile being packed packs its own copy rather than wait (a wait
+  // costs a time slice when the machine is oversubscribed), so no barrier is needed.
+  std::vector<std::atomic<uint8_t>> state(static_cast<std::size_t>(mtiles * kblocks));
+  for (auto& x : state) x.store(0, std::memory_order_relaxed);
+  // A NaN code anywhere in the activation sends every chunk to the vdpbf16ps path: a byte scan
+  // (small next to the weight).
+  const bool a_nan = has_nan_codes(a, lda, m, k);
+#pragma omp parallel num_threads(nthr) if (chunks > 1)
+  {
+    const int t = omp_get_thread_num();
+    float* bt = bp.get() + bsz * t;
+    uint32_t* bt16 = bp16.get() + bsz / 2 * t;
+    uint16_t* a16 = at16.get() + a_tile * t;
+    float* own = own_tile.get() + a_tile * t;
+    float* ct = cb.get() + csz * t;
+    float* pt = pb.get() + csz * t;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t ci = 0; ci < chunks; ++ci) {
+      const int64_t j0 = ci * nc, w = std::min(nc, n - j0);
+      bool bf16 = a_nan;
+      for (int64_t kb = 0; kb < kblocks; ++kb) {
+        if (!bf16 && pack_b_f32(b, n, kb, j0, w, bt)) {
+          bf16 = true;  // a NaN code: this chunk again, on the vdpbf16ps path
+          kb = -1;
+          continue;
+        }
+        if (bf16) pack_b(b, n, kb, j0, w, bt16);
+        // oneDNN's order: chunk 0 accumulates into c; a later chunk from +0 into the partial
+        // buffer, added to c by its last block (c + acc, one fp32 add).
+        const int64_t ch = kb / kch, first = ch * kch, last = std::min(kblocks, first + kch) - 1;
+        const bool from_zero = kb == first, add = ch > 0 && kb == last;
+        float* src = ch == 0 ? ct : pt;
+        float* dst = ch == 0 || add ? ct : pt;
+        // Row tiles outer: an activation tile stays in L1 over the chunk's panels (the panels,
+        // 16 KiB each, come from L2).
+        for (int64_t mt = 0; mt < mtiles; ++mt) {
+          for (int64_t g = 0; g < w; g += 32) {
+            const int rows = static_cast<int>(std::min<int64_t>(kMr, m - mt * kMr));
+            const int64_t off = mt * kMr * w + g;
+            const int64_t x = mt * kblocks + kb;
+            const float* at = ap.get() + a_tile * x;
+            if (g == 0) {
+              auto& st = state[static_cast<std::size_t>(x)];
+              uint8_t expect = 0;
+              if (st.load(std::memory_order_acquire) < 2) {
+                if (st.compare_exchange_strong(expect, 1, std::memory_order_acquire)) {
+                  pack_a_tile_f32(a, lda, m, mt * kMr, kb, ap.get() + a_tile * x);
+                  st.store(2, std::memory_order_release);
+                } else if (expect == 1) {
+                  pack_a_tile_f32(a, lda, m, mt * kMr, kb, own);
+                }
+              }
+            }
+            if (state[static_cast<std::size_t>(x)].load(std::memory_order_acquire) < 2) at = own;
+            if (bf16) {
+              f32_tile_to_bf16(at, a16);
+              kMicro[static_cast<std::size_t>(rows - 1)](
+                  a16, bt16 + g * kKc / 2, from_zero ? nullptr : src + off, dst + off, w, add);
+            } else {
+              kMicroF32[static_cast<std::size_t>(rows - 1)](
+                  at, bt + g * kKc, from_zero ? nullptr : src + off, dst + off, w, add);
+            }
+          }
+        }
+      }
+      epilogue(j0, w, ct);
+    }
+  }
+  return true;
+}
+
+#else
+
+bool fp8_dpbf16_gemm_available() { return false; }
+
+bool fp8_ll_gemm_dpbf16(int64_t, int64_t, int64_t, const uint8_t*, int64_t, const uint8_t*,
+                        const std::function<void(int64_t, int64_t, const float*)>&) {
+  return false;
+}
+
+#endif
+
+}  // namespace flashinfer::kernels::cpu
