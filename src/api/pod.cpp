@@ -116,8 +116,7 @@ void PODWithPagedKVCacheWrapper::plan(
         const auto [q, kv] = plan_dtypes(q_data_type, kv_data_type, data_type, op);
         plan_part(*s_, nullptr, indptr, indices, last_page_len, num_qo_heads, num_kv_heads,
                   head_dim, page_size, pos_encoding_mode, window_left, q, kv, sm_scale, rope_scale,
-                  rope_theta, op, "",
-                  "indptr", "indices", "last_page_len");
+                  rope_theta, op, "", "indptr", "indices", "last_page_len");
       },
       *this, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
       pos_encoding_mode, window_left, q_data_type, kv_data_type, data_type, sm_scale, rope_scale,
@@ -214,10 +213,12 @@ void BatchPODWithPagedKVCacheWrapper::plan(
         d_->planned = false;
         plan_part(*p_, &qo_indptr_p, kv_indptr_p, kv_indices_p, last_page_len_p, num_qo_heads,
                   num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left, q, kv,
-                  sm_scale, rope_scale, rope_theta, op, "qo_indptr_p", "kv_indptr_p", "kv_indices_p", "last_page_len_p");
+                  sm_scale, rope_scale, rope_theta, op, "qo_indptr_p", "kv_indptr_p",
+                  "kv_indices_p", "last_page_len_p");
         plan_part(*d_, &qo_indptr_d, kv_indptr_d, kv_indices_d, last_page_len_d, num_qo_heads,
                   num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left, q, kv,
-                  sm_scale, rope_scale, rope_theta, op, "qo_indptr_d", "kv_indptr_d", "kv_indices_d", "last_page_len_d");
+                  sm_scale, rope_scale, rope_theta, op, "qo_indptr_d", "kv_indptr_d",
+                  "kv_indices_d", "last_page_len_d");
       },
       *this, qo_indptr_p, kv_indptr_p, kv_indices_p, last_page_len_p, qo_indptr_d, kv_indptr_d,
       kv_indices_d, last_page_len_d, num_qo_heads, num_kv_heads, head_dim, page_size,

@@ -18,6 +18,7 @@
 
 #include "api/attention_pos_encoding.h"
 #include "flashinfer/flashinfer.h"
+#include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
@@ -557,6 +558,38 @@ TEST(AttentionPosEncoding, RecordAndReplay) {
   EXPECT_EQ(calls[1].inputs[16].as_float(), 2.0);
   EXPECT_EQ(calls[1].inputs[17].as_float(), 5e5);
   for (const auto& call : calls) EXPECT_TRUE(testing::replays_identically(call));
+}
+
+// Cascade and POD plans with a mode, through the Flight Recorder and replay_sequence (objects
+// rebuilt from __init__, the mode recorded as the string argument).
+TEST(AttentionPosEncoding, CascadeAndPodRecordAndReplay) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("fi_attn_pos_rec_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  {
+    recorder::Config cfg;
+    cfg.dump_dir = dir.string();
+    recorder::start(cfg, [](const std::string&) {});
+    const PosCache c = pos_cache(8, 4, 2, 64, 81);
+    const Table3 t0 = table3({{{5, 1}, 5, 8}}, 4), t1 = table3({{{2}, 2, 3}, {{0, 7}, 3, 6}}, 4);
+    MultiLevelCascadeAttentionWrapper w(2, workspace());
+    w.plan({t0.qo, t1.qo}, {t0.indptr, t1.indptr}, {t0.indices, t1.indices}, {t0.last, t1.last}, 4,
+           2, 64, 4, true, "ROPE_LLAMA", false, {}, -1, {}, {}, 2e4);
+    w.run(testing::rand_tensor({5, 4, 64}, DType::kFloat16, 82, -1.0, 1.0), PagedKVCache(c.k, c.v));
+    PODWithPagedKVCacheWrapper p(workspace());
+    p.plan(t1.indptr, t1.indices, t1.last, 4, 2, 64, 4, "ALIBI");
+    const Tensor kp = testing::rand_tensor({4, 2, 64}, DType::kFloat16, 83, -1.0, 1.0);
+    p.run(testing::rand_tensor({3, 4, 64}, DType::kFloat16, 84, -1.0, 1.0), kp, kp,
+          testing::rand_tensor({2, 4, 64}, DType::kFloat16, 85, -1.0, 1.0), PagedKVCache(c.k, c.v));
+    recorder::stop();
+  }
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 6u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
 }
 
 // Written by Python as upstream's recorder writes the calls: single_decode_with_kv_cache with

@@ -568,11 +568,13 @@ def write(cls, sid, method, inputs, meta, outputs):
     d = os.path.join(root, "20261123_020000_%03d_pid4242_%s_call%04d" % (seq[0], name, seq[0]))
     os.makedirs(d)
     torch.save(inputs, d + "/inputs.pt")
-    torch.save(outputs, d + "/outputs.pt")
+    tensors = {k: x for k, x in outputs.items() if x is not None}
+    torch.save(tensors, d + "/outputs.pt")
     rec = {"function_name": name, "module": "flashinfer.prefill", "call_sequence": seq[0],
            "timestamp": "20261123_020000_%03d" % seq[0], "process_id": 4242,
-           "input_metadata": dict(meta, arg_0=obj(cls, sid)), "output_metadata": {},
-           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": list(outputs)},
+           "input_metadata": dict(meta, arg_0=obj(cls, sid)),
+           "output_metadata": {k: None for k, x in outputs.items() if x is None},
+           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": list(tensors)},
            "tensor_format": "torch", "execution_status": "completed", "self_id": sid}
     with open(d + "/metadata.jsonl", "w") as f:
         f.write(json.dumps(rec) + "\n")
