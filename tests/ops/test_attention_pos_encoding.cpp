@@ -594,8 +594,9 @@ TEST(AttentionPosEncoding, CascadeAndPodRecordAndReplay) {
 
 // Written by Python as upstream's recorder writes the calls: single_decode_with_kv_cache with
 // pos_encoding_mode="ALIBI", single_prefill_with_kv_cache with "ROPE_LLAMA" (rope_theta given),
-// and a ragged prefill wrapper planned with "ROPE_LLAMA" (one self_id); expected outputs from
-// torch in fp64 with upstream's slopes and positions.
+// a ragged prefill wrapper planned with "ROPE_LLAMA" (one self_id) and a POD wrapper planned
+// with "ALIBI" (its decode part); expected outputs from torch in fp64 with upstream's slopes and
+// positions.
 TEST(AttentionPosEncoding, UpstreamWrittenDumpReplays) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("fi_attn_pos_" + std::to_string(::getpid()));
@@ -711,6 +712,55 @@ for b in range(2):
     outs.append(attend(qb, kb, vb, True))
 write(5, "BatchPrefillWithRaggedKVCacheWrapper.run", "flashinfer.prefill",
       {"arg_1": q, "arg_2": k, "arg_3": v}, {}, {"result": torch.cat(outs).half()}, self_obj=True)
+
+# PODWithPagedKVCacheWrapper planned with pos_encoding_mode="ALIBI" (its decode part: upstream's
+# run takes pos_encoding_mode_d from plan), run(q_p, k_p, v_p, q_d, (k_cache, v_cache)) with the
+# prefill part's defaults (NONE, not causal); returns (out_p, out_d).
+POD = 140234567890888
+def write_pod(seq, name, inputs, meta, outputs):
+    d = os.path.join(root, "20261122_233000_%03d_pid4242_%s_call%04d" % (seq, name, seq))
+    os.makedirs(d)
+    torch.save(inputs, d + "/inputs.pt")
+    tensors = {k: x for k, x in outputs.items() if x is not None}
+    torch.save(tensors, d + "/outputs.pt")
+    rec = {"function_name": name, "module": "flashinfer.pod", "call_sequence": seq,
+           "timestamp": "20261122_233000_%03d" % seq, "process_id": 4242,
+           "input_metadata": dict(meta, arg_0={"type": "PODWithPagedKVCacheWrapper",
+               "repr": "<flashinfer.pod.PODWithPagedKVCacheWrapper object at 0x%x>" % POD}),
+           "output_metadata": {k: None for k, x in outputs.items() if x is None},
+           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": list(tensors)},
+           "tensor_format": "torch", "execution_status": "completed", "self_id": POD}
+    with open(d + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+PS = 4
+kc = torch.randn(4, PS, HKV, D).half()
+vc = torch.randn(4, PS, HKV, D).half()
+pages, lens = [[3, 0], [2]], [7, 2]
+write_pod(6, "PODWithPagedKVCacheWrapper.__init__", {"arg_1": torch.zeros(4096, dtype=torch.uint8)},
+          {"arg_2": "NHD"}, {"result": None})
+write_pod(7, "PODWithPagedKVCacheWrapper.plan",
+          {"arg_1": torch.tensor([0, 2, 3], dtype=torch.int32),
+           "arg_2": torch.tensor([3, 0, 2], dtype=torch.int32),
+           "arg_3": torch.tensor([3, 2], dtype=torch.int32)},
+          {"arg_4": H, "arg_5": HKV, "arg_6": D, "arg_7": PS, "kwarg_pos_encoding_mode": "ALIBI"},
+          {"result": None})
+qd = torch.randn(2, H, D).half()
+qp = torch.randn(3, H, D).half()
+kp = torch.randn(5, HKV, D).half()
+vp = torch.randn(5, HKV, D).half()
+out_d = []
+for b in range(2):
+    kb = torch.cat([kc[p] for p in pages[b]])[: lens[b]].double()
+    vb = torch.cat([vc[p] for p in pages[b]])[: lens[b]].double()
+    bias = slopes(H)[:, None, None] * torch.arange(lens[b], dtype=torch.float64)[None, None, :]
+    out_d.append(attend(qd[b : b + 1].double(), kb, vb, False, bias))
+out_p = attend(qp.double(), kp.double(), vp.double(), False)
+write_pod(8, "PODWithPagedKVCacheWrapper.run",
+          {"arg_1": qp, "arg_2": kp, "arg_3": vp, "arg_4": qd, "arg_5__0": kc, "arg_5__1": vc},
+          {"arg_5": {"type": "tuple", "length": 2, "truncated": False,
+                     "items": [{"type": "torch.Tensor", "tensor_key": "arg_5__0"},
+                               {"type": "torch.Tensor", "tensor_key": "arg_5__1"}]}},
+          {"result_0": out_p.half(), "result_1": torch.cat(out_d).half()})
 )PY";
   std::ofstream(dir / "make.py") << py;
   const int st = std::system(
@@ -721,7 +771,7 @@ write(5, "BatchPrefillWithRaggedKVCacheWrapper.run", "flashinfer.prefill",
   }
   ASSERT_EQ(st, 0);
   const auto results = replay::replay_sequence((dir / "dump").string());
-  ASSERT_EQ(results.size(), 5u);
+  ASSERT_EQ(results.size(), 8u);
   for (const auto& r : results) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
   }
