@@ -12,8 +12,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 
+#include "flashinfer/api_log.h"
 #include "flashinfer/ops/attention_sink.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
@@ -500,8 +502,9 @@ TEST(SinkJitArgs, BadInput) {
   EXPECT_FI_ERROR(plain.run(q, k, k, variant_args(sink, 0.1)), run, "args");
 }
 
-// Through the Flight Recorder and replay_sequence: our recorder writes the C++ call's *args as
-// kwarg_args (C++ has no positional/keyword distinction); it binds by name on replay.
+// Through the Flight Recorder and replay_sequence: the recorder writes the variant's *args as
+// upstream's recorder does, positional after the named arguments (arg_4 the sink, arg_5 the
+// scale), never as a keyword.
 TEST(SinkJitArgs, RecordAndReplay) {
   namespace fs = std::filesystem;
   const fs::path dir =
@@ -529,7 +532,44 @@ TEST(SinkJitArgs, RecordAndReplay) {
   for (const auto& r : results) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
   }
+  bool seen = false;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.path().filename() != "metadata.jsonl" ||
+        e.path().parent_path().string().find("KVCacheWrapper.run") == std::string::npos) {
+      continue;
+    }
+    std::ifstream f(e.path());
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("\"arg_5\": 0.2"), std::string::npos) << text;
+    EXPECT_NE(text.find("\"arg_4\""), std::string::npos) << text;
+    EXPECT_EQ(text.find("kwarg_args"), std::string::npos) << text;
+    seen = true;
+  }
+  EXPECT_TRUE(seen);
   fs::remove_all(dir);
+}
+
+// The API log prints the variant's *args as positional arguments after the named ones
+// (upstream: arg[4] the sink, arg[5] the scale) and lists no `args` parameter.
+TEST(SinkJitArgs, ApiLogPrintsThemPositionally) {
+  BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({1 << 16}, DType::kUInt8), "NHD", false,
+                                         std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                         "fa2", sink_jit_args(DType::kFloat16, 32), std::nullopt);
+  PrefillPlanOptions po;
+  w.plan(testing::int_tensor({0, 2}), testing::int_tensor({0, 3}), 2, 1, 32, po);
+  const Tensor q = Tensor::zeros({2, 2, 32}, DType::kFloat16);
+  const Tensor k = Tensor::zeros({3, 1, 32}, DType::kFloat16);
+  std::string text;
+  api_log::set_sink([&](std::string_view r) { text += r; });
+  api_log::set_level(3);
+  w.run(q, k, k, variant_args(Tensor::zeros({2}, DType::kFloat32), 0.25));
+  api_log::set_level(0);
+  api_log::set_sink(nullptr);
+  EXPECT_NE(text.find("arg[4]:"), std::string::npos) << text;
+  const std::size_t a5 = text.find("arg[5]:");
+  ASSERT_NE(a5, std::string::npos) << text;
+  EXPECT_NE(text.find("0.25", a5), std::string::npos) << text;
+  EXPECT_EQ(text.find("args="), std::string::npos) << text;
 }
 
 // Written by Python the way upstream's recorder writes upstream's own sink test: the ragged and
