@@ -173,7 +173,8 @@ std::vector<Value> bind_arguments(const OpDecl& decl, std::vector<Value> positio
   const int var_idx = decl.var_positional.empty() ? -1 : decl.param_index(decl.var_positional);
   std::optional<Value> var_values;
   if (positional.size() > n_positional && var_idx >= 0) {
-    std::vector<Value> extra(std::make_move_iterator(positional.begin() + n_positional),
+    const auto first = positional.begin() + static_cast<std::ptrdiff_t>(n_positional);
+    std::vector<Value> extra(std::make_move_iterator(first),
                              std::make_move_iterator(positional.end()));
     positional.resize(n_positional);
     var_values = Value::tuple(std::move(extra));
