@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "api/attention_pos_encoding.h"
+#include "api/attention_sink.h"
 #include "api/checks.h"
 #include "api/device_props.h"
 #include "api/kernel_table.h"
@@ -433,10 +434,30 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   s.planned = true;
 }
 
+namespace {
+
+AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const AttentionRunOptions& o, const char* op,
+                                    const char* k_arg, const char* v_arg);
+
+}  // namespace
+
 AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, const Tensor& k,
                             const Tensor& v, const AttentionRunOptions& o, const char* op,
                             const char* k_arg, const char* v_arg) {
   FLASHINFER_CHECK(s.planned, op, "self", "run() called before plan()");
+  // A JIT variant's run(*args) (the AttentionSink one): into sinks and the score scale.
+  if (s.sink_variant || (o.args && !o.args->is_none())) {
+    return run_planned_options(s, q, k, v, apply_variant_args(s, o, op), op, k_arg, v_arg);
+  }
+  return run_planned_options(s, q, k, v, o, op, k_arg, v_arg);
+}
+
+namespace {
+
+AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const AttentionRunOptions& o, const char* op,
+                                    const char* k_arg, const char* v_arg) {
   // NVFP4 caches (uint8 KV, kv_cache_sf): dequantized pages, then this path (attention_nvfp4.cpp).
   if (o.kv_cache_sf || s.kv_dtype == DType::kUInt8) {
     return run_planned_nvfp4(s, q, k, v, o, op, k_arg, v_arg);
@@ -619,6 +640,8 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
   }
   return result;
 }
+
+}  // namespace
 
 detail::WrapperState sizing_state(const detail::WrapperState& s) {
   detail::WrapperState t;

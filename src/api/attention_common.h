@@ -29,6 +29,9 @@ struct WrapperState {
   bool use_cuda_graph = false;
   bool use_tensor_cores = false;
   std::string backend = "auto";
+  // Built with upstream's AttentionSink JIT variant (jit_args): run takes (sink, sm_scale)
+  // through its *args (api/attention_sink.h).
+  bool sink_variant = false;
 
   // plan()
   bool planned = false;

@@ -118,6 +118,7 @@ AttentionOutput run_planned_nvfp4(const detail::WrapperState& s, const Tensor& q
   }
   t.max_page_id = static_cast<int64_t>(used.size()) - 1;
   t.kv_dtype = DType::kFloat32;
+  t.sink_variant = false;  // run_planned applied the variant's arguments to `o` already
   const Tensor kf = dequantize_pages(k, ks, used, s.head_dim_qk, /*v_interleaved=*/false);
   const Tensor vf = dequantize_pages(v, vs, used, s.head_dim_vo, !s.nvfp4_v_linear);
   AttentionRunOptions o2 = o;

@@ -8,6 +8,7 @@
 
 #include "api/arg_traits.h"
 #include "api/attention_common.h"
+#include "api/attention_sink.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "flashinfer/op_typed.h"
@@ -24,28 +25,9 @@ using SinkInit =
          std::optional<Tensor>, std::optional<Tensor>, std::optional<Tensor>, std::optional<Tensor>,
          std::optional<Tensor>, std::string, std::optional<Value>, std::optional<Value>>;
 
-// Upstream's variant: jit_args[11] is the variant name, jit_args[7] / [9] the extra tensor and
-// scalar names; jit_kwargs["pos_encoding_mode"] an int (0: none).
 void check_variant(const std::optional<Value>& jit_args, const std::optional<Value>& jit_kwargs) {
-  FLASHINFER_CHECK(jit_args && jit_args->is_sequence() && jit_args->items().size() >= 12, kInitOp,
-                   "jit_args", "must be the AttentionSink variant's argument list, got ",
-                   jit_args ? jit_args->repr() : std::string("None"));
-  const auto& a = jit_args->items();
-  const bool sink_variant =
-      a[11].kind() == Value::Kind::kString && a[11].as_string() == "AttentionSink";
-  FLASHINFER_CHECK_CODE(sink_variant, ErrorCode::kUnsupported, kInitOp, "jit_args",
-                        "only the AttentionSink variant is supported, got ", a[11].repr());
-  if (jit_kwargs && !jit_kwargs->is_none()) {
-    FLASHINFER_CHECK(jit_kwargs->kind() == Value::Kind::kDict, kInitOp, "jit_kwargs",
-                     "must be a dict, got ", jit_kwargs->repr());
-    for (const auto& [k, v] : jit_kwargs->dict_items()) {
-      if (k.kind() == Value::Kind::kString && k.as_string() == "pos_encoding_mode") {
-        FLASHINFER_CHECK_CODE(
-            v.kind() == Value::Kind::kInt && v.as_int() == 0, ErrorCode::kUnsupported, kInitOp,
-            "jit_kwargs", "pos_encoding_mode other than NONE (0) is not supported, got ", v.repr());
-      }
-    }
-  }
+  FLASHINFER_CHECK(api::attention_sink_variant(jit_args, jit_kwargs, kInitOp), kInitOp, "jit_args",
+                   "must be the AttentionSink variant's argument list, got None");
 }
 
 const char* short_dtype(DType d) {
@@ -237,5 +219,68 @@ void register_attention_sink_ops(OpRegistry& r) {
   register_bench_hook(kRunOp, bench_sink_run);
 }
 }  // namespace detail
+
+namespace api {
+
+// Upstream's variant: jit_args[11] is the variant name, jit_args[7] / [9] the extra tensor and
+// scalar names; jit_kwargs["pos_encoding_mode"] an int (0: none).
+bool attention_sink_variant(const std::optional<Value>& jit_args,
+                            const std::optional<Value>& jit_kwargs, const char* op) {
+  if (!jit_args || jit_args->is_none()) return false;
+  FLASHINFER_CHECK(jit_args->is_sequence() && jit_args->items().size() >= 12, op, "jit_args",
+                   "must be a JIT variant's argument list (upstream's 13 entries), got ",
+                   jit_args->repr());
+  const auto& a = jit_args->items();
+  const bool sink_variant =
+      a[11].kind() == Value::Kind::kString && a[11].as_string() == "AttentionSink";
+  FLASHINFER_CHECK_CODE(sink_variant, ErrorCode::kUnsupported, op, "jit_args",
+                        "only the AttentionSink variant is supported, got ", a[11].repr());
+  if (jit_kwargs && !jit_kwargs->is_none()) {
+    FLASHINFER_CHECK(jit_kwargs->kind() == Value::Kind::kDict, op, "jit_kwargs",
+                     "must be a dict, got ", jit_kwargs->repr());
+    for (const auto& [k, v] : jit_kwargs->dict_items()) {
+      if (k.kind() == Value::Kind::kString && k.as_string() == "pos_encoding_mode") {
+        FLASHINFER_CHECK_CODE(
+            v.kind() == Value::Kind::kInt && v.as_int() == 0, ErrorCode::kUnsupported, op,
+            "jit_kwargs", "pos_encoding_mode other than NONE (0) is not supported, got ", v.repr());
+      }
+    }
+  }
+  return true;
+}
+
+AttentionRunOptions apply_variant_args(const detail::WrapperState& s, const AttentionRunOptions& o,
+                                       const char* op) {
+  const bool given = o.args && !o.args->is_none();
+  FLASHINFER_CHECK(s.sink_variant || !given, op, "args", "extra positional arguments ",
+                   o.args ? o.args->repr() : std::string(),
+                   " are a JIT variant's; this wrapper was built without jit_args");
+  AttentionRunOptions r = o;
+  r.args.reset();
+  if (!s.sink_variant) return r;
+  FLASHINFER_CHECK(given && o.args->is_sequence() && o.args->items().size() == 2, op, "args",
+                   "the AttentionSink variant takes (sink, sm_scale) positionally after the KV "
+                   "cache, got ",
+                   given ? o.args->repr() : std::string("none"));
+  const Value& sink = o.args->items()[0];
+  const Value& scale = o.args->items()[1];
+  FLASHINFER_CHECK(sink.is_tensor(), op, "args", "args[0] (sink) must be a tensor, got ",
+                   sink.repr());
+  FLASHINFER_CHECK(scale.kind() == Value::Kind::kFloat || scale.kind() == Value::Kind::kInt, op,
+                   "args", "args[1] (sm_scale) must be a number, got ", scale.repr());
+  FLASHINFER_CHECK(!o.sinks, op, "sinks",
+                   "give the sink once (positionally, as the variant's argument)");
+  const double sm_scale = scale.as_float();
+  FLASHINFER_CHECK(std::isfinite(sm_scale), op, "args", "args[1] (sm_scale) must be finite, got ",
+                   sm_scale);
+  // The variant's sm_scale replaces plan's: scores scale by q_scale and k_scale too.
+  FLASHINFER_CHECK(s.sm_scale != 0.0, op, "sm_scale",
+                   "plan's sm_scale is 0; the variant's sm_scale cannot replace it");
+  r.sinks = sink.as_tensor();
+  r.q_scale = o.q_scale.value_or(1.0) * (sm_scale / s.sm_scale);
+  return r;
+}
+
+}  // namespace api
 
 }  // namespace flashinfer

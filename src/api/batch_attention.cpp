@@ -127,7 +127,7 @@ AttentionOutput BatchAttention::run(const Tensor& q, const PagedKVCache& kv_cach
                                     std::optional<ScalarOrTensor<double>> v_scale,
                                     std::optional<double> logits_soft_cap,
                                     std::optional<Tensor> profiler_buffer,
-                                    std::optional<Tensor> kv_cache_sf) {
+                                    std::optional<PagedKVCache> kv_cache_sf) {
   return call_op<&BatchAttention::run>(
       [&] {
         const char* op = "BatchAttention.run";
@@ -135,8 +135,6 @@ AttentionOutput BatchAttention::run(const Tensor& q, const PagedKVCache& kv_cach
         FLASHINFER_CHECK(s.planned, op, "self", "run() called before plan()");
         FLASHINFER_CHECK_CODE(!profiler_buffer, ErrorCode::kUnsupported, op, "profiler_buffer",
                               "the profiler is not supported");
-        FLASHINFER_CHECK_CODE(!kv_cache_sf, ErrorCode::kUnsupported, op, "kv_cache_sf",
-                              "NVFP4 KV caches are not supported");
         api::check_defined(q, op, "q");
         const double cap = logits_soft_cap.value_or(0.0);
         FLASHINFER_CHECK(cap >= 0.0 && std::isfinite(cap), op, "logits_soft_cap",
@@ -147,6 +145,9 @@ AttentionOutput BatchAttention::run(const Tensor& q, const PagedKVCache& kv_cach
         o.out = out;
         o.lse = lse;
         o.return_lse = true;
+        // NVFP4 (uint8 cache): the paged wrappers' path, dequantized pages on the CPU
+        // (attention_nvfp4.cpp); upstream unpacks kv_cache_sf like kv_cache.
+        o.kv_cache_sf = kv_cache_sf;
         if (q.device() != s.device) {  // the plan's first run on this device: copy it there
           s.device = q.device();
           s.float_workspace = Tensor::empty({4}, DType::kUInt8, s.device);

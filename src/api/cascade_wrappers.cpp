@@ -8,6 +8,7 @@
 
 #include "api/arg_traits.h"
 #include "api/attention_common.h"
+#include "api/attention_pos_encoding.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "flashinfer/ops/cascade.h"
@@ -158,11 +159,14 @@ void MultiLevelCascadeAttentionWrapper::plan(
           detail::WrapperState& s = *levels_[i];
           api::plan_settings(s, num_qo_heads, num_kv_heads, head_dim, head_dim, q_data_type,
                              kv_data_type, std::nullopt, sm_scale, window_left, logits_soft_cap,
-                             pos_encoding_mode, op);
+                             "NONE", op);
+          s.decode = false;
+          // Upstream plans every level's prefill wrapper with the same pos_encoding_mode,
+          // rope_scale and rope_theta: each level rotates at its own positions.
+          api::plan_pos_encoding(s, pos_encoding_mode, rope_scale, rope_theta, op);
           api::load_page_table(s, paged_kv_indptr_arr[i], paged_kv_indices_arr[i],
                                paged_kv_last_page_len[i], page_size, op, "paged_kv_indptr_arr",
                                "paged_kv_indices_arr", "paged_kv_last_page_len");
-          s.decode = false;
           // Upstream: the causal mask applies to the last level only.
           load_qo(s, qo_indptr_arr[i], causal && i + 1 == n, op, "qo_indptr_arr");
           FLASHINFER_CHECK(s.total_qo == levels_[0]->total_qo, op, "qo_indptr_arr", "level ", i,
@@ -171,8 +175,6 @@ void MultiLevelCascadeAttentionWrapper::plan(
           api::build_plan(s, std::nullopt, false, op);
         }
         (void)use_fp16_qk_reduction;  // scores are always fp32
-        (void)rope_scale;             // only pos_encoding_mode "NONE" is accepted
-        (void)rope_theta;
       },
       *this, qo_indptr_arr, paged_kv_indptr_arr, paged_kv_indices_arr, paged_kv_last_page_len,
       num_qo_heads, num_kv_heads, head_dim, page_size, causal, pos_encoding_mode,

@@ -7,6 +7,7 @@
 
 #include "api/arg_traits.h"
 #include "api/attention_common.h"
+#include "api/attention_pos_encoding.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 
@@ -42,15 +43,21 @@ void plan_part(detail::WrapperState& s, const Tensor* qo_indptr, const Tensor& i
                const Tensor& indices, const Tensor& last, int64_t num_qo_heads,
                int64_t num_kv_heads, int64_t head_dim, int64_t page_size,
                std::string_view pos_encoding_mode, int64_t window_left, DType q, DType kv,
-               std::optional<double> sm_scale, const char* op, const char* qo_arg,
+               std::optional<double> sm_scale, std::optional<double> rope_scale,
+               std::optional<double> rope_theta, const char* op, const char* qo_arg,
                const char* indptr_arg, const char* indices_arg, const char* last_arg) {
   s.planned = false;
   api::check_head_dim(head_dim, op, "head_dim");
   api::plan_settings(s, num_qo_heads, num_kv_heads, head_dim, head_dim, q, kv, std::nullopt,
-                     sm_scale, window_left, std::nullopt, pos_encoding_mode, op);
+                     sm_scale, window_left, std::nullopt, "NONE", op);
+  s.decode = qo_indptr == nullptr;
+  // Upstream runs POD's decode part with plan's pos_encoding_mode, rope_scale and rope_theta
+  // inside its prefill kernel (pod.py run: pos_encoding_mode_d = self._pos_encoding_mode), so
+  // RoPE follows the prefill kernel's rules (16-bit rotated rows, no fp8 K).
+  if (pos_encoding_mode != "NONE") s.use_tensor_cores = true;
+  api::plan_pos_encoding(s, pos_encoding_mode, rope_scale, rope_theta, op);
   api::load_page_table(s, indptr, indices, last, page_size, op, indptr_arg, indices_arg, last_arg);
   s.batch = static_cast<int32_t>(s.kv_lens.size());
-  s.decode = qo_indptr == nullptr;
   s.causal = false;
   if (qo_indptr != nullptr) {
     s.qo_indptr = api::index_to_host(*qo_indptr, op, qo_arg, s.batch + 1);
@@ -108,8 +115,8 @@ void PODWithPagedKVCacheWrapper::plan(
         const char* op = "PODWithPagedKVCacheWrapper.plan";
         const auto [q, kv] = plan_dtypes(q_data_type, kv_data_type, data_type, op);
         plan_part(*s_, nullptr, indptr, indices, last_page_len, num_qo_heads, num_kv_heads,
-                  head_dim, page_size, pos_encoding_mode, window_left, q, kv, sm_scale, op, "",
-                  "indptr", "indices", "last_page_len");
+                  head_dim, page_size, pos_encoding_mode, window_left, q, kv, sm_scale, rope_scale,
+                  rope_theta, op, "", "indptr", "indices", "last_page_len");
       },
       *this, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
       pos_encoding_mode, window_left, q_data_type, kv_data_type, data_type, sm_scale, rope_scale,
@@ -206,10 +213,12 @@ void BatchPODWithPagedKVCacheWrapper::plan(
         d_->planned = false;
         plan_part(*p_, &qo_indptr_p, kv_indptr_p, kv_indices_p, last_page_len_p, num_qo_heads,
                   num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left, q, kv,
-                  sm_scale, op, "qo_indptr_p", "kv_indptr_p", "kv_indices_p", "last_page_len_p");
+                  sm_scale, rope_scale, rope_theta, op, "qo_indptr_p", "kv_indptr_p",
+                  "kv_indices_p", "last_page_len_p");
         plan_part(*d_, &qo_indptr_d, kv_indptr_d, kv_indices_d, last_page_len_d, num_qo_heads,
                   num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left, q, kv,
-                  sm_scale, op, "qo_indptr_d", "kv_indptr_d", "kv_indices_d", "last_page_len_d");
+                  sm_scale, rope_scale, rope_theta, op, "qo_indptr_d", "kv_indptr_d",
+                  "kv_indices_d", "last_page_len_d");
       },
       *this, qo_indptr_p, kv_indptr_p, kv_indices_p, last_page_len_p, qo_indptr_d, kv_indptr_d,
       kv_indices_d, last_page_len_d, num_qo_heads, num_kv_heads, head_dim, page_size,

@@ -5,6 +5,7 @@
 #include "api/arg_traits.h"
 #include "api/attention_common.h"
 #include "api/attention_pos_encoding.h"
+#include "api/attention_sink.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "flashinfer/ops/attention.h"
@@ -188,10 +189,16 @@ BatchPrefillWithPagedKVCacheWrapper::BatchPrefillWithPagedKVCacheWrapper(
   call_init<PagedInit>(
       [&] {
         const char* op = "BatchPrefillWithPagedKVCacheWrapper.__init__";
-        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
-                          op);
-        FLASHINFER_CHECK_CODE(!jit_kwargs || jit_kwargs->is_none(), ErrorCode::kUnsupported, op,
-                              "jit_kwargs", "JIT variants are not supported");
+        // Upstream's AttentionSink variant (its sink tests): run takes (sink, sm_scale) through
+        // *args. Upstream resolves backend "auto" before the JIT build; fa3 is fa2 here.
+        const bool sink = api::attention_sink_variant(jit_args, jit_kwargs, op);
+        FLASHINFER_CHECK_CODE(sink || !jit_kwargs || jit_kwargs->is_none(), ErrorCode::kUnsupported,
+                              op, "jit_kwargs",
+                              "JIT variants other than AttentionSink are not "
+                              "supported");
+        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph,
+                          sink && backend == "fa3" ? "fa2" : backend, std::nullopt, op);
+        s_->sink_variant = sink;
       },
       *this, float_workspace_buffer, kv_layout, use_cuda_graph, qo_indptr_buf, paged_kv_indptr_buf,
       paged_kv_indices_buf, paged_kv_last_page_len_buf, custom_mask_buf, mask_indptr_buf, backend,
@@ -283,10 +290,16 @@ BatchPrefillWithRaggedKVCacheWrapper::BatchPrefillWithRaggedKVCacheWrapper(
   call_init<RaggedInit>(
       [&] {
         const char* op = "BatchPrefillWithRaggedKVCacheWrapper.__init__";
-        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend, jit_args,
-                          op);
-        FLASHINFER_CHECK_CODE(!jit_kwargs || jit_kwargs->is_none(), ErrorCode::kUnsupported, op,
-                              "jit_kwargs", "JIT variants are not supported");
+        // Upstream's AttentionSink variant (its sink tests): run takes (sink, sm_scale) through
+        // *args. Upstream resolves backend "auto" before the JIT build; fa3 is fa2 here.
+        const bool sink = api::attention_sink_variant(jit_args, jit_kwargs, op);
+        FLASHINFER_CHECK_CODE(sink || !jit_kwargs || jit_kwargs->is_none(), ErrorCode::kUnsupported,
+                              op, "jit_kwargs",
+                              "JIT variants other than AttentionSink are not "
+                              "supported");
+        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph,
+                          sink && backend == "fa3" ? "fa2" : backend, std::nullopt, op);
+        s_->sink_variant = sink;
       },
       *this, float_workspace_buffer, kv_layout, use_cuda_graph, qo_indptr_buf, kv_indptr_buf,
       custom_mask_buf, mask_indptr_buf, backend, jit_args, jit_kwargs);
@@ -524,7 +537,7 @@ void register_prefill_ops(OpRegistry& r) {
       // clang-format off
       OnlyFields{"q_scale", "k_scale", "v_scale", "out", "lse", "return_lse", "enable_pdl",
                  "window_left", "sinks", "kv_cache_sf", "skip_softmax_threshold_scale_factor",
-                 "use_fp16_softmax", "uses_spcompress"},
+                 "use_fp16_softmax", "uses_spcompress", "args"},
       // clang-format on
       field("out").mut(), field("lse").mut());
   declare<&BatchPrefillWithRaggedKVCacheWrapper::run>(
@@ -536,7 +549,7 @@ void register_prefill_ops(OpRegistry& r) {
       "q", "k", "v",
       // clang-format off
       OnlyFields{"q_scale", "k_scale", "v_scale", "o_scale", "out", "lse", "return_lse",
-                 "enable_pdl", "kv_cache_sf"},
+                 "enable_pdl", "kv_cache_sf", "args"},
       // clang-format on
       field("out").mut(), field("lse").mut());
   // A wrapper's __init__ and plan belong to the kernel its run launches.

@@ -204,6 +204,17 @@ std::string input_record(const OpDecl& decl, std::span<const Value> args, int le
   std::size_t npos = 0;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const ParamDecl* p = aligned ? &decl.params[i] : nullptr;
+    // The holder of upstream's *args values (bind_arguments): they are positional arguments
+    // after the named ones, as upstream prints them; nothing when none were given.
+    if (p && !decl.var_positional.empty() && p->name == decl.var_positional) {
+      if (args[i].is_sequence()) {
+        for (const Value& x : args[i].items()) {
+          positional += "\n  arg[" + std::to_string(npos++) + "]:\n";
+          format_value(positional, x, level, 2);
+        }
+      }
+      continue;
+    }
     std::string* section = &positional;
     if (p && p->default_value) {
       section = (args[i] == *p->default_value) ? &defaults : &keyword;

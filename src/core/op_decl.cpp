@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <deque>
+#include <iterator>
 #include <mutex>
+#include <optional>
 
 #include "flashinfer/error.h"
 
@@ -55,6 +57,9 @@ std::string OpDecl::signature() const {
   };
   bool star_written = false;
   for (const ParamDecl& p : params) {
+    // A parameter named like the *var_positional holds its values (bind_arguments): it is the
+    // `*args` itself, not a parameter of its own.
+    if (!var_positional.empty() && p.name == var_positional) continue;
     if (p.keyword_only && !star_written) {
       if (!var_positional.empty()) {
         put("*" + var_positional);
@@ -163,6 +168,17 @@ std::vector<Value> bind_arguments(const OpDecl& decl, std::vector<Value> positio
   // Keyword-only parameters are never filled by position (Python's rule).
   const auto n_positional = static_cast<std::size_t>(std::count_if(
       decl.params.begin(), decl.params.end(), [](const ParamDecl& p) { return !p.keyword_only; }));
+  // Values past the positional parameters go to *var_positional: as one tuple into the
+  // parameter of that name when the op declares one (a JIT variant's run(q, kv, *args)).
+  const int var_idx = decl.var_positional.empty() ? -1 : decl.param_index(decl.var_positional);
+  std::optional<Value> var_values;
+  if (positional.size() > n_positional && var_idx >= 0) {
+    const auto first = positional.begin() + static_cast<std::ptrdiff_t>(n_positional);
+    std::vector<Value> extra(std::make_move_iterator(first),
+                             std::make_move_iterator(positional.end()));
+    positional.resize(n_positional);
+    var_values = Value::tuple(std::move(extra));
+  }
   if (positional.size() > n_positional && !decl.var_positional.empty()) {
     FLASHINFER_FAIL(ErrorCode::kUnsupported, decl.name, decl.var_positional,
                     positional.size() - n_positional, " extra positional argument(s) given to *",
@@ -172,6 +188,7 @@ std::vector<Value> bind_arguments(const OpDecl& decl, std::vector<Value> positio
                    " positional arguments but ", positional.size(), " were given");
   std::vector<std::optional<Value>> slots(n);
   for (std::size_t i = 0; i < positional.size(); ++i) slots[i] = std::move(positional[i]);
+  if (var_values) slots[static_cast<std::size_t>(var_idx)] = std::move(*var_values);
   for (auto& [name, v] : keyword) {
     int idx = decl.param_index(name);
     FLASHINFER_CHECK(idx >= 0, decl.name, name, "unexpected keyword argument");

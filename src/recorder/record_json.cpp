@@ -226,6 +226,23 @@ std::string record_head(const OpDecl& decl, std::span<const Value> args, int64_t
   w.key(schema::kInputMetadata).begin_object();
   for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
     const ParamDecl& pd = decl.params[i];
+    // The holder of upstream's *args values (bind_arguments): written as the positional
+    // arguments after the named ones (arg_<n>, arg_<n + 1>, ...), as upstream's recorder does.
+    if (!decl.var_positional.empty() && pd.name == decl.var_positional) {
+      if (!args[i].is_sequence()) continue;
+      std::size_t n = 0;
+      for (const ParamDecl& q : decl.params) n += q.keyword_only ? 0 : 1;
+      for (const Value& x : args[i].items()) {
+        const std::string k = schema::arg_key(n++);
+        if (x.is_tensor()) {
+          ex.add(k, x.as_tensor());
+        } else {
+          w.key(k);
+          serialize(w, x, k, ex, 0);
+        }
+      }
+      continue;
+    }
     std::string key;
     if (pd.keyword_only) {
       if (pd.default_value && *pd.default_value == args[i]) continue;

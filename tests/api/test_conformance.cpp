@@ -479,6 +479,11 @@ void compare_params(const OpDecl& d, const UpstreamEntry& e, std::vector<Mismatc
   for (const ParamDecl& p : d.params) {
     if (e.sig.find(p.name)) continue;
     if (up_kwargs && p.keyword_only) continue;  // one of the kwargs upstream's body accepts
+    // The holder of *args' values (bind_arguments), when upstream has that *args.
+    if (p.name == d.var_positional && e.sig.var_positional() &&
+        e.sig.var_positional()->name == p.name) {
+      continue;
+    }
     if (up_kwargs) {
       add(p.name, "upstream accepts it only through **" + e.sig.var_keyword()->name +
                       ", so ours must be keyword-only; ours is positional-or-keyword `" +
@@ -568,6 +573,8 @@ void check_decl_renders(const OpDecl& d, const PySignature& ours, std::vector<Mi
   for (const ParamDecl& p : d.params) {
     if (ours.find(p.name)) {
       decl_order.push_back(p.name);
+    } else if (p.name == d.var_positional && ours.var_positional()) {
+      // The parameter that holds *args' values (bind_arguments) renders as `*args` itself.
     } else if (!ours.var_keyword() || !p.keyword_only) {
       add("ParamDecl `" + render(p) + "` is missing from signature() text" +
           (ours.var_keyword() ? " and is not keyword-only, so **kwargs cannot stand for it" : ""));

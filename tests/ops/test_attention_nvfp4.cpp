@@ -19,6 +19,7 @@
 
 #include "flashinfer/float_formats.h"
 #include "flashinfer/ops/attention.h"
+#include "flashinfer/ops/batch_attention.h"
 #include "flashinfer/ops/page.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
@@ -268,6 +269,22 @@ TEST_P(Nvfp4Layout, TrtllmAndXqaMatchFp64) {
   }
 }
 
+// BatchAttention.run(kv_cache_sf=): upstream unpacks the scales like kv_cache (one tensor or a
+// (k_sf, v_sf) pair); k_scale folds into the score scale, v_scale into the output.
+TEST_P(Nvfp4Layout, BatchAttentionMatchesFp64) {
+  const bool hnd = GetParam();
+  const Nvfp4Cache c = make_nvfp4(8, kPs, kHkv, kD, hnd, 19);
+  const std::vector<Req> reqs = prefill_reqs();
+  const Table t = table_of(reqs, kPs);
+  const Tensor q = testing::rand_tensor({7, kHq, kD}, DType::kBFloat16, 10, -1.0, 1.0);
+  BatchAttention w(hnd ? "HND" : "NHD", "cpu");
+  w.plan(t.qo_indptr, t.indptr, t.indices, t.seq_lens, kHq, kHkv, kD, kD, kPs, true, 0.2,
+         std::nullopt, DType::kBFloat16, DType::kUInt8);
+  const AttentionOutput r = w.run(q, PagedKVCache(c.k, c.v), std::nullopt, std::nullopt, kKg, kVg,
+                                  0.0, std::nullopt, PagedKVCache(c.k_sf, c.v_sf));
+  EXPECT_TRUE(testing::all_close(r.out, reference(q, c, reqs, 0.2 * kKg, kVg, true), kTol));
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, Nvfp4Layout, ::testing::Bool(),
                          [](const auto& i) { return std::string(i.param ? "HND" : "NHD"); });
 
@@ -366,6 +383,23 @@ TEST(Nvfp4Attention, BadInput) {
                       workspace(), kHkv, kPs, std::nullopt, 1.0, 1.0, 0, "NHD", std::nullopt,
                       std::nullopt, 1.0, 1, std::nullopt, std::nullopt, c.k_sf),
                   "xqa", "k_sf_cache");
+  // BatchAttention: a uint8 plan run without scales; scales given to a 16-bit plan.
+  {
+    const char* ba = "BatchAttention.run";
+    BatchAttention b("HND", "cpu");
+    b.plan(t.qo_indptr, t.indptr, t.indices, t.seq_lens, kHq, kHkv, kD, kD, kPs, false,
+           std::nullopt, std::nullopt, DType::kFloat16, DType::kUInt8);
+    EXPECT_FI_ERROR(b.run(q, cache), ba, "kv_cache_sf");
+    EXPECT_FI_ERROR(b.run(q, cache, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 0.0,
+                          std::nullopt, PagedKVCache(c.k_sf.slice(3, 0, 2), c.v_sf.slice(3, 0, 2))),
+                    ba, "kv_cache_sf");
+    BatchAttention h("HND", "cpu");
+    h.plan(t.qo_indptr, t.indptr, t.indices, t.seq_lens, kHq, kHkv, kD, kD, kPs, false,
+           std::nullopt, std::nullopt, DType::kFloat16, DType::kFloat16);
+    EXPECT_FI_ERROR(h.run(q, PagedKVCache(z, z), std::nullopt, std::nullopt, std::nullopt,
+                          std::nullopt, 0.0, std::nullopt, PagedKVCache(c.k_sf, c.v_sf)),
+                    ba, "kv_cache_sf");
+  }
   // The ragged wrapper has no paged scales to read.
   BatchPrefillWithRaggedKVCacheWrapper rw(workspace());
   PrefillPlanOptions rpo;
@@ -532,10 +566,16 @@ TEST(Nvfp4Attention, RecordAndReplay) {
     dpo.block_tables = td.block_tables;
     d.plan(td.indptr, int_tensor({7, 7, 7, 7, 7}), td.last, kHq, kHkv, kD, kPs, dpo);
     d.run(q.slice(0, 0, 2), PagedKVCache(c.k, c.v), ro);
+    BatchAttention b("HND", "cpu");
+    b.plan(t.qo_indptr, t.indptr, t.indices, t.seq_lens, kHq, kHkv, kD, kD, kPs, true, std::nullopt,
+           std::nullopt, DType::kBFloat16, DType::kUInt8);
+    b.run(q, PagedKVCache(c.k, c.v), std::nullopt, std::nullopt, kKg, kVg, 0.0, std::nullopt,
+          PagedKVCache(c.k_sf, c.v_sf));
     recorder::stop();
   }
   const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 7u);  // prefill __init__, plan, run; trtllm context; decode x3
+  // prefill __init__, plan, run; trtllm context; decode x3; BatchAttention x3
+  ASSERT_EQ(results.size(), 10u);
   for (const auto& r : results) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
   }
@@ -634,8 +674,54 @@ record("trtllm_batch_decode_with_kv_cache", "flashinfer.decode",
         "kwarg_bmm1_scale": 0.2, "kwarg_bmm2_scale": vg, "kwarg_kv_layout": "HND",
         "kwarg_kv_cache_sf": fp8meta(sf5, "kwarg_kv_cache_sf")},
        outd.to(torch.float16))
+# BatchAttention (flashinfer.attention._core): kv_cache and kv_cache_sf as (k, v) pairs, the
+# global scales as k_scale / v_scale floats; run returns (out, lse).
+BA_ID = 140002
+BA = {"type": "BatchAttention",
+      "repr": "<flashinfer.attention._core.BatchAttention object at 0x%x>" % BA_ID}
+def rec_ba(name, tensors, meta, outs):
+    record(name, "flashinfer.attention._core", tensors, dict(meta, arg_0=BA), outs)
+    call = "%s/20261122_180000_%03d_pid4242_%s_call%04d" % (d, seq[0], name, seq[0])
+    j = json.loads(open(call + "/metadata.jsonl").read())
+    j["self_id"] = BA_ID
+    open(call + "/metadata.jsonl", "w").write(json.dumps(j) + "\n")
+rec_ba("BatchAttention.__init__", {}, {"kwarg_kv_layout": "HND", "kwarg_device": "cuda"}, None)
+lens = ti([7, 10])
+rec_ba("BatchAttention.plan",
+       {"arg_1": ti(qo), "arg_2": ti(kvp), "arg_3": ti(kvi), "arg_4": lens},
+       {"arg_1": tmeta(ti(qo), "arg_1"), "arg_2": tmeta(ti(kvp), "arg_2"),
+        "arg_3": tmeta(ti(kvi), "arg_3"), "arg_4": tmeta(lens, "arg_4"), "arg_5": HQ,
+        "arg_6": H, "arg_7": D, "arg_8": D, "arg_9": S, "kwarg_causal": True,
+        "kwarg_sm_scale": 0.125, "kwarg_q_data_type": dt("torch.bfloat16"),
+        "kwarg_kv_data_type": dt("torch.uint8")}, None)
+outb = torch.cat([attend(q[0:3], [4, 1], 7, 3, 0.125 * kg, vg, True),
+                  attend(q[3:7], [0, 5, 3], 10, 4, 0.125 * kg, vg, True)]).to(torch.bfloat16)
+ob, lb = torch.zeros(7, HQ, D, dtype=torch.bfloat16), torch.zeros(7, HQ)
+# The LSE is checked by replay too: base 2 of the scaled logits, from the same float64 formula.
+def lse2(q, pages, kv_len, qo_len, scale):
+    k = torch.cat([K[p] for p in pages], 1)[:, :kv_len]
+    r = torch.zeros(qo_len, HQ, dtype=torch.float64)
+    for i in range(qo_len):
+        n = kv_len - qo_len + i + 1
+        for h in range(HQ):
+            s = (k[h // (HQ // H), :n] @ q[i, h].double()) * scale
+            r[i, h] = torch.logsumexp(s, 0) / math.log(2)
+    return r
+lseb = torch.cat([lse2(q[0:3], [4, 1], 7, 3, 0.125 * kg), lse2(q[3:7], [0, 5, 3], 10, 4, 0.125 * kg)])
+rec_ba("BatchAttention.run",
+       {"arg_1": q, "arg_2__0": kq, "arg_2__1": vq, "kwarg_out": ob, "kwarg_lse": lb,
+        "kwarg_kv_cache_sf__0": ("fp8", ksc), "kwarg_kv_cache_sf__1": ("fp8", vsw)},
+       {"arg_1": tmeta(q, "arg_1"),
+        "arg_2": {"type": "tuple", "length": 2, "truncated": False,
+                  "items": [tmeta(kq, "arg_2__0"), tmeta(vq, "arg_2__1")]},
+        "kwarg_out": tmeta(ob, "kwarg_out"), "kwarg_lse": tmeta(lb, "kwarg_lse"),
+        "kwarg_k_scale": kg, "kwarg_v_scale": vg,
+        "kwarg_kv_cache_sf": {"type": "tuple", "length": 2, "truncated": False,
+                              "items": [fp8meta(ksc, "kwarg_kv_cache_sf__0"),
+                                        fp8meta(vsw, "kwarg_kv_cache_sf__1")]}},
+       [outb, lseb.float()])
 )PY";
-  if (!testing::run_upstream_dump_script("fi_nvfp4_attn_dump", body, 4)) {
+  if (!testing::run_upstream_dump_script("fi_nvfp4_attn_dump", body, 7)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
 }

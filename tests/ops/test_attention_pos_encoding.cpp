@@ -18,6 +18,7 @@
 
 #include "api/attention_pos_encoding.h"
 #include "flashinfer/flashinfer.h"
+#include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
@@ -358,17 +359,182 @@ TEST(AttentionPosEncoding, BadInput) {
   EXPECT_FI_ERROR(
       single_prefill_with_kv_cache(q3, k8, k8, {}, {}, {}, {}, {}, {}, false, "NHD", "ROPE_LLAMA"),
       pre, "pos_encoding_mode");
-  // Ops that cannot do it keep refusing (kUnsupported naming pos_encoding_mode).
+  // The cascade levels are prefill wrappers: RoPE with an fp8 cache and ALiBi with a soft cap
+  // are refused there too (kUnsupported).
   MultiLevelCascadeAttentionWrapper cw(1, workspace());
   try {
     cw.plan({testing::int_tensor({0, 1})}, {testing::int_tensor({0, 1})},
-            {testing::int_tensor({0})}, {testing::int_tensor({1})}, 4, 2, 64, 4, false, "ALIBI");
+            {testing::int_tensor({0})}, {testing::int_tensor({1})}, 4, 2, 64, 4, false,
+            "ROPE_LLAMA", false, {}, -1, {}, {}, {}, DType::kFloat16, DType::kFloat8E4M3FN);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
     EXPECT_EQ(e.arg(), "pos_encoding_mode");
   }
+  EXPECT_FI_ERROR(cw.plan({testing::int_tensor({0, 1})}, {testing::int_tensor({0, 1})},
+                          {testing::int_tensor({0})}, {testing::int_tensor({1})}, 4, 2, 64, 4,
+                          false, "ALIBI", false, {}, -1, 20.0),
+                  "MultiLevelCascadeAttentionWrapper.plan", "logits_soft_cap");
+  EXPECT_FI_ERROR(
+      cw.plan({testing::int_tensor({0, 1})}, {testing::int_tensor({0, 1})},
+              {testing::int_tensor({0})}, {testing::int_tensor({1})}, 4, 2, 64, 4, false, "ROPE"),
+      "MultiLevelCascadeAttentionWrapper.plan", "pos_encoding_mode");
+  PODWithPagedKVCacheWrapper pw(workspace());
+  EXPECT_FI_ERROR(
+      pw.plan(testing::int_tensor({0, 1}), testing::int_tensor({0}), testing::int_tensor({1}), 4, 2,
+              64, 4, "ROPE_LLAMA", -1, DType::kFloat16, {}, {}, {}, -2.0),
+      "PODWithPagedKVCacheWrapper.plan", "rope_scale");
 }
+
+// ---- MultiLevelCascadeAttentionWrapper and the POD wrappers with a positional encoding.
+
+// A paged fp16 NHD cache [pages, ps, Hkv, D] and its values in fp64.
+struct PosCache {
+  int64_t ps = 0, hkv = 0, d = 0;
+  Tensor k, v;
+  std::vector<double> kd, vd;
+  // Tokens [0, len) of the pages `pages`, as [len, Hkv, D].
+  std::vector<double> gather(const std::vector<double>& x, const std::vector<int32_t>& pages,
+                             int64_t len) const {
+    std::vector<double> out;
+    const int64_t row = hkv * d;
+    for (int64_t t = 0; t < len; ++t) {
+      const int64_t at = (pages[t / ps] * ps + t % ps) * row;
+      out.insert(out.end(), x.begin() + at, x.begin() + at + row);
+    }
+    return out;
+  }
+};
+PosCache pos_cache(int64_t pages, int64_t ps, int64_t hkv, int64_t d, uint64_t seed) {
+  PosCache c;
+  c.ps = ps;
+  c.hkv = hkv;
+  c.d = d;
+  c.k = testing::rand_tensor({pages, ps, hkv, d}, DType::kFloat16, seed, -1.0, 1.0);
+  c.v = testing::rand_tensor({pages, ps, hkv, d}, DType::kFloat16, seed + 1, -1.0, 1.0);
+  c.kd = c.k.to_double_vector();
+  c.vd = c.v.to_double_vector();
+  return c;
+}
+
+struct PagedReq {
+  std::vector<int32_t> pages;
+  int64_t qo = 1, kv = 1;
+};
+
+// The fp64 (o, lse) of a batch of requests over `c`, q rows in request order.
+void ref_paged(const std::vector<double>& q, const PosCache& c, const std::vector<PagedReq>& reqs,
+               int64_t hq, const PosRef& r, std::vector<double>& o, std::vector<double>& lse) {
+  o.clear();
+  lse.clear();
+  int64_t row = 0;
+  for (const PagedReq& b : reqs) {
+    std::vector<double> ob, lb;
+    ref_pos_attention(testing::rows_of(q, row, row + b.qo, hq * c.d), c.gather(c.kd, b.pages, b.kv),
+                      c.gather(c.vd, b.pages, b.kv), b.qo, b.kv, hq, c.hkv, c.d, r, ob, lb);
+    o.insert(o.end(), ob.begin(), ob.end());
+    lse.insert(lse.end(), lb.begin(), lb.end());
+    row += b.qo;
+  }
+}
+
+struct Table3 {
+  Tensor qo, indptr, indices, last;
+};
+Table3 table3(const std::vector<PagedReq>& reqs, int64_t ps) {
+  std::vector<int32_t> qo{0}, indptr{0}, indices, last;
+  for (const PagedReq& b : reqs) {
+    qo.push_back(qo.back() + static_cast<int32_t>(b.qo));
+    indices.insert(indices.end(), b.pages.begin(), b.pages.end());
+    indptr.push_back(static_cast<int32_t>(indices.size()));
+    last.push_back(static_cast<int32_t>(b.kv - (static_cast<int64_t>(b.pages.size()) - 1) * ps));
+  }
+  return {testing::int_tensor(qo), testing::int_tensor(indptr), testing::int_tensor(indices),
+          testing::int_tensor(last)};
+}
+
+class CascadePos : public ::testing::TestWithParam<Mode> {};
+
+// Upstream plans every level's BatchPrefillWithPagedKVCacheWrapper with the same
+// pos_encoding_mode (cascade.py): each level attends at its own positions (query i of a
+// level's request at kv_len - qo_len + i), causal on the last level only; the levels' states
+// merge as (o_a 2^lse_a + o_b 2^lse_b) / (2^lse_a + 2^lse_b).
+TEST_P(CascadePos, MatchesFp64PerLevelThenMerged) {
+  const Mode m = GetParam();
+  const int64_t hq = 4, hkv = 2, d = 64, ps = 4;
+  const PosCache c = pos_cache(8, ps, hkv, d, 61);
+  const std::vector<PagedReq> shared = {{{5, 1}, 5, 8}};               // all 5 rows, 8 tokens
+  const std::vector<PagedReq> unique = {{{2}, 2, 3}, {{0, 7}, 3, 6}};  // per request
+  const Tensor q = testing::rand_tensor({5, hq, d}, DType::kFloat16, 62, -1.0, 1.0);
+  const Table3 t0 = table3(shared, ps), t1 = table3(unique, ps);
+  MultiLevelCascadeAttentionWrapper w(2, workspace());
+  w.plan({t0.qo, t1.qo}, {t0.indptr, t1.indptr}, {t0.indices, t1.indices}, {t0.last, t1.last}, hq,
+         hkv, d, ps, /*causal=*/true, mode_name(m), false, {}, -1, {}, 2.0, 5e5);
+  const Tensor out = w.run(q, PagedKVCache(c.k, c.v));
+  PosRef r;
+  r.mode = m;
+  r.rope_scale = 2.0;
+  r.rope_theta = 5e5;
+  std::vector<double> oa, la, ob, lb;
+  const std::vector<double> qd = q.to_double_vector();
+  ref_paged(qd, c, shared, hq, r, oa, la);
+  r.causal = true;
+  ref_paged(qd, c, unique, hq, r, ob, lb);
+  std::vector<double> want(oa.size());
+  for (std::size_t i = 0; i < la.size(); ++i) {
+    const double mx = std::max(la[i], lb[i]);
+    const double wa = std::exp2(la[i] - mx), wb = std::exp2(lb[i] - mx);
+    for (int64_t e = 0; e < d; ++e) {
+      want[i * d + e] = (oa[i * d + e] * wa + ob[i * d + e] * wb) / (wa + wb);
+    }
+  }
+  EXPECT_TRUE(testing::all_close(out, want, lse_tolerance(DType::kFloat16)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CascadePos, ::testing::Values(Mode::kRope, Mode::kAlibi),
+                         [](const auto& i) { return std::string(mode_name(i.param)); });
+
+class PodPos : public ::testing::TestWithParam<Mode> {};
+
+// POD's decode part takes plan's pos_encoding_mode / rope_scale / rope_theta (upstream pod.py:
+// pos_encoding_mode_d = self._pos_encoding_mode), each query at position kv_len - 1; the prefill
+// part its own run(pos_encoding_mode_p=). BatchPOD plans both parts with plan's mode.
+TEST_P(PodPos, DecodeAndBatchPartsMatchFp64) {
+  const Mode m = GetParam();
+  const int64_t hq = 4, hkv = 2, d = 64, ps = 4;
+  const PosCache c = pos_cache(8, ps, hkv, d, 71);
+  const std::vector<PagedReq> dec = {{{3, 6}, 1, 7}, {{1}, 1, 2}};
+  const std::vector<PagedReq> pre = {{{0, 4}, 3, 5}, {{7, 2, 5}, 2, 10}};
+  const Table3 td = table3(dec, ps), tp = table3(pre, ps);
+  const Tensor qd = testing::rand_tensor({2, hq, d}, DType::kFloat16, 72, -1.0, 1.0);
+  const Tensor qp = testing::rand_tensor({5, hq, d}, DType::kFloat16, 73, -1.0, 1.0);
+  const Tensor kp = testing::rand_tensor({6, hkv, d}, DType::kFloat16, 74, -1.0, 1.0);
+  PosRef r;
+  r.mode = m;
+  r.rope_theta = 3e4;
+  r.sm_scale = 0.1;
+  std::vector<double> want_d, want_p, lse;
+  ref_paged(qd.to_double_vector(), c, dec, hq, r, want_d, lse);
+  const testing::Tolerance tol = lse_tolerance(DType::kFloat16);
+
+  PODWithPagedKVCacheWrapper w(workspace());
+  w.plan(td.indptr, td.indices, td.last, hq, hkv, d, ps, mode_name(m), -1, DType::kFloat16, {}, {},
+         0.1, {}, 3e4);
+  const PodOutput o = w.run(qp.slice(0, 0, 3), kp, kp, qd, PagedKVCache(c.k, c.v));
+  EXPECT_TRUE(testing::all_close(o.out_d, want_d, tol));
+
+  BatchPODWithPagedKVCacheWrapper b(workspace());
+  b.plan(tp.qo, tp.indptr, tp.indices, tp.last, td.qo, td.indptr, td.indices, td.last, hq, hkv, d,
+         ps, mode_name(m), -1, DType::kFloat16, {}, {}, 0.1, {}, 3e4);
+  const PodOutput bo = b.run(qp, PagedKVCache(c.k, c.v), qd, PagedKVCache(c.k, c.v), {}, {}, true);
+  r.causal = true;
+  ref_paged(qp.to_double_vector(), c, pre, hq, r, want_p, lse);
+  EXPECT_TRUE(testing::all_close(bo.out_d, want_d, tol));
+  EXPECT_TRUE(testing::all_close(bo.out_p, want_p, tol));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, PodPos, ::testing::Values(Mode::kRope, Mode::kAlibi),
+                         [](const auto& i) { return std::string(mode_name(i.param)); });
 
 TEST(AttentionPosEncoding, RecordAndReplay) {
   std::vector<testing::RecordingObserver::Call> calls;
@@ -394,10 +560,43 @@ TEST(AttentionPosEncoding, RecordAndReplay) {
   for (const auto& call : calls) EXPECT_TRUE(testing::replays_identically(call));
 }
 
+// Cascade and POD plans with a mode, through the Flight Recorder and replay_sequence (objects
+// rebuilt from __init__, the mode recorded as the string argument).
+TEST(AttentionPosEncoding, CascadeAndPodRecordAndReplay) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("fi_attn_pos_rec_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  {
+    recorder::Config cfg;
+    cfg.dump_dir = dir.string();
+    recorder::start(cfg, [](const std::string&) {});
+    const PosCache c = pos_cache(8, 4, 2, 64, 81);
+    const Table3 t0 = table3({{{5, 1}, 5, 8}}, 4), t1 = table3({{{2}, 2, 3}, {{0, 7}, 3, 6}}, 4);
+    MultiLevelCascadeAttentionWrapper w(2, workspace());
+    w.plan({t0.qo, t1.qo}, {t0.indptr, t1.indptr}, {t0.indices, t1.indices}, {t0.last, t1.last}, 4,
+           2, 64, 4, true, "ROPE_LLAMA", false, {}, -1, {}, {}, 2e4);
+    w.run(testing::rand_tensor({5, 4, 64}, DType::kFloat16, 82, -1.0, 1.0), PagedKVCache(c.k, c.v));
+    PODWithPagedKVCacheWrapper p(workspace());
+    p.plan(t1.indptr, t1.indices, t1.last, 4, 2, 64, 4, "ALIBI");
+    const Tensor kp = testing::rand_tensor({4, 2, 64}, DType::kFloat16, 83, -1.0, 1.0);
+    p.run(testing::rand_tensor({3, 4, 64}, DType::kFloat16, 84, -1.0, 1.0), kp, kp,
+          testing::rand_tensor({2, 4, 64}, DType::kFloat16, 85, -1.0, 1.0), PagedKVCache(c.k, c.v));
+    recorder::stop();
+  }
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 6u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
+}
+
 // Written by Python as upstream's recorder writes the calls: single_decode_with_kv_cache with
 // pos_encoding_mode="ALIBI", single_prefill_with_kv_cache with "ROPE_LLAMA" (rope_theta given),
-// and a ragged prefill wrapper planned with "ROPE_LLAMA" (one self_id); expected outputs from
-// torch in fp64 with upstream's slopes and positions.
+// a ragged prefill wrapper planned with "ROPE_LLAMA" (one self_id) and a POD wrapper planned
+// with "ALIBI" (its decode part); expected outputs from torch in fp64 with upstream's slopes and
+// positions.
 TEST(AttentionPosEncoding, UpstreamWrittenDumpReplays) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("fi_attn_pos_" + std::to_string(::getpid()));
@@ -513,6 +712,55 @@ for b in range(2):
     outs.append(attend(qb, kb, vb, True))
 write(5, "BatchPrefillWithRaggedKVCacheWrapper.run", "flashinfer.prefill",
       {"arg_1": q, "arg_2": k, "arg_3": v}, {}, {"result": torch.cat(outs).half()}, self_obj=True)
+
+# PODWithPagedKVCacheWrapper planned with pos_encoding_mode="ALIBI" (its decode part: upstream's
+# run takes pos_encoding_mode_d from plan), run(q_p, k_p, v_p, q_d, (k_cache, v_cache)) with the
+# prefill part's defaults (NONE, not causal); returns (out_p, out_d).
+POD = 140234567890888
+def write_pod(seq, name, inputs, meta, outputs):
+    d = os.path.join(root, "20261122_233000_%03d_pid4242_%s_call%04d" % (seq, name, seq))
+    os.makedirs(d)
+    torch.save(inputs, d + "/inputs.pt")
+    tensors = {k: x for k, x in outputs.items() if x is not None}
+    torch.save(tensors, d + "/outputs.pt")
+    rec = {"function_name": name, "module": "flashinfer.pod", "call_sequence": seq,
+           "timestamp": "20261122_233000_%03d" % seq, "process_id": 4242,
+           "input_metadata": dict(meta, arg_0={"type": "PODWithPagedKVCacheWrapper",
+               "repr": "<flashinfer.pod.PODWithPagedKVCacheWrapper object at 0x%x>" % POD}),
+           "output_metadata": {k: None for k, x in outputs.items() if x is None},
+           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": list(tensors)},
+           "tensor_format": "torch", "execution_status": "completed", "self_id": POD}
+    with open(d + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+PS = 4
+kc = torch.randn(4, PS, HKV, D).half()
+vc = torch.randn(4, PS, HKV, D).half()
+pages, lens = [[3, 0], [2]], [7, 2]
+write_pod(6, "PODWithPagedKVCacheWrapper.__init__", {"arg_1": torch.zeros(4096, dtype=torch.uint8)},
+          {"arg_2": "NHD"}, {"result": None})
+write_pod(7, "PODWithPagedKVCacheWrapper.plan",
+          {"arg_1": torch.tensor([0, 2, 3], dtype=torch.int32),
+           "arg_2": torch.tensor([3, 0, 2], dtype=torch.int32),
+           "arg_3": torch.tensor([3, 2], dtype=torch.int32)},
+          {"arg_4": H, "arg_5": HKV, "arg_6": D, "arg_7": PS, "kwarg_pos_encoding_mode": "ALIBI"},
+          {"result": None})
+qd = torch.randn(2, H, D).half()
+qp = torch.randn(3, H, D).half()
+kp = torch.randn(5, HKV, D).half()
+vp = torch.randn(5, HKV, D).half()
+out_d = []
+for b in range(2):
+    kb = torch.cat([kc[p] for p in pages[b]])[: lens[b]].double()
+    vb = torch.cat([vc[p] for p in pages[b]])[: lens[b]].double()
+    bias = slopes(H)[:, None, None] * torch.arange(lens[b], dtype=torch.float64)[None, None, :]
+    out_d.append(attend(qd[b : b + 1].double(), kb, vb, False, bias))
+out_p = attend(qp.double(), kp.double(), vp.double(), False)
+write_pod(8, "PODWithPagedKVCacheWrapper.run",
+          {"arg_1": qp, "arg_2": kp, "arg_3": vp, "arg_4": qd, "arg_5__0": kc, "arg_5__1": vc},
+          {"arg_5": {"type": "tuple", "length": 2, "truncated": False,
+                     "items": [{"type": "torch.Tensor", "tensor_key": "arg_5__0"},
+                               {"type": "torch.Tensor", "tensor_key": "arg_5__1"}]}},
+          {"result_0": out_p.half(), "result_1": torch.cat(out_d).half()})
 )PY";
   std::ofstream(dir / "make.py") << py;
   const int st = std::system(
@@ -523,7 +771,7 @@ write(5, "BatchPrefillWithRaggedKVCacheWrapper.run", "flashinfer.prefill",
   }
   ASSERT_EQ(st, 0);
   const auto results = replay::replay_sequence((dir / "dump").string());
-  ASSERT_EQ(results.size(), 5u);
+  ASSERT_EQ(results.size(), 8u);
   for (const auto& r : results) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
   }

@@ -12,9 +12,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 
+#include "flashinfer/api_log.h"
 #include "flashinfer/ops/attention_sink.h"
+#include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
@@ -328,6 +331,353 @@ write(3, "BatchAttentionWithAttentionSinkWrapper.run",
   ASSERT_EQ(st, 0);
   const auto results = replay::replay_sequence((dir / "dump").string());
   ASSERT_EQ(results.size(), 3u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
+}
+
+// ---- The plain prefill wrappers built with the AttentionSink variant's jit_args (upstream's
+// tests/attention/test_attention_sink.py): run(q, kv, sink, sm_scale) through run's *args.
+
+// Upstream's jit_args list for the variant (the CUDA source string stands in as text).
+Value sink_jit_args(DType dt, int64_t d) {
+  return Value::list({Value("batch_prefill_attention_sink_bf16_swa_False_fa2"), Value(dt),
+                      Value(dt), Value(dt), Value(DType::kInt32), Value(d), Value(d),
+                      Value::list({Value("sink")}), Value::list({Value("float")}),
+                      Value::list({Value("sm_scale")}), Value::list({Value("double")}),
+                      Value("AttentionSink"), Value("<the variant's CUDA source>")});
+}
+Value sink_jit_kwargs() { return Value::dict({{Value("use_sliding_window"), Value(false)}}); }
+
+AttentionRunOptions variant_args(const Tensor& sink, double sm_scale) {
+  AttentionRunOptions o;
+  o.args = Value::tuple({Value(sink), Value(sm_scale)});
+  return o;
+}
+
+TEST(SinkJitArgs, RaggedAndPagedWrappersMatchFp64) {
+  const int64_t D = 64, hq = 4, hkv = 2;
+  const std::vector<int32_t> qo = {3, 1, 4}, kv = {7, 5, 4};
+  for (const DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    for (const bool causal : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << dtype_torch_name(dt) << " causal " << causal);
+      const Tensor q = testing::rand_tensor({8, hq, D}, dt, 31, -1.0, 1.0);
+      const Tensor k = testing::rand_tensor({16, hkv, D}, dt, 32, -1.0, 1.0);
+      const Tensor v = testing::rand_tensor({16, hkv, D}, dt, 33, -1.0, 1.0);
+      const Tensor sink = testing::rand_tensor({hq}, DType::kFloat32, 34, 0.0, 5.0);
+      const double scale = 0.15;
+      BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({1 << 20}, DType::kUInt8), "NHD", false,
+                                             std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                             "fa2", sink_jit_args(dt, D), sink_jit_kwargs());
+      PrefillPlanOptions po;
+      po.causal = causal;
+      po.q_data_type = dt;
+      w.plan(testing::int_tensor({0, 3, 4, 8}), testing::int_tensor({0, 7, 12, 16}), hq, hkv, D,
+             po);
+      const AttentionOutput r = w.run(q, k, v, variant_args(sink, scale));
+      const std::vector<double> qd = q.to_double_vector(), kd = k.to_double_vector(),
+                                vd = v.to_double_vector(), sd = sink.to_double_vector();
+      std::vector<double> want;
+      int64_t row = 0, col = 0;
+      for (std::size_t b = 0; b < qo.size(); ++b) {
+        const auto ob = sink_reference(testing::rows_of(qd, row, row + qo[b], hq * D),
+                                       testing::rows_of(kd, col, col + kv[b], hkv * D),
+                                       testing::rows_of(vd, col, col + kv[b], hkv * D), qo[b],
+                                       kv[b], hq, hkv, D, scale, sd, causal, -1);
+        want.insert(want.end(), ob.begin(), ob.end());
+        row += qo[b];
+        col += kv[b];
+      }
+      EXPECT_TRUE(testing::all_close(r.out, want, testing::attention_tolerance(dt)));
+
+      // The paged wrapper with the same jit_args gives BatchAttentionWithAttentionSinkWrapper's
+      // result (one page per token, upstream's test layout).
+      const Tensor pk = k.unsqueeze(1), pv = v.unsqueeze(1);
+      std::vector<int32_t> idx(16);
+      for (int32_t i = 0; i < 16; ++i) idx[i] = i;
+      PrefillPlanOptions pp = po;
+      BatchPrefillWithPagedKVCacheWrapper pw(Tensor::zeros({1 << 20}, DType::kUInt8), "NHD", false,
+                                             std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                             std::nullopt, std::nullopt, "fa3",
+                                             sink_jit_args(dt, D), sink_jit_kwargs());
+      pw.plan(testing::int_tensor({0, 3, 4, 8}), testing::int_tensor({0, 7, 12, 16}),
+              testing::int_tensor(idx), testing::int_tensor({1, 1, 1}), hq, hkv, D, 1, pp);
+      const AttentionOutput pr = pw.run(q, PagedKVCache(pk, pv), variant_args(sink, scale));
+      EXPECT_TRUE(testing::all_close(pr.out, want, testing::attention_tolerance(dt)));
+      auto sw = BatchAttentionWithAttentionSinkWrapper::create(
+          Tensor::zeros({1 << 20}, DType::kUInt8), "NHD", false, std::nullopt, std::nullopt, "fa2",
+          "NONE", false, dt, dt, D, D, -1);
+      sw->plan(testing::int_tensor({0, 3, 4, 8}), testing::int_tensor({0, 7, 12, 16}),
+               testing::int_tensor(idx), testing::int_tensor({1, 1, 1}), hq, hkv, D, 1, pp);
+      EXPECT_TRUE(testing::all_close(sw->run(q, PagedKVCache(pk, pv), sink, scale).out, pr.out,
+                                     {0.0, 0.0}));
+    }
+  }
+}
+
+// The binder: values past run's positional parameters go to *args, as upstream's recorder
+// writes them (arg_4 / arg_5 of the ragged run); the signature text keeps `*args`.
+TEST(SinkJitArgs, PositionalValuesBindToArgs) {
+  const OpDecl* run = OpRegistry::global().find("BatchPrefillWithRaggedKVCacheWrapper.run");
+  ASSERT_NE(run, nullptr);
+  EXPECT_EQ(run->signature().find("args="), std::string::npos) << run->signature();
+  EXPECT_NE(run->signature().find("(self, q, k, v, *args, q_scale=None"), std::string::npos)
+      << run->signature();
+  auto w = std::make_shared<BatchPrefillWithRaggedKVCacheWrapper>(
+      Tensor::zeros({1 << 16}, DType::kUInt8), "NHD", false, std::nullopt, std::nullopt,
+      std::nullopt, std::nullopt, "fa2", sink_jit_args(DType::kFloat16, 32), std::nullopt);
+  PrefillPlanOptions po;
+  w->plan(testing::int_tensor({0, 2}), testing::int_tensor({0, 3}), 2, 1, 32, po);
+  const Tensor q = testing::rand_tensor({2, 2, 32}, DType::kFloat16, 41, -1.0, 1.0);
+  const Tensor k = testing::rand_tensor({3, 1, 32}, DType::kFloat16, 42, -1.0, 1.0);
+  const Tensor v = testing::rand_tensor({3, 1, 32}, DType::kFloat16, 43, -1.0, 1.0);
+  const Tensor sink = Tensor::full({2}, 1.5, DType::kFloat32);
+  const Value self = to_value(*w);
+  const std::vector<Value> bound =
+      bind_arguments(*run, {self, Value(q), Value(k), Value(v), Value(sink), Value(0.25)});
+  const int ai = run->param_index("args");
+  ASSERT_GE(ai, 0);
+  ASSERT_TRUE(bound[static_cast<std::size_t>(ai)].is_sequence());
+  EXPECT_EQ(bound[static_cast<std::size_t>(ai)].items().size(), 2u);
+  const Value r = run->invoke(CallArgs(*run, bound));
+  ASSERT_TRUE(r.is_tensor());
+  EXPECT_TRUE(
+      testing::all_close(r.as_tensor(), w->run(q, k, v, variant_args(sink, 0.25)).out, {0, 0}));
+  // *args given positionally and by keyword.
+  EXPECT_FI_ERROR(bind_arguments(*run, {self, Value(q), Value(k), Value(v), Value(sink)},
+                                 {{"args", Value::tuple({Value(sink)})}}),
+                  "BatchPrefillWithRaggedKVCacheWrapper.run", "args");
+  // Ops without an `args` parameter still refuse extra positional values.
+  const OpDecl* dec = OpRegistry::global().find("BatchDecodeWithPagedKVCacheWrapper.run");
+  ASSERT_NE(dec, nullptr);
+  EXPECT_FI_ERROR(bind_arguments(*dec, {Value(), Value(q), Value(k), Value(sink)}),
+                  "BatchDecodeWithPagedKVCacheWrapper.run", "args");
+}
+
+TEST(SinkJitArgs, BadInput) {
+  const Tensor ws = Tensor::zeros({1 << 16}, DType::kUInt8);
+  const char* init = "BatchPrefillWithRaggedKVCacheWrapper.__init__";
+  const char* run = "BatchPrefillWithRaggedKVCacheWrapper.run";
+  auto make = [&](Value jit_args, std::optional<Value> jit_kwargs) {
+    return BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD", false, std::nullopt, std::nullopt,
+                                                std::nullopt, std::nullopt, "fa2", jit_args,
+                                                jit_kwargs);
+  };
+  // Another variant, a malformed list, a rotary pos_encoding_mode, jit_kwargs without jit_args.
+  std::vector<Value> other = sink_jit_args(DType::kFloat16, 32).items();
+  other[11] = Value("FlashSigmoid");
+  EXPECT_FI_ERROR(make(Value::list(other), std::nullopt), init, "jit_args");
+  EXPECT_FI_ERROR(make(Value::list({Value("x")}), std::nullopt), init, "jit_args");
+  EXPECT_FI_ERROR(make(sink_jit_args(DType::kFloat16, 32),
+                       Value::dict({{Value("pos_encoding_mode"), Value(int64_t{1})}})),
+                  init, "jit_kwargs");
+  EXPECT_FI_ERROR(make(Value(), sink_jit_kwargs()), init, "jit_kwargs");
+
+  const Tensor q = Tensor::zeros({2, 2, 32}, DType::kFloat16);
+  const Tensor k = Tensor::zeros({3, 1, 32}, DType::kFloat16);
+  const Tensor sink = Tensor::zeros({2}, DType::kFloat32);
+  PrefillPlanOptions po;
+  auto w = make(sink_jit_args(DType::kFloat16, 32), sink_jit_kwargs());
+  w.plan(testing::int_tensor({0, 2}), testing::int_tensor({0, 3}), 2, 1, 32, po);
+  // The variant's arguments missing, short, of the wrong kinds, not finite; the sink twice.
+  EXPECT_FI_ERROR(w.run(q, k, k), run, "args");
+  AttentionRunOptions o;
+  o.args = Value::tuple({Value(sink)});
+  EXPECT_FI_ERROR(w.run(q, k, k, o), run, "args");
+  o.args = Value::tuple({Value(0.1), Value(0.1)});
+  EXPECT_FI_ERROR(w.run(q, k, k, o), run, "args");
+  o.args = Value::tuple({Value(sink), Value("x")});
+  EXPECT_FI_ERROR(w.run(q, k, k, o), run, "args");
+  EXPECT_FI_ERROR(w.run(q, k, k, variant_args(sink, NAN)), run, "args");
+  o = variant_args(sink, 0.1);
+  o.sinks = sink;
+  EXPECT_FI_ERROR(w.run(q, k, k, o), run, "sinks");
+  // A sink of the wrong size is checked as the sinks option is.
+  EXPECT_FI_ERROR(w.run(q, k, k, variant_args(Tensor::zeros({3}, DType::kFloat32), 0.1)), run,
+                  "sinks");
+  // A wrapper without jit_args given *args.
+  BatchPrefillWithRaggedKVCacheWrapper plain(ws);
+  plain.plan(testing::int_tensor({0, 2}), testing::int_tensor({0, 3}), 2, 1, 32, po);
+  EXPECT_FI_ERROR(plain.run(q, k, k, variant_args(sink, 0.1)), run, "args");
+}
+
+// Through the Flight Recorder and replay_sequence: the recorder writes the variant's *args as
+// upstream's recorder does, positional after the named arguments (arg_4 the sink, arg_5 the
+// scale), never as a keyword.
+TEST(SinkJitArgs, RecordAndReplay) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("fi_sink_jit_rec_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  {
+    recorder::Config cfg;
+    cfg.dump_dir = dir.string();
+    recorder::start(cfg, [](const std::string&) {});
+    BatchPrefillWithRaggedKVCacheWrapper w(
+        Tensor::zeros({1 << 16}, DType::kUInt8), "NHD", false, std::nullopt, std::nullopt,
+        std::nullopt, std::nullopt, "fa2", sink_jit_args(DType::kBFloat16, 32), sink_jit_kwargs());
+    PrefillPlanOptions po;
+    po.causal = true;
+    po.q_data_type = DType::kBFloat16;
+    w.plan(testing::int_tensor({0, 2, 3}), testing::int_tensor({0, 3, 7}), 4, 2, 32, po);
+    w.run(testing::rand_tensor({3, 4, 32}, DType::kBFloat16, 51, -1.0, 1.0),
+          testing::rand_tensor({7, 2, 32}, DType::kBFloat16, 52, -1.0, 1.0),
+          testing::rand_tensor({7, 2, 32}, DType::kBFloat16, 53, -1.0, 1.0),
+          variant_args(testing::rand_tensor({4}, DType::kFloat32, 54, 0.0, 3.0), 0.2));
+    recorder::stop();
+  }
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 3u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  bool seen = false;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.path().filename() != "metadata.jsonl" ||
+        e.path().parent_path().string().find("KVCacheWrapper.run") == std::string::npos) {
+      continue;
+    }
+    std::ifstream f(e.path());
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("\"arg_5\": 0.2"), std::string::npos) << text;
+    EXPECT_NE(text.find("\"arg_4\""), std::string::npos) << text;
+    EXPECT_EQ(text.find("kwarg_args"), std::string::npos) << text;
+    seen = true;
+  }
+  EXPECT_TRUE(seen);
+  fs::remove_all(dir);
+}
+
+// The API log prints the variant's *args as positional arguments after the named ones
+// (upstream: arg[4] the sink, arg[5] the scale) and lists no `args` parameter.
+TEST(SinkJitArgs, ApiLogPrintsThemPositionally) {
+  BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({1 << 16}, DType::kUInt8), "NHD", false,
+                                         std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                         "fa2", sink_jit_args(DType::kFloat16, 32), std::nullopt);
+  PrefillPlanOptions po;
+  w.plan(testing::int_tensor({0, 2}), testing::int_tensor({0, 3}), 2, 1, 32, po);
+  const Tensor q = Tensor::zeros({2, 2, 32}, DType::kFloat16);
+  const Tensor k = Tensor::zeros({3, 1, 32}, DType::kFloat16);
+  std::string text;
+  api_log::set_sink([&](std::string_view r) { text += r; });
+  api_log::set_level(3);
+  w.run(q, k, k, variant_args(Tensor::zeros({2}, DType::kFloat32), 0.25));
+  api_log::set_level(0);
+  api_log::set_sink(nullptr);
+  EXPECT_NE(text.find("arg[4]:"), std::string::npos) << text;
+  const std::size_t a5 = text.find("arg[5]:");
+  ASSERT_NE(a5, std::string::npos) << text;
+  EXPECT_NE(text.find("0.25", a5), std::string::npos) << text;
+  EXPECT_EQ(text.find("args="), std::string::npos) << text;
+}
+
+// Written by Python the way upstream's recorder writes upstream's own sink test: the ragged and
+// paged wrappers built with the variant's jit_args / jit_kwargs by keyword, plan positional plus
+// keywords, run(q, k, v, sink, sm_scale) and run(q, (k, v), sink, sm_scale) all positional.
+TEST(SinkJitArgs, UpstreamWrittenDumpReplays) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_sink_jit_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string py = R"PY(
+import json, math, os, sys
+try:
+    import torch
+except ImportError:
+    sys.exit(77)
+root = sys.argv[1]
+torch.manual_seed(7)
+H, HKV, D = 4, 2, 64
+def obj(cls, sid):
+    return {"type": cls, "repr": "<flashinfer.prefill.%s object at 0x%x>" % (cls, sid)}
+def ser(v):
+    if isinstance(v, torch.dtype):
+        return {"type": "torch.dtype", "value": str(v)}
+    if isinstance(v, (list, tuple)):
+        return {"type": "list" if isinstance(v, list) else "tuple", "length": len(v),
+                "items": [ser(x) for x in v], "truncated": False}
+    if isinstance(v, dict):
+        return {"type": "dict", "length": len(v), "truncated": False,
+                "items": [{"key": ser(k), "value": ser(x)} for k, x in v.items()]}
+    return v
+seq = [0]
+def write(cls, sid, method, inputs, meta, outputs):
+    seq[0] += 1
+    name = cls + "." + method
+    d = os.path.join(root, "20261123_020000_%03d_pid4242_%s_call%04d" % (seq[0], name, seq[0]))
+    os.makedirs(d)
+    torch.save(inputs, d + "/inputs.pt")
+    tensors = {k: x for k, x in outputs.items() if x is not None}
+    torch.save(tensors, d + "/outputs.pt")
+    rec = {"function_name": name, "module": "flashinfer.prefill", "call_sequence": seq[0],
+           "timestamp": "20261123_020000_%03d" % seq[0], "process_id": 4242,
+           "input_metadata": dict(meta, arg_0=obj(cls, sid)),
+           "output_metadata": {k: None for k, x in outputs.items() if x is None},
+           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": list(tensors)},
+           "tensor_format": "torch", "execution_status": "completed", "self_id": sid}
+    with open(d + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+jit_args = ["batch_prefill_attention_sink_bf16_swa_False_fa2", torch.bfloat16, torch.bfloat16,
+            torch.bfloat16, torch.int32, D, D, ["sink"], ["float"], ["sm_scale"], ["double"],
+            "AttentionSink", "<the variant's CUDA source>"]
+jit_kwargs = {"use_sliding_window": False}
+qlens, kvlens = [2, 3], [6, 3]
+qo = torch.tensor([0, 2, 5], dtype=torch.int32)
+kvp = torch.tensor([0, 6, 9], dtype=torch.int32)
+q = torch.randn(5, H, D).to(torch.bfloat16)
+k = torch.randn(9, HKV, D).to(torch.bfloat16)
+v = torch.randn(9, HKV, D).to(torch.bfloat16)
+sink = torch.rand(H, dtype=torch.float32) * 5
+scale = 1.0 / math.sqrt(D)
+out = torch.zeros(5, H, D, dtype=torch.float64)
+row = col = 0
+for b in range(2):
+    kb, vb = k[col : col + kvlens[b]].double(), v[col : col + kvlens[b]].double()
+    for i in range(qlens[b]):
+        pos = kvlens[b] - qlens[b] + i
+        for h in range(H):
+            g = h // (H // HKV)
+            s = (kb[: pos + 1, g] @ q[row + i, h].double()) * scale
+            p = torch.softmax(torch.cat([s, sink[h : h + 1].double()]), 0)[:-1]
+            out[row + i, h] = p @ vb[: pos + 1, g]
+    row += qlens[b]
+    col += kvlens[b]
+out = out.to(torch.bfloat16)
+ws = torch.zeros(4096, dtype=torch.uint8)
+for cls, sid in (("BatchPrefillWithRaggedKVCacheWrapper", 140111), ("BatchPrefillWithPagedKVCacheWrapper", 140222)):
+    write(cls, sid, "__init__", {"arg_1": ws},
+          {"kwarg_kv_layout": "NHD", "kwarg_backend": "fa2", "kwarg_jit_args": ser(jit_args),
+           "kwarg_jit_kwargs": ser(jit_kwargs)}, {"result": None})
+    common = {"kwarg_causal": True, "kwarg_window_left": -1,
+              "kwarg_q_data_type": ser(torch.bfloat16), "kwarg_kv_data_type": ser(torch.bfloat16)}
+    if cls.startswith("BatchPrefillWithRagged"):
+        write(cls, sid, "plan", {"arg_1": qo, "arg_2": kvp},
+              dict(common, arg_3=H, arg_4=HKV, arg_5=D), {"result": None})
+        write(cls, sid, "run", {"arg_1": q, "arg_2": k, "arg_3": v, "arg_4": sink},
+              {"arg_5": scale}, {"result": out})
+    else:  # one token per page, as upstream's test
+        idx = torch.arange(9, dtype=torch.int32)
+        last = torch.ones(2, dtype=torch.int32)
+        write(cls, sid, "plan", {"arg_1": qo, "arg_2": kvp, "arg_3": idx, "arg_4": last},
+              dict(common, arg_5=H, arg_6=HKV, arg_7=D, arg_8=1), {"result": None})
+        write(cls, sid, "run",
+              {"arg_1": q, "arg_2__0": k.unsqueeze(1), "arg_2__1": v.unsqueeze(1), "arg_3": sink},
+              {"arg_2": {"type": "tuple", "length": 2, "truncated": False,
+                         "items": [{"type": "torch.Tensor", "tensor_key": "arg_2__0"},
+                                   {"type": "torch.Tensor", "tensor_key": "arg_2__1"}]},
+               "arg_4": scale}, {"result": out})
+)PY";
+  std::ofstream(dir / "make.py") << py;
+  const int st = std::system(
+      ("/usr/bin/python3 " + (dir / "make.py").string() + " " + (dir / "dump").string()).c_str());
+  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  ASSERT_EQ(st, 0);
+  const auto results = replay::replay_sequence((dir / "dump").string());
+  ASSERT_EQ(results.size(), 6u);
   for (const auto& r : results) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
   }

@@ -238,7 +238,7 @@ TEST(MultiLevelCascade, BadInput) {
   // Causal on the last level: request 0 has 1 query against 1 key, request 1 has 2 against 2.
   call(qo, ip, ix, ls, true);
   EXPECT_FI_ERROR(call({qo[0], int_tensor({0, 2, 3})}, ip, ix, ls, true), plan, "causal");
-  EXPECT_FI_ERROR(call(qo, ip, ix, ls, false, "ROPE_LLAMA"), plan, "pos_encoding_mode");
+  EXPECT_FI_ERROR(call(qo, ip, ix, ls, false, "rope_llama"), plan, "pos_encoding_mode");
   EXPECT_FI_ERROR(w.plan(qo, ip, ix, ls, 1, 1, 64, 2, false, "NONE", false, std::nullopt, -1,
                          std::nullopt, std::nullopt, std::nullopt, DType::kInt32),
                   plan, "q_data_type");
@@ -510,8 +510,9 @@ TEST(CascadeWrappers, DumpReplaysWithEveryCallPassing) {
 
 // A dump written by Python as upstream's recorder writes it, for the calls upstream's cascade test
 // makes (the level lists positional, causal by keyword, a 5-D NHD cache), the expected output
-// computed by torch as upstream composes it (each level in fp32, rounded to fp16, merged): it
-// replays here with every call passing.
+// computed by torch as upstream composes it (each level in fp32, rounded to fp16, merged), once
+// more with pos_encoding_mode="ALIBI" (each level biased within its own requests): it replays
+// here with every call passing.
 TEST(CascadeWrappers, UpstreamWrittenMultiLevelDumpReplays) {
   namespace fs = std::filesystem;
   const fs::path dir =
@@ -527,9 +528,6 @@ except ImportError:
 root = sys.argv[1]
 torch.manual_seed(0)
 HQ, HKV, D, PS = 4, 2, 64, 4
-SELF = 140000000000000
-REPR = "<flashinfer.cascade.MultiLevelCascadeAttentionWrapper object at 0x%x>" % SELF
-obj = {"type": "MultiLevelCascadeAttentionWrapper", "repr": REPR}
 # Pages 0-1: the 6-token shared prefix; request 0's unique tokens in pages 2-3 (5 tokens),
 # request 1's in page 4 (3 tokens). Queries: 2 for request 0, 1 for request 1.
 cache = torch.randn(5, 2, PS, HKV, D).to(torch.float16)
@@ -540,43 +538,48 @@ levels = [
     (i32([0, 3]), i32([0, 2]), i32([0, 1]), i32([2])),
     (i32([0, 2, 3]), i32([0, 2, 3]), i32([2, 3, 4]), i32([1, 3])),
 ]
+# Upstream's ALiBi slopes (get_alibi_slopes) for 4 heads: 2^-2, 2^-4, 2^-6, 2^-8.
+SLOPES = torch.tensor([2.0 ** (-2 * (h + 1)) for h in range(HQ)])
 def keys(pages, last):
     rows = [cache[p] for p in pages]
     kv = torch.cat(rows, 1)  # [2, tokens, HKV, D]
     n = (len(pages) - 1) * PS + last
     return kv[0, :n].float(), kv[1, :n].float()
-def attend(qr, k, v, causal):
+def attend(qr, k, v, causal, alibi):
     g = HQ // HKV
     k = k.repeat_interleave(g, 1)
     v = v.repeat_interleave(g, 1)
     s = torch.einsum("qhd,khd->hqk", qr.float(), k) / D ** 0.5
+    qo, kv = qr.shape[0], k.shape[0]
+    if alibi:  # slope * (key index - query index within the level's request)
+        s = s + SLOPES[:, None, None] * (torch.arange(kv)[None, :] - torch.arange(qo)[:, None])
     if causal:
-        qo, kv = qr.shape[0], k.shape[0]
         pos = torch.arange(qo)[:, None] + kv - qo
         s = s.masked_fill(torch.arange(kv)[None, :] > pos, float("-inf"))
     lse = torch.logsumexp(s, -1).T / torch.log(torch.tensor(2.0))  # base 2, [q, h]
     o = torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), v)
     return o.to(torch.float16), lse
-outs = []
-for li, (qo, kvp, idx, last) in enumerate(levels):
-    o = torch.empty(3, HQ, D, dtype=torch.float16)
-    l = torch.empty(3, HQ)
-    for b in range(len(qo) - 1):
-        pages = idx[kvp[b]:kvp[b + 1]].tolist()
-        k, v = keys(pages, int(last[b]))
-        ob, lb = attend(q[qo[b]:qo[b + 1]], k, v, li == len(levels) - 1)
-        o[qo[b]:qo[b + 1]] = ob
-        l[qo[b]:qo[b + 1]] = lb
-    outs.append((o, l))
-(o1, l1), (o0, l0) = outs[1], outs[0]
-m = torch.maximum(l0, l1)
-w0, w1 = torch.exp2(l0 - m), torch.exp2(l1 - m)
-out = ((o0.float() * w0[..., None] + o1.float() * w1[..., None]) / (w0 + w1)[..., None]).to(torch.float16)
+def expected(alibi):
+    outs = []
+    for li, (qo, kvp, idx, last) in enumerate(levels):
+        o = torch.empty(3, HQ, D, dtype=torch.float16)
+        l = torch.empty(3, HQ)
+        for b in range(len(qo) - 1):
+            pages = idx[kvp[b]:kvp[b + 1]].tolist()
+            k, v = keys(pages, int(last[b]))
+            ob, lb = attend(q[qo[b]:qo[b + 1]], k, v, li == len(levels) - 1, alibi)
+            o[qo[b]:qo[b + 1]] = ob
+            l[qo[b]:qo[b + 1]] = lb
+        outs.append((o, l))
+    (o1, l1), (o0, l0) = outs[1], outs[0]
+    m = torch.maximum(l0, l1)
+    w0, w1 = torch.exp2(l0 - m), torch.exp2(l1 - m)
+    return ((o0.float() * w0[..., None] + o1.float() * w1[..., None]) / (w0 + w1)[..., None]).to(torch.float16)
 def tensor_meta(t, key):
     return {"type": "torch.Tensor", "shape": list(t.shape), "dtype": str(t.dtype),
             "stride": list(t.stride()), "device": "cpu", "requires_grad": False,
             "is_contiguous": True, "tensor_key": key}
-def write(seq, name, inputs, meta, outputs):
+def write(seq, sid, name, inputs, meta, outputs):
     d = os.path.join(root, "20261122_170000_%03d_pid777_%s_call%04d" % (seq, name, 1))
     os.makedirs(d)
     torch.save(inputs, d + "/inputs.pt")
@@ -586,24 +589,32 @@ def write(seq, name, inputs, meta, outputs):
            "timestamp": "20261122_170000_%03d" % seq, "process_id": 777,
            "input_metadata": meta, "output_metadata": {} if outputs else {"result": None},
            "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": list(outputs)},
-           "tensor_format": "torch", "execution_status": "completed", "self_id": SELF}
+           "tensor_format": "torch", "execution_status": "completed", "self_id": sid}
     with open(d + "/metadata.jsonl", "w") as f:
         f.write(json.dumps(rec) + "\n")
-write(1, "MultiLevelCascadeAttentionWrapper.__init__", {"arg_2": ws},
-      {"arg_0": obj, "arg_1": 2, "arg_3": "NHD"}, {})
-inputs, meta = {}, {"arg_0": obj}
-for a, arr in enumerate(zip(*levels)):
-    items = []
-    for i, t in enumerate(arr):
-        key = "arg_%d__%d" % (a + 1, i)
-        inputs[key] = t
-        items.append(tensor_meta(t, key))
-    meta["arg_%d" % (a + 1)] = {"type": "list", "length": len(items), "items": items,
-                                "truncated": False}
-meta.update({"arg_5": HQ, "arg_6": HKV, "arg_7": D, "arg_8": PS, "kwarg_causal": True})
-write(2, "MultiLevelCascadeAttentionWrapper.plan", inputs, meta, {})
-write(3, "MultiLevelCascadeAttentionWrapper.run", {"arg_1": q, "arg_2": cache}, {"arg_0": obj},
-      {"result": out})
+# Two wrappers: pos_encoding_mode NONE (the default), then ALIBI by keyword (upstream plans
+# every level with it).
+for n, alibi in enumerate((False, True)):
+    sid = 140000000000000 + n
+    obj = {"type": "MultiLevelCascadeAttentionWrapper",
+           "repr": "<flashinfer.cascade.MultiLevelCascadeAttentionWrapper object at 0x%x>" % sid}
+    write(3 * n + 1, sid, "MultiLevelCascadeAttentionWrapper.__init__", {"arg_2": ws},
+          {"arg_0": obj, "arg_1": 2, "arg_3": "NHD"}, {})
+    inputs, meta = {}, {"arg_0": obj}
+    for a, arr in enumerate(zip(*levels)):
+        items = []
+        for i, t in enumerate(arr):
+            key = "arg_%d__%d" % (a + 1, i)
+            inputs[key] = t
+            items.append(tensor_meta(t, key))
+        meta["arg_%d" % (a + 1)] = {"type": "list", "length": len(items), "items": items,
+                                    "truncated": False}
+    meta.update({"arg_5": HQ, "arg_6": HKV, "arg_7": D, "arg_8": PS, "kwarg_causal": True})
+    if alibi:
+        meta["kwarg_pos_encoding_mode"] = "ALIBI"
+    write(3 * n + 2, sid, "MultiLevelCascadeAttentionWrapper.plan", inputs, meta, {})
+    write(3 * n + 3, sid, "MultiLevelCascadeAttentionWrapper.run", {"arg_1": q, "arg_2": cache},
+          {"arg_0": obj}, {"result": expected(alibi)})
 )PY";
   std::ofstream(dir / "make.py") << py;
   const fs::path calls = dir / "calls";
@@ -617,7 +628,7 @@ write(3, "MultiLevelCascadeAttentionWrapper.run", {"arg_1": q, "arg_2": cache}, 
   }
   ASSERT_EQ(st, 0);
   const auto results = replay::replay_sequence(calls.string());
-  ASSERT_EQ(results.size(), 3u);
+  ASSERT_EQ(results.size(), 6u);
   for (const auto& r : results) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
     for (const auto& c : r.comparisons) {

@@ -194,7 +194,7 @@ TEST(PODWrappers, BadInput) {
   EXPECT_FI_ERROR(w.plan(ip, ix, int_tensor({2, 3}), 4, 2, 64, 2), plan, "last_page_len");
   EXPECT_FI_ERROR(w.plan(int_tensor({0, 3, 1}), ix, last, 4, 2, 64, 2), plan, "indptr");
   EXPECT_FI_ERROR(w.plan(ip, ix, last, 4, 2, 40, 2), plan, "head_dim");
-  EXPECT_FI_ERROR(w.plan(ip, ix, last, 4, 2, 64, 2, "ALIBI"), plan, "pos_encoding_mode");
+  EXPECT_FI_ERROR(w.plan(ip, ix, last, 4, 2, 64, 2, "alibi"), plan, "pos_encoding_mode");
   EXPECT_FI_ERROR(w.plan(ip, ix, last, 4, 2, 64, 2, "NONE", -1, std::nullopt), plan, "q_data_type");
   w.plan(ip, ix, last, 4, 2, 64, 2);
   w.run(qp, kp, vp, qd, PagedKVCache(cache));  // valid

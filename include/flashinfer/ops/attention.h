@@ -108,11 +108,14 @@ struct AttentionRunOptions {
   std::optional<PagedKVCache> kv_cache_sf;
   std::optional<bool> use_fp16_softmax;  // not supported when true
   std::optional<bool> uses_spcompress;   // not supported when true
+  // Upstream's run(q, kv, *args): a JIT variant's extra arguments, as a tuple. The prefill
+  // wrappers built with the AttentionSink variant (jit_args) take (sink [Hq] fp32, sm_scale).
+  std::optional<Value> args;
 };
 FLASHINFER_OPTION_FIELDS(AttentionRunOptions, q_scale, k_scale, v_scale, o_scale, out, lse,
                          return_lse, enable_pdl, window_left, sinks, q_len_per_req,
                          skip_softmax_threshold_scale_factor, kv_cache_sf, use_fp16_softmax,
-                         uses_spcompress);
+                         uses_spcompress, args);
 
 /// BatchDecodeWithPagedKVCacheWrapper.plan()'s keyword arguments (upstream's names and
 /// defaults; upstream takes them through **kwargs).

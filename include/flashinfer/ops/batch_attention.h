@@ -44,7 +44,9 @@ class BatchAttention : public ApiObject {
   /// q [qo_indptr[-1], Hq, Dqk]; kv_cache a paged cache (5-D or (k, v) pair, the layout of
   /// __init__). Returns upstream's (out [rows, Hq, Dvo] in q's dtype, lse [rows, Hq] fp32).
   /// k_scale / v_scale: a float or a one-element tensor. logits_soft_cap > 0 overrides plan's.
-  /// profiler_buffer and kv_cache_sf (NVFP4) are not supported.
+  /// kv_cache_sf: NVFP4 block scales of a torch.uint8 cache (plan's kv_data_type=torch.uint8),
+  /// one tensor or a (k_sf, v_sf) pair like kv_cache, V's 4-token interleaved as the paged
+  /// wrappers' (CPU only). profiler_buffer is not supported.
   AttentionOutput run(const Tensor& q, const PagedKVCache& kv_cache,
                       std::optional<Tensor> out = std::nullopt,
                       std::optional<Tensor> lse = std::nullopt,
@@ -52,7 +54,7 @@ class BatchAttention : public ApiObject {
                       std::optional<ScalarOrTensor<double>> v_scale = std::nullopt,
                       std::optional<double> logits_soft_cap = 0.0,
                       std::optional<Tensor> profiler_buffer = std::nullopt,
-                      std::optional<Tensor> kv_cache_sf = std::nullopt);
+                      std::optional<PagedKVCache> kv_cache_sf = std::nullopt);
 
   std::string_view class_name() const override { return "BatchAttention"; }
   std::string_view module_name() const override { return "flashinfer.attention._core"; }

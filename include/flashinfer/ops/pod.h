@@ -44,7 +44,8 @@ class PODWithPagedKVCacheWrapper : public ApiObject {
   PODWithPagedKVCacheWrapper& operator=(const PODWithPagedKVCacheWrapper&) = delete;
 
   /// The decode requests' page table (int32). q_data_type (None: data_type); kv_data_type
-  /// default data_type, then q_data_type. pos_encoding_mode "NONE" only.
+  /// default data_type, then q_data_type. pos_encoding_mode / rope_scale / rope_theta: the
+  /// decode part's (CPU only for ROPE_LLAMA and ALIBI, run inside the prefill kernel upstream).
   void plan(const Tensor& indptr, const Tensor& indices, const Tensor& last_page_len,
             int64_t num_qo_heads, int64_t num_kv_heads, int64_t head_dim, int64_t page_size,
             std::string_view pos_encoding_mode = "NONE", int64_t window_left = -1,
