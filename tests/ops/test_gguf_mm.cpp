@@ -227,8 +227,10 @@ TEST(MmGguf, EveryTierMatchesTheFp64Formula) {
     int64_t m, n, k;
   };
   // Decode (m = 1) and prefill shapes, rows not multiples of any tile, k from one block up.
-  const Shape3 shapes[] = {{1, 1, 32},  {1, 7, 64}, {1, 13, 576}, {2, 5, 96},
-                           {3, 9, 128}, {5, 3, 32}, {7, 11, 160}, {13, 6, 64}};
+  // From 16 rows on AVX-512 runs the packed panel GEMM: {16, 33, 64} and {29, 40, 96} cover a
+  // partial last panel of 32 weight rows and a last row tile short of 12.
+  const Shape3 shapes[] = {{1, 1, 32}, {1, 7, 64},   {1, 13, 576}, {2, 5, 96},   {3, 9, 128},
+                           {5, 3, 32}, {7, 11, 160}, {13, 6, 64},  {16, 33, 64}, {29, 40, 96}};
   uint64_t seed = 1;
   for (bool q4 : {true, false}) {
     for (const Shape3& s : shapes) {

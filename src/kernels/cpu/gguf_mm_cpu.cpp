@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -680,6 +681,105 @@ bool gguf_mm_int8(const GgufMmParams& p) {
   return true;
 }
 
+// ---- AVX-512: the prefill shape as a packed fp32 GEMM ----
+// From kPackedMinM activation rows on, each thread dequantizes a panel of 32 weight rows once
+// per call into fp32, transposed ([k][32]: the 32 weights of one k index in two vectors), and
+// runs a register-blocked kernel over every activation row: 12 rows x 32 weight rows in 24
+// accumulators, per k index two vector loads, 12 broadcasts and 24 FMAs. The tiles above
+// dequantize each block again for every 12 activation rows and reduce horizontally at the end,
+// which held them to ~16 GMAC/s on one core; this is bound by the FMA ports. The weights are
+// the same fp32 values (d * q + m with one fused rounding), the sums fp32 in k order, so the
+// numerics are the fp32 dequantizing path's. Not bf16 on purpose: the chat's answer needs
+// fp32 activations (docs/CHAT.md), and vdpbf16ps on split activations costs as many
+// instructions per multiply-add as fp32 FMAs.
+constexpr int64_t kPanel = 32;
+constexpr int kPackedMr = 12;
+constexpr int64_t kPackedMinM = 16;
+
+// bp[t * 32 + c] = dequant(row c)[t] for c < rows, 0 for the padding rows.
+template <GgmlQuantType T>
+FI_GGUF_AVX512 void pack_panel(const uint8_t* b, int64_t brow, int64_t rows, int64_t blocks,
+                               float* bp) {
+  constexpr int64_t bytes = ggml_block_bytes(T);
+  alignas(64) float tmp[kGgmlBlockValues];
+  for (int64_t c = 0; c < kPanel; ++c) {
+    if (c >= rows) {
+      for (int64_t t = 0; t < blocks * kGgmlBlockValues; ++t) bp[t * kPanel + c] = 0.0f;
+      continue;
+    }
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      __m512 w0, w1;
+      dequant512<T>(b + c * brow + blk * bytes, w0, w1);
+      _mm512_store_ps(tmp, w0);
+      _mm512_store_ps(tmp + 16, w1);
+      float* dst = bp + blk * kGgmlBlockValues * kPanel + c;
+      for (int t = 0; t < kGgmlBlockValues; ++t) dst[t * kPanel] = tmp[t];
+    }
+  }
+}
+
+// MR activation rows x the 32 weight rows of a packed panel; c[r * 32 + col].
+template <int MR>
+FI_GGUF_AVX512 void packed_kernel(const float* a, int64_t lda, const float* bp, int64_t k,
+                                  float* c) {
+  __m512 acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < k; ++t) {
+    const __m512 b0 = _mm512_load_ps(bp + t * kPanel);
+    const __m512 b1 = _mm512_load_ps(bp + t * kPanel + 16);
+    for (int r = 0; r < MR; ++r) {
+      const __m512 x = _mm512_set1_ps(a[r * lda + t]);
+      acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    _mm512_storeu_ps(c + r * kPanel, acc[r][0]);
+    _mm512_storeu_ps(c + r * kPanel + 16, acc[r][1]);
+  }
+}
+
+using PackedFn = void (*)(const float* a, int64_t lda, const float* bp, int64_t k, float* c);
+
+template <GgmlQuantType T>
+void gguf_mm_packed(const GgufMmParams& p, const float* a, int64_t lda) {
+  static constexpr PackedFn kernels[kPackedMr] = {
+      &packed_kernel<1>, &packed_kernel<2>,  &packed_kernel<3>,  &packed_kernel<4>,
+      &packed_kernel<5>, &packed_kernel<6>,  &packed_kernel<7>,  &packed_kernel<8>,
+      &packed_kernel<9>, &packed_kernel<10>, &packed_kernel<11>, &packed_kernel<12>};
+  const int64_t blocks = p.k / kGgmlBlockValues;
+  const int64_t panels = (p.n + kPanel - 1) / kPanel;
+#pragma omp parallel if (p.m * p.n * p.k >= kParallelMinMacs)
+  {
+    // One panel per thread at a time (k * 128 bytes: 72 KiB at k = 576, 192 KiB at 1536, in L2),
+    // 64-byte aligned for the vector loads.
+    std::vector<float> buf(static_cast<size_t>(p.k * kPanel + 16));
+    float* bp = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) &
+                                         ~static_cast<uintptr_t>(63));
+    alignas(64) float c[kPackedMr * kPanel];
+#pragma omp for schedule(static)
+    for (int64_t pn = 0; pn < panels; ++pn) {
+      const int64_t j0 = pn * kPanel;
+      const int64_t cols = std::min(kPanel, p.n - j0);
+      pack_panel<T>(p.b + j0 * p.b_row_bytes, p.b_row_bytes, cols, blocks, bp);
+      for (int64_t i0 = 0; i0 < p.m; i0 += kPackedMr) {
+        const int rows = static_cast<int>(std::min<int64_t>(kPackedMr, p.m - i0));
+        kernels[rows - 1](a + i0 * lda, lda, bp, p.k, c);
+        for (int r = 0; r < rows; ++r) {
+          const int64_t o = (i0 + r) * p.out_stride_m + j0 * p.out_stride_n;
+          if (p.out_dtype == DType::kFloat32 && p.out_stride_n == 1) {
+            std::memcpy(static_cast<float*>(p.out) + o, c + r * kPanel,
+                        static_cast<size_t>(cols) * sizeof(float));
+          } else {
+            for (int64_t col = 0; col < cols; ++col)
+              store_out(p.out, p.out_dtype, o + col * p.out_stride_n, c[r * kPanel + col]);
+          }
+        }
+      }
+    }
+  }
+}
+
 #endif  // FLASHINFER_CPU_X86_INTRINSICS
 
 // The tiles of one tier: fn[r - 1][0] is R = r with NR = 1, fn[r - 1][1] is R = r with the
@@ -839,6 +939,15 @@ void gguf_mm_with(const GgufMmParams& p, CpuIsa isa) {
             load_a(p.a, p.a_dtype, i * p.a_stride_m + t * p.a_stride_k);
     a = a32.data();
   }
+#if FLASHINFER_CPU_X86_INTRINSICS
+  if (isa == CpuIsa::kAvx512 && p.m >= kPackedMinM) {
+    if (p.type == GgmlQuantType::kQ4_1)
+      gguf_mm_packed<GgmlQuantType::kQ4_1>(p, a, lda);
+    else
+      gguf_mm_packed<GgmlQuantType::kQ8_0>(p, a, lda);
+    return;
+  }
+#endif
   if (isa != CpuIsa::kScalar) {
     const Tiles t = p.type == GgmlQuantType::kQ4_1 ? tiles_for<GgmlQuantType::kQ4_1>(isa)
                                                    : tiles_for<GgmlQuantType::kQ8_0>(isa);
