@@ -696,24 +696,56 @@ constexpr int64_t kPanel = 32;
 constexpr int kPackedMr = 12;
 constexpr int64_t kPackedMinM = 16;
 
-// bp[t * 32 + c] = dequant(row c)[t] for c < rows, 0 for the padding rows.
+// r[t] = column t of the 16 x 16 matrix whose row i was r[i] (three shuffle stages).
+FI_GGUF_AVX512 inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);      // per 128-bit lane: a0 b0 a1 b1
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);  // a2 b2 a3 b3
+  }
+  for (int i = 0; i < 4; ++i) {  // r[4i + j], lane L: rows 4i..4i+3 of column 4L + j
+    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512 ab_lo = _mm512_shuffle_f32x4(r[j], r[4 + j], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 ab_hi = _mm512_shuffle_f32x4(r[j], r[4 + j], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512 cd_lo = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 cd_hi = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], _MM_SHUFFLE(3, 2, 3, 2));
+    t[j] = _mm512_shuffle_f32x4(ab_lo, cd_lo, _MM_SHUFFLE(2, 0, 2, 0));
+    t[4 + j] = _mm512_shuffle_f32x4(ab_lo, cd_lo, _MM_SHUFFLE(3, 1, 3, 1));
+    t[8 + j] = _mm512_shuffle_f32x4(ab_hi, cd_hi, _MM_SHUFFLE(2, 0, 2, 0));
+    t[12 + j] = _mm512_shuffle_f32x4(ab_hi, cd_hi, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// bp[t * 32 + c] = dequant(row c)[t] for c < rows, 0 for the padding rows: per block, 16 rows
+// dequantized in registers and transposed 16 x 16 at a time (scalar transposing stores cost
+// about as much as the kernel itself at m = 64).
 template <GgmlQuantType T>
 FI_GGUF_AVX512 void pack_panel(const uint8_t* b, int64_t brow, int64_t rows, int64_t blocks,
                                float* bp) {
   constexpr int64_t bytes = ggml_block_bytes(T);
-  alignas(64) float tmp[kGgmlBlockValues];
-  for (int64_t c = 0; c < kPanel; ++c) {
-    if (c >= rows) {
-      for (int64_t t = 0; t < blocks * kGgmlBlockValues; ++t) bp[t * kPanel + c] = 0.0f;
-      continue;
-    }
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      __m512 w0, w1;
-      dequant512<T>(b + c * brow + blk * bytes, w0, w1);
-      _mm512_store_ps(tmp, w0);
-      _mm512_store_ps(tmp + 16, w1);
-      float* dst = bp + blk * kGgmlBlockValues * kPanel + c;
-      for (int t = 0; t < kGgmlBlockValues; ++t) dst[t * kPanel] = tmp[t];
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    for (int64_t g = 0; g < kPanel; g += 16) {
+      __m512 lo[16], hi[16];
+      for (int i = 0; i < 16; ++i) {
+        if (g + i < rows) {
+          dequant512<T>(b + (g + i) * brow + blk * bytes, lo[i], hi[i]);
+        } else {
+          lo[i] = hi[i] = _mm512_setzero_ps();
+        }
+      }
+      transpose16(lo);
+      transpose16(hi);
+      float* dst = bp + blk * kGgmlBlockValues * kPanel + g;
+      for (int t = 0; t < 16; ++t) {
+        _mm512_store_ps(dst + t * kPanel, lo[t]);
+        _mm512_store_ps(dst + (t + 16) * kPanel, hi[t]);
+      }
     }
   }
 }
