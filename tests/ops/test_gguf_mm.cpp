@@ -260,6 +260,21 @@ TEST(MmGguf, EveryTierMatchesTheFp64Formula) {
   }
 }
 
+// The packed prefill path splits the activation rows into chunks of about 1 MiB (170 rows at
+// k = 1536): 180 rows run as two chunks, each repacking the panels (one partial).
+TEST(MmGguf, PackedPathAcrossActivationChunks) {
+  const int64_t m = 180, n = 40, k = 1536;
+  uint64_t seed = 900;
+  for (bool q4 : {true, false}) {
+    const std::vector<uint8_t> rows = random_rows(n, k, q4, seed++);
+    const std::vector<double> w = dequant_fp64(rows, n, k, q4);
+    const Tensor a = testing::rand_tensor({m, k}, DType::kFloat32, seed++, -2.0, 2.0);
+    const Tensor out =
+        mm_gguf(a, bytes_tensor(rows, n), q4 ? "Q4_1" : "Q8_0", std::nullopt, DType::kFloat32);
+    EXPECT_TRUE(matches_fp64(out, a, w, n)) << (q4 ? "Q4_1" : "Q8_0");
+  }
+}
+
 // The split path (fp32 activations as two bf16 parts, m = 1) at the model's shapes: within its
 // derived bound of the fp64 formula (2^-16 |a| |d q| per value plus the fp32 sums), and at
 // least 32 times closer to it than the same activations rounded to bf16 (one part: 2^-8 |a|
