@@ -24,6 +24,13 @@ vocabulary, as `chat --bench` draws them); greedy decoding, no stop token, new_t
 sequence (the first sampled after the prefill, new_tokens - 1 decode steps). Prefill tok/s =
 B * P / prefill wall time; decode tok/s = B * (new_tokens - 1) / decode wall time.
 
+Decode runs after the P-token prompt, i.e. at a context of P..P + new_tokens, not from an empty
+cache as `llama-bench`'s tg128 does: at P = 512 llama.cpp decodes this model about half as fast
+as at depth 0 on this machine (ours loses ~30%), so compare its decode with llama-bench's
+`-d 512`, not its default (docs/PERFORMANCE.md, session 10). The llama.cpp loop is otherwise
+llama-bench's (one llama_decode per step, logits only for the rows sampled); the per-token
+Python (a numpy argmax over the vocabulary) is ~0.1% of a step.
+
 PyTorch and llama.cpp each run in a worker process of their own that loads the model once, so
 neither runs the other's thread pool and a spinning OpenMP team of one does not take a core from
 the next; measurements are interleaved (each repetition runs every configuration of all three,

@@ -227,8 +227,10 @@ TEST(MmGguf, EveryTierMatchesTheFp64Formula) {
     int64_t m, n, k;
   };
   // Decode (m = 1) and prefill shapes, rows not multiples of any tile, k from one block up.
-  const Shape3 shapes[] = {{1, 1, 32},  {1, 7, 64}, {1, 13, 576}, {2, 5, 96},
-                           {3, 9, 128}, {5, 3, 32}, {7, 11, 160}, {13, 6, 64}};
+  // From 16 rows on AVX-512 runs the packed panel GEMM: {16, 33, 64} and {29, 40, 96} cover a
+  // partial last panel of 32 weight rows and a last row tile short of 12.
+  const Shape3 shapes[] = {{1, 1, 32}, {1, 7, 64},   {1, 13, 576}, {2, 5, 96},   {3, 9, 128},
+                           {5, 3, 32}, {7, 11, 160}, {13, 6, 64},  {16, 33, 64}, {29, 40, 96}};
   uint64_t seed = 1;
   for (bool q4 : {true, false}) {
     for (const Shape3& s : shapes) {
@@ -255,6 +257,21 @@ TEST(MmGguf, EveryTierMatchesTheFp64Formula) {
         }
       }
     }
+  }
+}
+
+// The packed prefill path splits the activation rows into chunks of about 1 MiB (170 rows at
+// k = 1536): 180 rows run as two chunks, each repacking the panels (one partial).
+TEST(MmGguf, PackedPathAcrossActivationChunks) {
+  const int64_t m = 180, n = 40, k = 1536;
+  uint64_t seed = 900;
+  for (bool q4 : {true, false}) {
+    const std::vector<uint8_t> rows = random_rows(n, k, q4, seed++);
+    const std::vector<double> w = dequant_fp64(rows, n, k, q4);
+    const Tensor a = testing::rand_tensor({m, k}, DType::kFloat32, seed++, -2.0, 2.0);
+    const Tensor out =
+        mm_gguf(a, bytes_tensor(rows, n), q4 ? "Q4_1" : "Q8_0", std::nullopt, DType::kFloat32);
+    EXPECT_TRUE(matches_fp64(out, a, w, n)) << (q4 ? "Q4_1" : "Q8_0");
   }
 }
 

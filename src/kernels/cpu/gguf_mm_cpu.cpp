@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -680,6 +681,159 @@ bool gguf_mm_int8(const GgufMmParams& p) {
   return true;
 }
 
+// ---- AVX-512: the prefill shape as a packed fp32 GEMM ----
+// From kPackedMinM activation rows on, each thread dequantizes a panel of 32 weight rows once
+// per call into fp32, transposed ([k][32]: the 32 weights of one k index in two vectors), and
+// runs a register-blocked kernel over every activation row: 12 rows x 32 weight rows in 24
+// accumulators, per k index two vector loads, 12 broadcasts and 24 FMAs. The tiles above
+// dequantize each block again for every 12 activation rows and reduce horizontally at the end,
+// which held them to ~16 GMAC/s on one core; this is bound by the FMA ports. The weights are
+// the same fp32 values (d * q + m with one fused rounding), the sums fp32 in k order, so the
+// numerics are the fp32 dequantizing path's. Not bf16 on purpose: the chat's answer needs
+// fp32 activations (docs/CHAT.md), and vdpbf16ps on split activations costs as many
+// instructions per multiply-add as fp32 FMAs.
+constexpr int64_t kPanel = 32;
+constexpr int kPackedMr = 12;
+constexpr int64_t kPackedMinM = 16;
+
+// r[t] = column t of the 16 x 16 matrix whose row i was r[i] (three shuffle stages).
+FI_GGUF_AVX512 inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);      // per 128-bit lane: a0 b0 a1 b1
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);  // a2 b2 a3 b3
+  }
+  for (int i = 0; i < 4; ++i) {  // r[4i + j], lane L: rows 4i..4i+3 of column 4L + j
+    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512 ab_lo = _mm512_shuffle_f32x4(r[j], r[4 + j], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 ab_hi = _mm512_shuffle_f32x4(r[j], r[4 + j], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512 cd_lo = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 cd_hi = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], _MM_SHUFFLE(3, 2, 3, 2));
+    t[j] = _mm512_shuffle_f32x4(ab_lo, cd_lo, _MM_SHUFFLE(2, 0, 2, 0));
+    t[4 + j] = _mm512_shuffle_f32x4(ab_lo, cd_lo, _MM_SHUFFLE(3, 1, 3, 1));
+    t[8 + j] = _mm512_shuffle_f32x4(ab_hi, cd_hi, _MM_SHUFFLE(2, 0, 2, 0));
+    t[12 + j] = _mm512_shuffle_f32x4(ab_hi, cd_hi, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// bp[t * 32 + c] = dequant(row c)[t] for c < rows, 0 for the padding rows: per block, 16 rows
+// dequantized in registers and transposed 16 x 16 at a time (scalar transposing stores cost
+// about as much as the kernel itself at m = 64).
+template <GgmlQuantType T>
+FI_GGUF_AVX512 void pack_panel(const uint8_t* b, int64_t brow, int64_t rows, int64_t blocks,
+                               float* bp) {
+  constexpr int64_t bytes = ggml_block_bytes(T);
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    for (int64_t g = 0; g < kPanel; g += 16) {
+      __m512 lo[16], hi[16];
+      for (int i = 0; i < 16; ++i) {
+        if (g + i < rows) {
+          dequant512<T>(b + (g + i) * brow + blk * bytes, lo[i], hi[i]);
+        } else {
+          lo[i] = hi[i] = _mm512_setzero_ps();
+        }
+      }
+      transpose16(lo);
+      transpose16(hi);
+      float* dst = bp + blk * kGgmlBlockValues * kPanel + g;
+      for (int t = 0; t < 16; ++t) {
+        _mm512_store_ps(dst + t * kPanel, lo[t]);
+        _mm512_store_ps(dst + (t + 16) * kPanel, hi[t]);
+      }
+    }
+  }
+}
+
+// MR activation rows x the 32 weight rows of a packed panel; c[r * 32 + col]. The sums run
+// in two levels: 32 k indices (one GGUF block) in registers, then added to c in L1, so each
+// fp32 sum has k / 32 + 32 terms in sequence rather than k (the old tiles' 16 lanes had the
+// same effect; one sequence of 1536 terms moved the chat's logits visibly more).
+template <int MR>
+FI_GGUF_AVX512 void packed_kernel(const float* a, int64_t lda, const float* bp, int64_t k,
+                                  float* c) {
+  for (int r = 0; r < MR; ++r) {
+    _mm512_storeu_ps(c + r * kPanel, _mm512_setzero_ps());
+    _mm512_storeu_ps(c + r * kPanel + 16, _mm512_setzero_ps());
+  }
+  for (int64_t t0 = 0; t0 < k; t0 += kGgmlBlockValues) {
+    __m512 acc[MR][2];
+    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t t = t0; t < t0 + kGgmlBlockValues; ++t) {
+      const __m512 b0 = _mm512_load_ps(bp + t * kPanel);
+      const __m512 b1 = _mm512_load_ps(bp + t * kPanel + 16);
+      for (int r = 0; r < MR; ++r) {
+        const __m512 x = _mm512_set1_ps(a[r * lda + t]);
+        acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+      }
+    }
+    for (int r = 0; r < MR; ++r) {
+      _mm512_storeu_ps(c + r * kPanel, _mm512_add_ps(_mm512_loadu_ps(c + r * kPanel), acc[r][0]));
+      _mm512_storeu_ps(c + r * kPanel + 16,
+                       _mm512_add_ps(_mm512_loadu_ps(c + r * kPanel + 16), acc[r][1]));
+    }
+  }
+}
+
+using PackedFn = void (*)(const float* a, int64_t lda, const float* bp, int64_t k, float* c);
+
+template <GgmlQuantType T>
+void gguf_mm_packed(const GgufMmParams& p, const float* a, int64_t lda) {
+  static constexpr PackedFn kernels[kPackedMr] = {
+      &packed_kernel<1>, &packed_kernel<2>,  &packed_kernel<3>,  &packed_kernel<4>,
+      &packed_kernel<5>, &packed_kernel<6>,  &packed_kernel<7>,  &packed_kernel<8>,
+      &packed_kernel<9>, &packed_kernel<10>, &packed_kernel<11>, &packed_kernel<12>};
+  const int64_t blocks = p.k / kGgmlBlockValues;
+  const int64_t panels = (p.n + kPanel - 1) / kPanel;
+  // Activation rows in chunks of about 1 MiB (fp32), so a chunk stays in L2 while every panel
+  // of a thread runs over it; each panel is packed again per chunk (~6 rows' worth of kernel
+  // time). One chunk of all m rows read the activations once per panel instead: 0.9 GB per
+  // gate+up call at m = 4096 (batch 8 x 512).
+  const int64_t max_rows = std::max<int64_t>(kPackedMr, (int64_t{1} << 20) / (p.k * 4));
+  const int64_t n_chunks = (p.m + max_rows - 1) / max_rows;
+  const int64_t chunk = ((p.m + n_chunks - 1) / n_chunks + kPackedMr - 1) / kPackedMr * kPackedMr;
+#pragma omp parallel if (p.m * p.n * p.k >= kParallelMinMacs)
+  {
+    // One panel per thread at a time (k * 128 bytes: 72 KiB at k = 576, 192 KiB at 1536, in L2),
+    // 64-byte aligned for the vector loads.
+    std::vector<float> buf(static_cast<size_t>(p.k * kPanel + 16));
+    float* bp = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) &
+                                         ~static_cast<uintptr_t>(63));
+    alignas(64) float c[kPackedMr * kPanel];
+    for (int64_t m0 = 0; m0 < p.m; m0 += chunk) {
+      const int64_t m1 = std::min(p.m, m0 + chunk);
+      // The same panels go to the same thread in every chunk (static schedule, same count), so
+      // no barrier is needed between chunks.
+#pragma omp for schedule(static) nowait
+      for (int64_t pn = 0; pn < panels; ++pn) {
+        const int64_t j0 = pn * kPanel;
+        const int64_t cols = std::min(kPanel, p.n - j0);
+        pack_panel<T>(p.b + j0 * p.b_row_bytes, p.b_row_bytes, cols, blocks, bp);
+        for (int64_t i0 = m0; i0 < m1; i0 += kPackedMr) {
+          const int rows = static_cast<int>(std::min<int64_t>(kPackedMr, m1 - i0));
+          kernels[rows - 1](a + i0 * lda, lda, bp, p.k, c);
+          for (int r = 0; r < rows; ++r) {
+            const int64_t o = (i0 + r) * p.out_stride_m + j0 * p.out_stride_n;
+            if (p.out_dtype == DType::kFloat32 && p.out_stride_n == 1) {
+              std::memcpy(static_cast<float*>(p.out) + o, c + r * kPanel,
+                          static_cast<size_t>(cols) * sizeof(float));
+            } else {
+              for (int64_t col = 0; col < cols; ++col)
+                store_out(p.out, p.out_dtype, o + col * p.out_stride_n, c[r * kPanel + col]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 #endif  // FLASHINFER_CPU_X86_INTRINSICS
 
 // The tiles of one tier: fn[r - 1][0] is R = r with NR = 1, fn[r - 1][1] is R = r with the
@@ -839,6 +993,15 @@ void gguf_mm_with(const GgufMmParams& p, CpuIsa isa) {
             load_a(p.a, p.a_dtype, i * p.a_stride_m + t * p.a_stride_k);
     a = a32.data();
   }
+#if FLASHINFER_CPU_X86_INTRINSICS
+  if (isa == CpuIsa::kAvx512 && p.m >= kPackedMinM) {
+    if (p.type == GgmlQuantType::kQ4_1)
+      gguf_mm_packed<GgmlQuantType::kQ4_1>(p, a, lda);
+    else
+      gguf_mm_packed<GgmlQuantType::kQ8_0>(p, a, lda);
+    return;
+  }
+#endif
   if (isa != CpuIsa::kScalar) {
     const Tiles t = p.type == GgmlQuantType::kQ4_1 ? tiles_for<GgmlQuantType::kQ4_1>(isa)
                                                    : tiles_for<GgmlQuantType::kQ8_0>(isa);
