@@ -14,8 +14,11 @@ use_regex=True), the ByteLevel decoder, and the control tokens (token type 3) as
 import json
 import sys
 
-from gguf import GGUFReader
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+try:
+    from gguf import GGUFReader
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+except ImportError:
+    sys.exit(77)  # the test skips: one interpreter start, no separate check
 
 
 def strings(field):

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,8 +29,19 @@ inline Value snapshot(const Value& v) {
   return v;
 }
 
+/// One recorded call on a wrapper object, kept for rebuilding the object in replay().
+struct ObjectStep {
+  std::string name;
+  std::vector<Value> inputs;  // snapshots; inputs[0] is `self`
+  bool failed = false;
+};
+/// The calls made on one object from its `__init__` on, shared by the Calls that need them.
+using ObjectHistory = std::vector<ObjectStep>;
+
 /// Records every outermost call: inputs snapshotted before the op runs, the result and the
-/// (possibly mutated) arguments after it.
+/// (possibly mutated) arguments after it. A wrapper's calls also go to its object's history, so
+/// that replay() rebuilds the object instead of using the recorded `self` (a raw pointer to the
+/// live wrapper, which may be destroyed by then).
 class RecordingObserver : public CallObserver {
  public:
   struct Call {
@@ -38,11 +50,26 @@ class RecordingObserver : public CallObserver {
     std::vector<Value> after;   // arguments after the call (in-place ops mutate them)
     Value result;
     std::string error;
+    // Methods: the object's calls (shared, by value) and this call's index in them; null when
+    // the object's __init__ was not recorded.
+    std::shared_ptr<ObjectHistory> history;
+    std::size_t step = 0;
   };
   void on_call_begin(const OpDecl& decl, std::span<const Value> args) override {
     Call c;
     c.name = decl.name;
     for (const auto& a : args) c.inputs.push_back(snapshot(a));
+    if (decl.is_method() && !args.empty() && args[0].kind() == Value::Kind::kObject) {
+      // An id may come back for a new object after the old one is destroyed: __init__ starts
+      // a fresh history.
+      auto& h = histories_[args[0].as_object().id];
+      if (decl.is_constructor()) h = std::make_shared<ObjectHistory>();
+      if (h) {
+        c.history = h;
+        c.step = h->size();
+        h->push_back({decl.name, c.inputs, false});
+      }
+    }
     calls.push_back(std::move(c));
   }
   void on_call_end(const OpDecl&, std::span<const Value> args, const Value& result) override {
@@ -51,8 +78,12 @@ class RecordingObserver : public CallObserver {
   }
   void on_call_error(const OpDecl&, std::span<const Value>, std::string_view what) override {
     calls.back().error = std::string(what);
+    if (calls.back().history) (*calls.back().history)[calls.back().step].failed = true;
   }
   std::vector<Call> calls;
+
+ private:
+  std::map<uint64_t, std::shared_ptr<ObjectHistory>> histories_;
 };
 
 /// Installs a RecordingObserver for the lifetime of the guard.
@@ -66,24 +97,56 @@ class RecordingScope {
   std::shared_ptr<RecordingObserver> obs_;
 };
 
-/// Runs the recorded call again through its declaration's invoker (as `flashinfer replay`
-/// does), on fresh copies of the recorded inputs. Returns (result, arguments after the call).
-inline std::pair<Value, std::vector<Value>> replay(const RecordingObserver::Call& call) {
-  const OpDecl* decl = OpRegistry::global().find(call.name);
-  if (decl == nullptr) throw std::runtime_error("op not registered: " + call.name);
+/// Invokes `name` through its declaration on fresh copies of `inputs` (inputs[0] replaced by
+/// `self` when given). Returns (result, the bound arguments after the call).
+inline std::pair<Value, std::vector<Value>> invoke_recorded(const std::string& name,
+                                                            const std::vector<Value>& inputs,
+                                                            const Value* self = nullptr) {
+  const OpDecl* decl = OpRegistry::global().find(name);
+  if (decl == nullptr) throw std::runtime_error("op not registered: " + name);
   // Keyword-only parameters are passed by keyword, as a recorded kwarg_<name> is.
   std::vector<Value> args;
   std::vector<std::pair<std::string, Value>> kwargs;
-  for (std::size_t i = 0; i < call.inputs.size(); ++i) {
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    Value v = (i == 0 && self != nullptr) ? *self : snapshot(inputs[i]);
     if (i < decl->params.size() && decl->params[i].keyword_only) {
-      kwargs.emplace_back(decl->params[i].name, snapshot(call.inputs[i]));
+      kwargs.emplace_back(decl->params[i].name, std::move(v));
     } else {
-      args.push_back(snapshot(call.inputs[i]));
+      args.push_back(std::move(v));
     }
   }
   CallArgs bound(*decl, bind_arguments(*decl, args, kwargs));
   Value result = decl->invoke(bound);
   return {result, bound.values()};
+}
+
+/// Runs the recorded call again through its declaration's invoker (as `flashinfer replay`
+/// does), on fresh copies of the recorded inputs. Returns (result, arguments after the call).
+/// A wrapper method runs on a new object built from the recorded history (its __init__ and the
+/// successful calls before this one), as replay from a dump does, never on the recorded
+/// wrapper: that one may be gone. Without a recorded __init__ it throws flashinfer::Error.
+inline std::pair<Value, std::vector<Value>> replay(const RecordingObserver::Call& call) {
+  const OpDecl* decl = OpRegistry::global().find(call.name);
+  if (decl == nullptr) throw std::runtime_error("op not registered: " + call.name);
+  if (!decl->is_method() || decl->is_constructor()) return invoke_recorded(call.name, call.inputs);
+  if (!call.history) {
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, call.name, "self",
+                    "in-memory replay rebuilds the object from its __init__, which was not "
+                    "recorded: construct the wrapper inside the RecordingScope");
+  }
+  const ObjectHistory& h = *call.history;
+  Value self;
+  {
+    ScopedUnobserved quiet;  // the rebuilding calls are not part of the recording
+    self = invoke_recorded(h[0].name, h[0].inputs).first;
+    for (std::size_t i = 1; i < call.step; ++i) {
+      if (!h[i].failed) invoke_recorded(h[i].name, h[i].inputs, &self);
+    }
+  }
+  auto out = invoke_recorded(call.name, call.inputs, &self);
+  // The new object stands in for the recorded one: report the recorded `self`.
+  if (!out.second.empty() && !call.inputs.empty()) out.second[0] = call.inputs[0];
+  return out;
 }
 
 /// Bitwise-equal tensors (same shape, same values as doubles; NaN equals NaN).

@@ -11,11 +11,8 @@
 #include <numeric>
 #include <random>
 
-#include <sys/wait.h>
 #include <unistd.h>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include "flashinfer/ops/mla.h"
 #include "flashinfer/recorder.h"
@@ -23,6 +20,7 @@
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer {
 namespace {
@@ -679,20 +677,8 @@ TEST(Mla, DumpReplaysWithEveryCallPassing) {
 // argument by keyword, a 4-D cache, the fused bmm1 scale), the expected output computed by torch
 // in fp32: it replays here and passes.
 TEST(Mla, UpstreamWrittenTrtllmMlaDumpReplays) {
-  namespace fs = std::filesystem;
-  const fs::path dir =
-      fs::temp_directory_path() / ("fi_mla_upstream_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  const fs::path call =
-      dir / "20261122_153000_001_pid4242_trtllm_batch_decode_with_kv_cache_mla_call0001";
-  fs::create_directories(call);
-  const std::string py = R"PY(
-import json, sys
-try:
-    import torch
-except ImportError:
-    sys.exit(77)
-d = sys.argv[1]
+  // save() and record(): the shared writer (tests/util/upstream_dump_py.h).
+  const std::string body = R"PY(
 torch.manual_seed(0)
 B, H, R, P, PS = 2, 4, 32, 8, 4
 D = R + P
@@ -700,7 +686,7 @@ lens = [6, 3]
 q = torch.randn(B, 1, H, D).to(torch.bfloat16)
 kv = torch.randn(5, 1, PS, D).to(torch.bfloat16)
 bt = torch.tensor([[3, 0], [4, -1]], dtype=torch.int32)
-seq = torch.tensor(lens, dtype=torch.int32)
+seq_lens = torch.tensor(lens, dtype=torch.int32)
 ws = torch.zeros(256, dtype=torch.uint8)
 scale = 0.125
 out = torch.empty(B, 1, H, R)
@@ -708,38 +694,16 @@ for b in range(B):
     rows = torch.cat([kv[bt[b, j], 0].float() for j in range((lens[b] + PS - 1) // PS)])[: lens[b]]
     s = (q[b, 0].float() @ rows.T) * scale
     out[b, 0] = torch.softmax(s, -1) @ rows[:, :R]
-out = out.to(torch.bfloat16)
-torch.save({"kwarg_query": q, "kwarg_kv_cache": kv, "kwarg_workspace_buffer": ws,
-            "kwarg_block_tables": bt, "kwarg_seq_lens": seq}, d + "/inputs.pt")
-torch.save({"result": out}, d + "/outputs.pt")
-rec = {"function_name": "trtllm_batch_decode_with_kv_cache_mla", "module": "flashinfer.mla._core",
-       "call_sequence": 1, "timestamp": "20261122_153000_001", "process_id": 4242,
-       "input_metadata": {"kwarg_qk_nope_head_dim": 128, "kwarg_kv_lora_rank": R,
-                          "kwarg_qk_rope_head_dim": P, "kwarg_max_seq_len": 8,
-                          "kwarg_bmm1_scale": scale, "kwarg_bmm2_scale": 1.0},
-       "output_metadata": {},
-       "tensor_info": {"input_tensor_keys": ["kwarg_query", "kwarg_kv_cache",
-                                             "kwarg_workspace_buffer", "kwarg_block_tables",
-                                             "kwarg_seq_lens"],
-                       "output_tensor_keys": ["result"]},
-       "tensor_format": "torch", "execution_status": "completed"}
-with open(d + "/metadata.jsonl", "w") as f:
-    f.write(json.dumps(rec) + "\n")
+record("trtllm_batch_decode_with_kv_cache_mla", "flashinfer.mla._core",
+       {"kwarg_query": q, "kwarg_kv_cache": kv, "kwarg_workspace_buffer": ws,
+        "kwarg_block_tables": bt, "kwarg_seq_lens": seq_lens},
+       {"kwarg_qk_nope_head_dim": 128, "kwarg_kv_lora_rank": R, "kwarg_qk_rope_head_dim": P,
+        "kwarg_max_seq_len": 8, "kwarg_bmm1_scale": scale, "kwarg_bmm2_scale": 1.0},
+       out.to(torch.bfloat16))
 )PY";
-  std::ofstream(dir / "make.py") << py;
-  // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
-  const int st = std::system(
-      ("/usr/bin/python3 " + (dir / "make.py").string() + " " + call.string() + " 2>/dev/null")
-          .c_str());
-  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-    fs::remove_all(dir);
+  if (!testing::run_upstream_dump_script("fi_mla_upstream", body, 1)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
-  ASSERT_EQ(st, 0);
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 1u);
-  EXPECT_EQ(results[0].status, replay::Status::kPassed) << results[0].error;
-  fs::remove_all(dir);
 }
 
 }  // namespace

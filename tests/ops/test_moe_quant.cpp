@@ -3,15 +3,10 @@
 // hand-checked row permutations, layouts against plain weights (bit-exact), fp64 formulas,
 // bad input naming the argument, and record/replay.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -536,50 +531,20 @@ TEST(TrtllmFp8BlockScaleMoeCuda, MatchesCpu) {
 // expected outputs computed by torch in fp32 as upstream's test reference does. All four replay
 // here and pass.
 TEST(MoeUpstreamDumps, EngineStyleTrtllmDumpsReplay) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("fi_moe_quant_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir / "20261122_170000_001_pid4242_trtllm_bf16_moe_call0001");
-  fs::create_directories(dir / "20261122_170000_002_pid4242_trtllm_fp8_block_scale_moe_call0002");
-  fs::create_directories(dir /
-                         "20261122_170000_003_pid4242_trtllm_fp8_per_tensor_scale_moe_call0003");
-  fs::create_directories(dir / "20261122_170000_004_pid4242_trtllm_gen_routing_call0004");
-  // save(): the shared torch.save writer (tests/util/upstream_dump_py.h).
-  const std::string py = std::string(flashinfer::testing::kTorchSavePy) + R"PY(
-import json, sys, zipfile, struct
-try:
-    import torch
-except ImportError:
-    sys.exit(77)
+  // save() and record(): the shared writer (tests/util/upstream_dump_py.h).
+  const std::string body = R"PY(
 import torch.nn.functional as F
 
 
-# e4m3fn codes of float values (round to nearest even), via a table of all 256 codes.
-def e4m3_value(c):
-    s = -1.0 if c & 0x80 else 1.0
-    e, m = (c >> 3) & 0xF, c & 7
-    if e == 0xF and m == 7: return float("nan")
-    return s * (m / 8.0 * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7))
-CODES = torch.tensor([e4m3_value(c) for c in range(256)])
-FIN = torch.tensor([c for c in range(256) if CODES[c] == CODES[c]])
+# e4m3fn codes of float values, via the shared table of all 256 codes (E4M3, FIN8).
 def to_fp8(x):  # nearest code (exact inputs in tests: values already representable)
-    vals = CODES[FIN]
+    vals = E4M3[FIN8]
     idx = (x.reshape(-1, 1) - vals.reshape(1, -1)).abs().argmin(1)
-    codes = FIN[idx].to(torch.uint8).reshape(x.shape)
-    return codes, CODES[codes.long()]
+    codes = FIN8[idx].to(torch.uint8).reshape(x.shape)
+    return codes, E4M3[codes.long()]
 
-d = sys.argv[1]
 torch.manual_seed(0)
-def record(call, name, inputs, meta, out):
-    save(inputs, call + "/inputs.pt")
-    save({"result": out}, call + "/outputs.pt")
-    rec = {"function_name": name, "module": "flashinfer.fused_moe.core",
-           "call_sequence": int(call[-4:]), "timestamp": "20261122_170000_001",
-           "process_id": 4242, "input_metadata": meta, "output_metadata": {},
-           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": ["result"]},
-           "tensor_format": "torch", "execution_status": "completed"}
-    with open(call + "/metadata.jsonl", "w") as f:
-        f.write(json.dumps(rec) + "\n")
+CORE = "flashinfer.fused_moe.core"
 
 MAP32 = [0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
          4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31]
@@ -620,7 +585,7 @@ for t in range(T):
         g = x[t].float() @ w1[e].float().T
         h = (F.silu(g[I:]) * g[:I]).bfloat16().float()
         out[t] += wts[t, k] * (h @ w2[e].float().T)
-record(d + "/20261122_170000_001_pid4242_trtllm_bf16_moe_call0001", "trtllm_bf16_moe",
+record("trtllm_bf16_moe", CORE,
        {"kwarg_routing_logits": logits, "kwarg_hidden_states": x, "kwarg_gemm1_weights": w1k,
         "kwarg_gemm2_weights": w2k},
        {"kwarg_routing_bias": None, "kwarg_num_experts": E, "kwarg_top_k": K,
@@ -664,8 +629,7 @@ for t in range(T):
         g = xd[t] @ w1d[e].T
         h = (F.silu(g[I:]) * g[:I]).bfloat16().float()
         out[t] += wts[t, k] * (h @ w2d[e].T)
-record(d + "/20261122_170000_002_pid4242_trtllm_fp8_block_scale_moe_call0002",
-       "trtllm_fp8_block_scale_moe",
+record("trtllm_fp8_block_scale_moe", CORE,
        {"kwarg_routing_logits": logits, "kwarg_routing_bias": bias,
         "kwarg_hidden_states": ("fp8", xc), "kwarg_hidden_states_scale": hs,
         "kwarg_gemm1_weights": ("fp8", w1k), "kwarg_gemm1_weights_scale": s1,
@@ -700,8 +664,7 @@ for t in range(T):
     h = F.silu(g[I:] * og[e] * wt[t]) * (g[:I] * o1[e] * wt[t])
     h = to_fp8(h.clamp(-448, 448))[1]
     out[t] = (h @ w2v[e].T * o2[e]).bfloat16().float()
-record(d + "/20261122_170000_003_pid4242_trtllm_fp8_per_tensor_scale_moe_call0003",
-       "trtllm_fp8_per_tensor_scale_moe",
+record("trtllm_fp8_per_tensor_scale_moe", CORE,
        {"kwarg_routing_logits": logits, "kwarg_hidden_states": ("fp8", xc),
         "kwarg_gemm1_weights": ("fp8", w1k), "kwarg_output1_scales_scalar": o1,
         "kwarg_output1_scales_gate_scalar": og, "kwarg_gemm2_weights": ("fp8", w2k),
@@ -739,41 +702,18 @@ for e in range(OFF, OFF + L):
     slot += (len(pairs) + TILE - 1) // TILE * TILE
 outs = [ids, wts, torch.tensor([slot], dtype=torch.int32), e2p, p2t, batch, limit,
         torch.tensor([cta], dtype=torch.int32)]
-call = d + "/20261122_170000_004_pid4242_trtllm_gen_routing_call0004"
-save({"kwarg_routing_logits": logits}, call + "/inputs.pt")
-save({"result_%d" % i: o for i, o in enumerate(outs)}, call + "/outputs.pt")
-rec = {"function_name": "trtllm_gen_routing", "module": "flashinfer.fused_moe.trtllm_gen_routing",
-       "call_sequence": 4, "timestamp": "20261122_170000_004", "process_id": 4242,
-       "input_metadata": {"kwarg_routing_bias": None,
-                          "kwarg_routing_method": {"type": "enum",
-                                                   "name": "RoutingMethodType.Renormalize",
-                                                   "value": 1},
-                          "kwarg_top_k": K, "kwarg_local_expert_offset": OFF,
-                          "kwarg_local_num_experts": L, "kwarg_tile_tokens_dim": TILE},
-       "output_metadata": {},
-       "tensor_info": {"input_tensor_keys": ["kwarg_routing_logits"],
-                       "output_tensor_keys": ["result_%d" % i for i in range(8)]},
-       "tensor_format": "torch", "execution_status": "completed"}
-with open(call + "/metadata.jsonl", "w") as f:
-    f.write(json.dumps(rec) + "\n")
+record("trtllm_gen_routing", "flashinfer.fused_moe.trtllm_gen_routing",
+       {"kwarg_routing_logits": logits},
+       {"kwarg_routing_bias": None,
+        "kwarg_routing_method": {"type": "enum", "name": "RoutingMethodType.Renormalize",
+                                 "value": 1},
+        "kwarg_top_k": K, "kwarg_local_expert_offset": OFF, "kwarg_local_num_experts": L,
+        "kwarg_tile_tokens_dim": TILE},
+       outs)  # the tuple: result_0..7
 )PY";
-  std::ofstream(dir / "make.py") << py;
-  // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
-  const int st = std::system(
-      ("/usr/bin/python3 " + (dir / "make.py").string() + " " + dir.string() + " 2>/dev/null")
-          .c_str());
-  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-    fs::remove_all(dir);
+  if (!flashinfer::testing::run_upstream_dump_script("fi_moe_quant", body, 4)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
-  ASSERT_EQ(st, 0);
-  fs::remove(dir / "make.py");
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 4u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
-  fs::remove_all(dir);
 }
 
 // trtllm_gen_routing, hand-checked: 3 tokens, 4 experts, top-2 Renormalize, local experts

@@ -5,14 +5,9 @@
 // fold against its reshape/permute formula, the Humming clamp by hand, bad input naming the
 // argument, record/replay, and a dump written by torch in upstream's format.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -22,6 +17,7 @@
 #include "kernels/cpu/moe_weight_prep_cpu.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer::testing {
 namespace {
@@ -369,33 +365,10 @@ TEST(MoeWeightPrep, DeclsCpuOnlyAndRecordReplay) {
 // upstream's reshape/permute, the weight interleave from upstream's mask/shift list, the Humming
 // clamp and table with Python floats. All replay here and pass.
 TEST(MoeWeightPrepUpstreamDumps, EngineStyleDumpsReplay) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("fi_moe_prep_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string py = R"PY(
-import json, os, sys, struct
-try:
-    import torch
-except ImportError:
-    sys.exit(77)
-
-d = sys.argv[1]
+  // save() and record(): the shared writer (tests/util/upstream_dump_py.h).
+  const std::string body = R"PY(
 torch.manual_seed(0)
-seq = [0]
-def record(name, inputs, meta, outputs, out_meta, sig):
-    seq[0] += 1
-    call = "%s/20261122_180000_%03d_pid4242_%s_call%04d" % (d, seq[0], name, seq[0])
-    os.makedirs(call)
-    torch.save(inputs, call + "/inputs.pt")
-    torch.save(outputs, call + "/outputs.pt")
-    rec = {"function_name": name, "module": "flashinfer.fused_moe.prepare",
-           "call_sequence": seq[0], "timestamp": "20261122_180000_%03d" % seq[0],
-           "process_id": 4242, "input_metadata": meta, "output_metadata": out_meta,
-           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": list(outputs)},
-           "tensor_format": "torch", "function_signature": sig, "execution_status": "completed"}
-    with open(call + "/metadata.jsonl", "w") as f:
-        f.write(json.dumps(rec) + "\n")
+PREP = "flashinfer.fused_moe.prepare"
 
 def fold_scales(s, group=32):
     e, rows, kgs = s.shape
@@ -484,48 +457,34 @@ def humming(w, s, max_range):
 E = 8
 # 1. interleave_moe_scales_for_sm90_mixed_gemm(w1_scale): uint8 E8M0, [E, 2I, H / 32]
 s1 = torch.randint(0, 256, (E, 128, 8), dtype=torch.uint8)
-record("interleave_moe_scales_for_sm90_mixed_gemm", {"arg_0": s1}, {},
-       {"result": fold_scales(s1)}, {}, "(scales, group_size=32)")
+record("interleave_moe_scales_for_sm90_mixed_gemm", PREP, {"arg_0": s1}, {},
+       fold_scales(s1), function_signature="(scales, group_size=32)")
 # 2. W4A8 bf16 scales with group_size=128 by keyword
 s2 = torch.randn(E, 64, 2).to(torch.bfloat16)
-record("interleave_moe_scales_for_sm90_mixed_gemm", {"arg_0": s2}, {"kwarg_group_size": 128},
-       {"result": fold_scales(s2, 128)}, {}, "(scales, group_size=32)")
+record("interleave_moe_scales_for_sm90_mixed_gemm", PREP, {"arg_0": s2}, {"kwarg_group_size": 128},
+       fold_scales(s2, 128), function_signature="(scales, group_size=32)")
 # 3-5. interleave_moe_weights_for_sm90_mixed_gemm(w.view(torch.uint8), "fp4" / "int4" / "fp4_fp8")
 for qt in ["fp4", "int4", "fp4_fp8"]:
     w = torch.randint(0, 256, (E, 32, 64), dtype=torch.uint8)
-    record("interleave_moe_weights_for_sm90_mixed_gemm", {"arg_0": w}, {"arg_1": qt},
-           {"result": interleave(w, qt)}, {}, "(weight, quant_type='fp4')")
+    record("interleave_moe_weights_for_sm90_mixed_gemm", PREP, {"arg_0": w}, {"arg_1": qt},
+           interleave(w, qt), function_signature="(weight, quant_type='fp4')")
 # 6. preprocess_moe_weights_for_sm90_mixed_gemm_humming(w, raw_scale, interleave=True): a tuple
 w = torch.randint(0, 256, (E, 64, 64), dtype=torch.uint8)
 s = torch.randint(100, 140, (E, 64, 4), dtype=torch.uint8)
 pw, off, res = humming(w, s, 11)
-record("preprocess_moe_weights_for_sm90_mixed_gemm_humming", {"arg_0": w, "arg_1": s},
+record("preprocess_moe_weights_for_sm90_mixed_gemm_humming", PREP, {"arg_0": w, "arg_1": s},
        {"kwarg_interleave": True},
-       {"result_0": interleave(pw, "fp4_fp8"), "result_1": fold_scales(off), "result_2": res}, {},
-       "(weight, raw_scale, max_range=11, *, interleave=True)")
+       [interleave(pw, "fp4_fp8"), fold_scales(off), res],  # the tuple: result_0..2
+       function_signature="(weight, raw_scale, max_range=11, *, interleave=True)")
 # 7. the logical form with a narrower range, by keyword
 pw, off, res = humming(w, s, 4)
-record("preprocess_moe_weights_for_sm90_mixed_gemm_humming", {"kwarg_weight": w, "kwarg_raw_scale": s},
+record("preprocess_moe_weights_for_sm90_mixed_gemm_humming", PREP, {"kwarg_weight": w, "kwarg_raw_scale": s},
        {"kwarg_max_range": 4, "kwarg_interleave": False},
-       {"result_0": pw, "result_1": off, "result_2": res}, {},
-       "(weight, raw_scale, max_range=11, *, interleave=True)")
+       [pw, off, res], function_signature="(weight, raw_scale, max_range=11, *, interleave=True)")
 )PY";
-  std::ofstream(dir / "make.py") << py;
-  const int st = std::system(
-      ("/usr/bin/python3 " + (dir / "make.py").string() + " " + dir.string() + " 2>/dev/null")
-          .c_str());
-  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-    fs::remove_all(dir);
+  if (!run_upstream_dump_script("fi_moe_prep", body, 7)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
-  ASSERT_EQ(st, 0);
-  fs::remove(dir / "make.py");
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 7u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -4,13 +4,7 @@
 // kernel against the CPU reference (skipped without a GPU).
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 
 #include "flashinfer/ops/ragged_deepseek.h"
@@ -18,6 +12,7 @@
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer {
 namespace {
@@ -277,19 +272,9 @@ TEST(TrtllmRaggedDeepseek, RecordAndReplay) {
 // backend makes (every argument by keyword, out= given, return_lse=True: the result is the
 // (out, lse) tuple, saved as result_0 / result_1), expected values computed by torch in fp64.
 TEST(TrtllmRaggedDeepseek, UpstreamWrittenDumpReplays) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("fi_ragged_ds_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  const fs::path call =
-      dir / "20261122_170000_001_pid4242_trtllm_ragged_attention_deepseek_call0001";
-  fs::create_directories(call);
-  const std::string py = R"PY(
-import json, math, sys
-try:
-    import torch
-except ImportError:
-    sys.exit(77)
-d = sys.argv[1]
+  // save() and record(): the shared writer (tests/util/upstream_dump_py.h).
+  const std::string body = R"PY(
+import math
 torch.manual_seed(0)
 H, HKV, DQK, DVO = 4, 4, 192, 128
 qlens, kvlens = [3, 2], [5, 2]
@@ -312,39 +297,20 @@ for b in range(2):
     out[cq[b]:cq[b + 1]] = torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), vb)
     lse[cq[b]:cq[b + 1]] = (torch.logsumexp(s, -1) / math.log(2.0)).T
 i32 = lambda x: torch.tensor(x, dtype=torch.int32)
-inputs = {"kwarg_query": q, "kwarg_key": k, "kwarg_value": v,
-          "kwarg_workspace_buffer": torch.zeros(256, dtype=torch.uint8),
-          "kwarg_cum_seq_lens_q": i32(cq), "kwarg_cum_seq_lens_kv": i32(ck),
-          "kwarg_seq_lens": i32(kvlens), "kwarg_out": torch.zeros(5, H, DVO, dtype=torch.bfloat16)}
-torch.save(inputs, d + "/inputs.pt")
-torch.save({"result_0": out.to(torch.bfloat16), "result_1": lse.float()}, d + "/outputs.pt")
-rec = {"function_name": "trtllm_ragged_attention_deepseek", "module": "flashinfer.prefill",
-       "call_sequence": 1, "timestamp": "20261122_170000_001", "process_id": 4242,
-       "input_metadata": {"kwarg_max_q_len": 3, "kwarg_max_kv_len": 5, "kwarg_bmm1_scale": scale,
-                          "kwarg_bmm2_scale": 1.0, "kwarg_o_sf_scale": -1.0,
-                          "kwarg_batch_size": 2, "kwarg_window_left": -1,
-                          "kwarg_enable_pdl": False, "kwarg_is_causal": True,
-                          "kwarg_return_lse": True},
-       "output_metadata": {},
-       "tensor_info": {"input_tensor_keys": list(inputs.keys()),
-                       "output_tensor_keys": ["result_0", "result_1"]},
-       "tensor_format": "torch", "execution_status": "completed"}
-with open(d + "/metadata.jsonl", "w") as f:
-    f.write(json.dumps(rec) + "\n")
+record("trtllm_ragged_attention_deepseek", "flashinfer.prefill",
+       {"kwarg_query": q, "kwarg_key": k, "kwarg_value": v,
+        "kwarg_workspace_buffer": torch.zeros(256, dtype=torch.uint8),
+        "kwarg_cum_seq_lens_q": i32(cq), "kwarg_cum_seq_lens_kv": i32(ck),
+        "kwarg_seq_lens": i32(kvlens), "kwarg_out": torch.zeros(5, H, DVO, dtype=torch.bfloat16)},
+       {"kwarg_max_q_len": 3, "kwarg_max_kv_len": 5, "kwarg_bmm1_scale": scale,
+        "kwarg_bmm2_scale": 1.0, "kwarg_o_sf_scale": -1.0, "kwarg_batch_size": 2,
+        "kwarg_window_left": -1, "kwarg_enable_pdl": False, "kwarg_is_causal": True,
+        "kwarg_return_lse": True},
+       [out.to(torch.bfloat16), lse.float()])  # the (out, lse) tuple: result_0, result_1
 )PY";
-  std::ofstream(dir / "make.py") << py;
-  const int st = std::system(
-      ("/usr/bin/python3 " + (dir / "make.py").string() + " " + call.string() + " 2>/dev/null")
-          .c_str());
-  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-    fs::remove_all(dir);
+  if (!testing::run_upstream_dump_script("fi_ragged_ds", body, 1)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
-  ASSERT_EQ(st, 0);
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 1u);
-  EXPECT_EQ(results[0].status, replay::Status::kPassed) << results[0].error;
-  fs::remove_all(dir);
 }
 
 TEST(TrtllmRaggedDeepseekCuda, MatchesCpu) {

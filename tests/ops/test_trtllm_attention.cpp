@@ -6,9 +6,7 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <random>
 
@@ -17,6 +15,7 @@
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer {
 namespace {
@@ -866,19 +865,13 @@ TEST(TrtllmDump, RecorderRoundTripReplays) {
   fs::remove_all(dir);
 }
 
-// Two calls written by Python with torch.save the way upstream's recorder writes them, with the
-// keyword arguments vLLM and SGLang pass: decode with vLLM's HND view of a 5-D cache (a permuted,
-// non-contiguous tensor) and sinks; context with SGLang's (k_cache, v_cache) tuple. The expected
-// outputs are an fp64 formula computed in Python.
+// Two calls written by Python the way upstream's recorder writes them (the shared writer,
+// tests/util/upstream_dump_py.h), with the keyword arguments vLLM and SGLang pass: decode with
+// vLLM's HND view of a 5-D cache (a permuted, non-contiguous tensor) and sinks; context with
+// SGLang's (k_cache, v_cache) tuple. The expected outputs are an fp64 formula computed in Python.
 TEST(TrtllmDump, UpstreamWrittenDumpReplaysHere) {
-  if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
-    GTEST_SKIP() << "python3-torch not installed";
-  }
-  const fs::path dir = temp_dump_dir("upstream");
-  fs::create_directories(dir);
-  const std::string py = R"PY(
-import json, math, os, sys, torch
-root = sys.argv[1]
+  const std::string body = R"PY(
+import math
 torch.manual_seed(0)
 P, S, H, HQ, D = 8, 4, 2, 4, 64
 
@@ -905,19 +898,6 @@ def gather(cache, table, b, kv_len, hnd):
         rows.append(page[:, t % S, :] if hnd else page[t % S, :, :])
     return torch.stack(rows).double()
 
-def write(name, seq, inputs, meta, result):
-    d = os.path.join(root, "20261122_120000_%03d_pid4242_%s_call%04d" % (seq, name, seq))
-    os.makedirs(d)
-    torch.save(inputs, d + "/inputs.pt")
-    torch.save({"result": result}, d + "/outputs.pt")
-    rec = {"function_name": name, "module": meta.pop("__module"), "call_sequence": seq,
-           "timestamp": "20261122_120000_%03d" % seq, "process_id": 4242,
-           "input_metadata": meta, "output_metadata": {},
-           "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": ["result"]},
-           "tensor_format": "torch", "execution_status": "completed"}
-    with open(d + "/metadata.jsonl", "w") as f:
-        f.write(json.dumps(rec) + "\n")
-
 def tensor_meta(t, key):
     return {"type": "torch.Tensor", "shape": list(t.shape), "dtype": str(t.dtype),
             "stride": list(t.stride()), "device": "cuda:0", "requires_grad": False,
@@ -934,10 +914,10 @@ scale, bmm2 = 1.0 / math.sqrt(D), 0.75
 out = torch.stack([attend(q[b:b + 1], gather(kv[:, 0], table, b, int(lens[b]), True),
                           gather(kv[:, 1], table, b, int(lens[b]), True), int(lens[b]), 1,
                           scale, bmm2, sinks, False)[0] for b in range(2)])
-write("trtllm_batch_decode_with_kv_cache", 1,
+record("trtllm_batch_decode_with_kv_cache", "flashinfer.decode",
       {"kwarg_query": q, "kwarg_kv_cache": kv, "kwarg_workspace_buffer": torch.zeros(4096, dtype=torch.uint8),
        "kwarg_block_tables": table, "kwarg_seq_lens": lens, "kwarg_sinks": sinks},
-      {"__module": "flashinfer.decode", "kwarg_max_seq_len": 9, "kwarg_bmm1_scale": scale,
+      {"kwarg_max_seq_len": 9, "kwarg_bmm1_scale": scale,
        "kwarg_bmm2_scale": bmm2, "kwarg_window_left": -1, "kwarg_o_sf_scale": None,
        "kwarg_kv_layout": "HND"},
       out.to(torch.bfloat16))
@@ -954,14 +934,13 @@ for b in range(2):
                        gather(vc, table, b, kvlens[b], False), kvlens[b], qlens[b], 0.1, 1.0,
                        None, True))
     q0 += qlens[b]
-write("trtllm_batch_context_with_kv_cache", 2,
+record("trtllm_batch_context_with_kv_cache", "flashinfer.prefill",
       {"kwarg_query": qs, "kwarg_kv_cache__0": kc, "kwarg_kv_cache__1": vc,
        "kwarg_workspace_buffer": torch.zeros(4096, dtype=torch.uint8), "kwarg_block_tables": table,
        "kwarg_seq_lens": torch.tensor(kvlens, dtype=torch.int32),
        "kwarg_cum_seq_lens_q": torch.tensor([0, 3, 8], dtype=torch.int32),
        "kwarg_cum_seq_lens_kv": torch.tensor([0, 6, 15], dtype=torch.int32)},
-      {"__module": "flashinfer.prefill",
-       "kwarg_kv_cache": {"type": "tuple", "length": 2, "truncated": False,
+      {"kwarg_kv_cache": {"type": "tuple", "length": 2, "truncated": False,
                           "items": [tensor_meta(kc, "kwarg_kv_cache__0"),
                                     tensor_meta(vc, "kwarg_kv_cache__1")]},
        "kwarg_max_q_len": 5, "kwarg_max_kv_len": 9, "kwarg_bmm1_scale": 0.1,
@@ -969,17 +948,9 @@ write("trtllm_batch_context_with_kv_cache", 2,
        "kwarg_kv_layout": "NHD"},
       torch.cat(outs).to(torch.float16))
 )PY";
-  std::ofstream(dir / "make.py") << py;
-  ASSERT_EQ(
-      std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + (dir / "dump").string())
-                      .c_str()),
-      0);
-  const auto results = replay::replay_sequence((dir / "dump").string());
-  ASSERT_EQ(results.size(), 2u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  if (!testing::run_upstream_dump_script("fi_trtllm_upstream", body, 2)) {
+    GTEST_SKIP() << "python3-torch not installed";
   }
-  fs::remove_all(dir);
 }
 
 }  // namespace

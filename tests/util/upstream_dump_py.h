@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "flashinfer/replay.h"
 
@@ -104,8 +106,9 @@ def rbytes(shape, lo=0, hi=256):
 d = sys.argv[1]
 seq = [0]
 # outs: the result (a tensor, or a list for a tuple's items; None when upstream returns None);
-# mutated: this library's mutated.pt (arguments written in place, which upstream does not record).
-def record(name, module, tensors, meta, outs, mutated=None):
+# mutated: this library's mutated.pt (arguments written in place, which upstream does not record);
+# extra: more record fields (self_id=..., function_signature=..., output_metadata=...).
+def record(name, module, tensors, meta, outs, mutated=None, **extra):
     seq[0] += 1
     call = "%s/20261122_180000_%03d_pid4242_%s_call%04d" % (d, seq[0], name, seq[0])
     import os
@@ -136,6 +139,7 @@ def record(name, module, tensors, meta, outs, mutated=None):
            "input_metadata": meta, "output_metadata": {},
            "tensor_info": {"input_tensor_keys": list(tensors), "output_tensor_keys": okeys},
            "tensor_format": "torch", "execution_status": "completed"}
+    rec.update(extra)
     with open(call + "/metadata.jsonl", "w") as f:
         f.write(json.dumps(rec) + "\n")
 
@@ -166,9 +170,11 @@ def nvfp4(v, gs):
 
 /// Writes kTorchSavePy + kUpstreamDumpRestPy + `body` to a temporary directory, runs it once and
 /// replays the calls it wrote; every call must pass and there must be `expected_calls`. Returns
-/// false (nothing checked) when python3-torch is not installed.
+/// false (nothing checked) when python3-torch is not installed. `results`, when given, receives
+/// the replay results for further checks.
 inline bool run_upstream_dump_script(const std::string& tag, const std::string& body,
-                                     std::size_t expected_calls) {
+                                     std::size_t expected_calls,
+                                     std::vector<replay::Result>* results = nullptr) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / (tag + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -183,12 +189,13 @@ inline bool run_upstream_dump_script(const std::string& tag, const std::string& 
   }
   EXPECT_EQ(st, 0);
   fs::remove(dir / "make.py");
-  const auto results = replay::replay_sequence(dir.string());
-  EXPECT_EQ(results.size(), expected_calls);
-  for (const auto& r : results) {
+  auto replayed = replay::replay_sequence(dir.string());
+  EXPECT_EQ(replayed.size(), expected_calls);
+  for (const auto& r : replayed) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
   }
   fs::remove_all(dir);
+  if (results != nullptr) *results = std::move(replayed);
   return true;
 }
 
