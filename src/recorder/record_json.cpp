@@ -432,20 +432,22 @@ void record_line_pieces(const RecordParts& p, const Outcome& o, std::string_view
   struct Glue {
     std::string output_metadata, tensor_info, tensor_details, status, flags, dump_dir;
   };
-  static const Glue g = [] {
-    Glue x;
+  // Never destroyed: the exit trigger joins these pieces from an atexit handler, which runs
+  // after the function-local statics constructed later than its registration are gone.
+  static const Glue& g = *[] {
+    auto* x = new Glue;
     const auto member = [](std::string_view key, std::string_view after) {
       std::string t = ", ";
       key_text(t, key);
       t += after;
       return t;
     };
-    x.output_metadata = member(schema::kOutputMetadata, "");
-    x.tensor_info = member(schema::kTensorInfo, "");
-    x.tensor_details = member(schema::kTensorDetails, "{");
-    x.status = member(schema::kExecutionStatus, "\"");
-    x.flags = "\", ";
-    x.dump_dir = member(schema::kDumpDir, "");
+    x->output_metadata = member(schema::kOutputMetadata, "");
+    x->tensor_info = member(schema::kTensorInfo, "");
+    x->tensor_details = member(schema::kTensorDetails, "{");
+    x->status = member(schema::kExecutionStatus, "\"");
+    x->flags = "\", ";
+    x->dump_dir = member(schema::kDumpDir, "");
     return x;
   }();
   static constexpr std::string_view kComma = ", ", kClose = "}, ", kEnd = "}";
