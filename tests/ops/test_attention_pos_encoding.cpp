@@ -23,6 +23,7 @@
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer {
 namespace {
@@ -762,20 +763,9 @@ write_pod(8, "PODWithPagedKVCacheWrapper.run",
                                {"type": "torch.Tensor", "tensor_key": "arg_5__1"}]}},
           {"result_0": out_p.half(), "result_1": torch.cat(out_d).half()})
 )PY";
-  std::ofstream(dir / "make.py") << py;
-  const int st = std::system(
-      ("/usr/bin/python3 " + (dir / "make.py").string() + " " + (dir / "dump").string()).c_str());
-  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-    fs::remove_all(dir);
+  if (!testing::run_dump_script(dir, py, dir / "dump", 8u)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
-  ASSERT_EQ(st, 0);
-  const auto results = replay::replay_sequence((dir / "dump").string());
-  ASSERT_EQ(results.size(), 8u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
-  fs::remove_all(dir);
 }
 
 }  // namespace

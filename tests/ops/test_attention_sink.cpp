@@ -22,6 +22,7 @@
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer {
 namespace {
@@ -321,20 +322,9 @@ write(3, "BatchAttentionWithAttentionSinkWrapper.run",
        "arg_4": scale},
       {"result": out.to(torch.bfloat16)}, {})
 )PY";
-  std::ofstream(dir / "make.py") << py;
-  const int st = std::system(
-      ("/usr/bin/python3 " + (dir / "make.py").string() + " " + (dir / "dump").string()).c_str());
-  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-    fs::remove_all(dir);
+  if (!testing::run_dump_script(dir, py, dir / "dump", 3u)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
-  ASSERT_EQ(st, 0);
-  const auto results = replay::replay_sequence((dir / "dump").string());
-  ASSERT_EQ(results.size(), 3u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
-  fs::remove_all(dir);
 }
 
 // ---- The plain prefill wrappers built with the AttentionSink variant's jit_args (upstream's
@@ -668,20 +658,9 @@ for cls, sid in (("BatchPrefillWithRaggedKVCacheWrapper", 140111), ("BatchPrefil
                                    {"type": "torch.Tensor", "tensor_key": "arg_2__1"}]},
                "arg_4": scale}, {"result": out})
 )PY";
-  std::ofstream(dir / "make.py") << py;
-  const int st = std::system(
-      ("/usr/bin/python3 " + (dir / "make.py").string() + " " + (dir / "dump").string()).c_str());
-  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-    fs::remove_all(dir);
+  if (!testing::run_dump_script(dir, py, dir / "dump", 6u)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
-  ASSERT_EQ(st, 0);
-  const auto results = replay::replay_sequence((dir / "dump").string());
-  ASSERT_EQ(results.size(), 6u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -168,28 +168,26 @@ def nvfp4(v, gs):
     return q, torch.tensor(flat, dtype=torch.uint8), (E2M1[code] * sfv.repeat_interleave(16, 1))
 )PY";
 
-/// Writes kTorchSavePy + kUpstreamDumpRestPy + `body` to a temporary directory, runs it once and
-/// replays the calls it wrote; every call must pass and there must be `expected_calls`. Returns
-/// false (nothing checked) when python3-torch is not installed. `results`, when given, receives
-/// the replay results for further checks.
-inline bool run_upstream_dump_script(const std::string& tag, const std::string& body,
-                                     std::size_t expected_calls,
-                                     std::vector<replay::Result>* results = nullptr) {
+/// Writes `script` to dir/make.py, runs it once with `dump` as its argument and replays the calls
+/// it wrote there; every call must pass and there must be `expected_calls`. Returns false
+/// (nothing checked) when python3-torch is not installed (exit status 77). Removes `dir`.
+/// `results`, when given, receives the replay results for further checks.
+inline bool run_dump_script(const std::filesystem::path& dir, const std::string& script,
+                            const std::filesystem::path& dump, std::size_t expected_calls,
+                            std::vector<replay::Result>* results = nullptr) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / (tag + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
   fs::create_directories(dir);
-  std::ofstream(dir / "make.py") << kTorchSavePy << kUpstreamDumpRestPy << body;
+  std::ofstream(dir / "make.py") << script;
   // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
   const int st =
-      std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + dir.string()).c_str());
+      std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + dump.string()).c_str());
   if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
     fs::remove_all(dir);
     return false;
   }
   EXPECT_EQ(st, 0);
   fs::remove(dir / "make.py");
-  auto replayed = replay::replay_sequence(dir.string());
+  auto replayed = replay::replay_sequence(dump.string());
   EXPECT_EQ(replayed.size(), expected_calls);
   for (const auto& r : replayed) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
@@ -197,6 +195,18 @@ inline bool run_upstream_dump_script(const std::string& tag, const std::string& 
   fs::remove_all(dir);
   if (results != nullptr) *results = std::move(replayed);
   return true;
+}
+
+/// run_dump_script() of kTorchSavePy + kUpstreamDumpRestPy + `body` in a fresh temporary
+/// directory that is also the dump.
+inline bool run_upstream_dump_script(const std::string& tag, const std::string& body,
+                                     std::size_t expected_calls,
+                                     std::vector<replay::Result>* results = nullptr) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / (tag + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  return run_dump_script(dir, std::string(kTorchSavePy) + kUpstreamDumpRestPy + body, dir,
+                         expected_calls, results);
 }
 
 }  // namespace flashinfer::testing
