@@ -13,6 +13,9 @@
 #include "flashinfer/op_typed.h"
 #include "flashinfer/ops/gguf_mm.h"
 #include "kernels/cpu/gguf_mm_cpu.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/gguf_cuda.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -26,6 +29,15 @@ constexpr api::KernelEntry<kernels::GgufMmParams> kGgufMmKernels[] = {
      "accumulation, OpenMP rows, AVX2/AVX-512 tiers",
      nullptr,
      [](const kernels::GgufMmParams& p, const api::LaunchContext&) { kernels::cpu::gguf_mm(p); }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA kernel: blocks read byte-wise and dequantized on the fly, fp32 accumulation; m < 16 one "
+     "warp per weight row, m >= 16 32x32 tiles through shared memory",
+     nullptr,
+     [](const kernels::GgufMmParams& p, const api::LaunchContext& c) {
+       kernels::cuda::gguf_mm(p, c.stream);
+     }},
+#endif
 };
 
 kernels::GgmlQuantType parse_quant_type(std::string_view t) {
