@@ -85,13 +85,13 @@ int main(int argc, char** argv) {
   if (opt.max_new_tokens < 1) usage("--max_new_tokens must be >= 1");
   if (device != "cpu" && device != "cuda") usage("--device must be cpu or cuda");
   if (device == "cuda") {
-    // The quantized weights go through mm_gguf, which has a CPU kernel only; say so rather
-    // than run half the model elsewhere.
-    if (!flashinfer::op_has_backend("mm_gguf", flashinfer::DeviceType::kCUDA)) {
-      std::cerr << "chat: --device cuda: mm_gguf (the GGUF-weight GEMM) has no CUDA kernel in "
-                   "this build"
-                << (flashinfer::cuda_device_count() == 0 ? ", and no GPU is visible" : "")
-                << "; use --device cpu\n";
+    // Say plainly why the GPU cannot be used rather than run anything on the CPU instead.
+    if (!flashinfer::cuda_compiled()) {
+      std::cerr << "chat: --device cuda: this build has no CUDA backend; use --device cpu\n";
+      return 2;
+    }
+    if (flashinfer::cuda_device_count() == 0) {
+      std::cerr << "chat: --device cuda: no CUDA device is visible; use --device cpu\n";
       return 2;
     }
   }
@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
   }
 
   try {
-    const smollm::Model model = smollm::load(model_path);
+    const smollm::Model model = smollm::load(
+        model_path, device == "cuda" ? flashinfer::Device::cuda(0) : flashinfer::Device::cpu());
     const flashinfer::gguf::Tokenizer tok(model.file);
     std::vector<std::vector<int32_t>> ids;
     if (bench_prompt_len > 0) {

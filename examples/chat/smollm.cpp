@@ -9,6 +9,9 @@
 //     h = mm_gguf(o, W_o); fused_add_rmsnorm(h, residual); x = mm_gguf(silu_and_mul(
 //     mm_gguf(h, W_gate_up)), W_down)
 //   fused_add_rmsnorm(x, residual, output_norm); logits = mm_gguf(x_last, token_embd, fp32).
+// On CUDA (Model::device) all of that runs on the GPU; the host's part is the small index
+// arrays (page tables, qo_indptr), the embedding rows and, for greedy, the argmax: each is an
+// explicit copy below (docs/CHAT.md lists them).
 #include "chat/smollm.h"
 
 #include <algorithm>
@@ -72,9 +75,10 @@ Tensor norm_weight(const gguf::File& f, const std::string& name, int64_t hidden)
   return w;
 }
 
-Tensor int32_tensor(const std::vector<int64_t>& values) {
+// Built on the host, then copied to `dev` (no copy when dev is the CPU).
+Tensor int32_tensor(const std::vector<int64_t>& values, Device dev) {
   std::vector<double> v(values.begin(), values.end());
-  return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::kInt32);
+  return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::kInt32).to(dev);
 }
 
 struct PageTable {
@@ -84,7 +88,7 @@ struct PageTable {
 // CSR page table of the requests `which`: request b owns pages_of[b] and holds lengths[b] tokens.
 PageTable page_table(const std::vector<size_t>& which,
                      const std::vector<std::vector<int64_t>>& pages_of,
-                     const std::vector<int64_t>& lengths, int64_t page_size) {
+                     const std::vector<int64_t>& lengths, int64_t page_size, Device dev) {
   std::vector<int64_t> indptr{0}, indices, last;
   for (size_t b : which) {
     const int64_t used = (lengths[b] + page_size - 1) / page_size;
@@ -92,23 +96,24 @@ PageTable page_table(const std::vector<size_t>& which,
     indptr.push_back(static_cast<int64_t>(indices.size()));
     last.push_back(lengths[b] - (used - 1) * page_size);
   }
-  return {int32_tensor(indptr), int32_tensor(indices), int32_tensor(last)};
+  return {int32_tensor(indptr, dev), int32_tensor(indices, dev), int32_tensor(last, dev)};
 }
 
-// Embedding rows: each token's quantized row dequantized to fp32.
+// Embedding rows: each token's quantized row dequantized to fp32 on the host (a gather of a few
+// rows: no op of ours does it), then copied to the model's device (none on the CPU).
 Tensor embed_tokens(const Model& m, const std::vector<int32_t>& tokens) {
   const int64_t hidden = m.config.hidden;
   Tensor x = Tensor::empty({static_cast<int64_t>(tokens.size()), hidden}, DType::kFloat32);
-  const auto* base = static_cast<const uint8_t*>(m.embed.data_ptr());
+  const auto* base = static_cast<const uint8_t*>(m.embed_host.data_ptr());
   const gguf::GGMLType type = m.file.tensor("token_embd.weight").type;
   auto* dst = static_cast<float*>(x.data_ptr());
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= m.config.vocab)
       throw std::out_of_range("token id " + std::to_string(tokens[i]) + " outside the vocabulary");
-    gguf::dequantize_row(type, base + tokens[i] * m.embed.stride(0),
+    gguf::dequantize_row(type, base + tokens[i] * m.embed_host.stride(0),
                          dst + static_cast<int64_t>(i) * hidden, hidden);
   }
-  return x;
+  return x.to(m.device);
 }
 
 template <class Attend>
@@ -157,8 +162,14 @@ int32_t argmax(const float* v, int64_t n) {
 
 }  // namespace
 
-Model load(const std::string& path) {
+Model load(const std::string& path, Device device) {
+  if (device.is_cuda() && !flashinfer::op_has_backend("mm_gguf", flashinfer::DeviceType::kCUDA))
+    throw std::runtime_error("this build has no CUDA backend (mm_gguf has no CUDA kernel)");
+  if (device.is_cuda() && device.index >= flashinfer::cuda_device_count())
+    throw std::runtime_error("no CUDA device " + device.str() + " is visible (" +
+                             std::to_string(flashinfer::cuda_device_count()) + " visible)");
   Model m(gguf::File::open(path));
+  m.device = device;
   const gguf::File& f = m.file;
   const std::string arch = f.get_string("general.architecture");
   if (arch != "llama")
@@ -183,24 +194,28 @@ Model load(const std::string& path) {
   c.vocab = emb.ne[1];
   if (f.has_tensor("output.weight"))
     throw std::runtime_error(path + ": a separate output.weight (untied lm head) is not supported");
-  m.embed = matrix(f, "token_embd.weight", m.embed_type);
+  m.embed_host = matrix(f, "token_embd.weight", m.embed_type);
+  // Weights go to the device once; on the CPU .to() returns the mapped tensor itself.
+  m.embed = m.embed_host.to(device);
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     Layer L;
-    L.attn_norm = norm_weight(f, p + "attn_norm.weight", c.hidden);
-    L.ffn_norm = norm_weight(f, p + "ffn_norm.weight", c.hidden);
+    L.attn_norm = norm_weight(f, p + "attn_norm.weight", c.hidden).to(device);
+    L.ffn_norm = norm_weight(f, p + "ffn_norm.weight", c.hidden).to(device);
     L.qkv =
-        concat_rows(f, {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, L.qkv_type);
-    L.o = matrix(f, p + "attn_output.weight", L.o_type);
-    L.gate_up = concat_rows(f, {p + "ffn_gate.weight", p + "ffn_up.weight"}, L.gate_up_type);
-    L.down = matrix(f, p + "ffn_down.weight", L.down_type);
+        concat_rows(f, {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, L.qkv_type)
+            .to(device);
+    L.o = matrix(f, p + "attn_output.weight", L.o_type).to(device);
+    L.gate_up =
+        concat_rows(f, {p + "ffn_gate.weight", p + "ffn_up.weight"}, L.gate_up_type).to(device);
+    L.down = matrix(f, p + "ffn_down.weight", L.down_type).to(device);
     const int64_t qkv_rows = (c.num_qo_heads + 2 * c.num_kv_heads) * c.head_dim;
     if (L.qkv.size(0) != qkv_rows || L.gate_up.size(0) != 2 * c.intermediate ||
         L.o.size(0) != c.hidden || L.down.size(0) != c.hidden)
       throw std::runtime_error(path + ": layer " + std::to_string(l) + " has unexpected shapes");
     m.layers.push_back(std::move(L));
   }
-  m.output_norm = norm_weight(f, "output_norm.weight", c.hidden);
+  m.output_norm = norm_weight(f, "output_norm.weight", c.hidden).to(device);
   return m;
 }
 
@@ -209,6 +224,7 @@ GenerateResult generate(const Model& m, const std::vector<std::vector<int32_t>>&
   using namespace flashinfer;
   using Clock = std::chrono::steady_clock;
   const Config& c = m.config;
+  const Device dev = m.device;
   if (prompts.empty()) throw std::invalid_argument("generate: no prompts");
   if (opt.max_new_tokens < 1) throw std::invalid_argument("generate: max_new_tokens must be >= 1");
   const size_t batch = prompts.size();
@@ -224,11 +240,12 @@ GenerateResult generate(const Model& m, const std::vector<std::vector<int32_t>>&
   }
   std::vector<Tensor> caches;
   for (int64_t l = 0; l < c.layers; ++l)
-    caches.push_back(
-        Tensor::zeros({total_pages, 2, c.page_size, c.num_kv_heads, c.head_dim}, DType::kFloat16));
+    caches.push_back(Tensor::zeros({total_pages, 2, c.page_size, c.num_kv_heads, c.head_dim},
+                                   DType::kFloat16, dev));
+  // The workspace's device is the wrappers' device.
   const int64_t ws_bytes = c.workspace_mb << 20;
-  BatchPrefillWithPagedKVCacheWrapper prefill(Tensor::zeros({ws_bytes}, DType::kUInt8));
-  BatchDecodeWithPagedKVCacheWrapper decode(Tensor::zeros({ws_bytes}, DType::kUInt8));
+  BatchPrefillWithPagedKVCacheWrapper prefill(Tensor::zeros({ws_bytes}, DType::kUInt8, dev));
+  BatchDecodeWithPagedKVCacheWrapper decode(Tensor::zeros({ws_bytes}, DType::kUInt8, dev));
 
   GenerateResult result;
   result.tokens.resize(batch);
@@ -243,12 +260,17 @@ GenerateResult generate(const Model& m, const std::vector<std::vector<int32_t>>&
     const auto A = static_cast<int64_t>(which.size());
     Tensor last = hidden;
     if (hidden.size(0) != A) {
-      last = Tensor::empty({A, c.hidden}, DType::kFloat32);
+      last = Tensor::empty({A, c.hidden}, DType::kFloat32, dev);
       for (int64_t i = 0; i < A; ++i)
         last.select(0, i).copy_(hidden.select(0, rows[static_cast<size_t>(i)]));
     }
     const Tensor logits = mm_gguf(last, m.embed, m.embed_type, std::nullopt, DType::kFloat32);
-    const auto* lp = static_cast<const float*>(logits.data_ptr());
+    // Greedy's argmax and keep_logits read the logits on the host: on CUDA an explicit copy
+    // of A x vocab floats (waits for the step), on the CPU the tensor itself.
+    Tensor host_logits;
+    if (opt.greedy || opt.keep_logits) host_logits = logits.to(Device::cpu());
+    const float* lp =
+        host_logits.defined() ? static_cast<const float*>(host_logits.data_ptr()) : nullptr;
     std::vector<int32_t> ids(which.size());
     if (opt.greedy) {
       // Greedy is an argmax over the fp32 logits (FlashInfer has no argmax op, and top-k
@@ -259,7 +281,7 @@ GenerateResult generate(const Model& m, const std::vector<std::vector<int32_t>>&
       const Tensor t = top_k_top_p_sampling_from_logits(
           logits, opt.top_k, opt.top_p, std::nullopt, "top_k_first", /*deterministic=*/true,
           /*check_nan=*/false, static_cast<int64_t>(opt.seed), step * (int64_t{1} << 20));
-      const std::vector<double> v = t.to_double_vector();
+      const std::vector<double> v = t.to_double_vector();  // the A sampled ids, to the host
       for (size_t i = 0; i < which.size(); ++i) ids[i] = static_cast<int32_t>(v[i]);
     }
     if (opt.keep_logits) {
@@ -294,8 +316,8 @@ GenerateResult generate(const Model& m, const std::vector<std::vector<int32_t>>&
   }
   result.prompt_tokens = static_cast<int64_t>(tokens.size());
   {
-    const PageTable pt = page_table(all, pages_of, lengths, c.page_size);
-    const Tensor qo = int32_tensor(qo_indptr);
+    const PageTable pt = page_table(all, pages_of, lengths, c.page_size, dev);
+    const Tensor qo = int32_tensor(qo_indptr, dev);
     const Tensor seq_lens = get_seq_lens(pt.indptr, pt.last_page_len, c.page_size);
     auto [batch_indices, positions] =
         get_batch_indices_positions(qo, seq_lens, static_cast<int64_t>(tokens.size()));
@@ -326,10 +348,10 @@ GenerateResult generate(const Model& m, const std::vector<std::vector<int32_t>>&
       rows.push_back(static_cast<int64_t>(rows.size()));
     }
     const auto A = static_cast<int64_t>(active.size());
-    const PageTable pt = page_table(active, pages_of, lengths, c.page_size);
+    const PageTable pt = page_table(active, pages_of, lengths, c.page_size, dev);
     const Tensor seq_lens = get_seq_lens(pt.indptr, pt.last_page_len, c.page_size);
     auto [batch_indices, positions] =
-        get_batch_indices_positions(int32_tensor(append), seq_lens, A);
+        get_batch_indices_positions(int32_tensor(append, dev), seq_lens, A);
     BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
     po.q_data_type = DType::kFloat16;
     decode.plan(pt.indptr, pt.indices, pt.last_page_len, c.num_qo_heads, c.num_kv_heads, c.head_dim,

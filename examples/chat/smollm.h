@@ -40,19 +40,25 @@ struct Layer {
   std::string qkv_type, o_type, gate_up_type, down_type;  // "Q4_1" / "Q8_0"
 };
 
+/// Every tensor below except embed_host lives on `device`; on the CPU they are the mapped file's
+/// bytes (the norms dequantized), on CUDA copies of them made by load().
 struct Model {
   explicit Model(flashinfer::gguf::File f) : file(std::move(f)) {}
   Config config;
+  flashinfer::Device device = flashinfer::Device::cpu();
   flashinfer::gguf::File file;  // keeps the mapped weights alive
   flashinfer::Tensor embed;     // token_embd.weight blocks [vocab, row bytes] (also the lm head)
+  /// The same blocks in host memory (the mapped file): embedding rows are dequantized there.
+  flashinfer::Tensor embed_host;
   std::string embed_type;
   std::vector<Layer> layers;
   flashinfer::Tensor output_norm;  // fp32 [hidden]
 };
 
-/// Opens `path` and builds the model; throws flashinfer::Error (bad file) or
+/// Opens `path` and builds the model on `device` (the CPU, or a CUDA device: every weight is
+/// copied there once); throws flashinfer::Error (bad file, no such device) or
 /// std::runtime_error (an architecture or tensor type this code does not run).
-Model load(const std::string& path);
+Model load(const std::string& path, flashinfer::Device device = flashinfer::Device::cpu());
 
 struct GenerateOptions {
   int64_t max_new_tokens = 64;
@@ -77,7 +83,10 @@ using TokenCallback = std::function<void(size_t, int32_t)>;
 
 /// Runs the prompts as one batch: one causal prefill over the paged cache (samples each
 /// request's first token), then decode steps of one token per running request until each has
-/// max_new_tokens or a stop token. Runs on the CPU.
+/// max_new_tokens or a stop token. Runs on the model's device: on CUDA every tensor of the
+/// forward pass (activations, KV caches, workspaces, page tables, positions) is on the GPU and
+/// each op runs its CUDA kernel; the host computes only the page tables (uploaded), the
+/// embedding rows (dequantized, uploaded) and the greedy argmax (logits read back).
 GenerateResult generate(const Model& model, const std::vector<std::vector<int32_t>>& prompts,
                         const GenerateOptions& options, const TokenCallback& on_token = {});
 

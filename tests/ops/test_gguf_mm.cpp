@@ -488,5 +488,113 @@ TEST(MmGguf, RecordedCallsReplayIdentically) {
   EXPECT_EQ(d->module, "flashinfer_cpp.gguf");
 }
 
+// ---- CUDA (skipped without a device; compiled, never run on this project's CI machines) ----
+
+// The hand-checked blocks of HandCheckedBlocks on the GPU: m = 3 takes the warp-per-row kernel.
+TEST(MmGgufCuda, HandCheckedBlocks) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  std::vector<uint8_t> q4(20);
+  put_half(q4.data(), 0.5f);
+  put_half(q4.data() + 2, -1.0f);
+  for (int j = 0; j < 16; ++j)
+    q4[4 + static_cast<size_t>(j)] = static_cast<uint8_t>(j | (15 - j) << 4);
+  std::vector<uint8_t> q8(34);
+  put_half(q8.data(), 0.25f);
+  for (int j = 0; j < 32; ++j) q8[2 + static_cast<size_t>(j)] = static_cast<uint8_t>(j - 16);
+  std::vector<double> v(32, 1.0);
+  for (int t = 0; t < 64; ++t) v.push_back(t == 0 || t == 32 + 16 ? 1.0 : 0.0);
+  const Device dev = Device::cuda(0);
+  const Tensor a = Tensor::from_vector(v, {3, 32}, DType::kFloat32).to(dev);
+  EXPECT_EQ(mm_gguf(a, bytes_tensor(q4, 1).to(dev), "Q4_1", std::nullopt, DType::kFloat32)
+                .to_double_vector(),
+            (std::vector<double>{88.0, -1.0, 6.5}));
+  EXPECT_EQ(mm_gguf(a, bytes_tensor(q8, 1).to(dev), "Q8_0", std::nullopt, DType::kFloat32)
+                .to_double_vector(),
+            (std::vector<double>{-4.0, -4.0, 0.0}));
+}
+
+// Both kernels (m < 16: warp per weight row, 8 activation rows per warp; m >= 16: 32 x 32 tiles,
+// more than one tile each way), Q4_1 and Q8_0, every a and out dtype, against the fp64 formula
+// within the bound the CPU tiers meet (fp32 accumulation error plus half an ulp of out_dtype).
+// test_backend_ops compares CUDA with the CPU directly.
+TEST(MmGgufCuda, MatchesTheFp64Formula) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  struct Shape3 {
+    int64_t m, n, k;
+  };
+  const Shape3 shapes[] = {{1, 13, 576}, {3, 5, 96},   {9, 37, 64},
+                           {15, 7, 160}, {16, 33, 64}, {70, 45, 96}};
+  const Device dev = Device::cuda(0);
+  uint64_t seed = 3000;
+  for (bool q4 : {true, false}) {
+    for (const Shape3& s : shapes) {
+      const std::vector<uint8_t> rows = random_rows(s.n, s.k, q4, seed++);
+      const std::vector<double> w = dequant_fp64(rows, s.n, s.k, q4);
+      const Tensor b = bytes_tensor(rows, s.n);
+      const Tensor db = b.to(dev);
+      for (DType adt : {DType::kBFloat16, DType::kFloat32, DType::kFloat16}) {
+        const Tensor a = testing::rand_tensor({s.m, s.k}, adt, seed++, -2.0, 2.0);
+        for (DType odt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+          const char* type = q4 ? "Q4_1" : "Q8_0";
+          const Tensor got = mm_gguf(a.to(dev), db, type, std::nullopt, odt);
+          ASSERT_EQ(got.device(), dev);
+          ASSERT_EQ(got.shape(), (Shape{s.m, s.n}));
+          ASSERT_EQ(got.dtype(), odt);
+          const Tensor host = got.to(Device::cpu());
+          EXPECT_TRUE(matches_fp64(host, a, w, s.n))
+              << type << " m=" << s.m << " n=" << s.n << " k=" << s.k << " a=" << dtype_name(adt)
+              << " out=" << dtype_name(odt);
+        }
+      }
+    }
+  }
+}
+
+// Strided activations (column stride 2), weight rows at an odd byte stride (the fp16 scales
+// then sit at odd addresses: the kernel reads bytes) and a strided out= whose neighbours must
+// stay untouched, for both kernels.
+TEST(MmGgufCuda, StridedOperandsAndOut) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  for (int64_t m : {int64_t{5}, int64_t{40}}) {
+    const int64_t n = 35, k = 64;
+    const std::vector<uint8_t> rows = random_rows(n, k, true, 40 + static_cast<uint64_t>(m));
+    const std::vector<double> w = dequant_fp64(rows, n, k, true);
+    Tensor wide_b = Tensor::zeros({n, 43}, DType::kUInt8);
+    for (int64_t j = 0; j < n; ++j)
+      std::memcpy(static_cast<uint8_t*>(wide_b.data_ptr()) + j * 43, rows.data() + j * 40, 40);
+    const Tensor b = testing::to_keep_layout(wide_b.slice(1, 3, 43), dev);  // offset 3, stride 43
+    const Tensor wide_a = testing::rand_tensor({m, 2 * k}, DType::kFloat16, 6, -2.0, 2.0);
+    const Tensor a = wide_a.slice(1, 0, 2 * k, 2);
+    const Tensor out_base = Tensor::full({m, 2 * n}, 3.0, DType::kFloat32).to(dev);
+    const Tensor out = out_base.slice(1, 0, 2 * n, 2);
+    const Tensor r = mm_gguf(testing::to_keep_layout(a, dev), b, "Q4_1", out, DType::kFloat32);
+    EXPECT_EQ(r.data_ptr(), out.data_ptr());
+    EXPECT_TRUE(matches_fp64(out.to(Device::cpu()).contiguous(), a.contiguous(), w, n))
+        << "m=" << m;
+    for (double v : out_base.slice(1, 1, 2 * n, 2).to_double_vector()) ASSERT_EQ(v, 3.0);
+  }
+}
+
+// The op's checks name the argument on CUDA too: a on the GPU with b on the host.
+TEST(MmGgufCuda, MixedDevicesNameTheArgument) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Tensor a = Tensor::zeros({2, 64}, DType::kBFloat16, Device::cuda(0));
+  EXPECT_FI_ERROR(mm_gguf(a, Tensor::zeros({3, 40}, DType::kUInt8), "Q4_1"), "mm_gguf", "b");
+  EXPECT_FI_ERROR(mm_gguf(a, Tensor::zeros({3, 40}, DType::kUInt8, Device::cuda(0)), "Q4_1",
+                          Tensor::zeros({2, 3}, DType::kBFloat16)),
+                  "mm_gguf", "out");
+}
+
+// The backend tables say what this build runs mm_gguf on: the CPU always, CUDA when compiled
+// in (list-ops, replay's fallback and chat --device cuda read the same answer).
+TEST(MmGguf, BackendsListCudaWhenCompiled) {
+  EXPECT_TRUE(op_has_backend("mm_gguf", DeviceType::kCPU));
+  EXPECT_EQ(op_has_backend("mm_gguf", DeviceType::kCUDA), cuda_compiled());
+  const std::vector<std::string> expect =
+      cuda_compiled() ? std::vector<std::string>{"cpu", "cuda"} : std::vector<std::string>{"cpu"};
+  EXPECT_EQ(op_backends("mm_gguf"), expect);
+}
+
 }  // namespace
 }  // namespace flashinfer
