@@ -225,11 +225,11 @@ class TinyModelFile {
     };
     B g;
     g.kv("general.architecture", B::kString, B::str("llama"))
-        .kv("llama.block_count", B::kU32, B::u32(layers))
-        .kv("llama.embedding_length", B::kU32, B::u32(H))
+        .kv("llama.block_count", B::kU32, B::u32(static_cast<uint32_t>(layers)))
+        .kv("llama.embedding_length", B::kU32, B::u32(static_cast<uint32_t>(H)))
         .kv("llama.attention.head_count", B::kU32, B::u32(2))
         .kv("llama.attention.head_count_kv", B::kU32, B::u32(1))
-        .kv("llama.feed_forward_length", B::kU32, B::u32(I))
+        .kv("llama.feed_forward_length", B::kU32, B::u32(static_cast<uint32_t>(I)))
         .kv("llama.rope.freq_base", B::kF32, B::f32(1e4f))
         .kv("llama.attention.layer_norm_rms_epsilon", B::kF32, B::f32(1e-5f));
     constexpr uint32_t kF32 = 0, kQ4_1 = 3, kQ8_0 = 8;  // GGML type ids
