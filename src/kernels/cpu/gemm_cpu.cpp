@@ -10,6 +10,7 @@
 #include "flashinfer/float_formats.h"
 #include "kernels/cpu/cpu_row_io.h"
 #include "kernels/cpu/gemm_bf16_cpu.h"
+#include "kernels/cpu/gemm_bf16_dpbf16_cpu.h"
 #include "kernels/dtype_dispatch.h"
 
 // Threading: on the sgemm path OpenBLAS parallelizes the O(m n k) multiply with its own thread
@@ -207,6 +208,41 @@ bool bf16_path(const GemmParams& p, float alpha) {
       if (bi == 0) return false;
       sgemm_path(p, alpha, bi);  // oneDNN refused midway: the rest the former way
       return true;
+    }
+  }
+  return true;
+}
+
+// Large m, bf16 by bf16 with dense rows (row stride k: with longer rows oneDNN blocks k another
+// way, measured), on AVX-512 BF16 CPUs (gemm_bf16_dpbf16_cpu.h): our fp32-FMA kernel with
+// oneDNN's sums bit for bit, then bf16_path's epilogue: into a dense bf16 out
+// without bias, vcvtneps2bf16 after the alpha multiply (what oneDNN's store does there);
+// otherwise store_cols, as bf16_path does after oneDNN's fp32 sums. Returns false, nothing
+// written, when the kernel is not available or the operands do not fit it.
+bool dpbf16_path(const GemmParams& p, float alpha) {
+  if (!bf16_dpbf16_gemm_available() || p.m == 0 || p.n == 0 || p.k == 0 ||
+      p.a_dtype != DType::kBFloat16 || p.b_dtype != DType::kBFloat16 || p.a_stride_k != 1 ||
+      p.b_stride_k != 1 || p.a_stride_m != p.k || p.b_stride_n != p.k) {
+    return false;
+  }
+  // bf16_path's out_direct case, where oneDNN's store writes out.
+  const bool hw_out =
+      !p.bias && p.out_dtype == DType::kBFloat16 && p.out_stride_n == 1 && p.out_stride_m == p.n;
+  const size_t o_es = dtype_size(p.out_dtype);
+  for (int64_t bi = 0; bi < p.batch; ++bi) {
+    const auto* ab = static_cast<const uint16_t*>(p.a) + bi * p.a_stride_b;
+    const auto* bb = static_cast<const uint16_t*>(p.b) + bi * p.b_stride_b;
+    auto* ob = static_cast<uint8_t*>(p.out) + bi * p.out_stride_b * o_es;
+    const auto epilogue = [&](int64_t j0, int64_t w, const float* c, int64_t ldc) {
+      if (hw_out) {
+        bf16_store_rows_hw(c, ldc, p.m, w, alpha, reinterpret_cast<uint16_t*>(ob) + j0,
+                           p.out_stride_m);
+      } else {
+        store_cols(c, ldc, alpha, p, ob, j0, w);
+      }
+    };
+    if (!bf16_gemm_dpbf16(p.m, p.n, p.k, ab, p.a_stride_m, bb, p.b_stride_n, epilogue)) {
+      return false;  // only before the first batch item: availability does not change
     }
   }
   return true;
@@ -553,6 +589,7 @@ void gemm_with(const GemmParams& p, GemmPath path, CpuIsa isa) {
   const bool small =
       path == GemmPath::kSmallM || (path == GemmPath::kAuto && p.m <= kGemmSmallMMax);
   if (small && small_m_path(p, alpha, isa)) return;
+  if ((path == GemmPath::kAuto || path == GemmPath::kDpbf16) && dpbf16_path(p, alpha)) return;
   if ((path == GemmPath::kAuto || path == GemmPath::kBf16) && bf16_path(p, alpha)) return;
   sgemm_path(p, alpha);
 }

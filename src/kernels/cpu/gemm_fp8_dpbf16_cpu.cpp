@@ -12,6 +12,7 @@
 #include "kernels/cpu/cpu_intrinsics.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gemm_bf16_cpu.h"
+#include "kernels/cpu/gemm_dpbf16_tile.h"
 #include "kernels/gemm_fp8_params.h"
 
 #if FLASHINFER_CPU_X86_INTRINSICS
@@ -30,12 +31,8 @@ namespace {
       target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma," \
              "f16c")))
 
-// Blocking: a tile of kMr rows by 32 columns (28 fp32 accumulators, two weight vectors: 30 of
-// the 32 registers), k in blocks of 128 (the prepared weight's block, so k % 128 == 0 is all
-// it needs): a weight panel of one block is 8 KiB (stays in L1 over all row tiles), an
-// activation tile 3.5 KiB.
-constexpr int kMr = 14;
-constexpr int64_t kKc = 128;
+using dpbf16::kKc;
+using dpbf16::kMr;
 
 // The bf16 bits of e4m3 codes, split by byte for a vpermi2b lookup on the low 7 bits: the sign
 // bit of the code is the sign bit of the bf16 (checked against fp8_bf16_table at first use).
@@ -119,41 +116,6 @@ FI_DPBF16 void pack_b(const uint8_t* b, int64_t n, int64_t kb, int64_t j0, int64
         _mm512_storeu_si512(pd + (2 * q + 1) * 32 + 16 * h, _mm512_permutex2var_epi8(lo, e1, hi));
       }
     }
-  }
-}
-
-// One k block of a tile of R rows by 32 columns (row stride ldc): acc = src (or +0 when src is
-// null) plus the block's products; dst = acc, or dst + acc when add.
-template <int R>
-FI_DPBF16 void micro(const uint16_t* ap, const uint32_t* bp, const float* src, float* dst,
-                     int64_t ldc, bool add) {
-  __m512 acc[R][2];
-#pragma GCC unroll 14
-  for (int r = 0; r < R; ++r) {
-    acc[r][0] = src ? _mm512_loadu_ps(src + r * ldc) : _mm512_setzero_ps();
-    acc[r][1] = src ? _mm512_loadu_ps(src + r * ldc + 16) : _mm512_setzero_ps();
-  }
-  for (int64_t p = 0; p < kKc / 2; ++p) {
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + p * 32);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + p * 32 + 16);
-#pragma GCC unroll 14
-    for (int r = 0; r < R; ++r) {
-      int32_t pair;
-      std::memcpy(&pair, ap + r * kKc + 2 * p, 4);
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
-    }
-  }
-#pragma GCC unroll 14
-  for (int r = 0; r < R; ++r) {
-    float* d = dst + r * ldc;
-    if (add) {
-      acc[r][0] = _mm512_add_ps(_mm512_loadu_ps(d), acc[r][0]);
-      acc[r][1] = _mm512_add_ps(_mm512_loadu_ps(d + 16), acc[r][1]);
-    }
-    _mm512_storeu_ps(d, acc[r][0]);
-    _mm512_storeu_ps(d + 16, acc[r][1]);
   }
 }
 
@@ -253,59 +215,9 @@ FI_DPBF16 bool pack_b_f32(const uint8_t* b, int64_t n, int64_t kb, int64_t j0, i
   return nan != 0;
 }
 
-// micro with fp32 operands (packed with swapped pairs): the same sums.
-template <int R>
-FI_DPBF16 void micro_f32(const float* ap, const float* bp, const float* src, float* dst,
-                         int64_t ldc, bool add) {
-  __m512 acc[R][2];
-#pragma GCC unroll 14
-  for (int r = 0; r < R; ++r) {
-    acc[r][0] = src ? _mm512_loadu_ps(src + r * ldc) : _mm512_setzero_ps();
-    acc[r][1] = src ? _mm512_loadu_ps(src + r * ldc + 16) : _mm512_setzero_ps();
-  }
-  for (int64_t kk = 0; kk < kKc; ++kk) {
-    const __m512 b0 = _mm512_loadu_ps(bp + kk * 32), b1 = _mm512_loadu_ps(bp + kk * 32 + 16);
-#pragma GCC unroll 14
-    for (int r = 0; r < R; ++r) {
-      const __m512 av = _mm512_set1_ps(ap[r * kKc + kk]);
-      acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
-    }
-  }
-#pragma GCC unroll 14
-  for (int r = 0; r < R; ++r) {
-    float* d = dst + r * ldc;
-    if (add) {
-      acc[r][0] = _mm512_add_ps(_mm512_loadu_ps(d), acc[r][0]);
-      acc[r][1] = _mm512_add_ps(_mm512_loadu_ps(d + 16), acc[r][1]);
-    }
-    _mm512_storeu_ps(d, acc[r][0]);
-    _mm512_storeu_ps(d + 16, acc[r][1]);
-  }
-}
-
-using MicroFn = void (*)(const uint16_t*, const uint32_t*, const float*, float*, int64_t, bool);
-using MicroF32Fn = void (*)(const float*, const float*, const float*, float*, int64_t, bool);
-
-template <std::size_t... I>
-constexpr std::array<MicroFn, sizeof...(I)> micro_table(std::index_sequence<I...>) {
-  return {&micro<static_cast<int>(I) + 1>...};
-}
-template <std::size_t... I>
-constexpr std::array<MicroF32Fn, sizeof...(I)> micro_f32_table(std::index_sequence<I...>) {
-  return {&micro_f32<static_cast<int>(I) + 1>...};
-}
-constexpr std::array<MicroFn, kMr> kMicro = micro_table(std::make_index_sequence<kMr>{});
-constexpr std::array<MicroF32Fn, kMr> kMicroF32 = micro_f32_table(std::make_index_sequence<kMr>{});
-
-// A tile of pack_a_tile_f32 as micro's bf16 [kMr][kKc] (the high halves, pairs unswapped).
-void f32_tile_to_bf16(const float* src, uint16_t* dst) {
-  for (int64_t x = 0; x < kMr * kKc; ++x) {
-    uint32_t u;
-    std::memcpy(&u, src + (x ^ 1), 4);
-    dst[x] = static_cast<uint16_t>(u >> 16);
-  }
-}
+using dpbf16::f32_tile_to_bf16;
+using dpbf16::kMicro;
+using dpbf16::kMicroF32;
 
 }  // namespace
 
