@@ -611,9 +611,9 @@ TEST(AttentionPosEncoding, CascadeAndPodRecordAndReplay) {
 
 // Written by Python as upstream's recorder writes the calls: single_decode_with_kv_cache with
 // pos_encoding_mode="ALIBI", single_prefill_with_kv_cache with "ROPE_LLAMA" (rope_theta given),
-// a ragged prefill wrapper planned with "ROPE_LLAMA" (one self_id) and a POD wrapper planned
-// with "ALIBI" (its decode part); expected outputs from torch in fp64 with upstream's slopes and
-// positions.
+// a ragged prefill wrapper planned with "ROPE_LLAMA" (one self_id), a POD wrapper planned
+// with "ALIBI" (its decode part), and a BlockSparseAttentionWrapper planned with "ROPE_LLAMA";
+// expected outputs from torch in fp64 with upstream's slopes and positions.
 TEST(AttentionPosEncoding, UpstreamWrittenDumpReplays) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("fi_attn_pos_" + std::to_string(::getpid()));
@@ -778,8 +778,52 @@ write_pod(8, "PODWithPagedKVCacheWrapper.run",
                      "items": [{"type": "torch.Tensor", "tensor_key": "arg_5__0"},
                                {"type": "torch.Tensor", "tensor_key": "arg_5__1"}]}},
           {"result_0": out_p.half(), "result_1": torch.cat(out_d).half()})
+
+# BlockSparseAttentionWrapper planned with pos_encoding_mode="ROPE_LLAMA", rope_theta=2e4 (the
+# prefill kernel: R * group = 8): block row i is a request over its blocks' keys gathered in
+# indices order, query r at kv - rows + r, gathered key j at j (upstream's sparse.py plan).
+BSR = 140234567890999
+def write_bsr(seq, name, inputs, meta, outputs):
+    d = os.path.join(root, "20261122_233000_%03d_pid4242_%s_call%04d" % (seq, name, seq))
+    os.makedirs(d)
+    torch.save(inputs, d + "/inputs.pt")
+    torch.save({k: x for k, x in outputs.items() if x is not None}, d + "/outputs.pt")
+    rec = {"function_name": name, "module": "flashinfer.sparse", "call_sequence": seq,
+           "timestamp": "20261122_233000_%03d" % seq, "process_id": 4242,
+           "input_metadata": dict(meta, arg_0={"type": "BlockSparseAttentionWrapper",
+               "repr": "<flashinfer.sparse.BlockSparseAttentionWrapper object at 0x%x>" % BSR}),
+           "output_metadata": {k: None for k, x in outputs.items() if x is None},
+           "tensor_info": {"input_tensor_keys": list(inputs),
+                           "output_tensor_keys": [k for k, x in outputs.items() if x is not None]},
+           "tensor_format": "torch", "execution_status": "completed", "self_id": BSR}
+    with open(d + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+R, C, M, N = 2, 3, 5, 9
+indptr = [0, 2, 3, 5]
+indices = [2, 0, 1, 0, 2]
+write_bsr(9, "BlockSparseAttentionWrapper.__init__",
+          {"arg_1": torch.zeros(4096, dtype=torch.uint8)}, {}, {"result": None})
+write_bsr(10, "BlockSparseAttentionWrapper.plan",
+          {"arg_1": torch.tensor(indptr, dtype=torch.int32),
+           "arg_2": torch.tensor(indices, dtype=torch.int32)},
+          {"arg_3": M, "arg_4": N, "arg_5": R, "arg_6": C, "arg_7": H, "arg_8": HKV, "arg_9": D,
+           "kwarg_pos_encoding_mode": "ROPE_LLAMA", "kwarg_rope_theta": 2e4}, {"result": None})
+q = torch.randn(M, H, D).half()
+k = torch.randn(N, HKV, D).half()
+v = torch.randn(N, HKV, D).half()
+outs = []
+for i in range(3):
+    r0, r1 = i * R, min((i + 1) * R, M)
+    cols = indices[indptr[i]:indptr[i + 1]]
+    kb = torch.cat([k[c * C:(c + 1) * C] for c in cols]).double()
+    vb = torch.cat([v[c * C:(c + 1) * C] for c in cols]).double()
+    kv = kb.shape[0]
+    qb = rope(q[r0:r1].double(), torch.arange(kv - (r1 - r0), kv), theta=2e4)
+    outs.append(attend(qb, rope(kb, torch.arange(kv), theta=2e4), vb, False))
+write_bsr(11, "BlockSparseAttentionWrapper.run", {"arg_1": q, "arg_2": k, "arg_3": v}, {},
+          {"result": torch.cat(outs).half()})
 )PY";
-  if (!testing::run_dump_script(dir, py, dir / "dump", 8u)) {
+  if (!testing::run_dump_script(dir, py, dir / "dump", 11u)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
 }
