@@ -1,6 +1,7 @@
 // pos_encoding_mode inside attention. Facts (upstream FlashInfer, see docs/ATTENTION.md):
 // RoPE rotates q and k on the fly (llama style, non-interleaved halves) at their positions;
-// ALiBi adds slope[h] * (kv_idx - qo_idx) to the scaled logit (variants.cuh LogitsTransform).
+// ALiBi adds slope[h] * (kv_idx - qo_idx) to the scaled logit, before the soft cap's tanh when
+// there is one (variants.cuh DefaultAttention's LogitsTransform).
 #include "api/attention_pos_encoding.h"
 
 #include <cmath>
@@ -56,10 +57,8 @@ void plan_pos_encoding(detail::WrapperState& s, std::string_view mode,
     s.rope_theta = theta;
     return;
   }
-  // Upstream applies sm_scale inside the ALiBi transform and again before tanh when a soft cap
-  // is set; that combination is not reproduced.
-  FLASHINFER_CHECK_CODE(s.logits_soft_cap == 0.0, ErrorCode::kUnsupported, op, "logits_soft_cap",
-                        "ALIBI with a logits soft cap is not supported");
+  // With a soft cap the CPU kernel follows upstream's order (sm_scale applied twice, see
+  // docs/ATTENTION.md).
   s.pos_encoding = 2;
   s.alibi_slopes = alibi_slopes(s.num_qo_heads);
 }

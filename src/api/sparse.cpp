@@ -1,7 +1,9 @@
 // Block-sparse attention (flashinfer.sparse): BlockSparseAttentionWrapper as upstream's fa2 path
 // plans it: each block row is a request of R queries over a paged view of k / v whose pages
 // are the C-key block columns, so the batch-attention plan/run path (attention_common.h) and its
-// kernels compute it; the per-block mask becomes each request's custom mask.
+// kernels compute it; the per-block mask becomes each request's custom mask. pos_encoding_mode
+// therefore sees a block row's queries and gathered keys at their positions within that request
+// (api/attention_pos_encoding.h, CPU only).
 #include "flashinfer/ops/sparse.h"
 
 #include <cmath>
@@ -9,6 +11,7 @@
 
 #include "api/arg_traits.h"
 #include "api/attention_common.h"
+#include "api/attention_pos_encoding.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 
@@ -68,8 +71,7 @@ void BlockSparseAttentionWrapper::plan(
                          "), got ", N);
         api::check_head_dim(head_dim, op, "head_dim");
         api::plan_settings(s, num_qo_heads, num_kv_heads, head_dim, head_dim, q_data_type,
-                           kv_data_type, o_data_type, sm_scale, -1, logits_soft_cap,
-                           pos_encoding_mode, op);
+                           kv_data_type, o_data_type, sm_scale, -1, logits_soft_cap, "NONE", op);
         const int64_t mb = (M + R - 1) / R, nb = N / C;
         const std::vector<int32_t> ip = api::index_to_host(indptr, op, "indptr", mb + 1);
         api::check_indptr(ip, op, "indptr");
@@ -128,13 +130,21 @@ void BlockSparseAttentionWrapper::plan(
                              " keys (causal masks are right-aligned and need kv_len >= qo_len)");
           }
         }
+        // Upstream plans its decode kernel (use_tensor_cores=False) when R * group < 4 and no
+        // mask is given: with a positional encoding that kernel's rules apply (rotation kept in
+        // fp32, fp8 K takes RoPE). Each block row stays a request at the prefill positions.
+        if (pos_encoding_mode != "NONE" && R * (num_qo_heads / num_kv_heads) < 4 && !mask &&
+            !packed_mask) {
+          s.decode = true;
+          s.use_tensor_cores = false;
+          s.q_len_per_req = R;
+        }
+        api::plan_pos_encoding(s, pos_encoding_mode, rope_scale, rope_theta, op);
         api::build_plan(s, std::nullopt, false, op);
         m_ = M;
         n_ = N;
         c_ = C;
         (void)use_fp16_qk_reduction;  // scores are always fp32
-        (void)rope_scale;             // only pos_encoding_mode "NONE"
-        (void)rope_theta;
         (void)non_blocking;
       },
       *this, indptr, indices, M, N, R, C, num_qo_heads, num_kv_heads, head_dim, mask, packed_mask,
@@ -228,7 +238,13 @@ void VariableBlockSparseAttentionWrapper::plan(
         // The kernels see one kv head per request and the group's query heads as its heads.
         const int64_t group = num_qo_heads / num_kv_heads;
         api::plan_settings(s, group, 1, head_dim, head_dim, q_data_type, kv_data_type, q_data_type,
-                           sm_scale, -1, logits_soft_cap, pos_encoding_mode, op);
+                           sm_scale, -1, logits_soft_cap, "NONE", op);
+        // Upstream's run passes None as the kernel's ALiBi slopes (flashinfer/sparse.py), which
+        // an ALIBI kernel would read through a null pointer: no defined result to reproduce.
+        FLASHINFER_CHECK_CODE(pos_encoding_mode != "ALIBI", ErrorCode::kUnsupported, op,
+                              "pos_encoding_mode",
+                              "\"ALIBI\" is not supported here (upstream's run passes no ALiBi "
+                              "slopes to its kernel)");
         api::check_defined(block_mask_map, op, "block_mask_map");
         api::check_dim(block_mask_map, {3}, op, "block_mask_map");
         FLASHINFER_CHECK(block_mask_map.dtype() == DType::kBool, op, "block_mask_map",
@@ -282,6 +298,7 @@ void VariableBlockSparseAttentionWrapper::plan(
         api::load_page_table(s, host_int32(ip), host_int32(ix), host_int32(last), 1, op,
                              "block_mask_map", "block_mask_map", "block_mask_map");
         s.decode = false;
+        api::plan_pos_encoding(s, pos_encoding_mode, rope_scale, rope_theta, op);
         s.qo_indptr = qo;
         s.batch = static_cast<int32_t>(num_kv_heads * mb);
         s.total_qo = qo.back();
@@ -299,8 +316,6 @@ void VariableBlockSparseAttentionWrapper::plan(
         qo_len_ = qo_len;
         kv_len_ = kv_len;
         (void)use_fp16_qk_reduction;  // scores are always fp32
-        (void)rope_scale;             // only pos_encoding_mode "NONE"
-        (void)rope_theta;
         (void)non_blocking;
       },
       *this, block_mask_map, block_row_sz, block_col_sz, num_qo_heads, num_kv_heads, head_dim,

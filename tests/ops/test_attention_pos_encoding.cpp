@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -69,6 +70,10 @@ struct PosRef {
   double rope_scale = 1.0, rope_theta = 1e4;
   double sm_scale = 0.0;
   bool causal = false;
+  // Soft cap c: c * tanh(x / c) of the scaled logit x; with ALiBi upstream's order,
+  // c * tanh(sm_scale * (sm_scale * q.k + slope * (j - i)) / c).
+  double soft_cap = 0.0;
+  std::function<bool(int64_t, int64_t)> mask;  // keep(i, j), or empty
 };
 
 // One request: q [qo, Hq, D], k/v [kv, Hkv, D]. o [qo, Hq, D], lse base 2 [qo, Hq].
@@ -93,12 +98,22 @@ void ref_pos_attention(std::vector<double> q, std::vector<double> k, const std::
       if (end <= 0) continue;
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < end; ++j) {
+        if (r.mask && !r.mask(i, j)) {
+          s[j] = -std::numeric_limits<double>::infinity();
+          continue;
+        }
         double dot = 0;
         for (int64_t e = 0; e < d; ++e) dot += q[(i * hq + h) * d + e] * k[(j * hkv + g) * d + e];
         s[j] = dot * scale;
-        if (r.mode == Mode::kAlibi) s[j] += slopes[h] * double(j - i);
+        if (r.mode == Mode::kAlibi) {
+          s[j] += slopes[h] * double(j - i);
+          if (r.soft_cap > 0) s[j] = r.soft_cap * std::tanh(scale * s[j] / r.soft_cap);
+        } else if (r.soft_cap > 0) {
+          s[j] = r.soft_cap * std::tanh(s[j] / r.soft_cap);
+        }
         mx = std::max(mx, s[j]);
       }
+      if (mx == -std::numeric_limits<double>::infinity()) continue;  // nothing visible
       double sum = 0;
       for (int64_t j = 0; j < end; ++j) sum += std::exp(s[j] - mx);
       for (int64_t j = 0; j < end; ++j) {
@@ -201,6 +216,7 @@ struct BatchCase {
   std::vector<int32_t> kv_lens;
   std::optional<int64_t> fixed_split;
   bool ragged;
+  double soft_cap = 0.0;
 };
 
 void check_batch(const BatchCase& c) {
@@ -232,6 +248,7 @@ void check_batch(const BatchCase& c) {
     po.pos_encoding_mode = mode_name(c.mode);
     po.q_data_type = c.dtype;
     po.fixed_split_size = c.fixed_split;
+    if (c.soft_cap > 0) po.logits_soft_cap = c.soft_cap;
     w.plan(testing::int_tensor(qo_indptr), testing::int_tensor(kv_indptr), c.hq, c.hkv, d, po);
     r = w.run(q, k, v, ro);
   } else {
@@ -243,6 +260,7 @@ void check_batch(const BatchCase& c) {
       po.pos_encoding_mode = mode_name(c.mode);
       po.q_data_type = c.dtype;
       po.fixed_split_size = c.fixed_split;
+      if (c.soft_cap > 0) po.logits_soft_cap = c.soft_cap;
       w.plan(f.indptr, f.indices, f.last_page_len, c.hq, c.hkv, d, ps, po);
       if (c.fixed_split) {
         EXPECT_TRUE(w.split_kv());
@@ -255,6 +273,7 @@ void check_batch(const BatchCase& c) {
       po.pos_encoding_mode = mode_name(c.mode);
       po.q_data_type = c.dtype;
       po.fixed_split_size = c.fixed_split;
+      if (c.soft_cap > 0) po.logits_soft_cap = c.soft_cap;
       w.plan(testing::int_tensor(qo_indptr), f.indptr, f.indices, f.last_page_len, c.hq, c.hkv, d,
              ps, po);
       if (c.fixed_split) {
@@ -267,6 +286,7 @@ void check_batch(const BatchCase& c) {
   PosRef ref;
   ref.mode = c.mode;
   ref.causal = true;
+  ref.soft_cap = c.soft_cap;
   for (int64_t b = 0; b < batch; ++b) {
     std::vector<double> eo, el;
     ref_pos_attention(testing::rows_of(qd, qo_indptr[b], qo_indptr[b + 1], c.hq * d), kd[b], vd[b],
@@ -295,7 +315,13 @@ INSTANTIATE_TEST_SUITE_P(
         BatchCase{Mode::kAlibi, DType::kFloat32, 6, 2, {2, 3, 1}, {5, 9, 30}, 2, false},
         // Ragged prefill (split in tokens).
         BatchCase{Mode::kRope, DType::kBFloat16, 4, 2, {3, 4}, {3, 21}, 8, true},
-        BatchCase{Mode::kAlibi, DType::kFloat16, 8, 4, {3, 4}, {3, 21}, {}, true}));
+        BatchCase{Mode::kAlibi, DType::kFloat16, 8, 4, {3, 4}, {3, 21}, {}, true},
+        // ALiBi with a soft cap (upstream's order: sm_scale twice), decode split, paged and
+        // ragged prefill; RoPE with one.
+        BatchCase{Mode::kAlibi, DType::kFloat32, 4, 2, {}, {1, 9, 30}, 2, false, 2.0},
+        BatchCase{Mode::kAlibi, DType::kFloat16, 6, 2, {2, 3, 1}, {5, 9, 30}, 2, false, 3.0},
+        BatchCase{Mode::kAlibi, DType::kBFloat16, 8, 4, {3, 4}, {3, 21}, {}, true, 1.5},
+        BatchCase{Mode::kRope, DType::kFloat32, 4, 2, {3, 4}, {3, 21}, {}, true, 2.5}));
 
 TEST(AttentionPosEncoding, NoneIsUnchangedAndModesDiffer) {
   // The modes change the answer (a test that could not fail otherwise), NONE is the plain op.
@@ -338,14 +364,6 @@ TEST(AttentionPosEncoding, BadInput) {
   EXPECT_FI_ERROR(single_decode_with_kv_cache(q, k, k, "NHD", "ROPE_LLAMA", false, {}, {}, {}, -1,
                                               {}, {}, {}, -1.0),
                   dec, "rope_theta");
-  // ALiBi with a soft cap (upstream scales twice there) is refused.
-  try {
-    single_decode_with_kv_cache(q, k, k, "NHD", "ALIBI", false, {}, {}, {}, -1, 30.0);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_EQ(e.arg(), "logits_soft_cap");
-  }
   // RoPE with an fp8 cache: the decode kernel takes it, the prefill kernel (upstream: 16-bit K
   // only) does not.
   Tensor k8 = testing::rand_tensor({6, 2, 64}, DType::kFloat8E4M3FN, 5);
@@ -360,8 +378,8 @@ TEST(AttentionPosEncoding, BadInput) {
   EXPECT_FI_ERROR(
       single_prefill_with_kv_cache(q3, k8, k8, {}, {}, {}, {}, {}, {}, false, "NHD", "ROPE_LLAMA"),
       pre, "pos_encoding_mode");
-  // The cascade levels are prefill wrappers: RoPE with an fp8 cache and ALiBi with a soft cap
-  // are refused there too (kUnsupported).
+  // The cascade levels are prefill wrappers: RoPE with an fp8 cache is refused there too
+  // (kUnsupported).
   MultiLevelCascadeAttentionWrapper cw(1, workspace());
   try {
     cw.plan({testing::int_tensor({0, 1})}, {testing::int_tensor({0, 1})},
@@ -372,10 +390,6 @@ TEST(AttentionPosEncoding, BadInput) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
     EXPECT_EQ(e.arg(), "pos_encoding_mode");
   }
-  EXPECT_FI_ERROR(cw.plan({testing::int_tensor({0, 1})}, {testing::int_tensor({0, 1})},
-                          {testing::int_tensor({0})}, {testing::int_tensor({1})}, 4, 2, 64, 4,
-                          false, "ALIBI", false, {}, -1, 20.0),
-                  "MultiLevelCascadeAttentionWrapper.plan", "logits_soft_cap");
   EXPECT_FI_ERROR(
       cw.plan({testing::int_tensor({0, 1})}, {testing::int_tensor({0, 1})},
               {testing::int_tensor({0})}, {testing::int_tensor({1})}, 4, 2, 64, 4, false, "ROPE"),
@@ -458,8 +472,8 @@ class CascadePos : public ::testing::TestWithParam<Mode> {};
 
 // Upstream plans every level's BatchPrefillWithPagedKVCacheWrapper with the same
 // pos_encoding_mode (cascade.py): each level attends at its own positions (query i of a
-// level's request at kv_len - qo_len + i), causal on the last level only; the levels' states
-// merge as (o_a 2^lse_a + o_b 2^lse_b) / (2^lse_a + 2^lse_b).
+// level's request at kv_len - qo_len + i), causal on the last level only, soft cap 4 on every
+// level; the levels' states merge as (o_a 2^lse_a + o_b 2^lse_b) / (2^lse_a + 2^lse_b).
 TEST_P(CascadePos, MatchesFp64PerLevelThenMerged) {
   const Mode m = GetParam();
   const int64_t hq = 4, hkv = 2, d = 64, ps = 4;
@@ -470,12 +484,14 @@ TEST_P(CascadePos, MatchesFp64PerLevelThenMerged) {
   const Table3 t0 = table3(shared, ps), t1 = table3(unique, ps);
   MultiLevelCascadeAttentionWrapper w(2, workspace());
   w.plan({t0.qo, t1.qo}, {t0.indptr, t1.indptr}, {t0.indices, t1.indices}, {t0.last, t1.last}, hq,
-         hkv, d, ps, /*causal=*/true, mode_name(m), false, {}, -1, {}, 2.0, 5e5);
+         hkv, d, ps, /*causal=*/true, mode_name(m), false, {}, -1, /*logits_soft_cap=*/4.0, 2.0,
+         5e5);
   const Tensor out = w.run(q, PagedKVCache(c.k, c.v));
   PosRef r;
   r.mode = m;
   r.rope_scale = 2.0;
   r.rope_theta = 5e5;
+  r.soft_cap = 4.0;
   std::vector<double> oa, la, ob, lb;
   const std::vector<double> qd = q.to_double_vector();
   ref_paged(qd, c, shared, hq, r, oa, la);
@@ -595,9 +611,9 @@ TEST(AttentionPosEncoding, CascadeAndPodRecordAndReplay) {
 
 // Written by Python as upstream's recorder writes the calls: single_decode_with_kv_cache with
 // pos_encoding_mode="ALIBI", single_prefill_with_kv_cache with "ROPE_LLAMA" (rope_theta given),
-// a ragged prefill wrapper planned with "ROPE_LLAMA" (one self_id) and a POD wrapper planned
-// with "ALIBI" (its decode part); expected outputs from torch in fp64 with upstream's slopes and
-// positions.
+// a ragged prefill wrapper planned with "ROPE_LLAMA" (one self_id), a POD wrapper planned
+// with "ALIBI" (its decode part), and a BlockSparseAttentionWrapper planned with "ROPE_LLAMA";
+// expected outputs from torch in fp64 with upstream's slopes and positions.
 TEST(AttentionPosEncoding, UpstreamWrittenDumpReplays) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("fi_attn_pos_" + std::to_string(::getpid()));
@@ -762,10 +778,384 @@ write_pod(8, "PODWithPagedKVCacheWrapper.run",
                      "items": [{"type": "torch.Tensor", "tensor_key": "arg_5__0"},
                                {"type": "torch.Tensor", "tensor_key": "arg_5__1"}]}},
           {"result_0": out_p.half(), "result_1": torch.cat(out_d).half()})
+
+# BlockSparseAttentionWrapper planned with pos_encoding_mode="ROPE_LLAMA", rope_theta=2e4 (the
+# prefill kernel: R * group = 8): block row i is a request over its blocks' keys gathered in
+# indices order, query r at kv - rows + r, gathered key j at j (upstream's sparse.py plan).
+BSR = 140234567890999
+def write_bsr(seq, name, inputs, meta, outputs):
+    d = os.path.join(root, "20261122_233000_%03d_pid4242_%s_call%04d" % (seq, name, seq))
+    os.makedirs(d)
+    torch.save(inputs, d + "/inputs.pt")
+    torch.save({k: x for k, x in outputs.items() if x is not None}, d + "/outputs.pt")
+    rec = {"function_name": name, "module": "flashinfer.sparse", "call_sequence": seq,
+           "timestamp": "20261122_233000_%03d" % seq, "process_id": 4242,
+           "input_metadata": dict(meta, arg_0={"type": "BlockSparseAttentionWrapper",
+               "repr": "<flashinfer.sparse.BlockSparseAttentionWrapper object at 0x%x>" % BSR}),
+           "output_metadata": {k: None for k, x in outputs.items() if x is None},
+           "tensor_info": {"input_tensor_keys": list(inputs),
+                           "output_tensor_keys": [k for k, x in outputs.items() if x is not None]},
+           "tensor_format": "torch", "execution_status": "completed", "self_id": BSR}
+    with open(d + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+R, C, M, N = 2, 3, 5, 9
+indptr = [0, 2, 3, 5]
+indices = [2, 0, 1, 0, 2]
+write_bsr(9, "BlockSparseAttentionWrapper.__init__",
+          {"arg_1": torch.zeros(4096, dtype=torch.uint8)}, {}, {"result": None})
+write_bsr(10, "BlockSparseAttentionWrapper.plan",
+          {"arg_1": torch.tensor(indptr, dtype=torch.int32),
+           "arg_2": torch.tensor(indices, dtype=torch.int32)},
+          {"arg_3": M, "arg_4": N, "arg_5": R, "arg_6": C, "arg_7": H, "arg_8": HKV, "arg_9": D,
+           "kwarg_pos_encoding_mode": "ROPE_LLAMA", "kwarg_rope_theta": 2e4}, {"result": None})
+q = torch.randn(M, H, D).half()
+k = torch.randn(N, HKV, D).half()
+v = torch.randn(N, HKV, D).half()
+outs = []
+for i in range(3):
+    r0, r1 = i * R, min((i + 1) * R, M)
+    cols = indices[indptr[i]:indptr[i + 1]]
+    kb = torch.cat([k[c * C:(c + 1) * C] for c in cols]).double()
+    vb = torch.cat([v[c * C:(c + 1) * C] for c in cols]).double()
+    kv = kb.shape[0]
+    qb = rope(q[r0:r1].double(), torch.arange(kv - (r1 - r0), kv), theta=2e4)
+    outs.append(attend(qb, rope(kb, torch.arange(kv), theta=2e4), vb, False))
+write_bsr(11, "BlockSparseAttentionWrapper.run", {"arg_1": q, "arg_2": k, "arg_3": v}, {},
+          {"result": torch.cat(outs).half()})
 )PY";
-  if (!testing::run_dump_script(dir, py, dir / "dump", 8u)) {
+  if (!testing::run_dump_script(dir, py, dir / "dump", 11u)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
+}
+
+// ---- ALiBi with a logits soft cap.
+
+// Hand-checked: one head (slope 2^-8), D 16, q = e0, keys 0 and 2 e0, values 0 and 1, sm_scale
+// 0.5, cap 1, decode (query index 0). Upstream's order gives logit_1 = tanh(0.5 * (0.5 * 2 +
+// 1/256)) = tanh(0.501953125) = 0.4636518..., logit_0 = 0: o = sigmoid(logit_1) = 0.61388013 in
+// every column and lse = log2(1 + e^logit_1) = 1.37287928. (The pre-2025 kernels' order,
+// tanh(sm_scale q.k / cap + log2e slope j), would give 0.6822.)
+TEST(AttentionPosEncoding, AlibiWithSoftCapHandChecked) {
+  Tensor q = Tensor::zeros({1, 16}, DType::kFloat32);
+  Tensor k = Tensor::zeros({2, 1, 16}, DType::kFloat32);
+  Tensor v = Tensor::zeros({2, 1, 16}, DType::kFloat32);
+  q.data<float>()[0] = 1.0f;
+  k.data<float>()[16] = 2.0f;
+  for (int i = 16; i < 32; ++i) v.data<float>()[i] = 1.0f;
+  const AttentionOutput r = single_decode_with_kv_cache(q, k, v, "NHD", "ALIBI", false, {}, {}, {},
+                                                        -1, 1.0, 0.5, {}, {}, true);
+  EXPECT_TRUE(testing::all_close(r.out, std::vector<double>(16, 0.6138801264759628), {1e-6, 0}));
+  EXPECT_TRUE(testing::all_close(r.lse, std::vector<double>{1.372879283428871}, {1e-6, 0}));
+}
+
+struct CapCase {
+  DType dtype;
+  int64_t hq, hkv, qo, kv;  // qo 0: single decode
+  bool causal, tensor_cores;
+  double cap, sm_scale;
+};
+
+class AlibiSoftCap : public ::testing::TestWithParam<CapCase> {};
+
+TEST_P(AlibiSoftCap, SingleOpsMatchFp64Formula) {
+  const CapCase c = GetParam();
+  const int64_t d = 64;
+  const bool decode = c.qo == 0;
+  const int64_t qo = decode ? 1 : c.qo;
+  Tensor q = testing::rand_tensor(decode ? Shape{c.hq, d} : Shape{qo, c.hq, d}, c.dtype, 91);
+  Tensor k = testing::rand_tensor({c.kv, c.hkv, d}, c.dtype, 92);
+  Tensor v = testing::rand_tensor({c.kv, c.hkv, d}, c.dtype, 93);
+  AttentionOutput r;
+  if (decode) {
+    r = single_decode_with_kv_cache(q, k, v, "NHD", "ALIBI", c.tensor_cores, {}, {}, {}, -1, c.cap,
+                                    c.sm_scale, {}, {}, true);
+  } else {
+    r = single_prefill_with_kv_cache(q, k, v, {}, {}, {}, {}, {}, {}, c.causal, "NHD", "ALIBI",
+                                     false, c.sm_scale, -1, c.cap, {}, {}, "auto", true);
+  }
+  PosRef ref;
+  ref.mode = Mode::kAlibi;
+  ref.causal = c.causal;
+  ref.soft_cap = c.cap;
+  ref.sm_scale = c.sm_scale;
+  std::vector<double> eo, el;
+  ref_pos_attention(q.to_double_vector(), k.to_double_vector(), v.to_double_vector(), qo, c.kv,
+                    c.hq, c.hkv, d, ref, eo, el);
+  EXPECT_TRUE(testing::all_close(r.out, eo, testing::attention_tolerance(c.dtype)));
+  EXPECT_TRUE(testing::all_close(r.lse, el, lse_tolerance(c.dtype)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, AlibiSoftCap,
+    ::testing::Values(CapCase{DType::kFloat32, 6, 2, 0, 23, false, false, 5.0, 0.3},
+                      CapCase{DType::kFloat16, 4, 4, 0, 17, false, true, 2.0, 0.125},
+                      CapCase{DType::kBFloat16, 8, 2, 5, 17, true, false, 3.0, 0.2},
+                      CapCase{DType::kFloat32, 3, 1, 4, 9, false, false, 0.5, 1.0}));
+
+// ---- Block-sparse wrappers with a positional encoding.
+
+// Upstream's fa2 plan (flashinfer/sparse.py) makes block row i a request of its rows over the
+// C-key pages of its blocks (in indices order), so query r of a block row sits at kv - rows + r
+// and gathered key j at j, kv = nnz_row * C; ALiBi's slopes come from num_qo_heads.
+struct BsrPosCase {
+  Mode mode;
+  DType q, kv;
+  int64_t M, N, R, C, hq, hkv;
+  bool causal, with_mask;
+  double soft_cap;
+  std::optional<double> rope_scale, rope_theta;
+};
+
+void check_bsr_pos(const BsrPosCase& c, uint64_t seed) {
+  const int64_t d = 64, mb = (c.M + c.R - 1) / c.R, nb = c.N / c.C;
+  std::vector<int32_t> ip{0}, ix;
+  for (int64_t i = 0; i < mb; ++i) {
+    if (i % 3 == 1) {
+      ix.insert(ix.end(), {static_cast<int32_t>(nb - 1), 0});  // unordered
+    } else if (i % 3 == 2) {
+      ix.push_back(static_cast<int32_t>(i % nb));
+    } else {
+      for (int32_t j = 0; j < nb; ++j) ix.push_back(j);
+    }
+    ip.push_back(static_cast<int32_t>(ix.size()));
+  }
+  const auto nnz = static_cast<int64_t>(ix.size());
+  auto keep = [](int64_t blk, int64_t r, int64_t col) { return (blk + 2 * r + 3 * col) % 5 != 0; };
+  std::optional<Tensor> mask;
+  if (c.with_mask) {
+    Tensor m = Tensor::empty({nnz, c.R, c.C}, DType::kBool);
+    for (int64_t b = 0; b < nnz; ++b) {
+      for (int64_t r = 0; r < c.R; ++r) {
+        for (int64_t col = 0; col < c.C; ++col)
+          m.data<bool>()[(b * c.R + r) * c.C + col] = keep(b, r, col);
+      }
+    }
+    mask = m;
+  }
+  BlockSparseAttentionWrapper w(workspace());
+  w.plan(testing::int_tensor(ip), testing::int_tensor(ix), c.M, c.N, c.R, c.C, c.hq, c.hkv, d, mask,
+         std::nullopt, c.causal, mode_name(c.mode), false,
+         c.soft_cap > 0 ? std::optional<double>(c.soft_cap) : std::nullopt, std::nullopt,
+         c.rope_scale, c.rope_theta, c.q, c.kv, c.q);
+  const Tensor q = testing::rand_tensor({c.M, c.hq, d}, c.q, seed);
+  const Tensor k = testing::rand_tensor({c.N, c.hkv, d}, c.kv, seed + 1);
+  const Tensor v = testing::rand_tensor({c.N, c.hkv, d}, c.kv, seed + 2);
+  const AttentionOutput r =
+      w.run(q, k, v, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, true);
+  const auto qd = q.to_double_vector(), kd = k.to_double_vector(), vd = v.to_double_vector();
+  const int64_t row = c.hkv * d;
+  PosRef ref;
+  ref.mode = c.mode;
+  ref.causal = c.causal;
+  ref.soft_cap = c.soft_cap;
+  ref.rope_scale = c.rope_scale.value_or(1.0);
+  ref.rope_theta = c.rope_theta.value_or(1e4);
+  for (int64_t i = 0; i < mb; ++i) {
+    const int64_t r0 = i * c.R, rows = std::min<int64_t>(r0 + c.R, c.M) - r0;
+    std::vector<double> kg, vg;
+    for (int32_t b = ip[i]; b < ip[i + 1]; ++b) {
+      const int64_t k0 = static_cast<int64_t>(ix[b]) * c.C;
+      kg.insert(kg.end(), kd.begin() + k0 * row, kd.begin() + (k0 + c.C) * row);
+      vg.insert(vg.end(), vd.begin() + k0 * row, vd.begin() + (k0 + c.C) * row);
+    }
+    if (c.with_mask) {
+      ref.mask = [&, i](int64_t qi, int64_t j) { return keep(ip[i] + j / c.C, qi, j % c.C); };
+    }
+    std::vector<double> eo, el;
+    ref_pos_attention(testing::rows_of(qd, r0, r0 + rows, c.hq * d), kg, vg, rows,
+                      (ip[i + 1] - ip[i]) * c.C, c.hq, c.hkv, d, ref, eo, el);
+    EXPECT_TRUE(
+        testing::all_close(r.out.slice(0, r0, r0 + rows), eo, testing::attention_tolerance(c.q)))
+        << "block row " << i;
+    EXPECT_TRUE(testing::all_close(r.lse.slice(0, r0, r0 + rows), el, lse_tolerance(c.q)))
+        << "block row " << i;
+  }
+}
+
+TEST(AttentionPosEncoding, BlockSparseMatchesFp64Formula) {
+  const BsrPosCase cases[] = {
+      // Tensor-core path (R * group >= 4): causal, rope_scale / rope_theta, M not a multiple of R.
+      {Mode::kRope, DType::kFloat16, DType::kFloat16, 10, 16, 4, 4, 4, 2, true, false, 0.0, 2.0,
+       5e5},
+      // Upstream's decode-kernel path (R * group < 4, no mask): fp8 K takes RoPE there.
+      {Mode::kRope, DType::kBFloat16, DType::kFloat8E4M3FN, 5, 12, 1, 3, 2, 1, false, false, 0.0,
+       std::nullopt, std::nullopt},
+      {Mode::kRope, DType::kFloat32, DType::kFloat32, 6, 8, 2, 4, 2, 2, false, true, 0.0,
+       std::nullopt, 3e4},
+      {Mode::kAlibi, DType::kBFloat16, DType::kBFloat16, 9, 8, 3, 2, 6, 3, false, true, 0.0,
+       std::nullopt, std::nullopt},
+      {Mode::kAlibi, DType::kFloat32, DType::kFloat32, 8, 16, 4, 4, 4, 1, true, false, 4.0,
+       std::nullopt, std::nullopt},
+      {Mode::kAlibi, DType::kFloat16, DType::kFloat16, 3, 6, 1, 2, 3, 3, false, false, 0.0,
+       std::nullopt, std::nullopt},
+  };
+  uint64_t seed = 200;
+  for (const BsrPosCase& c : cases) {
+    SCOPED_TRACE(::testing::Message()
+                 << mode_name(c.mode) << " " << dtype_torch_name(c.q) << "/"
+                 << dtype_torch_name(c.kv) << " M " << c.M << " R " << c.R << " C " << c.C
+                 << (c.with_mask ? " mask" : "") << " cap " << c.soft_cap);
+    check_bsr_pos(c, seed += 10);
+  }
+}
+
+// VariableBlockSparseAttentionWrapper (ROPE_LLAMA): request (kv head h, block row r) holds
+// block_row_sz[h][r] queries of each of h's query heads over the tokens of the kept columns
+// (upstream's plan: page size 1, gathered in column order), at positions within that request.
+TEST(AttentionPosEncoding, VariableBlockSparseRopeMatchesFp64Formula) {
+  for (const DType dt : {DType::kFloat32, DType::kFloat16}) {
+    const bool causal = dt == DType::kFloat16;
+    SCOPED_TRACE(dtype_torch_name(dt));
+    const int64_t hq = 4, hkv = 2, g = 2, d = 64, mb = 2, nb = 3, qo_len = 5, kv_len = 9;
+    const std::vector<int32_t> rows = {2, 3, 4, 1}, cols = {3, 2, 4, 5, 1, 3};
+    const std::vector<uint8_t> keep = {1, 0, 1, 1, 1, 0, 0, 1, 1, 1, 0, 1};
+    Tensor mask = Tensor::empty({hkv, mb, nb}, DType::kBool);
+    for (std::size_t i = 0; i < keep.size(); ++i) mask.data<bool>()[i] = keep[i] != 0;
+    VariableBlockSparseAttentionWrapper w(workspace());
+    w.plan(mask, testing::int_tensor(rows).view({hkv, mb}),
+           testing::int_tensor(cols).view({hkv, nb}), hq, hkv, d, causal, "ROPE_LLAMA", false,
+           std::nullopt, std::nullopt, 1.5, 2e4, true, dt);
+    const Tensor q = testing::rand_tensor({hq, qo_len, d}, dt, 301);
+    const Tensor k = testing::rand_tensor({hkv, kv_len, d}, dt, 302);
+    const Tensor v = testing::rand_tensor({hkv, kv_len, d}, dt, 303);
+    const AttentionOutput r = w.run(q, k, v, std::nullopt, std::nullopt, true);
+    const auto qd = q.to_double_vector(), kd = k.to_double_vector(), vd = v.to_double_vector();
+    std::vector<double> eo(static_cast<std::size_t>(hq * qo_len * d)),
+        el(static_cast<std::size_t>(hq * qo_len));
+    PosRef ref;
+    ref.causal = causal;
+    ref.rope_scale = 1.5;
+    ref.rope_theta = 2e4;
+    for (int64_t h = 0; h < hkv; ++h) {
+      int64_t r0 = 0;
+      for (int64_t i = 0; i < mb; ++i) {
+        const int64_t n = rows[h * mb + i];
+        std::vector<double> kg, vg, qg;
+        int64_t start = 0;
+        for (int64_t j = 0; j < nb; ++j) {
+          if (keep[(h * mb + i) * nb + j]) {
+            const auto b = (h * kv_len + start) * d, e = b + cols[h * nb + j] * d;
+            kg.insert(kg.end(), kd.begin() + b, kd.begin() + e);
+            vg.insert(vg.end(), vd.begin() + b, vd.begin() + e);
+          }
+          start += cols[h * nb + j];
+        }
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t gi = 0; gi < g; ++gi) {
+            const auto off = ((h * g + gi) * qo_len + r0 + t) * d;
+            qg.insert(qg.end(), qd.begin() + off, qd.begin() + off + d);
+          }
+        }
+        std::vector<double> o, l;
+        ref_pos_attention(qg, kg, vg, n, static_cast<int64_t>(kg.size()) / d, g, 1, d, ref, o, l);
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t gi = 0; gi < g; ++gi) {
+            const int64_t head = h * g + gi;
+            for (int64_t x = 0; x < d; ++x) {
+              eo[(head * qo_len + r0 + t) * d + x] = o[(t * g + gi) * d + x];
+            }
+            el[head * qo_len + r0 + t] = l[t * g + gi];
+          }
+        }
+        r0 += n;
+      }
+    }
+    EXPECT_TRUE(testing::all_close(r.out, eo, testing::attention_tolerance(dt)));
+    EXPECT_TRUE(testing::all_close(r.lse, el, lse_tolerance(dt)));
+  }
+}
+
+TEST(AttentionPosEncoding, BlockSparseBadInput) {
+  const char* plan = "BlockSparseAttentionWrapper.plan";
+  BlockSparseAttentionWrapper w(workspace());
+  const Tensor ip = testing::int_tensor({0, 2, 3}), ix = testing::int_tensor({0, 2, 1});
+  auto bsr = [&](int64_t R, std::string_view mode, DType kv, std::optional<double> rs = {}) {
+    w.plan(ip, ix, 2 * R, 6, R, 2, 2, 1, 64, std::nullopt, std::nullopt, false, mode, false,
+           std::nullopt, std::nullopt, rs, std::nullopt, DType::kFloat16, kv, DType::kFloat16);
+  };
+  bsr(2, "ROPE_LLAMA", DType::kFloat16);  // valid
+  EXPECT_FI_ERROR(bsr(2, "rope", DType::kFloat16), plan, "pos_encoding_mode");
+  EXPECT_FI_ERROR(bsr(2, "ROPE_LLAMA", DType::kFloat16, -1.0), plan, "rope_scale");
+  // fp8 K with RoPE: the decode-kernel path (R 1, group 2) takes it, the prefill kernel's
+  // (R 2: R * group = 4) does not (upstream builds it for 16-bit K only).
+  bsr(1, "ROPE_LLAMA", DType::kFloat8E4M3FN);
+  try {
+    bsr(2, "ROPE_LLAMA", DType::kFloat8E4M3FN);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_EQ(e.arg(), "pos_encoding_mode");
+  }
+  // The variable wrapper: upstream passes no ALiBi slopes to its kernel.
+  VariableBlockSparseAttentionWrapper vw(workspace());
+  Tensor mask = Tensor::zeros({1, 1, 1}, DType::kBool);
+  mask.fill_(1);
+  const Tensor one = testing::int_tensor({4}).view({1, 1});
+  vw.plan(mask, one, one, 2, 1, 64, false, "ROPE_LLAMA");  // valid
+  try {
+    vw.plan(mask, one, one, 2, 1, 64, false, "ALIBI");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_EQ(e.op(), "VariableBlockSparseAttentionWrapper.plan");
+    EXPECT_EQ(e.arg(), "pos_encoding_mode");
+  }
+  EXPECT_FI_ERROR(vw.plan(mask, one, one, 2, 1, 64, false, "ROPE"),
+                  "VariableBlockSparseAttentionWrapper.plan", "pos_encoding_mode");
+}
+
+// The block-sparse wrappers planned with a mode, through an observer (each call replays
+// identically) and a Flight Recorder dump replayed with replay_sequence.
+TEST(AttentionPosEncoding, BlockSparseRecordAndReplay) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("fi_attn_pos_bsr_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  std::vector<testing::RecordingObserver::Call> calls;
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg, [](const std::string&) {});
+  {
+    testing::RecordingScope scope;
+    BlockSparseAttentionWrapper a(workspace());
+    a.plan(testing::int_tensor({0, 2, 3}), testing::int_tensor({0, 2, 1}), 4, 6, 2, 2, 4, 2, 64,
+           std::nullopt, std::nullopt, true, "ROPE_LLAMA", false, std::nullopt, std::nullopt,
+           std::nullopt, 5e5);
+    a.run(testing::rand_tensor({4, 4, 64}, DType::kFloat16, 401),
+          testing::rand_tensor({6, 2, 64}, DType::kFloat16, 402),
+          testing::rand_tensor({6, 2, 64}, DType::kFloat16, 403));
+    BlockSparseAttentionWrapper b(workspace());
+    b.plan(testing::int_tensor({0, 1, 3, 5}), testing::int_tensor({2, 0, 2, 1, 2}), 3, 3, 1, 1, 4,
+           2, 64, std::nullopt, std::nullopt, false, "ALIBI", false, 3.0);
+    b.run(testing::rand_tensor({3, 4, 64}, DType::kFloat16, 404),
+          testing::rand_tensor({3, 2, 64}, DType::kFloat16, 405),
+          testing::rand_tensor({3, 2, 64}, DType::kFloat16, 406), std::nullopt, std::nullopt,
+          std::nullopt, std::nullopt, std::nullopt, true);
+    VariableBlockSparseAttentionWrapper c(workspace());
+    Tensor mask = Tensor::zeros({2, 2, 2}, DType::kBool);
+    mask.data<bool>()[0] = mask.data<bool>()[3] = mask.data<bool>()[5] = mask.data<bool>()[6] =
+        true;
+    c.plan(mask, testing::int_tensor({2, 2, 1, 3}).view({2, 2}),
+           testing::int_tensor({3, 1, 2, 2}).view({2, 2}), 4, 2, 64, false, "ROPE_LLAMA");
+    c.run(testing::rand_tensor({4, 4, 64}, DType::kFloat16, 407),
+          testing::rand_tensor({2, 4, 64}, DType::kFloat16, 408),
+          testing::rand_tensor({2, 4, 64}, DType::kFloat16, 409));
+    calls = scope.observer().calls;
+  }
+  recorder::stop();
+  ASSERT_EQ(calls.size(), 9u);
+  EXPECT_EQ(calls[1].inputs[13].as_string(), "ROPE_LLAMA");  // self, then plan's 13th
+  for (const auto& call : calls) {
+    if (call.name.find("__init__") != std::string::npos) continue;
+    SCOPED_TRACE(call.name);
+    EXPECT_TRUE(testing::replays_identically(call));
+  }
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 9u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -191,7 +191,8 @@ TEST(BlockSparseAttention, BadInput) {
   EXPECT_FI_ERROR(
       w.plan(ip, ix, 4, 6, 2, 2, 2, 1, 64, std::nullopt, Tensor::zeros({9}, DType::kUInt8)), plan,
       "packed_mask");
-  EXPECT_FI_ERROR(w.plan(ip, ix, 4, 6, 2, 2, 2, 1, 64, std::nullopt, std::nullopt, false, "ALIBI"),
+  // Modes are upstream's strings (ROPE_LLAMA / ALIBI: tests/ops/test_attention_pos_encoding.cpp).
+  EXPECT_FI_ERROR(w.plan(ip, ix, 4, 6, 2, 2, 2, 1, 64, std::nullopt, std::nullopt, false, "alibi"),
                   plan, "pos_encoding_mode");
   EXPECT_FI_ERROR(
       w.plan(ip, ix, 4, 6, 2, 2, 2, 1, 64, std::nullopt, std::nullopt, false, "NONE", false,
@@ -426,8 +427,8 @@ TEST(VariableBlockSparseAttention, BadInput) {
   EXPECT_FI_ERROR(w.plan(mask, rows, int_tensor({3, 1, 2}).view({1, 3}), 4, 2, 64), plan,
                   "block_col_sz");
   EXPECT_FI_ERROR(w.plan(mask, rows, cols, 4, 3, 64), plan, "num_kv_heads");
-  EXPECT_FI_ERROR(w.plan(mask, rows, cols, 4, 2, 64, false, "ROPE_LLAMA"), plan,
-                  "pos_encoding_mode");
+  // Upstream's run passes no ALiBi slopes to its kernel.
+  EXPECT_FI_ERROR(w.plan(mask, rows, cols, 4, 2, 64, false, "ALIBI"), plan, "pos_encoding_mode");
   // Head 1, block row 1: 3 rows against 4 keys; head 0 row 0: 2 rows against 4: causal fits.
   w.plan(mask, rows, cols, 4, 2, 64, true);
   Tensor first_col = Tensor::zeros({2, 2, 2}, DType::kBool);

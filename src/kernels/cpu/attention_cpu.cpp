@@ -281,9 +281,15 @@ class Runner {
           }
           const float* kr = &kt_[j * dqk];
           const float dot = dot_row(qr, kr, dqk, avx512_);
-          float sc = soft_cap ? cap * std::tanh(dot * scale / cap) : dot * scale;
+          float sc;
           if (alibi) {
-            sc += pe.alibi_slopes[g * group + rr % group] * static_cast<float>(kj - qi);
+            // Upstream's DefaultAttention (variants.cuh): sm_scale * q.k + slope * (j - i); with
+            // a soft cap, cap * tanh of that times sm_scale / cap (sm_scale applied twice).
+            sc =
+                dot * scale + pe.alibi_slopes[g * group + rr % group] * static_cast<float>(kj - qi);
+            if (soft_cap) sc = cap * std::tanh(sc * (scale / cap));
+          } else {
+            sc = soft_cap ? cap * std::tanh(dot * scale / cap) : dot * scale;
           }
           sc *= kLog2e;
           if (std::isnan(sc)) {

@@ -14,8 +14,9 @@ void batch_attention(const AttentionParams& p);
 /// have no such term). mode 1, ROPE_LLAMA: q row i of a request rotated at kv_len - qo_len + i,
 /// key j at j (halves rotated, frequency rope_rcp_scale * rope_rcp_theta^(2 (d mod D/2) / D));
 /// with p.use_tensor_cores the rotated rows are rounded to their 16-bit dtypes, as upstream's
-/// prefill kernel stores them back in shared memory. mode 2, ALIBI: the natural-log score gets
-/// alibi_slopes[h] * (j - i), i the query's index within its request.
+/// prefill kernel stores them back in shared memory. mode 2, ALIBI: the natural-log score is
+/// sm_scale * q.k + alibi_slopes[h] * (j - i), i the query's index within its request; with a
+/// soft cap c, c * tanh(sm_scale * (that) / c) (upstream applies sm_scale twice there).
 struct PosEncoding {
   int32_t mode = 0;  // 0 none, 1 ROPE_LLAMA, 2 ALIBI
   float rope_rcp_scale = 1.0f;
