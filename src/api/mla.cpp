@@ -44,6 +44,9 @@ struct MlaWrapperState {
   Tensor dev_ints;
   bool dev_ints_current = false;
   int64_t dev_off[5] = {};
+  // BatchDecodeMlaWithPagedKVCacheWrapper in CUDA-graph mode: the batch size fixed at __init__
+  // and the room of its page-index buffer (upstream's plan checks both).
+  int64_t fixed_batch = 0, indices_capacity = 0;
 };
 
 }  // namespace detail
@@ -54,6 +57,11 @@ constexpr const char* kClass = "BatchMLAPagedAttentionWrapper";
 constexpr const char* kMlaModule = "flashinfer.mla._core";
 constexpr const char* kTrtllmOp = "trtllm_batch_decode_with_kv_cache_mla";
 constexpr const char* kXqaOp = "xqa_batch_decode_with_kv_cache_mla";
+
+constexpr const char* kDecodeClass = "BatchDecodeMlaWithPagedKVCacheWrapper";
+
+using MlaDecodeInit = Init<BatchDecodeMlaWithPagedKVCacheWrapper, Tensor, bool, bool,
+                           std::optional<Tensor>, std::optional<Tensor>, std::optional<Tensor>>;
 
 using MlaInit =
     Init<BatchMLAPagedAttentionWrapper, Tensor, bool, std::optional<Tensor>, std::optional<Tensor>,
@@ -704,6 +712,150 @@ AttentionOutput BatchMLAPagedAttentionWrapper::run(
       page_table, return_lse_base_on_e, o_scale, ckv_scale, ckv_scale_arr, kpe_scale);
 }
 
+// ---- BatchDecodeMlaWithPagedKVCacheWrapper ----------------------------------------------
+// Upstream's deprecated SM80 MLA decode: run_mla with one query row per request.
+
+BatchDecodeMlaWithPagedKVCacheWrapper::BatchDecodeMlaWithPagedKVCacheWrapper(
+    Tensor float_workspace_buffer, bool use_cuda_graph, bool use_tensor_cores,
+    std::optional<Tensor> paged_kv_indptr_buffer, std::optional<Tensor> paged_kv_indices_buffer,
+    std::optional<Tensor> paged_kv_last_page_len_buffer)
+    : s_(std::make_unique<detail::MlaWrapperState>()) {
+  call_init<MlaDecodeInit>(
+      [&] {
+        const char* op = "BatchDecodeMlaWithPagedKVCacheWrapper.__init__";
+        api::check_defined(float_workspace_buffer, op, "float_workspace_buffer");
+        if (use_cuda_graph) {
+          // Upstream's rule: in CUDA-graph mode the three buffers fix the batch size.
+          for (const auto& [t, arg] :
+               {std::pair{&paged_kv_indptr_buffer, "paged_kv_indptr_buffer"},
+                std::pair{&paged_kv_indices_buffer, "paged_kv_indices_buffer"},
+                std::pair{&paged_kv_last_page_len_buffer, "paged_kv_last_page_len_buffer"}}) {
+            FLASHINFER_CHECK(t->has_value() && (*t)->defined(), op, arg,
+                             "must be a tensor in cudagraph mode");
+            api::check_dim(**t, {1}, op, arg);
+          }
+          s_->fixed_batch = paged_kv_last_page_len_buffer->size(0);
+          FLASHINFER_CHECK(paged_kv_indptr_buffer->size(0) == s_->fixed_batch + 1, op,
+                           "paged_kv_indptr_buffer",
+                           "must hold batch_size + 1 = ", s_->fixed_batch + 1, " elements, got ",
+                           paged_kv_indptr_buffer->size(0));
+          s_->indices_capacity = paged_kv_indices_buffer->size(0);
+        }
+        s_->float_workspace = float_workspace_buffer;
+        s_->device = float_workspace_buffer.device();
+        s_->use_cuda_graph = use_cuda_graph;
+      },
+      *this, float_workspace_buffer, use_cuda_graph, use_tensor_cores, paged_kv_indptr_buffer,
+      paged_kv_indices_buffer, paged_kv_last_page_len_buffer);
+}
+
+BatchDecodeMlaWithPagedKVCacheWrapper::~BatchDecodeMlaWithPagedKVCacheWrapper() = default;
+
+void BatchDecodeMlaWithPagedKVCacheWrapper::plan(
+    const Tensor& indptr, const Tensor& indices, const Tensor& last_page_len, int64_t num_qo_heads,
+    int64_t head_dim_compressed_kv, int64_t page_size, double sm_scale, int64_t window_left,
+    std::optional<double> logits_soft_cap, DType data_type, std::optional<DType> q_data_type,
+    std::optional<double> rope_scale, std::optional<double> rope_theta) {
+  call_op<&BatchDecodeMlaWithPagedKVCacheWrapper::plan>(
+      [&] {
+        const char* op = "BatchDecodeMlaWithPagedKVCacheWrapper.plan";
+        detail::MlaWrapperState& s = *s_;
+        s.planned = false;
+        s.num_heads = to_i32(num_qo_heads, op, "num_qo_heads");
+        s.dim_ckv = to_i32(head_dim_compressed_kv, op, "head_dim_compressed_kv");
+        FLASHINFER_CHECK(std::isfinite(sm_scale), op, "sm_scale", "must be finite, got ", sm_scale);
+        // Upstream's run checks the cap's sign; the kernels never apply it (see the header).
+        FLASHINFER_CHECK(logits_soft_cap.value_or(0.0) >= 0.0, op, "logits_soft_cap",
+                         "must be non-negative, got ", *logits_soft_cap);
+        const DType qd = q_data_type.value_or(data_type);
+        api::check_q_dtype(qd, op, "q_data_type");
+        api::check_kv_dtype(data_type, qd, op, "data_type");
+        detail::WrapperState table;
+        api::load_page_table(table, indptr, indices, last_page_len, page_size, op, "indptr",
+                             "indices", "last_page_len");
+        const auto batch = static_cast<int64_t>(table.kv_lens.size());
+        if (s.use_cuda_graph) {
+          FLASHINFER_CHECK(batch == s.fixed_batch, op, "last_page_len", "batch size ", batch,
+                           " differs from the ", s.fixed_batch,
+                           " fixed at __init__ (cudagraph mode)");
+          FLASHINFER_CHECK(static_cast<int64_t>(table.kv_indices.size()) <= s.indices_capacity, op,
+                           "indices", "has ", table.kv_indices.size(),
+                           " page ids, more than paged_kv_indices_buffer holds (",
+                           s.indices_capacity, ")");
+        }
+        s.page_size = table.page_size;
+        s.kv_indptr = std::move(table.kv_indptr);
+        s.kv_indices = std::move(table.kv_indices);
+        s.kv_lens = std::move(table.kv_lens);
+        s.max_page_id = table.max_page_id;
+        s.qo_indptr.resize(static_cast<std::size_t>(batch) + 1);
+        for (int64_t b = 0; b <= batch; ++b) s.qo_indptr[b] = static_cast<int32_t>(b);
+        s.batch = static_cast<int32_t>(batch);
+        s.causal = false;  // one query per request, at its last position: sees every token
+        s.sm_scale = sm_scale;
+        s.q_dtype = qd;
+        s.kv_dtype = data_type;
+        s.dim_kpe = 0;  // q_pe's, at run
+        s.dev_ints_current = false;
+        s.planned = true;
+      },
+      *this, indptr, indices, last_page_len, num_qo_heads, head_dim_compressed_kv, page_size,
+      sm_scale, window_left, logits_soft_cap, data_type, q_data_type, rope_scale, rope_theta);
+}
+
+AttentionOutput BatchDecodeMlaWithPagedKVCacheWrapper::run(
+    const Tensor& q_nope, const Tensor& q_pe, const Tensor& paged_ckv_cache,
+    const Tensor& paged_kpe_cache, std::optional<double> q_scale, std::optional<double> k_scale,
+    std::optional<double> v_scale, std::optional<Tensor> out, std::optional<Tensor> lse,
+    bool return_lse, bool enable_pdl) {
+  return call_op<&BatchDecodeMlaWithPagedKVCacheWrapper::run>(
+      [&] {
+        const char* op = "BatchDecodeMlaWithPagedKVCacheWrapper.run";
+        detail::MlaWrapperState& s = *s_;
+        FLASHINFER_CHECK(s.planned, op, "self", "run() called before plan()");
+        for (const auto& [t, arg] : {std::pair{&q_nope, "q_nope"}, std::pair{&q_pe, "q_pe"},
+                                     std::pair{&paged_ckv_cache, "paged_ckv_cache"},
+                                     std::pair{&paged_kpe_cache, "paged_kpe_cache"}}) {
+          api::check_defined(*t, op, arg);
+          api::check_dim(*t, {3}, op, arg);
+        }
+        MlaRun r;
+        r.op = op;
+        r.qn_arg = "q_nope";
+        r.qp_arg = "q_pe";
+        r.ckv_arg = "paged_ckv_cache";
+        r.kpe_arg = "paged_kpe_cache";
+        r.q_nope = q_nope;
+        r.q_pe = q_pe;
+        r.ckv = paged_ckv_cache;
+        r.kpe = paged_kpe_cache;
+        r.out = out;
+        r.lse = lse;
+        r.return_lse = return_lse;
+        r.o_dtype = s.q_dtype;
+        // Upstream multiplies the output by v_scale after the kernel; folding it into the
+        // final normalization rounds once instead of twice (within one ulp of upstream).
+        r.out_scale = finite_scale(v_scale, op, "v_scale");
+        finite_scale(q_scale, op, "q_scale");
+        finite_scale(k_scale, op, "k_scale");
+        s.dim_kpe = to_i32(q_pe.size(2), op, "q_pe");
+        // q_scale and k_scale fold into sm_scale on the host, in double, as upstream's Python.
+        const double planned = s.sm_scale;
+        s.sm_scale = planned * q_scale.value_or(1.0) * k_scale.value_or(1.0);
+        AttentionOutput res;
+        try {
+          res = run_mla(s, r);
+        } catch (...) {
+          s.sm_scale = planned;
+          throw;
+        }
+        s.sm_scale = planned;
+        return res;
+      },
+      *this, q_nope, q_pe, paged_ckv_cache, paged_kpe_cache, q_scale, k_scale, v_scale, out, lse,
+      return_lse, enable_pdl);
+}
+
 // ---- block-table entry points -----------------------------------------------------------
 
 Tensor trtllm_batch_decode_with_kv_cache_mla(
@@ -855,6 +1007,35 @@ BenchCase bench_mla_run(const BenchShape& s, Device dev) {
   return c;
 }
 
+// BatchDecodeMlaWithPagedKVCacheWrapper.run: one query per request; plan once.
+BenchCase bench_mla_decode_run(const BenchShape& s, Device dev) {
+  BenchLatent l = bench_latent(s, dev, 1);
+  auto w = std::make_shared<BatchDecodeMlaWithPagedKVCacheWrapper>(
+      Tensor::empty({1 << 20}, DType::kUInt8, dev));
+  const DType qd = s.q_dtype == DType::kFloat32 ? DType::kFloat16 : s.q_dtype;
+  const DType kd = dtype_is_fp8(s.kv_dtype) ? s.kv_dtype : qd;
+  if (kd != s.kv_dtype) {
+    l.ckv = l.ckv.to(kd);
+    l.kpe = l.kpe.to(kd);
+  }
+  const int64_t last = s.s_kv - (l.pages_per_req - 1) * s.page_size;
+  w->plan(l.kv_indptr, l.kv_indices,
+          api::bench::int32_tensor(std::vector<int64_t>(s.batch_size, last), dev), s.num_qo_heads,
+          kBenchCkv, s.page_size, 1.0 / std::sqrt(192.0), -1, std::nullopt, kd, qd);
+  Tensor qn =
+      api::bench::random_tensor({s.batch_size, s.num_qo_heads, kBenchCkv}, qd, dev, s.random_seed);
+  Tensor qp = api::bench::random_tensor({s.batch_size, s.num_qo_heads, kBenchKpe}, qd, dev,
+                                        s.random_seed + 3);
+  BenchCase c = api::bench::invoke_case(
+      std::string(kDecodeClass) + ".run",
+      {api::bench::bench_object(w), Value(qn), Value(qp), Value(l.ckv), Value(l.kpe)});
+  c.flops = static_cast<double>(s.batch_size) *
+            api::bench::attention_flops(1, s.s_kv, s.num_qo_heads, kBenchCkv + kBenchKpe, kBenchCkv,
+                                        false);
+  c.bytes = mla_bytes(s, s.batch_size, qd, kd);
+  return c;
+}
+
 // The block-table entry points: one query per request.
 BenchCase bench_block_mla(const std::string& name, const BenchShape& s, Device dev) {
   BenchLatent l = bench_latent(s, dev, 1);
@@ -975,16 +1156,41 @@ void register_mla_ops(OpRegistry& r) {
       "query", "kv_cache", "workspace_buffer", "qk_nope_head_dim", "kv_lora_rank",
       "qk_rope_head_dim", "block_tables", "seq_lens", "max_seq_len", arg("out").mut(),
       arg("bmm1_scale", 1.0), arg("bmm2_scale", 1.0), "sinks", "enable_pdl");
+  declare_init<MlaDecodeInit>(
+      r,
+      {.name = "BatchDecodeMlaWithPagedKVCacheWrapper.__init__",
+       .module = "flashinfer.decode",
+       .summary = "Deprecated SM80 MLA decode wrapper over a paged latent cache"},
+      "float_workspace_buffer", arg("use_cuda_graph", false), arg("use_tensor_cores", false),
+      "paged_kv_indptr_buffer", "paged_kv_indices_buffer", "paged_kv_last_page_len_buffer");
+  declare<&BatchDecodeMlaWithPagedKVCacheWrapper::plan>(
+      r,
+      {.name = "BatchDecodeMlaWithPagedKVCacheWrapper.plan",
+       .module = "flashinfer.decode",
+       .summary = "Validates the page table of an MLA decode batch"},
+      "indptr", "indices", "last_page_len", "num_qo_heads", "head_dim_compressed_kv", "page_size",
+      "sm_scale", arg("window_left", -1), "logits_soft_cap", arg("data_type", "float16"),
+      "q_data_type", "rope_scale", "rope_theta");
+  declare<&BatchDecodeMlaWithPagedKVCacheWrapper::run>(
+      r,
+      {.name = "BatchDecodeMlaWithPagedKVCacheWrapper.run",
+       .module = "flashinfer.decode",
+       .summary = "MLA decode (one query per request) with the current plan"},
+      "q_nope", "q_pe", "paged_ckv_cache", "paged_kpe_cache", "q_scale", "k_scale", "v_scale",
+      arg("out").mut(), arg("lse").mut(), arg("return_lse", false), arg("enable_pdl", false));
   api::register_backends("append_paged_mla_kv_cache", kAppendKernels);
   api::register_backends("concat_mla_k", kConcatKernels);
-  for (const char* op :
-       {"BatchMLAPagedAttentionWrapper.__init__", "BatchMLAPagedAttentionWrapper.plan",
-        "BatchMLAPagedAttentionWrapper.run", kTrtllmOp, kXqaOp}) {
+  for (const char* op : {"BatchMLAPagedAttentionWrapper.__init__",
+                         "BatchMLAPagedAttentionWrapper.plan", "BatchMLAPagedAttentionWrapper.run",
+                         kTrtllmOp, kXqaOp, "BatchDecodeMlaWithPagedKVCacheWrapper.__init__",
+                         "BatchDecodeMlaWithPagedKVCacheWrapper.plan",
+                         "BatchDecodeMlaWithPagedKVCacheWrapper.run"}) {
     api::register_backends(op, kMlaKernels);
   }
   register_bench_hook("append_paged_mla_kv_cache", bench_append_mla);
   register_bench_hook("concat_mla_k", bench_concat);
   register_bench_hook("BatchMLAPagedAttentionWrapper.run", bench_mla_run);
+  register_bench_hook("BatchDecodeMlaWithPagedKVCacheWrapper.run", bench_mla_decode_run);
   register_bench_hook(kTrtllmOp, [](const BenchShape& s, Device dev) {
     return bench_block_mla(kTrtllmOp, s, dev);
   });

@@ -206,6 +206,8 @@ const std::map<std::string, std::string>& covered_elsewhere() {
       {"BatchAttentionWithAttentionSinkWrapper.plan", "the run case plans before it runs"},
       {"B12xMoEWrapper.__init__", "the run case constructs the wrapper"},
       {"CuteDslMoEWrapper.__init__", "the run case constructs the wrapper"},
+      {"BatchDecodeMlaWithPagedKVCacheWrapper.__init__", "the run case constructs the wrapper"},
+      {"BatchDecodeMlaWithPagedKVCacheWrapper.plan", "the run case plans before it runs"},
   };
   return m;
 }

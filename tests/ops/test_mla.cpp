@@ -1,8 +1,9 @@
 // DeepSeek MLA: concat_mla_k and append_paged_mla_kv_cache (bit-exact copies, untouched
 // elsewhere), BatchMLAPagedAttentionWrapper and the trtllm/xqa block-table entry points against
 // an fp64 formula over a grid of dtypes (fp8 KV included), page sizes, causal and query counts;
-// hand-checked goldens; bad input; record and replay; the CUDA kernel against the CPU reference
-// (skipped without a GPU).
+// hand-checked goldens; bad input; record and replay; the deprecated
+// BatchDecodeMlaWithPagedKVCacheWrapper (one query per request) likewise; the CUDA kernel against
+// the CPU reference (skipped without a GPU).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -387,6 +388,192 @@ TEST(BatchMLAPagedAttention, BadInput) {
                   "BatchMLAPagedAttentionWrapper.__init__", "backend");
 }
 
+// ---- BatchDecodeMlaWithPagedKVCacheWrapper (flashinfer.decode, deprecated SM80 path) -------
+
+// The last-page lengths of requests of `lens` tokens.
+Tensor last_page_lens(const std::vector<int32_t>& lens, int64_t page_size) {
+  std::vector<int32_t> last;
+  for (int32_t n : lens) {
+    last.push_back(n == 0 ? 0 : static_cast<int32_t>(n - (n - 1) / page_size * page_size));
+  }
+  return int_tensor(last);
+}
+
+TEST(BatchDecodeMla, MatchesFp64FormulaOverGrid) {
+  struct Case {
+    DType q, kv;
+    int64_t dc, dk, page_size;
+    std::vector<int32_t> lens;
+    std::optional<double> q_scale, k_scale, v_scale;
+  };
+  const std::vector<Case> cases = {
+      {DType::kFloat16,
+       DType::kFloat16,
+       512,
+       64,
+       1,
+       {7, 1, 12},
+       std::nullopt,
+       std::nullopt,
+       std::nullopt},
+      {DType::kBFloat16, DType::kBFloat16, 512, 64, 4, {9, 4, 5}, 1.25, std::nullopt, 0.5},
+      {DType::kBFloat16, DType::kFloat8E4M3FN, 64, 16, 3, {5, 8}, 0.75, 1.5, 2.0},
+      {DType::kFloat16,
+       DType::kFloat16,
+       32,
+       16,
+       5,
+       {11, 0, 3, 13},
+       std::nullopt,
+       0.5,
+       std::nullopt},
+  };
+  int idx = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "case " << idx);
+    const int64_t H = 3, B = static_cast<int64_t>(c.lens.size());
+    Latent l = make_latent(c.lens, c.page_size, c.dc, c.dk, c.kv, 300 + idx);
+    Tensor q = testing::rand_tensor({B, H, c.dc + c.dk}, c.q, 400 + idx, -1.0, 1.0);
+    const double sm_scale = 1.0 / std::sqrt(static_cast<double>(c.dc / 4 + c.dk));
+    BatchDecodeMlaWithPagedKVCacheWrapper w(workspace());
+    w.plan(l.kv_indptr, l.kv_indices, last_page_lens(c.lens, c.page_size), H, c.dc, c.page_size,
+           sm_scale, -1, std::nullopt, c.kv, c.q);
+    AttentionOutput r = w.run(q.slice(2, 0, c.dc), q.slice(2, c.dc, c.dc + c.dk), l.ckv, l.kpe,
+                              c.q_scale, c.k_scale, c.v_scale, std::nullopt, std::nullopt, true);
+    ASSERT_EQ(r.out.shape(), (Shape{B, H, c.dc}));
+    ASSERT_EQ(r.out.dtype(), c.q);
+    ASSERT_EQ(r.lse.shape(), (Shape{B, H}));
+    const double eff = sm_scale * c.q_scale.value_or(1.0) * c.k_scale.value_or(1.0);
+    std::vector<double> want_o, want_lse;
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<double> o, lse;
+      ref_request(l, b, c.lens[b], q.slice(0, b, b + 1).to_double_vector(), 1, H, eff, false, 1.0,
+                  1.0, c.v_scale.value_or(1.0), o, lse);
+      want_o.insert(want_o.end(), o.begin(), o.end());
+      want_lse.insert(want_lse.end(), lse.begin(), lse.end());  // base 2, -inf when empty
+    }
+    EXPECT_TRUE(testing::all_close(r.out, want_o, testing::attention_tolerance(c.q)));
+    EXPECT_TRUE(testing::all_close(r.lse, want_lse, {2e-4, 2e-4}));
+    // Upstream's kernels take window_left, logits_soft_cap and the RoPE parameters and apply
+    // none of them: the same plan with them set gives the same bits.
+    w.plan(l.kv_indptr, l.kv_indices, last_page_lens(c.lens, c.page_size), H, c.dc, c.page_size,
+           sm_scale, 2, 5.0, c.kv, c.q, 2.0, 500.0);
+    AttentionOutput r2 = w.run(q.slice(2, 0, c.dc), q.slice(2, c.dc, c.dc + c.dk), l.ckv, l.kpe,
+                               c.q_scale, c.k_scale, c.v_scale, std::nullopt, std::nullopt, true);
+    EXPECT_TRUE(testing::all_close(r2.out, r.out, {0.0, 0.0}));
+    EXPECT_TRUE(testing::all_close(r2.lse, r.lse, {0.0, 0.0}));
+    ++idx;
+  }
+}
+
+// Hand-checked: one head, ckv rows (1, 0) and (0, 1), kpe rows (0) and (1), q_nope (1, 0),
+// q_pe (1), sm_scale 0.5 with q_scale 2: both scores are 1, so o = (0.5, 0.5) times v_scale 3
+// = (1.5, 1.5), and lse = log2(2e) = 2.442695 (base 2, as upstream's state keeps it).
+TEST(BatchDecodeMla, HandCheckedGolden) {
+  Tensor ckv = Tensor::from_vector({1, 0, 0, 1}, {1, 2, 2}, DType::kFloat32);
+  Tensor kpe = Tensor::from_vector({0, 1}, {1, 2, 1}, DType::kFloat32);
+  BatchDecodeMlaWithPagedKVCacheWrapper w(workspace());
+  w.plan(int_tensor({0, 1}), int_tensor({0}), int_tensor({2}), 1, 2, 2, 0.5, -1, std::nullopt,
+         DType::kFloat32);
+  Tensor lse = Tensor::zeros({1, 1}, DType::kFloat32);
+  AttentionOutput r = w.run(Tensor::from_vector({1, 0}, {1, 1, 2}, DType::kFloat32),
+                            Tensor::from_vector({1}, {1, 1, 1}, DType::kFloat32), ckv, kpe, 2.0,
+                            std::nullopt, 3.0, std::nullopt, lse);
+  EXPECT_TRUE(testing::all_close(r.out, std::vector<double>{1.5, 1.5}, {1e-6, 1e-6}));
+  EXPECT_FALSE(r.lse.defined());  // a given lse is filled without return_lse, not returned
+  EXPECT_TRUE(testing::all_close(lse, std::vector<double>{2.4426950408889634}, {1e-6, 1e-6}));
+}
+
+TEST(BatchDecodeMla, BadInput) {
+  const char* init = "BatchDecodeMlaWithPagedKVCacheWrapper.__init__";
+  const char* plan = "BatchDecodeMlaWithPagedKVCacheWrapper.plan";
+  const char* run = "BatchDecodeMlaWithPagedKVCacheWrapper.run";
+  Latent l = make_latent({5, 3}, 2, 32, 8, DType::kBFloat16, 3);
+  const Tensor last = last_page_lens({5, 3}, 2);
+  BatchDecodeMlaWithPagedKVCacheWrapper w(workspace());
+  Tensor qn = Tensor::zeros({2, 2, 32}, DType::kBFloat16);
+  Tensor qp = Tensor::zeros({2, 2, 8}, DType::kBFloat16);
+  EXPECT_FI_ERROR(w.run(qn, qp, l.ckv, l.kpe), run, "self");
+  auto do_plan = [&](const Tensor& last_len, int64_t heads, DType kvd, std::optional<double> cap) {
+    w.plan(l.kv_indptr, l.kv_indices, last_len, heads, 32, 2, 0.1, -1, cap, kvd, DType::kBFloat16);
+  };
+  EXPECT_FI_ERROR(do_plan(int_tensor({1, 3}), 2, DType::kBFloat16, std::nullopt), plan,
+                  "last_page_len");
+  EXPECT_FI_ERROR(do_plan(int_tensor({1}), 2, DType::kBFloat16, std::nullopt), plan,
+                  "last_page_len");
+  EXPECT_FI_ERROR(do_plan(last, 0, DType::kBFloat16, std::nullopt), plan, "num_qo_heads");
+  EXPECT_FI_ERROR(do_plan(last, 2, DType::kFloat16, std::nullopt), plan, "data_type");
+  EXPECT_FI_ERROR(do_plan(last, 2, DType::kBFloat16, -1.0), plan, "logits_soft_cap");
+  do_plan(last, 2, DType::kBFloat16, std::nullopt);
+  w.run(qn, qp, l.ckv, l.kpe);  // valid
+  EXPECT_FI_ERROR(w.run(Tensor::zeros({3, 2, 32}, DType::kBFloat16), qp, l.ckv, l.kpe), run,
+                  "q_nope");
+  EXPECT_FI_ERROR(w.run(qn, Tensor::zeros({2, 2, 9}, DType::kBFloat16), l.ckv, l.kpe), run,
+                  "paged_kpe_cache");
+  EXPECT_FI_ERROR(w.run(qn, qp, l.ckv.slice(2, 0, 16), l.kpe), run, "paged_ckv_cache");
+  EXPECT_FI_ERROR(w.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, std::nullopt,
+                        Tensor::zeros({2, 2, 32}, DType::kFloat16)),
+                  run, "out");
+  EXPECT_FI_ERROR(w.run(qn, qp, l.ckv, l.kpe, std::numeric_limits<double>::infinity()), run,
+                  "q_scale");
+  // CUDA-graph mode: the three buffers are required and fix the batch size (upstream's checks).
+  EXPECT_FI_ERROR(BatchDecodeMlaWithPagedKVCacheWrapper(workspace(), true), init,
+                  "paged_kv_indptr_buffer");
+  EXPECT_FI_ERROR(
+      BatchDecodeMlaWithPagedKVCacheWrapper(workspace(), true, false, int_tensor({0, 0}),
+                                            int_tensor({0}), int_tensor({0, 0})),
+      init, "paged_kv_indptr_buffer");
+  BatchDecodeMlaWithPagedKVCacheWrapper g(workspace(), true, false, int_tensor({0, 0}),
+                                          int_tensor({0, 0}), int_tensor({0}));
+  EXPECT_FI_ERROR(g.plan(l.kv_indptr, l.kv_indices, last, 2, 32, 2, 0.1), plan, "last_page_len");
+}
+
+TEST(BatchDecodeMla, RecordAndReplayAndDump) {
+  Latent l = make_latent({5, 3}, 2, 32, 8, DType::kBFloat16, 11);
+  const Tensor last = last_page_lens({5, 3}, 2);
+  std::vector<testing::RecordingObserver::Call> calls;
+  {
+    testing::RecordingScope scope;
+    BatchDecodeMlaWithPagedKVCacheWrapper w(workspace());
+    w.plan(l.kv_indptr, l.kv_indices, last, 2, 32, 2, 0.15, -1, std::nullopt, DType::kBFloat16,
+           DType::kBFloat16);
+    w.run(testing::rand_tensor({2, 2, 32}, DType::kBFloat16, 5),
+          testing::rand_tensor({2, 2, 8}, DType::kBFloat16, 6), l.ckv, l.kpe, 1.5, std::nullopt,
+          0.5, std::nullopt, std::nullopt, true);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[0].name, "BatchDecodeMlaWithPagedKVCacheWrapper.__init__");
+  EXPECT_TRUE(calls[2].result.is_sequence());  // (out, lse) with return_lse
+  for (std::size_t i = 1; i < calls.size(); ++i) {
+    SCOPED_TRACE(calls[i].name);
+    EXPECT_TRUE(testing::replays_identically(calls[i]));
+  }
+  // Upstream's dump layout (self_id ties plan and run to the recorded __init__), replayed.
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("fi_mla_decode_dump_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg, [](const std::string&) {});
+  {
+    BatchDecodeMlaWithPagedKVCacheWrapper w(workspace());
+    w.plan(l.kv_indptr, l.kv_indices, last, 2, 32, 2, 0.15, -1, std::nullopt, DType::kBFloat16);
+    Tensor out = Tensor::zeros({2, 2, 32}, DType::kBFloat16);
+    w.run(testing::rand_tensor({2, 2, 32}, DType::kBFloat16, 7),
+          testing::rand_tensor({2, 2, 8}, DType::kBFloat16, 8), l.ckv, l.kpe, std::nullopt,
+          std::nullopt, std::nullopt, out);
+  }
+  recorder::stop();
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 3u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
+}
+
 // ---- trtllm / xqa block-table entry points ------------------------------------------------
 
 TEST(TrtllmMlaDecode, MatchesFp64FormulaAndTheWrapper) {
@@ -548,6 +735,32 @@ TEST(MlaCuda, WrapperMatchesCpu) {
     }
     ++idx;
   }
+}
+
+// The deprecated decode wrapper on the device: the same kernel with one query per request and
+// the q/k/v scales (v_scale through the kernel's output scale).
+TEST(MlaCuda, DecodeWrapperMatchesCpu) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const std::vector<int32_t> lens = {3000, 1, 0, 77};
+  Latent l = make_latent(lens, 64, 512, 64, DType::kFloat16, 31);
+  const Tensor last = last_page_lens(lens, 64);
+  Tensor q = testing::rand_tensor({4, 16, 576}, DType::kFloat16, 32, -1.0, 1.0);
+  BatchDecodeMlaWithPagedKVCacheWrapper cpu(workspace());
+  BatchDecodeMlaWithPagedKVCacheWrapper dev(workspace().to(gpu));
+  cpu.plan(l.kv_indptr, l.kv_indices, last, 16, 512, 64, 0.07);
+  dev.plan(l.kv_indptr.to(gpu), l.kv_indices.to(gpu), last.to(gpu), 16, 512, 64, 0.07);
+  const Tensor qn = q.slice(2, 0, 512), qp = q.slice(2, 512, 576);
+  AttentionOutput want =
+      cpu.run(qn, qp, l.ckv, l.kpe, 1.5, 0.5, 2.0, std::nullopt, std::nullopt, true);
+  AttentionOutput got =
+      dev.run(testing::to_keep_layout(qn, gpu), testing::to_keep_layout(qp, gpu),
+              testing::to_keep_layout(l.ckv, gpu), testing::to_keep_layout(l.kpe, gpu), 1.5, 0.5,
+              2.0, std::nullopt, std::nullopt, true);
+  ASSERT_TRUE(got.out.device().is_cuda());
+  EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
+                                 testing::attention_tolerance(DType::kFloat16)));
+  EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {1e-4, 1e-4}));
 }
 
 TEST(MlaCuda, TrtllmAndXqaMatchCpu) {

@@ -140,4 +140,59 @@ Tensor xqa_batch_decode_with_kv_cache_mla(
     ScalarOrTensor<double> bmm2_scale = 1.0, std::optional<Tensor> sinks = std::nullopt,
     std::optional<bool> enable_pdl = std::nullopt);
 
+/// flashinfer.decode.BatchDecodeMlaWithPagedKVCacheWrapper: upstream's older (deprecated, SM80)
+/// MLA decode wrapper, one query per request over the paged latent cache. The math is
+/// BatchMLAPagedAttentionWrapper's with one query row per request at the request's last position:
+///   s = sm_scale * q_scale * k_scale * (q_nope[h] . ckv[j] + q_pe[h] . kpe[j]),
+///   out = v_scale * softmax(s) . ckv.
+/// Upstream's two kernels for it (attention/decode.cuh BatchDecodeWithPagedKVCacheKernelMLA and
+/// decode_mla_cute_sm80.cuh) take window_left, logits_soft_cap, rope_scale and rope_theta but
+/// apply none of them (no mask, no cap, no rotation: q_pe and kpe arrive rotated), so they are
+/// accepted, recorded and have no effect here either.
+class BatchDecodeMlaWithPagedKVCacheWrapper : public ApiObject {
+ public:
+  /// float_workspace_buffer: scratch on the device the wrapper runs on. The CUDA-graph buffers
+  /// and use_tensor_cores (upstream's fp16-only kernel choice) are accepted and unused.
+  explicit BatchDecodeMlaWithPagedKVCacheWrapper(
+      Tensor float_workspace_buffer, bool use_cuda_graph = false, bool use_tensor_cores = false,
+      std::optional<Tensor> paged_kv_indptr_buffer = std::nullopt,
+      std::optional<Tensor> paged_kv_indices_buffer = std::nullopt,
+      std::optional<Tensor> paged_kv_last_page_len_buffer = std::nullopt);
+  ~BatchDecodeMlaWithPagedKVCacheWrapper() override;
+  BatchDecodeMlaWithPagedKVCacheWrapper(const BatchDecodeMlaWithPagedKVCacheWrapper&) = delete;
+  BatchDecodeMlaWithPagedKVCacheWrapper& operator=(const BatchDecodeMlaWithPagedKVCacheWrapper&) =
+      delete;
+
+  /// indptr [batch + 1], indices, last_page_len [batch] (int32): the usual page table; request b
+  /// holds (pages - 1) * page_size + last_page_len[b] tokens. head_dim_compressed_kv is
+  /// kv_lora_rank (512 for DeepSeek). data_type is the cache's dtype, q_data_type q's (default
+  /// data_type). logits_soft_cap must not be negative.
+  void plan(const Tensor& indptr, const Tensor& indices, const Tensor& last_page_len,
+            int64_t num_qo_heads, int64_t head_dim_compressed_kv, int64_t page_size,
+            double sm_scale, int64_t window_left = -1,
+            std::optional<double> logits_soft_cap = std::nullopt, DType data_type = DType::kFloat16,
+            std::optional<DType> q_data_type = std::nullopt,
+            std::optional<double> rope_scale = std::nullopt,
+            std::optional<double> rope_theta = std::nullopt);
+
+  /// q_nope [batch, H, head_dim_ckv], q_pe [batch, H, head_dim_kpe]; paged_ckv_cache
+  /// [pages, page_size, head_dim_ckv], paged_kpe_cache [pages, page_size, head_dim_kpe]
+  /// (head_dim_kpe is q_pe's; upstream builds 64 only). Returns out [batch, H, head_dim_ckv] in
+  /// q's dtype and, with return_lse, the fp32 base-2 lse [batch, H]. A given lse is filled even
+  /// without return_lse, as upstream's kernel does. enable_pdl is accepted and unused (SM80).
+  AttentionOutput run(const Tensor& q_nope, const Tensor& q_pe, const Tensor& paged_ckv_cache,
+                      const Tensor& paged_kpe_cache, std::optional<double> q_scale = std::nullopt,
+                      std::optional<double> k_scale = std::nullopt,
+                      std::optional<double> v_scale = std::nullopt,
+                      std::optional<Tensor> out = std::nullopt,
+                      std::optional<Tensor> lse = std::nullopt, bool return_lse = false,
+                      bool enable_pdl = false);
+
+  std::string_view class_name() const override { return "BatchDecodeMlaWithPagedKVCacheWrapper"; }
+  std::string_view module_name() const override { return "flashinfer.decode"; }
+
+ private:
+  std::unique_ptr<detail::MlaWrapperState> s_;
+};
+
 }  // namespace flashinfer
