@@ -286,5 +286,35 @@ TEST(MoeActivations, DumpReplay) {
   fs::remove_all(dir);
 }
 
+// The CUDA kernel (compiled in CI; runs only where a GPU is visible) against the CPU reference.
+TEST(MoeActivationsCuda, MatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (ActivationType act : {ActivationType::GegluTanh, ActivationType::Situ}) {
+    Case c;
+    c.T = 21;
+    c.dt = DType::kBFloat16;
+    c.act = act;
+    c.situ_params = act == ActivationType::Situ;
+    c.biases = true;
+    const Inputs in = make_inputs(c);
+    const Tensor ref = run(c, in)[0];
+    const Device d = Device::cuda(0);
+    Inputs g = in;
+    g.x = in.x.to(d);
+    g.ids = in.ids.to(d);
+    g.scales = in.scales.to(d);
+    g.w1 = in.w1.to(d);
+    g.w2 = in.w2.to(d);
+    g.b1 = in.b1->to(d);
+    g.b2 = in.b2->to(d);
+    if (c.situ_params) {
+      g.options.situ_beta = in.options.situ_beta->to(d);
+      g.options.situ_linear_beta = in.options.situ_linear_beta->to(d);
+    }
+    EXPECT_TRUE(all_close(run(c, g)[0].to(Device::cpu()), ref, default_tolerance(c.dt)))
+        << activation_type_name(act);
+  }
+}
+
 }  // namespace
 }  // namespace flashinfer::testing
