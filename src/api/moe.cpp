@@ -36,7 +36,7 @@ struct ReturnName<std::vector<Tensor>> {
 
 namespace {
 
-constexpr api::EnumTable<ActivationType, 10> kActivationTypes{
+constexpr api::EnumTable<ActivationType, 11> kActivationTypes{
     "ActivationType",
     {{{ActivationType::Gelu, "Gelu"},
       {ActivationType::Relu, "Relu"},
@@ -47,7 +47,8 @@ constexpr api::EnumTable<ActivationType, 10> kActivationTypes{
       {ActivationType::Relu2, "Relu2"},
       {ActivationType::SwigluStep, "SwigluStep"},
       {ActivationType::GegluTanh, "GegluTanh"},
-      {ActivationType::Identity, "Identity"}}}};
+      {ActivationType::Identity, "Identity"},
+      {ActivationType::Situ, "Situ"}}}};
 
 constexpr api::EnumTable<WeightLayout, 3> kWeightLayouts{
     "WeightLayout",
@@ -171,12 +172,11 @@ std::vector<Tensor> cutlass_fused_moe_impl(
                  "quantized MoE is not implemented: quant_scales must be empty");
   check_flag_off(input_sf.has_value(), op, "input_sf",
                  "quantized input is not implemented: input_sf must be None");
-  check_flag_off(options.situ_beta.has_value(), op, "situ_beta",
-                 "the Situ activation is not implemented");
-  check_flag_off(options.situ_linear_beta.has_value(), op, "situ_linear_beta",
-                 "the Situ activation is not implemented");
-  check_flag_off(activation_type == ActivationType::GegluTanh, op, "activation_type",
-                 "GegluTanh is not implemented (its formula is unverified)");
+  // What upstream does with situ_* under another activation is not established: refused.
+  check_flag_off(options.situ_beta.has_value() && activation_type != ActivationType::Situ, op,
+                 "situ_beta", "only the Situ activation takes situ_beta");
+  check_flag_off(options.situ_linear_beta.has_value() && activation_type != ActivationType::Situ,
+                 op, "situ_linear_beta", "only the Situ activation takes situ_linear_beta");
   if (input.dtype() == DType::kFloat8E4M3FN || input.dtype() == DType::kUInt8) {
     FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "input", "quantized input (",
                     dtype_torch_name(input.dtype()), ") is not implemented");
@@ -284,6 +284,8 @@ std::vector<Tensor> cutlass_fused_moe_impl(
   p.swiglu_alpha = expert_vector(swiglu_alpha, E, input, op, "swiglu_alpha");
   p.swiglu_beta = expert_vector(swiglu_beta, E, input, op, "swiglu_beta");
   p.swiglu_limit = expert_vector(swiglu_limit, E, input, op, "swiglu_limit");
+  p.situ_beta = expert_vector(options.situ_beta, E, input, op, "situ_beta");
+  p.situ_linear_beta = expert_vector(options.situ_linear_beta, E, input, op, "situ_linear_beta");
   p.out = out.data_ptr();
   p.out_stride = out.stride(0);
   p.dtype = input.dtype();
@@ -560,11 +562,14 @@ Tensor trtllm_bf16_moe_impl(const char* op, const MoeTopkIds* routed, const Tens
   api::check_dtype_in(hidden, {DType::kBFloat16}, op, "hidden_states");
   check_unit_last_stride(hidden, op, "hidden_states");
   const int64_t H = hidden.size(1);
-  FLASHINFER_CHECK(activation_type >= 0 && activation_type <= 9, op, "activation_type",
+  FLASHINFER_CHECK(activation_type >= 0 && activation_type <= 10, op, "activation_type",
                    "must be an ActivationType value, got ", activation_type);
   const auto act = static_cast<ActivationType>(activation_type);
   check_flag_off(act == ActivationType::GegluTanh, op, "activation_type",
-                 "GegluTanh is not implemented (its formula is unverified)");
+                 "GegluTanh has no trtllm-gen kernel (upstream's launcher raises for it)");
+  check_flag_off(
+      act == ActivationType::Situ, op, "activation_type",
+      "Situ runs in trtllm-gen's SiTuGlu cubin epilogue, whose math is not in readable source");
   const int64_t N1 =
       kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(activation_type)) ? 2 * inter : inter;
   api::check_dtype_in(w1, {DType::kBFloat16}, op, "gemm1_weights");

@@ -108,10 +108,14 @@ void check_cpu(const Tensor& hidden, const char* op) {
 }
 
 int64_t check_activation(int64_t activation_type, const char* op) {
-  FLASHINFER_CHECK(activation_type >= 0 && activation_type <= 9, op, "activation_type",
+  FLASHINFER_CHECK(activation_type >= 0 && activation_type <= 10, op, "activation_type",
                    "must be an ActivationType value, got ", activation_type);
   api::refuse_if(activation_type == static_cast<int64_t>(ActivationType::GegluTanh), op,
-                 "activation_type", "GegluTanh is not implemented (its formula is unverified)");
+                 "activation_type",
+                 "GegluTanh has no trtllm-gen kernel (upstream's launcher raises for it)");
+  api::refuse_if(
+      activation_type == static_cast<int64_t>(ActivationType::Situ), op, "activation_type",
+      "Situ runs in trtllm-gen's SiTuGlu cubin epilogue, whose math is not in readable source");
   return activation_type;
 }
 

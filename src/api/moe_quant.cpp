@@ -100,10 +100,14 @@ Tensor fill_common(const Fp8Common& c, kernels::TrtllmFp8MoeParams& p) {
        c.local_num, c.scale, c.method, c.norm_topk_prob, c.replay_out},
       hidden, /*groups_when_routed=*/true, p.base);
   FLASHINFER_CHECK(c.inter >= 1, op, "intermediate_size", "must be positive, got ", c.inter);
-  FLASHINFER_CHECK(c.activation_type >= 0 && c.activation_type <= 9, op, "activation_type",
+  FLASHINFER_CHECK(c.activation_type >= 0 && c.activation_type <= 10, op, "activation_type",
                    "must be an ActivationType value, got ", c.activation_type);
   api::refuse_if(c.activation_type == static_cast<int64_t>(ActivationType::GegluTanh), op,
-                 "activation_type", "GegluTanh is not implemented (its formula is unverified)");
+                 "activation_type",
+                 "GegluTanh has no trtllm-gen kernel (upstream's launcher raises for it)");
+  api::refuse_if(
+      c.activation_type == static_cast<int64_t>(ActivationType::Situ), op, "activation_type",
+      "Situ runs in trtllm-gen's SiTuGlu cubin epilogue, whose math is not in readable source");
   Tensor out;
   if (*c.output) {
     const Tensor& o = **c.output;

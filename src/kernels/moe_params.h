@@ -20,12 +20,13 @@ enum class MoeAct : int {
   kSwigluStep = 7,
   kGegluTanh = 8,
   kIdentity = 9,
+  kSitu = 10,
 };
 
 // constexpr: also called from device code (--expt-relaxed-constexpr).
 constexpr bool moe_act_is_gated(MoeAct a) {
   return a == MoeAct::kSwiglu || a == MoeAct::kGeglu || a == MoeAct::kSwigluBias ||
-         a == MoeAct::kSwigluStep;
+         a == MoeAct::kSwigluStep || a == MoeAct::kGegluTanh || a == MoeAct::kSitu;
 }
 
 /// cutlass_fused_moe, unquantized: for each token t and each k with a local expert e,
@@ -50,6 +51,9 @@ struct CutlassMoeParams {
   const float* swiglu_alpha = nullptr;
   const float* swiglu_beta = nullptr;
   const float* swiglu_limit = nullptr;
+  // Situ per-expert fp32 [num_local_experts] (null: upstream's defaults 4 and 25)
+  const float* situ_beta = nullptr;
+  const float* situ_linear_beta = nullptr;
   void* out = nullptr;  // [num_tokens, hidden] of out_dtype, row stride out_stride
   int64_t out_stride = 0;
   DType dtype = DType::kBFloat16;

@@ -250,9 +250,11 @@ TEST(IsGatedActivation, Members) {
   EXPECT_TRUE(is_gated_activation(ActivationType::Geglu));
   EXPECT_TRUE(is_gated_activation(ActivationType::SwigluBias));
   EXPECT_TRUE(is_gated_activation(ActivationType::SwigluStep));
-  for (ActivationType a :
-       {ActivationType::Gelu, ActivationType::Relu, ActivationType::Silu, ActivationType::Relu2,
-        ActivationType::GegluTanh, ActivationType::Identity}) {
+  // Upstream's _GATED_ACTIVATION_TYPES at the pinned era also lists GegluTanh and Situ.
+  EXPECT_TRUE(is_gated_activation(ActivationType::GegluTanh));
+  EXPECT_TRUE(is_gated_activation(ActivationType::Situ));
+  for (ActivationType a : {ActivationType::Gelu, ActivationType::Relu, ActivationType::Silu,
+                           ActivationType::Relu2, ActivationType::Identity}) {
     EXPECT_FALSE(is_gated_activation(a)) << activation_type_name(a);
   }
   // Rebuilt from upstream's record forms: the enum dict's "ActivationType.Swiglu", or an int.
@@ -260,9 +262,11 @@ TEST(IsGatedActivation, Members) {
             ActivationType::Relu2);
   EXPECT_EQ(activation_type_from_value(Value(int64_t{4})), ActivationType::Geglu);
   EXPECT_FI_ERROR(activation_type_from_value(Value(int64_t{42}), "op", "a"), "op", "a");
-  EXPECT_FI_ERROR(
-      activation_type_from_value(Value(EnumValue{"enum", "ActivationType.Situ", "10"}), "op", "a"),
-      "op", "a");
+  EXPECT_EQ(activation_type_from_value(Value(EnumValue{"enum", "ActivationType.Situ", "10"})),
+            ActivationType::Situ);
+  EXPECT_FI_ERROR(activation_type_from_value(
+                      Value(EnumValue{"enum", "ActivationType.InvalidType", "11"}), "op", "a"),
+                  "op", "a");
 }
 
 // ---- fp64 formula -----------------------------------------------------------------------------
@@ -378,8 +382,9 @@ TEST(CutlassFusedMoe, BadInput) {
   relu.act = ActivationType::Relu2;  // non-gated: w1 must be [E, I, H]
   EXPECT_FI_ERROR((void)run_moe(relu, in), op, "fc1_expert_weights");
   MoeCase tanh = c;
-  tanh.act = ActivationType::GegluTanh;
-  EXPECT_FI_ERROR((void)run_moe(tanh, in), op, "activation_type");
+  tanh.act = ActivationType::GegluTanh;  // gated: w1 [E, I, H] is the wrong shape
+  const MoeInputs in_relu = make_inputs(relu);
+  EXPECT_FI_ERROR((void)run_moe(tanh, in_relu), op, "fc1_expert_weights");
   CutlassFusedMoeOptions situ;
   situ.situ_beta = Tensor::zeros({c.E}, DType::kFloat32);
   EXPECT_FI_ERROR(

@@ -27,6 +27,7 @@ enum class ActivationType : int {
   SwigluStep = 7,
   GegluTanh = 8,
   Identity = 9,
+  Situ = 10,
 };
 
 /// "Swiglu", ...

@@ -58,6 +58,12 @@ int64_t expert_id(const CutlassMoeParams& p, int64_t t, int64_t k) {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+// CUTLASS's GELU_taylor (upstream's GegluTanh: GLUAdaptor<GELU_taylor>).
+float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * x * (1.0f + 0.044715f * x * x)));
+}
+// Upstream's SituAdaptor evaluates tanh as 2 * sigmoid(2z) - 1 (docs/MOE.md).
+float tanh_via_sigmoid(float z) { return 2.0f / (1.0f + std::exp(-2.0f * z)) - 1.0f; }
 
 // out[m, n] = a[m, k] @ w[n, k]^T (+ bias[n]), all contiguous, fp32 accumulation, rounded once to
 // out_dtype. The half-precision cases go through the library's GEMM kernel (the one mm_bf16
@@ -161,7 +167,19 @@ void moe_activation_row(const CutlassMoeParams& p, int64_t e, const float* g1, f
       for (int64_t j = 0; j < I; ++j) h[j] = g1[j];
       return;
     case MoeAct::kGegluTanh:
-      break;
+      for (int64_t j = 0; j < I; ++j) h[j] = gelu_tanh(g1[I + j]) * g1[j];
+      return;
+    case MoeAct::kSitu: {
+      // Upstream's defaults 4 and 25 (DEFAULT_SITU_BETA / DEFAULT_SITU_LINEAR_BETA).
+      const float beta = p.situ_beta ? p.situ_beta[e] : 4.0f;
+      const float lbeta = p.situ_linear_beta ? p.situ_linear_beta[e] : 25.0f;
+      for (int64_t j = 0; j < I; ++j) {
+        const float g = g1[I + j], u = g1[j];
+        const float gate = beta * tanh_via_sigmoid(g / beta) / (1.0f + std::exp(-g));
+        h[j] = gate * (lbeta * tanh_via_sigmoid(u / lbeta));
+      }
+      return;
+    }
   }
   FLASHINFER_FAIL(ErrorCode::kUnsupported, "cutlass_fused_moe", "activation_type", "activation ",
                   static_cast<int>(p.act), " is not implemented on the CPU");

@@ -41,6 +41,13 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float gelu_erf(float x) {
   return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
 }
+__device__ __forceinline__ float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * x * (1.0f + 0.044715f * x * x)));
+}
+// tanh as 2 * sigmoid(2z) - 1, as upstream's SituAdaptor.
+__device__ __forceinline__ float tanh_via_sigmoid(float z) {
+  return 2.0f / (1.0f + expf(-2.0f * z)) - 1.0f;
+}
 
 // The activation of element j of one GEMM1 row g (fp32), as moe_activation_row on the CPU.
 __device__ float activation(const CutlassMoeParams& p, int64_t e, const float* g, int64_t j) {
@@ -63,6 +70,15 @@ __device__ float activation(const CutlassMoeParams& p, int64_t e, const float* g
     }
     case MoeAct::kGeglu:
       return gelu_erf(g[I + j]) * g[j];
+    case MoeAct::kGegluTanh:
+      return gelu_tanh(g[I + j]) * g[j];
+    case MoeAct::kSitu: {
+      const float beta = p.situ_beta ? p.situ_beta[e] : 4.0f;
+      const float lbeta = p.situ_linear_beta ? p.situ_linear_beta[e] : 25.0f;
+      const float gt = g[I + j];
+      const float gate = beta * tanh_via_sigmoid(gt / beta) / (1.0f + expf(-gt));
+      return gate * (lbeta * tanh_via_sigmoid(g[j] / lbeta));
+    }
     case MoeAct::kGelu:
       return gelu_erf(g[j]);
     case MoeAct::kRelu:
