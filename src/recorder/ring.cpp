@@ -444,7 +444,8 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   void release_locked(RingCall& c);
   void anchor_locked(std::shared_ptr<RingCall> c);
   void wait_copies_locked();
-  const std::string& signature_of(const OpDecl& decl);
+  // The record tail (record_tail: format, signature, versions) of an op, laid out once.
+  const std::string& tail_of(const OpDecl& decl);
   // Writes the kept calls under `root` (a buffer holding the root path); async-signal-safe.
   // `reason`/`signo` and `trigger` go to trigger.json. Returns false if nothing was written.
   // An archive file already written in the dump being written: an equal one is linked to it.
@@ -481,7 +482,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   std::atomic<bool> graphs_seen_{false};
   std::map<std::string, int64_t> counters_;
   // By declaration, then name (a declaration's address may be reused by another op): (name,
-  // signature) pairs that never move, so the reference signature_of returns stays valid.
+  // tail) pairs that never move, so the reference tail_of returns stays valid.
   std::unordered_map<const OpDecl*, std::list<std::pair<std::string, std::string>>> signatures_;
   std::shared_ptr<std::atomic<uint64_t>> held_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::shared_ptr<BlobPool> pool_;
@@ -655,13 +656,13 @@ void RingRecorder::remove_handlers() {
   }
 }
 
-const std::string& RingRecorder::signature_of(const OpDecl& decl) {
+const std::string& RingRecorder::tail_of(const OpDecl& decl) {
   std::lock_guard<std::mutex> l(mu_);
   auto& known = signatures_[&decl];
-  for (const auto& [name, sig] : known) {
-    if (name == decl.name) return sig;
+  for (const auto& [name, tail] : known) {
+    if (name == decl.name) return tail;
   }
-  return known.emplace_back(decl.name, decl.signature()).second;
+  return known.emplace_back(decl.name, record_tail(false, decl.signature())).second;
 }
 
 std::vector<KeptTensor> RingRecorder::keep(const NamedTensors& tensors,
@@ -971,7 +972,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
           call->method == "__init__" || call->method == "plan" || call->method == "begin_forward";
     }
     const int64_t pseq = process_sequence_.fetch_add(1, std::memory_order_relaxed) + 1;
-    finish_inputs(call->rec, ex, false, signature_of(decl), false, self_id, pseq);
+    finish_inputs_with_tail(call->rec, ex, tail_of(decl), false, self_id, pseq);
     call->inputs = keep(ex.tensors, call->blobs);
     // <ts>_pid<PID>_<name>_call<NNNN>, laid out in one string (the concatenations and
     // snprintf it replaces were a few percent of the hook's time).
