@@ -197,8 +197,9 @@ BENCHMARK(BM_LlamaDecodeStep)
 
 // Level 0 and ring mode (256 calls, default triggers) interleaved in one run: rounds of one
 // generate() (32 decode steps) at level 0 then one in ring mode, so that both see the same
-// machine load. Counters: the medians over the rounds of the decode time per step (wall) and of
-// the process CPU time per generate() (all threads), and their ratios (ring / level 0).
+// machine load. Counters: the medians over the rounds of the decode time per step (wall), of
+// the process CPU time per generate() (all threads), and of the CPU time per decode step (a
+// generate() minus one without decode steps), and their ratios (ring / level 0).
 double process_cpu_seconds() {
   timespec t{};
   ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
@@ -214,23 +215,34 @@ void BM_LlamaDecodeRingInterleaved(benchmark::State& state) {
   const auto prompts = llama::make_prompts({5, 9, 13, 17}, config.vocab, 1);
   llama::GenerateOptions options;
   options.steps = 32;
-  std::vector<double> step[2], cpu[2];
+  // The CPU time of a generate() holds one-time costs (the wrappers' construction, the
+  // prefill, and in ring mode the first copies of every weight and workspace). A generate()
+  // without decode steps, run the same way, measures them: the difference divided by the steps
+  // is the CPU time per decode step.
+  llama::GenerateOptions no_steps = options;
+  no_steps.steps = 0;
+  std::vector<double> step[2], cpu[2], fixed[2], step_cpu[2];
   for (auto _ : state) {
     for (int r = 0; r < rounds; ++r) {
       for (int mode = 0; mode < 2; ++mode) {
-        if (mode == 1) {
-          recorder::Config c;
-          c.dump_dir = d.string();
-          c.ring = 256;
-          recorder::start(c);
+        double c[2] = {0, 0};
+        for (int k = 0; k < 2; ++k) {
+          if (mode == 1) {
+            recorder::Config rc;
+            rc.dump_dir = d.string();
+            rc.ring = 256;
+            recorder::start(rc);
+          }
+          const double c0 = process_cpu_seconds();
+          const llama::GenerateResult res =
+              llama::generate(config, weights, prompts, k == 0 ? options : no_steps, Device::cpu());
+          c[k] = process_cpu_seconds() - c0;
+          if (mode == 1) recorder::stop();
+          if (k == 0) step[mode].push_back(res.decode_seconds / static_cast<double>(options.steps));
         }
-        const double c0 = process_cpu_seconds();
-        const llama::GenerateResult res =
-            llama::generate(config, weights, prompts, options, Device::cpu());
-        const double c1 = process_cpu_seconds();
-        if (mode == 1) recorder::stop();
-        step[mode].push_back(res.decode_seconds / static_cast<double>(options.steps));
-        cpu[mode].push_back(c1 - c0);
+        cpu[mode].push_back(c[0]);
+        fixed[mode].push_back(c[1]);
+        step_cpu[mode].push_back((c[0] - c[1]) / static_cast<double>(options.steps));
       }
     }
   }
@@ -244,6 +256,11 @@ void BM_LlamaDecodeRingInterleaved(benchmark::State& state) {
   state.counters["level0_cpu_ms"] = median(cpu[0]) * 1e3;
   state.counters["ring_cpu_ms"] = median(cpu[1]) * 1e3;
   state.counters["cpu_ratio"] = median(cpu[1]) / median(cpu[0]);
+  state.counters["level0_fixed_cpu_ms"] = median(fixed[0]) * 1e3;
+  state.counters["ring_fixed_cpu_ms"] = median(fixed[1]) * 1e3;
+  state.counters["level0_step_cpu_ms"] = median(step_cpu[0]) * 1e3;
+  state.counters["ring_step_cpu_ms"] = median(step_cpu[1]) * 1e3;
+  state.counters["step_cpu_ratio"] = median(step_cpu[1]) / median(step_cpu[0]);
   recorder::set_log_sink({});
 }
 BENCHMARK(BM_LlamaDecodeRingInterleaved)->Arg(9)->Iterations(1)->Unit(benchmark::kMillisecond);

@@ -267,21 +267,33 @@ std::string record_head(const OpDecl& decl, std::span<const Value> args, int64_t
   return head;
 }
 
+std::string record_tail(bool safetensors, const std::string& signature) {
+  std::string tail;
+  key_text(tail, schema::kTensorFormat);
+  append_json_string(tail, safetensors ? schema::kFormatSafetensors : schema::kFormatTorch);
+  tail += ", ";
+  key_text(tail, schema::kFunctionSignature);
+  append_json_string(tail, signature);
+  tail += ", ";
+  key_text(tail, schema::kVersions);
+  tail += versions_text();
+  return tail;
+}
+
 void finish_inputs(RecordParts& rec, const Extracted& ex, bool safetensors,
                    const std::string& signature, bool graph, std::optional<uint64_t> self_id,
                    int64_t process_sequence) {
+  finish_inputs_with_tail(rec, ex, record_tail(safetensors, signature), graph, self_id,
+                          process_sequence);
+}
+
+void finish_inputs_with_tail(RecordParts& rec, const Extracted& ex, const std::string& tail,
+                             bool graph, std::optional<uint64_t> self_id,
+                             int64_t process_sequence) {
   rec.in_keys = keys_text(ex.tensors);
   rec.in_details = details_members(ex);
   rec.input_bytes = ex.bytes;
-  rec.tail.clear();
-  key_text(rec.tail, schema::kTensorFormat);
-  append_json_string(rec.tail, safetensors ? schema::kFormatSafetensors : schema::kFormatTorch);
-  rec.tail += ", ";
-  key_text(rec.tail, schema::kFunctionSignature);
-  append_json_string(rec.tail, signature);
-  rec.tail += ", ";
-  key_text(rec.tail, schema::kVersions);
-  rec.tail += versions_text();
+  rec.tail = tail;
   rec.flags.clear();
   key_text(rec.flags, schema::kGraphCapture);
   rec.flags += graph ? "true" : "false";

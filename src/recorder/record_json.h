@@ -59,6 +59,14 @@ void finish_inputs(RecordParts& rec, const Extracted& ex, bool safetensors,
                    const std::string& signature, bool graph, std::optional<uint64_t> self_id,
                    int64_t process_sequence);
 
+/// The tail piece of a record: tensor format, function signature and versions. The same text
+/// for every call of an op (escaping the signature per call was ~6 % of the ring's hook time).
+std::string record_tail(bool safetensors, const std::string& signature);
+
+/// finish_inputs with the tail laid out ahead by record_tail.
+void finish_inputs_with_tail(RecordParts& rec, const Extracted& ex, const std::string& tail,
+                             bool graph, std::optional<uint64_t> self_id, int64_t process_sequence);
+
 /// Line 1's tensor_info (inputs only).
 Outcome inputs_outcome(const RecordParts& rec);
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <list>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -172,7 +173,10 @@ struct CallFiles {
 struct RingCall {
   std::string dir_name;       // <ts>_pid<PID>_<name>_call<NNNN>
   std::string dir_name_json;  // the same, JSON-escaped
-  std::string info_json;      // '"function_name": ..., "call_sequence": N, "process_sequence": M'
+  // What trigger.json says of the call, laid out only when a dump names it (the crash handler
+  // included: digits and a view of dir_name_json, no allocation).
+  std::size_t name_at = 0, name_len = 0;  // the JSON-escaped function name in dir_name_json
+  int64_t sequence = 0, process_sequence = 0;
   std::vector<std::shared_ptr<Blob>> blobs;  // keeps every tensor's bytes alive
   std::unique_ptr<CallFiles> begin, end;
   std::atomic<CallFiles*> files{nullptr};
@@ -218,6 +222,15 @@ struct FixedText {
     put(r, static_cast<std::size_t>(k));
   }
 };
+
+void put_i64(FixedText& t, int64_t v) {
+  if (v < 0) {
+    t.put("-", 1);
+    t.put_u64(static_cast<uint64_t>(0) - static_cast<uint64_t>(v));
+  } else {
+    t.put_u64(static_cast<uint64_t>(v));
+  }
+}
 
 bool write_all(int fd, const char* p, std::size_t n) noexcept {
   while (n > 0) {
@@ -430,8 +443,13 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   void evict_oldest_locked();
   void release_locked(RingCall& c);
   void anchor_locked(std::shared_ptr<RingCall> c);
+  // An evicted call no one else holds is cleared and kept for the next call: freeing its
+  // strings and file layouts and allocating them again was ~6 % of the hooks' time.
+  void recycle_locked(std::shared_ptr<RingCall> c);
+  std::shared_ptr<RingCall> new_call();
   void wait_copies_locked();
-  std::string signature_of(const OpDecl& decl);
+  // The record tail (record_tail: format, signature, versions) of an op, laid out once.
+  const std::string& tail_of(const OpDecl& decl);
   // Writes the kept calls under `root` (a buffer holding the root path); async-signal-safe.
   // `reason`/`signo` and `trigger` go to trigger.json. Returns false if nothing was written.
   // An archive file already written in the dump being written: an equal one is linked to it.
@@ -455,21 +473,27 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   std::mutex mu_;
   std::deque<std::shared_ptr<RingCall>> calls_;                          // oldest first
   std::unordered_map<BlobKey, std::weak_ptr<Blob>, BlobKeyHash> blobs_;  // verify=full
-  std::map<SpanKey, std::vector<SpanEntry>> spans_;                      // default mode
-  // Bounds the search for spans overlapping a write: the largest kept span up to kBigSpan. The
-  // few larger ones (weights, workspaces) are listed apart, so that one 16 MiB workspace does
-  // not make every write scan all activations below it (perf: ~9 % of the ring's time).
-  static constexpr uint64_t kBigSpan = uint64_t{1} << 16;
-  uint64_t max_span_bytes_ = 0;
-  // Keys that hold (or held: erased lazily) an entry over kBigSpan, with its largest size.
-  std::map<SpanKey, uint64_t> big_spans_;
+  // The default mode's kept spans, by size class: class k holds spans of [2^k, 2^(k+1)) bytes,
+  // so a write [a, b) can only overlap spans of class k that start in (a - 2^(k+1), b): one
+  // short walk per class in use, whatever the number of kept spans (before: every span over
+  // 64 KiB, the weights included, was checked on every write; perf: note_writes ~9 % of the
+  // hooks' time).
+  using SpanMap = std::map<SpanKey, std::vector<SpanEntry>>;
+  std::array<SpanMap, 64> spans_;
+  static std::size_t span_class(uint64_t n) {
+    return static_cast<std::size_t>(63 - __builtin_clzll(n));
+  }
   // A CUDA graph was captured: its replays write CUDA memory unobserved, so CUDA spans are no
   // longer shared.
   std::atomic<bool> graphs_seen_{false};
   std::map<std::string, int64_t> counters_;
-  std::map<std::pair<const OpDecl*, std::string>, std::string> signatures_;
+  // By declaration, then name (a declaration's address may be reused by another op): (name,
+  // tail) pairs that never move, so the reference tail_of returns stays valid.
+  std::unordered_map<const OpDecl*, std::list<std::pair<std::string, std::string>>> signatures_;
   std::shared_ptr<std::atomic<uint64_t>> held_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::shared_ptr<BlobPool> pool_;
+  static constexpr std::size_t kMaxSpareCalls = 64;
+  std::vector<std::shared_ptr<RingCall>> spare_calls_;  // recycle_locked
 
   // What the crash handler reads: slot k % N holds the k-th kept call (null once evicted).
   std::vector<std::atomic<RingCall*>> slots_;
@@ -640,12 +664,13 @@ void RingRecorder::remove_handlers() {
   }
 }
 
-std::string RingRecorder::signature_of(const OpDecl& decl) {
+const std::string& RingRecorder::tail_of(const OpDecl& decl) {
   std::lock_guard<std::mutex> l(mu_);
-  const auto key = std::make_pair(&decl, decl.name);
-  auto it = signatures_.find(key);
-  if (it == signatures_.end()) it = signatures_.emplace(key, decl.signature()).first;
-  return it->second;
+  auto& known = signatures_[&decl];
+  for (const auto& [name, tail] : known) {
+    if (name == decl.name) return tail;
+  }
+  return known.emplace_back(decl.name, record_tail(false, decl.signature())).second;
 }
 
 std::vector<KeptTensor> RingRecorder::keep(const NamedTensors& tensors,
@@ -709,15 +734,9 @@ std::vector<KeptTensor> RingRecorder::keep(const NamedTensors& tensors,
       if (at) {
         std::lock_guard<std::mutex> l(mu_);
         k.blob->where = at;
-        auto& entries = spans_[*at];
+        auto& entries = spans_[span_class(n)][*at];
         std::erase_if(entries, [&](const SpanEntry& e) { return e.bytes == n; });
         entries.push_back({n, k.blob, t.storage(), fp});
-        if (n > kBigSpan) {
-          uint64_t& most = big_spans_[*at];
-          most = std::max(most, n);
-        } else {
-          max_span_bytes_ = std::max(max_span_bytes_, n);
-        }
       }
     }
     if (nonfinite && !*nonfinite) {
@@ -731,8 +750,9 @@ std::vector<KeptTensor> RingRecorder::keep(const NamedTensors& tensors,
 
 std::shared_ptr<Blob> RingRecorder::share_span_locked(const SpanKey& at, uint64_t n,
                                                       const Tensor& t, uint64_t fp) {
-  auto it = spans_.find(at);
-  if (it == spans_.end()) return nullptr;
+  SpanMap& m = spans_[span_class(n)];
+  auto it = m.find(at);
+  if (it == m.end()) return nullptr;
   for (const SpanEntry& e : it->second) {
     if (e.bytes != n || e.fingerprint != fp || !same_owner(e.storage, t.storage())) continue;
     if (auto b = e.blob.lock()) return b;
@@ -741,44 +761,24 @@ std::shared_ptr<Blob> RingRecorder::share_span_locked(const SpanKey& at, uint64_
 }
 
 void RingRecorder::note_write_locked(const Tensor& t) {
-  if (t.numel() == 0 || spans_.empty()) return;
+  if (t.numel() == 0) return;
   const auto [begin, end] = detail::covered_span(t.shape(), t.strides(), t.storage_offset());
   const uint64_t es = dtype_size(t.dtype());
   const auto* base = static_cast<const uint8_t*>(t.data_ptr()) - t.storage_offset() * es;
   const auto a = reinterpret_cast<uintptr_t>(base + begin * es);
   const auto b = reinterpret_cast<uintptr_t>(base + end * es);
   const int64_t dev = device_code(t.device());
-  const auto overlaps = [&](uintptr_t lo) {
-    return [lo, a](const SpanEntry& e) { return lo + e.bytes > a; };
-  };
-  // Every kept span up to kBigSpan starting in [a - max_span_bytes_, b) may overlap [a, b);
-  // larger ones are checked one by one.
-  for (auto k = big_spans_.begin(); k != big_spans_.end();) {
-    const SpanKey& key = k->first;
-    if (key.device != dev || key.lo >= b || key.lo + k->second <= a) {
-      ++k;
-      continue;
+  for (std::size_t k = 0; k < spans_.size(); ++k) {
+    SpanMap& m = spans_[k];
+    if (m.empty()) continue;
+    const uint64_t longest = k >= 63 ? UINT64_MAX : (uint64_t{2} << k) - 1;
+    const uintptr_t from = a > longest ? a - longest : 0;
+    for (auto it = m.lower_bound(SpanKey{dev, from});
+         it != m.end() && it->first.device == dev && it->first.lo < b;) {
+      const uintptr_t lo = it->first.lo;
+      std::erase_if(it->second, [lo, a](const SpanEntry& e) { return lo + e.bytes > a; });
+      it = it->second.empty() ? m.erase(it) : std::next(it);
     }
-    auto it = spans_.find(key);
-    if (it == spans_.end()) {
-      k = big_spans_.erase(k);
-      continue;
-    }
-    {
-      std::erase_if(it->second, overlaps(key.lo));
-      if (it->second.empty()) {
-        spans_.erase(it);
-        k = big_spans_.erase(k);
-        continue;
-      }
-    }
-    ++k;
-  }
-  const uintptr_t from = a > max_span_bytes_ ? a - max_span_bytes_ : 0;
-  for (auto it = spans_.lower_bound(SpanKey{dev, from});
-       it != spans_.end() && it->first.device == dev && it->first.lo < b;) {
-    std::erase_if(it->second, overlaps(it->first.lo));
-    it = it->second.empty() ? spans_.erase(it) : std::next(it);
   }
 }
 
@@ -838,33 +838,83 @@ void RingRecorder::evict_oldest_locked() {
     return;
   }
   release_locked(*old);
+  recycle_locked(std::move(old));
+}
+
+void RingRecorder::recycle_locked(std::shared_ptr<RingCall> c) {
+  // Held elsewhere (its on_call_end still to come): freed when the last holder lets go.
+  if (c.use_count() != 1 || spare_calls_.size() >= kMaxSpareCalls) return;
+  RingCall& r = *c;
+  r.files.store(nullptr, std::memory_order_release);
+  r.dir_name.clear();
+  r.dir_name_json.clear();
+  r.name_at = r.name_len = 0;
+  r.sequence = r.process_sequence = 0;
+  r.rec.head.clear();
+  r.rec.in_keys.clear();
+  r.rec.in_details.clear();
+  r.rec.tail.clear();
+  r.rec.flags.clear();
+  r.rec.trailer.clear();
+  r.rec.input_bytes = 0;
+  r.inputs.clear();
+  r.blobs.clear();
+  // begin and end stay allocated: the next call lays its files out over them.
+  r.evicted = false;
+  r.slot = 0;
+  r.self_id.reset();
+  r.method.clear();
+  r.setup = false;
+  spare_calls_.push_back(std::move(c));
+}
+
+std::shared_ptr<RingCall> RingRecorder::new_call() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!spare_calls_.empty()) {
+      std::shared_ptr<RingCall> c = std::move(spare_calls_.back());
+      spare_calls_.pop_back();
+      return c;
+    }
+  }
+  return std::make_shared<RingCall>();
 }
 
 void RingRecorder::release_locked(RingCall& c) {
   // Its bytes go now unless a later call shares them; keys of freed blobs are forgotten.
   // (A crash on another thread at this very moment could read freed bytes: the handler
   // loads the slot before it was cleared. The window is a few instructions wide.)
-  std::vector<BlobKey> keys;
-  std::vector<SpanKey> wheres;
-  for (const auto& b : c.blobs) {
-    if (b->key) keys.push_back(*b->key);
-    if (b->where) wheres.push_back(*b->where);
-  }
+  // Only a blob this call holds alone is freed here, so only its table entry can expire: a
+  // shared one (a weight kept by every later call) is not looked up at all (eviction was
+  // ~8 % of the hooks' time, most of it these lookups and the lists built for them).
   c.inputs.clear();
-  c.blobs.clear();
-  for (const BlobKey& k : keys) {
-    auto it = blobs_.find(k);
-    if (it != blobs_.end() && it->second.expired()) blobs_.erase(it);
-  }
-  for (const SpanKey& w : wheres) {
-    auto it = spans_.find(w);
-    if (it == spans_.end()) continue;
-    std::erase_if(it->second, [](const SpanEntry& e) { return e.blob.expired(); });
-    if (it->second.empty()) {
-      spans_.erase(it);
-      big_spans_.erase(w);
+  for (std::size_t i = 0; i < c.blobs.size(); ++i) {
+    auto& b = c.blobs[i];
+    if (!b) continue;
+    // The same blob twice in one call (an input kept again as an output) counts once.
+    for (std::size_t j = i + 1; j < c.blobs.size(); ++j) {
+      if (c.blobs[j] == b) c.blobs[j].reset();
+    }
+    if (b.use_count() != 1) continue;
+    const std::optional<BlobKey> key = b->key;
+    const std::optional<SpanKey> where = b->where;
+    const uint64_t size = b->size;
+    b.reset();
+    if (key) {
+      auto it = blobs_.find(*key);
+      if (it != blobs_.end() && it->second.expired()) blobs_.erase(it);
+    }
+    if (where) {
+      SpanMap& m = spans_[span_class(size)];
+      auto it = m.find(*where);
+      if (it == m.end()) continue;
+      std::erase_if(it->second, [](const SpanEntry& e) { return e.blob.expired(); });
+      if (it->second.empty()) {
+        m.erase(it);
+      }
     }
   }
+  c.blobs.clear();
 }
 
 void RingRecorder::anchor_locked(std::shared_ptr<RingCall> c) {
@@ -917,8 +967,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
       const auto not_cpu = [](const auto& kv) {
         return kv.first.device != device_code(Device::cpu());
       };
-      std::erase_if(spans_, not_cpu);
-      std::erase_if(big_spans_, not_cpu);
+      for (SpanMap& m : spans_) std::erase_if(m, not_cpu);
     }
     return;
   }
@@ -927,7 +976,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     return;
   }
   try {
-    auto call = std::make_shared<RingCall>();
+    std::shared_ptr<RingCall> call = new_call();
     int64_t seq = 0;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -946,24 +995,47 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
           call->method == "__init__" || call->method == "plan" || call->method == "begin_forward";
     }
     const int64_t pseq = process_sequence_.fetch_add(1, std::memory_order_relaxed) + 1;
-    finish_inputs(call->rec, ex, false, signature_of(decl), false, self_id, pseq);
+    finish_inputs_with_tail(call->rec, ex, tail_of(decl), false, self_id, pseq);
     call->inputs = keep(ex.tensors, call->blobs);
-    char seq_text[32];
-    std::snprintf(seq_text, sizeof(seq_text), "%04lld", static_cast<long long>(seq));
-    call->dir_name = ts + std::string(schema::kDirPidMarker) + std::to_string(pid_) + "_" +
-                     decl.name + std::string(schema::kDirCallMarker) + seq_text;
-    call->dir_name_json = json_escaped(call->dir_name);
-    std::string info;
-    append_member(info, schema::kFunctionName, "");
-    append_json_string(info, decl.name);
-    append_member(info, schema::kCallSequence, std::to_string(seq));
-    append_member(info, schema::kProcessSequence, std::to_string(pseq));
-    call->info_json = info.substr(2);
+    // <ts>_pid<PID>_<name>_call<NNNN>, laid out in one string (the concatenations and
+    // snprintf it replaces were a few percent of the hook's time).
+    char digits[48];
+    FixedText num(digits, sizeof(digits));
+    num.put_u64(static_cast<uint64_t>(pid_));
+    const std::size_t pid_len = num.n;
+    num.put_u64(static_cast<uint64_t>(seq), 4);
+    std::string& dn = call->dir_name;
+    dn.reserve(ts.size() + decl.name.size() + num.n + 12);
+    dn = ts;
+    dn += schema::kDirPidMarker;
+    dn.append(digits, pid_len);
+    dn += '_';
+    const std::size_t name_at = dn.size();
+    dn += decl.name;
+    dn += schema::kDirCallMarker;
+    dn.append(digits + pid_len, num.n - pid_len);
+    const bool plain = std::all_of(decl.name.begin(), decl.name.end(), [](char ch) {
+      return ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
+    });
+    if (plain) {
+      call->dir_name_json = dn;
+      call->name_at = name_at;
+      call->name_len = decl.name.size();
+    } else {
+      call->dir_name_json = json_escaped(dn);
+      // The prefix before the name and the suffix after it are plain ASCII.
+      call->name_at = name_at;
+      call->name_len = call->dir_name_json.size() - (dn.size() - decl.name.size());
+    }
+    call->sequence = seq;
+    call->process_sequence = pseq;
 
-    auto files = std::make_unique<CallFiles>();
+    std::unique_ptr<CallFiles> files =
+        call->begin ? std::move(call->begin) : std::make_unique<CallFiles>();
     files->outcome = inputs_outcome(call->rec);
-    files->lines.emplace_back();
-    record_line_pieces(call->rec, files->outcome, schema::kStatusInputsSaved, files->lines.back());
+    files->lines.resize(1);
+    record_line_pieces(call->rec, files->outcome, schema::kStatusInputsSaved, files->lines[0]);
+    files->has_outputs = files->has_mutated = false;
     files->has_inputs = !call->inputs.empty();
     if (files->has_inputs) files->inputs = plan(schema::kInputsStem, call->inputs);
     call->begin = std::move(files);
@@ -997,11 +1069,13 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   bool has_inputs = false;
   formats::ArchivePlan inputs_plan;  // line 1's, reused: the same tensors, the same bytes
   bool evicted = false;
+  std::unique_ptr<CallFiles> recycled_end;
   {
     std::lock_guard<std::mutex> l(mu_);
     evicted = call->evicted;
     if (!evicted) {
       line1 = call->begin->lines[0];
+      recycled_end = std::move(call->end);  // a recycled call's earlier layout, reused below
       has_inputs = call->begin->has_inputs;
       if (has_inputs) inputs_plan = call->begin->inputs;
     }
@@ -1025,11 +1099,12 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     std::vector<std::shared_ptr<Blob>> blobs;
     const std::vector<KeptTensor> kept_out = keep(out.tensors, blobs, check ? &nan : nullptr);
     const std::vector<KeptTensor> kept_mut = keep(mutated.tensors, blobs, check ? &nan : nullptr);
-    auto files = std::make_unique<CallFiles>();
+    std::unique_ptr<CallFiles> files =
+        recycled_end ? std::move(recycled_end) : std::make_unique<CallFiles>();
     files->outcome = outputs_outcome(call->rec, std::move(output_metadata), out, mutated);
-    files->lines.push_back(std::move(line1));
-    files->lines.emplace_back();
-    record_line_pieces(call->rec, files->outcome, schema::kStatusCompleted, files->lines.back());
+    files->lines.resize(2);
+    files->lines[0] = std::move(line1);
+    record_line_pieces(call->rec, files->outcome, schema::kStatusCompleted, files->lines[1]);
     files->has_inputs = has_inputs;
     if (files->has_inputs) files->inputs = std::move(inputs_plan);
     files->has_outputs = !kept_out.empty();
@@ -1070,8 +1145,8 @@ void RingRecorder::on_call_error(const OpDecl& decl, std::span<const Value> args
       note_writes(extract_mutated(decl, args, true).tensors);
     } catch (const std::exception&) {
       std::lock_guard<std::mutex> l(mu_);
-      spans_.clear();  // what was written is unknown: nothing kept is shared any more
-      big_spans_.clear();
+      // What was written is unknown: nothing kept is shared any more.
+      for (SpanMap& m : spans_) m.clear();
     }
   }
   if (!call) return;
@@ -1292,8 +1367,18 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
     }
   }
   if (found) {
-    j.put("{");
-    j.put(trigger->info_json);
+    j.put("{\"");
+    j.put(schema::kFunctionName);
+    j.put("\": \"");
+    j.put(std::string_view(trigger->dir_name_json).substr(trigger->name_at, trigger->name_len));
+    j.put("\", \"");
+    j.put(schema::kCallSequence);
+    j.put("\": ");
+    put_i64(j, trigger->sequence);
+    j.put(", \"");
+    j.put(schema::kProcessSequence);
+    j.put("\": ");
+    put_i64(j, trigger->process_sequence);
     j.put(", \"dump_dir\": \"");
     j.put(prefix_json_);
     j.put(rel);

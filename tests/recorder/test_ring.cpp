@@ -315,6 +315,27 @@ TEST_F(RingTest, ATensorWrittenByALibraryOpIsKeptAnew) {
   }
 }
 
+// A library write to a small view far inside a large kept span (spans are indexed by size
+// class; the write must still reach the large span's class): the next call keeps new bytes.
+TEST_F(RingTest, ALibraryWriteToASmallViewInsideALargeKeptSpanIsSeen) {
+  recorder::start(config(8));
+  Tensor w = filled(262144, 0.5);  // 1 MiB
+  ring_probe(w, 0);
+  const uint64_t before = recorder::stats().ring_bytes;
+  // Element 200000 + 17 of w, written through a 64-element view (256 bytes, 800 KB in).
+  ring_poke_(w.slice(0, 200000, 200064), 17, 2.5);
+  ring_probe(w, 0);
+  EXPECT_GT(recorder::stats().ring_bytes, before + 1048576u);  // w kept again
+  const auto c = calls(recorder::dump_ring("view"));
+  ASSERT_EQ(c.size(), 3u);
+  auto at = [&](std::size_t call) {
+    return load_torch((c[call] / "inputs.pt").string())[0].second.to_double_vector()[200017];
+  };
+  EXPECT_EQ(at(0), 0.5);
+  EXPECT_EQ(at(2), 2.5);
+  recorder::stop();
+}
+
 TEST_F(RingTest, AWriteOutsideTheLibraryBetweenSampledBytesNeedsVerifyFull) {
   // A large tensor changed in one element that the sampled fingerprint does not read (not in
   // the first or last 64 bytes, not one of the evenly spread words): sampled mode shares the
