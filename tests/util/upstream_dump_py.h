@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -168,32 +169,43 @@ def nvfp4(v, gs):
     return q, torch.tensor(flat, dtype=torch.uint8), (E2M1[code] * sfv.repeat_interleave(16, 1))
 )PY";
 
-/// Writes `script` to dir/make.py, runs it once with `dump` as its argument and replays the calls
-/// it wrote there; every call must pass and there must be `expected_calls`. Returns false
-/// (nothing checked) when python3-torch is not installed (exit status 77). Removes `dir`.
-/// `results`, when given, receives the replay results for further checks.
-inline bool run_dump_script(const std::filesystem::path& dir, const std::string& script,
-                            const std::filesystem::path& dump, std::size_t expected_calls,
-                            std::vector<replay::Result>* results = nullptr) {
+/// Writes `script` to dir/make.py, runs it once with `arg` as its argument (exit status 0 expected)
+/// and replays `dump` (what the script wrote: `arg` itself or a directory above it). std::nullopt
+/// (nothing checked) when python3-torch is not installed (exit status 77). Removes `dir`. For dumps
+/// whose calls need not all pass; run_dump_script() checks that every one does.
+inline std::optional<std::vector<replay::Result>> replay_dump_script(
+    const std::filesystem::path& dir, const std::string& script, const std::filesystem::path& arg,
+    const std::filesystem::path& dump) {
   namespace fs = std::filesystem;
   fs::create_directories(dir);
   std::ofstream(dir / "make.py") << script;
   // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
   const int st =
-      std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + dump.string()).c_str());
+      std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + arg.string()).c_str());
   if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
     fs::remove_all(dir);
-    return false;
+    return std::nullopt;
   }
   EXPECT_EQ(st, 0);
   fs::remove(dir / "make.py");
   auto replayed = replay::replay_sequence(dump.string());
-  EXPECT_EQ(replayed.size(), expected_calls);
-  for (const auto& r : replayed) {
+  fs::remove_all(dir);
+  return replayed;
+}
+
+/// replay_dump_script() with `dump` as the script's argument: every call must pass and there must
+/// be `expected_calls`. Returns false (nothing checked) when python3-torch is not installed.
+/// `results`, when given, receives the replay results for further checks.
+inline bool run_dump_script(const std::filesystem::path& dir, const std::string& script,
+                            const std::filesystem::path& dump, std::size_t expected_calls,
+                            std::vector<replay::Result>* results = nullptr) {
+  auto replayed = replay_dump_script(dir, script, dump, dump);
+  if (!replayed) return false;
+  EXPECT_EQ(replayed->size(), expected_calls);
+  for (const auto& r : *replayed) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
   }
-  fs::remove_all(dir);
-  if (results != nullptr) *results = std::move(replayed);
+  if (results != nullptr) *results = std::move(*replayed);
   return true;
 }
 
