@@ -227,12 +227,7 @@ TEST(AttentionSinkWrapper, RecordAndReplay) {
 // Written by Python as upstream's recorder writes the calls SGLang makes: __init__ recorded with
 // the parent's keyword arguments (jit_args / jit_kwargs built by the subclass), plan positional
 // plus keywords, run(q, (k_cache, v_cache), sink, sm_scale) positional; one self_id.
-TEST(AttentionSinkWrapper, UpstreamWrittenDumpReplays) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("fi_attn_sink_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string py = R"PY(
+constexpr const char* kWrapperDumpPy = R"PY(
 import json, math, os, sys
 try:
     import torch
@@ -322,9 +317,29 @@ write(3, "BatchAttentionWithAttentionSinkWrapper.run",
        "arg_4": scale},
       {"result": out.to(torch.bfloat16)}, {})
 )PY";
-  if (!testing::run_dump_script(dir, py, dir / "dump", 3u)) {
-    GTEST_SKIP() << "python3-torch not installed";
-  }
+
+// This dump and SinkJitArgs' come from one python start on first use (importing torch is most of
+// each test's time) and are removed at exit.
+class SinkDumps {
+ public:
+  SinkDumps();
+  ~SinkDumps() { std::filesystem::remove_all(dir_); }
+  bool written() const { return written_; }
+  std::filesystem::path wrapper() const { return dir_ / "wrapper"; }
+  std::filesystem::path jit_args() const { return dir_ / "jit_args"; }
+
+ private:
+  std::filesystem::path dir_;
+  bool written_ = false;
+};
+const SinkDumps& sink_dumps() {
+  static const SinkDumps dumps;
+  return dumps;
+}
+
+TEST(AttentionSinkWrapper, UpstreamWrittenDumpReplays) {
+  if (!sink_dumps().written()) GTEST_SKIP() << "python3-torch not installed";
+  testing::replay_expecting_every_call_to_pass(sink_dumps().wrapper(), 3u);
 }
 
 // ---- The plain prefill wrappers built with the AttentionSink variant's jit_args (upstream's
@@ -565,12 +580,7 @@ TEST(SinkJitArgs, ApiLogPrintsThemPositionally) {
 // Written by Python the way upstream's recorder writes upstream's own sink test: the ragged and
 // paged wrappers built with the variant's jit_args / jit_kwargs by keyword, plan positional plus
 // keywords, run(q, k, v, sink, sm_scale) and run(q, (k, v), sink, sm_scale) all positional.
-TEST(SinkJitArgs, UpstreamWrittenDumpReplays) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("fi_sink_jit_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string py = R"PY(
+constexpr const char* kJitArgsDumpPy = R"PY(
 import json, math, os, sys
 try:
     import torch
@@ -658,9 +668,18 @@ for cls, sid in (("BatchPrefillWithRaggedKVCacheWrapper", 140111), ("BatchPrefil
                                    {"type": "torch.Tensor", "tensor_key": "arg_2__1"}]},
                "arg_4": scale}, {"result": out})
 )PY";
-  if (!testing::run_dump_script(dir, py, dir / "dump", 6u)) {
-    GTEST_SKIP() << "python3-torch not installed";
-  }
+
+SinkDumps::SinkDumps()
+    : dir_(std::filesystem::temp_directory_path() /
+           ("fi_sink_dumps_" + std::to_string(::getpid()))) {
+  std::filesystem::remove_all(dir_);
+  written_ = testing::run_python_scripts(
+      dir_, {{kWrapperDumpPy, wrapper()}, {kJitArgsDumpPy, jit_args()}});
+}
+
+TEST(SinkJitArgs, UpstreamWrittenDumpReplays) {
+  if (!sink_dumps().written()) GTEST_SKIP() << "python3-torch not installed";
+  testing::replay_expecting_every_call_to_pass(sink_dumps().jit_args(), 6u);
 }
 
 }  // namespace
