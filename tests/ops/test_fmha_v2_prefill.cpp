@@ -656,9 +656,10 @@ def e4m3_value(c):
     return sg * (m / 8.0 * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7))
 E4M3 = torch.tensor([e4m3_value(c) for c in range(256)], dtype=torch.float64)
 FIN = [c for c in range(256) if E4M3[c] == E4M3[c]]
+E4V = E4M3.tolist()  # python floats: indexing the tensor per code made this search most of the run
 def e4m3_code(x):  # round to nearest, ties to an even code, saturating at +-448
     x = max(-448.0, min(448.0, x))
-    best = min(FIN, key=lambda c: (abs(float(E4M3[c]) - x), c & 1))
+    best = min(FIN, key=lambda c: (abs(E4V[c] - x), c & 1))
     return best
 def codes(shape):
     c = torch.randint(0x20, 0x41, shape, dtype=torch.int64)
