@@ -93,7 +93,7 @@ TEST(AttentionSinkWrapper, MatchesFp64Formula) {
       sd.push_back(0.5 * h - 1.0);
     }
     auto w = BatchAttentionWithAttentionSinkWrapper::create(
-        Tensor::zeros({1 << 20}, DType::kUInt8), c.hnd ? "HND" : "NHD", false, std::nullopt,
+        Tensor::zeros({4096}, DType::kUInt8), c.hnd ? "HND" : "NHD", false, std::nullopt,
         std::nullopt, "fa2", "NONE", false, c.q, c.kv, D, D, c.window);
     PrefillPlanOptions po;
     po.causal = c.causal;
@@ -207,7 +207,7 @@ TEST(AttentionSinkWrapper, RecordAndReplay) {
   Tensor direct;
   {
     auto w = BatchAttentionWithAttentionSinkWrapper::create(
-        Tensor::zeros({1 << 20}, DType::kUInt8), "NHD", false, std::nullopt, std::nullopt, "fa2",
+        Tensor::zeros({4096}, DType::kUInt8), "NHD", false, std::nullopt, std::nullopt, "fa2",
         "NONE", false, DType::kBFloat16, DType::kBFloat16, 32, 32);
     PrefillPlanOptions po;
     po.causal = true;
@@ -372,7 +372,7 @@ TEST(SinkJitArgs, RaggedAndPagedWrappersMatchFp64) {
       const Tensor v = testing::rand_tensor({16, hkv, D}, dt, 33, -1.0, 1.0);
       const Tensor sink = testing::rand_tensor({hq}, DType::kFloat32, 34, 0.0, 5.0);
       const double scale = 0.15;
-      BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({1 << 20}, DType::kUInt8), "NHD", false,
+      BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({4096}, DType::kUInt8), "NHD", false,
                                              std::nullopt, std::nullopt, std::nullopt, std::nullopt,
                                              "fa2", sink_jit_args(dt, D), sink_jit_kwargs());
       PrefillPlanOptions po;
@@ -402,7 +402,7 @@ TEST(SinkJitArgs, RaggedAndPagedWrappersMatchFp64) {
       std::vector<int32_t> idx(16);
       for (int32_t i = 0; i < 16; ++i) idx[i] = i;
       PrefillPlanOptions pp = po;
-      BatchPrefillWithPagedKVCacheWrapper pw(Tensor::zeros({1 << 20}, DType::kUInt8), "NHD", false,
+      BatchPrefillWithPagedKVCacheWrapper pw(Tensor::zeros({4096}, DType::kUInt8), "NHD", false,
                                              std::nullopt, std::nullopt, std::nullopt, std::nullopt,
                                              std::nullopt, std::nullopt, "fa3",
                                              sink_jit_args(dt, D), sink_jit_kwargs());
@@ -411,7 +411,7 @@ TEST(SinkJitArgs, RaggedAndPagedWrappersMatchFp64) {
       const AttentionOutput pr = pw.run(q, PagedKVCache(pk, pv), variant_args(sink, scale));
       EXPECT_TRUE(testing::all_close(pr.out, want, testing::attention_tolerance(dt)));
       auto sw = BatchAttentionWithAttentionSinkWrapper::create(
-          Tensor::zeros({1 << 20}, DType::kUInt8), "NHD", false, std::nullopt, std::nullopt, "fa2",
+          Tensor::zeros({4096}, DType::kUInt8), "NHD", false, std::nullopt, std::nullopt, "fa2",
           "NONE", false, dt, dt, D, D, -1);
       sw->plan(testing::int_tensor({0, 3, 4, 8}), testing::int_tensor({0, 7, 12, 16}),
                testing::int_tensor(idx), testing::int_tensor({1, 1, 1}), hq, hkv, D, 1, pp);
