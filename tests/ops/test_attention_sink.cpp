@@ -318,30 +318,6 @@ write(3, "BatchAttentionWithAttentionSinkWrapper.run",
       {"result": out.to(torch.bfloat16)}, {})
 )PY";
 
-// This dump and SinkJitArgs' come from one python start on first use (importing torch is most of
-// each test's time) and are removed at exit.
-class SinkDumps {
- public:
-  SinkDumps();
-  ~SinkDumps() { std::filesystem::remove_all(dir_); }
-  bool written() const { return written_; }
-  std::filesystem::path wrapper() const { return dir_ / "wrapper"; }
-  std::filesystem::path jit_args() const { return dir_ / "jit_args"; }
-
- private:
-  std::filesystem::path dir_;
-  bool written_ = false;
-};
-const SinkDumps& sink_dumps() {
-  static const SinkDumps dumps;
-  return dumps;
-}
-
-TEST(AttentionSinkWrapper, UpstreamWrittenDumpReplays) {
-  if (!sink_dumps().written()) GTEST_SKIP() << "python3-torch not installed";
-  testing::replay_expecting_every_call_to_pass(sink_dumps().wrapper(), 3u);
-}
-
 // ---- The plain prefill wrappers built with the AttentionSink variant's jit_args (upstream's
 // tests/attention/test_attention_sink.py): run(q, kv, sink, sm_scale) through run's *args.
 
@@ -669,17 +645,25 @@ for cls, sid in (("BatchPrefillWithRaggedKVCacheWrapper", 140111), ("BatchPrefil
                "arg_4": scale}, {"result": out})
 )PY";
 
-SinkDumps::SinkDumps()
-    : dir_(std::filesystem::temp_directory_path() /
-           ("fi_sink_dumps_" + std::to_string(::getpid()))) {
-  std::filesystem::remove_all(dir_);
-  written_ = testing::run_python_scripts(
-      dir_, {{kWrapperDumpPy, wrapper()}, {kJitArgsDumpPy, jit_args()}});
-}
-
-TEST(SinkJitArgs, UpstreamWrittenDumpReplays) {
-  if (!sink_dumps().written()) GTEST_SKIP() << "python3-torch not installed";
-  testing::replay_expecting_every_call_to_pass(sink_dumps().jit_args(), 6u);
+// Both upstream-written dumps above come from one python start: importing torch is most of the
+// time, and ctest runs every TEST in a process of its own.
+TEST(AttentionSinkUpstreamDumps, WrapperAndJitArgsDumpsReplay) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_sink_dumps_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  if (!testing::run_python_scripts(
+          dir, {{kWrapperDumpPy, dir / "wrapper"}, {kJitArgsDumpPy, dir / "jit_args"}})) {
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  {
+    SCOPED_TRACE("BatchAttentionWithAttentionSinkWrapper as SGLang calls it");
+    testing::replay_expecting_every_call_to_pass(dir / "wrapper", 3u);
+  }
+  {
+    SCOPED_TRACE("the ragged and paged wrappers with the variant's jit_args");
+    testing::replay_expecting_every_call_to_pass(dir / "jit_args", 6u);
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace
