@@ -93,7 +93,7 @@ TEST(AttentionSinkWrapper, MatchesFp64Formula) {
       sd.push_back(0.5 * h - 1.0);
     }
     auto w = BatchAttentionWithAttentionSinkWrapper::create(
-        Tensor::zeros({1 << 20}, DType::kUInt8), c.hnd ? "HND" : "NHD", false, std::nullopt,
+        Tensor::zeros({4096}, DType::kUInt8), c.hnd ? "HND" : "NHD", false, std::nullopt,
         std::nullopt, "fa2", "NONE", false, c.q, c.kv, D, D, c.window);
     PrefillPlanOptions po;
     po.causal = c.causal;
@@ -207,7 +207,7 @@ TEST(AttentionSinkWrapper, RecordAndReplay) {
   Tensor direct;
   {
     auto w = BatchAttentionWithAttentionSinkWrapper::create(
-        Tensor::zeros({1 << 20}, DType::kUInt8), "NHD", false, std::nullopt, std::nullopt, "fa2",
+        Tensor::zeros({4096}, DType::kUInt8), "NHD", false, std::nullopt, std::nullopt, "fa2",
         "NONE", false, DType::kBFloat16, DType::kBFloat16, 32, 32);
     PrefillPlanOptions po;
     po.causal = true;
@@ -227,12 +227,7 @@ TEST(AttentionSinkWrapper, RecordAndReplay) {
 // Written by Python as upstream's recorder writes the calls SGLang makes: __init__ recorded with
 // the parent's keyword arguments (jit_args / jit_kwargs built by the subclass), plan positional
 // plus keywords, run(q, (k_cache, v_cache), sink, sm_scale) positional; one self_id.
-TEST(AttentionSinkWrapper, UpstreamWrittenDumpReplays) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("fi_attn_sink_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string py = R"PY(
+constexpr const char* kWrapperDumpPy = R"PY(
 import json, math, os, sys
 try:
     import torch
@@ -322,10 +317,6 @@ write(3, "BatchAttentionWithAttentionSinkWrapper.run",
        "arg_4": scale},
       {"result": out.to(torch.bfloat16)}, {})
 )PY";
-  if (!testing::run_dump_script(dir, py, dir / "dump", 3u)) {
-    GTEST_SKIP() << "python3-torch not installed";
-  }
-}
 
 // ---- The plain prefill wrappers built with the AttentionSink variant's jit_args (upstream's
 // tests/attention/test_attention_sink.py): run(q, kv, sink, sm_scale) through run's *args.
@@ -357,7 +348,7 @@ TEST(SinkJitArgs, RaggedAndPagedWrappersMatchFp64) {
       const Tensor v = testing::rand_tensor({16, hkv, D}, dt, 33, -1.0, 1.0);
       const Tensor sink = testing::rand_tensor({hq}, DType::kFloat32, 34, 0.0, 5.0);
       const double scale = 0.15;
-      BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({1 << 20}, DType::kUInt8), "NHD", false,
+      BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({4096}, DType::kUInt8), "NHD", false,
                                              std::nullopt, std::nullopt, std::nullopt, std::nullopt,
                                              "fa2", sink_jit_args(dt, D), sink_jit_kwargs());
       PrefillPlanOptions po;
@@ -387,7 +378,7 @@ TEST(SinkJitArgs, RaggedAndPagedWrappersMatchFp64) {
       std::vector<int32_t> idx(16);
       for (int32_t i = 0; i < 16; ++i) idx[i] = i;
       PrefillPlanOptions pp = po;
-      BatchPrefillWithPagedKVCacheWrapper pw(Tensor::zeros({1 << 20}, DType::kUInt8), "NHD", false,
+      BatchPrefillWithPagedKVCacheWrapper pw(Tensor::zeros({4096}, DType::kUInt8), "NHD", false,
                                              std::nullopt, std::nullopt, std::nullopt, std::nullopt,
                                              std::nullopt, std::nullopt, "fa3",
                                              sink_jit_args(dt, D), sink_jit_kwargs());
@@ -396,7 +387,7 @@ TEST(SinkJitArgs, RaggedAndPagedWrappersMatchFp64) {
       const AttentionOutput pr = pw.run(q, PagedKVCache(pk, pv), variant_args(sink, scale));
       EXPECT_TRUE(testing::all_close(pr.out, want, testing::attention_tolerance(dt)));
       auto sw = BatchAttentionWithAttentionSinkWrapper::create(
-          Tensor::zeros({1 << 20}, DType::kUInt8), "NHD", false, std::nullopt, std::nullopt, "fa2",
+          Tensor::zeros({4096}, DType::kUInt8), "NHD", false, std::nullopt, std::nullopt, "fa2",
           "NONE", false, dt, dt, D, D, -1);
       sw->plan(testing::int_tensor({0, 3, 4, 8}), testing::int_tensor({0, 7, 12, 16}),
                testing::int_tensor(idx), testing::int_tensor({1, 1, 1}), hq, hkv, D, 1, pp);
@@ -565,12 +556,7 @@ TEST(SinkJitArgs, ApiLogPrintsThemPositionally) {
 // Written by Python the way upstream's recorder writes upstream's own sink test: the ragged and
 // paged wrappers built with the variant's jit_args / jit_kwargs by keyword, plan positional plus
 // keywords, run(q, k, v, sink, sm_scale) and run(q, (k, v), sink, sm_scale) all positional.
-TEST(SinkJitArgs, UpstreamWrittenDumpReplays) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("fi_sink_jit_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string py = R"PY(
+constexpr const char* kJitArgsDumpPy = R"PY(
 import json, math, os, sys
 try:
     import torch
@@ -658,9 +644,26 @@ for cls, sid in (("BatchPrefillWithRaggedKVCacheWrapper", 140111), ("BatchPrefil
                                    {"type": "torch.Tensor", "tensor_key": "arg_2__1"}]},
                "arg_4": scale}, {"result": out})
 )PY";
-  if (!testing::run_dump_script(dir, py, dir / "dump", 6u)) {
+
+// Both upstream-written dumps above come from one python start: importing torch is most of the
+// time, and ctest runs every TEST in a process of its own.
+TEST(AttentionSinkUpstreamDumps, WrapperAndJitArgsDumpsReplay) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_sink_dumps_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  if (!testing::run_python_scripts(
+          dir, {{kWrapperDumpPy, dir / "wrapper"}, {kJitArgsDumpPy, dir / "jit_args"}})) {
     GTEST_SKIP() << "python3-torch not installed";
   }
+  {
+    SCOPED_TRACE("BatchAttentionWithAttentionSinkWrapper as SGLang calls it");
+    testing::replay_expecting_every_call_to_pass(dir / "wrapper", 3u);
+  }
+  {
+    SCOPED_TRACE("the ragged and paged wrappers with the variant's jit_args");
+    testing::replay_expecting_every_call_to_pass(dir / "jit_args", 6u);
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace

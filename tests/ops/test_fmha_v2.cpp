@@ -4,13 +4,10 @@
 // (skipped without a GPU).
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 
 #include "flashinfer/ops/fmha_v2.h"
@@ -18,6 +15,7 @@
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer {
 namespace {
@@ -228,19 +226,11 @@ rec = {"function_name": "fmha_v2_prefill_deepseek", "module": "flashinfer.prefil
 with open(d + "/metadata.jsonl", "w") as f:
     f.write(json.dumps(rec) + "\n")
 )PY";
-  std::ofstream(dir / "make.py") << py;
-  const int st = std::system(
-      ("/usr/bin/python3 " + (dir / "make.py").string() + " " + call.string() + " 2>/dev/null")
-          .c_str());
-  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-    fs::remove_all(dir);
-    GTEST_SKIP() << "python3-torch not installed";
-  }
-  ASSERT_EQ(st, 0);
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 1u);
-  EXPECT_EQ(results[0].status, replay::Status::kPassed) << results[0].error;
-  fs::remove_all(dir);
+  // The script writes the one call directory; the replay reads the dump above it.
+  const auto results = testing::replay_dump_script(dir, py, call, dir);
+  if (!results) GTEST_SKIP() << "python3-torch not installed";
+  ASSERT_EQ(results->size(), 1u);
+  EXPECT_EQ((*results)[0].status, replay::Status::kPassed) << (*results)[0].error;
 }
 
 TEST(FmhaV2PrefillCuda, MatchesCpu) {

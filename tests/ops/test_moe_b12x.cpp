@@ -3,7 +3,6 @@
 // argument, in-memory record/replay, and a dump in upstream's format written by torch with the
 // engines' keyword arguments (__init__ and run records sharing self_id).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -812,24 +810,13 @@ record("CuteDslMoEWrapper.run", "flashinfer.fused_moe.cute_dsl.fused_moe",
         "kwarg_w2_weight_sf": s2c, "kwarg_w2_alpha": a2[off:off + El].clone()},
        {"arg_0": obj2}, {"result": out.bfloat16()}, self_id=SELF2)
 )PY";
-  std::ofstream(dir / "make.py") << py;
-  const int st =
-      std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + dir.string()).c_str());
-  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-    fs::remove_all(dir);
-    GTEST_SKIP() << "python3-torch not installed";
-  }
-  ASSERT_EQ(st, 0);
-  fs::remove(dir / "make.py");
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 5u);
+  std::vector<replay::Result> results;
+  if (!run_dump_script(dir, py, dir, 5u, &results)) GTEST_SKIP() << "python3-torch not installed";
   for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
     if (r.function_name.ends_with(".__init__")) continue;
     ASSERT_FALSE(r.comparisons.empty()) << r.function_name;
     EXPECT_EQ(r.comparisons[0].key, "result") << r.function_name;
   }
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 // (written out independently here), fp64 formulas, routing from logits against the routed form,
 // bad input naming the argument, record/replay, and engine-style dumps in upstream's format.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -1254,26 +1252,14 @@ record("cute_dsl_fused_moe_nvfp4",
        out.bfloat16(), key="result",
        module="flashinfer.fused_moe.cute_dsl.fused_moe")
 )PY";
-  std::ofstream(dir / "make.py") << py;
-  // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
-  const int st =
-      std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + dir.string()).c_str());
-  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-    fs::remove_all(dir);
-    GTEST_SKIP() << "python3-torch not installed";
-  }
-  ASSERT_EQ(st, 0);
-  fs::remove(dir / "make.py");
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 6u);
+  std::vector<replay::Result> results;
+  if (!run_dump_script(dir, py, dir, 6u, &results)) GTEST_SKIP() << "python3-torch not installed";
   for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
     ASSERT_FALSE(r.comparisons.empty()) << r.function_name;
     EXPECT_EQ(r.comparisons[0].key,
               r.function_name == "cute_dsl_fused_moe_nvfp4" ? "result" : "result__0")
         << r.function_name;
   }
-  fs::remove_all(dir);
 }
 
 }  // namespace

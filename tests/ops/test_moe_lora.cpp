@@ -3,13 +3,11 @@
 // token without adapter), the pointer-table guard, bad input naming the argument, record/replay,
 // and dumps written by torch in upstream's format.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +16,7 @@
 #include "flashinfer/replay.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer::testing {
 namespace {
@@ -490,17 +489,10 @@ record("bgmv_moe_gemm1_lora_delta", "flashinfer.fused_moe.moe_lora_delta",
        "(hidden_states, w_ptr_a, lora_stride_a, w_ptr_b, lora_stride_b, topk_ids, lora_ids, rank, "
        "intermediate_size, *, lora_dtype=torch.bfloat16, scale=1.0, out_dtype=torch.bfloat16)")
 )PY";
-  std::ofstream(dir / "make.py") << py;
-  const int st = std::system(
-      ("/usr/bin/python3 " + (dir / "make.py").string() + " " + dir.string() + " 2>/dev/null")
-          .c_str());
-  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-    fs::remove_all(dir);
-    GTEST_SKIP() << "python3-torch not installed";
-  }
-  ASSERT_EQ(st, 0);
-  fs::remove(dir / "make.py");
-  const auto results = replay::replay_sequence(dir.string());
+  // Not run_dump_script(): the second call is expected to fail.
+  const auto replayed = replay_dump_script(dir, py, dir, dir);
+  if (!replayed) GTEST_SKIP() << "python3-torch not installed";
+  const auto& results = *replayed;
   ASSERT_EQ(results.size(), 2u);
   EXPECT_EQ(results[0].function_name, "bgmv_moe");
   EXPECT_EQ(results[0].status, replay::Status::kPassed) << results[0].error;
@@ -508,7 +500,6 @@ record("bgmv_moe_gemm1_lora_delta", "flashinfer.fused_moe.moe_lora_delta",
   EXPECT_EQ(results[1].status, replay::Status::kError);
   EXPECT_NE(results[1].error.find("w_ptr_a"), std::string::npos) << results[1].error;
   EXPECT_NE(results[1].error.find("fill_w_ptr"), std::string::npos) << results[1].error;
-  fs::remove_all(dir);
 }
 
 }  // namespace

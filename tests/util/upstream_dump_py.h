@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -168,6 +169,66 @@ def nvfp4(v, gs):
     return q, torch.tensor(flat, dtype=torch.uint8), (E2M1[code] * sfv.repeat_interleave(16, 1))
 )PY";
 
+/// Writes each script to `dir` and runs them all in one interpreter start (importing torch is the
+/// slow part), script i with scripts[i].second as its argument. False when python3-torch is not
+/// installed (exit status 77); otherwise the run must exit 0. Leaves `dir` less the scripts.
+inline bool run_python_scripts(
+    const std::filesystem::path& dir,
+    const std::vector<std::pair<std::string, std::filesystem::path>>& scripts) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  std::vector<fs::path> files{dir / "make.py"};
+  std::string cmd = "/usr/bin/python3";
+  if (scripts.size() > 1) {
+    // runpy gives each script fresh globals and its own sys.argv, as a run of its own would.
+    files.push_back(dir / "run_each.py");
+    std::ofstream(files.back()) << "import runpy, sys\n"
+                                   "for path, arg in zip(sys.argv[1::2], sys.argv[2::2]):\n"
+                                   "    sys.argv = [path, arg]\n"
+                                   "    runpy.run_path(path, run_name='__main__')\n";
+    cmd += " " + files.back().string();
+  }
+  for (std::size_t i = 0; i < scripts.size(); ++i) {
+    if (i > 0) files.push_back(dir / ("make" + std::to_string(i) + ".py"));
+    const fs::path& file = i > 0 ? files.back() : files.front();
+    std::ofstream(file) << scripts[i].first;
+    cmd += " " + file.string() + " " + scripts[i].second.string();
+  }
+  const int st = std::system(cmd.c_str());
+  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+    fs::remove_all(dir);
+    return false;
+  }
+  EXPECT_EQ(st, 0);
+  for (const auto& f : files) fs::remove(f);
+  return true;
+}
+
+/// Replays `dump`: there must be `expected_calls` calls and every one must pass. Returns the
+/// results for further checks.
+inline std::vector<replay::Result> replay_expecting_every_call_to_pass(
+    const std::filesystem::path& dump, std::size_t expected_calls) {
+  auto replayed = replay::replay_sequence(dump.string());
+  EXPECT_EQ(replayed.size(), expected_calls);
+  for (const auto& r : replayed) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  return replayed;
+}
+
+/// Writes `script` to dir/make.py, runs it once with `arg` as its argument (exit status 0 expected)
+/// and replays `dump` (what the script wrote: `arg` itself or a directory above it). std::nullopt
+/// (nothing checked) when python3-torch is not installed (exit status 77). Removes `dir`. For dumps
+/// whose calls need not all pass; run_dump_script() checks that every one does.
+inline std::optional<std::vector<replay::Result>> replay_dump_script(
+    const std::filesystem::path& dir, const std::string& script, const std::filesystem::path& arg,
+    const std::filesystem::path& dump) {
+  if (!run_python_scripts(dir, {{script, arg}})) return std::nullopt;
+  auto replayed = replay::replay_sequence(dump.string());
+  std::filesystem::remove_all(dir);
+  return replayed;
+}
+
 /// Writes `script` to dir/make.py, runs it once with `dump` as its argument and replays the calls
 /// it wrote there; every call must pass and there must be `expected_calls`. Returns false
 /// (nothing checked) when python3-torch is not installed (exit status 77). Removes `dir`.
@@ -175,24 +236,9 @@ def nvfp4(v, gs):
 inline bool run_dump_script(const std::filesystem::path& dir, const std::string& script,
                             const std::filesystem::path& dump, std::size_t expected_calls,
                             std::vector<replay::Result>* results = nullptr) {
-  namespace fs = std::filesystem;
-  fs::create_directories(dir);
-  std::ofstream(dir / "make.py") << script;
-  // One interpreter start (importing torch is the slow part): exit status 77 means no torch.
-  const int st =
-      std::system(("/usr/bin/python3 " + (dir / "make.py").string() + " " + dump.string()).c_str());
-  if (st != 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-    fs::remove_all(dir);
-    return false;
-  }
-  EXPECT_EQ(st, 0);
-  fs::remove(dir / "make.py");
-  auto replayed = replay::replay_sequence(dump.string());
-  EXPECT_EQ(replayed.size(), expected_calls);
-  for (const auto& r : replayed) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
-  fs::remove_all(dir);
+  if (!run_python_scripts(dir, {{script, dump}})) return false;
+  auto replayed = replay_expecting_every_call_to_pass(dump, expected_calls);
+  std::filesystem::remove_all(dir);
   if (results != nullptr) *results = std::move(replayed);
   return true;
 }
