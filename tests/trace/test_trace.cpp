@@ -1105,6 +1105,25 @@ TEST(Trace, DumpObserverWritesOncePerName) {
   fs::remove_all(dir);
 }
 
+// A real trtllm_gen_routing call through the gate (its routing_method a RoutingMethodType, a
+// bf16 bias, tile_tokens_dim left at its default 8): the definition upstream's call would give.
+TEST(Trace, GenRoutingCallDumps) {
+  const fs::path dir = fresh_dir("routing");
+  fi::trace::start_dump(dir.string());
+  fi::trtllm_gen_routing(ones({3, 16}, DType::kFloat32), ones({16}, DType::kBFloat16),
+                         fi::RoutingMethodType::DeepSeekV3, 4, 0, 4, 2);
+  EXPECT_EQ(fi::trace::stop_dump(), 1);
+  const fs::path p = dir / "trtllm_gen_routing_e16_k4_t8.json";
+  ASSERT_TRUE(fs::exists(p));
+  const Json d = read_json(p);
+  validate(d, "trtllm_gen_routing", nullptr);
+  EXPECT_EQ(d.at("inputs").at("routing_logits").at("dtype"), "float32");
+  EXPECT_EQ(d.at("inputs").at("routing_bias").at("dtype"), "bfloat16");
+  EXPECT_EQ(d.at("inputs").at("routing_method").at("dtype"), "int32");
+  EXPECT_EQ(d.at("outputs").at("topk_weights").at("dtype"), "bfloat16");
+  fs::remove_all(dir);
+}
+
 TEST(Trace, CommandWritesWithoutRunning) {
   const fs::path dir = fresh_dir("cli");
   auto r = fi::testing::run_flashinfer(
