@@ -2436,6 +2436,130 @@ void add_block_sparse_decode(std::vector<Template>& v) {
        .select_values = {1}});
 }
 
+// ---------------------------------------------------------------------------------------------
+// trtllm_gen_routing (flashinfer.fused_moe.trtllm_gen_routing): upstream's moe.py template,
+// checked against its committed trtllm_gen_routing_e256_k8_t8.json. Upstream attaches no
+// reference (the order of the pairs within an expert's block is not part of its contract); ours
+// reproduces our CPU op's order, tokens in order within each expert (docs/MOE.md), for all nine
+// routing methods, and returns the eight outputs with -1 beyond the defined parts (as our op).
+const char* const kGenRoutingRef = R"PY(def _order(score, k):
+    # Descending, ties to the lower index: the CPU op's first-maximum scan.
+    return torch.sort(score, dim=1, descending=True, stable=True).indices[:, :k]
+
+
+def run(routing_logits, routing_bias, routing_method, top_k, num_fused_shared_experts, n_group,
+        topk_group, local_expert_offset, local_num_experts, routed_scaling_factor,
+        tile_tokens_dim, norm_topk_prob):
+    if int(num_fused_shared_experts) != 0:
+        raise NotImplementedError("num_fused_shared_experts > 0")
+    m, K, tile = int(routing_method), int(top_k), int(tile_tokens_dim)
+    x = routing_logits.float()
+    T, E = x.shape
+    # The score the weights come from (Default/RenormalizeNaive: softmax; DeepSeekV3,
+    # SigmoidRenorm, MiniMax2, Sigmoid: sigmoid; else the logits) and the one selecting (+ bias
+    # for DeepSeekV3 and MiniMax2).
+    if m in (0, 4):
+        x = torch.softmax(x, dim=-1)
+    elif m in (2, 6, 7, 8):
+        x = torch.sigmoid(x)
+    sel = x
+    if routing_bias is not None and m in (2, 7):
+        sel = x + routing_bias.float().reshape(-1)
+    G = int(n_group) if int(n_group) > 0 else 1
+    if m == 2 and G > 1:
+        TG = int(topk_group) if int(topk_group) > 0 else G
+        g = sel.reshape(T, G, E // G)
+        gs = torch.topk(g, k=min(2, E // G), dim=2).values.sum(dim=2)
+        keep = torch.zeros(T, G, dtype=torch.bool).scatter_(1, _order(gs, TG), True)
+        sel = sel.masked_fill(~keep.repeat_interleave(E // G, dim=1), float("-inf"))
+    ids = _order(sel, K)
+    w = x.gather(1, ids)
+    s = w.sum(dim=1, keepdim=True)
+    if m == 1:
+        w = torch.softmax(w, dim=-1)
+    elif m == 3:
+        w = torch.sigmoid(w)
+    elif m == 4:
+        w = w / s
+    elif m == 6 and bool(norm_topk_prob):
+        w = w / s.clamp(min=1e-20)
+    elif m in (2, 7):
+        w = w * float(routed_scaling_factor) / (s + 1e-20)
+    # The permutation: each local expert's pairs in token-major, k-minor order, its block padded
+    # to a multiple of the tile, blocks in expert order; one CTA per tile.
+    L = E if local_num_experts is None else int(local_num_experts)
+    local = ids.flatten() - int(local_expert_offset)
+    here = (local >= 0) & (local < L)
+    onehot = torch.nn.functional.one_hot(local.clamp(0, L - 1), L) * here.long().unsqueeze(1)
+    rank = (onehot.cumsum(dim=0) - 1).gather(1, local.clamp(0, L - 1).unsqueeze(1)).squeeze(1)
+    count = onehot.sum(dim=0)
+    padded = (count + tile - 1) // tile * tile
+    offset = torch.cat((torch.zeros(1, dtype=torch.long), padded.cumsum(dim=0)))
+    slot = torch.where(here, offset[local.clamp(0, L - 1)] + rank, torch.full_like(rank, -1))
+    filled = min(E, T * K)
+    max_ctas = filled + (T * K - filled) // tile
+    p2t = torch.full((max_ctas * tile,), -1, dtype=torch.int32)
+    p2t[slot[here]] = (torch.arange(T * K) // K)[here].int()
+    ctas = (count + tile - 1) // tile
+    n = int(ctas.sum())
+    batch = torch.repeat_interleave(torch.arange(L), ctas)
+    first = torch.repeat_interleave(ctas.cumsum(dim=0) - ctas, ctas)
+    j = torch.arange(n) - first
+    limit = offset[batch] + torch.minimum((j + 1) * tile, count[batch])
+    cta_batch = torch.full((max_ctas,), -1, dtype=torch.int32)
+    cta_limit = torch.full((max_ctas,), -1, dtype=torch.int32)
+    cta_batch[:n] = batch.int()
+    cta_limit[:n] = limit.int()
+    topk_ids = torch.where(here, ids.flatten(), torch.full_like(local, -1)).reshape(T, K)
+    return (topk_ids.int(), w.to(torch.bfloat16), offset[L:].int(), slot.reshape(T, K).int(),
+            p2t, cta_batch, cta_limit, torch.tensor([n], dtype=torch.int32))
+)PY";
+
+void add_gen_routing(std::vector<Template>& v) {
+  auto i32 = [](const char* key, const char* init) { return S(key, "int32").init(init); };
+  v.push_back(
+      {.op = "trtllm_gen_routing",
+       .op_type = "moe_routing",
+       .name_prefix = "trtllm_gen_routing",
+       .description = "Standalone trtllm-gen MoE routing: expert selection plus the padded "
+                      "per-expert permutation the fused MoE kernels consume; topk_ids is -1 for a "
+                      "non-local expert, entries beyond total_num_padded_tokens / the CTA count "
+                      "are undefined upstream (-1 here). The reference fixes one valid order: "
+                      "tokens in order within each expert's block.",
+       .axes = {var("num_tokens", "", 6), cst("num_experts", "e"), cst("top_k", "k"),
+                cst("tile_tokens_dim", "t"),
+                var("max_num_ctas", "Routing::getMaxNumCtasInBatchDim bound."),
+                var("max_num_padded_tokens", "Routing::getMaxPermutedPaddedCount bound."),
+                var("one", "Placeholder for shape [1] output tensors.", 1)},
+       .inputs = {T("routing_logits", {"num_tokens", "num_experts"}).desc("Router logits."),
+                  // Upstream's example passes none; ours passes one (used by DeepSeekV3 and
+                  // MiniMax2 only), so a test can switch the method on the same inputs.
+                  T("routing_bias", {"num_experts"})
+                      .opt()
+                      .desc("Per-expert bias (DeepSeekV3/MiniMax2-style methods).")
+                      .init("torch.randn((num_experts,), device=device) * 0.1"),
+                  i32("routing_method", "1").desc("RoutingMethodType value."),
+                  i32("top_k", "top_k"), i32("num_fused_shared_experts", "0"),
+                  i32("n_group", "0").desc("Expert groups; 0 disables grouping."),
+                  i32("topk_group", "0"),
+                  i32("local_expert_offset", "0").desc("Expert-parallel shard."),
+                  i32("local_num_experts", "num_experts").opt().desc("Defaults to num_experts."),
+                  S("routed_scaling_factor", "float32").init("1.0"),
+                  i32("tile_tokens_dim", "tile_tokens_dim"),
+                  S("norm_topk_prob", "bool").init("True")},
+       .outputs = {T("topk_ids", {"num_tokens", "top_k"}).dt("int32"),
+                   T("topk_weights", {"num_tokens", "top_k"}).dt("bfloat16"),
+                   T("total_num_padded_tokens", {"one"}).dt("int32"),
+                   T("expanded_idx_to_permuted_idx", {"num_tokens", "top_k"}).dt("int32"),
+                   T("permuted_idx_to_token_idx", {"max_num_padded_tokens"}).dt("int32"),
+                   T("cta_idx_xy_to_batch_idx", {"max_num_ctas"}).dt("int32"),
+                   T("cta_idx_xy_to_mn_limit", {"max_num_ctas"}).dt("int32"),
+                   T("num_non_exiting_ctas", {"one"}).dt("int32")},
+       .constraints = {"num_fused_shared_experts == 0"},
+       .tags = {"status:verified", "moe", "moe:routing"},
+       .reference = kGenRoutingRef});
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -2457,6 +2581,7 @@ const std::vector<Template>& templates() {
     add_string_selected(*v);
     add_svdquant(*v);
     add_block_sparse_decode(*v);
+    add_gen_routing(*v);
     return v;
   }();
   return *all;

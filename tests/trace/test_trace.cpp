@@ -573,6 +573,16 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                  return (bind)("nvfp4_kv_dequantize_paged", std::move(kw));
                }};
   }
+  // trtllm_gen_routing: 256 experts, top-8, tile 8 (upstream's example call: fp32 logits, no
+  // bias, Renormalize).
+  m["trtllm_gen_routing_e256_k8_t8"] = {"trtllm_gen_routing", [=] {
+                                          return bind("trtllm_gen_routing",
+                                                      {{"routing_logits", T({5, 256}, f32)},
+                                                       {"routing_bias", Value()},
+                                                       {"routing_method", Value(int64_t{1})},
+                                                       {"top_k", Value(int64_t{8})},
+                                                       {"tile_tokens_dim", Value(int64_t{8})}});
+                                        }};
   return m;
 }
 
@@ -703,25 +713,17 @@ void validate(const Json& d, const std::string& op, std::vector<std::string>* un
   }
 }
 
-bool have_python_torch() {
-  static const bool yes =
-      fi::testing::run_command("/usr/bin/python3 -c 'import torch' 2>/dev/null").status == 0;
-  return yes;
-}
-bool have_python() {
-  static const bool yes = fi::testing::run_command("/usr/bin/python3 -c 'import ast'").status == 0;
-  return yes;
-}
-
-// Runs tests/trace/run_definitions.py over `files`: the references run with torch when it is
-// importable, else they are only parsed.
-void run_python(const std::vector<fs::path>& files) {
-  if (!have_python()) GTEST_SKIP() << "no /usr/bin/python3";
-  std::string cmd = "/usr/bin/python3 " + (kSource / "tests/trace/run_definitions.py").string();
-  if (!have_python_torch()) cmd += " --parse-only";
-  for (const auto& f : files) cmd += " '" + f.string() + "'";
-  const auto r = fi::testing::run_command(cmd);
+// The Python side of the checks, one process for all of them: `import torch` is most of its cost
+// (tests/trace/check_definitions.py; manifest {"run": [files], "io": [{definition, out, set}]}).
+// Returns whether torch was importable (without it the references are only parsed).
+bool run_python(const Json& manifest, const fs::path& dir) {
+  const fs::path m = dir / "manifest.json";
+  std::ofstream(m) << manifest.dump();
+  const auto r = fi::testing::run_command("/usr/bin/python3 " +
+                                          (kSource / "tests/trace/check_definitions.py").string() +
+                                          " '" + m.string() + "'");
   EXPECT_EQ(r.status, 0) << r.out;
+  return r.out.rfind("torch: yes", 0) == 0;
 }
 
 fs::path fresh_dir(const std::string& name) {
@@ -758,6 +760,8 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
   // Ops whose references need K (or N) to hold whole scale blocks.
   static const std::map<std::string, std::map<std::string, int64_t>> per_op = {
       {"mm_fp8", {{"K", 256}}},
+      // 16 experts, top-4, tiles of 4: a few experts hold more than one tile.
+      {"trtllm_gen_routing", {{"num_experts", 16}, {"top_k", 4}, {"tile_tokens_dim", 4}}},
       {"mm_mxfp8", {{"K", 64}}},
       {"bmm_mxfp8", {{"K", 64}}},
       {"mm_fp4", {{"K", 32}, {"N", 32}, {"block_size", 16}}},
@@ -847,7 +851,7 @@ TEST(Trace, UpstreamComparison) {
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(calls.size()));
-  EXPECT_GE(compared, 81);
+  EXPECT_GE(compared, 82);
 }
 
 TEST(Trace, EveryTemplateNamesADeclaredOp) {
@@ -878,9 +882,9 @@ TEST(Trace, EveryTemplateNamesADeclaredOp) {
   }
 }
 
-TEST(Trace, EveryDefinitionValidates) {
-  const fs::path dir = fresh_dir("all");
-  std::vector<fs::path> files;
+// Writes every traced op's definition (every template of it) from small axes into `dir`,
+// validating each; `files` receives the paths.
+void write_every_definition(const fs::path& dir, std::vector<fs::path>* files) {
   for (const auto& op : fi::trace::traced_ops()) {
     // Every template of the op: selected ones by their selector value.
     for (const auto* tmpl : fi::trace::detail::templates_of(op)) {
@@ -902,10 +906,18 @@ TEST(Trace, EveryDefinitionValidates) {
       const fs::path p = dir / (d.at("name").get<std::string>() + ".json");
       EXPECT_FALSE(fs::exists(p)) << "two ops write " << p;
       std::ofstream(p) << text;
-      files.push_back(p);
+      files->push_back(p);
     }
   }
-  run_python(files);
+}
+
+// The schema checks here; their references run in DefinitionsRunAndMatchTheLibrary (one Python
+// process for all the checks that need one).
+TEST(Trace, EveryDefinitionValidates) {
+  const fs::path dir = fresh_dir("all");
+  std::vector<fs::path> files;
+  write_every_definition(dir, &files);
+  EXPECT_GE(files.size(), 80u);
   // FI_TRACE_TEST_KEEP=DIR keeps a copy of every definition (to diff a change of the templates).
   if (const char* keep = std::getenv("FI_TRACE_TEST_KEEP")) {
     fs::copy(dir, keep, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
@@ -1093,6 +1105,25 @@ TEST(Trace, DumpObserverWritesOncePerName) {
   fs::remove_all(dir);
 }
 
+// A real trtllm_gen_routing call through the gate (its routing_method a RoutingMethodType, a
+// bf16 bias, tile_tokens_dim left at its default 8): the definition upstream's call would give.
+TEST(Trace, GenRoutingCallDumps) {
+  const fs::path dir = fresh_dir("routing");
+  fi::trace::start_dump(dir.string());
+  fi::trtllm_gen_routing(ones({3, 16}, DType::kFloat32), ones({16}, DType::kBFloat16),
+                         fi::RoutingMethodType::DeepSeekV3, 4, 0, 4, 2);
+  EXPECT_EQ(fi::trace::stop_dump(), 1);
+  const fs::path p = dir / "trtllm_gen_routing_e16_k4_t8.json";
+  ASSERT_TRUE(fs::exists(p));
+  const Json d = read_json(p);
+  validate(d, "trtllm_gen_routing", nullptr);
+  EXPECT_EQ(d.at("inputs").at("routing_logits").at("dtype"), "float32");
+  EXPECT_EQ(d.at("inputs").at("routing_bias").at("dtype"), "bfloat16");
+  EXPECT_EQ(d.at("inputs").at("routing_method").at("dtype"), "int32");
+  EXPECT_EQ(d.at("outputs").at("topk_weights").at("dtype"), "bfloat16");
+  fs::remove_all(dir);
+}
+
 TEST(Trace, CommandWritesWithoutRunning) {
   const fs::path dir = fresh_dir("cli");
   auto r = fi::testing::run_flashinfer(
@@ -1122,21 +1153,20 @@ TEST(Trace, CommandWritesWithoutRunning) {
   fs::remove_all(dir);
 }
 
-// FLASHINFER_TRACE_DUMP=1 on the llama demo: one definition per distinct op and shape class,
-// each of which validates and runs.
-TEST(Trace, LlamaDemoDump) {
+// FLASHINFER_TRACE_DUMP=1 on the llama demo into `dir`: one definition per distinct op and shape
+// class, each validating; `files` receives them (none when the demo is not built).
+void llama_demo_dump(const fs::path& dir, std::vector<fs::path>* files) {
   const fs::path bin = fs::path(FLASHINFER_TEST_BIN_DIR) / "llama_decode";
-  if (!fs::exists(bin)) GTEST_SKIP() << "llama_decode not built";
-  const fs::path dir = fresh_dir("llama");
+  if (!fs::exists(bin)) return;
+  const std::size_t before = files->size();
   const auto r =
       fi::testing::run_command("FLASHINFER_TRACE_DUMP=1 FLASHINFER_TRACE_DUMP_DIR='" +
                                dir.string() + "' " + bin.string() + " --steps 3 --layers 2");
   ASSERT_EQ(r.status, 0) << r.out;
   std::map<std::string, std::string> by_prefix;  // name prefix -> file
-  std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir)) {
     const Json d = read_json(e.path());
-    files.push_back(e.path());
+    files->push_back(e.path());
     const std::string api = d.at("tags")[0].get<std::string>();
     const fi::OpDecl* decl = nullptr;
     for (const auto* op : fi::OpRegistry::global().ops()) {
@@ -1159,14 +1189,15 @@ TEST(Trace, LlamaDemoDump) {
                         "top_k_top_p_sampling_from_logits"}) {
     EXPECT_TRUE(by_prefix.count(p)) << "no definition for " << p;
   }
-  run_python(files);
-  fs::remove_all(dir);
+  EXPECT_EQ(files->size() - before, 13u);
 }
 
-// The references are the definitions' math: on the inputs their init builds, the library's CPU
-// op gives the same outputs (bf16: a couple of ulps, the reference and the kernel both fp32).
-TEST(Trace, ReferencesMatchTheLibrary) {
-  if (!have_python_torch()) GTEST_SKIP() << "no /usr/bin/python3 with torch";
+// Every check that needs Python, in one process (tests/trace/check_definitions.py; torch loads
+// once): every traced op's definition and the llama demo's dump run `run(**init())` with
+// matching output shapes (parsed only without torch); and the references are the definitions'
+// math: on the inputs their init builds, the library's CPU op gives the same outputs (bf16: a
+// couple of ulps, the reference and the kernel both fp32).
+TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
   using Outs = std::vector<Tensor>;
   using In = std::map<std::string, Tensor>;
   struct Case {
@@ -1177,6 +1208,11 @@ TEST(Trace, ReferencesMatchTheLibrary) {
     std::optional<fi::testing::Tolerance> tol = std::nullopt;
     // The template's name prefix, for an op with string-selected templates (else the first).
     std::string variant{};
+    // Several cases of one op: a name for each, the axes changed from small_axes, and the
+    // scalar inputs the reference gets instead of init's (a JSON object).
+    std::string label{};
+    std::map<std::string, int64_t> axes{};
+    Json set = Json::object();
   };
   // e4m3 inputs arrive as float32 from a torch without float8 (values exact in e4m3).
   const auto e4m3 = [](const Tensor& t) { return t.to(DType::kFloat8E4M3FN); };
@@ -1185,7 +1221,28 @@ TEST(Trace, ReferencesMatchTheLibrary) {
   };
   auto rope2 = [](std::pair<Tensor, Tensor> p) { return Outs{p.first, p.second}; };
   auto tup2 = [](std::tuple<Tensor, Tensor> p) { return Outs{std::get<0>(p), std::get<1>(p)}; };
-  const std::vector<Case> cases = {
+  // trtllm_gen_routing with one method: 6 tokens of 16 experts, tiles of 4; all eight outputs
+  // compared (the reference reproduces our order within an expert and the -1 fill).
+  auto routing = [](std::string label, int64_t method, int64_t top_k, Json set = Json::object()) {
+    set["routing_method"] = method;
+    const int64_t n_group = set.value("n_group", int64_t{0});
+    const int64_t topk_group = set.value("topk_group", int64_t{0});
+    const int64_t offset = set.value("local_expert_offset", int64_t{0});
+    const int64_t local = set.value("local_num_experts", int64_t{16});
+    const double scale = set.value("routed_scaling_factor", 1.0);
+    const bool norm = set.value("norm_topk_prob", true);
+    Case c{"trtllm_gen_routing", [=](In& i) {
+             const auto r = fi::trtllm_gen_routing(
+                 i["routing_logits"], i["routing_bias"], static_cast<fi::RoutingMethodType>(method),
+                 top_k, 0, n_group, topk_group, offset, local, scale, 4, norm);
+             return std::apply([](const auto&... t) { return Outs{t...}; }, r);
+           }};
+    c.label = "trtllm_gen_routing_" + label;
+    c.axes = {{"top_k", top_k}};
+    c.set = set;
+    return c;
+  };
+  std::vector<Case> cases = {
       {"rmsnorm", [](In& i) { return Outs{fi::rmsnorm(i["hidden_states"], i["weight"])}; }},
       {"gemma_rmsnorm",
        [](In& i) { return Outs{fi::gemma_rmsnorm(i["hidden_states"], i["weight"])}; }},
@@ -1299,13 +1356,31 @@ TEST(Trace, ReferencesMatchTheLibrary) {
                                          i["global_scale"])};
        }},
   };
+  // Every routing method (Default .. Sigmoid), DeepSeekV3 with groups and a scale, an
+  // expert-parallel shard (non-local experts give -1), SigmoidRenorm without normalization.
+  cases.push_back(routing("default", 0, 4));
+  cases.push_back(routing("renormalize", 1, 4));
+  cases.push_back(
+      routing("ds", 2, 4, {{"n_group", 4}, {"topk_group", 2}, {"routed_scaling_factor", 2.5}}));
+  cases.push_back(routing("llama4", 3, 1));
+  cases.push_back(
+      routing("renormalize_naive", 4, 4, {{"local_expert_offset", 4}, {"local_num_experts", 8}}));
+  cases.push_back(routing("topk", 5, 4));
+  cases.push_back(routing("sigmoid_renorm", 6, 4, {{"norm_topk_prob", false}}));
+  cases.push_back(routing("minimax2", 7, 4, {{"routed_scaling_factor", 2.5}}));
+  cases.push_back(routing("sigmoid", 8, 4));
   const fs::path dir = fresh_dir("refs");
-  // One Python process writes every case's inputs and reference outputs (torch loads once).
-  std::string cmd = "/usr/bin/python3 " + (kSource / "tests/trace/reference_io.py").string();
+  Json manifest = {{"run", Json::array()}, {"io", Json::array()}};
+  std::vector<fs::path> files;
+  fs::create_directories(dir / "all");
+  write_every_definition(dir / "all", &files);
+  llama_demo_dump(dir / "llama", &files);
+  for (const auto& f : files) manifest["run"].push_back(f.string());
   for (const Case& c : cases) {
     auto axes = small_axes(c.op);
     if (axes.count("vocab_size")) axes["vocab_size"] = 100;  // top-k of 20 leaves some out
-    const std::string stem = c.variant.empty() ? c.op : c.variant;
+    for (const auto& [k, v] : c.axes) axes[k] = v;
+    const std::string stem = !c.label.empty() ? c.label : c.variant.empty() ? c.op : c.variant;
     const fs::path def = dir / (stem + ".json");
     const fi::trace::detail::Template* t = fi::trace::detail::find_template(c.op);
     for (const auto* v : fi::trace::detail::templates_of(c.op)) {
@@ -1313,12 +1388,21 @@ TEST(Trace, ReferencesMatchTheLibrary) {
     }
     std::ofstream(def) << fi::trace::detail::definition_for_template_axes(c.op, *t, axes,
                                                                           DType::kBFloat16);
-    cmd += " '" + def.string() + "' '" + (dir / (stem + ".pt")).string() + "'";
+    manifest["io"].push_back(
+        {{"definition", def.string()}, {"out", (dir / (stem + ".pt")).string()}, {"set", c.set}});
   }
-  const auto r = fi::testing::run_command(cmd);
-  ASSERT_EQ(r.status, 0) << r.out;
+  // (The definitions and the demo's dump were validated above, Python or not.)
+  if (!fs::exists("/usr/bin/python3")) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "no /usr/bin/python3";
+  }
+  const bool torch = run_python(manifest, dir);
+  if (!torch) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "no torch for /usr/bin/python3: the references were only parsed";
+  }
   for (const Case& c : cases) {
-    const std::string stem = c.variant.empty() ? c.op : c.variant;
+    const std::string stem = !c.label.empty() ? c.label : c.variant.empty() ? c.op : c.variant;
     SCOPED_TRACE(stem);
     const fs::path pt = dir / (stem + ".pt");
     In in;
