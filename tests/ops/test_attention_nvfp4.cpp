@@ -806,7 +806,8 @@ TEST(Nvfp4Attention, RaggedAndSingleRecordAndReplay) {
 // prefill wrapper planned with kv_data_type=torch.uint8 and run with kv_cache_sf=(k_sf, v_sf),
 // k_scale / v_scale the global scales; trtllm decode with the scales as a stacked tensor. Scales
 // are float8_e4m3fn codes; V's are interleaved with upstream's reshape/permute; the expected
-// outputs are a float64 formula over the linear scales.
+// outputs are a float64 formula over the linear scales. Then the ragged wrapper and
+// single_prefill_with_kv_cache with packed K/V and (k_sf, v_sf), both linear.
 TEST(Nvfp4Attention, UpstreamWrittenDumpReplaysHere) {
   const std::string body = R"PY(
 import math
@@ -940,8 +941,69 @@ rec_ba("BatchAttention.run",
                               "items": [fp8meta(ksc, "kwarg_kv_cache_sf__0"),
                                         fp8meta(vsw, "kwarg_kv_cache_sf__1")]}},
        [outb, lseb.float()])
+# Ragged wrapper and single_prefill_with_kv_cache (upstream's NVFP4 test calls): packed HND K/V
+# [H, N, D / 2] with linear scales [H, N, D / 16] for both, k_scale / v_scale the global scales.
+N = 9
+rk, rv = rbytes((H, N, D // 2)), rbytes((H, N, D // 2))
+rks, rvs = rbytes((H, N, SF), 0x28, 0x41), rbytes((H, N, SF), 0x28, 0x41)
+def deq_rows(codes, sc):  # [H, N, D] float64
+    lo, hi = E2M1[(codes & 0xF).long()], E2M1[(codes >> 4).long()]
+    vals = torch.stack([lo, hi], -1).reshape(H, N, D).double()
+    return vals * E4M3[sc.long()].double().repeat_interleave(16, -1)
+RK, RV = deq_rows(rk, rks), deq_rows(rv, rvs)
+def attend_rows(q, lo, kv_len, qo_len, scale, vscale, causal):
+    o = torch.zeros(qo_len, HQ, D, dtype=torch.float64)
+    for i in range(qo_len):
+        n = kv_len - qo_len + i + 1 if causal else kv_len
+        for h in range(HQ):
+            g = h // (HQ // H)
+            s = (RK[g, lo:lo + n] @ q[i, h].double()) * scale
+            p = torch.softmax(s, 0)
+            o[i, h] = (p[:, None] * RV[g, lo:lo + n]).sum(0) * vscale
+    return o
+RG_ID = 140003
+RG = {"type": "BatchPrefillWithRaggedKVCacheWrapper",
+      "repr": "<flashinfer.prefill.BatchPrefillWithRaggedKVCacheWrapper object at 0x%x>" % RG_ID}
+def rec_rg(name, tensors, meta, outs):
+    record(name, "flashinfer.prefill", tensors, dict(meta, arg_0=RG), outs)
+    call = "%s/20261122_180000_%03d_pid4242_%s_call%04d" % (d, seq[0], name, seq[0])
+    j = json.loads(open(call + "/metadata.jsonl").read())
+    j["self_id"] = RG_ID
+    open(call + "/metadata.jsonl", "w").write(json.dumps(j) + "\n")
+rec_rg("BatchPrefillWithRaggedKVCacheWrapper.__init__",
+       {"arg_1": ws}, {"arg_1": tmeta(ws, "arg_1"), "arg_2": "HND", "kwarg_backend": "fa2"}, None)
+rqo, rkv = ti([0, 2, 5]), ti([0, 4, 9])
+rec_rg("BatchPrefillWithRaggedKVCacheWrapper.plan",
+       {"arg_1": rqo, "arg_2": rkv},
+       {"arg_1": tmeta(rqo, "arg_1"), "arg_2": tmeta(rkv, "arg_2"), "arg_3": HQ, "arg_4": H,
+        "arg_5": D, "kwarg_causal": True, "kwarg_q_data_type": dt("torch.bfloat16"),
+        "kwarg_kv_data_type": dt("torch.uint8")}, None)
+rq = torch.randn(5, HQ, D).to(torch.bfloat16)
+outr = torch.cat([attend_rows(rq[0:2], 0, 4, 2, kg / math.sqrt(D), vg, True),
+                  attend_rows(rq[2:5], 4, 5, 3, kg / math.sqrt(D), vg, True)])
+rec_rg("BatchPrefillWithRaggedKVCacheWrapper.run",
+       {"arg_1": rq, "arg_2": rk, "arg_3": rv,
+        "kwarg_kv_cache_sf__0": ("fp8", rks), "kwarg_kv_cache_sf__1": ("fp8", rvs)},
+       {"arg_1": tmeta(rq, "arg_1"), "arg_2": tmeta(rk, "arg_2"), "arg_3": tmeta(rv, "arg_3"),
+        "kwarg_k_scale": kg, "kwarg_v_scale": vg,
+        "kwarg_kv_cache_sf": {"type": "tuple", "length": 2, "truncated": False,
+                              "items": [fp8meta(rks, "kwarg_kv_cache_sf__0"),
+                                        fp8meta(rvs, "kwarg_kv_cache_sf__1")]}},
+       outr.to(torch.bfloat16))
+sq = torch.randn(3, HQ, D).to(torch.float16)
+outs = attend_rows(sq, 0, N, 3, kg / math.sqrt(D), vg, False).to(torch.float16)
+record("single_prefill_with_kv_cache", "flashinfer.prefill",
+       {"arg_0": sq, "arg_1": rk, "arg_2": rv,
+        "kwarg_kv_cache_sf__0": ("fp8", rks), "kwarg_kv_cache_sf__1": ("fp8", rvs)},
+       {"arg_0": tmeta(sq, "arg_0"), "arg_1": tmeta(rk, "arg_1"), "arg_2": tmeta(rv, "arg_2"),
+        "kwarg_causal": False, "kwarg_kv_layout": "HND", "kwarg_backend": "fa2",
+        "kwarg_k_scale": kg, "kwarg_v_scale": vg,
+        "kwarg_kv_cache_sf": {"type": "tuple", "length": 2, "truncated": False,
+                              "items": [fp8meta(rks, "kwarg_kv_cache_sf__0"),
+                                        fp8meta(rvs, "kwarg_kv_cache_sf__1")]}},
+       outs)
 )PY";
-  if (!testing::run_upstream_dump_script("fi_nvfp4_attn_dump", body, 7)) {
+  if (!testing::run_upstream_dump_script("fi_nvfp4_attn_dump", body, 11)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
 }
