@@ -95,6 +95,8 @@ AttentionOutput single_prefill_impl(
   if (nvfp4) {
     FLASHINFER_CHECK(kv_cache_sf->is_pair(), op, "kv_cache_sf",
                      "expected a (k_scales, v_scales) pair, got one tensor");
+    api::check_defined(kv_cache_sf->first(), op, "kv_cache_sf");
+    api::check_defined(kv_cache_sf->second(), op, "kv_cache_sf");
     FLASHINFER_CHECK(k.dtype() == DType::kUInt8 && v.dtype() == DType::kUInt8, op, "k",
                      "with kv_cache_sf, k and v must be packed NVFP4 (torch.uint8), got ",
                      dtype_torch_name(k.dtype()), " and ", dtype_torch_name(v.dtype()));

@@ -592,6 +592,7 @@ TEST(Nvfp4Attention, RaggedAndSingleBadInput) {
   // One tensor instead of upstream's (k_scales, v_scales) tuple; no scales for uint8 k / v;
   // 16-bit k / v with scales; scales of the wrong width; packed head_dim that is not q's.
   EXPECT_FI_ERROR(single(k.codes, v.codes, PagedKVCache(k.sf)), sp, "kv_cache_sf");
+  EXPECT_FI_ERROR(single(k.codes, v.codes, PagedKVCache(Tensor(), v.sf)), sp, "kv_cache_sf");
   EXPECT_FI_ERROR(single(k.codes, v.codes, std::nullopt), sp, "kv_cache_sf");
   EXPECT_FI_ERROR(single(z, z, PagedKVCache(k.sf, v.sf)), sp, "k");
   EXPECT_FI_ERROR(single(k.codes, v.codes, PagedKVCache(k.sf, v.sf.slice(2, 0, 2))), sp,
