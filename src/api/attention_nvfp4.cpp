@@ -80,6 +80,58 @@ Tensor dequantize_pages(const Tensor& t, const Tensor& sf, const std::vector<int
   return out;
 }
 
+// Ragged / single K and V (upstream's fa2 NVFP4 path): kv_cache_sf a (k_sf, v_sf) pair or one
+// tensor split on dim 1 (upstream's unbind(dim=1)); each [tokens, Hkv, D / 16] (NHD) or [Hkv,
+// tokens, D / 16] (HND), returned as [tokens, Hkv, D / 16] views like the ragged k / v.
+std::pair<Tensor, Tensor> ragged_scale_views(const PagedKVCache& sf, bool hnd, const char* op) {
+  Tensor ks, vs;
+  if (sf.is_pair()) {
+    ks = sf.first();
+    vs = sf.second();
+    check_defined(ks, op, "kv_cache_sf");
+    check_defined(vs, op, "kv_cache_sf");
+    FLASHINFER_CHECK(ks.dim() == 3 && vs.dim() == 3, op, "kv_cache_sf",
+                     "(k_scales, v_scales) must be 3-D like k and v, got ",
+                     shape_to_string(ks.shape()), " and ", shape_to_string(vs.shape()));
+  } else {
+    const Tensor& t = sf.first();
+    check_defined(t, op, "kv_cache_sf");
+    FLASHINFER_CHECK(t.dim() == 4 && t.size(1) == 2, op, "kv_cache_sf",
+                     "expected a (k_scales, v_scales) pair or one 4-D tensor with K and V on dim "
+                     "1, got shape ",
+                     shape_to_string(t.shape()));
+    ks = t.select(1, 0);
+    vs = t.select(1, 1);
+  }
+  if (hnd) return {ks.transpose(0, 1), vs.transpose(0, 1)};
+  return {ks, vs};
+}
+
+// Checks one packed ragged K or V [tokens, Hkv, D / 2] (token-major view) and its linear scales.
+void check_nvfp4_rows(const detail::WrapperState& s, const Tensor& t, const Tensor& sf, int64_t dim,
+                      const char* op, const char* arg) {
+  FLASHINFER_CHECK(t.device() == s.device, op, arg, "is on ", t.device().str(),
+                   " but the call runs on ", s.device.str());
+  FLASHINFER_CHECK(t.dtype() == DType::kUInt8, op, arg, "dtype ", dtype_torch_name(t.dtype()),
+                   " is not NVFP4 (torch.uint8, two e2m1 codes per byte)");
+  FLASHINFER_CHECK(t.dim() == 3, op, arg, "expected [tokens, heads, head_dim / 2]");
+  FLASHINFER_CHECK(t.size(1) == s.num_kv_heads && t.size(2) * 2 == dim, op, arg, "has ", t.size(1),
+                   " heads of ", t.size(2), " packed bytes, expected ", s.num_kv_heads,
+                   " heads of dim ", dim, " (", dim / 2, " bytes)");
+  FLASHINFER_CHECK(t.size(0) >= s.total_kv, op, arg, "has ", t.size(0),
+                   " rows but kv_indptr ends at ", s.total_kv);
+  FLASHINFER_CHECK(t.stride(2) == 1, op, arg, "the head_dim axis must be contiguous");
+  FLASHINFER_CHECK(sf.dtype() == DType::kFloat8E4M3FN || sf.dtype() == DType::kUInt8, op,
+                   "kv_cache_sf", "dtype ", dtype_torch_name(sf.dtype()),
+                   " is not an e4m3 block-scale tensor (torch.float8_e4m3fn or torch.uint8)");
+  FLASHINFER_CHECK(sf.device() == s.device, op, "kv_cache_sf", "is on ", sf.device().str(),
+                   " but the call runs on ", s.device.str());
+  FLASHINFER_CHECK(sf.size(0) == t.size(0) && sf.size(1) == t.size(1) && sf.size(2) * 16 == dim, op,
+                   "kv_cache_sf", "scales ", shape_to_string(sf.shape()),
+                   " (as [tokens, heads, head_dim / 16]) do not match ", arg, "'s ",
+                   shape_to_string(t.shape()), " (head_dim ", dim, ")");
+}
+
 }  // namespace
 
 AttentionOutput run_planned_nvfp4(const detail::WrapperState& s, const Tensor& q, const Tensor& k,
@@ -90,14 +142,32 @@ AttentionOutput run_planned_nvfp4(const detail::WrapperState& s, const Tensor& q
                    "; an NVFP4 cache is torch.uint8 (plan's kv_data_type=torch.uint8)");
   FLASHINFER_CHECK(o.kv_cache_sf.has_value(), op, "kv_cache_sf",
                    "must be provided for an NVFP4 KV cache (the KV dtype is torch.uint8)");
-  FLASHINFER_CHECK_CODE(s.paged, ErrorCode::kUnsupported, op, "kv_cache_sf",
-                        "NVFP4 is supported for paged caches only, not ragged K/V");
   FLASHINFER_CHECK_CODE(s.device.is_cpu(), ErrorCode::kUnsupported, op, "kv_cache_sf",
                         "NVFP4 KV caches run on the CPU reference only (no CUDA kernel reads them "
                         "here); pass CPU tensors");
-  auto [ks, vs] = paged_cache_views(*o.kv_cache_sf, s.hnd, op, "kv_cache_sf");
   check_defined(k, op, k_arg);
   check_defined(v, op, v_arg);
+  AttentionRunOptions o2 = o;
+  o2.kv_cache_sf.reset();
+  if (!s.paged) {
+    // Ragged / single K, V: both scale tensors linear (upstream's fa2 kernel). The rows are one
+    // "page" of total_kv tokens to the shared dequantizer.
+    auto [ks, vs] = ragged_scale_views(*o.kv_cache_sf, s.hnd, op);
+    check_nvfp4_rows(s, k, ks, s.head_dim_qk, op, k_arg);
+    check_nvfp4_rows(s, v, vs, s.head_dim_vo, op, v_arg);
+    detail::WrapperState t = s;
+    t.kv_dtype = DType::kFloat32;
+    t.sink_variant = false;  // run_planned applied the variant's arguments to `o` already
+    auto rows = [&](const Tensor& x, const Tensor& sf, int64_t dim) {
+      const Tensor page = dequantize_pages(x.slice(0, 0, s.total_kv).unsqueeze(0),
+                                           sf.slice(0, 0, s.total_kv).unsqueeze(0), {0}, dim,
+                                           /*v_interleaved=*/false);
+      return page.select(0, 0);
+    };
+    return run_planned(t, q, rows(k, ks, s.head_dim_qk), rows(v, vs, s.head_dim_vo), o2, op, k_arg,
+                       v_arg);
+  }
+  auto [ks, vs] = paged_cache_views(*o.kv_cache_sf, s.hnd, op, "kv_cache_sf");
   check_nvfp4_view(s, k, ks, s.head_dim_qk, op, k_arg);
   check_nvfp4_view(s, v, vs, s.head_dim_vo, op, v_arg);
   FLASHINFER_CHECK(s.nvfp4_v_linear || s.page_size % 4 == 0, op, "kv_cache_sf",
@@ -121,8 +191,6 @@ AttentionOutput run_planned_nvfp4(const detail::WrapperState& s, const Tensor& q
   t.sink_variant = false;  // run_planned applied the variant's arguments to `o` already
   const Tensor kf = dequantize_pages(k, ks, used, s.head_dim_qk, /*v_interleaved=*/false);
   const Tensor vf = dequantize_pages(v, vs, used, s.head_dim_vo, !s.nvfp4_v_linear);
-  AttentionRunOptions o2 = o;
-  o2.kv_cache_sf.reset();
   return run_planned(t, q, kf, vf, o2, op, k_arg, v_arg);
 }
 

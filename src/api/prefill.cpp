@@ -79,7 +79,7 @@ AttentionOutput single_prefill_impl(
     std::string_view pos_encoding_mode, std::optional<double> sm_scale, int64_t window_left,
     std::optional<double> logits_soft_cap, std::optional<double> rope_scale,
     std::optional<double> rope_theta, std::string_view backend, bool return_lse,
-    const std::optional<Tensor>& kv_cache_sf, std::optional<double> k_scale,
+    const std::optional<PagedKVCache>& kv_cache_sf, std::optional<double> k_scale,
     std::optional<double> v_scale) {
   const char* op = "single_prefill_with_kv_cache";
   api::check_defined(q, op, "q");
@@ -90,8 +90,20 @@ AttentionOutput single_prefill_impl(
   api::check_dim(v, {3}, op, "v");
   FLASHINFER_CHECK_CODE(backend == "auto" || backend == "fa2", ErrorCode::kUnsupported, op,
                         "backend", "\"", backend, "\" is not available (\"auto\" or \"fa2\")");
-  FLASHINFER_CHECK_CODE(!kv_cache_sf, ErrorCode::kUnsupported, op, "kv_cache_sf",
-                        "NVFP4 KV caches are not supported");
+  // NVFP4 (upstream: "a tuple of (k_scales, v_scales)"): k, v packed uint8 [.., head_dim / 2].
+  const bool nvfp4 = kv_cache_sf.has_value();
+  if (nvfp4) {
+    FLASHINFER_CHECK(kv_cache_sf->is_pair(), op, "kv_cache_sf",
+                     "expected a (k_scales, v_scales) pair, got one tensor");
+    api::check_defined(kv_cache_sf->first(), op, "kv_cache_sf");
+    api::check_defined(kv_cache_sf->second(), op, "kv_cache_sf");
+    FLASHINFER_CHECK(k.dtype() == DType::kUInt8 && v.dtype() == DType::kUInt8, op, "k",
+                     "with kv_cache_sf, k and v must be packed NVFP4 (torch.uint8), got ",
+                     dtype_torch_name(k.dtype()), " and ", dtype_torch_name(v.dtype()));
+  }
+  FLASHINFER_CHECK(nvfp4 || k.dtype() != DType::kUInt8, op, "kv_cache_sf",
+                   "must be given for packed NVFP4 (torch.uint8) k and v");
+  const int64_t pack = nvfp4 ? 2 : 1;  // elements per stored k/v element
   const bool hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
   const Tensor kn = hnd ? k.transpose(0, 1) : k;
   const Tensor vn = hnd ? v.transpose(0, 1) : v;
@@ -99,25 +111,25 @@ AttentionOutput single_prefill_impl(
                    kn.size(0));
   FLASHINFER_CHECK(vn.size(1) == kn.size(1), op, "v", "has ", vn.size(1), " heads, k has ",
                    kn.size(1));
-  FLASHINFER_CHECK(kn.size(2) == q.size(2), op, "k", "head_dim ", kn.size(2),
-                   " does not match q's ", q.size(2));
+  FLASHINFER_CHECK(kn.size(2) * pack == q.size(2), op, "k", "head_dim ", kn.size(2) * pack,
+                   nvfp4 ? " (packed: 2 per byte)" : "", " does not match q's ", q.size(2));
   FLASHINFER_CHECK(kn.size(0) <= std::numeric_limits<int32_t>::max() &&
                        q.size(0) <= std::numeric_limits<int32_t>::max(),
                    op, "k", "more than 2^31 - 1 tokens");
   api::check_q_dtype(q.dtype(), op, "q");
-  api::check_kv_dtype(k.dtype(), q.dtype(), op, "k");
+  if (!nvfp4) api::check_kv_dtype(k.dtype(), q.dtype(), op, "k");
   api::check_same_dtype(v, k, op, "v", "k");
   api::check_same_device(k, q, op, "k", "q");
   api::check_same_device(v, q, op, "v", "q");
   // Name this op's own arguments before the shared checks do.
   api::check_heads(q.size(1), kn.size(1), op, "q", "k");
   api::check_head_dim(q.size(2), op, "q");
-  api::check_head_dim(vn.size(2), op, "v");
+  api::check_head_dim(vn.size(2) * pack, op, "v");
   if (o_dtype) api::check_q_dtype(*o_dtype, op, "o_dtype");
   detail::WrapperState s;
   s.device = q.device();
-  api::plan_settings(s, q.size(1), kn.size(1), q.size(2), vn.size(2), q.dtype(), k.dtype(), o_dtype,
-                     sm_scale, window_left, logits_soft_cap, "NONE", op);
+  api::plan_settings(s, q.size(1), kn.size(1), q.size(2), vn.size(2) * pack, q.dtype(), k.dtype(),
+                     o_dtype, sm_scale, window_left, logits_soft_cap, "NONE", op);
   api::plan_pos_encoding(s, pos_encoding_mode, rope_scale, rope_theta, op);
   s.paged = false;
   s.batch = 1;
@@ -141,6 +153,14 @@ AttentionOutput single_prefill_impl(
   o.k_scale = k_scale;
   o.v_scale = v_scale;
   o.return_lse = return_lse;
+  // NVFP4: dequantized by run_planned (api/attention_nvfp4.cpp); scales laid out like k / v.
+  if (nvfp4) {
+    const Tensor& ks = kv_cache_sf->first();
+    const Tensor& vs = kv_cache_sf->second();
+    o.kv_cache_sf = hnd && ks.dim() == 3 && vs.dim() == 3
+                        ? PagedKVCache(ks.transpose(0, 1), vs.transpose(0, 1))
+                        : *kv_cache_sf;
+  }
   return api::run_planned(s, q, kn, vn, o, op, "k", "v");
 }
 
@@ -153,7 +173,7 @@ AttentionOutput single_prefill_with_kv_cache(
     std::string_view kv_layout, std::string_view pos_encoding_mode, bool use_fp16_qk_reduction,
     std::optional<double> sm_scale, int64_t window_left, std::optional<double> logits_soft_cap,
     std::optional<double> rope_scale, std::optional<double> rope_theta, std::string_view backend,
-    bool return_lse, std::optional<Tensor> kv_cache_sf, std::optional<double> k_scale,
+    bool return_lse, std::optional<PagedKVCache> kv_cache_sf, std::optional<double> k_scale,
     std::optional<double> v_scale) {
   return call_op<&single_prefill_with_kv_cache>(
       [&] {

@@ -2,8 +2,9 @@
 // wrappers, trtllm_batch_decode/context_with_kv_cache and xqa_batch_decode_with_kv_cache, against
 // an fp64 formula over caches built here from random codes (K scales linear, V scales
 // 4-token interleaved by a reshape/permute as upstream's quantizer does, the reference reading the
-// linear ones); bad input; o_scale on the ragged wrapper; record and replay; an upstream-format
-// dump written by Python.
+// linear ones); the ragged wrapper and single_prefill_with_kv_cache over packed K/V with linear
+// scales; bad input; o_scale on the ragged wrapper; record and replay; an upstream-format dump
+// written by Python.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -285,6 +286,151 @@ TEST_P(Nvfp4Layout, BatchAttentionMatchesFp64) {
   EXPECT_TRUE(testing::all_close(r.out, reference(q, c, reqs, 0.2 * kKg, kVg, true), kTol));
 }
 
+// Ragged / single NVFP4 K or V (upstream's fa2 path): packed codes [rows, Hkv, D / 2] (NHD) or
+// [Hkv, rows, D / 2] (HND) and e4m3 scales laid out alike, both linear (upstream's
+// single_prefill docstring: "Both k_scales and v_scales use a linear (row-major) layout").
+struct Nvfp4Rows {
+  int64_t rows = 0, hkv = 0, d = 0;
+  bool hnd = false;
+  Tensor codes, sf;
+  // Element x of row r, head g, in fp64 (no global scale).
+  double value(int64_t r, int64_t g, int64_t x) const {
+    auto at = [&](const Tensor& t, int64_t last) {
+      const int64_t i0 = hnd ? g : r, i1 = hnd ? r : g;
+      return static_cast<const uint8_t*>(
+          t.data_ptr())[i0 * t.stride(0) + i1 * t.stride(1) + last * t.stride(2)];
+    };
+    const uint8_t byte = at(codes, x / 2);
+    return kE2m1[x % 2 == 0 ? (byte & 0xF) : (byte >> 4)] * e4m3fn_bits_to_float(at(sf, x / 16));
+  }
+};
+
+Nvfp4Rows make_rows(int64_t rows, int64_t hkv, int64_t d, bool hnd, uint32_t seed) {
+  Nvfp4Rows r{rows, hkv, d, hnd, {}, {}};
+  std::mt19937 rng(seed);
+  auto bytes = [&](const Shape& s, int lo, int hi) {
+    Tensor t = Tensor::empty(s, DType::kUInt8);
+    std::uniform_int_distribution<int> u(lo, hi);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(u(rng));
+    return t;
+  };
+  r.codes = bytes(hnd ? Shape{hkv, rows, d / 2} : Shape{rows, hkv, d / 2}, 0, 255);
+  r.sf = as_e4m3(bytes(hnd ? Shape{hkv, rows, d / 16} : Shape{rows, hkv, d / 16}, 0x28, 0x40));
+  return r;
+}
+
+// Stacks two same-shaped 3-D tensors on a new dim 1 (upstream's kv_cache_sf.unbind(dim=1) input).
+Tensor stack1(const Tensor& a, const Tensor& b) {
+  Tensor t = Tensor::empty({a.size(0), 2, a.size(1), a.size(2)}, a.dtype());
+  t.select(1, 0).copy_(a);
+  t.select(1, 1).copy_(b);
+  return t;
+}
+
+// fp64 ragged attention: request b's queries qo[b]..qo[b+1] against K/V rows kv[b]..kv[b+1];
+// scores scale * q.k, the output times vscale; causal right-aligned.
+std::vector<double> ragged_reference(const Tensor& q, const Nvfp4Rows& k, const Nvfp4Rows& v,
+                                     const std::vector<int32_t>& qo, const std::vector<int32_t>& kv,
+                                     double scale, double vscale, bool causal) {
+  const int64_t hq = q.size(1), dq = k.d, dv = v.d, group = hq / k.hkv;
+  const std::vector<double> qd = q.to_double_vector();
+  std::vector<double> o(static_cast<std::size_t>(q.size(0) * hq * dv), 0.0);
+  for (std::size_t b = 0; b + 1 < qo.size(); ++b) {
+    const int64_t qo_len = qo[b + 1] - qo[b], kv_len = kv[b + 1] - kv[b];
+    for (int64_t i = 0; i < qo_len; ++i) {
+      const int64_t row = qo[b] + i, n = causal ? kv_len - qo_len + i + 1 : kv_len;
+      for (int64_t h = 0; h < hq; ++h) {
+        const int64_t g = h / group;
+        std::vector<double> sc;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+          double dot = 0;
+          for (int64_t x = 0; x < dq; ++x) {
+            dot += qd[(row * hq + h) * dq + x] * k.value(kv[b] + j, g, x);
+          }
+          sc.push_back(dot * scale);
+          mx = std::max(mx, sc.back());
+        }
+        double sum = 0;
+        for (double x : sc) sum += std::exp(x - mx);
+        for (int64_t j = 0; j < n; ++j) {
+          const double p = std::exp(sc[j] - mx) / sum;
+          for (int64_t x = 0; x < dv; ++x) {
+            o[(row * hq + h) * dv + x] += p * v.value(kv[b] + j, g, x) * vscale;
+          }
+        }
+      }
+    }
+  }
+  return o;
+}
+
+// BatchPrefillWithRaggedKVCacheWrapper.run(kv_cache_sf=(k_sf, v_sf)): head_dim_qk 64, head_dim_vo
+// 32 (upstream's plan takes head_dim_vo; the output is [.., head_dim_vo]), q_scale and k_scale
+// folded into the score scale, v_scale on the output (upstream's ragged run for NVFP4).
+TEST_P(Nvfp4Layout, RaggedWrapperMatchesFp64) {
+  const bool hnd = GetParam();
+  const std::vector<int32_t> qo{0, 3, 7}, kv{0, 5, 11};
+  const Nvfp4Rows k = make_rows(12, kHkv, kD, hnd, 21), v = make_rows(12, kHkv, 32, hnd, 22);
+  const Tensor q = testing::rand_tensor({7, kHq, kD}, DType::kBFloat16, 23, -1.0, 1.0);
+  BatchPrefillWithRaggedKVCacheWrapper w(workspace(), hnd ? "HND" : "NHD");
+  PrefillPlanOptions po;
+  po.causal = true;
+  po.q_data_type = DType::kBFloat16;
+  po.kv_data_type = DType::kUInt8;
+  po.head_dim_vo = 32;
+  w.plan(int_tensor(qo), int_tensor(kv), kHq, kHkv, kD, po);
+  AttentionRunOptions ro;
+  ro.q_scale = 0.5;
+  ro.k_scale = kKg;
+  ro.v_scale = kVg;
+  ro.kv_cache_sf = PagedKVCache(k.sf, v.sf);
+  ro.return_lse = true;
+  const AttentionOutput r = w.run(q, k.codes, v.codes, ro);
+  ASSERT_EQ(r.out.shape(), (Shape{7, kHq, 32}));
+  const double scale = 0.5 * kKg / std::sqrt(static_cast<double>(kD));
+  EXPECT_TRUE(testing::all_close(r.out, ragged_reference(q, k, v, qo, kv, scale, kVg, true), kTol));
+}
+
+// One stacked scale tensor (upstream: kv_cache_sf.unbind(dim=1)) reads like the pair, bit for bit.
+TEST_P(Nvfp4Layout, RaggedStackedScalesMatchPair) {
+  const bool hnd = GetParam();
+  const Nvfp4Rows k = make_rows(9, kHkv, kD, hnd, 24), v = make_rows(9, kHkv, kD, hnd, 25);
+  const Tensor q = testing::rand_tensor({5, kHq, kD}, DType::kFloat16, 26, -1.0, 1.0);
+  BatchPrefillWithRaggedKVCacheWrapper w(workspace(), hnd ? "HND" : "NHD");
+  PrefillPlanOptions po;
+  po.kv_data_type = DType::kUInt8;
+  w.plan(int_tensor({0, 2, 5}), int_tensor({0, 4, 9}), kHq, kHkv, kD, po);
+  AttentionRunOptions pair, stacked;
+  pair.kv_cache_sf = PagedKVCache(k.sf, v.sf);
+  stacked.kv_cache_sf = PagedKVCache(stack1(k.sf, v.sf));
+  const AttentionOutput a = w.run(q, k.codes, v.codes, pair);
+  const AttentionOutput b = w.run(q, k.codes, v.codes, stacked);
+  EXPECT_TRUE(testing::all_close(b.out, a.out, {0.0, 0.0}));
+  EXPECT_TRUE(testing::all_close(
+      a.out,
+      ragged_reference(q, k, v, {0, 2, 5}, {0, 4, 9}, 1.0 / std::sqrt(double{kD}), 1.0, false),
+      {2e-3, 2e-3}));
+}
+
+// single_prefill_with_kv_cache(k, v packed, kv_cache_sf=(k_sf, v_sf), k_scale, v_scale): upstream's
+// NVFP4 test call (k_scale / v_scale the global scales); head_dim_vo 2 * v.shape[-1].
+TEST_P(Nvfp4Layout, SinglePrefillMatchesFp64) {
+  const bool hnd = GetParam();
+  const Nvfp4Rows k = make_rows(10, kHkv, kD, hnd, 27), v = make_rows(10, kHkv, 32, hnd, 28);
+  const Tensor q = testing::rand_tensor({4, kHq, kD}, DType::kFloat16, 29, -1.0, 1.0);
+  for (const bool causal : {false, true}) {
+    const AttentionOutput r = single_prefill_with_kv_cache(
+        q, k.codes, v.codes, {}, {}, {}, {}, {}, {}, causal, hnd ? "HND" : "NHD", "NONE", false,
+        0.2, -1, std::nullopt, std::nullopt, std::nullopt, "fa2", false, PagedKVCache(k.sf, v.sf),
+        kKg, kVg);
+    ASSERT_EQ(r.out.shape(), (Shape{4, kHq, 32}));
+    EXPECT_TRUE(testing::all_close(
+        r.out, ragged_reference(q, k, v, {0, 4}, {0, 10}, 0.2 * kKg, kVg, causal), {2e-3, 2e-3}))
+        << "causal " << causal;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, Nvfp4Layout, ::testing::Bool(),
                          [](const auto& i) { return std::string(i.param ? "HND" : "NHD"); });
 
@@ -400,16 +546,58 @@ TEST(Nvfp4Attention, BadInput) {
                           std::nullopt, 0.0, std::nullopt, PagedKVCache(c.k_sf, c.v_sf)),
                     ba, "kv_cache_sf");
   }
-  // The ragged wrapper has no paged scales to read.
-  BatchPrefillWithRaggedKVCacheWrapper rw(workspace());
-  PrefillPlanOptions rpo;
-  rpo.kv_data_type = DType::kUInt8;
-  rw.plan(int_tensor({0, 2}), int_tensor({0, 4}), kHq, kHkv, kD, rpo);
-  const Tensor rk = Tensor::zeros({4, kHkv, kD / 2}, DType::kUInt8);
-  const Tensor rs = Tensor::zeros({4, kHkv, kD / 16}, DType::kUInt8);
-  AttentionRunOptions ro;
-  ro.kv_cache_sf = PagedKVCache(rs, rs);
-  EXPECT_FI_ERROR(rw.run(q, rk, rk, ro), "BatchPrefillWithRaggedKVCacheWrapper.run", "kv_cache_sf");
+}
+
+// Ragged and single NVFP4: bad scales or codes name the argument.
+TEST(Nvfp4Attention, RaggedAndSingleBadInput) {
+  const Nvfp4Rows k = make_rows(4, kHkv, kD, false, 31), v = make_rows(4, kHkv, kD, false, 32);
+  const Tensor q = testing::rand_tensor({2, kHq, kD}, DType::kFloat16, 33, -1.0, 1.0);
+  const char* op = "BatchPrefillWithRaggedKVCacheWrapper.run";
+  auto planned = [&](DType kv) {
+    auto w = std::make_unique<BatchPrefillWithRaggedKVCacheWrapper>(workspace());
+    PrefillPlanOptions po;
+    po.kv_data_type = kv;
+    w->plan(int_tensor({0, 2}), int_tensor({0, 4}), kHq, kHkv, kD, po);
+    return w;
+  };
+  auto sf = [](PagedKVCache c) {
+    AttentionRunOptions o;
+    o.kv_cache_sf = std::move(c);
+    return o;
+  };
+  const auto w8 = planned(DType::kUInt8);
+  // A uint8 plan run without scales; scales given to a 16-bit plan.
+  EXPECT_FI_ERROR(w8->run(q, k.codes, v.codes, AttentionRunOptions()), op, "kv_cache_sf");
+  const Tensor z = Tensor::zeros({4, kHkv, kD}, DType::kFloat16);
+  EXPECT_FI_ERROR(planned(DType::kFloat16)->run(q, z, z, sf({k.sf, v.sf})), op, "kv_cache_sf");
+  // Scales of the wrong width, too few rows, a 16-bit dtype, a 2-D tensor, a bad stacked tensor.
+  EXPECT_FI_ERROR(w8->run(q, k.codes, v.codes, sf({k.sf.slice(2, 0, 2), v.sf})), op, "kv_cache_sf");
+  EXPECT_FI_ERROR(w8->run(q, k.codes, v.codes, sf({k.sf, v.sf.slice(0, 0, 3)})), op, "kv_cache_sf");
+  EXPECT_FI_ERROR(w8->run(q, k.codes, v.codes, sf({k.sf.to(DType::kFloat16).contiguous(), v.sf})),
+                  op, "kv_cache_sf");
+  EXPECT_FI_ERROR(w8->run(q, k.codes, v.codes, sf({k.sf.select(1, 0), v.sf})), op, "kv_cache_sf");
+  EXPECT_FI_ERROR(
+      w8->run(q, k.codes, v.codes, sf(PagedKVCache(stack1(k.sf, v.sf).transpose(0, 1)))), op,
+      "kv_cache_sf");
+  // Packed codes of the wrong width name k / v.
+  EXPECT_FI_ERROR(w8->run(q, k.codes.slice(2, 0, 16), v.codes, sf({k.sf, v.sf})), op, "k");
+  EXPECT_FI_ERROR(w8->run(q, k.codes, v.codes.slice(2, 0, 16), sf({k.sf, v.sf})), op, "v");
+
+  const char* sp = "single_prefill_with_kv_cache";
+  auto single = [&](const Tensor& kk, const Tensor& vv, std::optional<PagedKVCache> s) {
+    return single_prefill_with_kv_cache(q, kk, vv, {}, {}, {}, {}, {}, {}, false, "NHD", "NONE",
+                                        false, std::nullopt, -1, std::nullopt, std::nullopt,
+                                        std::nullopt, "auto", false, std::move(s));
+  };
+  // One tensor instead of upstream's (k_scales, v_scales) tuple; no scales for uint8 k / v;
+  // 16-bit k / v with scales; scales of the wrong width; packed head_dim that is not q's.
+  EXPECT_FI_ERROR(single(k.codes, v.codes, PagedKVCache(k.sf)), sp, "kv_cache_sf");
+  EXPECT_FI_ERROR(single(k.codes, v.codes, PagedKVCache(Tensor(), v.sf)), sp, "kv_cache_sf");
+  EXPECT_FI_ERROR(single(k.codes, v.codes, std::nullopt), sp, "kv_cache_sf");
+  EXPECT_FI_ERROR(single(z, z, PagedKVCache(k.sf, v.sf)), sp, "k");
+  EXPECT_FI_ERROR(single(k.codes, v.codes, PagedKVCache(k.sf, v.sf.slice(2, 0, 2))), sp,
+                  "kv_cache_sf");
+  EXPECT_FI_ERROR(single(k.codes.slice(2, 0, 16), v.codes, PagedKVCache(k.sf, v.sf)), sp, "k");
 }
 
 // Upstream's fa2/fa3 ragged run passes o_scale to no kernel (only its cutlass backend reads it):
@@ -582,11 +770,45 @@ TEST(Nvfp4Attention, RecordAndReplay) {
   fs::remove_all(dir);
 }
 
+// Ragged wrapper __init__ / plan / run and single_prefill with NVFP4 K/V, recorded and replayed.
+TEST(Nvfp4Attention, RaggedAndSingleRecordAndReplay) {
+  const fs::path dir = temp_dir("rec_ragged");
+  const Nvfp4Rows k = make_rows(9, kHkv, kD, true, 41), v = make_rows(9, kHkv, kD, true, 42);
+  {
+    recorder::Config cfg;
+    cfg.dump_dir = dir.string();
+    recorder::start(cfg, [](const std::string&) {});
+    const Tensor q = testing::rand_tensor({5, kHq, kD}, DType::kBFloat16, 43, -1.0, 1.0);
+    BatchPrefillWithRaggedKVCacheWrapper w(workspace(), "HND");
+    PrefillPlanOptions po;
+    po.causal = true;
+    po.q_data_type = DType::kBFloat16;
+    po.kv_data_type = DType::kUInt8;
+    w.plan(int_tensor({0, 2, 5}), int_tensor({0, 4, 9}), kHq, kHkv, kD, po);
+    AttentionRunOptions ro;
+    ro.k_scale = kKg;
+    ro.v_scale = kVg;
+    ro.kv_cache_sf = PagedKVCache(k.sf, v.sf);
+    w.run(q, k.codes, v.codes, ro);
+    single_prefill_with_kv_cache(q, k.codes, v.codes, {}, {}, {}, {}, {}, {}, true, "HND", "NONE",
+                                 false, std::nullopt, -1, std::nullopt, std::nullopt, std::nullopt,
+                                 "fa2", true, PagedKVCache(k.sf, v.sf), kKg, kVg);
+    recorder::stop();
+  }
+  const auto results = replay::replay_sequence(dir.string());
+  ASSERT_EQ(results.size(), 4u);  // ragged __init__, plan, run; single prefill
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
+}
+
 // Calls written by Python in upstream's recorder layout the way vLLM passes them: the paged
 // prefill wrapper planned with kv_data_type=torch.uint8 and run with kv_cache_sf=(k_sf, v_sf),
 // k_scale / v_scale the global scales; trtllm decode with the scales as a stacked tensor. Scales
 // are float8_e4m3fn codes; V's are interleaved with upstream's reshape/permute; the expected
-// outputs are a float64 formula over the linear scales.
+// outputs are a float64 formula over the linear scales. Then the ragged wrapper and
+// single_prefill_with_kv_cache with packed K/V and (k_sf, v_sf), both linear.
 TEST(Nvfp4Attention, UpstreamWrittenDumpReplaysHere) {
   const std::string body = R"PY(
 import math
@@ -720,8 +942,69 @@ rec_ba("BatchAttention.run",
                               "items": [fp8meta(ksc, "kwarg_kv_cache_sf__0"),
                                         fp8meta(vsw, "kwarg_kv_cache_sf__1")]}},
        [outb, lseb.float()])
+# Ragged wrapper and single_prefill_with_kv_cache (upstream's NVFP4 test calls): packed HND K/V
+# [H, N, D / 2] with linear scales [H, N, D / 16] for both, k_scale / v_scale the global scales.
+N = 9
+rk, rv = rbytes((H, N, D // 2)), rbytes((H, N, D // 2))
+rks, rvs = rbytes((H, N, SF), 0x28, 0x41), rbytes((H, N, SF), 0x28, 0x41)
+def deq_rows(codes, sc):  # [H, N, D] float64
+    lo, hi = E2M1[(codes & 0xF).long()], E2M1[(codes >> 4).long()]
+    vals = torch.stack([lo, hi], -1).reshape(H, N, D).double()
+    return vals * E4M3[sc.long()].double().repeat_interleave(16, -1)
+RK, RV = deq_rows(rk, rks), deq_rows(rv, rvs)
+def attend_rows(q, lo, kv_len, qo_len, scale, vscale, causal):
+    o = torch.zeros(qo_len, HQ, D, dtype=torch.float64)
+    for i in range(qo_len):
+        n = kv_len - qo_len + i + 1 if causal else kv_len
+        for h in range(HQ):
+            g = h // (HQ // H)
+            s = (RK[g, lo:lo + n] @ q[i, h].double()) * scale
+            p = torch.softmax(s, 0)
+            o[i, h] = (p[:, None] * RV[g, lo:lo + n]).sum(0) * vscale
+    return o
+RG_ID = 140003
+RG = {"type": "BatchPrefillWithRaggedKVCacheWrapper",
+      "repr": "<flashinfer.prefill.BatchPrefillWithRaggedKVCacheWrapper object at 0x%x>" % RG_ID}
+def rec_rg(name, tensors, meta, outs):
+    record(name, "flashinfer.prefill", tensors, dict(meta, arg_0=RG), outs)
+    call = "%s/20261122_180000_%03d_pid4242_%s_call%04d" % (d, seq[0], name, seq[0])
+    j = json.loads(open(call + "/metadata.jsonl").read())
+    j["self_id"] = RG_ID
+    open(call + "/metadata.jsonl", "w").write(json.dumps(j) + "\n")
+rec_rg("BatchPrefillWithRaggedKVCacheWrapper.__init__",
+       {"arg_1": ws}, {"arg_1": tmeta(ws, "arg_1"), "arg_2": "HND", "kwarg_backend": "fa2"}, None)
+rqo, rkv = ti([0, 2, 5]), ti([0, 4, 9])
+rec_rg("BatchPrefillWithRaggedKVCacheWrapper.plan",
+       {"arg_1": rqo, "arg_2": rkv},
+       {"arg_1": tmeta(rqo, "arg_1"), "arg_2": tmeta(rkv, "arg_2"), "arg_3": HQ, "arg_4": H,
+        "arg_5": D, "kwarg_causal": True, "kwarg_q_data_type": dt("torch.bfloat16"),
+        "kwarg_kv_data_type": dt("torch.uint8")}, None)
+rq = torch.randn(5, HQ, D).to(torch.bfloat16)
+outr = torch.cat([attend_rows(rq[0:2], 0, 4, 2, kg / math.sqrt(D), vg, True),
+                  attend_rows(rq[2:5], 4, 5, 3, kg / math.sqrt(D), vg, True)])
+rec_rg("BatchPrefillWithRaggedKVCacheWrapper.run",
+       {"arg_1": rq, "arg_2": rk, "arg_3": rv,
+        "kwarg_kv_cache_sf__0": ("fp8", rks), "kwarg_kv_cache_sf__1": ("fp8", rvs)},
+       {"arg_1": tmeta(rq, "arg_1"), "arg_2": tmeta(rk, "arg_2"), "arg_3": tmeta(rv, "arg_3"),
+        "kwarg_k_scale": kg, "kwarg_v_scale": vg,
+        "kwarg_kv_cache_sf": {"type": "tuple", "length": 2, "truncated": False,
+                              "items": [fp8meta(rks, "kwarg_kv_cache_sf__0"),
+                                        fp8meta(rvs, "kwarg_kv_cache_sf__1")]}},
+       outr.to(torch.bfloat16))
+sq = torch.randn(3, HQ, D).to(torch.float16)
+outs = attend_rows(sq, 0, N, 3, kg / math.sqrt(D), vg, False).to(torch.float16)
+record("single_prefill_with_kv_cache", "flashinfer.prefill",
+       {"arg_0": sq, "arg_1": rk, "arg_2": rv,
+        "kwarg_kv_cache_sf__0": ("fp8", rks), "kwarg_kv_cache_sf__1": ("fp8", rvs)},
+       {"arg_0": tmeta(sq, "arg_0"), "arg_1": tmeta(rk, "arg_1"), "arg_2": tmeta(rv, "arg_2"),
+        "kwarg_causal": False, "kwarg_kv_layout": "HND", "kwarg_backend": "fa2",
+        "kwarg_k_scale": kg, "kwarg_v_scale": vg,
+        "kwarg_kv_cache_sf": {"type": "tuple", "length": 2, "truncated": False,
+                              "items": [fp8meta(rks, "kwarg_kv_cache_sf__0"),
+                                        fp8meta(rvs, "kwarg_kv_cache_sf__1")]}},
+       outs)
 )PY";
-  if (!testing::run_upstream_dump_script("fi_nvfp4_attn_dump", body, 7)) {
+  if (!testing::run_upstream_dump_script("fi_nvfp4_attn_dump", body, 11)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
 }

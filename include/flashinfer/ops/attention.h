@@ -57,7 +57,9 @@ AttentionOutput single_decode_with_kv_cache(
 /// (little-endian bits of the flattened mask) overrides causal. scale_q [Hq], scale_k [Hkv],
 /// scale_v [Hkv] fp32 are optional per-head factors (fp8 inputs); k_scale, v_scale scalars.
 /// o_dtype defaults to q's dtype. use_fp16_qk_reduction is accepted and has no effect (scores are
-/// always accumulated in fp32). backend "auto" or "fa2"; kv_cache_sf (NVFP4) is not supported.
+/// always accumulated in fp32). backend "auto" or "fa2". NVFP4 (CPU only): k, v packed uint8
+/// [.., head_dim / 2] and kv_cache_sf = (k_sf, v_sf) e4m3 [.., head_dim / 16] laid out like k/v,
+/// both linear; k_scale multiplies the score scale, v_scale the output (docs/ATTENTION.md).
 AttentionOutput single_prefill_with_kv_cache(
     const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> scale_q = std::nullopt,
     std::optional<Tensor> scale_k = std::nullopt, std::optional<Tensor> scale_v = std::nullopt,
@@ -68,7 +70,7 @@ AttentionOutput single_prefill_with_kv_cache(
     int64_t window_left = -1, std::optional<double> logits_soft_cap = std::nullopt,
     std::optional<double> rope_scale = std::nullopt,
     std::optional<double> rope_theta = std::nullopt, std::string_view backend = "auto",
-    bool return_lse = false, std::optional<Tensor> kv_cache_sf = std::nullopt,
+    bool return_lse = false, std::optional<PagedKVCache> kv_cache_sf = std::nullopt,
     std::optional<double> k_scale = std::nullopt, std::optional<double> v_scale = std::nullopt);
 
 /// single_prefill_with_kv_cache with return_lse=True (upstream's functools.partial; it is logged
@@ -104,7 +106,8 @@ struct AttentionRunOptions {
   std::optional<Tensor> sinks;                                // not supported
   std::optional<int64_t> q_len_per_req;                       // decode, deprecated: must match plan
   std::optional<double> skip_softmax_threshold_scale_factor;  // not supported
-  // NVFP4 paged caches (CPU): (k_sf, v_sf) or one [pages, 2, ...] tensor of e4m3 block scales.
+  // NVFP4 caches (CPU): (k_sf, v_sf) or one [pages, 2, ...] tensor of e4m3 block scales; for
+  // the ragged wrapper (k_sf, v_sf) laid out like k / v, or one tensor split on dim 1.
   std::optional<PagedKVCache> kv_cache_sf;
   std::optional<bool> use_fp16_softmax;  // not supported when true
   std::optional<bool> uses_spcompress;   // not supported when true
@@ -283,7 +286,8 @@ class BatchPrefillWithRaggedKVCacheWrapper : public ApiObject {
             int64_t num_kv_heads, int64_t head_dim_qk, const PrefillPlanOptions& options = {});
 
   /// q [qo_indptr[-1], Hq, Dqk], k [kv_indptr[-1], Hkv, Dqk], v [kv_indptr[-1], Hkv, Dvo]
-  /// (NHD; HND swaps the first two axes).
+  /// (NHD; HND swaps the first two axes). NVFP4 (plan kv_data_type uint8, CPU only): k, v packed
+  /// uint8 [.., D / 2] with options.kv_cache_sf, both scale tensors linear (docs/ATTENTION.md).
   AttentionOutput run(const Tensor& q, const Tensor& k, const Tensor& v,
                       const AttentionRunOptions& options = {});
 
