@@ -2560,6 +2560,366 @@ void add_gen_routing(std::vector<Template>& v) {
        .reference = kGenRoutingRef});
 }
 
+// ---------------------------------------------------------------------------------------------
+// Upstream's attention.py templates for the ops it traces without a committed output here:
+// single_decode / single_prefill, xqa_batch_decode, cudnn_batch_{decode,prefill}, and the
+// wrapper runs (BatchAttention, POD, BatchPOD, BlockSparse), plus segment_gemm_run (which
+// upstream keeps in attention.py too). Axes, inputs and outputs as the template source
+// (flashinfer/trace/templates/attention.py, read at 8c97e4dd), including its quirks
+// (BatchAttention's kv_cache is shaped like q; the POD caches are one 4-D tensor, so a (k, v)
+// pair leaves their axes unresolved, as append_paged_kv_cache's). The references are ours:
+// what plan() holds (page tables, masks, segment lengths) is not in these definitions, so they
+// attend over whole caches as one request (docs/TRACE.md).
+const char* const kAttend = R"PY(def _attend(q, k, v, scale, causal):
+    # q [m, h, d], k/v [n, kvh, d] -> out [m, h, d] fp32, lse [m, h] (base 2). Causal: query i
+    # sees keys j <= n - m + i (the last query sees every key).
+    m, h, d = q.shape
+    n, kvh = k.shape[0], k.shape[1]
+    out = torch.zeros((m, h, v.shape[-1]), dtype=torch.float32)
+    lse = torch.full((m, h), -float("inf"), dtype=torch.float32)
+    masked = torch.arange(n).reshape(1, -1) > (n - m + torch.arange(m).reshape(-1, 1))
+    for j in range(h):
+        g = j // (h // kvh)
+        s = (q[:, j].float() @ k[:, g].float().T) * scale
+        if causal:
+            s = s.masked_fill(masked, -float("inf"))
+        lse[:, j] = torch.logsumexp(s, -1) / math.log(2.0)
+        out[:, j] = torch.softmax(s, -1) @ v[:, g].float()
+    return out, lse
+
+
+def _kv(cache):
+    # A paged cache [num_pages, page_size, heads, dim] as one request's tokens; a (k, v) pair,
+    # or one 4-D tensor standing for both (the definition's single shape).
+    k, v = cache if isinstance(cache, (tuple, list)) else (cache, cache)
+    return k.reshape(-1, k.shape[-2], k.shape[-1]), v.reshape(-1, v.shape[-2], v.shape[-1])
+)PY";
+
+void add_more_attention(std::vector<Template>& v) {
+  const std::string attend = kAttend;
+  v.push_back(
+      {.op = "single_decode_with_kv_cache",
+       .op_type = "single_decode",
+       .name_prefix = "single_decode",
+       .description = "Single-request decode: q [num_qo_heads, head_dim] against "
+                      "contiguous k, v [kv_len, num_kv_heads, head_dim]; no paging, no "
+                      "plan().",
+       .axes = {cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"), cst("head_dim", "d"),
+                var("kv_len", "Length of the K/V context.", 5)},
+       .inputs =
+           {T("q", {"num_qo_heads", "head_dim"}),
+            T("k", {"kv_len", "num_kv_heads", "head_dim"}).desc("Keys (the NHD layout's dims)."),
+            T("v", {"kv_len", "num_kv_heads", "head_dim"}).desc("Values (the NHD layout's dims).")},
+       .outputs = {T("output", {"num_qo_heads", "head_dim"}).like("q")},
+       .tags = {"status:verified", "stage:decode"},
+       .reference = attend + R"PY(
+
+def run(q, k, v):
+    # sm_scale is not an input of the definition: 1/sqrt(head_dim), the op's default.
+    out, _ = _attend(q.unsqueeze(0), k, v, 1.0 / math.sqrt(q.shape[-1]), False)
+    return out[0].to(q.dtype)
+)PY"});
+  const std::vector<std::string> q3 = {"qo_len", "num_qo_heads", "head_dim"};
+  const std::vector<std::string> kv3 = {"kv_len", "num_kv_heads", "head_dim"};
+  const std::string dense = attend + R"PY(
+
+def run(q, k, v):
+    # Neither causal nor sm_scale is an input of the definition: not causal, 1/sqrt(head_dim)
+    # (the op's defaults).
+    out, _ = _attend(q, k, v, 1.0 / math.sqrt(q.shape[-1]), False)
+    return out.to(q.dtype)
+)PY";
+  v.push_back({.op = "single_prefill_with_kv_cache",
+               .op_type = "single_prefill",
+               .name_prefix = "single_prefill",
+               .description = "Single-request prefill: q [qo_len, num_qo_heads, head_dim] against "
+                              "contiguous k, v [kv_len, num_kv_heads, head_dim]; no paging, no "
+                              "plan().",
+               .axes = {cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"), cst("head_dim", "d"),
+                        var("qo_len", "Length of the query sequence.", 3),
+                        var("kv_len", "Length of the K/V sequence.", 5)},
+               .inputs = {T("q", q3), T("k", kv3), T("v", kv3)},
+               .outputs = {T("output", q3).like("q")},
+               .tags = {"status:verified", "stage:prefill"},
+               .reference = dense});
+  v.push_back({.op = "BlockSparseAttentionWrapper.run",
+               .op_type = "block_sparse",
+               .name_prefix = "block_sparse_run",
+               .description = "Block-sparse attention over q, k, v; the block mask is given to "
+                              "plan() (the reference attends to every block).",
+               .axes = {cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"), cst("head_dim", "d"),
+                        var("qo_len", "Query sequence length.", 3),
+                        var("kv_len", "Key/value sequence length.", 5)},
+               .inputs = {T("q", q3), T("k", kv3), T("v", kv3)},
+               .outputs = {T("output", q3).like("q")},
+               .tags = {"status:verified", "sparse:block"},
+               .reference = dense});
+
+  // xqa_batch_decode_with_kv_cache (flashinfer.decode): trtllm_batch_decode's axes.
+  const std::vector<std::string> tok = {"num_tokens", "num_heads", "head_dim"};
+  v.push_back(
+      {.op = "xqa_batch_decode_with_kv_cache",
+       .op_type = "xqa",
+       .name_prefix = "xqa_batch_decode",
+       .description = "XQA paged decode: kv_cache [num_pages, kv_cache_dim, num_kv_heads, "
+                      "page_size, head_dim] (HND, K and V halves), rectangular block_tables.",
+       .axes = {var("num_tokens", "Total query tokens across the batch.", 2), cst("num_heads", "h"),
+                cst("num_kv_heads", "kv"), cst("head_dim", "d"), cst("page_size", "ps"),
+                var("num_pages", "", 8),
+                cst("kv_cache_dim", "",
+                    "1 for interleaved (K,V) single tensor; 2 for separate K/V halves."),
+                var("batch_size", "", 2),
+                var("max_pages_per_seq", "Maximum number of pages per sequence.", 3)},
+       .inputs = {T("query", tok),
+                  T("kv_cache",
+                    {"num_pages", "kv_cache_dim", "num_kv_heads", "page_size", "head_dim"}),
+                  T("block_tables", {"batch_size", "max_pages_per_seq"})
+                      .synth("int32")
+                      .init("torch.randperm(num_pages)[:batch_size * max_pages_per_seq]"
+                            ".reshape(batch_size, max_pages_per_seq).to(torch.int32)"),
+                  T("seq_lens", {"batch_size"})
+                      .synth("int32")
+                      .init("torch.randint(1, max_pages_per_seq * page_size + 1, (batch_size,), "
+                            "dtype=torch.int32)"),
+                  S("max_seq_len", "int32").init("int(seq_lens.max())"),
+                  S("bmm1_scale", "float32").opt(), S("bmm2_scale", "float32").opt()},
+       .outputs = {T("output", tok).like("query")},
+       .tags = {"status:verified", "stage:decode", "backend:xqa"},
+       .reference = attend + R"PY(
+
+def run(query, kv_cache, block_tables, seq_lens, max_seq_len, bmm1_scale=None, bmm2_scale=None):
+    num_tokens, num_heads, head_dim = query.shape
+    _, kv_dim, num_kv_heads, page_size, _ = kv_cache.shape
+    if kv_dim != 2:
+        raise NotImplementedError("kv_cache_dim 1 (interleaved K/V)")
+    s1 = 1.0 / math.sqrt(head_dim) if bmm1_scale is None else float(bmm1_scale)
+    s2 = 1.0 if bmm2_scale is None else float(bmm2_scale)
+    batch = block_tables.shape[0]
+    q_len = num_tokens // batch
+    out = torch.zeros((num_tokens, num_heads, head_dim), dtype=torch.float32)
+    for b in range(batch):
+        n = int(seq_lens[b])
+        pages = block_tables[b, :(n + page_size - 1) // page_size].long()
+        # [pages, heads, page_size, dim] -> [tokens, heads, dim]
+        k = kv_cache[pages, 0].permute(0, 2, 1, 3).reshape(-1, num_kv_heads, head_dim)[:n]
+        v = kv_cache[pages, 1].permute(0, 2, 1, 3).reshape(-1, num_kv_heads, head_dim)[:n]
+        rows = slice(b * q_len, (b + 1) * q_len)
+        o, _ = _attend(query[rows], k, v, s1, True)
+        out[rows] = o * s2
+    return out.to(query.dtype)
+)PY"});
+
+  // cudnn_batch_{decode,prefill}_with_kv_cache (flashinfer.cudnn): HND k/v caches.
+  const std::vector<std::string> hnd = {"total_num_pages", "num_heads_kv", "page_size", "head_dim"};
+  const auto cudnn_axes = [] {
+    return std::vector<Axis>{
+        var("batch_size", "", 2),
+        var("total_num_pages", "", 8),
+        var("num_pages_per_seq", "block_tables.shape[-1]; max pages used by any seq.", 3),
+        cst("num_heads_qo", "h"),
+        cst("num_heads_kv", "kv"),
+        cst("head_dim", "d"),
+        cst("page_size", "ps")};
+  };
+  const std::string tables_init =
+      "torch.randperm(total_num_pages)[:batch_size * num_pages_per_seq]"
+      ".reshape(batch_size, num_pages_per_seq).to(torch.int32)";
+  v.push_back(
+      {.op = "cudnn_batch_decode_with_kv_cache",
+       .op_type = "cudnn_paged",
+       .name_prefix = "cudnn_batch_decode",
+       .description = "cuDNN paged decode: k_cache, v_cache [total_num_pages, "
+                      "num_heads_kv, page_size, head_dim], rectangular block_tables; "
+                      "every request max_sequence_kv tokens long (the definition has no "
+                      "actual_seq_lens_kv).",
+       .axes = cudnn_axes(),
+       .inputs = {T("q", {"batch_size", "num_heads_qo", "head_dim"}), T("k_cache", hnd),
+                  T("v_cache", hnd), S("scale", "float32").init("1.0 / math.sqrt(head_dim)"),
+                  S("max_sequence_kv", "int32").init("num_pages_per_seq * page_size - 1"),
+                  T("block_tables", {"batch_size", "num_pages_per_seq"})
+                      .dt("int32")
+                      .opt()
+                      .init(tables_init)},
+       .outputs = {T("output", {"batch_size", "num_heads_qo", "head_dim"}).like("q")},
+       .tags = {"status:verified", "stage:decode", "backend:cudnn"},
+       .reference = attend + R"PY(
+
+def run(q, k_cache, v_cache, scale, max_sequence_kv, block_tables=None):
+    if block_tables is None:
+        raise NotImplementedError("contiguous K/V (block_tables None)")
+    n = int(max_sequence_kv)
+    page_size = k_cache.shape[2]
+    out = torch.zeros(q.shape, dtype=torch.float32)
+    for b in range(q.shape[0]):
+        pages = block_tables[b, :(n + page_size - 1) // page_size].long()
+        k = k_cache[pages].permute(0, 2, 1, 3).reshape(-1, k_cache.shape[1], q.shape[-1])[:n]
+        v = v_cache[pages].permute(0, 2, 1, 3).reshape(-1, v_cache.shape[1], q.shape[-1])[:n]
+        o, _ = _attend(q[b:b + 1], k, v, float(scale), False)
+        out[b] = o[0]
+    return out.to(q.dtype)
+)PY"});
+  auto prefill_axes = cudnn_axes();
+  prefill_axes.push_back(var("num_tokens", "Total query tokens across the batch.", 4));
+  const std::vector<std::string> qp = {"num_tokens", "num_heads_qo", "head_dim"};
+  v.push_back(
+      {.op = "cudnn_batch_prefill_with_kv_cache",
+       .op_type = "cudnn_paged",
+       .name_prefix = "cudnn_batch_prefill",
+       .description = "cuDNN paged prefill with variable lengths (actual_seq_lens_q/kv); "
+                      "k_cache, v_cache [total_num_pages, num_heads_kv, page_size, head_dim].",
+       .axes = prefill_axes,
+       .inputs = {T("q", qp), T("k_cache", hnd), T("v_cache", hnd),
+                  S("scale", "float32").init("1.0 / math.sqrt(head_dim)"),
+                  S("max_token_per_sequence", "int32").init("num_tokens // batch_size"),
+                  S("max_sequence_kv", "int32").init("num_pages_per_seq * page_size"),
+                  T("actual_seq_lens_q", {"batch_size"})
+                      .synth("int32")
+                      .init("torch.full((batch_size,), num_tokens // batch_size, "
+                            "dtype=torch.int32)"),
+                  T("actual_seq_lens_kv", {"batch_size"})
+                      .synth("int32")
+                      .init("torch.randint(num_tokens // batch_size, num_pages_per_seq * "
+                            "page_size + 1, (batch_size,), dtype=torch.int32)"),
+                  T("block_tables", {"batch_size", "num_pages_per_seq"})
+                      .dt("int32")
+                      .opt()
+                      .init(tables_init),
+                  S("causal", "int32").init("1"), S("return_lse", "int32").init("1")},
+       .outputs = {T("output", qp).like("q"), T("lse", {"num_tokens", "num_heads_qo"})
+                                                  .dt("float32")
+                                                  .opt()
+                                                  .desc("Only produced when return_lse=True.")},
+       .tags = {"status:verified", "stage:prefill", "backend:cudnn"},
+       .reference = attend + R"PY(
+
+def run(q, k_cache, v_cache, scale, max_token_per_sequence, max_sequence_kv, actual_seq_lens_q,
+        actual_seq_lens_kv, block_tables=None, causal=0, return_lse=0):
+    if block_tables is None:
+        raise NotImplementedError("contiguous K/V (block_tables None)")
+    page_size = k_cache.shape[2]
+    out = torch.zeros(q.shape, dtype=torch.float32)
+    lse = torch.full(q.shape[:2], -float("inf"), dtype=torch.float32)
+    lens_q, lens_kv = actual_seq_lens_q.reshape(-1), actual_seq_lens_kv.reshape(-1)
+    start = 0
+    for b in range(lens_q.shape[0]):
+        m, n = int(lens_q[b]), int(lens_kv[b])
+        pages = block_tables[b, :(n + page_size - 1) // page_size].long()
+        k = k_cache[pages].permute(0, 2, 1, 3).reshape(-1, k_cache.shape[1], q.shape[-1])[:n]
+        v = v_cache[pages].permute(0, 2, 1, 3).reshape(-1, v_cache.shape[1], q.shape[-1])[:n]
+        o, s = _attend(q[start:start + m], k, v, float(scale), bool(causal))
+        out[start:start + m], lse[start:start + m] = o, s
+        start += m
+    return out.to(q.dtype), (lse if return_lse else None)
+)PY"});
+
+  // BatchAttention.run (flashinfer.attention): upstream's template shapes kv_cache like q.
+  const std::vector<std::string> qo = {"num_qo_tokens", "num_qo_heads", "head_dim"};
+  v.push_back(
+      {.op = "BatchAttention.run",
+       .op_type = "gqa_paged",
+       .name_prefix = "batch_attention_run",
+       .description = "BatchAttention.run(): unified decode and prefill over a paged KV "
+                      "cache; the layout comes from plan(). The definition shapes "
+                      "kv_cache like q (upstream's template), read here as one request's "
+                      "keys and values.",
+       .axes = {var("num_qo_tokens", "Total query tokens.", 3), cst("num_qo_heads", "h"),
+                var("num_kv_heads", "Set during plan(); not a dim of the run() signature."),
+                cst("head_dim", "d")},
+       .inputs = {T("q", qo), T("kv_cache", qo).desc("Paged KV cache (layout varies).")},
+       .outputs = {T("output", qo).like("q"), T("lse", {"num_qo_tokens", "num_qo_heads"})
+                                                  .dt("float32")
+                                                  .desc("Base-2 log-sum-exp of the scores.")},
+       .tags = {"status:verified"},
+       .reference = attend + R"PY(
+
+def run(q, kv_cache):
+    k, v = kv_cache if isinstance(kv_cache, (tuple, list)) else (kv_cache, kv_cache)
+    out, lse = _attend(q, k, v, 1.0 / math.sqrt(q.shape[-1]), False)
+    return out.to(q.dtype), lse
+)PY"});
+
+  // PODWithPagedKVCacheWrapper.run / BatchPODWithPagedKVCacheWrapper.run (flashinfer.pod).
+  const auto pod_axes = [] {
+    return std::vector<Axis>{cst("num_qo_heads", "h"),
+                             cst("num_kv_heads", "kv"),
+                             cst("head_dim", "d"),
+                             var("prefill_len", "Total prefill query tokens.", 3),
+                             var("decode_batch_size", "Number of decode queries.", 2),
+                             var("num_pages", "", 3),
+                             cst("page_size", "ps")};
+  };
+  const std::vector<std::string> pre = {"prefill_len", "num_qo_heads", "head_dim"};
+  const std::vector<std::string> dec = {"decode_batch_size", "num_qo_heads", "head_dim"};
+  const std::vector<std::string> paged = {"num_pages", "page_size", "num_kv_heads", "head_dim"};
+  const auto pod_outputs = [&] {
+    return std::vector<Io>{T("output_p", pre).like("q_p"), T("output_d", dec).like("q_d")};
+  };
+  v.push_back(
+      {.op = "PODWithPagedKVCacheWrapper.run",
+       .op_type = "pod",
+       .name_prefix = "pod_run",
+       .description = "PODWithPagedKVCacheWrapper.run(): a prefill (q_p, k_p, v_p) and a decode "
+                      "(q_d over paged_kv_cache_d) in one call; the reference's prefill is "
+                      "causal, its decode attends to the whole cache as one request.",
+       .axes = pod_axes(),
+       .inputs = {T("q_p", pre), T("k_p", {"prefill_len", "num_kv_heads", "head_dim"}),
+                  T("v_p", {"prefill_len", "num_kv_heads", "head_dim"}), T("q_d", dec),
+                  T("paged_kv_cache_d", paged).desc("Paged KV cache for the decode branch.")},
+       .outputs = pod_outputs(),
+       .tags = {"status:verified", "stage:pod"},
+       .reference = attend + R"PY(
+
+def run(q_p, k_p, v_p, q_d, paged_kv_cache_d):
+    scale = 1.0 / math.sqrt(q_p.shape[-1])
+    out_p, _ = _attend(q_p, k_p, v_p, scale, True)
+    out_d, _ = _attend(q_d, *_kv(paged_kv_cache_d), scale, False)
+    return out_p.to(q_p.dtype), out_d.to(q_d.dtype)
+)PY"});
+  v.push_back(
+      {.op = "BatchPODWithPagedKVCacheWrapper.run",
+       .op_type = "pod",
+       .name_prefix = "batch_pod_run",
+       .description = "BatchPODWithPagedKVCacheWrapper.run(): batched prefill and decode, both "
+                      "over paged caches; the reference's prefill is causal against its whole "
+                      "cache, its decode attends to the whole decode cache.",
+       .axes = pod_axes(),
+       .inputs = {T("q_p", pre),
+                  T("paged_kv_cache_p", paged).desc("Paged KV cache for the prefill branch."),
+                  T("q_d", dec),
+                  T("paged_kv_cache_d", paged).desc("Paged KV cache for the decode branch.")},
+       .outputs = pod_outputs(),
+       .tags = {"status:verified", "stage:pod"},
+       .reference = attend + R"PY(
+
+def run(q_p, paged_kv_cache_p, q_d, paged_kv_cache_d):
+    scale = 1.0 / math.sqrt(q_p.shape[-1])
+    out_p, _ = _attend(q_p, *_kv(paged_kv_cache_p), scale, True)
+    out_d, _ = _attend(q_d, *_kv(paged_kv_cache_d), scale, False)
+    return out_p.to(q_p.dtype), out_d.to(q_d.dtype)
+)PY"});
+
+  // SegmentGEMMWrapper.run (flashinfer.gemm): x [total_rows, K] times per-segment weights.
+  v.push_back({.op = "SegmentGEMMWrapper.run",
+               .op_type = "segment_gemm",
+               .name_prefix = "segment_gemm_run",
+               .description = "SegmentGEMMWrapper.run(): batched GEMM over concatenated row "
+                              "segments; the reference takes batch_size equal segments (the "
+                              "definition has no seg_lens / seg_indptr).",
+               .axes = {var("total_rows", "Total rows across all segments.", 6), cst("K", "k"),
+                        cst("N", "n"), var("batch_size", "Number of segments.", 2)},
+               .inputs = {T("x", {"total_rows", "K"}), T("weights", {"batch_size", "K", "N"})},
+               .outputs = {T("output", {"total_rows", "N"}).like("x")},
+               .tags = {"status:verified"},
+               .reference = R"PY(def run(x, weights):
+    segments = weights.shape[0]
+    if x.shape[0] % segments:
+        raise NotImplementedError("segments of unequal length (seg_indptr is not an input)")
+    rows = x.shape[0] // segments
+    out = [x[i * rows:(i + 1) * rows].float() @ weights[i].float() for i in range(segments)]
+    return torch.cat(out).to(x.dtype)
+)PY"});
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -2582,6 +2942,7 @@ const std::vector<Template>& templates() {
     add_svdquant(*v);
     add_block_sparse_decode(*v);
     add_gen_routing(*v);
+    add_more_attention(*v);
     return v;
   }();
   return *all;
