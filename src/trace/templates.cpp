@@ -2920,6 +2920,48 @@ def run(q_p, paged_kv_cache_p, q_d, paged_kv_cache_d):
 )PY"});
 }
 
+// bmm_bf16 / bmm_fp8 (flashinfer.gemm.gemm_base): upstream's gemm.py templates (read at
+// 04c6e9a3; upstream gives no name_prefix, so its op_type names the file, as our prefix).
+void add_bmm(std::vector<Template>& v) {
+  v.push_back({.op = "bmm_bf16",
+               .op_type = "bmm_bf16",
+               .name_prefix = "bmm_bf16",
+               .description = "Batched matrix multiply C[b] = A[b] @ B[b] (bf16/fp16).",
+               .axes = {var("batch_size", "", 2), var("M"), cst("N", "N"), cst("K", "K")},
+               .inputs = {T("A", {"batch_size", "M", "K"}), T("B", {"batch_size", "K", "N"})},
+               .outputs = {T("C", {"batch_size", "M", "N"}).like("A")},
+               .tags = {"status:verified"},
+               .reference = R"PY(def run(A, B):
+    return (A.float() @ B.float()).to(A.dtype)
+)PY"});
+  v.push_back({.op = "bmm_fp8",
+               .op_type = "bmm_fp8",
+               .name_prefix = "bmm_fp8",
+               .description = "Per-tensor FP8 batched matmul: e4m3 A [b, M, K] and B [b, K, N], "
+                              "A_scale / B_scale one-element dequantization scales.",
+               .axes = {var("batch_size", "", 2), var("M"), cst("N", "N"), cst("K", "K"),
+                        var("scalar", "A/B scale tensor length (typically 1).", 1)},
+               .inputs = {T("A", {"batch_size", "M", "K"}).synth("float8_e4m3fn"),
+                          T("B", {"batch_size", "K", "N"}).synth("float8_e4m3fn"),
+                          T("A_scale", {"scalar"})
+                              .synth("float32")
+                              .init("torch.rand((scalar,), device=device) + 0.5")
+                              .desc("Per-tensor dequant scale for A."),
+                          T("B_scale", {"scalar"})
+                              .synth("float32")
+                              .init("torch.rand((scalar,), device=device) + 0.5")
+                              .desc("Per-tensor dequant scale for B."),
+                          S("dtype", "int32").desc("Output dtype.")},
+               .outputs = {T("C", {"batch_size", "M", "N"}).dt("bfloat16")},
+               .tags = {"status:verified", "quantization:float8_e4m3fn"},
+               .reference = R"PY(def run(A, B, A_scale, B_scale, dtype=None):
+    out_dtype = dtype if isinstance(dtype, torch.dtype) else torch.bfloat16
+    a = A.float() * A_scale.float().reshape(-1)[0]
+    b = B.float() * B_scale.float().reshape(-1)[0]
+    return (a @ b).to(out_dtype)
+)PY"});
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -2943,6 +2985,7 @@ const std::vector<Template>& templates() {
     add_block_sparse_decode(*v);
     add_gen_routing(*v);
     add_more_attention(*v);
+    add_bmm(*v);
     return v;
   }();
   return *all;
