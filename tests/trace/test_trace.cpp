@@ -1389,6 +1389,17 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
       {"top_k_renorm_probs", [](In& i) { return Outs{fi::top_k_renorm_probs(i["probs"], 20)}; }},
       {"top_p_renorm_probs", [](In& i) { return Outs{fi::top_p_renorm_probs(i["probs"], 0.9)}; }},
       {"mm_bf16", [](In& i) { return Outs{fi::mm_bf16(i["A"], i["B"])}; }},
+      // Upstream's single_* definitions carry no sm_scale / causal: the op's defaults.
+      {"single_decode_with_kv_cache",
+       [](In& i) { return Outs{fi::single_decode_with_kv_cache(i["q"], i["k"], i["v"]).out}; }},
+      {"single_prefill_with_kv_cache",
+       [](In& i) { return Outs{fi::single_prefill_with_kv_cache(i["q"], i["k"], i["v"]).out}; }},
+      // The op takes B column-major: the same values, transposed storage.
+      {"bmm_bf16",
+       [](In& i) {
+         const Tensor b = i["B"].transpose(1, 2).contiguous().transpose(1, 2);
+         return Outs{fi::bmm_bf16(i["A"], b)};
+       }},
       {"top_k", [&](In& i) { return tup2(fi::top_k(i["input"], 3)); }},
       {"concat_mla_k",
        [](In& i) {
