@@ -2962,6 +2962,82 @@ void add_bmm(std::vector<Template>& v) {
 )PY"});
 }
 
+// rope_quantize_fp8 (flashinfer.rope): upstream's rope.py template (read at 010a611e), whose
+// axes and inputs it shares with that file's mla_rope_quantize_fp8 (a num_k_heads axis, 3-D
+// k_rope / k_nope). Our mla_rope_quantize_fp8 follows upstream's committed
+// mla_rope_quantize_fp8_h128_rope64.json instead (no num_k_heads): the two generations differ.
+void add_rope_quantize(std::vector<Template>& v) {
+  const std::vector<std::string> q = {"nnz", "num_q_heads", "rope_dim"};
+  const std::vector<std::string> k = {"nnz", "num_k_heads", "rope_dim"};
+  const std::vector<std::string> qn = {"nnz", "num_q_heads", "no_rope_dim"};
+  const std::vector<std::string> kn = {"nnz", "num_k_heads", "no_rope_dim"};
+  const std::string freqs =
+      "torch.arange(max_seq_len).float()[:, None] * torch.pow(1e4, "
+      "-torch.arange(0, rotary_dim, 2).float() / rotary_dim)[None, :]";
+  v.push_back(
+      {.op = "rope_quantize_fp8",
+       .op_type = "rope",
+       .name_prefix = "rope_quantize_fp8",
+       .description = "RoPE + FP8 quantization: RoPE (cos/sin cache, NeoX halves or interleaved "
+                      "pairs) on q_rope and k_rope, then every part times quant_scale_q / "
+                      "quant_scale_kv, rounded to fp8 e4m3.",
+       .axes = {var("nnz", "Total number of tokens across the batch."), cst("num_q_heads", "h"),
+                cst("num_k_heads", "kv"), cst("rope_dim", "rope"),
+                var("no_rope_dim", "Non-rotary dimension.", 8),
+                var("max_seq_len", "cos_sin_cache length.", 16),
+                cst("rotary_dim", "", "cos_sin_cache's width (the rotary dimension).")},
+       .inputs = {T("q_rope", q), T("k_rope", k),
+                  T("q_nope", qn)
+                      .opt()
+                      .init("torch.randn((nnz, num_q_heads, no_rope_dim), device=device)"
+                            ".to({dtype:q_rope})"),
+                  T("k_nope", kn)
+                      .opt()
+                      .init("torch.randn((nnz, num_k_heads, no_rope_dim), device=device)"
+                            ".to({dtype:q_rope})"),
+                  T("cos_sin_cache", {"max_seq_len", "rotary_dim"})
+                      .synth("float32")
+                      .init("torch.cat([torch.cos(" + freqs + "), torch.sin(" + freqs +
+                            ")], dim=-1).to(device)"),
+                  T("pos_ids", {"nnz"})
+                      .synth("int32")
+                      .init("torch.arange(nnz, dtype=torch.int32, device=device) % max_seq_len"),
+                  S("is_neox", "int32").opt().init("True"),
+                  S("quant_scale_q", "float32").opt().init("1.0"),
+                  S("quant_scale_kv", "float32").opt().init("1.0")},
+       .outputs = {T("q_rope_out", q).dt("float8_e4m3fn"), T("k_rope_out", k).dt("float8_e4m3fn"),
+                   T("q_nope_out", qn).dt("float8_e4m3fn"),
+                   T("k_nope_out", kn).dt("float8_e4m3fn")},
+       .tags = {"status:verified", "fused", "quantize:fp8"},
+       .reference = R"PY(def _rotate(x, cos, sin, neox):
+    if neox:
+        h = x.shape[-1] // 2
+        x1, x2 = x[..., :h], x[..., h:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+
+
+def _fp8(x, scale):
+    y = (x.float() * float(scale)).clamp(-448.0, 448.0)
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    return y.to(fp8) if fp8 is not None else y
+
+
+def run(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True, quant_scale_q=1.0,
+        quant_scale_kv=1.0):
+    half = cos_sin_cache.shape[-1] // 2
+    cs = cos_sin_cache.float()[pos_ids.long()]
+    cos, sin = cs[:, None, :half], cs[:, None, half:]
+    q = _rotate(q_rope.float(), cos, sin, bool(is_neox))
+    # k_rope [nnz, num_k_heads, rope_dim], or 2-D (MLA, one latent head).
+    k = _rotate(k_rope.float(), cos if k_rope.dim() == 3 else cos[:, 0],
+                sin if k_rope.dim() == 3 else sin[:, 0], bool(is_neox))
+    return (_fp8(q, quant_scale_q), _fp8(k, quant_scale_kv), _fp8(q_nope, quant_scale_q),
+            _fp8(k_nope, quant_scale_kv))
+)PY"});
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -2986,6 +3062,7 @@ const std::vector<Template>& templates() {
     add_gen_routing(*v);
     add_more_attention(*v);
     add_bmm(*v);
+    add_rope_quantize(*v);
     return v;
   }();
   return *all;

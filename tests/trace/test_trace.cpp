@@ -685,6 +685,15 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                                       {"B_scale", T({1}, f32)},
                                                       {"dtype", Value(bf)}});
                             }};
+  m["rope_quantize_fp8_h32_kv8_rope64"] = {"rope_quantize_fp8", [=] {
+                                             return bind("rope_quantize_fp8",
+                                                         {{"q_rope", T({5, 32, 64}, bf)},
+                                                          {"k_rope", T({5, 8, 64}, bf)},
+                                                          {"q_nope", T({5, 32, 64}, bf)},
+                                                          {"k_nope", T({5, 8, 64}, bf)},
+                                                          {"cos_sin_cache", T({4096, 64}, f32)},
+                                                          {"pos_ids", T({5}, i32)}});
+                                           }};
   return m;
 }
 
@@ -891,6 +900,7 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
         {"page_size", 4},
         {"kv_cache_dim", 2}}},
       {"xqa_batch_decode_with_kv_cache", {{"kv_cache_dim", 2}}},
+      {"rope_quantize_fp8", {{"num_q_heads", 2}, {"rope_dim", 8}, {"rotary_dim", 8}}},
       {"nvfp4_kv_dequantize_paged",
        {{"num_heads", 2}, {"k_head_dim", 32}, {"v_head_dim", 16}, {"page_size", 4}}},
       {"trtllm_fp8_block_scale_moe",
@@ -956,7 +966,7 @@ TEST(Trace, UpstreamComparison) {
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(calls.size()));
-  EXPECT_GE(compared, 94);
+  EXPECT_GE(compared, 95);
 }
 
 TEST(Trace, EveryTemplateNamesADeclaredOp) {
@@ -1439,6 +1449,13 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
        [&](In& i) {
          return tup4(fi::mla_rope_quantize_fp8(i["q_rope"], i["k_rope"], i["q_nope"], i["k_nope"],
                                                i["cos_sin_cache"], i["pos_ids"], false));
+       },
+       fi::testing::Tolerance{2e-3, 6.3e-2}},
+      // 3-D keys (num_k_heads 2), NeoX halves (init's is_neox).
+      {"rope_quantize_fp8",
+       [&](In& i) {
+         return tup4(fi::rope_quantize_fp8(i["q_rope"], i["k_rope"], i["q_nope"], i["k_nope"],
+                                           i["cos_sin_cache"], i["pos_ids"], true));
        },
        fi::testing::Tolerance{2e-3, 6.3e-2}},
       {"mm_bf16_fp4",
