@@ -3038,6 +3038,76 @@ def run(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True, qu
 )PY"});
 }
 
+// apply_rope_with_cos_sin_cache(_inplace) (flashinfer.rope): upstream's rope.py templates (read
+// at 010a611e): flattened query / key, head_size a scalar (its axis value), cos_sin_cache
+// [max_seq_len, rotary_dim] with cos in the first half, sin in the second.
+void add_rope_cos_sin(std::vector<Template>& v) {
+  const std::string freqs =
+      "torch.arange(max_seq_len).float()[:, None] * torch.pow(1e4, "
+      "-torch.arange(0, rotary_dim, 2).float() / rotary_dim)[None, :]";
+  const std::vector<std::string> qd = {"nnz", "num_q_heads_x_head_size"};
+  const std::vector<std::string> kd = {"nnz", "num_k_heads_x_head_size"};
+  for (bool inplace : {false, true}) {
+    std::vector<Io> out = {T(inplace ? "query" : "query_out", qd).like("query"),
+                           T(inplace ? "key" : "key_out", kd).like("key")};
+    if (inplace) {
+      out[0].writes("query");
+      out[1].writes("key");
+    }
+    const std::string op =
+        std::string("apply_rope_with_cos_sin_cache") + (inplace ? "_inplace" : "");
+    v.push_back(
+        {.op = op,
+         .op_type = "rope",
+         .name_prefix = std::string("rope_cos_sin_cache") + (inplace ? "_inplace" : ""),
+         .description = std::string("RoPE with a precomputed cos/sin cache (SGLang/vLLM "
+                                    "layout): the first rotary_dim channels of each head of "
+                                    "the flattened query and key, NeoX halves or interleaved "
+                                    "pairs") +
+                        (inplace ? ", written in place." : "."),
+         .axes = {var("nnz", "Total number of tokens across the batch."),
+                  cst("num_q_heads_x_head_size", "",
+                      "num_q_heads * head_size (flattened query dimension)."),
+                  cst("num_k_heads_x_head_size", "",
+                      "num_k_heads * head_size (flattened key dimension)."),
+                  cst("head_size", "d"),
+                  var("max_seq_len", "cos_sin_cache length (max supported position).", 16),
+                  cst("rotary_dim", "", "Rotary dimension (cos+sin concatenated).")},
+         .inputs = {T("positions", {"nnz"})
+                        .synth("int32")
+                        .init("torch.arange(nnz, dtype=torch.int32, device=device) % max_seq_len"),
+                    T("query", qd), T("key", kd), S("head_size", "int32").init("head_size"),
+                    T("cos_sin_cache", {"max_seq_len", "rotary_dim"})
+                        .synth("float32")
+                        .init("torch.cat([torch.cos(" + freqs + "), torch.sin(" + freqs +
+                              ")], dim=-1).to(device)"),
+                    S("is_neox", "int32").opt().init("True")},
+         .outputs = out,
+         .tags = {"status:verified"},
+         .reference = R"PY(def _rotate(x, cos, sin, neox):
+    r = cos.shape[-1] * 2
+    x_rot, x_pass = x[..., :r], x[..., r:]
+    if neox:
+        x1, x2 = x_rot[..., : r // 2], x_rot[..., r // 2 :]
+        y = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    else:
+        x1, x2 = x_rot[..., 0::2], x_rot[..., 1::2]
+        y = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+    return torch.cat([y, x_pass], dim=-1)
+
+
+def run(positions, query, key, head_size, cos_sin_cache, is_neox=True):
+    half = cos_sin_cache.shape[-1] // 2
+    cs = cos_sin_cache.float()[positions.long()]
+    cos, sin = cs[:, None, :half], cs[:, None, half:]
+    n = query.shape[0]
+    q = _rotate(query.float().reshape(n, -1, int(head_size)), cos, sin, bool(is_neox))
+    k = _rotate(key.float().reshape(n, -1, int(head_size)), cos, sin, bool(is_neox))
+    return q.reshape(query.shape).to(query.dtype), k.reshape(key.shape).to(key.dtype)
+)PY"});
+  }
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -3063,6 +3133,7 @@ const std::vector<Template>& templates() {
     add_more_attention(*v);
     add_bmm(*v);
     add_rope_quantize(*v);
+    add_rope_cos_sin(*v);
     return v;
   }();
   return *all;

@@ -694,6 +694,18 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                                           {"cos_sin_cache", T({4096, 64}, f32)},
                                                           {"pos_ids", T({5}, i32)}});
                                            }};
+  for (const bool inplace : {false, true}) {
+    const std::string op =
+        std::string("apply_rope_with_cos_sin_cache") + (inplace ? "_inplace" : "");
+    m[std::string("rope_cos_sin_cache") + (inplace ? "_inplace" : "") + "_d128"] = {
+        op, [=] {
+          return bind(op, {{"positions", T({5}, i32)},
+                           {"query", T({5, 4096}, bf)},
+                           {"key", T({5, 1024}, bf)},
+                           {"head_size", Value(int64_t{128})},
+                           {"cos_sin_cache", T({4096, 128}, f32)}});
+        }};
+  }
   return m;
 }
 
@@ -901,6 +913,17 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
         {"kv_cache_dim", 2}}},
       {"xqa_batch_decode_with_kv_cache", {{"kv_cache_dim", 2}}},
       {"rope_quantize_fp8", {{"num_q_heads", 2}, {"rope_dim", 8}, {"rotary_dim", 8}}},
+      // Heads of 16, the first 8 channels rotated.
+      {"apply_rope_with_cos_sin_cache",
+       {{"num_q_heads_x_head_size", 64},
+        {"num_k_heads_x_head_size", 32},
+        {"head_size", 16},
+        {"rotary_dim", 8}}},
+      {"apply_rope_with_cos_sin_cache_inplace",
+       {{"num_q_heads_x_head_size", 64},
+        {"num_k_heads_x_head_size", 32},
+        {"head_size", 16},
+        {"rotary_dim", 8}}},
       {"nvfp4_kv_dequantize_paged",
        {{"num_heads", 2}, {"k_head_dim", 32}, {"v_head_dim", 16}, {"page_size", 4}}},
       {"trtllm_fp8_block_scale_moe",
@@ -966,7 +989,7 @@ TEST(Trace, UpstreamComparison) {
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(calls.size()));
-  EXPECT_GE(compared, 95);
+  EXPECT_GE(compared, 97);
 }
 
 TEST(Trace, EveryTemplateNamesADeclaredOp) {
@@ -1451,6 +1474,11 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
                                                i["cos_sin_cache"], i["pos_ids"], false));
        },
        fi::testing::Tolerance{2e-3, 6.3e-2}},
+      {"apply_rope_with_cos_sin_cache",
+       [&](In& i) {
+         return rope2(fi::apply_rope_with_cos_sin_cache(i["positions"], i["query"], i["key"], 16,
+                                                        i["cos_sin_cache"], true));
+       }},
       // 3-D keys (num_k_heads 2), NeoX halves (init's is_neox).
       {"rope_quantize_fp8",
        [&](In& i) {
