@@ -2898,6 +2898,27 @@ def run(q_p, paged_kv_cache_p, q_d, paged_kv_cache_d):
     return out_p.to(q_p.dtype), out_d.to(q_d.dtype)
 )PY"});
 
+  // MultiLevelCascadeAttentionWrapper.run (flashinfer.cascade): the levels come from plan().
+  v.push_back(
+      {.op = "MultiLevelCascadeAttentionWrapper.run",
+       .op_type = "cascade_attention",
+       .name_prefix = "multi_level_cascade_run",
+       .description = "MultiLevelCascadeAttentionWrapper.run(): attention over several "
+                      "shared-prefix levels merged by log-sum-exp; the levels come from "
+                      "plan(), so the reference attends to the whole cache as one level.",
+       .axes = {var("batch_size", "", 2), cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"),
+                cst("head_dim", "d"), var("num_pages", "", 3), cst("page_size", "ps")},
+       .inputs = {T("q", {"batch_size", "num_qo_heads", "head_dim"}),
+                  T("paged_kv_cache", paged).desc("Paged KV cache (tuple or single tensor).")},
+       .outputs = {T("output", {"batch_size", "num_qo_heads", "head_dim"}).like("q")},
+       .tags = {"status:verified", "cascade"},
+       .reference = attend + R"PY(
+
+def run(q, paged_kv_cache):
+    out, _ = _attend(q, *_kv(paged_kv_cache), 1.0 / math.sqrt(q.shape[-1]), False)
+    return out.to(q.dtype)
+)PY"});
+
   // SegmentGEMMWrapper.run (flashinfer.gemm): x [total_rows, K] times per-segment weights.
   v.push_back({.op = "SegmentGEMMWrapper.run",
                .op_type = "segment_gemm",
