@@ -2709,6 +2709,22 @@ def run(query, kv_cache, block_tables, seq_lens, max_seq_len, bmm1_scale=None, b
     return out.to(query.dtype)
 )PY"});
 
+  // trtllm_batch_decode_with_kv_cache without block sparsity (upstream's trtllm_batch_decode
+  // template; the block-sparse one is add_block_sparse_decode's): xqa's axes, inputs and math.
+  {
+    Template dense = v.back();
+    dense.op = "trtllm_batch_decode_with_kv_cache";
+    dense.op_type = "trtllm_paged";
+    dense.name_prefix = "trtllm_batch_decode";
+    dense.description =
+        "TRT-LLM paged decode: kv_cache [num_pages, kv_cache_dim, num_kv_heads, "
+        "page_size, head_dim] (HND, K and V halves), rectangular block_tables.";
+    dense.tags = {"status:verified", "stage:decode", "backend:trtllm"};
+    dense.select_param = "enable_block_sparse_attention";
+    dense.select_values = {0};
+    v.push_back(std::move(dense));
+  }
+
   // cudnn_batch_{decode,prefill}_with_kv_cache (flashinfer.cudnn): HND k/v caches.
   const std::vector<std::string> hnd = {"total_num_pages", "num_heads_kv", "page_size", "head_dim"};
   const auto cudnn_axes = [] {
