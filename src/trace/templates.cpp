@@ -2560,6 +2560,591 @@ void add_gen_routing(std::vector<Template>& v) {
        .reference = kGenRoutingRef});
 }
 
+// ---------------------------------------------------------------------------------------------
+// Upstream's attention.py templates for the ops it traces without a committed output here:
+// single_decode / single_prefill, xqa_batch_decode, cudnn_batch_{decode,prefill}, and the
+// wrapper runs (BatchAttention, POD, BatchPOD, BlockSparse), plus segment_gemm_run (which
+// upstream keeps in attention.py too). Axes, inputs and outputs as the template source
+// (flashinfer/trace/templates/attention.py, read at 8c97e4dd), including its quirks
+// (BatchAttention's kv_cache is shaped like q; the POD caches are one 4-D tensor, so a (k, v)
+// pair leaves their axes unresolved, as append_paged_kv_cache's). The references are ours:
+// what plan() holds (page tables, masks, segment lengths) is not in these definitions, so they
+// attend over whole caches as one request (docs/TRACE.md).
+const char* const kAttend = R"PY(def _attend(q, k, v, scale, causal):
+    # q [m, h, d], k/v [n, kvh, d] -> out [m, h, d] fp32, lse [m, h] (base 2). Causal: query i
+    # sees keys j <= n - m + i (the last query sees every key).
+    m, h, d = q.shape
+    n, kvh = k.shape[0], k.shape[1]
+    out = torch.zeros((m, h, v.shape[-1]), dtype=torch.float32)
+    lse = torch.full((m, h), -float("inf"), dtype=torch.float32)
+    masked = torch.arange(n).reshape(1, -1) > (n - m + torch.arange(m).reshape(-1, 1))
+    for j in range(h):
+        g = j // (h // kvh)
+        s = (q[:, j].float() @ k[:, g].float().T) * scale
+        if causal:
+            s = s.masked_fill(masked, -float("inf"))
+        lse[:, j] = torch.logsumexp(s, -1) / math.log(2.0)
+        out[:, j] = torch.softmax(s, -1) @ v[:, g].float()
+    return out, lse
+
+
+def _kv(cache):
+    # A paged cache [num_pages, page_size, heads, dim] as one request's tokens; a (k, v) pair,
+    # or one 4-D tensor standing for both (the definition's single shape).
+    k, v = cache if isinstance(cache, (tuple, list)) else (cache, cache)
+    return k.reshape(-1, k.shape[-2], k.shape[-1]), v.reshape(-1, v.shape[-2], v.shape[-1])
+)PY";
+
+void add_more_attention(std::vector<Template>& v) {
+  const std::string attend = kAttend;
+  v.push_back(
+      {.op = "single_decode_with_kv_cache",
+       .op_type = "single_decode",
+       .name_prefix = "single_decode",
+       .description = "Single-request decode: q [num_qo_heads, head_dim] against "
+                      "contiguous k, v [kv_len, num_kv_heads, head_dim]; no paging, no "
+                      "plan().",
+       .axes = {cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"), cst("head_dim", "d"),
+                var("kv_len", "Length of the K/V context.", 5)},
+       .inputs =
+           {T("q", {"num_qo_heads", "head_dim"}),
+            T("k", {"kv_len", "num_kv_heads", "head_dim"}).desc("Keys (the NHD layout's dims)."),
+            T("v", {"kv_len", "num_kv_heads", "head_dim"}).desc("Values (the NHD layout's dims).")},
+       .outputs = {T("output", {"num_qo_heads", "head_dim"}).like("q")},
+       .tags = {"status:verified", "stage:decode"},
+       .reference = attend + R"PY(
+
+def run(q, k, v):
+    # sm_scale is not an input of the definition: 1/sqrt(head_dim), the op's default.
+    out, _ = _attend(q.unsqueeze(0), k, v, 1.0 / math.sqrt(q.shape[-1]), False)
+    return out[0].to(q.dtype)
+)PY"});
+  const std::vector<std::string> q3 = {"qo_len", "num_qo_heads", "head_dim"};
+  const std::vector<std::string> kv3 = {"kv_len", "num_kv_heads", "head_dim"};
+  const std::string dense = attend + R"PY(
+
+def run(q, k, v):
+    # Neither causal nor sm_scale is an input of the definition: not causal, 1/sqrt(head_dim)
+    # (the op's defaults).
+    out, _ = _attend(q, k, v, 1.0 / math.sqrt(q.shape[-1]), False)
+    return out.to(q.dtype)
+)PY";
+  v.push_back({.op = "single_prefill_with_kv_cache",
+               .op_type = "single_prefill",
+               .name_prefix = "single_prefill",
+               .description = "Single-request prefill: q [qo_len, num_qo_heads, head_dim] against "
+                              "contiguous k, v [kv_len, num_kv_heads, head_dim]; no paging, no "
+                              "plan().",
+               .axes = {cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"), cst("head_dim", "d"),
+                        var("qo_len", "Length of the query sequence.", 3),
+                        var("kv_len", "Length of the K/V sequence.", 5)},
+               .inputs = {T("q", q3), T("k", kv3), T("v", kv3)},
+               .outputs = {T("output", q3).like("q")},
+               .tags = {"status:verified", "stage:prefill"},
+               .reference = dense});
+  v.push_back({.op = "BlockSparseAttentionWrapper.run",
+               .op_type = "block_sparse",
+               .name_prefix = "block_sparse_run",
+               .description = "Block-sparse attention over q, k, v; the block mask is given to "
+                              "plan() (the reference attends to every block).",
+               .axes = {cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"), cst("head_dim", "d"),
+                        var("qo_len", "Query sequence length.", 3),
+                        var("kv_len", "Key/value sequence length.", 5)},
+               .inputs = {T("q", q3), T("k", kv3), T("v", kv3)},
+               .outputs = {T("output", q3).like("q")},
+               .tags = {"status:verified", "sparse:block"},
+               .reference = dense});
+
+  // xqa_batch_decode_with_kv_cache (flashinfer.decode): trtllm_batch_decode's axes.
+  const std::vector<std::string> tok = {"num_tokens", "num_heads", "head_dim"};
+  v.push_back(
+      {.op = "xqa_batch_decode_with_kv_cache",
+       .op_type = "xqa",
+       .name_prefix = "xqa_batch_decode",
+       .description = "XQA paged decode: kv_cache [num_pages, kv_cache_dim, num_kv_heads, "
+                      "page_size, head_dim] (HND, K and V halves), rectangular block_tables.",
+       .axes = {var("num_tokens", "Total query tokens across the batch.", 2), cst("num_heads", "h"),
+                cst("num_kv_heads", "kv"), cst("head_dim", "d"), cst("page_size", "ps"),
+                var("num_pages", "", 8),
+                cst("kv_cache_dim", "",
+                    "1 for interleaved (K,V) single tensor; 2 for separate K/V halves."),
+                var("batch_size", "", 2),
+                var("max_pages_per_seq", "Maximum number of pages per sequence.", 3)},
+       .inputs = {T("query", tok),
+                  T("kv_cache",
+                    {"num_pages", "kv_cache_dim", "num_kv_heads", "page_size", "head_dim"}),
+                  T("block_tables", {"batch_size", "max_pages_per_seq"})
+                      .synth("int32")
+                      .init("torch.randperm(num_pages)[:batch_size * max_pages_per_seq]"
+                            ".reshape(batch_size, max_pages_per_seq).to(torch.int32)"),
+                  T("seq_lens", {"batch_size"})
+                      .synth("int32")
+                      .init("torch.randint(1, max_pages_per_seq * page_size + 1, (batch_size,), "
+                            "dtype=torch.int32)"),
+                  S("max_seq_len", "int32").init("int(seq_lens.max())"),
+                  S("bmm1_scale", "float32").opt(), S("bmm2_scale", "float32").opt()},
+       .outputs = {T("output", tok).like("query")},
+       .tags = {"status:verified", "stage:decode", "backend:xqa"},
+       .reference = attend + R"PY(
+
+def run(query, kv_cache, block_tables, seq_lens, max_seq_len, bmm1_scale=None, bmm2_scale=None):
+    num_tokens, num_heads, head_dim = query.shape
+    _, kv_dim, num_kv_heads, page_size, _ = kv_cache.shape
+    if kv_dim != 2:
+        raise NotImplementedError("kv_cache_dim 1 (interleaved K/V)")
+    s1 = 1.0 / math.sqrt(head_dim) if bmm1_scale is None else float(bmm1_scale)
+    s2 = 1.0 if bmm2_scale is None else float(bmm2_scale)
+    batch = block_tables.shape[0]
+    q_len = num_tokens // batch
+    out = torch.zeros((num_tokens, num_heads, head_dim), dtype=torch.float32)
+    for b in range(batch):
+        n = int(seq_lens[b])
+        pages = block_tables[b, :(n + page_size - 1) // page_size].long()
+        # [pages, heads, page_size, dim] -> [tokens, heads, dim]
+        k = kv_cache[pages, 0].permute(0, 2, 1, 3).reshape(-1, num_kv_heads, head_dim)[:n]
+        v = kv_cache[pages, 1].permute(0, 2, 1, 3).reshape(-1, num_kv_heads, head_dim)[:n]
+        rows = slice(b * q_len, (b + 1) * q_len)
+        o, _ = _attend(query[rows], k, v, s1, True)
+        out[rows] = o * s2
+    return out.to(query.dtype)
+)PY"});
+
+  // trtllm_batch_decode_with_kv_cache without block sparsity (upstream's trtllm_batch_decode
+  // template; the block-sparse one is add_block_sparse_decode's): xqa's axes, inputs and math.
+  {
+    Template dense = v.back();
+    dense.op = "trtllm_batch_decode_with_kv_cache";
+    dense.op_type = "trtllm_paged";
+    dense.name_prefix = "trtllm_batch_decode";
+    dense.description =
+        "TRT-LLM paged decode: kv_cache [num_pages, kv_cache_dim, num_kv_heads, "
+        "page_size, head_dim] (HND, K and V halves), rectangular block_tables.";
+    dense.tags = {"status:verified", "stage:decode", "backend:trtllm"};
+    dense.select_param = "enable_block_sparse_attention";
+    dense.select_values = {0};
+    v.push_back(std::move(dense));
+  }
+
+  // cudnn_batch_{decode,prefill}_with_kv_cache (flashinfer.cudnn): HND k/v caches.
+  const std::vector<std::string> hnd = {"total_num_pages", "num_heads_kv", "page_size", "head_dim"};
+  const auto cudnn_axes = [] {
+    return std::vector<Axis>{
+        var("batch_size", "", 2),
+        var("total_num_pages", "", 8),
+        var("num_pages_per_seq", "block_tables.shape[-1]; max pages used by any seq.", 3),
+        cst("num_heads_qo", "h"),
+        cst("num_heads_kv", "kv"),
+        cst("head_dim", "d"),
+        cst("page_size", "ps")};
+  };
+  const std::string tables_init =
+      "torch.randperm(total_num_pages)[:batch_size * num_pages_per_seq]"
+      ".reshape(batch_size, num_pages_per_seq).to(torch.int32)";
+  v.push_back(
+      {.op = "cudnn_batch_decode_with_kv_cache",
+       .op_type = "cudnn_paged",
+       .name_prefix = "cudnn_batch_decode",
+       .description = "cuDNN paged decode: k_cache, v_cache [total_num_pages, "
+                      "num_heads_kv, page_size, head_dim], rectangular block_tables; "
+                      "every request max_sequence_kv tokens long (the definition has no "
+                      "actual_seq_lens_kv).",
+       .axes = cudnn_axes(),
+       .inputs = {T("q", {"batch_size", "num_heads_qo", "head_dim"}), T("k_cache", hnd),
+                  T("v_cache", hnd), S("scale", "float32").init("1.0 / math.sqrt(head_dim)"),
+                  S("max_sequence_kv", "int32").init("num_pages_per_seq * page_size - 1"),
+                  T("block_tables", {"batch_size", "num_pages_per_seq"})
+                      .dt("int32")
+                      .opt()
+                      .init(tables_init)},
+       .outputs = {T("output", {"batch_size", "num_heads_qo", "head_dim"}).like("q")},
+       .tags = {"status:verified", "stage:decode", "backend:cudnn"},
+       .reference = attend + R"PY(
+
+def run(q, k_cache, v_cache, scale, max_sequence_kv, block_tables=None):
+    if block_tables is None:
+        raise NotImplementedError("contiguous K/V (block_tables None)")
+    n = int(max_sequence_kv)
+    page_size = k_cache.shape[2]
+    out = torch.zeros(q.shape, dtype=torch.float32)
+    for b in range(q.shape[0]):
+        pages = block_tables[b, :(n + page_size - 1) // page_size].long()
+        k = k_cache[pages].permute(0, 2, 1, 3).reshape(-1, k_cache.shape[1], q.shape[-1])[:n]
+        v = v_cache[pages].permute(0, 2, 1, 3).reshape(-1, v_cache.shape[1], q.shape[-1])[:n]
+        o, _ = _attend(q[b:b + 1], k, v, float(scale), False)
+        out[b] = o[0]
+    return out.to(q.dtype)
+)PY"});
+  auto prefill_axes = cudnn_axes();
+  prefill_axes.push_back(var("num_tokens", "Total query tokens across the batch.", 4));
+  const std::vector<std::string> qp = {"num_tokens", "num_heads_qo", "head_dim"};
+  v.push_back(
+      {.op = "cudnn_batch_prefill_with_kv_cache",
+       .op_type = "cudnn_paged",
+       .name_prefix = "cudnn_batch_prefill",
+       .description = "cuDNN paged prefill with variable lengths (actual_seq_lens_q/kv); "
+                      "k_cache, v_cache [total_num_pages, num_heads_kv, page_size, head_dim].",
+       .axes = prefill_axes,
+       .inputs = {T("q", qp), T("k_cache", hnd), T("v_cache", hnd),
+                  S("scale", "float32").init("1.0 / math.sqrt(head_dim)"),
+                  S("max_token_per_sequence", "int32").init("num_tokens // batch_size"),
+                  S("max_sequence_kv", "int32").init("num_pages_per_seq * page_size"),
+                  T("actual_seq_lens_q", {"batch_size"})
+                      .synth("int32")
+                      .init("torch.full((batch_size,), num_tokens // batch_size, "
+                            "dtype=torch.int32)"),
+                  T("actual_seq_lens_kv", {"batch_size"})
+                      .synth("int32")
+                      .init("torch.randint(num_tokens // batch_size, num_pages_per_seq * "
+                            "page_size + 1, (batch_size,), dtype=torch.int32)"),
+                  T("block_tables", {"batch_size", "num_pages_per_seq"})
+                      .dt("int32")
+                      .opt()
+                      .init(tables_init),
+                  S("causal", "int32").init("1"), S("return_lse", "int32").init("1")},
+       .outputs = {T("output", qp).like("q"), T("lse", {"num_tokens", "num_heads_qo"})
+                                                  .dt("float32")
+                                                  .opt()
+                                                  .desc("Only produced when return_lse=True.")},
+       .tags = {"status:verified", "stage:prefill", "backend:cudnn"},
+       .reference = attend + R"PY(
+
+def run(q, k_cache, v_cache, scale, max_token_per_sequence, max_sequence_kv, actual_seq_lens_q,
+        actual_seq_lens_kv, block_tables=None, causal=0, return_lse=0):
+    if block_tables is None:
+        raise NotImplementedError("contiguous K/V (block_tables None)")
+    page_size = k_cache.shape[2]
+    out = torch.zeros(q.shape, dtype=torch.float32)
+    lse = torch.full(q.shape[:2], -float("inf"), dtype=torch.float32)
+    lens_q, lens_kv = actual_seq_lens_q.reshape(-1), actual_seq_lens_kv.reshape(-1)
+    start = 0
+    for b in range(lens_q.shape[0]):
+        m, n = int(lens_q[b]), int(lens_kv[b])
+        pages = block_tables[b, :(n + page_size - 1) // page_size].long()
+        k = k_cache[pages].permute(0, 2, 1, 3).reshape(-1, k_cache.shape[1], q.shape[-1])[:n]
+        v = v_cache[pages].permute(0, 2, 1, 3).reshape(-1, v_cache.shape[1], q.shape[-1])[:n]
+        o, s = _attend(q[start:start + m], k, v, float(scale), bool(causal))
+        out[start:start + m], lse[start:start + m] = o, s
+        start += m
+    return out.to(q.dtype), (lse if return_lse else None)
+)PY"});
+
+  // BatchAttention.run (flashinfer.attention): upstream's template shapes kv_cache like q.
+  const std::vector<std::string> qo = {"num_qo_tokens", "num_qo_heads", "head_dim"};
+  v.push_back(
+      {.op = "BatchAttention.run",
+       .op_type = "gqa_paged",
+       .name_prefix = "batch_attention_run",
+       .description = "BatchAttention.run(): unified decode and prefill over a paged KV "
+                      "cache; the layout comes from plan(). The definition shapes "
+                      "kv_cache like q (upstream's template), read here as one request's "
+                      "keys and values.",
+       .axes = {var("num_qo_tokens", "Total query tokens.", 3), cst("num_qo_heads", "h"),
+                var("num_kv_heads", "Set during plan(); not a dim of the run() signature."),
+                cst("head_dim", "d")},
+       .inputs = {T("q", qo), T("kv_cache", qo).desc("Paged KV cache (layout varies).")},
+       .outputs = {T("output", qo).like("q"), T("lse", {"num_qo_tokens", "num_qo_heads"})
+                                                  .dt("float32")
+                                                  .desc("Base-2 log-sum-exp of the scores.")},
+       .tags = {"status:verified"},
+       .reference = attend + R"PY(
+
+def run(q, kv_cache):
+    k, v = kv_cache if isinstance(kv_cache, (tuple, list)) else (kv_cache, kv_cache)
+    out, lse = _attend(q, k, v, 1.0 / math.sqrt(q.shape[-1]), False)
+    return out.to(q.dtype), lse
+)PY"});
+
+  // PODWithPagedKVCacheWrapper.run / BatchPODWithPagedKVCacheWrapper.run (flashinfer.pod).
+  const auto pod_axes = [] {
+    return std::vector<Axis>{cst("num_qo_heads", "h"),
+                             cst("num_kv_heads", "kv"),
+                             cst("head_dim", "d"),
+                             var("prefill_len", "Total prefill query tokens.", 3),
+                             var("decode_batch_size", "Number of decode queries.", 2),
+                             var("num_pages", "", 3),
+                             cst("page_size", "ps")};
+  };
+  const std::vector<std::string> pre = {"prefill_len", "num_qo_heads", "head_dim"};
+  const std::vector<std::string> dec = {"decode_batch_size", "num_qo_heads", "head_dim"};
+  const std::vector<std::string> paged = {"num_pages", "page_size", "num_kv_heads", "head_dim"};
+  const auto pod_outputs = [&] {
+    return std::vector<Io>{T("output_p", pre).like("q_p"), T("output_d", dec).like("q_d")};
+  };
+  v.push_back(
+      {.op = "PODWithPagedKVCacheWrapper.run",
+       .op_type = "pod",
+       .name_prefix = "pod_run",
+       .description = "PODWithPagedKVCacheWrapper.run(): a prefill (q_p, k_p, v_p) and a decode "
+                      "(q_d over paged_kv_cache_d) in one call; the reference's prefill is "
+                      "causal, its decode attends to the whole cache as one request.",
+       .axes = pod_axes(),
+       .inputs = {T("q_p", pre), T("k_p", {"prefill_len", "num_kv_heads", "head_dim"}),
+                  T("v_p", {"prefill_len", "num_kv_heads", "head_dim"}), T("q_d", dec),
+                  T("paged_kv_cache_d", paged).desc("Paged KV cache for the decode branch.")},
+       .outputs = pod_outputs(),
+       .tags = {"status:verified", "stage:pod"},
+       .reference = attend + R"PY(
+
+def run(q_p, k_p, v_p, q_d, paged_kv_cache_d):
+    scale = 1.0 / math.sqrt(q_p.shape[-1])
+    out_p, _ = _attend(q_p, k_p, v_p, scale, True)
+    out_d, _ = _attend(q_d, *_kv(paged_kv_cache_d), scale, False)
+    return out_p.to(q_p.dtype), out_d.to(q_d.dtype)
+)PY"});
+  v.push_back(
+      {.op = "BatchPODWithPagedKVCacheWrapper.run",
+       .op_type = "pod",
+       .name_prefix = "batch_pod_run",
+       .description = "BatchPODWithPagedKVCacheWrapper.run(): batched prefill and decode, both "
+                      "over paged caches; the reference's prefill is causal against its whole "
+                      "cache, its decode attends to the whole decode cache.",
+       .axes = pod_axes(),
+       .inputs = {T("q_p", pre),
+                  T("paged_kv_cache_p", paged).desc("Paged KV cache for the prefill branch."),
+                  T("q_d", dec),
+                  T("paged_kv_cache_d", paged).desc("Paged KV cache for the decode branch.")},
+       .outputs = pod_outputs(),
+       .tags = {"status:verified", "stage:pod"},
+       .reference = attend + R"PY(
+
+def run(q_p, paged_kv_cache_p, q_d, paged_kv_cache_d):
+    scale = 1.0 / math.sqrt(q_p.shape[-1])
+    out_p, _ = _attend(q_p, *_kv(paged_kv_cache_p), scale, True)
+    out_d, _ = _attend(q_d, *_kv(paged_kv_cache_d), scale, False)
+    return out_p.to(q_p.dtype), out_d.to(q_d.dtype)
+)PY"});
+
+  // MultiLevelCascadeAttentionWrapper.run (flashinfer.cascade): the levels come from plan().
+  v.push_back(
+      {.op = "MultiLevelCascadeAttentionWrapper.run",
+       .op_type = "cascade_attention",
+       .name_prefix = "multi_level_cascade_run",
+       .description = "MultiLevelCascadeAttentionWrapper.run(): attention over several "
+                      "shared-prefix levels merged by log-sum-exp; the levels come from "
+                      "plan(), so the reference attends to the whole cache as one level.",
+       .axes = {var("batch_size", "", 2), cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"),
+                cst("head_dim", "d"), var("num_pages", "", 3), cst("page_size", "ps")},
+       .inputs = {T("q", {"batch_size", "num_qo_heads", "head_dim"}),
+                  T("paged_kv_cache", paged).desc("Paged KV cache (tuple or single tensor).")},
+       .outputs = {T("output", {"batch_size", "num_qo_heads", "head_dim"}).like("q")},
+       .tags = {"status:verified", "cascade"},
+       .reference = attend + R"PY(
+
+def run(q, paged_kv_cache):
+    out, _ = _attend(q, *_kv(paged_kv_cache), 1.0 / math.sqrt(q.shape[-1]), False)
+    return out.to(q.dtype)
+)PY"});
+
+  // SegmentGEMMWrapper.run (flashinfer.gemm): x [total_rows, K] times per-segment weights.
+  v.push_back({.op = "SegmentGEMMWrapper.run",
+               .op_type = "segment_gemm",
+               .name_prefix = "segment_gemm_run",
+               .description = "SegmentGEMMWrapper.run(): batched GEMM over concatenated row "
+                              "segments; the reference takes batch_size equal segments (the "
+                              "definition has no seg_lens / seg_indptr).",
+               .axes = {var("total_rows", "Total rows across all segments.", 6), cst("K", "k"),
+                        cst("N", "n"), var("batch_size", "Number of segments.", 2)},
+               .inputs = {T("x", {"total_rows", "K"}), T("weights", {"batch_size", "K", "N"})},
+               .outputs = {T("output", {"total_rows", "N"}).like("x")},
+               .tags = {"status:verified"},
+               .reference = R"PY(def run(x, weights):
+    segments = weights.shape[0]
+    if x.shape[0] % segments:
+        raise NotImplementedError("segments of unequal length (seg_indptr is not an input)")
+    rows = x.shape[0] // segments
+    out = [x[i * rows:(i + 1) * rows].float() @ weights[i].float() for i in range(segments)]
+    return torch.cat(out).to(x.dtype)
+)PY"});
+}
+
+// bmm_bf16 / bmm_fp8 (flashinfer.gemm.gemm_base): upstream's gemm.py templates (read at
+// 04c6e9a3; upstream gives no name_prefix, so its op_type names the file, as our prefix).
+void add_bmm(std::vector<Template>& v) {
+  v.push_back({.op = "bmm_bf16",
+               .op_type = "bmm_bf16",
+               .name_prefix = "bmm_bf16",
+               .description = "Batched matrix multiply C[b] = A[b] @ B[b] (bf16/fp16).",
+               .axes = {var("batch_size", "", 2), var("M"), cst("N", "N"), cst("K", "K")},
+               .inputs = {T("A", {"batch_size", "M", "K"}), T("B", {"batch_size", "K", "N"})},
+               .outputs = {T("C", {"batch_size", "M", "N"}).like("A")},
+               .tags = {"status:verified"},
+               .reference = R"PY(def run(A, B):
+    return (A.float() @ B.float()).to(A.dtype)
+)PY"});
+  v.push_back({.op = "bmm_fp8",
+               .op_type = "bmm_fp8",
+               .name_prefix = "bmm_fp8",
+               .description = "Per-tensor FP8 batched matmul: e4m3 A [b, M, K] and B [b, K, N], "
+                              "A_scale / B_scale one-element dequantization scales.",
+               .axes = {var("batch_size", "", 2), var("M"), cst("N", "N"), cst("K", "K"),
+                        var("scalar", "A/B scale tensor length (typically 1).", 1)},
+               .inputs = {T("A", {"batch_size", "M", "K"}).synth("float8_e4m3fn"),
+                          T("B", {"batch_size", "K", "N"}).synth("float8_e4m3fn"),
+                          T("A_scale", {"scalar"})
+                              .synth("float32")
+                              .init("torch.rand((scalar,), device=device) + 0.5")
+                              .desc("Per-tensor dequant scale for A."),
+                          T("B_scale", {"scalar"})
+                              .synth("float32")
+                              .init("torch.rand((scalar,), device=device) + 0.5")
+                              .desc("Per-tensor dequant scale for B."),
+                          S("dtype", "int32").desc("Output dtype.")},
+               .outputs = {T("C", {"batch_size", "M", "N"}).dt("bfloat16")},
+               .tags = {"status:verified", "quantization:float8_e4m3fn"},
+               .reference = R"PY(def run(A, B, A_scale, B_scale, dtype=None):
+    out_dtype = dtype if isinstance(dtype, torch.dtype) else torch.bfloat16
+    a = A.float() * A_scale.float().reshape(-1)[0]
+    b = B.float() * B_scale.float().reshape(-1)[0]
+    return (a @ b).to(out_dtype)
+)PY"});
+}
+
+// rope_quantize_fp8 (flashinfer.rope): upstream's rope.py template (read at 010a611e), whose
+// axes and inputs it shares with that file's mla_rope_quantize_fp8 (a num_k_heads axis, 3-D
+// k_rope / k_nope). Our mla_rope_quantize_fp8 follows upstream's committed
+// mla_rope_quantize_fp8_h128_rope64.json instead (no num_k_heads): the two generations differ.
+void add_rope_quantize(std::vector<Template>& v) {
+  const std::vector<std::string> q = {"nnz", "num_q_heads", "rope_dim"};
+  const std::vector<std::string> k = {"nnz", "num_k_heads", "rope_dim"};
+  const std::vector<std::string> qn = {"nnz", "num_q_heads", "no_rope_dim"};
+  const std::vector<std::string> kn = {"nnz", "num_k_heads", "no_rope_dim"};
+  const std::string freqs =
+      "torch.arange(max_seq_len).float()[:, None] * torch.pow(1e4, "
+      "-torch.arange(0, rotary_dim, 2).float() / rotary_dim)[None, :]";
+  v.push_back(
+      {.op = "rope_quantize_fp8",
+       .op_type = "rope",
+       .name_prefix = "rope_quantize_fp8",
+       .description = "RoPE + FP8 quantization: RoPE (cos/sin cache, NeoX halves or interleaved "
+                      "pairs) on q_rope and k_rope, then every part times quant_scale_q / "
+                      "quant_scale_kv, rounded to fp8 e4m3.",
+       .axes = {var("nnz", "Total number of tokens across the batch."), cst("num_q_heads", "h"),
+                cst("num_k_heads", "kv"), cst("rope_dim", "rope"),
+                var("no_rope_dim", "Non-rotary dimension.", 8),
+                var("max_seq_len", "cos_sin_cache length.", 16),
+                cst("rotary_dim", "", "cos_sin_cache's width (the rotary dimension).")},
+       .inputs = {T("q_rope", q), T("k_rope", k),
+                  T("q_nope", qn)
+                      .opt()
+                      .init("torch.randn((nnz, num_q_heads, no_rope_dim), device=device)"
+                            ".to({dtype:q_rope})"),
+                  T("k_nope", kn)
+                      .opt()
+                      .init("torch.randn((nnz, num_k_heads, no_rope_dim), device=device)"
+                            ".to({dtype:q_rope})"),
+                  T("cos_sin_cache", {"max_seq_len", "rotary_dim"})
+                      .synth("float32")
+                      .init("torch.cat([torch.cos(" + freqs + "), torch.sin(" + freqs +
+                            ")], dim=-1).to(device)"),
+                  T("pos_ids", {"nnz"})
+                      .synth("int32")
+                      .init("torch.arange(nnz, dtype=torch.int32, device=device) % max_seq_len"),
+                  S("is_neox", "int32").opt().init("True"),
+                  S("quant_scale_q", "float32").opt().init("1.0"),
+                  S("quant_scale_kv", "float32").opt().init("1.0")},
+       .outputs = {T("q_rope_out", q).dt("float8_e4m3fn"), T("k_rope_out", k).dt("float8_e4m3fn"),
+                   T("q_nope_out", qn).dt("float8_e4m3fn"),
+                   T("k_nope_out", kn).dt("float8_e4m3fn")},
+       .tags = {"status:verified", "fused", "quantize:fp8"},
+       .reference = R"PY(def _rotate(x, cos, sin, neox):
+    if neox:
+        h = x.shape[-1] // 2
+        x1, x2 = x[..., :h], x[..., h:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+
+
+def _fp8(x, scale):
+    y = (x.float() * float(scale)).clamp(-448.0, 448.0)
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    return y.to(fp8) if fp8 is not None else y
+
+
+def run(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True, quant_scale_q=1.0,
+        quant_scale_kv=1.0):
+    half = cos_sin_cache.shape[-1] // 2
+    cs = cos_sin_cache.float()[pos_ids.long()]
+    cos, sin = cs[:, None, :half], cs[:, None, half:]
+    q = _rotate(q_rope.float(), cos, sin, bool(is_neox))
+    # k_rope [nnz, num_k_heads, rope_dim], or 2-D (MLA, one latent head).
+    k = _rotate(k_rope.float(), cos if k_rope.dim() == 3 else cos[:, 0],
+                sin if k_rope.dim() == 3 else sin[:, 0], bool(is_neox))
+    return (_fp8(q, quant_scale_q), _fp8(k, quant_scale_kv), _fp8(q_nope, quant_scale_q),
+            _fp8(k_nope, quant_scale_kv))
+)PY"});
+}
+
+// apply_rope_with_cos_sin_cache(_inplace) (flashinfer.rope): upstream's rope.py templates (read
+// at 010a611e): flattened query / key, head_size a scalar (its axis value), cos_sin_cache
+// [max_seq_len, rotary_dim] with cos in the first half, sin in the second.
+void add_rope_cos_sin(std::vector<Template>& v) {
+  const std::string freqs =
+      "torch.arange(max_seq_len).float()[:, None] * torch.pow(1e4, "
+      "-torch.arange(0, rotary_dim, 2).float() / rotary_dim)[None, :]";
+  const std::vector<std::string> qd = {"nnz", "num_q_heads_x_head_size"};
+  const std::vector<std::string> kd = {"nnz", "num_k_heads_x_head_size"};
+  for (bool inplace : {false, true}) {
+    std::vector<Io> out = {T(inplace ? "query" : "query_out", qd).like("query"),
+                           T(inplace ? "key" : "key_out", kd).like("key")};
+    if (inplace) {
+      out[0].writes("query");
+      out[1].writes("key");
+    }
+    const std::string op =
+        std::string("apply_rope_with_cos_sin_cache") + (inplace ? "_inplace" : "");
+    v.push_back(
+        {.op = op,
+         .op_type = "rope",
+         .name_prefix = std::string("rope_cos_sin_cache") + (inplace ? "_inplace" : ""),
+         .description = std::string("RoPE with a precomputed cos/sin cache (SGLang/vLLM "
+                                    "layout): the first rotary_dim channels of each head of "
+                                    "the flattened query and key, NeoX halves or interleaved "
+                                    "pairs") +
+                        (inplace ? ", written in place." : "."),
+         .axes = {var("nnz", "Total number of tokens across the batch."),
+                  cst("num_q_heads_x_head_size", "",
+                      "num_q_heads * head_size (flattened query dimension)."),
+                  cst("num_k_heads_x_head_size", "",
+                      "num_k_heads * head_size (flattened key dimension)."),
+                  cst("head_size", "d"),
+                  var("max_seq_len", "cos_sin_cache length (max supported position).", 16),
+                  cst("rotary_dim", "", "Rotary dimension (cos+sin concatenated).")},
+         .inputs = {T("positions", {"nnz"})
+                        .synth("int32")
+                        .init("torch.arange(nnz, dtype=torch.int32, device=device) % max_seq_len"),
+                    T("query", qd), T("key", kd), S("head_size", "int32").init("head_size"),
+                    T("cos_sin_cache", {"max_seq_len", "rotary_dim"})
+                        .synth("float32")
+                        .init("torch.cat([torch.cos(" + freqs + "), torch.sin(" + freqs +
+                              ")], dim=-1).to(device)"),
+                    S("is_neox", "int32").opt().init("True")},
+         .outputs = out,
+         .tags = {"status:verified"},
+         .reference = R"PY(def _rotate(x, cos, sin, neox):
+    r = cos.shape[-1] * 2
+    x_rot, x_pass = x[..., :r], x[..., r:]
+    if neox:
+        x1, x2 = x_rot[..., : r // 2], x_rot[..., r // 2 :]
+        y = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    else:
+        x1, x2 = x_rot[..., 0::2], x_rot[..., 1::2]
+        y = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+    return torch.cat([y, x_pass], dim=-1)
+
+
+def run(positions, query, key, head_size, cos_sin_cache, is_neox=True):
+    half = cos_sin_cache.shape[-1] // 2
+    cs = cos_sin_cache.float()[positions.long()]
+    cos, sin = cs[:, None, :half], cs[:, None, half:]
+    n = query.shape[0]
+    q = _rotate(query.float().reshape(n, -1, int(head_size)), cos, sin, bool(is_neox))
+    k = _rotate(key.float().reshape(n, -1, int(head_size)), cos, sin, bool(is_neox))
+    return q.reshape(query.shape).to(query.dtype), k.reshape(key.shape).to(key.dtype)
+)PY"});
+  }
+}
+
 }  // namespace
 
 const std::vector<Template>& templates() {
@@ -2582,6 +3167,10 @@ const std::vector<Template>& templates() {
     add_svdquant(*v);
     add_block_sparse_decode(*v);
     add_gen_routing(*v);
+    add_more_attention(*v);
+    add_bmm(*v);
+    add_rope_quantize(*v);
+    add_rope_cos_sin(*v);
     return v;
   }();
   return *all;
