@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "core/tensor_span.h"
@@ -547,12 +549,13 @@ Result replay_once(const std::string& dump_dir, const Options& o, bool* refused)
   return r;
 }
 
-}  // namespace
-
-Result replay_from_dump(const std::string& dump_dir, const Options& o) {
+// replay_from_dump; `cuda_refused` is set when the CUDA kernels refused the call (whether or
+// not the CPU retry then succeeded).
+Result replay_with_fallback(const std::string& dump_dir, const Options& o, bool* cuda_refused) {
   bool refused = false;
   Result r = replay_once(dump_dir, o, &refused);
-  if (!refused || !o.device.is_cuda() || !r.ran_on.is_cuda()) return r;
+  *cuda_refused = refused && o.device.is_cuda() && r.ran_on.is_cuda();
+  if (!*cuda_refused) return r;
   // The op has a CUDA kernel, but not for this call's arguments: the CPU reference takes every
   // argument (breadth policy), so the call runs there and the result says why. A wrapper
   // method whose object was built on the GPU stays an error if the CPU refuses it too.
@@ -568,6 +571,13 @@ Result replay_from_dump(const std::string& dump_dir, const Options& o) {
   c.note = "the CUDA kernels refused this call (" + r.error +
            "): replayed on the CPU reference instead" + (c.note.empty() ? "" : "; " + c.note);
   return c;
+}
+
+}  // namespace
+
+Result replay_from_dump(const std::string& dump_dir, const Options& o) {
+  bool refused = false;
+  return replay_with_fallback(dump_dir, o, &refused);
 }
 
 std::vector<Result> replay_sequence(const std::string& root, Device device,
@@ -674,9 +684,65 @@ std::vector<Result> replay_sequence(const std::string& root, const SequenceOptio
   o.registry = &registry;
   o.rtol = so.rtol;
   o.atol = so.atol;
+  // A wrapper built on the GPU cannot run a call its CUDA kernels refuse (a per-argument limit,
+  // e.g. NVFP4 kv_cache_sf in a prefill wrapper): the object is rebuilt on the CPU from its
+  // recorded calls so far (its __init__, plans and earlier runs, outputs not compared) and it
+  // stays there for the rest of the sequence. Every such result says so in its note.
+  using Key = std::pair<int64_t, uint64_t>;
+  std::map<Key, std::vector<std::string>> history;  // each object's calls so far
+  std::set<Key> moved;
+  ObjectRegistry cpu_registry;
+  Options cpu = o;
+  cpu.device = Device::cpu();
+  cpu.registry = &cpu_registry;
   std::vector<Result> out;
   for (const auto& d : dirs) {
-    out.push_back(replay_from_dump(d, o));
+    std::optional<Key> key;
+    try {
+      const RecordedCall c = load_recorded_call(d, false);
+      if (c.self_id) key = Key{c.process_id, *c.self_id};
+    } catch (const std::exception&) {
+      // An unreadable record: replay_from_dump reports it.
+    }
+    Result r;
+    if (key && moved.count(*key)) {
+      r = replay_from_dump(d, cpu);
+      r.note =
+          "replayed on the CPU reference: its object moved there when the CUDA kernels "
+          "refused an earlier call" +
+          (r.note.empty() ? "" : "; " + r.note);
+    } else {
+      bool refused = false;
+      r = replay_with_fallback(d, o, &refused);
+      if (refused && r.status == Status::kError && key && history.count(*key)) {
+        Options rebuild = cpu;
+        rebuild.compare_outputs = false;
+        std::string failed;
+        for (const std::string& h : history[*key]) {
+          const Result hr = replay_from_dump(h, rebuild);
+          if (hr.status == Status::kError) {
+            failed = hr.function_name + ": " + hr.error;
+            break;
+          }
+        }
+        if (failed.empty()) {
+          Result c = replay_from_dump(d, cpu);
+          if (c.status != Status::kError) {
+            c.note = "the CUDA kernels refused this call (" + r.error +
+                     "): its object was rebuilt on the CPU from its recorded calls and replayed "
+                     "there" +
+                     (c.note.empty() ? "" : "; " + c.note);
+            r = std::move(c);
+            moved.insert(*key);
+          }
+        } else {
+          r.note += (r.note.empty() ? "" : "; ") +
+                    std::string("rebuilding its object on the CPU failed at ") + failed;
+        }
+      }
+    }
+    if (key) history[*key].push_back(d);
+    out.push_back(std::move(r));
     if (so.on_progress) so.on_progress(out.back());
   }
   return out;
