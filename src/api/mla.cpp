@@ -425,6 +425,27 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
   return res;
 }
 
+// The four 3-D inputs of a wrapper's run, checked and named (the caches' names differ by class).
+MlaRun mla_run_inputs(const char* op, const Tensor& q_nope, const Tensor& q_pe, const Tensor& ckv,
+                      const char* ckv_arg, const Tensor& kpe, const char* kpe_arg) {
+  for (const auto& [t, arg] : {std::pair{&q_nope, "q_nope"}, std::pair{&q_pe, "q_pe"},
+                               std::pair{&ckv, ckv_arg}, std::pair{&kpe, kpe_arg}}) {
+    api::check_defined(*t, op, arg);
+    api::check_dim(*t, {3}, op, arg);
+  }
+  MlaRun r;
+  r.op = op;
+  r.qn_arg = "q_nope";
+  r.qp_arg = "q_pe";
+  r.ckv_arg = ckv_arg;
+  r.kpe_arg = kpe_arg;
+  r.q_nope = q_nope;
+  r.q_pe = q_pe;
+  r.ckv = ckv;
+  r.kpe = kpe;
+  return r;
+}
+
 float finite_scale(std::optional<double> v, const char* op, const char* arg) {
   if (!v) return 1.0f;
   FLASHINFER_CHECK(std::isfinite(*v), op, arg, "must be finite, got ", *v);
@@ -683,22 +704,7 @@ AttentionOutput BatchMLAPagedAttentionWrapper::run(
                               "output quantization is not supported");
         FLASHINFER_CHECK_CODE(!ckv_scale_arr, ErrorCode::kUnsupported, op, "ckv_scale_arr",
                               "per-token ckv scales are not supported");
-        for (const auto& [t, arg] :
-             {std::pair{&q_nope, "q_nope"}, std::pair{&q_pe, "q_pe"},
-              std::pair{&ckv_cache, "ckv_cache"}, std::pair{&kpe_cache, "kpe_cache"}}) {
-          api::check_defined(*t, op, arg);
-          api::check_dim(*t, {3}, op, arg);
-        }
-        MlaRun r;
-        r.op = op;
-        r.qn_arg = "q_nope";
-        r.qp_arg = "q_pe";
-        r.ckv_arg = "ckv_cache";
-        r.kpe_arg = "kpe_cache";
-        r.q_nope = q_nope;
-        r.q_pe = q_pe;
-        r.ckv = ckv_cache;
-        r.kpe = kpe_cache;
+        MlaRun r = mla_run_inputs(op, q_nope, q_pe, ckv_cache, "ckv_cache", kpe_cache, "kpe_cache");
         r.out = out;
         r.lse = lse;
         r.return_lse = return_lse;
@@ -813,22 +819,8 @@ AttentionOutput BatchDecodeMlaWithPagedKVCacheWrapper::run(
         const char* op = "BatchDecodeMlaWithPagedKVCacheWrapper.run";
         detail::MlaWrapperState& s = *s_;
         FLASHINFER_CHECK(s.planned, op, "self", "run() called before plan()");
-        for (const auto& [t, arg] : {std::pair{&q_nope, "q_nope"}, std::pair{&q_pe, "q_pe"},
-                                     std::pair{&paged_ckv_cache, "paged_ckv_cache"},
-                                     std::pair{&paged_kpe_cache, "paged_kpe_cache"}}) {
-          api::check_defined(*t, op, arg);
-          api::check_dim(*t, {3}, op, arg);
-        }
-        MlaRun r;
-        r.op = op;
-        r.qn_arg = "q_nope";
-        r.qp_arg = "q_pe";
-        r.ckv_arg = "paged_ckv_cache";
-        r.kpe_arg = "paged_kpe_cache";
-        r.q_nope = q_nope;
-        r.q_pe = q_pe;
-        r.ckv = paged_ckv_cache;
-        r.kpe = paged_kpe_cache;
+        MlaRun r = mla_run_inputs(op, q_nope, q_pe, paged_ckv_cache, "paged_ckv_cache",
+                                  paged_kpe_cache, "paged_kpe_cache");
         r.out = out;
         r.lse = lse;
         r.return_lse = return_lse;
