@@ -4,40 +4,13 @@
 // PyTorch `reference` (a `run` function over the definition's inputs, fp32 math). Names, axes,
 // inputs and outputs follow upstream FlashInfer's templates (flashinfer/trace/templates/*.py)
 // so that a definition equals upstream's for the same call; tests/trace/data holds upstream's
-// own outputs we compare with. To trace another op, add its entry here (docs/TRACE.md).
-#include "trace/trace_template.h"
+// own outputs we compare with. To trace another op, add its entry here or in a sibling
+// templates_<group>.cpp registered in templates() below (docs/TRACE.md).
+#include "trace/template_builders.h"
 
 namespace flashinfer::trace::detail {
 
 namespace {
-
-Axis var(std::string name, std::string desc = "", int64_t init_value = 4) {
-  return {.name = std::move(name),
-          .is_const = false,
-          .description = std::move(desc),
-          .init_value = init_value};
-}
-Axis cst(std::string name, std::string abbrev, std::string desc = "") {
-  return {.name = std::move(name),
-          .is_const = true,
-          .abbrev = std::move(abbrev),
-          .description = std::move(desc)};
-}
-Io T(std::string key, std::vector<std::string> dims) {
-  Io io;
-  io.key = std::move(key);
-  io.dims = std::move(dims);
-  return io;
-}
-Io S(std::string key, std::string dtype) {
-  Io io;
-  io.key = std::move(key);
-  io.scalar = true;
-  io.dtype = std::move(dtype);
-  return io;
-}
-
-const std::vector<std::string> kBH = {"batch_size", "hidden_size"};
 
 // ---------------------------------------------------------------------------------------------
 // norm (flashinfer.norm). Epsilon is not an input of upstream's definitions: 1e-6 throughout.
@@ -102,7 +75,6 @@ void add_norm(std::vector<Template>& v) {
     y = (y / s).clamp(-448.0, 448.0)
     fp8 = getattr(torch, "float8_e4m3fn", None)
     return y.to(fp8) if fp8 is not None else y
-
 
 )PY";
   v.push_back(
@@ -225,7 +197,6 @@ const char* kMergeTwo = R"PY(def _merge(v_a, s_a, v_b, s_b):
     v = (v_a.float() * wa.unsqueeze(-1) + v_b.float() * wb.unsqueeze(-1)) / (wa + wb).unsqueeze(-1)
     return v, m + torch.log2(wa + wb)
 
-
 )PY";
 
 void add_cascade(std::vector<Template>& v) {
@@ -292,12 +263,10 @@ const char* kFilters = R"PY(def _per_row(x, n, dtype):
         return x.to(dtype).reshape(-1, 1) if x.numel() > 1 else x.to(dtype).reshape(1, 1).expand(n, 1)
     return torch.full((n, 1), x, dtype=dtype)
 
-
 def _top_k(p, k):
     k = _per_row(k, p.shape[0], torch.int64).clamp(min=1, max=p.shape[-1])
     kth = torch.sort(p, dim=-1, descending=True).values.gather(-1, k - 1)
     return torch.where(p >= kth, p, torch.zeros_like(p))
-
 
 def _top_p(p, top_p):
     tp = _per_row(top_p, p.shape[0], torch.float32)
@@ -306,10 +275,8 @@ def _top_p(p, top_p):
     keep = torch.zeros_like(p, dtype=torch.bool).scatter(-1, idx, before < tp * p.sum(-1, keepdim=True))
     return torch.where(keep, p, torch.zeros_like(p))
 
-
 def _normalize(p):
     return p / p.sum(dim=-1, keepdim=True).clamp(min=1e-20)
-
 
 )PY";
 
@@ -483,7 +450,6 @@ void add_sampling(std::vector<Template>& v) {
             out[i, :kk] = torch.topk(input[i, :n].float(), kk).indices
     return out
 
-
 )PY";
   v.push_back(
       {.op = "top_k_ragged_transform",
@@ -654,38 +620,6 @@ void add_attention(std::vector<Template>& v) {
 // ---------------------------------------------------------------------------------------------
 // rope (flashinfer.rope): ragged (indptr + offsets) or per-token pos_ids, plain or Llama 3.1
 // frequencies, out of place (q_rope, k_rope) or in place (q, k).
-
-const char* kRopeHelpers = R"PY(def _freqs(dim, theta, scale, llama=None):
-    inv = 1.0 / (float(theta) ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-    if llama is None:
-        return inv / float(scale)
-    low, high, old = (float(x) for x in llama)
-    # Llama 3.1: long wavelengths divided by scale, short ones kept, a linear blend between.
-    smooth = ((old * inv / (2 * math.pi) - low) / (high - low)).clamp(0.0, 1.0)
-    return (1.0 - smooth) * inv / float(scale) + smooth * inv
-
-
-def _rotate(x, pos, freqs, interleave):
-    rd = freqs.numel() * 2
-    ang = pos.double()[:, None] * freqs[None, :]
-    cos, sin = ang.cos().float()[:, None, :], ang.sin().float()[:, None, :]
-    xf = x.float()
-    r = xf[..., :rd]
-    a, b = (r[..., 0::2], r[..., 1::2]) if interleave else (r[..., : rd // 2], r[..., rd // 2 :])
-    ra, rb = a * cos - b * sin, b * cos + a * sin
-    r = torch.stack([ra, rb], dim=-1).flatten(-2) if interleave else torch.cat([ra, rb], dim=-1)
-    return torch.cat([r, xf[..., rd:]], dim=-1).to(x.dtype)
-
-
-def _ragged_positions(indptr, offsets, nnz):
-    pos = torch.zeros(nnz, dtype=torch.int64)
-    for b in range(offsets.shape[0]):
-        s, e = int(indptr[b]), int(indptr[b + 1])
-        pos[s:e] = int(offsets[b]) + torch.arange(e - s)
-    return pos
-
-
-)PY";
 
 void add_rope(std::vector<Template>& v) {
   for (bool llama : {false, true}) {
@@ -1075,80 +1009,6 @@ void add_ragged_and_mla(std::vector<Template>& v) {
 // Upstream's shapes name dimensions that are not axes (K_div_block_size, K_div_32, ...): they are
 // `derived` here, sized from the axes only for `flashinfer trace` and the init snippet.
 
-// Python helpers shared by the references: UE8M0 and e2m1 decoding, the 128x4 scale layout.
-const char* kMxHelpers = R"PY(def _ue8m0(sf):
-    return torch.pow(2.0, sf.float() - 127.0)
-
-
-def _unswizzle_128x4(buf, rows, cols):
-    # Scale of (row, col) in the 128x4 layout: 512-byte tiles of 128 rows x 4 columns.
-    r = torch.arange(rows).reshape(-1, 1)
-    c = torch.arange(cols).reshape(1, -1)
-    k_tiles = (cols + 3) // 4
-    off = (r // 128) * k_tiles * 512 + (c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
-    return buf.reshape(-1)[off.reshape(-1)].reshape(rows, cols)
-
-
-_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
-
-
-def _e2m1(codes):
-    return torch.tensor(_E2M1)[(codes.long() & 15)]
-
-
-)PY";
-
-// NVFP4 quantization in PyTorch (ops/quantization.h's formulas), shared by fp4_quantize and
-// nvfp4_quantize: e4m3 block scales rounded to nearest even, e2m1 codes likewise, two codes per
-// byte (the first in the low nibble), scales returned linear and flat.
-const char* kFp4Quant = R"PY(def _e4m3_rn(v):
-    # Round non-negative fp32 to e4m3 (nearest even, saturating at 448); value and bits.
-    v = v.clamp(max=448.0)
-    e = torch.floor(torch.log2(v.clamp(min=2.0 ** -9))).clamp(min=-6.0)
-    q = torch.pow(2.0, e - 3.0)
-    r = (torch.round(v / q) * q).clamp(max=448.0)
-    e = torch.floor(torch.log2(r.clamp(min=2.0 ** -9))).clamp(min=-6.0)
-    normal = r >= 2.0 ** -6
-    mant = torch.where(normal, r / torch.pow(2.0, e) * 8.0 - 8.0, r / 2.0 ** -9)
-    bits = torch.where(normal, (e + 7.0) * 8.0 + mant, mant)
-    return r, bits.round().to(torch.uint8)
-
-
-_E2M1_POS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
-
-
-def _e2m1_rn(x):
-    # Nearest e2m1 code (ties to the even code), the sign in bit 3 (negative zero included).
-    tab = torch.tensor(_E2M1_POS)
-    mag = x.abs().clamp(max=6.0).unsqueeze(-1)
-    score = (mag - tab).abs() + (torch.arange(8) % 2).float() * 1e-6
-    code = score.argmin(dim=-1)
-    return code + torch.signbit(x).long() * 8
-
-
-def _pack(codes):
-    return (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
-
-
-def _nvfp4(input, gs, vec):
-    x = input.float()
-    m, k = x.shape
-    blocks = x.reshape(m, k // vec, vec)
-    amax = blocks.abs().amax(dim=-1)
-    sf, sf_bits = _e4m3_rn(gs * amax / 6.0)
-    scaled = torch.where(sf.unsqueeze(-1) > 0, (blocks * gs) / sf.unsqueeze(-1).clamp(min=1e-30),
-                         torch.zeros_like(blocks))
-    return _pack(_e2m1_rn(scaled).reshape(m, k)), sf_bits.reshape(-1)
-
-
-def _ue8m0_up(v):
-    # MX scale: the power of two at or above v (as its biased exponent byte); 0 gives 2^-127.
-    e = torch.where(v > 0, torch.ceil(torch.log2(v.clamp(min=1e-38))), torch.full_like(v, -127.0))
-    e = e.clamp(-127.0, 127.0)
-    return torch.pow(2.0, e), (e + 127.0).to(torch.uint8)
-
-
-)PY";
 void add_quant_gemm(std::vector<Template>& v) {
   // mm_fp8: the weight in trtllm's low-latency layout [K/128, N, 128] (prepare_low_latency_gemm_
   // weights: rows shuffled in blocks of 32, then 128-wide K blocks outermost).
@@ -1382,7 +1242,6 @@ void add_quant_gemm(std::vector<Template>& v) {
     out[off.reshape(-1)] = sf.reshape(-1)
     return out
 
-
 def run(x, pre_quant_scale, global_scale):
     xs = (x.float() * pre_quant_scale.float()).to(torch.bfloat16)
     q, sf = _nvfp4(xs, float(global_scale.float().reshape(-1)[0]), 16)
@@ -1523,12 +1382,10 @@ void add_rope_quant_and_fmha(std::vector<Template>& v) {
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
 
-
 def _fp8(x, scale):
     y = (x.float() * float(scale)).clamp(-448.0, 448.0)
     fp8 = getattr(torch, "float8_e4m3fn", None)
     return y.to(fp8) if fp8 is not None else y
-
 
 def run(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True, quant_scale_q=1.0,
         quant_scale_kv=1.0):
@@ -1584,93 +1441,6 @@ def run(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True, qu
 // Llama4 3, RenormalizeNaive 4, TopK 5; Unspecified (6) writes nothing. Names, axes and inputs
 // follow upstream's newest committed file of each (tests/trace/data/upstream): `top_k` (and for
 // DeepSeekV3 `n_group`, `topk_group`) are scalar inputs as well as constant axes.
-
-// Our reference's shared part: DeepSeek FP8 block scales (128 x 128 weight blocks, per-token
-// 128-wide activation blocks stored [H/128, T]), SwiGLU with the gate in the second half of
-// gemm1's output (as our CPU op), topk_w the routing weight of each (token, slot).
-const char* const kMoeFp8Experts =
-    R"PY(def _experts(hidden_states, hidden_states_scale, gemm1_weights, gemm1_weights_scale,
-             gemm2_weights, gemm2_weights_scale, topk_ids, topk_w, local_expert_offset):
-    T, H = hidden_states.shape
-    E, G1, _ = gemm1_weights.shape
-    I = G1 // 2
-
-    def deq(w, s):
-        s = s.float().repeat_interleave(128, dim=1)[:, : w.shape[1]]
-        return w.float() * s.repeat_interleave(128, dim=2)[:, :, : w.shape[2]]
-
-    a = hidden_states.float() * hidden_states_scale.float().t().repeat_interleave(128, dim=1)[:, :H]
-    w1 = deq(gemm1_weights, gemm1_weights_scale)
-    w2 = deq(gemm2_weights, gemm2_weights_scale)
-    out = torch.zeros((T, H), dtype=torch.float32)
-    for e in range(E):
-        hit = topk_ids == (int(local_expert_offset) + e)
-        rows = hit.any(dim=1).nonzero().flatten()
-        if rows.numel() == 0:
-            continue
-        g = a[rows] @ w1[e].t()
-        h = torch.nn.functional.silu(g[:, I:]) * g[:, :I]
-        w = (topk_w[rows] * hit[rows].float()).sum(dim=1, keepdim=True)
-        out[rows] += w * (h @ w2[e].t())
-    return out.to(torch.bfloat16)
-
-
-)PY";
-
-// The NVFP4 experts (trtllm_fp4_block_scale_moe) on the definition's shapes as written: packed
-// e2m1 pairs (low nibble first), e4m3 scales per 16 values along the last dim (linear, not the
-// op's shuffled 128x4 layout), gate in the second half of gemm1's output, the per-expert
-// output*_scale_scalar as docs/MOE.md's math (None = 1); the activation's intermediate NVFP4
-// rounding is left out (fp32). gemm1_alpha / beta / clamp_limit are refused (not covered).
-const char* const kMoeFp4Experts =
-    R"PY(_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
-
-
-def _fp4(p, s):
-    tab = torch.tensor(_E2M1)
-    p = p.long()
-    v = torch.stack([tab[p & 15], tab[(p >> 4) & 15]], dim=-1)
-    v = v.reshape(*p.shape[:-1], p.shape[-1] * 2)
-    return v * s.float().repeat_interleave(16, dim=-1)[..., : v.shape[-1]]
-
-
-def _experts(hidden_states, hidden_states_scale, gemm1_weights, gemm1_weights_scale, gemm1_bias,
-             gemm2_weights, gemm2_weights_scale, gemm2_bias, output1_scale_scalar,
-             output1_scale_gate_scalar, output2_scale_scalar, topk_ids, topk_w,
-             local_expert_offset):
-    if hidden_states_scale is None:
-        x = hidden_states.float()
-    else:
-        x = _fp4(hidden_states, hidden_states_scale)
-    w1 = _fp4(gemm1_weights, gemm1_weights_scale)
-    w2 = _fp4(gemm2_weights, gemm2_weights_scale)
-    E, G1, _ = w1.shape
-    I = G1 // 2
-    T, H = x.shape[0], w2.shape[1]
-
-    def per_expert(t):
-        return torch.ones(E) if t is None else t.float().reshape(E)
-
-    o1, og, o2 = (per_expert(output1_scale_scalar), per_expert(output1_scale_gate_scalar),
-                  per_expert(output2_scale_scalar))
-    b1 = torch.zeros((E, G1)) if gemm1_bias is None else gemm1_bias.float()
-    b2 = torch.zeros((E, H)) if gemm2_bias is None else gemm2_bias.float()
-    out = torch.zeros((T, H), dtype=torch.float32)
-    for e in range(E):
-        hit = topk_ids == (int(local_expert_offset) + e)
-        rows = hit.any(dim=1).nonzero().flatten()
-        if rows.numel() == 0:
-            continue
-        acc = x[rows] @ w1[e].t()
-        gate = acc[:, I:] * og[e] + b1[e, I:]
-        h = torch.nn.functional.silu(gate) * (acc[:, :I] * o1[e] + b1[e, :I])
-        y = (h @ w2[e].t()) * o2[e] + b2[e]
-        w = (topk_w[rows] * hit[rows].float()).sum(dim=1, keepdim=True)
-        out[rows] += w * y
-    return out.to(torch.bfloat16)
-
-
-)PY";
 
 void add_moe(std::vector<Template>& v) {
   // FP8 (DeepSeek block scales): DeepSeek-V3's group axes after top_k, group scalars as inputs.
@@ -2004,7 +1774,6 @@ const char* kBf16Fp4CuteDsl = R"PY(def _cute_dsl_weight(B, b_descale, bs):
     half = (b_descale.to(torch.int32) << 7).to(torch.int16).view(torch.float16).float()
     return w * half.t().repeat_interleave(bs, dim=1)
 
-
 )PY";
 
 void add_string_selected(std::vector<Template>& v) {
@@ -2169,7 +1938,6 @@ void add_string_selected(std::vector<Template>& v) {
             out[b, t] = val.to(out.dtype)
     return out
 
-
 def run(paged_k_cache, paged_v_cache, k_scales, v_scales, block_tables, seq_lens, k_scale,
         v_scale, output_k, output_v):
     return (_gather(paged_k_cache, k_scales, block_tables, seq_lens, k_scale, output_k),
@@ -2255,12 +2023,10 @@ const char* kSvdHelpers = R"PY(def _e4m3_bits(b):
     v = torch.where(e == 0, m / 8.0 * 2.0 ** -6, (1.0 + m / 8.0) * torch.pow(2.0, e.float() - 7.0))
     return torch.where(b >= 128, -v, v)
 
-
 def _fp4_rows(q, sf):
     # Packed e2m1 rows [r, k // 2] (low nibble first) times their e4m3 scales [r, k // 16].
     codes = torch.stack([q.long() & 15, q.long() >> 4], dim=-1).reshape(q.shape[0], -1)
     return _e2m1(codes) * sf.repeat_interleave(16, dim=1)
-
 
 )PY";
 
@@ -2446,7 +2212,6 @@ const char* const kGenRoutingRef = R"PY(def _order(score, k):
     # Descending, ties to the lower index: the CPU op's first-maximum scan.
     return torch.sort(score, dim=1, descending=True, stable=True).indices[:, :k]
 
-
 def run(routing_logits, routing_bias, routing_method, top_k, num_fused_shared_experts, n_group,
         topk_group, local_expert_offset, local_num_experts, routed_scaling_factor,
         tile_tokens_dim, norm_topk_prob):
@@ -2561,39 +2326,6 @@ void add_gen_routing(std::vector<Template>& v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Upstream's attention.py templates for the ops it traces without a committed output here:
-// single_decode / single_prefill, xqa_batch_decode, cudnn_batch_{decode,prefill}, and the
-// wrapper runs (BatchAttention, POD, BatchPOD, BlockSparse), plus segment_gemm_run (which
-// upstream keeps in attention.py too). Axes, inputs and outputs as the template source
-// (flashinfer/trace/templates/attention.py, read at 8c97e4dd), including its quirks
-// (BatchAttention's kv_cache is shaped like q; the POD caches are one 4-D tensor, so a (k, v)
-// pair leaves their axes unresolved, as append_paged_kv_cache's). The references are ours:
-// what plan() holds (page tables, masks, segment lengths) is not in these definitions, so they
-// attend over whole caches as one request (docs/TRACE.md).
-const char* const kAttend = R"PY(def _attend(q, k, v, scale, causal):
-    # q [m, h, d], k/v [n, kvh, d] -> out [m, h, d] fp32, lse [m, h] (base 2). Causal: query i
-    # sees keys j <= n - m + i (the last query sees every key).
-    m, h, d = q.shape
-    n, kvh = k.shape[0], k.shape[1]
-    out = torch.zeros((m, h, v.shape[-1]), dtype=torch.float32)
-    lse = torch.full((m, h), -float("inf"), dtype=torch.float32)
-    masked = torch.arange(n).reshape(1, -1) > (n - m + torch.arange(m).reshape(-1, 1))
-    for j in range(h):
-        g = j // (h // kvh)
-        s = (q[:, j].float() @ k[:, g].float().T) * scale
-        if causal:
-            s = s.masked_fill(masked, -float("inf"))
-        lse[:, j] = torch.logsumexp(s, -1) / math.log(2.0)
-        out[:, j] = torch.softmax(s, -1) @ v[:, g].float()
-    return out, lse
-
-
-def _kv(cache):
-    # A paged cache [num_pages, page_size, heads, dim] as one request's tokens; a (k, v) pair,
-    # or one 4-D tensor standing for both (the definition's single shape).
-    k, v = cache if isinstance(cache, (tuple, list)) else (cache, cache)
-    return k.reshape(-1, k.shape[-2], k.shape[-1]), v.reshape(-1, v.shape[-2], v.shape[-1])
-)PY";
 
 void add_more_attention(std::vector<Template>& v) {
   const std::string attend = kAttend;
@@ -3054,12 +2786,10 @@ void add_rope_quantize(std::vector<Template>& v) {
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
 
-
 def _fp8(x, scale):
     y = (x.float() * float(scale)).clamp(-448.0, 448.0)
     fp8 = getattr(torch, "float8_e4m3fn", None)
     return y.to(fp8) if fp8 is not None else y
-
 
 def run(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True, quant_scale_q=1.0,
         quant_scale_kv=1.0):
@@ -3131,7 +2861,6 @@ void add_rope_cos_sin(std::vector<Template>& v) {
         x1, x2 = x_rot[..., 0::2], x_rot[..., 1::2]
         y = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
     return torch.cat([y, x_pass], dim=-1)
-
 
 def run(positions, query, key, head_size, cos_sin_cache, is_neox=True):
     half = cos_sin_cache.shape[-1] // 2
