@@ -9,6 +9,7 @@
 #include "api/checks.h"
 #include "api/enum_table.h"
 #include "api/kernel_table.h"
+#include "api/moe_cutlass_fp8.h"
 #include "api/moe_layout.h"
 #include "api/moe_traits.h"
 #include "flashinfer/float_formats.h"
@@ -154,6 +155,16 @@ std::vector<Tensor> cutlass_fused_moe_impl(
   api::check_defined(scales, op, "token_final_scales");
   api::check_defined(w1, op, "fc1_expert_weights");
   api::check_defined(w2, op, "fc2_expert_weights");
+  // FP8 per tensor and DeepSeek FP8 block scale: src/api/moe_cutlass_fp8.cpp.
+  if (api::cutlass_fused_moe_is_fp8(input, w1, use_deepseek_fp8_block_scale,
+                                    use_mxfp8_act_scaling)) {
+    return api::cutlass_fused_moe_fp8(
+        input, ids, scales, w1, w2, output_dtype, quant_scales, b1, b2, input_sf, swiglu_alpha,
+        swiglu_beta, swiglu_limit, tp_size, tp_rank, ep_size, ep_rank, cluster_size, cluster_rank,
+        output, enable_alltoall, use_deepseek_fp8_block_scale, use_w4_group_scaling,
+        use_mxfp8_act_scaling, min_latency_mode, use_packed_weights, use_wfp4afp8_humming,
+        enable_pdl, activation_type, options);
+  }
   // Quantized and distributed paths: refused by name (docs/MOE.md).
   check_flag_off(min_latency_mode, op, "min_latency_mode",
                  "min latency mode is not implemented (upstream raises NotImplementedError too)");
