@@ -8,6 +8,7 @@
 #include <string>
 #include <tuple>
 
+#include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/kernel_table.h"
 #include "kernels/cpu/moe_cutlass_fp8_cpu.h"
@@ -101,6 +102,12 @@ std::vector<Tensor> cutlass_fused_moe_fp8(
          "packed 4-bit weights with FP8 weights are not a path upstream's runner has");
   refuse(use_wfp4afp8_humming, "use_wfp4afp8_humming",
          "the MXFP4 x FP8 path needs MXFP4 weights, not FP8");
+  if (block && (!w1.defined() || w1.dtype() != DType::kFloat8E4M3FN)) {
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, kOp, "use_deepseek_fp8_block_scale",
+                    "the FP8 block-scale path takes e4m3 fc1/fc2 weights (with 128x128 block "
+                    "scales), got ",
+                    w1.defined() ? dtype_torch_name(w1.dtype()) : "an undefined tensor");
+  }
   refuse(input_sf.has_value(), "input_sf",
          "input_sf carries block scales of MXFP8 / NVFP4 inputs; the FP8 paths take none");
   refuse(options.situ_beta.has_value() && activation_type != ActivationType::Situ, "situ_beta",
@@ -281,6 +288,36 @@ std::vector<Tensor> cutlass_fused_moe_fp8(
   return {out, Tensor::zeros({1}, DType::kInt32, input.device()),
           Tensor::zeros({E, T}, DType::kFloat32, input.device()),
           Tensor::zeros({E}, DType::kInt32, input.device())};
+}
+
+BenchCase bench_cutlass_fused_moe_fp8(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, H = s.hidden_size, I = s.n, E = 8, K = 2;
+  const DType f8 = DType::kFloat8E4M3FN, out = s.out_dtype.value_or(DType::kBFloat16);
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t e0 = (t * 5) % E;
+    ids.push_back(e0);
+    ids.push_back((e0 + 1 + t % (E - 1)) % E);
+  }
+  using bench::random_tensor;
+  const uint64_t seed = s.random_seed;
+  // Scales of an fp8 checkpoint's order of magnitude; the values only need to stay finite.
+  std::vector<Value> qs = {Value(random_tensor({E}, DType::kFloat32, dev, seed + 4, 0.01, 0.02)),
+                           Value(random_tensor({}, DType::kFloat32, dev, seed + 5, 8.0, 16.0)),
+                           Value(random_tensor({E}, DType::kFloat32, dev, seed + 6, 0.001, 0.002)),
+                           Value(random_tensor({}, DType::kFloat32, dev, seed + 7, 0.01, 0.02))};
+  BenchCase c = bench::invoke_case(
+      "cutlass_fused_moe", {Value(random_tensor({T, H}, f8, dev, seed, -4.0, 4.0)),
+                            Value(bench::int32_tensor(ids, dev).view({T, K})),
+                            Value(random_tensor({T, K}, DType::kFloat32, dev, seed + 1, 0.0, 1.0)),
+                            Value(random_tensor({E, 2 * I, H}, f8, dev, seed + 2, -2.0, 2.0)),
+                            Value(random_tensor({E, H, I}, f8, dev, seed + 3, -2.0, 2.0)),
+                            Value(out), Value::list(std::move(qs))});
+  const double rows = static_cast<double>(T * K);
+  c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
+  c.bytes = bench::nbytes({T, H}, f8) + bench::nbytes({T, H}, out) +
+            bench::nbytes({E, 2 * I, H}, f8) + bench::nbytes({E, H, I}, f8);
+  return c;
 }
 
 }  // namespace flashinfer::api

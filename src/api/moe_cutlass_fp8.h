@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "flashinfer/bench.h"
 #include "flashinfer/ops/moe.h"
 
 namespace flashinfer::api {
@@ -28,5 +29,9 @@ std::vector<Tensor> cutlass_fused_moe_fp8(
     bool min_latency_mode, bool use_packed_weights, bool use_wfp4afp8_humming,
     std::optional<bool> enable_pdl, ActivationType activation_type,
     const CutlassFusedMoeOptions& options);
+
+/// `flashinfer bench cutlass_fused_moe` with an e4m3 input_dtype: the FP8 per-tensor path, m
+/// tokens, hidden_size, inter n, 8 experts, top-2, Swiglu, output out_dtype (default bf16).
+BenchCase bench_cutlass_fused_moe_fp8(const BenchShape& s, Device dev);
 
 }  // namespace flashinfer::api

@@ -423,6 +423,12 @@ TEST(CutlassFusedMoeFp8, BadInput) {
   EXPECT_FI_ERROR(callb(ib.x, {s[0].to(DType::kBFloat16), s[1]}), kOp, "quant_scales");
   EXPECT_FI_ERROR(callb(ib.x.to(DType::kFloat16), s), kOp, "input");
   EXPECT_FI_ERROR(callb(ib.x, s, DType::kFloat16), kOp, "output_dtype");
+  EXPECT_FI_ERROR(
+      (void)cutlass_fused_moe(ib.x, ib.ids, ib.scales, ib.w1.to(DType::kBFloat16),
+                              ib.w2.to(DType::kBFloat16), DType::kBFloat16, s, std::nullopt,
+                              std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                              1, 0, 1, 0, 1, 0, std::nullopt, false, true),
+      kOp, "use_deepseek_fp8_block_scale");
 }
 
 // ---- record and replay; the CUDA device --------------------------------------------------------
