@@ -19,6 +19,7 @@
 #include "flashinfer/replay.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer::testing {
 namespace {
@@ -507,6 +508,118 @@ TEST(CutlassFusedMoeFp8, CudaRefusedWithoutKernel) {
     ADD_FAILURE() << "expected kUnsupported";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+  }
+}
+
+// ---- a dump written by Python in upstream's format, as vLLM calls the op -----------------------
+
+// vLLM's FlashInferExperts.apply (docs/MOE.md [vllm-fp8]) passes every argument by keyword:
+// FP8 per tensor with quant_scales [g1_alphas, a2_gscale (0-d), g2_alphas, a1_scale (0-d)] and
+// e4m3 hidden states; the block-scale path with bf16 hidden states and [w1_scale, w2_scale].
+// Expected outputs computed by torch in fp32 at upstream's rounding points; fp8 tensors pickled
+// as torch >= 2.1 does (the machine's torch 1.13 has no float8). The list result is result__0..
+const char* const kFp8Calls = R"PY(
+import torch.nn.functional as F
+torch.manual_seed(0)
+T, K, E = 4, 2, 8
+def grid_codes(shape):  # e4m3 codes of +-[0.5, 2): exact fp32 GEMM sums
+    e = torch.randint(6, 8, shape); m = torch.randint(0, 8, shape); s = torch.randint(0, 2, shape)
+    return ((s << 7) | (e << 3) | m).to(torch.uint8)
+def val(c):
+    return E4M3[c.long()]
+def fp8(v):  # e4m3 value of fp32 v: RNE, saturating at 448 (cvt.rn.satfinite)
+    a = POS8[rne(v.abs().clamp(max=448.0), POS8)]
+    return torch.where(v < 0, -a, a)
+def tmeta(t, key, dtype=None):
+    return {"type": "torch.Tensor", "shape": list(t.shape), "dtype": dtype or str(t.dtype),
+            "stride": list(t.stride()), "device": "cuda:0", "requires_grad": False,
+            "is_contiguous": True, "tensor_key": key}
+def rec(name, inputs, meta, out):
+    seq[0] += 1
+    call = "%s/20261123_090000_%03d_pid4242_%s_call%04d" % (d, seq[0], name, seq[0])
+    os.makedirs(call)
+    save(inputs, call + "/inputs.pt")
+    save({"result__0": out}, call + "/outputs.pt")
+    r = {"function_name": name, "module": "flashinfer.fused_moe.core", "call_sequence": seq[0],
+         "timestamp": "20261123_090000_%03d" % seq[0], "process_id": 4242,
+         "input_metadata": meta, "output_metadata": {},
+         "tensor_info": {"input_tensor_keys": list(inputs), "output_tensor_keys": ["result__0"]},
+         "tensor_format": "torch", "execution_status": "completed"}
+    with open(call + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(r) + "\n")
+import os
+ids = torch.tensor([[1, 6], [0, 3], [7, 2], [5, 4]], dtype=torch.int32)
+rw = torch.tensor([[0.75, 0.25], [0.5, 0.5], [0.625, 0.375], [0.875, 0.125]])
+SWIGLU = {"type": "enum", "name": "ActivationType.Swiglu", "value": 3}
+BF16 = {"type": "torch.dtype", "value": "torch.bfloat16"}
+def common(qs, block):
+    m = {"kwarg_output_dtype": BF16, "kwarg_input_sf": None, "kwarg_tp_size": 1,
+         "kwarg_tp_rank": 0, "kwarg_ep_size": 1, "kwarg_ep_rank": 0,
+         "kwarg_activation_type": SWIGLU, "kwarg_use_deepseek_fp8_block_scale": block,
+         "kwarg_quant_scales": {"type": "list", "length": len(qs), "truncated": False,
+                                "items": [tmeta(q, "kwarg_quant_scales__%d" % i)
+                                          for i, q in enumerate(qs)]}}
+    return m
+
+# 1. FP8 per tensor.
+H, I = 64, 32
+xq, w1q, w2q = grid_codes((T, H)), grid_codes((E, 2 * I, H)), grid_codes((E, H, I))
+g1a = torch.rand(E) * 0.3 + 0.1
+a2g = torch.tensor(8.0)
+g2a = torch.rand(E) * 0.015 + 0.005
+a1s = torch.tensor(0.02)
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        e = int(ids[t, k])
+        g = ((val(xq[t]) @ val(w1q[e]).T) * g1a[e]).bfloat16().float()
+        h = fp8(F.silu(g[I:]) * g[:I] * a2g)
+        out[t] += rw[t, k] * ((h @ val(w2q[e]).T) * g2a[e]).bfloat16().float()
+qs = [g1a, a2g, g2a, a1s]
+inp = {"kwarg_input": ("fp8", xq), "kwarg_token_selected_experts": ids,
+       "kwarg_token_final_scales": rw, "kwarg_fc1_expert_weights": ("fp8", w1q),
+       "kwarg_fc2_expert_weights": ("fp8", w2q), "kwarg_output": torch.zeros(T, H).bfloat16()}
+for i, q in enumerate(qs):
+    inp["kwarg_quant_scales__%d" % i] = q
+rec("cutlass_fused_moe", inp, common(qs, False), out.bfloat16())
+
+# 2. DeepSeek FP8 block scale: 128x128 weight blocks, the input quantized 1x128 inside.
+H, I = 128, 128
+xb = (torch.randn(T, H) * 2).bfloat16()
+w1q, w2q = grid_codes((E, 2 * I, H)), grid_codes((E, H, I))
+s1 = torch.rand(E, 2, 1) * 0.15 + 0.05
+s2 = torch.rand(E, 1, 1) * 0.15 + 0.05
+def q1x128(v):  # upstream's scale_1x128_kernel: quant 448 / amax, stored 1 / quant
+    amax = v.abs().max()
+    quant = (torch.tensor(448.0) / amax) if amax != 0 else torch.tensor(1.0)
+    return fp8(v * quant), torch.tensor(1.0) / quant
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        e = int(ids[t, k])
+        xv, xs = q1x128(xb[t].float())
+        part = xv @ val(w1q[e]).T
+        g = torch.cat([(xs * s1[e, 0, 0]) * part[:128], (xs * s1[e, 1, 0]) * part[128:]])
+        h = (F.silu(g.bfloat16().float()[I:]) * g.bfloat16().float()[:I]).bfloat16().float()
+        hv, hs = q1x128(h)
+        out[t] += rw[t, k] * ((hs * s2[e, 0, 0]) * (hv @ val(w2q[e]).T)).bfloat16().float()
+qs = [s1, s2]
+inp = {"kwarg_input": xb, "kwarg_token_selected_experts": ids, "kwarg_token_final_scales": rw,
+       "kwarg_fc1_expert_weights": ("fp8", w1q), "kwarg_fc2_expert_weights": ("fp8", w2q),
+       "kwarg_output": torch.zeros(T, H).bfloat16()}
+for i, q in enumerate(qs):
+    inp["kwarg_quant_scales__%d" % i] = q
+rec("cutlass_fused_moe", inp, common(qs, True), out.bfloat16())
+)PY";
+
+TEST(CutlassFusedMoeFp8, TorchWrittenDumpsReplay) {
+  std::vector<replay::Result> results;
+  if (!run_upstream_dump_script("fi_moe_fp8_dumps", kFp8Calls, 2, &results)) {
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  for (const auto& r : results) {
+    ASSERT_FALSE(r.comparisons.empty());
+    EXPECT_EQ(r.comparisons[0].key, "result__0");
   }
 }
 
