@@ -513,7 +513,8 @@ TEST(CutlassFusedMoeFp8, CudaRefusedWithoutKernel) {
 
 // ---- a dump written by Python in upstream's format, as vLLM calls the op -----------------------
 
-// vLLM's FlashInferExperts.apply (docs/MOE.md [vllm-fp8]) passes every argument by keyword:
+// vLLM's FlashInferExperts.apply (docs/MOE.md [vllm-fp8]) and SGLang's flashinfer_cutlass
+// runner ([sglang-fp8]) pass every argument by keyword:
 // FP8 per tensor with quant_scales [g1_alphas, a2_gscale (0-d), g2_alphas, a1_scale (0-d)] and
 // e4m3 hidden states; the block-scale path with bf16 hidden states and [w1_scale, w2_scale].
 // Expected outputs computed by torch in fp32 at upstream's rounding points; fp8 tensors pickled
@@ -583,6 +584,26 @@ for i, q in enumerate(qs):
     inp["kwarg_quant_scales__%d" % i] = q
 rec("cutlass_fused_moe", inp, common(qs, False), out.bfloat16())
 
+# 1b. The same layer as SGLang's flashinfer_cutlass runner calls it (x quantized with
+# quant_scales[3] by the caller, tune_max_num_tokens, enable_alltoall, use_fused_finalize), with
+# a per-expert fc2 quant scale.
+a2e = torch.rand(E) * 8 + 4
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        e = int(ids[t, k])
+        g = ((val(xq[t]) @ val(w1q[e]).T) * g1a[e]).bfloat16().float()
+        h = fp8(F.silu(g[I:]) * g[:I] * a2e[e])
+        out[t] += rw[t, k] * ((h @ val(w2q[e]).T) * g2a[e]).bfloat16().float()
+qs = [g1a, a2e, g2a, a1s]
+for i, q in enumerate(qs):
+    inp["kwarg_quant_scales__%d" % i] = q
+m = common(qs, False)
+del m["kwarg_use_deepseek_fp8_block_scale"]
+m.update({"kwarg_tune_max_num_tokens": 4, "kwarg_enable_alltoall": False,
+          "kwarg_use_fused_finalize": False})
+rec("cutlass_fused_moe", inp, m, out.bfloat16())
+
 # 2. DeepSeek FP8 block scale: 128x128 weight blocks, the input quantized 1x128 inside.
 H, I = 128, 128
 xb = (torch.randn(T, H) * 2).bfloat16()
@@ -614,7 +635,7 @@ rec("cutlass_fused_moe", inp, common(qs, True), out.bfloat16())
 
 TEST(CutlassFusedMoeFp8, TorchWrittenDumpsReplay) {
   std::vector<replay::Result> results;
-  if (!run_upstream_dump_script("fi_moe_fp8_dumps", kFp8Calls, 2, &results)) {
+  if (!run_upstream_dump_script("fi_moe_fp8_dumps", kFp8Calls, 3, &results)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
   for (const auto& r : results) {
