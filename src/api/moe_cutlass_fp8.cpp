@@ -96,10 +96,10 @@ std::vector<Tensor> cutlass_fused_moe_fp8(
   // Upstream's runner picks one quantization; these flags select other (non-FP8) paths.
   refuse(use_mxfp8_act_scaling, "use_mxfp8_act_scaling",
          "use_mxfp8_act_scaling with use_deepseek_fp8_block_scale is not an FP8 block-scale call");
-  refuse(use_w4_group_scaling, "use_w4_group_scaling",
-         "W4 group scaling with FP8 weights is not a path upstream's runner has");
-  refuse(use_packed_weights, "use_packed_weights",
-         "packed 4-bit weights with FP8 weights are not a path upstream's runner has");
+  // Upstream's runner is chosen from the dtypes; with e4m3 weights these two flags select
+  // nothing (isInt4Quant / isWFP4A16Quant need uint8 weights) and are ignored.
+  (void)use_w4_group_scaling;
+  (void)use_packed_weights;
   refuse(use_wfp4afp8_humming, "use_wfp4afp8_humming",
          "the MXFP4 x FP8 path needs MXFP4 weights, not FP8");
   if (block && (!w1.defined() || w1.dtype() != DType::kFloat8E4M3FN)) {
