@@ -9,6 +9,7 @@
 #include "api/checks.h"
 #include "api/enum_table.h"
 #include "api/kernel_table.h"
+#include "api/moe_cutlass_fp8.h"
 #include "api/moe_layout.h"
 #include "api/moe_traits.h"
 #include "flashinfer/float_formats.h"
@@ -154,6 +155,16 @@ std::vector<Tensor> cutlass_fused_moe_impl(
   api::check_defined(scales, op, "token_final_scales");
   api::check_defined(w1, op, "fc1_expert_weights");
   api::check_defined(w2, op, "fc2_expert_weights");
+  // FP8 per tensor and DeepSeek FP8 block scale: src/api/moe_cutlass_fp8.cpp.
+  if (api::cutlass_fused_moe_is_fp8(input, w1, use_deepseek_fp8_block_scale,
+                                    use_mxfp8_act_scaling)) {
+    return api::cutlass_fused_moe_fp8(
+        input, ids, scales, w1, w2, output_dtype, quant_scales, b1, b2, input_sf, swiglu_alpha,
+        swiglu_beta, swiglu_limit, tp_size, tp_rank, ep_size, ep_rank, cluster_size, cluster_rank,
+        output, enable_alltoall, use_deepseek_fp8_block_scale, use_w4_group_scaling,
+        use_mxfp8_act_scaling, min_latency_mode, use_packed_weights, use_wfp4afp8_humming,
+        enable_pdl, activation_type, options);
+  }
   // Quantized and distributed paths: refused by name (docs/MOE.md).
   check_flag_off(min_latency_mode, op, "min_latency_mode",
                  "min latency mode is not implemented (upstream raises NotImplementedError too)");
@@ -873,6 +884,7 @@ BenchCase bench_trtllm_bf16_routed_moe(const BenchShape& s, Device dev) {
 // Bench hooks. cutlass_fused_moe: m tokens, hidden_size, inter = n, 8 experts, top-2 (two
 // distinct experts per token spread over all eight), Swiglu. FLOPs: the routed rows' two GEMMs.
 BenchCase bench_cutlass_fused_moe(const BenchShape& s, Device dev) {
+  if (s.input_dtype == DType::kFloat8E4M3FN) return api::bench_cutlass_fused_moe_fp8(s, dev);
   const int64_t T = s.m, H = s.hidden_size, I = s.n, E = 8, K = 2;
   const DType dt = s.input_dtype;
   std::vector<int64_t> ids;
