@@ -1,0 +1,540 @@
+// cutlass_fused_moe's FP4 paths (NVFP4, MXFP8 activations x MXFP4 weights, W4A16 MXFP4 in the
+// SM90 layouts): a hand-checked golden, fp64 formulas (8 experts, top-2) in upstream's argument
+// forms (int64-packed weights, int32-viewed 128x4 scales, quant_scales in upstream's order),
+// bad input naming the argument, record/replay in memory and through a dump directory.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
+#include "ops/moe_fp4_test_util.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer::testing {
+namespace {
+
+using moe_fp4::bytes_tensor;
+using moe_fp4::e4m3_codes;
+using moe_fp4::random_bytes;
+using moe_fp4::Rng;
+
+enum class Path { kNvfp4, kNvfp4Packed, kMxfp8Mxfp4, kW4A16 };
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+double to_dt(DType dt, double v) {
+  const float f = static_cast<float>(v);
+  if (dt == DType::kFloat16) return half_bits_to_float(float_to_half_bits(f));
+  if (dt == DType::kBFloat16) return bfloat16_bits_to_float(float_to_bfloat16_bits(f));
+  return f;
+}
+
+double e2m1_at(const std::vector<uint8_t>& packed, size_t i) {
+  const uint8_t b = packed[i / 2];
+  return e2m1_bits_to_float(static_cast<uint8_t>(i % 2 == 0 ? b & 0xF : b >> 4));
+}
+
+// Independent transcription of the 128x4 scale swizzle (docs/QUANTIZATION.md): linear per-expert
+// [rows, cols] codes into round_up(rows, 128) x round_up(cols, 4) bytes each, padding zero.
+std::vector<uint8_t> swizzle_128x4(const std::vector<uint8_t>& lin, int64_t E, int64_t rows,
+                                   int64_t cols) {
+  const int64_t pr = round_up(rows, 128), pc = round_up(cols, 4), per = pr * pc;
+  std::vector<uint8_t> out(static_cast<size_t>(E * per), 0);
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t off = (r / 128) * (pc / 4) * 512 + (c / 4) * 512 + (r % 32) * 16 +
+                            ((r % 128) / 32) * 4 + c % 4;
+        out[static_cast<size_t>(e * per + off)] =
+            lin[static_cast<size_t>((e * rows + r) * cols + c)];
+      }
+    }
+  }
+  return out;
+}
+
+double ue8m0(uint8_t code) { return std::ldexp(1.0, static_cast<int>(code) - 127); }
+
+double silu(double v) { return v / (1.0 + std::exp(-v)); }
+
+// The ids of T tokens over E experts, top-2, distinct per token; token 0 takes experts 0 and 7.
+Tensor pair_ids(int64_t T, int64_t E) {
+  std::vector<double> v;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t a = (t * 3) % E, b = (a + 1 + (t * 5) % (E - 1)) % E;
+    v.push_back(static_cast<double>(t == 0 ? 0 : a));
+    v.push_back(static_cast<double>(t == 0 ? 7 : b));
+  }
+  return Tensor::from_vector(v, {T, 2}, DType::kInt32);
+}
+
+struct Case {
+  Path path = Path::kNvfp4;
+  int64_t T = 5, E = 8, H = 64, I = 32;
+  ActivationType act = ActivationType::Swiglu;
+  DType in_dt = DType::kBFloat16, out_dt = DType::kBFloat16;
+  bool bias = false, swiglu_params = false, per_expert_act = false, swizzled_sf = true;
+  int64_t ep_rank = 0, ep_size = 1;
+
+  bool gated() const { return act != ActivationType::Relu2; }
+  int64_t N1() const { return gated() ? 2 * I : I; }
+  int vec() const { return path == Path::kNvfp4 || path == Path::kNvfp4Packed ? 16 : 32; }
+  bool nv() const { return vec() == 16; }
+
+  // plain data
+  std::vector<uint8_t> xq, xs, w1, s1, w2, s2;  // packed input / its linear scales; weights
+  std::vector<double> xf;                       // fp16/bf16 input values
+  std::vector<double> a1, a2, g1, g2, b1, b2, alpha, beta, limit, rw;
+  Tensor ids;
+
+  void make(uint64_t seed) {
+    Rng r{seed};
+    auto vec_d = [&](int64_t n, double lo, double hi) {
+      std::vector<double> o(static_cast<size_t>(n));
+      for (auto& d : o) d = static_cast<float>(r.uniform(lo, hi));
+      return o;
+    };
+    const int64_t v = vec();
+    if (path == Path::kNvfp4Packed) {
+      xq = random_bytes(static_cast<size_t>(T * H / 2), seed + 1);
+      xs = e4m3_codes(static_cast<size_t>(T * H / 16), seed + 2, 0.5, 1.0);
+    } else if (path == Path::kMxfp8Mxfp4) {
+      xq.resize(static_cast<size_t>(T * H));
+      for (auto& b : xq) b = float_to_e4m3fn_bits(static_cast<float>(r.uniform(-3, 3)), true);
+      xs.resize(static_cast<size_t>(T * H / 32));
+      for (auto& b : xs) b = static_cast<uint8_t>(125 + r.next() % 3);
+    } else {
+      xf = vec_d(T * H, -2, 2);
+      for (auto& d : xf) d = to_dt(in_dt, d);
+    }
+    w1 = random_bytes(static_cast<size_t>(E * N1() * H / 2), seed + 3);
+    w2 = random_bytes(static_cast<size_t>(E * H * I / 2), seed + 4);
+    if (nv()) {
+      s1 = e4m3_codes(static_cast<size_t>(E * N1() * H / v), seed + 5, 0.02, 0.06);
+      s2 = e4m3_codes(static_cast<size_t>(E * H * I / v), seed + 6, 0.02, 0.06);
+    } else {
+      s1.resize(static_cast<size_t>(E * N1() * H / v));
+      s2.resize(static_cast<size_t>(E * H * I / v));
+      for (auto& b : s1) b = static_cast<uint8_t>(120 + r.next() % 3);
+      for (auto& b : s2) b = static_cast<uint8_t>(120 + r.next() % 3);
+    }
+    a1 = vec_d(per_expert_act ? E : 1, 0.5, 2.0);
+    a2 = vec_d(per_expert_act ? E : 1, 0.5, 2.0);
+    g1 = vec_d(E, 0.5, 1.5);
+    g2 = vec_d(E, 0.5, 1.5);
+    if (bias) {
+      b1 = vec_d(E * N1(), -0.5, 0.5);
+      b2 = vec_d(E * H, -0.5, 0.5);
+      for (auto& d : b1) d = to_dt(out_dt, d);
+      for (auto& d : b2) d = to_dt(out_dt, d);
+    }
+    if (swiglu_params) {
+      alpha = vec_d(E, 1.5, 2.0);
+      beta = vec_d(E, 0.5, 1.0);
+      limit = vec_d(E, 1.0, 3.0);
+    }
+    rw = vec_d(T * 2, 0.1, 0.9);
+    ids = pair_ids(T, E * ep_size);
+  }
+
+  Tensor f32(const std::vector<double>& v, Shape s) const {
+    return Tensor::from_vector(v, std::move(s), DType::kFloat32);
+  }
+  std::optional<Tensor> opt_f32(const std::vector<double>& v) const {
+    if (v.empty()) return std::nullopt;
+    return f32(v, {E});
+  }
+  Tensor act_global(const std::vector<double>& v) const {
+    return per_expert_act ? f32(v, {E}) : Tensor::from_vector(v, {}, DType::kFloat32);
+  }
+
+  Tensor input() const {
+    if (path == Path::kNvfp4Packed) return bytes_tensor(xq, {T, H / 2});
+    if (path == Path::kMxfp8Mxfp4) return bytes_tensor(xq, {T, H}, DType::kFloat8E4M3FN);
+    return Tensor::from_vector(xf, {T, H}, in_dt);
+  }
+  std::optional<Tensor> input_sf() const {
+    if (xs.empty()) return std::nullopt;
+    if (!swizzled_sf) return bytes_tensor(xs, {T, H / vec()});
+    const auto sw = swizzle_128x4(xs, 1, T, H / vec());
+    return bytes_tensor(sw, {static_cast<int64_t>(sw.size())});
+  }
+  Tensor weights(const std::vector<uint8_t>& w, int64_t rows, int64_t cols) const {
+    if (path == Path::kW4A16) {
+      return interleave_moe_weights_for_sm90_mixed_gemm(bytes_tensor(w, {E, rows, cols / 2}),
+                                                        "fp4");
+    }
+    return bytes_tensor(w, {E, rows, cols / 16}, DType::kInt64);
+  }
+  Tensor weight_scales(const std::vector<uint8_t>& s, int64_t rows, int64_t cols) const {
+    if (path == Path::kW4A16) {
+      return interleave_moe_scales_for_sm90_mixed_gemm(bytes_tensor(s, {E, rows, cols / 32}));
+    }
+    const auto sw = swizzle_128x4(s, E, rows, cols / vec());
+    return bytes_tensor(sw, {E, round_up(rows, 128), round_up(cols / vec(), 4) / 4}, DType::kInt32);
+  }
+  std::vector<Tensor> quant_scales() const {
+    const Tensor ws1 = weight_scales(s1, N1(), H), ws2 = weight_scales(s2, H, I);
+    if (path == Path::kW4A16) return {ws1, ws2};
+    if (path == Path::kMxfp8Mxfp4) return {ws1, f32(g1, {E}), ws2, f32(g2, {E})};
+    return {act_global(a1), ws1, f32(g1, {E}), act_global(a2), ws2, f32(g2, {E})};
+  }
+  std::optional<Tensor> bias_t(const std::vector<double>& b, int64_t n) const {
+    if (b.empty()) return std::nullopt;
+    return Tensor::from_vector(b, {E, n}, out_dt);
+  }
+
+  std::vector<Tensor> run(std::optional<Tensor> output = std::nullopt) const {
+    return cutlass_fused_moe(
+        input(), ids, f32(rw, {T, 2}), weights(w1, N1(), H), weights(w2, H, I), out_dt,
+        quant_scales(), bias_t(b1, N1()), bias_t(b2, H), input_sf(), opt_f32(alpha), opt_f32(beta),
+        opt_f32(limit), 1, 0, ep_size, ep_rank, 1, 0, output, false, false, path == Path::kW4A16,
+        path == Path::kMxfp8Mxfp4, false, false, false, 8192, std::nullopt, act, swizzled_sf);
+  }
+
+  // The value the GEMM reads for a weight element.
+  double wval(const std::vector<uint8_t>& w, const std::vector<uint8_t>& s, int64_t e, int64_t rows,
+              int64_t cols, int64_t r, int64_t c) const {
+    const uint8_t sc = s[static_cast<size_t>((e * rows + r) * (cols / vec()) + c / vec())];
+    return e2m1_at(w, static_cast<size_t>((e * rows + r) * cols + c)) *
+           (nv() ? e4m3fn_bits_to_float(sc) : ue8m0(sc));
+  }
+  // Row x of token t as GEMM1 reads it for expert e.
+  std::vector<double> xrow(int64_t t, int64_t e) const {
+    std::vector<double> x(static_cast<size_t>(H));
+    if (path == Path::kNvfp4Packed || path == Path::kMxfp8Mxfp4) {
+      for (int64_t d = 0; d < H; ++d) {
+        const size_t i = static_cast<size_t>(t * H + d);
+        const uint8_t sc = xs[static_cast<size_t>(t * (H / vec()) + d / vec())];
+        x[static_cast<size_t>(d)] = nv() ? e2m1_at(xq, i) * e4m3fn_bits_to_float(sc)
+                                         : e4m3fn_bits_to_float(xq[i]) * ue8m0(sc);
+      }
+      return x;
+    }
+    std::vector<double> row(xf.begin() + t * H, xf.begin() + (t + 1) * H);
+    if (path == Path::kW4A16) return row;
+    // NVFP4 quantization in the op with the fc1 input global scale, read back as e2m1 * sf.
+    const Tensor gs = Tensor::from_vector({a1[per_expert_act ? e : 0]}, {1}, DType::kFloat32);
+    auto [q, sf] = fp4_quantize(Tensor::from_vector(row, {1, H}, in_dt), gs, 16, false, false);
+    return e2m1_and_ufp8sf_scale_to_float(q, sf, std::nullopt, 16, 1, false).to_double_vector();
+  }
+  // The activation row as GEMM2 reads it.
+  std::vector<double> requant(const std::vector<double>& h, int64_t e) const {
+    if (path == Path::kW4A16) return h;
+    const Tensor ht = Tensor::from_vector(h, {1, I}, out_dt);
+    if (nv()) {
+      const Tensor gs = Tensor::from_vector({a2[per_expert_act ? e : 0]}, {1}, DType::kFloat32);
+      auto [q, sf] = fp4_quantize(ht, gs, 16, false, false);
+      return e2m1_and_ufp8sf_scale_to_float(q, sf, std::nullopt, 16, 1, false).to_double_vector();
+    }
+    auto [q, sf] = mxfp8_quantize(ht, false);
+    return mxfp8_dequantize_host(q, sf, false).to_double_vector();
+  }
+
+  std::vector<double> expected() const {
+    const auto idv = ids.to_double_vector();
+    const DType gdt = out_dt;
+    const bool quant = path != Path::kW4A16;
+    std::vector<double> out(static_cast<size_t>(T * H), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < 2; ++k) {
+        const int64_t e = static_cast<int64_t>(idv[static_cast<size_t>(t * 2 + k)]) - ep_rank * E;
+        if (e < 0 || e >= E) continue;
+        const auto x = xrow(t, e);
+        std::vector<double> g(static_cast<size_t>(N1()));
+        for (int64_t j = 0; j < N1(); ++j) {
+          double acc = 0.0;
+          for (int64_t d = 0; d < H; ++d) acc += x[d] * wval(w1, s1, e, N1(), H, j, d);
+          if (quant) {
+            g[j] = to_dt(gdt, g1[e] * acc) + (b1.empty() ? 0.0 : b1[e * N1() + j]);
+          } else {
+            g[j] = to_dt(gdt, acc + (b1.empty() ? 0.0 : b1[e * N1() + j]));
+          }
+        }
+        std::vector<double> h(static_cast<size_t>(I));
+        for (int64_t j = 0; j < I; ++j) {
+          if (act == ActivationType::Relu2) {
+            const double a = std::max(g[j], 0.0);
+            h[j] = a * a;
+          } else if (act == ActivationType::SwigluStep) {
+            h[j] = std::min(silu(g[I + j]), 7.0) * std::clamp(g[j], -7.0, 7.0);
+          } else if (alpha.empty()) {
+            h[j] = silu(g[I + j]) * g[j];  // up half first, gate second
+          } else {
+            const double gl = std::min(g[I + j], limit[e]);
+            const double ul = std::clamp(g[j], -limit[e], limit[e]) + beta[e];
+            h[j] = gl / (1.0 + std::exp(-alpha[e] * gl)) * ul;
+          }
+          h[j] = to_dt(gdt, h[j]);
+        }
+        const auto hq = requant(h, e);
+        for (int64_t d = 0; d < H; ++d) {
+          double acc = 0.0;
+          for (int64_t j = 0; j < I; ++j) acc += hq[j] * wval(w2, s2, e, H, I, d, j);
+          const double y =
+              to_dt(out_dt, (quant ? g2[e] : 1.0) * acc + (b2.empty() ? 0.0 : b2[e * H + d]));
+          out[static_cast<size_t>(t * H + d)] += rw[static_cast<size_t>(t * 2 + k)] * y;
+        }
+      }
+    }
+    return out;
+  }
+};
+
+// Quantization codes can flip where fp32 and fp64 sums round differently: a loose elementwise
+// bound, plus a tight bound on the mean error that a wrong formula would break.
+void expect_matches(const Case& c, const Tensor& out) {
+  const auto got = out.to_double_vector(), want = c.expected();
+  ASSERT_EQ(got.size(), want.size());
+  double max_ref = 0.0, err_sum = 0.0;
+  for (double w : want) max_ref = std::max(max_ref, std::fabs(w));
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(got[i] - want[i]);
+    err_sum += err;
+    if (err > 0.02 * std::fabs(want[i]) + 0.02 * max_ref) ++bad;
+  }
+  EXPECT_EQ(bad, 0) << "max |ref| " << max_ref;
+  EXPECT_LT(err_sum / static_cast<double>(got.size()), 2e-3 * max_ref + 1e-6);
+  EXPECT_GT(max_ref, 0.0);
+}
+
+// ---- golden ---------------------------------------------------------------------------------
+
+// Hand-checked: H = I = 16, Relu2, a pre-quantized NVFP4 input of ones (code 1.0, scale 1.0),
+// weights of ones. GEMM1: 16 * fc1_global 0.5 = 8; Relu2: 64; re-quantized with fc2_act_global
+// 0.75: sf = e4m3(0.75 * 64 / 6) = 8, q = e2m1(64 * 0.75 / 8) = 6, read as 6 * 8 = 48; GEMM2:
+// 16 * 48 = 768, times fc2_global 1 / (0.75 * 1) = 1024. Token 0 goes to experts 5 (local on
+// rank 1 of 2, scale 0.25) and 2 (not local): 256. Token 1 goes to 4 and 7 (0.5 + 0.5): 1024.
+TEST(CutlassFusedMoeFp4, GoldenNvfp4) {
+  const int64_t E = 4, H = 16, I = 16, T = 2;
+  const Tensor x = bytes_tensor(std::vector<uint8_t>(T * H / 2, 0x22), {T, H / 2});
+  const auto xsf = std::vector<uint8_t>(static_cast<size_t>(T), 0x38);  // e4m3 1.0 per row
+  const Tensor sf = bytes_tensor(std::vector<uint8_t>(xsf.begin(), xsf.end()), {T, 1});
+  const Tensor w1 =
+      bytes_tensor(std::vector<uint8_t>(E * I * H / 2, 0x22), {E, I, H / 16}, DType::kInt64);
+  const Tensor w2 =
+      bytes_tensor(std::vector<uint8_t>(E * H * I / 2, 0x22), {E, H, I / 16}, DType::kInt64);
+  // One scale column (16 / 16) padded to 4, 128 rows: code 1.0 wherever a real row's column 0
+  // lands in the 128x4 swizzle, zero padding elsewhere.
+  std::vector<uint8_t> ws(static_cast<size_t>(E * 128 * 4), 0);
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t r = 0; r < 16; ++r) ws[static_cast<size_t>(e * 512 + r * 16)] = 0x38;
+  }
+  const Tensor wsf = bytes_tensor(ws, {E, 128, 1}, DType::kInt32);
+  const Tensor ids = Tensor::from_vector({5, 2, 4, 7}, {T, 2}, DType::kInt32);
+  const Tensor rw = Tensor::from_vector({0.25, 0.75, 0.5, 0.5}, {T, 2}, DType::kFloat32);
+  auto scalar = [](double v) { return Tensor::from_vector({v}, {}, DType::kFloat32); };
+  const Tensor g1 = Tensor::full({E}, 0.5, DType::kFloat32);
+  const Tensor g2 = Tensor::full({E}, 1.0 / 0.75, DType::kFloat32);
+  const auto out = cutlass_fused_moe(
+      x, ids, rw, w1, w2, DType::kBFloat16, {scalar(1.0), wsf, g1, scalar(0.75), wsf, g2},
+      std::nullopt, std::nullopt, sf, std::nullopt, std::nullopt, std::nullopt, 1, 0, 2, 1, 1, 0,
+      std::nullopt, false, false, false, false, false, false, false, 8192, std::nullopt,
+      ActivationType::Relu2, false);
+  ASSERT_EQ(out.size(), 4u);
+  const auto v = out[0].to_double_vector();
+  for (int64_t d = 0; d < H; ++d) {
+    EXPECT_EQ(v[static_cast<size_t>(d)], 256.0) << d;
+    EXPECT_EQ(v[static_cast<size_t>(H + d)], 1024.0) << d;
+  }
+}
+
+// ---- fp64 formulas ----------------------------------------------------------------------------
+
+TEST(CutlassFusedMoeFp4, Nvfp4MatchesFormula) {
+  uint64_t seed = 100;
+  for (DType in_dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (ActivationType act :
+         {ActivationType::Swiglu, ActivationType::Relu2, ActivationType::SwigluStep}) {
+      Case c;
+      c.in_dt = c.out_dt = in_dt;
+      c.act = act;
+      c.per_expert_act = act == ActivationType::Relu2;
+      c.bias = act == ActivationType::Swiglu;
+      c.make(++seed);
+      SCOPED_TRACE(std::string(dtype_label(in_dt)) + " act " +
+                   std::to_string(static_cast<int>(act)));
+      expect_matches(c, c.run()[0]);
+    }
+  }
+  // Swiglu with swiglu_alpha / beta / limit runs as SwigluBias; expert parallel rank 1 of 2.
+  Case c;
+  c.swiglu_params = true;
+  c.ep_size = 2;
+  c.ep_rank = 1;
+  c.out_dt = DType::kFloat16;
+  c.make(7);
+  expect_matches(c, c.run()[0]);
+}
+
+TEST(CutlassFusedMoeFp4, Nvfp4PackedInputBothScaleLayouts) {
+  for (bool swizzled : {true, false}) {
+    Case c;
+    c.path = Path::kNvfp4Packed;
+    c.swizzled_sf = swizzled;
+    c.make(swizzled ? 21 : 22);
+    SCOPED_TRACE(swizzled ? "swizzled input_sf" : "linear input_sf");
+    expect_matches(c, c.run()[0]);
+  }
+}
+
+TEST(CutlassFusedMoeFp4, Mxfp8Mxfp4MatchesFormula) {
+  for (bool params : {false, true}) {
+    Case c;
+    c.path = Path::kMxfp8Mxfp4;
+    c.H = c.I = 128;
+    c.T = 3;
+    c.swiglu_params = params;
+    c.out_dt = params ? DType::kFloat16 : DType::kBFloat16;
+    c.make(params ? 31 : 32);
+    expect_matches(c, c.run()[0]);
+  }
+}
+
+TEST(CutlassFusedMoeFp4, W4A16Mxfp4MatchesFormula) {
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    Case c;
+    c.path = Path::kW4A16;
+    c.H = c.I = 128;
+    c.T = 3;
+    c.in_dt = c.out_dt = dt;
+    c.bias = dt == DType::kBFloat16;
+    c.make(dt == DType::kBFloat16 ? 41 : 42);
+    expect_matches(c, c.run()[0]);
+  }
+}
+
+// ---- bad input ------------------------------------------------------------------------------
+
+TEST(CutlassFusedMoeFp4, BadInput) {
+  const char* op = "cutlass_fused_moe";
+  Case c;
+  c.make(5);
+  const Tensor x = c.input(), ids = c.ids, rw = c.f32(c.rw, {c.T, 2});
+  const Tensor w1 = c.weights(c.w1, c.N1(), c.H), w2 = c.weights(c.w2, c.H, c.I);
+  const auto qs = c.quant_scales();
+  auto call = [&](const Tensor& in, const Tensor& a, const Tensor& b, std::vector<Tensor> q,
+                  DType out_dt = DType::kBFloat16, std::optional<Tensor> isf = std::nullopt,
+                  std::optional<Tensor> b1 = std::nullopt) {
+    (void)cutlass_fused_moe(in, ids, rw, a, b, out_dt, std::move(q), b1, std::nullopt, isf);
+  };
+  // quant_scales: count, dtype, shape.
+  EXPECT_FI_ERROR(call(x, w1, w2, {qs[0], qs[1]}), op, "quant_scales");
+  auto q = qs;
+  q[1] = Tensor::zeros(qs[1].shape(), DType::kUInt8);
+  EXPECT_FI_ERROR(call(x, w1, w2, q), op, "quant_scales");
+  q = qs;
+  q[4] = qs[4].slice(1, 0, 64);
+  EXPECT_FI_ERROR(call(x, w1, w2, q), op, "quant_scales");
+  q = qs;
+  q[2] = Tensor::zeros({c.E + 1}, DType::kFloat32);
+  EXPECT_FI_ERROR(call(x, w1, w2, q), op, "quant_scales");
+  q = qs;
+  q[0] = Tensor::zeros({2, 2}, DType::kFloat32);
+  EXPECT_FI_ERROR(call(x, w1, w2, q), op, "quant_scales");
+  // Weights and input.
+  EXPECT_FI_ERROR(call(x, w1, w2.to(DType::kInt32), qs), op, "fc2_expert_weights");
+  EXPECT_FI_ERROR(call(x, w1.slice(1, 0, 32), w2, qs), op, "fc1_expert_weights");
+  EXPECT_FI_ERROR(call(x.to(DType::kFloat32), w1, w2, qs), op, "input");
+  EXPECT_FI_ERROR(call(x.slice(1, 0, 32), w1, w2, qs), op, "input");
+  EXPECT_FI_ERROR(call(x, w1, w2, qs, DType::kFloat32), op, "output_dtype");
+  // Biases: both or neither, in the output dtype.
+  EXPECT_FI_ERROR(call(x, w1, w2, qs, DType::kBFloat16, std::nullopt,
+                       Tensor::zeros({c.E, c.N1()}, DType::kBFloat16)),
+                  op, "fc2_expert_biases");
+  // A packed input needs input_sf of the right size, and one fc1 act global.
+  Case p;
+  p.path = Path::kNvfp4Packed;
+  p.make(6);
+  const Tensor px = p.input();
+  EXPECT_FI_ERROR(call(px, w1, w2, qs), op, "input_sf");
+  EXPECT_FI_ERROR(call(px, w1, w2, qs, DType::kBFloat16, p.input_sf()->slice(0, 0, 100)), op,
+                  "input_sf");
+  q = qs;
+  q[0] = Tensor::full({c.E}, 1.0, DType::kFloat32);
+  EXPECT_FI_ERROR(call(px, w1, w2, q, DType::kBFloat16, p.input_sf()), op, "quant_scales");
+  // MXFP8 x MXFP4 needs 128-aligned sizes; W4A16 writes the input dtype.
+  Case m;
+  m.path = Path::kMxfp8Mxfp4;
+  m.make(7);  // H = 64: not 128-aligned
+  EXPECT_FI_ERROR(m.run(), op, "fc2_expert_weights");
+  Case w;
+  w.path = Path::kW4A16;
+  w.H = w.I = 128;
+  w.T = 2;
+  w.make(8);
+  w.out_dt = DType::kFloat16;
+  EXPECT_FI_ERROR(w.run(), op, "output_dtype");
+  // The quantized combinations this build does not take stay refused by name.
+  EXPECT_FI_ERROR(
+      (void)cutlass_fused_moe(x, ids, rw, w1, w2, DType::kBFloat16, qs, std::nullopt, std::nullopt,
+                              std::nullopt, std::nullopt, std::nullopt, std::nullopt, 1, 0, 1, 0, 1,
+                              0, std::nullopt, false, true),
+      op, "use_deepseek_fp8_block_scale");
+}
+
+// ---- record and replay ------------------------------------------------------------------------
+
+TEST(CutlassFusedMoeFp4, RecordAndReplay) {
+  std::vector<Case> cases(3);
+  cases[0].make(51);
+  cases[1].path = Path::kMxfp8Mxfp4;
+  cases[1].H = cases[1].I = 128;
+  cases[1].T = 2;
+  cases[1].make(52);
+  cases[2].path = Path::kW4A16;
+  cases[2].H = cases[2].I = 128;
+  cases[2].T = 2;
+  cases[2].make(53);
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    for (const Case& c : cases) (void)c.run();
+    // The W4A16 case's weight preparation is recorded too: keep the MoE calls.
+    for (const auto& call : scope.observer().calls) {
+      if (call.name == "cutlass_fused_moe") calls.push_back(call);
+    }
+  }
+  ASSERT_EQ(calls.size(), 3u);
+  for (const auto& call : calls) {
+    ASSERT_TRUE(call.error.empty()) << call.error;
+    EXPECT_TRUE(replays_identically(call));
+  }
+}
+
+TEST(CutlassFusedMoeFp4, DumpReplay) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_moe_fp4_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg);
+  Case c;
+  c.path = Path::kNvfp4Packed;
+  c.make(61);
+  (void)c.run();
+  recorder::stop();
+  std::vector<fs::path> dumps;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_directory()) dumps.push_back(e.path());
+  }
+  ASSERT_EQ(dumps.size(), 1u);
+  const replay::Result r = replay::replay_from_dump(dumps[0].string());
+  EXPECT_EQ(r.status, replay::Status::kPassed) << r.error;
+  ASSERT_EQ(r.comparisons.size(), 1u);
+  EXPECT_EQ(r.comparisons[0].key, "result__0");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
