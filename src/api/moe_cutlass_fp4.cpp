@@ -5,6 +5,7 @@
 #include <string>
 #include <tuple>
 
+#include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/kernel_table.h"
 #include "kernels/cpu/moe_cutlass_fp4_cpu.h"
@@ -400,6 +401,53 @@ std::vector<Tensor> cutlass_fused_moe_fp4(
                          activation_type,
                          options};
   return cutlass_fused_moe_fp4(c);
+}
+
+BenchCase bench_cutlass_fused_moe_fp4(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, H = s.hidden_size, I = s.n, E = 8, K = 2;
+  FLASHINFER_CHECK(H % 16 == 0 && I % 16 == 0, "bench", "hidden_size",
+                   "the NVFP4 case needs hidden_size and n to be multiples of 16, got ", H, " and ",
+                   I);
+  uint64_t state = s.random_seed * 2654435761u + 1;
+  auto bytes = [&](const Shape& shape, DType dt, uint8_t lo, uint8_t span) {
+    Tensor t = Tensor::empty(shape, dt);
+    auto* b = static_cast<uint8_t*>(t.data_ptr());
+    for (int64_t i = 0; i < t.numel() * static_cast<int64_t>(t.element_size()); ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      b[i] = static_cast<uint8_t>(lo + (state >> 33) % span);
+    }
+    return t.to(dev);
+  };
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t e0 = (t * 5) % E;
+    ids.push_back(e0);
+    ids.push_back((e0 + 1 + t % (E - 1)) % E);
+  }
+  // e4m3 scale codes: 0x30.. (0.5 to 0.94) for the input, 0x20.. (0.125 to 0.23) for weights.
+  const Shape s1{E, round_up(2 * I, 128), round_up(H / 16, 4) / 4};
+  const Shape s2{E, round_up(H, 128), round_up(I / 16, 4) / 4};
+  auto f32 = [&](const Shape& shape, double v) {
+    return Value(Tensor::full(shape, v, DType::kFloat32).to(dev));
+  };
+  const DType out_dt = s.out_dtype.value_or(DType::kBFloat16);
+  BenchCase c = bench::invoke_case(
+      "cutlass_fused_moe",
+      {Value(bytes({T, H / 2}, DType::kUInt8, 0, 255)),
+       Value(bench::int32_tensor(ids, dev).view({T, K})),
+       Value(bench::random_tensor({T, K}, DType::kFloat32, dev, s.random_seed + 1, 0.0, 1.0)),
+       Value(bytes({E, 2 * I, H / 16}, DType::kInt64, 0, 255)),
+       Value(bytes({E, H, I / 16}, DType::kInt64, 0, 255)), Value(out_dt),
+       Value::list({f32({}, 1.0), Value(bytes(s1, DType::kInt32, 0x20, 8)), f32({E}, 1.0 / 16),
+                    f32({}, 1.0), Value(bytes(s2, DType::kInt32, 0x20, 8)), f32({E}, 1.0 / 16)})},
+      {{"input_sf",
+        Value(bytes({round_up(T, 128) * round_up(H / 16, 4)}, DType::kUInt8, 0x30, 8))}});
+  const double rows = static_cast<double>(T * K);
+  c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
+  c.bytes = bench::nbytes({T, H / 2}, DType::kUInt8) + bench::nbytes({T, H}, out_dt) +
+            bench::nbytes({E, 2 * I, H / 2}, DType::kUInt8) +
+            bench::nbytes({E, H, I / 2}, DType::kUInt8);
+  return c;
 }
 
 }  // namespace flashinfer::api

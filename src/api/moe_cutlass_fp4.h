@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "flashinfer/bench.h"
 #include "flashinfer/ops/moe.h"
 
 namespace flashinfer::api {
@@ -55,5 +56,10 @@ std::vector<Tensor> cutlass_fused_moe_fp4(
     int64_t cluster_rank, const std::optional<Tensor>& output, bool enable_alltoall,
     bool min_latency_mode, bool swizzled_input_sf, ActivationType activation_type,
     const CutlassFusedMoeOptions& options);
+
+/// The `flashinfer bench --routine cutlass_fused_moe --input_dtype uint8` case: NVFP4 as the
+/// engines call it (input quantized before the call, packed uint8 [m, hidden_size / 2] with
+/// 128x4 input_sf; 8 experts, top-2, Swiglu, inter n; output bf16 or out_dtype).
+BenchCase bench_cutlass_fused_moe_fp4(const BenchShape& s, Device dev);
 
 }  // namespace flashinfer::api
