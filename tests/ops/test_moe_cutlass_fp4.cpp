@@ -18,6 +18,7 @@
 #include "ops/moe_fp4_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer::testing {
 namespace {
@@ -534,6 +535,117 @@ TEST(CutlassFusedMoeFp4, DumpReplay) {
   ASSERT_EQ(r.comparisons.size(), 1u);
   EXPECT_EQ(r.comparisons[0].key, "result__0");
   fs::remove_all(dir);
+}
+
+// ---- a dump in upstream's format ------------------------------------------------------------
+
+// Written by Python (torch 1.13) as upstream's recorder writes them (tests/util/
+// upstream_dump_py.h): every argument by keyword as vLLM / SGLang pass them, quant_scales as
+// kwarg_quant_scales__<i>, the returned list as result__0..3 (the scratch three garbage, as
+// upstream's torch.empty leaves them). Inputs prepared as upstream's test_moe_nvfp4 does (packed
+// weights viewed as int64, 128x4 block scales viewed as int32); the expected output computed by
+// torch with an independent NVFP4 quantizer. Calls: (1) ModelOpt NVFP4 as vLLM calls it, the
+// input quantized before the call (packed uint8 + swizzled input_sf), Swiglu; (2) a bf16 input
+// quantized in the op with per-expert fc1 input scales, Relu2. Both replay and pass.
+TEST(CutlassFusedMoeFp4, UpstreamDumpReplays) {
+  const std::string body = R"PY(
+import os
+import torch.nn.functional as F
+def dt(x): return {"type": "torch.dtype", "value": x}
+def tmeta(t, key):
+    return {"type": "torch.Tensor", "shape": list(t.shape), "dtype": str(t.dtype),
+            "stride": list(t.stride()), "device": "cuda:0", "requires_grad": False,
+            "is_contiguous": True, "tensor_key": key}
+def rec_moe(tensors, qs, meta, out, E, T):
+    seq[0] += 1
+    call = "%s/20261123_090000_%03d_pid4242_cutlass_fused_moe_call%04d" % (d, seq[0], seq[0])
+    os.makedirs(call)
+    for i, q in enumerate(qs):
+        tensors["kwarg_quant_scales__%d" % i] = q
+    meta["kwarg_quant_scales"] = {"type": "list", "length": len(qs), "truncated": False,
+        "items": [tmeta(q, "kwarg_quant_scales__%d" % i) for i, q in enumerate(qs)]}
+    save(tensors, call + "/inputs.pt")
+    outs = {"result__0": out, "result__1": torch.full((1,), 7, dtype=torch.int32),
+            "result__2": torch.full((E, T), 3.0), "result__3": torch.full((E,), 9, dtype=torch.int32)}
+    save(outs, call + "/outputs.pt")
+    rec = {"function_name": "cutlass_fused_moe", "module": "flashinfer.fused_moe.core",
+           "call_sequence": seq[0], "timestamp": "20261123_090000_%03d" % seq[0],
+           "process_id": 4242, "input_metadata": meta, "output_metadata": {},
+           "tensor_info": {"input_tensor_keys": list(tensors), "output_tensor_keys": list(outs)},
+           "tensor_format": "torch", "execution_status": "completed"}
+    with open(call + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+def pack(c): return (c[..., 0::2] | (c[..., 1::2] << 4)).to(torch.uint8)
+def swizzle(codes):  # [n, ksf] codes -> the flat 128x4 bytes of fp4_quantize
+    n, ksf = codes.shape
+    npad, kpad = (n + 127) // 128 * 128, (ksf + 3) // 4 * 4
+    p = torch.zeros(npad, kpad, dtype=torch.uint8)
+    p[:n, :ksf] = codes
+    return p.view(npad // 128, 4, 32, kpad // 4, 4).permute(0, 3, 2, 1, 4).reshape(-1)
+def bf(x): return x.bfloat16().float()
+def weights(E, n, k):  # int64-packed e2m1, int32-viewed 128x4 e4m3 scales, and the values
+    c = torch.randint(0, 16, (E, n, k))
+    sc = torch.randint(0x20, 0x28, (E, n, k // 16))
+    w = torch.stack([pack(c[e]) for e in range(E)]).view(torch.int64)
+    s = torch.stack([swizzle(sc[e]) for e in range(E)])
+    s = s.view(E, (n + 127) // 128 * 128, -1).view(torch.int32)
+    return w, s, E2M1[c] * E4M3[sc].repeat_interleave(16, 2)
+base_meta = {"kwarg_tp_size": 1, "kwarg_tp_rank": 0, "kwarg_ep_size": 1, "kwarg_ep_rank": 0,
+             "kwarg_tune_max_num_tokens": 8192}
+
+torch.manual_seed(1)
+T, E, H, I, K = 4, 8, 128, 64, 2
+ids = torch.stack([torch.randperm(E)[:K] for _ in range(T)]).to(torch.int32)
+rw = torch.softmax(torch.randn(T, K), -1)
+# 1. packed input + swizzled input_sf (quantized with fc1 input scale 1.5), Swiglu.
+x = bf(torch.randn(T, H))
+xq, xsf, xd = nvfp4(x, 1.5)
+w1, s1, w1d = weights(E, 2 * I, H)
+w2, s2, w2d = weights(E, H, I)
+g1, g2, a2 = torch.rand(E) + 0.5, torch.rand(E) + 0.5, 0.8
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        e = int(ids[t, k])
+        g = bf(g1[e] * (xd[t] @ w1d[e].T))
+        h = bf(F.silu(g[I:]) * g[:I])  # up half first, gate second
+        hq = nvfp4(h.view(1, -1), a2)[2].view(-1)
+        out[t] += rw[t, k] * bf(g2[e] * (hq @ w2d[e].T))
+rec_moe({"kwarg_input": xq, "kwarg_token_selected_experts": ids, "kwarg_token_final_scales": rw,
+         "kwarg_fc1_expert_weights": w1, "kwarg_fc2_expert_weights": w2, "kwarg_input_sf": xsf},
+        [torch.tensor(1.5), s1, g1, torch.tensor(a2), s2, g2],
+        dict(base_meta, kwarg_output_dtype=dt("torch.bfloat16")), out.bfloat16(), E, T)
+# 2. bf16 input quantized in the op with per-expert fc1 input scales, Relu2.
+x = bf(torch.randn(T, H))
+a1 = torch.rand(E) + 0.5
+w1, s1, w1d = weights(E, I, H)
+w2, s2, w2d = weights(E, H, I)
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        e = int(ids[t, k])
+        xd = nvfp4(x[t].view(1, -1), float(a1[e]))[2].view(-1)
+        g = bf(g1[e] * (xd @ w1d[e].T))
+        h = bf(F.relu(g) ** 2)
+        hq = nvfp4(h.view(1, -1), a2)[2].view(-1)
+        out[t] += rw[t, k] * bf(g2[e] * (hq @ w2d[e].T))
+rec_moe({"kwarg_input": x.bfloat16(), "kwarg_token_selected_experts": ids,
+         "kwarg_token_final_scales": rw, "kwarg_fc1_expert_weights": w1,
+         "kwarg_fc2_expert_weights": w2},
+        [a1, s1, g1, torch.tensor(a2), s2, g2],
+        dict(base_meta, kwarg_output_dtype=dt("torch.bfloat16"),
+             kwarg_activation_type={"type": "enum", "name": "ActivationType.Relu2", "value": 6}),
+        out.bfloat16(), E, T)
+)PY";
+  std::vector<replay::Result> results;
+  if (!run_upstream_dump_script("fi_moe_cutlass_fp4_dump", body, 2u, &results)) {
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  for (const auto& r : results) {
+    ASSERT_EQ(r.comparisons.size(), 1u) << r.function_name;
+    EXPECT_EQ(r.comparisons[0].key, "result__0");
+    EXPECT_EQ(r.skipped_outputs, (std::vector<std::string>{"result__1", "result__2", "result__3"}));
+  }
 }
 
 }  // namespace
