@@ -342,7 +342,8 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassFp4Call& c) {
   m.w1 = w1.data_ptr();
   m.w2 = w2.data_ptr();
   m.b1 = c.b1 ? c.b1->data_ptr() : nullptr;
-  m.b2 = c.b2 ? c.b2->data_ptr() : nullptr;
+  // The finalize adds fc2's bias on tensor-parallel rank 0 only (finalizeMoeRoutingKernelLauncher).
+  m.b2 = c.b2 && c.tp_rank == 0 ? c.b2->data_ptr() : nullptr;
   m.swiglu_alpha = expert_vector(c.swiglu_alpha, E, "swiglu_alpha");
   m.swiglu_beta = expert_vector(c.swiglu_beta, E, "swiglu_beta");
   m.swiglu_limit = expert_vector(c.swiglu_limit, E, "swiglu_limit");

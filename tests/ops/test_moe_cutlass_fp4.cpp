@@ -255,11 +255,8 @@ struct Case {
         for (int64_t j = 0; j < N1(); ++j) {
           double acc = 0.0;
           for (int64_t d = 0; d < H; ++d) acc += x[d] * wval(w1, s1, e, N1(), H, j, d);
-          if (quant) {
-            g[j] = to_dt(gdt, g1[e] * acc) + (b1.empty() ? 0.0 : b1[e * N1() + j]);
-          } else {
-            g[j] = to_dt(gdt, acc + (b1.empty() ? 0.0 : b1[e * N1() + j]));
-          }
+          // The bias is added in fp32 to the GEMM output stored in G (doActivationKernel).
+          g[j] = to_dt(gdt, (quant ? g1[e] : 1.0) * acc) + (b1.empty() ? 0.0 : b1[e * N1() + j]);
         }
         std::vector<double> h(static_cast<size_t>(I));
         for (int64_t j = 0; j < I; ++j) {
@@ -281,9 +278,10 @@ struct Case {
         for (int64_t d = 0; d < H; ++d) {
           double acc = 0.0;
           for (int64_t j = 0; j < I; ++j) acc += hq[j] * wval(w2, s2, e, H, I, d, j);
-          const double y =
-              to_dt(out_dt, (quant ? g2[e] : 1.0) * acc + (b2.empty() ? 0.0 : b2[e * H + d]));
-          out[static_cast<size_t>(t * H + d)] += rw[static_cast<size_t>(t * 2 + k)] * y;
+          // GEMM2's output stored in G; the finalize adds the bias in fp32.
+          const double y = to_dt(gdt, (quant ? g2[e] : 1.0) * acc);
+          out[static_cast<size_t>(t * H + d)] +=
+              rw[static_cast<size_t>(t * 2 + k)] * (y + (b2.empty() ? 0.0 : b2[e * H + d]));
         }
       }
     }
@@ -311,43 +309,68 @@ void expect_matches(const Case& c, const Tensor& out) {
 
 // ---- golden ---------------------------------------------------------------------------------
 
-// Hand-checked: H = I = 16, Relu2, a pre-quantized NVFP4 input of ones (code 1.0, scale 1.0),
-// weights of ones. GEMM1: 16 * fc1_global 0.5 = 8; Relu2: 64; re-quantized with fc2_act_global
-// 0.75: sf = e4m3(0.75 * 64 / 6) = 8, q = e2m1(64 * 0.75 / 8) = 6, read as 6 * 8 = 48; GEMM2:
-// 16 * 48 = 768, times fc2_global 1 / (0.75 * 1) = 1024. Token 0 goes to experts 5 (local on
-// rank 1 of 2, scale 0.25) and 2 (not local): 256. Token 1 goes to 4 and 7 (0.5 + 0.5): 1024.
+// The golden layer: H = I = 16, E_l = 4 local experts (rank 1 of 2: global ids 4..7), Relu2, a
+// pre-quantized NVFP4 input of ones (code 1.0, linear scale 1.0), weights of ones (code 1.0,
+// scale 1.0 in the 128x4 layout), fc1_global 0.5, fc2_act_global 0.75.
+struct Golden {
+  static constexpr int64_t E = 4, H = 16, I = 16, T = 2;
+  static Tensor scalar(double v) { return Tensor::from_vector({v}, {}, DType::kFloat32); }
+  std::vector<Tensor> run(DType out_dt, double fc2_global, std::optional<Tensor> b2,
+                          int64_t tp_size, int64_t tp_rank) const {
+    const Tensor x = bytes_tensor(std::vector<uint8_t>(T * H / 2, 0x22), {T, H / 2});
+    const Tensor sf = bytes_tensor(std::vector<uint8_t>(T, 0x38), {T, 1});  // e4m3 1.0
+    const Tensor w1 =
+        bytes_tensor(std::vector<uint8_t>(E * I * H / 2, 0x22), {E, I, H / 16}, DType::kInt64);
+    const Tensor w2 =
+        bytes_tensor(std::vector<uint8_t>(E * H * I / 2, 0x22), {E, H, I / 16}, DType::kInt64);
+    // One scale column (16 / 16) padded to 4, 128 rows: code 1.0 where a real row's column 0
+    // lands in the 128x4 swizzle (byte 16 r), zero padding elsewhere.
+    std::vector<uint8_t> ws(static_cast<size_t>(E * 128 * 4), 0);
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t r = 0; r < 16; ++r) ws[static_cast<size_t>(e * 512 + r * 16)] = 0x38;
+    }
+    const Tensor wsf = bytes_tensor(ws, {E, 128, 1}, DType::kInt32);
+    const Tensor ids = Tensor::from_vector({5, 2, 4, 7}, {T, 2}, DType::kInt32);
+    const Tensor rw = Tensor::from_vector({1.0, 0.75, 0.5, 0.5}, {T, 2}, DType::kFloat32);
+    const Tensor g1 = Tensor::full({E}, 0.5, DType::kFloat32);
+    const Tensor g2 = Tensor::full({E}, fc2_global, DType::kFloat32);
+    std::optional<Tensor> b1;
+    if (b2) b1 = Tensor::zeros({E, I}, out_dt);
+    return cutlass_fused_moe(
+        x, ids, rw, w1, w2, out_dt, {scalar(1.0), wsf, g1, scalar(0.75), wsf, g2}, b1, b2, sf,
+        std::nullopt, std::nullopt, std::nullopt, tp_size, tp_rank, 2, 1, 1, 0, std::nullopt, false,
+        false, false, false, false, false, false, 8192, std::nullopt, ActivationType::Relu2, false);
+  }
+};
+
+// Hand-checked. GEMM1: 16 * 0.5 = 8; Relu2: 64; re-quantized with fc2_act_global 0.75:
+// sf = e4m3(0.75 * 64 / 6) = 8, q = e2m1(64 * 0.75 / 8) = 6, read as 6 * 8 = 48; GEMM2:
+// 16 * 48 = 768, times fc2_global 1 / 0.75: 1024. Token 0 goes to experts 5 (local, scale 1) and
+// 2 (not local): 1024. Token 1 goes to 4 and 7 (0.5 + 0.5): 1024.
 TEST(CutlassFusedMoeFp4, GoldenNvfp4) {
-  const int64_t E = 4, H = 16, I = 16, T = 2;
-  const Tensor x = bytes_tensor(std::vector<uint8_t>(T * H / 2, 0x22), {T, H / 2});
-  const auto xsf = std::vector<uint8_t>(static_cast<size_t>(T), 0x38);  // e4m3 1.0 per row
-  const Tensor sf = bytes_tensor(std::vector<uint8_t>(xsf.begin(), xsf.end()), {T, 1});
-  const Tensor w1 =
-      bytes_tensor(std::vector<uint8_t>(E * I * H / 2, 0x22), {E, I, H / 16}, DType::kInt64);
-  const Tensor w2 =
-      bytes_tensor(std::vector<uint8_t>(E * H * I / 2, 0x22), {E, H, I / 16}, DType::kInt64);
-  // One scale column (16 / 16) padded to 4, 128 rows: code 1.0 wherever a real row's column 0
-  // lands in the 128x4 swizzle, zero padding elsewhere.
-  std::vector<uint8_t> ws(static_cast<size_t>(E * 128 * 4), 0);
-  for (int64_t e = 0; e < E; ++e) {
-    for (int64_t r = 0; r < 16; ++r) ws[static_cast<size_t>(e * 512 + r * 16)] = 0x38;
-  }
-  const Tensor wsf = bytes_tensor(ws, {E, 128, 1}, DType::kInt32);
-  const Tensor ids = Tensor::from_vector({5, 2, 4, 7}, {T, 2}, DType::kInt32);
-  const Tensor rw = Tensor::from_vector({0.25, 0.75, 0.5, 0.5}, {T, 2}, DType::kFloat32);
-  auto scalar = [](double v) { return Tensor::from_vector({v}, {}, DType::kFloat32); };
-  const Tensor g1 = Tensor::full({E}, 0.5, DType::kFloat32);
-  const Tensor g2 = Tensor::full({E}, 1.0 / 0.75, DType::kFloat32);
-  const auto out = cutlass_fused_moe(
-      x, ids, rw, w1, w2, DType::kBFloat16, {scalar(1.0), wsf, g1, scalar(0.75), wsf, g2},
-      std::nullopt, std::nullopt, sf, std::nullopt, std::nullopt, std::nullopt, 1, 0, 2, 1, 1, 0,
-      std::nullopt, false, false, false, false, false, false, false, 8192, std::nullopt,
-      ActivationType::Relu2, false);
+  const auto out = Golden{}.run(DType::kBFloat16, 1.0 / 0.75, std::nullopt, 1, 0);
   ASSERT_EQ(out.size(), 4u);
-  const auto v = out[0].to_double_vector();
-  for (int64_t d = 0; d < H; ++d) {
-    EXPECT_EQ(v[static_cast<size_t>(d)], 256.0) << d;
-    EXPECT_EQ(v[static_cast<size_t>(H + d)], 1024.0) << d;
+  EXPECT_EQ(out[0].to_double_vector(), std::vector<double>(2 * Golden::H, 1024.0));
+}
+
+// Where fc2's bias enters (finalizeMoeRoutingKernel: GEMM2's output is stored in the output
+// dtype first, the bias added in fp32 during the reduction, on tensor-parallel rank 0 only).
+// fp16 output, fc2_global = 1024.4 / 768 so GEMM2 gives 1024.4 (stored: 1024), b2 = fp16(0.4)
+// = 0.39990234375: 1024 + 0.3999 rounds to 1024 (adding the bias before storing would give
+// 1025). On tp rank 1 with b2 = 2 the bias is skipped: 1024, not 1026.
+TEST(CutlassFusedMoeFp4, GoldenBiasPoints) {
+  const double g2 = static_cast<float>(1024.4 / 768.0);
+  const auto b = [](double v) { return Tensor::full({Golden::E, Golden::H}, v, DType::kFloat16); };
+  const auto rank0 = Golden{}.run(DType::kFloat16, g2, b(0.4), 2, 0)[0].to_double_vector();
+  const auto rank1 = Golden{}.run(DType::kFloat16, g2, b(2.0), 2, 1)[0].to_double_vector();
+  for (int64_t d = 0; d < Golden::H; ++d) {
+    EXPECT_EQ(rank0[static_cast<size_t>(d)], 1024.0) << d;
+    EXPECT_EQ(rank1[static_cast<size_t>(d)], 1024.0) << d;
   }
+  // Token 1: 0.5 * (1024 + 0.3999) * 2 = 1024.3999 -> 1024 as well; with b2 = 2 on rank 0: 1026.
+  const auto plus2 = Golden{}.run(DType::kFloat16, g2, b(2.0), 2, 0)[0].to_double_vector();
+  EXPECT_EQ(plus2[0], 1026.0);
+  EXPECT_EQ(plus2[static_cast<size_t>(Golden::H)], 1026.0);
 }
 
 // ---- fp64 formulas ----------------------------------------------------------------------------

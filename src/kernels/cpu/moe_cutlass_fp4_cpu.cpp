@@ -4,7 +4,6 @@
 
 #include <array>
 #include <cstring>
-#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -95,7 +94,7 @@ void quant_dequant(const uint16_t* bits, DType dt, int64_t m, int64_t k, bool nv
 
 // Local pairs grouped by expert (token order within an expert): rows [count[e], count[e + 1]).
 struct Grouping {
-  std::vector<int64_t> count, row_pair, slot;
+  std::vector<int64_t> count, row_pair, slot, local;
 };
 
 Grouping group_pairs(const CutlassMoeParams& p) {
@@ -103,7 +102,8 @@ Grouping group_pairs(const CutlassMoeParams& p) {
   Grouping g;
   g.count.assign(static_cast<size_t>(E + 1), 0);
   g.slot.assign(static_cast<size_t>(T * K), -1);
-  std::vector<int64_t> local(static_cast<size_t>(T * K), -1);
+  std::vector<int64_t>& local = g.local;
+  local.assign(static_cast<size_t>(T * K), -1);
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t k = 0; k < K; ++k) {
       const int64_t i = t * p.experts_stride + k;
@@ -145,105 +145,6 @@ void store_out(const CutlassMoeParams& m, int64_t i, float v) {
     static_cast<float*>(m.out)[i] = v;
   } else {
     static_cast<uint16_t*>(m.out)[i] = bits16(m.out_dtype, v);
-  }
-}
-
-void nvfp4_or_mxfp8(const CutlassMoeFp4Params& p) {
-  const CutlassMoeParams& m = p.moe;
-  const int64_t T = m.num_tokens, K = m.top_k, H = m.hidden, I = m.inter;
-  const int64_t E = m.num_local_experts;
-  const int64_t N1 = moe_act_is_gated(m.act) ? 2 * I : I;
-  const bool nv = p.mode == CutlassFp4Mode::kNvfp4;
-  const int vec = nv ? 16 : 32;
-  const DType gdt = m.dtype;  // GEMM output / activation storage type
-  const Grouping g = group_pairs(m);
-
-  // Pre-quantized input (packed NVFP4 or MXFP8): every token's q * sf once.
-  std::vector<float> xin;
-  if (p.in_dtype == DType::kUInt8 || p.in_dtype == DType::kFloat8E4M3FN) {
-    xin.resize(static_cast<size_t>(T * H));
-    dequant(static_cast<const uint8_t*>(m.input), m.in_stride, nv, p.input_sf, p.input_sf_layout,
-            !nv, vec, T, H, xin.data());
-  }
-
-  std::vector<float> y(static_cast<size_t>(g.row_pair.size() * H));
-  const auto* w1 = static_cast<const uint8_t*>(m.w1);
-  const auto* w2 = static_cast<const uint8_t*>(m.w2);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = g.count[static_cast<size_t>(e)];
-    const int64_t n = g.count[static_cast<size_t>(e + 1)] - r0;
-    if (n == 0) continue;
-    // GEMM1's A operand: the routed rows as the block-scaled MMA reads them.
-    std::vector<float> a(static_cast<size_t>(n * H));
-    if (!xin.empty()) {
-      for (int64_t r = 0; r < n; ++r) {
-        const int64_t t = g.row_pair[static_cast<size_t>(r0 + r)] / K;
-        std::memcpy(&a[static_cast<size_t>(r * H)], &xin[static_cast<size_t>(t * H)],
-                    static_cast<size_t>(H) * sizeof(float));
-      }
-    } else {
-      // fp16 / bf16 input quantized per routed row with the fc1 input global scale.
-      std::vector<uint16_t> rows(static_cast<size_t>(n * H));
-      for (int64_t r = 0; r < n; ++r) {
-        const int64_t t = g.row_pair[static_cast<size_t>(r0 + r)] / K;
-        std::memcpy(&rows[static_cast<size_t>(r * H)],
-                    static_cast<const uint16_t*>(m.input) + t * m.in_stride,
-                    static_cast<size_t>(H) * 2);
-      }
-      const float gs = p.fc1_act_global ? p.fc1_act_global[p.fc1_act_per_expert ? e : 0] : 1.0f;
-      quant_dequant(rows.data(), p.in_dtype, n, H, true, gs, a.data());
-    }
-    std::vector<float> w(static_cast<size_t>(N1 * H));
-    dequant(w1 + e * N1 * (H / 2), H / 2, true, p.w1_sf + e * p.w1_sf_stride, SfLayoutCode::k128x4,
-            !nv, vec, N1, H, w.data());
-    std::vector<float> acc(static_cast<size_t>(n * N1));
-    sgemm_nt(a.data(), w.data(), acc.data(), n, N1, H);
-    // The alpha in GEMM1's epilogue, the result stored in gdt; then the bias (fp32) and the
-    // activation; the activation stored in gdt and re-quantized for GEMM2.
-    const float alpha1 = p.fc1_global ? p.fc1_global[e] : 1.0f;
-    std::vector<float> gv(static_cast<size_t>(N1)), hv(static_cast<size_t>(I));
-    std::vector<uint16_t> hb(static_cast<size_t>(n * I));
-    for (int64_t r = 0; r < n; ++r) {
-      for (int64_t j = 0; j < N1; ++j) {
-        float v = round16(gdt, alpha1 * acc[static_cast<size_t>(r * N1 + j)]);
-        if (m.b1) v += load16(m.b1, gdt, e * N1 + j);
-        gv[static_cast<size_t>(j)] = v;
-      }
-      moe_activation_row(m, e, gv.data(), hv.data());
-      for (int64_t j = 0; j < I; ++j) {
-        hb[static_cast<size_t>(r * I + j)] = bits16(gdt, hv[static_cast<size_t>(j)]);
-      }
-    }
-    const float gs2 = p.fc2_act_global ? p.fc2_act_global[p.fc2_act_per_expert ? e : 0] : 1.0f;
-    std::vector<float> hq(static_cast<size_t>(n * I));
-    quant_dequant(hb.data(), gdt, n, I, nv, gs2, hq.data());
-    w.resize(static_cast<size_t>(H * I));
-    dequant(w2 + e * H * (I / 2), I / 2, true, p.w2_sf + e * p.w2_sf_stride, SfLayoutCode::k128x4,
-            !nv, vec, H, I, w.data());
-    acc.resize(static_cast<size_t>(n * H));
-    sgemm_nt(hq.data(), w.data(), acc.data(), n, H, I);
-    const float alpha2 = p.fc2_global ? p.fc2_global[e] : 1.0f;
-    for (int64_t r = 0; r < n; ++r) {
-      for (int64_t c = 0; c < H; ++c) {
-        float v = alpha2 * acc[static_cast<size_t>(r * H + c)];
-        if (m.b2) v += load16(m.b2, gdt, e * H + c);
-        y[static_cast<size_t>((r0 + r) * H + c)] = round16(m.out_dtype, v);
-      }
-    }
-  }
-  // Finalize: the weighted sum over k in k order, fp32, rounded once to the output dtype.
-  std::vector<float> out(static_cast<size_t>(H));
-  for (int64_t t = 0; t < T; ++t) {
-    std::fill(out.begin(), out.end(), 0.0f);
-    for (int64_t k = 0; k < K; ++k) {
-      const int64_t r = g.slot[static_cast<size_t>(t * K + k)];
-      if (r < 0) continue;
-      const float s = scale_at(m.scales, m.scales_dtype, t * m.scales_stride + k);
-      for (int64_t c = 0; c < H; ++c) {
-        out[static_cast<size_t>(c)] += s * y[static_cast<size_t>(r * H + c)];
-      }
-    }
-    for (int64_t c = 0; c < H; ++c) store_out(m, t * m.out_stride + c, out[static_cast<size_t>(c)]);
   }
 }
 
@@ -292,40 +193,142 @@ uint8_t folded_scale(const uint8_t* s, int64_t k, int64_t r, int64_t grp) {
   return s[((rb * (k / 128) + kb) * 16 + fm) * 16 + m * 4 + g4];
 }
 
-// One expert's MXFP4 weights from the SM90 layouts, stored in dt (exact for scale codes in
-// dt's range: e2m1 times a power of two).
-void w4a16_expert(const uint8_t* w, const uint8_t* s, int64_t rows, int64_t k, DType dt,
-                  uint16_t* out) {
+// One expert's MXFP4 weights from the SM90 layouts in fp32 (e2m1 times a power of two: exact).
+void w4a16_expert(const uint8_t* w, const uint8_t* s, int64_t rows, int64_t k, float* out) {
   std::vector<uint8_t> plain(static_cast<size_t>(rows * k / 2));
   sm90_deinterleave_fp4_weights(w, plain.data(), rows, k);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < k; ++c) {
       const uint8_t byte = plain[static_cast<size_t>(r * (k / 2) + c / 2)];
       const float q = e2m1_bits_to_float(c % 2 == 0 ? e2m1x2_low(byte) : e2m1x2_high(byte));
-      out[r * k + c] = bits16(dt, q * ue8m0_to_float(folded_scale(s, k, r, c / 32)));
+      out[r * k + c] = q * ue8m0_to_float(folded_scale(s, k, r, c / 32));
     }
   }
 }
 
-void w4a16(const CutlassMoeFp4Params& p) {
+void run_fp4(const CutlassMoeFp4Params& p) {
   const CutlassMoeParams& m = p.moe;
-  const int64_t H = m.hidden, I = m.inter, E = m.num_local_experts;
+  const int64_t T = m.num_tokens, K = m.top_k, H = m.hidden, I = m.inter;
+  const int64_t E = m.num_local_experts;
   const int64_t N1 = moe_act_is_gated(m.act) ? 2 * I : I;
+  const bool nv = p.mode == CutlassFp4Mode::kNvfp4;
+  const bool w4a16 = p.mode == CutlassFp4Mode::kW4A16Mxfp4;
+  const int vec = nv ? 16 : 32;
+  const DType gdt = m.dtype;  // GEMM output / activation storage type
   const Grouping g = group_pairs(m);
-  // Only the experts that have routed rows are dequantized; the others stay zero and unread.
-  std::vector<uint16_t> w1(static_cast<size_t>(E * N1 * H), 0),
-      w2(static_cast<size_t>(E * H * I), 0);
-  for (int64_t e = 0; e < E; ++e) {
-    if (g.count[static_cast<size_t>(e + 1)] == g.count[static_cast<size_t>(e)]) continue;
-    w4a16_expert(static_cast<const uint8_t*>(m.w1) + e * N1 * (H / 2), p.w1_sf + e * p.w1_sf_stride,
-                 N1, H, m.dtype, &w1[static_cast<size_t>(e * N1 * H)]);
-    w4a16_expert(static_cast<const uint8_t*>(m.w2) + e * H * (I / 2), p.w2_sf + e * p.w2_sf_stride,
-                 H, I, m.dtype, &w2[static_cast<size_t>(e * H * I)]);
+
+  // Pre-quantized input (packed NVFP4 or MXFP8): every token's q * sf once.
+  std::vector<float> xin;
+  if (p.in_dtype == DType::kUInt8 || p.in_dtype == DType::kFloat8E4M3FN) {
+    xin.resize(static_cast<size_t>(T * H));
+    dequant(static_cast<const uint8_t*>(m.input), m.in_stride, nv, p.input_sf, p.input_sf_layout,
+            !nv, vec, T, H, xin.data());
   }
-  CutlassMoeParams q = m;
-  q.w1 = w1.data();
-  q.w2 = w2.data();
-  cutlass_moe(q);
+
+  std::vector<float> y(static_cast<size_t>(g.row_pair.size() * H));
+  const auto* w1 = static_cast<const uint8_t*>(m.w1);
+  const auto* w2 = static_cast<const uint8_t*>(m.w2);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = g.count[static_cast<size_t>(e)];
+    const int64_t n = g.count[static_cast<size_t>(e + 1)] - r0;
+    if (n == 0) continue;
+    // GEMM1's A operand: the routed rows as the block-scaled MMA reads them.
+    std::vector<float> a(static_cast<size_t>(n * H));
+    if (!xin.empty()) {
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t t = g.row_pair[static_cast<size_t>(r0 + r)] / K;
+        std::memcpy(&a[static_cast<size_t>(r * H)], &xin[static_cast<size_t>(t * H)],
+                    static_cast<size_t>(H) * sizeof(float));
+      }
+    } else if (w4a16) {
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t t = g.row_pair[static_cast<size_t>(r0 + r)] / K;
+        for (int64_t c = 0; c < H; ++c) {
+          a[static_cast<size_t>(r * H + c)] = load16(m.input, p.in_dtype, t * m.in_stride + c);
+        }
+      }
+    } else {
+      // fp16 / bf16 input quantized per routed row with the fc1 input global scale.
+      std::vector<uint16_t> rows(static_cast<size_t>(n * H));
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t t = g.row_pair[static_cast<size_t>(r0 + r)] / K;
+        std::memcpy(&rows[static_cast<size_t>(r * H)],
+                    static_cast<const uint16_t*>(m.input) + t * m.in_stride,
+                    static_cast<size_t>(H) * 2);
+      }
+      const float gs = p.fc1_act_global ? p.fc1_act_global[p.fc1_act_per_expert ? e : 0] : 1.0f;
+      quant_dequant(rows.data(), p.in_dtype, n, H, true, gs, a.data());
+    }
+    std::vector<float> w(static_cast<size_t>(N1 * H));
+    if (w4a16) {
+      w4a16_expert(w1 + e * N1 * (H / 2), p.w1_sf + e * p.w1_sf_stride, N1, H, w.data());
+    } else {
+      dequant(w1 + e * N1 * (H / 2), H / 2, true, p.w1_sf + e * p.w1_sf_stride,
+              SfLayoutCode::k128x4, !nv, vec, N1, H, w.data());
+    }
+    std::vector<float> acc(static_cast<size_t>(n * N1));
+    sgemm_nt(a.data(), w.data(), acc.data(), n, N1, H);
+    // The alpha in GEMM1's epilogue, the result stored in gdt; then the bias (fp32) and the
+    // activation (doActivationKernel); the activation stored in gdt and, but for W4A16,
+    // re-quantized for GEMM2.
+    const float alpha1 = p.fc1_global ? p.fc1_global[e] : 1.0f;
+    std::vector<float> gv(static_cast<size_t>(N1)), hv(static_cast<size_t>(I));
+    std::vector<uint16_t> hb(static_cast<size_t>(n * I));
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t j = 0; j < N1; ++j) {
+        float v = round16(gdt, alpha1 * acc[static_cast<size_t>(r * N1 + j)]);
+        if (m.b1) v += load16(m.b1, gdt, e * N1 + j);
+        gv[static_cast<size_t>(j)] = v;
+      }
+      moe_activation_row(m, e, gv.data(), hv.data());
+      for (int64_t j = 0; j < I; ++j) {
+        hb[static_cast<size_t>(r * I + j)] = bits16(gdt, hv[static_cast<size_t>(j)]);
+      }
+    }
+    const float gs2 = p.fc2_act_global ? p.fc2_act_global[p.fc2_act_per_expert ? e : 0] : 1.0f;
+    std::vector<float> hq(static_cast<size_t>(n * I));
+    if (w4a16) {
+      for (size_t i = 0; i < hq.size(); ++i)
+        hq[i] = load16(hb.data(), gdt, static_cast<int64_t>(i));
+    } else {
+      quant_dequant(hb.data(), gdt, n, I, nv, gs2, hq.data());
+    }
+    w.resize(static_cast<size_t>(H * I));
+    if (w4a16) {
+      w4a16_expert(w2 + e * H * (I / 2), p.w2_sf + e * p.w2_sf_stride, H, I, w.data());
+    } else {
+      dequant(w2 + e * H * (I / 2), I / 2, true, p.w2_sf + e * p.w2_sf_stride, SfLayoutCode::k128x4,
+              !nv, vec, H, I, w.data());
+    }
+    acc.resize(static_cast<size_t>(n * H));
+    sgemm_nt(hq.data(), w.data(), acc.data(), n, H, I);
+    // GEMM2's output stored in gdt, without the bias (the finalize adds it).
+    const float alpha2 = p.fc2_global ? p.fc2_global[e] : 1.0f;
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < H; ++c) {
+        y[static_cast<size_t>((r0 + r) * H + c)] =
+            round16(gdt, alpha2 * acc[static_cast<size_t>(r * H + c)]);
+      }
+    }
+  }
+  // Finalize (finalizeMoeRoutingKernel): sum over k in k order of scale * (y + b2[e]), fp32,
+  // rounded once to the output dtype.
+  std::vector<float> out(static_cast<size_t>(H));
+  for (int64_t t = 0; t < T; ++t) {
+    std::fill(out.begin(), out.end(), 0.0f);
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t r = g.slot[static_cast<size_t>(t * K + k)];
+      if (r < 0) continue;
+      const float s = scale_at(m.scales, m.scales_dtype, t * m.scales_stride + k);
+      const int64_t e = g.local[static_cast<size_t>(t * K + k)];
+      for (int64_t c = 0; c < H; ++c) {
+        float v = y[static_cast<size_t>(r * H + c)];
+        if (m.b2) v += load16(m.b2, gdt, e * H + c);
+        out[static_cast<size_t>(c)] += s * v;
+      }
+    }
+    for (int64_t c = 0; c < H; ++c) store_out(m, t * m.out_stride + c, out[static_cast<size_t>(c)]);
+  }
 }
 
 }  // namespace
@@ -349,12 +352,6 @@ void sm90_deinterleave_fp4_weights(const uint8_t* in, uint8_t* out, int64_t n, i
   }
 }
 
-void cutlass_moe_fp4(const CutlassMoeFp4Params& p) {
-  if (p.mode == CutlassFp4Mode::kW4A16Mxfp4) {
-    w4a16(p);
-  } else {
-    nvfp4_or_mxfp8(p);
-  }
-}
+void cutlass_moe_fp4(const CutlassMoeFp4Params& p) { run_fp4(p); }
 
 }  // namespace flashinfer::kernels::cpu
