@@ -507,6 +507,51 @@ TEST(CutlassFusedMoeFp4, BadInput) {
       op, "use_deepseek_fp8_block_scale");
 }
 
+// ---- the bench case and the CUDA refusal ----------------------------------------------------
+
+// `flashinfer bench --routine cutlass_fused_moe --input_dtype uint8`: the NVFP4 case builds and
+// runs (packed input with 128x4 input_sf, 8 experts, top-2).
+TEST(CutlassFusedMoeFp4, BenchCase) {
+  const BenchHook* hook = find_bench_hook("cutlass_fused_moe");
+  ASSERT_NE(hook, nullptr);
+  BenchShape s;
+  s.input_dtype = DType::kUInt8;
+  s.m = 6;
+  s.n = 32;
+  s.hidden_size = 64;
+  BenchCase c = (*hook)(s, Device::cpu());
+  c.run();
+  const NamedTensors outs = c.outputs();
+  ASSERT_FALSE(outs.empty());
+  const Tensor& o = outs[0].second;
+  EXPECT_EQ(o.shape(), Shape({6, 64}));
+  EXPECT_EQ(o.dtype(), DType::kBFloat16);
+  double sum = 0.0;
+  for (double v : o.to_double_vector()) {
+    EXPECT_TRUE(std::isfinite(v));
+    sum += std::fabs(v);
+  }
+  EXPECT_GT(sum, 0.0);
+}
+
+// No CUDA kernel: a call on the GPU is refused (kUnsupported naming input) before any data is
+// read, which is what makes `flashinfer replay --device cuda` rerun it on the CPU.
+TEST(CutlassFusedMoeFp4, CudaCallIsRefused) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  Case c;
+  c.make(9);
+  const Device d = Device::cuda(0);
+  try {
+    (void)cutlass_fused_moe(c.input().to(d), c.ids.to(d), c.f32(c.rw, {c.T, 2}).to(d),
+                            c.weights(c.w1, c.N1(), c.H).to(d), c.weights(c.w2, c.H, c.I).to(d),
+                            c.out_dt, c.quant_scales());
+    ADD_FAILURE() << "expected kUnsupported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_EQ(e.arg(), "input") << e.what();
+  }
+}
+
 // ---- record and replay ------------------------------------------------------------------------
 
 TEST(CutlassFusedMoeFp4, RecordAndReplay) {
