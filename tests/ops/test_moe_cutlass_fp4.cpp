@@ -704,9 +704,55 @@ rec_moe({"kwarg_input": x.bfloat16(), "kwarg_token_selected_experts": ids,
         dict(base_meta, kwarg_output_dtype=dt("torch.bfloat16"),
              kwarg_activation_type={"type": "enum", "name": "ActivationType.Relu2", "value": 6}),
         out.bfloat16(), E, T)
+# 3. MXFP8 activations x MXFP4 weights (gpt-oss on Blackwell): fp8 input with 128x4 ue8m0
+# input_sf, SwigluBias parameters and bf16 biases, quant_scales [w1 block, fc1 global, w2
+# block, fc2 global]; the activation re-quantized to MXFP8.
+T, E, H, I, K = 3, 8, 128, 128, 2
+ids = torch.stack([torch.randperm(E)[:K] for _ in range(T)]).to(torch.int32)
+rw = torch.softmax(torch.randn(T, K), -1)
+xc = torch.tensor([c for c in range(256) if c & 0x7F not in (0x7F,)])[torch.randint(0, 254, (T, H))]
+xc = torch.where((xc & 0x78) > 0x58, xc & 0x87, xc)  # keep |x| below 16
+xs = torch.randint(125, 128, (T, H // 32))
+xd = E4M3[xc] * torch.pow(2.0, (xs - 127).float()).repeat_interleave(32, 1)
+def mx_weights(n, k):
+    c = torch.randint(0, 16, (E, n, k))
+    sc = torch.randint(119, 123, (E, n, k // 32))
+    w = torch.stack([pack(c[e]) for e in range(E)]).view(torch.int64)
+    s = torch.stack([swizzle(sc[e]) for e in range(E)]).view(E, n, k // 32).view(torch.int32)
+    return w, s, E2M1[c] * torch.pow(2.0, (sc - 127).float()).repeat_interleave(32, 2)
+def mxfp8(v):  # ue8m0 = ceil(log2(amax * fp32(1/448))), e4m3 of v / 2^(code - 127)
+    blk = v.view(-1, 32)
+    t = blk.abs().amax(1) * torch.tensor(1 / 448.0, dtype=torch.float32)
+    m, e = torch.frexp(t)
+    scale = torch.pow(2.0, (e - (m == 0.5).to(e.dtype)).float())
+    y = blk / scale[:, None]
+    q = POS8[rne(y.abs().clamp(max=448.0), POS8)] * torch.where(y < 0, -1.0, 1.0)
+    return (q * scale[:, None]).view(-1)
+w1, s1, w1d = mx_weights(2 * I, H)
+w2, s2, w2d = mx_weights(H, I)
+g1, g2 = torch.rand(E) + 0.5, torch.rand(E) + 0.5
+b1, b2 = bf(torch.randn(E, 2 * I) * 0.2), bf(torch.randn(E, H) * 0.2)
+al, be, li = torch.full((E,), 1.702), torch.full((E,), 1.0), torch.full((E,), 7.0)
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        e = int(ids[t, k])
+        g = bf(g1[e] * (xd[t] @ w1d[e].T)) + b1[e]
+        gate, up = g[I:].clamp(max=li[e]), g[:I].clamp(-li[e], li[e]) + be[e]
+        h = bf(gate * torch.sigmoid(al[e] * gate) * up)
+        y = bf(g2[e] * (mxfp8(h) @ w2d[e].T))
+        out[t] += rw[t, k] * (y + b2[e])
+rec_moe({"kwarg_input": ("fp8", xc.to(torch.uint8)), "kwarg_token_selected_experts": ids,
+         "kwarg_token_final_scales": rw, "kwarg_fc1_expert_weights": w1,
+         "kwarg_fc2_expert_weights": w2, "kwarg_input_sf": swizzle(xs),
+         "kwarg_fc1_expert_biases": b1.bfloat16(), "kwarg_fc2_expert_biases": b2.bfloat16(),
+         "kwarg_swiglu_alpha": al, "kwarg_swiglu_beta": be, "kwarg_swiglu_limit": li},
+        [s1, g1, s2, g2],
+        dict(base_meta, kwarg_output_dtype=dt("torch.bfloat16"), kwarg_use_mxfp8_act_scaling=True),
+        out.bfloat16(), E, T)
 )PY";
   std::vector<replay::Result> results;
-  if (!run_upstream_dump_script("fi_moe_cutlass_fp4_dump", body, 2u, &results)) {
+  if (!run_upstream_dump_script("fi_moe_cutlass_fp4_dump", body, 3u, &results)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
   for (const auto& r : results) {
