@@ -170,8 +170,8 @@ void store_out(const CutlassMoeParams& m, int64_t i, float v) {
 }
 
 // Where each bit of a 16 x 64 fp4 tile (512 bytes) lands under the SM90 interleave: found by
-// running the forward transform on tiles whose bits spell out their own positions, 9 + 3 bits
-// at a time (the transform moves bits, so position bit b of every source bit arrives with it).
+// running the forward transform on 12 tiles, tile b holding bit b of each bit's own position
+// (the transform only moves bits, so every destination bit receives its source's position).
 const std::array<uint16_t, 4096>& fp4_tile_permutation() {
   static std::array<uint16_t, 4096> perm{};
   static std::once_flag once;
