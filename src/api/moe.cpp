@@ -9,6 +9,7 @@
 #include "api/checks.h"
 #include "api/enum_table.h"
 #include "api/kernel_table.h"
+#include "api/moe_cutlass_fp4.h"
 #include "api/moe_cutlass_fp8.h"
 #include "api/moe_layout.h"
 #include "api/moe_traits.h"
@@ -342,6 +343,17 @@ std::vector<Tensor> cutlass_fused_moe(
     CutlassFusedMoeOptions options) {
   return call_op<&cutlass_fused_moe>(
       [&] {
+        // The FP4 paths (NVFP4, MXFP8 x MXFP4, W4A16 MXFP4): src/api/moe_cutlass_fp4.cpp.
+        if (api::is_cutlass_moe_fp4_call(input, fc1_expert_weights, use_deepseek_fp8_block_scale,
+                                         use_w4_group_scaling, use_mxfp8_act_scaling,
+                                         use_packed_weights, use_wfp4afp8_humming)) {
+          return api::cutlass_fused_moe_fp4(
+              input, token_selected_experts, token_final_scales, fc1_expert_weights,
+              fc2_expert_weights, output_dtype, quant_scales, fc1_expert_biases, fc2_expert_biases,
+              input_sf, swiglu_alpha, swiglu_beta, swiglu_limit, tp_size, tp_rank, ep_size, ep_rank,
+              cluster_size, cluster_rank, output, enable_alltoall, min_latency_mode,
+              swizzled_input_sf, activation_type, options);
+        }
         return cutlass_fused_moe_impl(
             input, token_selected_experts, token_final_scales, fc1_expert_weights,
             fc2_expert_weights, output_dtype, quant_scales, fc1_expert_biases, fc2_expert_biases,
@@ -885,6 +897,7 @@ BenchCase bench_trtllm_bf16_routed_moe(const BenchShape& s, Device dev) {
 // distinct experts per token spread over all eight), Swiglu. FLOPs: the routed rows' two GEMMs.
 BenchCase bench_cutlass_fused_moe(const BenchShape& s, Device dev) {
   if (s.input_dtype == DType::kFloat8E4M3FN) return api::bench_cutlass_fused_moe_fp8(s, dev);
+  if (s.input_dtype == DType::kUInt8) return api::bench_cutlass_fused_moe_fp4(s, dev);  // NVFP4
   const int64_t T = s.m, H = s.hidden_size, I = s.n, E = 8, K = 2;
   const DType dt = s.input_dtype;
   std::vector<int64_t> ids;

@@ -1,0 +1,455 @@
+// cutlass_fused_moe's FP4 paths: argument checks as upstream's runner makes them (errors name
+// the argument), dispatch to the CPU reference. Semantics and sources: docs/MOE.md.
+#include "api/moe_cutlass_fp4.h"
+
+#include <string>
+#include <tuple>
+
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "api/kernel_table.h"
+#include "kernels/cpu/moe_cutlass_fp4_cpu.h"
+
+namespace flashinfer::api {
+namespace {
+
+constexpr const char* kOp = "cutlass_fused_moe";
+
+constexpr KernelEntry<kernels::CutlassMoeFp4Params> kCutlassFp4Kernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: exact block dequantization, per-expert fp32 GEMMs of the routed rows only, "
+     "the activation re-quantized as upstream's kernels do",
+     nullptr,
+     [](const kernels::CutlassMoeFp4Params& p, const LaunchContext&) {
+       kernels::cpu::cutlass_moe_fp4(p);
+     }},
+};
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+const char* mode_name(kernels::CutlassFp4Mode m) {
+  switch (m) {
+    case kernels::CutlassFp4Mode::kNvfp4:
+      return "NVFP4";
+    case kernels::CutlassFp4Mode::kMxfp8Mxfp4:
+      return "MXFP8 x MXFP4";
+    default:
+      return "W4A16 MXFP4";
+  }
+}
+
+void refuse(bool flag, const char* arg, const char* why) {
+  if (flag) FLASHINFER_FAIL(ErrorCode::kUnsupported, kOp, arg, why);
+}
+
+// One entry of quant_scales: dtype, shape, CPU and contiguous; `what` is upstream's name for it.
+const Tensor& quant_scale(const std::vector<Tensor>& qs, size_t i, const char* what, DType dtype,
+                          const Shape& shape) {
+  const Tensor& t = qs[i];
+  FLASHINFER_CHECK(t.defined(), kOp, "quant_scales", "quant_scales[", i, "] (", what,
+                   ") is undefined");
+  FLASHINFER_CHECK(t.dtype() == dtype, kOp, "quant_scales", "quant_scales[", i, "] (", what,
+                   ") must be ", dtype_torch_name(dtype), ", got ", dtype_torch_name(t.dtype()));
+  FLASHINFER_CHECK(t.shape() == shape, kOp, "quant_scales", "quant_scales[", i, "] (", what,
+                   ") must have shape ", shape_to_string(shape), ", got ",
+                   shape_to_string(t.shape()));
+  FLASHINFER_CHECK(t.device().is_cpu() && t.is_contiguous(), kOp, "quant_scales", "quant_scales[",
+                   i, "] (", what, ") must be a contiguous CPU tensor");
+  return t;
+}
+
+// An fp32 act global scale: a scalar ([] or [1]) or one per local expert ([E]).
+const float* act_global(const std::vector<Tensor>& qs, size_t i, const char* what, int64_t E,
+                        bool* per_expert) {
+  const Tensor& t = qs[i];
+  FLASHINFER_CHECK(t.defined() && t.dtype() == DType::kFloat32 && t.dim() <= 1 &&
+                       (t.dim() == 0 || t.size(0) == E || t.size(0) == 1),
+                   kOp, "quant_scales", "quant_scales[", i, "] (", what,
+                   ") must be an fp32 scalar or [", E, "] tensor, got ",
+                   t.defined() ? dtype_torch_name(t.dtype()) : "undefined", " ",
+                   t.defined() ? shape_to_string(t.shape()) : "");
+  FLASHINFER_CHECK(t.device().is_cpu() && t.is_contiguous(), kOp, "quant_scales", "quant_scales[",
+                   i, "] (", what, ") must be a contiguous CPU tensor");
+  *per_expert = t.dim() == 1 && t.size(0) == E && E > 1;
+  return t.data<float>();
+}
+
+const float* expert_vector(const std::optional<Tensor>& t, int64_t E, const char* arg) {
+  if (!t) return nullptr;
+  check_defined(*t, kOp, arg);
+  check_dtype_in(*t, {DType::kFloat32}, kOp, arg);
+  check_shape_eq(*t, {E}, kOp, arg);
+  FLASHINFER_CHECK(t->device().is_cpu() && t->is_contiguous(), kOp, arg,
+                   "must be a contiguous CPU tensor");
+  return t->data<float>();
+}
+
+}  // namespace
+
+bool is_cutlass_moe_fp4_call(const Tensor& input, const Tensor& fc1_expert_weights,
+                             bool use_deepseek_fp8_block_scale, bool use_w4_group_scaling,
+                             bool use_mxfp8_act_scaling, bool use_packed_weights,
+                             bool use_wfp4afp8_humming) {
+  if (!input.defined() || !fc1_expert_weights.defined()) return false;
+  if (use_deepseek_fp8_block_scale || use_wfp4afp8_humming || use_packed_weights) return false;
+  const bool fp8_in = input.dtype() == DType::kFloat8E4M3FN;
+  if (fc1_expert_weights.dtype() == DType::kInt64) {
+    if (use_w4_group_scaling) return false;
+    return fp8_in == use_mxfp8_act_scaling;  // MXFP8 x MXFP4, or NVFP4
+  }
+  return fc1_expert_weights.dtype() == DType::kUInt8 && use_w4_group_scaling &&
+         !use_mxfp8_act_scaling &&
+         (input.dtype() == DType::kBFloat16 || input.dtype() == DType::kFloat16);
+}
+
+std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassFp4Call& c) {
+  using kernels::CutlassFp4Mode;
+  const Tensor &input = c.input, &w1 = c.w1, &w2 = c.w2;
+  check_defined(c.ids, kOp, "token_selected_experts");
+  check_defined(c.scales, kOp, "token_final_scales");
+  check_defined(w2, kOp, "fc2_expert_weights");
+  const CutlassFp4Mode mode = w1.dtype() == DType::kUInt8             ? CutlassFp4Mode::kW4A16Mxfp4
+                              : input.dtype() == DType::kFloat8E4M3FN ? CutlassFp4Mode::kMxfp8Mxfp4
+                                                                      : CutlassFp4Mode::kNvfp4;
+  const bool nv = mode == CutlassFp4Mode::kNvfp4;
+  // No GPU kernel: a CUDA call is refused here (kUnsupported), so replay falls back to the CPU.
+  FLASHINFER_CHECK_CODE(
+      input.device().is_cpu(), ErrorCode::kUnsupported, kOp, "input", "the ", mode_name(mode),
+      " path of cutlass_fused_moe has a CPU reference only (no CUDA kernel here)");
+  refuse(c.min_latency_mode, "min_latency_mode",
+         "min latency mode is not implemented (upstream raises NotImplementedError too)");
+  refuse(c.enable_alltoall, "enable_alltoall", "all-to-all is not implemented");
+  refuse(c.options.situ_beta.has_value() && c.activation_type != ActivationType::Situ, "situ_beta",
+         "only the Situ activation takes situ_beta");
+  refuse(c.options.situ_linear_beta.has_value() && c.activation_type != ActivationType::Situ,
+         "situ_linear_beta", "only the Situ activation takes situ_linear_beta");
+  FLASHINFER_CHECK(c.tp_size >= 1 && c.tp_rank >= 0 && c.tp_rank < c.tp_size, kOp, "tp_rank",
+                   "must be in [0, tp_size=", c.tp_size, "), got ", c.tp_rank);
+  FLASHINFER_CHECK(c.ep_size >= 1 && c.ep_rank >= 0 && c.ep_rank < c.ep_size, kOp, "ep_rank",
+                   "must be in [0, ep_size=", c.ep_size, "), got ", c.ep_rank);
+  FLASHINFER_CHECK(c.cluster_size >= 1 && c.cluster_rank >= 0 && c.cluster_rank < c.cluster_size,
+                   kOp, "cluster_rank", "must be in [0, cluster_size=", c.cluster_size, "), got ",
+                   c.cluster_rank);
+
+  // Weights: int64 holds 16 e2m1 values, uint8 two (upstream's mInnerDimMultiplier).
+  const int64_t mult = mode == CutlassFp4Mode::kW4A16Mxfp4 ? 2 : 16;
+  api::check_dim(w2, {3}, kOp, "fc2_expert_weights");
+  api::check_same_dtype(w2, w1, kOp, "fc2_expert_weights", "fc1_expert_weights");
+  FLASHINFER_CHECK(w2.device().is_cpu() && w2.is_contiguous(), kOp, "fc2_expert_weights",
+                   "must be a contiguous CPU tensor");
+  const int64_t E = w2.size(0), H = w2.size(1), I = w2.size(2) * mult;
+  FLASHINFER_CHECK(E >= 1 && H >= 1 && I >= 1, kOp, "fc2_expert_weights",
+                   "empty expert weights, shape ", shape_to_string(w2.shape()));
+  const bool gated = kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(c.activation_type));
+  const int64_t N1 = gated ? 2 * I : I;
+  FLASHINFER_CHECK(w1.shape() == Shape({E, N1, H / mult}) && H % mult == 0, kOp,
+                   "fc1_expert_weights", "expected [", E, ", ", N1, ", ", H / mult, "] (",
+                   gated ? "gated: 2 * " : "", "inter = ", I, " from fc2, ", mult,
+                   " fp4 values per element), got ", shape_to_string(w1.shape()));
+  FLASHINFER_CHECK(w1.device().is_cpu() && w1.is_contiguous(), kOp, "fc1_expert_weights",
+                   "must be a contiguous CPU tensor");
+  if (mode == CutlassFp4Mode::kNvfp4) {
+    FLASHINFER_CHECK(H % 16 == 0 && I % 16 == 0, kOp, "fc2_expert_weights",
+                     "hidden and inter sizes must be multiples of 16, got ", H, " and ", I);
+  } else {
+    // MXFP4 weights: upstream's runner requires 128 (MXFP8 x MXFP4); the SM90 layouts fold
+    // scales per 64 rows and 128 columns (W4A16).
+    FLASHINFER_CHECK(H % 128 == 0 && I % 128 == 0, kOp, "fc2_expert_weights",
+                     "hidden_size and inter_size must be divisible by 128 for MXFP4 weights, got ",
+                     H, " and ", I);
+  }
+
+  // Input: fp16/bf16 (NVFP4: quantized here; W4A16: as is), packed NVFP4 uint8 [T, H/2] with
+  // input_sf, or MXFP8 float8_e4m3fn [T, H] with input_sf.
+  api::check_dim(input, {2}, kOp, "input");
+  const int64_t T = input.size(0);
+  const bool packed = input.dtype() == DType::kUInt8;
+  if (mode == CutlassFp4Mode::kNvfp4) {
+    api::check_dtype_in(input, {DType::kFloat16, DType::kBFloat16, DType::kUInt8}, kOp, "input");
+  }
+  const int64_t in_cols = packed ? H / 2 : H;
+  FLASHINFER_CHECK(input.size(1) == in_cols, kOp, "input", "expected [", T, ", ", in_cols,
+                   "] (hidden_size ", H, " from fc2_expert_weights", packed ? ", packed fp4" : "",
+                   "), got ", shape_to_string(input.shape()));
+  FLASHINFER_CHECK(input.stride(1) == 1 || in_cols <= 1, kOp, "input",
+                   "the last dimension must be contiguous");
+  const bool pre_quantized = packed || mode == CutlassFp4Mode::kMxfp8Mxfp4;
+  const int vec = nv ? 16 : 32;
+  kernels::SfLayoutCode sf_layout =
+      c.swizzled_input_sf ? kernels::SfLayoutCode::k128x4 : kernels::SfLayoutCode::kLinear;
+  const uint8_t* input_sf = nullptr;
+  if (pre_quantized) {
+    FLASHINFER_CHECK(c.input_sf.has_value() && c.input_sf->defined(), kOp, "input_sf",
+                     "a pre-quantized input (", dtype_torch_name(input.dtype()),
+                     ") needs its block scales");
+    const Tensor& sf = *c.input_sf;
+    api::check_dtype_in(sf, {DType::kUInt8, DType::kFloat8E4M3FN}, kOp, "input_sf");
+    const int64_t want = kernels::sf_buffer_size(sf_layout, T, H / vec);
+    // Upstream reads what it needs and checks no size: a larger buffer is accepted.
+    FLASHINFER_CHECK(sf.numel() >= want && sf.device().is_cpu() && sf.is_contiguous(), kOp,
+                     "input_sf", "expected at least ", want, " contiguous CPU bytes (the ",
+                     c.swizzled_input_sf ? "128x4-swizzled" : "linear", " scales of [", T, ", ",
+                     H / vec, "]), got shape ", shape_to_string(sf.shape()));
+    input_sf = static_cast<const uint8_t*>(sf.data_ptr());
+  }
+
+  check_dim(c.ids, {2}, kOp, "token_selected_experts");
+  check_dtype_in(c.ids, {DType::kInt32, DType::kInt64}, kOp, "token_selected_experts");
+  FLASHINFER_CHECK(
+      c.ids.size(0) == T && c.ids.size(1) >= 1 && c.ids.device().is_cpu() && c.ids.stride(1) == 1,
+      kOp, "token_selected_experts", "expected a CPU [", T,
+      ", top_k] tensor with contiguous rows, got ", shape_to_string(c.ids.shape()));
+  const int64_t K = c.ids.size(1);
+  check_dtype_in(c.scales, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, kOp,
+                 "token_final_scales");
+  check_shape_eq(c.scales, {T, K}, kOp, "token_final_scales");
+  FLASHINFER_CHECK(c.scales.device().is_cpu() && c.scales.stride(1) == 1, kOp, "token_final_scales",
+                   "must be a CPU tensor with contiguous rows");
+
+  // Output and bias dtype: fp16/bf16 (upstream's runner has no fp32 output for these paths);
+  // W4A16 writes the input's dtype.
+  if (mode == CutlassFp4Mode::kW4A16Mxfp4) {
+    FLASHINFER_CHECK(c.output_dtype == input.dtype(), kOp, "output_dtype",
+                     "the W4A16 path writes the input's dtype ", dtype_torch_name(input.dtype()),
+                     ", got ", dtype_torch_name(c.output_dtype));
+  } else {
+    FLASHINFER_CHECK(c.output_dtype == DType::kFloat16 || c.output_dtype == DType::kBFloat16, kOp,
+                     "output_dtype", "the ", mode_name(mode),
+                     " path writes torch.float16 or torch.bfloat16, got ",
+                     dtype_torch_name(c.output_dtype));
+  }
+  const DType gemm_dt = c.output_dtype;
+  FLASHINFER_CHECK(c.b1.has_value() == c.b2.has_value(), kOp,
+                   c.b1 ? "fc2_expert_biases" : "fc1_expert_biases",
+                   "upstream takes both expert biases or neither");
+  if (c.b1) {
+    for (const auto& [b, name, shape] : {std::tuple{&*c.b1, "fc1_expert_biases", Shape{E, N1}},
+                                         std::tuple{&*c.b2, "fc2_expert_biases", Shape{E, H}}}) {
+      check_defined(*b, kOp, name);
+      FLASHINFER_CHECK(b->dtype() == gemm_dt, kOp, name, "dtype ", dtype_torch_name(b->dtype()),
+                       " must be the output dtype ", dtype_torch_name(gemm_dt));
+      check_shape_eq(*b, shape, kOp, name);
+      FLASHINFER_CHECK(b->device().is_cpu() && b->is_contiguous(), kOp, name,
+                       "must be a contiguous CPU tensor");
+    }
+  }
+  const bool swiglu_family = c.activation_type == ActivationType::Swiglu ||
+                             c.activation_type == ActivationType::SwigluBias;
+  if (!swiglu_family) {
+    refuse(c.swiglu_alpha.has_value(), "swiglu_alpha",
+           "only the Swiglu / SwigluBias activations take swiglu_alpha");
+    refuse(c.swiglu_beta.has_value(), "swiglu_beta",
+           "only the Swiglu / SwigluBias activations take swiglu_beta");
+    refuse(c.swiglu_limit.has_value() && c.activation_type != ActivationType::SwigluStep,
+           "swiglu_limit",
+           "only the Swiglu / SwigluBias / SwigluStep activations take swiglu_limit");
+  }
+
+  kernels::CutlassMoeFp4Params p;
+  p.mode = mode;
+  p.in_dtype = input.dtype();
+  p.input_sf = input_sf;
+  p.input_sf_layout = sf_layout;
+
+  // quant_scales, in upstream's order per path.
+  const std::vector<Tensor>& qs = c.quant_scales;
+  if (mode == CutlassFp4Mode::kNvfp4) {
+    FLASHINFER_CHECK(qs.size() == 6, kOp, "quant_scales",
+                     "NVFP4 takes 6 tensors (fc1_act_global, fc1_weight_block, fc1_global, "
+                     "fc2_act_global, fc2_weight_block, fc2_global), got ",
+                     qs.size());
+    p.fc1_act_global = act_global(qs, 0, "fc1_act_global", E, &p.fc1_act_per_expert);
+    FLASHINFER_CHECK(!packed || !p.fc1_act_per_expert, kOp, "quant_scales",
+                     "quant_scales[0] (fc1_act_global) must be one value with a pre-quantized "
+                     "input (upstream: per-expert act scales need the input quantized in the op)");
+    const Shape s1{E, round_up(N1, 128), round_up(H / 16, 4) / 4};
+    const Shape s2{E, round_up(H, 128), round_up(I / 16, 4) / 4};
+    p.w1_sf = static_cast<const uint8_t*>(
+        quant_scale(qs, 1, "fc1_weight_block", DType::kInt32, s1).data_ptr());
+    p.fc1_global = quant_scale(qs, 2, "fc1_global", DType::kFloat32, {E}).data<float>();
+    p.fc2_act_global = act_global(qs, 3, "fc2_act_global", E, &p.fc2_act_per_expert);
+    p.w2_sf = static_cast<const uint8_t*>(
+        quant_scale(qs, 4, "fc2_weight_block", DType::kInt32, s2).data_ptr());
+    p.fc2_global = quant_scale(qs, 5, "fc2_global", DType::kFloat32, {E}).data<float>();
+    p.w1_sf_stride = s1[1] * s1[2] * 4;
+    p.w2_sf_stride = s2[1] * s2[2] * 4;
+  } else if (mode == CutlassFp4Mode::kMxfp8Mxfp4) {
+    FLASHINFER_CHECK(qs.size() == 4, kOp, "quant_scales",
+                     "MXFP8 x MXFP4 takes 4 tensors (fc1_weight_block, fc1_global, "
+                     "fc2_weight_block, fc2_global), got ",
+                     qs.size());
+    const Shape s1{E, N1, H / 128}, s2{E, H, I / 128};
+    p.w1_sf = static_cast<const uint8_t*>(
+        quant_scale(qs, 0, "fc1_weight_block", DType::kInt32, s1).data_ptr());
+    p.fc1_global = quant_scale(qs, 1, "fc1_global", DType::kFloat32, {E}).data<float>();
+    p.w2_sf = static_cast<const uint8_t*>(
+        quant_scale(qs, 2, "fc2_weight_block", DType::kInt32, s2).data_ptr());
+    p.fc2_global = quant_scale(qs, 3, "fc2_global", DType::kFloat32, {E}).data<float>();
+    p.w1_sf_stride = N1 * (H / 32);
+    p.w2_sf_stride = H * (I / 32);
+  } else {
+    FLASHINFER_CHECK(qs.size() == 2, kOp, "quant_scales",
+                     "W4A16 takes 2 tensors (fc1_weight_scales, fc2_weight_scales), got ",
+                     qs.size());
+    // Upstream reads them as raw bytes (the SM90 fold of ue8m0 [E, rows, k / 32] scales,
+    // usually viewed as int32): any dtype with exactly that many bytes.
+    const int64_t bytes[2] = {E * N1 * (H / 32), E * H * (I / 32)};
+    const uint8_t* ptr[2] = {nullptr, nullptr};
+    for (size_t i = 0; i < 2; ++i) {
+      const Tensor& t = qs[i];
+      const int64_t nb = t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : -1;
+      FLASHINFER_CHECK(nb == bytes[i] && t.device().is_cpu() && t.is_contiguous(), kOp,
+                       "quant_scales", "quant_scales[", i, "] (fc", i + 1,
+                       "_weight_scales) must be ", bytes[i],
+                       " contiguous CPU bytes (interleave_moe_scales_for_sm90_mixed_gemm of the "
+                       "ue8m0 scales), got ",
+                       nb, " bytes");
+      ptr[i] = static_cast<const uint8_t*>(t.data_ptr());
+    }
+    FLASHINFER_CHECK(N1 % 64 == 0, kOp, "fc1_expert_weights",
+                     "the SM90 scale fold needs the fc1 rows (", N1, ") to be a multiple of 64");
+    p.w1_sf = ptr[0];
+    p.w2_sf = ptr[1];
+    p.w1_sf_stride = N1 * (H / 32);
+    p.w2_sf_stride = H * (I / 32);
+  }
+
+  Tensor out;
+  if (c.output) {
+    check_defined(*c.output, kOp, "output");
+    check_shape_eq(*c.output, {T, H}, kOp, "output");
+    FLASHINFER_CHECK(c.output->dtype() == c.output_dtype, kOp, "output", "dtype ",
+                     dtype_torch_name(c.output->dtype()), " is not output_dtype ",
+                     dtype_torch_name(c.output_dtype));
+    check_same_device(*c.output, input, kOp, "output", "input");
+    FLASHINFER_CHECK(c.output->stride(1) == 1 || H <= 1, kOp, "output",
+                     "the last dimension must be contiguous");
+    check_writable(*c.output, kOp, "output");
+    check_no_overlap(*c.output, input, kOp, "output", "input");
+    out = *c.output;
+  } else {
+    out = Tensor::empty({T, H}, c.output_dtype, input.device());
+  }
+
+  kernels::CutlassMoeParams& m = p.moe;
+  m.input = input.data_ptr();
+  m.in_stride = input.stride(0);
+  m.experts = c.ids.data_ptr();
+  m.experts_dtype = c.ids.dtype();
+  m.experts_stride = c.ids.stride(0);
+  m.scales = c.scales.data_ptr();
+  m.scales_dtype = c.scales.dtype();
+  m.scales_stride = c.scales.stride(0);
+  m.w1 = w1.data_ptr();
+  m.w2 = w2.data_ptr();
+  m.b1 = c.b1 ? c.b1->data_ptr() : nullptr;
+  // The finalize adds fc2's bias on tensor-parallel rank 0 only (finalizeMoeRoutingKernelLauncher).
+  m.b2 = c.b2 && c.tp_rank == 0 ? c.b2->data_ptr() : nullptr;
+  m.swiglu_alpha = expert_vector(c.swiglu_alpha, E, "swiglu_alpha");
+  m.swiglu_beta = expert_vector(c.swiglu_beta, E, "swiglu_beta");
+  m.swiglu_limit = expert_vector(c.swiglu_limit, E, "swiglu_limit");
+  m.situ_beta = expert_vector(c.options.situ_beta, E, "situ_beta");
+  m.situ_linear_beta = expert_vector(c.options.situ_linear_beta, E, "situ_linear_beta");
+  m.out = out.data_ptr();
+  m.out_stride = out.stride(0);
+  m.dtype = gemm_dt;
+  m.out_dtype = c.output_dtype;
+  m.num_tokens = T;
+  m.top_k = K;
+  m.hidden = H;
+  m.inter = I;
+  m.num_local_experts = E;
+  m.expert_offset = c.ep_rank * E;
+  m.act = static_cast<kernels::MoeAct>(c.activation_type);
+  launch(kCutlassFp4Kernels, p, input.device(), kOp, "input");
+  return {out, Tensor::zeros({1}, DType::kInt32, input.device()),
+          Tensor::zeros({E, T}, DType::kFloat32, input.device()),
+          Tensor::zeros({E}, DType::kInt32, input.device())};
+}
+
+std::vector<Tensor> cutlass_fused_moe_fp4(
+    const Tensor& input, const Tensor& ids, const Tensor& scales, const Tensor& w1,
+    const Tensor& w2, DType output_dtype, const std::vector<Tensor>& quant_scales,
+    const std::optional<Tensor>& b1, const std::optional<Tensor>& b2,
+    const std::optional<Tensor>& input_sf, const std::optional<Tensor>& swiglu_alpha,
+    const std::optional<Tensor>& swiglu_beta, const std::optional<Tensor>& swiglu_limit,
+    int64_t tp_size, int64_t tp_rank, int64_t ep_size, int64_t ep_rank, int64_t cluster_size,
+    int64_t cluster_rank, const std::optional<Tensor>& output, bool enable_alltoall,
+    bool min_latency_mode, bool swizzled_input_sf, ActivationType activation_type,
+    const CutlassFusedMoeOptions& options) {
+  const CutlassFp4Call c{input,
+                         ids,
+                         scales,
+                         w1,
+                         w2,
+                         output_dtype,
+                         quant_scales,
+                         b1,
+                         b2,
+                         input_sf,
+                         swiglu_alpha,
+                         swiglu_beta,
+                         swiglu_limit,
+                         tp_size,
+                         tp_rank,
+                         ep_size,
+                         ep_rank,
+                         cluster_size,
+                         cluster_rank,
+                         output,
+                         enable_alltoall,
+                         min_latency_mode,
+                         swizzled_input_sf,
+                         activation_type,
+                         options};
+  return cutlass_fused_moe_fp4(c);
+}
+
+BenchCase bench_cutlass_fused_moe_fp4(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, H = s.hidden_size, I = s.n, E = 8, K = 2;
+  FLASHINFER_CHECK(H % 16 == 0 && I % 16 == 0, "bench", "hidden_size",
+                   "the NVFP4 case needs hidden_size and n to be multiples of 16, got ", H, " and ",
+                   I);
+  uint64_t state = s.random_seed * 2654435761u + 1;
+  auto bytes = [&](const Shape& shape, DType dt, uint8_t lo, uint8_t span) {
+    Tensor t = Tensor::empty(shape, dt);
+    auto* b = static_cast<uint8_t*>(t.data_ptr());
+    for (int64_t i = 0; i < t.numel() * static_cast<int64_t>(t.element_size()); ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      b[i] = static_cast<uint8_t>(lo + (state >> 33) % span);
+    }
+    return t.to(dev);
+  };
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t e0 = (t * 5) % E;
+    ids.push_back(e0);
+    ids.push_back((e0 + 1 + t % (E - 1)) % E);
+  }
+  // e4m3 scale codes: 0x30.. (0.5 to 0.94) for the input, 0x20.. (0.125 to 0.23) for weights.
+  const Shape s1{E, round_up(2 * I, 128), round_up(H / 16, 4) / 4};
+  const Shape s2{E, round_up(H, 128), round_up(I / 16, 4) / 4};
+  auto f32 = [&](const Shape& shape, double v) {
+    return Value(Tensor::full(shape, v, DType::kFloat32).to(dev));
+  };
+  const DType out_dt = s.out_dtype.value_or(DType::kBFloat16);
+  BenchCase c = bench::invoke_case(
+      "cutlass_fused_moe",
+      {Value(bytes({T, H / 2}, DType::kUInt8, 0, 255)),
+       Value(bench::int32_tensor(ids, dev).view({T, K})),
+       Value(bench::random_tensor({T, K}, DType::kFloat32, dev, s.random_seed + 1, 0.0, 1.0)),
+       Value(bytes({E, 2 * I, H / 16}, DType::kInt64, 0, 255)),
+       Value(bytes({E, H, I / 16}, DType::kInt64, 0, 255)), Value(out_dt),
+       Value::list({f32({}, 1.0), Value(bytes(s1, DType::kInt32, 0x20, 8)), f32({E}, 1.0 / 16),
+                    f32({}, 1.0), Value(bytes(s2, DType::kInt32, 0x20, 8)), f32({E}, 1.0 / 16)})},
+      {{"input_sf",
+        Value(bytes({round_up(T, 128) * round_up(H / 16, 4)}, DType::kUInt8, 0x30, 8))}});
+  const double rows = static_cast<double>(T * K);
+  c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
+  c.bytes = bench::nbytes({T, H / 2}, DType::kUInt8) + bench::nbytes({T, H}, out_dt) +
+            bench::nbytes({E, 2 * I, H / 2}, DType::kUInt8) +
+            bench::nbytes({E, H, I / 2}, DType::kUInt8);
+  return c;
+}
+
+}  // namespace flashinfer::api

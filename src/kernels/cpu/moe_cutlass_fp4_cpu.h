@@ -1,0 +1,18 @@
+// CPU reference of cutlass_fused_moe's FP4 paths: exact block dequantization through the
+// library's quantizers, fp32 GEMMs of each local expert's routed rows only, upstream's rounding
+// and re-quantization points (docs/MOE.md).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/moe_cutlass_fp4_params.h"
+
+namespace flashinfer::kernels::cpu {
+
+void cutlass_moe_fp4(const CutlassMoeFp4Params& p);
+
+/// Undoes interleave_moe_weights_for_sm90_mixed_gemm(..., "fp4") for one expert: `in` holds the
+/// interleaved [n, k / 2] bytes, `out` receives the plain rows (n % 16 == 0, k % 64 == 0).
+void sm90_deinterleave_fp4_weights(const uint8_t* in, uint8_t* out, int64_t n, int64_t k);
+
+}  // namespace flashinfer::kernels::cpu
