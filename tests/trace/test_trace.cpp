@@ -720,6 +720,180 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                            {"cos_sin_cache", T({4096, 128}, f32)}});
         }};
   }
+  // The MoE entry points of src/trace/templates_moe_entry.cpp (upstream's moe.py templates, no
+  // committed output; tests/trace/data/upstream/SOURCES.md): DeepSeek-V3 shapes (256 experts, 32
+  // local, h7168, i2048, top-8) for the trtllm-gen ops, 3 tokens.
+  {
+    const DType i64 = DType::kInt64;
+    const auto none = [] { return Value(); };
+    using KwList = std::vector<std::pair<std::string, Value>>;
+    auto routing = [=](KwList kw, bool routed) {
+      for (const char* p : {"n_group", "topk_group"}) kw.emplace_back(p, none());
+      kw.emplace_back("num_experts", Value(int64_t{256}));
+      kw.emplace_back("top_k", Value(int64_t{8}));
+      kw.emplace_back("intermediate_size", Value(int64_t{2048}));
+      kw.emplace_back("local_expert_offset", Value(int64_t{0}));
+      kw.emplace_back("local_num_experts", Value(int64_t{32}));
+      if (routed) {
+        kw.emplace_back("topk_ids", T({3, 8}, i32));
+      } else {
+        kw.emplace_back("routing_logits", T({3, 256}, f32));
+      }
+      return kw;
+    };
+    m["trtllm_bf16_moe_topk8_e32_h7168_i2048"] = {
+        "trtllm_bf16_moe", [=] {
+          KwList kw = routing({{"routing_bias", T({256}, bf)},
+                               {"hidden_states", T({3, 7168}, bf)},
+                               {"gemm1_weights", B({32, 4096, 7168}, bf)},
+                               {"gemm2_weights", B({32, 7168, 2048}, bf)},
+                               {"routed_scaling_factor", none()},
+                               {"routing_method_type", Value(int64_t{1})}},
+                              false);
+          return (bind)("trtllm_bf16_moe", std::move(kw));
+        }};
+    m["trtllm_bf16_routed_moe_topk8_e32_h7168"] = {
+        "trtllm_bf16_routed_moe", [=] {
+          KwList kw = routing({{"hidden_states", T({3, 7168}, bf)},
+                               {"gemm1_weights", B({32, 4096, 7168}, bf)},
+                               {"gemm2_weights", B({32, 7168, 2048}, bf)},
+                               {"routed_scaling_factor", none()}},
+                              true);
+          return (bind)("trtllm_bf16_routed_moe", std::move(kw));
+        }};
+    auto per_tensor = [=](bool routed) {
+      KwList kw = routing({{"routing_bias", routed ? none() : T({256}, bf)},
+                           {"hidden_states", T({3, 7168}, f8)},
+                           {"gemm1_weights", B({32, 4096, 7168}, f8)},
+                           {"output1_scales_scalar", T({32}, f32)},
+                           {"output1_scales_gate_scalar", T({32}, f32)},
+                           {"gemm2_weights", B({32, 7168, 2048}, f8)},
+                           {"output2_scales_scalar", T({32}, f32)},
+                           {"routed_scaling_factor", Value(2.5)},
+                           {"use_routing_scales_on_input", Value(false)}},
+                          routed);
+      return kw;
+    };
+    m["trtllm_fp8_per_tensor_scale_moe_topk8_e32_h7168_i2048"] = {
+        "trtllm_fp8_per_tensor_scale_moe",
+        [=] { return (bind)("trtllm_fp8_per_tensor_scale_moe", per_tensor(false)); }};
+    m["trtllm_fp8_per_tensor_scale_routed_moe_topk8_e32_h7168"] = {
+        "trtllm_fp8_per_tensor_scale_routed_moe",
+        [=] { return (bind)("trtllm_fp8_per_tensor_scale_routed_moe", per_tensor(true)); }};
+    m["trtllm_fp8_block_scale_routed_moe_topk8_e32_h7168"] = {
+        "trtllm_fp8_block_scale_routed_moe", [=] {
+          KwList kw = routing({{"routing_bias", none()},
+                               {"hidden_states", T({3, 7168}, f8)},
+                               {"hidden_states_scale", T({56, 3}, f32)},
+                               {"gemm1_weights", B({32, 4096, 7168}, f8)},
+                               {"gemm1_weights_scale", B({32, 32, 56}, f32)},
+                               {"gemm2_weights", B({32, 7168, 2048}, f8)},
+                               {"gemm2_weights_scale", B({32, 56, 16}, f32)},
+                               {"routed_scaling_factor", none()}},
+                              true);
+          return (bind)("trtllm_fp8_block_scale_routed_moe", std::move(kw));
+        }};
+    m["trtllm_fp4_block_scale_routed_moe_topk8_e32_h7168_act3"] = {
+        "trtllm_fp4_block_scale_routed_moe", [=] {
+          KwList kw = routing({{"routing_bias", none()},
+                               {"hidden_states", T({3, 3584}, u8)},
+                               {"hidden_states_scale", T({3, 448}, f8)},
+                               {"gemm1_weights", B({32, 4096, 3584}, u8)},
+                               {"gemm1_weights_scale", B({32, 4096, 448}, f8)},
+                               {"gemm1_bias", none()},
+                               {"gemm1_alpha", none()},
+                               {"gemm1_beta", none()},
+                               {"gemm1_clamp_limit", none()},
+                               {"gemm2_weights", B({32, 7168, 1024}, u8)},
+                               {"gemm2_weights_scale", B({32, 7168, 128}, f8)},
+                               {"gemm2_bias", none()},
+                               {"output1_scale_scalar", T({32}, f32)},
+                               {"output1_scale_gate_scalar", T({32}, f32)},
+                               {"output2_scale_scalar", T({32}, f32)},
+                               {"routed_scaling_factor", none()}},
+                              true);
+          return (bind)("trtllm_fp4_block_scale_routed_moe", std::move(kw));
+        }};
+    m["trtllm_mxint4_block_scale_moe_topk8_e32_h7168"] = {
+        "trtllm_mxint4_block_scale_moe", [=] {
+          KwList kw = routing({{"routing_bias", T({256}, bf)},
+                               {"hidden_states", T({3, 7168}, bf)},
+                               {"gemm1_weights", B({32, 4096, 3584}, u8)},
+                               {"gemm1_weights_scale", B({32, 4096, 224}, bf)},
+                               {"gemm1_alpha", none()},
+                               {"gemm1_beta", none()},
+                               {"gemm1_clamp_limit", none()},
+                               {"gemm2_weights", B({32, 7168, 1024}, u8)},
+                               {"gemm2_weights_scale", B({32, 7168, 64}, bf)},
+                               {"routed_scaling_factor", none()}},
+                              false);
+          return (bind)("trtllm_mxint4_block_scale_moe", std::move(kw));
+        }};
+    // Mixtral-like: 8 experts, top-2, h4096, i14336.
+    m["cutlass_fused_moe_e8_h4096_i14336_topk2"] = {
+        "cutlass_fused_moe", [=] {
+          return bind("cutlass_fused_moe", {{"input", T({3, 4096}, bf)},
+                                            {"token_selected_experts", T({3, 2}, i32)},
+                                            {"token_final_scales", T({3, 2}, f32)},
+                                            {"fc1_expert_weights", B({8, 28672, 4096}, bf)},
+                                            {"fc2_expert_weights", B({8, 4096, 14336}, bf)},
+                                            {"output_dtype", Value(bf)},
+                                            {"quant_scales", Value::list({})}});
+        }};
+    // b12x and CuTe-DSL NVFP4: 8 experts, top-2, h2048, i768 (linear 3-D scales, as the
+    // templates shape them).
+    const KwList b12x = {{"x", T({3, 2048}, bf)},
+                         {"w1_weight", B({8, 1536, 1024}, u8)},
+                         {"w1_weight_sf", B({8, 1536, 128}, f8)},
+                         {"w2_weight", B({8, 2048, 384}, u8)},
+                         {"w2_weight_sf", B({8, 2048, 48}, f8)},
+                         {"token_selected_experts", T({3, 2}, i32)},
+                         {"token_final_scales", T({3, 2}, f32)},
+                         {"w1_alpha", T({8}, f32)},
+                         {"w2_alpha", T({8}, f32)},
+                         {"fc2_input_scale", T({1}, f32)}};
+    m["b12x_fused_moe_topk2_e8_h2048"] = {"b12x_fused_moe", [=] {
+                                            KwList kw = b12x;
+                                            kw.emplace_back("num_experts", Value(int64_t{8}));
+                                            kw.emplace_back("top_k", Value(int64_t{2}));
+                                            return (bind)("b12x_fused_moe", std::move(kw));
+                                          }};
+    m["b12x_moe_wrapper_e8_h2048"] = {"B12xMoEWrapper.run", [=] {
+                                        KwList kw = b12x;
+                                        kw.emplace_back("self", Value());
+                                        return (bind)("B12xMoEWrapper.run", std::move(kw));
+                                      }};
+    const KwList cute = {{"x", T({3, 1024}, u8)},
+                         {"x_sf", T({3, 128}, f8)},
+                         {"token_selected_experts", T({3, 2}, i32)},
+                         {"token_final_scales", T({3, 2}, f32)},
+                         {"w1_weight", B({8, 1536, 1024}, u8)},
+                         {"w1_weight_sf", B({8, 1536, 128}, f8)},
+                         {"w1_alpha", T({8}, f32)},
+                         {"fc2_input_scale", T({1}, f32)},
+                         {"w2_weight", B({8, 2048, 384}, u8)},
+                         {"w2_weight_sf", B({8, 2048, 48}, f8)},
+                         {"w2_alpha", T({8}, f32)}};
+    m["cute_dsl_fused_moe_nvfp4_topk2_e8_h2048"] = {
+        "cute_dsl_fused_moe_nvfp4", [=] {
+          KwList kw = cute;
+          kw.emplace_back("num_experts", Value(int64_t{8}));
+          kw.emplace_back("top_k", Value(int64_t{2}));
+          kw.emplace_back("num_local_experts", Value(int64_t{8}));
+          return (bind)("cute_dsl_fused_moe_nvfp4", std::move(kw));
+        }};
+    m["cute_dsl_moe_wrapper_e8_h2048"] = {"CuteDslMoEWrapper.run", [=] {
+                                            KwList kw = cute;
+                                            kw.emplace_back("self", Value());
+                                            kw.emplace_back("tactic", Value());
+                                            return (bind)("CuteDslMoEWrapper.run", std::move(kw));
+                                          }};
+    m["hash_topk_e256_k8_v1024"] = {"hash_topk", [=] {
+                                      return bind("hash_topk", {{"router_logits", T({5, 256}, f32)},
+                                                                {"input_ids", T({5}, i64)},
+                                                                {"tid2eid", T({1024, 8}, i32)}});
+                                    }};
+  }
   return m;
 }
 
@@ -814,7 +988,9 @@ void validate(const Json& d, const std::string& op, std::vector<std::string>* un
       const std::string dt = v.at("dtype");
       const bool optional = v.value("optional", false);
       // "dtype": a torch.dtype argument (upstream's mm_bf16_fp4 out_dtype).
+      // "string": a str scalar (upstream's b12x quant_mode).
       EXPECT_TRUE(kDtypes.count(dt) || (dt == "unknown" && optional) ||
+                  (dt == "string" && v.at("shape").is_null()) ||
                   (dt == "unknown" && std::string(side) == "inputs") ||
                   (dt == "dtype" && v.at("shape").is_null()))
           << side << " " << k << " dtype " << dt;
@@ -870,6 +1046,22 @@ fs::path fresh_dir(const std::string& name) {
   fs::create_directories(d);
   return d;
 }
+
+// The unquantized MoE entry points' small shapes: 8 experts (4 local), top-2, h32, i16.
+const std::map<std::string, int64_t> kMoeBf16Axes = {
+    {"num_experts", 8},        {"top_k", 2},          {"num_local_experts", 4}, {"hidden_size", 32},
+    {"intermediate_size", 16}, {"gemm1_out_size", 32}};
+
+const std::map<std::string, int64_t> kB12xAxes = {{"num_experts", 8},
+                                                  {"top_k", 2},
+                                                  {"num_local_experts", 8},
+                                                  {"hidden_size", 64},
+                                                  {"gemm1_out_size", 64}};
+const std::map<std::string, int64_t> kCuteDslAxes = {{"num_experts", 8},
+                                                     {"top_k", 2},
+                                                     {"num_local_experts", 4},
+                                                     {"hidden_size", 32},
+                                                     {"gemm1_out_size", 128}};
 
 // Small constant axis values for building every definition from axes alone.
 std::map<std::string, int64_t> small_axes(const std::string& op,
@@ -967,7 +1159,48 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
         {"num_packed_hidden", 32},
         {"num_fp4_hidden_blocks", 4},
         {"num_packed_intermediate", 16},
-        {"num_fp4_intermediate_blocks", 2}}}};
+        {"num_fp4_intermediate_blocks", 2}}},
+      // The MoE entry points (templates_moe_entry.cpp): 4 local experts, top-2; the routed
+      // forms' num_experts and intermediate_size are variable (8 and the init's default).
+      {"trtllm_bf16_moe", kMoeBf16Axes},
+      {"trtllm_bf16_routed_moe", kMoeBf16Axes},
+      {"trtllm_fp8_per_tensor_scale_moe", kMoeBf16Axes},
+      {"trtllm_fp8_per_tensor_scale_routed_moe", kMoeBf16Axes},
+      {"trtllm_fp8_block_scale_routed_moe",
+       {{"top_k", 2},
+        {"num_local_experts", 4},
+        {"hidden_size", 256},
+        {"gemm1_out_size", 256},
+        {"num_hidden_blocks", 2},
+        {"num_intermediate_blocks", 1},
+        {"num_gemm1_out_blocks", 2}}},
+      {"trtllm_fp4_block_scale_routed_moe",
+       {{"top_k", 2},
+        {"num_local_experts", 4},
+        {"hidden_size", 64},
+        {"gemm1_out_size", 64},
+        {"num_packed_hidden", 32},
+        {"num_packed_intermediate", 16},
+        {"num_fp4_intermediate_blocks", 2},
+        {"activation_type", 3}}},
+      {"trtllm_mxint4_block_scale_moe",
+       {{"num_experts", 8},
+        {"top_k", 2},
+        {"num_local_experts", 4},
+        {"hidden_size", 64},
+        {"gemm1_out_size", 64},
+        {"num_packed_hidden", 32},
+        {"num_mxint4_hidden_blocks", 2},
+        {"num_packed_intermediate", 16},
+        {"num_mxint4_intermediate_blocks", 1}}},
+      {"cutlass_fused_moe", kMoeBf16Axes},
+      {"hash_topk", {{"num_routed_experts", 8}, {"topk", 3}, {"vocab", 16}}},
+      // b12x: h64, i32 (no expert parallelism: 8 local of 8); CuTe-DSL: h32, i64 (GEMM1's rows
+      // interleaved in groups of 64), 4 local of 8.
+      {"b12x_fused_moe", kB12xAxes},
+      {"B12xMoEWrapper.run", kB12xAxes},
+      {"cute_dsl_fused_moe_nvfp4", kCuteDslAxes},
+      {"CuteDslMoEWrapper.run", kCuteDslAxes}};
   std::map<std::string, int64_t> out;
   for (const auto& a : tmpl.axes) {
     if (!a.is_const) continue;
@@ -1544,6 +1777,46 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
   cases.push_back(routing("sigmoid_renorm", 6, 4, {{"norm_topk_prob", false}}));
   cases.push_back(routing("minimax2", 7, 4, {{"routed_scaling_factor", 2.5}}));
   cases.push_back(routing("sigmoid", 8, 4));
+  // The unquantized MoE entry points (templates_moe_entry.cpp) against our CPU ops: MajorK
+  // weights as the definitions write them, 8 experts of which 4 local, top-2, h32, i16.
+  auto bf16_moe = [](std::string label, int64_t method, std::optional<double> scale,
+                     std::optional<int64_t> n_group = std::nullopt,
+                     std::optional<int64_t> topk_group = std::nullopt) {
+    Json set = {{"routing_method_type", method}};
+    if (scale) set["routed_scaling_factor"] = *scale;
+    if (n_group) set["n_group"] = *n_group;
+    if (topk_group) set["topk_group"] = *topk_group;
+    Case c{"trtllm_bf16_moe", [=](In& i) {
+             return Outs{fi::trtllm_bf16_moe(i["routing_logits"], std::nullopt, i["hidden_states"],
+                                             i["gemm1_weights"], i["gemm2_weights"], 8, 2, n_group,
+                                             topk_group, 16, 0, 4, scale, method, false,
+                                             fi::WeightLayout::MajorK)};
+           }};
+    c.label = "trtllm_bf16_moe_" + label;
+    c.set = set;
+    return c;
+  };
+  // Default; Renormalize with a scale (which it ignores); DeepSeek-V3 (2 groups of 4, 1 kept,
+  // scaled); TopK (raw logits as weights).
+  cases.push_back(bf16_moe("default", 0, std::nullopt));
+  cases.push_back(bf16_moe("renormalize", 1, 2.5));
+  cases.push_back(bf16_moe("ds", 2, 2.5, 2, 1));
+  cases.push_back(bf16_moe("topk", 5, std::nullopt));
+  cases.push_back({"trtllm_bf16_routed_moe", [](In& i) {
+                     return Outs{fi::trtllm_bf16_routed_moe(
+                         fi::MoeTopkIds(i["topk_ids"]), i["hidden_states"], i["gemm1_weights"],
+                         i["gemm2_weights"], 8, 2, std::nullopt, std::nullopt, 16, 0, 4,
+                         std::nullopt, 0, false, fi::WeightLayout::MajorK)};
+                   }});
+  cases.push_back({"cutlass_fused_moe", [](In& i) {
+                     return Outs{
+                         fi::cutlass_fused_moe(i["input"], i["token_selected_experts"],
+                                               i["token_final_scales"], i["fc1_expert_weights"],
+                                               i["fc2_expert_weights"], DType::kBFloat16, {})[0]};
+                   }});
+  cases.push_back({"hash_topk", [&](In& i) {
+                     return tup2(fi::hash_topk(i["router_logits"], i["input_ids"], i["tid2eid"]));
+                   }});
   const fs::path dir = fresh_dir("refs");
   Json manifest = {{"run", Json::array()}, {"io", Json::array()}};
   std::vector<fs::path> files;
