@@ -870,6 +870,209 @@ void add_cute_dsl(std::vector<Template>& v) {
                .reference = ref});
 }
 
+// The SM90 mixed-input weight preparation (flashinfer.fused_moe.prepare): moe.py at 0107a67,
+// op_type "moe_preprocess", every axis variable, no status tag (upstream's). Humming has two
+// templates by `interleave` (upstream's dispatch: True, the default, the folded layouts; False
+// the logical ones). Our references follow docs/MOE.md "SM90 mixed-input weight layouts".
+const char* const kSm90Prep = R"PY(import struct
+
+_FP4_MOVES = [(0, 6), (1, 7), (2, 8), (3, 15), (4, 22), (5, 23), (6, 24), (7, 31), (8, 3), (9, 4),
+              (10, 5), (11, 12), (12, 19), (13, 20), (14, 21), (15, 28), (16, 0), (17, 1), (18, 2),
+              (19, 9), (20, 16), (21, 17), (22, 18), (23, 25), (24, 13), (25, 10), (26, 11),
+              (27, 14), (28, 29), (29, 26), (30, 27), (31, 30)]
+
+
+def _fold_scales(scales, group_size):
+    # out[e, rb, kb, f, m * G + g] = in[e, rb * 64 + m * folded_m + f, kb * G + g]
+    E, rows, kg = scales.shape
+    G = 128 // int(group_size)
+    cols = 128 // (scales.element_size() * 8)
+    ms = cols // G
+    fm = 64 // ms
+    t = scales.contiguous().reshape(E, rows // 64, ms, fm, kg // G, G)
+    return t.permute(0, 1, 4, 3, 2, 5).contiguous().reshape(E, rows // 64, kg // G, fm, cols)
+
+
+def _interleave_weights(weight, quant_type):
+    # Rows in pairs (r, r + 8), K in partitions of 64 values, 16 lanes per (pair, partition).
+    E, n, nb = weight.shape
+    src = weight.contiguous().tolist()
+    out = [[[0] * nb for _ in range(n)] for _ in range(E)]
+    for e in range(E):
+        W, O = src[e], out[e]
+        for b in range(n // 2):
+            r = b // 8 * 16 + b % 8
+            for q in range(nb // 32):
+                for l in range(16):
+                    if quant_type == "fp4":
+                        c = 32 * q + 8 * (l // 4) + l % 4
+                        word = W[r][c] | W[r + 8][c] << 8 | W[r][c + 4] << 16 | W[r + 8][c + 4] << 24
+                        v = 0
+                        for sb, db in _FP4_MOVES:
+                            v |= ((word >> sb) & 1) << db
+                        row, base = r + 8 * ((l // 4) % 2), 32 * q + 16 * (l // 8) + 4 * (l % 4)
+                    else:
+                        u = 16 * q + l
+                        v = (W[r][2 * u] | W[r][2 * u + 1] << 8
+                             | (W[r + 8][2 * u] | W[r + 8][2 * u + 1] << 8) << 16)
+                        if quant_type == "fp4_fp8":
+                            # Magnitudes stay; the sign of nibble j moves to nibble 2j+1 (j < 4)
+                            # or 2(j - 4).
+                            sign = 0
+                            for j in range(8):
+                                if (v >> (4 * j + 3)) & 1:
+                                    sign |= 1 << (4 * (2 * j + 1 if j < 4 else 2 * (j - 4)) + 3)
+                            v = (v & 0x77777777) | sign
+                        elif quant_type != "int4":
+                            raise ValueError("quant_type " + str(quant_type))
+                        row, base = r + 8 * ((l % 8) // 4), 2 * (16 * q + 8 * (l // 8) + 2 * (l % 4))
+                    for i in range(4):
+                        O[row][base + i] = (v >> (8 * i)) & 255
+    return torch.tensor(out, dtype=torch.uint8).reshape(E, n, nb)
+
+
+def _f32(bits):
+    return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+
+
+def _bits(x):
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def _humming_table():
+    # Code c of a block with scale delta d: -0 becomes 0; for d > 0 the code read as the fp32
+    # pattern sign << 31 | (e, m) << 22 times the pattern 0x3F800000 - (d << 23) (Python floats),
+    # rounded back to the (e, m) field: truncation or +0x00200000, the nearer (ties up).
+    t = torch.zeros((256, 16), dtype=torch.uint8)
+    mask = 0x81C00000
+    for d in range(256):
+        f = _f32(0x3F800000 - (d << 23))
+        for c in range(16):
+            code = 0 if c == 8 else c
+            if d:
+                v = _f32(((code & 8) << 28) | ((code & 7) << 22)) * f
+                vb = _bits(v)
+                lo, hi = vb & mask, (vb + 0x00200000) & mask
+                pick = hi if abs(v - _f32(lo)) >= abs(v - _f32(hi)) else lo
+                code = ((pick >> 28) & 8) | ((pick >> 22) & 7)
+            t[d, c] = code
+    return t
+
+
+def _humming(weight, raw_scale, max_range):
+    E, rows, nb = weight.shape
+    s = raw_scale.long().reshape(E, -1)
+    hi = s.max(dim=1, keepdim=True).values
+    low = hi - torch.clamp(hi - s.min(dim=1, keepdim=True).values, max=int(max_range))
+    clamped = torch.maximum(s, low)
+    offset = ((clamped - low + 1) & 15).to(torch.uint8).reshape(raw_scale.shape)
+    residual = torch.exp2(low.reshape(E).float() - 127.0) * 0.5
+    delta = (clamped - s).reshape(E, rows, -1).repeat_interleave(32, dim=2)
+    w = weight.long()
+    codes = torch.stack([w & 15, w >> 4], dim=-1).reshape(E, rows, nb * 2)
+    new = _humming_table().long()[delta, codes]
+    packed = (new[..., 0::2] | (new[..., 1::2] << 4)).to(torch.uint8)
+    return packed, offset, residual
+
+
+)PY";
+
+void add_sm90_prep(std::vector<Template>& v) {
+  const std::vector<std::string> w = {"num_experts", "rows", "packed_k"},
+                                 sc = {"num_experts", "rows", "scale_groups"},
+                                 folded = {"num_experts", "m64_blocks", "k128_blocks", "folded_m",
+                                           "physical_cols"};
+  // Defaults: 2 experts of 64 rows, K = 128 (one K128 block); uint8 scales of group 32 fold
+  // into 16 rows of 16 columns.
+  auto prep_axes = [] {
+    return std::vector<Axis>{var("num_experts", "", 2), var("rows", "", 64),
+                             var("packed_k", "", 64), var("scale_groups", "", 4)};
+  };
+  auto folded_axes = [] {
+    return std::vector<Axis>{var("m64_blocks", "", 1), var("k128_blocks", "", 1),
+                             var("folded_m", "", 16), var("physical_cols", "", 16)};
+  };
+  for (const bool interleave : {true, false}) {
+    std::vector<Axis> axes = prep_axes();
+    if (interleave) {
+      for (Axis a : folded_axes()) axes.push_back(std::move(a));
+    }
+    v.push_back(
+        {.op = "preprocess_moe_weights_for_sm90_mixed_gemm_humming",
+         .op_type = "moe_preprocess",
+         .name_prefix = interleave ? "sm90_mixed_gemm_humming_weight_preprocess"
+                                   : "sm90_mixed_gemm_humming_weight_preprocess_logical",
+         .description = std::string("Humming MXFP4 preparation for the SM90 FP8-activation path: "
+                                    "per expert the E8M0 scales clamped to max_range below their "
+                                    "max (offset (clamped - low + 1) & 15, residual 2^(low - "
+                                    "127) / 2), each FP4 code rewritten for its block's clamp "
+                                    "delta") +
+                        (interleave ? "; then the fp4_fp8 weight interleave and the group-32 "
+                                      "scale fold."
+                                    : " (logical layouts)."),
+         .axes = axes,
+         .inputs = {T("weight", w).synth("uint8").init(packed(w)),
+                    T("raw_scale", sc)
+                        .synth("uint8")
+                        .init("torch.randint(112, 140, (num_experts, rows, scale_groups), "
+                              "dtype=torch.uint8)"),
+                    S("max_range", "int32").init("4"),
+                    S("interleave", "bool").init(interleave ? "True" : "False")},
+         .outputs = {T("processed_weight", w).like("weight"),
+                     T("processed_scale", interleave ? folded : sc).like("raw_scale"),
+                     T("residual", {"num_experts"}).dt("float32")},
+         .constraints = {"packed_k == scale_groups * 16"},
+         .tags = {"moe:sm90", "quantization:mxfp4"},
+         .reference = std::string(kSm90Prep) +
+                      "def run(weight, raw_scale, max_range=11, interleave=True):\n"
+                      "    w, offset, residual = _humming(weight, raw_scale, max_range)\n"
+                      "    if not interleave:\n"
+                      "        return w, offset, residual\n"
+                      "    return _interleave_weights(w, \"fp4_fp8\"), _fold_scales(offset, 32), "
+                      "residual\n",
+         .select_param = "interleave",
+         .select_values = {interleave ? 1 : 0},
+         .select_default = 1});
+  }
+  std::vector<Axis> axes = {var("num_experts", "", 2), var("rows", "", 64),
+                            var("scale_groups", "", 4)};
+  for (Axis a : folded_axes()) axes.push_back(std::move(a));
+  v.push_back({.op = "interleave_moe_scales_for_sm90_mixed_gemm",
+               .op_type = "moe_preprocess",
+               .name_prefix = "sm90_mixed_gemm_scale_interleave",
+               .description = "Weight scales folded for the SM90 mixed-input MoE GEMM: G = 128 / "
+                              "group_size groups per K128 block, cols = 16 bytes of elements, "
+                              "ms = cols / G, folded_m = 64 / ms; out[e, rb, kb, f, m * G + g] = "
+                              "in[e, rb * 64 + m * folded_m + f, kb * G + g].",
+               .axes = axes,
+               .inputs = {T("scales", sc)
+                              .synth("uint8")
+                              .init("torch.randint(0, 256, (num_experts, rows, scale_groups), "
+                                    "dtype=torch.uint8)"),
+                          S("group_size", "int32").init("32")},
+               .outputs = {T("interleaved_scales", folded).like("scales")},
+               .tags = {"moe:sm90", "layout:folded_scale"},
+               .reference = std::string(kSm90Prep) +
+                            "def run(scales, group_size=32):\n"
+                            "    return _fold_scales(scales, group_size)\n"});
+  v.push_back({.op = "interleave_moe_weights_for_sm90_mixed_gemm",
+               .op_type = "moe_preprocess",
+               .name_prefix = "sm90_mixed_gemm_weight_interleave",
+               .description = "Packed 4-bit MoE weights interleaved for the SM90 mixed-input GEMM "
+                              "(quant_type fp4, fp4_fp8 or int4): rows in pairs (r, r + 8), K in "
+                              "partitions of 64 values, 16 lanes each; fp4 moves the bits of "
+                              "4-byte groups, int4 moves 16-bit units, fp4_fp8 as int4 with the "
+                              "sign of nibble j moved to nibble 2j + 1 (j < 4) or 2 (j - 4).",
+               .axes = {var("num_experts", "", 2), var("rows", "", 64), var("packed_k", "", 64)},
+               .inputs = {T("weight", w).synth("uint8").init(packed(w)),
+                          S("quant_type", "str").init("\"fp4\"")},
+               .outputs = {T("interleaved_weight", w).like("weight")},
+               .tags = {"moe:sm90", "layout:mixed_input"},
+               .reference = std::string(kSm90Prep) +
+                            "def run(weight, quant_type=\"fp4\"):\n"
+                            "    return _interleave_weights(weight, quant_type)\n"});
+}
+
 }  // namespace
 
 void add_moe_entry_points(std::vector<Template>& v) {
@@ -877,6 +1080,7 @@ void add_moe_entry_points(std::vector<Template>& v) {
   add_cutlass_and_hash(v);
   add_b12x(v);
   add_cute_dsl(v);
+  add_sm90_prep(v);
 }
 
 }  // namespace flashinfer::trace::detail

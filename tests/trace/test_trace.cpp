@@ -888,6 +888,27 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                             kw.emplace_back("tactic", Value());
                                             return (bind)("CuteDslMoEWrapper.run", std::move(kw));
                                           }};
+    // SM90 weight preparation: 2 experts of 128 rows, K = 2048 (MXFP4: uint8 E8M0 scales per
+    // 32); the scale fold with bf16 scales of group 128 (upstream's W4A8 case).
+    for (const bool il : {true, false}) {
+      m[std::string("sm90_mixed_gemm_humming_weight_preprocess") + (il ? "" : "_logical")] = {
+          "preprocess_moe_weights_for_sm90_mixed_gemm_humming", [=] {
+            return bind("preprocess_moe_weights_for_sm90_mixed_gemm_humming",
+                        {{"weight", T({2, 128, 1024}, u8)},
+                         {"raw_scale", T({2, 128, 64}, u8)},
+                         {"interleave", Value(il)}});
+          }};
+    }
+    m["sm90_mixed_gemm_scale_interleave"] = {
+        "interleave_moe_scales_for_sm90_mixed_gemm", [=] {
+          return bind("interleave_moe_scales_for_sm90_mixed_gemm",
+                      {{"scales", T({2, 128, 16}, bf)}, {"group_size", Value(int64_t{128})}});
+        }};
+    m["sm90_mixed_gemm_weight_interleave"] = {
+        "interleave_moe_weights_for_sm90_mixed_gemm", [=] {
+          return bind("interleave_moe_weights_for_sm90_mixed_gemm",
+                      {{"weight", T({2, 128, 1024}, u8)}, {"quant_type", Value("fp4_fp8")}});
+        }};
     m["hash_topk_e256_k8_v1024"] = {"hash_topk", [=] {
                                       return bind("hash_topk", {{"router_logits", T({5, 256}, f32)},
                                                                 {"input_ids", T({5}, i64)},
@@ -949,9 +970,13 @@ void validate(const Json& d, const std::string& op, std::vector<std::string>* un
   EXPECT_EQ(tags[0], "fi_api:" + decl->module + "." + decl->name);
   bool status = false;
   for (const auto& t : tags) status = status || t.get<std::string>().rfind("status:", 0) == 0;
-  // Upstream's SVDQuant templates carry no status tag (their committed files).
+  // Upstream's SVDQuant templates carry no status tag (their committed files), nor its SM90
+  // weight-preparation templates (moe.py).
   EXPECT_TRUE(status || op == "nvfp4_quantize_smooth" || op == "mm_nvfp4_svdquant" ||
-              op == "svdquant_linear")
+              op == "svdquant_linear" ||
+              op == "preprocess_moe_weights_for_sm90_mixed_gemm_humming" ||
+              op == "interleave_moe_scales_for_sm90_mixed_gemm" ||
+              op == "interleave_moe_weights_for_sm90_mixed_gemm")
       << "no status: tag";
   std::string expected_name;
   // The op's template that wrote `d`: for ops with selected templates (the MoE routing
@@ -988,9 +1013,10 @@ void validate(const Json& d, const std::string& op, std::vector<std::string>* un
       const std::string dt = v.at("dtype");
       const bool optional = v.value("optional", false);
       // "dtype": a torch.dtype argument (upstream's mm_bf16_fp4 out_dtype).
-      // "string": a str scalar (upstream's b12x quant_mode).
+      // "string" / "str": a str scalar (upstream's b12x quant_mode, the SM90 weight
+      // interleave's quant_type).
       EXPECT_TRUE(kDtypes.count(dt) || (dt == "unknown" && optional) ||
-                  (dt == "string" && v.at("shape").is_null()) ||
+                  ((dt == "string" || dt == "str") && v.at("shape").is_null()) ||
                   (dt == "unknown" && std::string(side) == "inputs") ||
                   (dt == "dtype" && v.at("shape").is_null()))
           << side << " " << k << " dtype " << dt;
@@ -1814,6 +1840,33 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
                                                i["token_final_scales"], i["fc1_expert_weights"],
                                                i["fc2_expert_weights"], DType::kBFloat16, {})[0]};
                    }});
+  // The SM90 weight preparation, bit for bit: each weight interleave, the scale fold, and
+  // Humming (max_range 4 of scales spread over 28, so blocks are clamped) in both layouts.
+  for (const char* qt : {"fp4", "fp4_fp8", "int4"}) {
+    Case c{"interleave_moe_weights_for_sm90_mixed_gemm", [=](In& i) {
+             return Outs{fi::interleave_moe_weights_for_sm90_mixed_gemm(i["weight"], qt)};
+           }};
+    c.label = std::string("sm90_weight_interleave_") + qt;
+    c.set = {{"quant_type", qt}};
+    c.tol = fi::testing::Tolerance{0, 0};
+    cases.push_back(c);
+  }
+  cases.push_back(
+      {"interleave_moe_scales_for_sm90_mixed_gemm",
+       [](In& i) { return Outs{fi::interleave_moe_scales_for_sm90_mixed_gemm(i["scales"], 32)}; },
+       fi::testing::Tolerance{0, 0}});
+  for (const bool il : {true, false}) {
+    Case c{"preprocess_moe_weights_for_sm90_mixed_gemm_humming", [=](In& i) {
+             auto [w, s, r] = fi::preprocess_moe_weights_for_sm90_mixed_gemm_humming(
+                 i["weight"], i["raw_scale"], 4, il);
+             return Outs{w, s, r};
+           }};
+    c.variant = il ? "sm90_mixed_gemm_humming_weight_preprocess"
+                   : "sm90_mixed_gemm_humming_weight_preprocess_logical";
+    c.label = c.variant;
+    c.tol = fi::testing::Tolerance{0, 0};
+    cases.push_back(c);
+  }
   cases.push_back({"hash_topk", [&](In& i) {
                      return tup2(fi::hash_topk(i["router_logits"], i["input_ids"], i["tid2eid"]));
                    }});
