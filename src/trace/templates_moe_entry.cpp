@@ -939,13 +939,14 @@ def _bits(x):
     return struct.unpack("<I", struct.pack("<f", x))[0]
 
 
-def _humming_table():
+def _humming_table(deltas):
     # Code c of a block with scale delta d: -0 becomes 0; for d > 0 the code read as the fp32
     # pattern sign << 31 | (e, m) << 22 times the pattern 0x3F800000 - (d << 23) (Python floats),
-    # rounded back to the (e, m) field: truncation or +0x00200000, the nearer (ties up).
+    # rounded back to the (e, m) field: truncation or +0x00200000, the nearer (ties up). Only
+    # the rows of the deltas used are filled.
     t = torch.zeros((256, 16), dtype=torch.uint8)
     mask = 0x81C00000
-    for d in range(256):
+    for d in deltas:
         f = _f32(0x3F800000 - (d << 23))
         for c in range(16):
             code = 0 if c == 8 else c
@@ -970,7 +971,7 @@ def _humming(weight, raw_scale, max_range):
     delta = (clamped - s).reshape(E, rows, -1).repeat_interleave(32, dim=2)
     w = weight.long()
     codes = torch.stack([w & 15, w >> 4], dim=-1).reshape(E, rows, nb * 2)
-    new = _humming_table().long()[delta, codes]
+    new = _humming_table(sorted(set(delta.flatten().tolist()))).long()[delta, codes]
     packed = (new[..., 0::2] | (new[..., 1::2] << 4)).to(torch.uint8)
     return packed, offset, residual
 
@@ -1063,7 +1064,7 @@ void add_sm90_prep(std::vector<Template>& v) {
                               "partitions of 64 values, 16 lanes each; fp4 moves the bits of "
                               "4-byte groups, int4 moves 16-bit units, fp4_fp8 as int4 with the "
                               "sign of nibble j moved to nibble 2j + 1 (j < 4) or 2 (j - 4).",
-               .axes = {var("num_experts", "", 2), var("rows", "", 64), var("packed_k", "", 64)},
+               .axes = {var("num_experts", "", 2), var("rows", "", 32), var("packed_k", "", 32)},
                .inputs = {T("weight", w).synth("uint8").init(packed(w)),
                           S("quant_type", "str").init("\"fp4\"")},
                .outputs = {T("interleaved_weight", w).like("weight")},
