@@ -909,6 +909,17 @@ std::map<std::string, UpstreamCall> upstream_calls() {
           return bind("interleave_moe_weights_for_sm90_mixed_gemm",
                       {{"weight", T({2, 128, 1024}, u8)}, {"quant_type", Value("fp4_fp8")}});
         }};
+    m["fused_topk_deepseek_e256_k8"] = {"fused_topk_deepseek", [=] {
+                                          return bind("fused_topk_deepseek",
+                                                      {{"scores", T({5, 256}, f32)},
+                                                       {"bias", T({256}, f32)},
+                                                       {"n_group", Value(int64_t{8})},
+                                                       {"topk_group", Value(int64_t{4})},
+                                                       {"topk", Value(int64_t{8})},
+                                                       {"routed_scaling_factor", Value(2.5)},
+                                                       {"topk_values", T({5, 8}, f32)},
+                                                       {"topk_indices", T({5, 8}, i32)}});
+                                        }};
     m["hash_topk_e256_k8_v1024"] = {"hash_topk", [=] {
                                       return bind("hash_topk", {{"router_logits", T({5, 256}, f32)},
                                                                 {"input_ids", T({5}, i64)},
