@@ -139,6 +139,13 @@ std::string scales(const std::vector<std::string>& dims, const std::string& key,
   return "(torch.rand((" + shape + "), device=device) * " + k + " + " + k + ").to({dtype:" + key +
          "})";
 }
+// e4m3 scales exact in e4m3 (2^-5 * (1 + j/8)), so a torch without float8 builds the same values
+// in float32 as the library reads from the e4m3 bytes.
+std::string e4m3_scales(const std::vector<std::string>& dims, const std::string& key) {
+  std::string shape;
+  for (const auto& d : dims) shape += d + ", ";
+  return "(torch.randint(8, 16, (" + shape + "), device=device) / 256.0).to({dtype:" + key + "})";
+}
 // Packed precomputed routing: top_k distinct experts of num_experts per token, bf16 weights in
 // [0.25, 0.75) (positive, so the low half never carries a sign bit).
 const char* const kPackedTopk =
@@ -670,9 +677,9 @@ void add_b12x(std::vector<Template>& v) {
     std::vector<Io> in = {
         T("x", {"num_tokens", "hidden_size"}),
         T("w1_weight", w1).synth("uint8").init(packed(w1)),
-        T("w1_weight_sf", w1s).synth("float8_e4m3fn").init(scales(w1s, "w1_weight_sf", "0.05")),
+        T("w1_weight_sf", w1s).synth("float8_e4m3fn").init(e4m3_scales(w1s, "w1_weight_sf")),
         T("w2_weight", w2).synth("uint8").init(packed(w2)),
-        T("w2_weight_sf", w2s).synth("float8_e4m3fn").init(scales(w2s, "w2_weight_sf", "0.05")),
+        T("w2_weight_sf", w2s).synth("float8_e4m3fn").init(e4m3_scales(w2s, "w2_weight_sf")),
         T("token_selected_experts", {"num_tokens", "top_k"}).dt("int32").init(kSelected),
         T("token_final_scales", {"num_tokens", "top_k"})
             .dt("float32")
@@ -773,9 +780,9 @@ void add_cute_dsl(std::vector<Template>& v) {
                              cst("num_local_experts", "e"),
                              cst("hidden_size", "h"),
                              var("intermediate_size", "", 64),
-                             var("num_packed_hidden", "", 16),
+                             var("num_packed_hidden", "", 32),
                              var("num_packed_intermediate", "", 32),
-                             var("num_fp4_hidden_blocks", "", 2),
+                             var("num_fp4_hidden_blocks", "", 4),
                              var("num_fp4_intermediate_blocks", "", 4),
                              cst("gemm1_out_size", ""),
                              var("one", "", 1)};
@@ -793,17 +800,17 @@ void add_cute_dsl(std::vector<Template>& v) {
     }
     return std::vector<Io>{
         T("x", xs).synth("uint8").init(packed(xs)),
-        T("x_sf", xss).synth("float8_e4m3fn").init(scales(xss, "x_sf", "0.5")),
+        T("x_sf", xss).synth("float8_e4m3fn").init(e4m3_scales(xss, "x_sf")),
         T("token_selected_experts", {"num_tokens", "top_k"}).dt("int32").init(kSelected),
         T("token_final_scales", {"num_tokens", "top_k"})
             .dt("float32")
             .init("torch.rand((num_tokens, top_k), device=device)"),
         T("w1_weight", w1).synth("uint8").init(packed(w1)),
-        T("w1_weight_sf", w1s).synth("float8_e4m3fn").init(scales(w1s, "w1_weight_sf", "0.05")),
+        T("w1_weight_sf", w1s).synth("float8_e4m3fn").init(e4m3_scales(w1s, "w1_weight_sf")),
         T("w1_alpha", kEl).dt("float32").init("(torch.rand((num_local_experts,)) + 0.5)"),
         T("fc2_input_scale", {"one"}).dt("float32").init("torch.full((one,), 0.5)"),
         T("w2_weight", w2).synth("uint8").init(packed(w2)),
-        T("w2_weight_sf", w2s).synth("float8_e4m3fn").init(scales(w2s, "w2_weight_sf", "0.05")),
+        T("w2_weight_sf", w2s).synth("float8_e4m3fn").init(e4m3_scales(w2s, "w2_weight_sf")),
         T("w2_alpha", kEl).dt("float32").init("(torch.rand((num_local_experts,)) + 0.5)"),
         ne,
         tk,

@@ -1097,7 +1097,7 @@ const std::map<std::string, int64_t> kB12xAxes = {{"num_experts", 8},
 const std::map<std::string, int64_t> kCuteDslAxes = {{"num_experts", 8},
                                                      {"top_k", 2},
                                                      {"num_local_experts", 4},
-                                                     {"hidden_size", 32},
+                                                     {"hidden_size", 64},
                                                      {"gemm1_out_size", 128}};
 
 // Small constant axis values for building every definition from axes alone.
@@ -1232,7 +1232,7 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
         {"num_mxint4_intermediate_blocks", 1}}},
       {"cutlass_fused_moe", kMoeBf16Axes},
       {"hash_topk", {{"num_routed_experts", 8}, {"topk", 3}, {"vocab", 16}}},
-      // b12x: h64, i32 (no expert parallelism: 8 local of 8); CuTe-DSL: h32, i64 (GEMM1's rows
+      // b12x: h64, i32 (no expert parallelism: 8 local of 8); CuTe-DSL: h64, i64 (GEMM1's rows
       // interleaved in groups of 64), 4 local of 8.
       {"b12x_fused_moe", kB12xAxes},
       {"B12xMoEWrapper.run", kB12xAxes},
@@ -1878,6 +1878,30 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
     c.tol = fi::testing::Tolerance{0, 0};
     cases.push_back(c);
   }
+  // b12x and CuTe-DSL NVFP4: the definitions' linear e4m3 scales (exact e4m3 values in float32
+  // on a torch without float8) given to the ops as they take them, e4m3 bytes in the 128x4
+  // layout; 8 experts, top-2 (CuTe-DSL: 4 of them local, rows interleaved by 64).
+  const auto swizzled = [](const Tensor& s) {
+    const Tensor f8 = s.to(DType::kFloat8E4M3FN).contiguous();
+    const Tensor bytes = Tensor::from_blob(f8.data_ptr(), {f8.size(0), f8.size(1), f8.size(2)},
+                                           {f8.size(1) * f8.size(2), f8.size(2), 1}, DType::kUInt8,
+                                           fi::Device::cpu());
+    return fi::block_scale_interleave(bytes);
+  };
+  cases.push_back({"b12x_fused_moe", [=](In& i) {
+                     return Outs{
+                         fi::b12x_fused_moe(i["x"], i["w1_weight"], swizzled(i["w1_weight_sf"]),
+                                            i["w2_weight"], swizzled(i["w2_weight_sf"]),
+                                            i["token_selected_experts"], i["token_final_scales"], 8,
+                                            2, i["w1_alpha"], i["w2_alpha"], i["fc2_input_scale"])};
+                   }});
+  cases.push_back({"cute_dsl_fused_moe_nvfp4", [=](In& i) {
+                     return Outs{fi::cute_dsl_fused_moe_nvfp4(
+                         i["x"], e4m3(i["x_sf"]), i["token_selected_experts"],
+                         i["token_final_scales"], i["w1_weight"], swizzled(i["w1_weight_sf"]),
+                         i["w1_alpha"], i["fc2_input_scale"], i["w2_weight"],
+                         swizzled(i["w2_weight_sf"]), i["w2_alpha"], 8, 2, 4)};
+                   }});
   cases.push_back({"hash_topk", [&](In& i) {
                      return tup2(fi::hash_topk(i["router_logits"], i["input_ids"], i["tid2eid"]));
                    }});
