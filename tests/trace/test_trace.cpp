@@ -1546,6 +1546,31 @@ TEST(Trace, GenRoutingCallDumps) {
   fs::remove_all(dir);
 }
 
+// Real calls of MoE entry points under the dump: hash_topk, and Humming with interleave=False
+// (the bool selects upstream's logical template).
+TEST(Trace, MoeEntryCallsDump) {
+  const fs::path dir = fresh_dir("moe_entry");
+  fi::trace::start_dump(dir.string());
+  fi::hash_topk(ones({3, 8}, DType::kFloat32), ones({3}, DType::kInt64),
+                ones({4, 2}, DType::kInt32));
+  fi::preprocess_moe_weights_for_sm90_mixed_gemm_humming(
+      ones({1, 64, 64}, DType::kUInt8), ones({1, 64, 4}, DType::kUInt8), 11, false);
+  EXPECT_EQ(fi::trace::stop_dump(), 2);
+  const fs::path h = dir / "hash_topk_e8_k2_v4.json";
+  const fs::path p = dir / "sm90_mixed_gemm_humming_weight_preprocess_logical.json";
+  ASSERT_TRUE(fs::exists(h));
+  ASSERT_TRUE(fs::exists(p));
+  const Json dh = read_json(h), dp = read_json(p);
+  validate(dh, "hash_topk", nullptr);
+  validate(dp, "preprocess_moe_weights_for_sm90_mixed_gemm_humming", nullptr);
+  EXPECT_EQ(dh.at("inputs").at("input_ids").at("dtype"), "int64");
+  EXPECT_EQ(dh.at("outputs").at("topk_ids").at("dtype"), "int32");
+  EXPECT_EQ(dp.at("outputs").at("processed_scale").at("dtype"), "uint8");
+  EXPECT_EQ(dp.at("outputs").at("processed_scale").at("shape"),
+            Json::parse(R"(["num_experts", "rows", "scale_groups"])"));
+  fs::remove_all(dir);
+}
+
 TEST(Trace, CommandWritesWithoutRunning) {
   const fs::path dir = fresh_dir("cli");
   auto r = fi::testing::run_flashinfer(
