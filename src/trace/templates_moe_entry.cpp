@@ -139,12 +139,19 @@ std::string scales(const std::vector<std::string>& dims, const std::string& key,
   return "(torch.rand((" + shape + "), device=device) * " + k + " + " + k + ").to({dtype:" + key +
          "})";
 }
-// e4m3 scales exact in e4m3 (2^-5 * (1 + j/8)), so a torch without float8 builds the same values
+// e4m3 scales exact in e4m3 (2^-1 * (1 + j/8)), so a torch without float8 builds the same values
 // in float32 as the library reads from the e4m3 bytes.
 std::string e4m3_scales(const std::vector<std::string>& dims, const std::string& key) {
   std::string shape;
   for (const auto& d : dims) shape += d + ", ";
-  return "(torch.randint(8, 16, (" + shape + "), device=device) / 256.0).to({dtype:" + key + "})";
+  return "(torch.randint(8, 16, (" + shape + "), device=device) / 16.0).to({dtype:" + key + "})";
+}
+// fp8 values exact in e4m3 (multiples of 1/4 in [-2, 2)), for the library check on a torch
+// without float8.
+std::string e4m3_values(const std::vector<std::string>& dims, const std::string& key) {
+  std::string shape;
+  for (const auto& d : dims) shape += d + ", ";
+  return "(torch.randint(-8, 8, (" + shape + "), device=device) / 4.0).to({dtype:" + key + "})";
 }
 // Packed precomputed routing: top_k distinct experts of num_experts per token, bf16 weights in
 // [0.25, 0.75) (positive, so the low half never carries a sign bit).
@@ -360,7 +367,7 @@ void add_trtllm(std::vector<Template>& v) {
                               "    ids, w = _unpack_topk(topk_ids)\n" +
                               fp8_ffn});
   }
-  {  // trtllm_fp8_block_scale_routed_moe: the DeepSeek FP8 experts of trtllm_fp8_block_scale_moe.
+  {  // trtllm_fp8_block_scale_routed_moe: DeepSeek FP8 block scales, our op's rounding points.
     std::vector<Axis> axes = trtllm_axes(true);
     axes[5].init_value = 128;  // whole 128-wide blocks
     for (const char* b : {"num_hidden_blocks", "num_intermediate_blocks", "num_gemm1_out_blocks"}) {
@@ -369,55 +376,70 @@ void add_trtllm(std::vector<Template>& v) {
     std::vector<Io> in = {
         T("topk_ids", {"seq_len", "top_k"}).dt("int32").init(kPackedTopk),
         T("routing_bias", {"num_experts"}).opt(),
-        T("hidden_states", {"seq_len", "hidden_size"}).synth("float8_e4m3fn"),
+        T("hidden_states", {"seq_len", "hidden_size"})
+            .synth("float8_e4m3fn")
+            .init(e4m3_values({"seq_len", "hidden_size"}, "hidden_states")),
         T("hidden_states_scale", {"num_hidden_blocks", "seq_len"})
             .synth("float32")
             .init("(torch.rand((num_hidden_blocks, seq_len), device=device) + 0.5)"
                   ".to({dtype:hidden_states_scale})"),
-        T("gemm1_weights", kW1).synth("float8_e4m3fn"),
+        T("gemm1_weights", kW1).synth("float8_e4m3fn").init(e4m3_values(kW1, "gemm1_weights")),
         T("gemm1_weights_scale", {"num_local_experts", "num_gemm1_out_blocks", "num_hidden_blocks"})
             .synth("float32")
             .init("(torch.rand((num_local_experts, num_gemm1_out_blocks, num_hidden_blocks), "
-                  "device=device) * 0.01).to({dtype:gemm1_weights_scale})"),
+                  "device=device) + 0.5).to({dtype:gemm1_weights_scale})"),
         swiglu_oa[0],
         swiglu_oa[1],
         swiglu_oa[2],
-        T("gemm2_weights", kW2).synth("float8_e4m3fn"),
+        T("gemm2_weights", kW2).synth("float8_e4m3fn").init(e4m3_values(kW2, "gemm2_weights")),
         T("gemm2_weights_scale",
           {"num_local_experts", "num_hidden_blocks", "num_intermediate_blocks"})
             .synth("float32")
             .init("(torch.rand((num_local_experts, num_hidden_blocks, num_intermediate_blocks), "
-                  "device=device) * 0.01).to({dtype:gemm2_weights_scale})"),
+                  "device=device) + 0.5).to({dtype:gemm2_weights_scale})"),
         S("num_experts", "int32").init("num_experts"),
         S("top_k", "int32").init("top_k"),
         S("local_expert_offset", "int32").init("0"),
         S("routed_scaling_factor", "float32").opt()};
-    v.push_back({.op = "trtllm_fp8_block_scale_routed_moe",
-                 .op_type = "moe",
-                 .name_prefix = "trtllm_fp8_block_scale_routed_moe",
-                 .description = "trtllm-gen FP8 block-scale MoE with precomputed routing (packed "
-                                "topk_ids as trtllm_bf16_routed_moe); DeepSeek 128x128 weight "
-                                "blocks and 128-wide activation blocks stored [H/128, T], the "
-                                "experts of trtllm_fp8_block_scale_moe.",
-                 .axes = axes,
-                 .inputs = in,
-                 .outputs = {out},
-                 .tags = {"status:verified", "backend:trtllm", "quantization:float8_e4m3fn"},
-                 .reference = std::string(kFfn) + kMoeFp8Experts +
-                              "def run(topk_ids, routing_bias=None, hidden_states=None, "
-                              "hidden_states_scale=None,\n"
-                              "        gemm1_weights=None, gemm1_weights_scale=None, "
-                              "gemm1_alpha=None, gemm1_beta=None,\n"
-                              "        gemm1_clamp_limit=None, gemm2_weights=None, "
-                              "gemm2_weights_scale=None,\n"
-                              "        num_experts=None, top_k=None, local_expert_offset=0,\n"
-                              "        routed_scaling_factor=None):\n" +
-                              kNoSwigluParams +
-                              "    ids, w = _unpack_topk(topk_ids)\n"
-                              "    return _experts(hidden_states, hidden_states_scale, "
-                              "gemm1_weights, gemm1_weights_scale,\n"
-                              "                    gemm2_weights, gemm2_weights_scale, ids, w, "
-                              "local_expert_offset)\n"});
+    v.push_back(
+        {.op = "trtllm_fp8_block_scale_routed_moe",
+         .op_type = "moe",
+         .name_prefix = "trtllm_fp8_block_scale_routed_moe",
+         .description = "trtllm-gen FP8 block-scale MoE with precomputed routing (packed "
+                        "topk_ids as trtllm_bf16_routed_moe); DeepSeek 128x128 weight "
+                        "blocks and 128-wide activation blocks stored [H/128, T]; the "
+                        "activation and GEMM2's output rounded to bf16 (our op's rounding "
+                        "points).",
+         .axes = axes,
+         .inputs = in,
+         .outputs = {out},
+         .tags = {"status:verified", "backend:trtllm", "quantization:float8_e4m3fn"},
+         .reference =
+             std::string(kFfn) +
+             "def _ds_blocks(w, s):\n"
+             "    # DeepSeek 128 x 128 weight blocks: w[.., n, k] * s[.., n / 128, k / 128].\n"
+             "    s = s.float().repeat_interleave(128, dim=-2).repeat_interleave(128, "
+             "dim=-1)\n"
+             "    return w.float() * s[..., : w.shape[-2], : w.shape[-1]]\n\n\n"
+             "def run(topk_ids, routing_bias=None, hidden_states=None, "
+             "hidden_states_scale=None,\n"
+             "        gemm1_weights=None, gemm1_weights_scale=None, gemm1_alpha=None, "
+             "gemm1_beta=None,\n"
+             "        gemm1_clamp_limit=None, gemm2_weights=None, "
+             "gemm2_weights_scale=None,\n"
+             "        num_experts=None, top_k=None, local_expert_offset=0,\n"
+             "        routed_scaling_factor=None):\n" +
+             kNoSwigluParams +
+             "    ids, w = _unpack_topk(topk_ids)\n"
+             "    H = hidden_states.shape[1]\n"
+             "    # Activations: 128-wide blocks per token, scales stored [H / 128, T].\n"
+             "    x = hidden_states.float() * "
+             "hidden_states_scale.float().t().repeat_interleave(128, dim=1)[:, :H]\n"
+             "    out = _moe_ffn(x, _ds_blocks(gemm1_weights, gemm1_weights_scale),\n"
+             "                   _ds_blocks(gemm2_weights, gemm2_weights_scale), ids, "
+             "_bf16(w),\n"
+             "                   local_expert_offset, _same, _bf16, _bf16)\n"
+             "    return out.to(torch.bfloat16)\n"});
   }
   {  // trtllm_fp4_block_scale_routed_moe: NVFP4 shapes; no gemm biases nor output scale scalars
      // among upstream's inputs (so 1 in the reference).

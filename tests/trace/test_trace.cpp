@@ -1903,6 +1903,16 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
     c.tol = fi::testing::Tolerance{0, 0};
     cases.push_back(c);
   }
+  // FP8 block-scale routed: e4m3 values exact (multiples of 1/4), MajorK weights, 4 local
+  // experts of 8, h256, i128 (whole 128 blocks).
+  cases.push_back({"trtllm_fp8_block_scale_routed_moe", [=](In& i) {
+                     return Outs{fi::trtllm_fp8_block_scale_routed_moe(
+                         fi::MoeTopkIds(i["topk_ids"]), std::nullopt, e4m3(i["hidden_states"]),
+                         i["hidden_states_scale"], e4m3(i["gemm1_weights"]),
+                         i["gemm1_weights_scale"], e4m3(i["gemm2_weights"]),
+                         i["gemm2_weights_scale"], 8, 2, std::nullopt, std::nullopt, 128, 0, 4,
+                         std::nullopt)};
+                   }});
   // b12x and CuTe-DSL NVFP4: the definitions' linear e4m3 scales (exact e4m3 values in float32
   // on a torch without float8) given to the ops as they take them, e4m3 bytes in the 128x4
   // layout; 8 experts, top-2 (CuTe-DSL: 4 of them local, rows interleaved by 64).
