@@ -46,4 +46,7 @@ extern const char* const kMoeFp8Experts;  // DeepSeek FP8 block-scale experts
 extern const char* const kMoeFp4Experts;  // NVFP4 experts
 extern const char* const kAttend;         // dense attention with base-2 LSE
 
+// Template groups kept in their own files (each appends its templates to the table).
+void add_moe_entry_points(std::vector<Template>& v);  // templates_moe_entry.cpp
+
 }  // namespace flashinfer::trace::detail

@@ -720,6 +720,212 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                            {"cos_sin_cache", T({4096, 128}, f32)}});
         }};
   }
+  // The MoE entry points of src/trace/templates_moe_entry.cpp (upstream's moe.py templates, no
+  // committed output; tests/trace/data/upstream/SOURCES.md): DeepSeek-V3 shapes (256 experts, 32
+  // local, h7168, i2048, top-8) for the trtllm-gen ops, 3 tokens.
+  {
+    const DType i64 = DType::kInt64;
+    const auto none = [] { return Value(); };
+    using KwList = std::vector<std::pair<std::string, Value>>;
+    auto routing = [=](KwList kw, bool routed) {
+      for (const char* p : {"n_group", "topk_group"}) kw.emplace_back(p, none());
+      kw.emplace_back("num_experts", Value(int64_t{256}));
+      kw.emplace_back("top_k", Value(int64_t{8}));
+      kw.emplace_back("intermediate_size", Value(int64_t{2048}));
+      kw.emplace_back("local_expert_offset", Value(int64_t{0}));
+      kw.emplace_back("local_num_experts", Value(int64_t{32}));
+      if (routed) {
+        kw.emplace_back("topk_ids", T({3, 8}, i32));
+      } else {
+        kw.emplace_back("routing_logits", T({3, 256}, f32));
+      }
+      return kw;
+    };
+    m["trtllm_bf16_moe_topk8_e32_h7168_i2048"] = {
+        "trtllm_bf16_moe", [=] {
+          KwList kw = routing({{"routing_bias", T({256}, bf)},
+                               {"hidden_states", T({3, 7168}, bf)},
+                               {"gemm1_weights", B({32, 4096, 7168}, bf)},
+                               {"gemm2_weights", B({32, 7168, 2048}, bf)},
+                               {"routed_scaling_factor", none()},
+                               {"routing_method_type", Value(int64_t{1})}},
+                              false);
+          return (bind)("trtllm_bf16_moe", std::move(kw));
+        }};
+    m["trtllm_bf16_routed_moe_topk8_e32_h7168"] = {
+        "trtllm_bf16_routed_moe", [=] {
+          KwList kw = routing({{"hidden_states", T({3, 7168}, bf)},
+                               {"gemm1_weights", B({32, 4096, 7168}, bf)},
+                               {"gemm2_weights", B({32, 7168, 2048}, bf)},
+                               {"routed_scaling_factor", none()}},
+                              true);
+          return (bind)("trtllm_bf16_routed_moe", std::move(kw));
+        }};
+    auto per_tensor = [=](bool routed) {
+      KwList kw = routing({{"routing_bias", routed ? none() : T({256}, bf)},
+                           {"hidden_states", T({3, 7168}, f8)},
+                           {"gemm1_weights", B({32, 4096, 7168}, f8)},
+                           {"output1_scales_scalar", T({32}, f32)},
+                           {"output1_scales_gate_scalar", T({32}, f32)},
+                           {"gemm2_weights", B({32, 7168, 2048}, f8)},
+                           {"output2_scales_scalar", T({32}, f32)},
+                           {"routed_scaling_factor", Value(2.5)},
+                           {"use_routing_scales_on_input", Value(false)}},
+                          routed);
+      return kw;
+    };
+    m["trtllm_fp8_per_tensor_scale_moe_topk8_e32_h7168_i2048"] = {
+        "trtllm_fp8_per_tensor_scale_moe",
+        [=] { return (bind)("trtllm_fp8_per_tensor_scale_moe", per_tensor(false)); }};
+    m["trtllm_fp8_per_tensor_scale_routed_moe_topk8_e32_h7168"] = {
+        "trtllm_fp8_per_tensor_scale_routed_moe",
+        [=] { return (bind)("trtllm_fp8_per_tensor_scale_routed_moe", per_tensor(true)); }};
+    m["trtllm_fp8_block_scale_routed_moe_topk8_e32_h7168"] = {
+        "trtllm_fp8_block_scale_routed_moe", [=] {
+          KwList kw = routing({{"routing_bias", none()},
+                               {"hidden_states", T({3, 7168}, f8)},
+                               {"hidden_states_scale", T({56, 3}, f32)},
+                               {"gemm1_weights", B({32, 4096, 7168}, f8)},
+                               {"gemm1_weights_scale", B({32, 32, 56}, f32)},
+                               {"gemm2_weights", B({32, 7168, 2048}, f8)},
+                               {"gemm2_weights_scale", B({32, 56, 16}, f32)},
+                               {"routed_scaling_factor", none()}},
+                              true);
+          return (bind)("trtllm_fp8_block_scale_routed_moe", std::move(kw));
+        }};
+    m["trtllm_fp4_block_scale_routed_moe_topk8_e32_h7168_act3"] = {
+        "trtllm_fp4_block_scale_routed_moe", [=] {
+          KwList kw = routing({{"routing_bias", none()},
+                               {"hidden_states", T({3, 3584}, u8)},
+                               {"hidden_states_scale", T({3, 448}, f8)},
+                               {"gemm1_weights", B({32, 4096, 3584}, u8)},
+                               {"gemm1_weights_scale", B({32, 4096, 448}, f8)},
+                               {"gemm1_bias", none()},
+                               {"gemm1_alpha", none()},
+                               {"gemm1_beta", none()},
+                               {"gemm1_clamp_limit", none()},
+                               {"gemm2_weights", B({32, 7168, 1024}, u8)},
+                               {"gemm2_weights_scale", B({32, 7168, 128}, f8)},
+                               {"gemm2_bias", none()},
+                               {"output1_scale_scalar", T({32}, f32)},
+                               {"output1_scale_gate_scalar", T({32}, f32)},
+                               {"output2_scale_scalar", T({32}, f32)},
+                               {"routed_scaling_factor", none()}},
+                              true);
+          return (bind)("trtllm_fp4_block_scale_routed_moe", std::move(kw));
+        }};
+    m["trtllm_mxint4_block_scale_moe_topk8_e32_h7168"] = {
+        "trtllm_mxint4_block_scale_moe", [=] {
+          KwList kw = routing({{"routing_bias", T({256}, bf)},
+                               {"hidden_states", T({3, 7168}, bf)},
+                               {"gemm1_weights", B({32, 4096, 3584}, u8)},
+                               {"gemm1_weights_scale", B({32, 4096, 224}, bf)},
+                               {"gemm1_alpha", none()},
+                               {"gemm1_beta", none()},
+                               {"gemm1_clamp_limit", none()},
+                               {"gemm2_weights", B({32, 7168, 1024}, u8)},
+                               {"gemm2_weights_scale", B({32, 7168, 64}, bf)},
+                               {"routed_scaling_factor", none()}},
+                              false);
+          return (bind)("trtllm_mxint4_block_scale_moe", std::move(kw));
+        }};
+    // Mixtral-like: 8 experts, top-2, h4096, i14336.
+    m["cutlass_fused_moe_e8_h4096_i14336_topk2"] = {
+        "cutlass_fused_moe", [=] {
+          return bind("cutlass_fused_moe", {{"input", T({3, 4096}, bf)},
+                                            {"token_selected_experts", T({3, 2}, i32)},
+                                            {"token_final_scales", T({3, 2}, f32)},
+                                            {"fc1_expert_weights", B({8, 28672, 4096}, bf)},
+                                            {"fc2_expert_weights", B({8, 4096, 14336}, bf)},
+                                            {"output_dtype", Value(bf)},
+                                            {"quant_scales", Value::list({})}});
+        }};
+    // b12x and CuTe-DSL NVFP4: 8 experts, top-2, h2048, i768 (linear 3-D scales, as the
+    // templates shape them).
+    const KwList b12x = {{"x", T({3, 2048}, bf)},
+                         {"w1_weight", B({8, 1536, 1024}, u8)},
+                         {"w1_weight_sf", B({8, 1536, 128}, f8)},
+                         {"w2_weight", B({8, 2048, 384}, u8)},
+                         {"w2_weight_sf", B({8, 2048, 48}, f8)},
+                         {"token_selected_experts", T({3, 2}, i32)},
+                         {"token_final_scales", T({3, 2}, f32)},
+                         {"w1_alpha", T({8}, f32)},
+                         {"w2_alpha", T({8}, f32)},
+                         {"fc2_input_scale", T({1}, f32)}};
+    m["b12x_fused_moe_topk2_e8_h2048"] = {"b12x_fused_moe", [=] {
+                                            KwList kw = b12x;
+                                            kw.emplace_back("num_experts", Value(int64_t{8}));
+                                            kw.emplace_back("top_k", Value(int64_t{2}));
+                                            return (bind)("b12x_fused_moe", std::move(kw));
+                                          }};
+    m["b12x_moe_wrapper_e8_h2048"] = {"B12xMoEWrapper.run", [=] {
+                                        KwList kw = b12x;
+                                        kw.emplace_back("self", Value());
+                                        return (bind)("B12xMoEWrapper.run", std::move(kw));
+                                      }};
+    const KwList cute = {{"x", T({3, 1024}, u8)},
+                         {"x_sf", T({3, 128}, f8)},
+                         {"token_selected_experts", T({3, 2}, i32)},
+                         {"token_final_scales", T({3, 2}, f32)},
+                         {"w1_weight", B({8, 1536, 1024}, u8)},
+                         {"w1_weight_sf", B({8, 1536, 128}, f8)},
+                         {"w1_alpha", T({8}, f32)},
+                         {"fc2_input_scale", T({1}, f32)},
+                         {"w2_weight", B({8, 2048, 384}, u8)},
+                         {"w2_weight_sf", B({8, 2048, 48}, f8)},
+                         {"w2_alpha", T({8}, f32)}};
+    m["cute_dsl_fused_moe_nvfp4_topk2_e8_h2048"] = {
+        "cute_dsl_fused_moe_nvfp4", [=] {
+          KwList kw = cute;
+          kw.emplace_back("num_experts", Value(int64_t{8}));
+          kw.emplace_back("top_k", Value(int64_t{2}));
+          kw.emplace_back("num_local_experts", Value(int64_t{8}));
+          return (bind)("cute_dsl_fused_moe_nvfp4", std::move(kw));
+        }};
+    m["cute_dsl_moe_wrapper_e8_h2048"] = {"CuteDslMoEWrapper.run", [=] {
+                                            KwList kw = cute;
+                                            kw.emplace_back("self", Value());
+                                            kw.emplace_back("tactic", Value());
+                                            return (bind)("CuteDslMoEWrapper.run", std::move(kw));
+                                          }};
+    // SM90 weight preparation: 2 experts of 128 rows, K = 2048 (MXFP4: uint8 E8M0 scales per
+    // 32); the scale fold with bf16 scales of group 128 (upstream's W4A8 case).
+    for (const bool il : {true, false}) {
+      m[std::string("sm90_mixed_gemm_humming_weight_preprocess") + (il ? "" : "_logical")] = {
+          "preprocess_moe_weights_for_sm90_mixed_gemm_humming", [=] {
+            return bind("preprocess_moe_weights_for_sm90_mixed_gemm_humming",
+                        {{"weight", T({2, 128, 1024}, u8)},
+                         {"raw_scale", T({2, 128, 64}, u8)},
+                         {"interleave", Value(il)}});
+          }};
+    }
+    m["sm90_mixed_gemm_scale_interleave"] = {
+        "interleave_moe_scales_for_sm90_mixed_gemm", [=] {
+          return bind("interleave_moe_scales_for_sm90_mixed_gemm",
+                      {{"scales", T({2, 128, 16}, bf)}, {"group_size", Value(int64_t{128})}});
+        }};
+    m["sm90_mixed_gemm_weight_interleave"] = {
+        "interleave_moe_weights_for_sm90_mixed_gemm", [=] {
+          return bind("interleave_moe_weights_for_sm90_mixed_gemm",
+                      {{"weight", T({2, 128, 1024}, u8)}, {"quant_type", Value("fp4_fp8")}});
+        }};
+    m["fused_topk_deepseek_e256_k8"] = {"fused_topk_deepseek", [=] {
+                                          return bind("fused_topk_deepseek",
+                                                      {{"scores", T({5, 256}, f32)},
+                                                       {"bias", T({256}, f32)},
+                                                       {"n_group", Value(int64_t{8})},
+                                                       {"topk_group", Value(int64_t{4})},
+                                                       {"topk", Value(int64_t{8})},
+                                                       {"routed_scaling_factor", Value(2.5)},
+                                                       {"topk_values", T({5, 8}, f32)},
+                                                       {"topk_indices", T({5, 8}, i32)}});
+                                        }};
+    m["hash_topk_e256_k8_v1024"] = {"hash_topk", [=] {
+                                      return bind("hash_topk", {{"router_logits", T({5, 256}, f32)},
+                                                                {"input_ids", T({5}, i64)},
+                                                                {"tid2eid", T({1024, 8}, i32)}});
+                                    }};
+  }
   return m;
 }
 
@@ -775,9 +981,13 @@ void validate(const Json& d, const std::string& op, std::vector<std::string>* un
   EXPECT_EQ(tags[0], "fi_api:" + decl->module + "." + decl->name);
   bool status = false;
   for (const auto& t : tags) status = status || t.get<std::string>().rfind("status:", 0) == 0;
-  // Upstream's SVDQuant templates carry no status tag (their committed files).
+  // Upstream's SVDQuant templates carry no status tag (their committed files), nor its SM90
+  // weight-preparation templates (moe.py).
   EXPECT_TRUE(status || op == "nvfp4_quantize_smooth" || op == "mm_nvfp4_svdquant" ||
-              op == "svdquant_linear")
+              op == "svdquant_linear" ||
+              op == "preprocess_moe_weights_for_sm90_mixed_gemm_humming" ||
+              op == "interleave_moe_scales_for_sm90_mixed_gemm" ||
+              op == "interleave_moe_weights_for_sm90_mixed_gemm")
       << "no status: tag";
   std::string expected_name;
   // The op's template that wrote `d`: for ops with selected templates (the MoE routing
@@ -814,7 +1024,10 @@ void validate(const Json& d, const std::string& op, std::vector<std::string>* un
       const std::string dt = v.at("dtype");
       const bool optional = v.value("optional", false);
       // "dtype": a torch.dtype argument (upstream's mm_bf16_fp4 out_dtype).
+      // "string" / "str": a str scalar (upstream's b12x quant_mode, the SM90 weight
+      // interleave's quant_type).
       EXPECT_TRUE(kDtypes.count(dt) || (dt == "unknown" && optional) ||
+                  ((dt == "string" || dt == "str") && v.at("shape").is_null()) ||
                   (dt == "unknown" && std::string(side) == "inputs") ||
                   (dt == "dtype" && v.at("shape").is_null()))
           << side << " " << k << " dtype " << dt;
@@ -870,6 +1083,22 @@ fs::path fresh_dir(const std::string& name) {
   fs::create_directories(d);
   return d;
 }
+
+// The unquantized MoE entry points' small shapes: 8 experts (4 local), top-2, h32, i16.
+const std::map<std::string, int64_t> kMoeBf16Axes = {
+    {"num_experts", 8},        {"top_k", 2},          {"num_local_experts", 4}, {"hidden_size", 32},
+    {"intermediate_size", 16}, {"gemm1_out_size", 32}};
+
+const std::map<std::string, int64_t> kB12xAxes = {{"num_experts", 8},
+                                                  {"top_k", 2},
+                                                  {"num_local_experts", 8},
+                                                  {"hidden_size", 64},
+                                                  {"gemm1_out_size", 64}};
+const std::map<std::string, int64_t> kCuteDslAxes = {{"num_experts", 8},
+                                                     {"top_k", 2},
+                                                     {"num_local_experts", 4},
+                                                     {"hidden_size", 64},
+                                                     {"gemm1_out_size", 128}};
 
 // Small constant axis values for building every definition from axes alone.
 std::map<std::string, int64_t> small_axes(const std::string& op,
@@ -967,7 +1196,48 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
         {"num_packed_hidden", 32},
         {"num_fp4_hidden_blocks", 4},
         {"num_packed_intermediate", 16},
-        {"num_fp4_intermediate_blocks", 2}}}};
+        {"num_fp4_intermediate_blocks", 2}}},
+      // The MoE entry points (templates_moe_entry.cpp): 4 local experts, top-2; the routed
+      // forms' num_experts and intermediate_size are variable (8 and the init's default).
+      {"trtllm_bf16_moe", kMoeBf16Axes},
+      {"trtllm_bf16_routed_moe", kMoeBf16Axes},
+      {"trtllm_fp8_per_tensor_scale_moe", kMoeBf16Axes},
+      {"trtllm_fp8_per_tensor_scale_routed_moe", kMoeBf16Axes},
+      {"trtllm_fp8_block_scale_routed_moe",
+       {{"top_k", 2},
+        {"num_local_experts", 4},
+        {"hidden_size", 256},
+        {"gemm1_out_size", 256},
+        {"num_hidden_blocks", 2},
+        {"num_intermediate_blocks", 1},
+        {"num_gemm1_out_blocks", 2}}},
+      {"trtllm_fp4_block_scale_routed_moe",
+       {{"top_k", 2},
+        {"num_local_experts", 4},
+        {"hidden_size", 64},
+        {"gemm1_out_size", 64},
+        {"num_packed_hidden", 32},
+        {"num_packed_intermediate", 16},
+        {"num_fp4_intermediate_blocks", 2},
+        {"activation_type", 3}}},
+      {"trtllm_mxint4_block_scale_moe",
+       {{"num_experts", 8},
+        {"top_k", 2},
+        {"num_local_experts", 4},
+        {"hidden_size", 64},
+        {"gemm1_out_size", 64},
+        {"num_packed_hidden", 32},
+        {"num_mxint4_hidden_blocks", 2},
+        {"num_packed_intermediate", 16},
+        {"num_mxint4_intermediate_blocks", 1}}},
+      {"cutlass_fused_moe", kMoeBf16Axes},
+      {"hash_topk", {{"num_routed_experts", 8}, {"topk", 3}, {"vocab", 16}}},
+      // b12x: h64, i32 (no expert parallelism: 8 local of 8); CuTe-DSL: h64, i64 (GEMM1's rows
+      // interleaved in groups of 64), 4 local of 8.
+      {"b12x_fused_moe", kB12xAxes},
+      {"B12xMoEWrapper.run", kB12xAxes},
+      {"cute_dsl_fused_moe_nvfp4", kCuteDslAxes},
+      {"CuteDslMoEWrapper.run", kCuteDslAxes}};
   std::map<std::string, int64_t> out;
   for (const auto& a : tmpl.axes) {
     if (!a.is_const) continue;
@@ -1276,6 +1546,31 @@ TEST(Trace, GenRoutingCallDumps) {
   fs::remove_all(dir);
 }
 
+// Real calls of MoE entry points under the dump: hash_topk, and Humming with interleave=False
+// (the bool selects upstream's logical template).
+TEST(Trace, MoeEntryCallsDump) {
+  const fs::path dir = fresh_dir("moe_entry");
+  fi::trace::start_dump(dir.string());
+  fi::hash_topk(ones({3, 8}, DType::kFloat32), ones({3}, DType::kInt64),
+                ones({4, 2}, DType::kInt32));
+  fi::preprocess_moe_weights_for_sm90_mixed_gemm_humming(
+      ones({1, 64, 64}, DType::kUInt8), ones({1, 64, 4}, DType::kUInt8), 11, false);
+  EXPECT_EQ(fi::trace::stop_dump(), 2);
+  const fs::path h = dir / "hash_topk_e8_k2_v4.json";
+  const fs::path p = dir / "sm90_mixed_gemm_humming_weight_preprocess_logical.json";
+  ASSERT_TRUE(fs::exists(h));
+  ASSERT_TRUE(fs::exists(p));
+  const Json dh = read_json(h), dp = read_json(p);
+  validate(dh, "hash_topk", nullptr);
+  validate(dp, "preprocess_moe_weights_for_sm90_mixed_gemm_humming", nullptr);
+  EXPECT_EQ(dh.at("inputs").at("input_ids").at("dtype"), "int64");
+  EXPECT_EQ(dh.at("outputs").at("topk_ids").at("dtype"), "int32");
+  EXPECT_EQ(dp.at("outputs").at("processed_scale").at("dtype"), "uint8");
+  EXPECT_EQ(dp.at("outputs").at("processed_scale").at("shape"),
+            Json::parse(R"(["num_experts", "rows", "scale_groups"])"));
+  fs::remove_all(dir);
+}
+
 TEST(Trace, CommandWritesWithoutRunning) {
   const fs::path dir = fresh_dir("cli");
   auto r = fi::testing::run_flashinfer(
@@ -1544,6 +1839,107 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
   cases.push_back(routing("sigmoid_renorm", 6, 4, {{"norm_topk_prob", false}}));
   cases.push_back(routing("minimax2", 7, 4, {{"routed_scaling_factor", 2.5}}));
   cases.push_back(routing("sigmoid", 8, 4));
+  // The unquantized MoE entry points (templates_moe_entry.cpp) against our CPU ops: MajorK
+  // weights as the definitions write them, 8 experts of which 4 local, top-2, h32, i16.
+  auto bf16_moe = [](std::string label, int64_t method, std::optional<double> scale,
+                     std::optional<int64_t> n_group = std::nullopt,
+                     std::optional<int64_t> topk_group = std::nullopt) {
+    Json set = {{"routing_method_type", method}};
+    if (scale) set["routed_scaling_factor"] = *scale;
+    if (n_group) set["n_group"] = *n_group;
+    if (topk_group) set["topk_group"] = *topk_group;
+    Case c{"trtllm_bf16_moe", [=](In& i) {
+             return Outs{fi::trtllm_bf16_moe(i["routing_logits"], std::nullopt, i["hidden_states"],
+                                             i["gemm1_weights"], i["gemm2_weights"], 8, 2, n_group,
+                                             topk_group, 16, 0, 4, scale, method, false,
+                                             fi::WeightLayout::MajorK)};
+           }};
+    c.label = "trtllm_bf16_moe_" + label;
+    c.set = set;
+    return c;
+  };
+  // Default; Renormalize with a scale (which it ignores); DeepSeek-V3 (2 groups of 4, 1 kept,
+  // scaled); TopK (raw logits as weights).
+  cases.push_back(bf16_moe("default", 0, std::nullopt));
+  cases.push_back(bf16_moe("renormalize", 1, 2.5));
+  cases.push_back(bf16_moe("ds", 2, 2.5, 2, 1));
+  cases.push_back(bf16_moe("topk", 5, std::nullopt));
+  cases.push_back({"trtllm_bf16_routed_moe", [](In& i) {
+                     return Outs{fi::trtllm_bf16_routed_moe(
+                         fi::MoeTopkIds(i["topk_ids"]), i["hidden_states"], i["gemm1_weights"],
+                         i["gemm2_weights"], 8, 2, std::nullopt, std::nullopt, 16, 0, 4,
+                         std::nullopt, 0, false, fi::WeightLayout::MajorK)};
+                   }});
+  cases.push_back({"cutlass_fused_moe", [](In& i) {
+                     return Outs{
+                         fi::cutlass_fused_moe(i["input"], i["token_selected_experts"],
+                                               i["token_final_scales"], i["fc1_expert_weights"],
+                                               i["fc2_expert_weights"], DType::kBFloat16, {})[0]};
+                   }});
+  // The SM90 weight preparation, bit for bit: each weight interleave, the scale fold, and
+  // Humming (max_range 4 of scales spread over 28, so blocks are clamped) in both layouts.
+  for (const char* qt : {"fp4", "fp4_fp8", "int4"}) {
+    Case c{"interleave_moe_weights_for_sm90_mixed_gemm", [=](In& i) {
+             return Outs{fi::interleave_moe_weights_for_sm90_mixed_gemm(i["weight"], qt)};
+           }};
+    c.label = std::string("sm90_weight_interleave_") + qt;
+    c.set = {{"quant_type", qt}};
+    c.tol = fi::testing::Tolerance{0, 0};
+    cases.push_back(c);
+  }
+  cases.push_back(
+      {"interleave_moe_scales_for_sm90_mixed_gemm",
+       [](In& i) { return Outs{fi::interleave_moe_scales_for_sm90_mixed_gemm(i["scales"], 32)}; },
+       fi::testing::Tolerance{0, 0}});
+  for (const bool il : {true, false}) {
+    Case c{"preprocess_moe_weights_for_sm90_mixed_gemm_humming", [=](In& i) {
+             auto [w, s, r] = fi::preprocess_moe_weights_for_sm90_mixed_gemm_humming(
+                 i["weight"], i["raw_scale"], 4, il);
+             return Outs{w, s, r};
+           }};
+    c.variant = il ? "sm90_mixed_gemm_humming_weight_preprocess"
+                   : "sm90_mixed_gemm_humming_weight_preprocess_logical";
+    c.label = c.variant;
+    c.tol = fi::testing::Tolerance{0, 0};
+    cases.push_back(c);
+  }
+  // FP8 block-scale routed: e4m3 values exact (multiples of 1/4), MajorK weights, 4 local
+  // experts of 8, h256, i128 (whole 128 blocks).
+  cases.push_back({"trtllm_fp8_block_scale_routed_moe", [=](In& i) {
+                     return Outs{fi::trtllm_fp8_block_scale_routed_moe(
+                         fi::MoeTopkIds(i["topk_ids"]), std::nullopt, e4m3(i["hidden_states"]),
+                         i["hidden_states_scale"], e4m3(i["gemm1_weights"]),
+                         i["gemm1_weights_scale"], e4m3(i["gemm2_weights"]),
+                         i["gemm2_weights_scale"], 8, 2, std::nullopt, std::nullopt, 128, 0, 4,
+                         std::nullopt)};
+                   }});
+  // b12x and CuTe-DSL NVFP4: the definitions' linear e4m3 scales (exact e4m3 values in float32
+  // on a torch without float8) given to the ops as they take them, e4m3 bytes in the 128x4
+  // layout; 8 experts, top-2 (CuTe-DSL: 4 of them local, rows interleaved by 64).
+  const auto swizzled = [](const Tensor& s) {
+    const Tensor f8 = s.to(DType::kFloat8E4M3FN).contiguous();
+    const Tensor bytes = Tensor::from_blob(f8.data_ptr(), {f8.size(0), f8.size(1), f8.size(2)},
+                                           {f8.size(1) * f8.size(2), f8.size(2), 1}, DType::kUInt8,
+                                           fi::Device::cpu());
+    return fi::block_scale_interleave(bytes);
+  };
+  cases.push_back({"b12x_fused_moe", [=](In& i) {
+                     return Outs{
+                         fi::b12x_fused_moe(i["x"], i["w1_weight"], swizzled(i["w1_weight_sf"]),
+                                            i["w2_weight"], swizzled(i["w2_weight_sf"]),
+                                            i["token_selected_experts"], i["token_final_scales"], 8,
+                                            2, i["w1_alpha"], i["w2_alpha"], i["fc2_input_scale"])};
+                   }});
+  cases.push_back({"cute_dsl_fused_moe_nvfp4", [=](In& i) {
+                     return Outs{fi::cute_dsl_fused_moe_nvfp4(
+                         i["x"], e4m3(i["x_sf"]), i["token_selected_experts"],
+                         i["token_final_scales"], i["w1_weight"], swizzled(i["w1_weight_sf"]),
+                         i["w1_alpha"], i["fc2_input_scale"], i["w2_weight"],
+                         swizzled(i["w2_weight_sf"]), i["w2_alpha"], 8, 2, 4)};
+                   }});
+  cases.push_back({"hash_topk", [&](In& i) {
+                     return tup2(fi::hash_topk(i["router_logits"], i["input_ids"], i["tid2eid"]));
+                   }});
   const fs::path dir = fresh_dir("refs");
   Json manifest = {{"run", Json::array()}, {"io", Json::array()}};
   std::vector<fs::path> files;
