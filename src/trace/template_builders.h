@@ -45,6 +45,7 @@ extern const char* const kFp4Quant;       // NVFP4 quantization as ops/quantizat
 extern const char* const kMoeFp8Experts;  // DeepSeek FP8 block-scale experts
 extern const char* const kMoeFp4Experts;  // NVFP4 experts
 extern const char* const kAttend;         // dense attention with base-2 LSE
+extern const char* const kRoute;          // MoE routing from logits as our CPU op (methods 0-5)
 
 // Template groups kept in their own files (each appends its templates to the table).
 void add_moe_entry_points(std::vector<Template>& v);  // templates_moe_entry.cpp

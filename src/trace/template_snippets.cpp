@@ -232,4 +232,43 @@ def _kv(cache):
     return k.reshape(-1, k.shape[-2], k.shape[-1]), v.reshape(-1, v.shape[-2], v.shape[-1])
 )PY";
 
+// Routing from logits as our CPU op (src/kernels/cpu/moe_cpu.cpp, docs/MOE.md "Routing
+// methods"): methods 0-5; only DeepSeek-V3 reads the bias (added to the sigmoid scores that
+// select) and routed_scaling_factor; TopK keeps the raw logits as weights.
+const char* const kRoute =
+    R"PY(def _route(routing_logits, routing_bias, method, top_k, n_group, topk_group, scale):
+    logits = routing_logits.float()
+    method = 0 if method is None else int(method)
+    k = int(top_k)
+    if method == 0:
+        w, ids = torch.topk(torch.softmax(logits, dim=-1), k=k, dim=1)
+    elif method == 1:
+        sel, ids = torch.topk(logits, k=k, dim=1)
+        w = torch.softmax(sel, dim=-1)
+    elif method == 2:
+        s = torch.sigmoid(logits)
+        sb = s if routing_bias is None else s + routing_bias.float().reshape(-1)
+        T, E = sb.shape
+        ng, kg = int(n_group), int(topk_group)
+        gs = torch.topk(sb.view(T, ng, E // ng), k=2, dim=2).values.sum(dim=2)
+        keep = torch.zeros_like(gs).scatter_(1, torch.topk(gs, k=kg, dim=1).indices, 1.0)
+        mask = keep.unsqueeze(2).expand(T, ng, E // ng).reshape(T, E)
+        _, ids = torch.topk(sb.masked_fill(mask == 0, float("-inf")), k=k, dim=1)
+        sel = s.gather(1, ids)
+        w = sel * (1.0 if scale is None else float(scale)) / (sel.sum(dim=1, keepdim=True) + 1e-20)
+    elif method == 3:
+        sel, ids = torch.topk(logits, k=1, dim=1)
+        w = torch.sigmoid(sel)
+    elif method == 4:
+        sel, ids = torch.topk(torch.softmax(logits, dim=-1), k=k, dim=1)
+        w = sel / sel.sum(dim=1, keepdim=True)
+    elif method == 5:
+        w, ids = torch.topk(logits, k=k, dim=1)
+    else:
+        raise NotImplementedError("routing_method_type %d" % method)
+    return ids, w
+
+
+)PY";
+
 }  // namespace flashinfer::trace::detail

@@ -1558,52 +1558,29 @@ void add_moe(std::vector<Template>& v) {
       S("local_expert_offset", "int32").init("0"),
       S("routed_scaling_factor", "float32").opt().init("1.0")};
 
+  // The weights of each routing method are our CPU op's (kRoute, docs/MOE.md "Routing
+  // methods"): only DeepSeek-V3 reads routing_bias and routed_scaling_factor.
   struct Variant {
     int64_t type;
     const char* prefix;  // after "moe_fp8_block_scale_" / "moe_fp4_block_scale_"
     const char* desc;
-    const char* routing;  // Python: topk_ids, topk_w from `logits` (bias applied but for DS)
   };
   const Variant variants[] = {
-      {0, "default_routing", "Default routing: softmax, then top-k.",
-       "    p = torch.softmax(logits, dim=-1)\n"
-       "    topk_w, topk_ids = torch.topk(p, k=TOP_K, dim=1)\n"},
-      {1, "renormalize_routing", "Renormalize routing: top-k, then softmax over the selected.",
-       "    sel, topk_ids = torch.topk(logits, k=TOP_K, dim=1)\n"
-       "    topk_w = torch.softmax(sel, dim=-1)\n"},
+      {0, "default_routing", "Default routing: softmax, then top-k."},
+      {1, "renormalize_routing", "Renormalize routing: top-k, then softmax over the selected."},
       {2, "ds_routing",
        "DeepSeek-V3 routing: sigmoid scores plus bias, the best topk_group of n_group groups (sum "
        "of each group's two best), top-k among them, weights the selected scores (without bias) "
-       "normalized.",
-       "    s = torch.sigmoid(logits)\n"
-       "    sb = s + (0.0 if routing_bias is None else routing_bias.float().reshape(-1))\n"
-       "    T, E = sb.shape\n"
-       "    g = sb.view(T, N_GROUP, E // N_GROUP)\n"
-       "    gscore = torch.topk(g, k=2, dim=2).values.sum(dim=2)\n"
-       "    best = torch.topk(gscore, k=TOPK_GROUP, dim=1).indices\n"
-       "    keep = torch.zeros_like(gscore).scatter_(1, best, 1.0)\n"
-       "    mask = keep.unsqueeze(2).expand(T, N_GROUP, E // N_GROUP).reshape(T, E)\n"
-       "    pruned = sb.masked_fill(mask == 0, float(\"-inf\"))\n"
-       "    _, topk_ids = torch.topk(pruned, k=TOP_K, dim=1)\n"
-       "    sel = s.gather(1, topk_ids)\n"
-       "    topk_w = sel / (sel.sum(dim=1, keepdim=True) + 1e-20)\n"},
-      {3, "llama4_routing", "Llama4 routing: the top-1 expert, weight sigmoid of its logit.",
-       "    sel, topk_ids = torch.topk(logits, k=1, dim=1)\n"
-       "    topk_w = torch.sigmoid(sel)\n"},
-      {4, "renormalize_naive_routing", "RenormalizeNaive routing: softmax, top-k, renormalized.",
-       "    sel, topk_ids = torch.topk(torch.softmax(logits, dim=-1), k=TOP_K, dim=1)\n"
-       "    topk_w = sel / (sel.sum(dim=1, keepdim=True) + 1e-20)\n"},
-      {5, "topk_routing", "TopK routing: top-k of the logits, equal weights 1/top_k.",
-       "    _, topk_ids = torch.topk(logits, k=TOP_K, dim=1)\n"
-       "    topk_w = torch.full(topk_ids.shape, 1.0 / topk_ids.shape[1])\n"},
+       "normalized and times routed_scaling_factor."},
+      {3, "llama4_routing", "Llama4 routing: the top-1 expert, weight sigmoid of its logit."},
+      {4, "renormalize_naive_routing", "RenormalizeNaive routing: softmax, top-k, renormalized."},
+      {5, "topk_routing", "TopK routing: top-k of the logits, the raw logits as weights."},
   };
-  const std::string common_head =
-      "    logits = routing_logits.float()\n"
-      "    if routing_bias is not None and not DS:\n"
-      "        logits = logits + routing_bias.float().reshape(-1)\n";
-  const std::string common_tail =
-      "    scale = 1.0 if routed_scaling_factor is None else float(routed_scaling_factor)\n"
-      "    topk_w = topk_w * scale\n";
+  const auto route = [](const Variant& x) {
+    return "    topk_ids, topk_w = _route(routing_logits, routing_bias, " + std::to_string(x.type) +
+           ", TOP_K, " + (x.type == 2 ? "N_GROUP, TOPK_GROUP" : "None, None") +
+           ", routed_scaling_factor)\n";
+  };
   // DeepSeek-V3 with fused shared experts (num_fused_shared_experts = S > 0): upstream's sibling
   // template. The weights hold E + S expert-major rows (`num_weight_rows`); the routing appends
   // the ids [E, E + S) at weight 1.0 to every token (E = num_experts), as upstream's docstring.
@@ -1639,7 +1616,7 @@ void add_moe(std::vector<Template>& v) {
                                T("gemm1_beta", rows).opt().dt("float32"),
                                T("gemm1_clamp_limit", rows).opt().dt("float32")});
     const std::string ref =
-        std::string(kMoeFp8Experts) +
+        std::string(kMoeFp8Experts) + kRoute +
         "def run(num_fused_shared_experts, routing_logits, routing_bias, hidden_states,\n"
         "        hidden_states_scale, gemm1_weights, gemm1_weights_scale, gemm1_alpha=None,\n"
         "        gemm1_beta=None, gemm1_clamp_limit=None, gemm2_weights=None,\n"
@@ -1648,11 +1625,11 @@ void add_moe(std::vector<Template>& v) {
         "    if gemm1_alpha is not None or gemm1_beta is not None or gemm1_clamp_limit is not "
         "None:\n"
         "        raise NotImplementedError(\"gemm1_alpha / beta / clamp_limit\")\n"
-        "    DS = True\n"
         "    TOP_K = int(top_k)\n"
         "    N_GROUP, TOPK_GROUP = int(n_group), int(topk_group)\n" +
-        common_head + variants[2].routing + common_tail +
+        route(variants[2]) +
         "    S = int(num_fused_shared_experts)\n"
+        "    E = routing_logits.shape[1]\n"
         "    shared = torch.arange(E, E + S).expand(topk_ids.shape[0], S)\n"
         "    topk_ids = torch.cat((topk_ids, shared), dim=1)\n"
         "    topk_w = torch.cat((topk_w, torch.ones(topk_w.shape[0], S)), dim=1)\n"
@@ -1677,18 +1654,17 @@ void add_moe(std::vector<Template>& v) {
   for (const Variant& x : variants) {
     const bool ds = x.type == 2;
     if (ds) fp8_shared();  // before its plain sibling: the first match wins
-    const std::string flag = std::string("    DS = ") + (ds ? "True" : "False") + "\n";
     // FP8: top_k (and the groups) arrive as inputs.
-    std::string ref8 = std::string(kMoeFp8Experts) +
+    std::string ref8 = std::string(kMoeFp8Experts) + kRoute +
                        "def run(routing_logits, routing_bias, hidden_states, "
                        "hidden_states_scale,\n"
                        "        gemm1_weights, gemm1_weights_scale, gemm2_weights, "
                        "gemm2_weights_scale,\n        " +
                        (ds ? "top_k, n_group, topk_group, " : "top_k, ") +
-                       "local_expert_offset, routed_scaling_factor):\n" + flag +
+                       "local_expert_offset, routed_scaling_factor):\n"
                        "    TOP_K = int(top_k)\n" +
                        (ds ? "    N_GROUP, TOPK_GROUP = int(n_group), int(topk_group)\n" : "") +
-                       common_head + x.routing + common_tail +
+                       route(x) +
                        "    return _experts(hidden_states, hidden_states_scale, gemm1_weights, "
                        "gemm1_weights_scale,\n"
                        "                    gemm2_weights, gemm2_weights_scale, topk_ids, topk_w, "
@@ -1707,7 +1683,7 @@ void add_moe(std::vector<Template>& v) {
     // NVFP4: top_k and the groups are constants of the definition, baked into the reference
     // by the {axis:...} placeholders.
     std::string ref4 =
-        std::string(kMoeFp4Experts) +
+        std::string(kMoeFp4Experts) + kRoute +
         "def run(routing_logits, routing_bias=None, hidden_states=None, "
         "hidden_states_scale=None,\n"
         "        gemm1_weights=None, gemm1_weights_scale=None, gemm1_bias=None, "
@@ -1720,9 +1696,8 @@ void add_moe(std::vector<Template>& v) {
         "    if gemm1_alpha is not None or gemm1_beta is not None or gemm1_clamp_limit is not "
         "None:\n"
         "        raise NotImplementedError(\"gemm1_alpha / beta / clamp_limit\")\n" +
-        flag + "    TOP_K = {axis:top_k}\n" +
-        (ds ? "    N_GROUP, TOPK_GROUP = {axis:n_group}, {axis:topk_group}\n" : "") + common_head +
-        x.routing + common_tail +
+        "    TOP_K = {axis:top_k}\n" +
+        (ds ? "    N_GROUP, TOPK_GROUP = {axis:n_group}, {axis:topk_group}\n" : "") + route(x) +
         "    return _experts(hidden_states, hidden_states_scale, gemm1_weights, "
         "gemm1_weights_scale,\n"
         "                    gemm1_bias, gemm2_weights, gemm2_weights_scale, gemm2_bias,\n"
