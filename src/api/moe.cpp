@@ -292,7 +292,8 @@ std::vector<Tensor> cutlass_fused_moe_impl(
   p.w1 = w1.data_ptr();
   p.w2 = w2.data_ptr();
   p.b1 = b1 ? b1->data_ptr() : nullptr;
-  p.b2 = b2 ? b2->data_ptr() : nullptr;
+  // The fc2 bias only on tensor-parallel rank 0, as upstream's finalize launcher.
+  p.b2 = b2 && tp_rank == 0 ? b2->data_ptr() : nullptr;
   p.swiglu_alpha = expert_vector(swiglu_alpha, E, input, op, "swiglu_alpha");
   p.swiglu_beta = expert_vector(swiglu_beta, E, input, op, "swiglu_beta");
   p.swiglu_limit = expert_vector(swiglu_limit, E, input, op, "swiglu_limit");

@@ -265,7 +265,8 @@ std::vector<Tensor> cutlass_fused_moe_fp8(
   p.w1 = w1.data_ptr();
   p.w2 = w2.data_ptr();
   p.b1 = b1 ? b1->data_ptr() : nullptr;
-  p.b2 = b2 ? b2->data_ptr() : nullptr;
+  // The fc2 bias only on tensor-parallel rank 0, as upstream's finalize launcher.
+  p.b2 = b2 && tp_rank == 0 ? b2->data_ptr() : nullptr;
   fp.bias_dtype = output_dtype;
   p.swiglu_alpha = expert_vector(swiglu_alpha, E, input, "swiglu_alpha");
   p.swiglu_beta = expert_vector(swiglu_beta, E, input, "swiglu_beta");

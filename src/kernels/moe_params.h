@@ -30,8 +30,9 @@ constexpr bool moe_act_is_gated(MoeAct a) {
 }
 
 /// cutlass_fused_moe, unquantized: for each token t and each k with a local expert e,
-///   g1 = round(x[t] @ w1[e].T + b1[e]);  h = round(act(g1));  y = round_out(h @ w2[e].T + b2[e])
-///   out[t] = round_out(sum_k scale[t, k] * y)
+///   g1 = round(x[t] @ w1[e].T);  h = round(act(g1 + b1[e]));  y = round_out(h @ w2[e].T)
+///   out[t] = round_out(sum_k scale[t, k] * (y + b2[e]))
+/// (biases added in fp32 to the rounded GEMM outputs, as upstream; b2 is null on tp ranks != 0)
 /// where round() is to `dtype` and round_out() to `out_dtype`; a local expert is a global id in
 /// [expert_offset, expert_offset + num_local_experts).
 struct CutlassMoeParams {

@@ -46,6 +46,7 @@ struct MoeCase {
   DType dt = DType::kFloat32, out_dt = DType::kFloat32;
   ActivationType act = ActivationType::Swiglu;
   int64_t ep_size = 1, ep_rank = 0;
+  int64_t tp_size = 1, tp_rank = 0;
   bool biases = false;
   bool swiglu_params = false;  // per-expert alpha / beta / limit
   uint64_t seed = 1;
@@ -88,13 +89,17 @@ MoeInputs make_inputs(const MoeCase& c) {
 }
 
 // fp64 formula with the documented rounding points (docs/MOE.md): GEMM1 output and activation
-// stored in the input dtype, GEMM2 output in the output dtype, weighted fp64 sum over k.
+// stored in the input dtype, GEMM2 output in the output dtype, weighted fp64 sum over k. The
+// biases join the rounded GEMM outputs, b2 on tensor-parallel rank 0 only (upstream's
+// doActivationKernel / finalizeMoeRoutingKernel; before session 12 this formula added both
+// before the rounding and b2 on every rank, as the kernel then did).
 std::vector<double> moe_formula(const MoeCase& c, const MoeInputs& in) {
   const auto x = in.x.to_double_vector(), w1 = in.w1.to_double_vector(),
              w2 = in.w2.to_double_vector(), sc = in.scales.to_double_vector(),
              ids = in.ids.to_double_vector();
   const std::vector<double> b1 = in.b1 ? in.b1->to_double_vector() : std::vector<double>();
-  const std::vector<double> b2 = in.b2 ? in.b2->to_double_vector() : std::vector<double>();
+  const std::vector<double> b2 =
+      in.b2 && c.tp_rank == 0 ? in.b2->to_double_vector() : std::vector<double>();
   const std::vector<double> al = in.alpha ? in.alpha->to_double_vector() : std::vector<double>();
   const std::vector<double> be = in.beta ? in.beta->to_double_vector() : std::vector<double>();
   const std::vector<double> li = in.limit ? in.limit->to_double_vector() : std::vector<double>();
@@ -107,11 +112,12 @@ std::vector<double> moe_formula(const MoeCase& c, const MoeInputs& in) {
       if (e < 0 || e >= c.E) continue;
       std::vector<double> g(static_cast<size_t>(N1)), h(static_cast<size_t>(I));
       for (int64_t n = 0; n < N1; ++n) {
-        double s = b1.empty() ? 0.0 : b1[static_cast<size_t>(e * N1 + n)];
+        double s = 0.0;
         for (int64_t j = 0; j < H; ++j) {
           s += x[static_cast<size_t>(t * H + j)] * w1[static_cast<size_t>((e * N1 + n) * H + j)];
         }
-        g[static_cast<size_t>(n)] = round_as(c.dt, s);
+        g[static_cast<size_t>(n)] =
+            round_as(c.dt, s) + (b1.empty() ? 0.0 : b1[static_cast<size_t>(e * N1 + n)]);
       }
       for (int64_t j = 0; j < I; ++j) {
         const double u = g[static_cast<size_t>(j)];                          // up: first half
@@ -153,12 +159,13 @@ std::vector<double> moe_formula(const MoeCase& c, const MoeInputs& in) {
         h[static_cast<size_t>(j)] = round_as(c.dt, v);
       }
       for (int64_t j = 0; j < H; ++j) {
-        double s = b2.empty() ? 0.0 : b2[static_cast<size_t>(e * H + j)];
+        double s = 0.0;
         for (int64_t i = 0; i < I; ++i) {
           s += h[static_cast<size_t>(i)] * w2[static_cast<size_t>((e * H + j) * I + i)];
         }
         out[static_cast<size_t>(t * H + j)] +=
-            sc[static_cast<size_t>(t * c.K + k)] * round_as(c.out_dt, s);
+            sc[static_cast<size_t>(t * c.K + k)] *
+            (round_as(c.out_dt, s) + (b2.empty() ? 0.0 : b2[static_cast<size_t>(e * H + j)]));
       }
     }
   }
@@ -168,9 +175,9 @@ std::vector<double> moe_formula(const MoeCase& c, const MoeInputs& in) {
 std::vector<Tensor> run_moe(const MoeCase& c, const MoeInputs& in,
                             std::optional<Tensor> output = std::nullopt) {
   return cutlass_fused_moe(in.x, in.ids, in.scales, in.w1, in.w2, c.out_dt, {}, in.b1, in.b2,
-                           std::nullopt, in.alpha, in.beta, in.limit, 1, 0, c.ep_size, c.ep_rank, 1,
-                           0, output, false, false, false, false, false, false, false, 8192,
-                           std::nullopt, c.act);
+                           std::nullopt, in.alpha, in.beta, in.limit, c.tp_size, c.tp_rank,
+                           c.ep_size, c.ep_rank, 1, 0, output, false, false, false, false, false,
+                           false, false, 8192, std::nullopt, c.act);
 }
 
 // ---- golden values --------------------------------------------------------------------------
@@ -191,6 +198,110 @@ TEST(CutlassFusedMoe, GoldenGateUpOrder) {
   EXPECT_TRUE(all_close(r[0], {0.25 * h0 - 0.75 * h1, 0.25 * 2 * h0 + 0.75 * h1}, {1e-6, 1e-6}));
   EXPECT_NEAR(r[0].to_double_vector()[0], -0.6561893287, 1e-6);
   EXPECT_NEAR(r[0].to_double_vector()[1], 1.9773849464, 1e-6);
+}
+
+// Where the biases join (upstream's TMA warp-specialized path, the default tactic on sm90+:
+// doActivationKernel adds b1 in fp32 to the GEMM1 output already stored in the input dtype, and
+// finalizeMoeRoutingKernel adds b2 in fp32 to the stored GEMM2 output, on tp rank 0 only).
+// fp16, one token, one expert, Identity (not gated), H = I = 2, x = [1024, 0.5]:
+//   w1 = [[1, 1], [0, 1]]: GEMM1 = [1024.5, 0.5]; stored fp16 (spacing 1 above 1024, ties to
+//     even): g1 = [1024, 0.5].
+//   w2 = [[1, 1], [0, 2]].
+// (a) b1 = [0.5, 0], b2 = 0: h = fp16(g1 + b1) = [fp16(1024.5) = 1024, 0.5]; GEMM2 = [1024.5, 1]
+//     -> y = [1024, 1]; out = [1024, 1]. Adding b1 before the rounding (the pre-session-12
+//     kernel) gives g1 = fp16(1025) = 1025, GEMM2 1025.5 -> 1026.
+// (b) b1 = 0, b2 = [0.5, 0.25]: h = [1024, 0.5]; y = [1024, 1]; out = fp16(y + b2) =
+//     [fp16(1024.5) = 1024, 1.25]. Adding b2 before storing y gives fp16(1025) = 1025.
+// (c) (b) on tp rank 1 of 2: no b2 at all: out = [1024, 1]; on rank 0 as (b).
+TEST(CutlassFusedMoe, GoldenBiasPoints) {
+  const DType f16 = DType::kFloat16;
+  Tensor x = Tensor::from_vector({1024, 0.5}, {1, 2}, f16);
+  Tensor ids = Tensor::from_vector({0}, {1, 1}, DType::kInt32);
+  Tensor sc = Tensor::from_vector({1}, {1, 1}, DType::kFloat32);
+  Tensor w1 = Tensor::from_vector({1, 1, 0, 1}, {1, 2, 2}, f16);
+  Tensor w2 = Tensor::from_vector({1, 1, 0, 2}, {1, 2, 2}, f16);
+  auto call = [&](const std::vector<double>& b1, const std::vector<double>& b2, int64_t tp_size,
+                  int64_t tp_rank) {
+    return cutlass_fused_moe(x, ids, sc, w1, w2, f16, {}, Tensor::from_vector(b1, {1, 2}, f16),
+                             Tensor::from_vector(b2, {1, 2}, f16), std::nullopt, std::nullopt,
+                             std::nullopt, std::nullopt, tp_size, tp_rank, 1, 0, 1, 0, std::nullopt,
+                             false, false, false, false, false, false, false, 8192, std::nullopt,
+                             ActivationType::Identity)[0]
+        .to_double_vector();
+  };
+  EXPECT_EQ(call({0.5, 0}, {0, 0}, 1, 0), (std::vector<double>{1024, 1}));
+  EXPECT_EQ(call({0, 0}, {0.5, 0.25}, 1, 0), (std::vector<double>{1024, 1.25}));
+  EXPECT_EQ(call({0, 0}, {0.5, 0.25}, 2, 0), (std::vector<double>{1024, 1.25}));
+  EXPECT_EQ(call({0, 0}, {0.5, 0.25}, 2, 1), (std::vector<double>{1024, 1}));
+  // b1 is added on every rank (each rank holds its own slice of it).
+  EXPECT_EQ(call({0.5, 0}, {0, 0}, 2, 1), (std::vector<double>{1024, 1}));
+}
+
+// bf16, Swiglu, b2 scaled by the routing weight: out = bf16(s * (y + b2)). One token, one
+// expert, H = 1, I = 1, x = [1]: w1 = [up 3, gate 0] -> g1 = [3, 0], b1 = [0, 0] -> h =
+// silu(0) * 3 = 0; y = 0; b2 = 4, s = 0.25: out = 0.25 * (0 + 4) = 1 (a b2 outside the
+// weighted sum would give 4).
+TEST(CutlassFusedMoe, GoldenBiasScaledByRoutingWeight) {
+  const DType bf = DType::kBFloat16;
+  const auto r = cutlass_fused_moe(
+      Tensor::from_vector({1}, {1, 1}, bf), Tensor::from_vector({0}, {1, 1}, DType::kInt32),
+      Tensor::from_vector({0.25}, {1, 1}, DType::kFloat32),
+      Tensor::from_vector({3, 0}, {1, 2, 1}, bf), Tensor::from_vector({1}, {1, 1, 1}, bf), bf, {},
+      Tensor::from_vector({0, 0}, {1, 2}, bf), Tensor::from_vector({4}, {1, 1}, bf));
+  EXPECT_EQ(r[0].to_double_vector(), (std::vector<double>{1}));
+}
+
+// Tensor parallelism: each rank holds a slice of the intermediate dimension (w1's up and gate
+// rows, b1, w2's columns) and the whole b2, which only rank 0 adds; the ranks' outputs sum to
+// the single-rank layer (fp32, up to the rounding of the split sums), and rank 1's output does
+// not depend on b2.
+TEST(CutlassFusedMoe, TensorParallelRanksSumToTheLayer) {
+  MoeCase full;
+  full.T = 6;
+  full.I = 16;
+  full.biases = true;
+  full.seed = 77;
+  const MoeInputs in = make_inputs(full);
+  const Tensor whole = run_moe(full, in)[0];
+  const int64_t E = full.E, H = full.H, I = full.I, half = I / 2;
+  const auto w1 = in.w1.to_double_vector(), w2 = in.w2.to_double_vector(),
+             b1 = in.b1->to_double_vector();
+  std::vector<double> sum(static_cast<size_t>(full.T * H), 0.0);
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    std::vector<double> w1r, w2r, b1r;
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t part = 0; part < 2; ++part) {  // up rows, then gate rows
+        for (int64_t i = rank * half; i < (rank + 1) * half; ++i) {
+          const int64_t row = e * 2 * I + part * I + i;
+          b1r.push_back(b1[static_cast<size_t>(row)]);
+          for (int64_t j = 0; j < H; ++j) w1r.push_back(w1[static_cast<size_t>(row * H + j)]);
+        }
+      }
+      for (int64_t j = 0; j < H; ++j) {
+        for (int64_t i = rank * half; i < (rank + 1) * half; ++i) {
+          w2r.push_back(w2[static_cast<size_t>((e * H + j) * I + i)]);
+        }
+      }
+    }
+    MoeCase c = full;
+    c.I = half;
+    c.tp_size = 2;
+    c.tp_rank = rank;
+    MoeInputs r = in;
+    r.w1 = Tensor::from_vector(w1r, {E, 2 * half, H}, full.dt);
+    r.w2 = Tensor::from_vector(w2r, {E, H, half}, full.dt);
+    r.b1 = Tensor::from_vector(b1r, {E, 2 * half}, full.dt);
+    const Tensor out = run_moe(c, r)[0];
+    EXPECT_TRUE(all_close(out, moe_formula(c, r), default_tolerance(full.dt))) << rank;
+    const auto ov = out.to_double_vector();
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += ov[i];
+    if (rank == 1) {
+      MoeInputs nob2 = r;
+      nob2.b2 = Tensor::zeros({E, H}, full.dt);
+      EXPECT_EQ(run_moe(c, nob2)[0].to_double_vector(), ov);  // b2 ignored on rank 1
+    }
+  }
+  EXPECT_TRUE(all_close(whole, sum, {1e-5, 1e-5}));
 }
 
 // Relu2 is not gated: w1 is [E, I, H] and h = relu(x @ w1.T)^2.

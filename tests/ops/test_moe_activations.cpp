@@ -83,7 +83,9 @@ Inputs make_inputs(const Case& c) {
 }
 
 // The rounding points of docs/MOE.md: GEMM1 output and activation in the input dtype, GEMM2
-// output in the output dtype (= input dtype here), fp64 weighted sum over k.
+// output in the output dtype (= input dtype here), fp64 weighted sum over k. The biases join the
+// rounded GEMM outputs (upstream's doActivationKernel / finalizeMoeRoutingKernel; before
+// session 12 this formula added them before the rounding, as the kernel then did).
 std::vector<double> formula(const Case& c, const Inputs& in) {
   const auto x = in.x.to_double_vector(), w1 = in.w1.to_double_vector(),
              w2 = in.w2.to_double_vector(), sc = in.scales.to_double_vector(),
@@ -102,11 +104,12 @@ std::vector<double> formula(const Case& c, const Inputs& in) {
       const auto e = static_cast<int64_t>(ids[static_cast<size_t>(t * c.K + k)]);
       std::vector<double> g(static_cast<size_t>(N1)), h(static_cast<size_t>(I));
       for (int64_t n = 0; n < N1; ++n) {
-        double s = b1.empty() ? 0.0 : b1[static_cast<size_t>(e * N1 + n)];
+        double s = 0.0;
         for (int64_t j = 0; j < H; ++j) {
           s += x[static_cast<size_t>(t * H + j)] * w1[static_cast<size_t>((e * N1 + n) * H + j)];
         }
-        g[static_cast<size_t>(n)] = round_as(c.dt, s);
+        g[static_cast<size_t>(n)] =
+            round_as(c.dt, s) + (b1.empty() ? 0.0 : b1[static_cast<size_t>(e * N1 + n)]);
       }
       for (int64_t j = 0; j < I; ++j) {
         const double u = g[static_cast<size_t>(j)], gt = g[static_cast<size_t>(I + j)];
@@ -120,12 +123,13 @@ std::vector<double> formula(const Case& c, const Inputs& in) {
         h[static_cast<size_t>(j)] = round_as(c.dt, v);
       }
       for (int64_t j = 0; j < H; ++j) {
-        double s = b2.empty() ? 0.0 : b2[static_cast<size_t>(e * H + j)];
+        double s = 0.0;
         for (int64_t i = 0; i < I; ++i) {
           s += h[static_cast<size_t>(i)] * w2[static_cast<size_t>((e * H + j) * I + i)];
         }
         out[static_cast<size_t>(t * H + j)] +=
-            sc[static_cast<size_t>(t * c.K + k)] * round_as(c.dt, s);
+            sc[static_cast<size_t>(t * c.K + k)] *
+            (round_as(c.dt, s) + (b2.empty() ? 0.0 : b2[static_cast<size_t>(e * H + j)]));
       }
     }
   }

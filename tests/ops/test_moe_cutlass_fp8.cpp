@@ -74,6 +74,7 @@ struct Fp8Case {
   bool biases = false;
   bool swiglu_params = false;
   int64_t ep_size = 1, ep_rank = 0;
+  int64_t tp_size = 1, tp_rank = 0;
   uint64_t seed = 1;
 };
 
@@ -141,9 +142,9 @@ Fp8Inputs make_inputs(const Fp8Case& c) {
 std::vector<Tensor> run(const Fp8Case& c, const Fp8Inputs& in,
                         std::optional<Tensor> output = std::nullopt) {
   return cutlass_fused_moe(in.x, in.ids, in.scales, in.w1, in.w2, c.out_dt, in.quant_scales, in.b1,
-                           in.b2, std::nullopt, in.alpha, in.beta, in.limit, 1, 0, c.ep_size,
-                           c.ep_rank, 1, 0, output, false, c.block, false, false, false, false,
-                           false, 8192, std::nullopt, c.act);
+                           in.b2, std::nullopt, in.alpha, in.beta, in.limit, c.tp_size, c.tp_rank,
+                           c.ep_size, c.ep_rank, 1, 0, output, false, c.block, false, false, false,
+                           false, false, 8192, std::nullopt, c.act);
 }
 
 // Upstream's scale_1x128_kernel in the test's own words: per 128 values, quant = 448 / amax
@@ -290,6 +291,33 @@ TEST(CutlassFusedMoeFp8, PerTensorSwigluBiasAndExpertParallel) {
   Fp8Case cb = c;
   cb.act = ActivationType::SwigluBias;
   EXPECT_TRUE(matches(run(c, in)[0], formula(cb, in), c.out_dt));
+}
+
+// Upstream's finalize adds the fc2 bias on tensor-parallel rank 0 only ("Only add bias on rank 0
+// for tensor parallelism"; docs/MOE.md "Where the biases join"), b1 on every rank: on rank 1 of
+// 2 the output does not depend on b2 and matches the formula without it; on rank 0 it does.
+TEST(CutlassFusedMoeFp8, Fc2BiasOnTensorParallelRankZeroOnly) {
+  for (bool block : {false, true}) {
+    Fp8Case c;
+    c.block = block;
+    c.I = 128;
+    c.biases = true;
+    c.tp_size = 2;
+    c.seed = 31;
+    const Fp8Inputs in = make_inputs(c);
+    Fp8Inputs no_b2 = in;
+    no_b2.b2 = Tensor::zeros({c.E, c.H}, c.out_dt);
+    c.tp_rank = 1;
+    const auto r1 = run(c, in)[0].to_double_vector();
+    EXPECT_EQ(r1, run(c, no_b2)[0].to_double_vector()) << block;
+    EXPECT_TRUE(matches(Tensor::from_vector(r1, {c.T, c.H}, c.out_dt), formula(c, no_b2), c.out_dt))
+        << block;
+    c.tp_rank = 0;
+    const auto r0 = run(c, in)[0].to_double_vector();
+    EXPECT_NE(r0, r1) << block;
+    EXPECT_TRUE(matches(Tensor::from_vector(r0, {c.T, c.H}, c.out_dt), formula(c, in), c.out_dt))
+        << block;
+  }
 }
 
 TEST(CutlassFusedMoeFp8, BlockScaleMatchesFormula) {

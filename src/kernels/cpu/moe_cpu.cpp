@@ -65,11 +65,12 @@ float gelu_tanh(float x) {
 // Upstream's SituAdaptor evaluates tanh as 2 * sigmoid(2z) - 1 (docs/MOE.md).
 float tanh_via_sigmoid(float z) { return 2.0f / (1.0f + std::exp(-2.0f * z)) - 1.0f; }
 
-// out[m, n] = a[m, k] @ w[n, k]^T (+ bias[n]), all contiguous, fp32 accumulation, rounded once to
-// out_dtype. The half-precision cases go through the library's GEMM kernel (the one mm_bf16
-// uses); anything involving fp32 converts to fp32 and calls OpenBLAS directly.
-void rows_gemm(const void* a, const void* w, const void* bias, DType dt, void* out, DType out_dt,
-               int64_t m, int64_t n, int64_t k) {
+// out[m, n] = a[m, k] @ w[n, k]^T, all contiguous, fp32 accumulation, rounded once to out_dtype
+// (no bias: upstream adds the biases after this rounding, see cutlass_moe). The half-precision
+// cases go through the library's GEMM kernel (the one mm_bf16 uses); anything involving fp32
+// converts to fp32 and calls OpenBLAS directly.
+void rows_gemm(const void* a, const void* w, DType dt, void* out, DType out_dt, int64_t m,
+               int64_t n, int64_t k) {
   if (dt != DType::kFloat32 && out_dt != DType::kFloat32) {
     GemmParams g;
     g.a = a;
@@ -84,8 +85,6 @@ void rows_gemm(const void* a, const void* w, const void* bias, DType dt, void* o
     g.out_dtype = out_dt;
     g.out_stride_m = n;
     g.out_stride_n = 1;
-    g.bias = bias;
-    g.bias_dtype = dt;
     g.m = m;
     g.n = n;
     g.k = k;
@@ -107,13 +106,7 @@ void rows_gemm(const void* a, const void* w, const void* bias, DType dt, void* o
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
               static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, ap, static_cast<blasint>(k),
               wp, static_cast<blasint>(k), 0.0f, c.data(), static_cast<blasint>(n));
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      float v = c[static_cast<size_t>(i * n + j)];
-      if (bias) v += load_f(bias, dt, j);
-      store_f(out, out_dt, i * n + j, v);
-    }
-  }
+  for (int64_t i = 0; i < m * n; ++i) store_f(out, out_dt, i, c[static_cast<size_t>(i)]);
 }
 
 }  // namespace
@@ -242,9 +235,7 @@ void cutlass_moe(const CutlassMoeParams& p) {
     const int64_t r0 = count[static_cast<size_t>(e)], n = count[static_cast<size_t>(e + 1)] - r0;
     if (n == 0) continue;
     const auto* w1 = static_cast<const uint8_t*>(p.w1) + static_cast<size_t>(e * N1 * H) * es;
-    const auto* b1 =
-        p.b1 ? static_cast<const uint8_t*>(p.b1) + static_cast<size_t>(e * N1) * es : nullptr;
-    rows_gemm(xg.get() + static_cast<size_t>(r0 * H) * es, w1, b1, p.dtype,
+    rows_gemm(xg.get() + static_cast<size_t>(r0 * H) * es, w1, p.dtype,
               g1.get() + static_cast<size_t>(r0 * N1) * g1es, g1_dt, n, N1, H);
   }
 #pragma omp parallel if (rows * N1 >= kParallelMin)
@@ -254,7 +245,11 @@ void cutlass_moe(const CutlassMoeParams& p) {
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t e = local[static_cast<size_t>(row_pair[static_cast<size_t>(r)])];
       const void* src = g1.get() + static_cast<size_t>(r * N1) * g1es;
-      for (int64_t j = 0; j < N1; ++j) gf[static_cast<size_t>(j)] = load_f(src, g1_dt, j);
+      for (int64_t j = 0; j < N1; ++j) {
+        // The fc1 bias joins the stored (rounded) GEMM1 value in fp32, as doActivationKernel.
+        gf[static_cast<size_t>(j)] =
+            load_f(src, g1_dt, j) + (p.b1 ? load_f(p.b1, p.dtype, e * N1 + j) : 0.0f);
+      }
       moe_activation_row(p, e, gf.data(), hf.data());
       void* dst = hb.get() + static_cast<size_t>(r * I) * es;
       for (int64_t j = 0; j < I; ++j) store_f(dst, p.dtype, j, hf[static_cast<size_t>(j)]);
@@ -264,13 +259,12 @@ void cutlass_moe(const CutlassMoeParams& p) {
     const int64_t r0 = count[static_cast<size_t>(e)], n = count[static_cast<size_t>(e + 1)] - r0;
     if (n == 0) continue;
     const auto* w2 = static_cast<const uint8_t*>(p.w2) + static_cast<size_t>(e * H * I) * es;
-    const auto* b2 =
-        p.b2 ? static_cast<const uint8_t*>(p.b2) + static_cast<size_t>(e * H) * es : nullptr;
-    rows_gemm(hb.get() + static_cast<size_t>(r0 * I) * es, w2, b2, p.dtype,
+    rows_gemm(hb.get() + static_cast<size_t>(r0 * I) * es, w2, p.dtype,
               y.get() + static_cast<size_t>(r0 * H) * oes, p.out_dtype, n, H, I);
   }
 
-  // Finalize: the weighted sum over k in k order, fp32, rounded once.
+  // Finalize (finalizeMoeRoutingKernel): sum over k in k order of scale * (y + b2), fp32, rounded
+  // once. p.b2 is null on tensor-parallel ranks other than 0 (the API layer drops it there).
 #pragma omp parallel if (T * K * H >= kParallelMin)
   {
     std::vector<float> acc(static_cast<size_t>(H));
@@ -282,8 +276,10 @@ void cutlass_moe(const CutlassMoeParams& p) {
         if (r < 0) continue;
         const float s = load_f(p.scales, p.scales_dtype, t * p.scales_stride + k);
         const void* yr = y.get() + static_cast<size_t>(r * H) * oes;
+        const int64_t e = local[static_cast<size_t>(t * K + k)];
         for (int64_t j = 0; j < H; ++j) {
-          acc[static_cast<size_t>(j)] += s * load_f(yr, p.out_dtype, j);
+          const float b = p.b2 ? load_f(p.b2, p.dtype, e * H + j) : 0.0f;
+          acc[static_cast<size_t>(j)] += s * (load_f(yr, p.out_dtype, j) + b);
         }
       }
       for (int64_t j = 0; j < H; ++j) {

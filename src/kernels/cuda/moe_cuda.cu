@@ -94,8 +94,8 @@ __device__ float activation(const CutlassMoeParams& p, int64_t e, const float* g
   }
 }
 
-// One block per (token, k) pair: GEMM1 row (one warp per output), rounded to T, then the
-// activation rounded to T.
+// One block per (token, k) pair: GEMM1 row (one warp per output) rounded to T, the fc1 bias added
+// to the rounded value in fp32 (upstream's doActivationKernel), then the activation rounded to T.
 template <class T>
 __global__ void moe_gemm1_kernel(CutlassMoeParams p) {
   pdl_wait();
@@ -114,7 +114,7 @@ __global__ void moe_gemm1_kernel(CutlassMoeParams p) {
     float acc = 0.0f;
     for (int64_t c = lane; c < H; c += 32) acc += to_f32(x[c]) * to_f32(wr[c]);
     acc = warp_reduce_sum(acc);
-    if (lane == 0) g[j] = round_as<T>(acc + (b1 ? to_f32(b1[j]) : 0.0f));
+    if (lane == 0) g[j] = round_as<T>(acc) + (b1 ? to_f32(b1[j]) : 0.0f);
   }
   __syncthreads();
   float* h = p.ws_h + pair * p.inter;
@@ -123,7 +123,8 @@ __global__ void moe_gemm1_kernel(CutlassMoeParams p) {
   }
 }
 
-// One block per (token, k) pair: GEMM2 row rounded to the output type O.
+// One block per (token, k) pair: GEMM2 row rounded to the output type O (no bias: the finalize
+// adds it).
 template <class T, class O>
 __global__ void moe_gemm2_kernel(CutlassMoeParams p) {
   const int64_t pair = blockIdx.x;
@@ -132,7 +133,6 @@ __global__ void moe_gemm2_kernel(CutlassMoeParams p) {
   const int64_t H = p.hidden, I = p.inter;
   const float* h = p.ws_h + pair * I;
   const T* w2 = static_cast<const T*>(p.w2) + e * H * I;
-  const T* b2 = p.b2 ? static_cast<const T*>(p.b2) + e * H : nullptr;
   float* y = p.ws_y + pair * H;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int64_t j = warp; j < H; j += kWarps) {
@@ -140,21 +140,25 @@ __global__ void moe_gemm2_kernel(CutlassMoeParams p) {
     float acc = 0.0f;
     for (int64_t c = lane; c < I; c += 32) acc += h[c] * to_f32(wr[c]);
     acc = warp_reduce_sum(acc);
-    if (lane == 0) y[j] = round_as<O>(acc + (b2 ? to_f32(b2[j]) : 0.0f));
+    if (lane == 0) y[j] = round_as<O>(acc);
   }
 }
 
-// One block per token: the weighted sum over k in k order.
-template <class O>
+// One block per token: the weighted sum over k in k order of scale * (y + b2), fp32 (upstream's
+// finalizeMoeRoutingKernel; p.b2 is null on tensor-parallel ranks other than 0).
+template <class T, class O>
 __global__ void moe_finalize_kernel(CutlassMoeParams p) {
   const int64_t t = blockIdx.x;
   O* out = static_cast<O*>(p.out) + t * p.out_stride;
+  const T* b2 = static_cast<const T*>(p.b2);
   for (int64_t j = threadIdx.x; j < p.hidden; j += blockDim.x) {
     float acc = 0.0f;
     for (int64_t k = 0; k < p.top_k; ++k) {
       const int64_t pair = t * p.top_k + k;
-      if (local_expert(p, pair) < 0) continue;
-      acc += load_scale(p, t * p.scales_stride + k) * p.ws_y[pair * p.hidden + j];
+      const int64_t e = local_expert(p, pair);
+      if (e < 0) continue;
+      const float b = b2 ? to_f32(b2[e * p.hidden + j]) : 0.0f;
+      acc += load_scale(p, t * p.scales_stride + k) * (p.ws_y[pair * p.hidden + j] + b);
     }
     out[j] = from_f32<O>(acc);
   }
@@ -171,7 +175,7 @@ void launch_moe(const CutlassMoeParams& p, cudaStream_t stream, bool enable_pdl)
                 dim3(kThreads), 0, stream, enable_pdl, p);
   launch_kernel("cutlass_fused_moe", moe_gemm2_kernel<T, O>, dim3(static_cast<unsigned>(pairs)),
                 dim3(kThreads), 0, stream, false, p);
-  launch_kernel("cutlass_fused_moe", moe_finalize_kernel<O>,
+  launch_kernel("cutlass_fused_moe", moe_finalize_kernel<T, O>,
                 dim3(static_cast<unsigned>(p.num_tokens)), dim3(kThreads), 0, stream, false, p);
 }
 
