@@ -46,4 +46,8 @@ extern const char* const kMoeFp8Experts;  // DeepSeek FP8 block-scale experts
 extern const char* const kMoeFp4Experts;  // NVFP4 experts
 extern const char* const kAttend;         // dense attention with base-2 LSE
 
+// The templates of src/trace/templates_attention_extra.cpp (attention entry points, MLA page
+// append, RoPE + FP8 + append, the small GEMMs, top_k_varlen).
+void add_attention_extra(std::vector<Template>& v);
+
 }  // namespace flashinfer::trace::detail

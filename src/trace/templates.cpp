@@ -2900,6 +2900,7 @@ const std::vector<Template>& templates() {
     add_bmm(*v);
     add_rope_quantize(*v);
     add_rope_cos_sin(*v);
+    add_attention_extra(*v);
     return v;
   }();
   return *all;

@@ -74,6 +74,69 @@ struct UpstreamCall {
   std::function<std::vector<Value>()> args;
 };
 
+// The calls of the expected files derived for templates_attention_extra.cpp's templates
+// (tests/trace/data/upstream/SOURCES.md, "Derived from the template source").
+void add_extra_upstream_calls(std::map<std::string, UpstreamCall>& m) {
+  const DType bf = DType::kBFloat16, i32 = DType::kInt32, u8 = DType::kUInt8;
+  const DType i8 = DType::kInt8, e4m3 = DType::kFloat8E4M3FN;
+  const auto call = [&](std::string name, std::string op,
+                        std::vector<std::pair<std::string, Value>> kw) {
+    m[std::move(name)] = {op, [op, kw] { return bind(op, kw); }};
+  };
+  call("var_block_sparse_run_h32_kv8_d128", "VariableBlockSparseAttentionWrapper.run",
+       {{"self", Value()},
+        {"q", T({16, 32, 128}, bf)},
+        {"k", T({16, 8, 128}, bf)},
+        {"v", T({16, 8, 128}, bf)}});
+  call("trtllm_batch_context_h32_kv8_d128_ps16", "trtllm_batch_context_with_kv_cache",
+       {{"query", T({12, 32, 128}, bf)},
+        {"kv_cache", T({8, 2, 8, 16, 128}, bf)},
+        {"workspace_buffer", T({16}, u8)},
+        {"block_tables", T({2, 4}, i32)},
+        {"seq_lens", T({2}, i32)},
+        {"max_q_len", Value(int64_t{6})},
+        {"max_kv_len", Value(int64_t{64})},
+        {"bmm1_scale", Value(0.088)},
+        {"bmm2_scale", Value(1.0)},
+        {"batch_size", Value(int64_t{2})},
+        {"cum_seq_lens_q", T({3}, i32)},
+        {"cum_seq_lens_kv", T({3}, i32)}});
+  const auto mla = [&](DType dt, int64_t page_size) {
+    return std::vector<std::pair<std::string, Value>>{
+        {"query", T({2, 1, 128, 576}, dt)},    {"kv_cache", T({8, page_size, 576}, dt)},
+        {"workspace_buffer", T({16}, i8)},     {"qk_nope_head_dim", Value(int64_t{128})},
+        {"kv_lora_rank", Value(int64_t{512})}, {"qk_rope_head_dim", Value(int64_t{64})},
+        {"block_tables", T({2, 4}, i32)},      {"seq_lens", T({2}, i32)},
+        {"max_seq_len", Value(int64_t{200})}};
+  };
+  call("trtllm_batch_decode_mla_h128_d_qk576_ckv512_kpe64_nope128_ps64",
+       "trtllm_batch_decode_with_kv_cache_mla", mla(bf, 64));
+  call("xqa_batch_decode_mla_h128_d_qk576_ckv512_kpe64_nope128_ps32",
+       "xqa_batch_decode_with_kv_cache_mla", mla(e4m3, 32));
+  call("xqa_h32_kv8_d128_ps16", "xqa",
+       {{"q", T({2, 32, 128}, bf)},
+        {"k_cache", T({8, 8, 16, 128}, bf)},
+        {"v_cache", T({8, 8, 16, 128}, bf)},
+        {"page_table", T({2, 4}, i32)},
+        {"seq_lens", T({2}, i32)},
+        {"output", T({2, 32, 128}, bf)},
+        {"workspace_buffer", T({16}, u8)},
+        {"semaphores", T({8}, i32)},
+        {"num_kv_heads", Value(int64_t{8})},
+        {"page_size", Value(int64_t{16})},
+        {"kv_layout", Value("HND")}});
+  call("xqa_mla_h128_ckv576_kpe512_ps32", "xqa_mla",
+       {{"q", T({2, 128, 576}, e4m3)},
+        {"k_cache", T({8, 32, 576}, e4m3)},
+        {"v_cache", T({8, 32, 512}, e4m3)},
+        {"page_table", T({2, 4}, i32)},
+        {"seq_lens", T({2}, i32)},
+        {"output", T({2, 128, 512}, bf)},
+        {"workspace_buffer", T({16}, u8)},
+        {"semaphores", T({8}, i32)},
+        {"page_size", Value(int64_t{32})}});
+}
+
 std::map<std::string, UpstreamCall> upstream_calls() {
   const DType bf = DType::kBFloat16, f32 = DType::kFloat32, i32 = DType::kInt32;
   std::map<std::string, UpstreamCall> m;
@@ -720,6 +783,7 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                            {"cos_sin_cache", T({4096, 128}, f32)}});
         }};
   }
+  add_extra_upstream_calls(m);
   return m;
 }
 
@@ -968,11 +1032,27 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
         {"num_fp4_hidden_blocks", 4},
         {"num_packed_intermediate", 16},
         {"num_fp4_intermediate_blocks", 2}}}};
+  // The ops of templates_attention_extra.cpp: HND K/V halves; a latent of 16 + rope 8.
+  static const std::map<std::string, std::map<std::string, int64_t>> per_op_extra = {
+      {"trtllm_batch_context_with_kv_cache", {{"kv_cache_dim", 2}}},
+      {"trtllm_batch_decode_with_kv_cache_mla",
+       {{"head_dim_qk", 24},
+        {"kv_lora_rank", 16},
+        {"qk_rope_head_dim", 8},
+        {"qk_nope_head_dim", 16}}},
+      {"xqa_batch_decode_with_kv_cache_mla",
+       {{"head_dim_qk", 24},
+        {"kv_lora_rank", 16},
+        {"qk_rope_head_dim", 8},
+        {"qk_nope_head_dim", 16}}}};
   std::map<std::string, int64_t> out;
   for (const auto& a : tmpl.axes) {
     if (!a.is_const) continue;
+    auto e = per_op_extra.find(op);
     auto o = per_op.find(op);
-    if (o != per_op.end() && o->second.count(a.name)) {
+    if (e != per_op_extra.end() && e->second.count(a.name)) {
+      out[a.name] = e->second.at(a.name);
+    } else if (o != per_op.end() && o->second.count(a.name)) {
       out[a.name] = o->second.at(a.name);
     } else {
       out[a.name] = v.at(a.name);
@@ -1544,6 +1624,27 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
   cases.push_back(routing("sigmoid_renorm", 6, 4, {{"norm_topk_prob", false}}));
   cases.push_back(routing("minimax2", 7, 4, {{"routed_scaling_factor", 2.5}}));
   cases.push_back(routing("sigmoid", 8, 4));
+  // templates_attention_extra.cpp (small axes: 4 heads over 2 KV heads, pages of 4, 3 per
+  // request; the MLA latent 16 + rope 8). The scales replace init's.
+  const Json scales = {{"bmm1_scale", 0.25}, {"bmm2_scale", 1.5}};
+  {
+    Case c{"trtllm_batch_context_with_kv_cache", [](In& i) {
+             const Tensor ws = Tensor::empty({1 << 16}, DType::kUInt8);
+             return Outs{fi::trtllm_batch_context_with_kv_cache(
+                             i["query"], i["kv_cache"], ws, i["block_tables"], i["seq_lens"], 2, 12,
+                             0.25, 1.5, 2, i["cum_seq_lens_q"], i["cum_seq_lens_kv"])
+                             .out};
+           }};
+    c.set = scales;
+    cases.push_back(c);
+    c = {"trtllm_batch_decode_with_kv_cache_mla", [](In& i) {
+           return Outs{fi::trtllm_batch_decode_with_kv_cache_mla(
+               i["query"], i["kv_cache"], i["workspace_buffer"], 16, 16, 8, i["block_tables"],
+               i["seq_lens"], 12, 0, std::nullopt, 0.25, 1.5)};
+         }};
+    c.set = scales;
+    cases.push_back(c);
+  }
   const fs::path dir = fresh_dir("refs");
   Json manifest = {{"run", Json::array()}, {"io", Json::array()}};
   std::vector<fs::path> files;

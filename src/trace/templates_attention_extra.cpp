@@ -1,0 +1,282 @@
+// Trace templates for the declared ops whose upstream template had no counterpart here: the
+// remaining attention entry points (variable block-sparse, trtllm context, the MLA decodes, xqa),
+// the MLA page append and the fused RoPE + FP8 + append, and the small GEMMs and top_k_varlen.
+// Names, op_type, axes, inputs and outputs follow upstream's templates as read (file and commit
+// in tests/trace/data/upstream/SOURCES.md); `reference` and `init` are ours (docs/TRACE.md).
+#include "trace/template_builders.h"
+
+namespace flashinfer::trace::detail {
+
+namespace {
+
+const char* const kTablesInit =
+    "torch.randperm(num_pages)[:batch_size * max_pages_per_seq]"
+    ".reshape(batch_size, max_pages_per_seq).to(torch.int32)";
+
+// ---------------------------------------------------------------------------------------------
+// attention (attention.py, page.py at the commits in SOURCES.md)
+
+void add_attention_group(std::vector<Template>& v) {
+  const std::string attend = kAttend;
+  const std::vector<std::string> q3 = {"qo_len", "num_qo_heads", "head_dim"};
+  const std::vector<std::string> kv3 = {"kv_len", "num_kv_heads", "head_dim"};
+  // VariableBlockSparseAttentionWrapper.run: block_sparse_run's schema. The per-row block map is
+  // plan()'s, so the reference attends to every block (not causal, 1/sqrt(head_dim), as
+  // block_sparse_run's). The op's own q is [num_qo_heads, qo_len, head_dim]; upstream's template
+  // names the dims [qo_len, num_qo_heads, head_dim], and the reference reads them as named.
+  v.push_back({.op = "VariableBlockSparseAttentionWrapper.run",
+               .op_type = "block_sparse",
+               .name_prefix = "var_block_sparse_run",
+               .description = "Variable block-sparse attention over q, k, v; the per-row block "
+                              "map is given to plan() (the reference attends to every block).",
+               .axes = {cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"), cst("head_dim", "d"),
+                        var("qo_len", "Query sequence length (variable).", 3),
+                        var("kv_len", "Key/value sequence length (variable).", 5)},
+               .inputs = {T("q", q3), T("k", kv3), T("v", kv3)},
+               .outputs = {T("output", q3).like("q")},
+               .tags = {"status:verified", "sparse:block"},
+               .reference = attend + R"PY(
+
+def run(q, k, v):
+    out, _ = _attend(q, k, v, 1.0 / math.sqrt(q.shape[-1]), False)
+    return out.to(q.dtype)
+)PY"});
+
+  // trtllm_batch_context_with_kv_cache (flashinfer.prefill): trtllm_batch_decode's axes plus the
+  // cumulative query / KV lengths; bmm1_scale and bmm2_scale are required here.
+  const std::vector<std::string> tok = {"num_tokens", "num_heads", "head_dim"};
+  const auto trtllm_axes = [] {
+    return std::vector<Axis>{
+        var("num_tokens", "Total query tokens across the batch.", 4),
+        cst("num_heads", "h"),
+        cst("num_kv_heads", "kv"),
+        cst("head_dim", "d"),
+        cst("page_size", "ps"),
+        var("num_pages", "", 8),
+        cst("kv_cache_dim", "",
+            "1 for interleaved (K,V) single tensor; 2 for separate K/V halves."),
+        var("batch_size", "", 2),
+        var("max_pages_per_seq", "Maximum number of pages per sequence (block_tables width).", 3)};
+  };
+  {
+    auto axes = trtllm_axes();
+    axes.push_back(var("batch_size_plus_1_q", "batch_size + 1.", 3));
+    axes.push_back(var("batch_size_plus_1_kv", "batch_size + 1.", 3));
+    v.push_back(
+        {.op = "trtllm_batch_context_with_kv_cache",
+         .op_type = "trtllm_paged",
+         .name_prefix = "trtllm_batch_context",
+         .description = "TRT-LLM paged context/prefill: kv_cache [num_pages, kv_cache_dim, "
+                        "num_kv_heads, page_size, head_dim] (HND, K and V halves), rectangular "
+                        "block_tables, variable query lengths from cum_seq_lens_q; causal (query "
+                        "i of m sees keys j <= n - m + i).",
+         .axes = std::move(axes),
+         .inputs =
+             {T("query", tok),
+              T("kv_cache", {"num_pages", "kv_cache_dim", "num_kv_heads", "page_size", "head_dim"}),
+              T("block_tables", {"batch_size", "max_pages_per_seq"})
+                  .synth("int32")
+                  .init(kTablesInit),
+              T("seq_lens", {"batch_size"})
+                  .synth("int32")
+                  .init("torch.randint(num_tokens // batch_size, max_pages_per_seq * page_size + "
+                        "1, (batch_size,), dtype=torch.int32)"),
+              S("max_q_len", "int32").init("num_tokens // batch_size"),
+              S("max_kv_len", "int32").init("int(seq_lens.max())"),
+              S("bmm1_scale", "float32").init("1.0 / math.sqrt(head_dim)"),
+              S("bmm2_scale", "float32").init("1.0"),
+              S("batch_size_scalar", "int32").from("batch_size").init("batch_size"),
+              T("cum_seq_lens_q", {"batch_size_plus_1_q"})
+                  .synth("int32")
+                  .init("(torch.arange(batch_size + 1) * (num_tokens // batch_size))"
+                        ".to(torch.int32)"),
+              T("cum_seq_lens_kv", {"batch_size_plus_1_kv"})
+                  .synth("int32")
+                  .init("torch.cat([torch.zeros(1, dtype=torch.int32), "
+                        "seq_lens.cumsum(0).to(torch.int32)])")},
+         .outputs = {T("output", tok).like("query")},
+         .tags = {"status:verified", "stage:prefill", "backend:trtllm"},
+         .reference = attend + R"PY(
+
+def run(query, kv_cache, block_tables, seq_lens, max_q_len, max_kv_len, bmm1_scale, bmm2_scale,
+        batch_size_scalar, cum_seq_lens_q, cum_seq_lens_kv):
+    _, kv_dim, num_kv_heads, page_size, head_dim = kv_cache.shape
+    if kv_dim != 2:
+        raise NotImplementedError("kv_cache_dim 1 (interleaved K/V)")
+    out = torch.zeros(query.shape, dtype=torch.float32)
+    for b in range(block_tables.shape[0]):
+        n = int(seq_lens[b])
+        q0, q1 = int(cum_seq_lens_q[b]), int(cum_seq_lens_q[b + 1])
+        pages = block_tables[b, :(n + page_size - 1) // page_size].long()
+        # [pages, heads, page_size, dim] -> [tokens, heads, dim]
+        k = kv_cache[pages, 0].permute(0, 2, 1, 3).reshape(-1, num_kv_heads, head_dim)[:n]
+        v = kv_cache[pages, 1].permute(0, 2, 1, 3).reshape(-1, num_kv_heads, head_dim)[:n]
+        o, _ = _attend(query[q0:q1], k, v, float(bmm1_scale), True)
+        out[q0:q1] = o * float(bmm2_scale)
+    return out.to(query.dtype)
+)PY"});
+  }
+
+  // trtllm_batch_decode_with_kv_cache_mla / xqa_batch_decode_with_kv_cache_mla (flashinfer.mla):
+  // one schema, query [batch, q_len, H, kv_lora_rank + rope] against the latent cache [ckv | kpe];
+  // qk_nope_head_dim, kv_lora_rank and qk_rope_head_dim are constant axes read from the scalar
+  // arguments of their names.
+  const auto mla = [&](const char* op, const char* prefix, const char* backend, const char* desc) {
+    const std::vector<std::string> qd = {"batch_size", "q_len_per_request", "num_heads",
+                                         "head_dim_qk"};
+    return Template{
+        .op = op,
+        .op_type = "mla_paged",
+        .name_prefix = prefix,
+        .description = desc,
+        .axes = {var("batch_size", "", 2),
+                 var("q_len_per_request", "Query length per request (MTP depth).", 2),
+                 cst("num_heads", "h"), cst("head_dim_qk", "d_qk"), cst("kv_lora_rank", "ckv"),
+                 cst("qk_rope_head_dim", "kpe"), cst("qk_nope_head_dim", "nope"),
+                 var("num_pages", "", 8), cst("page_size", "ps"), var("max_pages_per_seq", "", 3)},
+        .inputs =
+            {T("query", qd),
+             T("kv_cache", {"num_pages", "page_size", "head_dim_qk"})
+                 .desc("Paged latent cache [ckv | kpe]; a 4-D [pages, 1, page_size, dim] cache is "
+                       "also accepted by the reference."),
+             T("workspace_buffer", {"num_pages"}).synth("int8"),
+             S("qk_nope_head_dim", "int32").init("qk_nope_head_dim"),
+             S("kv_lora_rank", "int32").init("kv_lora_rank"),
+             S("qk_rope_head_dim", "int32").init("qk_rope_head_dim"),
+             T("block_tables", {"batch_size", "max_pages_per_seq"})
+                 .synth("int32")
+                 .init(kTablesInit),
+             T("seq_lens", {"batch_size"})
+                 .synth("int32")
+                 .init("torch.randint(q_len_per_request, max_pages_per_seq * page_size + 1, "
+                       "(batch_size,), dtype=torch.int32)"),
+             S("max_seq_len", "int32").init("int(seq_lens.max())"),
+             S("bmm1_scale", "float32").opt().init("1.0 / math.sqrt(head_dim_qk)"),
+             S("bmm2_scale", "float32").opt()},
+        .outputs = {T("output", {"batch_size", "q_len_per_request", "num_heads", "kv_lora_rank"})
+                        .like("query")},
+        .tags = {"status:verified", "stage:decode", backend, "mla"},
+        .reference = attend + R"PY(
+
+def run(query, kv_cache, workspace_buffer, qk_nope_head_dim, kv_lora_rank, qk_rope_head_dim,
+        block_tables, seq_lens, max_seq_len, bmm1_scale=None, bmm2_scale=None):
+    # s = bmm1_scale * q . [ckv | kpe], out = bmm2_scale * softmax(s) . ckv (the op's defaults:
+    # both scales 1); several queries per request are its last tokens, causal among themselves.
+    if kv_cache.dim() == 4:
+        kv_cache = kv_cache.squeeze(1)
+    batch, q_len, heads, dim = query.shape
+    page_size = kv_cache.shape[1]
+    rank = int(kv_lora_rank)
+    s1 = 1.0 if bmm1_scale is None else float(bmm1_scale)
+    s2 = 1.0 if bmm2_scale is None else float(bmm2_scale)
+    out = torch.zeros((batch, q_len, heads, rank), dtype=torch.float32)
+    for b in range(batch):
+        n = int(seq_lens[b])
+        pages = block_tables[b, :(n + page_size - 1) // page_size].long()
+        kv = kv_cache[pages].reshape(-1, 1, dim)[:n]
+        o, _ = _attend(query[b], kv, kv[..., :rank], s1, True)
+        out[b] = o * s2
+    return out.to(query.dtype)
+)PY"};
+  };
+  v.push_back(mla("trtllm_batch_decode_with_kv_cache_mla", "trtllm_batch_decode_mla",
+                  "backend:trtllm",
+                  "TRT-LLM MLA paged decode: query [Q_nope | Q_pe] with head_dim_qk = "
+                  "kv_lora_rank + qk_rope_head_dim, latent cache [ckv | kpe]; the output is "
+                  "kv_lora_rank wide."));
+  v.push_back(mla("xqa_batch_decode_with_kv_cache_mla", "xqa_batch_decode_mla", "backend:xqa",
+                  "XQA MLA paged decode wrapper: trtllm_batch_decode_mla's math (upstream's "
+                  "kernel takes fp8 e4m3 query and cache)."));
+  // Upstream's xqa variant names q's length axis "(must be 1)" and gives the workspace no
+  // description; neither is a compared field, the schema is the same.
+  v.back().axes[1].description = "Query length per request (must be 1).";
+  v.back().inputs[0].description.clear();
+  v.back().inputs[1].description.clear();
+
+  // xqa / xqa_mla (flashinfer.xqa; upstream's templates live in page.py). The definitions name q
+  // [num_tokens, heads, dim] and the caches HND [num_pages, num_kv_heads, page_size, head_dim]
+  // (xqa) or [num_pages, page_size, dim] (xqa_mla); the references read them as named. Neither
+  // names a scale: xqa's are 1 (s = q.k / sqrt(head_dim)), xqa_mla's too (s = q.k, no
+  // 1/sqrt: its kernel leaves that to the caller's q_scale).
+  const std::vector<std::string> xq = {"num_tokens", "num_heads_qo", "head_dim"};
+  const std::vector<std::string> hnd = {"num_pages", "num_kv_heads", "page_size", "head_dim"};
+  const auto xqa_tail = [](std::vector<Io> in) {
+    in.push_back(
+        T("page_table", {"batch_size", "max_pages_per_seq"}).synth("int32").init(kTablesInit));
+    in.push_back(T("seq_lens", {"batch_size"})
+                     .synth("int32")
+                     .init("torch.randint(num_tokens // batch_size, max_pages_per_seq * "
+                           "page_size + 1, (batch_size,), dtype=torch.int32)"));
+    return in;
+  };
+  v.push_back(
+      {.op = "xqa",
+       .op_type = "xqa",
+       .name_prefix = "xqa",
+       .description = "XQA paged decode kernel: separate k/v caches (HND as named here), "
+                      "rectangular page_table [batch_size, max_pages_per_seq]; the "
+                      "requests' num_tokens / batch_size queries are their last tokens.",
+       .axes = {var("num_tokens", "", 2), cst("num_heads_qo", "h"), cst("num_kv_heads", "kv"),
+                cst("head_dim", "d"), var("num_pages", "", 8), cst("page_size", "ps"),
+                var("batch_size", "", 2), var("max_pages_per_seq", "", 3)},
+       .inputs = xqa_tail({T("q", xq), T("k_cache", hnd), T("v_cache", hnd)}),
+       .outputs = {T("output", xq).like("q")},
+       .tags = {"status:verified", "backend:xqa"},
+       .reference = attend + R"PY(
+
+def run(q, k_cache, v_cache, page_table, seq_lens):
+    num_tokens, heads, dim = q.shape
+    _, num_kv_heads, page_size, _ = k_cache.shape
+    batch = page_table.shape[0]
+    q_len = num_tokens // batch
+    lens = seq_lens.reshape(-1)
+    out = torch.zeros((num_tokens, heads, dim), dtype=torch.float32)
+    for b in range(batch):
+        n = int(lens[b])
+        pages = page_table[b, :(n + page_size - 1) // page_size].long()
+        k = k_cache[pages].permute(0, 2, 1, 3).reshape(-1, num_kv_heads, dim)[:n]
+        v = v_cache[pages].permute(0, 2, 1, 3).reshape(-1, num_kv_heads, dim)[:n]
+        rows = slice(b * q_len, (b + 1) * q_len)
+        out[rows], _ = _attend(q[rows], k, v, 1.0 / math.sqrt(dim), True)
+    return out.to(q.dtype)
+)PY"});
+  const std::vector<std::string> xm = {"num_tokens", "num_heads_qo", "head_dim_ckv"};
+  v.push_back(
+      {.op = "xqa_mla",
+       .op_type = "xqa",
+       .name_prefix = "xqa_mla",
+       .description = "XQA MLA decode over the latent cache: s = q . k (no 1/sqrt), the "
+                      "output the softmax-weighted latent rows (head_dim_ckv wide, as "
+                      "declared; our op passes the latent cache as both k_cache and "
+                      "v_cache, so v_cache is not read).",
+       .axes = {var("num_tokens", "", 2), cst("num_heads_qo", "h"), cst("head_dim_ckv", "ckv"),
+                cst("head_dim_kpe", "kpe"), var("num_pages", "", 8), cst("page_size", "ps"),
+                var("batch_size", "", 2), var("max_pages_per_seq", "", 3)},
+       .inputs = xqa_tail({T("q", xm), T("k_cache", {"num_pages", "page_size", "head_dim_ckv"}),
+                           T("v_cache", {"num_pages", "page_size", "head_dim_kpe"})}),
+       .outputs = {T("output", xm).like("q")},
+       .tags = {"status:verified", "backend:xqa", "mla"},
+       .reference = attend + R"PY(
+
+def run(q, k_cache, v_cache, page_table, seq_lens):
+    num_tokens, heads, dim = q.shape
+    page_size = k_cache.shape[1]
+    batch = page_table.shape[0]
+    q_len = num_tokens // batch
+    lens = seq_lens.reshape(-1)
+    out = torch.zeros((num_tokens, heads, dim), dtype=torch.float32)
+    for b in range(batch):
+        n = int(lens[b])
+        pages = page_table[b, :(n + page_size - 1) // page_size].long()
+        kv = k_cache[pages].reshape(-1, 1, dim)[:n]
+        rows = slice(b * q_len, (b + 1) * q_len)
+        out[rows], _ = _attend(q[rows], kv, kv, 1.0, True)
+    return out.to(q.dtype)
+)PY"});
+}
+
+}  // namespace
+
+void add_attention_extra(std::vector<Template>& v) { add_attention_group(v); }
+
+}  // namespace flashinfer::trace::detail
