@@ -275,8 +275,190 @@ def run(q, k_cache, v_cache, page_table, seq_lens):
 )PY"});
 }
 
+// ---------------------------------------------------------------------------------------------
+// page / rope (page.py, rope.py at the commits in SOURCES.md)
+
+void add_page_rope_group(std::vector<Template>& v) {
+  // The page tables of both appends: request b owns pages kv_indices[kv_indptr[b] ..], appended
+  // token i belongs to request i % batch_size at position i // batch_size (distinct slots).
+  const auto paging = [](std::vector<Io> in) {
+    in.push_back(T("kv_indices", {"num_kv_indices"})
+                     .synth("int32")
+                     .init("torch.randperm(num_pages).to(torch.int32)"));
+    in.push_back(T("kv_indptr", {"batch_size_plus_1"})
+                     .synth("int32")
+                     .init("(torch.arange(batch_size + 1) * (num_pages // batch_size))"
+                           ".to(torch.int32)"));
+    return in;
+  };
+  const auto slots = [](const char* nnz) {
+    const std::string n = nnz;
+    return std::vector<Io>{T("batch_indices", {n})
+                               .synth("int32")
+                               .init("(torch.arange(" + n + ") % batch_size).to(torch.int32)"),
+                           T("positions", {n})
+                               .synth("int32")
+                               .init("(torch.arange(" + n + ") // batch_size).to(torch.int32)")};
+  };
+
+  // append_paged_mla_kv_cache (flashinfer.page): the caches are optional inputs (so page_size is
+  // a variable axis) and the two outputs, written without a `param`, as upstream's template.
+  {
+    std::vector<Io> in = {T("append_ckv", {"nnz_kv", "head_dim_ckv"}),
+                          T("append_kpe", {"nnz_kv", "head_dim_kpe"})};
+    for (Io& io : slots("nnz_kv")) in.push_back(io);
+    in.push_back(T("ckv_cache", {"num_pages", "page_size", "head_dim_ckv"})
+                     .opt()
+                     .init("torch.zeros((num_pages, page_size, head_dim_ckv), device=device)"
+                           ".to({dtype:append_ckv})"));
+    in.push_back(T("kpe_cache", {"num_pages", "page_size", "head_dim_kpe"})
+                     .opt()
+                     .init("torch.zeros((num_pages, page_size, head_dim_kpe), device=device)"
+                           ".to({dtype:append_kpe})"));
+    in = paging(std::move(in));
+    in.push_back(T("kv_last_page_len", {"batch_size"})
+                     .synth("int32")
+                     .init("torch.full((batch_size,), page_size, dtype=torch.int32)"));
+    v.push_back(
+        {.op = "append_paged_mla_kv_cache",
+         .op_type = "page_append",
+         .name_prefix = "append_paged_mla_kv_cache",
+         .description = "Append MLA (ckv, kpe) rows into an MLA paged cache: token i goes to "
+                        "page kv_indices[kv_indptr[batch_indices[i]] + positions[i] // "
+                        "page_size], slot positions[i] % page_size.",
+         .axes = {var("nnz_kv", "Total K/V tokens to append.", 4), cst("head_dim_ckv", "ckv"),
+                  cst("head_dim_kpe", "kpe"), var("num_pages", "", 8),
+                  var("page_size", "Size of each page (from optional cache).", 4),
+                  var("batch_size", "", 2), var("batch_size_plus_1", "batch_size + 1.", 3),
+                  var("num_kv_indices", "", 8)},
+         .inputs = std::move(in),
+         .outputs = {T("ckv_cache", {"num_pages", "page_size", "head_dim_ckv"}).like("append_ckv"),
+                     T("kpe_cache", {"num_pages", "page_size", "head_dim_kpe"}).like("append_kpe")},
+         .constraints = {"batch_size_plus_1 == batch_size + 1"},
+         .tags = {"status:verified"},
+         .reference =
+             R"PY(def run(append_ckv, append_kpe, batch_indices, positions, ckv_cache, kpe_cache,
+        kv_indices, kv_indptr, kv_last_page_len):
+    if ckv_cache is None or kpe_cache is None:
+        raise NotImplementedError("the caches are the outputs: both are needed")
+    ckv, kpe = ckv_cache.clone(), kpe_cache.clone()
+    page_size = ckv.shape[1]
+    for i in range(batch_indices.shape[0]):
+        b, pos = int(batch_indices[i]), int(positions[i])
+        page = int(kv_indices[int(kv_indptr[b]) + pos // page_size])
+        ckv[page, pos % page_size] = append_ckv[i]
+        kpe[page, pos % page_size] = append_kpe[i]
+    return ckv, kpe
+)PY"});
+  }
+
+  // rope_quantize_fp8_append_paged_kv_cache (flashinfer.rope): rope_quantize_fp8's inputs plus v
+  // and the paging; the outputs are the two quantized query parts only. paged_kv_cache is named
+  // as one 4-D tensor: a (k_cache, v_cache) pair leaves page_size without value.
+  {
+    const std::vector<std::string> q = {"nnz", "num_q_heads", "rope_dim"};
+    const std::vector<std::string> qn = {"nnz", "num_q_heads", "no_rope_dim"};
+    const std::string freqs =
+        "torch.arange(max_seq_len).float()[:, None] * torch.pow(1e4, "
+        "-torch.arange(0, rotary_dim, 2).float() / rotary_dim)[None, :]";
+    const std::string cache =
+        "torch.zeros((num_pages, page_size, num_k_heads, head_dim), "
+        "device=device).to({dtype:q_rope})";
+    std::vector<Io> in = {
+        T("q_rope", q),
+        T("k_rope", {"nnz", "num_k_heads", "rope_dim"}),
+        T("q_nope", qn)
+            .opt()
+            .init("torch.randn((nnz, num_q_heads, no_rope_dim), device=device).to({dtype:q_rope})"),
+        T("k_nope", {"nnz", "num_k_heads", "no_rope_dim"})
+            .opt()
+            .init("torch.randn((nnz, num_k_heads, no_rope_dim), device=device).to({dtype:q_rope})"),
+        T("v", {"nnz", "num_k_heads", "head_dim"})
+            .opt()
+            .desc("GQA/MHA value tensor (None for MLA).")
+            .init("torch.randn((nnz, num_k_heads, head_dim), device=device).to({dtype:q_rope})"),
+        T("cos_sin_cache", {"max_seq_len", "rotary_dim"})
+            .synth("float32")
+            .init("torch.cat([torch.cos(" + freqs + "), torch.sin(" + freqs +
+                  ")], dim=-1).to(device)"),
+        T("pos_ids", {"nnz"})
+            .synth("int32")
+            .init("torch.arange(nnz, dtype=torch.int32, device=device) % max_seq_len"),
+        T("paged_kv_cache", {"num_pages", "page_size", "num_k_heads", "head_dim"})
+            .desc("Paged KV cache pair: (k_cache, v_cache) for GQA/MHA, (ckv_cache, kpe_cache) "
+                  "for MLA.")
+            .init("(" + cache + ", " + cache + ")")};
+    in = paging(std::move(in));
+    for (Io& io : slots("nnz")) in.push_back(io);
+    in.push_back(S("is_neox", "int32").opt().init("True"));
+    in.push_back(S("quant_scale_q", "float32").opt().init("1.0"));
+    in.push_back(S("quant_scale_kv", "float32").opt().init("1.0"));
+    v.push_back(
+        {.op = "rope_quantize_fp8_append_paged_kv_cache",
+         .op_type = "rope",
+         .name_prefix = "rope_quantize_fp8_append_paged_kv_cache",
+         .description = "RoPE + FP8 quantization (rope_quantize_fp8's math) with K (and V) "
+                        "appended to the paged cache: token i to page kv_indices[kv_indptr["
+                        "batch_indices[i]] + positions[i] // page_size], slot positions[i] % "
+                        "page_size, K as [rope | nope]; the outputs are the quantized query parts.",
+         .axes = {var("nnz", "Total number of tokens across the batch."), cst("num_q_heads", "h"),
+                  cst("num_k_heads", "kv"), cst("rope_dim", "rope"), var("no_rope_dim", "", 8),
+                  var("head_dim", "Full KV head_dim (nope + rope); unset for MLA.", 16),
+                  var("max_seq_len", "", 16), cst("rotary_dim", ""), var("num_pages", "", 8),
+                  cst("page_size", "ps"), var("batch_size", "", 2), var("batch_size_plus_1", "", 3),
+                  var("num_kv_indices", "", 8)},
+         .inputs = std::move(in),
+         .outputs = {T("q_rope_out", q).dt("float8_e4m3fn"),
+                     T("q_nope_out", qn).dt("float8_e4m3fn")},
+         .tags = {"status:verified", "fused", "quantize:fp8"},
+         .reference = R"PY(def _rotate(x, cos, sin, neox):
+    if neox:
+        h = x.shape[-1] // 2
+        x1, x2 = x[..., :h], x[..., h:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+
+def _fp8(x, scale):
+    y = (x.float() * float(scale)).clamp(-448.0, 448.0)
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    return y.to(fp8) if fp8 is not None else y
+
+def run(q_rope, k_rope, q_nope, k_nope, v, cos_sin_cache, pos_ids, paged_kv_cache, kv_indices,
+        kv_indptr, batch_indices, positions, is_neox=True, quant_scale_q=1.0, quant_scale_kv=1.0):
+    half = cos_sin_cache.shape[-1] // 2
+    cs = cos_sin_cache.float()[pos_ids.long()]
+    cos, sin = cs[:, None, :half], cs[:, None, half:]
+    neox = True if is_neox is None else bool(is_neox)
+    sq = 1.0 if quant_scale_q is None else quant_scale_q
+    skv = 1.0 if quant_scale_kv is None else quant_scale_kv
+    mla = k_rope.dim() == 2
+    k = _rotate(k_rope.float(), cos[:, 0] if mla else cos, sin[:, 0] if mla else sin, neox)
+    if not isinstance(paged_kv_cache, (tuple, list)):
+        raise NotImplementedError("paged_kv_cache as a (k_cache, v_cache) pair")
+    first, second = paged_kv_cache
+    page_size = first.shape[1]
+    if mla:  # (ckv_cache, kpe_cache): the latent k_nope and the rotated k_rope
+        rows = (_fp8(k_nope, skv), _fp8(k, skv))
+    else:  # (k_cache, v_cache): K as [rope | nope], V
+        rows = (torch.cat([_fp8(k, skv).float(), _fp8(k_nope, skv).float()], dim=-1),
+                _fp8(v, skv))
+    for i in range(batch_indices.shape[0]):
+        b, pos = int(batch_indices[i]), int(positions[i])
+        page = int(kv_indices[int(kv_indptr[b]) + pos // page_size])
+        first[page, pos % page_size] = rows[0][i].to(first.dtype)
+        second[page, pos % page_size] = rows[1][i].to(second.dtype)
+    q = _rotate(q_rope.float(), cos, sin, neox)
+    return _fp8(q, sq), _fp8(q_nope, sq)
+)PY"});
+  }
+}
+
 }  // namespace
 
-void add_attention_extra(std::vector<Template>& v) { add_attention_group(v); }
+void add_attention_extra(std::vector<Template>& v) {
+  add_attention_group(v);
+  add_page_rope_group(v);
+}
 
 }  // namespace flashinfer::trace::detail

@@ -135,6 +135,31 @@ void add_extra_upstream_calls(std::map<std::string, UpstreamCall>& m) {
         {"workspace_buffer", T({16}, u8)},
         {"semaphores", T({8}, i32)},
         {"page_size", Value(int64_t{32})}});
+  call("append_paged_mla_kv_cache_ckv512_kpe64", "append_paged_mla_kv_cache",
+       {{"append_ckv", T({5, 512}, bf)},
+        {"append_kpe", T({5, 64}, bf)},
+        {"batch_indices", T({5}, i32)},
+        {"positions", T({5}, i32)},
+        {"ckv_cache", T({8, 64, 512}, bf)},
+        {"kpe_cache", T({8, 64, 64}, bf)},
+        {"kv_indices", T({8}, i32)},
+        {"kv_indptr", T({3}, i32)},
+        {"kv_last_page_len", T({2}, i32)}});
+  // A (k_cache, v_cache) pair where the template names one 4-D cache: page_size has no value.
+  call("rope_quantize_fp8_append_paged_kv_cache_h32_kv8_rope64",
+       "rope_quantize_fp8_append_paged_kv_cache",
+       {{"q_rope", T({5, 32, 64}, bf)},
+        {"k_rope", T({5, 8, 64}, bf)},
+        {"q_nope", T({5, 32, 64}, bf)},
+        {"k_nope", T({5, 8, 64}, bf)},
+        {"v", T({5, 8, 128}, bf)},
+        {"cos_sin_cache", T({4096, 64}, DType::kFloat32)},
+        {"pos_ids", T({5}, i32)},
+        {"paged_kv_cache", Value::tuple({T({8, 16, 8, 128}, e4m3), T({8, 16, 8, 128}, e4m3)})},
+        {"kv_indices", T({8}, i32)},
+        {"kv_indptr", T({3}, i32)},
+        {"batch_indices", T({5}, i32)},
+        {"positions", T({5}, i32)}});
 }
 
 std::map<std::string, UpstreamCall> upstream_calls() {
@@ -1044,7 +1069,9 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
        {{"head_dim_qk", 24},
         {"kv_lora_rank", 16},
         {"qk_rope_head_dim", 8},
-        {"qk_nope_head_dim", 16}}}};
+        {"qk_nope_head_dim", 16}}},
+      {"rope_quantize_fp8_append_paged_kv_cache",
+       {{"num_q_heads", 2}, {"rope_dim", 8}, {"rotary_dim", 8}}}};
   std::map<std::string, int64_t> out;
   for (const auto& a : tmpl.axes) {
     if (!a.is_const) continue;
@@ -1643,6 +1670,28 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
                i["seq_lens"], 12, 0, std::nullopt, 0.25, 1.5)};
          }};
     c.set = scales;
+    cases.push_back(c);
+    c = {"append_paged_mla_kv_cache", [](In& i) {
+           fi::append_paged_mla_kv_cache(i["append_ckv"], i["append_kpe"], i["batch_indices"],
+                                         i["positions"], i["ckv_cache"], i["kpe_cache"],
+                                         i["kv_indices"], i["kv_indptr"], i["kv_last_page_len"]);
+           return Outs{i["ckv_cache"], i["kpe_cache"]};
+         }};
+    cases.push_back(c);
+    // The query outputs; the op appends to its own fp8 (k, v) pages (8 pages of 4, 2 KV heads of
+    // 8 + 8).
+    c = {"rope_quantize_fp8_append_paged_kv_cache",
+         [&](In& i) {
+           Tensor kc = Tensor::empty({8, 4, 2, 16}, DType::kFloat8E4M3FN);
+           Tensor vc = Tensor::empty({8, 4, 2, 16}, DType::kFloat8E4M3FN);
+           kc.fill_(0.0);
+           vc.fill_(0.0);
+           return tup2(fi::rope_quantize_fp8_append_paged_kv_cache(
+               i["q_rope"], i["k_rope"], i["q_nope"], i["k_nope"], i["v"], i["cos_sin_cache"],
+               i["pos_ids"], fi::PagedKVCache(kc, vc), i["kv_indices"], i["kv_indptr"],
+               i["batch_indices"], i["positions"], true, std::nullopt, 1.0, 1.0, 4));
+         },
+         fi::testing::Tolerance{2e-3, 6.3e-2}};
     cases.push_back(c);
   }
   const fs::path dir = fresh_dir("refs");
