@@ -454,11 +454,127 @@ def run(q_rope, k_rope, q_nope, k_nope, v, cos_sin_cache, pos_ids, paged_kv_cach
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// GEMM / top-k (page.py, gemm.py, topk.py at the commits in SOURCES.md)
+
+void add_gemm_topk_group(std::vector<Template>& v) {
+  // tgv_gemm_sm100 (flashinfer.gemm; upstream's template sits in page.py): N and K constants
+  // without an abbreviation (the name spells them), b [K, N] (column-major in memory).
+  v.push_back({.op = "tgv_gemm_sm100",
+               .op_type = "gemm_bf16",
+               .name_prefix = "tgv_gemm_sm100",
+               .description = "TGV GEMM: output = a @ b + bias, fp32 accumulation, the bias added "
+                              "in fp32 before the one rounding to a's dtype.",
+               .axes = {var("M", "", 3), cst("N", "N"), cst("K", "K")},
+               .inputs = {T("a", {"M", "K"}),
+                          T("b", {"K", "N"}).desc("Weight matrix in column-major layout."),
+                          T("bias", {"N"}).desc("Bias tensor.")},
+               .outputs = {T("output", {"M", "N"}).like("a")},
+               .tags = {"status:verified", "backend:tgv"},
+               .reference = R"PY(def run(a, b, bias):
+    return (a.float() @ b.float() + bias.float()).to(a.dtype)
+)PY"});
+
+  // tinygemm_bf16 (flashinfer.gemm.routergemm): F.linear into `out`; the output takes input's
+  // dtype and carries no `param` (upstream's template).
+  v.push_back(
+      {.op = "tinygemm_bf16",
+       .op_type = "gemm_bf16",
+       .name_prefix = "tinygemm_bf16",
+       .description = "Small-batch bf16 GEMM (F.linear): out = input @ weight.T + bias, "
+                      "fp32 accumulation, the bias added before the one rounding.",
+       .axes = {var("M", "Number of rows in input (small).", 3), cst("N", "n"), cst("K", "k")},
+       .inputs = {T("input", {"M", "K"}), T("weight", {"N", "K"}),
+                  T("out", {"M", "N"}).desc("In-place output buffer."),
+                  T("bias", {"N"}).opt().init("torch.randn((N,), device=device).to({dtype:input})"),
+                  S("use_pdl", "int32").opt()},
+       .outputs = {T("out", {"M", "N"}).like("input")},
+       .tags = {"status:verified"},
+       .reference = R"PY(def run(input, weight, out, bias=None, use_pdl=None):
+    res = input.float() @ weight.float().T
+    if bias is not None:
+        res = res + bias.float()[None, :]
+    return res.to(input.dtype)
+)PY"});
+
+  // grouped_gemm_nt_masked (flashinfer.gemm.kernels.grouped_gemm_masked_wrapper): lhs and rhs
+  // are (data, scale) pairs in a call, named as one tensor each, so a call leaves N and K without
+  // value (upstream's rules); the definition carries no scale layout, and the reference
+  // multiplies the values as given (a pair raises NotImplementedError).
+  v.push_back(
+      {.op = "grouped_gemm_nt_masked",
+       .op_type = "gemm_fp8",
+       .name_prefix = "grouped_gemm_nt_masked",
+       .description = "Grouped GEMM with masked M: out[g, :masked_m[g]] = lhs[g, :masked_m[g]] @ "
+                      "rhs[g].T (fp32 accumulation); rows past masked_m[g] keep out's contents.",
+       .axes = {var("num_groups", "Number of expert groups.", 2),
+                var("max_m", "Max rows per group (padded).", 4), cst("N", "n"), cst("K", "k")},
+       .inputs = {T("lhs", {"num_groups", "max_m", "K"})
+                      .desc("Tuple (lhs_data, lhs_sf) in a call: quantized A and its scales."),
+                  T("rhs", {"num_groups", "N", "K"})
+                      .desc("Tuple (rhs_data, rhs_sf) in a call: quantized B and its scales."),
+                  T("out", {"num_groups", "max_m", "N"}).desc("In-place output buffer."),
+                  T("masked_m", {"num_groups"})
+                      .synth("int32")
+                      .desc("Per-group valid row count.")
+                      .init("torch.randint(0, max_m + 1, (num_groups,), dtype=torch.int32)"),
+                  S("ab_dtype", "int32"), S("sf_dtype", "int32"), S("c_dtype", "int32"),
+                  S("sf_vec_size", "int32")},
+       .outputs = {T("out", {"num_groups", "max_m", "N"}).like("out")},
+       .tags = {"status:verified", "moe", "quantization:fp8"},
+       .reference = R"PY(def run(lhs, rhs, out, masked_m, ab_dtype, sf_dtype, c_dtype, sf_vec_size):
+    if isinstance(lhs, (tuple, list)) or isinstance(rhs, (tuple, list)):
+        raise NotImplementedError("quantized (data, scale) pairs: the definition has no layout")
+    res = out.clone()
+    for g in range(lhs.shape[0]):
+        m = int(masked_m[g])
+        res[g, :m] = (lhs[g, :m].float() @ rhs[g].float().T).to(res.dtype)
+    return res
+)PY"});
+
+  // top_k_varlen (flashinfer.topk_varlen; upstream's topk.py): top_k is a constant axis read
+  // from the scalar argument. Our op's order: a row's selected indices ascending, -1 past a
+  // short row's length (upstream's order is unspecified; its check compares values).
+  v.push_back(
+      {.op = "top_k_varlen",
+       .op_type = "topk",
+       .name_prefix = "top_k_varlen",
+       .description = "Decode-step top-K over each row's first seq_lens[r] logits: the selected "
+                      "column indices ascending, -1 past a row shorter than top_k.",
+       .axes = {var("batch_size", "Number of decode requests.", 3),
+                cst("max_seq_len", "n", "Logits row width (padded)."),
+                cst("top_k", "k", "Number of top elements per row.")},
+       .inputs = {T("logits", {"batch_size", "max_seq_len"}),
+                  T("seq_lens", {"batch_size"})
+                      .synth("int32")
+                      .desc("Effective KV-cache length per request.")
+                      .init("torch.cat([torch.tensor([max(1, top_k // 2)]), torch.randint(top_k, "
+                            "max_seq_len + 1, (batch_size - 1,))]).to(torch.int32)"),
+                  S("top_k", "int32").init("top_k"),
+                  T("pre_idx", {"batch_size", "top_k"})
+                      .dt("int32")
+                      .opt()
+                      .desc("Previous-step top-K indices (a hint; no effect on the answer).")},
+       .outputs = {T("indices", {"batch_size", "top_k"}).dt("int32")},
+       .tags = {"status:verified"},
+       .reference = R"PY(def run(logits, seq_lens, top_k, pre_idx=None):
+    rows, width = logits.shape
+    k = int(top_k)
+    out = torch.full((rows, k), -1, dtype=torch.int32)
+    for r in range(rows):
+        n = max(0, min(int(seq_lens[r]), width))
+        sel = torch.topk(logits[r, :n].float(), min(k, n)).indices
+        out[r, :sel.numel()] = torch.sort(sel).values.to(torch.int32)
+    return out
+)PY"});
+}
+
 }  // namespace
 
 void add_attention_extra(std::vector<Template>& v) {
   add_attention_group(v);
   add_page_rope_group(v);
+  add_gemm_topk_group(v);
 }
 
 }  // namespace flashinfer::trace::detail

@@ -160,6 +160,25 @@ void add_extra_upstream_calls(std::map<std::string, UpstreamCall>& m) {
         {"kv_indptr", T({3}, i32)},
         {"batch_indices", T({5}, i32)},
         {"positions", T({5}, i32)}});
+  call("tgv_gemm_sm100_N256_K128", "tgv_gemm_sm100",
+       {{"a", T({5, 128}, bf)}, {"b", T({128, 256}, bf)}, {"bias", T({256}, bf)}});
+  call("tinygemm_bf16_n256_k128", "tinygemm_bf16",
+       {{"input", T({4, 128}, bf)},
+        {"weight", T({256, 128}, bf)},
+        {"out", T({4, 256}, bf)},
+        {"bias", T({256}, bf)}});
+  // (data, scale) pairs where the template names one tensor each: N and K without value.
+  call("grouped_gemm_nt_masked", "grouped_gemm_nt_masked",
+       {{"lhs", Value::tuple({T({4, 64, 64}, u8), T({4, 64, 8}, e4m3)})},
+        {"rhs", Value::tuple({T({4, 128, 64}, u8), T({4, 128, 8}, e4m3)})},
+        {"out", T({4, 64, 128}, bf)},
+        {"masked_m", T({4}, i32)},
+        {"ab_dtype", Value("float4_e2m1fn")},
+        {"sf_dtype", Value("float8_e4m3fn")},
+        {"c_dtype", Value("bfloat16")},
+        {"sf_vec_size", Value(int64_t{16})}});
+  call("top_k_varlen_n8192_k1024", "top_k_varlen",
+       {{"logits", T({4, 8192}, bf)}, {"seq_lens", T({4}, i32)}, {"top_k", Value(int64_t{1024})}});
 }
 
 std::map<std::string, UpstreamCall> upstream_calls() {
@@ -1071,7 +1090,9 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
         {"qk_rope_head_dim", 8},
         {"qk_nope_head_dim", 16}}},
       {"rope_quantize_fp8_append_paged_kv_cache",
-       {{"num_q_heads", 2}, {"rope_dim", 8}, {"rotary_dim", 8}}}};
+       {{"num_q_heads", 2}, {"rope_dim", 8}, {"rotary_dim", 8}}},
+      {"tinygemm_bf16", {{"N", 16}}},
+      {"top_k_varlen", {{"max_seq_len", 16}, {"top_k", 4}}}};
   std::map<std::string, int64_t> out;
   for (const auto& a : tmpl.axes) {
     if (!a.is_const) continue;
@@ -1692,6 +1713,21 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
                i["batch_indices"], i["positions"], true, std::nullopt, 1.0, 1.0, 4));
          },
          fi::testing::Tolerance{2e-3, 6.3e-2}};
+    cases.push_back(c);
+    // The op takes b column-major: the same values, transposed storage.
+    c = {"tgv_gemm_sm100", [](In& i) {
+           const Tensor b = i["b"].transpose(0, 1).contiguous().transpose(0, 1);
+           return Outs{fi::tgv_gemm_sm100(i["a"], b, i["bias"])};
+         }};
+    cases.push_back(c);
+    c = {"tinygemm_bf16", [](In& i) {
+           fi::tinygemm_bf16(i["input"], i["weight"], i["out"], i["bias"]);
+           return Outs{i["out"]};
+         }};
+    cases.push_back(c);
+    // Rows of 16 logits, top 4; rows shorter than 4 are padded with -1.
+    c = {"top_k_varlen",
+         [](In& i) { return Outs{std::get<0>(fi::top_k_varlen(i["logits"], i["seq_lens"], 4))}; }};
     cases.push_back(c);
   }
   const fs::path dir = fresh_dir("refs");
