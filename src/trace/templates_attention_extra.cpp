@@ -569,12 +569,250 @@ void add_gemm_topk_group(std::vector<Template>& v) {
 )PY"});
 }
 
+// ---------------------------------------------------------------------------------------------
+// Further templates of upstream's gemm.py (1af46284) and page.py (b36e76a8) for ops declared
+// here: the DeepSeek-V3 router GEMM, the SM90 FP8 block-scale GEMMs, and three prefills.
+
+void add_more_gemm_prefill_group(std::vector<Template>& v) {
+  const std::string attend = kAttend;
+  // mm_M1_16_K7168_N256 (flashinfer.gemm.routergemm): upstream's template gives `out` the
+  // dtype of mat_a (the op writes fp32; the reference rounds as the definition says).
+  v.push_back({.op = "mm_M1_16_K7168_N256",
+               .op_type = "gemm_bf16",
+               .name_prefix = "mm_M1_16_K7168_N256",
+               .description = "DeepSeek-V3 router GEMM: out = mat_a @ mat_b, M in [1, 16], "
+                              "K = 7168, N = 256 (mat_b column-major), fp32 accumulation.",
+               .axes = {var("M", "Number of tokens (1-16).", 3),
+                        cst("K", "k", "DeepSeek-V3 hidden dim (7168)."),
+                        cst("N", "n", "Number of experts (256).")},
+               .inputs = {T("mat_a", {"M", "K"}), T("mat_b", {"K", "N"}),
+                          T("out", {"M", "N"}).desc("In-place output.")},
+               .outputs = {T("out", {"M", "N"}).like("mat_a")},
+               .tags = {"status:verified", "moe"},
+               .reference = R"PY(def run(mat_a, mat_b, out):
+    return (mat_a.float() @ mat_b.float()).to(mat_a.dtype)
+)PY"});
+
+  // fp8_blockscale_gemm_sm90 / batch_deepgemm_fp8_nt_groupwise (flashinfer.gemm.gemm_base):
+  // 1x128 scales along K for the activations, 128x128 blocks for the weights.
+  const std::string blockscale = R"PY(def _dequant(x, scale, rows_per_block):
+    # scale [.., R // rows_per_block (or R), K // 128]: each entry covers rows_per_block rows
+    # and 128 columns of x.
+    s = scale.float().repeat_interleave(rows_per_block, dim=-2)[..., : x.shape[-2], :]
+    return x.float() * s.repeat_interleave(128, dim=-1)[..., : x.shape[-1]]
+
+)PY";
+  v.push_back(
+      {.op = "fp8_blockscale_gemm_sm90",
+       .op_type = "gemm_fp8",
+       .name_prefix = "fp8_blockscale_gemm_sm90",
+       .description = "FP8 block-scale GEMM: out = (input * input_scale) @ (weight * "
+                      "weight_scale).T, 1x128 scales for input, 128x128 for weight, bf16 out.",
+       .axes = {var("M", "", 3), cst("N", "n"), cst("K", "k"),
+                var("K_div_128", "K // 128 (input block scale dim).", 1),
+                var("N_div_128", "N // 128.", 1)},
+       .inputs = {T("input", {"M", "K"}), T("weight", {"N", "K"}),
+                  T("input_scale", {"M", "K_div_128"})
+                      .dt("float32")
+                      .opt()
+                      .init("torch.rand((M, K // 128), device=device) + 0.5"),
+                  T("weight_scale", {"N_div_128", "K_div_128"})
+                      .dt("float32")
+                      .opt()
+                      .init("torch.rand(((N + 127) // 128, K // 128), device=device) + 0.5")},
+       .outputs = {T("out", {"M", "N"}).dt("bfloat16")},
+       .tags = {"status:verified", "quantization:float8_e4m3fn"},
+       .reference = blockscale + R"PY(def run(input, weight, input_scale=None, weight_scale=None):
+    a = input.float() if input_scale is None else _dequant(input, input_scale, 1)
+    w = weight.float() if weight_scale is None else _dequant(weight, weight_scale, 128)
+    return (a @ w.T).to(torch.bfloat16)
+)PY"});
+  v.push_back(
+      {.op = "batch_deepgemm_fp8_nt_groupwise",
+       .op_type = "gemm_fp8",
+       .name_prefix = "batch_deepgemm_fp8_nt_groupwise",
+       .description = "Batched FP8 group-wise GEMM with masked M: out[g, :masked_m[g]] = "
+                      "(a * a_scale) @ (b * b_scale).T, 1x128 / 128x128 scales; rows past "
+                      "masked_m[g] are 0 here (the op leaves them undefined).",
+       .axes = {var("batch_size", "", 2), var("M_max", "", 4), cst("N", "n"), cst("K", "k"),
+                var("K_div_128", "K // 128 (input block scale dim).", 1),
+                var("N_div_128", "N // 128.", 1)},
+       .inputs = {T("a", {"batch_size", "M_max", "K"}), T("b", {"batch_size", "N", "K"}),
+                  T("a_scale", {"batch_size", "M_max", "K_div_128"})
+                      .synth("float32")
+                      .init("torch.rand((batch_size, M_max, K // 128), device=device) + 0.5"),
+                  T("b_scale", {"batch_size", "N_div_128", "K_div_128"})
+                      .synth("float32")
+                      .init("torch.rand((batch_size, (N + 127) // 128, K // 128), "
+                            "device=device) + 0.5"),
+                  T("masked_m", {"batch_size"})
+                      .synth("int32")
+                      .init("torch.randint(0, M_max + 1, (batch_size,), dtype=torch.int32)"),
+                  S("expected_m", "int32").init("M_max")},
+       .outputs = {T("out", {"batch_size", "M_max", "N"}).dt("bfloat16")},
+       .tags = {"status:verified", "quantization:float8_e4m3fn"},
+       .reference = blockscale + R"PY(def run(a, b, a_scale, b_scale, masked_m, expected_m):
+    out = torch.zeros((a.shape[0], a.shape[1], b.shape[1]), dtype=torch.float32)
+    for g in range(a.shape[0]):
+        m = int(masked_m[g])
+        x = _dequant(a[g], a_scale[g], 1)[:m]
+        w = _dequant(b[g], b_scale[g], 128)
+        out[g, :m] = x @ w.T
+    return out.to(torch.bfloat16)
+)PY"});
+
+  // fmha_v2_prefill_deepseek (flashinfer.prefill): fixed-length causal prefill; the definition
+  // gives value and out the query's head_dim (upstream's template).
+  const std::vector<std::string> bshd = {"batch_size", "seq_len", "num_heads", "head_dim"};
+  v.push_back(
+      {.op = "fmha_v2_prefill_deepseek",
+       .op_type = "trtllm_paged",
+       .name_prefix = "fmha_v2_prefill_deepseek",
+       .description = "DeepSeek FMHAv2 prefill: per request, causal (query i sees keys "
+                      "0..i); s = scale_bmm1 * q.k (default 1), out = scale_bmm2 * "
+                      "softmax(s) v; scale_softmax changes no value.",
+       .axes = {var("batch_size", "", 2), var("seq_len", "", 3), cst("num_heads", "h"),
+                cst("head_dim", "d")},
+       .inputs = {T("query", bshd), T("key", bshd), T("value", bshd),
+                  T("out", bshd).desc("In-place output buffer."),
+                  S("num_heads", "int32").init("num_heads"),
+                  S("head_dim", "int32").init("head_dim"), S("seq_len", "int32").init("seq_len"),
+                  S("scale_softmax", "float32").init("1.0"),
+                  S("scale_bmm1", "float32").opt().init("1.0 / math.sqrt(head_dim)"),
+                  S("scale_bmm2", "float32").opt()},
+       .outputs = {T("out", bshd).like("query")},
+       .tags = {"status:verified", "stage:prefill", "backend:trtllm"},
+       .reference = attend + R"PY(
+
+def run(query, key, value, out, num_heads, head_dim, seq_len, scale_softmax, scale_bmm1=None,
+        scale_bmm2=None):
+    s1 = 1.0 if scale_bmm1 is None else float(scale_bmm1)
+    s2 = 1.0 if scale_bmm2 is None else float(scale_bmm2)
+    res = torch.zeros(query.shape[:3] + (value.shape[-1],), dtype=torch.float32)
+    for b in range(query.shape[0]):
+        res[b], _ = _attend(query[b], key[b], value[b], s1, True)
+    return (res * s2).to(query.dtype)
+)PY"});
+
+  // trtllm_ragged_attention_deepseek (flashinfer.prefill): ragged q / k / v by cumulative lengths;
+  // `batch_size` is both an axis and a scalar input (upstream's template).
+  const std::vector<std::string> qtok = {"num_q_tokens", "num_heads", "head_dim"};
+  const std::vector<std::string> kvtok = {"num_kv_tokens", "num_heads", "head_dim"};
+  const std::string cum_init = "torch.cat([torch.zeros(1, dtype=torch.int32), ";
+  v.push_back(
+      {.op = "trtllm_ragged_attention_deepseek",
+       .op_type = "trtllm_paged",
+       .name_prefix = "trtllm_ragged_attention_deepseek",
+       .description = "DeepSeek ragged prefill: request b's queries cum_seq_lens_q[b]..[b + 1] "
+                      "against its keys cum_seq_lens_kv[b]..[b + 1]; query i of m at position "
+                      "n - m + i, causal when is_causal, window_left >= 0 keeping keys j >= "
+                      "position - window_left; s = bmm1_scale * q.k, out = bmm2_scale * "
+                      "softmax(s) v.",
+       .axes = {var("num_q_tokens", "", 4), var("num_kv_tokens", "", 6), cst("num_heads", "h"),
+                cst("head_dim", "d"), var("batch_size", "", 2),
+                var("batch_size_plus_1", "batch_size + 1.", 3)},
+       .inputs = {T("query", qtok), T("key", kvtok), T("value", kvtok),
+                  T("workspace_buffer", {"num_q_tokens"}).synth("int8"),
+                  T("seq_lens", {"batch_size"})
+                      .synth("int32")
+                      .init("torch.full((batch_size,), num_kv_tokens // batch_size, "
+                            "dtype=torch.int32)"),
+                  S("max_q_len", "int32").init("num_q_tokens // batch_size"),
+                  S("max_kv_len", "int32").init("num_kv_tokens // batch_size"),
+                  S("bmm1_scale", "float32").init("1.0 / math.sqrt(head_dim)"),
+                  S("bmm2_scale", "float32").init("1.0"), S("o_sf_scale", "float32").init("1.0"),
+                  S("batch_size", "int32").init("batch_size"), S("window_left", "int32").init("-1"),
+                  T("cum_seq_lens_q", {"batch_size_plus_1"})
+                      .synth("int32")
+                      .init("(torch.arange(batch_size + 1) * (num_q_tokens // batch_size))"
+                            ".to(torch.int32)"),
+                  T("cum_seq_lens_kv", {"batch_size_plus_1"})
+                      .synth("int32")
+                      .init(cum_init + "seq_lens.cumsum(0).to(torch.int32)])"),
+                  S("is_causal", "int32").init("True"), S("return_lse", "int32").init("False")},
+       .outputs = {T("output", qtok).like("query")},
+       .tags = {"status:verified", "stage:prefill", "backend:trtllm"},
+       .reference =
+           R"PY(def run(query, key, value, workspace_buffer, seq_lens, max_q_len, max_kv_len,
+        bmm1_scale, bmm2_scale, o_sf_scale, batch_size, window_left, cum_seq_lens_q,
+        cum_seq_lens_kv, is_causal, return_lse):
+    heads = query.shape[1]
+    out = torch.zeros(query.shape[:2] + (value.shape[-1],), dtype=torch.float32)
+    for b in range(int(batch_size)):
+        q0, q1 = int(cum_seq_lens_q[b]), int(cum_seq_lens_q[b + 1])
+        k0, k1 = int(cum_seq_lens_kv[b]), int(cum_seq_lens_kv[b + 1])
+        m, n = q1 - q0, k1 - k0
+        pos = n - m + torch.arange(m).reshape(-1, 1)
+        j = torch.arange(n).reshape(1, -1)
+        keep = torch.ones((m, n), dtype=torch.bool)
+        if is_causal:
+            keep &= j <= pos
+        if int(window_left) >= 0:
+            keep &= j >= pos - int(window_left)
+        for h in range(heads):
+            s = (query[q0:q1, h].float() @ key[k0:k1, h].float().T) * float(bmm1_scale)
+            s = s.masked_fill(~keep, -float("inf"))
+            p = torch.nan_to_num(torch.softmax(s, -1))  # a row without keys gives 0
+            out[q0:q1, h] = (p @ value[k0:k1, h].float()) * float(bmm2_scale)
+    return out.to(query.dtype)
+)PY"});
+
+  // trtllm_fmha_v2_prefill (flashinfer.prefill; upstream's template sits in page.py): qkv named
+  // as one [num_tokens, num_heads, head_dim] tensor (a packed [tokens, 3, H, D] call reads its
+  // dims by position, as upstream's would); the reference takes q = k = v from it, causal.
+  const std::vector<std::string> qkv = {"num_tokens", "num_heads", "head_dim"};
+  v.push_back({.op = "trtllm_fmha_v2_prefill",
+               .op_type = "trtllm_paged",
+               .name_prefix = "trtllm_fmha_v2_prefill",
+               .description =
+                   "TRT-LLM FMHAv2 prefill over variable-length requests (cum_seq_lens_q / "
+                   "cum_seq_lens_kv), causal; the definition's single qkv tensor stands for "
+                   "q = k = v.",
+               .axes = {var("num_tokens", "", 4), cst("num_heads", "h"), cst("head_dim", "d"),
+                        var("batch_size", "", 2),
+                        var("batch_size_plus_1_q", "batch_size + 1 for cum_seq_lens_q.", 3),
+                        var("batch_size_plus_1_kv", "batch_size + 1 for cum_seq_lens_kv.", 3)},
+               .inputs = {T("qkv", qkv)
+                              .desc("Fused qkv or q tensor (layout determined by "
+                                    "input_layout)."),
+                          T("seq_lens", {"batch_size"})
+                              .synth("int32")
+                              .init("torch.full((batch_size,), num_tokens // batch_size, "
+                                    "dtype=torch.int32)"),
+                          S("max_q_len", "int32").init("num_tokens // batch_size"),
+                          S("max_kv_len", "int32").init("num_tokens // batch_size"),
+                          S("bmm1_scale", "float32").init("1.0 / math.sqrt(head_dim)"),
+                          S("bmm2_scale", "float32").init("1.0"),
+                          S("batch_size_scalar", "int32").from("batch_size").init("batch_size"),
+                          T("cum_seq_lens_q", {"batch_size_plus_1_q"})
+                              .synth("int32")
+                              .init(cum_init + "seq_lens.cumsum(0).to(torch.int32)])"),
+                          T("cum_seq_lens_kv", {"batch_size_plus_1_kv"})
+                              .synth("int32")
+                              .init(cum_init + "seq_lens.cumsum(0).to(torch.int32)])")},
+               .outputs = {T("output", qkv).like("qkv")},
+               .tags = {"status:verified", "stage:prefill", "backend:trtllm"},
+               .reference = attend + R"PY(
+
+def run(qkv, seq_lens, max_q_len, max_kv_len, bmm1_scale, bmm2_scale, batch_size_scalar,
+        cum_seq_lens_q, cum_seq_lens_kv):
+    out = torch.zeros(qkv.shape, dtype=torch.float32)
+    for b in range(int(batch_size_scalar)):
+        q0, q1 = int(cum_seq_lens_q[b]), int(cum_seq_lens_q[b + 1])
+        k0, k1 = int(cum_seq_lens_kv[b]), int(cum_seq_lens_kv[b + 1])
+        o, _ = _attend(qkv[q0:q1], qkv[k0:k1], qkv[k0:k1], float(bmm1_scale), True)
+        out[q0:q1] = o * float(bmm2_scale)
+    return out.to(qkv.dtype)
+)PY"});
+}
+
 }  // namespace
 
 void add_attention_extra(std::vector<Template>& v) {
   add_attention_group(v);
   add_page_rope_group(v);
   add_gemm_topk_group(v);
+  add_more_gemm_prefill_group(v);
 }
 
 }  // namespace flashinfer::trace::detail

@@ -179,6 +179,63 @@ void add_extra_upstream_calls(std::map<std::string, UpstreamCall>& m) {
         {"sf_vec_size", Value(int64_t{16})}});
   call("top_k_varlen_n8192_k1024", "top_k_varlen",
        {{"logits", T({4, 8192}, bf)}, {"seq_lens", T({4}, i32)}, {"top_k", Value(int64_t{1024})}});
+  const DType f32 = DType::kFloat32;
+  call("mm_M1_16_K7168_N256_k7168_n256", "mm_M1_16_K7168_N256",
+       {{"mat_a", T({4, 7168}, bf)}, {"mat_b", T({7168, 256}, bf)}, {"out", T({4, 256}, f32)}});
+  call("fp8_blockscale_gemm_sm90_n1536_k7168", "fp8_blockscale_gemm_sm90",
+       {{"input", T({4, 7168}, e4m3)},
+        {"weight", T({1536, 7168}, e4m3)},
+        {"input_scale", T({4, 56}, f32)},
+        {"weight_scale", T({12, 56}, f32)}});
+  call("batch_deepgemm_fp8_nt_groupwise_n4096_k7168", "batch_deepgemm_fp8_nt_groupwise",
+       {{"a", T({4, 64, 7168}, e4m3)},
+        {"b", T({4, 4096, 7168}, e4m3)},
+        {"a_scale", T({4, 64, 56}, f32)},
+        {"b_scale", T({4, 32, 56}, f32)},
+        {"masked_m", T({4}, i32)},
+        {"expected_m", Value(int64_t{32})}});
+  // The template gives value and out the query's head_dim: 192 here.
+  call("fmha_v2_prefill_deepseek_h16_d192", "fmha_v2_prefill_deepseek",
+       {{"query", T({2, 64, 16, 192}, bf)},
+        {"key", T({2, 64, 16, 192}, bf)},
+        {"value", T({2, 64, 16, 128}, bf)},
+        {"out", T({2, 64, 16, 128}, bf)},
+        {"num_heads", Value(int64_t{16})},
+        {"head_dim", Value(int64_t{192})},
+        {"seq_len", Value(int64_t{64})},
+        {"scale_softmax", Value(1.0)}});
+  call("trtllm_ragged_attention_deepseek_h128_d192", "trtllm_ragged_attention_deepseek",
+       {{"query", T({12, 128, 192}, bf)},
+        {"key", T({20, 128, 192}, bf)},
+        {"value", T({20, 128, 128}, bf)},
+        {"workspace_buffer", T({16}, u8)},
+        {"seq_lens", T({2}, i32)},
+        {"max_q_len", Value(int64_t{6})},
+        {"max_kv_len", Value(int64_t{10})},
+        {"bmm1_scale", Value(0.07)},
+        {"bmm2_scale", Value(1.0)},
+        {"o_sf_scale", Value(1.0)},
+        {"batch_size", Value(int64_t{2})},
+        {"window_left", Value(int64_t{-1})},
+        {"cum_seq_lens_q", T({3}, i32)},
+        {"cum_seq_lens_kv", T({3}, i32)},
+        {"enable_pdl", Value()},
+        {"is_causal", Value(true)},
+        {"return_lse", Value(false)}});
+  // A packed [tokens, 3, H, D] qkv where the template names [num_tokens, num_heads, head_dim]:
+  // its dims are read by position (3 heads of 32), as upstream's template reads them.
+  call("trtllm_fmha_v2_prefill_h3_d32", "trtllm_fmha_v2_prefill",
+       {{"qkv", T({12, 3, 32, 128}, bf)},
+        {"input_layout", Value("PACKED_QKV")},
+        {"workspace_buffer", T({16}, u8)},
+        {"seq_lens", T({2}, i32)},
+        {"max_q_len", Value(int64_t{6})},
+        {"max_kv_len", Value(int64_t{6})},
+        {"bmm1_scale", Value(0.088)},
+        {"bmm2_scale", Value(1.0)},
+        {"batch_size", Value(int64_t{2})},
+        {"cum_seq_lens_q", T({3}, i32)},
+        {"cum_seq_lens_kv", T({3}, i32)}});
 }
 
 std::map<std::string, UpstreamCall> upstream_calls() {
@@ -1092,7 +1149,11 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
       {"rope_quantize_fp8_append_paged_kv_cache",
        {{"num_q_heads", 2}, {"rope_dim", 8}, {"rotary_dim", 8}}},
       {"tinygemm_bf16", {{"N", 16}}},
-      {"top_k_varlen", {{"max_seq_len", 16}, {"top_k", 4}}}};
+      {"top_k_varlen", {{"max_seq_len", 16}, {"top_k", 4}}},
+      // The router GEMM's fixed shape; whole 128-wide scale blocks for the FP8 GEMMs.
+      {"mm_M1_16_K7168_N256", {{"K", 7168}, {"N", 256}}},
+      {"fp8_blockscale_gemm_sm90", {{"K", 256}, {"N", 128}}},
+      {"batch_deepgemm_fp8_nt_groupwise", {{"K", 256}, {"N", 128}}}};
   std::map<std::string, int64_t> out;
   for (const auto& a : tmpl.axes) {
     if (!a.is_const) continue;
@@ -1728,6 +1789,27 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
     // Rows of 16 logits, top 4; rows shorter than 4 are padded with -1.
     c = {"top_k_varlen",
          [](In& i) { return Outs{std::get<0>(fi::top_k_varlen(i["logits"], i["seq_lens"], 4))}; }};
+    cases.push_back(c);
+    // The fixed router shape (mat_b column-major); the op writes fp32, the definition's out is
+    // mat_a's bf16.
+    c = {"mm_M1_16_K7168_N256", [](In& i) {
+           const Tensor b = i["mat_b"].transpose(0, 1).contiguous().transpose(0, 1);
+           Tensor out = Tensor::empty({i["mat_a"].shape()[0], 256}, DType::kFloat32);
+           fi::mm_M1_16_K7168_N256(i["mat_a"], b, out);
+           return Outs{out};
+         }};
+    cases.push_back(c);
+    // Two requests of 2 queries over 3 keys, causal with a window of 1 key back.
+    c = {"trtllm_ragged_attention_deepseek", [](In& i) {
+           const Tensor ws = Tensor::empty({1 << 16}, DType::kUInt8);
+           return Outs{fi::trtllm_ragged_attention_deepseek(
+                           i["query"], i["key"], i["value"], ws, i["seq_lens"], 2, 3, 0.25, 1.5,
+                           1.0, 2, 1, i["cum_seq_lens_q"], i["cum_seq_lens_kv"], std::nullopt, true,
+                           false)
+                           .out};
+         }};
+    c.axes = {{"head_dim", 128}};  // the op's head dims: (128, 128, 128) among three
+    c.set = {{"bmm1_scale", 0.25}, {"bmm2_scale", 1.5}, {"window_left", 1}};
     cases.push_back(c);
   }
   const fs::path dir = fresh_dir("refs");
