@@ -573,6 +573,12 @@ void add_gemm_topk_group(std::vector<Template>& v) {
 // Further templates of upstream's gemm.py (1af46284) and page.py (b36e76a8) for ops declared
 // here: the DeepSeek-V3 router GEMM, the SM90 FP8 block-scale GEMMs, and three prefills.
 
+// Values exact in e4m3 (multiples of 1/8 in [0.5, 1.5)): a torch without float8 builds them as
+// float32 and the library's e4m3 copy holds the same numbers.
+std::string e4m3_exact_init(const std::string& shape, const std::string& key) {
+  return "(torch.randint(4, 12, " + shape + ", device=device) / 8.0).to({dtype:" + key + "})";
+}
+
 void add_more_gemm_prefill_group(std::vector<Template>& v) {
   const std::string attend = kAttend;
   // mm_M1_16_K7168_N256 (flashinfer.gemm.routergemm): upstream's template gives `out` the
@@ -611,7 +617,8 @@ void add_more_gemm_prefill_group(std::vector<Template>& v) {
        .axes = {var("M", "", 3), cst("N", "n"), cst("K", "k"),
                 var("K_div_128", "K // 128 (input block scale dim).", 1),
                 var("N_div_128", "N // 128.", 1)},
-       .inputs = {T("input", {"M", "K"}), T("weight", {"N", "K"}),
+       .inputs = {T("input", {"M", "K"}).init(e4m3_exact_init("(M, K)", "input")),
+                  T("weight", {"N", "K"}).init(e4m3_exact_init("(N, K)", "weight")),
                   T("input_scale", {"M", "K_div_128"})
                       .dt("float32")
                       .opt()
@@ -637,7 +644,9 @@ void add_more_gemm_prefill_group(std::vector<Template>& v) {
        .axes = {var("batch_size", "", 2), var("M_max", "", 4), cst("N", "n"), cst("K", "k"),
                 var("K_div_128", "K // 128 (input block scale dim).", 1),
                 var("N_div_128", "N // 128.", 1)},
-       .inputs = {T("a", {"batch_size", "M_max", "K"}), T("b", {"batch_size", "N", "K"}),
+       .inputs = {T("a", {"batch_size", "M_max", "K"})
+                      .init(e4m3_exact_init("(batch_size, M_max, K)", "a")),
+                  T("b", {"batch_size", "N", "K"}).init(e4m3_exact_init("(batch_size, N, K)", "b")),
                   T("a_scale", {"batch_size", "M_max", "K_div_128"})
                       .synth("float32")
                       .init("torch.rand((batch_size, M_max, K // 128), device=device) + 0.5"),

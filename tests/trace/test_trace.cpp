@@ -1152,8 +1152,8 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
       {"top_k_varlen", {{"max_seq_len", 16}, {"top_k", 4}}},
       // The router GEMM's fixed shape; whole 128-wide scale blocks for the FP8 GEMMs.
       {"mm_M1_16_K7168_N256", {{"K", 7168}, {"N", 256}}},
-      {"fp8_blockscale_gemm_sm90", {{"K", 256}, {"N", 128}}},
-      {"batch_deepgemm_fp8_nt_groupwise", {{"K", 256}, {"N", 128}}}};
+      {"fp8_blockscale_gemm_sm90", {{"K", 256}, {"N", 256}}},
+      {"batch_deepgemm_fp8_nt_groupwise", {{"K", 256}, {"N", 256}}}};
   std::map<std::string, int64_t> out;
   for (const auto& a : tmpl.axes) {
     if (!a.is_const) continue;
@@ -1810,6 +1810,19 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
          }};
     c.axes = {{"head_dim", 128}};  // the op's head dims: (128, 128, 128) among three
     c.set = {{"bmm1_scale", 0.25}, {"bmm2_scale", 1.5}, {"window_left", 1}};
+    cases.push_back(c);
+    // e4m3 inputs (init's values are exact in e4m3), 1x128 / 128x128 block scales.
+    c = {"fp8_blockscale_gemm_sm90", [&](In& i) {
+           return Outs{fi::fp8_blockscale_gemm_sm90(e4m3(i["input"]), e4m3(i["weight"]),
+                                                    i["input_scale"], i["weight_scale"])};
+         }};
+    c.axes = {};
+    c.set = Json::object();
+    cases.push_back(c);
+    c = {"batch_deepgemm_fp8_nt_groupwise", [&](In& i) {
+           return Outs{fi::batch_deepgemm_fp8_nt_groupwise(e4m3(i["a"]), e4m3(i["b"]), i["a_scale"],
+                                                           i["b_scale"], i["masked_m"], 4)};
+         }};
     cases.push_back(c);
   }
   const fs::path dir = fresh_dir("refs");
