@@ -190,6 +190,7 @@ def run(query, kv_cache, workspace_buffer, qk_nope_head_dim, kv_lora_rank, qk_ro
   // Upstream's xqa variant names q's length axis "(must be 1)" and gives the workspace no
   // description; neither is a compared field, the schema is the same.
   v.back().axes[1].description = "Query length per request (must be 1).";
+  v.back().axes[1].init_value = 1;
   v.back().inputs[0].description.clear();
   v.back().inputs[1].description.clear();
 

@@ -1753,6 +1753,13 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
          }};
     c.set = scales;
     cases.push_back(c);
+    c = {"xqa_batch_decode_with_kv_cache_mla", [](In& i) {
+           return Outs{fi::xqa_batch_decode_with_kv_cache_mla(
+               i["query"], i["kv_cache"], i["workspace_buffer"], 16, 16, 8, i["block_tables"],
+               i["seq_lens"], 12, std::nullopt, 0.25, 1.5)};
+         }};
+    c.set = scales;
+    cases.push_back(c);
     c = {"append_paged_mla_kv_cache", [](In& i) {
            fi::append_paged_mla_kv_cache(i["append_ckv"], i["append_kpe"], i["batch_indices"],
                                          i["positions"], i["ckv_cache"], i["kpe_cache"],
