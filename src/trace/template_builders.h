@@ -50,4 +50,8 @@ extern const char* const kRoute;          // MoE routing from logits as our CPU 
 // Template groups kept in their own files (each appends its templates to the table).
 void add_moe_entry_points(std::vector<Template>& v);  // templates_moe_entry.cpp
 
+// The templates of src/trace/templates_attention_extra.cpp (attention entry points, MLA page
+// append, RoPE + FP8 + append, the small GEMMs, top_k_varlen).
+void add_attention_extra(std::vector<Template>& v);
+
 }  // namespace flashinfer::trace::detail

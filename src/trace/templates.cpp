@@ -2876,6 +2876,7 @@ const std::vector<Template>& templates() {
     add_rope_quantize(*v);
     add_rope_cos_sin(*v);
     add_moe_entry_points(*v);
+    add_attention_extra(*v);
     return v;
   }();
   return *all;

@@ -74,6 +74,170 @@ struct UpstreamCall {
   std::function<std::vector<Value>()> args;
 };
 
+// The calls of the expected files derived for templates_attention_extra.cpp's templates
+// (tests/trace/data/upstream/SOURCES.md, "Derived from the template source").
+void add_extra_upstream_calls(std::map<std::string, UpstreamCall>& m) {
+  const DType bf = DType::kBFloat16, i32 = DType::kInt32, u8 = DType::kUInt8;
+  const DType i8 = DType::kInt8, e4m3 = DType::kFloat8E4M3FN;
+  const auto call = [&](std::string name, std::string op,
+                        std::vector<std::pair<std::string, Value>> kw) {
+    m[std::move(name)] = {op, [op, kw] { return bind(op, kw); }};
+  };
+  call("var_block_sparse_run_h32_kv8_d128", "VariableBlockSparseAttentionWrapper.run",
+       {{"self", Value()},
+        {"q", T({16, 32, 128}, bf)},
+        {"k", T({16, 8, 128}, bf)},
+        {"v", T({16, 8, 128}, bf)}});
+  call("trtllm_batch_context_h32_kv8_d128_ps16", "trtllm_batch_context_with_kv_cache",
+       {{"query", T({12, 32, 128}, bf)},
+        {"kv_cache", T({8, 2, 8, 16, 128}, bf)},
+        {"workspace_buffer", T({16}, u8)},
+        {"block_tables", T({2, 4}, i32)},
+        {"seq_lens", T({2}, i32)},
+        {"max_q_len", Value(int64_t{6})},
+        {"max_kv_len", Value(int64_t{64})},
+        {"bmm1_scale", Value(0.088)},
+        {"bmm2_scale", Value(1.0)},
+        {"batch_size", Value(int64_t{2})},
+        {"cum_seq_lens_q", T({3}, i32)},
+        {"cum_seq_lens_kv", T({3}, i32)}});
+  const auto mla = [&](DType dt, int64_t page_size) {
+    return std::vector<std::pair<std::string, Value>>{
+        {"query", T({2, 1, 128, 576}, dt)},    {"kv_cache", T({8, page_size, 576}, dt)},
+        {"workspace_buffer", T({16}, i8)},     {"qk_nope_head_dim", Value(int64_t{128})},
+        {"kv_lora_rank", Value(int64_t{512})}, {"qk_rope_head_dim", Value(int64_t{64})},
+        {"block_tables", T({2, 4}, i32)},      {"seq_lens", T({2}, i32)},
+        {"max_seq_len", Value(int64_t{200})}};
+  };
+  call("trtllm_batch_decode_mla_h128_d_qk576_ckv512_kpe64_nope128_ps64",
+       "trtllm_batch_decode_with_kv_cache_mla", mla(bf, 64));
+  call("xqa_batch_decode_mla_h128_d_qk576_ckv512_kpe64_nope128_ps32",
+       "xqa_batch_decode_with_kv_cache_mla", mla(e4m3, 32));
+  call("xqa_h32_kv8_d128_ps16", "xqa",
+       {{"q", T({2, 32, 128}, bf)},
+        {"k_cache", T({8, 8, 16, 128}, bf)},
+        {"v_cache", T({8, 8, 16, 128}, bf)},
+        {"page_table", T({2, 4}, i32)},
+        {"seq_lens", T({2}, i32)},
+        {"output", T({2, 32, 128}, bf)},
+        {"workspace_buffer", T({16}, u8)},
+        {"semaphores", T({8}, i32)},
+        {"num_kv_heads", Value(int64_t{8})},
+        {"page_size", Value(int64_t{16})},
+        {"kv_layout", Value("HND")}});
+  call("xqa_mla_h128_ckv576_kpe512_ps32", "xqa_mla",
+       {{"q", T({2, 128, 576}, e4m3)},
+        {"k_cache", T({8, 32, 576}, e4m3)},
+        {"v_cache", T({8, 32, 512}, e4m3)},
+        {"page_table", T({2, 4}, i32)},
+        {"seq_lens", T({2}, i32)},
+        {"output", T({2, 128, 512}, bf)},
+        {"workspace_buffer", T({16}, u8)},
+        {"semaphores", T({8}, i32)},
+        {"page_size", Value(int64_t{32})}});
+  call("append_paged_mla_kv_cache_ckv512_kpe64", "append_paged_mla_kv_cache",
+       {{"append_ckv", T({5, 512}, bf)},
+        {"append_kpe", T({5, 64}, bf)},
+        {"batch_indices", T({5}, i32)},
+        {"positions", T({5}, i32)},
+        {"ckv_cache", T({8, 64, 512}, bf)},
+        {"kpe_cache", T({8, 64, 64}, bf)},
+        {"kv_indices", T({8}, i32)},
+        {"kv_indptr", T({3}, i32)},
+        {"kv_last_page_len", T({2}, i32)}});
+  // A (k_cache, v_cache) pair where the template names one 4-D cache: page_size has no value.
+  call("rope_quantize_fp8_append_paged_kv_cache_h32_kv8_rope64",
+       "rope_quantize_fp8_append_paged_kv_cache",
+       {{"q_rope", T({5, 32, 64}, bf)},
+        {"k_rope", T({5, 8, 64}, bf)},
+        {"q_nope", T({5, 32, 64}, bf)},
+        {"k_nope", T({5, 8, 64}, bf)},
+        {"v", T({5, 8, 128}, bf)},
+        {"cos_sin_cache", T({4096, 64}, DType::kFloat32)},
+        {"pos_ids", T({5}, i32)},
+        {"paged_kv_cache", Value::tuple({T({8, 16, 8, 128}, e4m3), T({8, 16, 8, 128}, e4m3)})},
+        {"kv_indices", T({8}, i32)},
+        {"kv_indptr", T({3}, i32)},
+        {"batch_indices", T({5}, i32)},
+        {"positions", T({5}, i32)}});
+  call("tgv_gemm_sm100_N256_K128", "tgv_gemm_sm100",
+       {{"a", T({5, 128}, bf)}, {"b", T({128, 256}, bf)}, {"bias", T({256}, bf)}});
+  call("tinygemm_bf16_n256_k128", "tinygemm_bf16",
+       {{"input", T({4, 128}, bf)},
+        {"weight", T({256, 128}, bf)},
+        {"out", T({4, 256}, bf)},
+        {"bias", T({256}, bf)}});
+  // (data, scale) pairs where the template names one tensor each: N and K without value.
+  call("grouped_gemm_nt_masked", "grouped_gemm_nt_masked",
+       {{"lhs", Value::tuple({T({4, 64, 64}, u8), T({4, 64, 8}, e4m3)})},
+        {"rhs", Value::tuple({T({4, 128, 64}, u8), T({4, 128, 8}, e4m3)})},
+        {"out", T({4, 64, 128}, bf)},
+        {"masked_m", T({4}, i32)},
+        {"ab_dtype", Value("float4_e2m1fn")},
+        {"sf_dtype", Value("float8_e4m3fn")},
+        {"c_dtype", Value("bfloat16")},
+        {"sf_vec_size", Value(int64_t{16})}});
+  call("top_k_varlen_n8192_k1024", "top_k_varlen",
+       {{"logits", T({4, 8192}, bf)}, {"seq_lens", T({4}, i32)}, {"top_k", Value(int64_t{1024})}});
+  const DType f32 = DType::kFloat32;
+  call("mm_M1_16_K7168_N256_k7168_n256", "mm_M1_16_K7168_N256",
+       {{"mat_a", T({4, 7168}, bf)}, {"mat_b", T({7168, 256}, bf)}, {"out", T({4, 256}, f32)}});
+  call("fp8_blockscale_gemm_sm90_n1536_k7168", "fp8_blockscale_gemm_sm90",
+       {{"input", T({4, 7168}, e4m3)},
+        {"weight", T({1536, 7168}, e4m3)},
+        {"input_scale", T({4, 56}, f32)},
+        {"weight_scale", T({12, 56}, f32)}});
+  call("batch_deepgemm_fp8_nt_groupwise_n4096_k7168", "batch_deepgemm_fp8_nt_groupwise",
+       {{"a", T({4, 64, 7168}, e4m3)},
+        {"b", T({4, 4096, 7168}, e4m3)},
+        {"a_scale", T({4, 64, 56}, f32)},
+        {"b_scale", T({4, 32, 56}, f32)},
+        {"masked_m", T({4}, i32)},
+        {"expected_m", Value(int64_t{32})}});
+  // The template gives value and out the query's head_dim: 192 here.
+  call("fmha_v2_prefill_deepseek_h16_d192", "fmha_v2_prefill_deepseek",
+       {{"query", T({2, 64, 16, 192}, bf)},
+        {"key", T({2, 64, 16, 192}, bf)},
+        {"value", T({2, 64, 16, 128}, bf)},
+        {"out", T({2, 64, 16, 128}, bf)},
+        {"num_heads", Value(int64_t{16})},
+        {"head_dim", Value(int64_t{192})},
+        {"seq_len", Value(int64_t{64})},
+        {"scale_softmax", Value(1.0)}});
+  call("trtllm_ragged_attention_deepseek_h128_d192", "trtllm_ragged_attention_deepseek",
+       {{"query", T({12, 128, 192}, bf)},
+        {"key", T({20, 128, 192}, bf)},
+        {"value", T({20, 128, 128}, bf)},
+        {"workspace_buffer", T({16}, u8)},
+        {"seq_lens", T({2}, i32)},
+        {"max_q_len", Value(int64_t{6})},
+        {"max_kv_len", Value(int64_t{10})},
+        {"bmm1_scale", Value(0.07)},
+        {"bmm2_scale", Value(1.0)},
+        {"o_sf_scale", Value(1.0)},
+        {"batch_size", Value(int64_t{2})},
+        {"window_left", Value(int64_t{-1})},
+        {"cum_seq_lens_q", T({3}, i32)},
+        {"cum_seq_lens_kv", T({3}, i32)},
+        {"enable_pdl", Value()},
+        {"is_causal", Value(true)},
+        {"return_lse", Value(false)}});
+  // A packed [tokens, 3, H, D] qkv where the template names [num_tokens, num_heads, head_dim]:
+  // its dims are read by position (3 heads of 32), as upstream's template reads them.
+  call("trtllm_fmha_v2_prefill_h3_d32", "trtllm_fmha_v2_prefill",
+       {{"qkv", T({12, 3, 32, 128}, bf)},
+        {"input_layout", Value("PACKED_QKV")},
+        {"workspace_buffer", T({16}, u8)},
+        {"seq_lens", T({2}, i32)},
+        {"max_q_len", Value(int64_t{6})},
+        {"max_kv_len", Value(int64_t{6})},
+        {"bmm1_scale", Value(0.088)},
+        {"bmm2_scale", Value(1.0)},
+        {"batch_size", Value(int64_t{2})},
+        {"cum_seq_lens_q", T({3}, i32)},
+        {"cum_seq_lens_kv", T({3}, i32)}});
+}
+
 std::map<std::string, UpstreamCall> upstream_calls() {
   const DType bf = DType::kBFloat16, f32 = DType::kFloat32, i32 = DType::kInt32;
   std::map<std::string, UpstreamCall> m;
@@ -926,6 +1090,7 @@ std::map<std::string, UpstreamCall> upstream_calls() {
                                                                 {"tid2eid", T({1024, 8}, i32)}});
                                     }};
   }
+  add_extra_upstream_calls(m);
   return m;
 }
 
@@ -1238,11 +1403,35 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
       {"B12xMoEWrapper.run", kB12xAxes},
       {"cute_dsl_fused_moe_nvfp4", kCuteDslAxes},
       {"CuteDslMoEWrapper.run", kCuteDslAxes}};
+  // The ops of templates_attention_extra.cpp: HND K/V halves; a latent of 16 + rope 8.
+  static const std::map<std::string, std::map<std::string, int64_t>> per_op_extra = {
+      {"trtllm_batch_context_with_kv_cache", {{"kv_cache_dim", 2}}},
+      {"trtllm_batch_decode_with_kv_cache_mla",
+       {{"head_dim_qk", 24},
+        {"kv_lora_rank", 16},
+        {"qk_rope_head_dim", 8},
+        {"qk_nope_head_dim", 16}}},
+      {"xqa_batch_decode_with_kv_cache_mla",
+       {{"head_dim_qk", 24},
+        {"kv_lora_rank", 16},
+        {"qk_rope_head_dim", 8},
+        {"qk_nope_head_dim", 16}}},
+      {"rope_quantize_fp8_append_paged_kv_cache",
+       {{"num_q_heads", 2}, {"rope_dim", 8}, {"rotary_dim", 8}}},
+      {"tinygemm_bf16", {{"N", 16}}},
+      {"top_k_varlen", {{"max_seq_len", 16}, {"top_k", 4}}},
+      // The router GEMM's fixed shape; whole 128-wide scale blocks for the FP8 GEMMs.
+      {"mm_M1_16_K7168_N256", {{"K", 7168}, {"N", 256}}},
+      {"fp8_blockscale_gemm_sm90", {{"K", 256}, {"N", 256}}},
+      {"batch_deepgemm_fp8_nt_groupwise", {{"K", 256}, {"N", 256}}}};
   std::map<std::string, int64_t> out;
   for (const auto& a : tmpl.axes) {
     if (!a.is_const) continue;
+    auto e = per_op_extra.find(op);
     auto o = per_op.find(op);
-    if (o != per_op.end() && o->second.count(a.name)) {
+    if (e != per_op_extra.end() && e->second.count(a.name)) {
+      out[a.name] = e->second.at(a.name);
+    } else if (o != per_op.end() && o->second.count(a.name)) {
       out[a.name] = o->second.at(a.name);
     } else {
       out[a.name] = v.at(a.name);
@@ -1940,6 +2129,105 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
   cases.push_back({"hash_topk", [&](In& i) {
                      return tup2(fi::hash_topk(i["router_logits"], i["input_ids"], i["tid2eid"]));
                    }});
+  // templates_attention_extra.cpp (small axes: 4 heads over 2 KV heads, pages of 4, 3 per
+  // request; the MLA latent 16 + rope 8). The scales replace init's.
+  const Json scales = {{"bmm1_scale", 0.25}, {"bmm2_scale", 1.5}};
+  {
+    Case c{"trtllm_batch_context_with_kv_cache", [](In& i) {
+             const Tensor ws = Tensor::empty({1 << 16}, DType::kUInt8);
+             return Outs{fi::trtllm_batch_context_with_kv_cache(
+                             i["query"], i["kv_cache"], ws, i["block_tables"], i["seq_lens"], 2, 12,
+                             0.25, 1.5, 2, i["cum_seq_lens_q"], i["cum_seq_lens_kv"])
+                             .out};
+           }};
+    c.set = scales;
+    cases.push_back(c);
+    c = {"trtllm_batch_decode_with_kv_cache_mla", [](In& i) {
+           return Outs{fi::trtllm_batch_decode_with_kv_cache_mla(
+               i["query"], i["kv_cache"], i["workspace_buffer"], 16, 16, 8, i["block_tables"],
+               i["seq_lens"], 12, 0, std::nullopt, 0.25, 1.5)};
+         }};
+    c.set = scales;
+    cases.push_back(c);
+    c = {"xqa_batch_decode_with_kv_cache_mla", [](In& i) {
+           return Outs{fi::xqa_batch_decode_with_kv_cache_mla(
+               i["query"], i["kv_cache"], i["workspace_buffer"], 16, 16, 8, i["block_tables"],
+               i["seq_lens"], 12, std::nullopt, 0.25, 1.5)};
+         }};
+    c.set = scales;
+    cases.push_back(c);
+    c = {"append_paged_mla_kv_cache", [](In& i) {
+           fi::append_paged_mla_kv_cache(i["append_ckv"], i["append_kpe"], i["batch_indices"],
+                                         i["positions"], i["ckv_cache"], i["kpe_cache"],
+                                         i["kv_indices"], i["kv_indptr"], i["kv_last_page_len"]);
+           return Outs{i["ckv_cache"], i["kpe_cache"]};
+         }};
+    cases.push_back(c);
+    // The query outputs; the op appends to its own fp8 (k, v) pages (8 pages of 4, 2 KV heads of
+    // 8 + 8).
+    c = {"rope_quantize_fp8_append_paged_kv_cache",
+         [&](In& i) {
+           Tensor kc = Tensor::empty({8, 4, 2, 16}, DType::kFloat8E4M3FN);
+           Tensor vc = Tensor::empty({8, 4, 2, 16}, DType::kFloat8E4M3FN);
+           kc.fill_(0.0);
+           vc.fill_(0.0);
+           return tup2(fi::rope_quantize_fp8_append_paged_kv_cache(
+               i["q_rope"], i["k_rope"], i["q_nope"], i["k_nope"], i["v"], i["cos_sin_cache"],
+               i["pos_ids"], fi::PagedKVCache(kc, vc), i["kv_indices"], i["kv_indptr"],
+               i["batch_indices"], i["positions"], true, std::nullopt, 1.0, 1.0, 4));
+         },
+         fi::testing::Tolerance{2e-3, 6.3e-2}};
+    cases.push_back(c);
+    // The op takes b column-major: the same values, transposed storage.
+    c = {"tgv_gemm_sm100", [](In& i) {
+           const Tensor b = i["b"].transpose(0, 1).contiguous().transpose(0, 1);
+           return Outs{fi::tgv_gemm_sm100(i["a"], b, i["bias"])};
+         }};
+    cases.push_back(c);
+    c = {"tinygemm_bf16", [](In& i) {
+           fi::tinygemm_bf16(i["input"], i["weight"], i["out"], i["bias"]);
+           return Outs{i["out"]};
+         }};
+    cases.push_back(c);
+    // Rows of 16 logits, top 4; rows shorter than 4 are padded with -1.
+    c = {"top_k_varlen",
+         [](In& i) { return Outs{std::get<0>(fi::top_k_varlen(i["logits"], i["seq_lens"], 4))}; }};
+    cases.push_back(c);
+    // The fixed router shape (mat_b column-major); the op writes fp32, the definition's out is
+    // mat_a's bf16.
+    c = {"mm_M1_16_K7168_N256", [](In& i) {
+           const Tensor b = i["mat_b"].transpose(0, 1).contiguous().transpose(0, 1);
+           Tensor out = Tensor::empty({i["mat_a"].shape()[0], 256}, DType::kFloat32);
+           fi::mm_M1_16_K7168_N256(i["mat_a"], b, out);
+           return Outs{out};
+         }};
+    cases.push_back(c);
+    // Two requests of 2 queries over 3 keys, causal with a window of 1 key back.
+    c = {"trtllm_ragged_attention_deepseek", [](In& i) {
+           const Tensor ws = Tensor::empty({1 << 16}, DType::kUInt8);
+           return Outs{fi::trtllm_ragged_attention_deepseek(
+                           i["query"], i["key"], i["value"], ws, i["seq_lens"], 2, 3, 0.25, 1.5,
+                           1.0, 2, 1, i["cum_seq_lens_q"], i["cum_seq_lens_kv"], std::nullopt, true,
+                           false)
+                           .out};
+         }};
+    c.axes = {{"head_dim", 128}};  // the op's head dims: (128, 128, 128) among three
+    c.set = {{"bmm1_scale", 0.25}, {"bmm2_scale", 1.5}, {"window_left", 1}};
+    cases.push_back(c);
+    // e4m3 inputs (init's values are exact in e4m3), 1x128 / 128x128 block scales.
+    c = {"fp8_blockscale_gemm_sm90", [&](In& i) {
+           return Outs{fi::fp8_blockscale_gemm_sm90(e4m3(i["input"]), e4m3(i["weight"]),
+                                                    i["input_scale"], i["weight_scale"])};
+         }};
+    c.axes = {};
+    c.set = Json::object();
+    cases.push_back(c);
+    c = {"batch_deepgemm_fp8_nt_groupwise", [&](In& i) {
+           return Outs{fi::batch_deepgemm_fp8_nt_groupwise(e4m3(i["a"]), e4m3(i["b"]), i["a_scale"],
+                                                           i["b_scale"], i["masked_m"], 4)};
+         }};
+    cases.push_back(c);
+  }
   const fs::path dir = fresh_dir("refs");
   Json manifest = {{"run", Json::array()}, {"io", Json::array()}};
   std::vector<fs::path> files;
