@@ -110,7 +110,11 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
-  return full(std::move(shape), 0.0, dtype, device);
+  if (!device.is_cpu()) return full(std::move(shape), 0.0, dtype, device);
+  // +0 is all zero bytes in every dtype: one memset.
+  Tensor t = empty(std::move(shape), dtype, device);
+  if (t.nbytes() != 0) std::memset(t.data_ptr(), 0, t.nbytes());
+  return t;
 }
 
 Tensor Tensor::full(Shape shape, double value, DType dtype, Device device) {
@@ -542,8 +546,43 @@ Tensor& Tensor::fill_(double value) {
   detail::encode_element(dtype_, value, elem);
   const std::size_t es = element_size();
   auto* base = static_cast<uint8_t*>(storage_->data());
-  detail::for_each_offset(shape_, strides_, offset_,
-                          [&](int64_t off) { std::memcpy(base + off * es, elem, es); });
+  // Dimensions merged where one steps over the next exactly, so that a contiguous tensor (or a
+  // view whose rows are) is filled in long runs rather than element by element.
+  Shape shape, strides;
+  for (std::size_t d = 0; d < shape_.size(); ++d) {
+    if (shape_[d] == 1) continue;
+    if (!shape.empty() && strides.back() == shape_[d] * strides_[d]) {
+      shape.back() *= shape_[d];
+      strides.back() = strides_[d];
+    } else {
+      shape.push_back(shape_[d]);
+      strides.push_back(strides_[d]);
+    }
+  }
+  if (shape.empty() || strides.back() != 1) {
+    detail::for_each_offset(shape, strides, offset_,
+                            [&](int64_t off) { std::memcpy(base + off * es, elem, es); });
+    return *this;
+  }
+  const auto run = static_cast<std::size_t>(shape.back()) * es;
+  shape.pop_back();
+  strides.pop_back();
+  const bool one_byte = std::all_of(elem + 1, elem + es, [&](uint8_t b) { return b == elem[0]; });
+  detail::for_each_offset(shape, strides, offset_, [&](int64_t off) {
+    uint8_t* d = base + off * es;
+    if (one_byte) {
+      std::memset(d, elem[0], run);
+      return;
+    }
+    // The element once, then the filled prefix copied onto the rest, doubling: a few large
+    // copies whatever the element size or alignment.
+    std::memcpy(d, elem, es);
+    for (std::size_t done = es; done < run;) {
+      const std::size_t n = std::min(done, run - done);
+      std::memcpy(d + done, d, n);
+      done += n;
+    }
+  });
   return *this;
 }
 

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <numeric>
 
 #include "flashinfer/flashinfer.h"
@@ -280,6 +282,116 @@ TEST(Tensor, FillWithUnrepresentableValuesAndNormalOnIntegers) {
   EXPECT_EQ(Tensor::full({1}, -9223372036854775808.0, DType::kInt64).item(),
             -9223372036854775808.0);
   EXPECT_THROW(Tensor::zeros({2}, DType::kBool).normal_(1), Error);
+}
+
+// Every dtype, a value whose bytes differ (the typed fill) and one whose bytes are all equal (a
+// memset), over run lengths around the fill's doubling copies; then views: step slices, a
+// transpose, rows of a slice (contiguous runs), a size-1 middle dimension, stride-0 and
+// overlapping views. The oracle is the set of storage offsets each view covers (walked here by
+// index): those hold the value's bytes, every other byte keeps the sentinel.
+struct FillCase {
+  DType dtype;
+  double value, same_bytes, sentinel;
+};
+
+std::vector<FillCase> fill_cases() {
+  return {{DType::kFloat32, -1.75, -0.0, 3.0},     {DType::kFloat16, -1.75, 0.0, 3.0},
+          {DType::kBFloat16, -1.75, -0.0, 3.0},    {DType::kFloat64, -1.75, 0.0, 3.0},
+          {DType::kFloat8E4M3FN, -1.75, 1.0, 3.0}, {DType::kFloat8E5M2, -1.75, 1.0, 3.0},
+          {DType::kInt8, -3.0, 5.0, 7.0},          {DType::kUInt8, 200.0, 0.0, 7.0},
+          {DType::kInt16, -300.0, -1.0, 7.0},      {DType::kInt32, -70000.0, -1.0, 7.0},
+          {DType::kInt64, -5e9, -1.0, 7.0},        {DType::kBool, 1.0, 0.0, 0.0},
+          {DType::kFloat4E2M1FNx2, -1.5, 6.0, 0.5}};
+}
+
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const auto* p = static_cast<const uint8_t*>(t.storage()->data());
+  return std::vector<uint8_t>(p, p + t.storage()->nbytes());
+}
+
+// Storage offsets (elements) of every element of a view.
+std::vector<int64_t> covered_offsets(const Tensor& v) {
+  std::vector<int64_t> out;
+  std::vector<int64_t> idx(static_cast<std::size_t>(v.dim()), 0);
+  for (int64_t e = 0; e < v.numel(); ++e) {
+    int64_t off = v.storage_offset();
+    for (int64_t d = 0; d < v.dim(); ++d) off += idx[d] * v.stride(d);
+    out.push_back(off);
+    for (int64_t d = v.dim() - 1; d >= 0 && ++idx[d] == v.size(d); --d) idx[d] = 0;
+  }
+  return out;
+}
+
+TEST(Tensor, FillAndZerosOfEveryDtypeAndLength) {
+  for (const FillCase& c : fill_cases()) {
+    SCOPED_TRACE(dtype_name(c.dtype));
+    const std::size_t es = dtype_size(c.dtype);
+    const int per = c.dtype == DType::kFloat4E2M1FNx2 ? 2 : 1;  // values per element
+    for (double v : {c.value, c.same_bytes}) {
+      const std::vector<uint8_t> one = bytes_of(Tensor::full({1}, v, c.dtype));
+      for (int64_t n : {1, 2, 3, 7, 64, 1001}) {
+        const Tensor t = Tensor::full({n}, v, c.dtype);
+        EXPECT_EQ(t.to_double_vector(), std::vector<double>(n * per, v)) << n;
+        const std::vector<uint8_t> b = bytes_of(t);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(std::memcmp(b.data() + i * es, one.data(), es), 0) << v << " " << n << " " << i;
+        }
+      }
+    }
+    // zeros: every byte 0, also where the allocator hands back memory a fill just used.
+    { Tensor junk = Tensor::full({3, 333}, c.value, c.dtype); }
+    for (const Shape& shape : {Shape{3, 333}, Shape{}, Shape{0, 4}, Shape{5}}) {
+      const Tensor z = Tensor::zeros(shape, c.dtype);
+      EXPECT_EQ(z.shape(), shape);
+      EXPECT_TRUE(z.is_contiguous());
+      for (uint8_t x : bytes_of(z)) ASSERT_EQ(x, 0);
+      EXPECT_EQ(z.to_double_vector(), std::vector<double>(z.numel() * per, 0.0));
+    }
+  }
+}
+
+TEST(Tensor, FillOfStridedAndOverlappingViewsOfEveryDtype) {
+  for (const FillCase& c : fill_cases()) {
+    SCOPED_TRACE(dtype_name(c.dtype));
+    const std::size_t es = dtype_size(c.dtype);
+    const std::vector<uint8_t> sentinel = bytes_of(Tensor::full({1}, c.sentinel, c.dtype));
+    const std::function<Tensor(const Tensor&)> views[] = {
+        [](const Tensor& t) { return t; },
+        [](const Tensor& t) { return t.slice(2, 1, 9); },      // rows of 8: contiguous runs
+        [](const Tensor& t) { return t.slice(2, 0, 10, 3); },  // inner stride 3
+        [](const Tensor& t) { return t.transpose(0, 2); },
+        [](const Tensor& t) { return t.slice(0, 1, 3); },                  // one contiguous block
+        [](const Tensor& t) { return t.slice(1, 2, 3).slice(2, 3, 10); },  // size-1 middle dim
+        [](const Tensor& t) { return t.select(1, 4).slice(0, 1, 4, 2); },
+        [](const Tensor& t) {
+          return t.as_strided({3, 4}, {0, 1}, 5);
+        },  // rows alias
+        [](const Tensor& t) {
+          return t.as_strided({4, 3}, {1, 0}, 2);
+        },  // inner stride 0
+        [](const Tensor& t) {
+          return t.as_strided({5, 6}, {4, 1}, 7);
+        },  // overlapping rows
+        [](const Tensor& t) {
+          return t.as_strided({1, 1}, {9, 9}, 17);
+        },  // one element
+    };
+    for (double v : {c.value, c.same_bytes}) {
+      const std::vector<uint8_t> one = bytes_of(Tensor::full({1}, v, c.dtype));
+      for (std::size_t vi = 0; vi < std::size(views); ++vi) {
+        Tensor base = Tensor::full({4, 6, 10}, c.sentinel, c.dtype);
+        Tensor view = views[vi](base);
+        view.fill_(v);
+        std::vector<bool> hit(240, false);
+        for (int64_t off : covered_offsets(view)) hit[static_cast<std::size_t>(off)] = true;
+        const std::vector<uint8_t> b = bytes_of(base);
+        for (std::size_t i = 0; i < 240; ++i) {
+          ASSERT_EQ(std::memcmp(b.data() + i * es, (hit[i] ? one : sentinel).data(), es), 0)
+              << "view " << vi << " value " << v << " element " << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(Tensor, SeededRandomFillIsReproducible) {

@@ -39,6 +39,20 @@ Tensor workspace() { return Tensor::zeros({1 << 16}, DType::kUInt8); }
 
 constexpr double kE2m1[16] = {0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6};
 
+// Element x of an NVFP4 row in fp64 (no global scale): nibble x % 2 of its code byte times the
+// e4m3 scale of its 16-element block.
+double nvfp4_value(uint8_t code_byte, uint8_t sf_byte, int64_t x) {
+  return kE2m1[x % 2 == 0 ? (code_byte & 0xF) : (code_byte >> 4)] * e4m3fn_bits_to_float(sf_byte);
+}
+
+// Bytes uniform in [lo, hi], in storage order.
+Tensor random_bytes(std::mt19937& rng, const Shape& s, int lo, int hi) {
+  Tensor t = Tensor::empty(s, DType::kUInt8);
+  std::uniform_int_distribution<int> u(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(u(rng));
+  return t;
+}
+
 // An NVFP4 paged cache of `pages` pages: packed codes [pages, (Hkv, P) or (P, Hkv), D / 2] and
 // e4m3 scales [.., D / 16]; `v_lin` keeps V's linear scales for the reference.
 struct Nvfp4Cache {
@@ -54,8 +68,7 @@ struct Nvfp4Cache {
       const int64_t off = page * t.stride(0) + i1 * t.stride(1) + i2 * t.stride(2) + last;
       return static_cast<const uint8_t*>(t.data_ptr())[off];
     };
-    const uint8_t byte = at(c, x / 2);
-    return kE2m1[x % 2 == 0 ? (byte & 0xF) : (byte >> 4)] * e4m3fn_bits_to_float(at(s, x / 16));
+    return nvfp4_value(at(c, x / 2), at(s, x / 16), x);
   }
 };
 
@@ -73,12 +86,7 @@ Nvfp4Cache make_nvfp4(int64_t pages, int64_t ps, int64_t hkv, int64_t d, bool hn
   c.d = d;
   c.hnd = hnd;
   std::mt19937 rng(static_cast<uint32_t>(seed));
-  auto bytes = [&](const Shape& s, int lo, int hi) {
-    Tensor t = Tensor::empty(s, DType::kUInt8);
-    std::uniform_int_distribution<int> u(lo, hi);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(u(rng));
-    return t;
-  };
+  auto bytes = [&](const Shape& s, int lo, int hi) { return random_bytes(rng, s, lo, hi); };
   const Shape data = hnd ? Shape{pages, hkv, ps, d / 2} : Shape{pages, ps, hkv, d / 2};
   const Shape sf = hnd ? Shape{pages, hkv, ps, d / 16} : Shape{pages, ps, hkv, d / 16};
   c.k = bytes(data, 0, 255);
@@ -104,44 +112,60 @@ struct Req {
   int32_t kv_len = 0, qo_len = 1;
 };
 
-// fp64: o = sum_j softmax(scale * q.k_j) v_j * vscale, K/V dequantized (times kg / vg folded into
-// scale / vscale by the caller), query i of a request at position kv_len - qo_len + i.
-std::vector<double> reference(const Tensor& q, const Nvfp4Cache& c, const std::vector<Req>& reqs,
-                              double scale, double vscale, bool causal) {
-  const int64_t hq = q.size(1), d = c.d, group = hq / c.hkv;
+// fp64 attention of the requests b: queries qo[b] .. qo[b + 1] (query i at position kv_len -
+// qo_len + i) against keys j < kv_len[b], o = sum_j softmax(scale * q.k_j) v_j * vscale (causal:
+// right-aligned), element x of key j, head g of K / V read as kval / vval(b, j, g, x).
+template <class KVal, class VVal>
+std::vector<double> fp64_attention(const Tensor& q, const std::vector<int32_t>& qo,
+                                   const std::vector<int32_t>& kv_len, int64_t hkv, int64_t dq,
+                                   int64_t dv, double scale, double vscale, bool causal,
+                                   const KVal& kval, const VVal& vval) {
+  const int64_t hq = q.size(1), group = hq / hkv;
   const std::vector<double> qd = q.to_double_vector();
-  std::vector<double> o(static_cast<std::size_t>(q.size(0) * hq * d), 0.0);
-  int64_t row0 = 0;
-  for (const Req& r : reqs) {
-    for (int64_t i = 0; i < r.qo_len; ++i) {
-      const int64_t row = row0 + i, pos = r.kv_len - r.qo_len + i;
+  std::vector<double> o(static_cast<std::size_t>(q.size(0) * hq * dv), 0.0);
+  for (std::size_t b = 0; b + 1 < qo.size(); ++b) {
+    const int64_t qo_len = qo[b + 1] - qo[b];
+    for (int64_t i = 0; i < qo_len; ++i) {
+      const int64_t row = qo[b] + i, n = causal ? kv_len[b] - qo_len + i + 1 : kv_len[b];
       for (int64_t h = 0; h < hq; ++h) {
         const int64_t g = h / group;
-        std::vector<double> s;
+        std::vector<double> sc;
         double mx = -INFINITY;
-        const int64_t n = causal ? pos + 1 : r.kv_len;
         for (int64_t j = 0; j < n; ++j) {
           double dot = 0;
-          for (int64_t x = 0; x < d; ++x) {
-            dot += qd[(row * hq + h) * d + x] * c.value(false, r.pages[j / c.ps], j % c.ps, g, x);
-          }
-          s.push_back(dot * scale);
-          mx = std::max(mx, s.back());
+          for (int64_t x = 0; x < dq; ++x) dot += qd[(row * hq + h) * dq + x] * kval(b, j, g, x);
+          sc.push_back(dot * scale);
+          mx = std::max(mx, sc.back());
         }
         double sum = 0;
-        for (double x : s) sum += std::exp(x - mx);
+        for (double x : sc) sum += std::exp(x - mx);
         for (int64_t j = 0; j < n; ++j) {
-          const double p = std::exp(s[j] - mx) / sum;
-          for (int64_t x = 0; x < d; ++x) {
-            o[(row * hq + h) * d + x] +=
-                p * c.value(true, r.pages[j / c.ps], j % c.ps, g, x) * vscale;
+          const double p = std::exp(sc[j] - mx) / sum;
+          for (int64_t x = 0; x < dv; ++x) {
+            o[(row * hq + h) * dv + x] += p * vval(b, j, g, x) * vscale;
           }
         }
       }
     }
-    row0 += r.qo_len;
   }
   return o;
+}
+
+// fp64_attention over a paged cache (K/V dequantized; kg / vg folded into scale / vscale by the
+// caller).
+std::vector<double> reference(const Tensor& q, const Nvfp4Cache& c, const std::vector<Req>& reqs,
+                              double scale, double vscale, bool causal) {
+  std::vector<int32_t> qo{0}, kv_len;
+  for (const Req& r : reqs) {
+    qo.push_back(qo.back() + r.qo_len);
+    kv_len.push_back(r.kv_len);
+  }
+  auto at = [&](bool is_v) {
+    return [&c, &reqs, is_v](std::size_t b, int64_t j, int64_t g, int64_t x) {
+      return c.value(is_v, reqs[b].pages[static_cast<std::size_t>(j / c.ps)], j % c.ps, g, x);
+    };
+  };
+  return fp64_attention(q, qo, kv_len, c.hkv, c.d, c.d, scale, vscale, causal, at(false), at(true));
 }
 
 // The page-table tensors of `reqs`.
@@ -175,7 +199,11 @@ constexpr double kKg = 0.75, kVg = 1.25;  // global scales (upstream: k_scale / 
 std::vector<Req> decode_reqs() { return {{{5, 1}, 7, 1}, {{0, 6, 3}, 10, 1}}; }
 std::vector<Req> prefill_reqs() { return {{{5, 1}, 7, 3}, {{0, 6, 3}, 10, 4}}; }
 
-class Nvfp4Layout : public ::testing::TestWithParam<bool> {};  // hnd
+// Each case below runs once per KV layout (the parameter: true for HND).
+class Nvfp4Layout : public ::testing::TestWithParam<bool> {
+ protected:
+  static const char* layout() { return GetParam() ? "HND" : "NHD"; }
+};
 
 TEST_P(Nvfp4Layout, PagedPrefillWrapperMatchesFp64) {
   const bool hnd = GetParam();
@@ -183,7 +211,7 @@ TEST_P(Nvfp4Layout, PagedPrefillWrapperMatchesFp64) {
   const std::vector<Req> reqs = prefill_reqs();
   const Table t = table_of(reqs, kPs);
   const Tensor q = testing::rand_tensor({7, kHq, kD}, DType::kBFloat16, 3, -1.0, 1.0);
-  BatchPrefillWithPagedKVCacheWrapper w(workspace(), hnd ? "HND" : "NHD");
+  BatchPrefillWithPagedKVCacheWrapper w(workspace(), layout());
   PrefillPlanOptions po;
   po.causal = true;
   po.q_data_type = DType::kBFloat16;
@@ -204,7 +232,7 @@ TEST_P(Nvfp4Layout, DecodeWrapperMatchesFp64) {
   const std::vector<Req> reqs = decode_reqs();
   const Table t = table_of(reqs, kPs);
   const Tensor q = testing::rand_tensor({2, kHq, kD}, DType::kFloat16, 4, -1.0, 1.0);
-  BatchDecodeWithPagedKVCacheWrapper w(workspace(), hnd ? "HND" : "NHD");
+  BatchDecodeWithPagedKVCacheWrapper w(workspace(), layout());
   BatchDecodePlanOptions po;
   po.kv_data_type = DType::kUInt8;
   w.plan(t.indptr, t.indices, t.last, kHq, kHkv, kD, kPs, po);
@@ -229,7 +257,6 @@ TEST_P(Nvfp4Layout, DecodeWrapperMatchesFp64) {
 TEST_P(Nvfp4Layout, TrtllmAndXqaMatchFp64) {
   const bool hnd = GetParam();
   const Nvfp4Cache c = make_nvfp4(8, kPs, kHkv, kD, hnd, 13);
-  const char* layout = hnd ? "HND" : "NHD";
   // trtllm-gen (and "auto") read V's scales interleaved, the xqa kernels linearly.
   const Value sf = to_value(PagedKVCache(c.k_sf, c.v_sf));
   const Value sf_lin = to_value(PagedKVCache(c.k_sf, c.v_lin));
@@ -243,18 +270,18 @@ TEST_P(Nvfp4Layout, TrtllmAndXqaMatchFp64) {
       const bool xqa = std::string(backend) == "xqa";
       const AttentionOutput r = trtllm_batch_decode_with_kv_cache(
           q, cache, workspace(), t.block_tables, t.seq_lens, 10, 0.15, kVg, -1, std::nullopt,
-          std::nullopt, std::nullopt, std::nullopt, std::nullopt, layout, std::nullopt, backend, 1,
-          1.0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, xqa ? sf_lin : sf);
+          std::nullopt, std::nullopt, std::nullopt, std::nullopt, layout(), std::nullopt, backend,
+          1, 1.0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, xqa ? sf_lin : sf);
       EXPECT_TRUE(testing::all_close(r.out, ref, kTol)) << backend;
     }
     const Tensor x = xqa_batch_decode_with_kv_cache(
         q, cache, workspace(), t.block_tables, t.seq_lens, 10, 0.15, kVg, -1, std::nullopt,
-        std::nullopt, layout, std::nullopt, 1, 1.0, std::nullopt, sf_lin);
+        std::nullopt, layout(), std::nullopt, 1, 1.0, std::nullopt, sf_lin);
     EXPECT_TRUE(testing::all_close(x, ref, kTol));
     // flashinfer.xqa.xqa: q [B, 1, H, D], seq_lens [B, 1]; bmm1 = q_scale * kv_scale / sqrt(D).
     const Tensor out = Tensor::zeros({2, 1, kHq, kD}, DType::kBFloat16);
     xqa(q.unsqueeze(1), c.k, c.v, t.block_tables, t.seq_lens.reshape({2, 1}), out, workspace(),
-        workspace(), kHkv, kPs, std::nullopt, 0.15 * std::sqrt(double(kD)) / kVg, kVg, 0, layout,
+        workspace(), kHkv, kPs, std::nullopt, 0.15 * std::sqrt(double(kD)) / kVg, kVg, 0, layout(),
         std::nullopt, std::nullopt, 1.0, 1, std::nullopt, std::nullopt, c.k_sf, c.v_lin);
     EXPECT_TRUE(testing::all_close(out.select(1, 0), x, {1e-2, 1e-2}));
   }
@@ -264,8 +291,8 @@ TEST_P(Nvfp4Layout, TrtllmAndXqaMatchFp64) {
     const Tensor q = testing::rand_tensor({7, kHq, kD}, DType::kFloat16, 6, -1.0, 1.0);
     const AttentionOutput r = trtllm_batch_context_with_kv_cache(
         q, cache, workspace(), t.block_tables, t.seq_lens, 4, 10, 0.1, kVg, 2, t.qo_indptr,
-        int_tensor({0, 7, 17}), -1, std::nullopt, std::nullopt, std::nullopt, std::nullopt, layout,
-        std::nullopt, std::nullopt, sf);
+        int_tensor({0, 7, 17}), -1, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+        layout(), std::nullopt, std::nullopt, sf);
     EXPECT_TRUE(testing::all_close(r.out, reference(q, c, reqs, 0.1, kVg, true), kTol));
   }
 }
@@ -278,7 +305,7 @@ TEST_P(Nvfp4Layout, BatchAttentionMatchesFp64) {
   const std::vector<Req> reqs = prefill_reqs();
   const Table t = table_of(reqs, kPs);
   const Tensor q = testing::rand_tensor({7, kHq, kD}, DType::kBFloat16, 10, -1.0, 1.0);
-  BatchAttention w(hnd ? "HND" : "NHD", "cpu");
+  BatchAttention w(layout(), "cpu");
   w.plan(t.qo_indptr, t.indptr, t.indices, t.seq_lens, kHq, kHkv, kD, kD, kPs, true, 0.2,
          std::nullopt, DType::kBFloat16, DType::kUInt8);
   const AttentionOutput r = w.run(q, PagedKVCache(c.k, c.v), std::nullopt, std::nullopt, kKg, kVg,
@@ -300,20 +327,14 @@ struct Nvfp4Rows {
       return static_cast<const uint8_t*>(
           t.data_ptr())[i0 * t.stride(0) + i1 * t.stride(1) + last * t.stride(2)];
     };
-    const uint8_t byte = at(codes, x / 2);
-    return kE2m1[x % 2 == 0 ? (byte & 0xF) : (byte >> 4)] * e4m3fn_bits_to_float(at(sf, x / 16));
+    return nvfp4_value(at(codes, x / 2), at(sf, x / 16), x);
   }
 };
 
 Nvfp4Rows make_rows(int64_t rows, int64_t hkv, int64_t d, bool hnd, uint32_t seed) {
   Nvfp4Rows r{rows, hkv, d, hnd, {}, {}};
   std::mt19937 rng(seed);
-  auto bytes = [&](const Shape& s, int lo, int hi) {
-    Tensor t = Tensor::empty(s, DType::kUInt8);
-    std::uniform_int_distribution<int> u(lo, hi);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(u(rng));
-    return t;
-  };
+  auto bytes = [&](const Shape& s, int lo, int hi) { return random_bytes(rng, s, lo, hi); };
   r.codes = bytes(hnd ? Shape{hkv, rows, d / 2} : Shape{rows, hkv, d / 2}, 0, 255);
   r.sf = as_e4m3(bytes(hnd ? Shape{hkv, rows, d / 16} : Shape{rows, hkv, d / 16}, 0x28, 0x40));
   return r;
@@ -327,42 +348,19 @@ Tensor stack1(const Tensor& a, const Tensor& b) {
   return t;
 }
 
-// fp64 ragged attention: request b's queries qo[b]..qo[b+1] against K/V rows kv[b]..kv[b+1];
-// scores scale * q.k, the output times vscale; causal right-aligned.
+// fp64_attention of ragged rows: request b's queries qo[b]..qo[b+1] against K/V rows
+// kv[b]..kv[b+1].
 std::vector<double> ragged_reference(const Tensor& q, const Nvfp4Rows& k, const Nvfp4Rows& v,
                                      const std::vector<int32_t>& qo, const std::vector<int32_t>& kv,
                                      double scale, double vscale, bool causal) {
-  const int64_t hq = q.size(1), dq = k.d, dv = v.d, group = hq / k.hkv;
-  const std::vector<double> qd = q.to_double_vector();
-  std::vector<double> o(static_cast<std::size_t>(q.size(0) * hq * dv), 0.0);
-  for (std::size_t b = 0; b + 1 < qo.size(); ++b) {
-    const int64_t qo_len = qo[b + 1] - qo[b], kv_len = kv[b + 1] - kv[b];
-    for (int64_t i = 0; i < qo_len; ++i) {
-      const int64_t row = qo[b] + i, n = causal ? kv_len - qo_len + i + 1 : kv_len;
-      for (int64_t h = 0; h < hq; ++h) {
-        const int64_t g = h / group;
-        std::vector<double> sc;
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < n; ++j) {
-          double dot = 0;
-          for (int64_t x = 0; x < dq; ++x) {
-            dot += qd[(row * hq + h) * dq + x] * k.value(kv[b] + j, g, x);
-          }
-          sc.push_back(dot * scale);
-          mx = std::max(mx, sc.back());
-        }
-        double sum = 0;
-        for (double x : sc) sum += std::exp(x - mx);
-        for (int64_t j = 0; j < n; ++j) {
-          const double p = std::exp(sc[j] - mx) / sum;
-          for (int64_t x = 0; x < dv; ++x) {
-            o[(row * hq + h) * dv + x] += p * v.value(kv[b] + j, g, x) * vscale;
-          }
-        }
-      }
-    }
-  }
-  return o;
+  std::vector<int32_t> kv_len;
+  for (std::size_t b = 0; b + 1 < kv.size(); ++b) kv_len.push_back(kv[b + 1] - kv[b]);
+  auto at = [&kv](const Nvfp4Rows& t) {
+    return [&kv, &t](std::size_t b, int64_t j, int64_t g, int64_t x) {
+      return t.value(kv[b] + j, g, x);
+    };
+  };
+  return fp64_attention(q, qo, kv_len, k.hkv, k.d, v.d, scale, vscale, causal, at(k), at(v));
 }
 
 // BatchPrefillWithRaggedKVCacheWrapper.run(kv_cache_sf=(k_sf, v_sf)): head_dim_qk 64, head_dim_vo
@@ -373,7 +371,7 @@ TEST_P(Nvfp4Layout, RaggedWrapperMatchesFp64) {
   const std::vector<int32_t> qo{0, 3, 7}, kv{0, 5, 11};
   const Nvfp4Rows k = make_rows(12, kHkv, kD, hnd, 21), v = make_rows(12, kHkv, 32, hnd, 22);
   const Tensor q = testing::rand_tensor({7, kHq, kD}, DType::kBFloat16, 23, -1.0, 1.0);
-  BatchPrefillWithRaggedKVCacheWrapper w(workspace(), hnd ? "HND" : "NHD");
+  BatchPrefillWithRaggedKVCacheWrapper w(workspace(), layout());
   PrefillPlanOptions po;
   po.causal = true;
   po.q_data_type = DType::kBFloat16;
@@ -397,7 +395,7 @@ TEST_P(Nvfp4Layout, RaggedStackedScalesMatchPair) {
   const bool hnd = GetParam();
   const Nvfp4Rows k = make_rows(9, kHkv, kD, hnd, 24), v = make_rows(9, kHkv, kD, hnd, 25);
   const Tensor q = testing::rand_tensor({5, kHq, kD}, DType::kFloat16, 26, -1.0, 1.0);
-  BatchPrefillWithRaggedKVCacheWrapper w(workspace(), hnd ? "HND" : "NHD");
+  BatchPrefillWithRaggedKVCacheWrapper w(workspace(), layout());
   PrefillPlanOptions po;
   po.kv_data_type = DType::kUInt8;
   w.plan(int_tensor({0, 2, 5}), int_tensor({0, 4, 9}), kHq, kHkv, kD, po);
@@ -421,9 +419,8 @@ TEST_P(Nvfp4Layout, SinglePrefillMatchesFp64) {
   const Tensor q = testing::rand_tensor({4, kHq, kD}, DType::kFloat16, 29, -1.0, 1.0);
   for (const bool causal : {false, true}) {
     const AttentionOutput r = single_prefill_with_kv_cache(
-        q, k.codes, v.codes, {}, {}, {}, {}, {}, {}, causal, hnd ? "HND" : "NHD", "NONE", false,
-        0.2, -1, std::nullopt, std::nullopt, std::nullopt, "fa2", false, PagedKVCache(k.sf, v.sf),
-        kKg, kVg);
+        q, k.codes, v.codes, {}, {}, {}, {}, {}, {}, causal, layout(), "NONE", false, 0.2, -1,
+        std::nullopt, std::nullopt, std::nullopt, "fa2", false, PagedKVCache(k.sf, v.sf), kKg, kVg);
     ASSERT_EQ(r.out.shape(), (Shape{4, kHq, 32}));
     EXPECT_TRUE(testing::all_close(
         r.out, ragged_reference(q, k, v, {0, 4}, {0, 10}, 0.2 * kKg, kVg, causal), {2e-3, 2e-3}))

@@ -14,7 +14,9 @@ namespace {
 using testing::int_tensor;
 using testing::RefOptions;
 
-Tensor workspace(int64_t mb = 8) { return Tensor::zeros({mb << 20}, DType::kUInt8); }
+// 256 KiB: the plans here need at most 57568 bytes of partials (workspace_size()), so none falls
+// back to an unsplit plan for want of space.
+Tensor workspace() { return Tensor::zeros({1 << 18}, DType::kUInt8); }
 
 struct SingleCase {
   DType q, kv;
@@ -241,7 +243,7 @@ TEST(BatchDecodeWrapper, BadInput) {
       "backend");
   EXPECT_FI_ERROR(BatchDecodeWithPagedKVCacheWrapper{Tensor{}}, init, "float_workspace_buffer");
   // A workspace view at an odd byte offset: the fp32 partials in it would be misaligned.
-  EXPECT_FI_ERROR(BatchDecodeWithPagedKVCacheWrapper{workspace().slice(0, 1, 1 << 20)}, init,
+  EXPECT_FI_ERROR(BatchDecodeWithPagedKVCacheWrapper{workspace().slice(0, 1, 1 << 12)}, init,
                   "float_workspace_buffer");
 
   BatchDecodeWithPagedKVCacheWrapper w(workspace());

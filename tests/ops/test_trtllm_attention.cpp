@@ -660,7 +660,7 @@ TEST(WorkspaceSize, MatchesThePlanItDescribes) {
   std::vector<std::vector<double>> kd, vd;
   testing::PagedFixture f =
       testing::make_paged({300, 5, 70}, 16, 2, 64, DType::kFloat16, false, true, 3, kd, vd);
-  BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({64 << 20}, DType::kUInt8));
+  BatchDecodeWithPagedKVCacheWrapper w(workspace());  // 64 KiB: the split plan takes 13520 B
   BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
   po.fixed_split_size = 2;  // split: partials of 32 tokens
   const WorkspaceSizes ws =
@@ -678,7 +678,7 @@ TEST(WorkspaceSize, MatchesThePlanItDescribes) {
   EXPECT_FI_ERROR(w.workspace_size(f.indptr, f.indices, f.last_page_len, 4, 3, 64, 16),
                   "BatchDecodeWithPagedKVCacheWrapper.workspace_size", "num_kv_heads");
 
-  BatchPrefillWithPagedKVCacheWrapper p(Tensor::zeros({1 << 20}, DType::kUInt8));
+  BatchPrefillWithPagedKVCacheWrapper p(workspace());
   PrefillPlanOptions pp;
   pp.causal = true;
   pp.disable_split_kv = true;

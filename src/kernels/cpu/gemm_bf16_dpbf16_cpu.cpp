@@ -1,20 +1,15 @@
 #include "kernels/cpu/gemm_bf16_dpbf16_cpu.h"
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 
 #include "kernels/cpu/cpu_intrinsics.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gemm_bf16_cpu.h"
+#include "kernels/cpu/gemm_dpbf16_driver.h"
 #include "kernels/cpu/gemm_dpbf16_tile.h"
-
-#if FLASHINFER_CPU_X86_INTRINSICS
-#include <omp.h>
-#endif
 
 namespace flashinfer::kernels::cpu {
 
@@ -173,6 +168,24 @@ FI_BF16K void store_rows_hw(const float* c, int64_t ldc, int64_t rows, int64_t w
   }
 }
 
+// dpbf16::gemm's packing of dense bf16 operands: the range check picks the path (a value out of
+// range anywhere in the activation sends every chunk to vdpbf16ps, in a weight panel its chunk).
+struct Bf16Packing {
+  const uint16_t* a;
+  int64_t lda;
+  const uint16_t* b;
+  int64_t ldb, m, n, k;
+
+  bool a_special() const { return a_out_of_range(a, lda, m, k); }
+  void pack_a(int64_t i0, int64_t kb, float* dst) const { pack_a_tile(a, lda, m, k, i0, kb, dst); }
+  bool pack_b_f32(int64_t kb, int64_t j0, int64_t wp, float* dst) const {
+    return pack_b(b, ldb, n, k, kb, j0, wp, dst, nullptr);
+  }
+  void pack_b_pairs(int64_t kb, int64_t j0, int64_t wp, uint32_t* dst) const {
+    pack_b(b, ldb, n, k, kb, j0, wp, nullptr, dst);
+  }
+};
+
 bool has_amx_bf16() {
   unsigned a, b, c, d;
   return __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 22) & 1);
@@ -197,94 +210,7 @@ bool bf16_gemm_dpbf16(
     int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
     const std::function<void(int64_t, int64_t, const float*, int64_t)>& epilogue) {
   if (!bf16_dpbf16_gemm_available() || m <= 0 || n <= 0 || k <= 0) return false;
-  const int nthr = omp_get_max_threads();
-  // Column chunks of 128 (narrower when that leaves under four per thread, eight with several
-  // threads: handed out one at a time, so a thread that lost its core to another process leaves
-  // its chunks to the others), a multiple of the 32-column tile.
-  const int64_t np = (n + 31) / 32 * 32;
-  int64_t nc = 128;
-  while (nc > 32 && (np + nc - 1) / nc < (nthr > 1 ? 8 : 4) * nthr) nc -= 32;
-  nc = std::min(nc, np);
-  const int64_t chunks = (n + nc - 1) / nc, kblocks = (k + kKc - 1) / kKc,
-                mtiles = (m + kMr - 1) / kMr;
-  // oneDNN's k chunks (min(k, 512), or 1024 for k > 1024), in 128-wide blocks.
-  const int64_t kch = k <= 512 ? kblocks : k <= 1024 ? 512 / kKc : 1024 / kKc;
-  const std::size_t a_tile = static_cast<std::size_t>(kMr * kKc);
-  const std::size_t bsz = static_cast<std::size_t>(nc * kKc),
-                    csz = static_cast<std::size_t>(m * nc);
-  // Allocated before the team starts (nothing inside it may throw out).
-  HostBuffer<float> ap(a_tile * static_cast<std::size_t>(mtiles * kblocks));
-  HostBuffer<float> bp(bsz * static_cast<std::size_t>(nthr));
-  HostBuffer<uint32_t> bp16(bsz / 2 * static_cast<std::size_t>(nthr));
-  HostBuffer<uint16_t> at16(a_tile * static_cast<std::size_t>(nthr));
-  HostBuffer<float> own_tile(a_tile * static_cast<std::size_t>(nthr));
-  HostBuffer<float> cb(csz * static_cast<std::size_t>(nthr));
-  HostBuffer<float> pb(kblocks > kch ? csz * static_cast<std::size_t>(nthr) : 0);
-  // The activation, widened into [tile][k block][kMr][kKc] (shared by every chunk) by the first
-  // thread that needs a tile: state 0 unpacked, 1 being packed, 2 ready. A thread that finds a
-  // tile being packed packs its own copy rather than wait (a wait costs a time slice when the
-  // machine is oversubscribed), so no barrier is needed.
-  std::vector<std::atomic<uint8_t>> state(static_cast<std::size_t>(mtiles * kblocks));
-  for (auto& x : state) x.store(0, std::memory_order_relaxed);
-  // A value out of range anywhere in the activation sends every chunk to vdpbf16ps.
-  const bool a_bad = a_out_of_range(a, lda, m, k);
-#pragma omp parallel num_threads(nthr) if (chunks > 1)
-  {
-    const int t = omp_get_thread_num();
-    float* bt = bp.get() + bsz * t;
-    uint32_t* bt16 = bp16.get() + bsz / 2 * t;
-    uint16_t* a16 = at16.get() + a_tile * t;
-    float* own = own_tile.get() + a_tile * t;
-    float* ct = cb.get() + csz * t;
-    float* pt = pb.get() + csz * t;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t ci = 0; ci < chunks; ++ci) {
-      const int64_t j0 = ci * nc, w = std::min(nc, n - j0), wp = (w + 31) / 32 * 32;
-      bool hw = a_bad;
-      for (int64_t kb = 0; kb < kblocks; ++kb) {
-        if (!hw && pack_b(b, ldb, n, k, kb, j0, wp, bt, nullptr)) {
-          hw = true;  // out of range: this chunk again, on the vdpbf16ps path
-          kb = -1;
-          continue;
-        }
-        if (hw) pack_b(b, ldb, n, k, kb, j0, wp, nullptr, bt16);
-        // oneDNN's order: chunk 0 accumulates into c; a later chunk from +0 into the partial
-        // buffer, added to c by its last block (c + acc, one fp32 add).
-        const int64_t ch = kb / kch, first = ch * kch, last = std::min(kblocks, first + kch) - 1;
-        const bool from_zero = kb == first, add = ch > 0 && kb == last;
-        float* src = ch == 0 ? ct : pt;
-        float* dst = ch == 0 || add ? ct : pt;
-        for (int64_t mt = 0; mt < mtiles; ++mt) {
-          const int rows = static_cast<int>(std::min<int64_t>(kMr, m - mt * kMr));
-          const int64_t x = mt * kblocks + kb;
-          auto& st = state[static_cast<std::size_t>(x)];
-          const float* at = ap.get() + a_tile * x;
-          if (st.load(std::memory_order_acquire) < 2) {
-            uint8_t expect = 0;
-            if (st.compare_exchange_strong(expect, 1, std::memory_order_acquire)) {
-              pack_a_tile(a, lda, m, k, mt * kMr, kb, ap.get() + a_tile * x);
-              st.store(2, std::memory_order_release);
-            } else if (expect == 1) {
-              pack_a_tile(a, lda, m, k, mt * kMr, kb, own);
-              at = own;
-            }
-          }
-          if (hw) dpbf16::f32_tile_to_bf16(at, a16);
-          for (int64_t g = 0; g < wp; g += 32) {
-            const int64_t off = mt * kMr * wp + g;
-            if (hw) {
-              dpbf16::kMicro[static_cast<std::size_t>(rows - 1)](
-                  a16, bt16 + g * kKc / 2, from_zero ? nullptr : src + off, dst + off, wp, add);
-            } else {
-              dpbf16::kMicroF32[static_cast<std::size_t>(rows - 1)](
-                  at, bt + g * kKc, from_zero ? nullptr : src + off, dst + off, wp, add);
-            }
-          }
-        }
-      }
-      epilogue(j0, w, ct, wp);
-    }
-  }
+  dpbf16::gemm(m, n, k, Bf16Packing{a, lda, b, ldb, m, n, k}, epilogue);
   return true;
 }
 

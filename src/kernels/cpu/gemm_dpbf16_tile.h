@@ -34,31 +34,22 @@ inline bool cpu_has_avx512_bf16() {
   return __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
 }
 
-// One k block of a tile of R rows by 32 columns (row stride ldc) with vdpbf16ps: ap bf16
-// [kMr][kKc] (pairs in order), bp [kKc / 2][32] dwords (dword (p, c): elements 2p (low half) and
-// 2p + 1 of column c). acc = src (or +0 when src is null) plus the block's products; dst = acc, or
-// dst + acc when add.
+// The accumulators of a tile of R rows by 32 columns (row stride ldc): src's values, or +0 when
+// src is null. Inlined, so that acc stays in registers.
 template <int R>
-FI_DPBF16_TILE void micro(const uint16_t* ap, const uint32_t* bp, const float* src, float* dst,
-                          int64_t ldc, bool add) {
-  __m512 acc[R][2];
+FI_DPBF16_TILE __attribute__((always_inline)) inline void load_acc(__m512 (&acc)[R][2],
+                                                                   const float* src, int64_t ldc) {
 #pragma GCC unroll 14
   for (int r = 0; r < R; ++r) {
     acc[r][0] = src ? _mm512_loadu_ps(src + r * ldc) : _mm512_setzero_ps();
     acc[r][1] = src ? _mm512_loadu_ps(src + r * ldc + 16) : _mm512_setzero_ps();
   }
-  for (int64_t p = 0; p < kKc / 2; ++p) {
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + p * 32);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + p * 32 + 16);
-#pragma GCC unroll 14
-    for (int r = 0; r < R; ++r) {
-      int32_t pair;
-      std::memcpy(&pair, ap + r * kKc + 2 * p, 4);
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
-    }
-  }
+}
+
+// dst = acc, or dst + acc (one fp32 add) when add.
+template <int R>
+FI_DPBF16_TILE __attribute__((always_inline)) inline void store_acc(__m512 (&acc)[R][2], float* dst,
+                                                                    int64_t ldc, bool add) {
 #pragma GCC unroll 14
   for (int r = 0; r < R; ++r) {
     float* d = dst + r * ldc;
@@ -71,17 +62,37 @@ FI_DPBF16_TILE void micro(const uint16_t* ap, const uint32_t* bp, const float* s
   }
 }
 
+// One k block of a tile of R rows by 32 columns (row stride ldc) with vdpbf16ps: ap bf16
+// [kMr][kKc] (pairs in order), bp [kKc / 2][32] dwords (dword (p, c): elements 2p (low half) and
+// 2p + 1 of column c). acc = src (or +0 when src is null) plus the block's products; dst = acc, or
+// dst + acc when add.
+template <int R>
+FI_DPBF16_TILE void micro(const uint16_t* ap, const uint32_t* bp, const float* src, float* dst,
+                          int64_t ldc, bool add) {
+  __m512 acc[R][2];
+  load_acc<R>(acc, src, ldc);
+  for (int64_t p = 0; p < kKc / 2; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + p * 32);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + p * 32 + 16);
+#pragma GCC unroll 14
+    for (int r = 0; r < R; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, ap + r * kKc + 2 * p, 4);
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+    }
+  }
+  store_acc<R>(acc, dst, ldc, add);
+}
+
 // micro with fp32 operands, packed with swapped pairs (ap [kMr][kKc], bp [kKc][32]): the same sums
 // with fp32 FMAs, whose rate is twice vdpbf16ps's multiply-adds on this CPU family.
 template <int R>
 FI_DPBF16_TILE void micro_f32(const float* ap, const float* bp, const float* src, float* dst,
                               int64_t ldc, bool add) {
   __m512 acc[R][2];
-#pragma GCC unroll 14
-  for (int r = 0; r < R; ++r) {
-    acc[r][0] = src ? _mm512_loadu_ps(src + r * ldc) : _mm512_setzero_ps();
-    acc[r][1] = src ? _mm512_loadu_ps(src + r * ldc + 16) : _mm512_setzero_ps();
-  }
+  load_acc<R>(acc, src, ldc);
   for (int64_t kk = 0; kk < kKc; ++kk) {
     const __m512 b0 = _mm512_loadu_ps(bp + kk * 32), b1 = _mm512_loadu_ps(bp + kk * 32 + 16);
 #pragma GCC unroll 14
@@ -91,16 +102,7 @@ FI_DPBF16_TILE void micro_f32(const float* ap, const float* bp, const float* src
       acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
     }
   }
-#pragma GCC unroll 14
-  for (int r = 0; r < R; ++r) {
-    float* d = dst + r * ldc;
-    if (add) {
-      acc[r][0] = _mm512_add_ps(_mm512_loadu_ps(d), acc[r][0]);
-      acc[r][1] = _mm512_add_ps(_mm512_loadu_ps(d + 16), acc[r][1]);
-    }
-    _mm512_storeu_ps(d, acc[r][0]);
-    _mm512_storeu_ps(d + 16, acc[r][1]);
-  }
+  store_acc<R>(acc, dst, ldc, add);
 }
 
 using MicroFn = void (*)(const uint16_t*, const uint32_t*, const float*, float*, int64_t, bool);

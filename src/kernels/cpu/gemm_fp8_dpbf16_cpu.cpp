@@ -1,23 +1,20 @@
 #include "kernels/cpu/gemm_fp8_dpbf16_cpu.h"
 
-#include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
-#include <vector>
 
 #include "flashinfer/dtype.h"
 #include "kernels/cpu/cpu_intrinsics.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gemm_bf16_cpu.h"
+#include "kernels/cpu/gemm_dpbf16_driver.h"
 #include "kernels/cpu/gemm_dpbf16_tile.h"
 #include "kernels/gemm_fp8_params.h"
 
 #if FLASHINFER_CPU_X86_INTRINSICS
 #include <cpuid.h>
-#include <omp.h>
 #endif
 
 namespace flashinfer::kernels::cpu {
@@ -187,8 +184,8 @@ FI_DPBF16 bool pack_a_tile_f32(const uint8_t* a, int64_t lda, int64_t m, int64_t
 
 // pack_b as fp32 panels [kKc][32] with swapped pairs. True when a NaN code was seen (the panel
 // is then incomplete).
-FI_DPBF16 bool pack_b_f32(const uint8_t* b, int64_t n, int64_t kb, int64_t j0, int64_t w,
-                          float* dst) {
+FI_DPBF16 bool fp8_pack_b_f32(const uint8_t* b, int64_t n, int64_t kb, int64_t j0, int64_t w,
+                              float* dst) {
   const Tables t = load_tables();
   __m512i ix[4];
   for (int e = 0; e < 4; ++e) ix[e] = f32_index([e](int c) { return 4 * c + e; });
@@ -215,9 +212,24 @@ FI_DPBF16 bool pack_b_f32(const uint8_t* b, int64_t n, int64_t kb, int64_t j0, i
   return nan != 0;
 }
 
-using dpbf16::f32_tile_to_bf16;
-using dpbf16::kMicro;
-using dpbf16::kMicroF32;
+// dpbf16::gemm's packing of e4m3 operands (k % 128 == 0, n % 32 == 0), widened by lookup: a NaN
+// code anywhere in the activation sends every chunk to the vdpbf16ps path (a byte scan, small next
+// to the weight), in a weight panel its chunk.
+struct Fp8Packing {
+  const uint8_t* a;
+  int64_t lda;
+  const uint8_t* b;
+  int64_t m, n, k;
+
+  bool a_special() const { return has_nan_codes(a, lda, m, k); }
+  void pack_a(int64_t i0, int64_t kb, float* dst) const { pack_a_tile_f32(a, lda, m, i0, kb, dst); }
+  bool pack_b_f32(int64_t kb, int64_t j0, int64_t wp, float* dst) const {
+    return fp8_pack_b_f32(b, n, kb, j0, wp, dst);
+  }
+  void pack_b_pairs(int64_t kb, int64_t j0, int64_t wp, uint32_t* dst) const {
+    pack_b(b, n, kb, j0, wp, dst);
+  }
+};
 
 }  // namespace
 
@@ -235,98 +247,9 @@ bool fp8_ll_gemm_dpbf16(int64_t m, int64_t n, int64_t k, const uint8_t* a, int64
   if (!fp8_dpbf16_gemm_available() || m <= 0 || n <= 0 || k <= 0 || k % kKc != 0 || n % 32 != 0) {
     return false;
   }
-  const int nthr = omp_get_max_threads();
-  // Column chunks of 128 (narrower when that leaves under four per thread, eight with several
-  // threads: handed out one at a time, so a thread that lost its core to another process leaves
-  // its chunks to the others, and the last chunk is short).
-  int64_t nc = 128;
-  while (nc > 32 && (n + nc - 1) / nc < (nthr > 1 ? 8 : 4) * nthr) nc -= 32;
-  nc = std::min(nc, n);
-  const int64_t chunks = (n + nc - 1) / nc, kblocks = k / kKc, mtiles = (m + kMr - 1) / kMr;
-  // oneDNN (avx512_core matmul heuristic) sums k in chunks of min(k, 512), or 1024 for k > 1024,
-  // each from +0, the chunks added in order: the same chunks here (in 128-wide blocks).
-  const int64_t kch = (k <= 512 ? k : k <= 1024 ? 512 : 1024) / kKc;
-  const std::size_t a_tile = static_cast<std::size_t>(kMr * kKc);
-  const std::size_t bsz = static_cast<std::size_t>(nc * kKc),
-                    csz = static_cast<std::size_t>(m * nc);
-  // Allocated before the team starts (nothing inside it may throw out).
-  HostBuffer<float> ap(a_tile * static_cast<std::size_t>(mtiles * kblocks));
-  HostBuffer<float> bp(bsz * static_cast<std::size_t>(nthr));
-  HostBuffer<uint32_t> bp16(bsz / 2 * static_cast<std::size_t>(nthr));
-  HostBuffer<uint16_t> at16(a_tile * static_cast<std::size_t>(nthr));
-  HostBuffer<float> own_tile(a_tile * static_cast<std::size_t>(nthr));
-  HostBuffer<float> cb(csz * static_cast<std::size_t>(nthr));
-  HostBuffer<float> pb(kblocks > kch ? csz * static_cast<std::size_t>(nthr) : 0);
-  // The activation, widened into [tile][k block][kMr][kKc] (shared by every chunk) by the first
-  // thread that needs a tile: state 0 unpacked, 1 being packed, 2 ready (3: ready, with a NaN
-  // code). A thread that finds a tile being packed packs its own copy rather than wait (a wait
-  // costs a time slice when the machine is oversubscribed), so no barrier is needed.
-  std::vector<std::atomic<uint8_t>> state(static_cast<std::size_t>(mtiles * kblocks));
-  for (auto& x : state) x.store(0, std::memory_order_relaxed);
-  // A NaN code anywhere in the activation sends every chunk to the vdpbf16ps path: a byte scan
-  // (small next to the weight).
-  const bool a_nan = has_nan_codes(a, lda, m, k);
-#pragma omp parallel num_threads(nthr) if (chunks > 1)
-  {
-    const int t = omp_get_thread_num();
-    float* bt = bp.get() + bsz * t;
-    uint32_t* bt16 = bp16.get() + bsz / 2 * t;
-    uint16_t* a16 = at16.get() + a_tile * t;
-    float* own = own_tile.get() + a_tile * t;
-    float* ct = cb.get() + csz * t;
-    float* pt = pb.get() + csz * t;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t ci = 0; ci < chunks; ++ci) {
-      const int64_t j0 = ci * nc, w = std::min(nc, n - j0);
-      bool bf16 = a_nan;
-      for (int64_t kb = 0; kb < kblocks; ++kb) {
-        if (!bf16 && pack_b_f32(b, n, kb, j0, w, bt)) {
-          bf16 = true;  // a NaN code: this chunk again, on the vdpbf16ps path
-          kb = -1;
-          continue;
-        }
-        if (bf16) pack_b(b, n, kb, j0, w, bt16);
-        // oneDNN's order: chunk 0 accumulates into c; a later chunk from +0 into the partial
-        // buffer, added to c by its last block (c + acc, one fp32 add).
-        const int64_t ch = kb / kch, first = ch * kch, last = std::min(kblocks, first + kch) - 1;
-        const bool from_zero = kb == first, add = ch > 0 && kb == last;
-        float* src = ch == 0 ? ct : pt;
-        float* dst = ch == 0 || add ? ct : pt;
-        // Row tiles outer: an activation tile stays in L1 over the chunk's panels (the panels,
-        // 16 KiB each, come from L2).
-        for (int64_t mt = 0; mt < mtiles; ++mt) {
-          for (int64_t g = 0; g < w; g += 32) {
-            const int rows = static_cast<int>(std::min<int64_t>(kMr, m - mt * kMr));
-            const int64_t off = mt * kMr * w + g;
-            const int64_t x = mt * kblocks + kb;
-            const float* at = ap.get() + a_tile * x;
-            if (g == 0) {
-              auto& st = state[static_cast<std::size_t>(x)];
-              uint8_t expect = 0;
-              if (st.load(std::memory_order_acquire) < 2) {
-                if (st.compare_exchange_strong(expect, 1, std::memory_order_acquire)) {
-                  pack_a_tile_f32(a, lda, m, mt * kMr, kb, ap.get() + a_tile * x);
-                  st.store(2, std::memory_order_release);
-                } else if (expect == 1) {
-                  pack_a_tile_f32(a, lda, m, mt * kMr, kb, own);
-                }
-              }
-            }
-            if (state[static_cast<std::size_t>(x)].load(std::memory_order_acquire) < 2) at = own;
-            if (bf16) {
-              f32_tile_to_bf16(at, a16);
-              kMicro[static_cast<std::size_t>(rows - 1)](
-                  a16, bt16 + g * kKc / 2, from_zero ? nullptr : src + off, dst + off, w, add);
-            } else {
-              kMicroF32[static_cast<std::size_t>(rows - 1)](
-                  at, bt + g * kKc, from_zero ? nullptr : src + off, dst + off, w, add);
-            }
-          }
-        }
-      }
-      epilogue(j0, w, ct);
-    }
-  }
+  // n % 32 == 0: every chunk's width is a multiple of 32, its row stride.
+  dpbf16::gemm(m, n, k, Fp8Packing{a, lda, b, m, n, k},
+               [&](int64_t j0, int64_t w, const float* c, int64_t) { epilogue(j0, w, c); });
   return true;
 }
 
