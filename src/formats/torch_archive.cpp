@@ -144,6 +144,7 @@ ArchivePlan plan_torch_archive(std::string_view stem, const std::vector<TorchIte
     plan.crc_slots[k].central_at = cd_at + starts[crc_entry[k]] + kZipCentralCrcOffset;
   }
   plan.size = pos;
+  plan.items = std::make_shared<const std::vector<TorchItem>>(items);
   return plan;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,9 @@ struct ArchivePlan {
   std::vector<Piece> pieces;
   std::vector<CrcSlot> crc_slots;
   uint64_t size = 0;  // bytes of the archive
+  // The tensors' metadata (item i's bytes are pieces[crc_slots[i].piece]), shared by the
+  // copies of a plan: a ring dump in the dedup layout writes them as <stem>.refs.json.
+  std::shared_ptr<const std::vector<TorchItem>> items;
 };
 
 /// Lays out the archive "<stem>/data.pkl", "<stem>/byteorder", "<stem>/data/<i>",
