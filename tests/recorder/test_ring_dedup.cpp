@@ -174,6 +174,15 @@ TEST_F(RingDedupTest, EachDistinctTensorIsWrittenOncePerDump) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.dump_dir << " " << r.error;
   }
 
+  const auto show = testing::run_flashinfer("show " + root.string());
+  EXPECT_NE(show.out.find("Tensor store (FLASHINFER_DUMP_DEDUP): 13 distinct tensors"),
+            std::string::npos)
+      << show.out;
+  // flashinfer diff of the ring dump against record-everything mode's: the same calls.
+  const auto diff =
+      testing::run_flashinfer("diff " + root.string() + " " + (dir_ / "all").string());
+  EXPECT_EQ(diff.status, 0) << diff.out;
+
   // flashinfer export: upstream's layout, read by torch.load(weights_only=True).
   const fs::path out = dir_ / "export";
   const auto r =
