@@ -67,4 +67,8 @@ ArchivePlan plan_torch_archive(std::string_view stem, const std::vector<TorchIte
 /// write(2) only: async-signal-safe (no allocation, no locks). False when a write failed.
 bool write_archive_plan(int fd, ArchivePlan& plan) noexcept;
 
+/// The same with writev(2): a small archive is one system call (record-everything mode writes
+/// two per call on its critical path).
+bool writev_archive_plan(int fd, ArchivePlan& plan) noexcept;
+
 }  // namespace flashinfer::formats
