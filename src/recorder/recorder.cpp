@@ -183,14 +183,19 @@ class Recorder final : public CallObserver {
     return s;
   }
 
-  // decl.signature() text, built once per op (keyed by address and name: a test may declare
-  // a short-lived op at an address a later one reuses).
-  std::string signature_of(const OpDecl& decl) {
+  // The record tail (tensor format, signature, versions) of an op, laid out once (keyed by
+  // address and name: a test may declare a short-lived op at an address a later one reuses).
+  // Escaping the signature on every call was a few percent of a recorded call's CPU time.
+  const std::string& tail_of(const OpDecl& decl) {
     std::lock_guard<std::mutex> l(mu_);
     const auto key = std::make_pair(&decl, decl.name);
-    auto it = signatures_.find(key);
-    if (it == signatures_.end()) it = signatures_.emplace(key, decl.signature()).first;
-    return it->second;
+    auto it = tails_.find(key);
+    if (it == tails_.end()) {
+      it =
+          tails_.emplace(key, internal::record_tail(writer_.config().safetensors, decl.signature()))
+              .first;
+    }
+    return it->second;  // std::map: the reference stays valid
   }
 
   void add_graph_entry(GraphEntry e) {
@@ -206,7 +211,7 @@ class Recorder final : public CallObserver {
   detail::NameFilter filter_;  // built once: a filtered-out call must cost next to nothing
   GraphDumps graph_;
   std::mutex mu_;
-  std::map<std::pair<const OpDecl*, std::string>, std::string> signatures_;
+  std::map<std::pair<const OpDecl*, std::string>, std::string> tails_;
 };
 
 void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
@@ -238,9 +243,9 @@ void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
     if (decl.is_method() && !args.empty() && args[0].kind() == Value::Kind::kObject) {
       self_id = args[0].as_object().id;
     }
-    internal::finish_inputs(rec, ex, writer_.config().safetensors, signature_of(decl), p.graph,
-                            self_id,
-                            g_process_sequence.fetch_add(1, std::memory_order_relaxed) + 1);
+    internal::finish_inputs_with_tail(
+        rec, ex, tail_of(decl), p.graph, self_id,
+        g_process_sequence.fetch_add(1, std::memory_order_relaxed) + 1);
     Outcome none = internal::inputs_outcome(rec);
     const std::string line = internal::record_line(
         rec, none, p.graph ? schema::kStatusGraphPending : schema::kStatusInputsSaved, p.dir,
