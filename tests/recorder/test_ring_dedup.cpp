@@ -237,6 +237,7 @@ TEST_F(RingDedupTest, WithoutDedupTheDumpIsUpstreamsLayout) {
 
 // The crash handler (abort in a user-declared op) writes the dedup layout too.
 TEST_F(RingDedupTest, TheCrashHandlerWritesTheDedupLayout) {
+  ring_dedup_probe_decl();  // registered here too: this process replays the child's calls
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
