@@ -1,5 +1,6 @@
 #include "formats/torch_archive.h"
 
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -144,6 +145,7 @@ ArchivePlan plan_torch_archive(std::string_view stem, const std::vector<TorchIte
     plan.crc_slots[k].central_at = cd_at + starts[crc_entry[k]] + kZipCentralCrcOffset;
   }
   plan.size = pos;
+  plan.items = std::make_shared<const std::vector<TorchItem>>(items);
   return plan;
 }
 
@@ -173,6 +175,59 @@ bool write_archive_plan(int fd, ArchivePlan& plan) noexcept {
     i = j;
   }
   return true;
+}
+
+bool writev_archive_plan(int fd, ArchivePlan& plan) noexcept {
+  for (const ArchivePlan::CrcSlot& slot : plan.crc_slots) {
+    const ArchivePlan::Piece& p = plan.pieces[slot.piece];
+    const uint32_t crc = zip_crc32(p.data, static_cast<std::size_t>(p.size));
+    put_u32(plan.header, slot.local_at, crc);
+    put_u32(plan.header, slot.central_at, crc);
+  }
+  // Up to kMax pieces per writev(2) (consecutive header pieces coalesced, as above); a short
+  // write resumes where it stopped.
+  constexpr int kMax = 64;
+  iovec iov[kMax];
+  int n = 0;
+  const auto flush = [&]() noexcept {
+    int at = 0;
+    while (at < n) {
+      const ssize_t w = ::writev(fd, iov + at, n - at);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      auto left = static_cast<std::size_t>(w);
+      while (at < n && left >= iov[at].iov_len) left -= iov[at++].iov_len;
+      if (at < n) {
+        iov[at].iov_base = static_cast<char*>(iov[at].iov_base) + left;
+        iov[at].iov_len -= left;
+      }
+    }
+    n = 0;
+    return true;
+  };
+  std::size_t i = 0;
+  while (i < plan.pieces.size()) {
+    const ArchivePlan::Piece& p = plan.pieces[i];
+    const void* base = p.data;
+    uint64_t size = p.size;
+    ++i;
+    if (!base) {
+      base = plan.header.data() + p.at;
+      while (i < plan.pieces.size() && !plan.pieces[i].data && plan.pieces[i].at == p.at + size) {
+        size += plan.pieces[i].size;
+        ++i;
+      }
+    }
+    // Pieces over 1 GiB in several entries (writev's total must stay below SSIZE_MAX).
+    while (size > 0) {
+      const uint64_t chunk = size > (uint64_t{1} << 30) ? (uint64_t{1} << 30) : size;
+      if (n == kMax && !flush()) return false;
+      iov[n++] = {const_cast<void*>(base), static_cast<std::size_t>(chunk)};
+      base = static_cast<const char*>(base) + chunk;
+      size -= chunk;
+    }
+  }
+  return flush();
 }
 
 }  // namespace flashinfer::formats

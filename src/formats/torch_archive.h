@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,9 @@ struct ArchivePlan {
   std::vector<Piece> pieces;
   std::vector<CrcSlot> crc_slots;
   uint64_t size = 0;  // bytes of the archive
+  // The tensors' metadata (item i's bytes are pieces[crc_slots[i].piece]), shared by the
+  // copies of a plan: a ring dump in the dedup layout writes them as <stem>.refs.json.
+  std::shared_ptr<const std::vector<TorchItem>> items;
 };
 
 /// Lays out the archive "<stem>/data.pkl", "<stem>/byteorder", "<stem>/data/<i>",
@@ -62,5 +66,9 @@ ArchivePlan plan_torch_archive(std::string_view stem, const std::vector<TorchIte
 /// Fills the pending CRCs into the plan's header bytes and writes the archive to `fd` with
 /// write(2) only: async-signal-safe (no allocation, no locks). False when a write failed.
 bool write_archive_plan(int fd, ArchivePlan& plan) noexcept;
+
+/// The same with writev(2): a small archive is one system call (record-everything mode writes
+/// two per call on its critical path).
+bool writev_archive_plan(int fd, ArchivePlan& plan) noexcept;
 
 }  // namespace flashinfer::formats

@@ -1,9 +1,11 @@
 #include "recorder/dump_writer.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -13,8 +15,11 @@
 #include <ctime>
 #include <deque>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
+#include <unordered_map>
 #include <utility>
 
 #include "core/strided.h"
@@ -125,6 +130,80 @@ void set_override_sink(LineSink sink) {
   override_sink() = std::move(sink);
 }
 
+int64_t current_pid() {
+  // Renewed in a forked child by the atfork handler registered with the first use.
+  static std::atomic<int64_t> pid{-1};
+  static std::once_flag once;
+  std::call_once(once, [] {
+    pid.store(::getpid());
+    ::pthread_atfork(nullptr, nullptr, [] { pid.store(::getpid()); });
+  });
+  return pid.load(std::memory_order_relaxed);
+}
+
+namespace {
+
+// save_torch's archive, written to an open (empty) file and closed: the layout comes from a
+// per-thread cache (the same op records the same names, dtypes, shapes and strides call after
+// call; pickling them and laying out the zip headers was a sixth of the call's CPU time), the
+// tensor bytes are pointed at, and a small archive is one writev(2).
+void write_torch_fd(Fd& fd, const std::string& path, std::string_view stem, const NamedTensors& t) {
+  thread_local std::unordered_map<std::string, formats::ArchivePlan> cache;
+  std::string key(stem);
+  std::vector<const void*> data;
+  data.reserve(t.size());
+  std::vector<Tensor> host;  // keeps copies of non-CPU tensors alive while writing
+  for (const auto& [name, x0] : t) {
+    FLASHINFER_CHECK(x0.defined(), "save_torch", name, "undefined tensor");
+    const Tensor& x = x0.device().is_cpu() ? x0 : host.emplace_back(x0.to(Device::cpu()));
+    int64_t begin = x.storage_offset(), end = begin;
+    if (x.numel() > 0) {
+      std::tie(begin, end) = detail::covered_span(x.shape(), x.strides(), x.storage_offset());
+    }
+    const std::size_t es = dtype_size(x.dtype());
+    data.push_back(end > begin ? static_cast<const char*>(x.data_ptr()) -
+                                     (x.storage_offset() - begin) * static_cast<int64_t>(es)
+                               : nullptr);
+    const int64_t sizes[] = {static_cast<int64_t>(name.size()), static_cast<int64_t>(x.dtype()),
+                             static_cast<int64_t>(x.dim()), x.storage_offset() - begin,
+                             end - begin};
+    key.append(reinterpret_cast<const char*>(sizes), sizeof(sizes));
+    key += name;
+    key.append(reinterpret_cast<const char*>(x.shape().data()), x.dim() * sizeof(int64_t));
+    key.append(reinterpret_cast<const char*>(x.strides().data()), x.dim() * sizeof(int64_t));
+  }
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    std::vector<formats::TorchItem> items;
+    items.reserve(t.size());
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      const Tensor& x = t[i].second;
+      int64_t begin = x.storage_offset(), end = begin;
+      if (x.numel() > 0) {
+        std::tie(begin, end) = detail::covered_span(x.shape(), x.strides(), x.storage_offset());
+      }
+      items.push_back(
+          {t[i].first, x.dtype(), x.shape(), x.strides(), x.storage_offset() - begin, end - begin});
+    }
+    if (cache.size() >= 256) cache.clear();  // bounded: programs with ever new shapes
+    it = cache.emplace(std::move(key), formats::plan_torch_archive(stem, items, data)).first;
+  }
+  formats::ArchivePlan& plan = it->second;
+  for (std::size_t i = 0; i < plan.crc_slots.size(); ++i) {
+    plan.pieces[plan.crc_slots[i].piece].data = data[i];
+  }
+  const bool ok = formats::writev_archive_plan(fd.fd, plan);
+  const int err = errno;
+  for (const auto& slot : plan.crc_slots) plan.pieces[slot.piece].data = nullptr;
+  fd.reset();
+  if (!ok) {
+    FLASHINFER_FAIL(ErrorCode::kIo, "recorder", "", "writing '", path,
+                    "' failed: ", std::strerror(err));
+  }
+}
+
+}  // namespace
+
 // ---- prepared directories
 // ------------------------------------------------------------------------
 
@@ -134,8 +213,13 @@ std::string pending_outputs_name(bool safetensors) {
 
 class DirPool {
  public:
+  /// A directory ready to be renamed into place, with its files open (in files_' order).
+  struct Ready {
+    std::string dir;
+    std::vector<int> fds;
+  };
   DirPool(std::string root, std::vector<std::string> files)
-      : root_(std::move(root)), files_(std::move(files)), pid_(::getpid()) {
+      : root_(std::move(root)), files_(std::move(files)), pid_(current_pid()) {
     thread_ = std::thread([this] { run(); });
     std::lock_guard<std::mutex> l(pools_mu());
     if (pools().empty()) {
@@ -163,35 +247,43 @@ class DirPool {
       stop_ = true;
     }
     cv_.notify_all();
-    if (::getpid() != pid_) {
+    if (current_pid() != pid_) {
       // A forked child: the thread is the parent's, and so are the directories.
       new std::thread(std::move(thread_));  // never joined, never destroyed
       return;
     }
     if (thread_.joinable()) thread_.join();
-    for (const std::string& d : ready_) {
-      for (const std::string& f : files_) ::unlink((d + "/" + f).c_str());
-      ::rmdir(d.c_str());
+    for (Ready& r : ready_) {
+      for (int fd : r.fds) ::close(fd);
+      for (const std::string& f : files_) ::unlink((r.dir + "/" + f).c_str());
+      ::rmdir(r.dir.c_str());
     }
     ready_.clear();
     ::rmdir(root_.c_str());
   }
-  /// A prepared directory, or "" when none is ready (or in a forked child).
-  std::string take() {
-    if (::getpid() != pid_) return "";
-    std::string d;
+  /// A prepared directory, or nothing when none is ready (or in a forked child).
+  std::optional<Ready> take() {
+    if (current_pid() != pid_) return std::nullopt;
+    std::optional<Ready> r;
+    bool wake = false;
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (ready_.empty()) return "";
-      d = std::move(ready_.front());
-      ready_.pop_front();
+      if (ready_.empty()) {
+        wake = idle_;
+      } else {
+        r = std::move(ready_.front());
+        ready_.pop_front();
+        wake = idle_ && ready_.size() <= kLow;
+      }
+      if (wake) idle_ = false;
     }
-    cv_.notify_one();
-    return d;
+    if (wake) cv_.notify_one();
+    return r;
   }
 
  private:
-  static constexpr std::size_t kTarget = 32;
+  static constexpr std::size_t kTarget = 32;        // directories kept ready
+  static constexpr std::size_t kLow = kTarget / 2;  // the thread refills from here
   static std::mutex& pools_mu() {
     static auto* m = new std::mutex();
     return *m;
@@ -206,36 +298,45 @@ class DirPool {
     std::unique_lock<std::mutex> l(mu_);
     while (!stop_) {
       if (ready_.size() >= kTarget) {
-        cv_.wait(l);
+        // Full: sleep until the calls have taken half (take() wakes it once, then).
+        idle_ = true;
+        cv_.wait(l, [this] { return stop_ || !idle_; });
         continue;
       }
       l.unlock();
-      const std::string d = root_ + "/p" + std::to_string(k++);
-      bool ok = ::mkdir(d.c_str(), 0777) == 0;
-      for (const std::string& f : files_) {
-        const int fd =
-            ok ? ::open((d + "/" + f).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : -1;
-        ok = ok && fd >= 0;
-        if (fd >= 0) ::close(fd);
+      Ready r;
+      r.dir = root_ + "/p" + std::to_string(k++);
+      bool ok = ::mkdir(r.dir.c_str(), 0777) == 0;
+      for (std::size_t i = 0; ok && i < files_.size(); ++i) {
+        // The first file is metadata.jsonl: its lines are appended.
+        const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (i == 0 ? O_APPEND : 0);
+        const int fd = ::open((r.dir + "/" + files_[i]).c_str(), flags, 0644);
+        ok = fd >= 0;
+        if (ok) r.fds.push_back(fd);
       }
       l.lock();
-      if (!ok) return;  // a broken directory: calls make their own
-      ready_.push_back(d);
+      if (!ok) {  // a broken directory: calls make their own
+        for (int fd : r.fds) ::close(fd);
+        return;
+      }
+      ready_.push_back(std::move(r));
     }
   }
   const std::string root_;
   const std::vector<std::string> files_;
-  const pid_t pid_;
+  const int64_t pid_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> ready_;
+  std::deque<Ready> ready_;
   bool stop_ = false;
+  bool idle_ = false;  // the thread waits for take() to wake it
   std::thread thread_;
 };
 
 DumpWriter::~DumpWriter() = default;
 
-bool DumpWriter::make_call_dir(const std::string& dir, bool use_pool) {
+PreparedFiles DumpWriter::make_call_dir(const std::string& dir, bool use_pool) {
+  PreparedFiles files;
   if (use_pool && !cfg_.dedup) {
     DirPool* pool = nullptr;
     {
@@ -247,7 +348,7 @@ bool DumpWriter::make_call_dir(const std::string& dir, bool use_pool) {
         std::error_code ec;
         fs::create_directories(cfg_.dump_dir, ec);
         pool_ = std::make_unique<DirPool>(
-            join_like_pathlib(cfg_.dump_dir, ".prealloc_pid" + std::to_string(::getpid())),
+            join_like_pathlib(cfg_.dump_dir, ".prealloc_pid" + std::to_string(current_pid())),
             std::vector<std::string>{
                 std::string(dump_schema::kMetadataFile),
                 dump_schema::tensor_file(dump_schema::kInputsStem, cfg_.safetensors),
@@ -255,29 +356,42 @@ bool DumpWriter::make_call_dir(const std::string& dir, bool use_pool) {
       }
       pool = pool_.get();
     }
-    const std::string prepared = pool ? pool->take() : "";
-    if (!prepared.empty() && ::rename(prepared.c_str(), dir.c_str()) == 0) return true;
+    if (pool) {
+      if (std::optional<DirPool::Ready> r = pool->take()) {
+        Fd metadata(r->fds[0]), inputs(r->fds[1]), outputs(r->fds[2]);
+        if (::rename(r->dir.c_str(), dir.c_str()) == 0) {
+          files.prepared = true;
+          files.metadata = std::move(metadata);
+          files.inputs = std::move(inputs);
+          files.outputs = std::move(outputs);
+          return files;
+        }
+      }
+    }
   }
   make_call_dir(dir);
-  return false;
+  return files;
 }
 
-void DumpWriter::write_outputs(const std::string& dir, const NamedTensors& t, bool prepared) {
-  if (!prepared) {
+void DumpWriter::write_outputs(const std::string& dir, const NamedTensors& t,
+                               PreparedFiles& files) {
+  if (!files.prepared) {
     write_tensors(dir, dump_schema::kOutputsStem, t);
     return;
   }
   const std::string pending = dir + "/" + pending_outputs_name(cfg_.safetensors);
   if (t.empty()) {
+    files.outputs.reset();
     ::unlink(pending.c_str());
     return;
   }
   const std::string path =
       dir + "/" + dump_schema::tensor_file(dump_schema::kOutputsStem, cfg_.safetensors);
   if (cfg_.safetensors) {
+    files.outputs.reset();
     save_safetensors(pending, t);
   } else {
-    formats::save_torch_stem(pending, dump_schema::kOutputsStem, t);
+    write_torch_fd(files.outputs, pending, dump_schema::kOutputsStem, t);
   }
   if (::rename(pending.c_str(), path.c_str()) != 0) {
     FLASHINFER_FAIL(ErrorCode::kIo, "recorder", "", "cannot rename '", pending,
@@ -392,14 +506,19 @@ uint64_t DumpWriter::add_bytes(uint64_t bytes) {
   return total_bytes_;
 }
 
-void DumpWriter::write_tensors(const std::string& dir, std::string_view stem,
-                               const NamedTensors& t) {
+void DumpWriter::write_tensors(const std::string& dir, std::string_view stem, const NamedTensors& t,
+                               Fd* open) {
   if (t.empty()) return;
   if (cfg_.dedup) {
     write_dedup(dir, stem, t);
     return;
   }
   const std::string path = dir + "/" + dump_schema::tensor_file(stem, cfg_.safetensors);
+  if (open && open->fd >= 0 && !cfg_.safetensors) {
+    write_torch_fd(*open, path, stem, t);
+    return;
+  }
+  if (open) open->reset();
   if (cfg_.safetensors) {
     save_safetensors(path, t);
   } else {
@@ -475,7 +594,7 @@ void DumpWriter::write_dedup(const std::string& dir, std::string_view stem, cons
         }
         // Written aside and renamed into place: a reader never sees half a blob.
         const std::string tmp =
-            final_path + ".tmp" + std::to_string(::getpid()) + "_" + std::to_string(k);
+            final_path + ".tmp" + std::to_string(current_pid()) + "_" + std::to_string(k);
         write_file(tmp, base, n);
         if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
           ::unlink(tmp.c_str());

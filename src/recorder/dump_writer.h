@@ -30,6 +30,19 @@ struct Fd {
   void reset();
 };
 
+/// getpid(2), remembered (and renewed in a forked child): two system calls per recorded call
+/// otherwise.
+int64_t current_pid();
+
+/// A call directory's files when it came ready from the pool (DumpWriter::make_call_dir): the
+/// directory was renamed into place and its files are already open, so the call opens nothing.
+struct PreparedFiles {
+  bool prepared = false;
+  Fd inputs;    // the empty inputs file
+  Fd metadata;  // metadata.jsonl, opened for append
+  Fd outputs;   // the hidden pending outputs file (renamed into place once written)
+};
+
 /// Opens `path` for append (created if missing); throws flashinfer::Error(kIo).
 int open_append(const std::string& path);
 /// Appends `line` + '\n' with one write(2) (an O_APPEND descriptor never tears a line).
@@ -42,7 +55,9 @@ std::string timestamp_now();
 /// Directories made ahead, off the calls' critical path: on ext4 allocating an inode costs
 /// tens of microseconds, several per call. A background thread keeps a few directories, each
 /// with its empty files (metadata.jsonl, the inputs file and a hidden ".<outputs file>.pending"),
-/// under <DUMP_DIR>/.prealloc_pid<PID>/; a call renames one into place.
+/// open, under <DUMP_DIR>/.prealloc_pid<PID>/; a call renames one into place and writes to the
+/// descriptors it is handed (no path lookup). The thread is woken when half the directories
+/// are taken, not on every call (a futex wake and a context switch per call otherwise).
 class DirPool;
 
 class DumpWriter {
@@ -71,13 +86,13 @@ class DumpWriter {
   /// The call's directory: one mkdir(2); the dump directory itself is created on first use
   /// (and again if someone removed it meanwhile).
   void make_call_dir(const std::string& dir);
-  /// The same from the pool of prepared directories when it has one (`use_pool`); returns
-  /// whether the files of a prepared directory are there (then write_outputs and
-  /// drop_prepared() tidy them).
-  bool make_call_dir(const std::string& dir, bool use_pool);
+  /// The same from the pool of prepared directories when it has one (`use_pool`); then the
+  /// result holds the prepared files, open (write_tensors, write_outputs and drop_prepared()
+  /// use and tidy them).
+  PreparedFiles make_call_dir(const std::string& dir, bool use_pool);
   /// The outputs file: in a prepared directory written to its pending file and renamed into
   /// place; the pending file goes when there is nothing to write.
-  void write_outputs(const std::string& dir, const NamedTensors& t, bool prepared);
+  void write_outputs(const std::string& dir, const NamedTensors& t, PreparedFiles& files);
   /// Removes the prepared files a call did not use (no input tensors; the call raised).
   void drop_prepared(const std::string& dir, bool inputs, bool outputs);
   /// The size check upstream makes before writing inputs: false (the size-limit line logged
@@ -90,7 +105,9 @@ class DumpWriter {
 
   /// <dir>/<stem>.pt or .safetensors (nothing for no tensors); in dedup mode
   /// <dir>/<stem>.refs.json and the blobs not yet in <DUMP_DIR>/tensors/.
-  void write_tensors(const std::string& dir, std::string_view stem, const NamedTensors& t);
+  /// With `open` (a prepared file, empty) a torch archive is written to it, and it is closed.
+  void write_tensors(const std::string& dir, std::string_view stem, const NamedTensors& t,
+                     Fd* open = nullptr);
   /// Appends one line to <DUMP_DIR>/session.jsonl (kept open for the recorder's life).
   void append_session(const std::string& line);
   /// Bytes of distinct tensor contents written to the dedup store.

@@ -129,10 +129,11 @@ std::atomic<int64_t> g_process_sequence{0};
 // observer's begin may fail before the end arrives).
 struct Pending {
   bool dumping = false;
-  bool graph = false;     // captured into a CUDA graph: files wait for flush_graph_dumps()
-  bool prepared = false;  // the directory came from the pool (its pending outputs file is there)
-  std::string dir;        // filesystem path of the call directory
-  Fd metadata;            // <dir>/metadata.jsonl, open from line 1 to line 2
+  bool graph = false;  // captured into a CUDA graph: files wait for flush_graph_dumps()
+  std::string dir;     // filesystem path of the call directory
+  // The directory came from the pool (its pending outputs file is there, open); metadata is
+  // <dir>/metadata.jsonl, open from line 1 to line 2.
+  internal::PreparedFiles files;
   std::shared_ptr<RecordParts> rec;  // set once the call is to be dumped
 };
 
@@ -154,7 +155,10 @@ class Recorder final : public CallObserver {
   void on_call_error(const OpDecl&, std::span<const Value>, std::string_view) override {
     // Only line 1 stays on record: the mark of a call that did not complete.
     if (stack().empty()) return;
-    if (stack().back().prepared) writer_.drop_prepared(stack().back().dir, false, true);
+    if (stack().back().files.prepared) {
+      stack().back().files.outputs.reset();
+      writer_.drop_prepared(stack().back().dir, false, true);
+    }
     stack().pop_back();
   }
   // Filtered-out calls are not even packed for observation (unless another observer wants
@@ -179,14 +183,19 @@ class Recorder final : public CallObserver {
     return s;
   }
 
-  // decl.signature() text, built once per op (keyed by address and name: a test may declare
-  // a short-lived op at an address a later one reuses).
-  std::string signature_of(const OpDecl& decl) {
+  // The record tail (tensor format, signature, versions) of an op, laid out once (keyed by
+  // address and name: a test may declare a short-lived op at an address a later one reuses).
+  // Escaping the signature on every call was a few percent of a recorded call's CPU time.
+  const std::string& tail_of(const OpDecl& decl) {
     std::lock_guard<std::mutex> l(mu_);
     const auto key = std::make_pair(&decl, decl.name);
-    auto it = signatures_.find(key);
-    if (it == signatures_.end()) it = signatures_.emplace(key, decl.signature()).first;
-    return it->second;
+    auto it = tails_.find(key);
+    if (it == tails_.end()) {
+      it =
+          tails_.emplace(key, internal::record_tail(writer_.config().safetensors, decl.signature()))
+              .first;
+    }
+    return it->second;  // std::map: the reference stays valid
   }
 
   void add_graph_entry(GraphEntry e) {
@@ -202,7 +211,7 @@ class Recorder final : public CallObserver {
   detail::NameFilter filter_;  // built once: a filtered-out call must cost next to nothing
   GraphDumps graph_;
   std::mutex mu_;
-  std::map<std::pair<const OpDecl*, std::string>, std::string> signatures_;
+  std::map<std::pair<const OpDecl*, std::string>, std::string> tails_;
 };
 
 void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
@@ -216,7 +225,7 @@ void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
     p.rec = std::make_shared<RecordParts>();
     p.graph = internal::capture_in_progress(args);
     const std::string ts = internal::timestamp_now();
-    const int64_t pid = ::getpid();
+    const int64_t pid = internal::current_pid();
     RecordParts& rec = *p.rec;
     Extracted ex;
     ex.by_reference = p.graph;
@@ -224,23 +233,26 @@ void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
     p.dir = writer_.call_dir(ts, pid, decl.name, *seq);
     if (!writer_.admit(p.dir, decl.name, ex.bytes)) return;
     // A prepared directory (renamed into place) keeps inode allocations off this path.
-    p.prepared = writer_.make_call_dir(p.dir, /*use_pool=*/!p.graph);
-    if (!p.graph) writer_.write_tensors(p.dir, schema::kInputsStem, ex.tensors);
-    if (p.prepared && ex.tensors.empty()) writer_.drop_prepared(p.dir, true, false);
+    p.files = writer_.make_call_dir(p.dir, /*use_pool=*/!p.graph);
+    if (!p.graph) writer_.write_tensors(p.dir, schema::kInputsStem, ex.tensors, &p.files.inputs);
+    if (p.files.prepared && ex.tensors.empty()) {
+      p.files.inputs.reset();
+      writer_.drop_prepared(p.dir, true, false);
+    }
     std::optional<uint64_t> self_id;
     if (decl.is_method() && !args.empty() && args[0].kind() == Value::Kind::kObject) {
       self_id = args[0].as_object().id;
     }
-    internal::finish_inputs(rec, ex, writer_.config().safetensors, signature_of(decl), p.graph,
-                            self_id,
-                            g_process_sequence.fetch_add(1, std::memory_order_relaxed) + 1);
+    internal::finish_inputs_with_tail(
+        rec, ex, tail_of(decl), p.graph, self_id,
+        g_process_sequence.fetch_add(1, std::memory_order_relaxed) + 1);
     Outcome none = internal::inputs_outcome(rec);
     const std::string line = internal::record_line(
         rec, none, p.graph ? schema::kStatusGraphPending : schema::kStatusInputsSaved, p.dir,
         extra_);
     const std::string metadata_path = p.dir + "/" + std::string(schema::kMetadataFile);
-    p.metadata = Fd(internal::open_append(metadata_path));
-    internal::write_line(p.metadata.fd, metadata_path, line);
+    if (p.files.metadata.fd < 0) p.files.metadata = Fd(internal::open_append(metadata_path));
+    internal::write_line(p.files.metadata.fd, metadata_path, line);
     writer_.append_session(line);
     if (p.graph) add_graph_entry({p.dir, p.rec, std::move(none), false, ex.tensors, {}});
     const int64_t count = writer_.count_dump(ex.bytes);
@@ -267,15 +279,16 @@ void Recorder::on_call_end(const OpDecl& decl, std::span<const Value> args, cons
     // Arguments the op wrote into, keyed like the inputs (replay compares them).
     Extracted mutated = internal::extract_mutated(decl, args, p.graph);
     if (!p.graph) {
-      writer_.write_outputs(p.dir, out.tensors, p.prepared);
+      writer_.write_outputs(p.dir, out.tensors, p.files);
       writer_.write_tensors(p.dir, schema::kMutatedStem, mutated.tensors);
     }
     const RecordParts& rec = *p.rec;
     Outcome o = internal::outputs_outcome(rec, std::move(output_metadata), out, mutated);
     const std::string line = internal::record_line(
         rec, o, p.graph ? schema::kStatusGraphPending : schema::kStatusCompleted, p.dir, extra_);
-    internal::write_line(p.metadata.fd, p.dir + "/" + std::string(schema::kMetadataFile), line);
-    p.metadata.reset();
+    internal::write_line(p.files.metadata.fd, p.dir + "/" + std::string(schema::kMetadataFile),
+                         line);
+    p.files.metadata.reset();
     writer_.append_session(line);
     if (p.graph) {
       add_graph_entry(
@@ -290,7 +303,7 @@ void Recorder::on_call_end(const OpDecl& decl, std::span<const Value> args, cons
     // Left at inputs_saved, the call would read as one the process died in: say that writing
     // its outputs failed (a full disk can still take one short line, often). No completed
     // line was written (its fd is closed once it is).
-    if (p.metadata.fd >= 0) {
+    if (p.files.metadata.fd >= 0) {
       try {
         std::string what;
         append_json_string(what, e.what());
@@ -299,7 +312,8 @@ void Recorder::on_call_end(const OpDecl& decl, std::span<const Value> args, cons
         const std::string line =
             internal::record_line(*p.rec, internal::inputs_outcome(*p.rec),
                                   schema::kStatusOutputsWriteFailed, p.dir, extra);
-        internal::write_line(p.metadata.fd, p.dir + "/" + std::string(schema::kMetadataFile), line);
+        internal::write_line(p.files.metadata.fd, p.dir + "/" + std::string(schema::kMetadataFile),
+                             line);
       } catch (const std::exception&) {
         // Nothing more can be written: show reports the call as incomplete.
       }

@@ -35,6 +35,7 @@
 #include "recorder/graph_dumps.h"
 #include "recorder/python_json.h"
 #include "recorder/record_json.h"
+#include "recorder/ring_dedup_dump.h"
 
 namespace flashinfer::recorder::internal {
 
@@ -1305,6 +1306,10 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
                           {f->has_mutated, &f->mutated, schema::kMutatedStem}};
     for (const Side& s : sides) {
       if (!s.has) continue;
+      if (cfg_.dedup) {  // <stem>.refs.json, each blob once per dump (ring_dedup_dump.h)
+        write_ring_dedup_side(root, c->dir_name, s.stem, *s.plan);
+        continue;
+      }
       char name[32];
       FixedText nm(name, sizeof(name));
       nm.put(s.stem);
