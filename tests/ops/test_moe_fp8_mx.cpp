@@ -17,6 +17,7 @@
 #include "ops/moe_fp4_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer::testing {
 namespace {
@@ -389,6 +390,116 @@ TEST(TrtllmFp8BlockScaleMoeMxFp8, RecordReplay) {
   for (const auto& call : calls) {
     SCOPED_TRACE(call.name);
     EXPECT_TRUE(replays_identically(call));
+  }
+}
+
+// Dumps written by Python in upstream's recorder format (tests/util/upstream_dump_py.h), for the
+// calls vLLM makes with MXFP8 MoE: trtllm_fp8_block_scale_moe with every argument by keyword,
+// Renormalize routing of bf16 logits, weights prepared as upstream's FP8BlockScaleMoe does for
+// MxFp8 (gated interleave of rows and scale rows, shuffle with epilogue_tile_m 128, MajorK;
+// scales through shuffle_matrix_sf_a's 128x4 layout), the enum recorded as upstream records it;
+// and trtllm_fp8_block_scale_routed_moe with packed topk_ids (expert << 16 | bf16 weight bits).
+// Expected outputs computed by torch in fp32 as upstream's reference does (the activation
+// re-quantized to MXFP8 by an independent quantizer: scale 2^ceil(log2(amax / 448)), values
+// to the nearest e4m3, ties to even). Both replay here and pass.
+TEST(TrtllmFp8BlockScaleMoeMxFp8, UpstreamFormatDumpsReplay) {
+  const std::string body = R"PY(
+import torch.nn.functional as F
+torch.manual_seed(0)
+CORE = "flashinfer.fused_moe.core"
+
+MOD8 = FIN8[E4M3[FIN8].abs() <= 4]  # e4m3 codes of magnitude at most 4
+def fp8_codes(*shape):  # random such codes
+    return MOD8[torch.randint(0, len(MOD8), shape)].to(torch.uint8)
+MAP32 = [0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
+         4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31]
+def shuffle_idx(m):  # get_shuffle_matrix_a_row_indices, epilogue_tile_m 128
+    idx = torch.empty(m, dtype=torch.long)
+    for old in range(m):
+        idx[old // 32 * 32 + MAP32[old % 32]] = old
+    return idx
+def interleave_idx(m):  # reorder_rows_for_gated_act_gemm
+    r = torch.arange(m)
+    p = torch.empty_like(r)
+    p[0::2] = r[: m // 2]
+    p[1::2] = r[m // 2:]
+    return p
+def sf_128x4(sf):  # block_scale_interleave of [m, c] (m % 128 == 0, c % 4 == 0)
+    m, c = sf.shape
+    return sf.view(m // 128, 4, 32, c // 4, 4).permute(0, 3, 2, 1, 4).reshape(-1)
+def mx_values(codes, sf):  # e4m3 codes [.., n], ue8m0 [.., n / 32]
+    return E4M3[codes.long()] * torch.pow(2.0, sf.float() - 127).repeat_interleave(32, -1)
+def mxfp8_qdq(v):  # v: [n] bf16-rounded fp32
+    b = v.view(-1, 32)
+    amax = b.abs().amax(-1, keepdim=True)
+    e = torch.where(amax > 0, torch.ceil(torch.log2(amax / 448.0)), torch.full_like(amax, -127.0))
+    sc = torch.pow(2.0, e)
+    y = b / sc
+    q = POS8[rne(y.abs().clamp(max=448.0), POS8)] * torch.sign(y)
+    return (q * sc).reshape(-1)
+
+T, E, H, I, K = 4, 8, 128, 128, 2
+logits = torch.randn(T, E).to(torch.bfloat16)
+xc = fp8_codes(T, H)
+xs = torch.randint(125, 128, (T, H // 32), dtype=torch.int64).to(torch.uint8)
+w1c = fp8_codes(E, 2 * I, H)
+w2c = fp8_codes(E, H, I)
+s1 = torch.randint(122, 125, (E, 2 * I, H // 32), dtype=torch.int64).to(torch.uint8)
+s2 = torch.randint(122, 125, (E, H, I // 32), dtype=torch.int64).to(torch.uint8)
+p1 = interleave_idx(2 * I)[shuffle_idx(2 * I)]
+p2 = shuffle_idx(H)
+w1k = torch.stack([w1c[e][p1] for e in range(E)])
+w2k = torch.stack([w2c[e][p2] for e in range(E)])
+s1k = torch.stack([sf_128x4(s1[e][p1]) for e in range(E)]).reshape(E, 2 * I, H // 32)
+s2k = torch.stack([sf_128x4(s2[e][p2]) for e in range(E)]).reshape(E, H, I // 32)
+xd = mx_values(xc, xs)
+w1d = mx_values(w1c, s1)
+w2d = mx_values(w2c, s2)
+tv, ti = torch.topk(logits.float(), K, dim=-1)
+wts = torch.softmax(tv, -1).bfloat16().float()
+def reference(ti, wts):
+    out = torch.zeros(T, H)
+    for t in range(T):
+        for k in range(K):
+            e = int(ti[t, k])
+            g = xd[t] @ w1d[e].T
+            h = mxfp8_qdq((F.silu(g[I:]) * g[:I]).bfloat16().float())
+            out[t] += wts[t, k] * (h @ w2d[e].T).bfloat16().float()
+    return out.bfloat16()
+MXFP8 = {"type": "enum", "name": "Fp8QuantizationType.MxFp8", "value": 2}
+record("trtllm_fp8_block_scale_moe", CORE,
+       {"kwarg_routing_logits": logits, "kwarg_hidden_states": ("fp8", xc),
+        "kwarg_hidden_states_scale": xs, "kwarg_gemm1_weights": ("fp8", w1k),
+        "kwarg_gemm1_weights_scale": s1k, "kwarg_gemm2_weights": ("fp8", w2k),
+        "kwarg_gemm2_weights_scale": s2k},
+       {"kwarg_routing_bias": None, "kwarg_num_experts": E, "kwarg_top_k": K,
+        "kwarg_n_group": None, "kwarg_topk_group": None, "kwarg_intermediate_size": I,
+        "kwarg_local_expert_offset": 0, "kwarg_local_num_experts": E,
+        "kwarg_routed_scaling_factor": None, "kwarg_routing_method_type": 1,
+        "kwarg_use_shuffled_weight": True,
+        "kwarg_weight_layout": {"type": "enum", "name": "WeightLayout.MajorK", "value": 0},
+        "kwarg_fp8_quantization_type": MXFP8, "kwarg_activation_type": 3},
+       reference(ti, wts))
+
+# The routed form: experts (t + 3k) mod E with weights 0.625 / 0.375, packed.
+ri = torch.tensor([[(t + 3 * k) % E for k in range(K)] for t in range(T)], dtype=torch.int32)
+rw = torch.tensor([[0.625, 0.375]] * T)
+bits = rw.bfloat16().view(torch.int16).to(torch.int32) & 0xFFFF
+record("trtllm_fp8_block_scale_routed_moe", CORE,
+       {"kwarg_topk_ids": (ri << 16) | bits, "kwarg_hidden_states": ("fp8", xc),
+        "kwarg_hidden_states_scale": xs, "kwarg_gemm1_weights": ("fp8", w1k),
+        "kwarg_gemm1_weights_scale": s1k, "kwarg_gemm2_weights": ("fp8", w2k),
+        "kwarg_gemm2_weights_scale": s2k},
+       {"kwarg_routing_bias": None, "kwarg_num_experts": E, "kwarg_top_k": K,
+        "kwarg_n_group": None, "kwarg_topk_group": None, "kwarg_intermediate_size": I,
+        "kwarg_local_expert_offset": 0, "kwarg_local_num_experts": E,
+        "kwarg_routed_scaling_factor": None, "kwarg_routing_method_type": 1,
+        "kwarg_use_shuffled_weight": True, "kwarg_weight_layout": 0,
+        "kwarg_fp8_quantization_type": MXFP8, "kwarg_do_finalize": True},
+       reference(ri, rw))
+)PY";
+  if (!run_upstream_dump_script("fi_moe_fp8_mx", body, 2)) {
+    GTEST_SKIP() << "python3-torch not installed";
   }
 }
 
