@@ -9,6 +9,7 @@
 #include "api/checks.h"
 #include "api/enum_table.h"
 #include "api/kernel_table.h"
+#include "api/moe_fp8_mx.h"
 #include "api/moe_layout.h"
 #include "api/moe_routing_checks.h"
 #include "api/moe_traits.h"
@@ -156,10 +157,18 @@ Tensor fp8_block_impl(const Fp8Common& c, const Tensor& hs_scale, const Tensor& 
                       Fp8QuantizationType qtype, const std::optional<Tensor>& alpha,
                       const std::optional<Tensor>& beta, const std::optional<Tensor>& limit) {
   const char* op = c.op;
-  api::refuse_if(qtype != Fp8QuantizationType::DeepSeekFp8, op, "fp8_quantization_type",
-                 "only Fp8QuantizationType.DeepSeekFp8 (128x128 block scales) is implemented");
   api::refuse_if(!do_finalize, op, "do_finalize",
                  "do_finalize=False (unfinalized GEMM2 output) is not implemented");
+  if (qtype == Fp8QuantizationType::MxFp8) {
+    return api::trtllm_mxfp8_block_moe(
+        {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group,
+         c.offset, c.local_num, c.scale, c.method, c.norm_topk_prob, c.replay_out},
+        {c.hidden, &hs_scale, &w1, &w1_scale, &w2, &w2_scale, c.inter, c.activation_type,
+         use_shuffled_weight, layout, &alpha, &beta, &limit, c.output});
+  }
+  api::refuse_if(qtype != Fp8QuantizationType::DeepSeekFp8, op, "fp8_quantization_type",
+                 "only Fp8QuantizationType.DeepSeekFp8 (128x128 block scales) and MxFp8 are "
+                 "implemented");
   kernels::TrtllmFp8MoeParams p;
   Tensor out = fill_common(c, p);
   const Tensor& hidden = *c.hidden;

@@ -13,6 +13,7 @@ enum class Moe4Weights : int {
   kNvfp4 = 0,   // e2m1, e4m3 scales of 16
   kMxfp4 = 1,   // e2m1, ue8m0 scales of 32
   kMxint4 = 2,  // signed int4 (two's complement), bf16 scales of 32
+  kMxfp8 = 3,   // e4m3, one byte per value, ue8m0 scales of 32 (trtllm_fp8_block_scale_moe MxFp8)
 };
 
 /// How the hidden states arrive.
@@ -37,7 +38,8 @@ enum class Moe4ActQuant : int {
 
 /// base.moe.input: the hidden states (row stride in_stride, in elements of the stored dtype:
 /// bytes for NVFP4 and MXFP8, bf16 elements otherwise). base.moe.w1 / w2: the packed weights in
-/// plain row order, [num_local_experts, gemm1_n, hidden / 2] and [.., hidden, inter / 2] bytes;
+/// plain row order, [num_local_experts, gemm1_n, hidden / 2] and [.., hidden, inter / 2] bytes
+/// (kMxfp8: one byte per value, [.., gemm1_n, hidden] and [.., hidden, inter]);
 /// base.moe.b1 / b2 fp32 plain biases or null; base.moe.out bf16 [num_tokens, hidden].
 struct TrtllmFp4MoeParams {
   TrtllmMoeParams base;

@@ -25,12 +25,27 @@ float e2m1_at(const uint8_t* row, int64_t c) {
 
 int64_t weight_vec(Moe4Weights w) { return w == Moe4Weights::kNvfp4 ? 16 : 32; }
 
+// Bytes of one stored weight row of `cols` values: packed 4-bit, or one e4m3 byte (MXFP8).
+int64_t weight_row_bytes(Moe4Weights w, int64_t cols) {
+  return w == Moe4Weights::kMxfp8 ? cols : cols / 2;
+}
+
 // The fp32 value of one expert's [rows, cols] packed weight matrix with its linear scales: a
 // 16-entry table of the nibble values times each block's scale.
 std::vector<float> dequant_weights(Moe4Weights kind, const uint8_t* w, const void* scale,
                                    int64_t rows, int64_t cols) {
   std::vector<float> out(static_cast<size_t>(rows * cols));
   const int64_t vec = weight_vec(kind), sc = cols / vec;
+  if (kind == Moe4Weights::kMxfp8) {
+    const auto* sf = static_cast<const uint8_t*>(scale);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        out[static_cast<size_t>(r * cols + c)] =
+            e4m3fn_bits_to_float(w[r * cols + c]) * ue8m0_to_float(sf[r * sc + c / vec]);
+      }
+    }
+    return out;
+  }
   float lut[16];
   for (int i = 0; i < 16; ++i) {
     lut[i] = kind == Moe4Weights::kMxint4 ? static_cast<float>(i < 8 ? i : i - 16)
@@ -219,7 +234,8 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
     }
     const auto* s1 =
         static_cast<const uint8_t*>(p.w1_scale) + static_cast<size_t>(e * N1 * (H / vec)) * sf_es;
-    const std::vector<float> w1e = dequant_weights(p.weights, w1 + e * N1 * (H / 2), s1, N1, H);
+    const std::vector<float> w1e =
+        dequant_weights(p.weights, w1 + e * N1 * weight_row_bytes(p.weights, H), s1, N1, H);
     std::vector<float> g1(static_cast<size_t>(n * N1));
     sgemm_nt(a.data(), w1e.data(), g1.data(), n, N1, H);
     // GEMM1's output scales (the up half's carries the activation's global scale), the bias,
@@ -248,7 +264,8 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
     quantize_activation(p.act_quant, h, n, I, gs);
     const auto* s2 =
         static_cast<const uint8_t*>(p.w2_scale) + static_cast<size_t>(e * H * (I / vec)) * sf_es;
-    const std::vector<float> w2e = dequant_weights(p.weights, w2 + e * H * (I / 2), s2, H, I);
+    const std::vector<float> w2e =
+        dequant_weights(p.weights, w2 + e * H * weight_row_bytes(p.weights, I), s2, H, I);
     std::vector<float> g2(static_cast<size_t>(n * H));
     sgemm_nt(h.data(), w2e.data(), g2.data(), n, H, I);
     const float s2o = p.out2_scale ? p.out2_scale[e] : 1.0f;

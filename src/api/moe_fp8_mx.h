@@ -1,0 +1,31 @@
+// Private: the MXFP8 x MXFP8 form of trtllm_fp8_block_scale_moe / _routed_
+// (fp8_quantization_type = Fp8QuantizationType.MxFp8). CPU reference only. Semantics and
+// sources: docs/MOE.md, "Refused variants: engine use and what settles them".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "api/moe_routing_checks.h"
+#include "flashinfer/ops/moe.h"
+#include "flashinfer/tensor.h"
+
+namespace flashinfer::api {
+
+struct MoeMxFp8Args {
+  const Tensor* hidden;    // float8_e4m3fn [T, H]
+  const Tensor* hs_scale;  // uint8 (ue8m0) [T, H / 32], linear
+  const Tensor *w1, *w1s, *w2, *w2s;
+  int64_t inter, activation_type;
+  bool use_shuffled_weight;
+  WeightLayout layout;
+  const std::optional<Tensor>*alpha, *beta, *limit;
+  const std::optional<Tensor>* output;
+};
+
+// Checks the arguments (naming the one at fault), undoes upstream's weight preparation on the
+// host and runs the CPU reference. A call on CUDA tensors raises kUnsupported naming
+// `hidden_states` (no CUDA kernel), so a replay on a GPU falls back to the CPU.
+Tensor trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8Args& a);
+
+}  // namespace flashinfer::api
