@@ -27,7 +27,10 @@ struct Extracted {
   bool by_reference = false;    // CUDA-graph capture: no copy now, values taken at flush time
 
   void add(const std::string& key, const Tensor& t);
+  void clear();  // empty, keeping the storage (the ring reuses one per thread)
 };
+
+class RecordTape;
 
 /// A call's record as text pieces.
 struct RecordParts {
@@ -53,6 +56,10 @@ struct Outcome {
 std::string record_head(const OpDecl& decl, std::span<const Value> args, int64_t call_sequence,
                         const std::string& timestamp, int64_t pid, Extracted& ex);
 
+/// record_head() recorded into a tape (the ring mode: the text is written at a dump).
+void record_head_tape(const OpDecl& decl, std::span<const Value> args, int64_t call_sequence,
+                      std::string_view timestamp, int64_t pid, Extracted& ex, RecordTape& tape);
+
 /// Fills the input-side pieces after the head: keys, tensor details, tensor format, signature,
 /// versions, graph flag, self_id, backend and process_sequence.
 void finish_inputs(RecordParts& rec, const Extracted& ex, bool safetensors,
@@ -73,8 +80,12 @@ Outcome inputs_outcome(const RecordParts& rec);
 /// The result as upstream extracts it: a tensor is `result`, a tuple's tensors `result_<i>`
 /// (other items in output_metadata), anything else output_metadata["result"].
 Extracted extract_result(const Value& result, bool by_reference, std::string& output_metadata);
+/// extract_result() with output_metadata recorded into a tape; appends to `out`.
+void extract_result_tape(const Value& result, Extracted& out, RecordTape& metadata);
 /// The arguments the op wrote into (ParamDecl::mutated), keyed like the inputs.
 Extracted extract_mutated(const OpDecl& decl, std::span<const Value> args, bool by_reference);
+/// extract_mutated() appending to `mutated` (its by_reference as set).
+void extract_mutated_into(const OpDecl& decl, std::span<const Value> args, Extracted& mutated);
 
 /// Line 2's additions for the given outputs and mutated arguments.
 Outcome outputs_outcome(const RecordParts& rec, std::string output_metadata, const Extracted& out,
