@@ -322,6 +322,40 @@ void extract_result_tape(const Value& result, Extracted& out, RecordTape& metada
   write_result(metadata, result, out);
 }
 
+void fill_input_record(InputRecord& rec, const OpDecl& decl, std::span<const Value> args,
+                       int64_t call_sequence, std::string_view timestamp, int64_t pid,
+                       const std::string* tail, std::optional<uint64_t> self_id,
+                       int64_t process_sequence, Extracted& ex) {
+  record_head_tape(decl, args, call_sequence, timestamp, pid, ex, rec.head);
+  rec.tail = tail;
+  rec.graph = false;
+  rec.self_id = self_id;
+  rec.process_sequence = process_sequence;
+  rec.bytes = ex.bytes;
+  rec.tensors.resize(ex.tensors.size());
+  for (std::size_t i = 0; i < ex.tensors.size(); ++i) {
+    set_tensor_meta(rec.tensors[i], ex.tensors[i].first, ex.tensors[i].second);
+    rec.tensors[i].device = ex.devices[i];
+  }
+}
+
+void fill_output_record(OutputRecord& rec, const OpDecl& decl, std::span<const Value> args,
+                        const Value& result, Extracted& out, Extracted& mutated) {
+  extract_result_tape(result, out, rec.metadata);
+  extract_mutated_into(decl, args, mutated);
+  rec.bytes = out.bytes;
+  rec.outputs.resize(out.tensors.size());
+  for (std::size_t i = 0; i < out.tensors.size(); ++i) {
+    set_tensor_meta(rec.outputs[i], out.tensors[i].first, out.tensors[i].second);
+    rec.outputs[i].device = out.devices[i];
+  }
+  rec.mutated.resize(mutated.tensors.size());
+  for (std::size_t i = 0; i < mutated.tensors.size(); ++i) {
+    set_tensor_meta(rec.mutated[i], mutated.tensors[i].first, mutated.tensors[i].second);
+    rec.mutated[i].device = mutated.devices[i];
+  }
+}
+
 void Extracted::clear() {
   tensors.clear();
   devices.clear();

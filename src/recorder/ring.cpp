@@ -1012,27 +1012,16 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
       ~Clear() { e.clear(); }
     } clear_ex{ex};
     // The record is kept structured (record_tape.h) and written as text only in a dump.
-    InputRecord& rec = call->rec;
-    record_head_tape(decl, args, seq, ts, pid_, ex, rec.head);
     std::optional<uint64_t> self_id;
     if (decl.is_method() && !args.empty() && args[0].kind() == Value::Kind::kObject) {
       self_id = args[0].as_object().id;
       call->self_id = self_id;
-      call->method = std::string(decl.method_name());
+      call->method.assign(decl.method_name());
       call->setup =
           call->method == "__init__" || call->method == "plan" || call->method == "begin_forward";
     }
     const int64_t pseq = process_sequence_.fetch_add(1, std::memory_order_relaxed) + 1;
-    rec.tail = &tail_of(decl);
-    rec.graph = false;
-    rec.self_id = self_id;
-    rec.process_sequence = pseq;
-    rec.bytes = ex.bytes;
-    rec.tensors.resize(ex.tensors.size());
-    for (std::size_t i = 0; i < ex.tensors.size(); ++i) {
-      set_tensor_meta(rec.tensors[i], ex.tensors[i].first, ex.tensors[i].second);
-      rec.tensors[i].device = ex.devices[i];
-    }
+    fill_input_record(call->rec, decl, args, seq, ts, pid_, &tail_of(decl), self_id, pseq, ex);
     keep(ex.tensors, call->inputs, call->blobs);
     // <ts>_pid<PID>_<name>_call<NNNN>, laid out in one string (the concatenations and
     // snprintf it replaces were a few percent of the hook's time).
@@ -1124,8 +1113,12 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   }
   try {
     if (!files && !evicted) files = std::make_unique<CallFiles>();
-    extract_result_tape(result, out, evicted ? scratch_metadata : files->out.metadata);
-    extract_mutated_into(decl, args, mutated);
+    if (evicted) {
+      extract_result_tape(result, out, scratch_metadata);
+      extract_mutated_into(decl, args, mutated);
+    } else {
+      fill_output_record(files->out, decl, args, result, out, mutated);
+    }
     // Before the outputs are kept: what the op wrote is new content, not what a kept span holds.
     note_writes(out.tensors);
     note_writes(mutated.tensors);
@@ -1141,18 +1134,6 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     blobs.clear();
     keep(out.tensors, kept_out, blobs, check ? &nan : nullptr);
     keep(mutated.tensors, kept_mut, blobs, check ? &nan : nullptr);
-    OutputRecord& rec = files->out;
-    rec.bytes = out.bytes;
-    rec.outputs.resize(out.tensors.size());
-    for (std::size_t i = 0; i < out.tensors.size(); ++i) {
-      set_tensor_meta(rec.outputs[i], out.tensors[i].first, out.tensors[i].second);
-      rec.outputs[i].device = out.devices[i];
-    }
-    rec.mutated.resize(mutated.tensors.size());
-    for (std::size_t i = 0; i < mutated.tensors.size(); ++i) {
-      set_tensor_meta(rec.mutated[i], mutated.tensors[i].first, mutated.tensors[i].second);
-      rec.mutated[i].device = mutated.devices[i];
-    }
     files->complete = true;
     files->has_outputs = !kept_out.empty();
     if (files->has_outputs) plan(files->outputs, schema::kOutputsStem, kept_out);
