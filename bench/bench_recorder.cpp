@@ -265,6 +265,33 @@ void BM_LlamaDecodeRingInterleaved(benchmark::State& state) {
 }
 BENCHMARK(BM_LlamaDecodeRingInterleaved)->Arg(9)->Iterations(1)->Unit(benchmark::kMillisecond);
 
+// For profiles of the ring's hooks in decode steps (docs/PERFORMANCE.md, session 12): one
+// generate() of 128 decode steps in ring mode, so that the one-time costs (wrapper setup,
+// prefill, first copies of the weights) are a small part of the samples:
+//   OMP_NUM_THREADS=1 perf record -F 499 --call-graph dwarf build/bin/bench_recorder
+//     --benchmark_filter=LlamaRingLongDecode
+void BM_LlamaRingLongDecode(benchmark::State& state) {
+  const fs::path d = scratch_dir("_llama_long");
+  recorder::set_log_sink([](const std::string&) {});
+  llama::Config config;
+  const llama::Weights weights = llama::make_weights(config, Device::cpu());
+  const auto prompts = llama::make_prompts({5, 9, 13, 17}, config.vocab, 1);
+  llama::GenerateOptions options;
+  options.steps = 128;
+  for (auto _ : state) {
+    recorder::Config rc;
+    rc.dump_dir = d.string();
+    rc.ring = 256;
+    recorder::start(rc);
+    const llama::GenerateResult r =
+        llama::generate(config, weights, prompts, options, Device::cpu());
+    recorder::stop();
+    state.counters["ring_step_ms"] = r.decode_seconds / static_cast<double>(options.steps) * 1e3;
+  }
+  recorder::set_log_sink({});
+}
+BENCHMARK(BM_LlamaRingLongDecode)->Iterations(1)->Unit(benchmark::kMillisecond);
+
 constexpr int64_t kBig = 64ll << 20;  // bytes
 
 void BM_RawWrite64MiB(benchmark::State& state) {

@@ -11,6 +11,7 @@
 #include "recorder/call_extensions.h"
 #include "recorder/dump_schema.h"
 #include "recorder/python_json.h"
+#include "recorder/record_tape.h"
 
 namespace flashinfer::recorder::internal {
 
@@ -26,15 +27,36 @@ void key_text(std::string& out, std::string_view key) {
   out += ": ";
 }
 
-void shape_json(PyJsonWriter& w, const Shape& s) {
+template <typename W>
+void shape_json(W& w, const Shape& s) {
   w.begin_array();
   for (int64_t d : s) w.integer(d);
   w.end_array();
 }
 
+// A float value: the text, cached (PyJsonWriter), or the number itself (a tape: formatted when
+// a dump is written).
+void float_value(PyJsonWriter& w, double d) {
+  // Shortest round-trip digits are costly and a program passes the same few floats (eps,
+  // scales) call after call: their text is cached per thread by bit pattern, bounded.
+  thread_local std::unordered_map<uint64_t, std::string> float_text;
+  uint64_t bits = 0;
+  std::memcpy(&bits, &d, sizeof(bits));
+  auto it = float_text.find(bits);
+  if (it == float_text.end()) {
+    if (float_text.size() >= 4096) float_text.clear();
+    std::string t;
+    append_json_float(t, d);
+    it = float_text.emplace(bits, std::move(t)).first;
+  }
+  w.raw(it->second);
+}
+void float_value(RecordTape& w, double d) { w.number(d); }
+
 // Writes one argument as upstream's _serialize_value does, collecting its tensors under their
-// keys (nested ones as key__<i>).
-void serialize(PyJsonWriter& w, const Value& v, const std::string& key, Extracted& ex, int depth) {
+// keys (nested ones as key__<i>). W: PyJsonWriter (text now) or RecordTape (text at a dump).
+template <typename W>
+void serialize(W& w, const Value& v, const std::string& key, Extracted& ex, int depth) {
   switch (v.kind()) {
     case Value::Kind::kNone:
       w.null();
@@ -45,23 +67,9 @@ void serialize(PyJsonWriter& w, const Value& v, const std::string& key, Extracte
     case Value::Kind::kInt:
       w.integer(v.as_int());
       return;
-    case Value::Kind::kFloat: {
-      // Shortest round-trip digits are costly and a program passes the same few floats (eps,
-      // scales) call after call: their text is cached per thread by bit pattern, bounded.
-      thread_local std::unordered_map<uint64_t, std::string> float_text;
-      const double d = v.as_float();
-      uint64_t bits = 0;
-      std::memcpy(&bits, &d, sizeof(bits));
-      auto it = float_text.find(bits);
-      if (it == float_text.end()) {
-        if (float_text.size() >= 4096) float_text.clear();
-        std::string t;
-        append_json_float(t, d);
-        it = float_text.emplace(bits, std::move(t)).first;
-      }
-      w.raw(it->second);
+    case Value::Kind::kFloat:
+      float_value(w, v.as_float());
       return;
-    }
     case Value::Kind::kString:
       w.string(v.as_string());
       return;
@@ -136,7 +144,9 @@ void serialize(PyJsonWriter& w, const Value& v, const std::string& key, Extracte
     }
     case Value::Kind::kObject:
       w.begin_object().key(schema::kType).string(v.as_object().type);
-      w.key(schema::kRepr).string(v.as_object().repr.substr(0, 1000)).end_object();
+      w.key(schema::kRepr)
+          .string(std::string_view(v.as_object().repr).substr(0, 1000))
+          .end_object();
       return;
   }
   w.null();
@@ -214,10 +224,11 @@ void Extracted::add(const std::string& key, const Tensor& t) {
   bytes += t.nbytes();
 }
 
-std::string record_head(const OpDecl& decl, std::span<const Value> args, int64_t call_sequence,
-                        const std::string& timestamp, int64_t pid, Extracted& ex) {
-  std::string head;
-  PyJsonWriter w(head);
+namespace {
+
+template <typename W>
+void write_head(W& w, const OpDecl& decl, std::span<const Value> args, int64_t call_sequence,
+                std::string_view timestamp, int64_t pid, Extracted& ex) {
   w.begin_object().key(schema::kFunctionName).string(decl.name);
   w.key(schema::kModule).string(decl.module);
   w.key(schema::kCallSequence).integer(call_sequence);
@@ -264,7 +275,91 @@ std::string record_head(const OpDecl& decl, std::span<const Value> args, int64_t
     for (const auto& [k, t] : extra) ex.add(k, t);
   }
   w.end_object();  // the record itself stays open: record_line() continues it
+}
+
+template <typename W>
+void write_result(W& w, const Value& result, Extracted& out) {
+  w.begin_object();
+  if (result.is_tensor()) {
+    out.add(std::string(schema::kResult), result.as_tensor());
+  } else if (result.kind() == Value::Kind::kTuple) {
+    const auto& items = result.items();
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const std::string key = std::string(schema::kResultPrefix) + std::to_string(i);
+      if (items[i].is_tensor()) {
+        out.add(key, items[i].as_tensor());
+      } else {
+        w.key(key);
+        serialize(w, items[i], key, out, 0);
+      }
+    }
+  } else {
+    const std::string key(schema::kResult);
+    w.key(key);
+    serialize(w, result, key, out, 0);
+  }
+  w.end_object();
+}
+
+}  // namespace
+
+std::string record_head(const OpDecl& decl, std::span<const Value> args, int64_t call_sequence,
+                        const std::string& timestamp, int64_t pid, Extracted& ex) {
+  std::string head;
+  PyJsonWriter w(head);
+  write_head(w, decl, args, call_sequence, timestamp, pid, ex);
   return head;
+}
+
+void record_head_tape(const OpDecl& decl, std::span<const Value> args, int64_t call_sequence,
+                      std::string_view timestamp, int64_t pid, Extracted& ex, RecordTape& tape) {
+  tape.clear();
+  write_head(tape, decl, args, call_sequence, timestamp, pid, ex);
+}
+
+void extract_result_tape(const Value& result, Extracted& out, RecordTape& metadata) {
+  metadata.clear();
+  write_result(metadata, result, out);
+}
+
+void fill_input_record(InputRecord& rec, const OpDecl& decl, std::span<const Value> args,
+                       int64_t call_sequence, std::string_view timestamp, int64_t pid,
+                       const std::string* tail, std::optional<uint64_t> self_id,
+                       int64_t process_sequence, Extracted& ex) {
+  record_head_tape(decl, args, call_sequence, timestamp, pid, ex, rec.head);
+  rec.tail = tail;
+  rec.graph = false;
+  rec.self_id = self_id;
+  rec.process_sequence = process_sequence;
+  rec.bytes = ex.bytes;
+  rec.tensors.resize(ex.tensors.size());
+  for (std::size_t i = 0; i < ex.tensors.size(); ++i) {
+    set_tensor_meta(rec.tensors[i], ex.tensors[i].first, ex.tensors[i].second);
+    rec.tensors[i].device = ex.devices[i];
+  }
+}
+
+void fill_output_record(OutputRecord& rec, const OpDecl& decl, std::span<const Value> args,
+                        const Value& result, Extracted& out, Extracted& mutated) {
+  extract_result_tape(result, out, rec.metadata);
+  extract_mutated_into(decl, args, mutated);
+  rec.bytes = out.bytes;
+  rec.outputs.resize(out.tensors.size());
+  for (std::size_t i = 0; i < out.tensors.size(); ++i) {
+    set_tensor_meta(rec.outputs[i], out.tensors[i].first, out.tensors[i].second);
+    rec.outputs[i].device = out.devices[i];
+  }
+  rec.mutated.resize(mutated.tensors.size());
+  for (std::size_t i = 0; i < mutated.tensors.size(); ++i) {
+    set_tensor_meta(rec.mutated[i], mutated.tensors[i].first, mutated.tensors[i].second);
+    rec.mutated[i].device = mutated.devices[i];
+  }
+}
+
+void Extracted::clear() {
+  tensors.clear();
+  devices.clear();
+  bytes = 0;
 }
 
 std::string record_tail(bool safetensors, const std::string& signature) {
@@ -333,32 +428,18 @@ Extracted extract_result(const Value& result, bool by_reference, std::string& ou
   out.by_reference = by_reference;
   output_metadata.clear();
   PyJsonWriter w(output_metadata);
-  w.begin_object();
-  if (result.is_tensor()) {
-    out.add(std::string(schema::kResult), result.as_tensor());
-  } else if (result.kind() == Value::Kind::kTuple) {
-    const auto& items = result.items();
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      const std::string key = std::string(schema::kResultPrefix) + std::to_string(i);
-      if (items[i].is_tensor()) {
-        out.add(key, items[i].as_tensor());
-      } else {
-        w.key(key);
-        serialize(w, items[i], key, out, 0);
-      }
-    }
-  } else {
-    const std::string key(schema::kResult);
-    w.key(key);
-    serialize(w, result, key, out, 0);
-  }
-  w.end_object();
+  write_result(w, result, out);
   return out;
 }
 
 Extracted extract_mutated(const OpDecl& decl, std::span<const Value> args, bool by_reference) {
   Extracted mutated;
   mutated.by_reference = by_reference;
+  extract_mutated_into(decl, args, mutated);
+  return mutated;
+}
+
+void extract_mutated_into(const OpDecl& decl, std::span<const Value> args, Extracted& mutated) {
   for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
     const ParamDecl& pd = decl.params[i];
     if (!pd.mutated) continue;
@@ -375,7 +456,6 @@ Extracted extract_mutated(const OpDecl& decl, std::span<const Value> args, bool 
       }
     }
   }
-  return mutated;
 }
 
 Outcome outputs_outcome(const RecordParts& rec, std::string output_metadata, const Extracted& out,

@@ -27,7 +27,12 @@ struct Extracted {
   bool by_reference = false;    // CUDA-graph capture: no copy now, values taken at flush time
 
   void add(const std::string& key, const Tensor& t);
+  void clear();  // empty, keeping the storage (the ring reuses one per thread)
 };
+
+class RecordTape;
+struct InputRecord;
+struct OutputRecord;
 
 /// A call's record as text pieces.
 struct RecordParts {
@@ -53,6 +58,23 @@ struct Outcome {
 std::string record_head(const OpDecl& decl, std::span<const Value> args, int64_t call_sequence,
                         const std::string& timestamp, int64_t pid, Extracted& ex);
 
+/// record_head() recorded into a tape (the ring mode: the text is written at a dump).
+void record_head_tape(const OpDecl& decl, std::span<const Value> args, int64_t call_sequence,
+                      std::string_view timestamp, int64_t pid, Extracted& ex, RecordTape& tape);
+
+/// The ring's structured record of a call's inputs (recorder/record_tape.h): record_head_tape
+/// and what finish_inputs would write, with `tail` (record_tail's text, kept alive by the
+/// caller). `ex` receives the input tensors (by reference). Storage in `rec` is reused.
+void fill_input_record(InputRecord& rec, const OpDecl& decl, std::span<const Value> args,
+                       int64_t call_sequence, std::string_view timestamp, int64_t pid,
+                       const std::string* tail, std::optional<uint64_t> self_id,
+                       int64_t process_sequence, Extracted& ex);
+
+/// The ring's structured record of a call's outcome: what outputs_outcome would write.
+/// `out` and `mutated` receive the output and mutated tensors (by reference).
+void fill_output_record(OutputRecord& rec, const OpDecl& decl, std::span<const Value> args,
+                        const Value& result, Extracted& out, Extracted& mutated);
+
 /// Fills the input-side pieces after the head: keys, tensor details, tensor format, signature,
 /// versions, graph flag, self_id, backend and process_sequence.
 void finish_inputs(RecordParts& rec, const Extracted& ex, bool safetensors,
@@ -73,8 +95,12 @@ Outcome inputs_outcome(const RecordParts& rec);
 /// The result as upstream extracts it: a tensor is `result`, a tuple's tensors `result_<i>`
 /// (other items in output_metadata), anything else output_metadata["result"].
 Extracted extract_result(const Value& result, bool by_reference, std::string& output_metadata);
+/// extract_result() with output_metadata recorded into a tape; appends to `out`.
+void extract_result_tape(const Value& result, Extracted& out, RecordTape& metadata);
 /// The arguments the op wrote into (ParamDecl::mutated), keyed like the inputs.
 Extracted extract_mutated(const OpDecl& decl, std::span<const Value> args, bool by_reference);
+/// extract_mutated() appending to `mutated` (its by_reference as set).
+void extract_mutated_into(const OpDecl& decl, std::span<const Value> args, Extracted& mutated);
 
 /// Line 2's additions for the given outputs and mutated arguments.
 Outcome outputs_outcome(const RecordParts& rec, std::string output_metadata, const Extracted& out,

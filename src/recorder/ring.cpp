@@ -35,6 +35,7 @@
 #include "recorder/graph_dumps.h"
 #include "recorder/python_json.h"
 #include "recorder/record_json.h"
+#include "recorder/record_tape.h"
 #include "recorder/ring_dedup_dump.h"
 
 namespace flashinfer::recorder::internal {
@@ -145,10 +146,11 @@ struct Blob {
   Blob& operator=(const Blob&) = delete;
 };
 
-// A kept tensor: its torch metadata and the blob holding its span.
+// A kept tensor: its torch metadata and the bytes of the blob holding its span (the blob is
+// owned by the call's `blobs`).
 struct KeptTensor {
   formats::TorchItem item;
-  std::shared_ptr<Blob> blob;
+  const uint8_t* data = nullptr;
 };
 
 std::string json_escaped(std::string_view s) {
@@ -157,16 +159,14 @@ std::string json_escaped(std::string_view s) {
   return out.substr(1, out.size() - 2);  // without the quotes
 }
 
-// A record line as pieces (record_line_pieces): views of the call's record parts and of an
-// Outcome, not a copy; a null piece stands for the dump directory. Laying the text out in one
-// string per line, twice per call, was the largest part of the ring's cost per call.
-using LinePieces = std::vector<std::string_view>;
-
 // A kept call's files, laid out. Immutable once published, except for the CRC fields that
-// writing an archive fills in (always with the same values).
+// writing an archive fills in (always with the same values). The record lines are not text
+// yet: the call's InputRecord and, once it completed, `out` (recorder/record_tape.h) are
+// written as text only when a dump is (the record text built for every kept call was about a
+// third of the hooks' time, session 11).
 struct CallFiles {
-  Outcome outcome;                // what this file set's last line views (not moved once viewed)
-  std::vector<LinePieces> lines;  // metadata.jsonl (and session.jsonl) lines
+  OutputRecord out;       // line 2's additions, when `complete`
+  bool complete = false;  // line 2 (completed) follows line 1 (inputs_saved)
   formats::ArchivePlan inputs, outputs, mutated;
   bool has_inputs = false, has_outputs = false, has_mutated = false;
 };
@@ -181,8 +181,8 @@ struct RingCall {
   std::vector<std::shared_ptr<Blob>> blobs;  // keeps every tensor's bytes alive
   std::unique_ptr<CallFiles> begin, end;
   std::atomic<CallFiles*> files{nullptr};
-  RecordParts rec;
-  std::vector<KeptTensor> inputs;
+  InputRecord rec;                 // line 1's record, structured
+  std::vector<KeptTensor> inputs;  // their blob references are in `blobs` only
   bool evicted = false;
   std::size_t slot = 0;  // its index in slots_ (kept index % N)
   // A wrapper's setup call (`__init__`, `plan`, `begin_forward`) and its object: once evicted
@@ -397,7 +397,28 @@ bool same_owner(const std::weak_ptr<Storage>& a, const std::shared_ptr<Storage>&
   return !a.owner_before(b) && !b.owner_before(a);
 }
 
+// TextOut's sink in a dump: the same bytes to two files (fds[0], fds[1]).
+void write_to_fds(void* ctx, const char* p, std::size_t n) {
+  const int* fds = static_cast<const int*>(ctx);
+  write_all(fds[0], p, n);
+  write_all(fds[1], p, n);
+}
+
 }  // namespace
+
+// A kept call's metadata.jsonl lines as text, from its structured record: line 1
+// (inputs_saved) and, once the call completed, line 2 (completed); `dump_dir_json` are the
+// pieces of the call directory's JSON-escaped path (no quotes). Every dump writes records
+// through this (dump_ring, SIGUSR1, nan, error, exit, and the crash handler): it allocates
+// nothing and is async-signal-safe.
+void write_kept_call_records(const RingCall& c, const CallFiles& f,
+                             std::span<const std::string_view> dump_dir_json,
+                             TextOut& out) noexcept {
+  write_record_line(c.rec, nullptr, dump_dir_json, out);
+  if (f.complete) write_record_line(c.rec, &f.out, dump_dir_json, out);
+}
+
+namespace {}  // namespace
 
 // ---- the recorder
 // --------------------------------------------------------------------------------
@@ -431,15 +452,18 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
     return s;
   }
 
-  // `nonfinite` (the NaN trigger, outputs): set when a kept tensor holds a NaN or an Inf.
-  std::vector<KeptTensor> keep(const NamedTensors& tensors, std::vector<std::shared_ptr<Blob>>&,
-                               bool* nonfinite = nullptr);
+  // Keeps `tensors` into `out` (its elements reused: no allocation once warm) and their blobs
+  // into `owner`. `nonfinite` (the NaN trigger, outputs): set when a kept tensor holds a NaN or
+  // an Inf.
+  void keep(const NamedTensors& tensors, std::vector<KeptTensor>& out,
+            std::vector<std::shared_ptr<Blob>>& owner, bool* nonfinite = nullptr);
   std::shared_ptr<Blob> share_span_locked(const SpanKey& at, uint64_t n, const Tensor& t,
                                           uint64_t fp);
   // A recorded (or filtered-out) call wrote `tensors`: kept spans overlapping them are stale.
   void note_writes(const NamedTensors& tensors);
   void note_write_locked(const Tensor& t);
-  formats::ArchivePlan plan(std::string_view stem, const std::vector<KeptTensor>& t);
+  // Lays out an archive of `t` into `dst` (its storage reused).
+  void plan(formats::ArchivePlan& dst, std::string_view stem, const std::vector<KeptTensor>& t);
   void publish(const std::shared_ptr<RingCall>& call);
   void evict_oldest_locked();
   void release_locked(RingCall& c);
@@ -674,17 +698,17 @@ const std::string& RingRecorder::tail_of(const OpDecl& decl) {
   return known.emplace_back(decl.name, record_tail(false, decl.signature())).second;
 }
 
-std::vector<KeptTensor> RingRecorder::keep(const NamedTensors& tensors,
-                                           std::vector<std::shared_ptr<Blob>>& owner,
-                                           bool* nonfinite) {
-  std::vector<KeptTensor> out;
-  out.reserve(tensors.size());
-  for (const auto& [key, t] : tensors) {
-    KeptTensor k;
-    k.item.name = key;
+void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& out,
+                        std::vector<std::shared_ptr<Blob>>& owner, bool* nonfinite) {
+  out.resize(tensors.size());
+  for (std::size_t ti = 0; ti < tensors.size(); ++ti) {
+    const auto& [key, t] = tensors[ti];
+    KeptTensor& k = out[ti];
+    k.item.name.assign(key);
     k.item.dtype = t.dtype();
-    k.item.shape = t.shape();
-    k.item.strides = t.strides();
+    k.item.shape.assign(t.shape().begin(), t.shape().end());
+    k.item.strides.assign(t.strides().begin(), t.strides().end());
+    std::shared_ptr<Blob> blob;
     int64_t begin = t.storage_offset(), end = begin;
     if (t.numel() > 0) {
       std::tie(begin, end) = detail::covered_span(t.shape(), t.strides(), t.storage_offset());
@@ -705,48 +729,47 @@ std::vector<KeptTensor> RingRecorder::keep(const NamedTensors& tensors,
       at = SpanKey{device_code(t.device()), reinterpret_cast<uintptr_t>(src)};
       if (!cuda) fp = fingerprint(src, n);
       std::lock_guard<std::mutex> l(mu_);
-      k.blob = share_span_locked(*at, n, t, fp);
+      blob = share_span_locked(*at, n, t, fp);
     } else if (!cuda) {
       const XXH128_hash_t h = XXH3_128bits(src, n);
       const BlobKey bk{h.low64, h.high64, n};
       {
         std::lock_guard<std::mutex> l(mu_);
         auto it = blobs_.find(bk);
-        if (it != blobs_.end()) k.blob = it->second.lock();
+        if (it != blobs_.end()) blob = it->second.lock();
       }
-      if (!k.blob) {
-        k.blob = std::make_shared<Blob>(n, false, held_, pool_);
-        if (n) std::memcpy(k.blob->data, src, n);
-        k.blob->key = bk;
+      if (!blob) {
+        blob = std::make_shared<Blob>(n, false, held_, pool_);
+        if (n) std::memcpy(blob->data, src, n);
+        blob->key = bk;
         std::lock_guard<std::mutex> l(mu_);
-        blobs_[bk] = k.blob;
+        blobs_[bk] = blob;
       }
     }
-    if (!k.blob) {
+    if (!blob) {
       if (cuda) {
         // Copied on the call's stream into page-locked memory; the copy is awaited only when
         // a dump is written.
-        k.blob = std::make_shared<Blob>(n, true, held_, pool_);
-        k.blob->event = detail::cuda_copy_to_host_async(k.blob->data, src, n, t.device().index);
+        blob = std::make_shared<Blob>(n, true, held_, pool_);
+        blob->event = detail::cuda_copy_to_host_async(blob->data, src, n, t.device().index);
       } else {
-        k.blob = std::make_shared<Blob>(n, false, held_, pool_);
-        if (n) std::memcpy(k.blob->data, src, n);
+        blob = std::make_shared<Blob>(n, false, held_, pool_);
+        if (n) std::memcpy(blob->data, src, n);
       }
       if (at) {
         std::lock_guard<std::mutex> l(mu_);
-        k.blob->where = at;
+        blob->where = at;
         auto& entries = spans_[span_class(n)][*at];
         std::erase_if(entries, [&](const SpanEntry& e) { return e.bytes == n; });
-        entries.push_back({n, k.blob, t.storage(), fp});
+        entries.push_back({n, blob, t.storage(), fp});
       }
     }
     if (nonfinite && !*nonfinite) {
-      *nonfinite = kept_has_nonfinite(t, cuda ? nullptr : k.blob->data, k.item.span);
+      *nonfinite = kept_has_nonfinite(t, cuda ? nullptr : blob->data, k.item.span);
     }
-    owner.push_back(k.blob);
-    out.push_back(std::move(k));
+    k.data = blob->data;
+    owner.push_back(std::move(blob));
   }
-  return out;
 }
 
 std::shared_ptr<Blob> RingRecorder::share_span_locked(const SpanKey& at, uint64_t n,
@@ -789,17 +812,17 @@ void RingRecorder::note_writes(const NamedTensors& tensors) {
   for (const auto& [key, t] : tensors) note_write_locked(t);
 }
 
-formats::ArchivePlan RingRecorder::plan(std::string_view stem, const std::vector<KeptTensor>& t) {
+void RingRecorder::plan(formats::ArchivePlan& dst, std::string_view stem,
+                        const std::vector<KeptTensor>& t) {
   // An archive's layout depends on its tensors' names, dtypes, shapes, strides and spans only;
   // the tensor bytes are pointers in it. A decode step calls the same ops with the same
   // layouts over and over, so the layouts are cached per thread (no lock) and a kept call
   // copies one and points it at its own blobs (the pickling and zip headers took a sixth of
   // the ring's time).
   thread_local std::unordered_map<std::string, formats::ArchivePlan> cache;
-  std::string key(stem);
-  const auto put = [&key](const void* p, std::size_t n) {
-    key.append(static_cast<const char*>(p), n);
-  };
+  thread_local std::string key;
+  key.assign(stem);
+  const auto put = [](const void* p, std::size_t n) { key.append(static_cast<const char*>(p), n); };
   for (const KeptTensor& k : t) {
     const uint64_t sizes[] = {k.item.name.size(), static_cast<uint64_t>(k.item.dtype),
                               k.item.shape.size(), static_cast<uint64_t>(k.item.offset),
@@ -816,13 +839,12 @@ formats::ArchivePlan RingRecorder::plan(std::string_view stem, const std::vector
     for (const KeptTensor& k : t) items.push_back(k.item);
     const std::vector<const void*> none(t.size(), nullptr);
     if (cache.size() >= 1024) cache.clear();  // bounded: programs with ever new shapes
-    it = cache.emplace(std::move(key), formats::plan_torch_archive(stem, items, none)).first;
+    it = cache.emplace(key, formats::plan_torch_archive(stem, items, none)).first;
   }
-  formats::ArchivePlan plan = it->second;
-  for (std::size_t i = 0; i < plan.crc_slots.size(); ++i) {
-    plan.pieces[plan.crc_slots[i].piece].data = t[i].blob->data;
+  dst = it->second;  // copy-assigned: dst's vectors keep their storage
+  for (std::size_t i = 0; i < dst.crc_slots.size(); ++i) {
+    dst.pieces[dst.crc_slots[i].piece].data = t[i].data;
   }
-  return plan;
 }
 
 void RingRecorder::evict_oldest_locked() {
@@ -851,14 +873,12 @@ void RingRecorder::recycle_locked(std::shared_ptr<RingCall> c) {
   r.dir_name_json.clear();
   r.name_at = r.name_len = 0;
   r.sequence = r.process_sequence = 0;
+  // The record's and the inputs' storage stays for the next call (filled in place).
   r.rec.head.clear();
-  r.rec.in_keys.clear();
-  r.rec.in_details.clear();
-  r.rec.tail.clear();
-  r.rec.flags.clear();
-  r.rec.trailer.clear();
-  r.rec.input_bytes = 0;
-  r.inputs.clear();
+  r.rec.bytes = 0;
+  r.rec.tail = nullptr;
+  r.rec.self_id.reset();
+  r.rec.process_sequence = 0;
   r.blobs.clear();
   // begin and end stay allocated: the next call lays its files out over them.
   r.evicted = false;
@@ -888,7 +908,6 @@ void RingRecorder::release_locked(RingCall& c) {
   // Only a blob this call holds alone is freed here, so only its table entry can expire: a
   // shared one (a weight kept by every later call) is not looked up at all (eviction was
   // ~8 % of the hooks' time, most of it these lookups and the lists built for them).
-  c.inputs.clear();
   for (std::size_t i = 0; i < c.blobs.size(); ++i) {
     auto& b = c.blobs[i];
     if (!b) continue;
@@ -984,20 +1003,27 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
       seq = ++counters_[decl.name];
     }
     const std::string ts = timestamp_now();
-    Extracted ex;
+    // One per thread, reused (the hooks do not nest within a thread); emptied before the hook
+    // returns so that it holds no tensor longer than the call.
+    thread_local Extracted ex;
+    ex.clear();
     ex.by_reference = true;  // the ring takes its own copies below
-    call->rec.head = record_head(decl, args, seq, ts, pid_, ex);
+    struct Clear {
+      Extracted& e;
+      ~Clear() { e.clear(); }
+    } clear_ex{ex};
+    // The record is kept structured (record_tape.h) and written as text only in a dump.
     std::optional<uint64_t> self_id;
     if (decl.is_method() && !args.empty() && args[0].kind() == Value::Kind::kObject) {
       self_id = args[0].as_object().id;
       call->self_id = self_id;
-      call->method = std::string(decl.method_name());
+      call->method.assign(decl.method_name());
       call->setup =
           call->method == "__init__" || call->method == "plan" || call->method == "begin_forward";
     }
     const int64_t pseq = process_sequence_.fetch_add(1, std::memory_order_relaxed) + 1;
-    finish_inputs_with_tail(call->rec, ex, tail_of(decl), false, self_id, pseq);
-    call->inputs = keep(ex.tensors, call->blobs);
+    fill_input_record(call->rec, decl, args, seq, ts, pid_, &tail_of(decl), self_id, pseq, ex);
+    keep(ex.tensors, call->inputs, call->blobs);
     // <ts>_pid<PID>_<name>_call<NNNN>, laid out in one string (the concatenations and
     // snprintf it replaces were a few percent of the hook's time).
     char digits[48];
@@ -1033,12 +1059,10 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
 
     std::unique_ptr<CallFiles> files =
         call->begin ? std::move(call->begin) : std::make_unique<CallFiles>();
-    files->outcome = inputs_outcome(call->rec);
-    files->lines.resize(1);
-    record_line_pieces(call->rec, files->outcome, schema::kStatusInputsSaved, files->lines[0]);
+    files->complete = false;
     files->has_outputs = files->has_mutated = false;
     files->has_inputs = !call->inputs.empty();
-    if (files->has_inputs) files->inputs = plan(schema::kInputsStem, call->inputs);
+    if (files->has_inputs) plan(files->inputs, schema::kInputsStem, call->inputs);
     call->begin = std::move(files);
     call->files.store(call->begin.get(), std::memory_order_release);
     publish(call);
@@ -1055,36 +1079,47 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   std::shared_ptr<RingCall> call = std::move(stack().back().call);
   const bool observed = stack().back().observed;
   stack().pop_back();
+  // Per thread, reused (the hooks do not nest within a thread), emptied before returning.
+  thread_local Extracted out, mutated;
+  thread_local RecordTape scratch_metadata;
+  out.clear();
+  mutated.clear();
+  out.by_reference = mutated.by_reference = true;
+  struct Clear {
+    ~Clear() {
+      out.clear();
+      mutated.clear();
+    }
+  } clear_extracted;
   if (!call) {
     if (observed && !cfg_.ring_verify_full) {
-      std::string ignored;
-      note_writes(extract_result(result, true, ignored).tensors);
-      note_writes(extract_mutated(decl, args, true).tensors);
+      extract_result_tape(result, out, scratch_metadata);
+      extract_mutated_into(decl, args, mutated);
+      note_writes(out.tensors);
+      note_writes(mutated.tensors);
     }
     return;
   }
   RingCall* expected = call.get();
   last_begun_.compare_exchange_strong(expected, nullptr);
   bool nan = false;
-  LinePieces line1;  // views of call->begin, which lives as long as the call
-  bool has_inputs = false;
-  formats::ArchivePlan inputs_plan;  // line 1's, reused: the same tensors, the same bytes
   bool evicted = false;
-  std::unique_ptr<CallFiles> recycled_end;
+  std::unique_ptr<CallFiles> files;
+  thread_local std::vector<std::shared_ptr<Blob>> blobs;
+  thread_local std::vector<KeptTensor> kept_out, kept_mut;
   {
     std::lock_guard<std::mutex> l(mu_);
     evicted = call->evicted;
-    if (!evicted) {
-      line1 = call->begin->lines[0];
-      recycled_end = std::move(call->end);  // a recycled call's earlier layout, reused below
-      has_inputs = call->begin->has_inputs;
-      if (has_inputs) inputs_plan = call->begin->inputs;
-    }
+    if (!evicted) files = std::move(call->end);  // a recycled call's earlier layout, reused
   }
   try {
-    std::string output_metadata;
-    Extracted out = extract_result(result, true, output_metadata);
-    Extracted mutated = extract_mutated(decl, args, true);
+    if (!files && !evicted) files = std::make_unique<CallFiles>();
+    if (evicted) {
+      extract_result_tape(result, out, scratch_metadata);
+      extract_mutated_into(decl, args, mutated);
+    } else {
+      fill_output_record(files->out, decl, args, result, out, mutated);
+    }
     // Before the outputs are kept: what the op wrote is new content, not what a kept span holds.
     note_writes(out.tensors);
     note_writes(mutated.tensors);
@@ -1097,24 +1132,21 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
       }
       throw std::runtime_error("evicted before it completed");
     }
-    std::vector<std::shared_ptr<Blob>> blobs;
-    const std::vector<KeptTensor> kept_out = keep(out.tensors, blobs, check ? &nan : nullptr);
-    const std::vector<KeptTensor> kept_mut = keep(mutated.tensors, blobs, check ? &nan : nullptr);
-    std::unique_ptr<CallFiles> files =
-        recycled_end ? std::move(recycled_end) : std::make_unique<CallFiles>();
-    files->outcome = outputs_outcome(call->rec, std::move(output_metadata), out, mutated);
-    files->lines.resize(2);
-    files->lines[0] = std::move(line1);
-    record_line_pieces(call->rec, files->outcome, schema::kStatusCompleted, files->lines[1]);
-    files->has_inputs = has_inputs;
-    if (files->has_inputs) files->inputs = std::move(inputs_plan);
+    blobs.clear();
+    keep(out.tensors, kept_out, blobs, check ? &nan : nullptr);
+    keep(mutated.tensors, kept_mut, blobs, check ? &nan : nullptr);
+    files->complete = true;
     files->has_outputs = !kept_out.empty();
-    if (files->has_outputs) files->outputs = plan(schema::kOutputsStem, kept_out);
+    if (files->has_outputs) plan(files->outputs, schema::kOutputsStem, kept_out);
     files->has_mutated = !kept_mut.empty();
-    if (files->has_mutated) files->mutated = plan(schema::kMutatedStem, kept_mut);
+    if (files->has_mutated) plan(files->mutated, schema::kMutatedStem, kept_mut);
     {
       std::lock_guard<std::mutex> l(mu_);
       if (!call->evicted) {
+        // Line 1's inputs archive, reused: the same tensors, the same bytes (under the lock: a
+        // dump fills in its CRC fields).
+        files->has_inputs = call->begin->has_inputs;
+        if (files->has_inputs) files->inputs = call->begin->inputs;
         for (auto& b : blobs) call->blobs.push_back(std::move(b));
         call->end = std::move(files);
         call->files.store(call->end.get(), std::memory_order_release);
@@ -1125,7 +1157,9 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
         }
       }
     }
+    blobs.clear();
   } catch (const std::exception& e) {
+    blobs.clear();
     if (!evicted) {
       log(std::string("[flashinfer] ring recorder: keeping the outputs of ") + decl.name +
           " failed: " + e.what());
@@ -1264,36 +1298,13 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
     if (!file_path(dir, schema::kMetadataFile)) continue;
     const int meta = open_new(path);
     if (meta < 0) continue;
-    for (const LinePieces& line : f->lines) {
-      // Assembled in a fixed buffer, written out when full and at the end of the line.
-      FixedText out(line_buf, sizeof(line_buf));
-      const auto flush = [&] {
-        write_all(meta, line_buf, out.n);
-        write_all(session, line_buf, out.n);
-        out.n = 0;
-      };
-      const auto put = [&](std::string_view v) {
-        while (!v.empty()) {
-          if (out.n + 1 >= out.cap) flush();
-          const std::size_t k = std::min(v.size(), out.cap - 1 - out.n);
-          out.put(v.data(), k);
-          v.remove_prefix(k);
-        }
-      };
-      for (const std::string_view piece : line) {
-        if (piece.data()) {
-          put(piece);
-          continue;
-        }
-        put("\"");
-        put(prefix_json_);
-        put(rel);
-        put("/");
-        put(c->dir_name_json);
-        put("\"");
-      }
-      put("\n");
-      flush();
+    {
+      // Both files get the same lines: metadata.jsonl and the dump's session.jsonl.
+      int fds[2] = {meta, session};
+      TextOut out(line_buf, sizeof(line_buf), write_to_fds, fds);
+      const std::string_view dump_dir_json[] = {prefix_json_, rel, "/", c->dir_name_json};
+      write_kept_call_records(*c, *f, dump_dir_json, out);
+      out.flush();
     }
     ::close(meta);
     struct Side {
