@@ -236,6 +236,33 @@ void add_extra_upstream_calls(std::map<std::string, UpstreamCall>& m) {
         {"batch_size", Value(int64_t{2})},
         {"cum_seq_lens_q", T({3}, i32)},
         {"cum_seq_lens_kv", T({3}, i32)}});
+  // The NVFP4 paged appends (committed outputs): 2 KV heads of 64 (32 packed bytes, 4 scales of
+  // 16), pages of 4, NHD, bf16 rows.
+  const auto nvfp4_cache = [&](int64_t last, DType dt) {
+    return Value::tuple({T({6, 4, 2, last}, dt), T({6, 4, 2, last}, dt)});
+  };
+  call("nvfp4_quantize_append_paged_kv_cache_kv2_d64_pd32_sd4_ps4",
+       "nvfp4_quantize_append_paged_kv_cache",
+       {{"append_key", T({5, 2, 64}, bf)},
+        {"append_value", T({5, 2, 64}, bf)},
+        {"batch_indices", T({5}, i32)},
+        {"positions", T({5}, i32)},
+        {"paged_kv_cache", nvfp4_cache(32, u8)},
+        {"kv_cache_sf", nvfp4_cache(4, e4m3)},
+        {"kv_indices", T({6}, i32)},
+        {"kv_indptr", T({3}, i32)},
+        {"kv_last_page_len", T({2}, i32)},
+        {"k_scale", Value(1.0)},
+        {"v_scale", Value(1.0)}});
+  call("nvfp4_quantize_append_paged_kv_cache_with_slot_mapping_kv2_d64_pd32_sd4_ps4",
+       "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
+       {{"append_key", T({5, 2, 64}, bf)},
+        {"append_value", T({5, 2, 64}, bf)},
+        {"slot_mapping", T({5}, i32)},
+        {"paged_kv_cache", nvfp4_cache(32, u8)},
+        {"kv_cache_sf", nvfp4_cache(4, e4m3)},
+        {"k_scale", T({1}, DType::kFloat32)},
+        {"v_scale", T({1}, DType::kFloat32)}});
 }
 
 std::map<std::string, UpstreamCall> upstream_calls() {
@@ -1423,7 +1450,11 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
       // The router GEMM's fixed shape; whole 128-wide scale blocks for the FP8 GEMMs.
       {"mm_M1_16_K7168_N256", {{"K", 7168}, {"N", 256}}},
       {"fp8_blockscale_gemm_sm90", {{"K", 256}, {"N", 256}}},
-      {"batch_deepgemm_fp8_nt_groupwise", {{"K", 256}, {"N", 256}}}};
+      {"batch_deepgemm_fp8_nt_groupwise", {{"K", 256}, {"N", 256}}},
+      // NVFP4 appends: head_dim 16 is one scale block of 8 packed bytes.
+      {"nvfp4_quantize_append_paged_kv_cache", {{"packed_head_dim", 8}, {"scale_dim", 1}}},
+      {"nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
+       {{"packed_head_dim", 8}, {"scale_dim", 1}, {"one", 1}}}};
   std::map<std::string, int64_t> out;
   for (const auto& a : tmpl.axes) {
     if (!a.is_const) continue;
