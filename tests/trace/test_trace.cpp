@@ -1698,6 +1698,26 @@ TEST(Trace, StringSelectedTemplates) {
   EXPECT_EQ(fi::trace::definition_name_for_call(*kv, kv_call(Value("HND"))).value_or("none"),
             "nvfp4_kv_dequantize_paged_hnd_h4_dk16_dv16_ps2");
   EXPECT_FALSE(fi::trace::definition_name_for_call(*kv, kv_call(Value("NDH"))).has_value());
+  // The NVFP4 append: NHD (the default) only; upstream's HND naming is not established.
+  const fi::OpDecl* app =
+      fi::OpRegistry::global().find("nvfp4_quantize_append_paged_kv_cache_with_slot_mapping");
+  const auto app_call = [&](Value layout) {
+    const auto half = [](int64_t last, DType dt) {
+      return Value::tuple({T({3, 4, 2, last}, dt), T({3, 4, 2, last}, dt)});
+    };
+    return bind("nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
+                {{"append_key", T({2, 2, 32}, DType::kBFloat16)},
+                 {"append_value", T({2, 2, 32}, DType::kBFloat16)},
+                 {"slot_mapping", T({2}, DType::kInt32)},
+                 {"paged_kv_cache", half(16, DType::kUInt8)},
+                 {"kv_cache_sf", half(2, DType::kFloat8E4M3FN)},
+                 {"k_scale", Value(1.0)},
+                 {"v_scale", Value(1.0)},
+                 {"kv_layout", std::move(layout)}});
+  };
+  EXPECT_EQ(fi::trace::definition_name_for_call(*app, app_call(Value("NHD"))).value_or("none"),
+            "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping_kv2_d32_pd16_sd2_ps4");
+  EXPECT_FALSE(fi::trace::definition_name_for_call(*app, app_call(Value("HND"))).has_value());
   // From axes alone: the first template (a string is no axis value).
   EXPECT_EQ(Json::parse(fi::trace::definition_for_axes("mm_bf16_fp4",
                                                        {{"N", 64}, {"K", 32}, {"block_size", 16}}))
@@ -2256,6 +2276,26 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
     c = {"batch_deepgemm_fp8_nt_groupwise", [&](In& i) {
            return Outs{fi::batch_deepgemm_fp8_nt_groupwise(e4m3(i["a"]), e4m3(i["b"]), i["a_scale"],
                                                            i["b_scale"], i["masked_m"], 4)};
+         }};
+    cases.push_back(c);
+    // The NVFP4 appends: the packed bytes bit for bit, the e4m3 scales exactly (init's scale
+    // caches arrive as float32 from a torch without float8); k_scale 1.0, v_scale 0.5.
+    c = {"nvfp4_quantize_append_paged_kv_cache", [&](In& i) {
+           Tensor ks = e4m3(i["k_scale_cache"]), vs = e4m3(i["v_scale_cache"]);
+           fi::nvfp4_quantize_append_paged_kv_cache(
+               i["append_key"], i["append_value"], i["batch_indices"], i["positions"],
+               fi::PagedKVCache(i["paged_k_cache"], i["paged_v_cache"]), fi::PagedKVCache(ks, vs),
+               i["kv_indices"], i["kv_indptr"], i["kv_last_page_len"], 1.0, 0.5);
+           return Outs{i["paged_k_cache"], i["paged_v_cache"], ks, vs};
+         }};
+    cases.push_back(c);
+    c = {"nvfp4_quantize_append_paged_kv_cache_with_slot_mapping", [&](In& i) {
+           Tensor ks = e4m3(i["k_scale_cache"]), vs = e4m3(i["v_scale_cache"]);
+           fi::nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
+               i["append_key"], i["append_value"], i["slot_mapping"],
+               fi::PagedKVCache(i["paged_k_cache"], i["paged_v_cache"]), fi::PagedKVCache(ks, vs),
+               i["k_scale"], i["v_scale"]);
+           return Outs{i["paged_k_cache"], i["paged_v_cache"], ks, vs};
          }};
     cases.push_back(c);
   }
