@@ -816,6 +816,222 @@ def run(qkv, seq_lens, max_q_len, max_kv_len, bmm1_scale, bmm2_scale, batch_size
 )PY"});
 }
 
+// ---------------------------------------------------------------------------------------------
+// NVFP4 paged append (flashinfer.page): the schemas of upstream's committed outputs
+// nvfp4_quantize_append_paged_kv_cache(_with_slot_mapping)_kv2_d64_pd32_sd4_ps4.json (commits in
+// SOURCES.md; their template text is in no stored version). The (k, v) cache and scale-cache
+// tuples are named per half; only the NHD layout is established (upstream's files are NHD), so
+// kv_layout selects the template and an HND call writes no definition. The references are ours:
+// src/kernels/cpu/nvfp4_cpu.cpp's block of 16, sf = e4m3(amax / (6 * scale)),
+// q = e2m1(x / (sf * scale)) (nearest, ties to even), the first code in the low nibble.
+
+void add_nvfp4_append_group(std::vector<Template>& v) {
+  const std::vector<std::string> kv = {"nnz_kv", "num_kv_heads", "head_dim"};
+  const std::vector<std::string> packed = {"num_pages", "page_size", "num_kv_heads",
+                                           "packed_head_dim"};
+  const std::vector<std::string> scales = {"num_pages", "page_size", "num_kv_heads", "scale_dim"};
+  const std::string bytes_init =
+      "torch.zeros((num_pages, page_size, num_kv_heads, packed_head_dim), dtype=torch.uint8, "
+      "device=device)";
+  const auto sf_init = [](const std::string& key) {
+    return "torch.zeros((num_pages, page_size, num_kv_heads, scale_dim), device=device).to("
+           "{dtype:" +
+           key + "})";
+  };
+  // The four caches, inputs then outputs (updated in place), as upstream's files list them.
+  const auto caches_in = [&] {
+    return std::vector<Io>{
+        T("paged_k_cache", packed).from("paged_kv_cache").item(0).synth("uint8").init(bytes_init),
+        T("paged_v_cache", packed).from("paged_kv_cache").item(1).synth("uint8").init(bytes_init),
+        T("k_scale_cache", scales)
+            .from("kv_cache_sf")
+            .item(0)
+            .synth("float8_e4m3fn")
+            .init(sf_init("k_scale_cache")),
+        T("v_scale_cache", scales)
+            .from("kv_cache_sf")
+            .item(1)
+            .synth("float8_e4m3fn")
+            .init(sf_init("v_scale_cache"))};
+  };
+  const std::vector<Io> caches_out = {T("paged_k_cache", packed)
+                                          .dt("uint8")
+                                          .writes("paged_kv_cache")
+                                          .desc("Updated packed K cache (in-place)."),
+                                      T("paged_v_cache", packed)
+                                          .dt("uint8")
+                                          .writes("paged_kv_cache")
+                                          .desc("Updated packed V cache (in-place)."),
+                                      T("k_scale_cache", scales)
+                                          .dt("float8_e4m3fn")
+                                          .writes("kv_cache_sf")
+                                          .desc("Updated K scale cache (in-place)."),
+                                      T("v_scale_cache", scales)
+                                          .dt("float8_e4m3fn")
+                                          .writes("kv_cache_sf")
+                                          .desc("Updated V scale cache (in-place).")};
+  const std::vector<Axis> dims = {var("nnz_kv", "Total K/V tokens to append."),
+                                  cst("num_kv_heads", "kv"),
+                                  cst("head_dim", "d"),
+                                  cst("packed_head_dim", "pd"),
+                                  cst("scale_dim", "sd"),
+                                  var("num_pages"),
+                                  cst("page_size", "ps")};
+  const std::vector<std::string> shape_rules = {"packed_head_dim * 2 == head_dim",
+                                                "scale_dim * 16 == head_dim"};
+  // Quantizes [n, heads, dim] rows into (bytes [n, heads, dim / 2], scales [n, heads, dim / 16])
+  // and writes row i at (page, entry) of the caches; a float32 scale cache (the stand-in of a
+  // torch without float8) receives the scale's value.
+  const std::string helpers = std::string(kFp4Quant) + R"PY(
+
+def _quantize(rows, scale):
+    n, h, d = rows.shape
+    x = rows.float().reshape(n * h, d // 16, 16)
+    amax = x.abs().amax(dim=-1)
+    s = amax / (6.0 * scale) if scale > 0 else torch.zeros_like(amax)
+    sf, sf_bits = _e4m3_rn(s)
+    os = torch.where((amax > 0) & (sf > 0), 1.0 / (sf * scale), torch.zeros_like(sf))
+    codes = _e2m1_rn(x * os.unsqueeze(-1)).reshape(n * h, d)
+    return _pack(codes).reshape(n, h, d // 2), sf.reshape(n, h, -1), sf_bits.reshape(n, h, -1)
+
+
+def _write(cache, sf_cache, rows, scale, pages, entries):
+    q, sf, sf_bits = _quantize(rows, scale)
+    for i in range(rows.shape[0]):
+        page, entry = int(pages[i]), int(entries[i])
+        if page < 0 or page >= cache.shape[0]:
+            continue
+        cache[page, entry] = q[i]
+        sf_cache[page, entry] = sf_bits[i] if sf_cache.dtype == torch.uint8 else sf[i].to(sf_cache.dtype)
+
+
+def _scale(s):
+    return float(s.reshape(-1)[0]) if isinstance(s, torch.Tensor) else float(s)
+)PY";
+
+  v.push_back(
+      {.op = "nvfp4_quantize_append_paged_kv_cache",
+       .op_type = "page_append",
+       .name_prefix = "nvfp4_quantize_append_paged_kv_cache",
+       .description = "Quantize fp16/bf16 K/V rows into an NVFP4 paged KV cache, updating both "
+                      "the packed uint8 E2M1 cache and the FP8 E4M3 per-block scale cache.",
+       .axes =
+           [&] {
+             auto a = dims;
+             a.push_back(var("batch_size", "", 2));
+             a.push_back(var("batch_size_plus_1", "batch_size + 1.", 3));
+             a.push_back(var("num_kv_indices", "Flat length of kv_indices."));
+             return a;
+           }(),
+       .inputs =
+           [&] {
+             std::vector<Io> in = {
+                 T("append_key", kv), T("append_value", kv),
+                 T("batch_indices", {"nnz_kv"})
+                     .synth("int32")
+                     .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) % batch_size"),
+                 T("positions", {"nnz_kv"})
+                     .synth("int32")
+                     .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) // batch_size")};
+             for (auto& c : caches_in()) in.push_back(std::move(c));
+             in.push_back(T("kv_indices", {"num_kv_indices"})
+                              .synth("int32")
+                              .init("torch.arange(num_pages, dtype=torch.int32, device=device)"));
+             in.push_back(T("kv_indptr", {"batch_size_plus_1"})
+                              .synth("int32")
+                              .init("torch.arange(batch_size + 1, dtype=torch.int32, "
+                                    "device=device) * (num_pages // batch_size)"));
+             in.push_back(T("kv_last_page_len", {"batch_size"})
+                              .synth("int32")
+                              .init("torch.full((batch_size,), page_size, dtype=torch.int32, "
+                                    "device=device)"));
+             in.push_back(S("k_scale", "float64").init("1.0"));
+             in.push_back(S("v_scale", "float64").init("0.5"));
+             return in;
+           }(),
+       .outputs = caches_out,
+       .constraints =
+           [&] {
+             std::vector<std::string> c = {"batch_size_plus_1 == batch_size + 1"};
+             c.insert(c.end(), shape_rules.begin(), shape_rules.end());
+             return c;
+           }(),
+       .tags = {"status:verified"},
+       .reference = helpers + R"PY(
+
+def run(append_key, append_value, batch_indices, positions, paged_k_cache, paged_v_cache,
+        k_scale_cache, v_scale_cache, kv_indices, kv_indptr, kv_last_page_len, k_scale, v_scale):
+    ps = paged_k_cache.shape[1]
+    pages = [int(kv_indices[int(kv_indptr[int(b)]) + int(p) // ps])
+             for b, p in zip(batch_indices, positions)]
+    entries = [int(p) % ps for p in positions]
+    _write(paged_k_cache, k_scale_cache, append_key, _scale(k_scale), pages, entries)
+    _write(paged_v_cache, v_scale_cache, append_value, _scale(v_scale), pages, entries)
+    return paged_k_cache, paged_v_cache, k_scale_cache, v_scale_cache
+)PY",
+       .select_param = "kv_layout",
+       .select_strings = {"NHD"},
+       .select_string_default = "NHD"});
+
+  // _with_slot_mapping: a flat slot per row (page * page_size + entry; negative ones skipped);
+  // the scales one-element tensors (upstream's file records them as ["one"] float32).
+  v.push_back(
+      {.op = "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
+       .op_type = "page_append",
+       .name_prefix = "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
+       .description = "Quantize fp16/bf16 K/V rows into an NVFP4 paged KV cache using a flat "
+                      "slot_mapping array. Negative slots are ignored by the runtime API.",
+       .axes =
+           [&] {
+             auto a = dims;
+             Axis one = cst("one", "");
+             one.value = 1;
+             a.push_back(one);
+             return a;
+           }(),
+       .inputs =
+           [&] {
+             std::vector<Io> in = {
+                 T("append_key", kv), T("append_value", kv),
+                 T("slot_mapping", {"nnz_kv"})
+                     .synth("int32")
+                     .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) % (num_pages * "
+                           "page_size)")};
+             for (auto& c : caches_in()) in.push_back(std::move(c));
+             in.push_back(T("k_scale", {"one"})
+                              .dt("float32")
+                              .synth("float32")
+                              .init("torch.ones((one,), device=device)"));
+             in.push_back(T("v_scale", {"one"})
+                              .dt("float32")
+                              .synth("float32")
+                              .init("torch.full((one,), 0.5, device=device)"));
+             return in;
+           }(),
+       .outputs = caches_out,
+       .constraints =
+           [&] {
+             std::vector<std::string> c = {"one == 1"};
+             c.insert(c.end(), shape_rules.begin(), shape_rules.end());
+             return c;
+           }(),
+       .tags = {"status:verified"},
+       .reference = helpers + R"PY(
+
+def run(append_key, append_value, slot_mapping, paged_k_cache, paged_v_cache, k_scale_cache,
+        v_scale_cache, k_scale, v_scale):
+    ps = paged_k_cache.shape[1]
+    pages = [int(s) // ps if int(s) >= 0 else -1 for s in slot_mapping]
+    entries = [int(s) % ps if int(s) >= 0 else 0 for s in slot_mapping]
+    _write(paged_k_cache, k_scale_cache, append_key, _scale(k_scale), pages, entries)
+    _write(paged_v_cache, v_scale_cache, append_value, _scale(v_scale), pages, entries)
+    return paged_k_cache, paged_v_cache, k_scale_cache, v_scale_cache
+)PY",
+       .select_param = "kv_layout",
+       .select_strings = {"NHD"},
+       .select_string_default = "NHD"});
+}
+
 }  // namespace
 
 void add_attention_extra(std::vector<Template>& v) {
@@ -823,6 +1039,7 @@ void add_attention_extra(std::vector<Template>& v) {
   add_page_rope_group(v);
   add_gemm_topk_group(v);
   add_more_gemm_prefill_group(v);
+  add_nvfp4_append_group(v);
 }
 
 }  // namespace flashinfer::trace::detail

@@ -236,6 +236,33 @@ void add_extra_upstream_calls(std::map<std::string, UpstreamCall>& m) {
         {"batch_size", Value(int64_t{2})},
         {"cum_seq_lens_q", T({3}, i32)},
         {"cum_seq_lens_kv", T({3}, i32)}});
+  // The NVFP4 paged appends (committed outputs): 2 KV heads of 64 (32 packed bytes, 4 scales of
+  // 16), pages of 4, NHD, bf16 rows.
+  const auto nvfp4_cache = [&](int64_t last, DType dt) {
+    return Value::tuple({T({6, 4, 2, last}, dt), T({6, 4, 2, last}, dt)});
+  };
+  call("nvfp4_quantize_append_paged_kv_cache_kv2_d64_pd32_sd4_ps4",
+       "nvfp4_quantize_append_paged_kv_cache",
+       {{"append_key", T({5, 2, 64}, bf)},
+        {"append_value", T({5, 2, 64}, bf)},
+        {"batch_indices", T({5}, i32)},
+        {"positions", T({5}, i32)},
+        {"paged_kv_cache", nvfp4_cache(32, u8)},
+        {"kv_cache_sf", nvfp4_cache(4, e4m3)},
+        {"kv_indices", T({6}, i32)},
+        {"kv_indptr", T({3}, i32)},
+        {"kv_last_page_len", T({2}, i32)},
+        {"k_scale", Value(1.0)},
+        {"v_scale", Value(1.0)}});
+  call("nvfp4_quantize_append_paged_kv_cache_with_slot_mapping_kv2_d64_pd32_sd4_ps4",
+       "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
+       {{"append_key", T({5, 2, 64}, bf)},
+        {"append_value", T({5, 2, 64}, bf)},
+        {"slot_mapping", T({5}, i32)},
+        {"paged_kv_cache", nvfp4_cache(32, u8)},
+        {"kv_cache_sf", nvfp4_cache(4, e4m3)},
+        {"k_scale", T({1}, DType::kFloat32)},
+        {"v_scale", T({1}, DType::kFloat32)}});
 }
 
 std::map<std::string, UpstreamCall> upstream_calls() {
@@ -1423,7 +1450,11 @@ std::map<std::string, int64_t> small_axes(const std::string& op,
       // The router GEMM's fixed shape; whole 128-wide scale blocks for the FP8 GEMMs.
       {"mm_M1_16_K7168_N256", {{"K", 7168}, {"N", 256}}},
       {"fp8_blockscale_gemm_sm90", {{"K", 256}, {"N", 256}}},
-      {"batch_deepgemm_fp8_nt_groupwise", {{"K", 256}, {"N", 256}}}};
+      {"batch_deepgemm_fp8_nt_groupwise", {{"K", 256}, {"N", 256}}},
+      // NVFP4 appends: head_dim 16 is one scale block of 8 packed bytes.
+      {"nvfp4_quantize_append_paged_kv_cache", {{"packed_head_dim", 8}, {"scale_dim", 1}}},
+      {"nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
+       {{"packed_head_dim", 8}, {"scale_dim", 1}, {"one", 1}}}};
   std::map<std::string, int64_t> out;
   for (const auto& a : tmpl.axes) {
     if (!a.is_const) continue;
@@ -1667,6 +1698,26 @@ TEST(Trace, StringSelectedTemplates) {
   EXPECT_EQ(fi::trace::definition_name_for_call(*kv, kv_call(Value("HND"))).value_or("none"),
             "nvfp4_kv_dequantize_paged_hnd_h4_dk16_dv16_ps2");
   EXPECT_FALSE(fi::trace::definition_name_for_call(*kv, kv_call(Value("NDH"))).has_value());
+  // The NVFP4 append: NHD (the default) only; upstream's HND naming is not established.
+  const fi::OpDecl* app =
+      fi::OpRegistry::global().find("nvfp4_quantize_append_paged_kv_cache_with_slot_mapping");
+  const auto app_call = [&](Value layout) {
+    const auto half = [](int64_t last, DType dt) {
+      return Value::tuple({T({3, 4, 2, last}, dt), T({3, 4, 2, last}, dt)});
+    };
+    return bind("nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
+                {{"append_key", T({2, 2, 32}, DType::kBFloat16)},
+                 {"append_value", T({2, 2, 32}, DType::kBFloat16)},
+                 {"slot_mapping", T({2}, DType::kInt32)},
+                 {"paged_kv_cache", half(16, DType::kUInt8)},
+                 {"kv_cache_sf", half(2, DType::kFloat8E4M3FN)},
+                 {"k_scale", Value(1.0)},
+                 {"v_scale", Value(1.0)},
+                 {"kv_layout", std::move(layout)}});
+  };
+  EXPECT_EQ(fi::trace::definition_name_for_call(*app, app_call(Value("NHD"))).value_or("none"),
+            "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping_kv2_d32_pd16_sd2_ps4");
+  EXPECT_FALSE(fi::trace::definition_name_for_call(*app, app_call(Value("HND"))).has_value());
   // From axes alone: the first template (a string is no axis value).
   EXPECT_EQ(Json::parse(fi::trace::definition_for_axes("mm_bf16_fp4",
                                                        {{"N", 64}, {"K", 32}, {"block_size", 16}}))
@@ -2225,6 +2276,26 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
     c = {"batch_deepgemm_fp8_nt_groupwise", [&](In& i) {
            return Outs{fi::batch_deepgemm_fp8_nt_groupwise(e4m3(i["a"]), e4m3(i["b"]), i["a_scale"],
                                                            i["b_scale"], i["masked_m"], 4)};
+         }};
+    cases.push_back(c);
+    // The NVFP4 appends: the packed bytes bit for bit, the e4m3 scales exactly (init's scale
+    // caches arrive as float32 from a torch without float8); k_scale 1.0, v_scale 0.5.
+    c = {"nvfp4_quantize_append_paged_kv_cache", [&](In& i) {
+           Tensor ks = e4m3(i["k_scale_cache"]), vs = e4m3(i["v_scale_cache"]);
+           fi::nvfp4_quantize_append_paged_kv_cache(
+               i["append_key"], i["append_value"], i["batch_indices"], i["positions"],
+               fi::PagedKVCache(i["paged_k_cache"], i["paged_v_cache"]), fi::PagedKVCache(ks, vs),
+               i["kv_indices"], i["kv_indptr"], i["kv_last_page_len"], 1.0, 0.5);
+           return Outs{i["paged_k_cache"], i["paged_v_cache"], ks, vs};
+         }};
+    cases.push_back(c);
+    c = {"nvfp4_quantize_append_paged_kv_cache_with_slot_mapping", [&](In& i) {
+           Tensor ks = e4m3(i["k_scale_cache"]), vs = e4m3(i["v_scale_cache"]);
+           fi::nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
+               i["append_key"], i["append_value"], i["slot_mapping"],
+               fi::PagedKVCache(i["paged_k_cache"], i["paged_v_cache"]), fi::PagedKVCache(ks, vs),
+               i["k_scale"], i["v_scale"]);
+           return Outs{i["paged_k_cache"], i["paged_v_cache"], ks, vs};
          }};
     cases.push_back(c);
   }
