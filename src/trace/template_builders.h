@@ -39,13 +39,14 @@ inline Io S(std::string key, std::string dtype) {
 inline const std::vector<std::string> kBH = {"batch_size", "hidden_size"};
 
 // Python helpers pasted in front of a reference's `run` (each reference runs alone).
-extern const char* const kRopeHelpers;    // _freqs, _rotate, _ragged_positions
-extern const char* const kMxHelpers;      // UE8M0 / e2m1 decoding, the 128x4 scale layout
-extern const char* const kFp4Quant;       // NVFP4 quantization as ops/quantization.h
-extern const char* const kMoeFp8Experts;  // DeepSeek FP8 block-scale experts
-extern const char* const kMoeFp4Experts;  // NVFP4 experts
-extern const char* const kAttend;         // dense attention with base-2 LSE
-extern const char* const kRoute;          // MoE routing from logits as our CPU op (methods 0-5)
+extern const char* const kRopeHelpers;     // _freqs, _rotate, _ragged_positions
+extern const char* const kRopeFp8Helpers;  // _rotate (cos/sin given), _fp8 (e4m3 rounding)
+extern const char* const kMxHelpers;       // UE8M0 / e2m1 decoding, the 128x4 scale layout
+extern const char* const kFp4Quant;        // NVFP4 quantization as ops/quantization.h
+extern const char* const kMoeFp8Experts;   // DeepSeek FP8 block-scale experts
+extern const char* const kMoeFp4Experts;   // NVFP4 experts
+extern const char* const kAttend;          // dense attention with base-2 LSE
+extern const char* const kRoute;           // MoE routing from logits as our CPU op (methods 0-5)
 
 // Template groups kept in their own files (each appends its templates to the table).
 void add_moe_entry_points(std::vector<Template>& v);  // templates_moe_entry.cpp

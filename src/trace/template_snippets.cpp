@@ -36,6 +36,23 @@ def _ragged_positions(indptr, offsets, nnz):
 
 )PY";
 
+// RoPE (NeoX halves or interleaved pairs, cos/sin given) and the saturating e4m3 rounding of the
+// rope + FP8 quantize ops.
+const char* const kRopeFp8Helpers = R"PY(def _rotate(x, cos, sin, neox):
+    if neox:
+        h = x.shape[-1] // 2
+        x1, x2 = x[..., :h], x[..., h:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+
+def _fp8(x, scale):
+    y = (x.float() * float(scale)).clamp(-448.0, 448.0)
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    return y.to(fp8) if fp8 is not None else y
+
+)PY";
+
 // Python helpers shared by the references: UE8M0 and e2m1 decoding, the 128x4 scale layout.
 const char* const kMxHelpers = R"PY(def _ue8m0(sf):
     return torch.pow(2.0, sf.float() - 127.0)

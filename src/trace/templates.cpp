@@ -7,6 +7,7 @@
 // own outputs we compare with. To trace another op, add its entry here or in a sibling
 // templates_<group>.cpp registered in templates() below (docs/TRACE.md).
 #include "trace/template_builders.h"
+#include "trace/template_io.h"
 
 namespace flashinfer::trace::detail {
 
@@ -1338,6 +1339,12 @@ def run(x, pre_quant_scale, global_scale):
 // fmha_v2_prefill_sm120 (flashinfer.prefill): dense causal self-attention, fp8 in, bf16 out.
 void add_rope_quant_and_fmha(std::vector<Template>& v) {
   Axis rotary = cst("rotary_dim", "", "cos_sin_cache's width (the rotary dimension).");
+  // rope_quantize_fp8's parts with a 2-D latent k (one head).
+  std::vector<Io> mla_parts = rope_fp8_parts();
+  mla_parts[1] = T("k_rope", {"nnz", "rope_dim"});
+  mla_parts[3] = T("k_nope", {"nnz", "no_rope_dim"})
+                     .opt()
+                     .init("torch.randn((nnz, no_rope_dim), device=device).to({dtype:q_rope})");
   v.push_back(
       {.op = "mla_rope_quantize_fp8",
        .op_type = "rope",
@@ -1348,46 +1355,12 @@ void add_rope_quant_and_fmha(std::vector<Template>& v) {
        .axes = {var("nnz", "Total number of tokens."), cst("num_q_heads", "h"),
                 cst("rope_dim", "rope"), var("no_rope_dim", "Non-rotary width.", 8),
                 var("max_seq_len", "cos_sin_cache length.", 16), rotary},
-       .inputs = {T("q_rope", {"nnz", "num_q_heads", "rope_dim"}), T("k_rope", {"nnz", "rope_dim"}),
-                  T("q_nope", {"nnz", "num_q_heads", "no_rope_dim"})
-                      .opt()
-                      .init("torch.randn((nnz, num_q_heads, no_rope_dim), device=device)"
-                            ".to({dtype:q_rope})"),
-                  T("k_nope", {"nnz", "no_rope_dim"})
-                      .opt()
-                      .init("torch.randn((nnz, no_rope_dim), device=device).to({dtype:q_rope})"),
-                  T("cos_sin_cache", {"max_seq_len", "rotary_dim"})
-                      .synth("float32")
-                      .init("torch.cat([torch.cos(torch.arange(max_seq_len).float()[:, None] * "
-                            "torch.pow(1e4, -torch.arange(0, rotary_dim, 2).float() / "
-                            "rotary_dim)[None, :]), torch.sin(torch.arange(max_seq_len).float()"
-                            "[:, None] * torch.pow(1e4, -torch.arange(0, rotary_dim, 2).float() "
-                            "/ rotary_dim)[None, :])], dim=-1).to(device)"),
-                  T("pos_ids", {"nnz"})
-                      .synth("int32")
-                      .init("torch.arange(nnz, dtype=torch.int32, device=device) % max_seq_len"),
-                  S("is_neox", "int32").opt().init("False"),
-                  S("quant_scale_q", "float32").opt().init("1.0"),
-                  S("quant_scale_kv", "float32").opt().init("1.0")},
-       .outputs = {T("q_rope_out", {"nnz", "num_q_heads", "rope_dim"}).dt("float8_e4m3fn"),
-                   T("k_rope_out", {"nnz", "rope_dim"}).dt("float8_e4m3fn"),
-                   T("q_nope_out", {"nnz", "num_q_heads", "no_rope_dim"}).dt("float8_e4m3fn"),
-                   T("k_nope_out", {"nnz", "no_rope_dim"}).dt("float8_e4m3fn")},
+       .inputs = rope_fp8_inputs(mla_parts, "False"),
+       .outputs = rope_fp8_outputs(mla_parts),
        .tags = {"status:verified", "fused", "quantize:fp8", "mla"},
-       .reference = R"PY(def _rotate(x, cos, sin, neox):
-    if neox:
-        h = x.shape[-1] // 2
-        x1, x2 = x[..., :h], x[..., h:]
-        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
-
-def _fp8(x, scale):
-    y = (x.float() * float(scale)).clamp(-448.0, 448.0)
-    fp8 = getattr(torch, "float8_e4m3fn", None)
-    return y.to(fp8) if fp8 is not None else y
-
-def run(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True, quant_scale_q=1.0,
+       .reference =
+           std::string(kRopeFp8Helpers) +
+           R"PY(def run(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True, quant_scale_q=1.0,
         quant_scale_kv=1.0):
     half = cos_sin_cache.shape[-1] // 2
     cs = cos_sin_cache.float()[pos_ids.long()]
@@ -1398,30 +1371,29 @@ def run(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True, qu
             _fp8(k_nope, quant_scale_kv))
 )PY"});
   const std::vector<std::string> bshd = {"batch_size", "seq_len", "num_heads", "head_dim"};
-  v.push_back(
-      {.op = "fmha_v2_prefill_sm120",
-       .op_type = "trtllm_paged",
-       .name_prefix = "fmha_v2_prefill_sm120",
-       .description = "FMHA v2 prefill (SM120 names): dense self-attention of query/key/value "
-                      "[batch, seq_len, heads, head_dim], s = scale_bmm1 * q.k (causal mask), "
-                      "out = scale_bmm2 * softmax(s) v, written into out.",
-       .axes = {var("batch_size", "", 2), var("seq_len"), cst("num_heads", "h"),
-                cst("head_dim", "d"), var("scale_size", "1: device scale tensors.", 1)},
-       .inputs = {T("query", bshd).synth("float8_e4m3fn"), T("key", bshd).synth("float8_e4m3fn"),
-                  T("value", bshd).synth("float8_e4m3fn"),
-                  T("out", bshd).synth("bfloat16").desc("Output buffer (written in place)."),
-                  S("num_heads", "int32").init("num_heads"),
-                  S("head_dim", "int32").init("head_dim"), S("seq_len", "int32").init("seq_len"),
-                  S("scale_softmax", "float32").init("1.0"),
-                  S("scale_bmm1", "float32").opt().init("1.0 / math.sqrt(head_dim)"),
-                  S("scale_bmm2", "float32").opt().init("1.0"),
-                  T("scale_bmm1_d", {"scale_size"}).opt().dt("float32"),
-                  T("scale_bmm2_d", {"scale_size"}).opt().dt("float32"),
-                  S("causal", "bool").init("True")},
-       .outputs = {T("out", bshd).like("out")},
-       .tags = {"status:verified", "stage:prefill", "backend:trtllm"},
-       .reference =
-           R"PY(def run(query, key, value, out, num_heads, head_dim, seq_len, scale_softmax,
+  std::vector<Io> sm120_in = {
+      T("query", bshd).synth("float8_e4m3fn"), T("key", bshd).synth("float8_e4m3fn"),
+      T("value", bshd).synth("float8_e4m3fn"),
+      T("out", bshd).synth("bfloat16").desc("Output buffer (written in place).")};
+  for (Io& io : fmha_v2_scalars()) sm120_in.push_back(std::move(io));
+  sm120_in.push_back(S("scale_bmm2", "float32").opt().init("1.0"));
+  sm120_in.push_back(T("scale_bmm1_d", {"scale_size"}).opt().dt("float32"));
+  sm120_in.push_back(T("scale_bmm2_d", {"scale_size"}).opt().dt("float32"));
+  sm120_in.push_back(S("causal", "bool").init("True"));
+  v.push_back({.op = "fmha_v2_prefill_sm120",
+               .op_type = "trtllm_paged",
+               .name_prefix = "fmha_v2_prefill_sm120",
+               .description =
+                   "FMHA v2 prefill (SM120 names): dense self-attention of query/key/value "
+                   "[batch, seq_len, heads, head_dim], s = scale_bmm1 * q.k (causal mask), "
+                   "out = scale_bmm2 * softmax(s) v, written into out.",
+               .axes = {var("batch_size", "", 2), var("seq_len"), cst("num_heads", "h"),
+                        cst("head_dim", "d"), var("scale_size", "1: device scale tensors.", 1)},
+               .inputs = std::move(sm120_in),
+               .outputs = {T("out", bshd).like("out")},
+               .tags = {"status:verified", "stage:prefill", "backend:trtllm"},
+               .reference =
+                   R"PY(def run(query, key, value, out, num_heads, head_dim, seq_len, scale_softmax,
         scale_bmm1=None, scale_bmm2=None, scale_bmm1_d=None, scale_bmm2_d=None, causal=True):
     s1 = 1.0 if scale_bmm1 is None else float(scale_bmm1)
     s2 = 1.0 if scale_bmm2 is None else float(scale_bmm2)
@@ -2119,16 +2091,8 @@ void add_block_sparse_decode(std::vector<Template>& v) {
        .name_prefix = "trtllm_batch_decode_block_sparse",
        .description = "TRT-LLM paged decode with block-sparse attention: each KV head attends to "
                       "its own subset of KV cache pages (per-head block_tables and seq_lens).",
-       .axes = {var("num_tokens", "Total query tokens across the batch.", 2), cst("num_heads", "h"),
-                cst("num_kv_heads", "kv"), cst("head_dim", "d"), cst("page_size", "ps"),
-                var("num_pages", "", 6),
-                cst("kv_cache_dim", "",
-                    "1 for interleaved (K,V) single tensor; 2 for separate K/V halves."),
-                var("batch_size", "", 2),
-                var("max_pages_per_seq", "Maximum number of pages per sequence.", 3)},
-       .inputs = {T("query", {"num_tokens", "num_heads", "head_dim"}),
-                  T("kv_cache",
-                    {"num_pages", "kv_cache_dim", "num_kv_heads", "page_size", "head_dim"}),
+       .axes = trtllm_paged_axes(2, 6, "Maximum number of pages per sequence."),
+       .inputs = {T("query", kPagedTok), trtllm_kv_cache(),
                   T("block_tables", {"num_kv_heads", "batch_size", "max_pages_per_seq"})
                       .synth("int32")
                       .init("torch.stack([torch.randperm(num_pages)[:batch_size * "
@@ -2141,7 +2105,7 @@ void add_block_sparse_decode(std::vector<Template>& v) {
                   S("max_seq_len", "int32").init("int(seq_lens.max())"),
                   S("bmm1_scale", "float32").opt(), S("bmm2_scale", "float32").opt(),
                   S("enable_block_sparse_attention", "bool").init("True")},
-       .outputs = {T("output", {"num_tokens", "num_heads", "head_dim"})},
+       .outputs = {T("output", kPagedTok)},
        .tags = {"status:verified", "stage:decode", "backend:trtllm"},
        .reference =
            R"PY(def run(query, kv_cache, block_tables, seq_lens, max_seq_len, bmm1_scale=None,
@@ -2326,8 +2290,6 @@ def run(q, k, v):
     out, _ = _attend(q.unsqueeze(0), k, v, 1.0 / math.sqrt(q.shape[-1]), False)
     return out[0].to(q.dtype)
 )PY"});
-  const std::vector<std::string> q3 = {"qo_len", "num_qo_heads", "head_dim"};
-  const std::vector<std::string> kv3 = {"kv_len", "num_kv_heads", "head_dim"};
   const std::string dense = attend + R"PY(
 
 def run(q, k, v):
@@ -2345,8 +2307,8 @@ def run(q, k, v):
                .axes = {cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"), cst("head_dim", "d"),
                         var("qo_len", "Length of the query sequence.", 3),
                         var("kv_len", "Length of the K/V sequence.", 5)},
-               .inputs = {T("q", q3), T("k", kv3), T("v", kv3)},
-               .outputs = {T("output", q3).like("q")},
+               .inputs = dense_qkv_inputs(),
+               .outputs = {dense_output()},
                .tags = {"status:verified", "stage:prefill"},
                .reference = dense});
   v.push_back({.op = "BlockSparseAttentionWrapper.run",
@@ -2357,40 +2319,27 @@ def run(q, k, v):
                .axes = {cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"), cst("head_dim", "d"),
                         var("qo_len", "Query sequence length.", 3),
                         var("kv_len", "Key/value sequence length.", 5)},
-               .inputs = {T("q", q3), T("k", kv3), T("v", kv3)},
-               .outputs = {T("output", q3).like("q")},
+               .inputs = dense_qkv_inputs(),
+               .outputs = {dense_output()},
                .tags = {"status:verified", "sparse:block"},
                .reference = dense});
 
   // xqa_batch_decode_with_kv_cache (flashinfer.decode): trtllm_batch_decode's axes.
-  const std::vector<std::string> tok = {"num_tokens", "num_heads", "head_dim"};
   v.push_back(
       {.op = "xqa_batch_decode_with_kv_cache",
        .op_type = "xqa",
        .name_prefix = "xqa_batch_decode",
        .description = "XQA paged decode: kv_cache [num_pages, kv_cache_dim, num_kv_heads, "
                       "page_size, head_dim] (HND, K and V halves), rectangular block_tables.",
-       .axes = {var("num_tokens", "Total query tokens across the batch.", 2), cst("num_heads", "h"),
-                cst("num_kv_heads", "kv"), cst("head_dim", "d"), cst("page_size", "ps"),
-                var("num_pages", "", 8),
-                cst("kv_cache_dim", "",
-                    "1 for interleaved (K,V) single tensor; 2 for separate K/V halves."),
-                var("batch_size", "", 2),
-                var("max_pages_per_seq", "Maximum number of pages per sequence.", 3)},
-       .inputs = {T("query", tok),
-                  T("kv_cache",
-                    {"num_pages", "kv_cache_dim", "num_kv_heads", "page_size", "head_dim"}),
-                  T("block_tables", {"batch_size", "max_pages_per_seq"})
-                      .synth("int32")
-                      .init("torch.randperm(num_pages)[:batch_size * max_pages_per_seq]"
-                            ".reshape(batch_size, max_pages_per_seq).to(torch.int32)"),
+       .axes = trtllm_paged_axes(2, 8, "Maximum number of pages per sequence."),
+       .inputs = {T("query", kPagedTok), trtllm_kv_cache(), paged_block_tables("block_tables"),
                   T("seq_lens", {"batch_size"})
                       .synth("int32")
                       .init("torch.randint(1, max_pages_per_seq * page_size + 1, (batch_size,), "
                             "dtype=torch.int32)"),
                   S("max_seq_len", "int32").init("int(seq_lens.max())"),
                   S("bmm1_scale", "float32").opt(), S("bmm2_scale", "float32").opt()},
-       .outputs = {T("output", tok).like("query")},
+       .outputs = {T("output", kPagedTok).like("query")},
        .tags = {"status:verified", "stage:decode", "backend:xqa"},
        .reference = attend + R"PY(
 
@@ -2711,13 +2660,7 @@ void add_bmm(std::vector<Template>& v) {
 // k_rope / k_nope). Our mla_rope_quantize_fp8 follows upstream's committed
 // mla_rope_quantize_fp8_h128_rope64.json instead (no num_k_heads): the two generations differ.
 void add_rope_quantize(std::vector<Template>& v) {
-  const std::vector<std::string> q = {"nnz", "num_q_heads", "rope_dim"};
-  const std::vector<std::string> k = {"nnz", "num_k_heads", "rope_dim"};
-  const std::vector<std::string> qn = {"nnz", "num_q_heads", "no_rope_dim"};
-  const std::vector<std::string> kn = {"nnz", "num_k_heads", "no_rope_dim"};
-  const std::string freqs =
-      "torch.arange(max_seq_len).float()[:, None] * torch.pow(1e4, "
-      "-torch.arange(0, rotary_dim, 2).float() / rotary_dim)[None, :]";
+  const std::vector<Io> parts = rope_fp8_parts();
   v.push_back(
       {.op = "rope_quantize_fp8",
        .op_type = "rope",
@@ -2730,43 +2673,12 @@ void add_rope_quantize(std::vector<Template>& v) {
                 var("no_rope_dim", "Non-rotary dimension.", 8),
                 var("max_seq_len", "cos_sin_cache length.", 16),
                 cst("rotary_dim", "", "cos_sin_cache's width (the rotary dimension).")},
-       .inputs = {T("q_rope", q), T("k_rope", k),
-                  T("q_nope", qn)
-                      .opt()
-                      .init("torch.randn((nnz, num_q_heads, no_rope_dim), device=device)"
-                            ".to({dtype:q_rope})"),
-                  T("k_nope", kn)
-                      .opt()
-                      .init("torch.randn((nnz, num_k_heads, no_rope_dim), device=device)"
-                            ".to({dtype:q_rope})"),
-                  T("cos_sin_cache", {"max_seq_len", "rotary_dim"})
-                      .synth("float32")
-                      .init("torch.cat([torch.cos(" + freqs + "), torch.sin(" + freqs +
-                            ")], dim=-1).to(device)"),
-                  T("pos_ids", {"nnz"})
-                      .synth("int32")
-                      .init("torch.arange(nnz, dtype=torch.int32, device=device) % max_seq_len"),
-                  S("is_neox", "int32").opt().init("True"),
-                  S("quant_scale_q", "float32").opt().init("1.0"),
-                  S("quant_scale_kv", "float32").opt().init("1.0")},
-       .outputs = {T("q_rope_out", q).dt("float8_e4m3fn"), T("k_rope_out", k).dt("float8_e4m3fn"),
-                   T("q_nope_out", qn).dt("float8_e4m3fn"),
-                   T("k_nope_out", kn).dt("float8_e4m3fn")},
+       .inputs = rope_fp8_inputs(parts, "True"),
+       .outputs = rope_fp8_outputs(parts),
        .tags = {"status:verified", "fused", "quantize:fp8"},
-       .reference = R"PY(def _rotate(x, cos, sin, neox):
-    if neox:
-        h = x.shape[-1] // 2
-        x1, x2 = x[..., :h], x[..., h:]
-        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
-
-def _fp8(x, scale):
-    y = (x.float() * float(scale)).clamp(-448.0, 448.0)
-    fp8 = getattr(torch, "float8_e4m3fn", None)
-    return y.to(fp8) if fp8 is not None else y
-
-def run(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True, quant_scale_q=1.0,
+       .reference =
+           std::string(kRopeFp8Helpers) +
+           R"PY(def run(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True, quant_scale_q=1.0,
         quant_scale_kv=1.0):
     half = cos_sin_cache.shape[-1] // 2
     cs = cos_sin_cache.float()[pos_ids.long()]
@@ -2784,9 +2696,6 @@ def run(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox=True, qu
 // at 010a611e): flattened query / key, head_size a scalar (its axis value), cos_sin_cache
 // [max_seq_len, rotary_dim] with cos in the first half, sin in the second.
 void add_rope_cos_sin(std::vector<Template>& v) {
-  const std::string freqs =
-      "torch.arange(max_seq_len).float()[:, None] * torch.pow(1e4, "
-      "-torch.arange(0, rotary_dim, 2).float() / rotary_dim)[None, :]";
   const std::vector<std::string> qd = {"nnz", "num_q_heads_x_head_size"};
   const std::vector<std::string> kd = {"nnz", "num_k_heads_x_head_size"};
   for (bool inplace : {false, true}) {
@@ -2815,14 +2724,8 @@ void add_rope_cos_sin(std::vector<Template>& v) {
                   cst("head_size", "d"),
                   var("max_seq_len", "cos_sin_cache length (max supported position).", 16),
                   cst("rotary_dim", "", "Rotary dimension (cos+sin concatenated).")},
-         .inputs = {T("positions", {"nnz"})
-                        .synth("int32")
-                        .init("torch.arange(nnz, dtype=torch.int32, device=device) % max_seq_len"),
-                    T("query", qd), T("key", kd), S("head_size", "int32").init("head_size"),
-                    T("cos_sin_cache", {"max_seq_len", "rotary_dim"})
-                        .synth("float32")
-                        .init("torch.cat([torch.cos(" + freqs + "), torch.sin(" + freqs +
-                              ")], dim=-1).to(device)"),
+         .inputs = {rope_positions("positions"), T("query", qd), T("key", kd),
+                    S("head_size", "int32").init("head_size"), rope_cos_sin_cache(),
                     S("is_neox", "int32").opt().init("True")},
          .outputs = out,
          .tags = {"status:verified"},

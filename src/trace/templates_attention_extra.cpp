@@ -4,22 +4,17 @@
 // Names, op_type, axes, inputs and outputs follow upstream's templates as read (file and commit
 // in tests/trace/data/upstream/SOURCES.md); `reference` and `init` are ours (docs/TRACE.md).
 #include "trace/template_builders.h"
+#include "trace/template_io.h"
 
 namespace flashinfer::trace::detail {
 
 namespace {
-
-const char* const kTablesInit =
-    "torch.randperm(num_pages)[:batch_size * max_pages_per_seq]"
-    ".reshape(batch_size, max_pages_per_seq).to(torch.int32)";
 
 // ---------------------------------------------------------------------------------------------
 // attention (attention.py, page.py at the commits in SOURCES.md)
 
 void add_attention_group(std::vector<Template>& v) {
   const std::string attend = kAttend;
-  const std::vector<std::string> q3 = {"qo_len", "num_qo_heads", "head_dim"};
-  const std::vector<std::string> kv3 = {"kv_len", "num_kv_heads", "head_dim"};
   // VariableBlockSparseAttentionWrapper.run: block_sparse_run's schema. The per-row block map is
   // plan()'s, so the reference attends to every block (not causal, 1/sqrt(head_dim), as
   // block_sparse_run's). The op's own q is [num_qo_heads, qo_len, head_dim]; upstream's template
@@ -32,8 +27,8 @@ void add_attention_group(std::vector<Template>& v) {
                .axes = {cst("num_qo_heads", "h"), cst("num_kv_heads", "kv"), cst("head_dim", "d"),
                         var("qo_len", "Query sequence length (variable).", 3),
                         var("kv_len", "Key/value sequence length (variable).", 5)},
-               .inputs = {T("q", q3), T("k", kv3), T("v", kv3)},
-               .outputs = {T("output", q3).like("q")},
+               .inputs = dense_qkv_inputs(),
+               .outputs = {dense_output()},
                .tags = {"status:verified", "sparse:block"},
                .reference = attend + R"PY(
 
@@ -44,22 +39,9 @@ def run(q, k, v):
 
   // trtllm_batch_context_with_kv_cache (flashinfer.prefill): trtllm_batch_decode's axes plus the
   // cumulative query / KV lengths; bmm1_scale and bmm2_scale are required here.
-  const std::vector<std::string> tok = {"num_tokens", "num_heads", "head_dim"};
-  const auto trtllm_axes = [] {
-    return std::vector<Axis>{
-        var("num_tokens", "Total query tokens across the batch.", 4),
-        cst("num_heads", "h"),
-        cst("num_kv_heads", "kv"),
-        cst("head_dim", "d"),
-        cst("page_size", "ps"),
-        var("num_pages", "", 8),
-        cst("kv_cache_dim", "",
-            "1 for interleaved (K,V) single tensor; 2 for separate K/V halves."),
-        var("batch_size", "", 2),
-        var("max_pages_per_seq", "Maximum number of pages per sequence (block_tables width).", 3)};
-  };
   {
-    auto axes = trtllm_axes();
+    auto axes =
+        trtllm_paged_axes(4, 8, "Maximum number of pages per sequence (block_tables width).");
     axes.push_back(var("batch_size_plus_1_q", "batch_size + 1.", 3));
     axes.push_back(var("batch_size_plus_1_kv", "batch_size + 1.", 3));
     v.push_back(
@@ -72,11 +54,7 @@ def run(q, k, v):
                         "i of m sees keys j <= n - m + i).",
          .axes = std::move(axes),
          .inputs =
-             {T("query", tok),
-              T("kv_cache", {"num_pages", "kv_cache_dim", "num_kv_heads", "page_size", "head_dim"}),
-              T("block_tables", {"batch_size", "max_pages_per_seq"})
-                  .synth("int32")
-                  .init(kTablesInit),
+             {T("query", kPagedTok), trtllm_kv_cache(), paged_block_tables("block_tables"),
               T("seq_lens", {"batch_size"})
                   .synth("int32")
                   .init("torch.randint(num_tokens // batch_size, max_pages_per_seq * page_size + "
@@ -94,7 +72,7 @@ def run(q, k, v):
                   .synth("int32")
                   .init("torch.cat([torch.zeros(1, dtype=torch.int32), "
                         "seq_lens.cumsum(0).to(torch.int32)])")},
-         .outputs = {T("output", tok).like("query")},
+         .outputs = {T("output", kPagedTok).like("query")},
          .tags = {"status:verified", "stage:prefill", "backend:trtllm"},
          .reference = attend + R"PY(
 
@@ -143,9 +121,7 @@ def run(query, kv_cache, block_tables, seq_lens, max_q_len, max_kv_len, bmm1_sca
              S("qk_nope_head_dim", "int32").init("qk_nope_head_dim"),
              S("kv_lora_rank", "int32").init("kv_lora_rank"),
              S("qk_rope_head_dim", "int32").init("qk_rope_head_dim"),
-             T("block_tables", {"batch_size", "max_pages_per_seq"})
-                 .synth("int32")
-                 .init(kTablesInit),
+             paged_block_tables("block_tables"),
              T("seq_lens", {"batch_size"})
                  .synth("int32")
                  .init("torch.randint(q_len_per_request, max_pages_per_seq * page_size + 1, "
@@ -202,8 +178,7 @@ def run(query, kv_cache, workspace_buffer, qk_nope_head_dim, kv_lora_rank, qk_ro
   const std::vector<std::string> xq = {"num_tokens", "num_heads_qo", "head_dim"};
   const std::vector<std::string> hnd = {"num_pages", "num_kv_heads", "page_size", "head_dim"};
   const auto xqa_tail = [](std::vector<Io> in) {
-    in.push_back(
-        T("page_table", {"batch_size", "max_pages_per_seq"}).synth("int32").init(kTablesInit));
+    in.push_back(paged_block_tables("page_table"));
     in.push_back(T("seq_lens", {"batch_size"})
                      .synth("int32")
                      .init("torch.randint(num_tokens // batch_size, max_pages_per_seq * "
@@ -357,43 +332,25 @@ void add_page_rope_group(std::vector<Template>& v) {
   // and the paging; the outputs are the two quantized query parts only. paged_kv_cache is named
   // as one 4-D tensor: a (k_cache, v_cache) pair leaves page_size without value.
   {
-    const std::vector<std::string> q = {"nnz", "num_q_heads", "rope_dim"};
-    const std::vector<std::string> qn = {"nnz", "num_q_heads", "no_rope_dim"};
-    const std::string freqs =
-        "torch.arange(max_seq_len).float()[:, None] * torch.pow(1e4, "
-        "-torch.arange(0, rotary_dim, 2).float() / rotary_dim)[None, :]";
     const std::string cache =
         "torch.zeros((num_pages, page_size, num_k_heads, head_dim), "
         "device=device).to({dtype:q_rope})";
-    std::vector<Io> in = {
-        T("q_rope", q),
-        T("k_rope", {"nnz", "num_k_heads", "rope_dim"}),
-        T("q_nope", qn)
-            .opt()
-            .init("torch.randn((nnz, num_q_heads, no_rope_dim), device=device).to({dtype:q_rope})"),
-        T("k_nope", {"nnz", "num_k_heads", "no_rope_dim"})
-            .opt()
-            .init("torch.randn((nnz, num_k_heads, no_rope_dim), device=device).to({dtype:q_rope})"),
+    const std::vector<Io> parts = rope_fp8_parts();
+    std::vector<Io> in = parts;
+    in.push_back(
         T("v", {"nnz", "num_k_heads", "head_dim"})
             .opt()
             .desc("GQA/MHA value tensor (None for MLA).")
-            .init("torch.randn((nnz, num_k_heads, head_dim), device=device).to({dtype:q_rope})"),
-        T("cos_sin_cache", {"max_seq_len", "rotary_dim"})
-            .synth("float32")
-            .init("torch.cat([torch.cos(" + freqs + "), torch.sin(" + freqs +
-                  ")], dim=-1).to(device)"),
-        T("pos_ids", {"nnz"})
-            .synth("int32")
-            .init("torch.arange(nnz, dtype=torch.int32, device=device) % max_seq_len"),
-        T("paged_kv_cache", {"num_pages", "page_size", "num_k_heads", "head_dim"})
-            .desc("Paged KV cache pair: (k_cache, v_cache) for GQA/MHA, (ckv_cache, kpe_cache) "
-                  "for MLA.")
-            .init("(" + cache + ", " + cache + ")")};
+            .init("torch.randn((nnz, num_k_heads, head_dim), device=device).to({dtype:q_rope})"));
+    in.push_back(rope_cos_sin_cache());
+    in.push_back(rope_positions("pos_ids"));
+    in.push_back(T("paged_kv_cache", {"num_pages", "page_size", "num_k_heads", "head_dim"})
+                     .desc("Paged KV cache pair: (k_cache, v_cache) for GQA/MHA, (ckv_cache, "
+                           "kpe_cache) for MLA.")
+                     .init("(" + cache + ", " + cache + ")"));
     in = paging(std::move(in));
     for (Io& io : slots("nnz")) in.push_back(io);
-    in.push_back(S("is_neox", "int32").opt().init("True"));
-    in.push_back(S("quant_scale_q", "float32").opt().init("1.0"));
-    in.push_back(S("quant_scale_kv", "float32").opt().init("1.0"));
+    for (Io& io : rope_fp8_scalars("True")) in.push_back(std::move(io));
     v.push_back(
         {.op = "rope_quantize_fp8_append_paged_kv_cache",
          .op_type = "rope",
@@ -409,23 +366,11 @@ void add_page_rope_group(std::vector<Template>& v) {
                   cst("page_size", "ps"), var("batch_size", "", 2), var("batch_size_plus_1", "", 3),
                   var("num_kv_indices", "", 8)},
          .inputs = std::move(in),
-         .outputs = {T("q_rope_out", q).dt("float8_e4m3fn"),
-                     T("q_nope_out", qn).dt("float8_e4m3fn")},
+         .outputs = {rope_fp8_out(parts[0]), rope_fp8_out(parts[2])},
          .tags = {"status:verified", "fused", "quantize:fp8"},
-         .reference = R"PY(def _rotate(x, cos, sin, neox):
-    if neox:
-        h = x.shape[-1] // 2
-        x1, x2 = x[..., :h], x[..., h:]
-        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
-
-def _fp8(x, scale):
-    y = (x.float() * float(scale)).clamp(-448.0, 448.0)
-    fp8 = getattr(torch, "float8_e4m3fn", None)
-    return y.to(fp8) if fp8 is not None else y
-
-def run(q_rope, k_rope, q_nope, k_nope, v, cos_sin_cache, pos_ids, paged_kv_cache, kv_indices,
+         .reference =
+             std::string(kRopeFp8Helpers) +
+             R"PY(def run(q_rope, k_rope, q_nope, k_nope, v, cos_sin_cache, pos_ids, paged_kv_cache, kv_indices,
         kv_indptr, batch_indices, positions, is_neox=True, quant_scale_q=1.0, quant_scale_kv=1.0):
     half = cos_sin_cache.shape[-1] // 2
     cs = cos_sin_cache.float()[pos_ids.long()]
@@ -674,25 +619,25 @@ void add_more_gemm_prefill_group(std::vector<Template>& v) {
   // fmha_v2_prefill_deepseek (flashinfer.prefill): fixed-length causal prefill; the definition
   // gives value and out the query's head_dim (upstream's template).
   const std::vector<std::string> bshd = {"batch_size", "seq_len", "num_heads", "head_dim"};
-  v.push_back(
-      {.op = "fmha_v2_prefill_deepseek",
-       .op_type = "trtllm_paged",
-       .name_prefix = "fmha_v2_prefill_deepseek",
-       .description = "DeepSeek FMHAv2 prefill: per request, causal (query i sees keys "
-                      "0..i); s = scale_bmm1 * q.k (default 1), out = scale_bmm2 * "
-                      "softmax(s) v; scale_softmax changes no value.",
-       .axes = {var("batch_size", "", 2), var("seq_len", "", 3), cst("num_heads", "h"),
-                cst("head_dim", "d")},
-       .inputs = {T("query", bshd), T("key", bshd), T("value", bshd),
-                  T("out", bshd).desc("In-place output buffer."),
-                  S("num_heads", "int32").init("num_heads"),
-                  S("head_dim", "int32").init("head_dim"), S("seq_len", "int32").init("seq_len"),
-                  S("scale_softmax", "float32").init("1.0"),
-                  S("scale_bmm1", "float32").opt().init("1.0 / math.sqrt(head_dim)"),
-                  S("scale_bmm2", "float32").opt()},
-       .outputs = {T("out", bshd).like("query")},
-       .tags = {"status:verified", "stage:prefill", "backend:trtllm"},
-       .reference = attend + R"PY(
+  v.push_back({.op = "fmha_v2_prefill_deepseek",
+               .op_type = "trtllm_paged",
+               .name_prefix = "fmha_v2_prefill_deepseek",
+               .description = "DeepSeek FMHAv2 prefill: per request, causal (query i sees keys "
+                              "0..i); s = scale_bmm1 * q.k (default 1), out = scale_bmm2 * "
+                              "softmax(s) v; scale_softmax changes no value.",
+               .axes = {var("batch_size", "", 2), var("seq_len", "", 3), cst("num_heads", "h"),
+                        cst("head_dim", "d")},
+               .inputs =
+                   [&] {
+                     std::vector<Io> in = {T("query", bshd), T("key", bshd), T("value", bshd),
+                                           T("out", bshd).desc("In-place output buffer.")};
+                     for (Io& io : fmha_v2_scalars()) in.push_back(std::move(io));
+                     in.push_back(S("scale_bmm2", "float32").opt());
+                     return in;
+                   }(),
+               .outputs = {T("out", bshd).like("query")},
+               .tags = {"status:verified", "stage:prefill", "backend:trtllm"},
+               .reference = attend + R"PY(
 
 def run(query, key, value, out, num_heads, head_dim, seq_len, scale_softmax, scale_bmm1=None,
         scale_bmm2=None):
@@ -909,127 +854,97 @@ def _scale(s):
     return float(s.reshape(-1)[0]) if isinstance(s, torch.Tensor) else float(s)
 )PY";
 
-  v.push_back(
-      {.op = "nvfp4_quantize_append_paged_kv_cache",
-       .op_type = "page_append",
-       .name_prefix = "nvfp4_quantize_append_paged_kv_cache",
-       .description = "Quantize fp16/bf16 K/V rows into an NVFP4 paged KV cache, updating both "
-                      "the packed uint8 E2M1 cache and the FP8 E4M3 per-block scale cache.",
-       .axes =
-           [&] {
-             auto a = dims;
-             a.push_back(var("batch_size", "", 2));
-             a.push_back(var("batch_size_plus_1", "batch_size + 1.", 3));
-             a.push_back(var("num_kv_indices", "Flat length of kv_indices."));
-             return a;
-           }(),
-       .inputs =
-           [&] {
-             std::vector<Io> in = {
-                 T("append_key", kv), T("append_value", kv),
-                 T("batch_indices", {"nnz_kv"})
-                     .synth("int32")
-                     .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) % batch_size"),
-                 T("positions", {"nnz_kv"})
-                     .synth("int32")
-                     .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) // batch_size")};
-             for (auto& c : caches_in()) in.push_back(std::move(c));
-             in.push_back(T("kv_indices", {"num_kv_indices"})
-                              .synth("int32")
-                              .init("torch.arange(num_pages, dtype=torch.int32, device=device)"));
-             in.push_back(T("kv_indptr", {"batch_size_plus_1"})
-                              .synth("int32")
-                              .init("torch.arange(batch_size + 1, dtype=torch.int32, "
-                                    "device=device) * (num_pages // batch_size)"));
-             in.push_back(T("kv_last_page_len", {"batch_size"})
-                              .synth("int32")
-                              .init("torch.full((batch_size,), page_size, dtype=torch.int32, "
-                                    "device=device)"));
-             in.push_back(S("k_scale", "float64").init("1.0"));
-             in.push_back(S("v_scale", "float64").init("0.5"));
-             return in;
-           }(),
-       .outputs = caches_out,
-       .constraints =
-           [&] {
-             std::vector<std::string> c = {"batch_size_plus_1 == batch_size + 1"};
-             c.insert(c.end(), shape_rules.begin(), shape_rules.end());
-             return c;
-           }(),
-       .tags = {"status:verified"},
-       .reference = helpers + R"PY(
+  // Both templates: the dims plus `axes`, append_key / append_value, `before` the caches and
+  // `after` them as inputs, the caches as outputs, `rule` and the shape rules, the quantizer, and
+  // a reference whose `run` (`run_head`) finds each row's page and entry, then writes K and V.
+  const auto push = [&](const char* op, const char* desc, std::vector<Axis> axes,
+                        std::vector<Io> before, std::vector<Io> after, const char* rule,
+                        const char* run_head) {
+    std::vector<Axis> a = dims;
+    for (Axis& x : axes) a.push_back(std::move(x));
+    std::vector<Io> in = {T("append_key", kv), T("append_value", kv)};
+    for (Io& io : before) in.push_back(std::move(io));
+    for (Io& io : caches_in()) in.push_back(std::move(io));
+    for (Io& io : after) in.push_back(std::move(io));
+    std::vector<std::string> c = {rule};
+    c.insert(c.end(), shape_rules.begin(), shape_rules.end());
+    v.push_back({.op = op,
+                 .op_type = "page_append",
+                 .name_prefix = op,
+                 .description = desc,
+                 .axes = std::move(a),
+                 .inputs = std::move(in),
+                 .outputs = caches_out,
+                 .constraints = std::move(c),
+                 .tags = {"status:verified"},
+                 .reference = helpers + run_head + R"PY(
+    _write(paged_k_cache, k_scale_cache, append_key, _scale(k_scale), pages, entries)
+    _write(paged_v_cache, v_scale_cache, append_value, _scale(v_scale), pages, entries)
+    return paged_k_cache, paged_v_cache, k_scale_cache, v_scale_cache
+)PY",
+                 .select_param = "kv_layout",
+                 .select_strings = {"NHD"},
+                 .select_string_default = "NHD"});
+  };
+
+  push("nvfp4_quantize_append_paged_kv_cache",
+       "Quantize fp16/bf16 K/V rows into an NVFP4 paged KV cache, updating both the packed uint8 "
+       "E2M1 cache and the FP8 E4M3 per-block scale cache.",
+       {var("batch_size", "", 2), var("batch_size_plus_1", "batch_size + 1.", 3),
+        var("num_kv_indices", "Flat length of kv_indices.")},
+       {T("batch_indices", {"nnz_kv"})
+            .synth("int32")
+            .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) % batch_size"),
+        T("positions", {"nnz_kv"})
+            .synth("int32")
+            .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) // batch_size")},
+       {T("kv_indices", {"num_kv_indices"})
+            .synth("int32")
+            .init("torch.arange(num_pages, dtype=torch.int32, device=device)"),
+        T("kv_indptr", {"batch_size_plus_1"})
+            .synth("int32")
+            .init("torch.arange(batch_size + 1, dtype=torch.int32, device=device) * (num_pages "
+                  "// batch_size)"),
+        T("kv_last_page_len", {"batch_size"})
+            .synth("int32")
+            .init("torch.full((batch_size,), page_size, dtype=torch.int32, device=device)"),
+        S("k_scale", "float64").init("1.0"), S("v_scale", "float64").init("0.5")},
+       "batch_size_plus_1 == batch_size + 1", R"PY(
 
 def run(append_key, append_value, batch_indices, positions, paged_k_cache, paged_v_cache,
         k_scale_cache, v_scale_cache, kv_indices, kv_indptr, kv_last_page_len, k_scale, v_scale):
     ps = paged_k_cache.shape[1]
     pages = [int(kv_indices[int(kv_indptr[int(b)]) + int(p) // ps])
              for b, p in zip(batch_indices, positions)]
-    entries = [int(p) % ps for p in positions]
-    _write(paged_k_cache, k_scale_cache, append_key, _scale(k_scale), pages, entries)
-    _write(paged_v_cache, v_scale_cache, append_value, _scale(v_scale), pages, entries)
-    return paged_k_cache, paged_v_cache, k_scale_cache, v_scale_cache
-)PY",
-       .select_param = "kv_layout",
-       .select_strings = {"NHD"},
-       .select_string_default = "NHD"});
+    entries = [int(p) % ps for p in positions])PY");
 
   // _with_slot_mapping: a flat slot per row (page * page_size + entry; negative ones skipped);
   // the scales one-element tensors (upstream's file records them as ["one"] float32).
-  v.push_back(
-      {.op = "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
-       .op_type = "page_append",
-       .name_prefix = "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
-       .description = "Quantize fp16/bf16 K/V rows into an NVFP4 paged KV cache using a flat "
-                      "slot_mapping array. Negative slots are ignored by the runtime API.",
-       .axes =
-           [&] {
-             auto a = dims;
-             Axis one = cst("one", "");
-             one.value = 1;
-             a.push_back(one);
-             return a;
-           }(),
-       .inputs =
-           [&] {
-             std::vector<Io> in = {
-                 T("append_key", kv), T("append_value", kv),
-                 T("slot_mapping", {"nnz_kv"})
-                     .synth("int32")
-                     .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) % (num_pages * "
-                           "page_size)")};
-             for (auto& c : caches_in()) in.push_back(std::move(c));
-             in.push_back(T("k_scale", {"one"})
-                              .dt("float32")
-                              .synth("float32")
-                              .init("torch.ones((one,), device=device)"));
-             in.push_back(T("v_scale", {"one"})
-                              .dt("float32")
-                              .synth("float32")
-                              .init("torch.full((one,), 0.5, device=device)"));
-             return in;
-           }(),
-       .outputs = caches_out,
-       .constraints =
-           [&] {
-             std::vector<std::string> c = {"one == 1"};
-             c.insert(c.end(), shape_rules.begin(), shape_rules.end());
-             return c;
-           }(),
-       .tags = {"status:verified"},
-       .reference = helpers + R"PY(
+  Axis one = cst("one", "");
+  one.value = 1;
+  push("nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
+       "Quantize fp16/bf16 K/V rows into an NVFP4 paged KV cache using a flat slot_mapping array. "
+       "Negative slots are ignored by the runtime API.",
+       {one},
+       {T("slot_mapping", {"nnz_kv"})
+            .synth("int32")
+            .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) % (num_pages * "
+                  "page_size)")},
+       {T("k_scale", {"one"})
+            .dt("float32")
+            .synth("float32")
+            .init("torch.ones((one,), device=device)"),
+        T("v_scale", {"one"})
+            .dt("float32")
+            .synth("float32")
+            .init("torch.full((one,), 0.5, device=device)")},
+       "one == 1", R"PY(
 
 def run(append_key, append_value, slot_mapping, paged_k_cache, paged_v_cache, k_scale_cache,
         v_scale_cache, k_scale, v_scale):
     ps = paged_k_cache.shape[1]
     pages = [int(s) // ps if int(s) >= 0 else -1 for s in slot_mapping]
-    entries = [int(s) % ps if int(s) >= 0 else 0 for s in slot_mapping]
-    _write(paged_k_cache, k_scale_cache, append_key, _scale(k_scale), pages, entries)
-    _write(paged_v_cache, v_scale_cache, append_value, _scale(v_scale), pages, entries)
-    return paged_k_cache, paged_v_cache, k_scale_cache, v_scale_cache
-)PY",
-       .select_param = "kv_layout",
-       .select_strings = {"NHD"},
-       .select_string_default = "NHD"});
+    entries = [int(s) % ps if int(s) >= 0 else 0 for s in slot_mapping])PY");
 }
 
 }  // namespace

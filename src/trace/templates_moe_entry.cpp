@@ -142,32 +142,59 @@ std::vector<Axis> trtllm_axes(bool routed) {
           cst("gemm1_out_size", "")};
 }
 
+// Packed expert weights [experts, rows, packed] (two values a byte) and their block scales, the
+// block count named by the format ("fp4": NVFP4's 16, "mxint4": MxInt4's 32).
+struct PackedExpertDims {
+  std::vector<std::string> w1, w1s, w2, w2s;
+};
+PackedExpertDims packed_expert_dims(const std::string& format) {
+  return {.w1 = {"num_local_experts", "gemm1_out_size", "num_packed_hidden"},
+          .w1s = {"num_local_experts", "gemm1_out_size", "num_" + format + "_hidden_blocks"},
+          .w2 = {"num_local_experts", "hidden_size", "num_packed_intermediate"},
+          .w2s = {"num_local_experts", "hidden_size", "num_" + format + "_intermediate_blocks"}};
+}
+
+// _TRTLLM_MOE_COMMON_INPUTS: routing from the logits, `tensors` (hidden states, weights and
+// their scales), then the routing settings as scalars.
+std::vector<Io> logit_routed_inputs(std::vector<Io> tensors) {
+  std::vector<Io> in = {T("routing_logits", {"seq_len", "num_experts"}),
+                        T("routing_bias", {"num_experts"}).opt()};
+  for (Io& io : tensors) in.push_back(std::move(io));
+  for (Io io :
+       {S("top_k", "int32").init("top_k"), S("n_group", "int32").opt(),
+        S("topk_group", "int32").opt(), S("local_expert_offset", "int32").init("0"),
+        S("routed_scaling_factor", "float32").opt(), S("routing_method_type", "int32").opt()}) {
+    in.push_back(std::move(io));
+  }
+  return in;
+}
+
+// The routed forms: packed topk_ids, routing_bias where upstream lists it, `tensors`, then
+// num_experts, top_k, local_expert_offset and routed_scaling_factor.
+std::vector<Io> precomputed_routed_inputs(bool routing_bias, std::vector<Io> tensors) {
+  std::vector<Io> in = {T("topk_ids", {"seq_len", "top_k"}).dt("int32").init(kPackedTopk)};
+  if (routing_bias) in.push_back(T("routing_bias", {"num_experts"}).opt());
+  for (Io& io : tensors) in.push_back(std::move(io));
+  for (Io io :
+       {S("num_experts", "int32").init("num_experts"), S("top_k", "int32").init("top_k"),
+        S("local_expert_offset", "int32").init("0"), S("routed_scaling_factor", "float32").opt()}) {
+    in.push_back(std::move(io));
+  }
+  return in;
+}
+
 const char* const kNoSwigluParams =
     "    if gemm1_alpha is not None or gemm1_beta is not None or gemm1_clamp_limit is not None:\n"
     "        raise NotImplementedError(\"gemm1_alpha / beta / clamp_limit\")\n";
 
 void add_trtllm(std::vector<Template>& v) {
-  // _TRTLLM_MOE_COMMON_INPUTS: routing from logits, the routing settings as scalars.
-  auto common = [](Io hidden, Io w1, Io w2) {
-    return std::vector<Io>{T("routing_logits", {"seq_len", "num_experts"}),
-                           T("routing_bias", {"num_experts"}).opt(),
-                           std::move(hidden),
-                           std::move(w1),
-                           std::move(w2),
-                           S("top_k", "int32").init("top_k"),
-                           S("n_group", "int32").opt(),
-                           S("topk_group", "int32").opt(),
-                           S("local_expert_offset", "int32").init("0"),
-                           S("routed_scaling_factor", "float32").opt(),
-                           S("routing_method_type", "int32").opt()};
-  };
   const std::vector<Io> swiglu_oa = {opt_f32("gemm1_alpha"), opt_f32("gemm1_beta"),
                                      opt_f32("gemm1_clamp_limit")};
   const Io out = T("output", {"seq_len", "hidden_size"}).dt("bfloat16");
 
   {  // trtllm_bf16_moe
-    std::vector<Io> in = common(T("hidden_states", {"seq_len", "hidden_size"}),
-                                T("gemm1_weights", kW1), T("gemm2_weights", kW2));
+    std::vector<Io> in = logit_routed_inputs({T("hidden_states", {"seq_len", "hidden_size"}),
+                                              T("gemm1_weights", kW1), T("gemm2_weights", kW2)});
     in.insert(in.end(), swiglu_oa.begin(), swiglu_oa.end());
     v.push_back(
         {.op = "trtllm_bf16_moe",
@@ -201,14 +228,9 @@ void add_trtllm(std::vector<Template>& v) {
                       "    return out.to(torch.bfloat16)\n"});
   }
   {  // trtllm_bf16_routed_moe
-    std::vector<Io> in = {T("topk_ids", {"seq_len", "top_k"}).dt("int32").init(kPackedTopk),
-                          T("hidden_states", {"seq_len", "hidden_size"}),
-                          T("gemm1_weights", kW1),
-                          T("gemm2_weights", kW2),
-                          S("num_experts", "int32").init("num_experts"),
-                          S("top_k", "int32").init("top_k"),
-                          S("local_expert_offset", "int32").init("0"),
-                          S("routed_scaling_factor", "float32").opt()};
+    std::vector<Io> in =
+        precomputed_routed_inputs(false, {T("hidden_states", {"seq_len", "hidden_size"}),
+                                          T("gemm1_weights", kW1), T("gemm2_weights", kW2)});
     in.insert(in.end(), swiglu_oa.begin(), swiglu_oa.end());
     v.push_back(
         {.op = "trtllm_bf16_routed_moe",
@@ -253,9 +275,9 @@ void add_trtllm(std::vector<Template>& v) {
       "    return out.to(torch.bfloat16)\n";
   {  // trtllm_fp8_per_tensor_scale_moe
     std::vector<Io> in =
-        common(T("hidden_states", {"seq_len", "hidden_size"}).synth("float8_e4m3fn"),
-               T("gemm1_weights", kW1).synth("float8_e4m3fn"),
-               T("gemm2_weights", kW2).synth("float8_e4m3fn"));
+        logit_routed_inputs({T("hidden_states", {"seq_len", "hidden_size"}).synth("float8_e4m3fn"),
+                             T("gemm1_weights", kW1).synth("float8_e4m3fn"),
+                             T("gemm2_weights", kW2).synth("float8_e4m3fn")});
     for (Io s : out_scales)
       in.push_back(s.init("(torch.rand((num_local_experts,)) * 0.02 + 0.01)"));
     v.push_back({.op = "trtllm_fp8_per_tensor_scale_moe",
@@ -287,18 +309,10 @@ void add_trtllm(std::vector<Template>& v) {
                               fp8_ffn});
   }
   {  // trtllm_fp8_per_tensor_scale_routed_moe
-    std::vector<Io> in = {T("topk_ids", {"seq_len", "top_k"}).dt("int32").init(kPackedTopk),
-                          T("routing_bias", {"num_experts"}).opt(),
-                          T("hidden_states", {"seq_len", "hidden_size"}).synth("float8_e4m3fn"),
-                          T("gemm1_weights", kW1).synth("float8_e4m3fn"),
-                          out_scales[0],
-                          out_scales[1],
-                          T("gemm2_weights", kW2).synth("float8_e4m3fn"),
-                          out_scales[2],
-                          S("num_experts", "int32").init("num_experts"),
-                          S("top_k", "int32").init("top_k"),
-                          S("local_expert_offset", "int32").init("0"),
-                          S("routed_scaling_factor", "float32").opt()};
+    std::vector<Io> in = precomputed_routed_inputs(
+        true, {T("hidden_states", {"seq_len", "hidden_size"}).synth("float8_e4m3fn"),
+               T("gemm1_weights", kW1).synth("float8_e4m3fn"), out_scales[0], out_scales[1],
+               T("gemm2_weights", kW2).synth("float8_e4m3fn"), out_scales[2]});
     for (Io& io : in) {
       if (io.key.rfind("output", 0) == 0)
         io.init("(torch.rand((num_local_experts,)) * 0.02 + 0.01)");
@@ -334,34 +348,28 @@ void add_trtllm(std::vector<Template>& v) {
     for (const char* b : {"num_hidden_blocks", "num_intermediate_blocks", "num_gemm1_out_blocks"}) {
       axes.push_back(cst(b, ""));
     }
-    std::vector<Io> in = {
-        T("topk_ids", {"seq_len", "top_k"}).dt("int32").init(kPackedTopk),
-        T("routing_bias", {"num_experts"}).opt(),
-        T("hidden_states", {"seq_len", "hidden_size"})
-            .synth("float8_e4m3fn")
-            .init(e4m3_values({"seq_len", "hidden_size"}, "hidden_states")),
-        T("hidden_states_scale", {"num_hidden_blocks", "seq_len"})
-            .synth("float32")
-            .init("(torch.rand((num_hidden_blocks, seq_len), device=device) + 0.5)"
-                  ".to({dtype:hidden_states_scale})"),
-        T("gemm1_weights", kW1).synth("float8_e4m3fn").init(e4m3_values(kW1, "gemm1_weights")),
-        T("gemm1_weights_scale", {"num_local_experts", "num_gemm1_out_blocks", "num_hidden_blocks"})
-            .synth("float32")
-            .init("(torch.rand((num_local_experts, num_gemm1_out_blocks, num_hidden_blocks), "
-                  "device=device) + 0.5).to({dtype:gemm1_weights_scale})"),
-        swiglu_oa[0],
-        swiglu_oa[1],
-        swiglu_oa[2],
-        T("gemm2_weights", kW2).synth("float8_e4m3fn").init(e4m3_values(kW2, "gemm2_weights")),
-        T("gemm2_weights_scale",
-          {"num_local_experts", "num_hidden_blocks", "num_intermediate_blocks"})
-            .synth("float32")
-            .init("(torch.rand((num_local_experts, num_hidden_blocks, num_intermediate_blocks), "
-                  "device=device) + 0.5).to({dtype:gemm2_weights_scale})"),
-        S("num_experts", "int32").init("num_experts"),
-        S("top_k", "int32").init("top_k"),
-        S("local_expert_offset", "int32").init("0"),
-        S("routed_scaling_factor", "float32").opt()};
+    std::vector<Io> in = precomputed_routed_inputs(
+        true,
+        {T("hidden_states", {"seq_len", "hidden_size"})
+             .synth("float8_e4m3fn")
+             .init(e4m3_values({"seq_len", "hidden_size"}, "hidden_states")),
+         T("hidden_states_scale", {"num_hidden_blocks", "seq_len"})
+             .synth("float32")
+             .init("(torch.rand((num_hidden_blocks, seq_len), device=device) + 0.5)"
+                   ".to({dtype:hidden_states_scale})"),
+         T("gemm1_weights", kW1).synth("float8_e4m3fn").init(e4m3_values(kW1, "gemm1_weights")),
+         T("gemm1_weights_scale",
+           {"num_local_experts", "num_gemm1_out_blocks", "num_hidden_blocks"})
+             .synth("float32")
+             .init("(torch.rand((num_local_experts, num_gemm1_out_blocks, num_hidden_blocks), "
+                   "device=device) + 0.5).to({dtype:gemm1_weights_scale})"),
+         swiglu_oa[0], swiglu_oa[1], swiglu_oa[2],
+         T("gemm2_weights", kW2).synth("float8_e4m3fn").init(e4m3_values(kW2, "gemm2_weights")),
+         T("gemm2_weights_scale",
+           {"num_local_experts", "num_hidden_blocks", "num_intermediate_blocks"})
+             .synth("float32")
+             .init("(torch.rand((num_local_experts, num_hidden_blocks, num_intermediate_blocks), "
+                   "device=device) + 0.5).to({dtype:gemm2_weights_scale})")});
     v.push_back(
         {.op = "trtllm_fp8_block_scale_routed_moe",
          .op_type = "moe",
@@ -405,15 +413,8 @@ void add_trtllm(std::vector<Template>& v) {
   {  // trtllm_fp4_block_scale_routed_moe: NVFP4 shapes; no gemm biases nor output scale scalars
      // among upstream's inputs (so 1 in the reference).
     const std::vector<std::string> hs = {"seq_len", "num_packed_hidden"},
-                                   hss = {"seq_len", "num_fp4_hidden_blocks"},
-                                   w1 = {"num_local_experts", "gemm1_out_size",
-                                         "num_packed_hidden"},
-                                   w1s = {"num_local_experts", "gemm1_out_size",
-                                          "num_fp4_hidden_blocks"},
-                                   w2 = {"num_local_experts", "hidden_size",
-                                         "num_packed_intermediate"},
-                                   w2s = {"num_local_experts", "hidden_size",
-                                          "num_fp4_intermediate_blocks"};
+                                   hss = {"seq_len", "num_fp4_hidden_blocks"};
+    const PackedExpertDims d = packed_expert_dims("fp4");
     std::vector<Axis> axes = trtllm_axes(true);
     axes[5].init_value = 32;
     axes.push_back(cst("num_packed_hidden", ""));
@@ -422,27 +423,19 @@ void add_trtllm(std::vector<Template>& v) {
     axes.push_back(cst("num_packed_intermediate", ""));
     axes.push_back(cst("num_fp4_intermediate_blocks", ""));
     axes.push_back(cst("activation_type", "act", "Fused activation type; 10 selects SiTU."));
-    std::vector<Io> in = {
-        T("topk_ids", {"seq_len", "top_k"}).dt("int32").init(kPackedTopk),
-        T("routing_bias", {"num_experts"}).opt(),
-        T("hidden_states", hs).synth("uint8").init(packed(hs)),
-        T("hidden_states_scale", hss).opt().init(scales(hss, "hidden_states_scale", "0.5")),
-        T("gemm1_weights", w1).synth("uint8").init(packed(w1)),
-        T("gemm1_weights_scale", w1s)
-            .synth("float8_e4m3fn")
-            .init(scales(w1s, "gemm1_weights_scale", "0.05")),
-        swiglu_oa[0],
-        swiglu_oa[1],
-        swiglu_oa[2],
-        T("gemm2_weights", w2).synth("uint8").init(packed(w2)),
-        T("gemm2_weights_scale", w2s)
-            .synth("float8_e4m3fn")
-            .init(scales(w2s, "gemm2_weights_scale", "0.05")),
-        S("num_experts", "int32").init("num_experts"),
-        S("top_k", "int32").init("top_k"),
-        S("local_expert_offset", "int32").init("0"),
-        S("routed_scaling_factor", "float32").opt(),
-        S("activation_type", "int32").init("activation_type")};
+    std::vector<Io> in = precomputed_routed_inputs(
+        true, {T("hidden_states", hs).synth("uint8").init(packed(hs)),
+               T("hidden_states_scale", hss).opt().init(scales(hss, "hidden_states_scale", "0.5")),
+               T("gemm1_weights", d.w1).synth("uint8").init(packed(d.w1)),
+               T("gemm1_weights_scale", d.w1s)
+                   .synth("float8_e4m3fn")
+                   .init(scales(d.w1s, "gemm1_weights_scale", "0.05")),
+               swiglu_oa[0], swiglu_oa[1], swiglu_oa[2],
+               T("gemm2_weights", d.w2).synth("uint8").init(packed(d.w2)),
+               T("gemm2_weights_scale", d.w2s)
+                   .synth("float8_e4m3fn")
+                   .init(scales(d.w2s, "gemm2_weights_scale", "0.05"))});
+    in.push_back(S("activation_type", "int32").init("activation_type"));
     v.push_back(
         {.op = "trtllm_fp4_block_scale_routed_moe",
          .op_type = "moe",
@@ -484,28 +477,13 @@ void add_trtllm(std::vector<Template>& v) {
                           "num_packed_intermediate", "num_mxint4_intermediate_blocks"}) {
       axes.push_back(cst(b, ""));
     }
-    const std::vector<std::string> w1 = {"num_local_experts", "gemm1_out_size",
-                                         "num_packed_hidden"},
-                                   w1s = {"num_local_experts", "gemm1_out_size",
-                                          "num_mxint4_hidden_blocks"},
-                                   w2 = {"num_local_experts", "hidden_size",
-                                         "num_packed_intermediate"},
-                                   w2s = {"num_local_experts", "hidden_size",
-                                          "num_mxint4_intermediate_blocks"};
-    std::vector<Io> in = {
-        T("routing_logits", {"seq_len", "num_experts"}),
-        T("routing_bias", {"num_experts"}).opt(),
-        T("hidden_states", {"seq_len", "hidden_size"}),
-        T("gemm1_weights", w1).synth("uint8").init(packed(w1)),
-        T("gemm1_weights_scale", w1s).init(scales(w1s, "gemm1_weights_scale", "0.01")),
-        T("gemm2_weights", w2).synth("uint8").init(packed(w2)),
-        T("gemm2_weights_scale", w2s).init(scales(w2s, "gemm2_weights_scale", "0.01")),
-        S("top_k", "int32").init("top_k"),
-        S("n_group", "int32").opt(),
-        S("topk_group", "int32").opt(),
-        S("local_expert_offset", "int32").init("0"),
-        S("routed_scaling_factor", "float32").opt(),
-        S("routing_method_type", "int32").opt()};
+    const PackedExpertDims d = packed_expert_dims("mxint4");
+    std::vector<Io> in = logit_routed_inputs(
+        {T("hidden_states", {"seq_len", "hidden_size"}),
+         T("gemm1_weights", d.w1).synth("uint8").init(packed(d.w1)),
+         T("gemm1_weights_scale", d.w1s).init(scales(d.w1s, "gemm1_weights_scale", "0.01")),
+         T("gemm2_weights", d.w2).synth("uint8").init(packed(d.w2)),
+         T("gemm2_weights_scale", d.w2s).init(scales(d.w2s, "gemm2_weights_scale", "0.01"))});
     v.push_back(
         {.op = "trtllm_mxint4_block_scale_moe",
          .op_type = "moe",
@@ -621,58 +599,111 @@ void add_cutlass_and_hash(std::vector<Template>& v) {
                     "    return w, ids.to(torch.int32)\n"});
 }
 
+// The Blackwell CuTe-DSL MoE ops (b12x, cute_dsl_fused_moe_nvfp4), each also as a wrapper's
+// run(): the same axes but for the intermediate sizes' defaults, num_experts and top_k variable
+// in the wrapper's.
+std::vector<Axis> cute_dsl_axes(bool wrapper, int64_t intermediate, int64_t packed_intermediate,
+                                int64_t intermediate_blocks) {
+  return {var("num_tokens", "", 3),
+          wrapper ? var("num_experts", "", 8) : cst("num_experts", ""),
+          wrapper ? var("top_k", "", 2) : cst("top_k", "topk"),
+          cst("num_local_experts", "e"),
+          cst("hidden_size", "h"),
+          var("intermediate_size", "", intermediate),
+          var("num_packed_hidden", "", 32),
+          var("num_packed_intermediate", "", packed_intermediate),
+          var("num_fp4_hidden_blocks", "", 4),
+          var("num_fp4_intermediate_blocks", "", intermediate_blocks),
+          cst("gemm1_out_size", ""),
+          var("one", "", 1)};
+}
+
+// Their common inputs: NVFP4 expert weights, precomputed routing, per-expert alphas; the
+// wrapper's num_experts / top_k are init-time settings (given before run(), as plan() inputs).
+struct CuteDslIo {
+  Io w1, w1_sf, w2, w2_sf, selected, final_scales, w1_alpha, w2_alpha, fc2_input_scale, num_experts,
+      top_k;
+};
+CuteDslIo cute_dsl_io(bool wrapper) {
+  const PackedExpertDims d = packed_expert_dims("fp4");
+  CuteDslIo io{
+      .w1 = T("w1_weight", d.w1).synth("uint8").init(packed(d.w1)),
+      .w1_sf =
+          T("w1_weight_sf", d.w1s).synth("float8_e4m3fn").init(e4m3_scales(d.w1s, "w1_weight_sf")),
+      .w2 = T("w2_weight", d.w2).synth("uint8").init(packed(d.w2)),
+      .w2_sf =
+          T("w2_weight_sf", d.w2s).synth("float8_e4m3fn").init(e4m3_scales(d.w2s, "w2_weight_sf")),
+      .selected = T("token_selected_experts", {"num_tokens", "top_k"}).dt("int32").init(kSelected),
+      .final_scales = T("token_final_scales", {"num_tokens", "top_k"})
+                          .dt("float32")
+                          .init("torch.rand((num_tokens, top_k), device=device)"),
+      .w1_alpha = T("w1_alpha", kEl).dt("float32").init("(torch.rand((num_local_experts,)) + 0.5)"),
+      .w2_alpha = T("w2_alpha", kEl).dt("float32").init("(torch.rand((num_local_experts,)) + 0.5)"),
+      .fc2_input_scale =
+          T("fc2_input_scale", {"one"}).dt("float32").init("torch.full((one,), 0.5)"),
+      .num_experts = S("num_experts", "int32"),
+      .top_k = S("top_k", "int32")};
+  if (wrapper) {
+    io.num_experts.plan();
+    io.top_k.plan();
+  } else {
+    io.num_experts.init("num_experts");
+    io.top_k.init("top_k");
+  }
+  return io;
+}
+
+// Adds the op `op` (also its name prefix) with axes(false) and inputs(false), then its wrapper's
+// run() (`wrapper_op`, named `wrapper_prefix`, the description prefixed with the wrapper's name)
+// with axes(true) and inputs(true): op_type moe, one bf16 output, experimental.
+template <class Axes, class Inputs>
+void push_with_wrapper(std::vector<Template>& v, const char* op, const char* wrapper_op,
+                       const char* wrapper_prefix, const char* quant_tag, const char* desc,
+                       const std::string& ref, const Axes& axes, const Inputs& inputs) {
+  Template t{.op = op,
+             .op_type = "moe",
+             .name_prefix = op,
+             .description = desc,
+             .axes = axes(false),
+             .inputs = inputs(false),
+             .outputs = {T("output", {"num_tokens", "hidden_size"}).dt("bfloat16")},
+             .tags = {"status:experimental", "backend:cute-dsl", quant_tag},
+             .reference = ref};
+  Template w = t;
+  w.op = wrapper_op;
+  w.name_prefix = wrapper_prefix;
+  w.description = std::string(wrapper_op) + ": " + desc;
+  w.axes = axes(true);
+  w.inputs = inputs(true);
+  v.push_back(std::move(t));
+  v.push_back(std::move(w));
+}
+
 // The Blackwell CuTe-DSL ops. b12x_fused_moe and B12xMoEWrapper.run: moe.py at 0107a67 (its
 // inputs match our signature: input_global_scale, quant_mode, source_format). The wrapper's
 // init-time settings (num_experts, top_k, quant_mode, source_format) are optional scalars, not
 // run() parameters; its num_experts and top_k axes are variable.
 void add_b12x(std::vector<Template>& v) {
-  const std::vector<std::string> w1 = {"num_local_experts", "gemm1_out_size", "num_packed_hidden"},
-                                 w1s = {"num_local_experts", "gemm1_out_size",
-                                        "num_fp4_hidden_blocks"},
-                                 w2 = {"num_local_experts", "hidden_size",
-                                       "num_packed_intermediate"},
-                                 w2s = {"num_local_experts", "hidden_size",
-                                        "num_fp4_intermediate_blocks"};
   auto axes = [](bool wrapper) {
-    return std::vector<Axis>{var("num_tokens", "", 3),
-                             wrapper ? var("num_experts", "", 8) : cst("num_experts", ""),
-                             wrapper ? var("top_k", "", 2) : cst("top_k", "topk"),
-                             cst("num_local_experts", "e"),
-                             cst("hidden_size", "h"),
-                             var("intermediate_size", "", 32),
-                             var("num_packed_hidden", "", 32),
-                             var("num_packed_intermediate", "", 16),
-                             var("num_fp4_hidden_blocks", "", 4),
-                             var("num_fp4_intermediate_blocks", "", 2),
-                             cst("gemm1_out_size", ""),
-                             var("input_global_scale_size", "", 1),
-                             var("one", "", 1)};
+    std::vector<Axis> a = cute_dsl_axes(wrapper, 32, 16, 2);
+    a.insert(a.end() - 1, var("input_global_scale_size", "", 1));
+    return a;
   };
-  auto inputs = [&](bool wrapper) {
-    Io ne = S("num_experts", "int32"), tk = S("top_k", "int32");
-    if (wrapper) {
-      ne.plan();
-      tk.plan();
-    } else {
-      ne.init("num_experts");
-      tk.init("top_k");
-    }
-    std::vector<Io> in = {
-        T("x", {"num_tokens", "hidden_size"}),
-        T("w1_weight", w1).synth("uint8").init(packed(w1)),
-        T("w1_weight_sf", w1s).synth("float8_e4m3fn").init(e4m3_scales(w1s, "w1_weight_sf")),
-        T("w2_weight", w2).synth("uint8").init(packed(w2)),
-        T("w2_weight_sf", w2s).synth("float8_e4m3fn").init(e4m3_scales(w2s, "w2_weight_sf")),
-        T("token_selected_experts", {"num_tokens", "top_k"}).dt("int32").init(kSelected),
-        T("token_final_scales", {"num_tokens", "top_k"})
-            .dt("float32")
-            .init("torch.rand((num_tokens, top_k), device=device)"),
-        ne,
-        tk,
-        T("w1_alpha", kEl).dt("float32").init("(torch.rand((num_local_experts,)) + 0.5)"),
-        T("w2_alpha", kEl).dt("float32").init("(torch.rand((num_local_experts,)) + 0.5)"),
-        T("fc2_input_scale", {"one"}).dt("float32").opt().init("torch.full((one,), 0.5)"),
-        T("input_global_scale", {"input_global_scale_size"}).dt("float32").opt()};
+  auto inputs = [](bool wrapper) {
+    const CuteDslIo io = cute_dsl_io(wrapper);
+    std::vector<Io> in = {T("x", {"num_tokens", "hidden_size"}),
+                          io.w1,
+                          io.w1_sf,
+                          io.w2,
+                          io.w2_sf,
+                          io.selected,
+                          io.final_scales,
+                          io.num_experts,
+                          io.top_k,
+                          io.w1_alpha,
+                          io.w2_alpha,
+                          Io(io.fc2_input_scale).opt(),
+                          T("input_global_scale", {"input_global_scale_size"}).dt("float32").opt()};
     if (!wrapper) in.push_back(S("activation_precision", "string").opt());
     in.push_back(wrapper ? S("quant_mode", "string").plan() : S("quant_mode", "string").opt());
     in.push_back(wrapper ? S("source_format", "string").plan()
@@ -718,27 +749,8 @@ void add_b12x(std::vector<Template>& v) {
       "* gs1, or both w1_alpha when absent), h = bf16(silu(g[I:]) * g[:I]), y = w2_alpha[e] * "
       "(qdq(h, fc2_input_scale) @ W2[e].T), out = bf16(sum_k scale * y); qdq per 16 values with an "
       "e4m3 scale; weights e2m1 pairs times e4m3 scales per 16, linear as the shapes say.";
-  const Io out = T("output", {"num_tokens", "hidden_size"}).dt("bfloat16");
-  const std::vector<std::string> tags = {"status:experimental", "backend:cute-dsl",
-                                         "quantization:fp4"};
-  v.push_back({.op = "b12x_fused_moe",
-               .op_type = "moe",
-               .name_prefix = "b12x_fused_moe",
-               .description = desc,
-               .axes = axes(false),
-               .inputs = inputs(false),
-               .outputs = {out},
-               .tags = tags,
-               .reference = ref});
-  v.push_back({.op = "B12xMoEWrapper.run",
-               .op_type = "moe",
-               .name_prefix = "b12x_moe_wrapper",
-               .description = std::string("B12xMoEWrapper.run: ") + desc,
-               .axes = axes(true),
-               .inputs = inputs(true),
-               .outputs = {out},
-               .tags = tags,
-               .reference = ref});
+  push_with_wrapper(v, "b12x_fused_moe", "B12xMoEWrapper.run", "b12x_moe_wrapper",
+                    "quantization:fp4", desc, ref, axes, inputs);
 }
 
 // cute_dsl_fused_moe_nvfp4 and CuteDslMoEWrapper.run: upstream's newest moe.py (0107a67) traces
@@ -747,57 +759,26 @@ void add_b12x(std::vector<Template>& v) {
 // stored version whose cute_dsl_fused_moe_nvfp4_trace reads only their parameters is followed
 // (docs/TRACE.md names it): x_sf and fc2_input_scale required, a trailing variable axis "one".
 void add_cute_dsl(std::vector<Template>& v) {
-  const std::vector<std::string> w1 = {"num_local_experts", "gemm1_out_size", "num_packed_hidden"},
-                                 w1s = {"num_local_experts", "gemm1_out_size",
-                                        "num_fp4_hidden_blocks"},
-                                 w2 = {"num_local_experts", "hidden_size",
-                                       "num_packed_intermediate"},
-                                 w2s = {"num_local_experts", "hidden_size",
-                                        "num_fp4_intermediate_blocks"},
-                                 xs = {"num_tokens", "num_packed_hidden"},
-                                 xss = {"num_tokens", "num_fp4_hidden_blocks"};
-  auto axes = [](bool wrapper) {
-    return std::vector<Axis>{var("num_tokens", "", 3),
-                             wrapper ? var("num_experts", "", 8) : cst("num_experts", ""),
-                             wrapper ? var("top_k", "", 2) : cst("top_k", "topk"),
-                             cst("num_local_experts", "e"),
-                             cst("hidden_size", "h"),
-                             var("intermediate_size", "", 64),
-                             var("num_packed_hidden", "", 32),
-                             var("num_packed_intermediate", "", 32),
-                             var("num_fp4_hidden_blocks", "", 4),
-                             var("num_fp4_intermediate_blocks", "", 4),
-                             cst("gemm1_out_size", ""),
-                             var("one", "", 1)};
-  };
-  auto inputs = [&](bool wrapper) {
-    Io ne = S("num_experts", "int32"), tk = S("top_k", "int32"),
-       off = S("local_expert_offset", "int32").opt();
-    if (wrapper) {
-      ne.plan();
-      tk.plan();
-      off.plan();
-    } else {
-      ne.init("num_experts");
-      tk.init("top_k");
-    }
-    return std::vector<Io>{
-        T("x", xs).synth("uint8").init(packed(xs)),
-        T("x_sf", xss).synth("float8_e4m3fn").init(e4m3_scales(xss, "x_sf")),
-        T("token_selected_experts", {"num_tokens", "top_k"}).dt("int32").init(kSelected),
-        T("token_final_scales", {"num_tokens", "top_k"})
-            .dt("float32")
-            .init("torch.rand((num_tokens, top_k), device=device)"),
-        T("w1_weight", w1).synth("uint8").init(packed(w1)),
-        T("w1_weight_sf", w1s).synth("float8_e4m3fn").init(e4m3_scales(w1s, "w1_weight_sf")),
-        T("w1_alpha", kEl).dt("float32").init("(torch.rand((num_local_experts,)) + 0.5)"),
-        T("fc2_input_scale", {"one"}).dt("float32").init("torch.full((one,), 0.5)"),
-        T("w2_weight", w2).synth("uint8").init(packed(w2)),
-        T("w2_weight_sf", w2s).synth("float8_e4m3fn").init(e4m3_scales(w2s, "w2_weight_sf")),
-        T("w2_alpha", kEl).dt("float32").init("(torch.rand((num_local_experts,)) + 0.5)"),
-        ne,
-        tk,
-        off};
+  auto inputs = [](bool wrapper) {
+    const CuteDslIo io = cute_dsl_io(wrapper);
+    const std::vector<std::string> xs = {"num_tokens", "num_packed_hidden"},
+                                   xss = {"num_tokens", "num_fp4_hidden_blocks"};
+    Io off = S("local_expert_offset", "int32").opt();
+    if (wrapper) off.plan();
+    return std::vector<Io>{T("x", xs).synth("uint8").init(packed(xs)),
+                           T("x_sf", xss).synth("float8_e4m3fn").init(e4m3_scales(xss, "x_sf")),
+                           io.selected,
+                           io.final_scales,
+                           io.w1,
+                           io.w1_sf,
+                           io.w1_alpha,
+                           io.fc2_input_scale,
+                           io.w2,
+                           io.w2_sf,
+                           io.w2_alpha,
+                           io.num_experts,
+                           io.top_k,
+                           off};
   };
   const std::string ref =
       std::string(kMxHelpers) + kFp4Quant + kQdq +
@@ -837,27 +818,10 @@ void add_cute_dsl(std::vector<Template>& v) {
       "gate] rows interleaved in groups of 64; per (token, k) with local expert e, g = "
       "w1_alpha[e] * (x @ W1[e].T), act = silu(g[I:]) * g[:I] in fp32, NVFP4 with global scale "
       "fc2_input_scale, y = w2_alpha[e] * (act_q @ W2[e].T), out = bf16(sum_k scale * y).";
-  const Io out = T("output", {"num_tokens", "hidden_size"}).dt("bfloat16");
-  const std::vector<std::string> tags = {"status:experimental", "backend:cute-dsl",
-                                         "quantization:nvfp4"};
-  v.push_back({.op = "cute_dsl_fused_moe_nvfp4",
-               .op_type = "moe",
-               .name_prefix = "cute_dsl_fused_moe_nvfp4",
-               .description = desc,
-               .axes = axes(false),
-               .inputs = inputs(false),
-               .outputs = {out},
-               .tags = tags,
-               .reference = ref});
-  v.push_back({.op = "CuteDslMoEWrapper.run",
-               .op_type = "moe",
-               .name_prefix = "cute_dsl_moe_wrapper",
-               .description = std::string("CuteDslMoEWrapper.run: ") + desc,
-               .axes = axes(true),
-               .inputs = inputs(true),
-               .outputs = {out},
-               .tags = tags,
-               .reference = ref});
+  push_with_wrapper(
+      v, "cute_dsl_fused_moe_nvfp4", "CuteDslMoEWrapper.run", "cute_dsl_moe_wrapper",
+      "quantization:nvfp4", desc, ref,
+      [](bool wrapper) { return cute_dsl_axes(wrapper, 64, 32, 4); }, inputs);
 }
 
 // The SM90 mixed-input weight preparation (flashinfer.fused_moe.prepare): moe.py at 0107a67,
