@@ -758,12 +758,8 @@ TEST(Nvfp4Attention, RecordAndReplay) {
           PagedKVCache(c.k_sf, c.v_sf));
     recorder::stop();
   }
-  const auto results = replay::replay_sequence(dir.string());
   // prefill __init__, plan, run; trtllm context; decode x3; BatchAttention x3
-  ASSERT_EQ(results.size(), 10u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
+  testing::replay_expecting_every_call_to_pass(dir, 10u);
   fs::remove_all(dir);
 }
 
@@ -792,11 +788,8 @@ TEST(Nvfp4Attention, RaggedAndSingleRecordAndReplay) {
                                  "fa2", true, PagedKVCache(k.sf, v.sf), kKg, kVg);
     recorder::stop();
   }
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 4u);  // ragged __init__, plan, run; single prefill
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
+  testing::replay_expecting_every_call_to_pass(dir,
+                                               4u);  // ragged __init__, plan, run; single prefill
   fs::remove_all(dir);
 }
 

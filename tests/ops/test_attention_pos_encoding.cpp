@@ -602,11 +602,7 @@ TEST(AttentionPosEncoding, CascadeAndPodRecordAndReplay) {
           testing::rand_tensor({2, 4, 64}, DType::kFloat16, 85, -1.0, 1.0), PagedKVCache(c.k, c.v));
     recorder::stop();
   }
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 6u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
+  testing::replay_expecting_every_call_to_pass(dir, 6u);
   fs::remove_all(dir);
 }
 
@@ -1151,11 +1147,7 @@ TEST(AttentionPosEncoding, BlockSparseRecordAndReplay) {
     SCOPED_TRACE(call.name);
     EXPECT_TRUE(testing::replays_identically(call));
   }
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 9u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
+  testing::replay_expecting_every_call_to_pass(dir, 9u);
   fs::remove_all(dir);
 }
 

@@ -508,11 +508,7 @@ TEST(SinkJitArgs, RecordAndReplay) {
           variant_args(testing::rand_tensor({4}, DType::kFloat32, 54, 0.0, 3.0), 0.2));
     recorder::stop();
   }
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 3u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
+  testing::replay_expecting_every_call_to_pass(dir, 3u);
   bool seen = false;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     if (e.path().filename() != "metadata.jsonl" ||

@@ -16,6 +16,7 @@
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer {
 namespace {
@@ -278,11 +279,7 @@ TEST(BatchAttention, DumpReplaysWithEveryCallPassing) {
           Tensor::zeros({3, 4, 64}, DType::kFloat16), Tensor::zeros({3, 4}, DType::kFloat32));
   }
   recorder::stop();
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 3u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
+  testing::replay_expecting_every_call_to_pass(dir, 3u);
   fs::remove_all(dir);
 }
 

@@ -498,11 +498,7 @@ TEST(CascadeWrappers, DumpReplaysWithEveryCallPassing) {
     p.end_forward();
   }
   recorder::stop();
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 11u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
+  testing::replay_expecting_every_call_to_pass(dir, 11u);
   fs::remove_all(dir);
 }
 

@@ -996,11 +996,7 @@ TEST(GroupedGemmDump, RecorderDumpReplaysWithEveryCallPassing) {
         std::nullopt, 0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, false, false, kw);
   }
   recorder::stop();
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 6u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
+  testing::replay_expecting_every_call_to_pass(dir, 6u);
   fs::remove_all(dir);
 }
 

@@ -566,11 +566,7 @@ TEST(BatchDecodeMla, RecordAndReplayAndDump) {
           std::nullopt, std::nullopt, out);
   }
   recorder::stop();
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 3u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
+  testing::replay_expecting_every_call_to_pass(dir, 3u);
   fs::remove_all(dir);
 }
 
@@ -878,11 +874,7 @@ TEST(Mla, DumpReplaysWithEveryCallPassing) {
                                        6);
   }
   recorder::stop();
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 7u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
+  testing::replay_expecting_every_call_to_pass(dir, 7u);
   fs::remove_all(dir);
 }
 

@@ -16,6 +16,7 @@
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer {
 namespace {
@@ -254,11 +255,7 @@ TEST(BlockSparseAttention, DumpReplaysWithEveryCallPassing) {
           testing::rand_tensor({3, 2, 64}, DType::kFloat16, 3));
   }
   recorder::stop();
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 3u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
+  testing::replay_expecting_every_call_to_pass(dir, 3u);
   fs::remove_all(dir);
 }
 
@@ -477,11 +474,7 @@ TEST(VariableBlockSparseAttention, RecordAndReplayThroughADump) {
     SCOPED_TRACE(calls[i].name);
     EXPECT_TRUE(testing::replays_identically(calls[i]));
   }
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 3u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
+  testing::replay_expecting_every_call_to_pass(dir, 3u);
   fs::remove_all(dir);
 }
 

@@ -857,11 +857,7 @@ TEST(TrtllmDump, RecorderRoundTripReplays) {
                                        "NHD");
     recorder::stop();
   }
-  const auto results = replay::replay_sequence(dir.string());
-  ASSERT_EQ(results.size(), 2u);
-  for (const auto& r : results) {
-    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-  }
+  testing::replay_expecting_every_call_to_pass(dir, 2u);
   fs::remove_all(dir);
 }
 
