@@ -12,10 +12,12 @@
 #include "api/moe_cutlass_fp4.h"
 #include "api/moe_cutlass_fp8.h"
 #include "api/moe_layout.h"
+#include "api/moe_routing_checks.h"
 #include "api/moe_traits.h"
 #include "flashinfer/float_formats.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_cpu.h"
+#include "replay/result_comparators.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/moe_cuda.h"
 #endif
@@ -504,20 +506,16 @@ constexpr api::KernelEntry<kernels::TrtllmMoeParams> kTrtllmMoeKernels[] = {
 
 // The routing-from-logits op (`routed` null) and the precomputed-routing op share everything
 // after the routing.
-Tensor trtllm_bf16_moe_impl(const char* op, const MoeTopkIds* routed, const Tensor& logits,
-                            const std::optional<Tensor>& bias, const Tensor& hidden,
-                            const Tensor& w1, const Tensor& w2, int64_t num_experts, int64_t top_k,
-                            std::optional<int64_t> n_group, std::optional<int64_t> topk_group,
-                            int64_t inter, int64_t offset, int64_t local_num,
-                            std::optional<double> scale, int64_t method, bool use_shuffled_weight,
-                            WeightLayout layout, bool do_finalize, bool enable_pdl,
-                            int64_t activation_type, bool norm_topk_prob,
-                            const std::optional<Tensor>& replay_out,
-                            const std::optional<Tensor>& alpha, const std::optional<Tensor>& beta,
-                            const std::optional<Tensor>& limit,
-                            const std::optional<Tensor>& output) {
-  check_flag_off(!do_finalize, op, "do_finalize",
-                 "do_finalize=False (unfinalized GEMM2 output) is not implemented");
+TrtllmMoeResult trtllm_bf16_moe_impl(
+    const char* op, const MoeTopkIds* routed, const Tensor& logits,
+    const std::optional<Tensor>& bias, const Tensor& hidden, const Tensor& w1, const Tensor& w2,
+    int64_t num_experts, int64_t top_k, std::optional<int64_t> n_group,
+    std::optional<int64_t> topk_group, int64_t inter, int64_t offset, int64_t local_num,
+    std::optional<double> scale, int64_t method, bool use_shuffled_weight, WeightLayout layout,
+    bool do_finalize, bool enable_pdl, int64_t activation_type, bool norm_topk_prob,
+    const std::optional<Tensor>& replay_out, const std::optional<Tensor>& alpha,
+    const std::optional<Tensor>& beta, const std::optional<Tensor>& limit,
+    const std::optional<Tensor>& output) {
   api::check_defined(hidden, op, "hidden_states");
   api::check_dim(hidden, {2}, op, "hidden_states");
   if (routed) {
@@ -623,7 +621,7 @@ Tensor trtllm_bf16_moe_impl(const char* op, const MoeTopkIds* routed, const Tens
     api::check_writable(*replay_out, op, "routing_replay_out");
   }
   Tensor out;
-  if (output) {
+  if (output && do_finalize) {  // upstream writes `output` only when it finalizes
     api::check_dtype_in(*output, {DType::kBFloat16}, op, "output");
     api::check_shape_eq(*output, {T, H}, op, "output");
     api::check_same_device(*output, hidden, op, "output", "hidden_states");
@@ -684,24 +682,38 @@ Tensor trtllm_bf16_moe_impl(const char* op, const MoeTopkIds* routed, const Tens
   m.expert_offset = offset;
   m.act = static_cast<kernels::MoeAct>(activation_type);
   m.round_gemm1 = false;
+  TrtllmMoeResult res{{out}, do_finalize};
+  if (!do_finalize) res.tensors = api::bind_unfinalized(p, routed, hidden, op);
   api::launch(kTrtllmMoeKernels, p, hidden.device(), op, "hidden_states", enable_pdl);
-  return out;
+  return res;
 }
 
 }  // namespace
 
-Tensor trtllm_bf16_moe(const Tensor& routing_logits, std::optional<Tensor> routing_bias,
-                       const Tensor& hidden_states, const Tensor& gemm1_weights,
-                       const Tensor& gemm2_weights, int64_t num_experts, int64_t top_k,
-                       std::optional<int64_t> n_group, std::optional<int64_t> topk_group,
-                       int64_t intermediate_size, int64_t local_expert_offset,
-                       int64_t local_num_experts, std::optional<double> routed_scaling_factor,
-                       int64_t routing_method_type, bool use_shuffled_weight,
-                       WeightLayout weight_layout, bool do_finalize, bool enable_pdl,
-                       int64_t tune_max_num_tokens, int64_t activation_type, bool norm_topk_prob,
-                       std::optional<Tensor> routing_replay_out, std::optional<Tensor> gemm1_alpha,
-                       std::optional<Tensor> gemm1_beta, std::optional<Tensor> gemm1_clamp_limit,
-                       std::optional<Tensor> output) {
+TrtllmMoeResult::operator Tensor() const {
+  FLASHINFER_CHECK(finalized && tensors.size() == 1, "TrtllmMoeResult", "do_finalize",
+                   "the call returned the unfinalized list [gemm2_output, expert_weights, "
+                   "expanded_idx_to_permuted_idx], not one output tensor");
+  return tensors[0];
+}
+
+Value to_value(const TrtllmMoeResult& r) {
+  // Upstream returns result[0] when it finalizes, the list otherwise.
+  if (r.finalized) return Value(r.tensors.at(0));
+  return to_value(r.tensors);
+}
+
+TrtllmMoeResult trtllm_bf16_moe(
+    const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
+    const Tensor& gemm1_weights, const Tensor& gemm2_weights, int64_t num_experts, int64_t top_k,
+    std::optional<int64_t> n_group, std::optional<int64_t> topk_group, int64_t intermediate_size,
+    int64_t local_expert_offset, int64_t local_num_experts,
+    std::optional<double> routed_scaling_factor, int64_t routing_method_type,
+    bool use_shuffled_weight, WeightLayout weight_layout, bool do_finalize, bool enable_pdl,
+    int64_t tune_max_num_tokens, int64_t activation_type, bool norm_topk_prob,
+    std::optional<Tensor> routing_replay_out, std::optional<Tensor> gemm1_alpha,
+    std::optional<Tensor> gemm1_beta, std::optional<Tensor> gemm1_clamp_limit,
+    std::optional<Tensor> output) {
   return call_op<&trtllm_bf16_moe>(
       [&] {
         return trtllm_bf16_moe_impl(
@@ -723,7 +735,7 @@ Value to_value(const MoeTopkIds& t) {
   return Value::tuple({Value(t.ids), Value(*t.weights)});
 }
 
-Tensor trtllm_bf16_routed_moe(
+TrtllmMoeResult trtllm_bf16_routed_moe(
     const MoeTopkIds& topk_ids, const Tensor& hidden_states, const Tensor& gemm1_weights,
     const Tensor& gemm2_weights, int64_t num_experts, int64_t top_k, std::optional<int64_t> n_group,
     std::optional<int64_t> topk_group, int64_t intermediate_size, int64_t local_expert_offset,
@@ -1000,7 +1012,8 @@ void register_moe_ops(OpRegistry& r) {
       r,
       {.name = "trtllm_bf16_moe",
        .module = kCoreModule,
-       .summary = "trtllm-gen BF16 MoE: routing from logits, then the fused expert FFNs"},
+       .summary = "trtllm-gen BF16 MoE: routing from logits, then the fused expert FFNs",
+       .returns = "Tensor | list[Tensor]"},
       "routing_logits", arg("routing_bias").required(), "hidden_states", "gemm1_weights",
       "gemm2_weights", "num_experts", "top_k", arg("n_group").required(),
       arg("topk_group").required(), "intermediate_size", "local_expert_offset", "local_num_experts",
@@ -1014,7 +1027,8 @@ void register_moe_ops(OpRegistry& r) {
       r,
       {.name = "trtllm_bf16_routed_moe",
        .module = kCoreModule,
-       .summary = "trtllm-gen BF16 MoE with precomputed routing (packed ids or (ids, weights))"},
+       .summary = "trtllm-gen BF16 MoE with precomputed routing (packed ids or (ids, weights))",
+       .returns = "Tensor | list[Tensor]"},
       "topk_ids", "hidden_states", "gemm1_weights", "gemm2_weights", "num_experts", "top_k",
       arg("n_group").required(), arg("topk_group").required(), "intermediate_size",
       "local_expert_offset", "local_num_experts", "routed_scaling_factor",
@@ -1023,6 +1037,16 @@ void register_moe_ops(OpRegistry& r) {
       arg("enable_pdl", true), "gemm1_lora_delta", arg("tune_max_num_tokens", int64_t{8192}),
       arg("activation_type", int64_t{3}), arg("routing_replay_out").mut(), "gemm1_alpha",
       "gemm1_beta", "gemm1_clamp_limit", arg("output").mut());
+  // do_finalize=False rows come in an order the GPU's routing chooses: replay compares them
+  // through each side's expanded_idx_to_permuted_idx (docs/MOE.md, "do_finalize=False").
+  for (const char* name :
+       {"trtllm_bf16_moe", "trtllm_bf16_routed_moe", "trtllm_fp8_block_scale_moe",
+        "trtllm_fp8_block_scale_routed_moe", "trtllm_fp8_per_tensor_scale_moe",
+        "trtllm_fp8_per_tensor_scale_routed_moe", "trtllm_fp4_block_scale_moe",
+        "trtllm_fp4_block_scale_routed_moe", "trtllm_mxint4_block_scale_moe",
+        "trtllm_mxint4_block_scale_routed_moe"}) {
+    detail::register_result_comparator(name, detail::compare_trtllm_moe_unfinalized);
+  }
   api::register_backends("trtllm_bf16_moe", kTrtllmMoeKernels);
   api::register_backends("trtllm_bf16_routed_moe", kTrtllmMoeKernels);
   register_bench_hook("trtllm_bf16_routed_moe", bench_trtllm_bf16_routed_moe);
