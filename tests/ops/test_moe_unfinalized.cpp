@@ -18,6 +18,7 @@
 #include "flashinfer/tensor_io.h"
 #include "ops/moe_fp4_test_util.h"
 #include "ops/op_test_util.h"
+#include "util/moe_weight_prep.h"
 #include "util/test_util.h"
 
 namespace flashinfer::testing {
@@ -25,10 +26,8 @@ namespace {
 
 constexpr int64_t kE = 8, kK = 2, kT = 6;
 
-double bf16(double v) {
-  return bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(v)));
-}
-double silu(double v) { return v / (1.0 + std::exp(-v)); }
+using moe_prep::bf16;
+using moe_prep::silu;
 
 std::vector<int64_t> ints(const Tensor& t) {
   std::vector<int64_t> v;
@@ -209,7 +208,7 @@ TEST(TrtllmMoeUnfinalized, Bf16FromLogits) {
 Tensor fp8_tensor(const Shape& s, uint64_t seed, double lo = -1.0, double hi = 1.0) {
   return rand_tensor(s, DType::kFloat32, seed, lo, hi).to(DType::kFloat8E4M3FN);
 }
-Tensor ue8m0(const Shape& s, uint64_t seed) {  // scale codes 2^-4 .. 2^0
+Tensor ue8m0_codes(const Shape& s, uint64_t seed) {  // scale codes 2^-4 .. 2^0
   Tensor t = Tensor::empty(s, DType::kUInt8);
   moe_fp4::Rng r{seed};
   for (int64_t i = 0; i < t.numel(); ++i) {
@@ -247,9 +246,10 @@ TEST(TrtllmMoeUnfinalized, Fp8BlockScaleDeepSeek) {
 
 TEST(TrtllmMoeUnfinalized, Fp8BlockScaleMxFp8) {
   const Routed r;
-  Tensor x = fp8_tensor({kT, kH}, 41), xs = ue8m0({kT, kH / 32}, 42);
+  Tensor x = fp8_tensor({kT, kH}, 41), xs = ue8m0_codes({kT, kH / 32}, 42);
   Tensor w1 = fp8_tensor({kLocal, 2 * kI, kH}, 43), w2 = fp8_tensor({kLocal, kH, kI}, 44);
-  Tensor s1 = ue8m0({kLocal, 2 * kI, kH / 32}, 45), s2 = ue8m0({kLocal, kH, kI / 32}, 46);
+  Tensor s1 = ue8m0_codes({kLocal, 2 * kI, kH / 32}, 45),
+         s2 = ue8m0_codes({kLocal, kH, kI / 32}, 46);
   auto run = [&](bool fin) {
     return trtllm_fp8_block_scale_routed_moe(
         r.packed, std::nullopt, x, xs, w1, s1, w2, s2, kE, kK, std::nullopt, std::nullopt, kI, kOff,
@@ -276,7 +276,8 @@ TEST(TrtllmMoeUnfinalized, Fp4Mxfp4Bf16) {
   const Routed r;
   Tensor x = rand_tensor({kT, kH}, DType::kBFloat16, 61, -1.0, 1.0);
   Tensor w1 = bytes({kLocal, 2 * kI, kH / 2}, 62), w2 = bytes({kLocal, kH, kI / 2}, 63);
-  Tensor s1 = ue8m0({kLocal, 2 * kI, kH / 32}, 64), s2 = ue8m0({kLocal, kH, kI / 32}, 65);
+  Tensor s1 = ue8m0_codes({kLocal, 2 * kI, kH / 32}, 64),
+         s2 = ue8m0_codes({kLocal, kH, kI / 32}, 65);
   auto run = [&](bool fin) {
     return trtllm_fp4_block_scale_routed_moe(
         r.packed, std::nullopt, x, std::nullopt, w1, s1, std::nullopt, std::nullopt, std::nullopt,

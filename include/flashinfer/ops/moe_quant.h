@@ -27,7 +27,8 @@ Fp8QuantizationType fp8_quantization_type_from_value(const Value& v,
 ///   first, with gemm1_weights_scale fp32 [E_l, 2I / 128, H / 128]; gemm2_weights fp8
 ///   [E_l, H, I] (or block layout) with gemm2_weights_scale fp32 [E_l, H / 128, I / 128].
 ///   use_shuffled_weight: rows shuffled as upstream's preparation does (epilogue_tile_m 64).
-/// Returns bf16 [T, H]. Only fp8_quantization_type DeepSeekFp8 and do_finalize=True run.
+/// Returns bf16 [T, H], or with do_finalize=False the unfinalized list (see TrtllmMoeResult).
+/// fp8_quantization_type DeepSeekFp8 and MxFp8 run.
 TrtllmMoeResult trtllm_fp8_block_scale_moe(
     const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     const Tensor& hidden_states_scale, const Tensor& gemm1_weights,

@@ -12,6 +12,7 @@
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
 #include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/moe_elem_io.h"
 #include "kernels/gemm_params.h"
 
 namespace flashinfer::kernels::cpu {
@@ -21,34 +22,8 @@ namespace {
 // far more on a loaded machine, where each region waits for its threads to be scheduled).
 constexpr int64_t kParallelMin = int64_t{1} << 16;
 
-float load_f(const void* base, DType dt, int64_t i) {
-  switch (dt) {
-    case DType::kFloat32:
-      return static_cast<const float*>(base)[i];
-    case DType::kFloat16:
-      return half_bits_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DType::kBFloat16:
-      return bfloat16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kInternal, "moe", "", "unexpected dtype ", dtype_name(dt));
-  }
-}
-
-void store_f(void* base, DType dt, int64_t i, float v) {
-  switch (dt) {
-    case DType::kFloat32:
-      static_cast<float*>(base)[i] = v;
-      return;
-    case DType::kFloat16:
-      static_cast<uint16_t*>(base)[i] = float_to_half_bits(v);
-      return;
-    case DType::kBFloat16:
-      static_cast<uint16_t*>(base)[i] = float_to_bfloat16_bits(v);
-      return;
-    default:
-      FLASHINFER_FAIL(ErrorCode::kInternal, "moe", "", "unexpected dtype ", dtype_name(dt));
-  }
-}
+using moe_io::load_f;
+using moe_io::store_f;
 
 int64_t expert_id(const CutlassMoeParams& p, int64_t t, int64_t k) {
   const int64_t i = t * p.experts_stride + k;
