@@ -228,7 +228,8 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a) {
     p.hs_scale = static_cast<const uint8_t*>(hs->data_ptr());
     p.hs_scale_stride = H / hv;
   }
-  Tensor out = make_output(*a.output, T, H, hidden, op);
+  // Upstream writes `output` only when it finalizes (docs/MOE.md, "do_finalize=False").
+  Tensor out = make_output(a.do_finalize ? *a.output : std::nullopt, T, H, hidden, op);
   api::fill_moe_routing(rc, hidden, /*groups_when_routed=*/false, p.base);
   // Upstream's preparation: GEMM1 rows interleaved (gated) then shuffled, GEMM2 rows shuffled,
   // epilogue_tile_m 128, MajorK; scales and biases follow their rows.
@@ -324,7 +325,8 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   p.weights = kernels::Moe4Weights::kMxint4;
   p.input = kernels::Moe4Input::kBf16;
   p.act_quant = kernels::Moe4ActQuant::kBf16;
-  Tensor out = make_output(*a.output, T, H, hidden, op);
+  // Upstream writes `output` only when it finalizes (docs/MOE.md, "do_finalize=False").
+  Tensor out = make_output(a.do_finalize ? *a.output : std::nullopt, T, H, hidden, op);
   api::fill_moe_routing(rc, hidden, /*groups_when_routed=*/false, p.base);
   const Tensor w1p = mxint4_plain_weights(w1, El, 2 * I, H, true, op, "gemm1_weights");
   const Tensor w2p = mxint4_plain_weights(w2, El, H, I, false, op, "gemm2_weights");

@@ -151,12 +151,18 @@ const float* block_scales(const Tensor& s, int64_t E, int64_t rows, int64_t cols
   return s.data<float>();
 }
 
-TrtllmMoeResult fp8_block_impl(const Fp8Common& c, const Tensor& hs_scale, const Tensor& w1,
+// Upstream writes `output` only when it finalizes (docs/MOE.md, "do_finalize=False"): an
+// unfinalized call neither checks nor writes it.
+const std::optional<Tensor> kNoOutput;
+
+TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, const Tensor& w1,
                                const Tensor& w1_scale, const Tensor& w2, const Tensor& w2_scale,
                                bool use_shuffled_weight, WeightLayout layout, bool do_finalize,
                                Fp8QuantizationType qtype, const std::optional<Tensor>& alpha,
                                const std::optional<Tensor>& beta,
                                const std::optional<Tensor>& limit) {
+  Fp8Common c = common;
+  if (!do_finalize) c.output = &kNoOutput;
   const char* op = c.op;
   if (qtype == Fp8QuantizationType::MxFp8) {
     return api::trtllm_mxfp8_block_moe(
@@ -227,9 +233,11 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& c, const Tensor& hs_scale, const
   return res;
 }
 
-TrtllmMoeResult fp8_per_tensor_impl(const Fp8Common& c, const Tensor& w1, const Tensor& s1,
+TrtllmMoeResult fp8_per_tensor_impl(const Fp8Common& common, const Tensor& w1, const Tensor& s1,
                                     const Tensor& s1_gate, const Tensor& w2, const Tensor& s2,
                                     bool use_routing_scales_on_input, bool do_finalize) {
+  Fp8Common c = common;
+  if (!do_finalize) c.output = &kNoOutput;
   const char* op = c.op;
   kernels::TrtllmFp8MoeParams p;
   Tensor out = fill_common(c, p);

@@ -458,6 +458,32 @@ TEST(TrtllmMoeUnfinalized, BadInputNamesTheArgument) {
                   "trtllm_bf16_routed_moe", "gemm1_weights");
 }
 
+// Upstream writes `output` only when it finalizes (and passes a [T, 0] placeholder otherwise):
+// an unfinalized call neither checks nor writes it.
+TEST(TrtllmMoeUnfinalized, OutputIsLeftAlone) {
+  const Bf16Case c;
+  const Routed r;
+  const Tensor placeholder = Tensor::empty({kT, 0}, DType::kBFloat16);
+  Tensor full = Tensor::full({kT, c.H}, 3.0, DType::kBFloat16);
+  for (const Tensor& out : {placeholder, full}) {
+    const TrtllmMoeResult u = trtllm_bf16_routed_moe(
+        r.packed, c.x, c.w1, c.w2, kE, kK, std::nullopt, std::nullopt, c.I, c.offset, c.local,
+        std::nullopt, 1, false, WeightLayout::MajorK, false, true, std::nullopt, 8192, 3,
+        std::nullopt, std::nullopt, std::nullopt, std::nullopt, out);
+    EXPECT_EQ(u.tensors.size(), 3u);
+  }
+  EXPECT_TRUE(all_close(full, Tensor::full({kT, c.H}, 3.0, DType::kBFloat16), {0, 0}));
+  Tensor x = fp8_tensor({kT, kH}, 31), xs = rand_tensor({1, kT}, DType::kFloat32, 32, 0.5, 1.0);
+  const TrtllmMoeResult f = trtllm_fp8_block_scale_routed_moe(
+      r.packed, std::nullopt, x, xs, fp8_tensor({kLocal, 2 * kI, kH}, 33),
+      rand_tensor({kLocal, 2, 1}, DType::kFloat32, 35, 0.02, 0.04),
+      fp8_tensor({kLocal, kH, kI}, 34),
+      rand_tensor({kLocal, 1, 1}, DType::kFloat32, 36, 0.02, 0.04), kE, kK, std::nullopt,
+      std::nullopt, kI, kOff, kLocal, std::nullopt, 1, false, WeightLayout::MajorK, false,
+      std::nullopt, std::nullopt, Tensor::empty({kT, 0}, DType::kBFloat16));
+  EXPECT_EQ(f.tensors.size(), 3u);
+}
+
 TEST(TrtllmMoeUnfinalized, CudaRefusedSoReplayFallsBack) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Routed r;
