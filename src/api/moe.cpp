@@ -9,13 +9,16 @@
 #include "api/checks.h"
 #include "api/enum_table.h"
 #include "api/kernel_table.h"
+#include "api/moe_cutlass_call.h"
 #include "api/moe_cutlass_fp4.h"
 #include "api/moe_cutlass_fp8.h"
 #include "api/moe_layout.h"
+#include "api/moe_routing_checks.h"
 #include "api/moe_traits.h"
 #include "flashinfer/float_formats.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_cpu.h"
+#include "replay/result_comparators.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/moe_cuda.h"
 #endif
@@ -138,18 +141,11 @@ const float* expert_vector(const std::optional<Tensor>& t, int64_t experts, cons
   return t->data<float>();
 }
 
-std::vector<Tensor> cutlass_fused_moe_impl(
-    const Tensor& input, const Tensor& ids, const Tensor& scales, const Tensor& w1,
-    const Tensor& w2, DType output_dtype, const std::vector<Tensor>& quant_scales,
-    const std::optional<Tensor>& b1, const std::optional<Tensor>& b2,
-    const std::optional<Tensor>& input_sf, const std::optional<Tensor>& swiglu_alpha,
-    const std::optional<Tensor>& swiglu_beta, const std::optional<Tensor>& swiglu_limit,
-    int64_t tp_size, int64_t tp_rank, int64_t ep_size, int64_t ep_rank, int64_t cluster_size,
-    int64_t cluster_rank, const std::optional<Tensor>& output, bool enable_alltoall,
-    bool use_deepseek_fp8_block_scale, bool use_w4_group_scaling, bool use_mxfp8_act_scaling,
-    bool min_latency_mode, bool use_packed_weights, bool use_wfp4afp8_humming,
-    std::optional<bool> enable_pdl, ActivationType activation_type,
-    const CutlassFusedMoeOptions& options) {
+std::vector<Tensor> cutlass_fused_moe_impl(const api::CutlassMoeCall& c) {
+  const Tensor &input = c.input, &ids = c.ids, &scales = c.scales, &w1 = c.w1, &w2 = c.w2;
+  const std::optional<Tensor>&b1 = c.b1, &b2 = c.b2, &output = c.output;
+  const DType output_dtype = c.output_dtype;
+  const ActivationType activation_type = c.activation_type;
   const char* op = "cutlass_fused_moe";
   api::check_defined(input, op, "input");
   api::check_defined(ids, op, "token_selected_experts");
@@ -157,67 +153,36 @@ std::vector<Tensor> cutlass_fused_moe_impl(
   api::check_defined(w1, op, "fc1_expert_weights");
   api::check_defined(w2, op, "fc2_expert_weights");
   // FP8 per tensor and DeepSeek FP8 block scale: src/api/moe_cutlass_fp8.cpp.
-  if (api::cutlass_fused_moe_is_fp8(input, w1, use_deepseek_fp8_block_scale,
-                                    use_mxfp8_act_scaling)) {
-    return api::cutlass_fused_moe_fp8(
-        input, ids, scales, w1, w2, output_dtype, quant_scales, b1, b2, input_sf, swiglu_alpha,
-        swiglu_beta, swiglu_limit, tp_size, tp_rank, ep_size, ep_rank, cluster_size, cluster_rank,
-        output, enable_alltoall, use_deepseek_fp8_block_scale, use_w4_group_scaling,
-        use_mxfp8_act_scaling, min_latency_mode, use_packed_weights, use_wfp4afp8_humming,
-        enable_pdl, activation_type, options);
+  if (api::cutlass_fused_moe_is_fp8(input, w1, c.use_deepseek_fp8_block_scale,
+                                    c.use_mxfp8_act_scaling)) {
+    return api::cutlass_fused_moe_fp8(c);
   }
-  // Quantized and distributed paths: refused by name (docs/MOE.md).
-  check_flag_off(min_latency_mode, op, "min_latency_mode",
-                 "min latency mode is not implemented (upstream raises NotImplementedError too)");
-  check_flag_off(enable_alltoall, op, "enable_alltoall", "all-to-all is not implemented");
-  check_flag_off(use_deepseek_fp8_block_scale, op, "use_deepseek_fp8_block_scale",
+  // Quantized paths: refused by name (docs/MOE.md).
+  check_flag_off(c.use_deepseek_fp8_block_scale, op, "use_deepseek_fp8_block_scale",
                  "the FP8 block-scale path is not implemented");
-  check_flag_off(use_w4_group_scaling, op, "use_w4_group_scaling",
+  check_flag_off(c.use_w4_group_scaling, op, "use_w4_group_scaling",
                  "the W4 group-scaling path is not implemented");
-  check_flag_off(use_mxfp8_act_scaling, op, "use_mxfp8_act_scaling",
+  check_flag_off(c.use_mxfp8_act_scaling, op, "use_mxfp8_act_scaling",
                  "the MXFP8 activation path is not implemented");
-  check_flag_off(use_packed_weights, op, "use_packed_weights",
+  check_flag_off(c.use_packed_weights, op, "use_packed_weights",
                  "packed 4-bit weights are not implemented");
-  check_flag_off(use_wfp4afp8_humming, op, "use_wfp4afp8_humming",
+  check_flag_off(c.use_wfp4afp8_humming, op, "use_wfp4afp8_humming",
                  "the MXFP4 x FP8 path is not implemented");
-  check_flag_off(!quant_scales.empty(), op, "quant_scales",
+  check_flag_off(!c.quant_scales.empty(), op, "quant_scales",
                  "quantized MoE is not implemented: quant_scales must be empty");
-  check_flag_off(input_sf.has_value(), op, "input_sf",
+  check_flag_off(c.input_sf.has_value(), op, "input_sf",
                  "quantized input is not implemented: input_sf must be None");
-  // What upstream does with situ_* under another activation is not established: refused.
-  check_flag_off(options.situ_beta.has_value() && activation_type != ActivationType::Situ, op,
-                 "situ_beta", "only the Situ activation takes situ_beta");
-  check_flag_off(options.situ_linear_beta.has_value() && activation_type != ActivationType::Situ,
-                 op, "situ_linear_beta", "only the Situ activation takes situ_linear_beta");
   if (input.dtype() == DType::kFloat8E4M3FN || input.dtype() == DType::kUInt8) {
     FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "input", "quantized input (",
                     dtype_torch_name(input.dtype()), ") is not implemented");
   }
-  FLASHINFER_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, op, "tp_rank",
-                   "must be in [0, tp_size=", tp_size, "), got ", tp_rank);
-  FLASHINFER_CHECK(ep_size >= 1 && ep_rank >= 0 && ep_rank < ep_size, op, "ep_rank",
-                   "must be in [0, ep_size=", ep_size, "), got ", ep_rank);
-  FLASHINFER_CHECK(cluster_size >= 1 && cluster_rank >= 0 && cluster_rank < cluster_size, op,
-                   "cluster_rank", "must be in [0, cluster_size=", cluster_size, "), got ",
-                   cluster_rank);
 
   api::check_dim(input, {2}, op, "input");
   api::check_dtype_in(input, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, "input");
   check_unit_last_stride(input, op, "input");
   const int64_t T = input.size(0), H = input.size(1);
   FLASHINFER_CHECK(H > 0, op, "input", "hidden size must be positive");
-  api::check_dim(ids, {2}, op, "token_selected_experts");
-  api::check_dtype_in(ids, {DType::kInt32, DType::kInt64}, op, "token_selected_experts");
-  FLASHINFER_CHECK(ids.size(0) == T && ids.size(1) >= 1, op, "token_selected_experts",
-                   "expected shape [", T, ", top_k], got ", shape_to_string(ids.shape()));
-  check_unit_last_stride(ids, op, "token_selected_experts");
-  api::check_same_device(ids, input, op, "token_selected_experts", "input");
-  const int64_t K = ids.size(1);
-  api::check_dtype_in(scales, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op,
-                      "token_final_scales");
-  api::check_shape_eq(scales, {T, K}, op, "token_final_scales");
-  check_unit_last_stride(scales, op, "token_final_scales");
-  api::check_same_device(scales, input, op, "token_final_scales", "input");
+  const int64_t K = api::check_cutlass_moe_routing(c, T);
 
   api::check_dim(w2, {3}, op, "fc2_expert_weights");
   api::check_same_dtype(w2, input, op, "fc2_expert_weights", "input");
@@ -248,17 +213,7 @@ std::vector<Tensor> cutlass_fused_moe_impl(
     api::check_shape_eq(*b2, {E, H}, op, "fc2_expert_biases");
     FLASHINFER_CHECK(b2->is_contiguous(), op, "fc2_expert_biases", "must be contiguous");
   }
-  const bool swiglu_family =
-      activation_type == ActivationType::Swiglu || activation_type == ActivationType::SwigluBias;
-  if (!swiglu_family) {
-    check_flag_off(swiglu_alpha.has_value(), op, "swiglu_alpha",
-                   "only the Swiglu / SwigluBias activations take swiglu_alpha");
-    check_flag_off(swiglu_beta.has_value(), op, "swiglu_beta",
-                   "only the Swiglu / SwigluBias activations take swiglu_beta");
-    check_flag_off(swiglu_limit.has_value() && activation_type != ActivationType::SwigluStep, op,
-                   "swiglu_limit",
-                   "only the Swiglu / SwigluBias / SwigluStep activations take swiglu_limit");
-  }
+  api::check_cutlass_moe_swiglu_args(c);
   FLASHINFER_CHECK(output_dtype == DType::kFloat32 || output_dtype == DType::kFloat16 ||
                        output_dtype == DType::kBFloat16,
                    op, "output_dtype", "dtype ", dtype_torch_name(output_dtype),
@@ -293,12 +248,12 @@ std::vector<Tensor> cutlass_fused_moe_impl(
   p.w2 = w2.data_ptr();
   p.b1 = b1 ? b1->data_ptr() : nullptr;
   // The fc2 bias only on tensor-parallel rank 0, as upstream's finalize launcher.
-  p.b2 = b2 && tp_rank == 0 ? b2->data_ptr() : nullptr;
-  p.swiglu_alpha = expert_vector(swiglu_alpha, E, input, op, "swiglu_alpha");
-  p.swiglu_beta = expert_vector(swiglu_beta, E, input, op, "swiglu_beta");
-  p.swiglu_limit = expert_vector(swiglu_limit, E, input, op, "swiglu_limit");
-  p.situ_beta = expert_vector(options.situ_beta, E, input, op, "situ_beta");
-  p.situ_linear_beta = expert_vector(options.situ_linear_beta, E, input, op, "situ_linear_beta");
+  p.b2 = b2 && c.tp_rank == 0 ? b2->data_ptr() : nullptr;
+  p.swiglu_alpha = expert_vector(c.swiglu_alpha, E, input, op, "swiglu_alpha");
+  p.swiglu_beta = expert_vector(c.swiglu_beta, E, input, op, "swiglu_beta");
+  p.swiglu_limit = expert_vector(c.swiglu_limit, E, input, op, "swiglu_limit");
+  p.situ_beta = expert_vector(c.options.situ_beta, E, input, op, "situ_beta");
+  p.situ_linear_beta = expert_vector(c.options.situ_linear_beta, E, input, op, "situ_linear_beta");
   p.out = out.data_ptr();
   p.out_stride = out.stride(0);
   p.dtype = input.dtype();
@@ -308,7 +263,7 @@ std::vector<Tensor> cutlass_fused_moe_impl(
   p.hidden = H;
   p.inter = I;
   p.num_local_experts = E;
-  p.expert_offset = ep_rank * E;
+  p.expert_offset = c.ep_rank * E;
   p.act = static_cast<kernels::MoeAct>(activation_type);
   Tensor ws_g1, ws_h, ws_y;
   if (input.device().is_cuda()) {
@@ -319,7 +274,7 @@ std::vector<Tensor> cutlass_fused_moe_impl(
     p.ws_h = ws_h.data<float>();
     p.ws_y = ws_y.data<float>();
   }
-  api::launch(kCutlassMoeKernels, p, input.device(), op, "input", enable_pdl);
+  api::launch(kCutlassMoeKernels, p, input.device(), op, "input", c.enable_pdl);
   // Upstream's three scratch outputs (written only in min-latency mode): zero here.
   return {out, Tensor::zeros({1}, DType::kInt32, input.device()),
           Tensor::zeros({E, T}, DType::kFloat32, input.device()),
@@ -327,6 +282,62 @@ std::vector<Tensor> cutlass_fused_moe_impl(
 }
 
 }  // namespace
+
+namespace api {
+
+void check_cutlass_moe_common(const CutlassMoeCall& c) {
+  const char* op = "cutlass_fused_moe";
+  check_flag_off(c.min_latency_mode, op, "min_latency_mode",
+                 "min latency mode is not implemented (upstream raises NotImplementedError too)");
+  check_flag_off(c.enable_alltoall, op, "enable_alltoall", "all-to-all is not implemented");
+  // What upstream does with situ_* under another activation is not established: refused.
+  check_flag_off(c.options.situ_beta.has_value() && c.activation_type != ActivationType::Situ, op,
+                 "situ_beta", "only the Situ activation takes situ_beta");
+  check_flag_off(
+      c.options.situ_linear_beta.has_value() && c.activation_type != ActivationType::Situ, op,
+      "situ_linear_beta", "only the Situ activation takes situ_linear_beta");
+  FLASHINFER_CHECK(c.tp_size >= 1 && c.tp_rank >= 0 && c.tp_rank < c.tp_size, op, "tp_rank",
+                   "must be in [0, tp_size=", c.tp_size, "), got ", c.tp_rank);
+  FLASHINFER_CHECK(c.ep_size >= 1 && c.ep_rank >= 0 && c.ep_rank < c.ep_size, op, "ep_rank",
+                   "must be in [0, ep_size=", c.ep_size, "), got ", c.ep_rank);
+  FLASHINFER_CHECK(c.cluster_size >= 1 && c.cluster_rank >= 0 && c.cluster_rank < c.cluster_size,
+                   op, "cluster_rank", "must be in [0, cluster_size=", c.cluster_size, "), got ",
+                   c.cluster_rank);
+}
+
+int64_t check_cutlass_moe_routing(const CutlassMoeCall& c, int64_t T) {
+  const char* op = "cutlass_fused_moe";
+  const Tensor &ids = c.ids, &scales = c.scales;
+  check_defined(ids, op, "token_selected_experts");
+  check_defined(scales, op, "token_final_scales");
+  check_dim(ids, {2}, op, "token_selected_experts");
+  check_dtype_in(ids, {DType::kInt32, DType::kInt64}, op, "token_selected_experts");
+  FLASHINFER_CHECK(ids.size(0) == T && ids.size(1) >= 1, op, "token_selected_experts",
+                   "expected shape [", T, ", top_k], got ", shape_to_string(ids.shape()));
+  check_unit_last_stride(ids, op, "token_selected_experts");
+  check_same_device(ids, c.input, op, "token_selected_experts", "input");
+  const int64_t K = ids.size(1);
+  check_dtype_in(scales, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op,
+                 "token_final_scales");
+  check_shape_eq(scales, {T, K}, op, "token_final_scales");
+  check_unit_last_stride(scales, op, "token_final_scales");
+  check_same_device(scales, c.input, op, "token_final_scales", "input");
+  return K;
+}
+
+void check_cutlass_moe_swiglu_args(const CutlassMoeCall& c) {
+  const char* op = "cutlass_fused_moe";
+  const ActivationType a = c.activation_type;
+  if (a == ActivationType::Swiglu || a == ActivationType::SwigluBias) return;
+  check_flag_off(c.swiglu_alpha.has_value(), op, "swiglu_alpha",
+                 "only the Swiglu / SwigluBias activations take swiglu_alpha");
+  check_flag_off(c.swiglu_beta.has_value(), op, "swiglu_beta",
+                 "only the Swiglu / SwigluBias activations take swiglu_beta");
+  check_flag_off(c.swiglu_limit.has_value() && a != ActivationType::SwigluStep, op, "swiglu_limit",
+                 "only the Swiglu / SwigluBias / SwigluStep activations take swiglu_limit");
+}
+
+}  // namespace api
 
 std::vector<Tensor> cutlass_fused_moe(
     const Tensor& input, const Tensor& token_selected_experts, const Tensor& token_final_scales,
@@ -344,24 +355,45 @@ std::vector<Tensor> cutlass_fused_moe(
     CutlassFusedMoeOptions options) {
   return call_op<&cutlass_fused_moe>(
       [&] {
+        const api::CutlassMoeCall c{input,
+                                    token_selected_experts,
+                                    token_final_scales,
+                                    fc1_expert_weights,
+                                    fc2_expert_weights,
+                                    output_dtype,
+                                    quant_scales,
+                                    fc1_expert_biases,
+                                    fc2_expert_biases,
+                                    input_sf,
+                                    swiglu_alpha,
+                                    swiglu_beta,
+                                    swiglu_limit,
+                                    tp_size,
+                                    tp_rank,
+                                    ep_size,
+                                    ep_rank,
+                                    cluster_size,
+                                    cluster_rank,
+                                    output,
+                                    enable_alltoall,
+                                    use_deepseek_fp8_block_scale,
+                                    use_w4_group_scaling,
+                                    use_mxfp8_act_scaling,
+                                    min_latency_mode,
+                                    use_packed_weights,
+                                    use_wfp4afp8_humming,
+                                    swizzled_input_sf,
+                                    enable_pdl,
+                                    activation_type,
+                                    options};
+        api::check_cutlass_moe_common(c);
         // The FP4 paths (NVFP4, MXFP8 x MXFP4, W4A16 MXFP4): src/api/moe_cutlass_fp4.cpp.
         if (api::is_cutlass_moe_fp4_call(input, fc1_expert_weights, use_deepseek_fp8_block_scale,
                                          use_w4_group_scaling, use_mxfp8_act_scaling,
                                          use_packed_weights, use_wfp4afp8_humming)) {
-          return api::cutlass_fused_moe_fp4(
-              input, token_selected_experts, token_final_scales, fc1_expert_weights,
-              fc2_expert_weights, output_dtype, quant_scales, fc1_expert_biases, fc2_expert_biases,
-              input_sf, swiglu_alpha, swiglu_beta, swiglu_limit, tp_size, tp_rank, ep_size, ep_rank,
-              cluster_size, cluster_rank, output, enable_alltoall, min_latency_mode,
-              swizzled_input_sf, activation_type, options);
+          return api::cutlass_fused_moe_fp4(c);
         }
-        return cutlass_fused_moe_impl(
-            input, token_selected_experts, token_final_scales, fc1_expert_weights,
-            fc2_expert_weights, output_dtype, quant_scales, fc1_expert_biases, fc2_expert_biases,
-            input_sf, swiglu_alpha, swiglu_beta, swiglu_limit, tp_size, tp_rank, ep_size, ep_rank,
-            cluster_size, cluster_rank, output, enable_alltoall, use_deepseek_fp8_block_scale,
-            use_w4_group_scaling, use_mxfp8_act_scaling, min_latency_mode, use_packed_weights,
-            use_wfp4afp8_humming, enable_pdl, activation_type, options);
+        return cutlass_fused_moe_impl(c);
       },
       input, token_selected_experts, token_final_scales, fc1_expert_weights, fc2_expert_weights,
       output_dtype, quant_scales, fc1_expert_biases, fc2_expert_biases, input_sf, swiglu_alpha,
@@ -504,20 +536,16 @@ constexpr api::KernelEntry<kernels::TrtllmMoeParams> kTrtllmMoeKernels[] = {
 
 // The routing-from-logits op (`routed` null) and the precomputed-routing op share everything
 // after the routing.
-Tensor trtllm_bf16_moe_impl(const char* op, const MoeTopkIds* routed, const Tensor& logits,
-                            const std::optional<Tensor>& bias, const Tensor& hidden,
-                            const Tensor& w1, const Tensor& w2, int64_t num_experts, int64_t top_k,
-                            std::optional<int64_t> n_group, std::optional<int64_t> topk_group,
-                            int64_t inter, int64_t offset, int64_t local_num,
-                            std::optional<double> scale, int64_t method, bool use_shuffled_weight,
-                            WeightLayout layout, bool do_finalize, bool enable_pdl,
-                            int64_t activation_type, bool norm_topk_prob,
-                            const std::optional<Tensor>& replay_out,
-                            const std::optional<Tensor>& alpha, const std::optional<Tensor>& beta,
-                            const std::optional<Tensor>& limit,
-                            const std::optional<Tensor>& output) {
-  check_flag_off(!do_finalize, op, "do_finalize",
-                 "do_finalize=False (unfinalized GEMM2 output) is not implemented");
+TrtllmMoeResult trtllm_bf16_moe_impl(
+    const char* op, const MoeTopkIds* routed, const Tensor& logits,
+    const std::optional<Tensor>& bias, const Tensor& hidden, const Tensor& w1, const Tensor& w2,
+    int64_t num_experts, int64_t top_k, std::optional<int64_t> n_group,
+    std::optional<int64_t> topk_group, int64_t inter, int64_t offset, int64_t local_num,
+    std::optional<double> scale, int64_t method, bool use_shuffled_weight, WeightLayout layout,
+    bool do_finalize, bool enable_pdl, int64_t activation_type, bool norm_topk_prob,
+    const std::optional<Tensor>& replay_out, const std::optional<Tensor>& alpha,
+    const std::optional<Tensor>& beta, const std::optional<Tensor>& limit,
+    const std::optional<Tensor>& output) {
   api::check_defined(hidden, op, "hidden_states");
   api::check_dim(hidden, {2}, op, "hidden_states");
   if (routed) {
@@ -623,7 +651,7 @@ Tensor trtllm_bf16_moe_impl(const char* op, const MoeTopkIds* routed, const Tens
     api::check_writable(*replay_out, op, "routing_replay_out");
   }
   Tensor out;
-  if (output) {
+  if (output && do_finalize) {  // upstream writes `output` only when it finalizes
     api::check_dtype_in(*output, {DType::kBFloat16}, op, "output");
     api::check_shape_eq(*output, {T, H}, op, "output");
     api::check_same_device(*output, hidden, op, "output", "hidden_states");
@@ -684,24 +712,38 @@ Tensor trtllm_bf16_moe_impl(const char* op, const MoeTopkIds* routed, const Tens
   m.expert_offset = offset;
   m.act = static_cast<kernels::MoeAct>(activation_type);
   m.round_gemm1 = false;
+  TrtllmMoeResult res{{out}, do_finalize};
+  if (!do_finalize) res.tensors = api::bind_unfinalized(p, routed, hidden, op);
   api::launch(kTrtllmMoeKernels, p, hidden.device(), op, "hidden_states", enable_pdl);
-  return out;
+  return res;
 }
 
 }  // namespace
 
-Tensor trtllm_bf16_moe(const Tensor& routing_logits, std::optional<Tensor> routing_bias,
-                       const Tensor& hidden_states, const Tensor& gemm1_weights,
-                       const Tensor& gemm2_weights, int64_t num_experts, int64_t top_k,
-                       std::optional<int64_t> n_group, std::optional<int64_t> topk_group,
-                       int64_t intermediate_size, int64_t local_expert_offset,
-                       int64_t local_num_experts, std::optional<double> routed_scaling_factor,
-                       int64_t routing_method_type, bool use_shuffled_weight,
-                       WeightLayout weight_layout, bool do_finalize, bool enable_pdl,
-                       int64_t tune_max_num_tokens, int64_t activation_type, bool norm_topk_prob,
-                       std::optional<Tensor> routing_replay_out, std::optional<Tensor> gemm1_alpha,
-                       std::optional<Tensor> gemm1_beta, std::optional<Tensor> gemm1_clamp_limit,
-                       std::optional<Tensor> output) {
+TrtllmMoeResult::operator Tensor() const {
+  FLASHINFER_CHECK(finalized && tensors.size() == 1, "TrtllmMoeResult", "do_finalize",
+                   "the call returned the unfinalized list [gemm2_output, expert_weights, "
+                   "expanded_idx_to_permuted_idx], not one output tensor");
+  return tensors[0];
+}
+
+Value to_value(const TrtllmMoeResult& r) {
+  // Upstream returns result[0] when it finalizes, the list otherwise.
+  if (r.finalized) return Value(r.tensors.at(0));
+  return to_value(r.tensors);
+}
+
+TrtllmMoeResult trtllm_bf16_moe(
+    const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
+    const Tensor& gemm1_weights, const Tensor& gemm2_weights, int64_t num_experts, int64_t top_k,
+    std::optional<int64_t> n_group, std::optional<int64_t> topk_group, int64_t intermediate_size,
+    int64_t local_expert_offset, int64_t local_num_experts,
+    std::optional<double> routed_scaling_factor, int64_t routing_method_type,
+    bool use_shuffled_weight, WeightLayout weight_layout, bool do_finalize, bool enable_pdl,
+    int64_t tune_max_num_tokens, int64_t activation_type, bool norm_topk_prob,
+    std::optional<Tensor> routing_replay_out, std::optional<Tensor> gemm1_alpha,
+    std::optional<Tensor> gemm1_beta, std::optional<Tensor> gemm1_clamp_limit,
+    std::optional<Tensor> output) {
   return call_op<&trtllm_bf16_moe>(
       [&] {
         return trtllm_bf16_moe_impl(
@@ -723,7 +765,7 @@ Value to_value(const MoeTopkIds& t) {
   return Value::tuple({Value(t.ids), Value(*t.weights)});
 }
 
-Tensor trtllm_bf16_routed_moe(
+TrtllmMoeResult trtllm_bf16_routed_moe(
     const MoeTopkIds& topk_ids, const Tensor& hidden_states, const Tensor& gemm1_weights,
     const Tensor& gemm2_weights, int64_t num_experts, int64_t top_k, std::optional<int64_t> n_group,
     std::optional<int64_t> topk_group, int64_t intermediate_size, int64_t local_expert_offset,
@@ -1000,7 +1042,8 @@ void register_moe_ops(OpRegistry& r) {
       r,
       {.name = "trtllm_bf16_moe",
        .module = kCoreModule,
-       .summary = "trtllm-gen BF16 MoE: routing from logits, then the fused expert FFNs"},
+       .summary = "trtllm-gen BF16 MoE: routing from logits, then the fused expert FFNs",
+       .returns = "Tensor | list[Tensor]"},
       "routing_logits", arg("routing_bias").required(), "hidden_states", "gemm1_weights",
       "gemm2_weights", "num_experts", "top_k", arg("n_group").required(),
       arg("topk_group").required(), "intermediate_size", "local_expert_offset", "local_num_experts",
@@ -1014,7 +1057,8 @@ void register_moe_ops(OpRegistry& r) {
       r,
       {.name = "trtllm_bf16_routed_moe",
        .module = kCoreModule,
-       .summary = "trtllm-gen BF16 MoE with precomputed routing (packed ids or (ids, weights))"},
+       .summary = "trtllm-gen BF16 MoE with precomputed routing (packed ids or (ids, weights))",
+       .returns = "Tensor | list[Tensor]"},
       "topk_ids", "hidden_states", "gemm1_weights", "gemm2_weights", "num_experts", "top_k",
       arg("n_group").required(), arg("topk_group").required(), "intermediate_size",
       "local_expert_offset", "local_num_experts", "routed_scaling_factor",
@@ -1023,6 +1067,16 @@ void register_moe_ops(OpRegistry& r) {
       arg("enable_pdl", true), "gemm1_lora_delta", arg("tune_max_num_tokens", int64_t{8192}),
       arg("activation_type", int64_t{3}), arg("routing_replay_out").mut(), "gemm1_alpha",
       "gemm1_beta", "gemm1_clamp_limit", arg("output").mut());
+  // do_finalize=False rows come in an order the GPU's routing chooses: replay compares them
+  // through each side's expanded_idx_to_permuted_idx (docs/MOE.md, "do_finalize=False").
+  for (const char* name :
+       {"trtllm_bf16_moe", "trtllm_bf16_routed_moe", "trtllm_fp8_block_scale_moe",
+        "trtllm_fp8_block_scale_routed_moe", "trtllm_fp8_per_tensor_scale_moe",
+        "trtllm_fp8_per_tensor_scale_routed_moe", "trtllm_fp4_block_scale_moe",
+        "trtllm_fp4_block_scale_routed_moe", "trtllm_mxint4_block_scale_moe",
+        "trtllm_mxint4_block_scale_routed_moe"}) {
+    detail::register_result_comparator(name, detail::compare_trtllm_moe_unfinalized);
+  }
   api::register_backends("trtllm_bf16_moe", kTrtllmMoeKernels);
   api::register_backends("trtllm_bf16_routed_moe", kTrtllmMoeKernels);
   register_bench_hook("trtllm_bf16_routed_moe", bench_trtllm_bf16_routed_moe);

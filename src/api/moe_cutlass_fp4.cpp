@@ -38,10 +38,6 @@ const char* mode_name(kernels::CutlassFp4Mode m) {
   }
 }
 
-void refuse(bool flag, const char* arg, const char* why) {
-  if (flag) FLASHINFER_FAIL(ErrorCode::kUnsupported, kOp, arg, why);
-}
-
 // One entry of quant_scales: dtype, shape, CPU and contiguous; `what` is upstream's name for it.
 const Tensor& quant_scale(const std::vector<Tensor>& qs, size_t i, const char* what, DType dtype,
                           const Shape& shape) {
@@ -102,7 +98,7 @@ bool is_cutlass_moe_fp4_call(const Tensor& input, const Tensor& fc1_expert_weigh
          (input.dtype() == DType::kBFloat16 || input.dtype() == DType::kFloat16);
 }
 
-std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassFp4Call& c) {
+std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   using kernels::CutlassFp4Mode;
   const Tensor &input = c.input, &w1 = c.w1, &w2 = c.w2;
   check_defined(c.ids, kOp, "token_selected_experts");
@@ -116,20 +112,6 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassFp4Call& c) {
   FLASHINFER_CHECK_CODE(
       input.device().is_cpu(), ErrorCode::kUnsupported, kOp, "input", "the ", mode_name(mode),
       " path of cutlass_fused_moe has a CPU reference only (no CUDA kernel here)");
-  refuse(c.min_latency_mode, "min_latency_mode",
-         "min latency mode is not implemented (upstream raises NotImplementedError too)");
-  refuse(c.enable_alltoall, "enable_alltoall", "all-to-all is not implemented");
-  refuse(c.options.situ_beta.has_value() && c.activation_type != ActivationType::Situ, "situ_beta",
-         "only the Situ activation takes situ_beta");
-  refuse(c.options.situ_linear_beta.has_value() && c.activation_type != ActivationType::Situ,
-         "situ_linear_beta", "only the Situ activation takes situ_linear_beta");
-  FLASHINFER_CHECK(c.tp_size >= 1 && c.tp_rank >= 0 && c.tp_rank < c.tp_size, kOp, "tp_rank",
-                   "must be in [0, tp_size=", c.tp_size, "), got ", c.tp_rank);
-  FLASHINFER_CHECK(c.ep_size >= 1 && c.ep_rank >= 0 && c.ep_rank < c.ep_size, kOp, "ep_rank",
-                   "must be in [0, ep_size=", c.ep_size, "), got ", c.ep_rank);
-  FLASHINFER_CHECK(c.cluster_size >= 1 && c.cluster_rank >= 0 && c.cluster_rank < c.cluster_size,
-                   kOp, "cluster_rank", "must be in [0, cluster_size=", c.cluster_size, "), got ",
-                   c.cluster_rank);
 
   // Weights: int64 holds 16 e2m1 values, uint8 two (upstream's mInnerDimMultiplier).
   const int64_t mult = mode == CutlassFp4Mode::kW4A16Mxfp4 ? 2 : 16;
@@ -193,18 +175,7 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassFp4Call& c) {
     input_sf = static_cast<const uint8_t*>(sf.data_ptr());
   }
 
-  check_dim(c.ids, {2}, kOp, "token_selected_experts");
-  check_dtype_in(c.ids, {DType::kInt32, DType::kInt64}, kOp, "token_selected_experts");
-  FLASHINFER_CHECK(
-      c.ids.size(0) == T && c.ids.size(1) >= 1 && c.ids.device().is_cpu() && c.ids.stride(1) == 1,
-      kOp, "token_selected_experts", "expected a CPU [", T,
-      ", top_k] tensor with contiguous rows, got ", shape_to_string(c.ids.shape()));
-  const int64_t K = c.ids.size(1);
-  check_dtype_in(c.scales, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, kOp,
-                 "token_final_scales");
-  check_shape_eq(c.scales, {T, K}, kOp, "token_final_scales");
-  FLASHINFER_CHECK(c.scales.device().is_cpu() && c.scales.stride(1) == 1, kOp, "token_final_scales",
-                   "must be a CPU tensor with contiguous rows");
+  const int64_t K = check_cutlass_moe_routing(c, T);
 
   // Output and bias dtype: fp16/bf16 (upstream's runner has no fp32 output for these paths);
   // W4A16 writes the input's dtype.
@@ -233,17 +204,7 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassFp4Call& c) {
                        "must be a contiguous CPU tensor");
     }
   }
-  const bool swiglu_family = c.activation_type == ActivationType::Swiglu ||
-                             c.activation_type == ActivationType::SwigluBias;
-  if (!swiglu_family) {
-    refuse(c.swiglu_alpha.has_value(), "swiglu_alpha",
-           "only the Swiglu / SwigluBias activations take swiglu_alpha");
-    refuse(c.swiglu_beta.has_value(), "swiglu_beta",
-           "only the Swiglu / SwigluBias activations take swiglu_beta");
-    refuse(c.swiglu_limit.has_value() && c.activation_type != ActivationType::SwigluStep,
-           "swiglu_limit",
-           "only the Swiglu / SwigluBias / SwigluStep activations take swiglu_limit");
-  }
+  check_cutlass_moe_swiglu_args(c);
 
   kernels::CutlassMoeFp4Params p;
   p.mode = mode;
@@ -365,44 +326,6 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassFp4Call& c) {
   return {out, Tensor::zeros({1}, DType::kInt32, input.device()),
           Tensor::zeros({E, T}, DType::kFloat32, input.device()),
           Tensor::zeros({E}, DType::kInt32, input.device())};
-}
-
-std::vector<Tensor> cutlass_fused_moe_fp4(
-    const Tensor& input, const Tensor& ids, const Tensor& scales, const Tensor& w1,
-    const Tensor& w2, DType output_dtype, const std::vector<Tensor>& quant_scales,
-    const std::optional<Tensor>& b1, const std::optional<Tensor>& b2,
-    const std::optional<Tensor>& input_sf, const std::optional<Tensor>& swiglu_alpha,
-    const std::optional<Tensor>& swiglu_beta, const std::optional<Tensor>& swiglu_limit,
-    int64_t tp_size, int64_t tp_rank, int64_t ep_size, int64_t ep_rank, int64_t cluster_size,
-    int64_t cluster_rank, const std::optional<Tensor>& output, bool enable_alltoall,
-    bool min_latency_mode, bool swizzled_input_sf, ActivationType activation_type,
-    const CutlassFusedMoeOptions& options) {
-  const CutlassFp4Call c{input,
-                         ids,
-                         scales,
-                         w1,
-                         w2,
-                         output_dtype,
-                         quant_scales,
-                         b1,
-                         b2,
-                         input_sf,
-                         swiglu_alpha,
-                         swiglu_beta,
-                         swiglu_limit,
-                         tp_size,
-                         tp_rank,
-                         ep_size,
-                         ep_rank,
-                         cluster_size,
-                         cluster_rank,
-                         output,
-                         enable_alltoall,
-                         min_latency_mode,
-                         swizzled_input_sf,
-                         activation_type,
-                         options};
-  return cutlass_fused_moe_fp4(c);
 }
 
 BenchCase bench_cutlass_fused_moe_fp4(const BenchShape& s, Device dev) {

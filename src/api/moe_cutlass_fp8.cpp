@@ -77,30 +77,19 @@ bool cutlass_fused_moe_is_fp8(const Tensor& input, const Tensor& fc1_expert_weig
          fc1_expert_weights.dtype() == DType::kFloat8E4M3FN;
 }
 
-std::vector<Tensor> cutlass_fused_moe_fp8(
-    const Tensor& input, const Tensor& ids, const Tensor& scales, const Tensor& w1,
-    const Tensor& w2, DType output_dtype, const std::vector<Tensor>& quant_scales,
-    const std::optional<Tensor>& b1, const std::optional<Tensor>& b2,
-    const std::optional<Tensor>& input_sf, const std::optional<Tensor>& swiglu_alpha,
-    const std::optional<Tensor>& swiglu_beta, const std::optional<Tensor>& swiglu_limit,
-    int64_t tp_size, int64_t tp_rank, int64_t ep_size, int64_t ep_rank, int64_t cluster_size,
-    int64_t cluster_rank, const std::optional<Tensor>& output, bool enable_alltoall,
-    bool use_deepseek_fp8_block_scale, bool use_w4_group_scaling, bool use_mxfp8_act_scaling,
-    bool min_latency_mode, bool use_packed_weights, bool use_wfp4afp8_humming,
-    std::optional<bool> enable_pdl, ActivationType activation_type,
-    const CutlassFusedMoeOptions& options) {
-  const bool block = use_deepseek_fp8_block_scale;
-  refuse(min_latency_mode, "min_latency_mode",
-         "min latency mode is not implemented (upstream raises NotImplementedError too)");
-  refuse(enable_alltoall, "enable_alltoall", "all-to-all is not implemented");
+std::vector<Tensor> cutlass_fused_moe_fp8(const CutlassMoeCall& c) {
+  const Tensor &input = c.input, &ids = c.ids, &scales = c.scales, &w1 = c.w1, &w2 = c.w2;
+  const std::optional<Tensor>&b1 = c.b1, &b2 = c.b2, &output = c.output;
+  const std::vector<Tensor>& quant_scales = c.quant_scales;
+  const DType output_dtype = c.output_dtype;
+  const ActivationType activation_type = c.activation_type;
+  const bool block = c.use_deepseek_fp8_block_scale;
   // Upstream's runner picks one quantization; these flags select other (non-FP8) paths.
-  refuse(use_mxfp8_act_scaling, "use_mxfp8_act_scaling",
+  refuse(c.use_mxfp8_act_scaling, "use_mxfp8_act_scaling",
          "use_mxfp8_act_scaling with use_deepseek_fp8_block_scale is not an FP8 block-scale call");
   // Upstream's runner is chosen from the dtypes; with e4m3 weights these two flags select
   // nothing (isInt4Quant / isWFP4A16Quant need uint8 weights) and are ignored.
-  (void)use_w4_group_scaling;
-  (void)use_packed_weights;
-  refuse(use_wfp4afp8_humming, "use_wfp4afp8_humming",
+  refuse(c.use_wfp4afp8_humming, "use_wfp4afp8_humming",
          "the MXFP4 x FP8 path needs MXFP4 weights, not FP8");
   if (block && (!w1.defined() || w1.dtype() != DType::kFloat8E4M3FN)) {
     FLASHINFER_FAIL(ErrorCode::kUnsupported, kOp, "use_deepseek_fp8_block_scale",
@@ -108,19 +97,8 @@ std::vector<Tensor> cutlass_fused_moe_fp8(
                     "scales), got ",
                     w1.defined() ? dtype_torch_name(w1.dtype()) : "an undefined tensor");
   }
-  refuse(input_sf.has_value(), "input_sf",
+  refuse(c.input_sf.has_value(), "input_sf",
          "input_sf carries block scales of MXFP8 / NVFP4 inputs; the FP8 paths take none");
-  refuse(options.situ_beta.has_value() && activation_type != ActivationType::Situ, "situ_beta",
-         "only the Situ activation takes situ_beta");
-  refuse(options.situ_linear_beta.has_value() && activation_type != ActivationType::Situ,
-         "situ_linear_beta", "only the Situ activation takes situ_linear_beta");
-  FLASHINFER_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, kOp, "tp_rank",
-                   "must be in [0, tp_size=", tp_size, "), got ", tp_rank);
-  FLASHINFER_CHECK(ep_size >= 1 && ep_rank >= 0 && ep_rank < ep_size, kOp, "ep_rank",
-                   "must be in [0, ep_size=", ep_size, "), got ", ep_rank);
-  FLASHINFER_CHECK(cluster_size >= 1 && cluster_rank >= 0 && cluster_rank < cluster_size, kOp,
-                   "cluster_rank", "must be in [0, cluster_size=", cluster_size, "), got ",
-                   cluster_rank);
 
   // Dtypes: per tensor e4m3 x e4m3 -> fp16 / bf16; block scale bf16 x e4m3 -> bf16 (upstream's
   // FusedMoeRunner constructor and getDeepSeekBlockScaleGemmRunner).
@@ -140,18 +118,7 @@ std::vector<Tensor> cutlass_fused_moe_fp8(
   check_unit_last_stride(input, "input");
   const int64_t T = input.size(0), H = input.size(1);
   FLASHINFER_CHECK(H > 0, kOp, "input", "hidden size must be positive");
-  check_dim(ids, {2}, kOp, "token_selected_experts");
-  check_dtype_in(ids, {DType::kInt32, DType::kInt64}, kOp, "token_selected_experts");
-  FLASHINFER_CHECK(ids.size(0) == T && ids.size(1) >= 1, kOp, "token_selected_experts",
-                   "expected shape [", T, ", top_k], got ", shape_to_string(ids.shape()));
-  check_unit_last_stride(ids, "token_selected_experts");
-  check_same_device(ids, input, kOp, "token_selected_experts", "input");
-  const int64_t K = ids.size(1);
-  check_dtype_in(scales, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, kOp,
-                 "token_final_scales");
-  check_shape_eq(scales, {T, K}, kOp, "token_final_scales");
-  check_unit_last_stride(scales, "token_final_scales");
-  check_same_device(scales, input, kOp, "token_final_scales", "input");
+  const int64_t K = check_cutlass_moe_routing(c, T);
 
   check_dim(w2, {3}, kOp, "fc2_expert_weights");
   check_dtype_in(w2, {DType::kFloat8E4M3FN}, kOp, "fc2_expert_weights");
@@ -182,17 +149,7 @@ std::vector<Tensor> cutlass_fused_moe_fp8(
     check_shape_eq(**bias, {E, n}, kOp, arg);
     FLASHINFER_CHECK((*bias)->is_contiguous(), kOp, arg, "must be contiguous");
   }
-  const bool swiglu_family =
-      activation_type == ActivationType::Swiglu || activation_type == ActivationType::SwigluBias;
-  if (!swiglu_family) {
-    refuse(swiglu_alpha.has_value(), "swiglu_alpha",
-           "only the Swiglu / SwigluBias activations take swiglu_alpha");
-    refuse(swiglu_beta.has_value(), "swiglu_beta",
-           "only the Swiglu / SwigluBias activations take swiglu_beta");
-    refuse(swiglu_limit.has_value() && activation_type != ActivationType::SwigluStep,
-           "swiglu_limit",
-           "only the Swiglu / SwigluBias / SwigluStep activations take swiglu_limit");
-  }
+  check_cutlass_moe_swiglu_args(c);
 
   kernels::CutlassMoeFp8Params fp;
   fp.block_scale = block;
@@ -266,13 +223,13 @@ std::vector<Tensor> cutlass_fused_moe_fp8(
   p.w2 = w2.data_ptr();
   p.b1 = b1 ? b1->data_ptr() : nullptr;
   // The fc2 bias only on tensor-parallel rank 0, as upstream's finalize launcher.
-  p.b2 = b2 && tp_rank == 0 ? b2->data_ptr() : nullptr;
+  p.b2 = b2 && c.tp_rank == 0 ? b2->data_ptr() : nullptr;
   fp.bias_dtype = output_dtype;
-  p.swiglu_alpha = expert_vector(swiglu_alpha, E, input, "swiglu_alpha");
-  p.swiglu_beta = expert_vector(swiglu_beta, E, input, "swiglu_beta");
-  p.swiglu_limit = expert_vector(swiglu_limit, E, input, "swiglu_limit");
-  p.situ_beta = expert_vector(options.situ_beta, E, input, "situ_beta");
-  p.situ_linear_beta = expert_vector(options.situ_linear_beta, E, input, "situ_linear_beta");
+  p.swiglu_alpha = expert_vector(c.swiglu_alpha, E, input, "swiglu_alpha");
+  p.swiglu_beta = expert_vector(c.swiglu_beta, E, input, "swiglu_beta");
+  p.swiglu_limit = expert_vector(c.swiglu_limit, E, input, "swiglu_limit");
+  p.situ_beta = expert_vector(c.options.situ_beta, E, input, "situ_beta");
+  p.situ_linear_beta = expert_vector(c.options.situ_linear_beta, E, input, "situ_linear_beta");
   p.out = out.data_ptr();
   p.out_stride = out.stride(0);
   p.dtype = input.dtype();
@@ -282,9 +239,9 @@ std::vector<Tensor> cutlass_fused_moe_fp8(
   p.hidden = H;
   p.inter = I;
   p.num_local_experts = E;
-  p.expert_offset = ep_rank * E;
+  p.expert_offset = c.ep_rank * E;
   p.act = static_cast<kernels::MoeAct>(activation_type);
-  launch(kCutlassMoeFp8Kernels, fp, input.device(), kOp, "input", enable_pdl);
+  launch(kCutlassMoeFp8Kernels, fp, input.device(), kOp, "input", c.enable_pdl);
   // Upstream's three scratch outputs (written only in min-latency mode): zero here.
   return {out, Tensor::zeros({1}, DType::kInt32, input.device()),
           Tensor::zeros({E, T}, DType::kFloat32, input.device()),

@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "api/moe_cutlass_call.h"
 #include "flashinfer/bench.h"
 #include "flashinfer/ops/moe.h"
 
@@ -16,19 +17,8 @@ namespace flashinfer::api {
 bool cutlass_fused_moe_is_fp8(const Tensor& input, const Tensor& fc1_expert_weights,
                               bool use_deepseek_fp8_block_scale, bool use_mxfp8_act_scaling);
 
-/// The FP8 call, with cutlass_fused_moe's arguments (less the performance-only ones).
-std::vector<Tensor> cutlass_fused_moe_fp8(
-    const Tensor& input, const Tensor& ids, const Tensor& scales, const Tensor& w1,
-    const Tensor& w2, DType output_dtype, const std::vector<Tensor>& quant_scales,
-    const std::optional<Tensor>& b1, const std::optional<Tensor>& b2,
-    const std::optional<Tensor>& input_sf, const std::optional<Tensor>& swiglu_alpha,
-    const std::optional<Tensor>& swiglu_beta, const std::optional<Tensor>& swiglu_limit,
-    int64_t tp_size, int64_t tp_rank, int64_t ep_size, int64_t ep_rank, int64_t cluster_size,
-    int64_t cluster_rank, const std::optional<Tensor>& output, bool enable_alltoall,
-    bool use_deepseek_fp8_block_scale, bool use_w4_group_scaling, bool use_mxfp8_act_scaling,
-    bool min_latency_mode, bool use_packed_weights, bool use_wfp4afp8_humming,
-    std::optional<bool> enable_pdl, ActivationType activation_type,
-    const CutlassFusedMoeOptions& options);
+/// The FP8 call: checks what the FP8 paths need (errors name the argument) and runs it.
+std::vector<Tensor> cutlass_fused_moe_fp8(const CutlassMoeCall& c);
 
 /// `flashinfer bench cutlass_fused_moe` with an e4m3 input_dtype: the FP8 per-tensor path, m
 /// tokens, hidden_size, inter n, 8 experts, top-2, Swiglu, output out_dtype (default bf16).

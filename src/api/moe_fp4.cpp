@@ -136,8 +136,6 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a) {
   api::check_defined(hidden, op, "hidden_states");
   check_cpu(hidden, op);
   api::check_dim(hidden, {2}, op, "hidden_states");
-  api::refuse_if(!a.do_finalize, op, "do_finalize",
-                 "do_finalize=False (unfinalized GEMM2 output) is not implemented");
   api::refuse_if(a.per_token_scale->has_value(), op, "per_token_scale",
                  "per-token activation scales are not implemented");
   const int64_t act = check_activation(a.activation_type, op);
@@ -230,7 +228,8 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a) {
     p.hs_scale = static_cast<const uint8_t*>(hs->data_ptr());
     p.hs_scale_stride = H / hv;
   }
-  Tensor out = make_output(*a.output, T, H, hidden, op);
+  // Upstream writes `output` only when it finalizes (docs/MOE.md, "do_finalize=False").
+  Tensor out = make_output(a.do_finalize ? *a.output : std::nullopt, T, H, hidden, op);
   api::fill_moe_routing(rc, hidden, /*groups_when_routed=*/false, p.base);
   // Upstream's preparation: GEMM1 rows interleaved (gated) then shuffled, GEMM2 rows shuffled,
   // epilogue_tile_m 128, MajorK; scales and biases follow their rows.
@@ -270,8 +269,10 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a) {
   p.out1_scale = api::per_expert_floats(*a.o1, El, hidden, op, "output1_scale_scalar");
   p.out1_gate_scale = api::per_expert_floats(*a.o1g, El, hidden, op, "output1_scale_gate_scalar");
   p.out2_scale = api::per_expert_floats(*a.o2, El, hidden, op, "output2_scale_scalar");
+  std::vector<Tensor> res{out};
+  if (!a.do_finalize) res = api::bind_unfinalized(p.base, rc.routed, hidden, op);
   api::launch(kTrtllmFp4MoeKernels, p, hidden.device(), op, "hidden_states", false);
-  return {out};
+  return res;
 }
 
 struct MxInt4Args {
@@ -305,8 +306,6 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   api::check_dim(hidden, {2}, op, "hidden_states");
   api::check_dtype_in(hidden, {DType::kBFloat16}, op, "hidden_states");
   api::check_last_stride_one(hidden, op, "hidden_states");
-  api::refuse_if(!a.do_finalize, op, "do_finalize",
-                 "do_finalize=False (unfinalized GEMM2 output) is not implemented");
   const int64_t T = hidden.size(0), H = hidden.size(1), I = a.inter, El = rc.local_num;
   FLASHINFER_CHECK(I >= 1 && I % 32 == 0, op, "intermediate_size",
                    "must be a positive multiple of 32 (the scale block), got ", I);
@@ -326,7 +325,8 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   p.weights = kernels::Moe4Weights::kMxint4;
   p.input = kernels::Moe4Input::kBf16;
   p.act_quant = kernels::Moe4ActQuant::kBf16;
-  Tensor out = make_output(*a.output, T, H, hidden, op);
+  // Upstream writes `output` only when it finalizes (docs/MOE.md, "do_finalize=False").
+  Tensor out = make_output(a.do_finalize ? *a.output : std::nullopt, T, H, hidden, op);
   api::fill_moe_routing(rc, hidden, /*groups_when_routed=*/false, p.base);
   const Tensor w1p = mxint4_plain_weights(w1, El, 2 * I, H, true, op, "gemm1_weights");
   const Tensor w2p = mxint4_plain_weights(w2, El, H, I, false, op, "gemm2_weights");
@@ -351,8 +351,10 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   m.swiglu_limit = api::per_expert_floats(*a.limit, El, hidden, op, "gemm1_clamp_limit");
   p.w1_scale = s1p.data_ptr();
   p.w2_scale = s2p.data_ptr();
+  std::vector<Tensor> res{out};
+  if (!a.do_finalize) res = api::bind_unfinalized(p.base, rc.routed, hidden, op);
   api::launch(kTrtllmFp4MoeKernels, p, hidden.device(), op, "hidden_states", false);
-  return {out};
+  return res;
 }
 
 }  // namespace

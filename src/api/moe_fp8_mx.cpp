@@ -62,7 +62,7 @@ Tensor mx_plain_scales(const Tensor& s, int64_t E, int64_t m, int64_t cols, bool
 
 }  // namespace
 
-Tensor trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8Args& a) {
+TrtllmMoeResult trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8Args& a) {
   const char* op = rc.op;
   const Tensor& hidden = *a.hidden;
   check_defined(hidden, op, "hidden_states");
@@ -157,8 +157,10 @@ Tensor trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8Args& a) {
   m.swiglu_limit = per_expert_floats(*a.limit, El, hidden, op, "gemm1_clamp_limit");
   p.w1_scale = s1p.data_ptr();
   p.w2_scale = s2p.data_ptr();
+  TrtllmMoeResult res{{out}, a.do_finalize};
+  if (!a.do_finalize) res.tensors = bind_unfinalized(p.base, rc.routed, hidden, op);
   launch(kMxFp8MoeKernels, p, hidden.device(), op, "hidden_states", false);
-  return out;
+  return res;
 }
 
 }  // namespace flashinfer::api

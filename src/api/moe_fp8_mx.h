@@ -21,11 +21,12 @@ struct MoeMxFp8Args {
   WeightLayout layout;
   const std::optional<Tensor>*alpha, *beta, *limit;
   const std::optional<Tensor>* output;
+  bool do_finalize;
 };
 
 // Checks the arguments (naming the one at fault), undoes upstream's weight preparation on the
 // host and runs the CPU reference. A call on CUDA tensors raises kUnsupported naming
 // `hidden_states` (no CUDA kernel), so a replay on a GPU falls back to the CPU.
-Tensor trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8Args& a);
+TrtllmMoeResult trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8Args& a);
 
 }  // namespace flashinfer::api

@@ -151,20 +151,25 @@ const float* block_scales(const Tensor& s, int64_t E, int64_t rows, int64_t cols
   return s.data<float>();
 }
 
-Tensor fp8_block_impl(const Fp8Common& c, const Tensor& hs_scale, const Tensor& w1,
-                      const Tensor& w1_scale, const Tensor& w2, const Tensor& w2_scale,
-                      bool use_shuffled_weight, WeightLayout layout, bool do_finalize,
-                      Fp8QuantizationType qtype, const std::optional<Tensor>& alpha,
-                      const std::optional<Tensor>& beta, const std::optional<Tensor>& limit) {
+// Upstream writes `output` only when it finalizes (docs/MOE.md, "do_finalize=False"): an
+// unfinalized call neither checks nor writes it.
+const std::optional<Tensor> kNoOutput;
+
+TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, const Tensor& w1,
+                               const Tensor& w1_scale, const Tensor& w2, const Tensor& w2_scale,
+                               bool use_shuffled_weight, WeightLayout layout, bool do_finalize,
+                               Fp8QuantizationType qtype, const std::optional<Tensor>& alpha,
+                               const std::optional<Tensor>& beta,
+                               const std::optional<Tensor>& limit) {
+  Fp8Common c = common;
+  if (!do_finalize) c.output = &kNoOutput;
   const char* op = c.op;
-  api::refuse_if(!do_finalize, op, "do_finalize",
-                 "do_finalize=False (unfinalized GEMM2 output) is not implemented");
   if (qtype == Fp8QuantizationType::MxFp8) {
     return api::trtllm_mxfp8_block_moe(
         {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group,
          c.offset, c.local_num, c.scale, c.method, c.norm_topk_prob, c.replay_out},
         {c.hidden, &hs_scale, &w1, &w1_scale, &w2, &w2_scale, c.inter, c.activation_type,
-         use_shuffled_weight, layout, &alpha, &beta, &limit, c.output});
+         use_shuffled_weight, layout, &alpha, &beta, &limit, c.output, do_finalize});
   }
   api::refuse_if(qtype != Fp8QuantizationType::DeepSeekFp8, op, "fp8_quantization_type",
                  "only Fp8QuantizationType.DeepSeekFp8 (128x128 block scales) and MxFp8 are "
@@ -222,16 +227,18 @@ Tensor fp8_block_impl(const Fp8Common& c, const Tensor& hs_scale, const Tensor& 
     p.ws_h = ws_h.data<float>();
     p.ws_y = ws_y.data<float>();
   }
+  TrtllmMoeResult res{{out}, do_finalize};
+  if (!do_finalize) res.tensors = api::bind_unfinalized(p.base, c.routed, hidden, op);
   api::launch(kTrtllmFp8BlockMoeKernels, p, hidden.device(), op, "hidden_states", false);
-  return out;
+  return res;
 }
 
-Tensor fp8_per_tensor_impl(const Fp8Common& c, const Tensor& w1, const Tensor& s1,
-                           const Tensor& s1_gate, const Tensor& w2, const Tensor& s2,
-                           bool use_routing_scales_on_input, bool do_finalize) {
+TrtllmMoeResult fp8_per_tensor_impl(const Fp8Common& common, const Tensor& w1, const Tensor& s1,
+                                    const Tensor& s1_gate, const Tensor& w2, const Tensor& s2,
+                                    bool use_routing_scales_on_input, bool do_finalize) {
+  Fp8Common c = common;
+  if (!do_finalize) c.output = &kNoOutput;
   const char* op = c.op;
-  api::refuse_if(!do_finalize, op, "do_finalize",
-                 "do_finalize=False (unfinalized GEMM2 output) is not implemented");
   kernels::TrtllmFp8MoeParams p;
   Tensor out = fill_common(c, p);
   const Tensor& hidden = *c.hidden;
@@ -264,13 +271,15 @@ Tensor fp8_per_tensor_impl(const Fp8Common& c, const Tensor& w1, const Tensor& s
   p.routing_scales_on_input = use_routing_scales_on_input;
   p.base.moe.w1 = w1p.data_ptr();
   p.base.moe.w2 = w2p.data_ptr();
+  TrtllmMoeResult res{{out}, do_finalize};
+  if (!do_finalize) res.tensors = api::bind_unfinalized(p.base, c.routed, hidden, op);
   api::launch(kTrtllmFp8MoeKernels, p, hidden.device(), op, "hidden_states", false);
-  return out;
+  return res;
 }
 
 }  // namespace
 
-Tensor trtllm_fp8_block_scale_moe(
+TrtllmMoeResult trtllm_fp8_block_scale_moe(
     const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     const Tensor& hidden_states_scale, const Tensor& gemm1_weights,
     const Tensor& gemm1_weights_scale, const Tensor& gemm2_weights,
@@ -320,7 +329,7 @@ Tensor trtllm_fp8_block_scale_moe(
       norm_topk_prob, routing_replay_out, gemm1_alpha, gemm1_beta, gemm1_clamp_limit, output);
 }
 
-Tensor trtllm_fp8_block_scale_routed_moe(
+TrtllmMoeResult trtllm_fp8_block_scale_routed_moe(
     const MoeTopkIds& topk_ids, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     const Tensor& hidden_states_scale, const Tensor& gemm1_weights,
     const Tensor& gemm1_weights_scale, const Tensor& gemm2_weights,
@@ -371,7 +380,7 @@ Tensor trtllm_fp8_block_scale_routed_moe(
       gemm1_alpha, gemm1_beta, gemm1_clamp_limit);
 }
 
-Tensor trtllm_fp8_per_tensor_scale_moe(
+TrtllmMoeResult trtllm_fp8_per_tensor_scale_moe(
     const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     const Tensor& gemm1_weights, const Tensor& output1_scales_scalar,
     const Tensor& output1_scales_gate_scalar, const Tensor& gemm2_weights,
@@ -413,7 +422,7 @@ Tensor trtllm_fp8_per_tensor_scale_moe(
       tune_max_num_tokens, activation_type, norm_topk_prob, routing_replay_out, output);
 }
 
-Tensor trtllm_fp8_per_tensor_scale_routed_moe(
+TrtllmMoeResult trtllm_fp8_per_tensor_scale_routed_moe(
     const MoeTopkIds& topk_ids, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     const Tensor& gemm1_weights, const Tensor& output1_scales_scalar,
     const Tensor& output1_scales_gate_scalar, const Tensor& gemm2_weights,
@@ -579,7 +588,8 @@ void register_moe_quant_ops(OpRegistry& r) {
       {.name = "trtllm_fp8_block_scale_moe",
        .module = kCoreModule,
        .summary = "trtllm-gen FP8 MoE, DeepSeek 128x128 block scales: routing from logits, then "
-                  "the fused expert FFNs"},
+                  "the fused expert FFNs",
+       .returns = "Tensor | list[Tensor]"},
       "routing_logits", arg("routing_bias").required(), "hidden_states", "hidden_states_scale",
       "gemm1_weights", "gemm1_weights_scale", "gemm2_weights", "gemm2_weights_scale", "num_experts",
       "top_k", arg("n_group").required(), arg("topk_group").required(), "intermediate_size",
@@ -596,7 +606,8 @@ void register_moe_quant_ops(OpRegistry& r) {
       {.name = "trtllm_fp8_block_scale_routed_moe",
        .module = kCoreModule,
        .summary = "trtllm-gen FP8 block-scale MoE with precomputed routing (packed ids or (ids, "
-                  "weights))"},
+                  "weights))",
+       .returns = "Tensor | list[Tensor]"},
       "topk_ids", arg("routing_bias").required(), "hidden_states", "hidden_states_scale",
       "gemm1_weights", "gemm1_weights_scale", "gemm2_weights", "gemm2_weights_scale", "num_experts",
       "top_k", arg("n_group").required(), arg("topk_group").required(), "intermediate_size",
@@ -611,7 +622,8 @@ void register_moe_quant_ops(OpRegistry& r) {
       {.name = "trtllm_fp8_per_tensor_scale_moe",
        .module = kCoreModule,
        .summary = "trtllm-gen FP8 MoE with per-tensor scales: routing from logits, then the "
-                  "fused expert FFNs"},
+                  "fused expert FFNs",
+       .returns = "Tensor | list[Tensor]"},
       "routing_logits", arg("routing_bias").required(), "hidden_states", "gemm1_weights",
       "output1_scales_scalar", "output1_scales_gate_scalar", "gemm2_weights",
       "output2_scales_scalar", "num_experts", "top_k", arg("n_group").required(),
@@ -624,7 +636,8 @@ void register_moe_quant_ops(OpRegistry& r) {
       r,
       {.name = "trtllm_fp8_per_tensor_scale_routed_moe",
        .module = kCoreModule,
-       .summary = "trtllm-gen FP8 per-tensor-scale MoE with precomputed routing"},
+       .summary = "trtllm-gen FP8 per-tensor-scale MoE with precomputed routing",
+       .returns = "Tensor | list[Tensor]"},
       "topk_ids", arg("routing_bias").required(), "hidden_states", "gemm1_weights",
       "output1_scales_scalar", "output1_scales_gate_scalar", "gemm2_weights",
       "output2_scales_scalar", "num_experts", "top_k", arg("n_group").required(),

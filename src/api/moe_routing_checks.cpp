@@ -141,4 +141,25 @@ void fill_moe_routing(const MoeRoutingArgs& c, const Tensor& hidden, bool groups
   b.routing.method = rm;
 }
 
+std::vector<Tensor> bind_unfinalized(kernels::TrtllmMoeParams& b, const MoeTopkIds* routed,
+                                     const Tensor& hidden, const char* op) {
+  refuse_if(hidden.device().is_cuda(), op, "do_finalize",
+            "do_finalize=False has no CUDA kernel here (CPU reference only)");
+  const int64_t T = b.moe.num_tokens, K = b.moe.top_k, H = b.moe.hidden;
+  // Upstream sizes gemm2_output by the padded maximum of its tile (not fixed by the arguments);
+  // T * top_k rows hold every local pair here, the rows past them zeroed.
+  Tensor gemm2 = Tensor::empty({T * K, H}, DType::kBFloat16, hidden.device());
+  Tensor idx = Tensor::empty({T * K}, DType::kInt32, hidden.device());
+  Tensor weights;
+  if (routed && routed->weights) {
+    weights = *routed->weights;
+  } else {
+    weights = Tensor::empty({T, K}, DType::kBFloat16, hidden.device());
+    b.expert_weights_out = static_cast<uint16_t*>(weights.data_ptr());
+  }
+  b.moe.permuted_out = gemm2.data_ptr();
+  b.moe.expanded_to_permuted = idx.data<int32_t>();
+  return {gemm2, weights, idx};
+}
+
 }  // namespace flashinfer::api

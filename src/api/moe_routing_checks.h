@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "flashinfer/ops/moe.h"
 #include "flashinfer/tensor.h"
@@ -46,5 +47,13 @@ void check_moe_routing(const MoeRoutingArgs& c, const Tensor& hidden, bool group
 /// precomputed ids/weights, bias, groups, scaling and routing_replay_out.
 void fill_moe_routing(const MoeRoutingArgs& c, const Tensor& hidden, bool groups_when_routed,
                       kernels::TrtllmMoeParams& b);
+
+/// do_finalize=False (docs/MOE.md, "do_finalize=False"): allocates upstream's returned list
+/// [gemm2_output bf16 [T * top_k, H], expert_weights bf16 [T, top_k], expanded_idx_to_permuted_idx
+/// int32 [T * top_k]] and points `b` at it (`b.moe`'s sizes must be set). For the (ids, weights)
+/// form expert_weights is the caller's weights tensor, as upstream returns it. CPU only: a CUDA
+/// call raises kUnsupported naming do_finalize (replay falls back to the CPU).
+std::vector<Tensor> bind_unfinalized(kernels::TrtllmMoeParams& b, const MoeTopkIds* routed,
+                                     const Tensor& hidden, const char* op);
 
 }  // namespace flashinfer::api

@@ -69,6 +69,12 @@ struct CutlassMoeParams {
   float* ws_g1 = nullptr;
   float* ws_h = nullptr;
   float* ws_y = nullptr;
+  // do_finalize=False (the trtllm ops): instead of `out`, each local pair's GEMM2 row (bf16, not
+  // weighted) goes to row expanded_to_permuted[t * top_k + k] of `permuted_out` (bf16
+  // [num_tokens * top_k, hidden], contiguous; rows past the local pairs are zeroed); -1 marks a
+  // pair with no local expert. Row order: local experts ascending, then t * top_k + k ascending.
+  void* permuted_out = nullptr;
+  int32_t* expanded_to_permuted = nullptr;
 };
 
 /// fused_topk_deepseek: DeepSeek-V3 grouped top-k over [num_tokens, num_experts] scores.
@@ -131,6 +137,9 @@ struct TrtllmMoeParams {
   CutlassMoeParams moe;
   int16_t* replay_out = nullptr;  // [>= num_tokens, top_k] or null
   int64_t replay_stride = 0;
+  // do_finalize=False: the routing weights as the launcher returns them, bf16 [num_tokens *
+  // top_k] contiguous (null: not asked for).
+  uint16_t* expert_weights_out = nullptr;
 };
 
 /// hash_topk: experts from a token-to-expert table, weights sqrt(softplus(logit)) normalized

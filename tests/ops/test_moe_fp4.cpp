@@ -18,6 +18,7 @@
 #include "flashinfer/replay.h"
 #include "ops/moe_fp4_test_util.h"
 #include "ops/op_test_util.h"
+#include "util/moe_weight_prep.h"
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
 
@@ -30,6 +31,12 @@ using moe_fp4::bytes_tensor;
 using moe_fp4::e4m3_codes;
 using moe_fp4::random_bytes;
 using moe_fp4::Rng;
+using moe_prep::bf16;
+using moe_prep::max_abs;
+using moe_prep::prepare_rows;
+using moe_prep::prepared_rows;
+using moe_prep::silu;
+using moe_prep::ue8m0;
 
 // bf16 bits of values in [lo, hi).
 std::vector<uint16_t> bf16_bits(size_t n, uint64_t seed, double lo, double hi) {
@@ -48,11 +55,6 @@ double int4(const std::vector<uint8_t>& packed, size_t i) {
   const int v = i % 2 == 0 ? (b & 0xF) : (b >> 4);
   return v < 8 ? v : v - 16;
 }
-double ue8m0(uint8_t c) { return std::ldexp(1.0, static_cast<int>(c) - 127); }
-double bf16(double v) {
-  return bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(v)));
-}
-
 // The e2m1 value nearest to v, ties to the even code, saturating at 6: the grid written out.
 float e2m1_grid(float v) {
   static const float kGrid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
@@ -64,54 +66,8 @@ float e2m1_grid(float v) {
   }
   return std::signbit(v) ? -kGrid[best] : kGrid[best];
 }
-double silu(double v) { return v / (1.0 + std::exp(-v)); }
-double max_abs(const std::vector<double>& v) {
-  double m = 0.0;
-  for (double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
 
 // ---- upstream's weight preparation (tests/moe FP4Moe / MxInt4BlockScaleMoe), transcribed ----
-
-// shuffle_matrix_a's 32-row map (epilogue_tile_m 128): row r of a block lands at kMap32[r].
-const int64_t kMap32[32] = {0, 8,  16, 24, 1, 9,  17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
-                            4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31};
-
-// The plain row held by prepared row i: permute0 (gated interleave or identity), then the
-// shuffle: prepared = plain[permute0[permute1]].
-std::vector<int64_t> prepared_rows(int64_t m, bool interleave) {
-  std::vector<int64_t> p0(static_cast<size_t>(m)), p1(static_cast<size_t>(m)),
-      out(static_cast<size_t>(m));
-  for (int64_t i = 0; i < m; ++i) {
-    p0[static_cast<size_t>(i)] = !interleave ? i : (i % 2 == 0 ? i / 2 : m / 2 + i / 2);
-  }
-  for (int64_t old_row = 0; old_row < m; ++old_row) {
-    p1[static_cast<size_t>(old_row / 32 * 32 + kMap32[old_row % 32])] = old_row;
-  }
-  for (int64_t i = 0; i < m; ++i) {
-    out[static_cast<size_t>(i)] = p0[static_cast<size_t>(p1[static_cast<size_t>(i)])];
-  }
-  return out;
-}
-
-// Rows of E matrices [m, row_bytes] permuted; block_bytes > 0: convert_to_block_layout on the
-// bytes ([E, row_bytes / bk, m, bk]).
-std::vector<uint8_t> prepare_rows(const std::vector<uint8_t>& plain, int64_t E, int64_t m,
-                                  int64_t row_bytes, bool interleave, int64_t block_bytes = 0) {
-  const auto rows = prepared_rows(m, interleave);
-  std::vector<uint8_t> out(plain.size());
-  const int64_t bk = block_bytes > 0 ? block_bytes : row_bytes;
-  for (int64_t e = 0; e < E; ++e) {
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t c = 0; c < row_bytes; ++c) {
-        const int64_t from = (e * m + rows[static_cast<size_t>(i)]) * row_bytes + c;
-        const int64_t to = ((e * (row_bytes / bk) + c / bk) * m + i) * bk + c % bk;
-        out[static_cast<size_t>(to)] = plain[static_cast<size_t>(from)];
-      }
-    }
-  }
-  return out;
-}
 
 // Scales [E, m, cols] of `es`-byte elements: rows permuted like the weights', then
 // block_scale_interleave (upstream's preparation calls it; so does this).
@@ -451,7 +407,8 @@ TEST(TrtllmFp4BlockScaleMoe, BadInput) {
   EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, Tensor::zeros({8, 128, 2}, DType::kUInt8)), op,
                   "gemm2_weights_scale");
   EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, s2, 64, 8), op, "activation_type");
-  EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, s2, 64, 3, false), op, "do_finalize");
+  // do_finalize=False runs (test_moe_unfinalized.cpp) and checks the other arguments the same.
+  EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, s2, 64, 8, false), op, "activation_type");
   EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, s2, 64, 3, true, Tensor::zeros({c.T}, DType::kFloat32)),
                   op, "per_token_scale");
   // 2 * intermediate_size = 64 rows: not a multiple of 128 (the prepared scales' row tile).
@@ -645,8 +602,8 @@ TEST(TrtllmMxInt4BlockScaleMoe, RoutingFromLogitsAndBadInput) {
   EXPECT_FI_ERROR(call(x, w1, s1, w2, s2, 48), op, "intermediate_size");
   EXPECT_FI_ERROR((void)trtllm_mxint4_block_scale_routed_moe(
                       routing, x, w1, s1, std::nullopt, std::nullopt, std::nullopt, w2, s2, c.E,
-                      c.K, std::nullopt, std::nullopt, c.I, 0, c.E, std::nullopt, 0, false),
-                  op, "do_finalize");
+                      c.K, std::nullopt, std::nullopt, 48, 0, c.E, std::nullopt, 0, false),
+                  op, "intermediate_size");
   EXPECT_FI_ERROR((void)trtllm_mxint4_block_scale_moe(
                       lg, std::nullopt, x, w1, s1, std::nullopt, std::nullopt, std::nullopt, w2, s2,
                       c.E, c.K, std::nullopt, std::nullopt, c.I, 0, c.E, std::nullopt, 9),

@@ -16,6 +16,7 @@
 #include "flashinfer/replay.h"
 #include "ops/moe_fp4_test_util.h"
 #include "ops/op_test_util.h"
+#include "util/moe_weight_prep.h"
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
 
@@ -24,61 +25,15 @@ namespace {
 
 using moe_fp4::bytes_tensor;
 using moe_fp4::Rng;
+using moe_prep::bf16;
+using moe_prep::max_abs;
+using moe_prep::prepare_rows;
+using moe_prep::silu;
+using moe_prep::ue8m0;
 
 constexpr auto kMx = Fp8QuantizationType::MxFp8;
 
-double ue8m0(uint8_t c) { return std::ldexp(1.0, static_cast<int>(c) - 127); }
 double e4m3(uint8_t c) { return e4m3fn_bits_to_float(c); }
-double bf16(double v) {
-  return bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(v)));
-}
-double silu(double v) { return v / (1.0 + std::exp(-v)); }
-double max_abs(const std::vector<double>& v) {
-  double m = 0.0;
-  for (double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
-
-// ---- upstream's MxFp8 preparation (tests/moe FP8BlockScaleMoe), written out ----------------
-
-// shuffle_matrix_a's 32-row map (epilogue_tile_m 128): row r of a block lands at kMap32[r].
-const int64_t kMap32[32] = {0, 8,  16, 24, 1, 9,  17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
-                            4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31};
-
-// The plain row held by prepared row i: reorder_rows_for_gated_act_gemm (or identity), then
-// the shuffle: prepared = plain[permute0[permute1]].
-std::vector<int64_t> prepared_rows(int64_t m, bool interleave) {
-  std::vector<int64_t> p0(static_cast<size_t>(m)), p1(static_cast<size_t>(m)),
-      out(static_cast<size_t>(m));
-  for (int64_t i = 0; i < m; ++i) {
-    p0[static_cast<size_t>(i)] = !interleave ? i : (i % 2 == 0 ? i / 2 : m / 2 + i / 2);
-  }
-  for (int64_t old_row = 0; old_row < m; ++old_row) {
-    p1[static_cast<size_t>(old_row / 32 * 32 + kMap32[old_row % 32])] = old_row;
-  }
-  for (int64_t i = 0; i < m; ++i) {
-    out[static_cast<size_t>(i)] = p0[static_cast<size_t>(p1[static_cast<size_t>(i)])];
-  }
-  return out;
-}
-
-// E matrices [m, cols] of bytes with rows permuted; block > 0: convert_to_block_layout
-// ([E, cols / block, m, block]).
-std::vector<uint8_t> prepare_rows(const std::vector<uint8_t>& plain, int64_t E, int64_t m,
-                                  int64_t cols, bool interleave, int64_t block = 0) {
-  const auto rows = prepared_rows(m, interleave);
-  std::vector<uint8_t> out(plain.size());
-  const int64_t bk = block > 0 ? block : cols;
-  for (int64_t e = 0; e < E; ++e) {
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t c = 0; c < cols; ++c) {
-        out[static_cast<size_t>(((e * (cols / bk) + c / bk) * m + i) * bk + c % bk)] =
-            plain[static_cast<size_t>((e * m + rows[static_cast<size_t>(i)]) * cols + c)];
-      }
-    }
-  }
-  return out;
-}
 
 // ---- a case: plain data, its prepared forms, the fp64 formula ------------------------------
 
@@ -350,9 +305,9 @@ TEST(TrtllmFp8BlockScaleMoeMxFp8, BadInput) {
   EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, s2, 128, false, 11), op, "activation_type");
   EXPECT_FI_ERROR(
       (void)trtllm_fp8_block_scale_moe(logits, std::nullopt, x, xs, w1, s1, w2, s2, c.E, c.K,
-                                       std::nullopt, std::nullopt, 128, 0, c.E, std::nullopt, 1,
+                                       std::nullopt, std::nullopt, 64, 0, c.E, std::nullopt, 1,
                                        false, WeightLayout::MajorK, false, std::nullopt, 8192, kMx),
-      op, "do_finalize");
+      op, "intermediate_size");
   EXPECT_FI_ERROR(
       (void)trtllm_fp8_block_scale_moe(logits, std::nullopt, x, xs, w1, s1, w2, s2, c.E, c.K,
                                        std::nullopt, std::nullopt, 128, 0, c.E, std::nullopt, 1,

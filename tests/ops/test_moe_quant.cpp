@@ -295,8 +295,8 @@ TEST(TrtllmFp8BlockScaleMoe, BadInput) {
                   "hidden_states_scale");
   EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, s2, I, Fp8QuantizationType::NoneFp8), op,
                   "fp8_quantization_type");
-  EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, s2, I, Fp8QuantizationType::DeepSeekFp8, false), op,
-                  "do_finalize");
+  EXPECT_FI_ERROR(call(x, xs, w1, s1, w2, s2, I, Fp8QuantizationType::NoneFp8, false), op,
+                  "fp8_quantization_type");
   EXPECT_FI_ERROR((void)trtllm_fp8_block_scale_moe(
                       logits, std::nullopt, x, xs, w1, s1, w2, s2, E, K, std::nullopt, std::nullopt,
                       I, 0, E, std::nullopt, 1, false, WeightLayout::MajorK, true, std::nullopt,
@@ -506,9 +506,9 @@ TEST(TrtllmFp8BlockScaleMoeCuda, MatchesCpu) {
     const int64_t k = method == 3 ? 1 : 2;
     Tensor logits = rand_tensor({T, E}, DType::kFloat32, 48 + method, -3.0, 3.0);
     auto run = [&](Device dev) {
-      return trtllm_fp8_block_scale_moe(logits.to(dev), bias.to(dev), x.to(dev), xs.to(dev),
-                                        w1.to(dev), s1.to(dev), w2.to(dev), s2.to(dev), E, k, 4, 2,
-                                        I, off, El, 2.5, method)
+      return Tensor(trtllm_fp8_block_scale_moe(logits.to(dev), bias.to(dev), x.to(dev), xs.to(dev),
+                                               w1.to(dev), s1.to(dev), w2.to(dev), s2.to(dev), E, k,
+                                               4, 2, I, off, El, 2.5, method))
           .to(Device::cpu());
     };
     EXPECT_TRUE(all_close(run(d), run(Device::cpu()), default_tolerance(DType::kBFloat16)));

@@ -107,15 +107,27 @@ Value to_value(WeightLayout w);
 WeightLayout weight_layout_from_value(const Value& v, std::string_view op = "WeightLayout",
                                       std::string_view arg = "value");
 
+/// What the trtllm-gen BF16 and FP8 MoE ops return, as upstream does: with do_finalize the bf16
+/// [T, H] output (recorded as `result`); with do_finalize=False the list [gemm2_output (bf16
+/// [T * top_k, H], one unweighted row per local (token, k) pair, permuted), expert_weights
+/// ([T, top_k]), expanded_idx_to_permuted_idx (int32 [T * top_k], -1 for a pair with no local
+/// expert)] (recorded as result__0..2; docs/MOE.md, "do_finalize=False"). Converts to the output
+/// tensor when finalized.
+struct TrtllmMoeResult {
+  std::vector<Tensor> tensors;
+  bool finalized = true;
+  operator Tensor() const;  // NOLINT(google-explicit-constructor): the finalized output
+};
+Value to_value(const TrtllmMoeResult& r);
+
 /// trtllm-gen BF16 MoE with routing from logits (routing methods: docs/MOE.md):
 ///   routing_logits [T, num_experts] fp32 or bf16; routing_bias [num_experts] or None;
 ///   hidden_states [T, H] bf16; gemm1_weights [local_num_experts, 2I or I, H] bf16 (up rows
 ///   first, then gate); gemm2_weights [local_num_experts, H, I] bf16. Experts
 ///   [local_expert_offset, local_expert_offset + local_num_experts) are local.
-/// Returns the bf16 [T, H] output (upstream's do_finalize=True result). Implemented for plain
-/// weights only (use_shuffled_weight=False, weight_layout=MajorK) and do_finalize=True; the
-/// shuffled / block layouts and do_finalize=False raise flashinfer::Error(kUnsupported).
-Tensor trtllm_bf16_moe(
+/// Returns the bf16 [T, H] output, or with do_finalize=False the unfinalized list (see
+/// TrtllmMoeResult). Every weight layout but MajorMn (refused, as upstream).
+TrtllmMoeResult trtllm_bf16_moe(
     const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     const Tensor& gemm1_weights, const Tensor& gemm2_weights, int64_t num_experts, int64_t top_k,
     std::optional<int64_t> n_group, std::optional<int64_t> topk_group, int64_t intermediate_size,
@@ -154,23 +166,22 @@ Value to_value(const MoeTopkIds& t);
 
 /// trtllm_bf16_moe with precomputed routing (`topk_ids`, see MoeTopkIds): the weights are used
 /// as given. Same layouts, limits and refusals as trtllm_bf16_moe; gemm1_lora_delta must be
-/// None.
-Tensor trtllm_bf16_routed_moe(const MoeTopkIds& topk_ids, const Tensor& hidden_states,
-                              const Tensor& gemm1_weights, const Tensor& gemm2_weights,
-                              int64_t num_experts, int64_t top_k, std::optional<int64_t> n_group,
-                              std::optional<int64_t> topk_group, int64_t intermediate_size,
-                              int64_t local_expert_offset, int64_t local_num_experts,
-                              std::optional<double> routed_scaling_factor = std::nullopt,
-                              int64_t routing_method_type = 0, bool use_shuffled_weight = true,
-                              WeightLayout weight_layout = WeightLayout::BlockMajorK,
-                              bool do_finalize = true, bool enable_pdl = true,
-                              std::optional<Tensor> gemm1_lora_delta = std::nullopt,
-                              int64_t tune_max_num_tokens = 8192, int64_t activation_type = 3,
-                              std::optional<Tensor> routing_replay_out = std::nullopt,
-                              std::optional<Tensor> gemm1_alpha = std::nullopt,
-                              std::optional<Tensor> gemm1_beta = std::nullopt,
-                              std::optional<Tensor> gemm1_clamp_limit = std::nullopt,
-                              std::optional<Tensor> output = std::nullopt);
+/// None. With do_finalize=False and the (ids, weights) form, expert_weights is the caller's
+/// weights tensor itself (upstream returns the borrowed buffer).
+TrtllmMoeResult trtllm_bf16_routed_moe(
+    const MoeTopkIds& topk_ids, const Tensor& hidden_states, const Tensor& gemm1_weights,
+    const Tensor& gemm2_weights, int64_t num_experts, int64_t top_k, std::optional<int64_t> n_group,
+    std::optional<int64_t> topk_group, int64_t intermediate_size, int64_t local_expert_offset,
+    int64_t local_num_experts, std::optional<double> routed_scaling_factor = std::nullopt,
+    int64_t routing_method_type = 0, bool use_shuffled_weight = true,
+    WeightLayout weight_layout = WeightLayout::BlockMajorK, bool do_finalize = true,
+    bool enable_pdl = true, std::optional<Tensor> gemm1_lora_delta = std::nullopt,
+    int64_t tune_max_num_tokens = 8192, int64_t activation_type = 3,
+    std::optional<Tensor> routing_replay_out = std::nullopt,
+    std::optional<Tensor> gemm1_alpha = std::nullopt,
+    std::optional<Tensor> gemm1_beta = std::nullopt,
+    std::optional<Tensor> gemm1_clamp_limit = std::nullopt,
+    std::optional<Tensor> output = std::nullopt);
 
 /// Hash-based MoE routing (DeepSeek-V4 hash layers): token t's experts are
 /// tid2eid[input_ids[t], :], weights sqrt(softplus(router_logits[t, e])) / their sum over the

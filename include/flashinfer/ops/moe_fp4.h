@@ -27,8 +27,9 @@ namespace flashinfer {
 ///   gemm1_bias fp32 [E_l, 2I] / gemm2_bias fp32 [E_l, H] (rows stored as the weights'),
 ///   gemm1_alpha / beta / clamp_limit fp32 [E_l] (SwiGLU parameters), output*_scale_scalar
 ///   fp32 [E_l] (None means 1).
-/// Returns [output] (bf16 [T, H]), as upstream returns a list. do_finalize=False,
-/// per_token_scale and fused shared experts are refused (kUnsupported).
+/// Returns [output] (bf16 [T, H]), as upstream returns a list; with do_finalize=False the
+/// unfinalized list [gemm2_output, expert_weights, expanded_idx_to_permuted_idx] (see
+/// TrtllmMoeResult). per_token_scale and fused shared experts are refused (kUnsupported).
 std::vector<Tensor> trtllm_fp4_block_scale_moe(
     const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     std::optional<Tensor> hidden_states_scale, const Tensor& gemm1_weights,
@@ -71,7 +72,8 @@ std::vector<Tensor> trtllm_fp4_block_scale_routed_moe(
 ///   nibble), rows shuffled as upstream prepares them (epilogue_tile_m 128, up/gate
 ///   interleaved); gemm1_weights_scale bf16 scales of blocks of 32, shuffled like the rows and
 ///   128x4-interleaved (E_l * round_up(2I, 128) * round_up(H/32, 4) elements); gemm2 likewise
-///   [E_l, H, I/2]. Returns [output] (bf16 [T, H]).
+///   [E_l, H, I/2]. Returns [output] (bf16 [T, H]), or the unfinalized list with
+///   do_finalize=False (see TrtllmMoeResult).
 std::vector<Tensor> trtllm_mxint4_block_scale_moe(
     const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     const Tensor& gemm1_weights, const Tensor& gemm1_weights_scale,

@@ -27,8 +27,9 @@ Fp8QuantizationType fp8_quantization_type_from_value(const Value& v,
 ///   first, with gemm1_weights_scale fp32 [E_l, 2I / 128, H / 128]; gemm2_weights fp8
 ///   [E_l, H, I] (or block layout) with gemm2_weights_scale fp32 [E_l, H / 128, I / 128].
 ///   use_shuffled_weight: rows shuffled as upstream's preparation does (epilogue_tile_m 64).
-/// Returns bf16 [T, H]. Only fp8_quantization_type DeepSeekFp8 and do_finalize=True run.
-Tensor trtllm_fp8_block_scale_moe(
+/// Returns bf16 [T, H], or with do_finalize=False the unfinalized list (see TrtllmMoeResult).
+/// fp8_quantization_type DeepSeekFp8 and MxFp8 run.
+TrtllmMoeResult trtllm_fp8_block_scale_moe(
     const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     const Tensor& hidden_states_scale, const Tensor& gemm1_weights,
     const Tensor& gemm1_weights_scale, const Tensor& gemm2_weights,
@@ -48,7 +49,7 @@ Tensor trtllm_fp8_block_scale_moe(
     std::optional<Tensor> output = std::nullopt);
 
 /// trtllm_fp8_block_scale_moe with precomputed routing (`topk_ids`, see MoeTopkIds).
-Tensor trtllm_fp8_block_scale_routed_moe(
+TrtllmMoeResult trtllm_fp8_block_scale_routed_moe(
     const MoeTopkIds& topk_ids, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     const Tensor& hidden_states_scale, const Tensor& gemm1_weights,
     const Tensor& gemm1_weights_scale, const Tensor& gemm2_weights,
@@ -71,7 +72,7 @@ Tensor trtllm_fp8_block_scale_routed_moe(
 ///   up/gate rows interleaved for a gated activation); output1_scales_scalar,
 ///   output1_scales_gate_scalar, output2_scales_scalar fp32 [E_l].
 ///   use_routing_scales_on_input (Llama4, top-1): the routing weight scales GEMM1's output.
-Tensor trtllm_fp8_per_tensor_scale_moe(
+TrtllmMoeResult trtllm_fp8_per_tensor_scale_moe(
     const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     const Tensor& gemm1_weights, const Tensor& output1_scales_scalar,
     const Tensor& output1_scales_gate_scalar, const Tensor& gemm2_weights,
@@ -86,7 +87,7 @@ Tensor trtllm_fp8_per_tensor_scale_moe(
     std::optional<Tensor> output = std::nullopt);
 
 /// trtllm_fp8_per_tensor_scale_moe with precomputed routing (`topk_ids`, see MoeTopkIds).
-Tensor trtllm_fp8_per_tensor_scale_routed_moe(
+TrtllmMoeResult trtllm_fp8_per_tensor_scale_routed_moe(
     const MoeTopkIds& topk_ids, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     const Tensor& gemm1_weights, const Tensor& output1_scales_scalar,
     const Tensor& output1_scales_gate_scalar, const Tensor& gemm2_weights,

@@ -12,6 +12,7 @@
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
 #include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/moe_elem_io.h"
 #include "kernels/gemm_params.h"
 
 namespace flashinfer::kernels::cpu {
@@ -21,34 +22,8 @@ namespace {
 // far more on a loaded machine, where each region waits for its threads to be scheduled).
 constexpr int64_t kParallelMin = int64_t{1} << 16;
 
-float load_f(const void* base, DType dt, int64_t i) {
-  switch (dt) {
-    case DType::kFloat32:
-      return static_cast<const float*>(base)[i];
-    case DType::kFloat16:
-      return half_bits_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DType::kBFloat16:
-      return bfloat16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kInternal, "moe", "", "unexpected dtype ", dtype_name(dt));
-  }
-}
-
-void store_f(void* base, DType dt, int64_t i, float v) {
-  switch (dt) {
-    case DType::kFloat32:
-      static_cast<float*>(base)[i] = v;
-      return;
-    case DType::kFloat16:
-      static_cast<uint16_t*>(base)[i] = float_to_half_bits(v);
-      return;
-    case DType::kBFloat16:
-      static_cast<uint16_t*>(base)[i] = float_to_bfloat16_bits(v);
-      return;
-    default:
-      FLASHINFER_FAIL(ErrorCode::kInternal, "moe", "", "unexpected dtype ", dtype_name(dt));
-  }
-}
+using moe_io::load_f;
+using moe_io::store_f;
 
 int64_t expert_id(const CutlassMoeParams& p, int64_t t, int64_t k) {
   const int64_t i = t * p.experts_stride + k;
@@ -261,6 +236,19 @@ void cutlass_moe(const CutlassMoeParams& p) {
     const auto* w2 = static_cast<const uint8_t*>(p.w2) + static_cast<size_t>(e * H * I) * es;
     rows_gemm(hb.get() + static_cast<size_t>(r0 * I) * es, w2, p.dtype,
               y.get() + static_cast<size_t>(r0 * H) * oes, p.out_dtype, n, H, I);
+  }
+
+  if (p.permuted_out) {
+    // do_finalize=False: the grouped order above is the permuted order (experts ascending, pairs
+    // ascending within an expert); `y` is already bf16 (the trtllm ops' out_dtype).
+    auto* dst = static_cast<uint8_t*>(p.permuted_out);
+    std::memcpy(dst, y.get(), static_cast<size_t>(rows * H) * oes);
+    std::memset(dst + static_cast<size_t>(rows * H) * oes, 0,
+                static_cast<size_t>((T * K - rows) * H) * oes);
+    for (int64_t i = 0; i < T * K; ++i) {
+      p.expanded_to_permuted[i] = static_cast<int32_t>(slot[static_cast<size_t>(i)]);
+    }
+    return;
   }
 
   // Finalize (finalizeMoeRoutingKernel): sum over k in k order of scale * (y + b2), fp32, rounded
@@ -547,6 +535,9 @@ void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* w) {
       }
     }
   }
+  if (p.expert_weights_out) {
+    for (int64_t i = 0; i < T * K; ++i) p.expert_weights_out[i] = float_to_bfloat16_bits(w[i]);
+  }
   if (p.replay_out) {
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t k = 0; k < K; ++k) {
@@ -554,6 +545,22 @@ void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* w) {
       }
     }
   }
+}
+
+void moe_store_permuted(const CutlassMoeParams& m, const int32_t* ids, const float* y_pair) {
+  const int64_t TK = m.num_tokens * m.top_k, H = m.hidden, E = m.num_local_experts;
+  auto* dst = static_cast<uint16_t*>(m.permuted_out);
+  int64_t row = 0;
+  for (int64_t i = 0; i < TK; ++i) m.expanded_to_permuted[i] = -1;
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t i = 0; i < TK; ++i) {
+      if (ids[i] - m.expert_offset != e) continue;
+      m.expanded_to_permuted[i] = static_cast<int32_t>(row);
+      for (int64_t c = 0; c < H; ++c) dst[row * H + c] = float_to_bfloat16_bits(y_pair[i * H + c]);
+      ++row;
+    }
+  }
+  std::fill(dst + row * H, dst + TK * H, uint16_t{0});
 }
 
 void trtllm_moe(const TrtllmMoeParams& p) {

@@ -17,6 +17,12 @@ void trtllm_moe(const TrtllmMoeParams& p);
 /// precomputed routing, and routing_replay_out when set.
 void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* weights);
 
+/// do_finalize=False for the trtllm kernels that keep a per-pair GEMM2 row `y_pair` (fp32
+/// [num_tokens * top_k, hidden], already at the kernel's rounding) and `local` [num_tokens *
+/// top_k] (pair has a local expert): writes m.permuted_out / m.expanded_to_permuted in the
+/// order CutlassMoeParams states. `ids` are the global expert ids of the pairs.
+void moe_store_permuted(const CutlassMoeParams& m, const int32_t* ids, const float* y_pair);
+
 /// The activation of one GEMM1 output row (exposed for tests): `g1` holds [gemm1_n] fp32 values
 /// (up half first, then gate, for gated activations), `h` receives [inter] values. `e` is the
 /// local expert (for the per-expert SwigluBias / SwigluStep parameters).

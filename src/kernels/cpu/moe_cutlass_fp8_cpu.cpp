@@ -13,6 +13,7 @@
 #include "flashinfer/float_formats.h"
 #include "kernels/cpu/gemm_cpu.h"
 #include "kernels/cpu/moe_cpu.h"
+#include "kernels/cpu/moe_elem_io.h"
 #include "kernels/gemm_params.h"
 
 namespace flashinfer::kernels::cpu {
@@ -22,19 +23,10 @@ constexpr int64_t kParallelMin = int64_t{1} << 16;
 constexpr int64_t kBlock = 128;  // DeepSeek block size, both for weights and activations
 
 float load_f(const void* base, DType dt, int64_t i) {
-  switch (dt) {
-    case DType::kFloat32:
-      return static_cast<const float*>(base)[i];
-    case DType::kFloat16:
-      return half_bits_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DType::kBFloat16:
-      return bfloat16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DType::kFloat8E4M3FN:
-      return e4m3fn_bits_to_float(static_cast<const uint8_t*>(base)[i]);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kInternal, "cutlass_fused_moe", "", "unexpected dtype ",
-                      dtype_name(dt));
-  }
+  return moe_io::load_f(base, dt, i, "cutlass_fused_moe");
+}
+void store_f(void* base, DType dt, int64_t i, float v) {
+  moe_io::store_f(base, dt, i, v, "cutlass_fused_moe");
 }
 
 // The value a buffer of `dt` holds for v (RNE).
@@ -46,23 +38,6 @@ float round_to(DType dt, float v) {
       return bfloat16_bits_to_float(float_to_bfloat16_bits(v));
     default:
       return v;
-  }
-}
-
-void store_f(void* base, DType dt, int64_t i, float v) {
-  switch (dt) {
-    case DType::kFloat32:
-      static_cast<float*>(base)[i] = v;
-      return;
-    case DType::kFloat16:
-      static_cast<uint16_t*>(base)[i] = float_to_half_bits(v);
-      return;
-    case DType::kBFloat16:
-      static_cast<uint16_t*>(base)[i] = float_to_bfloat16_bits(v);
-      return;
-    default:
-      FLASHINFER_FAIL(ErrorCode::kInternal, "cutlass_fused_moe", "", "unexpected dtype ",
-                      dtype_name(dt));
   }
 }
 

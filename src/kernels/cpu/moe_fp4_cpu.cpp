@@ -278,6 +278,10 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
       }
     }
   }
+  if (m.permuted_out) {  // do_finalize=False: the unweighted rows, permuted
+    moe_store_permuted(m, ids.data(), y.data());
+    return;
+  }
   // Finalize: the routing-weighted sum over k in k order, fp32, rounded once to out_dtype.
   std::vector<float> acc(static_cast<size_t>(H));
   for (int64_t t = 0; t < T; ++t) {

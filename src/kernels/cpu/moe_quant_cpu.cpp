@@ -124,6 +124,10 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p) {
       }
     }
   }
+  if (m.permuted_out) {  // do_finalize=False: the unweighted rows, permuted
+    moe_store_permuted(m, ids.data(), y.data());
+    return;
+  }
   // Finalize: the routing-weighted sum over k in k order (weight 1 when the routing scale was
   // applied on the input), fp32, rounded once to bf16.
   auto* out = static_cast<uint16_t*>(m.out);

@@ -1,0 +1,162 @@
+#include "replay/result_comparators.h"
+
+#include <cstring>
+#include <mutex>
+
+namespace flashinfer::detail {
+namespace {
+
+struct Comparators {
+  std::mutex mu;
+  std::map<std::string, ResultComparator, std::less<>> by_op;
+};
+
+Comparators& comparators() {
+  static Comparators c;
+  return c;
+}
+
+const Tensor* find(const NamedTensors& t, const std::string& key) {
+  for (const auto& [k, v] : t) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+// Rows of `permuted` ([rows, cols]) in expanded order: row i of the result is
+// permuted[idx[i]] for every i with idx[i] >= 0 (the others dropped). `used` marks the rows read.
+// An index outside [0, rows) leaves `bad` set.
+Tensor gather_rows(const Tensor& permuted, const std::vector<int64_t>& idx, std::vector<char>* used,
+                   bool* bad) {
+  const Tensor p = permuted.to(Device::cpu()).contiguous();
+  const int64_t rows = p.dim() >= 1 ? p.size(0) : 0;
+  const int64_t cols = rows > 0 ? p.numel() / rows : 0;
+  int64_t n = 0;
+  for (int64_t v : idx) n += v >= 0;
+  Shape shape = p.shape();
+  if (shape.empty()) shape = {0};
+  shape[0] = n;
+  Tensor out = Tensor::empty(shape, p.dtype());
+  const std::size_t row_bytes = static_cast<std::size_t>(cols) * p.element_size();
+  const auto* src = static_cast<const uint8_t*>(p.data_ptr());
+  auto* dst = static_cast<uint8_t*>(out.data_ptr());
+  if (used) used->assign(static_cast<std::size_t>(rows), 0);
+  int64_t r = 0;
+  for (int64_t v : idx) {
+    if (v < 0) continue;
+    if (v >= rows) {
+      *bad = true;
+      std::memset(dst + static_cast<std::size_t>(r++) * row_bytes, 0, row_bytes);
+      continue;
+    }
+    if (used) (*used)[static_cast<std::size_t>(v)] = 1;
+    std::memcpy(dst + static_cast<std::size_t>(r++) * row_bytes,
+                src + static_cast<std::size_t>(v) * row_bytes, row_bytes);
+  }
+  return out;
+}
+
+std::vector<int64_t> as_indices(const Tensor& t) {
+  std::vector<int64_t> v;
+  for (double d : t.to(Device::cpu()).to_double_vector()) v.push_back(static_cast<int64_t>(d));
+  return v;
+}
+
+}  // namespace
+
+void register_result_comparator(const std::string& op, ResultComparator fn) {
+  Comparators& c = comparators();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.by_op[op] = std::move(fn);
+}
+
+// Entries are registered with the ops and never removed, so the pointers stay valid.
+const ResultComparator* result_comparator(std::string_view op) {
+  Comparators& c = comparators();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.by_op.find(op);
+  return it == c.by_op.end() ? nullptr : &it->second;
+}
+
+bool compare_trtllm_moe_unfinalized(const std::map<std::string, Tensor>& actual,
+                                    const NamedTensors& expected, const CompareFn& compare,
+                                    ResultCheck& out) {
+  // do_finalize=False records a list [gemm2_output, expert_weights,
+  // expanded_idx_to_permuted_idx (, gemm1 activation output)]; a finalized call is one tensor.
+  const Tensor* rec_idx_t = find(expected, "result__2");
+  auto act_idx_it = actual.find("result__2");
+  if (!rec_idx_t || find(expected, "result") || act_idx_it == actual.end()) return false;
+  const std::vector<int64_t> rec_idx = as_indices(*rec_idx_t);
+  const std::vector<int64_t> act_idx = as_indices(act_idx_it->second);
+
+  // result__2: which (token, k) pairs have a local expert must agree; the rows they occupy are
+  // the routing kernel's choice (tile padding, the order of its shared-memory atomics).
+  replay::TensorComparison ci;
+  ci.key = "result__2";
+  ci.numel = static_cast<int64_t>(rec_idx.size());
+  if (rec_idx.size() != act_idx.size()) {
+    ci.problem = "shape " + shape_to_string(act_idx_it->second.shape()) + " vs recorded " +
+                 shape_to_string(rec_idx_t->shape());
+    out.comparisons.push_back(ci);
+    return true;
+  }
+  for (std::size_t i = 0; i < rec_idx.size(); ++i) {
+    if ((rec_idx[i] >= 0) != (act_idx[i] >= 0)) {
+      if (ci.first_mismatch < 0) ci.first_mismatch = static_cast<int64_t>(i);
+      ++ci.mismatches;
+    }
+  }
+  ci.match = ci.mismatches == 0;
+  if (!ci.match) ci.problem = "the pairs with a local expert differ";
+  out.comparisons.push_back(ci);
+
+  // expert_weights: in (token, k) order on both sides, compared as is.
+  if (const Tensor* rec_w = find(expected, "result__1")) {
+    if (auto it = actual.find("result__1"); it != actual.end()) {
+      out.comparisons.push_back(compare("result__1", it->second, *rec_w));
+    }
+  }
+
+  // The permuted outputs: each side's rows gathered into (token, k) order through its own map.
+  std::string padding;
+  for (const char* key : {"result__0", "result__3"}) {
+    const Tensor* rec = find(expected, key);
+    if (!rec) continue;
+    auto it = actual.find(key);
+    if (it == actual.end()) {
+      replay::TensorComparison c;
+      c.key = key;
+      c.problem = std::string("the replayed call returned no tensor '") + key + "'";
+      out.comparisons.push_back(c);
+      continue;
+    }
+    std::vector<char> used;
+    bool bad_rec = false, bad_act = false;
+    const Tensor e = gather_rows(*rec, rec_idx, &used, &bad_rec);
+    const Tensor a = gather_rows(it->second, act_idx, nullptr, &bad_act);
+    replay::TensorComparison c = compare(std::string(key) + " (rows via result__2)", a, e);
+    if (bad_rec || bad_act) {
+      c.match = false;
+      c.problem = std::string(bad_rec ? "recorded" : "replayed") +
+                  " result__2 points past the rows of " + key;
+    }
+    out.comparisons.push_back(c);
+    int64_t unused = 0;
+    for (char u : used) unused += !u;
+    if (unused > 0) {
+      out.skipped.push_back(std::string(key) + " padding rows");
+      padding += (padding.empty() ? "" : ", ") + std::to_string(unused) + " of " +
+                 std::to_string(used.size()) + " rows of " + key;
+    }
+  }
+  out.note =
+      "result__0/result__3 compared row by row through each side's result__2 (the row "
+      "order is the routing kernel's choice); result__2 compared as the set of local "
+      "pairs";
+  if (!padding.empty()) {
+    out.note += "; not compared: " + padding + " (padding: no pair refers to them)";
+  }
+  return true;
+}
+
+}  // namespace flashinfer::detail

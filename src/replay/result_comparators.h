@@ -1,0 +1,50 @@
+// Op-specific comparison of a replayed call's outputs with the recorded ones, for outputs that a
+// plain key-by-key comparison would misjudge: e.g. the trtllm MoE ops' do_finalize=False rows,
+// whose order (and padding) the GPU's routing kernel chooses. Registered by the ops (once,
+// before any call), consulted by replay.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flashinfer/replay.h"
+#include "flashinfer/tensor.h"
+#include "flashinfer/tensor_io.h"
+
+namespace flashinfer::detail {
+
+/// Replay's element-wise comparison (shape, dtype, tolerance of the replay's options).
+using CompareFn = std::function<replay::TensorComparison(
+    const std::string& key, const Tensor& actual, const Tensor& expected)>;
+
+/// What a comparator did: its comparisons, the recorded keys (or parts) it did not compare, and
+/// why (appended to the replay's note).
+struct ResultCheck {
+  std::vector<replay::TensorComparison> comparisons;
+  std::vector<std::string> skipped;
+  std::string note;
+};
+
+/// Compares the replayed outputs `actual` (keyed as the recorder keys them: result,
+/// result__<i>, ...) with the recorded `expected`. Returns false to leave the call to the
+/// default comparison (e.g. a form of the op whose outputs need nothing special).
+using ResultComparator =
+    std::function<bool(const std::map<std::string, Tensor>& actual, const NamedTensors& expected,
+                       const CompareFn& compare, ResultCheck& out)>;
+
+void register_result_comparator(const std::string& op, ResultComparator fn);
+/// The comparator registered for `op`, or null.
+const ResultComparator* result_comparator(std::string_view op);
+
+/// The trtllm MoE ops' comparator (do_finalize=False): rows of the permuted outputs
+/// (result__0, and result__3 when present) are compared through each side's own
+/// expanded_idx_to_permuted_idx (result__2); result__2 itself is compared as the set of pairs
+/// with a local expert; recorded rows no pair refers to (padding) are skipped and counted.
+bool compare_trtllm_moe_unfinalized(const std::map<std::string, Tensor>& actual,
+                                    const NamedTensors& expected, const CompareFn& compare,
+                                    ResultCheck& out);
+
+}  // namespace flashinfer::detail
