@@ -42,7 +42,7 @@ Tensor rows(int step, double kv) {
 
 // Appends one token per request at `position` (the same for both; positions may repeat: an
 // earlier slot written again).
-void append(const Tensor& cache, int step, int32_t position) {
+void append(const Tensor& cache, int step, int32_t position, const char* layout) {
   const int32_t len = position + 1;
   const int32_t used = (len + kPageSize - 1) / kPageSize;
   std::vector<int32_t> indices, indptr{0}, last;
@@ -52,7 +52,7 @@ void append(const Tensor& cache, int step, int32_t position) {
     last.push_back(len - (used - 1) * kPageSize);
   }
   append_paged_kv_cache(rows(step, 1), rows(step, 2), int32s({0, 1}), int32s({position, position}),
-                        cache, int32s(indices), int32s(indptr), int32s(last), "NHD");
+                        cache, int32s(indices), int32s(indptr), int32s(last), layout);
 }
 
 // The positions of the appends: through two pages, then back over earlier slots of a page
@@ -104,10 +104,11 @@ class RingKvDeltaTest : public ::testing::Test {
   fs::path dir_;
 };
 
-void run_appends(const Tensor& cache, std::vector<std::vector<double>>& snapshots) {
+void run_appends(const Tensor& cache, std::vector<std::vector<double>>& snapshots,
+                 const char* layout = "NHD") {
   snapshots.push_back(cache.to_double_vector());
   for (std::size_t s = 0; s < kPositions.size(); ++s) {
-    append(cache, static_cast<int>(s) + 1, kPositions[s]);
+    append(cache, static_cast<int>(s) + 1, kPositions[s], layout);
     snapshots.push_back(cache.to_double_vector());
   }
 }
@@ -136,6 +137,20 @@ TEST_F(RingKvDeltaTest, EachCallKeepsItsOwnCacheAndTheRingHoldsDeltas) {
     ASSERT_FALSE(root.empty());
     check_dump(root, snapshots);
   }
+}
+
+// HND caches ([pages, 2, Hkv, page_size, D]): a token's K (and V) row is one range per head.
+TEST_F(RingKvDeltaTest, HndCachesKeepDeltasToo) {
+  recorder::start(config(false));
+  Tensor cache = Tensor::zeros({64, 2, kHeads, kPageSize, kDim}, DType::kFloat32, Device::cpu());
+  std::vector<std::vector<double>> snapshots;
+  run_appends(cache, snapshots, "HND");
+  const uint64_t held = recorder::stats().ring_bytes;
+  const fs::path root = recorder::dump_ring("kv");
+  recorder::stop();
+  EXPECT_LT(held, 3 * static_cast<uint64_t>(cache.nbytes())) << held;
+  ASSERT_FALSE(root.empty());
+  check_dump(root, snapshots);
 }
 
 // The crash handler writes the deltas' bytes too (base and rows laid over, CRCs included).
