@@ -149,10 +149,22 @@ ArchivePlan plan_torch_archive(std::string_view stem, const std::vector<TorchIte
   return plan;
 }
 
+namespace {
+
+uint32_t piece_crc(const ArchivePlan::Piece& p) noexcept {
+  uint32_t crc = 0;
+  for_each_run(p, [&](const uint8_t* b, uint64_t n) {
+    crc = zip_crc32_update(crc, b, static_cast<std::size_t>(n));
+    return true;
+  });
+  return crc;
+}
+
+}  // namespace
+
 bool write_archive_plan(int fd, ArchivePlan& plan) noexcept {
   for (const ArchivePlan::CrcSlot& slot : plan.crc_slots) {
-    const ArchivePlan::Piece& p = plan.pieces[slot.piece];
-    const uint32_t crc = zip_crc32(p.data, static_cast<std::size_t>(p.size));
+    const uint32_t crc = piece_crc(plan.pieces[slot.piece]);
     put_u32(plan.header, slot.local_at, crc);
     put_u32(plan.header, slot.central_at, crc);
   }
@@ -161,7 +173,9 @@ bool write_archive_plan(int fd, ArchivePlan& plan) noexcept {
   while (i < plan.pieces.size()) {
     const ArchivePlan::Piece& p = plan.pieces[i];
     if (p.data) {
-      if (p.size && !write_all(fd, p.data, p.size)) return false;
+      if (!for_each_run(p, [&](const uint8_t* b, uint64_t n) { return write_all(fd, b, n); })) {
+        return false;
+      }
       ++i;
       continue;
     }
@@ -178,6 +192,9 @@ bool write_archive_plan(int fd, ArchivePlan& plan) noexcept {
 }
 
 bool writev_archive_plan(int fd, ArchivePlan& plan) noexcept {
+  for (const ArchivePlan::Piece& p : plan.pieces) {
+    if (p.n_patches) return write_archive_plan(fd, plan);  // patched bytes: written run by run
+  }
   for (const ArchivePlan::CrcSlot& slot : plan.crc_slots) {
     const ArchivePlan::Piece& p = plan.pieces[slot.piece];
     const uint32_t crc = zip_crc32(p.data, static_cast<std::size_t>(p.size));

@@ -35,11 +35,21 @@ std::string torch_data_pkl(const std::vector<TorchItem>& items);
 void save_torch_stem(const std::string& path, std::string_view stem, const NamedTensors& tensors);
 
 /// An archive as the bytes to write, in order.
+/// Bytes [at, at + size) of a piece taken from `bytes` instead of its base: the ring's delta
+/// of a KV cache (its base copy plus what the library wrote into it since, recorder/ring.cpp).
+struct Patch {
+  uint64_t at = 0, size = 0;
+  const uint8_t* bytes = nullptr;
+};
+
 struct ArchivePlan {
   struct Piece {
     const void* data = nullptr;  // external bytes (a tensor's span); nullptr: `header` bytes
     uint64_t at = 0;             // offset in `header` when data == nullptr
     uint64_t size = 0;
+    // External bytes only: ranges laid over `data` (sorted by `at`, disjoint, inside `size`).
+    const Patch* patches = nullptr;
+    std::size_t n_patches = 0;
   };
   // Entries whose CRC is computed when written: their data piece and the CRC fields in
   // `header` of their local header and central directory record.
@@ -56,6 +66,21 @@ struct ArchivePlan {
   // copies of a plan: a ring dump in the dedup layout writes them as <stem>.refs.json.
   std::shared_ptr<const std::vector<TorchItem>> items;
 };
+
+/// Calls f(bytes, n) for an external piece's bytes in order: its base with its patches laid
+/// over (one call when it has none). Stops early when f returns false; returns false then.
+template <typename F>
+bool for_each_run(const ArchivePlan::Piece& p, F&& f) noexcept {
+  const auto* base = static_cast<const uint8_t*>(p.data);
+  uint64_t at = 0;
+  for (std::size_t i = 0; i < p.n_patches; ++i) {
+    const Patch& q = p.patches[i];
+    if (q.at > at && !f(base + at, q.at - at)) return false;
+    if (q.size && !f(q.bytes, q.size)) return false;
+    at = q.at + q.size;
+  }
+  return at >= p.size || f(base + at, p.size - at);
+}
 
 /// Lays out the archive "<stem>/data.pkl", "<stem>/byteorder", "<stem>/data/<i>",
 /// "<stem>/version" exactly as save_torch writes it; data[i] holds items[i]'s span

@@ -40,8 +40,10 @@ struct Buf {
 
 }  // namespace
 
-uint32_t zip_crc32(const void* data, std::size_t size) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+uint32_t zip_crc32(const void* data, std::size_t size) { return zip_crc32_update(0, data, size); }
+
+uint32_t zip_crc32_update(uint32_t start, const void* data, std::size_t size) {
+  uLong crc = start;
   const auto* p = static_cast<const Bytef*>(data);
   while (size > 0) {  // zlib takes 32-bit lengths
     const auto n = static_cast<uInt>(size > (1u << 30) ? (1u << 30) : size);

@@ -12,6 +12,8 @@ namespace flashinfer::formats {
 
 /// CRC-32 (zlib's; a pure function, safe in a signal handler).
 uint32_t zip_crc32(const void* data, std::size_t size);
+/// The CRC-32 of earlier bytes (`crc`, 0 for none) continued over `data`.
+uint32_t zip_crc32_update(uint32_t crc, const void* data, std::size_t size);
 
 /// One archive member as the central directory lists it.
 struct ZipEntryInfo {

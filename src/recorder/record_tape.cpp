@@ -394,7 +394,8 @@ void size_members(TextOut& out, std::string_view bytes_key, std::string_view mb_
 }  // namespace
 
 void write_record_line(const InputRecord& in, const OutputRecord* o,
-                       std::span<const std::string_view> dump_dir_json, TextOut& out) noexcept {
+                       std::span<const std::string_view> dump_dir_json, TextOut& out,
+                       std::string_view extra) noexcept {
   write_tape(in.head, out);
   out.put(", ");
   key_text(out, schema::kOutputMetadata);
@@ -459,6 +460,7 @@ void write_record_line(const InputRecord& in, const OutputRecord* o,
   out.put(", ");
   key_text(out, schema::kProcessSequence);
   out.put_i64(in.process_sequence);
+  out.put(extra);
   out.put("}\n");
 }
 

@@ -128,11 +128,13 @@ struct OutputRecord {
 };
 
 /// Writes one record line (with its '\n'): line 1 when `out` is null, else line 2. Its text is
-/// record_line(parts, outcome, status, dump_dir) for the same call, where `dump_dir_json` are
-/// the pieces of the dump directory's JSON-escaped text (without quotes). Allocation-free and
-/// async-signal-safe.
+/// record_line(parts, outcome, status, dump_dir, extra) for the same call, where
+/// `dump_dir_json` are the pieces of the dump directory's JSON-escaped text (without quotes)
+/// and `extra` the members after upstream's keys (', "tensor_store": "dedup"' in the dedup
+/// layout). Allocation-free and async-signal-safe.
 void write_record_line(const InputRecord& in, const OutputRecord* out,
-                       std::span<const std::string_view> dump_dir_json, TextOut& text) noexcept;
+                       std::span<const std::string_view> dump_dir_json, TextOut& text,
+                       std::string_view extra = {}) noexcept;
 
 /// Fills `m` (reusing its storage) from a tensor under `key`.
 void set_tensor_meta(TensorMeta& m, std::string_view key, const Tensor& t);

@@ -24,11 +24,13 @@
 #include <utility>
 #include <vector>
 
+#include "api/attention_common.h"
 #include "apilog/format.h"
 #include "calls/name_filter.h"
 #include "core/cuda_runtime.h"
 #include "core/strided.h"
 #include "flashinfer/error.h"
+#include "flashinfer/ops/page.h"
 #include "formats/torch_archive.h"
 #include "recorder/dump_schema.h"
 #include "recorder/dump_writer.h"
@@ -122,12 +124,22 @@ struct Blob {
   std::shared_ptr<std::atomic<uint64_t>> held;  // the ring's byte counter
   std::shared_ptr<BlobPool> pool;               // host blobs: where the memory goes back
   uint64_t capacity = 0;                        // bytes allocated (the pool's size class)
+  // A delta (a KV cache an append wrote into): the span's bytes are `base`'s with `patches`
+  // laid over; `data` holds only the patched bytes (the patches point into it), and `size`
+  // stays the span's. A delta's base is never a delta.
+  std::shared_ptr<Blob> base;
+  std::vector<formats::Patch> patches;
+  uint64_t patched_bytes = 0;
+  // The span's bytes where a whole copy sits: the blob's own, or its base's for a delta.
+  const uint8_t* span_bytes() const { return base ? base->data : data; }
 
+  // `alloc` bytes are allocated (a delta's patched bytes; the span's size otherwise).
   Blob(uint64_t n, bool pin, std::shared_ptr<std::atomic<uint64_t>> counter,
-       std::shared_ptr<BlobPool> from)
+       std::shared_ptr<BlobPool> from, uint64_t alloc = UINT64_MAX)
       : size(n), pinned(pin), held(std::move(counter)), pool(std::move(from)) {
-    capacity = pinned ? n : BlobPool::rounded(n);
-    data = pinned ? static_cast<uint8_t*>(detail::cuda_pinned_alloc(n)) : pool->get(capacity);
+    if (alloc == UINT64_MAX) alloc = n;
+    capacity = pinned ? alloc : BlobPool::rounded(alloc);
+    data = pinned ? static_cast<uint8_t*>(detail::cuda_pinned_alloc(alloc)) : pool->get(capacity);
     held->fetch_add(capacity, std::memory_order_relaxed);
   }
   ~Blob() {
@@ -151,6 +163,8 @@ struct Blob {
 struct KeptTensor {
   formats::TorchItem item;
   const uint8_t* data = nullptr;
+  const formats::Patch* patches = nullptr;  // a delta's patches over `data`
+  std::size_t n_patches = 0;
 };
 
 std::string json_escaped(std::string_view s) {
@@ -312,9 +326,16 @@ constexpr int kFingerprintSamples = 64;  // 8-byte words spread evenly over the 
 uint64_t fingerprint(const uint8_t* p, uint64_t n) {
   if (n <= kWholeFingerprintBytes) return XXH3_64bits(p, n);
   std::array<uint64_t, 16 + kFingerprintSamples + 1> words{};
+  const uint64_t step = (n - 8) / (kFingerprintSamples - 1);
+  // The samples of a large weight are cache (and TLB) misses, one per sample: asked for all at
+  // once, they overlap instead of each waiting for the one before (perf: this read was the
+  // largest single cost of a GEMM call's hook).
+  for (int i = 0; i < kFingerprintSamples; ++i) {
+    __builtin_prefetch(p + step * static_cast<uint64_t>(i));
+  }
+  __builtin_prefetch(p + n - 64);
   std::memcpy(words.data(), p, 64);
   std::memcpy(words.data() + 8, p + n - 64, 64);
-  const uint64_t step = (n - 8) / (kFingerprintSamples - 1);
   for (int i = 0; i < kFingerprintSamples; ++i) {
     std::memcpy(&words[16 + static_cast<std::size_t>(i)], p + step * static_cast<uint64_t>(i), 8);
   }
@@ -357,6 +378,116 @@ bool kept_has_nonfinite(const Tensor& t, const uint8_t* copy, uint64_t span_elem
   return detail::apilog::tensor_has_nonfinite(t);
 }
 
+// The NaN trigger's check of a delta's new bytes (what the op wrote; the rest was checked when
+// it was written, or was not written by the library): false when `t` is not a tensor whose
+// elements fill its span in one of the four dtypes (the caller checks it whole then).
+bool patches_have_nonfinite(const Tensor& t, uint64_t span_elems, const Blob& delta,
+                            bool& handled) {
+  handled = t.device().is_cpu() && static_cast<uint64_t>(t.numel()) == span_elems;
+  if (!handled) return false;
+  const uint64_t es = dtype_size(t.dtype());
+  const uint64_t n = delta.patched_bytes / es;
+  switch (t.dtype()) {
+    case DType::kFloat32:
+      return any_exponent_all_ones<uint32_t>(delta.data, n, 0x7f800000u);
+    case DType::kFloat16:
+      return any_exponent_all_ones<uint16_t>(delta.data, n, 0x7c00u);
+    case DType::kBFloat16:
+      return any_exponent_all_ones<uint16_t>(delta.data, n, 0x7f80u);
+    case DType::kFloat64:
+      return any_exponent_all_ones<uint64_t>(delta.data, n, 0x7ff0000000000000ull);
+    default:
+      handled = !dtype_is_floating(t.dtype());
+      return false;
+  }
+}
+
+// Byte ranges [at, at + size) of a kept span, sorted.
+using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;
+
+// Sorts `r` and merges ranges that overlap or touch.
+void merge_ranges(Ranges& r) {
+  std::sort(r.begin(), r.end());
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    if (k > 0 && r[i].first <= r[k - 1].first + r[k - 1].second) {
+      const uint64_t end = std::max(r[k - 1].first + r[k - 1].second, r[i].first + r[i].second);
+      r[k - 1].second = end - r[k - 1].first;
+    } else {
+      r[k++] = r[i];
+    }
+  }
+  r.resize(k);
+}
+
+constexpr std::string_view kAppendPagedKVCache = "append_paged_kv_cache";
+
+// The bytes append_paged_kv_cache wrote into its single-tensor cache `cache`, relative to the
+// first byte of the cache's kept span (`span_begin`, in elements): each appended token's K and
+// V rows (Hkv x D elements each) in its page's slot, located by the library's own reading of the
+// call's page table (api::load_append_targets, api::paged_cache_views: the op's code). False
+// when the call is not one this understands (a (K, V) pair, CUDA tensors): the cache is then
+// copied whole.
+bool append_written_ranges(const OpDecl& decl, std::span<const Value> args, const Tensor& cache,
+                           int64_t span_begin, Ranges& out) {
+  out.clear();
+  const auto arg = [&](std::string_view name) -> const Value* {
+    for (std::size_t i = 0; i < decl.params.size() && i < args.size(); ++i) {
+      if (decl.params[i].name == name) return &args[i];
+    }
+    return nullptr;
+  };
+  const Value* key = arg("append_key");
+  const Value* bi = arg("batch_indices");
+  const Value* pos = arg("positions");
+  const Value* kv = arg("paged_kv_cache");
+  const Value* indices = arg("kv_indices");
+  const Value* indptr = arg("kv_indptr");
+  const Value* last = arg("kv_last_page_len");
+  const Value* layout = arg("kv_layout");
+  if (!key || !bi || !pos || !kv || !indices || !indptr || !last || !layout) return false;
+  if (!kv->is_tensor() || !key->is_tensor() || !bi->is_tensor() || !pos->is_tensor() ||
+      !indices->is_tensor() || !indptr->is_tensor() || !last->is_tensor() ||
+      layout->kind() != Value::Kind::kString) {
+    return false;
+  }
+  const Tensor& c = kv->as_tensor();
+  if (!c.device().is_cpu() || c.data_ptr() != cache.data_ptr() || c.shape() != cache.shape() ||
+      c.strides() != cache.strides()) {
+    return false;
+  }
+  try {
+    const char* op = "append_paged_kv_cache";
+    const bool hnd = api::parse_kv_layout(layout->as_string(), op, "kv_layout");
+    const auto [k, v] = api::paged_cache_views(PagedKVCache(c), hnd, op, "paged_kv_cache");
+    if (k.stride(3) != 1 || v.stride(3) != 1) return false;
+    detail::WrapperState st;
+    const api::AppendTargets tg = api::load_append_targets(
+        st, bi->as_tensor(), pos->as_tensor(), indices->as_tensor(), indptr->as_tensor(),
+        last->as_tensor(), k.size(0), k.size(1), key->as_tensor().size(0), op);
+    const uint64_t es = dtype_size(c.dtype());
+    const int64_t page_size = k.size(1), heads = k.size(2), dim = k.size(3);
+    for (std::size_t i = 0; i < tg.positions.size(); ++i) {
+      const int64_t b = tg.batch_indices[i], p = tg.positions[i];
+      const int64_t page = st.kv_indices[static_cast<std::size_t>(
+          st.kv_indptr[static_cast<std::size_t>(b)] + p / page_size)];
+      for (const Tensor* t : {&k, &v}) {
+        for (int64_t h = 0; h < heads; ++h) {
+          const int64_t e = t->storage_offset() + page * t->stride(0) +
+                            p % page_size * t->stride(1) + h * t->stride(2);
+          if (e < span_begin) return false;
+          out.emplace_back(static_cast<uint64_t>(e - span_begin) * es,
+                           static_cast<uint64_t>(dim) * es);
+        }
+      }
+    }
+  } catch (const std::exception&) {
+    return false;
+  }
+  merge_ranges(out);
+  return true;
+}
+
 // Whether two laid-out archives write the same bytes: the same pieces over the same blobs (so
 // the same tensor bytes), and the same header bytes except for CRC fields that one of them may
 // not have filled in yet (they follow from the same blob bytes). No allocation: the crash
@@ -368,7 +499,10 @@ bool same_archive(const formats::ArchivePlan& a, const formats::ArchivePlan& b) 
   }
   for (std::size_t i = 0; i < a.pieces.size(); ++i) {
     const auto &x = a.pieces[i], &y = b.pieces[i];
-    if (x.data != y.data || x.at != y.at || x.size != y.size) return false;
+    if (x.data != y.data || x.at != y.at || x.size != y.size || x.patches != y.patches ||
+        x.n_patches != y.n_patches) {
+      return false;
+    }
   }
   for (std::size_t i = 0; i < a.crc_slots.size(); ++i) {
     const auto &x = a.crc_slots[i], &y = b.crc_slots[i];
@@ -408,14 +542,15 @@ void write_to_fds(void* ctx, const char* p, std::size_t n) {
 
 // A kept call's metadata.jsonl lines as text, from its structured record: line 1
 // (inputs_saved) and, once the call completed, line 2 (completed); `dump_dir_json` are the
-// pieces of the call directory's JSON-escaped path (no quotes). Every dump writes records
-// through this (dump_ring, SIGUSR1, nan, error, exit, and the crash handler): it allocates
-// nothing and is async-signal-safe.
+// pieces of the call directory's JSON-escaped path (no quotes); `extra` the members after
+// upstream's keys (the dedup layout's "tensor_store", as record-everything mode writes it). Every
+// dump writes records through this (dump_ring, SIGUSR1, nan, error, exit, and the crash handler):
+// it allocates nothing and is async-signal-safe.
 void write_kept_call_records(const RingCall& c, const CallFiles& f,
-                             std::span<const std::string_view> dump_dir_json,
-                             TextOut& out) noexcept {
-  write_record_line(c.rec, nullptr, dump_dir_json, out);
-  if (f.complete) write_record_line(c.rec, &f.out, dump_dir_json, out);
+                             std::span<const std::string_view> dump_dir_json, TextOut& out,
+                             std::string_view extra) noexcept {
+  write_record_line(c.rec, nullptr, dump_dir_json, out, extra);
+  if (f.complete) write_record_line(c.rec, &f.out, dump_dir_json, out, extra);
 }
 
 namespace {}  // namespace
@@ -455,8 +590,18 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // Keeps `tensors` into `out` (its elements reused: no allocation once warm) and their blobs
   // into `owner`. `nonfinite` (the NaN trigger, outputs): set when a kept tensor holds a NaN or
   // an Inf.
+  // `prior` and `written` (mutated arguments of an op whose writes are known, by tensor): the
+  // blob the call kept for the tensor as an input and the byte ranges the op wrote into it; the
+  // tensor is then kept as a delta of it when that is small (KV caches).
   void keep(const NamedTensors& tensors, std::vector<KeptTensor>& out,
-            std::vector<std::shared_ptr<Blob>>& owner, bool* nonfinite = nullptr);
+            std::vector<std::shared_ptr<Blob>>& owner, bool* nonfinite = nullptr,
+            const std::vector<std::shared_ptr<Blob>>* prior = nullptr,
+            const std::vector<Ranges>* written = nullptr);
+  // `before`'s span (the same `at`, `n` bytes) after writes to `written`: its base with the
+  // written ranges (and `before`'s own patches) copied from `src`, the live bytes. Null when
+  // that would not be small (then a whole copy is the new base).
+  std::shared_ptr<Blob> delta_of(const std::shared_ptr<Blob>& before, const SpanKey& at,
+                                 const Ranges& written, const uint8_t* src, uint64_t n);
   std::shared_ptr<Blob> share_span_locked(const SpanKey& at, uint64_t n, const Tensor& t,
                                           uint64_t fp);
   // A recorded (or filtered-out) call wrote `tensors`: kept spans overlapping them are stale.
@@ -493,6 +638,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   const int64_t pid_;
   std::string prefix_;       // join_like_pathlib(dump_dir, ""): "<dir>/"
   std::string prefix_json_;  // the same, JSON-escaped
+  std::string extra_;        // record keys after upstream's (dedup layout: "tensor_store")
   uint64_t limit_bytes_;
 
   std::mutex mu_;
@@ -615,6 +761,10 @@ RingRecorder::RingRecorder(Config c, LineSink sink)
   trig_signal_ = has(cfg_.triggers, "signal");
   trig_nan_ = has(cfg_.triggers, "nan");
   trig_error_ = has(cfg_.triggers, "error");
+  if (cfg_.dedup) {
+    append_member(extra_, schema::kTensorStore,
+                  "\"" + std::string(schema::kTensorStoreDedup) + "\"");
+  }
   const std::size_t archives = (slots_.size() + kMaxAnchors) * 3;
   written_dump_.reserve(archives);
   written_crash_.reserve(archives);
@@ -698,8 +848,41 @@ const std::string& RingRecorder::tail_of(const OpDecl& decl) {
   return known.emplace_back(decl.name, record_tail(false, decl.signature())).second;
 }
 
+std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before, const SpanKey& at,
+                                             const Ranges& written, const uint8_t* src,
+                                             uint64_t n) {
+  if (!before || before->pinned || before->size != n || !before->where || !(*before->where == at)) {
+    return nullptr;
+  }
+  thread_local Ranges all;
+  all.assign(written.begin(), written.end());
+  for (const formats::Patch& q : before->patches) all.emplace_back(q.at, q.size);
+  merge_ranges(all);
+  uint64_t total = 0;
+  for (const auto& [a, len] : all) {
+    if (a + len > n) return nullptr;
+    total += len;
+  }
+  // Past an eighth of the span, a whole copy (a new base) is cheaper to keep building on: the
+  // patches a delta carries grow with every append until then.
+  if (total > n / 8) return nullptr;
+  auto blob = std::make_shared<Blob>(n, false, held_, pool_, total);
+  blob->base = before->base ? before->base : before;
+  blob->patches.reserve(all.size());
+  uint64_t off = 0;
+  for (const auto& [a, len] : all) {
+    std::memcpy(blob->data + off, src + a, len);
+    blob->patches.push_back({a, len, blob->data + off});
+    off += len;
+  }
+  blob->patched_bytes = total;
+  return blob;
+}
+
 void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& out,
-                        std::vector<std::shared_ptr<Blob>>& owner, bool* nonfinite) {
+                        std::vector<std::shared_ptr<Blob>>& owner, bool* nonfinite,
+                        const std::vector<std::shared_ptr<Blob>>* prior,
+                        const std::vector<Ranges>* written) {
   out.resize(tensors.size());
   for (std::size_t ti = 0; ti < tensors.size(); ++ti) {
     const auto& [key, t] = tensors[ti];
@@ -753,8 +936,13 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
         blob = std::make_shared<Blob>(n, true, held_, pool_);
         blob->event = detail::cuda_copy_to_host_async(blob->data, src, n, t.device().index);
       } else {
-        blob = std::make_shared<Blob>(n, false, held_, pool_);
-        if (n) std::memcpy(blob->data, src, n);
+        if (at && prior && written && ti < prior->size() && (*prior)[ti]) {
+          blob = delta_of((*prior)[ti], *at, (*written)[ti], src, n);
+        }
+        if (!blob) {
+          blob = std::make_shared<Blob>(n, false, held_, pool_);
+          if (n) std::memcpy(blob->data, src, n);
+        }
       }
       if (at) {
         std::lock_guard<std::mutex> l(mu_);
@@ -765,9 +953,17 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
       }
     }
     if (nonfinite && !*nonfinite) {
-      *nonfinite = kept_has_nonfinite(t, cuda ? nullptr : blob->data, k.item.span);
+      bool handled = false;
+      if (blob->base) {
+        *nonfinite = patches_have_nonfinite(t, static_cast<uint64_t>(k.item.span), *blob, handled);
+        if (!handled) *nonfinite = detail::apilog::tensor_has_nonfinite(t);
+      } else {
+        *nonfinite = kept_has_nonfinite(t, cuda ? nullptr : blob->data, k.item.span);
+      }
     }
-    k.data = blob->data;
+    k.data = blob->span_bytes();
+    k.patches = blob->patches.empty() ? nullptr : blob->patches.data();
+    k.n_patches = blob->patches.size();
     owner.push_back(std::move(blob));
   }
 }
@@ -843,7 +1039,10 @@ void RingRecorder::plan(formats::ArchivePlan& dst, std::string_view stem,
   }
   dst = it->second;  // copy-assigned: dst's vectors keep their storage
   for (std::size_t i = 0; i < dst.crc_slots.size(); ++i) {
-    dst.pieces[dst.crc_slots[i].piece].data = t[i].data;
+    auto& piece = dst.pieces[dst.crc_slots[i].piece];
+    piece.data = t[i].data;
+    piece.patches = t[i].patches;
+    piece.n_patches = t[i].n_patches;
   }
 }
 
@@ -1134,7 +1333,28 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     }
     blobs.clear();
     keep(out.tensors, kept_out, blobs, check ? &nan : nullptr);
-    keep(mutated.tensors, kept_mut, blobs, check ? &nan : nullptr);
+    // A KV cache an append wrote a few rows into: kept as the bytes it held as this call's
+    // input plus the rows written (a delta), not copied whole on every append.
+    thread_local std::vector<std::shared_ptr<Blob>> prior;
+    thread_local std::vector<Ranges> written;
+    prior.assign(mutated.tensors.size(), nullptr);
+    if (written.size() < mutated.tensors.size()) written.resize(mutated.tensors.size());
+    if (!cfg_.ring_verify_full && decl.name == kAppendPagedKVCache) {
+      for (std::size_t m = 0; m < mutated.tensors.size(); ++m) {
+        const auto& [key, t] = mutated.tensors[m];
+        if (t.numel() == 0 || !t.device().is_cpu()) continue;
+        const int64_t begin =
+            detail::covered_span(t.shape(), t.strides(), t.storage_offset()).first;
+        if (!append_written_ranges(decl, args, t, begin, written[m])) continue;
+        std::lock_guard<std::mutex> l(mu_);
+        if (call->evicted) break;
+        for (std::size_t j = 0; j < call->inputs.size() && j < call->blobs.size(); ++j) {
+          if (call->inputs[j].item.name == key) prior[m] = call->blobs[j];
+        }
+      }
+    }
+    keep(mutated.tensors, kept_mut, blobs, check ? &nan : nullptr, &prior, &written);
+    prior.clear();
     files->complete = true;
     files->has_outputs = !kept_out.empty();
     if (files->has_outputs) plan(files->outputs, schema::kOutputsStem, kept_out);
@@ -1303,7 +1523,7 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
       int fds[2] = {meta, session};
       TextOut out(line_buf, sizeof(line_buf), write_to_fds, fds);
       const std::string_view dump_dir_json[] = {prefix_json_, rel, "/", c->dir_name_json};
-      write_kept_call_records(*c, *f, dump_dir_json, out);
+      write_kept_call_records(*c, *f, dump_dir_json, out, extra_);
       out.flush();
     }
     ::close(meta);

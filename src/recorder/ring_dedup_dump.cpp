@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack: hashing a patched piece allocates
+                                 // nothing
 #include <xxhash.h>
 
 #include <atomic>
@@ -156,8 +158,24 @@ uint64_t g_generation = 0;
 char g_root[8192];
 std::atomic_flag g_hashes_busy = ATOMIC_FLAG_INIT;
 
-XXH128_hash_t blob_hash(const void* data, uint64_t size, bool cached) {
-  if (!cached || !data) return XXH3_128bits(data, size);
+// The hash of a piece's bytes: its base with its patches laid over (a KV-cache delta), the
+// same value as XXH3_128bits over the bytes laid out whole.
+XXH128_hash_t piece_hash(const formats::ArchivePlan::Piece& p) {
+  if (!p.n_patches) return XXH3_128bits(p.data, p.size);
+  XXH3_state_t st;
+  XXH3_128bits_reset(&st);
+  formats::for_each_run(p, [&](const uint8_t* b, uint64_t n) {
+    XXH3_128bits_update(&st, b, n);
+    return true;
+  });
+  return XXH3_128bits_digest(&st);
+}
+
+XXH128_hash_t blob_hash(const formats::ArchivePlan::Piece& p, bool cached) {
+  // A delta is known by its patch table (its base is shared with other contents).
+  const void* data = p.n_patches ? static_cast<const void*>(p.patches) : p.data;
+  const uint64_t size = p.size;
+  if (!cached || !data) return piece_hash(p);
   std::size_t at = static_cast<std::size_t>(
                        (reinterpret_cast<uintptr_t>(data) >> 4) * 0x9E3779B97F4A7C15ull >> 51) %
                    kHashSlots;
@@ -165,11 +183,11 @@ XXH128_hash_t blob_hash(const void* data, uint64_t size, bool cached) {
     HashEntry& e = g_hashes[at];
     if (e.generation == g_generation && e.data == data && e.size == size) return e.hash;
     if (e.generation != g_generation) {
-      e = {data, size, g_generation, XXH3_128bits(data, size)};
+      e = {data, size, g_generation, piece_hash(p)};
       return e.hash;
     }
   }
-  return XXH3_128bits(data, size);  // a crowded neighbourhood: not remembered
+  return piece_hash(p);  // a crowded neighbourhood: not remembered
 }
 
 // "<32 lowercase hex digits>.bin": formats::dedup_blob_name's spelling (high half first).
@@ -184,7 +202,7 @@ void blob_name(const XXH128_hash_t& h, char out[40]) {
 }
 
 // <root>/tensors/<name>, written unless this dump already holds it.
-bool store_blob(const char* root, const char* name, const void* data, uint64_t size) {
+bool store_blob(const char* root, const char* name, const formats::ArchivePlan::Piece& piece) {
   Path path;
   path.put(root);
   path.put("/");
@@ -201,7 +219,8 @@ bool store_blob(const char* root, const char* name, const void* data, uint64_t s
     if (made) fd = ::open(path.p, open_flags(O_EXCL), 0644);
   }
   if (fd < 0) return errno == EEXIST;  // written already in this dump: nothing to do
-  const bool ok = write_all(fd, data, size);
+  const bool ok = formats::for_each_run(
+      piece, [&](const uint8_t* b, uint64_t n) { return write_all(fd, b, n); });
   ::close(fd);
   if (!ok) ::unlink(path.p);  // no half blob under a name that says it is whole
   return ok;
@@ -246,8 +265,8 @@ bool write_ring_dedup_side(const char* root, std::string_view call_dir, std::str
       const formats::TorchItem& it = items[i];
       const formats::ArchivePlan::Piece& piece = plan.pieces[plan.crc_slots[i].piece];
       char name[40];
-      blob_name(blob_hash(piece.data, piece.size, cached), name);
-      ok = store_blob(root, name, piece.data, piece.size) && ok;
+      blob_name(blob_hash(piece, cached), name);
+      ok = store_blob(root, name, piece) && ok;
       if (i) out.put(", ");
       out.put("{\"key\": ");
       out.put_json_string(it.name);

@@ -107,6 +107,20 @@ class RingDedupTest : public ::testing::Test {
     for (const std::string& d : replay::list_calls(root.string())) out.emplace_back(d);
     return out;
   }
+  // A call directory's metadata.jsonl, one JSON object per line, keys in the text's order.
+  static std::vector<nlohmann::ordered_json> metadata_lines(const fs::path& call) {
+    std::vector<nlohmann::ordered_json> out;
+    std::ifstream in(call / "metadata.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      out.push_back(nlohmann::ordered_json::parse(line));
+    }
+    return out;
+  }
+  static std::vector<std::string> keys_of(const nlohmann::ordered_json& line) {
+    std::vector<std::string> out;
+    for (const auto& [k, v] : line.items()) out.push_back(k);
+    return out;
+  }
   // {file name: size} of <root>/tensors/.
   static std::map<std::string, uint64_t> blobs(const fs::path& root) {
     std::map<std::string, uint64_t> out;
@@ -159,6 +173,16 @@ TEST_F(RingDedupTest, EachDistinctTensorIsWrittenOncePerDump) {
   const auto all = calls(dir_ / "all");
   ASSERT_EQ(all.size(), 6u);
   for (std::size_t k = 0; k < 6; ++k) {
+    // Both lines say where the tensors are, as record-everything mode's dedup records do: the
+    // same keys in the same order, "tensor_store" last.
+    const auto ring_lines = metadata_lines(c[k]), all_lines = metadata_lines(all[k]);
+    ASSERT_EQ(ring_lines.size(), 2u);
+    ASSERT_EQ(all_lines.size(), 2u);
+    for (std::size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(ring_lines[i]["tensor_store"], "dedup") << c[k] << " line " << i + 1;
+      EXPECT_EQ(keys_of(ring_lines[i]), keys_of(all_lines[i])) << c[k] << " line " << i + 1;
+      EXPECT_EQ(keys_of(ring_lines[i]).back(), "tensor_store");
+    }
     for (const char* f : {"inputs.refs.json", "outputs.refs.json"}) {
       ASSERT_TRUE(fs::exists(c[k] / f)) << c[k] / f;
       EXPECT_EQ(read_file(c[k] / f), read_file(all[k] / f)) << f;
@@ -233,6 +257,7 @@ TEST_F(RingDedupTest, WithoutDedupTheDumpIsUpstreamsLayout) {
   EXPECT_FALSE(fs::exists(root / "tensors"));
   EXPECT_TRUE(fs::exists(c[0] / "inputs.pt"));
   EXPECT_FALSE(fs::exists(c[0] / "inputs.refs.json"));
+  for (const auto& line : metadata_lines(c[0])) EXPECT_FALSE(line.contains("tensor_store"));
 }
 
 // The crash handler (abort in a user-declared op) writes the dedup layout too.
@@ -268,6 +293,8 @@ TEST_F(RingDedupTest, TheCrashHandlerWritesTheDedupLayout) {
   // The crashed call: line 1 and its inputs (the weight's blob again: not written twice).
   EXPECT_TRUE(fs::exists(c[5] / "inputs.refs.json"));
   EXPECT_FALSE(fs::exists(c[5] / "outputs.refs.json"));
+  // The crash handler's records carry the dedup layout's key too.
+  for (const auto& line : metadata_lines(c[5])) EXPECT_EQ(line["tensor_store"], "dedup");
   EXPECT_EQ(replay::load_recorded_call(c[5].string()).inputs[0].second.to_double_vector()[0], 5.25);
   // w; x1..x3, y1..y3; rmsnorm's input, weight and output; the first 1 KiB of w (the span the
   // view covers), x6, y6; x5. Each once.
