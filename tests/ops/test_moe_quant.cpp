@@ -15,6 +15,7 @@
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
 #include "ops/op_test_util.h"
+#include "util/moe_weight_prep.h"
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
 
@@ -405,20 +406,12 @@ TEST(TrtllmFp8PerTensorScaleMoe, Llama4RoutingScalesOnInput) {
     const double w = bf16(1.0 / (1.0 + std::exp(-lv[static_cast<size_t>(t * E + e)])));
     std::vector<double> h(static_cast<size_t>(I));
     for (int64_t i = 0; i < I; ++i) {
-      double a = 0.0, g = 0.0;
-      for (int64_t d = 0; d < H; ++d) {
-        a += xv[static_cast<size_t>(t * H + d)] * w1v[static_cast<size_t>((e * 2 * I + i) * H + d)];
-        g += xv[static_cast<size_t>(t * H + d)] *
-             w1v[static_cast<size_t>((e * 2 * I + I + i) * H + d)];
-      }
+      const auto [a, g] = moe_prep::gemm1_halves(xv, w1v, t, e, i, H, I);
       h[static_cast<size_t>(i)] = e4m3fn_bits_to_float(
           float_to_e4m3fn_bits(static_cast<float>(silu(g * 0.01 * w) * a * 0.5 * w), true));
     }
     for (int64_t d = 0; d < H; ++d) {
-      double y = 0.0;
-      for (int64_t i = 0; i < I; ++i) {
-        y += h[static_cast<size_t>(i)] * w2v[static_cast<size_t>((e * H + d) * I + i)];
-      }
+      const double y = moe_prep::gemm2_col(h, w2v, e, d, H, I);
       expect[static_cast<size_t>(t * H + d)] = bf16(y * 0.1);
     }
   }
