@@ -533,11 +533,20 @@ TEST(MoeUpstreamDumps, EngineStyleTrtllmDumpsReplay) {
 import torch.nn.functional as F
 
 
-# e4m3fn codes of float values, via the shared table of all 256 codes (E4M3, FIN8).
-def to_fp8(x):  # nearest code (exact inputs in tests: values already representable)
-    vals = E4M3[FIN8]
-    idx = (x.reshape(-1, 1) - vals.reshape(1, -1)).abs().argmin(1)
-    codes = FIN8[idx].to(torch.uint8).reshape(x.shape)
+# e4m3fn codes of float values: the nearest finite code, a tie to the lower code number (the
+# smaller magnitude; zero is code 0, -0 left out), by binary search over the sorted values of the
+# shared table (E4M3, FIN8): a [numel, 254] distance table took over a second here.
+NZ8 = FIN8[FIN8 != 128]
+SORTED8, ORDER8 = E4M3[NZ8].sort()
+CODES8 = NZ8[ORDER8]
+def to_fp8(x):
+    f = x.reshape(-1)
+    hi = torch.searchsorted(SORTED8, f).clamp(1, len(SORTED8) - 1)
+    lo = hi - 1
+    dlo, dhi = (f - SORTED8[lo]).abs(), (f - SORTED8[hi]).abs()
+    clo, chi = CODES8[lo], CODES8[hi]
+    codes = torch.where((dhi < dlo) | ((dhi == dlo) & (chi < clo)), chi, clo)
+    codes = codes.to(torch.uint8).reshape(x.shape)
     return codes, E4M3[codes.long()]
 
 torch.manual_seed(0)
