@@ -46,6 +46,48 @@ std::vector<Io> fmha_v2_scalars() {
           S("scale_bmm1", "float32").opt().init("1.0 / math.sqrt(head_dim)")};
 }
 
+std::vector<Io> fmha_v2_bshd_inputs(std::string out_desc) {
+  std::vector<Io> in = {T("query", kBshd), T("key", kBshd), T("value", kBshd),
+                        T("out", kBshd).desc(std::move(out_desc))};
+  for (Io& io : fmha_v2_scalars()) in.push_back(std::move(io));
+  in.push_back(S("scale_bmm2", "float32").opt());
+  return in;
+}
+
+namespace {
+std::vector<Io> marked_int32(std::vector<Io> in, Int32As mark) {
+  for (Io& io : in) {
+    if (mark == Int32As::kDtype) {
+      io.dt("int32");
+    } else {
+      io.synth("int32");
+    }
+  }
+  return in;
+}
+}  // namespace
+
+std::vector<Io> append_row_slots(Int32As mark) {
+  return marked_int32(
+      {T("batch_indices", {"nnz_kv"})
+           .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) % batch_size"),
+       T("positions", {"nnz_kv"})
+           .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) // batch_size")},
+      mark);
+}
+
+std::vector<Io> append_page_table(Int32As mark) {
+  return marked_int32(
+      {T("kv_indices", {"num_kv_indices"})
+           .init("torch.arange(num_pages, dtype=torch.int32, device=device)"),
+       T("kv_indptr", {"batch_size_plus_1"})
+           .init("torch.arange(batch_size + 1, dtype=torch.int32, device=device) * (num_pages "
+                 "// batch_size)"),
+       T("kv_last_page_len", {"batch_size"})
+           .init("torch.full((batch_size,), page_size, dtype=torch.int32, device=device)")},
+      mark);
+}
+
 Io rope_cos_sin_cache() {
   const std::string freqs =
       "torch.arange(max_seq_len).float()[:, None] * torch.pow(1e4, "

@@ -23,6 +23,20 @@ Io paged_block_tables(const std::string& key);
 // FMHA v2 prefill's scalars after query, key, value, out: num_heads, head_dim, seq_len (their
 // axes' values), scale_softmax and the optional scale_bmm1 (default 1/sqrt(head_dim)).
 std::vector<Io> fmha_v2_scalars();
+// FMHA v2 prefill on kBshd tensors (fmha_v2_prefill_deepseek, fmha_v2_prefill_sm120): query, key,
+// value, the in-place out (described by `out_desc`), fmha_v2_scalars(), then the optional
+// scale_bmm2 last.
+inline const std::vector<std::string> kBshd = {"batch_size", "seq_len", "num_heads", "head_dim"};
+std::vector<Io> fmha_v2_bshd_inputs(std::string out_desc);
+
+// Paged KV append's int32 index inputs (append_paged_kv_cache, the NVFP4 appends), marked with
+// .dt or .synth as the template's file has it. The rows' placement: batch_indices [nnz_kv] (row %
+// batch_size) and positions [nnz_kv] (row // batch_size), so each request gets consecutive rows.
+enum class Int32As { kDtype, kSynth };
+std::vector<Io> append_row_slots(Int32As mark);
+// The page table: kv_indices [num_kv_indices] (every page), kv_indptr [batch_size_plus_1]
+// (num_pages // batch_size pages a request), kv_last_page_len [batch_size] (full pages).
+std::vector<Io> append_page_table(Int32As mark);
 
 // RoPE with a cos/sin cache [max_seq_len, rotary_dim] (cos in the first half, theta 1e4), the
 // positions (`key`) arange(nnz) % max_seq_len.

@@ -716,28 +716,16 @@ void add_page(std::vector<Template>& v) {
                 var("num_pages"), cst("page_size", "ps"), var("batch_size", "", 2),
                 var("batch_size_plus_1", "batch_size + 1.", 3),
                 var("num_kv_indices", "Length of kv_indices.")},
-       .inputs = {T("append_key", kv), T("append_value", kv),
-                  T("batch_indices", {"nnz_kv"})
-                      .dt("int32")
-                      .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) % batch_size"),
-                  T("positions", {"nnz_kv"})
-                      .dt("int32")
-                      .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) // "
-                            "batch_size"),
-                  T("paged_kv_cache", cache)
-                      .init("torch.zeros((num_pages, page_size, num_kv_heads, head_dim), "
-                            "device=device).to(append_key.dtype)"),
-                  T("kv_indices", {"num_kv_indices"})
-                      .dt("int32")
-                      .init("torch.arange(num_pages, dtype=torch.int32, device=device)"),
-                  T("kv_indptr", {"batch_size_plus_1"})
-                      .dt("int32")
-                      .init("torch.arange(batch_size + 1, dtype=torch.int32, device=device) * "
-                            "(num_pages // batch_size)"),
-                  T("kv_last_page_len", {"batch_size"})
-                      .dt("int32")
-                      .init("torch.full((batch_size,), page_size, dtype=torch.int32, "
-                            "device=device)")},
+       .inputs =
+           [&] {
+             std::vector<Io> in = {T("append_key", kv), T("append_value", kv)};
+             for (Io& io : append_row_slots(Int32As::kDtype)) in.push_back(std::move(io));
+             in.push_back(T("paged_kv_cache", cache)
+                              .init("torch.zeros((num_pages, page_size, num_kv_heads, head_dim), "
+                                    "device=device).to(append_key.dtype)"));
+             for (Io& io : append_page_table(Int32As::kDtype)) in.push_back(std::move(io));
+             return in;
+           }(),
        .outputs = {T("paged_kv_cache", cache).like("append_key").writes("paged_kv_cache")},
        .constraints = {"batch_size_plus_1 == batch_size + 1"},
        .tags = {"status:verified"},
@@ -1370,13 +1358,11 @@ void add_rope_quant_and_fmha(std::vector<Template>& v) {
     return (_fp8(q, quant_scale_q), _fp8(k, quant_scale_kv), _fp8(q_nope, quant_scale_q),
             _fp8(k_nope, quant_scale_kv))
 )PY"});
-  const std::vector<std::string> bshd = {"batch_size", "seq_len", "num_heads", "head_dim"};
-  std::vector<Io> sm120_in = {
-      T("query", bshd).synth("float8_e4m3fn"), T("key", bshd).synth("float8_e4m3fn"),
-      T("value", bshd).synth("float8_e4m3fn"),
-      T("out", bshd).synth("bfloat16").desc("Output buffer (written in place).")};
-  for (Io& io : fmha_v2_scalars()) sm120_in.push_back(std::move(io));
-  sm120_in.push_back(S("scale_bmm2", "float32").opt().init("1.0"));
+  // fp8 query, key, value; a bf16 out.
+  std::vector<Io> sm120_in = fmha_v2_bshd_inputs("Output buffer (written in place).");
+  for (size_t i = 0; i < 3; ++i) sm120_in[i].synth("float8_e4m3fn");
+  sm120_in[3].synth("bfloat16");
+  sm120_in.back().init("1.0");  // scale_bmm2
   sm120_in.push_back(T("scale_bmm1_d", {"scale_size"}).opt().dt("float32"));
   sm120_in.push_back(T("scale_bmm2_d", {"scale_size"}).opt().dt("float32"));
   sm120_in.push_back(S("causal", "bool").init("True"));
@@ -1390,7 +1376,7 @@ void add_rope_quant_and_fmha(std::vector<Template>& v) {
                .axes = {var("batch_size", "", 2), var("seq_len"), cst("num_heads", "h"),
                         cst("head_dim", "d"), var("scale_size", "1: device scale tensors.", 1)},
                .inputs = std::move(sm120_in),
-               .outputs = {T("out", bshd).like("out")},
+               .outputs = {T("out", kBshd).like("out")},
                .tags = {"status:verified", "stage:prefill", "backend:trtllm"},
                .reference =
                    R"PY(def run(query, key, value, out, num_heads, head_dim, seq_len, scale_softmax,

@@ -618,7 +618,6 @@ void add_more_gemm_prefill_group(std::vector<Template>& v) {
 
   // fmha_v2_prefill_deepseek (flashinfer.prefill): fixed-length causal prefill; the definition
   // gives value and out the query's head_dim (upstream's template).
-  const std::vector<std::string> bshd = {"batch_size", "seq_len", "num_heads", "head_dim"};
   v.push_back({.op = "fmha_v2_prefill_deepseek",
                .op_type = "trtllm_paged",
                .name_prefix = "fmha_v2_prefill_deepseek",
@@ -627,15 +626,8 @@ void add_more_gemm_prefill_group(std::vector<Template>& v) {
                               "softmax(s) v; scale_softmax changes no value.",
                .axes = {var("batch_size", "", 2), var("seq_len", "", 3), cst("num_heads", "h"),
                         cst("head_dim", "d")},
-               .inputs =
-                   [&] {
-                     std::vector<Io> in = {T("query", bshd), T("key", bshd), T("value", bshd),
-                                           T("out", bshd).desc("In-place output buffer.")};
-                     for (Io& io : fmha_v2_scalars()) in.push_back(std::move(io));
-                     in.push_back(S("scale_bmm2", "float32").opt());
-                     return in;
-                   }(),
-               .outputs = {T("out", bshd).like("query")},
+               .inputs = fmha_v2_bshd_inputs("In-place output buffer."),
+               .outputs = {T("out", kBshd).like("query")},
                .tags = {"status:verified", "stage:prefill", "backend:trtllm"},
                .reference = attend + R"PY(
 
@@ -887,29 +879,20 @@ def _scale(s):
                  .select_string_default = "NHD"});
   };
 
-  push("nvfp4_quantize_append_paged_kv_cache",
-       "Quantize fp16/bf16 K/V rows into an NVFP4 paged KV cache, updating both the packed uint8 "
-       "E2M1 cache and the FP8 E4M3 per-block scale cache.",
-       {var("batch_size", "", 2), var("batch_size_plus_1", "batch_size + 1.", 3),
-        var("num_kv_indices", "Flat length of kv_indices.")},
-       {T("batch_indices", {"nnz_kv"})
-            .synth("int32")
-            .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) % batch_size"),
-        T("positions", {"nnz_kv"})
-            .synth("int32")
-            .init("torch.arange(nnz_kv, dtype=torch.int32, device=device) // batch_size")},
-       {T("kv_indices", {"num_kv_indices"})
-            .synth("int32")
-            .init("torch.arange(num_pages, dtype=torch.int32, device=device)"),
-        T("kv_indptr", {"batch_size_plus_1"})
-            .synth("int32")
-            .init("torch.arange(batch_size + 1, dtype=torch.int32, device=device) * (num_pages "
-                  "// batch_size)"),
-        T("kv_last_page_len", {"batch_size"})
-            .synth("int32")
-            .init("torch.full((batch_size,), page_size, dtype=torch.int32, device=device)"),
-        S("k_scale", "float64").init("1.0"), S("v_scale", "float64").init("0.5")},
-       "batch_size_plus_1 == batch_size + 1", R"PY(
+  push(
+      "nvfp4_quantize_append_paged_kv_cache",
+      "Quantize fp16/bf16 K/V rows into an NVFP4 paged KV cache, updating both the packed uint8 "
+      "E2M1 cache and the FP8 E4M3 per-block scale cache.",
+      {var("batch_size", "", 2), var("batch_size_plus_1", "batch_size + 1.", 3),
+       var("num_kv_indices", "Flat length of kv_indices.")},
+      append_row_slots(Int32As::kSynth),
+      [] {
+        std::vector<Io> after = append_page_table(Int32As::kSynth);
+        after.push_back(S("k_scale", "float64").init("1.0"));
+        after.push_back(S("v_scale", "float64").init("0.5"));
+        return after;
+      }(),
+      "batch_size_plus_1 == batch_size + 1", R"PY(
 
 def run(append_key, append_value, batch_indices, positions, paged_k_cache, paged_v_cache,
         k_scale_cache, v_scale_cache, kv_indices, kv_indptr, kv_last_page_len, k_scale, v_scale):

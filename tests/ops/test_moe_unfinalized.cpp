@@ -138,19 +138,11 @@ TEST(TrtllmMoeUnfinalized, Bf16RowsMatchFormula) {
     const int64_t t = i / kK, e = ids[static_cast<size_t>(i)] - c.offset;
     std::vector<double> h(static_cast<size_t>(I));
     for (int64_t j = 0; j < I; ++j) {
-      double up = 0.0, gate = 0.0;
-      for (int64_t d = 0; d < H; ++d) {
-        up += x[static_cast<size_t>(t * H + d)] * w1[static_cast<size_t>((e * 2 * I + j) * H + d)];
-        gate += x[static_cast<size_t>(t * H + d)] *
-                w1[static_cast<size_t>((e * 2 * I + I + j) * H + d)];
-      }
+      const auto [up, gate] = moe_prep::gemm1_halves(x, w1, t, e, j, H, I);
       h[static_cast<size_t>(j)] = bf16(silu(gate) * up);
     }
     for (int64_t col = 0; col < H; ++col) {
-      double y = 0.0;
-      for (int64_t j = 0; j < I; ++j) {
-        y += h[static_cast<size_t>(j)] * w2[static_cast<size_t>((e * H + col) * I + j)];
-      }
+      const double y = moe_prep::gemm2_col(h, w2, e, col, H, I);
       // bf16's half ulp, plus the activation's one-ulp flips between fp32 and fp64.
       EXPECT_NEAR(g2[static_cast<size_t>(r * H + col)], y, 1e-2 * std::fabs(y) + 2e-3)
           << "pair " << i << " column " << col;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "flashinfer/float_formats.h"
@@ -64,6 +65,30 @@ inline double max_abs(const std::vector<double>& v) {
   double m = 0.0;
   for (double x : v) m = std::max(m, std::abs(x));
   return m;
+}
+
+// The fp64 reference of a gated MLP's GEMM1 for token t and expert e: column j of both halves,
+// {x[t] . w1[e][j], x[t] . w1[e][I + j]}, with x [T, H] and w1 [E, 2I, H] plain (unprepared).
+inline std::pair<double, double> gemm1_halves(const std::vector<double>& x,
+                                              const std::vector<double>& w1, int64_t t, int64_t e,
+                                              int64_t j, int64_t H, int64_t I) {
+  double first = 0.0, second = 0.0;
+  for (int64_t d = 0; d < H; ++d) {
+    const double xd = x[static_cast<size_t>(t * H + d)];
+    first += xd * w1[static_cast<size_t>((e * 2 * I + j) * H + d)];
+    second += xd * w1[static_cast<size_t>((e * 2 * I + I + j) * H + d)];
+  }
+  return {first, second};
+}
+
+// The fp64 reference of GEMM2 for expert e, output column col: h [I] . w2[e][col], w2 [E, H, I].
+inline double gemm2_col(const std::vector<double>& h, const std::vector<double>& w2, int64_t e,
+                        int64_t col, int64_t H, int64_t I) {
+  double y = 0.0;
+  for (int64_t j = 0; j < I; ++j) {
+    y += h[static_cast<size_t>(j)] * w2[static_cast<size_t>((e * H + col) * I + j)];
+  }
+  return y;
 }
 
 }  // namespace flashinfer::testing::moe_prep

@@ -9,6 +9,7 @@
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
 #include "kernels/cpu/cpu_row_io.h"
+#include "kernels/cpu/elem_io.h"
 #include "kernels/cpu/gemm_bf16_cpu.h"
 #include "kernels/cpu/gemm_bf16_dpbf16_cpu.h"
 #include "kernels/dtype_dispatch.h"
@@ -20,24 +21,6 @@
 // runs its own OpenMP loop over blocks of n, like the other CPU kernels.
 namespace flashinfer::kernels::cpu {
 namespace {
-
-// Exact conversion of one element of a supported input dtype to fp32. A plain switch (not
-// visit_dtype): it sits in the bias loops, and GCC 12 grows small_m_typed threefold with the
-// lambda version inlined there.
-inline float load(const void* base, DType dt, int64_t i) {
-  switch (dt) {
-    case DType::kBFloat16:
-      return bfloat16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DType::kFloat16:
-      return half_bits_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DType::kFloat8E4M3FN:
-      return e4m3fn_bits_to_float(static_cast<const uint8_t*>(base)[i]);
-    case DType::kFloat8E5M2:
-      return e5m2_bits_to_float(static_cast<const uint8_t*>(base)[i]);
-    default:
-      return static_cast<const float*>(base)[i];
-  }
-}
 
 // Element converters over the bits of a storage type, exact to fp32; one instantiation per
 // dtype so the row loops vectorize.
@@ -86,7 +69,8 @@ void store_rows(const float* c, const GemmParams& p, void* out) {
     uint16_t* oi = o + i * p.out_stride_m;
     if (p.bias) {
       for (int64_t j = 0; j < p.n; ++j) {
-        oi[j * p.out_stride_n] = kRound(ci[j] + load(p.bias, p.bias_dtype, j * p.bias_stride));
+        oi[j * p.out_stride_n] =
+            kRound(ci[j] + elem_io::load_or_fp32(p.bias, p.bias_dtype, j * p.bias_stride));
       }
     } else if (p.out_stride_n == 1) {
       for (int64_t j = 0; j < p.n; ++j) oi[j] = kRound(ci[j]);
@@ -155,7 +139,7 @@ void store_cols(const float* c, int64_t ldc, float alpha, const GemmParams& p, v
     }
     for (int64_t j = 0; j < w; ++j) {
       float v = alpha != 1.0f ? ci[j] * alpha : ci[j];
-      if (p.bias) v += load(p.bias, p.bias_dtype, (j0 + j) * p.bias_stride);
+      if (p.bias) v += elem_io::load_or_fp32(p.bias, p.bias_dtype, (j0 + j) * p.bias_stride);
       oi[j * p.out_stride_n] = bf16 ? round_bf16(v) : round_f16(v);
     }
   }
@@ -555,7 +539,7 @@ void small_m_typed(const GemmParams& p, float alpha, CpuIsa isa) {
         uint16_t* oi = ob + i * p.out_stride_m;
         for (int64_t j = 0; j < nb; ++j) {
           float v = alpha * ci[j];
-          if (p.bias) v += load(p.bias, p.bias_dtype, (j0 + j) * p.bias_stride);
+          if (p.bias) v += elem_io::load_or_fp32(p.bias, p.bias_dtype, (j0 + j) * p.bias_stride);
           oi[j * p.out_stride_n] = kRound(v);
         }
       }

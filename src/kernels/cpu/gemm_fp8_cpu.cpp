@@ -10,6 +10,7 @@
 
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/cpu/elem_io.h"
 #include "kernels/cpu/gemm_bf16_cpu.h"
 #include "kernels/cpu/gemm_fp8_dpbf16_cpu.h"
 
@@ -17,21 +18,9 @@ namespace flashinfer::kernels::cpu {
 namespace {
 
 float decode(const void* base, DType dt, int64_t idx) {
-  switch (dt) {
-    case DType::kFloat8E4M3FN:
-      return e4m3fn_bits_to_float(static_cast<const uint8_t*>(base)[idx]);
-    case DType::kFloat8E5M2:
-      return e5m2_bits_to_float(static_cast<const uint8_t*>(base)[idx]);
-    case DType::kBFloat16:
-      return bfloat16_bits_to_float(static_cast<const uint16_t*>(base)[idx]);
-    case DType::kFloat16:
-      return half_bits_to_float(static_cast<const uint16_t*>(base)[idx]);
-    case DType::kFloat32:
-      return static_cast<const float*>(base)[idx];
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "block_scaled_gemm", "", "dtype ",
-                      dtype_torch_name(dt), " is not supported on CPU");
-  }
+  if (const auto v = elem_io::decode(base, dt, idx)) return *v;
+  FLASHINFER_FAIL(ErrorCode::kUnsupported, "block_scaled_gemm", "", "dtype ", dtype_torch_name(dt),
+                  " is not supported on CPU");
 }
 
 void store(void* base, DType dt, int64_t idx, float v) {

@@ -26,6 +26,7 @@
 
 #include "flashinfer/float_formats.h"
 #include "kernels/cpu/cpu_intrinsics.h"
+#include "kernels/cpu/elem_io.h"
 
 #if FLASHINFER_CPU_X86_INTRINSICS
 #include <cpuid.h>
@@ -40,28 +41,12 @@ inline uint16_t load_u16(const uint8_t* p) {
   return v;
 }
 
+// a and out are fp32, fp16 or bf16 (checked by the API layer).
 inline float load_a(const void* a, DType dt, int64_t off) {
-  switch (dt) {
-    case DType::kBFloat16:
-      return static_cast<const BFloat16*>(a)[off].to_float();
-    case DType::kFloat16:
-      return static_cast<const Half*>(a)[off].to_float();
-    default:
-      return static_cast<const float*>(a)[off];
-  }
+  return elem_io::load_or_fp32(a, dt, off);
 }
-
 inline void store_out(void* out, DType dt, int64_t off, float v) {
-  switch (dt) {
-    case DType::kBFloat16:
-      static_cast<BFloat16*>(out)[off] = BFloat16::from_float(v);
-      break;
-    case DType::kFloat16:
-      static_cast<Half*>(out)[off] = Half::from_float(v);
-      break;
-    default:
-      static_cast<float*>(out)[off] = v;
-  }
+  elem_io::store_or_fp32(out, dt, off, v);
 }
 
 // Below this many multiply-adds a call runs on one thread (the fork costs more than it saves).

@@ -8,6 +8,7 @@
 
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/cpu/elem_io.h"
 #include "kernels/quantization_params.h"
 
 namespace flashinfer::kernels::cpu {
@@ -20,21 +21,9 @@ float decode_elem(const GroupedOperand& o, int64_t g, int64_t row, int64_t kk) {
     return e2m1_bits_to_float(kk % 2 == 0 ? e2m1x2_low(byte) : e2m1x2_high(byte));
   }
   const int64_t idx = g * o.stride_group + row * o.stride_row + kk * o.stride_k;
-  switch (o.dtype) {
-    case DType::kBFloat16:
-      return bfloat16_bits_to_float(static_cast<const uint16_t*>(o.data)[idx]);
-    case DType::kFloat16:
-      return half_bits_to_float(static_cast<const uint16_t*>(o.data)[idx]);
-    case DType::kFloat32:
-      return static_cast<const float*>(o.data)[idx];
-    case DType::kFloat8E4M3FN:
-      return e4m3fn_bits_to_float(static_cast<const uint8_t*>(o.data)[idx]);
-    case DType::kFloat8E5M2:
-      return e5m2_bits_to_float(static_cast<const uint8_t*>(o.data)[idx]);
-    default:
-      FLASHINFER_FAIL(ErrorCode::kUnsupported, "grouped_gemm", "", "dtype ",
-                      dtype_torch_name(o.dtype), " is not an operand format");
-  }
+  if (const auto v = elem_io::decode(o.data, o.dtype, idx)) return *v;
+  FLASHINFER_FAIL(ErrorCode::kUnsupported, "grouped_gemm", "", "dtype ", dtype_torch_name(o.dtype),
+                  " is not an operand format");
 }
 
 // The product of the element's block scales (1 without any).
@@ -84,25 +73,6 @@ void dequantize(const GroupedOperand& o, int64_t g, int64_t row0, int64_t m, int
   }
 }
 
-void store(void* base, DType dt, int64_t idx, float v) {
-  switch (dt) {
-    case DType::kBFloat16:
-      static_cast<uint16_t*>(base)[idx] = float_to_bfloat16_bits(v);
-      break;
-    case DType::kFloat16:
-      static_cast<uint16_t*>(base)[idx] = float_to_half_bits(v);
-      break;
-    case DType::kFloat8E4M3FN:
-      static_cast<uint8_t*>(base)[idx] = float_to_e4m3fn_bits(v, /*saturate=*/true);
-      break;
-    case DType::kFloat8E5M2:
-      static_cast<uint8_t*>(base)[idx] = float_to_e5m2_bits(v, /*saturate=*/true);
-      break;
-    default:
-      static_cast<float*>(base)[idx] = v;
-  }
-}
-
 }  // namespace
 
 void grouped_gemm(const GroupedGemmParams& p) {
@@ -137,7 +107,8 @@ void grouped_gemm(const GroupedGemmParams& p) {
           const float gate = alpha * c[static_cast<std::size_t>(i * n + n_out + j)];
           v *= gate / (1.0f + std::exp(-gate));
         }
-        store(p.out, p.out_dtype, base + j * p.out_stride_n, v);
+        // out is fp32, fp16 or bf16 (the API layer's set).
+        elem_io::store_or_fp32(p.out, p.out_dtype, base + j * p.out_stride_n, v);
       }
     }
   }

@@ -11,19 +11,19 @@
 
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/cpu/elem_io.h"
 #include "kernels/cpu/gemm_cpu.h"
-#include "kernels/cpu/moe_elem_io.h"
 #include "kernels/gemm_params.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
 
+using elem_io::load_strict;
+using elem_io::store_strict;
+
 // Elements below which a loop stays serial: a parallel region costs more than the work (and
 // far more on a loaded machine, where each region waits for its threads to be scheduled).
 constexpr int64_t kParallelMin = int64_t{1} << 16;
-
-using moe_io::load_f;
-using moe_io::store_f;
 
 int64_t expert_id(const CutlassMoeParams& p, int64_t t, int64_t k) {
   const int64_t i = t * p.experts_stride + k;
@@ -72,8 +72,8 @@ void rows_gemm(const void* a, const void* w, DType dt, void* out, DType out_dt, 
   if (dt != DType::kFloat32) {
     af.resize(static_cast<size_t>(m * k));
     wf.resize(static_cast<size_t>(n * k));
-    for (int64_t i = 0; i < m * k; ++i) af[static_cast<size_t>(i)] = load_f(a, dt, i);
-    for (int64_t i = 0; i < n * k; ++i) wf[static_cast<size_t>(i)] = load_f(w, dt, i);
+    for (int64_t i = 0; i < m * k; ++i) af[static_cast<size_t>(i)] = load_strict(a, dt, i);
+    for (int64_t i = 0; i < n * k; ++i) wf[static_cast<size_t>(i)] = load_strict(w, dt, i);
     ap = af.data();
     wp = wf.data();
   }
@@ -81,7 +81,7 @@ void rows_gemm(const void* a, const void* w, DType dt, void* out, DType out_dt, 
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
               static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, ap, static_cast<blasint>(k),
               wp, static_cast<blasint>(k), 0.0f, c.data(), static_cast<blasint>(n));
-  for (int64_t i = 0; i < m * n; ++i) store_f(out, out_dt, i, c[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < m * n; ++i) store_strict(out, out_dt, i, c[static_cast<size_t>(i)]);
 }
 
 }  // namespace
@@ -223,11 +223,11 @@ void cutlass_moe(const CutlassMoeParams& p) {
       for (int64_t j = 0; j < N1; ++j) {
         // The fc1 bias joins the stored (rounded) GEMM1 value in fp32, as doActivationKernel.
         gf[static_cast<size_t>(j)] =
-            load_f(src, g1_dt, j) + (p.b1 ? load_f(p.b1, p.dtype, e * N1 + j) : 0.0f);
+            load_strict(src, g1_dt, j) + (p.b1 ? load_strict(p.b1, p.dtype, e * N1 + j) : 0.0f);
       }
       moe_activation_row(p, e, gf.data(), hf.data());
       void* dst = hb.get() + static_cast<size_t>(r * I) * es;
-      for (int64_t j = 0; j < I; ++j) store_f(dst, p.dtype, j, hf[static_cast<size_t>(j)]);
+      for (int64_t j = 0; j < I; ++j) store_strict(dst, p.dtype, j, hf[static_cast<size_t>(j)]);
     }
   }
   for (int64_t e = 0; e < E; ++e) {
@@ -262,16 +262,16 @@ void cutlass_moe(const CutlassMoeParams& p) {
       for (int64_t k = 0; k < K; ++k) {
         const int64_t r = slot[static_cast<size_t>(t * K + k)];
         if (r < 0) continue;
-        const float s = load_f(p.scales, p.scales_dtype, t * p.scales_stride + k);
+        const float s = load_strict(p.scales, p.scales_dtype, t * p.scales_stride + k);
         const void* yr = y.get() + static_cast<size_t>(r * H) * oes;
         const int64_t e = local[static_cast<size_t>(t * K + k)];
         for (int64_t j = 0; j < H; ++j) {
-          const float b = p.b2 ? load_f(p.b2, p.dtype, e * H + j) : 0.0f;
-          acc[static_cast<size_t>(j)] += s * (load_f(yr, p.out_dtype, j) + b);
+          const float b = p.b2 ? load_strict(p.b2, p.dtype, e * H + j) : 0.0f;
+          acc[static_cast<size_t>(j)] += s * (load_strict(yr, p.out_dtype, j) + b);
         }
       }
       for (int64_t j = 0; j < H; ++j) {
-        store_f(p.out, p.out_dtype, t * p.out_stride + j, acc[static_cast<size_t>(j)]);
+        store_strict(p.out, p.out_dtype, t * p.out_stride + j, acc[static_cast<size_t>(j)]);
       }
     }
   }
@@ -288,10 +288,10 @@ void deepseek_routing(const DeepSeekRoutingParams& p) {
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < p.num_tokens; ++t) {
       for (int64_t e = 0; e < E; ++e) {
-        const float x = load_f(p.scores, p.scores_dtype, t * p.scores_stride + e);
+        const float x = load_strict(p.scores, p.scores_dtype, t * p.scores_stride + e);
         const float sg = 1.0f / (1.0f + std::exp(-x));
         s[static_cast<size_t>(e)] = sg;
-        b[static_cast<size_t>(e)] = sg + load_f(p.bias, p.bias_dtype, e * p.bias_stride);
+        b[static_cast<size_t>(e)] = sg + load_strict(p.bias, p.bias_dtype, e * p.bias_stride);
       }
       // Groups: the sum of each group's two largest biased scores; keep the best topk_group
       // (ties: the lower group index).
@@ -340,8 +340,8 @@ void deepseek_routing(const DeepSeekRoutingParams& p) {
       const float denom = sum + 1e-20f;
       for (int64_t i = 0; i < p.topk; ++i) {
         const int64_t e = sel[static_cast<size_t>(i)];
-        store_f(p.topk_values, p.values_dtype, t * p.values_stride + i,
-                s[static_cast<size_t>(e)] / denom * p.routed_scaling_factor);
+        store_strict(p.topk_values, p.values_dtype, t * p.values_stride + i,
+                     s[static_cast<size_t>(e)] / denom * p.routed_scaling_factor);
         p.topk_indices[t * p.indices_stride + i] = static_cast<int32_t>(e);
         if (p.replay_out) p.replay_out[t * p.replay_stride + i] = static_cast<int16_t>(e);
       }
@@ -397,7 +397,7 @@ void moe_routing(const MoeRoutingParams& p, int32_t* ids, float* weights) {
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < p.num_tokens; ++t) {
       for (int64_t e = 0; e < E; ++e) {
-        x[static_cast<size_t>(e)] = load_f(p.logits, p.logits_dtype, t * p.logits_stride + e);
+        x[static_cast<size_t>(e)] = load_strict(p.logits, p.logits_dtype, t * p.logits_stride + e);
       }
       // The score each method selects by, and the score its weights come from (`x` after the
       // pre-selection transform).
@@ -425,7 +425,7 @@ void moe_routing(const MoeRoutingParams& p, int32_t* ids, float* weights) {
           p.bias && (p.method == MoeRouting::kDeepSeekV3 || p.method == MoeRouting::kMiniMax2);
       for (int64_t e = 0; e < E; ++e) {
         sel_score[static_cast<size_t>(e)] =
-            x[static_cast<size_t>(e)] + (biased ? load_f(p.bias, p.bias_dtype, e) : 0.0f);
+            x[static_cast<size_t>(e)] + (biased ? load_strict(p.bias, p.bias_dtype, e) : 0.0f);
       }
       std::fill(kept.begin(), kept.end(), 1);
       if (TG < G) {
@@ -530,7 +530,7 @@ void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* w) {
           w[o] = bfloat16_bits_to_float(static_cast<uint16_t>(v & 0xFFFFu));
         } else {
           ids[o] = p.ids[i];
-          w[o] = load_f(p.weights, p.weights_dtype, i);
+          w[o] = load_strict(p.weights, p.weights_dtype, i);
         }
       }
     }

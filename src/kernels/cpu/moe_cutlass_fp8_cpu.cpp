@@ -11,9 +11,9 @@
 
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/cpu/elem_io.h"
 #include "kernels/cpu/gemm_cpu.h"
 #include "kernels/cpu/moe_cpu.h"
-#include "kernels/cpu/moe_elem_io.h"
 #include "kernels/gemm_params.h"
 
 namespace flashinfer::kernels::cpu {
@@ -23,10 +23,10 @@ constexpr int64_t kParallelMin = int64_t{1} << 16;
 constexpr int64_t kBlock = 128;  // DeepSeek block size, both for weights and activations
 
 float load_f(const void* base, DType dt, int64_t i) {
-  return moe_io::load_f(base, dt, i, "cutlass_fused_moe");
+  return elem_io::load_strict(base, dt, i, "cutlass_fused_moe");
 }
 void store_f(void* base, DType dt, int64_t i, float v) {
-  moe_io::store_f(base, dt, i, v, "cutlass_fused_moe");
+  elem_io::store_strict(base, dt, i, v, "cutlass_fused_moe");
 }
 
 // The value a buffer of `dt` holds for v (RNE).
