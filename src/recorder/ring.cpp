@@ -303,44 +303,68 @@ constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 
 // A kept span in the default mode: sharing it again needs the same storage object (not only
 // the same address: freed memory is reused), no library write to the span since (entries are
-// erased by note_write), and the same sampled fingerprint (writes made outside the library).
+// erased by note_write), and the live bytes equal to the kept copy where they are compared
+// (writes made outside the library: same_as_kept).
 struct SpanEntry {
   uint64_t bytes = 0;
   std::weak_ptr<Blob> blob;
   std::weak_ptr<Storage> storage;
-  uint64_t fingerprint = 0;
+  uint32_t shares = 0;  // times shared since kept
 };
 
 int64_t device_code(const Device& d) {
   return static_cast<int64_t>(d.type) * 65536 + static_cast<int64_t>(d.index);
 }
 
-// Spans up to this size are fingerprinted whole; larger ones by samples.
-constexpr uint64_t kWholeFingerprintBytes = 4096;
-constexpr int kFingerprintSamples = 64;  // 8-byte words spread evenly over the span
+// Spans up to this size are compared whole; larger ones by their edges and samples.
+constexpr uint64_t kWholeCompareBytes = 4096;
+constexpr uint64_t kEdgeBytes = 64;
+constexpr int kSamples = 64;  // 8-byte words spread evenly over the span
+// Shares of a span over 4 KiB between two comparisons of its sampled words: the 64 samples lie
+// in up to 64 pages, and reading them on every call that passes a weight was the largest single
+// cost of the hooks (sessions 12-14: a TLB and cache miss per sample, ~10 % of the ring's time
+// in a decode step). The edges are compared on every share.
+constexpr uint32_t kSampleEvery = 8;
 
-// The default mode's check for writes made outside the library (docs/LOGGING.md): the whole
-// span when small; otherwise its first and last 64 bytes and 64 words spread evenly, about
-// 640 bytes read whatever the size. A write that changes none of the sampled bytes (a few
-// elements in the middle of a large tensor) is not seen; FLASHINFER_DUMP_RING_VERIFY=full is.
-uint64_t fingerprint(const uint8_t* p, uint64_t n) {
-  if (n <= kWholeFingerprintBytes) return XXH3_64bits(p, n);
-  std::array<uint64_t, 16 + kFingerprintSamples + 1> words{};
-  const uint64_t step = (n - 8) / (kFingerprintSamples - 1);
-  // The samples of a large weight are cache (and TLB) misses, one per sample: asked for all at
-  // once, they overlap instead of each waiting for the one before (perf: this read was the
-  // largest single cost of a GEMM call's hook).
-  for (int i = 0; i < kFingerprintSamples; ++i) {
-    __builtin_prefetch(p + step * static_cast<uint64_t>(i));
+// Whether the live bytes src[at, at + len) equal what blob `b` kept there (a delta: its base
+// with its patches laid over).
+bool kept_equals(const Blob& b, const uint8_t* src, uint64_t at, uint64_t len) {
+  if (!b.base) return std::memcmp(b.data + at, src + at, len) == 0;
+  const uint8_t* base = b.base->data;
+  uint64_t pos = at;
+  const uint64_t end = at + len;
+  for (const formats::Patch& q : b.patches) {
+    if (q.at + q.size <= pos) continue;
+    if (q.at >= end) break;
+    if (q.at > pos) {
+      if (std::memcmp(base + pos, src + pos, q.at - pos) != 0) return false;
+      pos = q.at;
+    }
+    const uint64_t e = std::min(end, q.at + q.size);
+    if (std::memcmp(q.bytes + (pos - q.at), src + pos, e - pos) != 0) return false;
+    pos = e;
   }
-  __builtin_prefetch(p + n - 64);
-  std::memcpy(words.data(), p, 64);
-  std::memcpy(words.data() + 8, p + n - 64, 64);
-  for (int i = 0; i < kFingerprintSamples; ++i) {
-    std::memcpy(&words[16 + static_cast<std::size_t>(i)], p + step * static_cast<uint64_t>(i), 8);
+  return pos >= end || std::memcmp(base + pos, src + pos, end - pos) == 0;
+}
+
+// The default mode's check for writes made outside the library (docs/LOGGING.md), against the
+// kept copy itself (no hash: exact where it looks): the whole span up to 4 KiB; above that its
+// first and last 64 bytes on every share, and on every kSampleEvery-th share of the entry also
+// 64 words spread evenly. A write that changes none of the compared bytes (a few elements in
+// the middle of a large tensor) is not seen; FLASHINFER_DUMP_RING_VERIFY=full is.
+bool same_as_kept(const Blob& b, const uint8_t* src, uint64_t n, uint32_t shares) {
+  if (n <= kWholeCompareBytes) return kept_equals(b, src, 0, n);
+  if (!kept_equals(b, src, 0, kEdgeBytes) || !kept_equals(b, src, n - kEdgeBytes, kEdgeBytes)) {
+    return false;
   }
-  words.back() = n;
-  return XXH3_64bits(words.data(), sizeof(words));
+  if (shares % kSampleEvery != 0) return true;
+  const uint64_t step = (n - 8) / (kSamples - 1);
+  // Asked for all at once, the samples' misses overlap instead of each waiting for the last.
+  for (int i = 0; i < kSamples; ++i) __builtin_prefetch(src + step * static_cast<uint64_t>(i));
+  for (int i = 0; i < kSamples; ++i) {
+    if (!kept_equals(b, src, step * static_cast<uint64_t>(i), 8)) return false;
+  }
+  return true;
 }
 
 // Whether `n` elements at `p` hold a NaN or an Inf: an element whose exponent bits are all ones.
@@ -602,8 +626,9 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // that would not be small (then a whole copy is the new base).
   std::shared_ptr<Blob> delta_of(const std::shared_ptr<Blob>& before, const SpanKey& at,
                                  const Ranges& written, const uint8_t* src, uint64_t n);
+  // `src`: the live bytes (CPU; unread for CUDA).
   std::shared_ptr<Blob> share_span_locked(const SpanKey& at, uint64_t n, const Tensor& t,
-                                          uint64_t fp);
+                                          const uint8_t* src, bool cuda);
   // A recorded (or filtered-out) call wrote `tensors`: kept spans overlapping them are stale.
   void note_writes(const NamedTensors& tensors);
   void note_write_locked(const Tensor& t);
@@ -904,15 +929,13 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
           : nullptr;
     const bool cuda = t.device().is_cuda();
     std::optional<SpanKey> at;
-    uint64_t fp = 0;
     if (!cfg_.ring_verify_full && n > 0 && !(cuda && graphs_seen_.load())) {
       // The default mode: the same storage span, unwritten by the library since it was kept,
-      // with the same sampled fingerprint (CPU only: reading device memory here would wait for
-      // the stream) is the same content.
+      // and equal to the kept copy where same_as_kept compares (CPU only: reading device
+      // memory here would wait for the stream) is the same content.
       at = SpanKey{device_code(t.device()), reinterpret_cast<uintptr_t>(src)};
-      if (!cuda) fp = fingerprint(src, n);
       std::lock_guard<std::mutex> l(mu_);
-      blob = share_span_locked(*at, n, t, fp);
+      blob = share_span_locked(*at, n, t, src, cuda);
     } else if (!cuda) {
       const XXH128_hash_t h = XXH3_128bits(src, n);
       const BlobKey bk{h.low64, h.high64, n};
@@ -949,7 +972,7 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
         blob->where = at;
         auto& entries = spans_[span_class(n)][*at];
         std::erase_if(entries, [&](const SpanEntry& e) { return e.bytes == n; });
-        entries.push_back({n, blob, t.storage(), fp});
+        entries.push_back({n, blob, t.storage(), 0});
       }
     }
     if (nonfinite && !*nonfinite) {
@@ -969,13 +992,18 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
 }
 
 std::shared_ptr<Blob> RingRecorder::share_span_locked(const SpanKey& at, uint64_t n,
-                                                      const Tensor& t, uint64_t fp) {
+                                                      const Tensor& t, const uint8_t* src,
+                                                      bool cuda) {
   SpanMap& m = spans_[span_class(n)];
   auto it = m.find(at);
   if (it == m.end()) return nullptr;
-  for (const SpanEntry& e : it->second) {
-    if (e.bytes != n || e.fingerprint != fp || !same_owner(e.storage, t.storage())) continue;
-    if (auto b = e.blob.lock()) return b;
+  for (SpanEntry& e : it->second) {
+    if (e.bytes != n || !same_owner(e.storage, t.storage())) continue;
+    auto b = e.blob.lock();
+    if (!b) continue;
+    // CUDA spans are not read here (it would wait for the stream): docs/LOGGING.md.
+    if (!cuda && !same_as_kept(*b, src, n, ++e.shares)) continue;
+    return b;
   }
   return nullptr;
 }
@@ -1014,30 +1042,47 @@ void RingRecorder::plan(formats::ArchivePlan& dst, std::string_view stem,
   // the tensor bytes are pointers in it. A decode step calls the same ops with the same
   // layouts over and over, so the layouts are cached per thread (no lock) and a kept call
   // copies one and points it at its own blobs (the pickling and zip headers took a sixth of
-  // the ring's time).
-  thread_local std::unordered_map<std::string, formats::ArchivePlan> cache;
-  thread_local std::string key;
-  key.assign(stem);
-  const auto put = [](const void* p, std::size_t n) { key.append(static_cast<const char*>(p), n); };
+  // the ring's time). The cache is keyed by a hash of the layout, computed in place, and a hit
+  // is confirmed against the cached plan's own items (building a string key per call was a
+  // third of this function's time).
+  struct Cached {
+    std::string stem;
+    formats::ArchivePlan plan;
+  };
+  thread_local std::unordered_map<uint64_t, Cached> cache;
+  uint64_t h = std::hash<std::string_view>{}(stem);
+  const auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x9E3779B97F4A7C15ull + (h >> 29); };
   for (const KeptTensor& k : t) {
-    const uint64_t sizes[] = {k.item.name.size(), static_cast<uint64_t>(k.item.dtype),
-                              k.item.shape.size(), static_cast<uint64_t>(k.item.offset),
-                              static_cast<uint64_t>(k.item.span)};
-    put(sizes, sizeof(sizes));
-    key += k.item.name;
-    put(k.item.shape.data(), k.item.shape.size() * sizeof(int64_t));
-    put(k.item.strides.data(), k.item.strides.size() * sizeof(int64_t));
+    mix(std::hash<std::string_view>{}(k.item.name));
+    mix(static_cast<uint64_t>(k.item.dtype));
+    mix(static_cast<uint64_t>(k.item.offset));
+    mix(static_cast<uint64_t>(k.item.span));
+    mix(k.item.shape.size());
+    for (const int64_t v : k.item.shape) mix(static_cast<uint64_t>(v));
+    for (const int64_t v : k.item.strides) mix(static_cast<uint64_t>(v));
   }
-  auto it = cache.find(key);
-  if (it == cache.end()) {
+  const auto same = [&](const Cached& c) {
+    if (c.stem != stem || !c.plan.items || c.plan.items->size() != t.size()) return false;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      const formats::TorchItem &a = (*c.plan.items)[i], &b = t[i].item;
+      if (a.dtype != b.dtype || a.offset != b.offset || a.span != b.span || a.name != b.name ||
+          a.shape != b.shape || a.strides != b.strides) {
+        return false;
+      }
+    }
+    return true;
+  };
+  auto it = cache.find(h);
+  if (it == cache.end() || !same(it->second)) {
     std::vector<formats::TorchItem> items;
     items.reserve(t.size());
     for (const KeptTensor& k : t) items.push_back(k.item);
     const std::vector<const void*> none(t.size(), nullptr);
     if (cache.size() >= 1024) cache.clear();  // bounded: programs with ever new shapes
-    it = cache.emplace(key, formats::plan_torch_archive(stem, items, none)).first;
+    Cached c{std::string(stem), formats::plan_torch_archive(stem, items, none)};
+    it = cache.insert_or_assign(h, std::move(c)).first;  // a colliding layout replaces it
   }
-  dst = it->second;  // copy-assigned: dst's vectors keep their storage
+  dst = it->second.plan;  // copy-assigned: dst's vectors keep their storage
   for (std::size_t i = 0; i < dst.crc_slots.size(); ++i) {
     auto& piece = dst.pieces[dst.crc_slots[i].piece];
     piece.data = t[i].data;

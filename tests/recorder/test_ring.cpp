@@ -366,6 +366,26 @@ TEST_F(RingTest, AWriteOutsideTheLibraryBetweenSampledBytesNeedsVerifyFull) {
   }
 }
 
+TEST_F(RingTest, AWriteOutsideTheLibraryToASampledWordIsSeenAtTheEighthShare) {
+  // Above 4 KiB, sampled mode compares a span's first and last 64 bytes with the kept copy on
+  // every share, and its 64 sampled words on every 8th share of the kept copy only: a write
+  // outside the library that reaches a sampled word but neither edge is seen by the 8th call
+  // that would share the copy; the 7 before it share the earlier bytes (docs/LOGGING.md).
+  recorder::start(config(16));
+  Tensor w = filled(16384, 0.5);  // 65536 bytes: samples every (65536 - 8) / 63 = 1040 bytes
+  ring_probe(w, 0);               // kept: the copy's share count starts at 0
+  static_cast<float*>(w.data_ptr())[8320] = 7.0f;  // byte 33280 = sample 32, in no edge
+  for (int i = 0; i < 8; ++i) ring_probe(w, 0);
+  const auto c = calls(recorder::dump_ring("sampled_word"));
+  ASSERT_EQ(c.size(), 9u);
+  for (std::size_t k = 0; k < c.size(); ++k) {
+    const double seen =
+        load_torch((c[k] / "inputs.pt").string())[0].second.to_double_vector()[8320];
+    EXPECT_EQ(seen, k == 8 ? 7.0 : 0.5) << "call " << k;
+  }
+  recorder::stop();
+}
+
 TEST_F(RingTest, FreedMemoryAtTheSameAddressIsNotShared) {
   recorder::start(config(8));
   // Small tensors (fingerprinted whole) and a storage freed and allocated again: even when
