@@ -178,10 +178,20 @@ std::string json_escaped(std::string_view s) {
 // yet: the call's InputRecord and, once it completed, `out` (recorder/record_tape.h) are
 // written as text only when a dump is (the record text built for every kept call was about a
 // third of the hooks' time, session 11).
+// One archive of a kept call: a layout shared by every call whose tensors have the same
+// metadata (names, dtypes, shapes, strides, spans: immutable, CRC fields unfilled) and the
+// call's own bytes for each item. A dump writes it with formats::write_archive_layout, which
+// computes the CRCs on the way (copying the layout into every kept call was ~15 % of the
+// hooks' time, most of it cache misses on the call's cold copy, session 14).
+struct KeptArchive {
+  std::shared_ptr<const formats::ArchivePlan> layout;
+  std::vector<formats::ArchivePlan::Piece> data;  // item i's bytes (pointer, size, patches)
+};
+
 struct CallFiles {
   OutputRecord out;       // line 2's additions, when `complete`
   bool complete = false;  // line 2 (completed) follows line 1 (inputs_saved)
-  formats::ArchivePlan inputs, outputs, mutated;
+  KeptArchive inputs, outputs, mutated;
   bool has_inputs = false, has_outputs = false, has_mutated = false;
 };
 
@@ -512,41 +522,16 @@ bool append_written_ranges(const OpDecl& decl, std::span<const Value> args, cons
   return true;
 }
 
-// Whether two laid-out archives write the same bytes: the same pieces over the same blobs (so
-// the same tensor bytes), and the same header bytes except for CRC fields that one of them may
-// not have filled in yet (they follow from the same blob bytes). No allocation: the crash
-// handler calls it.
-bool same_archive(const formats::ArchivePlan& a, const formats::ArchivePlan& b) noexcept {
-  if (a.size != b.size || a.pieces.size() != b.pieces.size() ||
-      a.crc_slots.size() != b.crc_slots.size() || a.header.size() != b.header.size()) {
-    return false;
-  }
-  for (std::size_t i = 0; i < a.pieces.size(); ++i) {
-    const auto &x = a.pieces[i], &y = b.pieces[i];
-    if (x.data != y.data || x.at != y.at || x.size != y.size || x.patches != y.patches ||
+// Whether two kept archives write the same bytes: the same layout over the same blobs (so the
+// same tensor bytes and CRCs). No allocation: the crash handler calls it.
+bool same_archive(const KeptArchive& a, const KeptArchive& b) noexcept {
+  if (a.layout != b.layout || a.data.size() != b.data.size()) return false;
+  for (std::size_t i = 0; i < a.data.size(); ++i) {
+    const auto &x = a.data[i], &y = b.data[i];
+    if (x.data != y.data || x.size != y.size || x.patches != y.patches ||
         x.n_patches != y.n_patches) {
       return false;
     }
-  }
-  for (std::size_t i = 0; i < a.crc_slots.size(); ++i) {
-    const auto &x = a.crc_slots[i], &y = b.crc_slots[i];
-    if (x.piece != y.piece || x.local_at != y.local_at || x.central_at != y.central_at) {
-      return false;
-    }
-  }
-  if (a.header.empty() || std::memcmp(a.header.data(), b.header.data(), a.header.size()) == 0) {
-    return true;
-  }
-  const auto in_crc = [&](std::size_t at) {
-    for (const auto& c : a.crc_slots) {
-      if ((at >= c.local_at && at < c.local_at + 4) ||
-          (at >= c.central_at && at < c.central_at + 4))
-        return true;
-    }
-    return false;
-  };
-  for (std::size_t i = 0; i < a.header.size(); ++i) {
-    if (a.header[i] != b.header[i] && !in_crc(i)) return false;
   }
   return true;
 }
@@ -632,8 +617,8 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // A recorded (or filtered-out) call wrote `tensors`: kept spans overlapping them are stale.
   void note_writes(const NamedTensors& tensors);
   void note_write_locked(const Tensor& t);
-  // Lays out an archive of `t` into `dst` (its storage reused).
-  void plan(formats::ArchivePlan& dst, std::string_view stem, const std::vector<KeptTensor>& t);
+  // Points `dst` at the layout of an archive of `t` (shared) and at t's bytes.
+  void plan(KeptArchive& dst, std::string_view stem, const std::vector<KeptTensor>& t);
   void publish(const std::shared_ptr<RingCall>& call);
   void evict_oldest_locked();
   void release_locked(RingCall& c);
@@ -649,7 +634,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // `reason`/`signo` and `trigger` go to trigger.json. Returns false if nothing was written.
   // An archive file already written in the dump being written: an equal one is linked to it.
   struct WrittenArchive {
-    const formats::ArchivePlan* plan = nullptr;
+    const KeptArchive* archive = nullptr;
     const RingCall* call = nullptr;
     std::string_view stem;  // schema::kInputsStem ...
   };
@@ -1036,18 +1021,16 @@ void RingRecorder::note_writes(const NamedTensors& tensors) {
   for (const auto& [key, t] : tensors) note_write_locked(t);
 }
 
-void RingRecorder::plan(formats::ArchivePlan& dst, std::string_view stem,
-                        const std::vector<KeptTensor>& t) {
+void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vector<KeptTensor>& t) {
   // An archive's layout depends on its tensors' names, dtypes, shapes, strides and spans only;
-  // the tensor bytes are pointers in it. A decode step calls the same ops with the same
-  // layouts over and over, so the layouts are cached per thread (no lock) and a kept call
-  // copies one and points it at its own blobs (the pickling and zip headers took a sixth of
-  // the ring's time). The cache is keyed by a hash of the layout, computed in place, and a hit
-  // is confirmed against the cached plan's own items (building a string key per call was a
-  // third of this function's time).
+  // the tensor bytes are pointers beside it. A decode step calls the same ops with the same
+  // layouts over and over, so the layouts are made once, cached per thread (no lock) and
+  // shared by the kept calls (the pickling and zip headers took a sixth of the ring's time,
+  // session 9; copying the cached layout into each call ~15 %, session 14). The cache is keyed
+  // by a hash of the metadata, and a hit is confirmed against the layout's own items.
   struct Cached {
     std::string stem;
-    formats::ArchivePlan plan;
+    std::shared_ptr<const formats::ArchivePlan> layout;
   };
   thread_local std::unordered_map<uint64_t, Cached> cache;
   uint64_t h = std::hash<std::string_view>{}(stem);
@@ -1062,9 +1045,9 @@ void RingRecorder::plan(formats::ArchivePlan& dst, std::string_view stem,
     for (const int64_t v : k.item.strides) mix(static_cast<uint64_t>(v));
   }
   const auto same = [&](const Cached& c) {
-    if (c.stem != stem || !c.plan.items || c.plan.items->size() != t.size()) return false;
+    if (c.stem != stem || !c.layout->items || c.layout->items->size() != t.size()) return false;
     for (std::size_t i = 0; i < t.size(); ++i) {
-      const formats::TorchItem &a = (*c.plan.items)[i], &b = t[i].item;
+      const formats::TorchItem &a = (*c.layout->items)[i], &b = t[i].item;
       if (a.dtype != b.dtype || a.offset != b.offset || a.span != b.span || a.name != b.name ||
           a.shape != b.shape || a.strides != b.strides) {
         return false;
@@ -1079,15 +1062,16 @@ void RingRecorder::plan(formats::ArchivePlan& dst, std::string_view stem,
     for (const KeptTensor& k : t) items.push_back(k.item);
     const std::vector<const void*> none(t.size(), nullptr);
     if (cache.size() >= 1024) cache.clear();  // bounded: programs with ever new shapes
-    Cached c{std::string(stem), formats::plan_torch_archive(stem, items, none)};
+    Cached c{std::string(stem), std::make_shared<const formats::ArchivePlan>(
+                                    formats::plan_torch_archive(stem, items, none))};
     it = cache.insert_or_assign(h, std::move(c)).first;  // a colliding layout replaces it
   }
-  dst = it->second.plan;  // copy-assigned: dst's vectors keep their storage
-  for (std::size_t i = 0; i < dst.crc_slots.size(); ++i) {
-    auto& piece = dst.pieces[dst.crc_slots[i].piece];
-    piece.data = t[i].data;
-    piece.patches = t[i].patches;
-    piece.n_patches = t[i].n_patches;
+  const formats::ArchivePlan& layout = *it->second.layout;
+  if (dst.layout != it->second.layout) dst.layout = it->second.layout;
+  dst.data.resize(t.size());
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    dst.data[i] = {t[i].data, 0, layout.pieces[layout.crc_slots[i].piece].size, t[i].patches,
+                   t[i].n_patches};
   }
 }
 
@@ -1574,7 +1558,7 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
     ::close(meta);
     struct Side {
       bool has;
-      formats::ArchivePlan* plan;
+      const KeptArchive* archive;
       std::string_view stem;
     };
     const Side sides[] = {{f->has_inputs, &f->inputs, schema::kInputsStem},
@@ -1583,7 +1567,8 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
     for (const Side& s : sides) {
       if (!s.has) continue;
       if (cfg_.dedup) {  // <stem>.refs.json, each blob once per dump (ring_dedup_dump.h)
-        write_ring_dedup_side(root, c->dir_name, s.stem, *s.plan);
+        write_ring_dedup_side(root, c->dir_name, s.stem, *s.archive->layout->items,
+                              s.archive->data.data());
         continue;
       }
       char name[32];
@@ -1597,7 +1582,7 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
       // so upstream's loader still finds every call's own file. A copy where link(2) fails.
       bool done = false;
       for (const WrittenArchive& w : archives) {
-        if (w.stem != s.stem || !same_archive(*w.plan, *s.plan)) continue;
+        if (w.stem != s.stem || !same_archive(*w.archive, *s.archive)) continue;
         if (path_into(linked, sizeof(linked), w.call->dir_name.c_str(), file)) {
           ::unlink(path);  // a file left by an earlier attempt at the same path
           done = ::link(linked, path) == 0;
@@ -1607,9 +1592,9 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
       if (done) continue;
       const int fd = open_new(path);
       if (fd < 0) continue;
-      const bool ok = formats::write_archive_plan(fd, *s.plan);
+      const bool ok = formats::write_archive_layout(fd, *s.archive->layout, s.archive->data.data());
       ::close(fd);
-      if (ok && archives.size() < archives.capacity()) archives.push_back({s.plan, c, s.stem});
+      if (ok && archives.size() < archives.capacity()) archives.push_back({s.archive, c, s.stem});
     }
     ++written;
     last = c;
