@@ -893,7 +893,8 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
                         std::vector<std::shared_ptr<Blob>>& owner, bool* nonfinite,
                         const std::vector<std::shared_ptr<Blob>>* prior,
                         const std::vector<Ranges>* written) {
-  out.resize(tensors.size());
+  thread_local std::vector<KeptTensor> spare;
+  resize_reusing(out, tensors.size(), spare);
   for (std::size_t ti = 0; ti < tensors.size(); ++ti) {
     const auto& [key, t] = tensors[ti];
     KeptTensor& k = out[ti];
@@ -1026,48 +1027,36 @@ void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vect
   // the tensor bytes are pointers beside it. A decode step calls the same ops with the same
   // layouts over and over, so the layouts are made once, cached per thread (no lock) and
   // shared by the kept calls (the pickling and zip headers took a sixth of the ring's time,
-  // session 9; copying the cached layout into each call ~15 %, session 14). The cache is keyed
-  // by a hash of the metadata, and a hit is confirmed against the layout's own items.
-  struct Cached {
-    std::string stem;
-    std::shared_ptr<const formats::ArchivePlan> layout;
-  };
-  thread_local std::unordered_map<uint64_t, Cached> cache;
-  uint64_t h = std::hash<std::string_view>{}(stem);
-  const auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x9E3779B97F4A7C15ull + (h >> 29); };
+  // session 9; copying the cached layout into each call ~15 %, session 14). The key is the
+  // metadata laid end to end in one buffer: built in warm memory and compared with one memcmp
+  // (comparing against the layout's own items instead chased their cold heap blocks).
+  thread_local std::unordered_map<std::string, std::shared_ptr<const formats::ArchivePlan>> cache;
+  thread_local std::string key;
+  key.assign(stem);
+  const auto put = [](const void* p, std::size_t n) { key.append(static_cast<const char*>(p), n); };
   for (const KeptTensor& k : t) {
-    mix(std::hash<std::string_view>{}(k.item.name));
-    mix(static_cast<uint64_t>(k.item.dtype));
-    mix(static_cast<uint64_t>(k.item.offset));
-    mix(static_cast<uint64_t>(k.item.span));
-    mix(k.item.shape.size());
-    for (const int64_t v : k.item.shape) mix(static_cast<uint64_t>(v));
-    for (const int64_t v : k.item.strides) mix(static_cast<uint64_t>(v));
+    const uint64_t sizes[] = {k.item.name.size(), static_cast<uint64_t>(k.item.dtype),
+                              k.item.shape.size(), static_cast<uint64_t>(k.item.offset),
+                              static_cast<uint64_t>(k.item.span)};
+    put(sizes, sizeof(sizes));
+    key += k.item.name;
+    put(k.item.shape.data(), k.item.shape.size() * sizeof(int64_t));
+    put(k.item.strides.data(), k.item.strides.size() * sizeof(int64_t));
   }
-  const auto same = [&](const Cached& c) {
-    if (c.stem != stem || !c.layout->items || c.layout->items->size() != t.size()) return false;
-    for (std::size_t i = 0; i < t.size(); ++i) {
-      const formats::TorchItem &a = (*c.layout->items)[i], &b = t[i].item;
-      if (a.dtype != b.dtype || a.offset != b.offset || a.span != b.span || a.name != b.name ||
-          a.shape != b.shape || a.strides != b.strides) {
-        return false;
-      }
-    }
-    return true;
-  };
-  auto it = cache.find(h);
-  if (it == cache.end() || !same(it->second)) {
+  auto it = cache.find(key);
+  if (it == cache.end()) {
     std::vector<formats::TorchItem> items;
     items.reserve(t.size());
     for (const KeptTensor& k : t) items.push_back(k.item);
     const std::vector<const void*> none(t.size(), nullptr);
     if (cache.size() >= 1024) cache.clear();  // bounded: programs with ever new shapes
-    Cached c{std::string(stem), std::make_shared<const formats::ArchivePlan>(
-                                    formats::plan_torch_archive(stem, items, none))};
-    it = cache.insert_or_assign(h, std::move(c)).first;  // a colliding layout replaces it
+    it = cache
+             .emplace(key, std::make_shared<const formats::ArchivePlan>(
+                               formats::plan_torch_archive(stem, items, none)))
+             .first;
   }
-  const formats::ArchivePlan& layout = *it->second.layout;
-  if (dst.layout != it->second.layout) dst.layout = it->second.layout;
+  const formats::ArchivePlan& layout = *it->second;
+  if (dst.layout != it->second) dst.layout = it->second;
   dst.data.resize(t.size());
   for (std::size_t i = 0; i < t.size(); ++i) {
     dst.data[i] = {t[i].data, 0, layout.pieces[layout.crc_slots[i].piece].size, t[i].patches,
