@@ -605,7 +605,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   void keep(const NamedTensors& tensors, std::vector<KeptTensor>& out,
             std::vector<std::shared_ptr<Blob>>& owner, bool* nonfinite = nullptr,
             const std::vector<std::shared_ptr<Blob>>* prior = nullptr,
-            const std::vector<Ranges>* written = nullptr);
+            const std::vector<Ranges>* written = nullptr, bool just_written = false);
   // `before`'s span (the same `at`, `n` bytes) after writes to `written`: its base with the
   // written ranges (and `before`'s own patches) copied from `src`, the live bytes. Null when
   // that would not be small (then a whole copy is the new base).
@@ -897,7 +897,7 @@ std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before
 void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& out,
                         std::vector<std::shared_ptr<Blob>>& owner, bool* nonfinite,
                         const std::vector<std::shared_ptr<Blob>>* prior,
-                        const std::vector<Ranges>* written) {
+                        const std::vector<Ranges>* written, bool just_written) {
   thread_local std::vector<KeptTensor> spare;
   resize_reusing(out, tensors.size(), spare);
   for (std::size_t ti = 0; ti < tensors.size(); ++ti) {
@@ -925,8 +925,18 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
       // and equal to the kept copy where same_as_kept compares (CPU only: reading device
       // memory here would wait for the stream) is the same content.
       at = SpanKey{device_code(t.device()), reinterpret_cast<uintptr_t>(src)};
-      std::lock_guard<std::mutex> l(mu_);
-      blob = share_span_locked(*at, n, t, src, cuda);
+      if (just_written) {
+        // The call's outputs and written arguments: note_writes has just dropped every kept
+        // span they overlap, so the table cannot hold them (its lookup, a walk of cold tree
+        // nodes, was a fifth of keep's own time, session 14). Only a span this call kept a
+        // moment ago can (a result that is also a written argument): the same bytes now.
+        for (const auto& b : owner) {
+          if (b && b->where && *b->where == *at && b->size == n) blob = b;
+        }
+      } else {
+        std::lock_guard<std::mutex> l(mu_);
+        blob = share_span_locked(*at, n, t, src, cuda);
+      }
     } else if (!cuda) {
       const XXH128_hash_t h = XXH3_128bits(src, n);
       const BlobKey bk{h.low64, h.high64, n};
@@ -1360,7 +1370,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
       throw std::runtime_error("evicted before it completed");
     }
     blobs.clear();
-    keep(out.tensors, kept_out, blobs, check ? &nan : nullptr);
+    keep(out.tensors, kept_out, blobs, check ? &nan : nullptr, nullptr, nullptr, true);
     // A KV cache an append wrote a few rows into: kept as the bytes it held as this call's
     // input plus the rows written (a delta), not copied whole on every append.
     thread_local std::vector<std::shared_ptr<Blob>> prior;
@@ -1381,7 +1391,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
         }
       }
     }
-    keep(mutated.tensors, kept_mut, blobs, check ? &nan : nullptr, &prior, &written);
+    keep(mutated.tensors, kept_mut, blobs, check ? &nan : nullptr, &prior, &written, true);
     prior.clear();
     files->complete = true;
     files->has_outputs = !kept_out.empty();

@@ -89,6 +89,35 @@ void ring_poke_(const Tensor& x, int64_t i, double v) {
       v);
 }
 
+// A user op that writes v into every element of a float32 `out` and returns it (upstream's
+// out= pattern: the result is the written argument).
+Tensor ring_fill_out(const Tensor& out, double v);
+
+const OpDecl& ring_fill_out_decl() {
+  static const OpDecl& d = [] {
+    OpDecl decl;
+    decl.name = "ring_fill_out";
+    decl.module = "tests.ring";
+    decl.params = {ParamDecl("out", ParamKind::kTensor), ParamDecl("v", ParamKind::kFloat)};
+    decl.params[0].mutated = true;
+    decl.returns = "Tensor";
+    decl.invoke = [](const CallArgs& a) -> Value { return ring_fill_out(a.tensor(0), a.f64(1)); };
+    return std::cref(register_op(std::move(decl)));
+  }();
+  return d;
+}
+
+Tensor ring_fill_out(const Tensor& out, double v) {
+  return call_api(
+      &ring_fill_out_decl,
+      [&] {
+        auto* p = static_cast<float*>(out.data_ptr());
+        for (int64_t k = 0; k < out.numel(); ++k) p[k] = static_cast<float>(v);
+        return out;
+      },
+      out, v);
+}
+
 Tensor filled(int64_t n, double v) {
   return Tensor::from_vector(std::vector<double>(static_cast<std::size_t>(n), v), {n},
                              DType::kFloat32);
@@ -383,6 +412,25 @@ TEST_F(RingTest, AWriteOutsideTheLibraryToASampledWordIsSeenAtTheEighthShare) {
         load_torch((c[k] / "inputs.pt").string())[0].second.to_double_vector()[8320];
     EXPECT_EQ(seen, k == 8 ? 7.0 : 0.5) << "call " << k;
   }
+  recorder::stop();
+}
+
+TEST_F(RingTest, AResultThatIsAlsoAWrittenArgumentIsKeptOnce) {
+  // The outputs and written arguments are kept right after the call's writes are noted: the
+  // result (the written `out` itself) and the mutated `out` are one span, held once.
+  recorder::start(config(8));
+  Tensor out = filled(16384, 0.5);  // 64 KiB
+  ring_fill_out(out, 2.0);
+  // Its input (0.5) and one blob for both the result and the written argument (2.0).
+  EXPECT_EQ(recorder::stats().ring_bytes, 2u * 65536u);
+  const auto c = calls(recorder::dump_ring("out"));
+  ASSERT_EQ(c.size(), 1u);
+  auto first = [&](const char* file) {
+    return load_torch((c[0] / file).string())[0].second.to_double_vector()[0];
+  };
+  EXPECT_EQ(first("inputs.pt"), 0.5);
+  EXPECT_EQ(first("outputs.pt"), 2.0);
+  EXPECT_EQ(first("mutated.pt"), 2.0);
   recorder::stop();
 }
 
