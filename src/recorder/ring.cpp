@@ -927,9 +927,9 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
       at = SpanKey{device_code(t.device()), reinterpret_cast<uintptr_t>(src)};
       if (just_written) {
         // The call's outputs and written arguments: note_writes has just dropped every kept
-        // span they overlap, so the table cannot hold them (its lookup, a walk of cold tree
-        // nodes, was a fifth of keep's own time, session 14). Only a span this call kept a
-        // moment ago can (a result that is also a written argument): the same bytes now.
+        // span they overlap, so the table cannot hold them and is not searched. Only a span
+        // this call kept a moment ago can (a result that is also a written argument): the
+        // same bytes now.
         for (const auto& b : owner) {
           if (b && b->where && *b->where == *at && b->size == n) blob = b;
         }
