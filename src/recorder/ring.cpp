@@ -205,8 +205,7 @@ struct RingCall {
   std::vector<std::shared_ptr<Blob>> blobs;  // keeps every tensor's bytes alive
   std::unique_ptr<CallFiles> begin, end;
   std::atomic<CallFiles*> files{nullptr};
-  InputRecord rec;                 // line 1's record, structured
-  std::vector<KeptTensor> inputs;  // their blob references are in `blobs` only
+  InputRecord rec;  // line 1's record, structured
   bool evicted = false;
   std::size_t slot = 0;  // its index in slots_ (kept index % N)
   // A wrapper's setup call (`__init__`, `plan`, `begin_forward`) and its object: once evicted
@@ -1260,7 +1259,10 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     }
     const int64_t pseq = process_sequence_.fetch_add(1, std::memory_order_relaxed) + 1;
     fill_input_record(call->rec, decl, args, seq, ts, pid_, &tail_of(decl), self_id, pseq, ex);
-    keep(ex.tensors, call->inputs, call->blobs);
+    // The kept inputs' metadata is needed only to lay out the archive below: per thread, in
+    // warm memory (the call's record has its own copy, rec.tensors; blobs[j] is input j's).
+    thread_local std::vector<KeptTensor> kept_in;
+    keep(ex.tensors, kept_in, call->blobs);
     // <ts>_pid<PID>_<name>_call<NNNN>, laid out in one string (the concatenations and
     // snprintf it replaces were a few percent of the hook's time).
     char digits[48];
@@ -1298,8 +1300,8 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
         call->begin ? std::move(call->begin) : std::make_unique<CallFiles>();
     files->complete = false;
     files->has_outputs = files->has_mutated = false;
-    files->has_inputs = !call->inputs.empty();
-    if (files->has_inputs) plan(files->inputs, schema::kInputsStem, call->inputs);
+    files->has_inputs = !kept_in.empty();
+    if (files->has_inputs) plan(files->inputs, schema::kInputsStem, kept_in);
     call->begin = std::move(files);
     call->files.store(call->begin.get(), std::memory_order_release);
     publish(call);
@@ -1386,8 +1388,8 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
         if (!append_written_ranges(decl, args, t, begin, written[m])) continue;
         std::lock_guard<std::mutex> l(mu_);
         if (call->evicted) break;
-        for (std::size_t j = 0; j < call->inputs.size() && j < call->blobs.size(); ++j) {
-          if (call->inputs[j].item.name == key) prior[m] = call->blobs[j];
+        for (std::size_t j = 0; j < call->rec.tensors.size() && j < call->blobs.size(); ++j) {
+          if (call->rec.tensors[j].key == key) prior[m] = call->blobs[j];
         }
       }
     }
