@@ -191,6 +191,61 @@ bool write_archive_plan(int fd, ArchivePlan& plan) noexcept {
   return true;
 }
 
+bool write_archive_layout(int fd, const ArchivePlan& layout,
+                          const ArchivePlan::Piece* data) noexcept {
+  const std::size_t items = layout.crc_slots.size();
+  // The CRCs, computed once (an archive of more items recomputes the rest where needed).
+  constexpr std::size_t kKept = 256;
+  uint32_t crcs[kKept];
+  for (std::size_t k = 0; k < items && k < kKept; ++k) crcs[k] = piece_crc(data[k]);
+  const auto crc_of = [&](std::size_t k) { return k < kKept ? crcs[k] : piece_crc(data[k]); };
+  // Header bytes [at, at + n), with every CRC field inside it (4 bytes at local_at or
+  // central_at; local headers come before the central directory, both in item order) written
+  // from the table instead of the layout.
+  const auto write_header = [&](uint64_t at, uint64_t n) noexcept {
+    uint64_t pos = at;
+    const uint64_t end = at + n;
+    for (int central = 0; central < 2; ++central) {
+      for (std::size_t k = 0; k < items; ++k) {
+        const ArchivePlan::CrcSlot& slot = layout.crc_slots[k];
+        const uint64_t f = central ? slot.central_at : slot.local_at;
+        if (f < pos || f + 4 > end) continue;
+        if (f > pos && !write_all(fd, layout.header.data() + pos, f - pos)) return false;
+        const uint32_t c = crc_of(k);
+        const uint8_t le[4] = {static_cast<uint8_t>(c), static_cast<uint8_t>(c >> 8),
+                               static_cast<uint8_t>(c >> 16), static_cast<uint8_t>(c >> 24)};
+        if (!write_all(fd, le, 4)) return false;
+        pos = f + 4;
+      }
+    }
+    return pos >= end || write_all(fd, layout.header.data() + pos, end - pos);
+  };
+  std::size_t i = 0, k = 0;
+  while (i < layout.pieces.size()) {
+    if (k < items && layout.crc_slots[k].piece == i) {
+      if (!for_each_run(data[k],
+                        [&](const uint8_t* b, uint64_t n) { return write_all(fd, b, n); })) {
+        return false;
+      }
+      ++k;
+      ++i;
+      continue;
+    }
+    // Consecutive header pieces are adjacent in `header`: coalesced into one range.
+    const ArchivePlan::Piece& p = layout.pieces[i];
+    uint64_t at = p.at, n = p.size;
+    std::size_t j = i + 1;
+    while (j < layout.pieces.size() && !(k < items && layout.crc_slots[k].piece == j) &&
+           layout.pieces[j].at == at + n) {
+      n += layout.pieces[j].size;
+      ++j;
+    }
+    if (n && !write_header(at, n)) return false;
+    i = j;
+  }
+  return true;
+}
+
 bool writev_archive_plan(int fd, ArchivePlan& plan) noexcept {
   for (const ArchivePlan::Piece& p : plan.pieces) {
     if (p.n_patches) return write_archive_plan(fd, plan);  // patched bytes: written run by run

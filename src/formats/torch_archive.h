@@ -92,6 +92,14 @@ ArchivePlan plan_torch_archive(std::string_view stem, const std::vector<TorchIte
 /// write(2) only: async-signal-safe (no allocation, no locks). False when a write failed.
 bool write_archive_plan(int fd, ArchivePlan& plan) noexcept;
 
+/// Writes the archive `layout` lays out with item i's bytes taken from `data[i]` (a piece with
+/// its own pointer, size and patches; the layout's data pointers are not read), computing the
+/// CRCs on the way and writing them in place of the layout's CRC fields: the layout is only
+/// read, so one layout serves every ring call with the same tensor metadata. Async-signal-safe
+/// (no allocation, no locks); the bytes are write_archive_plan's for the same plan and data.
+bool write_archive_layout(int fd, const ArchivePlan& layout,
+                          const ArchivePlan::Piece* data) noexcept;
+
 /// The same with writev(2): a small archive is one system call (record-everything mode writes
 /// two per call on its critical path).
 bool writev_archive_plan(int fd, ArchivePlan& plan) noexcept;

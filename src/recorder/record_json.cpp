@@ -220,7 +220,15 @@ void size_members(std::string& s, std::string_view bytes_key, std::string_view m
 
 void Extracted::add(const std::string& key, const Tensor& t) {
   devices.push_back(t.device());
-  tensors.emplace_back(key, by_reference ? t : detail::to_device_keep_layout(t, Device::cpu()));
+  if (by_reference && !spare.empty()) {
+    auto& e = spare.back();
+    e.first.assign(key);
+    e.second = t;  // copy-assigned: the shape and stride vectors keep their buffers
+    tensors.push_back(std::move(e));
+    spare.pop_back();
+  } else {
+    tensors.emplace_back(key, by_reference ? t : detail::to_device_keep_layout(t, Device::cpu()));
+  }
   bytes += t.nbytes();
 }
 
@@ -332,7 +340,8 @@ void fill_input_record(InputRecord& rec, const OpDecl& decl, std::span<const Val
   rec.self_id = self_id;
   rec.process_sequence = process_sequence;
   rec.bytes = ex.bytes;
-  rec.tensors.resize(ex.tensors.size());
+  thread_local std::vector<TensorMeta> spare_meta;
+  resize_reusing(rec.tensors, ex.tensors.size(), spare_meta);
   for (std::size_t i = 0; i < ex.tensors.size(); ++i) {
     set_tensor_meta(rec.tensors[i], ex.tensors[i].first, ex.tensors[i].second);
     rec.tensors[i].device = ex.devices[i];
@@ -344,12 +353,13 @@ void fill_output_record(OutputRecord& rec, const OpDecl& decl, std::span<const V
   extract_result_tape(result, out, rec.metadata);
   extract_mutated_into(decl, args, mutated);
   rec.bytes = out.bytes;
-  rec.outputs.resize(out.tensors.size());
+  thread_local std::vector<TensorMeta> spare_meta;
+  resize_reusing(rec.outputs, out.tensors.size(), spare_meta);
   for (std::size_t i = 0; i < out.tensors.size(); ++i) {
     set_tensor_meta(rec.outputs[i], out.tensors[i].first, out.tensors[i].second);
     rec.outputs[i].device = out.devices[i];
   }
-  rec.mutated.resize(mutated.tensors.size());
+  resize_reusing(rec.mutated, mutated.tensors.size(), spare_meta);
   for (std::size_t i = 0; i < mutated.tensors.size(); ++i) {
     set_tensor_meta(rec.mutated[i], mutated.tensors[i].first, mutated.tensors[i].second);
     rec.mutated[i].device = mutated.devices[i];
@@ -357,6 +367,12 @@ void fill_output_record(OutputRecord& rec, const OpDecl& decl, std::span<const V
 }
 
 void Extracted::clear() {
+  static const Tensor kNone;
+  for (auto& e : tensors) {
+    if (spare.size() >= 64) break;
+    e.second = kNone;  // the tensor is let go; its vectors' buffers stay
+    spare.push_back(std::move(e));
+  }
   tensors.clear();
   devices.clear();
   bytes = 0;

@@ -178,10 +178,20 @@ std::string json_escaped(std::string_view s) {
 // yet: the call's InputRecord and, once it completed, `out` (recorder/record_tape.h) are
 // written as text only when a dump is (the record text built for every kept call was about a
 // third of the hooks' time, session 11).
+// One archive of a kept call: a layout shared by every call whose tensors have the same
+// metadata (names, dtypes, shapes, strides, spans: immutable, CRC fields unfilled) and the
+// call's own bytes for each item. A dump writes it with formats::write_archive_layout, which
+// computes the CRCs on the way (copying the layout into every kept call was ~15 % of the
+// hooks' time, most of it cache misses on the call's cold copy, session 14).
+struct KeptArchive {
+  std::shared_ptr<const formats::ArchivePlan> layout;
+  std::vector<formats::ArchivePlan::Piece> data;  // item i's bytes (pointer, size, patches)
+};
+
 struct CallFiles {
   OutputRecord out;       // line 2's additions, when `complete`
   bool complete = false;  // line 2 (completed) follows line 1 (inputs_saved)
-  formats::ArchivePlan inputs, outputs, mutated;
+  KeptArchive inputs, outputs, mutated;
   bool has_inputs = false, has_outputs = false, has_mutated = false;
 };
 
@@ -195,8 +205,7 @@ struct RingCall {
   std::vector<std::shared_ptr<Blob>> blobs;  // keeps every tensor's bytes alive
   std::unique_ptr<CallFiles> begin, end;
   std::atomic<CallFiles*> files{nullptr};
-  InputRecord rec;                 // line 1's record, structured
-  std::vector<KeptTensor> inputs;  // their blob references are in `blobs` only
+  InputRecord rec;  // line 1's record, structured
   bool evicted = false;
   std::size_t slot = 0;  // its index in slots_ (kept index % N)
   // A wrapper's setup call (`__init__`, `plan`, `begin_forward`) and its object: once evicted
@@ -303,44 +312,68 @@ constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 
 // A kept span in the default mode: sharing it again needs the same storage object (not only
 // the same address: freed memory is reused), no library write to the span since (entries are
-// erased by note_write), and the same sampled fingerprint (writes made outside the library).
+// erased by note_write), and the live bytes equal to the kept copy where they are compared
+// (writes made outside the library: same_as_kept).
 struct SpanEntry {
   uint64_t bytes = 0;
   std::weak_ptr<Blob> blob;
   std::weak_ptr<Storage> storage;
-  uint64_t fingerprint = 0;
+  uint32_t shares = 0;  // times shared since kept
 };
 
 int64_t device_code(const Device& d) {
   return static_cast<int64_t>(d.type) * 65536 + static_cast<int64_t>(d.index);
 }
 
-// Spans up to this size are fingerprinted whole; larger ones by samples.
-constexpr uint64_t kWholeFingerprintBytes = 4096;
-constexpr int kFingerprintSamples = 64;  // 8-byte words spread evenly over the span
+// Spans up to this size are compared whole; larger ones by their edges and samples.
+constexpr uint64_t kWholeCompareBytes = 4096;
+constexpr uint64_t kEdgeBytes = 64;
+constexpr int kSamples = 64;  // 8-byte words spread evenly over the span
+// Shares of a span over 4 KiB between two comparisons of its sampled words: the 64 samples lie
+// in up to 64 pages, and reading them on every call that passes a weight was the largest single
+// cost of the hooks (sessions 12-14: a TLB and cache miss per sample, ~10 % of the ring's time
+// in a decode step). The edges are compared on every share.
+constexpr uint32_t kSampleEvery = 8;
 
-// The default mode's check for writes made outside the library (docs/LOGGING.md): the whole
-// span when small; otherwise its first and last 64 bytes and 64 words spread evenly, about
-// 640 bytes read whatever the size. A write that changes none of the sampled bytes (a few
-// elements in the middle of a large tensor) is not seen; FLASHINFER_DUMP_RING_VERIFY=full is.
-uint64_t fingerprint(const uint8_t* p, uint64_t n) {
-  if (n <= kWholeFingerprintBytes) return XXH3_64bits(p, n);
-  std::array<uint64_t, 16 + kFingerprintSamples + 1> words{};
-  const uint64_t step = (n - 8) / (kFingerprintSamples - 1);
-  // The samples of a large weight are cache (and TLB) misses, one per sample: asked for all at
-  // once, they overlap instead of each waiting for the one before (perf: this read was the
-  // largest single cost of a GEMM call's hook).
-  for (int i = 0; i < kFingerprintSamples; ++i) {
-    __builtin_prefetch(p + step * static_cast<uint64_t>(i));
+// Whether the live bytes src[at, at + len) equal what blob `b` kept there (a delta: its base
+// with its patches laid over).
+bool kept_equals(const Blob& b, const uint8_t* src, uint64_t at, uint64_t len) {
+  if (!b.base) return std::memcmp(b.data + at, src + at, len) == 0;
+  const uint8_t* base = b.base->data;
+  uint64_t pos = at;
+  const uint64_t end = at + len;
+  for (const formats::Patch& q : b.patches) {
+    if (q.at + q.size <= pos) continue;
+    if (q.at >= end) break;
+    if (q.at > pos) {
+      if (std::memcmp(base + pos, src + pos, q.at - pos) != 0) return false;
+      pos = q.at;
+    }
+    const uint64_t e = std::min(end, q.at + q.size);
+    if (std::memcmp(q.bytes + (pos - q.at), src + pos, e - pos) != 0) return false;
+    pos = e;
   }
-  __builtin_prefetch(p + n - 64);
-  std::memcpy(words.data(), p, 64);
-  std::memcpy(words.data() + 8, p + n - 64, 64);
-  for (int i = 0; i < kFingerprintSamples; ++i) {
-    std::memcpy(&words[16 + static_cast<std::size_t>(i)], p + step * static_cast<uint64_t>(i), 8);
+  return pos >= end || std::memcmp(base + pos, src + pos, end - pos) == 0;
+}
+
+// The default mode's check for writes made outside the library (docs/LOGGING.md), against the
+// kept copy itself (no hash: exact where it looks): the whole span up to 4 KiB; above that its
+// first and last 64 bytes on every share, and on every kSampleEvery-th share of the entry also
+// 64 words spread evenly. A write that changes none of the compared bytes (a few elements in
+// the middle of a large tensor) is not seen; FLASHINFER_DUMP_RING_VERIFY=full is.
+bool same_as_kept(const Blob& b, const uint8_t* src, uint64_t n, uint32_t shares) {
+  if (n <= kWholeCompareBytes) return kept_equals(b, src, 0, n);
+  if (!kept_equals(b, src, 0, kEdgeBytes) || !kept_equals(b, src, n - kEdgeBytes, kEdgeBytes)) {
+    return false;
   }
-  words.back() = n;
-  return XXH3_64bits(words.data(), sizeof(words));
+  if (shares % kSampleEvery != 0) return true;
+  const uint64_t step = (n - 8) / (kSamples - 1);
+  // Asked for all at once, the samples' misses overlap instead of each waiting for the last.
+  for (int i = 0; i < kSamples; ++i) __builtin_prefetch(src + step * static_cast<uint64_t>(i));
+  for (int i = 0; i < kSamples; ++i) {
+    if (!kept_equals(b, src, step * static_cast<uint64_t>(i), 8)) return false;
+  }
+  return true;
 }
 
 // Whether `n` elements at `p` hold a NaN or an Inf: an element whose exponent bits are all ones.
@@ -488,41 +521,16 @@ bool append_written_ranges(const OpDecl& decl, std::span<const Value> args, cons
   return true;
 }
 
-// Whether two laid-out archives write the same bytes: the same pieces over the same blobs (so
-// the same tensor bytes), and the same header bytes except for CRC fields that one of them may
-// not have filled in yet (they follow from the same blob bytes). No allocation: the crash
-// handler calls it.
-bool same_archive(const formats::ArchivePlan& a, const formats::ArchivePlan& b) noexcept {
-  if (a.size != b.size || a.pieces.size() != b.pieces.size() ||
-      a.crc_slots.size() != b.crc_slots.size() || a.header.size() != b.header.size()) {
-    return false;
-  }
-  for (std::size_t i = 0; i < a.pieces.size(); ++i) {
-    const auto &x = a.pieces[i], &y = b.pieces[i];
-    if (x.data != y.data || x.at != y.at || x.size != y.size || x.patches != y.patches ||
+// Whether two kept archives write the same bytes: the same layout over the same blobs (so the
+// same tensor bytes and CRCs). No allocation: the crash handler calls it.
+bool same_archive(const KeptArchive& a, const KeptArchive& b) noexcept {
+  if (a.layout != b.layout || a.data.size() != b.data.size()) return false;
+  for (std::size_t i = 0; i < a.data.size(); ++i) {
+    const auto &x = a.data[i], &y = b.data[i];
+    if (x.data != y.data || x.size != y.size || x.patches != y.patches ||
         x.n_patches != y.n_patches) {
       return false;
     }
-  }
-  for (std::size_t i = 0; i < a.crc_slots.size(); ++i) {
-    const auto &x = a.crc_slots[i], &y = b.crc_slots[i];
-    if (x.piece != y.piece || x.local_at != y.local_at || x.central_at != y.central_at) {
-      return false;
-    }
-  }
-  if (a.header.empty() || std::memcmp(a.header.data(), b.header.data(), a.header.size()) == 0) {
-    return true;
-  }
-  const auto in_crc = [&](std::size_t at) {
-    for (const auto& c : a.crc_slots) {
-      if ((at >= c.local_at && at < c.local_at + 4) ||
-          (at >= c.central_at && at < c.central_at + 4))
-        return true;
-    }
-    return false;
-  };
-  for (std::size_t i = 0; i < a.header.size(); ++i) {
-    if (a.header[i] != b.header[i] && !in_crc(i)) return false;
   }
   return true;
 }
@@ -596,19 +604,20 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   void keep(const NamedTensors& tensors, std::vector<KeptTensor>& out,
             std::vector<std::shared_ptr<Blob>>& owner, bool* nonfinite = nullptr,
             const std::vector<std::shared_ptr<Blob>>* prior = nullptr,
-            const std::vector<Ranges>* written = nullptr);
+            const std::vector<Ranges>* written = nullptr, bool just_written = false);
   // `before`'s span (the same `at`, `n` bytes) after writes to `written`: its base with the
   // written ranges (and `before`'s own patches) copied from `src`, the live bytes. Null when
   // that would not be small (then a whole copy is the new base).
   std::shared_ptr<Blob> delta_of(const std::shared_ptr<Blob>& before, const SpanKey& at,
                                  const Ranges& written, const uint8_t* src, uint64_t n);
+  // `src`: the live bytes (CPU; unread for CUDA).
   std::shared_ptr<Blob> share_span_locked(const SpanKey& at, uint64_t n, const Tensor& t,
-                                          uint64_t fp);
+                                          const uint8_t* src, bool cuda);
   // A recorded (or filtered-out) call wrote `tensors`: kept spans overlapping them are stale.
   void note_writes(const NamedTensors& tensors);
   void note_write_locked(const Tensor& t);
-  // Lays out an archive of `t` into `dst` (its storage reused).
-  void plan(formats::ArchivePlan& dst, std::string_view stem, const std::vector<KeptTensor>& t);
+  // Points `dst` at the layout of an archive of `t` (shared) and at t's bytes.
+  void plan(KeptArchive& dst, std::string_view stem, const std::vector<KeptTensor>& t);
   void publish(const std::shared_ptr<RingCall>& call);
   void evict_oldest_locked();
   void release_locked(RingCall& c);
@@ -624,7 +633,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // `reason`/`signo` and `trigger` go to trigger.json. Returns false if nothing was written.
   // An archive file already written in the dump being written: an equal one is linked to it.
   struct WrittenArchive {
-    const formats::ArchivePlan* plan = nullptr;
+    const KeptArchive* archive = nullptr;
     const RingCall* call = nullptr;
     std::string_view stem;  // schema::kInputsStem ...
   };
@@ -651,6 +660,11 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // hooks' time).
   using SpanMap = std::map<SpanKey, std::vector<SpanEntry>>;
   std::array<SpanMap, 64> spans_;
+  // Bit k set when spans_[k] may be non-empty (set on insert, cleared by note_write_locked when
+  // it finds the class empty): a write walks only these (the 64 map headers are 48 cache lines,
+  // all cold after a GEMM; checking each for emptiness on every write was most of note_writes,
+  // session 14).
+  uint64_t classes_ = 0;
   static std::size_t span_class(uint64_t n) {
     return static_cast<std::size_t>(63 - __builtin_clzll(n));
   }
@@ -882,8 +896,9 @@ std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before
 void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& out,
                         std::vector<std::shared_ptr<Blob>>& owner, bool* nonfinite,
                         const std::vector<std::shared_ptr<Blob>>* prior,
-                        const std::vector<Ranges>* written) {
-  out.resize(tensors.size());
+                        const std::vector<Ranges>* written, bool just_written) {
+  thread_local std::vector<KeptTensor> spare;
+  resize_reusing(out, tensors.size(), spare);
   for (std::size_t ti = 0; ti < tensors.size(); ++ti) {
     const auto& [key, t] = tensors[ti];
     KeptTensor& k = out[ti];
@@ -904,15 +919,23 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
           : nullptr;
     const bool cuda = t.device().is_cuda();
     std::optional<SpanKey> at;
-    uint64_t fp = 0;
     if (!cfg_.ring_verify_full && n > 0 && !(cuda && graphs_seen_.load())) {
       // The default mode: the same storage span, unwritten by the library since it was kept,
-      // with the same sampled fingerprint (CPU only: reading device memory here would wait for
-      // the stream) is the same content.
+      // and equal to the kept copy where same_as_kept compares (CPU only: reading device
+      // memory here would wait for the stream) is the same content.
       at = SpanKey{device_code(t.device()), reinterpret_cast<uintptr_t>(src)};
-      if (!cuda) fp = fingerprint(src, n);
-      std::lock_guard<std::mutex> l(mu_);
-      blob = share_span_locked(*at, n, t, fp);
+      if (just_written) {
+        // The call's outputs and written arguments: note_writes has just dropped every kept
+        // span they overlap, so the table cannot hold them and is not searched. Only a span
+        // this call kept a moment ago can (a result that is also a written argument): the
+        // same bytes now.
+        for (const auto& b : owner) {
+          if (b && b->where && *b->where == *at && b->size == n) blob = b;
+        }
+      } else {
+        std::lock_guard<std::mutex> l(mu_);
+        blob = share_span_locked(*at, n, t, src, cuda);
+      }
     } else if (!cuda) {
       const XXH128_hash_t h = XXH3_128bits(src, n);
       const BlobKey bk{h.low64, h.high64, n};
@@ -947,9 +970,10 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
       if (at) {
         std::lock_guard<std::mutex> l(mu_);
         blob->where = at;
+        classes_ |= uint64_t{1} << span_class(n);
         auto& entries = spans_[span_class(n)][*at];
         std::erase_if(entries, [&](const SpanEntry& e) { return e.bytes == n; });
-        entries.push_back({n, blob, t.storage(), fp});
+        entries.push_back({n, blob, t.storage(), 0});
       }
     }
     if (nonfinite && !*nonfinite) {
@@ -969,13 +993,18 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
 }
 
 std::shared_ptr<Blob> RingRecorder::share_span_locked(const SpanKey& at, uint64_t n,
-                                                      const Tensor& t, uint64_t fp) {
+                                                      const Tensor& t, const uint8_t* src,
+                                                      bool cuda) {
   SpanMap& m = spans_[span_class(n)];
   auto it = m.find(at);
   if (it == m.end()) return nullptr;
-  for (const SpanEntry& e : it->second) {
-    if (e.bytes != n || e.fingerprint != fp || !same_owner(e.storage, t.storage())) continue;
-    if (auto b = e.blob.lock()) return b;
+  for (SpanEntry& e : it->second) {
+    if (e.bytes != n || !same_owner(e.storage, t.storage())) continue;
+    auto b = e.blob.lock();
+    if (!b) continue;
+    // CUDA spans are not read here (it would wait for the stream): docs/LOGGING.md.
+    if (!cuda && !same_as_kept(*b, src, n, ++e.shares)) continue;
+    return b;
   }
   return nullptr;
 }
@@ -988,9 +1017,13 @@ void RingRecorder::note_write_locked(const Tensor& t) {
   const auto a = reinterpret_cast<uintptr_t>(base + begin * es);
   const auto b = reinterpret_cast<uintptr_t>(base + end * es);
   const int64_t dev = device_code(t.device());
-  for (std::size_t k = 0; k < spans_.size(); ++k) {
+  for (uint64_t bits = classes_; bits != 0; bits &= bits - 1) {
+    const auto k = static_cast<std::size_t>(__builtin_ctzll(bits));
     SpanMap& m = spans_[k];
-    if (m.empty()) continue;
+    if (m.empty()) {
+      classes_ &= ~(uint64_t{1} << k);
+      continue;
+    }
     const uint64_t longest = k >= 63 ? UINT64_MAX : (uint64_t{2} << k) - 1;
     const uintptr_t from = a > longest ? a - longest : 0;
     for (auto it = m.lower_bound(SpanKey{dev, from});
@@ -1008,14 +1041,15 @@ void RingRecorder::note_writes(const NamedTensors& tensors) {
   for (const auto& [key, t] : tensors) note_write_locked(t);
 }
 
-void RingRecorder::plan(formats::ArchivePlan& dst, std::string_view stem,
-                        const std::vector<KeptTensor>& t) {
+void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vector<KeptTensor>& t) {
   // An archive's layout depends on its tensors' names, dtypes, shapes, strides and spans only;
-  // the tensor bytes are pointers in it. A decode step calls the same ops with the same
-  // layouts over and over, so the layouts are cached per thread (no lock) and a kept call
-  // copies one and points it at its own blobs (the pickling and zip headers took a sixth of
-  // the ring's time).
-  thread_local std::unordered_map<std::string, formats::ArchivePlan> cache;
+  // the tensor bytes are pointers beside it. A decode step calls the same ops with the same
+  // layouts over and over, so the layouts are made once, cached per thread (no lock) and
+  // shared by the kept calls (the pickling and zip headers took a sixth of the ring's time,
+  // session 9; copying the cached layout into each call ~15 %, session 14). The key is the
+  // metadata laid end to end in one buffer: built in warm memory and compared with one memcmp
+  // (comparing against the layout's own items instead chased their cold heap blocks).
+  thread_local std::unordered_map<std::string, std::shared_ptr<const formats::ArchivePlan>> cache;
   thread_local std::string key;
   key.assign(stem);
   const auto put = [](const void* p, std::size_t n) { key.append(static_cast<const char*>(p), n); };
@@ -1035,14 +1069,17 @@ void RingRecorder::plan(formats::ArchivePlan& dst, std::string_view stem,
     for (const KeptTensor& k : t) items.push_back(k.item);
     const std::vector<const void*> none(t.size(), nullptr);
     if (cache.size() >= 1024) cache.clear();  // bounded: programs with ever new shapes
-    it = cache.emplace(key, formats::plan_torch_archive(stem, items, none)).first;
+    it = cache
+             .emplace(key, std::make_shared<const formats::ArchivePlan>(
+                               formats::plan_torch_archive(stem, items, none)))
+             .first;
   }
-  dst = it->second;  // copy-assigned: dst's vectors keep their storage
-  for (std::size_t i = 0; i < dst.crc_slots.size(); ++i) {
-    auto& piece = dst.pieces[dst.crc_slots[i].piece];
-    piece.data = t[i].data;
-    piece.patches = t[i].patches;
-    piece.n_patches = t[i].n_patches;
+  if (dst.layout != it->second) dst.layout = it->second;
+  dst.data.resize(t.size());
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    // The item's span in bytes: its data piece's size in the layout (not read there: cold).
+    const uint64_t n = static_cast<uint64_t>(t[i].item.span) * dtype_size(t[i].item.dtype);
+    dst.data[i] = {t[i].data, 0, n, t[i].patches, t[i].n_patches};
   }
 }
 
@@ -1222,7 +1259,10 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     }
     const int64_t pseq = process_sequence_.fetch_add(1, std::memory_order_relaxed) + 1;
     fill_input_record(call->rec, decl, args, seq, ts, pid_, &tail_of(decl), self_id, pseq, ex);
-    keep(ex.tensors, call->inputs, call->blobs);
+    // The kept inputs' metadata is needed only to lay out the archive below: per thread, in
+    // warm memory (the call's record has its own copy, rec.tensors; blobs[j] is input j's).
+    thread_local std::vector<KeptTensor> kept_in;
+    keep(ex.tensors, kept_in, call->blobs);
     // <ts>_pid<PID>_<name>_call<NNNN>, laid out in one string (the concatenations and
     // snprintf it replaces were a few percent of the hook's time).
     char digits[48];
@@ -1260,8 +1300,8 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
         call->begin ? std::move(call->begin) : std::make_unique<CallFiles>();
     files->complete = false;
     files->has_outputs = files->has_mutated = false;
-    files->has_inputs = !call->inputs.empty();
-    if (files->has_inputs) plan(files->inputs, schema::kInputsStem, call->inputs);
+    files->has_inputs = !kept_in.empty();
+    if (files->has_inputs) plan(files->inputs, schema::kInputsStem, kept_in);
     call->begin = std::move(files);
     call->files.store(call->begin.get(), std::memory_order_release);
     publish(call);
@@ -1332,7 +1372,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
       throw std::runtime_error("evicted before it completed");
     }
     blobs.clear();
-    keep(out.tensors, kept_out, blobs, check ? &nan : nullptr);
+    keep(out.tensors, kept_out, blobs, check ? &nan : nullptr, nullptr, nullptr, true);
     // A KV cache an append wrote a few rows into: kept as the bytes it held as this call's
     // input plus the rows written (a delta), not copied whole on every append.
     thread_local std::vector<std::shared_ptr<Blob>> prior;
@@ -1348,12 +1388,12 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
         if (!append_written_ranges(decl, args, t, begin, written[m])) continue;
         std::lock_guard<std::mutex> l(mu_);
         if (call->evicted) break;
-        for (std::size_t j = 0; j < call->inputs.size() && j < call->blobs.size(); ++j) {
-          if (call->inputs[j].item.name == key) prior[m] = call->blobs[j];
+        for (std::size_t j = 0; j < call->rec.tensors.size() && j < call->blobs.size(); ++j) {
+          if (call->rec.tensors[j].key == key) prior[m] = call->blobs[j];
         }
       }
     }
-    keep(mutated.tensors, kept_mut, blobs, check ? &nan : nullptr, &prior, &written);
+    keep(mutated.tensors, kept_mut, blobs, check ? &nan : nullptr, &prior, &written, true);
     prior.clear();
     files->complete = true;
     files->has_outputs = !kept_out.empty();
@@ -1529,7 +1569,7 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
     ::close(meta);
     struct Side {
       bool has;
-      formats::ArchivePlan* plan;
+      const KeptArchive* archive;
       std::string_view stem;
     };
     const Side sides[] = {{f->has_inputs, &f->inputs, schema::kInputsStem},
@@ -1538,7 +1578,8 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
     for (const Side& s : sides) {
       if (!s.has) continue;
       if (cfg_.dedup) {  // <stem>.refs.json, each blob once per dump (ring_dedup_dump.h)
-        write_ring_dedup_side(root, c->dir_name, s.stem, *s.plan);
+        write_ring_dedup_side(root, c->dir_name, s.stem, *s.archive->layout->items,
+                              s.archive->data.data());
         continue;
       }
       char name[32];
@@ -1552,7 +1593,7 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
       // so upstream's loader still finds every call's own file. A copy where link(2) fails.
       bool done = false;
       for (const WrittenArchive& w : archives) {
-        if (w.stem != s.stem || !same_archive(*w.plan, *s.plan)) continue;
+        if (w.stem != s.stem || !same_archive(*w.archive, *s.archive)) continue;
         if (path_into(linked, sizeof(linked), w.call->dir_name.c_str(), file)) {
           ::unlink(path);  // a file left by an earlier attempt at the same path
           done = ::link(linked, path) == 0;
@@ -1562,9 +1603,9 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
       if (done) continue;
       const int fd = open_new(path);
       if (fd < 0) continue;
-      const bool ok = formats::write_archive_plan(fd, *s.plan);
+      const bool ok = formats::write_archive_layout(fd, *s.archive->layout, s.archive->data.data());
       ::close(fd);
-      if (ok && archives.size() < archives.capacity()) archives.push_back({s.plan, c, s.stem});
+      if (ok && archives.size() < archives.capacity()) archives.push_back({s.archive, c, s.stem});
     }
     ++written;
     last = c;

@@ -229,8 +229,8 @@ bool store_blob(const char* root, const char* name, const formats::ArchivePlan::
 }  // namespace
 
 bool write_ring_dedup_side(const char* root, std::string_view call_dir, std::string_view stem,
-                           const formats::ArchivePlan& plan) noexcept {
-  if (!plan.items || plan.items->size() != plan.crc_slots.size()) return false;
+                           const std::vector<formats::TorchItem>& items,
+                           const formats::ArchivePlan::Piece* data) noexcept {
   const bool cached = !g_hashes_busy.test_and_set(std::memory_order_acquire);
   if (cached && std::strcmp(g_root, root) != 0) {
     const std::size_t n = std::strlen(root);
@@ -260,10 +260,9 @@ bool write_ring_dedup_side(const char* root, std::string_view call_dir, std::str
     out.put("{\"format\": ");
     out.put_json_string(formats::kDedupFormat);
     out.put(", \"tensors\": [");
-    const std::vector<formats::TorchItem>& items = *plan.items;
     for (std::size_t i = 0; i < items.size(); ++i) {
       const formats::TorchItem& it = items[i];
-      const formats::ArchivePlan::Piece& piece = plan.pieces[plan.crc_slots[i].piece];
+      const formats::ArchivePlan::Piece& piece = data[i];
       char name[40];
       blob_name(blob_hash(piece, cached), name);
       ok = store_blob(root, name, piece) && ok;

@@ -89,6 +89,35 @@ void ring_poke_(const Tensor& x, int64_t i, double v) {
       v);
 }
 
+// A user op that writes v into every element of a float32 `out` and returns it (upstream's
+// out= pattern: the result is the written argument).
+Tensor ring_fill_out(const Tensor& out, double v);
+
+const OpDecl& ring_fill_out_decl() {
+  static const OpDecl& d = [] {
+    OpDecl decl;
+    decl.name = "ring_fill_out";
+    decl.module = "tests.ring";
+    decl.params = {ParamDecl("out", ParamKind::kTensor), ParamDecl("v", ParamKind::kFloat)};
+    decl.params[0].mutated = true;
+    decl.returns = "Tensor";
+    decl.invoke = [](const CallArgs& a) -> Value { return ring_fill_out(a.tensor(0), a.f64(1)); };
+    return std::cref(register_op(std::move(decl)));
+  }();
+  return d;
+}
+
+Tensor ring_fill_out(const Tensor& out, double v) {
+  return call_api(
+      &ring_fill_out_decl,
+      [&] {
+        auto* p = static_cast<float*>(out.data_ptr());
+        for (int64_t k = 0; k < out.numel(); ++k) p[k] = static_cast<float>(v);
+        return out;
+      },
+      out, v);
+}
+
 Tensor filled(int64_t n, double v) {
   return Tensor::from_vector(std::vector<double>(static_cast<std::size_t>(n), v), {n},
                              DType::kFloat32);
@@ -364,6 +393,45 @@ TEST_F(RingTest, AWriteOutsideTheLibraryBetweenSampledBytesNeedsVerifyFull) {
     EXPECT_EQ(v[1001], 7.0);
     recorder::stop();
   }
+}
+
+TEST_F(RingTest, AWriteOutsideTheLibraryToASampledWordIsSeenAtTheEighthShare) {
+  // Above 4 KiB, sampled mode compares a span's first and last 64 bytes with the kept copy on
+  // every share, and its 64 sampled words on every 8th share of the kept copy only: a write
+  // outside the library that reaches a sampled word but neither edge is seen by the 8th call
+  // that would share the copy; the 7 before it share the earlier bytes (docs/LOGGING.md).
+  recorder::start(config(16));
+  Tensor w = filled(16384, 0.5);  // 65536 bytes: samples every (65536 - 8) / 63 = 1040 bytes
+  ring_probe(w, 0);               // kept: the copy's share count starts at 0
+  static_cast<float*>(w.data_ptr())[8320] = 7.0f;  // byte 33280 = sample 32, in no edge
+  for (int i = 0; i < 8; ++i) ring_probe(w, 0);
+  const auto c = calls(recorder::dump_ring("sampled_word"));
+  ASSERT_EQ(c.size(), 9u);
+  for (std::size_t k = 0; k < c.size(); ++k) {
+    const double seen =
+        load_torch((c[k] / "inputs.pt").string())[0].second.to_double_vector()[8320];
+    EXPECT_EQ(seen, k == 8 ? 7.0 : 0.5) << "call " << k;
+  }
+  recorder::stop();
+}
+
+TEST_F(RingTest, AResultThatIsAlsoAWrittenArgumentIsKeptOnce) {
+  // The outputs and written arguments are kept right after the call's writes are noted: the
+  // result (the written `out` itself) and the mutated `out` are one span, held once.
+  recorder::start(config(8));
+  Tensor out = filled(16384, 0.5);  // 64 KiB
+  ring_fill_out(out, 2.0);
+  // Its input (0.5) and one blob for both the result and the written argument (2.0).
+  EXPECT_EQ(recorder::stats().ring_bytes, 2u * 65536u);
+  const auto c = calls(recorder::dump_ring("out"));
+  ASSERT_EQ(c.size(), 1u);
+  auto first = [&](const char* file) {
+    return load_torch((c[0] / file).string())[0].second.to_double_vector()[0];
+  };
+  EXPECT_EQ(first("inputs.pt"), 0.5);
+  EXPECT_EQ(first("outputs.pt"), 2.0);
+  EXPECT_EQ(first("mutated.pt"), 2.0);
+  recorder::stop();
 }
 
 TEST_F(RingTest, FreedMemoryAtTheSameAddressIsNotShared) {
