@@ -301,7 +301,7 @@ TEST(TrtllmFp8BlockScaleMoe, BadInput) {
                       logits, std::nullopt, x, xs, w1, s1, w2, s2, E, K, std::nullopt, std::nullopt,
                       I, 0, E, std::nullopt, 1, false, WeightLayout::MajorK, true, std::nullopt,
                       8192, Fp8QuantizationType::DeepSeekFp8, 1),
-                  op, "num_fused_shared_experts");
+                  op, "routing_method_type");  // shared experts need DeepSeekV3 routing
   EXPECT_FI_ERROR(
       (void)trtllm_fp8_block_scale_routed_moe(
           MoeTopkIds(Tensor::zeros({T, K}, DType::kInt32)), std::nullopt, x, xs, w1, s1, w2, s2, E,
@@ -777,7 +777,7 @@ TEST(TrtllmGenRouting, BadInputAndRecordReplay) {
   };
   EXPECT_FI_ERROR(call(logits.to(DType::kFloat16), 2, 0, 8), op, "routing_logits");
   EXPECT_FI_ERROR(call(logits, 9, 0, 8), op, "top_k");
-  EXPECT_FI_ERROR(call(logits, 2, 1, 8), op, "num_fused_shared_experts");
+  EXPECT_FI_ERROR(call(logits, 2, 1, 8), op, "routing_method_type");  // DeepSeekV3 only
   EXPECT_FI_ERROR(call(logits, 2, 0, 6), op, "tile_tokens_dim");
   EXPECT_FI_ERROR((void)trtllm_gen_routing(logits, Tensor::zeros({7}, DType::kFloat32),
                                            RoutingMethodType::DeepSeekV3, 2),
