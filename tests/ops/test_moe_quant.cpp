@@ -531,9 +531,10 @@ TEST(TrtllmFp8BlockScaleMoeCuda, MatchesCpu) {
 // calls engines make: every argument by keyword, weights prepared by upstream's procedure
 // (trtllm_bf16_moe with its default shuffled BlockMajorK layout; trtllm_fp8_block_scale_moe
 // with DeepSeekV3 routing and shuffled BlockMajorK weights; trtllm_fp8_per_tensor_scale_moe as
-// for Llama4; trtllm_gen_routing, whose undefined output tails hold junk and are skipped),
-// expected outputs computed by torch in fp32 as upstream's test reference does. All four replay
-// here and pass.
+// for Llama4; trtllm_gen_routing, whose undefined output tails hold junk and are skipped, and
+// trtllm_gen_routing with a fused shared expert, its pairs in another order within each
+// expert), expected outputs computed by torch in fp32 as upstream's test reference does. All
+// five replay here and pass.
 TEST(MoeUpstreamDumps, EngineStyleTrtllmDumpsReplay) {
   // save() and record(): the shared writer (tests/util/upstream_dump_py.h).
   const std::string body = R"PY(
@@ -714,8 +715,51 @@ record("trtllm_gen_routing", "flashinfer.fused_moe.trtllm_gen_routing",
         "kwarg_top_k": K, "kwarg_local_expert_offset": OFF, "kwarg_local_num_experts": L,
         "kwarg_tile_tokens_dim": TILE},
        outs)  # the tuple: result_0..7
+
+# 5. trtllm_gen_routing with one fused shared expert: DeepSeekV3 of fp32 logits with a bias, 2
+# groups of 4 (one kept), top-2, routed_scaling_factor 2.5, tile 4; the shared slot (expert 8,
+# weight 1) appended per token. Each expert's pairs are written in reversed token order, as the
+# GPU's shared-memory atomics may leave them (replay compares up to that order).
+T, E, K, S, TILE, G, TG = 5, 8, 2, 1, 4, 2, 1
+logits = torch.randn(T, E)
+bias = (torch.rand(E) - 0.5) * 0.4
+sg = torch.sigmoid(logits)
+sb = sg + bias
+gsc = sb.view(T, G, E // G).topk(2, dim=-1)[0].sum(-1)
+keep = torch.zeros(T, G).scatter_(1, gsc.topk(TG, dim=-1)[1], 1.0)
+keep = keep.unsqueeze(-1).expand(T, G, E // G).reshape(T, E)
+ti = sb.masked_fill(keep == 0, float("-inf")).topk(K, dim=-1)[1]
+tw = sg.gather(1, ti)
+tw = tw / (tw.sum(-1, keepdim=True) + 1e-20) * 2.5
+KS = K + S
+ids = torch.cat([ti, torch.full((T, S), E, dtype=torch.long)], 1).to(torch.int32)
+wts = torch.cat([tw, torch.ones(T, S)], 1).bfloat16()
+filled = min(E + S, T * KS)
+max_ctas = filled + (T * KS - filled) // TILE
+e2p = torch.full((T, KS), -1, dtype=torch.int32)
+p2t, batch, limit = junk(max_ctas * TILE), junk(max_ctas), junk(max_ctas)
+slot, cta = 0, 0
+for e in range(E + S):
+    pairs = [(t, k) for t in range(T) for k in range(KS) if int(ids[t, k]) == e]
+    for r, (t, k) in enumerate(reversed(pairs)):
+        e2p[t, k] = slot + r
+        p2t[slot + r] = t
+    for j in range((len(pairs) + TILE - 1) // TILE):
+        batch[cta] = e
+        limit[cta] = slot + min((j + 1) * TILE, len(pairs))
+        cta += 1
+    slot += (len(pairs) + TILE - 1) // TILE * TILE
+outs = [ids, wts, torch.tensor([slot], dtype=torch.int32), e2p, p2t, batch, limit,
+        torch.tensor([cta], dtype=torch.int32)]
+record("trtllm_gen_routing", "flashinfer.fused_moe.trtllm_gen_routing",
+       {"kwarg_routing_logits": logits, "kwarg_routing_bias": bias},
+       {"kwarg_routing_method": {"type": "enum", "name": "RoutingMethodType.DeepSeekV3",
+                                 "value": 2},
+        "kwarg_top_k": K, "kwarg_num_fused_shared_experts": S, "kwarg_n_group": G,
+        "kwarg_topk_group": TG, "kwarg_routed_scaling_factor": 2.5, "kwarg_tile_tokens_dim": TILE},
+       outs)
 )PY";
-  if (!flashinfer::testing::run_upstream_dump_script("fi_moe_quant", body, 4)) {
+  if (!flashinfer::testing::run_upstream_dump_script("fi_moe_quant", body, 5)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
 }
