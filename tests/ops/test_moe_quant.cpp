@@ -532,9 +532,9 @@ TEST(TrtllmFp8BlockScaleMoeCuda, MatchesCpu) {
 // (trtllm_bf16_moe with its default shuffled BlockMajorK layout; trtllm_fp8_block_scale_moe
 // with DeepSeekV3 routing and shuffled BlockMajorK weights; trtllm_fp8_per_tensor_scale_moe as
 // for Llama4; trtllm_gen_routing, whose undefined output tails hold junk and are skipped, and
-// trtllm_gen_routing with a fused shared expert, its pairs in another order within each
-// expert), expected outputs computed by torch in fp32 as upstream's test reference does. All
-// five replay here and pass.
+// trtllm_gen_routing and trtllm_fp8_block_scale_moe with a fused shared expert, the routing's
+// pairs in another order within each expert), expected outputs computed by torch in fp32 as
+// upstream's test reference does. All six replay here and pass.
 TEST(MoeUpstreamDumps, EngineStyleTrtllmDumpsReplay) {
   // save() and record(): the shared writer (tests/util/upstream_dump_py.h).
   const std::string body = R"PY(
@@ -758,8 +758,52 @@ record("trtllm_gen_routing", "flashinfer.fused_moe.trtllm_gen_routing",
         "kwarg_top_k": K, "kwarg_num_fused_shared_experts": S, "kwarg_n_group": G,
         "kwarg_topk_group": TG, "kwarg_routed_scaling_factor": 2.5, "kwarg_tile_tokens_dim": TILE},
        outs)
+
+# 6. trtllm_fp8_block_scale_moe with one fused shared expert (upstream's DSv3_fused_shared
+# configs, smaller): its weights are row E of E + 1 (after the routed experts), its slot runs
+# for every token at weight 1 after the DeepSeekV3 routing of section 2's kind.
+T, E, S, H, I, K = 4, 8, 1, 128, 128, 2
+logits = torch.randn(T, E)
+bias = (torch.randn(E) * 0.1).to(torch.bfloat16)
+xc, xv = to_fp8(torch.randn(T, H) * 2)
+hs = torch.rand(H // 128, T) * 0.2 + 0.2
+w1c, w1v = to_fp8(torch.randn(E + S, 2 * I, H) * 2)
+w2c, w2v = to_fp8(torch.randn(E + S, H, I) * 2)
+s1 = torch.rand(E + S, 2 * I // 128, H // 128) * 0.02 + 0.02
+s2 = torch.rand(E + S, H // 128, I // 128) * 0.1 + 0.1
+s = torch.sigmoid(logits)
+sb = s + bias.float()
+gs = sb.view(T, 4, 2).topk(2, dim=-1)[0].sum(-1)
+gmask = torch.zeros(T, 4).scatter_(1, gs.topk(2, dim=-1)[1], 1)
+sb = sb * gmask.repeat_interleave(2, dim=1)
+ti = sb.topk(K, dim=-1)[1]
+sel = s.gather(1, ti)
+wts = sel / (sel.sum(-1, keepdim=True) + 1e-20) * 2.5
+ti = torch.cat([ti, torch.full((T, S), E, dtype=torch.long)], 1)
+wts = torch.cat([wts, torch.ones(T, S)], 1)
+xd = xv * hs.t().repeat_interleave(128, dim=1)
+w1d = w1v * s1.repeat_interleave(128, 1).repeat_interleave(128, 2)
+w2d = w2v * s2.repeat_interleave(128, 1).repeat_interleave(128, 2)
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K + S):
+        e = int(ti[t, k])
+        g = xd[t] @ w1d[e].T
+        h = (F.silu(g[I:]) * g[:I]).bfloat16().float()
+        out[t] += wts[t, k] * (h @ w2d[e].T)
+record("trtllm_fp8_block_scale_moe", CORE,
+       {"kwarg_routing_logits": logits, "kwarg_routing_bias": bias,
+        "kwarg_hidden_states": ("fp8", xc), "kwarg_hidden_states_scale": hs,
+        "kwarg_gemm1_weights": ("fp8", w1c), "kwarg_gemm1_weights_scale": s1,
+        "kwarg_gemm2_weights": ("fp8", w2c), "kwarg_gemm2_weights_scale": s2},
+       {"kwarg_num_experts": E, "kwarg_top_k": K, "kwarg_n_group": 4, "kwarg_topk_group": 2,
+        "kwarg_intermediate_size": I, "kwarg_local_expert_offset": 0,
+        "kwarg_local_num_experts": E, "kwarg_routed_scaling_factor": 2.5,
+        "kwarg_routing_method_type": 2, "kwarg_use_shuffled_weight": False,
+        "kwarg_weight_layout": 0, "kwarg_num_fused_shared_experts": S},
+       out.bfloat16())
 )PY";
-  if (!flashinfer::testing::run_upstream_dump_script("fi_moe_quant", body, 5)) {
+  if (!flashinfer::testing::run_upstream_dump_script("fi_moe_quant", body, 6)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
 }
