@@ -11,6 +11,7 @@
 
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/recorder.h"
+#include "ops/moe_fp8_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 
@@ -127,10 +128,6 @@ TEST(TrtllmGenRoutingFusedShared, BadInputAndRecordReplay) {
 Tensor fp8(const Shape& shape, uint64_t seed) {
   return rand_tensor(shape, DType::kFloat32, seed, -3.0, 3.0).to(DType::kFloat8E4M3FN);
 }
-double bf16(double v) {
-  return bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(v)));
-}
-double silu(double v) { return v / (1.0 + std::exp(-v)); }
 
 // Eight routed experts in four groups (two kept), top-2, S shared experts whose weights are
 // rows 8 .. 8 + S - 1, DeepSeek FP8 block scales, Swiglu.
@@ -172,44 +169,9 @@ struct SharedCase {
     return MoeTopkIds(Tensor::from_vector(ids, {T, K + S}, DType::kInt32),
                       Tensor::from_vector(w, {T, K + S}, DType::kFloat32));
   }
-  // fp64: every slot's expert FFN (bf16 activation, bf16 GEMM2 output), weighted by the
-  // bf16-rounded routing weight.
+  // fp64: every slot's expert FFN over the E + S weight rows (the shared test helper).
   V expected(const MoeTopkIds& routing) const {
-    const V xv = vec(x), xsv = vec(xs), w1v = vec(w1), s1v = vec(s1), w2v = vec(w2), s2v = vec(s2),
-            idv = vec(routing.ids), wv = vec(*routing.weights);
-    const int64_t KS = routing.ids.size(1);
-    V out(static_cast<size_t>(T * H), 0.0);
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t k = 0; k < KS; ++k) {
-        const auto e = static_cast<int64_t>(idv[static_cast<size_t>(t * KS + k)]);
-        V h(static_cast<size_t>(I));
-        for (int64_t i = 0; i < I; ++i) {
-          double up = 0.0, gate = 0.0;
-          for (int64_t d = 0; d < H; ++d) {
-            const double xd =
-                xv[static_cast<size_t>(t * H + d)] * xsv[static_cast<size_t>((d / 128) * T + t)];
-            auto w1d = [&](int64_t row) {
-              return w1v[static_cast<size_t>((e * 2 * I + row) * H + d)] *
-                     s1v[static_cast<size_t>((e * (2 * I / 128) + row / 128) * (H / 128) +
-                                             d / 128)];
-            };
-            up += xd * w1d(i);
-            gate += xd * w1d(I + i);
-          }
-          h[static_cast<size_t>(i)] = bf16(silu(gate) * up);
-        }
-        for (int64_t d = 0; d < H; ++d) {
-          double y = 0.0;
-          for (int64_t i = 0; i < I; ++i) {
-            y += h[static_cast<size_t>(i)] * w2v[static_cast<size_t>((e * H + d) * I + i)] *
-                 s2v[static_cast<size_t>((e * (H / 128) + d / 128) * (I / 128) + i / 128)];
-          }
-          out[static_cast<size_t>(t * H + d)] +=
-              bf16(wv[static_cast<size_t>(t * KS + k)]) * bf16(y);
-        }
-      }
-    }
-    return out;
+    return moe_fp8::fp8_block_moe_reference(x, xs, w1, s1, w2, s2, routing, 0, E + S);
   }
 };
 
