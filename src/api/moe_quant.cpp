@@ -169,14 +169,13 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
       {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group, c.offset,
        c.local_num, c.scale, c.method, c.norm_topk_prob, c.replay_out},
       num_fused_shared_experts, *c.hidden, do_finalize);
-  api::refuse_if(S > 0 && qtype == Fp8QuantizationType::MxFp8, op, "num_fused_shared_experts",
-                 "fused shared experts are implemented for DeepSeekFp8 only here");
   if (qtype == Fp8QuantizationType::MxFp8) {
     return api::trtllm_mxfp8_block_moe(
         {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group,
          c.offset, c.local_num, c.scale, c.method, c.norm_topk_prob, c.replay_out},
         {c.hidden, &hs_scale, &w1, &w1_scale, &w2, &w2_scale, c.inter, c.activation_type,
-         use_shuffled_weight, layout, &alpha, &beta, &limit, c.output, do_finalize});
+         use_shuffled_weight, layout, &alpha, &beta, &limit, c.output, do_finalize},
+        S);
   }
   api::refuse_if(qtype != Fp8QuantizationType::DeepSeekFp8, op, "fp8_quantization_type",
                  "only Fp8QuantizationType.DeepSeekFp8 (128x128 block scales) and MxFp8 are "

@@ -213,8 +213,6 @@ TEST(TrtllmFp8BlockScaleMoeFusedShared, BadInputAndRecordReplay) {
                        "local_expert_offset");
   EXPECT_FI_ERROR_CODE((void)c.run(1, std::nullopt, false), ErrorCode::kUnsupported, op,
                        "do_finalize");
-  EXPECT_FI_ERROR_CODE((void)c.run(1, std::nullopt, true, 2, 0, 8, Fp8QuantizationType::MxFp8),
-                       ErrorCode::kUnsupported, op, "num_fused_shared_experts");
   // The weights must hold local_num_experts + S rows.
   EXPECT_FI_ERROR((void)c.run(2), op, "gemm1_weights");
   std::vector<RecordingObserver::Call> calls;
