@@ -190,15 +190,15 @@ int64_t check_fused_shared(const char* op, std::optional<int64_t> num_fused_shar
 }
 
 int64_t check_moe_fused_shared(const MoeRoutingArgs& c, std::optional<int64_t> nfse,
-                               const Tensor& hidden, bool do_finalize) {
+                               const Tensor& hidden, bool do_finalize, bool unfinalized_known) {
   const int64_t S = check_fused_shared(c.op, nfse, c.method, c.n_group, c.offset, c.local_num,
                                        c.num_experts, ErrorCode::kInvalidArgument);
   if (S == 0) return 0;
   refuse_if(hidden.device().is_cuda(), c.op, "num_fused_shared_experts",
             "fused shared experts have a CPU reference only (no CUDA kernel here)");
-  refuse_if(!do_finalize, c.op, "do_finalize",
+  refuse_if(!do_finalize && !unfinalized_known, c.op, "do_finalize",
             "the unfinalized list with fused shared experts (expert_weights' width) is not "
-            "established");
+            "established for this op");
   return S;
 }
 

@@ -65,9 +65,10 @@ int64_t check_fused_shared(const char* op, std::optional<int64_t> num_fused_shar
                            int64_t local_num, int64_t num_experts, ErrorCode ep_code);
 
 /// check_fused_shared for a trtllm MoE op; then S > 0 on the CPU only (no CUDA kernel here:
-/// kUnsupported naming num_fused_shared_experts) and finalized only (the unfinalized
-/// expert_weights with shared slots is not established: kUnsupported naming do_finalize).
+/// kUnsupported naming num_fused_shared_experts), and do_finalize=False only where
+/// `unfinalized_known` (the op's launcher was read: expert_weights [T, top_k + S]); elsewhere
+/// kUnsupported naming do_finalize.
 int64_t check_moe_fused_shared(const MoeRoutingArgs& c, std::optional<int64_t> nfse,
-                               const Tensor& hidden, bool do_finalize);
+                               const Tensor& hidden, bool do_finalize, bool unfinalized_known);
 
 }  // namespace flashinfer::api

@@ -1262,6 +1262,14 @@ TEST(TrtllmFp4BlockScaleMoe, FusedSharedExpertMatchesFormula) {
                       c.f32(c.o2, {9}), E, K, 4, 2, c.I, 0, E, 2.5, 2, true, std::nullopt, 3,
                       std::nullopt, std::nullopt, 8192, true, std::nullopt, 1),
                   "trtllm_fp4_block_scale_moe", "output1_scale_scalar");
+  // The FP4 launcher's unfinalized list with shared experts was not read: refused.
+  EXPECT_FI_ERROR(
+      (void)trtllm_fp4_block_scale_moe(
+          logits, bias, c.hidden(), c.hidden_scale(), c.gemm1(), c.scale1(), std::nullopt,
+          std::nullopt, std::nullopt, std::nullopt, c.gemm2(), c.scale2(), std::nullopt,
+          c.f32(c.o1, {9}), c.f32(c.o1g, {9}), c.f32(c.o2, {9}), E, K, 4, 2, c.I, 0, E, 2.5, 2,
+          false, std::nullopt, 3, std::nullopt, std::nullopt, 8192, true, std::nullopt, 1),
+      "trtllm_fp4_block_scale_moe", "do_finalize");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // record/replay. The FP4 op's shared experts are tested in test_moe_fp4.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -211,8 +212,6 @@ TEST(TrtllmFp8BlockScaleMoeFusedShared, BadInputAndRecordReplay) {
   // Upstream's launcher rejects fused shared experts under expert parallelism.
   EXPECT_FI_ERROR_CODE((void)c.run(1, std::nullopt, true, 2, 4, 4), ErrorCode::kInvalidArgument, op,
                        "local_expert_offset");
-  EXPECT_FI_ERROR_CODE((void)c.run(1, std::nullopt, false), ErrorCode::kUnsupported, op,
-                       "do_finalize");
   // The weights must hold local_num_experts + S rows.
   EXPECT_FI_ERROR((void)c.run(2), op, "gemm1_weights");
   std::vector<RecordingObserver::Call> calls;
@@ -224,6 +223,42 @@ TEST(TrtllmFp8BlockScaleMoeFusedShared, BadInputAndRecordReplay) {
   ASSERT_EQ(calls.size(), 1u);
   ASSERT_TRUE(calls[0].error.empty()) << calls[0].error;
   EXPECT_TRUE(replays_identically(calls[0]));
+}
+
+// do_finalize=False with a shared expert: upstream's block-scale launcher allocates
+// expert_weights [T, top_k + S] bf16 and the map [T * (top_k + S)] (docs/MOE.md, "Fused shared
+// experts"): the shared slots' weights are 1, every pair is local (no expert parallelism), and
+// finalizing the list by hand gives the finalized output bit for bit.
+TEST(TrtllmFp8BlockScaleMoeFusedShared, UnfinalizedList) {
+  const SharedCase c(1);
+  const int64_t T = c.T, KS = c.K + c.S, H = c.H;
+  const std::vector<Tensor> u = c.run(1, std::nullopt, false).tensors;
+  const Tensor fin = c.run(1).tensors[0];
+  ASSERT_EQ(u.size(), 3u);
+  EXPECT_EQ(u[0].shape(), Shape({T * KS, H}));
+  EXPECT_EQ(u[1].shape(), Shape({T, KS}));
+  EXPECT_EQ(u[1].dtype(), DType::kBFloat16);
+  EXPECT_EQ(u[2].shape(), Shape({T * KS}));
+  const MoeTopkIds routing = c.appended();
+  EXPECT_TRUE(all_close(u[1], routing.weights->to(DType::kBFloat16), {0, 0}));
+  std::vector<double> idx = vec(u[2]);
+  std::vector<double> sorted = idx;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < T * KS; ++i) EXPECT_EQ(sorted[static_cast<size_t>(i)], i);
+  const V rows = vec(u[0]), w = vec(u[1]);
+  Tensor by_hand = Tensor::empty({T, H}, DType::kBFloat16);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < KS; ++k) {
+        const auto r = static_cast<int64_t>(idx[static_cast<size_t>(t * KS + k)]);
+        acc += static_cast<float>(w[static_cast<size_t>(t * KS + k)]) *
+               static_cast<float>(rows[static_cast<size_t>(r * H + h)]);
+      }
+      by_hand.data<uint16_t>()[t * H + h] = float_to_bfloat16_bits(acc);
+    }
+  }
+  EXPECT_TRUE(all_close(by_hand, fin, {0, 0}));
 }
 
 }  // namespace

@@ -522,6 +522,7 @@ void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* w) {
     // the S shared slots appended per token.
     TrtllmMoeParams routed = p;
     routed.num_shared = 0;
+    routed.expert_weights_out = nullptr;
     std::vector<int32_t> rid(static_cast<size_t>(T * K));
     std::vector<float> rw(static_cast<size_t>(T * K));
     trtllm_route(routed, rid.data(), rw.data());
@@ -532,6 +533,10 @@ void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* w) {
         ids[o] = k < K ? rid[r] : static_cast<int32_t>(p.routing.num_experts + (k - K));
         w[o] = k < K ? rw[r] : 1.0f;
       }
+    }
+    // do_finalize=False: the launcher's expert_weights are [T, top_k + S] (shared slots 1.0).
+    if (p.expert_weights_out) {
+      for (int64_t i = 0; i < T * KS; ++i) p.expert_weights_out[i] = float_to_bfloat16_bits(w[i]);
     }
     return;
   }
