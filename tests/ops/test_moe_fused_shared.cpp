@@ -261,5 +261,19 @@ TEST(TrtllmFp8BlockScaleMoeFusedShared, UnfinalizedList) {
   EXPECT_TRUE(all_close(by_hand, fin, {0, 0}));
 }
 
+// No CUDA kernel fuses shared experts here: a call on CUDA tensors is refused before any kernel
+// runs, so replay on a GPU falls back to the CPU (skipped without a GPU).
+TEST(TrtllmFp8BlockScaleMoeFusedShared, CudaCallRefused) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const SharedCase c(1);
+  const Device d = Device::cuda(0);
+  EXPECT_FI_ERROR_CODE(
+      (void)trtllm_fp8_block_scale_moe(c.logits.to(d), c.bias.to(d), c.x.to(d), c.xs.to(d),
+                                       c.w1.to(d), c.s1.to(d), c.w2.to(d), c.s2.to(d), c.E, c.K, 4,
+                                       2, c.I, 0, c.E, 2.5, 2, false, WeightLayout::MajorK, true,
+                                       std::nullopt, 8192, Fp8QuantizationType::DeepSeekFp8, 1),
+      ErrorCode::kUnsupported, "trtllm_fp8_block_scale_moe", "num_fused_shared_experts");
+}
+
 }  // namespace
 }  // namespace flashinfer::testing
