@@ -17,6 +17,7 @@
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
 #include "ops/moe_fp4_test_util.h"
+#include "ops/moe_shared_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/moe_weight_prep.h"
 #include "util/test_util.h"
@@ -1231,18 +1232,7 @@ TEST(TrtllmFp4BlockScaleMoe, FusedSharedExpertMatchesFormula) {
   Tensor bias = rand_tensor({E}, DType::kFloat32, 93, -0.3, 0.3);
   Tensor vals = Tensor::zeros({T, K}, DType::kFloat32), idx = Tensor::zeros({T, K}, DType::kInt32);
   fused_topk_deepseek(logits, bias, 4, 2, K, 2.5, vals, idx);
-  const auto iv = idx.to_double_vector(), wv = vals.to_double_vector();
-  std::vector<double> ids, w;
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t k = 0; k < K; ++k) {
-      ids.push_back(iv[static_cast<size_t>(t * K + k)]);
-      w.push_back(wv[static_cast<size_t>(t * K + k)]);
-    }
-    ids.push_back(E);
-    w.push_back(1.0);
-  }
-  const MoeTopkIds routing(Tensor::from_vector(ids, {T, K + 1}, DType::kInt32),
-                           Tensor::from_vector(w, {T, K + 1}, DType::kFloat32));
+  const MoeTopkIds routing = append_shared_slots(idx, vals, E, 1);
   Tensor replay = Tensor::zeros({T, K}, DType::kInt16);
   const auto out = trtllm_fp4_block_scale_moe(
       logits, bias, c.hidden(), c.hidden_scale(), c.gemm1(), c.scale1(), std::nullopt, std::nullopt,

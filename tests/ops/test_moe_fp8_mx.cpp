@@ -15,6 +15,7 @@
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
 #include "ops/moe_fp4_test_util.h"
+#include "ops/moe_shared_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/moe_weight_prep.h"
 #include "util/test_util.h"
@@ -498,18 +499,7 @@ TEST(TrtllmFp8BlockScaleMoeMxFp8, FusedSharedExpert) {
   Tensor vals = Tensor::zeros({T, K}, DType::kFloat32), idx = Tensor::zeros({T, K}, DType::kInt32);
   fused_topk_deepseek(logits, bias, 4, 2, K, 2.5, vals, idx);
   EXPECT_TRUE(all_close(replay.to(DType::kInt32), idx, {0, 0}));
-  const auto iv = idx.to_double_vector(), wv = vals.to_double_vector();
-  std::vector<double> ids, w;
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t k = 0; k < K; ++k) {
-      ids.push_back(iv[static_cast<size_t>(t * K + k)]);
-      w.push_back(wv[static_cast<size_t>(t * K + k)]);
-    }
-    ids.push_back(E);
-    w.push_back(1.0);
-  }
-  const MoeTopkIds routing(Tensor::from_vector(ids, {T, K + 1}, DType::kInt32),
-                           Tensor::from_vector(w, {T, K + 1}, DType::kFloat32));
+  const MoeTopkIds routing = append_shared_slots(idx, vals, E, 1);
   c.E = 9;
   c.K = 3;
   EXPECT_TRUE(all_close(out, c.run_routed(routing, true), {0, 0}));

@@ -13,6 +13,7 @@
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/recorder.h"
 #include "ops/moe_fp8_test_util.h"
+#include "ops/moe_shared_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 
@@ -159,16 +160,7 @@ struct SharedCase {
     Tensor vals = Tensor::zeros({T, K}, DType::kFloat32),
            idx = Tensor::zeros({T, K}, DType::kInt32);
     fused_topk_deepseek(logits, bias, 4, 2, K, 2.5, vals, idx);
-    const V iv = vec(idx), wv = vec(vals);
-    V ids, w;
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t k = 0; k < K + S; ++k) {
-        ids.push_back(k < K ? iv[static_cast<size_t>(t * K + k)] : static_cast<double>(E + k - K));
-        w.push_back(k < K ? wv[static_cast<size_t>(t * K + k)] : 1.0);
-      }
-    }
-    return MoeTopkIds(Tensor::from_vector(ids, {T, K + S}, DType::kInt32),
-                      Tensor::from_vector(w, {T, K + S}, DType::kFloat32));
+    return append_shared_slots(idx, vals, E, S);
   }
   // fp64: every slot's expert FFN over the E + S weight rows (the shared test helper).
   V expected(const MoeTopkIds& routing) const {
