@@ -130,7 +130,8 @@ struct Fp4Args {
   const std::optional<Tensor>* output;
 };
 
-std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a) {
+std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a,
+                             std::optional<int64_t> num_fused_shared_experts = std::nullopt) {
   const char* op = rc.op;
   const Tensor& hidden = *a.hidden;
   api::check_defined(hidden, op, "hidden_states");
@@ -138,9 +139,13 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a) {
   api::check_dim(hidden, {2}, op, "hidden_states");
   api::refuse_if(a.per_token_scale->has_value(), op, "per_token_scale",
                  "per-token activation scales are not implemented");
+  const int64_t S =
+      api::check_moe_fused_shared(rc, num_fused_shared_experts, hidden, a.do_finalize, false);
   const int64_t act = check_activation(a.activation_type, op);
   const bool gated = kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(act));
-  const int64_t T = hidden.size(0), I = a.inter, El = rc.local_num;
+  // Fused shared experts: their rows of every per-expert tensor follow the routed local
+  // experts' (upstream's launcher checks local_num_experts + num_fused_shared_experts).
+  const int64_t T = hidden.size(0), I = a.inter, El = rc.local_num + S;
   FLASHINFER_CHECK(I >= 1, op, "intermediate_size", "must be positive, got ", I);
   const int64_t N1 = gated ? 2 * I : I;
   const Tensor &w1 = *a.w1, &w2 = *a.w2;
@@ -231,6 +236,7 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a) {
   // Upstream writes `output` only when it finalizes (docs/MOE.md, "do_finalize=False").
   Tensor out = make_output(a.do_finalize ? *a.output : std::nullopt, T, H, hidden, op);
   api::fill_moe_routing(rc, hidden, /*groups_when_routed=*/false, p.base);
+  p.base.num_shared = S;
   // Upstream's preparation: GEMM1 rows interleaved (gated) then shuffled, GEMM2 rows shuffled,
   // epilogue_tile_m 128, MajorK; scales and biases follow their rows.
   api::MoeWeightFormat fmt;
@@ -251,7 +257,7 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a) {
   m.out = out.data_ptr();
   m.out_stride = out.stride(0);
   m.num_tokens = T;
-  m.top_k = rc.top_k;
+  m.top_k = rc.top_k + S;
   m.hidden = H;
   m.inter = I;
   m.num_local_experts = El;
@@ -377,8 +383,6 @@ std::vector<Tensor> trtllm_fp4_block_scale_moe(
   return call_op<&trtllm_fp4_block_scale_moe>(
       [&] {
         const char* op = "trtllm_fp4_block_scale_moe";
-        api::refuse_if(num_fused_shared_experts.value_or(0) != 0, op, "num_fused_shared_experts",
-                       "fused shared experts are not implemented");
         const RoutingArgs rc{op,
                              nullptr,
                              &routing_logits,
@@ -412,7 +416,7 @@ std::vector<Tensor> trtllm_fp4_block_scale_moe(
                         do_finalize,
                         &per_token_scale,
                         &output};
-        return fp4_impl(rc, a);
+        return fp4_impl(rc, a, num_fused_shared_experts);
       },
       routing_logits, routing_bias, hidden_states, hidden_states_scale, gemm1_weights,
       gemm1_weights_scale, gemm1_bias, gemm1_alpha, gemm1_beta, gemm1_clamp_limit, gemm2_weights,

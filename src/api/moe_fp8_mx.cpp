@@ -62,7 +62,8 @@ Tensor mx_plain_scales(const Tensor& s, int64_t E, int64_t m, int64_t cols, bool
 
 }  // namespace
 
-TrtllmMoeResult trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8Args& a) {
+TrtllmMoeResult trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8Args& a,
+                                       int64_t num_shared) {
   const char* op = rc.op;
   const Tensor& hidden = *a.hidden;
   check_defined(hidden, op, "hidden_states");
@@ -71,7 +72,7 @@ TrtllmMoeResult trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8A
   check_dim(hidden, {2}, op, "hidden_states");
   check_dtype_in(hidden, {DType::kFloat8E4M3FN}, op, "hidden_states");
   check_last_stride_one(hidden, op, "hidden_states");
-  const int64_t T = hidden.size(0), H = hidden.size(1), I = a.inter, El = rc.local_num;
+  const int64_t T = hidden.size(0), H = hidden.size(1), I = a.inter, El = rc.local_num + num_shared;
   FLASHINFER_CHECK(a.activation_type >= 0 && a.activation_type <= 10, op, "activation_type",
                    "must be an ActivationType value, got ", a.activation_type);
   refuse_if(a.activation_type == static_cast<int64_t>(ActivationType::GegluTanh), op,
@@ -131,6 +132,7 @@ TrtllmMoeResult trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8A
   kernels::TrtllmFp4MoeParams p;
   // The DeepSeek-FP8 form's routing checks (n_group / topk_group also checked when routed).
   fill_moe_routing(rc, hidden, /*groups_when_routed=*/true, p.base);
+  p.base.num_shared = num_shared;
   p.weights = kernels::Moe4Weights::kMxfp8;
   p.input = kernels::Moe4Input::kMxfp8;
   p.act_quant = kernels::Moe4ActQuant::kMxfp8;
@@ -144,7 +146,7 @@ TrtllmMoeResult trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8A
   m.dtype = DType::kBFloat16;
   m.out_dtype = DType::kBFloat16;
   m.num_tokens = T;
-  m.top_k = rc.top_k;
+  m.top_k = rc.top_k + num_shared;
   m.hidden = H;
   m.inter = I;
   m.num_local_experts = El;

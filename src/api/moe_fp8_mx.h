@@ -26,7 +26,10 @@ struct MoeMxFp8Args {
 
 // Checks the arguments (naming the one at fault), undoes upstream's weight preparation on the
 // host and runs the CPU reference. A call on CUDA tensors raises kUnsupported naming
-// `hidden_states` (no CUDA kernel), so a replay on a GPU falls back to the CPU.
-TrtllmMoeResult trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8Args& a);
+// `hidden_states` (no CUDA kernel), so a replay on a GPU falls back to the CPU. `num_shared`:
+// fused shared experts, already checked by the caller (api::check_moe_fused_shared): their
+// weight rows follow the local_num routed ones (docs/MOE.md, "Fused shared experts").
+TrtllmMoeResult trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8Args& a,
+                                       int64_t num_shared = 0);
 
 }  // namespace flashinfer::api

@@ -160,16 +160,22 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
                                bool use_shuffled_weight, WeightLayout layout, bool do_finalize,
                                Fp8QuantizationType qtype, const std::optional<Tensor>& alpha,
                                const std::optional<Tensor>& beta,
-                               const std::optional<Tensor>& limit) {
+                               const std::optional<Tensor>& limit,
+                               std::optional<int64_t> num_fused_shared_experts = std::nullopt) {
   Fp8Common c = common;
   if (!do_finalize) c.output = &kNoOutput;
   const char* op = c.op;
+  const int64_t S = api::check_moe_fused_shared(
+      {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group, c.offset,
+       c.local_num, c.scale, c.method, c.norm_topk_prob, c.replay_out},
+      num_fused_shared_experts, *c.hidden, do_finalize, /*unfinalized_known=*/true);
   if (qtype == Fp8QuantizationType::MxFp8) {
     return api::trtllm_mxfp8_block_moe(
         {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group,
          c.offset, c.local_num, c.scale, c.method, c.norm_topk_prob, c.replay_out},
         {c.hidden, &hs_scale, &w1, &w1_scale, &w2, &w2_scale, c.inter, c.activation_type,
-         use_shuffled_weight, layout, &alpha, &beta, &limit, c.output, do_finalize});
+         use_shuffled_weight, layout, &alpha, &beta, &limit, c.output, do_finalize},
+        S);
   }
   api::refuse_if(qtype != Fp8QuantizationType::DeepSeekFp8, op, "fp8_quantization_type",
                  "only Fp8QuantizationType.DeepSeekFp8 (128x128 block scales) and MxFp8 are "
@@ -177,7 +183,12 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
   kernels::TrtllmFp8MoeParams p;
   Tensor out = fill_common(c, p);
   const Tensor& hidden = *c.hidden;
-  const int64_t T = hidden.size(0), H = hidden.size(1), I = c.inter, El = c.local_num;
+  // Fused shared experts: their weight rows follow the routed local experts' (upstream's
+  // launcher: weights dim 0 is local_num_experts + num_fused_shared_experts).
+  const int64_t T = hidden.size(0), H = hidden.size(1), I = c.inter, El = c.local_num + S;
+  p.base.num_shared = S;
+  p.base.moe.top_k = c.top_k + S;
+  p.base.moe.num_local_experts = El;
   const bool gated = kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(c.activation_type));
   const int64_t N1 = gated ? 2 * I : I;
   // Upstream's launcher: hidden_size and intermediate_size multiples of 128 (the block).
@@ -296,8 +307,6 @@ TrtllmMoeResult trtllm_fp8_block_scale_moe(
   return call_op<&trtllm_fp8_block_scale_moe>(
       [&] {
         const char* op = "trtllm_fp8_block_scale_moe";
-        api::refuse_if(num_fused_shared_experts.value_or(0) != 0, op, "num_fused_shared_experts",
-                       "fused shared experts are not implemented");
         const Fp8Common c{op,
                           nullptr,
                           &routing_logits,
@@ -319,7 +328,7 @@ TrtllmMoeResult trtllm_fp8_block_scale_moe(
         return fp8_block_impl(c, hidden_states_scale, gemm1_weights, gemm1_weights_scale,
                               gemm2_weights, gemm2_weights_scale, use_shuffled_weight,
                               weight_layout, do_finalize, fp8_quantization_type, gemm1_alpha,
-                              gemm1_beta, gemm1_clamp_limit);
+                              gemm1_beta, gemm1_clamp_limit, num_fused_shared_experts);
       },
       routing_logits, routing_bias, hidden_states, hidden_states_scale, gemm1_weights,
       gemm1_weights_scale, gemm2_weights, gemm2_weights_scale, num_experts, top_k, n_group,

@@ -10,8 +10,10 @@
 #include "api/checks.h"
 #include "api/enum_table.h"
 #include "api/kernel_table.h"
+#include "api/moe_routing_checks.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_quant_cpu.h"
+#include "replay/result_comparators.h"
 
 namespace flashinfer {
 
@@ -95,10 +97,6 @@ TrtllmGenRoutingResult gen_routing_impl(const Tensor& logits, const std::optiona
                    "], got ", top_k);
   FLASHINFER_CHECK(tile >= 1 && (tile & (tile - 1)) == 0, op, "tile_tokens_dim",
                    "must be a positive power of two, got ", tile);
-  if (nfse != 0) {
-    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "num_fused_shared_experts",
-                    "fused shared-expert slots are not implemented");
-  }
   if (bias) {
     api::check_dtype_in(*bias, {DType::kFloat32, DType::kBFloat16}, op, "routing_bias");
     FLASHINFER_CHECK(bias->numel() == E && bias->is_contiguous(), op, "routing_bias",
@@ -124,13 +122,18 @@ TrtllmGenRoutingResult gen_routing_impl(const Tensor& logits, const std::optiona
                    "local experts [", offset, ", ", offset + L, ") must lie in [0, num_experts=", E,
                    ")");
   FLASHINFER_CHECK(std::isfinite(scale), op, "routed_scaling_factor", "must be finite");
+  // Fused shared experts: S slots appended per token (docs/MOE.md, "Fused shared experts");
+  // upstream's kernels misplace them under expert parallelism (no check there: refused here).
+  const int64_t S = api::check_fused_shared(op, nfse, static_cast<int64_t>(method), n_group, offset,
+                                            L, E, ErrorCode::kUnsupported);
+  const int64_t KS = top_k + S;
   const Device dev = logits.device();
-  const int64_t max_ctas = max_ctas_in_batch_dim(T, top_k, E, tile);
+  const int64_t max_ctas = max_ctas_in_batch_dim(T, KS, E + S, tile);
   const int64_t max_padded = max_ctas * tile;
-  Tensor ids = Tensor::empty({T, top_k}, DType::kInt32, dev);
-  Tensor weights = Tensor::empty({T, top_k}, DType::kBFloat16, dev);
+  Tensor ids = Tensor::empty({T, KS}, DType::kInt32, dev);
+  Tensor weights = Tensor::empty({T, KS}, DType::kBFloat16, dev);
   Tensor total = Tensor::empty({1}, DType::kInt32, dev);
-  Tensor e2p = Tensor::empty({T, top_k}, DType::kInt32, dev);
+  Tensor e2p = Tensor::empty({T, KS}, DType::kInt32, dev);
   Tensor p2t = Tensor::empty({max_padded}, DType::kInt32, dev);
   Tensor cta_batch = Tensor::empty({max_ctas}, DType::kInt32, dev);
   Tensor cta_limit = Tensor::empty({max_ctas}, DType::kInt32, dev);
@@ -151,6 +154,7 @@ TrtllmGenRoutingResult gen_routing_impl(const Tensor& logits, const std::optiona
   p.routing.method = static_cast<kernels::MoeRouting>(method);
   p.local_expert_offset = offset;
   p.local_num_experts = L;
+  p.num_shared = S;
   p.tile = tile;
   p.topk_ids = ids.data<int32_t>();
   p.topk_weights = static_cast<uint16_t*>(weights.data_ptr());
@@ -225,6 +229,8 @@ void register_moe_routing_ops(OpRegistry& r) {
       arg("local_num_experts").kw(), arg("routed_scaling_factor", 1.0).kw(),
       arg("tile_tokens_dim", int64_t{8}).kw(), arg("norm_topk_prob", true).kw(),
       arg("enable_pdl").kw());
+  // The order of an expert's pairs is the GPU's choice: replay compares up to it.
+  detail::register_result_comparator("trtllm_gen_routing", detail::compare_trtllm_gen_routing);
   api::register_backends("trtllm_gen_routing", kGenRoutingKernels);
   register_bench_hook("trtllm_gen_routing", bench_trtllm_gen_routing);
 }

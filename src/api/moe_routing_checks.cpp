@@ -162,4 +162,44 @@ std::vector<Tensor> bind_unfinalized(kernels::TrtllmMoeParams& b, const MoeTopkI
   return {gemm2, weights, idx};
 }
 
+int64_t check_fused_shared(const char* op, std::optional<int64_t> num_fused_shared_experts,
+                           int64_t method, std::optional<int64_t> n_group, int64_t offset,
+                           int64_t local_num, int64_t num_experts, ErrorCode ep_code) {
+  const int64_t S = num_fused_shared_experts.value_or(0);
+  FLASHINFER_CHECK(S >= 0, op, "num_fused_shared_experts", "must be >= 0, got ", S);
+  if (S == 0) return 0;
+  const auto rm = static_cast<kernels::MoeRouting>(method);
+  // Upstream's Routing::Runner raises for the Llama4 and routingCustom methods; MiniMax2 and
+  // single-group DeepSeekV3 run routingCustom without the shared slots (the K + S wide
+  // buffers would stay partly unwritten), so only grouped DeepSeekV3 fuses them.
+  FLASHINFER_CHECK(rm == kernels::MoeRouting::kDeepSeekV3 || rm == kernels::MoeRouting::kMiniMax2,
+                   op, "routing_method_type",
+                   "fused shared experts need DeepSeekV3 routing (upstream raises for this "
+                   "method), got ",
+                   method);
+  refuse_if(rm == kernels::MoeRouting::kMiniMax2, op, "routing_method_type",
+            "MiniMax2 routing runs without the fused shared-expert slots upstream");
+  refuse_if(n_group.value_or(0) <= 1, op, "n_group",
+            "single-group DeepSeekV3 routing runs without the fused shared-expert slots upstream "
+            "(n_group > 1 is needed)");
+  FLASHINFER_CHECK_CODE(offset == 0 && local_num == num_experts, ep_code, op, "local_expert_offset",
+                        "fused shared experts need no expert parallelism (local_expert_offset 0, "
+                        "local_num_experts == num_experts), got offset ",
+                        offset, ", ", local_num, " of ", num_experts);
+  return S;
+}
+
+int64_t check_moe_fused_shared(const MoeRoutingArgs& c, std::optional<int64_t> nfse,
+                               const Tensor& hidden, bool do_finalize, bool unfinalized_known) {
+  const int64_t S = check_fused_shared(c.op, nfse, c.method, c.n_group, c.offset, c.local_num,
+                                       c.num_experts, ErrorCode::kInvalidArgument);
+  if (S == 0) return 0;
+  refuse_if(hidden.device().is_cuda(), c.op, "num_fused_shared_experts",
+            "fused shared experts have a CPU reference only (no CUDA kernel here)");
+  refuse_if(!do_finalize && !unfinalized_known, c.op, "do_finalize",
+            "the unfinalized list with fused shared experts (expert_weights' width) is not "
+            "established for this op");
+  return S;
+}
+
 }  // namespace flashinfer::api

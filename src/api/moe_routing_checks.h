@@ -56,4 +56,19 @@ void fill_moe_routing(const MoeRoutingArgs& c, const Tensor& hidden, bool groups
 std::vector<Tensor> bind_unfinalized(kernels::TrtllmMoeParams& b, const MoeTopkIds* routed,
                                      const Tensor& hidden, const char* op);
 
+/// num_fused_shared_experts (docs/MOE.md, "Fused shared experts"): raises unless S == 0 or
+/// the routing is DeepSeekV3 from logits with n_group > 1 and no expert parallelism (offset 0,
+/// local_num == num_experts; `ep_code` is the error code of that rule: upstream's MoE launchers
+/// reject it, the routing op has no such check). Returns S.
+int64_t check_fused_shared(const char* op, std::optional<int64_t> num_fused_shared_experts,
+                           int64_t method, std::optional<int64_t> n_group, int64_t offset,
+                           int64_t local_num, int64_t num_experts, ErrorCode ep_code);
+
+/// check_fused_shared for a trtllm MoE op; then S > 0 on the CPU only (no CUDA kernel here:
+/// kUnsupported naming num_fused_shared_experts), and do_finalize=False only where
+/// `unfinalized_known` (the op's launcher was read: expert_weights [T, top_k + S]); elsewhere
+/// kUnsupported naming do_finalize.
+int64_t check_moe_fused_shared(const MoeRoutingArgs& c, std::optional<int64_t> nfse,
+                               const Tensor& hidden, bool do_finalize, bool unfinalized_known);
+
 }  // namespace flashinfer::api

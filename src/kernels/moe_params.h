@@ -140,6 +140,11 @@ struct TrtllmMoeParams {
   // do_finalize=False: the routing weights as the launcher returns them, bf16 [num_tokens *
   // top_k] contiguous (null: not asked for).
   uint16_t* expert_weights_out = nullptr;
+  // num_fused_shared_experts S (DeepSeekV3 routing from logits, no expert parallelism): the
+  // routing appends S slots per token, ids num_experts + s at weight 1.0, so the routing output
+  // is [num_tokens, top_k + S] (moe.top_k counts them, moe.num_local_experts holds the S weight
+  // rows after the routed ones). docs/MOE.md, "Fused shared experts".
+  int64_t num_shared = 0;
 };
 
 /// hash_topk: experts from a token-to-expert table, weights sqrt(softplus(logit)) normalized

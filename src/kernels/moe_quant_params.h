@@ -41,10 +41,13 @@ struct TrtllmFp8MoeParams {
 struct TrtllmGenRoutingParams {
   MoeRoutingParams routing;
   int64_t local_expert_offset = 0, local_num_experts = 0, tile = 8;
-  int32_t* topk_ids = nullptr;              // [T, top_k]
-  uint16_t* topk_weights = nullptr;         // bf16 bits [T, top_k]
+  // Fused shared experts S: slots top_k .. top_k + S - 1 of every token hold expert
+  // num_experts + s at weight 1.0 (local expert local_num_experts + s; no expert parallelism).
+  int64_t num_shared = 0;
+  int32_t* topk_ids = nullptr;              // [T, top_k + S]
+  uint16_t* topk_weights = nullptr;         // bf16 bits [T, top_k + S]
   int32_t* total_padded = nullptr;          // [1]
-  int32_t* expanded_to_permuted = nullptr;  // [T, top_k]
+  int32_t* expanded_to_permuted = nullptr;  // [T, top_k + S]
   int32_t* permuted_to_token = nullptr;     // [max_padded]
   int64_t max_padded = 0;
   int32_t* cta_to_batch = nullptr;     // [max_ctas]

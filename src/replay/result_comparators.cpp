@@ -1,5 +1,6 @@
 #include "replay/result_comparators.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 
@@ -155,6 +156,118 @@ bool compare_trtllm_moe_unfinalized(const std::map<std::string, Tensor>& actual,
       "pairs";
   if (!padding.empty()) {
     out.note += "; not compared: " + padding + " (padding: no pair refers to them)";
+  }
+  return true;
+}
+
+namespace {
+
+Tensor int32_tensor(const std::vector<int64_t>& v, const Shape& shape) {
+  Tensor t = Tensor::empty(shape, DType::kInt32);
+  for (std::size_t i = 0; i < v.size(); ++i) t.data<int32_t>()[i] = static_cast<int32_t>(v[i]);
+  return t;
+}
+
+// e2p with each local expert's slots reassigned in pair order: pair i gets the r-th smallest
+// slot of its expert when it is the r-th pair of that expert (-1 stays -1). Two permutations
+// that differ only in the order of an expert's pairs give the same result.
+std::vector<int64_t> canonical_slots(const std::vector<int64_t>& e2p,
+                                     const std::vector<int64_t>& ids) {
+  std::map<int64_t, std::vector<int64_t>> slots;
+  for (std::size_t i = 0; i < e2p.size(); ++i) {
+    if (e2p[i] >= 0) slots[ids[i]].push_back(e2p[i]);
+  }
+  for (auto& [e, v] : slots) std::sort(v.begin(), v.end());
+  std::map<int64_t, std::size_t> next;
+  std::vector<int64_t> out(e2p.size(), -1);
+  for (std::size_t i = 0; i < e2p.size(); ++i) {
+    if (e2p[i] >= 0) out[i] = slots[ids[i]][next[ids[i]]++];
+  }
+  return out;
+}
+
+}  // namespace
+
+bool compare_trtllm_gen_routing(const std::map<std::string, Tensor>& actual,
+                                const NamedTensors& expected, const CompareFn& compare,
+                                ResultCheck& out) {
+  // TrtllmGenRoutingResult is a tuple: its items are recorded as result_0 .. result_7.
+  const char* keys[8] = {"result_0", "result_1", "result_2", "result_3",
+                         "result_4", "result_5", "result_6", "result_7"};
+  const Tensor* rec[8];
+  const Tensor* act[8];
+  for (int i = 0; i < 8; ++i) {
+    rec[i] = find(expected, keys[i]);
+    auto it = actual.find(keys[i]);
+    act[i] = it == actual.end() ? nullptr : &it->second;
+    if (!rec[i] || !act[i]) return false;  // not this op's full result: the default comparison
+  }
+  // As they are: topk_ids, topk_weights, total_num_padded_tokens, num_non_exiting_ctas (none
+  // depends on the order within an expert).
+  for (int i : {0, 1, 2, 7}) out.comparisons.push_back(compare(keys[i], *act[i], *rec[i]));
+  const std::vector<int64_t> rec_ids = as_indices(*rec[0]), act_ids = as_indices(*act[0]);
+  const std::vector<int64_t> rec_e2p = as_indices(*rec[3]), act_e2p = as_indices(*act[3]);
+  if (rec_e2p.size() != act_e2p.size() || rec_ids.size() != rec_e2p.size() ||
+      act_ids.size() != act_e2p.size()) {
+    replay::TensorComparison c;
+    c.key = keys[3];
+    c.problem = "shape " + shape_to_string(act[3]->shape()) + " vs recorded " +
+                shape_to_string(rec[3]->shape()) + " (or topk_ids of another size)";
+    out.comparisons.push_back(c);
+    return true;
+  }
+  // result_3: each expert's slots as a set, assigned to its pairs in pair order.
+  out.comparisons.push_back(
+      compare("result_3 (each expert's slots, in pair order)",
+              int32_tensor(canonical_slots(act_e2p, act_ids), act[3]->shape()),
+              int32_tensor(canonical_slots(rec_e2p, rec_ids), rec[3]->shape())));
+  // result_4: the token of every local pair's slot, through each side's own result_3.
+  std::vector<char> used;
+  bool bad_rec = false, bad_act = false;
+  const Tensor e = gather_rows(*rec[4], rec_e2p, &used, &bad_rec);
+  const Tensor a = gather_rows(*act[4], act_e2p, nullptr, &bad_act);
+  replay::TensorComparison c4 = compare("result_4 (via result_3)", a, e);
+  if (bad_rec || bad_act) {
+    c4.match = false;
+    c4.problem = std::string(bad_rec ? "recorded" : "replayed") +
+                 " result_3 points past permuted_idx_to_token_idx";
+  }
+  out.comparisons.push_back(c4);
+  int64_t unused = 0;
+  for (char u : used) unused += !u;
+  // result_5 / result_6: the first num_non_exiting_ctas entries (the recorded count).
+  const std::vector<int64_t> n_rec = as_indices(*rec[7]);
+  const int64_t n = n_rec.empty() ? 0 : n_rec[0];
+  int64_t cta_tail = 0;
+  for (int i : {5, 6}) {
+    if (n < 0 || n > rec[i]->numel() || n > act[i]->numel() || rec[i]->dim() != 1 ||
+        act[i]->dim() != 1) {
+      replay::TensorComparison c;
+      c.key = keys[i];
+      c.problem = "num_non_exiting_ctas (" + std::to_string(n) + ") exceeds its " +
+                  shape_to_string(act[i]->shape()) + " / recorded " +
+                  shape_to_string(rec[i]->shape());
+      out.comparisons.push_back(c);
+      continue;
+    }
+    out.comparisons.push_back(compare(std::string(keys[i]) + " (first num_non_exiting_ctas)",
+                                      act[i]->to(Device::cpu()).slice(0, 0, n),
+                                      rec[i]->to(Device::cpu()).slice(0, 0, n)));
+    cta_tail += rec[i]->numel() - n;
+  }
+  out.note =
+      "result_3 compared as each expert's set of slots (the order of an expert's pairs is the "
+      "GPU's shared-memory atomics' choice), result_4 through each side's result_3, result_5/6 "
+      "over the first num_non_exiting_ctas entries";
+  if (unused > 0) {
+    out.skipped.push_back("result_4 padding slots");
+    out.note += "; not compared: " + std::to_string(unused) + " of " + std::to_string(used.size()) +
+                " entries of result_4 (no pair refers to them)";
+  }
+  if (cta_tail > 0) {
+    out.skipped.push_back("result_5/6 entries past num_non_exiting_ctas");
+    out.note += "; " + std::to_string(cta_tail) +
+                " entries of result_5/6 past num_non_exiting_ctas (undefined upstream)";
   }
   return true;
 }

@@ -47,4 +47,15 @@ bool compare_trtllm_moe_unfinalized(const std::map<std::string, Tensor>& actual,
                                     const NamedTensors& expected, const CompareFn& compare,
                                     ResultCheck& out);
 
+/// trtllm_gen_routing's comparator (docs/MOE.md, "trtllm_gen_routing"): the GPU orders the
+/// pairs of one expert by shared-memory atomics, so expanded_idx_to_permuted_idx (result_3) is
+/// compared up to that order (each local expert's set of slots, assigned to its pairs in pair
+/// order on both sides) and permuted_idx_to_token_idx (result_4) through each side's own
+/// result_3; the CTA lists (result_5, result_6) over the first num_non_exiting_ctas (result_7)
+/// entries; result_0..2 and result_7 as they are. Slots and CTAs past those are undefined
+/// upstream (torch.empty): skipped and counted.
+bool compare_trtllm_gen_routing(const std::map<std::string, Tensor>& actual,
+                                const NamedTensors& expected, const CompareFn& compare,
+                                ResultCheck& out);
+
 }  // namespace flashinfer::detail

@@ -17,6 +17,7 @@
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
 #include "ops/moe_fp4_test_util.h"
+#include "ops/moe_shared_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/moe_weight_prep.h"
 #include "util/test_util.h"
@@ -442,7 +443,7 @@ TEST(TrtllmFp4BlockScaleMoe, BadInput) {
                       std::nullopt, std::nullopt, std::nullopt, c.E, c.K, std::nullopt,
                       std::nullopt, 64, 0, c.E, std::nullopt, 0, true, std::nullopt, 3,
                       std::nullopt, std::nullopt, 8192, true, std::nullopt, 1),
-                  "trtllm_fp4_block_scale_moe", "num_fused_shared_experts");
+                  "trtllm_fp4_block_scale_moe", "routing_method_type");  // DeepSeekV3 only
 }
 
 // ---- MxInt4 -----------------------------------------------------------------------------------
@@ -1217,6 +1218,48 @@ record("cute_dsl_fused_moe_nvfp4",
               r.function_name == "cute_dsl_fused_moe_nvfp4" ? "result" : "result__0")
         << r.function_name;
   }
+}
+
+// num_fused_shared_experts (docs/MOE.md, "Fused shared experts"): NVFP4 with DeepSeekV3
+// routing and one shared expert (weight rows 8, per-expert tensors of 9) against the fp64
+// formula and the routed op fed fused_topk_deepseek's routing with slot (8, 1.0) appended.
+TEST(TrtllmFp4BlockScaleMoe, FusedSharedExpertMatchesFormula) {
+  Fp4Case c;
+  c.local = 9;  // 8 routed experts, then the shared one
+  c.make(91);
+  const int64_t T = c.T, E = 8, K = 2;
+  Tensor logits = rand_tensor({T, E}, DType::kFloat32, 92, -3.0, 3.0);
+  Tensor bias = rand_tensor({E}, DType::kFloat32, 93, -0.3, 0.3);
+  Tensor vals = Tensor::zeros({T, K}, DType::kFloat32), idx = Tensor::zeros({T, K}, DType::kInt32);
+  fused_topk_deepseek(logits, bias, 4, 2, K, 2.5, vals, idx);
+  const MoeTopkIds routing = append_shared_slots(idx, vals, E, 1);
+  Tensor replay = Tensor::zeros({T, K}, DType::kInt16);
+  const auto out = trtllm_fp4_block_scale_moe(
+      logits, bias, c.hidden(), c.hidden_scale(), c.gemm1(), c.scale1(), std::nullopt, std::nullopt,
+      std::nullopt, std::nullopt, c.gemm2(), c.scale2(), std::nullopt, c.f32(c.o1, {9}),
+      c.f32(c.o1g, {9}), c.f32(c.o2, {9}), E, K, 4, 2, c.I, 0, E, 2.5, 2, true, std::nullopt, 3,
+      std::nullopt, std::nullopt, 8192, true, replay, 1);
+  c.E = 9;
+  c.K = 3;
+  EXPECT_TRUE(all_close(out[0], c.expected(routing), default_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(all_close(out[0], c.run_routed(routing)[0], {0, 0}));
+  EXPECT_TRUE(all_close(replay.to(DType::kInt32), idx, {0, 0}));
+  // Per-expert tensors need local_num_experts + 1 rows.
+  EXPECT_FI_ERROR((void)trtllm_fp4_block_scale_moe(
+                      logits, bias, c.hidden(), c.hidden_scale(), c.gemm1(), c.scale1(),
+                      std::nullopt, std::nullopt, std::nullopt, std::nullopt, c.gemm2(), c.scale2(),
+                      std::nullopt, c.f32(c.o1, {9}).value().slice(0, 0, 8), c.f32(c.o1g, {9}),
+                      c.f32(c.o2, {9}), E, K, 4, 2, c.I, 0, E, 2.5, 2, true, std::nullopt, 3,
+                      std::nullopt, std::nullopt, 8192, true, std::nullopt, 1),
+                  "trtllm_fp4_block_scale_moe", "output1_scale_scalar");
+  // The FP4 launcher's unfinalized list with shared experts was not read: refused.
+  EXPECT_FI_ERROR(
+      (void)trtllm_fp4_block_scale_moe(
+          logits, bias, c.hidden(), c.hidden_scale(), c.gemm1(), c.scale1(), std::nullopt,
+          std::nullopt, std::nullopt, std::nullopt, c.gemm2(), c.scale2(), std::nullopt,
+          c.f32(c.o1, {9}), c.f32(c.o1g, {9}), c.f32(c.o2, {9}), E, K, 4, 2, c.I, 0, E, 2.5, 2,
+          false, std::nullopt, 3, std::nullopt, std::nullopt, 8192, true, std::nullopt, 1),
+      "trtllm_fp4_block_scale_moe", "do_finalize");
 }
 
 }  // namespace

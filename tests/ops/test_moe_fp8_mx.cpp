@@ -15,6 +15,7 @@
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
 #include "ops/moe_fp4_test_util.h"
+#include "ops/moe_shared_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/moe_weight_prep.h"
 #include "util/test_util.h"
@@ -477,6 +478,32 @@ TEST(TrtllmFp8BlockScaleMoeMxFp8, CudaCallRefused) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
     EXPECT_EQ(e.arg(), "hidden_states");
   }
+}
+
+// num_fused_shared_experts with MxFp8 (docs/MOE.md, "Fused shared experts"): one shared expert
+// (weight row 8 of 9) after DeepSeekV3 routing equals the routed op fed fused_topk_deepseek's
+// routing with slot (8, 1.0) appended, bit for bit, and the fp64 formula.
+TEST(TrtllmFp8BlockScaleMoeMxFp8, FusedSharedExpert) {
+  MxCase c;
+  c.T = 5;
+  c.local = 9;
+  c.make(41);
+  const int64_t E = 8, K = 2, T = c.T;
+  Tensor logits = rand_tensor({T, E}, DType::kFloat32, 42, -3.0, 3.0);
+  Tensor bias = rand_tensor({E}, DType::kFloat32, 43, -0.3, 0.3);
+  Tensor replay = Tensor::zeros({T, K}, DType::kInt16);
+  const Tensor out = trtllm_fp8_block_scale_moe(
+      logits, bias, c.hidden(), c.hidden_scale(), c.gemm1(true), c.scale1(true), c.gemm2(true),
+      c.scale2(true), E, K, 4, 2, c.I, 0, E, 2.5, 2, true, WeightLayout::MajorK, true, std::nullopt,
+      8192, kMx, 1, 3, true, replay);
+  Tensor vals = Tensor::zeros({T, K}, DType::kFloat32), idx = Tensor::zeros({T, K}, DType::kInt32);
+  fused_topk_deepseek(logits, bias, 4, 2, K, 2.5, vals, idx);
+  EXPECT_TRUE(all_close(replay.to(DType::kInt32), idx, {0, 0}));
+  const MoeTopkIds routing = append_shared_slots(idx, vals, E, 1);
+  c.E = 9;
+  c.K = 3;
+  EXPECT_TRUE(all_close(out, c.run_routed(routing, true), {0, 0}));
+  EXPECT_TRUE(all_close(out, c.expected(routing), default_tolerance(DType::kBFloat16)));
 }
 
 }  // namespace

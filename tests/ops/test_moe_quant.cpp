@@ -14,6 +14,7 @@
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
+#include "ops/moe_fp8_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/moe_weight_prep.h"
 #include "util/test_util.h"
@@ -151,10 +152,8 @@ Tensor fp8(const Shape& shape, uint64_t seed, double lo = -3.0, double hi = 3.0)
   return rand_tensor(shape, DType::kFloat32, seed, lo, hi).to(DType::kFloat8E4M3FN);
 }
 
-double bf16(double v) {
-  return bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(v)));
-}
-double silu(double v) { return v / (1.0 + std::exp(-v)); }
+using moe_fp8::bf16;
+using moe_fp8::silu;
 
 // The largest |value|: the formula tests check their outputs are well above the bf16 atol, so
 // a wrong result cannot hide under it.
@@ -198,42 +197,8 @@ TEST(TrtllmFp8BlockScaleMoe, MatchesFormula) {
     const Tensor out = trtllm_fp8_block_scale_routed_moe(routing, std::nullopt, x, xs, w1, s1, w2,
                                                          s2, c.E, K, std::nullopt, std::nullopt, I,
                                                          c.offset, El, std::nullopt);
-    const auto xv = x.to_double_vector(), xsv = xs.to_double_vector(), w1v = w1.to_double_vector(),
-               s1v = s1.to_double_vector(), w2v = w2.to_double_vector(),
-               s2v = s2.to_double_vector(), idv = routing.ids.to_double_vector(),
-               wv = routing.weights->to_double_vector();
-    std::vector<double> expect(static_cast<size_t>(T * H), 0.0);
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t e = static_cast<int64_t>(idv[static_cast<size_t>(t * K + k)]) - c.offset;
-        if (e < 0 || e >= El) continue;
-        std::vector<double> h(static_cast<size_t>(I));
-        for (int64_t i = 0; i < I; ++i) {
-          double up = 0.0, gate = 0.0;
-          for (int64_t d = 0; d < H; ++d) {
-            const double xd =
-                xv[static_cast<size_t>(t * H + d)] * xsv[static_cast<size_t>((d / 128) * T + t)];
-            auto w1d = [&](int64_t row) {
-              return w1v[static_cast<size_t>((e * 2 * I + row) * H + d)] *
-                     s1v[static_cast<size_t>((e * (2 * I / 128) + row / 128) * (H / 128) +
-                                             d / 128)];
-            };
-            up += xd * w1d(i);
-            gate += xd * w1d(I + i);
-          }
-          h[static_cast<size_t>(i)] = bf16(silu(gate) * up);
-        }
-        for (int64_t d = 0; d < H; ++d) {
-          double y = 0.0;
-          for (int64_t i = 0; i < I; ++i) {
-            y += h[static_cast<size_t>(i)] * w2v[static_cast<size_t>((e * H + d) * I + i)] *
-                 s2v[static_cast<size_t>((e * (H / 128) + d / 128) * (I / 128) + i / 128)];
-          }
-          expect[static_cast<size_t>(t * H + d)] +=
-              bf16(wv[static_cast<size_t>(t * K + k)]) * bf16(y);
-        }
-      }
-    }
+    const std::vector<double> expect =
+        moe_fp8::fp8_block_moe_reference(x, xs, w1, s1, w2, s2, routing, c.offset, El);
     EXPECT_GT(max_abs(expect), 0.1);
     EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
     // Upstream's shuffled layouts (epilogue_tile_m 64, no interleave) give the same bits.
@@ -302,7 +267,7 @@ TEST(TrtllmFp8BlockScaleMoe, BadInput) {
                       logits, std::nullopt, x, xs, w1, s1, w2, s2, E, K, std::nullopt, std::nullopt,
                       I, 0, E, std::nullopt, 1, false, WeightLayout::MajorK, true, std::nullopt,
                       8192, Fp8QuantizationType::DeepSeekFp8, 1),
-                  op, "num_fused_shared_experts");
+                  op, "routing_method_type");  // shared experts need DeepSeekV3 routing
   EXPECT_FI_ERROR(
       (void)trtllm_fp8_block_scale_routed_moe(
           MoeTopkIds(Tensor::zeros({T, K}, DType::kInt32)), std::nullopt, x, xs, w1, s1, w2, s2, E,
@@ -524,9 +489,10 @@ TEST(TrtllmFp8BlockScaleMoeCuda, MatchesCpu) {
 // calls engines make: every argument by keyword, weights prepared by upstream's procedure
 // (trtllm_bf16_moe with its default shuffled BlockMajorK layout; trtllm_fp8_block_scale_moe
 // with DeepSeekV3 routing and shuffled BlockMajorK weights; trtllm_fp8_per_tensor_scale_moe as
-// for Llama4; trtllm_gen_routing, whose undefined output tails hold junk and are skipped),
-// expected outputs computed by torch in fp32 as upstream's test reference does. All four replay
-// here and pass.
+// for Llama4; trtllm_gen_routing, whose undefined output tails hold junk and are skipped, and
+// trtllm_gen_routing and trtllm_fp8_block_scale_moe with a fused shared expert, the routing's
+// pairs in another order within each expert), expected outputs computed by torch in fp32 as
+// upstream's test reference does. All six replay here and pass.
 TEST(MoeUpstreamDumps, EngineStyleTrtllmDumpsReplay) {
   // save() and record(): the shared writer (tests/util/upstream_dump_py.h).
   const std::string body = R"PY(
@@ -604,48 +570,60 @@ record("trtllm_bf16_moe", CORE,
        out.bfloat16())
 
 # 2. trtllm_fp8_block_scale_moe (DeepSeek FP8, DeepSeekV3 grouped routing), keywords, weights
-# prepared as upstream's FP8BlockScaleMoe does (shuffle with epilogue_tile_m 64, BlockMajorK).
-T, E, H, I, K = 4, 8, 128, 128, 2
-logits = torch.randn(T, E)
-bias = (torch.randn(E) * 0.1).to(torch.bfloat16)
-xc, xv = to_fp8(torch.randn(T, H) * 2)
-hs = torch.rand(H // 128, T) * 0.2 + 0.2
-w1c, w1v = to_fp8(torch.randn(E, 2 * I, H) * 2)
-w2c, w2v = to_fp8(torch.randn(E, H, I) * 2)
-s1 = torch.rand(E, 2 * I // 128, H // 128) * 0.02 + 0.02
-s2 = torch.rand(E, H // 128, I // 128) * 0.1 + 0.1
-w1k = torch.stack([block_layout(w1c[e][shuffle_idx(2 * I, 64)]) for e in range(E)])
-w2k = torch.stack([block_layout(w2c[e][shuffle_idx(H, 64)]) for e in range(E)])
-# noaux_tc_ref: sigmoid + bias, groups of 2 scored by their top-2 sum, 2 groups kept
-s = torch.sigmoid(logits)
-sb = s + bias.float()
-gs = sb.view(T, 4, 2).topk(2, dim=-1)[0].sum(-1)
-gmask = torch.zeros(T, 4).scatter_(1, gs.topk(2, dim=-1)[1], 1)
-sb = sb * gmask.repeat_interleave(2, dim=1)
-ti = sb.topk(K, dim=-1)[1]
-sel = s.gather(1, ti)
-wts = sel / (sel.sum(-1, keepdim=True) + 1e-20) * 2.5
-xd = xv * hs.t().repeat_interleave(128, dim=1)
-w1d = w1v * s1.repeat_interleave(128, 1).repeat_interleave(128, 2)
-w2d = w2v * s2.repeat_interleave(128, 1).repeat_interleave(128, 2)
-out = torch.zeros(T, H)
-for t in range(T):
-    for k in range(K):
-        e = int(ti[t, k])
-        g = xd[t] @ w1d[e].T
-        h = (F.silu(g[I:]) * g[:I]).bfloat16().float()
-        out[t] += wts[t, k] * (h @ w2d[e].T)
-record("trtllm_fp8_block_scale_moe", CORE,
-       {"kwarg_routing_logits": logits, "kwarg_routing_bias": bias,
-        "kwarg_hidden_states": ("fp8", xc), "kwarg_hidden_states_scale": hs,
-        "kwarg_gemm1_weights": ("fp8", w1k), "kwarg_gemm1_weights_scale": s1,
-        "kwarg_gemm2_weights": ("fp8", w2k), "kwarg_gemm2_weights_scale": s2},
-       {"kwarg_num_experts": E, "kwarg_top_k": K, "kwarg_n_group": 4, "kwarg_topk_group": 2,
-        "kwarg_intermediate_size": I, "kwarg_local_expert_offset": 0,
-        "kwarg_local_num_experts": E, "kwarg_routed_scaling_factor": 2.5,
-        "kwarg_routing_method_type": 2, "kwarg_use_shuffled_weight": True,
-        "kwarg_weight_layout": 2, "kwarg_enable_pdl": None},
-       out.bfloat16())
+# prepared as upstream's FP8BlockScaleMoe does (shuffle with epilogue_tile_m 64, BlockMajorK);
+# with S fused shared experts (section 6) their weights are rows E .. E + S - 1 and their slots
+# run for every token at weight 1 after the routed ones.
+def ds_fp8_block(T, E, H, I, K, S, shuffled):
+    logits = torch.randn(T, E)
+    bias = (torch.randn(E) * 0.1).to(torch.bfloat16)
+    xc, xv = to_fp8(torch.randn(T, H) * 2)
+    hs = torch.rand(H // 128, T) * 0.2 + 0.2
+    w1c, w1v = to_fp8(torch.randn(E + S, 2 * I, H) * 2)
+    w2c, w2v = to_fp8(torch.randn(E + S, H, I) * 2)
+    s1 = torch.rand(E + S, 2 * I // 128, H // 128) * 0.02 + 0.02
+    s2 = torch.rand(E + S, H // 128, I // 128) * 0.1 + 0.1
+    if shuffled:
+        w1k = torch.stack([block_layout(w1c[e][shuffle_idx(2 * I, 64)]) for e in range(E + S)])
+        w2k = torch.stack([block_layout(w2c[e][shuffle_idx(H, 64)]) for e in range(E + S)])
+    else:
+        w1k, w2k = w1c, w2c
+    # noaux_tc_ref: sigmoid + bias, groups of 2 scored by their top-2 sum, 2 groups kept
+    s = torch.sigmoid(logits)
+    sb = s + bias.float()
+    gs = sb.view(T, 4, 2).topk(2, dim=-1)[0].sum(-1)
+    gmask = torch.zeros(T, 4).scatter_(1, gs.topk(2, dim=-1)[1], 1)
+    sb = sb * gmask.repeat_interleave(2, dim=1)
+    ti = sb.topk(K, dim=-1)[1]
+    sel = s.gather(1, ti)
+    wts = sel / (sel.sum(-1, keepdim=True) + 1e-20) * 2.5
+    ti = torch.cat([ti, torch.arange(E, E + S).expand(T, S)], 1)
+    wts = torch.cat([wts, torch.ones(T, S)], 1)
+    xd = xv * hs.t().repeat_interleave(128, dim=1)
+    w1d = w1v * s1.repeat_interleave(128, 1).repeat_interleave(128, 2)
+    w2d = w2v * s2.repeat_interleave(128, 1).repeat_interleave(128, 2)
+    out = torch.zeros(T, H)
+    for t in range(T):
+        for k in range(K + S):
+            e = int(ti[t, k])
+            g = xd[t] @ w1d[e].T
+            h = (F.silu(g[I:]) * g[:I]).bfloat16().float()
+            out[t] += wts[t, k] * (h @ w2d[e].T)
+    scalars = {"kwarg_num_experts": E, "kwarg_top_k": K, "kwarg_n_group": 4,
+               "kwarg_topk_group": 2, "kwarg_intermediate_size": I,
+               "kwarg_local_expert_offset": 0, "kwarg_local_num_experts": E,
+               "kwarg_routed_scaling_factor": 2.5, "kwarg_routing_method_type": 2,
+               "kwarg_use_shuffled_weight": shuffled, "kwarg_weight_layout": 2 if shuffled else 0,
+               "kwarg_enable_pdl": None}
+    if S:
+        scalars["kwarg_num_fused_shared_experts"] = S
+    record("trtllm_fp8_block_scale_moe", CORE,
+           {"kwarg_routing_logits": logits, "kwarg_routing_bias": bias,
+            "kwarg_hidden_states": ("fp8", xc), "kwarg_hidden_states_scale": hs,
+            "kwarg_gemm1_weights": ("fp8", w1k), "kwarg_gemm1_weights_scale": s1,
+            "kwarg_gemm2_weights": ("fp8", w2k), "kwarg_gemm2_weights_scale": s2},
+           scalars, out.bfloat16())
+
+ds_fp8_block(4, 8, 128, 128, 2, 0, True)
 
 # 3. trtllm_fp8_per_tensor_scale_moe as SGLang calls it for Llama4 (keywords; top-1 sigmoid
 # routing of bf16 logits applied on GEMM1's output), weights prepared as upstream's
@@ -684,30 +662,35 @@ record("trtllm_fp8_per_tensor_scale_moe", CORE,
 
 # 4. trtllm_gen_routing (keywords; RoutingMethodType member), Renormalize of bf16 logits,
 # local experts [2, 6), tile 4. The entries upstream leaves undefined (torch.empty) hold junk.
+# gen_routing_outputs: the result tuple for expert ids `sel` [T, slots] (the local range
+# [off, off + num_local)), weights `wts`; each expert's pairs in token order, or reversed.
+junk = lambda n: torch.full((n,), 12345, dtype=torch.int32)
+def gen_routing_outputs(sel, wts, num_experts, off, num_local, tile, reverse):
+    T, KS = sel.shape
+    filled = min(num_experts, T * KS)
+    max_ctas = filled + (T * KS - filled) // tile
+    e2p = torch.full((T, KS), -1, dtype=torch.int32)
+    ids = torch.full((T, KS), -1, dtype=torch.int32)
+    p2t, batch, limit = junk(max_ctas * tile), junk(max_ctas), junk(max_ctas)
+    slot, cta = 0, 0
+    for e in range(off, off + num_local):
+        pairs = [(t, k) for t in range(T) for k in range(KS) if int(sel[t, k]) == e]
+        for r, (t, k) in enumerate(reversed(pairs) if reverse else pairs):
+            e2p[t, k] = slot + r
+            p2t[slot + r] = t
+            ids[t, k] = e
+        for j in range((len(pairs) + tile - 1) // tile):
+            batch[cta] = e - off
+            limit[cta] = slot + min((j + 1) * tile, len(pairs))
+            cta += 1
+        slot += (len(pairs) + tile - 1) // tile * tile
+    return [ids, wts, torch.tensor([slot], dtype=torch.int32), e2p, p2t, batch, limit,
+            torch.tensor([cta], dtype=torch.int32)]
+
 T, E, K, OFF, L, TILE = 6, 8, 2, 2, 4, 4
 logits = torch.randn(T, E).to(torch.bfloat16)
 tv, ti = torch.topk(logits, K, dim=-1)
 wts = torch.softmax(tv.float(), -1).bfloat16()
-filled = min(E, T * K)
-max_ctas = filled + (T * K - filled) // TILE
-junk = lambda n: torch.full((n,), 12345, dtype=torch.int32)
-e2p = torch.full((T, K), -1, dtype=torch.int32)
-p2t, batch, limit = junk(max_ctas * TILE), junk(max_ctas), junk(max_ctas)
-ids = torch.full((T, K), -1, dtype=torch.int32)
-slot, cta = 0, 0
-for e in range(OFF, OFF + L):
-    pairs = [(t, k) for t in range(T) for k in range(K) if int(ti[t, k]) == e]
-    for r, (t, k) in enumerate(pairs):
-        e2p[t, k] = slot + r
-        p2t[slot + r] = t
-        ids[t, k] = e
-    for j in range((len(pairs) + TILE - 1) // TILE):
-        batch[cta] = e - OFF
-        limit[cta] = slot + min((j + 1) * TILE, len(pairs))
-        cta += 1
-    slot += (len(pairs) + TILE - 1) // TILE * TILE
-outs = [ids, wts, torch.tensor([slot], dtype=torch.int32), e2p, p2t, batch, limit,
-        torch.tensor([cta], dtype=torch.int32)]
 record("trtllm_gen_routing", "flashinfer.fused_moe.trtllm_gen_routing",
        {"kwarg_routing_logits": logits},
        {"kwarg_routing_bias": None,
@@ -715,9 +698,38 @@ record("trtllm_gen_routing", "flashinfer.fused_moe.trtllm_gen_routing",
                                  "value": 1},
         "kwarg_top_k": K, "kwarg_local_expert_offset": OFF, "kwarg_local_num_experts": L,
         "kwarg_tile_tokens_dim": TILE},
-       outs)  # the tuple: result_0..7
+       gen_routing_outputs(ti, wts, E, OFF, L, TILE, False))  # the tuple: result_0..7
+
+# 5. trtllm_gen_routing with one fused shared expert: DeepSeekV3 of fp32 logits with a bias, 2
+# groups of 4 (one kept), top-2, routed_scaling_factor 2.5, tile 4; the shared slot (expert 8,
+# weight 1) appended per token. Each expert's pairs are written in reversed token order, as the
+# GPU's shared-memory atomics may leave them (replay compares up to that order).
+T, E, K, S, TILE, G, TG = 5, 8, 2, 1, 4, 2, 1
+logits = torch.randn(T, E)
+bias = (torch.rand(E) - 0.5) * 0.4
+sg = torch.sigmoid(logits)
+sb = sg + bias
+gsc = sb.view(T, G, E // G).topk(2, dim=-1)[0].sum(-1)
+keep = torch.zeros(T, G).scatter_(1, gsc.topk(TG, dim=-1)[1], 1.0)
+keep = keep.unsqueeze(-1).expand(T, G, E // G).reshape(T, E)
+ti = sb.masked_fill(keep == 0, float("-inf")).topk(K, dim=-1)[1]
+tw = sg.gather(1, ti)
+tw = tw / (tw.sum(-1, keepdim=True) + 1e-20) * 2.5
+sel = torch.cat([ti, torch.full((T, S), E, dtype=torch.long)], 1)
+wts = torch.cat([tw, torch.ones(T, S)], 1).bfloat16()
+record("trtllm_gen_routing", "flashinfer.fused_moe.trtllm_gen_routing",
+       {"kwarg_routing_logits": logits, "kwarg_routing_bias": bias},
+       {"kwarg_routing_method": {"type": "enum", "name": "RoutingMethodType.DeepSeekV3",
+                                 "value": 2},
+        "kwarg_top_k": K, "kwarg_num_fused_shared_experts": S, "kwarg_n_group": G,
+        "kwarg_topk_group": TG, "kwarg_routed_scaling_factor": 2.5, "kwarg_tile_tokens_dim": TILE},
+       gen_routing_outputs(sel, wts, E + S, 0, E + S, TILE, True))
+
+# 6. trtllm_fp8_block_scale_moe with one fused shared expert (upstream's DSv3_fused_shared
+# configs, smaller), plain MajorK weights.
+ds_fp8_block(4, 8, 128, 128, 2, 1, False)
 )PY";
-  if (!flashinfer::testing::run_upstream_dump_script("fi_moe_quant", body, 4)) {
+  if (!flashinfer::testing::run_upstream_dump_script("fi_moe_quant", body, 6)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
 }
@@ -779,7 +791,7 @@ TEST(TrtllmGenRouting, BadInputAndRecordReplay) {
   };
   EXPECT_FI_ERROR(call(logits.to(DType::kFloat16), 2, 0, 8), op, "routing_logits");
   EXPECT_FI_ERROR(call(logits, 9, 0, 8), op, "top_k");
-  EXPECT_FI_ERROR(call(logits, 2, 1, 8), op, "num_fused_shared_experts");
+  EXPECT_FI_ERROR(call(logits, 2, 1, 8), op, "routing_method_type");  // DeepSeekV3 only
   EXPECT_FI_ERROR(call(logits, 2, 0, 6), op, "tile_tokens_dim");
   EXPECT_FI_ERROR((void)trtllm_gen_routing(logits, Tensor::zeros({7}, DType::kFloat32),
                                            RoutingMethodType::DeepSeekV3, 2),

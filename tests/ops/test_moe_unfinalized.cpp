@@ -492,5 +492,64 @@ TEST(TrtllmMoeUnfinalized, CudaRefusedSoReplayFallsBack) {
       "trtllm_fp8_block_scale_routed_moe", "do_finalize");
 }
 
+// FP8 per tensor with use_routing_scales_on_input (Llama4, top-1): upstream applies the routing
+// weight to GEMM1's output through the per-token scales (token_scales = expert_weights) and its
+// finalize reads no weights (expertWeightsPtr = nullptr), so gemm2_output's rows already carry
+// the weight while expert_weights still holds the routing weights. Finalizing by hand with
+// weight 1 gives the op's finalized output bit for bit.
+TEST(TrtllmMoeUnfinalized, Fp8PerTensorRoutingScalesOnInput) {
+  const int64_t T = kT;
+  Tensor logits = rand_tensor({T, kE}, DType::kFloat32, 91, -2.0, 2.0);
+  Tensor x = fp8_tensor({T, kH}, 92);
+  Tensor w1 = fp8_tensor({kLocal, 2 * kI, kH}, 93), w2 = fp8_tensor({kLocal, kH, kI}, 94);
+  // Scales near 1 keep the outputs well above the bf16 tolerance (the comparison of the rows
+  // with and without the on-input weights below must not pass on tiny values).
+  Tensor s = rand_tensor({kLocal}, DType::kFloat32, 95, 0.3, 0.6);
+  auto run = [&](bool on_input, bool fin) {
+    return trtllm_fp8_per_tensor_scale_moe(logits, std::nullopt, x, w1, s, s, w2, s, kE, 1,
+                                           std::nullopt, std::nullopt, kI, kOff, kLocal, 1.0,
+                                           on_input, 3, fin);
+  };
+  const std::vector<Tensor> u = run(true, false).tensors;
+  const Tensor fin = run(true, true).tensors[0];
+  ASSERT_EQ(u.size(), 3u);
+  const std::vector<double> lg = logits.to_double_vector(), w = u[1].to_double_vector();
+  const std::vector<int64_t> idx = ints(u[2]);
+  ASSERT_EQ(u[1].shape(), Shape({T, 1}));
+  ASSERT_EQ(u[1].dtype(), DType::kBFloat16);
+  int64_t local_tokens = 0;
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < T; ++t) {
+    const auto row = lg.begin() + t * kE;
+    const int64_t e = std::max_element(row, row + kE) - row;
+    ids.push_back(e);
+    // Llama4: the weight is sigmoid of the top logit, in bf16.
+    EXPECT_EQ(w[static_cast<size_t>(t)], bf16(1.0 / (1.0 + std::exp(-row[e])))) << t;
+    const bool local = e >= kOff && e < kOff + kLocal;
+    EXPECT_EQ(idx[static_cast<size_t>(t)] >= 0, local) << t;
+    local_tokens += local ? 1 : 0;
+  }
+  ASSERT_GT(local_tokens, 0);
+  ASSERT_LT(local_tokens, T);
+  // Finalized = the token's row with weight 1 (zero for a token with no local expert).
+  const std::vector<double> rows = u[0].to_double_vector(), out = fin.to_double_vector();
+  double big = 0.0;
+  for (double v : rows) big = std::max(big, std::abs(v));
+  EXPECT_GT(big, 0.5);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t r = idx[static_cast<size_t>(t)];
+    for (int64_t c = 0; c < kH; ++c) {
+      EXPECT_EQ(out[static_cast<size_t>(t * kH + c)],
+                r < 0 ? 0.0 : rows[static_cast<size_t>(r * kH + c)])
+          << t << "," << c;
+    }
+  }
+  // The rows carry the routing weight: without use_routing_scales_on_input they differ.
+  const std::vector<Tensor> plain = run(false, false).tensors;
+  EXPECT_FALSE(all_close(plain[0], u[0], default_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(all_close(plain[1], u[1], {0, 0}));
+  EXPECT_TRUE(all_close(plain[2], u[2], {0, 0}));
+}
+
 }  // namespace
 }  // namespace flashinfer::testing

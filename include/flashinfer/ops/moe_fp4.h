@@ -29,7 +29,8 @@ namespace flashinfer {
 ///   fp32 [E_l] (None means 1).
 /// Returns [output] (bf16 [T, H]), as upstream returns a list; with do_finalize=False the
 /// unfinalized list [gemm2_output, expert_weights, expanded_idx_to_permuted_idx] (see
-/// TrtllmMoeResult). per_token_scale and fused shared experts are refused (kUnsupported).
+/// TrtllmMoeResult). per_token_scale is refused (kUnsupported); num_fused_shared_experts: see
+/// docs/MOE.md, "Fused shared experts".
 std::vector<Tensor> trtllm_fp4_block_scale_moe(
     const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     std::optional<Tensor> hidden_states_scale, const Tensor& gemm1_weights,

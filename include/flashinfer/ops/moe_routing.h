@@ -30,16 +30,17 @@ RoutingMethodType routing_method_type_from_value(const Value& v,
                                                  std::string_view op = "RoutingMethodType",
                                                  std::string_view arg = "value");
 
-/// Upstream's TrtllmGenRoutingResult, in its field order: topk_ids int32 [T, top_k] (-1 for a
-/// non-local expert), topk_weights bf16 [T, top_k], total_num_padded_tokens int32 [1],
-/// expanded_idx_to_permuted_idx int32 [T, top_k] (-1 when not local),
+/// Upstream's TrtllmGenRoutingResult, in its field order: topk_ids int32 [T, top_k + S] (-1 for
+/// a non-local expert), topk_weights bf16 [T, top_k + S], total_num_padded_tokens int32 [1],
+/// expanded_idx_to_permuted_idx int32 [T, top_k + S] (-1 when not local),
 /// permuted_idx_to_token_idx int32 [max_padded], cta_idx_xy_to_batch_idx int32 [max_ctas],
 /// cta_idx_xy_to_mn_limit int32 [max_ctas], num_non_exiting_ctas int32 [1].
 using TrtllmGenRoutingResult =
     std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>;
 
-/// routing_logits [T, E] fp32 or bf16 (rows contiguous); routing_bias [E] or None. Only
-/// num_fused_shared_experts = 0 is implemented.
+/// routing_logits [T, E] fp32 or bf16 (rows contiguous); routing_bias [E] or None.
+/// num_fused_shared_experts S > 0 (grouped DeepSeekV3, no expert parallelism) appends S slots
+/// per token: experts E .. E + S - 1 at weight 1.0 (docs/MOE.md, "Fused shared experts").
 TrtllmGenRoutingResult trtllm_gen_routing(const Tensor& routing_logits,
                                           std::optional<Tensor> routing_bias,
                                           RoutingMethodType routing_method, int64_t top_k,

@@ -517,6 +517,29 @@ void moe_routing(const MoeRoutingParams& p, int32_t* ids, float* weights) {
 
 void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* w) {
   const int64_t T = p.routing.num_tokens, K = p.routing.top_k;
+  if (p.num_shared > 0) {
+    // The routed slots as without shared experts (routing_replay_out gets those only), then
+    // the S shared slots appended per token.
+    TrtllmMoeParams routed = p;
+    routed.num_shared = 0;
+    routed.expert_weights_out = nullptr;
+    std::vector<int32_t> rid(static_cast<size_t>(T * K));
+    std::vector<float> rw(static_cast<size_t>(T * K));
+    trtllm_route(routed, rid.data(), rw.data());
+    const int64_t S = p.num_shared, KS = K + S;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < KS; ++k) {
+        const size_t o = static_cast<size_t>(t * KS + k), r = static_cast<size_t>(t * K + k);
+        ids[o] = k < K ? rid[r] : static_cast<int32_t>(p.routing.num_experts + (k - K));
+        w[o] = k < K ? rw[r] : 1.0f;
+      }
+    }
+    // do_finalize=False: the launcher's expert_weights are [T, top_k + S] (shared slots 1.0).
+    if (p.expert_weights_out) {
+      for (int64_t i = 0; i < T * KS; ++i) p.expert_weights_out[i] = float_to_bfloat16_bits(w[i]);
+    }
+    return;
+  }
   if (!p.precomputed) {
     moe_routing(p.routing, ids, w);
   } else {

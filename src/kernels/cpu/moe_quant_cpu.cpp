@@ -149,11 +149,23 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p) {
 }
 
 void trtllm_gen_routing(const TrtllmGenRoutingParams& p) {
-  const int64_t T = p.routing.num_tokens, K = p.routing.top_k;
-  const int64_t L = p.local_num_experts, tile = p.tile;
+  const int64_t T = p.routing.num_tokens, K0 = p.routing.top_k, S = p.num_shared;
+  const int64_t K = K0 + S, L = p.local_num_experts + S, tile = p.tile;
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
   std::vector<float> w(static_cast<size_t>(T * K));
-  moe_routing(p.routing, ids.data(), w.data());
+  {
+    std::vector<int32_t> rid(static_cast<size_t>(T * K0));
+    std::vector<float> rw(static_cast<size_t>(T * K0));
+    moe_routing(p.routing, rid.data(), rw.data());
+    // Fused shared experts: S slots appended per token, expert num_experts + s at weight 1.0.
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < K; ++k) {
+        const size_t o = static_cast<size_t>(t * K + k), r = static_cast<size_t>(t * K0 + k);
+        ids[o] = k < K0 ? rid[r] : static_cast<int32_t>(p.routing.num_experts + (k - K0));
+        w[o] = k < K0 ? rw[r] : 1.0f;
+      }
+    }
+  }
   // Pairs per local expert in token-major, k-minor order; each expert's block padded to a
   // multiple of the tile, blocks in expert order (upstream's routing_reference).
   std::vector<int64_t> count(static_cast<size_t>(L), 0), rank(static_cast<size_t>(T * K), -1);

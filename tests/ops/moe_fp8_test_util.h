@@ -1,0 +1,66 @@
+// fp64 reference of the DeepSeek-FP8 block-scale trtllm MoE (docs/MOE.md, "FP8 block scale"),
+// shared by the tests of trtllm_fp8_block_scale_moe (test_moe_quant.cpp) and of its fused
+// shared experts (test_moe_fused_shared.cpp).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+
+namespace flashinfer::testing::moe_fp8 {
+
+inline double bf16(double v) {
+  return bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(v)));
+}
+inline double silu(double v) { return v / (1.0 + std::exp(-v)); }
+
+/// x fp8 [T, H] with scales xs [H / 128, T]; plain MajorK weights w1 [E_w, 2I, H], w2 [E_w, H, I]
+/// with 128x128 block scales s1, s2; Swiglu. Every (token, slot) pair of `routing` (ids with
+/// fp32/bf16 weights, [T, slots]) whose expert lies in [offset, offset + local) runs weight row
+/// (expert - offset): bf16(silu(gate) * up), bf16 GEMM2 output, weighted by the bf16-rounded
+/// routing weight and summed in fp64.
+inline std::vector<double> fp8_block_moe_reference(const Tensor& x, const Tensor& xs,
+                                                   const Tensor& w1, const Tensor& s1,
+                                                   const Tensor& w2, const Tensor& s2,
+                                                   const MoeTopkIds& routing, int64_t offset,
+                                                   int64_t local) {
+  const int64_t T = x.size(0), H = x.size(1), I = w2.size(2), K = routing.ids.size(1);
+  const auto xv = x.to_double_vector(), xsv = xs.to_double_vector(), w1v = w1.to_double_vector(),
+             s1v = s1.to_double_vector(), w2v = w2.to_double_vector(), s2v = s2.to_double_vector(),
+             idv = routing.ids.to_double_vector(), wv = routing.weights->to_double_vector();
+  std::vector<double> out(static_cast<size_t>(T * H), 0.0);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t e = static_cast<int64_t>(idv[static_cast<size_t>(t * K + k)]) - offset;
+      if (e < 0 || e >= local) continue;
+      std::vector<double> h(static_cast<size_t>(I));
+      for (int64_t i = 0; i < I; ++i) {
+        double up = 0.0, gate = 0.0;
+        for (int64_t d = 0; d < H; ++d) {
+          const double xd =
+              xv[static_cast<size_t>(t * H + d)] * xsv[static_cast<size_t>((d / 128) * T + t)];
+          auto w1d = [&](int64_t row) {
+            return w1v[static_cast<size_t>((e * 2 * I + row) * H + d)] *
+                   s1v[static_cast<size_t>((e * (2 * I / 128) + row / 128) * (H / 128) + d / 128)];
+          };
+          up += xd * w1d(i);
+          gate += xd * w1d(I + i);
+        }
+        h[static_cast<size_t>(i)] = bf16(silu(gate) * up);
+      }
+      for (int64_t d = 0; d < H; ++d) {
+        double y = 0.0;
+        for (int64_t i = 0; i < I; ++i) {
+          y += h[static_cast<size_t>(i)] * w2v[static_cast<size_t>((e * H + d) * I + i)] *
+               s2v[static_cast<size_t>((e * (H / 128) + d / 128) * (I / 128) + i / 128)];
+        }
+        out[static_cast<size_t>(t * H + d)] += bf16(wv[static_cast<size_t>(t * K + k)]) * bf16(y);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace flashinfer::testing::moe_fp8
