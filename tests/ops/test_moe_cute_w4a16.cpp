@@ -1,0 +1,383 @@
+// CuteDslMoEWrapper with quant_mode "w4a16" (bf16 x, NVFP4 weights): hand-checked goldens of
+// the kernel's rounding points (bf16 intermediate, bf16 finalize), fp64 formulas (SwiGLU with and
+// without parameters, Relu2, expert parallelism, both finalize paths), bad input naming the
+// argument, in-memory record/replay, and a torch-written dump in upstream's format.
+// Sources: docs/MOE.md ("CuteDslMoEWrapper: w4a16").
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/replay.h"
+#include "ops/moe_fp4_test_util.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+#include "util/upstream_dump_py.h"
+
+// EXPECT_FI_ERROR that also checks the error code (kUnsupported for what upstream runs and this
+// build does not).
+#define EXPECT_FI_ERROR_CODE(stmt, op_name, arg_name, err_code)   \
+  do {                                                            \
+    try {                                                         \
+      stmt;                                                       \
+      ADD_FAILURE() << "expected flashinfer::Error from: " #stmt; \
+    } catch (const ::flashinfer::Error& e) {                      \
+      EXPECT_EQ(e.op(), op_name) << e.what();                     \
+      EXPECT_EQ(e.arg(), arg_name) << e.what();                   \
+      EXPECT_EQ(e.code(), err_code) << e.what();                  \
+    }                                                             \
+  } while (0)
+
+namespace flashinfer::testing {
+namespace {
+
+using moe_fp4::bytes_tensor;
+using moe_fp4::e4m3_codes;
+using moe_fp4::random_bytes;
+using moe_fp4::Rng;
+
+constexpr double kFltMax = 3.4028234663852886e38;
+
+double bf16(double v) {
+  return bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(v)));
+}
+
+double e2m1(const std::vector<uint8_t>& packed, size_t i) {
+  const uint8_t b = packed[i / 2];
+  return e2m1_bits_to_float(i % 2 == 0 ? (b & 0xF) : (b >> 4));
+}
+
+// interleave_linear_and_gate(w1, 64): stored row s of a gated w1 holds plain row src[s].
+int64_t plain_row(int64_t s, int64_t n1, bool gated) {
+  const int64_t I = n1 / 2;
+  return gated ? ((s % 128) / 64) * I + (s / 128) * 64 + s % 64 : s;
+}
+
+// One W4A16 problem: bf16 x, plain NVFP4 weights with linear scale codes, per-expert alphas.
+struct W4a16Case {
+  int64_t T = 5, E = 8, K = 2, H = 128, I = 64, offset = 0, local = 8;
+  bool gated = true, six_d = false;
+  std::vector<double> x, a1, a2, ids, rw;
+  std::vector<uint8_t> w1, s1, w2, s2;  // plain rows
+  Tensor s1_base, s2_base;
+  int64_t n1() const { return gated ? 2 * I : I; }
+  void make(uint64_t seed) {
+    Rng r{seed};
+    for (int64_t i = 0; i < T * H; ++i) x.push_back(bf16(r.uniform(-2.0, 2.0)));
+    w1 = random_bytes(static_cast<size_t>(local * n1() * H / 2), seed + 1);
+    w2 = random_bytes(static_cast<size_t>(local * H * I / 2), seed + 2);
+    s1 = e4m3_codes(static_cast<size_t>(local * n1() * H / 16), seed + 3, 0.02, 0.06);
+    s2 = e4m3_codes(static_cast<size_t>(local * H * I / 16), seed + 4, 0.02, 0.06);
+    for (int64_t e = 0; e < local; ++e) {
+      a1.push_back(static_cast<float>(r.uniform(0.75, 1.25)));
+      a2.push_back(static_cast<float>(r.uniform(0.75, 1.25)));
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < K; ++k) {
+        ids.push_back(static_cast<double>((t + 3 * k) % E));
+        rw.push_back(k == 0 ? 0.7 : 0.3);
+      }
+    }
+  }
+  Tensor x_t() const { return Tensor::from_vector(x, {T, H}, DType::kBFloat16); }
+  Tensor ids_t() const { return Tensor::from_vector(ids, {T, K}, DType::kInt32); }
+  Tensor rw_t() const { return Tensor::from_vector(rw, {T, K}, DType::kFloat32); }
+  Tensor alpha(const std::vector<double>& a) const {
+    return Tensor::from_vector(a, {local}, DType::kFloat32);
+  }
+  // Rows (or scale rows) of `plain` [local, m, cols] in stored order.
+  std::vector<uint8_t> stored(const std::vector<uint8_t>& plain, int64_t m, int64_t cols,
+                              bool reorder) const {
+    std::vector<uint8_t> out(plain.size());
+    for (int64_t e = 0; e < local; ++e) {
+      for (int64_t s = 0; s < m; ++s) {
+        std::memcpy(&out[static_cast<size_t>((e * m + s) * cols)],
+                    &plain[static_cast<size_t>((e * m + plain_row(s, m, reorder)) * cols)],
+                    static_cast<size_t>(cols));
+      }
+    }
+    return out;
+  }
+  Tensor w1_t() const { return bytes_tensor(stored(w1, n1(), H / 2, gated), {local, n1(), H / 2}); }
+  Tensor w2_t() const { return bytes_tensor(w2, {local, H, I / 2}); }
+  // The 128x4-swizzled scales: contiguous, or convert_sf_to_mma_layout's 6-D view.
+  Tensor scales(const std::vector<uint8_t>& plain, int64_t m, int64_t cols, bool reorder,
+                Tensor& base) const {
+    base = block_scale_interleave(bytes_tensor(stored(plain, m, cols, reorder), {local, m, cols}));
+    if (!six_d) return base;
+    const int64_t mt = (m + 127) / 128, kt = (cols + 3) / 4;
+    return Tensor::from_blob(base.data_ptr(), {32, 4, mt, 4, kt, local},
+                             {16, 4, kt * 512, 1, 512, mt * kt * 512}, DType::kUInt8,
+                             Device::cpu());
+  }
+  Tensor s1_t() { return scales(s1, n1(), H / 16, gated, s1_base); }
+  Tensor s2_t() { return scales(s2, H, I / 16, false, s2_base); }
+  double w1v(int64_t e, int64_t j, int64_t d) const {
+    const size_t i = static_cast<size_t>((e * n1() + j) * H + d);
+    return e2m1(w1, i) * e4m3fn_bits_to_float(s1[i / 16]);
+  }
+  double w2v(int64_t e, int64_t d, int64_t j) const {
+    const size_t i = static_cast<size_t>((e * H + d) * I + j);
+    return e2m1(w2, i) * e4m3fn_bits_to_float(s2[i / 16]);
+  }
+
+  // fp64 formula of launch_w4a16_moe: g = alpha1 * (x @ W1.T); SwiGLU (clamp and beta only with
+  // non-default parameters) or relu^2; h rounded to bf16. Fused finalize: each (t, k) adds
+  // bf16((alpha2 * s) * (h @ W2.T)) into a bf16 output; two-stage: bf16(alpha2 * (h @ W2.T))
+  // times s accumulated in k order, rounded once.
+  std::vector<double> expected(bool fused, double sa = 1.0, double sb = 0.0,
+                               double sl = kFltMax) const {
+    const bool param = sa != 1.0 || sb != 0.0 || sl != kFltMax;
+    std::vector<double> out(static_cast<size_t>(T * H), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t e = static_cast<int64_t>(ids[static_cast<size_t>(t * K + k)]) - offset;
+        if (e < 0 || e >= local) continue;
+        std::vector<double> h(static_cast<size_t>(I));
+        for (int64_t j = 0; j < I; ++j) {
+          auto proj = [&](int64_t row) {
+            double g = 0.0;
+            for (int64_t d = 0; d < H; ++d) g += x[static_cast<size_t>(t * H + d)] * w1v(e, row, d);
+            return a1[static_cast<size_t>(e)] * g;
+          };
+          double v;
+          if (gated) {
+            double up = proj(j), gate = proj(I + j);
+            if (param) {
+              gate = std::min(gate, sl);
+              up = std::clamp(up, -sl, sl) + sb;
+            }
+            v = up * gate / (1.0 + std::exp(-sa * gate));
+          } else {
+            const double r = std::max(proj(j), 0.0);
+            v = r * r;
+          }
+          h[static_cast<size_t>(j)] = bf16(v);
+        }
+        const double s = rw[static_cast<size_t>(t * K + k)], al2 = a2[static_cast<size_t>(e)];
+        for (int64_t d = 0; d < H; ++d) {
+          double y = 0.0;
+          for (int64_t j = 0; j < I; ++j) y += h[static_cast<size_t>(j)] * w2v(e, d, j);
+          double& o = out[static_cast<size_t>(t * H + d)];
+          o = fused ? bf16(o + bf16(al2 * s * y)) : o + bf16(al2 * y) * s;
+        }
+      }
+    }
+    if (!fused) {
+      for (double& o : out) o = bf16(o);
+    }
+    return out;
+  }
+};
+
+CuteDslMoEWrapper w4a16_wrapper(const W4a16Case& c, int64_t act = 3, bool fused = true,
+                                double sa = 1.0, double sb = 0.0, double sl = kFltMax) {
+  return CuteDslMoEWrapper(c.E, c.K, c.H, c.I, false, std::nullopt, c.local, c.offset, 128, 16,
+                           DType::kBFloat16, "cuda", true, act, sa, sb, sl, std::nullopt,
+                           std::nullopt, fused, "w4a16");
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0.0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// ---- hand-checked goldens ---------------------------------------------------------------------
+
+// Relu2, E = 4 with experts 0 and 1 local (identical weights, unit alphas), H = I = 64. w1 rows:
+// r0 = 1.0 at column 0; r1 = 0.5 at column 0 with block scale 0.125 (0.0625); r2 = 1.0 at
+// column 1. w2 rows: d0 = 1.0 at columns 0 and 1; d1 = 1.0 at column 2 and -1.0 at column 0.
+// x = [1, 0, ...] gives h = [1, 2^-8, 0], so y[d0] = 1 + 2^-8 and y[d1] = -1.
+//  token 0, experts (0, 1), scales (0.75, 0.5):
+//    fused: bf16(0.75 * 1.00390625 = 0.7529296875) = 0.75390625, bf16(0.501953125) = 0.5 (tie
+//    to even), bf16(1.25390625) = 1.25 (tie to even); d1: -0.75 - 0.5 = -1.25.
+//    two-stage: bf16(1.00390625) = 1.0 (tie to even), 0.75 + 0.5 = 1.25; d1 -1.25.
+//    (One rounding of the exact sum 1.2548828125 would give 1.2578125.)
+//  token 1, experts (0, 3 not local), scales (0.75, 0.25):
+//    fused: d0 0.75390625, d1 -0.75; two-stage: d0 bf16(1.00390625) * 0.75 = 0.75, d1 -0.75.
+//  token 2, x = [1, 1.0234375, 0, ...], experts (1, 3), scales (1, 0.5): h2 = bf16(1.0234375^2 =
+//    1.04742431640625) = 1.046875, so d1 = 1.046875 - 1 = 0.046875 (without the bf16 rounding
+//    of h: 0.04736328125); d0 = bf16(1.00390625) = 1.0 on both paths.
+TEST(CuteDslW4a16, HandCheckedRoundingPoints) {
+  const int64_t E = 4, El = 2, H = 64, I = 64, T = 3;
+  std::vector<uint8_t> w1(static_cast<size_t>(El * I * H / 2), 0), w2(w1.size(), 0);
+  std::vector<uint8_t> s1(static_cast<size_t>(El * I * H / 16), 0x38), s2(s1.size(), 0x38);
+  for (int64_t e = 0; e < El; ++e) {
+    uint8_t* a = &w1[static_cast<size_t>(e * I * H / 2)];
+    a[0] = 0x02;                                              // r0 c0 = 1.0
+    a[H / 2] = 0x01;                                          // r1 c0 = 0.5
+    s1[static_cast<size_t>(e * I * H / 16 + H / 16)] = 0x20;  // r1 block 0 scale 0.125
+    a[2 * (H / 2)] = 0x20;                                    // r2 c1 = 1.0
+    uint8_t* b = &w2[static_cast<size_t>(e * H * I / 2)];
+    b[0] = 0x22;          // d0 c0 = c1 = 1.0
+    b[I / 2] = 0x0A;      // d1 c0 = -1.0
+    b[I / 2 + 1] = 0x02;  // d1 c2 = 1.0
+  }
+  std::vector<double> x(static_cast<size_t>(T * H), 0.0);
+  x[0] = 1.0;
+  x[H] = 1.0;
+  x[2 * H] = 1.0;
+  x[2 * H + 1] = 1.0234375;
+  const Tensor xt = Tensor::from_vector(x, {T, H}, DType::kBFloat16);
+  const Tensor ids = Tensor::from_vector({0, 1, 0, 3, 1, 3}, {T, 2}, DType::kInt32);
+  const Tensor rw = Tensor::from_vector({0.75, 0.5, 0.75, 0.25, 1.0, 0.5}, {T, 2}, DType::kFloat32);
+  const Tensor ones = Tensor::from_vector({1.0, 1.0}, {El}, DType::kFloat32);
+  const Tensor w1t = bytes_tensor(w1, {El, I, H / 2}), w2t = bytes_tensor(w2, {El, H, I / 2});
+  const Tensor s1t = block_scale_interleave(bytes_tensor(s1, {El, I, H / 16}));
+  const Tensor s2t = block_scale_interleave(bytes_tensor(s2, {El, H, I / 16}));
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused finalize" : "two-stage finalize");
+    CuteDslMoEWrapper w(E, 2, H, I, false, std::nullopt, El, 0, 128, 16, DType::kBFloat16, "cuda",
+                        true, 6, 1.0, 0.0, kFltMax, std::nullopt, std::nullopt, fused, "w4a16");
+    const Tensor out =
+        w.run(xt, std::nullopt, ids, rw, w1t, s1t, ones, std::nullopt, w2t, s2t, ones);
+    ASSERT_EQ(out.dtype(), DType::kBFloat16);
+    ASSERT_EQ(out.shape(), Shape({T, H}));
+    std::vector<double> expect(static_cast<size_t>(T * H), 0.0);
+    expect[0] = 1.25;
+    expect[1] = -1.25;
+    expect[H] = fused ? 0.75390625 : 0.75;
+    expect[H + 1] = -0.75;
+    expect[2 * H] = 1.0;
+    expect[2 * H + 1] = 0.046875;
+    EXPECT_TRUE(all_close(out, expect, {0.0, 0.0}));
+  }
+}
+
+// ---- fp64 formulas ----------------------------------------------------------------------------
+
+TEST(CuteDslW4a16, MatchesFormula) {
+  struct Variant {
+    const char* name;
+    bool gated, six_d, fused;
+    int64_t offset, local;
+    double sa, sb, sl;
+  };
+  for (const Variant& v :
+       {Variant{"swiglu, fused", true, true, true, 0, 8, 1.0, 0.0, kFltMax},
+        Variant{"swiglu, two-stage", true, false, false, 0, 8, 1.0, 0.0, kFltMax},
+        Variant{"swiglu params, EP rank 1", true, false, true, 4, 4, 1.702, 1.0, 2.0},
+        Variant{"relu2, two-stage", false, true, false, 0, 8, 1.0, 0.0, kFltMax},
+        Variant{"relu2, EP rank 1, fused", false, false, true, 4, 4, 1.0, 0.0, kFltMax}}) {
+    SCOPED_TRACE(v.name);
+    W4a16Case c;
+    c.gated = v.gated;
+    c.six_d = v.six_d;
+    c.offset = v.offset;
+    c.local = v.local;
+    c.make(51);
+    const auto expect = c.expected(v.fused, v.sa, v.sb, v.sl);
+    EXPECT_GT(max_abs(expect), 0.5);
+    CuteDslMoEWrapper w = w4a16_wrapper(c, v.gated ? 3 : 6, v.fused, v.sa, v.sb, v.sl);
+    const Tensor out = w.run(c.x_t(), std::nullopt, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(),
+                             c.alpha(c.a1), std::nullopt, c.w2_t(), c.s2_t(), c.alpha(c.a2));
+    EXPECT_EQ(out.dtype(), DType::kBFloat16);
+    // The formula sums in fp64 where the reference rounds sums to fp32: a bf16 value of h or of a
+    // finalize term may land one ulp apart, hence one bf16 ulp of tolerance.
+    EXPECT_TRUE(all_close(out, expect, {1e-3 * max_abs(expect), 1.0 / 128}));
+  }
+}
+
+// The activation's bf16 rounding and the finalize path are visible in the result: the two paths
+// differ on this problem, and each equals its own formula above.
+TEST(CuteDslW4a16, FinalizePathsDiffer) {
+  W4a16Case c;
+  c.make(52);
+  auto run = [&](bool fused) {
+    CuteDslMoEWrapper w = w4a16_wrapper(c, 3, fused);
+    return w
+        .run(c.x_t(), std::nullopt, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1),
+             std::nullopt, c.w2_t(), c.s2_t(), c.alpha(c.a2))
+        .to_double_vector();
+  };
+  const auto a = run(true), b = run(false);
+  EXPECT_NE(a, b);
+  EXPECT_TRUE(all_close(a, b, {max_abs(a) / 128, 1.0 / 64}));
+}
+
+// ---- bad input --------------------------------------------------------------------------------
+
+TEST(CuteDslW4a16, BadInput) {
+  const char* init = "CuteDslMoEWrapper.__init__";
+  const char* run = "CuteDslMoEWrapper.run";
+  EXPECT_FI_ERROR(CuteDslMoEWrapper(8, 2, 128, 64, false, std::nullopt, std::nullopt, 0, 128, 16,
+                                    DType::kFloat32, "cuda", true, 3, 1.0, 0.0, kFltMax,
+                                    std::nullopt, std::nullopt, true, "w4a16"),
+                  init, "output_dtype");
+  W4a16Case c;
+  c.make(53);
+  const Tensor x = c.x_t(), w1 = c.w1_t(), s1 = c.s1_t(), w2 = c.w2_t(), s2 = c.s2_t();
+  const Tensor a1 = c.alpha(c.a1), a2 = c.alpha(c.a2), ids = c.ids_t(), rw = c.rw_t();
+  CuteDslMoEWrapper w = w4a16_wrapper(c);
+  const Tensor one = Tensor::from_vector({1.0}, {1}, DType::kFloat32);
+  const Tensor xs = Tensor::zeros({c.T, c.H / 16}, DType::kUInt8);
+  EXPECT_FI_ERROR(w.run(x, xs, ids, rw, w1, s1, a1, std::nullopt, w2, s2, a2), run, "x_sf");
+  EXPECT_FI_ERROR(w.run(x, std::nullopt, ids, rw, w1, s1, a1, one, w2, s2, a2), run,
+                  "fc2_input_scale");
+  EXPECT_FI_ERROR(w.run(x, std::nullopt, ids, rw, w1, s1, a1, std::nullopt, w2, s2, a2,
+                        std::nullopt, Tensor::full({c.T}, 1.0, DType::kFloat32)),
+                  run, "per_token_scale");
+  EXPECT_FI_ERROR(
+      w.run(x.to(DType::kFloat32), std::nullopt, ids, rw, w1, s1, a1, std::nullopt, w2, s2, a2),
+      run, "x");
+  EXPECT_FI_ERROR(w.run(Tensor::zeros({c.T, 64}, DType::kBFloat16), std::nullopt, ids, rw, w1, s1,
+                        a1, std::nullopt, w2, s2, a2),
+                  run, "x");
+  EXPECT_FI_ERROR(
+      w.run(x, std::nullopt, ids, rw.to(DType::kBFloat16), w1, s1, a1, std::nullopt, w2, s2, a2),
+      run, "token_final_scales");
+  EXPECT_FI_ERROR(w.run(x, std::nullopt, ids, rw, Tensor::zeros({8, 64, 64}, DType::kUInt8), s1, a1,
+                        std::nullopt, w2, s2, a2),
+                  run, "w1_weight");
+  EXPECT_FI_ERROR(w.run(x, std::nullopt, ids, rw, w1, Tensor::zeros({7}, DType::kUInt8), a1,
+                        std::nullopt, w2, s2, a2),
+                  run, "w1_weight_sf");
+  EXPECT_FI_ERROR(w.run(x, std::nullopt, ids, rw, w1, s1, Tensor::zeros({3}, DType::kFloat32),
+                        std::nullopt, w2, s2, a2),
+                  run, "w1_alpha");
+  EXPECT_FI_ERROR(w.run(x, std::nullopt, ids, rw, w1, s1, a1, std::nullopt, w2, s2,
+                        Tensor::zeros({3}, DType::kFloat32)),
+                  run, "w2_alpha");
+  CuteDslMoEWrapper geglu = w4a16_wrapper(c, 8);
+  EXPECT_FI_ERROR_CODE(geglu.run(x, std::nullopt, ids, rw, w1, s1, a1, std::nullopt, w2, s2, a2),
+                       run, "activation_type", ErrorCode::kUnsupported);
+  CuteDslMoEWrapper situ(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
+                         DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, kFltMax, 0.5, std::nullopt,
+                         true, "w4a16");
+  EXPECT_FI_ERROR_CODE(situ.run(x, std::nullopt, ids, rw, w1, s1, a1, std::nullopt, w2, s2, a2),
+                       run, "situ_beta", ErrorCode::kUnsupported);
+}
+
+// ---- record / replay --------------------------------------------------------------------------
+
+TEST(CuteDslW4a16, RecordReplay) {
+  W4a16Case c;
+  c.offset = 4;
+  c.local = 4;
+  c.make(54);
+  const Tensor x = c.x_t(), w1 = c.w1_t(), s1 = c.s1_t(), w2 = c.w2_t(), s2 = c.s2_t();
+  std::optional<CuteDslMoEWrapper> w;
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    w.emplace(c.E, c.K, c.H, c.I, false, std::nullopt, c.local, c.offset, 128, 16, DType::kBFloat16,
+              "cuda", true, 3, 1.0, 0.0, kFltMax, std::nullopt, std::nullopt, false, "w4a16");
+    (void)w->run(x, std::nullopt, c.ids_t(), c.rw_t(), w1, s1, c.alpha(c.a1), std::nullopt, w2, s2,
+                 c.alpha(c.a2));
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 2u);
+  ASSERT_TRUE(calls[0].error.empty()) << calls[0].error;
+  EXPECT_NO_THROW((void)replay(calls[0]));
+  EXPECT_TRUE(replays_identically(calls[1]));
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
