@@ -379,5 +379,100 @@ TEST(CuteDslW4a16, RecordReplay) {
   EXPECT_TRUE(replays_identically(calls[1]));
 }
 
+// ---- a dump in upstream's format --------------------------------------------------------------
+
+// Written by torch (1.13) as upstream's recorder writes it: CuteDslMoEWrapper constructed with
+// quant_mode "w4a16" as SGLang's ensure_cutedsl_wrapper builds it on EP rank 1 of 2 (experts 4..7
+// local) and run with SGLang's keywords (x bf16, x_sf and fc2_input_scale None); then a Relu2
+// wrapper with use_fused_finalize=False. __init__ records carry the object as arg_0 and share
+// self_id with the run records. Expected outputs: torch in fp32 with the kernel's rounding points
+// (docs/MOE.md). Every call replays and passes.
+TEST(CuteDslW4a16, UpstreamDumpReplays) {
+  const std::string body = R"PY(
+def interleave_128x4(s):  # block_scale_interleave of one [M, C] matrix
+    M, C = s.shape
+    Mp, Cp = (M + 127) // 128 * 128, (C + 3) // 4 * 4
+    p = torch.zeros(Mp, Cp, dtype=s.dtype)
+    p[:M, :C] = s
+    return p.view(Mp // 128, 4, 32, Cp // 4, 4).permute(0, 3, 2, 1, 4).reshape(-1)
+def mma_view(flat, El, m, cols):  # convert_sf_to_mma_layout
+    return flat.view(El, (m + 127) // 128, (cols + 3) // 4, 32, 4, 4).permute(3, 4, 1, 5, 2, 0)
+def bf(v):
+    return v.bfloat16().float()
+
+torch.manual_seed(3)
+T, E, H, I, K = 4, 8, 128, 128, 2
+ids = torch.tensor([[5, 0], [6, 4], [2, 7], [4, 1]], dtype=torch.int32)
+rw = torch.tensor([[0.6, 0.4], [0.7, 0.3], [0.55, 0.45], [0.8, 0.2]])
+x = (torch.rand(T, H) * 2 - 1).bfloat16()
+BF16 = {"type": "torch.dtype", "value": "torch.bfloat16"}
+
+def case(El, off, gated, fused, self_id):
+    n1 = 2 * I if gated else I
+    w1 = rbytes((El, n1, H // 2))        # stored rows
+    w2 = rbytes((El, H, I // 2))
+    s1 = torch.randint(0x18, 0x21, (El, n1, H // 16))  # e4m3 0.0625 .. 0.125
+    s2 = torch.randint(0x18, 0x21, (El, H, I // 16))
+    # interleave_linear_and_gate(w1, 64): stored row s holds plain row lg[s].
+    lg = torch.arange(n1).view(2, n1 // 128, 64).transpose(0, 1).reshape(-1) if gated else torch.arange(n1)
+    a1, a2 = torch.linspace(0.75, 1.25, El), torch.linspace(1.25, 0.75, El)
+    out = torch.zeros(T, H)
+    for t in range(T):
+        acc = torch.zeros(H)
+        for k in range(K):
+            e = int(ids[t, k]) - off
+            if not 0 <= e < El:
+                continue
+            st = fp4_values(w1[e]) * E4M3[s1[e]].repeat_interleave(16, 1)
+            W1 = torch.empty_like(st)
+            W1[lg] = st
+            W2 = fp4_values(w2[e]) * E4M3[s2[e]].repeat_interleave(16, 1)
+            g = a1[e] * (W1 @ x[t].float())
+            if gated:
+                h = bf(g[:I] * (g[I:] * torch.sigmoid(g[I:])))
+            else:
+                h = bf(torch.relu(g) ** 2)
+            y = W2 @ h
+            if fused:  # bf16((alpha2 * s) * y) reduce-added into the bf16 output
+                acc = bf(acc + bf((a2[e] * rw[t, k]) * y))
+            else:      # bf16(alpha2 * y) * s accumulated in fp32, rounded once
+                acc = acc + bf(a2[e] * y) * rw[t, k]
+        out[t] = acc
+    obj = {"type": "CuteDslMoEWrapper",
+           "repr": "<flashinfer.fused_moe.cute_dsl.fused_moe.CuteDslMoEWrapper object at 0x%x>" % self_id}
+    meta = {"arg_0": obj, "kwarg_num_experts": E, "kwarg_top_k": K, "kwarg_hidden_size": H,
+            "kwarg_intermediate_size": I, "kwarg_use_cuda_graph": True,
+            "kwarg_max_num_tokens": 64, "kwarg_num_local_experts": El,
+            "kwarg_local_expert_offset": off, "kwarg_output_dtype": BF16,
+            "kwarg_device": "cuda:0", "kwarg_quant_mode": "w4a16"}
+    if not gated:
+        meta["kwarg_activation_type"] = 6
+    if not fused:
+        meta["kwarg_use_fused_finalize"] = False
+    record("CuteDslMoEWrapper.__init__", "flashinfer.fused_moe.cute_dsl.fused_moe", {}, meta,
+           None, self_id=self_id)
+    sf1 = mma_view(torch.stack([interleave_128x4(s1[e].to(torch.uint8)) for e in range(El)]), El, n1, H // 16)
+    sf2 = mma_view(torch.stack([interleave_128x4(s2[e].to(torch.uint8)) for e in range(El)]), El, H, I // 16)
+    record("CuteDslMoEWrapper.run", "flashinfer.fused_moe.cute_dsl.fused_moe",
+           {"kwarg_x": x, "kwarg_token_selected_experts": ids, "kwarg_token_final_scales": rw,
+            "kwarg_w1_weight": w1, "kwarg_w1_weight_sf": sf1, "kwarg_w1_alpha": a1,
+            "kwarg_w2_weight": w2, "kwarg_w2_weight_sf": sf2, "kwarg_w2_alpha": a2},
+           {"arg_0": obj, "kwarg_x_sf": None, "kwarg_fc2_input_scale": None},
+           out.bfloat16(), self_id=self_id)
+
+case(4, 4, True, True, 139637976730001)
+case(8, 0, False, False, 139637976730002)
+)PY";
+  std::vector<replay::Result> results;
+  if (!run_upstream_dump_script("fi_moe_cute_w4a16", body, 4u, &results)) {
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  for (const auto& r : results) {
+    if (r.function_name.ends_with(".__init__")) continue;
+    ASSERT_FALSE(r.comparisons.empty()) << r.function_name;
+    EXPECT_EQ(r.comparisons[0].key, "result") << r.function_name;
+  }
+}
+
 }  // namespace
 }  // namespace flashinfer::testing
