@@ -1,7 +1,8 @@
 // The Blackwell CuTe-DSL MoE wrappers: b12x_fused_moe / B12xMoEWrapper
 // (flashinfer.fused_moe.cute_dsl.b12x_moe) and CuteDslMoEWrapper
 // (flashinfer.fused_moe.cute_dsl.fused_moe). CPU reference only, on the FP4 MoE kernel of
-// cute_dsl_fused_moe_nvfp4. Semantics and sources: docs/MOE.md ("Blackwell wrappers").
+// cute_dsl_fused_moe_nvfp4 (CuteDslMoEWrapper's w4a16: src/api/moe_cute_w4a16.cpp). Semantics
+// and sources: docs/MOE.md ("Blackwell wrappers").
 #include "flashinfer/ops/moe_b12x.h"
 
 #include <memory>
