@@ -15,32 +15,16 @@
 
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/replay.h"
+#include "ops/moe_cute_test_util.h"
 #include "ops/moe_fp4_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
 
-// EXPECT_FI_ERROR that also checks the error code (kUnsupported for what upstream runs and this
-// build does not).
-#define EXPECT_FI_ERROR_CODE(stmt, op_name, arg_name, err_code)   \
-  do {                                                            \
-    try {                                                         \
-      stmt;                                                       \
-      ADD_FAILURE() << "expected flashinfer::Error from: " #stmt; \
-    } catch (const ::flashinfer::Error& e) {                      \
-      EXPECT_EQ(e.op(), op_name) << e.what();                     \
-      EXPECT_EQ(e.arg(), arg_name) << e.what();                   \
-      EXPECT_EQ(e.code(), err_code) << e.what();                  \
-    }                                                             \
-  } while (0)
-
 namespace flashinfer::testing {
 namespace {
 
 using moe_fp4::bytes_tensor;
-using moe_fp4::e4m3_codes;
-using moe_fp4::random_bytes;
-using moe_fp4::Rng;
 
 constexpr double kFltMax = 3.4028234663852886e38;
 
@@ -48,84 +32,9 @@ double bf16(double v) {
   return bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(v)));
 }
 
-double e2m1(const std::vector<uint8_t>& packed, size_t i) {
-  const uint8_t b = packed[i / 2];
-  return e2m1_bits_to_float(i % 2 == 0 ? (b & 0xF) : (b >> 4));
-}
-
-// interleave_linear_and_gate(w1, 64): stored row s of a gated w1 holds plain row src[s].
-int64_t plain_row(int64_t s, int64_t n1, bool gated) {
-  const int64_t I = n1 / 2;
-  return gated ? ((s % 128) / 64) * I + (s / 128) * 64 + s % 64 : s;
-}
-
-// One W4A16 problem: bf16 x, plain NVFP4 weights with linear scale codes, per-expert alphas.
-struct W4a16Case {
-  int64_t T = 5, E = 8, K = 2, H = 128, I = 64, offset = 0, local = 8;
-  bool gated = true, six_d = false;
-  std::vector<double> x, a1, a2, ids, rw;
-  std::vector<uint8_t> w1, s1, w2, s2;  // plain rows
-  Tensor s1_base, s2_base;
-  int64_t n1() const { return gated ? 2 * I : I; }
-  void make(uint64_t seed) {
-    Rng r{seed};
-    for (int64_t i = 0; i < T * H; ++i) x.push_back(bf16(r.uniform(-2.0, 2.0)));
-    w1 = random_bytes(static_cast<size_t>(local * n1() * H / 2), seed + 1);
-    w2 = random_bytes(static_cast<size_t>(local * H * I / 2), seed + 2);
-    s1 = e4m3_codes(static_cast<size_t>(local * n1() * H / 16), seed + 3, 0.02, 0.06);
-    s2 = e4m3_codes(static_cast<size_t>(local * H * I / 16), seed + 4, 0.02, 0.06);
-    for (int64_t e = 0; e < local; ++e) {
-      a1.push_back(static_cast<float>(r.uniform(0.75, 1.25)));
-      a2.push_back(static_cast<float>(r.uniform(0.75, 1.25)));
-    }
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t k = 0; k < K; ++k) {
-        ids.push_back(static_cast<double>((t + 3 * k) % E));
-        rw.push_back(k == 0 ? 0.7 : 0.3);
-      }
-    }
-  }
-  Tensor x_t() const { return Tensor::from_vector(x, {T, H}, DType::kBFloat16); }
-  Tensor ids_t() const { return Tensor::from_vector(ids, {T, K}, DType::kInt32); }
-  Tensor rw_t() const { return Tensor::from_vector(rw, {T, K}, DType::kFloat32); }
-  Tensor alpha(const std::vector<double>& a) const {
-    return Tensor::from_vector(a, {local}, DType::kFloat32);
-  }
-  // Rows (or scale rows) of `plain` [local, m, cols] in stored order.
-  std::vector<uint8_t> stored(const std::vector<uint8_t>& plain, int64_t m, int64_t cols,
-                              bool reorder) const {
-    std::vector<uint8_t> out(plain.size());
-    for (int64_t e = 0; e < local; ++e) {
-      for (int64_t s = 0; s < m; ++s) {
-        std::memcpy(&out[static_cast<size_t>((e * m + s) * cols)],
-                    &plain[static_cast<size_t>((e * m + plain_row(s, m, reorder)) * cols)],
-                    static_cast<size_t>(cols));
-      }
-    }
-    return out;
-  }
-  Tensor w1_t() const { return bytes_tensor(stored(w1, n1(), H / 2, gated), {local, n1(), H / 2}); }
-  Tensor w2_t() const { return bytes_tensor(w2, {local, H, I / 2}); }
-  // The 128x4-swizzled scales: contiguous, or convert_sf_to_mma_layout's 6-D view.
-  Tensor scales(const std::vector<uint8_t>& plain, int64_t m, int64_t cols, bool reorder,
-                Tensor& base) const {
-    base = block_scale_interleave(bytes_tensor(stored(plain, m, cols, reorder), {local, m, cols}));
-    if (!six_d) return base;
-    const int64_t mt = (m + 127) / 128, kt = (cols + 3) / 4;
-    return Tensor::from_blob(base.data_ptr(), {32, 4, mt, 4, kt, local},
-                             {16, 4, kt * 512, 1, 512, mt * kt * 512}, DType::kUInt8,
-                             Device::cpu());
-  }
-  Tensor s1_t() { return scales(s1, n1(), H / 16, gated, s1_base); }
-  Tensor s2_t() { return scales(s2, H, I / 16, false, s2_base); }
-  double w1v(int64_t e, int64_t j, int64_t d) const {
-    const size_t i = static_cast<size_t>((e * n1() + j) * H + d);
-    return e2m1(w1, i) * e4m3fn_bits_to_float(s1[i / 16]);
-  }
-  double w2v(int64_t e, int64_t d, int64_t j) const {
-    const size_t i = static_cast<size_t>((e * H + d) * I + j);
-    return e2m1(w2, i) * e4m3fn_bits_to_float(s2[i / 16]);
-  }
+// The problem (moe_cute_test::Nvfp4MoeData) in the CuTe-DSL layout, with the W4A16 formula.
+struct W4a16Case : moe_cute_test::Nvfp4MoeData {
+  W4a16Case() { cute = true; }
 
   // fp64 formula of launch_w4a16_moe: g = alpha1 * (x @ W1.T); SwiGLU (clamp and beta only with
   // non-default parameters) or relu^2; h rounded to bf16. Fused finalize: each (t, k) adds
@@ -276,7 +185,7 @@ TEST(CuteDslW4a16, MatchesFormula) {
     const auto expect = c.expected(v.fused, v.sa, v.sb, v.sl);
     EXPECT_GT(max_abs(expect), 0.5);
     CuteDslMoEWrapper w = w4a16_wrapper(c, v.gated ? 3 : 6, v.fused, v.sa, v.sb, v.sl);
-    const Tensor out = w.run(c.x_t(), std::nullopt, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(),
+    const Tensor out = w.run(c.x_bf16(), std::nullopt, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(),
                              c.alpha(c.a1), std::nullopt, c.w2_t(), c.s2_t(), c.alpha(c.a2));
     EXPECT_EQ(out.dtype(), DType::kBFloat16);
     // The formula sums in fp64 where the reference rounds sums to fp32: a bf16 value of h or of a
@@ -293,7 +202,7 @@ TEST(CuteDslW4a16, FinalizePathsDiffer) {
   auto run = [&](bool fused) {
     CuteDslMoEWrapper w = w4a16_wrapper(c, 3, fused);
     return w
-        .run(c.x_t(), std::nullopt, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1),
+        .run(c.x_bf16(), std::nullopt, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1),
              std::nullopt, c.w2_t(), c.s2_t(), c.alpha(c.a2))
         .to_double_vector();
   };
@@ -313,7 +222,7 @@ TEST(CuteDslW4a16, BadInput) {
                   init, "output_dtype");
   W4a16Case c;
   c.make(53);
-  const Tensor x = c.x_t(), w1 = c.w1_t(), s1 = c.s1_t(), w2 = c.w2_t(), s2 = c.s2_t();
+  const Tensor x = c.x_bf16(), w1 = c.w1_t(), s1 = c.s1_t(), w2 = c.w2_t(), s2 = c.s2_t();
   const Tensor a1 = c.alpha(c.a1), a2 = c.alpha(c.a2), ids = c.ids_t(), rw = c.rw_t();
   CuteDslMoEWrapper w = w4a16_wrapper(c);
   const Tensor one = Tensor::from_vector({1.0}, {1}, DType::kFloat32);
@@ -362,7 +271,7 @@ TEST(CuteDslW4a16, RecordReplay) {
   c.offset = 4;
   c.local = 4;
   c.make(54);
-  const Tensor x = c.x_t(), w1 = c.w1_t(), s1 = c.s1_t(), w2 = c.w2_t(), s2 = c.s2_t();
+  const Tensor x = c.x_bf16(), w1 = c.w1_t(), s1 = c.s1_t(), w2 = c.w2_t(), s2 = c.s2_t();
   std::optional<CuteDslMoEWrapper> w;
   std::vector<RecordingObserver::Call> calls;
   {
@@ -388,15 +297,7 @@ TEST(CuteDslW4a16, RecordReplay) {
 // self_id with the run records. Expected outputs: torch in fp32 with the kernel's rounding points
 // (docs/MOE.md). Every call replays and passes.
 TEST(CuteDslW4a16, UpstreamDumpReplays) {
-  const std::string body = R"PY(
-def interleave_128x4(s):  # block_scale_interleave of one [M, C] matrix
-    M, C = s.shape
-    Mp, Cp = (M + 127) // 128 * 128, (C + 3) // 4 * 4
-    p = torch.zeros(Mp, Cp, dtype=s.dtype)
-    p[:M, :C] = s
-    return p.view(Mp // 128, 4, 32, Cp // 4, 4).permute(0, 3, 2, 1, 4).reshape(-1)
-def mma_view(flat, El, m, cols):  # convert_sf_to_mma_layout
-    return flat.view(El, (m + 127) // 128, (cols + 3) // 4, 32, 4, 4).permute(3, 4, 1, 5, 2, 0)
+  const std::string body = std::string(moe_cute_test::kScaleLayoutPy) + R"PY(
 def bf(v):
     return v.bfloat16().float()
 
