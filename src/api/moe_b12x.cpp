@@ -1,7 +1,8 @@
 // The Blackwell CuTe-DSL MoE wrappers: b12x_fused_moe / B12xMoEWrapper
 // (flashinfer.fused_moe.cute_dsl.b12x_moe) and CuteDslMoEWrapper
 // (flashinfer.fused_moe.cute_dsl.fused_moe). CPU reference only, on the FP4 MoE kernel of
-// cute_dsl_fused_moe_nvfp4. Semantics and sources: docs/MOE.md ("Blackwell wrappers").
+// cute_dsl_fused_moe_nvfp4 (CuteDslMoEWrapper's w4a16: src/api/moe_cute_w4a16.cpp). Semantics
+// and sources: docs/MOE.md ("Blackwell wrappers").
 #include "flashinfer/ops/moe_b12x.h"
 
 #include <memory>
@@ -13,6 +14,7 @@
 #include "api/checks.h"
 #include "api/kernel_table.h"
 #include "api/moe_cute_dsl.h"
+#include "api/moe_cute_w4a16.h"
 #include "api/moe_routing_checks.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_fp4_cpu.h"
@@ -447,6 +449,12 @@ CuteDslMoEWrapper::CuteDslMoEWrapper(
                             {DType::kBFloat16, DType::kFloat16, DType::kFloat32}, op,
                             "output_dtype");
         quant_mode_ = canonical_cute_quant_mode(quant_mode, op);
+        // CuteDslFusedMoEW4A16Runner, built by upstream's __init__: "W4A16 only supports BF16
+        // output".
+        FLASHINFER_CHECK(quant_mode_ != "w4a16" || output_dtype == DType::kBFloat16, op,
+                         "output_dtype", "W4A16 only supports bfloat16 output, got ",
+                         dtype_name(output_dtype));
+        use_fused_finalize_ = use_fused_finalize;
         num_experts_ = num_experts;
         top_k_ = top_k;
         hidden_size_ = hidden_size;
@@ -486,6 +494,17 @@ Tensor CuteDslMoEWrapper::run(const Tensor& x, std::optional<Tensor> x_sf,
                               sf_vec_size_);
         api::check_defined(x, op, "x");
         api::check_dim(x, {2}, op, "x");
+        if (quant_mode_ == "w4a16") {  // bf16 x [T, hidden_size]
+          FLASHINFER_CHECK(x.size(1) == hidden_size_, op, "x", "expected bf16 [T, ", hidden_size_,
+                           "] for hidden_size ", hidden_size_, ", got ",
+                           shape_to_string(x.shape()));
+          return moe_cute::cute_w4a16_impl(
+              op, x, x_sf, token_selected_experts, token_final_scales, w1_weight, w1_weight_sf,
+              w1_alpha, fc2_input_scale, w2_weight, w2_weight_sf, w2_alpha, num_experts_, top_k_,
+              num_local_experts_.value_or(num_experts_), local_expert_offset_, activation_type_,
+              swiglu_alpha_, swiglu_beta_, swiglu_limit_, situ_beta_, situ_linear_beta_,
+              use_fused_finalize_, per_token_scale);
+        }
         FLASHINFER_CHECK(2 * x.size(1) == hidden_size_, op, "x", "expected packed [T, ",
                          hidden_size_ / 2, "] for hidden_size ", hidden_size_, ", got ",
                          shape_to_string(x.shape()));

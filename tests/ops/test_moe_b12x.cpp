@@ -15,37 +15,20 @@
 
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/replay.h"
+#include "ops/moe_cute_test_util.h"
 #include "ops/moe_fp4_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
 
-// EXPECT_FI_ERROR that also checks the error code (kUnsupported for what upstream does and this
-// build does not).
-#define EXPECT_FI_ERROR_CODE(stmt, op_name, arg_name, err_code)   \
-  do {                                                            \
-    try {                                                         \
-      stmt;                                                       \
-      ADD_FAILURE() << "expected flashinfer::Error from: " #stmt; \
-    } catch (const ::flashinfer::Error& e) {                      \
-      EXPECT_EQ(e.op(), op_name) << e.what();                     \
-      EXPECT_EQ(e.arg(), arg_name) << e.what();                   \
-      EXPECT_EQ(e.code(), err_code) << e.what();                  \
-    }                                                             \
-  } while (0)
-
 namespace flashinfer::testing {
 namespace {
 
+using moe_cute_test::e2m1;
 using moe_fp4::bytes_tensor;
 using moe_fp4::e4m3_codes;
 using moe_fp4::random_bytes;
 using moe_fp4::Rng;
-
-double e2m1(const std::vector<uint8_t>& packed, size_t i) {
-  const uint8_t b = packed[i / 2];
-  return e2m1_bits_to_float(i % 2 == 0 ? (b & 0xF) : (b >> 4));
-}
 
 // The e2m1 value nearest to v (ties to the even code), saturating at 6: the grid written out.
 float e2m1_round(float v) {
@@ -82,90 +65,9 @@ double max_abs(const std::vector<double>& v) {
 
 // ---- one MoE problem: plain NVFP4 weights, per-expert alphas, routing ------------------------
 
-// Upstream's CuTe-DSL gated layout (interleave_linear_and_gate(w1, 64)): stored row s holds
-// plain row src[s]; b12x keeps the plain rows.
-std::vector<int64_t> stored_rows(int64_t n1, bool cute_gated) {
-  std::vector<int64_t> src(static_cast<size_t>(n1));
-  const int64_t I = n1 / 2;
-  for (int64_t s = 0; s < n1; ++s) {
-    src[static_cast<size_t>(s)] = cute_gated ? ((s % 128) / 64) * I + (s / 128) * 64 + s % 64 : s;
-  }
-  return src;
-}
-
-struct MoeCase {
-  int64_t T = 5, E = 8, K = 2, H = 128, I = 64, offset = 0, local = 8;
-  bool gated = true, six_d = false, cute = false;  // cute: the CuTe-DSL layout and NVFP4 x
-  std::vector<double> x;                           // b12x: bf16 values [T, H]
-  std::vector<uint8_t> xq, xs;                     // cute: packed x and linear scales
-  std::vector<uint8_t> w1, s1, w2, s2;             // plain rows, linear scale codes
-  std::vector<double> a1, a2, ids, rw;
-  Tensor s1_base, s2_base;
-  int64_t n1() const { return gated ? 2 * I : I; }
-  void make(uint64_t seed) {
-    Rng r{seed};
-    for (int64_t i = 0; i < T * H; ++i) {
-      x.push_back(
-          bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(r.uniform(-2.0, 2.0)))));
-    }
-    xq = random_bytes(static_cast<size_t>(T * H / 2), seed + 1);
-    xs = e4m3_codes(static_cast<size_t>(T * H / 16), seed + 2, 0.5, 1.0);
-    w1 = random_bytes(static_cast<size_t>(local * n1() * H / 2), seed + 3);
-    w2 = random_bytes(static_cast<size_t>(local * H * I / 2), seed + 4);
-    s1 = e4m3_codes(static_cast<size_t>(local * n1() * H / 16), seed + 5, 0.02, 0.06);
-    s2 = e4m3_codes(static_cast<size_t>(local * H * I / 16), seed + 6, 0.02, 0.06);
-    for (int64_t e = 0; e < local; ++e) {
-      a1.push_back(static_cast<float>(r.uniform(0.75, 1.25)));
-      a2.push_back(static_cast<float>(r.uniform(0.75, 1.25)));
-    }
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t k = 0; k < K; ++k) {
-        ids.push_back(static_cast<double>((t + 3 * k) % E));
-        rw.push_back(k == 0 ? 0.7 : 0.3);
-      }
-    }
-  }
-  Tensor x_bf16() const { return Tensor::from_vector(x, {T, H}, DType::kBFloat16); }
-  Tensor ids_t() const { return Tensor::from_vector(ids, {T, K}, DType::kInt32); }
-  Tensor rw_t() const { return Tensor::from_vector(rw, {T, K}, DType::kFloat32); }
-  Tensor alpha(const std::vector<double>& a) const {
-    return Tensor::from_vector(a, {local}, DType::kFloat32);
-  }
-  Tensor w1_t() const {
-    const auto src = stored_rows(n1(), cute && gated);
-    std::vector<uint8_t> out(w1.size());
-    const int64_t rb = H / 2;
-    for (int64_t e = 0; e < local; ++e) {
-      for (int64_t s = 0; s < n1(); ++s) {
-        std::memcpy(&out[static_cast<size_t>((e * n1() + s) * rb)],
-                    &w1[static_cast<size_t>((e * n1() + src[s]) * rb)], static_cast<size_t>(rb));
-      }
-    }
-    return bytes_tensor(out, {local, n1(), H / 2});
-  }
-  Tensor w2_t() const { return bytes_tensor(w2, {local, H, I / 2}); }
-  // Swizzled scales (rows in stored order): contiguous, or convert_sf_to_mma_layout's 6-D view.
-  Tensor scales(const std::vector<uint8_t>& plain, int64_t m, int64_t cols, bool reorder,
-                Tensor& base) const {
-    const auto src = stored_rows(m, reorder);
-    std::vector<uint8_t> rows(plain.size());
-    for (int64_t e = 0; e < local; ++e) {
-      for (int64_t s = 0; s < m; ++s) {
-        std::memcpy(&rows[static_cast<size_t>((e * m + s) * cols)],
-                    &plain[static_cast<size_t>((e * m + src[s]) * cols)],
-                    static_cast<size_t>(cols));
-      }
-    }
-    base = block_scale_interleave(bytes_tensor(rows, {local, m, cols}));
-    if (!six_d) return base;
-    const int64_t mt = (m + 127) / 128, kt = (cols + 3) / 4;
-    return Tensor::from_blob(base.data_ptr(), {32, 4, mt, 4, kt, local},
-                             {16, 4, kt * 512, 1, 512, mt * kt * 512}, DType::kUInt8,
-                             Device::cpu());
-  }
-  Tensor s1_t() { return scales(s1, n1(), H / 16, cute && gated, s1_base); }
-  Tensor s2_t() { return scales(s2, H, I / 16, false, s2_base); }
-
+// The problem's data and prepared tensors: moe_cute_test::Nvfp4MoeData. MoeCase adds the b12x /
+// w4a4 formulas.
+struct MoeCase : moe_cute_test::Nvfp4MoeData {
   // fp64 GEMMs over the dequantized operands. b12x (launch_sm120_moe): x quantized per expert
   // with gs1 (per local expert or one value) and GEMM1's alpha w1_alpha * gs1, or, gs1 empty,
   // with w1_alpha as both; the activation rounded to bf16, then quantized with gs2. cute: NVFP4 x
@@ -578,10 +480,11 @@ TEST(CuteDslMoEWrapper, BadInput) {
   EXPECT_FI_ERROR(run_with(ok, x, Tensor::zeros({3}, DType::kFloat32)), run, "w1_alpha");
   EXPECT_FI_ERROR_CODE(run_with(ok, x, c.alpha(c.a1), Tensor::full({c.T}, 1.0, DType::kFloat32)),
                        run, "per_token_scale", ErrorCode::kUnsupported);
-  CuteDslMoEWrapper w4a16(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
-                          DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, 1e30, std::nullopt,
-                          std::nullopt, true, "w4a16");
-  EXPECT_FI_ERROR_CODE(run_with(w4a16, x, c.alpha(c.a1)), run, "quant_mode",
+  // w4a16 runs (tests/ops/test_moe_cute_w4a16.cpp); w4a8 is still refused.
+  CuteDslMoEWrapper w4a8(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
+                         DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, 1e30, std::nullopt,
+                         std::nullopt, true, "w4a8");
+  EXPECT_FI_ERROR_CODE(run_with(w4a8, x, c.alpha(c.a1)), run, "quant_mode",
                        ErrorCode::kUnsupported);
   CuteDslMoEWrapper geglu(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
                           DType::kBFloat16, "cuda", true, 8);
@@ -648,7 +551,8 @@ TEST(B12xMoeUpstreamDump, EngineStyleDumpReplays) {
   const fs::path dir = fs::temp_directory_path() / ("fi_moe_b12x_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const std::string py = std::string(flashinfer::testing::kTorchSavePy) + R"PY(
+  const std::string py =
+      std::string(flashinfer::testing::kTorchSavePy) + moe_cute_test::kScaleLayoutPy + R"PY(
 import json, os, sys
 try:
     import torch
@@ -691,14 +595,6 @@ def e2m1_codes(x):  # nearest, ties to the even code, saturating at 6
     return dist.argmin(1).reshape(x.shape) + 8 * (x < 0).long()
 def pack(codes):
     return (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
-def interleave_128x4(s):  # block_scale_interleave of one [M, C] matrix
-    M, C = s.shape
-    Mp, Cp = (M + 127) // 128 * 128, (C + 3) // 4 * 4
-    p = torch.zeros(Mp, Cp, dtype=s.dtype)
-    p[:M, :C] = s
-    return p.view(Mp // 128, 4, 32, Cp // 4, 4).permute(0, 3, 2, 1, 4).reshape(-1)
-def mma_view(flat, El, m, cols):  # convert_sf_to_mma_layout
-    return flat.view(El, (m + 127) // 128, (cols + 3) // 4, 32, 4, 4).permute(3, 4, 1, 5, 2, 0)
 def qdq(v, gs):  # b12x's quantize_vec_to_fp4_dequant (the global scale stays in the values)
     b = v.reshape(-1, 16)
     sf = E4M3[e4m3_codes((b.abs().amax(1) * gs / 6.0).clamp(max=448.0))]

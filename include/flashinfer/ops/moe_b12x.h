@@ -82,8 +82,8 @@ class B12xMoEWrapper : public ApiObject {
 };
 
 /// CuteDslMoEWrapper: cute_dsl_fused_moe (the math of cute_dsl_fused_moe_nvfp4) with the
-/// constructor's settings. quant_mode "w4a4" (or its alias "nvfp4") runs; "w4a8"/"w4a16" are
-/// accepted by the constructor and refused by run (kUnsupported).
+/// constructor's settings. quant_mode "w4a4" (or its alias "nvfp4") and "w4a16" (bf16 x, bf16
+/// output) run; "w4a8" is accepted by the constructor and refused by run (kUnsupported).
 class CuteDslMoEWrapper : public ApiObject {
  public:
   CuteDslMoEWrapper(int64_t num_experts, int64_t top_k, int64_t hidden_size,
@@ -124,6 +124,7 @@ class CuteDslMoEWrapper : public ApiObject {
   DType output_dtype_ = DType::kBFloat16;
   double swiglu_alpha_ = 1.0, swiglu_beta_ = 0.0, swiglu_limit_ = 3.4028234663852886e38;
   std::optional<double> situ_beta_, situ_linear_beta_;
+  bool use_fused_finalize_ = true;  // w4a16: the two finalize paths round differently
   std::string quant_mode_;
 };
 
