@@ -13,6 +13,9 @@ enum class CutlassFp4Mode : int {
   kNvfp4 = 0,       // NVFP4 x NVFP4 (e4m3 scales of 16, fp32 global scales)
   kMxfp8Mxfp4 = 1,  // MXFP8 activations x MXFP4 weights (ue8m0 scales of 32)
   kW4A16Mxfp4 = 2,  // fp16/bf16 activations x MXFP4 weights in the SM90 mixed-GEMM layouts
+  // "Humming" (use_wfp4afp8_humming): fp16/bf16 activations quantized to fp8 per routed row in
+  // the op x MXFP4 weights prepared by preprocess_moe_weights_for_sm90_mixed_gemm_humming.
+  kHummingFp8Mxfp4 = 3,
 };
 
 /// moe: routing, sizes, activation parameters and output as for the unquantized op, except
@@ -32,11 +35,13 @@ struct CutlassMoeFp4Params {
   SfLayoutCode input_sf_layout = SfLayoutCode::k128x4;
   // Weight scales. NVFP4 / MXFP4: each expert's [rows, cols / vec] scales in the 128x4 layout,
   // w*_sf_stride bytes apart. W4A16: upstream's SM90 fold of [E_l, rows, cols / 32] ue8m0.
+  // Humming: the same fold of the per-block exponent offsets (one byte per 32 values).
   const uint8_t* w1_sf = nullptr;
   const uint8_t* w2_sf = nullptr;
   int64_t w1_sf_stride = 0, w2_sf_stride = 0;
   // fp32 global scales (NVFP4 / MXFP8 only): act globals are one value or [E_l]; the GEMM
-  // alphas fc1_global / fc2_global are [E_l].
+  // alphas fc1_global / fc2_global are [E_l]. Humming: fc1_global / fc2_global are the
+  // per-expert residual scales (times 64), the act globals unused.
   const float* fc1_act_global = nullptr;
   bool fc1_act_per_expert = false;
   const float* fc1_global = nullptr;
