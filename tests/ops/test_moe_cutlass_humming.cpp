@@ -15,6 +15,7 @@
 #include "ops/moe_fp4_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer::testing {
 namespace {
@@ -453,6 +454,132 @@ TEST(CutlassFusedMoeHumming, RecordAndReplay) {
   for (const auto& call : calls) {
     ASSERT_TRUE(call.error.empty()) << call.error;
     EXPECT_TRUE(replays_identically(call));
+  }
+}
+
+// ---- dumps in upstream's format ---------------------------------------------------------------
+
+// Written by Python (torch 1.13) in upstream's dump format (tests/util/upstream_dump_py.h), the
+// keyword arguments as SGLang's W4AFp8 MXFP4 method passes them: input=, token_selected_experts=,
+// token_final_scales=, fc1/fc2_expert_weights=, output_dtype=, quant_scales= (5: the folded
+// offsets viewed as int32, the residuals times 64 per local expert, a scalar 1, ...), output=,
+// swiglu_limit=, use_w4_group_scaling=True, use_packed_weights=False, use_wfp4afp8_humming=True,
+// activation_type=Swiglu, tp/ep sizes and ranks, profile_ids=None. The weights' e2m1 codes are
+// constant over each 16-row x 64-column interleave tile (one sign per tile), which the "fp4_fp8"
+// interleave leaves in place, so the script needs no interleave; the offsets (1..12) vary per
+// block and are folded as interleave_moe_scales_for_sm90_mixed_gemm folds them. Expected outputs
+// computed by torch at upstream's rounding points; a second call without swiglu_limit, Relu2,
+// fp16, on expert-parallel rank 1 of 2. Both replay and pass.
+const char* const kHummingCalls = R"PY(
+import os
+import torch.nn.functional as F
+torch.manual_seed(3)
+def fp8(v):  # e4m3 value of fp32 v: RNE, saturating at 448 (cvt.rn.satfinite)
+    a = POS8[rne(v.abs().clamp(max=448.0), POS8)]
+    return torch.where(v < 0, -a, a)
+def row_fp8(v):  # per-row dynamic fp8: quant 448 / amax, dequant 1 / quant (fp32)
+    amax = v.abs().max()
+    quant = torch.tensor(448.0) / amax if amax > 0 else torch.tensor(1.0)
+    return fp8(v * quant), torch.tensor(1.0) / quant
+def tmeta(t, key):
+    return {"type": "torch.Tensor", "shape": list(t.shape), "dtype": str(t.dtype),
+            "stride": list(t.stride()), "device": "cuda:0", "requires_grad": False,
+            "is_contiguous": True, "tensor_key": key}
+def rec(inputs, qs, meta, out, E, T):
+    seq[0] += 1
+    call = "%s/20261123_170000_%03d_pid4242_cutlass_fused_moe_call%04d" % (d, seq[0], seq[0])
+    os.makedirs(call)
+    for i, q in enumerate(qs):
+        inputs["kwarg_quant_scales__%d" % i] = q
+    meta["kwarg_quant_scales"] = {"type": "list", "length": len(qs), "truncated": False,
+        "items": [tmeta(q, "kwarg_quant_scales__%d" % i) for i, q in enumerate(qs)]}
+    save(inputs, call + "/inputs.pt")
+    save({"result__0": out, "result__1": torch.full((1,), 7, dtype=torch.int32),
+          "result__2": torch.full((E, T), 3.0), "result__3": torch.full((E,), 9, dtype=torch.int32)},
+         call + "/outputs.pt")
+    r = {"function_name": "cutlass_fused_moe", "module": "flashinfer.fused_moe.core",
+         "call_sequence": seq[0], "timestamp": "20261123_170000_%03d" % seq[0], "process_id": 4242,
+         "input_metadata": meta, "output_metadata": {},
+         "tensor_info": {"input_tensor_keys": list(inputs),
+                         "output_tensor_keys": ["result__0", "result__1", "result__2", "result__3"]},
+         "tensor_format": "torch", "execution_status": "completed"}
+    with open(call + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(r) + "\n")
+def humming_weights(E, n, k):
+    # e2m1 codes per (expert, 16-row tile, 64-column tile), both nibbles of a byte alike.
+    c = torch.randint(0, 16, (E, n // 16, 1, k // 64, 1)).expand(E, n // 16, 16, k // 64, 64)
+    c = c.reshape(E, n, k)
+    w = (c[..., 0::2] | (c[..., 1::2] << 4)).to(torch.uint8)
+    off = torch.randint(1, 13, (E, n, k // 32))
+    fold = off.to(torch.uint8).reshape(E, n // 64, 4, 16, k // 128, 4).permute(0, 1, 4, 3, 2, 5)
+    s = fold.reshape(E, n // 64, k // 128, 16, 16).contiguous().view(torch.int32)
+    val = E2M1[c] * torch.pow(2.0, (off - 6).float()).repeat_interleave(32, 2)
+    return w, s, val
+def layer(x, ids, rw, E, H, I, gated, limit, dtype, ep_rank):
+    n1 = 2 * I if gated else I
+    w1, s1, w1v = humming_weights(E, n1, H)
+    w2, s2, w2v = humming_weights(E, H, I)
+    r1, r2 = torch.rand(E) * 0.05 + 0.01, torch.rand(E) * 0.05 + 0.01
+    T, K = ids.shape
+    rnd = lambda v: v.to(dtype).float()
+    out = torch.zeros(T, H)
+    for t in range(T):
+        for k in range(K):
+            e = int(ids[t, k]) - ep_rank * E
+            if e < 0 or e >= E: continue
+            xq, xs = row_fp8(x[t].float())
+            g = rnd((xq @ w1v[e].T) * (xs * r1[e]))
+            if gated and limit is not None:  # SwigluBias: alpha 1, beta 0, the limit
+                gate, up = g[I:].clamp(max=limit[e]), g[:I].clamp(-limit[e], limit[e])
+                h = gate * torch.sigmoid(gate) * up
+            elif gated:
+                h = F.silu(g[I:]) * g[:I]
+            else:
+                h = F.relu(g) ** 2
+            hq, hs = row_fp8(h)
+            out[t] += rw[t, k] * rnd((hq @ w2v[e].T) * (hs * r2[e]))
+    return w1, w2, [s1, r1, torch.tensor(1.0), s2, r2], out.to(dtype)
+
+# 1. SGLang's MXFP4 x dynamic-FP8 method: Swiglu with swiglu_limit, bf16, 8 experts, top-2.
+T, E, H, I = 4, 8, 128, 128
+ids = torch.stack([torch.randperm(E)[:2] for _ in range(T)]).to(torch.int32)
+rw = torch.softmax(torch.randn(T, 2), -1)
+x = torch.randn(T, H).bfloat16()
+lim = torch.full((E,), 7.0)
+w1, w2, qs, out = layer(x, ids, rw, E, H, I, True, lim, torch.bfloat16, 0)
+meta = {"kwarg_output_dtype": {"type": "torch.dtype", "value": "torch.bfloat16"},
+        "kwarg_use_w4_group_scaling": True, "kwarg_use_packed_weights": False,
+        "kwarg_use_wfp4afp8_humming": True,
+        "kwarg_activation_type": {"type": "enum", "name": "ActivationType.Swiglu", "value": 3},
+        "kwarg_tp_size": 8, "kwarg_tp_rank": 3, "kwarg_ep_size": 1, "kwarg_ep_rank": 0,
+        "kwarg_profile_ids": None}
+rec({"kwarg_input": x, "kwarg_token_selected_experts": ids, "kwarg_token_final_scales": rw,
+     "kwarg_fc1_expert_weights": w1, "kwarg_fc2_expert_weights": w2,
+     "kwarg_output": torch.zeros(T, H).bfloat16(), "kwarg_swiglu_limit": lim}, qs, meta, out, E, T)
+
+# 2. Relu2, fp16, expert-parallel rank 1 of 2 (local experts 4..7 of 8), tune_max_num_tokens.
+E = 4
+ids = torch.stack([torch.randperm(2 * E)[:2] for _ in range(T)]).to(torch.int32)
+x = torch.randn(T, H).half()
+w1, w2, qs, out = layer(x, ids, rw, E, H, I, False, None, torch.float16, 1)
+meta = {"kwarg_output_dtype": {"type": "torch.dtype", "value": "torch.float16"},
+        "kwarg_use_w4_group_scaling": True, "kwarg_use_wfp4afp8_humming": True,
+        "kwarg_activation_type": {"type": "enum", "name": "ActivationType.Relu2", "value": 6},
+        "kwarg_ep_size": 2, "kwarg_ep_rank": 1, "kwarg_tune_max_num_tokens": 4,
+        "kwarg_use_fused_finalize": True}
+rec({"kwarg_input": x, "kwarg_token_selected_experts": ids, "kwarg_token_final_scales": rw,
+     "kwarg_fc1_expert_weights": w1, "kwarg_fc2_expert_weights": w2}, qs, meta, out, E, T)
+)PY";
+
+TEST(CutlassFusedMoeHumming, UpstreamDumpReplays) {
+  std::vector<replay::Result> results;
+  if (!run_upstream_dump_script("fi_moe_cutlass_humming_dump", kHummingCalls, 2u, &results)) {
+    GTEST_SKIP() << "python3-torch not installed";
+  }
+  for (const auto& r : results) {
+    ASSERT_EQ(r.comparisons.size(), 1u) << r.function_name;
+    EXPECT_EQ(r.comparisons[0].key, "result__0");
+    EXPECT_EQ(r.skipped_outputs, (std::vector<std::string>{"result__1", "result__2", "result__3"}));
   }
 }
 
