@@ -103,9 +103,13 @@ struct Case {
     };
     x = vec_d(T * H, -2, 2);
     for (auto& d : x) d = to_dt(dt, d);
+    // Each expert's scales start at a different exponent, so the residuals differ per expert.
     auto scales = [&](int64_t n) {
       std::vector<uint8_t> s(static_cast<size_t>(n));
-      for (auto& b : s) b = static_cast<uint8_t>(scale_lo + r.next() % scale_span);
+      for (size_t i = 0; i < s.size(); ++i) {
+        const int64_t e = static_cast<int64_t>(i) / (n / E);
+        s[i] = static_cast<uint8_t>(scale_lo + e % 4 + r.next() % scale_span);
+      }
       return s;
     };
     prepare(random_bytes(static_cast<size_t>(E * N1() * H / 2), seed + 1),
