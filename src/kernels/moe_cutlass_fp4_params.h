@@ -16,13 +16,16 @@ enum class CutlassFp4Mode : int {
   // "Humming" (use_wfp4afp8_humming): fp16/bf16 activations quantized to fp8 per routed row in
   // the op x MXFP4 weights prepared by preprocess_moe_weights_for_sm90_mixed_gemm_humming.
   kHummingFp8Mxfp4 = 3,
+  // MXFP8 activations x MXFP8 weights (e4m3 weights, ue8m0 scales of 32 in the 128x4 layout).
+  kMxfp8Mxfp8 = 4,
 };
 
 /// moe: routing, sizes, activation parameters and output as for the unquantized op, except
 ///   moe.input   the input rows of `in_dtype` (row stride moe.in_stride in bytes for packed
 ///               NVFP4, elements otherwise);
 ///   moe.w1/w2   packed 4-bit weights, [E_l, gemm1_n, hidden / 2] and [E_l, hidden, inter / 2]
-///               bytes (W4A16: in the SM90 interleaved byte layout);
+///               bytes (W4A16 / Humming: in the SM90 interleaved byte layout; MXFP8 x MXFP8:
+///               e4m3 codes, [E_l, gemm1_n, hidden] and [E_l, hidden, inter]);
 ///   moe.b1/b2   biases of moe.dtype or null;
 ///   moe.dtype   the type GEMM outputs and the activation are stored in (the output dtype for
 ///               NVFP4 / MXFP8, the input dtype for W4A16).

@@ -1,7 +1,8 @@
 // cutlass_fused_moe's FP4 paths (NVFP4, MXFP8 activations x MXFP4 weights, W4A16 MXFP4 in the
-// SM90 layouts): a hand-checked golden, fp64 formulas (8 experts, top-2) in upstream's argument
-// forms (int64-packed weights, int32-viewed 128x4 scales, quant_scales in upstream's order),
-// bad input naming the argument, record/replay in memory and through a dump directory.
+// SM90 layouts) and MXFP8 x MXFP8 (the same code with e4m3 weights): a hand-checked golden, fp64
+// formulas (8 experts, top-2) in upstream's argument forms (int64-packed weights, int32-viewed
+// 128x4 scales, quant_scales in upstream's order), bad input naming the argument, record/replay in
+// memory and through a dump directory.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -28,7 +29,7 @@ using moe_fp4::e4m3_codes;
 using moe_fp4::random_bytes;
 using moe_fp4::Rng;
 
-enum class Path { kNvfp4, kNvfp4Packed, kMxfp8Mxfp4, kW4A16 };
+enum class Path { kNvfp4, kNvfp4Packed, kMxfp8Mxfp4, kW4A16, kMxfp8Mxfp8 };
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -90,6 +91,8 @@ struct Case {
   int64_t N1() const { return gated() ? 2 * I : I; }
   int vec() const { return path == Path::kNvfp4 || path == Path::kNvfp4Packed ? 16 : 32; }
   bool nv() const { return vec() == 16; }
+  bool mx8() const { return path == Path::kMxfp8Mxfp4 || path == Path::kMxfp8Mxfp8; }
+  bool w8() const { return path == Path::kMxfp8Mxfp8; }
 
   // plain data
   std::vector<uint8_t> xq, xs, w1, s1, w2, s2;  // packed input / its linear scales; weights
@@ -108,7 +111,7 @@ struct Case {
     if (path == Path::kNvfp4Packed) {
       xq = random_bytes(static_cast<size_t>(T * H / 2), seed + 1);
       xs = e4m3_codes(static_cast<size_t>(T * H / 16), seed + 2, 0.5, 1.0);
-    } else if (path == Path::kMxfp8Mxfp4) {
+    } else if (mx8()) {
       xq.resize(static_cast<size_t>(T * H));
       for (auto& b : xq) b = float_to_e4m3fn_bits(static_cast<float>(r.uniform(-3, 3)), true);
       xs.resize(static_cast<size_t>(T * H / 32));
@@ -119,6 +122,10 @@ struct Case {
     }
     w1 = random_bytes(static_cast<size_t>(E * N1() * H / 2), seed + 3);
     w2 = random_bytes(static_cast<size_t>(E * H * I / 2), seed + 4);
+    if (w8()) {  // e4m3 weight codes of magnitude below 4
+      w1 = e4m3_codes(static_cast<size_t>(E * N1() * H), seed + 3, -4.0, 4.0);
+      w2 = e4m3_codes(static_cast<size_t>(E * H * I), seed + 4, -4.0, 4.0);
+    }
     if (nv()) {
       s1 = e4m3_codes(static_cast<size_t>(E * N1() * H / v), seed + 5, 0.02, 0.06);
       s2 = e4m3_codes(static_cast<size_t>(E * H * I / v), seed + 6, 0.02, 0.06);
@@ -160,7 +167,7 @@ struct Case {
 
   Tensor input() const {
     if (path == Path::kNvfp4Packed) return bytes_tensor(xq, {T, H / 2});
-    if (path == Path::kMxfp8Mxfp4) return bytes_tensor(xq, {T, H}, DType::kFloat8E4M3FN);
+    if (mx8()) return bytes_tensor(xq, {T, H}, DType::kFloat8E4M3FN);
     return Tensor::from_vector(xf, {T, H}, in_dt);
   }
   std::optional<Tensor> input_sf() const {
@@ -174,6 +181,7 @@ struct Case {
       return interleave_moe_weights_for_sm90_mixed_gemm(bytes_tensor(w, {E, rows, cols / 2}),
                                                         "fp4");
     }
+    if (w8()) return bytes_tensor(w, {E, rows, cols}, DType::kFloat8E4M3FN);
     return bytes_tensor(w, {E, rows, cols / 16}, DType::kInt64);
   }
   Tensor weight_scales(const std::vector<uint8_t>& s, int64_t rows, int64_t cols) const {
@@ -186,7 +194,7 @@ struct Case {
   std::vector<Tensor> quant_scales() const {
     const Tensor ws1 = weight_scales(s1, N1(), H), ws2 = weight_scales(s2, H, I);
     if (path == Path::kW4A16) return {ws1, ws2};
-    if (path == Path::kMxfp8Mxfp4) return {ws1, f32(g1, {E}), ws2, f32(g2, {E})};
+    if (mx8()) return {ws1, f32(g1, {E}), ws2, f32(g2, {E})};
     return {act_global(a1), ws1, f32(g1, {E}), act_global(a2), ws2, f32(g2, {E})};
   }
   std::optional<Tensor> bias_t(const std::vector<double>& b, int64_t n) const {
@@ -195,24 +203,25 @@ struct Case {
   }
 
   std::vector<Tensor> run(std::optional<Tensor> output = std::nullopt) const {
-    return cutlass_fused_moe(
-        input(), ids, f32(rw, {T, 2}), weights(w1, N1(), H), weights(w2, H, I), out_dt,
-        quant_scales(), bias_t(b1, N1()), bias_t(b2, H), input_sf(), opt_f32(alpha), opt_f32(beta),
-        opt_f32(limit), 1, 0, ep_size, ep_rank, 1, 0, output, false, false, path == Path::kW4A16,
-        path == Path::kMxfp8Mxfp4, false, false, false, 8192, std::nullopt, act, swizzled_sf);
+    return cutlass_fused_moe(input(), ids, f32(rw, {T, 2}), weights(w1, N1(), H), weights(w2, H, I),
+                             out_dt, quant_scales(), bias_t(b1, N1()), bias_t(b2, H), input_sf(),
+                             opt_f32(alpha), opt_f32(beta), opt_f32(limit), 1, 0, ep_size, ep_rank,
+                             1, 0, output, false, false, path == Path::kW4A16, mx8(), false, false,
+                             false, 8192, std::nullopt, act, swizzled_sf);
   }
 
   // The value the GEMM reads for a weight element.
   double wval(const std::vector<uint8_t>& w, const std::vector<uint8_t>& s, int64_t e, int64_t rows,
               int64_t cols, int64_t r, int64_t c) const {
     const uint8_t sc = s[static_cast<size_t>((e * rows + r) * (cols / vec()) + c / vec())];
-    return e2m1_at(w, static_cast<size_t>((e * rows + r) * cols + c)) *
-           (nv() ? e4m3fn_bits_to_float(sc) : ue8m0(sc));
+    const size_t i = static_cast<size_t>((e * rows + r) * cols + c);
+    const double q = w8() ? e4m3fn_bits_to_float(w[i]) : e2m1_at(w, i);
+    return q * (nv() ? e4m3fn_bits_to_float(sc) : ue8m0(sc));
   }
   // Row x of token t as GEMM1 reads it for expert e.
   std::vector<double> xrow(int64_t t, int64_t e) const {
     std::vector<double> x(static_cast<size_t>(H));
-    if (path == Path::kNvfp4Packed || path == Path::kMxfp8Mxfp4) {
+    if (path == Path::kNvfp4Packed || mx8()) {
       for (int64_t d = 0; d < H; ++d) {
         const size_t i = static_cast<size_t>(t * H + d);
         const uint8_t sc = xs[static_cast<size_t>(t * (H / vec()) + d / vec())];
@@ -425,6 +434,48 @@ TEST(CutlassFusedMoeFp4, Mxfp8Mxfp4MatchesFormula) {
   }
 }
 
+// MXFP8 x MXFP8, hand-checked: H = I = 128, Relu2, one local expert of two (ep rank 0), input
+// e4m3 1.0 with ue8m0 scales 127 (2^0), weights e4m3 0.5 with scales 127, fc1_global 0.25,
+// fc2_global 0.125. GEMM1: 128 * 0.5 * 0.25 = 16; Relu2 256; MXFP8 re-quantization of a row of
+// 256: ue8m0 ceil(log2(256 / 448)) = 0 (scale 1), code 256 exactly; GEMM2: 128 * 256 * 0.5 *
+// 0.125 = 2048; token weights 0.75 (expert 0) and 0.25 (expert 1, not local): 1536.
+TEST(CutlassFusedMoeFp4, GoldenMxfp8Mxfp8) {
+  const int64_t H = 128, I = 128;
+  const Tensor x = bytes_tensor(std::vector<uint8_t>(H, 0x38), {1, H}, DType::kFloat8E4M3FN);
+  const Tensor sf = bytes_tensor(std::vector<uint8_t>(128 * 4, 127), {128 * 4});
+  const Tensor w = bytes_tensor(std::vector<uint8_t>(I * H, 0x30), {1, I, H}, DType::kFloat8E4M3FN);
+  const Tensor ws =
+      bytes_tensor(std::vector<uint8_t>(I * H / 32, 127), {1, I, H / 128}, DType::kInt32);
+  const auto out = cutlass_fused_moe(
+      x, Tensor::from_vector({0, 1}, {1, 2}, DType::kInt32),
+      Tensor::from_vector({0.75, 0.25}, {1, 2}, DType::kFloat32), w, w, DType::kBFloat16,
+      {ws, Tensor::full({1}, 0.25, DType::kFloat32), ws, Tensor::full({1}, 0.125, DType::kFloat32)},
+      std::nullopt, std::nullopt, sf, std::nullopt, std::nullopt, std::nullopt, 1, 0, 2, 0, 1, 0,
+      std::nullopt, false, false, false, true, false, false, false, 8192, std::nullopt,
+      ActivationType::Relu2);
+  EXPECT_EQ(out[0].to_double_vector(), std::vector<double>(H, 1536.0));
+}
+
+// MXFP8 activations x MXFP8 weights (upstream's test_moe_mxfp8_mxfp8: mxfp8_quantize(w[e],
+// swizzled) stacked, the scales viewed int32 [E, rows, cols / 128]): the MXFP8 x MXFP4 math with
+// e4m3 weight codes.
+TEST(CutlassFusedMoeFp4, Mxfp8Mxfp8MatchesFormula) {
+  for (bool params : {false, true}) {
+    Case c;
+    c.path = Path::kMxfp8Mxfp8;
+    c.H = c.I = 128;
+    c.T = 3;
+    c.swiglu_params = params;
+    c.bias = params;
+    c.act = params ? ActivationType::Swiglu : ActivationType::Relu2;
+    c.out_dt = params ? DType::kFloat16 : DType::kBFloat16;
+    c.ep_size = params ? 2 : 1;
+    c.ep_rank = params ? 1 : 0;
+    c.make(params ? 33 : 34);
+    expect_matches(c, c.run()[0]);
+  }
+}
+
 TEST(CutlassFusedMoeFp4, W4A16Mxfp4MatchesFormula) {
   for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
     Case c;
@@ -492,6 +543,20 @@ TEST(CutlassFusedMoeFp4, BadInput) {
   m.path = Path::kMxfp8Mxfp4;
   m.make(7);  // H = 64: not 128-aligned
   EXPECT_FI_ERROR(m.run(), op, "fc2_expert_weights");
+  // MXFP8 x MXFP8: the same alignment here, and the input's block scales are required.
+  Case m8;
+  m8.path = Path::kMxfp8Mxfp8;
+  m8.make(17);
+  EXPECT_FI_ERROR(m8.run(), op, "fc2_expert_weights");
+  m8.H = m8.I = 128;
+  m8.make(18);
+  EXPECT_FI_ERROR(
+      (void)cutlass_fused_moe(m8.input(), m8.ids, m8.f32(m8.rw, {m8.T, 2}),
+                              m8.weights(m8.w1, m8.N1(), m8.H), m8.weights(m8.w2, m8.H, m8.I),
+                              DType::kBFloat16, m8.quant_scales(), std::nullopt, std::nullopt,
+                              std::nullopt, std::nullopt, std::nullopt, std::nullopt, 1, 0, 1, 0, 1,
+                              0, std::nullopt, false, false, false, true),
+      op, "input_sf");
   Case w;
   w.path = Path::kW4A16;
   w.H = w.I = 128;
@@ -555,7 +620,7 @@ TEST(CutlassFusedMoeFp4, CudaCallIsRefused) {
 // ---- record and replay ------------------------------------------------------------------------
 
 TEST(CutlassFusedMoeFp4, RecordAndReplay) {
-  std::vector<Case> cases(3);
+  std::vector<Case> cases(4);
   cases[0].make(51);
   cases[1].path = Path::kMxfp8Mxfp4;
   cases[1].H = cases[1].I = 128;
@@ -565,6 +630,10 @@ TEST(CutlassFusedMoeFp4, RecordAndReplay) {
   cases[2].H = cases[2].I = 128;
   cases[2].T = 2;
   cases[2].make(53);
+  cases[3].path = Path::kMxfp8Mxfp8;
+  cases[3].H = cases[3].I = 128;
+  cases[3].T = 2;
+  cases[3].make(54);
   std::vector<RecordingObserver::Call> calls;
   {
     RecordingScope scope;
@@ -574,7 +643,7 @@ TEST(CutlassFusedMoeFp4, RecordAndReplay) {
       if (call.name == "cutlass_fused_moe") calls.push_back(call);
     }
   }
-  ASSERT_EQ(calls.size(), 3u);
+  ASSERT_EQ(calls.size(), 4u);
   for (const auto& call : calls) {
     ASSERT_TRUE(call.error.empty()) << call.error;
     EXPECT_TRUE(replays_identically(call));

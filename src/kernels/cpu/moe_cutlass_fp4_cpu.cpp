@@ -270,6 +270,8 @@ void run_fp4(const CutlassMoeFp4Params& p) {
   const bool nv = p.mode == CutlassFp4Mode::kNvfp4;
   const bool w4a16 = p.mode == CutlassFp4Mode::kW4A16Mxfp4;
   const bool hum = p.mode == CutlassFp4Mode::kHummingFp8Mxfp4;
+  const bool w8 = p.mode == CutlassFp4Mode::kMxfp8Mxfp8;  // e4m3 weights: a byte per value
+  const int64_t wdiv = w8 ? 1 : 2;
   const int vec = nv ? 16 : 32;
   const DType gdt = m.dtype;  // GEMM output / activation storage type
   const Grouping g = group_pairs(m);
@@ -329,7 +331,7 @@ void run_fp4(const CutlassMoeFp4Params& p) {
     } else if (hum) {
       humming_expert(w1 + e * N1 * (H / 2), p.w1_sf + e * p.w1_sf_stride, N1, H, w.data());
     } else {
-      dequant(w1 + e * N1 * (H / 2), H / 2, true, p.w1_sf + e * p.w1_sf_stride,
+      dequant(w1 + e * N1 * (H / wdiv), H / wdiv, !w8, p.w1_sf + e * p.w1_sf_stride,
               SfLayoutCode::k128x4, !nv, vec, N1, H, w.data());
     }
     std::vector<float> acc(static_cast<size_t>(n * N1));
@@ -373,8 +375,8 @@ void run_fp4(const CutlassMoeFp4Params& p) {
     } else if (hum) {
       humming_expert(w2 + e * H * (I / 2), p.w2_sf + e * p.w2_sf_stride, H, I, w.data());
     } else {
-      dequant(w2 + e * H * (I / 2), I / 2, true, p.w2_sf + e * p.w2_sf_stride, SfLayoutCode::k128x4,
-              !nv, vec, H, I, w.data());
+      dequant(w2 + e * H * (I / wdiv), I / wdiv, !w8, p.w2_sf + e * p.w2_sf_stride,
+              SfLayoutCode::k128x4, !nv, vec, H, I, w.data());
     }
     acc.resize(static_cast<size_t>(n * H));
     sgemm_nt(hq.data(), w.data(), acc.data(), n, H, I);
