@@ -683,7 +683,8 @@ TEST(CutlassFusedMoeFp4, DumpReplay) {
 // weights viewed as int64, 128x4 block scales viewed as int32); the expected output computed by
 // torch with an independent NVFP4 quantizer. Calls: (1) ModelOpt NVFP4 as vLLM calls it, the
 // input quantized before the call (packed uint8 + swizzled input_sf), Swiglu; (2) a bf16 input
-// quantized in the op with per-expert fc1 input scales, Relu2. Both replay and pass.
+// quantized in the op with per-expert fc1 input scales, Relu2; (3) MXFP8 x MXFP4 (below); (4)
+// MXFP8 x MXFP8 as upstream's test_moe_mxfp8_mxfp8 prepares it. All replay and pass.
 TEST(CutlassFusedMoeFp4, UpstreamDumpReplays) {
   const std::string body = R"PY(
 import os
@@ -819,9 +820,34 @@ rec_moe({"kwarg_input": ("fp8", xc.to(torch.uint8)), "kwarg_token_selected_exper
         [s1, g1, s2, g2],
         dict(base_meta, kwarg_output_dtype=dt("torch.bfloat16"), kwarg_use_mxfp8_act_scaling=True),
         out.bfloat16(), E, T)
+# 4. MXFP8 activations x MXFP8 weights (upstream's test_moe_mxfp8_mxfp8): e4m3 weights with
+# 128x4 ue8m0 scales viewed int32 [E, rows, cols / 128], the same input, Relu2, fp16 output.
+def mx8_weights(n, k):
+    c = torch.tensor([v for v in range(256) if v & 0x7F != 0x7F])[torch.randint(0, 254, (E, n, k))]
+    c = torch.where((c & 0x78) > 0x48, c & 0x87, c)  # keep |w| below 8
+    sc = torch.randint(119, 123, (E, n, k // 32))
+    s = torch.stack([swizzle(sc[e]) for e in range(E)]).view(E, n, k // 32).view(torch.int32)
+    return ("fp8", c.to(torch.uint8)), s, E4M3[c] * torch.pow(2.0, (sc - 127).float()).repeat_interleave(32, 2)
+w1, s1, w1d = mx8_weights(I, H)
+w2, s2, w2d = mx8_weights(H, I)
+hf = lambda v: v.half().float()
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        e = int(ids[t, k])
+        g = hf(g1[e] * (xd[t] @ w1d[e].T))
+        h = hf(F.relu(g) ** 2)
+        out[t] += rw[t, k] * hf(g2[e] * (mxfp8(h) @ w2d[e].T))
+rec_moe({"kwarg_input": ("fp8", xc.to(torch.uint8)), "kwarg_token_selected_experts": ids,
+         "kwarg_token_final_scales": rw, "kwarg_fc1_expert_weights": w1,
+         "kwarg_fc2_expert_weights": w2, "kwarg_input_sf": swizzle(xs)},
+        [s1, g1, s2, g2],
+        dict(base_meta, kwarg_output_dtype=dt("torch.float16"), kwarg_use_mxfp8_act_scaling=True,
+             kwarg_activation_type={"type": "enum", "name": "ActivationType.Relu2", "value": 6}),
+        out.half(), E, T)
 )PY";
   std::vector<replay::Result> results;
-  if (!run_upstream_dump_script("fi_moe_cutlass_fp4_dump", body, 3u, &results)) {
+  if (!run_upstream_dump_script("fi_moe_cutlass_fp4_dump", body, 4u, &results)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
   for (const auto& r : results) {
