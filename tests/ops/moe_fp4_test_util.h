@@ -1,9 +1,11 @@
-// Private to the NVFP4 MoE tests (test_moe_fp4, test_moe_b12x): their deterministic random
-// packed weights and e4m3 scale codes.
+// Private to the FP4 / FP8 MoE tests: their deterministic random packed weights and e4m3 scale
+// codes, and the shared fp64-formula comparison.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -45,6 +47,35 @@ inline std::vector<uint8_t> e4m3_codes(size_t n, uint64_t seed, double lo, doubl
   std::vector<uint8_t> v(n);
   for (auto& b : v) b = float_to_e4m3fn_bits(static_cast<float>(r.uniform(lo, hi)), true);
   return v;
+}
+
+/// v rounded to dt (fp16 or bf16; fp32 otherwise), as a double.
+inline double to_dt(DType dt, double v) {
+  const float f = static_cast<float>(v);
+  if (dt == DType::kFloat16) return half_bits_to_float(float_to_half_bits(f));
+  if (dt == DType::kBFloat16) return bfloat16_bits_to_float(float_to_bfloat16_bits(f));
+  return f;
+}
+
+inline double silu(double v) { return v / (1.0 + std::exp(-v)); }
+
+/// A quantized MoE output against its fp64 formula: quantization codes can flip where fp32 and
+/// fp64 sums round differently, so a loose elementwise bound, plus a tight bound on the mean
+/// error that a wrong formula would break.
+inline void expect_close_to_formula(const std::vector<double>& got,
+                                    const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  double max_ref = 0.0, err_sum = 0.0;
+  for (double w : want) max_ref = std::max(max_ref, std::fabs(w));
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(got[i] - want[i]);
+    err_sum += err;
+    if (err > 0.02 * std::fabs(want[i]) + 0.02 * max_ref) ++bad;
+  }
+  EXPECT_EQ(bad, 0) << "max |ref| " << max_ref;
+  EXPECT_LT(err_sum / static_cast<double>(got.size()), 2e-3 * max_ref + 1e-6);
+  EXPECT_GT(max_ref, 0.0);
 }
 
 }  // namespace flashinfer::testing::moe_fp4

@@ -28,17 +28,12 @@ using moe_fp4::bytes_tensor;
 using moe_fp4::e4m3_codes;
 using moe_fp4::random_bytes;
 using moe_fp4::Rng;
+using moe_fp4::silu;
+using moe_fp4::to_dt;
 
 enum class Path { kNvfp4, kNvfp4Packed, kMxfp8Mxfp4, kW4A16, kMxfp8Mxfp8 };
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
-
-double to_dt(DType dt, double v) {
-  const float f = static_cast<float>(v);
-  if (dt == DType::kFloat16) return half_bits_to_float(float_to_half_bits(f));
-  if (dt == DType::kBFloat16) return bfloat16_bits_to_float(float_to_bfloat16_bits(f));
-  return f;
-}
 
 double e2m1_at(const std::vector<uint8_t>& packed, size_t i) {
   const uint8_t b = packed[i / 2];
@@ -65,8 +60,6 @@ std::vector<uint8_t> swizzle_128x4(const std::vector<uint8_t>& lin, int64_t E, i
 }
 
 double ue8m0(uint8_t code) { return std::ldexp(1.0, static_cast<int>(code) - 127); }
-
-double silu(double v) { return v / (1.0 + std::exp(-v)); }
 
 // The ids of T tokens over E experts, top-2, distinct per token; token 0 takes experts 0 and 7.
 Tensor pair_ids(int64_t T, int64_t E) {
@@ -298,22 +291,8 @@ struct Case {
   }
 };
 
-// Quantization codes can flip where fp32 and fp64 sums round differently: a loose elementwise
-// bound, plus a tight bound on the mean error that a wrong formula would break.
 void expect_matches(const Case& c, const Tensor& out) {
-  const auto got = out.to_double_vector(), want = c.expected();
-  ASSERT_EQ(got.size(), want.size());
-  double max_ref = 0.0, err_sum = 0.0;
-  for (double w : want) max_ref = std::max(max_ref, std::fabs(w));
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(got[i] - want[i]);
-    err_sum += err;
-    if (err > 0.02 * std::fabs(want[i]) + 0.02 * max_ref) ++bad;
-  }
-  EXPECT_EQ(bad, 0) << "max |ref| " << max_ref;
-  EXPECT_LT(err_sum / static_cast<double>(got.size()), 2e-3 * max_ref + 1e-6);
-  EXPECT_GT(max_ref, 0.0);
+  moe_fp4::expect_close_to_formula(out.to_double_vector(), c.expected());
 }
 
 // ---- golden ---------------------------------------------------------------------------------
@@ -421,19 +400,6 @@ TEST(CutlassFusedMoeFp4, Nvfp4PackedInputBothScaleLayouts) {
   }
 }
 
-TEST(CutlassFusedMoeFp4, Mxfp8Mxfp4MatchesFormula) {
-  for (bool params : {false, true}) {
-    Case c;
-    c.path = Path::kMxfp8Mxfp4;
-    c.H = c.I = 128;
-    c.T = 3;
-    c.swiglu_params = params;
-    c.out_dt = params ? DType::kFloat16 : DType::kBFloat16;
-    c.make(params ? 31 : 32);
-    expect_matches(c, c.run()[0]);
-  }
-}
-
 // MXFP8 x MXFP8, hand-checked: H = I = 128, Relu2, one local expert of two (ep rank 0), input
 // e4m3 1.0 with ue8m0 scales 127 (2^0), weights e4m3 0.5 with scales 127, fc1_global 0.25,
 // fc2_global 0.125. GEMM1: 128 * 0.5 * 0.25 = 16; Relu2 256; MXFP8 re-quantization of a row of
@@ -456,23 +422,31 @@ TEST(CutlassFusedMoeFp4, GoldenMxfp8Mxfp8) {
   EXPECT_EQ(out[0].to_double_vector(), std::vector<double>(H, 1536.0));
 }
 
-// MXFP8 activations x MXFP8 weights (upstream's test_moe_mxfp8_mxfp8: mxfp8_quantize(w[e],
-// swizzled) stacked, the scales viewed int32 [E, rows, cols / 128]): the MXFP8 x MXFP4 math with
-// e4m3 weight codes.
-TEST(CutlassFusedMoeFp4, Mxfp8Mxfp8MatchesFormula) {
-  for (bool params : {false, true}) {
-    Case c;
-    c.path = Path::kMxfp8Mxfp8;
-    c.H = c.I = 128;
-    c.T = 3;
-    c.swiglu_params = params;
-    c.bias = params;
-    c.act = params ? ActivationType::Swiglu : ActivationType::Relu2;
-    c.out_dt = params ? DType::kFloat16 : DType::kBFloat16;
-    c.ep_size = params ? 2 : 1;
-    c.ep_rank = params ? 1 : 0;
-    c.make(params ? 33 : 34);
-    expect_matches(c, c.run()[0]);
+// MXFP8 activations x MXFP4 weights, and x MXFP8 weights (upstream's test_moe_mxfp8_mxfp8:
+// mxfp8_quantize(w[e], swizzled) stacked, the scales viewed int32 [E, rows, cols / 128]; the same
+// math with e4m3 weight codes): plain and with SwigluBias parameters; MXFP8 x MXFP8 also Relu2,
+// biases, expert-parallel rank 1 of 2.
+TEST(CutlassFusedMoeFp4, Mxfp8ActivationsMatchFormula) {
+  uint64_t seed = 30;
+  for (Path path : {Path::kMxfp8Mxfp4, Path::kMxfp8Mxfp8}) {
+    for (bool params : {false, true}) {
+      Case c;
+      c.path = path;
+      c.H = c.I = 128;
+      c.T = 3;
+      c.swiglu_params = params;
+      c.out_dt = params ? DType::kFloat16 : DType::kBFloat16;
+      if (path == Path::kMxfp8Mxfp8) {
+        c.bias = params;
+        c.act = params ? ActivationType::Swiglu : ActivationType::Relu2;
+        c.ep_size = params ? 2 : 1;
+        c.ep_rank = params ? 1 : 0;
+      }
+      c.make(++seed);
+      SCOPED_TRACE(std::string(path == Path::kMxfp8Mxfp8 ? "MXFP8 weights" : "MXFP4 weights") +
+                   (params ? ", SwigluBias" : ""));
+      expect_matches(c, c.run()[0]);
+    }
   }
 }
 

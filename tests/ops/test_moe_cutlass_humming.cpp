@@ -23,14 +23,8 @@ namespace {
 using moe_fp4::bytes_tensor;
 using moe_fp4::random_bytes;
 using moe_fp4::Rng;
-
-double to_dt(DType dt, double v) {
-  const float f = static_cast<float>(v);
-  if (dt == DType::kFloat16) return half_bits_to_float(float_to_half_bits(f));
-  return bfloat16_bits_to_float(float_to_bfloat16_bits(f));
-}
-
-double silu(double v) { return v / (1.0 + std::exp(-v)); }
+using moe_fp4::silu;
+using moe_fp4::to_dt;
 
 std::vector<uint8_t> bytes_of(const Tensor& t) {
   const auto* p = static_cast<const uint8_t*>(t.data_ptr());
@@ -226,22 +220,8 @@ void expect_fi_error(F f, const char* arg) {
   EXPECT_FI_ERROR(f(), "cutlass_fused_moe", arg);
 }
 
-// fp8 codes can flip where fp32 and fp64 sums round differently: a loose elementwise bound, and
-// a tight bound on the mean error that a wrong formula would break.
 void expect_matches(const Case& c, const Tensor& out) {
-  const auto got = out.to_double_vector(), want = c.expected();
-  ASSERT_EQ(got.size(), want.size());
-  double max_ref = 0.0, err_sum = 0.0;
-  for (double w : want) max_ref = std::max(max_ref, std::fabs(w));
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(got[i] - want[i]);
-    err_sum += err;
-    if (err > 0.02 * std::fabs(want[i]) + 0.02 * max_ref) ++bad;
-  }
-  EXPECT_EQ(bad, 0) << "max |ref| " << max_ref;
-  EXPECT_LT(err_sum / static_cast<double>(got.size()), 2e-3 * max_ref + 1e-6);
-  EXPECT_GT(max_ref, 0.0);
+  moe_fp4::expect_close_to_formula(out.to_double_vector(), c.expected());
 }
 
 // ---- golden ---------------------------------------------------------------------------------
