@@ -12,6 +12,7 @@
 
 #include "flashinfer/float_formats.h"
 #include "flashinfer/tensor.h"
+#include "ops/op_test_util.h"
 
 namespace flashinfer::testing::moe_fp4 {
 
@@ -76,6 +77,25 @@ inline void expect_close_to_formula(const std::vector<double>& got,
   EXPECT_EQ(bad, 0) << "max |ref| " << max_ref;
   EXPECT_LT(err_sum / static_cast<double>(got.size()), 2e-3 * max_ref + 1e-6);
   EXPECT_GT(max_ref, 0.0);
+}
+
+/// Runs every case (`c.run()`) under a recorder; each cutlass_fused_moe call it made (weight
+/// preparations left out) must succeed and replay identically.
+template <class Case>
+void expect_cutlass_moe_calls_replay(const std::vector<Case>& cases) {
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    for (const Case& c : cases) (void)c.run();
+    for (const auto& call : scope.observer().calls) {
+      if (call.name == "cutlass_fused_moe") calls.push_back(call);
+    }
+  }
+  ASSERT_EQ(calls.size(), cases.size());
+  for (const auto& call : calls) {
+    ASSERT_TRUE(call.error.empty()) << call.error;
+    EXPECT_TRUE(replays_identically(call));
+  }
 }
 
 }  // namespace flashinfer::testing::moe_fp4

@@ -608,20 +608,7 @@ TEST(CutlassFusedMoeFp4, RecordAndReplay) {
   cases[3].H = cases[3].I = 128;
   cases[3].T = 2;
   cases[3].make(54);
-  std::vector<RecordingObserver::Call> calls;
-  {
-    RecordingScope scope;
-    for (const Case& c : cases) (void)c.run();
-    // The W4A16 case's weight preparation is recorded too: keep the MoE calls.
-    for (const auto& call : scope.observer().calls) {
-      if (call.name == "cutlass_fused_moe") calls.push_back(call);
-    }
-  }
-  ASSERT_EQ(calls.size(), 4u);
-  for (const auto& call : calls) {
-    ASSERT_TRUE(call.error.empty()) << call.error;
-    EXPECT_TRUE(replays_identically(call));
-  }
+  moe_fp4::expect_cutlass_moe_calls_replay(cases);
 }
 
 TEST(CutlassFusedMoeFp4, DumpReplay) {

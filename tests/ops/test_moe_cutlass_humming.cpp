@@ -426,19 +426,7 @@ TEST(CutlassFusedMoeHumming, RecordAndReplay) {
   cases[1].dt = DType::kFloat16;
   cases[1].bias = true;
   cases[1].make(52);
-  std::vector<RecordingObserver::Call> calls;
-  {
-    RecordingScope scope;
-    for (const Case& c : cases) (void)c.run();
-    for (const auto& call : scope.observer().calls) {
-      if (call.name == "cutlass_fused_moe") calls.push_back(call);
-    }
-  }
-  ASSERT_EQ(calls.size(), 2u);
-  for (const auto& call : calls) {
-    ASSERT_TRUE(call.error.empty()) << call.error;
-    EXPECT_TRUE(replays_identically(call));
-  }
+  moe_fp4::expect_cutlass_moe_calls_replay(cases);
 }
 
 // ---- dumps in upstream's format ---------------------------------------------------------------
