@@ -98,4 +98,38 @@ void expect_cutlass_moe_calls_replay(const std::vector<Case>& cases) {
   }
 }
 
+/// Python for the torch-written cutlass_fused_moe dumps (appended to upstream_dump_py.h's
+/// helpers): dt(), tmeta() and rec_moe(tensors, quant_scales, meta, out, E, T), which writes one
+/// call in upstream's recorder layout, quant_scales as kwarg_quant_scales__<i> with list
+/// metadata, the returned list as result__0..3 (the scratch three garbage, as upstream's
+/// torch.empty leaves them).
+inline constexpr const char* kCutlassMoeDumpPy = R"PY(
+import os
+import torch.nn.functional as F
+def dt(x): return {"type": "torch.dtype", "value": x}
+def tmeta(t, key):
+    return {"type": "torch.Tensor", "shape": list(t.shape), "dtype": str(t.dtype),
+            "stride": list(t.stride()), "device": "cuda:0", "requires_grad": False,
+            "is_contiguous": True, "tensor_key": key}
+def rec_moe(tensors, qs, meta, out, E, T):
+    seq[0] += 1
+    call = "%s/20261123_090000_%03d_pid4242_cutlass_fused_moe_call%04d" % (d, seq[0], seq[0])
+    os.makedirs(call)
+    for i, q in enumerate(qs):
+        tensors["kwarg_quant_scales__%d" % i] = q
+    meta["kwarg_quant_scales"] = {"type": "list", "length": len(qs), "truncated": False,
+        "items": [tmeta(q, "kwarg_quant_scales__%d" % i) for i, q in enumerate(qs)]}
+    save(tensors, call + "/inputs.pt")
+    outs = {"result__0": out, "result__1": torch.full((1,), 7, dtype=torch.int32),
+            "result__2": torch.full((E, T), 3.0), "result__3": torch.full((E,), 9, dtype=torch.int32)}
+    save(outs, call + "/outputs.pt")
+    rec = {"function_name": "cutlass_fused_moe", "module": "flashinfer.fused_moe.core",
+           "call_sequence": seq[0], "timestamp": "20261123_090000_%03d" % seq[0],
+           "process_id": 4242, "input_metadata": meta, "output_metadata": {},
+           "tensor_info": {"input_tensor_keys": list(tensors), "output_tensor_keys": list(outs)},
+           "tensor_format": "torch", "execution_status": "completed"}
+    with open(call + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+)PY";
+
 }  // namespace flashinfer::testing::moe_fp4

@@ -647,33 +647,7 @@ TEST(CutlassFusedMoeFp4, DumpReplay) {
 // quantized in the op with per-expert fc1 input scales, Relu2; (3) MXFP8 x MXFP4 (below); (4)
 // MXFP8 x MXFP8 as upstream's test_moe_mxfp8_mxfp8 prepares it. All replay and pass.
 TEST(CutlassFusedMoeFp4, UpstreamDumpReplays) {
-  const std::string body = R"PY(
-import os
-import torch.nn.functional as F
-def dt(x): return {"type": "torch.dtype", "value": x}
-def tmeta(t, key):
-    return {"type": "torch.Tensor", "shape": list(t.shape), "dtype": str(t.dtype),
-            "stride": list(t.stride()), "device": "cuda:0", "requires_grad": False,
-            "is_contiguous": True, "tensor_key": key}
-def rec_moe(tensors, qs, meta, out, E, T):
-    seq[0] += 1
-    call = "%s/20261123_090000_%03d_pid4242_cutlass_fused_moe_call%04d" % (d, seq[0], seq[0])
-    os.makedirs(call)
-    for i, q in enumerate(qs):
-        tensors["kwarg_quant_scales__%d" % i] = q
-    meta["kwarg_quant_scales"] = {"type": "list", "length": len(qs), "truncated": False,
-        "items": [tmeta(q, "kwarg_quant_scales__%d" % i) for i, q in enumerate(qs)]}
-    save(tensors, call + "/inputs.pt")
-    outs = {"result__0": out, "result__1": torch.full((1,), 7, dtype=torch.int32),
-            "result__2": torch.full((E, T), 3.0), "result__3": torch.full((E,), 9, dtype=torch.int32)}
-    save(outs, call + "/outputs.pt")
-    rec = {"function_name": "cutlass_fused_moe", "module": "flashinfer.fused_moe.core",
-           "call_sequence": seq[0], "timestamp": "20261123_090000_%03d" % seq[0],
-           "process_id": 4242, "input_metadata": meta, "output_metadata": {},
-           "tensor_info": {"input_tensor_keys": list(tensors), "output_tensor_keys": list(outs)},
-           "tensor_format": "torch", "execution_status": "completed"}
-    with open(call + "/metadata.jsonl", "w") as f:
-        f.write(json.dumps(rec) + "\n")
+  const std::string body = std::string(moe_fp4::kCutlassMoeDumpPy) + R"PY(
 def pack(c): return (c[..., 0::2] | (c[..., 1::2] << 4)).to(torch.uint8)
 def swizzle(codes):  # [n, ksf] codes -> the flat 128x4 bytes of fp4_quantize
     n, ksf = codes.shape

@@ -443,8 +443,6 @@ TEST(CutlassFusedMoeHumming, RecordAndReplay) {
 // computed by torch at upstream's rounding points; a second call without swiglu_limit, Relu2,
 // fp16, on expert-parallel rank 1 of 2. Both replay and pass.
 const char* const kHummingCalls = R"PY(
-import os
-import torch.nn.functional as F
 torch.manual_seed(3)
 def fp8(v):  # e4m3 value of fp32 v: RNE, saturating at 448 (cvt.rn.satfinite)
     a = POS8[rne(v.abs().clamp(max=448.0), POS8)]
@@ -453,30 +451,6 @@ def row_fp8(v):  # per-row dynamic fp8: quant 448 / amax, dequant 1 / quant (fp3
     amax = v.abs().max()
     quant = torch.tensor(448.0) / amax if amax > 0 else torch.tensor(1.0)
     return fp8(v * quant), torch.tensor(1.0) / quant
-def tmeta(t, key):
-    return {"type": "torch.Tensor", "shape": list(t.shape), "dtype": str(t.dtype),
-            "stride": list(t.stride()), "device": "cuda:0", "requires_grad": False,
-            "is_contiguous": True, "tensor_key": key}
-def rec(inputs, qs, meta, out, E, T):
-    seq[0] += 1
-    call = "%s/20261123_170000_%03d_pid4242_cutlass_fused_moe_call%04d" % (d, seq[0], seq[0])
-    os.makedirs(call)
-    for i, q in enumerate(qs):
-        inputs["kwarg_quant_scales__%d" % i] = q
-    meta["kwarg_quant_scales"] = {"type": "list", "length": len(qs), "truncated": False,
-        "items": [tmeta(q, "kwarg_quant_scales__%d" % i) for i, q in enumerate(qs)]}
-    save(inputs, call + "/inputs.pt")
-    save({"result__0": out, "result__1": torch.full((1,), 7, dtype=torch.int32),
-          "result__2": torch.full((E, T), 3.0), "result__3": torch.full((E,), 9, dtype=torch.int32)},
-         call + "/outputs.pt")
-    r = {"function_name": "cutlass_fused_moe", "module": "flashinfer.fused_moe.core",
-         "call_sequence": seq[0], "timestamp": "20261123_170000_%03d" % seq[0], "process_id": 4242,
-         "input_metadata": meta, "output_metadata": {},
-         "tensor_info": {"input_tensor_keys": list(inputs),
-                         "output_tensor_keys": ["result__0", "result__1", "result__2", "result__3"]},
-         "tensor_format": "torch", "execution_status": "completed"}
-    with open(call + "/metadata.jsonl", "w") as f:
-        f.write(json.dumps(r) + "\n")
 def humming_weights(E, n, k):
     # e2m1 codes per (expert, 16-row tile, 64-column tile), both nibbles of a byte alike.
     c = torch.randint(0, 16, (E, n // 16, 1, k // 64, 1)).expand(E, n // 16, 16, k // 64, 64)
@@ -525,7 +499,7 @@ meta = {"kwarg_output_dtype": {"type": "torch.dtype", "value": "torch.bfloat16"}
         "kwarg_activation_type": {"type": "enum", "name": "ActivationType.Swiglu", "value": 3},
         "kwarg_tp_size": 8, "kwarg_tp_rank": 3, "kwarg_ep_size": 1, "kwarg_ep_rank": 0,
         "kwarg_profile_ids": None}
-rec({"kwarg_input": x, "kwarg_token_selected_experts": ids, "kwarg_token_final_scales": rw,
+rec_moe({"kwarg_input": x, "kwarg_token_selected_experts": ids, "kwarg_token_final_scales": rw,
      "kwarg_fc1_expert_weights": w1, "kwarg_fc2_expert_weights": w2,
      "kwarg_output": torch.zeros(T, H).bfloat16(), "kwarg_swiglu_limit": lim}, qs, meta, out, E, T)
 
@@ -539,13 +513,15 @@ meta = {"kwarg_output_dtype": {"type": "torch.dtype", "value": "torch.float16"},
         "kwarg_activation_type": {"type": "enum", "name": "ActivationType.Relu2", "value": 6},
         "kwarg_ep_size": 2, "kwarg_ep_rank": 1, "kwarg_tune_max_num_tokens": 4,
         "kwarg_use_fused_finalize": True}
-rec({"kwarg_input": x, "kwarg_token_selected_experts": ids, "kwarg_token_final_scales": rw,
+rec_moe({"kwarg_input": x, "kwarg_token_selected_experts": ids, "kwarg_token_final_scales": rw,
      "kwarg_fc1_expert_weights": w1, "kwarg_fc2_expert_weights": w2}, qs, meta, out, E, T)
 )PY";
 
 TEST(CutlassFusedMoeHumming, UpstreamDumpReplays) {
   std::vector<replay::Result> results;
-  if (!run_upstream_dump_script("fi_moe_cutlass_humming_dump", kHummingCalls, 2u, &results)) {
+  if (!run_upstream_dump_script("fi_moe_cutlass_humming_dump",
+                                std::string(moe_fp4::kCutlassMoeDumpPy) + kHummingCalls, 2u,
+                                &results)) {
     GTEST_SKIP() << "python3-torch not installed";
   }
   for (const auto& r : results) {
