@@ -50,12 +50,43 @@ inline std::vector<uint8_t> e4m3_codes(size_t n, uint64_t seed, double lo, doubl
   return v;
 }
 
+/// n fp32 values uniform in [lo, hi), as doubles.
+inline std::vector<double> uniform_f32(Rng& r, int64_t n, double lo, double hi) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (auto& d : v) d = static_cast<float>(r.uniform(lo, hi));
+  return v;
+}
+
+/// A test layer's optional parts: biases of `bias_dt` (fc1 [E, N1], fc2 [E, H]), SwigluBias
+/// parameters ([E] each) and the routing weights of T tokens, top-2.
+struct LayerExtras {
+  std::vector<double> b1, b2, alpha, beta, limit, rw;
+  void make(Rng& r, int64_t E, int64_t N1, int64_t H, int64_t T, DType bias_dt, bool bias,
+            bool swiglu_params);
+};
+
 /// v rounded to dt (fp16 or bf16; fp32 otherwise), as a double.
 inline double to_dt(DType dt, double v) {
   const float f = static_cast<float>(v);
   if (dt == DType::kFloat16) return half_bits_to_float(float_to_half_bits(f));
   if (dt == DType::kBFloat16) return bfloat16_bits_to_float(float_to_bfloat16_bits(f));
   return f;
+}
+
+inline void LayerExtras::make(Rng& r, int64_t E, int64_t N1, int64_t H, int64_t T, DType bias_dt,
+                              bool bias, bool swiglu_params) {
+  if (bias) {
+    b1 = uniform_f32(r, E * N1, -0.5, 0.5);
+    b2 = uniform_f32(r, E * H, -0.5, 0.5);
+    for (auto& d : b1) d = to_dt(bias_dt, d);
+    for (auto& d : b2) d = to_dt(bias_dt, d);
+  }
+  if (swiglu_params) {
+    alpha = uniform_f32(r, E, 1.5, 2.0);
+    beta = uniform_f32(r, E, 0.5, 1.0);
+    limit = uniform_f32(r, E, 1.0, 3.0);
+  }
+  rw = uniform_f32(r, T * 2, 0.1, 0.9);
 }
 
 inline double silu(double v) { return v / (1.0 + std::exp(-v)); }

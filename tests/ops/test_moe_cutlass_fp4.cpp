@@ -72,7 +72,7 @@ Tensor pair_ids(int64_t T, int64_t E) {
   return Tensor::from_vector(v, {T, 2}, DType::kInt32);
 }
 
-struct Case {
+struct Case : moe_fp4::LayerExtras {
   Path path = Path::kNvfp4;
   int64_t T = 5, E = 8, H = 64, I = 32;
   ActivationType act = ActivationType::Swiglu;
@@ -90,15 +90,13 @@ struct Case {
   // plain data
   std::vector<uint8_t> xq, xs, w1, s1, w2, s2;  // packed input / its linear scales; weights
   std::vector<double> xf;                       // fp16/bf16 input values
-  std::vector<double> a1, a2, g1, g2, b1, b2, alpha, beta, limit, rw;
+  std::vector<double> a1, a2, g1, g2;           // b1, b2, alpha, beta, limit, rw: LayerExtras
   Tensor ids;
 
   void make(uint64_t seed) {
     Rng r{seed};
     auto vec_d = [&](int64_t n, double lo, double hi) {
-      std::vector<double> o(static_cast<size_t>(n));
-      for (auto& d : o) d = static_cast<float>(r.uniform(lo, hi));
-      return o;
+      return moe_fp4::uniform_f32(r, n, lo, hi);
     };
     const int64_t v = vec();
     if (path == Path::kNvfp4Packed) {
@@ -132,18 +130,7 @@ struct Case {
     a2 = vec_d(per_expert_act ? E : 1, 0.5, 2.0);
     g1 = vec_d(E, 0.5, 1.5);
     g2 = vec_d(E, 0.5, 1.5);
-    if (bias) {
-      b1 = vec_d(E * N1(), -0.5, 0.5);
-      b2 = vec_d(E * H, -0.5, 0.5);
-      for (auto& d : b1) d = to_dt(out_dt, d);
-      for (auto& d : b2) d = to_dt(out_dt, d);
-    }
-    if (swiglu_params) {
-      alpha = vec_d(E, 1.5, 2.0);
-      beta = vec_d(E, 0.5, 1.0);
-      limit = vec_d(E, 1.0, 3.0);
-    }
-    rw = vec_d(T * 2, 0.1, 0.9);
+    LayerExtras::make(r, E, N1(), H, T, out_dt, bias, swiglu_params);
     ids = pair_ids(T, E * ep_size);
   }
 

@@ -55,7 +55,7 @@ float row_fp8(const std::vector<double>& v, std::vector<double>* q) {
 // One MoE layer in the engines' form: raw MXFP4 weights and E8M0 scales prepared by
 // preprocess_moe_weights_for_sm90_mixed_gemm_humming (interleaved for the call, logical for the
 // formula), quant_scales = [s1 as int32, r1 * 64, 1, s2 as int32, r2 * 64].
-struct Case {
+struct Case : moe_fp4::LayerExtras {
   int64_t T = 5, E = 8, H = 128, I = 128;
   ActivationType act = ActivationType::Swiglu;
   DType dt = DType::kBFloat16;
@@ -66,7 +66,7 @@ struct Case {
   bool gated() const { return act != ActivationType::Relu2; }
   int64_t N1() const { return gated() ? 2 * I : I; }
 
-  std::vector<double> x, b1, b2, alpha, beta, limit, rw;
+  std::vector<double> x;  // b1, b2, alpha, beta, limit, rw: LayerExtras
   Tensor ids;
   // Prepared: the call's tensors and the formula's logical codes / offsets / residuals.
   Tensor w1i, s1i, w2i, s2i;
@@ -91,9 +91,7 @@ struct Case {
   void make(uint64_t seed) {
     Rng r{seed};
     auto vec_d = [&](int64_t n, double lo, double hi) {
-      std::vector<double> v(static_cast<size_t>(n));
-      for (auto& d : v) d = static_cast<float>(r.uniform(lo, hi));
-      return v;
+      return moe_fp4::uniform_f32(r, n, lo, hi);
     };
     x = vec_d(T * H, -2, 2);
     for (auto& d : x) d = to_dt(dt, d);
@@ -110,18 +108,7 @@ struct Case {
             scales(E * N1() * H / 32), N1(), H, &w1i, &s1i, &w1p, &o1, &r1);
     prepare(random_bytes(static_cast<size_t>(E * H * I / 2), seed + 2), scales(E * H * I / 32), H,
             I, &w2i, &s2i, &w2p, &o2, &r2);
-    if (bias) {
-      b1 = vec_d(E * N1(), -0.5, 0.5);
-      b2 = vec_d(E * H, -0.5, 0.5);
-      for (auto& d : b1) d = to_dt(dt, d);
-      for (auto& d : b2) d = to_dt(dt, d);
-    }
-    if (swiglu_params) {
-      alpha = vec_d(E, 1.5, 2.0);
-      beta = vec_d(E, 0.5, 1.0);
-      limit = vec_d(E, 1.0, 3.0);
-    }
-    rw = vec_d(T * 2, 0.1, 0.9);
+    LayerExtras::make(r, E, N1(), H, T, dt, bias, swiglu_params);
     std::vector<double> v;
     for (int64_t t = 0; t < T; ++t) {
       const int64_t n = E * ep_size, a = (t * 3) % n, b = (a + 1 + (t * 5) % (n - 1)) % n;
