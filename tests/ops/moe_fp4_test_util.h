@@ -110,6 +110,19 @@ inline void expect_close_to_formula(const std::vector<double>& got,
   EXPECT_GT(max_ref, 0.0);
 }
 
+/// A call without a CUDA kernel: refused with kUnsupported naming `input` (so replay falls back
+/// to the CPU).
+template <class F>
+void expect_refused_on_cuda(F call) {
+  try {
+    call();
+    ADD_FAILURE() << "expected kUnsupported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_EQ(e.arg(), "input") << e.what();
+  }
+}
+
 /// Runs every case (`c.run()`) under a recorder; each cutlass_fused_moe call it made (weight
 /// preparations left out) must succeed and replay identically.
 template <class Case>
