@@ -13,6 +13,7 @@
 #include "flashinfer/float_formats.h"
 #include "flashinfer/tensor.h"
 #include "ops/op_test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer::testing::moe_fp4 {
 
@@ -63,6 +64,10 @@ struct LayerExtras {
   std::vector<double> b1, b2, alpha, beta, limit, rw;
   void make(Rng& r, int64_t E, int64_t N1, int64_t H, int64_t T, DType bias_dt, bool bias,
             bool swiglu_params);
+  /// Output j of the activation of GEMM1's row g (fp64): Relu2, SwigluStep (limit 7), Swiglu,
+  /// or SwigluBias with expert e's parameters when given; up half first, gate second.
+  double act_ref(ActivationType act, const std::vector<double>& g, int64_t j, int64_t I,
+                 int64_t e) const;
 };
 
 /// v rounded to dt (fp16 or bf16; fp32 otherwise), as a double.
@@ -90,6 +95,23 @@ inline void LayerExtras::make(Rng& r, int64_t E, int64_t N1, int64_t H, int64_t 
 }
 
 inline double silu(double v) { return v / (1.0 + std::exp(-v)); }
+
+inline double LayerExtras::act_ref(ActivationType act, const std::vector<double>& g, int64_t j,
+                                   int64_t I, int64_t e) const {
+  const size_t up = static_cast<size_t>(j), gate = static_cast<size_t>(I + j);
+  const size_t ei = static_cast<size_t>(e);
+  if (act == ActivationType::Relu2) {
+    const double a = std::max(g[up], 0.0);
+    return a * a;
+  }
+  if (act == ActivationType::SwigluStep) {
+    return std::min(silu(g[gate]), 7.0) * std::clamp(g[up], -7.0, 7.0);
+  }
+  if (alpha.empty()) return silu(g[gate]) * g[up];
+  const double gl = std::min(g[gate], limit[ei]);
+  const double ul = std::clamp(g[up], -limit[ei], limit[ei]) + beta[ei];
+  return gl / (1.0 + std::exp(-alpha[ei] * gl)) * ul;
+}
 
 /// A quantized MoE output against its fp64 formula: quantization codes can flip where fp32 and
 /// fp64 sums round differently, so a loose elementwise bound, plus a tight bound on the mean
@@ -175,5 +197,24 @@ def rec_moe(tensors, qs, meta, out, E, T):
     with open(call + "/metadata.jsonl", "w") as f:
         f.write(json.dumps(rec) + "\n")
 )PY";
+
+/// Writes `calls` (Python appended to kCutlassMoeDumpPy) and replays them: each of the
+/// `expected` cutlass_fused_moe calls must pass, comparing result__0 only (the three scratch
+/// outputs skipped). False when python3-torch is not installed.
+inline bool cutlass_moe_dumps_replay(const std::string& tag, const std::string& calls,
+                                     std::size_t expected) {
+  std::vector<replay::Result> results;
+  if (!run_upstream_dump_script(tag, std::string(kCutlassMoeDumpPy) + calls, expected, &results)) {
+    return false;
+  }
+  for (const auto& r : results) {
+    EXPECT_EQ(r.comparisons.size(), 1u) << r.function_name;
+    if (r.comparisons.size() == 1) {
+      EXPECT_EQ(r.comparisons[0].key, "result__0");
+    }
+    EXPECT_EQ(r.skipped_outputs, (std::vector<std::string>{"result__1", "result__2", "result__3"}));
+  }
+  return true;
+}
 
 }  // namespace flashinfer::testing::moe_fp4
