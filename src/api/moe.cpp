@@ -157,7 +157,14 @@ std::vector<Tensor> cutlass_fused_moe_impl(const api::CutlassMoeCall& c) {
                                     c.use_mxfp8_act_scaling)) {
     return api::cutlass_fused_moe_fp8(c);
   }
-  // Quantized paths: refused by name (docs/MOE.md).
+  // Quantized paths: refused by name (docs/MOE.md). Humming runs (moe_cutlass_fp4.cpp) but for
+  // these variants.
+  if (c.use_wfp4afp8_humming) {
+    check_flag_off(c.use_packed_weights, op, "use_packed_weights",
+                   "the Humming path takes uint8 MXFP4 weights, not packed int4");
+    check_flag_off(c.use_mxfp8_act_scaling, op, "use_mxfp8_act_scaling",
+                   "Humming with per-block activation scales is not implemented");
+  }
   check_flag_off(c.use_deepseek_fp8_block_scale, op, "use_deepseek_fp8_block_scale",
                  "the FP8 block-scale path is not implemented");
   check_flag_off(c.use_w4_group_scaling, op, "use_w4_group_scaling",

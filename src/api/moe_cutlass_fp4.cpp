@@ -33,6 +33,10 @@ const char* mode_name(kernels::CutlassFp4Mode m) {
       return "NVFP4";
     case kernels::CutlassFp4Mode::kMxfp8Mxfp4:
       return "MXFP8 x MXFP4";
+    case kernels::CutlassFp4Mode::kHummingFp8Mxfp4:
+      return "Humming MXFP4 x FP8";
+    case kernels::CutlassFp4Mode::kMxfp8Mxfp8:
+      return "MXFP8 x MXFP8";
     default:
       return "W4A16 MXFP4";
   }
@@ -87,8 +91,19 @@ bool is_cutlass_moe_fp4_call(const Tensor& input, const Tensor& fc1_expert_weigh
                              bool use_mxfp8_act_scaling, bool use_packed_weights,
                              bool use_wfp4afp8_humming) {
   if (!input.defined() || !fc1_expert_weights.defined()) return false;
-  if (use_deepseek_fp8_block_scale || use_wfp4afp8_humming || use_packed_weights) return false;
+  if (use_deepseek_fp8_block_scale || use_packed_weights) return false;
+  if (use_wfp4afp8_humming) {
+    // Humming (upstream's isWMxfp4AFp8HummingQuant): uint8 MXFP4 weights with W4 group scaling;
+    // the input's dtype is checked on the path (upstream's runner: fp16 / bf16 only). The
+    // per-block activation variant (with use_mxfp8_act_scaling) is not taken.
+    return fc1_expert_weights.dtype() == DType::kUInt8 && use_w4_group_scaling &&
+           !use_mxfp8_act_scaling;
+  }
   const bool fp8_in = input.dtype() == DType::kFloat8E4M3FN;
+  if (fc1_expert_weights.dtype() == DType::kFloat8E4M3FN) {
+    // MXFP8 x MXFP8 (upstream's isWMxfp8AMxfp8Quant): e4m3 input and weights with MXFP8 scales.
+    return fp8_in && use_mxfp8_act_scaling && !use_w4_group_scaling;
+  }
   if (fc1_expert_weights.dtype() == DType::kInt64) {
     if (use_w4_group_scaling) return false;
     return fp8_in == use_mxfp8_act_scaling;  // MXFP8 x MXFP4, or NVFP4
@@ -104,9 +119,12 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   check_defined(c.ids, kOp, "token_selected_experts");
   check_defined(c.scales, kOp, "token_final_scales");
   check_defined(w2, kOp, "fc2_expert_weights");
-  const CutlassFp4Mode mode = w1.dtype() == DType::kUInt8             ? CutlassFp4Mode::kW4A16Mxfp4
+  const CutlassFp4Mode mode = c.use_wfp4afp8_humming ? CutlassFp4Mode::kHummingFp8Mxfp4
+                              : w1.dtype() == DType::kFloat8E4M3FN    ? CutlassFp4Mode::kMxfp8Mxfp8
+                              : w1.dtype() == DType::kUInt8           ? CutlassFp4Mode::kW4A16Mxfp4
                               : input.dtype() == DType::kFloat8E4M3FN ? CutlassFp4Mode::kMxfp8Mxfp4
                                                                       : CutlassFp4Mode::kNvfp4;
+  const bool hum = mode == CutlassFp4Mode::kHummingFp8Mxfp4;
   const bool nv = mode == CutlassFp4Mode::kNvfp4;
   // No GPU kernel: a CUDA call is refused here (kUnsupported), so replay falls back to the CPU.
   FLASHINFER_CHECK_CODE(
@@ -114,7 +132,8 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
       " path of cutlass_fused_moe has a CPU reference only (no CUDA kernel here)");
 
   // Weights: int64 holds 16 e2m1 values, uint8 two (upstream's mInnerDimMultiplier).
-  const int64_t mult = mode == CutlassFp4Mode::kW4A16Mxfp4 ? 2 : 16;
+  const bool w8 = mode == CutlassFp4Mode::kMxfp8Mxfp8;
+  const int64_t mult = w8 ? 1 : mode == CutlassFp4Mode::kW4A16Mxfp4 || hum ? 2 : 16;
   api::check_dim(w2, {3}, kOp, "fc2_expert_weights");
   api::check_same_dtype(w2, w1, kOp, "fc2_expert_weights", "fc1_expert_weights");
   FLASHINFER_CHECK(w2.device().is_cpu() && w2.is_contiguous(), kOp, "fc2_expert_weights",
@@ -135,10 +154,11 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
                      "hidden and inter sizes must be multiples of 16, got ", H, " and ", I);
   } else {
     // MXFP4 weights: upstream's runner requires 128 (MXFP8 x MXFP4); the SM90 layouts fold
-    // scales per 64 rows and 128 columns (W4A16).
+    // scales per 64 rows and 128 columns (W4A16). MXFP8 x MXFP8: upstream requires 64 and pads
+    // the scale rows / columns (alignToSfDim); here 128, where no padding arises.
     FLASHINFER_CHECK(H % 128 == 0 && I % 128 == 0, kOp, "fc2_expert_weights",
-                     "hidden_size and inter_size must be divisible by 128 for MXFP4 weights, got ",
-                     H, " and ", I);
+                     "hidden_size and inter_size must be divisible by 128 for ", mode_name(mode),
+                     " weights, got ", H, " and ", I);
   }
 
   // Input: fp16/bf16 (NVFP4: quantized here; W4A16: as is), packed NVFP4 uint8 [T, H/2] with
@@ -148,6 +168,10 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   const bool packed = input.dtype() == DType::kUInt8;
   if (mode == CutlassFp4Mode::kNvfp4) {
     api::check_dtype_in(input, {DType::kFloat16, DType::kBFloat16, DType::kUInt8}, kOp, "input");
+  } else if (hum) {
+    // Upstream: "Humming-style MXFP4 x FP8 requires FP16/BF16 inputs and online FP8 activation
+    // quantization".
+    api::check_dtype_in(input, {DType::kFloat16, DType::kBFloat16}, kOp, "input");
   }
   const int64_t in_cols = packed ? H / 2 : H;
   FLASHINFER_CHECK(input.size(1) == in_cols, kOp, "input", "expected [", T, ", ", in_cols,
@@ -155,7 +179,7 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
                    "), got ", shape_to_string(input.shape()));
   FLASHINFER_CHECK(input.stride(1) == 1 || in_cols <= 1, kOp, "input",
                    "the last dimension must be contiguous");
-  const bool pre_quantized = packed || mode == CutlassFp4Mode::kMxfp8Mxfp4;
+  const bool pre_quantized = packed || mode == CutlassFp4Mode::kMxfp8Mxfp4 || w8;
   const int vec = nv ? 16 : 32;
   kernels::SfLayoutCode sf_layout =
       c.swizzled_input_sf ? kernels::SfLayoutCode::k128x4 : kernels::SfLayoutCode::kLinear;
@@ -179,10 +203,10 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
 
   // Output and bias dtype: fp16/bf16 (upstream's runner has no fp32 output for these paths);
   // W4A16 writes the input's dtype.
-  if (mode == CutlassFp4Mode::kW4A16Mxfp4) {
-    FLASHINFER_CHECK(c.output_dtype == input.dtype(), kOp, "output_dtype",
-                     "the W4A16 path writes the input's dtype ", dtype_torch_name(input.dtype()),
-                     ", got ", dtype_torch_name(c.output_dtype));
+  if (mode == CutlassFp4Mode::kW4A16Mxfp4 || hum) {
+    FLASHINFER_CHECK(c.output_dtype == input.dtype(), kOp, "output_dtype", "the ", mode_name(mode),
+                     " path writes the input's dtype ", dtype_torch_name(input.dtype()), ", got ",
+                     dtype_torch_name(c.output_dtype));
   } else {
     FLASHINFER_CHECK(c.output_dtype == DType::kFloat16 || c.output_dtype == DType::kBFloat16, kOp,
                      "output_dtype", "the ", mode_name(mode),
@@ -234,10 +258,10 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
     p.fc2_global = quant_scale(qs, 5, "fc2_global", DType::kFloat32, {E}).data<float>();
     p.w1_sf_stride = s1[1] * s1[2] * 4;
     p.w2_sf_stride = s2[1] * s2[2] * 4;
-  } else if (mode == CutlassFp4Mode::kMxfp8Mxfp4) {
-    FLASHINFER_CHECK(qs.size() == 4, kOp, "quant_scales",
-                     "MXFP8 x MXFP4 takes 4 tensors (fc1_weight_block, fc1_global, "
-                     "fc2_weight_block, fc2_global), got ",
+  } else if (mode == CutlassFp4Mode::kMxfp8Mxfp4 || w8) {
+    FLASHINFER_CHECK(qs.size() == 4, kOp, "quant_scales", mode_name(mode),
+                     " takes 4 tensors (fc1_weight_block, fc1_global, fc2_weight_block, "
+                     "fc2_global), got ",
                      qs.size());
     const Shape s1{E, N1, H / 128}, s2{E, H, I / 128};
     p.w1_sf = static_cast<const uint8_t*>(
@@ -246,6 +270,25 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
     p.w2_sf = static_cast<const uint8_t*>(
         quant_scale(qs, 2, "fc2_weight_block", DType::kInt32, s2).data_ptr());
     p.fc2_global = quant_scale(qs, 3, "fc2_global", DType::kFloat32, {E}).data<float>();
+    p.w1_sf_stride = N1 * (H / 32);
+    p.w2_sf_stride = H * (I / 32);
+  } else if (hum) {
+    FLASHINFER_CHECK(qs.size() == 5, kOp, "quant_scales",
+                     "Humming takes 5 tensors (fc1_weight_block, fc1_residual, fc2_act_global, "
+                     "fc2_weight_block, fc2_residual), got ",
+                     qs.size());
+    // The folded exponent offsets (interleave_moe_scales_for_sm90_mixed_gemm of [E, rows, k / 32]
+    // bytes) viewed as int32; the residuals per local expert, times 64; fc2_act_global is checked
+    // and not read (the runner passes no GEMM2 activation scale in this mode).
+    const Shape s1{E, N1 / 64, H / 128, 16, 4}, s2{E, H / 64, I / 128, 16, 4};
+    p.w1_sf = static_cast<const uint8_t*>(
+        quant_scale(qs, 0, "fc1_weight_block", DType::kInt32, s1).data_ptr());
+    p.fc1_global = quant_scale(qs, 1, "fc1_residual", DType::kFloat32, {E}).data<float>();
+    bool unused_per_expert = false;
+    act_global(qs, 2, "fc2_act_global", E, &unused_per_expert);
+    p.w2_sf = static_cast<const uint8_t*>(
+        quant_scale(qs, 3, "fc2_weight_block", DType::kInt32, s2).data_ptr());
+    p.fc2_global = quant_scale(qs, 4, "fc2_residual", DType::kFloat32, {E}).data<float>();
     p.w1_sf_stride = N1 * (H / 32);
     p.w2_sf_stride = H * (I / 32);
   } else {

@@ -1,6 +1,6 @@
 // Private: cutlass_fused_moe's FP4 paths (NVFP4, MXFP8 activations x MXFP4 weights, W4A16
-// MXFP4), reached from cutlass_fused_moe when the arguments select one of them. CPU reference
-// only. Semantics and sources: docs/MOE.md, "cutlass_fused_moe: FP4 paths".
+// MXFP4, Humming MXFP4 x FP8), reached from cutlass_fused_moe when the arguments select one of
+// them. CPU reference only. Semantics and sources: docs/MOE.md, "cutlass_fused_moe: FP4 paths".
 #pragma once
 
 #include <optional>
@@ -15,7 +15,8 @@ namespace flashinfer::api {
 /// Whether the dtypes and flags select one of the FP4 paths, as upstream's runner picks them:
 /// int64 weights (16 e2m1 per element) with a non-fp8 input (NVFP4) or with an fp8 input and
 /// use_mxfp8_act_scaling (MXFP8 x MXFP4); uint8 weights with use_w4_group_scaling and not
-/// use_packed_weights (W4A16 MXFP4). The other quantized combinations are not taken.
+/// use_packed_weights (W4A16 MXFP4, or Humming MXFP4 x FP8 with use_wfp4afp8_humming). The other
+/// quantized combinations are not taken.
 bool is_cutlass_moe_fp4_call(const Tensor& input, const Tensor& fc1_expert_weights,
                              bool use_deepseek_fp8_block_scale, bool use_w4_group_scaling,
                              bool use_mxfp8_act_scaling, bool use_packed_weights,

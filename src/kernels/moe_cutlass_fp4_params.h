@@ -13,13 +13,19 @@ enum class CutlassFp4Mode : int {
   kNvfp4 = 0,       // NVFP4 x NVFP4 (e4m3 scales of 16, fp32 global scales)
   kMxfp8Mxfp4 = 1,  // MXFP8 activations x MXFP4 weights (ue8m0 scales of 32)
   kW4A16Mxfp4 = 2,  // fp16/bf16 activations x MXFP4 weights in the SM90 mixed-GEMM layouts
+  // "Humming" (use_wfp4afp8_humming): fp16/bf16 activations quantized to fp8 per routed row in
+  // the op x MXFP4 weights prepared by preprocess_moe_weights_for_sm90_mixed_gemm_humming.
+  kHummingFp8Mxfp4 = 3,
+  // MXFP8 activations x MXFP8 weights (e4m3 weights, ue8m0 scales of 32 in the 128x4 layout).
+  kMxfp8Mxfp8 = 4,
 };
 
 /// moe: routing, sizes, activation parameters and output as for the unquantized op, except
 ///   moe.input   the input rows of `in_dtype` (row stride moe.in_stride in bytes for packed
 ///               NVFP4, elements otherwise);
 ///   moe.w1/w2   packed 4-bit weights, [E_l, gemm1_n, hidden / 2] and [E_l, hidden, inter / 2]
-///               bytes (W4A16: in the SM90 interleaved byte layout);
+///               bytes (W4A16 / Humming: in the SM90 interleaved byte layout; MXFP8 x MXFP8:
+///               e4m3 codes, [E_l, gemm1_n, hidden] and [E_l, hidden, inter]);
 ///   moe.b1/b2   biases of moe.dtype or null;
 ///   moe.dtype   the type GEMM outputs and the activation are stored in (the output dtype for
 ///               NVFP4 / MXFP8, the input dtype for W4A16).
@@ -32,11 +38,13 @@ struct CutlassMoeFp4Params {
   SfLayoutCode input_sf_layout = SfLayoutCode::k128x4;
   // Weight scales. NVFP4 / MXFP4: each expert's [rows, cols / vec] scales in the 128x4 layout,
   // w*_sf_stride bytes apart. W4A16: upstream's SM90 fold of [E_l, rows, cols / 32] ue8m0.
+  // Humming: the same fold of the per-block exponent offsets (one byte per 32 values).
   const uint8_t* w1_sf = nullptr;
   const uint8_t* w2_sf = nullptr;
   int64_t w1_sf_stride = 0, w2_sf_stride = 0;
   // fp32 global scales (NVFP4 / MXFP8 only): act globals are one value or [E_l]; the GEMM
-  // alphas fc1_global / fc2_global are [E_l].
+  // alphas fc1_global / fc2_global are [E_l]. Humming: fc1_global / fc2_global are the
+  // per-expert residual scales (times 64), the act globals unused.
   const float* fc1_act_global = nullptr;
   bool fc1_act_per_expert = false;
   const float* fc1_global = nullptr;

@@ -1,15 +1,19 @@
-// Private to the NVFP4 MoE tests (test_moe_fp4, test_moe_b12x): their deterministic random
-// packed weights and e4m3 scale codes.
+// Private to the FP4 / FP8 MoE tests: their deterministic random packed weights and e4m3 scale
+// codes, and the shared fp64-formula comparison.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "flashinfer/float_formats.h"
 #include "flashinfer/tensor.h"
+#include "ops/op_test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer::testing::moe_fp4 {
 
@@ -45,6 +49,172 @@ inline std::vector<uint8_t> e4m3_codes(size_t n, uint64_t seed, double lo, doubl
   std::vector<uint8_t> v(n);
   for (auto& b : v) b = float_to_e4m3fn_bits(static_cast<float>(r.uniform(lo, hi)), true);
   return v;
+}
+
+/// n fp32 values uniform in [lo, hi), as doubles.
+inline std::vector<double> uniform_f32(Rng& r, int64_t n, double lo, double hi) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (auto& d : v) d = static_cast<float>(r.uniform(lo, hi));
+  return v;
+}
+
+/// A test layer's optional parts: biases of `bias_dt` (fc1 [E, N1], fc2 [E, H]), SwigluBias
+/// parameters ([E] each) and the routing weights of T tokens, top-2.
+struct LayerExtras {
+  std::vector<double> b1, b2, alpha, beta, limit, rw;
+  void make(Rng& r, int64_t E, int64_t N1, int64_t H, int64_t T, DType bias_dt, bool bias,
+            bool swiglu_params);
+  /// Output j of the activation of GEMM1's row g (fp64): Relu2, SwigluStep (limit 7), Swiglu,
+  /// or SwigluBias with expert e's parameters when given; up half first, gate second.
+  double act_ref(ActivationType act, const std::vector<double>& g, int64_t j, int64_t I,
+                 int64_t e) const;
+};
+
+/// v rounded to dt (fp16 or bf16; fp32 otherwise), as a double.
+inline double to_dt(DType dt, double v) {
+  const float f = static_cast<float>(v);
+  if (dt == DType::kFloat16) return half_bits_to_float(float_to_half_bits(f));
+  if (dt == DType::kBFloat16) return bfloat16_bits_to_float(float_to_bfloat16_bits(f));
+  return f;
+}
+
+inline void LayerExtras::make(Rng& r, int64_t E, int64_t N1, int64_t H, int64_t T, DType bias_dt,
+                              bool bias, bool swiglu_params) {
+  if (bias) {
+    b1 = uniform_f32(r, E * N1, -0.5, 0.5);
+    b2 = uniform_f32(r, E * H, -0.5, 0.5);
+    for (auto& d : b1) d = to_dt(bias_dt, d);
+    for (auto& d : b2) d = to_dt(bias_dt, d);
+  }
+  if (swiglu_params) {
+    alpha = uniform_f32(r, E, 1.5, 2.0);
+    beta = uniform_f32(r, E, 0.5, 1.0);
+    limit = uniform_f32(r, E, 1.0, 3.0);
+  }
+  rw = uniform_f32(r, T * 2, 0.1, 0.9);
+}
+
+inline double silu(double v) { return v / (1.0 + std::exp(-v)); }
+
+inline double LayerExtras::act_ref(ActivationType act, const std::vector<double>& g, int64_t j,
+                                   int64_t I, int64_t e) const {
+  const size_t up = static_cast<size_t>(j), gate = static_cast<size_t>(I + j);
+  const size_t ei = static_cast<size_t>(e);
+  if (act == ActivationType::Relu2) {
+    const double a = std::max(g[up], 0.0);
+    return a * a;
+  }
+  if (act == ActivationType::SwigluStep) {
+    return std::min(silu(g[gate]), 7.0) * std::clamp(g[up], -7.0, 7.0);
+  }
+  if (alpha.empty()) return silu(g[gate]) * g[up];
+  const double gl = std::min(g[gate], limit[ei]);
+  const double ul = std::clamp(g[up], -limit[ei], limit[ei]) + beta[ei];
+  return gl / (1.0 + std::exp(-alpha[ei] * gl)) * ul;
+}
+
+/// A quantized MoE output against its fp64 formula: quantization codes can flip where fp32 and
+/// fp64 sums round differently, so a loose elementwise bound, plus a tight bound on the mean
+/// error that a wrong formula would break.
+inline void expect_close_to_formula(const std::vector<double>& got,
+                                    const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  double max_ref = 0.0, err_sum = 0.0;
+  for (double w : want) max_ref = std::max(max_ref, std::fabs(w));
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(got[i] - want[i]);
+    err_sum += err;
+    if (err > 0.02 * std::fabs(want[i]) + 0.02 * max_ref) ++bad;
+  }
+  EXPECT_EQ(bad, 0) << "max |ref| " << max_ref;
+  EXPECT_LT(err_sum / static_cast<double>(got.size()), 2e-3 * max_ref + 1e-6);
+  EXPECT_GT(max_ref, 0.0);
+}
+
+/// A call without a CUDA kernel: refused with kUnsupported naming `input` (so replay falls back
+/// to the CPU).
+template <class F>
+void expect_refused_on_cuda(F call) {
+  try {
+    call();
+    ADD_FAILURE() << "expected kUnsupported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_EQ(e.arg(), "input") << e.what();
+  }
+}
+
+/// Runs every case (`c.run()`) under a recorder; each cutlass_fused_moe call it made (weight
+/// preparations left out) must succeed and replay identically.
+template <class Case>
+void expect_cutlass_moe_calls_replay(const std::vector<Case>& cases) {
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    for (const Case& c : cases) (void)c.run();
+    for (const auto& call : scope.observer().calls) {
+      if (call.name == "cutlass_fused_moe") calls.push_back(call);
+    }
+  }
+  ASSERT_EQ(calls.size(), cases.size());
+  for (const auto& call : calls) {
+    ASSERT_TRUE(call.error.empty()) << call.error;
+    EXPECT_TRUE(replays_identically(call));
+  }
+}
+
+/// Python for the torch-written cutlass_fused_moe dumps (appended to upstream_dump_py.h's
+/// helpers): dt(), tmeta() and rec_moe(tensors, quant_scales, meta, out, E, T), which writes one
+/// call in upstream's recorder layout, quant_scales as kwarg_quant_scales__<i> with list
+/// metadata, the returned list as result__0..3 (the scratch three garbage, as upstream's
+/// torch.empty leaves them).
+inline constexpr const char* kCutlassMoeDumpPy = R"PY(
+import os
+import torch.nn.functional as F
+def dt(x): return {"type": "torch.dtype", "value": x}
+def tmeta(t, key):
+    return {"type": "torch.Tensor", "shape": list(t.shape), "dtype": str(t.dtype),
+            "stride": list(t.stride()), "device": "cuda:0", "requires_grad": False,
+            "is_contiguous": True, "tensor_key": key}
+def rec_moe(tensors, qs, meta, out, E, T):
+    seq[0] += 1
+    call = "%s/20261123_090000_%03d_pid4242_cutlass_fused_moe_call%04d" % (d, seq[0], seq[0])
+    os.makedirs(call)
+    for i, q in enumerate(qs):
+        tensors["kwarg_quant_scales__%d" % i] = q
+    meta["kwarg_quant_scales"] = {"type": "list", "length": len(qs), "truncated": False,
+        "items": [tmeta(q, "kwarg_quant_scales__%d" % i) for i, q in enumerate(qs)]}
+    save(tensors, call + "/inputs.pt")
+    outs = {"result__0": out, "result__1": torch.full((1,), 7, dtype=torch.int32),
+            "result__2": torch.full((E, T), 3.0), "result__3": torch.full((E,), 9, dtype=torch.int32)}
+    save(outs, call + "/outputs.pt")
+    rec = {"function_name": "cutlass_fused_moe", "module": "flashinfer.fused_moe.core",
+           "call_sequence": seq[0], "timestamp": "20261123_090000_%03d" % seq[0],
+           "process_id": 4242, "input_metadata": meta, "output_metadata": {},
+           "tensor_info": {"input_tensor_keys": list(tensors), "output_tensor_keys": list(outs)},
+           "tensor_format": "torch", "execution_status": "completed"}
+    with open(call + "/metadata.jsonl", "w") as f:
+        f.write(json.dumps(rec) + "\n")
+)PY";
+
+/// Writes `calls` (Python appended to kCutlassMoeDumpPy) and replays them: each of the
+/// `expected` cutlass_fused_moe calls must pass, comparing result__0 only (the three scratch
+/// outputs skipped). False when python3-torch is not installed.
+inline bool cutlass_moe_dumps_replay(const std::string& tag, const std::string& calls,
+                                     std::size_t expected) {
+  std::vector<replay::Result> results;
+  if (!run_upstream_dump_script(tag, std::string(kCutlassMoeDumpPy) + calls, expected, &results)) {
+    return false;
+  }
+  for (const auto& r : results) {
+    EXPECT_EQ(r.comparisons.size(), 1u) << r.function_name;
+    if (r.comparisons.size() == 1) {
+      EXPECT_EQ(r.comparisons[0].key, "result__0");
+    }
+    EXPECT_EQ(r.skipped_outputs, (std::vector<std::string>{"result__1", "result__2", "result__3"}));
+  }
+  return true;
 }
 
 }  // namespace flashinfer::testing::moe_fp4

@@ -1,7 +1,8 @@
 // cutlass_fused_moe's FP4 paths (NVFP4, MXFP8 activations x MXFP4 weights, W4A16 MXFP4 in the
-// SM90 layouts): a hand-checked golden, fp64 formulas (8 experts, top-2) in upstream's argument
-// forms (int64-packed weights, int32-viewed 128x4 scales, quant_scales in upstream's order),
-// bad input naming the argument, record/replay in memory and through a dump directory.
+// SM90 layouts) and MXFP8 x MXFP8 (the same code with e4m3 weights): a hand-checked golden, fp64
+// formulas (8 experts, top-2) in upstream's argument forms (int64-packed weights, int32-viewed
+// 128x4 scales, quant_scales in upstream's order), bad input naming the argument, record/replay in
+// memory and through a dump directory.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -27,17 +28,12 @@ using moe_fp4::bytes_tensor;
 using moe_fp4::e4m3_codes;
 using moe_fp4::random_bytes;
 using moe_fp4::Rng;
+using moe_fp4::silu;
+using moe_fp4::to_dt;
 
-enum class Path { kNvfp4, kNvfp4Packed, kMxfp8Mxfp4, kW4A16 };
+enum class Path { kNvfp4, kNvfp4Packed, kMxfp8Mxfp4, kW4A16, kMxfp8Mxfp8 };
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
-
-double to_dt(DType dt, double v) {
-  const float f = static_cast<float>(v);
-  if (dt == DType::kFloat16) return half_bits_to_float(float_to_half_bits(f));
-  if (dt == DType::kBFloat16) return bfloat16_bits_to_float(float_to_bfloat16_bits(f));
-  return f;
-}
 
 double e2m1_at(const std::vector<uint8_t>& packed, size_t i) {
   const uint8_t b = packed[i / 2];
@@ -65,8 +61,6 @@ std::vector<uint8_t> swizzle_128x4(const std::vector<uint8_t>& lin, int64_t E, i
 
 double ue8m0(uint8_t code) { return std::ldexp(1.0, static_cast<int>(code) - 127); }
 
-double silu(double v) { return v / (1.0 + std::exp(-v)); }
-
 // The ids of T tokens over E experts, top-2, distinct per token; token 0 takes experts 0 and 7.
 Tensor pair_ids(int64_t T, int64_t E) {
   std::vector<double> v;
@@ -78,7 +72,7 @@ Tensor pair_ids(int64_t T, int64_t E) {
   return Tensor::from_vector(v, {T, 2}, DType::kInt32);
 }
 
-struct Case {
+struct Case : moe_fp4::LayerExtras {
   Path path = Path::kNvfp4;
   int64_t T = 5, E = 8, H = 64, I = 32;
   ActivationType act = ActivationType::Swiglu;
@@ -90,25 +84,25 @@ struct Case {
   int64_t N1() const { return gated() ? 2 * I : I; }
   int vec() const { return path == Path::kNvfp4 || path == Path::kNvfp4Packed ? 16 : 32; }
   bool nv() const { return vec() == 16; }
+  bool mx8() const { return path == Path::kMxfp8Mxfp4 || path == Path::kMxfp8Mxfp8; }
+  bool w8() const { return path == Path::kMxfp8Mxfp8; }
 
   // plain data
   std::vector<uint8_t> xq, xs, w1, s1, w2, s2;  // packed input / its linear scales; weights
   std::vector<double> xf;                       // fp16/bf16 input values
-  std::vector<double> a1, a2, g1, g2, b1, b2, alpha, beta, limit, rw;
+  std::vector<double> a1, a2, g1, g2;           // b1, b2, alpha, beta, limit, rw: LayerExtras
   Tensor ids;
 
   void make(uint64_t seed) {
     Rng r{seed};
     auto vec_d = [&](int64_t n, double lo, double hi) {
-      std::vector<double> o(static_cast<size_t>(n));
-      for (auto& d : o) d = static_cast<float>(r.uniform(lo, hi));
-      return o;
+      return moe_fp4::uniform_f32(r, n, lo, hi);
     };
     const int64_t v = vec();
     if (path == Path::kNvfp4Packed) {
       xq = random_bytes(static_cast<size_t>(T * H / 2), seed + 1);
       xs = e4m3_codes(static_cast<size_t>(T * H / 16), seed + 2, 0.5, 1.0);
-    } else if (path == Path::kMxfp8Mxfp4) {
+    } else if (mx8()) {
       xq.resize(static_cast<size_t>(T * H));
       for (auto& b : xq) b = float_to_e4m3fn_bits(static_cast<float>(r.uniform(-3, 3)), true);
       xs.resize(static_cast<size_t>(T * H / 32));
@@ -119,6 +113,10 @@ struct Case {
     }
     w1 = random_bytes(static_cast<size_t>(E * N1() * H / 2), seed + 3);
     w2 = random_bytes(static_cast<size_t>(E * H * I / 2), seed + 4);
+    if (w8()) {  // e4m3 weight codes of magnitude below 4
+      w1 = e4m3_codes(static_cast<size_t>(E * N1() * H), seed + 3, -4.0, 4.0);
+      w2 = e4m3_codes(static_cast<size_t>(E * H * I), seed + 4, -4.0, 4.0);
+    }
     if (nv()) {
       s1 = e4m3_codes(static_cast<size_t>(E * N1() * H / v), seed + 5, 0.02, 0.06);
       s2 = e4m3_codes(static_cast<size_t>(E * H * I / v), seed + 6, 0.02, 0.06);
@@ -132,18 +130,7 @@ struct Case {
     a2 = vec_d(per_expert_act ? E : 1, 0.5, 2.0);
     g1 = vec_d(E, 0.5, 1.5);
     g2 = vec_d(E, 0.5, 1.5);
-    if (bias) {
-      b1 = vec_d(E * N1(), -0.5, 0.5);
-      b2 = vec_d(E * H, -0.5, 0.5);
-      for (auto& d : b1) d = to_dt(out_dt, d);
-      for (auto& d : b2) d = to_dt(out_dt, d);
-    }
-    if (swiglu_params) {
-      alpha = vec_d(E, 1.5, 2.0);
-      beta = vec_d(E, 0.5, 1.0);
-      limit = vec_d(E, 1.0, 3.0);
-    }
-    rw = vec_d(T * 2, 0.1, 0.9);
+    LayerExtras::make(r, E, N1(), H, T, out_dt, bias, swiglu_params);
     ids = pair_ids(T, E * ep_size);
   }
 
@@ -160,7 +147,7 @@ struct Case {
 
   Tensor input() const {
     if (path == Path::kNvfp4Packed) return bytes_tensor(xq, {T, H / 2});
-    if (path == Path::kMxfp8Mxfp4) return bytes_tensor(xq, {T, H}, DType::kFloat8E4M3FN);
+    if (mx8()) return bytes_tensor(xq, {T, H}, DType::kFloat8E4M3FN);
     return Tensor::from_vector(xf, {T, H}, in_dt);
   }
   std::optional<Tensor> input_sf() const {
@@ -174,6 +161,7 @@ struct Case {
       return interleave_moe_weights_for_sm90_mixed_gemm(bytes_tensor(w, {E, rows, cols / 2}),
                                                         "fp4");
     }
+    if (w8()) return bytes_tensor(w, {E, rows, cols}, DType::kFloat8E4M3FN);
     return bytes_tensor(w, {E, rows, cols / 16}, DType::kInt64);
   }
   Tensor weight_scales(const std::vector<uint8_t>& s, int64_t rows, int64_t cols) const {
@@ -186,7 +174,7 @@ struct Case {
   std::vector<Tensor> quant_scales() const {
     const Tensor ws1 = weight_scales(s1, N1(), H), ws2 = weight_scales(s2, H, I);
     if (path == Path::kW4A16) return {ws1, ws2};
-    if (path == Path::kMxfp8Mxfp4) return {ws1, f32(g1, {E}), ws2, f32(g2, {E})};
+    if (mx8()) return {ws1, f32(g1, {E}), ws2, f32(g2, {E})};
     return {act_global(a1), ws1, f32(g1, {E}), act_global(a2), ws2, f32(g2, {E})};
   }
   std::optional<Tensor> bias_t(const std::vector<double>& b, int64_t n) const {
@@ -195,24 +183,25 @@ struct Case {
   }
 
   std::vector<Tensor> run(std::optional<Tensor> output = std::nullopt) const {
-    return cutlass_fused_moe(
-        input(), ids, f32(rw, {T, 2}), weights(w1, N1(), H), weights(w2, H, I), out_dt,
-        quant_scales(), bias_t(b1, N1()), bias_t(b2, H), input_sf(), opt_f32(alpha), opt_f32(beta),
-        opt_f32(limit), 1, 0, ep_size, ep_rank, 1, 0, output, false, false, path == Path::kW4A16,
-        path == Path::kMxfp8Mxfp4, false, false, false, 8192, std::nullopt, act, swizzled_sf);
+    return cutlass_fused_moe(input(), ids, f32(rw, {T, 2}), weights(w1, N1(), H), weights(w2, H, I),
+                             out_dt, quant_scales(), bias_t(b1, N1()), bias_t(b2, H), input_sf(),
+                             opt_f32(alpha), opt_f32(beta), opt_f32(limit), 1, 0, ep_size, ep_rank,
+                             1, 0, output, false, false, path == Path::kW4A16, mx8(), false, false,
+                             false, 8192, std::nullopt, act, swizzled_sf);
   }
 
   // The value the GEMM reads for a weight element.
   double wval(const std::vector<uint8_t>& w, const std::vector<uint8_t>& s, int64_t e, int64_t rows,
               int64_t cols, int64_t r, int64_t c) const {
     const uint8_t sc = s[static_cast<size_t>((e * rows + r) * (cols / vec()) + c / vec())];
-    return e2m1_at(w, static_cast<size_t>((e * rows + r) * cols + c)) *
-           (nv() ? e4m3fn_bits_to_float(sc) : ue8m0(sc));
+    const size_t i = static_cast<size_t>((e * rows + r) * cols + c);
+    const double q = w8() ? e4m3fn_bits_to_float(w[i]) : e2m1_at(w, i);
+    return q * (nv() ? e4m3fn_bits_to_float(sc) : ue8m0(sc));
   }
   // Row x of token t as GEMM1 reads it for expert e.
   std::vector<double> xrow(int64_t t, int64_t e) const {
     std::vector<double> x(static_cast<size_t>(H));
-    if (path == Path::kNvfp4Packed || path == Path::kMxfp8Mxfp4) {
+    if (path == Path::kNvfp4Packed || mx8()) {
       for (int64_t d = 0; d < H; ++d) {
         const size_t i = static_cast<size_t>(t * H + d);
         const uint8_t sc = xs[static_cast<size_t>(t * (H / vec()) + d / vec())];
@@ -259,21 +248,7 @@ struct Case {
           g[j] = to_dt(gdt, (quant ? g1[e] : 1.0) * acc) + (b1.empty() ? 0.0 : b1[e * N1() + j]);
         }
         std::vector<double> h(static_cast<size_t>(I));
-        for (int64_t j = 0; j < I; ++j) {
-          if (act == ActivationType::Relu2) {
-            const double a = std::max(g[j], 0.0);
-            h[j] = a * a;
-          } else if (act == ActivationType::SwigluStep) {
-            h[j] = std::min(silu(g[I + j]), 7.0) * std::clamp(g[j], -7.0, 7.0);
-          } else if (alpha.empty()) {
-            h[j] = silu(g[I + j]) * g[j];  // up half first, gate second
-          } else {
-            const double gl = std::min(g[I + j], limit[e]);
-            const double ul = std::clamp(g[j], -limit[e], limit[e]) + beta[e];
-            h[j] = gl / (1.0 + std::exp(-alpha[e] * gl)) * ul;
-          }
-          h[j] = to_dt(gdt, h[j]);
-        }
+        for (int64_t j = 0; j < I; ++j) h[j] = to_dt(gdt, act_ref(act, g, j, I, e));
         const auto hq = requant(h, e);
         for (int64_t d = 0; d < H; ++d) {
           double acc = 0.0;
@@ -289,22 +264,8 @@ struct Case {
   }
 };
 
-// Quantization codes can flip where fp32 and fp64 sums round differently: a loose elementwise
-// bound, plus a tight bound on the mean error that a wrong formula would break.
 void expect_matches(const Case& c, const Tensor& out) {
-  const auto got = out.to_double_vector(), want = c.expected();
-  ASSERT_EQ(got.size(), want.size());
-  double max_ref = 0.0, err_sum = 0.0;
-  for (double w : want) max_ref = std::max(max_ref, std::fabs(w));
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(got[i] - want[i]);
-    err_sum += err;
-    if (err > 0.02 * std::fabs(want[i]) + 0.02 * max_ref) ++bad;
-  }
-  EXPECT_EQ(bad, 0) << "max |ref| " << max_ref;
-  EXPECT_LT(err_sum / static_cast<double>(got.size()), 2e-3 * max_ref + 1e-6);
-  EXPECT_GT(max_ref, 0.0);
+  moe_fp4::expect_close_to_formula(out.to_double_vector(), c.expected());
 }
 
 // ---- golden ---------------------------------------------------------------------------------
@@ -412,16 +373,53 @@ TEST(CutlassFusedMoeFp4, Nvfp4PackedInputBothScaleLayouts) {
   }
 }
 
-TEST(CutlassFusedMoeFp4, Mxfp8Mxfp4MatchesFormula) {
-  for (bool params : {false, true}) {
-    Case c;
-    c.path = Path::kMxfp8Mxfp4;
-    c.H = c.I = 128;
-    c.T = 3;
-    c.swiglu_params = params;
-    c.out_dt = params ? DType::kFloat16 : DType::kBFloat16;
-    c.make(params ? 31 : 32);
-    expect_matches(c, c.run()[0]);
+// MXFP8 x MXFP8, hand-checked: H = I = 128, Relu2, one local expert of two (ep rank 0), input
+// e4m3 1.0 with ue8m0 scales 127 (2^0), weights e4m3 0.5 with scales 127, fc1_global 0.25,
+// fc2_global 0.125. GEMM1: 128 * 0.5 * 0.25 = 16; Relu2 256; MXFP8 re-quantization of a row of
+// 256: ue8m0 ceil(log2(256 / 448)) = 0 (scale 1), code 256 exactly; GEMM2: 128 * 256 * 0.5 *
+// 0.125 = 2048; token weights 0.75 (expert 0) and 0.25 (expert 1, not local): 1536.
+TEST(CutlassFusedMoeFp4, GoldenMxfp8Mxfp8) {
+  const int64_t H = 128, I = 128;
+  const Tensor x = bytes_tensor(std::vector<uint8_t>(H, 0x38), {1, H}, DType::kFloat8E4M3FN);
+  const Tensor sf = bytes_tensor(std::vector<uint8_t>(128 * 4, 127), {128 * 4});
+  const Tensor w = bytes_tensor(std::vector<uint8_t>(I * H, 0x30), {1, I, H}, DType::kFloat8E4M3FN);
+  const Tensor ws =
+      bytes_tensor(std::vector<uint8_t>(I * H / 32, 127), {1, I, H / 128}, DType::kInt32);
+  const auto out = cutlass_fused_moe(
+      x, Tensor::from_vector({0, 1}, {1, 2}, DType::kInt32),
+      Tensor::from_vector({0.75, 0.25}, {1, 2}, DType::kFloat32), w, w, DType::kBFloat16,
+      {ws, Tensor::full({1}, 0.25, DType::kFloat32), ws, Tensor::full({1}, 0.125, DType::kFloat32)},
+      std::nullopt, std::nullopt, sf, std::nullopt, std::nullopt, std::nullopt, 1, 0, 2, 0, 1, 0,
+      std::nullopt, false, false, false, true, false, false, false, 8192, std::nullopt,
+      ActivationType::Relu2);
+  EXPECT_EQ(out[0].to_double_vector(), std::vector<double>(H, 1536.0));
+}
+
+// MXFP8 activations x MXFP4 weights, and x MXFP8 weights (upstream's test_moe_mxfp8_mxfp8:
+// mxfp8_quantize(w[e], swizzled) stacked, the scales viewed int32 [E, rows, cols / 128]; the same
+// math with e4m3 weight codes): plain and with SwigluBias parameters; MXFP8 x MXFP8 also Relu2,
+// biases, expert-parallel rank 1 of 2.
+TEST(CutlassFusedMoeFp4, Mxfp8ActivationsMatchFormula) {
+  uint64_t seed = 30;
+  for (Path path : {Path::kMxfp8Mxfp4, Path::kMxfp8Mxfp8}) {
+    for (bool params : {false, true}) {
+      Case c;
+      c.path = path;
+      c.H = c.I = 128;
+      c.T = 3;
+      c.swiglu_params = params;
+      c.out_dt = params ? DType::kFloat16 : DType::kBFloat16;
+      if (path == Path::kMxfp8Mxfp8) {
+        c.bias = params;
+        c.act = params ? ActivationType::Swiglu : ActivationType::Relu2;
+        c.ep_size = params ? 2 : 1;
+        c.ep_rank = params ? 1 : 0;
+      }
+      c.make(++seed);
+      SCOPED_TRACE(std::string(path == Path::kMxfp8Mxfp8 ? "MXFP8 weights" : "MXFP4 weights") +
+                   (params ? ", SwigluBias" : ""));
+      expect_matches(c, c.run()[0]);
+    }
   }
 }
 
@@ -492,6 +490,20 @@ TEST(CutlassFusedMoeFp4, BadInput) {
   m.path = Path::kMxfp8Mxfp4;
   m.make(7);  // H = 64: not 128-aligned
   EXPECT_FI_ERROR(m.run(), op, "fc2_expert_weights");
+  // MXFP8 x MXFP8: the same alignment here, and the input's block scales are required.
+  Case m8;
+  m8.path = Path::kMxfp8Mxfp8;
+  m8.make(17);
+  EXPECT_FI_ERROR(m8.run(), op, "fc2_expert_weights");
+  m8.H = m8.I = 128;
+  m8.make(18);
+  EXPECT_FI_ERROR(
+      (void)cutlass_fused_moe(m8.input(), m8.ids, m8.f32(m8.rw, {m8.T, 2}),
+                              m8.weights(m8.w1, m8.N1(), m8.H), m8.weights(m8.w2, m8.H, m8.I),
+                              DType::kBFloat16, m8.quant_scales(), std::nullopt, std::nullopt,
+                              std::nullopt, std::nullopt, std::nullopt, std::nullopt, 1, 0, 1, 0, 1,
+                              0, std::nullopt, false, false, false, true),
+      op, "input_sf");
   Case w;
   w.path = Path::kW4A16;
   w.H = w.I = 128;
@@ -541,21 +553,17 @@ TEST(CutlassFusedMoeFp4, CudaCallIsRefused) {
   Case c;
   c.make(9);
   const Device d = Device::cuda(0);
-  try {
+  moe_fp4::expect_refused_on_cuda([&] {
     (void)cutlass_fused_moe(c.input().to(d), c.ids.to(d), c.f32(c.rw, {c.T, 2}).to(d),
                             c.weights(c.w1, c.N1(), c.H).to(d), c.weights(c.w2, c.H, c.I).to(d),
                             c.out_dt, c.quant_scales());
-    ADD_FAILURE() << "expected kUnsupported";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
-    EXPECT_EQ(e.arg(), "input") << e.what();
-  }
+  });
 }
 
 // ---- record and replay ------------------------------------------------------------------------
 
 TEST(CutlassFusedMoeFp4, RecordAndReplay) {
-  std::vector<Case> cases(3);
+  std::vector<Case> cases(4);
   cases[0].make(51);
   cases[1].path = Path::kMxfp8Mxfp4;
   cases[1].H = cases[1].I = 128;
@@ -565,20 +573,11 @@ TEST(CutlassFusedMoeFp4, RecordAndReplay) {
   cases[2].H = cases[2].I = 128;
   cases[2].T = 2;
   cases[2].make(53);
-  std::vector<RecordingObserver::Call> calls;
-  {
-    RecordingScope scope;
-    for (const Case& c : cases) (void)c.run();
-    // The W4A16 case's weight preparation is recorded too: keep the MoE calls.
-    for (const auto& call : scope.observer().calls) {
-      if (call.name == "cutlass_fused_moe") calls.push_back(call);
-    }
-  }
-  ASSERT_EQ(calls.size(), 3u);
-  for (const auto& call : calls) {
-    ASSERT_TRUE(call.error.empty()) << call.error;
-    EXPECT_TRUE(replays_identically(call));
-  }
+  cases[3].path = Path::kMxfp8Mxfp8;
+  cases[3].H = cases[3].I = 128;
+  cases[3].T = 2;
+  cases[3].make(54);
+  moe_fp4::expect_cutlass_moe_calls_replay(cases);
 }
 
 TEST(CutlassFusedMoeFp4, DumpReplay) {
@@ -614,35 +613,10 @@ TEST(CutlassFusedMoeFp4, DumpReplay) {
 // weights viewed as int64, 128x4 block scales viewed as int32); the expected output computed by
 // torch with an independent NVFP4 quantizer. Calls: (1) ModelOpt NVFP4 as vLLM calls it, the
 // input quantized before the call (packed uint8 + swizzled input_sf), Swiglu; (2) a bf16 input
-// quantized in the op with per-expert fc1 input scales, Relu2. Both replay and pass.
+// quantized in the op with per-expert fc1 input scales, Relu2; (3) MXFP8 x MXFP4 (below); (4)
+// MXFP8 x MXFP8 as upstream's test_moe_mxfp8_mxfp8 prepares it. All replay and pass.
 TEST(CutlassFusedMoeFp4, UpstreamDumpReplays) {
   const std::string body = R"PY(
-import os
-import torch.nn.functional as F
-def dt(x): return {"type": "torch.dtype", "value": x}
-def tmeta(t, key):
-    return {"type": "torch.Tensor", "shape": list(t.shape), "dtype": str(t.dtype),
-            "stride": list(t.stride()), "device": "cuda:0", "requires_grad": False,
-            "is_contiguous": True, "tensor_key": key}
-def rec_moe(tensors, qs, meta, out, E, T):
-    seq[0] += 1
-    call = "%s/20261123_090000_%03d_pid4242_cutlass_fused_moe_call%04d" % (d, seq[0], seq[0])
-    os.makedirs(call)
-    for i, q in enumerate(qs):
-        tensors["kwarg_quant_scales__%d" % i] = q
-    meta["kwarg_quant_scales"] = {"type": "list", "length": len(qs), "truncated": False,
-        "items": [tmeta(q, "kwarg_quant_scales__%d" % i) for i, q in enumerate(qs)]}
-    save(tensors, call + "/inputs.pt")
-    outs = {"result__0": out, "result__1": torch.full((1,), 7, dtype=torch.int32),
-            "result__2": torch.full((E, T), 3.0), "result__3": torch.full((E,), 9, dtype=torch.int32)}
-    save(outs, call + "/outputs.pt")
-    rec = {"function_name": "cutlass_fused_moe", "module": "flashinfer.fused_moe.core",
-           "call_sequence": seq[0], "timestamp": "20261123_090000_%03d" % seq[0],
-           "process_id": 4242, "input_metadata": meta, "output_metadata": {},
-           "tensor_info": {"input_tensor_keys": list(tensors), "output_tensor_keys": list(outs)},
-           "tensor_format": "torch", "execution_status": "completed"}
-    with open(call + "/metadata.jsonl", "w") as f:
-        f.write(json.dumps(rec) + "\n")
 def pack(c): return (c[..., 0::2] | (c[..., 1::2] << 4)).to(torch.uint8)
 def swizzle(codes):  # [n, ksf] codes -> the flat 128x4 bytes of fp4_quantize
     n, ksf = codes.shape
@@ -750,15 +724,34 @@ rec_moe({"kwarg_input": ("fp8", xc.to(torch.uint8)), "kwarg_token_selected_exper
         [s1, g1, s2, g2],
         dict(base_meta, kwarg_output_dtype=dt("torch.bfloat16"), kwarg_use_mxfp8_act_scaling=True),
         out.bfloat16(), E, T)
+# 4. MXFP8 activations x MXFP8 weights (upstream's test_moe_mxfp8_mxfp8): e4m3 weights with
+# 128x4 ue8m0 scales viewed int32 [E, rows, cols / 128], the same input, Relu2, fp16 output.
+def mx8_weights(n, k):
+    c = torch.tensor([v for v in range(256) if v & 0x7F != 0x7F])[torch.randint(0, 254, (E, n, k))]
+    c = torch.where((c & 0x78) > 0x48, c & 0x87, c)  # keep |w| below 8
+    sc = torch.randint(119, 123, (E, n, k // 32))
+    s = torch.stack([swizzle(sc[e]) for e in range(E)]).view(E, n, k // 32).view(torch.int32)
+    return ("fp8", c.to(torch.uint8)), s, E4M3[c] * torch.pow(2.0, (sc - 127).float()).repeat_interleave(32, 2)
+w1, s1, w1d = mx8_weights(I, H)
+w2, s2, w2d = mx8_weights(H, I)
+hf = lambda v: v.half().float()
+out = torch.zeros(T, H)
+for t in range(T):
+    for k in range(K):
+        e = int(ids[t, k])
+        g = hf(g1[e] * (xd[t] @ w1d[e].T))
+        h = hf(F.relu(g) ** 2)
+        out[t] += rw[t, k] * hf(g2[e] * (mxfp8(h) @ w2d[e].T))
+rec_moe({"kwarg_input": ("fp8", xc.to(torch.uint8)), "kwarg_token_selected_experts": ids,
+         "kwarg_token_final_scales": rw, "kwarg_fc1_expert_weights": w1,
+         "kwarg_fc2_expert_weights": w2, "kwarg_input_sf": swizzle(xs)},
+        [s1, g1, s2, g2],
+        dict(base_meta, kwarg_output_dtype=dt("torch.float16"), kwarg_use_mxfp8_act_scaling=True,
+             kwarg_activation_type={"type": "enum", "name": "ActivationType.Relu2", "value": 6}),
+        out.half(), E, T)
 )PY";
-  std::vector<replay::Result> results;
-  if (!run_upstream_dump_script("fi_moe_cutlass_fp4_dump", body, 3u, &results)) {
+  if (!moe_fp4::cutlass_moe_dumps_replay("fi_moe_cutlass_fp4_dump", body, 4u)) {
     GTEST_SKIP() << "python3-torch not installed";
-  }
-  for (const auto& r : results) {
-    ASSERT_EQ(r.comparisons.size(), 1u) << r.function_name;
-    EXPECT_EQ(r.comparisons[0].key, "result__0");
-    EXPECT_EQ(r.skipped_outputs, (std::vector<std::string>{"result__1", "result__2", "result__3"}));
   }
 }
 

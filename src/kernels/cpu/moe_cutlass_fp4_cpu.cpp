@@ -3,7 +3,9 @@
 #include <cblas.h>
 
 #include <array>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -169,13 +171,16 @@ void store_out(const CutlassMoeParams& m, int64_t i, float v) {
   }
 }
 
-// Where each bit of a 16 x 64 fp4 tile (512 bytes) lands under the SM90 interleave: found by
-// running the forward transform on 12 tiles, tile b holding bit b of each bit's own position
-// (the transform only moves bits, so every destination bit receives its source's position).
-const std::array<uint16_t, 4096>& fp4_tile_permutation() {
-  static std::array<uint16_t, 4096> perm{};
-  static std::once_flag once;
-  std::call_once(once, [] {
+// Where each bit of a 16 x 64 fp4 tile (512 bytes) lands under the SM90 interleave of quant
+// type `qt` ("fp4" or "fp4_fp8"): found by running the forward transform on 12 tiles, tile b
+// holding bit b of each bit's own position (both transforms only move bits, so every
+// destination bit receives its source's position).
+const std::array<uint16_t, 4096>& fp4_tile_permutation(Sm90QuantType qt) {
+  static std::array<std::array<uint16_t, 4096>, 2> perms{};
+  static std::once_flag once[2];
+  const size_t which = qt == Sm90QuantType::kFp4Fp8 ? 1 : 0;
+  std::call_once(once[which], [&] {
+    auto& perm = perms[which];
     perm.fill(0);
     std::array<uint8_t, 512> src{}, dst{};
     for (int b = 0; b < 12; ++b) {
@@ -192,7 +197,7 @@ const std::array<uint16_t, 4096>& fp4_tile_permutation() {
       ip.experts = 1;
       ip.n = 16;
       ip.k = 64;
-      ip.quant_type = Sm90QuantType::kFp4;
+      ip.quant_type = qt;
       sm90_interleave_weights(ip);
       // dst bit d holds bit b of the source position that moved there.
       for (int d = 0; d < 4096; ++d) {
@@ -203,7 +208,7 @@ const std::array<uint16_t, 4096>& fp4_tile_permutation() {
       }
     }
   });
-  return perm;  // perm[destination bit] = source bit
+  return perms[which];  // perm[destination bit] = source bit
 }
 
 // Scale (r, group) of one expert's [rows, k / 32] ue8m0 scales folded by
@@ -227,6 +232,36 @@ void w4a16_expert(const uint8_t* w, const uint8_t* s, int64_t rows, int64_t k, f
   }
 }
 
+// One expert's Humming weights as the fp8 MMA operand: the rewritten e2m1 code times 2^(offset
+// - 6), offset the block's folded exponent offset (1..12 from the preparation: at most 384, so
+// exact in e4m3). The 2^6 comes back through the residual scale (upstream passes residual * 64).
+void humming_expert(const uint8_t* w, const uint8_t* s, int64_t rows, int64_t k, float* out) {
+  std::vector<uint8_t> plain(static_cast<size_t>(rows * k / 2));
+  sm90_deinterleave_fp4_weights(w, plain.data(), rows, k, Sm90QuantType::kFp4Fp8);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      const uint8_t byte = plain[static_cast<size_t>(r * (k / 2) + c / 2)];
+      const float q = e2m1_bits_to_float(c % 2 == 0 ? e2m1x2_low(byte) : e2m1x2_high(byte));
+      out[r * k + c] = std::ldexp(q, static_cast<int>(folded_scale(s, k, r, c / 32)) - 6);
+    }
+  }
+}
+
+// Humming's per-row fp8 quantization (expandInputRowsKernel for GEMM1's input,
+// doActivationKernel for GEMM2's): quant = 448 / amax (1 for a zero row; amax floored at
+// 448 / FLT_MAX so the quotient stays finite), codes e4m3_satfinite(v * quant) written decoded to
+// q; returns the row's dequantization scale 1 / quant.
+float humming_row_fp8(const float* v, int64_t n, float* q) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(v[i]));
+  constexpr float kMinAmax = 448.0f / std::numeric_limits<float>::max();
+  const float quant = amax > 0.0f ? 448.0f / std::fmax(amax, kMinAmax) : 1.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    q[i] = e4m3fn_bits_to_float(float_to_e4m3fn_bits(v[i] * quant, true));
+  }
+  return 1.0f / quant;
+}
+
 void run_fp4(const CutlassMoeFp4Params& p) {
   const CutlassMoeParams& m = p.moe;
   const int64_t T = m.num_tokens, K = m.top_k, H = m.hidden, I = m.inter;
@@ -234,6 +269,9 @@ void run_fp4(const CutlassMoeFp4Params& p) {
   const int64_t N1 = moe_act_is_gated(m.act) ? 2 * I : I;
   const bool nv = p.mode == CutlassFp4Mode::kNvfp4;
   const bool w4a16 = p.mode == CutlassFp4Mode::kW4A16Mxfp4;
+  const bool hum = p.mode == CutlassFp4Mode::kHummingFp8Mxfp4;
+  const bool w8 = p.mode == CutlassFp4Mode::kMxfp8Mxfp8;  // e4m3 weights: a byte per value
+  const int64_t wdiv = w8 ? 1 : 2;
   const int vec = nv ? 16 : 32;
   const DType gdt = m.dtype;  // GEMM output / activation storage type
   const Grouping g = group_pairs(m);
@@ -255,17 +293,24 @@ void run_fp4(const CutlassMoeFp4Params& p) {
     if (n == 0) continue;
     // GEMM1's A operand: the routed rows as the block-scaled MMA reads them.
     std::vector<float> a(static_cast<size_t>(n * H));
+    // Humming: each routed row's dequantization scale (GEMM1's, then GEMM2's), the per-row
+    // alpha of the GEMM epilogue: (1 / quant) * residual[e].
+    std::vector<float> dq(hum ? static_cast<size_t>(n) : 0);
     if (!xin.empty()) {
       for (int64_t r = 0; r < n; ++r) {
         const int64_t t = g.row_pair[static_cast<size_t>(r0 + r)] / K;
         std::memcpy(&a[static_cast<size_t>(r * H)], &xin[static_cast<size_t>(t * H)],
                     static_cast<size_t>(H) * sizeof(float));
       }
-    } else if (w4a16) {
+    } else if (w4a16 || hum) {
       for (int64_t r = 0; r < n; ++r) {
         const int64_t t = g.row_pair[static_cast<size_t>(r0 + r)] / K;
         for (int64_t c = 0; c < H; ++c) {
           a[static_cast<size_t>(r * H + c)] = load16(m.input, p.in_dtype, t * m.in_stride + c);
+        }
+        if (hum) {
+          float* row = &a[static_cast<size_t>(r * H)];
+          dq[static_cast<size_t>(r)] = humming_row_fp8(row, H, row) * p.fc1_global[e];
         }
       }
     } else {
@@ -283,52 +328,65 @@ void run_fp4(const CutlassMoeFp4Params& p) {
     std::vector<float> w(static_cast<size_t>(N1 * H));
     if (w4a16) {
       w4a16_expert(w1 + e * N1 * (H / 2), p.w1_sf + e * p.w1_sf_stride, N1, H, w.data());
+    } else if (hum) {
+      humming_expert(w1 + e * N1 * (H / 2), p.w1_sf + e * p.w1_sf_stride, N1, H, w.data());
     } else {
-      dequant(w1 + e * N1 * (H / 2), H / 2, true, p.w1_sf + e * p.w1_sf_stride,
+      dequant(w1 + e * N1 * (H / wdiv), H / wdiv, !w8, p.w1_sf + e * p.w1_sf_stride,
               SfLayoutCode::k128x4, !nv, vec, N1, H, w.data());
     }
     std::vector<float> acc(static_cast<size_t>(n * N1));
     sgemm_nt(a.data(), w.data(), acc.data(), n, N1, H);
-    // The alpha in GEMM1's epilogue, the result stored in gdt; then the bias (fp32) and the
-    // activation (doActivationKernel); the activation stored in gdt and, but for W4A16,
-    // re-quantized for GEMM2.
+    // The alpha in GEMM1's epilogue (Humming: per row), the result stored in gdt; then the bias
+    // (fp32) and the activation (doActivationKernel); the activation stored in gdt and, but for
+    // W4A16, re-quantized for GEMM2 (Humming: quantized from fp32, per row).
     const float alpha1 = p.fc1_global ? p.fc1_global[e] : 1.0f;
     std::vector<float> gv(static_cast<size_t>(N1)), hv(static_cast<size_t>(I));
     std::vector<uint16_t> hb(static_cast<size_t>(n * I));
+    std::vector<float> hq(static_cast<size_t>(n * I));
     for (int64_t r = 0; r < n; ++r) {
+      const float a1 = hum ? dq[static_cast<size_t>(r)] : alpha1;
       for (int64_t j = 0; j < N1; ++j) {
-        float v = round16(gdt, alpha1 * acc[static_cast<size_t>(r * N1 + j)]);
+        float v = round16(gdt, a1 * acc[static_cast<size_t>(r * N1 + j)]);
         if (m.b1) v += load16(m.b1, gdt, e * N1 + j);
         gv[static_cast<size_t>(j)] = v;
       }
       moe_activation_row(m, e, gv.data(), hv.data());
+      if (hum) {
+        // Humming quantizes the fp32 activation itself (no rounding to gdt first).
+        dq[static_cast<size_t>(r)] =
+            humming_row_fp8(hv.data(), I, &hq[static_cast<size_t>(r * I)]) * p.fc2_global[e];
+        continue;
+      }
       for (int64_t j = 0; j < I; ++j) {
         hb[static_cast<size_t>(r * I + j)] = bits16(gdt, hv[static_cast<size_t>(j)]);
       }
     }
     const float gs2 = p.fc2_act_global ? p.fc2_act_global[p.fc2_act_per_expert ? e : 0] : 1.0f;
-    std::vector<float> hq(static_cast<size_t>(n * I));
+    // (Humming: hq and dq hold GEMM2's quantized rows and their scales already.)
     if (w4a16) {
       for (size_t i = 0; i < hq.size(); ++i)
         hq[i] = load16(hb.data(), gdt, static_cast<int64_t>(i));
-    } else {
+    } else if (!hum) {
       quant_dequant(hb.data(), gdt, n, I, nv, gs2, hq.data());
     }
     w.resize(static_cast<size_t>(H * I));
     if (w4a16) {
       w4a16_expert(w2 + e * H * (I / 2), p.w2_sf + e * p.w2_sf_stride, H, I, w.data());
+    } else if (hum) {
+      humming_expert(w2 + e * H * (I / 2), p.w2_sf + e * p.w2_sf_stride, H, I, w.data());
     } else {
-      dequant(w2 + e * H * (I / 2), I / 2, true, p.w2_sf + e * p.w2_sf_stride, SfLayoutCode::k128x4,
-              !nv, vec, H, I, w.data());
+      dequant(w2 + e * H * (I / wdiv), I / wdiv, !w8, p.w2_sf + e * p.w2_sf_stride,
+              SfLayoutCode::k128x4, !nv, vec, H, I, w.data());
     }
     acc.resize(static_cast<size_t>(n * H));
     sgemm_nt(hq.data(), w.data(), acc.data(), n, H, I);
     // GEMM2's output stored in gdt, without the bias (the finalize adds it).
     const float alpha2 = p.fc2_global ? p.fc2_global[e] : 1.0f;
     for (int64_t r = 0; r < n; ++r) {
+      const float a2 = hum ? dq[static_cast<size_t>(r)] : alpha2;
       for (int64_t c = 0; c < H; ++c) {
         y[static_cast<size_t>((r0 + r) * H + c)] =
-            round16(gdt, alpha2 * acc[static_cast<size_t>(r * H + c)]);
+            round16(gdt, a2 * acc[static_cast<size_t>(r * H + c)]);
       }
     }
   }
@@ -354,8 +412,9 @@ void run_fp4(const CutlassMoeFp4Params& p) {
 
 }  // namespace
 
-void sm90_deinterleave_fp4_weights(const uint8_t* in, uint8_t* out, int64_t n, int64_t k) {
-  const auto& perm = fp4_tile_permutation();
+void sm90_deinterleave_fp4_weights(const uint8_t* in, uint8_t* out, int64_t n, int64_t k,
+                                   Sm90QuantType qt) {
+  const auto& perm = fp4_tile_permutation(qt);
   const int64_t row_bytes = k / 2;
   std::memset(out, 0, static_cast<size_t>(n * row_bytes));
   // Tile (tr, tc): rows [16 tr, 16 tr + 16), bytes [32 tc, 32 tc + 32) of each row; tile bit
