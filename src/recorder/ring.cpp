@@ -758,6 +758,14 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // all cold after a GEMM; checking each for emptiness on every write was most of note_writes,
   // session 14).
   uint64_t classes_ = 0;
+  // Per class, an interval holding every span in it (grown on insert, reset when the class is
+  // found empty): a write outside it skips the class's tree. The large classes hold mostly the
+  // weights, which no write reaches; walking their trees was half of note_writes once the
+  // small spans had their own index (session 14, second round). 64 x 16 bytes, contiguous.
+  struct Bounds {
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+  };
+  std::array<Bounds, 64> bounds_{};
   static std::size_t span_class(uint64_t n) {
     return static_cast<std::size_t>(63 - __builtin_clzll(n));
   }
@@ -1067,6 +1075,9 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
           small_.insert(at->device, at->lo, {n, blob, t.storage(), 0});
         } else {
           classes_ |= uint64_t{1} << span_class(n);
+          Bounds& bd = bounds_[span_class(n)];
+          bd.lo = std::min(bd.lo, at->lo);
+          bd.hi = std::max(bd.hi, static_cast<uintptr_t>(at->lo + n));
           auto& entries = spans_[span_class(n)][*at];
           std::erase_if(entries, [&](const SpanEntry& e) { return e.bytes == n; });
           entries.push_back({n, blob, t.storage(), 0});
@@ -1128,9 +1139,11 @@ void RingRecorder::note_write_locked(const Tensor& t) {
   small_.drop_overlapping(dev, a, b);
   for (uint64_t bits = classes_; bits != 0; bits &= bits - 1) {
     const auto k = static_cast<std::size_t>(__builtin_ctzll(bits));
+    if (b <= bounds_[k].lo || a >= bounds_[k].hi) continue;
     SpanMap& m = spans_[k];
     if (m.empty()) {
       classes_ &= ~(uint64_t{1} << k);
+      bounds_[k] = {};
       continue;
     }
     const uint64_t longest = k >= 63 ? UINT64_MAX : (uint64_t{2} << k) - 1;
@@ -1281,6 +1294,11 @@ void RingRecorder::release_locked(RingCall& c) {
       std::erase_if(it->second, [](const SpanEntry& e) { return e.blob.expired(); });
       if (it->second.empty()) {
         m.erase(it);
+        if (m.empty()) {
+          // The class's interval starts over (it only grows while the class holds spans).
+          classes_ &= ~(uint64_t{1} << span_class(size));
+          bounds_[span_class(size)] = {};
+        }
       }
     }
   }
