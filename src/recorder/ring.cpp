@@ -325,97 +325,6 @@ int64_t device_code(const Device& d) {
   return static_cast<int64_t>(d.type) * 65536 + static_cast<int64_t>(d.index);
 }
 
-// The kept spans under 64 KiB (the activations: most of the kept spans) by the 64 KiB region
-// their first byte lies in, a hash table of short inline lists. A span [lo, lo + n) with
-// n < 64 KiB overlaps a write [a, b) only if lo lies in (a - 64 KiB, b), so a write probes the
-// regions of that range (two for an activation) instead of walking a tree per size class: the
-// tree nodes were cold after every GEMM, ~5 misses per class in use and write (session 14,
-// second round: note_writes and the lookups of keep and eviction were ~25 % of the hooks).
-// A write over many regions (a KV cache) first asks a coarser count per 4 MiB, so it probes
-// only the regions near kept spans.
-class SmallSpans {
- public:
-  static constexpr int kRegionBits = 16;
-  static constexpr uint64_t kLimit = uint64_t{1} << kRegionBits;  // spans shorter than this
-  struct Item {
-    uintptr_t lo = 0;
-    SpanEntry e;
-  };
-  using Items = std::vector<Item>;
-
-  bool empty() const { return regions_.empty(); }
-  // The region list holding the spans starting in lo's region (null if none).
-  Items* at(int64_t dev, uintptr_t lo) {
-    auto it = regions_.find(key(dev, lo >> kRegionBits));
-    return it == regions_.end() ? nullptr : &it->second;
-  }
-  // Adds span (dev, lo) of e.bytes, replacing one of the same start and size.
-  void insert(int64_t dev, uintptr_t lo, SpanEntry e) {
-    const uint64_t r = lo >> kRegionBits;
-    Items& v = regions_[key(dev, r)];
-    const std::size_t had = v.size();
-    std::erase_if(v, [&](const Item& i) { return i.lo == lo && i.e.bytes == e.bytes; });
-    v.push_back({lo, std::move(e)});
-    count(dev, r, static_cast<int64_t>(v.size()) - static_cast<int64_t>(had));
-  }
-  // Drops the spans of list `v` (region r) for which drop(item) holds.
-  template <class Pred>
-  void drop(int64_t dev, uint64_t r, Items& v, Pred drop) {
-    const std::size_t had = v.size();
-    std::erase_if(v, drop);
-    if (v.size() == had) return;
-    count(dev, r, static_cast<int64_t>(v.size()) - static_cast<int64_t>(had));
-    if (v.empty()) regions_.erase(key(dev, r));
-  }
-  // Drops every span overlapping [a, b) on device dev.
-  void drop_overlapping(int64_t dev, uintptr_t a, uintptr_t b) {
-    if (regions_.empty() || b <= a) return;
-    const uint64_t first = (a > kLimit - 1 ? a - (kLimit - 1) : 0) >> kRegionBits;
-    const uint64_t last = (b - 1) >> kRegionBits;
-    const auto overlaps = [a, b](const Item& i) { return i.lo < b && i.lo + i.e.bytes > a; };
-    const auto probe = [&](uint64_t r) {
-      auto it = regions_.find(key(dev, r));
-      if (it != regions_.end()) drop(dev, r, it->second, overlaps);
-    };
-    if (last - first < kDirectProbes) {
-      for (uint64_t r = first; r <= last; ++r) probe(r);
-      return;
-    }
-    for (uint64_t s = first >> kSuperShift; s <= last >> kSuperShift; ++s) {
-      if (!supers_.contains(key(dev, s))) continue;
-      const uint64_t lo_r = std::max(first, s << kSuperShift);
-      const uint64_t hi_r = std::min(last, ((s + 1) << kSuperShift) - 1);
-      for (uint64_t r = lo_r; r <= hi_r; ++r) probe(r);
-    }
-  }
-  // Drops the spans of the devices for which gone(dev) holds.
-  template <class Pred>
-  void drop_devices(Pred gone) {
-    std::erase_if(regions_, [&](const auto& kv) { return gone(device_of(kv.first)); });
-    std::erase_if(supers_, [&](const auto& kv) { return gone(device_of(kv.first)); });
-  }
-  void clear() {
-    regions_.clear();
-    supers_.clear();
-  }
-
- private:
-  static constexpr uint64_t kDirectProbes = 8;
-  static constexpr int kSuperShift = 6;  // 64 regions: 4 MiB
-  // Region numbers of 48- or 49-bit addresses fit in 40 bits; the device above them.
-  static uint64_t key(int64_t dev, uint64_t r) { return (static_cast<uint64_t>(dev) << 40) | r; }
-  static int64_t device_of(uint64_t k) { return static_cast<int64_t>(k >> 40); }
-  void count(int64_t dev, uint64_t r, int64_t delta) {
-    if (delta == 0) return;
-    const uint64_t k = key(dev, r >> kSuperShift);
-    int64_t& n = supers_[k];
-    n += delta;
-    if (n <= 0) supers_.erase(k);
-  }
-  std::unordered_map<uint64_t, Items> regions_;
-  std::unordered_map<uint64_t, int64_t> supers_;  // spans per 4 MiB, where any
-};
-
 // Spans up to this size are compared whole; larger ones by their edges and samples.
 constexpr uint64_t kWholeCompareBytes = 4096;
 constexpr uint64_t kEdgeBytes = 64;
@@ -755,9 +664,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // 64 KiB, the weights included, was checked on every write; perf: note_writes ~9 % of the
   // hooks' time).
   using SpanMap = std::map<SpanKey, std::vector<SpanEntry>>;
-  // Classes below SmallSpans::kLimit stay empty: those spans are in small_.
   std::array<SpanMap, 64> spans_;
-  SmallSpans small_;
   // Bit k set when spans_[k] may be non-empty (set on insert, cleared by note_write_locked when
   // it finds the class empty): a write walks only these (the 64 map headers are 48 cache lines,
   // all cold after a GEMM; checking each for emptiness on every write was most of note_writes,
@@ -765,8 +672,8 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   uint64_t classes_ = 0;
   // Per class, an interval holding every span in it (grown on insert, reset when the class is
   // found empty): a write outside it skips the class's tree. The large classes hold mostly the
-  // weights, which no write reaches; walking their trees was half of note_writes once the
-  // small spans had their own index (session 14, second round). 64 x 16 bytes, contiguous.
+  // weights, which no write reaches; walking their cold trees was most of note_writes' own
+  // time (session 14, second round). 64 x 16 bytes, contiguous.
   struct Bounds {
     uintptr_t lo = UINTPTR_MAX, hi = 0;
   };
@@ -1077,17 +984,13 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
       if (at) {
         std::lock_guard<std::mutex> l(mu_);
         blob->where = at;
-        if (n < SmallSpans::kLimit) {
-          small_.insert(at->device, at->lo, {n, blob, t.storage(), 0});
-        } else {
-          classes_ |= uint64_t{1} << span_class(n);
-          Bounds& bd = bounds_[span_class(n)];
-          bd.lo = std::min(bd.lo, at->lo);
-          bd.hi = std::max(bd.hi, static_cast<uintptr_t>(at->lo + n));
-          auto& entries = spans_[span_class(n)][*at];
-          std::erase_if(entries, [&](const SpanEntry& e) { return e.bytes == n; });
-          entries.push_back({n, blob, t.storage(), 0});
-        }
+        classes_ |= uint64_t{1} << span_class(n);
+        Bounds& bd = bounds_[span_class(n)];
+        bd.lo = std::min(bd.lo, at->lo);
+        bd.hi = std::max(bd.hi, static_cast<uintptr_t>(at->lo + n));
+        auto& entries = spans_[span_class(n)][*at];
+        std::erase_if(entries, [&](const SpanEntry& e) { return e.bytes == n; });
+        entries.push_back({n, blob, t.storage(), 0});
       }
     }
     if (nonfinite && !*nonfinite) {
@@ -1109,27 +1012,16 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
 std::shared_ptr<Blob> RingRecorder::share_span_locked(const SpanKey& at, uint64_t n,
                                                       const Tensor& t, const uint8_t* src,
                                                       bool cuda) {
-  const auto share = [&](SpanEntry& e) -> std::shared_ptr<Blob> {
-    if (e.bytes != n || !same_owner(e.storage, t.storage())) return nullptr;
-    auto b = e.blob.lock();
-    // CUDA spans are not read here (it would wait for the stream): docs/LOGGING.md.
-    if (!b || (!cuda && !same_as_kept(*b, src, n, ++e.shares))) return nullptr;
-    return b;
-  };
-  if (n < SmallSpans::kLimit) {
-    SmallSpans::Items* v = small_.at(at.device, at.lo);
-    if (!v) return nullptr;
-    for (SmallSpans::Item& i : *v) {
-      if (i.lo != at.lo) continue;
-      if (auto b = share(i.e)) return b;
-    }
-    return nullptr;
-  }
   SpanMap& m = spans_[span_class(n)];
   auto it = m.find(at);
   if (it == m.end()) return nullptr;
   for (SpanEntry& e : it->second) {
-    if (auto b = share(e)) return b;
+    if (e.bytes != n || !same_owner(e.storage, t.storage())) continue;
+    auto b = e.blob.lock();
+    if (!b) continue;
+    // CUDA spans are not read here (it would wait for the stream): docs/LOGGING.md.
+    if (!cuda && !same_as_kept(*b, src, n, ++e.shares)) continue;
+    return b;
   }
   return nullptr;
 }
@@ -1142,7 +1034,6 @@ void RingRecorder::note_write_locked(const Tensor& t) {
   const auto a = reinterpret_cast<uintptr_t>(base + begin * es);
   const auto b = reinterpret_cast<uintptr_t>(base + end * es);
   const int64_t dev = device_code(t.device());
-  small_.drop_overlapping(dev, a, b);
   for (uint64_t bits = classes_; bits != 0; bits &= bits - 1) {
     const auto k = static_cast<std::size_t>(__builtin_ctzll(bits));
     if (b <= bounds_[k].lo || a >= bounds_[k].hi) continue;
@@ -1288,12 +1179,7 @@ void RingRecorder::release_locked(RingCall& c) {
       auto it = blobs_.find(*key);
       if (it != blobs_.end() && it->second.expired()) blobs_.erase(it);
     }
-    if (where && size < SmallSpans::kLimit) {
-      if (SmallSpans::Items* v = small_.at(where->device, where->lo)) {
-        small_.drop(where->device, where->lo >> SmallSpans::kRegionBits, *v,
-                    [](const SmallSpans::Item& i) { return i.e.blob.expired(); });
-      }
-    } else if (where) {
+    if (where) {
       SpanMap& m = spans_[span_class(size)];
       auto it = m.find(*where);
       if (it == m.end()) continue;
@@ -1362,7 +1248,6 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
         return kv.first.device != device_code(Device::cpu());
       };
       for (SpanMap& m : spans_) std::erase_if(m, not_cpu);
-      small_.drop_devices([](int64_t dev) { return dev != device_code(Device::cpu()); });
     }
     return;
   }
@@ -1584,7 +1469,6 @@ void RingRecorder::on_call_error(const OpDecl& decl, std::span<const Value> args
       std::lock_guard<std::mutex> l(mu_);
       // What was written is unknown: nothing kept is shared any more.
       for (SpanMap& m : spans_) m.clear();
-      small_.clear();
     }
   }
   if (!call) return;
