@@ -627,8 +627,13 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   void recycle_locked(std::shared_ptr<RingCall> c);
   std::shared_ptr<RingCall> new_call();
   void wait_copies_locked();
-  // The record tail (record_tail: format, signature, versions) of an op, laid out once.
-  const std::string& tail_of(const OpDecl& decl);
+  // Per op: its record tail (record_tail: format, signature, versions), laid out once, and its
+  // call counter (counters_, by name), found by one lookup of the declaration.
+  struct OpInfo {
+    std::string name, tail;
+    int64_t* calls = nullptr;
+  };
+  OpInfo& op_info_locked(const OpDecl& decl);
   // Writes the kept calls under `root` (a buffer holding the root path); async-signal-safe.
   // `reason`/`signo` and `trigger` go to trigger.json. Returns false if nothing was written.
   // An archive file already written in the dump being written: an equal one is linked to it.
@@ -665,16 +670,25 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // all cold after a GEMM; checking each for emptiness on every write was most of note_writes,
   // session 14).
   uint64_t classes_ = 0;
+  // Per class, an interval holding every span in it (grown on insert, reset when the class is
+  // found empty): a write outside it skips the class's tree. The large classes hold mostly the
+  // weights, which no write reaches; walking their cold trees was most of note_writes' own
+  // time (session 14, second round). 64 x 16 bytes, contiguous.
+  struct Bounds {
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+  };
+  std::array<Bounds, 64> bounds_{};
   static std::size_t span_class(uint64_t n) {
     return static_cast<std::size_t>(63 - __builtin_clzll(n));
   }
   // A CUDA graph was captured: its replays write CUDA memory unobserved, so CUDA spans are no
   // longer shared.
   std::atomic<bool> graphs_seen_{false};
-  std::map<std::string, int64_t> counters_;
-  // By declaration, then name (a declaration's address may be reused by another op): (name,
-  // tail) pairs that never move, so the reference tail_of returns stays valid.
-  std::unordered_map<const OpDecl*, std::list<std::pair<std::string, std::string>>> signatures_;
+  std::map<std::string, int64_t> counters_;  // calls per op name (map nodes never move)
+  // By declaration, then name (a declaration's address may be reused by another op): entries
+  // that never move, so the references op_info_locked returns stay valid. Before, the counter
+  // was looked up by name in counters_ on every call (a walk over cold string nodes).
+  std::unordered_map<const OpDecl*, std::list<OpInfo>> signatures_;
   std::shared_ptr<std::atomic<uint64_t>> held_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::shared_ptr<BlobPool> pool_;
   static constexpr std::size_t kMaxSpareCalls = 64;
@@ -853,13 +867,13 @@ void RingRecorder::remove_handlers() {
   }
 }
 
-const std::string& RingRecorder::tail_of(const OpDecl& decl) {
-  std::lock_guard<std::mutex> l(mu_);
+RingRecorder::OpInfo& RingRecorder::op_info_locked(const OpDecl& decl) {
   auto& known = signatures_[&decl];
-  for (const auto& [name, tail] : known) {
-    if (name == decl.name) return tail;
+  for (OpInfo& op : known) {
+    if (op.name == decl.name) return op;
   }
-  return known.emplace_back(decl.name, record_tail(false, decl.signature())).second;
+  return known.emplace_back(
+      OpInfo{decl.name, record_tail(false, decl.signature()), &counters_[decl.name]});
 }
 
 std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before, const SpanKey& at,
@@ -971,6 +985,9 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
         std::lock_guard<std::mutex> l(mu_);
         blob->where = at;
         classes_ |= uint64_t{1} << span_class(n);
+        Bounds& bd = bounds_[span_class(n)];
+        bd.lo = std::min(bd.lo, at->lo);
+        bd.hi = std::max(bd.hi, static_cast<uintptr_t>(at->lo + n));
         auto& entries = spans_[span_class(n)][*at];
         std::erase_if(entries, [&](const SpanEntry& e) { return e.bytes == n; });
         entries.push_back({n, blob, t.storage(), 0});
@@ -1019,9 +1036,11 @@ void RingRecorder::note_write_locked(const Tensor& t) {
   const int64_t dev = device_code(t.device());
   for (uint64_t bits = classes_; bits != 0; bits &= bits - 1) {
     const auto k = static_cast<std::size_t>(__builtin_ctzll(bits));
+    if (b <= bounds_[k].lo || a >= bounds_[k].hi) continue;
     SpanMap& m = spans_[k];
     if (m.empty()) {
       classes_ &= ~(uint64_t{1} << k);
+      bounds_[k] = {};
       continue;
     }
     const uint64_t longest = k >= 63 ? UINT64_MAX : (uint64_t{2} << k) - 1;
@@ -1167,6 +1186,11 @@ void RingRecorder::release_locked(RingCall& c) {
       std::erase_if(it->second, [](const SpanEntry& e) { return e.blob.expired(); });
       if (it->second.empty()) {
         m.erase(it);
+        if (m.empty()) {
+          // The class's interval starts over (it only grows while the class holds spans).
+          classes_ &= ~(uint64_t{1} << span_class(size));
+          bounds_[span_class(size)] = {};
+        }
       }
     }
   }
@@ -1234,9 +1258,12 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
   try {
     std::shared_ptr<RingCall> call = new_call();
     int64_t seq = 0;
+    const std::string* tail = nullptr;
     {
       std::lock_guard<std::mutex> l(mu_);
-      seq = ++counters_[decl.name];
+      OpInfo& op = op_info_locked(decl);
+      seq = ++*op.calls;
+      tail = &op.tail;
     }
     const std::string ts = timestamp_now();
     // One per thread, reused (the hooks do not nest within a thread); emptied before the hook
@@ -1258,7 +1285,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
           call->method == "__init__" || call->method == "plan" || call->method == "begin_forward";
     }
     const int64_t pseq = process_sequence_.fetch_add(1, std::memory_order_relaxed) + 1;
-    fill_input_record(call->rec, decl, args, seq, ts, pid_, &tail_of(decl), self_id, pseq, ex);
+    fill_input_record(call->rec, decl, args, seq, ts, pid_, tail, self_id, pseq, ex);
     // The kept inputs' metadata is needed only to lay out the archive below: per thread, in
     // warm memory (the call's record has its own copy, rec.tensors; blobs[j] is input j's).
     thread_local std::vector<KeptTensor> kept_in;
