@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,12 @@ Tensor plain_rows(const Tensor& w, int64_t E, int64_t m, int64_t row_bytes,
 /// with stored row r moved to src[r]. Errors name `op` and `arg`.
 Tensor cute_plain_scales(const Tensor& s, int64_t E, int64_t m, int64_t cols,
                          const std::vector<int64_t>& src, const char* op, const char* arg);
+
+/// The routed pairs of both CuTe-DSL pipelines: token_selected_experts int32 [T, K] and
+/// token_final_scales [T, K] of a dtype in `scale_dtypes`, both on x's device, unit last stride,
+/// sharing a row stride (the kernels walk them with one). Errors name `op` and the argument.
+void check_cute_pairs(const char* op, const Tensor& x, const Tensor& ids, const Tensor& scales,
+                      int64_t T, int64_t K, std::initializer_list<DType> scale_dtypes);
 
 /// cute_dsl_fused_moe's w4a4 math (errors name `op`); returns [T, H] of output_dtype.
 Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor>& x_sf,

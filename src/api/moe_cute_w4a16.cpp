@@ -64,18 +64,10 @@ Tensor cute_w4a16_impl(const char* op, const Tensor& x, const std::optional<Tens
   api::check_dtype_in(ids, {DType::kInt32}, op, "token_selected_experts");
   api::check_dim(ids, {2}, op, "token_selected_experts");
   const int64_t T = ids.size(0), K = top_k, E = num_experts, El = num_local_experts;
-  api::check_shape_eq(ids, {T, K}, op, "token_selected_experts");
-  api::check_same_device(ids, x, op, "token_selected_experts", "x");
-  api::check_last_stride_one(ids, op, "token_selected_experts");
+  check_cute_pairs(op, x, ids, scales, T, K, {DType::kFloat32});
   FLASHINFER_CHECK(El >= 1 && offset >= 0 && offset + El <= E, op, "num_local_experts",
                    "local experts [", offset, ", ", offset + El,
                    ") must lie in [0, num_experts=", E, ")");
-  api::check_defined(scales, op, "token_final_scales");
-  api::check_dtype_in(scales, {DType::kFloat32}, op, "token_final_scales");
-  api::check_shape_eq(scales, {T, K}, op, "token_final_scales");
-  api::check_same_device(scales, x, op, "token_final_scales", "x");
-  FLASHINFER_CHECK(scales.stride(0) == ids.stride(0) && (K <= 1 || scales.stride(1) == 1), op,
-                   "token_final_scales", "must have the row stride of token_selected_experts");
   api::check_defined(w2, op, "w2_weight");
   api::check_dtype_in(w2, {DType::kUInt8}, op, "w2_weight");
   api::check_dim(w2, {3}, op, "w2_weight");

@@ -591,6 +591,21 @@ namespace moe_cute {
 // Upstream's CuTe-DSL preparation interleaves the gated GEMM1 rows in groups of 64
 // (interleave_linear_and_gate(w1, 64)): stored row s holds plain row
 // ((s % 128) / 64) * I + (s / 128) * 64 + s % 64 (linear half first, then gate).
+void check_cute_pairs(const char* op, const Tensor& x, const Tensor& ids, const Tensor& scales,
+                      int64_t T, int64_t K, std::initializer_list<DType> scale_dtypes) {
+  api::check_defined(ids, op, "token_selected_experts");
+  api::check_dtype_in(ids, {DType::kInt32}, op, "token_selected_experts");
+  api::check_shape_eq(ids, {T, K}, op, "token_selected_experts");
+  api::check_same_device(ids, x, op, "token_selected_experts", "x");
+  api::check_last_stride_one(ids, op, "token_selected_experts");
+  api::check_defined(scales, op, "token_final_scales");
+  api::check_dtype_in(scales, scale_dtypes, op, "token_final_scales");
+  api::check_shape_eq(scales, {T, K}, op, "token_final_scales");
+  api::check_same_device(scales, x, op, "token_final_scales", "x");
+  FLASHINFER_CHECK(scales.stride(0) == ids.stride(0) && (K <= 1 || scales.stride(1) == 1), op,
+                   "token_final_scales", "must have the row stride of token_selected_experts");
+}
+
 std::vector<int64_t> cute_gated_row_source(int64_t rows) {
   const int64_t I = rows / 2;
   std::vector<int64_t> src(static_cast<size_t>(rows));
@@ -692,17 +707,7 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
   FLASHINFER_CHECK(x_sf->is_contiguous() && x_sf->numel() == T * (H / 16), op, "x_sf",
                    "expected contiguous [", T, ", ", H / 16, "] linear scales, got ",
                    shape_to_string(x_sf->shape()));
-  api::check_defined(ids, op, "token_selected_experts");
-  api::check_dtype_in(ids, {DType::kInt32}, op, "token_selected_experts");
-  api::check_shape_eq(ids, {T, K}, op, "token_selected_experts");
-  api::check_same_device(ids, x, op, "token_selected_experts", "x");
-  api::check_last_stride_one(ids, op, "token_selected_experts");
-  api::check_defined(scales, op, "token_final_scales");
-  api::check_dtype_in(scales, {DType::kFloat32, DType::kBFloat16}, op, "token_final_scales");
-  api::check_shape_eq(scales, {T, K}, op, "token_final_scales");
-  api::check_same_device(scales, x, op, "token_final_scales", "x");
-  FLASHINFER_CHECK(scales.stride(0) == ids.stride(0) && (K <= 1 || scales.stride(1) == 1), op,
-                   "token_final_scales", "must have the row stride of token_selected_experts");
+  check_cute_pairs(op, x, ids, scales, T, K, {DType::kFloat32, DType::kBFloat16});
   api::check_defined(w1, op, "w1_weight");
   api::check_dtype_in(w1, {DType::kUInt8}, op, "w1_weight");
   api::check_dim(w1, {3}, op, "w1_weight");
