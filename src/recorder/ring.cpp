@@ -39,6 +39,7 @@
 #include "recorder/record_json.h"
 #include "recorder/record_tape.h"
 #include "recorder/ring_dedup_dump.h"
+#include "recorder/span_index.h"
 
 namespace flashinfer::recorder::internal {
 
@@ -315,7 +316,6 @@ constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 // erased by note_write), and the live bytes equal to the kept copy where they are compared
 // (writes made outside the library: same_as_kept).
 struct SpanEntry {
-  uint64_t bytes = 0;
   std::weak_ptr<Blob> blob;
   std::weak_ptr<Storage> storage;
   uint32_t shares = 0;  // times shared since kept
@@ -659,12 +659,11 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   std::deque<std::shared_ptr<RingCall>> calls_;                          // oldest first
   std::unordered_map<BlobKey, std::weak_ptr<Blob>, BlobKeyHash> blobs_;  // verify=full
   // The default mode's kept spans, by size class: class k holds spans of [2^k, 2^(k+1)) bytes,
-  // so a write [a, b) can only overlap spans of class k that start in (a - 2^(k+1), b): one
-  // short walk per class in use, whatever the number of kept spans (before: every span over
-  // 64 KiB, the weights included, was checked on every write; perf: note_writes ~9 % of the
-  // hooks' time).
-  using SpanMap = std::map<SpanKey, std::vector<SpanEntry>>;
-  std::array<SpanMap, 64> spans_;
+  // so a write [a, b) can only overlap spans of class k that start in (a - 2^(k+1), b): a few
+  // probes per class in use, whatever the number of kept spans. Each class is a flat table
+  // (span_index.h, one cache line per probe); the std::map per class it replaces cost a cold
+  // line per tree level on every lookup, insert and erase (session 15).
+  std::array<SpanIndex<SpanEntry>, 64> spans_;
   // Bit k set when spans_[k] may be non-empty (set on insert, cleared by note_write_locked when
   // it finds the class empty): a write walks only these (the 64 map headers are 48 cache lines,
   // all cold after a GEMM; checking each for emptiness on every write was most of note_writes,
@@ -785,6 +784,7 @@ RingRecorder::RingRecorder(Config c, LineSink sink)
   // Freed blob memory kept for reuse: an eighth of the bound (outside it), at most 64 MiB.
   pool_ = std::make_shared<BlobPool>(std::min<uint64_t>(limit_bytes_ / 8, uint64_t{64} << 20));
   if (g_dump_number_pid.exchange(pid_) != pid_) g_dump_number.store(0);
+  for (unsigned k = 0; k < spans_.size(); ++k) spans_[k] = SpanIndex<SpanEntry>(k + 1);
   trig_crash_ = has(cfg_.triggers, "crash");
   trig_signal_ = has(cfg_.triggers, "signal");
   trig_nan_ = has(cfg_.triggers, "nan");
@@ -988,9 +988,8 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
         Bounds& bd = bounds_[span_class(n)];
         bd.lo = std::min(bd.lo, at->lo);
         bd.hi = std::max(bd.hi, static_cast<uintptr_t>(at->lo + n));
-        auto& entries = spans_[span_class(n)][*at];
-        std::erase_if(entries, [&](const SpanEntry& e) { return e.bytes == n; });
-        entries.push_back({n, blob, t.storage(), 0});
+        spans_[span_class(n)].put(at->device, at->lo, n, SpanEntry{blob, t.storage(), 0},
+                                  [](const SpanEntry& e) { return !e.blob.expired(); });
       }
     }
     if (nonfinite && !*nonfinite) {
@@ -1012,18 +1011,13 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
 std::shared_ptr<Blob> RingRecorder::share_span_locked(const SpanKey& at, uint64_t n,
                                                       const Tensor& t, const uint8_t* src,
                                                       bool cuda) {
-  SpanMap& m = spans_[span_class(n)];
-  auto it = m.find(at);
-  if (it == m.end()) return nullptr;
-  for (SpanEntry& e : it->second) {
-    if (e.bytes != n || !same_owner(e.storage, t.storage())) continue;
-    auto b = e.blob.lock();
-    if (!b) continue;
-    // CUDA spans are not read here (it would wait for the stream): docs/LOGGING.md.
-    if (!cuda && !same_as_kept(*b, src, n, ++e.shares)) continue;
-    return b;
-  }
-  return nullptr;
+  SpanEntry* e = spans_[span_class(n)].find(at.device, at.lo, n);
+  if (!e || !same_owner(e->storage, t.storage())) return nullptr;
+  auto b = e->blob.lock();
+  if (!b) return nullptr;
+  // CUDA spans are not read here (it would wait for the stream): docs/LOGGING.md.
+  if (!cuda && !same_as_kept(*b, src, n, ++e->shares)) return nullptr;
+  return b;
 }
 
 void RingRecorder::note_write_locked(const Tensor& t) {
@@ -1037,20 +1031,13 @@ void RingRecorder::note_write_locked(const Tensor& t) {
   for (uint64_t bits = classes_; bits != 0; bits &= bits - 1) {
     const auto k = static_cast<std::size_t>(__builtin_ctzll(bits));
     if (b <= bounds_[k].lo || a >= bounds_[k].hi) continue;
-    SpanMap& m = spans_[k];
+    SpanIndex<SpanEntry>& m = spans_[k];
     if (m.empty()) {
       classes_ &= ~(uint64_t{1} << k);
       bounds_[k] = {};
       continue;
     }
-    const uint64_t longest = k >= 63 ? UINT64_MAX : (uint64_t{2} << k) - 1;
-    const uintptr_t from = a > longest ? a - longest : 0;
-    for (auto it = m.lower_bound(SpanKey{dev, from});
-         it != m.end() && it->first.device == dev && it->first.lo < b;) {
-      const uintptr_t lo = it->first.lo;
-      std::erase_if(it->second, [lo, a](const SpanEntry& e) { return lo + e.bytes > a; });
-      it = it->second.empty() ? m.erase(it) : std::next(it);
-    }
+    m.erase_overlapping(dev, a, b);
   }
 }
 
@@ -1180,17 +1167,13 @@ void RingRecorder::release_locked(RingCall& c) {
       if (it != blobs_.end() && it->second.expired()) blobs_.erase(it);
     }
     if (where) {
-      SpanMap& m = spans_[span_class(size)];
-      auto it = m.find(*where);
-      if (it == m.end()) continue;
-      std::erase_if(it->second, [](const SpanEntry& e) { return e.blob.expired(); });
-      if (it->second.empty()) {
-        m.erase(it);
-        if (m.empty()) {
-          // The class's interval starts over (it only grows while the class holds spans).
-          classes_ &= ~(uint64_t{1} << span_class(size));
-          bounds_[span_class(size)] = {};
-        }
+      SpanIndex<SpanEntry>& m = spans_[span_class(size)];
+      m.erase_if_at(where->device, where->lo, size,
+                    [](const SpanEntry& e) { return e.blob.expired(); });
+      if (m.empty()) {
+        // The class's interval starts over (it only grows while the class holds spans).
+        classes_ &= ~(uint64_t{1} << span_class(size));
+        bounds_[span_class(size)] = {};
       }
     }
   }
@@ -1244,10 +1227,8 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     // memory without any call being seen, so kept CUDA spans can no longer be trusted.
     if (!graphs_seen_.exchange(true)) {
       std::lock_guard<std::mutex> l(mu_);
-      const auto not_cpu = [](const auto& kv) {
-        return kv.first.device != device_code(Device::cpu());
-      };
-      for (SpanMap& m : spans_) std::erase_if(m, not_cpu);
+      const auto cpu = [](const auto& e) { return e.device == device_code(Device::cpu()); };
+      for (auto& m : spans_) m.retain(cpu);
     }
     return;
   }
@@ -1468,7 +1449,7 @@ void RingRecorder::on_call_error(const OpDecl& decl, std::span<const Value> args
     } catch (const std::exception&) {
       std::lock_guard<std::mutex> l(mu_);
       // What was written is unknown: nothing kept is shared any more.
-      for (SpanMap& m : spans_) m.clear();
+      for (auto& m : spans_) m.clear();
     }
   }
   if (!call) return;
