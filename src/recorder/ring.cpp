@@ -784,7 +784,11 @@ RingRecorder::RingRecorder(Config c, LineSink sink)
   // Freed blob memory kept for reuse: an eighth of the bound (outside it), at most 64 MiB.
   pool_ = std::make_shared<BlobPool>(std::min<uint64_t>(limit_bytes_ / 8, uint64_t{64} << 20));
   if (g_dump_number_pid.exchange(pid_) != pid_) g_dump_number.store(0);
-  for (unsigned k = 0; k < spans_.size(); ++k) spans_[k] = SpanIndex<SpanEntry>(k + 1);
+  // Regions of at least 4 KiB: a write of an activation probes a region or two of the classes
+  // of small tensors (indices, lengths) instead of one per 2^(k+1) bytes it covers.
+  for (unsigned k = 0; k < spans_.size(); ++k) {
+    spans_[k] = SpanIndex<SpanEntry>(std::max(k + 1, 12u));
+  }
   trig_crash_ = has(cfg_.triggers, "crash");
   trig_signal_ = has(cfg_.triggers, "signal");
   trig_nan_ = has(cfg_.triggers, "nan");

@@ -4,8 +4,9 @@
 // structure the hooks touch between two calls, and a tree walk was one cold line per level
 // (sessions 14-15), where a probe here is one line.
 //
-// Every span in one index is at most 2^shift bytes long (the ring keeps one index per size
-// class), so a write [a, b) can only overlap spans starting in (a - 2^shift, b). Entries are
+// Every span in one index is shorter than 2^shift bytes (the ring keeps one index per size
+// class, with regions of at least 4 KiB so that a write of a few pages probes a few regions of
+// every class), so a write [a, b) can only overlap spans starting in (a - 2^shift, b). Entries are
 // placed by their region (first byte >> shift) and device: a range query probes the clusters
 // of the regions that range covers, or, when those are more than the table's slots, scans the
 // table once.
@@ -91,9 +92,17 @@ class SpanIndex {
     const auto hit = [&](const Entry& e) {
       return e.device == device && e.lo < b && e.lo + e.bytes > a;
     };
-    if (r1 - r0 >= slots_.size() / 4) {
-      // More regions than a scan costs: one pass over the table.
-      rebuild(slots_.size(), [&](const Entry& e) { return !hit(e); });
+    if (r1 - r0 >= slots_.size() / 2) {
+      // More regions than a pass over the table costs: one pass, in place (an erase shifts
+      // only entries of its own cluster back, so none skips the pass: the table is never full).
+      for (std::size_t i = 0; i < slots_.size();) {
+        if (slots_[i].bytes != 0 && hit(slots_[i])) {
+          erase_at(i);
+          if (count_ == 0) return;
+        } else {
+          ++i;
+        }
+      }
       return;
     }
     for (uint64_t r = r0;; ++r) {
