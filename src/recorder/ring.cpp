@@ -586,8 +586,10 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   void remove_handlers();
 
  private:
+  struct OpInfo;
   struct Pending {
     std::shared_ptr<RingCall> call;
+    OpInfo* op = nullptr;   // the call's op (its archive templates)
     bool observed = false;  // not kept (filtered out, or captured), but its writes are noted
   };
   static std::vector<Pending>& stack() {
@@ -616,8 +618,10 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // A recorded (or filtered-out) call wrote `tensors`: kept spans overlapping them are stale.
   void note_writes(const NamedTensors& tensors);
   void note_write_locked(const Tensor& t);
-  // Points `dst` at the layout of an archive of `t` (shared) and at t's bytes.
-  void plan(KeptArchive& dst, std::string_view stem, const std::vector<KeptTensor>& t);
+  // Points `dst` at the layout of an archive of `t` (shared) and at t's bytes. `side`: 0 inputs,
+  // 1 outputs, 2 mutated (`stem`), the op's template it looks in first.
+  void plan(KeptArchive& dst, std::string_view stem, const std::vector<KeptTensor>& t, OpInfo& op,
+            int side);
   void publish(const std::shared_ptr<RingCall>& call);
   void evict_oldest_locked();
   void release_locked(RingCall& c);
@@ -629,9 +633,19 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   void wait_copies_locked();
   // Per op: its record tail (record_tail: format, signature, versions), laid out once, and its
   // call counter (counters_, by name), found by one lookup of the declaration.
+  // Per side (inputs, outputs, mutated), the op's last archive layout and its key (plan()):
+  // a call with the tensor metadata of the op's previous call finds its layout here, in the
+  // entry the hook has just touched, instead of in the per-thread cache (whose bucket and node
+  // were two cold lines per archive, half of plan's time, session 15).
+  struct ArchiveTemplate {
+    std::string key;
+    std::shared_ptr<const formats::ArchivePlan> layout;
+  };
   struct OpInfo {
     std::string name, tail;
     int64_t* calls = nullptr;
+    std::mutex mu;  // the templates (calls of one op on several threads)
+    std::array<ArchiveTemplate, 3> templates;
   };
   OpInfo& op_info_locked(const OpDecl& decl);
   // Writes the kept calls under `root` (a buffer holding the root path); async-signal-safe.
@@ -876,8 +890,11 @@ RingRecorder::OpInfo& RingRecorder::op_info_locked(const OpDecl& decl) {
   for (OpInfo& op : known) {
     if (op.name == decl.name) return op;
   }
-  return known.emplace_back(
-      OpInfo{decl.name, record_tail(false, decl.signature()), &counters_[decl.name]});
+  OpInfo& op = known.emplace_back();
+  op.name = decl.name;
+  op.tail = record_tail(false, decl.signature());
+  op.calls = &counters_[decl.name];
+  return op;
 }
 
 std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before, const SpanKey& at,
@@ -1051,7 +1068,8 @@ void RingRecorder::note_writes(const NamedTensors& tensors) {
   for (const auto& [key, t] : tensors) note_write_locked(t);
 }
 
-void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vector<KeptTensor>& t) {
+void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vector<KeptTensor>& t,
+                        OpInfo& op, int side) {
   // An archive's layout depends on its tensors' names, dtypes, shapes, strides and spans only;
   // the tensor bytes are pointers beside it. A decode step calls the same ops with the same
   // layouts over and over, so the layouts are made once, cached per thread (no lock) and
@@ -1072,19 +1090,31 @@ void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vect
     put(k.item.shape.data(), k.item.shape.size() * sizeof(int64_t));
     put(k.item.strides.data(), k.item.strides.size() * sizeof(int64_t));
   }
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    std::vector<formats::TorchItem> items;
-    items.reserve(t.size());
-    for (const KeptTensor& k : t) items.push_back(k.item);
-    const std::vector<const void*> none(t.size(), nullptr);
-    if (cache.size() >= 1024) cache.clear();  // bounded: programs with ever new shapes
-    it = cache
-             .emplace(key, std::make_shared<const formats::ArchivePlan>(
-                               formats::plan_torch_archive(stem, items, none)))
-             .first;
+  ArchiveTemplate& tp = op.templates[static_cast<std::size_t>(side)];
+  bool hit = false;
+  {
+    std::lock_guard<std::mutex> l(op.mu);
+    hit = tp.layout && tp.key == key;
+    if (hit && dst.layout != tp.layout) dst.layout = tp.layout;
   }
-  if (dst.layout != it->second) dst.layout = it->second;
+  if (!hit) {
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      std::vector<formats::TorchItem> items;
+      items.reserve(t.size());
+      for (const KeptTensor& k : t) items.push_back(k.item);
+      const std::vector<const void*> none(t.size(), nullptr);
+      if (cache.size() >= 1024) cache.clear();  // bounded: programs with ever new shapes
+      it = cache
+               .emplace(key, std::make_shared<const formats::ArchivePlan>(
+                                 formats::plan_torch_archive(stem, items, none)))
+               .first;
+    }
+    if (dst.layout != it->second) dst.layout = it->second;
+    std::lock_guard<std::mutex> l(op.mu);
+    tp.key = key;
+    tp.layout = it->second;
+  }
   dst.data.resize(t.size());
   for (std::size_t i = 0; i < t.size(); ++i) {
     // The item's span in bytes: its data piece's size in the layout (not read there: cold).
@@ -1244,12 +1274,14 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     std::shared_ptr<RingCall> call = new_call();
     int64_t seq = 0;
     const std::string* tail = nullptr;
+    OpInfo* op = nullptr;
     {
       std::lock_guard<std::mutex> l(mu_);
-      OpInfo& op = op_info_locked(decl);
-      seq = ++*op.calls;
-      tail = &op.tail;
+      op = &op_info_locked(decl);
+      seq = ++*op->calls;
+      tail = &op->tail;
     }
+    stack().back().op = op;
     const std::string ts = timestamp_now();
     // One per thread, reused (the hooks do not nest within a thread); emptied before the hook
     // returns so that it holds no tensor longer than the call.
@@ -1313,7 +1345,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     files->complete = false;
     files->has_outputs = files->has_mutated = false;
     files->has_inputs = !kept_in.empty();
-    if (files->has_inputs) plan(files->inputs, schema::kInputsStem, kept_in);
+    if (files->has_inputs) plan(files->inputs, schema::kInputsStem, kept_in, *op, 0);
     call->begin = std::move(files);
     call->files.store(call->begin.get(), std::memory_order_release);
     publish(call);
@@ -1329,6 +1361,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   if (stack().empty()) return;
   std::shared_ptr<RingCall> call = std::move(stack().back().call);
   const bool observed = stack().back().observed;
+  OpInfo* const op = stack().back().op;
   stack().pop_back();
   // Per thread, reused (the hooks do not nest within a thread), emptied before returning.
   thread_local Extracted out, mutated;
@@ -1409,9 +1442,9 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     prior.clear();
     files->complete = true;
     files->has_outputs = !kept_out.empty();
-    if (files->has_outputs) plan(files->outputs, schema::kOutputsStem, kept_out);
+    if (files->has_outputs) plan(files->outputs, schema::kOutputsStem, kept_out, *op, 1);
     files->has_mutated = !kept_mut.empty();
-    if (files->has_mutated) plan(files->mutated, schema::kMutatedStem, kept_mut);
+    if (files->has_mutated) plan(files->mutated, schema::kMutatedStem, kept_mut, *op, 2);
     {
       std::lock_guard<std::mutex> l(mu_);
       if (!call->evicted) {
