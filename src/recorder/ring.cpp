@@ -633,13 +633,18 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   void wait_copies_locked();
   // Per op: its record tail (record_tail: format, signature, versions), laid out once, and its
   // call counter (counters_, by name), found by one lookup of the declaration.
-  // Per side (inputs, outputs, mutated), the op's last archive layout and its key (plan()):
-  // a call with the tensor metadata of the op's previous call finds its layout here, in the
-  // entry the hook has just touched, instead of in the per-thread cache (whose bucket and node
-  // were two cold lines per archive, half of plan's time, session 15).
+  // Per side (inputs, outputs, mutated), the op's last few archive layouts and their keys
+  // (plan()): a call with the tensor metadata of one of the op's recent calls finds its layout
+  // here, in the entry the hook has just touched, instead of in the per-thread cache (whose
+  // bucket and node were two cold lines per archive, half of plan's own time, session 15). The
+  // keys' hashes sit together, so only a matching entry's key is read (and compared whole). A
+  // few entries, as one op (a GEMM) is called with a few shapes in turn.
   struct ArchiveTemplate {
-    std::string key;
-    std::shared_ptr<const formats::ArchivePlan> layout;
+    static constexpr std::size_t kWays = 4;
+    std::array<uint64_t, kWays> hash{};  // 0: empty
+    std::array<std::string, kWays> key;
+    std::array<std::shared_ptr<const formats::ArchivePlan>, kWays> layout;
+    std::size_t next = 0;  // the entry a miss replaces (round robin)
   };
   struct OpInfo {
     std::string name, tail;
@@ -1091,11 +1096,15 @@ void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vect
     put(k.item.strides.data(), k.item.strides.size() * sizeof(int64_t));
   }
   ArchiveTemplate& tp = op.templates[static_cast<std::size_t>(side)];
+  const uint64_t h = XXH3_64bits(key.data(), key.size()) | 1;
   bool hit = false;
   {
     std::lock_guard<std::mutex> l(op.mu);
-    hit = tp.layout && tp.key == key;
-    if (hit && dst.layout != tp.layout) dst.layout = tp.layout;
+    for (std::size_t w = 0; w < ArchiveTemplate::kWays && !hit; ++w) {
+      if (tp.hash[w] != h || tp.key[w] != key) continue;
+      hit = true;
+      if (dst.layout != tp.layout[w]) dst.layout = tp.layout[w];
+    }
   }
   if (!hit) {
     auto it = cache.find(key);
@@ -1112,8 +1121,11 @@ void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vect
     }
     if (dst.layout != it->second) dst.layout = it->second;
     std::lock_guard<std::mutex> l(op.mu);
-    tp.key = key;
-    tp.layout = it->second;
+    const std::size_t w = tp.next;
+    tp.next = (w + 1) % ArchiveTemplate::kWays;
+    tp.hash[w] = h;
+    tp.key[w] = key;
+    tp.layout[w] = it->second;
   }
   dst.data.resize(t.size());
   for (std::size_t i = 0; i < t.size(); ++i) {
