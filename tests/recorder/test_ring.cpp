@@ -446,6 +446,25 @@ TEST_F(RingTest, FreedMemoryAtTheSameAddressIsNotShared) {
   EXPECT_EQ(recorder::stats().ring_bytes, 8u * 256u);
 }
 
+// A span shared by several kept calls stays in the span index when the oldest of them is
+// evicted (the newer calls still hold its blob), so the calls after it keep sharing it; only
+// the last holder's eviction forgets it.
+TEST_F(RingTest, ASharedSpanOutlivesTheEvictionOfItsFirstHolder) {
+  recorder::start(config(2));
+  Tensor w = filled(16384, 0.5);  // 64 KiB, passed on every call
+  std::vector<Tensor> outs;       // kept alive: no output address comes back
+  for (int i = 0; i < 6; ++i) {
+    outs.push_back(ring_probe(w, 0));
+    // The two kept calls: w once and their two outputs (w copied again would be a fourth).
+    EXPECT_EQ(recorder::stats().ring_bytes, (i == 0 ? 2u : 3u) * 65536u) << "call " << i;
+  }
+  const auto c = calls(recorder::dump_ring("shared"));
+  ASSERT_EQ(c.size(), 2u);
+  for (const auto& call : c) {
+    EXPECT_EQ(load_torch((call / "inputs.pt").string())[0].second.to_double_vector()[16383], 0.5);
+  }
+}
+
 TEST_F(RingTest, MemoryBoundEvictsTheOldestCalls) {
   recorder::Config c = config(100);
   c.ring_mb = 1;
