@@ -232,17 +232,31 @@ void w4a16_expert(const uint8_t* w, const uint8_t* s, int64_t rows, int64_t k, f
   }
 }
 
-// One expert's Humming weights as the fp8 MMA operand: the rewritten e2m1 code times 2^(offset
-// - 6), offset the block's folded exponent offset (1..12 from the preparation: at most 384, so
-// exact in e4m3). The 2^6 comes back through the residual scale (upstream passes residual * 64).
+// The fp8 MMA operand the kPreMmaE8M0 mainloop makes of one Humming weight nibble: a per-code
+// byte table (code 0 gets no offset) plus 8 * offset, computed in one uint32 lane per four codes,
+// with the nibble's sign ORed in [wheel 0.7.2.post1 mixed_input_utils.hpp:603]. For the
+// preparation's offsets (1..12) this is exactly code * 2^(offset - 6); outside that range the
+// byte arithmetic is kept as is (code 1 at offset 0 gives 0, offsets > 12 wrap into the sign bit
+// or, from 32 on, carry into the next code's byte).
+float humming_operand(uint8_t nibble, uint32_t offset) {
+  const uint32_t lo = offset * 0x08080800u + 0x0c080000u;  // codes 0..3
+  const uint32_t hi = offset * 0x08080808u + 0x1c181410u;  // codes 4..7
+  const uint32_t em = nibble & 7u;
+  const uint32_t byte = (em < 4 ? lo >> (8 * em) : hi >> (8 * (em - 4))) & 0xffu;
+  return e4m3fn_bits_to_float(static_cast<uint8_t>(byte | ((nibble & 8u) << 4)));
+}
+
+// One expert's Humming weights as the fp8 MMA operand (humming_operand per nibble, offset the
+// block's folded exponent offset). The 2^6 comes back through the residual scale (upstream
+// passes residual * 64).
 void humming_expert(const uint8_t* w, const uint8_t* s, int64_t rows, int64_t k, float* out) {
   std::vector<uint8_t> plain(static_cast<size_t>(rows * k / 2));
   sm90_deinterleave_fp4_weights(w, plain.data(), rows, k, Sm90QuantType::kFp4Fp8);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < k; ++c) {
       const uint8_t byte = plain[static_cast<size_t>(r * (k / 2) + c / 2)];
-      const float q = e2m1_bits_to_float(c % 2 == 0 ? e2m1x2_low(byte) : e2m1x2_high(byte));
-      out[r * k + c] = std::ldexp(q, static_cast<int>(folded_scale(s, k, r, c / 32)) - 6);
+      out[r * k + c] = humming_operand(c % 2 == 0 ? e2m1x2_low(byte) : e2m1x2_high(byte),
+                                       folded_scale(s, k, r, c / 32));
     }
   }
 }
