@@ -168,7 +168,7 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
   const int64_t S = api::check_moe_fused_shared(
       {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group, c.offset,
        c.local_num, c.scale, c.method, c.norm_topk_prob, c.replay_out},
-      num_fused_shared_experts, *c.hidden, do_finalize, /*unfinalized_known=*/true);
+      num_fused_shared_experts, *c.hidden);
   if (qtype == Fp8QuantizationType::MxFp8) {
     return api::trtllm_mxfp8_block_moe(
         {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group,

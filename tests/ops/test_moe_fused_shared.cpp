@@ -109,9 +109,17 @@ TEST(TrtllmGenRoutingFusedShared, BadInputAndRecordReplay) {
   EXPECT_FI_ERROR(call(ds, -1, 2, 0, std::nullopt), op, "num_fused_shared_experts");
   EXPECT_FI_ERROR(call(RoutingMethodType::Renormalize, 1, 0, 0, std::nullopt), op,
                   "routing_method_type");
+  // Upstream raises for MiniMax2 and for DeepSeekV3 without groups (docs/MOE.md).
   EXPECT_FI_ERROR_CODE(call(RoutingMethodType::MiniMax2, 1, 0, 0, std::nullopt),
-                       ErrorCode::kUnsupported, op, "routing_method_type");
-  EXPECT_FI_ERROR_CODE(call(ds, 1, 0, 0, std::nullopt), ErrorCode::kUnsupported, op, "n_group");
+                       ErrorCode::kInvalidArgument, op, "routing_method_type");
+  EXPECT_FI_ERROR_CODE(call(ds, 1, 0, 0, std::nullopt), ErrorCode::kInvalidArgument, op, "n_group");
+  EXPECT_FI_ERROR_CODE(call(ds, 1, 1, 0, std::nullopt), ErrorCode::kInvalidArgument, op, "n_group");
+  EXPECT_FI_ERROR_CODE(call(ds, 33, 2, 0, std::nullopt), ErrorCode::kInvalidArgument, op,
+                       "num_fused_shared_experts");
+  EXPECT_FI_ERROR_CODE(
+      (void)trtllm_gen_routing(rand_tensor({1, 512}, DType::kFloat32, 2), std::nullopt, ds, 2, 1, 8,
+                               1, 0, std::nullopt, 1.0, 8),
+      ErrorCode::kInvalidArgument, op, "num_fused_shared_experts");
   EXPECT_FI_ERROR_CODE(call(ds, 1, 2, 4, 4), ErrorCode::kUnsupported, op, "local_expert_offset");
   EXPECT_FI_ERROR_CODE(call(ds, 1, 2, 0, 4), ErrorCode::kUnsupported, op, "local_expert_offset");
   std::vector<RecordingObserver::Call> calls;
@@ -199,7 +207,7 @@ TEST(TrtllmFp8BlockScaleMoeFusedShared, BadInputAndRecordReplay) {
   EXPECT_FI_ERROR((void)c.run(-1), op, "num_fused_shared_experts");
   EXPECT_FI_ERROR((void)c.run(1, std::nullopt, true, 1), op, "routing_method_type");
   EXPECT_FI_ERROR((void)c.run(1, std::nullopt, true, 3), op, "routing_method_type");
-  EXPECT_FI_ERROR_CODE((void)c.run(1, std::nullopt, true, 7), ErrorCode::kUnsupported, op,
+  EXPECT_FI_ERROR_CODE((void)c.run(1, std::nullopt, true, 7), ErrorCode::kInvalidArgument, op,
                        "routing_method_type");
   // Upstream's launcher rejects fused shared experts under expert parallelism.
   EXPECT_FI_ERROR_CODE((void)c.run(1, std::nullopt, true, 2, 4, 4), ErrorCode::kInvalidArgument, op,
