@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "flashinfer/float_formats.h"
@@ -70,6 +71,18 @@ struct LayerExtras {
                  int64_t e) const;
 };
 
+/// Top-2 expert ids [T, 2] int32 over n experts: two distinct experts per token, spread so that
+/// every expert gets rows.
+inline Tensor top2_ids(int64_t T, int64_t n) {
+  std::vector<double> v;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t a = (t * 3) % n, b = (a + 1 + (t * 5) % (n - 1)) % n;
+    v.push_back(static_cast<double>(a));
+    v.push_back(static_cast<double>(b));
+  }
+  return Tensor::from_vector(v, {T, 2}, DType::kInt32);
+}
+
 /// v rounded to dt (fp16 or bf16; fp32 otherwise), as a double.
 inline double to_dt(DType dt, double v) {
   const float f = static_cast<float>(v);
@@ -130,6 +143,23 @@ inline void expect_close_to_formula(const std::vector<double>& got,
   EXPECT_EQ(bad, 0) << "max |ref| " << max_ref;
   EXPECT_LT(err_sum / static_cast<double>(got.size()), 2e-3 * max_ref + 1e-6);
   EXPECT_GT(max_ref, 0.0);
+}
+
+/// Case (a struct with dt, act, bias, make(seed), run() and expected()) in bf16 and fp16, with
+/// Swiglu (with biases) and Relu2, each against its fp64 formula.
+template <class Case>
+void expect_dtypes_and_acts_match_formula(uint64_t seed) {
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (ActivationType act : {ActivationType::Swiglu, ActivationType::Relu2}) {
+      Case c;
+      c.dt = dt;
+      c.act = act;
+      c.bias = act == ActivationType::Swiglu;
+      c.make(++seed);
+      SCOPED_TRACE(std::string(dtype_label(dt)) + " act " + std::to_string(static_cast<int>(act)));
+      expect_close_to_formula(c.run()[0].to_double_vector(), c.expected());
+    }
+  }
 }
 
 /// A call without a CUDA kernel: refused with kUnsupported naming `input` (so replay falls back

@@ -109,13 +109,7 @@ struct Case : moe_fp4::LayerExtras {
     prepare(random_bytes(static_cast<size_t>(E * H * I / 2), seed + 2), scales(E * H * I / 32), H,
             I, &w2i, &s2i, &w2p, &o2, &r2);
     LayerExtras::make(r, E, N1(), H, T, dt, bias, swiglu_params);
-    std::vector<double> v;
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t n = E * ep_size, a = (t * 3) % n, b = (a + 1 + (t * 5) % (n - 1)) % n;
-      v.push_back(static_cast<double>(a));
-      v.push_back(static_cast<double>(b));
-    }
-    ids = Tensor::from_vector(v, {T, 2}, DType::kInt32);
+    ids = moe_fp4::top2_ids(T, E * ep_size);
   }
 
   Tensor f32(const std::vector<double>& v, Shape s) const {
@@ -320,18 +314,7 @@ TEST(CutlassFusedMoeHumming, GoldenOffsetsOutsidePreparedRange) {
 // ---- fp64 formulas ----------------------------------------------------------------------------
 
 TEST(CutlassFusedMoeHumming, MatchesFormula) {
-  uint64_t seed = 300;
-  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
-    for (ActivationType act : {ActivationType::Swiglu, ActivationType::Relu2}) {
-      Case c;
-      c.dt = dt;
-      c.act = act;
-      c.bias = act == ActivationType::Swiglu;
-      c.make(++seed);
-      SCOPED_TRACE(std::string(dtype_label(dt)) + " act " + std::to_string(static_cast<int>(act)));
-      expect_matches(c, c.run()[0]);
-    }
-  }
+  moe_fp4::expect_dtypes_and_acts_match_formula<Case>(300);
 }
 
 // Swiglu with swiglu_alpha / beta / limit (SwigluBias, gpt-oss style) on expert-parallel rank 1

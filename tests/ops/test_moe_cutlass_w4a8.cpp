@@ -68,13 +68,7 @@ struct Case : moe_fp4::LayerExtras {
     alpha1 = moe_fp4::uniform_f32(r, E, 0.5, 2.0);
     alpha2 = moe_fp4::uniform_f32(r, E, 0.5, 2.0);
     LayerExtras::make(r, E, N1(), H, T, dt, bias, swiglu_params);
-    std::vector<double> v;
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t n = E * ep_size, a = (t * 3) % n, b = (a + 1 + (t * 5) % (n - 1)) % n;
-      v.push_back(static_cast<double>(a));
-      v.push_back(static_cast<double>(b));
-    }
-    ids = Tensor::from_vector(v, {T, 2}, DType::kInt32);
+    ids = moe_fp4::top2_ids(T, E * ep_size);
   }
 
   Tensor t16(const std::vector<double>& v, Shape s) const {
@@ -196,18 +190,7 @@ TEST(CutlassFusedMoeW4A8, GoldenRelu2) {
 // ---- fp64 formulas ----------------------------------------------------------------------------
 
 TEST(CutlassFusedMoeW4A8, MatchesFormula) {
-  uint64_t seed = 700;
-  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
-    for (ActivationType act : {ActivationType::Swiglu, ActivationType::Relu2}) {
-      Case c;
-      c.dt = dt;
-      c.act = act;
-      c.bias = act == ActivationType::Swiglu;
-      c.make(++seed);
-      SCOPED_TRACE(std::string(dtype_label(dt)) + " act " + std::to_string(static_cast<int>(act)));
-      moe_fp4::expect_close_to_formula(c.run()[0].to_double_vector(), c.expected());
-    }
-  }
+  moe_fp4::expect_dtypes_and_acts_match_formula<Case>(700);
 }
 
 // SwigluBias parameters on expert-parallel rank 1 of 2 and tensor-parallel rank 1 of 2 (no fc2
