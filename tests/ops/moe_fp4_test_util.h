@@ -194,6 +194,21 @@ void expect_cutlass_moe_calls_replay(const std::vector<Case>& cases) {
   }
 }
 
+/// Two recorded calls replayed: a default Case with 3 tokens (seed), and an fp16 Relu2 one
+/// with biases and 2 tokens (seed + 1).
+template <class Case>
+void expect_default_and_fp16_relu2_replay(uint64_t seed) {
+  std::vector<Case> cases(2);
+  cases[0].T = 3;
+  cases[0].make(seed);
+  cases[1].T = 2;
+  cases[1].act = ActivationType::Relu2;
+  cases[1].dt = DType::kFloat16;
+  cases[1].bias = true;
+  cases[1].make(seed + 1);
+  expect_cutlass_moe_calls_replay(cases);
+}
+
 /// Python for the torch-written cutlass_fused_moe dumps (appended to upstream_dump_py.h's
 /// helpers): dt(), tmeta() and rec_moe(tensors, quant_scales, meta, out, E, T), which writes one
 /// call in upstream's recorder layout, quant_scales as kwarg_quant_scales__<i> with list

@@ -415,15 +415,7 @@ TEST(CutlassFusedMoeHumming, CudaCallIsRefused) {
 // ---- record and replay ------------------------------------------------------------------------
 
 TEST(CutlassFusedMoeHumming, RecordAndReplay) {
-  std::vector<Case> cases(2);
-  cases[0].T = 3;
-  cases[0].make(51);
-  cases[1].T = 2;
-  cases[1].act = ActivationType::Relu2;
-  cases[1].dt = DType::kFloat16;
-  cases[1].bias = true;
-  cases[1].make(52);
-  moe_fp4::expect_cutlass_moe_calls_replay(cases);
+  moe_fp4::expect_default_and_fp16_relu2_replay<Case>(51);
 }
 
 // ---- dumps in upstream's format ---------------------------------------------------------------
