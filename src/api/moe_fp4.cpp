@@ -139,8 +139,7 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a,
   api::check_dim(hidden, {2}, op, "hidden_states");
   api::refuse_if(a.per_token_scale->has_value(), op, "per_token_scale",
                  "per-token activation scales are not implemented");
-  const int64_t S =
-      api::check_moe_fused_shared(rc, num_fused_shared_experts, hidden, a.do_finalize, false);
+  const int64_t S = api::check_moe_fused_shared(rc, num_fused_shared_experts, hidden);
   const int64_t act = check_activation(a.activation_type, op);
   const bool gated = kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(act));
   // Fused shared experts: their rows of every per-expert tensor follow the routed local

@@ -168,7 +168,7 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
   const int64_t S = api::check_moe_fused_shared(
       {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group, c.offset,
        c.local_num, c.scale, c.method, c.norm_topk_prob, c.replay_out},
-      num_fused_shared_experts, *c.hidden, do_finalize, /*unfinalized_known=*/true);
+      num_fused_shared_experts, *c.hidden);
   if (qtype == Fp8QuantizationType::MxFp8) {
     return api::trtllm_mxfp8_block_moe(
         {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group,
@@ -257,6 +257,14 @@ TrtllmMoeResult fp8_per_tensor_impl(const Fp8Common& common, const Tensor& w1, c
   const bool gated = kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(c.activation_type));
   const int64_t N1 = gated ? 2 * I : I;
   if (use_routing_scales_on_input) {
+    // Upstream's launcher hands GEMM1 the routing weights as its per-token scales for Llama4
+    // only; another method leaves that pointer null while the GEMM is built to read it, and the
+    // finalize drops the weights (docs/MOE.md): no defined result, so an error here.
+    FLASHINFER_CHECK(c.method == static_cast<int64_t>(kernels::MoeRouting::kLlama4), op,
+                     "use_routing_scales_on_input",
+                     "needs RoutingMethodType.Llama4 (upstream feeds the routing weights to GEMM1 "
+                     "for Llama4 only), got routing_method_type ",
+                     c.method);
     FLASHINFER_CHECK(c.top_k == 1, op, "use_routing_scales_on_input",
                      "applies the routing weight on the input, which needs top_k == 1, got ",
                      c.top_k);

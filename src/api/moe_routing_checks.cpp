@@ -169,19 +169,21 @@ int64_t check_fused_shared(const char* op, std::optional<int64_t> num_fused_shar
   FLASHINFER_CHECK(S >= 0, op, "num_fused_shared_experts", "must be >= 0, got ", S);
   if (S == 0) return 0;
   const auto rm = static_cast<kernels::MoeRouting>(method);
-  // Upstream's Routing::Runner raises for the Llama4 and routingCustom methods; MiniMax2 and
-  // single-group DeepSeekV3 run routingCustom without the shared slots (the K + S wide
-  // buffers would stay partly unwritten), so only grouped DeepSeekV3 fuses them.
-  FLASHINFER_CHECK(rm == kernels::MoeRouting::kDeepSeekV3 || rm == kernels::MoeRouting::kMiniMax2,
-                   op, "routing_method_type",
+  // Only the grouped DeepSeekV3 kernel writes the shared slots; upstream's Routing::Runner
+  // raises for every other method, single-group DeepSeekV3 included (docs/MOE.md, "Fused
+  // shared experts").
+  FLASHINFER_CHECK(rm == kernels::MoeRouting::kDeepSeekV3, op, "routing_method_type",
                    "fused shared experts need DeepSeekV3 routing (upstream raises for this "
                    "method), got ",
                    method);
-  refuse_if(rm == kernels::MoeRouting::kMiniMax2, op, "routing_method_type",
-            "MiniMax2 routing runs without the fused shared-expert slots upstream");
-  refuse_if(n_group.value_or(0) <= 1, op, "n_group",
-            "single-group DeepSeekV3 routing runs without the fused shared-expert slots upstream "
-            "(n_group > 1 is needed)");
+  FLASHINFER_CHECK(n_group.value_or(0) > 1, op, "n_group",
+                   "fused shared experts need grouped DeepSeekV3 routing (n_group > 1; upstream "
+                   "raises for the no-groups path), got ",
+                   n_group.value_or(0));
+  // The DeepSeek routing kernel's limits: one lane per shared slot, at most 512 experts in all.
+  FLASHINFER_CHECK(S <= 32, op, "num_fused_shared_experts", "must be <= 32, got ", S);
+  FLASHINFER_CHECK(num_experts + S <= 512, op, "num_fused_shared_experts",
+                   "num_experts + num_fused_shared_experts must be <= 512, got ", num_experts + S);
   FLASHINFER_CHECK_CODE(offset == 0 && local_num == num_experts, ep_code, op, "local_expert_offset",
                         "fused shared experts need no expert parallelism (local_expert_offset 0, "
                         "local_num_experts == num_experts), got offset ",
@@ -190,15 +192,12 @@ int64_t check_fused_shared(const char* op, std::optional<int64_t> num_fused_shar
 }
 
 int64_t check_moe_fused_shared(const MoeRoutingArgs& c, std::optional<int64_t> nfse,
-                               const Tensor& hidden, bool do_finalize, bool unfinalized_known) {
+                               const Tensor& hidden) {
   const int64_t S = check_fused_shared(c.op, nfse, c.method, c.n_group, c.offset, c.local_num,
                                        c.num_experts, ErrorCode::kInvalidArgument);
   if (S == 0) return 0;
   refuse_if(hidden.device().is_cuda(), c.op, "num_fused_shared_experts",
             "fused shared experts have a CPU reference only (no CUDA kernel here)");
-  refuse_if(!do_finalize && !unfinalized_known, c.op, "do_finalize",
-            "the unfinalized list with fused shared experts (expert_weights' width) is not "
-            "established for this op");
   return S;
 }
 

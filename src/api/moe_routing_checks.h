@@ -65,10 +65,9 @@ int64_t check_fused_shared(const char* op, std::optional<int64_t> num_fused_shar
                            int64_t local_num, int64_t num_experts, ErrorCode ep_code);
 
 /// check_fused_shared for a trtllm MoE op; then S > 0 on the CPU only (no CUDA kernel here:
-/// kUnsupported naming num_fused_shared_experts), and do_finalize=False only where
-/// `unfinalized_known` (the op's launcher was read: expert_weights [T, top_k + S]); elsewhere
-/// kUnsupported naming do_finalize.
+/// kUnsupported naming num_fused_shared_experts). With do_finalize=False the list spans all
+/// top_k + S slots (expert_weights bf16 [T, top_k + S]) in the FP8 and FP4 ops alike.
 int64_t check_moe_fused_shared(const MoeRoutingArgs& c, std::optional<int64_t> nfse,
-                               const Tensor& hidden, bool do_finalize, bool unfinalized_known);
+                               const Tensor& hidden);
 
 }  // namespace flashinfer::api

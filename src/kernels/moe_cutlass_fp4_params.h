@@ -18,6 +18,10 @@ enum class CutlassFp4Mode : int {
   kHummingFp8Mxfp4 = 3,
   // MXFP8 activations x MXFP8 weights (e4m3 weights, ue8m0 scales of 32 in the 128x4 layout).
   kMxfp8Mxfp8 = 4,
+  // W4A8 INT4 (use_packed_weights with use_w4_group_scaling): fp16/bf16 activations times
+  // per-column pre-quant scales, cast to fp8 in the op, x signed int4 weights in the SM90
+  // interleaved layout with 16-bit group scales (128 columns) in the SM90 fold.
+  kW4A8Int4 = 5,
 };
 
 /// moe: routing, sizes, activation parameters and output as for the unquantized op, except
@@ -51,6 +55,11 @@ struct CutlassMoeFp4Params {
   const float* fc2_act_global = nullptr;
   bool fc2_act_per_expert = false;
   const float* fc2_global = nullptr;
+  // W4A8: the per-column pre-quant scales ([hidden] and [inter], of the input dtype) and the
+  // group scales (w1_sf / w2_sf: the fold of [E_l, rows, cols / 128] 16-bit values, w*_sf_stride
+  // bytes per expert); fc1_global / fc2_global are the GEMM alphas.
+  const uint16_t* fc1_prequant = nullptr;
+  const uint16_t* fc2_prequant = nullptr;
 };
 
 }  // namespace flashinfer::kernels

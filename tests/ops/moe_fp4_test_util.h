@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "flashinfer/float_formats.h"
@@ -69,6 +70,18 @@ struct LayerExtras {
   double act_ref(ActivationType act, const std::vector<double>& g, int64_t j, int64_t I,
                  int64_t e) const;
 };
+
+/// Top-2 expert ids [T, 2] int32 over n experts: two distinct experts per token, spread so that
+/// every expert gets rows.
+inline Tensor top2_ids(int64_t T, int64_t n) {
+  std::vector<double> v;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t a = (t * 3) % n, b = (a + 1 + (t * 5) % (n - 1)) % n;
+    v.push_back(static_cast<double>(a));
+    v.push_back(static_cast<double>(b));
+  }
+  return Tensor::from_vector(v, {T, 2}, DType::kInt32);
+}
 
 /// v rounded to dt (fp16 or bf16; fp32 otherwise), as a double.
 inline double to_dt(DType dt, double v) {
@@ -132,6 +145,23 @@ inline void expect_close_to_formula(const std::vector<double>& got,
   EXPECT_GT(max_ref, 0.0);
 }
 
+/// Case (a struct with dt, act, bias, make(seed), run() and expected()) in bf16 and fp16, with
+/// Swiglu (with biases) and Relu2, each against its fp64 formula.
+template <class Case>
+void expect_dtypes_and_acts_match_formula(uint64_t seed) {
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (ActivationType act : {ActivationType::Swiglu, ActivationType::Relu2}) {
+      Case c;
+      c.dt = dt;
+      c.act = act;
+      c.bias = act == ActivationType::Swiglu;
+      c.make(++seed);
+      SCOPED_TRACE(std::string(dtype_label(dt)) + " act " + std::to_string(static_cast<int>(act)));
+      expect_close_to_formula(c.run()[0].to_double_vector(), c.expected());
+    }
+  }
+}
+
 /// A call without a CUDA kernel: refused with kUnsupported naming `input` (so replay falls back
 /// to the CPU).
 template <class F>
@@ -162,6 +192,21 @@ void expect_cutlass_moe_calls_replay(const std::vector<Case>& cases) {
     ASSERT_TRUE(call.error.empty()) << call.error;
     EXPECT_TRUE(replays_identically(call));
   }
+}
+
+/// Two recorded calls replayed: a default Case with 3 tokens (seed), and an fp16 Relu2 one
+/// with biases and 2 tokens (seed + 1).
+template <class Case>
+void expect_default_and_fp16_relu2_replay(uint64_t seed) {
+  std::vector<Case> cases(2);
+  cases[0].T = 3;
+  cases[0].make(seed);
+  cases[1].T = 2;
+  cases[1].act = ActivationType::Relu2;
+  cases[1].dt = DType::kFloat16;
+  cases[1].bias = true;
+  cases[1].make(seed + 1);
+  expect_cutlass_moe_calls_replay(cases);
 }
 
 /// Python for the torch-written cutlass_fused_moe dumps (appended to upstream_dump_py.h's

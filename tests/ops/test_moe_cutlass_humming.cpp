@@ -109,13 +109,7 @@ struct Case : moe_fp4::LayerExtras {
     prepare(random_bytes(static_cast<size_t>(E * H * I / 2), seed + 2), scales(E * H * I / 32), H,
             I, &w2i, &s2i, &w2p, &o2, &r2);
     LayerExtras::make(r, E, N1(), H, T, dt, bias, swiglu_params);
-    std::vector<double> v;
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t n = E * ep_size, a = (t * 3) % n, b = (a + 1 + (t * 5) % (n - 1)) % n;
-      v.push_back(static_cast<double>(a));
-      v.push_back(static_cast<double>(b));
-    }
-    ids = Tensor::from_vector(v, {T, 2}, DType::kInt32);
+    ids = moe_fp4::top2_ids(T, E * ep_size);
   }
 
   Tensor f32(const std::vector<double>& v, Shape s) const {
@@ -275,21 +269,52 @@ TEST(CutlassFusedMoeHumming, GoldenInputRounding) {
   for (int64_t d = 0; d < H; ++d) EXPECT_EQ(got[static_cast<size_t>(d)], 177152.0) << d;
 }
 
+// Offsets outside the preparation's 1..12 (a caller's own folded scales): the kPreMmaE8M0
+// mainloop builds each e4m3 operand byte as a table entry (code 1: 0x00, 2: 0x08, 3: 0x0c, 4:
+// 0x10, 5: 0x14, 6: 0x18, 7: 0x1c) plus 8 * offset in one uint32 lane (code 0's entry gets no
+// offset) and ORs the code's sign in [wheel 0.7.2.post1 mixed_input_utils.hpp:603]. Code 1 at
+// offset 0 is therefore 0 (not 2^-7), and code 7 at offset 13 is 0x84 = -2^-7 (not 768).
+// GEMM1 as in GoldenRelu2 (token 0 only, expert 0 weight 1): 112, Relu2 12544, GEMM2's row quant
+// 1/28 (codes 448), then 128 * 448 * w2 * 28 * 32 with the GEMM2 operand w2 below.
+TEST(CutlassFusedMoeHumming, GoldenOffsetsOutsidePreparedRange) {
+  const int64_t H = 128, I = 128;
+  const Tensor s = bytes_tensor(std::vector<uint8_t>(I * H / 32, 127), {1, I, H / 32});
+  auto [w1, s1, r1] = preprocess_moe_weights_for_sm90_mixed_gemm_humming(
+      bytes_tensor(std::vector<uint8_t>(I * H / 2, 0x22), {1, I, H / 2}), s);
+  const Tensor r64 = Tensor::from_vector({32.0}, {1}, DType::kFloat32);
+  struct W2 {
+    uint8_t byte, offset;
+    double expected;
+  };
+  // (code 1, offset 0) -> 0; (code 7, offset 13) -> -2^-7: -401408; (code 2, offset 0) -> 2^-6:
+  // 802816 (as the plain formula); (code 4 negative, offset 33: 0x10 + 264 keeps its low byte
+  // 0x18, the carry going to the next code's byte) -> -2^-4: -3211264.
+  for (const W2& c : {W2{0x11, 0, 0.0}, W2{0x77, 13, -401408.0}, W2{0x22, 0, 802816.0},
+                      W2{0xCC, 33, -3211264.0}}) {
+    auto [w2, s2, r2] = preprocess_moe_weights_for_sm90_mixed_gemm_humming(
+        bytes_tensor(std::vector<uint8_t>(I * H / 2, c.byte), {1, H, I / 2}), s);
+    std::vector<uint8_t> off(static_cast<size_t>(s2.numel()), c.offset);
+    const auto out = cutlass_fused_moe(
+        Tensor::from_vector(std::vector<double>(static_cast<size_t>(H), 0.875), {1, H},
+                            DType::kBFloat16),
+        Tensor::from_vector({0, 1}, {1, 2}, DType::kInt32),
+        Tensor::from_vector({1.0, 0.5}, {1, 2}, DType::kFloat32), w1, w2, DType::kBFloat16,
+        {as_int32(s1), r64, Tensor::from_vector({1.0}, {}, DType::kFloat32),
+         as_int32(bytes_tensor(off, s2.shape())), r64},
+        std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 1, 0, 2,
+        0, 1, 0, std::nullopt, false, false, true, false, false, false, true, 8192, std::nullopt,
+        ActivationType::Relu2);
+    const auto got = out[0].to_double_vector();
+    for (int64_t d = 0; d < H; ++d) {
+      EXPECT_EQ(got[static_cast<size_t>(d)], c.expected) << int{c.byte} << " " << d;
+    }
+  }
+}
+
 // ---- fp64 formulas ----------------------------------------------------------------------------
 
 TEST(CutlassFusedMoeHumming, MatchesFormula) {
-  uint64_t seed = 300;
-  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
-    for (ActivationType act : {ActivationType::Swiglu, ActivationType::Relu2}) {
-      Case c;
-      c.dt = dt;
-      c.act = act;
-      c.bias = act == ActivationType::Swiglu;
-      c.make(++seed);
-      SCOPED_TRACE(std::string(dtype_label(dt)) + " act " + std::to_string(static_cast<int>(act)));
-      expect_matches(c, c.run()[0]);
-    }
-  }
+  moe_fp4::expect_dtypes_and_acts_match_formula<Case>(300);
 }
 
 // Swiglu with swiglu_alpha / beta / limit (SwigluBias, gpt-oss style) on expert-parallel rank 1
@@ -390,15 +415,7 @@ TEST(CutlassFusedMoeHumming, CudaCallIsRefused) {
 // ---- record and replay ------------------------------------------------------------------------
 
 TEST(CutlassFusedMoeHumming, RecordAndReplay) {
-  std::vector<Case> cases(2);
-  cases[0].T = 3;
-  cases[0].make(51);
-  cases[1].T = 2;
-  cases[1].act = ActivationType::Relu2;
-  cases[1].dt = DType::kFloat16;
-  cases[1].bias = true;
-  cases[1].make(52);
-  moe_fp4::expect_cutlass_moe_calls_replay(cases);
+  moe_fp4::expect_default_and_fp16_relu2_replay<Case>(51);
 }
 
 // ---- dumps in upstream's format ---------------------------------------------------------------

@@ -1252,14 +1252,15 @@ TEST(TrtllmFp4BlockScaleMoe, FusedSharedExpertMatchesFormula) {
                       c.f32(c.o2, {9}), E, K, 4, 2, c.I, 0, E, 2.5, 2, true, std::nullopt, 3,
                       std::nullopt, std::nullopt, 8192, true, std::nullopt, 1),
                   "trtllm_fp4_block_scale_moe", "output1_scale_scalar");
-  // The FP4 launcher's unfinalized list with shared experts was not read: refused.
-  EXPECT_FI_ERROR(
-      (void)trtllm_fp4_block_scale_moe(
-          logits, bias, c.hidden(), c.hidden_scale(), c.gemm1(), c.scale1(), std::nullopt,
-          std::nullopt, std::nullopt, std::nullopt, c.gemm2(), c.scale2(), std::nullopt,
-          c.f32(c.o1, {9}), c.f32(c.o1g, {9}), c.f32(c.o2, {9}), E, K, 4, 2, c.I, 0, E, 2.5, 2,
-          false, std::nullopt, 3, std::nullopt, std::nullopt, 8192, true, std::nullopt, 1),
-      "trtllm_fp4_block_scale_moe", "do_finalize");
+  // do_finalize=False: the list spans every slot, shared included (upstream's FP4 op allocates
+  // bf16 topk_weights [T, top_k + S], whatever the logits' dtype, and the launcher sizes the
+  // permutation by top_k + S [wheel 0.7.2.post1: flashinfer/fused_moe/core.py:3510, :3534]).
+  const auto u = trtllm_fp4_block_scale_moe(
+      logits, bias, c.hidden(), c.hidden_scale(), c.gemm1(), c.scale1(), std::nullopt, std::nullopt,
+      std::nullopt, std::nullopt, c.gemm2(), c.scale2(), std::nullopt, c.f32(c.o1, {9}),
+      c.f32(c.o1g, {9}), c.f32(c.o2, {9}), E, K, 4, 2, c.I, 0, E, 2.5, 2, false, std::nullopt, 3,
+      std::nullopt, std::nullopt, 8192, true, std::nullopt, 1);
+  expect_unfinalized_list(u, routing, out[0], T, K + 1, c.H);
 }
 
 }  // namespace

@@ -109,9 +109,17 @@ TEST(TrtllmGenRoutingFusedShared, BadInputAndRecordReplay) {
   EXPECT_FI_ERROR(call(ds, -1, 2, 0, std::nullopt), op, "num_fused_shared_experts");
   EXPECT_FI_ERROR(call(RoutingMethodType::Renormalize, 1, 0, 0, std::nullopt), op,
                   "routing_method_type");
+  // Upstream raises for MiniMax2 and for DeepSeekV3 without groups (docs/MOE.md).
   EXPECT_FI_ERROR_CODE(call(RoutingMethodType::MiniMax2, 1, 0, 0, std::nullopt),
-                       ErrorCode::kUnsupported, op, "routing_method_type");
-  EXPECT_FI_ERROR_CODE(call(ds, 1, 0, 0, std::nullopt), ErrorCode::kUnsupported, op, "n_group");
+                       ErrorCode::kInvalidArgument, op, "routing_method_type");
+  EXPECT_FI_ERROR_CODE(call(ds, 1, 0, 0, std::nullopt), ErrorCode::kInvalidArgument, op, "n_group");
+  EXPECT_FI_ERROR_CODE(call(ds, 1, 1, 0, std::nullopt), ErrorCode::kInvalidArgument, op, "n_group");
+  EXPECT_FI_ERROR_CODE(call(ds, 33, 2, 0, std::nullopt), ErrorCode::kInvalidArgument, op,
+                       "num_fused_shared_experts");
+  EXPECT_FI_ERROR_CODE(
+      (void)trtllm_gen_routing(rand_tensor({1, 512}, DType::kFloat32, 2), std::nullopt, ds, 2, 1, 8,
+                               1, 0, std::nullopt, 1.0, 8),
+      ErrorCode::kInvalidArgument, op, "num_fused_shared_experts");
   EXPECT_FI_ERROR_CODE(call(ds, 1, 2, 4, 4), ErrorCode::kUnsupported, op, "local_expert_offset");
   EXPECT_FI_ERROR_CODE(call(ds, 1, 2, 0, 4), ErrorCode::kUnsupported, op, "local_expert_offset");
   std::vector<RecordingObserver::Call> calls;
@@ -199,7 +207,7 @@ TEST(TrtllmFp8BlockScaleMoeFusedShared, BadInputAndRecordReplay) {
   EXPECT_FI_ERROR((void)c.run(-1), op, "num_fused_shared_experts");
   EXPECT_FI_ERROR((void)c.run(1, std::nullopt, true, 1), op, "routing_method_type");
   EXPECT_FI_ERROR((void)c.run(1, std::nullopt, true, 3), op, "routing_method_type");
-  EXPECT_FI_ERROR_CODE((void)c.run(1, std::nullopt, true, 7), ErrorCode::kUnsupported, op,
+  EXPECT_FI_ERROR_CODE((void)c.run(1, std::nullopt, true, 7), ErrorCode::kInvalidArgument, op,
                        "routing_method_type");
   // Upstream's launcher rejects fused shared experts under expert parallelism.
   EXPECT_FI_ERROR_CODE((void)c.run(1, std::nullopt, true, 2, 4, 4), ErrorCode::kInvalidArgument, op,
@@ -226,31 +234,7 @@ TEST(TrtllmFp8BlockScaleMoeFusedShared, UnfinalizedList) {
   const int64_t T = c.T, KS = c.K + c.S, H = c.H;
   const std::vector<Tensor> u = c.run(1, std::nullopt, false).tensors;
   const Tensor fin = c.run(1).tensors[0];
-  ASSERT_EQ(u.size(), 3u);
-  EXPECT_EQ(u[0].shape(), Shape({T * KS, H}));
-  EXPECT_EQ(u[1].shape(), Shape({T, KS}));
-  EXPECT_EQ(u[1].dtype(), DType::kBFloat16);
-  EXPECT_EQ(u[2].shape(), Shape({T * KS}));
-  const MoeTopkIds routing = c.appended();
-  EXPECT_TRUE(all_close(u[1], routing.weights->to(DType::kBFloat16), {0, 0}));
-  std::vector<double> idx = vec(u[2]);
-  std::vector<double> sorted = idx;
-  std::sort(sorted.begin(), sorted.end());
-  for (int64_t i = 0; i < T * KS; ++i) EXPECT_EQ(sorted[static_cast<size_t>(i)], i);
-  const V rows = vec(u[0]), w = vec(u[1]);
-  Tensor by_hand = Tensor::empty({T, H}, DType::kBFloat16);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t h = 0; h < H; ++h) {
-      float acc = 0.0f;
-      for (int64_t k = 0; k < KS; ++k) {
-        const auto r = static_cast<int64_t>(idx[static_cast<size_t>(t * KS + k)]);
-        acc += static_cast<float>(w[static_cast<size_t>(t * KS + k)]) *
-               static_cast<float>(rows[static_cast<size_t>(r * H + h)]);
-      }
-      by_hand.data<uint16_t>()[t * H + h] = float_to_bfloat16_bits(acc);
-    }
-  }
-  EXPECT_TRUE(all_close(by_hand, fin, {0, 0}));
+  expect_unfinalized_list(u, c.appended(), fin, T, KS, H);
 }
 
 // No CUDA kernel fuses shared experts here: a call on CUDA tensors is refused before any kernel

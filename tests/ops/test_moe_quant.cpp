@@ -403,6 +403,9 @@ TEST(TrtllmFp8PerTensorScaleMoe, BadInput) {
   EXPECT_FI_ERROR(call(x, w1, s.to(DType::kBFloat16), w2), op, "output1_scales_scalar");
   EXPECT_FI_ERROR(call(x, w1, s, w2.slice(1, 0, 32)), op, "gemm2_weights");
   EXPECT_FI_ERROR(call(x, w1, s, w2, K, true), op, "use_routing_scales_on_input");
+  // Top-1 Renormalize routing with use_routing_scales_on_input: upstream hands GEMM1 the routing
+  // weights as per-token scales for Llama4 only (docs/MOE.md): an error here.
+  EXPECT_FI_ERROR(call(x, w1, s, w2, 1, true), op, "use_routing_scales_on_input");
   EXPECT_FI_ERROR(call(x, w1, s, w2, 9), op, "top_k");
 }
 

@@ -172,13 +172,13 @@ void store_out(const CutlassMoeParams& m, int64_t i, float v) {
 }
 
 // Where each bit of a 16 x 64 fp4 tile (512 bytes) lands under the SM90 interleave of quant
-// type `qt` ("fp4" or "fp4_fp8"): found by running the forward transform on 12 tiles, tile b
-// holding bit b of each bit's own position (both transforms only move bits, so every
-// destination bit receives its source's position).
+// type `qt` ("int4", "fp4" or "fp4_fp8"): found by running the forward transform on 12 tiles, tile
+// b holding bit b of each bit's own position (both transforms only move bits, so every destination
+// bit receives its source's position).
 const std::array<uint16_t, 4096>& fp4_tile_permutation(Sm90QuantType qt) {
-  static std::array<std::array<uint16_t, 4096>, 2> perms{};
-  static std::once_flag once[2];
-  const size_t which = qt == Sm90QuantType::kFp4Fp8 ? 1 : 0;
+  static std::array<std::array<uint16_t, 4096>, 3> perms{};
+  static std::once_flag once[3];
+  const auto which = static_cast<size_t>(qt);  // kInt4, kFp4, kFp4Fp8
   std::call_once(once[which], [&] {
     auto& perm = perms[which];
     perm.fill(0);
@@ -232,19 +232,61 @@ void w4a16_expert(const uint8_t* w, const uint8_t* s, int64_t rows, int64_t k, f
   }
 }
 
-// One expert's Humming weights as the fp8 MMA operand: the rewritten e2m1 code times 2^(offset
-// - 6), offset the block's folded exponent offset (1..12 from the preparation: at most 384, so
-// exact in e4m3). The 2^6 comes back through the residual scale (upstream passes residual * 64).
+// The fp8 MMA operand the kPreMmaE8M0 mainloop makes of one Humming weight nibble: a per-code
+// byte table (code 0 gets no offset) plus 8 * offset, computed in one uint32 lane per four codes,
+// with the nibble's sign ORed in [wheel 0.7.2.post1 mixed_input_utils.hpp:603]. For the
+// preparation's offsets (1..12) this is exactly code * 2^(offset - 6); outside that range the
+// byte arithmetic is kept as is (code 1 at offset 0 gives 0, offsets > 12 wrap into the sign bit
+// or, from 32 on, carry into the next code's byte).
+float humming_operand(uint8_t nibble, uint32_t offset) {
+  const uint32_t lo = offset * 0x08080800u + 0x0c080000u;  // codes 0..3
+  const uint32_t hi = offset * 0x08080808u + 0x1c181410u;  // codes 4..7
+  const uint32_t em = nibble & 7u;
+  const uint32_t byte = (em < 4 ? lo >> (8 * em) : hi >> (8 * (em - 4))) & 0xffu;
+  return e4m3fn_bits_to_float(static_cast<uint8_t>(byte | ((nibble & 8u) << 4)));
+}
+
+// One expert's Humming weights as the fp8 MMA operand (humming_operand per nibble, offset the
+// block's folded exponent offset). The 2^6 comes back through the residual scale (upstream
+// passes residual * 64).
 void humming_expert(const uint8_t* w, const uint8_t* s, int64_t rows, int64_t k, float* out) {
   std::vector<uint8_t> plain(static_cast<size_t>(rows * k / 2));
   sm90_deinterleave_fp4_weights(w, plain.data(), rows, k, Sm90QuantType::kFp4Fp8);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < k; ++c) {
       const uint8_t byte = plain[static_cast<size_t>(r * (k / 2) + c / 2)];
-      const float q = e2m1_bits_to_float(c % 2 == 0 ? e2m1x2_low(byte) : e2m1x2_high(byte));
-      out[r * k + c] = std::ldexp(q, static_cast<int>(folded_scale(s, k, r, c / 32)) - 6);
+      out[r * k + c] = humming_operand(c % 2 == 0 ? e2m1x2_low(byte) : e2m1x2_high(byte),
+                                       folded_scale(s, k, r, c / 32));
     }
   }
+}
+
+// W4A8: one expert's signed int4 weights (two's complement, the mainloop's int4 -> e4m3 table
+// maps codes 8..15 to -8..-1) times their 16-bit group scale (128 columns), exact in fp32. The
+// scales are upstream's SM90 fold of [rows, k / 128] 16-bit values: 64 x 128 logical blocks,
+// out[rb, kb, f, m] = in[64 rb + 8 m + f, kb] (interleave_moe_scales_for_sm90_mixed_gemm with
+// group_size 128). The kernel scales each 128-column partial sum after the MMA (fp32); the
+// products here sum the same values in another order.
+void int4_expert(const uint8_t* w, const uint16_t* s, DType sdt, int64_t rows, int64_t k,
+                 float* out) {
+  std::vector<uint8_t> plain(static_cast<size_t>(rows * k / 2));
+  sm90_deinterleave_fp4_weights(w, plain.data(), rows, k, Sm90QuantType::kInt4);
+  const int64_t kb = k / 128;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      const uint8_t byte = plain[static_cast<size_t>(r * (k / 2) + c / 2)];
+      const int nib = c % 2 == 0 ? byte & 0xF : byte >> 4;
+      const int64_t si = (((r / 64) * kb + c / 128) * 8 + r % 8) * 8 + (r % 64) / 8;
+      out[r * k + c] = static_cast<float>(nib < 8 ? nib : nib - 16) * load16(s, sdt, si);
+    }
+  }
+}
+
+// W4A8's fp8 GEMM input: each value times its column's pre-quant scale in the 16-bit type
+// (cutlass / __hmul2 arithmetic: one rounding of the exact product), then e4m3 (RNE, satfinite).
+float w4a8_act(DType dt, float v, const uint16_t* prequant, int64_t col) {
+  const float scaled = round16(dt, v * load16(prequant, dt, col));
+  return e4m3fn_bits_to_float(float_to_e4m3fn_bits(scaled, true));
 }
 
 // Humming's per-row fp8 quantization (expandInputRowsKernel for GEMM1's input,
@@ -271,6 +313,7 @@ void run_fp4(const CutlassMoeFp4Params& p) {
   const bool w4a16 = p.mode == CutlassFp4Mode::kW4A16Mxfp4;
   const bool hum = p.mode == CutlassFp4Mode::kHummingFp8Mxfp4;
   const bool w8 = p.mode == CutlassFp4Mode::kMxfp8Mxfp8;  // e4m3 weights: a byte per value
+  const bool w4a8 = p.mode == CutlassFp4Mode::kW4A8Int4;
   const int64_t wdiv = w8 ? 1 : 2;
   const int vec = nv ? 16 : 32;
   const DType gdt = m.dtype;  // GEMM output / activation storage type
@@ -302,11 +345,12 @@ void run_fp4(const CutlassMoeFp4Params& p) {
         std::memcpy(&a[static_cast<size_t>(r * H)], &xin[static_cast<size_t>(t * H)],
                     static_cast<size_t>(H) * sizeof(float));
       }
-    } else if (w4a16 || hum) {
+    } else if (w4a16 || hum || w4a8) {
       for (int64_t r = 0; r < n; ++r) {
         const int64_t t = g.row_pair[static_cast<size_t>(r0 + r)] / K;
         for (int64_t c = 0; c < H; ++c) {
-          a[static_cast<size_t>(r * H + c)] = load16(m.input, p.in_dtype, t * m.in_stride + c);
+          const float v = load16(m.input, p.in_dtype, t * m.in_stride + c);
+          a[static_cast<size_t>(r * H + c)] = w4a8 ? w4a8_act(p.in_dtype, v, p.fc1_prequant, c) : v;
         }
         if (hum) {
           float* row = &a[static_cast<size_t>(r * H)];
@@ -330,6 +374,10 @@ void run_fp4(const CutlassMoeFp4Params& p) {
       w4a16_expert(w1 + e * N1 * (H / 2), p.w1_sf + e * p.w1_sf_stride, N1, H, w.data());
     } else if (hum) {
       humming_expert(w1 + e * N1 * (H / 2), p.w1_sf + e * p.w1_sf_stride, N1, H, w.data());
+    } else if (w4a8) {
+      int4_expert(w1 + e * N1 * (H / 2),
+                  reinterpret_cast<const uint16_t*>(p.w1_sf + e * p.w1_sf_stride), p.in_dtype, N1,
+                  H, w.data());
     } else {
       dequant(w1 + e * N1 * (H / wdiv), H / wdiv, !w8, p.w1_sf + e * p.w1_sf_stride,
               SfLayoutCode::k128x4, !nv, vec, N1, H, w.data());
@@ -366,6 +414,12 @@ void run_fp4(const CutlassMoeFp4Params& p) {
     if (w4a16) {
       for (size_t i = 0; i < hq.size(); ++i)
         hq[i] = load16(hb.data(), gdt, static_cast<int64_t>(i));
+    } else if (w4a8) {
+      // applyPrequantScale: the stored activation times fc2's pre-quant scale, then e4m3.
+      for (size_t i = 0; i < hq.size(); ++i) {
+        hq[i] = w4a8_act(gdt, load16(hb.data(), gdt, static_cast<int64_t>(i)), p.fc2_prequant,
+                         static_cast<int64_t>(i) % I);
+      }
     } else if (!hum) {
       quant_dequant(hb.data(), gdt, n, I, nv, gs2, hq.data());
     }
@@ -374,6 +428,10 @@ void run_fp4(const CutlassMoeFp4Params& p) {
       w4a16_expert(w2 + e * H * (I / 2), p.w2_sf + e * p.w2_sf_stride, H, I, w.data());
     } else if (hum) {
       humming_expert(w2 + e * H * (I / 2), p.w2_sf + e * p.w2_sf_stride, H, I, w.data());
+    } else if (w4a8) {
+      int4_expert(w2 + e * H * (I / 2),
+                  reinterpret_cast<const uint16_t*>(p.w2_sf + e * p.w2_sf_stride), p.in_dtype, H, I,
+                  w.data());
     } else {
       dequant(w2 + e * H * (I / wdiv), I / wdiv, !w8, p.w2_sf + e * p.w2_sf_stride,
               SfLayoutCode::k128x4, !nv, vec, H, I, w.data());

@@ -12,7 +12,8 @@ namespace flashinfer::kernels::cpu {
 
 void cutlass_moe_fp4(const CutlassMoeFp4Params& p);
 
-/// Undoes interleave_moe_weights_for_sm90_mixed_gemm(..., "fp4" or "fp4_fp8") for one expert:
+/// Undoes interleave_moe_weights_for_sm90_mixed_gemm(..., "int4", "fp4" or "fp4_fp8") for one
+/// expert:
 /// `in` holds the interleaved [n, k / 2] bytes, `out` receives the plain rows (n % 16 == 0,
 /// k % 64 == 0).
 void sm90_deinterleave_fp4_weights(const uint8_t* in, uint8_t* out, int64_t n, int64_t k,
