@@ -57,20 +57,19 @@ std::string b12x_quant_mode(const std::optional<std::string>& quant_mode,
 
 // The settings b12x checks when they are given (constructor or call).
 void b12x_check_settings(const char* op, DType output_dtype, const std::string& activation,
-                         const std::optional<double>& swiglu_limit,
                          const std::string& source_format) {
   FLASHINFER_CHECK(output_dtype == DType::kBFloat16, op, "output_dtype",
                    "b12x only supports torch.bfloat16 output, got ",
                    dtype_torch_name(output_dtype));
-  FLASHINFER_CHECK_CODE(
-      activation == "silu" || activation == "relu2", ErrorCode::kUnsupported, op, "activation",
-      "\"silu\" (gated SwiGLU) and \"relu2\" are implemented, got \"", activation, "\"");
-  // Upstream's SM12x kernels clamp only "swigluoai_uninterleave" (gated_activation_f32), so a
-  // limit leaves "silu" unchanged; with non-gated "relu2" a stored normalizer raises and the
-  // pinned behaviour is not settled.
-  api::refuse_if(swiglu_limit.has_value() && activation == "relu2", op, "swiglu_limit",
-                 "a SwiGLU clamp with \"relu2\" is not implemented (upstream's handling is "
-                 "unsettled)");
+  // The SM12x kernels' set (SUPPORTED_MOE_ACTIVATIONS, moe_activation.py); a ValueError there.
+  FLASHINFER_CHECK(activation == "silu" || activation == "gelu_tanh" ||
+                       activation == "swigluoai_uninterleave" || activation == "relu2",
+                   op, "activation",
+                   "must be \"silu\", \"gelu_tanh\", \"swigluoai_uninterleave\" or \"relu2\", "
+                   "got \"",
+                   activation, "\"");
+  // swiglu_alpha/beta/limit reach only "swigluoai_uninterleave" (gated_activation_f32); with
+  // the other activations, relu2 included, the launcher drops them without an error.
   FLASHINFER_CHECK(source_format == "modelopt" || source_format == "compressed_tensors", op,
                    "source_format", "must be \"modelopt\" or \"compressed_tensors\", got \"",
                    source_format, "\"");
@@ -93,6 +92,9 @@ struct B12xCall {
   int64_t top_k;
   std::string activation;
   std::string quant_mode;  // normalized
+  double swiglu_alpha = 1.702;
+  double swiglu_beta = 1.0;
+  std::optional<double> swiglu_limit;
 };
 
 // A global scale: one fp32 value or [E] (b12x's _expand_to_experts); null when absent.
@@ -120,7 +122,7 @@ Tensor b12x_impl(const char* op, const B12xCall& c) {
   api::check_dtype_in(x, {DType::kBFloat16}, op, "x");
   api::check_dim(x, {2}, op, "x");
   api::check_last_stride_one(x, op, "x");
-  const bool gated = c.activation == "silu";
+  const bool gated = c.activation != "relu2";
   const int64_t T = x.size(0), H = x.size(1), K = c.top_k, E = c.num_experts;
   FLASHINFER_CHECK(E >= 1, op, "num_experts", "must be >= 1, got ", E);
   FLASHINFER_CHECK(K >= 1 && K <= E, op, "top_k", "must be in [1, num_experts=", E, "], got ", K);
@@ -202,9 +204,15 @@ Tensor b12x_impl(const char* op, const B12xCall& c) {
   std::iota(src2.begin(), src2.end(), int64_t{0});
   const Tensor s1p = moe_cute::cute_plain_scales(*c.w1_sf, E, N1, H / 16, src1, op, "w1_weight_sf");
   const Tensor s2p = moe_cute::cute_plain_scales(*c.w2_sf, E, H, I / 16, src2, op, "w2_weight_sf");
-  // silu: gate * sigmoid(gate) * up, the SwigluBias formula with alpha 1, beta 0, no limit.
-  std::vector<float> sa(static_cast<size_t>(E), 1.0f), sb(static_cast<size_t>(E), 0.0f),
-      sl(static_cast<size_t>(E), 3.4028234663852886e38f);
+  // Gated: up rows [0, I), gate rows [I, 2I) for every gated activation (the kernels split w13
+  // by tile: up tiles first). silu is gate * sigmoid(gate) * up; swigluoai_uninterleave clamps
+  // (gate <= limit, |up| <= limit; no limit: no clamp) and computes gate * sigmoid(alpha * gate)
+  // * (up + beta); gelu_tanh is gate * sigmoid(2z) * up, the tanh GELU.
+  const bool oai = c.activation == "swigluoai_uninterleave";
+  std::vector<float> sa(static_cast<size_t>(E), oai ? static_cast<float>(c.swiglu_alpha) : 1.0f),
+      sb(static_cast<size_t>(E), oai ? static_cast<float>(c.swiglu_beta) : 0.0f),
+      sl(static_cast<size_t>(E),
+         oai && c.swiglu_limit ? static_cast<float>(*c.swiglu_limit) : 3.4028234663852886e38f);
   kernels::TrtllmFp4MoeParams p;
   p.weights = kernels::Moe4Weights::kNvfp4;
   p.input = kernels::Moe4Input::kBf16;
@@ -242,10 +250,12 @@ Tensor b12x_impl(const char* op, const B12xCall& c) {
   m.inter = I;
   m.num_local_experts = E;
   m.expert_offset = 0;
-  m.act = gated ? kernels::MoeAct::kSwiglu : kernels::MoeAct::kRelu2;
+  m.act = !gated                        ? kernels::MoeAct::kRelu2
+          : c.activation == "gelu_tanh" ? kernels::MoeAct::kGegluTanh
+                                        : kernels::MoeAct::kSwigluBias;
   m.w1 = w1.data_ptr();
   m.w2 = w2.data_ptr();
-  if (gated) {
+  if (m.act == kernels::MoeAct::kSwigluBias) {
     m.swiglu_alpha = sa.data();
     m.swiglu_beta = sb.data();
     m.swiglu_limit = sl.data();
@@ -294,7 +304,7 @@ Tensor b12x_fused_moe(const Tensor& x, const Tensor& w1_weight, const Tensor& w1
   return call_op<&b12x_fused_moe>(
       [&] {
         const char* op = "b12x_fused_moe";
-        b12x_check_settings(op, output_dtype, activation, swiglu_limit, source_format);
+        b12x_check_settings(op, output_dtype, activation, source_format);
         const std::string q = b12x_quant_mode(quant_mode, activation_precision, op);
         // Upstream raises NotImplementedError: no expert parallelism in b12x.
         FLASHINFER_CHECK_CODE(
@@ -316,7 +326,10 @@ Tensor b12x_fused_moe(const Tensor& x, const Tensor& w1_weight, const Tensor& w1
                          num_experts,
                          top_k,
                          activation,
-                         q};
+                         q,
+                         swiglu_alpha,
+                         swiglu_beta,
+                         swiglu_limit};
         return b12x_impl(op, c);
       },
       x, w1_weight, w1_weight_sf, w2_weight, w2_weight_sf, token_selected_experts,
@@ -335,7 +348,7 @@ B12xMoEWrapper::B12xMoEWrapper(int64_t num_experts, int64_t top_k, int64_t hidde
   call_init<B12xInit>(
       [&] {
         const char* op = "B12xMoEWrapper.__init__";
-        b12x_check_settings(op, output_dtype, activation, swiglu_limit, source_format);
+        b12x_check_settings(op, output_dtype, activation, source_format);
         check_device_name(device, op);
         FLASHINFER_CHECK(num_experts >= 1, op, "num_experts", "must be >= 1, got ", num_experts);
         FLASHINFER_CHECK(top_k >= 1 && top_k <= num_experts, op, "top_k",
@@ -392,7 +405,7 @@ Tensor B12xMoEWrapper::run(const Tensor& x, const Tensor& w1_weight, const Tenso
                          " columns, got ", shape_to_string(x.shape()));
         api::check_defined(w1_weight, op, "w1_weight");
         api::check_dim(w1_weight, {3}, op, "w1_weight");
-        const int64_t rows = (activation_ == "silu" ? 2 : 1) * intermediate_size_;
+        const int64_t rows = (activation_ == "relu2" ? 1 : 2) * intermediate_size_;
         FLASHINFER_CHECK(w1_weight.size(1) == rows, op, "w1_weight", "expected ", rows,
                          " rows for intermediate_size ", intermediate_size_, ", got ",
                          shape_to_string(w1_weight.shape()));
@@ -412,7 +425,10 @@ Tensor B12xMoEWrapper::run(const Tensor& x, const Tensor& w1_weight, const Tenso
                          num_experts_,
                          top_k_,
                          activation_,
-                         quant_mode_};
+                         quant_mode_,
+                         swiglu_alpha_,
+                         swiglu_beta_,
+                         swiglu_limit_};
         return b12x_impl(op, c);
       },
       *this, x, w1_weight, w1_weight_sf, w2_weight, w2_weight_sf, token_selected_experts,
