@@ -15,6 +15,7 @@
 #include "api/kernel_table.h"
 #include "api/moe_cute_dsl.h"
 #include "api/moe_cute_w4a16.h"
+#include "api/moe_cute_w4a8.h"
 #include "api/moe_routing_checks.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_fp4_cpu.h"
@@ -470,6 +471,17 @@ CuteDslMoEWrapper::CuteDslMoEWrapper(
         FLASHINFER_CHECK(quant_mode_ != "w4a16" || output_dtype == DType::kBFloat16, op,
                          "output_dtype", "W4A16 only supports bfloat16 output, got ",
                          dtype_name(output_dtype));
+        // The w4a8 constructor checks (ValueError upstream).
+        if (quant_mode_ == "w4a8") {
+          FLASHINFER_CHECK(output_dtype == DType::kBFloat16, op, "output_dtype",
+                           "quant_mode='w4a8' supports only bfloat16 output, got ",
+                           dtype_name(output_dtype));
+          FLASHINFER_CHECK(use_fused_finalize, op, "use_fused_finalize",
+                           "quant_mode='w4a8' requires fused finalize");
+          FLASHINFER_CHECK(!situ_beta && !situ_linear_beta, op,
+                           situ_beta ? "situ_beta" : "situ_linear_beta",
+                           "SiTU is not supported when quant_mode='w4a8'");
+        }
         use_fused_finalize_ = use_fused_finalize;
         num_experts_ = num_experts;
         top_k_ = top_k;
@@ -505,9 +517,8 @@ Tensor CuteDslMoEWrapper::run(const Tensor& x, std::optional<Tensor> x_sf,
   return call_op<&CuteDslMoEWrapper::run>(
       [&] {
         const char* op = "CuteDslMoEWrapper.run";
-        FLASHINFER_CHECK_CODE(sf_vec_size_ == 16, ErrorCode::kUnsupported, op, "sf_vec_size",
-                              "NVFP4 scale blocks of 16 are implemented, the wrapper has ",
-                              sf_vec_size_);
+        // sf_vec_size is only stored upstream: _moe_core_impl takes the block size from x's dtype
+        // (16 for NVFP4 x, 32 for MXFP8 x).
         api::check_defined(x, op, "x");
         api::check_dim(x, {2}, op, "x");
         if (quant_mode_ == "w4a16") {  // bf16 x [T, hidden_size]
@@ -520,6 +531,17 @@ Tensor CuteDslMoEWrapper::run(const Tensor& x, std::optional<Tensor> x_sf,
               num_local_experts_.value_or(num_experts_), local_expert_offset_, activation_type_,
               swiglu_alpha_, swiglu_beta_, swiglu_limit_, situ_beta_, situ_linear_beta_,
               use_fused_finalize_, per_token_scale);
+        }
+        if (quant_mode_ == "w4a8") {  // e4m3 x [T, hidden_size]
+          FLASHINFER_CHECK(x.size(1) == hidden_size_, op, "x", "expected e4m3 [T, ", hidden_size_,
+                           "] for hidden_size ", hidden_size_, ", got ",
+                           shape_to_string(x.shape()));
+          return moe_cute::cute_w4a8_impl(
+              op, x, x_sf, token_selected_experts, token_final_scales, w1_weight, w1_weight_sf,
+              w1_alpha, fc2_input_scale, w2_weight, w2_weight_sf, w2_alpha, num_experts_, top_k_,
+              num_local_experts_, local_expert_offset_, output_dtype_, std::nullopt,
+              use_fused_finalize_, activation_type_, swiglu_alpha_, swiglu_beta_, swiglu_limit_,
+              situ_beta_, situ_linear_beta_, per_token_scale);
         }
         FLASHINFER_CHECK(2 * x.size(1) == hidden_size_, op, "x", "expected packed [T, ",
                          hidden_size_ / 2, "] for hidden_size ", hidden_size_, ", got ",

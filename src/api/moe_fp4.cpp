@@ -11,6 +11,7 @@
 #include "api/checks.h"
 #include "api/kernel_table.h"
 #include "api/moe_cute_dsl.h"
+#include "api/moe_cute_w4a8.h"
 #include "api/moe_layout.h"
 #include "api/moe_routing_checks.h"
 #include "api/moe_traits.h"
@@ -833,6 +834,14 @@ Tensor cute_dsl_fused_moe_nvfp4(
     std::string_view quant_mode, std::optional<Tensor> per_token_scale) {
   return call_op<&cute_dsl_fused_moe_nvfp4>(
       [&] {
+        if (quant_mode == "w4a8") {  // MXFP8 x, MXFP4 weights: src/api/moe_cute_w4a8.cpp
+          return moe_cute::cute_w4a8_impl(
+              "cute_dsl_fused_moe_nvfp4", x, x_sf, token_selected_experts, token_final_scales,
+              w1_weight, w1_weight_sf, w1_alpha, fc2_input_scale, w2_weight, w2_weight_sf, w2_alpha,
+              num_experts, top_k, num_local_experts, local_expert_offset, output_dtype, moe_output,
+              use_fused_finalize, activation_type, swiglu_alpha, swiglu_beta, swiglu_limit,
+              situ_beta, situ_linear_beta, per_token_scale);
+        }
         return moe_cute::cute_dsl_impl(
             "cute_dsl_fused_moe_nvfp4", x, x_sf, token_selected_experts, token_final_scales,
             w1_weight, w1_weight_sf, w1_alpha, fc2_input_scale, w2_weight, w2_weight_sf, w2_alpha,

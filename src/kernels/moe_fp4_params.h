@@ -34,6 +34,10 @@ enum class Moe4ActQuant : int {
   kNvfp4KeepScale = 4,
   // kNvfp4KeepScale of the bf16-rounded activation: the b12x kernels' FC1 epilogue.
   kNvfp4KeepScaleBf16 = 5,
+  // The fp32 activation quantized to MXFP8 (no bf16 rounding), the CuTe-DSL w4a8 GEMM1 epilogue:
+  // per 32 values the ue8m0 code of amax / 448 rounded up (mxfp8_quantize's codes), values times
+  // 2^(127 - code) rounded to e4m3 with saturation, read back as e4m3 * 2^(code - 127).
+  kMxfp8Fp32 = 6,
 };
 
 /// base.moe.input: the hidden states (row stride in_stride, in elements of the stored dtype:

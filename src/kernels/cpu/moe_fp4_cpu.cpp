@@ -105,6 +105,34 @@ void dequant_hidden(const TrtllmFp4MoeParams& p, int64_t t, float* dst) {
   }
 }
 
+// float_to_ue8m0_fast (flashinfer/quantization/quantization_cute_dsl_utils.py): the biased
+// exponent of v, plus one when the mantissa is not zero (round up; not for a subnormal whose
+// mantissa is <= 0x400000), at most 254; 0 for v <= 0.
+uint8_t ue8m0_round_up(float v) {
+  if (!(v > 0.0f)) return 0;
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  const uint32_t exp = (bits >> 23) & 0xFF, mant = bits & 0x7FFFFF;
+  uint32_t code = exp + (mant != 0 && !(exp == 0 && mant <= 0x400000) ? 1 : 0);
+  return static_cast<uint8_t>(std::min<uint32_t>(code, 254));
+}
+
+// MXFP8 quantize-dequantize of n fp32 values (blocks of 32) in place, as the CuTe-DSL GEMM1
+// epilogue writes them (kMxfp8Fp32). ue8m0_to_inv_scale_fast builds 2^(127 - code) from the
+// exponent field max(254 - code, 0), so code 0 and code 254 both give a factor 0.
+void mxfp8_qdq_fp32(float* v, int64_t n) {
+  for (int64_t b = 0; b < n; b += 32) {
+    float amax = 0.0f;
+    for (int64_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(v[i]));
+    const uint8_t code = ue8m0_round_up(amax * (1.0f / 448.0f));
+    const float inv = code == 0 || code >= 254 ? 0.0f : std::ldexp(1.0f, 127 - code);
+    const float scale = ue8m0_to_float(code);
+    for (int64_t i = b; i < b + 32; ++i) {
+      v[i] = e4m3fn_bits_to_float(float_to_e4m3fn_bits(v[i] * inv, true)) * scale;
+    }
+  }
+}
+
 // Quantizes and dequantizes the activation rows [n, I] in place, as GEMM2 reads them; `gs` is
 // the NVFP4 global scale.
 void quantize_activation(Moe4ActQuant q, std::vector<float>& h, int64_t n, int64_t I, float gs) {
@@ -114,6 +142,10 @@ void quantize_activation(Moe4ActQuant q, std::vector<float>& h, int64_t n, int64
       for (float& v : h) v = bf16_round(v);
     }
     nvfp4_qdq_keep_scale(h.data(), n * I, gs);
+    return;
+  }
+  if (q == Moe4ActQuant::kMxfp8Fp32) {
+    mxfp8_qdq_fp32(h.data(), n * I);
     return;
   }
   for (float& v : h) v = bf16_round(v);
