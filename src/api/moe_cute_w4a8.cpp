@@ -75,10 +75,11 @@ Tensor cute_w4a8_impl(const char* op, const Tensor& x, const std::optional<Tenso
                    "SiTU is not supported when quant_mode='w4a8'");
   FLASHINFER_CHECK(!situ_linear_beta.has_value(), op, "situ_linear_beta",
                    "SiTU is not supported when quant_mode='w4a8'");
-  FLASHINFER_CHECK_CODE(activation_type == 3 || activation_type == 6, ErrorCode::kUnsupported, op,
-                        "activation_type",
-                        "Swiglu (3) and Relu2 (6) are implemented for w4a8, got ", activation_type);
-  const bool gated = activation_type == 3;
+  FLASHINFER_CHECK_CODE(activation_type == 3 || activation_type == 6 || activation_type == 8,
+                        ErrorCode::kUnsupported, op, "activation_type",
+                        "Swiglu (3), Relu2 (6) and GegluTanh (8) are implemented for w4a8, got ",
+                        activation_type);
+  const bool gated = activation_type != 6;  // Swiglu, GegluTanh
   api::check_dim(x, {2}, op, "x");
   api::check_last_stride_one(x, op, "x");
   const int64_t T = x.size(0), H = x.size(1), K = top_k, E = num_experts;
@@ -176,10 +177,12 @@ Tensor cute_w4a8_impl(const char* op, const Tensor& x, const std::optional<Tenso
   m.inter = I;
   m.num_local_experts = El;
   m.expert_offset = offset;
-  m.act = gated ? kernels::MoeAct::kSwigluBias : kernels::MoeAct::kRelu2;
+  m.act = activation_type == 8   ? kernels::MoeAct::kGegluTanh
+          : activation_type == 3 ? kernels::MoeAct::kSwigluBias
+                                 : kernels::MoeAct::kRelu2;
   m.w1 = w1p.data_ptr();
   m.w2 = w2.data_ptr();
-  if (gated) {
+  if (m.act == kernels::MoeAct::kSwigluBias) {
     m.swiglu_alpha = sa.data();
     m.swiglu_beta = sb.data();
     m.swiglu_limit = sl.data();

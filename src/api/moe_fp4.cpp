@@ -688,10 +688,13 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
                  "the SiTU activation is not implemented");
   api::refuse_if(per_token_scale.has_value(), op, "per_token_scale",
                  "per-token activation scales are not implemented");
-  FLASHINFER_CHECK_CODE(
-      activation_type == 3 || activation_type == 6, ErrorCode::kUnsupported, op, "activation_type",
-      "Swiglu (3) and Relu2 (6) are implemented (the reference's two), got ", activation_type);
-  const bool gated = activation_type == 3;
+  // The GEMM1 epilogue's three (blockscaled_contiguous_gather_grouped_gemm_act_fusion): GegluTanh
+  // is (alpha * up) * gelu_tanh(alpha * gate), the SwiGLU parameters unused.
+  FLASHINFER_CHECK_CODE(activation_type == 3 || activation_type == 6 || activation_type == 8,
+                        ErrorCode::kUnsupported, op, "activation_type",
+                        "Swiglu (3), Relu2 (6) and GegluTanh (8) are implemented, got ",
+                        activation_type);
+  const bool gated = activation_type != 6;
   api::check_dtype_in(x, {DType::kUInt8}, op, "x");
   api::check_dim(x, {2}, op, "x");
   api::check_last_stride_one(x, op, "x");

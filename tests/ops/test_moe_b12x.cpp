@@ -509,6 +509,28 @@ TEST(CuteDslMoEWrapper, MatchesFormulaAndFunction) {
   }
 }
 
+// GegluTanh (8) in the GEMM1 epilogue (blockscaled_contiguous_gather_grouped_gemm_act_fusion of
+// the 0.7.2.post1 wheel): (alpha * up) * gelu_tanh(alpha * gate) on the interleaved [linear;
+// gate] rows, the SwiGLU parameters unused; then the NVFP4 output quantization as for Swiglu.
+TEST(CuteDslMoEWrapper, GegluTanhMatchesFormula) {
+  MoeCase c;
+  c.cute = true;
+  c.make(27);
+  const auto expect = c.expected({}, {0.5f}, 1.0, 0.0, 3.4e38, true);
+  EXPECT_GT(max_abs(expect), 0.5);
+  CuteDslMoEWrapper w(c.E, c.K, c.H, c.I, false, std::nullopt, c.local, c.offset, 128, 16,
+                      DType::kFloat32, "cuda", true, 8, 1.702, 1.0, 5.0);
+  const Tensor x = bytes_tensor(c.xq, {c.T, c.H / 2}), xs = bytes_tensor(c.xs, {c.T, c.H / 16});
+  const Tensor out = w.run(x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1),
+                           floats({0.5f}), c.w2_t(), c.s2_t(), c.alpha(c.a2));
+  EXPECT_TRUE(all_close(out, expect, {1e-4, 1e-4}));
+  // It differs from Swiglu on the same data.
+  const auto swiglu = c.expected({}, {0.5f});
+  double diff = 0.0;
+  for (size_t i = 0; i < swiglu.size(); ++i) diff = std::max(diff, std::abs(swiglu[i] - expect[i]));
+  EXPECT_GT(diff, 0.1);
+}
+
 TEST(CuteDslMoEWrapper, BadInput) {
   const char* init = "CuteDslMoEWrapper.__init__";
   EXPECT_FI_ERROR(CuteDslMoEWrapper(8, 2, 128, 64, false, std::nullopt, std::nullopt, 0, 128, 16,
@@ -557,10 +579,10 @@ TEST(CuteDslMoEWrapper, BadInput) {
                          DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, 1e30, std::nullopt,
                          std::nullopt, true, "w4a8");
   EXPECT_FI_ERROR(run_with(w4a8, x, c.alpha(c.a1), std::nullopt, std::nullopt), run, "x");
-  CuteDslMoEWrapper geglu(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
-                          DType::kBFloat16, "cuda", true, 8);
-  EXPECT_FI_ERROR_CODE(run_with(geglu, x, c.alpha(c.a1)), run, "activation_type",
-                       ErrorCode::kUnsupported);
+  // GegluTanh runs (CuteDslMoEWrapper.GegluTanhMatchesFormula); SiTU stays refused.
+  CuteDslMoEWrapper situ(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
+                         DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, 1e30, 4.0);
+  EXPECT_FI_ERROR_CODE(run_with(situ, x, c.alpha(c.a1)), run, "situ_beta", ErrorCode::kUnsupported);
   // sf_vec_size is only stored upstream (the block size follows x's dtype): 32 changes nothing.
   CuteDslMoEWrapper sf32(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 32);
   const Tensor r16 = ok.run(x, xs, c.ids_t(), c.rw_t(), w1, s1, c.alpha(c.a1), floats({1.0f}), w2,

@@ -124,7 +124,7 @@ struct W4a8Case {
   // fp64 GEMMs over the exactly decoded operands; the activation in fp64, then the MXFP8
   // requantization; the k contributions summed in fp64.
   std::vector<double> expected(double sw_alpha = 1.0, double sw_beta = 0.0,
-                               double sw_limit = kFltMax) const {
+                               double sw_limit = kFltMax, bool gelu_tanh = false) const {
     const int64_t N1 = n1();
     std::vector<double> out(static_cast<size_t>(T * H), 0.0);
     for (int64_t t = 0; t < T; ++t) {
@@ -143,7 +143,12 @@ struct W4a8Case {
         }
         std::vector<double> h(static_cast<size_t>(I));
         for (int64_t j = 0; j < I; ++j) {
-          if (gated) {  // linear rows [0, I), gate rows [I, 2I)
+          if (gated && gelu_tanh) {  // (alpha * up) * gelu_tanh(alpha * gate)
+            const double gate = g[static_cast<size_t>(I + j)];
+            const double z = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate);
+            h[static_cast<size_t>(j)] =
+                0.5 * gate * (1.0 + std::tanh(z)) * g[static_cast<size_t>(j)];
+          } else if (gated) {  // linear rows [0, I), gate rows [I, 2I)
             const double gate = std::min(g[static_cast<size_t>(I + j)], sw_limit);
             const double lin = std::clamp(g[static_cast<size_t>(j)], -sw_limit, sw_limit);
             h[static_cast<size_t>(j)] = gate / (1.0 + std::exp(-sw_alpha * gate)) * (lin + sw_beta);
@@ -218,6 +223,7 @@ TEST(CuteDslW4a8, MatchesFormula) {
     bool gated;
     int64_t offset, local;
     double alpha, beta, limit;
+    bool gelu = false;
   };
   for (const Variant& v :
        {Variant{"swiglu", true, 0, 8, 1.0, 0.0, kFltMax},
@@ -229,9 +235,10 @@ TEST(CuteDslW4a8, MatchesFormula) {
     c.offset = v.offset;
     c.local = v.local;
     c.make(31);
-    const auto expect = c.expected(v.alpha, v.beta, v.limit);
+    const auto expect = c.expected(v.alpha, v.beta, v.limit, v.gelu);
+    const int64_t act = v.gelu ? 8 : v.gated ? 3 : 6;
     EXPECT_GT(max_abs(expect), 0.1);
-    CuteDslMoEWrapper w = make_wrapper(c, v.gated ? 3 : 6, v.alpha, v.beta, v.limit);
+    CuteDslMoEWrapper w = make_wrapper(c, act, v.alpha, v.beta, v.limit);
     const Tensor s1 = c.s1_t(), s2 = c.s2_t();
     const Tensor out = w.run(c.x_t(), c.xs_t(), c.ids_t(), c.rw_t(), c.w1_t(), s1, c.alpha(c.a1),
                              std::nullopt, c.w2_t(), s2, c.alpha(c.a2));
