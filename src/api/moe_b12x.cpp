@@ -5,6 +5,7 @@
 // and sources: docs/MOE.md ("Blackwell wrappers").
 #include "flashinfer/ops/moe_b12x.h"
 
+#include <cmath>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -23,6 +24,27 @@
 #include "kernels/quantization_params.h"
 
 namespace flashinfer {
+
+void moe_cute::check_situ_config(const char* op, int64_t activation_type,
+                                 const std::optional<double>& situ_beta,
+                                 const std::optional<double>& situ_linear_beta) {
+  auto finite_positive = [](double v) {
+    const float f = static_cast<float>(v);
+    return std::isfinite(f) && f > 0.0f;
+  };
+  if (!situ_beta) {
+    FLASHINFER_CHECK(!situ_linear_beta, op, "situ_linear_beta", "requires situ_beta");
+    return;
+  }
+  FLASHINFER_CHECK(activation_type == 3, op, "situ_beta",
+                   "SiTU parameters require ActivationType.Swiglu (3), got ", activation_type);
+  FLASHINFER_CHECK(finite_positive(*situ_beta), op, "situ_beta",
+                   "must be positive and finite in fp32, got ", *situ_beta);
+  FLASHINFER_CHECK(!situ_linear_beta || finite_positive(*situ_linear_beta), op, "situ_linear_beta",
+                   "must be positive and finite in fp32 when set, got ",
+                   situ_linear_beta.value_or(0.0));
+}
+
 namespace {
 
 constexpr const char* kB12xModule = "flashinfer.fused_moe.cute_dsl.b12x_moe";
@@ -466,6 +488,7 @@ CuteDslMoEWrapper::CuteDslMoEWrapper(
                             {DType::kBFloat16, DType::kFloat16, DType::kFloat32}, op,
                             "output_dtype");
         quant_mode_ = canonical_cute_quant_mode(quant_mode, op);
+        moe_cute::check_situ_config(op, activation_type, situ_beta, situ_linear_beta);
         // CuteDslFusedMoEW4A16Runner, built by upstream's __init__: "W4A16 only supports BF16
         // output".
         FLASHINFER_CHECK(quant_mode_ != "w4a16" || output_dtype == DType::kBFloat16, op,

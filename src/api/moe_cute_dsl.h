@@ -33,6 +33,12 @@ Tensor cute_plain_scales(const Tensor& s, int64_t E, int64_t m, int64_t cols,
 void check_cute_pairs(const char* op, const Tensor& x, const Tensor& ids, const Tensor& scales,
                       int64_t T, int64_t K, std::initializer_list<DType> scale_dtypes);
 
+/// validate_cute_dsl_moe_situ_config: situ_linear_beta needs situ_beta, SiTU needs Swiglu (3),
+/// both betas positive and finite in fp32. Errors name `op` and the argument.
+void check_situ_config(const char* op, int64_t activation_type,
+                       const std::optional<double>& situ_beta,
+                       const std::optional<double>& situ_linear_beta);
+
 /// cute_dsl_fused_moe's w4a4 math (errors name `op`); returns [T, H] of output_dtype.
 Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor>& x_sf,
                      const Tensor& ids, const Tensor& scales, const Tensor& w1, const Tensor& w1_sf,

@@ -683,9 +683,12 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
   FLASHINFER_CHECK_CODE(quant_mode == "w4a4", ErrorCode::kUnsupported, op, "quant_mode",
                         "only \"w4a4\" (NVFP4 activations and weights) is implemented, got \"",
                         quant_mode, "\"");
-  api::refuse_if(situ_beta.has_value(), op, "situ_beta", "the SiTU activation is not implemented");
-  api::refuse_if(situ_linear_beta.has_value(), op, "situ_linear_beta",
-                 "the SiTU activation is not implemented");
+  // SiTU (situ_beta with Swiglu): gate' = beta * tanh(gate / beta) * sigmoid(gate), times up'
+  // = linear_beta * tanh(up / linear_beta) when situ_linear_beta is set, else up. Our shared
+  // activation (MoeAct::kSitu) always clamps up (25 when absent), so the unclamped form is refused.
+  check_situ_config(op, activation_type, situ_beta, situ_linear_beta);
+  api::refuse_if(situ_beta.has_value() && !situ_linear_beta.has_value(), op, "situ_linear_beta",
+                 "SiTU without the linear tanh clamp is not implemented");
   api::refuse_if(per_token_scale.has_value(), op, "per_token_scale",
                  "per-token activation scales are not implemented");
   // The GEMM1 epilogue's three (blockscaled_contiguous_gather_grouped_gemm_act_fusion): GegluTanh
@@ -810,7 +813,15 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
   m.inter = I;
   m.num_local_experts = El;
   m.expert_offset = offset;
-  m.act = static_cast<kernels::MoeAct>(activation_type);
+  m.act = situ_beta ? kernels::MoeAct::kSitu : static_cast<kernels::MoeAct>(activation_type);
+  const float situ_b = static_cast<float>(situ_beta.value_or(0.0)),
+              situ_lb = static_cast<float>(situ_linear_beta.value_or(0.0));
+  std::vector<float> situ_bv(static_cast<size_t>(El), situ_b),
+      situ_lbv(static_cast<size_t>(El), situ_lb);
+  if (situ_beta) {
+    m.situ_beta = situ_bv.data();
+    m.situ_linear_beta = situ_lbv.data();
+  }
   m.w1 = w1p.data_ptr();
   m.w2 = w2.data_ptr();
   if (gated) {

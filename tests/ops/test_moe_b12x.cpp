@@ -77,7 +77,8 @@ struct MoeCase : moe_cute_test::Nvfp4MoeData {
   // gate^3))) * up instead.
   std::vector<double> expected(const std::vector<float>& gs1, const std::vector<float>& gs2,
                                double sw_alpha = 1.0, double sw_beta = 0.0,
-                               double sw_limit = 3.4e38, bool gelu_tanh = false) const {
+                               double sw_limit = 3.4e38, bool gelu_tanh = false,
+                               double situ_b = 0.0, double situ_lb = 0.0) const {
     const int64_t N1 = n1();
     std::vector<double> out(static_cast<size_t>(T * H), 0.0);
     auto pick = [](const std::vector<float>& g, int64_t e) {
@@ -112,7 +113,12 @@ struct MoeCase : moe_cute_test::Nvfp4MoeData {
         }
         std::vector<double> h(static_cast<size_t>(I));
         for (int64_t j = 0; j < I; ++j) {
-          if (gated && gelu_tanh) {
+          if (gated && situ_b > 0.0) {  // SiTU: up' * beta * tanh(gate / beta) * sigmoid(gate)
+            const double gate = g[static_cast<size_t>(I + j)];
+            const double up = situ_lb * std::tanh(g[static_cast<size_t>(j)] / situ_lb);
+            h[static_cast<size_t>(j)] =
+                up * situ_b * std::tanh(gate / situ_b) / (1.0 + std::exp(-gate));
+          } else if (gated && gelu_tanh) {
             const double gate = g[static_cast<size_t>(I + j)];
             const double z = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate);
             h[static_cast<size_t>(j)] =
@@ -531,6 +537,27 @@ TEST(CuteDslMoEWrapper, GegluTanhMatchesFormula) {
   EXPECT_GT(diff, 0.1);
 }
 
+// SiTU in the w4a4 GEMM1 epilogue (situ_f32 and the act-fusion kernel of the 0.7.2.post1 wheel):
+// (linear_beta * tanh(up / linear_beta)) * (beta * tanh(gate / beta) * sigmoid(gate)), here with
+// both betas given.
+TEST(CuteDslMoEWrapper, SituMatchesFormula) {
+  MoeCase c;
+  c.cute = true;
+  c.make(29);
+  const auto expect = c.expected({}, {0.5f}, 1.0, 0.0, 3.4e38, false, 1.5, 3.0);
+  EXPECT_GT(max_abs(expect), 0.5);
+  CuteDslMoEWrapper w(c.E, c.K, c.H, c.I, false, std::nullopt, c.local, c.offset, 128, 16,
+                      DType::kFloat32, "cuda", true, 3, 1.0, 0.0, 3.4028234663852886e38, 1.5, 3.0);
+  const Tensor x = bytes_tensor(c.xq, {c.T, c.H / 2}), xs = bytes_tensor(c.xs, {c.T, c.H / 16});
+  const Tensor out = w.run(x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1),
+                           floats({0.5f}), c.w2_t(), c.s2_t(), c.alpha(c.a2));
+  EXPECT_TRUE(all_close(out, expect, {1e-4, 1e-4}));
+  const auto swiglu = c.expected({}, {0.5f});
+  double diff = 0.0;
+  for (size_t i = 0; i < swiglu.size(); ++i) diff = std::max(diff, std::abs(swiglu[i] - expect[i]));
+  EXPECT_GT(diff, 0.1);
+}
+
 TEST(CuteDslMoEWrapper, BadInput) {
   const char* init = "CuteDslMoEWrapper.__init__";
   EXPECT_FI_ERROR(CuteDslMoEWrapper(8, 2, 128, 64, false, std::nullopt, std::nullopt, 0, 128, 16,
@@ -579,10 +606,16 @@ TEST(CuteDslMoEWrapper, BadInput) {
                          DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, 1e30, std::nullopt,
                          std::nullopt, true, "w4a8");
   EXPECT_FI_ERROR(run_with(w4a8, x, c.alpha(c.a1), std::nullopt, std::nullopt), run, "x");
-  // GegluTanh runs (CuteDslMoEWrapper.GegluTanhMatchesFormula); SiTU stays refused.
+  // GegluTanh and SiTU with both betas run (GegluTanhMatchesFormula, SituMatchesFormula); SiTU
+  // without situ_linear_beta (no clamp of up) is refused.
   CuteDslMoEWrapper situ(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
                          DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, 1e30, 4.0);
-  EXPECT_FI_ERROR_CODE(run_with(situ, x, c.alpha(c.a1)), run, "situ_beta", ErrorCode::kUnsupported);
+  EXPECT_FI_ERROR_CODE(run_with(situ, x, c.alpha(c.a1)), run, "situ_linear_beta",
+                       ErrorCode::kUnsupported);
+  EXPECT_FI_ERROR(
+      CuteDslMoEWrapper(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
+                        DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, 1e30, std::nullopt, 2.0),
+      "CuteDslMoEWrapper.__init__", "situ_linear_beta");
   // sf_vec_size is only stored upstream (the block size follows x's dtype): 32 changes nothing.
   CuteDslMoEWrapper sf32(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 32);
   const Tensor r16 = ok.run(x, xs, c.ids_t(), c.rw_t(), w1, s1, c.alpha(c.a1), floats({1.0f}), w2,
