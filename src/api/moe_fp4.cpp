@@ -689,8 +689,6 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
   check_situ_config(op, activation_type, situ_beta, situ_linear_beta);
   api::refuse_if(situ_beta.has_value() && !situ_linear_beta.has_value(), op, "situ_linear_beta",
                  "SiTU without the linear tanh clamp is not implemented");
-  api::refuse_if(per_token_scale.has_value(), op, "per_token_scale",
-                 "per-token activation scales are not implemented");
   // The GEMM1 epilogue's three (blockscaled_contiguous_gather_grouped_gemm_act_fusion): GegluTanh
   // is (alpha * up) * gelu_tanh(alpha * gate), the SwiGLU parameters unused.
   FLASHINFER_CHECK_CODE(activation_type == 3 || activation_type == 6 || activation_type == 8,
@@ -749,6 +747,9 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
                      shape_to_string(f.shape()));
     gs = f.data<float>();
     gs_count = f.numel();
+    // The per-token quantizer takes it as one inverse global scale (global_scale_inv.reshape(1)).
+    FLASHINFER_CHECK(!per_token_scale || gs_count == 1, op, "fc2_input_scale",
+                     "must hold one value with per_token_scale, got ", shape_to_string(f.shape()));
   }
   api::check_dtype_in(Tensor::empty({0}, output_dtype),
                       {DType::kBFloat16, DType::kFloat16, DType::kFloat32}, op, "output_dtype");
@@ -780,6 +781,24 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
   // The GEMM1 epilogue quantizes the fp32 activation with the global scale; GEMM2 reads e2m1 * sf
   // (the global scale stays in the values) and applies w2_alpha as given.
   p.act_quant = kernels::Moe4ActQuant::kNvfp4KeepScale;
+  if (per_token_scale) {
+    // The per-token path: GEMM1's alpha times per_token_scale[token], the activation written in
+    // output_dtype (bf16 or fp16 only, _intermediate_c_dtype), then requantized per row by
+    // nvfp4_quantize_per_token_cute_dsl with fc2_input_scale; GEMM2 applies each row's scale.
+    const Tensor& pt = *per_token_scale;
+    api::check_dtype_in(pt, {DType::kFloat32}, op, "per_token_scale");
+    api::check_same_device(pt, x, op, "per_token_scale", "x");
+    FLASHINFER_CHECK(pt.is_contiguous() && pt.shape() == Shape({T}), op, "per_token_scale",
+                     "expected contiguous fp32 [", T, "], got ", shape_to_string(pt.shape()));
+    FLASHINFER_CHECK(output_dtype == DType::kBFloat16 || output_dtype == DType::kFloat16, op,
+                     "output_dtype",
+                     "the per-token FC2 input quantization supports only float16 and bfloat16 "
+                     "intermediate dtypes, got ",
+                     dtype_torch_name(output_dtype));
+    p.act_quant = output_dtype == DType::kFloat16 ? kernels::Moe4ActQuant::kNvfp4PerTokenFp16
+                                                  : kernels::Moe4ActQuant::kNvfp4PerTokenBf16;
+    p.in_row_scale = pt.data<float>();
+  }
   p.act_global_scale = gs;
   p.act_gs_count = gs_count;
   p.round_routing_weights = false;

@@ -558,6 +558,113 @@ TEST(CuteDslMoEWrapper, SituMatchesFormula) {
   EXPECT_GT(diff, 0.1);
 }
 
+// w4a4 with per_token_scale (the per-token path of _moe_core_impl in the 0.7.2.post1 wheel): GEMM1
+// alpha times per_token_scale[t]; the SwiGLU output rounded to bf16 (output_dtype); per routed row
+// nvfp4_quantize_per_token_cute_dsl with fc2_input_scale as the inverse global scale: pts = amax *
+// gs_inv, enc = 1 / pts, per 16: sf = e4m3(enc * bmax / 6), q = e2m1(h / (sf / enc)); GEMM2 reads
+// q * sf and its row is scaled by pts (with w2_alpha and the routing weight). Written in fp32
+// where the kernel works in fp32, the GEMMs in fp64.
+std::vector<double> per_token_expected(const MoeCase& c, const std::vector<double>& pts,
+                                       float gs_inv) {
+  std::vector<double> out(static_cast<size_t>(c.T * c.H), 0.0);
+  const int64_t I = c.I, H = c.H;
+  for (int64_t t = 0; t < c.T; ++t) {
+    for (int64_t k = 0; k < c.K; ++k) {
+      const int64_t e = static_cast<int64_t>(c.ids[static_cast<size_t>(t * c.K + k)]);
+      const float alpha = static_cast<float>(c.a1[static_cast<size_t>(e)]) *
+                          static_cast<float>(pts[static_cast<size_t>(t)]);
+      auto proj = [&](int64_t row) {
+        double g = 0.0;
+        for (int64_t d = 0; d < H; ++d) {
+          g += moe_cute_test::e2m1(c.xq, static_cast<size_t>(t * H + d)) *
+               e4m3fn_bits_to_float(c.xs[static_cast<size_t>(t * (H / 16) + d / 16)]) *
+               c.w1v(e, row, d);
+        }
+        return static_cast<double>(alpha) * g;
+      };
+      std::vector<float> h(static_cast<size_t>(I));
+      float amax = 0.0f;
+      for (int64_t j = 0; j < I; ++j) {
+        const double up = proj(j), gate = proj(I + j);
+        h[static_cast<size_t>(j)] = bfloat16_bits_to_float(
+            float_to_bfloat16_bits(static_cast<float>(up * gate / (1.0 + std::exp(-gate)))));
+        amax = std::max(amax, std::fabs(h[static_cast<size_t>(j)]));
+      }
+      const float p2 = amax * gs_inv, enc = 1.0f / p2;
+      for (int64_t b = 0; b < I; b += 16) {
+        float bmax = 0.0f;
+        for (int64_t j = b; j < b + 16; ++j)
+          bmax = std::max(bmax, std::fabs(h[static_cast<size_t>(j)]));
+        const float sf = e4m3fn_bits_to_float(float_to_e4m3fn_bits(enc * (bmax / 6.0f), true));
+        for (int64_t j = b; j < b + 16; ++j) {
+          h[static_cast<size_t>(j)] = e2m1_round(h[static_cast<size_t>(j)] / (sf / enc)) * sf;
+        }
+      }
+      for (int64_t d = 0; d < H; ++d) {
+        double y = 0.0;
+        for (int64_t j = 0; j < I; ++j) y += h[static_cast<size_t>(j)] * c.w2v(e, d, j);
+        out[static_cast<size_t>(t * H + d)] +=
+            c.rw[static_cast<size_t>(t * c.K + k)] * c.a2[static_cast<size_t>(e)] * p2 * y;
+      }
+    }
+  }
+  return out;
+}
+
+TEST(CuteDslMoEWrapper, PerTokenScaleMatchesFormula) {
+  MoeCase c;
+  c.cute = true;
+  c.make(33);
+  const std::vector<double> pts{0.5, 1.0, 2.0, 0.75, 1.5};
+  const float gs_inv = 1.0f / 2688.0f;  // 1 / (6 * 448): the recipe's usual constant
+  const auto expect = per_token_expected(c, pts, gs_inv);
+  EXPECT_GT(max_abs(expect), 0.5);
+  const Tensor x = bytes_tensor(c.xq, {c.T, c.H / 2}), xs = bytes_tensor(c.xs, {c.T, c.H / 16});
+  const Tensor pt = Tensor::from_vector(pts, {c.T}, DType::kFloat32);
+  CuteDslMoEWrapper w(c.E, c.K, c.H, c.I);
+  const Tensor out = w.run(x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1),
+                           floats({gs_inv}), c.w2_t(), c.s2_t(), c.alpha(c.a2), std::nullopt, pt);
+  EXPECT_EQ(out.dtype(), DType::kBFloat16);
+  EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
+  // The function takes the same path.
+  const Tensor f = cute_dsl_fused_moe_nvfp4(
+      x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1), floats({gs_inv}), c.w2_t(),
+      c.s2_t(), c.alpha(c.a2), c.E, c.K, std::nullopt, 0, DType::kBFloat16, true, std::nullopt,
+      std::nullopt, true, 3, 1.0, 0.0, 3.4028234663852886e38, std::nullopt, std::nullopt, "w4a4",
+      pt);
+  EXPECT_TRUE(all_close(f, out.to_double_vector(), {0.0, 0.0}));
+  {  // recorded with per_token_scale, replayed
+    const Tensor w1 = c.w1_t(), s1 = c.s1_t(), w2 = c.w2_t(), s2 = c.s2_t();
+    std::vector<RecordingObserver::Call> calls;
+    {
+      RecordingScope scope;
+      (void)cute_dsl_fused_moe_nvfp4(x, xs, c.ids_t(), c.rw_t(), w1, s1, c.alpha(c.a1),
+                                     floats({gs_inv}), w2, s2, c.alpha(c.a2), c.E, c.K,
+                                     std::nullopt, 0, DType::kBFloat16, true, std::nullopt,
+                                     std::nullopt, true, 3, 1.0, 0.0, 3.4028234663852886e38,
+                                     std::nullopt, std::nullopt, "w4a4", pt);
+      calls = scope.observer().calls;
+    }
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_TRUE(replays_identically(calls[0]));
+  }
+  // Bad input: fp32 output (no fp32 intermediate), a per-expert fc2_input_scale, a wrong shape.
+  const char* fn = "cute_dsl_fused_moe_nvfp4";
+  auto call = [&](DType od, const Tensor& fc2, const Tensor& p) {
+    (void)cute_dsl_fused_moe_nvfp4(x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1),
+                                   fc2, c.w2_t(), c.s2_t(), c.alpha(c.a2), c.E, c.K, std::nullopt,
+                                   0, od, true, std::nullopt, std::nullopt, true, 3, 1.0, 0.0,
+                                   3.4028234663852886e38, std::nullopt, std::nullopt, "w4a4", p);
+  };
+  EXPECT_FI_ERROR(call(DType::kFloat32, floats({gs_inv}), pt), fn, "output_dtype");
+  EXPECT_FI_ERROR(call(DType::kBFloat16, floats(std::vector<float>(8, gs_inv)), pt), fn,
+                  "fc2_input_scale");
+  EXPECT_FI_ERROR(call(DType::kBFloat16, floats({gs_inv}), Tensor::full({3}, 1.0, DType::kFloat32)),
+                  fn, "per_token_scale");
+  EXPECT_FI_ERROR(call(DType::kBFloat16, floats({gs_inv}), pt.to(DType::kBFloat16)), fn,
+                  "per_token_scale");
+}
+
 TEST(CuteDslMoEWrapper, BadInput) {
   const char* init = "CuteDslMoEWrapper.__init__";
   EXPECT_FI_ERROR(CuteDslMoEWrapper(8, 2, 128, 64, false, std::nullopt, std::nullopt, 0, 128, 16,
@@ -598,8 +705,7 @@ TEST(CuteDslMoEWrapper, BadInput) {
                   "fc2_input_scale");
   EXPECT_FI_ERROR(run_with(ok, Tensor::zeros({c.T, 32}, DType::kUInt8), c.alpha(c.a1)), run, "x");
   EXPECT_FI_ERROR(run_with(ok, x, Tensor::zeros({3}, DType::kFloat32)), run, "w1_alpha");
-  EXPECT_FI_ERROR_CODE(run_with(ok, x, c.alpha(c.a1), Tensor::full({c.T}, 1.0, DType::kFloat32)),
-                       run, "per_token_scale", ErrorCode::kUnsupported);
+  // per_token_scale runs (PerTokenScaleMatchesFormula).
   // w4a16 and w4a8 run (tests/ops/test_moe_cute_w4a16.cpp, test_moe_cute_w4a8.cpp); w4a8 takes
   // e4m3 x ("quant_mode='w4a8' requires float8_e4m3fn input", a TypeError upstream).
   CuteDslMoEWrapper w4a8(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
