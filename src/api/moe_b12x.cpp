@@ -209,18 +209,7 @@ Tensor b12x_impl(const char* op, const B12xCall& c) {
     gs1_n = E;
   }
   const float* alpha1 = fold ? a1_folded.data() : a1;
-  Tensor out;
-  if (*c.output) {
-    const Tensor& o = **c.output;
-    api::check_dtype_in(o, {DType::kBFloat16}, op, "output");
-    api::check_shape_eq(o, {T, H}, op, "output");
-    api::check_same_device(o, x, op, "output", "x");
-    api::check_last_stride_one(o, op, "output");
-    api::check_writable(o, op, "output");
-    out = o;
-  } else {
-    out = Tensor::empty({T, H}, DType::kBFloat16, x.device());
-  }
+  const Tensor out = moe_cute::cute_output(op, "output", *c.output, T, H, DType::kBFloat16, x);
   // Plain rows (b12x takes w1 un-interleaved: create_b12x_moe_tensors), scales de-swizzled.
   std::vector<int64_t> src1(static_cast<size_t>(N1)), src2(static_cast<size_t>(H));
   std::iota(src1.begin(), src1.end(), int64_t{0});
@@ -252,32 +241,11 @@ Tensor b12x_impl(const char* op, const B12xCall& c) {
   p.out1_scale = gated ? alpha1 : nullptr;
   p.out1_gate_scale = alpha1;
   p.out2_scale = a2;
-  kernels::TrtllmMoeParams& b = p.base;
-  b.precomputed = true;
-  b.ids = idp;
-  b.weights = sc.data_ptr();
-  b.weights_dtype = sc.dtype();
-  b.routed_stride = K;
-  b.routing.num_tokens = T;
-  b.routing.num_experts = E;
-  b.routing.top_k = K;
-  kernels::CutlassMoeParams& m = b.moe;
-  m.input = x.data_ptr();
-  m.in_stride = x.stride(0);
-  m.out = out.data_ptr();
-  m.out_stride = out.stride(0);
-  m.out_dtype = DType::kBFloat16;
-  m.num_tokens = T;
-  m.top_k = K;
-  m.hidden = H;
-  m.inter = I;
-  m.num_local_experts = E;
-  m.expert_offset = 0;
+  moe_cute::set_moe_problem(p, x, ids, K, sc, out, E, K, I, E, 0, w1.data_ptr(), w2.data_ptr());
+  kernels::CutlassMoeParams& m = p.base.moe;
   m.act = !gated                        ? kernels::MoeAct::kRelu2
           : c.activation == "gelu_tanh" ? kernels::MoeAct::kGegluTanh
                                         : kernels::MoeAct::kSwigluBias;
-  m.w1 = w1.data_ptr();
-  m.w2 = w2.data_ptr();
   if (m.act == kernels::MoeAct::kSwigluBias) {
     m.swiglu_alpha = sa.data();
     m.swiglu_beta = sb.data();

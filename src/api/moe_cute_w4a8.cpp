@@ -120,18 +120,7 @@ Tensor cute_w4a8_impl(const char* op, const Tensor& x, const std::optional<Tenso
   const float* a1 = api::per_expert_floats(w1_alpha, El, x, op, "w1_alpha");
   FLASHINFER_CHECK(a1 != nullptr, op, "w1_alpha", "required");
   const float* a2 = api::per_expert_floats(w2_alpha, El, x, op, "w2_alpha");
-  Tensor out;
-  if (moe_output) {
-    const Tensor& o = *moe_output;
-    api::check_dtype_in(o, {DType::kBFloat16}, op, "moe_output");
-    api::check_shape_eq(o, {T, H}, op, "moe_output");
-    api::check_same_device(o, x, op, "moe_output", "x");
-    api::check_last_stride_one(o, op, "moe_output");
-    api::check_writable(o, op, "moe_output");
-    out = o;
-  } else {
-    out = Tensor::empty({T, H}, DType::kBFloat16, x.device());
-  }
+  const Tensor out = cute_output(op, "moe_output", moe_output, T, H, DType::kBFloat16, x);
   // The w4a4 prepared layout: gated rows [linear; gate] interleaved in groups of 64.
   std::vector<int64_t> src1(static_cast<size_t>(N1)), src2(static_cast<size_t>(H));
   std::iota(src1.begin(), src1.end(), int64_t{0});
@@ -156,32 +145,12 @@ Tensor cute_w4a8_impl(const char* op, const Tensor& x, const std::optional<Tenso
   p.out1_scale = gated ? a1 : nullptr;
   p.out1_gate_scale = a1;
   p.out2_scale = a2;
-  kernels::TrtllmMoeParams& b = p.base;
-  b.precomputed = true;
-  b.ids = ids.data<int32_t>();
-  b.weights = scales.data_ptr();
-  b.weights_dtype = scales.dtype();
-  b.routed_stride = ids.stride(0);
-  b.routing.num_tokens = T;
-  b.routing.num_experts = E;
-  b.routing.top_k = K;
-  kernels::CutlassMoeParams& m = b.moe;
-  m.input = x.data_ptr();
-  m.in_stride = x.stride(0);
-  m.out = out.data_ptr();
-  m.out_stride = out.stride(0);
-  m.out_dtype = DType::kBFloat16;
-  m.num_tokens = T;
-  m.top_k = K;
-  m.hidden = H;
-  m.inter = I;
-  m.num_local_experts = El;
-  m.expert_offset = offset;
+  set_moe_problem(p, x, ids, ids.stride(0), scales, out, E, K, I, El, offset, w1p.data_ptr(),
+                  w2.data_ptr());
+  kernels::CutlassMoeParams& m = p.base.moe;
   m.act = activation_type == 8   ? kernels::MoeAct::kGegluTanh
           : activation_type == 3 ? kernels::MoeAct::kSwigluBias
                                  : kernels::MoeAct::kRelu2;
-  m.w1 = w1p.data_ptr();
-  m.w2 = w2.data_ptr();
   if (m.act == kernels::MoeAct::kSwigluBias) {
     m.swiglu_alpha = sa.data();
     m.swiglu_beta = sb.data();

@@ -668,6 +668,47 @@ Tensor cute_plain_scales(const Tensor& s, int64_t E, int64_t m, int64_t cols,
   return out;
 }
 
+Tensor cute_output(const char* op, const char* arg, const std::optional<Tensor>& given, int64_t T,
+                   int64_t H, DType dtype, const Tensor& x) {
+  if (!given) return Tensor::empty({T, H}, dtype, x.device());
+  const Tensor& o = *given;
+  api::check_dtype_in(o, {dtype}, op, arg);
+  api::check_shape_eq(o, {T, H}, op, arg);
+  api::check_same_device(o, x, op, arg, "x");
+  api::check_last_stride_one(o, op, arg);
+  api::check_writable(o, op, arg);
+  return o;
+}
+
+void set_moe_problem(kernels::TrtllmFp4MoeParams& p, const Tensor& x, const Tensor& ids,
+                     int64_t routed_stride, const Tensor& scales, const Tensor& out,
+                     int64_t num_experts, int64_t top_k, int64_t inter, int64_t num_local_experts,
+                     int64_t offset, const void* w1, const void* w2) {
+  kernels::TrtllmMoeParams& b = p.base;
+  b.precomputed = true;
+  b.ids = ids.data<int32_t>();
+  b.weights = scales.data_ptr();
+  b.weights_dtype = scales.dtype();
+  b.routed_stride = routed_stride;
+  b.routing.num_tokens = out.size(0);
+  b.routing.num_experts = num_experts;
+  b.routing.top_k = top_k;
+  kernels::CutlassMoeParams& m = b.moe;
+  m.input = x.data_ptr();
+  m.in_stride = x.stride(0);
+  m.out = out.data_ptr();
+  m.out_stride = out.stride(0);
+  m.out_dtype = out.dtype();
+  m.num_tokens = out.size(0);
+  m.top_k = top_k;
+  m.hidden = out.size(1);
+  m.inter = inter;
+  m.num_local_experts = num_local_experts;
+  m.expert_offset = offset;
+  m.w1 = w1;
+  m.w2 = w2;
+}
+
 Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor>& x_sf,
                      const Tensor& ids, const Tensor& scales, const Tensor& w1, const Tensor& w1_sf,
                      const Tensor& w1_alpha, const std::optional<Tensor>& fc2_input_scale,
@@ -753,18 +794,7 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
   }
   api::check_dtype_in(Tensor::empty({0}, output_dtype),
                       {DType::kBFloat16, DType::kFloat16, DType::kFloat32}, op, "output_dtype");
-  Tensor out;
-  if (moe_output) {
-    const Tensor& o = *moe_output;
-    api::check_dtype_in(o, {output_dtype}, op, "moe_output");
-    api::check_shape_eq(o, {T, H}, op, "moe_output");
-    api::check_same_device(o, x, op, "moe_output", "x");
-    api::check_last_stride_one(o, op, "moe_output");
-    api::check_writable(o, op, "moe_output");
-    out = o;
-  } else {
-    out = Tensor::empty({T, H}, output_dtype, x.device());
-  }
+  const Tensor out = cute_output(op, "moe_output", moe_output, T, H, output_dtype, x);
   std::vector<int64_t> src1(static_cast<size_t>(N1)), src2(static_cast<size_t>(H));
   for (int64_t i = 0; i < N1; ++i) src1[static_cast<size_t>(i)] = i;
   for (int64_t i = 0; i < H; ++i) src2[static_cast<size_t>(i)] = i;
@@ -811,27 +841,9 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
   p.out1_scale = gated ? a1 : nullptr;
   p.out1_gate_scale = a1;
   p.out2_scale = a2;
-  kernels::TrtllmMoeParams& b = p.base;
-  b.precomputed = true;
-  b.ids = ids.data<int32_t>();
-  b.weights = scales.data_ptr();
-  b.weights_dtype = scales.dtype();
-  b.routed_stride = ids.stride(0);
-  b.routing.num_tokens = T;
-  b.routing.num_experts = E;
-  b.routing.top_k = K;
-  kernels::CutlassMoeParams& m = b.moe;
-  m.input = x.data_ptr();
-  m.in_stride = x.stride(0);
-  m.out = out.data_ptr();
-  m.out_stride = out.stride(0);
-  m.out_dtype = output_dtype;
-  m.num_tokens = T;
-  m.top_k = K;
-  m.hidden = H;
-  m.inter = I;
-  m.num_local_experts = El;
-  m.expert_offset = offset;
+  set_moe_problem(p, x, ids, ids.stride(0), scales, out, E, K, I, El, offset, w1p.data_ptr(),
+                  w2.data_ptr());
+  kernels::CutlassMoeParams& m = p.base.moe;
   m.act = situ_beta ? kernels::MoeAct::kSitu : static_cast<kernels::MoeAct>(activation_type);
   const float situ_b = static_cast<float>(situ_beta.value_or(0.0)),
               situ_lb = static_cast<float>(situ_linear_beta.value_or(0.0));
@@ -841,8 +853,6 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
     m.situ_beta = situ_bv.data();
     m.situ_linear_beta = situ_lbv.data();
   }
-  m.w1 = w1p.data_ptr();
-  m.w2 = w2.data_ptr();
   if (gated) {
     // The reference's SwiGLU with alpha / beta / limit (the SwigluBias formula).
     m.swiglu_alpha = sa.data();

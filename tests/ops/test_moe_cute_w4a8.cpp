@@ -94,19 +94,10 @@ struct W4a8Case {
   Tensor alpha(const std::vector<double>& a) const {
     return Tensor::from_vector(a, {local}, DType::kFloat32);
   }
-  // Rows of plain [local, m, cols] bytes in stored order (interleave_linear_and_gate(., 64)).
+  // Rows in stored order (interleave_linear_and_gate(., 64) when gated).
   std::vector<uint8_t> stored(const std::vector<uint8_t>& plain, int64_t m, int64_t cols,
                               bool reorder) const {
-    const auto src = moe_cute_test::stored_rows(m, reorder);
-    std::vector<uint8_t> out(plain.size());
-    for (int64_t e = 0; e < local; ++e) {
-      for (int64_t s = 0; s < m; ++s) {
-        std::memcpy(&out[static_cast<size_t>((e * m + s) * cols)],
-                    &plain[static_cast<size_t>((e * m + src[static_cast<size_t>(s)]) * cols)],
-                    static_cast<size_t>(cols));
-      }
-    }
-    return out;
+    return moe_cute_test::stored_bytes(plain, local, m, cols, reorder);
   }
   Tensor w1_t() const { return bytes_tensor(stored(w1, n1(), H / 2, gated), {local, n1(), H / 2}); }
   Tensor w2_t() const { return bytes_tensor(w2, {local, H, I / 2}); }
