@@ -856,7 +856,17 @@ s1b = mma_view(torch.stack([interleave_128x4(s1[e].to(torch.uint8)) for e in ran
 s2b = mma_view(torch.stack([interleave_128x4(s2[e].to(torch.uint8)) for e in range(E)]), E, H, I // 16)
 w1b = torch.stack([pack(w1q[e]) for e in range(E)])
 w2b = torch.stack([pack(w2q[e]) for e in range(E)])
-def b12x_ref(gs1, gs2):  # launch_sm120_moe: gs1 None -> w1_alpha quantizes x, else folded
+def act(g, name, alpha=1.702, beta=1.0, limit=None):  # gated_activation_f32; up [0, I), gate [I, 2I)
+    gate, up = g[I:], g[:I]
+    if name == "gelu_tanh":
+        return gate * torch.sigmoid(2 * 0.7978845608028654 * (gate + 0.044715 * gate ** 3)) * up
+    if name == "swigluoai_uninterleave":
+        if limit is not None:
+            gate, up = torch.clamp(gate, max=limit), torch.clamp(up, -limit, limit)
+        return gate * torch.sigmoid(alpha * gate) * (up + beta)
+    return gate * torch.sigmoid(gate) * up
+
+def b12x_ref(gs1, gs2, name="silu", **kw):  # launch_sm120_moe: gs1 None -> w1_alpha quantizes x
     out = torch.zeros(T, H)
     for t in range(T):
         for k in range(K):
@@ -865,7 +875,7 @@ def b12x_ref(gs1, gs2):  # launch_sm120_moe: gs1 None -> w1_alpha quantizes x, e
             al = a1[e] if gs1 is None else a1[e] * gx
             xd = qdq(x[t].float(), gx)
             g = al * (w1d[e] @ xd)
-            h = qdq((g[I:] * torch.sigmoid(g[I:]) * g[:I]).bfloat16().float(), gs2)
+            h = qdq(act(g, name, **kw).bfloat16().float(), gs2)
             out[t] += rw[t, k] * a2[e] * (w2d[e] @ h)
     return out.bfloat16()
 
@@ -941,9 +951,24 @@ record("CuteDslMoEWrapper.run", "flashinfer.fused_moe.cute_dsl.fused_moe",
         "kwarg_w2_weight": torch.stack([pack(w2q[e]) for e in loc]),
         "kwarg_w2_weight_sf": s2c, "kwarg_w2_alpha": a2[off:off + El].clone()},
        {"arg_0": obj2}, {"result": out.bfloat16()}, self_id=SELF2)
+
+# 4, 5. b12x_fused_moe with the other gated activations of the SM12x kernels (session 15):
+# gelu_tanh, and swigluoai_uninterleave with alpha 1.5, beta 0.5, limit 1.0.
+for name, kw in (("gelu_tanh", {}),
+                 ("swigluoai_uninterleave", {"alpha": 1.5, "beta": 0.5, "limit": 1.0})):
+    meta = {"kwarg_num_experts": E, "kwarg_top_k": K, "kwarg_activation": name}
+    if kw:
+        meta.update({"kwarg_swiglu_alpha": kw["alpha"], "kwarg_swiglu_beta": kw["beta"],
+                     "kwarg_swiglu_limit": kw["limit"]})
+    record("b12x_fused_moe", "flashinfer.fused_moe.cute_dsl.b12x_moe",
+           {"kwarg_x": x, "kwarg_token_selected_experts": ids, "kwarg_token_final_scales": rw,
+            "kwarg_w1_weight": w1b, "kwarg_w1_weight_sf": s1b, "kwarg_w1_alpha": a1,
+            "kwarg_fc2_input_scale": torch.tensor([1.0]), "kwarg_w2_weight": w2b,
+            "kwarg_w2_weight_sf": s2b, "kwarg_w2_alpha": a2},
+           meta, {"result": b12x_ref(None, 1.0, name, **kw)})
 )PY";
   std::vector<replay::Result> results;
-  if (!run_dump_script(dir, py, dir, 5u, &results)) GTEST_SKIP() << "python3-torch not installed";
+  if (!run_dump_script(dir, py, dir, 7u, &results)) GTEST_SKIP() << "python3-torch not installed";
   for (const auto& r : results) {
     if (r.function_name.ends_with(".__init__")) continue;
     ASSERT_FALSE(r.comparisons.empty()) << r.function_name;
