@@ -98,6 +98,15 @@ void b12x_check_settings(const char* op, DType output_dtype, const std::string& 
                    source_format, "\"");
 }
 
+// _normalize_source_format_for_quant_mode (launch_sm120_moe): the compressed-tensors weight
+// format exists only for w4a16.
+void b12x_check_source_format(const char* op, const std::string& source_format,
+                              const std::string& quant_mode) {
+  FLASHINFER_CHECK(source_format != "compressed_tensors" || quant_mode == "w4a16", op,
+                   "source_format", "'compressed_tensors' requires quant_mode='w4a16', got '",
+                   quant_mode, "'");
+}
+
 struct B12xCall {
   const Tensor* x;
   const Tensor* w1;
@@ -297,6 +306,7 @@ Tensor b12x_fused_moe(const Tensor& x, const Tensor& w1_weight, const Tensor& w1
         const char* op = "b12x_fused_moe";
         b12x_check_settings(op, output_dtype, activation, source_format);
         const std::string q = b12x_quant_mode(quant_mode, activation_precision, op);
+        b12x_check_source_format(op, source_format, q);
         // Upstream raises NotImplementedError: no expert parallelism in b12x.
         FLASHINFER_CHECK_CODE(
             num_local_experts.value_or(num_experts) == num_experts, ErrorCode::kUnsupported, op,
@@ -359,6 +369,7 @@ B12xMoEWrapper::B12xMoEWrapper(int64_t num_experts, int64_t top_k, int64_t hidde
                               "b12x does not support expert parallelism (num_local_experts ", local,
                               " != num_experts ", num_experts, ")");
         quant_mode_ = b12x_quant_mode(quant_mode, activation_precision, op);
+        b12x_check_source_format(op, source_format, quant_mode_);
         num_experts_ = num_experts;
         top_k_ = top_k;
         hidden_size_ = hidden_size;

@@ -440,6 +440,14 @@ TEST(B12xFusedMoe, BadInput) {
                        "quant_mode", ErrorCode::kUnsupported);
   EXPECT_FI_ERROR(call(good, std::nullopt, DType::kBFloat16, "silu", std::nullopt, "fp4", "int8"),
                   op, "quant_mode");
+  // _normalize_source_format_for_quant_mode (launch_sm120_moe, 0.7.2.post1 wheel):
+  // "compressed_tensors" requires quant_mode "w4a16".
+  EXPECT_FI_ERROR(
+      (void)b12x_fused_moe(good.x, good.w1, good.s1, good.w2, good.s2, good.ids, good.rw, c.E, c.K,
+                           good.a1, good.a2, good.fc2, std::nullopt, std::nullopt, std::nullopt,
+                           DType::kBFloat16, "silu", 1.702, 1.0, std::nullopt, "fp4", std::nullopt,
+                           "compressed_tensors"),
+      op, "source_format");
   EXPECT_EQ(op_backends(op), std::vector<std::string>{"cpu"});
 
   const char* init = "B12xMoEWrapper.__init__";
@@ -450,6 +458,10 @@ TEST(B12xFusedMoe, BadInput) {
   EXPECT_FI_ERROR(B12xMoEWrapper(8, 2, 128, 64, false, 4096, std::nullopt, DType::kBFloat16, "tpu"),
                   init, "device");
   EXPECT_FI_ERROR(B12xMoEWrapper(8, 0, 128, 64), init, "top_k");
+  EXPECT_FI_ERROR(
+      B12xMoEWrapper(8, 2, 128, 64, false, 4096, std::nullopt, DType::kBFloat16, "cuda", "silu",
+                     1.702, 1.0, std::nullopt, "fp4", std::nullopt, "compressed_tensors"),
+      init, "source_format");
   EXPECT_FI_ERROR(B12xMoEWrapper(8, 2, 100, 64), init, "hidden_size");
   const char* run = "B12xMoEWrapper.run";
   B12xMoEWrapper small(8, 2, 128, 64, true, 4);
