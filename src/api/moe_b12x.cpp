@@ -5,6 +5,7 @@
 // and sources: docs/MOE.md ("Blackwell wrappers").
 #include "flashinfer/ops/moe_b12x.h"
 
+#include <cmath>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -15,6 +16,7 @@
 #include "api/kernel_table.h"
 #include "api/moe_cute_dsl.h"
 #include "api/moe_cute_w4a16.h"
+#include "api/moe_cute_w4a8.h"
 #include "api/moe_routing_checks.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_fp4_cpu.h"
@@ -22,6 +24,27 @@
 #include "kernels/quantization_params.h"
 
 namespace flashinfer {
+
+void moe_cute::check_situ_config(const char* op, int64_t activation_type,
+                                 const std::optional<double>& situ_beta,
+                                 const std::optional<double>& situ_linear_beta) {
+  auto finite_positive = [](double v) {
+    const float f = static_cast<float>(v);
+    return std::isfinite(f) && f > 0.0f;
+  };
+  if (!situ_beta) {
+    FLASHINFER_CHECK(!situ_linear_beta, op, "situ_linear_beta", "requires situ_beta");
+    return;
+  }
+  FLASHINFER_CHECK(activation_type == 3, op, "situ_beta",
+                   "SiTU parameters require ActivationType.Swiglu (3), got ", activation_type);
+  FLASHINFER_CHECK(finite_positive(*situ_beta), op, "situ_beta",
+                   "must be positive and finite in fp32, got ", *situ_beta);
+  FLASHINFER_CHECK(!situ_linear_beta || finite_positive(*situ_linear_beta), op, "situ_linear_beta",
+                   "must be positive and finite in fp32 when set, got ",
+                   situ_linear_beta.value_or(0.0));
+}
+
 namespace {
 
 constexpr const char* kB12xModule = "flashinfer.fused_moe.cute_dsl.b12x_moe";
@@ -57,23 +80,31 @@ std::string b12x_quant_mode(const std::optional<std::string>& quant_mode,
 
 // The settings b12x checks when they are given (constructor or call).
 void b12x_check_settings(const char* op, DType output_dtype, const std::string& activation,
-                         const std::optional<double>& swiglu_limit,
                          const std::string& source_format) {
   FLASHINFER_CHECK(output_dtype == DType::kBFloat16, op, "output_dtype",
                    "b12x only supports torch.bfloat16 output, got ",
                    dtype_torch_name(output_dtype));
-  FLASHINFER_CHECK_CODE(
-      activation == "silu" || activation == "relu2", ErrorCode::kUnsupported, op, "activation",
-      "\"silu\" (gated SwiGLU) and \"relu2\" are implemented, got \"", activation, "\"");
-  // Upstream's SM12x kernels clamp only "swigluoai_uninterleave" (gated_activation_f32), so a
-  // limit leaves "silu" unchanged; with non-gated "relu2" a stored normalizer raises and the
-  // pinned behaviour is not settled.
-  api::refuse_if(swiglu_limit.has_value() && activation == "relu2", op, "swiglu_limit",
-                 "a SwiGLU clamp with \"relu2\" is not implemented (upstream's handling is "
-                 "unsettled)");
+  // The SM12x kernels' set (SUPPORTED_MOE_ACTIVATIONS, moe_activation.py); a ValueError there.
+  FLASHINFER_CHECK(activation == "silu" || activation == "gelu_tanh" ||
+                       activation == "swigluoai_uninterleave" || activation == "relu2",
+                   op, "activation",
+                   "must be \"silu\", \"gelu_tanh\", \"swigluoai_uninterleave\" or \"relu2\", "
+                   "got \"",
+                   activation, "\"");
+  // swiglu_alpha/beta/limit reach only "swigluoai_uninterleave" (gated_activation_f32); with
+  // the other activations, relu2 included, the launcher drops them without an error.
   FLASHINFER_CHECK(source_format == "modelopt" || source_format == "compressed_tensors", op,
                    "source_format", "must be \"modelopt\" or \"compressed_tensors\", got \"",
                    source_format, "\"");
+}
+
+// _normalize_source_format_for_quant_mode (launch_sm120_moe): the compressed-tensors weight
+// format exists only for w4a16.
+void b12x_check_source_format(const char* op, const std::string& source_format,
+                              const std::string& quant_mode) {
+  FLASHINFER_CHECK(source_format != "compressed_tensors" || quant_mode == "w4a16", op,
+                   "source_format", "'compressed_tensors' requires quant_mode='w4a16', got '",
+                   quant_mode, "'");
 }
 
 struct B12xCall {
@@ -93,6 +124,9 @@ struct B12xCall {
   int64_t top_k;
   std::string activation;
   std::string quant_mode;  // normalized
+  double swiglu_alpha = 1.702;
+  double swiglu_beta = 1.0;
+  std::optional<double> swiglu_limit;
 };
 
 // A global scale: one fp32 value or [E] (b12x's _expand_to_experts); null when absent.
@@ -120,7 +154,7 @@ Tensor b12x_impl(const char* op, const B12xCall& c) {
   api::check_dtype_in(x, {DType::kBFloat16}, op, "x");
   api::check_dim(x, {2}, op, "x");
   api::check_last_stride_one(x, op, "x");
-  const bool gated = c.activation == "silu";
+  const bool gated = c.activation != "relu2";
   const int64_t T = x.size(0), H = x.size(1), K = c.top_k, E = c.num_experts;
   FLASHINFER_CHECK(E >= 1, op, "num_experts", "must be >= 1, got ", E);
   FLASHINFER_CHECK(K >= 1 && K <= E, op, "top_k", "must be in [1, num_experts=", E, "], got ", K);
@@ -184,27 +218,22 @@ Tensor b12x_impl(const char* op, const B12xCall& c) {
     gs1_n = E;
   }
   const float* alpha1 = fold ? a1_folded.data() : a1;
-  Tensor out;
-  if (*c.output) {
-    const Tensor& o = **c.output;
-    api::check_dtype_in(o, {DType::kBFloat16}, op, "output");
-    api::check_shape_eq(o, {T, H}, op, "output");
-    api::check_same_device(o, x, op, "output", "x");
-    api::check_last_stride_one(o, op, "output");
-    api::check_writable(o, op, "output");
-    out = o;
-  } else {
-    out = Tensor::empty({T, H}, DType::kBFloat16, x.device());
-  }
+  const Tensor out = moe_cute::cute_output(op, "output", *c.output, T, H, DType::kBFloat16, x);
   // Plain rows (b12x takes w1 un-interleaved: create_b12x_moe_tensors), scales de-swizzled.
   std::vector<int64_t> src1(static_cast<size_t>(N1)), src2(static_cast<size_t>(H));
   std::iota(src1.begin(), src1.end(), int64_t{0});
   std::iota(src2.begin(), src2.end(), int64_t{0});
   const Tensor s1p = moe_cute::cute_plain_scales(*c.w1_sf, E, N1, H / 16, src1, op, "w1_weight_sf");
   const Tensor s2p = moe_cute::cute_plain_scales(*c.w2_sf, E, H, I / 16, src2, op, "w2_weight_sf");
-  // silu: gate * sigmoid(gate) * up, the SwigluBias formula with alpha 1, beta 0, no limit.
-  std::vector<float> sa(static_cast<size_t>(E), 1.0f), sb(static_cast<size_t>(E), 0.0f),
-      sl(static_cast<size_t>(E), 3.4028234663852886e38f);
+  // Gated: up rows [0, I), gate rows [I, 2I) for every gated activation (the kernels split w13
+  // by tile: up tiles first). silu is gate * sigmoid(gate) * up; swigluoai_uninterleave clamps
+  // (gate <= limit, |up| <= limit; no limit: no clamp) and computes gate * sigmoid(alpha * gate)
+  // * (up + beta); gelu_tanh is gate * sigmoid(2z) * up, the tanh GELU.
+  const bool oai = c.activation == "swigluoai_uninterleave";
+  std::vector<float> sa(static_cast<size_t>(E), oai ? static_cast<float>(c.swiglu_alpha) : 1.0f),
+      sb(static_cast<size_t>(E), oai ? static_cast<float>(c.swiglu_beta) : 0.0f),
+      sl(static_cast<size_t>(E),
+         oai && c.swiglu_limit ? static_cast<float>(*c.swiglu_limit) : 3.4028234663852886e38f);
   kernels::TrtllmFp4MoeParams p;
   p.weights = kernels::Moe4Weights::kNvfp4;
   p.input = kernels::Moe4Input::kBf16;
@@ -221,31 +250,12 @@ Tensor b12x_impl(const char* op, const B12xCall& c) {
   p.out1_scale = gated ? alpha1 : nullptr;
   p.out1_gate_scale = alpha1;
   p.out2_scale = a2;
-  kernels::TrtllmMoeParams& b = p.base;
-  b.precomputed = true;
-  b.ids = idp;
-  b.weights = sc.data_ptr();
-  b.weights_dtype = sc.dtype();
-  b.routed_stride = K;
-  b.routing.num_tokens = T;
-  b.routing.num_experts = E;
-  b.routing.top_k = K;
-  kernels::CutlassMoeParams& m = b.moe;
-  m.input = x.data_ptr();
-  m.in_stride = x.stride(0);
-  m.out = out.data_ptr();
-  m.out_stride = out.stride(0);
-  m.out_dtype = DType::kBFloat16;
-  m.num_tokens = T;
-  m.top_k = K;
-  m.hidden = H;
-  m.inter = I;
-  m.num_local_experts = E;
-  m.expert_offset = 0;
-  m.act = gated ? kernels::MoeAct::kSwiglu : kernels::MoeAct::kRelu2;
-  m.w1 = w1.data_ptr();
-  m.w2 = w2.data_ptr();
-  if (gated) {
+  moe_cute::set_moe_problem(p, x, ids, K, sc, out, E, K, I, E, 0, w1.data_ptr(), w2.data_ptr());
+  kernels::CutlassMoeParams& m = p.base.moe;
+  m.act = !gated                        ? kernels::MoeAct::kRelu2
+          : c.activation == "gelu_tanh" ? kernels::MoeAct::kGegluTanh
+                                        : kernels::MoeAct::kSwigluBias;
+  if (m.act == kernels::MoeAct::kSwigluBias) {
     m.swiglu_alpha = sa.data();
     m.swiglu_beta = sb.data();
     m.swiglu_limit = sl.data();
@@ -294,8 +304,9 @@ Tensor b12x_fused_moe(const Tensor& x, const Tensor& w1_weight, const Tensor& w1
   return call_op<&b12x_fused_moe>(
       [&] {
         const char* op = "b12x_fused_moe";
-        b12x_check_settings(op, output_dtype, activation, swiglu_limit, source_format);
+        b12x_check_settings(op, output_dtype, activation, source_format);
         const std::string q = b12x_quant_mode(quant_mode, activation_precision, op);
+        b12x_check_source_format(op, source_format, q);
         // Upstream raises NotImplementedError: no expert parallelism in b12x.
         FLASHINFER_CHECK_CODE(
             num_local_experts.value_or(num_experts) == num_experts, ErrorCode::kUnsupported, op,
@@ -316,7 +327,10 @@ Tensor b12x_fused_moe(const Tensor& x, const Tensor& w1_weight, const Tensor& w1
                          num_experts,
                          top_k,
                          activation,
-                         q};
+                         q,
+                         swiglu_alpha,
+                         swiglu_beta,
+                         swiglu_limit};
         return b12x_impl(op, c);
       },
       x, w1_weight, w1_weight_sf, w2_weight, w2_weight_sf, token_selected_experts,
@@ -335,7 +349,7 @@ B12xMoEWrapper::B12xMoEWrapper(int64_t num_experts, int64_t top_k, int64_t hidde
   call_init<B12xInit>(
       [&] {
         const char* op = "B12xMoEWrapper.__init__";
-        b12x_check_settings(op, output_dtype, activation, swiglu_limit, source_format);
+        b12x_check_settings(op, output_dtype, activation, source_format);
         check_device_name(device, op);
         FLASHINFER_CHECK(num_experts >= 1, op, "num_experts", "must be >= 1, got ", num_experts);
         FLASHINFER_CHECK(top_k >= 1 && top_k <= num_experts, op, "top_k",
@@ -355,6 +369,7 @@ B12xMoEWrapper::B12xMoEWrapper(int64_t num_experts, int64_t top_k, int64_t hidde
                               "b12x does not support expert parallelism (num_local_experts ", local,
                               " != num_experts ", num_experts, ")");
         quant_mode_ = b12x_quant_mode(quant_mode, activation_precision, op);
+        b12x_check_source_format(op, source_format, quant_mode_);
         num_experts_ = num_experts;
         top_k_ = top_k;
         hidden_size_ = hidden_size;
@@ -392,7 +407,7 @@ Tensor B12xMoEWrapper::run(const Tensor& x, const Tensor& w1_weight, const Tenso
                          " columns, got ", shape_to_string(x.shape()));
         api::check_defined(w1_weight, op, "w1_weight");
         api::check_dim(w1_weight, {3}, op, "w1_weight");
-        const int64_t rows = (activation_ == "silu" ? 2 : 1) * intermediate_size_;
+        const int64_t rows = (activation_ == "relu2" ? 1 : 2) * intermediate_size_;
         FLASHINFER_CHECK(w1_weight.size(1) == rows, op, "w1_weight", "expected ", rows,
                          " rows for intermediate_size ", intermediate_size_, ", got ",
                          shape_to_string(w1_weight.shape()));
@@ -412,7 +427,10 @@ Tensor B12xMoEWrapper::run(const Tensor& x, const Tensor& w1_weight, const Tenso
                          num_experts_,
                          top_k_,
                          activation_,
-                         quant_mode_};
+                         quant_mode_,
+                         swiglu_alpha_,
+                         swiglu_beta_,
+                         swiglu_limit_};
         return b12x_impl(op, c);
       },
       *this, x, w1_weight, w1_weight_sf, w2_weight, w2_weight_sf, token_selected_experts,
@@ -449,11 +467,23 @@ CuteDslMoEWrapper::CuteDslMoEWrapper(
                             {DType::kBFloat16, DType::kFloat16, DType::kFloat32}, op,
                             "output_dtype");
         quant_mode_ = canonical_cute_quant_mode(quant_mode, op);
+        moe_cute::check_situ_config(op, activation_type, situ_beta, situ_linear_beta);
         // CuteDslFusedMoEW4A16Runner, built by upstream's __init__: "W4A16 only supports BF16
         // output".
         FLASHINFER_CHECK(quant_mode_ != "w4a16" || output_dtype == DType::kBFloat16, op,
                          "output_dtype", "W4A16 only supports bfloat16 output, got ",
                          dtype_name(output_dtype));
+        // The w4a8 constructor checks (ValueError upstream).
+        if (quant_mode_ == "w4a8") {
+          FLASHINFER_CHECK(output_dtype == DType::kBFloat16, op, "output_dtype",
+                           "quant_mode='w4a8' supports only bfloat16 output, got ",
+                           dtype_name(output_dtype));
+          FLASHINFER_CHECK(use_fused_finalize, op, "use_fused_finalize",
+                           "quant_mode='w4a8' requires fused finalize");
+          FLASHINFER_CHECK(!situ_beta && !situ_linear_beta, op,
+                           situ_beta ? "situ_beta" : "situ_linear_beta",
+                           "SiTU is not supported when quant_mode='w4a8'");
+        }
         use_fused_finalize_ = use_fused_finalize;
         num_experts_ = num_experts;
         top_k_ = top_k;
@@ -489,9 +519,8 @@ Tensor CuteDslMoEWrapper::run(const Tensor& x, std::optional<Tensor> x_sf,
   return call_op<&CuteDslMoEWrapper::run>(
       [&] {
         const char* op = "CuteDslMoEWrapper.run";
-        FLASHINFER_CHECK_CODE(sf_vec_size_ == 16, ErrorCode::kUnsupported, op, "sf_vec_size",
-                              "NVFP4 scale blocks of 16 are implemented, the wrapper has ",
-                              sf_vec_size_);
+        // sf_vec_size is only stored upstream: _moe_core_impl takes the block size from x's dtype
+        // (16 for NVFP4 x, 32 for MXFP8 x).
         api::check_defined(x, op, "x");
         api::check_dim(x, {2}, op, "x");
         if (quant_mode_ == "w4a16") {  // bf16 x [T, hidden_size]
@@ -504,6 +533,17 @@ Tensor CuteDslMoEWrapper::run(const Tensor& x, std::optional<Tensor> x_sf,
               num_local_experts_.value_or(num_experts_), local_expert_offset_, activation_type_,
               swiglu_alpha_, swiglu_beta_, swiglu_limit_, situ_beta_, situ_linear_beta_,
               use_fused_finalize_, per_token_scale);
+        }
+        if (quant_mode_ == "w4a8") {  // e4m3 x [T, hidden_size]
+          FLASHINFER_CHECK(x.size(1) == hidden_size_, op, "x", "expected e4m3 [T, ", hidden_size_,
+                           "] for hidden_size ", hidden_size_, ", got ",
+                           shape_to_string(x.shape()));
+          return moe_cute::cute_w4a8_impl(
+              op, x, x_sf, token_selected_experts, token_final_scales, w1_weight, w1_weight_sf,
+              w1_alpha, fc2_input_scale, w2_weight, w2_weight_sf, w2_alpha, num_experts_, top_k_,
+              num_local_experts_, local_expert_offset_, output_dtype_, std::nullopt,
+              use_fused_finalize_, activation_type_, swiglu_alpha_, swiglu_beta_, swiglu_limit_,
+              situ_beta_, situ_linear_beta_, per_token_scale);
         }
         FLASHINFER_CHECK(2 * x.size(1) == hidden_size_, op, "x", "expected packed [T, ",
                          hidden_size_ / 2, "] for hidden_size ", hidden_size_, ", got ",

@@ -11,6 +11,10 @@
 
 #include "flashinfer/tensor.h"
 
+namespace flashinfer::kernels {
+struct TrtllmFp4MoeParams;
+}  // namespace flashinfer::kernels
+
 namespace flashinfer::moe_cute {
 
 /// Stored row s of a gated GEMM1 weight prepared by interleave_linear_and_gate(w1, 64) holds
@@ -32,6 +36,26 @@ Tensor cute_plain_scales(const Tensor& s, int64_t E, int64_t m, int64_t cols,
 /// sharing a row stride (the kernels walk them with one). Errors name `op` and the argument.
 void check_cute_pairs(const char* op, const Tensor& x, const Tensor& ids, const Tensor& scales,
                       int64_t T, int64_t K, std::initializer_list<DType> scale_dtypes);
+
+/// validate_cute_dsl_moe_situ_config: situ_linear_beta needs situ_beta, SiTU needs Swiglu (3),
+/// both betas positive and finite in fp32. Errors name `op` and the argument.
+void check_situ_config(const char* op, int64_t activation_type,
+                       const std::optional<double>& situ_beta,
+                       const std::optional<double>& situ_linear_beta);
+
+/// The result tensor of a CuTe-DSL / b12x MoE call: `given` checked as [T, H] of `dtype` on x's
+/// device, writable, unit last stride (errors name `op` and `arg`), or a new tensor.
+Tensor cute_output(const char* op, const char* arg, const std::optional<Tensor>& given, int64_t T,
+                   int64_t H, DType dtype, const Tensor& x);
+
+/// The problem fields of the FP4 MoE kernel's params that the CuTe-DSL paths and b12x share:
+/// precomputed routing (int32 ids and token_final_scales, row stride routed_stride), x and its
+/// row stride, `out` ([T, H], its dtype), the sizes, local experts [offset, offset + El), the
+/// plain-row weights w1 / w2.
+void set_moe_problem(kernels::TrtllmFp4MoeParams& p, const Tensor& x, const Tensor& ids,
+                     int64_t routed_stride, const Tensor& scales, const Tensor& out,
+                     int64_t num_experts, int64_t top_k, int64_t inter, int64_t num_local_experts,
+                     int64_t offset, const void* w1, const void* w2);
 
 /// cute_dsl_fused_moe's w4a4 math (errors name `op`); returns [T, H] of output_dtype.
 Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor>& x_sf,

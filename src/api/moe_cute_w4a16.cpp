@@ -47,13 +47,12 @@ Tensor cute_w4a16_impl(const char* op, const Tensor& x, const std::optional<Tens
                    "must be None when quant_mode='w4a16'");
   FLASHINFER_CHECK(!per_token_scale.has_value(), op, "per_token_scale",
                    "must be None when quant_mode='w4a16'");
-  api::refuse_if(situ_beta.has_value(), op, "situ_beta", "the SiTU activation is not implemented");
-  api::refuse_if(situ_linear_beta.has_value(), op, "situ_linear_beta",
-                 "the SiTU activation is not implemented");
-  FLASHINFER_CHECK_CODE(
-      activation_type == 3 || activation_type == 6, ErrorCode::kUnsupported, op, "activation_type",
-      "the W4A16 epilogue implements Swiglu (3) and Relu2 (6), got ", activation_type);
-  const bool gated = activation_type == 3;
+  // The W4A16 epilogue's activations (Sm100W4A16GroupedGemmKernel): Swiglu (or SiTU through
+  // situ_beta), GegluTanh, Relu2.
+  FLASHINFER_CHECK(activation_type == 3 || activation_type == 6 || activation_type == 8, op,
+                   "activation_type", "unsupported W4A16 epilogue activation: ", activation_type);
+  check_situ_config(op, activation_type, situ_beta, situ_linear_beta);
+  const bool gated = activation_type != 6;
   api::check_defined(x, op, "x");
   FLASHINFER_CHECK_CODE(x.device().is_cpu(), ErrorCode::kUnsupported, op, "x",
                         "quant_mode 'w4a16' has a CPU reference only (no CUDA kernel here)");
@@ -127,6 +126,11 @@ Tensor cute_w4a16_impl(const char* op, const Tensor& x, const std::optional<Tens
   p.swiglu_alpha = static_cast<float>(swiglu_alpha);
   p.swiglu_beta = static_cast<float>(swiglu_beta);
   p.swiglu_limit = static_cast<float>(swiglu_limit);
+  p.geglu_tanh = activation_type == 8;
+  p.situ = situ_beta.has_value();
+  p.situ_linear = situ_linear_beta.has_value();
+  p.situ_beta = static_cast<float>(situ_beta.value_or(0.0));
+  p.situ_linear_beta = static_cast<float>(situ_linear_beta.value_or(0.0));
   p.fused_finalize = use_fused_finalize;
   p.out = static_cast<uint16_t*>(out.data_ptr());
   p.out_stride = out.stride(0);

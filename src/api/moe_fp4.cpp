@@ -11,6 +11,7 @@
 #include "api/checks.h"
 #include "api/kernel_table.h"
 #include "api/moe_cute_dsl.h"
+#include "api/moe_cute_w4a8.h"
 #include "api/moe_layout.h"
 #include "api/moe_routing_checks.h"
 #include "api/moe_traits.h"
@@ -666,6 +667,47 @@ Tensor cute_plain_scales(const Tensor& s, int64_t E, int64_t m, int64_t cols,
   return out;
 }
 
+Tensor cute_output(const char* op, const char* arg, const std::optional<Tensor>& given, int64_t T,
+                   int64_t H, DType dtype, const Tensor& x) {
+  if (!given) return Tensor::empty({T, H}, dtype, x.device());
+  const Tensor& o = *given;
+  api::check_dtype_in(o, {dtype}, op, arg);
+  api::check_shape_eq(o, {T, H}, op, arg);
+  api::check_same_device(o, x, op, arg, "x");
+  api::check_last_stride_one(o, op, arg);
+  api::check_writable(o, op, arg);
+  return o;
+}
+
+void set_moe_problem(kernels::TrtllmFp4MoeParams& p, const Tensor& x, const Tensor& ids,
+                     int64_t routed_stride, const Tensor& scales, const Tensor& out,
+                     int64_t num_experts, int64_t top_k, int64_t inter, int64_t num_local_experts,
+                     int64_t offset, const void* w1, const void* w2) {
+  kernels::TrtllmMoeParams& b = p.base;
+  b.precomputed = true;
+  b.ids = ids.data<int32_t>();
+  b.weights = scales.data_ptr();
+  b.weights_dtype = scales.dtype();
+  b.routed_stride = routed_stride;
+  b.routing.num_tokens = out.size(0);
+  b.routing.num_experts = num_experts;
+  b.routing.top_k = top_k;
+  kernels::CutlassMoeParams& m = b.moe;
+  m.input = x.data_ptr();
+  m.in_stride = x.stride(0);
+  m.out = out.data_ptr();
+  m.out_stride = out.stride(0);
+  m.out_dtype = out.dtype();
+  m.num_tokens = out.size(0);
+  m.top_k = top_k;
+  m.hidden = out.size(1);
+  m.inter = inter;
+  m.num_local_experts = num_local_experts;
+  m.expert_offset = offset;
+  m.w1 = w1;
+  m.w2 = w2;
+}
+
 Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor>& x_sf,
                      const Tensor& ids, const Tensor& scales, const Tensor& w1, const Tensor& w1_sf,
                      const Tensor& w1_alpha, const std::optional<Tensor>& fc2_input_scale,
@@ -681,15 +723,19 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
   FLASHINFER_CHECK_CODE(quant_mode == "w4a4", ErrorCode::kUnsupported, op, "quant_mode",
                         "only \"w4a4\" (NVFP4 activations and weights) is implemented, got \"",
                         quant_mode, "\"");
-  api::refuse_if(situ_beta.has_value(), op, "situ_beta", "the SiTU activation is not implemented");
-  api::refuse_if(situ_linear_beta.has_value(), op, "situ_linear_beta",
-                 "the SiTU activation is not implemented");
-  api::refuse_if(per_token_scale.has_value(), op, "per_token_scale",
-                 "per-token activation scales are not implemented");
-  FLASHINFER_CHECK_CODE(
-      activation_type == 3 || activation_type == 6, ErrorCode::kUnsupported, op, "activation_type",
-      "Swiglu (3) and Relu2 (6) are implemented (the reference's two), got ", activation_type);
-  const bool gated = activation_type == 3;
+  // SiTU (situ_beta with Swiglu): gate' = beta * tanh(gate / beta) * sigmoid(gate), times up'
+  // = linear_beta * tanh(up / linear_beta) when situ_linear_beta is set, else up. Our shared
+  // activation (MoeAct::kSitu) always clamps up (25 when absent), so the unclamped form is refused.
+  check_situ_config(op, activation_type, situ_beta, situ_linear_beta);
+  api::refuse_if(situ_beta.has_value() && !situ_linear_beta.has_value(), op, "situ_linear_beta",
+                 "SiTU without the linear tanh clamp is not implemented");
+  // The GEMM1 epilogue's three (blockscaled_contiguous_gather_grouped_gemm_act_fusion): GegluTanh
+  // is (alpha * up) * gelu_tanh(alpha * gate), the SwiGLU parameters unused.
+  FLASHINFER_CHECK_CODE(activation_type == 3 || activation_type == 6 || activation_type == 8,
+                        ErrorCode::kUnsupported, op, "activation_type",
+                        "Swiglu (3), Relu2 (6) and GegluTanh (8) are implemented, got ",
+                        activation_type);
+  const bool gated = activation_type != 6;
   api::check_dtype_in(x, {DType::kUInt8}, op, "x");
   api::check_dim(x, {2}, op, "x");
   api::check_last_stride_one(x, op, "x");
@@ -741,21 +787,13 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
                      shape_to_string(f.shape()));
     gs = f.data<float>();
     gs_count = f.numel();
+    // The per-token quantizer takes it as one inverse global scale (global_scale_inv.reshape(1)).
+    FLASHINFER_CHECK(!per_token_scale || gs_count == 1, op, "fc2_input_scale",
+                     "must hold one value with per_token_scale, got ", shape_to_string(f.shape()));
   }
   api::check_dtype_in(Tensor::empty({0}, output_dtype),
                       {DType::kBFloat16, DType::kFloat16, DType::kFloat32}, op, "output_dtype");
-  Tensor out;
-  if (moe_output) {
-    const Tensor& o = *moe_output;
-    api::check_dtype_in(o, {output_dtype}, op, "moe_output");
-    api::check_shape_eq(o, {T, H}, op, "moe_output");
-    api::check_same_device(o, x, op, "moe_output", "x");
-    api::check_last_stride_one(o, op, "moe_output");
-    api::check_writable(o, op, "moe_output");
-    out = o;
-  } else {
-    out = Tensor::empty({T, H}, output_dtype, x.device());
-  }
+  const Tensor out = cute_output(op, "moe_output", moe_output, T, H, output_dtype, x);
   std::vector<int64_t> src1(static_cast<size_t>(N1)), src2(static_cast<size_t>(H));
   for (int64_t i = 0; i < N1; ++i) src1[static_cast<size_t>(i)] = i;
   for (int64_t i = 0; i < H; ++i) src2[static_cast<size_t>(i)] = i;
@@ -772,6 +810,24 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
   // The GEMM1 epilogue quantizes the fp32 activation with the global scale; GEMM2 reads e2m1 * sf
   // (the global scale stays in the values) and applies w2_alpha as given.
   p.act_quant = kernels::Moe4ActQuant::kNvfp4KeepScale;
+  if (per_token_scale) {
+    // The per-token path: GEMM1's alpha times per_token_scale[token], the activation written in
+    // output_dtype (bf16 or fp16 only, _intermediate_c_dtype), then requantized per row by
+    // nvfp4_quantize_per_token_cute_dsl with fc2_input_scale; GEMM2 applies each row's scale.
+    const Tensor& pt = *per_token_scale;
+    api::check_dtype_in(pt, {DType::kFloat32}, op, "per_token_scale");
+    api::check_same_device(pt, x, op, "per_token_scale", "x");
+    FLASHINFER_CHECK(pt.is_contiguous() && pt.shape() == Shape({T}), op, "per_token_scale",
+                     "expected contiguous fp32 [", T, "], got ", shape_to_string(pt.shape()));
+    FLASHINFER_CHECK(output_dtype == DType::kBFloat16 || output_dtype == DType::kFloat16, op,
+                     "output_dtype",
+                     "the per-token FC2 input quantization supports only float16 and bfloat16 "
+                     "intermediate dtypes, got ",
+                     dtype_torch_name(output_dtype));
+    p.act_quant = output_dtype == DType::kFloat16 ? kernels::Moe4ActQuant::kNvfp4PerTokenFp16
+                                                  : kernels::Moe4ActQuant::kNvfp4PerTokenBf16;
+    p.in_row_scale = pt.data<float>();
+  }
   p.act_global_scale = gs;
   p.act_gs_count = gs_count;
   p.round_routing_weights = false;
@@ -784,30 +840,18 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
   p.out1_scale = gated ? a1 : nullptr;
   p.out1_gate_scale = a1;
   p.out2_scale = a2;
-  kernels::TrtllmMoeParams& b = p.base;
-  b.precomputed = true;
-  b.ids = ids.data<int32_t>();
-  b.weights = scales.data_ptr();
-  b.weights_dtype = scales.dtype();
-  b.routed_stride = ids.stride(0);
-  b.routing.num_tokens = T;
-  b.routing.num_experts = E;
-  b.routing.top_k = K;
-  kernels::CutlassMoeParams& m = b.moe;
-  m.input = x.data_ptr();
-  m.in_stride = x.stride(0);
-  m.out = out.data_ptr();
-  m.out_stride = out.stride(0);
-  m.out_dtype = output_dtype;
-  m.num_tokens = T;
-  m.top_k = K;
-  m.hidden = H;
-  m.inter = I;
-  m.num_local_experts = El;
-  m.expert_offset = offset;
-  m.act = static_cast<kernels::MoeAct>(activation_type);
-  m.w1 = w1p.data_ptr();
-  m.w2 = w2.data_ptr();
+  set_moe_problem(p, x, ids, ids.stride(0), scales, out, E, K, I, El, offset, w1p.data_ptr(),
+                  w2.data_ptr());
+  kernels::CutlassMoeParams& m = p.base.moe;
+  m.act = situ_beta ? kernels::MoeAct::kSitu : static_cast<kernels::MoeAct>(activation_type);
+  const float situ_b = static_cast<float>(situ_beta.value_or(0.0)),
+              situ_lb = static_cast<float>(situ_linear_beta.value_or(0.0));
+  std::vector<float> situ_bv(static_cast<size_t>(El), situ_b),
+      situ_lbv(static_cast<size_t>(El), situ_lb);
+  if (situ_beta) {
+    m.situ_beta = situ_bv.data();
+    m.situ_linear_beta = situ_lbv.data();
+  }
   if (gated) {
     // The reference's SwiGLU with alpha / beta / limit (the SwigluBias formula).
     m.swiglu_alpha = sa.data();
@@ -832,6 +876,14 @@ Tensor cute_dsl_fused_moe_nvfp4(
     std::string_view quant_mode, std::optional<Tensor> per_token_scale) {
   return call_op<&cute_dsl_fused_moe_nvfp4>(
       [&] {
+        if (quant_mode == "w4a8") {  // MXFP8 x, MXFP4 weights: src/api/moe_cute_w4a8.cpp
+          return moe_cute::cute_w4a8_impl(
+              "cute_dsl_fused_moe_nvfp4", x, x_sf, token_selected_experts, token_final_scales,
+              w1_weight, w1_weight_sf, w1_alpha, fc2_input_scale, w2_weight, w2_weight_sf, w2_alpha,
+              num_experts, top_k, num_local_experts, local_expert_offset, output_dtype, moe_output,
+              use_fused_finalize, activation_type, swiglu_alpha, swiglu_beta, swiglu_limit,
+              situ_beta, situ_linear_beta, per_token_scale);
+        }
         return moe_cute::cute_dsl_impl(
             "cute_dsl_fused_moe_nvfp4", x, x_sf, token_selected_experts, token_final_scales,
             w1_weight, w1_weight_sf, w1_alpha, fc2_input_scale, w2_weight, w2_weight_sf, w2_alpha,

@@ -27,6 +27,13 @@ struct CuteW4a16MoeParams {
   // parameterized_swiglu); the sigmoid always uses swiglu_alpha.
   bool parameterized_swiglu = false;
   float swiglu_alpha = 1.0f, swiglu_beta = 0.0f, swiglu_limit = 0.0f;
+  // Other gated epilogues (gated only): GegluTanh, up * gelu_tanh(gate); SiTU (situ),
+  // (situ_beta * tanh(gate / situ_beta) * sigmoid(gate)) * up', with up' = situ_linear_beta *
+  // tanh(up / situ_linear_beta) when situ_linear, else up. Neither uses the SwiGLU parameters.
+  bool geglu_tanh = false;
+  bool situ = false;
+  bool situ_linear = false;
+  float situ_beta = 0.0f, situ_linear_beta = 0.0f;
   bool fused_finalize = true;
   uint16_t* out = nullptr;  // bf16 bits [T, H], row stride out_stride
   int64_t out_stride = 0;

@@ -34,6 +34,16 @@ enum class Moe4ActQuant : int {
   kNvfp4KeepScale = 4,
   // kNvfp4KeepScale of the bf16-rounded activation: the b12x kernels' FC1 epilogue.
   kNvfp4KeepScaleBf16 = 5,
+  // The fp32 activation quantized to MXFP8 (no bf16 rounding), the CuTe-DSL w4a8 GEMM1 epilogue:
+  // per 32 values the ue8m0 code of amax / 448 rounded up (mxfp8_quantize's codes), values times
+  // 2^(127 - code) rounded to e4m3 with saturation, read back as e4m3 * 2^(code - 127).
+  kMxfp8Fp32 = 6,
+  // The CuTe-DSL per-token path (w4a4 with per_token_scale): the activation rounded to bf16 /
+  // fp16, then nvfp4_quantize_per_token_cute_dsl per row: row scale pts = amax_row *
+  // act_global_scale[0] (fc2_input_scale, the inverse global scale), encode scale 1 / pts, e4m3
+  // block scales of 16 from it; GEMM2 reads e2m1 * sf and multiplies its row by pts.
+  kNvfp4PerTokenBf16 = 7,
+  kNvfp4PerTokenFp16 = 8,
 };
 
 /// base.moe.input: the hidden states (row stride in_stride, in elements of the stored dtype:
@@ -67,6 +77,8 @@ struct TrtllmFp4MoeParams {
   // b12x: bf16 hidden states (input kBf16) quantized per (token, expert) like the activation of
   // kNvfp4KeepScale, with this global scale ([E_l] or one value, in_gs_count 1; null: 1).
   bool quantize_input = false;
+  // CuTe-DSL per_token_scale: fp32 [num_tokens]; multiplies GEMM1's alpha on the token's rows.
+  const float* in_row_scale = nullptr;
   const float* in_global_scale = nullptr;
   int64_t in_gs_count = 0;
 };

@@ -44,6 +44,21 @@ inline std::vector<int64_t> stored_rows(int64_t n1, bool cute_gated) {
   return src;
 }
 
+/// Rows of `plain` [local, m, cols] bytes in stored order (stored_rows).
+inline std::vector<uint8_t> stored_bytes(const std::vector<uint8_t>& plain, int64_t local,
+                                         int64_t m, int64_t cols, bool reorder) {
+  const auto src = stored_rows(m, reorder);
+  std::vector<uint8_t> out(plain.size());
+  for (int64_t e = 0; e < local; ++e) {
+    for (int64_t s = 0; s < m; ++s) {
+      std::memcpy(&out[static_cast<size_t>((e * m + s) * cols)],
+                  &plain[static_cast<size_t>((e * m + src[static_cast<size_t>(s)]) * cols)],
+                  static_cast<size_t>(cols));
+    }
+  }
+  return out;
+}
+
 /// One MoE problem: plain NVFP4 weights (rows [linear; gate] when gated), linear e4m3 scale codes,
 /// per-expert alphas, routing (t + 3k) % E with weights 0.7 / 0.3.
 struct Nvfp4MoeData {
@@ -84,19 +99,9 @@ struct Nvfp4MoeData {
   Tensor alpha(const std::vector<double>& a) const {
     return Tensor::from_vector(a, {local}, DType::kFloat32);
   }
-  // Rows of `plain` [local, m, cols] in stored order.
   std::vector<uint8_t> stored(const std::vector<uint8_t>& plain, int64_t m, int64_t cols,
                               bool reorder) const {
-    const auto src = stored_rows(m, reorder);
-    std::vector<uint8_t> out(plain.size());
-    for (int64_t e = 0; e < local; ++e) {
-      for (int64_t s = 0; s < m; ++s) {
-        std::memcpy(&out[static_cast<size_t>((e * m + s) * cols)],
-                    &plain[static_cast<size_t>((e * m + src[static_cast<size_t>(s)]) * cols)],
-                    static_cast<size_t>(cols));
-      }
-    }
-    return out;
+    return stored_bytes(plain, local, m, cols, reorder);
   }
   Tensor w1_t() const {
     return moe_fp4::bytes_tensor(stored(w1, n1(), H / 2, cute && gated), {local, n1(), H / 2});

@@ -72,10 +72,13 @@ struct MoeCase : moe_cute_test::Nvfp4MoeData {
   // with gs1 (per local expert or one value) and GEMM1's alpha w1_alpha * gs1, or, gs1 empty,
   // with w1_alpha as both; the activation rounded to bf16, then quantized with gs2. cute: NVFP4 x
   // as given, the fp32 activation quantized with gs2. Both keep the global scale in the values.
-  // act_alpha/beta/limit: the cute wrapper's SwiGLU parameters.
+  // act_alpha/beta/limit: the SwiGLU parameters (the cute wrapper's, b12x's
+  // swigluoai_uninterleave). gelu_tanh: gate * 0.5 * (1 + tanh(0.7978845608 (gate + 0.044715
+  // gate^3))) * up instead.
   std::vector<double> expected(const std::vector<float>& gs1, const std::vector<float>& gs2,
                                double sw_alpha = 1.0, double sw_beta = 0.0,
-                               double sw_limit = 3.4e38) const {
+                               double sw_limit = 3.4e38, bool gelu_tanh = false,
+                               double situ_b = 0.0, double situ_lb = 0.0) const {
     const int64_t N1 = n1();
     std::vector<double> out(static_cast<size_t>(T * H), 0.0);
     auto pick = [](const std::vector<float>& g, int64_t e) {
@@ -110,7 +113,17 @@ struct MoeCase : moe_cute_test::Nvfp4MoeData {
         }
         std::vector<double> h(static_cast<size_t>(I));
         for (int64_t j = 0; j < I; ++j) {
-          if (gated) {  // up (linear) rows [0, I), gate rows [I, 2I)
+          if (gated && situ_b > 0.0) {  // SiTU: up' * beta * tanh(gate / beta) * sigmoid(gate)
+            const double gate = g[static_cast<size_t>(I + j)];
+            const double up = situ_lb * std::tanh(g[static_cast<size_t>(j)] / situ_lb);
+            h[static_cast<size_t>(j)] =
+                up * situ_b * std::tanh(gate / situ_b) / (1.0 + std::exp(-gate));
+          } else if (gated && gelu_tanh) {
+            const double gate = g[static_cast<size_t>(I + j)];
+            const double z = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate);
+            h[static_cast<size_t>(j)] =
+                gate * 0.5 * (1.0 + std::tanh(z)) * g[static_cast<size_t>(j)];
+          } else if (gated) {  // up (linear) rows [0, I), gate rows [I, 2I)
             const double gate = std::min(g[static_cast<size_t>(I + j)], sw_limit);
             const double lin = std::clamp(g[static_cast<size_t>(j)], -sw_limit, sw_limit);
             h[static_cast<size_t>(j)] = gate / (1.0 + std::exp(-sw_alpha * gate)) * (lin + sw_beta);
@@ -188,6 +201,71 @@ TEST(B12xFusedMoe, MatchesFormula) {
     EXPECT_EQ(out.dtype(), DType::kBFloat16);
     EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
   }
+}
+
+// The other activations of the SM12x kernels (gated_activation_f32 in moe_activation.py of the
+// 0.7.2.post1 wheel): gelu_tanh and swigluoai_uninterleave read the gate from rows [I, 2I) like
+// silu; swigluoai takes swiglu_alpha / beta / limit (None: no clamp), the others ignore them.
+TEST(B12xFusedMoe, OtherActivationsMatchFormula) {
+  struct Variant {
+    const char* name;
+    const char* act;
+    double alpha, beta;
+    std::optional<double> limit;
+  };
+  for (const Variant& v :
+       {Variant{"gelu_tanh", "gelu_tanh", 1.702, 1.0, std::nullopt},
+        Variant{"swigluoai, limit 0.75", "swigluoai_uninterleave", 1.702, 1.0, 0.75},
+        Variant{"swigluoai, no limit, alpha 0.5, beta -0.25", "swigluoai_uninterleave", 0.5, -0.25,
+                std::nullopt}}) {
+    SCOPED_TRACE(v.name);
+    MoeCase c;
+    c.make(23);
+    const bool gelu = std::string(v.act) == "gelu_tanh";
+    const std::vector<float> gs1{2.0f}, gs2{1.0f};
+    const auto expect = gelu ? c.expected(gs1, gs2, 1.0, 0.0, 3.4e38, true)
+                             : c.expected(gs1, gs2, v.alpha, v.beta, v.limit.value_or(3.4e38));
+    EXPECT_GT(max_abs(expect), 0.5);
+    const Tensor out =
+        b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
+                       c.K, c.alpha(c.a1), c.alpha(c.a2), floats(gs2), floats(gs1), std::nullopt,
+                       std::nullopt, DType::kBFloat16, v.act, v.alpha, v.beta, v.limit);
+    EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
+    // The wrapper keeps the activation and its parameters.
+    B12xMoEWrapper w(c.E, c.K, c.H, c.I, false, 4096, std::nullopt, DType::kBFloat16, "cuda", v.act,
+                     v.alpha, v.beta, v.limit);
+    const Tensor got = w.run(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(),
+                             c.rw_t(), c.alpha(c.a1), c.alpha(c.a2), floats(gs2), floats(gs1));
+    EXPECT_TRUE(all_close(got, out.to_double_vector(), {0.0, 0.0}));
+  }
+  // The clamp matters for this data (else the limit case above proves nothing).
+  MoeCase c;
+  c.make(23);
+  const auto clamped = c.expected({2.0f}, {1.0f}, 1.702, 1.0, 0.75);
+  const auto unclamped = c.expected({2.0f}, {1.0f}, 1.702, 1.0);
+  double diff = 0.0;
+  for (size_t i = 0; i < unclamped.size(); ++i)
+    diff = std::max(diff, std::abs(unclamped[i] - clamped[i]));
+  EXPECT_GT(diff, 0.1);
+}
+
+// A swiglu_limit with relu2 is dropped by launch_sm120_moe's kernels (only gated activations read
+// it; the normalizer that raises is reached only after the launcher cleared it), so it changes
+// nothing.
+TEST(B12xFusedMoe, SwigluLimitIgnoredWithRelu2) {
+  MoeCase c;
+  c.gated = false;
+  c.make(19);
+  const Tensor gs2 = floats({0.5f});
+  const Tensor plain =
+      b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
+                     c.K, c.alpha(c.a1), c.alpha(c.a2), gs2, std::nullopt, std::nullopt,
+                     std::nullopt, DType::kBFloat16, "relu2");
+  const Tensor limited =
+      b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
+                     c.K, c.alpha(c.a1), c.alpha(c.a2), gs2, std::nullopt, std::nullopt,
+                     std::nullopt, DType::kBFloat16, "relu2", 0.5, 0.0, 0.01);
+  EXPECT_TRUE(all_close(limited, plain.to_double_vector(), {0.0, 0.0}));
 }
 
 // launch_sm120_moe (moe_dispatch.py upstream): input_global_scale, when given, is x's NVFP4
@@ -353,16 +431,23 @@ TEST(B12xFusedMoe, BadInput) {
                   op, "output");
   EXPECT_FI_ERROR(call(good, std::nullopt, DType::kFloat16), op, "output_dtype");
   EXPECT_FI_ERROR_CODE(call(good, 4), op, "num_local_experts", ErrorCode::kUnsupported);
+  // Outside SUPPORTED_MOE_ACTIVATIONS: upstream's ValueError.
   EXPECT_FI_ERROR_CODE(call(good, std::nullopt, DType::kBFloat16, "swigluoai"), op, "activation",
-                       ErrorCode::kUnsupported);
-  EXPECT_FI_ERROR_CODE(call(good, std::nullopt, DType::kBFloat16, "relu2", 7.0), op, "swiglu_limit",
-                       ErrorCode::kUnsupported);
+                       ErrorCode::kInvalidArgument);
   EXPECT_FI_ERROR(call(good, std::nullopt, DType::kBFloat16, "silu", std::nullopt, "fp8"), op,
                   "activation_precision");
   EXPECT_FI_ERROR_CODE(call(good, std::nullopt, DType::kBFloat16, "silu", std::nullopt, "bf16"), op,
                        "quant_mode", ErrorCode::kUnsupported);
   EXPECT_FI_ERROR(call(good, std::nullopt, DType::kBFloat16, "silu", std::nullopt, "fp4", "int8"),
                   op, "quant_mode");
+  // _normalize_source_format_for_quant_mode (launch_sm120_moe, 0.7.2.post1 wheel):
+  // "compressed_tensors" requires quant_mode "w4a16".
+  EXPECT_FI_ERROR(
+      (void)b12x_fused_moe(good.x, good.w1, good.s1, good.w2, good.s2, good.ids, good.rw, c.E, c.K,
+                           good.a1, good.a2, good.fc2, std::nullopt, std::nullopt, std::nullopt,
+                           DType::kBFloat16, "silu", 1.702, 1.0, std::nullopt, "fp4", std::nullopt,
+                           "compressed_tensors"),
+      op, "source_format");
   EXPECT_EQ(op_backends(op), std::vector<std::string>{"cpu"});
 
   const char* init = "B12xMoEWrapper.__init__";
@@ -373,6 +458,10 @@ TEST(B12xFusedMoe, BadInput) {
   EXPECT_FI_ERROR(B12xMoEWrapper(8, 2, 128, 64, false, 4096, std::nullopt, DType::kBFloat16, "tpu"),
                   init, "device");
   EXPECT_FI_ERROR(B12xMoEWrapper(8, 0, 128, 64), init, "top_k");
+  EXPECT_FI_ERROR(
+      B12xMoEWrapper(8, 2, 128, 64, false, 4096, std::nullopt, DType::kBFloat16, "cuda", "silu",
+                     1.702, 1.0, std::nullopt, "fp4", std::nullopt, "compressed_tensors"),
+      init, "source_format");
   EXPECT_FI_ERROR(B12xMoEWrapper(8, 2, 100, 64), init, "hidden_size");
   const char* run = "B12xMoEWrapper.run";
   B12xMoEWrapper small(8, 2, 128, 64, true, 4);
@@ -438,6 +527,156 @@ TEST(CuteDslMoEWrapper, MatchesFormulaAndFunction) {
   }
 }
 
+// GegluTanh (8) in the GEMM1 epilogue (blockscaled_contiguous_gather_grouped_gemm_act_fusion of
+// the 0.7.2.post1 wheel): (alpha * up) * gelu_tanh(alpha * gate) on the interleaved [linear;
+// gate] rows, the SwiGLU parameters unused; then the NVFP4 output quantization as for Swiglu.
+TEST(CuteDslMoEWrapper, GegluTanhMatchesFormula) {
+  MoeCase c;
+  c.cute = true;
+  c.make(27);
+  const auto expect = c.expected({}, {0.5f}, 1.0, 0.0, 3.4e38, true);
+  EXPECT_GT(max_abs(expect), 0.5);
+  CuteDslMoEWrapper w(c.E, c.K, c.H, c.I, false, std::nullopt, c.local, c.offset, 128, 16,
+                      DType::kFloat32, "cuda", true, 8, 1.702, 1.0, 5.0);
+  const Tensor x = bytes_tensor(c.xq, {c.T, c.H / 2}), xs = bytes_tensor(c.xs, {c.T, c.H / 16});
+  const Tensor out = w.run(x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1),
+                           floats({0.5f}), c.w2_t(), c.s2_t(), c.alpha(c.a2));
+  EXPECT_TRUE(all_close(out, expect, {1e-4, 1e-4}));
+  // It differs from Swiglu on the same data.
+  const auto swiglu = c.expected({}, {0.5f});
+  double diff = 0.0;
+  for (size_t i = 0; i < swiglu.size(); ++i) diff = std::max(diff, std::abs(swiglu[i] - expect[i]));
+  EXPECT_GT(diff, 0.1);
+}
+
+// SiTU in the w4a4 GEMM1 epilogue (situ_f32 and the act-fusion kernel of the 0.7.2.post1 wheel):
+// (linear_beta * tanh(up / linear_beta)) * (beta * tanh(gate / beta) * sigmoid(gate)), here with
+// both betas given.
+TEST(CuteDslMoEWrapper, SituMatchesFormula) {
+  MoeCase c;
+  c.cute = true;
+  c.make(29);
+  const auto expect = c.expected({}, {0.5f}, 1.0, 0.0, 3.4e38, false, 1.5, 3.0);
+  EXPECT_GT(max_abs(expect), 0.5);
+  CuteDslMoEWrapper w(c.E, c.K, c.H, c.I, false, std::nullopt, c.local, c.offset, 128, 16,
+                      DType::kFloat32, "cuda", true, 3, 1.0, 0.0, 3.4028234663852886e38, 1.5, 3.0);
+  const Tensor x = bytes_tensor(c.xq, {c.T, c.H / 2}), xs = bytes_tensor(c.xs, {c.T, c.H / 16});
+  const Tensor out = w.run(x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1),
+                           floats({0.5f}), c.w2_t(), c.s2_t(), c.alpha(c.a2));
+  EXPECT_TRUE(all_close(out, expect, {1e-4, 1e-4}));
+  const auto swiglu = c.expected({}, {0.5f});
+  double diff = 0.0;
+  for (size_t i = 0; i < swiglu.size(); ++i) diff = std::max(diff, std::abs(swiglu[i] - expect[i]));
+  EXPECT_GT(diff, 0.1);
+}
+
+// w4a4 with per_token_scale (the per-token path of _moe_core_impl in the 0.7.2.post1 wheel): GEMM1
+// alpha times per_token_scale[t]; the SwiGLU output rounded to bf16 (output_dtype); per routed row
+// nvfp4_quantize_per_token_cute_dsl with fc2_input_scale as the inverse global scale: pts = amax *
+// gs_inv, enc = 1 / pts, per 16: sf = e4m3(enc * bmax / 6), q = e2m1(h / (sf / enc)); GEMM2 reads
+// q * sf and its row is scaled by pts (with w2_alpha and the routing weight). Written in fp32
+// where the kernel works in fp32, the GEMMs in fp64.
+std::vector<double> per_token_expected(const MoeCase& c, const std::vector<double>& pts,
+                                       float gs_inv) {
+  std::vector<double> out(static_cast<size_t>(c.T * c.H), 0.0);
+  const int64_t I = c.I, H = c.H;
+  for (int64_t t = 0; t < c.T; ++t) {
+    for (int64_t k = 0; k < c.K; ++k) {
+      const int64_t e = static_cast<int64_t>(c.ids[static_cast<size_t>(t * c.K + k)]);
+      const float alpha = static_cast<float>(c.a1[static_cast<size_t>(e)]) *
+                          static_cast<float>(pts[static_cast<size_t>(t)]);
+      auto proj = [&](int64_t row) {
+        double g = 0.0;
+        for (int64_t d = 0; d < H; ++d) {
+          g += moe_cute_test::e2m1(c.xq, static_cast<size_t>(t * H + d)) *
+               e4m3fn_bits_to_float(c.xs[static_cast<size_t>(t * (H / 16) + d / 16)]) *
+               c.w1v(e, row, d);
+        }
+        return static_cast<double>(alpha) * g;
+      };
+      std::vector<float> h(static_cast<size_t>(I));
+      float amax = 0.0f;
+      for (int64_t j = 0; j < I; ++j) {
+        const double up = proj(j), gate = proj(I + j);
+        h[static_cast<size_t>(j)] = bfloat16_bits_to_float(
+            float_to_bfloat16_bits(static_cast<float>(up * gate / (1.0 + std::exp(-gate)))));
+        amax = std::max(amax, std::fabs(h[static_cast<size_t>(j)]));
+      }
+      const float p2 = amax * gs_inv, enc = 1.0f / p2;
+      for (int64_t b = 0; b < I; b += 16) {
+        float bmax = 0.0f;
+        for (int64_t j = b; j < b + 16; ++j)
+          bmax = std::max(bmax, std::fabs(h[static_cast<size_t>(j)]));
+        const float sf = e4m3fn_bits_to_float(float_to_e4m3fn_bits(enc * (bmax / 6.0f), true));
+        for (int64_t j = b; j < b + 16; ++j) {
+          h[static_cast<size_t>(j)] = e2m1_round(h[static_cast<size_t>(j)] / (sf / enc)) * sf;
+        }
+      }
+      for (int64_t d = 0; d < H; ++d) {
+        double y = 0.0;
+        for (int64_t j = 0; j < I; ++j) y += h[static_cast<size_t>(j)] * c.w2v(e, d, j);
+        out[static_cast<size_t>(t * H + d)] +=
+            c.rw[static_cast<size_t>(t * c.K + k)] * c.a2[static_cast<size_t>(e)] * p2 * y;
+      }
+    }
+  }
+  return out;
+}
+
+TEST(CuteDslMoEWrapper, PerTokenScaleMatchesFormula) {
+  MoeCase c;
+  c.cute = true;
+  c.make(33);
+  const std::vector<double> pts{0.5, 1.0, 2.0, 0.75, 1.5};
+  const float gs_inv = 1.0f / 2688.0f;  // 1 / (6 * 448): the recipe's usual constant
+  const auto expect = per_token_expected(c, pts, gs_inv);
+  EXPECT_GT(max_abs(expect), 0.5);
+  const Tensor x = bytes_tensor(c.xq, {c.T, c.H / 2}), xs = bytes_tensor(c.xs, {c.T, c.H / 16});
+  const Tensor pt = Tensor::from_vector(pts, {c.T}, DType::kFloat32);
+  CuteDslMoEWrapper w(c.E, c.K, c.H, c.I);
+  const Tensor out = w.run(x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1),
+                           floats({gs_inv}), c.w2_t(), c.s2_t(), c.alpha(c.a2), std::nullopt, pt);
+  EXPECT_EQ(out.dtype(), DType::kBFloat16);
+  EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
+  // The function takes the same path.
+  const Tensor f = cute_dsl_fused_moe_nvfp4(
+      x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1), floats({gs_inv}), c.w2_t(),
+      c.s2_t(), c.alpha(c.a2), c.E, c.K, std::nullopt, 0, DType::kBFloat16, true, std::nullopt,
+      std::nullopt, true, 3, 1.0, 0.0, 3.4028234663852886e38, std::nullopt, std::nullopt, "w4a4",
+      pt);
+  EXPECT_TRUE(all_close(f, out.to_double_vector(), {0.0, 0.0}));
+  {  // recorded with per_token_scale, replayed
+    const Tensor w1 = c.w1_t(), s1 = c.s1_t(), w2 = c.w2_t(), s2 = c.s2_t();
+    std::vector<RecordingObserver::Call> calls;
+    {
+      RecordingScope scope;
+      (void)cute_dsl_fused_moe_nvfp4(x, xs, c.ids_t(), c.rw_t(), w1, s1, c.alpha(c.a1),
+                                     floats({gs_inv}), w2, s2, c.alpha(c.a2), c.E, c.K,
+                                     std::nullopt, 0, DType::kBFloat16, true, std::nullopt,
+                                     std::nullopt, true, 3, 1.0, 0.0, 3.4028234663852886e38,
+                                     std::nullopt, std::nullopt, "w4a4", pt);
+      calls = scope.observer().calls;
+    }
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_TRUE(replays_identically(calls[0]));
+  }
+  // Bad input: fp32 output (no fp32 intermediate), a per-expert fc2_input_scale, a wrong shape.
+  const char* fn = "cute_dsl_fused_moe_nvfp4";
+  auto call = [&](DType od, const Tensor& fc2, const Tensor& p) {
+    (void)cute_dsl_fused_moe_nvfp4(x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1),
+                                   fc2, c.w2_t(), c.s2_t(), c.alpha(c.a2), c.E, c.K, std::nullopt,
+                                   0, od, true, std::nullopt, std::nullopt, true, 3, 1.0, 0.0,
+                                   3.4028234663852886e38, std::nullopt, std::nullopt, "w4a4", p);
+  };
+  EXPECT_FI_ERROR(call(DType::kFloat32, floats({gs_inv}), pt), fn, "output_dtype");
+  EXPECT_FI_ERROR(call(DType::kBFloat16, floats(std::vector<float>(8, gs_inv)), pt), fn,
+                  "fc2_input_scale");
+  EXPECT_FI_ERROR(call(DType::kBFloat16, floats({gs_inv}), Tensor::full({3}, 1.0, DType::kFloat32)),
+                  fn, "per_token_scale");
+  EXPECT_FI_ERROR(call(DType::kBFloat16, floats({gs_inv}), pt.to(DType::kBFloat16)), fn,
+                  "per_token_scale");
+}
+
 TEST(CuteDslMoEWrapper, BadInput) {
   const char* init = "CuteDslMoEWrapper.__init__";
   EXPECT_FI_ERROR(CuteDslMoEWrapper(8, 2, 128, 64, false, std::nullopt, std::nullopt, 0, 128, 16,
@@ -478,21 +717,30 @@ TEST(CuteDslMoEWrapper, BadInput) {
                   "fc2_input_scale");
   EXPECT_FI_ERROR(run_with(ok, Tensor::zeros({c.T, 32}, DType::kUInt8), c.alpha(c.a1)), run, "x");
   EXPECT_FI_ERROR(run_with(ok, x, Tensor::zeros({3}, DType::kFloat32)), run, "w1_alpha");
-  EXPECT_FI_ERROR_CODE(run_with(ok, x, c.alpha(c.a1), Tensor::full({c.T}, 1.0, DType::kFloat32)),
-                       run, "per_token_scale", ErrorCode::kUnsupported);
-  // w4a16 runs (tests/ops/test_moe_cute_w4a16.cpp); w4a8 is still refused.
+  // per_token_scale runs (PerTokenScaleMatchesFormula).
+  // w4a16 and w4a8 run (tests/ops/test_moe_cute_w4a16.cpp, test_moe_cute_w4a8.cpp); w4a8 takes
+  // e4m3 x ("quant_mode='w4a8' requires float8_e4m3fn input", a TypeError upstream).
   CuteDslMoEWrapper w4a8(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
                          DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, 1e30, std::nullopt,
                          std::nullopt, true, "w4a8");
-  EXPECT_FI_ERROR_CODE(run_with(w4a8, x, c.alpha(c.a1)), run, "quant_mode",
+  EXPECT_FI_ERROR(run_with(w4a8, x, c.alpha(c.a1), std::nullopt, std::nullopt), run, "x");
+  // GegluTanh and SiTU with both betas run (GegluTanhMatchesFormula, SituMatchesFormula); SiTU
+  // without situ_linear_beta (no clamp of up) is refused.
+  CuteDslMoEWrapper situ(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
+                         DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, 1e30, 4.0);
+  EXPECT_FI_ERROR_CODE(run_with(situ, x, c.alpha(c.a1)), run, "situ_linear_beta",
                        ErrorCode::kUnsupported);
-  CuteDslMoEWrapper geglu(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
-                          DType::kBFloat16, "cuda", true, 8);
-  EXPECT_FI_ERROR_CODE(run_with(geglu, x, c.alpha(c.a1)), run, "activation_type",
-                       ErrorCode::kUnsupported);
+  EXPECT_FI_ERROR(
+      CuteDslMoEWrapper(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
+                        DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, 1e30, std::nullopt, 2.0),
+      "CuteDslMoEWrapper.__init__", "situ_linear_beta");
+  // sf_vec_size is only stored upstream (the block size follows x's dtype): 32 changes nothing.
   CuteDslMoEWrapper sf32(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 32);
-  EXPECT_FI_ERROR_CODE(run_with(sf32, x, c.alpha(c.a1)), run, "sf_vec_size",
-                       ErrorCode::kUnsupported);
+  const Tensor r16 = ok.run(x, xs, c.ids_t(), c.rw_t(), w1, s1, c.alpha(c.a1), floats({1.0f}), w2,
+                            s2, c.alpha(c.a2));
+  const Tensor r32 = sf32.run(x, xs, c.ids_t(), c.rw_t(), w1, s1, c.alpha(c.a1), floats({1.0f}), w2,
+                              s2, c.alpha(c.a2));
+  EXPECT_TRUE(all_close(r32, r16.to_double_vector(), {0.0, 0.0}));
   EXPECT_EQ(op_backends(run), std::vector<std::string>{"cpu"});
 }
 
@@ -620,7 +868,17 @@ s1b = mma_view(torch.stack([interleave_128x4(s1[e].to(torch.uint8)) for e in ran
 s2b = mma_view(torch.stack([interleave_128x4(s2[e].to(torch.uint8)) for e in range(E)]), E, H, I // 16)
 w1b = torch.stack([pack(w1q[e]) for e in range(E)])
 w2b = torch.stack([pack(w2q[e]) for e in range(E)])
-def b12x_ref(gs1, gs2):  # launch_sm120_moe: gs1 None -> w1_alpha quantizes x, else folded
+def act(g, name, alpha=1.702, beta=1.0, limit=None):  # gated_activation_f32; up [0, I), gate [I, 2I)
+    gate, up = g[I:], g[:I]
+    if name == "gelu_tanh":
+        return gate * torch.sigmoid(2 * 0.7978845608028654 * (gate + 0.044715 * gate ** 3)) * up
+    if name == "swigluoai_uninterleave":
+        if limit is not None:
+            gate, up = torch.clamp(gate, max=limit), torch.clamp(up, -limit, limit)
+        return gate * torch.sigmoid(alpha * gate) * (up + beta)
+    return gate * torch.sigmoid(gate) * up
+
+def b12x_ref(gs1, gs2, name="silu", **kw):  # launch_sm120_moe: gs1 None -> w1_alpha quantizes x
     out = torch.zeros(T, H)
     for t in range(T):
         for k in range(K):
@@ -629,7 +887,7 @@ def b12x_ref(gs1, gs2):  # launch_sm120_moe: gs1 None -> w1_alpha quantizes x, e
             al = a1[e] if gs1 is None else a1[e] * gx
             xd = qdq(x[t].float(), gx)
             g = al * (w1d[e] @ xd)
-            h = qdq((g[I:] * torch.sigmoid(g[I:]) * g[:I]).bfloat16().float(), gs2)
+            h = qdq(act(g, name, **kw).bfloat16().float(), gs2)
             out[t] += rw[t, k] * a2[e] * (w2d[e] @ h)
     return out.bfloat16()
 
@@ -705,9 +963,24 @@ record("CuteDslMoEWrapper.run", "flashinfer.fused_moe.cute_dsl.fused_moe",
         "kwarg_w2_weight": torch.stack([pack(w2q[e]) for e in loc]),
         "kwarg_w2_weight_sf": s2c, "kwarg_w2_alpha": a2[off:off + El].clone()},
        {"arg_0": obj2}, {"result": out.bfloat16()}, self_id=SELF2)
+
+# 4, 5. b12x_fused_moe with the other gated activations of the SM12x kernels (session 15):
+# gelu_tanh, and swigluoai_uninterleave with alpha 1.5, beta 0.5, limit 1.0.
+for name, kw in (("gelu_tanh", {}),
+                 ("swigluoai_uninterleave", {"alpha": 1.5, "beta": 0.5, "limit": 1.0})):
+    meta = {"kwarg_num_experts": E, "kwarg_top_k": K, "kwarg_activation": name}
+    if kw:
+        meta.update({"kwarg_swiglu_alpha": kw["alpha"], "kwarg_swiglu_beta": kw["beta"],
+                     "kwarg_swiglu_limit": kw["limit"]})
+    record("b12x_fused_moe", "flashinfer.fused_moe.cute_dsl.b12x_moe",
+           {"kwarg_x": x, "kwarg_token_selected_experts": ids, "kwarg_token_final_scales": rw,
+            "kwarg_w1_weight": w1b, "kwarg_w1_weight_sf": s1b, "kwarg_w1_alpha": a1,
+            "kwarg_fc2_input_scale": torch.tensor([1.0]), "kwarg_w2_weight": w2b,
+            "kwarg_w2_weight_sf": s2b, "kwarg_w2_alpha": a2},
+           meta, {"result": b12x_ref(None, 1.0, name, **kw)})
 )PY";
   std::vector<replay::Result> results;
-  if (!run_dump_script(dir, py, dir, 5u, &results)) GTEST_SKIP() << "python3-torch not installed";
+  if (!run_dump_script(dir, py, dir, 7u, &results)) GTEST_SKIP() << "python3-torch not installed";
   for (const auto& r : results) {
     if (r.function_name.ends_with(".__init__")) continue;
     ASSERT_FALSE(r.comparisons.empty()) << r.function_name;

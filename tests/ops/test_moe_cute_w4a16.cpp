@@ -40,8 +40,11 @@ struct W4a16Case : moe_cute_test::Nvfp4MoeData {
   // non-default parameters) or relu^2; h rounded to bf16. Fused finalize: each (t, k) adds
   // bf16((alpha2 * s) * (h @ W2.T)) into a bf16 output; two-stage: bf16(alpha2 * (h @ W2.T))
   // times s accumulated in k order, rounded once.
-  std::vector<double> expected(bool fused, double sa = 1.0, double sb = 0.0,
-                               double sl = kFltMax) const {
+  // act: 3 Swiglu (or SiTU when situ_b > 0: situ_b * tanh(gate / situ_b) * sigmoid(gate) times
+  // up, or times situ_lb * tanh(up / situ_lb) when situ_lb > 0), 8 GegluTanh (up *
+  // gelu_tanh(gate)), 6 Relu2 (from `gated`).
+  std::vector<double> expected(bool fused, double sa = 1.0, double sb = 0.0, double sl = kFltMax,
+                               int64_t act = 3, double situ_b = 0.0, double situ_lb = 0.0) const {
     const bool param = sa != 1.0 || sb != 0.0 || sl != kFltMax;
     std::vector<double> out(static_cast<size_t>(T * H), 0.0);
     for (int64_t t = 0; t < T; ++t) {
@@ -56,7 +59,16 @@ struct W4a16Case : moe_cute_test::Nvfp4MoeData {
             return a1[static_cast<size_t>(e)] * g;
           };
           double v;
-          if (gated) {
+          if (gated && act == 8) {
+            const double up = proj(j), gate = proj(I + j);
+            const double z = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate);
+            v = up * 0.5 * gate * (1.0 + std::tanh(z));
+          } else if (gated && situ_b > 0.0) {
+            double up = proj(j);
+            const double gate = proj(I + j);
+            if (situ_lb > 0.0) up = situ_lb * std::tanh(up / situ_lb);
+            v = up * situ_b * std::tanh(gate / situ_b) / (1.0 + std::exp(-gate));
+          } else if (gated) {
             double up = proj(j), gate = proj(I + j);
             if (param) {
               gate = std::min(gate, sl);
@@ -168,9 +180,15 @@ TEST(CuteDslW4a16, MatchesFormula) {
     bool gated, six_d, fused;
     int64_t offset, local;
     double sa, sb, sl;
+    int64_t act = 3;
+    double situ_b = 0.0, situ_lb = 0.0;
   };
   for (const Variant& v :
        {Variant{"swiglu, fused", true, true, true, 0, 8, 1.0, 0.0, kFltMax},
+        Variant{"geglu tanh, fused", true, false, true, 0, 8, 1.0, 0.0, kFltMax, 8},
+        Variant{"situ, two-stage", true, false, false, 0, 8, 1.0, 0.0, kFltMax, 3, 0.75},
+        Variant{"situ with linear beta, fused", true, true, true, 4, 4, 1.0, 0.0, kFltMax, 3, 0.75,
+                2.0},
         Variant{"swiglu, two-stage", true, false, false, 0, 8, 1.0, 0.0, kFltMax},
         Variant{"swiglu params, EP rank 1", true, false, true, 4, 4, 1.702, 1.0, 2.0},
         Variant{"relu2, two-stage", false, true, false, 0, 8, 1.0, 0.0, kFltMax},
@@ -182,9 +200,12 @@ TEST(CuteDslW4a16, MatchesFormula) {
     c.offset = v.offset;
     c.local = v.local;
     c.make(51);
-    const auto expect = c.expected(v.fused, v.sa, v.sb, v.sl);
-    EXPECT_GT(max_abs(expect), 0.5);
-    CuteDslMoEWrapper w = w4a16_wrapper(c, v.gated ? 3 : 6, v.fused, v.sa, v.sb, v.sl);
+    const auto expect = c.expected(v.fused, v.sa, v.sb, v.sl, v.act, v.situ_b, v.situ_lb);
+    EXPECT_GT(max_abs(expect), 0.25);
+    const auto beta = [](double b) { return b > 0.0 ? std::optional<double>(b) : std::nullopt; };
+    CuteDslMoEWrapper w(c.E, c.K, c.H, c.I, false, std::nullopt, c.local, c.offset, 128, 16,
+                        DType::kBFloat16, "cuda", true, v.gated ? v.act : 6, v.sa, v.sb, v.sl,
+                        beta(v.situ_b), beta(v.situ_lb), v.fused, "w4a16");
     const Tensor out = w.run(c.x_bf16(), std::nullopt, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(),
                              c.alpha(c.a1), std::nullopt, c.w2_t(), c.s2_t(), c.alpha(c.a2));
     EXPECT_EQ(out.dtype(), DType::kBFloat16);
@@ -254,14 +275,18 @@ TEST(CuteDslW4a16, BadInput) {
   EXPECT_FI_ERROR(w.run(x, std::nullopt, ids, rw, w1, s1, a1, std::nullopt, w2, s2,
                         Tensor::zeros({3}, DType::kFloat32)),
                   run, "w2_alpha");
-  CuteDslMoEWrapper geglu = w4a16_wrapper(c, 8);
-  EXPECT_FI_ERROR_CODE(geglu.run(x, std::nullopt, ids, rw, w1, s1, a1, std::nullopt, w2, s2, a2),
-                       run, "activation_type", ErrorCode::kUnsupported);
-  CuteDslMoEWrapper situ(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
-                         DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, kFltMax, 0.5, std::nullopt,
-                         true, "w4a16");
-  EXPECT_FI_ERROR_CODE(situ.run(x, std::nullopt, ids, rw, w1, s1, a1, std::nullopt, w2, s2, a2),
-                       run, "situ_beta", ErrorCode::kUnsupported);
+  // validate_cute_dsl_moe_situ_config, at construction: situ_linear_beta needs situ_beta, SiTU
+  // needs Swiglu, positive finite betas.
+  auto situ = [](int64_t act, std::optional<double> b, std::optional<double> lb) {
+    return CuteDslMoEWrapper(8, 2, 128, 64, false, std::nullopt, std::nullopt, 0, 128, 16,
+                             DType::kBFloat16, "cuda", true, act, 1.0, 0.0, kFltMax, b, lb, true,
+                             "w4a16");
+  };
+  EXPECT_FI_ERROR(situ(3, std::nullopt, 2.0), init, "situ_linear_beta");
+  EXPECT_FI_ERROR(situ(8, 2.0, std::nullopt), init, "situ_beta");
+  EXPECT_FI_ERROR(situ(3, -1.0, std::nullopt), init, "situ_beta");
+  EXPECT_FI_ERROR(situ(3, 1e300, std::nullopt), init, "situ_beta");
+  EXPECT_FI_ERROR(situ(3, 2.0, 0.0), init, "situ_linear_beta");
 }
 
 // ---- record / replay --------------------------------------------------------------------------

@@ -76,6 +76,17 @@ void cute_w4a16_moe(const CuteW4a16MoeParams& p) {
         if (p.gated) {
           float up = a1 * dot(W1 + j * H, x.data(), H);
           float gate = a1 * dot(W1 + (I + j) * H, x.data(), H);
+          if (p.geglu_tanh) {
+            const float z = 0.7978845608028654f * (gate + 0.044715f * gate * gate * gate);
+            h[j] = bf16_round(up * (0.5f * gate * (1.0f + std::tanh(z))));
+            continue;
+          }
+          if (p.situ) {
+            const float g = p.situ_beta * std::tanh(gate / p.situ_beta) / (1.0f + std::exp(-gate));
+            if (p.situ_linear) up = p.situ_linear_beta * std::tanh(up / p.situ_linear_beta);
+            h[j] = bf16_round(up * g);
+            continue;
+          }
           if (p.parameterized_swiglu) {
             gate = fmin_nan(gate, p.swiglu_limit);
             up = -fmin_nan(-fmin_nan(up, p.swiglu_limit), p.swiglu_limit);

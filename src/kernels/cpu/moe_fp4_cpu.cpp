@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "flashinfer/float_formats.h"
@@ -105,6 +106,54 @@ void dequant_hidden(const TrtllmFp4MoeParams& p, int64_t t, float* dst) {
   }
 }
 
+// float_to_ue8m0_fast (flashinfer/quantization/quantization_cute_dsl_utils.py): the biased
+// exponent of v, plus one when the mantissa is not zero (round up; not for a subnormal whose
+// mantissa is <= 0x400000), at most 254; 0 for v <= 0.
+uint8_t ue8m0_round_up(float v) {
+  if (!(v > 0.0f)) return 0;
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  const uint32_t exp = (bits >> 23) & 0xFF, mant = bits & 0x7FFFFF;
+  uint32_t code = exp + (mant != 0 && !(exp == 0 && mant <= 0x400000) ? 1 : 0);
+  return static_cast<uint8_t>(std::min<uint32_t>(code, 254));
+}
+
+// MXFP8 quantize-dequantize of n fp32 values (blocks of 32) in place, as the CuTe-DSL GEMM1
+// epilogue writes them (kMxfp8Fp32). ue8m0_to_inv_scale_fast builds 2^(127 - code) from the
+// exponent field max(254 - code, 0), so code 0 and code 254 both give a factor 0.
+void mxfp8_qdq_fp32(float* v, int64_t n) {
+  for (int64_t b = 0; b < n; b += 32) {
+    float amax = 0.0f;
+    for (int64_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(v[i]));
+    const uint8_t code = ue8m0_round_up(amax * (1.0f / 448.0f));
+    const float inv = code == 0 || code >= 254 ? 0.0f : std::ldexp(1.0f, 127 - code);
+    const float scale = ue8m0_to_float(code);
+    for (int64_t i = b; i < b + 32; ++i) {
+      v[i] = e4m3fn_bits_to_float(float_to_e4m3fn_bits(v[i] * inv, true)) * scale;
+    }
+  }
+}
+
+// nvfp4_quantize_per_token_cute_dsl of one row of n values (already rounded to its 16-bit type),
+// in place, with exact fp32 arithmetic where the kernel uses rcp.approx: pts = amax * gs_inv
+// (0 for a zero row, whose encode scale is FLT_MAX), per block of 16 sf = e4m3(enc * (bmax /
+// 6)), values e2m1(v * (1 / (sf / enc))) * sf. Returns pts, the factor GEMM2 applies to the row.
+float nvfp4_per_token_qdq(float* v, int64_t n, float gs_inv) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+  const float pts = amax == 0.0f ? 0.0f : amax * gs_inv;
+  const float enc = amax == 0.0f ? std::numeric_limits<float>::max() : 1.0f / pts;
+  for (int64_t b = 0; b < n; b += 16) {
+    float bmax = 0.0f;
+    for (int64_t i = b; i < b + 16; ++i) bmax = std::max(bmax, std::fabs(v[i]));
+    const float sf = e4m3fn_bits_to_float(float_to_e4m3fn_bits(enc * (bmax * (1.0f / 6.0f)), true));
+    const float out_scale = sf == 0.0f ? 0.0f : 1.0f / (sf * (1.0f / enc));
+    for (int64_t i = b; i < b + 16; ++i)
+      v[i] = e2m1_bits_to_float(float_to_e2m1_bits(v[i] * out_scale)) * sf;
+  }
+  return pts;
+}
+
 // Quantizes and dequantizes the activation rows [n, I] in place, as GEMM2 reads them; `gs` is
 // the NVFP4 global scale.
 void quantize_activation(Moe4ActQuant q, std::vector<float>& h, int64_t n, int64_t I, float gs) {
@@ -114,6 +163,10 @@ void quantize_activation(Moe4ActQuant q, std::vector<float>& h, int64_t n, int64
       for (float& v : h) v = bf16_round(v);
     }
     nvfp4_qdq_keep_scale(h.data(), n * I, gs);
+    return;
+  }
+  if (q == Moe4ActQuant::kMxfp8Fp32) {
+    mxfp8_qdq_fp32(h.data(), n * I);
     return;
   }
   for (float& v : h) v = bf16_round(v);
@@ -247,21 +300,37 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
     for (int64_t r = 0; r < n; ++r) {
       const float* g = g1.data() + r * N1;
       float* hr = h.data() + r * I;
+      // The CuTe-DSL per-token path scales GEMM1's alpha by the token's per_token_scale.
+      const float rs = p.in_row_scale ? p.in_row_scale[pairs[static_cast<size_t>(r)] / K] : 1.0f;
+      const float sgr = sg * rs, scr = sc * rs;
       if (gated) {
         for (int64_t j = 0; j < I; ++j) {
-          gv[static_cast<size_t>(j)] = g[j] * sc + (be ? be[j] : 0.0f);
-          gv[static_cast<size_t>(I + j)] = g[I + j] * sg + (be ? be[I + j] : 0.0f);
+          gv[static_cast<size_t>(j)] = g[j] * scr + (be ? be[j] : 0.0f);
+          gv[static_cast<size_t>(I + j)] = g[I + j] * sgr + (be ? be[I + j] : 0.0f);
         }
         moe_activation_row(m, e, gv.data(), hr);
       } else {
         for (int64_t j = 0; j < I; ++j)
-          gv[static_cast<size_t>(j)] = g[j] * sg + (be ? be[j] : 0.0f);
+          gv[static_cast<size_t>(j)] = g[j] * sgr + (be ? be[j] : 0.0f);
         moe_activation_row(m, e, gv.data(), hr);
         for (int64_t j = 0; j < I; ++j) hr[j] *= sc;
       }
     }
     const float gs = p.act_global_scale ? p.act_global_scale[p.act_gs_count == 1 ? 0 : e] : 1.0f;
-    quantize_activation(p.act_quant, h, n, I, gs);
+    std::vector<float> row_pts;
+    if (p.act_quant == Moe4ActQuant::kNvfp4PerTokenBf16 ||
+        p.act_quant == Moe4ActQuant::kNvfp4PerTokenFp16) {
+      const bool fp16 = p.act_quant == Moe4ActQuant::kNvfp4PerTokenFp16;
+      row_pts.resize(static_cast<size_t>(n));
+      for (int64_t r = 0; r < n; ++r) {
+        float* hr = h.data() + r * I;
+        for (int64_t j = 0; j < I; ++j)
+          hr[j] = fp16 ? half_bits_to_float(float_to_half_bits(hr[j])) : bf16_round(hr[j]);
+        row_pts[static_cast<size_t>(r)] = nvfp4_per_token_qdq(hr, I, gs);
+      }
+    } else {
+      quantize_activation(p.act_quant, h, n, I, gs);
+    }
     const auto* s2 =
         static_cast<const uint8_t*>(p.w2_scale) + static_cast<size_t>(e * H * (I / vec)) * sf_es;
     const std::vector<float> w2e =
@@ -272,8 +341,9 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
     for (int64_t r = 0; r < n; ++r) {
       const int64_t pair = pairs[static_cast<size_t>(r)];
       local[static_cast<size_t>(pair)] = 1;
+      const float s2r = row_pts.empty() ? s2o : s2o * row_pts[static_cast<size_t>(r)];
       for (int64_t c = 0; c < H; ++c) {
-        const float v = g2[static_cast<size_t>(r * H + c)] * s2o + (b2 ? b2[e * H + c] : 0.0f);
+        const float v = g2[static_cast<size_t>(r * H + c)] * s2r + (b2 ? b2[e * H + c] : 0.0f);
         y[static_cast<size_t>(pair * H + c)] = p.round_expert_out ? bf16_round(v) : v;
       }
     }
