@@ -14,6 +14,7 @@
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "flashinfer/error.h"
@@ -24,14 +25,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The call directory, inside a per-process directory removed when libFuzzer exits (it calls
+// exit() at the end of -max_total_time and after the inputs given on the command line).
+struct CallDir {
+  fs::path root = fs::temp_directory_path() / ("fi_fuzz_call_dir_" + std::to_string(::getpid()));
+  fs::path dir = root / "20990101_000000_000_pid1_fuzz_call0001";
+  CallDir() { fs::create_directories(dir); }
+  ~CallDir() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
+};
+
 const fs::path& call_dir() {
-  static const fs::path d = [] {
-    fs::path p = fs::temp_directory_path() / ("fi_fuzz_call_dir_" + std::to_string(::getpid())) /
-                 "20990101_000000_000_pid1_fuzz_call0001";
-    fs::create_directories(p);
-    return p;
-  }();
-  return d;
+  static const CallDir d;
+  return d.dir;
 }
 
 // Whether every tensor in `v` has at most 2^16 elements.

@@ -17,6 +17,7 @@
 #include "formats/reader_limits.h"
 #include "formats/zip_writer.h"
 #include "recorder/python_json.h"
+#include "util/remove_at_exit.h"
 #include "util/run_command.h"
 #include "util/torch_archive.h"
 
@@ -31,8 +32,8 @@ std::string read_file(const fs::path& p) {
 }
 
 fs::path scratch(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("fi_tensor_io_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const fs::path dir = fs::temp_directory_path() / ("fi_tensor_io_" + std::to_string(::getpid()));
+  if (fs::create_directories(dir)) testing::remove_at_exit(dir);
   return dir / name;
 }
 

@@ -450,10 +450,11 @@ TEST(JitAot, ReadOnlyDirectoryServesHitsAndIsNeverWritten) {
 
 // ---- attention at head dims the AOT build lacks -------------------------------------------------
 
-// One cache for the attention compiles of this binary (each takes seconds).
+// One cache for the attention compiles of this binary (each takes seconds), removed when the
+// process exits (a static TempDir, not a leaked one, so that its destructor runs).
 const JitConfig& attention_config() {
-  static TempDir* dir = new TempDir("attn");
-  static Captured* c = make_config(dir->path).release();
+  static TempDir dir("attn");
+  static Captured* c = make_config(dir.path).release();
   return c->config;
 }
 

@@ -18,6 +18,7 @@
 #include "core/settings.h"
 #include "flashinfer/flashinfer.h"
 #include "trace/trace_template.h"
+#include "util/remove_at_exit.h"
 #include "util/run_command.h"
 #include "util/test_util.h"
 
@@ -1273,6 +1274,7 @@ fs::path fresh_dir(const std::string& name) {
       fs::temp_directory_path() / ("fi_trace_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
+  fi::testing::remove_at_exit(d);  // also when an ASSERT ends the test before its remove_all
   return d;
 }
 
