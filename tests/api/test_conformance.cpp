@@ -29,7 +29,7 @@ using flashinfer::OpDecl;
 using flashinfer::OpRegistry;
 using flashinfer::ParamDecl;
 
-const std::string kDataDir = FLASHINFER_TEST_SOURCE_DIR "/tests/api/data";
+const std::string kDataDir = FLASHINFER_TEST_SOURCE_DIR + "/tests/api/data";
 const std::string kUpstreamPath = kDataDir + "/upstream-api-signatures.tsv";
 const std::string kAllowlistPath = kDataDir + "/conformance-allowlist.tsv";
 

@@ -89,10 +89,9 @@ TEST(Chat, LogitsAndGreedyTokensMatchPyTorch) {
       fs::temp_directory_path() / ("chat_ref_logits_" + std::to_string(::getpid()) + ".f32");
   std::ostringstream ids;
   for (size_t i = 0; i < kFrancePrompt.size(); ++i) ids << (i ? "," : "") << kFrancePrompt[i];
-  const auto cmd = "/usr/bin/python3 " FLASHINFER_TEST_SOURCE_DIR
-                   "/tests/examples/chat_reference.py '" +
-                   flashinfer::gguf::default_model_path() + "' " + ids.str() + " 32 '" +
-                   logits_file.string() + "'";
+  const auto cmd = "/usr/bin/python3 " + FLASHINFER_TEST_SOURCE_DIR +
+                   "/tests/examples/chat_reference.py '" + flashinfer::gguf::default_model_path() +
+                   "' " + ids.str() + " 32 '" + logits_file.string() + "'";
   const flashinfer::testing::CommandResult ref = flashinfer::testing::run_command(cmd);
   ASSERT_EQ(ref.status, 0) << ref.out;
   // The last line is the JSON list of greedy tokens.

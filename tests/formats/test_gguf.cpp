@@ -506,9 +506,8 @@ TEST(GgufModel, MatchesGgufPackageBitForBit) {
   const std::vector<std::string> bytes_of = {"blk.0.attn_q.weight", "blk.0.attn_norm.weight",
                                              "output_norm.weight"};
   const fs::path out = scratch("ref");
-  std::string cmd = "/usr/bin/python3 " FLASHINFER_TEST_SOURCE_DIR
-                    "/tests/formats/gguf_reference.py '" +
-                    model + "' '" + out.string() + "'" +
+  std::string cmd = "/usr/bin/python3 " + FLASHINFER_TEST_SOURCE_DIR +
+                    "/tests/formats/gguf_reference.py '" + model + "' '" + out.string() + "'" +
                     (every ? " --all" : " token_embd. blk.0. output_norm.") + " --bytes";
   for (const auto& n : bytes_of) cmd += " " + n;
   const auto r = flashinfer::testing::run_command(cmd + " 2>&1");

@@ -341,7 +341,7 @@ TEST(GgufTokenizerModel, MatchesTokenizersPackage) {
   fs::create_directories(dir);
   std::ofstream(dir / "corpus.json") << nlohmann::json(corpus).dump();
   const auto r = flashinfer::testing::run_command(
-      "/usr/bin/python3 " FLASHINFER_TEST_SOURCE_DIR "/tests/formats/tokenizer_reference.py '" +
+      "/usr/bin/python3 " + FLASHINFER_TEST_SOURCE_DIR + "/tests/formats/tokenizer_reference.py '" +
       model + "' '" + (dir / "corpus.json").string() + "' 2>&1");
   fs::remove_all(dir);
   if (r.status == 77) {  // the script's exit status without gguf / tokenizers

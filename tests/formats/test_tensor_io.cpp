@@ -180,9 +180,9 @@ TEST(TorchInterop, TorchReadsOurFilesAndWeReadTorchs) {
   const fs::path theirs = scratch("from_torch.pt");
 
   int st = 0;
-  const std::string out = run("/usr/bin/python3 " FLASHINFER_TEST_SOURCE_DIR
-                              "/tests/formats/load_with_torch.py --write " +
-                                  theirs.string() + " " + ours_pt.string() + " " + ours_st.string(),
+  const std::string out = run("/usr/bin/python3 " + FLASHINFER_TEST_SOURCE_DIR +
+                                  "/tests/formats/load_with_torch.py --write " + theirs.string() +
+                                  " " + ours_pt.string() + " " + ours_st.string(),
                               &st);
   if (st == kPythonModuleMissing) {
     GTEST_SKIP() << "python3-torch not installed (scripts/bootstrap installs it)";

@@ -230,8 +230,8 @@ TEST_F(RingDedupTest, EachDistinctTensorIsWrittenOncePerDump) {
   for (const auto& rr : replay::replay_sequence(out.string())) {
     EXPECT_EQ(rr.status, replay::Status::kPassed) << rr.dump_dir << " " << rr.error;
   }
-  const auto py = testing::run_command(
-      "/usr/bin/python3 " FLASHINFER_TEST_SOURCE_DIR "/tests/formats/load_with_torch.py" + files);
+  const auto py = testing::run_command("/usr/bin/python3 " + FLASHINFER_TEST_SOURCE_DIR +
+                                       "/tests/formats/load_with_torch.py" + files);
   if (py.status == kPythonModuleMissing) {
     GTEST_SKIP() << "python3-torch not installed (scripts/bootstrap installs it)";
   }
