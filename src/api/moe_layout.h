@@ -30,6 +30,11 @@ struct MoeWeightFormat {
   bool gated_interleave = false;               // GEMM1 of a gated activation, shuffled
 };
 
+/// The checks of moe_plain_weights without the conversion (for kernels that read the stored
+/// layout in place): returns the stored block_k for BlockMajorK, 0 for MajorK.
+int64_t moe_check_weights(const Tensor& w, int64_t E, int64_t mn, int64_t k,
+                          const MoeWeightFormat& f, const char* op, const char* arg);
+
 /// Checks `w` (dtype already checked by the caller) against [E, mn, k] in format `f` and returns
 /// the plain contiguous [E, mn, k] weights: `w` itself when it is already plain, else a new host
 /// tensor. BlockMajorK is [E, k / bk, mn, bk] with any bk dividing k (upstream reads bk from
