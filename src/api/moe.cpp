@@ -551,19 +551,6 @@ constexpr api::KernelEntry<kernels::TrtllmBf16MoeParams> kTrtllmMoeKernels[] = {
 #endif
 };
 
-// The CUDA kernel reads shuffled / BlockMajorK weights in place: the checks of
-// moe_plain_weights, and the index the kernel inverts the layout with.
-kernels::MoeWeightIndex stored_weight_index(const Tensor& w, int64_t E, int64_t mn, int64_t k,
-                                            const api::MoeWeightFormat& f, const char* op,
-                                            const char* arg) {
-  kernels::MoeWeightIndex ix;
-  ix.block_k = api::moe_check_weights(w, E, mn, k, f, op, arg);
-  ix.shuffled = f.shuffled;
-  ix.gated_interleave = f.gated_interleave;
-  ix.shuffle_block = api::moe_shuffle_block_size(f.epilogue_tile_m);
-  return ix;
-}
-
 // The routing-from-logits op (`routed` null) and the precomputed-routing op share everything
 // after the routing.
 TrtllmMoeResult trtllm_bf16_moe_impl(
@@ -669,9 +656,9 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
   const bool on_cuda = hidden.device().is_cuda();
   Tensor w1p = w1, w2p = w2;
   if (on_cuda) {
-    bp.w1_index = stored_weight_index(w1, local_num, N1, H, fmt, op, "gemm1_weights");
+    bp.w1_index = api::moe_stored_weight_index(w1, local_num, N1, H, fmt, op, "gemm1_weights");
     fmt.gated_interleave = false;
-    bp.w2_index = stored_weight_index(w2, local_num, H, inter, fmt, op, "gemm2_weights");
+    bp.w2_index = api::moe_stored_weight_index(w2, local_num, H, inter, fmt, op, "gemm2_weights");
   } else {
     w1p = api::moe_plain_weights(w1, local_num, N1, H, fmt, op, "gemm1_weights");
     fmt.gated_interleave = false;

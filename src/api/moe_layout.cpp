@@ -54,6 +54,17 @@ int64_t moe_check_weights(const Tensor& w, int64_t E, int64_t mn, int64_t k,
   return bk;
 }
 
+kernels::MoeWeightIndex moe_stored_weight_index(const Tensor& w, int64_t E, int64_t mn, int64_t k,
+                                                const MoeWeightFormat& f, const char* op,
+                                                const char* arg) {
+  kernels::MoeWeightIndex ix;
+  ix.block_k = moe_check_weights(w, E, mn, k, f, op, arg);
+  ix.shuffled = f.shuffled;
+  ix.gated_interleave = f.gated_interleave;
+  ix.shuffle_block = moe_shuffle_block_size(f.epilogue_tile_m);
+  return ix;
+}
+
 Tensor moe_plain_weights(const Tensor& w, int64_t E, int64_t mn, int64_t k,
                          const MoeWeightFormat& f, const char* op, const char* arg) {
   const int64_t stored_bk = moe_check_weights(w, E, mn, k, f, op, arg);
