@@ -396,9 +396,59 @@ __global__ void fp8_moe_route_kernel(TrtllmFp8MoeParams p) {
   trtllm_route_token(p.base, t, p.ws_ids + t * K, p.ws_w + t * K);
 }
 
+// The local expert of a pair routed to global id ids[pair], or -1.
+__device__ __forceinline__ int64_t trtllm_local_expert(const CutlassMoeParams& m,
+                                                       const int32_t* ids, int64_t pair) {
+  const int64_t e = ids[pair] - m.expert_offset;
+  return (e >= 0 && e < m.num_local_experts) ? e : -1;
+}
+
 __device__ __forceinline__ int64_t fp8_local_expert(const TrtllmFp8MoeParams& p, int64_t pair) {
-  const int64_t e = p.ws_ids[pair] - p.base.moe.expert_offset;
-  return (e >= 0 && e < p.base.moe.num_local_experts) ? e : -1;
+  return trtllm_local_expert(p.base.moe, p.ws_ids, pair);
+}
+
+// The GEMM rows of one pair: warp w computes rows w, w + kWarps, ... of n, each the fp32 sum
+// over c < len of term(row(j), c) (lane-strided partials, then the warp's xor tree; row(j) once
+// per row), and lane 0 hands it to store(j, acc).
+template <class Row, class Term, class Store>
+__device__ __forceinline__ void warp_gemm_rows(int64_t n, int64_t len, Row row, Term term,
+                                               Store store) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t j = warp; j < n; j += kWarps) {
+    const int64_t r = row(j);
+    float acc = 0.0f;
+    for (int64_t c = lane; c < len; c += 32) acc += term(r, c);
+    acc = warp_reduce_sum(acc);
+    if (lane == 0) store(j, acc);
+  }
+}
+
+// After the block's GEMM1 row g is complete: h = bf16(activation(g)) (the trtllm kernels' one
+// rounding between the GEMMs).
+__device__ __forceinline__ void trtllm_activation_rows(const CutlassMoeParams& m, int64_t e,
+                                                       const float* g, float* h) {
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < m.inter; j += blockDim.x) {
+    h[j] = bf16_round(activation(m, e, g, j));
+  }
+}
+
+// Token blockIdx.x of the trtllm finalize: out = bf16(sum over k in k order of w * y) over the
+// local pairs, product and sum rounded separately (no FMA) as the CPU references' scalar loops.
+__device__ __forceinline__ void trtllm_finalize_token(const CutlassMoeParams& m, const int32_t* ids,
+                                                      const float* w, const float* y) {
+  const int64_t t = blockIdx.x;
+  auto* out = static_cast<__nv_bfloat16*>(m.out) + t * m.out_stride;
+  for (int64_t j = threadIdx.x; j < m.hidden; j += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t k = 0; k < m.top_k; ++k) {
+      const int64_t pair = t * m.top_k + k;
+      if (trtllm_local_expert(m, ids, pair) < 0) continue;
+      acc = __fadd_rn(acc, __fmul_rn(w[pair], y[pair * m.hidden + j]));
+    }
+    out[j] = __float2bfloat16(acc);
+  }
+  pdl_launch_dependents();
 }
 
 // One block per (token, k) pair: the block-dequantized GEMM1 row (one warp per output), then the
@@ -413,20 +463,15 @@ __global__ void fp8_moe_gemm1_kernel(TrtllmFp8MoeParams p) {
   const int64_t HB = H / 128;
   const float* w1s = p.w1_scale + e * (N1 / 128) * HB;
   float* g = p.ws_g1 + pair * N1;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int64_t j = warp; j < N1; j += kWarps) {
-    float acc = 0.0f;
-    for (int64_t c = lane; c < H; c += 32) {
-      const float xv =
-          fp8_at(m.input, t * m.in_stride + c) * p.hs_scale[(c / 128) * p.hs_scale_stride + t];
-      acc += xv * fp8_at(m.w1, (e * N1 + j) * H + c) * w1s[(j / 128) * HB + c / 128];
-    }
-    acc = warp_reduce_sum(acc);
-    if (lane == 0) g[j] = acc;
-  }
-  __syncthreads();
-  float* h = p.ws_h + pair * I;
-  for (int64_t j = threadIdx.x; j < I; j += blockDim.x) h[j] = bf16_round(activation(m, e, g, j));
+  warp_gemm_rows(
+      N1, H, [](int64_t j) { return j; },
+      [&](int64_t j, int64_t c) {
+        const float xv =
+            fp8_at(m.input, t * m.in_stride + c) * p.hs_scale[(c / 128) * p.hs_scale_stride + t];
+        return xv * fp8_at(m.w1, (e * N1 + j) * H + c) * w1s[(j / 128) * HB + c / 128];
+      },
+      [&](int64_t j, float acc) { g[j] = acc; });
+  trtllm_activation_rows(m, e, g, p.ws_h + pair * I);
 }
 
 // One block per pair: the GEMM2 row (block-dequantized weights), rounded to bf16.
@@ -439,32 +484,17 @@ __global__ void fp8_moe_gemm2_kernel(TrtllmFp8MoeParams p) {
   const float* h = p.ws_h + pair * I;
   const float* w2s = p.w2_scale + e * (H / 128) * IB;
   float* y = p.ws_y + pair * H;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int64_t j = warp; j < H; j += kWarps) {
-    float acc = 0.0f;
-    for (int64_t c = lane; c < I; c += 32) {
-      acc += h[c] * fp8_at(m.w2, (e * H + j) * I + c) * w2s[(j / 128) * IB + c / 128];
-    }
-    acc = warp_reduce_sum(acc);
-    if (lane == 0) y[j] = bf16_round(acc);
-  }
+  warp_gemm_rows(
+      H, I, [](int64_t j) { return j; },
+      [&](int64_t j, int64_t c) {
+        return h[c] * fp8_at(m.w2, (e * H + j) * I + c) * w2s[(j / 128) * IB + c / 128];
+      },
+      [&](int64_t j, float acc) { y[j] = bf16_round(acc); });
 }
 
-// One block per token: the routing-weighted sum over k in k order, rounded to bf16.
+// One block per token.
 __global__ void fp8_moe_finalize_kernel(TrtllmFp8MoeParams p) {
-  const CutlassMoeParams& m = p.base.moe;
-  const int64_t t = blockIdx.x;
-  auto* out = static_cast<__nv_bfloat16*>(m.out) + t * m.out_stride;
-  for (int64_t j = threadIdx.x; j < m.hidden; j += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t k = 0; k < m.top_k; ++k) {
-      const int64_t pair = t * m.top_k + k;
-      if (fp8_local_expert(p, pair) < 0) continue;
-      acc += p.ws_w[pair] * p.ws_y[pair * m.hidden + j];
-    }
-    out[j] = __float2bfloat16(acc);
-  }
-  pdl_launch_dependents();
+  trtllm_finalize_token(p.base.moe, p.ws_ids, p.ws_w, p.ws_y);
 }
 
 // ---- trtllm BF16 MoE -----------------------------------------------------------------------
@@ -476,8 +506,7 @@ __global__ void fp8_moe_finalize_kernel(TrtllmFp8MoeParams p) {
 // (moe_weight_offset), never copied.
 
 __device__ __forceinline__ int64_t bf16_local_expert(const TrtllmBf16MoeParams& p, int64_t pair) {
-  const int64_t e = p.ws_ids[pair] - p.base.moe.expert_offset;
-  return (e >= 0 && e < p.base.moe.num_local_experts) ? e : -1;
+  return trtllm_local_expert(p.base.moe, p.ws_ids, pair);
 }
 
 // One thread per token.
@@ -546,20 +575,14 @@ __global__ void bf16_moe_gemm1_kernel(TrtllmBf16MoeParams p) {
   const auto* x = static_cast<const __nv_bfloat16*>(m.input) + t * m.in_stride;
   const auto* w1 = static_cast<const __nv_bfloat16*>(m.w1);
   float* g = p.ws_g1 + pair * N1;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int64_t j = warp; j < N1; j += kWarps) {
-    const int64_t row = moe_stored_row(p.w1_index, N1, j);
-    float acc = 0.0f;
-    for (int64_t c = lane; c < H; c += 32) {
-      acc += __bfloat162float(x[c]) *
-             __bfloat162float(w1[moe_weight_offset(p.w1_index, N1, H, e, row, c)]);
-    }
-    acc = warp_reduce_sum(acc);
-    if (lane == 0) g[j] = acc;
-  }
-  __syncthreads();
-  float* h = p.ws_h + pair * I;
-  for (int64_t j = threadIdx.x; j < I; j += blockDim.x) h[j] = bf16_round(activation(m, e, g, j));
+  warp_gemm_rows(
+      N1, H, [&](int64_t j) { return moe_stored_row(p.w1_index, N1, j); },
+      [&](int64_t row, int64_t c) {
+        return __bfloat162float(x[c]) *
+               __bfloat162float(w1[moe_weight_offset(p.w1_index, N1, H, e, row, c)]);
+      },
+      [&](int64_t j, float acc) { g[j] = acc; });
+  trtllm_activation_rows(m, e, g, p.ws_h + pair * I);
 }
 
 // One block per pair: the GEMM2 row rounded to bf16, to ws_y (finalizing) or to the pair's row
@@ -576,41 +599,24 @@ __global__ void bf16_moe_gemm2_kernel(TrtllmBf16MoeParams p) {
                                              m.expanded_to_permuted[pair] * H
                                        : nullptr;
   float* y = p.ws_y ? p.ws_y + pair * H : nullptr;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int64_t j = warp; j < H; j += kWarps) {
-    const int64_t row = moe_stored_row(p.w2_index, H, j);
-    float acc = 0.0f;
-    for (int64_t c = lane; c < I; c += 32) {
-      acc += h[c] * __bfloat162float(w2[moe_weight_offset(p.w2_index, H, I, e, row, c)]);
-    }
-    acc = warp_reduce_sum(acc);
-    if (lane == 0) {
-      const __nv_bfloat16 v = __float2bfloat16(acc);
-      if (prow) {
-        prow[j] = v;
-      } else {
-        y[j] = __bfloat162float(v);
-      }
-    }
-  }
+  warp_gemm_rows(
+      H, I, [&](int64_t j) { return moe_stored_row(p.w2_index, H, j); },
+      [&](int64_t row, int64_t c) {
+        return h[c] * __bfloat162float(w2[moe_weight_offset(p.w2_index, H, I, e, row, c)]);
+      },
+      [&](int64_t j, float acc) {
+        const __nv_bfloat16 v = __float2bfloat16(acc);
+        if (prow) {
+          prow[j] = v;
+        } else {
+          y[j] = __bfloat162float(v);
+        }
+      });
 }
 
-// One block per token: sum over k in k order of w * y (fp32, separately rounded product and
-// sum), rounded to bf16.
+// One block per token.
 __global__ void bf16_moe_finalize_kernel(TrtllmBf16MoeParams p) {
-  const CutlassMoeParams& m = p.base.moe;
-  const int64_t t = blockIdx.x;
-  auto* out = static_cast<__nv_bfloat16*>(m.out) + t * m.out_stride;
-  for (int64_t j = threadIdx.x; j < m.hidden; j += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t k = 0; k < m.top_k; ++k) {
-      const int64_t pair = t * m.top_k + k;
-      if (bf16_local_expert(p, pair) < 0) continue;
-      acc = __fadd_rn(acc, __fmul_rn(p.ws_w[pair], p.ws_y[pair * m.hidden + j]));
-    }
-    out[j] = __float2bfloat16(acc);
-  }
-  pdl_launch_dependents();
+  trtllm_finalize_token(p.base.moe, p.ws_ids, p.ws_w, p.ws_y);
 }
 
 }  // namespace
