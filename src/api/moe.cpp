@@ -18,6 +18,7 @@
 #include "flashinfer/float_formats.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_cpu.h"
+#include "kernels/moe_bf16_params.h"
 #include "replay/result_comparators.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/moe_cuda.h"
@@ -532,14 +533,23 @@ void fused_topk_deepseek(const Tensor& scores, const Tensor& bias, int64_t n_gro
 
 namespace {
 
-constexpr api::KernelEntry<kernels::TrtllmMoeParams> kTrtllmMoeKernels[] = {
+constexpr api::KernelEntry<kernels::TrtllmBf16MoeParams> kTrtllmMoeKernels[] = {
     {DeviceType::kCPU,
      "CPU reference: routing, then per-expert grouped GEMMs (routed rows only), fp32 "
      "accumulation",
      nullptr,
-     [](const kernels::TrtllmMoeParams& p, const api::LaunchContext&) {
-       kernels::cpu::trtllm_moe(p);
+     [](const kernels::TrtllmBf16MoeParams& p, const api::LaunchContext&) {
+       kernels::cpu::trtllm_moe(p.base);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA kernel: routing one thread per token, then one block per (token, expert) pair with "
+     "warp dot products over the weights in their stored layout",
+     nullptr,
+     [](const kernels::TrtllmBf16MoeParams& p, const api::LaunchContext& c) {
+       kernels::cuda::trtllm_bf16_moe(p, c.stream, c.enable_pdl);
+     }},
+#endif
 };
 
 // The routing-from-logits op (`routed` null) and the precomputed-routing op share everything
@@ -643,9 +653,18 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
   fmt.layout = layout;
   fmt.epilogue_tile_m = 128;
   fmt.gated_interleave = use_shuffled_weight && N1 != inter;
-  const Tensor w1p = api::moe_plain_weights(w1, local_num, N1, H, fmt, op, "gemm1_weights");
-  fmt.gated_interleave = false;
-  const Tensor w2p = api::moe_plain_weights(w2, local_num, H, inter, fmt, op, "gemm2_weights");
+  kernels::TrtllmBf16MoeParams bp;
+  const bool on_cuda = hidden.device().is_cuda();
+  Tensor w1p = w1, w2p = w2;
+  if (on_cuda) {
+    bp.w1_index = api::moe_stored_weight_index(w1, local_num, N1, H, fmt, op, "gemm1_weights");
+    fmt.gated_interleave = false;
+    bp.w2_index = api::moe_stored_weight_index(w2, local_num, H, inter, fmt, op, "gemm2_weights");
+  } else {
+    w1p = api::moe_plain_weights(w1, local_num, N1, H, fmt, op, "gemm1_weights");
+    fmt.gated_interleave = false;
+    w2p = api::moe_plain_weights(w2, local_num, H, inter, fmt, op, "gemm2_weights");
+  }
   FLASHINFER_CHECK(!scale || std::isfinite(*scale), op, "routed_scaling_factor", "must be finite");
   if (replay_out) {
     api::check_dtype_in(*replay_out, {DType::kInt16}, op, "routing_replay_out");
@@ -670,7 +689,7 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
   } else {
     out = Tensor::empty({T, H}, DType::kBFloat16, hidden.device());
   }
-  kernels::TrtllmMoeParams p;
+  kernels::TrtllmMoeParams& p = bp.base;
   if (routed) {
     p.precomputed = true;
     p.routed_stride = routed->ids.stride(0);
@@ -721,8 +740,24 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
   m.act = static_cast<kernels::MoeAct>(activation_type);
   m.round_gemm1 = false;
   TrtllmMoeResult res{{out}, do_finalize};
-  if (!do_finalize) res.tensors = api::bind_unfinalized(p, routed, hidden, op);
-  api::launch(kTrtllmMoeKernels, p, hidden.device(), op, "hidden_states", enable_pdl);
+  if (!do_finalize) res.tensors = api::bind_unfinalized(p, routed, hidden, op, on_cuda);
+  Tensor ws_ids, ws_w, ws_g1, ws_h, ws_y;
+  if (on_cuda) {
+    const int64_t pairs = T * top_k;
+    ws_ids = Tensor::empty({pairs}, DType::kInt32, hidden.device());
+    ws_w = Tensor::empty({pairs}, DType::kFloat32, hidden.device());
+    ws_g1 = Tensor::empty({pairs, N1}, DType::kFloat32, hidden.device());
+    ws_h = Tensor::empty({pairs, inter}, DType::kFloat32, hidden.device());
+    bp.ws_ids = ws_ids.data<int32_t>();
+    bp.ws_w = ws_w.data<float>();
+    bp.ws_g1 = ws_g1.data<float>();
+    bp.ws_h = ws_h.data<float>();
+    if (do_finalize) {
+      ws_y = Tensor::empty({pairs, H}, DType::kFloat32, hidden.device());
+      bp.ws_y = ws_y.data<float>();
+    }
+  }
+  api::launch(kTrtllmMoeKernels, bp, hidden.device(), op, "hidden_states", enable_pdl);
   return res;
 }
 

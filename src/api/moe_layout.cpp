@@ -28,14 +28,14 @@ std::vector<int64_t> moe_shuffled_row_source(int64_t m, int64_t epilogue_tile_m,
   return src;
 }
 
-Tensor moe_plain_weights(const Tensor& w, int64_t E, int64_t mn, int64_t k,
-                         const MoeWeightFormat& f, const char* op, const char* arg) {
+int64_t moe_check_weights(const Tensor& w, int64_t E, int64_t mn, int64_t k,
+                          const MoeWeightFormat& f, const char* op, const char* arg) {
   FLASHINFER_CHECK_CODE(
       f.layout != WeightLayout::MajorMn, ErrorCode::kUnsupported, op, "weight_layout",
       "WeightLayout.MajorMn is not supported (upstream's trtllm launcher refuses it "
       "too)");
   FLASHINFER_CHECK(w.is_contiguous(), op, arg, "must be contiguous");
-  int64_t bk = k;
+  int64_t bk = 0;
   if (f.layout == WeightLayout::MajorK) {
     FLASHINFER_CHECK(w.shape() == Shape({E, mn, k}), op, arg, "expected [", E, ", ", mn, ", ", k,
                      "] (MajorK), got ", shape_to_string(w.shape()));
@@ -46,12 +46,30 @@ Tensor moe_plain_weights(const Tensor& w, int64_t E, int64_t mn, int64_t k,
                      ", block_k] (BlockMajorK), got ", shape_to_string(w.shape()));
     bk = w.size(3);
   }
-  if (!f.shuffled && f.layout == WeightLayout::MajorK) return w;
-  const int64_t b = moe_shuffle_block_size(f.epilogue_tile_m);
   if (f.shuffled) {
+    const int64_t b = moe_shuffle_block_size(f.epilogue_tile_m);
     FLASHINFER_CHECK(mn % b == 0 && (!f.gated_interleave || mn % 2 == 0), op, arg,
                      "shuffled weights need a row count that is a multiple of ", b, ", got ", mn);
   }
+  return bk;
+}
+
+kernels::MoeWeightIndex moe_stored_weight_index(const Tensor& w, int64_t E, int64_t mn, int64_t k,
+                                                const MoeWeightFormat& f, const char* op,
+                                                const char* arg) {
+  kernels::MoeWeightIndex ix;
+  ix.block_k = moe_check_weights(w, E, mn, k, f, op, arg);
+  ix.shuffled = f.shuffled;
+  ix.gated_interleave = f.gated_interleave;
+  ix.shuffle_block = moe_shuffle_block_size(f.epilogue_tile_m);
+  return ix;
+}
+
+Tensor moe_plain_weights(const Tensor& w, int64_t E, int64_t mn, int64_t k,
+                         const MoeWeightFormat& f, const char* op, const char* arg) {
+  const int64_t stored_bk = moe_check_weights(w, E, mn, k, f, op, arg);
+  const int64_t bk = stored_bk == 0 ? k : stored_bk;
+  if (!f.shuffled && f.layout == WeightLayout::MajorK) return w;
   FLASHINFER_CHECK_CODE(
       w.device().is_cpu(), ErrorCode::kUnsupported, op, arg,
       "shuffled / BlockMajorK weights are turned back into plain rows on the host "

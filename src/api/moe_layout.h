@@ -8,6 +8,7 @@
 
 #include "flashinfer/ops/moe.h"
 #include "flashinfer/tensor.h"
+#include "kernels/moe_bf16_params.h"
 
 namespace flashinfer::api {
 
@@ -29,6 +30,17 @@ struct MoeWeightFormat {
   int64_t epilogue_tile_m = 128;               // shuffle block: 32 rows (128) or 16 (64)
   bool gated_interleave = false;               // GEMM1 of a gated activation, shuffled
 };
+
+/// The checks of moe_plain_weights without the conversion (for kernels that read the stored
+/// layout in place): returns the stored block_k for BlockMajorK, 0 for MajorK.
+int64_t moe_check_weights(const Tensor& w, int64_t E, int64_t mn, int64_t k,
+                          const MoeWeightFormat& f, const char* op, const char* arg);
+
+/// moe_check_weights, then the index a kernel reading the stored layout in place inverts it
+/// with (kernels/moe_bf16_params.h: moe_stored_row, moe_weight_offset).
+kernels::MoeWeightIndex moe_stored_weight_index(const Tensor& w, int64_t E, int64_t mn, int64_t k,
+                                                const MoeWeightFormat& f, const char* op,
+                                                const char* arg);
 
 /// Checks `w` (dtype already checked by the caller) against [E, mn, k] in format `f` and returns
 /// the plain contiguous [E, mn, k] weights: `w` itself when it is already plain, else a new host

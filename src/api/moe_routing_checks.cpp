@@ -142,8 +142,8 @@ void fill_moe_routing(const MoeRoutingArgs& c, const Tensor& hidden, bool groups
 }
 
 std::vector<Tensor> bind_unfinalized(kernels::TrtllmMoeParams& b, const MoeTopkIds* routed,
-                                     const Tensor& hidden, const char* op) {
-  refuse_if(hidden.device().is_cuda(), op, "do_finalize",
+                                     const Tensor& hidden, const char* op, bool cuda_kernel) {
+  refuse_if(!cuda_kernel && hidden.device().is_cuda(), op, "do_finalize",
             "do_finalize=False has no CUDA kernel here (CPU reference only)");
   const int64_t T = b.moe.num_tokens, K = b.moe.top_k, H = b.moe.hidden;
   // Upstream sizes gemm2_output by the padded maximum of its tile (not fixed by the arguments);

@@ -51,10 +51,12 @@ void fill_moe_routing(const MoeRoutingArgs& c, const Tensor& hidden, bool groups
 /// do_finalize=False (docs/MOE.md, "do_finalize=False"): allocates upstream's returned list
 /// [gemm2_output bf16 [T * top_k, H], expert_weights bf16 [T, top_k], expanded_idx_to_permuted_idx
 /// int32 [T * top_k]] and points `b` at it (`b.moe`'s sizes must be set). For the (ids, weights)
-/// form expert_weights is the caller's weights tensor, as upstream returns it. CPU only: a CUDA
-/// call raises kUnsupported naming do_finalize (replay falls back to the CPU).
+/// form expert_weights is the caller's weights tensor, as upstream returns it. Unless
+/// `cuda_kernel` (the op's CUDA kernel writes these outputs), a CUDA call raises kUnsupported
+/// naming do_finalize (replay falls back to the CPU).
 std::vector<Tensor> bind_unfinalized(kernels::TrtllmMoeParams& b, const MoeTopkIds* routed,
-                                     const Tensor& hidden, const char* op);
+                                     const Tensor& hidden, const char* op,
+                                     bool cuda_kernel = false);
 
 /// num_fused_shared_experts (docs/MOE.md, "Fused shared experts"): raises unless S == 0 or
 /// the routing is DeepSeekV3 from logits with n_group > 1 and no expert parallelism (offset 0,

@@ -1075,5 +1075,25 @@ TEST(MoeCuda, MatchesCpu) {
   }
 }
 
+// n_group matters only to DeepSeekV3's grouped selection: the other methods ignore it, also
+// when it exceeds num_experts or does not divide it (the CPU reference divided by E / n_group =
+// 0 there, a crash, and read past its group flags; fixed in session 15).
+TEST(TrtllmBf16Moe, GroupsIgnoredOutsideDeepSeekV3) {
+  const int64_t T = 6, E = 8, H = 32, I = 16;
+  Tensor logits = rand_tensor({T, E}, DType::kFloat32, 31, -3.0, 3.0);
+  Tensor x = rand_tensor({T, H}, DType::kBFloat16, 32);
+  Tensor w1 = rand_tensor({E, 2 * I, H}, DType::kBFloat16, 33, -0.3, 0.3);
+  Tensor w2 = rand_tensor({E, H, I}, DType::kBFloat16, 34, -0.3, 0.3);
+  for (int64_t method : {int64_t{0}, int64_t{1}, int64_t{6}}) {
+    auto run = [&](std::optional<int64_t> g) {
+      return Tensor(trtllm_bf16_moe(logits, std::nullopt, x, w1, w2, E, 2, g, 1, I, 0, E,
+                                    std::nullopt, method, false, WeightLayout::MajorK));
+    };
+    const Tensor ref = run(std::nullopt);
+    EXPECT_TRUE(all_close(run(16), ref, {0, 0})) << "method " << method;
+    EXPECT_TRUE(all_close(run(3), ref, {0, 0})) << "method " << method;
+  }
+}
+
 }  // namespace
 }  // namespace flashinfer::testing

@@ -461,7 +461,12 @@ void moe_routing(const MoeRoutingParams& p, int32_t* ids, float* weights) {
       for (int64_t i = 0; i < K; ++i) {
         int64_t best = -1;
         for (int64_t e = 0; e < E; ++e) {
-          if (taken[static_cast<size_t>(e)] || !kept[static_cast<size_t>(e / per_group)]) continue;
+          // Groups matter only to grouped selection (TG < G: DeepSeekV3, E % G == 0 checked);
+          // other methods ignore n_group (per_group may be 0 or leave a remainder there).
+          if (taken[static_cast<size_t>(e)] ||
+              (TG < G && !kept[static_cast<size_t>(e / per_group)])) {
+            continue;
+          }
           if (best < 0 ||
               sel_score[static_cast<size_t>(e)] > sel_score[static_cast<size_t>(best)]) {
             best = e;

@@ -257,17 +257,13 @@ __device__ __forceinline__ float load_routing(const void* base, DType dt, int64_
                                 : static_cast<const float*>(base)[i];
 }
 
-// One thread per token: the routing of the CPU reference (moe_routing / trtllm_route), weights
-// rounded to bf16 as the trtllm launchers keep them.
-__global__ void fp8_moe_route_kernel(TrtllmFp8MoeParams p) {
-  pdl_wait();
-  const TrtllmMoeParams& b = p.base;
+// The routing of token t as the CPU reference's (moe_routing / trtllm_route) into id / w [top_k],
+// weights rounded to bf16 as the trtllm launchers keep them (the bf16 bits also to
+// expert_weights_out when set); routing_replay_out when set. Needs num_experts <=
+// kFp8MoeCudaMaxExperts and, for grouped selection, n_group <= 32 (the launchers refuse more).
+__device__ void trtllm_route_token(const TrtllmMoeParams& b, int64_t t, int32_t* id, float* w) {
   const MoeRoutingParams& r = b.routing;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= r.num_tokens) return;
   const int64_t E = r.num_experts, K = r.top_k;
-  int32_t* id = p.ws_ids + t * K;
-  float* w = p.ws_w + t * K;
   if (b.precomputed) {
     for (int64_t k = 0; k < K; ++k) {
       const int64_t i = t * b.routed_stride + k;
@@ -313,8 +309,8 @@ __global__ void fp8_moe_route_kernel(TrtllmFp8MoeParams p) {
       sel[e] = x[e] + (biased ? load_routing(r.bias, r.bias_dtype, e) : 0.0f);
     }
     bool kept[32];
-    for (int64_t g = 0; g < G && g < 32; ++g) kept[g] = TG >= G;
     if (TG < G) {
+      for (int64_t g = 0; g < G; ++g) kept[g] = false;
       float gscore[32];
       for (int64_t g = 0; g < G; ++g) {
         float m1 = -INFINITY, m2 = -INFINITY;
@@ -340,7 +336,9 @@ __global__ void fp8_moe_route_kernel(TrtllmFp8MoeParams p) {
     for (int64_t i = 0; i < K; ++i) {
       int64_t best = -1;
       for (int64_t e = 0; e < E; ++e) {
-        if (G > 1 && !kept[e / per_group]) continue;
+        // Only grouped selection (TG < G: DeepSeekV3, E % G == 0 checked) leaves groups out;
+        // the CPU keeps every group otherwise.
+        if (TG < G && !kept[e / per_group]) continue;
         bool taken = false;
         for (int64_t q = 0; q < i; ++q) taken |= id[q] == e;
         if (taken) continue;
@@ -382,14 +380,75 @@ __global__ void fp8_moe_route_kernel(TrtllmFp8MoeParams p) {
     }
   }
   for (int64_t k = 0; k < K; ++k) {
-    w[k] = bf16_round(w[k]);
+    const __nv_bfloat16 wb = __float2bfloat16(w[k]);
+    w[k] = __bfloat162float(wb);
+    if (b.expert_weights_out) b.expert_weights_out[t * K + k] = __bfloat16_as_ushort(wb);
     if (b.replay_out) b.replay_out[t * b.replay_stride + k] = static_cast<int16_t>(id[k]);
   }
 }
 
+// One thread per token.
+__global__ void fp8_moe_route_kernel(TrtllmFp8MoeParams p) {
+  pdl_wait();
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= p.base.routing.num_tokens) return;
+  const int64_t K = p.base.routing.top_k;
+  trtllm_route_token(p.base, t, p.ws_ids + t * K, p.ws_w + t * K);
+}
+
+// The local expert of a pair routed to global id ids[pair], or -1.
+__device__ __forceinline__ int64_t trtllm_local_expert(const CutlassMoeParams& m,
+                                                       const int32_t* ids, int64_t pair) {
+  const int64_t e = ids[pair] - m.expert_offset;
+  return (e >= 0 && e < m.num_local_experts) ? e : -1;
+}
+
 __device__ __forceinline__ int64_t fp8_local_expert(const TrtllmFp8MoeParams& p, int64_t pair) {
-  const int64_t e = p.ws_ids[pair] - p.base.moe.expert_offset;
-  return (e >= 0 && e < p.base.moe.num_local_experts) ? e : -1;
+  return trtllm_local_expert(p.base.moe, p.ws_ids, pair);
+}
+
+// The GEMM rows of one pair: warp w computes rows w, w + kWarps, ... of n, each the fp32 sum
+// over c < len of term(row(j), c) (lane-strided partials, then the warp's xor tree; row(j) once
+// per row), and lane 0 hands it to store(j, acc).
+template <class Row, class Term, class Store>
+__device__ __forceinline__ void warp_gemm_rows(int64_t n, int64_t len, Row row, Term term,
+                                               Store store) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t j = warp; j < n; j += kWarps) {
+    const int64_t r = row(j);
+    float acc = 0.0f;
+    for (int64_t c = lane; c < len; c += 32) acc += term(r, c);
+    acc = warp_reduce_sum(acc);
+    if (lane == 0) store(j, acc);
+  }
+}
+
+// After the block's GEMM1 row g is complete: h = bf16(activation(g)) (the trtllm kernels' one
+// rounding between the GEMMs).
+__device__ __forceinline__ void trtllm_activation_rows(const CutlassMoeParams& m, int64_t e,
+                                                       const float* g, float* h) {
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < m.inter; j += blockDim.x) {
+    h[j] = bf16_round(activation(m, e, g, j));
+  }
+}
+
+// Token blockIdx.x of the trtllm finalize: out = bf16(sum over k in k order of w * y) over the
+// local pairs, product and sum rounded separately (no FMA) as the CPU references' scalar loops.
+__device__ __forceinline__ void trtllm_finalize_token(const CutlassMoeParams& m, const int32_t* ids,
+                                                      const float* w, const float* y) {
+  const int64_t t = blockIdx.x;
+  auto* out = static_cast<__nv_bfloat16*>(m.out) + t * m.out_stride;
+  for (int64_t j = threadIdx.x; j < m.hidden; j += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t k = 0; k < m.top_k; ++k) {
+      const int64_t pair = t * m.top_k + k;
+      if (trtllm_local_expert(m, ids, pair) < 0) continue;
+      acc = __fadd_rn(acc, __fmul_rn(w[pair], y[pair * m.hidden + j]));
+    }
+    out[j] = __float2bfloat16(acc);
+  }
+  pdl_launch_dependents();
 }
 
 // One block per (token, k) pair: the block-dequantized GEMM1 row (one warp per output), then the
@@ -404,20 +463,15 @@ __global__ void fp8_moe_gemm1_kernel(TrtllmFp8MoeParams p) {
   const int64_t HB = H / 128;
   const float* w1s = p.w1_scale + e * (N1 / 128) * HB;
   float* g = p.ws_g1 + pair * N1;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int64_t j = warp; j < N1; j += kWarps) {
-    float acc = 0.0f;
-    for (int64_t c = lane; c < H; c += 32) {
-      const float xv =
-          fp8_at(m.input, t * m.in_stride + c) * p.hs_scale[(c / 128) * p.hs_scale_stride + t];
-      acc += xv * fp8_at(m.w1, (e * N1 + j) * H + c) * w1s[(j / 128) * HB + c / 128];
-    }
-    acc = warp_reduce_sum(acc);
-    if (lane == 0) g[j] = acc;
-  }
-  __syncthreads();
-  float* h = p.ws_h + pair * I;
-  for (int64_t j = threadIdx.x; j < I; j += blockDim.x) h[j] = bf16_round(activation(m, e, g, j));
+  warp_gemm_rows(
+      N1, H, [](int64_t j) { return j; },
+      [&](int64_t j, int64_t c) {
+        const float xv =
+            fp8_at(m.input, t * m.in_stride + c) * p.hs_scale[(c / 128) * p.hs_scale_stride + t];
+        return xv * fp8_at(m.w1, (e * N1 + j) * H + c) * w1s[(j / 128) * HB + c / 128];
+      },
+      [&](int64_t j, float acc) { g[j] = acc; });
+  trtllm_activation_rows(m, e, g, p.ws_h + pair * I);
 }
 
 // One block per pair: the GEMM2 row (block-dequantized weights), rounded to bf16.
@@ -430,33 +484,141 @@ __global__ void fp8_moe_gemm2_kernel(TrtllmFp8MoeParams p) {
   const float* h = p.ws_h + pair * I;
   const float* w2s = p.w2_scale + e * (H / 128) * IB;
   float* y = p.ws_y + pair * H;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int64_t j = warp; j < H; j += kWarps) {
-    float acc = 0.0f;
-    for (int64_t c = lane; c < I; c += 32) {
-      acc += h[c] * fp8_at(m.w2, (e * H + j) * I + c) * w2s[(j / 128) * IB + c / 128];
+  warp_gemm_rows(
+      H, I, [](int64_t j) { return j; },
+      [&](int64_t j, int64_t c) {
+        return h[c] * fp8_at(m.w2, (e * H + j) * I + c) * w2s[(j / 128) * IB + c / 128];
+      },
+      [&](int64_t j, float acc) { y[j] = bf16_round(acc); });
+}
+
+// One block per token.
+__global__ void fp8_moe_finalize_kernel(TrtllmFp8MoeParams p) {
+  trtllm_finalize_token(p.base.moe, p.ws_ids, p.ws_w, p.ws_y);
+}
+
+// ---- trtllm BF16 MoE -----------------------------------------------------------------------
+// The CPU reference's rounding points (cpu::trtllm_moe: cutlass_moe with round_gemm1 = false):
+// routing weights rounded to bf16; GEMM1 accumulated in fp32 and fed unrounded to the
+// activation; the activation rounded to bf16; GEMM2 accumulated in fp32, rounded to bf16; the
+// finalize sums w * y over k in k order in fp32 (product and sum rounded separately, no FMA, as
+// the CPU's scalar loop) and rounds once to bf16. Weights are read in their stored layout
+// (moe_weight_offset), never copied.
+
+__device__ __forceinline__ int64_t bf16_local_expert(const TrtllmBf16MoeParams& p, int64_t pair) {
+  return trtllm_local_expert(p.base.moe, p.ws_ids, pair);
+}
+
+// One thread per token.
+__global__ void bf16_moe_route_kernel(TrtllmBf16MoeParams p) {
+  pdl_wait();
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= p.base.routing.num_tokens) return;
+  const int64_t K = p.base.routing.top_k;
+  trtllm_route_token(p.base, t, p.ws_ids + t * K, p.ws_w + t * K);
+}
+
+// do_finalize=False: expanded_to_permuted as the CPU's grouped order (local experts ascending,
+// pairs ascending within an expert; -1 for a pair with no local expert). Block e < El numbers
+// expert e's pairs: its first row is the count of pairs of lower local experts, then a
+// ballot-based block scan over chunks of pairs keeps pair order. Block El writes the -1s and
+// zeroes the rows past the local pairs.
+__global__ void bf16_moe_permute_kernel(TrtllmBf16MoeParams p) {
+  const CutlassMoeParams& m = p.base.moe;
+  const int64_t TK = m.num_tokens * m.top_k, e = blockIdx.x;
+  __shared__ int warp_count[kWarps];
+  int64_t row = 0;
+  for (int64_t c0 = 0; c0 < TK; c0 += blockDim.x) {
+    const int64_t i = c0 + threadIdx.x;
+    const int64_t le = i < TK ? bf16_local_expert(p, i) : -1;
+    row += __syncthreads_count(le >= 0 && le < e);
+  }
+  if (e == m.num_local_experts) {
+    for (int64_t i = threadIdx.x; i < TK; i += blockDim.x) {
+      if (bf16_local_expert(p, i) < 0) m.expanded_to_permuted[i] = -1;
     }
-    acc = warp_reduce_sum(acc);
-    if (lane == 0) y[j] = bf16_round(acc);
+    auto* out = static_cast<__nv_bfloat16*>(m.permuted_out);
+    for (int64_t i = row * m.hidden + threadIdx.x; i < TK * m.hidden; i += blockDim.x) {
+      out[i] = __float2bfloat16(0.0f);
+    }
+    return;
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t c0 = 0; c0 < TK; c0 += blockDim.x) {
+    const int64_t i = c0 + threadIdx.x;
+    const bool mine = i < TK && bf16_local_expert(p, i) == e;
+    const unsigned mask = __ballot_sync(0xFFFFFFFFu, mine);
+    if (lane == 0) warp_count[warp] = __popc(mask);
+    __syncthreads();
+    int64_t before = row, total = 0;
+    for (int w = 0; w < kWarps; ++w) {
+      if (w < warp) before += warp_count[w];
+      total += warp_count[w];
+    }
+    if (mine) {
+      m.expanded_to_permuted[i] = static_cast<int32_t>(before + __popc(mask & ((1u << lane) - 1u)));
+    }
+    row += total;
+    __syncthreads();  // warp_count is rewritten by the next chunk
   }
 }
 
-// One block per token: the routing-weighted sum over k in k order, rounded to bf16.
-__global__ void fp8_moe_finalize_kernel(TrtllmFp8MoeParams p) {
+// One block per (token, k) pair: the GEMM1 row (one warp per output, fp32, not rounded), then
+// the activation rounded to bf16.
+__global__ void bf16_moe_gemm1_kernel(TrtllmBf16MoeParams p) {
   const CutlassMoeParams& m = p.base.moe;
-  const int64_t t = blockIdx.x;
-  auto* out = static_cast<__nv_bfloat16*>(m.out) + t * m.out_stride;
-  for (int64_t j = threadIdx.x; j < m.hidden; j += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t k = 0; k < m.top_k; ++k) {
-      const int64_t pair = t * m.top_k + k;
-      if (fp8_local_expert(p, pair) < 0) continue;
-      acc += p.ws_w[pair] * p.ws_y[pair * m.hidden + j];
-    }
-    out[j] = __float2bfloat16(acc);
-  }
-  pdl_launch_dependents();
+  const int64_t pair = blockIdx.x;
+  const int64_t e = bf16_local_expert(p, pair);
+  if (e < 0) return;
+  const int64_t t = pair / m.top_k, H = m.hidden, I = m.inter;
+  const int64_t N1 = moe_act_is_gated(m.act) ? 2 * I : I;
+  const auto* x = static_cast<const __nv_bfloat16*>(m.input) + t * m.in_stride;
+  const auto* w1 = static_cast<const __nv_bfloat16*>(m.w1);
+  float* g = p.ws_g1 + pair * N1;
+  warp_gemm_rows(
+      N1, H, [&](int64_t j) { return moe_stored_row(p.w1_index, N1, j); },
+      [&](int64_t row, int64_t c) {
+        return __bfloat162float(x[c]) *
+               __bfloat162float(w1[moe_weight_offset(p.w1_index, N1, H, e, row, c)]);
+      },
+      [&](int64_t j, float acc) { g[j] = acc; });
+  trtllm_activation_rows(m, e, g, p.ws_h + pair * I);
 }
+
+// One block per pair: the GEMM2 row rounded to bf16, to ws_y (finalizing) or to the pair's row
+// of permuted_out (do_finalize=False).
+__global__ void bf16_moe_gemm2_kernel(TrtllmBf16MoeParams p) {
+  const CutlassMoeParams& m = p.base.moe;
+  const int64_t pair = blockIdx.x;
+  const int64_t e = bf16_local_expert(p, pair);
+  if (e < 0) return;
+  const int64_t H = m.hidden, I = m.inter;
+  const float* h = p.ws_h + pair * I;
+  const auto* w2 = static_cast<const __nv_bfloat16*>(m.w2);
+  __nv_bfloat16* prow = m.permuted_out ? static_cast<__nv_bfloat16*>(m.permuted_out) +
+                                             m.expanded_to_permuted[pair] * H
+                                       : nullptr;
+  float* y = p.ws_y ? p.ws_y + pair * H : nullptr;
+  warp_gemm_rows(
+      H, I, [&](int64_t j) { return moe_stored_row(p.w2_index, H, j); },
+      [&](int64_t row, int64_t c) {
+        return h[c] * __bfloat162float(w2[moe_weight_offset(p.w2_index, H, I, e, row, c)]);
+      },
+      [&](int64_t j, float acc) {
+        const __nv_bfloat16 v = __float2bfloat16(acc);
+        if (prow) {
+          prow[j] = v;
+        } else {
+          y[j] = __bfloat162float(v);
+        }
+      });
+}
+
+// One block per token.
+__global__ void bf16_moe_finalize_kernel(TrtllmBf16MoeParams p) {
+  trtllm_finalize_token(p.base.moe, p.ws_ids, p.ws_w, p.ws_y);
+}
+
 }  // namespace
 
 void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl) {
@@ -486,15 +648,28 @@ void deepseek_routing(const DeepSeekRoutingParams& p, void* stream, bool enable_
       });
 }
 
+namespace {
+// The limits of trtllm_route_token for routing from logits, as kUnsupported naming the argument.
+void check_trtllm_cuda_routing(const TrtllmMoeParams& b, const char* op) {
+  const MoeRoutingParams& r = b.routing;
+  FLASHINFER_CHECK_CODE(r.num_experts <= kFp8MoeCudaMaxExperts, ErrorCode::kUnsupported, op,
+                        "num_experts", "the CUDA routing handles at most ", kFp8MoeCudaMaxExperts,
+                        " experts");
+  const bool grouped =
+      r.method == MoeRouting::kDeepSeekV3 && r.n_group > 1 && r.topk_group < r.n_group;
+  FLASHINFER_CHECK_CODE(!grouped || r.n_group <= 32, ErrorCode::kUnsupported, op, "n_group",
+                        "the CUDA routing's grouped selection handles at most 32 groups, got ",
+                        r.n_group);
+}
+}  // namespace
+
 void trtllm_fp8_moe(const TrtllmFp8MoeParams& p, void* stream, bool enable_pdl) {
   const char* op = "trtllm_fp8_block_scale_moe";
   const CutlassMoeParams& m = p.base.moe;
   if (m.num_tokens == 0) return;
   FLASHINFER_CHECK_CODE(p.block_scale, ErrorCode::kUnsupported, op, "hidden_states",
                         "the CUDA kernel implements the DeepSeek block-scale form only");
-  FLASHINFER_CHECK_CODE(p.base.routing.num_experts <= kFp8MoeCudaMaxExperts,
-                        ErrorCode::kUnsupported, op, "num_experts",
-                        "the CUDA routing handles at most ", kFp8MoeCudaMaxExperts, " experts");
+  check_trtllm_cuda_routing(p.base, op);
   const int64_t pairs = m.num_tokens * m.top_k;
   FLASHINFER_CHECK_CODE(pairs <= 0x7FFFFFFF, ErrorCode::kUnsupported, op, "hidden_states",
                         "more than 2^31 - 1 (token, expert) pairs");
@@ -507,6 +682,46 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p, void* stream, bool enable_pdl) 
                 false, p);
   launch_kernel(op, fp8_moe_finalize_kernel, dim3(static_cast<unsigned>(m.num_tokens)),
                 dim3(kThreads), 0, s, false, p);
+}
+
+}  // namespace flashinfer::kernels::cuda
+
+namespace flashinfer::kernels::cuda {
+
+void trtllm_bf16_moe(const TrtllmBf16MoeParams& p, void* stream, bool enable_pdl) {
+  const TrtllmMoeParams& b = p.base;
+  const CutlassMoeParams& m = b.moe;
+  const char* op = b.precomputed ? "trtllm_bf16_routed_moe" : "trtllm_bf16_moe";
+  // Every refusal before the first launch.
+  if (!b.precomputed) {
+    check_trtllm_cuda_routing(b, op);
+  }
+  const int64_t pairs = m.num_tokens * m.top_k;
+  FLASHINFER_CHECK_CODE(pairs <= 0x7FFFFFFF, ErrorCode::kUnsupported, op, "hidden_states",
+                        "more than 2^31 - 1 (token, expert) pairs");
+  FLASHINFER_CHECK_CODE(m.num_local_experts < 0x7FFFFFFF, ErrorCode::kUnsupported, op,
+                        "local_num_experts", "more than 2^31 - 2 local experts");
+  FLASHINFER_CHECK(p.ws_ids && p.ws_w && p.ws_g1 && p.ws_h && (p.ws_y || m.permuted_out), op,
+                   "hidden_states", "the CUDA scratch was not allocated");
+  if (m.num_tokens == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  launch_kernel(op, bf16_moe_route_kernel, dim3(static_cast<unsigned>((m.num_tokens + 63) / 64)),
+                dim3(64), 0, s, enable_pdl, p);
+  if (m.permuted_out) {
+    launch_kernel(op, bf16_moe_permute_kernel, dim3(static_cast<unsigned>(m.num_local_experts + 1)),
+                  dim3(kThreads), 0, s, false, p);
+  }
+  launch_kernel(op, bf16_moe_gemm1_kernel, dim3(static_cast<unsigned>(pairs)), dim3(kThreads), 0, s,
+                false, p);
+  launch_kernel(op, bf16_moe_gemm2_kernel, dim3(static_cast<unsigned>(pairs)), dim3(kThreads), 0, s,
+                false, p);
+  if (!m.permuted_out) {
+    launch_kernel(op, bf16_moe_finalize_kernel, dim3(static_cast<unsigned>(m.num_tokens)),
+                  dim3(kThreads), 0, s, false, p);
+  }
+  // The scratch belongs to the API layer's tensors, freed when the call returns: wait here
+  // rather than rely on cudaFree synchronizing (docs/CUDA_REVIEW.md, doubt 2).
+  FLASHINFER_CUDA_CALL(op, cudaStreamSynchronize(s));
 }
 
 }  // namespace flashinfer::kernels::cuda
