@@ -1,14 +1,16 @@
 // The Blackwell CuTe-DSL MoE wrappers: b12x_fused_moe / B12xMoEWrapper
 // (flashinfer.fused_moe.cute_dsl.b12x_moe) and CuteDslMoEWrapper
 // (flashinfer.fused_moe.cute_dsl.fused_moe). CPU reference only, on the FP4 MoE kernel of
-// cute_dsl_fused_moe_nvfp4 (CuteDslMoEWrapper's w4a16: src/api/moe_cute_w4a16.cpp). Semantics
-// and sources: docs/MOE.md ("Blackwell wrappers").
+// cute_dsl_fused_moe_nvfp4 (CuteDslMoEWrapper's w4a16: src/api/moe_cute_w4a16.cpp); b12x's
+// w4a16 on the CuTe-DSL w4a16 reference with its b12x option. Semantics and sources: docs/MOE.md
+// ("Blackwell wrappers", "b12x w4a16").
 #include "flashinfer/ops/moe_b12x.h"
 
 #include <cmath>
 #include <memory>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/bench_support.h"
@@ -145,6 +147,18 @@ const float* global_scale(const std::optional<Tensor>& t, int64_t E, const Tenso
   return t->data<float>();
 }
 
+// The linear scale codes of w1 [E, N1, H/16] and w2 [E, H, I/16]: b12x takes plain rows (w1
+// un-interleaved: create_b12x_moe_tensors), scales 128x4-swizzled or the 6-D view.
+std::pair<Tensor, Tensor> b12x_plain_scales(const B12xCall& c, int64_t E, int64_t N1, int64_t H,
+                                            int64_t I, const char* op) {
+  std::vector<int64_t> src1(static_cast<size_t>(N1)), src2(static_cast<size_t>(H));
+  std::iota(src1.begin(), src1.end(), int64_t{0});
+  std::iota(src2.begin(), src2.end(), int64_t{0});
+  Tensor s1p = moe_cute::cute_plain_scales(*c.w1_sf, E, N1, H / 16, src1, op, "w1_weight_sf");
+  Tensor s2p = moe_cute::cute_plain_scales(*c.w2_sf, E, H, I / 16, src2, op, "w2_weight_sf");
+  return {s1p, s2p};
+}
+
 constexpr api::KernelEntry<kernels::CuteW4a16MoeParams> kB12xW4a16Kernels[] = {
     {DeviceType::kCPU,
      "CPU reference: bf16 x, NVFP4 weights decoded exactly (b12x's scale flush), bf16 GEMM1 "
@@ -181,11 +195,7 @@ Tensor b12x_w4a16(const char* op, const B12xCall& c, int64_t E, int64_t I, bool 
     a2 = inv2.data();
   }
   const Tensor out = moe_cute::cute_output(op, "output", *c.output, T, H, DType::kBFloat16, x);
-  std::vector<int64_t> src1(static_cast<size_t>(N1)), src2(static_cast<size_t>(H));
-  std::iota(src1.begin(), src1.end(), int64_t{0});
-  std::iota(src2.begin(), src2.end(), int64_t{0});
-  const Tensor s1p = moe_cute::cute_plain_scales(*c.w1_sf, E, N1, H / 16, src1, op, "w1_weight_sf");
-  const Tensor s2p = moe_cute::cute_plain_scales(*c.w2_sf, E, H, I / 16, src2, op, "w2_weight_sf");
+  const auto [s1p, s2p] = b12x_plain_scales(c, E, N1, H, I, op);
   kernels::CuteW4a16MoeParams p;
   p.x = static_cast<const uint16_t*>(x.data_ptr());
   p.x_stride = x.stride(0);
@@ -296,12 +306,7 @@ Tensor b12x_impl(const char* op, const B12xCall& c) {
   }
   const float* alpha1 = fold ? a1_folded.data() : a1;
   const Tensor out = moe_cute::cute_output(op, "output", *c.output, T, H, DType::kBFloat16, x);
-  // Plain rows (b12x takes w1 un-interleaved: create_b12x_moe_tensors), scales de-swizzled.
-  std::vector<int64_t> src1(static_cast<size_t>(N1)), src2(static_cast<size_t>(H));
-  std::iota(src1.begin(), src1.end(), int64_t{0});
-  std::iota(src2.begin(), src2.end(), int64_t{0});
-  const Tensor s1p = moe_cute::cute_plain_scales(*c.w1_sf, E, N1, H / 16, src1, op, "w1_weight_sf");
-  const Tensor s2p = moe_cute::cute_plain_scales(*c.w2_sf, E, H, I / 16, src2, op, "w2_weight_sf");
+  const auto [s1p, s2p] = b12x_plain_scales(c, E, N1, H, I, op);
   // Gated: up rows [0, I), gate rows [I, 2I) for every gated activation (the kernels split w13
   // by tile: up tiles first). silu is gate * sigmoid(gate) * up; swigluoai_uninterleave clamps
   // (gate <= limit, |up| <= limit; no limit: no clamp) and computes gate * sigmoid(alpha * gate)
