@@ -1,14 +1,16 @@
 // The Blackwell CuTe-DSL MoE wrappers: b12x_fused_moe / B12xMoEWrapper
 // (flashinfer.fused_moe.cute_dsl.b12x_moe) and CuteDslMoEWrapper
 // (flashinfer.fused_moe.cute_dsl.fused_moe). CPU reference only, on the FP4 MoE kernel of
-// cute_dsl_fused_moe_nvfp4 (CuteDslMoEWrapper's w4a16: src/api/moe_cute_w4a16.cpp). Semantics
-// and sources: docs/MOE.md ("Blackwell wrappers").
+// cute_dsl_fused_moe_nvfp4 (CuteDslMoEWrapper's w4a16: src/api/moe_cute_w4a16.cpp); b12x's
+// w4a16 on the CuTe-DSL w4a16 reference with its b12x option. Semantics and sources: docs/MOE.md
+// ("Blackwell wrappers", "b12x w4a16").
 #include "flashinfer/ops/moe_b12x.h"
 
 #include <cmath>
 #include <memory>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/bench_support.h"
@@ -19,7 +21,9 @@
 #include "api/moe_cute_w4a8.h"
 #include "api/moe_routing_checks.h"
 #include "flashinfer/op_typed.h"
+#include "kernels/cpu/moe_cute_w4a16_cpu.h"
 #include "kernels/cpu/moe_fp4_cpu.h"
+#include "kernels/moe_cute_w4a16_params.h"
 #include "kernels/moe_fp4_params.h"
 #include "kernels/quantization_params.h"
 
@@ -127,6 +131,7 @@ struct B12xCall {
   double swiglu_alpha = 1.702;
   double swiglu_beta = 1.0;
   std::optional<double> swiglu_limit;
+  std::string source_format = "modelopt";  // w4a16 only
 };
 
 // A global scale: one fp32 value or [E] (b12x's _expand_to_experts); null when absent.
@@ -142,11 +147,92 @@ const float* global_scale(const std::optional<Tensor>& t, int64_t E, const Tenso
   return t->data<float>();
 }
 
+// The linear scale codes of w1 [E, N1, H/16] and w2 [E, H, I/16]: b12x takes plain rows (w1
+// un-interleaved: create_b12x_moe_tensors), scales 128x4-swizzled or the 6-D view.
+std::pair<Tensor, Tensor> b12x_plain_scales(const B12xCall& c, int64_t E, int64_t N1, int64_t H,
+                                            int64_t I, const char* op) {
+  std::vector<int64_t> src1(static_cast<size_t>(N1)), src2(static_cast<size_t>(H));
+  std::iota(src1.begin(), src1.end(), int64_t{0});
+  std::iota(src2.begin(), src2.end(), int64_t{0});
+  Tensor s1p = moe_cute::cute_plain_scales(*c.w1_sf, E, N1, H / 16, src1, op, "w1_weight_sf");
+  Tensor s2p = moe_cute::cute_plain_scales(*c.w2_sf, E, H, I / 16, src2, op, "w2_weight_sf");
+  return {s1p, s2p};
+}
+
+constexpr api::KernelEntry<kernels::CuteW4a16MoeParams> kB12xW4a16Kernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: bf16 x, NVFP4 weights decoded exactly (b12x's scale flush), bf16 GEMM1 "
+     "store, activation and per-route GEMM2 products, fp32 top-k sum",
+     nullptr,
+     [](const kernels::CuteW4a16MoeParams& p, const api::LaunchContext&) {
+       kernels::cpu::cute_w4a16_moe(p);
+     }},
+};
+
+// quant_mode "w4a16" after b12x_impl's common checks (docs/MOE.md "b12x w4a16"): bf16 x, NVFP4
+// weights with per-expert fp32 global scales w1_alpha / w2_alpha (compressed_tensors stores
+// their inverses); fc2_input_scale, input_global_scale and swiglu_* are ignored.
+Tensor b12x_w4a16(const char* op, const B12xCall& c, int64_t E, int64_t I, bool gated) {
+  const Tensor& x = *c.x;
+  const int64_t T = x.size(0), H = x.size(1), N1 = gated ? 2 * I : I;
+  // _repack_weight: K a multiple of 16 and N of 64 for both GEMMs (H % 64 is checked already).
+  FLASHINFER_CHECK(N1 % 64 == 0, op, "w1_weight",
+                   "quant_mode='w4a16' needs w1 rows a multiple of 64, got ", N1);
+  for (const Tensor* a : {c.w1_alpha, c.w2_alpha}) {
+    FLASHINFER_CHECK(a->numel() == E, op, a == c.w1_alpha ? "w1_alpha" : "w2_alpha",
+                     "quant_mode='w4a16' needs one fp32 global scale per expert [", E, "], got ",
+                     shape_to_string(a->shape()));
+  }
+  const float* a1 = c.w1_alpha->data<float>();
+  const float* a2 = c.w2_alpha->data<float>();
+  std::vector<float> inv1, inv2;
+  if (c.source_format == "compressed_tensors") {  // _source_global_scale: 1 / alpha in fp32
+    for (int64_t e = 0; e < E; ++e) {
+      inv1.push_back(1.0f / a1[e]);
+      inv2.push_back(1.0f / a2[e]);
+    }
+    a1 = inv1.data();
+    a2 = inv2.data();
+  }
+  const Tensor out = moe_cute::cute_output(op, "output", *c.output, T, H, DType::kBFloat16, x);
+  const auto [s1p, s2p] = b12x_plain_scales(c, E, N1, H, I, op);
+  kernels::CuteW4a16MoeParams p;
+  p.x = static_cast<const uint16_t*>(x.data_ptr());
+  p.x_stride = x.stride(0);
+  p.ids = c.ids->data<int32_t>();
+  p.scales = c.scales->data<float>();
+  p.routed_stride = c.top_k;
+  p.w1 = static_cast<const uint8_t*>(c.w1->data_ptr());
+  p.s1 = static_cast<const uint8_t*>(s1p.data_ptr());
+  p.w2 = static_cast<const uint8_t*>(c.w2->data_ptr());
+  p.s2 = static_cast<const uint8_t*>(s2p.data_ptr());
+  p.alpha1 = a1;
+  p.alpha2 = a2;
+  p.num_tokens = T;
+  p.top_k = c.top_k;
+  p.hidden = H;
+  p.inter = I;
+  p.num_local_experts = E;
+  p.gated = gated;
+  p.b12x = true;
+  // run_w4a16_moe's TC-decode path (at most 4 tokens, gated, no expert_map) adds the routes into
+  // the bf16 output with bf16 atomics; otherwise the top-k sum kernel adds them in fp32.
+  p.fused_finalize = gated && T <= 4;
+  p.out = static_cast<uint16_t*>(out.data_ptr());
+  p.out_stride = out.stride(0);
+  api::launch(kB12xW4a16Kernels, p, x.device(), op, "x", false);
+  return out;
+}
+
 Tensor b12x_impl(const char* op, const B12xCall& c) {
-  FLASHINFER_CHECK_CODE(c.quant_mode == "nvfp4", ErrorCode::kUnsupported, op, "quant_mode",
-                        "only \"nvfp4\" (w4a4: NVFP4 weights, input quantized in the op) is "
-                        "implemented, got \"",
-                        c.quant_mode, "\"");
+  const bool w4a16 = c.quant_mode == "w4a16";
+  FLASHINFER_CHECK_CODE(c.quant_mode == "nvfp4" || w4a16, ErrorCode::kUnsupported, op, "quant_mode",
+                        "only \"nvfp4\" (w4a4) and \"w4a16\" are implemented, got \"", c.quant_mode,
+                        "\"");
+  // The w4a16 path's own activation set (moe_w4a16_activations.py), a ValueError there.
+  FLASHINFER_CHECK(!w4a16 || c.activation == "silu" || c.activation == "relu2", op, "activation",
+                   "quant_mode='w4a16' supports only \"silu\" and \"relu2\", got \"", c.activation,
+                   "\"");
   const Tensor& x = *c.x;
   api::check_defined(x, op, "x");
   FLASHINFER_CHECK_CODE(x.device().is_cpu(), ErrorCode::kUnsupported, op, "x",
@@ -199,6 +285,7 @@ Tensor b12x_impl(const char* op, const B12xCall& c) {
   const float* a2 = api::per_expert_floats(*c.w2_alpha, E, x, op, "w2_alpha");
   FLASHINFER_CHECK(a1 != nullptr, op, "w1_alpha", "required");
   FLASHINFER_CHECK(a2 != nullptr, op, "w2_alpha", "required");
+  if (w4a16) return b12x_w4a16(op, c, E, I, gated);
   FLASHINFER_CHECK(c.fc2_input_scale->has_value(), op, "fc2_input_scale",
                    "is required when quant_mode='nvfp4'");
   int64_t gs2_n = 0, gs1_n = 0;
@@ -219,12 +306,7 @@ Tensor b12x_impl(const char* op, const B12xCall& c) {
   }
   const float* alpha1 = fold ? a1_folded.data() : a1;
   const Tensor out = moe_cute::cute_output(op, "output", *c.output, T, H, DType::kBFloat16, x);
-  // Plain rows (b12x takes w1 un-interleaved: create_b12x_moe_tensors), scales de-swizzled.
-  std::vector<int64_t> src1(static_cast<size_t>(N1)), src2(static_cast<size_t>(H));
-  std::iota(src1.begin(), src1.end(), int64_t{0});
-  std::iota(src2.begin(), src2.end(), int64_t{0});
-  const Tensor s1p = moe_cute::cute_plain_scales(*c.w1_sf, E, N1, H / 16, src1, op, "w1_weight_sf");
-  const Tensor s2p = moe_cute::cute_plain_scales(*c.w2_sf, E, H, I / 16, src2, op, "w2_weight_sf");
+  const auto [s1p, s2p] = b12x_plain_scales(c, E, N1, H, I, op);
   // Gated: up rows [0, I), gate rows [I, 2I) for every gated activation (the kernels split w13
   // by tile: up tiles first). silu is gate * sigmoid(gate) * up; swigluoai_uninterleave clamps
   // (gate <= limit, |up| <= limit; no limit: no clamp) and computes gate * sigmoid(alpha * gate)
@@ -330,7 +412,8 @@ Tensor b12x_fused_moe(const Tensor& x, const Tensor& w1_weight, const Tensor& w1
                          q,
                          swiglu_alpha,
                          swiglu_beta,
-                         swiglu_limit};
+                         swiglu_limit,
+                         source_format};
         return b12x_impl(op, c);
       },
       x, w1_weight, w1_weight_sf, w2_weight, w2_weight_sf, token_selected_experts,
@@ -430,7 +513,8 @@ Tensor B12xMoEWrapper::run(const Tensor& x, const Tensor& w1_weight, const Tenso
                          quant_mode_,
                          swiglu_alpha_,
                          swiglu_beta_,
-                         swiglu_limit_};
+                         swiglu_limit_,
+                         source_format_};
         return b12x_impl(op, c);
       },
       *this, x, w1_weight, w1_weight_sf, w2_weight, w2_weight_sf, token_selected_experts,

@@ -37,6 +37,12 @@ struct CuteW4a16MoeParams {
   bool fused_finalize = true;
   uint16_t* out = nullptr;  // bf16 bits [T, H], row stride out_stride
   int64_t out_stride = 0;
+  // b12x_fused_moe's "w4a16" (SM120 kernel, docs/MOE.md "b12x w4a16") instead of the SM100 one:
+  // block scales below 2^-6 after the per-matrix power-of-two rescale are flushed to zero, GEMM1
+  // is stored bf16 before the activation (silu: bf16(bf16(silu(g)) * u)), each route's GEMM2 is
+  // bf16(bf16(acc) * bf16(w * alpha2)), summed in fp32 and rounded once, or with fused_finalize
+  // (the TC-decode path) added into the bf16 output one bf16 rounding per add. Silu/relu2 only.
+  bool b12x = false;
 };
 
 }  // namespace flashinfer::kernels

@@ -15,15 +15,32 @@ namespace {
 
 float bf16_round(float v) { return bfloat16_bits_to_float(float_to_bfloat16_bits(v)); }
 
-// Row r of a packed NVFP4 matrix [rows, cols] with linear block-16 scales, decoded.
-void decode_row(const uint8_t* w, const uint8_t* s, int64_t r, int64_t cols, float* dst) {
+// Row r of a packed NVFP4 matrix [rows, cols] with linear block-16 scales, decoded; scales below
+// `flush` count as zero (b12x; 0 elsewhere).
+void decode_row(const uint8_t* w, const uint8_t* s, int64_t r, int64_t cols, float* dst,
+                float flush) {
   const uint8_t* row = w + r * (cols / 2);
   const uint8_t* sr = s + r * (cols / 16);
   for (int64_t c = 0; c < cols; ++c) {
     const uint8_t b = row[c / 2];
-    dst[c] =
-        e2m1_bits_to_float(c % 2 == 0 ? (b & 0xF) : (b >> 4)) * e4m3fn_bits_to_float(sr[c / 16]);
+    const float sc = e4m3fn_bits_to_float(sr[c / 16]);
+    dst[c] = e2m1_bits_to_float(c % 2 == 0 ? (b & 0xF) : (b >> 4)) * (sc < flush ? 0.0f : sc);
   }
+}
+
+// b12x's weight prepare (_nvfp4_compute_scale_factor, _process_nvfp4_packed_scales): all scales
+// of a matrix (every expert) are multiplied by f = 2^floor(log2(448 / max)) (1 when the max is 0
+// or 448), then a scale whose product is an e4m3 subnormal (< 2^-6) becomes 0: the threshold on
+// the unscaled scale is 2^-6 / f.
+float b12x_flush_threshold(const uint8_t* s, int64_t n) {
+  float mx = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = e4m3fn_bits_to_float(s[i]);
+    if (v > mx) mx = v;  // NaN codes never win
+  }
+  float f = 1.0f;
+  if (mx > 0.0f && mx < 448.0f) f = std::exp2(std::floor(std::log2(448.0f / mx)));
+  return 0.015625f / f;
 }
 
 // The kernel's fmin(..., nan=True): a NaN operand gives NaN (std::fmin would drop it).
@@ -42,6 +59,8 @@ void cute_w4a16_moe(const CuteW4a16MoeParams& p) {
   const int64_t El = p.num_local_experts, N1 = p.gated ? 2 * I : I;
   // Decoded weights per local expert, built on first use.
   std::vector<std::vector<float>> w1d(static_cast<size_t>(El)), w2d(static_cast<size_t>(El));
+  const float flush1 = p.b12x ? b12x_flush_threshold(p.s1, El * N1 * (H / 16)) : 0.0f;
+  const float flush2 = p.b12x ? b12x_flush_threshold(p.s2, El * H * (I / 16)) : 0.0f;
   auto weights = [&](int64_t e) {
     auto& a = w1d[static_cast<size_t>(e)];
     auto& b = w2d[static_cast<size_t>(e)];
@@ -49,10 +68,10 @@ void cute_w4a16_moe(const CuteW4a16MoeParams& p) {
       a.resize(static_cast<size_t>(N1 * H));
       b.resize(static_cast<size_t>(H * I));
       for (int64_t r = 0; r < N1; ++r) {
-        decode_row(p.w1 + e * N1 * (H / 2), p.s1 + e * N1 * (H / 16), r, H, &a[r * H]);
+        decode_row(p.w1 + e * N1 * (H / 2), p.s1 + e * N1 * (H / 16), r, H, &a[r * H], flush1);
       }
       for (int64_t r = 0; r < H; ++r) {
-        decode_row(p.w2 + e * H * (I / 2), p.s2 + e * H * (I / 16), r, I, &b[r * I]);
+        decode_row(p.w2 + e * H * (I / 2), p.s2 + e * H * (I / 16), r, I, &b[r * I], flush2);
       }
     }
   };
@@ -73,6 +92,18 @@ void cute_w4a16_moe(const CuteW4a16MoeParams& p) {
       // GEMM1 epilogue: alpha times the accumulator, the activation in fp32, bf16 into the
       // intermediate buffer.
       for (int64_t j = 0; j < I; ++j) {
+        if (p.b12x) {
+          // b12x: GEMM1 stored as bf16(alpha1 * acc), the activation pass reads those values.
+          if (p.gated) {
+            const float up = bf16_round(a1 * dot(W1 + j * H, x.data(), H));
+            const float gate = bf16_round(a1 * dot(W1 + (I + j) * H, x.data(), H));
+            h[j] = bf16_round(bf16_round(gate / (1.0f + std::exp(-gate))) * up);
+          } else {
+            const float v = std::max(bf16_round(a1 * dot(W1 + j * H, x.data(), H)), 0.0f);
+            h[j] = bf16_round(v * v);
+          }
+          continue;
+        }
         if (p.gated) {
           float up = a1 * dot(W1 + j * H, x.data(), H);
           float gate = a1 * dot(W1 + (I + j) * H, x.data(), H);
@@ -103,7 +134,10 @@ void cute_w4a16_moe(const CuteW4a16MoeParams& p) {
       const float fused_scale = a2 * s;
       for (int64_t d = 0; d < H; ++d) {
         const float y = dot(W2 + d * I, h.data(), I);
-        if (p.fused_finalize) {
+        if (p.b12x) {
+          const float term = bf16_round(bf16_round(y) * bf16_round(s * a2));
+          acc[d] = p.fused_finalize ? bf16_round(acc[d] + term) : acc[d] + term;
+        } else if (p.fused_finalize) {
           acc[d] = bf16_round(acc[d] + bf16_round(fused_scale * y));
         } else {
           acc[d] = std::fma(bf16_round(a2 * y), s, acc[d]);
