@@ -169,6 +169,15 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
       {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group, c.offset,
        c.local_num, c.scale, c.method, c.norm_topk_prob, c.replay_out},
       num_fused_shared_experts, *c.hidden);
+  // Upstream's FP8 block-scale launcher (alone among the trtllm ones) rejects groups for any
+  // routing method but DeepSeekV3 (docs/MOE.md, "n_group outside DeepSeekV3").
+  if (c.method != static_cast<int64_t>(kernels::MoeRouting::kDeepSeekV3)) {
+    FLASHINFER_CHECK(c.n_group.value_or(0) <= 1, op, "n_group",
+                     "routing without groups takes n_group <= 1, got ", c.n_group.value_or(0));
+    FLASHINFER_CHECK(c.topk_group.value_or(0) <= 1, op, "topk_group",
+                     "routing without groups takes topk_group <= 1, got ",
+                     c.topk_group.value_or(0));
+  }
   if (qtype == Fp8QuantizationType::MxFp8) {
     return api::trtllm_mxfp8_block_moe(
         {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group,

@@ -3,8 +3,10 @@
 // shared experts (test_moe_fused_shared.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
@@ -19,8 +21,8 @@ inline double silu(double v) { return v / (1.0 + std::exp(-v)); }
 /// x fp8 [T, H] with scales xs [H / 128, T]; plain MajorK weights w1 [E_w, 2I, H], w2 [E_w, H, I]
 /// with 128x128 block scales s1, s2; Swiglu. Every (token, slot) pair of `routing` (ids with
 /// fp32/bf16 weights, [T, slots]) whose expert lies in [offset, offset + local) runs weight row
-/// (expert - offset): bf16(silu(gate) * up), bf16 GEMM2 output, weighted by the bf16-rounded
-/// routing weight and summed in fp64.
+/// (expert - offset): silu(gate) * up quantized to e4m3 per 128 columns, bf16 GEMM2 output,
+/// weighted by the bf16-rounded routing weight and summed in fp64.
 inline std::vector<double> fp8_block_moe_reference(const Tensor& x, const Tensor& xs,
                                                    const Tensor& w1, const Tensor& s1,
                                                    const Tensor& w2, const Tensor& s2,
@@ -48,7 +50,21 @@ inline std::vector<double> fp8_block_moe_reference(const Tensor& x, const Tensor
           up += xd * w1d(i);
           gate += xd * w1d(I + i);
         }
-        h[static_cast<size_t>(i)] = bf16(silu(gate) * up);
+        h[static_cast<size_t>(i)] = silu(gate) * up;
+      }
+      // GEMM2 reads the activation as e4m3 with an fp32 scale per 128 columns:
+      // scale = max(amax / 448, FLT_MIN), q = e4m3(h / scale) (RNE, satfinite).
+      for (int64_t b = 0; b < I; b += 128) {
+        float amax = 0.0f;
+        for (int64_t i = b; i < b + 128 && i < I; ++i) {
+          amax = std::max(amax, static_cast<float>(std::fabs(h[static_cast<size_t>(i)])));
+        }
+        const float scale = std::max(amax / 448.0f, std::numeric_limits<float>::min());
+        for (int64_t i = b; i < b + 128 && i < I; ++i) {
+          const float v = static_cast<float>(h[static_cast<size_t>(i)]) / scale;
+          h[static_cast<size_t>(i)] =
+              static_cast<double>(e4m3fn_bits_to_float(float_to_e4m3fn_bits(v, true))) * scale;
+        }
       }
       for (int64_t d = 0; d < H; ++d) {
         double y = 0.0;

@@ -268,6 +268,17 @@ TEST(TrtllmFp8BlockScaleMoe, BadInput) {
                       I, 0, E, std::nullopt, 1, false, WeightLayout::MajorK, true, std::nullopt,
                       8192, Fp8QuantizationType::DeepSeekFp8, 1),
                   op, "routing_method_type");  // shared experts need DeepSeekV3 routing
+  // Upstream's block-scale launcher rejects groups outside DeepSeekV3 (Renormalize here).
+  EXPECT_FI_ERROR((void)trtllm_fp8_block_scale_moe(logits, std::nullopt, x, xs, w1, s1, w2, s2, E,
+                                                   K, 2, std::nullopt, I, 0, E, std::nullopt, 1,
+                                                   false, WeightLayout::MajorK, true, std::nullopt,
+                                                   8192, Fp8QuantizationType::DeepSeekFp8),
+                  op, "n_group");
+  EXPECT_FI_ERROR(
+      (void)trtllm_fp8_block_scale_moe(logits, std::nullopt, x, xs, w1, s1, w2, s2, E, K, 1, 2, I,
+                                       0, E, std::nullopt, 1, false, WeightLayout::MajorK, true,
+                                       std::nullopt, 8192, Fp8QuantizationType::MxFp8),
+      op, "topk_group");
   EXPECT_FI_ERROR(
       (void)trtllm_fp8_block_scale_routed_moe(
           MoeTopkIds(Tensor::zeros({T, K}, DType::kInt32)), std::nullopt, x, xs, w1, s1, w2, s2, E,
@@ -495,7 +506,8 @@ TEST(TrtllmFp8BlockScaleMoeCuda, MatchesCpu) {
 // for Llama4; trtllm_gen_routing, whose undefined output tails hold junk and are skipped, and
 // trtllm_gen_routing and trtllm_fp8_block_scale_moe with a fused shared expert, the routing's
 // pairs in another order within each expert), expected outputs computed by torch in fp32 as
-// upstream's test reference does. All six replay here and pass.
+// upstream's test reference does (but DeepSeek FP8's activation quantized to e4m3 per 128
+// columns, as upstream's kernel does: docs/MOE.md). All six replay here and pass.
 TEST(MoeUpstreamDumps, EngineStyleTrtllmDumpsReplay) {
   // save() and record(): the shared writer (tests/util/upstream_dump_py.h).
   const std::string body = R"PY(
@@ -609,7 +621,11 @@ def ds_fp8_block(T, E, H, I, K, S, shuffled):
         for k in range(K + S):
             e = int(ti[t, k])
             g = xd[t] @ w1d[e].T
-            h = (F.silu(g[I:]) * g[:I]).bfloat16().float()
+            # the kernel's activation: e4m3 with an fp32 scale per 128 columns
+            h = F.silu(g[I:]) * g[:I]
+            sc = (h.view(-1, 128).abs().amax(-1) / 448).clamp(min=1.1754944e-38)
+            sc = sc.repeat_interleave(128)
+            h = to_fp8(h / sc)[1] * sc
             out[t] += wts[t, k] * (h @ w2d[e].T)
     scalars = {"kwarg_num_experts": E, "kwarg_top_k": K, "kwarg_n_group": 4,
                "kwarg_topk_group": 2, "kwarg_intermediate_size": I,

@@ -2146,15 +2146,20 @@ TEST(Trace, DefinitionsRunAndMatchTheLibrary) {
     cases.push_back(c);
   }
   // FP8 block-scale routed: e4m3 values exact (multiples of 1/4), MajorK weights, 4 local
-  // experts of 8, h256, i128 (whole 128 blocks).
-  cases.push_back({"trtllm_fp8_block_scale_routed_moe", [=](In& i) {
+  // experts of 8, h256, i128 (whole 128 blocks). The definition's reference rounds the
+  // activation to bf16; upstream's kernel, and so the library, quantize it to e4m3 per 128
+  // columns (docs/MOE.md "FP8 block scale"), whose half ulp is 6.25 %: outputs here reach ~4400,
+  // and differ from the reference by up to ~2 % of that, ~12 % relative.
+  cases.push_back({"trtllm_fp8_block_scale_routed_moe",
+                   [=](In& i) {
                      return Outs{fi::trtllm_fp8_block_scale_routed_moe(
                          fi::MoeTopkIds(i["topk_ids"]), std::nullopt, e4m3(i["hidden_states"]),
                          i["hidden_states_scale"], e4m3(i["gemm1_weights"]),
                          i["gemm1_weights_scale"], e4m3(i["gemm2_weights"]),
                          i["gemm2_weights_scale"], 8, 2, std::nullopt, std::nullopt, 128, 0, 4,
                          std::nullopt)};
-                   }});
+                   },
+                   fi::testing::Tolerance{100, 0.125}});
   // b12x and CuTe-DSL NVFP4: the definitions' linear e4m3 scales (exact e4m3 values in float32
   // on a torch without float8) given to the ops as they take them, e4m3 bytes in the 128x4
   // layout; 8 experts, top-2 (CuTe-DSL: 4 of them local, rows interleaved by 64).

@@ -3,7 +3,9 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "flashinfer/float_formats.h"
@@ -13,6 +15,21 @@ namespace flashinfer::kernels::cpu {
 namespace {
 
 float bf16_round(float v) { return bfloat16_bits_to_float(float_to_bfloat16_bits(v)); }
+
+// DeepSeek FP8's activation kernel hands GEMM2 an e4m3 activation with one fp32 scale per
+// (row, 128 columns): scale = max(amax / 448, FLT_MIN), q = e4m3(h / scale), RNE and satfinite
+// (docs/MOE.md "FP8 block scale"). h becomes the dequantized q * scale that GEMM2 reads.
+void fp8_quantize_per_128(float* h, int64_t n) {
+  for (int64_t b = 0; b < n; b += 128) {
+    const int64_t end = std::min(n, b + 128);
+    float amax = 0.0f;
+    for (int64_t j = b; j < end; ++j) amax = std::max(amax, std::fabs(h[j]));
+    const float scale = std::max(amax / 448.0f, std::numeric_limits<float>::min());
+    for (int64_t j = b; j < end; ++j) {
+      h[j] = e4m3fn_bits_to_float(float_to_e4m3fn_bits(h[j] / scale, /*saturate=*/true)) * scale;
+    }
+  }
+}
 
 float fp8(const uint8_t* base, int64_t i) { return e4m3fn_bits_to_float(base[i]); }
 
@@ -92,7 +109,7 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p) {
       if (p.block_scale) {
         for (int64_t j = 0; j < N1; ++j) gv[static_cast<size_t>(j)] = g[j] * rw;
         moe_activation_row(m, e, gv.data(), hr);
-        for (int64_t j = 0; j < I; ++j) hr[j] = bf16_round(hr[j]);
+        fp8_quantize_per_128(hr, I);
       } else {
         const float sg = p.out1_gate_scale[e], sc = p.out1_scale[e];
         if (gated) {

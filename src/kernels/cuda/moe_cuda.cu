@@ -433,6 +433,29 @@ __device__ __forceinline__ void trtllm_activation_rows(const CutlassMoeParams& m
   }
 }
 
+// DeepSeek FP8: the activation handed to GEMM2 is e4m3 with one fp32 scale per 128 columns,
+// scale = max(amax / 448, FLT_MIN), as upstream's unfused activation kernel (docs/MOE.md "FP8
+// block scale"); h keeps the dequantized q * scale. One warp per 128-column block.
+__device__ __forceinline__ void trtllm_fp8_activation_rows(const CutlassMoeParams& m, int64_t e,
+                                                           const float* g, float* h) {
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < m.inter; j += blockDim.x) h[j] = activation(m, e, g, j);
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t b = warp * 128; b < m.inter; b += kWarps * 128) {
+    float amax = 0.0f;
+    for (int64_t j = b + lane; j < b + 128 && j < m.inter; j += 32) amax = fmaxf(amax, fabsf(h[j]));
+    for (int off = 16; off > 0; off >>= 1) {
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    }
+    const float scale = fmaxf(__fdiv_rn(amax, 448.0f), FLT_MIN);
+    for (int64_t j = b + lane; j < b + 128 && j < m.inter; j += 32) {
+      const __nv_fp8_e4m3 q(__fdiv_rn(h[j], scale));  // RNE, satfinite
+      h[j] = __fmul_rn(static_cast<float>(q), scale);
+    }
+  }
+}
+
 // Token blockIdx.x of the trtllm finalize: out = bf16(sum over k in k order of w * y) over the
 // local pairs, product and sum rounded separately (no FMA) as the CPU references' scalar loops.
 __device__ __forceinline__ void trtllm_finalize_token(const CutlassMoeParams& m, const int32_t* ids,
@@ -452,7 +475,7 @@ __device__ __forceinline__ void trtllm_finalize_token(const CutlassMoeParams& m,
 }
 
 // One block per (token, k) pair: the block-dequantized GEMM1 row (one warp per output), then the
-// activation rounded to bf16.
+// activation quantized to e4m3 per 128 columns.
 __global__ void fp8_moe_gemm1_kernel(TrtllmFp8MoeParams p) {
   const CutlassMoeParams& m = p.base.moe;
   const int64_t pair = blockIdx.x;
@@ -471,7 +494,7 @@ __global__ void fp8_moe_gemm1_kernel(TrtllmFp8MoeParams p) {
         return xv * fp8_at(m.w1, (e * N1 + j) * H + c) * w1s[(j / 128) * HB + c / 128];
       },
       [&](int64_t j, float acc) { g[j] = acc; });
-  trtllm_activation_rows(m, e, g, p.ws_h + pair * I);
+  trtllm_fp8_activation_rows(m, e, g, p.ws_h + pair * I);
 }
 
 // One block per pair: the GEMM2 row (block-dequantized weights), rounded to bf16.
