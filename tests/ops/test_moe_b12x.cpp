@@ -554,6 +554,22 @@ TEST(CuteDslMoEWrapper, GegluTanhMatchesFormula) {
   EXPECT_GT(diff, 0.1);
 }
 
+double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double diff = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::abs(a[i] - b[i]));
+  return diff;
+}
+
+// The w4a4 wrapper with SiTU (beta 1.5) and fc2_input_scale 0.5, fp32 output.
+Tensor run_cute_situ(MoeCase& c, std::optional<double> linear_beta) {
+  CuteDslMoEWrapper w(c.E, c.K, c.H, c.I, false, std::nullopt, c.local, c.offset, 128, 16,
+                      DType::kFloat32, "cuda", true, 3, 1.0, 0.0, 3.4028234663852886e38, 1.5,
+                      linear_beta);
+  return w.run(bytes_tensor(c.xq, {c.T, c.H / 2}), bytes_tensor(c.xs, {c.T, c.H / 16}), c.ids_t(),
+               c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1), floats({0.5f}), c.w2_t(), c.s2_t(),
+               c.alpha(c.a2));
+}
+
 // SiTU in the w4a4 GEMM1 epilogue (situ_f32 and the act-fusion kernel of the 0.7.2.post1 wheel):
 // (linear_beta * tanh(up / linear_beta)) * (beta * tanh(gate / beta) * sigmoid(gate)), here with
 // both betas given.
@@ -563,16 +579,8 @@ TEST(CuteDslMoEWrapper, SituMatchesFormula) {
   c.make(29);
   const auto expect = c.expected({}, {0.5f}, 1.0, 0.0, 3.4e38, false, 1.5, 3.0);
   EXPECT_GT(max_abs(expect), 0.5);
-  CuteDslMoEWrapper w(c.E, c.K, c.H, c.I, false, std::nullopt, c.local, c.offset, 128, 16,
-                      DType::kFloat32, "cuda", true, 3, 1.0, 0.0, 3.4028234663852886e38, 1.5, 3.0);
-  const Tensor x = bytes_tensor(c.xq, {c.T, c.H / 2}), xs = bytes_tensor(c.xs, {c.T, c.H / 16});
-  const Tensor out = w.run(x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1),
-                           floats({0.5f}), c.w2_t(), c.s2_t(), c.alpha(c.a2));
-  EXPECT_TRUE(all_close(out, expect, {1e-4, 1e-4}));
-  const auto swiglu = c.expected({}, {0.5f});
-  double diff = 0.0;
-  for (size_t i = 0; i < swiglu.size(); ++i) diff = std::max(diff, std::abs(swiglu[i] - expect[i]));
-  EXPECT_GT(diff, 0.1);
+  EXPECT_TRUE(all_close(run_cute_situ(c, 3.0), expect, {1e-4, 1e-4}));
+  EXPECT_GT(max_diff(c.expected({}, {0.5f}), expect), 0.1);  // not Swiglu
 }
 
 // SiTU without situ_linear_beta (situ_f32 in common/kernel_utils.py of the 0.7.2.post1 wheel:
@@ -584,21 +592,16 @@ TEST(CuteDslMoEWrapper, SituWithoutLinearBetaMatchesFormula) {
   c.make(31);
   const auto expect = c.expected({}, {0.5f}, 1.0, 0.0, 3.4e38, false, 1.5, 0.0);
   EXPECT_GT(max_abs(expect), 0.5);
-  CuteDslMoEWrapper w(c.E, c.K, c.H, c.I, false, std::nullopt, c.local, c.offset, 128, 16,
-                      DType::kFloat32, "cuda", true, 3, 1.0, 0.0, 3.4028234663852886e38, 1.5);
-  const Tensor x = bytes_tensor(c.xq, {c.T, c.H / 2}), xs = bytes_tensor(c.xs, {c.T, c.H / 16});
-  const Tensor w1 = c.w1_t(), s1 = c.s1_t(), w2 = c.w2_t(), s2 = c.s2_t();
-  const Tensor out = w.run(x, xs, c.ids_t(), c.rw_t(), w1, s1, c.alpha(c.a1), floats({0.5f}), w2,
-                           s2, c.alpha(c.a2));
+  const Tensor out = run_cute_situ(c, std::nullopt);
   EXPECT_TRUE(all_close(out, expect, {1e-4, 1e-4}));
   // A clamp (even the CUTLASS default 25, or a small linear beta) would change the result.
   for (const double lb : {25.0, 1.0}) {
-    const auto clamped = c.expected({}, {0.5f}, 1.0, 0.0, 3.4e38, false, 1.5, lb);
-    double diff = 0.0;
-    for (size_t i = 0; i < clamped.size(); ++i)
-      diff = std::max(diff, std::abs(clamped[i] - expect[i]));
-    EXPECT_GT(diff, lb > 10.0 ? 1e-5 : 0.05) << lb;
+    EXPECT_GT(max_diff(c.expected({}, {0.5f}, 1.0, 0.0, 3.4e38, false, 1.5, lb), expect),
+              lb > 10.0 ? 1e-5 : 0.05)
+        << lb;
   }
+  const Tensor x = bytes_tensor(c.xq, {c.T, c.H / 2}), xs = bytes_tensor(c.xs, {c.T, c.H / 16});
+  const Tensor w1 = c.w1_t(), s1 = c.s1_t(), w2 = c.w2_t(), s2 = c.s2_t();
   std::vector<RecordingObserver::Call> calls;
   Tensor f;
   {
