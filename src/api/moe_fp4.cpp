@@ -724,11 +724,9 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
                         "only \"w4a4\" (NVFP4 activations and weights) is implemented, got \"",
                         quant_mode, "\"");
   // SiTU (situ_beta with Swiglu): gate' = beta * tanh(gate / beta) * sigmoid(gate), times up'
-  // = linear_beta * tanh(up / linear_beta) when situ_linear_beta is set, else up. Our shared
-  // activation (MoeAct::kSitu) always clamps up (25 when absent), so the unclamped form is refused.
+  // = linear_beta * tanh(up / linear_beta) when situ_linear_beta is set, else up (unclamped:
+  // MoeAct::kSitu with situ_clamp_up false, not the CUTLASS default of 25).
   check_situ_config(op, activation_type, situ_beta, situ_linear_beta);
-  api::refuse_if(situ_beta.has_value() && !situ_linear_beta.has_value(), op, "situ_linear_beta",
-                 "SiTU without the linear tanh clamp is not implemented");
   // The GEMM1 epilogue's three (blockscaled_contiguous_gather_grouped_gemm_act_fusion): GegluTanh
   // is (alpha * up) * gelu_tanh(alpha * gate), the SwiGLU parameters unused.
   FLASHINFER_CHECK_CODE(activation_type == 3 || activation_type == 6 || activation_type == 8,
@@ -851,6 +849,7 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
   if (situ_beta) {
     m.situ_beta = situ_bv.data();
     m.situ_linear_beta = situ_lbv.data();
+    m.situ_clamp_up = situ_linear_beta.has_value();
   }
   if (gated) {
     // The reference's SwiGLU with alpha / beta / limit (the SwigluBias formula).

@@ -55,6 +55,8 @@ struct CutlassMoeParams {
   // Situ per-expert fp32 [num_local_experts] (null: upstream's defaults 4 and 25)
   const float* situ_beta = nullptr;
   const float* situ_linear_beta = nullptr;
+  // Situ: false leaves up unclamped (CuTe-DSL w4a4 SiTU without situ_linear_beta).
+  bool situ_clamp_up = true;
   void* out = nullptr;  // [num_tokens, hidden] of out_dtype, row stride out_stride
   int64_t out_stride = 0;
   DType dtype = DType::kBFloat16;

@@ -115,7 +115,10 @@ struct MoeCase : moe_cute_test::Nvfp4MoeData {
         for (int64_t j = 0; j < I; ++j) {
           if (gated && situ_b > 0.0) {  // SiTU: up' * beta * tanh(gate / beta) * sigmoid(gate)
             const double gate = g[static_cast<size_t>(I + j)];
-            const double up = situ_lb * std::tanh(g[static_cast<size_t>(j)] / situ_lb);
+            // situ_lb 0: no linear beta, up unclamped (the w4a4 epilogue without the clamp).
+            const double up = situ_lb > 0.0
+                                  ? situ_lb * std::tanh(g[static_cast<size_t>(j)] / situ_lb)
+                                  : g[static_cast<size_t>(j)];
             h[static_cast<size_t>(j)] =
                 up * situ_b * std::tanh(gate / situ_b) / (1.0 + std::exp(-gate));
           } else if (gated && gelu_tanh) {
@@ -551,6 +554,22 @@ TEST(CuteDslMoEWrapper, GegluTanhMatchesFormula) {
   EXPECT_GT(diff, 0.1);
 }
 
+double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double diff = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::abs(a[i] - b[i]));
+  return diff;
+}
+
+// The w4a4 wrapper with SiTU (beta 1.5) and fc2_input_scale 0.5, fp32 output.
+Tensor run_cute_situ(MoeCase& c, std::optional<double> linear_beta) {
+  CuteDslMoEWrapper w(c.E, c.K, c.H, c.I, false, std::nullopt, c.local, c.offset, 128, 16,
+                      DType::kFloat32, "cuda", true, 3, 1.0, 0.0, 3.4028234663852886e38, 1.5,
+                      linear_beta);
+  return w.run(bytes_tensor(c.xq, {c.T, c.H / 2}), bytes_tensor(c.xs, {c.T, c.H / 16}), c.ids_t(),
+               c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1), floats({0.5f}), c.w2_t(), c.s2_t(),
+               c.alpha(c.a2));
+}
+
 // SiTU in the w4a4 GEMM1 epilogue (situ_f32 and the act-fusion kernel of the 0.7.2.post1 wheel):
 // (linear_beta * tanh(up / linear_beta)) * (beta * tanh(gate / beta) * sigmoid(gate)), here with
 // both betas given.
@@ -560,16 +579,42 @@ TEST(CuteDslMoEWrapper, SituMatchesFormula) {
   c.make(29);
   const auto expect = c.expected({}, {0.5f}, 1.0, 0.0, 3.4e38, false, 1.5, 3.0);
   EXPECT_GT(max_abs(expect), 0.5);
-  CuteDslMoEWrapper w(c.E, c.K, c.H, c.I, false, std::nullopt, c.local, c.offset, 128, 16,
-                      DType::kFloat32, "cuda", true, 3, 1.0, 0.0, 3.4028234663852886e38, 1.5, 3.0);
-  const Tensor x = bytes_tensor(c.xq, {c.T, c.H / 2}), xs = bytes_tensor(c.xs, {c.T, c.H / 16});
-  const Tensor out = w.run(x, xs, c.ids_t(), c.rw_t(), c.w1_t(), c.s1_t(), c.alpha(c.a1),
-                           floats({0.5f}), c.w2_t(), c.s2_t(), c.alpha(c.a2));
+  EXPECT_TRUE(all_close(run_cute_situ(c, 3.0), expect, {1e-4, 1e-4}));
+  EXPECT_GT(max_diff(c.expected({}, {0.5f}), expect), 0.1);  // not Swiglu
+}
+
+// SiTU without situ_linear_beta (situ_f32 in common/kernel_utils.py of the 0.7.2.post1 wheel:
+// up is used as is, with no tanh clamp and no default 25): up * beta * tanh(gate / beta) *
+// sigmoid(gate). The wrapper and the function agree bit for bit, and the function's record replays.
+TEST(CuteDslMoEWrapper, SituWithoutLinearBetaMatchesFormula) {
+  MoeCase c;
+  c.cute = true;
+  c.make(31);
+  const auto expect = c.expected({}, {0.5f}, 1.0, 0.0, 3.4e38, false, 1.5, 0.0);
+  EXPECT_GT(max_abs(expect), 0.5);
+  const Tensor out = run_cute_situ(c, std::nullopt);
   EXPECT_TRUE(all_close(out, expect, {1e-4, 1e-4}));
-  const auto swiglu = c.expected({}, {0.5f});
-  double diff = 0.0;
-  for (size_t i = 0; i < swiglu.size(); ++i) diff = std::max(diff, std::abs(swiglu[i] - expect[i]));
-  EXPECT_GT(diff, 0.1);
+  // A clamp (even the CUTLASS default 25, or a small linear beta) would change the result.
+  for (const double lb : {25.0, 1.0}) {
+    EXPECT_GT(max_diff(c.expected({}, {0.5f}, 1.0, 0.0, 3.4e38, false, 1.5, lb), expect),
+              lb > 10.0 ? 1e-5 : 0.05)
+        << lb;
+  }
+  const Tensor x = bytes_tensor(c.xq, {c.T, c.H / 2}), xs = bytes_tensor(c.xs, {c.T, c.H / 16});
+  const Tensor w1 = c.w1_t(), s1 = c.s1_t(), w2 = c.w2_t(), s2 = c.s2_t();
+  std::vector<RecordingObserver::Call> calls;
+  Tensor f;
+  {
+    RecordingScope scope;
+    f = cute_dsl_fused_moe_nvfp4(x, xs, c.ids_t(), c.rw_t(), w1, s1, c.alpha(c.a1), floats({0.5f}),
+                                 w2, s2, c.alpha(c.a2), c.E, c.K, c.local, c.offset,
+                                 DType::kFloat32, true, std::nullopt, std::nullopt, true, 3, 1.0,
+                                 0.0, 3.4028234663852886e38, 1.5);
+    calls = scope.observer().calls;
+  }
+  EXPECT_TRUE(all_close(f, out.to_double_vector(), {0.0, 0.0}));
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_TRUE(replays_identically(calls[0]));
 }
 
 // w4a4 with per_token_scale (the per-token path of _moe_core_impl in the 0.7.2.post1 wheel): GEMM1
@@ -726,12 +771,8 @@ TEST(CuteDslMoEWrapper, BadInput) {
                          DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, 1e30, std::nullopt,
                          std::nullopt, true, "w4a8");
   EXPECT_FI_ERROR(run_with(w4a8, x, c.alpha(c.a1), std::nullopt, std::nullopt), run, "x");
-  // GegluTanh and SiTU with both betas run (GegluTanhMatchesFormula, SituMatchesFormula); SiTU
-  // without situ_linear_beta (no clamp of up) is refused.
-  CuteDslMoEWrapper situ(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
-                         DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, 1e30, 4.0);
-  EXPECT_FI_ERROR_CODE(run_with(situ, x, c.alpha(c.a1)), run, "situ_linear_beta",
-                       ErrorCode::kUnsupported);
+  // GegluTanh and SiTU run, with and without situ_linear_beta (GegluTanhMatchesFormula,
+  // SituMatchesFormula, SituWithoutLinearBetaMatchesFormula); the linear beta alone is an error.
   EXPECT_FI_ERROR(
       CuteDslMoEWrapper(c.E, c.K, c.H, c.I, false, std::nullopt, std::nullopt, 0, 128, 16,
                         DType::kBFloat16, "cuda", true, 3, 1.0, 0.0, 1e30, std::nullopt, 2.0),

@@ -883,9 +883,8 @@ TEST(CuteDslFusedMoeNvfp4, BadInputAndRecordReplay) {
   // w4a8 runs on MXFP8 x (tests/ops/test_moe_cute_w4a8.cpp): packed NVFP4 bytes are the wrong x.
   EXPECT_FI_ERROR(call(-1, Tensor(), 3, "w4a8"), op, "x");
   EXPECT_FI_ERROR(call(-1, Tensor(), 3, "w4a9"), op, "quant_mode");
-  // SiTU runs with both betas (CuteDslMoEWrapper.SituMatchesFormula); without the linear beta it
-  // is refused (our shared activation always clamps up).
-  EXPECT_FI_ERROR(call(-1, Tensor(), 3, "w4a4", 4.0), op, "situ_linear_beta");
+  // SiTU runs with and without the linear beta (CuteDslMoEWrapper.SituMatchesFormula,
+  // .SituWithoutLinearBetaMatchesFormula); situ_beta needs Swiglu.
   EXPECT_FI_ERROR(call(-1, Tensor(), 6, "w4a4", 4.0), op, "situ_beta");
   EXPECT_FI_ERROR(
       (void)cute_dsl_fused_moe_nvfp4(in[0], in[1], r.ids.to(DType::kInt64), *r.weights, in[2],

@@ -144,7 +144,7 @@ void moe_activation_row(const CutlassMoeParams& p, int64_t e, const float* g1, f
       for (int64_t j = 0; j < I; ++j) {
         const float g = g1[I + j], u = g1[j];
         const float gate = beta * tanh_via_sigmoid(g / beta) / (1.0f + std::exp(-g));
-        h[j] = gate * (lbeta * tanh_via_sigmoid(u / lbeta));
+        h[j] = gate * (p.situ_clamp_up ? lbeta * tanh_via_sigmoid(u / lbeta) : u);
       }
       return;
     }

@@ -77,7 +77,7 @@ __device__ float activation(const CutlassMoeParams& p, int64_t e, const float* g
       const float lbeta = p.situ_linear_beta ? p.situ_linear_beta[e] : 25.0f;
       const float gt = g[I + j];
       const float gate = beta * tanh_via_sigmoid(gt / beta) / (1.0f + expf(-gt));
-      return gate * (lbeta * tanh_via_sigmoid(g[j] / lbeta));
+      return gate * (p.situ_clamp_up ? lbeta * tanh_via_sigmoid(g[j] / lbeta) : g[j]);
     }
     case MoeAct::kGelu:
       return gelu_erf(g[j]);
