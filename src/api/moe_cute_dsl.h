@@ -57,6 +57,13 @@ void set_moe_problem(kernels::TrtllmFp4MoeParams& p, const Tensor& x, const Tens
                      int64_t num_experts, int64_t top_k, int64_t inter, int64_t num_local_experts,
                      int64_t offset, const void* w1, const void* w2);
 
+/// The scale fields the CuTe-DSL w4a4 and w4a8 paths share: x's block scales (`x_sf_cols` per
+/// row), the plain per-expert weight block scales, the per-expert alphas (GEMM1's scales both
+/// halves of a gated activation), and no bf16 rounding of the routing weights or expert rows.
+void set_cute_scales(kernels::TrtllmFp4MoeParams& p, const Tensor& x_sf, int64_t x_sf_cols,
+                     const Tensor& w1_sf_plain, const Tensor& w2_sf_plain, const float* w1_alpha,
+                     const float* w2_alpha, bool gated);
+
 /// cute_dsl_fused_moe's w4a4 math (errors name `op`); returns [T, H] of output_dtype.
 Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor>& x_sf,
                      const Tensor& ids, const Tensor& scales, const Tensor& w1, const Tensor& w1_sf,

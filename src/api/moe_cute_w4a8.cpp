@@ -136,15 +136,7 @@ Tensor cute_w4a8_impl(const char* op, const Tensor& x, const std::optional<Tenso
   p.weights = kernels::Moe4Weights::kMxfp4;
   p.input = kernels::Moe4Input::kMxfp8;
   p.act_quant = kernels::Moe4ActQuant::kMxfp8Fp32;
-  p.round_routing_weights = false;
-  p.round_expert_out = false;
-  p.hs_scale = static_cast<const uint8_t*>(x_sf->data_ptr());
-  p.hs_scale_stride = H / 32;
-  p.w1_scale = s1p.data_ptr();
-  p.w2_scale = s2p.data_ptr();
-  p.out1_scale = gated ? a1 : nullptr;
-  p.out1_gate_scale = a1;
-  p.out2_scale = a2;
+  set_cute_scales(p, *x_sf, H / 32, s1p, s2p, a1, a2, gated);
   set_moe_problem(p, x, ids, ids.stride(0), scales, out, E, K, I, El, offset, w1p.data_ptr(),
                   w2.data_ptr());
   kernels::CutlassMoeParams& m = p.base.moe;

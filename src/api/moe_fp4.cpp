@@ -708,6 +708,20 @@ void set_moe_problem(kernels::TrtllmFp4MoeParams& p, const Tensor& x, const Tens
   m.w2 = w2;
 }
 
+void set_cute_scales(kernels::TrtllmFp4MoeParams& p, const Tensor& x_sf, int64_t x_sf_cols,
+                     const Tensor& w1_sf_plain, const Tensor& w2_sf_plain, const float* w1_alpha,
+                     const float* w2_alpha, bool gated) {
+  p.round_routing_weights = false;
+  p.round_expert_out = false;
+  p.hs_scale = static_cast<const uint8_t*>(x_sf.data_ptr());
+  p.hs_scale_stride = x_sf_cols;
+  p.w1_scale = w1_sf_plain.data_ptr();
+  p.w2_scale = w2_sf_plain.data_ptr();
+  p.out1_scale = gated ? w1_alpha : nullptr;
+  p.out1_gate_scale = w1_alpha;
+  p.out2_scale = w2_alpha;
+}
+
 Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor>& x_sf,
                      const Tensor& ids, const Tensor& scales, const Tensor& w1, const Tensor& w1_sf,
                      const Tensor& w1_alpha, const std::optional<Tensor>& fc2_input_scale,
@@ -828,16 +842,8 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
   }
   p.act_global_scale = gs;
   p.act_gs_count = gs_count;
-  p.round_routing_weights = false;
-  p.round_expert_out = false;
-  p.hs_scale = static_cast<const uint8_t*>(x_sf->data_ptr());
-  p.hs_scale_stride = H / 16;
-  p.w1_scale = s1p.data_ptr();
-  p.w2_scale = s2p.data_ptr();
   // GEMM1's per-expert alpha scales both halves (and the single projection of Relu2).
-  p.out1_scale = gated ? a1 : nullptr;
-  p.out1_gate_scale = a1;
-  p.out2_scale = a2;
+  set_cute_scales(p, *x_sf, H / 16, s1p, s2p, a1, a2, gated);
   set_moe_problem(p, x, ids, ids.stride(0), scales, out, E, K, I, El, offset, w1p.data_ptr(),
                   w2.data_ptr());
   kernels::CutlassMoeParams& m = p.base.moe;
