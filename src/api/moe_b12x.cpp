@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <memory>
-#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -151,12 +150,8 @@ const float* global_scale(const std::optional<Tensor>& t, int64_t E, const Tenso
 // un-interleaved: create_b12x_moe_tensors), scales 128x4-swizzled or the 6-D view.
 std::pair<Tensor, Tensor> b12x_plain_scales(const B12xCall& c, int64_t E, int64_t N1, int64_t H,
                                             int64_t I, const char* op) {
-  std::vector<int64_t> src1(static_cast<size_t>(N1)), src2(static_cast<size_t>(H));
-  std::iota(src1.begin(), src1.end(), int64_t{0});
-  std::iota(src2.begin(), src2.end(), int64_t{0});
-  Tensor s1p = moe_cute::cute_plain_scales(*c.w1_sf, E, N1, H / 16, src1, op, "w1_weight_sf");
-  Tensor s2p = moe_cute::cute_plain_scales(*c.w2_sf, E, H, I / 16, src2, op, "w2_weight_sf");
-  return {s1p, s2p};
+  return moe_cute::cute_plain_weight_scales(*c.w1_sf, *c.w2_sf, E, N1, H, I, 16,
+                                            moe_cute::cute_row_source(N1, false), op);
 }
 
 constexpr api::KernelEntry<kernels::CuteW4a16MoeParams> kB12xW4a16Kernels[] = {

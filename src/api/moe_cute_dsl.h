@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "flashinfer/tensor.h"
@@ -21,6 +22,10 @@ namespace flashinfer::moe_cute {
 /// plain row src[s] (linear half first, then gate).
 std::vector<int64_t> cute_gated_row_source(int64_t rows);
 
+/// The plain row of every stored row of a CuTe-DSL / b12x weight with `rows` rows: the identity,
+/// or cute_gated_row_source(rows) for a gated GEMM1 weight stored interleaved.
+std::vector<int64_t> cute_row_source(int64_t rows, bool interleaved);
+
 /// Rows of [E, m, row_bytes] bytes moved to their plain positions (src[stored] = plain).
 Tensor plain_rows(const Tensor& w, int64_t E, int64_t m, int64_t row_bytes,
                   const std::vector<int64_t>& src);
@@ -30,6 +35,15 @@ Tensor plain_rows(const Tensor& w, int64_t E, int64_t m, int64_t row_bytes,
 /// with stored row r moved to src[r]. Errors name `op` and `arg`.
 Tensor cute_plain_scales(const Tensor& s, int64_t E, int64_t m, int64_t cols,
                          const std::vector<int64_t>& src, const char* op, const char* arg);
+
+/// Both weights' scale codes in plain row order (cute_plain_scales): w1_weight_sf of [E, N1, H]
+/// (stored row r moved to w1_rows[r]) and w2_weight_sf of [E, H, I], one code per `block`
+/// values (16 for NVFP4, 32 for MXFP4). Errors name `op` and the argument.
+std::pair<Tensor, Tensor> cute_plain_weight_scales(const Tensor& w1_sf, const Tensor& w2_sf,
+                                                   int64_t E, int64_t N1, int64_t H, int64_t I,
+                                                   int64_t block,
+                                                   const std::vector<int64_t>& w1_rows,
+                                                   const char* op);
 
 /// The routed pairs of both CuTe-DSL pipelines: token_selected_experts int32 [T, K] and
 /// token_final_scales [T, K] of a dtype in `scale_dtypes`, both on x's device, unit last stride,

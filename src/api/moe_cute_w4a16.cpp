@@ -4,7 +4,6 @@
 // citations in docs/MOE.md ("CuteDslMoEWrapper: w4a16").
 #include "api/moe_cute_w4a16.h"
 
-#include <numeric>
 #include <vector>
 
 #include "api/checks.h"
@@ -92,14 +91,10 @@ Tensor cute_w4a16_impl(const char* op, const Tensor& x, const std::optional<Tens
                    gated ? "2 * " : "", "intermediate_size), got ", shape_to_string(w1.shape()));
   const float* a1 = api::per_expert_floats(w1_alpha, El, x, op, "w1_alpha");
   const float* a2 = api::per_expert_floats(w2_alpha, El, x, op, "w2_alpha");
-  std::vector<int64_t> src1(static_cast<size_t>(N1)), src2(static_cast<size_t>(H));
-  std::iota(src1.begin(), src1.end(), 0);
-  std::iota(src2.begin(), src2.end(), 0);
   // The same prepared layout as w4a4: gated rows interleaved [linear; gate] in groups of 64.
-  if (gated) src1 = cute_gated_row_source(N1);
+  const std::vector<int64_t> src1 = cute_row_source(N1, gated);
   const Tensor w1p = plain_rows(w1, El, N1, H / 2, src1);
-  const Tensor s1p = cute_plain_scales(w1_sf, El, N1, H / 16, src1, op, "w1_weight_sf");
-  const Tensor s2p = cute_plain_scales(w2_sf, El, H, I / 16, src2, op, "w2_weight_sf");
+  const auto [s1p, s2p] = cute_plain_weight_scales(w1_sf, w2_sf, El, N1, H, I, 16, src1, op);
   Tensor out = Tensor::empty({T, H}, DType::kBFloat16, x.device());
   kernels::CuteW4a16MoeParams p;
   p.x = static_cast<const uint16_t*>(x.data_ptr());

@@ -6,7 +6,6 @@
 // docs/MOE.md ("CuTe-DSL w4a8").
 #include "api/moe_cute_w4a8.h"
 
-#include <numeric>
 #include <vector>
 
 #include "api/checks.h"
@@ -122,13 +121,9 @@ Tensor cute_w4a8_impl(const char* op, const Tensor& x, const std::optional<Tenso
   const float* a2 = api::per_expert_floats(w2_alpha, El, x, op, "w2_alpha");
   const Tensor out = cute_output(op, "moe_output", moe_output, T, H, DType::kBFloat16, x);
   // The w4a4 prepared layout: gated rows [linear; gate] interleaved in groups of 64.
-  std::vector<int64_t> src1(static_cast<size_t>(N1)), src2(static_cast<size_t>(H));
-  std::iota(src1.begin(), src1.end(), int64_t{0});
-  std::iota(src2.begin(), src2.end(), int64_t{0});
-  if (gated) src1 = cute_gated_row_source(N1);
+  const std::vector<int64_t> src1 = cute_row_source(N1, gated);
   const Tensor w1p = plain_rows(w1, El, N1, H / 2, src1);
-  const Tensor s1p = cute_plain_scales(w1_sf, El, N1, H / 32, src1, op, "w1_weight_sf");
-  const Tensor s2p = cute_plain_scales(w2_sf, El, H, I / 32, src2, op, "w2_weight_sf");
+  const auto [s1p, s2p] = cute_plain_weight_scales(w1_sf, w2_sf, El, N1, H, I, 32, src1, op);
   std::vector<float> sa(static_cast<size_t>(El), static_cast<float>(swiglu_alpha)),
       sb(static_cast<size_t>(El), static_cast<float>(swiglu_beta)),
       sl(static_cast<size_t>(El), static_cast<float>(swiglu_limit));

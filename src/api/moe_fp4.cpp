@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <string>
 
 #include "api/bench_support.h"
@@ -615,6 +616,13 @@ std::vector<int64_t> cute_gated_row_source(int64_t rows) {
   return src;
 }
 
+std::vector<int64_t> cute_row_source(int64_t rows, bool interleaved) {
+  if (interleaved) return cute_gated_row_source(rows);
+  std::vector<int64_t> src(static_cast<size_t>(rows));
+  std::iota(src.begin(), src.end(), int64_t{0});
+  return src;
+}
+
 // Rows of [E, m, row_bytes] bytes moved to their plain positions (src[stored] = plain).
 Tensor plain_rows(const Tensor& w, int64_t E, int64_t m, int64_t row_bytes,
                   const std::vector<int64_t>& src) {
@@ -665,6 +673,15 @@ Tensor cute_plain_scales(const Tensor& s, int64_t E, int64_t m, int64_t cols,
     }
   }
   return out;
+}
+
+std::pair<Tensor, Tensor> cute_plain_weight_scales(const Tensor& w1_sf, const Tensor& w2_sf,
+                                                   int64_t E, int64_t N1, int64_t H, int64_t I,
+                                                   int64_t block,
+                                                   const std::vector<int64_t>& w1_rows,
+                                                   const char* op) {
+  return {cute_plain_scales(w1_sf, E, N1, H / block, w1_rows, op, "w1_weight_sf"),
+          cute_plain_scales(w2_sf, E, H, I / block, cute_row_source(H, false), op, "w2_weight_sf")};
 }
 
 Tensor cute_output(const char* op, const char* arg, const std::optional<Tensor>& given, int64_t T,
@@ -806,13 +823,9 @@ Tensor cute_dsl_impl(const char* op, const Tensor& x, const std::optional<Tensor
   api::check_dtype_in(Tensor::empty({0}, output_dtype),
                       {DType::kBFloat16, DType::kFloat16, DType::kFloat32}, op, "output_dtype");
   const Tensor out = cute_output(op, "moe_output", moe_output, T, H, output_dtype, x);
-  std::vector<int64_t> src1(static_cast<size_t>(N1)), src2(static_cast<size_t>(H));
-  for (int64_t i = 0; i < N1; ++i) src1[static_cast<size_t>(i)] = i;
-  for (int64_t i = 0; i < H; ++i) src2[static_cast<size_t>(i)] = i;
-  if (gated) src1 = cute_gated_row_source(N1);
+  const std::vector<int64_t> src1 = cute_row_source(N1, gated);
   const Tensor w1p = plain_rows(w1, El, N1, H / 2, src1);
-  const Tensor s1p = cute_plain_scales(w1_sf, El, N1, H / 16, src1, op, "w1_weight_sf");
-  const Tensor s2p = cute_plain_scales(w2_sf, El, H, I / 16, src2, op, "w2_weight_sf");
+  const auto [s1p, s2p] = cute_plain_weight_scales(w1_sf, w2_sf, El, N1, H, I, 16, src1, op);
   std::vector<float> sa(static_cast<size_t>(El), static_cast<float>(swiglu_alpha)),
       sb(static_cast<size_t>(El), static_cast<float>(swiglu_beta)),
       sl(static_cast<size_t>(El), static_cast<float>(swiglu_limit));

@@ -1,6 +1,7 @@
 // Private to the Blackwell CuTe-DSL MoE tests (test_moe_b12x, test_moe_cute_w4a16): one NVFP4 MoE
 // problem (bf16 x, plain NVFP4 weights with linear scale codes, per-expert alphas, top-k routing)
-// and its tensors in upstream's prepared layouts, plus EXPECT_FI_ERROR_CODE.
+// and its tensors in upstream's prepared layouts, plus EXPECT_FI_ERROR_CODE and the wrapper-call
+// replay check.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 
 #include "flashinfer/flashinfer.h"
 #include "ops/moe_fp4_test_util.h"
+#include "ops/op_test_util.h"
 
 // EXPECT_FI_ERROR that also checks the error code (kUnsupported for what upstream runs and this
 // build does not).
@@ -143,5 +145,19 @@ def interleave_128x4(s):  # block_scale_interleave of one [M, C] matrix
 def mma_view(flat, El, m, cols):  # convert_sf_to_mma_layout
     return flat.view(El, (m + 127) // 128, (cols + 3) // 4, 32, 4, 4).permute(3, 4, 1, 5, 2, 0)
 )PY";
+
+/// The calls a wrapper test recorded all succeeded and replay: a replayed __init__ builds a new
+/// object (its own id), so it only has to succeed; every other call replays identically.
+inline void expect_wrapper_calls_replay(const std::vector<RecordingObserver::Call>& calls) {
+  for (const auto& call : calls) {
+    SCOPED_TRACE(call.name);
+    ASSERT_TRUE(call.error.empty()) << call.error;
+    if (call.name.ends_with(".__init__")) {
+      EXPECT_NO_THROW((void)replay(call));
+      continue;
+    }
+    EXPECT_TRUE(replays_identically(call));
+  }
+}
 
 }  // namespace flashinfer::testing::moe_cute_test

@@ -208,15 +208,7 @@ TEST(B12xW4a16, RecordReplay) {
     calls = scope.observer().calls;
   }
   ASSERT_EQ(calls.size(), 3u);
-  for (const auto& call : calls) {
-    SCOPED_TRACE(call.name);
-    ASSERT_TRUE(call.error.empty()) << call.error;
-    if (call.name.ends_with(".__init__")) {
-      EXPECT_NO_THROW((void)replay(call));
-      continue;
-    }
-    EXPECT_TRUE(replays_identically(call));
-  }
+  moe_cute_test::expect_wrapper_calls_replay(calls);
 }
 
 }  // namespace
