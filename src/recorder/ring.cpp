@@ -38,6 +38,7 @@
 #include "recorder/python_json.h"
 #include "recorder/record_json.h"
 #include "recorder/record_tape.h"
+#include "recorder/ring_copy.h"
 #include "recorder/ring_dedup_dump.h"
 #include "recorder/span_index.h"
 
@@ -386,37 +387,13 @@ bool same_as_kept(const Blob& b, const uint8_t* src, uint64_t n, uint32_t shares
   return true;
 }
 
-// Whether `n` elements at `p` hold a NaN or an Inf: an element whose exponent bits are all ones.
-// One branch-free pass that the compiler vectorizes, over the ring's own copy (still in cache).
-template <typename W>
-bool any_exponent_all_ones(const uint8_t* p, uint64_t n, W mask) {
-  W bad = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    W w;
-    std::memcpy(&w, p + i * sizeof(W), sizeof(W));
-    bad |= static_cast<W>((w & mask) == mask);
-  }
-  return bad != 0;
-}
-
-// The NaN trigger's check of a kept CPU tensor whose elements fill its span (no gaps): on the
-// copy. Others (strided, fp8, CUDA) take the level-5 statistics path.
-bool kept_has_nonfinite(const Tensor& t, const uint8_t* copy, uint64_t span_elems) {
+// The NaN trigger's check of a kept CPU tensor whose elements fill its span (no gaps), over
+// `bytes` (its live bytes). Others (strided, fp8, CUDA) take the level-5 statistics path.
+bool kept_has_nonfinite(const Tensor& t, const uint8_t* bytes, uint64_t span_elems) {
   if (!dtype_is_floating(t.dtype()) || t.numel() == 0) return false;
-  if (t.device().is_cpu() && static_cast<uint64_t>(t.numel()) == span_elems) {
-    const uint64_t n = span_elems;
-    switch (t.dtype()) {
-      case DType::kFloat32:
-        return any_exponent_all_ones<uint32_t>(copy, n, 0x7f800000u);
-      case DType::kFloat16:
-        return any_exponent_all_ones<uint16_t>(copy, n, 0x7c00u);
-      case DType::kBFloat16:
-        return any_exponent_all_ones<uint16_t>(copy, n, 0x7f80u);
-      case DType::kFloat64:
-        return any_exponent_all_ones<uint64_t>(copy, n, 0x7ff0000000000000ull);
-      default:
-        break;
-    }
+  if (t.device().is_cpu() && static_cast<uint64_t>(t.numel()) == span_elems &&
+      ring_checkable(t.dtype())) {
+    return ring_any_nonfinite(bytes, span_elems * dtype_size(t.dtype()), t.dtype());
   }
   return detail::apilog::tensor_has_nonfinite(t);
 }
@@ -428,21 +405,12 @@ bool patches_have_nonfinite(const Tensor& t, uint64_t span_elems, const Blob& de
                             bool& handled) {
   handled = t.device().is_cpu() && static_cast<uint64_t>(t.numel()) == span_elems;
   if (!handled) return false;
-  const uint64_t es = dtype_size(t.dtype());
-  const uint64_t n = delta.patched_bytes / es;
-  switch (t.dtype()) {
-    case DType::kFloat32:
-      return any_exponent_all_ones<uint32_t>(delta.data, n, 0x7f800000u);
-    case DType::kFloat16:
-      return any_exponent_all_ones<uint16_t>(delta.data, n, 0x7c00u);
-    case DType::kBFloat16:
-      return any_exponent_all_ones<uint16_t>(delta.data, n, 0x7f80u);
-    case DType::kFloat64:
-      return any_exponent_all_ones<uint64_t>(delta.data, n, 0x7ff0000000000000ull);
-    default:
-      handled = !dtype_is_floating(t.dtype());
-      return false;
+  if (!ring_checkable(t.dtype())) {
+    handled = !dtype_is_floating(t.dtype());
+    return false;
   }
+  const uint64_t es = dtype_size(t.dtype());
+  return ring_any_nonfinite(delta.data, delta.patched_bytes / es * es, t.dtype());
 }
 
 // Byte ranges [at, at + size) of a kept span, sorted.
@@ -957,6 +925,7 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
     k.item.shape.assign(t.shape().begin(), t.shape().end());
     k.item.strides.assign(t.strides().begin(), t.strides().end());
     std::shared_ptr<Blob> blob;
+    bool checked = false;  // the NaN check made while copying
     int64_t begin = t.storage_offset(), end = begin;
     if (t.numel() > 0) {
       std::tie(begin, end) = detail::covered_span(t.shape(), t.strides(), t.storage_offset());
@@ -996,7 +965,7 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
       }
       if (!blob) {
         blob = std::make_shared<Blob>(n, false, held_, pool_);
-        if (n) std::memcpy(blob->data, src, n);
+        ring_copy(blob->data, src, n);
         blob->key = bk;
         std::lock_guard<std::mutex> l(mu_);
         blobs_[bk] = blob;
@@ -1014,7 +983,14 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
         }
         if (!blob) {
           blob = std::make_shared<Blob>(n, false, held_, pool_);
-          if (n) std::memcpy(blob->data, src, n);
+          // The NaN trigger's check of an output, in the copy's pass over the source.
+          if (nonfinite && !*nonfinite && ring_checkable(t.dtype()) &&
+              static_cast<uint64_t>(t.numel()) == static_cast<uint64_t>(k.item.span)) {
+            *nonfinite = ring_copy_check(blob->data, src, n, t.dtype());
+            checked = true;
+          } else {
+            ring_copy(blob->data, src, n);
+          }
         }
       }
       if (at) {
@@ -1028,13 +1004,14 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
                                   [](const SpanEntry& e) { return !e.blob.expired(); });
       }
     }
-    if (nonfinite && !*nonfinite) {
+    if (nonfinite && !*nonfinite && !checked) {
       bool handled = false;
       if (blob->base) {
         *nonfinite = patches_have_nonfinite(t, static_cast<uint64_t>(k.item.span), *blob, handled);
         if (!handled) *nonfinite = detail::apilog::tensor_has_nonfinite(t);
       } else {
-        *nonfinite = kept_has_nonfinite(t, cuda ? nullptr : blob->data, k.item.span);
+        // The live bytes (equal to the kept ones), not the copy: that was written past the cache.
+        *nonfinite = kept_has_nonfinite(t, cuda ? nullptr : src, k.item.span);
       }
     }
     k.data = blob->span_bytes();

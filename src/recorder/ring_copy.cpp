@@ -1,0 +1,133 @@
+#include "recorder/ring_copy.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/cpu_isa.h"
+
+namespace flashinfer::recorder::internal {
+
+namespace {
+
+namespace kcpu = flashinfer::kernels::cpu;
+
+// Below this a plain memcpy: the streaming path's alignment head, tail and fence are not worth
+// it, and so few lines hardly disturb the cache.
+constexpr uint64_t kStreamMin = 512;
+
+bool use_avx2() { return kcpu::cpu_isa() >= kcpu::CpuIsa::kAvx2; }
+
+// Whether any of `n_elems` elements of width W at `p` has all the bits of `mask` set.
+template <typename W>
+bool scalar_check(const uint8_t* p, uint64_t n_elems, W mask) {
+  W bad = 0;
+  for (uint64_t i = 0; i < n_elems; ++i) {
+    W w;
+    std::memcpy(&w, p + i * sizeof(W), sizeof(W));
+    bad |= static_cast<W>((w & mask) == mask);
+  }
+  return bad != 0;
+}
+
+bool scalar_any(const uint8_t* p, uint64_t n, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return scalar_check<uint32_t>(p, n / 4, 0x7f800000u);
+    case DType::kFloat16:
+      return scalar_check<uint16_t>(p, n / 2, 0x7c00u);
+    case DType::kBFloat16:
+      return scalar_check<uint16_t>(p, n / 2, 0x7f80u);
+    case DType::kFloat64:
+      return scalar_check<uint64_t>(p, n / 8, 0x7ff0000000000000ull);
+    default:
+      return false;
+  }
+}
+
+// Lanes of 32 bytes whose elements equal `m` under `m` (all exponent bits set): compared as
+// 16-, 32- or 64-bit lanes by the dtype's width.
+__attribute__((target("avx2"))) inline __m256i lanes_bad(__m256i v, __m256i m, int width) {
+  const __m256i x = _mm256_and_si256(v, m);
+  if (width == 2) return _mm256_cmpeq_epi16(x, m);
+  if (width == 4) return _mm256_cmpeq_epi32(x, m);
+  return _mm256_cmpeq_epi64(x, m);
+}
+
+__attribute__((target("avx2"))) __m256i mask_of(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return _mm256_set1_epi32(0x7f800000);
+    case DType::kFloat16:
+      return _mm256_set1_epi16(0x7c00);
+    case DType::kBFloat16:
+      return _mm256_set1_epi16(0x7f80);
+    default:
+      return _mm256_set1_epi64x(0x7ff0000000000000ll);
+  }
+}
+
+// The streaming copy, and with `check` the exponent test of every element on the way (over
+// src, element by element: src is element-aligned). The head up to dst's 32-byte alignment and
+// the tail are copied plainly and checked by the scalar loop; when that head is not whole
+// elements (dst and src disagree modulo the width: not the pool's blobs) all of it is.
+__attribute__((target("avx2"))) bool stream_copy(uint8_t* dst, const uint8_t* src, uint64_t n,
+                                                 bool check, DType dtype) {
+  const uint64_t width = check ? dtype_size(dtype) : 1;
+  uint64_t head = (32 - (reinterpret_cast<uintptr_t>(dst) & 31)) & 31;
+  if (head > n) head = n;
+  if (head % width != 0) {
+    std::memcpy(dst, src, n);
+    return check && scalar_any(src, n, dtype);
+  }
+  std::memcpy(dst, src, head);
+  bool bad = check && scalar_any(src, head, dtype);
+  uint64_t i = head;
+  const __m256i m = check ? mask_of(dtype) : _mm256_setzero_si256();
+  const int w = static_cast<int>(width);
+  __m256i acc = _mm256_setzero_si256();
+  for (; i + 64 <= n; i += 64) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32));
+    if (check) {
+      acc = _mm256_or_si256(acc, _mm256_or_si256(lanes_bad(a, m, w), lanes_bad(b, m, w)));
+    }
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 32), b);
+  }
+  // Streaming stores are weakly ordered: fenced before the copy is published to a dump on
+  // another thread (or read by the crash handler).
+  _mm_sfence();
+  std::memcpy(dst + i, src + i, n - i);
+  if (check) bad = bad || !_mm256_testz_si256(acc, acc) || scalar_any(src + i, n - i, dtype);
+  return bad;
+}
+
+}  // namespace
+
+bool ring_checkable(DType dtype) noexcept {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16 ||
+         dtype == DType::kFloat64;
+}
+
+void ring_copy(uint8_t* dst, const uint8_t* src, uint64_t n) noexcept {
+  if (n < kStreamMin || !use_avx2()) {
+    if (n) std::memcpy(dst, src, n);
+    return;
+  }
+  stream_copy(dst, src, n, false, DType::kUInt8);
+}
+
+bool ring_copy_check(uint8_t* dst, const uint8_t* src, uint64_t n, DType dtype) noexcept {
+  if (n < kStreamMin || !use_avx2()) {
+    if (n) std::memcpy(dst, src, n);
+    return scalar_any(src, n, dtype);
+  }
+  return stream_copy(dst, src, n, true, dtype);
+}
+
+bool ring_any_nonfinite(const uint8_t* p, uint64_t n, DType dtype) noexcept {
+  return scalar_any(p, n, dtype);
+}
+
+}  // namespace flashinfer::recorder::internal
