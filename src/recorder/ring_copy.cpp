@@ -12,9 +12,10 @@ namespace {
 
 namespace kcpu = flashinfer::kernels::cpu;
 
-// Below this a plain memcpy: the streaming path's alignment head, tail and fence are not worth
-// it, and so few lines hardly disturb the cache.
-constexpr uint64_t kStreamMin = 512;
+// Up to this a plain memcpy, which leaves the copy in cache: a span this small is compared
+// whole with its copy when the next call shares it (an activation passed on: ring.cpp's
+// same_as_kept, kWholeCompareBytes), and a streamed copy would make that 64 misses.
+constexpr uint64_t kStreamMin = 4096 + 1;
 
 bool use_avx2() { return kcpu::cpu_isa() >= kcpu::CpuIsa::kAvx2; }
 

@@ -415,6 +415,31 @@ TEST_F(RingTest, AWriteOutsideTheLibraryToASampledWordIsSeenAtTheEighthShare) {
   recorder::stop();
 }
 
+TEST_F(RingTest, WritesOutsideTheLibraryAreSeenAfterTheComparedBytesAreSetAside) {
+  // From the first sampled comparison of a large kept copy on, the compared bytes (edges and
+  // samples) are read from a small array made from the copy, not from the copy's pages: the
+  // same bytes, so an edge written afterwards is seen at the next share and a sampled word at
+  // the next 8th share, as before.
+  recorder::start(config(32));
+  Tensor w = filled(16384, 0.5);
+  float* p = static_cast<float*>(w.data_ptr());
+  ring_probe(w, 0);                              // call 0: kept
+  for (int i = 0; i < 8; ++i) ring_probe(w, 0);  // calls 1-8: shares 1-8, the 8th sampled
+  p[3] = 9.0f;                                   // in the first 64 bytes
+  ring_probe(w, 0);                              // call 9: seen, kept anew
+  for (int i = 0; i < 8; ++i) ring_probe(w, 0);  // calls 10-17: shares 1-8 of the new copy
+  p[8320] = 7.0f;                                // sample 32
+  for (int i = 0; i < 8; ++i) ring_probe(w, 0);  // calls 18-25: the 8th (share 16) sees it
+  const auto c = calls(recorder::dump_ring("set_aside"));
+  ASSERT_EQ(c.size(), 26u);
+  for (std::size_t k = 0; k < c.size(); ++k) {
+    const auto v = load_torch((c[k] / "inputs.pt").string())[0].second.to_double_vector();
+    EXPECT_EQ(v[3], k >= 9 ? 9.0 : 0.5) << "call " << k;
+    EXPECT_EQ(v[8320], k == 25 ? 7.0 : 0.5) << "call " << k;
+  }
+  recorder::stop();
+}
+
 TEST_F(RingTest, AResultThatIsAlsoAWrittenArgumentIsKeptOnce) {
   // The outputs and written arguments are kept right after the call's writes are noted: the
   // result (the written `out` itself) and the mutated `out` are one span, held once.

@@ -63,8 +63,8 @@ TEST(RingCopy, CopiesEveryLengthAndAlignment) {
   CapGuard g;
   for (kcpu::CpuIsa cap : {kcpu::CpuIsa::kAvx512, kcpu::CpuIsa::kScalar}) {
     kcpu::set_cpu_isa_cap(cap);
-    const std::vector<uint8_t> src = finite_bytes(5000);
-    for (std::size_t n : {0, 1, 31, 64, 511, 512, 513, 1000, 4096, 4999}) {
+    const std::vector<uint8_t> src = finite_bytes(9010);
+    for (std::size_t n : {0, 1, 31, 64, 513, 4096, 4097, 4099, 5000, 9000}) {
       for (std::size_t dst_off : {0, 1, 8, 16, 31}) {
         std::vector<uint8_t> dst(n + 64, 0xee);
         ri::ring_copy(dst.data() + dst_off, src.data() + 3, n);
@@ -83,7 +83,7 @@ TEST(RingCopy, FindsANonfiniteElementAnywhere) {
     kcpu::set_cpu_isa_cap(cap);
     for (DType d : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
       const std::size_t w = width(d);
-      for (std::size_t elems : {3, 100, 257, 1031}) {
+      for (std::size_t elems : {3, 257, 2053, 4099}) {
         const std::size_t n = elems * w;
         for (std::size_t dst_off : {0, 8, 16}) {
           std::vector<uint8_t> src = finite_bytes(n);
