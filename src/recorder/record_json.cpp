@@ -1,5 +1,6 @@
 #include "recorder/record_json.h"
 
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -234,6 +235,22 @@ void Extracted::add(const std::string& key, const Tensor& t) {
 
 namespace {
 
+// A record key built in place in `out` (its capacity reused from call to call):
+// schema::arg_key(index) or schema::kwarg_key(name) without the temporaries (those strings
+// were a tenth of the record head's time in the ring's hooks, session 16).
+const std::string& arg_key_in(std::string& out, std::size_t index) {
+  char digits[24];
+  const auto r = std::to_chars(digits, digits + sizeof(digits), index);
+  out.assign(schema::kArgPrefix);
+  out.append(digits, static_cast<std::size_t>(r.ptr - digits));
+  return out;
+}
+const std::string& kwarg_key_in(std::string& out, std::string_view name) {
+  out.assign(schema::kKwargPrefix);
+  out.append(name);
+  return out;
+}
+
 template <typename W>
 void write_head(W& w, const OpDecl& decl, std::span<const Value> args, int64_t call_sequence,
                 std::string_view timestamp, int64_t pid, Extracted& ex) {
@@ -243,6 +260,7 @@ void write_head(W& w, const OpDecl& decl, std::span<const Value> args, int64_t c
   w.key(schema::kTimestamp).string(timestamp);
   w.key(schema::kProcessId).integer(pid);
   w.key(schema::kInputMetadata).begin_object();
+  std::string key;
   for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
     const ParamDecl& pd = decl.params[i];
     // The holder of upstream's *args values (bind_arguments): written as the positional
@@ -252,7 +270,7 @@ void write_head(W& w, const OpDecl& decl, std::span<const Value> args, int64_t c
       std::size_t n = 0;
       for (const ParamDecl& q : decl.params) n += q.keyword_only ? 0 : 1;
       for (const Value& x : args[i].items()) {
-        const std::string k = schema::arg_key(n++);
+        const std::string& k = arg_key_in(key, n++);
         if (x.is_tensor()) {
           ex.add(k, x.as_tensor());
         } else {
@@ -262,12 +280,11 @@ void write_head(W& w, const OpDecl& decl, std::span<const Value> args, int64_t c
       }
       continue;
     }
-    std::string key;
     if (pd.keyword_only) {
       if (pd.default_value && *pd.default_value == args[i]) continue;
-      key = schema::kwarg_key(pd.name);
+      kwarg_key_in(key, pd.name);
     } else {
-      key = schema::arg_key(i);
+      arg_key_in(key, i);
     }
     if (args[i].is_tensor()) {
       ex.add(key, args[i].as_tensor());
@@ -456,10 +473,15 @@ Extracted extract_mutated(const OpDecl& decl, std::span<const Value> args, bool 
 }
 
 void extract_mutated_into(const OpDecl& decl, std::span<const Value> args, Extracted& mutated) {
+  std::string key;
   for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
     const ParamDecl& pd = decl.params[i];
     if (!pd.mutated) continue;
-    const std::string key = pd.keyword_only ? schema::kwarg_key(pd.name) : schema::arg_key(i);
+    if (pd.keyword_only) {
+      kwarg_key_in(key, pd.name);
+    } else {
+      arg_key_in(key, i);
+    }
     if (args[i].is_tensor()) {
       mutated.add(key, args[i].as_tensor());
     } else if (args[i].is_sequence()) {  // a (K, V) cache pair: key__0, key__1
