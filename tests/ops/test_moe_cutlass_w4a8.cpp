@@ -6,6 +6,7 @@
 // naming the argument, record/replay. Sources: docs/MOE.md, "cutlass_fused_moe: W4A8 INT4".
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -242,15 +243,17 @@ TEST(CutlassFusedMoeW4A8, BadInput) {
                   op, "input");
   EXPECT_FI_ERROR((void)c.run(c.quant_scales(), DType::kFloat16, c.t16(c.x, {c.T, c.H})), op,
                   "output_dtype");
-  // Weight-only INT4 (packed weights without use_w4_group_scaling) stays refused.
-  EXPECT_FI_ERROR(
-      (void)cutlass_fused_moe(
-          c.t16(c.x, {c.T, c.H}), c.ids, Tensor::from_vector(c.rw, {c.T, 2}, DType::kFloat32),
-          bytes_tensor(c.w1, {c.E, c.N1(), c.H / 2}), bytes_tensor(c.w2, {c.E, c.H, c.I / 2}), c.dt,
-          c.quant_scales(), std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-          std::nullopt, 1, 0, 1, 0, 1, 0, std::nullopt, false, false, false, false, false, true,
-          false),
-      op, "use_packed_weights");
+  // Without use_w4_group_scaling the same tensors select weight-only INT4 (since session 19,
+  // tests/ops/test_moe_cutlass_woq_int4.cpp): W4A8's 8 quant_scales have the counts and dtypes
+  // it takes, so the call runs on the CPU.
+  const auto woq = cutlass_fused_moe(
+      c.t16(c.x, {c.T, c.H}), c.ids, Tensor::from_vector(c.rw, {c.T, 2}, DType::kFloat32),
+      bytes_tensor(c.w1, {c.E, c.N1(), c.H / 2}), bytes_tensor(c.w2, {c.E, c.H, c.I / 2}), c.dt,
+      c.quant_scales(), std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+      std::nullopt, 1, 0, 1, 0, 1, 0, std::nullopt, false, false, false, false, false, true, false);
+  ASSERT_EQ(woq.size(), 4u);
+  EXPECT_EQ(woq[0].shape(), Shape({c.T, c.H}));
+  for (double v : woq[0].to_double_vector()) EXPECT_TRUE(std::isfinite(v));
 }
 
 TEST(CutlassFusedMoeW4A8, CudaCallIsRefused) {
