@@ -2,6 +2,7 @@
 // the argument), dispatch to the CPU reference. Semantics and sources: docs/MOE.md.
 #include "api/moe_cutlass_fp4.h"
 
+#include <array>
 #include <string>
 #include <tuple>
 
@@ -76,6 +77,33 @@ const float* act_global(const std::vector<Tensor>& qs, size_t i, const char* wha
                    i, "] (", what, ") must be a contiguous CPU tensor");
   *per_expert = t.dim() == 1 && t.size(0) == E && E > 1;
   return t.data<float>();
+}
+
+// The packed-int4 paths' 8 quant_scales in upstream's order: entry i a contiguous CPU tensor of
+// want[i] values of want_dt[i], or empty where optional[i]; errors name quant_scales.
+void check_int4_quant_scales(const std::vector<Tensor>& qs, const char* path,
+                             const std::array<int64_t, 8>& want,
+                             const std::array<DType, 8>& want_dt,
+                             const std::array<bool, 8>& optional) {
+  FLASHINFER_CHECK(qs.size() == 8, kOp, "quant_scales", path,
+                   " takes 8 tensors (fc1_weight_scales, fc2_weight_scales, fc1_act_scales, "
+                   "fc2_act_scales, fc1_weight_zeros, fc2_weight_zeros, fc1_alpha, fc2_alpha), "
+                   "got ",
+                   qs.size());
+  const char* what[8] = {"fc1_weight_scales", "fc2_weight_scales", "fc1_act_scales",
+                         "fc2_act_scales",    "fc1_weight_zeros",  "fc2_weight_zeros",
+                         "fc1_alpha",         "fc2_alpha"};
+  for (size_t i = 0; i < 8; ++i) {
+    const Tensor& t = qs[i];
+    const int64_t got = t.defined() ? t.numel() : 0;
+    if (optional[i] && got == 0) continue;
+    FLASHINFER_CHECK(got == want[i] && t.dtype() == want_dt[i], kOp, "quant_scales",
+                     "quant_scales[", i, "] (", what[i], ") must hold ", want[i], " ",
+                     dtype_torch_name(want_dt[i]), " values", optional[i] ? " or none" : "",
+                     ", got ", got, " ", t.defined() ? dtype_torch_name(t.dtype()) : "undefined");
+    FLASHINFER_CHECK(t.device().is_cpu() && t.is_contiguous(), kOp, "quant_scales", "quant_scales[",
+                     i, "] (", what[i], ") must be a contiguous CPU tensor");
+  }
 }
 
 const float* expert_vector(const std::optional<Tensor>& t, int64_t E, const char* arg) {
@@ -312,75 +340,30 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
     p.fc2_global = quant_scale(qs, 4, "fc2_residual", DType::kFloat32, {E}).data<float>();
     p.w1_sf_stride = N1 * (H / 32);
     p.w2_sf_stride = H * (I / 32);
-  } else if (w4a8) {
-    FLASHINFER_CHECK(qs.size() == 8, kOp, "quant_scales",
-                     "W4A8 takes 8 tensors (fc1_weight_scales, fc2_weight_scales, fc1_act_scales, "
-                     "fc2_act_scales, fc1_weight_zeros, fc2_weight_zeros, fc1_alpha, fc2_alpha), "
-                     "got ",
-                     qs.size());
-    // Group scales of the input dtype in the SM90 fold of [E, rows, cols / 128]
-    // (interleave_moe_scales_for_sm90_mixed_gemm(group_size=128)); upstream reads raw pointers,
-    // so the element count and dtype are what is checked.
+  } else if (w4a8 || woq) {
+    // The packed-int4 paths' 8 tensors; the weight scales of the input dtype, read by upstream as
+    // raw pointers (element count and dtype checked): W4A8's in the SM90 fold of [E, rows,
+    // cols / 128] (interleave_moe_scales_for_sm90_mixed_gemm(group_size=128)), weight-only
+    // INT4's [E, K / 128, N] for the SM80 fpA_intB GEMM (group size 128, the binding's
+    // int4_group_size; the kernel takes 128 or K, and H, I are multiples of 128).
     const DType sdt = input.dtype();
     const int64_t n1 = E * N1 * (H / 128), n2 = E * H * (I / 128);
-    const char* what[8] = {"fc1_weight_scales", "fc2_weight_scales", "fc1_act_scales",
-                           "fc2_act_scales",    "fc1_weight_zeros",  "fc2_weight_zeros",
-                           "fc1_alpha",         "fc2_alpha"};
-    const int64_t want[8] = {n1, n2, H, I, 0, 0, E, E};
-    const DType want_dt[8] = {sdt, sdt, sdt, sdt, sdt, sdt, DType::kFloat32, DType::kFloat32};
-    for (size_t i = 0; i < 8; ++i) {
-      const Tensor& t = qs[i];
-      const int64_t got = t.defined() ? t.numel() : 0;
+    if (w4a8) {
       // The zeros: the folded-scale mainloop has no zero point ("does not support zero-point").
-      FLASHINFER_CHECK_CODE(i < 4 || i > 5 || got == 0, ErrorCode::kUnsupported, kOp,
-                            "quant_scales", "quant_scales[", i, "] (", what[i],
-                            ") must be empty: W4A8's folded-scale GEMM has no zero point");
-      if (i == 4 || i == 5) continue;
-      // Without act scales upstream's GEMM1 reads an unwritten fp8 buffer (use_awq off), without
-      // alphas its alpha pointers are null: both are errors here.
-      FLASHINFER_CHECK(got == want[i] && t.dtype() == want_dt[i], kOp, "quant_scales",
-                       "quant_scales[", i, "] (", what[i], ") must hold ", want[i], " ",
-                       dtype_torch_name(want_dt[i]), " values, got ", got, " ",
-                       t.defined() ? dtype_torch_name(t.dtype()) : "undefined");
-      FLASHINFER_CHECK(t.device().is_cpu() && t.is_contiguous(), kOp, "quant_scales",
-                       "quant_scales[", i, "] (", what[i], ") must be a contiguous CPU tensor");
+      for (size_t i : {size_t{4}, size_t{5}}) {
+        FLASHINFER_CHECK_CODE(qs.size() != 8 || !qs[i].defined() || qs[i].numel() == 0,
+                              ErrorCode::kUnsupported, kOp, "quant_scales", "quant_scales[", i,
+                              "] must be empty: W4A8's folded-scale GEMM has no zero point");
+      }
     }
-    p.w1_sf = static_cast<const uint8_t*>(qs[0].data_ptr());
-    p.w2_sf = static_cast<const uint8_t*>(qs[1].data_ptr());
-    p.fc1_prequant = static_cast<const uint16_t*>(qs[2].data_ptr());
-    p.fc2_prequant = static_cast<const uint16_t*>(qs[3].data_ptr());
-    p.fc1_global = qs[6].data<float>();
-    p.fc2_global = qs[7].data<float>();
-    p.w1_sf_stride = N1 * (H / 128) * 2;
-    p.w2_sf_stride = H * (I / 128) * 2;
-  } else if (woq) {
-    FLASHINFER_CHECK(qs.size() == 8, kOp, "quant_scales",
-                     "weight-only INT4 takes 8 tensors (fc1_weight_scales, fc2_weight_scales, "
-                     "fc1_act_scales, fc2_act_scales, fc1_weight_zeros, fc2_weight_zeros, "
-                     "fc1_alpha, fc2_alpha), got ",
-                     qs.size());
-    // The SM80 fpA_intB GEMM: group size 128 (the binding's int4_group_size; the kernel takes
-    // 128 or K, and H, I are multiples of 128), scales and zeros [E, K / 128, N] of the input
-    // dtype read as raw pointers (element count and dtype checked); the act scales shared
-    // ([H], [I]) and applied only when both are given (use_awq); the alphas are not read.
-    const DType sdt = input.dtype();
-    const int64_t n1 = E * (H / 128) * N1, n2 = E * (I / 128) * H;
-    const char* what[8] = {"fc1_weight_scales", "fc2_weight_scales", "fc1_act_scales",
-                           "fc2_act_scales",    "fc1_weight_zeros",  "fc2_weight_zeros",
-                           "fc1_alpha",         "fc2_alpha"};
-    const int64_t want[8] = {n1, n2, H, I, n1, n2, E, E};
-    const DType want_dt[8] = {sdt, sdt, sdt, sdt, sdt, sdt, DType::kFloat32, DType::kFloat32};
-    for (size_t i = 0; i < 8; ++i) {
-      const Tensor& t = qs[i];
-      const int64_t got = t.defined() ? t.numel() : 0;
-      if (i >= 2 && got == 0) continue;  // optional: act scales, zeros, alphas
-      FLASHINFER_CHECK(got == want[i] && t.dtype() == want_dt[i], kOp, "quant_scales",
-                       "quant_scales[", i, "] (", what[i], ") must hold ", want[i], " ",
-                       dtype_torch_name(want_dt[i]), " values", i >= 2 ? " or none" : "", ", got ",
-                       got, " ", t.defined() ? dtype_torch_name(t.dtype()) : "undefined");
-      FLASHINFER_CHECK(t.device().is_cpu() && t.is_contiguous(), kOp, "quant_scales",
-                       "quant_scales[", i, "] (", what[i], ") must be a contiguous CPU tensor");
-    }
+    // W4A8: without act scales upstream's GEMM1 reads an unwritten fp8 buffer (use_awq off),
+    // without alphas its alpha pointers are null, so both are required. Weight-only INT4: act
+    // scales (AWQ, applied only when both are given, as use_awq), zeros and alphas (not read)
+    // are optional.
+    const std::array<bool, 8> optional = {false, false, woq, woq, true, true, woq, woq};
+    check_int4_quant_scales(qs, mode_name(mode), {n1, n2, H, I, n1, n2, E, E},
+                            {sdt, sdt, sdt, sdt, sdt, sdt, DType::kFloat32, DType::kFloat32},
+                            optional);
     auto ptr16 = [&](size_t i) {
       return qs[i].defined() && qs[i].numel() > 0 ? static_cast<const uint16_t*>(qs[i].data_ptr())
                                                   : nullptr;
@@ -391,10 +374,15 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
       p.fc1_prequant = ptr16(2);
       p.fc2_prequant = ptr16(3);
     }
-    p.w1_zeros = ptr16(4);
-    p.w2_zeros = ptr16(5);
-    p.w1_sf_stride = (H / 128) * N1 * 2;
-    p.w2_sf_stride = (I / 128) * H * 2;
+    if (w4a8) {
+      p.fc1_global = qs[6].data<float>();
+      p.fc2_global = qs[7].data<float>();
+    } else {
+      p.w1_zeros = ptr16(4);
+      p.w2_zeros = ptr16(5);
+    }
+    p.w1_sf_stride = n1 / E * 2;
+    p.w2_sf_stride = n2 / E * 2;
   } else {
     FLASHINFER_CHECK(qs.size() == 2, kOp, "quant_scales",
                      "W4A16 takes 2 tensors (fc1_weight_scales, fc2_weight_scales), got ",

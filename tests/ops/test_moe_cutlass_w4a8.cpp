@@ -110,41 +110,35 @@ struct Case : moe_fp4::LayerExtras {
   std::vector<Tensor> run() const { return run(quant_scales()); }
 
   std::vector<double> expected() const {
-    const auto idv = ids.to_double_vector();
     std::vector<double> out(static_cast<size_t>(T * H), 0.0);
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t k = 0; k < 2; ++k) {
-        const int64_t e = static_cast<int64_t>(idv[static_cast<size_t>(t * 2 + k)]) - ep_rank * E;
-        if (e < 0 || e >= E) continue;
-        std::vector<double> g(static_cast<size_t>(N1()));
-        for (int64_t j = 0; j < N1(); ++j) {
-          double acc = 0.0;
-          for (int64_t d = 0; d < H; ++d) {
-            acc += act_fp8(dt, x[static_cast<size_t>(t * H + d)], a1[static_cast<size_t>(d)]) *
-                   int4_at(w1, N1(), H, e, j, d) *
-                   s1[static_cast<size_t>((e * N1() + j) * (H / 128) + d / 128)];
-          }
-          g[static_cast<size_t>(j)] = to_dt(dt, acc * alpha1[static_cast<size_t>(e)]) +
-                                      (b1.empty() ? 0.0 : b1[static_cast<size_t>(e * N1() + j)]);
-        }
-        std::vector<double> hq(static_cast<size_t>(I));
-        for (int64_t j = 0; j < I; ++j) {
-          hq[static_cast<size_t>(j)] =
-              act_fp8(dt, to_dt(dt, act_ref(act, g, j, I, e)), a2[static_cast<size_t>(j)]);
-        }
+    moe_fp4::for_each_local_pair(ids, T, E, ep_rank, [&](int64_t t, int64_t k, int64_t e) {
+      std::vector<double> g(static_cast<size_t>(N1()));
+      for (int64_t j = 0; j < N1(); ++j) {
+        double acc = 0.0;
         for (int64_t d = 0; d < H; ++d) {
-          double acc = 0.0;
-          for (int64_t j = 0; j < I; ++j) {
-            acc += hq[static_cast<size_t>(j)] * int4_at(w2, H, I, e, d, j) *
-                   s2[static_cast<size_t>((e * H + d) * (I / 128) + j / 128)];
-          }
-          const double y = to_dt(dt, acc * alpha2[static_cast<size_t>(e)]);
-          const double bias2 =
-              b2.empty() || tp_rank != 0 ? 0.0 : b2[static_cast<size_t>(e * H + d)];
-          out[static_cast<size_t>(t * H + d)] += rw[static_cast<size_t>(t * 2 + k)] * (y + bias2);
+          acc += act_fp8(dt, x[static_cast<size_t>(t * H + d)], a1[static_cast<size_t>(d)]) *
+                 int4_at(w1, N1(), H, e, j, d) *
+                 s1[static_cast<size_t>((e * N1() + j) * (H / 128) + d / 128)];
         }
+        g[static_cast<size_t>(j)] = to_dt(dt, acc * alpha1[static_cast<size_t>(e)]) +
+                                    (b1.empty() ? 0.0 : b1[static_cast<size_t>(e * N1() + j)]);
       }
-    }
+      std::vector<double> hq(static_cast<size_t>(I));
+      for (int64_t j = 0; j < I; ++j) {
+        hq[static_cast<size_t>(j)] =
+            act_fp8(dt, to_dt(dt, act_ref(act, g, j, I, e)), a2[static_cast<size_t>(j)]);
+      }
+      for (int64_t d = 0; d < H; ++d) {
+        double acc = 0.0;
+        for (int64_t j = 0; j < I; ++j) {
+          acc += hq[static_cast<size_t>(j)] * int4_at(w2, H, I, e, d, j) *
+                 s2[static_cast<size_t>((e * H + d) * (I / 128) + j / 128)];
+        }
+        const double y = to_dt(dt, acc * alpha2[static_cast<size_t>(e)]);
+        const double bias2 = b2.empty() || tp_rank != 0 ? 0.0 : b2[static_cast<size_t>(e * H + d)];
+        out[static_cast<size_t>(t * H + d)] += rw[static_cast<size_t>(t * 2 + k)] * (y + bias2);
+      }
+    });
     return out;
   }
 };
@@ -202,10 +196,7 @@ TEST(CutlassFusedMoeW4A8, SwigluBiasParallelTwoGroups) {
   c.I = 256;
   c.bias = true;
   c.swiglu_params = true;
-  c.ep_rank = 1;
-  c.ep_size = 2;
-  c.tp_rank = 1;
-  c.tp_size = 2;
+  moe_fp4::set_rank1_of_2(c);
   c.make(711);
   moe_fp4::expect_close_to_formula(c.run()[0].to_double_vector(), c.expected());
 }
@@ -215,14 +206,8 @@ TEST(CutlassFusedMoeW4A8, BadInput) {
   c.T = 2;
   c.make(720);
   const char* op = "cutlass_fused_moe";
-  auto with = [&](size_t i, Tensor t) {
-    auto qs = c.quant_scales();
-    qs[i] = std::move(t);
-    return qs;
-  };
-  auto six = c.quant_scales();
-  six.resize(6);
-  EXPECT_FI_ERROR((void)c.run(six), op, "quant_scales");
+  auto with = [&](size_t i, Tensor t) { return moe_fp4::quant_scales_with(c, i, std::move(t)); };
+  moe_fp4::expect_short_quant_scales_refused(c);
   // Missing act scales or alphas (upstream reads an unwritten buffer / null pointers).
   EXPECT_FI_ERROR((void)c.run(with(2, Tensor::empty({0}, c.dt))), op, "quant_scales");
   EXPECT_FI_ERROR((void)c.run(with(7, Tensor::empty({0}, DType::kFloat32))), op, "quant_scales");

@@ -197,50 +197,44 @@ struct Case : moe_fp4::LayerExtras {
   }
 
   std::vector<double> expected() const {
-    const auto idv = ids.to_double_vector();
     std::vector<double> out(static_cast<size_t>(T * H), 0.0);
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t k = 0; k < 2; ++k) {
-        const int64_t e = static_cast<int64_t>(idv[static_cast<size_t>(t * 2 + k)]) - ep_rank * E;
-        if (e < 0 || e >= E) continue;
-        std::vector<double> g(static_cast<size_t>(N1()));
-        for (int64_t j = 0; j < N1(); ++j) {
-          double acc = 0.0;
-          for (int64_t d = 0; d < H; ++d) {
-            double xv = x[static_cast<size_t>(t * H + d)];
-            if (!a1.empty()) xv = to_dt(dt, xv * a1[static_cast<size_t>(d)]);
-            acc += xv * deq(q1, s1, z1, H, N1(), e, d, j);
-          }
-          acc += b1.empty() ? 0.0 : b1[static_cast<size_t>(e * N1() + j)];
-          g[static_cast<size_t>(j)] = gated() ? to_dt(dt, acc) : acc;
-        }
-        std::vector<double> h(static_cast<size_t>(I));
-        for (int64_t j = 0; j < I; ++j) {
-          h[static_cast<size_t>(j)] = to_dt(dt, act_ref(act, g, j, I, e));
-          if (!a2.empty()) {
-            h[static_cast<size_t>(j)] =
-                to_dt(dt, h[static_cast<size_t>(j)] * a2[static_cast<size_t>(j)]);
-          }
-        }
+    moe_fp4::for_each_local_pair(ids, T, E, ep_rank, [&](int64_t t, int64_t k, int64_t e) {
+      std::vector<double> g(static_cast<size_t>(N1()));
+      for (int64_t j = 0; j < N1(); ++j) {
+        double acc = 0.0;
         for (int64_t d = 0; d < H; ++d) {
-          double acc = 0.0;
-          for (int64_t j = 0; j < I; ++j) {
-            acc += h[static_cast<size_t>(j)] * deq(q2, s2, z2, I, H, e, j, d);
-          }
-          const double bias2 =
-              b2.empty() || tp_rank != 0 ? 0.0 : b2[static_cast<size_t>(e * H + d)];
-          out[static_cast<size_t>(t * H + d)] +=
-              rw[static_cast<size_t>(t * 2 + k)] * (to_dt(dt, acc) + bias2);
+          double xv = x[static_cast<size_t>(t * H + d)];
+          if (!a1.empty()) xv = to_dt(dt, xv * a1[static_cast<size_t>(d)]);
+          acc += xv * deq(q1, s1, z1, H, N1(), e, d, j);
+        }
+        acc += b1.empty() ? 0.0 : b1[static_cast<size_t>(e * N1() + j)];
+        g[static_cast<size_t>(j)] = gated() ? to_dt(dt, acc) : acc;
+      }
+      std::vector<double> h(static_cast<size_t>(I));
+      for (int64_t j = 0; j < I; ++j) {
+        h[static_cast<size_t>(j)] = to_dt(dt, act_ref(act, g, j, I, e));
+        if (!a2.empty()) {
+          h[static_cast<size_t>(j)] =
+              to_dt(dt, h[static_cast<size_t>(j)] * a2[static_cast<size_t>(j)]);
         }
       }
-    }
+      for (int64_t d = 0; d < H; ++d) {
+        double acc = 0.0;
+        for (int64_t j = 0; j < I; ++j) {
+          acc += h[static_cast<size_t>(j)] * deq(q2, s2, z2, I, H, e, j, d);
+        }
+        const double bias2 = b2.empty() || tp_rank != 0 ? 0.0 : b2[static_cast<size_t>(e * H + d)];
+        out[static_cast<size_t>(t * H + d)] +=
+            rw[static_cast<size_t>(t * 2 + k)] * (to_dt(dt, acc) + bias2);
+      }
+    });
     return out;
   }
 };
 
 // ---- the byte order -----------------------------------------------------------------------
 
-// K = N = 64 (the preprocessor's smallest tile), all codes 8 (value 0) but seven, whose bytes
+// K = N = 64 (the preprocessor's smallest tile), all codes 8 (value 0) but eight, whose bytes
 // were worked out by hand from the four steps (LDSM map, transpose, <64, 4> interleave, nibble
 // order): (k, n) = (0, 0) -> byte 0 low; (8, 0): row 8 moves to row 2, element 2 of word 0 ->
 // nibble 1, byte 0 high; (1, 0): element 1 -> nibble 4, byte 2 low; (2, 0): row 2 moves to row
@@ -311,10 +305,7 @@ TEST(CutlassFusedMoeWoqInt4, NoZerosNoAwqParallel) {
   c.awq = false;
   c.bias = true;
   c.swiglu_params = true;
-  c.ep_rank = 1;
-  c.ep_size = 2;
-  c.tp_rank = 1;
-  c.tp_size = 2;
+  moe_fp4::set_rank1_of_2(c);
   c.make(961);
   moe_fp4::expect_close_to_formula(c.run()[0].to_double_vector(), c.expected());
   Case d;
@@ -347,14 +338,8 @@ TEST(CutlassFusedMoeWoqInt4, BadInput) {
   c.T = 2;
   c.make(980);
   const char* op = "cutlass_fused_moe";
-  auto with = [&](size_t i, Tensor t) {
-    auto qs = c.quant_scales();
-    qs[i] = std::move(t);
-    return qs;
-  };
-  auto six = c.quant_scales();
-  six.resize(6);
-  EXPECT_FI_ERROR((void)c.run(six), op, "quant_scales");
+  auto with = [&](size_t i, Tensor t) { return moe_fp4::quant_scales_with(c, i, std::move(t)); };
+  moe_fp4::expect_short_quant_scales_refused(c);
   // Scales: required, the input's dtype, [E, K / 128, N] values.
   EXPECT_FI_ERROR((void)c.run(with(0, Tensor::empty({0}, c.dt))), op, "quant_scales");
   EXPECT_FI_ERROR(
