@@ -289,6 +289,52 @@ TEST(CutlassFusedMoeWoqInt4, UnpermuteInvertsPreprocessor) {
   EXPECT_EQ(bad, 0);
 }
 
+// ---- the dequantization's rounding --------------------------------------------------------
+
+// One local expert of two (ep rank 0 of 2), H = I = 128, Relu2, x one-hot (1 in column 0) so
+// that GEMM1 returns the dequantized fc1 weight itself; every fc2 weight is 1 (code 9, scale 1,
+// zero 0), so y = 128 h. Token 0 routes to experts 0 (weight 1) and 1 (not local).
+// bf16: code 11 (value 3), scale 129 / 128, zero -2^-40: the exact 387 / 128 - 2^-40 lies just
+// below the midpoint of 386 / 128 and 388 / 128, so the single fma rounding gives 3.015625
+// (rounding the fp32 sum first would reach the midpoint and 3.03125). Relu2: 9.094482421875 ->
+// 9.125 (step 1/16); y = 1168.
+// fp16: code 11, scale 1 + 2^-10, zero -2^-10: 3 * scale = 3 + 1.5 * 2^-9 rounds to 3 + 2^-8,
+// the add of the zero rounds back to 3 + 2^-8 = 3.00390625 (one fma would give 3 + 2^-9).
+// Relu2: 9.02345275878... -> 1155 / 128 (step 1/128); y = 1155.
+TEST(CutlassFusedMoeWoqInt4, DequantRoundingGolden) {
+  const int64_t H = 128, I = 128;
+  struct G {
+    DType dt;
+    double scale, zero, want;
+  };
+  for (const G& g :
+       {G{DType::kBFloat16, 129.0 / 128, -std::ldexp(1.0, -40), 1168.0},
+        G{DType::kFloat16, 1.0 + std::ldexp(1.0, -10), -std::ldexp(1.0, -10), 1155.0}}) {
+    SCOPED_TRACE(dtype_label(g.dt));
+    std::vector<double> x(static_cast<size_t>(H), 0.0);
+    x[0] = 1.0;
+    const auto full = [&](Shape sh, double v) { return Tensor::full(std::move(sh), v, g.dt); };
+    const std::vector<Tensor> qs = {full({1, H / 128, I}, g.scale),
+                                    full({1, I / 128, H}, 1.0),
+                                    Tensor::empty({0}, g.dt),
+                                    Tensor::empty({0}, g.dt),
+                                    full({1, H / 128, I}, g.zero),
+                                    full({1, I / 128, H}, 0.0),
+                                    Tensor::empty({0}, DType::kFloat32),
+                                    Tensor::empty({0}, DType::kFloat32)};
+    const auto out = cutlass_fused_moe(
+        Tensor::from_vector(x, {1, H}, g.dt), Tensor::from_vector({0, 1}, {1, 2}, DType::kInt32),
+        Tensor::from_vector({1.0, 0.5}, {1, 2}, DType::kFloat32),
+        bytes_tensor(std::vector<uint8_t>(I * H / 2, 0xBB), {1, I, H / 2}),
+        bytes_tensor(std::vector<uint8_t>(H * I / 2, 0x99), {1, H, I / 2}), g.dt, qs, std::nullopt,
+        std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 1, 0, 2, 0, 1, 0,
+        std::nullopt, false, false, false, false, false, true, false, 8192, std::nullopt,
+        ActivationType::Relu2);
+    const auto got = out[0].to_double_vector();
+    for (int64_t d = 0; d < H; ++d) EXPECT_EQ(got[static_cast<size_t>(d)], g.want) << d;
+  }
+}
+
 // ---- fp64 formulas ----------------------------------------------------------------------------
 
 // bf16 / fp16 x Swiglu (biases) / Relu2, zero points and AWQ on; fc1 has two scale groups per
