@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,19 @@ struct LayerExtras {
   double act_ref(ActivationType act, const std::vector<double>& g, int64_t j, int64_t I,
                  int64_t e) const;
 };
+
+/// An optional per-expert fp32 parameter [E] (SwigluBias alpha / beta / limit): none when empty.
+inline std::optional<Tensor> opt_expert_f32(const std::vector<double>& v, int64_t E) {
+  if (v.empty()) return std::nullopt;
+  return Tensor::from_vector(v, {E}, DType::kFloat32);
+}
+
+/// An optional expert bias [E, n] of dt: none when empty.
+inline std::optional<Tensor> opt_bias(const std::vector<double>& b, int64_t E, int64_t n,
+                                      DType dt) {
+  if (b.empty()) return std::nullopt;
+  return Tensor::from_vector(b, {E, n}, dt);
+}
 
 /// Top-2 expert ids [T, 2] int32 over n experts: two distinct experts per token, spread so that
 /// every expert gets rows.

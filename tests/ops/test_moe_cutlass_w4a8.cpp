@@ -75,14 +75,6 @@ struct Case : moe_fp4::LayerExtras {
   Tensor t16(const std::vector<double>& v, Shape s) const {
     return Tensor::from_vector(v, std::move(s), dt);
   }
-  std::optional<Tensor> opt_f32(const std::vector<double>& v) const {
-    if (v.empty()) return std::nullopt;
-    return Tensor::from_vector(v, {E}, DType::kFloat32);
-  }
-  std::optional<Tensor> bias_t(const std::vector<double>& b, int64_t n) const {
-    if (b.empty()) return std::nullopt;
-    return Tensor::from_vector(b, {E, n}, dt);
-  }
   std::vector<Tensor> quant_scales() const {
     return {interleave_moe_scales_for_sm90_mixed_gemm(t16(s1, {E, N1(), H / 128}), 128),
             interleave_moe_scales_for_sm90_mixed_gemm(t16(s2, {E, H, I / 128}), 128),
@@ -98,11 +90,12 @@ struct Case : moe_fp4::LayerExtras {
         interleave_moe_weights_for_sm90_mixed_gemm(bytes_tensor(w1, {E, N1(), H / 2}), "int4");
     const Tensor w2i =
         interleave_moe_weights_for_sm90_mixed_gemm(bytes_tensor(w2, {E, H, I / 2}), "int4");
-    return cutlass_fused_moe(input, ids, Tensor::from_vector(rw, {T, 2}, DType::kFloat32), w1i, w2i,
-                             out_dt, std::move(qs), bias_t(b1, N1()), bias_t(b2, H), std::nullopt,
-                             opt_f32(alpha), opt_f32(beta), opt_f32(limit), tp_size, tp_rank,
-                             ep_size, ep_rank, 1, 0, std::nullopt, false, false, true, false, false,
-                             true, false, 8192, std::nullopt, act);
+    return cutlass_fused_moe(
+        input, ids, Tensor::from_vector(rw, {T, 2}, DType::kFloat32), w1i, w2i, out_dt,
+        std::move(qs), moe_fp4::opt_bias(b1, E, N1(), dt), moe_fp4::opt_bias(b2, E, H, dt),
+        std::nullopt, moe_fp4::opt_expert_f32(alpha, E), moe_fp4::opt_expert_f32(beta, E),
+        moe_fp4::opt_expert_f32(limit, E), tp_size, tp_rank, ep_size, ep_rank, 1, 0, std::nullopt,
+        false, false, true, false, false, true, false, 8192, std::nullopt, act);
   }
   std::vector<Tensor> run(std::vector<Tensor> qs) const {
     return run(std::move(qs), dt, t16(x, {T, H}));

@@ -145,14 +145,6 @@ struct Case : moe_fp4::LayerExtras {
     if (v.empty()) return Tensor::empty({0}, dt);
     return Tensor::from_vector(v, std::move(s), dt);
   }
-  std::optional<Tensor> opt_f32(const std::vector<double>& v) const {
-    if (v.empty()) return std::nullopt;
-    return Tensor::from_vector(v, {E}, DType::kFloat32);
-  }
-  std::optional<Tensor> bias_t(const std::vector<double>& b, int64_t n) const {
-    if (b.empty()) return std::nullopt;
-    return Tensor::from_vector(b, {E, n}, dt);
-  }
   // Every expert's codes [K, N] preprocessed, as [E, N, K / 2] bytes.
   Tensor weights(const std::vector<int>& q, int64_t K, int64_t N) const {
     std::vector<uint8_t> all;
@@ -175,11 +167,13 @@ struct Case : moe_fp4::LayerExtras {
   }
   std::vector<Tensor> run(std::vector<Tensor> qs, DType out_dt, const Tensor& input,
                           ActivationType a) const {
-    return cutlass_fused_moe(
-        input, ids, Tensor::from_vector(rw, {T, 2}, DType::kFloat32), weights(q1, H, N1()),
-        weights(q2, I, H), out_dt, std::move(qs), bias_t(b1, N1()), bias_t(b2, H), std::nullopt,
-        opt_f32(alpha), opt_f32(beta), opt_f32(limit), tp_size, tp_rank, ep_size, ep_rank, 1, 0,
-        std::nullopt, false, false, false, false, false, true, false, 8192, std::nullopt, a);
+    return cutlass_fused_moe(input, ids, Tensor::from_vector(rw, {T, 2}, DType::kFloat32),
+                             weights(q1, H, N1()), weights(q2, I, H), out_dt, std::move(qs),
+                             moe_fp4::opt_bias(b1, E, N1(), dt), moe_fp4::opt_bias(b2, E, H, dt),
+                             std::nullopt, moe_fp4::opt_expert_f32(alpha, E),
+                             moe_fp4::opt_expert_f32(beta, E), moe_fp4::opt_expert_f32(limit, E),
+                             tp_size, tp_rank, ep_size, ep_rank, 1, 0, std::nullopt, false, false,
+                             false, false, false, true, false, 8192, std::nullopt, a);
   }
   std::vector<Tensor> run(std::vector<Tensor> qs) const {
     return run(std::move(qs), dt, t16(x, {T, H}), act);
