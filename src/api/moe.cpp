@@ -173,8 +173,8 @@ std::vector<Tensor> cutlass_fused_moe_impl(const api::CutlassMoeCall& c) {
   check_flag_off(c.use_mxfp8_act_scaling, op, "use_mxfp8_act_scaling",
                  "the MXFP8 activation path is not implemented");
   check_flag_off(c.use_packed_weights, op, "use_packed_weights",
-                 "weight-only INT4 (packed weights without use_w4_group_scaling) is not "
-                 "implemented");
+                 "packed int4 weights (weight-only INT4, W4A8) must be uint8 fc1_expert_weights "
+                 "without use_mxfp8_act_scaling");
   check_flag_off(c.use_wfp4afp8_humming, op, "use_wfp4afp8_humming",
                  "the MXFP4 x FP8 path is not implemented");
   check_flag_off(!c.quant_scales.empty(), op, "quant_scales",

@@ -2,6 +2,7 @@
 // the argument), dispatch to the CPU reference. Semantics and sources: docs/MOE.md.
 #include "api/moe_cutlass_fp4.h"
 
+#include <array>
 #include <string>
 #include <tuple>
 
@@ -39,6 +40,8 @@ const char* mode_name(kernels::CutlassFp4Mode m) {
       return "MXFP8 x MXFP8";
     case kernels::CutlassFp4Mode::kW4A8Int4:
       return "W4A8 INT4";
+    case kernels::CutlassFp4Mode::kWoqInt4:
+      return "weight-only INT4";
     default:
       return "W4A16 MXFP4";
   }
@@ -76,6 +79,33 @@ const float* act_global(const std::vector<Tensor>& qs, size_t i, const char* wha
   return t.data<float>();
 }
 
+// The packed-int4 paths' 8 quant_scales in upstream's order: entry i a contiguous CPU tensor of
+// want[i] values of want_dt[i], or empty where optional[i]; errors name quant_scales.
+void check_int4_quant_scales(const std::vector<Tensor>& qs, const char* path,
+                             const std::array<int64_t, 8>& want,
+                             const std::array<DType, 8>& want_dt,
+                             const std::array<bool, 8>& optional) {
+  FLASHINFER_CHECK(qs.size() == 8, kOp, "quant_scales", path,
+                   " takes 8 tensors (fc1_weight_scales, fc2_weight_scales, fc1_act_scales, "
+                   "fc2_act_scales, fc1_weight_zeros, fc2_weight_zeros, fc1_alpha, fc2_alpha), "
+                   "got ",
+                   qs.size());
+  const char* what[8] = {"fc1_weight_scales", "fc2_weight_scales", "fc1_act_scales",
+                         "fc2_act_scales",    "fc1_weight_zeros",  "fc2_weight_zeros",
+                         "fc1_alpha",         "fc2_alpha"};
+  for (size_t i = 0; i < 8; ++i) {
+    const Tensor& t = qs[i];
+    const int64_t got = t.defined() ? t.numel() : 0;
+    if (optional[i] && got == 0) continue;
+    FLASHINFER_CHECK(got == want[i] && t.dtype() == want_dt[i], kOp, "quant_scales",
+                     "quant_scales[", i, "] (", what[i], ") must hold ", want[i], " ",
+                     dtype_torch_name(want_dt[i]), " values", optional[i] ? " or none" : "",
+                     ", got ", got, " ", t.defined() ? dtype_torch_name(t.dtype()) : "undefined");
+    FLASHINFER_CHECK(t.device().is_cpu() && t.is_contiguous(), kOp, "quant_scales", "quant_scales[",
+                     i, "] (", what[i], ") must be a contiguous CPU tensor");
+  }
+}
+
 const float* expert_vector(const std::optional<Tensor>& t, int64_t E, const char* arg) {
   if (!t) return nullptr;
   check_defined(*t, kOp, arg);
@@ -95,10 +125,10 @@ bool is_cutlass_moe_fp4_call(const Tensor& input, const Tensor& fc1_expert_weigh
   if (!input.defined() || !fc1_expert_weights.defined()) return false;
   if (use_deepseek_fp8_block_scale) return false;
   if (use_packed_weights) {
-    // W4A8 INT4 (upstream's isInt4Quant with use_w4_group_scaling): packed int4 uint8 weights; the
-    // input's dtype is checked on the path. Weight-only INT4 (no group-scaling flag) is not taken.
-    return fc1_expert_weights.dtype() == DType::kUInt8 && use_w4_group_scaling &&
-           !use_mxfp8_act_scaling && !use_wfp4afp8_humming;
+    // Upstream's isInt4Quant: packed int4 uint8 weights, W4A8 with use_w4_group_scaling, else
+    // weight-only INT4; the input's dtype is checked on the path.
+    return fc1_expert_weights.dtype() == DType::kUInt8 && !use_mxfp8_act_scaling &&
+           !use_wfp4afp8_humming;
   }
   if (use_wfp4afp8_humming) {
     // Humming (upstream's isWMxfp4AFp8HummingQuant): uint8 MXFP4 weights with W4 group scaling;
@@ -127,15 +157,18 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   check_defined(c.ids, kOp, "token_selected_experts");
   check_defined(c.scales, kOp, "token_final_scales");
   check_defined(w2, kOp, "fc2_expert_weights");
-  const CutlassFp4Mode mode = c.use_packed_weights     ? CutlassFp4Mode::kW4A8Int4
-                              : c.use_wfp4afp8_humming ? CutlassFp4Mode::kHummingFp8Mxfp4
-                              : w1.dtype() == DType::kFloat8E4M3FN    ? CutlassFp4Mode::kMxfp8Mxfp8
-                              : w1.dtype() == DType::kUInt8           ? CutlassFp4Mode::kW4A16Mxfp4
-                              : input.dtype() == DType::kFloat8E4M3FN ? CutlassFp4Mode::kMxfp8Mxfp4
-                                                                      : CutlassFp4Mode::kNvfp4;
+  const CutlassFp4Mode mode =
+      c.use_packed_weights
+          ? (c.use_w4_group_scaling ? CutlassFp4Mode::kW4A8Int4 : CutlassFp4Mode::kWoqInt4)
+      : c.use_wfp4afp8_humming                ? CutlassFp4Mode::kHummingFp8Mxfp4
+      : w1.dtype() == DType::kFloat8E4M3FN    ? CutlassFp4Mode::kMxfp8Mxfp8
+      : w1.dtype() == DType::kUInt8           ? CutlassFp4Mode::kW4A16Mxfp4
+      : input.dtype() == DType::kFloat8E4M3FN ? CutlassFp4Mode::kMxfp8Mxfp4
+                                              : CutlassFp4Mode::kNvfp4;
   const bool hum = mode == CutlassFp4Mode::kHummingFp8Mxfp4;
   const bool nv = mode == CutlassFp4Mode::kNvfp4;
   const bool w4a8 = mode == CutlassFp4Mode::kW4A8Int4;
+  const bool woq = mode == CutlassFp4Mode::kWoqInt4;
   // No GPU kernel: a CUDA call is refused here (kUnsupported), so replay falls back to the CPU.
   FLASHINFER_CHECK_CODE(
       input.device().is_cpu(), ErrorCode::kUnsupported, kOp, "input", "the ", mode_name(mode),
@@ -143,7 +176,7 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
 
   // Weights: int64 holds 16 e2m1 values, uint8 two (upstream's mInnerDimMultiplier).
   const bool w8 = mode == CutlassFp4Mode::kMxfp8Mxfp8;
-  const int64_t mult = w8 ? 1 : mode == CutlassFp4Mode::kW4A16Mxfp4 || hum || w4a8 ? 2 : 16;
+  const int64_t mult = w8 ? 1 : mode == CutlassFp4Mode::kW4A16Mxfp4 || hum || w4a8 || woq ? 2 : 16;
   api::check_dim(w2, {3}, kOp, "fc2_expert_weights");
   api::check_same_dtype(w2, w1, kOp, "fc2_expert_weights", "fc1_expert_weights");
   FLASHINFER_CHECK(w2.device().is_cpu() && w2.is_contiguous(), kOp, "fc2_expert_weights",
@@ -178,9 +211,9 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   const bool packed = input.dtype() == DType::kUInt8;
   if (mode == CutlassFp4Mode::kNvfp4) {
     api::check_dtype_in(input, {DType::kFloat16, DType::kBFloat16, DType::kUInt8}, kOp, "input");
-  } else if (hum || w4a8) {
+  } else if (hum || w4a8 || woq) {
     // Upstream: "Humming-style MXFP4 x FP8 requires FP16/BF16 inputs and online FP8 activation
-    // quantization"; W4A8's runner exists for fp16 / bf16 inputs only (cast to fp8 in the op).
+    // quantization"; W4A8's and weight-only INT4's runners exist for fp16 / bf16 inputs only.
     api::check_dtype_in(input, {DType::kFloat16, DType::kBFloat16}, kOp, "input");
   }
   const int64_t in_cols = packed ? H / 2 : H;
@@ -213,7 +246,7 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
 
   // Output and bias dtype: fp16/bf16 (upstream's runner has no fp32 output for these paths);
   // W4A16 writes the input's dtype.
-  if (mode == CutlassFp4Mode::kW4A16Mxfp4 || hum || w4a8) {
+  if (mode == CutlassFp4Mode::kW4A16Mxfp4 || hum || w4a8 || woq) {
     FLASHINFER_CHECK(c.output_dtype == input.dtype(), kOp, "output_dtype", "the ", mode_name(mode),
                      " path writes the input's dtype ", dtype_torch_name(input.dtype()), ", got ",
                      dtype_torch_name(c.output_dtype));
@@ -239,6 +272,12 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
     }
   }
   check_cutlass_moe_swiglu_args(c);
+  // Weight-only INT4 runs a non-gated activation in the SM80 GEMM's epilogue, whose Gelu is the
+  // tanh form (EpilogueOpDefaultFtGelu), not the erf GELU of the other paths: not implemented.
+  FLASHINFER_CHECK_CODE(!woq || c.activation_type != ActivationType::Gelu, ErrorCode::kUnsupported,
+                        kOp, "activation_type",
+                        "Gelu (the GEMM epilogue's tanh GELU) is not implemented for weight-only "
+                        "INT4");
 
   kernels::CutlassMoeFp4Params p;
   p.mode = mode;
@@ -301,47 +340,49 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
     p.fc2_global = quant_scale(qs, 4, "fc2_residual", DType::kFloat32, {E}).data<float>();
     p.w1_sf_stride = N1 * (H / 32);
     p.w2_sf_stride = H * (I / 32);
-  } else if (w4a8) {
-    FLASHINFER_CHECK(qs.size() == 8, kOp, "quant_scales",
-                     "W4A8 takes 8 tensors (fc1_weight_scales, fc2_weight_scales, fc1_act_scales, "
-                     "fc2_act_scales, fc1_weight_zeros, fc2_weight_zeros, fc1_alpha, fc2_alpha), "
-                     "got ",
-                     qs.size());
-    // Group scales of the input dtype in the SM90 fold of [E, rows, cols / 128]
-    // (interleave_moe_scales_for_sm90_mixed_gemm(group_size=128)); upstream reads raw pointers,
-    // so the element count and dtype are what is checked.
+  } else if (w4a8 || woq) {
+    // The packed-int4 paths' 8 tensors; the weight scales of the input dtype, read by upstream as
+    // raw pointers (element count and dtype checked): W4A8's in the SM90 fold of [E, rows,
+    // cols / 128] (interleave_moe_scales_for_sm90_mixed_gemm(group_size=128)), weight-only
+    // INT4's [E, K / 128, N] for the SM80 fpA_intB GEMM (group size 128, the binding's
+    // int4_group_size; the kernel takes 128 or K, and H, I are multiples of 128).
     const DType sdt = input.dtype();
     const int64_t n1 = E * N1 * (H / 128), n2 = E * H * (I / 128);
-    const char* what[8] = {"fc1_weight_scales", "fc2_weight_scales", "fc1_act_scales",
-                           "fc2_act_scales",    "fc1_weight_zeros",  "fc2_weight_zeros",
-                           "fc1_alpha",         "fc2_alpha"};
-    const int64_t want[8] = {n1, n2, H, I, 0, 0, E, E};
-    const DType want_dt[8] = {sdt, sdt, sdt, sdt, sdt, sdt, DType::kFloat32, DType::kFloat32};
-    for (size_t i = 0; i < 8; ++i) {
-      const Tensor& t = qs[i];
-      const int64_t got = t.defined() ? t.numel() : 0;
+    if (w4a8) {
       // The zeros: the folded-scale mainloop has no zero point ("does not support zero-point").
-      FLASHINFER_CHECK_CODE(i < 4 || i > 5 || got == 0, ErrorCode::kUnsupported, kOp,
-                            "quant_scales", "quant_scales[", i, "] (", what[i],
-                            ") must be empty: W4A8's folded-scale GEMM has no zero point");
-      if (i == 4 || i == 5) continue;
-      // Without act scales upstream's GEMM1 reads an unwritten fp8 buffer (use_awq off), without
-      // alphas its alpha pointers are null: both are errors here.
-      FLASHINFER_CHECK(got == want[i] && t.dtype() == want_dt[i], kOp, "quant_scales",
-                       "quant_scales[", i, "] (", what[i], ") must hold ", want[i], " ",
-                       dtype_torch_name(want_dt[i]), " values, got ", got, " ",
-                       t.defined() ? dtype_torch_name(t.dtype()) : "undefined");
-      FLASHINFER_CHECK(t.device().is_cpu() && t.is_contiguous(), kOp, "quant_scales",
-                       "quant_scales[", i, "] (", what[i], ") must be a contiguous CPU tensor");
+      for (size_t i : {size_t{4}, size_t{5}}) {
+        FLASHINFER_CHECK_CODE(qs.size() != 8 || !qs[i].defined() || qs[i].numel() == 0,
+                              ErrorCode::kUnsupported, kOp, "quant_scales", "quant_scales[", i,
+                              "] must be empty: W4A8's folded-scale GEMM has no zero point");
+      }
     }
+    // W4A8: without act scales upstream's GEMM1 reads an unwritten fp8 buffer (use_awq off),
+    // without alphas its alpha pointers are null, so both are required. Weight-only INT4: act
+    // scales (AWQ, applied only when both are given, as use_awq), zeros and alphas (not read)
+    // are optional.
+    const std::array<bool, 8> optional = {false, false, woq, woq, true, true, woq, woq};
+    check_int4_quant_scales(qs, mode_name(mode), {n1, n2, H, I, n1, n2, E, E},
+                            {sdt, sdt, sdt, sdt, sdt, sdt, DType::kFloat32, DType::kFloat32},
+                            optional);
+    auto ptr16 = [&](size_t i) {
+      return qs[i].defined() && qs[i].numel() > 0 ? static_cast<const uint16_t*>(qs[i].data_ptr())
+                                                  : nullptr;
+    };
     p.w1_sf = static_cast<const uint8_t*>(qs[0].data_ptr());
     p.w2_sf = static_cast<const uint8_t*>(qs[1].data_ptr());
-    p.fc1_prequant = static_cast<const uint16_t*>(qs[2].data_ptr());
-    p.fc2_prequant = static_cast<const uint16_t*>(qs[3].data_ptr());
-    p.fc1_global = qs[6].data<float>();
-    p.fc2_global = qs[7].data<float>();
-    p.w1_sf_stride = N1 * (H / 128) * 2;
-    p.w2_sf_stride = H * (I / 128) * 2;
+    if (ptr16(2) != nullptr && ptr16(3) != nullptr) {
+      p.fc1_prequant = ptr16(2);
+      p.fc2_prequant = ptr16(3);
+    }
+    if (w4a8) {
+      p.fc1_global = qs[6].data<float>();
+      p.fc2_global = qs[7].data<float>();
+    } else {
+      p.w1_zeros = ptr16(4);
+      p.w2_zeros = ptr16(5);
+    }
+    p.w1_sf_stride = n1 / E * 2;
+    p.w2_sf_stride = n2 / E * 2;
   } else {
     FLASHINFER_CHECK(qs.size() == 2, kOp, "quant_scales",
                      "W4A16 takes 2 tensors (fc1_weight_scales, fc2_weight_scales), got ",

@@ -15,8 +15,9 @@ namespace flashinfer::api {
 /// Whether the dtypes and flags select one of the FP4 paths, as upstream's runner picks them:
 /// int64 weights (16 e2m1 per element) with a non-fp8 input (NVFP4) or with an fp8 input and
 /// use_mxfp8_act_scaling (MXFP8 x MXFP4); uint8 weights with use_w4_group_scaling and not
-/// use_packed_weights (W4A16 MXFP4, or Humming MXFP4 x FP8 with use_wfp4afp8_humming). The other
-/// quantized combinations are not taken.
+/// use_packed_weights (W4A16 MXFP4, or Humming MXFP4 x FP8 with use_wfp4afp8_humming); uint8
+/// weights with use_packed_weights (packed int4: W4A8 with use_w4_group_scaling, else weight-only
+/// INT4). The other quantized combinations are not taken.
 bool is_cutlass_moe_fp4_call(const Tensor& input, const Tensor& fc1_expert_weights,
                              bool use_deepseek_fp8_block_scale, bool use_w4_group_scaling,
                              bool use_mxfp8_act_scaling, bool use_packed_weights,

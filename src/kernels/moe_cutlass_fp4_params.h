@@ -22,6 +22,10 @@ enum class CutlassFp4Mode : int {
   // per-column pre-quant scales, cast to fp8 in the op, x signed int4 weights in the SM90
   // interleaved layout with 16-bit group scales (128 columns) in the SM90 fold.
   kW4A8Int4 = 5,
+  // Weight-only INT4 (use_packed_weights without use_w4_group_scaling): fp16/bf16 activations
+  // (optionally AWQ-smoothed) x int4 weights in TensorRT-LLM's SM80 fpA_intB byte order,
+  // dequantized in the 16-bit type with [k / 128, n] group scales and optional zero points.
+  kWoqInt4 = 6,
 };
 
 /// moe: routing, sizes, activation parameters and output as for the unquantized op, except
@@ -60,6 +64,11 @@ struct CutlassMoeFp4Params {
   // bytes per expert); fc1_global / fc2_global are the GEMM alphas.
   const uint16_t* fc1_prequant = nullptr;
   const uint16_t* fc2_prequant = nullptr;
+  // Weight-only INT4: w1_sf / w2_sf hold each expert's [k / 128, n] group scales of the input
+  // dtype (w*_sf_stride bytes apart), w1_zeros / w2_zeros the zero points in the same layout or
+  // null; fc1_prequant / fc2_prequant are both set (AWQ smoothing) or both null.
+  const uint16_t* w1_zeros = nullptr;
+  const uint16_t* w2_zeros = nullptr;
 };
 
 }  // namespace flashinfer::kernels

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,19 @@ struct LayerExtras {
   double act_ref(ActivationType act, const std::vector<double>& g, int64_t j, int64_t I,
                  int64_t e) const;
 };
+
+/// An optional per-expert fp32 parameter [E] (SwigluBias alpha / beta / limit): none when empty.
+inline std::optional<Tensor> opt_expert_f32(const std::vector<double>& v, int64_t E) {
+  if (v.empty()) return std::nullopt;
+  return Tensor::from_vector(v, {E}, DType::kFloat32);
+}
+
+/// An optional expert bias [E, n] of dt: none when empty.
+inline std::optional<Tensor> opt_bias(const std::vector<double>& b, int64_t E, int64_t n,
+                                      DType dt) {
+  if (b.empty()) return std::nullopt;
+  return Tensor::from_vector(b, {E, n}, dt);
+}
 
 /// Top-2 expert ids [T, 2] int32 over n experts: two distinct experts per token, spread so that
 /// every expert gets rows.
@@ -160,6 +174,44 @@ void expect_dtypes_and_acts_match_formula(uint64_t seed) {
       expect_close_to_formula(c.run()[0].to_double_vector(), c.expected());
     }
   }
+}
+
+/// Calls f(t, k, e) for every pair (token t, slot k) of the top-2 `ids` [T, 2] whose expert is
+/// local (e = id - ep_rank * E in [0, E)), tokens in order: the fp64 formulas' routing loop.
+template <class F>
+void for_each_local_pair(const Tensor& ids, int64_t T, int64_t E, int64_t ep_rank, F f) {
+  const auto idv = ids.to_double_vector();
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t k = 0; k < 2; ++k) {
+      const int64_t e = static_cast<int64_t>(idv[static_cast<size_t>(t * 2 + k)]) - ep_rank * E;
+      if (e >= 0 && e < E) f(t, k, e);
+    }
+  }
+}
+
+/// c.quant_scales() with entry i replaced by t (bad-input tests).
+template <class Case>
+std::vector<Tensor> quant_scales_with(const Case& c, size_t i, Tensor t) {
+  auto qs = c.quant_scales();
+  qs[i] = std::move(t);
+  return qs;
+}
+
+/// Two quant_scales fewer than the path takes: refused naming quant_scales.
+template <class Case>
+void expect_short_quant_scales_refused(const Case& c) {
+  auto qs = c.quant_scales();
+  qs.resize(qs.size() - 2);
+  EXPECT_FI_ERROR((void)c.run(qs), "cutlass_fused_moe", "quant_scales");
+}
+
+/// Expert-parallel rank 1 of 2 and tensor-parallel rank 1 of 2 (no fc2 bias there).
+template <class Case>
+void set_rank1_of_2(Case& c) {
+  c.ep_rank = 1;
+  c.ep_size = 2;
+  c.tp_rank = 1;
+  c.tp_size = 2;
 }
 
 /// A call without a CUDA kernel: refused with kUnsupported naming `input` (so replay falls back

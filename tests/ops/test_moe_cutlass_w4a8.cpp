@@ -6,6 +6,7 @@
 // naming the argument, record/replay. Sources: docs/MOE.md, "cutlass_fused_moe: W4A8 INT4".
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -74,14 +75,6 @@ struct Case : moe_fp4::LayerExtras {
   Tensor t16(const std::vector<double>& v, Shape s) const {
     return Tensor::from_vector(v, std::move(s), dt);
   }
-  std::optional<Tensor> opt_f32(const std::vector<double>& v) const {
-    if (v.empty()) return std::nullopt;
-    return Tensor::from_vector(v, {E}, DType::kFloat32);
-  }
-  std::optional<Tensor> bias_t(const std::vector<double>& b, int64_t n) const {
-    if (b.empty()) return std::nullopt;
-    return Tensor::from_vector(b, {E, n}, dt);
-  }
   std::vector<Tensor> quant_scales() const {
     return {interleave_moe_scales_for_sm90_mixed_gemm(t16(s1, {E, N1(), H / 128}), 128),
             interleave_moe_scales_for_sm90_mixed_gemm(t16(s2, {E, H, I / 128}), 128),
@@ -97,11 +90,12 @@ struct Case : moe_fp4::LayerExtras {
         interleave_moe_weights_for_sm90_mixed_gemm(bytes_tensor(w1, {E, N1(), H / 2}), "int4");
     const Tensor w2i =
         interleave_moe_weights_for_sm90_mixed_gemm(bytes_tensor(w2, {E, H, I / 2}), "int4");
-    return cutlass_fused_moe(input, ids, Tensor::from_vector(rw, {T, 2}, DType::kFloat32), w1i, w2i,
-                             out_dt, std::move(qs), bias_t(b1, N1()), bias_t(b2, H), std::nullopt,
-                             opt_f32(alpha), opt_f32(beta), opt_f32(limit), tp_size, tp_rank,
-                             ep_size, ep_rank, 1, 0, std::nullopt, false, false, true, false, false,
-                             true, false, 8192, std::nullopt, act);
+    return cutlass_fused_moe(
+        input, ids, Tensor::from_vector(rw, {T, 2}, DType::kFloat32), w1i, w2i, out_dt,
+        std::move(qs), moe_fp4::opt_bias(b1, E, N1(), dt), moe_fp4::opt_bias(b2, E, H, dt),
+        std::nullopt, moe_fp4::opt_expert_f32(alpha, E), moe_fp4::opt_expert_f32(beta, E),
+        moe_fp4::opt_expert_f32(limit, E), tp_size, tp_rank, ep_size, ep_rank, 1, 0, std::nullopt,
+        false, false, true, false, false, true, false, 8192, std::nullopt, act);
   }
   std::vector<Tensor> run(std::vector<Tensor> qs) const {
     return run(std::move(qs), dt, t16(x, {T, H}));
@@ -109,41 +103,35 @@ struct Case : moe_fp4::LayerExtras {
   std::vector<Tensor> run() const { return run(quant_scales()); }
 
   std::vector<double> expected() const {
-    const auto idv = ids.to_double_vector();
     std::vector<double> out(static_cast<size_t>(T * H), 0.0);
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t k = 0; k < 2; ++k) {
-        const int64_t e = static_cast<int64_t>(idv[static_cast<size_t>(t * 2 + k)]) - ep_rank * E;
-        if (e < 0 || e >= E) continue;
-        std::vector<double> g(static_cast<size_t>(N1()));
-        for (int64_t j = 0; j < N1(); ++j) {
-          double acc = 0.0;
-          for (int64_t d = 0; d < H; ++d) {
-            acc += act_fp8(dt, x[static_cast<size_t>(t * H + d)], a1[static_cast<size_t>(d)]) *
-                   int4_at(w1, N1(), H, e, j, d) *
-                   s1[static_cast<size_t>((e * N1() + j) * (H / 128) + d / 128)];
-          }
-          g[static_cast<size_t>(j)] = to_dt(dt, acc * alpha1[static_cast<size_t>(e)]) +
-                                      (b1.empty() ? 0.0 : b1[static_cast<size_t>(e * N1() + j)]);
-        }
-        std::vector<double> hq(static_cast<size_t>(I));
-        for (int64_t j = 0; j < I; ++j) {
-          hq[static_cast<size_t>(j)] =
-              act_fp8(dt, to_dt(dt, act_ref(act, g, j, I, e)), a2[static_cast<size_t>(j)]);
-        }
+    moe_fp4::for_each_local_pair(ids, T, E, ep_rank, [&](int64_t t, int64_t k, int64_t e) {
+      std::vector<double> g(static_cast<size_t>(N1()));
+      for (int64_t j = 0; j < N1(); ++j) {
+        double acc = 0.0;
         for (int64_t d = 0; d < H; ++d) {
-          double acc = 0.0;
-          for (int64_t j = 0; j < I; ++j) {
-            acc += hq[static_cast<size_t>(j)] * int4_at(w2, H, I, e, d, j) *
-                   s2[static_cast<size_t>((e * H + d) * (I / 128) + j / 128)];
-          }
-          const double y = to_dt(dt, acc * alpha2[static_cast<size_t>(e)]);
-          const double bias2 =
-              b2.empty() || tp_rank != 0 ? 0.0 : b2[static_cast<size_t>(e * H + d)];
-          out[static_cast<size_t>(t * H + d)] += rw[static_cast<size_t>(t * 2 + k)] * (y + bias2);
+          acc += act_fp8(dt, x[static_cast<size_t>(t * H + d)], a1[static_cast<size_t>(d)]) *
+                 int4_at(w1, N1(), H, e, j, d) *
+                 s1[static_cast<size_t>((e * N1() + j) * (H / 128) + d / 128)];
         }
+        g[static_cast<size_t>(j)] = to_dt(dt, acc * alpha1[static_cast<size_t>(e)]) +
+                                    (b1.empty() ? 0.0 : b1[static_cast<size_t>(e * N1() + j)]);
       }
-    }
+      std::vector<double> hq(static_cast<size_t>(I));
+      for (int64_t j = 0; j < I; ++j) {
+        hq[static_cast<size_t>(j)] =
+            act_fp8(dt, to_dt(dt, act_ref(act, g, j, I, e)), a2[static_cast<size_t>(j)]);
+      }
+      for (int64_t d = 0; d < H; ++d) {
+        double acc = 0.0;
+        for (int64_t j = 0; j < I; ++j) {
+          acc += hq[static_cast<size_t>(j)] * int4_at(w2, H, I, e, d, j) *
+                 s2[static_cast<size_t>((e * H + d) * (I / 128) + j / 128)];
+        }
+        const double y = to_dt(dt, acc * alpha2[static_cast<size_t>(e)]);
+        const double bias2 = b2.empty() || tp_rank != 0 ? 0.0 : b2[static_cast<size_t>(e * H + d)];
+        out[static_cast<size_t>(t * H + d)] += rw[static_cast<size_t>(t * 2 + k)] * (y + bias2);
+      }
+    });
     return out;
   }
 };
@@ -201,10 +189,7 @@ TEST(CutlassFusedMoeW4A8, SwigluBiasParallelTwoGroups) {
   c.I = 256;
   c.bias = true;
   c.swiglu_params = true;
-  c.ep_rank = 1;
-  c.ep_size = 2;
-  c.tp_rank = 1;
-  c.tp_size = 2;
+  moe_fp4::set_rank1_of_2(c);
   c.make(711);
   moe_fp4::expect_close_to_formula(c.run()[0].to_double_vector(), c.expected());
 }
@@ -214,14 +199,8 @@ TEST(CutlassFusedMoeW4A8, BadInput) {
   c.T = 2;
   c.make(720);
   const char* op = "cutlass_fused_moe";
-  auto with = [&](size_t i, Tensor t) {
-    auto qs = c.quant_scales();
-    qs[i] = std::move(t);
-    return qs;
-  };
-  auto six = c.quant_scales();
-  six.resize(6);
-  EXPECT_FI_ERROR((void)c.run(six), op, "quant_scales");
+  auto with = [&](size_t i, Tensor t) { return moe_fp4::quant_scales_with(c, i, std::move(t)); };
+  moe_fp4::expect_short_quant_scales_refused(c);
   // Missing act scales or alphas (upstream reads an unwritten buffer / null pointers).
   EXPECT_FI_ERROR((void)c.run(with(2, Tensor::empty({0}, c.dt))), op, "quant_scales");
   EXPECT_FI_ERROR((void)c.run(with(7, Tensor::empty({0}, DType::kFloat32))), op, "quant_scales");
@@ -242,15 +221,17 @@ TEST(CutlassFusedMoeW4A8, BadInput) {
                   op, "input");
   EXPECT_FI_ERROR((void)c.run(c.quant_scales(), DType::kFloat16, c.t16(c.x, {c.T, c.H})), op,
                   "output_dtype");
-  // Weight-only INT4 (packed weights without use_w4_group_scaling) stays refused.
-  EXPECT_FI_ERROR(
-      (void)cutlass_fused_moe(
-          c.t16(c.x, {c.T, c.H}), c.ids, Tensor::from_vector(c.rw, {c.T, 2}, DType::kFloat32),
-          bytes_tensor(c.w1, {c.E, c.N1(), c.H / 2}), bytes_tensor(c.w2, {c.E, c.H, c.I / 2}), c.dt,
-          c.quant_scales(), std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-          std::nullopt, 1, 0, 1, 0, 1, 0, std::nullopt, false, false, false, false, false, true,
-          false),
-      op, "use_packed_weights");
+  // Without use_w4_group_scaling the same tensors select weight-only INT4 (since session 19,
+  // tests/ops/test_moe_cutlass_woq_int4.cpp): W4A8's 8 quant_scales have the counts and dtypes
+  // it takes, so the call runs on the CPU.
+  const auto woq = cutlass_fused_moe(
+      c.t16(c.x, {c.T, c.H}), c.ids, Tensor::from_vector(c.rw, {c.T, 2}, DType::kFloat32),
+      bytes_tensor(c.w1, {c.E, c.N1(), c.H / 2}), bytes_tensor(c.w2, {c.E, c.H, c.I / 2}), c.dt,
+      c.quant_scales(), std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+      std::nullopt, 1, 0, 1, 0, 1, 0, std::nullopt, false, false, false, false, false, true, false);
+  ASSERT_EQ(woq.size(), 4u);
+  EXPECT_EQ(woq[0].shape(), Shape({c.T, c.H}));
+  for (double v : woq[0].to_double_vector()) EXPECT_TRUE(std::isfinite(v));
 }
 
 TEST(CutlassFusedMoeW4A8, CudaCallIsRefused) {

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -282,6 +283,71 @@ void int4_expert(const uint8_t* w, const uint16_t* s, DType sdt, int64_t rows, i
   }
 }
 
+// Weight-only INT4: where logical element (k, n) of one expert's [K, N] int4 matrix lies after
+// preprocess_weights_for_mixed_gemm(W4_A16) at arch 80, as a nibble index (nibble i: byte i / 2,
+// low nibble first), composing its four steps (docs/MOE.md, "weight-only INT4"):
+// 1. rows permuted in groups of 32 for LDSM: output row j of a group holds input row kLdsm[j];
+// 2. sub-byte transpose to [N, K] (column-major B);
+// 3. ColumnMajorTileInterleave<64, 4>: 32-bit words (8 k's) of four columns n interleaved per
+//    64-row tile: word (n, v) goes to (n / 4) * (K / 2) + 32 * (v / 8) + 8 * (n % 4) + v % 8;
+// 4. +8 bias, and in each word element q moves to nibble (q % 2) * 4 + q / 2 (even elements in
+//    the low half), the order the kernel's FastInterleavedAndBiasedNumericArrayConverter reads.
+int64_t woq_int4_nibble(int64_t k, int64_t n, int64_t K) {
+  static constexpr std::array<int, 32> kLdsm = {0,  1,  8,  9,  16, 17, 24, 25, 2,  3,  10,
+                                                11, 18, 19, 26, 27, 4,  5,  12, 13, 20, 21,
+                                                28, 29, 6,  7,  14, 15, 22, 23, 30, 31};
+  static constexpr std::array<int, 32> kInv = [] {
+    std::array<int, 32> inv{};
+    for (int j = 0; j < 32; ++j) inv[static_cast<size_t>(kLdsm[static_cast<size_t>(j)])] = j;
+    return inv;
+  }();
+  const int64_t kp = k / 32 * 32 + kInv[static_cast<size_t>(k % 32)];
+  const int64_t v = kp / 8, q = kp % 8;
+  const int64_t word = n / 4 * (K / 2) + v / 8 * 32 + n % 4 * 8 + v % 8;
+  return word * 8 + q % 2 * 4 + q / 2;
+}
+
+// a + b (exact doubles of at most 24 significant bits each) rounded once to the 16-bit dt, as
+// one hardware add / fma does: the float nearest toward zero with its last bit set when inexact
+// ("round to odd") keeps the information a second RNE rounding to 8 or 11 bits needs.
+float round16_sum(DType dt, double a, double b) {
+  const double s = a + b;
+  const double bb = s - a;
+  const double e = (a - (s - bb)) + (b - bb);  // TwoSum: a + b == s + e exactly
+  float f = static_cast<float>(s);
+  const double r = (s - static_cast<double>(f)) + e;  // sign of (exact - f)
+  if (r != 0.0) {
+    if ((r > 0.0) != (f > 0.0) && f != 0.0) f = std::nextafter(f, 0.0f);
+    uint32_t bits = std::bit_cast<uint32_t>(f);
+    if (f == 0.0f) bits = r > 0.0 ? 0u : 0x80000000u;
+    f = std::bit_cast<float>(bits | 1u);
+  }
+  return round16(dt, f);
+}
+
+// One expert's weight-only INT4 weights dequantized as the kernel's MMA operand, [rows, k]
+// (rows = the GEMM's n): w = code - 8, times the group scale s[c / 128, r], plus the zero point
+// z[c / 128, r] when given, in the 16-bit dt: bf16 one fused multiply-add (one rounding), fp16 a
+// multiply rounded, then an add rounded (mma_tensorop_dequantizer).
+void woq_int4_expert(const uint8_t* w, const uint16_t* s, const uint16_t* z, DType dt, int64_t rows,
+                     int64_t k, float* out) {
+  std::vector<int8_t> q(static_cast<size_t>(rows * k));
+  woq_int4_unpermute(w, q.data(), rows, k);
+#pragma omp parallel for schedule(static) if (rows * k >= (int64_t{1} << 18))
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      const int64_t si = c / 128 * rows + r;
+      const double prod =
+          static_cast<double>(q[static_cast<size_t>(r * k + c)]) * load16(s, dt, si);
+      float v = round16(dt, static_cast<float>(prod));  // exact product: one rounding
+      if (z != nullptr) {
+        v = round16_sum(dt, dt == DType::kBFloat16 ? prod : v, load16(z, dt, si));
+      }
+      out[r * k + c] = v;
+    }
+  }
+}
+
 // W4A8's fp8 GEMM input: each value times its column's pre-quant scale in the 16-bit type
 // (cutlass / __hmul2 arithmetic: one rounding of the exact product), then e4m3 (RNE, satfinite).
 float w4a8_act(DType dt, float v, const uint16_t* prequant, int64_t col) {
@@ -314,6 +380,12 @@ void run_fp4(const CutlassMoeFp4Params& p) {
   const bool hum = p.mode == CutlassFp4Mode::kHummingFp8Mxfp4;
   const bool w8 = p.mode == CutlassFp4Mode::kMxfp8Mxfp8;  // e4m3 weights: a byte per value
   const bool w4a8 = p.mode == CutlassFp4Mode::kW4A8Int4;
+  const bool woq = p.mode == CutlassFp4Mode::kWoqInt4;
+  // Weight-only INT4's AWQ smoothing (upstream's use_awq: both act scales given): each GEMM
+  // input value times its column's scale in the 16-bit type (applyPrequantScale, __hmul2).
+  auto smooth = [&](DType dt, float v, const uint16_t* prequant, int64_t col) {
+    return prequant ? round16(dt, v * load16(prequant, dt, col)) : v;
+  };
   const int64_t wdiv = w8 ? 1 : 2;
   const int vec = nv ? 16 : 32;
   const DType gdt = m.dtype;  // GEMM output / activation storage type
@@ -345,12 +417,14 @@ void run_fp4(const CutlassMoeFp4Params& p) {
         std::memcpy(&a[static_cast<size_t>(r * H)], &xin[static_cast<size_t>(t * H)],
                     static_cast<size_t>(H) * sizeof(float));
       }
-    } else if (w4a16 || hum || w4a8) {
+    } else if (w4a16 || hum || w4a8 || woq) {
       for (int64_t r = 0; r < n; ++r) {
         const int64_t t = g.row_pair[static_cast<size_t>(r0 + r)] / K;
         for (int64_t c = 0; c < H; ++c) {
           const float v = load16(m.input, p.in_dtype, t * m.in_stride + c);
-          a[static_cast<size_t>(r * H + c)] = w4a8 ? w4a8_act(p.in_dtype, v, p.fc1_prequant, c) : v;
+          a[static_cast<size_t>(r * H + c)] = w4a8  ? w4a8_act(p.in_dtype, v, p.fc1_prequant, c)
+                                              : woq ? smooth(p.in_dtype, v, p.fc1_prequant, c)
+                                                    : v;
         }
         if (hum) {
           float* row = &a[static_cast<size_t>(r * H)];
@@ -378,6 +452,11 @@ void run_fp4(const CutlassMoeFp4Params& p) {
       int4_expert(w1 + e * N1 * (H / 2),
                   reinterpret_cast<const uint16_t*>(p.w1_sf + e * p.w1_sf_stride), p.in_dtype, N1,
                   H, w.data());
+    } else if (woq) {
+      woq_int4_expert(w1 + e * N1 * (H / 2),
+                      reinterpret_cast<const uint16_t*>(p.w1_sf + e * p.w1_sf_stride),
+                      p.w1_zeros ? p.w1_zeros + e * (p.w1_sf_stride / 2) : nullptr, p.in_dtype, N1,
+                      H, w.data());
     } else {
       dequant(w1 + e * N1 * (H / wdiv), H / wdiv, !w8, p.w1_sf + e * p.w1_sf_stride,
               SfLayoutCode::k128x4, !nv, vec, N1, H, w.data());
@@ -394,8 +473,17 @@ void run_fp4(const CutlassMoeFp4Params& p) {
     for (int64_t r = 0; r < n; ++r) {
       const float a1 = hum ? dq[static_cast<size_t>(r)] : alpha1;
       for (int64_t j = 0; j < N1; ++j) {
-        float v = round16(gdt, a1 * acc[static_cast<size_t>(r * N1 + j)]);
-        if (m.b1) v += load16(m.b1, gdt, e * N1 + j);
+        float v;
+        if (woq) {
+          // The SM80 GEMM's epilogue adds the bias to the fp32 accumulator and, for a gated
+          // activation, stores the sum in gdt (doGatedActivation follows); otherwise it applies
+          // the activation to the fp32 sum itself.
+          v = acc[static_cast<size_t>(r * N1 + j)] + (m.b1 ? load16(m.b1, gdt, e * N1 + j) : 0.0f);
+          if (N1 == 2 * I) v = round16(gdt, v);
+        } else {
+          v = round16(gdt, a1 * acc[static_cast<size_t>(r * N1 + j)]);
+          if (m.b1) v += load16(m.b1, gdt, e * N1 + j);
+        }
         gv[static_cast<size_t>(j)] = v;
       }
       moe_activation_row(m, e, gv.data(), hv.data());
@@ -411,9 +499,11 @@ void run_fp4(const CutlassMoeFp4Params& p) {
     }
     const float gs2 = p.fc2_act_global ? p.fc2_act_global[p.fc2_act_per_expert ? e : 0] : 1.0f;
     // (Humming: hq and dq hold GEMM2's quantized rows and their scales already.)
-    if (w4a16) {
-      for (size_t i = 0; i < hq.size(); ++i)
-        hq[i] = load16(hb.data(), gdt, static_cast<int64_t>(i));
+    if (w4a16 || woq) {
+      for (size_t i = 0; i < hq.size(); ++i) {
+        hq[i] = smooth(gdt, load16(hb.data(), gdt, static_cast<int64_t>(i)), p.fc2_prequant,
+                       static_cast<int64_t>(i) % I);
+      }
     } else if (w4a8) {
       // applyPrequantScale: the stored activation times fc2's pre-quant scale, then e4m3.
       for (size_t i = 0; i < hq.size(); ++i) {
@@ -432,6 +522,10 @@ void run_fp4(const CutlassMoeFp4Params& p) {
       int4_expert(w2 + e * H * (I / 2),
                   reinterpret_cast<const uint16_t*>(p.w2_sf + e * p.w2_sf_stride), p.in_dtype, H, I,
                   w.data());
+    } else if (woq) {
+      woq_int4_expert(
+          w2 + e * H * (I / 2), reinterpret_cast<const uint16_t*>(p.w2_sf + e * p.w2_sf_stride),
+          p.w2_zeros ? p.w2_zeros + e * (p.w2_sf_stride / 2) : nullptr, p.in_dtype, H, I, w.data());
     } else {
       dequant(w2 + e * H * (I / wdiv), I / wdiv, !w8, p.w2_sf + e * p.w2_sf_stride,
               SfLayoutCode::k128x4, !nv, vec, H, I, w.data());
@@ -486,6 +580,15 @@ void sm90_deinterleave_fp4_weights(const uint8_t* in, uint8_t* out, int64_t n, i
           out[at(s)] = static_cast<uint8_t>(out[at(s)] | (1u << (s % 8)));
         }
       }
+    }
+  }
+}
+
+void woq_int4_unpermute(const uint8_t* in, int8_t* out, int64_t n, int64_t k) {
+  for (int64_t c = 0; c < n; ++c) {
+    for (int64_t r = 0; r < k; ++r) {
+      const int64_t i = woq_int4_nibble(r, c, k);
+      out[c * k + r] = static_cast<int8_t>(((in[i / 2] >> (4 * (i % 2))) & 0xF) - 8);
     }
   }
 }

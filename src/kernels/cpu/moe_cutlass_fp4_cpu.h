@@ -19,4 +19,10 @@ void cutlass_moe_fp4(const CutlassMoeFp4Params& p);
 void sm90_deinterleave_fp4_weights(const uint8_t* in, uint8_t* out, int64_t n, int64_t k,
                                    Sm90QuantType qt = Sm90QuantType::kFp4);
 
+/// Undoes TensorRT-LLM's preprocess_weights_for_mixed_gemm(W4_A16) as run for the MoE kernel
+/// (the arch-80 layout, the one the SM80 fpA_intB grouped GEMM reads on every GPU) for one
+/// expert: `in` holds the k * n / 2 preprocessed bytes of the logical [k, n] int4 matrix, `out`
+/// receives its signed values (biased code - 8) transposed, [n, k] (k % 64 == 0, n % 64 == 0).
+void woq_int4_unpermute(const uint8_t* in, int8_t* out, int64_t n, int64_t k);
+
 }  // namespace flashinfer::kernels::cpu
