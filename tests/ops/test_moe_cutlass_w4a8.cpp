@@ -221,7 +221,7 @@ TEST(CutlassFusedMoeW4A8, BadInput) {
                   op, "input");
   EXPECT_FI_ERROR((void)c.run(c.quant_scales(), DType::kFloat16, c.t16(c.x, {c.T, c.H})), op,
                   "output_dtype");
-  // Without use_w4_group_scaling the same tensors select weight-only INT4 (since session 19,
+  // Without use_w4_group_scaling the same tensors select weight-only INT4 (since session 16,
   // tests/ops/test_moe_cutlass_woq_int4.cpp): W4A8's 8 quant_scales have the counts and dtypes
   // it takes, so the call runs on the CPU.
   const auto woq = cutlass_fused_moe(

@@ -109,7 +109,9 @@ std::vector<Tensor> trtllm_mxint4_block_scale_routed_moe(
 ///   e4m3 scales per expert (contiguous, or the 6-D view of convert_sf_to_mma_layout);
 ///   w1_alpha / w2_alpha fp32 [E_l]; fc2_input_scale fp32 [1] or [E_l] (the global scale of the
 ///   activation's NVFP4 quantization; None: not quantized). Returns [T, H] of output_dtype.
-///   CPU only; situ_*, per_token_scale and quant_mode other than "w4a4" are refused.
+///   CPU only. quant_mode "w4a4" (above, with per_token_scale) or "w4a8" (x e4m3 with ue8m0
+///   scales per 32, MXFP4 weights); "w4a16" goes through CuteDslMoEWrapper (kUnsupported here).
+///   SiTU takes situ_beta and, optionally, situ_linear_beta (docs/MOE.md "Blackwell wrappers").
 Tensor cute_dsl_fused_moe_nvfp4(
     const Tensor& x, std::optional<Tensor> x_sf, const Tensor& token_selected_experts,
     const Tensor& token_final_scales, const Tensor& w1_weight, const Tensor& w1_weight_sf,
