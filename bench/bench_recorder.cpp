@@ -19,6 +19,7 @@
 #include "flashinfer/tensor_io.h"
 #include "llama/llama_model.h"
 #include "recorder/recorder_internal.h"
+#include "recorder/ring.h"
 
 namespace {
 
@@ -221,11 +222,11 @@ void BM_LlamaDecodeRingInterleaved(benchmark::State& state) {
   // is the CPU time per decode step.
   llama::GenerateOptions no_steps = options;
   no_steps.steps = 0;
-  std::vector<double> step[2], cpu[2], fixed[2], step_cpu[2];
+  std::vector<double> step[2], cpu[2], fixed[2], step_cpu[2], hook_step;
   for (auto _ : state) {
     for (int r = 0; r < rounds; ++r) {
       for (int mode = 0; mode < 2; ++mode) {
-        double c[2] = {0, 0};
+        double c[2] = {0, 0}, h[2] = {0, 0};
         for (int k = 0; k < 2; ++k) {
           if (mode == 1) {
             recorder::Config rc;
@@ -234,15 +235,18 @@ void BM_LlamaDecodeRingInterleaved(benchmark::State& state) {
             recorder::start(rc);
           }
           const double c0 = process_cpu_seconds();
+          const double h0 = recorder::internal::ring_hook_seconds();
           const llama::GenerateResult res =
               llama::generate(config, weights, prompts, k == 0 ? options : no_steps, Device::cpu());
           c[k] = process_cpu_seconds() - c0;
+          h[k] = recorder::internal::ring_hook_seconds() - h0;
           if (mode == 1) recorder::stop();
           if (k == 0) step[mode].push_back(res.decode_seconds / static_cast<double>(options.steps));
         }
         cpu[mode].push_back(c[0]);
         fixed[mode].push_back(c[1]);
         step_cpu[mode].push_back((c[0] - c[1]) / static_cast<double>(options.steps));
+        if (mode == 1) hook_step.push_back((h[0] - h[1]) / static_cast<double>(options.steps));
       }
     }
   }
@@ -261,6 +265,12 @@ void BM_LlamaDecodeRingInterleaved(benchmark::State& state) {
   state.counters["level0_step_cpu_ms"] = median(step_cpu[0]) * 1e3;
   state.counters["ring_step_cpu_ms"] = median(step_cpu[1]) * 1e3;
   state.counters["step_cpu_ratio"] = median(step_cpu[1]) / median(step_cpu[0]);
+  // The ring's hooks timed directly (recorder/ring.h): their time per decode step, and that
+  // over the level-0 step's CPU time. It leaves out the observed-call packing outside the hooks
+  // and any slowdown of the ops themselves (caches), which step_cpu_ratio includes, but its run
+  // to run spread is a fraction of step_cpu_ratio's (docs/PERFORMANCE.md, session 16).
+  state.counters["ring_hook_ms"] = median(hook_step) * 1e3;
+  state.counters["hook_share"] = median(hook_step) / median(step_cpu[0]);
   recorder::set_log_sink({});
 }
 BENCHMARK(BM_LlamaDecodeRingInterleaved)->Arg(9)->Iterations(1)->Unit(benchmark::kMillisecond);

@@ -10,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -747,6 +748,18 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
 namespace {
 
 std::atomic<RingRecorder*> g_crash_ring{nullptr};
+std::atomic<uint64_t> g_hook_ns{0};  // ring_hook_seconds()
+
+// Adds the time from its construction to its destruction to g_hook_ns.
+struct HookTimer {
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~HookTimer() {
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
+    g_hook_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+  }
+};
 // Dump directories are numbered per process, not per recorder: a recorder started again in
 // the same process must not write into an earlier one's dump directory.
 std::atomic<int64_t> g_dump_number{0};
@@ -1286,6 +1299,7 @@ void RingRecorder::publish(const std::shared_ptr<RingCall>& call) {
 }
 
 void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
+  const HookTimer timer;
   stack().push_back({});
   if (capture_in_progress(args)) {
     // Copying now would break the capture: not kept. The graph's replays will write CUDA
@@ -1389,6 +1403,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
 
 void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
                                const Value& result) {
+  const HookTimer timer;
   if (stack().empty()) return;
   std::shared_ptr<RingCall> call = std::move(stack().back().call);
   const bool observed = stack().back().observed;
@@ -1506,6 +1521,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
 
 void RingRecorder::on_call_error(const OpDecl& decl, std::span<const Value> args,
                                  std::string_view) {
+  const HookTimer timer;
   if (stack().empty()) return;
   std::shared_ptr<RingCall> call = std::move(stack().back().call);
   const bool observed = stack().back().observed;
@@ -1769,6 +1785,10 @@ std::string ring_dump(RingRecorder& r, const std::string& reason) {
 }
 
 Stats ring_stats(RingRecorder& r) { return r.stats(); }
+
+double ring_hook_seconds() {
+  return static_cast<double>(g_hook_ns.load(std::memory_order_relaxed)) * 1e-9;
+}
 
 void ring_shutdown(RingRecorder& r) { r.remove_handlers(); }
 

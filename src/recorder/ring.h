@@ -41,4 +41,10 @@ Stats ring_stats(RingRecorder& r);
 /// Removes the signal handlers (before the recorder goes away).
 void ring_shutdown(RingRecorder& r);
 
+/// Seconds spent in ring recorders' hooks (on_call_begin, on_call_end, on_call_error) by all
+/// threads since the process started (steady clock, two reads per hook). Benchmarks take the
+/// difference over a decode step: the hooks' own cost, measured directly, is far less noisy
+/// than the difference of two step times (docs/PERFORMANCE.md, session 16).
+double ring_hook_seconds();
+
 }  // namespace flashinfer::recorder::internal
