@@ -25,6 +25,7 @@
 #include "recorder/python_json.h"
 #include "recorder/record_json.h"
 #include "recorder/recorder_internal.h"
+#include "recorder/ring.h"
 #include "util/run_command.h"
 
 namespace flashinfer {
@@ -438,6 +439,22 @@ TEST_F(RingTest, WritesOutsideTheLibraryAreSeenAfterTheComparedBytesAreSetAside)
     EXPECT_EQ(v[8320], k == 25 ? 7.0 : 0.5) << "call " << k;
   }
   recorder::stop();
+}
+
+TEST_F(RingTest, HookTimeIsCountedInRingModeOnly) {
+  // ring_hook_seconds() (the benchmarks' gauge of the hooks' cost) grows with every call kept
+  // in ring mode, and not with calls made while no ring recorder observes them.
+  Tensor w = filled(4096, 0.5);
+  const double before = recorder::internal::ring_hook_seconds();
+  for (int i = 0; i < 50; ++i) ring_probe(w, 0);
+  EXPECT_EQ(recorder::internal::ring_hook_seconds(), before);
+  recorder::start(config(8));
+  const double t0 = recorder::internal::ring_hook_seconds();
+  for (int i = 0; i < 50; ++i) ring_probe(w, 0);
+  const double t1 = recorder::internal::ring_hook_seconds();
+  recorder::stop();
+  EXPECT_GT(t1, t0);
+  EXPECT_LT(t1 - t0, 5.0);  // seconds: a sum of hook durations, not a timestamp
 }
 
 TEST_F(RingTest, AResultThatIsAlsoAWrittenArgumentIsKeptOnce) {
