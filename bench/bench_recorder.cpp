@@ -293,10 +293,14 @@ void BM_LlamaRingLongDecode(benchmark::State& state) {
     rc.dump_dir = d.string();
     rc.ring = 256;
     recorder::start(rc);
+    const double h0 = recorder::internal::ring_hook_seconds();
     const llama::GenerateResult r =
         llama::generate(config, weights, prompts, options, Device::cpu());
+    const double hooks = recorder::internal::ring_hook_seconds() - h0;
     recorder::stop();
     state.counters["ring_step_ms"] = r.decode_seconds / static_cast<double>(options.steps) * 1e3;
+    // The hooks' time over the whole generate() (prefill and first copies included) per step.
+    state.counters["ring_hook_ms"] = hooks / static_cast<double>(options.steps) * 1e3;
   }
   recorder::set_log_sink({});
 }

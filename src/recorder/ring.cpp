@@ -142,7 +142,11 @@ struct Blob {
   // stays the span's. A delta's base is never a delta.
   std::shared_ptr<Blob> base;
   std::vector<formats::Patch> patches;
-  uint64_t patched_bytes = 0;
+  uint64_t patched_bytes = 0;  // the bytes at `data`: the ranges this delta's call wrote
+  // The delta this one was made from, when some of `patches` still point into its bytes (or
+  // into those of the deltas it holds): a chain back to the base, at most kMaxDeltaChain long.
+  std::shared_ptr<Blob> prev;
+  uint32_t chain = 0;  // deltas from the base to this one
   // A large span shared call after call (a weight): the kept bytes same_as_kept compares (its
   // two 64-byte edges, then its 64 sampled words), copied out of the copy at the first sampled
   // comparison. Later comparisons read these few adjacent lines instead of 66 lines of the copy
@@ -344,6 +348,12 @@ int64_t device_code(const Device& d) {
   return static_cast<int64_t>(d.type) * 65536 + static_cast<int64_t>(d.index);
 }
 
+// A delta of a delta of ... at most this many deltas from their base, with at most this many
+// patches: then a whole copy (their destructors recurse along the chain; the patch list is
+// copied into each new delta).
+constexpr uint32_t kMaxDeltaChain = 128;
+constexpr std::size_t kMaxDeltaPatches = 4096;
+
 // Spans up to this size are compared whole; larger ones by their edges and samples.
 constexpr uint64_t kWholeCompareBytes = 4096;
 constexpr uint64_t kEdgeBytes = 64;
@@ -361,7 +371,12 @@ bool kept_equals(const Blob& b, const uint8_t* src, uint64_t at, uint64_t len) {
   const uint8_t* base = b.base->data;
   uint64_t pos = at;
   const uint64_t end = at + len;
-  for (const formats::Patch& q : b.patches) {
+  // The first patch ending after `at` (a chain's delta carries many).
+  const auto first =
+      std::partition_point(b.patches.begin(), b.patches.end(),
+                           [at](const formats::Patch& q) { return q.at + q.size <= at; });
+  for (auto it = first; it != b.patches.end(); ++it) {
+    const formats::Patch& q = *it;
     if (q.at + q.size <= pos) continue;
     if (q.at >= end) break;
     if (q.at > pos) {
@@ -931,28 +946,56 @@ std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before
   if (!before || before->pinned || before->size != n || !before->where || !(*before->where == at)) {
     return nullptr;
   }
-  thread_local Ranges all;
-  all.assign(written.begin(), written.end());
-  for (const formats::Patch& q : before->patches) all.emplace_back(q.at, q.size);
-  merge_ranges(all);
-  uint64_t total = 0;
-  for (const auto& [a, len] : all) {
+  if (before->base && before->chain >= kMaxDeltaChain) return nullptr;
+  thread_local Ranges w;
+  w.assign(written.begin(), written.end());
+  merge_ranges(w);
+  uint64_t own = 0;
+  for (const auto& [a, len] : w) {
     if (a + len > n) return nullptr;
-    total += len;
+    own += len;
   }
-  // Past an eighth of the span, a whole copy (a new base) is cheaper to keep building on: the
-  // patches a delta carries grow with every append until then.
-  if (total > n / 8) return nullptr;
-  auto blob = std::make_shared<Blob>(n, false, held_, pool_, total);
+  // `before`'s patches where this call did not write: their bytes stay where they are (in
+  // `before` or the deltas it holds), so each append copies only its own rows. (Copying every
+  // patch since the base again on each append was most of the ring's time in an append.)
+  thread_local std::vector<formats::Patch> kept;
+  kept.clear();
+  uint64_t total = own;
+  std::size_t j = 0;
+  for (const formats::Patch& q : before->patches) {
+    const uint64_t end = q.at + q.size;
+    while (j < w.size() && w[j].first + w[j].second <= q.at) ++j;
+    uint64_t pos = q.at;
+    for (std::size_t k = j; pos < end;) {
+      while (k < w.size() && w[k].first + w[k].second <= pos) ++k;
+      const uint64_t stop = k < w.size() ? std::min(end, w[k].first) : end;
+      if (stop > pos) {
+        kept.push_back({pos, stop - pos, q.bytes + (pos - q.at)});
+        total += stop - pos;
+      }
+      if (k == w.size() || w[k].first >= end) break;
+      pos = w[k].first + w[k].second;
+    }
+  }
+  // Past a quarter of the span (or a long chain), a whole copy becomes the next base: a chain
+  // of deltas costs each append its own rows plus the list of patches, which grows with it.
+  if (total > n / 4 || kept.size() + w.size() > kMaxDeltaPatches) return nullptr;
+  auto blob = std::make_shared<Blob>(n, false, held_, pool_, own);
   blob->base = before->base ? before->base : before;
-  blob->patches.reserve(all.size());
+  if (!kept.empty()) blob->prev = before;
+  blob->chain = before->base ? before->chain + 1 : 1;
+  blob->patches.reserve(kept.size() + w.size());
+  // Both lists are sorted and disjoint: merged by offset.
   uint64_t off = 0;
-  for (const auto& [a, len] : all) {
-    std::memcpy(blob->data + off, src + a, len);
-    blob->patches.push_back({a, len, blob->data + off});
+  std::size_t a = 0;
+  for (const auto& [at_w, len] : w) {
+    while (a < kept.size() && kept[a].at < at_w) blob->patches.push_back(kept[a++]);
+    std::memcpy(blob->data + off, src + at_w, len);
+    blob->patches.push_back({at_w, len, blob->data + off});
     off += len;
   }
-  blob->patched_bytes = total;
+  while (a < kept.size()) blob->patches.push_back(kept[a++]);
+  blob->patched_bytes = own;
   return blob;
 }
 

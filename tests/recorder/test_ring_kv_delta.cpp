@@ -139,6 +139,42 @@ TEST_F(RingKvDeltaTest, EachCallKeepsItsOwnCacheAndTheRingHoldsDeltas) {
   }
 }
 
+// 150 appends cycling over the same 12 slots of a 256 KiB cache: each delta copies only its own
+// rows and points at the earlier ones' (a chain), the rows it overwrites dropped from the
+// chain's list; past 128 deltas the ring takes a new base. Every kept call's input and written
+// cache is still the cache before and after it, and the replay passes.
+TEST_F(RingKvDeltaTest, ALongChainOfDeltasStaysExact) {
+  recorder::start(config(false));
+  Tensor cache = Tensor::zeros({64, 2, kPageSize, kHeads, kDim}, DType::kFloat32, Device::cpu());
+  constexpr int kAppends = 150;
+  std::vector<std::vector<double>> snapshots{cache.to_double_vector()};
+  for (int s = 0; s < kAppends; ++s) {
+    append(cache, s + 1, s % 12, "NHD");
+    snapshots.push_back(cache.to_double_vector());
+  }
+  const uint64_t held = recorder::stats().ring_bytes;
+  const fs::path root = recorder::dump_ring("chain");
+  recorder::stop();
+  // Two bases (the input copy, and a rebase after 128 deltas: 2 x 256 KiB), the chains' rows
+  // (2 KiB an append, 150 appends: the kept deltas hold their chains back to the base) and the
+  // kept calls' 4 KiB of appended rows as inputs (64 calls): ~1.05 MiB. Deltas that each held
+  // every row written since their base (up to 24 KiB here) would hold ~2 MiB.
+  EXPECT_LT(held, 1200u * 1024u) << held;
+  const auto calls = replay::list_calls(root.string());
+  ASSERT_EQ(calls.size(), 64u);
+  for (std::size_t k = 0; k < calls.size(); ++k) {
+    const std::size_t step = kAppends - calls.size() + k;  // the call's index among the appends
+    const replay::RecordedCall c = replay::load_recorded_call(calls[k]);
+    ASSERT_EQ(c.inputs.size(), 8u);
+    EXPECT_EQ(c.inputs[4].second.to_double_vector(), snapshots[step]) << "call " << step;
+    ASSERT_EQ(c.mutated.size(), 1u);
+    EXPECT_EQ(c.mutated[0].second.to_double_vector(), snapshots[step + 1]) << "call " << step;
+  }
+  for (const auto& r : replay::replay_sequence(root.string())) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.dump_dir << " " << r.error;
+  }
+}
+
 // HND caches ([pages, 2, Hkv, page_size, D]): a token's K (and V) row is one range per head.
 TEST_F(RingKvDeltaTest, HndCachesKeepDeltasToo) {
   recorder::start(config(false));
