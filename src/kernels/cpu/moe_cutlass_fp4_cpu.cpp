@@ -348,11 +348,17 @@ void woq_int4_expert(const uint8_t* w, const uint16_t* s, const uint16_t* z, DTy
   }
 }
 
-// W4A8's fp8 GEMM input: each value times its column's pre-quant scale in the 16-bit type
-// (cutlass / __hmul2 arithmetic: one rounding of the exact product), then e4m3 (RNE, satfinite).
+// A GEMM input value times its column's pre-quant scale in the 16-bit type (applyPrequantScale,
+// __hmul2: one rounding of the exact product); `v` itself when there is no scale (weight-only
+// INT4 without AWQ, W4A16).
+float prequant_scaled(DType dt, float v, const uint16_t* prequant, int64_t col) {
+  return prequant ? round16(dt, v * load16(prequant, dt, col)) : v;
+}
+
+// W4A8's fp8 GEMM input: each value scaled (prequant_scaled; W4A8 always has the scales), then
+// e4m3 (RNE, satfinite).
 float w4a8_act(DType dt, float v, const uint16_t* prequant, int64_t col) {
-  const float scaled = round16(dt, v * load16(prequant, dt, col));
-  return e4m3fn_bits_to_float(float_to_e4m3fn_bits(scaled, true));
+  return e4m3fn_bits_to_float(float_to_e4m3fn_bits(prequant_scaled(dt, v, prequant, col), true));
 }
 
 // Humming's per-row fp8 quantization (expandInputRowsKernel for GEMM1's input,
@@ -381,11 +387,6 @@ void run_fp4(const CutlassMoeFp4Params& p) {
   const bool w8 = p.mode == CutlassFp4Mode::kMxfp8Mxfp8;  // e4m3 weights: a byte per value
   const bool w4a8 = p.mode == CutlassFp4Mode::kW4A8Int4;
   const bool woq = p.mode == CutlassFp4Mode::kWoqInt4;
-  // Weight-only INT4's AWQ smoothing (upstream's use_awq: both act scales given): each GEMM
-  // input value times its column's scale in the 16-bit type (applyPrequantScale, __hmul2).
-  auto smooth = [&](DType dt, float v, const uint16_t* prequant, int64_t col) {
-    return prequant ? round16(dt, v * load16(prequant, dt, col)) : v;
-  };
   const int64_t wdiv = w8 ? 1 : 2;
   const int vec = nv ? 16 : 32;
   const DType gdt = m.dtype;  // GEMM output / activation storage type
@@ -422,9 +423,10 @@ void run_fp4(const CutlassMoeFp4Params& p) {
         const int64_t t = g.row_pair[static_cast<size_t>(r0 + r)] / K;
         for (int64_t c = 0; c < H; ++c) {
           const float v = load16(m.input, p.in_dtype, t * m.in_stride + c);
-          a[static_cast<size_t>(r * H + c)] = w4a8  ? w4a8_act(p.in_dtype, v, p.fc1_prequant, c)
-                                              : woq ? smooth(p.in_dtype, v, p.fc1_prequant, c)
-                                                    : v;
+          // Weight-only INT4's AWQ smoothing (use_awq: both act scales given) or W4A8's fp8 input.
+          a[static_cast<size_t>(r * H + c)] =
+              w4a8 ? w4a8_act(p.in_dtype, v, p.fc1_prequant, c)
+                   : prequant_scaled(p.in_dtype, v, p.fc1_prequant, c);
         }
         if (hum) {
           float* row = &a[static_cast<size_t>(r * H)];
@@ -499,16 +501,14 @@ void run_fp4(const CutlassMoeFp4Params& p) {
     }
     const float gs2 = p.fc2_act_global ? p.fc2_act_global[p.fc2_act_per_expert ? e : 0] : 1.0f;
     // (Humming: hq and dq hold GEMM2's quantized rows and their scales already.)
-    if (w4a16 || woq) {
+    if (w4a16 || woq || w4a8) {
+      // applyPrequantScale: the stored activation times fc2's pre-quant scale when there is one,
+      // then e4m3 for W4A8.
       for (size_t i = 0; i < hq.size(); ++i) {
-        hq[i] = smooth(gdt, load16(hb.data(), gdt, static_cast<int64_t>(i)), p.fc2_prequant,
-                       static_cast<int64_t>(i) % I);
-      }
-    } else if (w4a8) {
-      // applyPrequantScale: the stored activation times fc2's pre-quant scale, then e4m3.
-      for (size_t i = 0; i < hq.size(); ++i) {
-        hq[i] = w4a8_act(gdt, load16(hb.data(), gdt, static_cast<int64_t>(i)), p.fc2_prequant,
-                         static_cast<int64_t>(i) % I);
+        const float v = load16(hb.data(), gdt, static_cast<int64_t>(i));
+        const int64_t col = static_cast<int64_t>(i) % I;
+        hq[i] = w4a8 ? w4a8_act(gdt, v, p.fc2_prequant, col)
+                     : prequant_scaled(gdt, v, p.fc2_prequant, col);
       }
     } else if (!hum) {
       quant_dequant(hb.data(), gdt, n, I, nv, gs2, hq.data());
