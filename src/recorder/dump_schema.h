@@ -5,6 +5,7 @@
 // library adds (docs/LOGGING.md, "Extra record keys").
 #pragma once
 
+#include <charconv>
 #include <string>
 #include <string_view>
 
@@ -126,11 +127,26 @@ inline constexpr std::string_view kNestedSeparator = "__";    // <parent>__<i>: 
 inline constexpr std::string_view kNestedKey = "__key_";      // <parent>__key_<i>: dict key
 inline constexpr std::string_view kNestedValue = "__value_";  // <parent>__value_<i>: dict value
 
+// The keys built in `out` (its capacity reused: the recorder's hooks build one per argument).
+inline const std::string& arg_key_into(std::string& out, std::size_t index) {
+  char digits[24];
+  const auto r = std::to_chars(digits, digits + sizeof(digits), index);
+  out.assign(kArgPrefix);
+  out.append(digits, static_cast<std::size_t>(r.ptr - digits));
+  return out;
+}
+inline const std::string& kwarg_key_into(std::string& out, std::string_view name) {
+  out.assign(kKwargPrefix);
+  out.append(name);
+  return out;
+}
 inline std::string arg_key(std::size_t index) {
-  return std::string(kArgPrefix) + std::to_string(index);
+  std::string key;
+  return arg_key_into(key, index);
 }
 inline std::string kwarg_key(std::string_view name) {
-  return std::string(kKwargPrefix) + std::string(name);
+  std::string key;
+  return kwarg_key_into(key, name);
 }
 
 }  // namespace flashinfer::dump_schema

@@ -1,6 +1,5 @@
 #include "recorder/record_json.h"
 
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -235,20 +234,10 @@ void Extracted::add(const std::string& key, const Tensor& t) {
 
 namespace {
 
-// A record key built in place in `out` (its capacity reused from call to call):
-// schema::arg_key(index) or schema::kwarg_key(name) without the temporaries (those strings
-// were a tenth of the record head's time in the ring's hooks, session 16).
-const std::string& arg_key_in(std::string& out, std::size_t index) {
-  char digits[24];
-  const auto r = std::to_chars(digits, digits + sizeof(digits), index);
-  out.assign(schema::kArgPrefix);
-  out.append(digits, static_cast<std::size_t>(r.ptr - digits));
-  return out;
-}
-const std::string& kwarg_key_in(std::string& out, std::string_view name) {
-  out.assign(schema::kKwargPrefix);
-  out.append(name);
-  return out;
+// The record key of parameter `i` (kwarg_<name> or arg_<i>), built in `out` (schema's
+// *_key_into: no temporaries per argument in the recorder's hooks).
+const std::string& param_key_into(std::string& out, const ParamDecl& pd, std::size_t i) {
+  return pd.keyword_only ? schema::kwarg_key_into(out, pd.name) : schema::arg_key_into(out, i);
 }
 
 template <typename W>
@@ -270,7 +259,7 @@ void write_head(W& w, const OpDecl& decl, std::span<const Value> args, int64_t c
       std::size_t n = 0;
       for (const ParamDecl& q : decl.params) n += q.keyword_only ? 0 : 1;
       for (const Value& x : args[i].items()) {
-        const std::string& k = arg_key_in(key, n++);
+        const std::string& k = schema::arg_key_into(key, n++);
         if (x.is_tensor()) {
           ex.add(k, x.as_tensor());
         } else {
@@ -280,12 +269,8 @@ void write_head(W& w, const OpDecl& decl, std::span<const Value> args, int64_t c
       }
       continue;
     }
-    if (pd.keyword_only) {
-      if (pd.default_value && *pd.default_value == args[i]) continue;
-      kwarg_key_in(key, pd.name);
-    } else {
-      arg_key_in(key, i);
-    }
+    if (pd.keyword_only && pd.default_value && *pd.default_value == args[i]) continue;
+    param_key_into(key, pd, i);
     if (args[i].is_tensor()) {
       ex.add(key, args[i].as_tensor());
     } else {
@@ -477,11 +462,7 @@ void extract_mutated_into(const OpDecl& decl, std::span<const Value> args, Extra
   for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
     const ParamDecl& pd = decl.params[i];
     if (!pd.mutated) continue;
-    if (pd.keyword_only) {
-      kwarg_key_in(key, pd.name);
-    } else {
-      arg_key_in(key, i);
-    }
+    param_key_into(key, pd, i);
     if (args[i].is_tensor()) {
       mutated.add(key, args[i].as_tensor());
     } else if (args[i].is_sequence()) {  // a (K, V) cache pair: key__0, key__1
