@@ -411,36 +411,36 @@ bool same_as_kept(Blob& b, const uint8_t* src, uint64_t n, uint32_t shares) {
       std::memcpy(w + 2 * kEdgeWords + i, b.data + step * static_cast<uint64_t>(i), 8);
     }
   }
-  if (b.probe) {
-    const uint64_t* w = b.probe.get();
-    if (std::memcmp(w, src, kEdgeBytes) != 0 ||
-        std::memcmp(w + kEdgeWords, src + n - kEdgeBytes, kEdgeBytes) != 0) {
-      return false;
-    }
-  } else if (!kept_equals(b, src, 0, kEdgeBytes) ||
-             !kept_equals(b, src, n - kEdgeBytes, kEdgeBytes)) {
-    return false;
-  }
+  // src[at, at + len) against the kept bytes: the probe's from `word` on once it is made, else
+  // the copy's.
+  const auto equal = [&](uint64_t at, uint64_t len, std::size_t word) {
+    return b.probe ? std::memcmp(b.probe.get() + word, src + at, len) == 0
+                   : kept_equals(b, src, at, len);
+  };
+  if (!equal(0, kEdgeBytes, 0) || !equal(n - kEdgeBytes, kEdgeBytes, kEdgeWords)) return false;
   if (!sampled) return true;
   // Asked for all at once, the samples' misses overlap instead of each waiting for the last.
   for (int i = 0; i < kSamples; ++i) __builtin_prefetch(src + step * static_cast<uint64_t>(i));
   for (int i = 0; i < kSamples; ++i) {
-    const uint64_t at = step * static_cast<uint64_t>(i);
-    if (b.probe) {
-      if (std::memcmp(b.probe.get() + 2 * kEdgeWords + i, src + at, 8) != 0) return false;
-    } else if (!kept_equals(b, src, at, 8)) {
+    if (!equal(step * static_cast<uint64_t>(i), 8, 2 * kEdgeWords + static_cast<std::size_t>(i))) {
       return false;
     }
   }
   return true;
 }
 
-// The NaN trigger's check of a kept CPU tensor whose elements fill its span (no gaps), over
-// `bytes` (its live bytes). Others (strided, fp8, CUDA) take the level-5 statistics path.
+// Whether the NaN trigger checks `t` on its span's bytes: a CPU tensor whose elements fill its
+// span (no gaps) in one of ring_checkable's dtypes.
+bool nonfinite_checked_on_bytes(const Tensor& t, uint64_t span_elems) {
+  return t.device().is_cpu() && static_cast<uint64_t>(t.numel()) == span_elems &&
+         ring_checkable(t.dtype());
+}
+
+// The NaN trigger's check of a kept tensor: over `bytes` (its live bytes) when
+// nonfinite_checked_on_bytes; others (strided, fp8, CUDA) take the level-5 statistics path.
 bool kept_has_nonfinite(const Tensor& t, const uint8_t* bytes, uint64_t span_elems) {
   if (!dtype_is_floating(t.dtype()) || t.numel() == 0) return false;
-  if (t.device().is_cpu() && static_cast<uint64_t>(t.numel()) == span_elems &&
-      ring_checkable(t.dtype())) {
+  if (nonfinite_checked_on_bytes(t, span_elems)) {
     return ring_any_nonfinite(bytes, span_elems * dtype_size(t.dtype()), t.dtype());
   }
   return detail::apilog::tensor_has_nonfinite(t);
@@ -1072,8 +1072,8 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
         if (!blob) {
           blob = std::make_shared<Blob>(n, false, held_, pool_);
           // The NaN trigger's check of an output, in the copy's pass over the source.
-          if (nonfinite && !*nonfinite && ring_checkable(t.dtype()) &&
-              static_cast<uint64_t>(t.numel()) == static_cast<uint64_t>(k.item.span)) {
+          if (nonfinite && !*nonfinite &&
+              nonfinite_checked_on_bytes(t, static_cast<uint64_t>(k.item.span))) {
             *nonfinite = ring_copy_check(blob->data, src, n, t.dtype());
             checked = true;
           } else {

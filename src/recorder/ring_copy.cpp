@@ -31,20 +31,36 @@ bool scalar_check(const uint8_t* p, uint64_t n_elems, W mask) {
   return bad != 0;
 }
 
-bool scalar_any(const uint8_t* p, uint64_t n, DType dtype) {
+// The exponent bits of a ring_checkable dtype, in an element of its width.
+uint64_t exponent_mask(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:
-      return scalar_check<uint32_t>(p, n / 4, 0x7f800000u);
+      return 0x7f800000u;
     case DType::kFloat16:
-      return scalar_check<uint16_t>(p, n / 2, 0x7c00u);
+      return 0x7c00u;
     case DType::kBFloat16:
-      return scalar_check<uint16_t>(p, n / 2, 0x7f80u);
-    case DType::kFloat64:
-      return scalar_check<uint64_t>(p, n / 8, 0x7ff0000000000000ull);
+      return 0x7f80u;
     default:
-      return false;
+      return 0x7ff0000000000000ull;
   }
 }
+
+}  // namespace
+
+bool ring_any_nonfinite(const uint8_t* p, uint64_t n, DType dtype) noexcept {
+  if (!ring_checkable(dtype)) return false;
+  const uint64_t m = exponent_mask(dtype);
+  switch (dtype_size(dtype)) {
+    case 2:
+      return scalar_check<uint16_t>(p, n / 2, static_cast<uint16_t>(m));
+    case 4:
+      return scalar_check<uint32_t>(p, n / 4, static_cast<uint32_t>(m));
+    default:
+      return scalar_check<uint64_t>(p, n / 8, m);
+  }
+}
+
+namespace {
 
 // Lanes of 32 bytes whose elements equal `m` under `m` (all exponent bits set): compared as
 // 16-, 32- or 64-bit lanes by the dtype's width.
@@ -56,15 +72,14 @@ __attribute__((target("avx2"))) inline __m256i lanes_bad(__m256i v, __m256i m, i
 }
 
 __attribute__((target("avx2"))) __m256i mask_of(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return _mm256_set1_epi32(0x7f800000);
-    case DType::kFloat16:
-      return _mm256_set1_epi16(0x7c00);
-    case DType::kBFloat16:
-      return _mm256_set1_epi16(0x7f80);
+  const uint64_t m = exponent_mask(dtype);
+  switch (dtype_size(dtype)) {
+    case 2:
+      return _mm256_set1_epi16(static_cast<short>(m));
+    case 4:
+      return _mm256_set1_epi32(static_cast<int>(m));
     default:
-      return _mm256_set1_epi64x(0x7ff0000000000000ll);
+      return _mm256_set1_epi64x(static_cast<long long>(m));
   }
 }
 
@@ -79,10 +94,10 @@ __attribute__((target("avx2"))) bool stream_copy(uint8_t* dst, const uint8_t* sr
   if (head > n) head = n;
   if (head % width != 0) {
     std::memcpy(dst, src, n);
-    return check && scalar_any(src, n, dtype);
+    return check && ring_any_nonfinite(src, n, dtype);
   }
   std::memcpy(dst, src, head);
-  bool bad = check && scalar_any(src, head, dtype);
+  bool bad = check && ring_any_nonfinite(src, head, dtype);
   uint64_t i = head;
   const __m256i m = check ? mask_of(dtype) : _mm256_setzero_si256();
   const int w = static_cast<int>(width);
@@ -100,7 +115,8 @@ __attribute__((target("avx2"))) bool stream_copy(uint8_t* dst, const uint8_t* sr
   // another thread (or read by the crash handler).
   _mm_sfence();
   std::memcpy(dst + i, src + i, n - i);
-  if (check) bad = bad || !_mm256_testz_si256(acc, acc) || scalar_any(src + i, n - i, dtype);
+  if (check)
+    bad = bad || !_mm256_testz_si256(acc, acc) || ring_any_nonfinite(src + i, n - i, dtype);
   return bad;
 }
 
@@ -122,13 +138,9 @@ void ring_copy(uint8_t* dst, const uint8_t* src, uint64_t n) noexcept {
 bool ring_copy_check(uint8_t* dst, const uint8_t* src, uint64_t n, DType dtype) noexcept {
   if (n < kStreamMin || !use_avx2()) {
     if (n) std::memcpy(dst, src, n);
-    return scalar_any(src, n, dtype);
+    return ring_any_nonfinite(src, n, dtype);
   }
   return stream_copy(dst, src, n, true, dtype);
-}
-
-bool ring_any_nonfinite(const uint8_t* p, uint64_t n, DType dtype) noexcept {
-  return scalar_any(p, n, dtype);
 }
 
 }  // namespace flashinfer::recorder::internal
