@@ -240,15 +240,10 @@ const std::string& param_key_into(std::string& out, const ParamDecl& pd, std::si
   return pd.keyword_only ? schema::kwarg_key_into(out, pd.name) : schema::arg_key_into(out, i);
 }
 
+// input_metadata's object.
 template <typename W>
-void write_head(W& w, const OpDecl& decl, std::span<const Value> args, int64_t call_sequence,
-                std::string_view timestamp, int64_t pid, Extracted& ex) {
-  w.begin_object().key(schema::kFunctionName).string(decl.name);
-  w.key(schema::kModule).string(decl.module);
-  w.key(schema::kCallSequence).integer(call_sequence);
-  w.key(schema::kTimestamp).string(timestamp);
-  w.key(schema::kProcessId).integer(pid);
-  w.key(schema::kInputMetadata).begin_object();
+void write_input_metadata(W& w, const OpDecl& decl, std::span<const Value> args, Extracted& ex) {
+  w.begin_object();
   std::string key;
   for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
     const ParamDecl& pd = decl.params[i];
@@ -284,7 +279,20 @@ void write_head(W& w, const OpDecl& decl, std::span<const Value> args, int64_t c
     (*extend)(args, extra);
     for (const auto& [k, t] : extra) ex.add(k, t);
   }
-  w.end_object();  // the record itself stays open: record_line() continues it
+  w.end_object();
+}
+
+template <typename W>
+void write_head(W& w, const OpDecl& decl, std::span<const Value> args, int64_t call_sequence,
+                std::string_view timestamp, int64_t pid, Extracted& ex) {
+  w.begin_object().key(schema::kFunctionName).string(decl.name);
+  w.key(schema::kModule).string(decl.module);
+  w.key(schema::kCallSequence).integer(call_sequence);
+  w.key(schema::kTimestamp).string(timestamp);
+  w.key(schema::kProcessId).integer(pid);
+  w.key(schema::kInputMetadata);
+  write_input_metadata(w, decl, args, ex);
+  // the record itself stays open: record_line() continues it
 }
 
 template <typename W>
@@ -321,51 +329,114 @@ std::string record_head(const OpDecl& decl, std::span<const Value> args, int64_t
   return head;
 }
 
-void record_head_tape(const OpDecl& decl, std::span<const Value> args, int64_t call_sequence,
-                      std::string_view timestamp, int64_t pid, Extracted& ex, RecordTape& tape) {
-  tape.clear();
-  write_head(tape, decl, args, call_sequence, timestamp, pid, ex);
-}
-
 void extract_result_tape(const Value& result, Extracted& out, RecordTape& metadata) {
   metadata.clear();
   write_result(metadata, result, out);
 }
 
+namespace {
+
+// A template's bytes (template_key): the metadata tape, then each tensor's key, dtype,
+// original device, shape and strides, each list after its length.
+void put_tape_key(std::string& k, const RecordTape& tape) {
+  const uint64_t n = tape.bytes().size();
+  k.append(reinterpret_cast<const char*>(&n), sizeof(n));
+  k.append(tape.bytes().data(), tape.bytes().size());
+}
+
+void put_tensors_key(std::string& k, const Extracted& ex) {
+  const uint64_t count = ex.tensors.size();
+  k.append(reinterpret_cast<const char*>(&count), sizeof(count));
+  for (std::size_t i = 0; i < ex.tensors.size(); ++i) {
+    const auto& [key, t] = ex.tensors[i];
+    const int64_t fixed[] = {static_cast<int64_t>(key.size()), static_cast<int64_t>(t.dtype()),
+                             static_cast<int64_t>(ex.devices[i].type),
+                             static_cast<int64_t>(ex.devices[i].index), t.dim()};
+    k.append(reinterpret_cast<const char*>(fixed), sizeof(fixed));
+    k.append(key);
+    k.append(reinterpret_cast<const char*>(t.shape().data()), t.shape().size() * sizeof(int64_t));
+    k.append(reinterpret_cast<const char*>(t.strides().data()),
+             t.strides().size() * sizeof(int64_t));
+  }
+}
+
+void set_metas(std::vector<TensorMeta>& metas, const Extracted& ex) {
+  metas.resize(ex.tensors.size());
+  for (std::size_t i = 0; i < ex.tensors.size(); ++i) {
+    set_tensor_meta(metas[i], ex.tensors[i].first, ex.tensors[i].second);
+    metas[i].device = ex.devices[i];
+  }
+}
+
+}  // namespace
+
 void fill_input_record(InputRecord& rec, const OpDecl& decl, std::span<const Value> args,
                        int64_t call_sequence, std::string_view timestamp, int64_t pid,
                        const std::string* tail, std::optional<uint64_t> self_id,
-                       int64_t process_sequence, Extracted& ex) {
-  record_head_tape(decl, args, call_sequence, timestamp, pid, ex, rec.head);
+                       int64_t process_sequence, Extracted& ex,
+                       RecordTemplates<InputTemplate>* templates) {
+  rec.function_name = decl.name;
+  rec.module = decl.module;
+  rec.call_sequence = call_sequence;
+  rec.pid = pid;
+  rec.timestamp_len = static_cast<uint8_t>(std::min(timestamp.size(), rec.timestamp.size()));
+  std::memcpy(rec.timestamp.data(), timestamp.data(), rec.timestamp_len);
   rec.tail = tail;
   rec.graph = false;
   rec.self_id = self_id;
   rec.process_sequence = process_sequence;
-  rec.bytes = ex.bytes;
-  thread_local std::vector<TensorMeta> spare_meta;
-  resize_reusing(rec.tensors, ex.tensors.size(), spare_meta);
-  for (std::size_t i = 0; i < ex.tensors.size(); ++i) {
-    set_tensor_meta(rec.tensors[i], ex.tensors[i].first, ex.tensors[i].second);
-    rec.tensors[i].device = ex.devices[i];
+  // The metadata is written into warm per-thread memory; a recent call's template with the
+  // same key is shared, and only a new one is copied out (into memory the calls then share).
+  thread_local RecordTape tape;
+  thread_local std::string key;
+  tape.clear();
+  write_input_metadata(tape, decl, args, ex);
+  TemplateKey k;
+  if (templates) {
+    key.clear();
+    put_tape_key(key, tape);
+    put_tensors_key(key, ex);
+    k = template_key(key);
+    if (auto found = templates->find(k)) {
+      rec.inputs = std::move(found);
+      return;
+    }
   }
+  auto made = std::make_shared<InputTemplate>();
+  made->metadata = tape;
+  made->bytes = ex.bytes;
+  set_metas(made->tensors, ex);
+  if (templates) templates->insert(k, made);
+  rec.inputs = std::move(made);
 }
 
 void fill_output_record(OutputRecord& rec, const OpDecl& decl, std::span<const Value> args,
-                        const Value& result, Extracted& out, Extracted& mutated) {
-  extract_result_tape(result, out, rec.metadata);
+                        const Value& result, Extracted& out, Extracted& mutated,
+                        RecordTemplates<OutputTemplate>* templates) {
+  thread_local RecordTape tape;
+  thread_local std::string key;
+  tape.clear();
+  write_result(tape, result, out);
   extract_mutated_into(decl, args, mutated);
-  rec.bytes = out.bytes;
-  thread_local std::vector<TensorMeta> spare_meta;
-  resize_reusing(rec.outputs, out.tensors.size(), spare_meta);
-  for (std::size_t i = 0; i < out.tensors.size(); ++i) {
-    set_tensor_meta(rec.outputs[i], out.tensors[i].first, out.tensors[i].second);
-    rec.outputs[i].device = out.devices[i];
+  TemplateKey k;
+  if (templates) {
+    key.clear();
+    put_tape_key(key, tape);
+    put_tensors_key(key, out);
+    put_tensors_key(key, mutated);
+    k = template_key(key);
+    if (auto found = templates->find(k)) {
+      rec.outputs = std::move(found);
+      return;
+    }
   }
-  resize_reusing(rec.mutated, mutated.tensors.size(), spare_meta);
-  for (std::size_t i = 0; i < mutated.tensors.size(); ++i) {
-    set_tensor_meta(rec.mutated[i], mutated.tensors[i].first, mutated.tensors[i].second);
-    rec.mutated[i].device = mutated.devices[i];
-  }
+  auto made = std::make_shared<OutputTemplate>();
+  made->metadata = tape;
+  made->bytes = out.bytes;
+  set_metas(made->outputs, out);
+  set_metas(made->mutated, mutated);
+  if (templates) templates->insert(k, made);
+  rec.outputs = std::move(made);
 }
 
 void Extracted::clear() {

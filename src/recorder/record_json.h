@@ -60,6 +60,10 @@ void resize_reusing(std::vector<T>& v, std::size_t n, std::vector<T>& spare,
 class RecordTape;
 struct InputRecord;
 struct OutputRecord;
+struct InputTemplate;
+struct OutputTemplate;
+template <class T>
+class RecordTemplates;
 
 /// A call's record as text pieces.
 struct RecordParts {
@@ -85,22 +89,22 @@ struct Outcome {
 std::string record_head(const OpDecl& decl, std::span<const Value> args, int64_t call_sequence,
                         const std::string& timestamp, int64_t pid, Extracted& ex);
 
-/// record_head() recorded into a tape (the ring mode: the text is written at a dump).
-void record_head_tape(const OpDecl& decl, std::span<const Value> args, int64_t call_sequence,
-                      std::string_view timestamp, int64_t pid, Extracted& ex, RecordTape& tape);
-
-/// The ring's structured record of a call's inputs (recorder/record_tape.h): record_head_tape
-/// and what finish_inputs would write, with `tail` (record_tail's text, kept alive by the
-/// caller). `ex` receives the input tensors (by reference). Storage in `rec` is reused.
+/// The ring's structured record of a call's inputs (recorder/record_tape.h): record_head's
+/// keys and what finish_inputs would write, with `tail` (record_tail's text, kept alive by the
+/// caller). The record's names are views of `decl`'s (the caller may point them at copies that
+/// live longer). Its template is shared from `templates` when given (the op's cache), else new.
+/// `ex` receives the input tensors (by reference).
 void fill_input_record(InputRecord& rec, const OpDecl& decl, std::span<const Value> args,
                        int64_t call_sequence, std::string_view timestamp, int64_t pid,
                        const std::string* tail, std::optional<uint64_t> self_id,
-                       int64_t process_sequence, Extracted& ex);
+                       int64_t process_sequence, Extracted& ex,
+                       RecordTemplates<InputTemplate>* templates = nullptr);
 
 /// The ring's structured record of a call's outcome: what outputs_outcome would write.
 /// `out` and `mutated` receive the output and mutated tensors (by reference).
 void fill_output_record(OutputRecord& rec, const OpDecl& decl, std::span<const Value> args,
-                        const Value& result, Extracted& out, Extracted& mutated);
+                        const Value& result, Extracted& out, Extracted& mutated,
+                        RecordTemplates<OutputTemplate>* templates = nullptr);
 
 /// Fills the input-side pieces after the head: keys, tensor details, tensor format, signature,
 /// versions, graph flag, self_id, backend and process_sequence.

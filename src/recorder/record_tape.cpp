@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <xxhash.h>
+
 #include "recorder/dump_schema.h"
 
 namespace flashinfer::recorder::internal {
@@ -396,11 +398,38 @@ void size_members(TextOut& out, std::string_view bytes_key, std::string_view mb_
 void write_record_line(const InputRecord& in, const OutputRecord* o,
                        std::span<const std::string_view> dump_dir_json, TextOut& out,
                        std::string_view extra) noexcept {
-  write_tape(in.head, out);
+  static const InputTemplate kNoInputs;
+  const InputTemplate& ins = in.inputs ? *in.inputs : kNoInputs;
+  const OutputTemplate* outs = o ? o->outputs.get() : nullptr;
+  static const OutputTemplate kNoOutputs;
+  if (o && !outs) outs = &kNoOutputs;
+  // record_head()'s text: the call's own keys, then its template's input_metadata.
+  out.put('{');
+  key_text(out, schema::kFunctionName);
+  out.put_json_string(in.function_name);
+  out.put(", ");
+  key_text(out, schema::kModule);
+  out.put_json_string(in.module);
+  out.put(", ");
+  key_text(out, schema::kCallSequence);
+  out.put_i64(in.call_sequence);
+  out.put(", ");
+  key_text(out, schema::kTimestamp);
+  out.put_json_string(std::string_view(in.timestamp.data(), in.timestamp_len));
+  out.put(", ");
+  key_text(out, schema::kProcessId);
+  out.put_i64(in.pid);
+  out.put(", ");
+  key_text(out, schema::kInputMetadata);
+  if (ins.metadata.empty()) {
+    out.put("{}");
+  } else {
+    write_tape(ins.metadata, out);
+  }
   out.put(", ");
   key_text(out, schema::kOutputMetadata);
   if (o) {
-    write_tape(o->metadata, out);
+    write_tape(outs->metadata, out);
   } else {
     out.put("{}");
   }
@@ -408,32 +437,32 @@ void write_record_line(const InputRecord& in, const OutputRecord* o,
   key_text(out, schema::kTensorInfo);
   out.put('{');
   key_text(out, schema::kInputTensorKeys);
-  keys_text(out, in.tensors);
+  keys_text(out, ins.tensors);
   out.put(", ");
   key_text(out, schema::kOutputTensorKeys);
   if (o) {
-    keys_text(out, o->outputs);
+    keys_text(out, outs->outputs);
   } else {
     out.put("[]");
   }
   out.put(", ");
-  size_members(out, schema::kInputSizeBytes, schema::kInputSizeMb, in.bytes);
+  size_members(out, schema::kInputSizeBytes, schema::kInputSizeMb, ins.bytes);
   if (o) {
     out.put(", ");
-    size_members(out, schema::kOutputSizeBytes, schema::kOutputSizeMb, o->bytes);
+    size_members(out, schema::kOutputSizeBytes, schema::kOutputSizeMb, outs->bytes);
     out.put(", ");
-    size_members(out, schema::kTotalSizeBytes, schema::kTotalSizeMb, in.bytes + o->bytes);
+    size_members(out, schema::kTotalSizeBytes, schema::kTotalSizeMb, ins.bytes + outs->bytes);
     out.put(", ");
     key_text(out, schema::kMutatedTensorKeys);
-    keys_text(out, o->mutated);
+    keys_text(out, outs->mutated);
   }
   out.put("}, ");
   key_text(out, schema::kTensorDetails);
   out.put('{');
-  details_members(out, in.tensors);
+  details_members(out, ins.tensors);
   if (o) {
-    if (!in.tensors.empty() && !o->outputs.empty()) out.put(", ");
-    details_members(out, o->outputs);
+    if (!ins.tensors.empty() && !outs->outputs.empty()) out.put(", ");
+    details_members(out, outs->outputs);
   }
   out.put("}, ");
   if (in.tail) out.put(*in.tail);
@@ -454,7 +483,7 @@ void write_record_line(const InputRecord& in, const OutputRecord* o,
   for (std::string_view p : dump_dir_json) out.put(p);
   out.put("\", ");
   bool cuda = false;
-  for (const TensorMeta& t : in.tensors) cuda = cuda || t.device.is_cuda();
+  for (const TensorMeta& t : ins.tensors) cuda = cuda || t.device.is_cuda();
   key_text(out, schema::kBackend);
   out.put_json_string(cuda ? "cuda" : "cpu");
   out.put(", ");
@@ -462,6 +491,12 @@ void write_record_line(const InputRecord& in, const OutputRecord* o,
   out.put_i64(in.process_sequence);
   out.put(extra);
   out.put("}\n");
+}
+
+TemplateKey template_key(std::span<const char> bytes) {
+  const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+  // {0, 0} marks an empty entry; a hash equal to it is moved off it.
+  return {h.low64, h.high64 | (h.low64 == 0 && h.high64 == 0 ? 1 : 0)};
 }
 
 void set_tensor_meta(TensorMeta& m, std::string_view key, const Tensor& t) {

@@ -4,8 +4,11 @@
 // text is byte for byte record_line()'s (recorder/record_json.h) for the same call.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -107,24 +110,86 @@ struct TensorMeta {
   Device device;  // the original device
 };
 
-/// What a record's line 1 (inputs_saved) says, structured: the head as a tape, the inputs'
-/// metadata, and the per-op tail (record_tail()'s text, owned by the caller and kept alive).
-struct InputRecord {
-  RecordTape head;  // '{"function_name": ..., "input_metadata": {...}' (the record left open)
+/// What line 1 (inputs_saved) says that depends only on the op and its arguments (their values
+/// and tensor metadata, not the tensors' bytes): input_metadata's object, the inputs' metadata
+/// and their logical bytes. A decode step repeats these call after call, so the ring keeps one
+/// immutable copy per distinct value, shared by the calls (RecordTemplates): writing them into
+/// every kept call's cold storage was the largest part of the record's cost (session 17).
+struct InputTemplate {
+  RecordTape metadata;  // input_metadata's object
   std::vector<TensorMeta> tensors;
   uint64_t bytes = 0;  // logical input bytes, as upstream counts
-  const std::string* tail = nullptr;
+};
+
+/// What line 2 (completed) adds that depends only on the op, its arguments and its result's
+/// values and metadata: output_metadata's object, the outputs' and mutated arguments' metadata.
+struct OutputTemplate {
+  RecordTape metadata;  // output_metadata's object
+  std::vector<TensorMeta> outputs, mutated;
+  uint64_t bytes = 0;  // logical output bytes
+};
+
+/// What determines a template, hashed: XXH3-128 of the bytes it is made from (the metadata
+/// tape and the tensors' keys, dtypes, devices, shapes and strides). Templates are matched by
+/// this hash alone, not compared member by member: comparing read the shared template's heap
+/// blocks, as cold as the per-call copies they replace (session 17). A false match would take
+/// two different argument texts with equal 128-bit hashes, the same assumption the dedup
+/// layout's content addresses make.
+struct TemplateKey {
+  uint64_t lo = 0, hi = 0;  // {0, 0}: no entry
+  friend bool operator==(const TemplateKey&, const TemplateKey&) = default;
+};
+TemplateKey template_key(std::span<const char> bytes);
+
+/// An op's last few distinct templates (one cache per op and side). A few entries, as one op
+/// is called with a few shapes in turn (a decode step's GEMMs: five weights, four output
+/// shapes). Thread-safe.
+template <class T>
+class RecordTemplates {
+ public:
+  /// The recent template with key `k`, or null.
+  std::shared_ptr<const T> find(const TemplateKey& k) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (std::size_t w = 0; w < kWays; ++w) {
+      if (key_[w] == k) return entry_[w];
+    }
+    return nullptr;
+  }
+  void insert(const TemplateKey& k, std::shared_ptr<const T> t) {
+    std::lock_guard<std::mutex> l(mu_);
+    const std::size_t w = next_;
+    next_ = (w + 1) % kWays;
+    key_[w] = k;
+    entry_[w] = std::move(t);
+  }
+
+ private:
+  static constexpr std::size_t kWays = 8;
+  std::mutex mu_;
+  std::array<TemplateKey, kWays> key_{};  // together: a lookup reads two lines
+  std::array<std::shared_ptr<const T>, kWays> entry_;
+  std::size_t next_ = 0;  // the entry a miss replaces (round robin)
+};
+
+/// A call's line 1, structured: its own fields (what upstream writes before input_metadata,
+/// and the flags after the tail) and its shared template.
+struct InputRecord {
+  // Views of text that outlives the record (the ring: its per-op copies of the declaration's).
+  std::string_view function_name, module;
+  int64_t call_sequence = 0, pid = 0;
+  std::array<char, 32> timestamp{};  // timestamp_now()'s text, `timestamp_len` bytes
+  uint8_t timestamp_len = 0;
+  std::shared_ptr<const InputTemplate> inputs;
+  const std::string* tail = nullptr;  // record_tail()'s text, owned by the caller
   bool graph = false;
   std::optional<uint64_t> self_id;
   int64_t process_sequence = 0;
 };
 
-/// What line 2 (completed) adds: the result's output_metadata, the outputs and mutated
-/// arguments.
+/// What line 2 (completed) adds: the shared template of the result's output_metadata, the
+/// outputs and the mutated arguments.
 struct OutputRecord {
-  RecordTape metadata;  // output_metadata's object
-  std::vector<TensorMeta> outputs, mutated;
-  uint64_t bytes = 0;  // logical output bytes
+  std::shared_ptr<const OutputTemplate> outputs;
 };
 
 /// Writes one record line (with its '\n'): line 1 when `out` is null, else line 2. Its text is

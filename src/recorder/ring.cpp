@@ -663,20 +663,23 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // (plan()): a call with the tensor metadata of one of the op's recent calls finds its layout
   // here, in the entry the hook has just touched, instead of in the per-thread cache (whose
   // bucket and node were two cold lines per archive, half of plan's own time, session 15). The
-  // keys' hashes sit together, so only a matching entry's key is read (and compared whole). A
-  // few entries, as one op (a GEMM) is called with a few shapes in turn.
+  // keys' 128-bit hashes sit together and identify the entry. A few entries, as one op (a
+  // GEMM) is called with a few shapes in turn: with four, the five weights of a decode step's
+  // GEMMs missed in turn (session 17).
   struct ArchiveTemplate {
-    static constexpr std::size_t kWays = 4;
-    std::array<uint64_t, kWays> hash{};  // 0: empty
-    std::array<std::string, kWays> key;
+    static constexpr std::size_t kWays = 8;  // a decode step's GEMMs: five weights in turn
+    std::array<TemplateKey, kWays> hash{};   // {0, 0}: empty
     std::array<std::shared_ptr<const formats::ArchivePlan>, kWays> layout;
     std::size_t next = 0;  // the entry a miss replaces (round robin)
   };
   struct OpInfo {
-    std::string name, tail;
+    std::string name, module, tail;  // the kept calls' records point at name and module
     int64_t* calls = nullptr;
     std::mutex mu;  // the templates (calls of one op on several threads)
     std::array<ArchiveTemplate, 3> templates;
+    // The record templates of the op's recent calls (record_tape.h), shared by its kept calls.
+    RecordTemplates<InputTemplate> input_records;
+    RecordTemplates<OutputTemplate> output_records;
   };
   OpInfo& op_info_locked(const OpDecl& decl);
   // Writes the kept calls under `root` (a buffer holding the root path); async-signal-safe.
@@ -931,10 +934,11 @@ void RingRecorder::remove_handlers() {
 RingRecorder::OpInfo& RingRecorder::op_info_locked(const OpDecl& decl) {
   auto& known = signatures_[&decl];
   for (OpInfo& op : known) {
-    if (op.name == decl.name) return op;
+    if (op.name == decl.name && op.module == decl.module) return op;
   }
   OpInfo& op = known.emplace_back();
   op.name = decl.name;
+  op.module = decl.module;
   op.tail = record_tail(false, decl.signature());
   op.calls = &counters_[decl.name];
   return op;
@@ -1171,12 +1175,14 @@ void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vect
     put(k.item.strides.data(), k.item.strides.size() * sizeof(int64_t));
   }
   ArchiveTemplate& tp = op.templates[static_cast<std::size_t>(side)];
-  const uint64_t h = XXH3_64bits(key.data(), key.size()) | 1;
+  // Matched by the key's 128-bit hash alone (record_tape.h, TemplateKey): comparing the key
+  // whole read the entry's cold heap copy of it.
+  const TemplateKey h = template_key(key);
   bool hit = false;
   {
     std::lock_guard<std::mutex> l(op.mu);
     for (std::size_t w = 0; w < ArchiveTemplate::kWays && !hit; ++w) {
-      if (tp.hash[w] != h || tp.key[w] != key) continue;
+      if (!(tp.hash[w] == h)) continue;
       hit = true;
       if (dst.layout != tp.layout[w]) dst.layout = tp.layout[w];
     }
@@ -1199,7 +1205,6 @@ void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vect
     const std::size_t w = tp.next;
     tp.next = (w + 1) % ArchiveTemplate::kWays;
     tp.hash[w] = h;
-    tp.key[w] = key;
     tp.layout[w] = it->second;
   }
   dst.data.resize(t.size());
@@ -1237,8 +1242,7 @@ void RingRecorder::recycle_locked(std::shared_ptr<RingCall> c) {
   r.name_at = r.name_len = 0;
   r.sequence = r.process_sequence = 0;
   // The record's and the inputs' storage stays for the next call (filled in place).
-  r.rec.head.clear();
-  r.rec.bytes = 0;
+  r.rec.inputs.reset();
   r.rec.tail = nullptr;
   r.rec.self_id.reset();
   r.rec.process_sequence = 0;
@@ -1390,9 +1394,12 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
           call->method == "__init__" || call->method == "plan" || call->method == "begin_forward";
     }
     const int64_t pseq = process_sequence_.fetch_add(1, std::memory_order_relaxed) + 1;
-    fill_input_record(call->rec, decl, args, seq, ts, pid_, tail, self_id, pseq, ex);
+    fill_input_record(call->rec, decl, args, seq, ts, pid_, tail, self_id, pseq, ex,
+                      &op->input_records);
+    call->rec.function_name = op->name;  // the declaration may go before a dump is written
+    call->rec.module = op->module;
     // The kept inputs' metadata is needed only to lay out the archive below: per thread, in
-    // warm memory (the call's record has its own copy, rec.tensors; blobs[j] is input j's).
+    // warm memory (the call's record has its own copy, rec.inputs; blobs[j] is input j's).
     thread_local std::vector<KeptTensor> kept_in;
     keep(ex.tensors, kept_in, call->blobs);
     // <ts>_pid<PID>_<name>_call<NNNN>, laid out in one string (the concatenations and
@@ -1491,7 +1498,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
       extract_result_tape(result, out, scratch_metadata);
       extract_mutated_into(decl, args, mutated);
     } else {
-      fill_output_record(files->out, decl, args, result, out, mutated);
+      fill_output_record(files->out, decl, args, result, out, mutated, &op->output_records);
     }
     // Before the outputs are kept: what the op wrote is new content, not what a kept span holds.
     note_writes(out.tensors);
@@ -1522,8 +1529,9 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
         if (!append_written_ranges(decl, args, t, begin, written[m])) continue;
         std::lock_guard<std::mutex> l(mu_);
         if (call->evicted) break;
-        for (std::size_t j = 0; j < call->rec.tensors.size() && j < call->blobs.size(); ++j) {
-          if (call->rec.tensors[j].key == key) prior[m] = call->blobs[j];
+        const std::vector<TensorMeta>& ins = call->rec.inputs->tensors;
+        for (std::size_t j = 0; j < ins.size() && j < call->blobs.size(); ++j) {
+          if (ins[j].key == key) prior[m] = call->blobs[j];
         }
       }
     }

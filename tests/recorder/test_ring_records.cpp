@@ -232,6 +232,66 @@ TEST(RingRecords, GoldenLine) {
           with_status("completed"));
 }
 
+// The ring's kept calls share one immutable template per distinct argument metadata and
+// values (RecordTemplates): calls that repeat them get the same template, a call that differs
+// in a value, a tensor's shape or its key gets its own, and each call's line keeps its own
+// sequence and timestamp.
+TEST(RingRecords, CallsThatRepeatTheirArgumentsShareOneTemplate) {
+  OpDecl decl;
+  decl.name = "rmsnorm";
+  decl.module = "flashinfer.norm";
+  decl.params = {ParamDecl("input", ParamKind::kTensor), ParamDecl("eps", ParamKind::kFloat)};
+  const std::string tail = "\"tensor_format\": \"torch\"";
+  RecordTemplates<InputTemplate> ins;
+  RecordTemplates<OutputTemplate> outs;
+  const auto fill = [&](InputRecord& in, OutputRecord& o, std::vector<int64_t> shape, double eps,
+                        int64_t seq) {
+    const std::vector<Value> args = {Value(filled(shape, DType::kBFloat16, 1.0)), Value(eps)};
+    Extracted ex, out, mut;
+    ex.by_reference = out.by_reference = mut.by_reference = true;
+    fill_input_record(in, decl, args, seq, "2026-01-02 03:04:0" + std::to_string(seq), 77, &tail,
+                      std::nullopt, seq, ex, &ins);
+    fill_output_record(o, decl, args, Value(filled(shape, DType::kBFloat16, 2.0)), out, mut, &outs);
+  };
+  InputRecord a, b, c, d;
+  OutputRecord oa, ob, oc, od;
+  fill(a, oa, {1, 4}, 1e-6, 1);
+  fill(b, ob, {1, 4}, 1e-6, 2);  // the same metadata and values as a
+  fill(c, oc, {2, 4}, 1e-6, 3);  // another shape
+  fill(d, od, {1, 4}, 1e-5, 4);  // another eps
+  EXPECT_EQ(a.inputs, b.inputs);
+  EXPECT_EQ(oa.outputs, ob.outputs);
+  EXPECT_NE(a.inputs, c.inputs);
+  EXPECT_NE(oa.outputs, oc.outputs);
+  EXPECT_NE(a.inputs, d.inputs);
+  EXPECT_EQ(oa.outputs, od.outputs);  // the same result metadata
+  const std::string_view dir[] = {"/d"};
+  const std::string la = through_text_out([&](TextOut& t) { write_record_line(a, &oa, dir, t); });
+  const std::string lb = through_text_out([&](TextOut& t) { write_record_line(b, &ob, dir, t); });
+  EXPECT_NE(la.find("\"call_sequence\": 1, \"timestamp\": \"2026-01-02 03:04:01\""),
+            std::string::npos);
+  EXPECT_NE(lb.find("\"call_sequence\": 2, \"timestamp\": \"2026-01-02 03:04:02\""),
+            std::string::npos);
+  EXPECT_NE(through_text_out([&](TextOut& t) {
+              write_record_line(d, &od, dir, t);
+            }).find("\"input_metadata\": {\"arg_1\": 1e-05}"),
+            std::string::npos);
+  EXPECT_NE(through_text_out([&](TextOut& t) {
+              write_record_line(c, &oc, dir, t);
+            }).find("\"shape\": [2, 4]"),
+            std::string::npos);
+  // More distinct calls than the cache holds: each still gets a template equal to its own.
+  std::vector<InputRecord> many(9);
+  std::vector<OutputRecord> many_out(9);
+  for (int i = 0; i < 9; ++i) fill(many[i], many_out[i], {1, 1 + i % 6}, 1e-6, 10 + i);
+  for (int i = 0; i < 9; ++i) {
+    ASSERT_EQ(many[i].inputs->tensors.size(), 1u);
+    EXPECT_EQ(many[i].inputs->tensors[0].shape, (Shape{1, 1 + i % 6}));
+    EXPECT_EQ(many_out[i].outputs->outputs[0].shape, (Shape{1, 1 + i % 6}));
+  }
+  EXPECT_EQ(a.inputs->tensors[0].shape, (Shape{1, 4}));  // held by a, though since replaced
+}
+
 // The allocation-free float text is python_float_repr's, over special values and random bit
 // patterns (every exponent range: subnormals, scientific and positional layouts).
 TEST(RingRecords, FloatReprCharsIsPythonRepr) {
