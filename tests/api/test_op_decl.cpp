@@ -3,6 +3,7 @@
 // logging and recording use) and replay-style invocation for them.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <memory>
 #include <mutex>
 
@@ -252,7 +253,10 @@ TEST(OpDecl, WrapperMethodsShareAStableObjectId) {
   EXPECT_EQ(self0.type, "AccumulatorWrapper");
   EXPECT_EQ(self0.id, acc.object_id());
   EXPECT_EQ(rec->calls[2].args[0].as_object().id, acc.object_id());
-  EXPECT_TRUE(self0.repr.starts_with("<myengine.state.AccumulatorWrapper object at 0x"));
+  // Python's repr: the address in lowercase hex after 0x, as %p writes it.
+  char hex[32];
+  std::snprintf(hex, sizeof(hex), "%llx", static_cast<unsigned long long>(acc.object_id()));
+  EXPECT_EQ(self0.repr, std::string("<myengine.state.AccumulatorWrapper object at 0x") + hex + ">");
   myengine::AccumulatorWrapper other(0.0);
   EXPECT_NE(other.object_id(), acc.object_id());
 }
