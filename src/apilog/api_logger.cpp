@@ -309,13 +309,19 @@ void flush() { writer().flush(); }
 
 namespace detail::apilog {
 
+static bool ring_mode(const Settings& s) { return s.log_level >= 10 && s.dump_ring > 0; }
+
 void configure(const Settings& s) {
   if (const auto* p = s.problem("FLASHINFER_LOGLEVEL")) warn(p->message);
   // As upstream, a file destination is opened (created) when logging is configured on; at
   // level 0 it is opened only if logging is turned on later.
   writer().set_destination(s.log_dest, /*open_now=*/s.log_level != 0);
   api_log::set_filters(s.dump_include, s.dump_exclude);
-  api_log::set_level(s.log_level);
+  // Ring mode (level 10 with FLASHINFER_DUMP_RING) writes nothing until a trigger: the logger
+  // writes no per-call records there. Its level-5 statistics of every tensor (weights included)
+  // cost more than the ring itself: 3-5x the decode step of examples/llama_decode (session 17).
+  // A program that wants both sets the level from code (api_log::set_level).
+  api_log::set_level(ring_mode(s) ? 0 : s.log_level);
   // Upstream logs the system banner at import whenever the level is not 0 (even 2, which
   // logs nothing per call, and negative levels).
   if (s.log_level != 0) emit_banner();

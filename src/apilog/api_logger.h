@@ -13,7 +13,8 @@ namespace flashinfer::detail::apilog {
 
 /// Applies the logging part of `settings` (level, destination, include/exclude filters) and
 /// prints the warning about an unparsable FLASHINFER_LOGLEVEL. With a level other than 0 the
-/// destination is opened and the system banner written now, as upstream does at import.
+/// destination is opened and the system banner written now, as upstream does at import. In ring
+/// mode (level 10 with FLASHINFER_DUMP_RING) the logger writes no per-call records.
 void configure(const Settings& settings);
 
 /// Writes one line (the newline is appended) at the API log destination, after the system

@@ -87,7 +87,7 @@ std::string join_like_pathlib(const std::string& dir, const std::string& name) {
   return out + name;
 }
 
-std::string timestamp_now() {
+std::size_t timestamp_now_into(char (&out)[kTimestampCap]) {
   const auto now = std::chrono::system_clock::now();
   const auto ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) % 1000;
@@ -104,14 +104,17 @@ std::string timestamp_now() {
     last = t;
   }
   const int m = static_cast<int>(ms.count());
-  std::string out;
-  out.reserve(secs_len + 4);
-  out.append(secs, secs_len);
-  out += '_';
-  out += static_cast<char>('0' + m / 100);
-  out += static_cast<char>('0' + m / 10 % 10);
-  out += static_cast<char>('0' + m % 10);
-  return out;
+  std::memcpy(out, secs, secs_len);
+  out[secs_len] = '_';
+  out[secs_len + 1] = static_cast<char>('0' + m / 100);
+  out[secs_len + 2] = static_cast<char>('0' + m / 10 % 10);
+  out[secs_len + 3] = static_cast<char>('0' + m % 10);
+  return secs_len + 4;
+}
+
+std::string timestamp_now() {
+  char buf[kTimestampCap];
+  return std::string(buf, timestamp_now_into(buf));
 }
 
 namespace {

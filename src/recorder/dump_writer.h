@@ -51,6 +51,9 @@ void write_line(int fd, const std::string& path, std::string line);
 std::string join_like_pathlib(const std::string& dir, const std::string& name);
 /// Local time "YYYYMMDD_HHMMSS_mmm" (milliseconds truncated), upstream's directory timestamp.
 std::string timestamp_now();
+/// The same text into `out` (no allocation: the ring's hooks); returns its length.
+inline constexpr std::size_t kTimestampCap = 40;
+std::size_t timestamp_now_into(char (&out)[kTimestampCap]);
 
 /// Directories made ahead, off the calls' critical path: on ext4 allocating an inode costs
 /// tens of microseconds, several per call. A background thread keeps a few directories, each

@@ -395,13 +395,16 @@ void size_members(TextOut& out, std::string_view bytes_key, std::string_view mb_
 
 }  // namespace
 
+// A record without its templates (not filled): no tensors, empty metadata. At namespace scope,
+// constant-initialized: a function-local static's guard is not async-signal-safe.
+const InputTemplate kNoInputs;
+const OutputTemplate kNoOutputs;
+
 void write_record_line(const InputRecord& in, const OutputRecord* o,
                        std::span<const std::string_view> dump_dir_json, TextOut& out,
                        std::string_view extra) noexcept {
-  static const InputTemplate kNoInputs;
   const InputTemplate& ins = in.inputs ? *in.inputs : kNoInputs;
   const OutputTemplate* outs = o ? o->outputs.get() : nullptr;
-  static const OutputTemplate kNoOutputs;
   if (o && !outs) outs = &kNoOutputs;
   // record_head()'s text: the call's own keys, then its template's input_metadata.
   out.put('{');

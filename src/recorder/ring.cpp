@@ -1374,7 +1374,8 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
       tail = &op->tail;
     }
     stack().back().op = op;
-    const std::string ts = timestamp_now();
+    char ts_text[kTimestampCap];
+    const std::string_view ts(ts_text, timestamp_now_into(ts_text));
     // One per thread, reused (the hooks do not nest within a thread); emptied before the hook
     // returns so that it holds no tensor longer than the call.
     thread_local Extracted ex;

@@ -18,6 +18,7 @@
 #include "apilog_test_util.h"
 #include "calls/name_filter.h"
 #include "flashinfer/api_log.h"
+#include "flashinfer/recorder.h"
 #include "util/test_util.h"
 
 namespace {
@@ -886,6 +887,35 @@ TEST_F(ApiLog, ConfigureFromEnvAtRunTime) {
   EXPECT_TRUE(api_log::passes_filters("test_function"));
   const std::string got = normalize(read_file(dir / ("re_" + pid + ".log")));
   EXPECT_EQ(got.substr(got.size() - 40), "[TS] FlashInfer API Call: test_function\n");
+  fs::remove_all(dir);
+}
+
+// Ring mode (level 10 with FLASHINFER_DUMP_RING) writes nothing until a trigger: the recorder
+// keeps the calls, and the logger writes no per-call records (its level-5 statistics cost more
+// than the ring). Level 10 alone would log at level 5 as upstream does.
+TEST_F(ApiLog, RingModeWritesNoPerCallRecords) {
+  capture_.reset();
+  const fs::path dir = temp_dir("ring_quiet");
+  ::setenv("FLASHINFER_LOGLEVEL", "10", 1);
+  ::setenv("FLASHINFER_DUMP_RING", "8", 1);
+  ::setenv("FLASHINFER_DUMP_TRIGGER", "error", 1);
+  ::setenv("FLASHINFER_DUMP_DIR", (dir / "dumps").c_str(), 1);
+  ::setenv("FLASHINFER_LOGDEST", (dir / "api.log").c_str(), 1);
+  api_log::configure_from_env();
+  EXPECT_EQ(api_log::level(), 0);
+  EXPECT_TRUE(recorder::active());
+  test_function(vec3());
+  recorder::stop();
+  for (const char* v : {"FLASHINFER_LOGLEVEL", "FLASHINFER_DUMP_RING", "FLASHINFER_DUMP_TRIGGER",
+                        "FLASHINFER_DUMP_DIR", "FLASHINFER_LOGDEST"}) {
+    ::unsetenv(v);
+  }
+  api_log::configure_from_env();
+  // The file exists (opened when configured); the banner is written once per process.
+  ASSERT_TRUE(fs::exists(dir / "api.log"));
+  const std::string log = read_file(dir / "api.log");
+  EXPECT_EQ(log.find("FlashInfer API Call"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(dir / "dumps") && !fs::is_empty(dir / "dumps"));  // nothing triggered
   fs::remove_all(dir);
 }
 
