@@ -190,78 +190,93 @@ struct Blob {
 // shared by span.
 constexpr uint64_t kArenaMaxBytes = 4096;
 
-// A kept call's small tensors' bytes (kArenaMaxBytes), laid end to end in buffers the call owns
-// and keeps when it is recycled: once warm, keeping them allocates nothing and evicting the call
-// frees nothing per tensor. A full buffer is followed by another, never moved, so the pointers
-// handed out (the call's archive pieces, read by the crash handler) stay valid until the call
-// is recycled. Written only by the thread running the call.
+// The arenas' buffers (4 KiB: any span an arena holds fits one), shared by the ring's calls and
+// kept for reuse up to a bound: a call's arena returns its buffers when the call is recycled and
+// the next call takes what it needs, so the ring holds about the bytes its calls use. (A buffer
+// of 16 KiB kept by each call instead made the ring hold twice that, all of it page-faulted in as
+// the ring filled, session 17.)
+class ChunkPool {
+ public:
+  static constexpr uint64_t kBytes = 4096;
+  explicit ChunkPool(std::size_t retain) : retain_(retain) {}
+  ~ChunkPool() {
+    for (uint8_t* p : free_) ::operator delete(p, kAlign);
+  }
+  ChunkPool(const ChunkPool&) = delete;
+  ChunkPool& operator=(const ChunkPool&) = delete;
+  uint8_t* get() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!free_.empty()) {
+        uint8_t* p = free_.back();
+        free_.pop_back();
+        return p;
+      }
+    }
+    return static_cast<uint8_t*>(::operator new(kBytes, kAlign));
+  }
+  void put(uint8_t* p) noexcept {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (free_.size() < retain_) {
+        free_.push_back(p);  // within the capacity reserved below: no allocation
+        return;
+      }
+    }
+    ::operator delete(p, kAlign);
+  }
+  void reserve() { free_.reserve(retain_); }
+
+ private:
+  static constexpr std::align_val_t kAlign{64};  // whole lines for the streamed copies
+  std::mutex mu_;
+  std::size_t retain_;
+  std::vector<uint8_t*> free_;
+};
+static_assert(kArenaMaxBytes <= ChunkPool::kBytes);
+
+// A kept call's small tensors' bytes (kArenaMaxBytes), laid end to end in 4 KiB buffers from the
+// ring's ChunkPool: keeping them allocates nothing once warm and evicting the call frees nothing
+// per tensor. A full buffer is followed by another, never moved, so the pointers handed out (the
+// call's archive pieces, read by the crash handler) stay valid until the call is recycled.
+// Written only by the thread running the call.
 class Arena {
  public:
   Arena() = default;
-  ~Arena() {
-    for (const Chunk& c : chunks_) ::operator delete(c.data, kChunkAlign);
-  }
+  ~Arena() { reset(); }
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
-  // Room for `n` bytes (n > 0): on a line of its own from 64 bytes on (the copy streams whole
-  // lines), else 16-byte aligned.
+  void use_pool(std::shared_ptr<ChunkPool> pool) { pool_ = std::move(pool); }
+  // Room for `n` bytes (0 < n <= kArenaMaxBytes): on a line of its own from 64 bytes on (the
+  // copy streams whole lines), else 16-byte aligned.
   uint8_t* take(uint64_t n) {
     const uint64_t align = n >= 64 ? 64 : 16;
     uint64_t at = (off_ + align - 1) / align * align;
-    if (cur_ == 0 || chunks_[cur_ - 1].cap < at + n) {
-      next_chunk(n);
-      at = 0;
+    if (chunks_.empty() || at + n > ChunkPool::kBytes) {
+      chunks_.reserve(chunks_.size() + 1);  // no throw between taking the buffer and holding it
+      chunks_.push_back(pool_->get());
+      off_ = at = 0;
     }
-    uint8_t* p = chunks_[cur_ - 1].data + at;
+    uint8_t* p = chunks_.back() + at;
     used_ += at + n - off_;
     off_ = at + n;
     return p;
   }
-  // The bytes taken since the last reset (what the ring's bound counts).
+  // The bytes taken since the last reset, alignment included (what the ring's bound counts).
   uint64_t used() const { return used_; }
-  // For the next call: its buffers are reused from the first. A call that needed several
-  // (many small tensors) leaves the others.
-  void reset() {
-    while (chunks_.size() > kRetained) {
-      ::operator delete(chunks_.back().data, kChunkAlign);
-      chunks_.pop_back();
-    }
-    cur_ = 0;
+  // The buffers go back to the pool (the call is recycled or freed).
+  void reset() noexcept {
+    for (uint8_t* p : chunks_) pool_->put(p);
+    chunks_.clear();
     off_ = used_ = 0;
   }
 
  private:
-  static constexpr std::align_val_t kChunkAlign{64};
-  // A decode step's calls take a few KiB each (a 4 KiB activation or two, indices, a norm's
-  // weight): one buffer holds a call's inputs and outputs.
-  static constexpr uint64_t kChunkBytes = 16384;
-  static constexpr std::size_t kRetained = 2;
-  struct Chunk {
-    uint8_t* data;
-    uint64_t cap;
-  };
-  void next_chunk(uint64_t n) {
-    // A kept buffer large enough (the next one, usually), else a new one.
-    for (std::size_t j = cur_; j < chunks_.size(); ++j) {
-      if (chunks_[j].cap >= n) {
-        std::swap(chunks_[cur_], chunks_[j]);
-        ++cur_;
-        off_ = 0;
-        return;
-      }
-    }
-    const uint64_t cap = std::max(n, kChunkBytes);
-    chunks_.reserve(chunks_.size() + 1);  // no throw between the allocation and its owner
-    chunks_.push_back({static_cast<uint8_t*>(::operator new(cap, kChunkAlign)), cap});
-    std::swap(chunks_[cur_], chunks_.back());
-    ++cur_;
-    off_ = 0;
-  }
-  std::vector<Chunk> chunks_;  // [0, cur_) in use by this call, in use order
-  std::size_t cur_ = 0;
-  uint64_t off_ = 0;   // taken in chunks_[cur_ - 1]
-  uint64_t used_ = 0;  // taken in all (alignment included)
+  std::shared_ptr<ChunkPool> pool_;
+  std::vector<uint8_t*> chunks_;  // in use order; the last one is being filled
+  uint64_t off_ = 0;              // taken in chunks_.back()
+  uint64_t used_ = 0;             // a full buffer's unused end is not counted
 };
 
 // A kept tensor: its torch metadata and the bytes holding its span (a blob owned by the call's
@@ -864,6 +879,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   std::unordered_map<const OpDecl*, std::list<OpInfo>> signatures_;
   std::shared_ptr<std::atomic<uint64_t>> held_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::shared_ptr<BlobPool> pool_;
+  std::shared_ptr<ChunkPool> chunk_pool_;  // the calls' arenas'
   static constexpr std::size_t kMaxSpareCalls = 64;
   std::vector<std::shared_ptr<RingCall>> spare_calls_;  // recycle_locked
 
@@ -969,6 +985,10 @@ RingRecorder::RingRecorder(Config c, LineSink sink)
       slots_(static_cast<std::size_t>(std::max<int64_t>(cfg_.ring, 1))) {
   // Freed blob memory kept for reuse: an eighth of the bound (outside it), at most 64 MiB.
   pool_ = std::make_shared<BlobPool>(std::min<uint64_t>(limit_bytes_ / 8, uint64_t{64} << 20));
+  // Free arena buffers kept for reuse: within the same share of the bound, at most 16 MiB.
+  chunk_pool_ = std::make_shared<ChunkPool>(static_cast<std::size_t>(
+      std::min<uint64_t>(limit_bytes_ / 8, uint64_t{16} << 20) / ChunkPool::kBytes));
+  chunk_pool_->reserve();
   if (g_dump_number_pid.exchange(pid_) != pid_) g_dump_number.store(0);
   // Regions of at least 4 KiB: a write of an activation probes a region or two of the classes
   // of small tensors instead of one per 2^(k+1) bytes it covers. (CPU spans up to
@@ -1406,7 +1426,9 @@ std::shared_ptr<RingCall> RingRecorder::new_call() {
       return c;
     }
   }
-  return std::make_shared<RingCall>();
+  auto c = std::make_shared<RingCall>();
+  c->arena.use_pool(chunk_pool_);
+  return c;
 }
 
 void RingRecorder::release_locked(RingCall& c) {
