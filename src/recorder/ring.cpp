@@ -182,8 +182,105 @@ struct Blob {
   Blob& operator=(const Blob&) = delete;
 };
 
-// A kept tensor: its torch metadata and the bytes of the blob holding its span (the blob is
-// owned by the call's `blobs`).
+// Spans up to this size (CPU, default mode) are copied into the kept call's arena instead of a
+// blob each, and never shared across calls: sharing one meant comparing it whole with the kept
+// copy (same_as_kept), about what a copy costs, and its blob, control block and span-index
+// entry were each a cold line to make and another to free; the index's small classes also made
+// every library write probe them (session 17). Weights, KV caches and large outputs stay blobs,
+// shared by span.
+constexpr uint64_t kArenaMaxBytes = 4096;
+
+// The arenas' buffers (4 KiB: any span an arena holds fits one), shared by the ring's calls and
+// kept for reuse up to a bound: a call's arena returns its buffers when the call is recycled and
+// the next call takes what it needs, so the ring holds about the bytes its calls use. (A buffer
+// of 16 KiB kept by each call instead made the ring hold twice that, all of it page-faulted in as
+// the ring filled, session 17.)
+class ChunkPool {
+ public:
+  static constexpr uint64_t kBytes = 4096;
+  explicit ChunkPool(std::size_t retain) : retain_(retain) {}
+  ~ChunkPool() {
+    for (uint8_t* p : free_) ::operator delete(p, kAlign);
+  }
+  ChunkPool(const ChunkPool&) = delete;
+  ChunkPool& operator=(const ChunkPool&) = delete;
+  uint8_t* get() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!free_.empty()) {
+        uint8_t* p = free_.back();
+        free_.pop_back();
+        return p;
+      }
+    }
+    return static_cast<uint8_t*>(::operator new(kBytes, kAlign));
+  }
+  void put(uint8_t* p) noexcept {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (free_.size() < retain_) {
+        free_.push_back(p);  // within the capacity reserved below: no allocation
+        return;
+      }
+    }
+    ::operator delete(p, kAlign);
+  }
+  void reserve() { free_.reserve(retain_); }
+
+ private:
+  static constexpr std::align_val_t kAlign{64};  // whole lines for the streamed copies
+  std::mutex mu_;
+  std::size_t retain_;
+  std::vector<uint8_t*> free_;
+};
+static_assert(kArenaMaxBytes <= ChunkPool::kBytes);
+
+// A kept call's small tensors' bytes (kArenaMaxBytes), laid end to end in 4 KiB buffers from the
+// ring's ChunkPool: keeping them allocates nothing once warm and evicting the call frees nothing
+// per tensor. A full buffer is followed by another, never moved, so the pointers handed out (the
+// call's archive pieces, read by the crash handler) stay valid until the call is recycled.
+// Written only by the thread running the call.
+class Arena {
+ public:
+  Arena() = default;
+  ~Arena() { reset(); }
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  void use_pool(std::shared_ptr<ChunkPool> pool) { pool_ = std::move(pool); }
+  // Room for `n` bytes (0 < n <= kArenaMaxBytes): on a line of its own from 64 bytes on (the
+  // copy streams whole lines), else 16-byte aligned.
+  uint8_t* take(uint64_t n) {
+    const uint64_t align = n >= 64 ? 64 : 16;
+    uint64_t at = (off_ + align - 1) / align * align;
+    if (chunks_.empty() || at + n > ChunkPool::kBytes) {
+      chunks_.reserve(chunks_.size() + 1);  // no throw between taking the buffer and holding it
+      chunks_.push_back(pool_->get());
+      off_ = at = 0;
+    }
+    uint8_t* p = chunks_.back() + at;
+    used_ += at + n - off_;
+    off_ = at + n;
+    return p;
+  }
+  // The bytes taken since the last reset, alignment included (what the ring's bound counts).
+  uint64_t used() const { return used_; }
+  // The buffers go back to the pool (the call is recycled or freed).
+  void reset() noexcept {
+    for (uint8_t* p : chunks_) pool_->put(p);
+    chunks_.clear();
+    off_ = used_ = 0;
+  }
+
+ private:
+  std::shared_ptr<ChunkPool> pool_;
+  std::vector<uint8_t*> chunks_;  // in use order; the last one is being filled
+  uint64_t off_ = 0;              // taken in chunks_.back()
+  uint64_t used_ = 0;             // a full buffer's unused end is not counted
+};
+
+// A kept tensor: its torch metadata and the bytes holding its span (a blob owned by the call's
+// `blobs`, or the call's arena).
 struct KeptTensor {
   formats::TorchItem item;
   const uint8_t* data = nullptr;
@@ -226,7 +323,11 @@ struct RingCall {
   // included: digits and a view of dir_name_json, no allocation).
   std::size_t name_at = 0, name_len = 0;  // the JSON-escaped function name in dir_name_json
   int64_t sequence = 0, process_sequence = 0;
-  std::vector<std::shared_ptr<Blob>> blobs;  // keeps every tensor's bytes alive
+  // Keeps every large tensor's bytes alive; null for a tensor in the arena (blobs[j] is input
+  // j's: the KV-cache delta path looks inputs up by index).
+  std::vector<std::shared_ptr<Blob>> blobs;
+  Arena arena;              // the small tensors' bytes
+  uint64_t arena_held = 0;  // arena bytes counted in the ring's bound (under its lock)
   std::unique_ptr<CallFiles> begin, end;
   std::atomic<CallFiles*> files{nullptr};
   InputRecord rec;  // line 1's record, structured
@@ -399,6 +500,7 @@ constexpr std::size_t kEdgeWords = kEdgeBytes / 8;
 constexpr std::size_t kProbeWords = 2 * kEdgeWords + kSamples;  // Blob::probe: edges, samples
 
 bool same_as_kept(Blob& b, const uint8_t* src, uint64_t n, uint32_t shares) {
+  // (No CPU span this small is shared since the arena, kArenaMaxBytes: kept for a lower limit.)
   if (n <= kWholeCompareBytes) return kept_equals(b, src, 0, n);
   const uint64_t step = (n - 8) / (kSamples - 1);
   const bool sampled = shares % kSampleEvery == 0;
@@ -547,6 +649,45 @@ bool append_written_ranges(const OpDecl& decl, std::span<const Value> args, cons
   return true;
 }
 
+// A small tensor kept by the call's outputs or written arguments (its span `src`, `n` bytes),
+// and where its copy went: a result that is also a written argument is copied once.
+struct SmallWritten {
+  const uint8_t* src;
+  uint64_t n;
+  const uint8_t* kept;
+};
+thread_local std::vector<SmallWritten> t_small_written;  // per on_call_end, reused
+
+const uint8_t kNoBytes[1] = {0};  // where an empty tensor's (zero) bytes are
+
+// Keeps CPU tensor `t`'s span (`src`, `n` <= kArenaMaxBytes bytes, `span_elems` elements) in
+// `arena`, with the NaN trigger's check (`nonfinite`, as keep()'s) fused into the copy where it
+// can be; returns where the bytes are. `just_written`: a span already kept by this
+// on_call_end is not copied again. The copy is streamed (nothing compares it: no reads of the
+// arena's cold lines before they are written), unfenced: ring_copy_fence() before publishing.
+const uint8_t* keep_small(const Tensor& t, const uint8_t* src, uint64_t n, uint64_t span_elems,
+                          Arena& arena, bool* nonfinite, bool just_written) {
+  const uint8_t* kept = nullptr;
+  bool checked = false;
+  if (just_written) {
+    for (const SmallWritten& w : t_small_written) {
+      if (w.src == src && w.n == n) kept = w.kept;
+    }
+  }
+  if (!kept && n == 0) kept = kNoBytes;
+  if (!kept) {
+    uint8_t* dst = arena.take(n);
+    checked = nonfinite && !*nonfinite && nonfinite_checked_on_bytes(t, span_elems);
+    const bool bad = ring_copy_streamed(dst, src, n, checked, t.dtype());
+    if (checked) *nonfinite = bad;
+    if (just_written) t_small_written.push_back({src, n, dst});
+    kept = dst;
+  }
+  // The live bytes (equal to the kept ones).
+  if (nonfinite && !*nonfinite && !checked) *nonfinite = kept_has_nonfinite(t, src, span_elems);
+  return kept;
+}
+
 // Whether two kept archives write the same bytes: the same layout over the same blobs (so the
 // same tensor bytes and CRCs). No allocation: the crash handler calls it.
 bool same_archive(const KeptArchive& a, const KeptArchive& b) noexcept {
@@ -623,16 +764,19 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
     return s;
   }
 
-  // Keeps `tensors` into `out` (its elements reused: no allocation once warm) and their blobs
-  // into `owner`. `nonfinite` (the NaN trigger, outputs): set when a kept tensor holds a NaN or
-  // an Inf.
+  // Keeps `tensors` into `out` (its elements reused: no allocation once warm), their blobs
+  // into `owner` (one element per tensor: null for one copied into `arena`, the call's: spans
+  // up to kArenaMaxBytes). `nonfinite` (the NaN trigger, outputs): set when a kept tensor holds
+  // a NaN or an Inf.
   // `prior` and `written` (mutated arguments of an op whose writes are known, by tensor): the
   // blob the call kept for the tensor as an input and the byte ranges the op wrote into it; the
   // tensor is then kept as a delta of it when that is small (KV caches).
   void keep(const NamedTensors& tensors, std::vector<KeptTensor>& out,
-            std::vector<std::shared_ptr<Blob>>& owner, bool* nonfinite = nullptr,
+            std::vector<std::shared_ptr<Blob>>& owner, Arena& arena, bool* nonfinite = nullptr,
             const std::vector<std::shared_ptr<Blob>>* prior = nullptr,
             const std::vector<Ranges>* written = nullptr, bool just_written = false);
+  // Counts the bytes `c` has taken in its arena since it was last counted in the bound.
+  void count_arena_locked(RingCall& c);
   // `before`'s span (the same `at`, `n` bytes) after writes to `written`: its base with the
   // written ranges (and `before`'s own patches) copied from `src`, the live bytes. Null when
   // that would not be small (then a whole copy is the new base).
@@ -738,6 +882,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   std::unordered_map<const OpDecl*, std::list<OpInfo>> signatures_;
   std::shared_ptr<std::atomic<uint64_t>> held_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::shared_ptr<BlobPool> pool_;
+  std::shared_ptr<ChunkPool> chunk_pool_;  // the calls' arenas'
   static constexpr std::size_t kMaxSpareCalls = 64;
   std::vector<std::shared_ptr<RingCall>> spare_calls_;  // recycle_locked
 
@@ -843,9 +988,14 @@ RingRecorder::RingRecorder(Config c, LineSink sink)
       slots_(static_cast<std::size_t>(std::max<int64_t>(cfg_.ring, 1))) {
   // Freed blob memory kept for reuse: an eighth of the bound (outside it), at most 64 MiB.
   pool_ = std::make_shared<BlobPool>(std::min<uint64_t>(limit_bytes_ / 8, uint64_t{64} << 20));
+  // Free arena buffers kept for reuse: within the same share of the bound, at most 16 MiB.
+  chunk_pool_ = std::make_shared<ChunkPool>(static_cast<std::size_t>(
+      std::min<uint64_t>(limit_bytes_ / 8, uint64_t{16} << 20) / ChunkPool::kBytes));
+  chunk_pool_->reserve();
   if (g_dump_number_pid.exchange(pid_) != pid_) g_dump_number.store(0);
   // Regions of at least 4 KiB: a write of an activation probes a region or two of the classes
-  // of small tensors (indices, lengths) instead of one per 2^(k+1) bytes it covers.
+  // of small tensors instead of one per 2^(k+1) bytes it covers. (CPU spans up to
+  // kArenaMaxBytes are in the calls' arenas, not here: those classes hold CUDA spans only.)
   for (unsigned k = 0; k < spans_.size(); ++k) {
     spans_[k] = SpanIndex<SpanEntry>(std::max(k + 1, 12u));
   }
@@ -1004,11 +1154,12 @@ std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before
 }
 
 void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& out,
-                        std::vector<std::shared_ptr<Blob>>& owner, bool* nonfinite,
+                        std::vector<std::shared_ptr<Blob>>& owner, Arena& arena, bool* nonfinite,
                         const std::vector<std::shared_ptr<Blob>>* prior,
                         const std::vector<Ranges>* written, bool just_written) {
   thread_local std::vector<KeptTensor> spare;
   resize_reusing(out, tensors.size(), spare);
+  bool small = false;  // a copy into the arena, to be fenced
   for (std::size_t ti = 0; ti < tensors.size(); ++ti) {
     const auto& [key, t] = tensors[ti];
     KeptTensor& k = out[ti];
@@ -1029,6 +1180,15 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
         n ? static_cast<const uint8_t*>(t.data_ptr()) - k.item.offset * dtype_size(t.dtype())
           : nullptr;
     const bool cuda = t.device().is_cuda();
+    if (!cuda && !cfg_.ring_verify_full && n <= kArenaMaxBytes) {
+      k.data =
+          keep_small(t, src, n, static_cast<uint64_t>(k.item.span), arena, nonfinite, just_written);
+      k.patches = nullptr;
+      k.n_patches = 0;
+      owner.push_back(nullptr);
+      small = true;
+      continue;
+    }
     std::optional<SpanKey> at;
     if (!cfg_.ring_verify_full && n > 0 && !(cuda && graphs_seen_.load())) {
       // The default mode: the same storage span, unwritten by the library since it was kept,
@@ -1111,6 +1271,9 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
     k.n_patches = blob->patches.size();
     owner.push_back(std::move(blob));
   }
+  // The arena's streamed stores are ordered before the call is published (a dump on another
+  // thread, the crash handler).
+  if (small) ring_copy_fence();
 }
 
 std::shared_ptr<Blob> RingRecorder::share_span_locked(const SpanKey& at, uint64_t n,
@@ -1247,6 +1410,8 @@ void RingRecorder::recycle_locked(std::shared_ptr<RingCall> c) {
   r.rec.self_id.reset();
   r.rec.process_sequence = 0;
   r.blobs.clear();
+  r.arena.reset();
+  r.arena_held = 0;
   // begin and end stay allocated: the next call lays its files out over them.
   r.evicted = false;
   r.slot = 0;
@@ -1265,7 +1430,9 @@ std::shared_ptr<RingCall> RingRecorder::new_call() {
       return c;
     }
   }
-  return std::make_shared<RingCall>();
+  auto c = std::make_shared<RingCall>();
+  c->arena.use_pool(chunk_pool_);
+  return c;
 }
 
 void RingRecorder::release_locked(RingCall& c) {
@@ -1303,6 +1470,16 @@ void RingRecorder::release_locked(RingCall& c) {
     }
   }
   c.blobs.clear();
+  // The arena's bytes leave the bound now; its buffers stay with the call until it is recycled
+  // (or freed with it).
+  held_->fetch_sub(c.arena_held, std::memory_order_relaxed);
+  c.arena_held = 0;
+}
+
+void RingRecorder::count_arena_locked(RingCall& c) {
+  const uint64_t used = c.arena.used();
+  held_->fetch_add(used - c.arena_held, std::memory_order_relaxed);
+  c.arena_held = used;
 }
 
 void RingRecorder::anchor_locked(std::shared_ptr<RingCall> c) {
@@ -1332,6 +1509,7 @@ void RingRecorder::anchor_locked(std::shared_ptr<RingCall> c) {
 
 void RingRecorder::publish(const std::shared_ptr<RingCall>& call) {
   std::lock_guard<std::mutex> l(mu_);
+  count_arena_locked(*call);
   const std::size_t n = slots_.size();
   while (calls_.size() >= n) evict_oldest_locked();
   calls_.push_back(call);
@@ -1402,7 +1580,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     // The kept inputs' metadata is needed only to lay out the archive below: per thread, in
     // warm memory (the call's record has its own copy, rec.inputs; blobs[j] is input j's).
     thread_local std::vector<KeptTensor> kept_in;
-    keep(ex.tensors, kept_in, call->blobs);
+    keep(ex.tensors, kept_in, call->blobs, call->arena);
     // <ts>_pid<PID>_<name>_call<NNNN>, laid out in one string (the concatenations and
     // snprintf it replaces were a few percent of the hook's time).
     char digits[48];
@@ -1514,7 +1692,8 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
       throw std::runtime_error("evicted before it completed");
     }
     blobs.clear();
-    keep(out.tensors, kept_out, blobs, check ? &nan : nullptr, nullptr, nullptr, true);
+    t_small_written.clear();
+    keep(out.tensors, kept_out, blobs, call->arena, check ? &nan : nullptr, nullptr, nullptr, true);
     // A KV cache an append wrote a few rows into: kept as the bytes it held as this call's
     // input plus the rows written (a delta), not copied whole on every append.
     thread_local std::vector<std::shared_ptr<Blob>> prior;
@@ -1536,7 +1715,8 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
         }
       }
     }
-    keep(mutated.tensors, kept_mut, blobs, check ? &nan : nullptr, &prior, &written, true);
+    keep(mutated.tensors, kept_mut, blobs, call->arena, check ? &nan : nullptr, &prior, &written,
+         true);
     prior.clear();
     files->complete = true;
     files->has_outputs = !kept_out.empty();
@@ -1550,7 +1730,10 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
         // dump fills in its CRC fields).
         files->has_inputs = call->begin->has_inputs;
         if (files->has_inputs) files->inputs = call->begin->inputs;
-        for (auto& b : blobs) call->blobs.push_back(std::move(b));
+        for (auto& b : blobs) {
+          if (b) call->blobs.push_back(std::move(b));
+        }
+        count_arena_locked(*call);
         call->end = std::move(files);
         call->files.store(call->end.get(), std::memory_order_release);
         // The outputs count toward the bound too.
@@ -1600,7 +1783,7 @@ void RingRecorder::on_call_error(const OpDecl& decl, std::span<const Value> args
 void RingRecorder::wait_copies_locked() {
   for (const auto& c : calls_) {
     for (const auto& b : c->blobs) {
-      if (b->event) {
+      if (b && b->event) {
         detail::cuda_event_wait(b->event);
         detail::cuda_event_destroy(b->event);
         b->event = nullptr;

@@ -14,7 +14,9 @@ namespace kcpu = flashinfer::kernels::cpu;
 
 // Up to this a plain memcpy, which leaves the copy in cache: a span this small is compared
 // whole with its copy when the next call shares it (an activation passed on: ring.cpp's
-// same_as_kept, kWholeCompareBytes), and a streamed copy would make that 64 misses.
+// same_as_kept, kWholeCompareBytes), and a streamed copy would make that 64 misses. (Since
+// session 17 the default mode keeps such spans in the call's arena, never compared:
+// ring_copy_streamed.)
 constexpr uint64_t kStreamMin = 4096 + 1;
 
 bool use_avx2() { return kcpu::cpu_isa() >= kcpu::CpuIsa::kAvx2; }
@@ -87,8 +89,9 @@ __attribute__((target("avx2"))) __m256i mask_of(DType dtype) {
 // src, element by element: src is element-aligned). The head up to dst's 32-byte alignment and
 // the tail are copied plainly and checked by the scalar loop; when that head is not whole
 // elements (dst and src disagree modulo the width: not the pool's blobs) all of it is.
+// `fence`: the streaming stores are fenced before it returns (else the caller fences).
 __attribute__((target("avx2"))) bool stream_copy(uint8_t* dst, const uint8_t* src, uint64_t n,
-                                                 bool check, DType dtype) {
+                                                 bool check, DType dtype, bool fence = true) {
   const uint64_t width = check ? dtype_size(dtype) : 1;
   uint64_t head = (32 - (reinterpret_cast<uintptr_t>(dst) & 31)) & 31;
   if (head > n) head = n;
@@ -113,7 +116,7 @@ __attribute__((target("avx2"))) bool stream_copy(uint8_t* dst, const uint8_t* sr
   }
   // Streaming stores are weakly ordered: fenced before the copy is published to a dump on
   // another thread (or read by the crash handler).
-  _mm_sfence();
+  if (fence) _mm_sfence();
   std::memcpy(dst + i, src + i, n - i);
   if (check)
     bad = bad || !_mm256_testz_si256(acc, acc) || ring_any_nonfinite(src + i, n - i, dtype);
@@ -142,5 +145,16 @@ bool ring_copy_check(uint8_t* dst, const uint8_t* src, uint64_t n, DType dtype) 
   }
   return stream_copy(dst, src, n, true, dtype);
 }
+
+bool ring_copy_streamed(uint8_t* dst, const uint8_t* src, uint64_t n, bool check,
+                        DType dtype) noexcept {
+  if (!use_avx2()) {
+    if (n) std::memcpy(dst, src, n);
+    return check && ring_any_nonfinite(src, n, dtype);
+  }
+  return stream_copy(dst, src, n, check, dtype, false);
+}
+
+void ring_copy_fence() noexcept { _mm_sfence(); }
 
 }  // namespace flashinfer::recorder::internal

@@ -22,6 +22,14 @@ bool ring_checkable(DType dtype) noexcept;
 /// exponent bits set (a NaN or an Inf). `dtype` must be ring_checkable.
 bool ring_copy_check(uint8_t* dst, const uint8_t* src, uint64_t n, DType dtype) noexcept;
 
+/// ring_copy_check (ring_copy when `check` is false) in streaming stores whatever the size, and
+/// not fenced: for copies nothing compares soon (the call's arena, recorder/ring.cpp), a whole
+/// line of `dst` at a time when it is 64-byte aligned. ring_copy_fence() after the last of them,
+/// before they are published.
+bool ring_copy_streamed(uint8_t* dst, const uint8_t* src, uint64_t n, bool check,
+                        DType dtype) noexcept;
+void ring_copy_fence() noexcept;
+
 /// The check alone (no copy): over `n` bytes at `p`.
 bool ring_any_nonfinite(const uint8_t* p, uint64_t n, DType dtype) noexcept;
 

@@ -108,6 +108,47 @@ TEST(RingCopy, FindsANonfiniteElementAnywhere) {
   }
 }
 
+// The arena's copies (ring_copy_streamed, fenced once after them): streamed at every size, equal
+// to their source at the arena's alignments (64, 16) and others, nothing written around them,
+// and the fused check finds an Inf or NaN at the first, a middle and the last element.
+TEST(RingCopy, StreamedCopiesOfSmallSpansAreExactAndChecked) {
+  CapGuard g;
+  for (kcpu::CpuIsa cap : {kcpu::CpuIsa::kAvx512, kcpu::CpuIsa::kScalar}) {
+    kcpu::set_cpu_isa_cap(cap);
+    for (DType d : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+      const std::size_t w = width(d);
+      for (std::size_t elems : {std::size_t{1}, std::size_t{5}, std::size_t{16}, std::size_t{33},
+                                std::size_t{100}, std::size_t{512}, 4096 / w}) {
+        const std::size_t n = elems * w;
+        for (std::size_t dst_off : {0, 16, 48, 8}) {
+          std::vector<uint8_t> src = finite_bytes(n);
+          alignas(64) static uint8_t dst[4096 + 192];
+          std::memset(dst, 0xee, sizeof(dst));
+          uint8_t* at = dst + 64 + dst_off;
+          for (std::size_t e : {std::size_t{0}, elems / 2, elems - 1}) {
+            for (bool bad : {false, true}) {
+              put_element(src.data() + e * w, d, bad);
+              EXPECT_EQ(ri::ring_copy_streamed(at, src.data(), n, true, d), bad)
+                  << static_cast<int>(d) << " elems " << elems << " at " << e;
+              ri::ring_copy_fence();
+              ASSERT_EQ(std::memcmp(at, src.data(), n), 0) << n << " " << dst_off;
+              const std::vector<uint8_t> fresh = finite_bytes(n);
+              std::memcpy(src.data() + e * w, fresh.data() + e * w, w);
+            }
+          }
+          // Unchecked: never reports a nonfinite element (the caller checks another way).
+          put_element(src.data(), d, true);
+          EXPECT_FALSE(ri::ring_copy_streamed(at, src.data(), n, false, d));
+          ri::ring_copy_fence();
+          ASSERT_EQ(std::memcmp(at, src.data(), n), 0);
+          for (std::size_t i = 0; i < 64 + dst_off; ++i) ASSERT_EQ(dst[i], 0xee);
+          for (std::size_t i = 64 + dst_off + n; i < sizeof(dst); ++i) ASSERT_EQ(dst[i], 0xee);
+        }
+      }
+    }
+  }
+}
+
 TEST(RingCopy, CheckableDtypes) {
   EXPECT_TRUE(ri::ring_checkable(DType::kFloat16));
   EXPECT_TRUE(ri::ring_checkable(DType::kBFloat16));
