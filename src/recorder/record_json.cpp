@@ -1,5 +1,6 @@
 #include "recorder/record_json.h"
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -368,6 +369,30 @@ void set_metas(std::vector<TensorMeta>& metas, const Extracted& ex) {
   }
 }
 
+// The template of a call whose metadata tape is `tape` and whose tensors are `sides`'s: a recent
+// one with the same key from `templates` (the metadata was written into warm per-thread memory;
+// only a new template is copied out, into memory the calls then share), else a new one that
+// `fill` completes (its tensors' metadata and bytes) and `templates` keeps.
+template <class T, std::size_t N, class Fill>
+std::shared_ptr<const T> shared_template(RecordTemplates<T>* templates, const RecordTape& tape,
+                                         const std::array<const Extracted*, N>& sides,
+                                         Fill&& fill) {
+  TemplateKey k;
+  if (templates) {
+    thread_local std::string key;
+    key.clear();
+    put_tape_key(key, tape);
+    for (const Extracted* side : sides) put_tensors_key(key, *side);
+    k = template_key(key);
+    if (auto found = templates->find(k)) return found;
+  }
+  auto made = std::make_shared<T>();
+  made->metadata = tape;
+  fill(*made);
+  if (templates) templates->insert(k, made);
+  return made;
+}
+
 }  // namespace
 
 void fill_input_record(InputRecord& rec, const OpDecl& decl, std::span<const Value> args,
@@ -385,58 +410,29 @@ void fill_input_record(InputRecord& rec, const OpDecl& decl, std::span<const Val
   rec.graph = false;
   rec.self_id = self_id;
   rec.process_sequence = process_sequence;
-  // The metadata is written into warm per-thread memory; a recent call's template with the
-  // same key is shared, and only a new one is copied out (into memory the calls then share).
   thread_local RecordTape tape;
-  thread_local std::string key;
   tape.clear();
   write_input_metadata(tape, decl, args, ex);
-  TemplateKey k;
-  if (templates) {
-    key.clear();
-    put_tape_key(key, tape);
-    put_tensors_key(key, ex);
-    k = template_key(key);
-    if (auto found = templates->find(k)) {
-      rec.inputs = std::move(found);
-      return;
-    }
-  }
-  auto made = std::make_shared<InputTemplate>();
-  made->metadata = tape;
-  made->bytes = ex.bytes;
-  set_metas(made->tensors, ex);
-  if (templates) templates->insert(k, made);
-  rec.inputs = std::move(made);
+  const std::array<const Extracted*, 1> sides = {&ex};
+  rec.inputs = shared_template<InputTemplate>(templates, tape, sides, [&](InputTemplate& t) {
+    t.bytes = ex.bytes;
+    set_metas(t.tensors, ex);
+  });
 }
 
 void fill_output_record(OutputRecord& rec, const OpDecl& decl, std::span<const Value> args,
                         const Value& result, Extracted& out, Extracted& mutated,
                         RecordTemplates<OutputTemplate>* templates) {
   thread_local RecordTape tape;
-  thread_local std::string key;
   tape.clear();
   write_result(tape, result, out);
   extract_mutated_into(decl, args, mutated);
-  TemplateKey k;
-  if (templates) {
-    key.clear();
-    put_tape_key(key, tape);
-    put_tensors_key(key, out);
-    put_tensors_key(key, mutated);
-    k = template_key(key);
-    if (auto found = templates->find(k)) {
-      rec.outputs = std::move(found);
-      return;
-    }
-  }
-  auto made = std::make_shared<OutputTemplate>();
-  made->metadata = tape;
-  made->bytes = out.bytes;
-  set_metas(made->outputs, out);
-  set_metas(made->mutated, mutated);
-  if (templates) templates->insert(k, made);
-  rec.outputs = std::move(made);
+  const std::array<const Extracted*, 2> sides = {&out, &mutated};
+  rec.outputs = shared_template<OutputTemplate>(templates, tape, sides, [&](OutputTemplate& t) {
+    t.bytes = out.bytes;
+    set_metas(t.outputs, out);
+    set_metas(t.mutated, mutated);
+  });
 }
 
 void Extracted::clear() {
