@@ -374,7 +374,7 @@ void set_metas(std::vector<TensorMeta>& metas, const Extracted& ex) {
 // only a new template is copied out, into memory the calls then share), else a new one that
 // `fill` completes (its tensors' metadata and bytes) and `templates` keeps.
 template <class T, std::size_t N, class Fill>
-std::shared_ptr<const T> shared_template(RecordTemplates<T>* templates, const RecordTape& tape,
+std::shared_ptr<const T> shared_template(RecentTemplates<T>* templates, const RecordTape& tape,
                                          const std::array<const Extracted*, N>& sides,
                                          Fill&& fill) {
   TemplateKey k;
@@ -399,7 +399,7 @@ void fill_input_record(InputRecord& rec, const OpDecl& decl, std::span<const Val
                        int64_t call_sequence, std::string_view timestamp, int64_t pid,
                        const std::string* tail, std::optional<uint64_t> self_id,
                        int64_t process_sequence, Extracted& ex,
-                       RecordTemplates<InputTemplate>* templates) {
+                       RecentTemplates<InputTemplate>* templates) {
   rec.function_name = decl.name;
   rec.module = decl.module;
   rec.call_sequence = call_sequence;
@@ -422,7 +422,7 @@ void fill_input_record(InputRecord& rec, const OpDecl& decl, std::span<const Val
 
 void fill_output_record(OutputRecord& rec, const OpDecl& decl, std::span<const Value> args,
                         const Value& result, Extracted& out, Extracted& mutated,
-                        RecordTemplates<OutputTemplate>* templates) {
+                        RecentTemplates<OutputTemplate>* templates) {
   thread_local RecordTape tape;
   tape.clear();
   write_result(tape, result, out);

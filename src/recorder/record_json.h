@@ -63,7 +63,7 @@ struct OutputRecord;
 struct InputTemplate;
 struct OutputTemplate;
 template <class T>
-class RecordTemplates;
+class RecentTemplates;
 
 /// A call's record as text pieces.
 struct RecordParts {
@@ -98,13 +98,13 @@ void fill_input_record(InputRecord& rec, const OpDecl& decl, std::span<const Val
                        int64_t call_sequence, std::string_view timestamp, int64_t pid,
                        const std::string* tail, std::optional<uint64_t> self_id,
                        int64_t process_sequence, Extracted& ex,
-                       RecordTemplates<InputTemplate>* templates = nullptr);
+                       RecentTemplates<InputTemplate>* templates = nullptr);
 
 /// The ring's structured record of a call's outcome: what outputs_outcome would write.
 /// `out` and `mutated` receive the output and mutated tensors (by reference).
 void fill_output_record(OutputRecord& rec, const OpDecl& decl, std::span<const Value> args,
                         const Value& result, Extracted& out, Extracted& mutated,
-                        RecordTemplates<OutputTemplate>* templates = nullptr);
+                        RecentTemplates<OutputTemplate>* templates = nullptr);
 
 /// Fills the input-side pieces after the head: keys, tensor details, tensor format, signature,
 /// versions, graph flag, self_id, backend and process_sequence.

@@ -113,7 +113,7 @@ struct TensorMeta {
 /// What line 1 (inputs_saved) says that depends only on the op and its arguments (their values
 /// and tensor metadata, not the tensors' bytes): input_metadata's object, the inputs' metadata
 /// and their logical bytes. A decode step repeats these call after call, so the ring keeps one
-/// immutable copy per distinct value, shared by the calls (RecordTemplates): writing them into
+/// immutable copy per distinct value, shared by the calls (RecentTemplates): writing them into
 /// every kept call's cold storage was the largest part of the record's cost (session 17).
 struct InputTemplate {
   RecordTape metadata;  // input_metadata's object
@@ -141,11 +141,12 @@ struct TemplateKey {
 };
 TemplateKey template_key(std::span<const char> bytes);
 
-/// An op's last few distinct templates (one cache per op and side). A few entries, as one op
-/// is called with a few shapes in turn (a decode step's GEMMs: five weights, four output
-/// shapes). Thread-safe.
+/// An op's last few distinct templates (one cache per op and side: record templates here, the
+/// ring's archive layouts), by TemplateKey. A few entries, as one op is called with a few
+/// shapes in turn (a decode step's GEMMs: five weights, four output shapes; with four entries
+/// they missed in turn, session 17). Thread-safe.
 template <class T>
-class RecordTemplates {
+class RecentTemplates {
  public:
   /// The recent template with key `k`, or null.
   std::shared_ptr<const T> find(const TemplateKey& k) {

@@ -803,27 +803,17 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   void wait_copies_locked();
   // Per op: its record tail (record_tail: format, signature, versions), laid out once, and its
   // call counter (counters_, by name), found by one lookup of the declaration.
-  // Per side (inputs, outputs, mutated), the op's last few archive layouts and their keys
-  // (plan()): a call with the tensor metadata of one of the op's recent calls finds its layout
-  // here, in the entry the hook has just touched, instead of in the per-thread cache (whose
-  // bucket and node were two cold lines per archive, half of plan's own time, session 15). The
-  // keys' 128-bit hashes sit together and identify the entry. A few entries, as one op (a
-  // GEMM) is called with a few shapes in turn: with four, the five weights of a decode step's
-  // GEMMs missed in turn (session 17).
-  struct ArchiveTemplate {
-    static constexpr std::size_t kWays = 8;  // a decode step's GEMMs: five weights in turn
-    std::array<TemplateKey, kWays> hash{};   // {0, 0}: empty
-    std::array<std::shared_ptr<const formats::ArchivePlan>, kWays> layout;
-    std::size_t next = 0;  // the entry a miss replaces (round robin)
-  };
+  // Per side (inputs, outputs, mutated), the op's last few archive layouts (plan()): a call
+  // with the tensor metadata of one of the op's recent calls finds its layout here, in the
+  // entry the hook has just touched, instead of in the per-thread cache (whose bucket and node
+  // were two cold lines per archive, half of plan's own time, session 15).
   struct OpInfo {
     std::string name, module, tail;  // the kept calls' records point at name and module
     int64_t* calls = nullptr;
-    std::mutex mu;  // the templates (calls of one op on several threads)
-    std::array<ArchiveTemplate, 3> templates;
+    std::array<RecentTemplates<formats::ArchivePlan>, 3> layouts;
     // The record templates of the op's recent calls (record_tape.h), shared by its kept calls.
-    RecordTemplates<InputTemplate> input_records;
-    RecordTemplates<OutputTemplate> output_records;
+    RecentTemplates<InputTemplate> input_records;
+    RecentTemplates<OutputTemplate> output_records;
   };
   OpInfo& op_info_locked(const OpDecl& decl);
   // Writes the kept calls under `root` (a buffer holding the root path); async-signal-safe.
@@ -1322,8 +1312,8 @@ void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vect
   // layouts over and over, so the layouts are made once, cached per thread (no lock) and
   // shared by the kept calls (the pickling and zip headers took a sixth of the ring's time,
   // session 9; copying the cached layout into each call ~15 %, session 14). The key is the
-  // metadata laid end to end in one buffer: built in warm memory and compared with one memcmp
-  // (comparing against the layout's own items instead chased their cold heap blocks).
+  // metadata laid end to end in one buffer, built in warm memory; the op's recent layouts are
+  // matched by its 128-bit hash (record_tape.h, TemplateKey).
   thread_local std::unordered_map<std::string, std::shared_ptr<const formats::ArchivePlan>> cache;
   thread_local std::string key;
   key.assign(stem);
@@ -1337,20 +1327,11 @@ void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vect
     put(k.item.shape.data(), k.item.shape.size() * sizeof(int64_t));
     put(k.item.strides.data(), k.item.strides.size() * sizeof(int64_t));
   }
-  ArchiveTemplate& tp = op.templates[static_cast<std::size_t>(side)];
-  // Matched by the key's 128-bit hash alone (record_tape.h, TemplateKey): comparing the key
-  // whole read the entry's cold heap copy of it.
+  RecentTemplates<formats::ArchivePlan>& recent = op.layouts[static_cast<std::size_t>(side)];
   const TemplateKey h = template_key(key);
-  bool hit = false;
-  {
-    std::lock_guard<std::mutex> l(op.mu);
-    for (std::size_t w = 0; w < ArchiveTemplate::kWays && !hit; ++w) {
-      if (!(tp.hash[w] == h)) continue;
-      hit = true;
-      if (dst.layout != tp.layout[w]) dst.layout = tp.layout[w];
-    }
-  }
-  if (!hit) {
+  if (auto found = recent.find(h)) {
+    if (dst.layout != found) dst.layout = std::move(found);
+  } else {
     auto it = cache.find(key);
     if (it == cache.end()) {
       std::vector<formats::TorchItem> items;
@@ -1364,11 +1345,7 @@ void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vect
                .first;
     }
     if (dst.layout != it->second) dst.layout = it->second;
-    std::lock_guard<std::mutex> l(op.mu);
-    const std::size_t w = tp.next;
-    tp.next = (w + 1) % ArchiveTemplate::kWays;
-    tp.hash[w] = h;
-    tp.layout[w] = it->second;
+    recent.insert(h, it->second);
   }
   dst.data.resize(t.size());
   for (std::size_t i = 0; i < t.size(); ++i) {

@@ -233,7 +233,7 @@ TEST(RingRecords, GoldenLine) {
 }
 
 // The ring's kept calls share one immutable template per distinct argument metadata and
-// values (RecordTemplates): calls that repeat them get the same template, a call that differs
+// values (RecentTemplates): calls that repeat them get the same template, a call that differs
 // in a value, a tensor's shape or its key gets its own, and each call's line keeps its own
 // sequence and timestamp.
 TEST(RingRecords, CallsThatRepeatTheirArgumentsShareOneTemplate) {
@@ -242,8 +242,8 @@ TEST(RingRecords, CallsThatRepeatTheirArgumentsShareOneTemplate) {
   decl.module = "flashinfer.norm";
   decl.params = {ParamDecl("input", ParamKind::kTensor), ParamDecl("eps", ParamKind::kFloat)};
   const std::string tail = "\"tensor_format\": \"torch\"";
-  RecordTemplates<InputTemplate> ins;
-  RecordTemplates<OutputTemplate> outs;
+  RecentTemplates<InputTemplate> ins;
+  RecentTemplates<OutputTemplate> outs;
   const auto fill = [&](InputRecord& in, OutputRecord& o, std::vector<int64_t> shape, double eps,
                         int64_t seq) {
     const std::vector<Value> args = {Value(filled(shape, DType::kBFloat16, 1.0)), Value(eps)};
