@@ -395,11 +395,9 @@ std::shared_ptr<const T> shared_template(RecentTemplates<T>* templates, const Re
 
 }  // namespace
 
-void fill_input_record(InputRecord& rec, const OpDecl& decl, std::span<const Value> args,
-                       int64_t call_sequence, std::string_view timestamp, int64_t pid,
-                       const std::string* tail, std::optional<uint64_t> self_id,
-                       int64_t process_sequence, Extracted& ex,
-                       RecentTemplates<InputTemplate>* templates) {
+void fill_input_record_fields(InputRecord& rec, const OpDecl& decl, int64_t call_sequence,
+                              std::string_view timestamp, int64_t pid, const std::string* tail,
+                              std::optional<uint64_t> self_id, int64_t process_sequence) {
   rec.function_name = decl.name;
   rec.module = decl.module;
   rec.call_sequence = call_sequence;
@@ -410,6 +408,15 @@ void fill_input_record(InputRecord& rec, const OpDecl& decl, std::span<const Val
   rec.graph = false;
   rec.self_id = self_id;
   rec.process_sequence = process_sequence;
+}
+
+void fill_input_record(InputRecord& rec, const OpDecl& decl, std::span<const Value> args,
+                       int64_t call_sequence, std::string_view timestamp, int64_t pid,
+                       const std::string* tail, std::optional<uint64_t> self_id,
+                       int64_t process_sequence, Extracted& ex,
+                       RecentTemplates<InputTemplate>* templates) {
+  fill_input_record_fields(rec, decl, call_sequence, timestamp, pid, tail, self_id,
+                           process_sequence);
   thread_local RecordTape tape;
   tape.clear();
   write_input_metadata(tape, decl, args, ex);

@@ -100,6 +100,10 @@ void fill_input_record(InputRecord& rec, const OpDecl& decl, std::span<const Val
                        int64_t process_sequence, Extracted& ex,
                        RecentTemplates<InputTemplate>* templates = nullptr);
 
+/// fill_input_record's fields that are the call's own (all but its template, rec.inputs).
+void fill_input_record_fields(InputRecord& rec, const OpDecl& decl, int64_t call_sequence,
+                              std::string_view timestamp, int64_t pid, const std::string* tail,
+                              std::optional<uint64_t> self_id, int64_t process_sequence);
 /// The ring's structured record of a call's outcome: what outputs_outcome would write.
 /// `out` and `mutated` receive the output and mutated tensors (by reference).
 void fill_output_record(OutputRecord& rec, const OpDecl& decl, std::span<const Value> args,

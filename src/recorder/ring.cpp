@@ -33,6 +33,7 @@
 #include "flashinfer/error.h"
 #include "flashinfer/ops/page.h"
 #include "formats/torch_archive.h"
+#include "recorder/call_extensions.h"
 #include "recorder/dump_schema.h"
 #include "recorder/dump_writer.h"
 #include "recorder/graph_dumps.h"
@@ -286,6 +287,144 @@ struct KeptTensor {
   const uint8_t* data = nullptr;
   const formats::Patch* patches = nullptr;  // a delta's patches over `data`
   std::size_t n_patches = 0;
+};
+
+// A call's tensor as keep() and note_writes() read it: its record key and the tensor (an
+// argument, the result or one of its items, or an Extracted's entry), not copied.
+struct TensorRef {
+  std::string_view key;
+  const Tensor* t = nullptr;
+};
+using TensorRefs = std::vector<TensorRef>;
+
+void refs_of(const NamedTensors& tensors, TensorRefs& out) {
+  out.clear();
+  for (const auto& [k, t] : tensors) out.push_back({k, &t});
+}
+
+// ---- call shapes: the fast path of a call that repeats a recent call's arguments
+//
+// A decode step calls each op with the arguments of the step before: the same shapes,
+// strides, scalars and objects over new bytes. A call's record template and archive layouts
+// depend on nothing else, so the op keeps its recent ones by the XXH3-128 of the arguments'
+// raw values (put_raw_value) and a call that finds its key skips what makes them: the record
+// tape, the template's and layouts' keys, the tensors' extraction (about half of the hooks'
+// instructions on a warm cache, session 18). The key covers every value the record text and
+// layouts read (and more: a float's bits, an object's whole repr), so equal keys mean equal
+// templates, as with TemplateKey.
+
+// How deep put_raw_value follows containers (the record writes to kMaxDepth; deeper values
+// only make the key more specific).
+constexpr int kMaxRawDepth = 6;
+
+void put_raw_bytes(std::string& k, const void* p, std::size_t n) {
+  k.append(static_cast<const char*>(p), n);
+}
+
+void put_raw_string(std::string& k, const std::string& s) {
+  const uint64_t n = s.size();
+  put_raw_bytes(k, &n, sizeof(n));
+  k += s;
+}
+
+// Appends what `v`'s record text and archive layout are made from. A tensor is taken only where
+// the record takes tensors out by position: as `v` itself when `tensor_here` (an argument, the
+// result), as an item of a tuple `v` when `tensor_items` (the result's). False when one lies
+// elsewhere or the nesting is deeper than kMaxRawDepth: such a call takes the general path.
+bool put_raw_value(std::string& k, const Value& v, bool tensor_here, bool tensor_items, int depth) {
+  const Value::Kind kind = v.kind();
+  k.push_back(static_cast<char>(kind));
+  switch (kind) {
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kBool:
+      k.push_back(v.as_bool() ? 1 : 0);
+      return true;
+    case Value::Kind::kInt: {
+      const int64_t x = v.as_int();
+      put_raw_bytes(k, &x, sizeof(x));
+      return true;
+    }
+    case Value::Kind::kFloat: {
+      const double x = v.as_float();
+      put_raw_bytes(k, &x, sizeof(x));
+      return true;
+    }
+    case Value::Kind::kString:
+      put_raw_string(k, v.as_string());
+      return true;
+    case Value::Kind::kDType: {
+      const int64_t d = static_cast<int64_t>(v.as_dtype());
+      put_raw_bytes(k, &d, sizeof(d));
+      return true;
+    }
+    case Value::Kind::kEnum: {
+      const EnumValue& e = v.as_enum();
+      put_raw_string(k, e.type);
+      put_raw_string(k, e.name);
+      put_raw_string(k, e.value);
+      return true;
+    }
+    case Value::Kind::kTensor: {
+      if (!tensor_here) return false;
+      const Tensor& t = v.as_tensor();
+      const Device d = t.device();
+      const int64_t fixed[] = {static_cast<int64_t>(t.dtype()), static_cast<int64_t>(d.type),
+                               d.index, t.dim(), t.storage_offset()};
+      put_raw_bytes(k, fixed, sizeof(fixed));
+      put_raw_bytes(k, t.shape().data(), t.shape().size() * sizeof(int64_t));
+      put_raw_bytes(k, t.strides().data(), t.strides().size() * sizeof(int64_t));
+      return true;
+    }
+    case Value::Kind::kList:
+    case Value::Kind::kTuple: {
+      const auto& items = v.items();
+      const uint64_t n = items.size();
+      put_raw_bytes(k, &n, sizeof(n));
+      if (depth >= kMaxRawDepth) return false;
+      const bool inner = tensor_items && kind == Value::Kind::kTuple;
+      for (const Value& x : items) {
+        if (!put_raw_value(k, x, inner, false, depth + 1)) return false;
+      }
+      return true;
+    }
+    case Value::Kind::kDict: {
+      const auto& items = v.dict_items();
+      const uint64_t n = items.size();
+      put_raw_bytes(k, &n, sizeof(n));
+      if (depth >= kMaxRawDepth) return false;
+      for (const auto& [a, b] : items) {
+        if (!put_raw_value(k, a, false, false, depth + 1)) return false;
+        if (!put_raw_value(k, b, false, false, depth + 1)) return false;
+      }
+      return true;
+    }
+    case Value::Kind::kObject: {
+      const ObjectRef& o = v.as_object();
+      put_raw_string(k, o.type);
+      put_raw_string(k, o.repr);
+      put_raw_bytes(k, &o.id, sizeof(o.id));
+      return true;
+    }
+  }
+  return false;
+}
+
+// What a call with a given argument key has: its line-1 template, its inputs' archive layout
+// and which arguments are the input tensors (in the record's order).
+struct InputShape {
+  std::shared_ptr<const InputTemplate> tmpl;
+  std::shared_ptr<const formats::ArchivePlan> layout;  // null: no input tensors
+  std::vector<uint32_t> args;  // input tensor j: argument args[j], key tmpl->tensors[j].key
+};
+
+// What a call with a given argument key and result key has on line 2: the template, the
+// outputs' and mutated arguments' layouts, and where those tensors are.
+struct OutputShape {
+  std::shared_ptr<const OutputTemplate> tmpl;
+  std::shared_ptr<const formats::ArchivePlan> outputs, mutated;  // null: none
+  std::vector<int32_t> results;        // output j: the result (-1) or its tuple item results[j]
+  std::vector<uint32_t> mutated_args;  // mutated tensor j: argument mutated_args[j]
 };
 
 std::string json_escaped(std::string_view s) {
@@ -688,6 +827,16 @@ const uint8_t* keep_small(const Tensor& t, const uint8_t* src, uint64_t n, uint6
   return kept;
 }
 
+// Points `dst`'s items at the kept tensors' bytes (its layout set by the caller).
+void set_pieces(KeptArchive& dst, const std::vector<KeptTensor>& t) {
+  dst.data.resize(t.size());
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    // The item's span in bytes: its data piece's size in the layout (not read there: cold).
+    const uint64_t n = static_cast<uint64_t>(t[i].item.span) * dtype_size(t[i].item.dtype);
+    dst.data[i] = {t[i].data, 0, n, t[i].patches, t[i].n_patches};
+  }
+}
+
 // Whether two kept archives write the same bytes: the same layout over the same blobs (so the
 // same tensor bytes and CRCs). No allocation: the crash handler calls it.
 bool same_archive(const KeptArchive& a, const KeptArchive& b) noexcept {
@@ -758,6 +907,8 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
     std::shared_ptr<RingCall> call;
     OpInfo* op = nullptr;   // the call's op (its archive templates)
     bool observed = false;  // not kept (filtered out, or captured), but its writes are noted
+    bool keyed = false;     // in_key is the arguments' key (the op's shapes apply)
+    TemplateKey in_key;
   };
   static std::vector<Pending>& stack() {
     thread_local std::vector<Pending> s;
@@ -771,7 +922,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // `prior` and `written` (mutated arguments of an op whose writes are known, by tensor): the
   // blob the call kept for the tensor as an input and the byte ranges the op wrote into it; the
   // tensor is then kept as a delta of it when that is small (KV caches).
-  void keep(const NamedTensors& tensors, std::vector<KeptTensor>& out,
+  void keep(std::span<const TensorRef> tensors, std::vector<KeptTensor>& out,
             std::vector<std::shared_ptr<Blob>>& owner, Arena& arena, bool* nonfinite = nullptr,
             const std::vector<std::shared_ptr<Blob>>* prior = nullptr,
             const std::vector<Ranges>* written = nullptr, bool just_written = false);
@@ -786,12 +937,20 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   std::shared_ptr<Blob> share_span_locked(const SpanKey& at, uint64_t n, const Tensor& t,
                                           const uint8_t* src, bool cuda);
   // A recorded (or filtered-out) call wrote `tensors`: kept spans overlapping them are stale.
-  void note_writes(const NamedTensors& tensors);
+  void note_writes(std::span<const TensorRef> tensors);
   void note_write_locked(const Tensor& t);
   // Points `dst` at the layout of an archive of `t` (shared) and at t's bytes. `side`: 0 inputs,
   // 1 outputs, 2 mutated (`stem`), the op's template it looks in first.
   void plan(KeptArchive& dst, std::string_view stem, const std::vector<KeptTensor>& t, OpInfo& op,
             int side);
+  // Remembers the shapes of a call that took the general path (its key `k`), when its
+  // tensors are where the fast path looks for them.
+  void remember_input_shape(OpInfo& op, const TemplateKey& k, const OpDecl& decl,
+                            std::span<const Value> args, const Extracted& ex, const RingCall& c,
+                            const CallFiles& files);
+  void remember_output_shape(OpInfo& op, const TemplateKey& k, const OpDecl& decl,
+                             std::span<const Value> args, const Value& result, const Extracted& out,
+                             const Extracted& mutated, const CallFiles& files);
   void publish(const std::shared_ptr<RingCall>& call);
   void evict_oldest_locked();
   void release_locked(RingCall& c);
@@ -814,6 +973,10 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
     // The record templates of the op's recent calls (record_tape.h), shared by its kept calls.
     RecentTemplates<InputTemplate> input_records;
     RecentTemplates<OutputTemplate> output_records;
+    // The fast path (InputShape): by the arguments' key, and by that and the result's key.
+    bool shapes_apply = false;  // no *args holder, no record extension
+    RecentTemplates<InputShape> input_shapes;
+    RecentTemplates<OutputShape> output_shapes;
   };
   OpInfo& op_info_locked(const OpDecl& decl);
   // Writes the kept calls under `root` (a buffer holding the root path); async-signal-safe.
@@ -901,7 +1064,8 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
 namespace {
 
 std::atomic<RingRecorder*> g_crash_ring{nullptr};
-std::atomic<uint64_t> g_hook_ns{0};  // ring_hook_seconds()
+std::atomic<uint64_t> g_hook_ns{0};     // ring_hook_seconds()
+std::atomic<uint64_t> g_shape_hits{0};  // ring_shape_hits()
 
 // Adds the time from its construction to its destruction to g_hook_ns.
 struct HookTimer {
@@ -1081,6 +1245,7 @@ RingRecorder::OpInfo& RingRecorder::op_info_locked(const OpDecl& decl) {
   op.module = decl.module;
   op.tail = record_tail(false, decl.signature());
   op.calls = &counters_[decl.name];
+  op.shapes_apply = decl.var_positional.empty() && !detail::record_extension(decl.name);
   return op;
 }
 
@@ -1143,7 +1308,7 @@ std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before
   return blob;
 }
 
-void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& out,
+void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTensor>& out,
                         std::vector<std::shared_ptr<Blob>>& owner, Arena& arena, bool* nonfinite,
                         const std::vector<std::shared_ptr<Blob>>* prior,
                         const std::vector<Ranges>* written, bool just_written) {
@@ -1151,7 +1316,8 @@ void RingRecorder::keep(const NamedTensors& tensors, std::vector<KeptTensor>& ou
   resize_reusing(out, tensors.size(), spare);
   bool small = false;  // a copy into the arena, to be fenced
   for (std::size_t ti = 0; ti < tensors.size(); ++ti) {
-    const auto& [key, t] = tensors[ti];
+    const std::string_view key = tensors[ti].key;
+    const Tensor& t = *tensors[ti].t;
     KeptTensor& k = out[ti];
     k.item.name.assign(key);
     k.item.dtype = t.dtype();
@@ -1299,10 +1465,10 @@ void RingRecorder::note_write_locked(const Tensor& t) {
   }
 }
 
-void RingRecorder::note_writes(const NamedTensors& tensors) {
-  if (cfg_.ring_verify_full) return;
+void RingRecorder::note_writes(std::span<const TensorRef> tensors) {
+  if (cfg_.ring_verify_full || tensors.empty()) return;
   std::lock_guard<std::mutex> l(mu_);
-  for (const auto& [key, t] : tensors) note_write_locked(t);
+  for (const TensorRef& r : tensors) note_write_locked(*r.t);
 }
 
 void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vector<KeptTensor>& t,
@@ -1347,12 +1513,79 @@ void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vect
     if (dst.layout != it->second) dst.layout = it->second;
     recent.insert(h, it->second);
   }
-  dst.data.resize(t.size());
-  for (std::size_t i = 0; i < t.size(); ++i) {
-    // The item's span in bytes: its data piece's size in the layout (not read there: cold).
-    const uint64_t n = static_cast<uint64_t>(t[i].item.span) * dtype_size(t[i].item.dtype);
-    dst.data[i] = {t[i].data, 0, n, t[i].patches, t[i].n_patches};
+  set_pieces(dst, t);
+}
+
+void RingRecorder::remember_input_shape(OpInfo& op, const TemplateKey& k, const OpDecl& decl,
+                                        std::span<const Value> args, const Extracted& ex,
+                                        const RingCall& c, const CallFiles& files) {
+  auto shape = std::make_shared<InputShape>();
+  // write_input_metadata's tensors, by position: every tensor argument but a keyword-only
+  // one left at its default.
+  for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
+    const ParamDecl& pd = decl.params[i];
+    if (!args[i].is_tensor()) continue;
+    if (pd.keyword_only && pd.default_value && *pd.default_value == args[i]) continue;
+    shape->args.push_back(static_cast<uint32_t>(i));
   }
+  // Taken only when they are the general path's tensors, in its order, under its keys.
+  if (!c.rec.inputs) return;
+  const std::vector<TensorMeta>& metas = c.rec.inputs->tensors;
+  if (shape->args.size() != ex.tensors.size() || metas.size() != ex.tensors.size()) return;
+  for (std::size_t j = 0; j < shape->args.size(); ++j) {
+    const Tensor& a = args[shape->args[j]].as_tensor();
+    const auto& [key, e] = ex.tensors[j];
+    if (a.data_ptr() != e.data_ptr() || a.shape() != e.shape() || a.strides() != e.strides() ||
+        metas[j].key != key) {
+      return;
+    }
+  }
+  shape->tmpl = c.rec.inputs;
+  if (files.has_inputs) shape->layout = files.inputs.layout;
+  op.input_shapes.insert(k, std::move(shape));
+}
+
+void RingRecorder::remember_output_shape(OpInfo& op, const TemplateKey& k, const OpDecl& decl,
+                                         std::span<const Value> args, const Value& result,
+                                         const Extracted& out, const Extracted& mutated,
+                                         const CallFiles& files) {
+  auto shape = std::make_shared<OutputShape>();
+  // write_result's and extract_mutated_into's tensors, by position.
+  if (result.is_tensor()) {
+    shape->results.push_back(-1);
+  } else if (result.kind() == Value::Kind::kTuple) {
+    const auto& items = result.items();
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (items[i].is_tensor()) shape->results.push_back(static_cast<int32_t>(i));
+    }
+  }
+  for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
+    if (decl.params[i].mutated && args[i].is_tensor()) {
+      shape->mutated_args.push_back(static_cast<uint32_t>(i));
+    }
+  }
+  if (!files.out.outputs) return;
+  const OutputTemplate& t = *files.out.outputs;
+  if (shape->results.size() != out.tensors.size() || t.outputs.size() != out.tensors.size() ||
+      shape->mutated_args.size() != mutated.tensors.size() ||
+      t.mutated.size() != mutated.tensors.size()) {
+    return;
+  }
+  for (std::size_t j = 0; j < shape->results.size(); ++j) {
+    const int32_t r = shape->results[j];
+    const Tensor& a = r < 0 ? result.as_tensor() : result.items()[r].as_tensor();
+    const auto& [key, e] = out.tensors[j];
+    if (a.data_ptr() != e.data_ptr() || a.shape() != e.shape() || t.outputs[j].key != key) return;
+  }
+  for (std::size_t j = 0; j < shape->mutated_args.size(); ++j) {
+    const Tensor& a = args[shape->mutated_args[j]].as_tensor();
+    const auto& [key, e] = mutated.tensors[j];
+    if (a.data_ptr() != e.data_ptr() || a.shape() != e.shape() || t.mutated[j].key != key) return;
+  }
+  shape->tmpl = files.out.outputs;
+  if (files.has_outputs) shape->outputs = files.outputs.layout;
+  if (files.has_mutated) shape->mutated = files.mutated.layout;
+  op.output_shapes.insert(k, std::move(shape));
 }
 
 void RingRecorder::evict_oldest_locked() {
@@ -1550,14 +1783,46 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
           call->method == "__init__" || call->method == "plan" || call->method == "begin_forward";
     }
     const int64_t pseq = process_sequence_.fetch_add(1, std::memory_order_relaxed) + 1;
-    fill_input_record(call->rec, decl, args, seq, ts, pid_, tail, self_id, pseq, ex,
-                      &op->input_records);
+    // The fast path: the arguments' key found among the op's recent calls' (InputShape).
+    Pending& pending = stack().back();
+    std::shared_ptr<const InputShape> shape;
+    if (op->shapes_apply) {
+      thread_local std::string raw;
+      raw.clear();
+      bool keyed = true;
+      for (const Value& a : args) {
+        if (!put_raw_value(raw, a, true, false, 0)) {
+          keyed = false;
+          break;
+        }
+      }
+      if (keyed) {
+        pending.keyed = true;
+        pending.in_key = template_key(raw);
+        shape = op->input_shapes.find(pending.in_key);
+      }
+    }
+    thread_local TensorRefs in_refs;
+    in_refs.clear();
+    if (shape) {
+      g_shape_hits.fetch_add(1, std::memory_order_relaxed);
+      fill_input_record_fields(call->rec, decl, seq, ts, pid_, tail, self_id, pseq);
+      call->rec.inputs = shape->tmpl;
+      for (std::size_t j = 0; j < shape->args.size(); ++j) {
+        in_refs.push_back({shape->tmpl->tensors[j].key, &args[shape->args[j]].as_tensor()});
+      }
+    } else {
+      fill_input_record(call->rec, decl, args, seq, ts, pid_, tail, self_id, pseq, ex,
+                        &op->input_records);
+      refs_of(ex.tensors, in_refs);
+    }
     call->rec.function_name = op->name;  // the declaration may go before a dump is written
     call->rec.module = op->module;
     // The kept inputs' metadata is needed only to lay out the archive below: per thread, in
     // warm memory (the call's record has its own copy, rec.inputs; blobs[j] is input j's).
     thread_local std::vector<KeptTensor> kept_in;
-    keep(ex.tensors, kept_in, call->blobs, call->arena);
+    keep(in_refs, kept_in, call->blobs, call->arena);
+    in_refs.clear();
     // <ts>_pid<PID>_<name>_call<NNNN>, laid out in one string (the concatenations and
     // snprintf it replaces were a few percent of the hook's time).
     char digits[48];
@@ -1596,7 +1861,17 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     files->complete = false;
     files->has_outputs = files->has_mutated = false;
     files->has_inputs = !kept_in.empty();
-    if (files->has_inputs) plan(files->inputs, schema::kInputsStem, kept_in, *op, 0);
+    if (files->has_inputs) {
+      if (shape) {
+        if (files->inputs.layout != shape->layout) files->inputs.layout = shape->layout;
+        set_pieces(files->inputs, kept_in);
+      } else {
+        plan(files->inputs, schema::kInputsStem, kept_in, *op, 0);
+      }
+    }
+    if (!shape && pending.keyed) {
+      remember_input_shape(*op, pending.in_key, decl, args, ex, *call, *files);
+    }
     call->begin = std::move(files);
     call->files.store(call->begin.get(), std::memory_order_release);
     publish(call);
@@ -1614,9 +1889,12 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   std::shared_ptr<RingCall> call = std::move(stack().back().call);
   const bool observed = stack().back().observed;
   OpInfo* const op = stack().back().op;
+  const bool keyed = stack().back().keyed;
+  const TemplateKey in_key = stack().back().in_key;
   stack().pop_back();
   // Per thread, reused (the hooks do not nest within a thread), emptied before returning.
   thread_local Extracted out, mutated;
+  thread_local TensorRefs out_refs, mut_refs;
   thread_local RecordTape scratch_metadata;
   out.clear();
   mutated.clear();
@@ -1625,14 +1903,18 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     ~Clear() {
       out.clear();
       mutated.clear();
+      out_refs.clear();
+      mut_refs.clear();
     }
   } clear_extracted;
   if (!call) {
     if (observed && !cfg_.ring_verify_full) {
       extract_result_tape(result, out, scratch_metadata);
       extract_mutated_into(decl, args, mutated);
-      note_writes(out.tensors);
-      note_writes(mutated.tensors);
+      refs_of(out.tensors, out_refs);
+      refs_of(mutated.tensors, mut_refs);
+      note_writes(out_refs);
+      note_writes(mut_refs);
     }
     return;
   }
@@ -1649,16 +1931,46 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     if (!evicted) files = std::move(call->end);  // a recycled call's earlier layout, reused
   }
   try {
+    // The fast path: the arguments' and the result's keys found among the op's recent calls'.
+    std::shared_ptr<const OutputShape> shape;
+    TemplateKey out_key;
+    bool out_keyed = false;
+    if (keyed && !evicted) {
+      thread_local std::string raw;
+      raw.clear();
+      put_raw_bytes(raw, &in_key, sizeof(in_key));
+      if (put_raw_value(raw, result, true, true, 0)) {
+        out_keyed = true;
+        out_key = template_key(raw);
+        shape = op->output_shapes.find(out_key);
+      }
+    }
     if (!files && !evicted) files = std::make_unique<CallFiles>();
     if (evicted) {
       extract_result_tape(result, out, scratch_metadata);
       extract_mutated_into(decl, args, mutated);
+      refs_of(out.tensors, out_refs);
+      refs_of(mutated.tensors, mut_refs);
+    } else if (shape) {
+      g_shape_hits.fetch_add(1, std::memory_order_relaxed);
+      files->out.outputs = shape->tmpl;
+      for (std::size_t j = 0; j < shape->results.size(); ++j) {
+        const int32_t r = shape->results[j];
+        const Tensor* t = r < 0 ? &result.as_tensor() : &result.items()[r].as_tensor();
+        out_refs.push_back({shape->tmpl->outputs[j].key, t});
+      }
+      for (std::size_t j = 0; j < shape->mutated_args.size(); ++j) {
+        mut_refs.push_back(
+            {shape->tmpl->mutated[j].key, &args[shape->mutated_args[j]].as_tensor()});
+      }
     } else {
       fill_output_record(files->out, decl, args, result, out, mutated, &op->output_records);
+      refs_of(out.tensors, out_refs);
+      refs_of(mutated.tensors, mut_refs);
     }
     // Before the outputs are kept: what the op wrote is new content, not what a kept span holds.
-    note_writes(out.tensors);
-    note_writes(mutated.tensors);
+    note_writes(out_refs);
+    note_writes(mut_refs);
     const bool check = trig_nan_ && !nan_fired_.load(std::memory_order_relaxed);
     if (evicted) {
       if (check) {
@@ -1670,16 +1982,17 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     }
     blobs.clear();
     t_small_written.clear();
-    keep(out.tensors, kept_out, blobs, call->arena, check ? &nan : nullptr, nullptr, nullptr, true);
+    keep(out_refs, kept_out, blobs, call->arena, check ? &nan : nullptr, nullptr, nullptr, true);
     // A KV cache an append wrote a few rows into: kept as the bytes it held as this call's
     // input plus the rows written (a delta), not copied whole on every append.
     thread_local std::vector<std::shared_ptr<Blob>> prior;
     thread_local std::vector<Ranges> written;
-    prior.assign(mutated.tensors.size(), nullptr);
-    if (written.size() < mutated.tensors.size()) written.resize(mutated.tensors.size());
+    prior.assign(mut_refs.size(), nullptr);
+    if (written.size() < mut_refs.size()) written.resize(mut_refs.size());
     if (!cfg_.ring_verify_full && decl.name == kAppendPagedKVCache) {
-      for (std::size_t m = 0; m < mutated.tensors.size(); ++m) {
-        const auto& [key, t] = mutated.tensors[m];
+      for (std::size_t m = 0; m < mut_refs.size(); ++m) {
+        const std::string_view key = mut_refs[m].key;
+        const Tensor& t = *mut_refs[m].t;
         if (t.numel() == 0 || !t.device().is_cpu()) continue;
         const int64_t begin =
             detail::covered_span(t.shape(), t.strides(), t.storage_offset()).first;
@@ -1692,14 +2005,25 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
         }
       }
     }
-    keep(mutated.tensors, kept_mut, blobs, call->arena, check ? &nan : nullptr, &prior, &written,
-         true);
+    keep(mut_refs, kept_mut, blobs, call->arena, check ? &nan : nullptr, &prior, &written, true);
     prior.clear();
     files->complete = true;
     files->has_outputs = !kept_out.empty();
-    if (files->has_outputs) plan(files->outputs, schema::kOutputsStem, kept_out, *op, 1);
     files->has_mutated = !kept_mut.empty();
-    if (files->has_mutated) plan(files->mutated, schema::kMutatedStem, kept_mut, *op, 2);
+    if (shape) {
+      if (files->has_outputs) {
+        if (files->outputs.layout != shape->outputs) files->outputs.layout = shape->outputs;
+        set_pieces(files->outputs, kept_out);
+      }
+      if (files->has_mutated) {
+        if (files->mutated.layout != shape->mutated) files->mutated.layout = shape->mutated;
+        set_pieces(files->mutated, kept_mut);
+      }
+    } else {
+      if (files->has_outputs) plan(files->outputs, schema::kOutputsStem, kept_out, *op, 1);
+      if (files->has_mutated) plan(files->mutated, schema::kMutatedStem, kept_mut, *op, 2);
+      if (out_keyed) remember_output_shape(*op, out_key, decl, args, result, out, mutated, *files);
+    }
     {
       std::lock_guard<std::mutex> l(mu_);
       if (!call->evicted) {
@@ -1741,7 +2065,10 @@ void RingRecorder::on_call_error(const OpDecl& decl, std::span<const Value> args
   // The op may have written part of its written arguments before it raised.
   if ((call || observed) && !cfg_.ring_verify_full) {
     try {
-      note_writes(extract_mutated(decl, args, true).tensors);
+      const Extracted written = extract_mutated(decl, args, true);
+      TensorRefs refs;
+      refs_of(written.tensors, refs);
+      note_writes(refs);
     } catch (const std::exception&) {
       std::lock_guard<std::mutex> l(mu_);
       // What was written is unknown: nothing kept is shared any more.
@@ -2001,6 +2328,8 @@ Stats ring_stats(RingRecorder& r) { return r.stats(); }
 double ring_hook_seconds() {
   return static_cast<double>(g_hook_ns.load(std::memory_order_relaxed)) * 1e-9;
 }
+
+uint64_t ring_shape_hits() { return g_shape_hits.load(std::memory_order_relaxed); }
 
 void ring_shutdown(RingRecorder& r) { r.remove_handlers(); }
 

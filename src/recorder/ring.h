@@ -47,4 +47,9 @@ void ring_shutdown(RingRecorder& r);
 /// than the difference of two step times (docs/PERFORMANCE.md, session 16).
 double ring_hook_seconds();
 
+/// Hooks (on_call_begin and on_call_end, each counted) that found their call's record template
+/// and archive layouts by the arguments' key (the fast path of a call repeating a recent call's
+/// arguments), by all ring recorders since the process started.
+uint64_t ring_shape_hits();
+
 }  // namespace flashinfer::recorder::internal
