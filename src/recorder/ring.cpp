@@ -795,7 +795,6 @@ struct SmallWritten {
   uint64_t n;
   const uint8_t* kept;
 };
-thread_local std::vector<SmallWritten> t_small_written;  // per on_call_end, reused
 
 const uint8_t kNoBytes[1] = {0};  // where an empty tensor's (zero) bytes are
 
@@ -804,12 +803,14 @@ const uint8_t kNoBytes[1] = {0};  // where an empty tensor's (zero) bytes are
 // can be; returns where the bytes are. `just_written`: a span already kept by this
 // on_call_end is not copied again. The copy is streamed (nothing compares it: no reads of the
 // arena's cold lines before they are written), unfenced: ring_copy_fence() before publishing.
+// `small_written`: the spans this on_call_end kept so far.
 const uint8_t* keep_small(const Tensor& t, const uint8_t* src, uint64_t n, uint64_t span_elems,
-                          Arena& arena, bool* nonfinite, bool just_written) {
+                          Arena& arena, bool* nonfinite, bool just_written,
+                          std::vector<SmallWritten>& small_written) {
   const uint8_t* kept = nullptr;
   bool checked = false;
   if (just_written) {
-    for (const SmallWritten& w : t_small_written) {
+    for (const SmallWritten& w : small_written) {
       if (w.src == src && w.n == n) kept = w.kept;
     }
   }
@@ -819,7 +820,7 @@ const uint8_t* keep_small(const Tensor& t, const uint8_t* src, uint64_t n, uint6
     checked = nonfinite && !*nonfinite && nonfinite_checked_on_bytes(t, span_elems);
     const bool bad = ring_copy_streamed(dst, src, n, checked, t.dtype());
     if (checked) *nonfinite = bad;
-    if (just_written) t_small_written.push_back({src, n, dst});
+    if (just_written) small_written.push_back({src, n, dst});
     kept = dst;
   }
   // The live bytes (equal to the kept ones).
@@ -910,8 +911,22 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
     bool keyed = false;     // in_key is the arguments' key (the op's shapes apply)
     TemplateKey in_key;
   };
-  static std::vector<Pending>& stack() {
-    thread_local std::vector<Pending> s;
+  // A thread's working memory for the hooks (they do not nest within a thread), reused from
+  // call to call: one thread_local, reached once per hook (each thread_local of a shared
+  // library is a __tls_get_addr call; two dozen of them were ~4 % of the hooks, session 18).
+  struct HookScratch {
+    std::vector<Pending> stack;  // the calls begun and not yet ended
+    Extracted ex, out, mutated;
+    TensorRefs in_refs, out_refs, mut_refs;
+    RecordTape metadata;
+    std::string raw;  // a key's bytes (put_raw_value)
+    std::vector<KeptTensor> kept_in, kept_out, kept_mut, spare;
+    std::vector<std::shared_ptr<Blob>> blobs, prior;
+    std::vector<Ranges> written;
+    std::vector<SmallWritten> small_written;
+  };
+  static HookScratch& scratch() {
+    thread_local HookScratch s;
     return s;
   }
 
@@ -1312,8 +1327,8 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
                         std::vector<std::shared_ptr<Blob>>& owner, Arena& arena, bool* nonfinite,
                         const std::vector<std::shared_ptr<Blob>>* prior,
                         const std::vector<Ranges>* written, bool just_written) {
-  thread_local std::vector<KeptTensor> spare;
-  resize_reusing(out, tensors.size(), spare);
+  HookScratch& h = scratch();
+  resize_reusing(out, tensors.size(), h.spare);
   bool small = false;  // a copy into the arena, to be fenced
   for (std::size_t ti = 0; ti < tensors.size(); ++ti) {
     const std::string_view key = tensors[ti].key;
@@ -1337,8 +1352,8 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
           : nullptr;
     const bool cuda = t.device().is_cuda();
     if (!cuda && !cfg_.ring_verify_full && n <= kArenaMaxBytes) {
-      k.data =
-          keep_small(t, src, n, static_cast<uint64_t>(k.item.span), arena, nonfinite, just_written);
+      k.data = keep_small(t, src, n, static_cast<uint64_t>(k.item.span), arena, nonfinite,
+                          just_written, h.small_written);
       k.patches = nullptr;
       k.n_patches = 0;
       owner.push_back(nullptr);
@@ -1735,7 +1750,8 @@ void RingRecorder::publish(const std::shared_ptr<RingCall>& call) {
 
 void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
   const HookTimer timer;
-  stack().push_back({});
+  HookScratch& h = scratch();
+  h.stack.push_back({});
   if (capture_in_progress(args)) {
     // Copying now would break the capture: not kept. The graph's replays will write CUDA
     // memory without any call being seen, so kept CUDA spans can no longer be trusted.
@@ -1747,7 +1763,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     return;
   }
   if (!filter_.passes(decl.name)) {
-    stack().back().observed = true;
+    h.stack.back().observed = true;
     return;
   }
   try {
@@ -1761,12 +1777,11 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
       seq = ++*op->calls;
       tail = &op->tail;
     }
-    stack().back().op = op;
+    h.stack.back().op = op;
     char ts_text[kTimestampCap];
     const std::string_view ts(ts_text, timestamp_now_into(ts_text));
-    // One per thread, reused (the hooks do not nest within a thread); emptied before the hook
-    // returns so that it holds no tensor longer than the call.
-    thread_local Extracted ex;
+    // Emptied before the hook returns so that it holds no tensor longer than the call.
+    Extracted& ex = h.ex;
     ex.clear();
     ex.by_reference = true;  // the ring takes its own copies below
     struct Clear {
@@ -1784,10 +1799,10 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     }
     const int64_t pseq = process_sequence_.fetch_add(1, std::memory_order_relaxed) + 1;
     // The fast path: the arguments' key found among the op's recent calls' (InputShape).
-    Pending& pending = stack().back();
+    Pending& pending = h.stack.back();
     std::shared_ptr<const InputShape> shape;
     if (op->shapes_apply) {
-      thread_local std::string raw;
+      std::string& raw = h.raw;
       raw.clear();
       bool keyed = true;
       for (const Value& a : args) {
@@ -1802,7 +1817,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
         shape = op->input_shapes.find(pending.in_key);
       }
     }
-    thread_local TensorRefs in_refs;
+    TensorRefs& in_refs = h.in_refs;
     in_refs.clear();
     if (shape) {
       g_shape_hits.fetch_add(1, std::memory_order_relaxed);
@@ -1820,7 +1835,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     call->rec.module = op->module;
     // The kept inputs' metadata is needed only to lay out the archive below: per thread, in
     // warm memory (the call's record has its own copy, rec.inputs; blobs[j] is input j's).
-    thread_local std::vector<KeptTensor> kept_in;
+    std::vector<KeptTensor>& kept_in = h.kept_in;
     keep(in_refs, kept_in, call->blobs, call->arena);
     in_refs.clear();
     // <ts>_pid<PID>_<name>_call<NNNN>, laid out in one string (the concatenations and
@@ -1876,7 +1891,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     call->files.store(call->begin.get(), std::memory_order_release);
     publish(call);
     last_begun_.store(call.get(), std::memory_order_release);
-    stack().back().call = std::move(call);
+    h.stack.back().call = std::move(call);
   } catch (const std::exception& e) {
     log(std::string("[flashinfer] ring recorder: keeping ") + decl.name + " failed: " + e.what());
   }
@@ -1885,28 +1900,30 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
 void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
                                const Value& result) {
   const HookTimer timer;
-  if (stack().empty()) return;
-  std::shared_ptr<RingCall> call = std::move(stack().back().call);
-  const bool observed = stack().back().observed;
-  OpInfo* const op = stack().back().op;
-  const bool keyed = stack().back().keyed;
-  const TemplateKey in_key = stack().back().in_key;
-  stack().pop_back();
-  // Per thread, reused (the hooks do not nest within a thread), emptied before returning.
-  thread_local Extracted out, mutated;
-  thread_local TensorRefs out_refs, mut_refs;
-  thread_local RecordTape scratch_metadata;
+  HookScratch& h = scratch();
+  if (h.stack.empty()) return;
+  std::shared_ptr<RingCall> call = std::move(h.stack.back().call);
+  const bool observed = h.stack.back().observed;
+  OpInfo* const op = h.stack.back().op;
+  const bool keyed = h.stack.back().keyed;
+  const TemplateKey in_key = h.stack.back().in_key;
+  h.stack.pop_back();
+  // Emptied before returning.
+  Extracted &out = h.out, &mutated = h.mutated;
+  TensorRefs &out_refs = h.out_refs, &mut_refs = h.mut_refs;
+  RecordTape& scratch_metadata = h.metadata;
   out.clear();
   mutated.clear();
   out.by_reference = mutated.by_reference = true;
   struct Clear {
+    HookScratch& h;
     ~Clear() {
-      out.clear();
-      mutated.clear();
-      out_refs.clear();
-      mut_refs.clear();
+      h.out.clear();
+      h.mutated.clear();
+      h.out_refs.clear();
+      h.mut_refs.clear();
     }
-  } clear_extracted;
+  } clear_extracted{h};
   if (!call) {
     if (observed && !cfg_.ring_verify_full) {
       extract_result_tape(result, out, scratch_metadata);
@@ -1923,8 +1940,8 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   bool nan = false;
   bool evicted = false;
   std::unique_ptr<CallFiles> files;
-  thread_local std::vector<std::shared_ptr<Blob>> blobs;
-  thread_local std::vector<KeptTensor> kept_out, kept_mut;
+  std::vector<std::shared_ptr<Blob>>& blobs = h.blobs;
+  std::vector<KeptTensor>&kept_out = h.kept_out, &kept_mut = h.kept_mut;
   {
     std::lock_guard<std::mutex> l(mu_);
     evicted = call->evicted;
@@ -1936,7 +1953,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     TemplateKey out_key;
     bool out_keyed = false;
     if (keyed && !evicted) {
-      thread_local std::string raw;
+      std::string& raw = h.raw;
       raw.clear();
       put_raw_bytes(raw, &in_key, sizeof(in_key));
       if (put_raw_value(raw, result, true, true, 0)) {
@@ -1981,12 +1998,12 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
       throw std::runtime_error("evicted before it completed");
     }
     blobs.clear();
-    t_small_written.clear();
+    h.small_written.clear();
     keep(out_refs, kept_out, blobs, call->arena, check ? &nan : nullptr, nullptr, nullptr, true);
     // A KV cache an append wrote a few rows into: kept as the bytes it held as this call's
     // input plus the rows written (a delta), not copied whole on every append.
-    thread_local std::vector<std::shared_ptr<Blob>> prior;
-    thread_local std::vector<Ranges> written;
+    std::vector<std::shared_ptr<Blob>>& prior = h.prior;
+    std::vector<Ranges>& written = h.written;
     prior.assign(mut_refs.size(), nullptr);
     if (written.size() < mut_refs.size()) written.resize(mut_refs.size());
     if (!cfg_.ring_verify_full && decl.name == kAppendPagedKVCache) {
@@ -2058,10 +2075,11 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
 void RingRecorder::on_call_error(const OpDecl& decl, std::span<const Value> args,
                                  std::string_view) {
   const HookTimer timer;
-  if (stack().empty()) return;
-  std::shared_ptr<RingCall> call = std::move(stack().back().call);
-  const bool observed = stack().back().observed;
-  stack().pop_back();
+  std::vector<Pending>& stack = scratch().stack;
+  if (stack.empty()) return;
+  std::shared_ptr<RingCall> call = std::move(stack.back().call);
+  const bool observed = stack.back().observed;
+  stack.pop_back();
   // The op may have written part of its written arguments before it raised.
   if ((call || observed) && !cfg_.ring_verify_full) {
     try {
