@@ -410,12 +410,41 @@ bool put_raw_value(std::string& k, const Value& v, bool tensor_here, bool tensor
   return false;
 }
 
+// The arguments' key (put_raw_value over each argument; the items of upstream's *args holder,
+// parameter `var_positional` or -1, each as an argument of its own, as the record writes them).
+bool put_raw_args(std::string& k, std::span<const Value> args, int var_positional) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const Value& a = args[i];
+    if (static_cast<int>(i) == var_positional && a.is_sequence()) {
+      const auto& items = a.items();
+      const uint64_t n = items.size();
+      k.push_back(static_cast<char>(a.kind()));
+      put_raw_bytes(k, &n, sizeof(n));
+      for (const Value& x : items) {
+        if (!put_raw_value(k, x, true, false, 1)) return false;
+      }
+    } else if (!put_raw_value(k, a, true, false, 0)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Where a call's tensor is: argument `arg`, or item `item` of it (the *args holder's items).
+struct ArgAt {
+  uint32_t arg = 0;
+  int32_t item = -1;
+  const Tensor& in(std::span<const Value> args) const {
+    return item < 0 ? args[arg].as_tensor() : args[arg].items()[item].as_tensor();
+  }
+};
+
 // What a call with a given argument key has: its line-1 template, its inputs' archive layout
 // and which arguments are the input tensors (in the record's order).
 struct InputShape {
   std::shared_ptr<const InputTemplate> tmpl;
   std::shared_ptr<const formats::ArchivePlan> layout;  // null: no input tensors
-  std::vector<uint32_t> args;  // input tensor j: argument args[j], key tmpl->tensors[j].key
+  std::vector<ArgAt> args;  // input tensor j: at args[j], key tmpl->tensors[j].key
 };
 
 // What a call with a given argument key and result key has on line 2: the template, the
@@ -989,7 +1018,8 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
     RecentTemplates<InputTemplate> input_records;
     RecentTemplates<OutputTemplate> output_records;
     // The fast path (InputShape): by the arguments' key, and by that and the result's key.
-    bool shapes_apply = false;  // no *args holder, no record extension
+    bool shapes_apply = false;  // no record extension
+    int var_positional = -1;    // the *args holder's parameter
     RecentTemplates<InputShape> input_shapes;
     RecentTemplates<OutputShape> output_shapes;
   };
@@ -1260,7 +1290,8 @@ RingRecorder::OpInfo& RingRecorder::op_info_locked(const OpDecl& decl) {
   op.module = decl.module;
   op.tail = record_tail(false, decl.signature());
   op.calls = &counters_[decl.name];
-  op.shapes_apply = decl.var_positional.empty() && !detail::record_extension(decl.name);
+  op.shapes_apply = !detail::record_extension(decl.name);
+  if (!decl.var_positional.empty()) op.var_positional = decl.param_index(decl.var_positional);
   return op;
 }
 
@@ -1536,19 +1567,28 @@ void RingRecorder::remember_input_shape(OpInfo& op, const TemplateKey& k, const 
                                         const RingCall& c, const CallFiles& files) {
   auto shape = std::make_shared<InputShape>();
   // write_input_metadata's tensors, by position: every tensor argument but a keyword-only
-  // one left at its default.
+  // one left at its default, and the tensors among the *args holder's items.
   for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
     const ParamDecl& pd = decl.params[i];
+    const auto at = static_cast<uint32_t>(i);
+    if (static_cast<int>(i) == op.var_positional) {
+      if (!args[i].is_sequence()) continue;
+      const auto& items = args[i].items();
+      for (std::size_t j = 0; j < items.size(); ++j) {
+        if (items[j].is_tensor()) shape->args.push_back({at, static_cast<int32_t>(j)});
+      }
+      continue;
+    }
     if (!args[i].is_tensor()) continue;
     if (pd.keyword_only && pd.default_value && *pd.default_value == args[i]) continue;
-    shape->args.push_back(static_cast<uint32_t>(i));
+    shape->args.push_back({at, -1});
   }
   // Taken only when they are the general path's tensors, in its order, under its keys.
   if (!c.rec.inputs) return;
   const std::vector<TensorMeta>& metas = c.rec.inputs->tensors;
   if (shape->args.size() != ex.tensors.size() || metas.size() != ex.tensors.size()) return;
   for (std::size_t j = 0; j < shape->args.size(); ++j) {
-    const Tensor& a = args[shape->args[j]].as_tensor();
+    const Tensor& a = shape->args[j].in(args);
     const auto& [key, e] = ex.tensors[j];
     if (a.data_ptr() != e.data_ptr() || a.shape() != e.shape() || a.strides() != e.strides() ||
         metas[j].key != key) {
@@ -1804,14 +1844,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     if (op->shapes_apply) {
       std::string& raw = h.raw;
       raw.clear();
-      bool keyed = true;
-      for (const Value& a : args) {
-        if (!put_raw_value(raw, a, true, false, 0)) {
-          keyed = false;
-          break;
-        }
-      }
-      if (keyed) {
+      if (put_raw_args(raw, args, op->var_positional)) {
         pending.keyed = true;
         pending.in_key = template_key(raw);
         shape = op->input_shapes.find(pending.in_key);
@@ -1824,7 +1857,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
       fill_input_record_fields(call->rec, decl, seq, ts, pid_, tail, self_id, pseq);
       call->rec.inputs = shape->tmpl;
       for (std::size_t j = 0; j < shape->args.size(); ++j) {
-        in_refs.push_back({shape->tmpl->tensors[j].key, &args[shape->args[j]].as_tensor()});
+        in_refs.push_back({shape->tmpl->tensors[j].key, &shape->args[j].in(args)});
       }
     } else {
       fill_input_record(call->rec, decl, args, seq, ts, pid_, tail, self_id, pseq, ex,

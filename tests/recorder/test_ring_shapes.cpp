@@ -211,6 +211,90 @@ TEST_F(RingShapes, RepeatedCallsDumpWhatRecordEverythingModeWrites) {
   }
 }
 
+// shape_varargs(x, *args, scale=1.0) -> x * scale plus every tensor among args (upstream's
+// *args holder: its items are recorded as arguments of their own).
+Tensor shape_varargs(const Tensor& x, const std::vector<Value>& rest, double scale);
+
+const OpDecl& shape_varargs_decl() {
+  static const OpDecl& d = [] {
+    OpDecl decl;
+    decl.name = "shape_varargs";
+    decl.module = "tests.ring_shapes";
+    decl.params = {ParamDecl("x", ParamKind::kTensor), ParamDecl("args", ParamKind::kList),
+                   ParamDecl("scale", ParamKind::kFloat).def(1.0).kw()};
+    decl.var_positional = "args";
+    decl.returns = "Tensor";
+    decl.invoke = [](const CallArgs& a) -> Value {
+      return shape_varargs(a.tensor(0), a[1].items(), a.f64(2));
+    };
+    return std::cref(register_op(std::move(decl)));
+  }();
+  return d;
+}
+
+Tensor shape_varargs(const Tensor& x, const std::vector<Value>& rest, double scale) {
+  return call_api(
+      &shape_varargs_decl,
+      [&] {
+        std::vector<double> v = x.contiguous().to_double_vector();
+        for (double& e : v) e *= scale;
+        for (const Value& r : rest) {
+          if (!r.is_tensor()) continue;
+          const std::vector<double> e = r.as_tensor().contiguous().to_double_vector();
+          for (std::size_t k = 0; k < v.size(); ++k) v[k] += e[k];
+        }
+        return Tensor::from_vector(v, x.shape(), DType::kFloat32);
+      },
+      x, rest, scale);
+}
+
+TEST_F(RingShapes, VarPositionalItemsAreArgumentsOfTheirOwn) {
+  const auto run = [](int round) {
+    const double b = 100.0 * round;
+    const Tensor x = iota({4}, b), y = iota({4}, b + 1), z = iota({4}, b + 2);
+    shape_varargs(x, {Value(y), Value(int64_t{3}), Value(z)}, 1.0);
+    shape_varargs(x, {Value(z), Value(int64_t{3}), Value(y)}, 1.0);  // the same key
+    shape_varargs(x, {Value(int64_t{3}), Value(y), Value(z)}, 1.0);  // tensors elsewhere
+    shape_varargs(x, {Value(y)}, 0.5);
+  };
+  recorder::Config disk;
+  disk.dump_dir = (dir_ / "disk").string();
+  recorder::start(disk);
+  run(0);
+  run(1);
+  recorder::stop();
+  recorder::Config ring;
+  ring.dump_dir = (dir_ / "ring").string();
+  ring.ring = 64;
+  recorder::start(ring);
+  run(0);
+  const uint64_t before = recorder::internal::ring_shape_hits();
+  run(1);
+  EXPECT_EQ(recorder::internal::ring_shape_hits() - before, 8u);
+  const std::string root = recorder::dump_ring("varargs");
+  recorder::stop();
+  const std::vector<fs::path> d = calls(dir_ / "disk"), r = calls(root);
+  ASSERT_EQ(d.size(), 8u);
+  ASSERT_EQ(r.size(), 8u);
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    SCOPED_TRACE("call " + std::to_string(i + 1));
+    EXPECT_EQ(records(r[i]), records(d[i]));
+    expect_same_tensors(r[i] / "inputs.pt", d[i] / "inputs.pt");
+    expect_same_tensors(r[i] / "outputs.pt", d[i] / "outputs.pt");
+  }
+  // The items of *args are numbered after the named positional parameters (x and the holder
+  // itself, as upstream's recorder numbers them): items 0 and 2 are arg_2 and arg_4.
+  const NamedTensors in = load_torch((r[5] / "inputs.pt").string());
+  ASSERT_EQ(in.size(), 3u);
+  EXPECT_EQ(in[1].first, "arg_2");
+  EXPECT_EQ(in[1].second.to_double_vector(), iota({4}, 102.0).to_double_vector());
+  EXPECT_EQ(in[2].first, "arg_4");
+  EXPECT_EQ(records(r[5])[0]["input_metadata"]["arg_3"], 3);
+  for (const auto& res : replay::replay_sequence(root)) {
+    EXPECT_EQ(res.status, replay::Status::kPassed) << res.dump_dir << " " << res.error;
+  }
+}
+
 // shape_sum(xs) -> the element-wise sum of a list of float32 tensors of one shape.
 Tensor shape_sum(const std::vector<Tensor>& xs);
 
