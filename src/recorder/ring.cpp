@@ -485,11 +485,10 @@ struct CallFiles {
 };
 
 struct RingCall {
-  std::string dir_name;       // <ts>_pid<PID>_<name>_call<NNNN>
-  std::string dir_name_json;  // the same, JSON-escaped
-  // What trigger.json says of the call, laid out only when a dump names it (the crash handler
-  // included: digits and a view of dir_name_json, no allocation).
-  std::size_t name_at = 0, name_len = 0;  // the JSON-escaped function name in dir_name_json
+  // The call's directory, <ts>_pid<PID>_<name>_call<NNNN>, is laid out only when a dump writes
+  // it (call_dir_name: the crash handler included), from the record's timestamp, pid and name
+  // and `sequence` (two strings built for every kept call were cold lines of the hooks).
+  std::string_view name_json;  // the function name, JSON-escaped (the op's copy)
   int64_t sequence = 0, process_sequence = 0;
   // Keeps every large tensor's bytes alive; null for a tensor in the arena (blobs[j] is input
   // j's: the KV-cache delta path looks inputs up by index).
@@ -547,6 +546,25 @@ void put_i64(FixedText& t, int64_t v) {
   } else {
     t.put_u64(static_cast<uint64_t>(v));
   }
+}
+
+// `c`'s directory name, <ts>_pid<PID>_<name>_call<NNNN> (dump_writer's call_dir layout), into
+// `buf` (NUL-terminated), the name JSON-escaped when `json`; empty when it does not fit.
+// Allocation-free (the crash handler's dumps).
+std::string_view call_dir_name(const RingCall& c, char* buf, std::size_t cap, bool json) {
+  FixedText t(buf, cap);
+  t.put(c.rec.timestamp.data(), c.rec.timestamp_len);
+  t.put(schema::kDirPidMarker);
+  t.put_u64(static_cast<uint64_t>(c.rec.pid));
+  t.put("_", 1);
+  t.put(json ? c.name_json : c.rec.function_name);
+  t.put(schema::kDirCallMarker);
+  t.put_u64(static_cast<uint64_t>(c.sequence), 4);
+  if (t.overflow) {
+    buf[0] = '\0';
+    return {};
+  }
+  return {buf, t.n};
 }
 
 bool write_all(int fd, const char* p, std::size_t n) noexcept {
@@ -1012,6 +1030,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // were two cold lines per archive, half of plan's own time, session 15).
   struct OpInfo {
     std::string name, module, tail;  // the kept calls' records point at name and module
+    std::string name_json;           // name, JSON-escaped (call directories in a dump)
     int64_t* calls = nullptr;
     std::array<RecentTemplates<formats::ArchivePlan>, 3> layouts;
     // The record templates of the op's recent calls (record_tape.h), shared by its kept calls.
@@ -1287,6 +1306,7 @@ RingRecorder::OpInfo& RingRecorder::op_info_locked(const OpDecl& decl) {
   }
   OpInfo& op = known.emplace_back();
   op.name = decl.name;
+  op.name_json = json_escaped(decl.name);
   op.module = decl.module;
   op.tail = record_tail(false, decl.signature());
   op.calls = &counters_[decl.name];
@@ -1665,9 +1685,7 @@ void RingRecorder::recycle_locked(std::shared_ptr<RingCall> c) {
   if (c.use_count() != 1 || spare_calls_.size() >= kMaxSpareCalls) return;
   RingCall& r = *c;
   r.files.store(nullptr, std::memory_order_release);
-  r.dir_name.clear();
-  r.dir_name_json.clear();
-  r.name_at = r.name_len = 0;
+  r.name_json = {};
   r.sequence = r.process_sequence = 0;
   // The record's and the inputs' storage stays for the next call (filled in place).
   r.rec.inputs.reset();
@@ -1871,36 +1889,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     std::vector<KeptTensor>& kept_in = h.kept_in;
     keep(in_refs, kept_in, call->blobs, call->arena);
     in_refs.clear();
-    // <ts>_pid<PID>_<name>_call<NNNN>, laid out in one string (the concatenations and
-    // snprintf it replaces were a few percent of the hook's time).
-    char digits[48];
-    FixedText num(digits, sizeof(digits));
-    num.put_u64(static_cast<uint64_t>(pid_));
-    const std::size_t pid_len = num.n;
-    num.put_u64(static_cast<uint64_t>(seq), 4);
-    std::string& dn = call->dir_name;
-    dn.reserve(ts.size() + decl.name.size() + num.n + 12);
-    dn = ts;
-    dn += schema::kDirPidMarker;
-    dn.append(digits, pid_len);
-    dn += '_';
-    const std::size_t name_at = dn.size();
-    dn += decl.name;
-    dn += schema::kDirCallMarker;
-    dn.append(digits + pid_len, num.n - pid_len);
-    const bool plain = std::all_of(decl.name.begin(), decl.name.end(), [](char ch) {
-      return ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\';
-    });
-    if (plain) {
-      call->dir_name_json = dn;
-      call->name_at = name_at;
-      call->name_len = decl.name.size();
-    } else {
-      call->dir_name_json = json_escaped(dn);
-      // The prefix before the name and the suffix after it are plain ASCII.
-      call->name_at = name_at;
-      call->name_len = call->dir_name_json.size() - (dn.size() - decl.name.size());
-    }
+    call->name_json = op->name_json;
     call->sequence = seq;
     call->process_sequence = pseq;
 
@@ -2233,7 +2222,11 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
     if (!c) continue;
     CallFiles* f = c->files.load(std::memory_order_acquire);
     if (!f) continue;
-    const char* dir = c->dir_name.c_str();
+    char dir_buf[1024], dir_json_buf[2048];
+    const char* dir = dir_buf;
+    const std::string_view dir_name = call_dir_name(*c, dir_buf, sizeof(dir_buf), false);
+    const std::string_view dir_json = call_dir_name(*c, dir_json_buf, sizeof(dir_json_buf), true);
+    if (dir_name.empty() || dir_json.empty()) continue;
     if (!file_path(dir, "")) continue;
     path[std::strlen(path) - 1] = '\0';  // the call directory itself
     if (::mkdir(path, 0777) != 0 && errno != EEXIST) continue;
@@ -2244,7 +2237,7 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
       // Both files get the same lines: metadata.jsonl and the dump's session.jsonl.
       int fds[2] = {meta, session};
       TextOut out(line_buf, sizeof(line_buf), write_to_fds, fds);
-      const std::string_view dump_dir_json[] = {prefix_json_, rel, "/", c->dir_name_json};
+      const std::string_view dump_dir_json[] = {prefix_json_, rel, "/", dir_json};
       write_kept_call_records(*c, *f, dump_dir_json, out, extra_);
       out.flush();
     }
@@ -2260,7 +2253,7 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
     for (const Side& s : sides) {
       if (!s.has) continue;
       if (cfg_.dedup) {  // <stem>.refs.json, each blob once per dump (ring_dedup_dump.h)
-        write_ring_dedup_side(root, c->dir_name, s.stem, *s.archive->layout->items,
+        write_ring_dedup_side(root, dir_name, s.stem, *s.archive->layout->items,
                               s.archive->data.data());
         continue;
       }
@@ -2276,7 +2269,9 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
       bool done = false;
       for (const WrittenArchive& w : archives) {
         if (w.stem != s.stem || !same_archive(*w.archive, *s.archive)) continue;
-        if (path_into(linked, sizeof(linked), w.call->dir_name.c_str(), file)) {
+        char other[1024];
+        if (!call_dir_name(*w.call, other, sizeof(other), false).empty() &&
+            path_into(linked, sizeof(linked), other, file)) {
           ::unlink(path);  // a file left by an earlier attempt at the same path
           done = ::link(linked, path) == 0;
         }
@@ -2329,7 +2324,7 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
     j.put("{\"");
     j.put(schema::kFunctionName);
     j.put("\": \"");
-    j.put(std::string_view(trigger->dir_name_json).substr(trigger->name_at, trigger->name_len));
+    j.put(trigger->name_json);
     j.put("\", \"");
     j.put(schema::kCallSequence);
     j.put("\": ");
@@ -2342,7 +2337,8 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
     j.put(prefix_json_);
     j.put(rel);
     j.put("/");
-    j.put(trigger->dir_name_json);
+    char dir_json_buf[2048];
+    j.put(call_dir_name(*trigger, dir_json_buf, sizeof(dir_json_buf), true));
     j.put("\"}");
   } else {
     j.put("null");

@@ -597,6 +597,60 @@ TEST_F(RingTest, FlashinferErrorDumpsTheFailingCall) {
   EXPECT_NE(r.out.find("Summary: 2 passed, 0 failed/mismatch"), std::string::npos) << r.out;
 }
 
+// A user op whose name needs JSON escaping (a quote, a non-ASCII letter): the call directory
+// carries the name as it is, the records and trigger.json its JSON text (the directory names are
+// laid out only when a dump writes them).
+Tensor ring_odd(const Tensor& x);
+
+const OpDecl& ring_odd_decl() {
+  static const OpDecl& d = [] {
+    OpDecl decl;
+    decl.name = "ring_odd_\xc3\xa9\"q";
+    decl.module = "tests.ring";
+    decl.params = {ParamDecl("x", ParamKind::kTensor)};
+    decl.returns = "Tensor";
+    decl.invoke = [](const CallArgs& a) -> Value { return ring_odd(a.tensor(0)); };
+    return std::cref(register_op(std::move(decl)));
+  }();
+  return d;
+}
+
+Tensor ring_odd(const Tensor& x) {
+  return call_api(
+      &ring_odd_decl,
+      [&]() -> Tensor {
+        if (x.to_double_vector()[0] < 0)
+          throw Error(ErrorCode::kInvalidArgument, "ring_odd", "x", "negative");
+        return x;
+      },
+      x);
+}
+
+TEST_F(RingTest, CallDirectoriesOfOpsWithNamesThatNeedEscaping) {
+  recorder::start(config(4));
+  ring_odd(filled(2, 1));
+  EXPECT_THROW(ring_odd(filled(2, -1)), Error);
+  const auto d = dumps();
+  ASSERT_EQ(d.size(), 1u);
+  const auto c = calls(d[0]);
+  ASSERT_EQ(c.size(), 2u);
+  const std::string name = "ring_odd_\xc3\xa9\"q";
+  for (std::size_t k = 0; k < 2; ++k) {
+    const std::string dir = c[k].filename().string();
+    EXPECT_TRUE(dir.find("_pid" + std::to_string(::getpid()) + "_" + name + "_call000" +
+                         std::to_string(k + 1)) != std::string::npos)
+        << dir;
+    const auto meta = lines(c[k] / "metadata.jsonl");
+    EXPECT_EQ(meta[0]["dump_dir"], c[k].string());
+    EXPECT_EQ(meta[0]["function_name"], name);
+  }
+  std::ifstream f(d[0] / "trigger.json");
+  const std::string text((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_NE(text.find("\"function_name\": \"ring_odd_\\u00e9\\\"q\""), std::string::npos) << text;
+  EXPECT_EQ(trigger(d[0])["triggering_call"]["function_name"], name);
+  EXPECT_EQ(trigger(d[0])["triggering_call"]["dump_dir"], c[1].string());
+}
+
 TEST_F(RingTest, SigusrOneDumpsAndTheProcessGoesOn) {
   recorder::Config c = config(2);
   c.triggers = {"signal"};
