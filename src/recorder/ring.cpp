@@ -930,6 +930,8 @@ namespace {}  // namespace
 // ---- the recorder
 // --------------------------------------------------------------------------------
 
+std::atomic<uint64_t> g_next_ring_id{0};  // RingRecorder::id_
+
 class RingRecorder final : public CallObserver, public std::enable_shared_from_this<RingRecorder> {
  public:
   RingRecorder(Config c, LineSink sink);
@@ -971,6 +973,15 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
     std::vector<std::shared_ptr<Blob>> blobs, prior;
     std::vector<Ranges> written;
     std::vector<SmallWritten> small_written;
+    // The ops this thread's calls used, by declaration (direct-mapped): found here, an op's
+    // OpInfo needs neither the lock nor the cold lookup in signatures_ (session 18). `ring` is
+    // the recorder's id (not its address, which a later recorder may reuse).
+    struct OpSlot {
+      const OpDecl* decl = nullptr;
+      uint64_t ring = 0;
+      OpInfo* op = nullptr;
+    };
+    std::array<OpSlot, 64> ops{};
   };
   static HookScratch& scratch() {
     thread_local HookScratch s;
@@ -1031,7 +1042,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   struct OpInfo {
     std::string name, module, tail;  // the kept calls' records point at name and module
     std::string name_json;           // name, JSON-escaped (call directories in a dump)
-    int64_t* calls = nullptr;
+    std::atomic<int64_t>* calls = nullptr;
     std::array<RecentTemplates<formats::ArchivePlan>, 3> layouts;
     // The record templates of the op's recent calls (record_tape.h), shared by its kept calls.
     RecentTemplates<InputTemplate> input_records;
@@ -1057,6 +1068,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
 
   Config cfg_;
   LineSink sink_;
+  const uint64_t id_ = g_next_ring_id.fetch_add(1, std::memory_order_relaxed) + 1;
   detail::NameFilter filter_;
   const int64_t pid_;
   std::string prefix_;       // join_like_pathlib(dump_dir, ""): "<dir>/"
@@ -1092,7 +1104,9 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // A CUDA graph was captured: its replays write CUDA memory unobserved, so CUDA spans are no
   // longer shared.
   std::atomic<bool> graphs_seen_{false};
-  std::map<std::string, int64_t> counters_;  // calls per op name (map nodes never move)
+  // Calls per op name (map nodes never move; atomic: counted without the lock by a call whose
+  // op the thread's HookScratch::ops found).
+  std::map<std::string, std::atomic<int64_t>> counters_;
   // By declaration, then name (a declaration's address may be reused by another op): entries
   // that never move, so the references op_info_locked returns stay valid. Before, the counter
   // was looked up by name in counters_ on every call (a walk over cold string nodes).
@@ -1828,13 +1842,18 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     std::shared_ptr<RingCall> call = new_call();
     int64_t seq = 0;
     const std::string* tail = nullptr;
+    HookScratch::OpSlot& slot = h.ops[(reinterpret_cast<uintptr_t>(&decl) >> 4) % h.ops.size()];
     OpInfo* op = nullptr;
-    {
+    if (slot.decl == &decl && slot.ring == id_ && slot.op->name == decl.name &&
+        slot.op->module == decl.module) {
+      op = slot.op;
+    } else {
       std::lock_guard<std::mutex> l(mu_);
       op = &op_info_locked(decl);
-      seq = ++*op->calls;
-      tail = &op->tail;
+      slot = {&decl, id_, op};
     }
+    seq = op->calls->fetch_add(1, std::memory_order_relaxed) + 1;
+    tail = &op->tail;
     h.stack.back().op = op;
     char ts_text[kTimestampCap];
     const std::string_view ts(ts_text, timestamp_now_into(ts_text));
