@@ -477,6 +477,9 @@ struct KeptArchive {
   std::vector<formats::ArchivePlan::Piece> data;  // item i's bytes (pointer, size, patches)
 };
 
+// The inputs archive is the call's `begin` files' only: a completed call's `end` files hold
+// line 2 and the outputs and mutated arguments, and a dump takes the inputs from `begin`
+// (copying them into `end` was a cold copy per call, session 18).
 struct CallFiles {
   OutputRecord out;       // line 2's additions, when `complete`
   bool complete = false;  // line 2 (completed) follows line 1 (inputs_saved)
@@ -2085,10 +2088,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     {
       std::lock_guard<std::mutex> l(mu_);
       if (!call->evicted) {
-        // Line 1's inputs archive, reused: the same tensors, the same bytes (under the lock: a
-        // dump fills in its CRC fields).
-        files->has_inputs = call->begin->has_inputs;
-        if (files->has_inputs) files->inputs = call->begin->inputs;
+        files->has_inputs = false;  // begin's (CallFiles)
         for (auto& b : blobs) {
           if (b) call->blobs.push_back(std::move(b));
         }
@@ -2266,7 +2266,9 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
       const KeptArchive* archive;
       std::string_view stem;
     };
-    const Side sides[] = {{f->has_inputs, &f->inputs, schema::kInputsStem},
+    const CallFiles* in = c->begin.get();  // the inputs archive (CallFiles)
+    if (!in) continue;
+    const Side sides[] = {{in->has_inputs, &in->inputs, schema::kInputsStem},
                           {f->has_outputs, &f->outputs, schema::kOutputsStem},
                           {f->has_mutated, &f->mutated, schema::kMutatedStem}};
     for (const Side& s : sides) {
