@@ -36,6 +36,9 @@ double cuda_peak_memory_bandwidth(int device);
 /// capture in global mode on another stream also counts (querying the legacy stream then would
 /// invalidate it). False without the CUDA backend.
 bool cuda_current_stream_capturing();
+/// Whether a Storage on a CUDA device was ever made in this process: until one is, no tensor
+/// is a CUDA tensor (the recorders' capture check skips its walk over the arguments).
+bool cuda_storage_made();
 /// cudaDeviceSynchronize on `device` (no-op without the CUDA backend).
 void cuda_device_synchronize(int device);
 /// While alive, `device` is the current CUDA device when it is a CUDA device (the previous one

@@ -1,6 +1,7 @@
 #include "flashinfer/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -19,8 +20,18 @@ namespace flashinfer {
 // ---- Storage
 // -------------------------------------------------------------------------------------
 
+namespace {
+std::atomic<bool> g_cuda_storage_made{false};  // detail::cuda_storage_made()
+}  // namespace
+
+bool detail::cuda_storage_made() { return g_cuda_storage_made.load(std::memory_order_acquire); }
+
 Storage::Storage(void* data, std::size_t nbytes, Device device, Deleter deleter)
-    : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
+    : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {
+  if (device.is_cuda() && !g_cuda_storage_made.load(std::memory_order_relaxed)) {
+    g_cuda_storage_made.store(true, std::memory_order_release);
+  }
+}
 
 Storage::~Storage() {
   if (deleter_) deleter_(data_);

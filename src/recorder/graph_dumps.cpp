@@ -65,6 +65,7 @@ bool capture_in_progress(std::span<const Value> args) {
     std::lock_guard<std::mutex> l(g_probe_mu);
     if (g_capture_probe) return g_capture_probe();
   }
+  if (!detail::cuda_storage_made()) return false;  // no CUDA tensor exists
   for (const Value& a : args) {
     if (any_cuda(a)) return detail::cuda_current_stream_capturing();
   }
