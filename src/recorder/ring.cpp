@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -69,6 +70,51 @@ struct SpanKey {
   auto operator<=>(const SpanKey&) const = default;
 };
 
+// Frees large host buffers on a thread of its own. Giving a large buffer back to the system
+// unmaps its pages (munmap or a heap trim: page-table and page-allocator work in proportion to
+// its size); done in the hook that evicts it, it stalled the call that happened to push a
+// prefill's activations out of the ring (2.6 % of a SmolLM2 decode step, session 18). The thread
+// starts with the first such buffer and is never joined (its object is never destroyed, so a
+// blob freed during static destruction still finds it); a forked child frees inline (the
+// thread is not there, its mutex may have been held at the fork).
+class Reaper {
+ public:
+  static constexpr uint64_t kMinBytes = uint64_t{256} << 10;
+  static void free_later(uint8_t* p) {
+    static Reaper* r = new Reaper;  // never destroyed (see above)
+    if (::getpid() != r->pid_) {
+      ::operator delete(p);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> l(r->mu_);
+      r->queue_.push_back(p);
+    }
+    r->cv_.notify_one();
+  }
+
+ private:
+  Reaper() : pid_(::getpid()) {
+    std::thread([this] { run(); }).detach();
+  }
+  void run() {
+    std::vector<uint8_t*> batch;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [this] { return !queue_.empty(); });
+        batch.swap(queue_);
+      }
+      for (uint8_t* p : batch) ::operator delete(p);
+      batch.clear();
+    }
+  }
+  const pid_t pid_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<uint8_t*> queue_;
+};
+
 // Host memory for blobs, reused: a decode step keeps and evicts hundreds of activation copies,
 // and going through malloc for each made the copies page-fault and the heap churn (perf: malloc,
 // free and page faults took a sixth of the ring's time). Sizes are rounded up to one of two
@@ -116,7 +162,11 @@ class BlobPool {
         return;
       }
     }
-    ::operator delete(p);
+    if (cls >= Reaper::kMinBytes) {
+      Reaper::free_later(p);
+    } else {
+      ::operator delete(p);
+    }
   }
 
  private:
