@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -159,44 +160,58 @@ class RingShapes : public ::testing::Test {
     recorder::set_log_sink({});
     fs::remove_all(dir_);
   }
+  // Runs `run(0)` then `run(1)` in record-everything mode (every call by the general writer),
+  // then in ring mode, where the second round's calls repeat the first round's keys; expects
+  // the ring's dump to hold what record-everything mode wrote, call by call: the same records
+  // (but for the per-call fields) and the same tensors. Returns the ring's call directories and
+  // sets `second_round_hits_` to the hooks of the second round that took the fast path.
+  std::vector<fs::path> compare_with_disk(const std::function<void(int)>& run,
+                                          std::size_t n_calls) {
+    recorder::Config disk;
+    disk.dump_dir = (dir_ / "disk").string();
+    recorder::start(disk);
+    run(0);
+    run(1);
+    recorder::stop();
+    recorder::Config ring;
+    ring.dump_dir = (dir_ / "ring").string();
+    ring.ring = 64;
+    recorder::start(ring);
+    run(0);
+    const uint64_t before = recorder::internal::ring_shape_hits();
+    run(1);
+    second_round_hits_ = recorder::internal::ring_shape_hits() - before;
+    root_ = recorder::dump_ring("shapes");
+    recorder::stop();
+    EXPECT_FALSE(root_.empty());
+    const std::vector<fs::path> d = calls(dir_ / "disk"), r = calls(root_);
+    EXPECT_EQ(d.size(), n_calls);
+    EXPECT_EQ(r.size(), n_calls);
+    for (std::size_t i = 0; i < d.size() && i < r.size(); ++i) {
+      SCOPED_TRACE("call " + std::to_string(i + 1));
+      const std::vector<json> want = records(d[i]), got = records(r[i]);
+      EXPECT_EQ(got.size(), 2u);
+      EXPECT_EQ(got, want);
+      for (const char* f : {"inputs.pt", "outputs.pt", "mutated.pt"}) {
+        expect_same_tensors(r[i] / f, d[i] / f);
+      }
+    }
+    // And the ring's dump replays.
+    for (const auto& res : replay::replay_sequence(root_)) {
+      EXPECT_EQ(res.status, replay::Status::kPassed) << res.dump_dir << " " << res.error;
+    }
+    return r;
+  }
   fs::path dir_;
+  std::string root_;
+  uint64_t second_round_hits_ = 0;
 };
 
 TEST_F(RingShapes, RepeatedCallsDumpWhatRecordEverythingModeWrites) {
-  // Record-everything mode: every call's record and tensors by the general writer.
-  recorder::Config disk;
-  disk.dump_dir = (dir_ / "disk").string();
-  recorder::start(disk);
-  run_calls(0);
-  run_calls(1);
-  recorder::stop();
-  // Ring mode: the second round's calls all repeat the first round's keys.
-  recorder::Config ring;
-  ring.dump_dir = (dir_ / "ring").string();
-  ring.ring = 64;
-  recorder::start(ring);
-  run_calls(0);
-  const uint64_t before = recorder::internal::ring_shape_hits();
-  run_calls(1);
-  const uint64_t second_round = recorder::internal::ring_shape_hits() - before;
-  const std::string root = recorder::dump_ring("shapes");
-  recorder::stop();
-  ASSERT_FALSE(root.empty());
-  // Both hooks of each of the second round's 8 calls took the fast path.
-  EXPECT_EQ(second_round, 16u);
-
-  const std::vector<fs::path> d = calls(dir_ / "disk"), r = calls(root);
-  ASSERT_EQ(d.size(), 16u);
+  const std::vector<fs::path> r = compare_with_disk(run_calls, 16);
   ASSERT_EQ(r.size(), 16u);
-  for (std::size_t i = 0; i < d.size(); ++i) {
-    SCOPED_TRACE("call " + std::to_string(i + 1));
-    const std::vector<json> want = records(d[i]), got = records(r[i]);
-    ASSERT_EQ(got.size(), 2u);
-    EXPECT_EQ(got, want);
-    for (const char* f : {"inputs.pt", "outputs.pt", "mutated.pt"}) {
-      expect_same_tensors(r[i] / f, d[i] / f);
-    }
-  }
+  // Both hooks of each of the second round's 8 calls took the fast path.
+  EXPECT_EQ(second_round_hits_, 16u);
   // The records say what differed.
   EXPECT_EQ(records(r[2])[0]["input_metadata"]["arg_2"], -0.0);
   EXPECT_TRUE(std::signbit(records(r[2])[0]["input_metadata"]["arg_2"].get<double>()));
@@ -205,10 +220,6 @@ TEST_F(RingShapes, RepeatedCallsDumpWhatRecordEverythingModeWrites) {
   EXPECT_FALSE(records(r[0])[0]["input_metadata"].contains("kwarg_scale"));
   EXPECT_EQ(records(r[6])[1]["tensor_info"]["mutated_tensor_keys"], json::array({"arg_4"}));
   EXPECT_EQ(records(r[7])[1]["output_metadata"]["result_1"], 3);
-  // And the dump replays.
-  for (const auto& res : replay::replay_sequence(root)) {
-    EXPECT_EQ(res.status, replay::Status::kPassed) << res.dump_dir << " " << res.error;
-  }
 }
 
 // shape_varargs(x, *args, scale=1.0) -> x * scale plus every tensor among args (upstream's
@@ -257,31 +268,9 @@ TEST_F(RingShapes, VarPositionalItemsAreArgumentsOfTheirOwn) {
     shape_varargs(x, {Value(int64_t{3}), Value(y), Value(z)}, 1.0);  // tensors elsewhere
     shape_varargs(x, {Value(y)}, 0.5);
   };
-  recorder::Config disk;
-  disk.dump_dir = (dir_ / "disk").string();
-  recorder::start(disk);
-  run(0);
-  run(1);
-  recorder::stop();
-  recorder::Config ring;
-  ring.dump_dir = (dir_ / "ring").string();
-  ring.ring = 64;
-  recorder::start(ring);
-  run(0);
-  const uint64_t before = recorder::internal::ring_shape_hits();
-  run(1);
-  EXPECT_EQ(recorder::internal::ring_shape_hits() - before, 8u);
-  const std::string root = recorder::dump_ring("varargs");
-  recorder::stop();
-  const std::vector<fs::path> d = calls(dir_ / "disk"), r = calls(root);
-  ASSERT_EQ(d.size(), 8u);
+  const std::vector<fs::path> r = compare_with_disk(run, 8);
   ASSERT_EQ(r.size(), 8u);
-  for (std::size_t i = 0; i < d.size(); ++i) {
-    SCOPED_TRACE("call " + std::to_string(i + 1));
-    EXPECT_EQ(records(r[i]), records(d[i]));
-    expect_same_tensors(r[i] / "inputs.pt", d[i] / "inputs.pt");
-    expect_same_tensors(r[i] / "outputs.pt", d[i] / "outputs.pt");
-  }
+  EXPECT_EQ(second_round_hits_, 8u);
   // The items of *args are numbered after the named positional parameters (x and the holder
   // itself, as upstream's recorder numbers them): items 0 and 2 are arg_2 and arg_4.
   const NamedTensors in = load_torch((r[5] / "inputs.pt").string());
@@ -290,9 +279,6 @@ TEST_F(RingShapes, VarPositionalItemsAreArgumentsOfTheirOwn) {
   EXPECT_EQ(in[1].second.to_double_vector(), iota({4}, 102.0).to_double_vector());
   EXPECT_EQ(in[2].first, "arg_4");
   EXPECT_EQ(records(r[5])[0]["input_metadata"]["arg_3"], 3);
-  for (const auto& res : replay::replay_sequence(root)) {
-    EXPECT_EQ(res.status, replay::Status::kPassed) << res.dump_dir << " " << res.error;
-  }
 }
 
 // shape_sum(xs) -> the element-wise sum of a list of float32 tensors of one shape.
