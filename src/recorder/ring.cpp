@@ -379,8 +379,9 @@ void put_raw_string(std::string& k, const std::string& s) {
 
 // Appends what `v`'s record text and archive layout are made from. A tensor is taken only where
 // the record takes tensors out by position: as `v` itself when `tensor_here` (an argument, the
-// result), as an item of a tuple `v` when `tensor_items` (the result's). False when one lies
-// elsewhere or the nesting is deeper than kMaxRawDepth: such a call takes the general path.
+// result), as an item of a list or tuple `v` when `tensor_items` (a result tuple's, the *args
+// holder's). False when one lies elsewhere or the nesting is deeper than kMaxRawDepth: such a
+// call takes the general path.
 bool put_raw_value(std::string& k, const Value& v, bool tensor_here, bool tensor_items, int depth) {
   const Value::Kind kind = v.kind();
   k.push_back(static_cast<char>(kind));
@@ -432,9 +433,8 @@ bool put_raw_value(std::string& k, const Value& v, bool tensor_here, bool tensor
       const uint64_t n = items.size();
       put_raw_bytes(k, &n, sizeof(n));
       if (depth >= kMaxRawDepth) return false;
-      const bool inner = tensor_items && kind == Value::Kind::kTuple;
       for (const Value& x : items) {
-        if (!put_raw_value(k, x, inner, false, depth + 1)) return false;
+        if (!put_raw_value(k, x, tensor_items, false, depth + 1)) return false;
       }
       return true;
     }
@@ -464,18 +464,7 @@ bool put_raw_value(std::string& k, const Value& v, bool tensor_here, bool tensor
 // parameter `var_positional` or -1, each as an argument of its own, as the record writes them).
 bool put_raw_args(std::string& k, std::span<const Value> args, int var_positional) {
   for (std::size_t i = 0; i < args.size(); ++i) {
-    const Value& a = args[i];
-    if (static_cast<int>(i) == var_positional && a.is_sequence()) {
-      const auto& items = a.items();
-      const uint64_t n = items.size();
-      k.push_back(static_cast<char>(a.kind()));
-      put_raw_bytes(k, &n, sizeof(n));
-      for (const Value& x : items) {
-        if (!put_raw_value(k, x, true, false, 1)) return false;
-      }
-    } else if (!put_raw_value(k, a, true, false, 0)) {
-      return false;
-    }
+    if (!put_raw_value(k, args[i], true, static_cast<int>(i) == var_positional, 0)) return false;
   }
   return true;
 }
@@ -1066,9 +1055,10 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   void note_writes(std::span<const TensorRef> tensors);
   void note_write_locked(const Tensor& t);
   // Points `dst` at the layout of an archive of `t` (shared) and at t's bytes. `side`: 0 inputs,
-  // 1 outputs, 2 mutated (`stem`), the op's template it looks in first.
+  // 1 outputs, 2 mutated (`stem`), the op's template it looks in first. `known`: the layout,
+  // when the call's shape gave it (InputShape, OutputShape).
   void plan(KeptArchive& dst, std::string_view stem, const std::vector<KeptTensor>& t, OpInfo& op,
-            int side);
+            int side, const std::shared_ptr<const formats::ArchivePlan>* known = nullptr);
   // Remembers the shapes of a call that took the general path (its key `k`), when its
   // tensors are where the fast path looks for them.
   void remember_input_shape(OpInfo& op, const TemplateKey& k, const OpDecl& decl,
@@ -1605,7 +1595,13 @@ void RingRecorder::note_writes(std::span<const TensorRef> tensors) {
 }
 
 void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vector<KeptTensor>& t,
-                        OpInfo& op, int side) {
+                        OpInfo& op, int side,
+                        const std::shared_ptr<const formats::ArchivePlan>* known) {
+  if (known) {
+    if (dst.layout != *known) dst.layout = *known;
+    set_pieces(dst, t);
+    return;
+  }
   // An archive's layout depends on its tensors' names, dtypes, shapes, strides and spans only;
   // the tensor bytes are pointers beside it. A decode step calls the same ops with the same
   // layouts over and over, so the layouts are made once, cached per thread (no lock) and
@@ -1971,12 +1967,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     files->has_outputs = files->has_mutated = false;
     files->has_inputs = !kept_in.empty();
     if (files->has_inputs) {
-      if (shape) {
-        if (files->inputs.layout != shape->layout) files->inputs.layout = shape->layout;
-        set_pieces(files->inputs, kept_in);
-      } else {
-        plan(files->inputs, schema::kInputsStem, kept_in, *op, 0);
-      }
+      plan(files->inputs, schema::kInputsStem, kept_in, *op, 0, shape ? &shape->layout : nullptr);
     }
     if (!shape && pending.keyed) {
       remember_input_shape(*op, pending.in_key, decl, args, ex, *call, *files);
@@ -2050,7 +2041,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
       std::string& raw = h.raw;
       raw.clear();
       put_raw_bytes(raw, &in_key, sizeof(in_key));
-      if (put_raw_value(raw, result, true, true, 0)) {
+      if (put_raw_value(raw, result, true, result.kind() == Value::Kind::kTuple, 0)) {
         out_keyed = true;
         out_key = template_key(raw);
         shape = op->output_shapes.find(out_key);
@@ -2121,19 +2112,16 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     files->complete = true;
     files->has_outputs = !kept_out.empty();
     files->has_mutated = !kept_mut.empty();
-    if (shape) {
-      if (files->has_outputs) {
-        if (files->outputs.layout != shape->outputs) files->outputs.layout = shape->outputs;
-        set_pieces(files->outputs, kept_out);
-      }
-      if (files->has_mutated) {
-        if (files->mutated.layout != shape->mutated) files->mutated.layout = shape->mutated;
-        set_pieces(files->mutated, kept_mut);
-      }
-    } else {
-      if (files->has_outputs) plan(files->outputs, schema::kOutputsStem, kept_out, *op, 1);
-      if (files->has_mutated) plan(files->mutated, schema::kMutatedStem, kept_mut, *op, 2);
-      if (out_keyed) remember_output_shape(*op, out_key, decl, args, result, out, mutated, *files);
+    if (files->has_outputs) {
+      plan(files->outputs, schema::kOutputsStem, kept_out, *op, 1,
+           shape ? &shape->outputs : nullptr);
+    }
+    if (files->has_mutated) {
+      plan(files->mutated, schema::kMutatedStem, kept_mut, *op, 2,
+           shape ? &shape->mutated : nullptr);
+    }
+    if (!shape && out_keyed) {
+      remember_output_shape(*op, out_key, decl, args, result, out, mutated, *files);
     }
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -2317,8 +2305,7 @@ bool RingRecorder::write_dump(char* root, std::size_t rel_at, const char* reason
       std::string_view stem;
     };
     const CallFiles* in = c->begin.get();  // the inputs archive (CallFiles)
-    if (!in) continue;
-    const Side sides[] = {{in->has_inputs, &in->inputs, schema::kInputsStem},
+    const Side sides[] = {{in && in->has_inputs, in ? &in->inputs : nullptr, schema::kInputsStem},
                           {f->has_outputs, &f->outputs, schema::kOutputsStem},
                           {f->has_mutated, &f->mutated, schema::kMutatedStem}};
     for (const Side& s : sides) {
