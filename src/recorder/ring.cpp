@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -460,16 +463,18 @@ bool put_raw_value(std::string& k, const Value& v, bool tensor_here, bool tensor
   return false;
 }
 
-// The arguments' key (put_raw_value over each argument; the items of upstream's *args holder,
-// parameter `var_positional` or -1, each as an argument of its own, as the record writes them).
-bool put_raw_args(std::string& k, std::span<const Value> args, int var_positional) {
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (!put_raw_value(k, args[i], true, static_cast<int>(i) == var_positional, 0)) return false;
+// The arguments' key (put_raw_value over each argument). Tensors are taken as arguments and as
+// items of a list or tuple argument: upstream's *args holder's items, which the record writes as
+// arguments of their own, and a (K, V) cache pair's, which it writes as key__0, key__1.
+bool put_raw_args(std::string& k, std::span<const Value> args) {
+  for (const Value& a : args) {
+    if (!put_raw_value(k, a, true, true, 0)) return false;
   }
   return true;
 }
 
-// Where a call's tensor is: argument `arg`, or item `item` of it (the *args holder's items).
+// Where a call's tensor is: argument `arg`, or item `item` of it (the *args holder's items, a
+// cache pair's).
 struct ArgAt {
   uint32_t arg = 0;
   int32_t item = -1;
@@ -492,7 +497,7 @@ struct OutputShape {
   std::shared_ptr<const OutputTemplate> tmpl;
   std::shared_ptr<const formats::ArchivePlan> outputs, mutated;  // null: none
   std::vector<int32_t> results;        // output j: the result (-1) or its tuple item results[j]
-  std::vector<uint32_t> mutated_args;  // mutated tensor j: argument mutated_args[j]
+  std::vector<ArgAt> mutated_args;     // mutated tensor j: at mutated_args[j]
 };
 
 std::string json_escaped(std::string_view s) {
@@ -1185,18 +1190,48 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
 namespace {
 
 std::atomic<RingRecorder*> g_crash_ring{nullptr};
-std::atomic<uint64_t> g_hook_ns{0};     // ring_hook_seconds()
+std::atomic<uint64_t> g_hook_ticks{0};  // ring_hook_seconds()
 std::atomic<uint64_t> g_shape_hits{0};  // ring_shape_hits()
 
-// Adds the time from its construction to its destruction to g_hook_ns.
-struct HookTimer {
-  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-  ~HookTimer() {
-    const auto ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-            .count();
-    g_hook_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+// The hooks' clock. On x86 the time-stamp counter: two steady_clock::now() calls per hook (vDSO
+// clock_gettime) were ~0.2 % of a decode step (session 19), rdtsc is a few cycles. It is
+// converted to seconds only when read, by its rate against steady_clock measured at the first
+// reading; the counter is invariant wherever the kernel reports constant_tsc.
+uint64_t hook_ticks() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __rdtsc();
+#else
+  return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+}
+
+struct TickOrigin {
+  uint64_t ticks = hook_ticks();
+  std::chrono::steady_clock::time_point time = std::chrono::steady_clock::now();
+};
+const TickOrigin g_tick_origin;
+
+double seconds_per_tick() {
+#if defined(__x86_64__) || defined(__i386__)
+  // Measured over at least 10 ms (the first reading may wait for them).
+  auto now = std::chrono::steady_clock::now();
+  if (now - g_tick_origin.time < std::chrono::milliseconds(10)) {
+    std::this_thread::sleep_until(g_tick_origin.time + std::chrono::milliseconds(10));
   }
+  const uint64_t t = hook_ticks();
+  now = std::chrono::steady_clock::now();
+  const double secs = std::chrono::duration<double>(now - g_tick_origin.time).count();
+  return t > g_tick_origin.ticks ? secs / static_cast<double>(t - g_tick_origin.ticks) : 0.0;
+#else
+  return static_cast<double>(std::chrono::steady_clock::period::num) /
+         static_cast<double>(std::chrono::steady_clock::period::den);
+#endif
+}
+
+// Adds the time from its construction to its destruction to g_hook_ticks.
+struct HookTimer {
+  uint64_t t0 = hook_ticks();
+  ~HookTimer() { g_hook_ticks.fetch_add(hook_ticks() - t0, std::memory_order_relaxed); }
 };
 // Dump directories are numbered per process, not per recorder: a recorder started again in
 // the same process must not write into an earlier one's dump directory.
@@ -1650,21 +1685,21 @@ void RingRecorder::remember_input_shape(OpInfo& op, const TemplateKey& k, const 
                                         const RingCall& c, const CallFiles& files) {
   auto shape = std::make_shared<InputShape>();
   // write_input_metadata's tensors, by position: every tensor argument but a keyword-only
-  // one left at its default, and the tensors among the *args holder's items.
+  // one left at its default, and the tensors among a list or tuple argument's items (the *args
+  // holder's, a cache pair's).
   for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
     const ParamDecl& pd = decl.params[i];
     const auto at = static_cast<uint32_t>(i);
-    if (static_cast<int>(i) == op.var_positional) {
-      if (!args[i].is_sequence()) continue;
+    const bool holder = static_cast<int>(i) == op.var_positional;
+    if (!holder && pd.keyword_only && pd.default_value && *pd.default_value == args[i]) continue;
+    if (args[i].is_sequence()) {
       const auto& items = args[i].items();
       for (std::size_t j = 0; j < items.size(); ++j) {
         if (items[j].is_tensor()) shape->args.push_back({at, static_cast<int32_t>(j)});
       }
-      continue;
+    } else if (args[i].is_tensor() && !holder) {
+      shape->args.push_back({at, -1});
     }
-    if (!args[i].is_tensor()) continue;
-    if (pd.keyword_only && pd.default_value && *pd.default_value == args[i]) continue;
-    shape->args.push_back({at, -1});
   }
   // Taken only when they are the general path's tensors, in its order, under its keys.
   if (!c.rec.inputs) return;
@@ -1698,8 +1733,15 @@ void RingRecorder::remember_output_shape(OpInfo& op, const TemplateKey& k, const
     }
   }
   for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
-    if (decl.params[i].mutated && args[i].is_tensor()) {
-      shape->mutated_args.push_back(static_cast<uint32_t>(i));
+    if (!decl.params[i].mutated) continue;
+    const auto at = static_cast<uint32_t>(i);
+    if (args[i].is_tensor()) {
+      shape->mutated_args.push_back({at, -1});
+    } else if (args[i].is_sequence()) {  // a (K, V) cache pair
+      const auto& items = args[i].items();
+      for (std::size_t j = 0; j < items.size(); ++j) {
+        if (items[j].is_tensor()) shape->mutated_args.push_back({at, static_cast<int32_t>(j)});
+      }
     }
   }
   if (!files.out.outputs) return;
@@ -1716,7 +1758,7 @@ void RingRecorder::remember_output_shape(OpInfo& op, const TemplateKey& k, const
     if (a.data_ptr() != e.data_ptr() || a.shape() != e.shape() || t.outputs[j].key != key) return;
   }
   for (std::size_t j = 0; j < shape->mutated_args.size(); ++j) {
-    const Tensor& a = args[shape->mutated_args[j]].as_tensor();
+    const Tensor& a = shape->mutated_args[j].in(args);
     const auto& [key, e] = mutated.tensors[j];
     if (a.data_ptr() != e.data_ptr() || a.shape() != e.shape() || t.mutated[j].key != key) return;
   }
@@ -1930,7 +1972,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     if (op->shapes_apply) {
       std::string& raw = h.raw;
       raw.clear();
-      if (put_raw_args(raw, args, op->var_positional)) {
+      if (put_raw_args(raw, args)) {
         pending.keyed = true;
         pending.in_key = template_key(raw);
         shape = op->input_shapes.find(pending.in_key);
@@ -2062,8 +2104,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
         out_refs.push_back({shape->tmpl->outputs[j].key, t});
       }
       for (std::size_t j = 0; j < shape->mutated_args.size(); ++j) {
-        mut_refs.push_back(
-            {shape->tmpl->mutated[j].key, &args[shape->mutated_args[j]].as_tensor()});
+        mut_refs.push_back({shape->tmpl->mutated[j].key, &shape->mutated_args[j].in(args)});
       }
     } else {
       fill_output_record(files->out, decl, args, result, out, mutated, &op->output_records);
@@ -2431,7 +2472,10 @@ std::string ring_dump(RingRecorder& r, const std::string& reason) {
 Stats ring_stats(RingRecorder& r) { return r.stats(); }
 
 double ring_hook_seconds() {
-  return static_cast<double>(g_hook_ns.load(std::memory_order_relaxed)) * 1e-9;
+  const uint64_t ticks = g_hook_ticks.load(std::memory_order_relaxed);
+  if (ticks == 0) return 0.0;
+  static const double rate = seconds_per_tick();  // one rate, so equal counts read equal
+  return static_cast<double>(ticks) * rate;
 }
 
 uint64_t ring_shape_hits() { return g_shape_hits.load(std::memory_order_relaxed); }
