@@ -145,8 +145,24 @@ class ObservedCall {
  private:
   const OpDecl* decl_;
   std::vector<Value> args_;
+  // The observers installed when the call began (call_wanted's list): its begin, end and error
+  // go to the same ones, and the list is taken once per call.
+  std::shared_ptr<const std::vector<std::shared_ptr<CallObserver>>> observers_;
   bool active_;
 };
+
+/// A live call's argument as a Value: a tensor is borrowed (Value::borrow) for the call's
+/// duration, since the call's arguments outlive its observers' hooks.
+template <class T>
+Value live_value(const T& x) {
+  if constexpr (std::is_same_v<T, Tensor>) {
+    return Value::borrow(x);
+  } else if constexpr (std::is_same_v<T, std::optional<Tensor>>) {
+    return x ? Value::borrow(*x) : Value();
+  } else {
+    return to_value(x);
+  }
+}
 
 /// Runs `fn` as an observed call of `decl` when some observer wants it; `pack()` gives the
 /// arguments as Values, aligned with the declaration (called only then).
@@ -165,7 +181,7 @@ template <class Fn, class Pack>
       call.finish(Value());
     } else {
       R result = std::forward<Fn>(fn)();
-      call.finish(to_value(result));
+      call.finish(live_value(result));
       return result;
     }
   } catch (const std::exception& e) {
@@ -183,7 +199,7 @@ template <class Fn, class... Args>
   return run_observed(decl_fn(), std::forward<Fn>(fn), [&] {
     std::vector<Value> values;
     values.reserve(sizeof...(Args));
-    (values.push_back(to_value(args)), ...);
+    (values.push_back(live_value(args)), ...);
     return values;
   });
 }

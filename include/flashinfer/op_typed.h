@@ -634,7 +634,7 @@ std::vector<Value> pack_call(const OpDecl& d, const A&... args) {
         pack_options<X>(d, out.size(), x, out);
       }
     } else {
-      out.push_back(to_value(x));
+      out.push_back(live_value(x));
     }
   };
   (one(args), ...);

@@ -74,6 +74,18 @@ class Value {
   Value(Tensor v);  // an undefined tensor becomes None
   Value(ObjectRef v) : v_(std::move(v)) {}
 
+  /// A tensor argument of a live call, referred to instead of copied (a copy of a Tensor costs
+  /// two allocations and a reference count): valid only while `t` is. Copying the Value makes an
+  /// owning tensor again, so only a moved Value can refer to `t`; the call gate packs a call's
+  /// tensor arguments this way for the call's duration. An undefined tensor becomes None.
+  static Value borrow(const Tensor& t);
+
+  Value(const Value& other);
+  Value& operator=(const Value& other);
+  Value(Value&&) noexcept = default;
+  Value& operator=(Value&&) noexcept = default;
+  ~Value() = default;
+
   static Value list(Items items);
   static Value tuple(Items items);
   static Value dict(DictItems items);
@@ -109,8 +121,11 @@ class Value {
   struct Map {
     std::shared_ptr<const DictItems> items;
   };
+  struct Borrowed {
+    const Tensor* t;
+  };
   std::variant<std::monostate, bool, int64_t, double, std::string, DType, EnumValue, Tensor, Seq,
-               Map, ObjectRef>
+               Map, ObjectRef, Borrowed>
       v_;
 };
 

@@ -34,7 +34,9 @@ std::map<const CallObserver*, int>& observer_priorities() {
   return *m;
 }
 
-std::shared_ptr<const std::vector<std::shared_ptr<CallObserver>>> snapshot() {
+using ObserverList = std::shared_ptr<const std::vector<std::shared_ptr<CallObserver>>>;
+
+ObserverList snapshot() {
   auto& o = observers();
   std::lock_guard<std::mutex> lock(o.mu);
   return o.list;
@@ -43,6 +45,9 @@ std::shared_ptr<const std::vector<std::shared_ptr<CallObserver>>> snapshot() {
 }  // namespace
 
 thread_local int t_call_depth = 0;
+// The list call_wanted read for the call about to begin on this thread (ObservedCall takes it):
+// one snapshot per call instead of one per notification.
+thread_local ObserverList t_wanted;
 
 namespace {
 
@@ -59,8 +64,7 @@ void report_observer_failure(const char* what) {
 // nest: the first installed sees the call first and last (the recorder wraps the logger's lines
 // the way upstream's dump messages wrap its level-5 records).
 template <class F>
-void notify(F&& f, bool reverse = false) {
-  auto list = snapshot();
+void notify(const ObserverList& list, F&& f, bool reverse = false) {
   const auto n = list->size();
   for (std::size_t k = 0; k < n; ++k) {
     const auto& obs = (*list)[reverse ? n - 1 - k : k];
@@ -78,12 +82,16 @@ void notify(F&& f, bool reverse = false) {
 
 bool call_wanted(const OpDecl& decl) {
   if (t_call_depth != 0) return false;  // only the outermost call is observed
-  auto list = snapshot();
+  ObserverList list = snapshot();
   for (const auto& obs : *list) {
+    bool wanted = true;  // a failing wants() lets the observer's own hooks report it
     try {
-      if (obs->wants(decl)) return true;
+      wanted = obs->wants(decl);
     } catch (...) {
-      return true;  // let the observer's own hooks report it
+    }
+    if (wanted) {
+      t_wanted = std::move(list);
+      return true;
     }
   }
   return false;
@@ -96,19 +104,21 @@ ObservedCall::ObservedCall(const OpDecl& decl, std::vector<Value> args)
     : decl_(&decl), args_(std::move(args)), active_(t_call_depth == 0) {
   ++t_call_depth;
   if (!active_) return;
-  notify([&](CallObserver& o) { o.on_call_begin(*decl_, args_); });
+  observers_ = t_wanted ? std::move(t_wanted) : snapshot();
+  t_wanted.reset();
+  notify(observers_, [&](CallObserver& o) { o.on_call_begin(*decl_, args_); });
 }
 
 ObservedCall::~ObservedCall() { --t_call_depth; }
 
 void ObservedCall::finish(const Value& result) {
   if (!active_) return;
-  notify([&](CallObserver& o) { o.on_call_end(*decl_, args_, result); }, true);
+  notify(observers_, [&](CallObserver& o) { o.on_call_end(*decl_, args_, result); }, true);
 }
 
 void ObservedCall::fail(std::string_view what) {
   if (!active_) return;
-  notify([&](CallObserver& o) { o.on_call_error(*decl_, args_, what); }, true);
+  notify(observers_, [&](CallObserver& o) { o.on_call_error(*decl_, args_, what); }, true);
 }
 
 }  // namespace detail

@@ -13,6 +13,30 @@ Value::Value(Tensor v) {
   if (v.defined()) v_ = std::move(v);
 }
 
+Value Value::borrow(const Tensor& t) {
+  Value v;
+  if (t.defined()) v.v_ = Borrowed{&t};
+  return v;
+}
+
+Value::Value(const Value& other) {
+  if (const auto* b = std::get_if<Borrowed>(&other.v_)) {
+    v_ = *b->t;
+  } else {
+    v_ = other.v_;
+  }
+}
+
+Value& Value::operator=(const Value& other) {
+  if (this == &other) return *this;
+  if (const auto* b = std::get_if<Borrowed>(&other.v_)) {
+    v_ = *b->t;
+  } else {
+    v_ = other.v_;
+  }
+  return *this;
+}
+
 Value Value::list(Items items) {
   Value v;
   v.v_ = Seq{std::make_shared<const Items>(std::move(items)), false};
@@ -53,8 +77,10 @@ Value::Kind Value::kind() const {
       return std::get<Seq>(v_).tuple ? Kind::kTuple : Kind::kList;
     case 9:
       return Kind::kDict;
-    default:
+    case 10:
       return Kind::kObject;
+    default:
+      return Kind::kTensor;  // Borrowed
   }
 }
 
@@ -122,6 +148,7 @@ const EnumValue& Value::as_enum() const {
 }
 const Tensor& Value::as_tensor() const {
   if (auto* p = std::get_if<Tensor>(&v_)) return *p;
+  if (auto* p = std::get_if<Borrowed>(&v_)) return *p->t;
   wrong_kind(kind(), "Tensor");
 }
 const Value::Items& Value::items() const {

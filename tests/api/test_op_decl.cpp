@@ -348,6 +348,69 @@ TEST(Value, PythonReprs) {
   EXPECT_EQ(Value(3).as_float(), 3.0);
 }
 
+// The gate packs a live call's tensor arguments as borrowed Values (no copy of the Tensor); a
+// copy of such a Value owns its tensor, so an observer that keeps one can use it after the call,
+// when the caller's tensors are gone.
+TEST(Value, ABorrowedTensorIsCopiedAsAnOwningOne) {
+  auto t = std::make_unique<Tensor>(Tensor::from_vector({1, 2}, {2}, DType::kFloat32));
+  Value b = Value::borrow(*t);
+  ASSERT_TRUE(b.is_tensor());
+  EXPECT_EQ(&b.as_tensor(), t.get());  // referred to, not copied
+  EXPECT_EQ(b, Value(*t));             // the same view as an owning Value of it
+  const Value c = b;
+  Value d;
+  d = b;
+  EXPECT_NE(&c.as_tensor(), t.get());
+  EXPECT_NE(&d.as_tensor(), t.get());
+  const Value m = std::move(b);  // a move still refers to it
+  EXPECT_EQ(&m.as_tensor(), t.get());
+  const Value seq = Value::tuple({m});  // an item is a copy
+  EXPECT_NE(&seq.items()[0].as_tensor(), t.get());
+  t.reset();
+  for (const Value* v : {&c, static_cast<const Value*>(&d), &seq.items()[0]}) {
+    EXPECT_EQ(v->as_tensor().to_double_vector(), (std::vector<double>{1, 2}));
+  }
+  EXPECT_TRUE(Value::borrow(Tensor()).is_none());
+}
+
+TEST(OpDecl, AnObserversCopiesOfTheArgumentsOutliveTheCall) {
+  auto rec = std::make_shared<Recorder>();
+  {
+    ScopedObserver s(rec);
+    const Tensor x = Tensor::from_vector({1, 2}, {1, 2}, DType::kFloat32);
+    const Tensor w = Tensor::from_vector({1, 1}, {2}, DType::kFloat32);
+    rmsnorm(x, w, 0.0);
+  }
+  ASSERT_EQ(rec->calls.size(), 1u);
+  const auto& c = rec->calls[0];
+  ASSERT_TRUE(c.ended);
+  EXPECT_EQ(c.args[0].as_tensor().to_double_vector(), (std::vector<double>{1, 2}));
+  EXPECT_EQ(c.args[1].as_tensor().to_double_vector(), (std::vector<double>{1, 1}));
+  EXPECT_EQ(c.result.as_tensor().numel(), 2);
+}
+
+// The observers installed when a call begins see its end too, even one removed meanwhile.
+struct RemovesItself : CallObserver, std::enable_shared_from_this<RemovesItself> {
+  int begins = 0, ends = 0;
+  void on_call_begin(const OpDecl&, std::span<const Value>) override {
+    ++begins;
+    remove_call_observer(shared_from_this());
+  }
+  void on_call_end(const OpDecl&, std::span<const Value>, const Value&) override { ++ends; }
+  void on_call_error(const OpDecl&, std::span<const Value>, std::string_view) override {}
+};
+
+TEST(OpDecl, AnObserverRemovedDuringACallSeesItsEnd) {
+  auto obs = std::make_shared<RemovesItself>();
+  add_call_observer(obs);
+  const Tensor x = Tensor::from_vector({3, 4}, {1, 2}, DType::kFloat32);
+  const Tensor w = Tensor::from_vector({1, 1}, {2}, DType::kFloat32);
+  rmsnorm(x, w, 0.0);
+  rmsnorm(x, w, 0.0);
+  EXPECT_EQ(obs->begins, 1);
+  EXPECT_EQ(obs->ends, 1);
+}
+
 // An op declared outside the library gets the gate's written-argument check from its `.mut()`
 // marks, like the built-in ones: an `out` overlapping an input, or broadcast, is refused before
 // the body runs, naming both arguments.
