@@ -197,6 +197,7 @@ struct Blob {
   std::shared_ptr<Blob> base;
   std::vector<formats::Patch> patches;
   uint64_t patched_bytes = 0;  // the bytes at `data`: the ranges this delta's call wrote
+  uint64_t patches_size = 0;   // the bytes `patches` cover
   // The delta this one was made from, when some of `patches` still point into its bytes (or
   // into those of the deltas it holds): a chain back to the base, at most kMaxDeltaChain long.
   std::shared_ptr<Blob> prev;
@@ -1425,11 +1426,49 @@ std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before
   // `before`'s patches where this call did not write: their bytes stay where they are (in
   // `before` or the deltas it holds), so each append copies only its own rows. (Copying every
   // patch since the base again on each append was most of the ring's time in an append.)
+  const std::vector<formats::Patch>& bp = before->patches;
+  // An append writes slots no earlier append of the chain wrote (a token's row once), so
+  // `before`'s patches are usually kept whole: then its list is copied run by run between this
+  // call's ranges, not walked patch by patch (~20 k instructions per append with 128 deltas
+  // in the chain, session 19).
+  bool disjoint = true;
+  for (const auto& [a, len] : w) {
+    const auto it = std::partition_point(
+        bp.begin(), bp.end(), [a](const formats::Patch& q) { return q.at + q.size <= a; });
+    if (it != bp.end() && it->at < a + len) {
+      disjoint = false;
+      break;
+    }
+  }
+  if (disjoint) {
+    const uint64_t total = own + before->patches_size;
+    if (total > n / 4 || bp.size() + w.size() > kMaxDeltaPatches) return nullptr;
+    auto blob = std::make_shared<Blob>(n, false, held_, pool_, own);
+    blob->base = before->base ? before->base : before;
+    if (!bp.empty()) blob->prev = before;
+    blob->chain = before->base ? before->chain + 1 : 1;
+    blob->patches.reserve(bp.size() + w.size());
+    uint64_t off = 0;
+    auto from = bp.begin();
+    for (const auto& [at_w, len] : w) {
+      const auto to = std::partition_point(
+          from, bp.end(), [at_w](const formats::Patch& q) { return q.at < at_w; });
+      blob->patches.insert(blob->patches.end(), from, to);
+      from = to;
+      std::memcpy(blob->data + off, src + at_w, len);
+      blob->patches.push_back({at_w, len, blob->data + off});
+      off += len;
+    }
+    blob->patches.insert(blob->patches.end(), from, bp.end());
+    blob->patched_bytes = own;
+    blob->patches_size = total;
+    return blob;
+  }
   thread_local std::vector<formats::Patch> kept;
   kept.clear();
   uint64_t total = own;
   std::size_t j = 0;
-  for (const formats::Patch& q : before->patches) {
+  for (const formats::Patch& q : bp) {
     const uint64_t end = q.at + q.size;
     while (j < w.size() && w[j].first + w[j].second <= q.at) ++j;
     uint64_t pos = q.at;
@@ -1463,6 +1502,7 @@ std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before
   }
   while (a < kept.size()) blob->patches.push_back(kept[a++]);
   blob->patched_bytes = own;
+  blob->patches_size = total;
   return blob;
 }
 
