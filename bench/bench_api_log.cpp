@@ -4,7 +4,11 @@
 //   BM_GatedKernel/<lvl>   the same kernel through call_api with rmsnorm's declaration, so the
 //                          difference to BM_KernelDirect is the cost of the gate and the logger;
 //   BM_RmsnormPublic/<lvl> the public rmsnorm() (argument checks + gate + kernel);
-//   BM_WrittenArgumentCheck the gate's aliasing check of out= alone.
+//   BM_WrittenArgumentCheck the gate's aliasing check of out= alone;
+//   BM_RmsnormObserved     the public rmsnorm() with an observer that does nothing installed:
+//                          the difference to BM_RmsnormPublic/0 is what any observer (the ring
+//                          recorder, an engine's tracer) costs before its own hooks, the
+//                          arguments packed into Values and the begin and end notifications.
 // Usage: build/bin/bench_api_log [--benchmark_filter=...]; the log goes to $TMPDIR or /tmp.
 #include <benchmark/benchmark.h>
 
@@ -14,6 +18,7 @@
 #include <filesystem>
 #include <string>
 
+#include "flashinfer/api_call.h"
 #include "flashinfer/api_log.h"
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/op_typed.h"
@@ -115,6 +120,24 @@ void BM_RmsnormPublic(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_RmsnormPublic)->Arg(0)->Arg(1)->Arg(3)->Arg(5);
+
+struct NullObserver : CallObserver {
+  void on_call_begin(const OpDecl&, std::span<const Value>) override {}
+  void on_call_end(const OpDecl&, std::span<const Value>, const Value&) override {}
+  void on_call_error(const OpDecl&, std::span<const Value>, std::string_view) override {}
+};
+
+void BM_RmsnormObserved(benchmark::State& state) {
+  Setup& s = setup();
+  auto observer = std::make_shared<NullObserver>();
+  add_call_observer(observer);
+  for (auto _ : state) {
+    Tensor r = rmsnorm(s.x, s.w, 1e-6, s.out);
+    benchmark::DoNotOptimize(r.data_ptr());
+  }
+  remove_call_observer(observer);
+}
+BENCHMARK(BM_RmsnormObserved);
 
 // The gate's written-argument check alone (op_typed.h), as every rmsnorm call with out= runs it:
 // gathering the tensor arguments and comparing out with input and weight. Arg: 0 without out=

@@ -1432,10 +1432,11 @@ std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before
   // call's ranges, not walked patch by patch (~20 k instructions per append with 128 deltas
   // in the chain, session 19).
   bool disjoint = true;
-  for (const auto& [a, len] : w) {
+  for (const auto& r : w) {
+    const uint64_t a = r.first;  // (clang 14 captures no structured binding)
     const auto it = std::partition_point(
         bp.begin(), bp.end(), [a](const formats::Patch& q) { return q.at + q.size <= a; });
-    if (it != bp.end() && it->at < a + len) {
+    if (it != bp.end() && it->at < a + r.second) {
       disjoint = false;
       break;
     }
@@ -1450,7 +1451,8 @@ std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before
     blob->patches.reserve(bp.size() + w.size());
     uint64_t off = 0;
     auto from = bp.begin();
-    for (const auto& [at_w, len] : w) {
+    for (const auto& r : w) {
+      const uint64_t at_w = r.first, len = r.second;
       const auto to = std::partition_point(
           from, bp.end(), [at_w](const formats::Patch& q) { return q.at < at_w; });
       blob->patches.insert(blob->patches.end(), from, to);
