@@ -1441,68 +1441,52 @@ std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before
       break;
     }
   }
-  if (disjoint) {
-    const uint64_t total = own + before->patches_size;
-    if (total > n / 4 || bp.size() + w.size() > kMaxDeltaPatches) return nullptr;
-    auto blob = std::make_shared<Blob>(n, false, held_, pool_, own);
-    blob->base = before->base ? before->base : before;
-    if (!bp.empty()) blob->prev = before;
-    blob->chain = before->base ? before->chain + 1 : 1;
-    blob->patches.reserve(bp.size() + w.size());
-    uint64_t off = 0;
-    auto from = bp.begin();
-    for (const auto& r : w) {
-      const uint64_t at_w = r.first, len = r.second;
-      const auto to = std::partition_point(
-          from, bp.end(), [at_w](const formats::Patch& q) { return q.at < at_w; });
-      blob->patches.insert(blob->patches.end(), from, to);
-      from = to;
-      std::memcpy(blob->data + off, src + at_w, len);
-      blob->patches.push_back({at_w, len, blob->data + off});
-      off += len;
-    }
-    blob->patches.insert(blob->patches.end(), from, bp.end());
-    blob->patched_bytes = own;
-    blob->patches_size = total;
-    return blob;
-  }
-  thread_local std::vector<formats::Patch> kept;
-  kept.clear();
-  uint64_t total = own;
-  std::size_t j = 0;
-  for (const formats::Patch& q : bp) {
-    const uint64_t end = q.at + q.size;
-    while (j < w.size() && w[j].first + w[j].second <= q.at) ++j;
-    uint64_t pos = q.at;
-    for (std::size_t k = j; pos < end;) {
-      while (k < w.size() && w[k].first + w[k].second <= pos) ++k;
-      const uint64_t stop = k < w.size() ? std::min(end, w[k].first) : end;
-      if (stop > pos) {
-        kept.push_back({pos, stop - pos, q.bytes + (pos - q.at)});
-        total += stop - pos;
+  const std::vector<formats::Patch>* carried = &bp;
+  uint64_t total = own + before->patches_size;
+  if (!disjoint) {
+    thread_local std::vector<formats::Patch> kept;
+    kept.clear();
+    total = own;
+    std::size_t j = 0;
+    for (const formats::Patch& q : bp) {
+      const uint64_t end = q.at + q.size;
+      while (j < w.size() && w[j].first + w[j].second <= q.at) ++j;
+      uint64_t pos = q.at;
+      for (std::size_t k = j; pos < end;) {
+        while (k < w.size() && w[k].first + w[k].second <= pos) ++k;
+        const uint64_t stop = k < w.size() ? std::min(end, w[k].first) : end;
+        if (stop > pos) {
+          kept.push_back({pos, stop - pos, q.bytes + (pos - q.at)});
+          total += stop - pos;
+        }
+        if (k == w.size() || w[k].first >= end) break;
+        pos = w[k].first + w[k].second;
       }
-      if (k == w.size() || w[k].first >= end) break;
-      pos = w[k].first + w[k].second;
     }
+    carried = &kept;
   }
   // Past a quarter of the span (or a long chain), a whole copy becomes the next base: a chain
   // of deltas costs each append its own rows plus the list of patches, which grows with it.
-  if (total > n / 4 || kept.size() + w.size() > kMaxDeltaPatches) return nullptr;
+  if (total > n / 4 || carried->size() + w.size() > kMaxDeltaPatches) return nullptr;
   auto blob = std::make_shared<Blob>(n, false, held_, pool_, own);
   blob->base = before->base ? before->base : before;
-  if (!kept.empty()) blob->prev = before;
+  if (!carried->empty()) blob->prev = before;
   blob->chain = before->base ? before->chain + 1 : 1;
-  blob->patches.reserve(kept.size() + w.size());
-  // Both lists are sorted and disjoint: merged by offset.
+  blob->patches.reserve(carried->size() + w.size());
+  // Both lists are sorted and disjoint: merged by offset, the kept patches run by run.
   uint64_t off = 0;
-  std::size_t a = 0;
-  for (const auto& [at_w, len] : w) {
-    while (a < kept.size() && kept[a].at < at_w) blob->patches.push_back(kept[a++]);
+  auto from = carried->begin();
+  for (const auto& r : w) {
+    const uint64_t at_w = r.first, len = r.second;  // (clang 14 captures no structured binding)
+    const auto to = std::partition_point(
+        from, carried->end(), [at_w](const formats::Patch& q) { return q.at < at_w; });
+    blob->patches.insert(blob->patches.end(), from, to);
+    from = to;
     std::memcpy(blob->data + off, src + at_w, len);
     blob->patches.push_back({at_w, len, blob->data + off});
     off += len;
   }
-  while (a < kept.size()) blob->patches.push_back(kept[a++]);
+  blob->patches.insert(blob->patches.end(), from, carried->end());
   blob->patched_bytes = own;
   blob->patches_size = total;
   return blob;
