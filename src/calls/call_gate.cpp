@@ -113,12 +113,14 @@ ObservedCall::~ObservedCall() { --t_call_depth; }
 
 void ObservedCall::finish(const Value& result) {
   if (!active_) return;
-  notify(observers_, [&](CallObserver& o) { o.on_call_end(*decl_, args_, result); }, true);
+  notify(
+      observers_, [&](CallObserver& o) { o.on_call_end(*decl_, args_, result); }, true);
 }
 
 void ObservedCall::fail(std::string_view what) {
   if (!active_) return;
-  notify(observers_, [&](CallObserver& o) { o.on_call_error(*decl_, args_, what); }, true);
+  notify(
+      observers_, [&](CallObserver& o) { o.on_call_error(*decl_, args_, what); }, true);
 }
 
 }  // namespace detail

@@ -497,8 +497,8 @@ struct InputShape {
 struct OutputShape {
   std::shared_ptr<const OutputTemplate> tmpl;
   std::shared_ptr<const formats::ArchivePlan> outputs, mutated;  // null: none
-  std::vector<int32_t> results;        // output j: the result (-1) or its tuple item results[j]
-  std::vector<ArgAt> mutated_args;     // mutated tensor j: at mutated_args[j]
+  std::vector<int32_t> results;     // output j: the result (-1) or its tuple item results[j]
+  std::vector<ArgAt> mutated_args;  // mutated tensor j: at mutated_args[j]
 };
 
 std::string json_escaped(std::string_view s) {
@@ -1478,8 +1478,8 @@ std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before
   auto from = carried->begin();
   for (const auto& r : w) {
     const uint64_t at_w = r.first, len = r.second;  // (clang 14 captures no structured binding)
-    const auto to = std::partition_point(
-        from, carried->end(), [at_w](const formats::Patch& q) { return q.at < at_w; });
+    const auto to = std::partition_point(from, carried->end(),
+                                         [at_w](const formats::Patch& q) { return q.at < at_w; });
     blob->patches.insert(blob->patches.end(), from, to);
     from = to;
     std::memcpy(blob->data + off, src + at_w, len);
