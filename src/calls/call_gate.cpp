@@ -104,8 +104,7 @@ ObservedCall::ObservedCall(const OpDecl& decl, std::vector<Value> args)
     : decl_(&decl), args_(std::move(args)), active_(t_call_depth == 0) {
   ++t_call_depth;
   if (!active_) return;
-  observers_ = t_wanted ? std::move(t_wanted) : snapshot();
-  t_wanted.reset();
+  observers_ = t_wanted ? std::move(t_wanted) : snapshot();  // a move leaves t_wanted empty
   notify(observers_, [&](CallObserver& o) { o.on_call_begin(*decl_, args_); });
 }
 

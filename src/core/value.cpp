@@ -28,12 +28,7 @@ Value::Value(const Value& other) {
 }
 
 Value& Value::operator=(const Value& other) {
-  if (this == &other) return *this;
-  if (const auto* b = std::get_if<Borrowed>(&other.v_)) {
-    v_ = *b->t;
-  } else {
-    v_ = other.v_;
-  }
+  if (this != &other) *this = Value(other);  // the copy constructor makes a borrowed one owning
   return *this;
 }
 

@@ -484,6 +484,14 @@ struct ArgAt {
   }
 };
 
+// Appends where the tensors among list or tuple argument `at`'s items are.
+void push_tensor_items(std::vector<ArgAt>& out, const Value& v, uint32_t at) {
+  const auto& items = v.items();
+  for (std::size_t j = 0; j < items.size(); ++j) {
+    if (items[j].is_tensor()) out.push_back({at, static_cast<int32_t>(j)});
+  }
+}
+
 // What a call with a given argument key has: its line-1 template, its inputs' archive layout
 // and which arguments are the input tensors (in the record's order).
 struct InputShape {
@@ -1719,10 +1727,7 @@ void RingRecorder::remember_input_shape(OpInfo& op, const TemplateKey& k, const 
     const bool holder = static_cast<int>(i) == op.var_positional;
     if (!holder && pd.keyword_only && pd.default_value && *pd.default_value == args[i]) continue;
     if (args[i].is_sequence()) {
-      const auto& items = args[i].items();
-      for (std::size_t j = 0; j < items.size(); ++j) {
-        if (items[j].is_tensor()) shape->args.push_back({at, static_cast<int32_t>(j)});
-      }
+      push_tensor_items(shape->args, args[i], at);
     } else if (args[i].is_tensor() && !holder) {
       shape->args.push_back({at, -1});
     }
@@ -1764,10 +1769,7 @@ void RingRecorder::remember_output_shape(OpInfo& op, const TemplateKey& k, const
     if (args[i].is_tensor()) {
       shape->mutated_args.push_back({at, -1});
     } else if (args[i].is_sequence()) {  // a (K, V) cache pair
-      const auto& items = args[i].items();
-      for (std::size_t j = 0; j < items.size(); ++j) {
-        if (items[j].is_tensor()) shape->mutated_args.push_back({at, static_cast<int32_t>(j)});
-      }
+      push_tensor_items(shape->mutated_args, args[i], at);
     }
   }
   if (!files.out.outputs) return;
