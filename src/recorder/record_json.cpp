@@ -13,6 +13,7 @@
 #include "recorder/dump_schema.h"
 #include "recorder/python_json.h"
 #include "recorder/record_tape.h"
+#include "recorder/ring_heap.h"
 
 namespace flashinfer::recorder::internal {
 
@@ -386,7 +387,7 @@ std::shared_ptr<const T> shared_template(RecentTemplates<T>* templates, const Re
     k = template_key(key);
     if (auto found = templates->find(k)) return found;
   }
-  auto made = std::make_shared<T>();
+  auto made = std::allocate_shared<T>(RingAlloc<T>{});  // read by every call that shares it
   made->metadata = tape;
   fill(*made);
   if (templates) templates->insert(k, made);

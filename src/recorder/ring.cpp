@@ -46,6 +46,7 @@
 #include "recorder/record_tape.h"
 #include "recorder/ring_copy.h"
 #include "recorder/ring_dedup_dump.h"
+#include "recorder/ring_heap.h"
 #include "recorder/span_index.h"
 
 namespace flashinfer::recorder::internal {
@@ -180,6 +181,15 @@ class BlobPool {
   std::array<std::vector<uint8_t*>, 1 + 56 * 2> free_;
 };
 
+// A delta's patches, in the ring's heap.
+using PatchList = std::vector<formats::Patch, RingAlloc<formats::Patch>>;
+
+// A probe's words (Blob::probe), in the ring's heap.
+struct ProbeFree {
+  void operator()(uint64_t* p) const noexcept;
+};
+using ProbeWords = std::unique_ptr<uint64_t[], ProbeFree>;
+
 // One distinct tensor content: the covered span of a tensor's storage, on the host.
 struct Blob {
   uint8_t* data = nullptr;
@@ -195,7 +205,7 @@ struct Blob {
   // laid over; `data` holds only the patched bytes (the patches point into it), and `size`
   // stays the span's. A delta's base is never a delta.
   std::shared_ptr<Blob> base;
-  std::vector<formats::Patch> patches;
+  PatchList patches;
   uint64_t patched_bytes = 0;  // the bytes at `data`: the ranges this delta's call wrote
   uint64_t patches_size = 0;   // the bytes `patches` cover
   // The delta this one was made from, when some of `patches` still point into its bytes (or
@@ -208,7 +218,7 @@ struct Blob {
   // in as many pages (a cache and TLB miss each, the largest single item of the hooks in a
   // decode step, session 16). Made and read under the ring's lock; the copy never changes, so
   // the comparisons are the same.
-  std::unique_ptr<uint64_t[]> probe;
+  ProbeWords probe;
   // The span's bytes where a whole copy sits: the blob's own, or its base's for a delta.
   const uint8_t* span_bytes() const { return base ? base->data : data; }
 
@@ -249,13 +259,14 @@ constexpr uint64_t kArenaMaxBytes = 4096;
 // kept for reuse up to a bound: a call's arena returns its buffers when the call is recycled and
 // the next call takes what it needs, so the ring holds about the bytes its calls use. (A buffer
 // of 16 KiB kept by each call instead made the ring hold twice that, all of it page-faulted in as
-// the ring filled, session 17.)
+// the ring filled, session 17.) The buffers come from the ring's heap (ring_heap.h): huge pages,
+// and whole 64-byte lines for the streamed copies.
 class ChunkPool {
  public:
   static constexpr uint64_t kBytes = 4096;
   explicit ChunkPool(std::size_t retain) : retain_(retain) {}
   ~ChunkPool() {
-    for (uint8_t* p : free_) ::operator delete(p, kAlign);
+    for (uint8_t* p : free_) RingHeap::deallocate(p, kBytes);
   }
   ChunkPool(const ChunkPool&) = delete;
   ChunkPool& operator=(const ChunkPool&) = delete;
@@ -268,7 +279,7 @@ class ChunkPool {
         return p;
       }
     }
-    return static_cast<uint8_t*>(::operator new(kBytes, kAlign));
+    return static_cast<uint8_t*>(RingHeap::allocate(kBytes));
   }
   void put(uint8_t* p) noexcept {
     {
@@ -278,12 +289,11 @@ class ChunkPool {
         return;
       }
     }
-    ::operator delete(p, kAlign);
+    RingHeap::deallocate(p, kBytes);
   }
   void reserve() { free_.reserve(retain_); }
 
  private:
-  static constexpr std::align_val_t kAlign{64};  // whole lines for the streamed copies
   std::mutex mu_;
   std::size_t retain_;
   std::vector<uint8_t*> free_;
@@ -329,10 +339,13 @@ class Arena {
 
  private:
   std::shared_ptr<ChunkPool> pool_;
-  std::vector<uint8_t*> chunks_;  // in use order; the last one is being filled
-  uint64_t off_ = 0;              // taken in chunks_.back()
-  uint64_t used_ = 0;             // a full buffer's unused end is not counted
+  std::vector<uint8_t*, RingAlloc<uint8_t*>> chunks_;  // in use order; the last being filled
+  uint64_t off_ = 0;                                   // taken in chunks_.back()
+  uint64_t used_ = 0;                                  // a full buffer's unused end is not counted
 };
+
+// Blobs held by a call (one per tensor, null for an arena's), in the ring's heap.
+using BlobList = std::vector<std::shared_ptr<Blob>, RingAlloc<std::shared_ptr<Blob>>>;
 
 // A kept tensor: its torch metadata and the bytes holding its span (a blob owned by the call's
 // `blobs`, or the call's arena).
@@ -527,13 +540,16 @@ std::string json_escaped(std::string_view s) {
 // hooks' time, most of it cache misses on the call's cold copy, session 14).
 struct KeptArchive {
   std::shared_ptr<const formats::ArchivePlan> layout;
-  std::vector<formats::ArchivePlan::Piece> data;  // item i's bytes (pointer, size, patches)
+  // Item i's bytes (pointer, size, patches).
+  std::vector<formats::ArchivePlan::Piece, RingAlloc<formats::ArchivePlan::Piece>> data;
 };
 
 // The inputs archive is the call's `begin` files' only: a completed call's `end` files hold
 // line 2 and the outputs and mutated arguments, and a dump takes the inputs from `begin`
 // (copying them into `end` was a cold copy per call, session 18).
 struct CallFiles {
+  static void* operator new(std::size_t n) { return RingHeap::allocate(n); }
+  static void operator delete(void* p, std::size_t n) noexcept { RingHeap::deallocate(p, n); }
   OutputRecord out;       // line 2's additions, when `complete`
   bool complete = false;  // line 2 (completed) follows line 1 (inputs_saved)
   KeptArchive inputs, outputs, mutated;
@@ -548,7 +564,7 @@ struct RingCall {
   int64_t sequence = 0, process_sequence = 0;
   // Keeps every large tensor's bytes alive; null for a tensor in the arena (blobs[j] is input
   // j's: the KV-cache delta path looks inputs up by index).
-  std::vector<std::shared_ptr<Blob>> blobs;
+  BlobList blobs;
   Arena arena;              // the small tensors' bytes
   uint64_t arena_held = 0;  // arena bytes counted in the ring's bound (under its lock)
   std::unique_ptr<CallFiles> begin, end;
@@ -741,13 +757,17 @@ bool kept_equals(const Blob& b, const uint8_t* src, uint64_t at, uint64_t len) {
 constexpr std::size_t kEdgeWords = kEdgeBytes / 8;
 constexpr std::size_t kProbeWords = 2 * kEdgeWords + kSamples;  // Blob::probe: edges, samples
 
+void ProbeFree::operator()(uint64_t* p) const noexcept {
+  RingHeap::deallocate(p, kProbeWords * sizeof(uint64_t));
+}
+
 bool same_as_kept(Blob& b, const uint8_t* src, uint64_t n, uint32_t shares) {
   // (No CPU span this small is shared since the arena, kArenaMaxBytes: kept for a lower limit.)
   if (n <= kWholeCompareBytes) return kept_equals(b, src, 0, n);
   const uint64_t step = (n - 8) / (kSamples - 1);
   const bool sampled = shares % kSampleEvery == 0;
   if (sampled && !b.probe && !b.base) {
-    b.probe = std::make_unique<uint64_t[]>(kProbeWords);
+    b.probe.reset(static_cast<uint64_t*>(RingHeap::allocate(kProbeWords * sizeof(uint64_t))));
     uint64_t* w = b.probe.get();
     std::memcpy(w, b.data, kEdgeBytes);
     std::memcpy(w + kEdgeWords, b.data + n - kEdgeBytes, kEdgeBytes);
@@ -1026,7 +1046,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
     RecordTape metadata;
     std::string raw;  // a key's bytes (put_raw_value)
     std::vector<KeptTensor> kept_in, kept_out, kept_mut, spare;
-    std::vector<std::shared_ptr<Blob>> blobs, prior;
+    BlobList blobs, prior;
     std::vector<Ranges> written;
     std::vector<SmallWritten> small_written;
     // The ops this thread's calls used, by declaration (direct-mapped): found here, an op's
@@ -1051,9 +1071,8 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // `prior` and `written` (mutated arguments of an op whose writes are known, by tensor): the
   // blob the call kept for the tensor as an input and the byte ranges the op wrote into it; the
   // tensor is then kept as a delta of it when that is small (KV caches).
-  void keep(std::span<const TensorRef> tensors, std::vector<KeptTensor>& out,
-            std::vector<std::shared_ptr<Blob>>& owner, Arena& arena, bool* nonfinite = nullptr,
-            const std::vector<std::shared_ptr<Blob>>* prior = nullptr,
+  void keep(std::span<const TensorRef> tensors, std::vector<KeptTensor>& out, BlobList& owner,
+            Arena& arena, bool* nonfinite = nullptr, const BlobList* prior = nullptr,
             const std::vector<Ranges>* written = nullptr, bool just_written = false);
   // Counts the bytes `c` has taken in its arena since it was last counted in the bound.
   void count_arena_locked(RingCall& c);
@@ -1434,7 +1453,7 @@ std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before
   // `before`'s patches where this call did not write: their bytes stay where they are (in
   // `before` or the deltas it holds), so each append copies only its own rows. (Copying every
   // patch since the base again on each append was most of the ring's time in an append.)
-  const std::vector<formats::Patch>& bp = before->patches;
+  const PatchList& bp = before->patches;
   // An append writes slots no earlier append of the chain wrote (a token's row once), so
   // `before`'s patches are usually kept whole: then its list is copied run by run between this
   // call's ranges, not walked patch by patch (~20 k instructions per append with 128 deltas
@@ -1449,10 +1468,10 @@ std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before
       break;
     }
   }
-  const std::vector<formats::Patch>* carried = &bp;
+  const PatchList* carried = &bp;
   uint64_t total = own + before->patches_size;
   if (!disjoint) {
-    thread_local std::vector<formats::Patch> kept;
+    thread_local PatchList kept;
     kept.clear();
     total = own;
     std::size_t j = 0;
@@ -1476,7 +1495,7 @@ std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before
   // Past a quarter of the span (or a long chain), a whole copy becomes the next base: a chain
   // of deltas costs each append its own rows plus the list of patches, which grows with it.
   if (total > n / 4 || carried->size() + w.size() > kMaxDeltaPatches) return nullptr;
-  auto blob = std::make_shared<Blob>(n, false, held_, pool_, own);
+  auto blob = std::allocate_shared<Blob>(RingAlloc<Blob>{}, n, false, held_, pool_, own);
   blob->base = before->base ? before->base : before;
   if (!carried->empty()) blob->prev = before;
   blob->chain = before->base ? before->chain + 1 : 1;
@@ -1501,8 +1520,7 @@ std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before
 }
 
 void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTensor>& out,
-                        std::vector<std::shared_ptr<Blob>>& owner, Arena& arena, bool* nonfinite,
-                        const std::vector<std::shared_ptr<Blob>>* prior,
+                        BlobList& owner, Arena& arena, bool* nonfinite, const BlobList* prior,
                         const std::vector<Ranges>* written, bool just_written) {
   HookScratch& h = scratch();
   resize_reusing(out, tensors.size(), h.spare);
@@ -1564,7 +1582,7 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
         if (it != blobs_.end()) blob = it->second.lock();
       }
       if (!blob) {
-        blob = std::make_shared<Blob>(n, false, held_, pool_);
+        blob = std::allocate_shared<Blob>(RingAlloc<Blob>{}, n, false, held_, pool_);
         ring_copy(blob->data, src, n);
         blob->key = bk;
         std::lock_guard<std::mutex> l(mu_);
@@ -1575,14 +1593,14 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
       if (cuda) {
         // Copied on the call's stream into page-locked memory; the copy is awaited only when
         // a dump is written.
-        blob = std::make_shared<Blob>(n, true, held_, pool_);
+        blob = std::allocate_shared<Blob>(RingAlloc<Blob>{}, n, true, held_, pool_);
         blob->event = detail::cuda_copy_to_host_async(blob->data, src, n, t.device().index);
       } else {
         if (at && prior && written && ti < prior->size() && (*prior)[ti]) {
           blob = delta_of((*prior)[ti], *at, (*written)[ti], src, n);
         }
         if (!blob) {
-          blob = std::make_shared<Blob>(n, false, held_, pool_);
+          blob = std::allocate_shared<Blob>(RingAlloc<Blob>{}, n, false, held_, pool_);
           // The NaN trigger's check of an output, in the copy's pass over the source.
           if (nonfinite && !*nonfinite &&
               nonfinite_checked_on_bytes(t, static_cast<uint64_t>(k.item.span))) {
@@ -1717,7 +1735,7 @@ void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vect
 void RingRecorder::remember_input_shape(OpInfo& op, const TemplateKey& k, const OpDecl& decl,
                                         std::span<const Value> args, const Extracted& ex,
                                         const RingCall& c, const CallFiles& files) {
-  auto shape = std::make_shared<InputShape>();
+  auto shape = std::allocate_shared<InputShape>(RingAlloc<InputShape>{});
   // write_input_metadata's tensors, by position: every tensor argument but a keyword-only
   // one left at its default, and the tensors among a list or tuple argument's items (the *args
   // holder's, a cache pair's).
@@ -1753,7 +1771,7 @@ void RingRecorder::remember_output_shape(OpInfo& op, const TemplateKey& k, const
                                          std::span<const Value> args, const Value& result,
                                          const Extracted& out, const Extracted& mutated,
                                          const CallFiles& files) {
-  auto shape = std::make_shared<OutputShape>();
+  auto shape = std::allocate_shared<OutputShape>(RingAlloc<OutputShape>{});
   // write_result's and extract_mutated_into's tensors, by position.
   if (result.is_tensor()) {
     shape->results.push_back(-1);
@@ -1846,7 +1864,7 @@ std::shared_ptr<RingCall> RingRecorder::new_call() {
       return c;
     }
   }
-  auto c = std::make_shared<RingCall>();
+  auto c = std::allocate_shared<RingCall>(RingAlloc<RingCall>{});
   c->arena.use_pool(chunk_pool_);
   return c;
 }
@@ -2095,7 +2113,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   bool nan = false;
   bool evicted = false;
   std::unique_ptr<CallFiles> files;
-  std::vector<std::shared_ptr<Blob>>& blobs = h.blobs;
+  BlobList& blobs = h.blobs;
   std::vector<KeptTensor>&kept_out = h.kept_out, &kept_mut = h.kept_mut;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -2156,7 +2174,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     keep(out_refs, kept_out, blobs, call->arena, check ? &nan : nullptr, nullptr, nullptr, true);
     // A KV cache an append wrote a few rows into: kept as the bytes it held as this call's
     // input plus the rows written (a delta), not copied whole on every append.
-    std::vector<std::shared_ptr<Blob>>& prior = h.prior;
+    BlobList& prior = h.prior;
     std::vector<Ranges>& written = h.written;
     prior.assign(mut_refs.size(), nullptr);
     if (written.size() < mut_refs.size()) written.resize(mut_refs.size());

@@ -1,0 +1,128 @@
+#include "recorder/ring_heap.h"
+
+#include <sys/mman.h>
+
+#include <array>
+#include <mutex>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FLASHINFER_RING_HEAP_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FLASHINFER_RING_HEAP_ASAN 1
+#endif
+#endif
+
+namespace flashinfer::recorder::internal {
+namespace {
+
+constexpr std::size_t kLine = 64;  // every block starts a cache line: no object shares one
+constexpr std::size_t kClasses = RingHeap::kMaxBytes / kLine;
+
+std::size_t class_of(std::size_t n) { return n == 0 ? 0 : (n - 1) / kLine; }
+
+struct FreeBlock {
+  FreeBlock* next;
+};
+
+class Heap {
+ public:
+  void* take(std::size_t n) {
+    const std::size_t c = class_of(n);
+    std::lock_guard<std::mutex> l(mu_);
+    if (FreeBlock* b = free_[c]) {
+      free_[c] = b->next;
+      return b;
+    }
+    const std::size_t bytes = (c + 1) * kLine;
+    if (left_ < bytes && !grow()) return nullptr;
+    void* p = next_;
+    next_ += bytes;
+    left_ -= bytes;
+    return p;
+  }
+  // False when `p` is not in a region (it came from operator new).
+  bool give(void* p, std::size_t n) noexcept {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> l(mu_);
+    bool in = false;
+    for (uintptr_t r : regions_) in = in || (a >= r && a < r + RingHeap::kRegionBytes);
+    if (!in) return false;
+    auto* b = static_cast<FreeBlock*>(p);
+    b->next = free_[class_of(n)];
+    free_[class_of(n)] = b;
+    return true;
+  }
+  std::size_t mapped() {
+    std::lock_guard<std::mutex> l(mu_);
+    return regions_.size() * RingHeap::kRegionBytes;
+  }
+  bool owns(const void* p) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> l(mu_);
+    for (uintptr_t r : regions_) {
+      if (a >= r && a < r + RingHeap::kRegionBytes) return true;
+    }
+    return false;
+  }
+
+ private:
+  // Maps one more region on a huge-page boundary (twice the size, the slack unmapped), so the
+  // kernel can back it with one huge page.
+  bool grow() {
+    constexpr std::size_t kR = RingHeap::kRegionBytes;
+    void* m = ::mmap(nullptr, 2 * kR, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return false;
+    const auto at = reinterpret_cast<uintptr_t>(m);
+    const uintptr_t base = (at + kR - 1) & ~(uintptr_t{kR} - 1);
+    if (base > at) ::munmap(m, base - at);
+    if (base + kR < at + 2 * kR) {
+      ::munmap(reinterpret_cast<void*>(base + kR), at + 2 * kR - (base + kR));
+    }
+    // Advice only: where huge pages are off ("never"), the region is ordinary pages.
+    (void)::madvise(reinterpret_cast<void*>(base), kR, MADV_HUGEPAGE);
+    regions_.push_back(base);
+    next_ = reinterpret_cast<uint8_t*>(base);
+    left_ = kR;
+    return true;
+  }
+
+  std::mutex mu_;
+  std::array<FreeBlock*, kClasses> free_{};
+  uint8_t* next_ = nullptr;
+  std::size_t left_ = 0;
+  std::vector<uintptr_t> regions_;
+};
+
+// Never destroyed: blocks may be freed during static destruction.
+Heap& heap() {
+  static Heap* h = new Heap;
+  return *h;
+}
+
+}  // namespace
+
+void* RingHeap::allocate(std::size_t n) {
+#ifndef FLASHINFER_RING_HEAP_ASAN
+  if (n <= kMaxBytes) {
+    if (void* p = heap().take(n)) return p;
+  }
+#endif
+  return ::operator new (n, std::align_val_t{kLine});
+}
+
+void RingHeap::deallocate(void* p, std::size_t n) noexcept {
+  if (!p) return;
+#ifndef FLASHINFER_RING_HEAP_ASAN
+  // A small block outside the regions came from operator new (a region could not be mapped).
+  if (n <= kMaxBytes && heap().give(p, n)) return;
+#endif
+  ::operator delete (p, std::align_val_t{kLine});
+}
+
+std::size_t RingHeap::region_bytes() { return heap().mapped(); }
+
+bool RingHeap::owns(const void* p) { return heap().owns(p); }
+
+}  // namespace flashinfer::recorder::internal

@@ -1,0 +1,122 @@
+// The ring recorder's heap for its small objects (src/recorder/ring_heap.h): blocks are whole,
+// 64-byte-aligned lines inside 2 MiB-aligned regions, a freed block is handed out again for its
+// size, large blocks and standard containers work, and blocks never overlap.
+#include "recorder/ring_heap.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <utility>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define RING_HEAP_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RING_HEAP_TEST_ASAN 1
+#endif
+#endif
+
+namespace {
+
+namespace ri = flashinfer::recorder::internal;
+using ri::RingHeap;
+
+uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+TEST(RingHeap, BlocksAreWholeLinesInHugePageRegions) {
+#ifdef RING_HEAP_TEST_ASAN
+  GTEST_SKIP() << "under AddressSanitizer every block comes from operator new";
+#else
+  std::vector<std::pair<void*, std::size_t>> blocks;
+  for (std::size_t n : {1, 8, 63, 64, 65, 200, 1000, 4095, 4096}) {
+    void* p = RingHeap::allocate(n);
+    EXPECT_EQ(addr(p) % 64, 0u) << n;
+    EXPECT_TRUE(RingHeap::owns(p)) << n;
+    std::memset(p, 0xab, n);  // the whole block is writable
+    blocks.emplace_back(p, n);
+  }
+  EXPECT_GE(RingHeap::region_bytes(), RingHeap::kRegionBytes);
+  EXPECT_EQ(RingHeap::region_bytes() % RingHeap::kRegionBytes, 0u);
+  // No two live blocks overlap (each rounded up to whole lines).
+  std::sort(blocks.begin(), blocks.end());
+  for (std::size_t i = 1; i < blocks.size(); ++i) {
+    const std::size_t lines = (blocks[i - 1].second + 63) / 64 * 64;
+    EXPECT_LE(addr(blocks[i - 1].first) + lines, addr(blocks[i].first));
+  }
+  for (auto [p, n] : blocks) RingHeap::deallocate(p, n);
+#endif
+}
+
+TEST(RingHeap, AFreedBlockIsReusedForItsSize) {
+#ifdef RING_HEAP_TEST_ASAN
+  GTEST_SKIP() << "under AddressSanitizer every block comes from operator new";
+#else
+  void* a = RingHeap::allocate(300);
+  RingHeap::deallocate(a, 300);
+  // 300 and 320 bytes are both five lines: the same free list.
+  void* b = RingHeap::allocate(320);
+  EXPECT_EQ(a, b);
+  // Another size class does not take it.
+  RingHeap::deallocate(b, 320);
+  void* c = RingHeap::allocate(64);
+  EXPECT_NE(c, b);
+  void* d = RingHeap::allocate(257);
+  EXPECT_EQ(d, b);
+  RingHeap::deallocate(c, 64);
+  RingHeap::deallocate(d, 257);
+#endif
+}
+
+TEST(RingHeap, LargeBlocksComeFromOperatorNewAligned) {
+  for (std::size_t n : {RingHeap::kMaxBytes + 1, std::size_t{1} << 20}) {
+    void* p = RingHeap::allocate(n);
+    EXPECT_EQ(addr(p) % 64, 0u);
+    EXPECT_FALSE(RingHeap::owns(p));
+    std::memset(p, 1, n);
+    RingHeap::deallocate(p, n);
+  }
+}
+
+TEST(RingHeap, ManyBlocksSpanRegionsWithoutOverlap) {
+  // 3000 blocks of 1 KiB: more than one 2 MiB region.
+  std::vector<uint32_t*> blocks;
+  std::set<uintptr_t> seen;
+  for (uint32_t i = 0; i < 3000; ++i) {
+    auto* p = static_cast<uint32_t*>(RingHeap::allocate(1024));
+    std::fill(p, p + 256, i);
+    EXPECT_TRUE(seen.insert(addr(p)).second);
+    blocks.push_back(p);
+  }
+  // Every block still holds what was written into it: none was handed out twice.
+  for (uint32_t i = 0; i < blocks.size(); ++i) {
+    ASSERT_TRUE(std::all_of(blocks[i], blocks[i] + 256, [i](uint32_t v) { return v == i; })) << i;
+  }
+#ifndef RING_HEAP_TEST_ASAN
+  EXPECT_GE(RingHeap::region_bytes(), 2 * RingHeap::kRegionBytes);
+#endif
+  for (uint32_t* p : blocks) RingHeap::deallocate(p, 1024);
+}
+
+TEST(RingHeap, ContainersAndSharedObjects) {
+  std::vector<int64_t, ri::RingAlloc<int64_t>> v;
+  for (int64_t i = 0; i < 10000; ++i) v.push_back(i * 3);  // grows past kMaxBytes
+  for (int64_t i = 0; i < 10000; ++i) ASSERT_EQ(v[static_cast<std::size_t>(i)], i * 3);
+  struct Obj {
+    int64_t a[20];
+    explicit Obj(int64_t x) {
+      for (auto& e : a) e = x;
+    }
+  };
+  auto s = std::allocate_shared<Obj>(ri::RingAlloc<Obj>{}, 7);
+  std::weak_ptr<Obj> w = s;
+  EXPECT_EQ(s->a[19], 7);
+  s.reset();
+  EXPECT_TRUE(w.expired());
+}
+
+}  // namespace
