@@ -1153,14 +1153,15 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   uint64_t limit_bytes_;
 
   std::mutex mu_;
-  std::deque<std::shared_ptr<RingCall>> calls_;                          // oldest first
+  std::deque<std::shared_ptr<RingCall>, RingAlloc<std::shared_ptr<RingCall>>>
+      calls_;                                                            // oldest first
   std::unordered_map<BlobKey, std::weak_ptr<Blob>, BlobKeyHash> blobs_;  // verify=full
   // The default mode's kept spans, by size class: class k holds spans of [2^k, 2^(k+1)) bytes,
   // so a write [a, b) can only overlap spans of class k that start in (a - 2^(k+1), b): a few
   // probes per class in use, whatever the number of kept spans. Each class is a flat table
   // (span_index.h, one cache line per probe); the std::map per class it replaces cost a cold
   // line per tree level on every lookup, insert and erase (session 15).
-  std::array<SpanIndex<SpanEntry>, 64> spans_;
+  std::array<SpanIndex<SpanEntry, RingAlloc<SpanEntry>>, 64> spans_;
   // Bit k set when spans_[k] may be non-empty (set on insert, cleared by note_write_locked when
   // it finds the class empty): a write walks only these (the 64 map headers are 48 cache lines,
   // all cold after a GEMM; checking each for emptiness on every write was most of note_writes,
@@ -1186,7 +1187,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // By declaration, then name (a declaration's address may be reused by another op): entries
   // that never move, so the references op_info_locked returns stay valid. Before, the counter
   // was looked up by name in counters_ on every call (a walk over cold string nodes).
-  std::unordered_map<const OpDecl*, std::list<OpInfo>> signatures_;
+  std::unordered_map<const OpDecl*, std::list<OpInfo, RingAlloc<OpInfo>>> signatures_;
   std::shared_ptr<std::atomic<uint64_t>> held_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::shared_ptr<BlobPool> pool_;
   std::shared_ptr<ChunkPool> chunk_pool_;  // the calls' arenas'
@@ -1335,7 +1336,7 @@ RingRecorder::RingRecorder(Config c, LineSink sink)
   // of small tensors instead of one per 2^(k+1) bytes it covers. (CPU spans up to
   // kArenaMaxBytes are in the calls' arenas, not here: those classes hold CUDA spans only.)
   for (unsigned k = 0; k < spans_.size(); ++k) {
-    spans_[k] = SpanIndex<SpanEntry>(std::max(k + 1, 12u));
+    spans_[k] = SpanIndex<SpanEntry, RingAlloc<SpanEntry>>(std::max(k + 1, 12u));
   }
   trig_crash_ = has(cfg_.triggers, "crash");
   trig_signal_ = has(cfg_.triggers, "signal");
@@ -1665,7 +1666,7 @@ void RingRecorder::note_write_locked(const Tensor& t) {
   for (uint64_t bits = classes_; bits != 0; bits &= bits - 1) {
     const auto k = static_cast<std::size_t>(__builtin_ctzll(bits));
     if (b <= bounds_[k].lo || a >= bounds_[k].hi) continue;
-    SpanIndex<SpanEntry>& m = spans_[k];
+    SpanIndex<SpanEntry, RingAlloc<SpanEntry>>& m = spans_[k];
     if (m.empty()) {
       classes_ &= ~(uint64_t{1} << k);
       bounds_[k] = {};
@@ -1722,7 +1723,8 @@ void RingRecorder::plan(KeptArchive& dst, std::string_view stem, const std::vect
       const std::vector<const void*> none(t.size(), nullptr);
       if (cache.size() >= 1024) cache.clear();  // bounded: programs with ever new shapes
       it = cache
-               .emplace(key, std::make_shared<const formats::ArchivePlan>(
+               .emplace(key, std::allocate_shared<const formats::ArchivePlan>(
+                                 RingAlloc<formats::ArchivePlan>{},
                                  formats::plan_torch_archive(stem, items, none)))
                .first;
     }
@@ -1893,7 +1895,7 @@ void RingRecorder::release_locked(RingCall& c) {
       if (it != blobs_.end() && it->second.expired()) blobs_.erase(it);
     }
     if (where) {
-      SpanIndex<SpanEntry>& m = spans_[span_class(size)];
+      SpanIndex<SpanEntry, RingAlloc<SpanEntry>>& m = spans_[span_class(size)];
       m.erase_if_at(where->device, where->lo, size,
                     [](const SpanEntry& e) { return e.blob.expired(); });
       if (m.empty()) {

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <array>
+#include <bit>
 #include <mutex>
 #include <vector>
 
@@ -18,9 +19,22 @@ namespace flashinfer::recorder::internal {
 namespace {
 
 constexpr std::size_t kLine = 64;  // every block starts a cache line: no object shares one
-constexpr std::size_t kClasses = RingHeap::kMaxBytes / kLine;
+// Whole lines up to kSmallBytes (64 classes), then powers of two up to kMaxBytes.
+constexpr std::size_t kSmallBytes = 4096;
+constexpr std::size_t kLineClasses = kSmallBytes / kLine;
+constexpr std::size_t kClasses =
+    kLineClasses + std::countr_zero(RingHeap::kMaxBytes) - std::countr_zero(kSmallBytes);
+static_assert(std::has_single_bit(RingHeap::kMaxBytes) && RingHeap::kMaxBytes >= kSmallBytes);
 
-std::size_t class_of(std::size_t n) { return n == 0 ? 0 : (n - 1) / kLine; }
+std::size_t class_of(std::size_t n) {
+  if (n <= kSmallBytes) return n == 0 ? 0 : (n - 1) / kLine;
+  return kLineClasses - 1 + std::bit_width(n - 1) - std::countr_zero(kSmallBytes);
+}
+
+std::size_t class_bytes(std::size_t c) {
+  if (c < kLineClasses) return (c + 1) * kLine;
+  return kSmallBytes << (c - kLineClasses + 1);
+}
 
 struct FreeBlock {
   FreeBlock* next;
@@ -35,7 +49,7 @@ class Heap {
       free_[c] = b->next;
       return b;
     }
-    const std::size_t bytes = (c + 1) * kLine;
+    const std::size_t bytes = class_bytes(c);
     if (left_ < bytes && !grow()) return nullptr;
     void* p = next_;
     next_ += bytes;

@@ -10,7 +10,8 @@
 // (docs/PERFORMANCE.md, session 20).
 //
 // Blocks up to kMaxBytes come from per-size free lists over those regions (sizes rounded up to
-// whole 64-byte lines); larger ones from operator new. Every block is 64-byte aligned. The regions
+// whole 64-byte lines up to 4 KiB, then to a power of two); larger ones from operator new. Every
+// block is 64-byte aligned. The regions
 // are never given back (the ring's small objects are bounded by its length, and freed blocks are
 // reused). Under AddressSanitizer every block comes from operator new, so that uses after free are
 // still reported.
@@ -24,7 +25,7 @@ namespace flashinfer::recorder::internal {
 
 class RingHeap {
  public:
-  static constexpr std::size_t kMaxBytes = 4096;
+  static constexpr std::size_t kMaxBytes = std::size_t{256} << 10;
   static constexpr std::size_t kRegionBytes = std::size_t{2} << 20;  // one huge page
 
   static void* allocate(std::size_t n);

@@ -15,12 +15,14 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
 namespace flashinfer::recorder::internal {
 
-template <typename Payload>
+// `Alloc`: the table's memory (the ring's: its huge-page heap, recorder/ring_heap.h).
+template <typename Payload, typename Alloc = std::allocator<Payload>>
 class SpanIndex {
  public:
   struct Entry {
@@ -29,6 +31,8 @@ class SpanIndex {
     int64_t device = 0;
     Payload value{};
   };
+  using Slots =
+      std::vector<Entry, typename std::allocator_traits<Alloc>::template rebind_alloc<Entry>>;
 
   explicit SpanIndex(unsigned shift = 63) : shift_(shift) {}
 
@@ -162,7 +166,7 @@ class SpanIndex {
 
   template <typename Keep>
   void rebuild(std::size_t capacity, Keep&& keep) {
-    std::vector<Entry> old(capacity);
+    Slots old(capacity);
     old.swap(slots_);
     mask_ = capacity - 1;
     count_ = 0;
@@ -175,7 +179,7 @@ class SpanIndex {
     }
   }
 
-  std::vector<Entry> slots_;
+  Slots slots_;
   std::size_t mask_ = 0, count_ = 0;
   unsigned shift_;
 };

@@ -1,6 +1,6 @@
-// The ring recorder's heap for its small objects (src/recorder/ring_heap.h): blocks are whole,
-// 64-byte-aligned lines inside 2 MiB-aligned regions, a freed block is handed out again for its
-// size, large blocks and standard containers work, and blocks never overlap.
+// The ring recorder's heap for its small objects (src/recorder/ring_heap.h): blocks are
+// 64-byte-aligned inside 2 MiB-aligned regions, a freed block is handed out again for its size
+// class, larger blocks and standard containers work, and blocks never overlap.
 #include "recorder/ring_heap.h"
 
 #include <gtest/gtest.h>
@@ -33,7 +33,10 @@ TEST(RingHeap, BlocksAreWholeLinesInHugePageRegions) {
   GTEST_SKIP() << "under AddressSanitizer every block comes from operator new";
 #else
   std::vector<std::pair<void*, std::size_t>> blocks;
-  for (std::size_t n : {1, 8, 63, 64, 65, 200, 1000, 4095, 4096}) {
+  for (std::size_t n :
+       {std::size_t{1}, std::size_t{8}, std::size_t{63}, std::size_t{64}, std::size_t{65},
+        std::size_t{200}, std::size_t{1000}, std::size_t{4095}, std::size_t{4096},
+        std::size_t{4097}, std::size_t{100000}, RingHeap::kMaxBytes}) {
     void* p = RingHeap::allocate(n);
     EXPECT_EQ(addr(p) % 64, 0u) << n;
     EXPECT_TRUE(RingHeap::owns(p)) << n;
@@ -42,11 +45,10 @@ TEST(RingHeap, BlocksAreWholeLinesInHugePageRegions) {
   }
   EXPECT_GE(RingHeap::region_bytes(), RingHeap::kRegionBytes);
   EXPECT_EQ(RingHeap::region_bytes() % RingHeap::kRegionBytes, 0u);
-  // No two live blocks overlap (each rounded up to whole lines).
+  // No two live blocks overlap.
   std::sort(blocks.begin(), blocks.end());
   for (std::size_t i = 1; i < blocks.size(); ++i) {
-    const std::size_t lines = (blocks[i - 1].second + 63) / 64 * 64;
-    EXPECT_LE(addr(blocks[i - 1].first) + lines, addr(blocks[i].first));
+    EXPECT_LE(addr(blocks[i - 1].first) + blocks[i - 1].second, addr(blocks[i].first));
   }
   for (auto [p, n] : blocks) RingHeap::deallocate(p, n);
 #endif
@@ -69,6 +71,16 @@ TEST(RingHeap, AFreedBlockIsReusedForItsSize) {
   EXPECT_EQ(d, b);
   RingHeap::deallocate(c, 64);
   RingHeap::deallocate(d, 257);
+  // Above 4 KiB the sizes are rounded up to a power of two: 5000 and 8192 bytes share a list,
+  // 8193 bytes does not.
+  void* e = RingHeap::allocate(5000);
+  RingHeap::deallocate(e, 5000);
+  void* f = RingHeap::allocate(8193);
+  EXPECT_NE(f, e);
+  void* g = RingHeap::allocate(8192);
+  EXPECT_EQ(g, e);
+  RingHeap::deallocate(f, 8193);
+  RingHeap::deallocate(g, 8192);
 #endif
 }
 
@@ -104,8 +116,8 @@ TEST(RingHeap, ManyBlocksSpanRegionsWithoutOverlap) {
 
 TEST(RingHeap, ContainersAndSharedObjects) {
   std::vector<int64_t, ri::RingAlloc<int64_t>> v;
-  for (int64_t i = 0; i < 10000; ++i) v.push_back(i * 3);  // grows past kMaxBytes
-  for (int64_t i = 0; i < 10000; ++i) ASSERT_EQ(v[static_cast<std::size_t>(i)], i * 3);
+  for (int64_t i = 0; i < 100000; ++i) v.push_back(i * 3);  // grows past kMaxBytes
+  for (int64_t i = 0; i < 100000; ++i) ASSERT_EQ(v[static_cast<std::size_t>(i)], i * 3);
   struct Obj {
     int64_t a[20];
     explicit Obj(int64_t x) {
