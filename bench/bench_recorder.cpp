@@ -5,6 +5,7 @@
 // Scratch directories are under $TMPDIR (/dev/shm for tmpfs).
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -201,6 +202,12 @@ BENCHMARK(BM_LlamaDecodeStep)
 // machine load. Counters: the medians over the rounds of the decode time per step (wall), of
 // the process CPU time per generate() (all threads), and of the CPU time per decode step (a
 // generate() minus one without decode steps), and their ratios (ring / level 0).
+double minor_faults() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_minflt);
+}
+
 double process_cpu_seconds() {
   timespec t{};
   ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
@@ -222,11 +229,11 @@ void BM_LlamaDecodeRingInterleaved(benchmark::State& state) {
   // is the CPU time per decode step.
   llama::GenerateOptions no_steps = options;
   no_steps.steps = 0;
-  std::vector<double> step[2], cpu[2], fixed[2], step_cpu[2], hook_step;
+  std::vector<double> step[2], cpu[2], fixed[2], step_cpu[2], hook_step, faults[2];
   for (auto _ : state) {
     for (int r = 0; r < rounds; ++r) {
       for (int mode = 0; mode < 2; ++mode) {
-        double c[2] = {0, 0}, h[2] = {0, 0};
+        double c[2] = {0, 0}, h[2] = {0, 0}, f[2] = {0, 0};
         for (int k = 0; k < 2; ++k) {
           if (mode == 1) {
             recorder::Config rc;
@@ -236,9 +243,11 @@ void BM_LlamaDecodeRingInterleaved(benchmark::State& state) {
           }
           const double c0 = process_cpu_seconds();
           const double h0 = recorder::internal::ring_hook_seconds();
+          const double f0 = minor_faults();
           const llama::GenerateResult res =
               llama::generate(config, weights, prompts, k == 0 ? options : no_steps, Device::cpu());
           c[k] = process_cpu_seconds() - c0;
+          f[k] = minor_faults() - f0;
           h[k] = recorder::internal::ring_hook_seconds() - h0;
           if (mode == 1) recorder::stop();
           if (k == 0) step[mode].push_back(res.decode_seconds / static_cast<double>(options.steps));
@@ -246,6 +255,7 @@ void BM_LlamaDecodeRingInterleaved(benchmark::State& state) {
         cpu[mode].push_back(c[0]);
         fixed[mode].push_back(c[1]);
         step_cpu[mode].push_back((c[0] - c[1]) / static_cast<double>(options.steps));
+        faults[mode].push_back((f[0] - f[1]) / static_cast<double>(options.steps));
         if (mode == 1) hook_step.push_back((h[0] - h[1]) / static_cast<double>(options.steps));
       }
     }
@@ -271,6 +281,9 @@ void BM_LlamaDecodeRingInterleaved(benchmark::State& state) {
   // to run spread is a fraction of step_cpu_ratio's (docs/PERFORMANCE.md, session 16).
   state.counters["ring_hook_ms"] = median(hook_step) * 1e3;
   state.counters["hook_share"] = median(hook_step) / median(step_cpu[0]);
+  // Page faults per decode step (minor: first touches of fresh memory), each mode.
+  state.counters["level0_faults"] = median(faults[0]);
+  state.counters["ring_faults"] = median(faults[1]);
   recorder::set_log_sink({});
 }
 BENCHMARK(BM_LlamaDecodeRingInterleaved)->Arg(9)->Iterations(1)->Unit(benchmark::kMillisecond);
