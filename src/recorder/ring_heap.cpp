@@ -1,5 +1,6 @@
 #include "recorder/ring_heap.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <array>
@@ -42,6 +43,11 @@ struct FreeBlock {
 
 class Heap {
  public:
+  // fork() waits for a thread inside the heap, so no child starts with its lock held by a thread
+  // it does not have (glibc's malloc does the same for its own locks).
+  void lock() { mu_.lock(); }
+  void unlock() { mu_.unlock(); }
+
   void* take(std::size_t n) {
     const std::size_t c = class_of(n);
     std::lock_guard<std::mutex> l(mu_);
@@ -111,7 +117,11 @@ class Heap {
 
 // Never destroyed: blocks may be freed during static destruction.
 Heap& heap() {
-  static Heap* h = new Heap;
+  static Heap* h = [] {
+    auto* made = new Heap;
+    ::pthread_atfork([] { heap().lock(); }, [] { heap().unlock(); }, [] { heap().unlock(); });
+    return made;
+  }();
   return *h;
 }
 

@@ -5,11 +5,18 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -129,6 +136,51 @@ TEST(RingHeap, ContainersAndSharedObjects) {
   EXPECT_EQ(s->a[19], 7);
   s.reset();
   EXPECT_TRUE(w.expired());
+}
+
+// A child forked while another thread is inside the heap can still use it: fork() waits for
+// the heap's lock (without that, a child started with the lock held would hang here).
+TEST(RingHeap, AForkedChildCanAllocateWhileAnotherThreadWas) {
+  // The heap is set up (and its fork handlers registered) by its first use, here: a fork while
+  // another thread runs a function-local static's initializer would hang the child on the
+  // initializer's guard, whatever the heap does.
+  RingHeap::deallocate(RingHeap::allocate(64), 64);
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      void* p = RingHeap::allocate(128);
+      RingHeap::deallocate(p, 128);
+    }
+  });
+  int hung = 0, failed = 0;
+  for (int i = 0; i < 40; ++i) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      void* p = RingHeap::allocate(128);
+      RingHeap::deallocate(p, 128);
+      _exit(p ? 0 : 1);
+    }
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    pid_t done = 0;
+    while ((done = waitpid(child, &status, WNOHANG)) == 0 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (done == 0) {
+      ++hung;
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      break;  // one is enough
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      ++failed;
+    }
+  }
+  stop = true;
+  churn.join();
+  EXPECT_EQ(hung, 0);
+  EXPECT_EQ(failed, 0);
 }
 
 }  // namespace
