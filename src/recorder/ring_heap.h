@@ -11,10 +11,10 @@
 //
 // Blocks up to kMaxBytes come from per-size free lists over those regions (sizes rounded up to
 // whole 64-byte lines up to 4 KiB, then to a power of two); larger ones from operator new. Every
-// block is 64-byte aligned. The regions
-// are never given back (the ring's small objects are bounded by its length, and freed blocks are
-// reused). Under AddressSanitizer every block comes from operator new, so that uses after free are
-// still reported.
+// block is 64-byte aligned. The regions are never given back (the ring's small objects are
+// bounded by its length, and freed blocks are reused). Under AddressSanitizer every block comes
+// from operator new, so that uses after free are still reported. fork() waits for a thread inside
+// the heap (pthread_atfork, as glibc's malloc does for its own lock): a child can keep recording.
 #pragma once
 
 #include <cstddef>
