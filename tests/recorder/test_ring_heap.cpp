@@ -141,6 +141,11 @@ TEST(RingHeap, ContainersAndSharedObjects) {
 // A child forked while another thread is inside the heap can still use it: fork() waits for
 // the heap's lock (without that, a child started with the lock held would hang here).
 TEST(RingHeap, AForkedChildCanAllocateWhileAnotherThreadWas) {
+#ifdef RING_HEAP_TEST_ASAN
+  // There every block is operator new's, and a child forked while another thread is inside the
+  // sanitizer's allocator hangs in it (clang 14's does not wait at fork): not the heap's lock.
+  GTEST_SKIP() << "under AddressSanitizer the heap is operator new";
+#endif
   // The heap is set up (and its fork handlers registered) by its first use, here: a fork while
   // another thread runs a function-local static's initializer would hang the child on the
   // initializer's guard, whatever the heap does.
