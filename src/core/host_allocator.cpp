@@ -14,16 +14,10 @@
 #include <new>
 #include <string>
 
+#include "core/sanitizers.h"
 #include "flashinfer/error.h"
 #include "flashinfer/tensor.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define FLASHINFER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FLASHINFER_ASAN 1
-#endif
-#endif
 #ifdef FLASHINFER_ASAN
 #include <sanitizer/asan_interface.h>
 #endif

@@ -703,6 +703,9 @@ struct SpanEntry {
   uint32_t shares = 0;  // times shared since kept
 };
 
+// One size class's index of kept spans, in the ring's heap.
+using SpanTable = SpanIndex<SpanEntry, RingAlloc<SpanEntry>>;
+
 int64_t device_code(const Device& d) {
   return static_cast<int64_t>(d.type) * 65536 + static_cast<int64_t>(d.index);
 }
@@ -1161,7 +1164,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // probes per class in use, whatever the number of kept spans. Each class is a flat table
   // (span_index.h, one cache line per probe); the std::map per class it replaces cost a cold
   // line per tree level on every lookup, insert and erase (session 15).
-  std::array<SpanIndex<SpanEntry, RingAlloc<SpanEntry>>, 64> spans_;
+  std::array<SpanTable, 64> spans_;
   // Bit k set when spans_[k] may be non-empty (set on insert, cleared by note_write_locked when
   // it finds the class empty): a write walks only these (the 64 map headers are 48 cache lines,
   // all cold after a GEMM; checking each for emptiness on every write was most of note_writes,
@@ -1336,7 +1339,7 @@ RingRecorder::RingRecorder(Config c, LineSink sink)
   // of small tensors instead of one per 2^(k+1) bytes it covers. (CPU spans up to
   // kArenaMaxBytes are in the calls' arenas, not here: those classes hold CUDA spans only.)
   for (unsigned k = 0; k < spans_.size(); ++k) {
-    spans_[k] = SpanIndex<SpanEntry, RingAlloc<SpanEntry>>(std::max(k + 1, 12u));
+    spans_[k] = SpanTable(std::max(k + 1, 12u));
   }
   trig_crash_ = has(cfg_.triggers, "crash");
   trig_signal_ = has(cfg_.triggers, "signal");
@@ -1666,7 +1669,7 @@ void RingRecorder::note_write_locked(const Tensor& t) {
   for (uint64_t bits = classes_; bits != 0; bits &= bits - 1) {
     const auto k = static_cast<std::size_t>(__builtin_ctzll(bits));
     if (b <= bounds_[k].lo || a >= bounds_[k].hi) continue;
-    SpanIndex<SpanEntry, RingAlloc<SpanEntry>>& m = spans_[k];
+    SpanTable& m = spans_[k];
     if (m.empty()) {
       classes_ &= ~(uint64_t{1} << k);
       bounds_[k] = {};
@@ -1895,7 +1898,7 @@ void RingRecorder::release_locked(RingCall& c) {
       if (it != blobs_.end() && it->second.expired()) blobs_.erase(it);
     }
     if (where) {
-      SpanIndex<SpanEntry, RingAlloc<SpanEntry>>& m = spans_[span_class(size)];
+      SpanTable& m = spans_[span_class(size)];
       m.erase_if_at(where->device, where->lo, size,
                     [](const SpanEntry& e) { return e.blob.expired(); });
       if (m.empty()) {

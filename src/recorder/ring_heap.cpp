@@ -8,13 +8,7 @@
 #include <mutex>
 #include <vector>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define FLASHINFER_RING_HEAP_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FLASHINFER_RING_HEAP_ASAN 1
-#endif
-#endif
+#include "core/sanitizers.h"
 
 namespace flashinfer::recorder::internal {
 namespace {
@@ -64,11 +58,8 @@ class Heap {
   }
   // False when `p` is not in a region (it came from operator new).
   bool give(void* p, std::size_t n) noexcept {
-    const auto a = reinterpret_cast<uintptr_t>(p);
     std::lock_guard<std::mutex> l(mu_);
-    bool in = false;
-    for (uintptr_t r : regions_) in = in || (a >= r && a < r + RingHeap::kRegionBytes);
-    if (!in) return false;
+    if (!in_regions_locked(p)) return false;
     auto* b = static_cast<FreeBlock*>(p);
     b->next = free_[class_of(n)];
     free_[class_of(n)] = b;
@@ -79,15 +70,19 @@ class Heap {
     return regions_.size() * RingHeap::kRegionBytes;
   }
   bool owns(const void* p) {
-    const auto a = reinterpret_cast<uintptr_t>(p);
     std::lock_guard<std::mutex> l(mu_);
+    return in_regions_locked(p);
+  }
+
+ private:
+  bool in_regions_locked(const void* p) const {
+    const auto a = reinterpret_cast<uintptr_t>(p);
     for (uintptr_t r : regions_) {
       if (a >= r && a < r + RingHeap::kRegionBytes) return true;
     }
     return false;
   }
 
- private:
   // Maps one more region on a huge-page boundary (twice the size, the slack unmapped), so the
   // kernel can back it with one huge page.
   bool grow() {
@@ -128,7 +123,7 @@ Heap& heap() {
 }  // namespace
 
 void* RingHeap::allocate(std::size_t n) {
-#ifndef FLASHINFER_RING_HEAP_ASAN
+#ifndef FLASHINFER_ASAN
   if (n <= kMaxBytes) {
     if (void* p = heap().take(n)) return p;
   }
@@ -136,9 +131,9 @@ void* RingHeap::allocate(std::size_t n) {
   return ::operator new (n, std::align_val_t{kLine});
 }
 
-void RingHeap::deallocate(void* p, std::size_t n) noexcept {
+void RingHeap::deallocate(void* p, [[maybe_unused]] std::size_t n) noexcept {
   if (!p) return;
-#ifndef FLASHINFER_RING_HEAP_ASAN
+#ifndef FLASHINFER_ASAN
   // A small block outside the regions came from operator new (a region could not be mapped).
   if (n <= kMaxBytes && heap().give(p, n)) return;
 #endif

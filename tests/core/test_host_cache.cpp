@@ -8,15 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/sanitizers.h"
 #include "flashinfer/flashinfer.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define FLASHINFER_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FLASHINFER_TEST_ASAN 1
-#endif
-#endif
 
 namespace flashinfer {
 namespace {
@@ -168,7 +161,7 @@ TEST(HostCache, ConcurrentAllocationsNeverShareABlock) {
   EXPECT_LE(host_cache_stats().cached_bytes, host_cache_stats().limit_bytes);
 }
 
-#ifdef FLASHINFER_TEST_ASAN
+#ifdef FLASHINFER_ASAN
 // A cached block is poisoned: touching it through a stale pointer is still a reported error.
 TEST(HostCacheDeathTest, UseAfterFreeOfACachedBlockIsReported) {
   CacheScope scope;

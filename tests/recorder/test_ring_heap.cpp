@@ -1,6 +1,7 @@
 // The ring recorder's heap for its small objects (src/recorder/ring_heap.h): blocks are
 // 64-byte-aligned inside 2 MiB-aligned regions, a freed block is handed out again for its size
 // class, larger blocks and standard containers work, and blocks never overlap.
+#include "core/sanitizers.h"
 #include "recorder/ring_heap.h"
 
 #include <gtest/gtest.h>
@@ -20,14 +21,6 @@
 #include <utility>
 #include <vector>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define RING_HEAP_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RING_HEAP_TEST_ASAN 1
-#endif
-#endif
-
 namespace {
 
 namespace ri = flashinfer::recorder::internal;
@@ -36,7 +29,7 @@ using ri::RingHeap;
 uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 TEST(RingHeap, BlocksAreWholeLinesInHugePageRegions) {
-#ifdef RING_HEAP_TEST_ASAN
+#ifdef FLASHINFER_ASAN
   GTEST_SKIP() << "under AddressSanitizer every block comes from operator new";
 #else
   std::vector<std::pair<void*, std::size_t>> blocks;
@@ -61,33 +54,27 @@ TEST(RingHeap, BlocksAreWholeLinesInHugePageRegions) {
 #endif
 }
 
+// Whether a block of `asked` bytes is the one just freed after `freed` bytes were asked for.
+[[maybe_unused]] bool reuses(std::size_t freed, std::size_t asked) {
+  void* a = RingHeap::allocate(freed);
+  RingHeap::deallocate(a, freed);
+  void* b = RingHeap::allocate(asked);
+  RingHeap::deallocate(b, asked);
+  return a == b;
+}
+
 TEST(RingHeap, AFreedBlockIsReusedForItsSize) {
-#ifdef RING_HEAP_TEST_ASAN
+#ifdef FLASHINFER_ASAN
   GTEST_SKIP() << "under AddressSanitizer every block comes from operator new";
 #else
-  void* a = RingHeap::allocate(300);
-  RingHeap::deallocate(a, 300);
-  // 300 and 320 bytes are both five lines: the same free list.
-  void* b = RingHeap::allocate(320);
-  EXPECT_EQ(a, b);
-  // Another size class does not take it.
-  RingHeap::deallocate(b, 320);
-  void* c = RingHeap::allocate(64);
-  EXPECT_NE(c, b);
-  void* d = RingHeap::allocate(257);
-  EXPECT_EQ(d, b);
-  RingHeap::deallocate(c, 64);
-  RingHeap::deallocate(d, 257);
+  // 257, 300 and 320 bytes are all five lines: one free list; 64 bytes is another.
+  EXPECT_TRUE(reuses(300, 320));
+  EXPECT_TRUE(reuses(320, 257));
+  EXPECT_FALSE(reuses(320, 64));
   // Above 4 KiB the sizes are rounded up to a power of two: 5000 and 8192 bytes share a list,
   // 8193 bytes does not.
-  void* e = RingHeap::allocate(5000);
-  RingHeap::deallocate(e, 5000);
-  void* f = RingHeap::allocate(8193);
-  EXPECT_NE(f, e);
-  void* g = RingHeap::allocate(8192);
-  EXPECT_EQ(g, e);
-  RingHeap::deallocate(f, 8193);
-  RingHeap::deallocate(g, 8192);
+  EXPECT_TRUE(reuses(5000, 8192));
+  EXPECT_FALSE(reuses(5000, 8193));
 #endif
 }
 
@@ -115,7 +102,7 @@ TEST(RingHeap, ManyBlocksSpanRegionsWithoutOverlap) {
   for (uint32_t i = 0; i < blocks.size(); ++i) {
     ASSERT_TRUE(std::all_of(blocks[i], blocks[i] + 256, [i](uint32_t v) { return v == i; })) << i;
   }
-#ifndef RING_HEAP_TEST_ASAN
+#ifndef FLASHINFER_ASAN
   EXPECT_GE(RingHeap::region_bytes(), 2 * RingHeap::kRegionBytes);
 #endif
   for (uint32_t* p : blocks) RingHeap::deallocate(p, 1024);
@@ -141,7 +128,7 @@ TEST(RingHeap, ContainersAndSharedObjects) {
 // A child forked while another thread is inside the heap can still use it: fork() waits for
 // the heap's lock (without that, a child started with the lock held would hang here).
 TEST(RingHeap, AForkedChildCanAllocateWhileAnotherThreadWas) {
-#ifdef RING_HEAP_TEST_ASAN
+#ifdef FLASHINFER_ASAN
   // There every block is operator new's, and a child forked while another thread is inside the
   // sanitizer's allocator hangs in it (clang 14's does not wait at fork): not the heap's lock.
   GTEST_SKIP() << "under AddressSanitizer the heap is operator new";

@@ -15,20 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "core/sanitizers.h"
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/recorder.h"
 #include "formats/reader_limits.h"
 #include "formats/zip_writer.h"
 #include "util/run_command.h"
 #include "util/torch_archive.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define FI_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FI_TEST_ASAN 1
-#endif
-#endif
 
 namespace flashinfer {
 namespace {
@@ -107,7 +100,7 @@ class HostileDumps : public ::testing::Test {
     for (const auto& [t, cmd] : runs) {
       {
         std::string line = "cd '" + (root_ / "cwd").string() + "' && ";
-#ifdef FI_TEST_ASAN
+#ifdef FLASHINFER_ASAN
         // A refused allocation is an error to report, not a sanitizer abort.
         line += "ASAN_OPTIONS=\"${ASAN_OPTIONS}:allocator_may_return_null=1\" ";
 #else
