@@ -255,53 +255,17 @@ struct Blob {
 // shared by span.
 constexpr uint64_t kArenaMaxBytes = 4096;
 
-// The arenas' buffers (4 KiB: any span an arena holds fits one), shared by the ring's calls and
-// kept for reuse up to a bound: a call's arena returns its buffers when the call is recycled and
-// the next call takes what it needs, so the ring holds about the bytes its calls use. (A buffer
-// of 16 KiB kept by each call instead made the ring hold twice that, all of it page-faulted in as
-// the ring filled, session 17.) The buffers come from the ring's heap (ring_heap.h): huge pages,
-// and whole 64-byte lines for the streamed copies.
-class ChunkPool {
- public:
-  static constexpr uint64_t kBytes = 4096;
-  explicit ChunkPool(std::size_t retain) : retain_(retain) {}
-  ~ChunkPool() {
-    for (uint8_t* p : free_) RingHeap::deallocate(p, kBytes);
-  }
-  ChunkPool(const ChunkPool&) = delete;
-  ChunkPool& operator=(const ChunkPool&) = delete;
-  uint8_t* get() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (!free_.empty()) {
-        uint8_t* p = free_.back();
-        free_.pop_back();
-        return p;
-      }
-    }
-    return static_cast<uint8_t*>(RingHeap::allocate(kBytes));
-  }
-  void put(uint8_t* p) noexcept {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (free_.size() < retain_) {
-        free_.push_back(p);  // within the capacity reserved below: no allocation
-        return;
-      }
-    }
-    RingHeap::deallocate(p, kBytes);
-  }
-  void reserve() { free_.reserve(retain_); }
-
- private:
-  std::mutex mu_;
-  std::size_t retain_;
-  std::vector<uint8_t*> free_;
-};
-static_assert(kArenaMaxBytes <= ChunkPool::kBytes);
+// The arenas' buffers: 4 KiB, any span an arena holds fits one. They come from the ring's heap
+// (ring_heap.h: huge pages, whole 64-byte lines for the streamed copies), whose free list for
+// their size hands the buffers a recycled call gave back to the next calls. (A pool of the
+// ring's own in front of it added a second lock and free list, session 21. A buffer of 16 KiB
+// kept by each call made the ring hold twice the bytes its calls use, all of it page-faulted in
+// as the ring filled, session 17.)
+constexpr uint64_t kChunkBytes = 4096;
+static_assert(kArenaMaxBytes <= kChunkBytes);
 
 // A kept call's small tensors' bytes (kArenaMaxBytes), laid end to end in 4 KiB buffers from the
-// ring's ChunkPool: keeping them allocates nothing once warm and evicting the call frees nothing
+// ring's heap: keeping them allocates nothing once warm and evicting the call frees nothing
 // per tensor. A full buffer is followed by another, never moved, so the pointers handed out (the
 // call's archive pieces, read by the crash handler) stay valid until the call is recycled.
 // Written only by the thread running the call.
@@ -312,15 +276,14 @@ class Arena {
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
-  void use_pool(std::shared_ptr<ChunkPool> pool) { pool_ = std::move(pool); }
   // Room for `n` bytes (0 < n <= kArenaMaxBytes): on a line of its own from 64 bytes on (the
   // copy streams whole lines), else 16-byte aligned.
   uint8_t* take(uint64_t n) {
     const uint64_t align = n >= 64 ? 64 : 16;
     uint64_t at = (off_ + align - 1) / align * align;
-    if (chunks_.empty() || at + n > ChunkPool::kBytes) {
+    if (chunks_.empty() || at + n > kChunkBytes) {
       chunks_.reserve(chunks_.size() + 1);  // no throw between taking the buffer and holding it
-      chunks_.push_back(pool_->get());
+      chunks_.push_back(static_cast<uint8_t*>(RingHeap::allocate(kChunkBytes)));
       off_ = at = 0;
     }
     uint8_t* p = chunks_.back() + at;
@@ -332,13 +295,12 @@ class Arena {
   uint64_t used() const { return used_; }
   // The buffers go back to the pool (the call is recycled or freed).
   void reset() noexcept {
-    for (uint8_t* p : chunks_) pool_->put(p);
+    for (uint8_t* p : chunks_) RingHeap::deallocate(p, kChunkBytes);
     chunks_.clear();
     off_ = used_ = 0;
   }
 
  private:
-  std::shared_ptr<ChunkPool> pool_;
   std::vector<uint8_t*, RingAlloc<uint8_t*>> chunks_;  // in use order; the last being filled
   uint64_t off_ = 0;                                   // taken in chunks_.back()
   uint64_t used_ = 0;                                  // a full buffer's unused end is not counted
@@ -1062,7 +1024,9 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
     };
     std::array<OpSlot, 64> ops{};
   };
-  static HookScratch& scratch() {
+  // Not inlined: inlined, GCC recomputed the thread_local's address (a __tls_get_addr call in a
+  // shared library) at each of the hooks' two dozen uses of it (session 21).
+  [[gnu::noinline]] static HookScratch& scratch() {
     thread_local HookScratch s;
     return s;
   }
@@ -1193,7 +1157,6 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   std::unordered_map<const OpDecl*, std::list<OpInfo, RingAlloc<OpInfo>>> signatures_;
   std::shared_ptr<std::atomic<uint64_t>> held_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::shared_ptr<BlobPool> pool_;
-  std::shared_ptr<ChunkPool> chunk_pool_;  // the calls' arenas'
   static constexpr std::size_t kMaxSpareCalls = 64;
   std::vector<std::shared_ptr<RingCall>> spare_calls_;  // recycle_locked
 
@@ -1330,10 +1293,6 @@ RingRecorder::RingRecorder(Config c, LineSink sink)
       slots_(static_cast<std::size_t>(std::max<int64_t>(cfg_.ring, 1))) {
   // Freed blob memory kept for reuse: an eighth of the bound (outside it), at most 64 MiB.
   pool_ = std::make_shared<BlobPool>(std::min<uint64_t>(limit_bytes_ / 8, uint64_t{64} << 20));
-  // Free arena buffers kept for reuse: within the same share of the bound, at most 16 MiB.
-  chunk_pool_ = std::make_shared<ChunkPool>(static_cast<std::size_t>(
-      std::min<uint64_t>(limit_bytes_ / 8, uint64_t{16} << 20) / ChunkPool::kBytes));
-  chunk_pool_->reserve();
   if (g_dump_number_pid.exchange(pid_) != pid_) g_dump_number.store(0);
   // Regions of at least 4 KiB: a write of an activation probes a region or two of the classes
   // of small tensors instead of one per 2^(k+1) bytes it covers. (CPU spans up to
@@ -1869,9 +1828,7 @@ std::shared_ptr<RingCall> RingRecorder::new_call() {
       return c;
     }
   }
-  auto c = std::allocate_shared<RingCall>(RingAlloc<RingCall>{});
-  c->arena.use_pool(chunk_pool_);
-  return c;
+  return std::allocate_shared<RingCall>(RingAlloc<RingCall>{});
 }
 
 void RingRecorder::release_locked(RingCall& c) {
