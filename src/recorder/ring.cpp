@@ -816,6 +816,61 @@ constexpr std::string_view kAppendPagedKVCache = "append_paged_kv_cache";
 // call's page table (api::load_append_targets, api::paged_cache_views: the op's code). False
 // when the call is not one this understands (a (K, V) pair, CUDA tensors): the cache is then
 // copied whole.
+// append_written_ranges' reading of the indices where they are contiguous CPU int32 vectors (as
+// the engines and the example pass them): no tensors built and nothing allocated. (The API's
+// loaders build views and host copies: ~90 allocations per append, most of the append's end
+// hook beyond its copies, session 21.) The op has run and checked its arguments; the bounds
+// here only keep the reads inside the tensors. False (and `out` empty) to take the loaders.
+bool append_rows_direct(const Tensor& c, bool hnd, int64_t nnz, const Tensor& bi, const Tensor& pos,
+                        const Tensor& indices, const Tensor& indptr, int64_t span_begin,
+                        Ranges& out) {
+  const auto host = [](const Tensor& t, int64_t& n) -> const int32_t* {
+    if (!t.device().is_cpu() || t.dtype() != DType::kInt32 || t.dim() != 1) return nullptr;
+    n = t.size(0);
+    if (n > 1 && t.stride(0) != 1) return nullptr;
+    return static_cast<const int32_t*>(t.data_ptr());
+  };
+  int64_t n_bi = 0, n_pos = 0, n_idx = 0, n_ptr = 0;
+  const int32_t* b_at = host(bi, n_bi);
+  const int32_t* p_at = host(pos, n_pos);
+  const int32_t* idx = host(indices, n_idx);
+  const int32_t* ptr = host(indptr, n_ptr);
+  if (!b_at || !p_at || !idx || !ptr || n_bi != nnz || n_pos != nnz || n_ptr < 1) return false;
+  // [pages, 2, page_size, heads, dim] (NHD) or [pages, 2, heads, page_size, dim] (HND).
+  if (c.dim() != 5 || c.size(1) != 2 || c.stride(4) != 1) return false;
+  const int64_t pages = c.size(0), dim = c.size(4);
+  const int64_t page_size = hnd ? c.size(3) : c.size(2), heads = hnd ? c.size(2) : c.size(3);
+  const int64_t token_stride = hnd ? c.stride(3) : c.stride(2);
+  const int64_t head_stride = hnd ? c.stride(2) : c.stride(3);
+  if (page_size < 1) return false;
+  const uint64_t es = dtype_size(c.dtype());
+  out.clear();
+  for (int64_t i = 0; i < nnz; ++i) {
+    const int64_t b = b_at[i], p = p_at[i];
+    // Request b's pages are indices[indptr[b]:indptr[b + 1]] (the API rebases both to the
+    // first entry; the difference is the same).
+    const int64_t slot = b >= 0 && b + 1 < n_ptr && p >= 0 ? int64_t{ptr[b]} + p / page_size : -1;
+    const int64_t page = slot >= 0 && slot < n_idx ? idx[slot] : -1;
+    if (page < 0 || page >= pages) {
+      out.clear();
+      return false;
+    }
+    for (int64_t kv = 0; kv < 2; ++kv) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t e = c.storage_offset() + page * c.stride(0) + kv * c.stride(1) +
+                          p % page_size * token_stride + h * head_stride;
+        if (e < span_begin) {
+          out.clear();
+          return false;
+        }
+        out.emplace_back(static_cast<uint64_t>(e - span_begin) * es,
+                         static_cast<uint64_t>(dim) * es);
+      }
+    }
+  }
+  return true;
+}
+
 bool append_written_ranges(const OpDecl& decl, std::span<const Value> args, const Tensor& cache,
                            int64_t span_begin, Ranges& out) {
   out.clear();
@@ -847,6 +902,12 @@ bool append_written_ranges(const OpDecl& decl, std::span<const Value> args, cons
   try {
     const char* op = "append_paged_kv_cache";
     const bool hnd = api::parse_kv_layout(layout->as_string(), op, "kv_layout");
+    if (key->as_tensor().dim() >= 1 &&
+        append_rows_direct(c, hnd, key->as_tensor().size(0), bi->as_tensor(), pos->as_tensor(),
+                           indices->as_tensor(), indptr->as_tensor(), span_begin, out)) {
+      merge_ranges(out);
+      return true;
+    }
     const auto [k, v] = api::paged_cache_views(PagedKVCache(c), hnd, op, "paged_kv_cache");
     if (k.stride(3) != 1 || v.stride(3) != 1) return false;
     detail::WrapperState st;

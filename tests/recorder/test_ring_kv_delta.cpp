@@ -40,9 +40,19 @@ Tensor rows(int step, double kv) {
   return Tensor::from_vector(v, {2, kHeads, kDim}, DType::kFloat32);
 }
 
+// `v` as every other element of an int32 tensor twice as long (a strided view).
+Tensor strided_int32s(const std::vector<int32_t>& v) {
+  std::vector<int32_t> twice;
+  for (int32_t x : v) twice.insert(twice.end(), {x, -1});
+  const Tensor t = int32s(twice);
+  return t.slice(0, 0, t.size(0), 2);
+}
+
 // Appends one token per request at `position` (the same for both; positions may repeat: an
-// earlier slot written again).
-void append(const Tensor& cache, int step, int32_t position, const char* layout) {
+// earlier slot written again). `strided`: the index tensors are strided views (the ring reads
+// contiguous ones itself and takes the API's loaders for the others).
+void append(const Tensor& cache, int step, int32_t position, const char* layout,
+            bool strided = false) {
   const int32_t len = position + 1;
   const int32_t used = (len + kPageSize - 1) / kPageSize;
   std::vector<int32_t> indices, indptr{0}, last;
@@ -51,8 +61,9 @@ void append(const Tensor& cache, int step, int32_t position, const char* layout)
     indptr.push_back(static_cast<int32_t>(indices.size()));
     last.push_back(len - (used - 1) * kPageSize);
   }
-  append_paged_kv_cache(rows(step, 1), rows(step, 2), int32s({0, 1}), int32s({position, position}),
-                        cache, int32s(indices), int32s(indptr), int32s(last), layout);
+  const auto ints = strided ? strided_int32s : int32s;
+  append_paged_kv_cache(rows(step, 1), rows(step, 2), ints({0, 1}), ints({position, position}),
+                        cache, ints(indices), ints(indptr), ints(last), layout);
 }
 
 // The positions of the appends: through two pages, then back over earlier slots of a page
@@ -105,10 +116,10 @@ class RingKvDeltaTest : public ::testing::Test {
 };
 
 void run_appends(const Tensor& cache, std::vector<std::vector<double>>& snapshots,
-                 const char* layout = "NHD") {
+                 const char* layout = "NHD", bool strided = false) {
   snapshots.push_back(cache.to_double_vector());
   for (std::size_t s = 0; s < kPositions.size(); ++s) {
-    append(cache, static_cast<int>(s) + 1, kPositions[s], layout);
+    append(cache, static_cast<int>(s) + 1, kPositions[s], layout, strided);
     snapshots.push_back(cache.to_double_vector());
   }
 }
@@ -187,6 +198,28 @@ TEST_F(RingKvDeltaTest, HndCachesKeepDeltasToo) {
   EXPECT_LT(held, 3 * static_cast<uint64_t>(cache.nbytes())) << held;
   ASSERT_FALSE(root.empty());
   check_dump(root, snapshots);
+}
+
+// Index tensors that are strided views: the written rows come from the API's own loaders, and
+// the deltas are the same.
+TEST_F(RingKvDeltaTest, StridedIndexTensorsKeepDeltasToo) {
+  for (const char* layout : {"NHD", "HND"}) {
+    SCOPED_TRACE(layout);
+    fs::remove_all(dir_);
+    recorder::start(config(false));
+    const bool hnd = std::string(layout) == "HND";
+    Tensor cache = Tensor::zeros(
+        hnd ? Shape{64, 2, kHeads, kPageSize, kDim} : Shape{64, 2, kPageSize, kHeads, kDim},
+        DType::kFloat32, Device::cpu());
+    std::vector<std::vector<double>> snapshots;
+    run_appends(cache, snapshots, layout, true);
+    const uint64_t held = recorder::stats().ring_bytes;
+    const fs::path root = recorder::dump_ring("kv");
+    recorder::stop();
+    EXPECT_LT(held, 3 * static_cast<uint64_t>(cache.nbytes())) << held;
+    ASSERT_FALSE(root.empty());
+    check_dump(root, snapshots);
+  }
 }
 
 // The crash handler writes the deltas' bytes too (base and rows laid over, CRCs included).
