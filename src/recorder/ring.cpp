@@ -293,7 +293,7 @@ class Arena {
   }
   // The bytes taken since the last reset, alignment included (what the ring's bound counts).
   uint64_t used() const { return used_; }
-  // The buffers go back to the pool (the call is recycled or freed).
+  // The buffers go back to the ring's heap (the call is recycled or freed).
   void reset() noexcept {
     for (uint8_t* p : chunks_) RingHeap::deallocate(p, kChunkBytes);
     chunks_.clear();
@@ -810,59 +810,36 @@ void merge_ranges(Ranges& r) {
 
 constexpr std::string_view kAppendPagedKVCache = "append_paged_kv_cache";
 
-// The bytes append_paged_kv_cache wrote into its single-tensor cache `cache`, relative to the
-// first byte of the cache's kept span (`span_begin`, in elements): each appended token's K and
-// V rows (Hkv x D elements each) in its page's slot, located by the library's own reading of the
-// call's page table (api::load_append_targets, api::paged_cache_views: the op's code). False
-// when the call is not one this understands (a (K, V) pair, CUDA tensors): the cache is then
-// copied whole.
-// append_written_ranges' reading of the indices where they are contiguous CPU int32 vectors (as
-// the engines and the example pass them): no tensors built and nothing allocated. (The API's
-// loaders build views and host copies: ~90 allocations per append, most of the append's end
-// hook beyond its copies, session 21.) The op has run and checked its arguments; the bounds
-// here only keep the reads inside the tensors. False (and `out` empty) to take the loaders.
-bool append_rows_direct(const Tensor& c, bool hnd, int64_t nnz, const Tensor& bi, const Tensor& pos,
-                        const Tensor& indices, const Tensor& indptr, int64_t span_begin,
-                        Ranges& out) {
-  const auto host = [](const Tensor& t, int64_t& n) -> const int32_t* {
-    if (!t.device().is_cpu() || t.dtype() != DType::kInt32 || t.dim() != 1) return nullptr;
-    n = t.size(0);
-    if (n > 1 && t.stride(0) != 1) return nullptr;
-    return static_cast<const int32_t*>(t.data_ptr());
-  };
-  int64_t n_bi = 0, n_pos = 0, n_idx = 0, n_ptr = 0;
-  const int32_t* b_at = host(bi, n_bi);
-  const int32_t* p_at = host(pos, n_pos);
-  const int32_t* idx = host(indices, n_idx);
-  const int32_t* ptr = host(indptr, n_ptr);
-  if (!b_at || !p_at || !idx || !ptr || n_bi != nnz || n_pos != nnz || n_ptr < 1) return false;
-  // [pages, 2, page_size, heads, dim] (NHD) or [pages, 2, heads, page_size, dim] (HND).
-  if (c.dim() != 5 || c.size(1) != 2 || c.stride(4) != 1) return false;
+// The rows an append wrote into its cache `c` ([pages, 2, page_size, Hkv, D] for NHD, [pages,
+// 2, Hkv, page_size, D] for HND), as byte ranges from `span_begin` (in elements): each appended
+// token's K and V rows (D elements per head) in its page's slot. `indptr` and `indices` as the
+// call passed them (request b's pages are indices[indptr[b]:indptr[b + 1]]; the op rebases both
+// to indptr's first entry, which leaves the sum the same). The op has run and checked its
+// arguments; the bounds here only keep the reads inside the arrays. False when out of bounds.
+bool append_rows(const Tensor& c, bool hnd, std::span<const int32_t> bi,
+                 std::span<const int32_t> pos, std::span<const int32_t> indices,
+                 std::span<const int32_t> indptr, int64_t span_begin, Ranges& out) {
+  if (c.dim() != 5 || c.size(1) != 2 || c.stride(4) != 1 || bi.size() != pos.size()) return false;
   const int64_t pages = c.size(0), dim = c.size(4);
   const int64_t page_size = hnd ? c.size(3) : c.size(2), heads = hnd ? c.size(2) : c.size(3);
   const int64_t token_stride = hnd ? c.stride(3) : c.stride(2);
   const int64_t head_stride = hnd ? c.stride(2) : c.stride(3);
   if (page_size < 1) return false;
   const uint64_t es = dtype_size(c.dtype());
-  out.clear();
-  for (int64_t i = 0; i < nnz; ++i) {
-    const int64_t b = b_at[i], p = p_at[i];
-    // Request b's pages are indices[indptr[b]:indptr[b + 1]] (the API rebases both to the
-    // first entry; the difference is the same).
-    const int64_t slot = b >= 0 && b + 1 < n_ptr && p >= 0 ? int64_t{ptr[b]} + p / page_size : -1;
-    const int64_t page = slot >= 0 && slot < n_idx ? idx[slot] : -1;
-    if (page < 0 || page >= pages) {
-      out.clear();
-      return false;
-    }
+  const auto n_ptr = static_cast<int64_t>(indptr.size());
+  const auto n_idx = static_cast<int64_t>(indices.size());
+  for (std::size_t i = 0; i < bi.size(); ++i) {
+    const int64_t b = bi[i], p = pos[i];
+    const int64_t slot = b >= 0 && b + 1 < n_ptr && p >= 0
+                             ? int64_t{indptr[static_cast<std::size_t>(b)]} + p / page_size
+                             : -1;
+    const int64_t page = slot >= 0 && slot < n_idx ? indices[static_cast<std::size_t>(slot)] : -1;
+    if (page < 0 || page >= pages) return false;
     for (int64_t kv = 0; kv < 2; ++kv) {
       for (int64_t h = 0; h < heads; ++h) {
         const int64_t e = c.storage_offset() + page * c.stride(0) + kv * c.stride(1) +
                           p % page_size * token_stride + h * head_stride;
-        if (e < span_begin) {
-          out.clear();
-          return false;
-        }
+        if (e < span_begin) return false;
         out.emplace_back(static_cast<uint64_t>(e - span_begin) * es,
                          static_cast<uint64_t>(dim) * es);
       }
@@ -871,6 +848,13 @@ bool append_rows_direct(const Tensor& c, bool hnd, int64_t nnz, const Tensor& bi
   return true;
 }
 
+// The bytes append_paged_kv_cache wrote into its single-tensor cache `cache`, relative to the
+// first byte of the cache's kept span (`span_begin`, in elements): append_rows over the call's
+// index tensors, each read in place when it is a contiguous CPU int32 vector (as the engines
+// and the example pass them), else through the API's host copy (api::index_to_host). (Reading
+// them through the API's loaders, views and copies of each, took ~90 allocations per append,
+// most of the append's end hook beyond its copies, session 21.) False when the call is not one
+// this understands (a (K, V) pair, CUDA tensors): the cache is then copied whole.
 bool append_written_ranges(const OpDecl& decl, std::span<const Value> args, const Tensor& cache,
                            int64_t span_begin, Ranges& out) {
   out.clear();
@@ -886,49 +870,38 @@ bool append_written_ranges(const OpDecl& decl, std::span<const Value> args, cons
   const Value* kv = arg("paged_kv_cache");
   const Value* indices = arg("kv_indices");
   const Value* indptr = arg("kv_indptr");
-  const Value* last = arg("kv_last_page_len");
   const Value* layout = arg("kv_layout");
-  if (!key || !bi || !pos || !kv || !indices || !indptr || !last || !layout) return false;
+  if (!key || !bi || !pos || !kv || !indices || !indptr || !layout) return false;
   if (!kv->is_tensor() || !key->is_tensor() || !bi->is_tensor() || !pos->is_tensor() ||
-      !indices->is_tensor() || !indptr->is_tensor() || !last->is_tensor() ||
-      layout->kind() != Value::Kind::kString) {
+      !indices->is_tensor() || !indptr->is_tensor() || layout->kind() != Value::Kind::kString) {
     return false;
   }
   const Tensor& c = kv->as_tensor();
   if (!c.device().is_cpu() || c.data_ptr() != cache.data_ptr() || c.shape() != cache.shape() ||
-      c.strides() != cache.strides()) {
+      c.strides() != cache.strides() || key->as_tensor().dim() < 1) {
     return false;
   }
   try {
     const char* op = "append_paged_kv_cache";
     const bool hnd = api::parse_kv_layout(layout->as_string(), op, "kv_layout");
-    if (key->as_tensor().dim() >= 1 &&
-        append_rows_direct(c, hnd, key->as_tensor().size(0), bi->as_tensor(), pos->as_tensor(),
-                           indices->as_tensor(), indptr->as_tensor(), span_begin, out)) {
-      merge_ranges(out);
-      return true;
-    }
-    const auto [k, v] = api::paged_cache_views(PagedKVCache(c), hnd, op, "paged_kv_cache");
-    if (k.stride(3) != 1 || v.stride(3) != 1) return false;
-    detail::WrapperState st;
-    const api::AppendTargets tg = api::load_append_targets(
-        st, bi->as_tensor(), pos->as_tensor(), indices->as_tensor(), indptr->as_tensor(),
-        last->as_tensor(), k.size(0), k.size(1), key->as_tensor().size(0), op);
-    const uint64_t es = dtype_size(c.dtype());
-    const int64_t page_size = k.size(1), heads = k.size(2), dim = k.size(3);
-    for (std::size_t i = 0; i < tg.positions.size(); ++i) {
-      const int64_t b = tg.batch_indices[i], p = tg.positions[i];
-      const int64_t page = st.kv_indices[static_cast<std::size_t>(
-          st.kv_indptr[static_cast<std::size_t>(b)] + p / page_size)];
-      for (const Tensor* t : {&k, &v}) {
-        for (int64_t h = 0; h < heads; ++h) {
-          const int64_t e = t->storage_offset() + page * t->stride(0) +
-                            p % page_size * t->stride(1) + h * t->stride(2);
-          if (e < span_begin) return false;
-          out.emplace_back(static_cast<uint64_t>(e - span_begin) * es,
-                           static_cast<uint64_t>(dim) * es);
-        }
+    const int64_t nnz = key->as_tensor().size(0);
+    std::vector<int32_t> copies[4];
+    const auto ints = [op](const Value* v, const char* name, int64_t n,
+                           std::vector<int32_t>& copy) -> std::span<const int32_t> {
+      const Tensor& t = v->as_tensor();
+      if (t.device().is_cpu() && t.dtype() == DType::kInt32 && t.dim() == 1 &&
+          (t.size(0) <= 1 || t.stride(0) == 1) && (n < 0 || t.size(0) == n)) {
+        return {static_cast<const int32_t*>(t.data_ptr()), static_cast<std::size_t>(t.size(0))};
       }
+      copy = api::index_to_host(t, op, name, n);
+      return copy;
+    };
+    if (!append_rows(c, hnd, ints(bi, "batch_indices", nnz, copies[0]),
+                     ints(pos, "positions", nnz, copies[1]),
+                     ints(indices, "kv_indices", -1, copies[2]),
+                     ints(indptr, "kv_indptr", -1, copies[3]), span_begin, out)) {
+      out.clear();
+      return false;
     }
   } catch (const std::exception&) {
     return false;
