@@ -1,6 +1,7 @@
 // The library's owning, strided tensor.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -33,11 +34,22 @@ class Storage {
   std::size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
+  /// Whether allocate() made it: memory that no other Storage covers while this one lives (a
+  /// from_blob storage may wrap memory that another one owns).
+  bool owns_memory() const { return owns_; }
+  /// The writes the library's ops made into this memory, as the flight recorder counts them:
+  /// its ring mode trusts a kept copy of a span of an owning storage only while the count is
+  /// unchanged (docs/LOGGING.md, "Ring mode").
+  uint64_t write_count() const { return writes_.load(std::memory_order_relaxed); }
+  void count_write() const { writes_.fetch_add(1, std::memory_order_relaxed); }
+
  private:
   void* data_;
   std::size_t nbytes_;
   Device device_;
   Deleter deleter_;
+  bool owns_ = false;
+  mutable std::atomic<uint64_t> writes_{0};
 };
 
 /// Host blocks of 1 MiB and more are not handed back to the OS when their last tensor goes: the

@@ -41,14 +41,18 @@ std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, Device device) {
   if (device.is_cpu()) {
     std::size_t capacity = 0;
     void* p = detail::host_alloc(nbytes, &capacity);
-    return std::make_shared<Storage>(p, nbytes, device,
-                                     [capacity](void* q) { detail::host_free(q, capacity); });
+    auto s = std::make_shared<Storage>(p, nbytes, device,
+                                       [capacity](void* q) { detail::host_free(q, capacity); });
+    s->owns_ = true;
+    return s;
   }
   FLASHINFER_CHECK(device.index >= 0, "Tensor.empty", "device", "negative CUDA device index");
   void* p = detail::cuda_device_malloc(nbytes, device.index);
   int index = device.index;
-  return std::make_shared<Storage>(p, nbytes, device,
-                                   [index](void* q) { detail::cuda_device_free(q, index); });
+  auto s = std::make_shared<Storage>(p, nbytes, device,
+                                     [index](void* q) { detail::cuda_device_free(q, index); });
+  s->owns_ = true;
+  return s;
 }
 
 // ---- helpers

@@ -656,13 +656,15 @@ const char* signal_name(int signo) {
 constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 
 // A kept span in the default mode: sharing it again needs the same storage object (not only
-// the same address: freed memory is reused), no library write to the span since (entries are
-// erased by note_write), and the live bytes equal to the kept copy where they are compared
-// (writes made outside the library: same_as_kept).
+// the same address: freed memory is reused), no library write to the storage since (its
+// write_count(), counted by note_write; a write through a storage that does not own its memory
+// also erases the entries of every span it overlaps), and the live bytes equal to the kept copy
+// where they are compared (writes made outside the library: same_as_kept).
 struct SpanEntry {
   std::weak_ptr<Blob> blob;
   std::weak_ptr<Storage> storage;
   uint32_t shares = 0;  // times shared since kept
+  uint64_t writes = 0;  // the storage's write_count() when kept
 };
 
 // One size class's index of kept spans, in the ring's heap.
@@ -1182,6 +1184,8 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // A CUDA graph was captured: its replays write CUDA memory unobserved, so CUDA spans are no
   // longer shared.
   std::atomic<bool> graphs_seen_{false};
+  // A span of a storage that does not own its memory was kept (note_writes).
+  std::atomic<bool> unowned_spans_{false};
   // Calls per op name (map nodes never move; atomic: counted without the lock by a call whose
   // op the thread's HookScratch::ops found).
   std::map<std::string, std::atomic<int64_t>> counters_;
@@ -1559,10 +1563,10 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
       // memory here would wait for the stream) is the same content.
       at = SpanKey{device_code(t.device()), reinterpret_cast<uintptr_t>(src)};
       if (just_written) {
-        // The call's outputs and written arguments: note_writes has just dropped every kept
-        // span they overlap, so the table cannot hold them and is not searched. Only a span
-        // this call kept a moment ago can (a result that is also a written argument): the
-        // same bytes now.
+        // The call's outputs and written arguments: note_writes has just counted their writes
+        // (or dropped the kept spans they overlap), so no entry can be shared and the table is
+        // not searched. Only a span this call kept a moment ago can be (a result that is also
+        // a written argument): the same bytes now.
         for (const auto& b : owner) {
           if (b && b->where && *b->where == *at && b->size == n) blob = b;
         }
@@ -1615,7 +1619,9 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
         Bounds& bd = bounds_[span_class(n)];
         bd.lo = std::min(bd.lo, at->lo);
         bd.hi = std::max(bd.hi, static_cast<uintptr_t>(at->lo + n));
-        spans_[span_class(n)].put(at->device, at->lo, n, SpanEntry{blob, t.storage(), 0},
+        if (!t.storage()->owns_memory()) unowned_spans_.store(true, std::memory_order_relaxed);
+        spans_[span_class(n)].put(at->device, at->lo, n,
+                                  SpanEntry{blob, t.storage(), 0, t.storage()->write_count()},
                                   [](const SpanEntry& e) { return !e.blob.expired(); });
       }
     }
@@ -1643,7 +1649,9 @@ std::shared_ptr<Blob> RingRecorder::share_span_locked(const SpanKey& at, uint64_
                                                       const Tensor& t, const uint8_t* src,
                                                       bool cuda) {
   SpanEntry* e = spans_[span_class(n)].find(at.device, at.lo, n);
-  if (!e || !same_owner(e->storage, t.storage())) return nullptr;
+  if (!e || !same_owner(e->storage, t.storage()) || e->writes != t.storage()->write_count()) {
+    return nullptr;
+  }
   auto b = e->blob.lock();
   if (!b) return nullptr;
   // CUDA spans are not read here (it would wait for the stream): docs/LOGGING.md.
@@ -1674,6 +1682,20 @@ void RingRecorder::note_write_locked(const Tensor& t) {
 
 void RingRecorder::note_writes(std::span<const TensorRef> tensors) {
   if (cfg_.ring_verify_full || tensors.empty()) return;
+  // A write through a storage that owns its memory is counted in the storage: its kept spans
+  // are stale by the count (share_span_locked), and no other live storage covers that memory,
+  // unless a kept span's storage wraps memory from elsewhere (from_blob). Only then, or for a
+  // write through such a storage, are the kept spans the write overlaps looked for and erased:
+  // walking the size classes' tables on every write was a tenth of the hooks' time, session 22.
+  bool walk = unowned_spans_.load(std::memory_order_relaxed);
+  for (const TensorRef& r : tensors) {
+    if (r.t->numel() == 0) continue;
+    const Storage* s = r.t->storage().get();
+    if (!s) continue;  // (a tensor without memory: nothing written)
+    s->count_write();
+    walk = walk || !s->owns_memory();
+  }
+  if (!walk) return;
   std::lock_guard<std::mutex> l(mu_);
   for (const TensorRef& r : tensors) note_write_locked(*r.t);
 }

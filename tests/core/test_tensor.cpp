@@ -72,6 +72,20 @@ TEST(Tensor, EmptyIsContiguousWithRowMajorStrides) {
   EXPECT_FALSE(Tensor().defined());
 }
 
+// The flight recorder's ring trusts a kept copy of an owning storage's span while the
+// storage's write count is unchanged; memory wrapped by from_blob is not owned.
+TEST(Storage, OnlyAllocatedMemoryIsOwnedAndWritesAreCountedPerStorage) {
+  const Tensor t = Tensor::empty({4}, DType::kFloat32);
+  const Tensor w = Tensor::from_blob(t.data_ptr(), {4}, {}, DType::kFloat32, Device::cpu());
+  EXPECT_TRUE(t.storage()->owns_memory());
+  EXPECT_FALSE(w.storage()->owns_memory());
+  EXPECT_EQ(t.storage()->write_count(), 0u);
+  t.storage()->count_write();
+  t.slice(0, 1, 3).storage()->count_write();  // a view counts in its storage
+  EXPECT_EQ(t.storage()->write_count(), 2u);
+  EXPECT_EQ(w.storage()->write_count(), 0u);
+}
+
 TEST(Tensor, FromVectorRoundsToNearestEven) {
   // 1 + 2^-11 is halfway between two fp16 values: ties to even gives 1.0.
   Tensor t = Tensor::from_vector({1.0 + std::ldexp(1.0, -11), 3.0}, {2}, DType::kFloat16);

@@ -366,6 +366,61 @@ TEST_F(RingTest, ALibraryWriteToASmallViewInsideALargeKeptSpanIsSeen) {
   recorder::stop();
 }
 
+// A library write is counted in the storage written through (Storage::write_count), and the
+// kept spans it overlaps are looked for only when a storage that does not own its memory
+// (from_blob) is involved: memory wrapped twice must still see writes through either wrapper.
+// Element 1001 (byte 4004) lies between the sampled words, so only the write's notice can
+// make the next call keep the new bytes.
+TEST_F(RingTest, AWriteThroughAnotherStorageOfTheSameMemoryIsSeen) {
+  for (const bool through_wrapper : {true, false}) {
+    SCOPED_TRACE(through_wrapper ? "kept owner, written through a wrapper"
+                                 : "kept wrapper, written through the owner");
+    recorder::start(config(8));
+    // 128 KiB allocated by the library, and its first half wrapped: two spans, two storages.
+    Tensor owner = filled(32768, 0.5);
+    Tensor wrapper =
+        Tensor::from_blob(owner.data_ptr(), {16384}, {}, DType::kFloat32, Device::cpu());
+    ASSERT_TRUE(owner.storage()->owns_memory());
+    ASSERT_FALSE(wrapper.storage()->owns_memory());
+    const Tensor& kept = through_wrapper ? owner : wrapper;
+    const Tensor& written = through_wrapper ? wrapper : owner;
+    ring_probe(kept, 0);
+    ring_probe(kept, 0);  // shared: the span is kept once
+    ring_poke_(written, 1001, 1.5);
+    ring_probe(kept, 0);
+    const auto c = calls(recorder::dump_ring(through_wrapper ? "wrapper" : "owner"));
+    ASSERT_EQ(c.size(), 4u);
+    auto at = [&](std::size_t call) {
+      return load_torch((c[call] / "inputs.pt").string())[0].second.to_double_vector()[1001];
+    };
+    EXPECT_EQ(at(1), 0.5);
+    EXPECT_EQ(at(3), 1.5);
+    recorder::stop();
+  }
+}
+
+// Writes are counted per storage, not per span: a library write to one view of a storage
+// makes the next call keep its other, untouched views anew too (a copy more, never a stale
+// one), and a storage nobody writes keeps being shared.
+TEST_F(RingTest, AWriteToOneViewOfAStorageRenewsItsOtherViews) {
+  recorder::start(config(8));
+  Tensor both = filled(32768, 0.5);  // two 64 KiB halves of one storage
+  const Tensor a = both.slice(0, 0, 16384), b = both.slice(0, 16384, 32768);
+  const Tensor other = filled(16384, 0.25);
+  std::vector<Tensor> outs;  // kept alive: no output address comes back
+  for (const Tensor* t : {&a, &b, &other}) outs.push_back(ring_probe(*t, 0));
+  EXPECT_EQ(recorder::stats().ring_bytes, 6u * 65536u);
+  ring_poke_(a, 3, 2.0);  // a shared as its input, kept anew as written
+  EXPECT_EQ(recorder::stats().ring_bytes, 7u * 65536u);
+  outs.push_back(ring_probe(b, 0));      // b kept anew
+  outs.push_back(ring_probe(other, 0));  // shared
+  EXPECT_EQ(recorder::stats().ring_bytes, 10u * 65536u);
+  const auto c = calls(recorder::dump_ring("views"));
+  ASSERT_EQ(c.size(), 6u);
+  EXPECT_EQ(load_torch((c[4] / "inputs.pt").string())[0].second.to_double_vector()[3], 0.5);
+  EXPECT_EQ(load_torch((c[4] / "outputs.pt").string())[0].second.to_double_vector()[3], 1.0);
+}
+
 TEST_F(RingTest, AWriteOutsideTheLibraryBetweenSampledBytesNeedsVerifyFull) {
   // A large tensor changed in one element that the sampled fingerprint does not read (not in
   // the first or last 64 bytes, not one of the evenly spread words): sampled mode shares the
