@@ -760,6 +760,23 @@ bool same_as_kept(Blob& b, const uint8_t* src, uint64_t n, uint32_t shares) {
   return true;
 }
 
+// same_as_kept for the bytes [at, at + n) of blob `b` (a whole copy, no delta) against the live
+// span `src` (the blob's first byte's live address): the same edges and samples, over the view.
+bool same_as_kept_at(const Blob& b, const uint8_t* src, uint64_t at, uint64_t n, uint32_t shares) {
+  if (n <= kWholeCompareBytes) return kept_equals(b, src, at, n);
+  if (!kept_equals(b, src, at, kEdgeBytes) ||
+      !kept_equals(b, src, at + n - kEdgeBytes, kEdgeBytes)) {
+    return false;
+  }
+  if (shares % kSampleEvery != 0) return true;
+  const uint64_t step = (n - 8) / (kSamples - 1);
+  for (int i = 0; i < kSamples; ++i) __builtin_prefetch(src + at + step * static_cast<uint64_t>(i));
+  for (int i = 0; i < kSamples; ++i) {
+    if (!kept_equals(b, src, at + step * static_cast<uint64_t>(i), 8)) return false;
+  }
+  return true;
+}
+
 // Whether the NaN trigger checks `t` on its span's bytes: a CPU tensor whose elements fill its
 // span (no gaps) in one of ring_checkable's dtypes.
 bool nonfinite_checked_on_bytes(const Tensor& t, uint64_t span_elems) {
@@ -1087,6 +1104,10 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // `src`: the live bytes (CPU; unread for CUDA).
   std::shared_ptr<Blob> share_span_locked(const SpanKey& at, uint64_t n, const Tensor& t,
                                           const uint8_t* src, bool cuda);
+  // A CPU tensor whose span lies inside a kept span of its storage (a strided view of a kept
+  // tensor): that span's blob, `offset` bytes into which the view's span starts.
+  std::shared_ptr<Blob> share_enclosing_locked(const SpanKey& at, uint64_t n, const Tensor& t,
+                                               const uint8_t* src, uint64_t& offset);
   // A recorded (or filtered-out) call wrote `tensors`: kept spans overlapping them are stale.
   void note_writes(std::span<const TensorRef> tensors);
   void note_write_locked(const Tensor& t);
@@ -1557,6 +1578,7 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
       continue;
     }
     std::optional<SpanKey> at;
+    uint64_t view_at = 0;  // where the span starts in a larger kept span shared with it
     if (!cfg_.ring_verify_full && n > 0 && !(cuda && graphs_seen_.load())) {
       // The default mode: the same storage span, unwritten by the library since it was kept,
       // and equal to the kept copy where same_as_kept compares (CPU only: reading device
@@ -1573,6 +1595,7 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
       } else {
         std::lock_guard<std::mutex> l(mu_);
         blob = share_span_locked(*at, n, t, src, cuda);
+        if (!blob && !cuda) blob = share_enclosing_locked(*at, n, t, src, view_at);
       }
     } else if (!cuda) {
       const XXH128_hash_t h = XXH3_128bits(src, n);
@@ -1635,7 +1658,7 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
         *nonfinite = kept_has_nonfinite(t, cuda ? nullptr : src, k.item.span);
       }
     }
-    k.data = blob->span_bytes();
+    k.data = blob->span_bytes() + view_at;
     k.patches = blob->patches.empty() ? nullptr : blob->patches.data();
     k.n_patches = blob->patches.size();
     owner.push_back(std::move(blob));
@@ -1657,6 +1680,33 @@ std::shared_ptr<Blob> RingRecorder::share_span_locked(const SpanKey& at, uint64_
   // CUDA spans are not read here (it would wait for the stream): docs/LOGGING.md.
   if (!cuda && !same_as_kept(*b, src, n, ++e->shares)) return nullptr;
   return b;
+}
+
+std::shared_ptr<Blob> RingRecorder::share_enclosing_locked(const SpanKey& at, uint64_t n,
+                                                           const Tensor& t, const uint8_t* src,
+                                                           uint64_t& offset) {
+  const uint64_t writes = t.storage()->write_count();
+  // (The span itself, kept, was looked at by share_span_locked: not a view of it.)
+  const auto same = [&](const SpanTable::Entry& e) {
+    return (e.lo != at.lo || e.bytes != n) && e.value.writes == writes &&
+           same_owner(e.value.storage, t.storage());
+  };
+  // The enclosing span's class or the next: a view covering at least a quarter of it (the q or
+  // k of a fused qkv output). Smaller views of larger spans are copied.
+  const std::size_t k0 = span_class(n);
+  for (std::size_t k = k0; k <= k0 + 1 && k < spans_.size(); ++k) {
+    if (!(classes_ >> k & 1) || at.lo < bounds_[k].lo || at.lo + n > bounds_[k].hi) continue;
+    SpanTable::Entry* e = spans_[k].find_enclosing(at.device, at.lo, n, same);
+    if (!e) continue;
+    std::shared_ptr<Blob> b = e->value.blob.lock();
+    // A delta's bytes under the view are spread over its patches: not shared this way.
+    if (!b || b->base) return nullptr;
+    const uint64_t off = at.lo - e->lo;
+    if (!same_as_kept_at(*b, src - off, off, n, ++e->value.shares)) return nullptr;
+    offset = off;
+    return b;
+  }
+  return nullptr;
 }
 
 void RingRecorder::note_write_locked(const Tensor& t) {

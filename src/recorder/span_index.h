@@ -50,6 +50,28 @@ class SpanIndex {
     }
   }
 
+  /// An entry of `device` whose span holds all of [lo, lo + bytes) and for which
+  /// `ok(const Entry&)` holds, or null: the same probes as a write of those bytes.
+  template <typename Ok>
+  Entry* find_enclosing(int64_t device, uintptr_t lo, uint64_t bytes, Ok&& ok) {
+    if (count_ == 0 || bytes == 0) return nullptr;
+    const uintptr_t longest = shift_ >= 63 ? UINTPTR_MAX : uintptr_t{1} << shift_;
+    const uintptr_t b = lo + bytes;
+    const uintptr_t from = b >= longest ? b - longest + 1 : 0;  // e.lo + e.bytes >= b
+    const uint64_t r0 = region(from), r1 = region(lo);
+    if (r1 < r0 || r1 - r0 >= slots_.size() / 2) return nullptr;
+    for (uint64_t r = r0;; ++r) {
+      for (std::size_t i = home_of_region(device, r); slots_[i].bytes != 0; i = (i + 1) & mask_) {
+        Entry& e = slots_[i];
+        if (region(e.lo) == r && e.device == device && e.lo <= lo && e.lo + e.bytes >= b && ok(e)) {
+          return &e;
+        }
+      }
+      if (r == r1) break;
+    }
+    return nullptr;
+  }
+
   /// Sets the entry of this span (replacing one that is there). `alive(const Payload&)` tells
   /// which entries a growth of the table may drop (their blob is gone).
   template <typename Alive>

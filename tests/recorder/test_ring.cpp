@@ -399,6 +399,37 @@ TEST_F(RingTest, AWriteThroughAnotherStorageOfTheSameMemoryIsSeen) {
   }
 }
 
+// A strided view whose span lies inside a kept span of its storage (the q and k of a fused qkv
+// output) shares the kept copy instead of being copied again; a library write to the storage
+// still makes the next call keep new bytes.
+TEST_F(RingTest, AViewInsideAKeptTensorSharesItsCopy) {
+  recorder::start(config(8));
+  std::vector<double> v(8192);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i);
+  const Tensor x = Tensor::from_vector(v, {8192}, DType::kFloat32);
+  const Tensor y = ring_probe(x, 0);  // 2 * x, 32 KiB, kept as the call's output
+  // Rows of 128, the first 96 columns: a span of 32640 bytes inside y's.
+  const Tensor q = y.view({64, 128}).slice(1, 0, 96);
+  const uint64_t before = recorder::stats().ring_bytes;
+  const Tensor q2 = ring_probe(q, 0);
+  // Only the new output (64 x 96 floats) was added: the input is y's kept copy.
+  EXPECT_EQ(recorder::stats().ring_bytes, before + 64u * 96u * 4u);
+  ring_poke_(y, 5, -1.0);
+  const Tensor q3 = ring_probe(q, 0);
+  const auto c = calls(recorder::dump_ring("view"));
+  ASSERT_EQ(c.size(), 4u);
+  const auto input = [&](std::size_t call) {
+    return load_torch((c[call] / "inputs.pt").string())[0].second.to_double_vector();
+  };
+  const std::vector<double> first = input(1), after = input(3);
+  ASSERT_EQ(first.size(), 64u * 96u);
+  for (const auto& [i, j] : {std::pair{0, 0}, {0, 5}, {1, 0}, {63, 95}}) {
+    EXPECT_EQ(first[static_cast<std::size_t>(i * 96 + j)], 2.0 * (i * 128 + j)) << i << "," << j;
+  }
+  EXPECT_EQ(after[5], -1.0);
+  EXPECT_EQ(after[96], 256.0);  // q[1][0] = y[128]
+}
+
 // Writes are counted per storage, not per span: a library write to one view of a storage
 // makes the next call keep its other, untouched views anew too (a copy more, never a stale
 // one), and a storage nobody writes keeps being shared.

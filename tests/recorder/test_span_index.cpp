@@ -153,6 +153,27 @@ TEST(SpanIndexTest, RandomOperationsMatchAPlainList) {
     if (step % 97 == 0) expect_same(idx, ref);
   }
   expect_same(idx, ref);
+  // find_enclosing: an entry holding the queried bytes whenever the list has one, never
+  // another, and only among those the predicate accepts.
+  for (int q = 0; q < 2000; ++q) {
+    const int64_t dev = static_cast<int64_t>(rng() % 2);
+    const uintptr_t lo = 0x200000 + rng() % (600 * 256);
+    const uint64_t bytes = 1 + rng() % 4096;
+    const bool odd_only = q % 2 == 1;
+    const auto ok = [&](const SpanIndex<int>::Entry& e) { return !odd_only || e.value % 2 == 1; };
+    const SpanIndex<int>::Entry* e = idx.find_enclosing(dev, lo, bytes, ok);
+    const bool any = std::any_of(ref.begin(), ref.end(), [&](const Span& s) {
+      return s.device == dev && s.lo <= lo && s.lo + s.bytes >= lo + bytes &&
+             (!odd_only || s.value % 2 == 1);
+    });
+    ASSERT_EQ(e != nullptr, any) << lo << " " << bytes;
+    if (e) {
+      EXPECT_EQ(e->device, dev);
+      EXPECT_LE(e->lo, lo);
+      EXPECT_GE(e->lo + e->bytes, lo + bytes);
+      EXPECT_TRUE(ok(*e));
+    }
+  }
   idx.retain([](const SpanIndex<int>::Entry& e) { return e.device == 1; });
   std::erase_if(ref, [](const Span& s) { return s.device != 1; });
   expect_same(idx, ref);
