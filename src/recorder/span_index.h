@@ -1,5 +1,5 @@
 // Private: the ring mode's index of kept spans (recorder/ring.cpp, docs/LOGGING.md "Ring mode").
-// An open-addressed table with its entries inline (one cache line each), keyed by device, first
+// An open-addressed table with its entries inline (about a cache line each), keyed by device, first
 // byte and length. It replaces a std::map per size class: a decode step's GEMMs evict every
 // structure the hooks touch between two calls, and a tree walk was one cold line per level
 // (sessions 14-15), where a probe here is one line.
