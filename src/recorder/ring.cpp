@@ -1925,8 +1925,10 @@ void RingRecorder::set_evict_hint_locked(const RingCall& c) {
   // The call's lines (its control block just before it), its blob list, the blobs (their
   // control blocks hold them), its arena's buffer list and buffers (the heap's free list is
   // written into a freed buffer).
-  const auto* self = reinterpret_cast<const char*>(&c);
-  for (std::size_t at = 0; at < sizeof(RingCall) + 64; at += 64) put(self - 64 + at);
+  const uintptr_t self = reinterpret_cast<uintptr_t>(&c);
+  for (uintptr_t at = 0; at < sizeof(RingCall) + 64; at += 64) {
+    put(reinterpret_cast<const void*>(self - 64 + at));
+  }
   put(c.blobs.data());
   for (const auto& b : c.blobs) {
     if (b) put(b.get());
