@@ -731,30 +731,21 @@ void ProbeFree::operator()(uint64_t* p) const noexcept {
   RingHeap::deallocate(p, kProbeWords * sizeof(uint64_t));
 }
 
-bool same_as_kept(Blob& b, const uint8_t* src, uint64_t n, uint32_t shares) {
-  // (No CPU span this small is shared since the arena, kArenaMaxBytes: kept for a lower limit.)
-  if (n <= kWholeCompareBytes) return kept_equals(b, src, 0, n);
-  const uint64_t step = (n - 8) / (kSamples - 1);
-  const bool sampled = shares % kSampleEvery == 0;
-  if (sampled && !b.probe && !b.base) {
-    b.probe.reset(static_cast<uint64_t*>(RingHeap::allocate(kProbeWords * sizeof(uint64_t))));
-    uint64_t* w = b.probe.get();
-    std::memcpy(w, b.data, kEdgeBytes);
-    std::memcpy(w + kEdgeWords, b.data + n - kEdgeBytes, kEdgeBytes);
-    for (int i = 0; i < kSamples; ++i) {
-      std::memcpy(w + 2 * kEdgeWords + i, b.data + step * static_cast<uint64_t>(i), 8);
-    }
-  }
-  // src[at, at + len) against the kept bytes: the probe's from `word` on once it is made, else
-  // the copy's.
-  const auto equal = [&](uint64_t at, uint64_t len, std::size_t word) {
-    return b.probe ? std::memcmp(b.probe.get() + word, src + at, len) == 0
-                   : kept_equals(b, src, at, len);
-  };
+// The distance between two sampled words of an n-byte span (the first at 0, the last ending at
+// or before n).
+constexpr uint64_t sample_step(uint64_t n) { return (n - 8) / (kSamples - 1); }
+
+// The comparison of a span of `n` > kWholeCompareBytes live bytes at `live` with its kept copy:
+// its first and last kEdgeBytes, and when `sampled` its kSamples words spread evenly.
+// `equal(at, len, word)` compares live[at, at + len) with the kept bytes there, which a probe
+// (Blob::probe) holds from its word `word` on.
+template <typename Equal>
+bool edges_and_samples_equal(const uint8_t* live, uint64_t n, bool sampled, Equal&& equal) {
   if (!equal(0, kEdgeBytes, 0) || !equal(n - kEdgeBytes, kEdgeBytes, kEdgeWords)) return false;
   if (!sampled) return true;
+  const uint64_t step = sample_step(n);
   // Asked for all at once, the samples' misses overlap instead of each waiting for the last.
-  for (int i = 0; i < kSamples; ++i) __builtin_prefetch(src + step * static_cast<uint64_t>(i));
+  for (int i = 0; i < kSamples; ++i) __builtin_prefetch(live + step * static_cast<uint64_t>(i));
   for (int i = 0; i < kSamples; ++i) {
     if (!equal(step * static_cast<uint64_t>(i), 8, 2 * kEdgeWords + static_cast<std::size_t>(i))) {
       return false;
@@ -763,21 +754,35 @@ bool same_as_kept(Blob& b, const uint8_t* src, uint64_t n, uint32_t shares) {
   return true;
 }
 
+bool same_as_kept(Blob& b, const uint8_t* src, uint64_t n, uint32_t shares) {
+  // (No CPU span this small is shared since the arena, kArenaMaxBytes: kept for a lower limit.)
+  if (n <= kWholeCompareBytes) return kept_equals(b, src, 0, n);
+  const bool sampled = shares % kSampleEvery == 0;
+  if (sampled && !b.probe && !b.base) {
+    const uint64_t step = sample_step(n);
+    b.probe.reset(static_cast<uint64_t*>(RingHeap::allocate(kProbeWords * sizeof(uint64_t))));
+    uint64_t* w = b.probe.get();
+    std::memcpy(w, b.data, kEdgeBytes);
+    std::memcpy(w + kEdgeWords, b.data + n - kEdgeBytes, kEdgeBytes);
+    for (int i = 0; i < kSamples; ++i) {
+      std::memcpy(w + 2 * kEdgeWords + i, b.data + step * static_cast<uint64_t>(i), 8);
+    }
+  }
+  // Against the probe once it is made, else the copy.
+  return edges_and_samples_equal(src, n, sampled, [&](uint64_t at, uint64_t len, std::size_t word) {
+    return b.probe ? std::memcmp(b.probe.get() + word, src + at, len) == 0
+                   : kept_equals(b, src, at, len);
+  });
+}
+
 // same_as_kept for the bytes [at, at + n) of blob `b` (a whole copy, no delta) against the live
-// span `src` (the blob's first byte's live address): the same edges and samples, over the view.
+// span `src` (the blob's first byte's live address): the same comparison over the view, made
+// against the copy (the blob's probe holds the whole span's words, not the view's).
 bool same_as_kept_at(const Blob& b, const uint8_t* src, uint64_t at, uint64_t n, uint32_t shares) {
   if (n <= kWholeCompareBytes) return kept_equals(b, src, at, n);
-  if (!kept_equals(b, src, at, kEdgeBytes) ||
-      !kept_equals(b, src, at + n - kEdgeBytes, kEdgeBytes)) {
-    return false;
-  }
-  if (shares % kSampleEvery != 0) return true;
-  const uint64_t step = (n - 8) / (kSamples - 1);
-  for (int i = 0; i < kSamples; ++i) __builtin_prefetch(src + at + step * static_cast<uint64_t>(i));
-  for (int i = 0; i < kSamples; ++i) {
-    if (!kept_equals(b, src, at + step * static_cast<uint64_t>(i), 8)) return false;
-  }
-  return true;
+  return edges_and_samples_equal(
+      src + at, n, shares % kSampleEvery == 0,
+      [&](uint64_t x, uint64_t len, std::size_t) { return kept_equals(b, src, at + x, len); });
 }
 
 // Whether the NaN trigger checks `t` on its span's bytes: a CPU tensor whose elements fill its
