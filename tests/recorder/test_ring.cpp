@@ -173,6 +173,11 @@ class RingTest : public ::testing::Test {
     for (auto& [k, p] : seq) out.push_back(p);
     return out;
   }
+  // The values of the first tensor in archive `file` (inputs.pt, outputs.pt, ...) of a dumped
+  // call's directory.
+  static std::vector<double> values(const fs::path& call, const std::string& file) {
+    return load_torch((call / file).string())[0].second.to_double_vector();
+  }
   static std::vector<json> lines(const fs::path& p) {
     std::ifstream f(p);
     std::vector<json> out;
@@ -304,9 +309,9 @@ TEST_F(RingTest, UnchangedTensorsAreHeldOnceAndChangesAreSeen) {
     const std::string root = recorder::dump_ring(full ? "full" : "sampled");
     const auto c = calls(root);
     ASSERT_EQ(c.size(), 7u);
-    EXPECT_EQ(load_torch((c[5] / "inputs.pt").string())[0].second.to_double_vector()[0], 0.5);
-    EXPECT_EQ(load_torch((c[6] / "inputs.pt").string())[0].second.to_double_vector()[0], 3.0);
-    EXPECT_EQ(load_torch((c[6] / "outputs.pt").string())[0].second.to_double_vector()[0], 6.0);
+    EXPECT_EQ(values(c[5], "inputs.pt")[0], 0.5);
+    EXPECT_EQ(values(c[6], "inputs.pt")[0], 3.0);
+    EXPECT_EQ(values(c[6], "outputs.pt")[0], 6.0);
     recorder::stop();
   }
 }
@@ -332,9 +337,7 @@ TEST_F(RingTest, ATensorWrittenByALibraryOpIsKeptAnew) {
     EXPECT_EQ(recorder::stats().ring_bytes, 5u * 65536u);
     const auto c = calls(recorder::dump_ring(excluded ? "excluded" : "kept"));
     ASSERT_EQ(c.size(), excluded ? 3u : 4u);
-    auto at = [&](std::size_t call, const char* file) {
-      return load_torch((c[call] / file).string())[0].second.to_double_vector()[1001];
-    };
+    auto at = [&](std::size_t call, const char* file) { return values(c[call], file)[1001]; };
     EXPECT_EQ(at(0, "inputs.pt"), 0.5);
     if (!excluded) {
       EXPECT_EQ(at(2, "inputs.pt"), 0.5);
@@ -358,9 +361,7 @@ TEST_F(RingTest, ALibraryWriteToASmallViewInsideALargeKeptSpanIsSeen) {
   EXPECT_GT(recorder::stats().ring_bytes, before + 1048576u);  // w kept again
   const auto c = calls(recorder::dump_ring("view"));
   ASSERT_EQ(c.size(), 3u);
-  auto at = [&](std::size_t call) {
-    return load_torch((c[call] / "inputs.pt").string())[0].second.to_double_vector()[200017];
-  };
+  auto at = [&](std::size_t call) { return values(c[call], "inputs.pt")[200017]; };
   EXPECT_EQ(at(0), 0.5);
   EXPECT_EQ(at(2), 2.5);
   recorder::stop();
@@ -390,9 +391,7 @@ TEST_F(RingTest, AWriteThroughAnotherStorageOfTheSameMemoryIsSeen) {
     ring_probe(kept, 0);
     const auto c = calls(recorder::dump_ring(through_wrapper ? "wrapper" : "owner"));
     ASSERT_EQ(c.size(), 4u);
-    auto at = [&](std::size_t call) {
-      return load_torch((c[call] / "inputs.pt").string())[0].second.to_double_vector()[1001];
-    };
+    auto at = [&](std::size_t call) { return values(c[call], "inputs.pt")[1001]; };
     EXPECT_EQ(at(1), 0.5);
     EXPECT_EQ(at(3), 1.5);
     recorder::stop();
@@ -418,9 +417,7 @@ TEST_F(RingTest, AViewInsideAKeptTensorSharesItsCopy) {
   const Tensor q3 = ring_probe(q, 0);
   const auto c = calls(recorder::dump_ring("view"));
   ASSERT_EQ(c.size(), 4u);
-  const auto input = [&](std::size_t call) {
-    return load_torch((c[call] / "inputs.pt").string())[0].second.to_double_vector();
-  };
+  const auto input = [&](std::size_t call) { return values(c[call], "inputs.pt"); };
   const std::vector<double> first = input(1), after = input(3);
   ASSERT_EQ(first.size(), 64u * 96u);
   for (const auto& [i, j] : {std::pair{0, 0}, {0, 5}, {1, 0}, {63, 95}}) {
@@ -448,8 +445,8 @@ TEST_F(RingTest, AWriteToOneViewOfAStorageRenewsItsOtherViews) {
   EXPECT_EQ(recorder::stats().ring_bytes, 10u * 65536u);
   const auto c = calls(recorder::dump_ring("views"));
   ASSERT_EQ(c.size(), 6u);
-  EXPECT_EQ(load_torch((c[4] / "inputs.pt").string())[0].second.to_double_vector()[3], 0.5);
-  EXPECT_EQ(load_torch((c[4] / "outputs.pt").string())[0].second.to_double_vector()[3], 1.0);
+  EXPECT_EQ(values(c[4], "inputs.pt")[3], 0.5);
+  EXPECT_EQ(values(c[4], "outputs.pt")[3], 1.0);
 }
 
 TEST_F(RingTest, AWriteOutsideTheLibraryBetweenSampledBytesNeedsVerifyFull) {
@@ -467,15 +464,14 @@ TEST_F(RingTest, AWriteOutsideTheLibraryBetweenSampledBytesNeedsVerifyFull) {
     ring_probe(w, 0);
     const auto c = calls(recorder::dump_ring(full ? "full" : "sampled"));
     ASSERT_EQ(c.size(), 2u);
-    const double seen =
-        load_torch((c[1] / "inputs.pt").string())[0].second.to_double_vector()[1001];
+    const double seen = values(c[1], "inputs.pt")[1001];
     EXPECT_EQ(seen, full ? 7.0 : 0.5);
     // A write that reaches a sampled word is seen in both modes.
     static_cast<float*>(w.data_ptr())[0] = -1.0f;
     ring_probe(w, 0);
     const auto c2 = calls(recorder::dump_ring(full ? "full2" : "sampled2"));
     ASSERT_EQ(c2.size(), 3u);
-    const auto v = load_torch((c2[2] / "inputs.pt").string())[0].second.to_double_vector();
+    const auto v = values(c2[2], "inputs.pt");
     EXPECT_EQ(v[0], -1.0);
     EXPECT_EQ(v[1001], 7.0);
     recorder::stop();
@@ -495,8 +491,7 @@ TEST_F(RingTest, AWriteOutsideTheLibraryToASampledWordIsSeenAtTheEighthShare) {
   const auto c = calls(recorder::dump_ring("sampled_word"));
   ASSERT_EQ(c.size(), 9u);
   for (std::size_t k = 0; k < c.size(); ++k) {
-    const double seen =
-        load_torch((c[k] / "inputs.pt").string())[0].second.to_double_vector()[8320];
+    const double seen = values(c[k], "inputs.pt")[8320];
     EXPECT_EQ(seen, k == 8 ? 7.0 : 0.5) << "call " << k;
   }
   recorder::stop();
@@ -520,7 +515,7 @@ TEST_F(RingTest, WritesOutsideTheLibraryAreSeenAfterTheComparedBytesAreSetAside)
   const auto c = calls(recorder::dump_ring("set_aside"));
   ASSERT_EQ(c.size(), 26u);
   for (std::size_t k = 0; k < c.size(); ++k) {
-    const auto v = load_torch((c[k] / "inputs.pt").string())[0].second.to_double_vector();
+    const auto v = values(c[k], "inputs.pt");
     EXPECT_EQ(v[3], k >= 9 ? 9.0 : 0.5) << "call " << k;
     EXPECT_EQ(v[8320], k == 25 ? 7.0 : 0.5) << "call " << k;
   }
@@ -553,9 +548,7 @@ TEST_F(RingTest, AResultThatIsAlsoAWrittenArgumentIsKeptOnce) {
   EXPECT_EQ(recorder::stats().ring_bytes, 2u * 65536u);
   const auto c = calls(recorder::dump_ring("out"));
   ASSERT_EQ(c.size(), 1u);
-  auto first = [&](const char* file) {
-    return load_torch((c[0] / file).string())[0].second.to_double_vector()[0];
-  };
+  auto first = [&](const char* file) { return values(c[0], file)[0]; };
   EXPECT_EQ(first("inputs.pt"), 0.5);
   EXPECT_EQ(first("outputs.pt"), 2.0);
   EXPECT_EQ(first("mutated.pt"), 2.0);
@@ -589,7 +582,7 @@ TEST_F(RingTest, ASharedSpanOutlivesTheEvictionOfItsFirstHolder) {
   const auto c = calls(recorder::dump_ring("shared"));
   ASSERT_EQ(c.size(), 2u);
   for (const auto& call : c) {
-    EXPECT_EQ(load_torch((call / "inputs.pt").string())[0].second.to_double_vector()[16383], 0.5);
+    EXPECT_EQ(values(call, "inputs.pt")[16383], 0.5);
   }
 }
 
@@ -795,8 +788,7 @@ TEST_F(RingTest, AbortInAUserOpDumpsFromTheSignalHandler) {
   const auto crashed = lines(c[2] / "metadata.jsonl");
   ASSERT_EQ(crashed.size(), 1u);
   EXPECT_EQ(crashed[0]["execution_status"], "inputs_saved");
-  EXPECT_EQ(load_torch((c[2] / "inputs.pt").string())[0].second.to_double_vector(),
-            (std::vector<double>{5, 5, 5}));
+  EXPECT_EQ(values(c[2], "inputs.pt"), (std::vector<double>{5, 5, 5}));
   EXPECT_EQ(lines(d[0] / "session.jsonl").size(), 5u);
   const auto r = testing::run_flashinfer("replay --dir " + d[0].string() + " --exclude ring_probe");
   EXPECT_EQ(r.status, 0) << r.out;
@@ -929,9 +921,7 @@ TEST_F(RingTest, DedupStoresEachContentOnceAndExportExpandsIt) {
     EXPECT_FALSE(meta[1].contains("tensor_store"));
     EXPECT_EQ(meta[1]["dump_dir"], e.string());
   }
-  EXPECT_EQ(
-      load_torch((out / cs[5].filename() / "inputs.pt").string())[0].second.to_double_vector(),
-      std::vector<double>(1024, 3.0));
+  EXPECT_EQ(values(out / cs[5].filename(), "inputs.pt"), std::vector<double>(1024, 3.0));
   r = testing::run_flashinfer("replay --dir " + out.string());
   EXPECT_EQ(r.status, 0) << r.out;
   // A tampered blob is an error for that call, not a crash.
@@ -1030,8 +1020,8 @@ TEST_F(RingTest, ADumpWritesEachDistinctArchiveOnce) {
     ASSERT_EQ(::stat((c[0] / "inputs.pt").c_str(), &st), 0);
     EXPECT_EQ(st.st_nlink, 6u);
     for (const auto& d : c) {
-      EXPECT_EQ(load_torch((d / "inputs.pt").string())[0].second.to_double_vector()[7], 0.5);
-      EXPECT_EQ(load_torch((d / "outputs.pt").string())[0].second.to_double_vector()[7], 1.0);
+      EXPECT_EQ(values(d, "inputs.pt")[7], 0.5);
+      EXPECT_EQ(values(d, "outputs.pt")[7], 1.0);
     }
     for (const auto& r : replay::replay_sequence(root)) {
       EXPECT_EQ(r.status, replay::Status::kPassed) << r.dump_dir << " " << r.error;
