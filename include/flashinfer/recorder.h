@@ -84,6 +84,9 @@ struct Stats {
   int64_t ring_calls = 0;   // calls held now
   uint64_t ring_bytes = 0;  // distinct tensor bytes held now (shared tensors counted once)
   int64_t ring_dumps = 0;   // dumps written by triggers and dump_ring()
+  // Of ring_bytes: spans no kept call holds, kept for a later call passing the same unwritten
+  // storage span (a weight); dropped before any kept call is evicted for the bound.
+  uint64_t ring_retained_bytes = 0;
   // Dedup mode
   uint64_t distinct_bytes = 0;  // bytes of distinct tensor contents stored
 };

@@ -191,6 +191,8 @@ struct ProbeFree {
 using ProbeWords = std::unique_ptr<uint64_t[], ProbeFree>;
 
 // One distinct tensor content: the covered span of a tensor's storage, on the host.
+struct Blob;
+using RetainedList = std::list<std::shared_ptr<Blob>, RingAlloc<std::shared_ptr<Blob>>>;
 struct Blob {
   uint8_t* data = nullptr;
   uint64_t size = 0;
@@ -219,6 +221,10 @@ struct Blob {
   // decode step, session 16). Made and read under the ring's lock; the copy never changes, so
   // the comparisons are the same.
   ProbeWords probe;
+  // Held by no kept call, kept for a later call that passes the same span (a weight):
+  // RingRecorder::retained_, where `retained_at` points.
+  bool retained = false;
+  RetainedList::iterator retained_at;
   // The span's bytes where a whole copy sits: the blob's own, or its base's for a delta.
   const uint8_t* span_bytes() const { return base ? base->data : data; }
 
@@ -665,6 +671,9 @@ struct SpanEntry {
   std::weak_ptr<Blob> blob;
   std::weak_ptr<Storage> storage;
   uint32_t shares = 0;  // times shared since kept
+  // Kept again after its last kept call had gone, the storage alive and unwritten (the entry
+  // left behind then: a ghost, its blob expired): worth retaining (RingRecorder::retained_).
+  bool again = false;
   // The storage's write_count() when kept. (It makes an index entry 72 bytes; packed into 64
   // with a 32-bit count, the hooks measured 3-5 % slower, unexplained: session 22.)
   uint64_t writes = 0;
@@ -1135,6 +1144,22 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   void publish(const std::shared_ptr<RingCall>& call);
   void evict_oldest_locked();
   void release_locked(RingCall& c);
+  // Frees `b` (unless held elsewhere) and forgets its key or span once it is gone.
+  void forget_locked(std::shared_ptr<Blob> b);
+  // The span index's entry that `b` is the kept copy of, while its storage is alive and
+  // unwritten by the library since: the entry a later call can share `b` by. Null otherwise.
+  SpanEntry* current_entry_locked(const Blob& b);
+  // `b`, which no kept call holds any more, when a later call could share it
+  // (current_entry_locked): moved into retained_ if its span was passed again since kept, or
+  // else freed with its index entry left as a ghost (SpanEntry::again). False when it cannot be
+  // shared (forget_locked frees it then).
+  bool retain_locked(std::shared_ptr<Blob>& b);
+  // `b` is held by a call again (or will be freed): out of retained_. The caller holds `b`.
+  void unretain_locked(Blob& b);
+  void drop_retained_locked();  // the oldest retained blob
+  // Whether the ring holds more than its bound once every retained blob is dropped (they go
+  // before any kept call does).
+  bool over_bound_locked();
   void anchor_locked(std::shared_ptr<RingCall> c);
   // An evicted call no one else holds is cleared and kept for the next call: freeing its
   // strings and file layouts and allocating them again was ~6 % of the hooks' time.
@@ -1224,6 +1249,13 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   std::unordered_map<const OpDecl*, std::list<OpInfo, RingAlloc<OpInfo>>> signatures_;
   std::shared_ptr<std::atomic<uint64_t>> held_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::shared_ptr<BlobPool> pool_;
+  // Kept spans that no kept call holds any more, still their storage's current content: kept
+  // within the bound (oldest dropped first, before any call is evicted) for the next call that
+  // passes them. A ring shorter than a model's decode step evicted each weight's last holder
+  // before the next step passed the weight again, so every step copied the whole model: ring
+  // mode was 38 % slower than level 0 on SmolLM2-135M with N=256 (session 23).
+  RetainedList retained_;
+  uint64_t retained_bytes_ = 0;
   static constexpr std::size_t kMaxSpareCalls = 64;
   std::vector<std::shared_ptr<RingCall>> spare_calls_;  // recycle_locked
 
@@ -1663,9 +1695,13 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
         bd.lo = std::min(bd.lo, at->lo);
         bd.hi = std::max(bd.hi, static_cast<uintptr_t>(at->lo + n));
         if (!t.storage()->owns_memory()) unowned_spans_.store(true, std::memory_order_relaxed);
-        spans_[span_class(n)].put(at->device, at->lo, n,
-                                  SpanEntry{blob, t.storage(), 0, t.storage()->write_count()},
-                                  [](const SpanEntry& e) { return !e.blob.expired(); });
+        SpanTable& m = spans_[span_class(n)];
+        const uint64_t writes = t.storage()->write_count();
+        const SpanEntry* ghost = m.find(at->device, at->lo, n);
+        const bool again = ghost && ghost->blob.expired() && ghost->writes == writes &&
+                           same_owner(ghost->storage, t.storage());
+        m.put(at->device, at->lo, n, SpanEntry{blob, t.storage(), 0, again, writes},
+              [](const SpanEntry& e) { return !e.blob.expired(); });
       }
     }
     if (nonfinite && !*nonfinite && !checked) {
@@ -1697,6 +1733,8 @@ std::shared_ptr<Blob> RingRecorder::share_span_locked(const SpanKey& at, uint64_
   }
   auto b = e->blob.lock();
   if (!b) return nullptr;
+  // Shared now, or freed when its bytes differ: retained no longer.
+  unretain_locked(*b);
   // CUDA spans are not read here (it would wait for the stream): docs/LOGGING.md.
   if (!cuda && !same_as_kept(*b, src, n, ++e->shares)) return nullptr;
   return b;
@@ -1709,7 +1747,7 @@ std::shared_ptr<Blob> RingRecorder::share_enclosing_locked(const SpanKey& at, ui
   // (The span itself, kept, was looked at by share_span_locked: not a view of it.)
   const auto same = [&](const SpanTable::Entry& e) {
     return (e.lo != at.lo || e.bytes != n) && e.value.writes == writes &&
-           same_owner(e.value.storage, t.storage());
+           same_owner(e.value.storage, t.storage()) && !e.value.blob.expired();
   };
   // The enclosing span's class or the next: a view covering at least a quarter of it (the q or
   // k of a fused qkv output). Smaller views of larger spans are copied.
@@ -1723,6 +1761,7 @@ std::shared_ptr<Blob> RingRecorder::share_enclosing_locked(const SpanKey& at, ui
     if (!b || b->base) return nullptr;
     const uint64_t off = at.lo - e->lo;
     if (!same_as_kept_at(*b, src - off, off, n, ++e->value.shares)) return nullptr;
+    unretain_locked(*b);
     offset = off;
     return b;
   }
@@ -2006,30 +2045,89 @@ void RingRecorder::release_locked(RingCall& c) {
       if (c.blobs[j] == b) c.blobs[j].reset();
     }
     if (b.use_count() != 1) continue;
-    const std::optional<BlobKey> key = b->key;
-    const std::optional<SpanKey> where = b->where;
-    const uint64_t size = b->size;
-    b.reset();
-    if (key) {
-      auto it = blobs_.find(*key);
-      if (it != blobs_.end() && it->second.expired()) blobs_.erase(it);
-    }
-    if (where) {
-      SpanTable& m = spans_[span_class(size)];
-      m.erase_if_at(where->device, where->lo, size,
-                    [](const SpanEntry& e) { return e.blob.expired(); });
-      if (m.empty()) {
-        // The class's interval starts over (it only grows while the class holds spans).
-        classes_ &= ~(uint64_t{1} << span_class(size));
-        bounds_[span_class(size)] = {};
-      }
-    }
+    if (!retain_locked(b)) forget_locked(std::move(b));
   }
   c.blobs.clear();
   // The arena's bytes leave the bound now; its buffers stay with the call until it is recycled
   // (or freed with it).
   held_->fetch_sub(c.arena_held, std::memory_order_relaxed);
   c.arena_held = 0;
+}
+
+void RingRecorder::forget_locked(std::shared_ptr<Blob> b) {
+  const std::optional<BlobKey> key = b->key;
+  const std::optional<SpanKey> where = b->where;
+  const uint64_t size = b->size;
+  b.reset();
+  if (key) {
+    auto it = blobs_.find(*key);
+    if (it != blobs_.end() && it->second.expired()) blobs_.erase(it);
+  }
+  if (where) {
+    SpanTable& m = spans_[span_class(size)];
+    m.erase_if_at(where->device, where->lo, size,
+                  [](const SpanEntry& e) { return e.blob.expired(); });
+    if (m.empty()) {
+      // The class's interval starts over (it only grows while the class holds spans).
+      classes_ &= ~(uint64_t{1} << span_class(size));
+      bounds_[span_class(size)] = {};
+    }
+  }
+}
+
+SpanEntry* RingRecorder::current_entry_locked(const Blob& b) {
+  // A delta is a KV cache's state at one call: its storage is written by the next append.
+  if (!b.where || b.base) return nullptr;
+  SpanEntry* e = spans_[span_class(b.size)].find(b.where->device, b.where->lo, b.size);
+  if (!e || e->blob.lock().get() != &b) return nullptr;
+  const std::shared_ptr<Storage> s = e->storage.lock();
+  return s && s->write_count() == e->writes ? e : nullptr;
+}
+
+bool RingRecorder::retain_locked(std::shared_ptr<Blob>& b) {
+  // CUDA spans are not shared after a graph capture: no later call could use it.
+  if (b->pinned && graphs_seen_.load()) return false;
+  SpanEntry* e = current_entry_locked(*b);
+  if (!e) return false;
+  if (e->shares == 0 && !e->again) {
+    // Passed to one call only so far (an output the caller holds, or a weight whose calls all
+    // left before the next pass): freed, its entry left as a ghost, so that a later keep of
+    // the same span marks the new entry `again`. Retaining every such span would fill the
+    // bound with tensors never passed again.
+    b.reset();
+    return true;
+  }
+  // The oldest retained blob goes when it can no longer be shared (its storage freed or
+  // written), so that those do not wait for the bound to be reached.
+  if (!retained_.empty() && !current_entry_locked(*retained_.front())) drop_retained_locked();
+  retained_.push_back(std::move(b));
+  Blob& r = *retained_.back();
+  r.retained = true;
+  r.retained_at = std::prev(retained_.end());
+  retained_bytes_ += r.capacity;
+  return true;
+}
+
+void RingRecorder::unretain_locked(Blob& b) {
+  if (!b.retained) return;
+  b.retained = false;
+  retained_bytes_ -= b.capacity;
+  retained_.erase(b.retained_at);
+}
+
+void RingRecorder::drop_retained_locked() {
+  std::shared_ptr<Blob> b = std::move(retained_.front());
+  retained_.pop_front();
+  b->retained = false;
+  retained_bytes_ -= b->capacity;
+  forget_locked(std::move(b));
+}
+
+bool RingRecorder::over_bound_locked() {
+  while (held_->load(std::memory_order_relaxed) > limit_bytes_ && !retained_.empty()) {
+    drop_retained_locked();
+  }
+  return held_->load(std::memory_order_relaxed) > limit_bytes_;
 }
 
 void RingRecorder::count_arena_locked(RingCall& c) {
@@ -2074,9 +2172,7 @@ void RingRecorder::publish(const std::shared_ptr<RingCall>& call) {
   slots_[k % n].store(call.get(), std::memory_order_release);
   kept_.store(k + 1, std::memory_order_release);
   // The newest call stays; older ones go, oldest first, while the bound is passed.
-  while (calls_.size() > 1 && held_->load(std::memory_order_relaxed) > limit_bytes_) {
-    evict_oldest_locked();
-  }
+  while (over_bound_locked() && calls_.size() > 1) evict_oldest_locked();
 }
 
 void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
@@ -2345,7 +2441,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
         call->files.store(call->end.get(), std::memory_order_release);
         set_evict_hint_locked(*call);
         // The outputs count toward the bound too.
-        while (calls_.size() > 1 && held_->load(std::memory_order_relaxed) > limit_bytes_) {
+        while (over_bound_locked() && calls_.size() > 1) {
           if (calls_.front() == call) break;
           evict_oldest_locked();
         }
@@ -2623,6 +2719,7 @@ Stats RingRecorder::stats() {
   Stats s;
   s.ring_calls = static_cast<int64_t>(calls_.size());
   s.ring_bytes = held_->load(std::memory_order_relaxed);
+  s.ring_retained_bytes = retained_bytes_;
   s.ring_dumps = dumps_.load();
   return s;
 }

@@ -586,6 +586,93 @@ TEST_F(RingTest, ASharedSpanOutlivesTheEvictionOfItsFirstHolder) {
   }
 }
 
+// A ring shorter than the calls between two passes of a weight (a model's decode step longer
+// than N calls): the weight's calls have all left the ring when it comes again. Its entry is
+// left behind the first time; the copy made on the second pass is retained when its call goes,
+// and every later pass shares it instead of copying the weight again. An output the caller
+// holds but never passes again is not retained.
+TEST_F(RingTest, ASpanPassedAgainAfterItsCallsLeftTheRingIsRetainedAndShared) {
+  recorder::start(config(2));
+  Tensor w = filled(16384, 0.5);  // 64 KiB
+  std::vector<Tensor> outs;       // kept alive: no address comes back
+  // One pass of w, then two calls on small tensors (kept in the calls' arenas) push it out.
+  const auto step = [&] {
+    outs.push_back(ring_probe(w, 0));
+    for (int i = 0; i < 2; ++i) outs.push_back(ring_probe(filled(16, 1.0), 0));
+  };
+  step();
+  EXPECT_EQ(recorder::stats().ring_retained_bytes, 0u);  // passed once: not retained
+  const uint64_t small = recorder::stats().ring_bytes;   // the two small calls' arenas
+  step();
+  EXPECT_EQ(recorder::stats().ring_retained_bytes, 65536u);  // w's second copy (not its output)
+  EXPECT_EQ(recorder::stats().ring_bytes, small + 65536u);
+  for (int k = 0; k < 3; ++k) {
+    SCOPED_TRACE(k);
+    outs.push_back(ring_probe(w, 0));
+    // Shared: the retained copy is held by the new call, which adds only its output (and
+    // pushes one small call out).
+    EXPECT_EQ(recorder::stats().ring_retained_bytes, 0u);
+    EXPECT_EQ(recorder::stats().ring_bytes, small / 2 + 2u * 65536u);
+    const auto c = calls(recorder::dump_ring("retained"));
+    ASSERT_EQ(c.size(), 2u);
+    EXPECT_EQ(values(c[1], "inputs.pt")[16383], 0.5);
+    EXPECT_EQ(values(c[1], "outputs.pt")[0], 1.0);
+    fs::remove_all(dir_);
+    for (int i = 0; i < 2; ++i) outs.push_back(ring_probe(filled(16, 1.0), 0));
+    EXPECT_EQ(recorder::stats().ring_retained_bytes, 65536u);
+  }
+}
+
+// A retained copy is shared only while it is still the storage's content: a write by a library
+// op or a change outside the library (caught by the compared bytes) makes the next pass copy.
+TEST_F(RingTest, ARetainedSpanIsNotSharedOnceWritten) {
+  for (const bool library : {true, false}) {
+    SCOPED_TRACE(library ? "written by ring_poke_" : "written outside the library");
+    recorder::start(config(2));
+    Tensor w = filled(16384, 0.5);
+    std::vector<Tensor> outs;
+    for (int pass = 0; pass < 2; ++pass) {
+      outs.push_back(ring_probe(w, 0));
+      for (int i = 0; i < 2; ++i) outs.push_back(ring_probe(filled(16, 1.0), 0));
+    }
+    ASSERT_EQ(recorder::stats().ring_retained_bytes, 65536u);
+    if (library) {
+      ring_poke_(w, 16383, 4.0);  // kept; pushes one small call out
+    } else {
+      w.fill_(3.0);
+    }
+    const double last = library ? 4.0 : 3.0;
+    outs.push_back(ring_probe(w, 0));
+    EXPECT_EQ(recorder::stats().ring_retained_bytes, 0u);  // not kept for w's old content
+    const auto c = calls(recorder::dump_ring(library ? "library" : "outside"));
+    ASSERT_EQ(c.size(), 2u);
+    EXPECT_EQ(values(c[1], "inputs.pt")[16383], last);
+    EXPECT_EQ(values(c[1], "outputs.pt")[16383], 2 * last);
+    recorder::stop();
+    fs::remove_all(dir_);
+  }
+}
+
+// Retained copies count in the bound and go before any kept call does.
+TEST_F(RingTest, RetainedSpansGoBeforeKeptCallsWhenTheBoundIsReached) {
+  recorder::Config c = config(2);
+  c.ring_mb = 1;
+  recorder::start(c);
+  Tensor w = filled(65536, 0.5);  // 256 KiB
+  std::vector<Tensor> outs;
+  for (int pass = 0; pass < 2; ++pass) {
+    outs.push_back(ring_probe(w, 0));
+    for (int i = 0; i < 2; ++i) outs.push_back(ring_probe(filled(16, 1.0), 0));
+  }
+  ASSERT_EQ(recorder::stats().ring_retained_bytes, 262144u);
+  // Two calls of 256 KiB in and out: with the retained copy, 1.25 MiB.
+  for (int i = 0; i < 2; ++i) ring_probe(filled(65536, i), 0);
+  const recorder::Stats s = recorder::stats();
+  EXPECT_EQ(s.ring_calls, 2);
+  EXPECT_EQ(s.ring_retained_bytes, 0u);
+  EXPECT_EQ(s.ring_bytes, 4u * 262144u);
+}
+
 TEST_F(RingTest, MemoryBoundEvictsTheOldestCalls) {
   recorder::Config c = config(100);
   c.ring_mb = 1;
