@@ -13,8 +13,11 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <thread>
+#include <utility>
 
+#include "chat/smollm.h"
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/tensor_io.h"
@@ -197,11 +200,6 @@ BENCHMARK(BM_LlamaDecodeStep)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0);
 
-// Level 0 and ring mode (256 calls, default triggers) interleaved in one run: rounds of one
-// generate() (32 decode steps) at level 0 then one in ring mode, so that both see the same
-// machine load. Counters: the medians over the rounds of the decode time per step (wall), of
-// the process CPU time per generate() (all threads), and of the CPU time per decode step (a
-// generate() minus one without decode steps), and their ratios (ring / level 0).
 double minor_faults() {
   rusage u{};
   ::getrusage(RUSAGE_SELF, &u);
@@ -214,49 +212,64 @@ double process_cpu_seconds() {
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
-void BM_LlamaDecodeRingInterleaved(benchmark::State& state) {
-  const int rounds = static_cast<int>(state.range(0));
-  const fs::path d = scratch_dir("_llama_interleaved");
+// One generate() of a model: with its decode steps, or without (prefill and first token
+// only). Returns the decode steps' wall seconds and their number.
+using GenerateRun = std::function<std::pair<double, int64_t>(bool with_steps)>;
+
+// Level 0 and ring mode (`ring` calls, default triggers) interleaved in one run: rounds of one
+// generate() at level 0 then one in ring mode, so that both see the same machine load.
+// Counters: the medians over the rounds of the decode time per step (wall), of the process CPU
+// time per generate() (all threads), and of the CPU time per decode step (a generate() minus
+// one without decode steps), and their ratios (ring / level 0).
+void ring_interleaved(benchmark::State& state, int rounds, int64_t ring, const char* tag,
+                      const GenerateRun& run) {
+  const fs::path d = scratch_dir(tag);
   recorder::set_log_sink([](const std::string&) {});
-  llama::Config config;
-  const llama::Weights weights = llama::make_weights(config, Device::cpu());
-  const auto prompts = llama::make_prompts({5, 9, 13, 17}, config.vocab, 1);
-  llama::GenerateOptions options;
-  options.steps = 32;
   // The CPU time of a generate() holds one-time costs (the wrappers' construction, the
   // prefill, and in ring mode the first copies of every weight and workspace). A generate()
   // without decode steps, run the same way, measures them: the difference divided by the steps
   // is the CPU time per decode step.
-  llama::GenerateOptions no_steps = options;
-  no_steps.steps = 0;
-  std::vector<double> step[2], cpu[2], fixed[2], step_cpu[2], hook_step, faults[2];
+  std::vector<double> step[2], cpu[2], fixed[2], step_cpu[2], hook_step, faults[2], retained,
+      copied_step;
   for (auto _ : state) {
     for (int r = 0; r < rounds; ++r) {
       for (int mode = 0; mode < 2; ++mode) {
-        double c[2] = {0, 0}, h[2] = {0, 0}, f[2] = {0, 0};
+        double c[2] = {0, 0}, h[2] = {0, 0}, f[2] = {0, 0}, b[2] = {0, 0};
+        int64_t steps = 1;
         for (int k = 0; k < 2; ++k) {
           if (mode == 1) {
             recorder::Config rc;
             rc.dump_dir = d.string();
-            rc.ring = 256;
+            rc.ring = ring;
             recorder::start(rc);
           }
           const double c0 = process_cpu_seconds();
           const double h0 = recorder::internal::ring_hook_seconds();
           const double f0 = minor_faults();
-          const llama::GenerateResult res =
-              llama::generate(config, weights, prompts, k == 0 ? options : no_steps, Device::cpu());
+          const auto [decode_seconds, n] = run(k == 0);
           c[k] = process_cpu_seconds() - c0;
           f[k] = minor_faults() - f0;
           h[k] = recorder::internal::ring_hook_seconds() - h0;
+          if (mode == 1) {
+            const recorder::Stats rs = recorder::stats();
+            b[k] = static_cast<double>(rs.ring_copied_bytes);
+            if (k == 0) retained.push_back(static_cast<double>(rs.ring_retained_bytes));
+          }
           if (mode == 1) recorder::stop();
-          if (k == 0) step[mode].push_back(res.decode_seconds / static_cast<double>(options.steps));
+          if (k == 0) {
+            steps = std::max<int64_t>(n, 1);
+            step[mode].push_back(decode_seconds / static_cast<double>(steps));
+          }
         }
+        const auto per_step = static_cast<double>(steps);
         cpu[mode].push_back(c[0]);
         fixed[mode].push_back(c[1]);
-        step_cpu[mode].push_back((c[0] - c[1]) / static_cast<double>(options.steps));
-        faults[mode].push_back((f[0] - f[1]) / static_cast<double>(options.steps));
-        if (mode == 1) hook_step.push_back((h[0] - h[1]) / static_cast<double>(options.steps));
+        step_cpu[mode].push_back((c[0] - c[1]) / per_step);
+        faults[mode].push_back((f[0] - f[1]) / per_step);
+        if (mode == 1) {
+          hook_step.push_back((h[0] - h[1]) / per_step);
+          copied_step.push_back((b[0] - b[1]) / per_step);
+        }
       }
     }
   }
@@ -284,9 +297,62 @@ void BM_LlamaDecodeRingInterleaved(benchmark::State& state) {
   // Page faults per decode step (minor: first touches of fresh memory), each mode.
   state.counters["level0_faults"] = median(faults[0]);
   state.counters["ring_faults"] = median(faults[1]);
+  // Copies no kept call held at the end of a generate(), and the bytes copied into the ring per
+  // decode step (recorder::Stats).
+  state.counters["ring_retained_MiB"] = median(retained) / 1048576.0;
+  state.counters["ring_copied_KiB"] = median(copied_step) / 1024.0;
   recorder::set_log_sink({});
 }
+
+// The toy model of examples/llama (4 layers, hidden 512), batch 4, 32 decode steps, ring 256:
+// the gauge (docs/PERFORMANCE.md).
+void BM_LlamaDecodeRingInterleaved(benchmark::State& state) {
+  llama::Config config;
+  const llama::Weights weights = llama::make_weights(config, Device::cpu());
+  const auto prompts = llama::make_prompts({5, 9, 13, 17}, config.vocab, 1);
+  llama::GenerateOptions options;
+  options.steps = 32;
+  ring_interleaved(
+      state, static_cast<int>(state.range(0)), 256, "_llama_interleaved", [&](bool with_steps) {
+        llama::GenerateOptions o = options;
+        if (!with_steps) o.steps = 0;
+        const llama::GenerateResult r = llama::generate(config, weights, prompts, o, Device::cpu());
+        return std::pair<double, int64_t>(r.decode_seconds, o.steps);
+      });
+}
 BENCHMARK(BM_LlamaDecodeRingInterleaved)->Arg(9)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+// The real model of examples/chat (SmolLM2-135M, 30 layers, mm_gguf on Q4_1/Q8_0 blocks, about
+// 300 calls a decode step), batch 4 of 32-token prompts, 32 new tokens (31 decode steps), the
+// ring `N` calls (the argument: 256 holds less than a step, 1024 more than three). Skipped when
+// the model file is absent (scripts/bootstrap fetches it).
+void BM_ChatDecodeRingInterleaved(benchmark::State& state) {
+  const std::string path = gguf::default_model_path();
+  if (!fs::exists(path)) {
+    state.SkipWithError(("no model at " + path).c_str());
+    return;
+  }
+  static const smollm::Model model = smollm::load(path);
+  std::vector<std::vector<int32_t>> prompts(4);
+  uint64_t x = 7;
+  for (auto& p : prompts) {
+    for (int i = 0; i < 32; ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      p.push_back(static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(model.config.vocab)));
+    }
+  }
+  ring_interleaved(state, 5, state.range(0), "_chat_interleaved", [&](bool with_steps) {
+    smollm::GenerateOptions o;
+    o.max_new_tokens = with_steps ? 32 : 1;
+    const smollm::GenerateResult r = smollm::generate(model, prompts, o);
+    return std::pair<double, int64_t>(r.decode_seconds, r.decode_steps);
+  });
+}
+BENCHMARK(BM_ChatDecodeRingInterleaved)
+    ->Arg(256)
+    ->Arg(1024)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 // For profiles of the ring's hooks in decode steps (docs/PERFORMANCE.md, session 12): one
 // generate() of 128 decode steps in ring mode, so that the one-time costs (wrapper setup,

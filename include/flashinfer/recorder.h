@@ -87,6 +87,9 @@ struct Stats {
   // Of ring_bytes: spans no kept call holds, kept for a later call passing the same unwritten
   // storage span (a weight); dropped before any kept call is evicted for the bound.
   uint64_t ring_retained_bytes = 0;
+  // Bytes copied into the ring since it started: whole copies, KV-cache deltas' rows, small
+  // tensors (what sharing saves does not count).
+  uint64_t ring_copied_bytes = 0;
   // Dedup mode
   uint64_t distinct_bytes = 0;  // bytes of distinct tensor contents stored
 };

@@ -671,8 +671,9 @@ struct SpanEntry {
   std::weak_ptr<Blob> blob;
   std::weak_ptr<Storage> storage;
   uint32_t shares = 0;  // times shared since kept
-  // Kept again after its last kept call had gone, the storage alive and unwritten (the entry
-  // left behind then: a ghost, its blob expired): worth retaining (RingRecorder::retained_).
+  // The same span of the same storage had been kept before: by an earlier call whose copy has
+  // left (its entry stayed behind as a ghost, the blob expired), or by this call's input side
+  // (a KV cache an append wrote). Worth retaining when its calls go (RingRecorder::retained_).
   bool again = false;
   // The storage's write_count() when kept. (It makes an index entry 72 bytes; packed into 64
   // with a 32-bit count, the hooks measured 3-5 % slower, unexplained: session 22.)
@@ -964,7 +965,7 @@ const uint8_t kNoBytes[1] = {0};  // where an empty tensor's (zero) bytes are
 // `small_written`: the spans this on_call_end kept so far.
 const uint8_t* keep_small(const Tensor& t, const uint8_t* src, uint64_t n, uint64_t span_elems,
                           Arena& arena, bool* nonfinite, bool just_written,
-                          std::vector<SmallWritten>& small_written) {
+                          std::vector<SmallWritten>& small_written, uint64_t& copied) {
   const uint8_t* kept = nullptr;
   bool checked = false;
   if (just_written) {
@@ -980,6 +981,7 @@ const uint8_t* keep_small(const Tensor& t, const uint8_t* src, uint64_t n, uint6
     if (checked) *nonfinite = bad;
     if (just_written) small_written.push_back({src, n, dst});
     kept = dst;
+    copied += n;
   }
   // The live bytes (equal to the kept ones).
   if (nonfinite && !*nonfinite && !checked) *nonfinite = kept_has_nonfinite(t, src, span_elems);
@@ -1150,8 +1152,8 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // unwritten by the library since: the entry a later call can share `b` by. Null otherwise.
   SpanEntry* current_entry_locked(const Blob& b);
   // `b`, which no kept call holds any more, when a later call could share it
-  // (current_entry_locked): moved into retained_ if its span was passed again since kept, or
-  // else freed with its index entry left as a ghost (SpanEntry::again). False when it cannot be
+  // (current_entry_locked): moved into retained_ if its span was shared or kept before, or else
+  // freed with its index entry left as a ghost (SpanEntry::again). False when it cannot be
   // shared (forget_locked frees it then).
   bool retain_locked(std::shared_ptr<Blob>& b);
   // `b` is held by a call again (or will be freed): out of retained_. The caller holds `b`.
@@ -1256,6 +1258,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // mode was 38 % slower than level 0 on SmolLM2-135M with N=256 (session 23).
   RetainedList retained_;
   uint64_t retained_bytes_ = 0;
+  std::atomic<uint64_t> copied_{0};  // Stats::ring_copied_bytes
   static constexpr std::size_t kMaxSpareCalls = 64;
   std::vector<std::shared_ptr<RingCall>> spare_calls_;  // recycle_locked
 
@@ -1598,7 +1601,8 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
                         const std::vector<Ranges>* written, bool just_written) {
   HookScratch& h = scratch();
   resize_reusing(out, tensors.size(), h.spare);
-  bool small = false;  // a copy into the arena, to be fenced
+  bool small = false;   // a copy into the arena, to be fenced
+  uint64_t copied = 0;  // Stats::ring_copied_bytes
   for (std::size_t ti = 0; ti < tensors.size(); ++ti) {
     const std::string_view key = tensors[ti].key;
     const Tensor& t = *tensors[ti].t;
@@ -1622,7 +1626,7 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
     const bool cuda = t.device().is_cuda();
     if (!cuda && !cfg_.ring_verify_full && n <= kArenaMaxBytes) {
       k.data = keep_small(t, src, n, static_cast<uint64_t>(k.item.span), arena, nonfinite,
-                          just_written, h.small_written);
+                          just_written, h.small_written, copied);
       k.patches = nullptr;
       k.n_patches = 0;
       owner.push_back(nullptr);
@@ -1660,6 +1664,7 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
       if (!blob) {
         blob = std::allocate_shared<Blob>(RingAlloc<Blob>{}, n, false, held_, pool_);
         ring_copy(blob->data, src, n);
+        copied += n;
         blob->key = bk;
         std::lock_guard<std::mutex> l(mu_);
         blobs_[bk] = blob;
@@ -1671,9 +1676,11 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
         // a dump is written.
         blob = std::allocate_shared<Blob>(RingAlloc<Blob>{}, n, true, held_, pool_);
         blob->event = detail::cuda_copy_to_host_async(blob->data, src, n, t.device().index);
+        copied += n;
       } else {
         if (at && prior && written && ti < prior->size() && (*prior)[ti]) {
           blob = delta_of((*prior)[ti], *at, (*written)[ti], src, n);
+          if (blob) copied += blob->patched_bytes;
         }
         if (!blob) {
           blob = std::allocate_shared<Blob>(RingAlloc<Blob>{}, n, false, held_, pool_);
@@ -1685,6 +1692,7 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
           } else {
             ring_copy(blob->data, src, n);
           }
+          copied += n;
         }
       }
       if (at) {
@@ -1697,9 +1705,10 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
         if (!t.storage()->owns_memory()) unowned_spans_.store(true, std::memory_order_relaxed);
         SpanTable& m = spans_[span_class(n)];
         const uint64_t writes = t.storage()->write_count();
-        const SpanEntry* ghost = m.find(at->device, at->lo, n);
-        const bool again = ghost && ghost->blob.expired() && ghost->writes == writes &&
-                           same_owner(ghost->storage, t.storage());
+        // The same span of the same storage kept before (the entry this one replaces, live or
+        // a ghost): likely passed again (SpanEntry::again).
+        const SpanEntry* old = m.find(at->device, at->lo, n);
+        const bool again = old && same_owner(old->storage, t.storage());
         m.put(at->device, at->lo, n, SpanEntry{blob, t.storage(), 0, again, writes},
               [](const SpanEntry& e) { return !e.blob.expired(); });
       }
@@ -1722,6 +1731,7 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
   // The arena's streamed stores are ordered before the call is published (a dump on another
   // thread, the crash handler).
   if (small) ring_copy_fence();
+  if (copied) copied_.fetch_add(copied, std::memory_order_relaxed);
 }
 
 std::shared_ptr<Blob> RingRecorder::share_span_locked(const SpanKey& at, uint64_t n,
@@ -2076,8 +2086,9 @@ void RingRecorder::forget_locked(std::shared_ptr<Blob> b) {
 }
 
 SpanEntry* RingRecorder::current_entry_locked(const Blob& b) {
-  // A delta is a KV cache's state at one call: its storage is written by the next append.
-  if (!b.where || b.base) return nullptr;
+  // (A KV cache's delta too: until the next append writes the cache, it is the cache's content,
+  // and that append's input shares it, its output a delta of it, instead of a whole copy.)
+  if (!b.where) return nullptr;
   SpanEntry* e = spans_[span_class(b.size)].find(b.where->device, b.where->lo, b.size);
   if (!e || e->blob.lock().get() != &b) return nullptr;
   const std::shared_ptr<Storage> s = e->storage.lock();
@@ -2720,6 +2731,7 @@ Stats RingRecorder::stats() {
   s.ring_calls = static_cast<int64_t>(calls_.size());
   s.ring_bytes = held_->load(std::memory_order_relaxed);
   s.ring_retained_bytes = retained_bytes_;
+  s.ring_copied_bytes = copied_.load(std::memory_order_relaxed);
   s.ring_dumps = dumps_.load();
   return s;
 }

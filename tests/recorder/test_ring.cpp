@@ -653,6 +653,19 @@ TEST_F(RingTest, ARetainedSpanIsNotSharedOnceWritten) {
   }
 }
 
+// Stats::ring_copied_bytes counts the bytes copied into the ring: a shared span adds nothing.
+TEST_F(RingTest, CopiedBytesCountWhatIsCopiedNotWhatIsShared) {
+  recorder::start(config(8));
+  Tensor w = filled(16384, 0.5);  // 64 KiB
+  std::vector<Tensor> outs;
+  outs.push_back(ring_probe(w, 0));  // w and the result copied
+  EXPECT_EQ(recorder::stats().ring_copied_bytes, 2u * 65536u);
+  outs.push_back(ring_probe(w, 0));  // w shared, the result copied
+  EXPECT_EQ(recorder::stats().ring_copied_bytes, 3u * 65536u);
+  outs.push_back(ring_probe(filled(16, 1.0), 0));  // 64 bytes in, 64 out: the call's arena
+  EXPECT_EQ(recorder::stats().ring_copied_bytes, 3u * 65536u + 128u);
+}
+
 // Retained copies count in the bound and go before any kept call does.
 TEST_F(RingTest, RetainedSpansGoBeforeKeptCallsWhenTheBoundIsReached) {
   recorder::Config c = config(2);

@@ -189,6 +189,52 @@ TEST_F(RingKvDeltaTest, ALongChainOfDeltasStaysExact) {
   }
 }
 
+// A ring shorter than the calls between two appends to one cache (a model's layers: each
+// cache is appended to once a step, the other layers' calls in between): the delta an append
+// kept is retained when its call leaves, so the next append's input shares it and its output is
+// a delta of it. Before, the cache was copied whole on every append (and on this model, each
+// step copied every layer's cache).
+TEST_F(RingKvDeltaTest, ARingShorterThanAStepKeepsDeltasOfTheRetainedCache) {
+  recorder::Config cfg = config(false);
+  cfg.ring = 2;
+  recorder::start(cfg);
+  Tensor cache = Tensor::zeros({64, 2, kPageSize, kHeads, kDim}, DType::kFloat32, Device::cpu());
+  const Tensor x = Tensor::full({1, 64}, 1.0, DType::kFloat32);
+  const Tensor w = Tensor::full({64}, 1.0, DType::kFloat32);
+  std::vector<std::vector<double>> snapshots{cache.to_double_vector()};
+  std::vector<uint64_t> copied;
+  for (std::size_t s = 0; s < kPositions.size(); ++s) {
+    const uint64_t before = recorder::stats().ring_copied_bytes;
+    append(cache, static_cast<int>(s) + 1, kPositions[s], "NHD");
+    copied.push_back(recorder::stats().ring_copied_bytes - before);
+    snapshots.push_back(cache.to_double_vector());
+    // Two other calls push the append out of the ring.
+    for (int i = 0; i < 2; ++i) rmsnorm(x, w, 1e-6);
+  }
+  const auto cache_bytes = static_cast<uint64_t>(cache.nbytes());
+  // The first append copies the cache whole (its input); every later one only the rows it
+  // writes and the small index tensors.
+  EXPECT_GE(copied[0], cache_bytes);
+  for (std::size_t s = 1; s < copied.size(); ++s) {
+    EXPECT_LT(copied[s], cache_bytes / 8) << "append " << s;
+  }
+  EXPECT_GT(recorder::stats().ring_retained_bytes, 0u);
+  // The last append's kept cache, before and after it, exactly; it replays.
+  append(cache, 99, 11, "NHD");
+  snapshots.push_back(cache.to_double_vector());
+  const fs::path root = recorder::dump_ring("short");
+  recorder::stop();
+  const auto calls = replay::list_calls(root.string());
+  ASSERT_EQ(calls.size(), 2u);
+  const replay::RecordedCall c = replay::load_recorded_call(calls[1]);
+  ASSERT_EQ(c.function_name, "append_paged_kv_cache");
+  EXPECT_EQ(c.inputs[4].second.to_double_vector(), snapshots[snapshots.size() - 2]);
+  EXPECT_EQ(c.mutated[0].second.to_double_vector(), snapshots.back());
+  for (const auto& r : replay::replay_sequence(root.string())) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.dump_dir << " " << r.error;
+  }
+}
+
 void RingKvDeltaTest::expect_deltas(const char* layout, bool strided) {
   fs::remove_all(dir_);
   recorder::start(config(false));
