@@ -1255,7 +1255,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // within the bound (oldest dropped first, before any call is evicted) for the next call that
   // passes them. A ring shorter than a model's decode step evicted each weight's last holder
   // before the next step passed the weight again, so every step copied the whole model: ring
-  // mode was 38 % slower than level 0 on SmolLM2-135M with N=256 (session 23).
+  // mode was 39-42 % slower than level 0 on SmolLM2-135M with N=256 (session 23).
   RetainedList retained_;
   uint64_t retained_bytes_ = 0;
   std::atomic<uint64_t> copied_{0};  // Stats::ring_copied_bytes
