@@ -1066,12 +1066,28 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
 
  private:
   struct OpInfo;
+  // An input shared at the begin hook without its comparison with the kept copy, which the end
+  // hook makes (deferred_check_locked): reading any byte of a weight's first page just before
+  // the GEMM that streams it made that GEMM's kernel 25 % slower (SmolLM2's down projection,
+  // session 23). Only for CPU inputs the call does not write, which are the bytes it read
+  // until it returns.
+  struct Deferred {
+    std::shared_ptr<Blob> blob;
+    const uint8_t* src = nullptr;  // the live span
+    uint64_t n = 0;
+    uint32_t shares = 0;  // the share count same_as_kept takes (its sampling)
+    uint32_t index = 0;   // the input's position (its blob and archive piece)
+    std::shared_ptr<Storage> storage;
+  };
+  static constexpr std::size_t kMaxDeferred = 4;
   struct Pending {
     std::shared_ptr<RingCall> call;
     OpInfo* op = nullptr;   // the call's op (its archive templates)
     bool observed = false;  // not kept (filtered out, or captured), but its writes are noted
     bool keyed = false;     // in_key is the arguments' key (the op's shapes apply)
     TemplateKey in_key;
+    std::array<Deferred, kMaxDeferred> deferred;
+    std::size_t n_deferred = 0;
   };
   // A thread's working memory for the hooks (they do not nest within a thread), reused from
   // call to call: one thread_local, reached once per hook (each thread_local of a shared
@@ -1085,6 +1101,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
     std::vector<KeptTensor> kept_in, kept_out, kept_mut, spare;
     BlobList blobs, prior;
     std::vector<Ranges> written;
+    std::vector<const Storage*> written_storages;
     std::vector<SmallWritten> small_written;
     // The ops this thread's calls used, by declaration (direct-mapped): found here, an op's
     // OpInfo needs neither the lock nor the cold lookup in signatures_ (session 18). `ring` is
@@ -1110,9 +1127,18 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // `prior` and `written` (mutated arguments of an op whose writes are known, by tensor): the
   // blob the call kept for the tensor as an input and the byte ranges the op wrote into it; the
   // tensor is then kept as a delta of it when that is small (KV caches).
+  // `defer` (the begin hook's inputs): where shares whose comparison waits for the end hook go
+  // (Deferred), for the tensors whose storage is not in `written_storages`.
   void keep(std::span<const TensorRef> tensors, std::vector<KeptTensor>& out, BlobList& owner,
             Arena& arena, bool* nonfinite = nullptr, const BlobList* prior = nullptr,
-            const std::vector<Ranges>* written = nullptr, bool just_written = false);
+            const std::vector<Ranges>* written = nullptr, bool just_written = false,
+            Pending* defer = nullptr, std::span<const Storage* const> written_storages = {});
+  // Makes the comparisons `p`'s begin hook deferred; a differing input is copied now (the bytes
+  // the call read: it does not write them) and replaces the shared one in `c`.
+  void deferred_checks_locked(Pending& p, RingCall* c);
+  // Indexes `blob`, the new copy of span `at` (n bytes) of `t`'s storage.
+  void index_locked(const std::shared_ptr<Blob>& blob, const SpanKey& at, uint64_t n,
+                    const std::shared_ptr<Storage>& storage);
   // Counts the bytes `c` has taken in its arena since it was last counted in the bound.
   void count_arena_locked(RingCall& c);
   // `before`'s span (the same `at`, `n` bytes) after writes to `written`: its base with the
@@ -1121,8 +1147,9 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   std::shared_ptr<Blob> delta_of(const std::shared_ptr<Blob>& before, const SpanKey& at,
                                  const Ranges& written, const uint8_t* src, uint64_t n);
   // `src`: the live bytes (CPU; unread for CUDA).
+  // `defer`: set instead of comparing (a whole copy, not a delta), when given.
   std::shared_ptr<Blob> share_span_locked(const SpanKey& at, uint64_t n, const Tensor& t,
-                                          const uint8_t* src, bool cuda);
+                                          const uint8_t* src, bool cuda, Deferred* defer = nullptr);
   // A CPU tensor whose span lies inside a kept span of its storage (a strided view of a kept
   // tensor): that span's blob, `offset` bytes into which the view's span starts.
   std::shared_ptr<Blob> share_enclosing_locked(const SpanKey& at, uint64_t n, const Tensor& t,
@@ -1598,7 +1625,8 @@ std::shared_ptr<Blob> RingRecorder::delta_of(const std::shared_ptr<Blob>& before
 
 void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTensor>& out,
                         BlobList& owner, Arena& arena, bool* nonfinite, const BlobList* prior,
-                        const std::vector<Ranges>* written, bool just_written) {
+                        const std::vector<Ranges>* written, bool just_written, Pending* defer,
+                        std::span<const Storage* const> written_storages) {
   HookScratch& h = scratch();
   resize_reusing(out, tensors.size(), h.spare);
   bool small = false;   // a copy into the arena, to be fenced
@@ -1649,8 +1677,21 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
           if (b && b->where && *b->where == *at && b->size == n) blob = b;
         }
       } else {
+        Deferred* d = nullptr;
+        if (defer && !cuda && n > kWholeCompareBytes && defer->n_deferred < kMaxDeferred &&
+            std::find(written_storages.begin(), written_storages.end(), t.storage().get()) ==
+                written_storages.end()) {
+          d = &defer->deferred[defer->n_deferred];
+        }
         std::lock_guard<std::mutex> l(mu_);
-        blob = share_span_locked(*at, n, t, src, cuda);
+        blob = share_span_locked(*at, n, t, src, cuda, d);
+        if (blob && d && d->blob) {
+          d->src = src;
+          d->n = n;
+          d->index = static_cast<uint32_t>(ti);
+          d->storage = t.storage();
+          ++defer->n_deferred;
+        }
         if (!blob && !cuda) blob = share_enclosing_locked(*at, n, t, src, view_at);
       }
     } else if (!cuda) {
@@ -1697,20 +1738,7 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
       }
       if (at) {
         std::lock_guard<std::mutex> l(mu_);
-        blob->where = at;
-        classes_ |= uint64_t{1} << span_class(n);
-        Bounds& bd = bounds_[span_class(n)];
-        bd.lo = std::min(bd.lo, at->lo);
-        bd.hi = std::max(bd.hi, static_cast<uintptr_t>(at->lo + n));
-        if (!t.storage()->owns_memory()) unowned_spans_.store(true, std::memory_order_relaxed);
-        SpanTable& m = spans_[span_class(n)];
-        const uint64_t writes = t.storage()->write_count();
-        // The same span of the same storage kept before (the entry this one replaces, live or
-        // a ghost): likely passed again (SpanEntry::again).
-        const SpanEntry* old = m.find(at->device, at->lo, n);
-        const bool again = old && same_owner(old->storage, t.storage());
-        m.put(at->device, at->lo, n, SpanEntry{blob, t.storage(), 0, again, writes},
-              [](const SpanEntry& e) { return !e.blob.expired(); });
+        index_locked(blob, *at, n, t.storage());
       }
     }
     if (nonfinite && !*nonfinite && !checked) {
@@ -1734,9 +1762,46 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
   if (copied) copied_.fetch_add(copied, std::memory_order_relaxed);
 }
 
+void RingRecorder::index_locked(const std::shared_ptr<Blob>& blob, const SpanKey& at, uint64_t n,
+                                const std::shared_ptr<Storage>& storage) {
+  blob->where = at;
+  classes_ |= uint64_t{1} << span_class(n);
+  Bounds& bd = bounds_[span_class(n)];
+  bd.lo = std::min(bd.lo, at.lo);
+  bd.hi = std::max(bd.hi, static_cast<uintptr_t>(at.lo + n));
+  if (!storage->owns_memory()) unowned_spans_.store(true, std::memory_order_relaxed);
+  SpanTable& m = spans_[span_class(n)];
+  const uint64_t writes = storage->write_count();
+  // The same span of the same storage kept before (the entry this one replaces, live or a
+  // ghost): likely passed again (SpanEntry::again).
+  const SpanEntry* old = m.find(at.device, at.lo, n);
+  const bool again = old && same_owner(old->storage, storage);
+  m.put(at.device, at.lo, n, SpanEntry{blob, storage, 0, again, writes},
+        [](const SpanEntry& e) { return !e.blob.expired(); });
+}
+
+void RingRecorder::deferred_checks_locked(Pending& p, RingCall* c) {
+  for (std::size_t i = 0; i < p.n_deferred; ++i) {
+    Deferred& d = p.deferred[i];
+    if (c && !c->evicted && d.blob->where && !same_as_kept(*d.blob, d.src, d.n, d.shares)) {
+      // Written outside the library since it was kept: the bytes the call read (it writes
+      // none of them) are copied now, and replace the shared copy in the call.
+      auto blob = std::allocate_shared<Blob>(RingAlloc<Blob>{}, d.n, false, held_, pool_);
+      ring_copy(blob->data, d.src, d.n);
+      copied_.fetch_add(d.n, std::memory_order_relaxed);
+      index_locked(blob, *d.blob->where, d.n, d.storage);
+      CallFiles* f = c->begin.get();
+      if (f && d.index < f->inputs.data.size()) f->inputs.data[d.index].data = blob->data;
+      if (d.index < c->blobs.size()) c->blobs[d.index] = std::move(blob);
+    }
+    d = Deferred{};
+  }
+  p.n_deferred = 0;
+}
+
 std::shared_ptr<Blob> RingRecorder::share_span_locked(const SpanKey& at, uint64_t n,
                                                       const Tensor& t, const uint8_t* src,
-                                                      bool cuda) {
+                                                      bool cuda, Deferred* defer) {
   SpanEntry* e = spans_[span_class(n)].find(at.device, at.lo, n);
   if (!e || !same_owner(e->storage, t.storage()) || e->writes != t.storage()->write_count()) {
     return nullptr;
@@ -1745,6 +1810,11 @@ std::shared_ptr<Blob> RingRecorder::share_span_locked(const SpanKey& at, uint64_
   if (!b) return nullptr;
   // Shared now, or freed when its bytes differ: retained no longer.
   unretain_locked(*b);
+  if (defer && !b->base) {
+    defer->blob = b;
+    defer->shares = ++e->shares;
+    return b;
+  }
   // CUDA spans are not read here (it would wait for the stream): docs/LOGGING.md.
   if (!cuda && !same_as_kept(*b, src, n, ++e->shares)) return nullptr;
   return b;
@@ -2273,7 +2343,22 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     // The kept inputs' metadata is needed only to lay out the archive below: per thread, in
     // warm memory (the call's record has its own copy, rec.inputs; blobs[j] is input j's).
     std::vector<KeptTensor>& kept_in = h.kept_in;
-    keep(in_refs, kept_in, call->blobs, call->arena);
+    // The storages this call writes (its declared written arguments): their comparisons with
+    // the kept copies cannot wait for the end hook (Deferred).
+    std::vector<const Storage*>& written_storages = h.written_storages;
+    written_storages.clear();
+    for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
+      if (!decl.params[i].mutated) continue;
+      if (args[i].is_tensor()) {
+        written_storages.push_back(args[i].as_tensor().storage().get());
+      } else if (args[i].is_sequence()) {
+        for (const Value& v : args[i].items()) {
+          if (v.is_tensor()) written_storages.push_back(v.as_tensor().storage().get());
+        }
+      }
+    }
+    keep(in_refs, kept_in, call->blobs, call->arena, nullptr, nullptr, nullptr, false, &pending,
+         written_storages);
     in_refs.clear();
     call->name_json = op->name_json;
     call->sequence = seq;
@@ -2305,6 +2390,10 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   const HookTimer timer;
   HookScratch& h = scratch();
   if (h.stack.empty()) return;
+  if (h.stack.back().n_deferred != 0) {
+    std::lock_guard<std::mutex> l(mu_);
+    deferred_checks_locked(h.stack.back(), h.stack.back().call.get());
+  }
   std::shared_ptr<RingCall> call = std::move(h.stack.back().call);
   const bool observed = h.stack.back().observed;
   OpInfo* const op = h.stack.back().op;
@@ -2474,6 +2563,10 @@ void RingRecorder::on_call_error(const OpDecl& decl, std::span<const Value> args
   const HookTimer timer;
   std::vector<Pending>& stack = scratch().stack;
   if (stack.empty()) return;
+  if (stack.back().n_deferred != 0) {
+    std::lock_guard<std::mutex> l(mu_);
+    deferred_checks_locked(stack.back(), stack.back().call.get());
+  }
   std::shared_ptr<RingCall> call = std::move(stack.back().call);
   const bool observed = stack.back().observed;
   stack.pop_back();
@@ -2488,6 +2581,7 @@ void RingRecorder::on_call_error(const OpDecl& decl, std::span<const Value> args
       std::lock_guard<std::mutex> l(mu_);
       // What was written is unknown: nothing kept is shared any more.
       for (auto& m : spans_) m.clear();
+      while (!retained_.empty()) drop_retained_locked();
     }
   }
   if (!call) return;

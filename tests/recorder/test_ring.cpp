@@ -2,6 +2,7 @@
 // flashinfer::Error, dump_ring), dedup mode (FLASHINFER_DUMP_DEDUP) and `flashinfer export`.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -117,6 +118,42 @@ Tensor ring_fill_out(const Tensor& out, double v) {
         return out;
       },
       out, v);
+}
+
+// A user op that first makes the memory `ring_guard` names readable again (a test protects it
+// before the call), then doubles `x` as ring_probe does: what the ring's begin hook reads of
+// the arguments must not include that memory.
+struct RingGuard {
+  void* at = nullptr;
+  std::size_t bytes = 0;
+};
+RingGuard ring_guard;
+
+Tensor ring_guarded_probe(const Tensor& x);
+
+const OpDecl& ring_guarded_probe_decl() {
+  static const OpDecl& d = [] {
+    OpDecl decl;
+    decl.name = "ring_guarded_probe";
+    decl.module = "tests.ring";
+    decl.params = {ParamDecl("x", ParamKind::kTensor)};
+    decl.returns = "Tensor";
+    decl.invoke = [](const CallArgs& a) -> Value { return ring_guarded_probe(a.tensor(0)); };
+    return std::cref(register_op(std::move(decl)));
+  }();
+  return d;
+}
+
+Tensor ring_guarded_probe(const Tensor& x) {
+  return call_api(
+      &ring_guarded_probe_decl,
+      [&] {
+        if (ring_guard.at) ::mprotect(ring_guard.at, ring_guard.bytes, PROT_READ | PROT_WRITE);
+        std::vector<double> v = x.to_double_vector();
+        for (double& e : v) e *= 2;
+        return Tensor::from_vector(v, x.shape(), x.dtype());
+      },
+      x);
 }
 
 Tensor filled(int64_t n, double v) {
@@ -664,6 +701,42 @@ TEST_F(RingTest, CopiedBytesCountWhatIsCopiedNotWhatIsShared) {
   EXPECT_EQ(recorder::stats().ring_copied_bytes, 3u * 65536u);
   outs.push_back(ring_probe(filled(16, 1.0), 0));  // 64 bytes in, 64 out: the call's arena
   EXPECT_EQ(recorder::stats().ring_copied_bytes, 3u * 65536u + 128u);
+}
+
+// A shared input the call does not write is compared with its kept copy by the end hook, not
+// the begin hook: reading any byte of a weight's first page just before the kernel that streams
+// it made that kernel 25 % slower (docs/PERFORMANCE.md, session 23). The first page is made
+// unreadable before each call here and readable again by the op itself, so a begin hook
+// touching it would crash the test. A change made outside the library is still caught.
+TEST_F(RingTest, ASharedInputIsComparedAfterTheCallNotBefore) {
+  recorder::start(config(8));
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  void* mem = ::mmap(nullptr, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* f = static_cast<float*>(mem);
+  const auto n = static_cast<int64_t>(4 * page / sizeof(float));
+  for (int64_t i = 0; i < n; ++i) f[i] = 0.5f;
+  const Tensor w = Tensor::from_blob(mem, {n}, {}, DType::kFloat32, Device::cpu());
+  std::vector<Tensor> outs;
+  outs.push_back(ring_guarded_probe(w));  // the first call copies w (every page read)
+  const auto guarded = [&] {
+    ring_guard = {mem, page};
+    ASSERT_EQ(::mprotect(mem, page, PROT_NONE), 0);
+    outs.push_back(ring_guarded_probe(w));
+    ring_guard = {};
+  };
+  for (int k = 0; k < 9; ++k) guarded();  // shared; the 8th share compares the samples too
+  EXPECT_EQ(recorder::stats().ring_copied_bytes, 11u * 4u * page);  // w once, 10 outputs
+  f[0] = 3.0f;  // outside the library, in the first 64 bytes
+  guarded();
+  EXPECT_EQ(recorder::stats().ring_copied_bytes, 13u * 4u * page);  // w copied again
+  const auto c = calls(recorder::dump_ring("guarded"));
+  ASSERT_EQ(c.size(), 8u);
+  EXPECT_EQ(values(c[6], "inputs.pt")[0], 0.5);
+  EXPECT_EQ(values(c[7], "inputs.pt")[0], 3.0);
+  EXPECT_EQ(values(c[7], "outputs.pt")[0], 6.0);
+  recorder::stop();
+  ::munmap(mem, 4 * page);
 }
 
 // Retained copies count in the bound and go before any kept call does.
