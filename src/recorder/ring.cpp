@@ -1067,7 +1067,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
  private:
   struct OpInfo;
   // An input shared at the begin hook without its comparison with the kept copy, which the end
-  // hook makes (deferred_check_locked): reading any byte of a weight's first page just before
+  // hook makes (deferred_checks_locked): reading any byte of a weight's first page just before
   // the GEMM that streams it made that GEMM's kernel 25 % slower (SmolLM2's down projection,
   // session 23). Only for CPU inputs the call does not write, which are the bytes it read
   // until it returns.
