@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include "calls/written_tensors.h"
 #include "flashinfer/error.h"
 #include "flashinfer/stream.h"
 #if FLASHINFER_WITH_CUDA
@@ -109,20 +110,12 @@ BenchCase invoke_case(const std::string& name, std::vector<Value> positional,
         }
       }
     }
-    for (std::size_t i = 0; i < decl->params.size(); ++i) {
-      if (!decl->params[i].mutated) continue;
-      const Value& a = (*args)[i];
-      if (a.is_tensor()) {
-        out.emplace_back(decl->params[i].name, host_copy(a.as_tensor()));
-      } else if (a.is_sequence()) {  // a written (k_cache, v_cache) pair
-        for (std::size_t j = 0; j < a.items().size(); ++j) {
-          if (a.items()[j].is_tensor()) {
-            out.emplace_back(decl->params[i].name + "[" + std::to_string(j) + "]",
-                             host_copy(a.items()[j].as_tensor()));
-          }
-        }
-      }
-    }
+    // Written arguments; an item of a written (k_cache, v_cache) pair as "name[j]".
+    detail::for_each_written_tensor(
+        *decl, args->values(), [&](std::size_t i, int j, const Tensor& t) {
+          const std::string& name = decl->params[i].name;
+          out.emplace_back(j < 0 ? name : name + "[" + std::to_string(j) + "]", host_copy(t));
+        });
     return out;
   };
   return c;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "calls/written_tensors.h"
 #include "core/tensor_span.h"
 #include "flashinfer/dtype.h"
 #include "flashinfer/version.h"
@@ -534,22 +535,15 @@ Extracted extract_mutated(const OpDecl& decl, std::span<const Value> args, bool 
 
 void extract_mutated_into(const OpDecl& decl, std::span<const Value> args, Extracted& mutated) {
   std::string key;
-  for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
-    const ParamDecl& pd = decl.params[i];
-    if (!pd.mutated) continue;
-    param_key_into(key, pd, i);
-    if (args[i].is_tensor()) {
-      mutated.add(key, args[i].as_tensor());
-    } else if (args[i].is_sequence()) {  // a (K, V) cache pair: key__0, key__1
-      const auto& items = args[i].items();
-      for (std::size_t j = 0; j < items.size(); ++j) {
-        if (items[j].is_tensor()) {
-          mutated.add(key + std::string(schema::kNestedSeparator) + std::to_string(j),
-                      items[j].as_tensor());
-        }
-      }
+  std::size_t keyed = decl.params.size();  // the parameter `key` names
+  detail::for_each_written_tensor(decl, args, [&](std::size_t i, int j, const Tensor& t) {
+    if (i != keyed) param_key_into(key, decl.params[keyed = i], i);
+    if (j < 0) {
+      mutated.add(key, t);
+    } else {  // an item of a (K, V) cache pair: key__0, key__1
+      mutated.add(key + std::string(schema::kNestedSeparator) + std::to_string(j), t);
     }
-  }
+  });
 }
 
 Outcome outputs_outcome(const RecordParts& rec, std::string output_metadata, const Extracted& out,

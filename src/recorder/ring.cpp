@@ -32,6 +32,7 @@
 #include "api/attention_common.h"
 #include "apilog/format.h"
 #include "calls/name_filter.h"
+#include "calls/written_tensors.h"
 #include "core/cuda_runtime.h"
 #include "core/strided.h"
 #include "flashinfer/error.h"
@@ -2347,16 +2348,9 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     // the kept copies cannot wait for the end hook (Deferred).
     std::vector<const Storage*>& written_storages = h.written_storages;
     written_storages.clear();
-    for (std::size_t i = 0; i < args.size() && i < decl.params.size(); ++i) {
-      if (!decl.params[i].mutated) continue;
-      if (args[i].is_tensor()) {
-        written_storages.push_back(args[i].as_tensor().storage().get());
-      } else if (args[i].is_sequence()) {
-        for (const Value& v : args[i].items()) {
-          if (v.is_tensor()) written_storages.push_back(v.as_tensor().storage().get());
-        }
-      }
-    }
+    detail::for_each_written_tensor(decl, args, [&](std::size_t, int, const Tensor& t) {
+      written_storages.push_back(t.storage().get());
+    });
     keep(in_refs, kept_in, call->blobs, call->arena, nullptr, nullptr, nullptr, false, &pending,
          written_storages);
     in_refs.clear();
