@@ -38,6 +38,14 @@ using nlohmann::json;
 // ---- user ops: one that doubles its input (or throws / aborts on request) ----
 Tensor ring_probe(const Tensor& x, int64_t mode);
 
+// Memory a test makes unreadable before a call; ring_probe makes it readable again before it
+// reads its input, so a ring hook reading it before the op runs would crash the test.
+struct RingGuard {
+  void* at = nullptr;
+  std::size_t bytes = 0;
+};
+RingGuard ring_guard;
+
 const OpDecl& ring_probe_decl() {
   static const OpDecl& d = [] {
     OpDecl decl;
@@ -55,6 +63,7 @@ Tensor ring_probe(const Tensor& x, int64_t mode) {
   return call_api(
       &ring_probe_decl,
       [&] {
+        if (ring_guard.at) ::mprotect(ring_guard.at, ring_guard.bytes, PROT_READ | PROT_WRITE);
         if (mode == 1) throw Error(ErrorCode::kInvalidArgument, "ring_probe", "mode", "asked to");
         if (mode == 2) std::abort();
         std::vector<double> v = x.to_double_vector();
@@ -118,42 +127,6 @@ Tensor ring_fill_out(const Tensor& out, double v) {
         return out;
       },
       out, v);
-}
-
-// A user op that first makes the memory `ring_guard` names readable again (a test protects it
-// before the call), then doubles `x` as ring_probe does: what the ring's begin hook reads of
-// the arguments must not include that memory.
-struct RingGuard {
-  void* at = nullptr;
-  std::size_t bytes = 0;
-};
-RingGuard ring_guard;
-
-Tensor ring_guarded_probe(const Tensor& x);
-
-const OpDecl& ring_guarded_probe_decl() {
-  static const OpDecl& d = [] {
-    OpDecl decl;
-    decl.name = "ring_guarded_probe";
-    decl.module = "tests.ring";
-    decl.params = {ParamDecl("x", ParamKind::kTensor)};
-    decl.returns = "Tensor";
-    decl.invoke = [](const CallArgs& a) -> Value { return ring_guarded_probe(a.tensor(0)); };
-    return std::cref(register_op(std::move(decl)));
-  }();
-  return d;
-}
-
-Tensor ring_guarded_probe(const Tensor& x) {
-  return call_api(
-      &ring_guarded_probe_decl,
-      [&] {
-        if (ring_guard.at) ::mprotect(ring_guard.at, ring_guard.bytes, PROT_READ | PROT_WRITE);
-        std::vector<double> v = x.to_double_vector();
-        for (double& e : v) e *= 2;
-        return Tensor::from_vector(v, x.shape(), x.dtype());
-      },
-      x);
 }
 
 Tensor filled(int64_t n, double v) {
@@ -718,11 +691,11 @@ TEST_F(RingTest, ASharedInputIsComparedAfterTheCallNotBefore) {
   for (int64_t i = 0; i < n; ++i) f[i] = 0.5f;
   const Tensor w = Tensor::from_blob(mem, {n}, {}, DType::kFloat32, Device::cpu());
   std::vector<Tensor> outs;
-  outs.push_back(ring_guarded_probe(w));  // the first call copies w (every page read)
+  outs.push_back(ring_probe(w, 0));  // the first call copies w (every page read)
   const auto guarded = [&] {
     ring_guard = {mem, page};
     ASSERT_EQ(::mprotect(mem, page, PROT_NONE), 0);
-    outs.push_back(ring_guarded_probe(w));
+    outs.push_back(ring_probe(w, 0));
     ring_guard = {};
   };
   for (int k = 0; k < 9; ++k) guarded();  // shared; the 8th share compares the samples too
