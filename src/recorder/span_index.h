@@ -55,10 +55,8 @@ class SpanIndex {
   template <typename Ok>
   Entry* find_enclosing(int64_t device, uintptr_t lo, uint64_t bytes, Ok&& ok) {
     if (count_ == 0 || bytes == 0) return nullptr;
-    const uintptr_t longest = shift_ >= 63 ? UINTPTR_MAX : uintptr_t{1} << shift_;
     const uintptr_t b = lo + bytes;
-    const uintptr_t from = b >= longest ? b - longest + 1 : 0;  // e.lo + e.bytes >= b
-    const uint64_t r0 = region(from), r1 = region(lo);
+    const uint64_t r0 = region(lowest_start_reaching(b)), r1 = region(lo);
     if (r1 < r0 || r1 - r0 >= slots_.size() / 2) return nullptr;
     for (uint64_t r = r0;; ++r) {
       for (std::size_t i = home_of_region(device, r); slots_[i].bytes != 0; i = (i + 1) & mask_) {
@@ -112,9 +110,7 @@ class SpanIndex {
   /// Removes every span of `device` overlapping [a, b).
   void erase_overlapping(int64_t device, uintptr_t a, uintptr_t b) {
     if (count_ == 0 || a >= b) return;
-    const uintptr_t longest = shift_ >= 63 ? UINTPTR_MAX : uintptr_t{1} << shift_;
-    const uintptr_t from = a >= longest ? a - longest + 1 : 0;  // lo > a - longest
-    const uint64_t r0 = region(from), r1 = region(b - 1);
+    const uint64_t r0 = region(lowest_start_reaching(a)), r1 = region(b - 1);
     const auto hit = [&](const Entry& e) {
       return e.device == device && e.lo < b && e.lo + e.bytes > a;
     };
@@ -161,6 +157,12 @@ class SpanIndex {
 
  private:
   uint64_t region(uintptr_t lo) const { return shift_ >= 63 ? 0 : lo >> shift_; }
+  // The lowest first byte a span in this index can have and still end at or past x: spans are
+  // shorter than 2^shift, so such a span starts after x - 2^shift.
+  uintptr_t lowest_start_reaching(uintptr_t x) const {
+    const uintptr_t longest = shift_ >= 63 ? UINTPTR_MAX : uintptr_t{1} << shift_;
+    return x >= longest ? x - longest + 1 : 0;
+  }
   std::size_t home_of_region(int64_t device, uint64_t r) const {
     const uint64_t h =
         (r ^ (static_cast<uint64_t>(device) * 0xff51afd7ed558ccdull)) * 0x9e3779b97f4a7c15ull;
