@@ -1,0 +1,518 @@
+#!/usr/bin/env python3
+"""Static checks of the compiled CUDA kernels (no GPU needed): reads the SASS and the resource
+usage that `cuobjdump` prints for a binary and applies a table of rules, each keyed by a
+substring of the kernel's name.
+
+  check_sass.py [--rule NAME ...] [--arch sm_90] [--match SUBSTR] [--exclude SUBSTR ...]
+                [--allow-ldg128] [--cuobjdump PATH] [--toolkit-bin DIR] [--list] [-v] BINARY
+
+BINARY is anything cuobjdump reads: the shared library (build/lib/libflashinfer.so), a static
+library (.a), an object (.o) or a .cubin. Only the SASS for --arch is checked (sm_90 by default;
+an sm_90a cubin counts as sm_90: cuobjdump's own -arch filter is not used, it matches loosely).
+
+Rules (RULES below): `decode` is on by default; `prefill` only when named with --rule. A rule
+selects the kernels whose name (the bare function name, without namespaces, template arguments
+and parameters; case-insensitive) contains its substring and none of its exclusions, and then
+  - no local memory: no STL/LDL instruction and STACK and LOCAL 0 in the resource usage
+    (see has_local_memory for which of these means what);
+  - each required instruction present (e.g. a 128-bit cp.async, SASS `LDGSTS...128`);
+  - no forbidden instruction (e.g. a global load of 16 bits or less, `LDG.E.U16`, `LDG.E.U8`).
+At least one kernel must match each rule checked, else the rule fails ("no decode kernel found").
+
+Exit status: 0 all checked kernels pass; 1 a violation, or no kernel for a rule, or a binary
+without device code; 2 usage error or no cuobjdump (run scripts/bootstrap: it installs PyPI's
+nvidia-cuda-cuobjdump); 77 the binary holds device code but none for --arch (a build for other
+architectures only: ctest's SKIP_RETURN_CODE).
+
+To add a rule, add a Rule to RULES: `match` (name substring), `exclude` (helper kernels to leave
+out), `require` (Need: a regex on the instruction's opcode with its modifiers, e.g.
+`LDGSTS.E.BYPASS.128`, and optionally a weaker form accepted with a flag), `forbid` (Forbid:
+regex), `no_local` (spills), and `default` (checked without --rule).
+"""
+import argparse
+import collections
+import dataclasses
+import glob
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_SKIP = 0, 1, 2, 77
+
+
+@dataclasses.dataclass(frozen=True)
+class Need:
+    """An instruction a kernel must contain: `pattern` matches the opcode with its modifiers
+    (`LDGSTS.E.BYPASS.LTC128B.128`, no predicate, no operands). `weaker`, if set, is a
+    (label, pattern) accepted in its place only when `weaker_flag` is given on the command line."""
+
+    label: str
+    pattern: str
+    weaker: tuple = None
+    weaker_flag: str = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Forbid:
+    """An instruction a kernel must not contain (`pattern` as for Need)."""
+
+    label: str
+    pattern: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    name: str
+    match: str
+    description: str
+    exclude: tuple = ()
+    require: tuple = ()
+    forbid: tuple = ()
+    no_local: bool = True
+    default: bool = True
+
+
+# SASS spellings (cuobjdump 13, sm_80 and sm_90 alike):
+#   cp.async.cg ... 16                -> LDGSTS.E.BYPASS.128 (with .L2::128B: LDGSTS.E.BYPASS.LTC128B.128;
+#                                        with a src-size operand: the same opcode, a predicate operand)
+#   cp.async.ca ... 16                -> LDGSTS.E.128;  cp.async.ca ... 8 -> LDGSTS.E.64
+#   ld.global.v4.u32 / uint4 load     -> LDG.E.128, LDG.E.128.CONSTANT (ld.global.nc), LDG.E.NA.128.CONSTANT,
+#                                        LDG.E.LTC128B.128, LDG.E.EF.128 (__ldcs)
+#   16-bit loads (bf16 / half / short) -> LDG.E.U16, LDG.E.S16, LDG.E.U16.CONSTANT (ld.global.nc),
+#                                        LD.E.U16 (a generic-address load); 8-bit: LDG.E.U8, LDG.E.S8
+#   ldmatrix -> LDSM.16.M88.4 (and .MT88 for .trans); mma.sync f16/bf16 -> HMMA.16816.F32(.BF16)
+_MOD = r"(?:\.[A-Z0-9_]+)*"
+LDGSTS_128 = r"^LDGSTS" + _MOD + r"\.128(?:\.|$)"
+LDG_128 = r"^LDG" + _MOD + r"\.128(?:\.|$)"
+LOAD_16 = r"^(?:LDG|LD)" + _MOD + r"\.(?:U16|S16)(?:\.|$)"
+LOAD_8 = r"^(?:LDG|LD)" + _MOD + r"\.(?:U8|S8)(?:\.|$)"
+
+RULES = {
+    r.name: r
+    for r in (
+        Rule(
+            name="decode",
+            match="decode",
+            description="decode attention: no spills, 128-bit cp.async (LDGSTS .128), "
+            "no global loads of 16 bits or less",
+            # Helper kernels whose names carry the substring but that load no K/V (e.g. a merge
+            # of split-KV partial states) go here, as name substrings.
+            exclude=(),
+            require=(
+                Need(
+                    "LDGSTS .128 (16-byte cp.async)",
+                    LDGSTS_128,
+                    weaker=("LDG .128 (16-byte load)", LDG_128),
+                    weaker_flag="--allow-ldg128",
+                ),
+            ),
+            # SASS cannot tell K/V data from other data: every global (or generic) load of 16
+            # bits or less counts. Indices and lengths are 32-bit loads or kernel parameters; a
+            # byte-wise read of AttentionParams::custom_mask counts too (read it as 32-bit words).
+            forbid=(
+                Forbid("16-bit global load", LOAD_16),
+                Forbid("8-bit global load", LOAD_8),
+            ),
+        ),
+        Rule(
+            name="prefill",
+            match="prefill",
+            description="prefill attention: no spills, ldmatrix (LDSM), mma.sync (HMMA), "
+            "128-bit cp.async (LDGSTS .128)",
+            require=(
+                Need("LDSM (ldmatrix)", r"^LDSM(?:\.|$)"),
+                Need("HMMA (mma.sync)", r"^HMMA(?:\.|$)"),
+                Need("LDGSTS .128 (16-byte cp.async)", LDGSTS_128),
+            ),
+            default=False,  # on by default once the prefill issue's kernels meet it
+        ),
+    )
+}
+
+
+@dataclasses.dataclass
+class Kernel:
+    arch: str
+    mangled: str
+    elf: int  # which ELF image (translation unit, architecture) of the binary it is in
+    opcodes: list = dataclasses.field(default_factory=list)
+    res: dict = dataclasses.field(default_factory=dict)  # REG, STACK, SHARED, LOCAL
+    name: str = ""  # demangled
+    base: str = ""  # bare function name
+
+
+# ---- finding cuobjdump ---------------------------------------------------------------------------
+
+
+def pypi_bin_dirs():
+    """bin/ folders of PyPI's nvidia-cuda-* packages: nvidia/cu13/bin (13.x wheels),
+    nvidia/cuda_cuobjdump/bin (12.x wheels), for this interpreter's `nvidia` namespace package."""
+    dirs = []
+    spec = importlib.util.find_spec("nvidia")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    # scripts/bootstrap installs them for Debian's /usr/bin/python3; another interpreter (a
+    # virtual environment, pyenv) does not see that one's packages, so look there as well.
+    roots += sorted(glob.glob("/usr/local/lib/python3*/dist-packages/nvidia"), reverse=True)
+    roots += ["/usr/lib/python3/dist-packages/nvidia"]
+    for root in roots:
+        try:
+            subs = sorted(os.listdir(root), reverse=True)  # cu13 before cu12
+        except OSError:
+            continue
+        for sub in subs:
+            d = os.path.join(root, sub, "bin")
+            if os.path.isdir(d):
+                dirs.append(d)
+    return dirs
+
+
+def find_tool(tool, explicit=None, extra_dirs=()):
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
+    env = os.environ.get(tool.upper())
+    if env and os.access(env, os.X_OK):
+        return env
+    found = shutil.which(tool)
+    if found:
+        return found
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    dirs = list(extra_dirs) + ([os.path.join(cuda_home, "bin")] if cuda_home else [])
+    dirs += ["/usr/local/cuda/bin"] + pypi_bin_dirs()
+    for d in dirs:
+        p = os.path.join(d, tool)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    return None
+
+
+# ---- parsing cuobjdump -sass -res-usage ----------------------------------------------------------
+
+_ARCH_HDR = re.compile(r"^arch = (sm_\w+)")
+_CODE_FOR = re.compile(r"^\s*code for (sm_\w+)")
+_RES_FN = re.compile(r"^\s*Function (\S+):\s*$")
+_RES_VALS = re.compile(r"\b(REG|STACK|SHARED|LOCAL):(\d+)")
+_SASS_FN = re.compile(r"^\s*Function : (\S+)")
+_INSN = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+_PRED = re.compile(r"^@!?U?P(?:T|\d+)\s+")
+
+
+def parse_cuobjdump(lines):
+    """Kernels from `cuobjdump -sass -res-usage` output. Each ELF image ("Fatbin elf code:", or
+    the one image of a .cubin) prints its resource usage and then its SASS, and names its
+    architecture in the header ("arch = sm_90", for a fat binary) or before the SASS ("code for
+    sm_90a"), so the usage is attached to the kernel at the end of its image."""
+    kernels = []
+    elf = 0
+    arch = None
+    res = {}  # mangled -> usage, for the current image
+    cur = None
+    pending_res = None
+    image_kernels = []
+
+    def close_image():
+        for k in image_kernels:
+            k.res = res.get(k.mangled, {})
+            k.arch = k.arch or arch
+
+    for line in lines:
+        if line.startswith("Fatbin elf code:") or line.startswith("Fatbin ptx code:"):
+            close_image()
+            elf += 1
+            arch, res, cur, pending_res, image_kernels = None, {}, None, None, []
+            continue
+        m = _ARCH_HDR.match(line)
+        if m:
+            arch = m.group(1)
+            continue
+        m = _CODE_FOR.match(line)
+        if m:
+            arch = m.group(1)
+            continue
+        m = _SASS_FN.match(line)
+        if m:
+            cur = Kernel(arch=arch, mangled=m.group(1), elf=elf)
+            kernels.append(cur)
+            image_kernels.append(cur)
+            continue
+        m = _RES_FN.match(line)
+        if m:
+            pending_res = m.group(1)
+            continue
+        if pending_res is not None:
+            vals = dict((k, int(v)) for k, v in _RES_VALS.findall(line))
+            if vals:
+                res[pending_res] = vals
+            pending_res = None
+            continue
+        if cur is not None:
+            m = _INSN.match(line)
+            if m:
+                insn = _PRED.sub("", m.group(1))
+                cur.opcodes.append(insn.split(None, 1)[0] if insn else "")
+    close_image()
+    return kernels
+
+
+def run_cuobjdump(cuobjdump, binary):
+    """The kernels of `binary`, or raises RuntimeError with cuobjdump's message."""
+    proc = subprocess.Popen(
+        [cuobjdump, "-sass", "-res-usage", binary],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+    )
+    kernels = parse_cuobjdump(proc.stdout)
+    err = proc.stderr.read()
+    rc = proc.wait()
+    if "does not contain device code" in err:
+        return []
+    if rc != 0:
+        raise RuntimeError(err.strip() or "cuobjdump exited with %d" % rc)
+    return kernels
+
+
+# ---- names ---------------------------------------------------------------------------------------
+
+
+def demangle(names):
+    names = list(names)
+    filt = shutil.which("c++filt")
+    if not filt or not names:
+        return dict((n, n) for n in names)
+    out = subprocess.run([filt], input="\n".join(names) + "\n", capture_output=True, text=True)
+    got = out.stdout.splitlines()
+    if out.returncode != 0 or len(got) != len(names):
+        return dict((n, n) for n in names)
+    return dict(zip(names, got))
+
+
+def _name_start(demangled):
+    """Index in `demangled` where the bare function name starts, and the bare name: every
+    bracketed part (template arguments, parameters, `(anonymous namespace)`) is skipped, then
+    the return type and the scopes are taken away."""
+    depth = 0
+    top = []  # (index, character) outside brackets
+    for i, ch in enumerate(demangled):
+        if ch in "<([{":
+            depth += 1
+        elif ch in ">)]}" and depth > 0:
+            depth -= 1
+        elif depth == 0:
+            top.append((i, ch))
+    text = "".join(ch for _, ch in top)
+    cut = max(text.rfind(" ") + 1, text.rfind("::") + 2 if "::" in text else 0)
+    if cut >= len(text):
+        return 0, demangled
+    start = top[cut][0]
+    end = start
+    while end < len(demangled) and demangled[end] not in "<(":
+        end += 1
+    return start, demangled[start:end]
+
+
+def base_name(demangled):
+    """`void ns::k<128, (E)0>(P)` -> `k`."""
+    return _name_start(demangled)[1] or demangled
+
+
+def short_name(demangled, width=80):
+    """`void ns::k<128, (E)0>(P)` -> `k<128, (E)0>`: without scopes, return type, parameters."""
+    s = demangled
+    if s.endswith(")"):  # the parameter list: from its matching "(" on
+        depth = 0
+        for i in range(len(s) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(s[i], 0)
+            if depth == 0:
+                s = s[:i]
+                break
+    s = s[_name_start(demangled)[0] :]
+    return s if len(s) <= width else s[: width - 3] + "..."
+
+
+# ---- checks --------------------------------------------------------------------------------------
+
+
+def has_local_memory(k):
+    """Spills, as ptxas -v counts them ("N bytes spill stores"), are not in the binary; what is:
+    - STL / LDL instructions: stores to and loads from thread-local memory, which is where both
+      register spills and local arrays (indexed dynamically, too large) live;
+    - STACK: the stack frame in bytes (ptxas's "bytes stack frame"): spill slots, local arrays,
+      and the frames of real (not inlined) function calls;
+    - LOCAL: statically allocated local memory outside the stack (normally 0).
+    A kernel without spills has none of the three. Returns the list of findings."""
+    found = []
+    counts = collections.Counter(op.split(".", 1)[0] for op in k.opcodes)
+    for op in ("STL", "LDL"):
+        if counts[op]:
+            found.append("%s x%d" % (op, counts[op]))
+    for key in ("STACK", "LOCAL"):
+        if k.res.get(key, 0):
+            found.append("%s %d" % (key, k.res[key]))
+    return found
+
+
+def forms(k, pattern):
+    rx = re.compile(pattern)
+    return collections.Counter(op for op in k.opcodes if rx.search(op))
+
+
+def fmt_forms(c):
+    return ", ".join(("%s x%d" % (op, n)) for op, n in sorted(c.items()))
+
+
+def check_kernel(k, rule, flags):
+    """(ok, problems, notes) of kernel k under rule."""
+    problems, notes = [], []
+    if rule.no_local:
+        local = has_local_memory(k)
+        if local:
+            problems.append("spills/local memory: " + ", ".join(local))
+    for need in rule.require:
+        have = forms(k, need.pattern)
+        if have:
+            notes.append(fmt_forms(have))
+            continue
+        if need.weaker:
+            wlabel, wpat = need.weaker
+            weak = forms(k, wpat)
+            if weak and need.weaker_flag in flags:
+                notes.append("%s (weaker form, accepted by %s)" % (fmt_forms(weak), need.weaker_flag))
+                continue
+            if weak:
+                problems.append(
+                    "missing %s; has only %s (%s)" % (need.label, wlabel, fmt_forms(weak))
+                )
+                continue
+        problems.append("missing " + need.label)
+    for fb in rule.forbid:
+        bad = forms(k, fb.pattern)
+        if bad:
+            problems.append("forbidden %s: %s" % (fb.label, fmt_forms(bad)))
+    return (not problems), problems, notes
+
+
+def select(kernels, rule, match=None, extra_exclude=()):
+    sub = (match or rule.match).lower()
+    excl = [e.lower() for e in tuple(rule.exclude) + tuple(extra_exclude)]
+    out = []
+    for k in kernels:
+        b = k.base.lower()
+        if sub in b and not any(e in b for e in excl):
+            out.append(k)
+    return out
+
+
+def arch_ok(kernel_arch, want):
+    """sm_90a (and sm_90f) images are sm_90 code: they count for --arch sm_90."""
+    return kernel_arch == want or (
+        kernel_arch is not None and kernel_arch.startswith(want) and kernel_arch[len(want) :] in ("a", "f")
+    )
+
+
+def usage_cols(k):
+    return "regs %3s  stack %4s  local %3s  shared %6s  STL/LDL %d" % (
+        k.res.get("REG", "?"),
+        k.res.get("STACK", "?"),
+        k.res.get("LOCAL", "?"),
+        k.res.get("SHARED", "?"),
+        sum(1 for op in k.opcodes if op.split(".", 1)[0] in ("STL", "LDL")),
+    )
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        description="Static SASS checks of compiled CUDA kernels (see the module docstring).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="rules:\n"
+        + "\n".join(
+            "  %-8s %s%s" % (r.name, r.description, "" if r.default else " [only with --rule]")
+            for r in RULES.values()
+        ),
+    )
+    ap.add_argument("binary")
+    ap.add_argument("--rule", action="append", choices=sorted(RULES), help="rule(s) to check")
+    ap.add_argument("--arch", default="sm_90", help="SASS architecture checked (default sm_90)")
+    ap.add_argument("--match", help="check the kernels whose name contains this instead")
+    ap.add_argument("--exclude", action="append", default=[], help="leave out kernels with this in their name")
+    ap.add_argument(
+        "--allow-ldg128",
+        action="store_true",
+        help="accept 128-bit LDG in place of 128-bit LDGSTS (cp.async)",
+    )
+    ap.add_argument("--cuobjdump", help="path of cuobjdump (default: PATH, the toolkit, PyPI's package)")
+    ap.add_argument("--toolkit-bin", action="append", default=[], help="another folder to look in for cuobjdump")
+    ap.add_argument("--list", action="store_true", help="list the kernels and their resource usage only")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print each kernel's full demangled name")
+    a = ap.parse_args(argv)
+    flags = {"--allow-ldg128"} if a.allow_ldg128 else set()
+
+    cuobjdump = find_tool("cuobjdump", a.cuobjdump, a.toolkit_bin)
+    if not cuobjdump:
+        print(
+            "check_sass: cuobjdump not found (PATH, /usr/local/cuda/bin, PyPI's nvidia-cuda-cuobjdump); "
+            "run scripts/bootstrap, which installs nvidia-cuda-cuobjdump",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if not os.path.isfile(a.binary):
+        print("check_sass: no such file: %s" % a.binary, file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        kernels = run_cuobjdump(cuobjdump, a.binary)
+    except RuntimeError as e:
+        print("check_sass: %s: %s" % (cuobjdump, e), file=sys.stderr)
+        return EXIT_USAGE
+    if not kernels:
+        print("check_sass: %s holds no device code (SASS)" % a.binary)
+        return EXIT_FAIL
+    archs = sorted(set(k.arch or "?" for k in kernels))
+    kernels = [k for k in kernels if arch_ok(k.arch, a.arch)]
+    if not kernels:
+        print("check_sass: no %s SASS in %s (it holds %s): skipped" % (a.arch, a.binary, ", ".join(archs)))
+        return EXIT_SKIP
+    names = demangle(sorted(set(k.mangled for k in kernels)))
+    for k in kernels:
+        k.name = names.get(k.mangled, k.mangled)
+        k.base = base_name(k.name)
+    print("check_sass: %s, %s SASS (%s), %d kernels, cuobjdump %s" % (
+        a.binary, a.arch, ", ".join(sorted(set(k.arch for k in kernels))), len(kernels), cuobjdump))
+
+    if a.list:
+        for k in sorted(kernels, key=lambda k: (k.base, k.name, k.arch)):
+            print("  %-7s %s  %s" % (k.arch, usage_cols(k), k.name if a.verbose else short_name(k.name)))
+        return EXIT_OK
+
+    rules = [RULES[r] for r in a.rule] if a.rule else [r for r in RULES.values() if r.default]
+    failed = 0
+    summary = []
+    for rule in rules:
+        sel = select(kernels, rule, a.match, a.exclude)
+        what = a.match or rule.match
+        print("rule %s: %s" % (rule.name, rule.description))
+        if not sel:
+            print("  FAIL  no %s kernel found (no %s kernel name contains '%s')" % (what, a.arch, what))
+            summary.append("rule %s: no %s kernel found" % (rule.name, what))
+            failed += 1
+            continue
+        n_bad = 0
+        for k in sorted(sel, key=lambda k: (k.base, k.name, k.arch)):
+            ok, problems, notes = check_kernel(k, rule, flags)
+            n_bad += not ok
+            print("  %s  %-7s %s  %s" % ("ok  " if ok else "FAIL", k.arch, usage_cols(k),
+                                           k.name if a.verbose else short_name(k.name)))
+            for p in problems:
+                print("          - " + p)
+            if notes and (a.verbose or ok):
+                print("          has " + "; ".join(notes))
+        summary.append("rule %s: %d kernels, %d pass, %d fail" % (rule.name, len(sel), len(sel) - n_bad, n_bad))
+        failed += n_bad
+    print("summary: " + "; ".join(summary) + (" -> FAIL" if failed else " -> pass"))
+    return EXIT_FAIL if failed else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

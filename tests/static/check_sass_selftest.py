@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Self-test of scripts/check_sass.py (ctest `static_sass_selftest`, label `static`): compiles a
+few tiny kernels with nvcc into a temporary folder and checks the checker's verdict on each.
+
+  check_sass_selftest.py [--nvcc PATH] [unittest arguments]
+
+  good      16-byte cp.async into shared memory and 128-bit loads      -> pass
+  narrow    bf16 K read element by element (16-bit loads), no cp.async  -> fail (both named)
+  spill     more live registers than -maxrregcount 32 allows             -> fail (STL/LDL, STACK)
+  ldg128    128-bit loads only, no cp.async                              -> fail; pass with --allow-ldg128
+  sm80      the good kernel built for sm_80 only                         -> skipped (77)
+plus a library with no kernel named `decode` and the rule table's other rule (`prefill`).
+No GPU is needed: only nvcc and cuobjdump (scripts/bootstrap installs PyPI's).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHECKER = os.path.join(HERE, "..", "..", "scripts", "check_sass.py")
+sys.path.insert(0, os.path.dirname(CHECKER))
+sys.dont_write_bytecode = True  # no scripts/__pycache__ from a test run
+import check_sass  # noqa: E402
+
+NVCC = os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")
+
+GOOD = r"""
+#include <cstdint>
+extern "C" __global__ void good_decode_kernel(const uint4* __restrict__ k, uint4* out, int n) {
+  __shared__ uint4 smem[256];
+  const int i = threadIdx.x;
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(&smem[i]));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(k + blockIdx.x * 256 + i));
+  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.wait_group 0;\n" ::);
+  __syncthreads();
+  uint4 v = smem[(i + 1) & 255];
+  const uint4 w = k[n + i];
+  v.x += w.x; v.y += w.y; v.z += w.z; v.w += w.w;
+  out[blockIdx.x * 256 + i] = v;
+}
+"""
+
+NARROW = r"""
+#include <cuda_bf16.h>
+template <typename T>
+__global__ void narrow_decode_kernel(const T* k, float* out, int n) {
+  float acc = 0.f;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) acc += __bfloat162float(k[j]);
+  out[threadIdx.x] = acc;
+}
+template __global__ void narrow_decode_kernel<__nv_bfloat16>(const __nv_bfloat16*, float*, int);
+"""
+
+# 24 float4 (96 floats) live across a loop: more than 32 registers hold, so ptxas spills.
+SPILL = r"""
+extern "C" __global__ void spill_decode_kernel(const float4* in, float* out, int n) {
+  float4 a[24];
+#pragma unroll
+  for (int j = 0; j < 24; ++j) a[j] = in[j * n + threadIdx.x];
+  float s = 0.f;
+  for (int r = 0; r < n; ++r) {
+#pragma unroll
+    for (int j = 0; j < 24; ++j) {
+      s += a[j].x * a[(j + 1) % 24].y + a[j].z * a[j].w;
+      a[j].x += s;
+    }
+  }
+  out[threadIdx.x] = s;
+}
+"""
+
+LDG128 = r"""
+extern "C" __global__ void ldg128_decode_kernel(const uint4* __restrict__ k, uint4* out) {
+  const uint4 v = k[blockIdx.x * blockDim.x + threadIdx.x];
+  out[blockIdx.x * blockDim.x + threadIdx.x] = make_uint4(v.w, v.z, v.y, v.x);
+}
+"""
+
+NO_DECODE = r"""
+extern "C" __global__ void attention_core_kernel(const float* k, float* out) {
+  out[threadIdx.x] = k[threadIdx.x] * 2.f;
+}
+"""
+
+# name -> (source, extra nvcc flags)
+CASES = {
+    "good": (GOOD, []),
+    "narrow": (NARROW, []),
+    "spill": (SPILL, ["-maxrregcount", "32"]),
+    "ldg128": (LDG128, []),
+    "nodecode": (NO_DECODE, []),
+    "sm80": (GOOD, ["-gencode", "arch=compute_80,code=sm_80"]),
+}
+
+
+class CheckSassSelfTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not check_sass.find_tool("cuobjdump"):
+            raise AssertionError(
+                "cuobjdump not found (PATH, /usr/local/cuda/bin, PyPI's nvidia-cuda-cuobjdump): "
+                "run scripts/bootstrap"
+            )
+        cls.tmp = tempfile.TemporaryDirectory(prefix="check_sass_selftest.")
+        procs = {}
+        for name, (src, flags) in CASES.items():
+            cu = os.path.join(cls.tmp.name, name + ".cu")
+            with open(cu, "w") as f:
+                f.write(src)
+            arch = [] if any(fl.startswith("arch=") for fl in flags) else [
+                "-gencode", "arch=compute_90a,code=sm_90a"]
+            cmd = [NVCC, "-cubin", *arch, *flags, "-o", os.path.join(cls.tmp.name, name + ".cubin"), cu]
+            procs[name] = (cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        for name, (cmd, p) in procs.items():
+            out = p.communicate()[0]
+            if p.returncode != 0:
+                raise AssertionError("nvcc failed for %s: %s\n%s" % (name, " ".join(cmd), out))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def check(self, name, *args):
+        cubin = os.path.join(self.tmp.name, name + ".cubin")
+        p = subprocess.run([sys.executable, CHECKER, *args, cubin], capture_output=True, text=True)
+        return p.returncode, p.stdout + p.stderr
+
+    def test_good_passes(self):
+        rc, out = self.check("good", "--rule", "decode")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("LDGSTS.E.BYPASS.128", out)
+        self.assertIn("1 pass, 0 fail", out)
+
+    def test_narrow_fails_on_16bit_loads_and_missing_ldgsts(self):
+        rc, out = self.check("narrow", "--rule", "decode")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("narrow_decode_kernel<__nv_bfloat16>", out)  # demangled
+        self.assertIn("forbidden 16-bit global load: LDG.E.U16", out)
+        self.assertIn("missing LDGSTS .128", out)
+
+    def test_spill_fails(self):
+        rc, out = self.check("spill", "--rule", "decode")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("spills/local memory: STL x", out)
+        self.assertIn("LDL x", out)
+        self.assertIn("STACK ", out)
+
+    def test_ldg128_is_the_weaker_form(self):
+        rc, out = self.check("ldg128", "--rule", "decode")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("has only LDG .128", out)
+        rc, out = self.check("ldg128", "--rule", "decode", "--allow-ldg128")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("LDG.E.128", out)
+
+    def test_no_matching_kernel_fails(self):
+        rc, out = self.check("nodecode", "--rule", "decode")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("no decode kernel found", out)
+        rc, out = self.check("good", "--rule", "decode", "--exclude", "good_")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("no decode kernel found", out)
+
+    def test_other_rule_from_the_table(self):
+        rc, out = self.check("good", "--rule", "prefill")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("no prefill kernel found", out)
+        rc, out = self.check("nodecode", "--rule", "prefill", "--match", "attention_core")
+        self.assertEqual(rc, 1, out)
+        for need in ("missing LDSM", "missing HMMA", "missing LDGSTS .128"):
+            self.assertIn(need, out)
+
+    def test_other_arch_only_is_skipped(self):
+        rc, out = self.check("sm80", "--rule", "decode")
+        self.assertEqual(rc, 77, out)
+        self.assertIn("no sm_90 SASS", out)
+
+    def test_list(self):
+        rc, out = self.check("spill", "--list")
+        self.assertEqual(rc, 0, out)
+        self.assertRegex(out, r"regs\s+32\s+stack\s+[1-9]\d*.*spill_decode_kernel")
+
+
+if __name__ == "__main__":
+    argv = sys.argv[:1]
+    rest = sys.argv[1:]
+    while rest:
+        a = rest.pop(0)
+        if a == "--nvcc" and rest:
+            NVCC = rest.pop(0)
+        elif a.startswith("--nvcc="):
+            NVCC = a.split("=", 1)[1]
+        else:
+            argv.append(a)
+    unittest.main(argv=argv, verbosity=2)
