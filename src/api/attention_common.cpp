@@ -335,6 +335,27 @@ kernels::AttentionPlan partition(const detail::WrapperState& s, int64_t rows_per
 
 }  // namespace
 
+int64_t plan_kv_chunk(const std::vector<int64_t>& tiles, const std::vector<int64_t>& units,
+                      int64_t num_kv_heads, int64_t max_grid, int64_t min_chunk) {
+  int64_t base_work = 0, max_units = 1;
+  for (std::size_t b = 0; b < tiles.size(); ++b) {
+    base_work += tiles[b];
+    max_units = std::max(max_units, units[b]);
+  }
+  if (base_work * num_kv_heads >= max_grid) return 0;  // the device is full without a split
+  const int64_t budget = std::max<int64_t>(1, max_grid / num_kv_heads);
+  int64_t lo = min_chunk, hi = std::max(min_chunk, max_units);
+  while (lo < hi) {  // smallest chunk whose work fits the grid
+    const int64_t mid = (lo + hi) / 2;
+    if (count_work(tiles, units, mid) <= budget) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return count_work(tiles, units, lo) > base_work ? lo : 0;
+}
+
 void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size,
                 bool disable_split_kv, const char* op) {
   const int32_t group = s.num_qo_heads / s.num_kv_heads;
@@ -351,18 +372,34 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   }
   const int64_t unit = s.paged ? s.page_size : 1;
   std::vector<int64_t> tiles(static_cast<std::size_t>(s.batch)), units(tiles.size());
-  int64_t max_units = 1, base_work = 0;
   for (int32_t b = 0; b < s.batch; ++b) {
     tiles[b] = ceil_div(s.qo_indptr[b + 1] - s.qo_indptr[b], rows_per_tile);
     units[b] = s.paged ? s.kv_indptr[b + 1] - s.kv_indptr[b] : s.kv_lens[b];
-    max_units = std::max(max_units, units[b]);
-    base_work += tiles[b];
   }
-  // Blocks the device runs at once: SMs x 2 on CUDA, threads x 2 on the CPU.
+  // Blocks the device runs at once. CUDA: the CUDA-core kernel's occupancy (from its registers
+  // and the block shape's threads and shared memory) x SMs; the tensor-core kernel 2 x SMs.
+  // CPU: threads x 2.
   int64_t max_grid;
 #if FLASHINFER_WITH_CUDA
   if (s.device.is_cuda()) {
-    max_grid = 2 * static_cast<int64_t>(kernels::cuda::sm_count(s.device.index));
+    int64_t per_sm = 2;
+    const bool fp8_kv = dtype_is_fp8(s.kv_dtype);
+    if ((s.decode && !s.use_tensor_cores) || fp8_kv || s.head_dim_qk != s.head_dim_vo) {
+      kernels::AttentionParams cfg;
+      cfg.q_dtype = s.q_dtype;
+      cfg.o_dtype = s.o_dtype;
+      cfg.kv.dtype = s.kv_dtype;
+      cfg.num_qo_heads = s.num_qo_heads;
+      cfg.num_kv_heads = s.num_kv_heads;
+      cfg.head_dim_qk = s.head_dim_qk;
+      cfg.head_dim_vo = s.head_dim_vo;
+      cfg.max_work_rows = static_cast<int32_t>(rows_per_tile);
+      cfg.logits_soft_cap = static_cast<float>(s.logits_soft_cap);
+      cfg.causal = s.causal;
+      cfg.window_left = static_cast<int32_t>(s.window_left);
+      per_sm = std::max(1, kernels::cuda::decode_blocks_per_sm(cfg, s.device.index));
+    }
+    max_grid = per_sm * static_cast<int64_t>(kernels::cuda::sm_count(s.device.index));
   } else
 #endif
   {
@@ -374,19 +411,8 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     FLASHINFER_CHECK(*fixed_split_size >= 1, op, "fixed_split_size", "must be >= 1 or -1, got ",
                      *fixed_split_size);
     if (!disable_split_kv) chunk = *fixed_split_size;
-  } else if (!disable_split_kv && base_work * s.num_kv_heads < max_grid) {
-    const int64_t lower = std::max<int64_t>(128 / unit, 1);
-    const int64_t budget = std::max<int64_t>(1, max_grid / s.num_kv_heads);
-    int64_t lo = lower, hi = std::max(lower, max_units);
-    while (lo < hi) {  // smallest chunk whose work fits the grid
-      const int64_t mid = (lo + hi) / 2;
-      if (count_work(tiles, units, mid) <= budget) {
-        hi = mid;
-      } else {
-        lo = mid + 1;
-      }
-    }
-    if (count_work(tiles, units, lo) > base_work) chunk = lo;
+  } else if (!disable_split_kv) {
+    chunk = plan_kv_chunk(tiles, units, s.num_kv_heads, max_grid, std::max<int64_t>(128 / unit, 1));
   }
   s.plan = partition(s, rows_per_tile, chunk);
   // Partials must fit the float workspace; otherwise run unsplit (same numbers, less parallel).
@@ -547,11 +573,24 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
   if (o.return_lse) result.lse = lse;
   if (s.total_qo == 0) return result;
 
+  // The CUDA kernels read q and write o in 16-byte units: a view whose rows do not start on
+  // 16-byte boundaries goes through an aligned copy (same numbers, one copy more).
+  auto rows_aligned = [](const Tensor& t) {
+    const std::size_t e = dtype_size(t.dtype());
+    return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0 &&
+           (static_cast<std::size_t>(t.stride(0)) * e) % 16 == 0 &&
+           (static_cast<std::size_t>(t.stride(1)) * e) % 16 == 0;
+  };
+  const bool cuda = s.device.is_cuda();
+  const Tensor q_run = cuda && !rows_aligned(q) ? q.clone() : q;
+  const Tensor o_run =
+      cuda && !rows_aligned(result.out) ? Tensor::empty(o_shape, s.o_dtype, s.device) : result.out;
+
   kernels::AttentionParams p;
-  p.q = q.data_ptr();
-  p.q_dtype = q.dtype();
-  p.q_stride_n = q.stride(0);
-  p.q_stride_h = q.stride(1);
+  p.q = q_run.data_ptr();
+  p.q_dtype = q_run.dtype();
+  p.q_stride_n = q_run.stride(0);
+  p.q_stride_h = q_run.stride(1);
   p.kv.k = k.data_ptr();
   p.kv.v = v.data_ptr();
   p.kv.dtype = s.kv_dtype;
@@ -569,10 +608,10 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
     p.kv.v_stride_token = v.stride(0);
     p.kv.v_stride_head = v.stride(1);
   }
-  p.o = result.out.data_ptr();
+  p.o = o_run.data_ptr();
   p.o_dtype = s.o_dtype;
-  p.o_stride_n = result.out.stride(0);
-  p.o_stride_h = result.out.stride(1);
+  p.o_stride_n = o_run.stride(0);
+  p.o_stride_h = o_run.stride(1);
   if (lse.defined()) {
     p.lse = lse.data<float>();
     p.lse_stride_n = lse.stride(0);
@@ -638,6 +677,7 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
   if (!api::run_with_pos_encoding(s, p, op)) {
     launch(kAttentionKernels, p, s.device, op, "q", o.enable_pdl);
   }
+  if (o_run.data_ptr() != result.out.data_ptr()) result.out.copy_(o_run);
   return result;
 }
 

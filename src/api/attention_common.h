@@ -113,6 +113,12 @@ std::pair<Tensor, Tensor> paged_cache_views(const PagedKVCache& cache, bool hnd,
 /// segments of qo_len_i * kv_len_i bits.
 void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& custom_mask,
                       const std::optional<Tensor>& packed_custom_mask, const char* op);
+/// The split-KV chunk (upstream's binary search), in KV units (pages; tokens when ragged): with
+/// tiles[b] query tiles and units[b] KV units for request b, the smallest chunk >= min_chunk such
+/// that sum_b tiles[b] * ceil(units[b] / chunk) work items fit max_grid / num_kv_heads. 0 (no
+/// split) when the unsplit work already fills max_grid or when no chunk adds work items.
+int64_t plan_kv_chunk(const std::vector<int64_t>& tiles, const std::vector<int64_t>& units,
+                      int64_t num_kv_heads, int64_t max_grid, int64_t min_chunk);
 /// Builds the work partition (split-KV when it helps fill the device) and copies everything
 /// the kernels need to the wrapper's device.
 void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size,

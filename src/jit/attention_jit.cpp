@@ -47,7 +47,7 @@ std::string generated_source(std::string_view header, std::string_view name) {
 
 bool attention_head_dim_ok(int64_t d) { return d >= 16 && d <= 256 && d % 16 == 0; }
 
-ModuleSpec attention_cuda_core_spec(DType q, DType kv, DType o, int dqk, int dvo) {
+ModuleSpec attention_cuda_core_spec(DType q, DType kv, DType o, int dqk, int dvo, int variant) {
   check_dim(dqk, "head_dim_qk");
   check_dim(dvo, "head_dim_vo");
   FLASHINFER_CHECK_CODE(q == DType::kFloat16 || q == DType::kBFloat16, ErrorCode::kUnsupported,
@@ -55,20 +55,20 @@ ModuleSpec attention_cuda_core_spec(DType q, DType kv, DType o, int dqk, int dvo
   FLASHINFER_CHECK_CODE(o == q, ErrorCode::kUnsupported, "jit", "o", "o dtype must be q's");
   FLASHINFER_CHECK_CODE(kv == q || dtype_is_fp8(kv), ErrorCode::kUnsupported, "jit", "kv",
                         "kv dtype must be q's or fp8");
+  FLASHINFER_CHECK_CODE(variant >= 0 && variant <= 3, ErrorCode::kInvalidArgument, "jit", "variant",
+                        "variant must be in [0, 3] (1: soft-cap, 2: mask), got ", variant);
   ModuleSpec s;
   s.name = "attention_cuda_core_" + std::string(dtype_name(q)) + "_" + std::string(dtype_name(kv)) +
            "_" + std::string(dtype_name(o)) + "_" + std::to_string(dqk) + "_" + std::to_string(dvo);
   s.source = generated_source("kernels/cuda/attention_decode_kernel.cuh", s.name);
   s.headers = kernel_headers();
-  s.params = {{"q", std::string(dtype_name(q))},
-              {"kv", std::string(dtype_name(kv))},
-              {"o", std::string(dtype_name(o))},
-              {"head_dim_qk", std::to_string(dqk)},
-              {"head_dim_vo", std::to_string(dvo)}};
-  s.kernels = {"&flashinfer::kernels::cuda::cuda_core::attention_cuda_core_kernel<" +
+  s.params = {{"q", std::string(dtype_name(q))},    {"kv", std::string(dtype_name(kv))},
+              {"o", std::string(dtype_name(o))},    {"head_dim_qk", std::to_string(dqk)},
+              {"head_dim_vo", std::to_string(dvo)}, {"variant", std::to_string(variant)}};
+  s.kernels = {"&flashinfer::kernels::cuda::decode::batch_decode_kernel<" +
                std::string(cuda_type(q)) + ", " + std::string(cuda_type(kv)) + ", " +
                std::string(cuda_type(o)) + ", " + std::to_string(dqk) + ", " + std::to_string(dvo) +
-               ">"};
+               ", " + std::to_string(variant) + ">"};
   return s;
 }
 
@@ -130,7 +130,14 @@ ModuleSpec spec_from_line(std::string_view line) {
   if (kind == "attention_cuda_core") {
     const DType q = dtype("q"), k = dtype("kv"), o = dtype("o");
     const int dqk = dim("head_dim_qk"), dvo = dim("head_dim_vo");
-    s = attention_cuda_core_spec(q, k, o, dqk, dvo);
+    int variant = 0;
+    if (kv.count("variant")) {
+      const std::string v = take("variant");
+      FLASHINFER_CHECK(v.size() == 1 && v[0] >= '0' && v[0] <= '3', "jit", "list", "variant=", v,
+                       " is not in [0, 3] (line: ", line, ")");
+      variant = v[0] - '0';
+    }
+    s = attention_cuda_core_spec(q, k, o, dqk, dvo, variant);
   } else if (kind == "attention_mma") {
     const DType t = dtype("dtype");
     s = attention_mma_spec(t, dim("head_dim"));

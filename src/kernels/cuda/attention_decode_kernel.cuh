@@ -1,146 +1,260 @@
-// The CUDA-core attention kernel (decode, and any work item shape). Device code only: nvcc
-// instantiates it for the AOT head dims (decode_cuda.cu) and NVRTC for any other pair of head
-// dims, multiples of 16 up to 256 (src/jit, attention_jit.cpp).
+// The CUDA-core attention kernel: decode, and any work item the tensor-core kernel does not take
+// (fp8 K/V, sinks, different qk / vo head dims). Built the way upstream FlashInfer's decode is
+// (docs/ATTENTION.md, "CUDA decode kernel"):
+//   - one block per (work item = request x KV chunk, KV head, row chunk), holding every head of
+//     the GQA group, so K/V cross HBM once per KV head;
+//   - K and V tiles copied page -> shared memory with 16-byte cp.async in kDecodeStages stages,
+//     K and V as separate commit groups, so the copy of stage i + 2 overlaps the math of i;
+//   - the page table read once per block for a run of tokens and the element offsets kept in
+//     shared memory (no division or dependent load per copy);
+//   - K/V stay in their storage dtype (fp16, bf16, fp8) until the FMA, accumulation in fp32;
+//     online softmax in base 2, per-token-group states merged at the end; LSE out (base 2).
+// Variants are compile-time bits (kDecodeSoftCap, kDecodeMask): the plain kernel has no
+// per-token mask test and no tanh. Device code only: nvcc instantiates it for the AOT head dims
+// (decode_cuda.cu) and NVRTC for the others (src/jit, attention_jit.cpp).
 #pragma once
 
 #include "kernels/cuda/attention_cuda_common.cuh"
+#include "kernels/cuda/decode_shape.h"
+#include "kernels/cuda/device/cp_async.cuh"
+#include "kernels/cuda/device/paged_kv.cuh"
+#include "kernels/cuda/device/softmax_state.cuh"
+#include "kernels/cuda/device/vec.cuh"
 
-namespace flashinfer::kernels::cuda::cuda_core {
+namespace flashinfer::kernels::cuda::decode {
 
-constexpr int kWarps = 4;
-constexpr int kRowsPerWarp = 4;
-constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;  // packed (query, group head) rows
-constexpr int kTile = 32;                             // keys per tile: one per lane
+/// Variant bits. kDecodeMask: a per-(row, key) visibility test (custom mask, or causal / window
+/// with rows of several queries in a block); without it the block's key range alone applies the
+/// causal and window limits, which is exact when all of its rows are one query.
+constexpr int kDecodeSoftCap = 1;
+constexpr int kDecodeMask = 2;
 
-// Block (work item, kv head, row chunk). Rows are packed: row r is query qo_begin + r / group of
-// qo head g * group + r % group, so the K/V tile staged in shared memory serves every head of
-// the group. Each warp owns kRowsPerWarp rows; lane t scores key t of the tile, then every lane
-// accumulates head_dim / 32 output dims.
-template <class TQ, class TKV, class TO, int DQK, int DVO>
-__global__ void __launch_bounds__(kWarps * 32) attention_cuda_core_kernel(AttentionParams p) {
-  extern __shared__ float smem[];
-  float* q_s = smem;                       // [kRowsPerBlock][DQK]
-  float* k_s = q_s + kRowsPerBlock * DQK;  // [kTile][DQK + 1] (padded: no bank conflicts)
-  float* v_s = k_s + kTile * (DQK + 1);    // [kTile][DVO]
+template <class TQ, class TKV, class TO, int DQK, int DVO, int kVariant>
+__global__ void __launch_bounds__(kDecodeMaxThreads) batch_decode_kernel(AttentionParams p) {
+  constexpr int kKvBytes = static_cast<int>(sizeof(TKV));
+  constexpr int kBdx = decode_bdx(DQK, DVO, kKvBytes);
+  constexpr int kVq = DQK / kBdx, kVv = DVO / kBdx;
+  constexpr int kChunk = 16 / kKvBytes;  // elements per 16-byte copy
+  constexpr int kChunksK = DQK / kChunk, kChunksV = DVO / kChunk;
+  constexpr int kLaneChunksQ = kVq / kChunk, kLaneChunksV = kVv / kChunk;  // 0: not whole units
+  constexpr int kStages = kDecodeStages, kTileZ = kDecodeTileZ;
+  constexpr bool kSoftCap = (kVariant & kDecodeSoftCap) != 0;
+  constexpr bool kMask = (kVariant & kDecodeMask) != 0;
+  static_assert(DQK % kChunk == 0 && DVO % kChunk == 0, "rows must be whole 16-byte units");
+
   pdl_wait();
   const WorkItem w = p.work[blockIdx.x];
-  const int32_t g = blockIdx.y;
+  if (w.request < 0) return;  // padding block of a CUDA-graph grid
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
+  const DecodeBlockShape shape = decode_block_shape(DQK, DVO, kKvBytes, p.max_work_rows * group);
+  const int bdy = shape.bdy, bdz = shape.bdz, T = shape.tile_tokens, C = shape.cache_tokens;
+  const int nthreads = kBdx * bdy * bdz;
+  const int tid = threadIdx.x;
+  const int tx = tid % kBdx, ty = (tid / kBdx) % bdy, tz = tid / (kBdx * bdy);
+
   const int32_t rows = (w.qo_end - w.qo_begin) * group;
-  const int32_t row0 = blockIdx.z * kRowsPerBlock;
+  const int32_t row0 = blockIdx.z * bdy;
   if (row0 >= rows) return;
-  const int32_t b = w.request;
-  const int64_t q_base = p.qo_indptr[b];
-  const int64_t qo_len = p.qo_indptr[b + 1] - q_base;
-  const int64_t kv_len = p.kv_lens[b];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int32_t b = w.request, g = blockIdx.y;
+  const int32_t q_base = p.qo_indptr[b];
+  const int32_t qo_len = p.qo_indptr[b + 1] - q_base;
+  const int32_t kv_len = p.kv_lens[b];
+  // Threads past the last row compute the last row again and write nothing: every thread takes
+  // part in the barriers and shuffles.
+  const bool row_ok = row0 + ty < rows;
+  const int32_t pr = row_ok ? row0 + ty : rows - 1;
+  const int32_t qi = w.qo_begin + pr / group;
+  const int32_t h = g * group + pr % group;
 
-  for (int idx = threadIdx.x; idx < kRowsPerBlock * DQK; idx += blockDim.x) {
-    const int r = idx / DQK, d = idx % DQK;
-    const int32_t pr = row0 + r;
-    float x = 0.0f;
-    if (pr < rows) {
-      const int64_t qi = w.qo_begin + pr / group;
-      const int32_t h = g * group + pr % group;
-      x = to_f32(static_cast<const TQ*>(p.q)[(q_base + qi) * p.q_stride_n + h * p.q_stride_h + d]);
-    }
-    q_s[idx] = x;
-  }
+  extern __shared__ __align__(16) uint8_t smem[];
+  int64_t* k_off = reinterpret_cast<int64_t*>(smem);
+  int64_t* v_off = k_off + C;
+  TKV* k_s = reinterpret_cast<TKV*>(v_off + C);          // [kStages][T][DQK]
+  TKV* v_s = k_s + kStages * T * DQK;                    // [kStages][T][DVO]
+  float* merge_s = reinterpret_cast<float*>(v_off + C);  // after the loop: [bdz][bdy][DVO + 4]
 
-  constexpr int kDv = (DVO + 31) / 32;  // DVO a multiple of 16: the last slice may be half
-  float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kDv], scale[kRowsPerWarp];
-  int64_t qi_of[kRowsPerWarp];
-  bool nan_row[kRowsPerWarp];  // a visible score was NaN: the row is NaN (as upstream)
-#pragma unroll
-  for (int k = 0; k < kRowsPerWarp; ++k) {
-    nan_row[k] = false;
-    m[k] = -INFINITY;
-    l[k] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kDv; ++c) acc[k][c] = 0.0f;
-    const int32_t pr = row0 + warp + kWarps * k;
-    const int32_t h = g * group + pr % group;
-    qi_of[k] = w.qo_begin + pr / group;
-    float sc = p.sm_scale;
-    if (p.scale_q) sc *= p.scale_q[h];
-    if (p.scale_k) sc *= p.scale_k[g];
-    scale[k] = sc;
-  }
-  const TKV* kbase = static_cast<const TKV*>(p.kv.k) + g * p.kv.k_stride_head;
-  const TKV* vbase = static_cast<const TKV*>(p.kv.v) + g * p.kv.v_stride_head;
+  float q[kVq];
+  dev::load_f32<TQ, kVq>(static_cast<const TQ*>(p.q) +
+                             static_cast<int64_t>(q_base + qi) * p.q_stride_n +
+                             static_cast<int64_t>(h) * p.q_stride_h + tx * kVq,
+                         q);
+  float scale = p.sm_scale;
+  if (p.scale_q) scale *= p.scale_q[h];
+  if (p.scale_k) scale *= p.scale_k[g];
+  const float scale_log2 = scale * kLog2e;
 
   // Keys this block can see at all: causal caps the end, a sliding window the start.
-  int64_t kv_lo = w.kv_begin, kv_hi = w.kv_end;
+  int32_t kv_lo = w.kv_begin, kv_hi = w.kv_end;
   if (!p.custom_mask) {
-    const int32_t last_row = min(rows, row0 + kRowsPerBlock) - 1;
-    const int64_t pos_min = kv_len - qo_len + w.qo_begin + row0 / group;
-    const int64_t pos_max = kv_len - qo_len + w.qo_begin + last_row / group;
+    const int32_t last_row = min(rows, row0 + bdy) - 1;
+    const int32_t pos_min = kv_len - qo_len + w.qo_begin + row0 / group;
+    const int32_t pos_max = kv_len - qo_len + w.qo_begin + last_row / group;
     if (p.causal) kv_hi = min(kv_hi, pos_max + 1);
     if (p.window_left >= 0) kv_lo = max(kv_lo, pos_min - p.window_left);
   }
+  const int n_iter = kv_hi > kv_lo ? (kv_hi - kv_lo + T - 1) / T : 0;
+  const int fill_mask = C / T - 1;  // stages per fill: a power of two
 
-  for (int64_t t0 = kv_lo; t0 < kv_hi; t0 += kTile) {
-    __syncthreads();  // previous tile fully consumed (and q_s written on the first pass)
-    for (int idx = threadIdx.x; idx < kTile * DQK; idx += blockDim.x) {
-      const int t = idx / DQK, d = idx % DQK;
-      const int64_t tok = t0 + t;
-      k_s[t * (DQK + 1) + d] =
-          tok < kv_hi ? to_f32(kbase[kv_offset(p.kv, b, tok, false) + d]) : 0.0f;
+  const TKV* k_g = static_cast<const TKV*>(p.kv.k) + g * p.kv.k_stride_head;
+  const TKV* v_g = static_cast<const TKV*>(p.kv.v) + g * p.kv.v_stride_head;
+  const dev::FastDivmod page_size(static_cast<uint32_t>(p.kv.page_size));
+  const dev::KvOffsetCache cache{k_off, v_off, C};
+
+  // Issues the copies of stage `it` (K or V) and commits them as one group; a stage past the
+  // last commits an empty group, so the wait counts below hold to the end. Where a lane's slice
+  // is whole 16-byte units (every AOT instance), lane tx of row group (ty, tz) copies its own
+  // slice of the tokens ty + tz * bdy, ... of the stage: one cached offset per token, no
+  // division; otherwise the block walks the tile in 16-byte units.
+  auto issue = [&](bool is_v, int it) {
+    if (it < n_iter) {
+      const int buf = it % kStages, slot0 = (it & fill_mask) * T;
+      const int32_t t0 = kv_lo + it * T;
+      const int dim = is_v ? DVO : DQK;
+      const TKV* src = is_v ? v_g : k_g;
+      const int64_t* off = is_v ? v_off : k_off;
+      TKV* dst = (is_v ? v_s : k_s) + buf * T * dim;
+      if constexpr (kLaneChunksQ * kChunk == kVq && kLaneChunksV * kChunk == kVv) {
+        const int lane_chunks = is_v ? kLaneChunksV : kLaneChunksQ;
+        const int lane_elems = is_v ? kVv : kVq;
+#pragma unroll 1
+        for (int tok = ty + tz * bdy; tok < T; tok += bdy * bdz) {
+          const TKV* s = src + off[slot0 + tok] + tx * lane_elems;
+          TKV* d = dst + tok * dim + tx * lane_elems;
+          const bool valid = t0 + tok < kv_hi;
+#pragma unroll
+          for (int k = 0; k < (kLaneChunksQ > kLaneChunksV ? kLaneChunksQ : kLaneChunksV); ++k) {
+            if (k < lane_chunks) dev::cp_async::copy16_zfill(d + k * kChunk, s + k * kChunk, valid);
+          }
+        }
+      } else {
+        const int chunks = is_v ? kChunksV : kChunksK;
+#pragma unroll 1
+        for (int c = tid; c < T * chunks; c += nthreads) {
+          const int tok = c / chunks, ch = c - tok * chunks;
+          dev::cp_async::copy16_zfill(dst + tok * dim + ch * kChunk,
+                                      src + off[slot0 + tok] + ch * kChunk, t0 + tok < kv_hi);
+        }
+      }
     }
-    for (int idx = threadIdx.x; idx < kTile * DVO; idx += blockDim.x) {
-      const int t = idx / DVO, d = idx % DVO;
-      const int64_t tok = t0 + t;
-      v_s[idx] = tok < kv_hi ? to_f32(vbase[kv_offset(p.kv, b, tok, true) + d]) : 0.0f;
+    dev::cp_async::commit();
+  };
+
+  if (n_iter > 0) cache.fill(p.kv, b, kv_lo, kv_hi, page_size, tid, nthreads);
+  __syncthreads();
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    issue(false, s);
+    issue(true, s);
+  }
+
+  dev::SoftmaxState<kVv> st;
+  st.init();
+  bool nan_seen = false;  // a visible score was NaN: the row is NaN (as upstream)
+  for (int it = 0; it < n_iter; ++it) {
+    const int buf = it % kStages;
+    dev::cp_async::wait<2 * kStages - 1>();  // K of stage `it` has landed
+    __syncthreads();
+    float s[kTileZ];
+    const TKV* kt = k_s + (buf * T + tz * kTileZ) * DQK + tx * kVq;
+#pragma unroll
+    for (int j = 0; j < kTileZ; ++j) {
+      float kf[kVq];
+      dev::load_f32<TKV, kVq>(kt + j * DQK, kf);
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kVq; ++i) dot = fmaf(q[i], kf[i], dot);
+#pragma unroll
+      for (int o = kBdx / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      s[j] = dot;
+    }
+    const int32_t t_base = kv_lo + it * T + tz * kTileZ;
+    float m_tile = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kTileZ; ++j) {
+      const int32_t kj = t_base + j;
+      bool vis = kj < kv_hi;
+      if constexpr (kMask) vis = vis && key_visible(p, b, qo_len, kv_len, qi, kj);
+      float x;
+      if constexpr (kSoftCap) {
+        x = logit_log2(p, s[j], scale);
+      } else {
+        x = s[j] * scale_log2;
+      }
+      if (vis && isnan(x)) nan_seen = true;
+      s[j] = (vis && !isnan(x)) ? x : -INFINITY;
+      m_tile = fmaxf(m_tile, s[j]);
+    }
+    const float m_new = fmaxf(st.m, m_tile);
+    if (m_new != -INFINITY) {
+      const float r = exp2f(st.m - m_new);  // 0 while the state is empty
+      st.d *= r;
+#pragma unroll
+      for (int i = 0; i < kVv; ++i) st.o[i] *= r;
+#pragma unroll
+      for (int j = 0; j < kTileZ; ++j) {
+        s[j] = exp2f(s[j] - m_new);
+        st.d += s[j];
+      }
+      st.m = m_new;
+    } else {
+#pragma unroll
+      for (int j = 0; j < kTileZ; ++j) s[j] = 0.0f;
+    }
+    __syncthreads();  // K of this stage consumed: its buffer takes stage it + kStages
+    if (((it + kStages) & fill_mask) == 0 && it + kStages < n_iter) {
+      cache.fill(p.kv, b, kv_lo + (it + kStages) * T, kv_hi, page_size, tid, nthreads);
+      __syncthreads();
+    }
+    issue(false, it + kStages);
+    dev::cp_async::wait<2 * kStages - 1>();  // V of stage `it` has landed
+    __syncthreads();
+    const TKV* vt = v_s + (buf * T + tz * kTileZ) * DVO + tx * kVv;
+#pragma unroll
+    for (int j = 0; j < kTileZ; ++j) {
+      if (s[j] != 0.0f) {  // an invisible key adds nothing, even where V is not finite
+        float vf[kVv];
+        dev::load_f32<TKV, kVv>(vt + j * DVO, vf);
+#pragma unroll
+        for (int i = 0; i < kVv; ++i) st.o[i] = fmaf(s[j], vf[i], st.o[i]);
+      }
+    }
+    __syncthreads();  // V of this stage consumed
+    issue(true, it + kStages);
+  }
+  dev::cp_async::wait<0>();
+  __syncthreads();  // the K/V area is free for the merge below
+
+  if (bdz > 1) {  // fold the token groups' states into group 0's
+    constexpr int kStride = DVO + 4;
+    float* mine = merge_s + (tz * bdy + ty) * kStride;
+    dev::Vec<float, kVv> ov;
+#pragma unroll
+    for (int i = 0; i < kVv; ++i) ov.v[i] = st.o[i];
+    ov.store(mine + tx * kVv);
+    if (tx == 0) {
+      mine[DVO] = st.m;
+      mine[DVO + 1] = st.d;
+      mine[DVO + 2] = nan_seen ? 1.0f : 0.0f;
     }
     __syncthreads();
-    const int64_t kj = t0 + lane;
-#pragma unroll
-    for (int k = 0; k < kRowsPerWarp; ++k) {
-      const int32_t lr = warp + kWarps * k;
-      if (row0 + lr >= rows) continue;  // warp-uniform
-      const float* qr = q_s + lr * DQK;
-      const float* kr = k_s + lane * (DQK + 1);
-      float dot = 0.0f;
-#pragma unroll 8
-      for (int d = 0; d < DQK; ++d) dot += qr[d] * kr[d];
-      const bool vis = kj < kv_hi && key_visible(p, b, qo_len, kv_len, qi_of[k], kj);
-      float s = vis ? logit_log2(p, dot, scale[k]) : -INFINITY;
-      if (__any_sync(0xffffffffu, isnan(s))) nan_row[k] = true;  // warp-uniform
-      if (isnan(s)) s = -INFINITY;
-      float tmax = s;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
-      if (tmax == -INFINITY) continue;  // nothing visible in this tile (warp-uniform)
-      const float m_new = fmaxf(m[k], tmax);
-      const float factor = exp2f(m[k] - m_new);
-      const float pj = vis ? exp2f(s - m_new) : 0.0f;
-      l[k] = l[k] * factor + warp_reduce_sum(pj);
-      m[k] = m_new;
-#pragma unroll
-      for (int c = 0; c < kDv; ++c) acc[k][c] *= factor;
-      for (int t = 0; t < kTile; ++t) {
-        const float pt = __shfl_sync(0xffffffffu, pj, t);
-        if (pt == 0.0f) continue;  // warp-uniform
-#pragma unroll
-        for (int c = 0; c < kDv; ++c) {
-          if (DVO % 32 == 0 || lane + 32 * c < DVO) acc[k][c] += pt * v_s[t * DVO + lane + 32 * c];
-        }
+    if (tz == 0) {
+      for (int z = 1; z < bdz; ++z) {
+        const float* other = merge_s + (z * bdy + ty) * kStride;
+        dev::Vec<float, kVv> x;
+        x.load(other + tx * kVv);
+        st.merge(x.v, other[DVO], other[DVO + 1]);
+        nan_seen = nan_seen || other[DVO + 2] != 0.0f;
       }
     }
   }
 
-#pragma unroll
-  for (int k = 0; k < kRowsPerWarp; ++k) {
-    const int32_t pr = row0 + warp + kWarps * k;
-    if (pr >= rows) continue;
-    const int32_t h = g * group + pr % group;
-    const int64_t qi = qi_of[k];
+  if (tz == 0 && row_ok) {
     float out_scale = p.v_scale;
     if (p.scale_v) out_scale *= p.scale_v[g];
-    const bool any = l[k] > 0.0f;
-    float inv = any ? out_scale / l[k] : 0.0f;
-    float lse = any ? m[k] + log2f(l[k]) : -INFINITY;
-    if (nan_row[k]) {
+    const bool any = st.d > 0.0f;
+    float inv = any ? out_scale / st.d : 0.0f;
+    float lse = any ? st.m + log2f(st.d) : -INFINITY;
+    if (nan_seen) {
       inv = NAN;
       lse = NAN;
     }
@@ -150,32 +264,25 @@ __global__ void __launch_bounds__(kWarps * 32) attention_cuda_core_kernel(Attent
       lse = apply_sink(lse, p.sinks[h] * kLog2e, &f);
       inv *= f;
     }
-    if (w.partial_base >= 0) {
-      const int64_t prow = static_cast<int64_t>(w.partial_base) + (qi - w.qo_begin);
-      float* dst = p.tmp_v + (prow * p.num_qo_heads + h) * DVO;
+    float out[kVv];
 #pragma unroll
-      for (int c = 0; c < kDv; ++c) {
-        if (DVO % 32 == 0 || lane + 32 * c < DVO) dst[lane + 32 * c] = acc[k][c] * inv;
-      }
-      if (lane == 0) p.tmp_s[prow * p.num_qo_heads + h] = lse;
+    for (int i = 0; i < kVv; ++i) out[i] = st.o[i] * inv;
+    if (w.partial_base >= 0) {
+      const int64_t prow = w.partial_base + (qi - w.qo_begin);
+      float* dst = p.tmp_v + (prow * p.num_qo_heads + h) * DVO + tx * kVv;
+      dev::Vec<float, kVv> ov;
+#pragma unroll
+      for (int i = 0; i < kVv; ++i) ov.v[i] = out[i];
+      ov.store(dst);
+      if (tx == 0) p.tmp_s[prow * p.num_qo_heads + h] = lse;
     } else {
       const int64_t row = q_base + qi;
-      TO* dst = static_cast<TO*>(p.o) + row * p.o_stride_n + h * p.o_stride_h;
-#pragma unroll
-      for (int c = 0; c < kDv; ++c) {
-        if (DVO % 32 == 0 || lane + 32 * c < DVO)
-          dst[lane + 32 * c] = from_f32<TO>(acc[k][c] * inv);
-      }
-      if (lane == 0 && p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
+      dev::store_from_f32<TO, kVv>(
+          static_cast<TO*>(p.o) + row * p.o_stride_n + h * p.o_stride_h + tx * kVv, out);
+      if (tx == 0 && p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
     }
   }
   pdl_launch_dependents();
 }
 
-/// Dynamic shared memory of attention_cuda_core_kernel<..., DQK, DVO>, in bytes.
-constexpr unsigned smem_bytes(int dqk, int dvo) {
-  return static_cast<unsigned>(sizeof(float)) *
-         static_cast<unsigned>(kRowsPerBlock * dqk + kTile * (dqk + 1) + kTile * dvo);
-}
-
-}  // namespace flashinfer::kernels::cuda::cuda_core
+}  // namespace flashinfer::kernels::cuda::decode

@@ -1,5 +1,7 @@
-// CUDA-core attention kernel (decode, and any work item shape), the split-KV merge pass, and
-// the dispatch between it and the tensor-core prefill kernel.
+// Host side of the CUDA-core attention kernel (attention_decode_kernel.cuh): variant and
+// instance dispatch, its occupancy for the split-KV planner, the split-KV merge pass, and the
+// choice between it and the tensor-core prefill kernel.
+#include <atomic>
 #include <type_traits>
 
 #include "jit/attention_jit.h"
@@ -8,52 +10,81 @@
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/decode_cuda.h"
 #include "kernels/cuda/prefill_cuda.h"
+#include "kernels/occupancy.h"
 
 namespace flashinfer::kernels::cuda {
 namespace {
 
-using namespace cuda_core;
+using decode::batch_decode_kernel;
 
-template <class TQ, class TKV, class TO, int DQK, int DVO>
-void launch_cuda_core(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
+std::atomic<AttentionKernelOverride> g_override{nullptr};
+
+int kv_bytes(DType kv) { return static_cast<int>(dtype_size(kv)); }
+
+DecodeBlockShape shape_of(const AttentionParams& p) {
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
-  const int64_t max_rows = static_cast<int64_t>(p.max_work_rows) * group;
-  const dim3 grid(static_cast<unsigned>(p.num_work), static_cast<unsigned>(p.num_kv_heads),
-                  static_cast<unsigned>((max_rows + kRowsPerBlock - 1) / kRowsPerBlock));
-  const std::size_t smem = smem_bytes(DQK, DVO);
-  launch_kernel("attention", attention_cuda_core_kernel<TQ, TKV, TO, DQK, DVO>, grid,
-                dim3(kWarps * 32), smem, stream, enable_pdl, p);
+  return decode_block_shape(p.head_dim_qk, p.head_dim_vo, kv_bytes(p.kv.dtype),
+                            p.max_work_rows * group);
 }
 
-// Head dims outside the AOT set: the same kernel, compiled by NVRTC for (DQK, DVO); the spec is
-// built on the first launch only (the key spells the same parameters).
-void launch_cuda_core_jit(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
-  const int32_t group = p.num_qo_heads / p.num_kv_heads;
-  const int64_t max_rows = static_cast<int64_t>(p.max_work_rows) * group;
+dim3 grid_of(const AttentionParams& p, const DecodeBlockShape& s) {
+  const int64_t rows = static_cast<int64_t>(p.max_work_rows) * (p.num_qo_heads / p.num_kv_heads);
+  return dim3(static_cast<unsigned>(p.num_work), static_cast<unsigned>(p.num_kv_heads),
+              static_cast<unsigned>((rows + s.bdy - 1) / s.bdy));
+}
+
+template <class TQ, class TKV, class TO, int DQK, int DVO, int V>
+void launch_aot(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
+  const DecodeBlockShape s = shape_of(p);
+  launch_kernel("attention", batch_decode_kernel<TQ, TKV, TO, DQK, DVO, V>, grid_of(p, s),
+                dim3(static_cast<unsigned>(s.threads())), static_cast<std::size_t>(s.smem_bytes),
+                stream, enable_pdl, p);
+}
+
+// Head dims outside the AOT set: the same kernel, compiled by NVRTC; the spec is built on the
+// first launch only (the key spells the same parameters).
+void launch_jit(const AttentionParams& p, int variant, cudaStream_t stream, bool enable_pdl) {
+  const DecodeBlockShape s = shape_of(p);
+  const dim3 grid = grid_of(p, s);
   auto make = [&] {
     return jit::attention_cuda_core_spec(p.q_dtype, p.kv.dtype, p.o_dtype, p.head_dim_qk,
-                                         p.head_dim_vo);
+                                         p.head_dim_vo, variant);
   };
-  const std::string key = "cuda_core:" + std::to_string(static_cast<int>(p.q_dtype)) + ":" +
+  const std::string key = "decode:" + std::to_string(static_cast<int>(p.q_dtype)) + ":" +
                           std::to_string(static_cast<int>(p.kv.dtype)) + ":" +
                           std::to_string(static_cast<int>(p.o_dtype)) + ":" +
-                          std::to_string(p.head_dim_qk) + ":" + std::to_string(p.head_dim_vo);
-  launch_attention_jit(key, make, p, static_cast<unsigned>(p.num_work),
-                       static_cast<unsigned>(p.num_kv_heads),
-                       static_cast<unsigned>((max_rows + kRowsPerBlock - 1) / kRowsPerBlock),
-                       kWarps * 32, smem_bytes(p.head_dim_qk, p.head_dim_vo), stream, enable_pdl);
+                          std::to_string(p.head_dim_qk) + ":" + std::to_string(p.head_dim_vo) +
+                          ":" + std::to_string(variant);
+  launch_attention_jit(key, make, p, grid.x, grid.y, grid.z, static_cast<unsigned>(s.threads()),
+                       static_cast<std::size_t>(s.smem_bytes), stream, enable_pdl);
 }
 
-template <class TQ, class TKV, class TO>
+template <class TQ, class TKV, class TO, int DQK, int DVO>
+void dispatch_variant(int variant, const AttentionParams& p, cudaStream_t stream, bool pdl) {
+  switch (variant) {
+    case 0:
+      return launch_aot<TQ, TKV, TO, DQK, DVO, 0>(p, stream, pdl);
+    case decode::kDecodeSoftCap:
+      return launch_aot<TQ, TKV, TO, DQK, DVO, decode::kDecodeSoftCap>(p, stream, pdl);
+    case decode::kDecodeMask:
+      return launch_aot<TQ, TKV, TO, DQK, DVO, decode::kDecodeMask>(p, stream, pdl);
+    default:
+      return launch_aot<TQ, TKV, TO, DQK, DVO, decode::kDecodeSoftCap | decode::kDecodeMask>(
+          p, stream, pdl);
+  }
+}
+
+template <class TQ, class TKV>
 void dispatch_dims(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
+  const int variant = decode_variant(p);
   if (p.head_dim_qk == p.head_dim_vo) {
     switch (p.head_dim_qk) {
       case 64:
-        return launch_cuda_core<TQ, TKV, TO, 64, 64>(p, stream, enable_pdl);
+        return dispatch_variant<TQ, TKV, TQ, 64, 64>(variant, p, stream, enable_pdl);
       case 128:
-        return launch_cuda_core<TQ, TKV, TO, 128, 128>(p, stream, enable_pdl);
+        return dispatch_variant<TQ, TKV, TQ, 128, 128>(variant, p, stream, enable_pdl);
       case 256:
-        return launch_cuda_core<TQ, TKV, TO, 256, 256>(p, stream, enable_pdl);
+        return dispatch_variant<TQ, TKV, TQ, 256, 256>(variant, p, stream, enable_pdl);
       default:
         break;
     }
@@ -62,11 +93,12 @@ void dispatch_dims(const AttentionParams& p, cudaStream_t stream, bool enable_pd
     FLASHINFER_FAIL(ErrorCode::kUnsupported, "attention", "head_dim", "head dims (", p.head_dim_qk,
                     ", ", p.head_dim_vo, ") are not supported on CUDA (multiples of 16 up to 256)");
   }
-  launch_cuda_core_jit(p, stream, enable_pdl);
+  launch_jit(p, variant, stream, enable_pdl);
 }
 
-template <class T>
-void dispatch_kv(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
+// Calls f.template operator()<TQ, TKV>() for the dtypes of p (q: fp16/bf16; K/V: q's or fp8).
+template <class F>
+void visit_decode_dtypes(const AttentionParams& p, F&& f) {
   if (p.o_dtype != p.q_dtype) {
     FLASHINFER_FAIL(ErrorCode::kUnsupported, "attention", "o_data_type",
                     "on CUDA the output dtype must be q's dtype");
@@ -76,18 +108,47 @@ void dispatch_kv(const AttentionParams& p, cudaStream_t stream, bool enable_pdl)
                     dtype_torch_name(p.kv.dtype), " is not supported on CUDA with q ",
                     dtype_torch_name(p.q_dtype));
   };
-  // fp16/bf16 K/V only with q's dtype; fp8 K/V with either.
-  visit_dtype<CudaElements, kFloat16, kBFloat16, kFloat8E4M3FN, kFloat8E5M2>(
-      p.kv.dtype,
-      [&]<class TKV>() {
-        if constexpr (std::is_same_v<TKV, __half> || std::is_same_v<TKV, __nv_bfloat16>) {
-          if (p.kv.dtype != p.q_dtype) unsupported();
-          dispatch_dims<T, T, T>(p, stream, enable_pdl);
-        } else {
-          dispatch_dims<T, TKV, T>(p, stream, enable_pdl);
-        }
-      },
-      unsupported);
+  dispatch_dtype<CudaElements, kFloat16, kBFloat16>(p.q_dtype, "attention", "q", [&]<class T>() {
+    visit_dtype<CudaElements, kFloat16, kBFloat16, kFloat8E4M3FN, kFloat8E5M2>(
+        p.kv.dtype,
+        [&]<class TKV>() {
+          if constexpr (std::is_same_v<TKV, __half> || std::is_same_v<TKV, __nv_bfloat16>) {
+            if (p.kv.dtype != p.q_dtype) unsupported();
+            f.template operator()<T, T>();
+          } else {
+            f.template operator()<T, TKV>();
+          }
+        },
+        unsupported);
+  });
+}
+
+// The 16-byte copies and vector loads need every row of q, K, V and o to start on a 16-byte
+// boundary; the API checks this before it plans a CUDA launch (attention_common.cpp).
+void check_alignment(const AttentionParams& p) {
+  auto ok = [](const void* base, std::initializer_list<int64_t> strides, std::size_t elem) {
+    if (reinterpret_cast<std::uintptr_t>(base) % 16 != 0) return false;
+    for (int64_t s : strides) {
+      if ((static_cast<std::size_t>(s) * elem) % 16 != 0) return false;
+    }
+    return true;
+  };
+  const std::size_t qe = dtype_size(p.q_dtype), ke = dtype_size(p.kv.dtype);
+  FLASHINFER_CHECK_CODE(ok(p.q, {p.q_stride_n, p.q_stride_h}, qe), ErrorCode::kUnsupported,
+                        "attention", "q", "rows must start on 16-byte boundaries on CUDA");
+  FLASHINFER_CHECK_CODE(ok(p.o, {p.o_stride_n, p.o_stride_h}, qe), ErrorCode::kUnsupported,
+                        "attention", "out", "rows must start on 16-byte boundaries on CUDA");
+  FLASHINFER_CHECK_CODE(
+      ok(p.kv.k, {p.kv.k_stride_page, p.kv.k_stride_token, p.kv.k_stride_head}, ke),
+      ErrorCode::kUnsupported, "attention", "k_cache",
+      "rows must start on 16-byte boundaries on CUDA");
+  FLASHINFER_CHECK_CODE(
+      ok(p.kv.v, {p.kv.v_stride_page, p.kv.v_stride_token, p.kv.v_stride_head}, ke),
+      ErrorCode::kUnsupported, "attention", "v_cache",
+      "rows must start on 16-byte boundaries on CUDA");
+  FLASHINFER_CHECK_CODE(p.tmp_v == nullptr || ok(p.tmp_v, {}, 4), ErrorCode::kUnsupported,
+                        "attention", "float_workspace_buffer",
+                        "must start on a 16-byte boundary on CUDA");
 }
 
 template <class TO>
@@ -99,6 +160,45 @@ void launch_merge(const AttentionParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+int decode_variant(const AttentionParams& p) {
+  int v = 0;
+  if (p.logits_soft_cap > 0.0f) v |= decode::kDecodeSoftCap;
+  // Rows of several queries in one block need the per-key test for causal and window limits.
+  if (p.custom_mask != nullptr || ((p.causal || p.window_left >= 0) && p.max_work_rows > 1)) {
+    v |= decode::kDecodeMask;
+  }
+  return v;
+}
+
+int decode_blocks_per_sm(const AttentionParams& p, int device) {
+  const DecodeBlockShape s = shape_of(p);
+  int regs = 64;  // JIT instances: an estimate (the AOT ones have the same body)
+  const int variant = decode_variant(p);
+  if (p.head_dim_qk == p.head_dim_vo &&
+      (p.head_dim_qk == 64 || p.head_dim_qk == 128 || p.head_dim_qk == 256) &&
+      (p.q_dtype == DType::kFloat16 || p.q_dtype == DType::kBFloat16)) {
+    visit_decode_dtypes(p, [&]<class TQ, class TKV>() {
+      auto get = [&]<int D>() {
+        cudaFuncAttributes a{};
+        const auto kernel = variant == 0   ? batch_decode_kernel<TQ, TKV, TQ, D, D, 0>
+                            : variant == 1 ? batch_decode_kernel<TQ, TKV, TQ, D, D, 1>
+                            : variant == 2 ? batch_decode_kernel<TQ, TKV, TQ, D, D, 2>
+                                           : batch_decode_kernel<TQ, TKV, TQ, D, D, 3>;
+        if (cudaFuncGetAttributes(&a, kernel) == cudaSuccess) regs = a.numRegs;
+      };
+      if (p.head_dim_qk == 64) get.template operator()<64>();
+      if (p.head_dim_qk == 128) get.template operator()<128>();
+      if (p.head_dim_qk == 256) get.template operator()<256>();
+    });
+  }
+  int major = 0, minor = 0;
+  FLASHINFER_CUDA_CALL("attention",
+                       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FLASHINFER_CUDA_CALL("attention",
+                       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return occupancy_blocks_per_sm(device_limits(major, minor), s.threads(), regs, s.smem_bytes);
+}
+
 int sm_count(int device) {
   int n = 0;
   FLASHINFER_CUDA_CALL("attention",
@@ -106,14 +206,19 @@ int sm_count(int device) {
   return n;
 }
 
+void set_attention_kernel_override(AttentionKernelOverride f) { g_override.store(f); }
+
 void batch_attention(const AttentionParams& p, void* stream, bool enable_pdl) {
   auto s = static_cast<cudaStream_t>(stream);
   if (p.num_work == 0) return;
-  if (p.use_tensor_cores && prefill_supported(p)) {
+  if (AttentionKernelOverride f = g_override.load(); f != nullptr) {
+    f(p, stream, enable_pdl);
+  } else if (p.use_tensor_cores && prefill_supported(p)) {
     batch_prefill(p, stream, enable_pdl);
   } else {
-    dispatch_dtype<CudaElements, kFloat16, kBFloat16>(
-        p.q_dtype, "attention", "q", [&]<class T>() { dispatch_kv<T>(p, s, enable_pdl); });
+    check_alignment(p);
+    visit_decode_dtypes(p,
+                        [&]<class TQ, class TKV>() { dispatch_dims<TQ, TKV>(p, s, enable_pdl); });
   }
   if (p.num_merge == 0) return;
   dispatch_dtype<CudaElements, kFloat16, kBFloat16>(p.q_dtype, "attention", "q",

@@ -1,6 +1,7 @@
 // CUDA launchers for attention (plain C++ header). batch_attention runs the work items of a
-// plan with the CUDA-core kernel (decode, and any query tile shape), then the merge pass of
-// split-KV. Launchers throw flashinfer::Error(kCuda) when a launch fails.
+// plan with the CUDA-core decode kernel (any query tile shape) or the tensor-core prefill
+// kernel, then the merge pass of split-KV. Launchers throw flashinfer::Error(kCuda) when a
+// launch fails.
 #pragma once
 
 #include "kernels/attention_params.h"
@@ -11,5 +12,20 @@ void batch_attention(const AttentionParams& p, void* stream, bool enable_pdl);
 
 /// Streaming multiprocessors of `device` (for the plan's grid size).
 int sm_count(int device);
+
+/// The decode kernel's variant bits for p (kDecodeSoftCap, kDecodeMask of
+/// attention_decode_kernel.cuh).
+int decode_variant(const AttentionParams& p);
+
+/// Blocks of the decode kernel that `device` runs at once per SM for the configuration of p
+/// (dtypes, head dims, heads, max_work_rows, variant): from the instance's registers and the
+/// block shape's threads and shared memory (kernels/occupancy.h). The planner's max_grid is this
+/// times the SM count.
+int decode_blocks_per_sm(const AttentionParams& p, int device);
+
+/// Test seam: while set, batch_attention runs `f` in place of its kernels (the merge pass still
+/// follows). The tests install the first-draft kernels, kept as oracles, this way.
+using AttentionKernelOverride = void (*)(const AttentionParams& p, void* stream, bool enable_pdl);
+void set_attention_kernel_override(AttentionKernelOverride f);
 
 }  // namespace flashinfer::kernels::cuda

@@ -5,5 +5,14 @@ set(FLASHINFER_JIT_SOURCES
   kernels/attention_params.h
   kernels/cuda/device_utils.cuh
   kernels/cuda/attention_cuda_common.cuh
+  kernels/cuda/decode_shape.h
+  kernels/cuda/device/host_device.h
+  kernels/cuda/device/fastdiv.cuh
+  kernels/cuda/device/softmax_state.cuh
+  kernels/cuda/device/permuted_smem.cuh
+  kernels/cuda/device/vec.cuh
+  kernels/cuda/device/cp_async.cuh
+  kernels/cuda/device/paged_kv.cuh
+  kernels/cuda/device/mma.cuh
   kernels/cuda/attention_decode_kernel.cuh
   kernels/cuda/attention_prefill_kernel.cuh)

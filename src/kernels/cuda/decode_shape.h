@@ -1,0 +1,74 @@
+// The block shape of the CUDA decode kernel (attention_decode_kernel.cuh), one function the host
+// launcher, the planner's occupancy estimate and the kernel itself all call, so they cannot
+// disagree. Plain arithmetic: compiled by g++, nvcc and NVRTC, and unit-tested on the CPU.
+//
+// A block is bdx x bdy x bdz threads, flattened into threadIdx.x (x fastest):
+//   - bdx lanes cover one head_dim row, each lane a slice of vq = DQK / bdx (and vv = DVO / bdx)
+//     elements: at least 16 bytes of K a lane, so a lane reads a row slice in 128-bit accesses;
+//   - bdy packed rows (query, head of the GQA group): all heads of a group share one K/V tile;
+//   - bdz token groups, each scoring kDecodeTileZ tokens of the tile a stage; their softmax
+//     states merge at the end through shared memory.
+#pragma once
+
+#include "kernels/cuda/device/host_device.h"
+
+namespace flashinfer::kernels::cuda {
+
+constexpr int kDecodeTileZ = 4;         // tokens per token group per stage
+constexpr int kDecodeStages = 2;        // cp.async pipeline depth (K and V separately)
+constexpr int kDecodeMaxThreads = 256;  // __launch_bounds__
+
+/// Lanes per head_dim row: the largest power of two <= 32 such that a lane's K slice is at least
+/// 16 bytes and divides both head dims (both multiples of 16).
+FLASHINFER_HD constexpr int decode_bdx(int dqk, int dvo, int kv_bytes) {
+  const int dmin = dqk < dvo ? dqk : dvo;
+  int units = dmin * kv_bytes / 16;  // 16-byte units in the shorter row
+  if (units < 1) units = 1;
+  int bdx = 1;
+  while (bdx * 2 <= units && bdx * 2 <= 32 && dqk % (bdx * 2) == 0 && dvo % (bdx * 2) == 0) {
+    bdx *= 2;
+  }
+  return bdx;
+}
+
+struct DecodeBlockShape {
+  int bdx = 1, bdy = 1, bdz = 1;
+  int tile_tokens = 0;   // tokens per pipeline stage: bdz * kDecodeTileZ
+  int cache_tokens = 0;  // page offsets cached per fill: a multiple of tile_tokens
+  int smem_bytes = 0;    // dynamic shared memory
+  FLASHINFER_HD constexpr int threads() const { return bdx * bdy * bdz; }
+};
+
+/// Shape for rows = packed rows of the largest work item (query rows x GQA group).
+FLASHINFER_HD constexpr DecodeBlockShape decode_block_shape(int dqk, int dvo, int kv_bytes,
+                                                            int rows) {
+  DecodeBlockShape s;
+  s.bdx = decode_bdx(dqk, dvo, kv_bytes);
+  const int max_rows = kDecodeMaxThreads / s.bdx;
+  s.bdy = rows < 1 ? 1 : (rows < max_rows ? rows : max_rows);
+  const int xy = s.bdx * s.bdy;
+  // At least 128 threads, and two token groups or more (a stage of >= 8 tokens) unless that
+  // would pass kDecodeMaxThreads.
+  int bdz = 2 * xy > kDecodeMaxThreads ? 1 : (128 / xy > 2 ? 128 / xy : 2);
+  // K/V stages and the merge area stay within 32 KiB each (odd JIT pairs such as 16 / 256).
+  const int kv_per_z = kDecodeStages * kDecodeTileZ * (dqk + dvo) * kv_bytes;
+  const int merge_per_z = s.bdy * (dvo + 4) * 4;
+  if (bdz * kv_per_z > 32768) bdz = 32768 / kv_per_z > 1 ? 32768 / kv_per_z : 1;
+  if (bdz > 1 && bdz * merge_per_z > 32768) bdz = 32768 / merge_per_z > 1 ? 32768 / merge_per_z : 1;
+  s.bdz = bdz;
+  s.tile_tokens = s.bdz * kDecodeTileZ;
+  // One fill of the offset cache serves `fills` stages: >= the pipeline depth (the prologue's
+  // stages come from the first fill) and about one token per thread.
+  // A power of two, so the kernel finds a stage's slot with a mask.
+  const int per_thread = s.threads() / s.tile_tokens;
+  int fills = kDecodeStages;
+  while (fills < per_thread) fills *= 2;
+  s.cache_tokens = fills * s.tile_tokens;
+  const int kv = kDecodeStages * s.tile_tokens * (dqk + dvo) * kv_bytes;
+  // The token groups' states (o[DVO], m, d, NaN flag, pad) reuse the K/V area at the end.
+  const int merge = s.bdz > 1 ? s.bdz * s.bdy * (dvo + 4) * 4 : 0;
+  s.smem_bytes = 2 * s.cache_tokens * 8 + (kv > merge ? kv : merge);
+  return s;
+}
+
+}  // namespace flashinfer::kernels::cuda

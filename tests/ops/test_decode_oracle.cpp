@@ -1,0 +1,193 @@
+// The CUDA decode kernel (src/kernels/cuda/attention_decode_kernel.cuh) against two oracles on
+// the same inputs: the CPU reference, and the first-draft CUDA-core kernel that ran correctly on
+// an H100 (tests/oracle/, installed in place of the library's kernels for one run). Covers the
+// block shapes the kernel picks (MHA, GQA 4 and 8, MQA 32 with two row chunks), bf16/fp16/fp8
+// K/V, page sizes 1 and 16, empty and one-token requests, split-KV with the merge pass, and the
+// variants (soft cap, sliding window, several queries per request, sinks). Skipped without a
+// GPU.
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "ops/attention_test_util.h"
+#include "util/test_util.h"
+#if FLASHINFER_TEST_HAVE_ORACLES
+#include "oracle/attention_oracle.h"
+#endif
+
+namespace flashinfer {
+namespace {
+
+struct DecodeCase {
+  DType q = DType::kBFloat16, kv = DType::kBFloat16;
+  int64_t d = 128, hq = 32, hkv = 8, page = 16;
+  std::vector<int32_t> lens{1, 17, 300, 64};
+  int64_t q_len = 1;
+  double soft_cap = 0.0;
+  int64_t window = -1;
+  std::optional<int64_t> split;  // fixed_split_size: forces the merge pass
+  bool sinks = false;
+
+  std::string str() const {
+    return std::string(dtype_torch_name(q)) + "/" + dtype_torch_name(kv) +
+           " d=" + std::to_string(d) + " heads=" + std::to_string(hq) + ":" + std::to_string(hkv) +
+           " page=" + std::to_string(page) + " q_len=" + std::to_string(q_len) +
+           " cap=" + std::to_string(soft_cap) + " window=" + std::to_string(window) +
+           " split=" + std::to_string(split.value_or(0)) + " sinks=" + std::to_string(sinks);
+  }
+};
+
+struct Runs {
+  AttentionOutput cpu, gpu, oracle;
+};
+
+Runs run_case(const DecodeCase& c) {
+  const Device g = Device::cuda();
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged(c.lens, c.page, c.hkv, c.d, c.kv, false, true, 11, kd, vd);
+  const int64_t batch = static_cast<int64_t>(c.lens.size());
+  Tensor q = Tensor::empty({batch * c.q_len, c.hq, c.d}, c.q).uniform_(5);
+  BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+  po.q_data_type = c.q;
+  po.kv_data_type = c.kv;
+  po.q_len_per_req = c.q_len;
+  po.logits_soft_cap = c.soft_cap;
+  po.window_left = c.window;
+  po.fixed_split_size = c.split;
+  AttentionRunOptions ro;
+  ro.return_lse = true;
+  if (c.sinks) ro.sinks = Tensor::empty({c.hq}, DType::kFloat32).uniform_(6);
+  auto run = [&](Device d) {
+    BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d));
+    w.plan(f.indptr, f.indices, f.last_page_len, c.hq, c.hkv, c.d, c.page, po);
+    AttentionRunOptions r = ro;
+    if (r.sinks) r.sinks = r.sinks->to(d);
+    return w.run(
+        q.to(d),
+        PagedKVCache(testing::to_keep_layout(f.k_cache, d), testing::to_keep_layout(f.v_cache, d)),
+        r);
+  };
+  Runs r;
+  r.cpu = run(Device::cpu());
+  r.gpu = run(g);
+#if FLASHINFER_TEST_HAVE_ORACLES
+  {
+    testing::ScopedAttentionOracle oracle;
+    r.oracle = run(g);
+  }
+#endif
+  return r;
+}
+
+void expect_matches(const DecodeCase& c) {
+  SCOPED_TRACE(c.str());
+  const Runs r = run_case(c);
+  const auto tol = testing::default_tolerance(c.q);
+  EXPECT_TRUE(testing::all_close(r.gpu.out, r.cpu.out, tol)) << "vs CPU";
+  EXPECT_TRUE(testing::all_close(r.gpu.lse, r.cpu.lse, {2e-3, 1e-3})) << "lse vs CPU";
+  if (r.oracle.out.defined()) {
+    EXPECT_TRUE(testing::all_close(r.gpu.out, r.oracle.out, tol)) << "vs the oracle kernel";
+    EXPECT_TRUE(testing::all_close(r.gpu.lse, r.oracle.lse, {1e-3, 1e-4})) << "lse vs oracle";
+    EXPECT_TRUE(testing::all_close(r.oracle.out, r.cpu.out, tol)) << "oracle vs CPU";
+  }
+}
+
+TEST(DecodeKernelCuda, BlockShapesAndDtypesMatchCpuAndOracle) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (DType q : {DType::kBFloat16, DType::kFloat16}) {
+    for (DType kv : {q, DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+      for (int64_t d : {64, 128, 256}) {
+        // MHA (8 token groups), GQA 4, GQA 8, MQA 32 (two row chunks of 16)
+        for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{8, 8}, {32, 8}, {16, 2}, {32, 1}}) {
+          DecodeCase c;
+          c.q = q;
+          c.kv = kv;
+          c.d = d;
+          c.hq = hq;
+          c.hkv = hkv;
+          expect_matches(c);
+        }
+      }
+    }
+  }
+}
+
+TEST(DecodeKernelCuda, PageSizesLengthsAndSplitsMatchCpuAndOracle) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (int64_t page : {1, 16, 5}) {
+    for (std::optional<int64_t> split : {std::optional<int64_t>{}, {1}, {3}}) {
+      DecodeCase c;
+      c.page = page;
+      c.lens = {0, 1, 2, 7, 129, 1000, 4100};  // empty, single-token, stage tails, several fills
+      c.split = split;
+      expect_matches(c);
+    }
+  }
+}
+
+TEST(DecodeKernelCuda, VariantsMatchCpuAndOracle) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (DType kv : {DType::kBFloat16, DType::kFloat8E4M3FN}) {
+    DecodeCase c;
+    c.kv = kv;
+    c.soft_cap = 30.0;  // kDecodeSoftCap
+    expect_matches(c);
+    c.soft_cap = 0.0;
+    c.window = 50;  // the block's key range alone (one query per block)
+    expect_matches(c);
+    c.q_len = 3;  // kDecodeMask: rows of three queries share a block
+    expect_matches(c);
+    c.soft_cap = 20.0;
+    c.split = 2;
+    expect_matches(c);  // both bits, split
+    c = DecodeCase{};
+    c.kv = kv;
+    c.sinks = true;
+    expect_matches(c);
+    c.split = 4;
+    expect_matches(c);  // sinks join in the merge pass
+  }
+}
+
+// Non-AOT head dims go through NVRTC (the same kernel): 96, and 80 whose lane slice (10 bf16) is
+// not whole 16-byte units, so the block-wide copy loop runs.
+TEST(DecodeKernelCuda, JitHeadDimsMatchCpuAndOracle) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (int64_t d : {96, 80, 48}) {
+    DecodeCase c;
+    c.d = d;
+    c.split = 2;
+    expect_matches(c);
+  }
+}
+
+// A q view whose rows are not on 16-byte boundaries is copied to an aligned buffer first; the
+// result is the same as with an aligned q.
+TEST(DecodeKernelCuda, MisalignedQueryViewMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({20, 33}, 16, 2, 64, DType::kFloat16, false, true, 3, kd, vd);
+  Tensor big = Tensor::empty({2, 8 * 64 + 1}, DType::kFloat16).uniform_(4);
+  Tensor q = big.slice(1, 1, 8 * 64 + 1).reshape({2, 8, 64});  // offset by one element
+  BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+  po.q_data_type = DType::kFloat16;
+  auto run = [&](Device d) {
+    BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({8 << 20}, DType::kUInt8, d));
+    w.plan(f.indptr, f.indices, f.last_page_len, 8, 2, 64, 16, po);
+    return w
+        .run(testing::to_keep_layout(q, d), PagedKVCache(testing::to_keep_layout(f.k_cache, d),
+                                                         testing::to_keep_layout(f.v_cache, d)))
+        .out;
+  };
+  EXPECT_TRUE(
+      testing::all_close(run(g), run(Device::cpu()), testing::default_tolerance(DType::kFloat16)));
+}
+
+}  // namespace
+}  // namespace flashinfer
