@@ -1,26 +1,165 @@
 #!/usr/bin/env python3
 """Upstream FlashInfer (the flashinfer-python package, JIT-compiled on the GPU machine) timed on
-the headline shapes of scripts/gpu-check's bench phase: paged decode, paged prefill, rmsnorm and
-top_k_top_p_sampling_from_logits. Each case that cannot run says why (one line) and the others go on.
+the shapes of scripts/gpu-check's bench phases. Two modes, one per phase, so that each JIT fits
+its 10-minute command; every row that cannot run says why (one line) and the others go on.
 
+  gpu_check_upstream.py --decode-grid PLAN.csv --out upstream_decode_grid.csv [--iters 20]
+                        [--warmup 3] [--peak-tbps TB] [--deadline S] [--tensor-cores]
+                        [--skip-all REASON]
+      phase 6a: BatchDecodeWithPagedKVCacheWrapper (plan once, run timed) on every row of the
+      decode grid that phase 5b runs (PLAN.csv: gpu_check_report.py decode-plan); decode alone,
+      two JIT modules (bf16 and fp8 e4m3 KV). The CSV is rewritten after every row.
   gpu_check_upstream.py --out upstream.csv [--iters N] [--quick]
+      phase 6b: paged prefill, rmsnorm and top_k_top_p_sampling_from_logits on phase 5a's shapes.
 
 Timing: CUDA events around each iteration, an L2-sized buffer overwritten before each (as
-`flashinfer bench` does), median. bf16 everywhere, seed 42, inputs uniform in [-0.5, 0.5).
+`flashinfer bench` does), median. q and bf16 inputs uniform, seed 42; fp8 KV caches are bf16
+draws converted to torch.float8_e4m3fn.
 """
 import argparse
 import csv
 import statistics
 import sys
+import time
 import traceback
 
+GRID_COLUMNS = ["batch", "kv_len", "qo_heads", "kv_heads", "page", "kv_dtype", "median_ms",
+                "tb_per_s", "pct_peak", "status"]
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args()
+
+def first_line(e):
+    return (str(e).splitlines() or [type(e).__name__])[0][:300]
+
+
+def make_timer(torch, dev, iters, warmup):
+    l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 64 << 20) or (64 << 20)
+    flush = torch.empty(2 * l2, dtype=torch.uint8, device=dev)
+
+    def timeit(fn):
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(iters):
+            flush.zero_()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            ts.append(s.elapsed_time(e))
+        return statistics.median(ts)
+
+    return timeit
+
+
+def decode_grid(a):
+    with open(a.decode_grid, newline="") as f:
+        plan = list(csv.DictReader(f))
+    out = []
+    for p in plan:
+        row = {c: p[c] for c in GRID_COLUMNS[:6]}
+        row.update(median_ms="", tb_per_s="", pct_peak="",
+                   status=p["status"] or "not run (phase budget spent)")
+        out.append(row)
+
+    def write():
+        with open(a.out, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=GRID_COLUMNS)
+            w.writeheader()
+            w.writerows(out)
+
+    def skip_all(reason):
+        for p, r in zip(plan, out):
+            if not p["status"]:
+                r["status"] = "skipped: " + reason
+        print("[SKIP] upstream decode grid :: %s" % reason)
+        write()
+        return 0
+
+    write()
+    if a.skip_all:
+        return skip_all(a.skip_all)
+    try:
+        import torch
+        import flashinfer
+    except Exception as e:  # the wheel or one of its dependencies is missing
+        return skip_all("import: %s" % first_line(e))
+    if not torch.cuda.is_available():
+        return skip_all("torch sees no CUDA device")
+    print("[INFO] upstream flashinfer %s, torch %s; decode grid of %d rows, %d timed + %d warm-up "
+          "iterations, use_tensor_cores=%s" % (getattr(flashinfer, "__version__", "?"),
+                                               torch.__version__, len(plan), a.iters, a.warmup,
+                                               a.tensor_cores))
+    dev = torch.device("cuda")
+    timeit = make_timer(torch, dev, a.iters, a.warmup)
+    torch.manual_seed(42)
+    bf16 = torch.bfloat16
+    ws = torch.empty(128 << 20, dtype=torch.uint8, device=dev)  # as upstream's benchmarks
+
+    def run_row(p):
+        B, KV, H, HK, P = (int(p[k]) for k in ("batch", "kv_len", "qo_heads", "kv_heads", "page"))
+        D = int(p["head_dim"])
+        kvdt = getattr(torch, p["kv_dtype"])
+        per = (KV + P - 1) // P
+        n = B * per
+        indptr = torch.arange(B + 1, dtype=torch.int32, device=dev) * per
+        indices = torch.arange(n, dtype=torch.int32, device=dev)
+        last = torch.full((B,), KV - (per - 1) * P, dtype=torch.int32, device=dev)
+        cache = torch.empty((n, 2, P, HK, D), dtype=kvdt, device=dev)  # NHD, K and V per page
+        step = max(1, (1 << 27) // (2 * P * HK * D))  # bf16 draws in chunks (the fp8 cast)
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            cache[s:e].copy_(torch.rand((e - s, 2, P, HK, D), dtype=bf16, device=dev).mul_(2).sub_(1))
+        q = torch.rand((B, H, D), dtype=bf16, device=dev).mul_(2).sub_(1)
+        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=a.tensor_cores)
+        w.plan(indptr, indices, last, H, HK, D, P, q_data_type=bf16, kv_data_type=kvdt)
+        ms = timeit(lambda: w.run(q, cache))
+        # K+V actually read (kv_len tokens per request) + q + o, as flashinfer bench counts.
+        nbytes = B * KV * HK * D * 2 * cache.element_size() + 2 * B * H * D * 2
+        return ms, nbytes
+
+    t0 = time.monotonic()
+    jit_failed, ok_dtypes = {}, set()
+    for p, r in zip(plan, out):
+        if p["status"]:
+            continue
+        if a.deadline and time.monotonic() - t0 > a.deadline:
+            print("[SKIP] upstream decode grid :: the deadline (%d s) passed; the rest not run"
+                  % a.deadline)
+            break
+        name = "b%s kv%s h%s:%s p%s %s" % (p["batch"], p["kv_len"], p["qo_heads"], p["kv_heads"],
+                                          p["page"], p["kv_dtype"])
+        dt = p["kv_dtype"]
+        if dt in jit_failed:
+            r["status"] = "error: as the first %s row: %s" % (dt, jit_failed[dt])
+            write()
+            continue
+        try:
+            ms, nbytes = run_row(p)
+            tb = nbytes / (ms * 1e-3) / 1e12
+            r["median_ms"], r["tb_per_s"] = "%.6f" % ms, "%.4f" % tb
+            if a.peak_tbps > 0:
+                r["pct_peak"] = "%.1f" % (100.0 * tb / a.peak_tbps)
+            r["status"] = "ok"
+            ok_dtypes.add(dt)
+            print("[PERF] upstream decode %s :: median time %.4f ms; %.4f TB/sec%s"
+                  % (name, ms, tb, "; %s %% of peak" % r["pct_peak"] if r["pct_peak"] else ""))
+        except Exception as e:
+            msg = first_line(e)
+            oom = "out of memory" in msg.lower()
+            if dt not in ok_dtypes and not oom:  # the JIT (or the dtype) fails: once per dtype
+                jit_failed[dt] = msg
+            r["status"] = "error: " + msg
+            print("[SKIP] upstream decode %s :: %s" % (name, msg))
+            traceback.print_exc(limit=3)
+        finally:
+            torch.cuda.empty_cache()
+        write()
+    return 0
+
+
+def others(a):
     rows = []
 
     def write():
@@ -44,28 +183,12 @@ def main():
     print("[INFO] upstream flashinfer %s, torch %s" % (getattr(flashinfer, "__version__", "?"),
                                                        torch.__version__))
     dev = torch.device("cuda")
-    l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 64 << 20) or (64 << 20)
-    flush = torch.empty(2 * l2, dtype=torch.uint8, device=dev)
+    timeit = make_timer(torch, dev, a.iters, 5)
     torch.manual_seed(42)
     bf16 = torch.bfloat16
 
     def rnd(*shape):
         return (torch.rand(shape, device=dev) - 0.5).to(bf16)
-
-    def timeit(fn):
-        for _ in range(5):
-            fn()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(a.iters):
-            flush.zero_()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            ts.append(s.elapsed_time(e))
-        return statistics.median(ts)
 
     def case(name, shape, build, flops, nbytes):
         try:
@@ -73,11 +196,13 @@ def main():
             ms = timeit(fn)
             tf, tb = flops / (ms * 1e-3) / 1e12, nbytes / (ms * 1e-3) / 1e12
             rows.append([name, shape, "%.6f" % ms, "%.6f" % tf, "%.6f" % tb, "ok"])
+            write()
             print("[PERF] upstream %s (%s) :: median time %.4f ms; %.4f TFLOPs/sec; %.4f TB/sec"
                   % (name, shape, ms, tf, tb))
         except Exception as e:
             msg = (str(e).splitlines() or [type(e).__name__])[0][:300]
             rows.append([name, shape, "", "", "", "error: %s" % msg])
+            write()
             print("[SKIP] upstream %s :: %s" % (name, msg))
             traceback.print_exc(limit=3)
 
@@ -91,19 +216,6 @@ def main():
         last = torch.full((batch,), (kv_len - 1) % P + 1, dtype=torch.int32, device=dev)
         cache = rnd(batch * pages_per, 2, P, HK, D)
         return indptr, indices, last, cache
-
-    # Decode: batch 64, kv 2048, GQA 32:8, D 128, page 16 (the bench phase's headline row).
-    B, KV = 64, 2048
-
-    def decode():
-        indptr, indices, last, cache = paged(B, KV)
-        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
-        w.plan(indptr, indices, last, H, HK, D, P, q_data_type=bf16, kv_data_type=bf16)
-        q = rnd(B, H, D)
-        return lambda: w.run(q, cache)
-
-    case("BatchDecodeWithPagedKVCacheWrapper.run", "b%d kv%d h%d:%d d%d p%d" % (B, KV, H, HK, D, P),
-         decode, 4.0 * B * H * KV * D, 2.0 * B * KV * HK * D * 2 + 2.0 * B * H * D * 2)
 
     # Prefill: batch 4, qo 512, kv 2048, causal (same as the bench phase's prefill row).
     PB, QO, PKV = (2, 256, 1024) if a.quick else (4, 512, 2048)
@@ -140,6 +252,25 @@ def main():
          0.0, 4.0 * SB * V)
     write()
     return 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--decode-grid", help="phase 5b's grid plan (decode_grid_plan.csv)")
+    ap.add_argument("--iters", type=int, default=None, help="timed iterations (grid 20, others 30)")
+    ap.add_argument("--warmup", type=int, default=3, help="warm-up iterations (grid)")
+    ap.add_argument("--peak-tbps", type=float, default=0.0, help="the device's peak, for %% of peak")
+    ap.add_argument("--deadline", type=float, default=0.0, help="seconds; then no new grid row")
+    ap.add_argument("--tensor-cores", action="store_true", help="use_tensor_cores=True (grid)")
+    ap.add_argument("--skip-all", default="", help="write every grid row as skipped: REASON")
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    if a.decode_grid:
+        a.iters = a.iters or 20
+        return decode_grid(a)
+    a.iters = a.iters or 30
+    return others(a)
 
 
 if __name__ == "__main__":

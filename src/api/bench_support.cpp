@@ -1,11 +1,15 @@
 // Helpers for bench hooks, and the timing loop behind `flashinfer bench`.
 #include "api/bench_support.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "calls/written_tensors.h"
+#include "core/element.h"
 #include "flashinfer/error.h"
 #include "flashinfer/stream.h"
 #if FLASHINFER_WITH_CUDA
@@ -54,11 +58,102 @@ std::vector<std::string> bench_routines() {
 
 namespace api::bench {
 
+namespace {
+
+// Tensor::uniform_'s counter-based draw (src/core/tensor.cpp): element i of `seed` in [0, 1).
+// Repeated here so that random_tensor can fill any index range on any thread; the check in
+// random_tensor keeps the two in step.
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Element i of the fill as uniform_ then to(dtype) would write it: the double drawn, rounded to
+// fp32 (uniform_ fills an fp32 tensor), then encoded in `D`.
+template <DType D>
+void fill_range(uint8_t* dst, int64_t lo, int64_t hi, uint64_t key, double low, double high) {
+  const std::size_t es = dtype_size(D);
+  for (int64_t i = lo; i < hi; ++i) {
+    const uint64_t r = splitmix64(key ^ (static_cast<uint64_t>(i) * 0xD1B54A32D192ED03ull));
+    const double v = low + (high - low) * (static_cast<double>(r >> 11) * 0x1.0p-53);
+    ::flashinfer::detail::encode_element(D, static_cast<double>(static_cast<float>(v)),
+                                         dst + static_cast<std::size_t>(i) * es);
+  }
+}
+
+using FillFn = void (*)(uint8_t*, int64_t, int64_t, uint64_t, double, double);
+
+FillFn fill_fn(DType dtype) {
+  switch (dtype) {
+#define FI_BENCH_FILL(d) \
+  case d:                \
+    return &fill_range<d>;
+    FI_BENCH_FILL(DType::kFloat32)
+    FI_BENCH_FILL(DType::kFloat64)
+    FI_BENCH_FILL(DType::kFloat16)
+    FI_BENCH_FILL(DType::kBFloat16)
+    FI_BENCH_FILL(DType::kFloat8E4M3FN)
+    FI_BENCH_FILL(DType::kFloat8E5M2)
+    FI_BENCH_FILL(DType::kInt8)
+    FI_BENCH_FILL(DType::kUInt8)
+    FI_BENCH_FILL(DType::kInt16)
+    FI_BENCH_FILL(DType::kInt32)
+    FI_BENCH_FILL(DType::kInt64)
+    FI_BENCH_FILL(DType::kBool)
+#undef FI_BENCH_FILL
+    case DType::kFloat4E2M1FNx2:
+      break;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+// The values of Tensor::empty(shape, fp32).uniform_(seed, low, high).to(dtype), filled on every
+// hardware thread straight into `dtype`: the decode grid's largest caches hold billions of
+// elements, which the one-thread fill through a vector of doubles would take minutes (and tens of
+// GB of host memory) to draw.
 Tensor random_tensor(const Shape& shape, DType dtype, Device device, uint64_t seed, double low,
                      double high) {
-  Tensor t = Tensor::empty(shape, DType::kFloat32);
-  t.uniform_(seed, low, high);
-  return t.to(dtype).to(device);
+  const FillFn fill = fill_fn(dtype);
+  if (fill == nullptr) {  // packed fp4: to(dtype) says why not
+    Tensor t = Tensor::empty(shape, DType::kFloat32);
+    t.uniform_(seed, low, high);
+    return t.to(dtype).to(device);
+  }
+  Tensor t = Tensor::empty(shape, dtype);
+  const int64_t n = t.numel();
+  auto* dst = static_cast<uint8_t*>(t.data_ptr());
+  const uint64_t key = splitmix64(seed);
+  constexpr int64_t kPerThread = int64_t{1} << 20;
+  const int64_t threads = std::clamp<int64_t>(
+      n / kPerThread, 1, std::max<int64_t>(1, std::thread::hardware_concurrency()));
+  if (threads == 1) {
+    fill(dst, 0, n, key, low, high);
+  } else {
+    std::vector<std::thread> pool;
+    const int64_t chunk = (n + threads - 1) / threads;
+    for (int64_t k = 0; k < threads; ++k) {
+      const int64_t lo = std::min(n, k * chunk), hi = std::min(n, lo + chunk);
+      pool.emplace_back([=] { fill(dst, lo, hi, key, low, high); });
+    }
+    for (auto& th : pool) th.join();
+  }
+  // In step with uniform_: the first elements drawn the reference way must be the same bytes.
+  const int64_t m = std::min<int64_t>(n, 64);
+  if (m > 0) {
+    Tensor ref = Tensor::empty({m}, DType::kFloat32);
+    ref.uniform_(seed, low, high);
+    ref = ref.to(dtype);
+    FLASHINFER_CHECK_CODE(
+        std::memcmp(ref.data_ptr(), dst, static_cast<std::size_t>(m) * t.element_size()) == 0,
+        ErrorCode::kInternal, "bench", "random_tensor",
+        "the parallel fill differs from Tensor::uniform_ (src/core/tensor.cpp "
+        "changed its generator?)");
+  }
+  return t.to(device);
 }
 
 Tensor int32_tensor(const std::vector<int64_t>& values, Device device) {
@@ -76,6 +171,40 @@ namespace {
 
 Tensor host_copy(const Tensor& t) { return t.device().is_cpu() ? t.clone() : t.to(Device::cpu()); }
 
+// The device tensors' bytes in a result (0 when it holds none).
+std::size_t device_bytes(const Value& v) {
+  if (v.is_tensor()) {
+    const Tensor& t = v.as_tensor();
+    return t.defined() && t.device().is_cuda() ? t.nbytes() : 0;
+  }
+  std::size_t n = 0;
+  if (v.is_sequence()) {
+    for (const Value& item : v.items()) n += device_bytes(item);
+  }
+  return n;
+}
+
+// A timed run() must not free the previous iteration's device result: cudaFree waits for the
+// device, so the stop event would be recorded only after the host got back, adding microseconds
+// that are no part of the kernel (upstream's torch allocator frees without waiting). Earlier
+// results are kept here and released together once they hold 64 results or 1 GiB (one
+// iteration in a batch pays for it: the median does not see it), and before outputs().
+struct KeptResults {
+  std::vector<Value> values;
+  std::size_t bytes = 0;
+  void keep(Value v) {
+    const std::size_t n = device_bytes(v);
+    if (n == 0) return;  // host results free without waiting
+    values.push_back(std::move(v));
+    bytes += n;
+    if (values.size() >= 64 || bytes >= (std::size_t{1} << 30)) release();
+  }
+  void release() {
+    values.clear();
+    bytes = 0;
+  }
+};
+
 }  // namespace
 
 BenchCase invoke_case(const std::string& name, std::vector<Value> positional,
@@ -88,9 +217,15 @@ BenchCase invoke_case(const std::string& name, std::vector<Value> positional,
   auto args = std::make_shared<CallArgs>(
       *decl, bind_arguments(*decl, std::move(positional), std::move(keyword)));
   auto last = std::make_shared<Value>();
+  auto kept = std::make_shared<KeptResults>();
   BenchCase c;
-  c.run = [decl, args, last] { *last = decl->invoke(*args); };
-  c.outputs = [decl, args, last] {
+  c.run = [decl, args, last, kept] {
+    Value result = decl->invoke(*args);
+    kept->keep(std::move(*last));
+    *last = std::move(result);
+  };
+  c.outputs = [decl, args, last, kept] {
+    kept->release();
     NamedTensors out;
     if (last->is_tensor()) {
       out.emplace_back("result", host_copy(last->as_tensor()));

@@ -38,6 +38,7 @@ struct BenchOptions {
   bool verbose = false;
   bool no_cold_l2 = false;
   std::string output_path;
+  std::string testlist;
   std::string q_dtype = "bfloat16", kv_dtype = "bfloat16", input_dtype = "bfloat16", out_dtype;
   BenchShape shape;
 };
@@ -390,10 +391,18 @@ int run_bench(BenchOptions o) {
         name.c_str(), med, sd, tflops, tbps);
     if (dev.is_cuda() && secs > 0) {
       // The GPU yardstick is the device's own peak (the CPU's is the stream_copy routine).
+      // Peak: two transfers per memory clock times the bus width (the driver's attributes).
       const double peak = detail::cuda_peak_memory_bandwidth(dev.index);
       if (peak > 0) {
-        std::printf("[INFO] %-8s:: %.3f of the device's peak memory bandwidth (%.3f TB/sec)\n",
-                    name.c_str(), c.bytes / secs / peak, peak / 1e12);
+        const double frac = c.bytes / secs / peak;
+        std::printf(
+            "[INFO] %-8s:: %.3f of the device's peak memory bandwidth (%.1f %% of %.3f TB/sec)\n",
+            name.c_str(), frac, 100.0 * frac, peak / 1e12);
+      } else {
+        std::printf(
+            "[INFO] %-8s:: the device's peak memory bandwidth is unknown (the driver reports no "
+            "memory clock or bus width)\n",
+            name.c_str());
       }
     }
     if (csv) {
@@ -405,6 +414,101 @@ int run_bench(BenchOptions o) {
   return 0;
 }
 
+// The flags of `flashinfer bench`, bound to `o` (also used for each line of a --testlist).
+void add_bench_options(CLI::App& app, BenchOptions& o) {
+  BenchShape& s = o.shape;
+  // A flag given twice takes its last value, as with upstream's argparse.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--routine", o.routine, "Op or wrapper method to time (see --list)");
+  app.add_flag("--list", o.list, "List the routines (ops whose declaration has a bench hook)");
+  app.add_option("--backends", o.backends, "Backends to time: cpu cuda")
+      ->expected(1, 2)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--num_iters", o.num_iters, "Timed iterations (30)");
+  app.add_option("--dry_run_iters", o.dry_run_iters, "Untimed warm-up iterations (5)");
+  app.add_flag("--refcheck", o.refcheck, "Compare every backend with the CPU reference");
+  app.add_flag("--allow_output_mismatch", o.allow_output_mismatch,
+               "Time even when refcheck finds a mismatch");
+  app.add_flag("-v,--verbose", o.verbose, "Print FLOP and byte counts and refcheck details");
+  app.add_flag("--no_cold_l2", o.no_cold_l2, "CUDA: do not flush the L2 between iterations");
+  app.add_option("--output_path", o.output_path, "Append one CSV row per backend to this file");
+  app.add_option("--testlist", o.testlist,
+                 "Run each line of this file as the flags of one bench (on top of these flags), "
+                 "in one process");
+  app.add_option("--random_seed", s.random_seed, "Seed of the random inputs (42)");
+  app.add_option("--batch_size", s.batch_size, "Requests, rows or tokens");
+  app.add_option("--s_qo", s.s_qo, "Query length per request");
+  app.add_option("--s_kv", s.s_kv, "KV length per request");
+  app.add_option("--num_qo_heads", s.num_qo_heads, "Query heads");
+  app.add_option("--num_kv_heads", s.num_kv_heads, "KV heads");
+  app.add_option("--head_dim_qk", s.head_dim_qk, "Head dim of q and k");
+  app.add_option("--head_dim_vo", s.head_dim_vo, "Head dim of v and o");
+  app.add_option("--page_size", s.page_size, "Tokens per KV page");
+  app.add_option("--q_dtype", o.q_dtype, "Query dtype (bfloat16)");
+  app.add_option("--kv_dtype", o.kv_dtype, "KV dtype (bfloat16)");
+  app.add_flag("--causal", s.causal, "Causal mask (prefill)");
+  app.add_option("--m", s.m, "GEMM rows / quantization rows / copy rows");
+  app.add_option("--n", s.n, "GEMM columns / copy columns");
+  app.add_option("--k", s.k, "GEMM depth / quantization columns");
+  app.add_option("--input_dtype", o.input_dtype,
+                 "Input dtype of norm, activation, GEMM, quantization");
+  app.add_option("--out_dtype", o.out_dtype, "GEMM output dtype (bfloat16)");
+  app.add_option("--hidden_size", s.hidden_size, "Hidden size (norm, activation)");
+  app.add_option("--vocab_size", s.vocab_size, "Vocabulary size (sampling)");
+  app.add_option("--top_k", s.top_k, "top_k (sampling)");
+  app.add_option("--top_p", s.top_p, "top_p (sampling)");
+}
+
+// --testlist: each line (blank lines and # comments skipped) holds the flags of one run, applied
+// on top of the command line's flags; one process runs them in order, as upstream's
+// flashinfer_benchmark.py --testlist does. A line that fails says so and the next one runs.
+int run_testlist(const BenchOptions& base) {
+  std::ifstream in(base.testlist);
+  if (!in) {
+    FLASHINFER_FAIL(ErrorCode::kIo, "bench", "testlist", "cannot open '", base.testlist,
+                    "' for reading");
+  }
+  std::string line;
+  int number = 0, ran = 0, failed = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+      line.pop_back();
+    const std::size_t first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '#') continue;
+    const std::string text = line.substr(first);
+    ++ran;
+    std::printf("[TESTLIST] line %d: %s\n", number, text.c_str());
+    std::fflush(stdout);
+    int status = 0;
+    std::string why;
+    try {
+      BenchOptions o = base;
+      o.testlist.clear();
+      CLI::App app{"a line of flashinfer bench --testlist"};
+      add_bench_options(app, o);
+      app.parse(text, false);
+      if (!o.testlist.empty()) {
+        FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "testlist",
+                        "a testlist line cannot name another testlist");
+      }
+      status = run_bench(o);
+    } catch (const std::exception& e) {  // flashinfer::Error, CLI11's parse errors, bad_alloc
+      why = e.what();
+      status = 1;
+    }
+    if (status != 0) {
+      ++failed;
+      if (why.empty()) why = "exit status " + std::to_string(status);
+      std::printf("[ERROR] testlist line %d: %s\n", number, why.c_str());
+    }
+    std::fflush(stdout);
+  }
+  std::printf("[TESTLIST] %d lines run, %d failed\n", ran, failed);
+  std::fflush(stdout);
+  return failed ? 1 : 0;
+}
+
 }  // namespace
 
 Command bench_command() {
@@ -413,47 +517,9 @@ Command bench_command() {
       "Time an op on each backend ([PERF] lines and CSV, as upstream's flashinfer_benchmark.py)",
       [](CLI::App& sub) {
         auto o = std::make_shared<BenchOptions>();
-        BenchShape& s = o->shape;
-        // A flag given twice takes its last value, as with upstream's argparse.
-        sub.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-        sub.add_option("--routine", o->routine, "Op or wrapper method to time (see --list)");
-        sub.add_flag("--list", o->list,
-                     "List the routines (ops whose declaration has a bench hook)");
-        sub.add_option("--backends", o->backends, "Backends to time: cpu cuda")
-            ->expected(1, 2)
-            ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-        sub.add_option("--num_iters", o->num_iters, "Timed iterations (30)");
-        sub.add_option("--dry_run_iters", o->dry_run_iters, "Untimed warm-up iterations (5)");
-        sub.add_flag("--refcheck", o->refcheck, "Compare every backend with the CPU reference");
-        sub.add_flag("--allow_output_mismatch", o->allow_output_mismatch,
-                     "Time even when refcheck finds a mismatch");
-        sub.add_flag("-v,--verbose", o->verbose, "Print FLOP and byte counts and refcheck details");
-        sub.add_flag("--no_cold_l2", o->no_cold_l2, "CUDA: do not flush the L2 between iterations");
-        sub.add_option("--output_path", o->output_path,
-                       "Append one CSV row per backend to this file");
-        sub.add_option("--random_seed", s.random_seed, "Seed of the random inputs (42)");
-        sub.add_option("--batch_size", s.batch_size, "Requests, rows or tokens");
-        sub.add_option("--s_qo", s.s_qo, "Query length per request");
-        sub.add_option("--s_kv", s.s_kv, "KV length per request");
-        sub.add_option("--num_qo_heads", s.num_qo_heads, "Query heads");
-        sub.add_option("--num_kv_heads", s.num_kv_heads, "KV heads");
-        sub.add_option("--head_dim_qk", s.head_dim_qk, "Head dim of q and k");
-        sub.add_option("--head_dim_vo", s.head_dim_vo, "Head dim of v and o");
-        sub.add_option("--page_size", s.page_size, "Tokens per KV page");
-        sub.add_option("--q_dtype", o->q_dtype, "Query dtype (bfloat16)");
-        sub.add_option("--kv_dtype", o->kv_dtype, "KV dtype (bfloat16)");
-        sub.add_flag("--causal", s.causal, "Causal mask (prefill)");
-        sub.add_option("--m", s.m, "GEMM rows / quantization rows / copy rows");
-        sub.add_option("--n", s.n, "GEMM columns / copy columns");
-        sub.add_option("--k", s.k, "GEMM depth / quantization columns");
-        sub.add_option("--input_dtype", o->input_dtype,
-                       "Input dtype of norm, activation, GEMM, quantization");
-        sub.add_option("--out_dtype", o->out_dtype, "GEMM output dtype (bfloat16)");
-        sub.add_option("--hidden_size", s.hidden_size, "Hidden size (norm, activation)");
-        sub.add_option("--vocab_size", s.vocab_size, "Vocabulary size (sampling)");
-        sub.add_option("--top_k", s.top_k, "top_k (sampling)");
-        sub.add_option("--top_p", s.top_p, "top_p (sampling)");
-        return std::function<int()>([o] { return run_bench(*o); });
+        add_bench_options(sub, *o);
+        return std::function<int()>(
+            [o] { return o->testlist.empty() || o->list ? run_bench(*o) : run_testlist(*o); });
       }};
 }
 
