@@ -1,30 +1,63 @@
 // CUDA kernels for DeepSeek MLA attention over the paged latent cache (CUDA cores, fp32
-// accumulation). One block per (query row, group of up to 8 heads, KV split); one warp per head.
-// The block stages kTile cache tokens (latent + rope, converted to fp32) in shared memory once
-// for all its heads, so each latent row is read from global memory once per head group instead
-// of once per head. Each warp keeps an online softmax (running max, running sum) and its head's
-// 512-wide accumulator in registers (16 floats per lane). When the grid would leave the GPU idle
-// (few rows and heads, long caches) the KV axis is split and a merge pass combines the partial
-// states. Semantics are the CPU reference's (kernels/cpu/mla_cpu.cpp): the same score formula,
-// empty rows give 0 and LSE -inf, the LSE in base 2 unless asked for base e.
+// accumulation). Semantics are the CPU reference's (kernels/cpu/mla_cpu.cpp): the same score
+// formula, empty rows give 0 and LSE -inf, the LSE in base 2 unless asked for base e.
+//
+// Two attention kernels; the launcher picks one per call:
+//   - mla_decode_kernel: DeepSeek's shape (head_dim_ckv 512, head_dim_kpe 64), an fp16 / bf16 /
+//     fp8 cache, every q / ckv / kpe / o row 16-byte aligned. Built on the device library
+//     (kernels/cuda/device) the way the GQA decode kernel is (attention_decode_kernel.cuh). Block
+//     per (query row, group of up to 16 heads, KV split), one warp per two heads. The latent row
+//     is the key and the value at once, so the block copies each stage of kDecTokens cache tokens
+//     (ckv and kpe) page -> shared memory once for all of its heads, with 16-byte cp.async in
+//     kDecStages stages (one commit group per stage), and keeps it in the cache's dtype until the
+//     FMA. The page table is read once per kDecCache tokens into shared memory as element
+//     offsets. Lane l owns the 16-byte units l, l + 32, ... of the ckv row (16 dims) and 2 dims
+//     of kpe; it holds those dims of its heads' queries (pre-scaled) and of their 512-wide
+//     accumulators in registers. A score is a warp sum; the online softmax is base 2.
+//   - mla_attention_kernel: everything else (other dims, fp32 caches, unaligned rows). Block per
+//     (query row, group of up to 8 heads, KV split), one warp per head, tokens staged in shared
+//     memory as fp32, element-wise loads.
+// When the grid would leave the GPU idle (few rows and heads, long caches) the KV axis is split
+// and mla_merge_kernel combines the partial states (m in log2 units, l, the unnormalized o).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <initializer_list>
 
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/device/cp_async.cuh"
+#include "kernels/cuda/device/fastdiv.cuh"
+#include "kernels/cuda/device/softmax_state.cuh"
+#include "kernels/cuda/device/vec.cuh"
 #include "kernels/cuda/mla_cuda.h"
 
 namespace flashinfer::kernels::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kMaxHeadsPerBlock = 8;               // warps per block, one head each
-constexpr int kTile = 16;                          // cache tokens staged per step
+constexpr int kMaxHeadsPerBlock = 8;               // fallback: warps per block, one head each
+constexpr int kTile = 16;                          // fallback: cache tokens staged per step
 constexpr int kCkvPerLane = 16;                    // dim_ckv <= 32 * 16 = 512 (registers)
 constexpr int kMaxSplits = 64;                     // KV splits per row at most
 constexpr int64_t kMinChunk = 256;                 // tokens per split at least
 constexpr int64_t kMaxScratch = int64_t{1} << 28;  // bytes of split partials at most
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// The decode kernel's shape (see the top of the file).
+constexpr int kDecCkv = 512, kDecKpe = 64, kDecRow = kDecCkv + kDecKpe;  // dims
+constexpr int kDecHeadsPerWarp = 2;
+constexpr int kDecMaxWarps = 8;
+constexpr int kDecTokens = 16;  // cache tokens per pipeline stage
+constexpr int kDecStages = 2;   // stages in flight (one cp.async group each)
+constexpr int kDecSub = 8;      // tokens per online-softmax update
+constexpr int kDecFill = 4;     // stages per page-offset refill: a power of two >= kDecStages
+constexpr int kDecCache = kDecTokens * kDecFill;  // tokens whose offsets are cached
+constexpr int kDecCkvLane = kDecCkv / kWarp;      // ckv dims a lane owns: 16
+constexpr int kDecKpeLane = kDecKpe / kWarp;      // kpe dims a lane owns: 2
+static_assert(kDecTokens % kDecSub == 0 && kTile == kDecTokens, "split chunks fit both kernels");
+static_assert((kDecFill & (kDecFill - 1)) == 0 && kDecFill >= kDecStages, "offset refill period");
+static_assert(kDecCkvLane == kCkvPerLane && kDecKpeLane == 2, "lane ownership");
 
 // The request's causal end (tokens [0, end) are visible to `row`), as in the CPU reference.
 struct RowSpan {
@@ -41,9 +74,18 @@ __device__ __forceinline__ RowSpan row_span(const MlaAttentionParams& p, int64_t
   return {b, end};
 }
 
+__device__ __forceinline__ float warp_reduce_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// ---- fallback kernel -------------------------------------------------------------------------
+
 // Grid (rows, head groups, splits), blockDim 32 * G. Split z covers tokens [z * chunk, (z + 1)
 // * chunk) of the row's visible range. part_o == nullptr: one split, the final output is written
-// here; otherwise the unnormalized accumulator and (m, l) go to the partials for the merge.
+// here; otherwise the unnormalized accumulator and (m * log2 e, l) go to the partials for the
+// merge (the decode kernel's base-2 state).
 template <class KV>
 __global__ void __launch_bounds__(kWarp* kMaxHeadsPerBlock)
     mla_attention_kernel(MlaAttentionParams p, int64_t chunk, float* part_o, float* part_ml) {
@@ -161,51 +203,423 @@ __global__ void __launch_bounds__(kWarp* kMaxHeadsPerBlock)
     if (d < dc) po[d] = acc[i];
   }
   if (lane == 0) {
-    part_ml[2 * state] = m;
+    part_ml[2 * state] = m * kLog2e;  // -inf stays -inf
     part_ml[2 * state + 1] = l;
   }
 }
 
-// Grid (rows, heads), 128 threads: combines the splits' (m, l, acc) of one (row, head). A split
-// that saw no finite score (m == -inf) weighs 0, as an all -inf row does in the CPU reference.
-__global__ void mla_merge_kernel(MlaAttentionParams p, int splits, const float* part_o,
-                                 const float* part_ml) {
+// ---- decode kernel (dim_ckv 512, dim_kpe 64) -------------------------------------------------
+//
+// Lane ownership, for a cache of E-byte elements (kChunk = 16 / E elements per 16-byte unit):
+// lane l owns the ckv dims of the units u * 32 + l, u < 16 / kChunk (register i = u * kChunk + e
+// holds dim (u * 32 + l) * kChunk + e), and the kpe dims 2 l and 2 l + 1. The query, the
+// accumulator and the output use the same map, so a lane never needs another lane's dims.
+
+// This lane's ckv dims of one cache row (shared memory) as fp32: 128-bit loads.
+template <class T, int kChunk>
+__device__ __forceinline__ void dec_load_ckv(const T* row, int lane, float* out) {
+#pragma unroll
+  for (int u = 0; u < kDecCkvLane / kChunk; ++u) {
+    dev::load_f32<T, kChunk>(row + (u * kWarp + lane) * kChunk, out + u * kChunk);
+  }
+}
+
+// dec_load_ckv for the second read of a row in dec_attend: ld.volatile, which the compiler may
+// not merge with the first read of the same address. Merged, the kDecSub widened rows of the
+// score loop (16 * kDecSub floats a lane) would stay live across the softmax update and spill;
+// reading shared memory again is cheaper.
+template <class T, int kChunk>
+__device__ __forceinline__ void dec_reload_ckv(const T* row, int lane, float* out) {
+#pragma unroll
+  for (int u = 0; u < kDecCkvLane / kChunk; ++u) {
+    dev::Vec<T, kChunk> x;
+    static_assert(sizeof(x) == sizeof(uint4), "one 16-byte unit");
+    uint4 w;
+    asm volatile("ld.volatile.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                 : "r"(dev::cp_async::smem_addr(row + (u * kWarp + lane) * kChunk))
+                 : "memory");
+    *reinterpret_cast<uint4*>(x.v) = w;
+    dev::widen<kChunk>(x.v, out + u * kChunk);
+  }
+}
+
+// This lane's query dims of head h (global memory), widened: kChunk or 4 elements an access, at
+// least 4 bytes each (no 8- or 16-bit global loads), aligned as the launcher checked. For q_pe,
+// lanes 2i and 2i + 1 both load dims 4i .. 4i + 3 and keep their own pair.
+template <class TQ, int kChunk>
+__device__ __forceinline__ void dec_load_q_as(const MlaAttentionParams& p, int64_t row, int h,
+                                              int lane, float* qn, float* qp) {
+  const TQ* n = static_cast<const TQ*>(p.q_nope) + row * p.qn_stride_n + h * p.qn_stride_h;
+  const TQ* e = static_cast<const TQ*>(p.q_pe) + row * p.qp_stride_n + h * p.qp_stride_h;
+  dec_load_ckv<TQ, kChunk>(n, lane, qn);
+  float four[2 * kDecKpeLane];
+  dev::load_f32<TQ, 2 * kDecKpeLane>(e + (lane / 2) * (2 * kDecKpeLane), four);
+#pragma unroll
+  for (int i = 0; i < kDecKpeLane; ++i) qp[i] = lane % 2 == 0 ? four[i] : four[kDecKpeLane + i];
+}
+
+template <int kChunk>
+__device__ __forceinline__ void dec_load_q(const MlaAttentionParams& p, int64_t row, int h,
+                                           int lane, float* qn, float* qp) {
+  switch (p.q_dtype) {
+    case DType::kFloat16:
+      dec_load_q_as<__half, kChunk>(p, row, h, lane, qn, qp);
+      return;
+    case DType::kBFloat16:
+      dec_load_q_as<__nv_bfloat16, kChunk>(p, row, h, lane, qn, qp);
+      return;
+    case DType::kFloat8E4M3FN:
+      dec_load_q_as<__nv_fp8_e4m3, kChunk>(p, row, h, lane, qn, qp);
+      return;
+    case DType::kFloat8E5M2:
+      dec_load_q_as<__nv_fp8_e5m2, kChunk>(p, row, h, lane, qn, qp);
+      return;
+    default:
+      dec_load_q_as<float, kChunk>(p, row, h, lane, qn, qp);
+      return;
+  }
+}
+
+// Stores this lane's 16 output dims of one row (rounded to nearest-even), kChunk a store.
+template <class TO, int kChunk>
+__device__ __forceinline__ void dec_store_row(TO* row, int lane, const float* v) {
+#pragma unroll
+  for (int u = 0; u < kDecCkvLane / kChunk; ++u) {
+    dev::store_from_f32<TO, kChunk>(row + (u * kWarp + lane) * kChunk, v + u * kChunk);
+  }
+}
+
+template <int kChunk>
+__device__ __forceinline__ void dec_store_o(const MlaAttentionParams& p, int64_t off, int lane,
+                                            const float* v) {
+  switch (p.o_dtype) {
+    case DType::kFloat16:
+      dec_store_row<__half, kChunk>(static_cast<__half*>(p.o) + off, lane, v);
+      return;
+    case DType::kBFloat16:
+      dec_store_row<__nv_bfloat16, kChunk>(static_cast<__nv_bfloat16*>(p.o) + off, lane, v);
+      return;
+    default:
+      dec_store_row<float, kChunk>(static_cast<float*>(p.o) + off, lane, v);
+      return;
+  }
+}
+
+using DecState = dev::SoftmaxState<kDecCkvLane>;
+
+// One warp, kDecSub consecutive tokens of a staged tile (`sub`: their rows in shared memory), of
+// which the first n >= 1 are visible; the others are zero-filled rows. Folds them into the
+// states of the warp's heads. q is pre-scaled, so a score comes out in log2 units. Every lane
+// ends with the same scores (xor butterfly: each step adds the same two values on both lanes),
+// hence the same m and d: the branches below are warp-uniform.
+template <class KV, int kChunk>
+__device__ __forceinline__ void dec_attend(const KV* sub, int n, int lane,
+                                           const float (&qn)[kDecHeadsPerWarp][kDecCkvLane],
+                                           const float (&qp)[kDecHeadsPerWarp][kDecKpeLane],
+                                           DecState (&st)[kDecHeadsPerWarp]) {
+  float s[kDecHeadsPerWarp][kDecSub];
+#pragma unroll
+  for (int j = 0; j < kDecSub; ++j) {
+    const KV* r = sub + j * kDecRow;
+    float c[kDecCkvLane], k[kDecKpeLane];
+    dec_load_ckv<KV, kChunk>(r, lane, c);
+    dev::load_f32<KV, kDecKpeLane>(r + kDecCkv + lane * kDecKpeLane, k);
+#pragma unroll
+    for (int hh = 0; hh < kDecHeadsPerWarp; ++hh) {
+      float a = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kDecCkvLane; ++i) a = fmaf(qn[hh][i], c[i], a);
+#pragma unroll
+      for (int i = 0; i < kDecKpeLane; ++i) a = fmaf(qp[hh][i], k[i], a);
+      s[hh][j] = a;
+    }
+  }
+#pragma unroll
+  for (int hh = 0; hh < kDecHeadsPerWarp; ++hh) {
+#pragma unroll
+    for (int j = 0; j < kDecSub; ++j) {
+      const float x = warp_reduce_sum(s[hh][j]);
+      s[hh][j] = j < n ? x : -INFINITY;  // a token past the end weighs exactly 0
+    }
+  }
+#pragma unroll
+  for (int hh = 0; hh < kDecHeadsPerWarp; ++hh) {
+    float m_tile = s[hh][0];
+#pragma unroll
+    for (int j = 1; j < kDecSub; ++j) m_tile = fmaxf(m_tile, s[hh][j]);
+    const float m_new = fmaxf(st[hh].m, m_tile);
+    if (m_new == -INFINITY) {  // no finite score yet: weights stay 0 (the CPU rule)
+#pragma unroll
+      for (int j = 0; j < kDecSub; ++j) s[hh][j] = 0.0f;
+      continue;
+    }
+    const float r = exp2f(st[hh].m - m_new);  // 0 while the state is empty
+    st[hh].d *= r;
+#pragma unroll
+    for (int i = 0; i < kDecCkvLane; ++i) st[hh].o[i] *= r;
+#pragma unroll
+    for (int j = 0; j < kDecSub; ++j) {
+      s[hh][j] = exp2f(s[hh][j] - m_new);  // 2^-inf = 0 past the end
+      st[hh].d += s[hh][j];
+    }
+    st[hh].m = m_new;
+  }
+  // The latent rows again, as values: a row past the end is zeros with weight 0, adding 0.
+#pragma unroll
+  for (int j = 0; j < kDecSub; ++j) {
+    float c[kDecCkvLane];
+    dec_reload_ckv<KV, kChunk>(sub + j * kDecRow, lane, c);
+#pragma unroll
+    for (int hh = 0; hh < kDecHeadsPerWarp; ++hh) {
+#pragma unroll
+      for (int i = 0; i < kDecCkvLane; ++i) st[hh].o[i] = fmaf(s[hh][j], c[i], st[hh].o[i]);
+    }
+  }
+}
+
+// Dynamic shared memory of the decode kernel for a cache of `kv_bytes`-byte elements: the page
+// offsets (ckv and kpe, int64) of kDecCache tokens, then kDecStages tiles of kDecTokens rows.
+constexpr std::size_t dec_smem_bytes(std::size_t kv_bytes) {
+  return 2 * kDecCache * sizeof(int64_t) + kDecStages * kDecTokens * kDecRow * kv_bytes;
+}
+
+// Grid (rows, head groups of 2 * warps, splits), blockDim 32 * warps (warps <= kDecMaxWarps).
+// Split z covers tokens [z * chunk, (z + 1) * chunk) of the row's visible range [0, end);
+// part_o == nullptr: one split, the output (and LSE) is written here, else the unnormalized o
+// and the base-2 (m, d) of each head go to the partials for mla_merge_kernel.
+template <class KV>
+__global__ void __launch_bounds__(kWarp* kDecMaxWarps, 2)
+    mla_decode_kernel(MlaAttentionParams p, dev::FastDivmod page_size, int32_t chunk, float* part_o,
+                      float* part_ml) {
+  constexpr int kChunk = 16 / static_cast<int>(sizeof(KV));  // elements per 16-byte unit
+  constexpr int kLaneUnits = kDecCkvLane / kChunk;           // ckv units a lane copies per row
+  constexpr int kKpeUnits = kDecKpe / kChunk;                // kpe units per row
+  static_assert(
+      kLaneUnits * kChunk == kDecCkvLane && kKpeUnits * kChunk == kDecKpe && kKpeUnits <= kWarp,
+      "a cache row is whole 16-byte units");
+
+  extern __shared__ __align__(16) uint8_t dec_smem[];
+  int64_t* ckv_off = reinterpret_cast<int64_t*>(dec_smem);  // [kDecCache] element offsets
+  int64_t* kpe_off = ckv_off + kDecCache;                   // [kDecCache]
+  KV* tiles = reinterpret_cast<KV*>(kpe_off + kDecCache);   // [kDecStages][kDecTokens][kDecRow]
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid % kWarp, warp = tid / kWarp;
+  const int nthreads = static_cast<int>(blockDim.x), warps = nthreads / kWarp;
+  const int64_t row = blockIdx.x;
+  const int h0 = (static_cast<int>(blockIdx.y) * warps + warp) * kDecHeadsPerWarp;
+  // A warp past the last head still copies and meets every barrier; it computes nothing.
+  const bool warp_on = h0 < p.num_heads;
+
+  pdl_wait();
+  const RowSpan span = row_span(p, row);
+  // begin < max_kv_len < 2^31 (the launcher leaves no split past the longest request), and
+  // stop <= kv_len: token indices are int32 from here. stop <= begin: nothing to do.
+  const int64_t begin64 = static_cast<int64_t>(blockIdx.z) * chunk;
+  const int32_t begin = static_cast<int32_t>(begin64);
+  const int32_t stop = static_cast<int32_t>(min(span.end, begin64 + chunk));
+  const int n_iter = stop > begin ? (stop - begin + kDecTokens - 1) / kDecTokens : 0;
+
+  // The warp's queries in fp32, scaled so that q . row is the score in log2 units. A head past
+  // the last (odd head counts) repeats the last one and is never written.
+  float qn[kDecHeadsPerWarp][kDecCkvLane], qp[kDecHeadsPerWarp][kDecKpeLane];
+  {
+    const float sn = p.sm_scale * p.ckv_scale * kLog2e, sp = p.sm_scale * p.kpe_scale * kLog2e;
+#pragma unroll
+    for (int hh = 0; hh < kDecHeadsPerWarp; ++hh) {
+      dec_load_q<kChunk>(p, row, min(h0 + hh, p.num_heads - 1), lane, qn[hh], qp[hh]);
+#pragma unroll
+      for (int i = 0; i < kDecCkvLane; ++i) qn[hh][i] *= sn;
+#pragma unroll
+      for (int i = 0; i < kDecKpeLane; ++i) qp[hh][i] *= sp;
+    }
+  }
+
+  const int32_t* pages = p.kv_indices + p.kv_indptr[span.b];
+  const KV* ckv = static_cast<const KV*>(p.ckv);
+  const KV* kpe = static_cast<const KV*>(p.kpe);
+
+  // Element offsets of the kDecCache tokens from t0 on (every thread of the block takes part);
+  // a token at or past `stop` gets 0: its copies are zero-fills that read nothing.
+  auto fill = [&](int32_t t0) {
+#pragma unroll 1
+    for (int i = tid; i < kDecCache; i += nthreads) {
+      const int64_t t = int64_t{t0} + i;
+      int64_t co = 0, ko = 0;
+      if (t < stop) {
+        uint32_t pg = 0, sl = 0;
+        page_size.divmod(static_cast<uint32_t>(t), pg, sl);
+        const int64_t id = pages[pg];
+        co = id * p.ckv_stride_page + static_cast<int64_t>(sl) * p.ckv_stride_token;
+        ko = id * p.kpe_stride_page + static_cast<int64_t>(sl) * p.kpe_stride_token;
+      }
+      ckv_off[i] = co;
+      kpe_off[i] = ko;
+    }
+  };
+
+  // Issues this thread's copies of stage `it` and commits them as one group; past the last stage
+  // the group is empty, so the wait count below holds to the end. Warp w copies rows w, w +
+  // warps, ... of the stage: lane l the ckv units l, l + 32, ... and (l < kKpeUnits) kpe unit l.
+  // A row past `stop` is zero-filled, so the tile never holds stale (possibly non-finite) data.
+  auto issue = [&](int it) {
+    if (it < n_iter) {
+      const int slot0 = (it & (kDecFill - 1)) * kDecTokens;  // the stage's first cached offset
+      const int32_t t0 = begin + it * kDecTokens;
+      KV* stage = tiles + (it % kDecStages) * (kDecTokens * kDecRow);
+#pragma unroll 1
+      for (int tok = warp; tok < kDecTokens; tok += warps) {
+        const bool valid = t0 + tok < stop;
+        const KV* c = ckv + ckv_off[slot0 + tok];
+        const KV* k = kpe + kpe_off[slot0 + tok];
+        KV* d = stage + tok * kDecRow;
+#pragma unroll
+        for (int u = 0; u < kLaneUnits; ++u) {
+          const int e = (u * kWarp + lane) * kChunk;
+          dev::cp_async::copy16_zfill(d + e, c + e, valid);
+        }
+        if (lane < kKpeUnits) {
+          dev::cp_async::copy16_zfill(d + kDecCkv + lane * kChunk, k + lane * kChunk, valid);
+        }
+      }
+    }
+    dev::cp_async::commit();
+  };
+
+  DecState st[kDecHeadsPerWarp];
+#pragma unroll
+  for (int hh = 0; hh < kDecHeadsPerWarp; ++hh) st[hh].init();
+
+  if (n_iter > 0) fill(begin);  // stages 0 .. kDecFill - 1 (kDecFill >= kDecStages)
+  __syncthreads();              // the offsets are visible to every warp's copies
+#pragma unroll
+  for (int s = 0; s < kDecStages; ++s) {
+    issue(s);
+  }
+
+  // Pipeline invariants (one commit group per stage; the GQA kernel has two, K and V, hence its
+  // wait<2 * stages - 1>):
+  //   - at the top of iteration `it` this thread has committed kDecStages + it groups, group g
+  //     holding its copies of stage g (empty for g >= n_iter); wait<kDecStages - 1> leaves at
+  //     most the newest kDecStages - 1 in flight, so groups 0 .. it have landed, and the barrier
+  //     after it makes every thread's copies of stage `it` visible to every warp;
+  //   - stage it + kDecStages reuses stage it's buffer: it is issued only after the barrier that
+  //     follows the last read of stage it;
+  //   - rows past `stop` are zero-filled; the scores of those rows are masked to -inf, so their
+  //     weight is exactly 0 and 0 * 0 adds nothing to the accumulators;
+  //   - n_iter, the sub-tile counts and the refill condition are block-uniform, so every thread
+  //     meets the same barriers (warps without a head skip the math only).
+#pragma unroll 1
+  for (int it = 0; it < n_iter; ++it) {
+    dev::cp_async::wait<kDecStages - 1>();
+    __syncthreads();
+    if (warp_on) {
+      const KV* stage = tiles + (it % kDecStages) * (kDecTokens * kDecRow);
+      const int32_t t0 = begin + it * kDecTokens;
+#pragma unroll 1
+      for (int sub = 0; sub < kDecTokens; sub += kDecSub) {
+        const int32_t n = stop - (t0 + sub);  // visible tokens from this sub-tile on
+        if (n <= 0) break;
+        dec_attend<KV, kChunk>(stage + sub * kDecRow, n, lane, qn, qp, st);
+      }
+    }
+    __syncthreads();  // every warp is done with this buffer: it takes stage it + kDecStages
+    if (((it + kDecStages) & (kDecFill - 1)) == 0 && it + kDecStages < n_iter) {
+      // Stages up to it + kDecStages - 1 were issued before the barrier above (their addresses
+      // are in flight), so the next kDecFill stages' offsets may replace theirs.
+      fill(begin + (it + kDecStages) * kDecTokens);
+      __syncthreads();
+    }
+    issue(it + kDecStages);
+  }
+  dev::cp_async::wait<0>();  // the groups still open are empty; nothing lands after exit
+
+  if (!warp_on) return;  // no barrier below
+#pragma unroll
+  for (int hh = 0; hh < kDecHeadsPerWarp; ++hh) {
+    const int h = h0 + hh;
+    if (h >= p.num_heads) break;
+    const DecState& x = st[hh];
+    if (part_o == nullptr) {
+      // Nothing visible, or no finite score: d == 0, out 0 and LSE -inf (the CPU rule).
+      const bool empty = x.d == 0.0f;
+      const float f = empty ? 0.0f : p.out_scale * p.ckv_scale / x.d;
+      float out[kDecCkvLane];
+#pragma unroll
+      for (int i = 0; i < kDecCkvLane; ++i) out[i] = empty ? 0.0f : x.o[i] * f;
+      dec_store_o<kChunk>(p, row * p.o_stride_n + h * p.o_stride_h, lane, out);
+      if (p.lse != nullptr && lane == 0) {
+        float v = empty ? -INFINITY : x.m + log2f(x.d);
+        if (p.lse_base_e) v *= kLn2;
+        p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = v;
+      }
+    } else {
+      const int64_t state = (static_cast<int64_t>(blockIdx.z) * p.rows + row) * p.num_heads + h;
+      dec_store_row<float, kChunk>(part_o + state * kDecCkv, lane, x.o);
+      if (lane == 0) {
+        part_ml[2 * state] = x.m;
+        part_ml[2 * state + 1] = x.d;
+      }
+    }
+  }
+}
+
+// ---- split merge ----------------------------------------------------------------------------
+
+// Grid (rows, heads), 128 threads: combines the splits' states (m in log2 units, l, the
+// unnormalized o) of one (row, head), from either kernel. A split that saw no finite score
+// (m == -inf) weighs 0, as an all -inf row does in the CPU reference.
+__global__ void __launch_bounds__(128)
+    mla_merge_kernel(MlaAttentionParams p, int splits, const float* part_o, const float* part_ml) {
+  __shared__ float w_s[kMaxSplits];  // 2^(m_z - M): the weight of split z
+  __shared__ float ml_s[2];          // M, L
   const int64_t row = blockIdx.x;
   const int h = static_cast<int>(blockIdx.y);
   const int dc = p.dim_ckv;
+  const int tid = static_cast<int>(threadIdx.x);
   pdl_wait();
   auto state = [&](int z) { return (static_cast<int64_t>(z) * p.rows + row) * p.num_heads + h; };
-  float M = -INFINITY;
-  for (int z = 0; z < splits; ++z) M = fmaxf(M, part_ml[2 * state(z)]);
-  float L = 0.0f;
-  if (M != -INFINITY) {
-    for (int z = 0; z < splits; ++z) {
+  if (tid < kWarp) {
+    float M = -INFINITY;
+    for (int z = tid; z < splits; z += kWarp) M = fmaxf(M, part_ml[2 * state(z)]);
+    M = warp_reduce_max(M);
+    float L = 0.0f;
+    for (int z = tid; z < splits; z += kWarp) {
       const float mz = part_ml[2 * state(z)];
-      if (mz != -INFINITY) L += part_ml[2 * state(z) + 1] * expf(mz - M);
+      const float w = mz == -INFINITY ? 0.0f : exp2f(mz - M);  // M finite when mz is
+      w_s[z] = w;
+      L += w * part_ml[2 * state(z) + 1];
+    }
+    L = warp_reduce_sum(L);
+    if (tid == 0) {
+      ml_s[0] = M;
+      ml_s[1] = L;
     }
   }
+  __syncthreads();
+  const float M = ml_s[0], L = ml_s[1];
   const bool empty = L == 0.0f;
   const float f = empty ? 0.0f : p.out_scale * p.ckv_scale / L;
   const int64_t off = row * p.o_stride_n + h * p.o_stride_h;
-  for (int d = static_cast<int>(threadIdx.x); d < dc; d += static_cast<int>(blockDim.x)) {
+  for (int d = tid; d < dc; d += static_cast<int>(blockDim.x)) {
     float a = 0.0f;
     if (!empty) {
       for (int z = 0; z < splits; ++z) {
-        const float mz = part_ml[2 * state(z)];
-        if (mz != -INFINITY) a += expf(mz - M) * part_o[state(z) * dc + d];
+        const float w = w_s[z];
+        if (w != 0.0f) a += w * part_o[state(z) * dc + d];  // an empty split adds nothing
       }
     }
     store_any(p.o, off + d, p.o_dtype, empty ? 0.0f : a * f);
   }
-  if (p.lse != nullptr && threadIdx.x == 0) {
-    float v = -INFINITY;
-    if (!empty) {
-      v = M + logf(L);
-      if (!p.lse_base_e) v *= kLog2e;
-    }
+  if (p.lse != nullptr && tid == 0) {
+    float v = empty ? -INFINITY : M + log2f(L);
+    if (p.lse_base_e) v *= kLn2;
     p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = v;
   }
 }
+
+// ---- host side and the layout helpers ----------------------------------------------------
 
 int heads_per_block(const MlaAttentionParams& p) {
   return std::min(kMaxHeadsPerBlock, p.num_heads);
@@ -214,6 +628,40 @@ int heads_per_block(const MlaAttentionParams& p) {
 std::size_t smem_bytes(const MlaAttentionParams& p) {
   return static_cast<std::size_t>(heads_per_block(p) + kTile) *
          static_cast<std::size_t>(p.dim_ckv + p.dim_kpe) * sizeof(float);
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
+
+// A stride (elements of `elem` bytes) that moves by whole 16-byte units, or one never taken
+// (the axis has one entry).
+bool stride16(int64_t stride, std::size_t elem, bool taken) {
+  return !taken || (stride * static_cast<int64_t>(elem)) % 16 == 0;
+}
+
+// Whether mla_decode_kernel takes `p` (else mla_attention_kernel does): DeepSeek's dims, a
+// 16- or 8-bit cache, and every row it reads or writes with 16-byte accesses (q_nope, q_pe, ckv,
+// kpe, o) starting on a 16-byte boundary.
+bool decode_kernel_takes(const MlaAttentionParams& p) {
+  if (p.dim_ckv != kDecCkv || p.dim_kpe != kDecKpe) return false;
+  switch (p.kv_dtype) {
+    case DType::kFloat16:
+    case DType::kBFloat16:
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E5M2:
+      break;
+    default:
+      return false;
+  }
+  const std::size_t qs = dtype_size(p.q_dtype), ks = dtype_size(p.kv_dtype),
+                    os = dtype_size(p.o_dtype);
+  const bool rows = p.rows > 1, heads = p.num_heads > 1, slots = p.page_size > 1;
+  return aligned16(p.q_nope) && aligned16(p.q_pe) && aligned16(p.ckv) && aligned16(p.kpe) &&
+         aligned16(p.o) && stride16(p.qn_stride_n, qs, rows) &&
+         stride16(p.qn_stride_h, qs, heads) && stride16(p.qp_stride_n, qs, rows) &&
+         stride16(p.qp_stride_h, qs, heads) && stride16(p.ckv_stride_page, ks, true) &&
+         stride16(p.ckv_stride_token, ks, slots) && stride16(p.kpe_stride_page, ks, true) &&
+         stride16(p.kpe_stride_token, ks, slots) && stride16(p.o_stride_n, os, rows) &&
+         stride16(p.o_stride_h, os, heads);
 }
 
 void check(const char* what, cudaError_t err) {
@@ -313,8 +761,13 @@ const char* mla_attention_unsupported(const MlaAttentionParams& p) {
 void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
   if (p.rows == 0 || p.num_heads == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  const int G = heads_per_block(p);
-  const int64_t groups = (p.num_heads + G - 1) / G;
+  const bool dec = decode_kernel_takes(p);
+  // Warps per block, and heads per block (a head group).
+  const int warps =
+      dec ? std::min(kDecMaxWarps, (p.num_heads + kDecHeadsPerWarp - 1) / kDecHeadsPerWarp)
+          : heads_per_block(p);
+  const int block_heads = dec ? warps * kDecHeadsPerWarp : warps;
+  const int64_t groups = (p.num_heads + block_heads - 1) / block_heads;
   const int64_t blocks = int64_t{p.rows} * groups;
   int dev = 0, sms = 1;
   check("cudaGetDevice", cudaGetDevice(&dev));
@@ -329,6 +782,8 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
     const int64_t per_split = int64_t{p.rows} * p.num_heads * (p.dim_ckv + 2) * 4;
     splits = std::max<int64_t>(1, std::min<int64_t>(splits, kMaxScratch / per_split));
   }
+  // chunk <= max_kv < 2^31; with splits, a multiple of both kernels' tile (kTile == kDecTokens)
+  // and no split starting at or past max_kv.
   int64_t chunk = max_kv;
   if (splits > 1) {
     chunk = ((max_kv + splits - 1) / splits + kTile - 1) / kTile * kTile;
@@ -336,8 +791,7 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
   }
   const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(groups),
                   static_cast<unsigned>(splits));
-  const dim3 block(static_cast<unsigned>(G * kWarp));
-  const std::size_t smem = smem_bytes(p);
+  const dim3 block(static_cast<unsigned>(warps * kWarp));
   float* part_o = nullptr;
   float* part_ml = nullptr;
   void* scratch = nullptr;
@@ -349,11 +803,21 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
     part_ml = part_o + states * p.dim_ckv;
   }
   cudaError_t err = cudaSuccess;
-  dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16, kFloat8E4M3FN, kFloat8E5M2>(
-      p.kv_dtype, "mla_attention", "ckv_cache", [&]<class KV>() {
-        err = try_launch_kernel(mla_attention_kernel<KV>, grid, block, smem, s, enable_pdl, p,
-                                chunk, part_o, part_ml);
-      });
+  if (dec) {
+    const dev::FastDivmod page_size(static_cast<uint32_t>(p.page_size));
+    const std::size_t smem = dec_smem_bytes(dtype_size(p.kv_dtype));
+    dispatch_dtype<CudaElements, kFloat16, kBFloat16, kFloat8E4M3FN, kFloat8E5M2>(
+        p.kv_dtype, "mla_attention", "ckv_cache", [&]<class KV>() {
+          err = try_launch_kernel(mla_decode_kernel<KV>, grid, block, smem, s, enable_pdl, p,
+                                  page_size, static_cast<int32_t>(chunk), part_o, part_ml);
+        });
+  } else {
+    dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16, kFloat8E4M3FN, kFloat8E5M2>(
+        p.kv_dtype, "mla_attention", "ckv_cache", [&]<class KV>() {
+          err = try_launch_kernel(mla_attention_kernel<KV>, grid, block, smem_bytes(p), s,
+                                  enable_pdl, p, chunk, part_o, part_ml);
+        });
+  }
   if (err == cudaSuccess && splits > 1) {
     err = try_launch_kernel(mla_merge_kernel,
                             dim3(static_cast<unsigned>(p.rows), static_cast<unsigned>(p.num_heads)),
