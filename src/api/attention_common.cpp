@@ -416,27 +416,70 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   }
   s.plan = partition(s, rows_per_tile, chunk);
   // Partials must fit the float workspace; otherwise run unsplit (same numbers, less parallel).
-  const int64_t need = s.plan.num_partial_rows * s.num_qo_heads * (s.head_dim_vo + 1) * 4;
+  const bool graph = s.use_cuda_graph && s.device.is_cuda() && !s.sizing_only;
   const int64_t have =
       s.workspace_cap >= 0 ? s.workspace_cap : static_cast<int64_t>(s.float_workspace.nbytes());
-  if (s.plan.split_kv && need > have) s.plan = partition(s, rows_per_tile, 0);
+  auto partial_bytes = [&](int64_t rows) {
+    return rows * s.num_qo_heads * (s.head_dim_vo + 1) * 4;
+  };
+  if (graph && s.graph_batch < 0) {
+    // The first plan sizes the grid every later plan of this wrapper keeps: at least what a
+    // split plan can use (max_grid / KV heads) and what this one needs.
+    s.graph_batch = s.batch;
+    s.graph_work_cap =
+        std::max<int64_t>(max_grid / std::max<int32_t>(1, s.num_kv_heads), s.plan.work.size());
+    s.graph_merge_cap = std::max<int64_t>(s.total_qo, s.plan.merge_out_row.size());
+    s.graph_partial_cap = s.graph_work_cap * rows_per_tile;
+    if (partial_bytes(s.graph_partial_cap) > have) s.graph_partial_cap = 0;  // never split
+  }
+  const int64_t partial_cap = graph ? s.graph_partial_cap : s.plan.num_partial_rows;
+  if (s.plan.split_kv &&
+      (partial_bytes(s.plan.num_partial_rows) > have || s.plan.num_partial_rows > partial_cap)) {
+    s.plan = partition(s, rows_per_tile, 0);
+  }
+  s.plan.partial_rows_capacity = std::max(partial_cap, s.plan.num_partial_rows);
+  if (graph) {
+    FLASHINFER_CHECK(s.batch == s.graph_batch, op, "indptr",
+                     "under use_cuda_graph the batch size is fixed by the first plan (",
+                     s.graph_batch, "), got ", s.batch);
+    auto& pl = s.plan;
+    FLASHINFER_CHECK(static_cast<int64_t>(pl.work.size()) <= s.graph_work_cap &&
+                         static_cast<int64_t>(pl.merge_out_row.size()) <= s.graph_merge_cap,
+                     op, "indptr", "under use_cuda_graph a plan may not need more work items (",
+                     pl.work.size(), ") than the first plan's grid (", s.graph_work_cap, ")");
+    pl.work.resize(static_cast<std::size_t>(s.graph_work_cap),
+                   kernels::WorkItem{-1, 0, 0, 0, 0, -1});
+    const int32_t last = pl.merge_indptr.back();
+    pl.merge_indptr.resize(static_cast<std::size_t>(s.graph_merge_cap) + 1, last);
+    pl.merge_out_row.resize(static_cast<std::size_t>(s.graph_merge_cap), -1);
+    pl.merge_rows.resize(static_cast<std::size_t>(s.graph_partial_cap), 0);
+  }
 
   s.dev_mask = Tensor();
   s.dev_mask_indptr = Tensor();
+  s.dev_alibi = Tensor();
+  if (s.device.is_cuda() && !s.sizing_only && s.pos_encoding == 2) {
+    const std::vector<double> slopes(s.alibi_slopes.begin(), s.alibi_slopes.end());
+    s.dev_alibi =
+        Tensor::from_vector(slopes, {static_cast<int64_t>(slopes.size())}, DType::kFloat32)
+            .to(s.device);
+  }
   if (s.device.is_cuda() && !s.sizing_only) {
     std::vector<int32_t> all;
     auto append = [&](int idx, const int32_t* p, std::size_t n) {
       s.dev_off[idx] = static_cast<int64_t>(all.size());
       all.insert(all.end(), p, p + n);
     };
+    // kv_indices last: under use_cuda_graph every array before it has a fixed size, so their
+    // offsets (captured in a graph's kernel arguments) do not move when a re-plan has more pages.
     append(0, s.qo_indptr.data(), s.qo_indptr.size());
     append(1, s.kv_indptr.data(), s.kv_indptr.size());
-    append(2, s.kv_indices.data(), s.kv_indices.size());
     append(3, s.kv_lens.data(), s.kv_lens.size());
     append(4, reinterpret_cast<const int32_t*>(s.plan.work.data()), s.plan.work.size() * 6);
     append(5, s.plan.merge_indptr.data(), s.plan.merge_indptr.size());
     append(6, s.plan.merge_rows.data(), s.plan.merge_rows.size());
     append(7, s.plan.merge_out_row.data(), s.plan.merge_out_row.size());
+    append(2, s.kv_indices.data(), s.kv_indices.size());
     all.push_back(0);  // never empty
     Tensor h = Tensor::empty({static_cast<int64_t>(all.size())}, DType::kInt32);
     std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
@@ -449,7 +492,9 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
       s.dev_ints.slice(0, 0, n).copy_(h);
     }
     if (!s.mask_indptr.empty()) {
-      Tensor hm = Tensor::empty({static_cast<int64_t>(s.packed_mask.size()) + 1}, DType::kUInt8);
+      // Whole 32-bit words (the CUDA kernels read the bits a word at a time), zero-padded.
+      const auto words = static_cast<int64_t>(s.packed_mask.size() / 4 + 1);
+      Tensor hm = Tensor::zeros({4 * words}, DType::kUInt8);
       std::memcpy(hm.data_ptr(), s.packed_mask.data(), s.packed_mask.size());
       s.dev_mask = hm.to(s.device);
       Tensor hi = Tensor::empty({static_cast<int64_t>(s.mask_indptr.size())}, DType::kInt64);
@@ -636,10 +681,10 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
   }
   p.use_tensor_cores = !s.decode || s.use_tensor_cores;
   p.num_merge = static_cast<int32_t>(s.plan.merge_out_row.size());
-  if (s.plan.num_partial_rows > 0) {
+  if (s.plan.partial_rows_capacity > 0) {
     auto* ws = static_cast<float*>(s.float_workspace.data_ptr());
     p.tmp_v = ws;
-    p.tmp_s = ws + s.plan.num_partial_rows * s.num_qo_heads * s.head_dim_vo;
+    p.tmp_s = ws + s.plan.partial_rows_capacity * s.num_qo_heads * s.head_dim_vo;
   }
   if (s.scale_q.defined()) p.scale_q = s.scale_q.data<const float>();
   if (s.scale_k.defined()) p.scale_k = s.scale_k.data<const float>();
@@ -673,7 +718,9 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
       p.mask_indptr = s.dev_mask_indptr.data<const int64_t>();
     }
   }
-  // RoPE / ALiBi inside attention: the CPU reference alone computes them.
+  if (s.dev_alibi.defined()) p.alibi_slopes = s.dev_alibi.data<const float>();
+  // RoPE / ALiBi inside attention: the CPU reference computes them (ALiBi on CUDA: the decode
+  // kernel's variant).
   if (!api::run_with_pos_encoding(s, p, op)) {
     launch(kAttentionKernels, p, s.device, op, "q", o.enable_pdl);
   }

@@ -54,10 +54,16 @@ struct WrapperState {
   std::vector<uint8_t> packed_mask;  // per-request segments, each byte-aligned
   std::vector<int64_t> mask_indptr;  // bit offset of each request's segment
   kernels::AttentionPlan plan;
+  // use_cuda_graph on CUDA: the first plan fixes the grid (work items, merged rows, partial
+  // rows) and the batch; later plans are padded to it (padding items have request -1) so the
+  // kernels a graph captured keep reading valid plan arrays at the same addresses.
+  int64_t graph_batch = -1, graph_work_cap = 0, graph_merge_cap = 0, graph_partial_cap = 0;
   // Device copies (CUDA): all int32 arrays in one buffer, the mask in another.
   Tensor dev_ints, dev_mask, dev_mask_indptr;
   // Optional per-head factors of single_prefill (fp32, on the device): [Hq], [Hkv], [Hkv].
   Tensor scale_q, scale_k, scale_v;
+  // ALiBi slopes on the device (pos_encoding_mode="ALIBI" with the CUDA decode kernel).
+  Tensor dev_alibi;
   // Element offsets in dev_ints: qo_indptr, kv_indptr, kv_indices, kv_lens, work,
   // merge_indptr, merge_rows, merge_out_row.
   int64_t dev_off[8] = {};

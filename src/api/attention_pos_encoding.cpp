@@ -34,12 +34,15 @@ void plan_pos_encoding(detail::WrapperState& s, std::string_view mode,
   if (mode == "NONE") return;
   FLASHINFER_CHECK(mode == "ROPE_LLAMA" || mode == "ALIBI", op, "pos_encoding_mode",
                    "must be \"NONE\", \"ROPE_LLAMA\" or \"ALIBI\", got \"", mode, "\"");
-  FLASHINFER_CHECK_CODE(s.device.is_cpu(), ErrorCode::kUnsupported, op, "pos_encoding_mode", "\"",
-                        mode,
-                        "\" inside attention runs on the CPU only (the CUDA kernels have no RoPE "
-                        "or ALiBi term; apply RoPE with the rope ops before attention)");
   // The tensor-core path (prefill, decode with use_tensor_cores) is upstream's prefill kernel.
   const bool prefill_kernel = !s.decode || s.use_tensor_cores;
+  // CUDA: the decode kernel has an ALiBi variant; RoPE, and ALiBi in the prefill kernel, run on
+  // the CPU only.
+  FLASHINFER_CHECK_CODE(s.device.is_cpu() || (mode == "ALIBI" && !prefill_kernel),
+                        ErrorCode::kUnsupported, op, "pos_encoding_mode", "\"", mode,
+                        "\" inside attention runs on the CPU only on this path (CUDA has ALiBi in "
+                        "the decode kernel, use_tensor_cores=False; apply RoPE with the rope ops "
+                        "before attention)");
   if (mode == "ROPE_LLAMA") {
     const double scale = rope_scale.value_or(1.0), theta = rope_theta.value_or(1e4);
     FLASHINFER_CHECK(std::isfinite(scale) && scale > 0.0, op, "rope_scale",
@@ -65,7 +68,8 @@ void plan_pos_encoding(detail::WrapperState& s, std::string_view mode,
 
 bool run_with_pos_encoding(const detail::WrapperState& s, const kernels::AttentionParams& p,
                            const char* op) {
-  if (s.pos_encoding == 0) return false;
+  // ALiBi on CUDA: the decode kernel's variant (p.alibi_slopes, set by the run path).
+  if (s.pos_encoding == 0 || (s.pos_encoding == 2 && s.device.is_cuda())) return false;
   FLASHINFER_CHECK_CODE(s.device.is_cpu(), ErrorCode::kUnsupported, op, "pos_encoding_mode",
                         "ROPE_LLAMA / ALIBI inside attention run on the CPU only");
   kernels::cpu::PosEncoding pe;

@@ -55,11 +55,14 @@ ModuleSpec attention_cuda_core_spec(DType q, DType kv, DType o, int dqk, int dvo
   FLASHINFER_CHECK_CODE(o == q, ErrorCode::kUnsupported, "jit", "o", "o dtype must be q's");
   FLASHINFER_CHECK_CODE(kv == q || dtype_is_fp8(kv), ErrorCode::kUnsupported, "jit", "kv",
                         "kv dtype must be q's or fp8");
-  FLASHINFER_CHECK_CODE(variant >= 0 && variant <= 3, ErrorCode::kInvalidArgument, "jit", "variant",
-                        "variant must be in [0, 3] (1: soft-cap, 2: mask), got ", variant);
+  FLASHINFER_CHECK_CODE(variant >= 0 && variant <= 7, ErrorCode::kInvalidArgument, "jit", "variant",
+                        "variant must be in [0, 7] (1: soft-cap, 2: mask, 4: ALiBi), got ",
+                        variant);
   ModuleSpec s;
   s.name = "attention_cuda_core_" + std::string(dtype_name(q)) + "_" + std::string(dtype_name(kv)) +
-           "_" + std::string(dtype_name(o)) + "_" + std::to_string(dqk) + "_" + std::to_string(dvo);
+           "_" + std::string(dtype_name(o)) + "_" + std::to_string(dqk) + "_" +
+           std::to_string(dvo) + ((variant & 1) ? "_softcap" : "") +
+           ((variant & 2) ? "_mask" : "") + ((variant & 4) ? "_alibi" : "");
   s.source = generated_source("kernels/cuda/attention_decode_kernel.cuh", s.name);
   s.headers = kernel_headers();
   s.params = {{"q", std::string(dtype_name(q))},    {"kv", std::string(dtype_name(kv))},
@@ -133,8 +136,8 @@ ModuleSpec spec_from_line(std::string_view line) {
     int variant = 0;
     if (kv.count("variant")) {
       const std::string v = take("variant");
-      FLASHINFER_CHECK(v.size() == 1 && v[0] >= '0' && v[0] <= '3', "jit", "list", "variant=", v,
-                       " is not in [0, 3] (line: ", line, ")");
+      FLASHINFER_CHECK(v.size() == 1 && v[0] >= '0' && v[0] <= '7', "jit", "list", "variant=", v,
+                       " is not in [0, 7] (line: ", line, ")");
       variant = v[0] - '0';
     }
     s = attention_cuda_core_spec(q, k, o, dqk, dvo, variant);

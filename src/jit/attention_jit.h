@@ -17,8 +17,8 @@ bool attention_head_dim_ok(int64_t d);
 
 /// The CUDA-core decode kernel (batch_decode_kernel: any dtype mix the AOT dispatch accepts:
 /// fp16/bf16 q and o, K/V of q's dtype or fp8) for head dims (dqk, dvo) and variant bits
-/// (1: logits soft-cap, 2: per-key mask; attention_decode_kernel.cuh). A nonzero variant adds
-/// `_softcap` / `_mask` to the module name.
+/// (1: logits soft-cap, 2: per-key mask, 4: ALiBi; attention_decode_kernel.cuh). A nonzero
+/// variant adds `_softcap` / `_mask` / `_alibi` to the module name.
 ModuleSpec attention_cuda_core_spec(DType q, DType kv, DType o, int dqk, int dvo, int variant = 0);
 /// The tensor-core (mma.sync, sm80+) prefill kernel, fp16/bf16, head_dim_qk == head_dim_vo == d.
 ModuleSpec attention_mma_spec(DType t, int d);

@@ -56,6 +56,9 @@ struct AttentionPlan {
   std::vector<int32_t> merge_rows;
   std::vector<int32_t> merge_out_row;
   int64_t num_partial_rows = 0;
+  // Rows of tmp_v / tmp_s the workspace is laid out for (>= num_partial_rows): a CUDA-graph plan
+  // keeps its first plan's layout, so a captured run's pointers stay valid after a re-plan.
+  int64_t partial_rows_capacity = 0;
   int32_t cta_tile_q = 1;     // rows per work item (prefill); decode: q_len_per_req
   int32_t kv_chunk_size = 0;  // tokens per chunk; 0 when KV is not split
   bool split_kv = false;
@@ -91,6 +94,10 @@ struct AttentionParams {
   // Attention sinks [Hq] fp32 (natural-log logits, not scaled): exp(sinks[h]) joins the softmax
   // denominator of head h as a key with a zero value, and the LSE includes it.
   const float* sinks = nullptr;
+  // ALiBi inside attention (pos_encoding_mode="ALIBI", CUDA decode kernel): [Hq] slopes; the
+  // scaled logit gets slopes[h] * (j - i), i the query's index in its request, before the soft
+  // cap (upstream's DefaultAttention). The CPU backend takes them through its PosEncoding.
+  const float* alibi_slopes = nullptr;
   bool causal = false;
   int32_t window_left = -1;
   const uint8_t* custom_mask = nullptr;  // packed little-endian bits, request b starts at bit

@@ -465,7 +465,7 @@ TEST(JitAttention, HeadDim96CudaCoreKernelCompiles) {
   const CompiledModule m = jit::build(s, kSm80, attention_config());
   expect_cubin_for(m.cubin, 80);
   const std::string& sym = m.symbol(s.kernels[0]);
-  EXPECT_NE(sym.find("attention_cuda_core_kernel"), std::string::npos) << sym;
+  EXPECT_NE(sym.find("batch_decode_kernel"), std::string::npos) << sym;
   EXPECT_NE(m.cubin.find(sym), std::string::npos);
   EXPECT_EQ(jit::build(s, kSm80, attention_config()).from, CompiledModule::From::kCache);
 }
@@ -477,6 +477,18 @@ TEST(JitAttention, DeepSeekQk192Vo128WithFp8KvCompilesForSm90a) {
   const CompiledModule m = jit::build(s, kSm90a, attention_config());
   expect_cubin_for(m.cubin, 90);
   EXPECT_NE(m.cubin.find(m.symbol(s.kernels[0])), std::string::npos);
+}
+
+// ALiBi instances exist only through the JIT (decode_cuda.cu): NVRTC must take every variant.
+TEST(JitAttention, DecodeAlibiVariantsCompileForSm90a) {
+  SKIP_WITHOUT_NVRTC();
+  for (int variant : {4, 7}) {
+    const ModuleSpec s = jit::attention_cuda_core_spec(DType::kFloat16, DType::kFloat16,
+                                                       DType::kFloat16, 128, 128, variant);
+    const CompiledModule m = jit::build(s, kSm90a, attention_config());
+    expect_cubin_for(m.cubin, 90);
+    EXPECT_NE(m.cubin.find(m.symbol(s.kernels[0])), std::string::npos) << variant;
+  }
 }
 
 TEST(JitAttention, HeadDim80TensorCoreKernelCompiles) {
@@ -496,7 +508,16 @@ TEST(JitAttention, SpecsAndListLines) {
       "attention_cuda_core q=float16 kv=float8_e4m3fn o=float16 head_dim_qk=192 head_dim_vo=128");
   EXPECT_EQ(a.name, "attention_cuda_core_float16_float8_e4m3fn_float16_192_128");
   EXPECT_EQ(a.kernels.size(), 1u);
-  EXPECT_NE(a.kernels[0].find("__nv_fp8_e4m3, __half, 192, 128>"), std::string::npos);
+  EXPECT_NE(a.kernels[0].find("__nv_fp8_e4m3, __half, 192, 128, 0>"), std::string::npos);
+  // The decode kernel's variant bits: the name says them, the expression instantiates them.
+  const ModuleSpec v = jit::spec_from_line(
+      "attention_cuda_core q=bfloat16 kv=bfloat16 o=bfloat16 head_dim_qk=96 head_dim_vo=96 "
+      "variant=7");
+  EXPECT_EQ(v.name, "attention_cuda_core_bfloat16_bfloat16_bfloat16_96_96_softcap_mask_alibi");
+  EXPECT_NE(v.kernels[0].find("96, 96, 7>"), std::string::npos);
+  EXPECT_THROW(jit::spec_from_line("attention_cuda_core q=float16 kv=float16 o=float16 "
+                                   "head_dim_qk=96 head_dim_vo=96 variant=8"),
+               Error);
   const ModuleSpec b = jit::spec_from_line("attention_mma dtype=bf16 head_dim=96");
   EXPECT_EQ(b.name, "attention_mma_bfloat16_96");
   // The kernel headers travel with the spec (embedded at build time).

@@ -15,6 +15,8 @@
 #include "ops/attention_test_util.h"
 #include "util/test_util.h"
 #if FLASHINFER_TEST_HAVE_ORACLES
+#include <cuda_runtime.h>
+
 #include "oracle/attention_oracle.h"
 #endif
 
@@ -32,7 +34,7 @@ struct DecodeCase {
   bool sinks = false;
 
   std::string str() const {
-    return std::string(dtype_torch_name(q)) + "/" + dtype_torch_name(kv) +
+    return std::string(dtype_torch_name(q)) + "/" + std::string(dtype_torch_name(kv)) +
            " d=" + std::to_string(d) + " heads=" + std::to_string(hq) + ":" + std::to_string(hkv) +
            " page=" + std::to_string(page) + " q_len=" + std::to_string(q_len) +
            " cap=" + std::to_string(soft_cap) + " window=" + std::to_string(window) +
@@ -153,6 +155,41 @@ TEST(DecodeKernelCuda, VariantsMatchCpuAndOracle) {
   }
 }
 
+// pos_encoding_mode="ALIBI": the decode kernel's ALiBi variant (built by the JIT on first use),
+// with and without a soft cap and split-KV, against the CPU reference (the oracle kernel has no
+// ALiBi term).
+TEST(DecodeKernelCuda, AlibiMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({1, 40, 700}, 16, 2, 128, DType::kFloat16, false, true, 9, kd, vd);
+  Tensor q = Tensor::empty({3, 8, 128}, DType::kFloat16).uniform_(10);
+  for (double cap : {0.0, 30.0}) {
+    for (std::optional<int64_t> split : {std::optional<int64_t>{}, {2}}) {
+      BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+      po.q_data_type = DType::kFloat16;
+      po.pos_encoding_mode = "ALIBI";
+      po.logits_soft_cap = cap;
+      po.fixed_split_size = split;
+      AttentionRunOptions ro;
+      ro.return_lse = true;
+      auto run = [&](Device d) {
+        BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({8 << 20}, DType::kUInt8, d));
+        w.plan(f.indptr, f.indices, f.last_page_len, 8, 2, 128, 16, po);
+        return w.run(q.to(d),
+                     PagedKVCache(testing::to_keep_layout(f.k_cache, d),
+                                  testing::to_keep_layout(f.v_cache, d)),
+                     ro);
+      };
+      const AttentionOutput ref = run(Device::cpu()), got = run(Device::cuda());
+      EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(DType::kFloat16)))
+          << "cap " << cap << " split " << split.value_or(0);
+      EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3}))
+          << "cap " << cap << " split " << split.value_or(0);
+    }
+  }
+}
+
 // Non-AOT head dims go through NVRTC (the same kernel): 96, and 80 whose lane slice (10 bf16) is
 // not whole 16-byte units, so the block-wide copy loop runs.
 TEST(DecodeKernelCuda, JitHeadDimsMatchCpuAndOracle) {
@@ -188,6 +225,94 @@ TEST(DecodeKernelCuda, MisalignedQueryViewMatchesCpu) {
   EXPECT_TRUE(
       testing::all_close(run(g), run(Device::cpu()), testing::default_tolerance(DType::kFloat16)));
 }
+
+#if FLASHINFER_TEST_HAVE_ORACLES
+// use_cuda_graph: a graph captured after one plan, replayed after a re-plan with other lengths
+// (split one way, unsplit the other), computes the new plan. The padded grid, the padding
+// blocks' valid test and the fixed plan-array layout are what make this hold.
+TEST(DecodeKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t page = 16, hq = 32, hkv = 8, d = 128;
+  const std::vector<int32_t> cap{4000, 5000, 900, 64};  // the cache holds the longest of both
+  const std::vector<std::vector<int32_t>> lens{{300, 5000, 17, 64}, {4000, 1, 900, 2}};
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged(cap, page, hkv, d, DType::kBFloat16, false, true, 13, kd, vd);
+  const std::vector<double> ptr = f.indptr.to_double_vector(), ids = f.indices.to_double_vector();
+  // Plan i uses the first pages of each request's page list.
+  auto table = [&](const std::vector<int32_t>& l) {
+    std::vector<int32_t> indptr{0}, indices, last;
+    for (std::size_t b = 0; b < l.size(); ++b) {
+      const int32_t n = (l[b] + static_cast<int32_t>(page) - 1) / static_cast<int32_t>(page);
+      for (int32_t i = 0; i < n; ++i) indices.push_back(static_cast<int32_t>(ids[ptr[b] + i]));
+      indptr.push_back(static_cast<int32_t>(indices.size()));
+      last.push_back(l[b] - (n - 1) * static_cast<int32_t>(page));
+    }
+    return std::tuple{testing::int_tensor(indptr), testing::int_tensor(indices),
+                      testing::int_tensor(last)};
+  };
+  Tensor q = Tensor::empty({4, hq, d}, DType::kBFloat16).uniform_(3);
+  BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+  po.q_data_type = DType::kBFloat16;
+  std::vector<AttentionOutput> ref;
+  for (const auto& l : lens) {
+    BatchDecodeWithPagedKVCacheWrapper cpu(Tensor::zeros({32 << 20}, DType::kUInt8));
+    auto [indptr, indices, last] = table(l);
+    cpu.plan(indptr, indices, last, hq, hkv, d, page, po);
+    AttentionRunOptions ro;
+    ro.return_lse = true;
+    ref.push_back(cpu.run(q, f.cache(), ro));
+  }
+
+  BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({64 << 20}, DType::kUInt8, g), "NHD",
+                                       /*use_cuda_graph=*/true);
+  const Tensor qd = q.to(g);
+  const PagedKVCache cache(testing::to_keep_layout(f.k_cache, g),
+                           testing::to_keep_layout(f.v_cache, g));
+  AttentionRunOptions ro;
+  ro.return_lse = true;
+  ro.out = Tensor::zeros({4, hq, d}, DType::kBFloat16, g);
+  ro.lse = Tensor::zeros({4, hq}, DType::kFloat32, g);
+  {
+    auto [indptr, indices, last] = table(lens[0]);
+    w.plan(indptr, indices, last, hq, hkv, d, page, po);
+  }
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  void* before = current_cuda_stream();
+  set_current_cuda_stream(stream);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  w.run(qd, cache, ro);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  set_current_cuda_stream(before);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int round = 0; round < 3; ++round) {
+    const std::size_t i = static_cast<std::size_t>(round % 2 == 0 ? 1 : 0);
+    auto [indptr, indices, last] = table(lens[i]);
+    w.plan(indptr, indices, last, hq, hkv, d, page, po);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_TRUE(
+        testing::all_close(*ro.out, ref[i].out, testing::default_tolerance(DType::kBFloat16)))
+        << "round " << round;
+    EXPECT_TRUE(testing::all_close(*ro.lse, ref[i].lse, {2e-3, 1e-3})) << "round " << round;
+  }
+  // A batch larger than the first plan's does not fit the captured grid.
+  {
+    EXPECT_FI_ERROR(
+        w.plan(testing::int_tensor({0, 1, 2, 3, 4, 5}), testing::int_tensor({0, 1, 2, 3, 4}),
+               testing::int_tensor({16, 16, 16, 16, 16}), hq, hkv, d, page, po),
+        "BatchDecodeWithPagedKVCacheWrapper.plan", "indptr");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+#endif
 
 }  // namespace
 }  // namespace flashinfer

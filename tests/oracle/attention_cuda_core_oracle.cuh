@@ -26,6 +26,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_cuda_core_kernel(Attent
   float* v_s = k_s + kTile * (DQK + 1);    // [kTile][DVO]
   pdl_wait();
   const WorkItem w = p.work[blockIdx.x];
+  if (w.request < 0) return;  // padding block of a CUDA-graph grid
   const int32_t g = blockIdx.y;
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
   const int32_t rows = (w.qo_end - w.qo_begin) * group;

@@ -30,8 +30,10 @@ __device__ __forceinline__ bool key_visible(const AttentionParams& p, int32_t b,
   if (p.causal && kj > pos) return false;
   if (p.window_left >= 0 && kj < pos - p.window_left) return false;
   if (p.custom_mask) {
+    // Read as little-endian 32-bit words (bit k of byte j is bit 8j + k either way): no byte
+    // loads, and the device copy is padded to whole words (attention_common.cpp).
     const int64_t bit = p.mask_indptr[b] + qi * kv_len + kj;
-    return (p.custom_mask[bit >> 3] >> (bit & 7)) & 1;
+    return (reinterpret_cast<const uint32_t*>(p.custom_mask)[bit >> 5] >> (bit & 31)) & 1u;
   }
   return true;
 }
@@ -65,6 +67,8 @@ __device__ __forceinline__ float apply_sink(float lse, float sink2, float* facto
 template <class TO>
 __global__ void merge_partials_kernel(AttentionParams p) {
   const int32_t m = blockIdx.x, h = blockIdx.y;
+  const int64_t row = p.merge_out_row[m];
+  if (row < 0) return;  // padding entry of a CUDA-graph plan
   const int32_t begin = p.merge_indptr[m], end = p.merge_indptr[m + 1];
   float s_max = -INFINITY;
   bool nan = false;  // a chunk saw a NaN score: the row is NaN
@@ -73,7 +77,6 @@ __global__ void merge_partials_kernel(AttentionParams p) {
     nan = nan || isnan(sk);
     s_max = fmaxf(s_max, sk);
   }
-  const int64_t row = p.merge_out_row[m];
   TO* o = static_cast<TO*>(p.o) + row * p.o_stride_n + h * p.o_stride_h;
   if (nan || s_max == -INFINITY) {  // NaN, or no chunk saw a key
     const float lse0 = nan ? NAN : -INFINITY;

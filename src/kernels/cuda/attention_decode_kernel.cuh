@@ -28,9 +28,19 @@ namespace flashinfer::kernels::cuda::decode {
 /// causal and window limits, which is exact when all of its rows are one query.
 constexpr int kDecodeSoftCap = 1;
 constexpr int kDecodeMask = 2;
+constexpr int kDecodeAlibi = 4;  // slopes[h] * (j - i) on the scaled logit, before the soft cap
+
+/// Blocks per SM ptxas is asked to allow: 3 caps 16-bit K/V instances at 80 registers, 2 the
+/// fp8 ones (which widen twice the elements a lane) at 128. Without a target ptxas settles at 64
+/// with small spills in some instances; with 1 it takes 90+ and costs a block per SM.
+template <class TKV>
+constexpr int decode_min_blocks() {
+  return sizeof(TKV) == 1 ? 2 : 3;
+}
 
 template <class TQ, class TKV, class TO, int DQK, int DVO, int kVariant>
-__global__ void __launch_bounds__(kDecodeMaxThreads) batch_decode_kernel(AttentionParams p) {
+__global__ void __launch_bounds__(kDecodeMaxThreads, decode_min_blocks<TKV>())
+    batch_decode_kernel(AttentionParams p) {
   constexpr int kKvBytes = static_cast<int>(sizeof(TKV));
   constexpr int kBdx = decode_bdx(DQK, DVO, kKvBytes);
   constexpr int kVq = DQK / kBdx, kVv = DVO / kBdx;
@@ -40,6 +50,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) batch_decode_kernel(Attenti
   constexpr int kStages = kDecodeStages, kTileZ = kDecodeTileZ;
   constexpr bool kSoftCap = (kVariant & kDecodeSoftCap) != 0;
   constexpr bool kMask = (kVariant & kDecodeMask) != 0;
+  constexpr bool kAlibi = (kVariant & kDecodeAlibi) != 0;
   static_assert(DQK % kChunk == 0 && DVO % kChunk == 0, "rows must be whole 16-byte units");
 
   pdl_wait();
@@ -82,6 +93,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) batch_decode_kernel(Attenti
   if (p.scale_q) scale *= p.scale_q[h];
   if (p.scale_k) scale *= p.scale_k[g];
   const float scale_log2 = scale * kLog2e;
+  const float slope = kAlibi ? p.alibi_slopes[h] : 0.0f;
 
   // Keys this block can see at all: causal caps the end, a sliding window the start.
   int32_t kv_lo = w.kv_begin, kv_hi = w.kv_end;
@@ -175,7 +187,15 @@ __global__ void __launch_bounds__(kDecodeMaxThreads) batch_decode_kernel(Attenti
       bool vis = kj < kv_hi;
       if constexpr (kMask) vis = vis && key_visible(p, b, qo_len, kv_len, qi, kj);
       float x;
-      if constexpr (kSoftCap) {
+      if constexpr (kAlibi) {
+        // Upstream's DefaultAttention: with a soft cap, sm_scale applies twice (the CPU
+        // reference does the same).
+        float sc = s[j] * scale + slope * static_cast<float>(kj - qi);
+        if constexpr (kSoftCap) {
+          sc = p.logits_soft_cap * tanhf(sc * (scale / p.logits_soft_cap));
+        }
+        x = sc * kLog2e;
+      } else if constexpr (kSoftCap) {
         x = logit_log2(p, s[j], scale);
       } else {
         x = s[j] * scale_log2;

@@ -66,6 +66,7 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(AttentionParam
   T* v_s = k_s + KV_TILE * kStride;         // [KV_TILE][kStride]
   pdl_wait();
   const WorkItem w = p.work[blockIdx.x];
+  if (w.request < 0) return;  // padding block of a CUDA-graph grid
   const int32_t g = blockIdx.y;
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
   const int32_t rows = (w.qo_end - w.qo_begin) * group;

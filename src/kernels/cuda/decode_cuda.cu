@@ -77,7 +77,9 @@ void dispatch_variant(int variant, const AttentionParams& p, cudaStream_t stream
 template <class TQ, class TKV>
 void dispatch_dims(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
   const int variant = decode_variant(p);
-  if (p.head_dim_qk == p.head_dim_vo) {
+  // ALiBi instances are built by the JIT on first use (rare in current models; AOT would double
+  // the build's decode instances).
+  if (p.head_dim_qk == p.head_dim_vo && (variant & decode::kDecodeAlibi) == 0) {
     switch (p.head_dim_qk) {
       case 64:
         return dispatch_variant<TQ, TKV, TQ, 64, 64>(variant, p, stream, enable_pdl);
@@ -167,6 +169,7 @@ int decode_variant(const AttentionParams& p) {
   if (p.custom_mask != nullptr || ((p.causal || p.window_left >= 0) && p.max_work_rows > 1)) {
     v |= decode::kDecodeMask;
   }
+  if (p.alibi_slopes != nullptr) v |= decode::kDecodeAlibi;
   return v;
 }
 
@@ -174,7 +177,7 @@ int decode_blocks_per_sm(const AttentionParams& p, int device) {
   const DecodeBlockShape s = shape_of(p);
   int regs = 64;  // JIT instances: an estimate (the AOT ones have the same body)
   const int variant = decode_variant(p);
-  if (p.head_dim_qk == p.head_dim_vo &&
+  if (variant < decode::kDecodeAlibi && p.head_dim_qk == p.head_dim_vo &&
       (p.head_dim_qk == 64 || p.head_dim_qk == 128 || p.head_dim_qk == 256) &&
       (p.q_dtype == DType::kFloat16 || p.q_dtype == DType::kBFloat16)) {
     visit_decode_dtypes(p, [&]<class TQ, class TKV>() {
@@ -213,7 +216,7 @@ void batch_attention(const AttentionParams& p, void* stream, bool enable_pdl) {
   if (p.num_work == 0) return;
   if (AttentionKernelOverride f = g_override.load(); f != nullptr) {
     f(p, stream, enable_pdl);
-  } else if (p.use_tensor_cores && prefill_supported(p)) {
+  } else if (p.use_tensor_cores && p.alibi_slopes == nullptr && prefill_supported(p)) {
     batch_prefill(p, stream, enable_pdl);
   } else {
     check_alignment(p);

@@ -56,6 +56,27 @@ FLASHINFER_HD constexpr DecodeBlockShape decode_block_shape(int dqk, int dvo, in
   if (bdz * kv_per_z > 32768) bdz = 32768 / kv_per_z > 1 ? 32768 / kv_per_z : 1;
   if (bdz > 1 && bdz * merge_per_z > 32768) bdz = 32768 / merge_per_z > 1 ? 32768 / merge_per_z : 1;
   s.bdz = bdz;
+  // Whole warps (the score reduction shuffles with a full mask): more token groups, or idle
+  // rows, whichever makes the smaller block; one token group as the last resort (a multiple of
+  // 32 / bdx rows always fits then).
+  auto pad_rows = [&](int z) {
+    int y = s.bdy;
+    while ((s.bdx * y * z) % 32 != 0) ++y;
+    return y;
+  };
+  int z_more = s.bdz;
+  while ((xy * z_more) % 32 != 0 && xy * (z_more + 1) <= kDecodeMaxThreads) ++z_more;
+  const int y_more = pad_rows(z_more), y_pad = pad_rows(s.bdz);
+  const int t_more = s.bdx * y_more * z_more, t_pad = s.bdx * y_pad * s.bdz;
+  if (t_more <= kDecodeMaxThreads && (t_more <= t_pad || t_pad > kDecodeMaxThreads)) {
+    s.bdz = z_more;
+    s.bdy = y_more;
+  } else if (t_pad <= kDecodeMaxThreads) {
+    s.bdy = y_pad;
+  } else {
+    s.bdz = 1;
+    s.bdy = pad_rows(1);
+  }
   s.tile_tokens = s.bdz * kDecodeTileZ;
   // One fill of the offset cache serves `fills` stages: >= the pipeline depth (the prologue's
   // stages come from the first fill) and about one token per thread.
