@@ -74,7 +74,9 @@ Tensor fp32_scales(const Tensor& t, int64_t n, Device device, const char* op, co
   return (t.dtype() == DType::kFloat32 ? t : t.to(DType::kFloat32)).contiguous();
 }
 
-// int32 [groups] row counts, each in [0, m].
+// int32 [groups] row counts, each in [0, m]. Returns the mask contiguous on its own device (what
+// a kernel reads); the range check reads a host copy, since a CUDA mask's data pointer is device
+// memory that the host cannot dereference.
 Tensor check_mask(const Tensor& mask, int64_t groups, int64_t m, Device device, const char* op) {
   api::check_defined(mask, op, "mask");
   api::check_dim(mask, {1}, op, "mask");
@@ -83,8 +85,9 @@ Tensor check_mask(const Tensor& mask, int64_t groups, int64_t m, Device device, 
                    "), got ", mask.size(0));
   api::check_same_device(mask, Tensor::empty({0}, DType::kUInt8, device), op, "mask", "a");
   Tensor c = mask.contiguous();
+  const Tensor host = c.device().is_cpu() ? c : c.to(Device::cpu());
   for (int64_t g = 0; g < groups; ++g) {
-    const int32_t v = c.data<int32_t>()[g];
+    const int32_t v = host.data<int32_t>()[g];
     FLASHINFER_CHECK(v >= 0 && v <= m, op, "mask", "mask[", g, "] = ", v, " is outside [0, M = ", m,
                      "]");
   }

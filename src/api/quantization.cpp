@@ -423,10 +423,10 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
         const int64_t m = x.size(0), k = x.size(1);
         FLASHINFER_CHECK(k % 32 == 0, op, "input", "K = ", k,
                          " is not a multiple of the MXFP8 block size 32");
-        const bool on_cpu = input.device().is_cpu();
-        // Upstream's host kernel returns the e4m3 bits as uint8; its CUDA kernel as fp8.
-        Tensor q = Tensor::empty(input.shape(), on_cpu ? DType::kUInt8 : DType::kFloat8E4M3FN,
-                                 input.device());
+        // float8_e4m3fn on every device: upstream's documented result dtype and its CUDA
+        // kernel's. (Upstream's host path allocates uint8 for the same bits; one dtype per op
+        // keeps the backends interchangeable, and mxfp8_dequantize_host takes either.)
+        Tensor q = Tensor::empty(input.shape(), DType::kFloat8E4M3FN, input.device());
         const SfLayoutCode code = code_of(layout, op, "sf_swizzle_layout");
         const int64_t sf_size = kernels::sf_buffer_size(code, m, k / 32);
         Tensor sf = Tensor::empty({sf_size}, DType::kUInt8, input.device());

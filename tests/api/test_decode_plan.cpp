@@ -93,7 +93,7 @@ TEST(DecodeShape, InvariantsOverEveryConfiguration) {
             ASSERT_GE(s.threads(), std::min(128, s.bdx * s.bdy * 2));
           }
           ASSERT_EQ(s.threads() % 32, 0);  // whole warps: full-mask shuffles
-          ASSERT_LT(s.bdy, rows + 32);  // idle rows only to fill warps
+          ASSERT_LT(s.bdy, rows + 32);     // idle rows only to fill warps
           if (s.bdx >= 8) {
             ASSERT_LE(s.bdy, std::max(rows, 32 / s.bdx) + 3);
           }

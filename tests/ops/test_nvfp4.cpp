@@ -798,5 +798,28 @@ TEST(Nvfp4Ops, HostOnlyBackends) {
   }
 }
 
+// The masked grouped quantizers given CUDA tensors: the mask's range check reads a host copy
+// (reading the device mask's data pointer on the host crashed the process, issue 47), then the
+// call is refused naming the op and `a` (no CUDA kernel). A bad device mask is named as on the
+// CPU. Skipped without a GPU.
+TEST(Nvfp4OpsCuda, GroupedQuantizersCheckTheDeviceMaskThenRefuse) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  const Tensor a = rand_tensor({2, 4, 32}, DType::kBFloat16, 1).to(d);
+  const Tensor a2 = rand_tensor({2, 4, 64}, DType::kBFloat16, 2).to(d);
+  const Tensor mask = i32({4, 3}).to(d), bad = i32({4, 5}).to(d), gs = f32({672, 672}).to(d);
+  const char* g = "scaled_fp4_grouped_quantize";
+  const char* ex = "silu_and_mul_scaled_nvfp4_experts_quantize";
+  const char* x8 = "mxfp8_grouped_quantize";
+  EXPECT_FI_ERROR(scaled_fp4_grouped_quantize(a, mask, gs), g, "a");
+  EXPECT_FI_ERROR(scaled_fp4_grouped_quantize(a, bad, gs), g, "mask");
+  EXPECT_FI_ERROR(silu_and_mul_scaled_nvfp4_experts_quantize(a2, mask, gs), ex, "a");
+  EXPECT_FI_ERROR(silu_and_mul_scaled_nvfp4_experts_quantize(a2, bad, gs), ex, "mask");
+  EXPECT_FI_ERROR(mxfp8_grouped_quantize(a, mask), x8, "a");
+  EXPECT_FI_ERROR(mxfp8_grouped_quantize(a, bad), x8, "mask");
+  // A strided device mask (every other entry of [4, 9, 3]) is read through its contiguous copy.
+  EXPECT_FI_ERROR(mxfp8_grouped_quantize(a, i32({4, 9, 3}).to(d).slice(0, 0, 3, 2)), x8, "a");
+}
+
 }  // namespace
 }  // namespace flashinfer::testing

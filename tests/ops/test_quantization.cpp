@@ -359,7 +359,8 @@ TEST(Mxfp8Quantize, HandCheckedAndRoundTrip) {
   Tensor in = Tensor::from_vector(x, {2, 32}, DType::kFloat16);
   for (bool swz : {true, false}) {
     auto [q, sf] = mxfp8_quantize(in, swz);
-    EXPECT_EQ(q.dtype(), DType::kUInt8);  // upstream's host path returns uint8
+    EXPECT_EQ(q.dtype(), DType::kFloat8E4M3FN);  // as on CUDA (issue 47)
+    EXPECT_EQ(sf.dtype(), DType::kUInt8);
     EXPECT_EQ(q.shape(), (Shape{2, 32}));
     EXPECT_EQ(sf.dim(), 1);
     EXPECT_EQ(sf.numel(), swz ? 512 : 2);
@@ -386,6 +387,42 @@ TEST(Mxfp8Quantize, HandCheckedAndRoundTrip) {
   for (size_t i = 0; i < xs.size(); ++i)
     bad += std::fabs(d[i] - xs[i]) > std::fabs(xs[i]) / 16 + 1e-3;
   EXPECT_EQ(bad, 0);
+}
+
+// One result dtype on every device: the CPU returned uint8 and CUDA float8_e4m3fn, so a CUDA
+// call did not match its CPU reference (issue 47). The values read back as e4m3 numbers, and
+// mxfp8_dequantize_host gives the same result for the bytes viewed as uint8 (what upstream's
+// host quantizer returns).
+TEST(Mxfp8Quantize, ValuesAreFloat8E4M3FnAndDequantizeTakesTheirBytes) {
+  Tensor x = Tensor::empty({3, 64}, DType::kBFloat16).normal_(17, 0, 2);
+  for (const SfLayout l : {SfLayout::layout_128x4, SfLayout::layout_linear}) {
+    auto [q, sf] = mxfp8_quantize(x, true, 32, std::nullopt, "cuda", l);
+    ASSERT_EQ(q.dtype(), DType::kFloat8E4M3FN);
+    EXPECT_EQ(q.shape(), x.shape());
+    EXPECT_EQ(sf.dtype(), DType::kUInt8);
+    const auto b = bytes(q);
+    const std::vector<double> v = q.to_double_vector();
+    for (size_t i = 0; i < b.size(); ++i) {
+      const double want = e4m3fn_bits_to_float(b[i]);
+      if (std::isnan(want)) {
+        ADD_FAILURE() << "a NaN code at " << i;
+      } else {
+        EXPECT_EQ(v[i], want) << i;
+      }
+    }
+    Tensor u8 =
+        Tensor::from_blob(q.data_ptr(), q.shape(), q.strides(), DType::kUInt8, Device::cpu());
+    const auto d = floats(mxfp8_dequantize_host(q, sf, true, l));
+    EXPECT_EQ(floats(mxfp8_dequantize_host(u8, sf, true, l)), d);
+    // Each value is the e4m3 number times its block's power-of-two scale.
+    const auto s = bytes(sf);
+    for (int64_t r = 0; r < 3; ++r) {
+      for (int64_t c = 0; c < 64; ++c) {
+        const double scale = std::ldexp(1.0, s[sf_layout_offset(l, r, c / 32, 2)] - 127);
+        EXPECT_EQ(d[r * 64 + c], v[r * 64 + c] * scale) << r << " " << c;
+      }
+    }
+  }
 }
 
 // ---- block_scale_interleave ---------------------------------------------------------------------

@@ -104,17 +104,18 @@ Tensor block_scale_interleave(const Tensor& unswizzled_sf);
 ///   input [M, K] (or [..., K]) fp16 or bf16; K % 32 == 0; alignment must be 32.
 ///   sf_swizzle_layout overrides is_sf_swizzled_layout (128x4 when true, else linear) when set;
 ///   8x4 is CUDA-only (upstream's host kernel rejects it too).
-/// Returns (x_fp8 [..., K], sf uint8 1-D of sf_layout_size elements). x_fp8 is float8_e4m3fn on
-/// CUDA and uint8 (the same bits) on the CPU, following upstream's dtypes per device.
+/// Returns (x_fp8 [..., K] float8_e4m3fn, sf uint8 1-D of sf_layout_size elements), the same
+/// dtypes on the CPU and on CUDA (upstream's documented ones; its host path gives uint8 bytes).
 std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzled_layout = true,
                                           int64_t alignment = 32,
                                           std::optional<bool> enable_pdl = std::nullopt,
                                           std::string_view backend = "cuda",
                                           std::optional<SfLayout> sf_swizzle_layout = std::nullopt);
 
-/// MXFP8 dequantization on the host: input [M, K] float8_e4m3fn or uint8, scale_tensor ue8m0
-/// in 128x4 or linear layout (any shape with the right element count). Returns fp32 [M, K] on the
-/// CPU: out = e4m3(q) * 2^(sf - 127).
+/// MXFP8 dequantization on the host: input [M, K] float8_e4m3fn (or uint8 holding the same bits,
+/// as upstream's host quantizer returns them), scale_tensor ue8m0 in 128x4 or linear layout (any
+/// shape with the right element count). Returns fp32 [M, K] on the CPU:
+/// out = e4m3(q) * 2^(sf - 127).
 Tensor mxfp8_dequantize_host(const Tensor& input, const Tensor& scale_tensor,
                              bool is_sf_swizzled_layout = true,
                              std::optional<SfLayout> sf_swizzle_layout = std::nullopt);
