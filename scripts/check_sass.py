@@ -12,7 +12,7 @@ an sm_90a image counts as sm_90): `cuobjdump -lelf` lists the images, `cuobjdump
 -arch sm_90` prints that code (its -arch takes sm_90a along), and the parser keeps the images whose
 architecture it names (about 15 s for the library, which also holds sm_80 code).
 
-Rules (RULES below): `decode` is on by default; `prefill` only when named with --rule. A rule
+Rules (RULES below): `decode` and `prefill` are on by default. A rule
 selects the kernels whose name (the bare function name, without namespaces, template arguments
 and parameters; case-insensitive) contains its substring and none of its exclusions, and then
   - no local memory: no STL/LDL instruction and STACK and LOCAL 0 in the resource usage
@@ -129,7 +129,6 @@ RULES = {
                 Need("HMMA (mma.sync)", r"^HMMA(?:\.|$)"),
                 Need("LDGSTS .128 (16-byte cp.async)", LDGSTS_128),
             ),
-            default=False,  # on by default once the prefill issue's kernels meet it
         ),
     )
 }

@@ -20,6 +20,7 @@
 #include "kernels/cpu/attention_cpu.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/decode_cuda.h"
+#include "kernels/cuda/prefill_shape.h"
 #endif
 
 namespace flashinfer::api {
@@ -384,7 +385,12 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   if (s.device.is_cuda()) {
     int64_t per_sm = 2;
     const bool fp8_kv = dtype_is_fp8(s.kv_dtype);
-    if ((s.decode && !s.use_tensor_cores) || fp8_kv || s.head_dim_qk != s.head_dim_vo) {
+    // The tensor-core kernels take what prefill_supported() takes: the FA2 kernel's head-dim
+    // pairs (192/128 included) and equal dims; the rest runs on the CUDA-core kernel.
+    const bool tc_dims = kernels::cuda::prefill::prefill_dims_built(
+                             static_cast<int>(s.head_dim_qk), static_cast<int>(s.head_dim_vo)) ||
+                         s.head_dim_qk == s.head_dim_vo;
+    if ((s.decode && !s.use_tensor_cores) || fp8_kv || !tc_dims) {
       kernels::AttentionParams cfg;
       cfg.q_dtype = s.q_dtype;
       cfg.o_dtype = s.o_dtype;

@@ -160,6 +160,13 @@ double cuda_peak_memory_bandwidth(int device) {
   return 2.0 * 1e3 * clock_khz * bus_bits / 8.0;
 }
 
+double cuda_peak_tensor_flops_16bit(int device) {
+  const double clock_khz = device_attribute(cudaDevAttrClockRate, device);
+  const double sms = device_attribute(cudaDevAttrMultiProcessorCount, device);
+  return dense_16bit_tensor_flops_per_clock_per_sm(cuda_compute_capability(device)) * sms *
+         clock_khz * 1e3;
+}
+
 std::string cuda_runtime_version() {
   return std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
 }
@@ -180,6 +187,7 @@ void cuda_memcpy(void*, const void*, std::size_t, CopyKind, int) { no_cuda("cuda
 std::string cuda_device_name(int) { no_cuda("cuda_device_name"); }
 int cuda_compute_capability(int) { no_cuda("cuda_compute_capability"); }
 double cuda_peak_memory_bandwidth(int) { no_cuda("cuda_peak_memory_bandwidth"); }
+double cuda_peak_tensor_flops_16bit(int) { no_cuda("cuda_peak_tensor_flops_16bit"); }
 void* cuda_pinned_alloc(std::size_t) { no_cuda("cuda_pinned_alloc"); }
 void cuda_pinned_free(void*) noexcept {}
 void* cuda_copy_to_host_async(void*, const void*, std::size_t, int) {

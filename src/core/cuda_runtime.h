@@ -32,6 +32,21 @@ int cuda_compute_capability(int device);
 /// The device's theoretical peak DRAM bandwidth in bytes/s: 2 transfers per memory clock times
 /// the bus width (3.35e12 for an H100 SXM). 0 when the driver reports no clock or bus width.
 double cuda_peak_memory_bandwidth(int device);
+/// Dense fp16/bf16 tensor-core FLOPs (fp32 accumulation) per clock per SM for compute capability
+/// cc (major*10+minor), from NVIDIA's datasheets (peak TFLOPS / SMs / boost clock): 2048 for
+/// sm_80 (A100: 312 TFLOPS), 1024 for sm_86/87/89, 4096 for sm_90 (H100 SXM: 989 TFLOPS at
+/// 1.83 GHz), 8192 for sm_100. 0 when unknown.
+constexpr double dense_16bit_tensor_flops_per_clock_per_sm(int cc) {
+  return cc == 80                             ? 2048.0
+         : (cc == 86 || cc == 87 || cc == 89) ? 1024.0
+         : cc == 90                           ? 4096.0
+         : cc == 100                          ? 8192.0
+                                              : 0.0;
+}
+/// The device's dense fp16/bf16 tensor-core peak in FLOP/s at the clock the driver reports as its
+/// peak (cudaDevAttrClockRate: 1.98 GHz on an H100 SXM, hence 1070 TFLOP/s there rather than
+/// the datasheet's 989). 0 when the architecture or the clock is unknown.
+double cuda_peak_tensor_flops_16bit(int device);
 /// Whether the current stream (current_cuda_stream()) is being captured into a CUDA graph; a
 /// capture in global mode on another stream also counts (querying the legacy stream then would
 /// invalidate it). False without the CUDA backend.

@@ -3,6 +3,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/cuda/attention_prefill_kernel.cuh"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/decode_cuda.h"
 #include "oracle/attention_cuda_core_oracle.cuh"
@@ -55,6 +56,17 @@ void dispatch_dims(const AttentionParams& p, cudaStream_t s, bool pdl) {
 
 void set(AttentionKernelOverride f) { set_attention_kernel_override(f); }
 
+template <class T, int D>
+void launch_mma(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
+  constexpr int kKvTile = mma::kv_tile(D);
+  const int32_t group = p.num_qo_heads / p.num_kv_heads;
+  const int64_t max_rows = static_cast<int64_t>(p.max_work_rows) * group;
+  const dim3 grid(static_cast<unsigned>(p.num_work), static_cast<unsigned>(p.num_kv_heads),
+                  static_cast<unsigned>((max_rows + mma::kRows - 1) / mma::kRows));
+  launch_kernel("attention_oracle", mma::prefill_mma_kernel<T, D, kKvTile>, grid,
+                dim3(mma::kWarps * 32), mma::smem_bytes(D), stream, enable_pdl, p);
+}
+
 }  // namespace
 
 void oracle_batch_attention(const AttentionParams& p, void* stream, bool enable_pdl) {
@@ -73,6 +85,28 @@ void oracle_batch_attention(const AttentionParams& p, void* stream, bool enable_
             [] { FLASHINFER_FAIL(ErrorCode::kUnsupported, "attention_oracle", "kv", "dtype"); });
       });
 }
+
+void oracle_prefill_mma(const AttentionParams& p, void* stream, bool enable_pdl) {
+  const bool same = p.kv.dtype == p.q_dtype && p.o_dtype == p.q_dtype && p.sinks == nullptr &&
+                    p.alibi_slopes == nullptr && p.head_dim_qk == p.head_dim_vo &&
+                    (p.q_dtype == DType::kFloat16 || p.q_dtype == DType::kBFloat16);
+  const int d = p.head_dim_qk;
+  if (!same || (d != 64 && d != 128 && d != 256))
+    return oracle_batch_attention(p, stream, enable_pdl);
+  auto s = static_cast<cudaStream_t>(stream);
+  dispatch_dtype<CudaElements, kFloat16, kBFloat16>(p.q_dtype, "attention_oracle", "q",
+                                                    [&]<class T>() {
+                                                      if (d == 64)
+                                                        launch_mma<T, 64>(p, s, enable_pdl);
+                                                      if (d == 128)
+                                                        launch_mma<T, 128>(p, s, enable_pdl);
+                                                      if (d == 256)
+                                                        launch_mma<T, 256>(p, s, enable_pdl);
+                                                    });
+}
+
+ScopedPrefillMmaOracle::ScopedPrefillMmaOracle() { set(&oracle_prefill_mma); }
+ScopedPrefillMmaOracle::~ScopedPrefillMmaOracle() { set(nullptr); }
 
 ScopedAttentionOracle::ScopedAttentionOracle() { set(&oracle_batch_attention); }
 ScopedAttentionOracle::~ScopedAttentionOracle() { set(nullptr); }

@@ -19,4 +19,18 @@ struct ScopedAttentionOracle {
   ScopedAttentionOracle& operator=(const ScopedAttentionOracle&) = delete;
 };
 
+/// An AttentionKernelOverride: the first-draft tensor-core prefill kernel (prefill_mma_kernel of
+/// src/kernels/cuda/attention_prefill_kernel.cuh, which ran correctly on an H100) for fp16 / bf16
+/// q, K/V and o of one dtype with equal head dims 64, 128 or 256; anything else goes to
+/// oracle_batch_attention.
+void oracle_prefill_mma(const kernels::AttentionParams& p, void* stream, bool enable_pdl);
+
+/// Installs oracle_prefill_mma for its lifetime.
+struct ScopedPrefillMmaOracle {
+  ScopedPrefillMmaOracle();
+  ~ScopedPrefillMmaOracle();
+  ScopedPrefillMmaOracle(const ScopedPrefillMmaOracle&) = delete;
+  ScopedPrefillMmaOracle& operator=(const ScopedPrefillMmaOracle&) = delete;
+};
+
 }  // namespace flashinfer::testing

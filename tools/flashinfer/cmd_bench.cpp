@@ -405,6 +405,21 @@ int run_bench(BenchOptions o) {
             name.c_str());
       }
     }
+    // Compute-bound routines (prefill, GEMM) against the dense 16-bit tensor-core peak: the
+    // GEMMs' operand dtype is input_dtype, attention's q_dtype.
+    const std::string& operand =
+        o.routine.find("mm") != std::string::npos ? o.input_dtype : o.q_dtype;
+    if (dev.is_cuda() && secs > 0 && c.flops > 0 &&
+        (operand == "bfloat16" || operand == "float16")) {
+      const double peak = detail::cuda_peak_tensor_flops_16bit(dev.index);
+      if (peak > 0) {
+        const double frac = c.flops / secs / peak;
+        std::printf(
+            "[INFO] %-8s:: %.3f of the device's dense 16-bit tensor peak (%.1f %% of %.1f "
+            "TFLOPs/sec at the driver's peak clock)\n",
+            name.c_str(), frac, 100.0 * frac, peak / 1e12);
+      }
+    }
     if (csv) {
       const std::string ref = o.refcheck ? refstatus[bi] : "";
       std::fprintf(csv, "%s\n", csv_row(o, name, med, sd, tflops, tbps, c, ref).c_str());

@@ -1,5 +1,6 @@
-// Host side of the tensor-core prefill attention kernel (attention_prefill_kernel.cuh): which
-// requests it serves, and its launch for the AOT head dims.
+// Host side of the tensor-core prefill attention kernels: which requests they serve, the FA2
+// kernel (prefill_kernel.cuh) for the built head-dim pairs, and the first-draft kernel
+// (attention_prefill_kernel.cuh) through NVRTC for the other head dims.
 #include <type_traits>
 
 #include "jit/attention_jit.h"
@@ -7,25 +8,47 @@
 #include "kernels/cuda/attention_prefill_kernel.cuh"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/prefill_cuda.h"
+#include "kernels/cuda/prefill_kernel.cuh"
 
 namespace flashinfer::kernels::cuda {
 namespace {
 
-using namespace mma;
-
-template <class T, int D>
-void launch(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
-  constexpr int kKvTile = kv_tile(D);
+// The FA2 kernel (prefill_kernel.cuh) for the built head-dim pairs.
+template <class T, int DQK, int DVO, int kMmaQ, int kVariant>
+void launch_fa2(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_rows = static_cast<int64_t>(p.max_work_rows) * group;
+  constexpr int kCtaQ = prefill::prefill_cta_q(kMmaQ);
   const dim3 grid(static_cast<unsigned>(p.num_work), static_cast<unsigned>(p.num_kv_heads),
-                  static_cast<unsigned>((max_rows + kRows - 1) / kRows));
-  const std::size_t smem = smem_bytes(D);
-  launch_kernel("attention", prefill_mma_kernel<T, D, kKvTile>, grid, dim3(kWarps * 32), smem,
+                  static_cast<unsigned>((max_rows + kCtaQ - 1) / kCtaQ));
+  launch_kernel("attention", prefill::batch_prefill_kernel<T, DQK, DVO, kMmaQ, kVariant>, grid,
+                dim3(prefill::kPrefillThreads), prefill::prefill_smem_bytes(kMmaQ, DQK, DVO),
                 stream, enable_pdl, p);
 }
 
-// Head dims outside the AOT set: the same kernel, compiled by NVRTC for D.
+template <class T, int DQK, int DVO>
+void dispatch_variant(const AttentionParams& p, cudaStream_t s, bool pdl) {
+  const int32_t group = p.num_qo_heads / p.num_kv_heads;
+  const int variant = prefill_variant(p);
+  constexpr int kSoftCap = prefill::kPrefillSoftCap, kMask = prefill::kPrefillCustomMask;
+  if constexpr (prefill::prefill_mma_q(128, DQK, DVO, 0) == 2) {
+    if (prefill::prefill_mma_q(p.max_work_rows * group, DQK, DVO, variant) == 2) {
+      return launch_fa2<T, DQK, DVO, 2, 0>(p, s, pdl);
+    }
+  }
+  switch (variant) {
+    case 0:
+      return launch_fa2<T, DQK, DVO, 1, 0>(p, s, pdl);
+    case kSoftCap:
+      return launch_fa2<T, DQK, DVO, 1, kSoftCap>(p, s, pdl);
+    case kMask:
+      return launch_fa2<T, DQK, DVO, 1, kMask>(p, s, pdl);
+    default:
+      return launch_fa2<T, DQK, DVO, 1, kSoftCap | kMask>(p, s, pdl);
+  }
+}
+
+// Head dims outside the built pairs: the first-draft tensor-core kernel, compiled by NVRTC for D.
 void launch_jit(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_rows = static_cast<int64_t>(p.max_work_rows) * group;
@@ -34,32 +57,37 @@ void launch_jit(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) 
       "mma:" + std::to_string(static_cast<int>(p.q_dtype)) + ":" + std::to_string(p.head_dim_qk);
   launch_attention_jit(key, make, p, static_cast<unsigned>(p.num_work),
                        static_cast<unsigned>(p.num_kv_heads),
-                       static_cast<unsigned>((max_rows + kRows - 1) / kRows), kWarps * 32,
-                       smem_bytes(p.head_dim_qk), stream, enable_pdl);
+                       static_cast<unsigned>((max_rows + mma::kRows - 1) / mma::kRows),
+                       mma::kWarps * 32, mma::smem_bytes(p.head_dim_qk), stream, enable_pdl);
 }
 
 template <class T>
-void dispatch_dim(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
-  switch (p.head_dim_qk) {
-    case 64:
-      return launch<T, 64>(p, stream, enable_pdl);
-    case 128:
-      return launch<T, 128>(p, stream, enable_pdl);
-    case 256:
-      return launch<T, 256>(p, stream, enable_pdl);
-    default:
-      return launch_jit(p, stream, enable_pdl);
-  }
+void dispatch_dims(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
+  const int qk = p.head_dim_qk, vo = p.head_dim_vo;
+  if (qk == 64 && vo == 64) return dispatch_variant<T, 64, 64>(p, stream, enable_pdl);
+  if (qk == 128 && vo == 128) return dispatch_variant<T, 128, 128>(p, stream, enable_pdl);
+  if (qk == 256 && vo == 256) return dispatch_variant<T, 256, 256>(p, stream, enable_pdl);
+  if (qk == 192 && vo == 128) return dispatch_variant<T, 192, 128>(p, stream, enable_pdl);
+  launch_jit(p, stream, enable_pdl);
 }
 
 }  // namespace
 
+int prefill_variant(const AttentionParams& p) {
+  int v = 0;
+  if (p.logits_soft_cap > 0.0f) v |= prefill::kPrefillSoftCap;
+  if (p.custom_mask != nullptr) v |= prefill::kPrefillCustomMask;
+  return v;
+}
+
 bool prefill_supported(const AttentionParams& p) {
   const bool dtype_ok = (p.q_dtype == DType::kFloat16 || p.q_dtype == DType::kBFloat16) &&
                         p.kv.dtype == p.q_dtype && p.o_dtype == p.q_dtype;
-  // AOT for 64/128/256, JIT for any other multiple of 16 up to 256 (qk and vo equal here; the
-  // CUDA-core kernel takes different ones).
-  const bool dim_ok = p.head_dim_qk == p.head_dim_vo && jit::attention_head_dim_ok(p.head_dim_qk);
+  // The FA2 kernel for its built pairs (64/64, 128/128, 256/256, 192/128), the first-draft
+  // kernel through NVRTC for any other equal multiple of 16 up to 256; the CUDA-core kernel
+  // takes the rest.
+  const bool dim_ok = prefill::prefill_dims_built(p.head_dim_qk, p.head_dim_vo) ||
+                      (p.head_dim_qk == p.head_dim_vo && jit::attention_head_dim_ok(p.head_dim_qk));
   // Sinks run on the CUDA-core kernel, which folds them in at the end of a row.
   if (!dtype_ok || !dim_ok || p.sinks != nullptr) return false;
   int device = 0, major = 0;
@@ -73,7 +101,7 @@ bool prefill_supported(const AttentionParams& p) {
 void batch_prefill(const AttentionParams& p, void* stream, bool enable_pdl) {
   auto s = static_cast<cudaStream_t>(stream);
   dispatch_dtype<CudaElements, kFloat16, kBFloat16>(
-      p.q_dtype, "attention", "q", [&]<class T>() { dispatch_dim<T>(p, s, enable_pdl); });
+      p.q_dtype, "attention", "q", [&]<class T>() { dispatch_dims<T>(p, s, enable_pdl); });
 }
 
 }  // namespace flashinfer::kernels::cuda

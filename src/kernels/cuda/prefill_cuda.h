@@ -1,7 +1,8 @@
-// CUDA launcher of the tensor-core (mma.sync, sm80+) prefill attention kernel (plain C++
-// header). It serves fp16/bf16 q, KV and output of one dtype with head_dim_qk == head_dim_vo, a
-// multiple of 16 up to 256 (64/128/256 built ahead of time, others JIT-compiled);
-// batch_attention falls back to the CUDA-core kernel otherwise.
+// CUDA launcher of the tensor-core (mma.sync, sm80+) prefill attention kernels (plain C++
+// header). They serve fp16/bf16 q, KV and output of one dtype: the FA2 kernel
+// (prefill_kernel.cuh) for head dims 64/64, 128/128, 256/256 and 192/128, the first-draft kernel
+// (JIT-compiled) for other equal multiples of 16 up to 256; batch_attention falls back to the
+// CUDA-core kernel otherwise.
 #pragma once
 
 #include "kernels/attention_params.h"
@@ -10,5 +11,8 @@ namespace flashinfer::kernels::cuda {
 
 bool prefill_supported(const AttentionParams& p);
 void batch_prefill(const AttentionParams& p, void* stream, bool enable_pdl);
+
+/// The FA2 kernel's variant bits for p (kPrefillSoftCap, kPrefillCustomMask of prefill_shape.h).
+int prefill_variant(const AttentionParams& p);
 
 }  // namespace flashinfer::kernels::cuda

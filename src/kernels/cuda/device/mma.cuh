@@ -11,36 +11,44 @@
 namespace flashinfer::kernels::cuda::dev::mma {
 
 /// Four 8x8 tiles: lanes 8i..8i+7 give the row addresses of tile i; r[i] is this lane's part.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* smem_row) {
+/// `row` is a 32-bit shared-state-space address (cp_async::smem_addr): kernels keep a tile's
+/// base as one and add offsets, rather than one 64-bit generic pointer per fragment.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, uint32_t row) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(cp_async::smem_addr(smem_row)));
+               : "r"(row));
 #else
   (void)r;
-  (void)smem_row;
+  (void)row;
   __trap();
 #endif
 }
+__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* smem_row) {
+  ldmatrix_x4(r, cp_async::smem_addr(smem_row));
+}
 
 /// ldmatrix_x4 with each 8x8 tile transposed (V as the B operand of P.V).
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* smem_row) {
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, uint32_t row) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(cp_async::smem_addr(smem_row)));
+               : "r"(row));
 #else
   (void)r;
-  (void)smem_row;
+  (void)row;
   __trap();
 #endif
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* smem_row) {
+  ldmatrix_x4_trans(r, cp_async::smem_addr(smem_row));
 }
 
 /// d += a * b for a 16x16 (row) by 16x8 (col) tile of T (__half or __nv_bfloat16), fp32 d.
 template <class T>
 __device__ __forceinline__ void mma_m16n8k16(float* d, const uint32_t* a, const uint32_t* b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (cuda::std::is_same_v<T, __half>) {
+  if constexpr (::cuda::std::is_same_v<T, __half>) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
         "{%8, %9}, {%0, %1, %2, %3};\n"

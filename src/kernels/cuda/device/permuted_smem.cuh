@@ -42,4 +42,25 @@ FLASHINFER_HD constexpr uint32_t permuted_advance_col_groups(uint32_t offset, ui
   return offset + 8 * groups;
 }
 
+/// Fragment addressing for ldmatrix in shared-memory byte addresses. A lane reads, for every
+/// fragment of a loop, unit (row + row_add, col_even + c) of a tile at byte address tile_addr,
+/// where its own row and c in {0, 1} are fixed and row_add (a multiple of 8) and col_even (even)
+/// are compile-time constants of the unrolled loop. With tile_addr a multiple of 128 and stride16
+/// a multiple of 8, (col_even + c) ^ (row % 8) = (col_even & ~7) + ((col_even & 7) ^ y) with
+/// y = c ^ (row % 8): so the lane keeps one base, permuted_lane_base(), and each fragment costs
+/// one XOR with a constant plus an immediate offset (permuted_frag_addr()). Computing every
+/// fragment's offset in full instead makes the compiler hoist dozens of loop-invariant offsets
+/// into registers.
+FLASHINFER_HD constexpr uint32_t permuted_lane_base(uint32_t tile_addr, uint32_t row, uint32_t c,
+                                                    uint32_t stride16) {
+  return (tile_addr + row * stride16 * 16u) | (((c ^ row) & 7u) * 16u);
+}
+
+/// The byte address of unit (row + row_add, col_even + c) from the lane's base (see above):
+/// equals tile_addr + 16 * permuted_offset(row + row_add, col_even + c, stride16).
+FLASHINFER_HD constexpr uint32_t permuted_frag_addr(uint32_t lane_base, uint32_t row_add,
+                                                    uint32_t col_even, uint32_t stride16) {
+  return (lane_base ^ ((col_even & 7u) * 16u)) + (col_even & ~7u) * 16u + row_add * stride16 * 16u;
+}
+
 }  // namespace flashinfer::kernels::cuda::dev

@@ -1,0 +1,427 @@
+// The FA2 prefill attention kernel on the device library (docs/ATTENTION.md, "CUDA prefill
+// kernel"), built the way upstream FlashInfer's FA2 prefill is:
+//   - one block per (work item = request x query tile x KV chunk, KV head, row chunk); rows are
+//     packed (query, qo head) pairs of the KV head's GQA group, 4 warps along them
+//     (prefill_shape.h);
+//   - Q, K and V tiles copied global -> shared memory with 16-byte cp.async into a swizzled
+//     layout (permuted_smem.cuh), K/V in kPrefillStages stages, so the copy of tile i + 1 overlaps
+//     the math of tile i;
+//   - S = Q K^T and O += P V on tensor cores (mma.sync m16n8k16, fp32 accumulation), every
+//     operand through ldmatrix (V through its transposing form);
+//   - online softmax in base 2 on the S fragments; causal tiles above the diagonal never loaded,
+//     and only tiles that cross the diagonal, a window edge or the end of the keys (or every tile
+//     with a custom mask) get the per-element visibility test;
+//   - LSE out (base 2); a split-KV chunk writes fp32 partials for the merge pass.
+// The variants are compile-time bits (prefill_shape.h). fp16 / bf16 q, K/V and output of one
+// dtype; fp8 K/V, sinks and ALiBi run on the CUDA-core kernel. Device code only (prefill_cuda.cu
+// instantiates it).
+#pragma once
+
+#include "kernels/cuda/attention_cuda_common.cuh"
+#include "kernels/cuda/device/cp_async.cuh"
+#include "kernels/cuda/device/fastdiv.cuh"
+#include "kernels/cuda/device/mma.cuh"
+#include "kernels/cuda/device/paged_kv.cuh"
+#include "kernels/cuda/device/permuted_smem.cuh"
+#include "kernels/cuda/prefill_shape.h"
+
+namespace flashinfer::kernels::cuda::prefill {
+
+namespace detail {
+
+__device__ __forceinline__ uint16_t bits16(__half x) { return __half_as_ushort(x); }
+__device__ __forceinline__ uint16_t bits16(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
+
+/// Two floats rounded to T and packed low-first (an A-operand register of P).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  return static_cast<uint32_t>(bits16(from_f32<T>(lo))) |
+         (static_cast<uint32_t>(bits16(from_f32<T>(hi))) << 16);
+}
+
+/// Issues the 16-byte copies of `rows` rows of `dim` elements into a permuted tile whose rows
+/// hold dim / 8 units; thread `tid` takes unit column tid % (dim / 8) of rows tid / (dim / 8),
+/// + kPrefillThreads / (dim / 8), ... `src(r)` is row r's global address, or nullptr for a
+/// row to zero-fill (the copy then reads nothing; `any` is a valid address to name instead).
+template <int kDim, int kRows, class T, class Src>
+__device__ __forceinline__ void copy_tile(uint4* tile, int tid, const T* any, Src src) {
+  constexpr int kUnits = kDim / 8;
+  if constexpr (kPrefillThreads % kUnits == 0) {
+    // Each thread keeps one unit column: one address computation per row it copies.
+    constexpr int kRowsPerPass = kPrefillThreads / kUnits;
+    static_assert(kRows % kRowsPerPass == 0, "tile shape");
+    const int col = tid % kUnits;
+#pragma unroll
+    for (int r = tid / kUnits; r < kRows; r += kRowsPerPass) {
+      const T* row = src(r);
+      dev::cp_async::copy16_zfill(tile + dev::permuted_offset(r, col, kUnits),
+                                  row != nullptr ? row + col * 8 : any, row != nullptr);
+    }
+  } else {  // rows of 24 units (head dim 192): walk the tile's units in order
+    static_assert((kRows * kUnits) % kPrefillThreads == 0, "tile shape");
+#pragma unroll
+    for (int i = tid; i < kRows * kUnits; i += kPrefillThreads) {
+      const int r = i / kUnits, col = i % kUnits;
+      const T* row = src(r);
+      dev::cp_async::copy16_zfill(tile + dev::permuted_offset(r, col, kUnits),
+                                  row != nullptr ? row + col * 8 : any, row != nullptr);
+    }
+  }
+}
+
+}  // namespace detail
+
+template <class T, int DQK, int DVO, int kMmaQ, int kVariant>
+__global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(AttentionParams p) {
+  constexpr int kCtaQ = prefill_cta_q(kMmaQ);
+  constexpr int kKvTile = prefill_kv_tile(kMmaQ, DQK, DVO);
+  constexpr int kMmaKv = kKvTile / 16;  // 16-key steps per tile (2 n-blocks of 8 each)
+  constexpr int kUnitsQk = DQK / 8, kUnitsVo = DVO / 8;
+  constexpr bool kSoftCap = (kVariant & kPrefillSoftCap) != 0;
+  constexpr bool kCustomMask = (kVariant & kPrefillCustomMask) != 0;
+  static_assert(DQK % 64 == 0 && DVO % 64 == 0, "rows must be whole 128-byte swizzle groups");
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];  // 128: permuted_lane_base
+  uint4* q_s = reinterpret_cast<uint4*>(smem_raw);            // [kCtaQ][kUnitsQk]
+  uint4* k_s = q_s + kCtaQ * kUnitsQk;                        // [kPrefillStages][kKvTile][kUnitsQk]
+  uint4* v_s = k_s + kPrefillStages * kKvTile * kUnitsQk;     // [kPrefillStages][kKvTile][kUnitsVo]
+
+  pdl_wait();
+  const WorkItem w = p.work[blockIdx.x];
+  if (w.request < 0) return;  // padding block of a CUDA-graph grid
+  const int32_t g = blockIdx.y;
+  const int32_t group = p.num_qo_heads / p.num_kv_heads;
+  const int32_t rows = (w.qo_end - w.qo_begin) * group;
+  const int32_t row0 = blockIdx.z * kCtaQ;
+  if (row0 >= rows) return;
+  const int32_t b = w.request;
+  const int64_t q_base = p.qo_indptr[b];
+  const int64_t qo_len = p.qo_indptr[b + 1] - q_base;
+  const int64_t kv_len = p.kv_lens[b];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gid = lane >> 2, tid4 = lane & 3;
+  const dev::FastDivmod group_div(static_cast<uint32_t>(group));
+
+  // Keys this block can see at all: causal caps the end, a sliding window the start.
+  const int32_t last_row = min(rows, row0 + kCtaQ) - 1;
+  const int64_t pos_min = kv_len - qo_len + w.qo_begin + group_div.div(row0);
+  const int64_t pos_max = kv_len - qo_len + w.qo_begin + group_div.div(last_row);
+  int64_t kv_lo = w.kv_begin, kv_hi = w.kv_end;
+  if (!kCustomMask) {
+    if (p.causal) kv_hi = min(kv_hi, pos_max + 1);
+    if (p.window_left >= 0) kv_lo = max(kv_lo, pos_min - p.window_left);
+  }
+  const int num_tiles =
+      kv_hi > kv_lo ? static_cast<int>((kv_hi - kv_lo + kKvTile - 1) / kKvTile) : 0;
+
+  // Q tile: packed row r is query qo_begin + (row0 + r) / group, head g * group + its remainder.
+  const T* q = static_cast<const T*>(p.q);
+  detail::copy_tile<DQK, kCtaQ, T>(q_s, tid, q, [&](int r) -> const T* {
+    const int32_t pr = row0 + r;
+    if (pr >= rows) return nullptr;
+    uint32_t qi = 0, hh = 0;
+    group_div.divmod(static_cast<uint32_t>(pr), qi, hh);
+    return q + (q_base + w.qo_begin + qi) * p.q_stride_n + (g * group + hh) * p.q_stride_h;
+  });
+
+  // K/V tile i into stage i % kPrefillStages; keys past kv_hi are zero-filled.
+  const T* kbase = static_cast<const T*>(p.kv.k) + g * p.kv.k_stride_head;
+  const T* vbase = static_cast<const T*>(p.kv.v) + g * p.kv.v_stride_head;
+  const dev::FastDivmod page_div(static_cast<uint32_t>(p.kv.page_size));
+  auto token_offset = [&](int64_t t, bool is_v) -> int64_t {
+    int64_t ko = 0, vo = 0;
+    dev::kv_token_offsets(p.kv, b, static_cast<uint32_t>(t), page_div, &ko, &vo);
+    return is_v ? vo : ko;
+  };
+  // 128-row blocks hold twice the O fragments: their copy loop issues two rows at a time, which
+  // keeps them within 255 registers (fully unrolled it spilled 36 bytes).
+  constexpr int kCopyUnroll = kMmaQ == 2 ? 2 : kKvTile;
+  auto load_kv = [&](int tile) {
+    if (tile < num_tiles) {
+      const int64_t t0 = kv_lo + static_cast<int64_t>(tile) * kKvTile;
+      const int stage = tile % kPrefillStages;
+      uint4* kst = k_s + stage * kKvTile * kUnitsQk;
+      uint4* vst = v_s + stage * kKvTile * kUnitsVo;
+      if constexpr (DQK == DVO && kPrefillThreads % kUnitsQk == 0) {
+        // K and V rows of a token share one page-table lookup, issued for all of the thread's
+        // rows before their copies (the loop is unrolled).
+        constexpr int kRowsPerPass = kPrefillThreads / kUnitsQk;
+        const int col = tid % kUnitsQk;
+#pragma unroll(kCopyUnroll)
+        for (int r = tid / kUnitsQk; r < kKvTile; r += kRowsPerPass) {
+          const int64_t t = t0 + r;
+          const bool ok = t < kv_hi;
+          int64_t ko = 0, vo = 0;
+          if (ok) dev::kv_token_offsets(p.kv, b, static_cast<uint32_t>(t), page_div, &ko, &vo);
+          const uint32_t off = dev::permuted_offset(r, col, kUnitsQk);
+          dev::cp_async::copy16_zfill(kst + off, kbase + ko + col * 8, ok);
+          dev::cp_async::copy16_zfill(vst + off, vbase + vo + col * 8, ok);
+        }
+      } else {
+        detail::copy_tile<DQK, kKvTile, T>(kst, tid, kbase, [&](int r) -> const T* {
+          const int64_t t = t0 + r;
+          return t < kv_hi ? kbase + token_offset(t, false) : nullptr;
+        });
+        detail::copy_tile<DVO, kKvTile, T>(vst, tid, vbase, [&](int r) -> const T* {
+          const int64_t t = t0 + r;
+          return t < kv_hi ? vbase + token_offset(t, true) : nullptr;
+        });
+      }
+    }
+    dev::cp_async::commit();  // an empty group past the end keeps the wait counts uniform
+  };
+  load_kv(0);  // the first group also carries Q
+  load_kv(1);
+
+  // This thread's rows: gid and gid + 8 of each of its warp's kMmaQ m16 fragments.
+  const int32_t warp_row0 = row0 + warp * 16 * kMmaQ;
+  const bool warp_active = warp_row0 < rows;  // an idle warp still copies and syncs
+  // Visibility inputs in 32 bits (positions and key indices fit: kv_len < 2^31): a padding row
+  // past `rows` gets position -1, which hides every key under causal, and reads no mask.
+  float scale_log2[kMmaQ][2];
+  int32_t pos_of[kMmaQ][2];
+  int64_t mask_row[kMmaQ][2];  // custom mask: bit index of (row, key 0); -1: padding row
+  const int32_t pos_shift = static_cast<int32_t>(kv_len - qo_len) + w.qo_begin;
+#pragma unroll
+  for (int mq = 0; mq < kMmaQ; ++mq) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int32_t pr = warp_row0 + mq * 16 + gid + 8 * e;
+      uint32_t qi = 0, hh = 0;
+      group_div.divmod(static_cast<uint32_t>(pr), qi, hh);
+      const bool ok = pr < rows;
+      pos_of[mq][e] = ok ? pos_shift + static_cast<int32_t>(qi) : -1;
+      mask_row[mq][e] = -1;
+      if constexpr (kCustomMask) {
+        if (ok)
+          mask_row[mq][e] = p.mask_indptr[b] + (w.qo_begin + static_cast<int64_t>(qi)) * kv_len;
+      }
+      const int32_t h = g * group + static_cast<int32_t>(hh);
+      float sc = p.sm_scale;
+      if (ok) {
+        if (p.scale_q) sc *= p.scale_q[h];
+        if (p.scale_k) sc *= p.scale_k[g];
+      }
+      scale_log2[mq][e] = kSoftCap ? sc : sc * kLog2e;
+    }
+  }
+  const int32_t kv_hi32 = static_cast<int32_t>(kv_hi);
+
+  float o[kMmaQ][DVO / 8][4];
+#pragma unroll
+  for (int mq = 0; mq < kMmaQ; ++mq) {
+#pragma unroll
+    for (int n = 0; n < DVO / 8; ++n) o[mq][n][0] = o[mq][n][1] = o[mq][n][2] = o[mq][n][3] = 0.0f;
+  }
+  // A NaN score needs no test of its own: fmaxf skips it, exp2f(NaN - m) puts NaN into l and,
+  // through P, into every output column, so the row ends NaN (LSE too), as upstream's.
+  float m[kMmaQ][2], l[kMmaQ][2];
+#pragma unroll
+  for (int mq = 0; mq < kMmaQ; ++mq) {
+    m[mq][0] = m[mq][1] = -INFINITY;
+    l[mq][0] = l[mq][1] = 0.0f;
+  }
+
+#pragma unroll 1
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    dev::cp_async::wait<kPrefillStages -
+                        1>();  // tile `tile` (and Q) landed; the next may be in flight
+    __syncthreads();
+    const int stage = tile % kPrefillStages;
+    const int64_t t0 = kv_lo + static_cast<int64_t>(tile) * kKvTile;
+    if (warp_active) {
+      // Each lane's fragment bases in the tiles (permuted_lane_base; rows and columns from
+      // prefill_shape.h's *_frag_lane).
+      const FragLane ql = prefill_q_frag_lane(lane), kl = prefill_k_frag_lane(lane),
+                     vl = prefill_v_frag_lane(lane);
+      const uint32_t qa = dev::permuted_lane_base(dev::cp_async::smem_addr(q_s),
+                                                  warp * 16 * kMmaQ + ql.row, ql.c, kUnitsQk);
+      const uint32_t ka = dev::permuted_lane_base(
+          dev::cp_async::smem_addr(k_s + stage * kKvTile * kUnitsQk), kl.row, kl.c, kUnitsQk);
+      const uint32_t va = dev::permuted_lane_base(
+          dev::cp_async::smem_addr(v_s + stage * kKvTile * kUnitsVo), vl.row, vl.c, kUnitsVo);
+
+      // S = Q K^T: A from the warp's Q rows, B pairs of 8-key blocks from K rows.
+      float s[kMmaQ][2 * kMmaKv][4];
+#pragma unroll
+      for (int mq = 0; mq < kMmaQ; ++mq) {
+#pragma unroll
+        for (int n = 0; n < 2 * kMmaKv; ++n)
+          s[mq][n][0] = s[mq][n][1] = s[mq][n][2] = s[mq][n][3] = 0.0f;
+      }
+#pragma unroll
+      for (int kk = 0; kk < DQK / 16; ++kk) {
+        uint32_t a[kMmaQ][4];
+#pragma unroll
+        for (int mq = 0; mq < kMmaQ; ++mq) {
+          dev::mma::ldmatrix_x4(a[mq], dev::permuted_frag_addr(qa, mq * 16, kk * 2, kUnitsQk));
+        }
+#pragma unroll
+        for (int nk = 0; nk < kMmaKv; ++nk) {
+          uint32_t bk[4];
+          dev::mma::ldmatrix_x4(bk, dev::permuted_frag_addr(ka, nk * 16, kk * 2, kUnitsQk));
+#pragma unroll
+          for (int mq = 0; mq < kMmaQ; ++mq) {
+            dev::mma::mma_m16n8k16<T>(s[mq][2 * nk], a[mq], bk);
+            dev::mma::mma_m16n8k16<T>(s[mq][2 * nk + 1], a[mq], bk + 2);
+          }
+        }
+      }
+
+      // Logits in base 2; the per-element test only where the tile needs it.
+      const bool unmasked = prefill_tile_unmasked(t0, kKvTile, kv_hi, p.causal, pos_min, pos_max,
+                                                  p.window_left, kCustomMask);
+      // Custom mask: each row's bits for this tile, 32 keys to a register, read once per tile.
+      uint32_t mwin[kMmaQ][2][kCustomMask ? kKvTile / 32 : 1];
+      if constexpr (kCustomMask) {
+        static_assert(kKvTile % 32 == 0, "mask windows of 32 keys");
+        const auto* words = reinterpret_cast<const uint32_t*>(p.custom_mask);
+#pragma unroll
+        for (int mq = 0; mq < kMmaQ; ++mq) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+#pragma unroll
+            for (int c = 0; c < kKvTile / 32; ++c) {
+              const int32_t key0 = static_cast<int32_t>(t0) + 32 * c;
+              mwin[mq][r][c] =
+                  mask_row[mq][r] >= 0
+                      ? prefill_mask_window(words, mask_row[mq][r] + key0, min(32, kv_hi32 - key0))
+                      : 0u;
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int mq = 0; mq < kMmaQ; ++mq) {
+        float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < 2 * kMmaKv; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = e >> 1;
+            float x;
+            if constexpr (kSoftCap) {
+              x = logit_log2(p, s[mq][n][e], scale_log2[mq][r]);
+            } else {
+              x = s[mq][n][e] * scale_log2[mq][r];
+            }
+            if (!unmasked) {
+              const int32_t kj = static_cast<int32_t>(t0) + n * 8 + tid4 * 2 + (e & 1);
+              const int32_t pos = pos_of[mq][r];
+              bool vis = kj < kv_hi32;
+              if (p.causal) vis = vis && kj <= pos;
+              if (p.window_left >= 0) vis = vis && kj >= pos - p.window_left;
+              if constexpr (kCustomMask) {
+                // Key kj - t0 = 8 n + 2 tid4 + (e & 1) of the tile: window n / 4, bit below 32.
+                vis = vis && ((mwin[mq][r][n >> 2] >> ((n & 3) * 8 + tid4 * 2 + (e & 1))) & 1u);
+              }
+              if (!vis) x = -INFINITY;
+            }
+            s[mq][n][e] = x;
+            tmax[r] = fmaxf(tmax[r], x);
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
+          tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+          const float m_new = fmaxf(m[mq][r], tmax[r]);
+          // m_new == -inf: nothing visible yet; keep the (zero) state, avoid -inf - -inf.
+          const float factor = m_new == -INFINITY ? 1.0f : exp2f(m[mq][r] - m_new);
+          m[mq][r] = m_new;
+          l[mq][r] *= factor;
+#pragma unroll
+          for (int n = 0; n < DVO / 8; ++n) {
+            o[mq][n][2 * r] *= factor;
+            o[mq][n][2 * r + 1] *= factor;
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < 2 * kMmaKv; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float mr = m[mq][e >> 1];
+            s[mq][n][e] = s[mq][n][e] == -INFINITY ? 0.0f : exp2f(s[mq][n][e] - mr);
+          }
+          // Per-thread partial row sums: the quad shares m, so they are summed once at the end.
+          l[mq][0] += s[mq][n][0] + s[mq][n][1];
+          l[mq][1] += s[mq][n][2] + s[mq][n][3];
+        }
+      }
+
+      // O += P V: the S accumulators of key blocks 2j, 2j + 1 are the A operand of key step j;
+      // V rows through the transposing ldmatrix give the B operands of two 8-wide d blocks.
+#pragma unroll
+      for (int j = 0; j < kMmaKv; ++j) {
+        uint32_t a[kMmaQ][4];
+#pragma unroll
+        for (int mq = 0; mq < kMmaQ; ++mq) {
+          a[mq][0] = detail::pack2<T>(s[mq][2 * j][0], s[mq][2 * j][1]);
+          a[mq][1] = detail::pack2<T>(s[mq][2 * j][2], s[mq][2 * j][3]);
+          a[mq][2] = detail::pack2<T>(s[mq][2 * j + 1][0], s[mq][2 * j + 1][1]);
+          a[mq][3] = detail::pack2<T>(s[mq][2 * j + 1][2], s[mq][2 * j + 1][3]);
+        }
+#pragma unroll
+        for (int nd = 0; nd < DVO / 16; ++nd) {
+          uint32_t bv[4];
+          dev::mma::ldmatrix_x4_trans(bv, dev::permuted_frag_addr(va, j * 16, nd * 2, kUnitsVo));
+#pragma unroll
+          for (int mq = 0; mq < kMmaQ; ++mq) {
+            dev::mma::mma_m16n8k16<T>(o[mq][2 * nd], a[mq], bv);
+            dev::mma::mma_m16n8k16<T>(o[mq][2 * nd + 1], a[mq], bv + 2);
+          }
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+    load_kv(tile + kPrefillStages);
+  }
+  dev::cp_async::wait<0>();  // no copy may still target shared memory when the block exits
+
+  if (!warp_active) {
+    pdl_launch_dependents();
+    return;
+  }
+  float out_scale = p.v_scale;
+  if (p.scale_v) out_scale *= p.scale_v[g];
+#pragma unroll
+  for (int mq = 0; mq < kMmaQ; ++mq) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float lr = l[mq][r];
+      lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+      lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+      const bool nan_any = isnan(lr);
+      const int32_t pr = warp_row0 + mq * 16 + gid + 8 * r;
+      if (pr >= rows) continue;
+      uint32_t qrel = 0, hh = 0;
+      group_div.divmod(static_cast<uint32_t>(pr), qrel, hh);
+      const int32_t h = g * group + static_cast<int32_t>(hh);
+      const bool any = lr > 0.0f;
+      const float inv = nan_any ? NAN : (any ? out_scale / lr : 0.0f);
+      const float lse = nan_any ? NAN : (any ? m[mq][r] + log2f(lr) : -INFINITY);
+      if (w.partial_base >= 0) {
+        const int64_t prow = static_cast<int64_t>(w.partial_base) + qrel;
+        float* dst = p.tmp_v + (prow * p.num_qo_heads + h) * DVO + tid4 * 2;
+#pragma unroll
+        for (int n = 0; n < DVO / 8; ++n) {
+          *reinterpret_cast<float2*>(dst + n * 8) =
+              make_float2(o[mq][n][2 * r] * inv, o[mq][n][2 * r + 1] * inv);
+        }
+        if (tid4 == 0) p.tmp_s[prow * p.num_qo_heads + h] = lse;
+      } else {
+        const int64_t row = q_base + w.qo_begin + qrel;
+        T* dst = static_cast<T*>(p.o) + row * p.o_stride_n + h * p.o_stride_h + tid4 * 2;
+#pragma unroll
+        for (int n = 0; n < DVO / 8; ++n) {
+          *reinterpret_cast<uint32_t*>(dst + n * 8) =
+              detail::pack2<T>(o[mq][n][2 * r] * inv, o[mq][n][2 * r + 1] * inv);
+        }
+        if (tid4 == 0 && p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
+      }
+    }
+  }
+  pdl_launch_dependents();
+}
+
+}  // namespace flashinfer::kernels::cuda::prefill

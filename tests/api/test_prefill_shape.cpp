@@ -1,0 +1,311 @@
+// The FA2 prefill kernel's host-checkable decisions (src/kernels/cuda/prefill_shape.h), on the
+// CPU: which head dims are built, the block and tile shapes and their shared memory, the tile
+// masking rule against a brute-force visibility check, and the kernel's ldmatrix / mma.sync
+// fragment addressing, run through an emulation of the two PTX instructions (their fragment
+// layouts as the PTX ISA gives them) to compute S = Q K^T and O = P V exactly.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "core/cuda_runtime.h"
+#include "kernels/cuda/device/permuted_smem.cuh"
+#include "kernels/cuda/prefill_shape.h"
+#include "kernels/occupancy.h"
+
+namespace flashinfer::kernels::cuda::prefill {
+namespace {
+
+struct Dims {
+  int qk, vo;
+};
+constexpr Dims kBuilt[] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}};
+
+TEST(PrefillShape, BuiltDimsAndBlockShapes) {
+  for (Dims d : kBuilt) EXPECT_TRUE(prefill_dims_built(d.qk, d.vo)) << d.qk << "/" << d.vo;
+  EXPECT_FALSE(prefill_dims_built(96, 96));    // the first-draft kernel through NVRTC
+  EXPECT_FALSE(prefill_dims_built(128, 64));   // the CUDA-core kernel
+  EXPECT_FALSE(prefill_dims_built(192, 192));  // ditto
+  // 128-row blocks for long packed queries, plain variant, head dims up to 128.
+  EXPECT_EQ(prefill_mma_q(65, 128, 128, 0), 2);
+  EXPECT_EQ(prefill_mma_q(64, 128, 128, 0), 1);
+  EXPECT_EQ(prefill_mma_q(4096, 64, 64, 0), 2);
+  EXPECT_EQ(prefill_mma_q(4096, 256, 256, 0), 1);
+  EXPECT_EQ(prefill_mma_q(4096, 192, 128, 0), 1);
+  EXPECT_EQ(prefill_mma_q(4096, 128, 128, kPrefillSoftCap), 1);
+  EXPECT_EQ(prefill_mma_q(4096, 128, 128, kPrefillCustomMask), 1);
+  EXPECT_EQ(prefill_cta_q(1), 64);
+  EXPECT_EQ(prefill_cta_q(2), 128);
+  EXPECT_EQ(prefill_kv_tile(1, 128, 128), 64);
+  EXPECT_EQ(prefill_kv_tile(2, 128, 128), 32);
+  EXPECT_EQ(prefill_kv_tile(1, 256, 256), 32);
+  EXPECT_EQ(prefill_kv_tile(1, 192, 128), 64);
+  // Q tile + 2 stages of K and V tiles, 2 bytes an element: D 128 with 64 rows is 80 KiB.
+  EXPECT_EQ(prefill_smem_bytes(1, 128, 128), 2u * (64 * 128 + 2 * 64 * 256));
+  EXPECT_EQ(prefill_smem_bytes(2, 128, 128), 2u * (128 * 128 + 2 * 32 * 256));
+}
+
+// Every block built fits one block's shared memory on an A100 and two per SM on an H100 (the
+// planner's 2 blocks per SM), and the copy loops divide evenly over the 128 threads.
+TEST(PrefillShape, SharedMemoryAndCopyShapesFit) {
+  const DeviceLimits a100 = device_limits(8, 0), h100 = device_limits(9, 0);
+  for (Dims d : kBuilt) {
+    for (int mq : {1, 2}) {
+      if (mq == 2 && prefill_mma_q(4096, d.qk, d.vo, 0) != 2) continue;
+      SCOPED_TRACE(std::to_string(d.qk) + "/" + std::to_string(d.vo) + " mma_q " +
+                   std::to_string(mq));
+      const unsigned smem = prefill_smem_bytes(mq, d.qk, d.vo);
+      EXPECT_LE(smem, static_cast<unsigned>(a100.max_smem_per_block));
+      EXPECT_GE(occupancy_blocks_per_sm(h100, kPrefillThreads, 168, smem), 2);
+      const int kv = prefill_kv_tile(mq, d.qk, d.vo);
+      EXPECT_EQ(kv % 16, 0);
+      for (int dim : {d.qk, d.vo}) {
+        EXPECT_EQ(dim % 64, 0);  // whole 128-byte swizzle groups
+        EXPECT_EQ((kv * dim / 8) % kPrefillThreads, 0);
+        EXPECT_EQ((prefill_cta_q(mq) * dim / 8) % kPrefillThreads, 0);
+      }
+    }
+  }
+}
+
+// prefill_tile_unmasked says "no per-element test" only when every (row, key) of the tile is
+// visible, and is exact for the causal / window-free case that matters (whole tiles under the
+// diagonal skip the test).
+TEST(PrefillShape, TileMaskingRuleAgreesWithBruteForce) {
+  for (int window : {-1, 0, 5, 40}) {
+    for (bool causal : {false, true}) {
+      for (long long pos_min = 0; pos_min < 100; pos_min += 7) {
+        for (long long rows = 1; rows <= 20; rows += 19) {
+          const long long pos_max = pos_min + rows - 1;
+          const long long kv_hi = causal ? pos_max + 1 : 150;
+          for (long long t0 = 0; t0 < kv_hi; t0 += 16) {
+            bool all = true;
+            for (long long pos = pos_min; pos <= pos_max; ++pos) {
+              for (long long j = t0; j < t0 + 16; ++j) {
+                const bool vis =
+                    j < kv_hi && (!causal || j <= pos) && (window < 0 || j >= pos - window);
+                all = all && vis;
+              }
+            }
+            const bool rule =
+                prefill_tile_unmasked(t0, 16, kv_hi, causal, pos_min, pos_max, window, false);
+            EXPECT_EQ(rule, all) << "t0 " << t0 << " pos " << pos_min << ".." << pos_max
+                                 << " window " << window << " causal " << causal;
+            EXPECT_FALSE(
+                prefill_tile_unmasked(t0, 16, kv_hi, causal, pos_min, pos_max, window, true));
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- ldmatrix and mma.sync, emulated ------------------------------------------------------------
+
+// Shared memory as 16-bit slots holding small integers (exact in fp16, bf16 and double).
+struct Smem {
+  std::vector<double> slot = std::vector<double>(1 << 16, 0.0);
+  double at(uint32_t byte_addr) const { return slot.at(byte_addr / 2); }
+  // Element (row, col) of a permuted tile at `base` with rows of `units` 16-byte units.
+  void put(uint32_t base, uint32_t row, uint32_t col, uint32_t units, double x) {
+    slot.at((base + 16 * dev::permuted_offset(row, col / 8, units)) / 2 + col % 8) = x;
+  }
+};
+
+using Pair = std::array<double, 2>;
+using Frag4 = std::array<std::array<Pair, 4>, 32>;  // [lane][register]
+
+// ldmatrix.x4: lanes 8j..8j+7 name the rows of matrix j. Lane l gets, of matrix j, row l / 4,
+// columns 2 (l % 4) and + 1; with .trans, rows 2 (l % 4) and + 1 of column l / 4.
+Frag4 ldmatrix_x4(const Smem& s, const std::array<uint32_t, 32>& addr, bool trans) {
+  Frag4 r{};
+  for (int l = 0; l < 32; ++l) {
+    for (int j = 0; j < 4; ++j) {
+      for (int e = 0; e < 2; ++e) {
+        r[l][j][e] = trans ? s.at(addr[8 * j + 2 * (l % 4) + e] + 2 * (l / 4))
+                           : s.at(addr[8 * j + l / 4] + 2 * (2 * (l % 4) + e));
+      }
+    }
+  }
+  return r;
+}
+
+// mma.m16n8k16 (row.col), fp32 accumulators: A 16x16 from a[0..3], B 16x8 from b[0..1] of each
+// lane, d[lane][0..3] += (A B) at (gid, 2t), (gid, 2t+1), (gid+8, 2t), (gid+8, 2t+1).
+void mma(std::array<std::array<double, 4>, 32>& d, const std::array<std::array<Pair, 4>, 32>& a,
+         const std::array<std::array<Pair, 2>, 32>& b) {
+  double A[16][16], B[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int e = 0; e < 2; ++e) {
+      A[g][2 * t + e] = a[l][0][e];
+      A[g + 8][2 * t + e] = a[l][1][e];
+      A[g][8 + 2 * t + e] = a[l][2][e];
+      A[g + 8][8 + 2 * t + e] = a[l][3][e];
+      B[2 * t + e][g] = b[l][0][e];
+      B[8 + 2 * t + e][g] = b[l][1][e];
+    }
+  }
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+      for (int k = 0; k < 16; ++k) d[l][e] += A[row][k] * B[k][col];
+    }
+  }
+}
+
+std::array<std::array<Pair, 2>, 32> half_of(const Frag4& f, int first) {
+  std::array<std::array<Pair, 2>, 32> r{};
+  for (int l = 0; l < 32; ++l) r[l] = {f[l][first], f[l][first + 1]};
+  return r;
+}
+
+// The kernel's S and PV loops for one warp's 16 rows and a 32-key tile, through its addressing
+// (prefill_*_frag_lane, permuted_lane_base, permuted_frag_addr), against plain sums.
+TEST(PrefillShape, FragmentAddressingComputesQKAndPV) {
+  for (Dims dims : kBuilt) {
+    SCOPED_TRACE(std::to_string(dims.qk) + "/" + std::to_string(dims.vo));
+    const int dqk = dims.qk, dvo = dims.vo, keys = 32;
+    const uint32_t uq = dqk / 8, uv = dvo / 8;
+    const uint32_t q_base = 0, k_base = 16384, v_base = 49152;  // 128-byte aligned, disjoint
+    auto qv = [](int r, int c) { return static_cast<double>((r * 3 + c * 5) % 7 - 3); };
+    auto kvv = [](int r, int c) { return static_cast<double>((r * 5 + c * 3) % 9 - 4); };
+    auto vv = [](int r, int c) { return static_cast<double>((r * 7 + c) % 5 - 2); };
+    auto pv = [](int r, int k) { return static_cast<double>((r + 2 * k) % 4 - 1); };
+    Smem s;
+    for (int r = 0; r < 16; ++r)
+      for (int c = 0; c < dqk; ++c) s.put(q_base, r, c, uq, qv(r, c));
+    for (int r = 0; r < keys; ++r) {
+      for (int c = 0; c < dqk; ++c) s.put(k_base, r, c, uq, kvv(r, c));
+      for (int c = 0; c < dvo; ++c) s.put(v_base, r, c, uv, vv(r, c));
+    }
+    std::array<uint32_t, 32> qa{}, ka{}, va{};
+    for (int l = 0; l < 32; ++l) {
+      qa[l] =
+          dev::permuted_lane_base(q_base, prefill_q_frag_lane(l).row, prefill_q_frag_lane(l).c, uq);
+      ka[l] =
+          dev::permuted_lane_base(k_base, prefill_k_frag_lane(l).row, prefill_k_frag_lane(l).c, uq);
+      va[l] =
+          dev::permuted_lane_base(v_base, prefill_v_frag_lane(l).row, prefill_v_frag_lane(l).c, uv);
+    }
+    auto at = [](const std::array<uint32_t, 32>& base, uint32_t row_add, uint32_t col_even,
+                 uint32_t units) {
+      std::array<uint32_t, 32> r{};
+      for (int l = 0; l < 32; ++l)
+        r[l] = dev::permuted_frag_addr(base[l], row_add, col_even, units);
+      return r;
+    };
+    // S = Q K^T: s[n] holds keys 8n..8n+7.
+    std::vector<std::array<std::array<double, 4>, 32>> sf(keys / 8);
+    for (int kk = 0; kk < dqk / 16; ++kk) {
+      const Frag4 a = ldmatrix_x4(s, at(qa, 0, kk * 2, uq), false);
+      for (int nk = 0; nk < keys / 16; ++nk) {
+        const Frag4 b = ldmatrix_x4(s, at(ka, nk * 16, kk * 2, uq), false);
+        mma(sf[2 * nk], a, half_of(b, 0));
+        mma(sf[2 * nk + 1], a, half_of(b, 2));
+      }
+    }
+    int bad = 0;
+    for (int n = 0; n < keys / 8; ++n) {
+      for (int l = 0; l < 32; ++l) {
+        for (int e = 0; e < 4; ++e) {
+          const int row = l / 4 + 8 * (e >> 1), key = n * 8 + 2 * (l % 4) + (e & 1);
+          double want = 0;
+          for (int c = 0; c < dqk; ++c) want += qv(row, c) * kvv(key, c);
+          bad += sf[n][l][e] != want;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0) << "S elements wrong";
+    // O = P V with P in the S accumulator layout, packed as the kernel packs its A operand.
+    std::vector<std::array<std::array<double, 4>, 32>> of(dvo / 8);
+    for (int j = 0; j < keys / 16; ++j) {
+      std::array<std::array<Pair, 4>, 32> a{};
+      for (int l = 0; l < 32; ++l) {
+        const int g = l / 4, t = l % 4;
+        auto p = [&](int blk, int e) { return pv(g + 8 * (e >> 1), blk * 8 + 2 * t + (e & 1)); };
+        a[l][0] = {p(2 * j, 0), p(2 * j, 1)};
+        a[l][1] = {p(2 * j, 2), p(2 * j, 3)};
+        a[l][2] = {p(2 * j + 1, 0), p(2 * j + 1, 1)};
+        a[l][3] = {p(2 * j + 1, 2), p(2 * j + 1, 3)};
+      }
+      for (int nd = 0; nd < dvo / 16; ++nd) {
+        const Frag4 b = ldmatrix_x4(s, at(va, j * 16, nd * 2, uv), true);
+        mma(of[2 * nd], a, half_of(b, 0));
+        mma(of[2 * nd + 1], a, half_of(b, 2));
+      }
+    }
+    bad = 0;
+    for (int n = 0; n < dvo / 8; ++n) {
+      for (int l = 0; l < 32; ++l) {
+        for (int e = 0; e < 4; ++e) {
+          const int row = l / 4 + 8 * (e >> 1), col = n * 8 + 2 * (l % 4) + (e & 1);
+          double want = 0;
+          for (int k = 0; k < keys; ++k) want += pv(row, k) * vv(k, col);
+          bad += of[n][l][e] != want;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0) << "O elements wrong";
+  }
+}
+
+// permuted_frag_addr is permuted_offset in bytes, for every lane row, c, constant row step and
+// even column the kernel uses.
+TEST(PrefillShape, FragAddrIsThePermutedOffset) {
+  for (uint32_t units : {8u, 16u, 24u, 32u}) {
+    for (uint32_t row = 0; row < 16; ++row) {
+      for (uint32_t c = 0; c < 2; ++c) {
+        const uint32_t base = dev::permuted_lane_base(1024, row, c, units);
+        for (uint32_t add = 0; add < 64; add += 8) {
+          for (uint32_t col = 0; col + 1 < units; col += 2) {
+            EXPECT_EQ(dev::permuted_frag_addr(base, add, col, units),
+                      1024 + 16 * dev::permuted_offset(row + add, col + c, units))
+                << units << " " << row << " " << c << " " << add << " " << col;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The custom-mask window equals the bit-by-bit reading of the packed mask (bit i = bit i % 32 of
+// word i / 32) for every start offset and length, and reads no word past the one holding the
+// last key: the words live in a heap block of exactly that many words, so the sanitized build
+// (scripts/test) reports a read past it.
+TEST(PrefillShape, MaskWindowIsTheRowsBits) {
+  std::vector<uint32_t> all(8);
+  uint32_t x = 0x9e3779b9u;
+  for (uint32_t& w : all) w = (x = x * 1664525u + 1013904223u);
+  auto bit = [&](long long i) { return (all[static_cast<size_t>(i >> 5)] >> (i & 31)) & 1u; };
+  for (long long bit0 = 0; bit0 < 160; ++bit0) {
+    for (int nbits = -1; nbits <= 32; ++nbits) {
+      const size_t words = nbits > 0 ? static_cast<size_t>((bit0 + nbits - 1) >> 5) + 1 : 0;
+      std::vector<uint32_t> exact(all.begin(), all.begin() + static_cast<long>(words));
+      exact.shrink_to_fit();
+      const uint32_t* data = exact.empty() ? nullptr : exact.data();
+      const uint32_t got = prefill_mask_window(data, bit0, nbits);
+      for (int k = 0; k < std::max(nbits, 0); ++k) {
+        ASSERT_EQ((got >> k) & 1u, bit(bit0 + k)) << bit0 << " " << nbits << " " << k;
+      }
+      if (nbits <= 0) {
+        EXPECT_EQ(got, 0u);
+      }
+    }
+  }
+}
+
+// The yardstick `flashinfer bench` prints prefill TFLOP/s against: the datasheets' dense 16-bit
+// peaks come back from SMs x boost clock x the per-SM rate.
+TEST(PrefillShape, DenseTensorPeakPerClock) {
+  using flashinfer::detail::dense_16bit_tensor_flops_per_clock_per_sm;
+  EXPECT_NEAR(132 * 1.83e9 * dense_16bit_tensor_flops_per_clock_per_sm(90), 989.4e12, 1e12);
+  EXPECT_NEAR(108 * 1.41e9 * dense_16bit_tensor_flops_per_clock_per_sm(80), 312e12, 1e12);
+  EXPECT_EQ(dense_16bit_tensor_flops_per_clock_per_sm(75), 0.0);  // unknown: no figure printed
+}
+
+}  // namespace
+}  // namespace flashinfer::kernels::cuda::prefill

@@ -1,0 +1,256 @@
+// The CUDA FA2 prefill kernel (src/kernels/cuda/prefill_kernel.cuh) against three oracles on the
+// same inputs: the CPU reference, the first-draft CUDA-core kernel and the first-draft
+// tensor-core kernel (prefill_mma_kernel), both of which ran correctly on an H100 (tests/oracle/,
+// installed in place of the library's kernels for one run). Covers the built head-dim pairs
+// (64, 128, 256, 192/128), fp16 and bf16, MHA and GQA (64- and 128-row blocks), paged (page
+// sizes 1, 5, 16) and ragged KV, causal right-aligned rows, the soft cap, a sliding window, a
+// custom mask, split-KV with the merge pass, and tensor-core decode (use_tensor_cores=True).
+// Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "ops/attention_test_util.h"
+#include "util/test_util.h"
+#if FLASHINFER_TEST_HAVE_ORACLES
+#include "oracle/attention_oracle.h"
+#endif
+
+namespace flashinfer {
+namespace {
+
+using testing::int_tensor;
+
+struct PrefillCase {
+  DType dt = DType::kBFloat16;
+  int64_t dqk = 128, dvo = 128, hq = 32, hkv = 8;
+  int64_t page = 16;  // 0: ragged KV
+  std::vector<int32_t> qo_lens{1, 33, 200}, kv_lens{40, 33, 300};
+  bool causal = true;
+  double soft_cap = 0.0;
+  int64_t window = -1;
+  bool custom_mask = false;
+  std::optional<int64_t> split;
+
+  std::string str() const {
+    std::string q, k;
+    for (int32_t x : qo_lens) q += std::to_string(x) + ",";
+    for (int32_t x : kv_lens) k += std::to_string(x) + ",";
+    return std::string(dtype_torch_name(dt)) + " d=" + std::to_string(dqk) + "/" +
+           std::to_string(dvo) + " heads=" + std::to_string(hq) + ":" + std::to_string(hkv) +
+           " page=" + std::to_string(page) + " qo=" + q + " kv=" + k +
+           " causal=" + std::to_string(causal) + " cap=" + std::to_string(soft_cap) +
+           " window=" + std::to_string(window) + " mask=" + std::to_string(custom_mask) +
+           " split=" + std::to_string(split.value_or(0));
+  }
+};
+
+bool mask_bit(int64_t i, int64_t j) { return i != 1 && ((i * 7 + j * 3) % 5) != 0; }
+
+struct Runs {
+  AttentionOutput cpu, gpu, core_oracle, mma_oracle;
+};
+
+Runs run_case(const PrefillCase& c) {
+  const Device g = Device::cuda();
+  const auto batch = c.qo_lens.size();
+  std::vector<int32_t> qo{0}, kv{0};
+  for (std::size_t b = 0; b < batch; ++b) {
+    qo.push_back(qo.back() + c.qo_lens[b]);
+    kv.push_back(kv.back() + c.kv_lens[b]);
+  }
+  Tensor q = Tensor::empty({qo.back(), c.hq, c.dqk}, c.dt).uniform_(5);
+  PrefillPlanOptions po;
+  po.q_data_type = c.dt;
+  po.head_dim_vo = c.dvo;
+  po.causal = c.causal;
+  po.logits_soft_cap = c.soft_cap;
+  po.window_left = c.window;
+  po.fixed_split_size = c.split;
+  if (c.custom_mask) {
+    std::vector<double> bits;
+    for (std::size_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < c.qo_lens[b]; ++i) {
+        for (int64_t j = 0; j < c.kv_lens[b]; ++j) bits.push_back(mask_bit(i, j));
+      }
+    }
+    po.custom_mask = Tensor::from_vector(bits, {static_cast<int64_t>(bits.size())}, DType::kBool);
+  }
+  AttentionRunOptions ro;
+  ro.return_lse = true;
+  std::function<AttentionOutput(Device)> run;
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f;
+  Tensor k, v;
+  if (c.page > 0) {
+    f = testing::make_paged(c.kv_lens, c.page, c.hkv, c.dqk, c.dt, false, true, 11, kd, vd);
+    run = [&](Device d) {
+      BatchPrefillWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d));
+      w.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, c.hq, c.hkv, c.dqk, c.page, po);
+      return w.run(q.to(d),
+                   PagedKVCache(testing::to_keep_layout(f.k_cache, d),
+                                testing::to_keep_layout(f.v_cache, d)),
+                   ro);
+    };
+  } else {
+    k = Tensor::empty({kv.back(), c.hkv, c.dqk}, c.dt).uniform_(6);
+    v = Tensor::empty({kv.back(), c.hkv, c.dvo}, c.dt).uniform_(7);
+    run = [&](Device d) {
+      BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d));
+      w.plan(int_tensor(qo), int_tensor(kv), c.hq, c.hkv, c.dqk, po);
+      return w.run(q.to(d), k.to(d), v.to(d), ro);
+    };
+  }
+  Runs r;
+  r.cpu = run(Device::cpu());
+  r.gpu = run(g);
+#if FLASHINFER_TEST_HAVE_ORACLES
+  {
+    testing::ScopedAttentionOracle oracle;
+    r.core_oracle = run(g);
+  }
+  if (c.dqk == c.dvo) {
+    testing::ScopedPrefillMmaOracle oracle;
+    r.mma_oracle = run(g);
+  }
+#endif
+  return r;
+}
+
+void expect_matches(const PrefillCase& c) {
+  SCOPED_TRACE(c.str());
+  const Runs r = run_case(c);
+  const auto tol = testing::default_tolerance(c.dt);
+  EXPECT_TRUE(testing::all_close(r.gpu.out, r.cpu.out, tol)) << "vs CPU";
+  EXPECT_TRUE(testing::all_close(r.gpu.lse, r.cpu.lse, {2e-3, 1e-3})) << "lse vs CPU";
+  for (const AttentionOutput* o : {&r.core_oracle, &r.mma_oracle}) {
+    if (!o->out.defined()) continue;
+    EXPECT_TRUE(testing::all_close(r.gpu.out, o->out, tol)) << "vs an oracle kernel";
+    EXPECT_TRUE(testing::all_close(r.gpu.lse, o->lse, {1e-3, 1e-4})) << "lse vs an oracle";
+    EXPECT_TRUE(testing::all_close(o->out, r.cpu.out, tol)) << "oracle vs CPU";
+  }
+}
+
+TEST(PrefillKernelCuda, DimsDtypesAndBlockShapesMatchCpuAndOracles) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (auto [dqk, dvo] :
+         {std::pair<int64_t, int64_t>{64, 64}, {128, 128}, {256, 256}, {192, 128}}) {
+      // MHA and GQA 4 (the 200-query request fills 128-row blocks where they are built), and a
+      // batch of short requests (64-row blocks, most rows padding).
+      for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{8, 8}, {32, 8}}) {
+        for (bool short_rows : {false, true}) {
+          PrefillCase c;
+          c.dt = dt;
+          c.dqk = dqk;
+          c.dvo = dvo;
+          c.hq = hq;
+          c.hkv = hkv;
+          c.page = dqk == dvo ? 16 : 0;  // paged caches share one head dim
+          if (short_rows) {
+            c.qo_lens = {3, 1, 5};
+            c.kv_lens = {70, 1, 129};
+          }
+          expect_matches(c);
+        }
+      }
+    }
+  }
+}
+
+TEST(PrefillKernelCuda, PageSizesLengthsAndSplitsMatchCpuAndOracles) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (int64_t page : {1, 5, 16, 0}) {
+    for (std::optional<int64_t> split : {std::optional<int64_t>{}, {1}, {3}}) {
+      for (bool causal : {true, false}) {
+        PrefillCase c;
+        c.page = page;
+        c.split = split;
+        c.causal = causal;
+        // A one-key request, tile tails (31, 65), a query tile of exactly 128 packed rows.
+        c.qo_lens = {1, 31, 32, 65, 7};
+        c.kv_lens = {1, 31, 100, 65, 1000};
+        expect_matches(c);
+      }
+    }
+  }
+}
+
+TEST(PrefillKernelCuda, VariantsMatchCpuAndOracles) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (int64_t d : {64, 128}) {
+    {
+      PrefillCase c;  // kPrefillSoftCap
+      c.dqk = c.dvo = d;
+      c.soft_cap = 30.0;
+      expect_matches(c);
+    }
+    {
+      PrefillCase c;  // a window crossing tiles: masked tiles at both ends of the range
+      c.dqk = c.dvo = d;
+      c.window = 45;
+      expect_matches(c);
+      c.causal = false;
+      expect_matches(c);
+    }
+    for (bool cap : {false, true}) {
+      PrefillCase c;  // kPrefillCustomMask (ragged and paged), with and without the soft cap
+      c.dqk = c.dvo = d;
+      c.custom_mask = true;
+      c.causal = false;
+      c.soft_cap = cap ? 20.0 : 0.0;
+      c.qo_lens = {5, 70, 9};
+      c.kv_lens = {13, 90, 9};
+      expect_matches(c);
+      c.page = 0;
+      expect_matches(c);
+    }
+  }
+}
+
+// use_tensor_cores=True: decode through the FA2 kernel, GQA group packed into the query rows.
+TEST(PrefillKernelCuda, TensorCoreDecodeMatchesCpuAndOracle) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{32, 8}, {8, 8}, {32, 1}}) {
+      for (std::optional<int64_t> split : {std::optional<int64_t>{}, {2}}) {
+        SCOPED_TRACE(std::string(dtype_torch_name(dt)) + " heads " + std::to_string(hq) + ":" +
+                     std::to_string(hkv) + " split " + std::to_string(split.value_or(0)));
+        const std::vector<int32_t> lens{1, 17, 300, 64, 0};
+        std::vector<std::vector<double>> kd, vd;
+        testing::PagedFixture f =
+            testing::make_paged(lens, 16, hkv, 128, dt, false, true, 3, kd, vd);
+        Tensor q = Tensor::empty({static_cast<int64_t>(lens.size()), hq, 128}, dt).uniform_(4);
+        BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+        po.q_data_type = dt;
+        po.fixed_split_size = split;
+        AttentionRunOptions ro;
+        ro.return_lse = true;
+        auto run = [&](Device d) {
+          BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d), "NHD",
+                                               false, true);
+          w.plan(f.indptr, f.indices, f.last_page_len, hq, hkv, 128, 16, po);
+          return w.run(q.to(d),
+                       PagedKVCache(testing::to_keep_layout(f.k_cache, d),
+                                    testing::to_keep_layout(f.v_cache, d)),
+                       ro);
+        };
+        const AttentionOutput ref = run(Device::cpu()), got = run(Device::cuda());
+        EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(dt)));
+        EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3}));
+#if FLASHINFER_TEST_HAVE_ORACLES
+        testing::ScopedAttentionOracle oracle;
+        const AttentionOutput o = run(Device::cuda());
+        EXPECT_TRUE(testing::all_close(got.out, o.out, testing::default_tolerance(dt)));
+#endif
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flashinfer
