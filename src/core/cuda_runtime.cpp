@@ -1,5 +1,7 @@
 #include "core/cuda_runtime.h"
 
+#include <atomic>
+
 #include "flashinfer/device.h"
 #include "flashinfer/error.h"
 #include "flashinfer/stream.h"
@@ -56,7 +58,13 @@ int cuda_runtime_device_count() {
   return n;
 }
 
+namespace {
+std::atomic<uint64_t> g_device_mallocs{0};
+}
+uint64_t cuda_device_malloc_count() { return g_device_mallocs.load(std::memory_order_relaxed); }
+
 void* cuda_device_malloc(std::size_t nbytes, int device) {
+  g_device_mallocs.fetch_add(1, std::memory_order_relaxed);
   DeviceGuard g(device);
   void* p = nullptr;
   check(cudaMalloc(&p, nbytes == 0 ? 1 : nbytes), "cudaMalloc");
@@ -182,6 +190,7 @@ namespace {
 
 int cuda_runtime_device_count() { return 0; }
 void* cuda_device_malloc(std::size_t, int) { no_cuda("cuda_malloc"); }
+uint64_t cuda_device_malloc_count() { return 0; }
 void cuda_device_free(void*, int) noexcept {}
 void cuda_memcpy(void*, const void*, std::size_t, CopyKind, int) { no_cuda("cuda_memcpy"); }
 std::string cuda_device_name(int) { no_cuda("cuda_device_name"); }

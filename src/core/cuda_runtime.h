@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "flashinfer/device.h"
@@ -14,6 +15,9 @@ enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
 int cuda_runtime_device_count();
 void* cuda_device_malloc(std::size_t nbytes, int device);
+/// How many cuda_device_malloc calls (device Tensor storage) this process has made: the tests
+/// that check a steady state allocates nothing read it.
+uint64_t cuda_device_malloc_count();
 void cuda_device_free(void* ptr, int device) noexcept;
 /// Synchronous copy (stream-ordered on the current stream, then synchronized).
 void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, int device);

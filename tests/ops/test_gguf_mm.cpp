@@ -63,6 +63,17 @@ std::vector<uint8_t> random_rows(int64_t n, int64_t k, bool q4, uint64_t seed) {
   return v;
 }
 
+// The n rows of `rows` (row_bytes each) as a [n, row_bytes] view whose rows start `offset`
+// bytes into rows of `stride` bytes: each row is written where the view reads it.
+Tensor offset_rows(const std::vector<uint8_t>& rows, int64_t n, int64_t row_bytes, int64_t stride,
+                   int64_t offset) {
+  Tensor wide = Tensor::zeros({n, stride}, DType::kUInt8);
+  for (int64_t j = 0; j < n; ++j)
+    std::memcpy(static_cast<uint8_t*>(wide.data_ptr()) + j * stride + offset,
+                rows.data() + j * row_bytes, static_cast<size_t>(row_bytes));
+  return wide.slice(1, offset, offset + row_bytes);
+}
+
 Tensor bytes_tensor(const std::vector<uint8_t>& v, int64_t n) {
   Tensor t = Tensor::empty({n, static_cast<int64_t>(v.size()) / n}, DType::kUInt8);
   std::memcpy(t.data_ptr(), v.data(), v.size());
@@ -441,6 +452,32 @@ TEST(MmGguf, StridedOperandsAndOut) {
   }
 }
 
+// The layout of MmGgufCuda.StridedOperandsAndOut on the CPU: weight rows at byte offset 3 with
+// an odd stride (43), activations with column stride 2, out with column stride 2, for m below and
+// above the CUDA kernels' switch (16), so the layout itself is checked where CI runs.
+TEST(MmGguf, StridedOperandsAndOutOffsetRows) {
+  for (int64_t m : {int64_t{5}, int64_t{40}}) {
+    const int64_t n = 35, k = 64;
+    const std::vector<uint8_t> rows = random_rows(n, k, true, 40 + static_cast<uint64_t>(m));
+    const std::vector<double> w = dequant_fp64(rows, n, k, true);
+    const Tensor b = offset_rows(rows, n, 40, 43, 3);
+    ASSERT_EQ(b.storage_offset(), 3);
+    ASSERT_EQ(b.stride(0), 43);
+    for (int64_t j = 0; j < n; ++j)
+      ASSERT_EQ(
+          std::memcmp(static_cast<const uint8_t*>(b.data_ptr()) + j * 43, rows.data() + j * 40, 40),
+          0);
+    const Tensor wide_a = testing::rand_tensor({m, 2 * k}, DType::kFloat16, 6, -2.0, 2.0);
+    const Tensor a = wide_a.slice(1, 0, 2 * k, 2);
+    const Tensor out_base = Tensor::full({m, 2 * n}, 3.0, DType::kFloat32);
+    const Tensor out = out_base.slice(1, 0, 2 * n, 2);
+    const Tensor r = mm_gguf(a, b, "Q4_1", out, DType::kFloat32);
+    EXPECT_EQ(r.data_ptr(), out.data_ptr());
+    EXPECT_TRUE(matches_fp64(out.contiguous(), a.contiguous(), w, n)) << "m=" << m;
+    for (double v : out_base.slice(1, 1, 2 * n, 2).to_double_vector()) ASSERT_EQ(v, 3.0);
+  }
+}
+
 TEST(MmGguf, BadInputGivesClearErrors) {
   Tensor a = Tensor::zeros({2, 64}, DType::kBFloat16);
   Tensor b4 = Tensor::zeros({3, 40}, DType::kUInt8);
@@ -560,10 +597,10 @@ TEST(MmGgufCuda, StridedOperandsAndOut) {
     const int64_t n = 35, k = 64;
     const std::vector<uint8_t> rows = random_rows(n, k, true, 40 + static_cast<uint64_t>(m));
     const std::vector<double> w = dequant_fp64(rows, n, k, true);
-    Tensor wide_b = Tensor::zeros({n, 43}, DType::kUInt8);
-    for (int64_t j = 0; j < n; ++j)
-      std::memcpy(static_cast<uint8_t*>(wide_b.data_ptr()) + j * 43, rows.data() + j * 40, 40);
-    const Tensor b = testing::to_keep_layout(wide_b.slice(1, 3, 43), dev);  // offset 3, stride 43
+    // Rows at byte offset 3 with stride 43. (This test once wrote the rows at offset 0 and
+    // read them at offset 3, which failed on the H100; StridedOperandsAndOutOffsetRows checks
+    // the same layout on the CPU.)
+    const Tensor b = testing::to_keep_layout(offset_rows(rows, n, 40, 43, 3), dev);
     const Tensor wide_a = testing::rand_tensor({m, 2 * k}, DType::kFloat16, 6, -2.0, 2.0);
     const Tensor a = wide_a.slice(1, 0, 2 * k, 2);
     const Tensor out_base = Tensor::full({m, 2 * n}, 3.0, DType::kFloat32).to(dev);

@@ -1,9 +1,15 @@
 #include <cublasLt.h>
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "flashinfer/float_formats.h"
+#include "kernels/cublaslt_plan.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/gemm_cuda.h"
 
@@ -20,15 +26,99 @@ namespace {
     }                                                                \
   } while (0)
 
-constexpr size_t kWorkspaceBytes = 32u << 20;
+// ---- per-device state: handle, workspace per stream, scratch, the plan cache ----------------
+//
+// Nothing here is freed: destroying a handle or freeing device memory from a static destructor
+// can run after the CUDA context is gone (and cublasLtDestroy synchronizes the device).
 
-// One handle per thread, created on first use. It is deliberately never destroyed: destroying it
-// from a thread-exit or static destructor can run after the CUDA context is gone.
-cublasLtHandle_t handle(const char* op) {
-  thread_local cublasLtHandle_t h = nullptr;
-  if (!h) FLASHINFER_CUBLASLT_CALL(op, cublasLtCreate(&h));
-  return h;
+std::atomic<uint64_t> g_plan_builds{0}, g_plan_hits{0}, g_device_allocs{0}, g_device_bytes{0};
+
+void* device_alloc(const char* op, std::size_t bytes) {
+  void* p = nullptr;
+  FLASHINFER_CUDA_CALL(op, cudaMalloc(&p, bytes));
+  g_device_allocs.fetch_add(1, std::memory_order_relaxed);
+  g_device_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  return p;
 }
+
+// One stream's buffers. Concurrent streams each get their own: a workspace shared across
+// streams would be written by two GEMMs at once. The scratch only grows (to a power of two);
+// an outgrown buffer is kept rather than freed, since freeing it would have to wait for the
+// stream (at most the current size in total).
+struct StreamBuffers {
+  void* workspace = nullptr;
+  void* scratch = nullptr;
+  std::size_t scratch_bytes = 0;
+  std::vector<void*> retired;
+};
+
+struct DeviceState {
+  cublasLtHandle_t handle = nullptr;  // bound to this device (created with it current)
+  uint64_t workspace_bytes = 0;
+  float* zero = nullptr;  // a device 0.0f: beta when alpha is read from device memory
+  std::mutex mu;          // guards streams
+  std::unordered_map<cudaStream_t, StreamBuffers> streams;
+};
+
+DeviceState& device_state(const char* op, int device) {
+  static std::mutex mu;
+  static std::unordered_map<int, std::unique_ptr<DeviceState>>& states =
+      *new std::unordered_map<int, std::unique_ptr<DeviceState>>;
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<DeviceState>& st = states[device];
+  if (!st) {
+    auto fresh = std::make_unique<DeviceState>();
+    FLASHINFER_CUBLASLT_CALL(op, cublasLtCreate(&fresh->handle));
+    int major = 0;
+    FLASHINFER_CUDA_CALL(op,
+                         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    fresh->workspace_bytes = lt::workspace_bytes_for(major);
+    fresh->zero = static_cast<float*>(device_alloc(op, sizeof(float)));
+    FLASHINFER_CUDA_CALL(op, cudaMemset(fresh->zero, 0, sizeof(float)));
+    st = std::move(fresh);
+  }
+  return *st;
+}
+
+bool capturing(const char* op, cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  FLASHINFER_CUDA_CALL(op, cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// The stream's workspace, allocated by its first call. A first call that is being captured into
+// a CUDA graph cannot allocate: it runs without a workspace (a plan of its own).
+std::pair<void*, uint64_t> stream_workspace(const char* op, DeviceState& ds, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(ds.mu);
+  StreamBuffers& sb = ds.streams[stream];
+  if (!sb.workspace) {
+    if (capturing(op, stream)) return {nullptr, 0};
+    sb.workspace = device_alloc(op, ds.workspace_bytes);
+  }
+  return {sb.workspace, ds.workspace_bytes};
+}
+
+// At least `bytes` of stream-ordered scratch (256-byte aligned), valid until the next call on
+// this stream.
+void* stream_scratch(const char* op, DeviceState& ds, cudaStream_t stream, std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(ds.mu);
+  StreamBuffers& sb = ds.streams[stream];
+  if (sb.scratch_bytes < bytes) {
+    FLASHINFER_CHECK_CODE(!capturing(op, stream), ErrorCode::kUnsupported, op, "",
+                          "this call needs ", bytes,
+                          " bytes of scratch, more than this stream has, while the stream is "
+                          "being captured into a CUDA graph: run the call once on the stream "
+                          "before capturing it");
+    std::size_t grown = std::size_t{1} << 20;
+    while (grown < bytes) grown *= 2;
+    if (sb.scratch) sb.retired.push_back(sb.scratch);
+    sb.scratch = device_alloc(op, grown);
+    sb.scratch_bytes = grown;
+  }
+  return sb.scratch;
+}
+
+std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 cudaDataType_t cuda_type(DType dt) {
   switch (dt) {
@@ -45,59 +135,130 @@ cudaDataType_t cuda_type(DType dt) {
   }
 }
 
-// RAII for the cuBLASLt descriptors of one call.
-struct Descs {
+// One cached problem: descriptors and the heuristic's algorithm. The layouts are immutable once
+// built; the matmul descriptor's pointer attributes (scales, bias) change per call, so setting
+// them and the cublasLtMatmul that reads them happen under `mu`.
+struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~Descs() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatmulAlgo_t algo = {};
+  std::mutex mu;
+  ~Plan() {
     if (d) cublasLtMatrixLayoutDestroy(d);
     if (b) cublasLtMatrixLayoutDestroy(b);
     if (a) cublasLtMatrixLayoutDestroy(a);
-    if (this->op) cublasLtMatmulDescDestroy(this->op);
+    if (op) cublasLtMatmulDescDestroy(op);
   }
 };
 
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  cudaStream_t stream = nullptr;
-  ~DeviceBuffer() {
-    if (ptr) cudaFreeAsync(ptr, stream);
-  }
-};
-
-void set_batch(const char* op, cublasLtMatrixLayout_t l, int32_t batch, int64_t stride) {
+void set_batch(const char* op, cublasLtMatrixLayout_t l, int64_t batch, int64_t stride) {
   if (batch <= 1) return;
+  const auto count = static_cast<int32_t>(batch);
   FLASHINFER_CUBLASLT_CALL(op, cublasLtMatrixLayoutSetAttribute(
-                                   l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch)));
+                                   l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
   FLASHINFER_CUBLASLT_CALL(
       op, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
                                            sizeof(stride)));
 }
 
-// Largest power of two (at most 256) dividing the address of every batch's matrix.
-uint32_t alignment_bytes(const void* ptr, DType dt, int64_t batch, int64_t batch_stride) {
-  uint64_t bits = reinterpret_cast<std::uintptr_t>(ptr) | 256u;
-  if (batch > 1) bits |= static_cast<uint64_t>(batch_stride) * dtype_size(dt);
-  return static_cast<uint32_t>(bits & (~bits + 1));  // lowest set bit
+// Builds the descriptors of `key` and asks the heuristic once.
+std::unique_ptr<Plan> build_plan(const char* op, cublasLtHandle_t h, const lt::LtKey& key) {
+  auto plan = std::make_unique<Plan>();
+  const lt::ColMajorGemm& c = key.shape;
+  FLASHINFER_CUBLASLT_CALL(op, cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = c.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = c.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  FLASHINFER_CUBLASLT_CALL(
+      op, cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  FLASHINFER_CUBLASLT_CALL(
+      op, cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  if (key.bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bt = cuda_type(key.bias_type);
+    FLASHINFER_CUBLASLT_CALL(op, cublasLtMatmulDescSetAttribute(
+                                     plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    FLASHINFER_CUBLASLT_CALL(
+        op, cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                           sizeof(bt)));
+  }
+  if (key.scale == lt::ScaleMode::kDeviceAlpha) {
+    const cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
+    FLASHINFER_CUBLASLT_CALL(op, cublasLtMatmulDescSetAttribute(
+                                     plan->op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof(pm)));
+  }
+  const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+  FLASHINFER_CUBLASLT_CALL(
+      op, cublasLtMatrixLayoutCreate(&plan->a, cuda_type(key.a_type), u(c.k), u(c.m), c.lda));
+  FLASHINFER_CUBLASLT_CALL(
+      op, cublasLtMatrixLayoutCreate(&plan->b, cuda_type(key.b_type), u(c.k), u(c.n), c.ldb));
+  FLASHINFER_CUBLASLT_CALL(
+      op, cublasLtMatrixLayoutCreate(&plan->d, cuda_type(key.d_type), u(c.m), u(c.n), c.ldd));
+  set_batch(op, plan->a, c.batch, c.stride_a);
+  set_batch(op, plan->b, c.batch, c.stride_b);
+  set_batch(op, plan->d, c.batch, c.stride_d);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  FLASHINFER_CUBLASLT_CALL(op, cublasLtMatmulPreferenceCreate(&pref));
+  struct PrefGuard {
+    cublasLtMatmulPreference_t p;
+    ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+  } guard{pref};
+  const uint64_t ws = key.workspace_bytes;
+  FLASHINFER_CUBLASLT_CALL(
+      op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                               sizeof(ws)));
+  // The heuristic assumes 256-byte aligned operands unless told otherwise (the default of
+  // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES), and a view with an offset (a sliced `out`, a
+  // row range of A) is not. State the real alignment so no algorithm needing more is chosen.
+  for (const auto& [attr, value] :
+       {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, c.align_a},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, c.align_b},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c.align_d},
+        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c.align_d}}) {
+    FLASHINFER_CUBLASLT_CALL(
+        op, cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
+  }
+  cublasLtMatmulHeuristicResult_t heur = {};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, plan->op, plan->a, plan->b, plan->d,
+                                                           plan->d, pref, 1, &heur, &found);
+  if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
+    FLASHINFER_CUBLASLT_CALL(op, st);
+  }
+  FLASHINFER_CHECK_CODE(st == CUBLAS_STATUS_SUCCESS && found > 0, ErrorCode::kUnsupported, op, "",
+                        "cuBLASLt has no algorithm for this problem (m=", c.n, ", n=", c.m,
+                        ", k=", c.k, ", batch=", c.batch, "; status ", cublasLtGetStatusName(st),
+                        ")");
+  plan->algo = heur.algo;
+  g_plan_builds.fetch_add(1, std::memory_order_relaxed);
+  return plan;
+}
+
+// The cached plan of `key`, built on first use. Plans are never evicted (one per shape a
+// process runs; each holds a few small host descriptors).
+Plan& find_plan(const char* op, cublasLtHandle_t h, const lt::LtKey& key) {
+  static std::mutex mu;
+  static auto& cache = *new std::unordered_map<lt::LtKey, std::unique_ptr<Plan>, lt::LtKeyHash>;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) {
+      g_plan_hits.fetch_add(1, std::memory_order_relaxed);
+      return *it->second;
+    }
+  }
+  // Built outside the lock (the heuristic takes a while); a racing builder's plan is dropped.
+  std::unique_ptr<Plan> plan = build_plan(op, h, key);
+  std::lock_guard<std::mutex> lock(mu);
+  return *cache.emplace(key, std::move(plan)).first->second;
 }
 
 // Row-major out[m, n] = x[m, k] @ w^T, where w is [n, k] with row stride ldw (i.e. the logical
-// column-major [k, n] B). In cuBLASLt's column-major terms this is D(n x m) = W^T(n x k) X(k x m):
-// matrix A = w (k x n, ld ldw, transposed), matrix B = x (k x m, ld ldx), which is the "TN" form
-// fp8 kernels require.
+// column-major [k, n] B), through the TN mapping of kernels/cublaslt_plan.h.
 struct LtProblem {
+  lt::RowMajorGemm g;
   const void* w;
-  DType w_type;
-  int64_t ldw, stride_w;
   const void* x;
-  DType x_type;
-  int64_t ldx, stride_x;
   void* d;
-  DType d_type;
-  int64_t ldd, stride_d;
-  int64_t batch, m, n, k;
   const float* w_scale = nullptr;  // fp8 dequantization scales (device)
   const float* x_scale = nullptr;
   const float* alpha_device = nullptr;  // device alpha (and then a device beta of 0)
@@ -105,97 +266,40 @@ struct LtProblem {
   DType bias_type = DType::kBFloat16;
 };
 
-void lt_matmul(const char* op, const LtProblem& pr, cudaStream_t stream) {
-  cublasLtHandle_t h = handle(op);
-  Descs ds;
-  FLASHINFER_CUBLASLT_CALL(op, cublasLtMatmulDescCreate(&ds.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  FLASHINFER_CUBLASLT_CALL(
-      op, cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  FLASHINFER_CUBLASLT_CALL(
-      op, cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  if (pr.w_scale) {
+void lt_matmul(const char* op, LtProblem pr, cudaStream_t stream) {
+  pr.g.x_addr = reinterpret_cast<std::uintptr_t>(pr.x);
+  pr.g.w_addr = reinterpret_cast<std::uintptr_t>(pr.w);
+  pr.g.d_addr = reinterpret_cast<std::uintptr_t>(pr.d);
+  int device = 0;
+  FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
+  DeviceState& ds = device_state(op, device);
+  const auto [workspace, ws_bytes] = stream_workspace(op, ds, stream);
+  const lt::ScaleMode scale = pr.alpha_device              ? lt::ScaleMode::kDeviceAlpha
+                              : (pr.w_scale || pr.x_scale) ? lt::ScaleMode::kTensorScales
+                                                           : lt::ScaleMode::kNone;
+  const lt::LtKey key =
+      lt::make_key(device, pr.g, pr.bias != nullptr, pr.bias_type, scale, ws_bytes);
+  Plan& plan = find_plan(op, ds.handle, key);
+  const float host_alpha = 1.0f, host_beta = 0.0f;
+  const void* alpha = pr.alpha_device ? static_cast<const void*>(pr.alpha_device) : &host_alpha;
+  const void* beta = pr.alpha_device ? static_cast<const void*>(ds.zero) : &host_beta;
+  std::lock_guard<std::mutex> lock(plan.mu);
+  if (scale == lt::ScaleMode::kTensorScales) {
     FLASHINFER_CUBLASLT_CALL(
-        op, cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &pr.w_scale,
-                                           sizeof(pr.w_scale)));
-  }
-  if (pr.x_scale) {
+        op, cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                           &pr.w_scale, sizeof(pr.w_scale)));
     FLASHINFER_CUBLASLT_CALL(
-        op, cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &pr.x_scale,
-                                           sizeof(pr.x_scale)));
+        op, cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                           &pr.x_scale, sizeof(pr.x_scale)));
   }
   if (pr.bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    const cudaDataType_t bt = cuda_type(pr.bias_type);
-    FLASHINFER_CUBLASLT_CALL(op, cublasLtMatmulDescSetAttribute(
-                                     ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     FLASHINFER_CUBLASLT_CALL(
-        op, cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pr.bias,
+        op, cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pr.bias,
                                            sizeof(pr.bias)));
-    FLASHINFER_CUBLASLT_CALL(op, cublasLtMatmulDescSetAttribute(
-                                     ds.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
-  }
-  if (pr.alpha_device) {
-    const cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
-    FLASHINFER_CUBLASLT_CALL(op, cublasLtMatmulDescSetAttribute(
-                                     ds.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof(pm)));
-  }
-  // A single row/column may come with any stride; cuBLASLt wants ld >= rows.
-  const uint64_t k = static_cast<uint64_t>(pr.k), n = static_cast<uint64_t>(pr.n),
-                 m = static_cast<uint64_t>(pr.m);
-  const int64_t ldw = pr.n == 1 ? pr.k : pr.ldw;
-  const int64_t ldx = pr.m == 1 ? pr.k : pr.ldx;
-  const int64_t ldd = pr.m == 1 ? pr.n : pr.ldd;
-  FLASHINFER_CUBLASLT_CALL(op, cublasLtMatrixLayoutCreate(&ds.a, cuda_type(pr.w_type), k, n, ldw));
-  FLASHINFER_CUBLASLT_CALL(op, cublasLtMatrixLayoutCreate(&ds.b, cuda_type(pr.x_type), k, m, ldx));
-  FLASHINFER_CUBLASLT_CALL(op, cublasLtMatrixLayoutCreate(&ds.d, cuda_type(pr.d_type), n, m, ldd));
-  const auto batch = static_cast<int32_t>(pr.batch);
-  set_batch(op, ds.a, batch, pr.stride_w);
-  set_batch(op, ds.b, batch, pr.stride_x);
-  set_batch(op, ds.d, batch, pr.stride_d);
-
-  FLASHINFER_CUBLASLT_CALL(op, cublasLtMatmulPreferenceCreate(&ds.pref));
-  const uint64_t ws = kWorkspaceBytes;
-  FLASHINFER_CUBLASLT_CALL(
-      op, cublasLtMatmulPreferenceSetAttribute(ds.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                               &ws, sizeof(ws)));
-  // The heuristic assumes 256-byte aligned operands unless told otherwise (the default of
-  // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES), and a view with an offset (a sliced `out`, a
-  // row range of A) is not. State the real alignment so no algorithm needing more is chosen.
-  const uint32_t align_w = alignment_bytes(pr.w, pr.w_type, pr.batch, pr.stride_w);
-  const uint32_t align_x = alignment_bytes(pr.x, pr.x_type, pr.batch, pr.stride_x);
-  const uint32_t align_d = alignment_bytes(pr.d, pr.d_type, pr.batch, pr.stride_d);
-  for (const auto& [attr, value] :
-       {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_w},
-        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_x},
-        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d},
-        std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}}) {
-    FLASHINFER_CUBLASLT_CALL(
-        op, cublasLtMatmulPreferenceSetAttribute(ds.pref, attr, &value, sizeof(value)));
-  }
-  cublasLtMatmulHeuristicResult_t heur = {};
-  int found = 0;
-  FLASHINFER_CUBLASLT_CALL(op, cublasLtMatmulAlgoGetHeuristic(h, ds.op, ds.a, ds.b, ds.d, ds.d,
-                                                              ds.pref, 1, &heur, &found));
-  FLASHINFER_CHECK_CODE(found > 0, ErrorCode::kUnsupported, op, "",
-                        "cuBLASLt has no algorithm for this problem (m=", pr.m, ", n=", pr.n,
-                        ", k=", pr.k, ", batch=", pr.batch, ")");
-
-  DeviceBuffer workspace{nullptr, stream};
-  FLASHINFER_CUDA_CALL(op, cudaMallocAsync(&workspace.ptr, kWorkspaceBytes, stream));
-  DeviceBuffer consts{nullptr, stream};
-  const float host_alpha = 1.0f, host_beta = 0.0f;
-  const void* alpha = &host_alpha;
-  const void* beta = &host_beta;
-  if (pr.alpha_device) {
-    FLASHINFER_CUDA_CALL(op, cudaMallocAsync(&consts.ptr, sizeof(float), stream));
-    FLASHINFER_CUDA_CALL(op, cudaMemsetAsync(consts.ptr, 0, sizeof(float), stream));
-    alpha = pr.alpha_device;
-    beta = consts.ptr;
   }
   FLASHINFER_CUBLASLT_CALL(
-      op, cublasLtMatmul(h, ds.op, alpha, pr.w, ds.a, pr.x, ds.b, beta, pr.d, ds.d, pr.d, ds.d,
-                         &heur.algo, workspace.ptr, kWorkspaceBytes, stream));
+      op, cublasLtMatmul(ds.handle, plan.op, alpha, pr.w, plan.a, pr.x, plan.b, beta, pr.d, plan.d,
+                         pr.d, plan.d, &plan.algo, workspace, ws_bytes, stream));
 }
 
 // One thread per element: packed e2m1 [rows, k/2] with block scales -> bf16 [rows, k]. The
@@ -240,29 +344,40 @@ __global__ void fp32_to_half_kernel(const float* src, int64_t batch, int64_t m, 
   out[b * stride_b + i * stride_m + j] = __float2half_rn(v);
 }
 
-// Runs `pr`, going through fp32 when cuBLASLt cannot write the requested output type directly.
-void matmul_to_out(const char* op, LtProblem pr, cudaStream_t stream) {
-  if (!(pr.x_type == DType::kBFloat16 && pr.d_type == DType::kFloat16)) {
+// Bytes of fp32 staging matmul_to_out needs for `g` (0 when cuBLASLt writes out directly).
+std::size_t staging_bytes(const lt::RowMajorGemm& g) {
+  if (!(g.x_type == DType::kBFloat16 && g.d_type == DType::kFloat16)) return 0;
+  return align256(static_cast<std::size_t>(g.batch * g.m * g.n) * sizeof(float));
+}
+
+// Runs `pr`, going through fp32 when cuBLASLt cannot write the requested output type directly;
+// `staging` is at least staging_bytes(pr.g) of scratch then.
+void matmul_to_out(const char* op, LtProblem pr, void* staging, cudaStream_t stream) {
+  if (staging_bytes(pr.g) == 0) {
     lt_matmul(op, pr, stream);
     return;
   }
-  DeviceBuffer tmp{nullptr, stream};
-  const int64_t total = pr.batch * pr.m * pr.n;
-  FLASHINFER_CUDA_CALL(op, cudaMallocAsync(&tmp.ptr, total * sizeof(float), stream));
+  const int64_t total = pr.g.batch * pr.g.m * pr.g.n;
   auto* out = static_cast<__half*>(pr.d);
-  const int64_t stride_b = pr.stride_d, stride_m = pr.ldd;
+  const int64_t stride_b = pr.g.stride_d, stride_m = pr.g.ldd;
   const auto* bias = static_cast<const __nv_bfloat16*>(pr.bias);
-  pr.d = tmp.ptr;
-  pr.d_type = DType::kFloat32;
-  pr.ldd = pr.n;
-  pr.stride_d = pr.m * pr.n;
+  pr.d = staging;
+  pr.g.d_type = DType::kFloat32;
+  pr.g.ldd = pr.g.n;
+  pr.g.stride_d = pr.g.m * pr.g.n;
   pr.bias = nullptr;
   lt_matmul(op, pr, stream);
   constexpr int kThreads = 256;
   fp32_to_half_kernel<<<static_cast<unsigned>((total + kThreads - 1) / kThreads), kThreads, 0,
-                        stream>>>(static_cast<const float*>(tmp.ptr), pr.batch, pr.m, pr.n, bias,
-                                  out, stride_b, stride_m);
+                        stream>>>(static_cast<const float*>(staging), pr.g.batch, pr.g.m, pr.g.n,
+                                  bias, out, stride_b, stride_m);
   FLASHINFER_CUDA_CALL(op, cudaGetLastError());
+}
+
+DeviceState& current_device_state(const char* op) {
+  int device = 0;
+  FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
+  return device_state(op, device);
 }
 
 }  // namespace
@@ -273,28 +388,29 @@ void gemm(const GemmParams& p, void* stream, const char* op, bool pdl) {
                         "the CUDA backend needs out with unit stride in its last dimension");
   FLASHINFER_CHECK_CODE(p.bias == nullptr || p.bias_stride == 1, ErrorCode::kUnsupported, op,
                         "bias", "the CUDA backend needs a contiguous bias");
+  const auto s = static_cast<cudaStream_t>(stream);
   LtProblem pr{};
+  pr.g = lt::row_major_gemm(p);
   pr.w = p.b;
-  pr.w_type = p.b_dtype;
-  pr.ldw = p.b_stride_n;
-  pr.stride_w = p.b_stride_b;
   pr.x = p.a;
-  pr.x_type = p.a_dtype;
-  pr.ldx = p.a_stride_m;
-  pr.stride_x = p.a_stride_b;
   pr.d = p.out;
-  pr.d_type = p.out_dtype;
-  pr.ldd = p.out_stride_m;
-  pr.stride_d = p.out_stride_b;
-  pr.batch = p.batch;
-  pr.m = p.m;
-  pr.n = p.n;
-  pr.k = p.k;
   pr.w_scale = p.b_scale;
   pr.x_scale = p.a_scale;
   pr.bias = p.bias;
   pr.bias_type = p.bias_dtype;
-  matmul_to_out(op, pr, static_cast<cudaStream_t>(stream));
+  if (dtype_is_fp8(p.a_dtype) || dtype_is_fp8(p.b_dtype)) {
+    // The API refuses these by argument first; this keeps a bare CUBLAS_STATUS_NOT_SUPPORTED
+    // from ever surfacing should a caller skip it.
+    const lt::LtRefusal r = lt::fp8_refusal(pr.g);
+    FLASHINFER_CHECK_CODE(!r.refused(), ErrorCode::kUnsupported, op,
+                          r.operand == lt::Operand::kD   ? "out"
+                          : r.operand == lt::Operand::kW ? "B"
+                                                         : "A",
+                          r.reason);
+  }
+  const std::size_t staging = staging_bytes(pr.g);
+  void* buf = staging ? stream_scratch(op, current_device_state(op), s, staging) : nullptr;
+  matmul_to_out(op, pr, buf, s);
 }
 
 void mm_fp4(const Fp4GemmParams& p, void* stream, bool enable_pdl) {
@@ -303,29 +419,37 @@ void mm_fp4(const Fp4GemmParams& p, void* stream, bool enable_pdl) {
   auto s = static_cast<cudaStream_t>(stream);
   FLASHINFER_CHECK_CODE(p.out_stride_n == 1 || p.n == 1, ErrorCode::kUnsupported, op, "out",
                         "the CUDA backend needs out with unit stride in its last dimension");
-  DeviceBuffer a{nullptr, s}, b{nullptr, s};
-  FLASHINFER_CUDA_CALL(op, cudaMallocAsync(&a.ptr, p.m * p.k * sizeof(__nv_bfloat16), s));
-  FLASHINFER_CUDA_CALL(op, cudaMallocAsync(&b.ptr, p.n * p.k * sizeof(__nv_bfloat16), s));
-  auto* da = static_cast<__nv_bfloat16*>(a.ptr);
-  auto* db = static_cast<__nv_bfloat16*>(b.ptr);
+  LtProblem pr{};
+  pr.g.batch = 1;
+  pr.g.m = p.m;
+  pr.g.n = p.n;
+  pr.g.k = p.k;
+  pr.g.x_type = pr.g.w_type = DType::kBFloat16;
+  pr.g.d_type = p.out_dtype;
+  pr.g.ldx = pr.g.ldw = p.k;
+  pr.g.ldd = p.out_stride_m;
+  // One scratch block: dequantized a, dequantized b, then the fp32 staging if any.
+  const std::size_t a_bytes = align256(static_cast<std::size_t>(p.m * p.k) * 2);
+  const std::size_t b_bytes = align256(static_cast<std::size_t>(p.n * p.k) * 2);
+  const std::size_t staging = staging_bytes(pr.g);
+  auto* base = static_cast<char*>(
+      stream_scratch(op, current_device_state(op), s, a_bytes + b_bytes + staging));
+  auto* da = reinterpret_cast<__nv_bfloat16*>(base);
+  auto* db = reinterpret_cast<__nv_bfloat16*>(base + a_bytes);
   dequant(op, p.a, p.a_stride_m, p.a_sf, p.a_layout, p.ue8m0, p.block, p.m, p.k, da, s);
   dequant(op, p.b, p.b_stride_n, p.b_sf, p.b_layout, p.ue8m0, p.block, p.n, p.k, db, s);
-  LtProblem pr{};
   pr.w = db;
-  pr.w_type = DType::kBFloat16;
-  pr.ldw = p.k;
   pr.x = da;
-  pr.x_type = DType::kBFloat16;
-  pr.ldx = p.k;
   pr.d = p.out;
-  pr.d_type = p.out_dtype;
-  pr.ldd = p.out_stride_m;
-  pr.batch = 1;
-  pr.m = p.m;
-  pr.n = p.n;
-  pr.k = p.k;
   pr.alpha_device = p.alpha;
-  matmul_to_out(op, pr, s);
+  matmul_to_out(op, pr, staging ? base + a_bytes + b_bytes : nullptr, s);
+}
+
+CublasLtStats cublaslt_stats() {
+  return {g_plan_builds.load(std::memory_order_relaxed),
+          g_plan_hits.load(std::memory_order_relaxed),
+          g_device_allocs.load(std::memory_order_relaxed),
+          g_device_bytes.load(std::memory_order_relaxed)};
 }
 
 }  // namespace flashinfer::kernels::cuda

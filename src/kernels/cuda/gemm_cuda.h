@@ -5,10 +5,23 @@
 
 #include "kernels/gemm_params.h"
 
+#include <cstdint>
+
 namespace flashinfer::kernels::cuda {
 
-/// bf16 x bf16 or fp8 x fp8 (with device scale pointers) -> bf16/fp16 through cuBLASLt.
-/// Needs out_stride_n == 1, a_stride_k == 1, b_stride_k == 1 and a contiguous bias.
+/// The cuBLASLt path's counters since the process started (kernels/cuda/gemm_cuda.cu): plans
+/// built (descriptors plus one heuristic query each), calls that found their plan cached, and
+/// device allocations made (per-device constants, per-stream workspaces and scratch growth).
+/// A steady state of one shape on one stream adds only plan_hits.
+struct CublasLtStats {
+  uint64_t plan_builds = 0, plan_hits = 0, device_allocs = 0, device_bytes = 0;
+};
+CublasLtStats cublaslt_stats();
+
+/// bf16 x bf16 or fp8 x fp8 (with device scale pointers) -> bf16/fp16 through cuBLASLt, with
+/// the plan (descriptors, algorithm) cached per shape and a persistent workspace per stream.
+/// Needs out_stride_n == 1, a_stride_k == 1, b_stride_k == 1 and a contiguous bias; fp8 also
+/// what kernels/cublaslt_plan.h's fp8_refusal() accepts.
 void gemm(const GemmParams& p, void* stream, const char* op, bool pdl);
 
 /// Dequantizes both FP4 operands to bf16 (exact) on the device, then a cuBLASLt bf16 GEMM with

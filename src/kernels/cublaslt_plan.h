@@ -1,0 +1,197 @@
+// Private, plain C++ (no CUDA headers): how a row-major GEMM becomes a cuBLASLt call, as pure
+// functions the CPU tests check exactly, and the key of the CUDA backend's plan cache
+// (kernels/cuda/gemm_cuda.cu; docs/GEMM_AND_QUANTIZATION.md, "The cuBLASLt path").
+//
+// The ops compute out[b, i, j] = sum_k x[b, i, k] * w[b, j, k] with x [m, k] row-major (row
+// stride ldx), w [n, k] row-major (the column-major [k, n] operand, row stride ldw) and out
+// [m, n] row-major (row stride ldd). cuBLASLt is column-major, and the same bytes read as
+// column-major matrices are the transposes: out^T (n x m, ld ldd) = w (k x n, ld ldw)^T
+// * x^T (k x m, ld ldx). So cuBLASLt's A is w, transposed; its B is x, not transposed; its m is
+// our n and its n is our m: the "TN" form, the only one cuBLASLt's FP8 kernels take.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "flashinfer/dtype.h"
+#include "kernels/gemm_params.h"
+
+namespace flashinfer::kernels::lt {
+
+/// A row-major GEMM as the ops describe it (strides in elements; batch strides are ignored when
+/// batch == 1; the addresses only matter through their alignment).
+struct RowMajorGemm {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  DType x_type = DType::kBFloat16, w_type = DType::kBFloat16, d_type = DType::kBFloat16;
+  int64_t ldx = 0, ldw = 0, ldd = 0;
+  int64_t stride_x = 0, stride_w = 0, stride_d = 0;
+  std::uintptr_t x_addr = 0, w_addr = 0, d_addr = 0;
+};
+
+/// The ops' parameter block as a row-major GEMM: x is A [.., m, k], w is B's [.., n, k] storage
+/// (B [.., k, n] column-major), out is [.., m, n].
+inline RowMajorGemm row_major_gemm(const GemmParams& p) {
+  RowMajorGemm g;
+  g.batch = p.batch;
+  g.m = p.m;
+  g.n = p.n;
+  g.k = p.k;
+  g.x_type = p.a_dtype;
+  g.w_type = p.b_dtype;
+  g.d_type = p.out_dtype;
+  g.ldx = p.a_stride_m;
+  g.ldw = p.b_stride_n;
+  g.ldd = p.out_stride_m;
+  g.stride_x = p.a_stride_b;
+  g.stride_w = p.b_stride_b;
+  g.stride_d = p.out_stride_b;
+  g.x_addr = reinterpret_cast<std::uintptr_t>(p.a);
+  g.w_addr = reinterpret_cast<std::uintptr_t>(p.b);
+  g.d_addr = reinterpret_cast<std::uintptr_t>(p.out);
+  return g;
+}
+
+/// The same problem in cuBLASLt's column-major terms: D (m x n, ld ldd) = op(A) op(B), A = w
+/// (stored k x m, ld lda), B = x (stored k x n, ld ldb). transa is always true and transb
+/// always false. align_* are the byte alignments every batch's matrix start is known to have
+/// (powers of two, at most 256: what the heuristic's MIN_ALIGNMENT preferences take).
+struct ColMajorGemm {
+  bool transa = true, transb = false;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldd = 0;
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_d = 0;
+  uint32_t align_a = 256, align_b = 256, align_d = 256;
+  friend bool operator==(const ColMajorGemm&, const ColMajorGemm&) = default;
+};
+
+/// Largest power of two, at most 256, dividing the address of every batch's matrix.
+inline uint32_t alignment_bytes(std::uintptr_t addr, std::size_t elem_size, int64_t batch,
+                                int64_t batch_stride) {
+  uint64_t bits = static_cast<uint64_t>(addr) | 256u;
+  if (batch > 1) bits |= static_cast<uint64_t>(batch_stride) * elem_size;
+  return static_cast<uint32_t>(bits & (~bits + 1));  // lowest set bit
+}
+
+/// The TN mapping. A single row (m == 1) or column (n == 1) may come with any stride; cuBLASLt
+/// wants ld >= the stored row count, so those get the dense ld (the value is never used to step
+/// between rows there).
+inline ColMajorGemm to_col_major(const RowMajorGemm& g) {
+  ColMajorGemm c;
+  c.m = g.n;
+  c.n = g.m;
+  c.k = g.k;
+  c.lda = g.n == 1 ? g.k : g.ldw;
+  c.ldb = g.m == 1 ? g.k : g.ldx;
+  c.ldd = g.m == 1 ? g.n : g.ldd;
+  c.batch = g.batch;
+  if (g.batch > 1) {
+    c.stride_a = g.stride_w;
+    c.stride_b = g.stride_x;
+    c.stride_d = g.stride_d;
+  }
+  c.align_a = alignment_bytes(g.w_addr, dtype_size(g.w_type), g.batch, g.stride_w);
+  c.align_b = alignment_bytes(g.x_addr, dtype_size(g.x_type), g.batch, g.stride_x);
+  c.align_d = alignment_bytes(g.d_addr, dtype_size(g.d_type), g.batch, g.stride_d);
+  return c;
+}
+
+/// Which operand of the row-major problem a refusal is about.
+enum class Operand : uint8_t { kNone, kX, kW, kD };
+
+struct LtRefusal {
+  Operand operand = Operand::kNone;
+  const char* reason = nullptr;  // a static string; nullptr: supported
+  bool refused() const { return reason != nullptr; }
+};
+
+/// cuBLASLt's FP8 requirements (cuBLAS docs, cublasLtMatmul: TN form, 16-byte aligned matrix
+/// pointers, CUBLAS_COMPUTE_32F, CUDA_R_32F scales; the heuristic rejects an FP8 problem whose
+/// m, i.e. our n, is not a multiple of 16), checked on the mapped problem: k and our n multiples
+/// of 16, every leading dimension a multiple of 16 bytes, every matrix start 16-byte aligned.
+/// Our m (cuBLASLt's n) may be anything.
+inline LtRefusal fp8_refusal(const RowMajorGemm& g) {
+  const ColMajorGemm c = to_col_major(g);
+  const auto bytes16 = [](int64_t elems, DType t) {
+    return (elems * static_cast<int64_t>(dtype_size(t))) % 16 == 0;
+  };
+  if (c.k % 16 != 0) return {Operand::kX, "cuBLASLt fp8 needs k to be a multiple of 16"};
+  if (c.m % 16 != 0) return {Operand::kW, "cuBLASLt fp8 needs n to be a multiple of 16"};
+  if (!bytes16(c.ldb, g.x_type))
+    return {Operand::kX, "cuBLASLt fp8 needs a row stride that is a multiple of 16 bytes"};
+  if (!bytes16(c.lda, g.w_type))
+    return {Operand::kW, "cuBLASLt fp8 needs a column stride that is a multiple of 16 bytes"};
+  if (!bytes16(c.ldd, g.d_type))
+    return {Operand::kD, "cuBLASLt fp8 needs a row stride that is a multiple of 16 bytes"};
+  if (c.align_b < 16)
+    return {Operand::kX, "cuBLASLt fp8 needs every matrix to start 16-byte aligned"};
+  if (c.align_a < 16)
+    return {Operand::kW, "cuBLASLt fp8 needs every matrix to start 16-byte aligned"};
+  if (c.align_d < 16)
+    return {Operand::kD, "cuBLASLt fp8 needs every matrix to start 16-byte aligned"};
+  return {};
+}
+
+/// How the product is scaled: not at all, by per-tensor fp32 scales of A and B read from device
+/// memory (FP8), or by an fp32 alpha read from device memory.
+enum class ScaleMode : uint8_t { kNone, kTensorScales, kDeviceAlpha };
+
+/// The plan cache's key: everything the descriptors and the heuristic's choice depend on, and
+/// nothing that varies between calls of one shape (data, bias and scale pointers).
+struct LtKey {
+  int device = 0;
+  ColMajorGemm shape;
+  DType a_type = DType::kBFloat16, b_type = DType::kBFloat16, d_type = DType::kBFloat16;
+  bool bias = false;  // CUBLASLT_EPILOGUE_BIAS
+  DType bias_type = DType::kBFloat16;
+  ScaleMode scale = ScaleMode::kNone;
+  uint64_t workspace_bytes = 0;
+  friend bool operator==(const LtKey&, const LtKey&) = default;
+};
+
+inline LtKey make_key(int device, const RowMajorGemm& g, bool bias, DType bias_type,
+                      ScaleMode scale, uint64_t workspace_bytes) {
+  LtKey key;
+  key.device = device;
+  key.shape = to_col_major(g);
+  key.a_type = g.w_type;
+  key.b_type = g.x_type;
+  key.d_type = g.d_type;
+  key.bias = bias;
+  key.bias_type = bias ? bias_type : DType::kBFloat16;
+  key.scale = scale;
+  key.workspace_bytes = workspace_bytes;
+  return key;
+}
+
+struct LtKeyHash {
+  std::size_t operator()(const LtKey& key) const {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
+    const auto mix = [&h](uint64_t v) {
+      for (int i = 0; i < 8; ++i) {
+        h ^= (v >> (8 * i)) & 0xFF;
+        h *= 1099511628211ull;
+      }
+    };
+    const ColMajorGemm& c = key.shape;
+    for (int64_t v :
+         {c.m, c.n, c.k, c.lda, c.ldb, c.ldd, c.batch, c.stride_a, c.stride_b, c.stride_d})
+      mix(static_cast<uint64_t>(v));
+    mix((uint64_t{c.align_a} << 32) | c.align_b);
+    mix((uint64_t{c.align_d} << 32) | static_cast<uint32_t>(key.device));
+    mix((static_cast<uint64_t>(key.a_type) << 32) | static_cast<uint64_t>(key.b_type));
+    mix((static_cast<uint64_t>(key.d_type) << 32) | static_cast<uint64_t>(key.bias_type));
+    mix((uint64_t{key.bias} << 8) | static_cast<uint64_t>(key.scale));
+    mix(key.workspace_bytes);
+    return static_cast<std::size_t>(h);
+  }
+};
+
+/// The persistent workspace cuBLAS recommends (cuBLAS docs, cublasSetWorkspace): 32 MiB on
+/// Hopper (compute capability 9.x) and newer, 4 MiB below.
+constexpr uint64_t workspace_bytes_for(int cc_major) {
+  return cc_major >= 9 ? uint64_t{32} << 20 : uint64_t{4} << 20;
+}
+
+}  // namespace flashinfer::kernels::lt
