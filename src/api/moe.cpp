@@ -178,7 +178,7 @@ std::vector<Tensor> cutlass_fused_moe_impl(const api::CutlassMoeCall& c) {
   check_flag_off(c.use_wfp4afp8_humming, op, "use_wfp4afp8_humming",
                  "the MXFP4 x FP8 path is not implemented");
   check_flag_off(!c.quant_scales.empty(), op, "quant_scales",
-                 "quantized MoE is not implemented: quant_scales must be empty");
+                 "quantized MoE is not implemented: quant_scales must be None or empty");
   check_flag_off(c.input_sf.has_value(), op, "input_sf",
                  "quantized input is not implemented: input_sf must be None");
   if (input.dtype() == DType::kFloat8E4M3FN || input.dtype() == DType::kUInt8) {
@@ -351,7 +351,7 @@ void check_cutlass_moe_swiglu_args(const CutlassMoeCall& c) {
 std::vector<Tensor> cutlass_fused_moe(
     const Tensor& input, const Tensor& token_selected_experts, const Tensor& token_final_scales,
     const Tensor& fc1_expert_weights, const Tensor& fc2_expert_weights, DType output_dtype,
-    std::vector<Tensor> quant_scales, std::optional<Tensor> fc1_expert_biases,
+    std::optional<std::vector<Tensor>> quant_scales, std::optional<Tensor> fc1_expert_biases,
     std::optional<Tensor> fc2_expert_biases, std::optional<Tensor> input_sf,
     std::optional<Tensor> swiglu_alpha, std::optional<Tensor> swiglu_beta,
     std::optional<Tensor> swiglu_limit, int64_t tp_size, int64_t tp_rank, int64_t ep_size,
@@ -364,13 +364,15 @@ std::vector<Tensor> cutlass_fused_moe(
     CutlassFusedMoeOptions options) {
   return call_op<&cutlass_fused_moe>(
       [&] {
+        // None (upstream's unquantized bf16 / fp16 call) is the empty list: no scales.
+        const std::vector<Tensor> scales = quant_scales.value_or(std::vector<Tensor>{});
         const api::CutlassMoeCall c{input,
                                     token_selected_experts,
                                     token_final_scales,
                                     fc1_expert_weights,
                                     fc2_expert_weights,
                                     output_dtype,
-                                    quant_scales,
+                                    scales,
                                     fc1_expert_biases,
                                     fc2_expert_biases,
                                     input_sf,
@@ -1051,7 +1053,7 @@ void register_moe_ops(OpRegistry& r) {
                            "active_expert_global_ids) without writing them outside "
                            "min_latency_mode"},
       "input", "token_selected_experts", "token_final_scales", "fc1_expert_weights",
-      "fc2_expert_weights", "output_dtype", "quant_scales", "fc1_expert_biases",
+      "fc2_expert_weights", "output_dtype", arg("quant_scales").required(), "fc1_expert_biases",
       "fc2_expert_biases", "input_sf", "swiglu_alpha", "swiglu_beta", "swiglu_limit",
       arg("tp_size", int64_t{1}), arg("tp_rank", int64_t{0}), arg("ep_size", int64_t{1}),
       arg("ep_rank", int64_t{0}), arg("cluster_size", int64_t{1}), arg("cluster_rank", int64_t{0}),

@@ -591,13 +591,18 @@ void add_attention(std::vector<Template>& v) {
                   S("sm_scale", "float32")
                       .plan()
                       .init("1.0 / math.sqrt(head_dim)")
-                      .desc("Softmax scale, 1/sqrt(head_dim) unless plan() says otherwise.")},
+                      .desc("Softmax scale, 1/sqrt(head_dim) unless plan() says otherwise."),
+                  // run()'s return_lse (upstream's template: an optional int32 scalar), which
+                  // decides whether lse is returned: hence lse is an optional output.
+                  S("return_lse", "int32").opt().desc("Bool: also return the LSE.")},
        .outputs = {T("output", qhd).like("q"), T("lse", {"batch_size", "num_qo_heads"})
+                                                   .opt()
                                                    .dt("float32")
                                                    .desc("Base-2 log-sum-exp of the scores.")},
        .constraints = {"len_indptr == batch_size + 1", "num_kv_indices == kv_indptr[-1].item()"},
        .tags = {"stage:decode", "status:verified"},
-       .reference = R"PY(def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale=None):
+       .reference = R"PY(def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale=None,
+        return_lse=None):
     b, h, d = q.shape
     kvh = k_cache.shape[2]
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)

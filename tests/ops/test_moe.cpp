@@ -9,8 +9,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +23,7 @@
 #include "flashinfer/replay.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_writer.h"
 
 namespace flashinfer::testing {
 namespace {
@@ -468,7 +473,7 @@ TEST(CutlassFusedMoe, BadInput) {
     }
   }
   EXPECT_FI_ERROR((void)cutlass_fused_moe(in.x, in.ids, in.scales, in.w1, in.w2, c.out_dt,
-                                          {Tensor::zeros({1}, DType::kFloat32)}),
+                                          std::vector<Tensor>{Tensor::zeros({1}, DType::kFloat32)}),
                   op, "quant_scales");
   EXPECT_FI_ERROR((void)cutlass_fused_moe(in.x, in.ids, in.scales, in.w1, in.w2, DType::kInt32, {}),
                   op, "output_dtype");
@@ -1046,6 +1051,165 @@ TEST(MoeDecls, DumpReplaySkipsUnwrittenOutputs) {
       << r.note;
   EXPECT_NE(r.note.find("without writing"), std::string::npos) << r.note;
   fs::remove_all(dir);
+}
+
+// ---- None where upstream takes None (issue 50) -------------------------------------------------
+
+// Upstream's bf16 / fp16 call (tests/moe/test_trtllm_cutlass_fused_moe.py) passes
+// quant_scales=None: the unquantized path, as the empty list. Direct calls, and the recorded None
+// bound through the declaration as replay binds an upstream record.
+TEST(CutlassFusedMoe, QuantScalesNoneIsTheUnquantizedPath) {
+  MoeCase c;
+  c.dt = c.out_dt = DType::kBFloat16;
+  const MoeInputs in = make_inputs(c);
+  auto call = [&](std::optional<std::vector<Tensor>> qs) {
+    return cutlass_fused_moe(in.x, in.ids, in.scales, in.w1, in.w2, c.out_dt, std::move(qs))[0];
+  };
+  const Tensor none = call(std::nullopt);
+  const Tensor empty = call(std::vector<Tensor>{});
+  EXPECT_TRUE(all_close(none, moe_formula(c, in), default_tolerance(DType::kBFloat16)));
+  EXPECT_EQ(none.to_double_vector(), empty.to_double_vector());
+
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    (void)call(std::nullopt);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 1u);
+  const OpDecl* d = OpRegistry::global().find("cutlass_fused_moe");
+  ASSERT_NE(d, nullptr);
+  const int qi = d->param_index("quant_scales");
+  ASSERT_GE(qi, 0);
+  EXPECT_TRUE(d->params[static_cast<std::size_t>(qi)].optional);
+  EXPECT_TRUE(d->params[static_cast<std::size_t>(qi)].required());       // no default, as upstream
+  EXPECT_TRUE(calls[0].inputs[static_cast<std::size_t>(qi)].is_none());  // recorded as None
+  for (const Value& qs : {Value(), Value::list({})}) {
+    std::vector<Value> args;
+    for (const auto& a : calls[0].inputs) args.push_back(snapshot(a));
+    args[static_cast<std::size_t>(qi)] = qs;
+    CallArgs bound(*d, std::move(args));
+    const Value r = d->invoke(bound);
+    ASSERT_TRUE(r.is_sequence());
+    EXPECT_EQ(r.items()[0].as_tensor().to_double_vector(), none.to_double_vector());
+  }
+}
+
+// Python signature text split at its top-level commas: "name" or "name=default" each.
+std::vector<std::string> split_params(const std::string& sig) {
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  char quote = 0;
+  for (std::size_t i = 1; i + 1 < sig.size(); ++i) {  // inside the outer parentheses
+    const char ch = sig[i];
+    if (quote) {
+      if (ch == quote) quote = 0;
+    } else if (ch == '\'' || ch == '"') {
+      quote = ch;
+    } else if (ch == '(' || ch == '[' || ch == '{') {
+      ++depth;
+    } else if (ch == ')' || ch == ']' || ch == '}') {
+      --depth;
+    } else if (ch == ',' && depth == 0) {
+      out.push_back(cur);
+      cur.clear();
+      continue;
+    }
+    if (cur.empty() && ch == ' ') continue;
+    cur += ch;
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+// Every MoE entry point (upstream's flashinfer.fused_moe modules, the contract's TSV) accepts
+// None wherever upstream's default is None, and where upstream's annotation is Optional without
+// a default (a required argument that may be None).
+TEST(MoeDecls, NoneWhereUpstreamTakesNone) {
+  std::ifstream tsv(FLASHINFER_TEST_SOURCE_DIR + "/tests/api/data/upstream-api-signatures.tsv");
+  ASSERT_TRUE(tsv.good());
+  // Upstream's Optional[...] annotations of parameters with no default (flashinfer/fused_moe/
+  // core.py): quant_scales=None is its bf16 test's call; the others are annotated Optional.
+  const std::map<std::string, std::set<std::string>> optional_without_default = {
+      {"cutlass_fused_moe", {"quant_scales"}},
+      {"trtllm_fp8_per_tensor_scale_moe",
+       {"routing_bias", "n_group", "topk_group", "routed_scaling_factor"}},
+      {"trtllm_fp4_block_scale_moe",
+       {"routing_bias", "output1_scale_scalar", "output1_scale_gate_scalar", "output2_scale_scalar",
+        "n_group", "topk_group", "routed_scaling_factor"}},
+  };
+  std::string line;
+  int ops = 0, checked = 0;
+  std::set<std::string> seen;
+  while (std::getline(tsv, line)) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string x; std::getline(ss, x, '\t');) f.push_back(x);
+    if (f.size() < 3 || !f[0].starts_with("flashinfer.fused_moe")) continue;
+    const OpDecl* d = OpRegistry::global().find(f[1]);
+    if (d == nullptr) continue;  // not provided here (the contract test lists those)
+    ++ops;
+    seen.insert(f[1]);
+    const auto extra = optional_without_default.find(f[1]);
+    for (const std::string& p : split_params(f[2])) {
+      const auto eq = p.find('=');
+      const std::string name = p.substr(0, eq);
+      const bool none_default = eq != std::string::npos && p.substr(eq + 1) == "None";
+      const bool annotated = extra != optional_without_default.end() && extra->second.count(name);
+      if (!none_default && !annotated) continue;
+      const int i = d->param_index(name);
+      if (i < 0) continue;  // taken through **kwargs upstream and not declared: the contract test
+      ++checked;
+      EXPECT_TRUE(d->params[static_cast<std::size_t>(i)].optional) << f[1] << " " << name;
+    }
+  }
+  for (const auto& [op, params] : optional_without_default) {
+    EXPECT_TRUE(seen.count(op)) << op;
+  }
+  EXPECT_GE(ops, 15);
+  EXPECT_GE(checked, 60);
+}
+
+// An upstream recording of the bf16 call, as its test makes it (positional arguments, then
+// quant_scales=None and output= by keyword), written in upstream's layout with the library's
+// torch-format writer: replays and passes; the expected output is the fp64 formula in bf16.
+TEST(MoeDecls, UpstreamFormatDumpWithQuantScalesNoneReplays) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("fi_moe_none_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  MoeCase c;
+  c.dt = c.out_dt = DType::kBFloat16;
+  const MoeInputs in = make_inputs(c);
+  const Tensor expected =
+      Tensor::from_vector(moe_formula(c, in), {c.T, c.H}, DType::kFloat32).to(DType::kBFloat16);
+  UpstreamCall call;
+  call.function_name = "cutlass_fused_moe";
+  call.module = "flashinfer.fused_moe.core";
+  call.inputs = {
+      {"arg_0", in.x},      {"arg_1", in.ids},
+      {"arg_2", in.scales}, {"arg_3", in.w1},
+      {"arg_4", in.w2},     {"kwarg_output", Tensor::zeros({c.T, c.H}, DType::kBFloat16)}};
+  call.input_metadata = {{"arg_5", torch_dtype_meta(DType::kBFloat16)},
+                         {"kwarg_quant_scales", nullptr}};
+  // Upstream returns [output] plus scratch it leaves unwritten (garbage in a real recording).
+  call.outputs = {{"result__0", expected},
+                  {"result__1", Tensor::full({1}, 7.0, DType::kInt32)},
+                  {"result__2", Tensor::full({c.E, c.T}, 3.0, DType::kFloat32)},
+                  {"result__3", Tensor::full({c.E}, 9.0, DType::kInt32)}};
+  const fs::path dir = write_upstream_call(root, 1, call);
+  const replay::Result r = replay::replay_from_dump(dir.string());
+  EXPECT_EQ(r.status, replay::Status::kPassed) << r.error << r.note;
+  ASSERT_EQ(r.comparisons.size(), 1u);
+  EXPECT_EQ(r.comparisons[0].key, "result__0");
+  // A wrong expected value is a mismatch (the comparison is real).
+  std::vector<double> shifted = moe_formula(c, in);
+  for (double& v : shifted) v += 0.5;
+  call.outputs[0].second =
+      Tensor::from_vector(shifted, {c.T, c.H}, DType::kFloat32).to(DType::kBFloat16);
+  const fs::path bad = write_upstream_call(root, 2, call);
+  EXPECT_EQ(replay::replay_from_dump(bad.string()).status, replay::Status::kMismatch);
+  fs::remove_all(root);
 }
 
 // ---- CUDA vs the CPU reference --------------------------------------------------------------

@@ -297,10 +297,11 @@ struct Golden {
     const Tensor g2 = Tensor::full({E}, fc2_global, DType::kFloat32);
     std::optional<Tensor> b1;
     if (b2) b1 = Tensor::zeros({E, I}, out_dt);
-    return cutlass_fused_moe(
-        x, ids, rw, w1, w2, out_dt, {scalar(1.0), wsf, g1, scalar(0.75), wsf, g2}, b1, b2, sf,
-        std::nullopt, std::nullopt, std::nullopt, tp_size, tp_rank, 2, 1, 1, 0, std::nullopt, false,
-        false, false, false, false, false, false, 8192, std::nullopt, ActivationType::Relu2, false);
+    return cutlass_fused_moe(x, ids, rw, w1, w2, out_dt,
+                             std::vector<Tensor>{scalar(1.0), wsf, g1, scalar(0.75), wsf, g2}, b1,
+                             b2, sf, std::nullopt, std::nullopt, std::nullopt, tp_size, tp_rank, 2,
+                             1, 1, 0, std::nullopt, false, false, false, false, false, false, false,
+                             8192, std::nullopt, ActivationType::Relu2, false);
   }
 };
 
@@ -388,7 +389,8 @@ TEST(CutlassFusedMoeFp4, GoldenMxfp8Mxfp8) {
   const auto out = cutlass_fused_moe(
       x, Tensor::from_vector({0, 1}, {1, 2}, DType::kInt32),
       Tensor::from_vector({0.75, 0.25}, {1, 2}, DType::kFloat32), w, w, DType::kBFloat16,
-      {ws, Tensor::full({1}, 0.25, DType::kFloat32), ws, Tensor::full({1}, 0.125, DType::kFloat32)},
+      std::vector<Tensor>{ws, Tensor::full({1}, 0.25, DType::kFloat32), ws,
+                          Tensor::full({1}, 0.125, DType::kFloat32)},
       std::nullopt, std::nullopt, sf, std::nullopt, std::nullopt, std::nullopt, 1, 0, 2, 0, 1, 0,
       std::nullopt, false, false, false, true, false, false, false, 8192, std::nullopt,
       ActivationType::Relu2);

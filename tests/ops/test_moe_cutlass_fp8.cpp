@@ -411,6 +411,10 @@ TEST(CutlassFusedMoeFp8, BadInput) {
   const auto& q = in.quant_scales;
   EXPECT_FI_ERROR(call(with_scales({q[0], q[1], q[2]})), kOp, "quant_scales");  // count
   EXPECT_FI_ERROR(call(with_scales({})), kOp, "quant_scales");                  // none
+  // None (upstream's unquantized call) on the FP8 path: its scales are missing.
+  EXPECT_FI_ERROR((void)cutlass_fused_moe(in.x, in.ids, in.scales, in.w1, in.w2, DType::kBFloat16,
+                                          std::nullopt),
+                  kOp, "quant_scales");
   EXPECT_FI_ERROR(call(with_scales({q[0].to(DType::kFloat16), q[1], q[2], q[3]})), kOp,
                   "quant_scales");  // dtype
   EXPECT_FI_ERROR(call(with_scales({q[0].slice(0, 0, 4), q[1], q[2], q[3]})), kOp,

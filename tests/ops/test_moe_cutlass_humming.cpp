@@ -229,7 +229,8 @@ TEST(CutlassFusedMoeHumming, GoldenRelu2) {
       Tensor::from_vector({0, 1, 0, 3}, {2, 2}, DType::kInt32),
       Tensor::from_vector({0.75, 0.25, 1.0, 0.5}, {2, 2}, DType::kFloat32), w1, w2,
       DType::kBFloat16,
-      {as_int32(s1), r64, Tensor::from_vector({1.0}, {}, DType::kFloat32), as_int32(s2), r64},
+      std::vector<Tensor>{as_int32(s1), r64, Tensor::from_vector({1.0}, {}, DType::kFloat32),
+                          as_int32(s2), r64},
       std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 1, 0, 2,
       0, 1, 0, std::nullopt, false, false, true, false, false, false, true, 8192, std::nullopt,
       ActivationType::Relu2);
@@ -261,7 +262,8 @@ TEST(CutlassFusedMoeHumming, GoldenInputRounding) {
       Tensor::from_vector(x, {1, H}, DType::kBFloat16),
       Tensor::from_vector({0, 1}, {1, 2}, DType::kInt32),
       Tensor::from_vector({1.0, 0.5}, {1, 2}, DType::kFloat32), w1, w2, DType::kBFloat16,
-      {as_int32(s1), r64, Tensor::from_vector({1.0}, {}, DType::kFloat32), as_int32(s2), r64},
+      std::vector<Tensor>{as_int32(s1), r64, Tensor::from_vector({1.0}, {}, DType::kFloat32),
+                          as_int32(s2), r64},
       std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 1, 0, 2,
       0, 1, 0, std::nullopt, false, false, true, false, false, false, true, 8192, std::nullopt,
       ActivationType::Relu2);
@@ -299,8 +301,8 @@ TEST(CutlassFusedMoeHumming, GoldenOffsetsOutsidePreparedRange) {
                             DType::kBFloat16),
         Tensor::from_vector({0, 1}, {1, 2}, DType::kInt32),
         Tensor::from_vector({1.0, 0.5}, {1, 2}, DType::kFloat32), w1, w2, DType::kBFloat16,
-        {as_int32(s1), r64, Tensor::from_vector({1.0}, {}, DType::kFloat32),
-         as_int32(bytes_tensor(off, s2.shape())), r64},
+        std::vector<Tensor>{as_int32(s1), r64, Tensor::from_vector({1.0}, {}, DType::kFloat32),
+                            as_int32(bytes_tensor(off, s2.shape())), r64},
         std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 1, 0, 2,
         0, 1, 0, std::nullopt, false, false, true, false, false, false, true, 8192, std::nullopt,
         ActivationType::Relu2);

@@ -16,6 +16,7 @@
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
+#include "util/upstream_dump_writer.h"
 
 namespace flashinfer {
 namespace {
@@ -435,7 +436,13 @@ TEST(TrtllmContext, BadInput) {
   EXPECT_NO_THROW(call(cq, ck, 4, 9));
   EXPECT_FI_ERROR(call(cq, ck, 3, 9), kContext, "max_q_len");
   EXPECT_FI_ERROR(call(cq, ck, 4, 8), kContext, "max_kv_len");
-  EXPECT_FI_ERROR(call(cq, int_tensor({0, 5, 13}), 4, 9), kContext, "cum_seq_lens_kv");
+  // cum_seq_lens_kv is not read for KV positions (seq_lens is): the cumulative page counts
+  // vLLM and upstream's tests pass (5 and 9 keys in pages of 4: 2 and 3 pages) are accepted,
+  // as are token counts; only its form is checked.
+  EXPECT_NO_THROW(call(cq, int_tensor({0, 2, 5}), 4, 9));
+  EXPECT_FI_ERROR(call(cq, int_tensor({0, 2}), 4, 9), kContext, "cum_seq_lens_kv");
+  EXPECT_FI_ERROR(call(cq, ck.to(DType::kInt64), 4, 9), kContext, "cum_seq_lens_kv");
+  EXPECT_FI_ERROR(call(cq, Tensor(), 4, 9), kContext, "cum_seq_lens_kv");
   EXPECT_FI_ERROR(call(int_tensor({0, 3, 6}), ck, 4, 9), kContext, "query");
   EXPECT_FI_ERROR(call(int_tensor({0, 4, 3}), ck, 4, 9), kContext, "cum_seq_lens_q");
   EXPECT_FI_ERROR(call(cq, ck, 4, 9, 3), kContext, "cum_seq_lens_q");
@@ -859,6 +866,144 @@ TEST(TrtllmDump, RecorderRoundTripReplays) {
   }
   testing::replay_expecting_every_call_to_pass(dir, 2u);
   fs::remove_all(dir);
+}
+
+// ---- the calls upstream's tests make (issue 50) ------------------------------------------------
+
+// One batch as tests/attention/test_trtllm_gen_attention.py builds it: q_lens in [1, max_q_len]
+// (the last one max_q_len), in_kv_lens in [0, max_in_kv_len] (the last one the maximum),
+// seq_lens = q_lens + in_kv_lens (a request's KV length, its queries its last tokens), unique
+// random pages per request, cum_seq_lens_q the query prefix sums and cum_seq_lens_kv the
+// per-request block-table offsets: the prefix sums of the page counts, not of the lengths.
+struct UpstreamBatch {
+  std::vector<int32_t> q_lens, seq_lens, q_indptr{0}, kv_indptr{0};
+  int32_t max_q = 0, max_seq = 0;
+  BlockCache cache;
+};
+
+UpstreamBatch upstream_batch(int64_t batch, int32_t max_q_len, int32_t max_in_kv_len,
+                             int64_t page_size, int64_t hkv, int64_t d, uint32_t seed) {
+  UpstreamBatch u;
+  std::mt19937 rng(seed);
+  for (int64_t b = 0; b < batch; ++b) {
+    const bool last = b + 1 == batch;
+    const int32_t q = last ? max_q_len : std::uniform_int_distribution<int32_t>(1, max_q_len)(rng);
+    const int32_t in_kv =
+        last ? max_in_kv_len : std::uniform_int_distribution<int32_t>(0, max_in_kv_len)(rng);
+    u.q_lens.push_back(q);
+    u.seq_lens.push_back(q + in_kv);
+    u.q_indptr.push_back(u.q_indptr.back() + q);
+    const auto pages = static_cast<int32_t>((q + in_kv + page_size - 1) / page_size);
+    u.kv_indptr.push_back(u.kv_indptr.back() + pages);
+    u.max_q = std::max(u.max_q, q);
+    u.max_seq = std::max(u.max_seq, q + in_kv);
+  }
+  // The 5-D HND cache [pages, 2, Hkv, page_size, D] of the tests, bf16.
+  u.cache = make_cache(u.seq_lens, page_size, hkv, d, DType::kBFloat16, true, false, seed);
+  return u;
+}
+
+// The context call exactly as upstream's _test_trtllm_batch_prefill makes it (positional up to
+// window_left, kv_layout and the rest by default): runs, matches the fp64 formula, and records and
+// replays identically, in memory and through a dump directory. Before issue 50 it was refused
+// ("request 0 spans 2 keys but seq_lens says 20").
+TEST(TrtllmAttention, UpstreamTestCallsRecordAndReplay) {
+  const int64_t hkv = 2, group = 4, d = 64, page_size = 16;
+  UpstreamBatch u = upstream_batch(4, 11, 37, page_size, hkv, d, 5);
+  const double sm_scale = 1.0 / std::sqrt(static_cast<double>(d));
+  Tensor q =
+      testing::rand_tensor({u.q_indptr.back(), hkv * group, d}, DType::kBFloat16, 7, -1.0, 1.0);
+  Ref r;
+  r.bmm1 = sm_scale;
+  std::vector<double> eo, el;
+  reference(q, u.cache, u.q_indptr, r, eo, el);
+  auto context = [&] {
+    return trtllm_batch_context_with_kv_cache(
+        q, u.cache.cache(), workspace(), u.cache.block_tables, u.cache.seq_lens, u.max_q, u.max_seq,
+        sm_scale, 1.0, 4, int_tensor(u.q_indptr), int_tensor(u.kv_indptr), -1);
+  };
+  // Decode with variable query lengths (q_len_per_req=None, max_q_len and cum_seq_lens_q), as
+  // its generate_seq_lens_decode builds them.
+  UpstreamBatch v = upstream_batch(3, 3, 29, page_size, hkv, d, 6);
+  Tensor qd =
+      testing::rand_tensor({v.q_indptr.back(), hkv * group, d}, DType::kBFloat16, 8, -1.0, 1.0);
+  std::vector<double> edo, edl;
+  reference(qd, v.cache, v.q_indptr, r, edo, edl);
+  auto decode = [&] {
+    return trtllm_batch_decode_with_kv_cache(
+        qd, v.cache.cache(), workspace(), v.cache.block_tables, v.cache.seq_lens, v.max_seq,
+        sm_scale, 1.0, -1, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+        "HND", std::nullopt, "auto", std::nullopt, 1.0, std::nullopt, v.max_q,
+        int_tensor(v.q_indptr));
+  };
+  std::vector<testing::RecordingObserver::Call> calls;
+  {
+    testing::RecordingScope scope;
+    const AttentionOutput oc = context();
+    EXPECT_TRUE(testing::all_close(oc.out, eo, testing::attention_tolerance(DType::kBFloat16)));
+    const AttentionOutput od = decode();
+    EXPECT_TRUE(testing::all_close(od.out, edo, testing::attention_tolerance(DType::kBFloat16)));
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 2u);
+  for (const auto& call : calls) {
+    SCOPED_TRACE(call.name);
+    EXPECT_TRUE(testing::replays_identically(call));
+  }
+  const fs::path dir = temp_dump_dir("upstream_calls");
+  {
+    recorder::Config cfg;
+    cfg.dump_dir = dir.string();
+    recorder::start(cfg, [](const std::string&) {});
+    (void)context();
+    (void)decode();
+    recorder::stop();
+  }
+  testing::replay_expecting_every_call_to_pass(dir, 2u);
+  fs::remove_all(dir);
+}
+
+// The same context call as upstream's recorder writes it (every argument by keyword, as vLLM
+// passes them, with cum_seq_lens_kv the block-table offsets), written with the library's
+// torch-format writer; the expected output is the fp64 formula in bf16. Replays and passes; a
+// changed expected value is a mismatch.
+TEST(TrtllmDump, UpstreamFormatContextWithPageOffsetsReplays) {
+  const int64_t hkv = 2, group = 2, d = 64, page_size = 16;
+  UpstreamBatch u = upstream_batch(2, 7, 20, page_size, hkv, d, 9);
+  Tensor q =
+      testing::rand_tensor({u.q_indptr.back(), hkv * group, d}, DType::kBFloat16, 3, -1.0, 1.0);
+  Ref r;
+  r.bmm1 = 0.125;
+  std::vector<double> eo, el;
+  reference(q, u.cache, u.q_indptr, r, eo, el);
+  // The page counts differ from the key counts, so the old check would have refused this.
+  ASSERT_NE(u.kv_indptr[1], u.seq_lens[0]);
+  testing::UpstreamCall call;
+  call.function_name = "trtllm_batch_context_with_kv_cache";
+  call.module = "flashinfer.prefill";
+  call.inputs = {{"kwarg_query", q},
+                 {"kwarg_kv_cache", u.cache.cache5},
+                 {"kwarg_workspace_buffer", Tensor::zeros({4096}, DType::kUInt8)},
+                 {"kwarg_block_tables", u.cache.block_tables},
+                 {"kwarg_seq_lens", u.cache.seq_lens},
+                 {"kwarg_cum_seq_lens_q", int_tensor(u.q_indptr)},
+                 {"kwarg_cum_seq_lens_kv", int_tensor(u.kv_indptr)}};
+  call.input_metadata = {{"kwarg_max_q_len", u.max_q}, {"kwarg_max_kv_len", u.max_seq},
+                         {"kwarg_bmm1_scale", 0.125},  {"kwarg_bmm2_scale", 1.0},
+                         {"kwarg_batch_size", 2},      {"kwarg_window_left", -1},
+                         {"kwarg_sinks", nullptr},     {"kwarg_out_dtype", nullptr},
+                         {"kwarg_kv_layout", "HND"},   {"kwarg_enable_pdl", nullptr}};
+  const Shape shape = q.shape();
+  call.outputs = {{"result", Tensor::from_vector(eo, shape, DType::kFloat32).to(DType::kBFloat16)}};
+  const fs::path root = temp_dump_dir("upstream_fmt");
+  const fs::path good = testing::write_upstream_call(root, 1, call);
+  const replay::Result ok = replay::replay_from_dump(good.string());
+  EXPECT_EQ(ok.status, replay::Status::kPassed) << ok.error << ok.note;
+  for (double& x : eo) x += 0.25;
+  call.outputs[0].second = Tensor::from_vector(eo, shape, DType::kFloat32).to(DType::kBFloat16);
+  const fs::path bad = testing::write_upstream_call(root, 2, call);
+  EXPECT_EQ(replay::replay_from_dump(bad.string()).status, replay::Status::kMismatch);
+  fs::remove_all(root);
 }
 
 // Two calls written by Python the way upstream's recorder writes them (the shared writer,

@@ -60,6 +60,8 @@ FLASHINFER_OPTION_FIELDS(CutlassFusedMoeOptions, situ_beta, situ_linear_beta);
 ///   token_final_scales    [T, k] fp32, fp16 or bf16.
 ///   fc1_expert_weights    [E_l, 2I or I, H], input's dtype; fc2_expert_weights [E_l, H, I].
 ///   Experts [ep_rank * E_l, (ep_rank + 1) * E_l) are local; other ids contribute nothing.
+///   quant_scales          None (upstream's call for bf16 / fp16 experts) or the empty list for
+///                         the unquantized path; the quantized paths take upstream's list.
 /// Returns [output [T, H] in output_dtype, and upstream's three scratch tensors
 /// (num_active_experts_per_node int32 [1], experts_to_token_score fp32 [E_l, T],
 /// active_expert_global_ids int32 [E_l]), zero-filled here, never written upstream].
@@ -67,7 +69,8 @@ FLASHINFER_OPTION_FIELDS(CutlassFusedMoeOptions, situ_beta, situ_linear_beta);
 std::vector<Tensor> cutlass_fused_moe(
     const Tensor& input, const Tensor& token_selected_experts, const Tensor& token_final_scales,
     const Tensor& fc1_expert_weights, const Tensor& fc2_expert_weights, DType output_dtype,
-    std::vector<Tensor> quant_scales, std::optional<Tensor> fc1_expert_biases = std::nullopt,
+    std::optional<std::vector<Tensor>> quant_scales,
+    std::optional<Tensor> fc1_expert_biases = std::nullopt,
     std::optional<Tensor> fc2_expert_biases = std::nullopt,
     std::optional<Tensor> input_sf = std::nullopt,
     std::optional<Tensor> swiglu_alpha = std::nullopt,
