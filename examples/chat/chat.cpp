@@ -7,7 +7,8 @@
 // Prompts come from --prompt (any number; they run as one batch) or, without one, from
 // standard input, one prompt per line. Each prompt is wrapped in the model's chat template
 // (user turn, then the assistant's). A single prompt's answer streams as it is generated;
-// with several, each answer is printed when it is complete. Sampling is top-k/top-p unless
+// with several, each answer is printed when it is complete. One prompt is printed as a
+// transcript ("user: ...", "assistant: ..."). Sampling is top-k/top-p unless
 // --greedy. Timing goes to standard error. --bench runs BATCH random prompts of PROMPT_LEN
 // tokens for max_new_tokens each and prints prefill and decode tokens/s as one JSON line.
 #include <cstdio>
@@ -123,7 +124,21 @@ int main(int argc, char** argv) {
       for (int32_t t : {tok.end_of_turn_id(), tok.eos_id()})
         if (t >= 0) opt.stop_tokens.push_back(t);
     }
-    const bool stream = prompts.size() == 1 && bench_prompt_len == 0;
+    // One prompt is printed as a transcript: "user: ...", then "assistant: " and the answer,
+    // streamed. When the API log writes its records to stdout or stderr (FLASHINFER_LOGLEVEL > 0
+    // without a FLASHINFER_LOGDEST file), a streamed answer would have them inside its line on
+    // the terminal: the answer is then printed whole once generated. (The level-10 warning
+    // block comes at load, before main, so it never splits a line.)
+    const bool transcript = prompts.size() == 1 && bench_prompt_len == 0;
+    const std::string log_dest = flashinfer::api_log::destination();
+    const bool log_on_terminal =
+        flashinfer::api_log::level() > 0 && (log_dest == "stdout" || log_dest == "stderr");
+    const bool stream = transcript && !log_on_terminal;
+    if (transcript) {
+      std::printf("user: %s\n", prompts[0].c_str());
+      if (stream) std::printf("assistant: ");
+      std::fflush(stdout);
+    }
     std::vector<std::string> answers(prompts.size());
     std::vector<flashinfer::gguf::StreamDecoder> decoders(
         prompts.size(), flashinfer::gguf::StreamDecoder(tok, /*skip_special=*/true));
@@ -155,6 +170,8 @@ int main(int argc, char** argv) {
     }
     if (stream) {
       std::printf("\n");
+    } else if (transcript) {
+      std::printf("assistant: %s\n", answers[0].c_str());
     } else {
       for (size_t b = 0; b < prompts.size(); ++b)
         std::printf("[%zu] %s\n%s\n\n", b, prompts[b].c_str(), answers[b].c_str());

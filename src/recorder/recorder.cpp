@@ -86,7 +86,9 @@ Config config_from_env() {
 void set_log_sink(LogSink sink) { internal::set_override_sink(std::move(sink)); }
 
 std::string startup_banner(const Config& c) {
-  // Upstream's _warn_dump(), line for line (print() of each piece).
+  // Upstream's _warn_dump(), line by line (print() of each piece), where its words are true of
+  // this library in this mode: ring mode keeps the last calls instead of dumping all, and a C++
+  // process has no torch.cuda.CUDAGraph.replay() to hook.
   auto list = [](const std::vector<std::string>& v) {  // Python's repr() of a list of str
     std::string out = "[";
     for (std::size_t i = 0; i < v.size(); ++i) {
@@ -98,8 +100,31 @@ std::string startup_banner(const Config& c) {
   const std::string sep(80, '=');
   std::string s = sep + "\n";
   s += "WARNING: FlashInfer API Logging is set to Level 10 (Tensor Dumping).\n";
-  s += "This will dump ALL input and outputs including tensors for FlashInfer APIs to disk in\n";
-  s += "the configured dump directory. Ensure that you are NOT processing sensitive data\n";
+  if (c.ring > 0) {
+    static const std::map<std::string, std::string> kWhen = {{"crash", "a fatal signal"},
+                                                             {"signal", "SIGUSR1"},
+                                                             {"nan", "a NaN/Inf output"},
+                                                             {"error", "an op's Error"},
+                                                             {"exit", "a normal exit"}};
+    std::string when;
+    for (const auto& t : c.triggers) {
+      const auto it = kWhen.find(t);
+      if (it == kWhen.end()) continue;  // unknown words were warned about and do nothing
+      when += (when.empty() ? "" : ", ") + t + " (" + it->second + ")";
+    }
+    const std::string n = std::to_string(c.ring);
+    s += "Ring mode (FLASHINFER_DUMP_RING=" + n +
+         "): the inputs and outputs, tensors included, of\n";
+    s += "the last " + n + " FlashInfer API calls (at most " + std::to_string(c.ring_mb) +
+         " MB) are kept in memory, and written to disk in\n";
+    s += "the configured dump directory, as ring_pid" + std::to_string(::getpid()) +
+         "_dump<NNNN>_<trigger>/, only when a trigger fires:\n";
+    s += (when.empty() ? std::string("none (only recorder::dump_ring() writes them)") : when) +
+         ". Ensure that you are NOT processing sensitive data\n";
+  } else {
+    s += "This will dump ALL input and outputs including tensors for FlashInfer APIs to disk in\n";
+    s += "the configured dump directory. Ensure that you are NOT processing sensitive data\n";
+  }
   s += "or that the dump directory is secure. To disable dumping, unset FLASHINFER_LOGLEVEL or\n";
   s += "set it to below 10. For more information, see https://docs.flashinfer.ai/logging.html\n";
   s += "Current dump directory is: " + c.dump_dir + "\n";
@@ -110,10 +135,14 @@ std::string startup_banner(const Config& c) {
   }
   if (!c.include.empty()) s += "Include filter: " + list(c.include) + "\n";
   if (!c.exclude.empty()) s += "Exclude filter: " + list(c.exclude) + "\n";
-  s += "CUDA graph replay hook enabled: flush_graph_dumps() will run after every "
-       "torch.cuda.CUDAGraph.replay().\n";
-  s += "CUDA graph capture stores tensor references and materializes snapshots after every "
-       "replay.\n";
+  if (c.ring > 0) {
+    s += "CUDA graphs: a call made while a graph is being captured is not kept (copying its "
+         "tensors would break the capture).\n";
+  } else {
+    s += "CUDA graph capture stores tensor references; they are written when the program calls "
+         "flashinfer::recorder::flush_graph_dumps() after launching the graph, and at a normal "
+         "exit.\n";
+  }
   s += sep + "\n";
   return s;
 }

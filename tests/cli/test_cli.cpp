@@ -3,8 +3,11 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "flashinfer/flashinfer.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "util/run_command.h"
 
 namespace {
@@ -28,6 +31,84 @@ TEST(Cli, NoOrUnknownSubcommandFails) {
   EXPECT_NE(run_flashinfer("").status, 0);
   CliResult r = run_flashinfer("frobnicate");
   EXPECT_NE(r.status, 0);
+}
+
+// A usage mistake is named, with the closest valid spelling when one is close, and the valid
+// ones listed; exit status 2.
+TEST(Cli, UnknownCommandsAndOptionsNameTheMistakeAndTheClosestSpelling) {
+  const std::string commands =
+      "commands: version, info, list-ops, replay, show, diff, repro, export, bench, jit, trace";
+  CliResult r = run_flashinfer("bogus");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("flashinfer: unknown command 'bogus'\n" + commands), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("did you mean"), std::string::npos) << r.out;
+  for (const auto& [typo, meant] :
+       std::vector<std::pair<std::string, std::string>>{{"shw", "show"},
+                                                        {"replya", "replay"},
+                                                        {"lsit-ops", "list-ops"},
+                                                        {"infoo", "info"},
+                                                        {"expor", "export"},
+                                                        {"benc", "bench"}}) {
+    r = run_flashinfer(typo + " --dir x");
+    EXPECT_EQ(r.status, 2) << typo;
+    EXPECT_NE(
+        r.out.find("unknown command '" + typo + "'; did you mean '" + meant + "'?\n" + commands),
+        std::string::npos)
+        << r.out;
+  }
+  r = run_flashinfer("");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("flashinfer: a command is required; " + commands), std::string::npos)
+      << r.out;
+  // Options: of the tool, then of a command (the value after a known option is not checked).
+  r = run_flashinfer("--hlep");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("flashinfer: unknown option '--hlep'; did you mean '--help'?"),
+            std::string::npos)
+      << r.out;
+  r = run_flashinfer("show --dri /nonexistent");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("flashinfer show: unknown option '--dri'; did you mean '--dir'?\n"
+                       "options: --help, -h, --dir, --verbose, -v"),
+            std::string::npos)
+      << r.out;
+  r = run_flashinfer("replay --dir /nonexistent --devcie=cpu");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("flashinfer replay: unknown option '--devcie'; did you mean '--device'?"),
+            std::string::npos)
+      << r.out;
+  r = run_flashinfer("replay --dir /nonexistent --frobnicate");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("flashinfer replay: unknown option '--frobnicate'\noptions: "),
+            std::string::npos)
+      << r.out;
+  // Known options with a bad value keep CLI11's message, which names the value.
+  r = run_flashinfer("replay --dir /nonexistent --rtol lots");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out.find("unknown option"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("lots"), std::string::npos) << r.out;
+  // A value that looks like an option is not taken for one.
+  r = run_flashinfer("replay --dir /nonexistent --rtol -1");
+  EXPECT_EQ(r.out.find("unknown option"), std::string::npos) << r.out;
+}
+
+// `flashinfer info` names the CPU kernels' tier and, below the top one, what the CPU lacks.
+TEST(Cli, InfoNamesTheCpuTierAndWhy) {
+  namespace k = flashinfer::kernels::cpu;
+  const CliResult r = run_flashinfer("info");
+  EXPECT_EQ(r.status, 0);
+  const k::CpuFeatures f = k::cpu_features();
+  std::string tier = "scalar (";
+  if (k::cpu_isa() == k::CpuIsa::kAvx512) {
+    tier = f.avx512_bf16 ? "AVX-512 BF16 (" : "AVX-512 (";
+  } else if (k::cpu_isa() == k::CpuIsa::kAvx2) {
+    tier = "AVX2 (AVX2, FMA, F16C with OS support; not AVX-512: no ";
+  }
+  EXPECT_NE(r.out.find("\nCPU tier: " + tier), std::string::npos) << r.out;
+  if (k::cpu_isa() == k::CpuIsa::kAvx2 && !f.avx512f) {
+    EXPECT_NE(r.out.find("not AVX-512: no AVX512F"), std::string::npos) << r.out;
+  }
 }
 
 TEST(Cli, VersionMatchesTheLibrary) {

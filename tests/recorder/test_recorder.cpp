@@ -503,22 +503,26 @@ TEST_F(DumpTest, FailedOutputWriteIsRecordedAsSuch) {
   EXPECT_NE(shown.out.find("write error: "), std::string::npos) << shown.out;
 }
 
-// Upstream's _warn_dump() block, byte for byte: the fixed lines, the directory, the optional
-// safetensors and filter lines (Python's list repr), the two CUDA-graph lines.
-TEST_F(DumpTest, StartupBannerIsUpstreamsWarningBlock) {
+// Upstream's _warn_dump() block where its words are true here: in record-everything mode its
+// fixed lines, the directory, the optional safetensors and filter lines (Python's list repr);
+// then one CUDA-graph line saying what this library does (no torch.cuda.CUDAGraph.replay() to
+// hook in a C++ process). Ring mode says how many calls are kept and when they are written.
+TEST_F(DumpTest, StartupBannerSaysWhatThisModeDoes) {
   const std::string sep(80, '=');
-  const std::string head =
-      sep +
-      "\nWARNING: FlashInfer API Logging is set to Level 10 (Tensor Dumping).\n"
-      "This will dump ALL input and outputs including tensors for FlashInfer APIs to disk in\n"
-      "the configured dump directory. Ensure that you are NOT processing sensitive data\n"
+  const std::string warning =
+      sep + "\nWARNING: FlashInfer API Logging is set to Level 10 (Tensor Dumping).\n";
+  const std::string secure =
       "or that the dump directory is secure. To disable dumping, unset FLASHINFER_LOGLEVEL or\n"
       "set it to below 10. For more information, see https://docs.flashinfer.ai/logging.html\n";
+  const std::string head =
+      warning +
+      "This will dump ALL input and outputs including tensors for FlashInfer APIs to disk in\n"
+      "the configured dump directory. Ensure that you are NOT processing sensitive data\n" +
+      secure;
   const std::string graph_lines =
-      "CUDA graph replay hook enabled: flush_graph_dumps() will run after every "
-      "torch.cuda.CUDAGraph.replay().\n"
-      "CUDA graph capture stores tensor references and materializes snapshots after every "
-      "replay.\n" +
+      "CUDA graph capture stores tensor references; they are written when the program calls "
+      "flashinfer::recorder::flush_graph_dumps() after launching the graph, and at a normal "
+      "exit.\n" +
       sep + "\n";
   recorder::Config plain;
   EXPECT_EQ(recorder::startup_banner(plain),
@@ -538,6 +542,35 @@ TEST_F(DumpTest, StartupBannerIsUpstreamsWarningBlock) {
                 "Include filter: ['*decode*', '*prefill*']\n"
                 "Exclude filter: [\"it's\"]\n" +
                 graph_lines);
+
+  // The demo's settings (scripts/demo): FLASHINFER_DUMP_RING=600, triggers crash,nan,error,exit.
+  recorder::Config ring;
+  ring.ring = 600;
+  ring.triggers = {"crash", "nan", "error", "exit"};
+  const std::string pid = std::to_string(::getpid());
+  EXPECT_EQ(recorder::startup_banner(ring),
+            warning +
+                "Ring mode (FLASHINFER_DUMP_RING=600): the inputs and outputs, tensors included, "
+                "of\nthe last 600 FlashInfer API calls (at most 1024 MB) are kept in memory, and "
+                "written to disk in\nthe configured dump directory, as ring_pid" +
+                pid +
+                "_dump<NNNN>_<trigger>/, only when a trigger fires:\n"
+                "crash (a fatal signal), nan (a NaN/Inf output), error (an op's Error), exit (a "
+                "normal exit). Ensure that you are NOT processing sensitive data\n" +
+                secure + "Current dump directory is: flashinfer_dumps\n" +
+                "CUDA graphs: a call made while a graph is being captured is not kept (copying "
+                "its tensors would break the capture).\n" +
+                sep + "\n");
+  for (const recorder::Config& k : {plain, c, ring}) {
+    const std::string b = recorder::startup_banner(k);
+    EXPECT_EQ(b.find("torch.cuda"), std::string::npos) << b;
+    EXPECT_EQ(b.find("dump ALL") == std::string::npos, k.ring > 0) << b;
+  }
+  ring.triggers = {};
+  EXPECT_NE(recorder::startup_banner(ring).find(
+                "fires:\nnone (only recorder::dump_ring() writes them). Ensure"),
+            std::string::npos)
+      << recorder::startup_banner(ring);
 }
 
 // A user op taking any value and returning a tuple, to exercise every serialized value form.

@@ -716,5 +716,102 @@ TEST_F(ReplayTest, CliEscapesDumpTextAndRefusesAnEmptySession) {
   EXPECT_NO_THROW(j = json::parse(r.out)) << r.out;
 }
 
+// A dump directory holding ring dumps and no call of its own (what scripts/demo leaves in
+// ./flashinfer_dumps): show lists each recording with the command lines that open it, replay
+// replays nothing and exits 2 naming them, and the printed command line works. A folder with no
+// recording at any level is an error for both.
+TEST_F(ReplayTest, CliListsTheRecordingsBelowAFolderAndHowToOpenEach) {
+  const fs::path root = dir_ / "flashinfer_dumps";
+  recorder::Config c;
+  c.dump_dir = root.string();
+  c.ring = 3;
+  c.triggers = {"exit"};
+  recorder::start(c);
+  const Tensor x = Tensor::from_vector({3, 4}, {1, 2}, DType::kFloat32);
+  const Tensor w = Tensor::from_vector({1, 1}, {2}, DType::kFloat32);
+  for (int i = 0; i < 5; ++i) rmsnorm(x, w);
+  recorder::stop();  // the exit trigger writes the ring
+  std::vector<fs::path> rings;
+  for (const auto& e : fs::directory_iterator(root)) rings.push_back(e.path());
+  ASSERT_EQ(rings.size(), 1u);
+  const fs::path ring = rings[0];
+  EXPECT_TRUE(
+      ring.filename().string().starts_with("ring_pid" + std::to_string(::getpid()) + "_dump"))
+      << ring;
+  EXPECT_TRUE(ring.filename().string().ends_with("_exit")) << ring;
+  // A second recording one level deeper, and a hidden folder that is not searched.
+  fs::create_directories(root / "older");
+  fs::copy(ring, root / "older" / "session", fs::copy_options::recursive);
+  fs::copy(ring, root / ".prealloc_pid1", fs::copy_options::recursive);
+
+  const std::string bin = std::string(FLASHINFER_TEST_BIN_DIR) + "/flashinfer";
+  const std::string show_ring = bin + " show --dir " + ring.string();
+  const std::string replay_ring = bin + " replay --dir " + ring.string();
+  auto r = testing::run_flashinfer("show --dir " + root.string());
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find(root.string() + " holds no call itself; 2 recordings below it:\n  " +
+                       (root / "older" / "session").string() + ": 3 recorded calls, a ring dump " +
+                       "written on trigger 'exit', "),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("  " + ring.string() +
+                       ": 3 recorded calls, a ring dump written on trigger 'exit', "),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("\n    show:   " + show_ring + "\n    replay: " + replay_ring + "\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("prealloc"), std::string::npos) << r.out;
+
+  r = testing::run_flashinfer("replay --dir " + root.string());
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("❌ No recorded calls in " + root.string() +
+                       " itself; nothing replayed. It holds 2 recordings: replay one with the "
+                       "command under it.\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("    replay: " + replay_ring + "\n"), std::string::npos) << r.out;
+  r = testing::run_flashinfer("replay --json --dir " + root.string());
+  EXPECT_EQ(r.status, 2) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["error"], "no recorded calls");
+  ASSERT_EQ(j["recordings_below"].size(), 2u) << r.out;
+  EXPECT_EQ(j["recordings_below"][1]["dir"], ring.string());
+  EXPECT_EQ(j["recordings_below"][1]["calls"], 3);
+  EXPECT_EQ(j["recordings_below"][1]["trigger"], "exit");
+  EXPECT_EQ(j["recordings_below"][1]["replay"], replay_ring);
+
+  // The printed command lines open the recording.
+  r = testing::run_command(replay_ring);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("Summary: 3 passed, 0 failed/mismatch"), std::string::npos) << r.out;
+  r = testing::run_command(show_ring);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find(": 3 recorded calls"), std::string::npos) << r.out;
+
+  // A session with recordings below it as well: its summary, then the recordings.
+  fs::copy(ring, dir_ / "session", fs::copy_options::recursive);
+  fs::copy(ring, dir_ / "session" / "kept", fs::copy_options::recursive);
+  r = testing::run_flashinfer("show --dir " + (dir_ / "session").string());
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("Total completed calls: 3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Also 1 recording in folders below it:\n  " +
+                       (dir_ / "session" / "kept").string() + ": 3 recorded calls"),
+            std::string::npos)
+      << r.out;
+
+  // Nothing at any level: both fail.
+  fs::create_directories(dir_ / "empty" / "sub");
+  r = testing::run_flashinfer("show --dir " + (dir_ / "empty").string());
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("❌ No recorded calls in " + (dir_ / "empty").string() +
+                       ", nor in any folder below it"),
+            std::string::npos)
+      << r.out;
+  r = testing::run_flashinfer("replay --dir " + (dir_ / "empty").string());
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find(", nor in any folder below it"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace flashinfer

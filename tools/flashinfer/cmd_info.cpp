@@ -1,13 +1,16 @@
 // `flashinfer version` and `flashinfer info`.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "commands.h"
 #include "core/cuda_runtime.h"
 #include "flashinfer/device.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/version.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace flashinfer::cli {
 
@@ -19,6 +22,51 @@ Command version_command() {
             });
           }};
 }
+
+namespace {
+
+// The CPU kernels' tier (kernels/cpu/cpu_isa.cpp decides it once from CPUID and XCR0) and why:
+// what the CPU or OS lacks for the next tier up.
+std::string cpu_tier_line() {
+  namespace k = kernels::cpu;
+  const k::CpuFeatures f = k::cpu_features();
+  const k::CpuIsa isa = k::cpu_isa();
+  auto missing = [](std::initializer_list<std::pair<bool, const char*>> need) {
+    std::string m;
+    for (const auto& [have, name] : need) {
+      if (!have) m += (m.empty() ? "" : ", ") + std::string(name);
+    }
+    return m;
+  };
+  const std::string no512 = missing({{f.avx512f, "AVX512F"},
+                                     {f.avx512dq, "AVX512DQ"},
+                                     {f.avx512bw, "AVX512BW"},
+                                     {f.avx512vl, "AVX512VL"},
+                                     {f.os_avx512, "OS support for the ZMM state (XCR0)"}});
+  std::string line = "CPU tier: ";
+  if (!f.x86) return line + "scalar (not an x86-64 CPU with CPUID: no vector kernels)";
+  if (isa == k::CpuIsa::kAvx512 && f.avx512_bf16) {
+    return line +
+           "AVX-512 BF16 (AVX-512 F/DQ/BW/VL with OS support, and AVX512_BF16: the vdpbf16ps "
+           "kernels run where they apply)";
+  }
+  if (isa == k::CpuIsa::kAvx512) {
+    return line + "AVX-512 (AVX-512 F/DQ/BW/VL with OS support; no AVX512_BF16, so not the BF16 " +
+           "tier)";
+  }
+  if (isa == k::CpuIsa::kAvx2) {
+    return line + "AVX2 (AVX2, FMA, F16C with OS support; not AVX-512: " +
+           (no512.empty() ? std::string("lowered by set_cpu_isa_cap") : "no " + no512) + ")";
+  }
+  const std::string no2 = missing({{f.avx2, "AVX2"},
+                                   {f.fma, "FMA"},
+                                   {f.f16c, "F16C"},
+                                   {f.os_avx, "OS support for the AVX state (XCR0)"}});
+  return line + "scalar (not AVX2: " +
+         (no2.empty() ? std::string("lowered by set_cpu_isa_cap") : "no " + no2) + ")";
+}
+
+}  // namespace
 
 Command info_command() {
   return {"info", "Show build options, backends and the devices visible now", [](CLI::App&) {
@@ -36,6 +84,7 @@ Command info_command() {
               } else {
                 std::printf("CUDA compiled in: no\n");
               }
+              std::printf("%s\n", cpu_tier_line().c_str());
               std::printf("host cache: limit %zu MiB (FLASHINFER_HOST_CACHE_MB)\n",
                           host_cache_stats().limit_bytes >> 20);
               const int n = cuda_device_count();

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -57,6 +58,106 @@ void print_details(const replay::Result& r, const char* indent) {
           fmt_g(c.rtol).c_str(), fmt_g(c.atol).c_str());
     }
   }
+}
+
+uint64_t dir_bytes(const fs::path& d) {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(d, ec)) {
+    if (e.is_regular_file(ec)) n += e.file_size(ec);
+  }
+  return n;
+}
+
+// A path as one shell word: as is when it is made of safe characters, else single-quoted.
+std::string shell_word(const std::string& s) {
+  const bool safe = !s.empty() && s.find_first_not_of(
+                                      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                      "0123456789_./-+:,=@%") == std::string::npos;
+  if (safe) return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// A recording below a folder that holds no call itself: a folder of call directories, e.g. a
+// ring dump <DUMP_DIR>/ring_pid<PID>_dump<NNNN>_<reason>/ (the trigger that wrote it in
+// `trigger`), or a whole dump directory moved under another folder.
+struct Recording {
+  fs::path dir;
+  std::size_t calls = 0;
+  std::string trigger;  // trigger.json's reason; empty when not a ring dump
+};
+
+// The recordings up to three levels below `root` (not `root` itself), sorted; the subfolders of
+// a recording or of a call are not searched, hidden folders (the recorder's .prealloc_pid*) are
+// skipped and folder links are not followed.
+std::vector<Recording> recordings_below(const fs::path& root) {
+  std::vector<Recording> out;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(root, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const fs::directory_entry& e = *it;
+    std::error_code ec2;
+    if (e.is_symlink(ec2) || !e.is_directory(ec2) || ec2 ||
+        e.path().filename().string().starts_with(".") ||
+        fs::exists(e.path() / schema::kMetadataFile, ec2)) {
+      // A call directory is not searched (its graph_flushes/ snapshots are not recordings).
+      it.disable_recursion_pending();
+      continue;
+    }
+    const auto calls = formats::call_directories(e.path(), schema::kMetadataFile);
+    if (!calls.empty()) {
+      Recording r{e.path(), calls.size(), {}};
+      if (fs::exists(e.path() / schema::kTriggerFile, ec2)) {
+        try {
+          const auto t = nlohmann::ordered_json::parse(formats::read_regular_file(
+              (e.path() / schema::kTriggerFile).string(), formats::kMaxMetadataFileBytes, "show"));
+          r.trigger = t.value("reason", std::string("?"));
+        } catch (const std::exception&) {
+          r.trigger = "? (unreadable trigger.json)";
+        }
+      }
+      out.push_back(std::move(r));
+      it.disable_recursion_pending();
+    } else if (it.depth() >= 2) {
+      it.disable_recursion_pending();
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Recording& a, const Recording& b) { return a.dir < b.dir; });
+  return out;
+}
+
+std::string open_command(const char* verb, const fs::path& dir) {
+  return shell_word(invoked_as()) + " " + verb + " --dir " + shell_word(dir.string());
+}
+
+// The recordings below a folder and the command lines that open each.
+void print_recordings(const std::vector<Recording>& rs) {
+  for (const Recording& r : rs) {
+    std::printf("  %s: %zu recorded calls", terminal_text(r.dir.string()).c_str(), r.calls);
+    if (!r.trigger.empty()) {
+      std::printf(", a ring dump written on trigger '%s'", terminal_text(r.trigger).c_str());
+    }
+    std::printf(", %s on disk\n", fmt_bytes(dir_bytes(r.dir)).c_str());
+    std::printf("    show:   %s\n", terminal_text(open_command("show", r.dir)).c_str());
+    std::printf("    replay: %s\n", terminal_text(open_command("replay", r.dir)).c_str());
+  }
+}
+
+nlohmann::ordered_json recordings_json(const std::vector<Recording>& rs) {
+  nlohmann::ordered_json a = nlohmann::ordered_json::array();
+  for (const Recording& r : rs) {
+    nlohmann::ordered_json x;
+    x["dir"] = json_text(r.dir.string());
+    x["calls"] = r.calls;
+    if (!r.trigger.empty()) x["trigger"] = json_text(r.trigger);
+    x["show"] = json_text(open_command("show", r.dir));
+    x["replay"] = json_text(open_command("replay", r.dir));
+    a.push_back(x);
+  }
+  return a;
 }
 
 struct ReplayArgs {
@@ -177,11 +278,23 @@ int run_replay(const ReplayArgs& a) {
   const bool tty = !a.json && ::isatty(STDOUT_FILENO);
   const std::size_t total = formats::call_directories(a.dir, schema::kMetadataFile).size();
   if (total == 0) {
-    // Nothing to replay is not a pass: a wrong --dir must not look like a clean session.
+    // Nothing to replay is not a pass: a wrong --dir must not look like a clean session. A
+    // folder with recordings below it (FLASHINFER_DUMP_DIR holding ring dumps) names them and
+    // the command that replays each.
+    const std::vector<Recording> below = recordings_below(a.dir);
     if (a.json) {
-      print_json({{"error", "no recorded calls"}, {"dir", json_text(a.dir)}});
+      nlohmann::ordered_json j = {{"error", "no recorded calls"}, {"dir", json_text(a.dir)}};
+      if (!below.empty()) j["recordings_below"] = recordings_json(below);
+      print_json(j);
+    } else if (below.empty()) {
+      std::printf("❌ No recorded calls in %s, nor in any folder below it\n",
+                  terminal_text(a.dir).c_str());
     } else {
-      std::printf("❌ No recorded calls in %s\n", terminal_text(a.dir).c_str());
+      std::printf(
+          "❌ No recorded calls in %s itself; nothing replayed. It holds %zu recording%s: "
+          "replay one with the command under it.\n",
+          terminal_text(a.dir).c_str(), below.size(), below.size() == 1 ? "" : "s");
+      print_recordings(below);
     }
     return 2;
   }
@@ -320,15 +433,6 @@ void show_call(const fs::path& d, int index) {
   }
 }
 
-uint64_t dir_bytes(const fs::path& d) {
-  uint64_t n = 0;
-  std::error_code ec;
-  for (const auto& e : fs::recursive_directory_iterator(d, ec)) {
-    if (e.is_regular_file(ec)) n += e.file_size(ec);
-  }
-  return n;
-}
-
 int run_show(const std::string& dir, bool verbose) {
   const fs::path p(dir);
   if (!fs::is_directory(p)) {
@@ -342,6 +446,20 @@ int run_show(const std::string& dir, bool verbose) {
   // Symlinked call directories pointing out of the dump root are not followed.
   std::vector<fs::path> dirs = formats::call_directories(p, schema::kMetadataFile);
   std::sort(dirs.begin(), dirs.end());
+  const std::vector<Recording> below = recordings_below(p);
+  if (dirs.empty()) {
+    // A dump root holding ring dumps (or any folder with recordings below it): what is there
+    // and how to open each, not "0 recorded calls".
+    if (below.empty()) {
+      std::printf("❌ No recorded calls in %s, nor in any folder below it\n",
+                  terminal_text(dir).c_str());
+      return 2;
+    }
+    std::printf("%s holds no call itself; %zu recording%s below it:\n", terminal_text(dir).c_str(),
+                below.size(), below.size() == 1 ? "" : "s");
+    print_recordings(below);
+    return 0;
+  }
   // The seed page's "Scanning Session History", built in.
   std::map<std::string, int> completed_by_fn;
   std::vector<std::pair<std::string, std::string>> incomplete;  // function, directory
@@ -427,6 +545,11 @@ int run_show(const std::string& dir, bool verbose) {
         unflushed.size());
     for (const auto& [fn, d] : unflushed) std::printf("  - %s at %s\n", fn.c_str(), d.c_str());
   }
+  if (!below.empty()) {
+    std::printf("\nAlso %zu recording%s in folders below it:\n", below.size(),
+                below.size() == 1 ? "" : "s");
+    print_recordings(below);
+  }
   if (verbose) {
     std::printf("\nCalls:\n");
     for (std::size_t i = 0; i < dirs.size(); ++i) show_call(dirs[i], static_cast<int>(i) + 1);
@@ -457,7 +580,9 @@ Command replay_command() {
         sub.add_flag("-v,--verbose", a->verbose, "Also print each call's rebuilt arguments");
         sub.footer(
             "Exit status: 0 when every reported call passed, 1 when one failed, "
-            "mismatched or errored, 2 when the directory does not exist or holds no call.");
+            "mismatched or errored, 2 when the directory does not exist or holds no call (a "
+            "folder with recordings below it, such as a dump directory of ring dumps, lists "
+            "them with the command that replays each).");
         return std::function<int()>([a] { return run_replay(*a); });
       }};
 }
@@ -473,6 +598,11 @@ Command show_command() {
         sub.add_option("--dir", *dir, "Dump directory: a session root or one call");
         sub.add_option("dir_positional", *pos, "Same as --dir");
         sub.add_flag("-v,--verbose", *verbose, "List every call with its tensors and arguments");
+        sub.footer(
+            "A folder with no call of its own but recordings below it (a dump directory of "
+            "ring dumps ring_pid<PID>_dump<NNNN>_<reason>/) lists them with the commands that "
+            "show and replay each. Exit status: 0, or 2 when the folder does not exist or holds "
+            "no recorded call at any level.");
         return std::function<int()>([dir, pos, verbose] {
           const std::string d = dir->empty() ? *pos : *dir;
           if (d.empty()) throw CLI::RequiredError("--dir");

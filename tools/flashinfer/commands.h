@@ -19,6 +19,10 @@ struct Command {
   std::function<std::function<int()>(CLI::App& sub)> setup;
 };
 
+/// How the tool was started: argv[0] when it names a path (build/bin/flashinfer), else
+/// "flashinfer"; the command lines it prints start with it.
+const std::string& invoked_as();
+
 /// Every subcommand, in the order `flashinfer --help` lists them.
 std::vector<Command> commands();
 

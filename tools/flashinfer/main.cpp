@@ -2,9 +2,13 @@
 // flashinfer::Error to an exit status.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "flashinfer/error.h"
+#include "suggest.h"
 
 namespace flashinfer::cli {
 
@@ -14,6 +18,98 @@ std::vector<Command> commands() {
           bench_command(),   jit_command(),  trace_command()};
 }
 
+namespace {
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// Every spelling of an option: --long names and -s short names.
+std::vector<std::string> spellings(const CLI::App& app) {
+  std::vector<std::string> out;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const auto& l : o->get_lnames()) out.push_back("--" + l);
+    for (const auto& s : o->get_snames()) out.push_back("-" + s);
+  }
+  return out;
+}
+
+// The option `arg` names in `app`, or null ("--name=value" and "-xVALUE" included).
+const CLI::Option* find_option(const CLI::App& app, const std::string& arg) {
+  for (const CLI::Option* o : app.get_options()) {
+    if (arg.starts_with("--")) {
+      const std::string name = arg.substr(2, arg.find('=') - 2);
+      for (const auto& l : o->get_lnames()) {
+        if (l == name) return o;
+      }
+    } else {
+      for (const auto& s : o->get_snames()) {
+        if (arg.compare(1, s.size(), s) == 0) return o;
+      }
+    }
+  }
+  return nullptr;
+}
+
+bool is_number(const std::string& s) {
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  return end != s.c_str() && *end == '\0';
+}
+
+std::string unknown_option(const CLI::App& app, const std::string& where, const std::string& arg) {
+  const std::string name = arg.substr(0, arg.find('='));
+  const std::vector<std::string> valid = spellings(app);
+  std::string m = where + ": unknown option '" + name + "'";
+  if (const auto c = flashinfer::cli::closest(name, valid)) m += "; did you mean '" + *c + "'?";
+  return m + "\noptions: " + joined(valid) + "\n";
+}
+
+/// The first unknown command or option on the command line, named with the closest valid
+/// spelling and the valid ones; empty when every command and option is known (CLI11's message
+/// then says what else is wrong: a missing value, a bad number).
+std::string diagnose_usage(CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    names.push_back(sub->get_name());
+  }
+  const std::string list = "commands: " + joined(names) + " (flashinfer <command> --help)\n";
+  int i = 1;
+  for (; i < argc && argv[i][0] == '-'; ++i) {
+    if (!find_option(app, argv[i])) return unknown_option(app, "flashinfer", argv[i]);
+  }
+  if (i == argc) return "flashinfer: a command is required; " + list;
+  const std::string cmd = argv[i];
+  CLI::App* sub = nullptr;
+  for (CLI::App* s : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (s->get_name() == cmd) sub = s;
+  }
+  if (!sub) {
+    std::string m = "flashinfer: unknown command '" + cmd + "'";
+    if (const auto c = closest(cmd, names)) m += "; did you mean '" + *c + "'?";
+    return m + "\n" + list;
+  }
+  for (++i; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") break;
+    if (a.size() < 2 || a[0] != '-' || is_number(a)) continue;  // a value or a positional
+    const CLI::Option* o = find_option(*sub, a);
+    if (!o) return unknown_option(*sub, "flashinfer " + cmd, a);
+    // A value given as the next word is not an option to check ("--dir -x" names a folder).
+    const bool inline_value = a.find('=') != std::string::npos || (a[1] != '-' && a.size() > 2);
+    if (o->get_type_size_max() > 0 && !inline_value) ++i;
+  }
+  return "";
+}
+
+std::string g_invoked_as = "flashinfer";
+
+}  // namespace
+
+const std::string& invoked_as() { return g_invoked_as; }
+
 }  // namespace flashinfer::cli
 
 int main(int argc, char** argv) {
@@ -21,6 +117,8 @@ int main(int argc, char** argv) {
   CLI::App app{"flashinfer: FlashInfer's kernels in native C++, with API logging and replay",
                "flashinfer"};
   app.require_subcommand(1);
+  // The command lines the tool prints (show, replay) start the way it was started.
+  if (argc > 0 && std::string(argv[0]).find('/') != std::string::npos) cli::g_invoked_as = argv[0];
   std::function<int()> to_run;
   for (const cli::Command& cmd : cli::commands()) {
     CLI::App* sub = app.add_subcommand(cmd.name, cmd.summary);
@@ -31,7 +129,14 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help exits 0; a usage error exits 2, as the commands' documented statuses say.
-    return app.exit(e) == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);
+    const std::string why = cli::diagnose_usage(app, argc, argv);
+    if (why.empty()) {
+      app.exit(e);
+    } else {
+      std::fputs(why.c_str(), stderr);
+    }
+    return 2;
   }
   try {
     return to_run ? to_run() : 0;

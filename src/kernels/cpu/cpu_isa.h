@@ -21,6 +21,18 @@ CpuIsa detected_cpu_isa();
 /// detected_cpu_isa() lowered to the cap: the tier the kernels use.
 CpuIsa cpu_isa();
 
+/// What CPUID and the OS (XCR0) report about the features the tiers need; detected_cpu_isa()
+/// is decided from these, and `flashinfer info` explains its choice with them.
+struct CpuFeatures {
+  bool x86 = false;  // built for x86-64 with CPUID available
+  bool fma = false, f16c = false, avx2 = false;
+  bool os_avx = false;  // OSXSAVE and XCR0 enables the SSE and AVX state
+  bool avx512f = false, avx512dq = false, avx512bw = false, avx512vl = false;
+  bool os_avx512 = false;    // XCR0 also enables the opmask and ZMM state
+  bool avx512_bf16 = false;  // vdpbf16ps (leaf 7 subleaf 1, EAX bit 5): the BF16 kernels
+};
+CpuFeatures cpu_features();
+
 /// True when the CPU and OS support AVX-512 F/BW/VL/DQ (with AVX2, FMA, F16C) and the cap
 /// allows it.
 bool use_avx512();
