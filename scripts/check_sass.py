@@ -12,9 +12,9 @@ an sm_90a image counts as sm_90): `cuobjdump -lelf` lists the images, `cuobjdump
 -arch sm_90` prints that code (its -arch takes sm_90a along), and the parser keeps the images whose
 architecture it names (about 15 s for the library, which also holds sm_80 code).
 
-Rules (RULES below): `decode` and `prefill` are on by default. A rule
-selects the kernels whose name (the bare function name, without namespaces, template arguments
-and parameters; case-insensitive) contains its substring and none of its exclusions, and then
+Rules (RULES below): `decode`, `prefill` and `sampling` are on by default. A rule selects the
+kernels whose name (the bare function name, without namespaces, template arguments and
+parameters; case-insensitive) contains its substring and none of its exclusions, and then
   - no local memory: no STL/LDL instruction and STACK and LOCAL 0 in the resource usage
     (see has_local_memory for which of these means what);
   - each required instruction present (e.g. a 128-bit cp.async, SASS `LDGSTS...128`);
@@ -118,6 +118,16 @@ RULES = {
                 Forbid("16-bit global load", LOAD_16),
                 Forbid("8-bit global load", LOAD_8),
             ),
+        ),
+        Rule(
+            name="sampling",
+            match="sampling_",
+            description="sampling kernels (sample, filter, softmax): no spills, 128-bit global "
+            "loads (LDG .128) of the rows",
+            # The scalar fallbacks for strided or unaligned rows (sampling_strided_*_kernel) have
+            # no wide load by design.
+            exclude=("strided",),
+            require=(Need("LDG .128 (16-byte load)", LDG_128),),
         ),
         Rule(
             name="prefill",

@@ -11,6 +11,7 @@
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
 #include "kernels/dtype_dispatch.h"
+#include "kernels/sampling_rules.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -55,43 +56,31 @@ int64_t inverse_cdf(const float* p, int64_t n, float low, float u) {
 }
 
 // Dual-pivot rejection sampling (no sort). Each round samples j among tokens above `low`; if
-// p_j passes the filter j is the answer; otherwise the candidates shrink to those above p_j, or
-// above the midpoint between p_j and `high` (the smallest value known to pass) when that
-// midpoint also fails. Every round removes j, so the loop ends within vocab rounds.
+// p_j passes the filter j is the answer; otherwise the window narrows by pivot_round
+// (kernels/sampling_rules.h, the CUDA kernel's rule too). Every round removes j, so the loop ends
+// within vocab rounds.
 int64_t rejection_sample(const float* p, int64_t n, SamplingKind kind, const SamplingRow& row,
                          PhiloxStream& rng) {
-  float low = 0.0f, high = 1.0f, q = 1.0f;
+  PivotWindow w;
   for (;;) {
-    const float u = rng.next_uniform() * q;
-    const int64_t j = inverse_cdf(p, n, low, u);
+    const float u = rng.next_uniform() * w.q;
+    const int64_t j = inverse_cdf(p, n, w.low, u);
     if (j < 0) return -1;
     const float pivot0 = p[j];
-    const float pivot1 = (pivot0 + high) * 0.5f;
-    int64_t count0 = 0, count1 = 0;
-    float mass0 = 0.0f, mass1 = 0.0f;
+    const float pivot1 = second_pivot(pivot0, w.high);
+    PivotCounts c;
     for (int64_t i = 0; i < n; ++i) {
       const float v = p[i];
       if (v > pivot0) {
-        ++count0;
-        mass0 += v;
+        ++c.count0;
+        c.mass0 += v;
       }
       if (v > pivot1) {
-        ++count1;
-        mass1 += v;
+        ++c.count1;
+        c.mass1 += v;
       }
     }
-    if (filter_accepts(kind, row, count0, mass0)) return j;
-    if (filter_accepts(kind, row, count1, mass1)) {
-      low = pivot0;
-      high = pivot1;
-      q = mass0;
-    } else if (pivot1 > pivot0) {
-      low = pivot1;
-      q = mass1;
-    } else {  // only with unnormalized input (p_j above 1): still drop j
-      low = pivot0;
-      q = mass0;
-    }
+    if (pivot_round(kind, row, pivot0, pivot1, c, w)) return j;
   }
 }
 

@@ -1,51 +1,128 @@
-// CUDA sampling kernels: one block per output row, the same algorithms and the same Philox draws
-// as the CPU reference (src/kernels/cpu/sampling_cpu.cpp). Every reduction and scan has a fixed
-// order (warp shuffles in a fixed tree, integer atomics only for min/max of indices), so results
-// are deterministic for fixed inputs, seed and offset. Only the fp32 summation order differs
-// from the CPU's sequential sums.
+// CUDA sampling kernels, upstream's design (docs/SAMPLING.md, "CUDA kernels"): one block per
+// output row; the row is read in chunks of threads x vec elements, each thread one 128-bit load
+// per chunk (vec = 16 bytes / element size) when the row allows it; CUB block scans and
+// reductions; inverse-transform sampling (the first token whose inclusive prefix sum exceeds u,
+// no sort); top-k / top-p / joint by dual-pivot rejection; min-p in one max pass, one mass pass
+// and one inverse-CDF pass; Gumbel-max over logits. The draws and every decision rule are the CPU
+// reference's (src/kernels/cpu/sampling_cpu.cpp): Philox keyed by (seed, output row) from
+// `offset` (kernels/philox.h), the rejection rule and the chunk partitioning from
+// kernels/sampling_rules.h. CUB's block primitives have a fixed order for a fixed block size, so
+// results are deterministic for fixed inputs, seed and offset; only the fp32 summation order
+// differs from the CPU's sequential sums.
 #include <cstdint>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/sampling_cuda.h"
+#include "kernels/sampling_rules.h"
 
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 512;  // a multiple of 32; every helper below assumes full warps
-constexpr unsigned kFull = 0xffffffffu;
-constexpr int64_t kNoIndex = INT64_MAX;
+constexpr int kSampleThreads = 1024;  // upstream's block size on sm80+
+// The threshold search keeps 15 pivots and 15 partial counts or masses per thread: 512 threads
+// leave it 128 registers.
+constexpr int kFilterThreads = 512;
+constexpr int kSoftmaxThreads = 1024;
+constexpr long long kNoIndex = 0x7fffffffffffffffLL;
+
+constexpr cub::BlockScanAlgorithm kScanAlgo = cub::BLOCK_SCAN_WARP_SCANS;
+constexpr cub::BlockReduceAlgorithm kReduceAlgo = cub::BLOCK_REDUCE_WARP_REDUCTIONS;
+
+// ---- loads and stores ----------------------------------------------------------------------
+
+// fp32 of the 16-bit element in the low (hi = false) or high half of a 32-bit word.
+template <class T>
+__device__ __forceinline__ float half_word_to_f32(uint32_t w, bool hi) {
+  const unsigned short bits = static_cast<unsigned short>(hi ? w >> 16 : w & 0xffffu);
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(__ushort_as_half(bits));
+  } else {
+    return __uint_as_float(static_cast<uint32_t>(bits) << 16);  // bf16 -> fp32 is a shift
+  }
+}
+
+/// One input row: n elements at column stride `stride` (1 when VEC > 1).
+template <class T, int VEC>
+struct RowIn {
+  const T* x;
+  int64_t n;
+  int64_t stride;
+
+  __device__ __forceinline__ float at(int64_t i) const { return to_f32(x[i * stride]); }
+
+  /// The VEC elements from `first` (a multiple of VEC); `fill` past the row's end. A full
+  /// vector is one 128-bit load (rows are 16-byte aligned when VEC > 1).
+  __device__ __forceinline__ void load(int64_t first, float (&v)[VEC], float fill) const {
+    if constexpr (VEC > 1) {
+      if (sampling_full_vector(first, n, VEC)) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(x + first);
+        if constexpr (std::is_same_v<T, float>) {
+          v[0] = __uint_as_float(raw.x);
+          v[1] = __uint_as_float(raw.y);
+          v[2] = __uint_as_float(raw.z);
+          v[3] = __uint_as_float(raw.w);
+        } else {
+          const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            v[2 * k] = half_word_to_f32<T>(w[k], false);
+            v[2 * k + 1] = half_word_to_f32<T>(w[k], true);
+          }
+        }
+        return;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v[j] = first + j < n ? at(first + j) : fill;
+  }
+};
 
 template <class T>
-__device__ __forceinline__ float load(const T* x, int64_t i, int64_t stride) {
-  return to_f32(x[i * stride]);
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(a))) |
+           (static_cast<uint32_t>(__half_as_ushort(__float2half_rn(b))) << 16);
+  } else {
+    return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(a))) |
+           (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(b))) << 16);
+  }
 }
 
-// ---- block-wide reductions: every thread gets the result; `scratch` holds 32 values --------
-
-template <class T, class Op>
-__device__ __forceinline__ T warp_reduce(T v, Op op) {
+/// Stores o[0, VEC) at y[first ...]: 128-bit stores when `wide` (contiguous, 16-byte aligned
+/// rows) and the vector is whole, else element by element at column stride `stride`.
+template <class T, int VEC>
+__device__ __forceinline__ void store(T* y, int64_t first, int64_t n, int64_t stride, bool wide,
+                                      const float (&o)[VEC]) {
+  if constexpr (VEC > 1) {
+    if (wide && sampling_full_vector(first, n, VEC)) {
+      if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(kFull, v, o));
-  return v;
+        for (int k = 0; k < VEC; k += 4) {
+          *reinterpret_cast<float4*>(y + first + k) =
+              make_float4(o[k], o[k + 1], o[k + 2], o[k + 3]);
+        }
+        return;
+      } else if constexpr (VEC == 8) {
+        *reinterpret_cast<uint4*>(y + first) = make_uint4(
+            pack2<T>(o[0], o[1]), pack2<T>(o[2], o[3]), pack2<T>(o[4], o[5]), pack2<T>(o[6], o[7]));
+        return;
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    if (first + j < n) y[(first + j) * stride] = from_f32<T>(o[j]);
+  }
 }
 
-// Each warp reduces the per-warp partials itself (same values, same tree), so all threads agree
-// without a second round trip through shared memory.
-template <class T, class Op>
-__device__ __forceinline__ T block_reduce(T v, T identity, T* scratch, Op op) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  v = warp_reduce(v, op);
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  T t = lane < nwarps ? scratch[lane] : identity;
-  t = warp_reduce(t, op);
-  __syncthreads();  // scratch is reused right after
-  return t;
-}
+// ---- block-wide results for every thread -----------------------------------------------------
 
 struct SumOp {
-  template <class T>
-  __device__ __forceinline__ T operator()(T a, T b) const {
+  template <class V>
+  __device__ __forceinline__ V operator()(const V& a, const V& b) const {
     return a + b;
   }
 };
@@ -63,174 +140,273 @@ struct MaxI {
   }
 };
 
-struct Scratch {
-  float f[32];
-  long long i[32];
-  uint32_t u[32];
+/// Count and mass above the two pivots of a rejection round.
+struct PivotSums {
+  float m0, m1;
+  long long c0, c1;
+  __device__ __forceinline__ PivotSums operator+(const PivotSums& o) const {
+    return {m0 + o.m0, m1 + o.m1, c0 + o.c0, c1 + o.c1};
+  }
 };
 
-/// Inclusive prefix sum over the block (thread order); `total` gets the block's sum.
-__device__ __forceinline__ float block_inclusive_scan(float v, float* scratch, float& total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const float n = __shfl_up_sync(kFull, v, o);
-    if (lane >= o) v += n;
+/// A Gumbel score and its index (-1: none yet).
+struct ScoreIndex {
+  float v;
+  long long i;
+};
+/// The larger score; the smaller index among equal scores; a real entry over none.
+struct ArgMax {
+  __device__ __forceinline__ ScoreIndex operator()(const ScoreIndex& a, const ScoreIndex& b) const {
+    if (a.i < 0) return b;
+    if (b.i < 0) return a;
+    if (a.v > b.v || (a.v == b.v && a.i < b.i)) return a;
+    return b;
   }
-  if (lane == 31) scratch[warp] = v;
-  __syncthreads();
-  float w = lane < nwarps ? scratch[lane] : 0.0f;
+};
+
+/// The threshold search's per-pivot partials (counts for top-k, masses for top-p).
+template <class V>
+struct PivotArray {
+  V v[kThresholdPivots];
+  __device__ __forceinline__ PivotArray operator+(const PivotArray& o) const {
+    PivotArray r;
 #pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const float n = __shfl_up_sync(kFull, w, o);
-    if (lane >= o) w += n;
+    for (int j = 0; j < kThresholdPivots; ++j) r.v[j] = v[j] + o.v[j];
+    return r;
   }
-  const float before = __shfl_sync(kFull, w, warp > 0 ? warp - 1 : 0);
-  total = __shfl_sync(kFull, w, nwarps - 1);
-  __syncthreads();
-  return warp > 0 ? v + before : v;
+};
+
+/// Every thread's shared state: CUB's temporary storage (one primitive at a time) and a slot to
+/// hand thread 0's reduction result to the block.
+template <int THREADS>
+struct Shared {
+  union {
+    typename cub::BlockScan<float, THREADS, kScanAlgo>::TempStorage scan;
+    typename cub::BlockReduce<float, THREADS, kReduceAlgo>::TempStorage f;
+    typename cub::BlockReduce<long long, THREADS, kReduceAlgo>::TempStorage i;
+    typename cub::BlockReduce<PivotSums, THREADS, kReduceAlgo>::TempStorage pivots;
+    typename cub::BlockReduce<ScoreIndex, THREADS, kReduceAlgo>::TempStorage score;
+    typename cub::BlockReduce<PivotArray<float>, THREADS, kReduceAlgo>::TempStorage mass;
+    typename cub::BlockReduce<PivotArray<long long>, THREADS, kReduceAlgo>::TempStorage count;
+  } tmp;
+  union {
+    float f;
+    long long i;
+    PivotSums pivots;
+    ScoreIndex score;
+    PivotArray<float> mass;
+    PivotArray<long long> count;
+  } out;
+};
+
+template <class V>
+__device__ __forceinline__ V& out_slot(auto& out) {
+  if constexpr (std::is_same_v<V, float>) {
+    return out.f;
+  } else if constexpr (std::is_same_v<V, long long>) {
+    return out.i;
+  } else if constexpr (std::is_same_v<V, PivotSums>) {
+    return out.pivots;
+  } else if constexpr (std::is_same_v<V, ScoreIndex>) {
+    return out.score;
+  } else if constexpr (std::is_same_v<V, PivotArray<float>>) {
+    return out.mass;
+  } else {
+    return out.count;
+  }
 }
 
-// ---- sampling --------------------------------------------------------------------------
+template <class V>
+__device__ __forceinline__ auto& reduce_storage(auto& tmp) {
+  if constexpr (std::is_same_v<V, float>) {
+    return tmp.f;
+  } else if constexpr (std::is_same_v<V, long long>) {
+    return tmp.i;
+  } else if constexpr (std::is_same_v<V, PivotSums>) {
+    return tmp.pivots;
+  } else if constexpr (std::is_same_v<V, ScoreIndex>) {
+    return tmp.score;
+  } else if constexpr (std::is_same_v<V, PivotArray<float>>) {
+    return tmp.mass;
+  } else {
+    return tmp.count;
+  }
+}
 
-// Inverse CDF over the tokens `keep` accepts: the first index whose running sum exceeds u, else
-// the last kept token, else -1. Tiles of blockDim elements in index order, stopping at the tile
-// that crosses u.
-template <class T, class Keep>
-__device__ int64_t inverse_cdf(const T* x, int64_t n, int64_t stride, Keep keep, float u,
-                               Scratch& s) {
+/// The block's reduction of v under op, in every thread. Must be reached by the whole block.
+template <int THREADS, class V, class Op>
+__device__ __forceinline__ V block_all(V v, Op op, Shared<THREADS>& s) {
+  const V r = cub::BlockReduce<V, THREADS, kReduceAlgo>(reduce_storage<V>(s.tmp)).Reduce(v, op);
+  if (threadIdx.x == 0) out_slot<V>(s.out) = r;
+  __syncthreads();
+  const V all = out_slot<V>(s.out);
+  __syncthreads();  // the slot and the temporary storage are free again
+  return all;
+}
+
+// ---- sampling --------------------------------------------------------------------------------
+
+/// Inverse CDF over the tokens `keep` accepts: the first index whose running sum exceeds u,
+/// else the last kept token, else -1. One block scan per chunk, in index order, stopping at the
+/// chunk where the running sum passes u. The scan's per-token sums need not be monotone in fp32,
+/// so the first crossing is the minimum index over all crossings; when rounding leaves no token
+/// above u, the last kept token is the sample (upstream's guard).
+template <int THREADS, class T, int VEC, class Keep>
+__device__ int64_t inverse_cdf(const RowIn<T, VEC>& r, Keep keep, float u, Shared<THREADS>& s) {
+  using Scan = cub::BlockScan<float, THREADS, kScanAlgo>;
   float running = 0.0f;
   long long last = -1;
-  for (int64_t base = 0; base < n; base += blockDim.x) {
-    const int64_t i = base + threadIdx.x;
-    float v = i < n ? load(x, i, stride) : 0.0f;
-    v = keep(v) ? v : 0.0f;
+  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t first = sampling_thread_first(c, threadIdx.x, THREADS, VEC);
+    float v[VEC], w[VEC], incl[VEC];
+    bool kept[VEC];
+    r.load(first, v, 0.0f);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      kept[j] = first + j < r.n && keep(v[j]);
+      w[j] = kept[j] ? v[j] : 0.0f;
+      if (kept[j]) last = first + j;
+    }
     float total;
-    const float incl = block_inclusive_scan(v, s.f, total);
-    const bool hit = v > 0.0f && running + incl > u;
-    if (v > 0.0f) last = i;
-    const long long first = block_reduce<long long>(hit ? i : kNoIndex, kNoIndex, s.i, MinI());
-    if (first != kNoIndex) return first;
+    Scan(s.tmp.scan).InclusiveSum(w, incl, total);  // `total` reaches every thread
+    __syncthreads();
+    if (running + total > u) {  // the same in every thread
+      long long hit = kNoIndex;
+#pragma unroll
+      for (int j = VEC - 1; j >= 0; --j) {
+        if (kept[j] && running + incl[j] > u) hit = first + j;
+      }
+      hit = block_all(hit, MinI(), s);
+      if (hit != kNoIndex) return hit;
+    }
     running += total;
   }
-  return block_reduce<long long>(last, -1, s.i, MaxI());
+  return block_all(last, MaxI(), s);
 }
 
-template <class T>
-__device__ int64_t rejection_sample(const T* x, int64_t n, int64_t stride, SamplingKind kind,
-                                    const SamplingRow& row, PhiloxStream& rng, Scratch& s) {
-  float low = 0.0f, high = 1.0f, q = 1.0f;
-  for (;;) {
-    const float u = rng.next_uniform() * q;
+/// Top-k / top-p / joint sampling by dual-pivot rejection (sampling_rules.h: pivot_round).
+template <int THREADS, class T, int VEC>
+__device__ int64_t rejection_sample(const RowIn<T, VEC>& r, SamplingKind kind,
+                                    const SamplingRow& row, uint64_t b, Shared<THREADS>& s) {
+  PivotWindow w;
+  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
+  for (uint64_t pos = row.offset;; ++pos) {  // one draw per round
+    const float u = philox_uniform_at(row.seed, b, pos) * w.q;
+    const float low = w.low;
     const int64_t j = inverse_cdf(
-        x, n, stride, [low](float v) { return v > low; }, u, s);
+        r, [low](float v) { return v > low; }, u, s);
     if (j < 0) return -1;
-    const float pivot0 = load(x, j, stride);
-    const float pivot1 = (pivot0 + high) * 0.5f;
-    long long count0 = 0, count1 = 0;
-    float mass0 = 0.0f, mass1 = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const float v = load(x, i, stride);
-      if (v > pivot0) {
-        ++count0;
-        mass0 += v;
-      }
-      if (v > pivot1) {
-        ++count1;
-        mass1 += v;
+    const float pivot0 = r.at(j);
+    const float pivot1 = second_pivot(pivot0, w.high);
+    // pivot0 > low >= 0, so the zero fill past the row's end never counts.
+    PivotSums acc = {0.0f, 0.0f, 0, 0};
+    for (int64_t c = 0; c < chunks; ++c) {
+      float v[VEC];
+      r.load(sampling_thread_first(c, threadIdx.x, THREADS, VEC), v, 0.0f);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        if (v[k] > pivot0) {
+          acc.m0 += v[k];
+          ++acc.c0;
+        }
+        if (v[k] > pivot1) {
+          acc.m1 += v[k];
+          ++acc.c1;
+        }
       }
     }
-    count0 = block_reduce<long long>(count0, 0, s.i, SumOp());
-    count1 = block_reduce<long long>(count1, 0, s.i, SumOp());
-    mass0 = block_reduce(mass0, 0.0f, s.f, SumOp());
-    mass1 = block_reduce(mass1, 0.0f, s.f, SumOp());
-    if (filter_accepts(kind, row, count0, mass0)) return j;
-    if (filter_accepts(kind, row, count1, mass1)) {
-      low = pivot0;
-      high = pivot1;
-      q = mass0;
-    } else if (pivot1 > pivot0) {
-      low = pivot1;
-      q = mass1;
-    } else {
-      low = pivot0;
-      q = mass0;
-    }
+    acc = block_all(acc, SumOp(), s);
+    PivotCounts counts;
+    counts.count0 = acc.c0;
+    counts.count1 = acc.c1;
+    counts.mass0 = acc.m0;
+    counts.mass1 = acc.m1;
+    if (pivot_round(kind, row, pivot0, pivot1, counts, w)) return j;
   }
 }
 
-template <class T>
-__device__ int64_t min_p_sample(const T* x, int64_t n, int64_t stride, float min_p,
-                                PhiloxStream& rng, Scratch& s) {
+/// Min-p: keep p >= min_p * max(p), then inverse CDF over the kept mass.
+template <int THREADS, class T, int VEC>
+__device__ int64_t min_p_sample(const RowIn<T, VEC>& r, const SamplingRow& row, uint64_t b,
+                                Shared<THREADS>& s) {
+  const float min_p = row.min_p;
+  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
   float mx = -INFINITY;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, load(x, i, stride));
-  mx = block_reduce(mx, -INFINITY, s.f, MaxF());
+  for (int64_t c = 0; c < chunks; ++c) {
+    float v[VEC];
+    r.load(sampling_thread_first(c, threadIdx.x, THREADS, VEC), v, -INFINITY);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) mx = fmaxf(mx, v[k]);
+  }
+  mx = block_all(mx, MaxF(), s);
   if (!(mx > 0.0f)) return -1;
   const float thr = min_p * mx;
   auto keep = [thr](float v) { return v >= thr && v > 0.0f; };
   float q = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = load(x, i, stride);
-    if (keep(v)) q += v;
+  for (int64_t c = 0; c < chunks; ++c) {
+    float v[VEC];
+    r.load(sampling_thread_first(c, threadIdx.x, THREADS, VEC), v, 0.0f);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) q += keep(v[k]) ? v[k] : 0.0f;
   }
-  q = block_reduce(q, 0.0f, s.f, SumOp());
-  const float u = rng.next_uniform() * q;
-  return inverse_cdf(x, n, stride, keep, u, s);
+  q = block_all(q, SumOp(), s);
+  const float u = philox_uniform_at(row.seed, b, row.offset) * q;
+  return inverse_cdf(r, keep, u, s);
 }
 
-// Gumbel-max; each thread takes whole Philox blocks (4 words), element i uses word offset + i.
-template <class T>
-__device__ int64_t gumbel_sample(const T* x, int64_t n, int64_t stride, const SamplingRow& row,
-                                 uint64_t b, Scratch& s) {
-  const uint64_t first = row.offset, last = row.offset + static_cast<uint64_t>(n) - 1;
-  float best = -INFINITY;
-  long long idx = -1;
-  for (uint64_t blk = (first >> 2) + threadIdx.x; blk <= (last >> 2); blk += blockDim.x) {
-    const Philox4x32 w = philox_block(row.seed, b, blk);
+/// Gumbel-max: element i adds the noise of word offset + i of the row's stream; the first index
+/// of the largest score, or -1 when no score is above -inf.
+template <int THREADS, class T, int VEC>
+__device__ int64_t gumbel_sample(const RowIn<T, VEC>& r, const SamplingRow& row, uint64_t b,
+                                 Shared<THREADS>& s) {
+  ScoreIndex best = {-INFINITY, -1};
+  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t first = sampling_thread_first(c, threadIdx.x, THREADS, VEC);
+    if (first >= r.n) continue;
+    float v[VEC];
+    r.load(first, v, 0.0f);
+    Philox4x32 words = {{0, 0, 0, 0}};
 #pragma unroll
-    for (int lane = 0; lane < 4; ++lane) {
-      const uint64_t pos = blk * 4 + lane;
-      if (pos < first || pos > last) continue;
-      const long long i = static_cast<long long>(pos - first);
-      const float sc = load(x, i, stride) + gumbel_noise(philox_word_to_uniform(w.v[lane]));
+    for (int j = 0; j < VEC; ++j) {
+      const uint64_t pos = row.offset + static_cast<uint64_t>(first + j);
+      // Consecutive positions: a new Philox block at the vector's start and at every 4th word.
+      if (j == 0 || (pos & 3u) == 0) words = philox_block(row.seed, b, pos >> 2);
+      if (first + j >= r.n) continue;
+      const float u = philox_word_to_uniform(philox_lane(words, pos & 3u));
+      const float sc = v[j] + gumbel_noise(u);
       if (sc != sc) continue;
-      if (idx < 0 || sc > best || (sc == best && i < idx)) {
-        best = sc;
-        idx = i;
-      }
+      if (best.i < 0 || sc > best.v) best = {sc, first + j};  // ascending: keeps the first
     }
   }
-  // Arg-max with the smallest index among equal maxima: first the max, then the min index.
-  const float top = block_reduce(idx >= 0 ? best : -INFINITY, -INFINITY, s.f, MaxF());
-  const long long at =
-      block_reduce<long long>(idx >= 0 && best == top ? idx : kNoIndex, kNoIndex, s.i, MinI());
-  return top > -INFINITY && at != kNoIndex ? at : -1;
+  best = block_all(best, ArgMax(), s);
+  return best.i >= 0 && best.v > -INFINITY ? best.i : -1;
 }
 
-template <class T>
-__global__ void __launch_bounds__(kThreads) sample_kernel(SamplingParams p) {
-  __shared__ Scratch s;
+template <int THREADS, class T, int VEC>
+__device__ __forceinline__ void sample_row(const SamplingParams& p, Shared<THREADS>& s) {
   const uint64_t b = blockIdx.x;
   const SamplingRow row = p.rows[b];
-  const T* x = static_cast<const T*>(p.input) + row.src_row * p.in_stride_row;
-  const int64_t n = p.vocab, st = p.in_stride_col;
-  PhiloxStream rng(row.seed, b, row.offset);
+  const RowIn<T, VEC> r = {static_cast<const T*>(p.input) + row.src_row * p.in_stride_row, p.vocab,
+                           p.in_stride_col};
+  // Every thread computes the same draws (Philox keyed by seed, subsequence b, from offset).
   int64_t tok = -1;
   switch (p.kind) {
     case SamplingKind::kProbs:
       tok = inverse_cdf(
-          x, n, st, [](float v) { return v > 0.0f; }, rng.next_uniform(), s);
+          r, [](float v) { return v > 0.0f; }, philox_uniform_at(row.seed, b, row.offset), s);
       break;
     case SamplingKind::kTopK:
     case SamplingKind::kTopP:
     case SamplingKind::kTopKTopP:
-      tok = rejection_sample(x, n, st, p.kind, row, rng, s);
+      tok = rejection_sample(r, p.kind, row, b, s);
       break;
     case SamplingKind::kMinP:
-      tok = min_p_sample(x, n, st, row.min_p, rng, s);
+      tok = min_p_sample(r, row, b, s);
       break;
     case SamplingKind::kLogits:
-      tok = gumbel_sample(x, n, st, row, b, s);
+      tok = gumbel_sample(r, row, b, s);
       break;
   }
   if (threadIdx.x == 0) {
@@ -244,90 +420,225 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SamplingParams p) {
   }
 }
 
-// ---- filters -----------------------------------------------------------------------------
+// Rows read with 128-bit loads (sampling_vec_width > 1).
+template <class T>
+__global__ void __launch_bounds__(kSampleThreads) sampling_sample_kernel(SamplingParams p) {
+  __shared__ Shared<kSampleThreads> s;
+  sample_row<kSampleThreads, T, 16 / sizeof(T)>(p, s);
+}
 
-template <class Tin, class Tout>
-__global__ void __launch_bounds__(kThreads) filter_kernel(FilterParams p) {
-  __shared__ Scratch s;
-  const int64_t b = blockIdx.x;
-  const SamplingRow row = p.rows[b];
-  const Tin* x = static_cast<const Tin*>(p.input) + row.src_row * p.in_stride_row;
-  Tout* y = static_cast<Tout*>(p.out) + b * p.out_stride_row;
-  const int64_t n = p.vocab, st = p.in_stride_col;
-  const bool by_mass = p.kind == FilterKind::kTopPRenorm;
-  // The smallest key t with F(t) < limit, F(t) = count (top-k) or mass (top-p) above t: the
-  // filter keeps exactly the keys >= t. 32 bisection steps over the key space.
+// Strided or unaligned rows: scalar loads (the SASS check leaves "strided" kernels out).
+template <class T>
+__global__ void __launch_bounds__(kSampleThreads) sampling_strided_sample_kernel(SamplingParams p) {
+  __shared__ Shared<kSampleThreads> s;
+  sample_row<kSampleThreads, T, 1>(p, s);
+}
+
+// ---- filters -----------------------------------------------------------------------------------
+
+/// The smallest key t with F(t) < limit, F(t) = count (top-k) or mass (top-p) of the keys above
+/// t: the filter keeps exactly the keys >= t. A 16-way search over the 32-bit key space
+/// (sampling_rules.h: threshold_pivot / threshold_narrow): at most 8 passes over the row.
+template <bool kByMass, int THREADS, class T, int VEC>
+__device__ uint32_t filter_threshold(const RowIn<T, VEC>& r, const SamplingRow& row,
+                                     Shared<THREADS>& s) {
+  using V = std::conditional_t<kByMass, float, long long>;
+  constexpr int P = kThresholdPivots;
+  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
+  const float nan = __uint_as_float(0x7fffffffu);  // key 0: never above a pivot
   uint32_t lo = 0, hi = 0xFFFFFFFFu;
   while (lo < hi) {
-    const uint32_t mid = lo + (hi - lo) / 2;
-    bool below;
-    if (by_mass) {
-      float f = 0.0f;
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = load(x, i, st);
-        if (ordered_key(v) > mid && v > 0.0f) f += v;
+    uint32_t piv[P];
+    PivotArray<V> acc;
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      piv[j] = threshold_pivot(lo, hi, j, P);
+      acc.v[j] = 0;
+    }
+    for (int64_t c = 0; c < chunks; ++c) {
+      float v[VEC];
+      r.load(sampling_thread_first(c, threadIdx.x, THREADS, VEC), v, nan);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const uint32_t key = ordered_key(v[k]);
+        if constexpr (kByMass) {
+          const float w = v[k] > 0.0f ? v[k] : 0.0f;
+#pragma unroll
+          for (int j = 0; j < P; ++j) acc.v[j] += key > piv[j] ? w : 0.0f;
+        } else {
+#pragma unroll
+          for (int j = 0; j < P; ++j) acc.v[j] += key > piv[j];
+        }
       }
-      below = block_reduce(f, 0.0f, s.f, SumOp()) < row.top_p;
-    } else {
-      long long c = 0;
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) c += ordered_key(load(x, i, st)) > mid;
-      below = block_reduce<long long>(c, 0, s.i, SumOp()) < row.top_k;
     }
-    if (below) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
+    acc = block_all(acc, SumOp(), s);
+    int first_below = P;
+#pragma unroll
+    for (int j = P - 1; j >= 0; --j) {
+      bool below;
+      if constexpr (kByMass) {
+        below = acc.v[j] < row.top_p;
+      } else {
+        below = acc.v[j] < row.top_k;
+      }
+      if (below) first_below = j;
     }
+    threshold_narrow(lo, hi, first_below, P);
   }
-  const uint32_t t = lo;
+  return lo;
+}
+
+template <int THREADS, class Tin, class Tout, int VEC>
+__device__ __forceinline__ void filter_row(const FilterParams& p, Shared<THREADS>& s) {
+  const int64_t b = blockIdx.x;
+  const SamplingRow row = p.rows[b];
+  const RowIn<Tin, VEC> r = {static_cast<const Tin*>(p.input) + row.src_row * p.in_stride_row,
+                             p.vocab, p.in_stride_col};
+  Tout* y = static_cast<Tout*>(p.out) + b * p.out_stride_row;
+  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
+  const bool wide =
+      VEC > 1 && p.out_stride_col == 1 &&
+      sampling_vec_width(sizeof(Tout), reinterpret_cast<uint64_t>(p.out), p.out_stride_row, 1) > 1;
+  const uint32_t t = p.kind == FilterKind::kTopPRenorm ? filter_threshold<true>(r, row, s)
+                                                       : filter_threshold<false>(r, row, s);
   if (p.kind == FilterKind::kTopKMask) {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const float v = load(x, i, st);
-      const uint32_t k = ordered_key(v);
-      y[i * p.out_stride_col] = from_f32<Tout>(k != 0u && k >= t ? v : -INFINITY);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t first = sampling_thread_first(c, threadIdx.x, THREADS, VEC);
+      float v[VEC], o[VEC];
+      r.load(first, v, 0.0f);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const uint32_t key = ordered_key(v[k]);
+        o[k] = key != 0u && key >= t ? v[k] : -INFINITY;
+      }
+      store(y, first, r.n, p.out_stride_col, wide, o);
     }
     return;
   }
+  const float nan = __uint_as_float(0x7fffffffu);
   float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = load(x, i, st);
-    const uint32_t k = ordered_key(v);
-    if (k != 0u && k >= t && v > 0.0f) sum += v;
+  for (int64_t c = 0; c < chunks; ++c) {
+    float v[VEC];
+    r.load(sampling_thread_first(c, threadIdx.x, THREADS, VEC), v, nan);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const uint32_t key = ordered_key(v[k]);
+      if (key != 0u && key >= t && v[k] > 0.0f) sum += v[k];
+    }
   }
-  sum = block_reduce(sum, 0.0f, s.f, SumOp());
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = load(x, i, st);
-    const uint32_t k = ordered_key(v);
-    const float w = v > 0.0f ? v : 0.0f;
-    y[i * p.out_stride_col] = from_f32<Tout>(k != 0u && k >= t && sum > 0.0f ? w / sum : 0.0f);
+  sum = block_all(sum, SumOp(), s);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t first = sampling_thread_first(c, threadIdx.x, THREADS, VEC);
+    float v[VEC], o[VEC];
+    r.load(first, v, nan);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const uint32_t key = ordered_key(v[k]);
+      const float w = v[k] > 0.0f ? v[k] : 0.0f;
+      o[k] = key != 0u && key >= t && sum > 0.0f ? w / sum : 0.0f;
+    }
+    store(y, first, r.n, p.out_stride_col, wide, o);
   }
 }
 
-// ---- softmax -------------------------------------------------------------------------------
+template <class Tin, class Tout>
+__global__ void __launch_bounds__(kFilterThreads) sampling_filter_kernel(FilterParams p) {
+  __shared__ Shared<kFilterThreads> s;
+  filter_row<kFilterThreads, Tin, Tout, 16 / sizeof(Tin)>(p, s);
+}
 
-template <class T>
-__global__ void __launch_bounds__(kThreads) softmax_kernel(SoftmaxParams p) {
-  __shared__ Scratch s;
-  pdl_wait();
+template <class Tin, class Tout>
+__global__ void __launch_bounds__(kFilterThreads) sampling_strided_filter_kernel(FilterParams p) {
+  __shared__ Shared<kFilterThreads> s;
+  filter_row<kFilterThreads, Tin, Tout, 1>(p, s);
+}
+
+// ---- softmax -----------------------------------------------------------------------------------
+
+/// Running max m and sum d of exp(x - m) (online softmax); m = -inf: nothing yet.
+struct MaxSum {
+  float m, d;
+};
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) return {m, 0.0f};
+  const float da = a.m == -INFINITY ? 0.0f : a.d * expf(a.m - m);
+  const float db = b.m == -INFINITY ? 0.0f : b.d * expf(b.m - m);
+  return {m, da + db};
+}
+struct MergeOp {
+  __device__ __forceinline__ MaxSum operator()(const MaxSum& a, const MaxSum& b) const {
+    return merge(a, b);
+  }
+};
+
+template <int THREADS>
+struct SoftmaxShared {
+  typename cub::BlockReduce<MaxSum, THREADS, kReduceAlgo>::TempStorage tmp;
+  MaxSum out;
+};
+
+template <int THREADS, class T, int VEC>
+__device__ __forceinline__ void softmax_row(const SoftmaxParams& p, SoftmaxShared<THREADS>& s) {
   const int64_t b = blockIdx.x;
   const SamplingRow row = p.rows[b];
-  const T* x = static_cast<const T*>(p.logits) + row.src_row * p.in_stride_row;
+  const RowIn<T, VEC> r = {static_cast<const T*>(p.logits) + row.src_row * p.in_stride_row, p.vocab,
+                           p.in_stride_col};
   float* y = p.out + b * p.vocab;
-  const int64_t n = p.vocab, st = p.in_stride_col;
+  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
   const float temp = row.temperature;
-  float m = -INFINITY;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, load(x, i, st) / temp);
-  m = block_reduce(m, -INFINITY, s.f, MaxF());
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += expf(load(x, i, st) / temp - m);
-  sum = block_reduce(sum, 0.0f, s.f, SumOp());
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    y[i] = expf(load(x, i, st) / temp - m) / sum;
+  // One pass for the max and the sum (each thread's running pair, merged over the block), one to
+  // write: the row is read twice, not three times.
+  MaxSum acc = {-INFINITY, 0.0f};
+  for (int64_t c = 0; c < chunks; ++c) {
+    float v[VEC];
+    r.load(sampling_thread_first(c, threadIdx.x, THREADS, VEC), v, -INFINITY);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float x = v[k] / temp;
+      if (x > acc.m) {  // a new maximum: rescale the sum (exp(-inf) = 0 when nothing yet)
+        acc.d = acc.d * expf(acc.m - x) + 1.0f;
+        acc.m = x;
+      } else if (x != -INFINITY) {  // -inf adds 0; NaN makes the sum NaN, as on the CPU
+        acc.d += expf(x - acc.m);
+      }
+    }
   }
+  acc = cub::BlockReduce<MaxSum, THREADS, kReduceAlgo>(s.tmp).Reduce(acc, MergeOp());
+  if (threadIdx.x == 0) s.out = acc;
+  __syncthreads();
+  acc = s.out;
+  // fp32 output rows of `vocab` elements: 16-byte aligned when vocab is a multiple of 4.
+  const bool wide = VEC > 1 && p.vocab % 4 == 0 && reinterpret_cast<uint64_t>(p.out) % 16 == 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t first = sampling_thread_first(c, threadIdx.x, THREADS, VEC);
+    float v[VEC], o[VEC];
+    r.load(first, v, 0.0f);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) o[k] = expf(v[k] / temp - acc.m) / acc.d;
+    store(y, first, r.n, 1, wide, o);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kSoftmaxThreads) sampling_softmax_kernel(SoftmaxParams p) {
+  __shared__ SoftmaxShared<kSoftmaxThreads> s;
+  pdl_wait();
+  softmax_row<kSoftmaxThreads, T, 16 / sizeof(T)>(p, s);
   pdl_launch_dependents();
 }
 
-// ---- NaN check -----------------------------------------------------------------------------
+template <class T>
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    sampling_strided_softmax_kernel(SoftmaxParams p) {
+  __shared__ SoftmaxShared<kSoftmaxThreads> s;
+  pdl_wait();
+  softmax_row<kSoftmaxThreads, T, 1>(p, s);
+  pdl_launch_dependents();
+}
+
+// ---- NaN check
+// -----------------------------------------------------------------------------------
 
 template <class T>
 __global__ void nan_kernel(const T* x, int64_t cols, int64_t stride_row, int64_t stride_col,
@@ -341,26 +652,47 @@ __global__ void nan_kernel(const T* x, int64_t cols, int64_t stride_row, int64_t
 
 void check_launch(const char* op) { FLASHINFER_CUDA_CALL(op, cudaGetLastError()); }
 
+template <class T>
+bool wide_rows(const void* base, int64_t stride_row, int64_t stride_col) {
+  return sampling_vec_width(sizeof(T), reinterpret_cast<uint64_t>(base), stride_row, stride_col) >
+         1;
+}
+
 }  // namespace
 
 void sample(const SamplingParams& p, void* stream) {
   if (p.batch == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
+  const dim3 grid(static_cast<unsigned>(p.batch));
   dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
-      p.dtype, "sampling", "input",
-      [&]<class T>() { sample_kernel<T><<<static_cast<unsigned>(p.batch), kThreads, 0, s>>>(p); });
+      p.dtype, "sampling", "input", [&]<class T>() {
+        if (wide_rows<T>(p.input, p.in_stride_row, p.in_stride_col)) {
+          sampling_sample_kernel<T><<<grid, kSampleThreads, 0, s>>>(p);
+        } else {
+          sampling_strided_sample_kernel<T><<<grid, kSampleThreads, 0, s>>>(p);
+        }
+      });
   check_launch("sampling");
 }
 
 void filter(const FilterParams& p, void* stream) {
   if (p.batch == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
+  const dim3 grid(static_cast<unsigned>(p.batch));
   dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
       p.in_dtype, "sampling", "input", [&]<class Tin>() {
+        const bool wide = wide_rows<Tin>(p.input, p.in_stride_row, p.in_stride_col);
+        auto launch = [&]<class Tout>() {
+          if (wide) {
+            sampling_filter_kernel<Tin, Tout><<<grid, kFilterThreads, 0, s>>>(p);
+          } else {
+            sampling_strided_filter_kernel<Tin, Tout><<<grid, kFilterThreads, 0, s>>>(p);
+          }
+        };
         if (p.out_dtype == DType::kFloat32) {
-          filter_kernel<Tin, float><<<static_cast<unsigned>(p.batch), kThreads, 0, s>>>(p);
+          launch.template operator()<float>();
         } else if (p.out_dtype == p.in_dtype) {
-          filter_kernel<Tin, Tin><<<static_cast<unsigned>(p.batch), kThreads, 0, s>>>(p);
+          launch.template operator()<Tin>();
         } else {
           FLASHINFER_FAIL(ErrorCode::kUnsupported, "sampling", "out", "output dtype ",
                           dtype_torch_name(p.out_dtype), " is not supported for this input");
@@ -374,8 +706,13 @@ void softmax(const SoftmaxParams& p, void* stream, bool enable_pdl) {
   auto s = static_cast<cudaStream_t>(stream);
   dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
       p.dtype, "softmax", "input", [&]<class T>() {
-        launch_kernel("softmax", softmax_kernel<T>, dim3(static_cast<unsigned>(p.batch)),
-                      dim3(kThreads), 0, s, enable_pdl, p);
+        const dim3 grid(static_cast<unsigned>(p.batch)), block(kSoftmaxThreads);
+        if (wide_rows<T>(p.logits, p.in_stride_row, p.in_stride_col)) {
+          launch_kernel("softmax", sampling_softmax_kernel<T>, grid, block, 0, s, enable_pdl, p);
+        } else {
+          launch_kernel("softmax", sampling_strided_softmax_kernel<T>, grid, block, 0, s,
+                        enable_pdl, p);
+        }
       });
 }
 

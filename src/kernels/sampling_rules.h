@@ -1,0 +1,129 @@
+// Private: the plain arithmetic of the sampling kernels, one copy for host and device code, so
+// the CPU reference (src/kernels/cpu/sampling_cpu.cpp) and the CUDA kernels
+// (src/kernels/cuda/sampling_cuda.cu) take the same decisions; unit-tested on the CPU
+// (tests/ops/test_sampling_rules.cpp).
+//   * chunk partitioning: a row is scanned in chunks of threads x vec elements; thread t of
+//     chunk c owns the vec consecutive elements from c * threads * vec + t * vec, read with one
+//     128-bit load when the row allows it;
+//   * the dual-pivot rejection rule (upstream's "sorting-free" top-k / top-p sampling);
+//   * the k-ary threshold search of the renorm / mask filters.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/sampling_params.h"
+
+namespace flashinfer::kernels {
+
+// ---- chunk partitioning ------------------------------------------------------------------------
+
+/// Elements per thread and chunk: one 16-byte load (16 / element size elements) when columns are
+/// contiguous and every row starts 16-byte aligned (base address and row stride); else 1 (scalar
+/// loads at the column stride). A row whose length is not a multiple of the width still takes the
+/// wide path: its last, partial vector is read element by element.
+FLASHINFER_HD int sampling_vec_width(int64_t elem_bytes, uint64_t base_addr, int64_t stride_row,
+                                     int64_t stride_col) {
+  if (elem_bytes <= 0 || 16 % elem_bytes != 0 || stride_col != 1) return 1;
+  const int64_t vec = 16 / elem_bytes;
+  if (base_addr % 16 != 0 || stride_row % vec != 0) return 1;
+  return static_cast<int>(vec);
+}
+
+/// Chunks covering a row of n elements.
+FLASHINFER_HD int64_t sampling_num_chunks(int64_t n, int threads, int vec) {
+  const int64_t per = static_cast<int64_t>(threads) * vec;
+  return (n + per - 1) / per;
+}
+
+/// Index of the first element thread `tid` owns in chunk `chunk`.
+FLASHINFER_HD int64_t sampling_thread_first(int64_t chunk, int tid, int threads, int vec) {
+  return (chunk * threads + tid) * static_cast<int64_t>(vec);
+}
+
+/// Whether the vec elements from `first` all lie in a row of n (one wide load), else they are
+/// read one by one (the row's last vector) or not at all (first >= n).
+FLASHINFER_HD bool sampling_full_vector(int64_t first, int64_t n, int vec) {
+  return first + vec <= n;
+}
+
+// ---- random words ------------------------------------------------------------------------------
+
+/// Word `lane` (0..3) of a Philox block, by selects: a runtime index into the array would put
+/// the block in local memory on the device.
+FLASHINFER_HD uint32_t philox_lane(const Philox4x32& w, uint64_t lane) {
+  return lane == 0 ? w.v[0] : lane == 1 ? w.v[1] : lane == 2 ? w.v[2] : w.v[3];
+}
+
+/// The uniform at `position` of the (seed, subsequence) stream: what PhiloxStream's
+/// next_uniform() returns after position - offset earlier draws from `offset`.
+FLASHINFER_HD float philox_uniform_at(uint64_t seed, uint64_t subsequence, uint64_t position) {
+  return philox_word_to_uniform(
+      philox_lane(philox_block(seed, subsequence, position >> 2), position & 3u));
+}
+
+// ---- dual-pivot rejection ----------------------------------------------------------------------
+
+/// The candidate window of the rejection samplers: candidates are the tokens with p > low; `high`
+/// is the smallest value known to pass the filter; `q` is the candidates' mass (the draw is
+/// u * q). Starts at (0, 1, 1).
+struct PivotWindow {
+  float low = 0.0f;
+  float high = 1.0f;
+  float q = 1.0f;
+};
+
+/// Count and mass strictly above the round's two pivots.
+struct PivotCounts {
+  int64_t count0 = 0, count1 = 0;
+  float mass0 = 0.0f, mass1 = 0.0f;
+};
+
+/// The second pivot: halfway between the sampled value and `high`.
+FLASHINFER_HD float second_pivot(float pivot0, float high) { return (pivot0 + high) * 0.5f; }
+
+/// One round's decision for the sampled token with value pivot0 (pivot1 = second_pivot): true
+/// when pivot0 passes the filter (the token is the sample). Otherwise narrows `w`: to the tokens
+/// above pivot0 with high = pivot1 when pivot1 passes, else to the tokens above pivot1. When
+/// pivot1 is not above pivot0 (only with unnormalized input, p above `high`) the window still
+/// drops the sampled token (low = pivot0), so every rejected round removes at least that token.
+FLASHINFER_HD bool pivot_round(SamplingKind kind, const SamplingRow& row, float pivot0,
+                               float pivot1, const PivotCounts& c, PivotWindow& w) {
+  if (filter_accepts(kind, row, c.count0, c.mass0)) return true;
+  if (filter_accepts(kind, row, c.count1, c.mass1)) {
+    w.low = pivot0;
+    w.high = pivot1;
+    w.q = c.mass0;
+  } else if (pivot1 > pivot0) {
+    w.low = pivot1;
+    w.q = c.mass1;
+  } else {
+    w.low = pivot0;
+    w.q = c.mass0;
+  }
+  return false;
+}
+
+// ---- k-ary threshold search (renorm / mask filters) --------------------------------------------
+
+/// Pivots tested per pass of the threshold search: 15 pivots split the key interval into 16
+/// parts, so the 2^32 keys take at most 8 passes over the row (bisection: 32).
+inline constexpr int kThresholdPivots = 15;
+
+/// Pivot j (0 <= j < pivots) of the key interval [lo, hi], lo < hi: evenly spaced, ascending,
+/// all in [lo, hi - 1] (so every pass shrinks the interval).
+FLASHINFER_HD uint32_t threshold_pivot(uint32_t lo, uint32_t hi, int j, int pivots) {
+  const uint64_t span = static_cast<uint64_t>(hi) - lo;
+  return lo + static_cast<uint32_t>(span * static_cast<uint64_t>(j + 1) /
+                                    static_cast<uint64_t>(pivots + 1));
+}
+
+/// Narrows [lo, hi] after a pass: `first_below` is the smallest j whose pivot satisfied the
+/// (monotone) test, or `pivots` when none did. The answer, the smallest key passing the test,
+/// stays inside; the search ends when lo == hi.
+FLASHINFER_HD void threshold_narrow(uint32_t& lo, uint32_t& hi, int first_below, int pivots) {
+  const uint32_t l = lo, h = hi;
+  if (first_below < pivots) hi = threshold_pivot(l, h, first_below, pivots);
+  if (first_below > 0) lo = threshold_pivot(l, h, first_below - 1, pivots) + 1;
+}
+
+}  // namespace flashinfer::kernels
