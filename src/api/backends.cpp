@@ -11,9 +11,45 @@
 #include "api/backends.h"
 #include "api/device_props.h"
 #include "flashinfer/error.h"
+#include "flashinfer/ops/upstream_arch.h"
 
 namespace flashinfer {
 namespace {
+
+// Upstream's @supported_compute_capability list of one backend of an op (gemm/gemm_base.py), for
+// the backends whose list excludes some device this library's kernels would otherwise run on.
+// Facts: docs/CONFORMANCE.md, "Ops upstream runs only on some GPUs".
+const std::vector<int>* upstream_backend_ccs(std::string_view op, std::string_view backend) {
+  using Key = std::pair<std::string_view, std::string_view>;
+  static const std::vector<int> kSm100Family = {100, 103, 110, 120, 121};
+  static const std::vector<int> kSm100Only = {100, 103};
+  static const std::vector<int> kCutlassBf16 = {100, 103, 107};
+  static const auto* m = new std::map<Key, const std::vector<int>*>{
+      // mm_fp4: _cudnn_gemm_fp4_requirement, _cutlass_gemm_fp4_requirement [100, 103, 110,
+      // 120, 121]; _trtllm_gemm_fp4_requirement [100, 103]; cute-dsl (SM100 CuTe DSL kernel)
+      // [100, 103]. "auto" picks among them, so it runs where one of them does.
+      {{"mm_fp4", "cudnn"}, &kSm100Family},
+      {{"mm_fp4", "cutlass"}, &kSm100Family},
+      {{"mm_fp4", "trtllm"}, &kSm100Only},
+      {{"mm_fp4", "cute-dsl"}, &kSm100Only},
+      {{"mm_fp4", "auto"}, &kSm100Family},
+      // mm_bf16: _cutlass_mm_bf16_requirement [100, 103, 107]; _tgv_gemm_requirement [100, 103].
+      {{"mm_bf16", "cutlass"}, &kCutlassBf16},
+      {{"mm_bf16", "tgv"}, &kSm100Only},
+  };
+  auto it = m->find(Key{op, backend});
+  return it == m->end() ? nullptr : it->second;
+}
+
+bool in_list(const std::vector<int>& ccs, int cc) {
+  return std::find(ccs.begin(), ccs.end(), cc) != ccs.end();
+}
+
+std::string cc_list(const std::vector<int>& ccs) {
+  std::string s;
+  for (int cc : ccs) s += (s.empty() ? "" : ", ") + std::to_string(cc);
+  return s;
+}
 
 BackendRequirement make(std::string op, std::string def, std::vector<std::string> upstream,
                         std::vector<BackendInfo> available) {
@@ -114,12 +150,15 @@ bool BackendRequirement::is_backend_supported(std::string_view backend,
                                               std::optional<int> cc) const {
   const BackendInfo* b = find(backend);
   if (!b) return false;
-  return !cc || *cc >= b->min_cc;
+  if (!cc) return true;
+  // This build's floor, then upstream's own list for the backend where it has one.
+  const std::vector<int>* upstream = upstream_backend_ccs(op, backend);
+  return *cc >= b->min_cc && (!upstream || in_list(*upstream, *cc));
 }
 
 bool BackendRequirement::is_compute_capability_supported(int cc) const {
   return std::any_of(available.begin(), available.end(),
-                     [&](const BackendInfo& b) { return cc >= b.min_cc; });
+                     [&](const BackendInfo& b) { return is_backend_supported(b.name, cc); });
 }
 
 std::vector<std::string> BackendRequirement::supported_backends(std::optional<int> cc) const {
@@ -145,7 +184,145 @@ std::vector<std::string> ops_with_backend_requirement() {
   return out;
 }
 
+// ---- upstream's architecture rules ----------------------------------------------------------
+
+namespace {
+
+// One rule per op; the facts are quoted in docs/CONFORMANCE.md ("Ops upstream runs only on some
+// GPUs"). The refusal reads "{op} does not support compute capability {cc}", upstream's
+// BackendSupportedError for a @backend_requirement function with no backend choices (the same
+// wording where upstream's decorator or module gate has no text of its own), except
+// grouped_gemm_nt_masked's own ValueError text.
+struct Rule {
+  UpstreamArchRule rule;
+  bool masked_gemm_text = false;  // grouped_gemm_nt_masked's own ValueError text
+};
+
+const std::map<std::string, Rule, std::less<>>& rules() {
+  static const auto* m = [] {
+    auto* r = new std::map<std::string, Rule, std::less<>>();
+    auto add = [&](const char* op, std::vector<int> ccs, const char* fact, bool masked = false) {
+      r->emplace(op, Rule{UpstreamArchRule{op, std::move(ccs), fact}, masked});
+    };
+    const std::vector<int> sm12x = {120, 121};
+    const std::vector<int> sm100 = {100, 103};
+    const std::vector<int> blackwell = {100, 103, 110, 120, 121};
+    add("b12x_fused_moe", sm12x,
+        "fused_moe/cute_dsl/b12x_moe.py: @supported_compute_capability([120, 121]) on "
+        "b12x_fused_moe (\"Run fused MoE on SM120/SM121 using b12x CuTe DSL kernel\")");
+    add("B12xMoEWrapper.run", sm12x,
+        "fused_moe/cute_dsl/b12x_moe.py: the wrapper runs the same SM120/SM121 kernels "
+        "(launch_sm120_moe) as b12x_fused_moe, @supported_compute_capability([120, 121])");
+    add("cute_dsl_fused_moe_nvfp4", sm100,
+        "fused_moe/cute_dsl/fused_moe.py: @supported_compute_capability([100, 103]) (later "
+        "versions [100, 103, 107])");
+    add("CuteDslMoEWrapper.run", sm100,
+        "fused_moe/cute_dsl/fused_moe.py: CuteDslMoEWrapper.__init__ "
+        "@supported_compute_capability([100, 103])");
+    add("group_gemm_fp8_nt_groupwise", {100, 103, 120, 121},
+        "gemm/gemm_base.py: @backend_requirement({}, common_check="
+        "_check_group_gemm_fp8_nt_groupwise_problem_size), @supported_compute_capability([100, "
+        "103, 120, 121]) (\"Currently only supported on NVIDIA Blackwell\")");
+    add("group_gemm_mxfp8_mxfp4_nt_groupwise", blackwell,
+        "gemm/gemm_base.py: @backend_requirement({}, common_check="
+        "_check_group_gemm_mxfp8_mxfp4_nt_groupwise_problem_size), "
+        "@supported_compute_capability([100, 103, 110, 120, 121])");
+    add("group_gemm_nvfp4_nt_groupwise", blackwell,
+        "gemm/gemm_base.py: @backend_requirement({}, common_check="
+        "_check_group_gemm_nvfp4_nt_groupwise_problem_size) on the SM100 grouped-GEMM module; the "
+        "list is taken as group_gemm_mxfp8_mxfp4's (the check's own list was not read)");
+    add("group_deepgemm_fp8_nt_groupwise", sm100,
+        "gemm/gemm_base.py: @backend_requirement({}, common_check="
+        "_check_group_deepgemm_fp8_nt_groupwise_problem_size), @supported_compute_capability([100, "
+        "103]) (DeepGEMM SM100 module)");
+    add("batch_deepgemm_fp8_nt_groupwise", sm100,
+        "gemm/gemm_base.py: the DeepGEMM SM100 module (gen_deepgemm_sm100_module) as "
+        "group_deepgemm_fp8_nt_groupwise, @supported_compute_capability([100, 103])");
+    add("grouped_gemm_nt_masked", {100, 103, 107, 120, 121},
+        "gemm/kernels/grouped_gemm_masked_wrapper.py: SM107 runs the Rubin kernel, other major >= "
+        "10 the Blackwell one, SM110 is refused; below: ValueError(\"Masked grouped GEMM is only "
+        "supported on SM100+ (Blackwell/Rubin), got SM{major}{minor}\")",
+        true);
+    add("moe_gemm_fp8_nt_groupwise", sm12x,
+        "grouped_mm/cute_sm120_fp8_groupwise/core.py: @supported_compute_capability([120, 121])");
+    add("moe_gemm_mxfp8_nt_groupwise", sm12x,
+        "grouped_mm/cute_sm120_mxfp8_groupwise/core.py: @supported_compute_capability([120, 121])");
+    add("nvfp4_kv_quantize", blackwell,
+        "quantization/fp4_quantization.py: @backend_requirement({}, common_check="
+        "_nvfp4_kv_quant_check), @supported_compute_capability([100, 103, 110, 120, 121]) "
+        "(\"Requires SM100+ (Blackwell) for the cvt.rn.satfinite.e2m1x2.f32 PTX instruction\")");
+    add("trtllm_gen_routing", {100, 103, 120, 121},
+        "fused_moe/trtllm_gen_routing.py: @backend_requirement({}, common_check="
+        "_check_trtllm_gen_routing_supported), _TRTLLM_GEN_ROUTING_SUPPORTED_CC = [100, 103, 120, "
+        "121] (\"compiled for SM 10.x and 12.x only\")");
+    add("fp8_blockscale_gemm_sm90", {90},
+        "gemm/gemm_base.py: gen_fp8_blockscale_gemm_sm90_module, built with the sm90a flags "
+        "only (TRT-LLM's SM90 block-scale GEMM); no decorator, another GPU fails when it loads");
+    for (const char* op :
+         {"trtllm_fp4_block_scale_moe", "trtllm_fp4_block_scale_routed_moe",
+          "trtllm_mxint4_block_scale_moe", "trtllm_mxint4_block_scale_routed_moe"}) {
+      add(op, sm100,
+          "fused_moe/core.py: runs the trtllm-gen fused-MoE module get_trtllm_moe_sm100_module() "
+          "(kernels built for SM100/SM103); no decorator, upstream fails when it loads them");
+    }
+    return r;
+  }();
+  return *m;
+}
+
+const Rule* find_rule(std::string_view op) {
+  auto it = rules().find(op);
+  return it == rules().end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+const UpstreamArchRule* upstream_arch_rule(std::string_view op) {
+  const Rule* r = find_rule(op);
+  return r ? &r->rule : nullptr;
+}
+
+std::vector<UpstreamArchRule> upstream_arch_rules() {
+  std::vector<UpstreamArchRule> out;
+  for (const auto& [name, r] : rules()) out.push_back(r.rule);
+  return out;
+}
+
+bool upstream_runs_on(std::string_view op, int cc) {
+  const Rule* r = find_rule(op);
+  return !r || in_list(r->rule.ccs, cc);
+}
+
+std::string upstream_refusal(std::string_view op, int cc) {
+  const Rule* r = find_rule(op);
+  if (!r || in_list(r->rule.ccs, cc)) return "";
+  if (r->masked_gemm_text) {
+    return "Masked grouped GEMM is only supported on SM100+ (Blackwell/Rubin), got SM" +
+           std::to_string(cc / 10) + std::to_string(cc % 10);
+  }
+  return std::string(op) + " does not support compute capability " + std::to_string(cc);
+}
+
+std::string upstream_backend_refusal(std::string_view op, std::string_view backend, int cc) {
+  const std::vector<int>* ccs = upstream_backend_ccs(op, backend);
+  if (!ccs || in_list(*ccs, cc)) return "";
+  if (backend == "auto") return "No suitable auto backends found for " + std::string(op);
+  return std::string(op) + " does not support backend '" + std::string(backend) +
+         "' with capability " + std::to_string(cc);
+}
+
 namespace api {
+
+void check_upstream_arch(const char* op, const char* arg, Device device) {
+  if (!device.is_cuda()) return;
+  const Rule* r = find_rule(op);
+  if (!r) return;
+  const int cc = compute_capability(device);
+  if (in_list(r->rule.ccs, cc)) return;
+  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, upstream_refusal(op, cc), " (", device.str(),
+                  "; upstream runs it on compute capability ", cc_list(r->rule.ccs),
+                  " only; the CPU reference runs it anywhere)");
+}
 
 void check_backend(const char* op, std::string_view backend, Device device) {
   const BackendRequirement& req = backend_requirement(op);
@@ -154,6 +331,13 @@ void check_backend(const char* op, std::string_view backend, Device device) {
                    "; supported in this build: ", join(req.supported_backends()), ")");
   if (!device.is_cuda()) return;  // the CPU reference stands in for every backend
   const int cc = compute_capability(device);
+  // Upstream's own refusal first (@backend_requirement's BackendSupportedError texts), where
+  // upstream's list for the backend excludes this device.
+  if (const std::string why = upstream_backend_refusal(op, backend, cc); !why.empty()) {
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "backend", why, " (", device.str(),
+                    "; upstream runs it on compute capability ",
+                    cc_list(*upstream_backend_ccs(op, backend)), " only)");
+  }
   if (!req.is_backend_supported(backend, cc)) {
     FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "backend", "backend '", backend,
                     "' is not available on ", device.str(), " (compute capability ", cc,

@@ -12,4 +12,9 @@ namespace flashinfer::api {
 /// backends that can). CPU tensors accept every known name (the CPU reference runs).
 void check_backend(const char* op, std::string_view backend, Device device);
 
+/// Throws flashinfer::Error (kUnsupported) naming `op` and `arg`, with upstream's text
+/// (flashinfer::upstream_refusal), when `device` is a CUDA device upstream does not run `op` on.
+/// Nothing for CPU devices and for ops upstream runs everywhere.
+void check_upstream_arch(const char* op, const char* arg, Device device);
+
 }  // namespace flashinfer::api

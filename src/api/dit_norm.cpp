@@ -11,6 +11,10 @@
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/dit_norm_cpu.h"
 
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/dit_norm_cuda.h"
+#endif
+
 namespace flashinfer {
 namespace {
 
@@ -19,10 +23,17 @@ constexpr const char* kModule = "flashinfer.norm";
 constexpr int64_t kHidden = 3072;
 
 constexpr api::KernelEntry<kernels::DitNormParams> kDitKernels[] = {
-    {DeviceType::kCPU, "CPU reference (host only; bf16 output)", nullptr,
+    {DeviceType::kCPU, "CPU reference (bf16 output)", nullptr,
      [](const kernels::DitNormParams& p, const api::LaunchContext&) {
        kernels::cpu::dit_layernorm(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one thread per row, the CPU's fp32 steps (bf16 output)",
+     nullptr,
+     [](const kernels::DitNormParams& p, const api::LaunchContext& c) {
+       kernels::cuda::dit_layernorm(p, c.stream);
+     }},
+#endif
 };
 
 const uint16_t* bf16_ptr(const Tensor& t) { return static_cast<const uint16_t*>(t.data_ptr()); }

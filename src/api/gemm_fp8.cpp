@@ -56,10 +56,20 @@ constexpr KernelEntry<ScaledGemmCall> kScaledGemmKernels[] = {
 #endif
 };
 
-// fp8_blockscale_gemm_sm90: CPU only (upstream runs TRT-LLM's SM90 DeepGEMM kernel).
+// fp8_blockscale_gemm_sm90 (upstream runs TRT-LLM's SM90 DeepGEMM kernel): the same block-scaled
+// GEMM kernels as the ops above; a BF16 input is quantized 1x128 on the host first (below).
 constexpr KernelEntry<ScaledGemmCall> kSm90Kernels[] = {
     {DeviceType::kCPU, kCpuImpl, nullptr,
      [](const ScaledGemmCall& c, const LaunchContext&) { kernels::cpu::block_scaled_gemm(c.p); }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "tiled fp32 CUDA kernel of this build (no fp8 tensor cores; per-K-block scaling as the CPU; "
+     "a BF16 input is quantized on the host)",
+     nullptr,
+     [](const ScaledGemmCall& c, const LaunchContext& ctx) {
+       kernels::cuda::block_scaled_gemm(c.p, ctx.stream, c.op, ctx.enable_pdl);
+     }},
+#endif
 };
 
 // prepare_low_latency_gemm_weights: a layout transform on the host (CUDA tensors are copied to
@@ -326,6 +336,7 @@ Tensor fp8_blockscale_gemm_sm90(const Tensor& input, const Tensor& weight,
       [&] {
         const char* op = "fp8_blockscale_gemm_sm90";
         api::check_defined(input, op, "input");
+        api::check_upstream_arch(op, "input", input.device());  // Hopper only, as upstream
         api::check_defined(weight, op, "weight");
         api::check_dim(input, {2}, op, "input");
         api::check_dim(weight, {2}, op, "weight");
@@ -379,17 +390,22 @@ Tensor fp8_blockscale_gemm_sm90(const Tensor& input, const Tensor& weight,
                            ", got ", dtype_torch_name(out->dtype()));
         }
         Tensor result = make_out(out, out_dtype, {m, n}, input.device(), op);
-        if (!input.device().is_cuda() && !in_fp8) {
-          // TRT-LLM's 1x128 activation quantization, as upstream's kernel runs it first.
+        if (!in_fp8) {
+          // TRT-LLM's 1x128 activation quantization, as upstream's kernel runs it first. On
+          // CUDA it runs on a host copy (the CPU's code, so both devices quantize alike) and the
+          // codes and scales go back to the device.
           Tensor q = Tensor::empty({m, k}, DType::kFloat8E4M3FN);
           sa = Tensor::empty({m, kb}, DType::kFloat32);
           FLASHINFER_CHECK(input.stride(1) == 1, op, "input",
                            "a BF16 input must be row-major (stride(1) == 1), got strides ",
                            shape_to_string(input.strides()));
-          kernels::cpu::quantize_1x128_e4m3(static_cast<const uint16_t*>(input.data_ptr()),
-                                            input.stride(0), m, k,
+          const Tensor host =
+              input.device().is_cpu() ? input : input.contiguous().to(Device::cpu());
+          kernels::cpu::quantize_1x128_e4m3(static_cast<const uint16_t*>(host.data_ptr()),
+                                            host.stride(0), m, k,
                                             static_cast<uint8_t*>(q.data_ptr()), sa.data<float>());
-          a = q;
+          a = input.device().is_cpu() ? q : q.to(input.device());
+          if (input.device().is_cuda()) sa = sa.to(input.device());
         }
         BlockScaledGemmParams p;
         p.a = a.data_ptr();

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "api/backends.h"
 #include "api/device_props.h"
 #include "flashinfer/op_decl.h"
 #include "flashinfer/ops/backends.h"
@@ -54,6 +55,9 @@ void no_backend(const char* op, const char* arg, Device device) {
     FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg,
                     "CUDA tensor given to a build without the CUDA backend");
   }
+  // An op upstream does not run on this GPU is refused as upstream refuses it, not as a gap of
+  // this build.
+  check_upstream_arch(op, arg, device);
   FLASHINFER_FAIL(
       ErrorCode::kUnsupported, op, arg, "this build has no ", device_type_name(device.type),
       " kernel for this op (backends: ",

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/backends.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/kernel_table.h"
@@ -230,6 +231,7 @@ Tensor b12x_impl(const char* op, const B12xCall& c) {
                    "\"");
   const Tensor& x = *c.x;
   api::check_defined(x, op, "x");
+  api::check_upstream_arch(op, "x", x.device());  // upstream's refusal first
   FLASHINFER_CHECK_CODE(x.device().is_cpu(), ErrorCode::kUnsupported, op, "x",
                         "this op has a CPU reference only (no CUDA kernel here)");
   api::check_dtype_in(x, {DType::kBFloat16}, op, "x");
@@ -601,6 +603,7 @@ Tensor CuteDslMoEWrapper::run(const Tensor& x, std::optional<Tensor> x_sf,
         // sf_vec_size is only stored upstream: _moe_core_impl takes the block size from x's dtype
         // (16 for NVFP4 x, 32 for MXFP8 x).
         api::check_defined(x, op, "x");
+        api::check_upstream_arch(op, "x", x.device());  // upstream's refusal first
         api::check_dim(x, {2}, op, "x");
         if (quant_mode_ == "w4a16") {  // bf16 x [T, hidden_size]
           FLASHINFER_CHECK(x.size(1) == hidden_size_, op, "x", "expected bf16 [T, ", hidden_size_,

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <string>
 
+#include "api/backends.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/kernel_table.h"
@@ -105,6 +106,7 @@ Tensor plain_bias(const std::optional<Tensor>& b, int64_t E, int64_t m, bool gat
 }
 
 void check_cpu(const Tensor& hidden, const char* op) {
+  api::check_upstream_arch(op, "hidden_states", hidden.device());  // upstream's refusal first
   FLASHINFER_CHECK_CODE(hidden.device().is_cpu(), ErrorCode::kUnsupported, op, "hidden_states",
                         "this op has a CPU reference only (no CUDA kernel here)");
 }

@@ -1,5 +1,6 @@
 // SM90 mixed-input MoE weight preparation (flashinfer.fused_moe.prepare): declarations,
-// argument checks, dispatch. CPU only. Semantics and sources: docs/MOE.md.
+// argument checks, dispatch. The two interleaves also run on CUDA; the humming preparation is
+// CPU only. Semantics and sources: docs/MOE.md.
 #include "flashinfer/ops/moe_weight_prep.h"
 
 #include <string>
@@ -9,6 +10,10 @@
 #include "api/kernel_table.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_weight_prep_cpu.h"
+
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/moe_weight_prep_cuda.h"
+#endif
 
 namespace flashinfer {
 
@@ -27,12 +32,25 @@ constexpr api::KernelEntry<kernels::Sm90WeightInterleaveParams> kWeightKernels[]
      [](const kernels::Sm90WeightInterleaveParams& p, const api::LaunchContext&) {
        kernels::cpu::sm90_interleave_weights(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: the CPU's loop body, one thread per (row pair, lane)",
+     nullptr,
+     [](const kernels::Sm90WeightInterleaveParams& p, const api::LaunchContext& c) {
+       kernels::cuda::sm90_interleave_weights(p, c.stream);
+     }},
+#endif
 };
 constexpr api::KernelEntry<kernels::Sm90ScaleInterleaveParams> kScaleKernels[] = {
     {DeviceType::kCPU, "CPU reference: the folded reshape/permute, element copies", nullptr,
      [](const kernels::Sm90ScaleInterleaveParams& p, const api::LaunchContext&) {
        kernels::cpu::sm90_interleave_scales(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one thread per output element", nullptr,
+     [](const kernels::Sm90ScaleInterleaveParams& p, const api::LaunchContext& c) {
+       kernels::cuda::sm90_interleave_scales(p, c.stream);
+     }},
+#endif
 };
 constexpr api::KernelEntry<kernels::HummingPrepParams> kHummingKernels[] = {
     {DeviceType::kCPU, "CPU reference: per-expert E8M0 range clamp and FP4 payload rewrite",

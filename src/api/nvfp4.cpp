@@ -1,7 +1,9 @@
 // Grouped / fused NVFP4 and MXFP8 quantizers, weight shuffles and the NVFP4 KV-cache quantizers
 // (flashinfer.quantization.fp4_quantization, .fp8_quantization, flashinfer.activation):
-// declarations, argument checks, dispatch. CPU reference only: the backend tables list the CPU
-// alone, so CUDA tensors get kUnsupported naming the op and argument.
+// declarations, argument checks, dispatch. The weight shuffles, nvfp4_kv_dequantize and
+// nvfp4_batched_quantize have CUDA kernels; the others are CPU references (CUDA tensors get
+// kUnsupported naming the op and argument, or upstream's refusal where upstream does not run the op
+// on that GPU).
 #include "flashinfer/ops/nvfp4.h"
 
 #include <algorithm>
@@ -16,6 +18,10 @@
 #include "kernels/cpu/nvfp4_cpu.h"
 #include "kernels/cpu/quantization_cpu.h"
 #include "kernels/quantization_params.h"
+
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/nvfp4_cuda.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -33,6 +39,19 @@ constexpr KernelEntry<kernels::GroupedQuantizeParams> kGroupedKernels[] = {
        kernels::cpu::grouped_quantize(p);
      }},
 };
+// nvfp4_batched_quantize: the grouped quantizer without a mask, also on CUDA.
+constexpr KernelEntry<kernels::GroupedQuantizeParams> kBatchedKernels[] = {
+    {DeviceType::kCPU, "CPU reference", nullptr,
+     [](const kernels::GroupedQuantizeParams& p, const LaunchContext&) {
+       kernels::cpu::grouped_quantize(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: fp4_quantize per batch item (128x4 scales)", nullptr,
+     [](const kernels::GroupedQuantizeParams& p, const LaunchContext& c) {
+       kernels::cuda::batched_fp4_quantize(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
 constexpr KernelEntry<kernels::SiluMulParams> kSiluMulKernels[] = {
     {DeviceType::kCPU, "CPU reference (host only)", nullptr,
      [](const kernels::SiluMulParams& p, const LaunchContext&) {
@@ -40,8 +59,14 @@ constexpr KernelEntry<kernels::SiluMulParams> kSiluMulKernels[] = {
      }},
 };
 constexpr KernelEntry<kernels::RowGatherParams> kGatherKernels[] = {
-    {DeviceType::kCPU, "CPU reference (host only)", nullptr,
+    {DeviceType::kCPU, "CPU reference", nullptr,
      [](const kernels::RowGatherParams& p, const LaunchContext&) { kernels::cpu::gather_rows(p); }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one thread per byte (row gather)", nullptr,
+     [](const kernels::RowGatherParams& p, const LaunchContext& c) {
+       kernels::cuda::gather_rows(p, c.stream);
+     }},
+#endif
 };
 constexpr KernelEntry<kernels::BlockDequantizeParams> kHostDequantKernels[] = {
     {DeviceType::kCPU, "CPU reference (host only, as upstream)", nullptr,
@@ -56,10 +81,16 @@ constexpr KernelEntry<kernels::Nvfp4KvParams> kKvQuantKernels[] = {
      }},
 };
 constexpr KernelEntry<kernels::Nvfp4KvParams> kKvDequantKernels[] = {
-    {DeviceType::kCPU, "CPU reference (host only)", nullptr,
+    {DeviceType::kCPU, "CPU reference", nullptr,
      [](const kernels::Nvfp4KvParams& p, const LaunchContext&) {
        kernels::cpu::nvfp4_kv_dequantize(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one thread per element", nullptr,
+     [](const kernels::Nvfp4KvParams& p, const LaunchContext& c) {
+       kernels::cuda::nvfp4_kv_dequantize(p, c.stream);
+     }},
+#endif
 };
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -169,6 +200,15 @@ Tensor gather(const Tensor& t, const std::vector<int64_t>& idx, const char* op, 
   p.in_stride_bytes = p.row_bytes;
   p.src_row = idx.data();
   p.out = static_cast<uint8_t*>(out.data_ptr());
+  // A CUDA kernel reads the row map from device memory (kept alive past the launch: freeing it
+  // synchronizes).
+  Tensor device_idx;
+  if (t.device().is_cuda()) {
+    device_idx = Tensor::from_vector(std::vector<double>(idx.begin(), idx.end()),
+                                     {static_cast<int64_t>(idx.size())}, DType::kInt64)
+                     .to(t.device());
+    p.src_row = device_idx.data<int64_t>();
+  }
   api::launch(kGatherKernels, p, t.device(), op, arg);
   return out;
 }
@@ -256,7 +296,7 @@ std::tuple<Tensor, Tensor> nvfp4_batched_quantize(const Tensor& a, const Tensor&
         p.out = q.data<uint8_t>();
         p.sf = sf.data<uint8_t>();
         p.sf_per_group = per;
-        api::launch(kGroupedKernels, p, a.device(), op, "a");
+        api::launch(kBatchedKernels, p, a.device(), op, "a");
         return {q, sf};
       },
       a, a_global_sf, sf_vec_size);
@@ -650,11 +690,11 @@ void register_nvfp4_ops(OpRegistry& r) {
                                 arg("output_dtype", DType::kBFloat16));
 
   api::register_backends("silu_and_mul_nvfp4_quantize", kSiluMulKernels);
-  for (const char* op :
-       {"silu_and_mul_scaled_nvfp4_experts_quantize", "scaled_fp4_grouped_quantize",
-        "nvfp4_batched_quantize", "mxfp8_grouped_quantize"}) {
+  for (const char* op : {"silu_and_mul_scaled_nvfp4_experts_quantize",
+                         "scaled_fp4_grouped_quantize", "mxfp8_grouped_quantize"}) {
     api::register_backends(op, kGroupedKernels);
   }
+  api::register_backends("nvfp4_batched_quantize", kBatchedKernels);
   api::register_backends("shuffle_matrix_a", kGatherKernels);
   api::register_backends("shuffle_matrix_sf_a", kGatherKernels);
   api::register_backends("mxfp4_dequantize_host", kHostDequantKernels);

@@ -1,6 +1,6 @@
 // NVFP4 paged KV caches: whole-cache quantization (fp4_quantization), paged dequantization and
-// the quantize-and-append ops (flashinfer.page): declarations, checks, dispatch. CPU reference
-// only (the backend tables list the CPU alone).
+// the quantize-and-append ops (flashinfer.page): declarations, checks, dispatch. The paged
+// dequantization also runs on CUDA; the others are CPU references.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -15,6 +15,10 @@
 #include "flashinfer/ops/nvfp4.h"
 #include "flashinfer/ops/quantization.h"
 #include "kernels/cpu/nvfp4_cpu.h"
+
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/nvfp4_cuda.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -32,10 +36,17 @@ constexpr KernelEntry<kernels::Nvfp4PagedAppendParams> kAppendKernels[] = {
      }},
 };
 constexpr KernelEntry<kernels::Nvfp4PagedDequantParams> kPagedDequantKernels[] = {
-    {DeviceType::kCPU, "CPU reference (host only)", nullptr,
+    {DeviceType::kCPU, "CPU reference", nullptr,
      [](const kernels::Nvfp4PagedDequantParams& p, const LaunchContext&) {
        kernels::cpu::nvfp4_paged_dequantize(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    // block_table and seq_lens stay host arrays (checked there); the launcher copies them.
+    {DeviceType::kCUDA, "CUDA kernel: one thread per output element", nullptr,
+     [](const kernels::Nvfp4PagedDequantParams& p, const LaunchContext& c) {
+       kernels::cuda::nvfp4_paged_dequantize(p, c.stream);
+     }},
+#endif
 };
 // nvfp4_quantize_paged_kv_cache composes host-side tensor work with fp4_quantize; its entry
 // only decides the device (the CPU).

@@ -1,6 +1,5 @@
-// fused_qk_rmsnorm_rope (flashinfer.norm): declaration, argument checks, dispatch. CPU reference
-// only: the kernel table lists the CPU alone, so CUDA tensors get kUnsupported naming the op and
-// argument.
+// fused_qk_rmsnorm_rope (flashinfer.norm): declaration, argument checks, dispatch to the CPU
+// reference or the CUDA kernel.
 #include "flashinfer/ops/qk_norm_rope.h"
 
 #include <algorithm>
@@ -12,6 +11,10 @@
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/qk_norm_rope_cpu.h"
 
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/qk_norm_rope_cuda.h"
+#endif
+
 namespace flashinfer {
 namespace {
 
@@ -19,10 +22,17 @@ using api::KernelEntry;
 using api::LaunchContext;
 
 constexpr KernelEntry<kernels::QkNormRopeParams> kKernels[] = {
-    {DeviceType::kCPU, "CPU reference (host only)", nullptr,
+    {DeviceType::kCPU, "CPU reference", nullptr,
      [](const kernels::QkNormRopeParams& p, const LaunchContext&) {
        kernels::cpu::fused_qk_rmsnorm_rope(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one thread per (token, q/k/v part), the CPU's fp32 steps",
+     nullptr,
+     [](const kernels::QkNormRopeParams& p, const LaunchContext& c) {
+       kernels::cuda::fused_qk_rmsnorm_rope(p, c.stream);
+     }},
+#endif
 };
 
 Tensor output(const std::optional<Tensor>& given, const Shape& shape, DType dt, const Tensor& qkv,

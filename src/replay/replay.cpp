@@ -12,11 +12,13 @@
 #include <set>
 #include <sstream>
 
+#include "api/device_props.h"
 #include "core/tensor_span.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/error.h"
 #include "flashinfer/op_decl.h"
 #include "flashinfer/ops/backends.h"
+#include "flashinfer/ops/upstream_arch.h"
 #include "formats/dedup_store.h"
 #include "formats/reader_limits.h"
 #include "recorder/call_extensions.h"
@@ -172,6 +174,17 @@ NamedTensors load_named(const fs::path& dir, std::string_view stem) {
 }
 
 // j[key] for a key of the schema (nlohmann's string_view lookups need a string).
+// upstream_refusal for `op` on CUDA device `device` ("" when upstream runs it there, or when the
+// device cannot be queried).
+std::string upstream_refusal_on(const std::string& op, Device device) {
+  if (!device.is_cuda() || upstream_arch_rule(op) == nullptr) return "";
+  try {
+    return upstream_refusal(op, api::compute_capability(device));
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 std::string str_at(const Json& j, std::string_view key, const char* fallback = "") {
   return j.value(std::string(key), std::string(fallback));
 }
@@ -361,6 +374,11 @@ Result replay_once(const std::string& dump_dir, const Options& o, bool* refused)
       r.ran_on = Device::cpu();
       r.note = "no CUDA kernel for " + r.function_name +
                " in this build: replayed on the CPU reference instead";
+      // Where upstream itself does not run the op on this GPU, the note says that instead.
+      if (const std::string why = upstream_refusal_on(r.function_name, o.device); !why.empty()) {
+        r.note = "upstream does not run " + r.function_name + " on " + o.device.str() + " (" + why +
+                 "): replayed on the CPU reference instead";
+      }
     }
 
     // Tensors, moved to the replay device with their layout.

@@ -51,12 +51,14 @@
 #include <vector>
 
 #include "api/bench_support.h"
+#include "api/device_props.h"
 #include "core/strided.h"
 #include "core/view_overlap.h"
 #include "flashinfer/api_call.h"
 #include "flashinfer/bench.h"
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/op_decl.h"
+#include "flashinfer/ops/upstream_arch.h"
 #include "jit/jit.h"
 #include "kernels/cpu/cpu_isa.h"
 
@@ -799,6 +801,71 @@ std::vector<std::string> guarded_run(const OpDecl& decl, const Prepared& p, cons
   return problems;
 }
 
+// ---- what upstream does on a CUDA device -----------------------------------------------------
+//
+// Per op and compute capability, upstream either runs the op (this library's CUDA result must
+// then match the CPU reference) or refuses it there (ops upstream runs only on Blackwell, such as
+// b12x_fused_moe or mm_fp4; this library must refuse them the same way: flashinfer::Error,
+// kUnsupported, naming the op, with upstream's text). Decided on the host from the call's
+// arguments, so the decision is tested without a GPU (BackendOpsCoverage.CudaExpectation*).
+
+struct CudaExpectation {
+  bool refused = false;
+  std::string refusal;  // upstream's error text, when refused
+};
+
+// The `backend` string argument of a call, or "" when the op has none.
+std::string backend_arg(const OpDecl& decl, const std::vector<Value>& args) {
+  for (std::size_t i = 0; i < decl.params.size() && i < args.size(); ++i) {
+    if (decl.params[i].name == "backend" && args[i].kind() == Value::Kind::kString)
+      return args[i].as_string();
+  }
+  return "";
+}
+
+CudaExpectation cuda_expectation(const std::string& op, const std::string& backend, int cc) {
+  CudaExpectation e;
+  e.refusal = upstream_refusal(op, cc);
+  if (e.refusal.empty() && !backend.empty()) e.refusal = upstream_backend_refusal(op, backend, cc);
+  e.refused = !e.refusal.empty();
+  return e;
+}
+
+// `v` with every tensor (also inside tuples and lists) copied to `device` in its layout; other
+// values (a wrapper object, scalars) as they are.
+Value on_device(const Value& v, Device device) {
+  if (v.is_tensor()) return Value(copy_keep_layout(v.as_tensor(), device));
+  if (v.is_sequence()) {
+    Value::Items items;
+    for (const Value& x : v.items()) items.push_back(on_device(x, device));
+    return v.kind() == Value::Kind::kTuple ? Value::tuple(std::move(items))
+                                           : Value::list(std::move(items));
+  }
+  return v;
+}
+
+// The reference's call, its tensors moved to `be`'s device, must be refused as upstream refuses
+// it there.
+void check_refused(const OpDecl& decl, const Reference& ref, const Backend& be,
+                   const CudaExpectation& want) {
+  std::vector<Value> args;
+  for (const Value& v : ref.inputs) args.push_back(on_device(v, be.device));
+  try {
+    invoke(decl, args, be.tier);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_EQ(e.op(), decl.name) << e.what();
+    EXPECT_NE(std::string(e.what()).find(want.refusal), std::string::npos)
+        << "expected upstream's refusal \"" << want.refusal << "\", got: " << e.what();
+    return;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "refused without a flashinfer::Error: " << e.what();
+    return;
+  }
+  ADD_FAILURE() << "upstream refuses " << decl.name << " on " << be.name << " (\"" << want.refusal
+                << "\"), this library ran it";
+}
+
 // Runs `op` on `be` for every variant and compares with the reference; also the guard run.
 void check_backend(const std::string& op, const Backend& be) {
   const OpDecl* decl = OpRegistry::global().find(op);
@@ -811,12 +878,26 @@ void check_backend(const std::string& op, const Backend& be) {
     var.apply(shape);
     shrink_for(op, shape);
     Reference ref;
-    Prepared p;
     try {
       ref = run_reference(op, shape);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << op << " failed on the CPU reference while its case was built: " << e.what();
+      continue;
+    }
+    if (be.device.is_cuda()) {
+      const CudaExpectation want =
+          cuda_expectation(op, backend_arg(*decl, ref.inputs), api::compute_capability(be.device));
+      if (want.refused) {
+        check_refused(*decl, ref, be, want);
+        continue;
+      }
+    }
+    Prepared p;
+    try {
       p = prepare(op, shape, be);
     } catch (const std::exception& e) {
-      ADD_FAILURE() << "building the case failed: " << e.what();
+      // Upstream runs the op here: its case failing on this device is the op's failure.
+      ADD_FAILURE() << op << " failed on " << be.name << " while its case was built: " << e.what();
       continue;
     }
     std::vector<Value> args;
@@ -985,6 +1066,98 @@ TEST(BackendOpsCoverage, ComparisonRules) {
   EXPECT_FALSE(compare_tensor("x", t({1.25}, DType::kFloat8E4M3FN), t({1.0}, DType::kFloat8E4M3FN),
                               std::nullopt)
                    .ok);
+}
+
+// ---- which expectation applies on a CUDA device (no GPU needed) -----------------------------
+
+// Per op and compute capability, upstream's facts (docs/CONFORMANCE.md, "Ops upstream runs only
+// on some GPUs"): refused with upstream's text outside the architectures upstream lists.
+TEST(BackendOpsCoverage, CudaExpectationFollowsUpstreamArchitectures) {
+  for (int cc : {80, 89, 90, 100, 103}) {
+    const CudaExpectation e = cuda_expectation("b12x_fused_moe", "", cc);
+    EXPECT_TRUE(e.refused) << cc;
+    EXPECT_EQ(e.refusal,
+              "b12x_fused_moe does not support compute capability " + std::to_string(cc));
+  }
+  EXPECT_FALSE(cuda_expectation("b12x_fused_moe", "", 120).refused);
+  EXPECT_FALSE(cuda_expectation("B12xMoEWrapper.run", "", 121).refused);
+  EXPECT_TRUE(cuda_expectation("B12xMoEWrapper.run", "", 90).refused);
+  EXPECT_TRUE(cuda_expectation("CuteDslMoEWrapper.run", "", 90).refused);
+  EXPECT_FALSE(cuda_expectation("CuteDslMoEWrapper.run", "", 100).refused);
+  EXPECT_TRUE(cuda_expectation("cute_dsl_fused_moe_nvfp4", "", 120).refused);
+  EXPECT_EQ(cuda_expectation("group_gemm_fp8_nt_groupwise", "", 90).refusal,
+            "group_gemm_fp8_nt_groupwise does not support compute capability 90");
+  EXPECT_FALSE(cuda_expectation("group_gemm_fp8_nt_groupwise", "", 120).refused);
+  EXPECT_TRUE(cuda_expectation("group_deepgemm_fp8_nt_groupwise", "", 120).refused);
+  EXPECT_TRUE(cuda_expectation("trtllm_gen_routing", "", 90).refused);
+  EXPECT_FALSE(cuda_expectation("trtllm_gen_routing", "", 103).refused);
+  EXPECT_TRUE(cuda_expectation("nvfp4_kv_quantize", "", 90).refused);
+  EXPECT_TRUE(cuda_expectation("trtllm_fp4_block_scale_routed_moe", "", 90).refused);
+  EXPECT_TRUE(cuda_expectation("trtllm_mxint4_block_scale_moe", "", 120).refused);
+  EXPECT_TRUE(cuda_expectation("moe_gemm_mxfp8_nt_groupwise", "", 100).refused);
+  EXPECT_EQ(cuda_expectation("grouped_gemm_nt_masked", "", 90).refusal,
+            "Masked grouped GEMM is only supported on SM100+ (Blackwell/Rubin), got SM90");
+  EXPECT_TRUE(cuda_expectation("grouped_gemm_nt_masked", "", 110).refused);
+  EXPECT_FALSE(cuda_expectation("grouped_gemm_nt_masked", "", 107).refused);
+  EXPECT_TRUE(cuda_expectation("fp8_blockscale_gemm_sm90", "", 100).refused);  // Hopper only
+  EXPECT_TRUE(cuda_expectation("fp8_blockscale_gemm_sm90", "", 80).refused);
+  // Upstream runs these on Hopper: there the CUDA result must match the CPU reference.
+  for (const char* op : {"nvfp4_kv_dequantize", "hash_topk", "fused_qk_rmsnorm_rope",
+                         "fused_dit_residual_layernorm_scale_shift", "shuffle_matrix_a",
+                         "fp8_blockscale_gemm_sm90", "nvfp4_batched_quantize", "rmsnorm"}) {
+    EXPECT_FALSE(cuda_expectation(op, "", 90).refused) << op;
+  }
+  // Backend tables: upstream's lists per backend (mm_fp4's are Blackwell-only).
+  EXPECT_EQ(cuda_expectation("mm_fp4", "auto", 90).refusal,
+            "No suitable auto backends found for mm_fp4");
+  EXPECT_EQ(cuda_expectation("mm_fp4", "cudnn", 90).refusal,
+            "mm_fp4 does not support backend 'cudnn' with capability 90");
+  EXPECT_TRUE(cuda_expectation("mm_fp4", "trtllm", 120).refused);
+  EXPECT_FALSE(cuda_expectation("mm_fp4", "auto", 100).refused);
+  EXPECT_FALSE(cuda_expectation("mm_fp4", "cutlass", 121).refused);
+  EXPECT_FALSE(cuda_expectation("mm_bf16", "cudnn", 90).refused);
+  EXPECT_TRUE(cuda_expectation("mm_bf16", "tgv", 90).refused);
+}
+
+// The backend the expectation reads is the one the case passes.
+TEST(BackendOpsCoverage, CudaExpectationReadsTheCasesBackend) {
+  const Reference ref = run_reference("mm_fp4", small_shape());
+  const std::string b = backend_arg(*OpRegistry::global().find("mm_fp4"), ref.inputs);
+  EXPECT_FALSE(b.empty());
+  EXPECT_TRUE(cuda_expectation("mm_fp4", b, 90).refused) << b;
+  EXPECT_FALSE(cuda_expectation("mm_fp4", b, 100).refused) << b;
+  EXPECT_EQ(backend_arg(*OpRegistry::global().find("rmsnorm"), {}), "");
+}
+
+// Every rule names a registered op with a case here, with the architectures and the fact.
+TEST(BackendOpsCoverage, EveryUpstreamArchRuleNamesAnOpWithACase) {
+  const std::vector<UpstreamArchRule> rules = upstream_arch_rules();
+  EXPECT_GE(rules.size(), 19u);  // the ops of docs/CONFORMANCE.md's table with a gate
+  for (const UpstreamArchRule& r : rules) {
+    EXPECT_NE(OpRegistry::global().find(r.op), nullptr) << r.op;
+    EXPECT_NE(hook_of(r.op), nullptr) << r.op << " has no case";
+    EXPECT_FALSE(r.ccs.empty()) << r.op;
+    EXPECT_FALSE(r.fact.empty()) << r.op;
+    ASSERT_NE(upstream_arch_rule(r.op), nullptr) << r.op;
+    EXPECT_EQ(upstream_arch_rule(r.op)->ccs, r.ccs) << r.op;
+    for (int cc : r.ccs) EXPECT_TRUE(upstream_runs_on(r.op, cc)) << r.op << " " << cc;
+    EXPECT_FALSE(upstream_runs_on(r.op, 80)) << r.op;  // every gate excludes Ampere
+  }
+  EXPECT_EQ(upstream_arch_rule("rmsnorm"), nullptr);
+  EXPECT_TRUE(upstream_runs_on("rmsnorm", 80));
+}
+
+// is_backend_supported follows upstream's per-backend lists on top of what this build has.
+TEST(BackendOpsCoverage, IsBackendSupportedFollowsUpstreamLists) {
+  const BackendRequirement& fp4 = backend_requirement("mm_fp4");
+  EXPECT_FALSE(fp4.is_backend_supported("auto", 90));
+  EXPECT_FALSE(fp4.is_backend_supported("auto", 80));
+  EXPECT_FALSE(fp4.is_compute_capability_supported(90));
+  EXPECT_EQ(fp4.is_backend_supported("auto", 100), op_has_backend("mm_fp4", DeviceType::kCUDA));
+  EXPECT_EQ(fp4.is_backend_supported("auto"), op_has_backend("mm_fp4", DeviceType::kCUDA));
+  const BackendRequirement& bf16 = backend_requirement("mm_bf16");
+  EXPECT_EQ(bf16.is_backend_supported("cudnn", 90), op_has_backend("mm_bf16", DeviceType::kCUDA));
+  EXPECT_FALSE(bf16.is_backend_supported("tgv", 100));  // not in this build
 }
 
 // ---- written arguments: the gate's aliasing check, for every declared op -------------------

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/device_props.h"
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/stream.h"
 #include "kernels/cublaslt_plan.h"
@@ -322,7 +323,9 @@ TEST(BackendQueries, HonestAboutThisBuild) {
     EXPECT_EQ(fp8.supported_backends(90), (std::vector<std::string>{"cublas", "auto"}));
     EXPECT_TRUE(backend_requirement("mm_bf16").is_backend_supported("cudnn", 80));
     EXPECT_FALSE(backend_requirement("mm_bf16").is_backend_supported("cudnn", 75));
-    EXPECT_TRUE(backend_requirement("mm_fp4").is_backend_supported("auto", 90));
+    // FP4 GEMMs are Blackwell-only upstream (its per-backend @supported_compute_capability).
+    EXPECT_FALSE(backend_requirement("mm_fp4").is_backend_supported("auto", 90));
+    EXPECT_TRUE(backend_requirement("mm_fp4").is_backend_supported("auto", 100));
     EXPECT_TRUE(backend_requirement("mxfp8_quantize").is_compute_capability_supported(90));
   } else {
     for (const auto& op : ops_with_backend_requirement()) {
@@ -411,6 +414,25 @@ TEST(GemmCuda, MatchesCpu) {
                           mm_bf16(a2, b2, bias, false, std::nullopt, DType::kFloat16),
                           gemm_tol(DType::kFloat16, 40)));
   }
+  // FP4 GEMMs: upstream runs them on Blackwell only; on another GPU the call is refused as
+  // upstream refuses it (docs/CONFORMANCE.md, "Ops upstream runs only on some GPUs").
+  const bool fp4_ok =
+      backend_requirement("mm_fp4").is_backend_supported("auto", api::compute_capability(g));
+  auto fp4_matches = [&](const auto& run_gpu, const Tensor& cpu, const auto& tol) {
+    if (fp4_ok) {
+      EXPECT_TRUE(all_close(run_gpu(), cpu, tol));
+      return;
+    }
+    try {
+      run_gpu();
+      ADD_FAILURE() << "mm_fp4 ran on a GPU upstream refuses it on";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("No suitable auto backends found for mm_fp4"),
+                std::string::npos)
+          << e.what();
+    }
+  };
   // MXFP4 operands.
   {
     Tensor a2 = Tensor::empty({21, 64}, DType::kFloat32).normal_(8).to(DType::kBFloat16);
@@ -419,9 +441,12 @@ TEST(GemmCuda, MatchesCpu) {
     auto [qb2, sb2] = mxfp4_quantize(w2);
     Tensor cpu2 = mm_fp4(qa2, qb2.transpose(0, 1), sa2, sb2.transpose(0, 1), std::nullopt,
                          DType::kFloat16, std::nullopt, 32, false, "auto", false);
-    Tensor gpu2 = mm_fp4(qa2.to(g), qb2.to(g).transpose(0, 1), sa2.to(g), sb2.to(g).transpose(0, 1),
-                         std::nullopt, DType::kFloat16, std::nullopt, 32, false, "auto", false);
-    EXPECT_TRUE(all_close(gpu2, cpu2, gemm_tol(DType::kFloat16, 64)));
+    fp4_matches(
+        [&] {
+          return mm_fp4(qa2.to(g), qb2.to(g).transpose(0, 1), sa2.to(g), sb2.to(g).transpose(0, 1),
+                        std::nullopt, DType::kFloat16, std::nullopt, 32, false, "auto", false);
+        },
+        cpu2, gemm_tol(DType::kFloat16, 64));
   }
   Tensor a = Tensor::empty({37, 128}, DType::kFloat32).normal_(3).to(DType::kBFloat16);
   Tensor w = Tensor::empty({72, 128}, DType::kFloat32).normal_(4).to(DType::kBFloat16);
@@ -430,9 +455,12 @@ TEST(GemmCuda, MatchesCpu) {
   auto [qb, sfb] = nvfp4_quantize(w, gs);
   Tensor al = fp32_scalar(1e-4);
   Tensor cpu = mm_fp4(qa, qb.transpose(0, 1), sfa, sfb.transpose(0, 1), al);
-  Tensor gpu =
-      mm_fp4(qa.to(g), qb.to(g).transpose(0, 1), sfa.to(g), sfb.to(g).transpose(0, 1), al.to(g));
-  EXPECT_TRUE(all_close(gpu, cpu, gemm_tol(DType::kBFloat16, 128)));
+  fp4_matches(
+      [&] {
+        return mm_fp4(qa.to(g), qb.to(g).transpose(0, 1), sfa.to(g), sfb.to(g).transpose(0, 1),
+                      al.to(g));
+      },
+      cpu, gemm_tol(DType::kBFloat16, 128));
 }
 
 // Views whose data pointer is only element-aligned (cuBLASLt's heuristic assumes 256 bytes

@@ -761,8 +761,8 @@ TEST(GemmFp8Decl, SignaturesModulesAndBackends) {
   }
   EXPECT_EQ(backend_requirement("gemm_fp8_nt_groupwise").default_backend, "cutlass");
   EXPECT_EQ(backend_requirement("mm_fp8").default_backend, "trtllm_low_latency");
-  // CPU-only: no CUDA backend in this build.
-  EXPECT_FALSE(op_has_backend("fp8_blockscale_gemm_sm90", DeviceType::kCUDA));
+  // Both devices (the CUDA entry reuses the block-scaled GEMM kernel).
+  EXPECT_EQ(op_has_backend("fp8_blockscale_gemm_sm90", DeviceType::kCUDA), cuda_compiled());
   EXPECT_TRUE(op_has_backend("fp8_blockscale_gemm_sm90", DeviceType::kCPU));
   EXPECT_EQ(op_has_backend("gemm_fp8_nt_groupwise", DeviceType::kCUDA), cuda_compiled());
   if (cuda_compiled()) {
