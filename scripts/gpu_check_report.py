@@ -225,6 +225,7 @@ CTEST_RESULT = re.compile(r"^\s*\d+/\d+\s+Test\s+#(\d+):\s+(\S+)\s+\.*\s*(\*{3})
 # gtest and ctest lines that say nothing about why a case failed.
 BOILERPLATE = re.compile(
     r"^(\[[ =A-Z-]+\]|\[==========\]|Note: |Running main\(\)|Google Test trace:|\S+:\d+: Failure$|"
+    r"unknown file: Failure$|Test project |"
     r"\S+:\d+: Skipped$|\d+% tests passed|Label Time Summary|Total Test time|The following tests|"
     r"Errors while running CTest|cpu\s+=|\s*\d+ FAILED TESTS?$|Test command:|Working Directory:|"
     r"Environment variables:|Test timeout computed|\s*Start\s+\d+:)")
@@ -263,10 +264,10 @@ def first_line(output):
                 return "%s in %s" % (sig, name)
             return sig
     for i, l in enumerate(lines):
-        if re.search(r"\S:\d+: Failure$", l):
+        if re.search(r"(\S:\d+|^unknown file): Failure$", l):
             rest = []
             for x in lines[i + 1:i + 8]:
-                if BOILERPLATE.match(x.strip()) or re.search(r"\S:\d+: Failure$", x):
+                if BOILERPLATE.match(x.strip()) or re.search(r"(\S:\d+|^unknown file): Failure$", x):
                     break
                 if x.strip():
                     rest.append(x.strip())
