@@ -10,6 +10,8 @@ CSV rows and markdown, and assemble gpu-report.md. Standard library only (runs o
   gpu_check_report.py ctest LOG JUNIT.xml OUT.csv PHASE.md   the whole ctest suite (phase 2): one
                       row per case, a failure's first line; exit 1 on a failure or a CUDA case's
                       skip not allowed on a GPU machine (JUNIT may be absent: the log alone)
+  gpu_check_report.py subset IN.csv OUT.csv PHASE.md TITLE REGEX    the rows of IN.csv whose test
+                      matches REGEX (phase 3 from phase 2's whole suite); exit 1 on a failure
   gpu_check_report.py summary OUTDIR                         summary.md: one page in the shape of
                       shared/gpu/README.md (counts, each failure's first line, the bench table
                       with ratios to the peers) from what the phases left in OUTDIR
@@ -189,7 +191,8 @@ def kernels(outdir, device, date):
     p = os.path.join(outdir, "tests.csv")
     if os.path.exists(p):
         with open(p, newline="") as f:
-            tests = list(csv.DictReader(f))
+            # one row per case: phase 3's rows repeat phase 2's when taken from its whole suite
+            tests = list({r["test"]: r for r in csv.DictReader(f)}.values())
     bench_cuda = []
     b = os.path.join(outdir, "bench_rows.csv")
     if os.path.exists(b):
@@ -354,6 +357,30 @@ def ctest(log, junit, out_csv, phase_md):
             f.write("| test | status | first line |\n|---|---|---|\n")
             for r in bad[:300]:
                 f.write("| `%s` | **%s** | %s |\n" % (r[1], r[2], r[3].replace("|", "/")))
+            f.write("\n")
+    return 1 if (bad or not rows) else 0
+
+
+def subset(in_csv, out_csv, phase_md, title, pattern):
+    """The rows of an earlier phase's CSV whose test matches `pattern` (phase 3 from phase 2's
+    whole-suite run); exit 1 on a failure or a skip among them, or when there is none."""
+    rows = [r for r in read_csv(in_csv) if re.search(pattern, r["test"])]
+    with open(out_csv, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["binary", "test", "status", "message"])
+        w.writerows([[r["binary"], r["test"], r["status"], r["message"]] for r in rows])
+    bad = [r for r in rows if r["status"] in ("failed", "error", "skipped")]
+    count = {}
+    for r in rows:
+        count[r["status"]] = count.get(r["status"], 0) + 1
+    with open(phase_md, "a") as f:
+        f.write("%s (from `%s`): %d test cases: %s.\n\n" % (
+            title, os.path.basename(in_csv), len(rows),
+            ", ".join("%d %s" % (v, k) for k, v in sorted(count.items())) or "none"))
+        if bad:
+            f.write("| test | status | first line |\n|---|---|---|\n")
+            for r in bad[:300]:
+                f.write("| `%s` | **%s** | %s |\n" % (r["test"], r["status"], r["message"].replace("|", "/")))
             f.write("\n")
     return 1 if (bad or not rows) else 0
 
@@ -880,6 +907,8 @@ def main(argv):
         return assemble(argv[2])
     if cmd == "ctest" and len(argv) == 6:
         return ctest(*argv[2:6])
+    if cmd == "subset" and len(argv) == 7:
+        return subset(*argv[2:7])
     if cmd == "summary" and len(argv) == 3:
         return summary(argv[2])
     if cmd == "decode-plan" and len(argv) == 6 and argv[2] in DECODE_GRIDS:

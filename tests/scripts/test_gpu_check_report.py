@@ -175,6 +175,20 @@ class GpuCheckReport(unittest.TestCase):
         self.assertIn("| `GemmCuda.SkipsHere` | **skipped** | no CUDA device visible |", text)
         self.assertNotIn("Chat.NeedsAModel", text)
 
+    def test_subset_for_phase_3(self):
+        run("ctest", self.log, self.junit, os.path.join(self.d, "tests_phase2.csv"),
+            os.path.join(self.d, "phase2.md"))
+        out = os.path.join(self.d, "tests_phase3.csv")
+        md = os.path.join(self.d, "phase3.md")
+        r = run("subset", os.path.join(self.d, "tests_phase2.csv"), out, md, "BackendOpsCuda",
+                r"BackendOpsCuda(Jit)?\.")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        with open(out, newline="") as f:
+            names = [row["test"] for row in csv.DictReader(f)]
+        self.assertEqual(names, ["Op/BackendOpsCuda.MatchesCpu/mm_gguf",
+                                 "Op/BackendOpsCuda.MatchesCpu/mxfp8_grouped_quantize"])
+        self.assertIn("BackendOpsCuda (from `tests_phase2.csv`): 2 test cases: 2 failed.", read(md))
+
     def test_ctest_without_junit_uses_the_log(self):
         r = run("ctest", self.log, os.path.join(self.d, "absent.xml"),
                 os.path.join(self.d, "tests_phase2.csv"), os.path.join(self.d, "phase2.md"))
