@@ -405,12 +405,31 @@ def _flag(cmd, name):
     return m.group(1) if m else None
 
 
+# The flags that make a routine's shape (bench's repro command lists every flag, defaults too).
+SHAPE_FLAGS = [
+    (r"Decode", [("batch_size", "batch"), ("s_kv", "kv"), ("num_qo_heads", "q heads"),
+                 ("num_kv_heads", "kv heads"), ("head_dim_qk", "D"), ("page_size", "page"),
+                 ("kv_dtype", "KV")]),
+    (r"Prefill", [("batch_size", "batch"), ("s_qo", "qo"), ("s_kv", "kv"), ("num_qo_heads", "q heads"),
+                  ("num_kv_heads", "kv heads"), ("head_dim_qk", "D")]),
+    (r"rope", [("batch_size", "batch"), ("s_qo", "tokens"), ("num_qo_heads", "q heads"),
+               ("num_kv_heads", "kv heads"), ("head_dim_qk", "D")]),
+    (r"^bmm_", [("batch_size", "batch"), ("m", "m"), ("n", "n"), ("k", "k")]),
+    (r"^(mm_|gemm|tinygemm)", [("m", "m"), ("n", "n"), ("k", "k")]),
+    (r"quantize", [("m", "m"), ("k", "k")]),
+    (r"^stream_copy", [("m", "m"), ("n", "n")]),
+    (r"sampling|softmax|top_k|top_p|renorm", [("batch_size", "batch"), ("vocab_size", "vocab"),
+                                               ("top_k", "k"), ("top_p", "p")]),
+    (r"norm|_and_mul", [("batch_size", "batch"), ("hidden_size", "hidden")]),
+]
+
+
 def bench_shape(r):
-    """A short shape text from a bench row's repro command."""
+    """A short shape text from a bench row's repro command: the flags of its routine's family."""
     cmd = r.get("repro_command", "")
-    keys = [("batch_size", "batch"), ("m", "m"), ("n", "n"), ("k", "k"), ("s_qo", "qo"),
-            ("s_kv", "kv"), ("hidden_size", "hidden"), ("vocab_size", "vocab"),
-            ("num_qo_heads", "q heads"), ("num_kv_heads", "kv heads"), ("page_size", "page")]
+    keys = next((k for pat, k in SHAPE_FLAGS if re.search(pat, r.get("routine", ""))), [])
+    if not re.search(r"sampling|top_k_mask|renorm", r.get("routine", "")):
+        keys = [k for k in keys if k[0] not in ("top_k", "top_p")]
     parts = ["%s %s" % (label, _flag(cmd, k)) for k, label in keys if _flag(cmd, k)]
     if "--causal" in cmd:
         parts.append("causal")
@@ -439,8 +458,8 @@ def bench_table(outdir):
         tf, tb = _num(r.get("tflops")), _num(r.get("tb_per_sec"))
         if tf and tf > 0.05:
             ours += ", %.1f TFLOP/s" % tf
-        if tb and tb > 0.001:
-            ours += ", %.2f TB/s" % tb
+        if tb:
+            ours += ", %.3g TB/s" % tb
         fb, ff = _num(r.get("frac_peak_bandwidth")), _num(r.get("frac_peak_flops"))
         if ff:
             ours += " (%.1f %% of peak FLOP/s)" % (100 * ff)
@@ -452,7 +471,7 @@ def bench_table(outdir):
         cmd = r.get("repro_command", "")
         if r["routine"] in ("mm_bf16", "bmm_fp8"):
             want = {"m": _flag(cmd, "m"), "n": _flag(cmd, "n"), "k": _flag(cmd, "k"),
-                    "batch": _flag(cmd, "batch_size") or "1"}
+                    "batch": (_flag(cmd, "batch_size") or "1") if r["routine"].startswith("bmm") else "1"}
             for t in torch_rows:
                 if t.get("op") == r["routine"] and all(str(t.get(k)) == v for k, v in want.items() if v):
                     if t.get("median_ms"):
@@ -469,8 +488,11 @@ def bench_table(outdir):
                 ratio = _ratio_text(_num(u["median_ms"]), ms)
             else:
                 peer = "upstream: %s" % u.get("status", "")
-        elif r["routine"] == DECODE_ROUTINE and dc and dc[0].get("upstream_ms"):
-            h = dc[0]
+        elif r["routine"] == DECODE_ROUTINE and dc and dc[0].get("upstream_ms") and all(
+                str(dc[0].get(key)) == str(_flag(cmd, flag)) for key, flag in (
+                    ("batch", "batch_size"), ("kv_len", "s_kv"), ("qo_heads", "num_qo_heads"),
+                    ("kv_heads", "num_kv_heads"), ("page", "page_size"))):
+            h = dc[0]  # the grid's headline row is this row's shape
             peer = "upstream on the decode grid's headline row: %s ms" % h["upstream_ms"]
             ratio = _ratio_text(_num(h["upstream_ms"]), _num(h.get("ours_ms")) or ms)
         table.append([r["routine"], bench_shape(r), ours, peer, ratio])

@@ -233,10 +233,10 @@ class GpuCheckReport(unittest.TestCase):
                       "test_float_formats)", page)
         self.assertIn("initcheck: 0 binaries clean, **test_backend_ops errors (74 errors)**", page)
         # The bench table: ours, the peer on the same shape, the ratio peer ms / ours ms.
-        self.assertIn("| mm_bf16 | m 128, n 4096, k 4096 | 0.3100 ms, 44.4 TFLOP/s, 0.10 TB/s "
+        self.assertIn("| mm_bf16 | m 128, n 4096, k 4096 | 0.3100 ms, 44.4 TFLOP/s, 0.1 TB/s "
                       "(4.5 % of peak FLOP/s) | torch.matmul: 0.1330 ms, 103.6 TFLOP/s | 0.43x "
                       "(peer 2.3x faster) |", page)
-        self.assertIn("| rmsnorm | batch 128, hidden 4096 | 0.0147 ms, 0.14 TB/s (4.3 % of peak "
+        self.assertIn("| rmsnorm | batch 128, hidden 4096 | 0.0147 ms, 0.143 TB/s (4.3 % of peak "
                       "bandwidth) | upstream (rows128 hidden4096): 0.0186 ms | 1.27x (ours faster) |",
                       page)
         self.assertIn("refcheck **mismatch**", page)
