@@ -7,6 +7,14 @@ CSV rows and markdown, and assemble gpu-report.md. Standard library only (runs o
   gpu_check_report.py bench LOG BENCH.csv OUT.csv PHASE.md DEVICE_NAME
   gpu_check_report.py kernels OUTDIR DEVICE DATE             kernels.csv from tests.csv/bench.csv
   gpu_check_report.py assemble OUTDIR                        gpu-report.md from the phase*.md
+  gpu_check_report.py ctest LOG JUNIT.xml OUT.csv PHASE.md   the whole ctest suite (phase 2): one
+                      row per case, a failure's first line; exit 1 on a failure or a CUDA case's
+                      skip not allowed on a GPU machine (JUNIT may be absent: the log alone)
+  gpu_check_report.py subset IN.csv OUT.csv PHASE.md TITLE REGEX    the rows of IN.csv whose test
+                      matches REGEX (phase 3 from phase 2's whole suite); exit 1 on a failure
+  gpu_check_report.py summary OUTDIR                         summary.md: one page in the shape of
+                      shared/gpu/README.md (counts, each failure's first line, the bench table
+                      with ratios to the peers) from what the phases left in OUTDIR
   Decode grid (phases 5b and 6a):
   gpu_check_report.py decode-plan MODE MEM_BYTES PLAN.csv TESTLIST
                       MODE full, quick or dry: the grid's rows, the headline first, those whose
@@ -183,7 +191,8 @@ def kernels(outdir, device, date):
     p = os.path.join(outdir, "tests.csv")
     if os.path.exists(p):
         with open(p, newline="") as f:
-            tests = list(csv.DictReader(f))
+            # one row per case: phase 3's rows repeat phase 2's when taken from its whole suite
+            tests = list({r["test"]: r for r in csv.DictReader(f)}.values())
     bench_cuda = []
     b = os.path.join(outdir, "bench_rows.csv")
     if os.path.exists(b):
@@ -209,6 +218,396 @@ def kernels(outdir, device, date):
                 else:
                     res = "pass: %d test cases" % ok
             w.writerow(["src/kernels/cuda/" + src, device, date, res])
+    return 0
+
+
+# ---- the whole ctest suite (phase 2) ----------------------------------------------------------
+
+# "  12/1808 Test  #847: Op/BackendOpsCuda.MatchesCpu/x ......***Failed    0.30 sec"
+CTEST_RESULT = re.compile(r"^\s*\d+/\d+\s+Test\s+#(\d+):\s+(\S+)\s+\.*\s*(\*{3})?(.+?)\s+([0-9.]+)\s+sec\s*$")
+# gtest and ctest lines that say nothing about why a case failed.
+BOILERPLATE = re.compile(
+    r"^(\[[ =A-Z-]+\]|\[==========\]|Note: |Running main\(\)|Google Test trace:|\S+:\d+: Failure$|"
+    r"unknown file: Failure$|Test project |"
+    r"\S+:\d+: Skipped$|\d+% tests passed|Label Time Summary|Total Test time|The following tests|"
+    r"Errors while running CTest|cpu\s+=|\s*\d+ FAILED TESTS?$|Test command:|Working Directory:|"
+    r"Environment variables:|Test timeout computed|\s*Start\s+\d+:)")
+
+
+def _ctest_status(text):
+    t = text.strip().lstrip("*")
+    if t == "Passed":
+        return "passed"
+    if t.startswith("Skipped"):
+        return "skipped"
+    if t.startswith("Not Run (Disabled)"):
+        return "disabled"
+    return "failed"
+
+
+def first_line(output):
+    """The line that says why a case failed: gtest's message after "file:line: Failure", the
+    crash handler's signal line and the crashing frame, or the first line that is not gtest's
+    frame text."""
+    lines = [l.rstrip() for l in output.splitlines()]
+    # A case's own lines are sometimes prefixed "[test name] " (ctest -j output gathered later).
+    lines = [re.sub(r"^\[[A-Za-z_][^\]\s]*[./][^\]\s]*\] ", "", l) for l in lines]
+    for i, l in enumerate(lines):
+        if l.startswith("*** fatal signal"):
+            sig = l.split(" at address")[0].split(", pid")[0].replace("*** fatal signal ", "")
+            sig = sig.split(" (")[0]
+            for f in lines[i + 1:]:
+                m = re.match(r"^\s+#\d+ 0x[0-9a-f]+ (.+?)(?: \((?:the test binary|[^()]+)\+0x[0-9a-f]+\))?$", f)
+                if not m:
+                    continue
+                name = m.group(1)
+                if re.search(r"crash_handler|flashinfer::test::\(anonymous|sigaction|__restore_rt|"
+                             r"raise|abort|pthread_kill|^\?\?$", name):
+                    continue
+                return "%s in %s" % (sig, name)
+            return sig
+    for i, l in enumerate(lines):
+        if re.search(r"(\S:\d+|^unknown file): Failure$", l):
+            rest = []
+            for x in lines[i + 1:i + 8]:
+                if BOILERPLATE.match(x.strip()) or re.search(r"(\S:\d+|^unknown file): Failure$", x):
+                    break
+                if x.strip():
+                    rest.append(x.strip())
+            if rest:
+                return " / ".join(rest)
+    for l in lines:
+        s = l.strip()
+        if s and not BOILERPLATE.match(s) and not re.match(r"^\S+:\d+: ", s):
+            return s
+    return ""
+
+
+def _junit_cases(path):
+    """name -> (status or None, output) from ctest's --output-junit file (CMake >= 3.21)."""
+    out = {}
+    try:
+        root = ET.parse(path).getroot()
+    except (ET.ParseError, OSError):
+        return out
+    for tc in root.iter("testcase"):
+        name = tc.get("name") or ""
+        so = tc.find("system-out")
+        text = so.text if so is not None and so.text else ""
+        st = None
+        if tc.find("failure") is not None or tc.find("error") is not None or tc.get("status") == "fail":
+            st = "failed"
+        elif tc.find("skipped") is not None or tc.get("status") in ("skipped", "notrun"):
+            st = "skipped"
+        elif tc.get("status") == "disabled":
+            st = "disabled"
+        elif tc.get("status") == "run":
+            st = "passed"
+        out[name] = (st, text)
+    return out
+
+
+def ctest(log, junit, out_csv, phase_md):
+    results = []  # [name, status, kind]
+    blocks, cur = {}, None
+    with open(log, errors="replace") as f:
+        for line in f:
+            m = CTEST_RESULT.match(line)
+            if m:
+                cur = m.group(2)
+                results.append([cur, _ctest_status(m.group(4)), m.group(4).strip().lstrip("*")])
+                blocks[cur] = []
+                continue
+            if cur is not None and not re.match(r"^\s*Start\s+\d+:", line):
+                blocks[cur].append(line)
+    junit_cases = _junit_cases(junit) if junit and os.path.exists(junit) else {}
+    if not results:  # no progress lines (an old ctest?): the JUnit file alone
+        results = [[n, st or "passed", st or ""] for n, (st, _) in junit_cases.items()]
+    rows, bad = [], []
+    for name, status, kind in results:
+        text = junit_cases.get(name, (None, ""))[1] or "".join(blocks.get(name, []))
+        msg = ""
+        if status == "failed":
+            msg = first_line(text) or kind
+            if kind not in ("Failed", "") and not msg.startswith(kind):
+                msg = "%s: %s" % (kind, msg)
+        elif status == "skipped":
+            skips = [l.strip() for l in text.splitlines() if l.strip() and not BOILERPLATE.match(l.strip())]
+            msg = skips[-1] if skips else ""
+            if ALLOWED_SKIP.search(text):
+                status = "skipped-ok"
+        rows.append(["ctest", name, status, msg[:300]])
+        # A CUDA case must run on a GPU machine; other skips (no model, no python package) are
+        # listed but do not fail the phase.
+        if status == "failed" or (status == "skipped" and "Cuda" in name):
+            bad.append(rows[-1])
+    with open(out_csv, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["binary", "test", "status", "message"])
+        w.writerows(rows)
+    count = {}
+    for r in rows:
+        count[r[2]] = count.get(r[2], 0) + 1
+    with open(phase_md, "a") as f:
+        f.write("Whole suite (ctest, GPU visible, FLASHINFER_TEST_REQUIRE_CUDA=1): %d cases: %s.\n\n" % (
+            len(rows), ", ".join("%d %s" % (v, k) for k, v in sorted(count.items())) or "none"))
+        if not rows:
+            f.write("**No test case ran** (see the ctest log).\n\n")
+        if bad:
+            f.write("| test | status | first line |\n|---|---|---|\n")
+            for r in bad[:300]:
+                f.write("| `%s` | **%s** | %s |\n" % (r[1], r[2], r[3].replace("|", "/")))
+            f.write("\n")
+    return 1 if (bad or not rows) else 0
+
+
+def subset(in_csv, out_csv, phase_md, title, pattern):
+    """The rows of an earlier phase's CSV whose test matches `pattern` (phase 3 from phase 2's
+    whole-suite run); exit 1 on a failure or a skip among them, or when there is none."""
+    rows = [r for r in read_csv(in_csv) if re.search(pattern, r["test"])]
+    with open(out_csv, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["binary", "test", "status", "message"])
+        w.writerows([[r["binary"], r["test"], r["status"], r["message"]] for r in rows])
+    bad = [r for r in rows if r["status"] in ("failed", "error", "skipped")]
+    count = {}
+    for r in rows:
+        count[r["status"]] = count.get(r["status"], 0) + 1
+    with open(phase_md, "a") as f:
+        f.write("%s (from `%s`): %d test cases: %s.\n\n" % (
+            title, os.path.basename(in_csv), len(rows),
+            ", ".join("%d %s" % (v, k) for k, v in sorted(count.items())) or "none"))
+        if bad:
+            f.write("| test | status | first line |\n|---|---|---|\n")
+            for r in bad[:300]:
+                f.write("| `%s` | **%s** | %s |\n" % (r["test"], r["status"], r["message"].replace("|", "/")))
+            f.write("\n")
+    return 1 if (bad or not rows) else 0
+
+
+# ---- summary.md: one page in the shape of shared/gpu/README.md ---------------------------------
+
+# flashinfer bench rows and the peer that ran the same shape in the same run.
+UPSTREAM_PEER = {"BatchPrefillWithPagedKVCacheWrapper.run": "BatchPrefillWithPagedKVCacheWrapper.run",
+                 "rmsnorm": "rmsnorm",
+                 "top_k_top_p_sampling_from_logits": "top_k_top_p_sampling_from_logits"}
+
+
+def _num(x):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _flag(cmd, name):
+    m = re.search(r"--%s[ =](\S+)" % name, cmd or "")
+    return m.group(1) if m else None
+
+
+# The flags that make a routine's shape (bench's repro command lists every flag, defaults too).
+SHAPE_FLAGS = [
+    (r"Decode", [("batch_size", "batch"), ("s_kv", "kv"), ("num_qo_heads", "q heads"),
+                 ("num_kv_heads", "kv heads"), ("head_dim_qk", "D"), ("page_size", "page"),
+                 ("kv_dtype", "KV")]),
+    (r"Prefill", [("batch_size", "batch"), ("s_qo", "qo"), ("s_kv", "kv"), ("num_qo_heads", "q heads"),
+                  ("num_kv_heads", "kv heads"), ("head_dim_qk", "D")]),
+    (r"rope", [("batch_size", "batch"), ("s_qo", "tokens"), ("num_qo_heads", "q heads"),
+               ("num_kv_heads", "kv heads"), ("head_dim_qk", "D")]),
+    (r"^bmm_", [("batch_size", "batch"), ("m", "m"), ("n", "n"), ("k", "k")]),
+    (r"^(mm_|gemm|tinygemm)", [("m", "m"), ("n", "n"), ("k", "k")]),
+    (r"quantize", [("m", "m"), ("k", "k")]),
+    (r"^stream_copy", [("m", "m"), ("n", "n")]),
+    (r"sampling|softmax|top_k|top_p|renorm", [("batch_size", "batch"), ("vocab_size", "vocab"),
+                                               ("top_k", "k"), ("top_p", "p")]),
+    (r"norm|_and_mul", [("batch_size", "batch"), ("hidden_size", "hidden")]),
+]
+
+
+def bench_shape(r):
+    """A short shape text from a bench row's repro command: the flags of its routine's family."""
+    cmd = r.get("repro_command", "")
+    keys = next((k for pat, k in SHAPE_FLAGS if re.search(pat, r.get("routine", ""))), [])
+    if not re.search(r"sampling|top_k_mask|renorm", r.get("routine", "")):
+        keys = [k for k in keys if k[0] not in ("top_k", "top_p")]
+    parts = ["%s %s" % (label, _flag(cmd, k)) for k, label in keys if _flag(cmd, k)]
+    if "--causal" in cmd:
+        parts.append("causal")
+    return ", ".join(parts)
+
+
+def _ratio_text(peer_ms, ours_ms):
+    if not peer_ms or not ours_ms or ours_ms <= 0 or peer_ms <= 0:
+        return ""
+    q = peer_ms / ours_ms
+    return "%.2fx (%s)" % (q, "ours faster" if q >= 1 else "peer %.1fx faster" % (1 / q))
+
+
+def bench_table(outdir):
+    """Rows [routine, shape, ours, peer, ratio] for the summary's bench table."""
+    rows = read_csv(os.path.join(outdir, "bench_rows.csv"))
+    torch_rows = read_csv(os.path.join(outdir, "gemm_torch.csv"))
+    up_rows = {r["case"]: r for r in read_csv(os.path.join(outdir, "upstream.csv"))}
+    dc = [r for r in read_csv(os.path.join(outdir, "decode_compare.csv")) if r.get("role") == "headline"]
+    table = []
+    for r in rows:
+        if r.get("backend") not in ("cuda", "cpu"):
+            continue
+        ms = _num(r.get("median_ms"))
+        ours = "%s ms" % r["median_ms"] if r.get("median_ms") else "no time"
+        tf, tb = _num(r.get("tflops")), _num(r.get("tb_per_sec"))
+        if tf and tf > 0.05:
+            ours += ", %.1f TFLOP/s" % tf
+        if tb:
+            ours += ", %.3g TB/s" % tb
+        fb, ff = _num(r.get("frac_peak_bandwidth")), _num(r.get("frac_peak_flops"))
+        if ff:
+            ours += " (%.1f %% of peak FLOP/s)" % (100 * ff)
+        elif fb:
+            ours += " (%.1f %% of peak bandwidth)" % (100 * fb)
+        if r.get("refcheck") not in ("", "pass", None):
+            ours += "; refcheck **%s**" % r["refcheck"]
+        peer, ratio = "", ""
+        cmd = r.get("repro_command", "")
+        if r["routine"] in ("mm_bf16", "bmm_fp8"):
+            want = {"m": _flag(cmd, "m"), "n": _flag(cmd, "n"), "k": _flag(cmd, "k"),
+                    "batch": (_flag(cmd, "batch_size") or "1") if r["routine"].startswith("bmm") else "1"}
+            for t in torch_rows:
+                if t.get("op") == r["routine"] and all(str(t.get(k)) == v for k, v in want.items() if v):
+                    if t.get("median_ms"):
+                        peer = "%s: %s ms, %.1f TFLOP/s" % (t.get("torch_call", "torch"), t["median_ms"],
+                                                          _num(t.get("tflops")) or 0.0)
+                        ratio = _ratio_text(_num(t["median_ms"]), ms)
+                    else:
+                        peer = "torch: %s" % (t.get("note") or "no time")
+                    break
+        elif r["routine"] in UPSTREAM_PEER and UPSTREAM_PEER[r["routine"]] in up_rows:
+            u = up_rows[UPSTREAM_PEER[r["routine"]]]
+            if u.get("median_ms"):
+                peer = "upstream (%s): %s ms" % (u.get("shape", ""), u["median_ms"])
+                ratio = _ratio_text(_num(u["median_ms"]), ms)
+            else:
+                peer = "upstream: %s" % u.get("status", "")
+        elif r["routine"] == DECODE_ROUTINE and dc and dc[0].get("upstream_ms") and all(
+                str(dc[0].get(key)) == str(_flag(cmd, flag)) for key, flag in (
+                    ("batch", "batch_size"), ("kv_len", "s_kv"), ("qo_heads", "num_qo_heads"),
+                    ("kv_heads", "num_kv_heads"), ("page", "page_size"))):
+            h = dc[0]  # the grid's headline row is this row's shape
+            peer = "upstream on the decode grid's headline row: %s ms" % h["upstream_ms"]
+            ratio = _ratio_text(_num(h["upstream_ms"]), _num(h.get("ours_ms")) or ms)
+        table.append([r["routine"], bench_shape(r), ours, peer, ratio])
+    return table
+
+
+def _md_header(outdir):
+    info = {}
+    p = os.path.join(outdir, "header.md")
+    if os.path.exists(p):
+        for line in open(p, errors="replace"):
+            m = re.match(r"^- (date|device|nvcc|commit|build dir): (.*)$", line.strip())
+            if m:
+                info[m.group(1)] = m.group(2)
+    return info
+
+
+def _phase_times(outdir):
+    out = []
+    for p in sorted(glob.glob(os.path.join(outdir, "phase*.md"))):
+        text = open(p, errors="replace").read()
+        m = re.search(r"^Phase (\S+) (passed|FAILED) in (\d+) s\.", text, re.M)
+        if m:
+            out.append((m.group(1), m.group(2), int(m.group(3))))
+    return out
+
+
+def summary(outdir):
+    info = _md_header(outdir)
+    L = []
+    date = (info.get("date") or "").split(" ")[0] or "(no date)"
+    L.append("# What the GPU showed: %s, project at %s" % (date, info.get("commit", "unknown")))
+    L.append("")
+    L.append("Device: %s; nvcc %s. Written by `scripts/gpu-check` (`gpu_check_report.py summary`); the "
+             "full report is `gpu-report.md`, every row in the CSVs beside it." % (
+                 info.get("device", "unknown"), info.get("nvcc", "unknown")))
+    L.append("")
+    pt = _phase_times(outdir)
+    if pt:
+        L.append("Phases: " + "; ".join("%s %s in %d s" % (p, st, t) for p, st, t in pt)
+                 + " (%d s in all)." % sum(t for _, _, t in pt))
+        L.append("")
+    # Tests: phase 2 (whole suite or the CUDA cases), then phase 3.
+    for csv_name, title in (("tests_phase2.csv", "Tests (phase 2)"),
+                            ("tests_phase3.csv", "test_backend_ops on CUDA (phase 3)")):
+        rows = read_csv(os.path.join(outdir, csv_name))
+        if not rows:
+            continue
+        count = {}
+        for r in rows:
+            count[r["status"]] = count.get(r["status"], 0) + 1
+        whole = any(r["binary"] == "ctest" for r in rows)
+        what = "whole ctest suite, GPU visible, FLASHINFER_TEST_REQUIRE_CUDA=1" if whole else "CUDA test cases"
+        failed = [r for r in rows if r["status"] in ("failed", "error")]
+        skipped = [r for r in rows if r["status"].startswith("skipped")]
+        L.append("- **%s, %s: %d cases: %d passed, %d skipped, %d disabled, %d failed** (`%s`)." % (
+            title, what, len(rows), count.get("passed", 0), len(skipped), count.get("disabled", 0),
+            len(failed), csv_name))
+        ops = [r for r in rows if "BackendOpsCuda.MatchesCpu/" in r["test"]]
+        if ops:
+            L.append("  - `BackendOpsCuda`: **%d op cases, %d pass, %d fail**." % (
+                len(ops), sum(r["status"] == "passed" for r in ops),
+                sum(r["status"] in ("failed", "error") for r in ops)))
+        if skipped:
+            bad_skips = [r for r in skipped if r["status"] == "skipped"]
+            L.append("  - Skips: %d expected on a GPU machine (\"a GPU is present\", no model file), %d "
+                     "other%s" % (len(skipped) - len(bad_skips), len(bad_skips),
+                                  (": " + ", ".join("`%s`" % r["test"] for r in bad_skips[:12])
+                                   + (" ..." if len(bad_skips) > 12 else "")) if bad_skips else "") + ".")
+        if failed:
+            L.append("  - Failures, first line each:")
+            for r in failed[:80]:
+                L.append("    - `%s`: %s" % (r["test"], r["message"].replace("\n", " ")[:220] or "(no message)"))
+            if len(failed) > 80:
+                L.append("    - ... and %d more (`%s`)" % (len(failed) - 80, csv_name))
+    san = read_csv(os.path.join(outdir, "sanitizer.csv"))
+    if san:
+        tools = {}
+        for r in san:
+            tools.setdefault(r["tool"], []).append(r)
+        parts = []
+        for tool, rs in tools.items():
+            clean = [r for r in rs if r["result"] == "pass"]
+            nocuda = [r for r in rs if r["result"].startswith("no CUDA")]
+            other = [r for r in rs if r not in clean and r not in nocuda]
+            txt = "%s: %d binaries clean" % (tool, len(clean))
+            if nocuda:
+                txt += ", %d without a CUDA call (nothing to check: %s)" % (
+                    len(nocuda), ", ".join(r["binary"] for r in nocuda))
+            if other:
+                txt += ", **%s**" % "; ".join("%s %s%s" % (r["binary"], r["result"],
+                                                           " (%s errors)" % r["errors"] if r.get("errors") else "")
+                                               for r in other)
+            parts.append(txt)
+        L.append("- compute-sanitizer (phase 4, `sanitizer.csv`): " + "; ".join(parts) + ".")
+    rp = os.path.join(outdir, "replay.txt")
+    if os.path.exists(rp):
+        sums = [l.strip() for l in open(rp, errors="replace") if l.startswith("Summary")]
+        if sums:
+            L.append("- Cross-backend replay (phase 7): " + "; ".join(sums) + ".")
+    dm = os.path.join(outdir, "decode_compare.md")
+    if os.path.exists(dm):
+        goals = [l.strip()[2:] for l in open(dm, errors="replace") if l.startswith("- ")]
+        if goals:
+            L.append("- Decode grid against upstream (phases 5b, 6a; `decode_compare.csv`): " + "; ".join(goals) + ".")
+    table = bench_table(outdir)
+    if table:
+        L.append("")
+        L.append("| routine | shape | this library | same machine, same run | ratio (peer ms / ours ms) |")
+        L.append("|---|---|---|---|---|")
+        for t in table:
+            L.append("| %s | %s | %s | %s | %s |" % tuple(c.replace("|", "/") or "" for c in t))
+    L.append("")
+    with open(os.path.join(outdir, "summary.md"), "w") as f:
+        f.write("\n".join(L))
     return 0
 
 
@@ -528,6 +927,12 @@ def main(argv):
         return kernels(*argv[2:5])
     if cmd == "assemble" and len(argv) == 3:
         return assemble(argv[2])
+    if cmd == "ctest" and len(argv) == 6:
+        return ctest(*argv[2:6])
+    if cmd == "subset" and len(argv) == 7:
+        return subset(*argv[2:7])
+    if cmd == "summary" and len(argv) == 3:
+        return summary(argv[2])
     if cmd == "decode-plan" and len(argv) == 6 and argv[2] in DECODE_GRIDS:
         return decode_plan(*argv[2:6])
     if cmd == "decode-grid" and len(argv) == 7:

@@ -86,6 +86,7 @@ std::tuple<Tensor, Tensor> group_quant_impl(const Tensor& x, int64_t group_size,
     p.s_stride_row = 1;
     p.s_stride_group = col;
     p.scales = raw.data<float>();
+    if (col > rows) p.scales_padded_total = groups * col;
   } else {
     Shape sh = x.shape();
     sh.back() = groups;

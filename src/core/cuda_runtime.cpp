@@ -90,6 +90,18 @@ void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, 
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
+void cuda_memcpy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t spitch,
+                    std::size_t width, std::size_t height, CopyKind kind, int device) {
+  if (width == 0 || height == 0) return;
+  DeviceGuard g(device);
+  cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
+                     : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
+                                                       : cudaMemcpyDeviceToDevice;
+  auto stream = static_cast<cudaStream_t>(current_cuda_stream());
+  check(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, k, stream), "cudaMemcpy2DAsync");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
 void* cuda_pinned_alloc(std::size_t nbytes) {
   void* p = nullptr;
   check(cudaHostAlloc(&p, nbytes == 0 ? 1 : nbytes, cudaHostAllocDefault), "cudaHostAlloc");
@@ -193,6 +205,10 @@ void* cuda_device_malloc(std::size_t, int) { no_cuda("cuda_malloc"); }
 uint64_t cuda_device_malloc_count() { return 0; }
 void cuda_device_free(void*, int) noexcept {}
 void cuda_memcpy(void*, const void*, std::size_t, CopyKind, int) { no_cuda("cuda_memcpy"); }
+void cuda_memcpy_2d(void*, std::size_t, const void*, std::size_t, std::size_t, std::size_t,
+                    CopyKind, int) {
+  no_cuda("cuda_memcpy_2d");
+}
 std::string cuda_device_name(int) { no_cuda("cuda_device_name"); }
 int cuda_compute_capability(int) { no_cuda("cuda_compute_capability"); }
 double cuda_peak_memory_bandwidth(int) { no_cuda("cuda_peak_memory_bandwidth"); }

@@ -21,6 +21,10 @@ uint64_t cuda_device_malloc_count();
 void cuda_device_free(void* ptr, int device) noexcept;
 /// Synchronous copy (stream-ordered on the current stream, then synchronized).
 void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, int device);
+/// Synchronous copy of `height` rows of `width` bytes, row i at src + i * spitch to
+/// dst + i * dpitch (cudaMemcpy2D): the bytes between rows are neither read nor written.
+void cuda_memcpy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t spitch,
+                    std::size_t width, std::size_t height, CopyKind kind, int device);
 /// Page-locked host memory (cudaHostAlloc), so device-to-host copies into it run
 /// asynchronously; freed with cuda_pinned_free.
 void* cuda_pinned_alloc(std::size_t nbytes);

@@ -57,6 +57,43 @@ inline std::pair<int64_t, int64_t> covered_span(const std::vector<int64_t>& shap
   return {offset, checked_add(end, 1, op, "strides")};
 }
 
+/// A view as `rows` runs of `cols` contiguous elements, run i starting `i * pitch` elements after
+/// the view's first element (pitch >= cols): what a 2-D copy (cudaMemcpy2D) moves without touching
+/// the elements between runs. Dimensions of size 1 are ignored and the others taken in stride
+/// order: a copy keeps every element at its offset, so a transposed view of a row-padded buffer
+/// qualifies too. False for a view that is not of this form (broadcast or overlapping strides,
+/// more than one pitch) or is empty.
+struct RowSpan {
+  int64_t rows = 0, cols = 0, pitch = 0;
+};
+inline bool as_row_span(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
+                        RowSpan* out) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dimensions above 1
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0) return false;
+    if (shape[i] > 1) dims.emplace_back(strides[i], shape[i]);
+  }
+  std::stable_sort(dims.begin(), dims.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  int64_t cols = 1;
+  std::size_t j = dims.size();
+  while (j > 0 && dims[j - 1].first == cols) cols *= dims[--j].second;
+  if (j == 0) {
+    *out = RowSpan{1, cols, cols};
+    return true;
+  }
+  const int64_t pitch = dims[j - 1].first;
+  if (pitch < cols) return false;
+  int64_t rows = dims[j - 1].second, next = pitch * dims[j - 1].second;
+  for (std::size_t k = j - 1; k-- > 0;) {
+    if (dims[k].first != next) return false;
+    rows *= dims[k].second;
+    next = dims[k].first * dims[k].second;
+  }
+  *out = RowSpan{rows, cols, pitch};
+  return true;
+}
+
 /// Calls fn(offset) for every element of the view, offsets in elements from the storage start,
 /// in row-major logical order. Incremental: no division per element.
 template <class Fn>

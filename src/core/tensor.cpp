@@ -97,6 +97,10 @@ void check_shape(const Shape& shape, const char* op) {
 }
 
 // Number of elements (from the storage start) the view touches: max offset + 1; 0 if empty.
+// The largest row pitch a 2-D copy is given (cudaMemcpy2D refuses pitches above the device's
+// memPitch, 2^31 - 1 on current GPUs); a larger one copies the whole span instead.
+constexpr std::size_t kMaxCopyPitch = 0x7FFFFFFF;
+
 int64_t span_end(const Shape& shape, const Shape& strides, int64_t offset,
                  const char* op = "Tensor") {
   const auto [begin, end] = detail::covered_span(shape, strides, offset, op);
@@ -494,11 +498,19 @@ Tensor& Tensor::copy_(const Tensor& src) {
   Tensor host_src = src;
   if (!sd.is_cpu()) {
     // Copy the span the source view covers, then view it on the host with the same strides.
+    // A view of rows at one pitch (padded rows, a transpose of them) moves only its rows: the
+    // bytes between them may be memory nothing wrote (compute-sanitizer initcheck).
     const int64_t end = span_end(src.shape_, src.strides_, src.offset_);
     const int64_t begin = src.offset_;
     Tensor span = empty({end - begin}, dtype_, Device::cpu());
-    detail::cuda_memcpy(span.data_ptr(), src.data_ptr(), (end - begin) * es,
-                        detail::CopyKind::kDeviceToHost, sd.index);
+    detail::RowSpan rs;
+    if (detail::as_row_span(src.shape_, src.strides_, &rs) && rs.pitch * es <= kMaxCopyPitch) {
+      detail::cuda_memcpy_2d(span.data_ptr(), rs.pitch * es, src.data_ptr(), rs.pitch * es,
+                             rs.cols * es, rs.rows, detail::CopyKind::kDeviceToHost, sd.index);
+    } else {
+      detail::cuda_memcpy(span.data_ptr(), src.data_ptr(), (end - begin) * es,
+                          detail::CopyKind::kDeviceToHost, sd.index);
+    }
     host_src = span.as_strided(src.shape_, src.strides_, 0);
   }
   if (dd.is_cpu()) {
@@ -512,14 +524,25 @@ Tensor& Tensor::copy_(const Tensor& src) {
                         dd.index);
     return *this;
   }
-  // Non-contiguous CUDA destination: read-modify-write its span.
+  // Non-contiguous CUDA destination. Rows at one pitch are written as rows (nothing read back:
+  // a fresh destination holds no defined bytes yet); any other view is read, modified and written
+  // back over its span, which keeps the elements between the view's.
   const int64_t end = span_end(shape_, strides_, offset_);
   Tensor span = empty({end - offset_}, dtype_, Device::cpu());
-  detail::cuda_memcpy(span.data_ptr(), data_ptr(), (end - offset_) * es,
-                      detail::CopyKind::kDeviceToHost, dd.index);
+  detail::RowSpan rs;
+  const bool by_rows = detail::as_row_span(shape_, strides_, &rs) && rs.pitch * es <= kMaxCopyPitch;
+  if (!by_rows) {
+    detail::cuda_memcpy(span.data_ptr(), data_ptr(), (end - offset_) * es,
+                        detail::CopyKind::kDeviceToHost, dd.index);
+  }
   span.as_strided(shape_, strides_, 0).copy_(host_src);
-  detail::cuda_memcpy(data_ptr(), span.data_ptr(), (end - offset_) * es,
-                      detail::CopyKind::kHostToDevice, dd.index);
+  if (by_rows) {
+    detail::cuda_memcpy_2d(data_ptr(), rs.pitch * es, span.data_ptr(), rs.pitch * es, rs.cols * es,
+                           rs.rows, detail::CopyKind::kHostToDevice, dd.index);
+  } else {
+    detail::cuda_memcpy(data_ptr(), span.data_ptr(), (end - offset_) * es,
+                        detail::CopyKind::kHostToDevice, dd.index);
+  }
   return *this;
 }
 

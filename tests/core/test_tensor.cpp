@@ -6,6 +6,7 @@
 #include <functional>
 #include <numeric>
 
+#include "core/strided.h"
 #include "flashinfer/flashinfer.h"
 #include "util/test_util.h"
 
@@ -16,6 +17,36 @@ std::vector<double> iota(int64_t n) {
   std::vector<double> v(n);
   std::iota(v.begin(), v.end(), 0.0);
   return v;
+}
+
+// The row decomposition behind device copies of strided views (Tensor::copy_ moves such views
+// with a 2-D copy that never touches the bytes between rows, which may never have been written).
+TEST(Strided, RowSpanOfPaddedAndTransposedViews) {
+  using detail::as_row_span;
+  detail::RowSpan r;
+  ASSERT_TRUE(as_row_span({5, 6}, {8, 1}, &r));  // 5 rows of 6 in rows of 8
+  EXPECT_EQ(r.rows, 5);
+  EXPECT_EQ(r.cols, 6);
+  EXPECT_EQ(r.pitch, 8);
+  ASSERT_TRUE(as_row_span({6, 5}, {1, 8}, &r));  // its transpose: the same rows
+  EXPECT_EQ(r.rows, 5);
+  EXPECT_EQ(r.cols, 6);
+  EXPECT_EQ(r.pitch, 8);
+  ASSERT_TRUE(as_row_span({2, 3, 4}, {24, 8, 1}, &r));  // outer dims at one pitch collapse
+  EXPECT_EQ(r.rows, 6);
+  EXPECT_EQ(r.cols, 4);
+  EXPECT_EQ(r.pitch, 8);
+  ASSERT_TRUE(as_row_span({3, 4}, {4, 1}, &r));  // contiguous: one run
+  EXPECT_EQ(r.rows, 1);
+  EXPECT_EQ(r.cols, 12);
+  ASSERT_TRUE(as_row_span({1, 4, 1}, {100, 3, 7}, &r));  // size-1 dims ignored; runs of 1
+  EXPECT_EQ(r.rows, 4);
+  EXPECT_EQ(r.cols, 1);
+  EXPECT_EQ(r.pitch, 3);
+  EXPECT_FALSE(as_row_span({2, 3, 4}, {32, 8, 1}, &r));  // two pitches
+  EXPECT_FALSE(as_row_span({3, 4}, {0, 1}, &r));         // broadcast
+  EXPECT_FALSE(as_row_span({3, 4}, {2, 1}, &r));         // overlapping rows
+  EXPECT_FALSE(as_row_span({0, 4}, {4, 1}, &r));         // empty
 }
 
 TEST(DType, NamesAndSizes) {

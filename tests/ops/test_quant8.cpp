@@ -55,6 +55,16 @@ TEST(PerTokenGroupQuant8bit, ScaleLayouts) {
   EXPECT_EQ(values(s0), values(s1));
   EXPECT_EQ(values(s0), values(s2));
   EXPECT_EQ(values(q0), values(q1));
+  // The TMA padding (tokens 5..7 of each group's column) is zeros, not whatever the allocator
+  // returned: a reader of the covered span (a copy, a TMA load) sees defined bytes. A buffer of
+  // the same size filled with NaN and freed first, so a reused block would show.
+  { Tensor junk = Tensor::full({3 * 8}, std::nan(""), DType::kFloat32); }
+  auto [q3, s3] = per_token_group_quant_8bit(x, 2, 1e-10, std::nullopt, true, true);
+  const float* raw = static_cast<const float*>(s3.storage()->data());
+  for (int64_t g = 0; g < 3; ++g) {
+    for (int64_t r = t; r < 8; ++r)
+      EXPECT_EQ(raw[g * 8 + r], 0.0f) << "group " << g << " row " << r;
+  }
 }
 
 // Independent float implementation of the definition (float_formats.h conversions).

@@ -1,6 +1,7 @@
 #include "kernels/cpu/quant8_cpu.h"
 
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "flashinfer/float_formats.h"
@@ -55,6 +56,9 @@ void quant_rows(const GroupQuant8Params& p) {
 }  // namespace
 
 void per_token_group_quant_8bit(const GroupQuant8Params& p) {
+  if (p.scales_padded_total > 0) {
+    std::memset(p.scales, 0, static_cast<std::size_t>(p.scales_padded_total) * sizeof(float));
+  }
   dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
       p.dtype, "per_token_group_quant_8bit", "x", [&]<class T>() { quant_rows<T>(p); });
 }

@@ -47,6 +47,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) group_quant_kernel(GroupQ
 }  // namespace
 
 void per_token_group_quant_8bit(const GroupQuant8Params& p, void* stream) {
+  if (p.scales_padded_total > 0) {  // the TMA padding rows: defined bytes (zeros)
+    FLASHINFER_CUDA_CALL(
+        "per_token_group_quant_8bit",
+        cudaMemsetAsync(p.scales, 0, static_cast<size_t>(p.scales_padded_total) * sizeof(float),
+                        static_cast<cudaStream_t>(stream)));
+  }
   const int64_t groups = p.rows * (p.k / p.group_size);
   if (groups == 0) return;
   const int64_t blocks = (groups + kWarpsPerBlock - 1) / kWarpsPerBlock;

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""scripts/gpu_check_report.py's whole-suite parser (`ctest`) and one-page summary (`summary`) on
+canned input: a ctest log in the form ctest 3.25 writes (a pass, a gtest failure, a crash with the
+test binaries' stack printer, a CUDA case's skip, an allowed skip, a disabled case, a timeout), its
+JUnit file, and the CSVs the other phases leave. Standard library only; run by ctest."""
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "scripts", "gpu_check_report.py")
+
+CTEST_LOG = """Test project /x/build
+    Start 1: Norm.Passes
+    Start 2: Op/BackendOpsCuda.MatchesCpu/mm_gguf
+1/8 Test #1: Norm.Passes .........................   Passed    0.01 sec
+    Start 3: Op/BackendOpsCuda.MatchesCpu/mxfp8_grouped_quantize
+2/8 Test #2: Op/BackendOpsCuda.MatchesCpu/mm_gguf ..........***Failed    0.41 sec
+Running main() from ./googletest/src/gtest_main.cc
+Note: Google Test filter = Op/BackendOpsCuda.MatchesCpu/mm_gguf
+[==========] Running 1 test from 1 test suite.
+[ RUN      ] Op/BackendOpsCuda.MatchesCpu/mm_gguf
+/x/tests/ops/test_backend_ops.cpp:835: Failure
+Value of: diff.empty()
+cuda:0 vs cpu-scalar: out[0,0] = 4272.35 vs fp64 36.43
+[  FAILED  ] Op/BackendOpsCuda.MatchesCpu/mm_gguf (410 ms)
+
+    Start 4: GemmCuda.SkipsHere
+3/8 Test #3: Op/BackendOpsCuda.MatchesCpu/mxfp8_grouped_quantize ...***Exception: SegFault  0.30 sec
+Running main() from ./googletest/src/gtest_main.cc
+[ RUN      ] Op/BackendOpsCuda.MatchesCpu/mxfp8_grouped_quantize
+
+*** fatal signal SIGSEGV (segmentation fault: invalid memory reference) at address 0x10, pid 7 ***
+stack (innermost first; the first frames are the handler's own and the signal frame):
+  #0 0x55d0c2a3b4c5 flashinfer::test::(anonymous namespace)::print_stack(unsigned long) at /x/tests/util/crash_handler.cpp:239 (the test binary+0x1b4c4)
+  #1 0x55d0c2a3b5c5 flashinfer::test::(anonymous namespace)::on_fatal_signal(int, siginfo_t*, void*) (the test binary+0x1b5c4)
+  #2 0x7f37fc05a050 __GI___sigaction (libc.so.6+0x3c04f)
+  #3 0x7f37fd000000 flashinfer::api::mxfp8_grouped_quantize_impl(flashinfer::Tensor const&) (libflashinfer.so+0x123456)
+  #4 0x7f37fd000100 flashinfer::mxfp8_grouped_quantize(flashinfer::Tensor const&) (libflashinfer.so+0x123556)
+*** end of stack; re-raising the signal
+    Start 5: Chat.NeedsAModel
+4/8 Test #4: GemmCuda.SkipsHere ......................***Skipped   0.01 sec
+    Start 6: Bench.CudaWithoutAGpu
+5/8 Test #5: Chat.NeedsAModel ......................***Skipped   0.01 sec
+    Start 7: X.DISABLED_Off
+6/8 Test #6: Bench.CudaWithoutAGpu ......................***Skipped   0.01 sec
+7/8 Test #7: X.Off ............................***Not Run (Disabled)   0.00 sec
+    Start 8: Slow.Case
+8/8 Test #8: Slow.Case ..........................***Timeout 300.02 sec
+
+63% tests passed, 3 tests failed out of 8
+"""
+
+JUNIT = """<?xml version="1.0" encoding="UTF-8"?>
+<testsuite name="(empty)" tests="8" failures="3" disabled="1" skipped="3">
+  <testcase name="Norm.Passes" classname="Norm.Passes" status="run"><system-out>ok</system-out></testcase>
+  <testcase name="GemmCuda.SkipsHere" classname="GemmCuda.SkipsHere" status="notrun">
+    <skipped message="SKIP_REGULAR_EXPRESSION_MATCHED"/>
+    <system-out>[ RUN      ] GemmCuda.SkipsHere
+/x/tests/ops/test_gemm.cpp:10: Skipped
+no CUDA device visible
+[  SKIPPED ] GemmCuda.SkipsHere (0 ms)
+</system-out>
+  </testcase>
+  <testcase name="Chat.NeedsAModel" classname="Chat.NeedsAModel" status="notrun">
+    <skipped message="SKIP_REGULAR_EXPRESSION_MATCHED"/>
+    <system-out>/x/tests/examples/test_chat.cpp:5: Skipped
+no model at /x/models/smollm2.gguf (scripts/bootstrap fetches it)
+</system-out>
+  </testcase>
+  <testcase name="Bench.CudaWithoutAGpu" classname="Bench.CudaWithoutAGpu" status="notrun">
+    <skipped message="SKIP_REGULAR_EXPRESSION_MATCHED"/>
+    <system-out>/x/tests/cli/test_bench.cpp:5: Skipped
+a GPU is present: this checks the no-GPU path
+</system-out>
+  </testcase>
+</testsuite>
+"""
+
+HEADER = """# gpu-check report
+
+- date: 2026-11-25 10:00 UTC
+- device: NVIDIA H100 80GB HBM3; driver, compute capability, memory: 580.1, 9.0, 81559 MiB
+- nvcc: release 13.0
+- commit: abc1234
+- build dir: /x/build; mode: GPU
+"""
+
+BENCH_ROWS = [
+    ["routine", "backend", "median_ms", "tflops", "tb_per_sec", "frac_peak_bandwidth",
+     "frac_peak_flops", "refcheck", "repro_command"],
+    ["mm_bf16", "cuda", "0.3100", "44.4", "0.1", "", "0.045", "pass",
+     "flashinfer bench --routine mm_bf16 --m 128 --n 4096 --k 4096 --backends cuda"],
+    ["rmsnorm", "cuda", "0.0147", "0.0", "0.143", "0.043", "", "pass",
+     "flashinfer bench --routine rmsnorm --batch_size 128 --hidden_size 4096 --backends cuda"],
+    ["mxfp8_quantize", "cuda", "0.0200", "0.0", "0.8", "0.24", "", "mismatch",
+     "flashinfer bench --routine mxfp8_quantize --m 1024 --k 4096 --backends cuda"],
+]
+GEMM_TORCH = [
+    ["op", "torch_call", "m", "n", "k", "batch", "device", "median_ms", "tflops", "note"],
+    ["mm_bf16", "torch.matmul", "128", "4096", "4096", "1", "cuda", "0.1330", "103.6", ""],
+]
+UPSTREAM = [
+    ["case", "shape", "median_ms", "tflops", "tb_per_sec", "status"],
+    ["rmsnorm", "rows128 hidden4096", "0.0186", "", "0.11", "ok"],
+]
+SANITIZER = [
+    ["tool", "binary", "result", "errors"],
+    ["memcheck", "test_decode", "pass", "0"],
+    ["memcheck", "test_float_formats", "no CUDA call: nothing to check", "0"],
+    ["initcheck", "test_backend_ops", "errors", "74"],
+]
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def run(*args):
+    return subprocess.run([sys.executable, SCRIPT] + list(args), capture_output=True, text=True)
+
+
+class GpuCheckReport(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+        self.log = os.path.join(self.d, "ctest.log")
+        self.junit = os.path.join(self.d, "ctest.xml")
+        with open(self.log, "w") as f:
+            f.write(CTEST_LOG)
+        with open(self.junit, "w") as f:
+            f.write(JUNIT)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def rows(self):
+        with open(os.path.join(self.d, "tests_phase2.csv"), newline="") as f:
+            return {r["test"]: r for r in csv.DictReader(f)}
+
+    def test_ctest_rows_and_first_lines(self):
+        md = os.path.join(self.d, "phase2.md")
+        r = run("ctest", self.log, self.junit, os.path.join(self.d, "tests_phase2.csv"), md)
+        self.assertEqual(r.returncode, 1, r.stderr)  # failures and a CUDA case's skip
+        rows = self.rows()
+        self.assertEqual(len(rows), 8)
+        self.assertEqual(rows["Norm.Passes"]["status"], "passed")
+        gguf = rows["Op/BackendOpsCuda.MatchesCpu/mm_gguf"]
+        self.assertEqual(gguf["status"], "failed")
+        self.assertEqual(gguf["message"],
+                         "Value of: diff.empty() / cuda:0 vs cpu-scalar: out[0,0] = 4272.35 vs fp64 36.43")
+        crash = rows["Op/BackendOpsCuda.MatchesCpu/mxfp8_grouped_quantize"]
+        self.assertEqual(crash["status"], "failed")
+        # The crashing frame, past the handler's own frames and the signal frame.
+        self.assertEqual(crash["message"], "Exception: SegFault: SIGSEGV in "
+                         "flashinfer::api::mxfp8_grouped_quantize_impl(flashinfer::Tensor const&)")
+        self.assertEqual(rows["GemmCuda.SkipsHere"]["status"], "skipped")
+        self.assertEqual(rows["GemmCuda.SkipsHere"]["message"], "no CUDA device visible")
+        self.assertEqual(rows["Chat.NeedsAModel"]["status"], "skipped-ok")
+        self.assertEqual(rows["Bench.CudaWithoutAGpu"]["status"], "skipped-ok")
+        self.assertEqual(rows["X.Off"]["status"], "disabled")
+        self.assertEqual(rows["Slow.Case"]["status"], "failed")
+        self.assertEqual(rows["Slow.Case"]["message"], "Timeout")
+        text = read(md)
+        self.assertIn("8 cases: 1 disabled, 3 failed, 1 passed, 1 skipped, 2 skipped-ok", text)
+        self.assertIn("| `GemmCuda.SkipsHere` | **skipped** | no CUDA device visible |", text)
+        self.assertNotIn("Chat.NeedsAModel", text)
+
+    def test_subset_for_phase_3(self):
+        run("ctest", self.log, self.junit, os.path.join(self.d, "tests_phase2.csv"),
+            os.path.join(self.d, "phase2.md"))
+        out = os.path.join(self.d, "tests_phase3.csv")
+        md = os.path.join(self.d, "phase3.md")
+        r = run("subset", os.path.join(self.d, "tests_phase2.csv"), out, md, "BackendOpsCuda",
+                r"BackendOpsCuda(Jit)?\.")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        with open(out, newline="") as f:
+            names = [row["test"] for row in csv.DictReader(f)]
+        self.assertEqual(names, ["Op/BackendOpsCuda.MatchesCpu/mm_gguf",
+                                 "Op/BackendOpsCuda.MatchesCpu/mxfp8_grouped_quantize"])
+        self.assertIn("BackendOpsCuda (from `tests_phase2.csv`): 2 test cases: 2 failed.", read(md))
+
+    def test_ctest_without_junit_uses_the_log(self):
+        r = run("ctest", self.log, os.path.join(self.d, "absent.xml"),
+                os.path.join(self.d, "tests_phase2.csv"), os.path.join(self.d, "phase2.md"))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        rows = self.rows()
+        self.assertEqual(len(rows), 8)
+        self.assertIn("4272.35 vs fp64 36.43", rows["Op/BackendOpsCuda.MatchesCpu/mm_gguf"]["message"])
+
+    def test_clean_suite_passes(self):
+        with open(self.log, "w") as f:
+            f.write("1/1 Test #1: Norm.Passes .........   Passed    0.01 sec\n")
+        r = run("ctest", self.log, "", os.path.join(self.d, "tests_phase2.csv"),
+                os.path.join(self.d, "phase2.md"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_summary_page(self):
+        run("ctest", self.log, self.junit, os.path.join(self.d, "tests_phase2.csv"),
+            os.path.join(self.d, "phase2.md"))
+        with open(os.path.join(self.d, "phase2.md"), "a") as f:
+            f.write("\nPhase 2 FAILED in 301 s.\n")
+        with open(os.path.join(self.d, "phase1.md"), "w") as f:
+            f.write("## Phase 1: build\n\nPhase 1 passed in 194 s.\n")
+        with open(os.path.join(self.d, "header.md"), "w") as f:
+            f.write(HEADER)
+        write_csv(os.path.join(self.d, "bench_rows.csv"), BENCH_ROWS)
+        write_csv(os.path.join(self.d, "gemm_torch.csv"), GEMM_TORCH)
+        write_csv(os.path.join(self.d, "upstream.csv"), UPSTREAM)
+        write_csv(os.path.join(self.d, "sanitizer.csv"), SANITIZER)
+        r = run("summary", self.d)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        page = read(os.path.join(self.d, "summary.md"))
+        self.assertIn("# What the GPU showed: 2026-11-25, project at abc1234", page)
+        self.assertIn("NVIDIA H100 80GB HBM3", page)
+        self.assertIn("Phases: 1 passed in 194 s; 2 FAILED in 301 s (495 s in all).", page)
+        self.assertIn("8 cases: 1 passed, 3 skipped, 1 disabled, 3 failed", page)
+        self.assertIn("`BackendOpsCuda`: **2 op cases, 0 pass, 2 fail**", page)
+        self.assertIn("1 other: `GemmCuda.SkipsHere`", page)
+        self.assertIn("- `Op/BackendOpsCuda.MatchesCpu/mm_gguf`: Value of: diff.empty() / cuda:0 vs "
+                      "cpu-scalar: out[0,0] = 4272.35 vs fp64 36.43", page)
+        self.assertIn("SIGSEGV in flashinfer::api::mxfp8_grouped_quantize_impl", page)
+        self.assertIn("memcheck: 1 binaries clean, 1 without a CUDA call (nothing to check: "
+                      "test_float_formats)", page)
+        self.assertIn("initcheck: 0 binaries clean, **test_backend_ops errors (74 errors)**", page)
+        # The bench table: ours, the peer on the same shape, the ratio peer ms / ours ms.
+        self.assertIn("| mm_bf16 | m 128, n 4096, k 4096 | 0.3100 ms, 44.4 TFLOP/s, 0.1 TB/s "
+                      "(4.5 % of peak FLOP/s) | torch.matmul: 0.1330 ms, 103.6 TFLOP/s | 0.43x "
+                      "(peer 2.3x faster) |", page)
+        self.assertIn("| rmsnorm | batch 128, hidden 4096 | 0.0147 ms, 0.143 TB/s (4.3 % of peak "
+                      "bandwidth) | upstream (rows128 hidden4096): 0.0186 ms | 1.27x (ours faster) |",
+                      page)
+        self.assertIn("refcheck **mismatch**", page)
+        self.assertLess(len(page.splitlines()), 80)  # one page
+
+    def test_summary_of_an_empty_directory(self):
+        r = run("summary", self.d)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("project at unknown", read(os.path.join(self.d, "summary.md")))
+
+
+if __name__ == "__main__":
+    unittest.main()
