@@ -233,8 +233,13 @@ def prefill_grid(a):
     by_key = {}
     for r in out:
         by_key.setdefault(tuple(r[c] for c in PREFILL_KEYS), []).append(r)
-    stop = False
+    # Module by module (head dim and mask; the headline's first), each module's rows in plan
+    # order: every JIT compile is paid once, before its rows, so a deadline stops whole modules.
+    rank = {}
     for p in plan:
+        rank.setdefault((p["head_dim"], p["causal"]), len(rank))
+    stop = False
+    for p in sorted(plan, key=lambda p: rank[(p["head_dim"], p["causal"])]):
         if p["status"] or stop:
             continue
         causal = p["causal"].strip().lower() in ("true", "1")
