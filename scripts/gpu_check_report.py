@@ -25,6 +25,13 @@ CSV rows and markdown, and assemble gpu-report.md. Standard library only (runs o
   gpu_check_report.py fake-upstream OURS.csv OUT.csv         dry run: made-up upstream timings
   gpu_check_report.py compare PLAN.csv OURS.csv UPSTREAM.csv OUT.md OUT.csv
                       the two grids joined: upstream_ms / ours_ms per row, the goals
+  Prefill grid (phases 5c and 6c), the same steps:
+  gpu_check_report.py prefill-plan MODE MEM_BYTES PLAN.csv TESTLIST
+  gpu_check_report.py prefill-grid PLAN.csv BENCH.csv LOG OUT.csv PHASE.md
+  gpu_check_report.py fake-upstream-prefill OURS.csv OUT.csv   (one row per upstream backend)
+  gpu_check_report.py compare-prefill PLAN.csv OURS.csv UPSTREAM.csv OUT.md OUT.csv
+                      upstream_ms / ours_ms per row for upstream's fa2 and default (auto)
+                      backends, the goals (>= 1.0x fa2 everywhere; >= 300 TFLOP/s headline)
 """
 import csv
 import glob
@@ -598,6 +605,11 @@ def summary(outdir):
         goals = [l.strip()[2:] for l in open(dm, errors="replace") if l.startswith("- ")]
         if goals:
             L.append("- Decode grid against upstream (phases 5b, 6a; `decode_compare.csv`): " + "; ".join(goals) + ".")
+    pm = os.path.join(outdir, "prefill_compare.md")
+    if os.path.exists(pm):
+        goals = [l.strip()[2:] for l in open(pm, errors="replace") if l.startswith("- ")]
+        if goals:
+            L.append("- Prefill grid against upstream (phases 5c, 6c; `prefill_compare.csv`): " + "; ".join(goals) + ".")
     table = bench_table(outdir)
     if table:
         L.append("")
@@ -722,8 +734,12 @@ def flags_key(text):
         return None
 
 
-def parse_testlist_log(log):
-    """Per grid key: the fraction of peak bandwidth ([INFO]) and the error ([ERROR]) of its line."""
+BANDWIDTH_INFO = re.compile(r"\[INFO\] \S+\s*:: ([0-9.]+) of the device's peak memory bandwidth")
+
+
+def parse_testlist_log(log, key_fn=flags_key, info=BANDWIDTH_INFO):
+    """Per grid key (key_fn of the line's flags): the fraction of the peak its [INFO] line gives
+    (`info`: bandwidth for decode, tensor FLOP/s for prefill) and the error ([ERROR]) of its line."""
     frac, err, cur = {}, {}, None
     if not os.path.exists(log):
         return frac, err
@@ -731,9 +747,9 @@ def parse_testlist_log(log):
         for line in f:
             m = re.match(r"\[TESTLIST\] line \d+: (.*)", line)
             if m:
-                cur = flags_key(m.group(1))
+                cur = key_fn(m.group(1))
                 continue
-            m = re.match(r"\[INFO\] \S+\s*:: ([0-9.]+) of the device's peak memory bandwidth", line)
+            m = info.match(line)
             if m and cur:
                 frac[cur] = float(m.group(1))
             m = re.match(r"\[ERROR\] testlist line \d+: (.*)", line)
@@ -895,6 +911,281 @@ def compare(plan_csv, ours_csv, up_csv, out_md, out_csv):
     return 0
 
 
+# ---- prefill grid (phases 5c and 6c) ------------------------------------------------------------
+
+PREFILL_ROUTINE = "BatchPrefillWithPagedKVCacheWrapper.run"
+PREFILL_GRIDS = {
+    # head dim x causal x batch x qo = kv x heads (qo:kv), plus the chunked-prefill shapes
+    # (batch, qo, kv, causal, heads, D); q, K, V and o bf16, page 16.
+    "full": dict(head_dims=[128, 64], causal=[True, False], batches=[1, 8], qo_kv=[512, 2048, 8192],
+                 heads=[(32, 8), (32, 32)], chunked=[(8, 256, 4096, True, 32, 8, 128)], page=16,
+                 headline=(1, 8192, 8192, 32, 8, 128, True), refcheck=(1, 512)),
+    # --quick: batch 1 and 8, qo = kv 2048 and 8192, GQA only.
+    "quick": dict(head_dims=[128, 64], causal=[True, False], batches=[1, 8], qo_kv=[2048, 8192],
+                  heads=[(32, 8)], chunked=[(8, 256, 4096, True, 32, 8, 128)], page=16,
+                  headline=(1, 8192, 8192, 32, 8, 128, True), refcheck=None),
+    # --dry-run: the same axes, tiny, on the CPU (a made-up memory size skips the largest rows).
+    "dry": dict(head_dims=[64, 128], causal=[True, False], batches=[1, 3], qo_kv=[16, 48],
+                heads=[(4, 2), (4, 4)], chunked=[(3, 8, 64, True, 4, 2, 64)], page=16,
+                headline=(1, 48, 48, 4, 2, 64, True), refcheck=(1, 16)),
+}
+PREFILL_KEYS = ["batch", "qo_len", "kv_len", "qo_heads", "kv_heads", "head_dim", "causal"]
+PREFILL_COLUMNS = PREFILL_KEYS + ["median_ms", "tflops", "pct_peak", "status"]
+UPSTREAM_PREFILL_COLUMNS = PREFILL_KEYS + ["backend", "median_ms", "tflops", "pct_peak", "status"]
+UPSTREAM_PREFILL_BACKENDS = ["fa2", "auto"]
+
+
+def prefill_key(r):
+    c = str(r["causal"]).strip().lower() in ("true", "1", "yes")
+    return tuple(str(int(r[k])) for k in PREFILL_KEYS[:-1]) + ("True" if c else "False",)
+
+
+def prefill_flops(batch, qo, kv, heads, d, causal):
+    """flashinfer bench's count (upstream's benchmarks): causal keeps the visible pairs only."""
+    pairs = (2.0 * kv - qo) * qo / 2.0 if causal else float(qo) * kv
+    return 4.0 * batch * heads * d * pairs
+
+
+def prefill_plan(mode, mem_bytes, plan_csv, testlist):
+    g = PREFILL_GRIDS[mode]
+    mem = float(mem_bytes)
+    rows = []
+    for d in g["head_dims"]:  # one head dim's rows together: upstream JIT-compiles per head dim
+        for c in g["causal"]:
+            for b in g["batches"]:
+                for n in g["qo_kv"]:
+                    for h, hk in g["heads"]:
+                        rows.append(dict(batch=b, qo_len=n, kv_len=n, qo_heads=h, kv_heads=hk,
+                                         head_dim=d, causal=c, chunked=False))
+    for b, q, kv, c, h, hk, d in g["chunked"]:
+        rows.append(dict(batch=b, qo_len=q, kv_len=kv, qo_heads=h, kv_heads=hk, head_dim=d,
+                         causal=c, chunked=True))
+    for r in rows:
+        r["page"] = g["page"]
+        # q, K, V and o in bf16 (K and V page-aligned per request).
+        pages = (r["kv_len"] + g["page"] - 1) // g["page"]
+        r["bytes"] = 2 * (2 * r["batch"] * r["qo_len"] * r["qo_heads"] * r["head_dim"]
+                          + 2 * r["batch"] * pages * g["page"] * r["kv_heads"] * r["head_dim"])
+        key = (r["batch"], r["qo_len"], r["kv_len"], r["qo_heads"], r["kv_heads"], r["head_dim"],
+               r["causal"])
+        r["role"] = ("headline" if key == g["headline"] else
+                     "chunked" if r["chunked"] else
+                     "refcheck" if g["refcheck"] and (r["batch"], r["qo_len"]) == g["refcheck"]
+                     and r["qo_len"] == r["kv_len"] else "")
+        r["status"] = ""
+        if mem > 0 and r["bytes"] > MEM_FRACTION * mem:
+            r["status"] = "skipped: q+K+V+o %s > %d %% of the device's %s" % (
+                human_bytes(r["bytes"]), 100 * MEM_FRACTION, human_bytes(mem))
+    order = {"headline": 0, "chunked": 1, "refcheck": 2, "": 3}
+    rows.sort(key=lambda r: order[r["role"]])  # stable: grid order within a role
+    cols = PREFILL_KEYS + ["page", "bytes", "role", "status"]
+    with open(plan_csv, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: r[c] for c in cols})
+    n = 0
+    with open(testlist, "w") as f:
+        for r in rows:
+            if r["status"]:
+                continue
+            n += 1
+            f.write("--routine %s --batch_size %d --s_qo %d --s_kv %d --num_qo_heads %d "
+                    "--num_kv_heads %d --head_dim_qk %d --head_dim_vo %d --page_size %d "
+                    "--q_dtype bfloat16 --kv_dtype bfloat16%s%s\n"
+                    % (PREFILL_ROUTINE, r["batch"], r["qo_len"], r["kv_len"], r["qo_heads"],
+                       r["kv_heads"], r["head_dim"], r["head_dim"], r["page"],
+                       " --causal" if r["causal"] else "",
+                       " --refcheck --allow_output_mismatch" if r["role"] == "refcheck" else ""))
+    print("prefill grid (%s): %d rows, %d to run, %d skipped (%s)"
+          % (mode, len(rows), n, len(rows) - n,
+             "q+K+V+o over %d %% of %s" % (100 * MEM_FRACTION, human_bytes(mem)) if mem > 0
+             else "device memory unknown: none skipped"))
+    return 0
+
+
+def prefill_flags_key(text):
+    """The prefill grid key of a testlist line (its `flashinfer bench` flags)."""
+    toks = shlex.split(text)
+    val = {}
+    for i, t in enumerate(toks):
+        if t.startswith("--"):
+            val[t[2:]] = toks[i + 1] if i + 1 < len(toks) and not toks[i + 1].startswith("--") else ""
+    try:
+        return prefill_key(dict(batch=val["batch_size"], qo_len=val["s_qo"], kv_len=val["s_kv"],
+                                qo_heads=val["num_qo_heads"], kv_heads=val["num_kv_heads"],
+                                head_dim=val["head_dim_qk"], causal="causal" in val))
+    except (KeyError, ValueError):
+        return None
+
+
+TENSOR_PEAK_INFO = re.compile(r"\[INFO\] \S+\s*:: ([0-9.]+) of the device's dense 16-bit tensor peak")
+
+
+def prefill_grid(plan_csv, bench_csv, log, out_csv, phase_md):
+    plan = read_csv(plan_csv)
+    timed = {}
+    for r in read_csv(bench_csv):
+        if r.get("routine") == PREFILL_ROUTINE:
+            timed[prefill_key(dict(batch=r["batch_size"], qo_len=r["s_qo"], kv_len=r["s_kv"],
+                                   qo_heads=r["num_qo_heads"], kv_heads=r["num_kv_heads"],
+                                   head_dim=r["head_dim_qk"], causal=r["causal"]))] = r
+    frac, err = parse_testlist_log(log, prefill_flags_key, TENSOR_PEAK_INFO)
+    out, count, bad = [], {}, []
+    for p in plan:
+        k = prefill_key(p)
+        row = dict(zip(PREFILL_KEYS, k))
+        row.update(median_ms="", tflops="", pct_peak="")
+        t = timed.get(k)
+        if p["status"]:
+            row["status"] = p["status"]
+        elif t is not None:
+            row["median_ms"] = "%.6f" % float(t["median_time"])
+            row["tflops"] = "%.4g" % float(t["tflops"])
+            if k in frac:
+                row["pct_peak"] = "%.1f" % (100 * frac[k])
+            ref = t.get("refcheck", "")
+            row["status"] = {"": "ok", "pass": "ok, refcheck pass"}.get(ref, "refcheck " + ref)
+        elif k in err:
+            row["status"] = "error: " + err[k]
+        else:
+            row["status"] = "not run (phase budget spent)"
+        word = row["status"].split(":")[0].split(",")[0]
+        count[word] = count.get(word, 0) + 1
+        if not row["status"].startswith(("ok", "skipped")):
+            bad.append(row)
+        out.append(row)
+    with open(out_csv, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=PREFILL_COLUMNS)
+        w.writeheader()
+        w.writerows(out)
+    with open(phase_md, "a") as f:
+        f.write("\nPrefill grid: %d rows: %s. `prefill_grid.csv`; FLOPs as flashinfer bench counts "
+                "them (causal: the visible pairs), %% of the device's dense 16-bit tensor peak.\n\n"
+                % (len(out), ", ".join("%d %s" % (v, k) for k, v in sorted(count.items())) or "none"))
+        f.write("| batch | qo | kv | heads | D | causal | median ms | TFLOP/s | % of peak | status |\n"
+                "|---|---|---|---|---|---|---|---|---|---|\n")
+        for r in out:
+            f.write("| %s | %s | %s | %s:%s | %s | %s | %s | %s | %s | %s |\n" % (
+                r["batch"], r["qo_len"], r["kv_len"], r["qo_heads"], r["kv_heads"], r["head_dim"],
+                r["causal"], r["median_ms"] or "-", r["tflops"] or "-", r["pct_peak"] or "-",
+                r["status"].replace("|", "/")))
+        f.write("\n")
+    print("prefill grid: %d rows: %s" % (len(out), ", ".join("%d %s" % (v, k) for k, v in sorted(count.items()))))
+    return 1 if (bad or not any(r["status"].startswith("ok") for r in out)) else 0
+
+
+def fake_upstream_prefill(ours_csv, out_csv):
+    """Dry run: upstream timings per backend made up from ours (x0.8 to x1.2), for the join."""
+    rows = []
+    for i, r in enumerate(read_csv(ours_csv)):
+        for j, be in enumerate(UPSTREAM_PREFILL_BACKENDS):
+            row = {c: r[c] for c in PREFILL_KEYS}
+            row.update(backend=be, median_ms="", tflops="", pct_peak="", status=r["status"])
+            if r["median_ms"]:
+                f = 0.8 + 0.1 * ((i + 2 * j) % 5)
+                row["median_ms"] = "%.6f" % (float(r["median_ms"]) * f)
+                row["tflops"] = "%.4g" % (float(r["tflops"]) / f)
+                row["status"] = "fake (dry run: ours x %.1f)" % f
+            rows.append(row)
+    with open(out_csv, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=UPSTREAM_PREFILL_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    return 0
+
+
+def compare_prefill(plan_csv, ours_csv, up_csv, out_md, out_csv):
+    plan = read_csv(plan_csv)
+    ours = {prefill_key(r): r for r in read_csv(ours_csv)}
+    up = {}
+    for r in read_csv(up_csv):
+        up[(prefill_key(r), r.get("backend", ""))] = r
+    fake = any(r["status"].startswith("fake") for r in up.values())
+    bes = UPSTREAM_PREFILL_BACKENDS
+    table = []
+    for p in plan:
+        k = prefill_key(p)
+        o = ours.get(k, {})
+        om = o.get("median_ms", "")
+        t = dict(key=k, role=p["role"], ours_ms=om, ours_tflops=o.get("tflops", ""),
+                 ours_pct=o.get("pct_peak", ""), ours_status=o.get("status", "not run"))
+        for be in bes:
+            u = up.get((k, be), {})
+            um = u.get("median_ms", "")
+            t[be + "_ms"] = um
+            t[be + "_ratio"] = float(um) / float(om) if om and um and float(om) > 0 else None
+            t[be + "_status"] = u.get("status", "not run")
+        table.append(t)
+
+    def fmt_key(k):
+        return "batch %s qo %s kv %s heads %s:%s D %s %s" % (k[:6] + ("causal" if k[6] == "True"
+                                                                     else "not causal",))
+
+    lines = []
+    head = next((t for t in table if t["role"] == "headline"), None)
+    if head is None:
+        lines.append("headline: not in the plan")
+    else:
+        tf = _num(head["ours_tflops"])
+        parts = ["ours %s" % ("%.4g TFLOP/s (goal >= 300: %s)" % (tf, "met" if tf >= 300 else "NOT met")
+                              if tf is not None else head["ours_status"])]
+        for be in bes:
+            parts.append("upstream %s: %s" % (be, "%.3fx" % head[be + "_ratio"]
+                                              if head[be + "_ratio"] is not None
+                                              else head[be + "_status"]))
+        lines.append("headline (%s): %s" % (fmt_key(head["key"]), "; ".join(parts)))
+    for be in bes:
+        rs = [t for t in table if t[be + "_ratio"] is not None]
+        if not rs:
+            lines.append("against upstream %s: no row has both timings" % be)
+            continue
+        worst = min(rs, key=lambda t: t[be + "_ratio"])
+        below = [t for t in rs if t[be + "_ratio"] < 1.0]
+        goal = (" (goal: >= 1.0x on every shape: %s)" % ("met" if not below else "NOT met")
+                if be == "fa2" else " (upstream's default: FA3 on Hopper; reported, the next step)")
+        lines.append("against upstream %s: minimum ratio %.3fx (%s); %d of %d rows compared below "
+                     "1.0x%s" % (be, worst[be + "_ratio"], fmt_key(worst["key"]), len(below),
+                                 len(rs), goal))
+    if fake:
+        lines.insert(0, "DRY RUN: the upstream timings are made up (ours x 0.8 to 1.2)")
+    with open(out_csv, "w", newline="") as f:
+        w = csv.writer(f)
+        hdr = PREFILL_KEYS + ["role", "ours_ms", "ours_tflops", "ours_pct_peak"]
+        for be in bes:
+            hdr += ["upstream_%s_ms" % be, "ratio_%s_over_ours" % be]
+        hdr += ["ours_status"] + ["upstream_%s_status" % be for be in bes]
+        w.writerow(hdr)
+        for t in table:
+            row = list(t["key"]) + [t["role"], t["ours_ms"], t["ours_tflops"], t["ours_pct"]]
+            for be in bes:
+                row += [t[be + "_ms"], "" if t[be + "_ratio"] is None else "%.4f" % t[be + "_ratio"]]
+            row += [t["ours_status"]] + [t[be + "_status"] for be in bes]
+            w.writerow(row)
+
+    def cell(r):
+        return "-" if r is None else "**%.3f**" % r if r < 1.0 else "%.3f" % r
+
+    with open(out_md, "w") as f:
+        f.write("## Prefill grid: flashinfer-cpp against upstream flashinfer-python (fa2, auto)\n\n")
+        for l in lines:
+            f.write("- %s\n" % l)
+        f.write("\nRatio = upstream ms / ours ms (above 1: ours is faster; below 1.0 in bold); the "
+                "headline row first; `prefill_compare.csv`.\n\n| batch | qo | kv | heads | D | causal "
+                "| ours ms | ours TFLOP/s | ours % of peak | fa2 ms | fa2 ratio | auto ms | auto ratio "
+                "| ours | fa2 | auto |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+        for t in table:
+            k = t["key"]
+            f.write("| %s | %s | %s | %s:%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n" % (
+                k[0], k[1], k[2], k[3], k[4], k[5], k[6], t["ours_ms"] or "-", t["ours_tflops"] or "-",
+                t["ours_pct"] or "-", t["fa2_ms"] or "-", cell(t["fa2_ratio"]), t["auto_ms"] or "-",
+                cell(t["auto_ratio"]), t["ours_status"].replace("|", "/")[:60],
+                t["fa2_status"].replace("|", "/")[:60], t["auto_status"].replace("|", "/")[:60]))
+        f.write("\n")
+    for l in lines:
+        print("prefill vs upstream: " + l)
+    return 0
+
 def assemble(outdir):
     parts = sorted(glob.glob(os.path.join(outdir, "phase*.md")))
     with open(os.path.join(outdir, "gpu-report.md"), "w") as f:
@@ -904,10 +1195,11 @@ def assemble(outdir):
         for p in parts:
             f.write(open(p).read())
             f.write("\n")
-        c = os.path.join(outdir, "decode_compare.md")
-        if os.path.exists(c):
-            f.write(open(c).read())
-            f.write("\n")
+        for name in ("decode_compare.md", "prefill_compare.md"):
+            c = os.path.join(outdir, name)
+            if os.path.exists(c):
+                f.write(open(c).read())
+                f.write("\n")
         k = os.path.join(outdir, "kernels.csv")
         if os.path.exists(k):
             f.write("## Kernels (for docs/STATUS.md)\n\n| kernel | device | date | result |\n|---|---|---|---|\n")
@@ -941,6 +1233,14 @@ def main(argv):
         return fake_upstream(*argv[2:4])
     if cmd == "compare" and len(argv) == 7:
         return compare(*argv[2:7])
+    if cmd == "prefill-plan" and len(argv) == 6 and argv[2] in PREFILL_GRIDS:
+        return prefill_plan(*argv[2:6])
+    if cmd == "prefill-grid" and len(argv) == 7:
+        return prefill_grid(*argv[2:7])
+    if cmd == "fake-upstream-prefill" and len(argv) == 4:
+        return fake_upstream_prefill(*argv[2:4])
+    if cmd == "compare-prefill" and len(argv) == 7:
+        return compare_prefill(*argv[2:7])
     sys.stderr.write(__doc__)
     return 2
 

@@ -9,6 +9,13 @@ its 10-minute command; every row that cannot run says why (one line) and the oth
       phase 6a: BatchDecodeWithPagedKVCacheWrapper (plan once, run timed) on every row of the
       decode grid that phase 5b runs (PLAN.csv: gpu_check_report.py decode-plan); decode alone,
       two JIT modules (bf16 and fp8 e4m3 KV). The CSV is rewritten after every row.
+  gpu_check_upstream.py --prefill-grid PLAN.csv --out upstream_prefill_grid.csv [--iters 20]
+                        [--warmup 3] [--backends fa2,auto] [--peak-tflops TF] [--deadline S]
+                        [--skip-all REASON]
+      phase 6c: BatchPrefillWithPagedKVCacheWrapper(backend=...) (plan once, run timed) on every
+      row of the prefill grid that phase 5c runs (gpu_check_report.py prefill-plan), once per
+      backend: "fa2" and the default "auto" (FA3 on Hopper); one JIT module per backend, head dim
+      and mask. One CSV row per grid row and backend, rewritten after every row.
   gpu_check_upstream.py --out upstream.csv [--iters N] [--quick]
       phase 6b: paged prefill, rmsnorm and top_k_top_p_sampling_from_logits on phase 5a's shapes.
 
@@ -159,6 +166,134 @@ def decode_grid(a):
     return 0
 
 
+PREFILL_KEYS = ["batch", "qo_len", "kv_len", "qo_heads", "kv_heads", "head_dim", "causal"]
+PREFILL_COLUMNS = PREFILL_KEYS + ["backend", "median_ms", "tflops", "pct_peak", "status"]
+
+
+def prefill_grid(a):
+    with open(a.prefill_grid, newline="") as f:
+        plan = list(csv.DictReader(f))
+    backends = [b for b in a.backends.split(",") if b]
+    out = []  # one row per (plan row, backend), plan order
+    for p in plan:
+        for be in backends:
+            row = {c: p[c] for c in PREFILL_KEYS}
+            row.update(backend=be, median_ms="", tflops="", pct_peak="",
+                       status=p["status"] or "not run (phase budget spent)")
+            out.append(row)
+
+    def write():
+        with open(a.out, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=PREFILL_COLUMNS)
+            w.writeheader()
+            w.writerows(out)
+
+    def skip_all(reason):
+        for r in out:
+            if not r["status"].startswith("skipped"):
+                r["status"] = "skipped: " + reason
+        print("[SKIP] upstream prefill grid :: %s" % reason)
+        write()
+        return 0
+
+    write()
+    if a.skip_all:
+        return skip_all(a.skip_all)
+    try:
+        import torch
+        import flashinfer
+    except Exception as e:  # the wheel or one of its dependencies is missing
+        return skip_all("import: %s" % first_line(e))
+    if not torch.cuda.is_available():
+        return skip_all("torch sees no CUDA device")
+    print("[INFO] upstream flashinfer %s, torch %s; prefill grid of %d rows x backends %s, %d timed "
+          "+ %d warm-up iterations" % (getattr(flashinfer, "__version__", "?"), torch.__version__,
+                                      len(plan), ",".join(backends), a.iters, a.warmup))
+    dev = torch.device("cuda")
+    timeit = make_timer(torch, dev, a.iters, a.warmup)
+    torch.manual_seed(42)
+    bf16 = torch.bfloat16
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)  # as upstream's prefill benchmarks
+
+    def inputs(p):
+        B, Q, KV, H, HK, D = (int(p[k]) for k in PREFILL_KEYS[:-1])
+        P = int(p.get("page") or 16)
+        per = (KV + P - 1) // P
+        n = B * per
+        kv_indptr = torch.arange(B + 1, dtype=torch.int32, device=dev) * per
+        indices = torch.arange(n, dtype=torch.int32, device=dev)
+        last = torch.full((B,), KV - (per - 1) * P, dtype=torch.int32, device=dev)
+        qo_indptr = torch.arange(B + 1, dtype=torch.int32, device=dev) * Q
+        cache = torch.rand((n, 2, P, HK, D), dtype=bf16, device=dev).mul_(2).sub_(1)  # NHD
+        q = torch.rand((B * Q, H, D), dtype=bf16, device=dev).mul_(2).sub_(1)
+        return (qo_indptr, kv_indptr, indices, last, H, HK, D, P), q, cache
+
+    t0 = time.monotonic()
+    failed, ok = {}, set()  # (backend, head dim, causal): one JIT module each
+    by_key = {}
+    for r in out:
+        by_key.setdefault(tuple(r[c] for c in PREFILL_KEYS), []).append(r)
+    # Module by module (head dim and mask; the headline's first), each module's rows in plan
+    # order: every JIT compile is paid once, before its rows, so a deadline stops whole modules.
+    rank = {}
+    for p in plan:
+        rank.setdefault((p["head_dim"], p["causal"]), len(rank))
+    stop = False
+    for p in sorted(plan, key=lambda p: rank[(p["head_dim"], p["causal"])]):
+        if p["status"] or stop:
+            continue
+        causal = p["causal"].strip().lower() in ("true", "1")
+        args = q = cache = None
+        for r in by_key[tuple(p[c] for c in PREFILL_KEYS)]:
+            if a.deadline and time.monotonic() - t0 > a.deadline:
+                print("[SKIP] upstream prefill grid :: the deadline (%d s) passed; the rest not run"
+                      % a.deadline)
+                stop = True
+                break
+            be = r["backend"]
+            mod = (be, p["head_dim"], causal)
+            name = "%s b%s qo%s kv%s h%s:%s D%s%s" % (be, p["batch"], p["qo_len"], p["kv_len"],
+                                                     p["qo_heads"], p["kv_heads"], p["head_dim"],
+                                                     " causal" if causal else "")
+            if mod in failed:
+                r["status"] = "error: as the first row of this backend, D and mask: %s" % failed[mod]
+                write()
+                continue
+            try:
+                if args is None:
+                    args, q, cache = inputs(p)
+                w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend=be)
+                w.plan(*args, causal=causal, q_data_type=bf16, kv_data_type=bf16)
+                ms = timeit(lambda: w.run(q, cache))
+                flops = prefill_flops(*(int(p[k]) for k in ("batch", "qo_len", "kv_len", "qo_heads",
+                                                            "head_dim")), causal)
+                tf = flops / (ms * 1e-3) / 1e12
+                r["median_ms"], r["tflops"] = "%.6f" % ms, "%.4g" % tf
+                if a.peak_tflops > 0:
+                    r["pct_peak"] = "%.1f" % (100.0 * tf / a.peak_tflops)
+                r["status"] = "ok"
+                ok.add(mod)
+                print("[PERF] upstream prefill %s :: median time %.4f ms; %.3f TFLOPs/sec%s"
+                      % (name, ms, tf, "; %s %% of peak" % r["pct_peak"] if r["pct_peak"] else ""))
+            except Exception as e:
+                msg = first_line(e)
+                if mod not in ok and "out of memory" not in msg.lower():
+                    failed[mod] = msg  # the JIT (or the backend) fails: once per module
+                r["status"] = "error: " + msg
+                print("[SKIP] upstream prefill %s :: %s" % (name, msg))
+                traceback.print_exc(limit=3)
+            write()
+        del args, q, cache
+        torch.cuda.empty_cache()
+    return 0
+
+
+def prefill_flops(batch, qo, kv, heads, d, causal):
+    """As flashinfer bench counts them (upstream's benchmarks): causal keeps the visible pairs."""
+    pairs = (2.0 * kv - qo) * qo / 2.0 if causal else float(qo) * kv
+    return 4.0 * batch * heads * d * pairs
+
+
 def others(a):
     rows = []
 
@@ -262,6 +397,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=3, help="warm-up iterations (grid)")
     ap.add_argument("--peak-tbps", type=float, default=0.0, help="the device's peak, for %% of peak")
     ap.add_argument("--deadline", type=float, default=0.0, help="seconds; then no new grid row")
+    ap.add_argument("--prefill-grid", help="phase 5c's grid plan (prefill_grid_plan.csv)")
+    ap.add_argument("--backends", default="fa2,auto", help="prefill grid: upstream backends")
+    ap.add_argument("--peak-tflops", type=float, default=0.0,
+                    help="the device's dense 16-bit tensor peak, for %% of peak (prefill grid)")
     ap.add_argument("--tensor-cores", action="store_true", help="use_tensor_cores=True (grid)")
     ap.add_argument("--skip-all", default="", help="write every grid row as skipped: REASON")
     ap.add_argument("--quick", action="store_true")
@@ -269,6 +408,9 @@ def main():
     if a.decode_grid:
         a.iters = a.iters or 20
         return decode_grid(a)
+    if a.prefill_grid:
+        a.iters = a.iters or 20
+        return prefill_grid(a)
     a.iters = a.iters or 30
     return others(a)
 

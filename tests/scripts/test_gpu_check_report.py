@@ -242,6 +242,99 @@ class GpuCheckReport(unittest.TestCase):
         self.assertIn("refcheck **mismatch**", page)
         self.assertLess(len(page.splitlines()), 80)  # one page
 
+    def test_prefill_grid_and_join_with_both_upstream_backends(self):
+        d = self.d
+        plan, tl = os.path.join(d, "prefill_grid_plan.csv"), os.path.join(d, "prefill.testlist")
+        # A made-up 768 KiB device: the two largest tiny rows are skipped.
+        r = run("prefill-plan", "dry", "786432", plan, tl)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("33 rows, 31 to run, 2 skipped", r.stdout)
+        with open(plan, newline="") as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual([rows[0]["role"], rows[1]["role"]], ["headline", "chunked"])
+        self.assertEqual([rows[0][k] for k in ("batch", "qo_len", "kv_len", "head_dim", "causal")],
+                         ["1", "48", "48", "64", "True"])
+        lines = read(tl).splitlines()
+        self.assertEqual(len(lines), 31)
+        self.assertIn("--batch_size 3 --s_qo 8 --s_kv 64 ", lines[1])
+        self.assertTrue(lines[1].endswith("--causal"))
+        # The refcheck rows (batch 1 x qo = kv 16), and only they, carry --refcheck.
+        self.assertEqual(sum("--refcheck" in l for l in lines), 8)
+        self.assertTrue(all("--s_qo 16 --s_kv 16" in l for l in lines if "--refcheck" in l))
+        # The bench run: the headline timed on CUDA with its [INFO] tensor-peak line, the chunked
+        # row failing, the rest not reached.
+        head = [r for r in rows if r["role"] == "headline"][0]
+        flags = lines[0]
+        log = os.path.join(d, "prefill.log")
+        with open(log, "w") as f:
+            f.write("[TESTLIST] line 1: %s\n[PERF] cuda    :: median time 2.0000 ms\n"
+                    "[INFO] cuda    :: 0.305 of the device's dense 16-bit tensor peak (30.5 %% of "
+                    "989.4 TFLOPs/sec at the driver's peak clock)\n[TESTLIST] line 2: %s\n"
+                    "[ERROR] testlist line 2: BatchPrefillWithPagedKVCacheWrapper.run: boom\n"
+                    % (flags, lines[1]))
+        bench = os.path.join(d, "prefill_raw.csv")
+        write_csv(bench, [["routine", "median_time", "tflops", "batch_size", "s_qo", "s_kv",
+                           "num_qo_heads", "num_kv_heads", "head_dim_qk", "causal", "refcheck"],
+                          ["BatchPrefillWithPagedKVCacheWrapper.run", "2.000000", "301.500000",
+                           head["batch"], head["qo_len"], head["kv_len"], head["qo_heads"],
+                           head["kv_heads"], head["head_dim"], "True", ""]])
+        ours = os.path.join(d, "prefill_grid.csv")
+        r = run("prefill-grid", plan, bench, log, ours, os.path.join(d, "phase5c.md"))
+        self.assertEqual(r.returncode, 1, r.stderr)  # a failed row and rows not run
+        with open(ours, newline="") as f:
+            got = list(csv.DictReader(f))
+        self.assertEqual([got[0][k] for k in ("median_ms", "tflops", "pct_peak", "status")],
+                         ["2.000000", "301.5", "30.5", "ok"])
+        self.assertEqual(got[1]["status"], "error: BatchPrefillWithPagedKVCacheWrapper.run: boom")
+        self.assertEqual(got[2]["status"], "not run (phase budget spent)")
+        self.assertTrue(got[-1]["status"].startswith("skipped: q+K+V+o"))
+        # Upstream: fa2 slower on the headline (3 ms), auto faster (1 ms); auto's chunked row
+        # failed to JIT.
+        up = os.path.join(d, "upstream_prefill_grid.csv")
+        key = [head[k] for k in ("batch", "qo_len", "kv_len", "qo_heads", "kv_heads", "head_dim",
+                                 "causal")]
+        ck = [rows[1][k] for k in ("batch", "qo_len", "kv_len", "qo_heads", "kv_heads", "head_dim",
+                                   "causal")]
+        write_csv(up, [["batch", "qo_len", "kv_len", "qo_heads", "kv_heads", "head_dim", "causal",
+                        "backend", "median_ms", "tflops", "pct_peak", "status"],
+                       key + ["fa2", "3.000000", "201", "20.3", "ok"],
+                       key + ["auto", "1.000000", "603", "60.9", "ok"],
+                       ck + ["fa2", "0.500000", "1", "", "ok"],
+                       ck + ["auto", "", "", "", "error: no sm90 JIT"]])
+        md, out = os.path.join(d, "prefill_compare.md"), os.path.join(d, "prefill_compare.csv")
+        r = run("compare-prefill", plan, ours, up, md, out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out, newline="") as f:
+            joined = list(csv.DictReader(f))
+        self.assertEqual(len(joined), 33)
+        h = joined[0]
+        self.assertEqual([h["role"], h["ratio_fa2_over_ours"], h["ratio_auto_over_ours"]],
+                         ["headline", "1.5000", "0.5000"])
+        self.assertEqual([joined[1]["ratio_fa2_over_ours"], joined[1]["upstream_auto_status"]],
+                         ["", "error: no sm90 JIT"])  # ours failed there: no ratio
+        text = read(md)
+        self.assertIn("- headline (batch 1 qo 48 kv 48 heads 4:2 D 64 causal): ours 301.5 TFLOP/s "
+                      "(goal >= 300: met); upstream fa2: 1.500x; upstream auto: 0.500x", text)
+        self.assertIn("- against upstream fa2: minimum ratio 1.500x (batch 1 qo 48 kv 48 heads 4:2 D "
+                      "64 causal); 0 of 1 rows compared below 1.0x (goal: >= 1.0x on every shape: met)",
+                      text)
+        self.assertIn("- against upstream auto: minimum ratio 0.500x", text)
+        self.assertIn("| **0.500** |", text)
+        self.assertNotIn("DRY RUN", text)
+        # The summary page carries the goal lines.
+        self.assertEqual(run("summary", d).returncode, 0)
+        self.assertIn("Prefill grid against upstream (phases 5c, 6c; `prefill_compare.csv`): "
+                      "headline (batch 1 qo 48", read(os.path.join(d, "summary.md")))
+        # The dry run's made-up timings: one row per grid row and backend, marked in the join.
+        fake = os.path.join(d, "fake.csv")
+        self.assertEqual(run("fake-upstream-prefill", ours, fake).returncode, 0)
+        with open(fake, newline="") as f:
+            frows = list(csv.DictReader(f))
+        self.assertEqual([(r["backend"], r["median_ms"]) for r in frows[:2]],
+                         [("fa2", "1.600000"), ("auto", "2.000000")])
+        run("compare-prefill", plan, ours, fake, md, out)
+        self.assertIn("DRY RUN: the upstream timings are made up", read(md))
+
     def test_summary_of_an_empty_directory(self):
         r = run("summary", self.d)
         self.assertEqual(r.returncode, 0, r.stderr)
