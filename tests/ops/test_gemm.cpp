@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -437,8 +438,11 @@ TEST(GemmCuda, MatchesCpu) {
   {
     Tensor a2 = Tensor::empty({21, 64}, DType::kFloat32).normal_(8).to(DType::kBFloat16);
     Tensor w2 = Tensor::empty({40, 64}, DType::kFloat32).normal_(9).to(DType::kBFloat16);
-    auto [qa2, sa2] = mxfp4_quantize(a2);
-    auto [qb2, sb2] = mxfp4_quantize(w2);
+    // Plain variables, not structured bindings: the lambda below captures them (clang 14 cannot
+    // capture a structured binding).
+    const auto a2q = mxfp4_quantize(a2), w2q = mxfp4_quantize(w2);
+    const Tensor qa2 = std::get<0>(a2q), sa2 = std::get<1>(a2q);
+    const Tensor qb2 = std::get<0>(w2q), sb2 = std::get<1>(w2q);
     Tensor cpu2 = mm_fp4(qa2, qb2.transpose(0, 1), sa2, sb2.transpose(0, 1), std::nullopt,
                          DType::kFloat16, std::nullopt, 32, false, "auto", false);
     fp4_matches(
@@ -451,8 +455,9 @@ TEST(GemmCuda, MatchesCpu) {
   Tensor a = Tensor::empty({37, 128}, DType::kFloat32).normal_(3).to(DType::kBFloat16);
   Tensor w = Tensor::empty({72, 128}, DType::kFloat32).normal_(4).to(DType::kBFloat16);
   Tensor gs = fp32_scalar(100.0);
-  auto [qa, sfa] = nvfp4_quantize(a, gs);
-  auto [qb, sfb] = nvfp4_quantize(w, gs);
+  const auto aq = nvfp4_quantize(a, gs), wq = nvfp4_quantize(w, gs);
+  const Tensor qa = std::get<0>(aq), sfa = std::get<1>(aq);
+  const Tensor qb = std::get<0>(wq), sfb = std::get<1>(wq);
   Tensor al = fp32_scalar(1e-4);
   Tensor cpu = mm_fp4(qa, qb.transpose(0, 1), sfa, sfb.transpose(0, 1), al);
   fp4_matches(
