@@ -216,7 +216,8 @@ TEST(PrefillKernelCuda, VariantsMatchCpuAndOracles) {
 TEST(PrefillKernelCuda, TensorCoreDecodeMatchesCpuAndOracle) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
-    for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{32, 8}, {8, 8}, {32, 1}}) {
+    for (auto heads : {std::pair<int64_t, int64_t>{32, 8}, {8, 8}, {32, 1}}) {
+      const int64_t hq = heads.first, hkv = heads.second;  // the lambda below captures them
       for (std::optional<int64_t> split : {std::optional<int64_t>{}, {2}}) {
         SCOPED_TRACE(std::string(dtype_torch_name(dt)) + " heads " + std::to_string(hq) + ":" +
                      std::to_string(hkv) + " split " + std::to_string(split.value_or(0)));
