@@ -1,6 +1,7 @@
 // Host side of the tensor-core prefill attention kernels: which requests they serve, the FA2
-// kernel (prefill_kernel.cuh) for the built head-dim pairs, and the first-draft kernel
-// (attention_prefill_kernel.cuh) through NVRTC for the other head dims.
+// kernel (prefill_kernel.cuh; its instances in prefill_fa2_d*.cu, one source per head-dim pair)
+// for the built pairs, and the first-draft kernel (attention_prefill_kernel.cuh) through NVRTC for
+// the other head dims.
 #include <type_traits>
 
 #include "jit/attention_jit.h"
@@ -8,45 +9,16 @@
 #include "kernels/cuda/attention_prefill_kernel.cuh"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/prefill_cuda.h"
-#include "kernels/cuda/prefill_kernel.cuh"
+#include "kernels/cuda/prefill_shape.h"
 
 namespace flashinfer::kernels::cuda {
-namespace {
 
-// The FA2 kernel (prefill_kernel.cuh) for the built head-dim pairs.
-template <class T, int DQK, int DVO, int kMmaQ, int kVariant>
-void launch_fa2(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
-  const int32_t group = p.num_qo_heads / p.num_kv_heads;
-  const int64_t max_rows = static_cast<int64_t>(p.max_work_rows) * group;
-  constexpr int kCtaQ = prefill::prefill_cta_q(kMmaQ);
-  const dim3 grid(static_cast<unsigned>(p.num_work), static_cast<unsigned>(p.num_kv_heads),
-                  static_cast<unsigned>((max_rows + kCtaQ - 1) / kCtaQ));
-  launch_kernel("attention", prefill::batch_prefill_kernel<T, DQK, DVO, kMmaQ, kVariant>, grid,
-                dim3(prefill::kPrefillThreads), prefill::prefill_smem_bytes(kMmaQ, DQK, DVO),
-                stream, enable_pdl, p);
-}
-
+// The FA2 kernel for one built head-dim pair (prefill_fa2_launch.cuh; explicitly instantiated,
+// fp16 and bf16, in prefill_fa2_d<DQK>.cu).
 template <class T, int DQK, int DVO>
-void dispatch_variant(const AttentionParams& p, cudaStream_t s, bool pdl) {
-  const int32_t group = p.num_qo_heads / p.num_kv_heads;
-  const int variant = prefill_variant(p);
-  constexpr int kSoftCap = prefill::kPrefillSoftCap, kMask = prefill::kPrefillCustomMask;
-  if constexpr (prefill::prefill_mma_q(128, DQK, DVO, 0) == 2) {
-    if (prefill::prefill_mma_q(p.max_work_rows * group, DQK, DVO, variant) == 2) {
-      return launch_fa2<T, DQK, DVO, 2, 0>(p, s, pdl);
-    }
-  }
-  switch (variant) {
-    case 0:
-      return launch_fa2<T, DQK, DVO, 1, 0>(p, s, pdl);
-    case kSoftCap:
-      return launch_fa2<T, DQK, DVO, 1, kSoftCap>(p, s, pdl);
-    case kMask:
-      return launch_fa2<T, DQK, DVO, 1, kMask>(p, s, pdl);
-    default:
-      return launch_fa2<T, DQK, DVO, 1, kSoftCap | kMask>(p, s, pdl);
-  }
-}
+void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl);
+
+namespace {
 
 // Head dims outside the built pairs: the first-draft tensor-core kernel, compiled by NVRTC for D.
 void launch_jit(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
@@ -64,10 +36,10 @@ void launch_jit(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) 
 template <class T>
 void dispatch_dims(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
   const int qk = p.head_dim_qk, vo = p.head_dim_vo;
-  if (qk == 64 && vo == 64) return dispatch_variant<T, 64, 64>(p, stream, enable_pdl);
-  if (qk == 128 && vo == 128) return dispatch_variant<T, 128, 128>(p, stream, enable_pdl);
-  if (qk == 256 && vo == 256) return dispatch_variant<T, 256, 256>(p, stream, enable_pdl);
-  if (qk == 192 && vo == 128) return dispatch_variant<T, 192, 128>(p, stream, enable_pdl);
+  if (qk == 64 && vo == 64) return prefill_fa2<T, 64, 64>(p, stream, enable_pdl);
+  if (qk == 128 && vo == 128) return prefill_fa2<T, 128, 128>(p, stream, enable_pdl);
+  if (qk == 256 && vo == 256) return prefill_fa2<T, 256, 256>(p, stream, enable_pdl);
+  if (qk == 192 && vo == 128) return prefill_fa2<T, 192, 128>(p, stream, enable_pdl);
   launch_jit(p, stream, enable_pdl);
 }
 

@@ -1,0 +1,6 @@
+// The FA2 prefill kernel's instances for head dims 192/128 (prefill_fa2_launch.cuh).
+#include "kernels/cuda/prefill_fa2_launch.cuh"
+
+namespace flashinfer::kernels::cuda {
+FLASHINFER_PREFILL_FA2_PAIR(192, 128)
+}  // namespace flashinfer::kernels::cuda

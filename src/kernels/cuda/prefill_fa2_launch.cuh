@@ -1,0 +1,54 @@
+// Launch of the FA2 prefill kernel (prefill_kernel.cuh) for one head-dim pair: the CTA height and
+// variant chosen per call. Included only by the prefill_fa2_d*.cu sources, one per built pair, so
+// that nvcc compiles the pairs' instances in parallel (as one source they were the build's
+// longest compile, 457 s).
+#pragma once
+
+#include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/prefill_cuda.h"
+#include "kernels/cuda/prefill_kernel.cuh"
+
+namespace flashinfer::kernels::cuda {
+
+template <class T, int DQK, int DVO, int kMmaQ, int kVariant>
+void launch_fa2(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
+  const int32_t group = p.num_qo_heads / p.num_kv_heads;
+  const int64_t max_rows = static_cast<int64_t>(p.max_work_rows) * group;
+  constexpr int kCtaQ = prefill::prefill_cta_q(kMmaQ);
+  const dim3 grid(static_cast<unsigned>(p.num_work), static_cast<unsigned>(p.num_kv_heads),
+                  static_cast<unsigned>((max_rows + kCtaQ - 1) / kCtaQ));
+  launch_kernel("attention", prefill::batch_prefill_kernel<T, DQK, DVO, kMmaQ, kVariant>, grid,
+                dim3(prefill::kPrefillThreads), prefill::prefill_smem_bytes(kMmaQ, DQK, DVO),
+                stream, enable_pdl, p);
+}
+
+template <class T, int DQK, int DVO>
+void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
+  const int32_t group = p.num_qo_heads / p.num_kv_heads;
+  const int variant = prefill_variant(p);
+  constexpr int kSoftCap = prefill::kPrefillSoftCap, kMask = prefill::kPrefillCustomMask;
+  if constexpr (prefill::prefill_mma_q(128, DQK, DVO, 0) == 2) {
+    if (prefill::prefill_mma_q(p.max_work_rows * group, DQK, DVO, variant) == 2) {
+      return launch_fa2<T, DQK, DVO, 2, 0>(p, s, pdl);
+    }
+  }
+  switch (variant) {
+    case 0:
+      return launch_fa2<T, DQK, DVO, 1, 0>(p, s, pdl);
+    case kSoftCap:
+      return launch_fa2<T, DQK, DVO, 1, kSoftCap>(p, s, pdl);
+    case kMask:
+      return launch_fa2<T, DQK, DVO, 1, kMask>(p, s, pdl);
+    default:
+      return launch_fa2<T, DQK, DVO, 1, kSoftCap | kMask>(p, s, pdl);
+  }
+}
+
+// The explicit instantiations of one pair, for fp16 and bf16 (in prefill_fa2_d<DQK>.cu).
+#define FLASHINFER_PREFILL_FA2_PAIR(DQK, DVO)                                                      \
+  template void prefill_fa2<CudaElement<DType::kFloat16>::type, DQK, DVO>(const AttentionParams&,  \
+                                                                          cudaStream_t, bool);     \
+  template void prefill_fa2<CudaElement<DType::kBFloat16>::type, DQK, DVO>(const AttentionParams&, \
+                                                                           cudaStream_t, bool);
+
+}  // namespace flashinfer::kernels::cuda
