@@ -1,6 +1,7 @@
 // rope_quantize_fp8_append_paged_kv_cache (flashinfer.rope): the queries through rope_quantize_fp8
 // (a nested, unrecorded call: the same reference), the keys quantized the same way and, with the
-// values, scattered into the paged cache here on the host. CPU only: the backend index says so.
+// values, scattered into the paged cache: on the host for CPU tensors, by a CUDA kernel
+// (kernels/cuda/rope_quantize_append_cuda.cu) for device tensors. Slots are checked on the host.
 #include "flashinfer/ops/rope_quantize_append.h"
 
 #include <cmath>
@@ -15,6 +16,9 @@
 #include "flashinfer/float_formats.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/ops/rope_quantize.h"
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/rope_quantize_append_cuda.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -30,6 +34,51 @@ void put_row(const Tensor& dst, int64_t off, const uint8_t* src, int64_t n) {
   std::memcpy(static_cast<uint8_t*>(dst.data_ptr()) + off, src, static_cast<std::size_t>(n));
 }
 
+// The device scatter: the (page, slot) pairs checked on the host go to the device once.
+void scatter_cuda(const Tensor& kr, const Tensor& kn, const Tensor& v,
+                  const std::vector<std::pair<int64_t, int64_t>>& slot, const Tensor& c0,
+                  const Tensor& c1, bool mla, bool hnd, int64_t hk, int64_t rope, int64_t nope,
+                  DType qd, float v_scale, bool enable_pdl) {
+#if FLASHINFER_WITH_CUDA
+  const auto nnz = static_cast<int64_t>(slot.size());
+  std::vector<int64_t> flat;
+  flat.reserve(slot.size() * 2);
+  for (const auto& [page, s] : slot) {
+    flat.push_back(page);
+    flat.push_back(s);
+  }
+  const Tensor slots =
+      Tensor::from_vector(std::vector<double>(flat.begin(), flat.end()), {nnz, 2}, DType::kInt64)
+          .to(c0.device());
+  kernels::cuda::PagedFp8AppendParams p;
+  p.nnz = nnz;
+  p.heads = hk;
+  p.rope = rope;
+  p.nope = nope;
+  p.mla = mla;
+  p.hnd = hnd;
+  p.k_rope = static_cast<const uint8_t*>(kr.data_ptr());
+  p.k_nope = nope > 0 ? static_cast<const uint8_t*>(kn.data_ptr()) : nullptr;
+  if (!mla) {
+    p.v = v.data_ptr();
+    p.v_dtype = v.dtype();
+  }
+  p.fp8 = qd;
+  p.v_scale = v_scale;
+  p.slots = slots.data<int64_t>();
+  p.cache0 = static_cast<uint8_t*>(c0.data_ptr());
+  p.cache1 = static_cast<uint8_t*>(c1.data_ptr());
+  for (int64_t d = 0; d < c0.dim(); ++d) p.stride0[d] = c0.stride(d);
+  for (int64_t d = 0; d < c1.dim(); ++d) p.stride1[d] = c1.stride(d);
+  const api::launch_detail::LaunchScope scope(c0.device(), enable_pdl);
+  kernels::cuda::paged_fp8_append(p, scope.context().stream, scope.context().enable_pdl);
+#else
+  (void)kr, (void)kn, (void)v, (void)slot, (void)c0, (void)c1, (void)mla, (void)hnd, (void)hk;
+  (void)rope, (void)nope, (void)qd, (void)v_scale, (void)enable_pdl;
+  FLASHINFER_FAIL(ErrorCode::kUnsupported, kOp, "q_rope", "this build has no CUDA backend");
+#endif
+}
+
 std::tuple<Tensor, Tensor> impl(const Tensor& q_rope, const Tensor& k_rope,
                                 const std::optional<Tensor>& q_nope,
                                 const std::optional<Tensor>& k_nope, const std::optional<Tensor>& v,
@@ -43,8 +92,10 @@ std::tuple<Tensor, Tensor> impl(const Tensor& q_rope, const Tensor& k_rope,
                                 const std::optional<Tensor>& q_nope_out, bool enable_pdl) {
   api::check_defined(q_rope, kOp, "q_rope");
   api::check_defined(k_rope, kOp, "k_rope");
-  FLASHINFER_CHECK_CODE(q_rope.device().is_cpu(), ErrorCode::kUnsupported, kOp, "q_rope",
-                        "runs on the CPU only in this library (no CUDA kernel)");
+  const Device dev = q_rope.device();
+  FLASHINFER_CHECK_CODE(dev.is_cpu() || (FLASHINFER_WITH_CUDA && dev.is_cuda()),
+                        ErrorCode::kUnsupported, kOp, "q_rope", "this build has no kernel for ",
+                        dev.str());
   FLASHINFER_CHECK(cache.is_pair(), kOp, "paged_kv_cache",
                    "must be a tuple of two tensors ((k_cache, v_cache) or (ckv_cache, "
                    "kpe_cache))");
@@ -69,7 +120,8 @@ std::tuple<Tensor, Tensor> impl(const Tensor& q_rope, const Tensor& k_rope,
                    "cache dtype must be the quantize dtype ", dtype_torch_name(qd), ", got ",
                    dtype_torch_name(c0.dtype()), " and ", dtype_torch_name(c1.dtype()));
   for (const Tensor* c : {&c0, &c1}) {
-    FLASHINFER_CHECK(c->device().is_cpu(), kOp, "paged_kv_cache", "must be on the CPU");
+    FLASHINFER_CHECK(c->device() == dev, kOp, "paged_kv_cache", "must be on q_rope's device (",
+                     dev.str(), "), got ", c->device().str());
     FLASHINFER_CHECK(c->stride(-1) == 1 || c->size(-1) <= 1, kOp, "paged_kv_cache",
                      "the feature axis must be contiguous");
     api::check_writable(*c, kOp, "paged_kv_cache");
@@ -96,6 +148,7 @@ std::tuple<Tensor, Tensor> impl(const Tensor& q_rope, const Tensor& k_rope,
     FLASHINFER_CHECK(
         v->dim() == 3 && v->size(0) == nnz && v->size(1) == hk && v->size(2) == rope + nope, kOp,
         "v", "must be [", nnz, ", ", hk, ", ", rope + nope, "], got ", shape_to_string(v->shape()));
+    api::check_same_device(*v, q_rope, kOp, "v", "q_rope");
     FLASHINFER_CHECK(v->dtype() == q_rope.dtype(), kOp, "v", "must be q_rope's dtype ",
                      dtype_torch_name(q_rope.dtype()), ", got ", dtype_torch_name(v->dtype()));
     pages = c0.size(0);
@@ -128,6 +181,11 @@ std::tuple<Tensor, Tensor> impl(const Tensor& q_rope, const Tensor& k_rope,
       rope_quantize_fp8(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox, qd, sq,
                         skv, q_rope_out, std::nullopt, q_nope_out, std::nullopt, enable_pdl);
   const Tensor krc = kr.contiguous(), knc = kn.contiguous();
+  if (dev.is_cuda()) {
+    scatter_cuda(krc, knc, mla ? Tensor() : v->contiguous(), slot, c0, c1, mla, hnd, hk, rope, nope,
+                 qd, static_cast<float>(skv), enable_pdl);
+    return {qr, qn};
+  }
   const auto* kr8 = static_cast<const uint8_t*>(krc.data_ptr());
   const auto* kn8 = static_cast<const uint8_t*>(knc.data_ptr());
   std::vector<double> vd;
@@ -218,16 +276,21 @@ void register_rope_quantize_append_ops(OpRegistry& r) {
       r,
       {.name = kOp,
        .module = "flashinfer.rope",
-       .summary = "rope_quantize_fp8 with K (and V) appended to a paged FP8 cache (CPU only)"},
+       .summary = "rope_quantize_fp8 with K (and V) appended to a paged FP8 cache"},
       "q_rope", "k_rope", arg("q_nope").required(), arg("k_nope").required(), arg("v").required(),
       "cos_sin_cache", "pos_ids", arg("paged_kv_cache").mut(), "kv_indices", "kv_indptr",
       "batch_indices", "positions", arg("is_neox", true), "quantize_dtype",
       arg("quant_scale_q", 1.0), arg("quant_scale_kv", 1.0), arg("page_size", 16),
       arg("kv_layout", "NHD"), arg("q_rope_out").mut(), arg("q_nope_out").mut(),
       arg("enable_pdl", false));
-  static constexpr api::BackendSummary kCpu[] = {
-      {DeviceType::kCPU, "CPU reference: rope_quantize_fp8's, then a host scatter into the pages"}};
-  api::register_backends(kOp, std::span<const api::BackendSummary>(kCpu));
+  static constexpr api::BackendSummary kBackends[] = {
+    {DeviceType::kCPU, "CPU reference: rope_quantize_fp8's, then a host scatter into the pages"},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA: rope_quantize_fp8's kernel, then a scatter kernel into the pages (V quantized there)"},
+#endif
+  };
+  api::register_backends(kOp, std::span<const api::BackendSummary>(kBackends));
   register_bench_hook(kOp, bench_append);
 }
 }  // namespace detail

@@ -20,6 +20,7 @@
 #include "kernels/sampling_params.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/sampling_cuda.h"
+#include "kernels/cuda/spec_sampling_cuda.h"
 #endif
 
 namespace flashinfer {
@@ -542,13 +543,21 @@ Tensor renorm_impl(const char* op, const char* input_name, const Tensor& input,
 }
 
 // ---------------------------------------------------------------------------------------------
-// chain_speculative_sampling (CPU backend only).
+// chain_speculative_sampling: the CPU reference and the CUDA kernel take the same Philox draws
+// and add the residual in the same order (kernels/spec_sampling_rules.h), so they agree exactly.
 
 constexpr api::KernelEntry<kernels::ChainSpecParams> kChainSpecKernels[] = {
     {DeviceType::kCPU, "CPU reference: one Philox stream per request, OpenMP rows", nullptr,
      [](const kernels::ChainSpecParams& p, const api::LaunchContext&) {
        kernels::cpu::chain_speculative_sampling(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one block per request, the same draws and sums as the CPU",
+     nullptr,
+     [](const kernels::ChainSpecParams& p, const api::LaunchContext& c) {
+       kernels::cuda::chain_speculative_sampling(p, c.stream, c.enable_pdl);
+     }},
+#endif
 };
 
 std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
@@ -596,12 +605,14 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
     api::check_dtype_in(a.tensor(), {DType::kInt64, DType::kInt32}, op, arg);
     return static_cast<uint64_t>(host_ints(a.tensor().reshape({1}))[0]);
   };
-  // The inputs are read on the host (the CPU backend); a CUDA call fails in api::launch below.
+  // The draft ids index the probability rows: checked on the host on every device (a CUDA call
+  // copies its b x n ids here), so a bad id is an Error, never an out-of-bounds read.
   const Tensor dp = draft_probs.contiguous(), tp = target_probs.contiguous(),
                ids = draft_token_ids.contiguous();
-  if (ids.device().is_cpu()) {
+  if (b * n > 0) {
+    const std::vector<int64_t> host_ids = host_ints(ids.reshape({b * n}));
     for (int64_t i = 0; i < b * n; ++i) {
-      const int64_t d = id == DType::kInt64 ? ids.data<int64_t>()[i] : ids.data<int32_t>()[i];
+      const int64_t d = host_ids[static_cast<std::size_t>(i)];
       FLASHINFER_CHECK(d >= 0 && d < v, op, "draft_token_ids", "token ", d, " at [", i / n, ", ",
                        i % n, "] is outside the vocabulary of ", v);
     }
@@ -619,7 +630,7 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
   p.batch = b;
   p.n = n;
   p.vocab = v;
-  if (draft_probs.device().is_cpu() && b > 0) {
+  if (b > 0) {
     if (seed) {
       p.seed = one_int(*seed, "seed");
       p.offset = one_int(*offset, "offset");

@@ -843,15 +843,20 @@ void add_prefill(std::vector<Template>& v) {
                       .init("torch.arange(int(kv_indptr[-1]), dtype=torch.int32, device=device) "
                             "% num_pages")
                       .desc("Page ids (given to plan())."),
-                  S("sm_scale", "float32").plan().init("1.0 / math.sqrt(head_dim)")},
+                  S("sm_scale", "float32").plan().init("1.0 / math.sqrt(head_dim)"),
+                  // run()'s return_lse, as upstream's newer template has it (the committed file
+                  // predates it): whether lse is returned, hence an optional lse.
+                  S("return_lse", "int32").opt().desc("Bool: also return the LSE.")},
        .outputs = {T("output", {"total_q", "num_qo_heads", "head_dim"}).like("q"),
                    T("lse", {"total_q", "num_qo_heads"})
+                       .opt()
                        .dt("float32")
                        .desc("Base-2 log-sum-exp of the scores.")},
        .constraints = {"total_q == qo_indptr[-1].item()", "num_kv_indices == kv_indptr[-1].item()"},
        .tags = {"stage:prefill", "status:verified"},
        .reference =
-           R"PY(def run(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, sm_scale=None):
+           R"PY(def run(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, sm_scale=None,
+        return_lse=None):
     n, h, d = q.shape
     kvh = k_cache.shape[2]
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
@@ -902,11 +907,13 @@ void add_ragged_and_mla(std::vector<Template>& v) {
                       .synth("int32")
                       .init("torch.arange(len_indptr, dtype=torch.int32, device=device) * "
                             "(total_kv // (len_indptr - 1))"),
-                  S("sm_scale", "float32").plan().init("1.0 / math.sqrt(head_dim)")},
-       .outputs = {T("output", qhd).like("q"), T("lse", {"total_q", "num_qo_heads"}).dt("float32")},
+                  S("sm_scale", "float32").plan().init("1.0 / math.sqrt(head_dim)"),
+                  S("return_lse", "int32").opt().desc("Bool: also return the LSE.")},
+       .outputs = {T("output", qhd).like("q"),
+                   T("lse", {"total_q", "num_qo_heads"}).opt().dt("float32")},
        .constraints = {"total_q == qo_indptr[-1].item()", "total_kv == kv_indptr[-1].item()"},
        .tags = {"stage:prefill", "status:verified"},
-       .reference = R"PY(def run(q, k, v, qo_indptr, kv_indptr, sm_scale=None):
+       .reference = R"PY(def run(q, k, v, qo_indptr, kv_indptr, sm_scale=None, return_lse=None):
     n, h, d = q.shape
     kvh = k.shape[1]
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
@@ -934,8 +941,9 @@ void add_ragged_and_mla(std::vector<Template>& v) {
        .description = "Batched MLA decode over a paged compressed cache (ckv, kpe); scores from "
                       "both parts, output in the ckv space.",
        .axes = {var("batch_size", "", 2), cst("num_qo_heads", "h"), cst("head_dim_ckv", "ckv"),
-                cst("head_dim_kpe", "kpe"), cst("page_size", "ps"), var("num_pages", "", 6),
-                var("len_indptr", "batch_size + 1.", 3),
+                cst("head_dim_kpe", "kpe"), cst("page_size", "ps"),
+                var("ckv_scale_groups", "Number of 128-channel CKV scale groups."),
+                var("num_pages", "", 6), var("len_indptr", "batch_size + 1.", 3),
                 var("num_kv_indices", "Number of page indices.")},
        .inputs =
            {T("q_nope", {"batch_size", "num_qo_heads", "head_dim_ckv"}),
@@ -952,13 +960,26 @@ void add_ragged_and_mla(std::vector<Template>& v) {
                 .synth("int32")
                 .init("torch.arange(int(kv_indptr[-1]), dtype=torch.int32, device=device) "
                       "% num_pages"),
-            S("sm_scale", "float32").plan().init("1.0 / math.sqrt(head_dim_ckv + head_dim_kpe)")},
+            S("sm_scale", "float32").plan().init("1.0 / math.sqrt(head_dim_ckv + head_dim_kpe)"),
+            // run()'s fp8-cache scales and return_lse, as upstream's newer template has them.
+            S("ckv_scale", "float32").opt().desc("Dequantization scale of the CKV cache."),
+            T("ckv_scale_arr", {"num_pages", "page_size", "ckv_scale_groups"})
+                .opt()
+                .dt("float32")
+                .desc("Per-token scales of each 128-channel CKV group."),
+            S("kpe_scale", "float32").opt().desc("Dequantization scale of the KPE cache."),
+            S("return_lse", "int32").opt().desc("Bool: also return the LSE.")},
        .outputs = {T("output", {"batch_size", "num_qo_heads", "head_dim_ckv"}).like("q_nope"),
-                   T("lse", {"batch_size", "num_qo_heads"}).dt("float32")},
+                   T("lse", {"batch_size", "num_qo_heads"}).opt().dt("float32")},
        .constraints = {"len_indptr == batch_size + 1", "num_kv_indices == kv_indptr[-1].item()"},
        .tags = {"stage:decode", "status:verified"},
        .reference =
-           R"PY(def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale):
+           R"PY(def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale,
+        ckv_scale=None, ckv_scale_arr=None, kpe_scale=None, return_lse=None):
+    if ckv_scale_arr is not None:
+        raise NotImplementedError("per-token ckv scales (ckv_scale_arr)")
+    cs = 1.0 if ckv_scale is None else float(ckv_scale)
+    ks = 1.0 if kpe_scale is None else float(kpe_scale)
     b, h, dc = q_nope.shape
     out = torch.zeros((b, h, dc), dtype=torch.float32)
     lse = torch.full((b, h), -float("inf"), dtype=torch.float32)
@@ -968,9 +989,9 @@ void add_ragged_and_mla(std::vector<Template>& v) {
             continue
         ckv = ckv_cache[pages].reshape(-1, dc).float()
         kpe = kpe_cache[pages].reshape(-1, kpe_cache.shape[-1]).float()
-        s = (q_nope[i].float() @ ckv.T + q_pe[i].float() @ kpe.T) * float(sm_scale)
+        s = (cs * (q_nope[i].float() @ ckv.T) + ks * (q_pe[i].float() @ kpe.T)) * float(sm_scale)
         lse[i] = torch.logsumexp(s, -1) / math.log(2.0)
-        out[i] = torch.softmax(s, -1) @ ckv
+        out[i] = cs * (torch.softmax(s, -1) @ ckv)
     return out.to(q_nope.dtype), lse
 )PY"});
   // concat_mla_k (flashinfer.concat_ops): the rope part, one per token, is shared by the heads.

@@ -617,7 +617,14 @@ void add_more_gemm_prefill_group(std::vector<Template>& v) {
 )PY"});
 
   // fmha_v2_prefill_deepseek (flashinfer.prefill): fixed-length causal prefill; the definition
-  // gives value and out the query's head_dim (upstream's template).
+  // gives value and out the query's head_dim (upstream's template). The device scale tensors, with
+  // the scale_size axis, as upstream's newer template has them (no dtype declared there).
+  auto fmha_v2_deepseek_inputs = [] {
+    std::vector<Io> in = fmha_v2_bshd_inputs("In-place output buffer.");
+    in.push_back(T("scale_bmm1_d", {"scale_size"}).opt());
+    in.push_back(T("scale_bmm2_d", {"scale_size"}).opt());
+    return in;
+  };
   v.push_back({.op = "fmha_v2_prefill_deepseek",
                .op_type = "trtllm_paged",
                .name_prefix = "fmha_v2_prefill_deepseek",
@@ -625,14 +632,16 @@ void add_more_gemm_prefill_group(std::vector<Template>& v) {
                               "0..i); s = scale_bmm1 * q.k (default 1), out = scale_bmm2 * "
                               "softmax(s) v; scale_softmax changes no value.",
                .axes = {var("batch_size", "", 2), var("seq_len", "", 3), cst("num_heads", "h"),
-                        cst("head_dim", "d")},
-               .inputs = fmha_v2_bshd_inputs("In-place output buffer."),
+                        cst("head_dim", "d"), var("scale_size", "Device scale tensors' length.")},
+               .inputs = fmha_v2_deepseek_inputs(),
                .outputs = {T("out", kBshd).like("query")},
                .tags = {"status:verified", "stage:prefill", "backend:trtllm"},
                .reference = attend + R"PY(
 
 def run(query, key, value, out, num_heads, head_dim, seq_len, scale_softmax, scale_bmm1=None,
-        scale_bmm2=None):
+        scale_bmm2=None, scale_bmm1_d=None, scale_bmm2_d=None):
+    if scale_bmm1_d is not None or scale_bmm2_d is not None:
+        raise NotImplementedError("device scale tensors (scale_bmm1_d / scale_bmm2_d)")
     s1 = 1.0 if scale_bmm1 is None else float(scale_bmm1)
     s2 = 1.0 if scale_bmm2 is None else float(scale_bmm2)
     res = torch.zeros(query.shape[:3] + (value.shape[-1],), dtype=torch.float32)

@@ -195,7 +195,73 @@ TEST(RopeQuantizeAppend, BadInputAndBackends) {
                       i32(L.indices), i32(L.indptr), i32(L.bi), i32(L.pos), true, DType::kFloat16),
                   kOp, "quantize_dtype");
   EXPECT_TRUE(op_has_backend(kOp, DeviceType::kCPU));
-  EXPECT_FALSE(op_has_backend(kOp, DeviceType::kCUDA));
+  EXPECT_EQ(op_has_backend(kOp, DeviceType::kCUDA), cuda_compiled());
+}
+
+// On the device: the same q outputs and the same cache bytes as the CPU reference, GQA in both
+// layouts and fp8 kinds (with and without a nope part) and MLA; a bad slot is an Error before
+// any write.
+TEST(RopeQuantizeAppendCuda, MatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device cuda = Device::cuda(0);
+  Layout L;
+  auto dev = [&](const Tensor& t) { return t.to(cuda); };
+  for (bool hnd : {false, true}) {
+    for (DType qd : {DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+      const int64_t nnz = 5, H = 4, Hk = 2, rope = 16, nope = hnd ? 0 : 16, D = rope + nope;
+      const DType in = hnd ? DType::kFloat16 : DType::kBFloat16;
+      const Tensor qr = testing::rand_tensor({nnz, H, rope}, in, 500);
+      const Tensor kr = testing::rand_tensor({nnz, Hk, rope}, in, 501);
+      std::optional<Tensor> qn, kn;
+      if (nope > 0) {
+        qn = testing::rand_tensor({nnz, H, nope}, in, 502);
+        kn = testing::rand_tensor({nnz, Hk, nope}, in, 503);
+      }
+      const Tensor v = testing::rand_tensor({nnz, Hk, D}, in, 504, -300.0, 300.0);
+      const Tensor cs = testing::rand_tensor({16, rope}, DType::kFloat32, 505, -1.0, 1.0);
+      const Tensor pids = i32({3, 4, 5, 6, 7});
+      const Shape cshape = hnd ? Shape{L.pages, Hk, L.ps, D} : Shape{L.pages, L.ps, Hk, D};
+      Tensor kc = Tensor::zeros(cshape, qd), vc = Tensor::zeros(cshape, qd);
+      Tensor dkc = dev(kc), dvc = dev(vc);
+      const std::string_view layout = hnd ? "HND" : "NHD";
+      auto [qro, qno] = rope_quantize_fp8_append_paged_kv_cache(
+          qr, kr, qn, kn, v, cs, pids, PagedKVCache(kc, vc), i32(L.indices), i32(L.indptr),
+          i32(L.bi), i32(L.pos), true, qd, 1.5, 0.75, L.ps, layout);
+      auto [dqro, dqno] = rope_quantize_fp8_append_paged_kv_cache(
+          dev(qr), dev(kr), qn ? std::optional<Tensor>(dev(*qn)) : std::nullopt,
+          kn ? std::optional<Tensor>(dev(*kn)) : std::nullopt, dev(v), dev(cs), dev(pids),
+          PagedKVCache(dkc, dvc), dev(i32(L.indices)), dev(i32(L.indptr)), dev(i32(L.bi)),
+          dev(i32(L.pos)), true, qd, 1.5, 0.75, L.ps, layout);
+      EXPECT_TRUE(testing::all_close(dqro.to(Device::cpu()), qro, {0, 0}));
+      EXPECT_TRUE(testing::all_close(dkc.to(Device::cpu()), kc, {0, 0})) << layout;
+      EXPECT_TRUE(testing::all_close(dvc.to(Device::cpu()), vc, {0, 0})) << layout;
+    }
+  }
+  // MLA: ckv and kpe.
+  const int64_t nnz = 5, H = 4, rope = 8, nope = 32;
+  const Tensor qr = testing::rand_tensor({nnz, H, rope}, DType::kBFloat16, 600);
+  const Tensor kr = testing::rand_tensor({nnz, rope}, DType::kBFloat16, 601);
+  const Tensor qn = testing::rand_tensor({nnz, H, nope}, DType::kBFloat16, 602);
+  const Tensor kn = testing::rand_tensor({nnz, nope}, DType::kBFloat16, 603);
+  const Tensor cs = testing::rand_tensor({16, rope}, DType::kFloat32, 604, -1.0, 1.0);
+  const Tensor pids = i32({3, 4, 5, 6, 7});
+  Tensor ckv = Tensor::zeros({L.pages, L.ps, nope}, DType::kFloat8E4M3FN);
+  Tensor kpe = Tensor::zeros({L.pages, L.ps, rope}, DType::kFloat8E4M3FN);
+  Tensor dckv = dev(ckv), dkpe = dev(kpe);
+  rope_quantize_fp8_append_paged_kv_cache(
+      qr, kr, qn, kn, std::nullopt, cs, pids, PagedKVCache(ckv, kpe), i32(L.indices), i32(L.indptr),
+      i32(L.bi), i32(L.pos), false, std::nullopt, 1.0, 2.0, L.ps);
+  rope_quantize_fp8_append_paged_kv_cache(dev(qr), dev(kr), dev(qn), dev(kn), std::nullopt, dev(cs),
+                                          dev(pids), PagedKVCache(dckv, dkpe), dev(i32(L.indices)),
+                                          dev(i32(L.indptr)), dev(i32(L.bi)), dev(i32(L.pos)),
+                                          false, std::nullopt, 1.0, 2.0, L.ps);
+  EXPECT_TRUE(testing::all_close(dckv.to(Device::cpu()), ckv, {0, 0}));
+  EXPECT_TRUE(testing::all_close(dkpe.to(Device::cpu()), kpe, {0, 0}));
+  EXPECT_FI_ERROR(rope_quantize_fp8_append_paged_kv_cache(
+                      dev(qr), dev(kr), dev(qn), dev(kn), std::nullopt, dev(cs), dev(pids),
+                      PagedKVCache(dckv, dkpe), dev(i32({3, 9, 2})), dev(i32(L.indptr)),
+                      dev(i32(L.bi)), dev(i32(L.pos)), false, std::nullopt, 1.0, 2.0, L.ps),
+                  kOp, "kv_indices");
 }
 
 TEST(RopeQuantizeAppend, RecordAndReplay) {

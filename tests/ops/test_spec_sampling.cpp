@@ -70,25 +70,88 @@ TEST(ChainSpeculativeSampling, MatchesAlgorithmWithSameDraws) {
     for (int64_t i = pos; i < n; ++i) accepted += ok(i);
     EXPECT_EQ(a[r], 5 + accepted);
     EXPECT_EQ(e[r], pos);
-    std::vector<float> m(v);
-    float sum = 0;
+    // The residual relu(target - draft) sampled by inverse CDF, here in fp64 (the kernels add
+    // in fp32 in a fixed chunked order: test_spec_sampling_rules.cpp); a draw within 1e-5 of a
+    // CDF step would be decided by that rounding and is not compared.
+    std::vector<double> m(v);
+    double sum = 0;
     for (int64_t j = 0; j < v; ++j) {
       m[j] = std::max(tp[(r * (n + 1) + pos) * v + j] - (pos < n ? dp[(r * n + pos) * v + j] : 0.f),
                       0.f);
       sum += m[j];
     }
-    const float u = rng.next_uniform() * sum;
-    float c = 0;
+    const double u = rng.next_uniform() * sum;
+    double c = 0, nearest = 1.0;
     int64_t tok = -1, last = -1;
-    for (int64_t j = 0; j < v && tok < 0; ++j) {
+    for (int64_t j = 0; j < v; ++j) {
       if (!(m[j] > 0)) continue;
       c += m[j];
       last = j;
-      if (c > u) tok = j;
+      nearest = std::min(nearest, std::abs(c - u) / sum);
+      if (c > u && tok < 0) tok = j;
     }
-    EXPECT_EQ(o[r * (n + 1) + pos], tok >= 0 ? tok : last) << r;
+    if (nearest > 1e-5) {
+      EXPECT_EQ(o[r * (n + 1) + pos], tok >= 0 ? tok : last) << r;
+    }
     for (int64_t i = pos + 1; i <= n; ++i) EXPECT_EQ(o[r * (n + 1) + i], -1);
   }
+}
+
+// A vocabulary of several 256-column chunks: all residual mass on one far column, so the token
+// is that column whatever the draw; with no residual mass at all, the last column that had some
+// is taken (here none: column 0).
+TEST(ChainSpeculativeSampling, ResidualAcrossChunks) {
+  const int64_t v = 1000, far = 777;
+  std::vector<double> dv(2 * v, 0.0), tv(3 * v, 0.0);
+  dv[5] = 1.0;       // draft token 5 at step 0, rejected: target gives it nothing
+  tv[far] = 0.5;     // target at step 0: residual relu(target - draft) is all at `far`
+  tv[v + 3] = 0.25;  // (steps 1 and 2 are never reached)
+  Tensor draft = Tensor::from_vector(dv, {1, 2, v}, DType::kFloat32);
+  Tensor target = Tensor::from_vector(tv, {1, 3, v}, DType::kFloat32);
+  Tensor ids = Tensor::from_vector({5, 3}, {1, 2}, DType::kInt64);
+  for (int64_t seed : {1, 2, 3}) {
+    auto [out, acc, emi] =
+        chain_speculative_sampling(draft, ids, target, std::nullopt, std::nullopt, true, seed, 0);
+    EXPECT_EQ(ints(out), (std::vector<int64_t>{far, -1, -1}));
+    EXPECT_EQ(ints(emi), (std::vector<int64_t>{0}));
+  }
+  Tensor flat = Tensor::zeros({1, 3, v}, DType::kFloat32);
+  auto [out, acc, emi] = chain_speculative_sampling(draft, ids, flat, std::nullopt, std::nullopt,
+                                                    true, int64_t{1}, int64_t{0});
+  EXPECT_EQ(ints(out), (std::vector<int64_t>{0, -1, -1}));
+}
+
+// The CUDA kernel takes the CPU's draws and adds in its order: the same tokens and counters,
+// exactly, on vocabularies of several chunks, every dtype, both id dtypes.
+TEST(ChainSpeculativeSamplingCuda, MatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const int64_t b = 8, n = 3;
+  for (int64_t v : {7, 256, 32000}) {
+    for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      for (DType id : {DType::kInt32, DType::kInt64}) {
+        Tensor draft = rand_tensor({b, n, v}, dt, 11, 0.0, 1.0);
+        Tensor target = rand_tensor({b, n + 1, v}, dt, 12, 0.0, 1.0);
+        std::vector<double> idv;
+        for (int64_t i = 0; i < b * n; ++i) idv.push_back(static_cast<double>((i * 7919) % v));
+        Tensor ids = Tensor::from_vector(idv, {b, n}, id);
+        Tensor acc = Tensor::full({b}, 2.0, id);
+        auto [o_cpu, a_cpu, e_cpu] =
+            chain_speculative_sampling(draft, ids, target, acc.clone(), std::nullopt, true, 42, 8);
+        const Device cuda = Device::cuda(0);
+        auto [o_gpu, a_gpu, e_gpu] = chain_speculative_sampling(
+            draft.to(cuda), ids.to(cuda), target.to(cuda), acc.to(cuda), std::nullopt, true, 42, 8);
+        EXPECT_EQ(ints(o_gpu.to(Device::cpu())), ints(o_cpu)) << v << " " << dtype_name(dt);
+        EXPECT_EQ(ints(a_gpu.to(Device::cpu())), ints(a_cpu));
+        EXPECT_EQ(ints(e_gpu.to(Device::cpu())), ints(e_cpu));
+      }
+    }
+  }
+  // A bad id on the device is an Error before any kernel reads with it.
+  Tensor d = rand_tensor({1, 1, 4}, DType::kFloat32, 1, 0, 1).to(Device::cuda(0));
+  Tensor t = rand_tensor({1, 2, 4}, DType::kFloat32, 2, 0, 1).to(Device::cuda(0));
+  Tensor bad = Tensor::from_vector({9}, {1, 1}, DType::kInt32).to(Device::cuda(0));
+  EXPECT_FI_ERROR(chain_speculative_sampling(d, bad, t), "chain_speculative_sampling",
+                  "draft_token_ids");
 }
 
 TEST(ChainSpeculativeSampling, DefaultStreamIsReproducible) {

@@ -6,6 +6,7 @@
 #include "flashinfer/float_formats.h"
 #include "kernels/dtype_dispatch.h"
 #include "kernels/philox.h"
+#include "kernels/spec_sampling_rules.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -33,7 +34,7 @@ void run_rows(const ChainSpecParams& p) {
       const int64_t d = ids[b * n + i];
       const float q = f32(tp[(b * (n + 1) + i) * V + d]);
       const float pr = f32(dp[(b * n + i) * V + d]);
-      return rng.next_uniform() * pr < q;
+      return spec_accept(rng.next_uniform(), pr, q);
     };
     int64_t pos = n;
     for (int64_t i = 0; i < n; ++i) {
@@ -50,24 +51,32 @@ void run_rows(const ChainSpecParams& p) {
     Id* emi = static_cast<Id*>(p.emitted);
     acc[b] = static_cast<Id>(acc[b] + accepted);
     emi[b] = static_cast<Id>(emi[b] + pos);
-    // Residual distribution relu(target - draft) at pos (target alone for the bonus token).
+    // Residual distribution relu(target - draft) at pos (target alone for the bonus token),
+    // summed and searched chunk by chunk in the CUDA kernel's order (spec_sampling_rules.h).
     const T* q = tp + (b * (n + 1) + pos) * V;
     const T* pd = pos < n ? dp + (b * n + pos) * V : nullptr;
-    auto mass = [&](int64_t j) { return std::max(f32(q[j]) - (pd ? f32(pd[j]) : 0.0f), 0.0f); };
+    float m[kSpecThreads], pre[kSpecThreads];
+    auto chunk = [&](int64_t c0) {  // masses and their prefixes; returns the chunk's total
+      for (int t = 0; t < kSpecThreads; ++t) {
+        const int64_t j = c0 + t;
+        m[t] = j < V ? spec_residual_mass(f32(q[j]), pd ? f32(pd[j]) : 0.0f) : 0.0f;
+        pre[t] = m[t];
+      }
+      return spec_chunk_scan(pre);
+    };
     float sum = 0.0f;
-    for (int64_t j = 0; j < V; ++j) sum += mass(j);
+    for (int64_t c0 = 0; c0 < V; c0 += kSpecThreads) sum += chunk(c0);
     const float u = rng.next_uniform() * sum;
     int64_t tok = -1, last = -1;
-    float c = 0.0f;
-    for (int64_t j = 0; j < V; ++j) {
-      const float m = mass(j);
-      if (!(m > 0.0f)) continue;
-      c += m;
-      last = j;
-      if (c > u) {
-        tok = j;
-        break;
+    float running = 0.0f;
+    for (int64_t c0 = 0; c0 < V && tok < 0; c0 += kSpecThreads) {
+      const float total = chunk(c0);
+      for (int t = 0; t < kSpecThreads && tok < 0; ++t) {
+        if (!(m[t] > 0.0f)) continue;
+        last = c0 + t;
+        if (running + pre[t] > u) tok = c0 + t;
       }
+      running += total;
     }
     if (tok < 0) tok = last >= 0 ? last : 0;
     out[b * (n + 1) + pos] = static_cast<Id>(tok);
