@@ -32,6 +32,12 @@ CSV rows and markdown, and assemble gpu-report.md. Standard library only (runs o
   gpu_check_report.py compare-prefill PLAN.csv OURS.csv UPSTREAM.csv OUT.md OUT.csv
                       upstream_ms / ours_ms per row for upstream's fa2 and default (auto)
                       backends, the goals (>= 1.0x fa2 everywhere; >= 300 TFLOP/s headline)
+  Op grids (KIND sampling: phases 5d/6d; rowops: 5e/6e; gemm: 5f/6f, the peer torch), the same steps:
+  gpu_check_report.py op-plan KIND MODE MEM_BYTES PLAN.csv TESTLIST
+  gpu_check_report.py op-grid KIND PLAN.csv BENCH.csv LOG OUT.csv PHASE.md
+  gpu_check_report.py fake-upstream-op KIND OURS.csv OUT.csv
+  gpu_check_report.py compare-op KIND PLAN.csv OURS.csv PEER.csv OUT.md OUT.csv
+                      peer_ms / ours_ms per row, TB/s or TFLOP/s and % of the H100's peak
 """
 import csv
 import glob
@@ -610,6 +616,14 @@ def summary(outdir):
         goals = [l.strip()[2:] for l in open(pm, errors="replace") if l.startswith("- ")]
         if goals:
             L.append("- Prefill grid against upstream (phases 5c, 6c; `prefill_compare.csv`): " + "; ".join(goals) + ".")
+    for kind, spec in OP_GRIDS.items():
+        cm = os.path.join(outdir, "%s_compare.md" % kind)
+        if os.path.exists(cm):
+            goals = [l.strip()[2:] for l in open(cm, errors="replace") if l.startswith("- ")]
+            if goals:
+                L.append("- %s against %s (phases %s; `%s_compare.csv`): %s." % (
+                    spec["title"], "torch" if spec["peer"] == "torch" else "upstream",
+                    spec["phases"], kind, "; ".join(goals)))
     table = bench_table(outdir)
     if table:
         L.append("")
@@ -1186,6 +1200,373 @@ def compare_prefill(plan_csv, ours_csv, up_csv, out_md, out_csv):
         print("prefill vs upstream: " + l)
     return 0
 
+# ---- the op grids: sampling, row ops, GEMM (phases 5d/6d, 5e/6e, 5f/6f) -------------------------
+# One code path for the three: a plan (rows, each with its `flashinfer bench` flags), our
+# --testlist run read back, the peer's timings (upstream flashinfer-python; torch.matmul /
+# torch._scaled_mm for the GEMMs) and their join. Each row's key is (routine, the grid's key
+# columns); bytes and FLOPs are counted as the bench hooks count them, so that the peer's TB/s or
+# TFLOP/s is the same count over its own time. % of peak is against the H100 SXM datasheet
+# (3.35 TB/s HBM3; dense 989.4 bf16 / 1978.9 fp8 TFLOP/s), whatever the device, as the brief of
+# these grids asks; the device name is in the report's header.
+H100_TBPS = 3.35
+H100_TFLOPS = {"bf16": 989.4, "fp8": 1978.9}
+SAMPLING_ROUTINES = ["top_k_top_p_sampling_from_probs", "top_p_sampling_from_probs",
+                     "top_k_sampling_from_probs"]
+ROWOP_ROUTINES = ["rmsnorm", "fused_add_rmsnorm", "silu_and_mul", "apply_rope_pos_ids"]
+OP_GRIDS = {
+    "sampling": dict(
+        title="Sampling grid", phases="5d, 6d", keys=["batch", "vocab"], metric="tb_per_s",
+        peer="upstream", peer_csv="upstream_sampling_grid.csv",
+        modes={
+            # routine x batch x vocab; probabilities: softmax of logits uniform in [-8, 8], fp32
+            "full": dict(routines=SAMPLING_ROUTINES, batches=[1, 64, 256],
+                         vocabs=[32000, 128256, 151936], top_k=50, top_p=0.9,
+                         headline=("top_k_top_p_sampling_from_probs", 64, 128256),
+                         refcheck=(1, 32000)),
+            "quick": dict(routines=SAMPLING_ROUTINES[:1], batches=[1, 64, 256],
+                          vocabs=[32000, 128256, 151936], top_k=50, top_p=0.9,
+                          headline=("top_k_top_p_sampling_from_probs", 64, 128256),
+                          refcheck=None),
+            "dry": dict(routines=SAMPLING_ROUTINES, batches=[1, 3], vocabs=[64, 1000], top_k=8,
+                        top_p=0.9, headline=("top_k_top_p_sampling_from_probs", 3, 1000),
+                        refcheck=(1, 64)),
+        }),
+    "rowops": dict(
+        title="Row-op grid", phases="5e, 6e", keys=["tokens", "hidden"], metric="tb_per_s",
+        peer="upstream", peer_csv="upstream_rowops_grid.csv",
+        modes={
+            # routine x hidden x tokens (bf16), plus silu_and_mul at Llama-3-8B's MLP width;
+            # silu_and_mul's hidden is its output width (input 2 x hidden); RoPE's hidden is
+            # q heads x head dim (kv heads apart), batch 1 x tokens positions 0..tokens-1.
+            "full": dict(routines=ROWOP_ROUTINES, hiddens=[4096, 8192],
+                         tokens=[1, 64, 4096, 16384], extra=[("silu_and_mul", 8192, 14336)],
+                         head_dim=128, kv_heads=8, headline=("rmsnorm", 4096, 4096),
+                         refcheck=(64, 4096)),
+            "quick": dict(routines=["rmsnorm", "silu_and_mul"], hiddens=[4096, 8192],
+                          tokens=[1, 4096, 16384], extra=[("silu_and_mul", 8192, 14336)],
+                          head_dim=128, kv_heads=8, headline=("rmsnorm", 4096, 4096),
+                          refcheck=None),
+            "dry": dict(routines=ROWOP_ROUTINES, hiddens=[256, 512], tokens=[1, 8],
+                        extra=[("silu_and_mul", 16, 384)], head_dim=64, kv_heads=2,
+                        headline=("rmsnorm", 8, 256), refcheck=(1, 256)),
+        }),
+    "gemm": dict(
+        title="GEMM grid", phases="5f, 6f", keys=["m", "n", "k"], metric="tflops",
+        peer="torch", peer_csv="torch_gemm_grid.csv",
+        modes={
+            # routine x m x (n, k): B an [n, k] weight used transposed, bf16 out; bmm_fp8 with
+            # batch 1, e4m3 operands, unit scales
+            "full": dict(routines=["mm_bf16", "bmm_fp8"], ms=[1, 16, 128, 4096],
+                         nks=[(4096, 4096), (14336, 4096), (4096, 14336)],
+                         headline=("mm_bf16", 4096, 4096, 4096), refcheck=(16, 4096, 4096)),
+            "quick": dict(routines=["mm_bf16"], ms=[1, 128, 4096],
+                          nks=[(4096, 4096), (14336, 4096), (4096, 14336)],
+                          headline=("mm_bf16", 4096, 4096, 4096), refcheck=None),
+            "dry": dict(routines=["mm_bf16", "bmm_fp8"], ms=[1, 8],
+                        nks=[(64, 64), (128, 64), (64, 128)], headline=("mm_bf16", 8, 64, 64),
+                        refcheck=(8, 64, 64)),
+        }),
+}
+OP_COLUMNS = ["median_ms", "metric", "pct_peak", "status"]
+
+
+def op_peak(routine):
+    """(peak, unit) for % of peak: H100 HBM bandwidth, or its dense tensor peak for a GEMM."""
+    if routine == "bmm_fp8":
+        return H100_TFLOPS["fp8"], "TFLOP/s"
+    if routine in ("mm_bf16", "bmm_bf16"):
+        return H100_TFLOPS["bf16"], "TFLOP/s"
+    return H100_TBPS, "TB/s"
+
+
+def flag_dict(text):
+    """`--name value` pairs of a flag string (a lone `--flag` maps to "")."""
+    toks = shlex.split(text)
+    val = {}
+    for i, t in enumerate(toks):
+        if t.startswith("--"):
+            val[t[2:]] = toks[i + 1] if i + 1 < len(toks) and not toks[i + 1].startswith("--") else ""
+    return val
+
+
+def op_key_from_flags(kind, d):
+    """The grid key of bench flags (a testlist line or a bench CSV row: the same names)."""
+    try:
+        r = d["routine"]
+        if kind == "sampling":
+            return (r, str(int(d["batch_size"])), str(int(d["vocab_size"])))
+        if kind == "rowops":
+            if "rope" in r:
+                return (r, str(int(d["batch_size"]) * int(d["s_qo"])),
+                        str(int(d["num_qo_heads"]) * int(d["head_dim_qk"])))
+            return (r, str(int(d["batch_size"])), str(int(d["hidden_size"])))
+        return (r, str(int(d["m"])), str(int(d["n"])), str(int(d["k"])))
+    except (KeyError, ValueError):
+        return None
+
+
+def op_key(kind, r):
+    return (r["routine"],) + tuple(str(int(r[c])) for c in OP_GRIDS[kind]["keys"])
+
+
+def op_shape_text(kind, r):
+    return ", ".join("%s %s" % (c, r[c]) for c in OP_GRIDS[kind]["keys"])
+
+
+def op_plan_rows(kind, mode):
+    g = OP_GRIDS[kind]["modes"][mode]
+    rows = []
+    if kind == "sampling":
+        for rt in g["routines"]:
+            for b in g["batches"]:
+                for v in g["vocabs"]:
+                    extra = {"top_k_top_p_sampling_from_probs": " --top_k %d --top_p %g",
+                             "top_p_sampling_from_probs": " --top_p %g",
+                             "top_k_sampling_from_probs": " --top_k %d"}[rt]
+                    args = {"top_k_top_p_sampling_from_probs": (g["top_k"], g["top_p"]),
+                            "top_p_sampling_from_probs": (g["top_p"],),
+                            "top_k_sampling_from_probs": (g["top_k"],)}[rt]
+                    rows.append(dict(routine=rt, batch=b, vocab=v,
+                                     flags="--routine %s --batch_size %d --vocab_size %d" % (rt, b, v)
+                                     + extra % args,
+                                     bytes=4 * b * v + 4 * b, flops=0,
+                                     ref=(b, v) == g["refcheck"]))
+    elif kind == "rowops":
+        shapes = [(rt, t, h) for rt in g["routines"] for h in g["hiddens"] for t in g["tokens"]]
+        for rt, t, h in shapes + list(g["extra"]):
+            n = t * h
+            if rt == "rmsnorm":
+                flags = "--batch_size %d --hidden_size %d --input_dtype bfloat16" % (t, h)
+                nbytes, flops = 2 * (2 * n) + 2 * h, 4 * n
+            elif rt == "fused_add_rmsnorm":
+                flags = "--batch_size %d --hidden_size %d --input_dtype bfloat16" % (t, h)
+                nbytes, flops = 4 * (2 * n) + 2 * h, 5 * n
+            elif rt == "silu_and_mul":
+                flags = "--batch_size %d --hidden_size %d --input_dtype bfloat16" % (t, h)
+                nbytes, flops = 1.5 * (2 * 2 * n), n
+            else:  # apply_rope_pos_ids: q [t, h/D, D], k [t, kv_heads, D]
+                hq, hk, d = h // g["head_dim"], g["kv_heads"], g["head_dim"]
+                flags = ("--batch_size 1 --s_qo %d --num_qo_heads %d --num_kv_heads %d "
+                         "--head_dim_qk %d --head_dim_vo %d --q_dtype bfloat16" % (t, hq, hk, d, d))
+                elems = t * (hq + hk) * d
+                nbytes, flops = 2 * (2 * elems) + 4 * t, 3 * elems
+            rows.append(dict(routine=rt, tokens=t, hidden=h, flags="--routine %s %s" % (rt, flags),
+                             bytes=int(nbytes), flops=flops, ref=(t, h) == g["refcheck"]))
+    else:
+        for rt in g["routines"]:
+            for m in g["ms"]:
+                for n, k in g["nks"]:
+                    esz = 1 if rt == "bmm_fp8" else 2
+                    flags = ("--batch_size 1 --m %d --n %d --k %d" % (m, n, k) if rt == "bmm_fp8"
+                             else "--m %d --n %d --k %d" % (m, n, k))
+                    rows.append(dict(routine=rt, m=m, n=n, k=k, flags="--routine %s %s" % (rt, flags),
+                                     bytes=esz * (m * k + n * k) + 2 * m * n, flops=2 * m * n * k,
+                                     ref=(m, n, k) == g["refcheck"]))
+    head = tuple(str(x) for x in g["headline"])
+    for r in rows:
+        r["role"] = ("headline" if (r["routine"],) + tuple(str(r[c]) for c in OP_GRIDS[kind]["keys"])
+                     == head else "refcheck" if r.pop("ref") else "")
+        r.pop("ref", None)
+    return rows
+
+
+def op_plan(kind, mode, mem_bytes, plan_csv, testlist):
+    rows = op_plan_rows(kind, mode)
+    mem = float(mem_bytes)
+    for r in rows:
+        r["status"] = ""
+        if mem > 0 and r["bytes"] > MEM_FRACTION * mem:
+            r["status"] = "skipped: inputs+outputs %s > %d %% of the device's %s" % (
+                human_bytes(r["bytes"]), 100 * MEM_FRACTION, human_bytes(mem))
+    order = {"headline": 0, "refcheck": 1, "": 2}
+    rows.sort(key=lambda r: order[r["role"]])  # stable: grid order within a role
+    cols = ["routine"] + OP_GRIDS[kind]["keys"] + ["flags", "bytes", "flops", "role", "status"]
+    with open(plan_csv, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: r[c] for c in cols})
+    n = 0
+    with open(testlist, "w") as f:
+        for r in rows:
+            if r["status"]:
+                continue
+            n += 1
+            f.write(r["flags"] + (" --refcheck --allow_output_mismatch" if r["role"] == "refcheck"
+                                  else "") + "\n")
+    routines = sorted({r["routine"] for r in rows}, key=[r["routine"] for r in rows].index)
+    print("%s (%s): %d rows (%s), %d to run, %d skipped" % (
+        OP_GRIDS[kind]["title"].lower(), mode, len(rows), ", ".join(routines), n, len(rows) - n))
+    return 0
+
+
+def _metric_text(kind):
+    return "TFLOP/s" if OP_GRIDS[kind]["metric"] == "tflops" else "TB/s"
+
+
+def op_grid(kind, plan_csv, bench_csv, log, out_csv, phase_md):
+    spec = OP_GRIDS[kind]
+    plan = read_csv(plan_csv)
+    timed = {}
+    for r in read_csv(bench_csv):
+        k = op_key_from_flags(kind, r)
+        if k is not None:
+            timed[k] = r
+    _, err = parse_testlist_log(log, lambda text: op_key_from_flags(kind, flag_dict(text)))
+    cols = ["routine"] + spec["keys"] + OP_COLUMNS
+    out, count, bad = [], {}, []
+    for p in plan:
+        k = op_key(kind, p)
+        row = {c: p[c] for c in ["routine"] + spec["keys"]}
+        row.update(median_ms="", metric="", pct_peak="")
+        t = timed.get(k)
+        if p["status"]:
+            row["status"] = p["status"]
+        elif t is not None:
+            ms = float(t["median_time"])
+            val = float(t["tflops"] if spec["metric"] == "tflops" else t["tb_per_sec"])
+            peak, _ = op_peak(p["routine"])
+            row["median_ms"], row["metric"] = "%.6f" % ms, "%.4g" % val
+            row["pct_peak"] = "%.1f" % (100.0 * val / peak)
+            ref = t.get("refcheck", "")
+            row["status"] = {"": "ok", "pass": "ok, refcheck pass"}.get(ref, "refcheck " + ref)
+        elif k in err:
+            row["status"] = "error: " + err[k]
+        else:
+            row["status"] = "not run (phase budget spent)"
+        word = row["status"].split(":")[0].split(",")[0]
+        count[word] = count.get(word, 0) + 1
+        if not row["status"].startswith(("ok", "skipped")):
+            bad.append(row)
+        out.append(row)
+    with open(out_csv, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(out)
+    unit = _metric_text(kind)
+    counts = ", ".join("%d %s" % (v, k) for k, v in sorted(count.items())) or "none"
+    with open(phase_md, "a") as f:
+        f.write("\n%s: %d rows: %s. `%s`; %s from bench's bytes/FLOPs over the median, %% of the "
+                "H100 SXM's %s.\n\n" % (spec["title"], len(out), counts, os.path.basename(out_csv),
+                                        unit, "3.35 TB/s" if unit == "TB/s"
+                                        else "dense 989.4 (bf16) / 1978.9 (fp8) TFLOP/s"))
+        f.write("| routine | %s | median ms | %s | %% of peak | status |\n|---|%s---|---|---|---|\n"
+                % (" | ".join(spec["keys"]), unit, "---|" * len(spec["keys"])))
+        for r in out:
+            f.write("| %s | %s | %s | %s | %s | %s |\n" % (
+                r["routine"], " | ".join(r[c] for c in spec["keys"]), r["median_ms"] or "-",
+                r["metric"] or "-", r["pct_peak"] or "-", r["status"].replace("|", "/")))
+        f.write("\n")
+    print("%s: %d rows: %s" % (spec["title"].lower(), len(out), counts))
+    return 1 if (bad or not any(r["status"].startswith("ok") for r in out)) else 0
+
+
+def fake_upstream_op(kind, ours_csv, out_csv):
+    """Dry run: the peer's timings made up from ours (x0.8 to x1.2), for the join."""
+    spec = OP_GRIDS[kind]
+    cols = ["routine"] + spec["keys"] + OP_COLUMNS
+    rows = []
+    for i, r in enumerate(read_csv(ours_csv)):
+        row = {c: r[c] for c in ["routine"] + spec["keys"]}
+        row.update(median_ms="", metric="", pct_peak="", status=r["status"])
+        if r["median_ms"]:
+            f = 0.8 + 0.1 * (i % 5)
+            row["median_ms"] = "%.6f" % (float(r["median_ms"]) * f)
+            row["metric"] = "%.4g" % (float(r["metric"]) / f)
+            row["pct_peak"] = "%.1f" % (float(r["pct_peak"]) / f)
+            row["status"] = "fake (dry run: ours x %.1f)" % f
+        rows.append(row)
+    with open(out_csv, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+    return 0
+
+
+def compare_op(kind, plan_csv, ours_csv, up_csv, out_md, out_csv):
+    spec = OP_GRIDS[kind]
+    peer = "torch" if spec["peer"] == "torch" else "upstream"
+    plan = read_csv(plan_csv)
+    ours = {op_key(kind, r): r for r in read_csv(ours_csv)}
+    up = {op_key(kind, r): r for r in read_csv(up_csv)}
+    fake = any(r["status"].startswith("fake") for r in up.values())
+    table = []
+    for p in plan:
+        k = op_key(kind, p)
+        o, u = ours.get(k, {}), up.get(k, {})
+        om, um = o.get("median_ms", ""), u.get("median_ms", "")
+        table.append(dict(key=k, role=p["role"], ours_ms=om, ours_metric=o.get("metric", ""),
+                          ours_pct=o.get("pct_peak", ""), peer_ms=um,
+                          peer_metric=u.get("metric", ""), peer_pct=u.get("pct_peak", ""),
+                          ratio=float(um) / float(om) if om and um and float(om) > 0 else None,
+                          ours_status=o.get("status", "not run"),
+                          peer_status=u.get("status", "not run")))
+
+    def fmt_key(k):
+        return "%s %s" % (k[0], ", ".join("%s %s" % kv for kv in zip(spec["keys"], k[1:])))
+
+    unit = _metric_text(kind)
+    lines = []
+    head = next((t for t in table if t["role"] == "headline"), None)
+    if head is None:
+        lines.append("headline: not in the plan")
+    elif head["ratio"] is None:
+        lines.append("headline (%s): no ratio (ours: %s; %s: %s)" % (
+            fmt_key(head["key"]), head["ours_status"], peer, head["peer_status"]))
+    else:
+        lines.append("headline (%s): %s %s ms / ours %s ms = %.3fx; ours %s %s (%s %% of peak)"
+                     % (fmt_key(head["key"]), peer, head["peer_ms"], head["ours_ms"],
+                        head["ratio"], head["ours_metric"], unit, head["ours_pct"]))
+    for rt in dict.fromkeys(k[0] for k in (t["key"] for t in table)):
+        rs = [t for t in table if t["key"][0] == rt and t["ratio"] is not None]
+        if not rs:
+            lines.append("%s: no row has both timings" % rt)
+            continue
+        worst = min(rs, key=lambda t: t["ratio"])
+        below = [t for t in rs if t["ratio"] < 1.0]
+        pcts = [_num(t["ours_pct"]) for t in rs if _num(t["ours_pct"]) is not None]
+        lines.append("%s: minimum ratio %.3fx (%s); %d of %d rows below 1.0x; ours up to %s %% of "
+                     "peak" % (rt, worst["ratio"], fmt_key(worst["key"])[len(rt) + 1:], len(below),
+                               len(rs), "%.1f" % max(pcts) if pcts else "-"))
+    if fake:
+        lines.insert(0, "DRY RUN: the %s timings are made up (ours x 0.8 to 1.2)" % peer)
+    with open(out_csv, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["routine"] + spec["keys"] + [
+            "role", "ours_ms", "ours_" + spec["metric"], "ours_pct_peak", peer + "_ms",
+            peer + "_" + spec["metric"], peer + "_pct_peak", "ratio_%s_over_ours" % peer,
+            "ours_status", peer + "_status"])
+        for t in table:
+            w.writerow(list(t["key"]) + [t["role"], t["ours_ms"], t["ours_metric"], t["ours_pct"],
+                                         t["peer_ms"], t["peer_metric"], t["peer_pct"],
+                                         "" if t["ratio"] is None else "%.4f" % t["ratio"],
+                                         t["ours_status"], t["peer_status"]])
+    name = os.path.basename(out_csv)
+    with open(out_md, "w") as f:
+        f.write("## %s: flashinfer-cpp against %s\n\n" % (
+            spec["title"], "torch.matmul / torch._scaled_mm (cuBLAS)" if peer == "torch"
+            else "upstream flashinfer-python"))
+        for l in lines:
+            f.write("- %s\n" % l)
+        f.write("\nRatio = %s ms / ours ms (above 1: ours is faster; below 1.0 in bold); %% of "
+                "peak against the H100 SXM datasheet; the headline row first; `%s`.\n\n"
+                "| routine | %s | ours ms | ours %s | ours %% | %s ms | %s %s | %s %% | ratio "
+                "| ours | %s |\n|---|%s---|---|---|---|---|---|---|---|---|\n" % (
+                    peer, name, " | ".join(spec["keys"]), unit, peer, peer, unit, peer, peer,
+                    "---|" * len(spec["keys"])))
+        for t in table:
+            f.write("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n" % (
+                t["key"][0], " | ".join(t["key"][1:]), t["ours_ms"] or "-", t["ours_metric"] or "-",
+                t["ours_pct"] or "-", t["peer_ms"] or "-", t["peer_metric"] or "-",
+                t["peer_pct"] or "-", "-" if t["ratio"] is None else
+                "**%.3f**" % t["ratio"] if t["ratio"] < 1.0 else "%.3f" % t["ratio"],
+                t["ours_status"].replace("|", "/")[:60], t["peer_status"].replace("|", "/")[:60]))
+        f.write("\n")
+    for l in lines:
+        print("%s vs %s: %s" % (kind, peer, l))
+    return 0
+
+
 def assemble(outdir):
     parts = sorted(glob.glob(os.path.join(outdir, "phase*.md")))
     with open(os.path.join(outdir, "gpu-report.md"), "w") as f:
@@ -1195,7 +1576,8 @@ def assemble(outdir):
         for p in parts:
             f.write(open(p).read())
             f.write("\n")
-        for name in ("decode_compare.md", "prefill_compare.md"):
+        for name in ("decode_compare.md", "prefill_compare.md", "sampling_compare.md",
+                     "rowops_compare.md", "gemm_compare.md"):
             c = os.path.join(outdir, name)
             if os.path.exists(c):
                 f.write(open(c).read())
@@ -1241,6 +1623,14 @@ def main(argv):
         return fake_upstream_prefill(*argv[2:4])
     if cmd == "compare-prefill" and len(argv) == 7:
         return compare_prefill(*argv[2:7])
+    if cmd == "op-plan" and len(argv) == 7 and argv[2] in OP_GRIDS and argv[3] in ("full", "quick", "dry"):
+        return op_plan(*argv[2:7])
+    if cmd == "op-grid" and len(argv) == 8 and argv[2] in OP_GRIDS:
+        return op_grid(*argv[2:8])
+    if cmd == "fake-upstream-op" and len(argv) == 5 and argv[2] in OP_GRIDS:
+        return fake_upstream_op(*argv[2:5])
+    if cmd == "compare-op" and len(argv) == 8 and argv[2] in OP_GRIDS:
+        return compare_op(*argv[2:8])
     sys.stderr.write(__doc__)
     return 2
 
