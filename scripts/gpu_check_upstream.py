@@ -16,6 +16,15 @@ its 10-minute command; every row that cannot run says why (one line) and the oth
       row of the prefill grid that phase 5c runs (gpu_check_report.py prefill-plan), once per
       backend: "fa2" and the default "auto" (FA3 on Hopper); one JIT module per backend, head dim
       and mask. One CSV row per grid row and backend, rewritten after every row.
+  gpu_check_upstream.py --op-grid PLAN.csv --kind sampling|rowops|gemm --out PEER.csv
+                        [--iters 20] [--warmup 3] [--deadline S] [--skip-all REASON]
+      phases 6d, 6e, 6f: the peer on every row of an op grid (gpu_check_report.py op-plan):
+      upstream's flashinfer.sampling.top_k_top_p / top_p / top_k_sampling_from_probs on the
+      softmax of logits uniform in [-8, 8] (6d); flashinfer.rmsnorm, fused_add_rmsnorm,
+      silu_and_mul and apply_rope_pos_ids on bf16 inputs (6e); torch.matmul (bf16, out given)
+      and torch._scaled_mm (fp8 e4m3, unit scales) for mm_bf16 / bmm_fp8 (6f, no wheel needed).
+      TB/s or TFLOP/s from the plan's bytes / FLOPs (flashinfer bench's counts), % of the H100's
+      peak as gpu_check_report.py op_peak. One CSV row per plan row, rewritten after every row.
   gpu_check_upstream.py --out upstream.csv [--iters N] [--quick]
       phase 6b: paged prefill, rmsnorm and top_k_top_p_sampling_from_logits on phase 5a's shapes.
 
@@ -25,6 +34,7 @@ draws converted to torch.float8_e4m3fn.
 """
 import argparse
 import csv
+import os
 import statistics
 import sys
 import time
@@ -294,6 +304,147 @@ def prefill_flops(batch, qo, kv, heads, d, causal):
     return 4.0 * batch * heads * d * pairs
 
 
+def op_grid(a):
+    """Phases 6d-6f: the peer on every row of an op grid's plan (gpu_check_report.py op-plan):
+    upstream flashinfer-python for sampling and the row ops, torch (cuBLAS) for the GEMMs."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gpu_check_report as rep  # the grids' definitions, peaks and flag parsing
+
+    kind = a.op_kind
+    spec = rep.OP_GRIDS[kind]
+    keys = ["routine"] + spec["keys"]
+    cols = keys + ["median_ms", "metric", "pct_peak", "status"]
+    with open(a.op_grid, newline="") as f:
+        plan = list(csv.DictReader(f))
+    out = []
+    for p in plan:
+        row = {c: p[c] for c in keys}
+        row.update(median_ms="", metric="", pct_peak="",
+                   status=p["status"] or "not run (phase budget spent)")
+        out.append(row)
+
+    def write():
+        with open(a.out, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols)
+            w.writeheader()
+            w.writerows(out)
+
+    def skip_all(reason):
+        for p, r in zip(plan, out):
+            if not p["status"]:
+                r["status"] = "skipped: " + reason
+        print("[SKIP] %s :: %s" % (spec["title"].lower(), reason))
+        write()
+        return 0
+
+    write()
+    if a.skip_all:
+        return skip_all(a.skip_all)
+    try:
+        import torch
+        flashinfer = None
+        if spec["peer"] == "upstream":
+            import flashinfer
+    except Exception as e:  # the wheel or one of its dependencies is missing
+        return skip_all("import: %s" % first_line(e))
+    if not torch.cuda.is_available():
+        return skip_all("torch sees no CUDA device")
+    print("[INFO] %s, torch %s; %s of %d rows, %d timed + %d warm-up iterations" % (
+        "upstream flashinfer %s" % getattr(flashinfer, "__version__", "?") if flashinfer
+        else "torch.matmul / torch._scaled_mm", torch.__version__, spec["title"].lower(),
+        len(plan), a.iters, a.warmup))
+    dev = torch.device("cuda")
+    timeit = make_timer(torch, dev, a.iters, a.warmup)
+    torch.manual_seed(42)
+    bf16 = torch.bfloat16
+
+    def uniform(shape, lo, hi, dtype=bf16):
+        return (torch.rand(shape, dtype=torch.float32, device=dev) * (hi - lo) + lo).to(dtype)
+
+    def build(p):
+        """The timed call of a plan row, on inputs shaped as `flashinfer bench`'s hook makes them."""
+        rt, fl = p["routine"], rep.flag_dict(p["flags"])
+        if kind == "sampling":
+            B, V = int(p["batch"]), int(p["vocab"])
+            probs = torch.softmax(uniform((B, V), -8.0, 8.0, torch.float32), dim=-1)
+            s = flashinfer.sampling
+            if rt == "top_k_top_p_sampling_from_probs":
+                k, pp = int(fl["top_k"]), float(fl["top_p"])
+                return lambda: s.top_k_top_p_sampling_from_probs(probs, k, pp)
+            if rt == "top_p_sampling_from_probs":
+                pp = float(fl["top_p"])
+                return lambda: s.top_p_sampling_from_probs(probs, pp)
+            if rt == "top_k_sampling_from_probs":
+                k = int(fl["top_k"])
+                return lambda: s.top_k_sampling_from_probs(probs, k)
+        elif kind == "rowops":
+            T, H = int(p["tokens"]), int(p["hidden"])
+            if rt == "rmsnorm":
+                x, w = uniform((T, H), -1, 1), uniform((H,), -1, 1)
+                return lambda: flashinfer.rmsnorm(x, w, 1e-6)
+            if rt == "fused_add_rmsnorm":
+                x, res, w = uniform((T, H), -1, 1), uniform((T, H), -1, 1), uniform((H,), -1, 1)
+                return lambda: flashinfer.fused_add_rmsnorm(x, res, w, 1e-6)
+            if rt == "silu_and_mul":
+                x = uniform((T, 2 * H), -4, 4)
+                return lambda: flashinfer.silu_and_mul(x)
+            if rt == "apply_rope_pos_ids":
+                hq, hk, d = int(fl["num_qo_heads"]), int(fl["num_kv_heads"]), int(fl["head_dim_qk"])
+                q, k = uniform((T, hq, d), -1, 1), uniform((T, hk, d), -1, 1)
+                pos = torch.arange(T, dtype=torch.int32, device=dev)
+                return lambda: flashinfer.apply_rope_pos_ids(q, k, pos)
+        else:
+            M, N, K = int(p["m"]), int(p["n"]), int(p["k"])
+            if rt == "mm_bf16":  # B is an [n, k] weight used transposed; out allocated once
+                x, w = uniform((M, K), -1, 1), uniform((N, K), -1, 1)
+                o = torch.empty((M, N), dtype=bf16, device=dev)
+                return lambda: torch.matmul(x, w.t(), out=o)
+            if rt == "bmm_fp8":  # batch 1: one torch._scaled_mm, unit scales, bf16 out
+                f8 = torch.float8_e4m3fn
+                x, w = uniform((M, K), -1, 1).to(f8), uniform((N, K), -1, 1).to(f8)
+                one = torch.ones((), dtype=torch.float32, device=dev)
+                return lambda: torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=bf16)
+        raise ValueError("no %s call for %s" % (spec["peer"], rt))
+
+    t0 = time.monotonic()
+    failed, ok = {}, set()  # upstream: the first failing row of a routine (its JIT) stops it
+    for p, r in zip(plan, out):
+        if p["status"]:
+            continue
+        if a.deadline and time.monotonic() - t0 > a.deadline:
+            print("[SKIP] %s :: the deadline (%d s) passed; the rest not run"
+                  % (spec["title"].lower(), a.deadline))
+            break
+        rt = p["routine"]
+        name = "%s %s" % (rt, ", ".join("%s %s" % (c, p[c]) for c in spec["keys"]))
+        if rt in failed:
+            r["status"] = "error: as the first %s row: %s" % (rt, failed[rt])
+            write()
+            continue
+        try:
+            ms = timeit(build(p))
+            count = float(p["flops"] if spec["metric"] == "tflops" else p["bytes"])
+            val = count / (ms * 1e-3) / 1e12
+            peak, unit = rep.op_peak(rt)
+            r["median_ms"], r["metric"] = "%.6f" % ms, "%.4g" % val
+            r["pct_peak"] = "%.1f" % (100.0 * val / peak)
+            r["status"] = "ok"
+            ok.add(rt)
+            print("[PERF] %s %s :: median time %.4f ms; %.4g %s; %s %% of peak"
+                  % (spec["peer"], name, ms, val, unit, r["pct_peak"]))
+        except Exception as e:
+            msg = first_line(e)
+            if flashinfer is not None and rt not in ok and "out of memory" not in msg.lower():
+                failed[rt] = msg
+            r["status"] = "error: " + msg
+            print("[SKIP] %s %s :: %s" % (spec["peer"], name, msg))
+            traceback.print_exc(limit=3)
+        finally:
+            torch.cuda.empty_cache()
+        write()
+    return 0
+
+
 def others(a):
     rows = []
 
@@ -403,8 +554,16 @@ def main():
                     help="the device's dense 16-bit tensor peak, for %% of peak (prefill grid)")
     ap.add_argument("--tensor-cores", action="store_true", help="use_tensor_cores=True (grid)")
     ap.add_argument("--skip-all", default="", help="write every grid row as skipped: REASON")
+    ap.add_argument("--op-grid", help="an op grid's plan (gpu_check_report.py op-plan)")
+    ap.add_argument("--kind", dest="op_kind", choices=["sampling", "rowops", "gemm"],
+                    help="the op grid's kind (with --op-grid)")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
+    if a.op_grid:
+        if not a.op_kind:
+            ap.error("--op-grid needs --kind")
+        a.iters = a.iters or 20
+        return op_grid(a)
     if a.decode_grid:
         a.iters = a.iters or 20
         return decode_grid(a)
