@@ -335,6 +335,64 @@ class GpuCheckReport(unittest.TestCase):
         run("compare-prefill", plan, ours, fake, md, out)
         self.assertIn("DRY RUN: the upstream timings are made up", read(md))
 
+    def test_op_grids_plan_ours_and_the_join(self):
+        d = self.d
+        # The plans: the rows the brief of phases 5d-5f asks for, the headline first.
+        counts = {}
+        for kind in ("sampling", "rowops", "gemm"):
+            plan, tl = os.path.join(d, kind + "_plan.csv"), os.path.join(d, kind + ".testlist")
+            r = run("op-plan", kind, "full", "0", plan, tl)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(plan, newline="") as f:
+                counts[kind] = list(csv.DictReader(f))
+            lines = read(tl).splitlines()
+            self.assertEqual(len(lines), len(counts[kind]))
+        self.assertEqual([len(counts[k]) for k in ("sampling", "rowops", "gemm")], [27, 33, 24])
+        self.assertEqual(counts["rowops"][0]["role"], "headline")
+        self.assertIn("--routine apply_rope_pos_ids --batch_size 1 --s_qo 16384 --num_qo_heads 64 "
+                      "--num_kv_heads 8 --head_dim_qk 128", read(os.path.join(d, "rowops.testlist")))
+        self.assertIn("--routine silu_and_mul --batch_size 8192 --hidden_size 14336",
+                      read(os.path.join(d, "rowops.testlist")))
+        self.assertIn("--routine bmm_fp8 --batch_size 1 --m 4096 --n 4096 --k 14336",
+                      read(os.path.join(d, "gemm.testlist")))
+        # Ours on the GEMM grid: the headline timed, one row failed, the rest not run.
+        plan = os.path.join(d, "gemm_plan.csv")
+        rows = counts["gemm"]
+        head = rows[0]
+        self.assertEqual([head["routine"], head["m"], head["n"], head["k"]],
+                         ["mm_bf16", "4096", "4096", "4096"])
+        bench = os.path.join(d, "gemm_raw.csv")
+        write_csv(bench, [["routine", "median_time", "tflops", "tb_per_sec", "batch_size", "m", "n",
+                           "k", "refcheck"],
+                          ["mm_bf16", "0.2", "687.2", "0.5", "4", "4096", "4096", "4096", ""]])
+        log = os.path.join(d, "gemm.log")
+        with open(log, "w") as f:
+            f.write("[TESTLIST] line 2: %s\n[ERROR] testlist line 2: mm_bf16: boom\n" % rows[1]["flags"])
+        ours = os.path.join(d, "gemm_grid.csv")
+        r = run("op-grid", "gemm", plan, bench, log, ours, os.path.join(d, "phase5f.md"))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        with open(ours, newline="") as f:
+            got = list(csv.DictReader(f))
+        self.assertEqual([got[0][k] for k in ("median_ms", "metric", "pct_peak", "status")],
+                         ["0.200000", "687.2", "69.5", "ok"])
+        self.assertEqual(got[1]["status"], "error: mm_bf16: boom")
+        self.assertEqual(got[2]["status"], "not run (phase budget spent)")
+        # torch slower on the headline: ratio 1.5.
+        peer = os.path.join(d, "torch_gemm_grid.csv")
+        write_csv(peer, [["routine", "m", "n", "k", "median_ms", "metric", "pct_peak", "status"],
+                         ["mm_bf16", "4096", "4096", "4096", "0.3", "458.1", "46.3", "ok"]])
+        md, out = os.path.join(d, "gemm_compare.md"), os.path.join(d, "gemm_compare.csv")
+        self.assertEqual(run("compare-op", "gemm", plan, ours, peer, md, out).returncode, 0)
+        text = read(md)
+        self.assertIn("- headline (mm_bf16 m 4096, n 4096, k 4096): torch 0.3 ms / ours 0.200000 ms "
+                      "= 1.500x; ours 687.2 TFLOP/s (69.5 % of peak)", text)
+        self.assertIn("- bmm_fp8: no row has both timings", text)
+        with open(out, newline="") as f:
+            self.assertEqual(next(csv.DictReader(f))["ratio_torch_over_ours"], "1.5000")
+        self.assertEqual(run("summary", d).returncode, 0)
+        self.assertIn("GEMM grid against torch (phases 5f, 6f; `gemm_compare.csv`): headline",
+                      read(os.path.join(d, "summary.md")))
+
     def test_summary_of_an_empty_directory(self):
         r = run("summary", self.d)
         self.assertEqual(r.returncode, 0, r.stderr)
