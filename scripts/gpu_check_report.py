@@ -1430,6 +1430,11 @@ def op_grid(kind, plan_csv, bench_csv, log, out_csv, phase_md):
             row["pct_peak"] = "%.1f" % (100.0 * val / peak)
             ref = t.get("refcheck", "")
             row["status"] = {"": "ok", "pass": "ok, refcheck pass"}.get(ref, "refcheck " + ref)
+            # The peer's TB/s and TFLOP/s use the plan's counts: they must be bench's.
+            for c in ("bytes", "flops"):
+                mine, theirs = _num(p.get(c)), _num(t.get(c))
+                if mine is not None and theirs is not None and abs(mine - theirs) > 1e-3 * max(mine, 1):
+                    row["status"] = "count mismatch: bench %s %s, the plan %s" % (c, t[c], p[c])
         elif k in err:
             row["status"] = "error: " + err[k]
         else:
