@@ -3,16 +3,18 @@
 # level chosen for compile time, because most of its compile time is the optimizer working on
 # template-generated glue that runs once per call (measured in docs/PERFORMANCE.md, "CI time
 # (session 26)": api/rope.cpp 14.2 CPU-s at -O3, 13.4 at -O2; tests/trace/test_trace.cpp 81.6
-# at -O3, 45.0 at -O1; in the sanitized build 104 at -O1 -g, 39 at -O0).
+# at -O3, 45.0 at -O1).
 #
 #   FLASHINFER_GLUE_OPT  the library's other sources (api, recorder, replay, formats, trace, ...)
 #                        and the command-line tool
 #   FLASHINFER_TEST_OPT  the GoogleTest executables
 #
-# AUTO: in Release, -O2 for the glue and -O1 for the tests; with FLASHINFER_SANITIZE, -O0 for
-# both (the sanitizers lose nothing at -O0; the kernels keep the build type's -O1 so the
-# sanitized suite still runs in minutes); otherwise nothing (the build type's flags). An empty
-# value means the build type's flags; any other value is passed as given (e.g. -O3).
+# AUTO: in Release, -O2 for the glue and -O1 for the tests; otherwise (Debug, the sanitized build)
+# nothing: the build type's flags. The sanitized build was tried with -O0 for both (session 26):
+# it compiled much faster cold (its api sources 2-3x), but its tests ran 2.5x slower
+# (test_backend_ops' CPU cases 245 s against 96 s), and CI mostly compiles from a warm ccache
+# while it runs the tests every time. An empty value means the build type's flags; any other
+# value is passed as given (e.g. -O3).
 set(FLASHINFER_GLUE_OPT "AUTO" CACHE STRING
     "Optimization flags of the library's non-kernel sources and the CLI (AUTO, empty, or flags)")
 set(FLASHINFER_TEST_OPT "AUTO" CACHE STRING
@@ -32,8 +34,8 @@ function(_flashinfer_resolve_opt out value sanitized release)
   set(${out} "${value}" PARENT_SCOPE)
 endfunction()
 
-_flashinfer_resolve_opt(FLASHINFER_GLUE_OPT_FLAGS "${FLASHINFER_GLUE_OPT}" "-O0" "-O2")
-_flashinfer_resolve_opt(FLASHINFER_TEST_OPT_FLAGS "${FLASHINFER_TEST_OPT}" "-O0" "-O1")
+_flashinfer_resolve_opt(FLASHINFER_GLUE_OPT_FLAGS "${FLASHINFER_GLUE_OPT}" "" "-O2")
+_flashinfer_resolve_opt(FLASHINFER_TEST_OPT_FLAGS "${FLASHINFER_TEST_OPT}" "" "-O1")
 message(STATUS "flashinfer: glue sources '${FLASHINFER_GLUE_OPT_FLAGS}', "
                "tests '${FLASHINFER_TEST_OPT_FLAGS}' (empty: the build type's flags)")
 
