@@ -1,9 +1,9 @@
 # Optimization by role (issue 49): the build type's flags (-O3 in Release) go where run time is
 # spent, the CPU kernels (src/kernels/cpu) and the tensor core (src/core); the rest compiles at a
 # level chosen for compile time, because most of its compile time is the optimizer working on
-# template-generated glue that runs once per call (measured in docs/PERFORMANCE.md, "CI time
-# (session 26)": api/rope.cpp 14.2 CPU-s at -O3, 13.4 at -O2; tests/trace/test_trace.cpp 81.6
-# at -O3, 45.0 at -O1).
+# template-generated glue that runs once per call (docs/PERFORMANCE.md, "CI time and the
+# fresh-machine path": api/rope.cpp 14.2 CPU-s at -O3, 13.4 at -O2; tests/trace/test_trace.cpp
+# 81.6 at -O3, 45.0 at -O1).
 #
 #   FLASHINFER_GLUE_OPT  the library's other sources (api, recorder, replay, formats, trace, ...)
 #                        and the command-line tool
