@@ -662,6 +662,27 @@ KV_BYTES = {"bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
 MEM_FRACTION = 0.6  # a row whose K+V exceed this share of the device memory is skipped
 
 
+
+def write_csv(path, cols, rows):
+    """rows as a CSV file with the columns cols (other keys of a row are left out)."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def missing_status(key, err):
+    """The status of a grid row the run gave no timing for: its error, else the budget ran out."""
+    return "error: " + err[key] if key in err else "not run (phase budget spent)"
+
+
+def tally(row, count, bad):
+    """Counts a grid row by its status's first word; a row neither ok nor skipped goes to bad."""
+    word = row["status"].split(":")[0].split(",")[0]
+    count[word] = count.get(word, 0) + 1
+    if not row["status"].startswith(("ok", "skipped")):
+        bad.append(row)
+
 def human_bytes(n):
     for unit, f in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= f:
@@ -708,11 +729,7 @@ def decode_plan(mode, mem_bytes, plan_csv, testlist):
     rows.sort(key=lambda r: order[r["role"]])  # stable: grid order within a role
     cols = ["batch", "kv_len", "qo_heads", "kv_heads", "head_dim", "page", "kv_dtype", "kv_bytes",
             "role", "status"]
-    with open(plan_csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
-        w.writeheader()
-        for r in rows:
-            w.writerow({c: r[c] for c in cols})
+    write_csv(plan_csv, cols, rows)
     n = 0
     with open(testlist, "w") as f:
         for r in rows:
@@ -797,19 +814,11 @@ def decode_grid(plan_csv, bench_csv, log, out_csv, phase_md):
                 row["pct_peak"] = "%.1f" % (100 * frac[k])
             ref = t.get("refcheck", "")
             row["status"] = {"": "ok", "pass": "ok, refcheck pass"}.get(ref, "refcheck " + ref)
-        elif k in err:
-            row["status"] = "error: " + err[k]
         else:
-            row["status"] = "not run (phase budget spent)"
-        word = row["status"].split(":")[0].split(",")[0]
-        count[word] = count.get(word, 0) + 1
-        if not row["status"].startswith(("ok", "skipped")):
-            bad.append(row)
+            row["status"] = missing_status(k, err)
+        tally(row, count, bad)
         out.append(row)
-    with open(out_csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=GRID_COLUMNS)
-        w.writeheader()
-        w.writerows(out)
+    write_csv(out_csv, GRID_COLUMNS, out)
     with open(phase_md, "a") as f:
         f.write("\nDecode grid: %d rows: %s. `decode_grid.csv`; K+V read + q + o over the median "
                 "for TB/s, the device's peak from its memory clock and bus width.\n\n"
@@ -838,10 +847,7 @@ def fake_upstream(ours_csv, out_csv):
             row["tb_per_s"] = "%.4f" % (float(r["tb_per_s"]) / f)
             row["status"] = "fake (dry run: ours x %.1f)" % f
         rows.append(row)
-    with open(out_csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=GRID_COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out_csv, GRID_COLUMNS, rows)
     return 0
 
 
@@ -993,11 +999,7 @@ def prefill_plan(mode, mem_bytes, plan_csv, testlist):
     order = {"headline": 0, "chunked": 1, "refcheck": 2, "": 3}
     rows.sort(key=lambda r: order[r["role"]])  # stable: grid order within a role
     cols = PREFILL_KEYS + ["page", "bytes", "role", "status"]
-    with open(plan_csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
-        w.writeheader()
-        for r in rows:
-            w.writerow({c: r[c] for c in cols})
+    write_csv(plan_csv, cols, rows)
     n = 0
     with open(testlist, "w") as f:
         for r in rows:
@@ -1060,19 +1062,11 @@ def prefill_grid(plan_csv, bench_csv, log, out_csv, phase_md):
                 row["pct_peak"] = "%.1f" % (100 * frac[k])
             ref = t.get("refcheck", "")
             row["status"] = {"": "ok", "pass": "ok, refcheck pass"}.get(ref, "refcheck " + ref)
-        elif k in err:
-            row["status"] = "error: " + err[k]
         else:
-            row["status"] = "not run (phase budget spent)"
-        word = row["status"].split(":")[0].split(",")[0]
-        count[word] = count.get(word, 0) + 1
-        if not row["status"].startswith(("ok", "skipped")):
-            bad.append(row)
+            row["status"] = missing_status(k, err)
+        tally(row, count, bad)
         out.append(row)
-    with open(out_csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=PREFILL_COLUMNS)
-        w.writeheader()
-        w.writerows(out)
+    write_csv(out_csv, PREFILL_COLUMNS, out)
     with open(phase_md, "a") as f:
         f.write("\nPrefill grid: %d rows: %s. `prefill_grid.csv`; FLOPs as flashinfer bench counts "
                 "them (causal: the visible pairs), %% of the device's dense 16-bit tensor peak.\n\n"
@@ -1102,10 +1096,7 @@ def fake_upstream_prefill(ours_csv, out_csv):
                 row["tflops"] = "%.4g" % (float(r["tflops"]) / f)
                 row["status"] = "fake (dry run: ours x %.1f)" % f
             rows.append(row)
-    with open(out_csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=UPSTREAM_PREFILL_COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out_csv, UPSTREAM_PREFILL_COLUMNS, rows)
     return 0
 
 
@@ -1381,11 +1372,7 @@ def op_plan(kind, mode, mem_bytes, plan_csv, testlist):
     order = {"headline": 0, "refcheck": 1, "": 2}
     rows.sort(key=lambda r: order[r["role"]])  # stable: grid order within a role
     cols = ["routine"] + OP_GRIDS[kind]["keys"] + ["flags", "bytes", "flops", "role", "status"]
-    with open(plan_csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
-        w.writeheader()
-        for r in rows:
-            w.writerow({c: r[c] for c in cols})
+    write_csv(plan_csv, cols, rows)
     n = 0
     with open(testlist, "w") as f:
         for r in rows:
@@ -1435,19 +1422,11 @@ def op_grid(kind, plan_csv, bench_csv, log, out_csv, phase_md):
                 mine, theirs = _num(p.get(c)), _num(t.get(c))
                 if mine is not None and theirs is not None and abs(mine - theirs) > 1e-3 * max(mine, 1):
                     row["status"] = "count mismatch: bench %s %s, the plan %s" % (c, t[c], p[c])
-        elif k in err:
-            row["status"] = "error: " + err[k]
         else:
-            row["status"] = "not run (phase budget spent)"
-        word = row["status"].split(":")[0].split(",")[0]
-        count[word] = count.get(word, 0) + 1
-        if not row["status"].startswith(("ok", "skipped")):
-            bad.append(row)
+            row["status"] = missing_status(k, err)
+        tally(row, count, bad)
         out.append(row)
-    with open(out_csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
-        w.writeheader()
-        w.writerows(out)
+    write_csv(out_csv, cols, out)
     unit = _metric_text(kind)
     counts = ", ".join("%d %s" % (v, k) for k, v in sorted(count.items())) or "none"
     with open(phase_md, "a") as f:
@@ -1481,10 +1460,7 @@ def fake_upstream_op(kind, ours_csv, out_csv):
             row["pct_peak"] = "%.1f" % (float(r["pct_peak"]) / f)
             row["status"] = "fake (dry run: ours x %.1f)" % f
         rows.append(row)
-    with open(out_csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out_csv, cols, rows)
     return 0
 
 

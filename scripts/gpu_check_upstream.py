@@ -70,40 +70,62 @@ def make_timer(torch, dev, iters, warmup):
     return timeit
 
 
+NOT_RUN = "not run (phase budget spent)"
+
+
+class PeerRows:
+    """A grid's peer rows (one or more per plan row, `rows` in output order), written to `path`
+    with the columns `cols` after every change, so a run its budget stops keeps what it timed."""
+
+    def __init__(self, path, cols, rows, title):
+        self.path, self.cols, self.rows, self.title = path, cols, rows, title
+        self.write()
+
+    def write(self):
+        with open(self.path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=self.cols)
+            w.writeheader()
+            w.writerows(self.rows)
+
+    def skip_all(self, reason):
+        """Every row still to run is skipped for `reason` (the plan's own skips stay)."""
+        for r in self.rows:
+            if r["status"] == NOT_RUN:
+                r["status"] = "skipped: " + reason
+        print("[SKIP] %s :: %s" % (self.title, reason))
+        self.write()
+        return 0
+
+
+def import_peer(with_flashinfer):
+    """(torch, flashinfer or None, None) when the peer can run here, else (None, None, why)."""
+    try:
+        import torch
+        flashinfer = None
+        if with_flashinfer:
+            import flashinfer
+    except Exception as e:  # the wheel or one of its dependencies is missing
+        return None, None, "import: %s" % first_line(e)
+    if not torch.cuda.is_available():
+        return None, None, "torch sees no CUDA device"
+    return torch, flashinfer, None
+
+
 def decode_grid(a):
     with open(a.decode_grid, newline="") as f:
         plan = list(csv.DictReader(f))
     out = []
     for p in plan:
         row = {c: p[c] for c in GRID_COLUMNS[:6]}
-        row.update(median_ms="", tb_per_s="", pct_peak="",
-                   status=p["status"] or "not run (phase budget spent)")
+        row.update(median_ms="", tb_per_s="", pct_peak="", status=p["status"] or NOT_RUN)
         out.append(row)
-
-    def write():
-        with open(a.out, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=GRID_COLUMNS)
-            w.writeheader()
-            w.writerows(out)
-
-    def skip_all(reason):
-        for p, r in zip(plan, out):
-            if not p["status"]:
-                r["status"] = "skipped: " + reason
-        print("[SKIP] upstream decode grid :: %s" % reason)
-        write()
-        return 0
-
-    write()
+    peer = PeerRows(a.out, GRID_COLUMNS, out, "upstream decode grid")
+    write = peer.write
     if a.skip_all:
-        return skip_all(a.skip_all)
-    try:
-        import torch
-        import flashinfer
-    except Exception as e:  # the wheel or one of its dependencies is missing
-        return skip_all("import: %s" % first_line(e))
-    if not torch.cuda.is_available():
-        return skip_all("torch sees no CUDA device")
+        return peer.skip_all(a.skip_all)
+    torch, flashinfer, why = import_peer(True)
+    if why:
+        return peer.skip_all(why)
     print("[INFO] upstream flashinfer %s, torch %s; decode grid of %d rows, %d timed + %d warm-up "
           "iterations, use_tensor_cores=%s" % (getattr(flashinfer, "__version__", "?"),
                                                torch.__version__, len(plan), a.iters, a.warmup,
@@ -189,33 +211,15 @@ def prefill_grid(a):
         for be in backends:
             row = {c: p[c] for c in PREFILL_KEYS}
             row.update(backend=be, median_ms="", tflops="", pct_peak="",
-                       status=p["status"] or "not run (phase budget spent)")
+                       status=p["status"] or NOT_RUN)
             out.append(row)
-
-    def write():
-        with open(a.out, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=PREFILL_COLUMNS)
-            w.writeheader()
-            w.writerows(out)
-
-    def skip_all(reason):
-        for r in out:
-            if not r["status"].startswith("skipped"):
-                r["status"] = "skipped: " + reason
-        print("[SKIP] upstream prefill grid :: %s" % reason)
-        write()
-        return 0
-
-    write()
+    peer = PeerRows(a.out, PREFILL_COLUMNS, out, "upstream prefill grid")
+    write = peer.write
     if a.skip_all:
-        return skip_all(a.skip_all)
-    try:
-        import torch
-        import flashinfer
-    except Exception as e:  # the wheel or one of its dependencies is missing
-        return skip_all("import: %s" % first_line(e))
-    if not torch.cuda.is_available():
-        return skip_all("torch sees no CUDA device")
+        return peer.skip_all(a.skip_all)
+    torch, flashinfer, why = import_peer(True)
+    if why:
+        return peer.skip_all(why)
     print("[INFO] upstream flashinfer %s, torch %s; prefill grid of %d rows x backends %s, %d timed "
           "+ %d warm-up iterations" % (getattr(flashinfer, "__version__", "?"), torch.__version__,
                                       len(plan), ",".join(backends), a.iters, a.warmup))
@@ -319,36 +323,15 @@ def op_grid(a):
     out = []
     for p in plan:
         row = {c: p[c] for c in keys}
-        row.update(median_ms="", metric="", pct_peak="",
-                   status=p["status"] or "not run (phase budget spent)")
+        row.update(median_ms="", metric="", pct_peak="", status=p["status"] or NOT_RUN)
         out.append(row)
-
-    def write():
-        with open(a.out, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=cols)
-            w.writeheader()
-            w.writerows(out)
-
-    def skip_all(reason):
-        for p, r in zip(plan, out):
-            if not p["status"]:
-                r["status"] = "skipped: " + reason
-        print("[SKIP] %s :: %s" % (spec["title"].lower(), reason))
-        write()
-        return 0
-
-    write()
+    peer = PeerRows(a.out, cols, out, spec["title"].lower())
+    write = peer.write
     if a.skip_all:
-        return skip_all(a.skip_all)
-    try:
-        import torch
-        flashinfer = None
-        if spec["peer"] == "upstream":
-            import flashinfer
-    except Exception as e:  # the wheel or one of its dependencies is missing
-        return skip_all("import: %s" % first_line(e))
-    if not torch.cuda.is_available():
-        return skip_all("torch sees no CUDA device")
+        return peer.skip_all(a.skip_all)
+    torch, flashinfer, why = import_peer(spec["peer"] == "upstream")
+    if why:
+        return peer.skip_all(why)
     print("[INFO] %s, torch %s; %s of %d rows, %d timed + %d warm-up iterations" % (
         "upstream flashinfer %s" % getattr(flashinfer, "__version__", "?") if flashinfer
         else "torch.matmul / torch._scaled_mm", torch.__version__, spec["title"].lower(),
