@@ -31,6 +31,41 @@ FLASHINFER_HD bool spec_accept(float u, float p_draft, float p_target) {
   return u * p_draft < p_target;
 }
 
+/// A draft token's probability under the draft and the target model.
+struct SpecProbs {
+  float draft, target;
+};
+
+/// One request's acceptance chain: draft i is accepted while spec_accept(u, draft, target) holds
+/// (one draw each, `probs(i)` giving draft i's probabilities); from the first rejected position
+/// `pos` to the end each position is tested again with a fresh draw, to count the accepted ones.
+/// Writes the accepted drafts to out[0, pos) and -1 to out(pos, n], adds the accepted count to
+/// *acc and pos to *emi, and returns pos (out[pos], the residual's token, is the caller's). ids
+/// and out are the request's rows.
+template <class Id, class Probs, class Uniform>
+FLASHINFER_HD int64_t spec_accept_chain(int64_t n, const Id* ids, Probs probs, Uniform next_uniform,
+                                        Id* out, Id* acc, Id* emi) {
+  auto accept = [&](int64_t i) {
+    const SpecProbs pr = probs(i);
+    return spec_accept(next_uniform(), pr.draft, pr.target);
+  };
+  int64_t pos = n;
+  for (int64_t i = 0; i < n; ++i) {
+    if (accept(i)) {
+      out[i] = ids[i];
+    } else {
+      pos = i;
+      break;
+    }
+  }
+  int64_t accepted = pos;
+  for (int64_t i = pos; i < n; ++i) accepted += accept(i);
+  *acc = static_cast<Id>(*acc + accepted);
+  *emi = static_cast<Id>(*emi + pos);
+  for (int64_t i = pos + 1; i <= n; ++i) out[i] = static_cast<Id>(-1);
+  return pos;
+}
+
 /// One Kogge-Stone inclusive scan step of n values, as lanes l >= off of a warp do it:
 /// x[l] = x[l - off] + x[l] with every lane reading the values from before the step.
 FLASHINFER_HD void spec_scan_step(float* x, int n, int off) {

@@ -30,27 +30,14 @@ void run_rows(const ChainSpecParams& p) {
 #pragma omp parallel for schedule(dynamic, 1) if (p.batch * (n + 1) * V >= (1 << 16))
   for (int64_t b = 0; b < p.batch; ++b) {
     PhiloxStream rng(p.seed, static_cast<uint64_t>(b), p.offset);
-    auto accept = [&](int64_t i) {
-      const int64_t d = ids[b * n + i];
-      const float q = f32(tp[(b * (n + 1) + i) * V + d]);
-      const float pr = f32(dp[(b * n + i) * V + d]);
-      return spec_accept(rng.next_uniform(), pr, q);
-    };
-    int64_t pos = n;
-    for (int64_t i = 0; i < n; ++i) {
-      if (accept(i)) {
-        out[b * (n + 1) + i] = ids[b * n + i];
-      } else {
-        pos = i;
-        break;
-      }
-    }
-    int64_t accepted = pos;
-    for (int64_t i = pos; i < n; ++i) accepted += accept(i);
-    Id* acc = static_cast<Id*>(p.accepted);
-    Id* emi = static_cast<Id*>(p.emitted);
-    acc[b] = static_cast<Id>(acc[b] + accepted);
-    emi[b] = static_cast<Id>(emi[b] + pos);
+    const int64_t pos = spec_accept_chain(
+        n, ids + b * n,
+        [&](int64_t i) {
+          const int64_t d = ids[b * n + i];
+          return SpecProbs{f32(dp[(b * n + i) * V + d]), f32(tp[(b * (n + 1) + i) * V + d])};
+        },
+        [&] { return rng.next_uniform(); }, out + b * (n + 1), static_cast<Id*>(p.accepted) + b,
+        static_cast<Id*>(p.emitted) + b);
     // Residual distribution relu(target - draft) at pos (target alone for the bonus token),
     // summed and searched chunk by chunk in the CUDA kernel's order (spec_sampling_rules.h).
     const T* q = tp + (b * (n + 1) + pos) * V;
@@ -80,7 +67,6 @@ void run_rows(const ChainSpecParams& p) {
     }
     if (tok < 0) tok = last >= 0 ? last : 0;
     out[b * (n + 1) + pos] = static_cast<Id>(tok);
-    for (int64_t i = pos + 1; i <= n; ++i) out[b * (n + 1) + i] = static_cast<Id>(-1);
   }
 }
 

@@ -55,28 +55,14 @@ __global__ void __launch_bounds__(kSpecThreads) chain_spec_kernel(ChainSpecParam
     // (computed per draw: a stream object's buffered block would live in local memory).
     uint64_t draw = p.offset;
     auto next_uniform = [&] { return philox_uniform_at(p.seed, static_cast<uint64_t>(b), draw++); };
-    auto accept = [&](int64_t i) {
-      const int64_t d = ids[b * n + i];
-      const float q = to_f32(tp[(b * (n + 1) + i) * V + d]);
-      const float pr = to_f32(dp[(b * n + i) * V + d]);
-      return spec_accept(next_uniform(), pr, q);
-    };
-    int64_t pos = n;
-    for (int64_t i = 0; i < n; ++i) {
-      if (accept(i)) {
-        out[b * (n + 1) + i] = ids[b * n + i];
-      } else {
-        pos = i;
-        break;
-      }
-    }
-    int64_t accepted = pos;
-    for (int64_t i = pos; i < n; ++i) accepted += accept(i);
-    Id* acc = static_cast<Id*>(p.accepted);
-    Id* emi = static_cast<Id*>(p.emitted);
-    acc[b] = static_cast<Id>(acc[b] + accepted);
-    emi[b] = static_cast<Id>(emi[b] + pos);
-    for (int64_t i = pos + 1; i <= n; ++i) out[b * (n + 1) + i] = static_cast<Id>(-1);
+    const int64_t pos = spec_accept_chain(
+        n, ids + b * n,
+        [&](int64_t i) {
+          const int64_t d = ids[b * n + i];
+          return SpecProbs{to_f32(dp[(b * n + i) * V + d]), to_f32(tp[(b * (n + 1) + i) * V + d])};
+        },
+        next_uniform, out + b * (n + 1), static_cast<Id*>(p.accepted) + b,
+        static_cast<Id*>(p.emitted) + b);
     s_uniform = next_uniform();
     s_pos = pos;
     s_first = kSpecThreads;
