@@ -48,6 +48,22 @@ struct Layout {
   }
 };
 
+// MLA inputs (2-D latent k) of nnz 5 tokens, 4 query heads, rope 8, nope 32, random from `seed`,
+// with zeroed e4m3 ckv / kpe caches for L's pages.
+struct MlaCase {
+  static constexpr int64_t kNnz = 5, kHeads = 4, kRope = 8, kNope = 32;
+  Tensor qr, kr, qn, kn, cs, pids, ckv, kpe;
+  MlaCase(const Layout& L, uint64_t seed)
+      : qr(testing::rand_tensor({kNnz, kHeads, kRope}, DType::kBFloat16, seed)),
+        kr(testing::rand_tensor({kNnz, kRope}, DType::kBFloat16, seed + 1)),
+        qn(testing::rand_tensor({kNnz, kHeads, kNope}, DType::kBFloat16, seed + 2)),
+        kn(testing::rand_tensor({kNnz, kNope}, DType::kBFloat16, seed + 3)),
+        cs(testing::rand_tensor({16, kRope}, DType::kFloat32, seed + 4, -1.0, 1.0)),
+        pids(i32({3, 4, 5, 6, 7})),
+        ckv(Tensor::zeros({L.pages, L.ps, kNope}, DType::kFloat8E4M3FN)),
+        kpe(Tensor::zeros({L.pages, L.ps, kRope}, DType::kFloat8E4M3FN)) {}
+};
+
 TEST(RopeQuantizeAppend, GqaSlotsMatchRopeQuantizeAndFormulas) {
   Layout L;
   int idx = 0;
@@ -137,15 +153,9 @@ TEST(RopeQuantizeAppend, GqaSlotsMatchRopeQuantizeAndFormulas) {
 
 TEST(RopeQuantizeAppend, MlaWritesCkvAndKpe) {
   Layout L;
-  const int64_t nnz = 5, H = 4, rope = 8, nope = 32;
-  const Tensor qr = testing::rand_tensor({nnz, H, rope}, DType::kBFloat16, 200);
-  const Tensor kr = testing::rand_tensor({nnz, rope}, DType::kBFloat16, 201);
-  const Tensor qn = testing::rand_tensor({nnz, H, nope}, DType::kBFloat16, 202);
-  const Tensor kn = testing::rand_tensor({nnz, nope}, DType::kBFloat16, 203);
-  const Tensor cs = testing::rand_tensor({16, rope}, DType::kFloat32, 204, -1.0, 1.0);
-  const Tensor pids = i32({3, 4, 5, 6, 7});
-  Tensor ckv = Tensor::zeros({L.pages, L.ps, nope}, DType::kFloat8E4M3FN);
-  Tensor kpe = Tensor::zeros({L.pages, L.ps, rope}, DType::kFloat8E4M3FN);
+  const MlaCase m(L, 200);
+  const Tensor &qr = m.qr, &kr = m.kr, &qn = m.qn, &kn = m.kn, &cs = m.cs, &pids = m.pids;
+  Tensor ckv = m.ckv, kpe = m.kpe;
   auto [qro, qno] = rope_quantize_fp8_append_paged_kv_cache(
       qr, kr, qn, kn, std::nullopt, cs, pids, PagedKVCache(ckv, kpe), i32(L.indices), i32(L.indptr),
       i32(L.bi), i32(L.pos), false, std::nullopt, 1.0, 2.0, L.ps);
@@ -153,7 +163,7 @@ TEST(RopeQuantizeAppend, MlaWritesCkvAndKpe) {
       rope_quantize_fp8(qr, kr, qn, kn, cs, pids, false, DType::kFloat8E4M3FN, 1.0, 2.0);
   EXPECT_TRUE(testing::all_close(qro, wqr, {0, 0}));
   EXPECT_TRUE(testing::all_close(qno, wqn, {0, 0}));
-  for (int64_t i = 0; i < nnz; ++i) {
+  for (int64_t i = 0; i < MlaCase::kNnz; ++i) {
     const auto [page, s] = L.slot(i);
     EXPECT_TRUE(testing::all_close(ckv.select(0, page).select(0, s), wkn.select(0, i), {0, 0}));
     EXPECT_TRUE(testing::all_close(kpe.select(0, page).select(0, s), wkr.select(0, i), {0, 0}));
@@ -238,15 +248,9 @@ TEST(RopeQuantizeAppendCuda, MatchesCpu) {
     }
   }
   // MLA: ckv and kpe.
-  const int64_t nnz = 5, H = 4, rope = 8, nope = 32;
-  const Tensor qr = testing::rand_tensor({nnz, H, rope}, DType::kBFloat16, 600);
-  const Tensor kr = testing::rand_tensor({nnz, rope}, DType::kBFloat16, 601);
-  const Tensor qn = testing::rand_tensor({nnz, H, nope}, DType::kBFloat16, 602);
-  const Tensor kn = testing::rand_tensor({nnz, nope}, DType::kBFloat16, 603);
-  const Tensor cs = testing::rand_tensor({16, rope}, DType::kFloat32, 604, -1.0, 1.0);
-  const Tensor pids = i32({3, 4, 5, 6, 7});
-  Tensor ckv = Tensor::zeros({L.pages, L.ps, nope}, DType::kFloat8E4M3FN);
-  Tensor kpe = Tensor::zeros({L.pages, L.ps, rope}, DType::kFloat8E4M3FN);
+  const MlaCase m(L, 600);
+  const Tensor &qr = m.qr, &kr = m.kr, &qn = m.qn, &kn = m.kn, &cs = m.cs, &pids = m.pids;
+  Tensor ckv = m.ckv, kpe = m.kpe;
   Tensor dckv = dev(ckv), dkpe = dev(kpe);
   rope_quantize_fp8_append_paged_kv_cache(
       qr, kr, qn, kn, std::nullopt, cs, pids, PagedKVCache(ckv, kpe), i32(L.indices), i32(L.indptr),
