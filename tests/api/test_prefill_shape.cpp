@@ -28,43 +28,65 @@ TEST(PrefillShape, BuiltDimsAndBlockShapes) {
   EXPECT_FALSE(prefill_dims_built(96, 96));    // the first-draft kernel through NVRTC
   EXPECT_FALSE(prefill_dims_built(128, 64));   // the CUDA-core kernel
   EXPECT_FALSE(prefill_dims_built(192, 192));  // ditto
-  // 128-row blocks for long packed queries, plain variant, head dims up to 128.
-  EXPECT_EQ(prefill_mma_q(65, 128, 128, 0), 2);
-  EXPECT_EQ(prefill_mma_q(64, 128, 128, 0), 1);
-  EXPECT_EQ(prefill_mma_q(4096, 64, 64, 0), 2);
-  EXPECT_EQ(prefill_mma_q(4096, 256, 256, 0), 1);
-  EXPECT_EQ(prefill_mma_q(4096, 192, 128, 0), 1);
-  EXPECT_EQ(prefill_mma_q(4096, 128, 128, kPrefillSoftCap), 1);
-  EXPECT_EQ(prefill_mma_q(4096, 128, 128, kPrefillCustomMask), 1);
-  EXPECT_EQ(prefill_cta_q(1), 64);
-  EXPECT_EQ(prefill_cta_q(2), 128);
-  EXPECT_EQ(prefill_kv_tile(1, 128, 128), 64);
-  EXPECT_EQ(prefill_kv_tile(2, 128, 128), 32);
-  EXPECT_EQ(prefill_kv_tile(1, 256, 256), 32);
-  EXPECT_EQ(prefill_kv_tile(1, 192, 128), 64);
+  // Block heights as upstream picks cta_tile_q: 16 rows for packed queries up to 16 (head dims up
+  // to 192, no custom mask), 128 for long ones (plain variant, head dims up to 128), else 64.
+  EXPECT_EQ(prefill_cta_rows(1, 128, 128, 0), 16);  // tensor-core decode, GQA group <= 16
+  EXPECT_EQ(prefill_cta_rows(16, 128, 128, kPrefillSoftCap), 16);
+  EXPECT_EQ(prefill_cta_rows(16, 192, 128, 0), 16);
+  EXPECT_EQ(prefill_cta_rows(8, 64, 64, 0), 16);
+  EXPECT_EQ(prefill_cta_rows(16, 128, 128, kPrefillCustomMask), 64);
+  EXPECT_EQ(prefill_cta_rows(4, 256, 256, 0), 64);
+  EXPECT_EQ(prefill_cta_rows(17, 128, 128, 0), 64);
+  EXPECT_EQ(prefill_cta_rows(65, 128, 128, 0), 128);
+  EXPECT_EQ(prefill_cta_rows(64, 128, 128, 0), 64);
+  EXPECT_EQ(prefill_cta_rows(4096, 64, 64, 0), 128);
+  EXPECT_EQ(prefill_cta_rows(4096, 256, 256, 0), 64);
+  EXPECT_EQ(prefill_cta_rows(4096, 192, 128, 0), 64);
+  EXPECT_EQ(prefill_cta_rows(4096, 128, 128, kPrefillSoftCap), 64);
+  EXPECT_EQ(prefill_cta_rows(4096, 128, 128, kPrefillCustomMask), 64);
+  EXPECT_EQ(prefill_mma_q(16), 1);
+  EXPECT_EQ(prefill_mma_q(64), 1);
+  EXPECT_EQ(prefill_mma_q(128), 2);
+  EXPECT_EQ(prefill_warps_kv(16), 4);
+  EXPECT_EQ(prefill_warps_kv(64), 1);
+  EXPECT_EQ(prefill_warps_kv(128), 1);
+  EXPECT_EQ(prefill_kv_tile(16, 128, 128), 64);  // 16 keys a warp
+  EXPECT_EQ(prefill_kv_tile(16, 64, 64), 128);   // 32 keys a warp
+  EXPECT_EQ(prefill_kv_tile(16, 192, 128), 64);
+  EXPECT_EQ(prefill_kv_tile(64, 128, 128), 64);
+  EXPECT_EQ(prefill_kv_tile(128, 128, 128), 32);
+  EXPECT_EQ(prefill_kv_tile(64, 256, 256), 32);
+  EXPECT_EQ(prefill_kv_tile(64, 192, 128), 64);
   // Q tile + 2 stages of K and V tiles, 2 bytes an element: D 128 with 64 rows is 80 KiB.
-  EXPECT_EQ(prefill_smem_bytes(1, 128, 128), 2u * (64 * 128 + 2 * 64 * 256));
-  EXPECT_EQ(prefill_smem_bytes(2, 128, 128), 2u * (128 * 128 + 2 * 32 * 256));
+  EXPECT_EQ(prefill_smem_bytes(64, 128, 128), 2u * (64 * 128 + 2 * 64 * 256));
+  EXPECT_EQ(prefill_smem_bytes(128, 128, 128), 2u * (128 * 128 + 2 * 32 * 256));
+  EXPECT_EQ(prefill_smem_bytes(16, 128, 128), 2u * (16 * 128 + 2 * 64 * 256));
+  // The merge buffer: 3 warps x 32 lanes x (64 O values + 2 maxima + 2 sums) floats at D 128.
+  EXPECT_EQ(prefill_merge_bytes(16, 128), 4u * 3 * 32 * 68);
+  EXPECT_EQ(prefill_merge_bytes(64, 128), 0u);
 }
 
 // Every block built fits one block's shared memory on an A100 and two per SM on an H100 (the
-// planner's 2 blocks per SM), and the copy loops divide evenly over the 128 threads.
+// planner's 2 blocks per SM), the copy loops divide evenly over the 128 threads, the warps split
+// a tile into whole 16-key steps, and a 16-row block's merge buffer fits in its K/V stages.
 TEST(PrefillShape, SharedMemoryAndCopyShapesFit) {
   const DeviceLimits a100 = device_limits(8, 0), h100 = device_limits(9, 0);
   for (Dims d : kBuilt) {
-    for (int mq : {1, 2}) {
-      if (mq == 2 && prefill_mma_q(4096, d.qk, d.vo, 0) != 2) continue;
-      SCOPED_TRACE(std::to_string(d.qk) + "/" + std::to_string(d.vo) + " mma_q " +
-                   std::to_string(mq));
-      const unsigned smem = prefill_smem_bytes(mq, d.qk, d.vo);
+    for (int cta : {16, 64, 128}) {
+      if (cta != 64 && prefill_cta_rows(cta == 16 ? 1 : 4096, d.qk, d.vo, 0) != cta) continue;
+      SCOPED_TRACE(std::to_string(d.qk) + "/" + std::to_string(d.vo) + " cta_q " +
+                   std::to_string(cta));
+      const unsigned smem = prefill_smem_bytes(cta, d.qk, d.vo);
       EXPECT_LE(smem, static_cast<unsigned>(a100.max_smem_per_block));
       EXPECT_GE(occupancy_blocks_per_sm(h100, kPrefillThreads, 168, smem), 2);
-      const int kv = prefill_kv_tile(mq, d.qk, d.vo);
-      EXPECT_EQ(kv % 16, 0);
+      const int kv = prefill_kv_tile(cta, d.qk, d.vo);
+      EXPECT_EQ(kv % (16 * prefill_warps_kv(cta)), 0);
+      EXPECT_EQ(cta, (kPrefillWarps / prefill_warps_kv(cta)) * 16 * prefill_mma_q(cta));
+      EXPECT_LE(prefill_merge_bytes(cta, d.vo), prefill_kv_stage_bytes(cta, d.qk, d.vo));
       for (int dim : {d.qk, d.vo}) {
         EXPECT_EQ(dim % 64, 0);  // whole 128-byte swizzle groups
         EXPECT_EQ((kv * dim / 8) % kPrefillThreads, 0);
-        EXPECT_EQ((prefill_cta_q(mq) * dim / 8) % kPrefillThreads, 0);
+        EXPECT_EQ((cta * dim / 8) % kPrefillThreads, 0);
       }
     }
   }
@@ -239,6 +261,104 @@ TEST(PrefillShape, FragmentAddressingComputesQKAndPV) {
       }
     }
     bad = 0;
+    for (int n = 0; n < dvo / 8; ++n) {
+      for (int l = 0; l < 32; ++l) {
+        for (int e = 0; e < 4; ++e) {
+          const int row = l / 4 + 8 * (e >> 1), col = n * 8 + 2 * (l % 4) + (e & 1);
+          double want = 0;
+          for (int k = 0; k < keys; ++k) want += pv(row, k) * vv(k, col);
+          bad += of[n][l][e] != want;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0) << "O elements wrong";
+  }
+}
+
+// A 16-row block: its 4 warps share the Q rows and take kv_tile / 4 keys each, from a lane base
+// moved down by key_off rows. Every warp's S slice must be its own keys' scores, and the sum of
+// the warps' P V partials (what the end-of-block merge adds up when the maxima agree) the whole
+// tile's P V.
+TEST(PrefillShape, WarpsAlongKeysCoverTheTile) {
+  for (Dims dims : kBuilt) {
+    if (prefill_cta_rows(1, dims.qk, dims.vo, 0) != 16) continue;
+    SCOPED_TRACE(std::to_string(dims.qk) + "/" + std::to_string(dims.vo));
+    const int dqk = dims.qk, dvo = dims.vo, keys = prefill_kv_tile(16, dqk, dvo);
+    const int per_warp = keys / prefill_warps_kv(16);
+    const uint32_t uq = dqk / 8, uv = dvo / 8;
+    const uint32_t q_base = 0, k_base = 16384, v_base = 16384 + 2 * keys * dqk;
+    auto qv = [](int r, int c) { return static_cast<double>((r * 3 + c * 5) % 7 - 3); };
+    auto kvv = [](int r, int c) { return static_cast<double>((r * 5 + c * 3) % 9 - 4); };
+    auto vv = [](int r, int c) { return static_cast<double>((r * 7 + c) % 5 - 2); };
+    auto pv = [](int r, int k) { return static_cast<double>((r + 2 * k) % 4 - 1); };
+    Smem s;
+    for (int r = 0; r < 16; ++r)
+      for (int c = 0; c < dqk; ++c) s.put(q_base, r, c, uq, qv(r, c));
+    for (int r = 0; r < keys; ++r) {
+      for (int c = 0; c < dqk; ++c) s.put(k_base, r, c, uq, kvv(r, c));
+      for (int c = 0; c < dvo; ++c) s.put(v_base, r, c, uv, vv(r, c));
+    }
+    std::vector<std::array<std::array<double, 4>, 32>> of(dvo / 8);  // summed over the warps
+    int bad_s = 0;
+    for (int w = 0; w < prefill_warps_kv(16); ++w) {
+      const int key_off = w * per_warp;
+      std::array<uint32_t, 32> qa{}, ka{}, va{};
+      for (int l = 0; l < 32; ++l) {
+        qa[l] = dev::permuted_lane_base(q_base, prefill_q_frag_lane(l).row,
+                                        prefill_q_frag_lane(l).c, uq);
+        ka[l] = dev::permuted_lane_base(k_base, key_off + prefill_k_frag_lane(l).row,
+                                        prefill_k_frag_lane(l).c, uq);
+        va[l] = dev::permuted_lane_base(v_base, key_off + prefill_v_frag_lane(l).row,
+                                        prefill_v_frag_lane(l).c, uv);
+      }
+      auto at = [](const std::array<uint32_t, 32>& base, uint32_t row_add, uint32_t col_even,
+                   uint32_t units) {
+        std::array<uint32_t, 32> r{};
+        for (int l = 0; l < 32; ++l)
+          r[l] = dev::permuted_frag_addr(base[l], row_add, col_even, units);
+        return r;
+      };
+      std::vector<std::array<std::array<double, 4>, 32>> sf(per_warp / 8);
+      for (int kk = 0; kk < dqk / 16; ++kk) {
+        const Frag4 a = ldmatrix_x4(s, at(qa, 0, kk * 2, uq), false);
+        for (int nk = 0; nk < per_warp / 16; ++nk) {
+          const Frag4 b = ldmatrix_x4(s, at(ka, nk * 16, kk * 2, uq), false);
+          mma(sf[2 * nk], a, half_of(b, 0));
+          mma(sf[2 * nk + 1], a, half_of(b, 2));
+        }
+      }
+      for (int n = 0; n < per_warp / 8; ++n) {
+        for (int l = 0; l < 32; ++l) {
+          for (int e = 0; e < 4; ++e) {
+            const int row = l / 4 + 8 * (e >> 1);
+            const int key = key_off + n * 8 + 2 * (l % 4) + (e & 1);
+            double want = 0;
+            for (int c = 0; c < dqk; ++c) want += qv(row, c) * kvv(key, c);
+            bad_s += sf[n][l][e] != want;
+          }
+        }
+      }
+      for (int j = 0; j < per_warp / 16; ++j) {
+        std::array<std::array<Pair, 4>, 32> a{};
+        for (int l = 0; l < 32; ++l) {
+          const int g = l / 4, t = l % 4;
+          auto p = [&](int blk, int e) {
+            return pv(g + 8 * (e >> 1), key_off + blk * 8 + 2 * t + (e & 1));
+          };
+          a[l][0] = {p(2 * j, 0), p(2 * j, 1)};
+          a[l][1] = {p(2 * j, 2), p(2 * j, 3)};
+          a[l][2] = {p(2 * j + 1, 0), p(2 * j + 1, 1)};
+          a[l][3] = {p(2 * j + 1, 2), p(2 * j + 1, 3)};
+        }
+        for (int nd = 0; nd < dvo / 16; ++nd) {
+          const Frag4 b = ldmatrix_x4(s, at(va, j * 16, nd * 2, uv), true);
+          mma(of[2 * nd], a, half_of(b, 0));
+          mma(of[2 * nd + 1], a, half_of(b, 2));
+        }
+      }
+    }
+    EXPECT_EQ(bad_s, 0) << "S elements wrong";
+    int bad = 0;
     for (int n = 0; n < dvo / 8; ++n) {
       for (int l = 0; l < 32; ++l) {
         for (int e = 0; e < 4; ++e) {

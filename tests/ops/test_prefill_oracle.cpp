@@ -4,7 +4,8 @@
 // installed in place of the library's kernels for one run). Covers the built head-dim pairs
 // (64, 128, 256, 192/128), fp16 and bf16, MHA and GQA (64- and 128-row blocks), paged (page
 // sizes 1, 5, 16) and ragged KV, causal right-aligned rows, the soft cap, a sliding window, a
-// custom mask, split-KV with the merge pass, and tensor-core decode (use_tensor_cores=True).
+// custom mask, ALiBi, attention sinks, split-KV with the merge pass, and tensor-core decode
+// (use_tensor_cores=True; 16-row blocks whose warps split the keys).
 // Skipped without a GPU.
 #include <gtest/gtest.h>
 
@@ -34,6 +35,8 @@ struct PrefillCase {
   double soft_cap = 0.0;
   int64_t window = -1;
   bool custom_mask = false;
+  bool alibi = false;  // pos_encoding_mode="ALIBI"
+  bool sinks = false;  // one sink logit per qo head
   std::optional<int64_t> split;
 
   std::string str() const {
@@ -45,6 +48,7 @@ struct PrefillCase {
            " page=" + std::to_string(page) + " qo=" + q + " kv=" + k +
            " causal=" + std::to_string(causal) + " cap=" + std::to_string(soft_cap) +
            " window=" + std::to_string(window) + " mask=" + std::to_string(custom_mask) +
+           " alibi=" + std::to_string(alibi) + " sinks=" + std::to_string(sinks) +
            " split=" + std::to_string(split.value_or(0));
   }
 };
@@ -71,6 +75,7 @@ Runs run_case(const PrefillCase& c) {
   po.logits_soft_cap = c.soft_cap;
   po.window_left = c.window;
   po.fixed_split_size = c.split;
+  if (c.alibi) po.pos_encoding_mode = "ALIBI";
   if (c.custom_mask) {
     std::vector<double> bits;
     for (std::size_t b = 0; b < batch; ++b) {
@@ -82,6 +87,9 @@ Runs run_case(const PrefillCase& c) {
   }
   AttentionRunOptions ro;
   ro.return_lse = true;
+  std::vector<double> sink_logits;
+  for (int64_t h = 0; h < c.hq; ++h) sink_logits.push_back(0.25 * static_cast<double>(h % 7) - 0.5);
+  const Tensor sinks_cpu = Tensor::from_vector(sink_logits, {c.hq}, DType::kFloat32);
   std::function<AttentionOutput(Device)> run;
   std::vector<std::vector<double>> kd, vd;
   testing::PagedFixture f;
@@ -91,10 +99,12 @@ Runs run_case(const PrefillCase& c) {
     run = [&](Device d) {
       BatchPrefillWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d));
       w.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, c.hq, c.hkv, c.dqk, c.page, po);
+      AttentionRunOptions rd = ro;
+      if (c.sinks) rd.sinks = sinks_cpu.to(d);
       return w.run(q.to(d),
                    PagedKVCache(testing::to_keep_layout(f.k_cache, d),
                                 testing::to_keep_layout(f.v_cache, d)),
-                   ro);
+                   rd);
     };
   } else {
     k = Tensor::empty({kv.back(), c.hkv, c.dqk}, c.dt).uniform_(6);
@@ -102,13 +112,17 @@ Runs run_case(const PrefillCase& c) {
     run = [&](Device d) {
       BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d));
       w.plan(int_tensor(qo), int_tensor(kv), c.hq, c.hkv, c.dqk, po);
-      return w.run(q.to(d), k.to(d), v.to(d), ro);
+      AttentionRunOptions rd = ro;
+      if (c.sinks) rd.sinks = sinks_cpu.to(d);
+      return w.run(q.to(d), k.to(d), v.to(d), rd);
     };
   }
   Runs r;
   r.cpu = run(Device::cpu());
   r.gpu = run(g);
 #if FLASHINFER_TEST_HAVE_ORACLES
+  // The oracles are the kernels of the H100 run, which took neither ALiBi nor sinks.
+  if (c.alibi || c.sinks) return r;
   {
     testing::ScopedAttentionOracle oracle;
     r.core_oracle = run(g);
@@ -212,43 +226,73 @@ TEST(PrefillKernelCuda, VariantsMatchCpuAndOracles) {
   }
 }
 
+// ALiBi (the FA2 kernel's ALiBi instance) and attention sinks (folded into each final row, or by
+// the merge pass of a split row) against the CPU reference: the oracle kernels of the H100 run
+// took neither.
+TEST(PrefillKernelCuda, AlibiAndSinksMatchCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (int64_t d : {64, 128}) {
+    for (std::optional<int64_t> split : {std::optional<int64_t>{}, {2}}) {
+      PrefillCase c;
+      c.dqk = c.dvo = d;
+      c.split = split;
+      c.alibi = true;
+      expect_matches(c);
+      c.alibi = false;
+      c.sinks = true;
+      expect_matches(c);
+      c.qo_lens = {2, 1, 3};  // 16-row blocks (8 packed rows of GQA 4 at most)
+      c.hq = 16;
+      c.hkv = 4;
+      expect_matches(c);
+    }
+  }
+}
+
 // use_tensor_cores=True: decode through the FA2 kernel, GQA group packed into the query rows.
 TEST(PrefillKernelCuda, TensorCoreDecodeMatchesCpuAndOracle) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    // 32:8 and 8:8 pack 4 and 1 rows a request (16-row blocks, the warps split the keys), 32:1
+    // packs 32 (64-row blocks); head dim 64 takes 32 keys a warp, 128 takes 16.
     for (auto heads : {std::pair<int64_t, int64_t>{32, 8}, {8, 8}, {32, 1}}) {
       const int64_t hq = heads.first, hkv = heads.second;  // the lambda below captures them
-      for (std::optional<int64_t> split : {std::optional<int64_t>{}, {2}}) {
-        SCOPED_TRACE(std::string(dtype_torch_name(dt)) + " heads " + std::to_string(hq) + ":" +
-                     std::to_string(hkv) + " split " + std::to_string(split.value_or(0)));
-        const std::vector<int32_t> lens{1, 17, 300, 64, 0};
-        std::vector<std::vector<double>> kd, vd;
-        testing::PagedFixture f =
-            testing::make_paged(lens, 16, hkv, 128, dt, false, true, 3, kd, vd);
-        Tensor q = Tensor::empty({static_cast<int64_t>(lens.size()), hq, 128}, dt).uniform_(4);
-        BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
-        po.q_data_type = dt;
-        po.fixed_split_size = split;
-        AttentionRunOptions ro;
-        ro.return_lse = true;
-        auto run = [&](Device d) {
-          BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d), "NHD",
-                                               false, true);
-          w.plan(f.indptr, f.indices, f.last_page_len, hq, hkv, 128, 16, po);
-          return w.run(q.to(d),
-                       PagedKVCache(testing::to_keep_layout(f.k_cache, d),
-                                    testing::to_keep_layout(f.v_cache, d)),
-                       ro);
-        };
-        const AttentionOutput ref = run(Device::cpu()), got = run(Device::cuda());
-        EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(dt)));
-        EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3}));
+      for (int64_t hd : {128, 64})
+        for (double cap : {0.0, 30.0})
+          for (std::optional<int64_t> split : {std::optional<int64_t>{}, {2}}) {
+            if (hd == 64 && cap > 0.0) continue;
+            SCOPED_TRACE(std::string(dtype_torch_name(dt)) + " heads " + std::to_string(hq) + ":" +
+                         std::to_string(hkv) + " head_dim " + std::to_string(hd) + " cap " +
+                         std::to_string(cap) + " split " + std::to_string(split.value_or(0)));
+            const std::vector<int32_t> lens{1, 17, 300, 64, 0};
+            std::vector<std::vector<double>> kd, vd;
+            testing::PagedFixture f =
+                testing::make_paged(lens, 16, hkv, hd, dt, false, true, 3, kd, vd);
+            Tensor q = Tensor::empty({static_cast<int64_t>(lens.size()), hq, hd}, dt).uniform_(4);
+            BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+            po.q_data_type = dt;
+            po.fixed_split_size = split;
+            if (cap > 0.0) po.logits_soft_cap = cap;
+            AttentionRunOptions ro;
+            ro.return_lse = true;
+            auto run = [&](Device d) {
+              BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d),
+                                                   "NHD", false, true);
+              w.plan(f.indptr, f.indices, f.last_page_len, hq, hkv, hd, 16, po);
+              return w.run(q.to(d),
+                           PagedKVCache(testing::to_keep_layout(f.k_cache, d),
+                                        testing::to_keep_layout(f.v_cache, d)),
+                           ro);
+            };
+            const AttentionOutput ref = run(Device::cpu()), got = run(Device::cuda());
+            EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(dt)));
+            EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3}));
 #if FLASHINFER_TEST_HAVE_ORACLES
-        testing::ScopedAttentionOracle oracle;
-        const AttentionOutput o = run(Device::cuda());
-        EXPECT_TRUE(testing::all_close(got.out, o.out, testing::default_tolerance(dt)));
+            testing::ScopedAttentionOracle oracle;
+            const AttentionOutput o = run(Device::cuda());
+            EXPECT_TRUE(testing::all_close(got.out, o.out, testing::default_tolerance(dt)));
 #endif
-      }
+          }
     }
   }
 }

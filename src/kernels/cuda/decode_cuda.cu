@@ -216,7 +216,7 @@ void batch_attention(const AttentionParams& p, void* stream, bool enable_pdl) {
   if (p.num_work == 0) return;
   if (AttentionKernelOverride f = g_override.load(); f != nullptr) {
     f(p, stream, enable_pdl);
-  } else if (p.use_tensor_cores && p.alibi_slopes == nullptr && prefill_supported(p)) {
+  } else if (p.use_tensor_cores && prefill_supported(p)) {
     check_alignment(p);  // the FA2 kernel copies Q, K and V rows in 16-byte units too
     batch_prefill(p, stream, enable_pdl);
   } else {

@@ -49,6 +49,7 @@ int prefill_variant(const AttentionParams& p) {
   int v = 0;
   if (p.logits_soft_cap > 0.0f) v |= prefill::kPrefillSoftCap;
   if (p.custom_mask != nullptr) v |= prefill::kPrefillCustomMask;
+  if (p.alibi_slopes != nullptr) v |= prefill::kPrefillAlibi;
   return v;
 }
 
@@ -60,8 +61,14 @@ bool prefill_supported(const AttentionParams& p) {
   // takes the rest.
   const bool dim_ok = prefill::prefill_dims_built(p.head_dim_qk, p.head_dim_vo) ||
                       (p.head_dim_qk == p.head_dim_vo && jit::attention_head_dim_ok(p.head_dim_qk));
-  // Sinks run on the CUDA-core kernel, which folds them in at the end of a row.
-  if (!dtype_ok || !dim_ok || p.sinks != nullptr) return false;
+  // Sinks: the FA2 kernel folds them in at the end of a row; the first-draft kernel cannot, so
+  // with other head dims they (and ALiBi) run on the CUDA-core kernel.
+  const bool fa2 = prefill::prefill_dims_built(p.head_dim_qk, p.head_dim_vo);
+  const bool sinks_ok = p.sinks == nullptr || fa2;
+  // ALiBi: the FA2 kernel's ALiBi instance, built alone (no soft cap, no custom mask).
+  const bool alibi_ok =
+      p.alibi_slopes == nullptr || (fa2 && prefill_variant(p) == prefill::kPrefillAlibi);
+  if (!dtype_ok || !dim_ok || !sinks_ok || !alibi_ok) return false;
   int device = 0, major = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {

@@ -10,37 +10,46 @@
 
 namespace flashinfer::kernels::cuda {
 
-template <class T, int DQK, int DVO, int kMmaQ, int kVariant>
+template <class T, int DQK, int DVO, int kCtaQ, int kVariant>
 void launch_fa2(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_rows = static_cast<int64_t>(p.max_work_rows) * group;
-  constexpr int kCtaQ = prefill::prefill_cta_q(kMmaQ);
   const dim3 grid(static_cast<unsigned>(p.num_work), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>((max_rows + kCtaQ - 1) / kCtaQ));
-  launch_kernel("attention", prefill::batch_prefill_kernel<T, DQK, DVO, kMmaQ, kVariant>, grid,
-                dim3(prefill::kPrefillThreads), prefill::prefill_smem_bytes(kMmaQ, DQK, DVO),
+  launch_kernel("attention", prefill::batch_prefill_kernel<T, DQK, DVO, kCtaQ, kVariant>, grid,
+                dim3(prefill::kPrefillThreads), prefill::prefill_smem_bytes(kCtaQ, DQK, DVO),
                 stream, enable_pdl, p);
 }
 
+// The block height from the packed rows of the largest work item (prefill_cta_rows); only the
+// heights a head-dim pair can take are instantiated.
 template <class T, int DQK, int DVO>
 void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
   const int variant = prefill_variant(p);
-  constexpr int kSoftCap = prefill::kPrefillSoftCap, kMask = prefill::kPrefillCustomMask;
-  if constexpr (prefill::prefill_mma_q(128, DQK, DVO, 0) == 2) {
-    if (prefill::prefill_mma_q(p.max_work_rows * group, DQK, DVO, variant) == 2) {
-      return launch_fa2<T, DQK, DVO, 2, 0>(p, s, pdl);
+  constexpr int kSoftCap = prefill::kPrefillSoftCap, kMask = prefill::kPrefillCustomMask,
+                kAlibi = prefill::kPrefillAlibi;
+  const int cta = prefill::prefill_cta_rows(p.max_work_rows * group, DQK, DVO, variant);
+  if constexpr (prefill::prefill_cta_rows(1, DQK, DVO, 0) == 16) {
+    if (cta == 16) {
+      return variant == 0 ? launch_fa2<T, DQK, DVO, 16, 0>(p, s, pdl)
+                          : launch_fa2<T, DQK, DVO, 16, kSoftCap>(p, s, pdl);
     }
+  }
+  if constexpr (prefill::prefill_cta_rows(128, DQK, DVO, 0) == 128) {
+    if (cta == 128) return launch_fa2<T, DQK, DVO, 128, 0>(p, s, pdl);
   }
   switch (variant) {
     case 0:
-      return launch_fa2<T, DQK, DVO, 1, 0>(p, s, pdl);
+      return launch_fa2<T, DQK, DVO, 64, 0>(p, s, pdl);
     case kSoftCap:
-      return launch_fa2<T, DQK, DVO, 1, kSoftCap>(p, s, pdl);
+      return launch_fa2<T, DQK, DVO, 64, kSoftCap>(p, s, pdl);
     case kMask:
-      return launch_fa2<T, DQK, DVO, 1, kMask>(p, s, pdl);
+      return launch_fa2<T, DQK, DVO, 64, kMask>(p, s, pdl);
+    case kAlibi:
+      return launch_fa2<T, DQK, DVO, 64, kAlibi>(p, s, pdl);
     default:
-      return launch_fa2<T, DQK, DVO, 1, kSoftCap | kMask>(p, s, pdl);
+      return launch_fa2<T, DQK, DVO, 64, kSoftCap | kMask>(p, s, pdl);
   }
 }
 

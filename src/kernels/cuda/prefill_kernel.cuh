@@ -1,7 +1,8 @@
 // The FA2 prefill attention kernel on the device library (docs/ATTENTION.md, "CUDA prefill
 // kernel"), built the way upstream FlashInfer's FA2 prefill is:
 //   - one block per (work item = request x query tile x KV chunk, KV head, row chunk); rows are
-//     packed (query, qo head) pairs of the KV head's GQA group, 4 warps along them
+//     packed (query, qo head) pairs of the KV head's GQA group, 4 warps along them, or, in 16-row
+//     blocks, 4 warps along the keys of each tile whose softmax states merge at the end
 //     (prefill_shape.h);
 //   - Q, K and V tiles copied global -> shared memory with 16-byte cp.async into a swizzled
 //     layout (permuted_smem.cuh), K/V in kPrefillStages stages, so the copy of tile i + 1 overlaps
@@ -12,8 +13,9 @@
 //     and only tiles that cross the diagonal, a window edge or the end of the keys (or every tile
 //     with a custom mask) get the per-element visibility test;
 //   - LSE out (base 2); a split-KV chunk writes fp32 partials for the merge pass.
-// The variants are compile-time bits (prefill_shape.h). fp16 / bf16 q, K/V and output of one
-// dtype; fp8 K/V, sinks and ALiBi run on the CUDA-core kernel. Device code only (prefill_cuda.cu
+// The variants are compile-time bits (prefill_shape.h); attention sinks join each row's sum in
+// the epilogue. fp16 / bf16 q, K/V and output of one dtype; fp8 K/V and ALiBi run on the
+// CUDA-core kernel. Device code only (prefill_cuda.cu
 // instantiates it).
 #pragma once
 
@@ -23,6 +25,7 @@
 #include "kernels/cuda/device/mma.cuh"
 #include "kernels/cuda/device/paged_kv.cuh"
 #include "kernels/cuda/device/permuted_smem.cuh"
+#include "kernels/cuda/device/softmax_state.cuh"
 #include "kernels/cuda/prefill_shape.h"
 
 namespace flashinfer::kernels::cuda::prefill {
@@ -71,14 +74,21 @@ __device__ __forceinline__ void copy_tile(uint4* tile, int tid, const T* any, Sr
 
 }  // namespace detail
 
-template <class T, int DQK, int DVO, int kMmaQ, int kVariant>
+template <class T, int DQK, int DVO, int kCtaQ, int kVariant>
 __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(AttentionParams p) {
-  constexpr int kCtaQ = prefill_cta_q(kMmaQ);
-  constexpr int kKvTile = prefill_kv_tile(kMmaQ, DQK, DVO);
-  constexpr int kMmaKv = kKvTile / 16;  // 16-key steps per tile (2 n-blocks of 8 each)
+  constexpr int kMmaQ = prefill_mma_q(kCtaQ);
+  constexpr int kWarpsKv = prefill_warps_kv(kCtaQ);
+  constexpr int kWarpsQ = kPrefillWarps / kWarpsKv;
+  static_assert(kCtaQ == kWarpsQ * 16 * kMmaQ, "block rows");
+  constexpr int kKvTile = prefill_kv_tile(kCtaQ, DQK, DVO);
+  constexpr int kKvWarp = kKvTile / kWarpsKv;  // keys of a tile one warp takes
+  constexpr int kMmaKv = kKvWarp / 16;         // 16-key steps per warp (2 n-blocks of 8 each)
+  static_assert(kMmaKv >= 1 && kKvWarp % 16 == 0, "tile shape");
   constexpr int kUnitsQk = DQK / 8, kUnitsVo = DVO / 8;
   constexpr bool kSoftCap = (kVariant & kPrefillSoftCap) != 0;
   constexpr bool kCustomMask = (kVariant & kPrefillCustomMask) != 0;
+  constexpr bool kAlibi = (kVariant & kPrefillAlibi) != 0;
+  static_assert(!kAlibi || kVariant == kPrefillAlibi, "ALiBi is built alone");
   static_assert(DQK % 64 == 0 && DVO % 64 == 0, "rows must be whole 128-byte swizzle groups");
 
   extern __shared__ __align__(128) unsigned char smem_raw[];  // 128: permuted_lane_base
@@ -99,6 +109,10 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
   const int64_t qo_len = p.qo_indptr[b + 1] - q_base;
   const int64_t kv_len = p.kv_lens[b];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // The warps are either all along Q or all along the keys (kWarpsQ is 4 or 1): spelled so that
+  // the unused index is the constant 0 (warp / 4 is not, to the compiler).
+  static_assert(kWarpsQ == 1 || kWarpsKv == 1, "warps along one axis");
+  const int warp_q = kWarpsKv == 1 ? warp : 0, warp_kv = kWarpsKv == 1 ? 0 : warp;
   const int gid = lane >> 2, tid4 = lane & 3;
   const dev::FastDivmod group_div(static_cast<uint32_t>(group));
 
@@ -173,12 +187,16 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
   load_kv(0);  // the first group also carries Q
   load_kv(1);
 
-  // This thread's rows: gid and gid + 8 of each of its warp's kMmaQ m16 fragments.
-  const int32_t warp_row0 = row0 + warp * 16 * kMmaQ;
+  // This thread's rows: gid and gid + 8 of each of its warp's kMmaQ m16 fragments; its keys:
+  // kKvWarp of each tile from key_off on (all of them unless the warps split the tile).
+  const int32_t warp_row0 = row0 + warp_q * 16 * kMmaQ;
   const bool warp_active = warp_row0 < rows;  // an idle warp still copies and syncs
+  const int key_off = warp_kv * kKvWarp;
   // Visibility inputs in 32 bits (positions and key indices fit: kv_len < 2^31): a padding row
   // past `rows` gets position -1, which hides every key under causal, and reads no mask.
-  float scale_log2[kMmaQ][2];
+  float scale_log2[kMmaQ][2];  // soft cap, ALiBi: the plain scale (log2(e) applied after)
+  float slope[kMmaQ][2];       // ALiBi: the row's head's slope
+  int32_t q_idx[kMmaQ][2];     // ALiBi: the row's query index within its request
   int32_t pos_of[kMmaQ][2];
   int64_t mask_row[kMmaQ][2];  // custom mask: bit index of (row, key 0); -1: padding row
   const int32_t pos_shift = static_cast<int32_t>(kv_len - qo_len) + w.qo_begin;
@@ -198,11 +216,14 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
       }
       const int32_t h = g * group + static_cast<int32_t>(hh);
       float sc = p.sm_scale;
+      slope[mq][e] = 0.0f;
       if (ok) {
         if (p.scale_q) sc *= p.scale_q[h];
         if (p.scale_k) sc *= p.scale_k[g];
+        if constexpr (kAlibi) slope[mq][e] = p.alibi_slopes[h];
       }
-      scale_log2[mq][e] = kSoftCap ? sc : sc * kLog2e;
+      q_idx[mq][e] = w.qo_begin + static_cast<int32_t>(qi);
+      scale_log2[mq][e] = (kSoftCap || kAlibi) ? sc : sc * kLog2e;
     }
   }
   const int32_t kv_hi32 = static_cast<int32_t>(kv_hi);
@@ -235,11 +256,14 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
       const FragLane ql = prefill_q_frag_lane(lane), kl = prefill_k_frag_lane(lane),
                      vl = prefill_v_frag_lane(lane);
       const uint32_t qa = dev::permuted_lane_base(dev::cp_async::smem_addr(q_s),
-                                                  warp * 16 * kMmaQ + ql.row, ql.c, kUnitsQk);
-      const uint32_t ka = dev::permuted_lane_base(
-          dev::cp_async::smem_addr(k_s + stage * kKvTile * kUnitsQk), kl.row, kl.c, kUnitsQk);
-      const uint32_t va = dev::permuted_lane_base(
-          dev::cp_async::smem_addr(v_s + stage * kKvTile * kUnitsVo), vl.row, vl.c, kUnitsVo);
+                                                  warp_q * 16 * kMmaQ + ql.row, ql.c, kUnitsQk);
+      const uint32_t ka =
+          dev::permuted_lane_base(dev::cp_async::smem_addr(k_s + stage * kKvTile * kUnitsQk),
+                                  key_off + kl.row, kl.c, kUnitsQk);
+      const uint32_t va =
+          dev::permuted_lane_base(dev::cp_async::smem_addr(v_s + stage * kKvTile * kUnitsVo),
+                                  key_off + vl.row, vl.c, kUnitsVo);
+      const int32_t tw0 = static_cast<int32_t>(t0) + key_off;  // this warp's first key
 
       // S = Q K^T: A from the warp's Q rows, B pairs of 8-key blocks from K rows.
       float s[kMmaQ][2 * kMmaKv][4];
@@ -271,22 +295,23 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
       // Logits in base 2; the per-element test only where the tile needs it.
       const bool unmasked = prefill_tile_unmasked(t0, kKvTile, kv_hi, p.causal, pos_min, pos_max,
                                                   p.window_left, kCustomMask);
-      // Custom mask: each row's bits for this tile, 32 keys to a register, read once per tile.
-      uint32_t mwin[kMmaQ][2][kCustomMask ? kKvTile / 32 : 1];
+      // Custom mask: each row's bits for this warp's keys of the tile, 32 keys to a register,
+      // read once per tile.
+      constexpr int kMaskWords = (kKvWarp + 31) / 32;
+      uint32_t mwin[kMmaQ][2][kCustomMask ? kMaskWords : 1];
       if constexpr (kCustomMask) {
-        static_assert(kKvTile % 32 == 0, "mask windows of 32 keys");
         const auto* words = reinterpret_cast<const uint32_t*>(p.custom_mask);
 #pragma unroll
         for (int mq = 0; mq < kMmaQ; ++mq) {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
 #pragma unroll
-            for (int c = 0; c < kKvTile / 32; ++c) {
-              const int32_t key0 = static_cast<int32_t>(t0) + 32 * c;
-              mwin[mq][r][c] =
-                  mask_row[mq][r] >= 0
-                      ? prefill_mask_window(words, mask_row[mq][r] + key0, min(32, kv_hi32 - key0))
-                      : 0u;
+            for (int c = 0; c < kMaskWords; ++c) {
+              const int32_t key0 = tw0 + 32 * c;
+              const int32_t nbits = min(min(32, kKvWarp - 32 * c), kv_hi32 - key0);
+              mwin[mq][r][c] = mask_row[mq][r] >= 0
+                                   ? prefill_mask_window(words, mask_row[mq][r] + key0, nbits)
+                                   : 0u;
             }
           }
         }
@@ -302,17 +327,25 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
             float x;
             if constexpr (kSoftCap) {
               x = logit_log2(p, s[mq][n][e], scale_log2[mq][r]);
+            } else if constexpr (kAlibi) {
+              // Upstream's DefaultAttention: sm_scale * q.k + slope * (j - i), as the CPU
+              // reference computes it, then log2 units.
+              const int32_t kj = tw0 + n * 8 + tid4 * 2 + (e & 1);
+              x = (s[mq][n][e] * scale_log2[mq][r] +
+                   slope[mq][r] * static_cast<float>(kj - q_idx[mq][r])) *
+                  kLog2e;
             } else {
               x = s[mq][n][e] * scale_log2[mq][r];
             }
             if (!unmasked) {
-              const int32_t kj = static_cast<int32_t>(t0) + n * 8 + tid4 * 2 + (e & 1);
+              const int32_t kj = tw0 + n * 8 + tid4 * 2 + (e & 1);
               const int32_t pos = pos_of[mq][r];
               bool vis = kj < kv_hi32;
               if (p.causal) vis = vis && kj <= pos;
               if (p.window_left >= 0) vis = vis && kj >= pos - p.window_left;
               if constexpr (kCustomMask) {
-                // Key kj - t0 = 8 n + 2 tid4 + (e & 1) of the tile: window n / 4, bit below 32.
+                // Key kj - tw0 = 8 n + 2 tid4 + (e & 1) of the warp's keys: window n / 4, bit
+                // below 32.
                 vis = vis && ((mwin[mq][r][n >> 2] >> ((n & 3) * 8 + tid4 * 2 + (e & 1))) & 1u);
               }
               if (!vis) x = -INFINITY;
@@ -378,6 +411,54 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
   }
   dev::cp_async::wait<0>();  // no copy may still target shared memory when the block exits
 
+  if constexpr (kWarpsKv > 1) {
+    // Warps 1..3 saw other keys of the same rows: warp 0 merges their states into its own. Lane
+    // l of every warp holds the same (row, column) elements, so the merge is lane by lane. The
+    // K/V stages are free: every copy has landed (wait<0> above) and every warp passed the
+    // loop's last barrier after its last read of them.
+    constexpr int kSlots = prefill_merge_slots(DVO);
+    static_assert(kMmaQ == 1, "16-row blocks hold one m16 fragment a warp");
+    static_assert(prefill_merge_bytes(kCtaQ, DVO) <= prefill_kv_stage_bytes(kCtaQ, DQK, DVO),
+                  "the merge buffer lives in the K/V stages");
+    float* mbuf = reinterpret_cast<float*>(k_s);  // [kWarpsKv - 1][kSlots][32]
+    if (warp_kv > 0) {
+      float* dst = mbuf + (warp_kv - 1) * kSlots * 32 + lane;
+#pragma unroll
+      for (int n = 0; n < DVO / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dst[(n * 4 + e) * 32] = o[0][n][e];
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        dst[(DVO / 2 + r) * 32] = m[0][r];
+        dst[(DVO / 2 + 2 + r) * 32] = l[0][r];
+      }
+    }
+    __syncthreads();
+    if (warp_kv > 0) {
+      pdl_launch_dependents();
+      return;
+    }
+#pragma unroll 1
+    for (int w = 0; w < kWarpsKv - 1; ++w) {
+      const float* src = mbuf + w * kSlots * 32 + lane;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        // Per-thread partial sums merge like the O values: the quad shares the max, hence the
+        // scales (dev::merge_state: an empty state carries no weight; NaN sums stay NaN).
+        float s_mine, s_other;
+        dev::merge_state(m[0][r], l[0][r], src[(DVO / 2 + r) * 32], src[(DVO / 2 + 2 + r) * 32],
+                         &s_mine, &s_other, &m[0][r], &l[0][r]);
+#pragma unroll
+        for (int n = 0; n < DVO / 8; ++n) {
+          o[0][n][2 * r] = o[0][n][2 * r] * s_mine + src[(n * 4 + 2 * r) * 32] * s_other;
+          o[0][n][2 * r + 1] =
+              o[0][n][2 * r + 1] * s_mine + src[(n * 4 + 2 * r + 1) * 32] * s_other;
+        }
+      }
+    }
+  }
+
   if (!warp_active) {
     pdl_launch_dependents();
     return;
@@ -398,8 +479,14 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
       group_div.divmod(static_cast<uint32_t>(pr), qrel, hh);
       const int32_t h = g * group + static_cast<int32_t>(hh);
       const bool any = lr > 0.0f;
-      const float inv = nan_any ? NAN : (any ? out_scale / lr : 0.0f);
-      const float lse = nan_any ? NAN : (any ? m[mq][r] + log2f(lr) : -INFINITY);
+      float inv = nan_any ? NAN : (any ? out_scale / lr : 0.0f);
+      float lse = nan_any ? NAN : (any ? m[mq][r] + log2f(lr) : -INFINITY);
+      // Sinks join once per row: here when the row is final, in the merge pass when it is split.
+      if (p.sinks != nullptr && w.partial_base < 0) {
+        float f = 1.0f;
+        lse = apply_sink(lse, p.sinks[h] * kLog2e, &f);
+        inv *= f;
+      }
       if (w.partial_base >= 0) {
         const int64_t prow = static_cast<int64_t>(w.partial_base) + qrel;
         float* dst = p.tmp_v + (prow * p.num_qo_heads + h) * DVO + tid4 * 2;

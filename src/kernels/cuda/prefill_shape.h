@@ -1,14 +1,16 @@
 // The tile shapes of the FA2 prefill kernel (prefill_kernel.cuh), as plain constexpr arithmetic
 // shared by the kernel, its launcher and the CPU tests (tests/api/test_prefill_shape.cpp).
 //
-// A block is 4 warps stacked along the query rows; warp w owns rows [16 * kMmaQ * w,
-// 16 * kMmaQ * (w + 1)) of the block's kCtaQ = 64 * kMmaQ packed rows (a packed row is one
-// (query, qo head) pair of the KV head's GQA group). K/V move through shared memory in tiles of
-// kv_tile keys, two stages deep. The choices follow upstream's FA2 prefill: CTA tile 128 along Q
-// when the packed query length exceeds 64 and the output head dim is below 256, else 64; a
-// 64-key KV tile for head dims up to 128 (32 for 256), which keeps the S and O fragments of a
-// thread (o: kMmaQ * dvo / 2 floats, s: kMmaQ * kv_tile / 2 floats) within 255 registers
-// (a 32-key tile for 128-row blocks: see prefill_kv_tile).
+// A block is 4 warps. In 64- and 128-row blocks they are stacked along the query rows: warp w owns
+// rows [16 * kMmaQ * w, 16 * kMmaQ * (w + 1)) of the block's packed rows (a packed row is one
+// (query, qo head) pair of the KV head's GQA group) and sees every key of a K/V tile. In 16-row
+// blocks (short packed queries, tensor-core decode) the 4 warps share the 16 rows and each takes
+// a quarter of every K/V tile's keys; at the end warps 1-3 hand their softmax states (O, max, sum)
+// to warp 0 through shared memory, which merges them and writes the output, as upstream's
+// NUM_WARPS_KV = 4 blocks do. K/V move through shared memory in tiles of kv_tile keys, two
+// stages deep. The choices follow upstream's FA2 prefill (cta_tile_q 16 / 64 / 128 from the
+// packed query length); the tile sizes keep the S and O fragments of a thread within 255
+// registers and two blocks on an SM.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,9 @@ constexpr int kPrefillStages = 2;
 /// Variant bits, compile-time: without them the kernel has no tanh and reads no mask.
 constexpr int kPrefillSoftCap = 1;
 constexpr int kPrefillCustomMask = 2;
+/// ALiBi (pos_encoding_mode="ALIBI"): slopes[h] * (j - i) on the scaled logit. Built alone only:
+/// with a soft cap or a custom mask it runs on the CUDA-core kernel.
+constexpr int kPrefillAlibi = 4;
 
 /// Whether the FA2 kernel is built for this head-dim pair (ahead of time): equal dims 64, 128
 /// and 256, and DeepSeek's 192 / 128. Other multiples of 16 run on the first-draft tensor-core
@@ -32,29 +37,59 @@ FLASHINFER_HD constexpr bool prefill_dims_built(int dqk, int dvo) {
   return (dqk == dvo && (dqk == 64 || dqk == 128 || dqk == 256)) || (dqk == 192 && dvo == 128);
 }
 
-/// m16 fragments per warp along Q (1: 64-row blocks, 2: 128-row blocks) for a launch whose work
-/// items hold at most max_packed_rows packed rows. 128-row blocks only where their fragments fit
-/// 255 registers without spilling (ptxas, sm_90): dqk, dvo <= 128 and the plain variant (the
-/// soft cap's tanhf spilled 52 bytes, the mask test 72).
-FLASHINFER_HD constexpr int prefill_mma_q(int max_packed_rows, int dqk, int dvo, int variant) {
-  return (max_packed_rows > 64 && dqk <= 128 && dvo <= 128 && variant == 0) ? 2 : 1;
+/// Packed rows per block (the CTA tile along Q) for a launch whose work items hold at most
+/// max_packed_rows packed rows, as upstream picks cta_tile_q:
+///   16: one m16 fragment of rows shared by the 4 warps, which split each K/V tile along the keys
+///     and merge their softmax states at the end (short packed queries: tensor-core decode, a
+///     GQA group of <= 16 heads); head dims up to 192, plain or soft-capped (a custom mask or
+///     ALiBi takes 64);
+///   128: 4 warps x 32 rows, for packed queries longer than 64, only where the fragments fit 255
+///     registers without spilling (ptxas, sm_90): dqk, dvo <= 128 and the plain variant (the soft
+///     cap's tanhf spilled 52 bytes, the mask test 72);
+///   64: 4 warps x 16 rows, everything else.
+FLASHINFER_HD constexpr int prefill_cta_rows(int max_packed_rows, int dqk, int dvo, int variant) {
+  if (max_packed_rows <= 16 && dqk <= 192 && dvo <= 192 && (variant & ~kPrefillSoftCap) == 0) {
+    return 16;
+  }
+  if (max_packed_rows > 64 && dqk <= 128 && dvo <= 128 && variant == 0) return 128;
+  return 64;
 }
 
-/// Keys per K/V tile. 128-row blocks take 32 keys: with 64, the S and O fragments (64 + 128
-/// floats a thread at head dim 128) spilled 76 bytes at 255 registers (ptxas, sm_90).
-FLASHINFER_HD constexpr int prefill_kv_tile(int mma_q, int dqk, int dvo) {
-  if (mma_q == 2) return 32;
+/// m16 fragments per warp along Q: two in 128-row blocks, else one.
+FLASHINFER_HD constexpr int prefill_mma_q(int cta_q) { return cta_q == 128 ? 2 : 1; }
+
+/// Warps that split a K/V tile along the keys: all four in 16-row blocks (they share the rows),
+/// else one (the warps are stacked along the rows and each sees the whole tile).
+FLASHINFER_HD constexpr int prefill_warps_kv(int cta_q) { return cta_q == 16 ? kPrefillWarps : 1; }
+
+/// Keys per K/V tile (all warps together). 16-row blocks: 16 keys a warp (32 at head dim 64),
+/// so that every block fits twice per SM. 128-row blocks take 32 keys: with 64, the S and O
+/// fragments (64 + 128 floats a thread at head dim 128) spilled 76 bytes at 255 registers
+/// (ptxas, sm_90).
+FLASHINFER_HD constexpr int prefill_kv_tile(int cta_q, int dqk, int dvo) {
+  if (cta_q == 16) return kPrefillWarps * ((dqk <= 64 && dvo <= 64) ? 32 : 16);
+  if (cta_q == 128) return 32;
   return (dqk > 128 || dvo > 128) ? (dqk == 192 ? 64 : 32) : 64;
 }
 
-/// Packed rows per block.
-FLASHINFER_HD constexpr int prefill_cta_q(int mma_q) { return 64 * mma_q; }
+/// Floats a lane of a 16-row block's warp keeps for the end-of-block merge: its O fragments
+/// (dvo / 8 blocks of 4) and the max and row sum of its two rows.
+FLASHINFER_HD constexpr int prefill_merge_slots(int dvo) { return dvo / 2 + 4; }
+
+/// Bytes of the merge buffer of a block: warps 1..3 of a 16-row block leave their states there
+/// for warp 0, in the K/V stages' shared memory (free once the last tile is consumed).
+FLASHINFER_HD constexpr unsigned prefill_merge_bytes(int cta_q, int dvo) {
+  return 4u * static_cast<unsigned>((prefill_warps_kv(cta_q) - 1) * 32 * prefill_merge_slots(dvo));
+}
 
 /// Dynamic shared memory of one block, in bytes, for 2-byte elements: the Q tile and
-/// kPrefillStages stages of K and V tiles.
-FLASHINFER_HD constexpr unsigned prefill_smem_bytes(int mma_q, int dqk, int dvo) {
-  const int kv = prefill_kv_tile(mma_q, dqk, dvo);
-  return 2u * static_cast<unsigned>(prefill_cta_q(mma_q) * dqk + kPrefillStages * kv * (dqk + dvo));
+/// kPrefillStages stages of K and V tiles (which also hold a 16-row block's merge buffer).
+FLASHINFER_HD constexpr unsigned prefill_kv_stage_bytes(int cta_q, int dqk, int dvo) {
+  return 2u *
+         static_cast<unsigned>(kPrefillStages * prefill_kv_tile(cta_q, dqk, dvo) * (dqk + dvo));
+}
+FLASHINFER_HD constexpr unsigned prefill_smem_bytes(int cta_q, int dqk, int dvo) {
+  return 2u * static_cast<unsigned>(cta_q * dqk) + prefill_kv_stage_bytes(cta_q, dqk, dvo);
 }
 
 /// Whether keys [t0, t0 + n) are visible to every row of a block in full, so the tile needs no
