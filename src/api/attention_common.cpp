@@ -18,9 +18,9 @@
 #include "flashinfer/error.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/attention_cpu.h"
+#include "kernels/cuda/prefill_shape.h"  // plain constexpr: the planner's tile rule on every build
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/decode_cuda.h"
-#include "kernels/cuda/prefill_shape.h"
 #endif
 
 namespace flashinfer::api {
@@ -357,6 +357,25 @@ int64_t plan_kv_chunk(const std::vector<int64_t>& tiles, const std::vector<int64
   return count_work(tiles, units, lo) > base_work ? lo : 0;
 }
 
+std::vector<kernels::WorkItem> full_kv_work_items(const int32_t* qo_indptr, const int32_t* kv_lens,
+                                                  int32_t batch, int32_t group, int32_t head_dim_vo,
+                                                  int32_t& max_rows) {
+  max_rows = 0;
+  std::vector<kernels::WorkItem> work;
+  if (batch <= 0) return work;
+  const double avg_packed = static_cast<double>(qo_indptr[batch] - qo_indptr[0]) * group / batch;
+  const int32_t tile = std::max<int32_t>(
+      1, kernels::cuda::prefill::prefill_plan_cta_tile_q(avg_packed, head_dim_vo) / group);
+  for (int32_t b = 0; b < batch; ++b) {
+    const int32_t qo_len = qo_indptr[b + 1] - qo_indptr[b];
+    for (int32_t q0 = 0; q0 < qo_len; q0 += tile) {
+      work.push_back({b, q0, std::min(qo_len, q0 + tile), 0, kv_lens[b], -1});
+      max_rows = std::max(max_rows, work.back().qo_end - q0);
+    }
+  }
+  return work;
+}
+
 void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size,
                 bool disable_split_kv, const char* op) {
   const int32_t group = s.num_qo_heads / s.num_kv_heads;
@@ -367,8 +386,8 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     rows_per_tile = std::max<int64_t>(1, s.q_len_per_req);
   } else {
     const double avg_packed = s.batch > 0 ? static_cast<double>(s.total_qo) * group / s.batch : 0.0;
-    const int64_t cta_tile_q =
-        (avg_packed > 64 && s.head_dim_vo < 256) ? 128 : (avg_packed > 16 ? 64 : 16);
+    const int64_t cta_tile_q = kernels::cuda::prefill::prefill_plan_cta_tile_q(
+        avg_packed, static_cast<int>(s.head_dim_vo));
     rows_per_tile = std::max<int64_t>(1, cta_tile_q / group);
   }
   const int64_t unit = s.paged ? s.page_size : 1;

@@ -125,6 +125,14 @@ void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& cust
 /// split) when the unsplit work already fills max_grid or when no chunk adds work items.
 int64_t plan_kv_chunk(const std::vector<int64_t>& tiles, const std::vector<int64_t>& units,
                       int64_t num_kv_heads, int64_t max_grid, int64_t min_chunk);
+/// The work items of a one-shot call that has no wrapper plan (trtllm_ragged_attention_deepseek
+/// and trtllm_fmha_v2_prefill on CUDA): each request's queries cut into tiles of the planner's
+/// size (max(1, cta_tile_q / group), cta_tile_q from the batch's average packed length as
+/// build_plan picks it), each tile against all of its request's kv_lens[b] keys, final rows (no
+/// split-KV). `max_rows` receives the largest tile (AttentionParams::max_work_rows).
+std::vector<kernels::WorkItem> full_kv_work_items(const int32_t* qo_indptr, const int32_t* kv_lens,
+                                                  int32_t batch, int32_t group, int32_t head_dim_vo,
+                                                  int32_t& max_rows);
 /// Builds the work partition (split-KV when it helps fill the device) and copies everything
 /// the kernels need to the wrapper's device.
 void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size,

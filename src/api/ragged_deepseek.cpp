@@ -37,7 +37,9 @@ constexpr api::KernelEntry<kernels::RaggedAttentionParams> kRaggedKernels[] = {
        kernels::cpu::ragged_attention(p);
      }},
 #if FLASHINFER_WITH_CUDA
-    {DeviceType::kCUDA, "CUDA kernel: warp per (row, head), fp32 online softmax",
+    {DeviceType::kCUDA,
+     "CUDA: the FA2 prefill kernel where it fits (16-bit dtypes, built head dims), else a "
+     "warp per (row, head) with an fp32 online softmax",
      [](const kernels::RaggedAttentionParams& p) {
        return api::Refusal{nullptr, kernels::cuda::ragged_attention_unsupported(p)};
      },
@@ -58,6 +60,20 @@ void run_ragged_attention(kernels::RaggedAttentionParams p, Device device, const
     for (int32_t b = 0; b < p.batch; ++b) {
       all.insert(all.end(), static_cast<std::size_t>(p.cu_q[b + 1] - p.cu_q[b]), b);
     }
+    // The FA2 prefill kernel's work items where it fits (appended as int32 words: a WorkItem is
+    // six of them).
+    std::size_t work_at = 0;
+    std::vector<kernels::WorkItem> work;
+#if FLASHINFER_WITH_CUDA
+    if (p.batch > 0 && kernels::cuda::ragged_fa2_eligible(p)) {
+      work = api::full_kv_work_items(p.cu_q, p.kv_lens, p.batch, p.num_qo_heads / p.num_kv_heads,
+                                     p.head_dim_vo, p.fa2_max_rows);
+      work_at = all.size();
+      all.resize(work_at + work.size() * 6);
+      std::memcpy(all.data() + work_at, work.data(), work.size() * sizeof(kernels::WorkItem));
+      p.fa2_num_work = static_cast<int32_t>(work.size());
+    }
+#endif
     all.push_back(0);  // never empty
     Tensor h = Tensor::empty({static_cast<int64_t>(all.size())}, DType::kInt32);
     std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
@@ -67,6 +83,7 @@ void run_ragged_attention(kernels::RaggedAttentionParams p, Device device, const
     p.cu_kv = base + p.batch + 1;
     p.kv_lens = p.cu_kv + p.batch + 1;
     p.row_req = p.kv_lens + p.batch;
+    if (!work.empty()) p.fa2_work = reinterpret_cast<const kernels::WorkItem*>(base + work_at);
   }
   launch(kRaggedKernels, p, device, op, arg, enable_pdl);
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "flashinfer/dtype.h"
+#include "kernels/attention_params.h"
 
 namespace flashinfer::kernels {
 
@@ -40,6 +41,11 @@ struct RaggedAttentionParams {
   int32_t window_left = -1;
   float bmm1_scale = 1.0f, bmm2_scale = 1.0f;
   bool causal = false;
+  // CUDA backend: the work items of the FA2 prefill kernel (one per request and tile of queries,
+  // every key; device memory), set by the host when ragged_fa2_eligible() holds; nullptr: the
+  // warp-per-row kernel.
+  const WorkItem* fa2_work = nullptr;
+  int32_t fa2_num_work = 0, fa2_max_rows = 0;
 };
 
 }  // namespace flashinfer::kernels

@@ -155,5 +155,59 @@ TEST(PlanKvChunk, TableOfShapes) {
   EXPECT_EQ(plan_kv_chunk(rep(2, 1), {5000, 100}, 2, 40, 128), 264);
 }
 
+// The one-shot work items (trtllm_ragged_attention_deepseek, trtllm_fmha_v2_prefill on CUDA):
+// tiles of max(1, cta_tile_q / group) queries, each against all of its request's keys.
+TEST(FullKvWorkItems, TilesByHand) {
+  using W = kernels::WorkItem;
+  auto same = [](const std::vector<W>& got, const std::vector<W>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE(i);
+      EXPECT_EQ(got[i].request, want[i].request);
+      EXPECT_EQ(got[i].qo_begin, want[i].qo_begin);
+      EXPECT_EQ(got[i].qo_end, want[i].qo_end);
+      EXPECT_EQ(got[i].kv_begin, want[i].kv_begin);
+      EXPECT_EQ(got[i].kv_end, want[i].kv_end);
+      EXPECT_EQ(got[i].partial_base, want[i].partial_base);
+    }
+  };
+  int32_t max_rows = -1;
+  {  // MHA, 429 queries over 2 requests: 214.5 packed rows on average > 64 -> 128-query tiles.
+    const std::vector<int32_t> qo = {0, 300, 429}, kv = {300, 500};
+    same(api::full_kv_work_items(qo.data(), kv.data(), 2, 1, 128, max_rows),
+         {{0, 0, 128, 0, 300, -1},
+          {0, 128, 256, 0, 300, -1},
+          {0, 256, 300, 0, 300, -1},
+          {1, 0, 128, 0, 500, -1},
+          {1, 128, 129, 0, 500, -1}});
+    EXPECT_EQ(max_rows, 128);
+  }
+  {  // Head dim 256 caps the block at 64 rows: 64-query tiles.
+    const std::vector<int32_t> qo = {0, 130}, kv = {130};
+    same(api::full_kv_work_items(qo.data(), kv.data(), 1, 1, 256, max_rows),
+         {{0, 0, 64, 0, 130, -1}, {0, 64, 128, 0, 130, -1}, {0, 128, 130, 0, 130, -1}});
+    EXPECT_EQ(max_rows, 64);
+  }
+  {  // GQA 4, 9 queries over 4 requests: 9 packed rows on average -> 16-row blocks of 4 queries;
+     // the empty request gets no item.
+    const std::vector<int32_t> qo = {0, 1, 3, 3, 9}, kv = {50, 1, 7, 90};
+    same(api::full_kv_work_items(qo.data(), kv.data(), 4, 4, 64, max_rows),
+         {{0, 0, 1, 0, 50, -1}, {1, 0, 2, 0, 1, -1}, {3, 0, 4, 0, 90, -1}, {3, 4, 6, 0, 90, -1}});
+    EXPECT_EQ(max_rows, 4);
+  }
+  {  // Group 16 (DeepSeek MLA-style heads), 4 queries over 2 requests: 32 packed rows -> 64-row
+     // blocks of 4 queries.
+    const std::vector<int32_t> qo = {0, 3, 4}, kv = {100, 64};
+    same(api::full_kv_work_items(qo.data(), kv.data(), 2, 16, 128, max_rows),
+         {{0, 0, 3, 0, 100, -1}, {1, 0, 1, 0, 64, -1}});
+    EXPECT_EQ(max_rows, 3);
+  }
+  {  // No requests.
+    const std::vector<int32_t> qo = {0};
+    EXPECT_TRUE(api::full_kv_work_items(qo.data(), nullptr, 0, 1, 128, max_rows).empty());
+    EXPECT_EQ(max_rows, 0);
+  }
+}
+
 }  // namespace
 }  // namespace flashinfer

@@ -323,6 +323,11 @@ TEST(TrtllmRaggedDeepseekCuda, MatchesCpu) {
       {e4m3, e4m3, 192, 128, 4, 4, true, 17, {64, 3}, {64, 70}},
       {bf16, e4m3, 128, 128, 6, 3, true, -1, {7}, {7}},
       {f16, f16, 256, 256, 2, 1, false, 5, {9, 2}, {9, 0}},
+      // The FA2 prefill kernel's block heights: 128 rows (long MHA requests), 16 rows (short
+      // GQA rows: the warps split the keys), 64 rows (a GQA group of 16), with a window.
+      {bf16, bf16, 128, 128, 8, 8, true, -1, {300, 129}, {300, 500}},
+      {bf16, bf16, 64, 64, 8, 2, true, -1, {1, 2, 3}, {50, 1, 90}},
+      {f16, f16, 192, 128, 16, 1, true, 30, {3, 1}, {100, 64}},
   };
   int idx = 0;
   for (const Case& c : cases) {
@@ -342,7 +347,8 @@ TEST(TrtllmRaggedDeepseekCuda, MatchesCpu) {
     ASSERT_TRUE(got.out.device().is_cuda());
     EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
                                    testing::attention_tolerance(want.out.dtype())));
-    EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {1e-4, 1e-4}));
+    // The FA2 kernel scales and sums in another order than the CPU (as in test_prefill_oracle).
+    EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {2e-3, 1e-3}));
     ++idx;
   }
 }

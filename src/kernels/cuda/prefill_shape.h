@@ -55,6 +55,13 @@ FLASHINFER_HD constexpr int prefill_cta_rows(int max_packed_rows, int dqk, int d
   return 64;
 }
 
+/// The planner's cta_tile_q (upstream's rule): from the average packed query length of a batch,
+/// 128 above 64 rows (head_dim_vo < 256), 64 above 16, else 16. Work items then hold
+/// max(1, cta_tile_q / group) queries each.
+FLASHINFER_HD constexpr int prefill_plan_cta_tile_q(double avg_packed_rows, int head_dim_vo) {
+  return (avg_packed_rows > 64 && head_dim_vo < 256) ? 128 : (avg_packed_rows > 16 ? 64 : 16);
+}
+
 /// m16 fragments per warp along Q: two in 128-row blocks, else one.
 FLASHINFER_HD constexpr int prefill_mma_q(int cta_q) { return cta_q == 128 ? 2 : 1; }
 

@@ -1,12 +1,18 @@
-// CUDA kernel of trtllm_ragged_attention_deepseek: one warp per (query row, head), fp32 online
-// softmax over the row's visible keys, four keys per step (their dot products reduced together
-// for instruction-level parallelism). The query and the output accumulator live in registers
+// CUDA kernels of trtllm_ragged_attention_deepseek (and the fmha_v2 names that share its
+// parameters). Where the FA2 prefill kernel fits (16-bit q, K, V and output of one dtype, its
+// built head dims, DeepSeek's 192/128 included, no softmax statistics), the call runs there as a
+// ragged batch prefill. Otherwise: one warp per (query row, head), fp32 online softmax over the
+// row's visible keys, four keys per step (their dot products reduced together for
+// instruction-level parallelism), the query and the output accumulator in registers
 // (head_dim_qk, head_dim_vo <= 256: 8 per lane). Semantics are the CPU reference's
 // (kernels/cpu/ragged_attention_cpu.cpp).
 #include <algorithm>
 #include <initializer_list>
 
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/decode_cuda.h"
+#include "kernels/cuda/prefill_cuda.h"
+#include "kernels/cuda/prefill_shape.h"
 #include "kernels/cuda/ragged_attention_cuda.h"
 
 namespace flashinfer::kernels::cuda {
@@ -124,7 +130,70 @@ bool one_of(DType d, std::initializer_list<DType> ok) {
   return std::find(ok.begin(), ok.end(), d) != ok.end();
 }
 
+// The ragged call as a batch prefill without a page table: request b's keys are rows
+// cu_kv[b] .. of k and v; bmm1_scale is the logit scale, bmm2_scale the output multiplier. Index
+// arrays and work items are left to the caller.
+AttentionParams as_attention(const RaggedAttentionParams& r) {
+  AttentionParams a;
+  a.q = r.q;
+  a.q_dtype = r.q_dtype;
+  a.q_stride_n = r.q_stride_n;
+  a.q_stride_h = r.q_stride_h;
+  a.kv.k = r.k;
+  a.kv.v = r.v;
+  a.kv.dtype = r.k_dtype;
+  a.kv.k_stride_token = r.k_stride_n;
+  a.kv.k_stride_head = r.k_stride_h;
+  a.kv.v_stride_token = r.v_stride_n;
+  a.kv.v_stride_head = r.v_stride_h;
+  a.kv.kv_indptr = r.cu_kv;
+  a.kv.page_size = 1;
+  a.o = r.o;
+  a.o_dtype = r.o_dtype;
+  a.o_stride_n = r.o_stride_n;
+  a.o_stride_h = r.o_stride_h;
+  a.lse = r.lse;
+  a.lse_stride_n = r.lse_stride_n;
+  a.lse_stride_h = r.lse_stride_h;
+  a.batch = r.batch;
+  a.num_qo_heads = r.num_qo_heads;
+  a.num_kv_heads = r.num_kv_heads;
+  a.head_dim_qk = r.head_dim_qk;
+  a.head_dim_vo = r.head_dim_vo;
+  a.qo_indptr = r.cu_q;
+  a.kv_lens = r.kv_lens;
+  a.sm_scale = r.bmm1_scale;
+  a.v_scale = r.bmm2_scale;
+  a.causal = r.causal;
+  a.window_left = r.window_left;
+  a.use_tensor_cores = true;
+  return a;
+}
+
+bool rows_aligned(const void* base, std::initializer_list<int64_t> strides, DType dt) {
+  if (reinterpret_cast<std::uintptr_t>(base) % 16 != 0) return false;
+  for (int64_t st : strides) {
+    if ((static_cast<std::size_t>(st) * dtype_size(dt)) % 16 != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+bool ragged_fa2_eligible(const RaggedAttentionParams& p) {
+  if (p.stats != nullptr || p.num_kv_heads < 1 || p.num_qo_heads % p.num_kv_heads != 0) {
+    return false;
+  }
+  if (p.k_dtype != p.q_dtype || p.v_dtype != p.q_dtype || p.o_dtype != p.q_dtype) return false;
+  if (!prefill::prefill_dims_built(p.head_dim_qk, p.head_dim_vo)) return false;
+  if (!rows_aligned(p.q, {p.q_stride_n, p.q_stride_h}, p.q_dtype) ||
+      !rows_aligned(p.k, {p.k_stride_n, p.k_stride_h}, p.k_dtype) ||
+      !rows_aligned(p.v, {p.v_stride_n, p.v_stride_h}, p.v_dtype) ||
+      !rows_aligned(p.o, {p.o_stride_n, p.o_stride_h}, p.o_dtype)) {
+    return false;
+  }
+  return prefill_supported(as_attention(p));  // 16-bit dtypes, sm80+
+}
 
 const char* ragged_attention_unsupported(const RaggedAttentionParams& p) {
   if (p.head_dim_qk < 1 || p.head_dim_qk > kWarp * kPerLane || p.head_dim_vo < 1 ||
@@ -147,6 +216,14 @@ const char* ragged_attention_unsupported(const RaggedAttentionParams& p) {
 void ragged_attention(const RaggedAttentionParams& p, void* stream, bool enable_pdl) {
   const int64_t items = int64_t{p.rows} * p.num_qo_heads;
   if (items == 0) return;
+  if (p.fa2_work != nullptr) {
+    AttentionParams a = as_attention(p);
+    a.work = p.fa2_work;
+    a.num_work = p.fa2_num_work;
+    a.max_work_rows = p.fa2_max_rows;
+    batch_attention(a, stream, enable_pdl);
+    return;
+  }
   auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(static_cast<unsigned>((items + kWarpsPerBlock - 1) / kWarpsPerBlock));
   const dim3 block(kWarp * kWarpsPerBlock);

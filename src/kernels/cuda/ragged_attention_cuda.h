@@ -9,7 +9,13 @@ namespace flashinfer::kernels::cuda {
 /// Why the CUDA kernel cannot take `p` (nullptr: it can). Host-side.
 const char* ragged_attention_unsupported(const RaggedAttentionParams& p);
 
-/// Every pointer of `p` (index arrays and row_req included) is device memory.
+/// Whether the FA2 prefill kernel can take `p` (q, K, V and output of one 16-bit dtype, a head-dim
+/// pair it is built for, 16-byte aligned rows, no softmax statistics, sm80+). Host-side; reads
+/// only p's dtypes, dims, strides and data pointers.
+bool ragged_fa2_eligible(const RaggedAttentionParams& p);
+
+/// Every pointer of `p` (index arrays and row_req included) is device memory. With fa2_work set,
+/// the FA2 prefill kernel runs the work items; otherwise the warp-per-row kernel.
 void ragged_attention(const RaggedAttentionParams& p, void* stream, bool enable_pdl);
 
 }  // namespace flashinfer::kernels::cuda
