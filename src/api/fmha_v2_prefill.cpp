@@ -1,6 +1,8 @@
-// trtllm_fmha_v2_prefill (flashinfer.prefill): declaration, checks, and the CPU reference
-// (kernels/cpu/fmha_v2_prefill_cpu.cpp). No CUDA kernel: the backend table lists the CPU only, so
-// is_backend_supported and replay --device cuda (which falls back) say so.
+// trtllm_fmha_v2_prefill (flashinfer.prefill): declaration, checks, the CPU reference
+// (kernels/cpu/fmha_v2_prefill_cpu.cpp) and the CUDA backend: the call as a batch attention on
+// the shared kernels (the FA2 prefill kernel where it fits, else the CUDA-core kernel). What
+// those kernels cannot express (fp8 inputs, chunked attention, softmax statistics, ALiBi after a
+// soft cap) is refused by name, so replay --device cuda falls back to the CPU for it.
 #include "flashinfer/ops/fmha_v2_prefill.h"
 
 #include <algorithm>
@@ -17,6 +19,14 @@
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/fmha_v2_prefill_cpu.h"
 #include "kernels/fmha_v2_prefill_params.h"
+#if FLASHINFER_WITH_CUDA
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+
+#include "kernels/cuda/decode_cuda.h"
+#include "kernels/cuda/prefill_shape.h"
+#endif
 
 namespace flashinfer {
 
@@ -55,11 +65,141 @@ namespace {
 
 constexpr const char* kOp = "trtllm_fmha_v2_prefill";
 
+#if FLASHINFER_WITH_CUDA
+// The call as the shared kernels' AttentionParams, data pointers only (run_cuda adds the index
+// arrays). FMHAv2's ALiBi bias slope * (j - pos) and the kernels' slope * (j - i) differ by a
+// constant per query row, which the softmax cancels (statistics with ALiBi are refused by the API).
+kernels::AttentionParams as_attention(const kernels::FmhaV2PrefillParams& p) {
+  kernels::AttentionParams a;
+  a.q = p.q;
+  a.q_dtype = p.dtype;
+  a.q_stride_n = p.q_stride_n;
+  a.q_stride_h = p.q_stride_h;
+  a.kv.k = p.k;
+  a.kv.v = p.v;
+  a.kv.dtype = p.dtype;
+  a.kv.k_stride_page = p.k_stride_page;
+  a.kv.k_stride_token = p.k_stride_n;
+  a.kv.k_stride_head = p.k_stride_h;
+  a.kv.v_stride_page = p.v_stride_page;
+  a.kv.v_stride_token = p.v_stride_n;
+  a.kv.v_stride_head = p.v_stride_h;
+  a.kv.page_size = p.page_size > 0 ? p.page_size : 1;
+  a.o = p.o;
+  a.o_dtype = p.o_dtype;
+  a.o_stride_n = p.o_stride_n;
+  a.o_stride_h = p.o_stride_h;
+  a.batch = p.batch;
+  a.num_qo_heads = p.num_qo_heads;
+  a.num_kv_heads = p.num_kv_heads;
+  a.head_dim_qk = p.head_dim_qk;
+  a.head_dim_vo = p.head_dim_vo;
+  a.sm_scale = p.bmm1_scale;
+  a.v_scale = p.bmm2_scale;
+  a.logits_soft_cap = p.soft_cap;
+  a.causal = p.causal;
+  a.window_left = static_cast<int32_t>(p.window_left);
+  a.use_tensor_cores = true;
+  return a;
+}
+
+// Whether every row of `base` (the given strides, in elements of 2 bytes) starts on 16 bytes, as
+// the kernels' 16-byte copies need.
+bool rows_aligned16(const void* base, std::initializer_list<int64_t> strides) {
+  if (reinterpret_cast<std::uintptr_t>(base) % 16 != 0) return false;
+  return std::all_of(strides.begin(), strides.end(), [](int64_t st) { return (st * 2) % 16 == 0; });
+}
+
+api::Refusal cuda_supports(const kernels::FmhaV2PrefillParams& p) {
+  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) {
+    return {"qkv", "fp8 e4m3 inputs run on the CPU reference only"};
+  }
+  if (p.chunk > 0) {
+    return {"chunked_attention_size", "chunked attention runs on the CPU reference only"};
+  }
+  if (p.stats != nullptr) {
+    return {"save_softmax_stats", "softmax statistics run on the CPU reference only"};
+  }
+  if (p.alibi_slopes != nullptr && p.soft_cap > 0.0f) {
+    return {"pos_encoding_mode",
+            "ALiBi with a soft cap runs on the CPU reference only (FMHAv2 adds the bias after the "
+            "cap, the CUDA kernels before it)"};
+  }
+  const int dqk = p.head_dim_qk, dvo = p.head_dim_vo;
+  const bool jit_dims = dqk == dvo && dqk >= 16 && dqk <= 256 && dqk % 16 == 0;
+  if (!kernels::cuda::prefill::prefill_dims_built(dqk, dvo) && !jit_dims) {
+    return {"qkv",
+            "head dims must be equal multiples of 16 up to 256, or 192 / 128, on CUDA; others run "
+            "on the CPU reference"};
+  }
+  const bool paged = p.page_size > 0;
+  if (!rows_aligned16(p.q, {p.q_stride_n, p.q_stride_h}) ||
+      !rows_aligned16(p.k, {paged ? p.k_stride_page : 0, p.k_stride_n, p.k_stride_h}) ||
+      !rows_aligned16(p.v, {paged ? p.v_stride_page : 0, p.v_stride_n, p.v_stride_h}) ||
+      !rows_aligned16(p.o, {p.o_stride_n, p.o_stride_h})) {
+    return {"qkv", "every q, K, V and out row must start on 16 bytes on CUDA"};
+  }
+  return {};
+}
+
+// The index arrays (host in `p`) go to the device in one int32 tensor, the per-head floats in
+// one fp32 tensor; both stay alive until the launches are queued (stream-ordered frees).
+void run_cuda(const kernels::FmhaV2PrefillParams& p, const api::LaunchContext& c) {
+  kernels::AttentionParams a = as_attention(p);
+  const std::size_t nb = static_cast<std::size_t>(p.batch);
+  const bool paged = p.page_size > 0;
+  std::vector<int32_t> ints(p.cu_q, p.cu_q + nb + 1);  // qo_indptr
+  const std::size_t kv_indptr_at = ints.size();
+  for (std::size_t b = 0; b <= nb; ++b) {  // paged: request b's row of block_tables
+    ints.push_back(paged ? static_cast<int32_t>(b * p.bt_stride) : p.cu_kv[b]);
+  }
+  const std::size_t kv_lens_at = ints.size();
+  ints.insert(ints.end(), p.kv_lens, p.kv_lens + nb);
+  const std::size_t pages_at = ints.size();
+  if (paged) ints.insert(ints.end(), p.block_tables, p.block_tables + nb * p.bt_stride);
+  const std::vector<kernels::WorkItem> work = api::full_kv_work_items(
+      p.cu_q, p.kv_lens, p.batch, p.num_qo_heads / p.num_kv_heads, p.head_dim_vo, a.max_work_rows);
+  const std::size_t work_at = ints.size();
+  ints.resize(work_at + work.size() * 6);
+  if (!work.empty()) {
+    std::memcpy(ints.data() + work_at, work.data(), work.size() * sizeof(kernels::WorkItem));
+  }
+  ints.push_back(0);  // never empty
+  Tensor hi = Tensor::empty({static_cast<int64_t>(ints.size())}, DType::kInt32);
+  std::memcpy(hi.data_ptr(), ints.data(), ints.size() * sizeof(int32_t));
+  const Tensor di = hi.to(c.device);
+  const auto* base = di.data<const int32_t>();
+  a.qo_indptr = base;
+  a.kv.kv_indptr = base + kv_indptr_at;
+  a.kv_lens = base + kv_lens_at;
+  if (paged) a.kv.kv_indices = base + pages_at;
+  a.work = reinterpret_cast<const kernels::WorkItem*>(base + work_at);
+  a.num_work = static_cast<int32_t>(work.size());
+  const int64_t H = p.num_qo_heads;
+  Tensor hf = Tensor::zeros({2 * H}, DType::kFloat32);
+  if (p.sinks) std::memcpy(hf.data<float>(), p.sinks, H * sizeof(float));
+  if (p.alibi_slopes) std::memcpy(hf.data<float>() + H, p.alibi_slopes, H * sizeof(float));
+  Tensor df;
+  if (p.sinks || p.alibi_slopes) {
+    df = hf.to(c.device);
+    if (p.sinks) a.sinks = df.data<const float>();
+    if (p.alibi_slopes) a.alibi_slopes = df.data<const float>() + H;
+  }
+  kernels::cuda::batch_attention(a, c.stream, c.enable_pdl);
+}
+#endif
+
 constexpr api::KernelEntry<kernels::FmhaV2PrefillParams> kKernels[] = {
     {DeviceType::kCPU, "CPU reference: fp32 softmax, OpenMP over (query row, KV head)", nullptr,
      [](const kernels::FmhaV2PrefillParams& p, const api::LaunchContext&) {
        kernels::cpu::fmha_v2_prefill(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA: the batch-attention kernels (FA2 prefill where it fits, else the CUDA-core kernel), "
+     "one work item per request and query tile",
+     cuda_supports, run_cuda},
+#endif
 };
 
 std::string lower(std::string_view s) {

@@ -712,5 +712,87 @@ with open(d4 + "/metadata.jsonl", "w") as f:
   for (const auto& r : results) EXPECT_FALSE(r.comparisons.empty()) << r.function_name;
 }
 
+// The same call with its tensors on `d` (the index tensors too, as engines pass them).
+Case on_device(Case c, Device d) {
+  std::vector<Tensor> t;
+  for (const Tensor& x : c.qkv.tensors()) t.push_back(x.to(d));
+  c.qkv = t.size() == 1   ? FmhaV2Qkv(t[0])
+          : t.size() == 2 ? FmhaV2Qkv(t[0], t[1])
+                          : FmhaV2Qkv(t[0], t[1], t[2]);
+  if (c.block_tables) c.block_tables = c.block_tables->to(d);
+  return c;
+}
+
+// CUDA: the batch-attention kernels against the CPU reference over the layouts and the features
+// they take: the FA2 kernel's 128-, 64- and 16-row blocks, GQA, paged NHD / HND caches with
+// padding entries, a window, padding (non-causal), soft cap, sinks, ALiBi, DeepSeek's 192 / 128.
+TEST(TrtllmFmhaV2PrefillCuda, MatchesCpu) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const DType bf16 = DType::kBFloat16, f16 = DType::kFloat16;
+  Opts sw;
+  sw.mask = "sliding_window";
+  sw.window_left = 7;
+  Opts pad;
+  pad.mask = "padding";
+  Opts cap;
+  cap.cap = 0.3;
+  Opts sink;
+  sink.sinks = {0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0};
+  sink.bmm2 = 0.75;
+  Opts ali;
+  ali.alibi = true;
+  struct Row {
+    const char* layout;
+    DType d;
+    std::vector<int32_t> ql, kl;
+    int64_t H, hkv, D, dv;
+    Opts opt;
+  };
+  const std::vector<Row> rows = {
+      {"PACKED_QKV", bf16, {300, 129}, {300, 129}, 4, 4, 128, 128, Opts{}},
+      {"CONTIGUOUS_Q_KV", f16, {3, 5, 0}, {60, 9, 4}, 8, 2, 64, 64, sw},
+      {"SEPARATE_Q_K_V", bf16, {40, 1}, {100, 64}, 16, 1, 192, 128, pad},
+      {"Q_PAGED_KV_NHD", bf16, {2, 17}, {200, 17}, 8, 2, 128, 128, cap},
+      {"Q_PAGED_KV_HND", f16, {1, 1, 1}, {33, 1, 70}, 32, 8, 128, 128, sink},
+      {"Q_PAGED_KV_HND", bf16, {70}, {90}, 4, 2, 256, 256, ali},
+  };
+  int idx = 0;
+  for (const Row& r : rows) {
+    SCOPED_TRACE(::testing::Message() << "row " << idx << " " << r.layout);
+    const Case c = make_case(r.layout, r.d, r.ql, r.kl, r.H, r.hkv, r.D, r.dv, 300 + idx, 16);
+    Opts o = r.opt;
+    if (!o.sinks.empty()) o.sinks.resize(r.H, 0.5);
+    const AttentionOutput want = run(c, o);
+    const AttentionOutput got = run(on_device(c, gpu), o);
+    ASSERT_TRUE(got.out.device().is_cuda());
+    EXPECT_TRUE(
+        testing::all_close(got.out.to(Device::cpu()), want.out, testing::attention_tolerance(r.d)));
+    ++idx;
+  }
+}
+
+// What the CUDA kernels cannot express is refused by name (replay then runs it on the CPU).
+TEST(TrtllmFmhaV2PrefillCuda, RefusesWhatTheKernelsCannotExpress) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const Case c = on_device(
+      make_case("CONTIGUOUS_Q_KV", DType::kBFloat16, {3, 5}, {6, 9}, 4, 2, 64, 64, 41), gpu);
+  Opts ch;
+  ch.mask = "chunked";
+  ch.chunk = 4;
+  EXPECT_FI_ERROR(run(c, ch), kOp, "chunked_attention_size");
+  EXPECT_FI_ERROR(run(c, Opts{}, std::nullopt, std::nullopt, true), kOp, "save_softmax_stats");
+  Opts alicap;
+  alicap.alibi = true;
+  alicap.cap = 0.5;
+  EXPECT_FI_ERROR(run(c, alicap), kOp, "pos_encoding_mode");
+  const Case f8 = on_device(
+      make_case("CONTIGUOUS_Q_KV", DType::kFloat8E4M3FN, {3}, {6}, 4, 2, 64, 64, 42), gpu);
+  EXPECT_FI_ERROR(run(f8, Opts{}, std::nullopt, DType::kBFloat16), kOp, "qkv");
+  // The kernels' own cases run: the same call without the refused feature.
+  EXPECT_TRUE(run(c, Opts{}).out.device().is_cuda());
+}
+
 }  // namespace
 }  // namespace flashinfer
