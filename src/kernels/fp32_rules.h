@@ -59,7 +59,8 @@ namespace exp_f32_consts {
 // then Cephes' degree-7 polynomial for e^r on |r| <= ln2 / 2 (about 1 ulp). n is read from the
 // mantissa of the round-to-nearest magic sum; 2^n is built as 2^(n-1) * 2 so that n = 128 still
 // reaches the top binade. Below -86 the result flushes to 0 (true value < 3e-38), above 88.72
-// it is +inf, as expf's; NaN stays NaN.
+// it is +inf, as expf's; NaN stays NaN. The argument is clamped to 88.6 first, so x in
+// (88.6, 88.72] gives e^88.6 (finite); within [-86, 88.6] the result is within 1 ulp.
 inline constexpr float kLog2e = 1.44269504088896341f;
 inline constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23
 inline constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
