@@ -9,14 +9,9 @@
 #include <cstdint>
 
 #include "flashinfer/float_formats.h"
+#include "kernels/cuda/device/host_device.h"  // FLASHINFER_UNROLL (plain C++)
 #include "kernels/fp32_rules.h"
 #include "kernels/nvfp4_params.h"
-
-#if defined(__CUDA_ARCH__)
-#define FLASHINFER_UNROLL _Pragma("unroll")
-#else
-#define FLASHINFER_UNROLL
-#endif
 
 namespace flashinfer::kernels {
 

@@ -114,7 +114,7 @@ int64_t grid_stride_blocks(int64_t n) {
 // silu(gate) * up, rounded to T: one thread per chunk of 8 outputs of a row (one 16-byte load of
 // gate and of up, one 16-byte store) when kVec, else per element.
 template <class T, bool kVec>
-__global__ void silu_mul_rows_kernel(SiluMulParams p) {
+__device__ __forceinline__ void silu_mul_rows_body(const SiluMulParams& p) {
   pdl_wait();
   constexpr int64_t V = kVec ? 8 : 1;
   const int64_t per_row = p.k / V, n = p.m * per_row;
@@ -140,7 +140,7 @@ __global__ void silu_mul_rows_kernel(SiluMulParams p) {
 // One thread per (K/V, token, head, block of 16); K/V slowest, so neighbours read neighbouring
 // blocks of a row. Skipped tokens (page < 0) write nothing.
 template <class T, bool kVec>
-__global__ void paged_append_kernel(Nvfp4PagedAppendParams p) {
+__device__ __forceinline__ void paged_append_body(const Nvfp4PagedAppendParams& p) {
   pdl_wait();
   const int64_t nb = p.head_dim / kNvfp4Block, n = 2 * p.nnz * p.heads * nb;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
@@ -170,7 +170,7 @@ __global__ void paged_append_kernel(Nvfp4PagedAppendParams p) {
 // the row's place (8-byte stores: rows are head_dim / 2 bytes, a multiple of 8), the scale at
 // nvfp4_paged_sf_offset's.
 template <class T, bool kVec>
-__global__ void paged_quantize_kernel(Nvfp4PagedQuantParams p) {
+__device__ __forceinline__ void paged_quantize_body(const Nvfp4PagedQuantParams& p) {
   const int64_t A = p.shape[1], B = p.shape[2], sd = p.shape[3] / kNvfp4Block;
   const int64_t n = p.shape[0] * A * B * sd;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
@@ -190,7 +190,7 @@ __global__ void paged_quantize_kernel(Nvfp4PagedQuantParams p) {
 // max |x| (NaN ignored): per thread, then per warp, then one atomicMax per warp on the bits
 // (non-negative floats order as their bit patterns). kVec: contiguous, 8 elements per load.
 template <class T, bool kVec>
-__global__ void abs_max_kernel(AbsMaxParams p, unsigned int* result) {
+__device__ __forceinline__ void abs_max_body(const AbsMaxParams& p, unsigned int* result) {
   const int64_t d1 = p.shape[1], d2 = p.shape[2], d3 = p.shape[3];
   const int64_t numel = p.shape[0] * d1 * d2 * d3;
   float m = 0.0f;
@@ -213,6 +213,41 @@ __global__ void abs_max_kernel(AbsMaxParams p, unsigned int* result) {
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) m = fp32_abs_max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
   if (threadIdx.x % 32 == 0) atomicMax(result, __float_as_uint(m));
+}
+
+// The kernels: the 16-byte-load instance of each body and its element-load fallback
+// ("strided"), named apart for the static SASS rule `nvfp4` (scripts/check_sass.py).
+template <class T>
+__global__ void nvfp4_silu_mul_kernel(SiluMulParams p) {
+  silu_mul_rows_body<T, true>(p);
+}
+template <class T>
+__global__ void nvfp4_silu_mul_strided_kernel(SiluMulParams p) {
+  silu_mul_rows_body<T, false>(p);
+}
+template <class T>
+__global__ void nvfp4_append_kernel(Nvfp4PagedAppendParams p) {
+  paged_append_body<T, true>(p);
+}
+template <class T>
+__global__ void nvfp4_append_strided_kernel(Nvfp4PagedAppendParams p) {
+  paged_append_body<T, false>(p);
+}
+template <class T>
+__global__ void nvfp4_paged_quantize_kernel(Nvfp4PagedQuantParams p) {
+  paged_quantize_body<T, true>(p);
+}
+template <class T>
+__global__ void nvfp4_paged_quantize_strided_kernel(Nvfp4PagedQuantParams p) {
+  paged_quantize_body<T, false>(p);
+}
+template <class T>
+__global__ void nvfp4_abs_max_kernel(AbsMaxParams p, unsigned int* result) {
+  abs_max_body<T, true>(p, result);
+}
+template <class T>
+__global__ void nvfp4_abs_max_strided_kernel(AbsMaxParams p, unsigned int* result) {
+  abs_max_body<T, false>(p, result);
 }
 
 template <class F>
@@ -339,7 +374,7 @@ void silu_and_mul_rows(const SiluMulParams& p, void* stream, bool enable_pdl) {
   const auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(static_cast<unsigned>(grid_stride_blocks(n)));
   dispatch_half(p.dtype, op, "input", [&]<class T>() {
-    launch_kernel(op, vec ? silu_mul_rows_kernel<T, true> : silu_mul_rows_kernel<T, false>, grid,
+    launch_kernel(op, vec ? nvfp4_silu_mul_kernel<T> : nvfp4_silu_mul_strided_kernel<T>, grid,
                   dim3(kThreads), 0, s, enable_pdl, p);
   });
 }
@@ -359,7 +394,7 @@ void nvfp4_paged_append(const Nvfp4PagedAppendParams& p, void* stream, bool enab
   const auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(static_cast<unsigned>(grid_stride_blocks(n)));
   dispatch_half(p.dtype, op, "append_key", [&]<class T>() {
-    launch_kernel(op, vec ? paged_append_kernel<T, true> : paged_append_kernel<T, false>, grid,
+    launch_kernel(op, vec ? nvfp4_append_kernel<T> : nvfp4_append_strided_kernel<T>, grid,
                   dim3(kThreads), 0, s, enable_pdl, p);
   });
 }
@@ -373,8 +408,8 @@ void nvfp4_paged_quantize(const Nvfp4PagedQuantParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(static_cast<unsigned>(grid_stride_blocks(n)));
   dispatch_half(p.dtype, op, "k_cache", [&]<class T>() {
-    launch_kernel(op, vec ? paged_quantize_kernel<T, true> : paged_quantize_kernel<T, false>, grid,
-                  dim3(kThreads), 0, s, false, p);
+    launch_kernel(op, vec ? nvfp4_paged_quantize_kernel<T> : nvfp4_paged_quantize_strided_kernel<T>,
+                  grid, dim3(kThreads), 0, s, false, p);
   });
 }
 
@@ -395,7 +430,7 @@ void abs_max(const AbsMaxParams& p, void* stream) {
   cudaError_t err = cudaMemsetAsync(bits, 0, sizeof(unsigned int), s);
   if (err == cudaSuccess) {
     dispatch_half(p.dtype, op, "k_cache", [&]<class T>() {
-      err = try_launch_kernel(vec ? abs_max_kernel<T, true> : abs_max_kernel<T, false>, grid,
+      err = try_launch_kernel(vec ? nvfp4_abs_max_kernel<T> : nvfp4_abs_max_strided_kernel<T>, grid,
                               dim3(kThreads), 0, s, false, p, bits);
     });
   }
