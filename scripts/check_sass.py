@@ -12,7 +12,7 @@ an sm_90a image counts as sm_90): `cuobjdump -lelf` lists the images, `cuobjdump
 -arch sm_90` prints that code (its -arch takes sm_90a along), and the parser keeps the images whose
 architecture it names (about 15 s for the library, which also holds sm_80 code).
 
-Rules (RULES below): `decode`, `prefill` and `sampling` are on by default. A rule selects the
+Rules (RULES below): `decode`, `prefill`, `sampling` and `nvfp4` are on by default. A rule selects the
 kernels whose name (the bare function name, without namespaces, template arguments and
 parameters; case-insensitive) contains its substring and none of its exclusions, and then
   - no local memory: no STL/LDL instruction and STACK and LOCAL 0 in the resource usage
@@ -126,6 +126,16 @@ RULES = {
             "loads (LDG .128) of the rows",
             # The scalar fallbacks for strided or unaligned rows (sampling_strided_*_kernel) have
             # no wide load by design.
+            exclude=("strided",),
+            require=(Need("LDG .128 (16-byte load)", LDG_128),),
+        ),
+        Rule(
+            name="nvfp4",
+            match="nvfp4_",
+            description="NVFP4 quantizers (silu-and-mul rows, paged cache quantize and append, "
+            "abs-max): no spills, 128-bit global loads (LDG .128)",
+            # The element-load fallbacks for unaligned or strided rows (nvfp4_*_strided_kernel)
+            # have no wide load by design.
             exclude=("strided",),
             require=(Need("LDG .128 (16-byte load)", LDG_128),),
         ),

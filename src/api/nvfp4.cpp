@@ -1,7 +1,8 @@
 // Grouped / fused NVFP4 and MXFP8 quantizers, weight shuffles and the NVFP4 KV-cache quantizers
 // (flashinfer.quantization.fp4_quantization, .fp8_quantization, flashinfer.activation):
-// declarations, argument checks, dispatch. The weight shuffles, nvfp4_kv_dequantize and
-// nvfp4_batched_quantize have CUDA kernels; the others are CPU references (CUDA tensors get
+// declarations, argument checks, dispatch. The weight shuffles, nvfp4_kv_dequantize,
+// nvfp4_batched_quantize and silu_and_mul_nvfp4_quantize have CUDA kernels; the others are CPU
+// references (CUDA tensors get
 // kUnsupported naming the op and argument, or upstream's refusal where upstream does not run the op
 // on that GPU).
 #include "flashinfer/ops/nvfp4.h"
@@ -52,11 +53,20 @@ constexpr KernelEntry<kernels::GroupedQuantizeParams> kBatchedKernels[] = {
      }},
 #endif
 };
+// silu_and_mul_nvfp4_quantize's first step (the second is fp4_quantize's kernel): the same
+// fp32 steps on both backends (kernels/fp32_rules.h), so the CUDA bytes equal the CPU's.
 constexpr KernelEntry<kernels::SiluMulParams> kSiluMulKernels[] = {
-    {DeviceType::kCPU, "CPU reference (host only)", nullptr,
+    {DeviceType::kCPU, "CPU reference", nullptr,
      [](const kernels::SiluMulParams& p, const LaunchContext&) {
        kernels::cpu::silu_and_mul_rows(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: silu(gate) * up rows (128-bit loads), then fp4_quantize",
+     nullptr,
+     [](const kernels::SiluMulParams& p, const LaunchContext& c) {
+       kernels::cuda::silu_and_mul_rows(p, c.stream, c.enable_pdl);
+     }},
+#endif
 };
 constexpr KernelEntry<kernels::RowGatherParams> kGatherKernels[] = {
     {DeviceType::kCPU, "CPU reference", nullptr,

@@ -1,9 +1,11 @@
 // NVFP4 paged KV caches: whole-cache quantization (fp4_quantization), paged dequantization and
-// the quantize-and-append ops (flashinfer.page): declarations, checks, dispatch. The paged
-// dequantization also runs on CUDA; the others are CPU references.
+// the quantize-and-append ops (flashinfer.page): declarations, checks, dispatch. Each has a CPU
+// reference and a CUDA kernel that writes the same bytes (kernels/nvfp4_rules.h).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "api/arg_traits.h"
@@ -30,10 +32,17 @@ using api::KernelEntry;
 using api::LaunchContext;
 
 constexpr KernelEntry<kernels::Nvfp4PagedAppendParams> kAppendKernels[] = {
-    {DeviceType::kCPU, "CPU reference (host only)", nullptr,
+    {DeviceType::kCPU, "CPU reference", nullptr,
      [](const kernels::Nvfp4PagedAppendParams& p, const LaunchContext&) {
        kernels::cpu::nvfp4_paged_append(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    // page / entry are device copies of the host arrays checked here (run_append).
+    {DeviceType::kCUDA, "CUDA kernel: one thread per (token, head, K/V, block of 16)", nullptr,
+     [](const kernels::Nvfp4PagedAppendParams& p, const LaunchContext& c) {
+       kernels::cuda::nvfp4_paged_append(p, c.stream, c.enable_pdl);
+     }},
+#endif
 };
 constexpr KernelEntry<kernels::Nvfp4PagedDequantParams> kPagedDequantKernels[] = {
     {DeviceType::kCPU, "CPU reference", nullptr,
@@ -48,14 +57,28 @@ constexpr KernelEntry<kernels::Nvfp4PagedDequantParams> kPagedDequantKernels[] =
      }},
 #endif
 };
-// nvfp4_quantize_paged_kv_cache composes host-side tensor work with fp4_quantize; its entry
-// only decides the device (the CPU).
-struct HostOnly {
-  int unused = 0;
+constexpr KernelEntry<kernels::Nvfp4PagedQuantParams> kPagedQuantKernels[] = {
+    {DeviceType::kCPU, "CPU reference", nullptr,
+     [](const kernels::Nvfp4PagedQuantParams& p, const LaunchContext&) {
+       kernels::cpu::nvfp4_paged_quantize(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one thread per block of 16 (128-bit loads)", nullptr,
+     [](const kernels::Nvfp4PagedQuantParams& p, const LaunchContext& c) {
+       kernels::cuda::nvfp4_paged_quantize(p, c.stream);
+     }},
+#endif
 };
-constexpr KernelEntry<HostOnly> kHostKernels[] = {
-    {DeviceType::kCPU, "CPU reference (host only): fp4_quantize + layout transforms", nullptr,
-     [](const HostOnly&, const LaunchContext&) {}},
+// The automatic global scale's max |x| (the result is read on the host).
+constexpr KernelEntry<kernels::AbsMaxParams> kAbsMaxKernels[] = {
+    {DeviceType::kCPU, "CPU reference", nullptr,
+     [](const kernels::AbsMaxParams& p, const LaunchContext&) { kernels::cpu::abs_max(p); }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: grid-stride max, one atomic per block", nullptr,
+     [](const kernels::AbsMaxParams& p, const LaunchContext& c) {
+       kernels::cuda::abs_max(p, c.stream);
+     }},
+#endif
 };
 
 // An int32/int64 index tensor as host int64 values.
@@ -183,6 +206,16 @@ void run_append(const AppendCaches& c, const Tensor& key, const Tensor& value,
                    "the scale axis must be contiguous");
   p.k_scale = ks;
   p.v_scale = vs;
+  // A CUDA kernel reads the (checked) targets from device memory: one [2, nnz] copy, kept alive
+  // past the launch (freeing it synchronizes).
+  Tensor targets;
+  if (c.k.device().is_cuda()) {
+    std::vector<double> flat(page.begin(), page.end());
+    flat.insert(flat.end(), entry.begin(), entry.end());
+    targets = Tensor::from_vector(flat, {2, p.nnz}, DType::kInt64).to(c.k.device());
+    p.page = targets.data<int64_t>();
+    p.entry = p.page + p.nnz;
+  }
   api::launch(kAppendKernels, p, c.k.device(), op, "paged_kv_cache");
 }
 
@@ -205,63 +238,68 @@ nvfp4_quantize_paged_kv_cache(const Tensor& k_cache, const Tensor& v_cache,
         }
         api::check_shape_eq(v_cache, k_cache.shape(), op, "v_cache");
         api::check_same_device(v_cache, k_cache, op, "v_cache", "k_cache");
-        api::launch(kHostKernels, HostOnly{}, k_cache.device(), op, "k_cache");
         const int64_t pages = k_cache.size(0), heads = hnd ? k_cache.size(1) : k_cache.size(2);
         const int64_t page_size = hnd ? k_cache.size(2) : k_cache.size(1), d = k_cache.size(3);
         FLASHINFER_CHECK(d % 16 == 0, op, "k_cache", "head_dim ", d, " must be a multiple of 16");
+        FLASHINFER_CHECK(page_size % 4 == 0 && d % 64 == 0, op, "k_cache",
+                         "V-scale swizzling requires page_size % 4 == 0 and head_dim % 64 == 0, "
+                         "got page_size=",
+                         page_size, ", head_dim=", d);
+        const Device dev = k_cache.device();
+        auto describe = [](auto& p, const Tensor& cache) {
+          p.input = cache.data_ptr();
+          p.dtype = cache.dtype();
+          for (int i = 0; i < 4; ++i) {
+            p.shape[i] = cache.size(i);
+            p.stride[i] = cache.stride(i);
+          }
+        };
         // Upstream: float32 tensor [448 / max(amax, 1e-12)], amax = cache.float().abs().amax().
         auto global_sf = [&](const std::optional<Tensor>& given, const Tensor& cache,
-                             const char* arg) {
+                             const char* arg, const char* cache_arg) -> float {
           if (given && given->defined()) {
             FLASHINFER_CHECK(given->numel() == 1, op, arg, "expected a one-element tensor, got ",
                              shape_to_string(given->shape()));
             api::check_dtype_in(*given, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op,
                                 arg);
-            return given->to(DType::kFloat32).reshape({1});
+            return static_cast<float>(given->to(Device::cpu()).to(DType::kFloat32).item());
           }
-          const Tensor f = cache.to(DType::kFloat32).contiguous();
           float amax = 0.0f;
-          for (int64_t i = 0; i < f.numel(); ++i) {
-            amax = std::fmax(amax, std::fabs(f.data<float>()[i]));
-          }
-          const double gs = 448.0 / std::max(static_cast<double>(amax), 1e-12);
-          return Tensor::full({1}, static_cast<float>(gs), DType::kFloat32);
+          kernels::AbsMaxParams p;
+          describe(p, cache);
+          p.result = &amax;
+          api::launch(kAbsMaxKernels, p, dev, op, cache_arg);
+          return static_cast<float>(448.0 / std::max(static_cast<double>(amax), 1e-12));
         };
-        const Tensor kgs = global_sf(k_global_sf, k_cache, "k_global_sf");
-        const Tensor vgs = global_sf(v_global_sf, v_cache, "v_global_sf");
-        FLASHINFER_CHECK(page_size % 4 == 0 && d % 64 == 0, op, "k_cache",
-                         "V-scale swizzling requires page_size % 4 == 0 and head_dim % 64 == 0, "
-                         "got page_size=",
-                         page_size, ", head_dim=", d);
-        auto [kq, ksf] = fp4_quantize(k_cache.reshape({-1, d}), kgs, 16, false, false);
-        auto [vq, vsf] = fp4_quantize(v_cache.reshape({-1, d}), vgs, 16, false, false);
+        const float kgs = global_sf(k_global_sf, k_cache, "k_global_sf", "k_cache");
+        const float vgs = global_sf(v_global_sf, v_cache, "v_global_sf", "v_cache");
         const int64_t sd = d / 16;
         const Shape fp4_shape =
             hnd ? Shape{pages, heads, page_size, d / 2} : Shape{pages, page_size, heads, d / 2};
+        // The scale bytes as float8_e4m3fn (upstream's .view(torch.float8_e4m3fn)).
         const Shape sf_shape =
             hnd ? Shape{pages, heads, page_size, sd} : Shape{pages, page_size, heads, sd};
-        // The scale bytes as float8_e4m3fn (upstream's .view(torch.float8_e4m3fn)).
-        auto as_e4m3 = [](const Tensor& u8, const Shape& shape) {
-          Tensor t = Tensor::empty(shape, DType::kFloat8E4M3FN);
-          std::memcpy(t.data_ptr(), u8.contiguous().data_ptr(), static_cast<size_t>(t.numel()));
-          return t;
+        // K scales linear, V scales interleaved by groups of 4 tokens within each
+        // [page_size, D/16] tile (kernels/nvfp4_rules.h).
+        auto quantize = [&](const Tensor& cache, float gs, bool swizzle, const char* arg) {
+          Tensor q = Tensor::empty(fp4_shape, DType::kUInt8, dev);
+          Tensor sf = Tensor::empty(sf_shape, DType::kFloat8E4M3FN, dev);
+          kernels::Nvfp4PagedQuantParams p;
+          describe(p, cache);
+          p.hnd = hnd;
+          p.global_scale = gs;
+          p.swizzle_sf = swizzle;
+          p.out = q.data<uint8_t>();
+          p.sf = static_cast<uint8_t*>(sf.data_ptr());
+          api::launch(kPagedQuantKernels, p, dev, op, arg);
+          return std::tuple{q, sf};
         };
-        Tensor k_sf = as_e4m3(ksf, sf_shape);
-        Tensor v_lin = as_e4m3(vsf, sf_shape);
-        // V scales: tokens interleaved by groups of 4 within each [page_size, D/16] tile.
-        const Tensor v_sw = hnd ? v_lin.view({pages, heads, page_size / 4, 4, 4, sd / 4})
-                                      .permute({0, 1, 2, 4, 5, 3})
-                                      .contiguous()
-                                      .view(sf_shape)
-                                : v_lin.view({pages, page_size / 4, 4, heads, 4, sd / 4})
-                                      .permute({0, 1, 4, 3, 5, 2})
-                                      .contiguous()
-                                      .view(sf_shape);
+        auto [kq, k_sf] = quantize(k_cache, kgs, false, "k_cache");
+        auto [vq, v_sf] = quantize(v_cache, vgs, true, "v_cache");
         // 1 / global_sf as a float32 quotient (upstream: (1.0 / k_global_sf).item()).
-        const double k_ret = static_cast<double>(1.0f / kgs.data<float>()[0]);
-        const double v_ret = static_cast<double>(1.0f / vgs.data<float>()[0]);
-        return {std::tuple{kq.reshape(fp4_shape), vq.reshape(fp4_shape)}, std::tuple{k_sf, v_sw},
-                k_ret, v_ret};
+        const double k_ret = static_cast<double>(1.0f / kgs);
+        const double v_ret = static_cast<double>(1.0f / vgs);
+        return {std::tuple{kq, vq}, std::tuple{k_sf, v_sf}, k_ret, v_ret};
       },
       k_cache, v_cache, kv_layout, k_global_sf, v_global_sf);
 }
@@ -582,7 +620,7 @@ void register_nvfp4_paged_ops(OpRegistry& r) {
        .summary = "Quantize K/V rows to NVFP4 and write them at flat cache slots"},
       "append_key", "append_value", "slot_mapping", arg("paged_kv_cache").mut(),
       arg("kv_cache_sf").mut(), "k_scale", "v_scale", arg("kv_layout", "NHD"));
-  api::register_backends("nvfp4_quantize_paged_kv_cache", kHostKernels);
+  api::register_backends("nvfp4_quantize_paged_kv_cache", kPagedQuantKernels);
   api::register_backends("nvfp4_kv_dequantize_paged", kPagedDequantKernels);
   api::register_backends("nvfp4_quantize_append_paged_kv_cache", kAppendKernels);
   api::register_backends("nvfp4_quantize_append_paged_kv_cache_with_slot_mapping", kAppendKernels);

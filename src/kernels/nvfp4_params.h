@@ -55,9 +55,33 @@ struct Nvfp4KvParams {
   float global_scale = 1.0f;
 };
 
+/// nvfp4_quantize_paged_kv_cache for one cache: input [pages, A, B, head_dim] (NHD: A = page_size,
+/// B = heads; HND: A = heads, B = page_size), any strides (in elements). Row r of the outputs is
+/// input row r in that logical order; blocks of 16 by fp4_quantize's rule (kernels/nvfp4_rules.h).
+struct Nvfp4PagedQuantParams {
+  const void* input = nullptr;
+  DType dtype = DType::kBFloat16;
+  int64_t shape[4] = {}, stride[4] = {};
+  bool hnd = false;
+  float global_scale = 1.0f;
+  bool swizzle_sf = false;  // the V scales' 4-token interleave (nvfp4_v_scale_slot)
+  uint8_t* out = nullptr;   // [rows, head_dim / 2] contiguous
+  uint8_t* sf = nullptr;    // [pages, A, B, head_dim / 16] contiguous
+};
+
+/// max |x| over a 4-D fp16/bf16 tensor (any strides, in elements), NaN ignored; `result` is host
+/// memory on every backend.
+struct AbsMaxParams {
+  const void* input = nullptr;
+  DType dtype = DType::kBFloat16;
+  int64_t shape[4] = {}, stride[4] = {};
+  float* result = nullptr;
+};
+
 /// NVFP4 quantize-and-append into a paged cache (flashinfer.page's nvfp4 appends): token i of
 /// append_key/value goes to (page[i], entry[i]) of every head; page[i] < 0 skips the token.
-/// Strides in elements (the caches are bytes: uint8 data, e4m3 scales).
+/// Strides in elements (the caches are bytes: uint8 data, e4m3 scales; the last axis of each is
+/// contiguous). page and entry are host arrays for the CPU, device arrays for CUDA.
 struct Nvfp4PagedAppendParams {
   const void* key = nullptr;
   const void* value = nullptr;

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
@@ -786,21 +788,168 @@ TEST(Nvfp4Ops, RecordAndReplay) {
 
 TEST(Nvfp4Ops, HostOnlyBackends) {
   for (const char* op :
-       {"silu_and_mul_nvfp4_quantize", "silu_and_mul_scaled_nvfp4_experts_quantize",
-        "scaled_fp4_grouped_quantize", "mxfp8_grouped_quantize", "mxfp4_dequantize_host",
-        "nvfp4_kv_quantize", "nvfp4_quantize_paged_kv_cache",
-        "nvfp4_quantize_append_paged_kv_cache",
-        "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping"}) {
+       {"silu_and_mul_scaled_nvfp4_experts_quantize", "scaled_fp4_grouped_quantize",
+        "mxfp8_grouped_quantize", "mxfp4_dequantize_host", "nvfp4_kv_quantize"}) {
     SCOPED_TRACE(op);
     EXPECT_TRUE(op_has_backend(op, DeviceType::kCPU));
     EXPECT_FALSE(op_has_backend(op, DeviceType::kCUDA));
   }
   // Upstream runs these on Hopper too: a CUDA kernel in every CUDA build.
-  for (const char* op : {"shuffle_matrix_a", "shuffle_matrix_sf_a", "nvfp4_kv_dequantize",
-                         "nvfp4_kv_dequantize_paged", "nvfp4_batched_quantize"}) {
+  for (const char* op :
+       {"shuffle_matrix_a", "shuffle_matrix_sf_a", "nvfp4_kv_dequantize",
+        "nvfp4_kv_dequantize_paged", "nvfp4_batched_quantize", "silu_and_mul_nvfp4_quantize",
+        "nvfp4_quantize_paged_kv_cache", "nvfp4_quantize_append_paged_kv_cache",
+        "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping"}) {
     SCOPED_TRACE(op);
     EXPECT_TRUE(op_has_backend(op, DeviceType::kCPU));
     EXPECT_EQ(op_has_backend(op, DeviceType::kCUDA), cuda_compiled());
+  }
+}
+
+// ---- CUDA: the same bytes as the CPU reference (skipped without a GPU) ------------------------
+
+Tensor host(const Tensor& t) { return t.to(Device::cpu()); }
+
+// Both backends on the same input: a contiguous one (the kernels' 16-byte loads) and a view
+// whose rows start 132 elements apart (not 16-byte aligned: element loads). 130 rows cross a
+// 128-row scale tile; values up to 12 reach silu's tails and spread the block scales.
+TEST(Nvfp4OpsCuda, SiluAndMulNvfp4QuantizeMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    const Tensor dense = rand_tensor({130, 128}, dt, 31, -12, 12);
+    const Tensor wide = rand_tensor({130, 132}, dt, 32, -12, 12);
+    const Tensor gs = f32({672});
+    for (bool strided : {false, true}) {
+      const Tensor x = strided ? wide.slice(1, 0, 128) : dense;
+      const Tensor dx = strided ? wide.to(dev).slice(1, 0, 128) : dense.to(dev);
+      for (bool swizzled : {true, false}) {
+        for (bool l8x4 : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << dtype_torch_name(dt) << " strided " << strided
+                                            << " swizzled " << swizzled << " 8x4 " << l8x4);
+          auto [q, sf] = silu_and_mul_nvfp4_quantize(x, gs, 16, swizzled, l8x4);
+          auto [dq, dsf] = silu_and_mul_nvfp4_quantize(dx, gs.to(dev), 16, swizzled, l8x4);
+          EXPECT_EQ(dq.device(), dev);
+          EXPECT_EQ(dq.shape(), q.shape());
+          EXPECT_EQ(dsf.shape(), sf.shape());
+          EXPECT_EQ(bytes(host(dq)), bytes(q));
+          EXPECT_EQ(bytes(host(dsf)), bytes(sf));
+        }
+      }
+    }
+  }
+}
+
+// Whole caches in both layouts and dtypes, automatic and given global scales, a contiguous
+// cache (16-byte loads) and one whose head_dim rows start 68 elements apart (element loads);
+// page 0 of K is zero (zero scales and codes).
+TEST(Nvfp4OpsCuda, QuantizePagedKvCacheMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  const int64_t pages = 3, ps = 8, h = 2, d = 64;
+  for (bool hnd : {false, true}) {
+    for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+      for (bool strided : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << (hnd ? "HND " : "NHD ") << dtype_torch_name(dt) << " strided " << strided);
+        const int64_t w = strided ? d + 4 : d;
+        const Shape shape = hnd ? Shape{pages, h, ps, w} : Shape{pages, ps, h, w};
+        Tensor k = rand_tensor(shape, dt, 41, -3, 3).slice(3, 0, d);
+        Tensor v = rand_tensor(shape, dt, 42, -500, 500).slice(3, 0, d);
+        k.slice(0, 0, 1).fill_(0.0);
+        // The device copies keep the views' strides.
+        Tensor dk = Tensor::empty(shape, dt, dev).slice(3, 0, d);
+        Tensor dv = Tensor::empty(shape, dt, dev).slice(3, 0, d);
+        dk.copy_(k);
+        dv.copy_(v);
+        const std::string_view layout = hnd ? "HND" : "NHD";
+        for (bool given : {false, true}) {
+          std::optional<Tensor> kg, vg, dkg, dvg;
+          if (given) {
+            kg = f32({100}), vg = f32({0.5});
+            dkg = kg->to(dev), dvg = vg->to(dev);
+          }
+          auto [fp4, sf, kgs, vgs] = nvfp4_quantize_paged_kv_cache(k, v, layout, kg, vg);
+          auto [dfp4, dsf, dkgs, dvgs] = nvfp4_quantize_paged_kv_cache(dk, dv, layout, dkg, dvg);
+          EXPECT_EQ(dkgs, kgs);
+          EXPECT_EQ(dvgs, vgs);
+          EXPECT_EQ(std::get<0>(dfp4).shape(), std::get<0>(fp4).shape());
+          EXPECT_EQ(std::get<1>(dsf).dtype(), DType::kFloat8E4M3FN);
+          EXPECT_EQ(bytes(host(std::get<0>(dfp4))), bytes(std::get<0>(fp4)));
+          EXPECT_EQ(bytes(host(std::get<1>(dfp4))), bytes(std::get<1>(fp4)));
+          EXPECT_EQ(bytes(host(std::get<0>(dsf))), bytes(std::get<0>(sf)));
+          EXPECT_EQ(bytes(host(std::get<1>(dsf))), bytes(std::get<1>(sf)));
+        }
+      }
+    }
+  }
+}
+
+// Both appends into caches holding the same random bytes on both backends: every byte equal
+// afterwards (written and untouched ones). Keys with a head stride of 36 (element loads) as
+// well as dense ones; the slot mapping skips -1 and a slot past the cache. A page index past the
+// cache is an Error naming the op and kv_indices, before any write.
+TEST(Nvfp4OpsCuda, QuantizeAppendPagedKvCacheMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  const int64_t pages = 4, ps = 4, h = 2, d = 32, nnz = 5;
+  auto dv = [&](const Tensor& t) { return t.clone().to(dev); };  // a storage of its own
+  for (bool hnd : {false, true}) {
+    for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+      for (bool strided : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << (hnd ? "HND " : "NHD ") << dtype_torch_name(dt) << " strided " << strided);
+        const int64_t w = strided ? d + 4 : d;
+        const Tensor key = rand_tensor({nnz, h, w}, dt, 3, -4, 4).slice(2, 0, d);
+        const Tensor val = rand_tensor({nnz, h, w}, dt, 4, -300, 300).slice(2, 0, d);
+        Tensor dkey = Tensor::empty({nnz, h, w}, dt, dev).slice(2, 0, d);
+        Tensor dval = Tensor::empty({nnz, h, w}, dt, dev).slice(2, 0, d);
+        dkey.copy_(key);
+        dval.copy_(val);
+        const Tensor k0 =
+            rand_tensor({pages, ps, h, d / 2}, DType::kFloat32, 5, 0, 255).to(DType::kUInt8);
+        const Tensor s0 = as_e4m3(
+            rand_tensor({pages, ps, h, d / 16}, DType::kFloat32, 6, 0, 120).to(DType::kUInt8));
+        Tensor kc = k0.clone(), vc = k0.clone(), ks = s0.clone(), vs = s0.clone();
+        Tensor dkc = dv(k0), dvc = dv(k0), dks = dv(s0), dvs = dv(s0);
+        auto view = [&](const Tensor& t) { return hnd ? t.permute({0, 2, 1, 3}) : t; };
+        const std::string_view layout = hnd ? "HND" : "NHD";
+        nvfp4_quantize_append_paged_kv_cache(key, val, i32({0, 0, 0, 1, 1}), i32({3, 4, 5, 1, 2}),
+                                             PagedKVCache(view(kc), view(vc)),
+                                             PagedKVCache(view(ks), view(vs)), i32({3, 1, 0}),
+                                             i32({0, 2, 3}), i32({2, 3}), 0.02, 0.03, layout);
+        nvfp4_quantize_append_paged_kv_cache(
+            dkey, dval, dv(i32({0, 0, 0, 1, 1})), dv(i32({3, 4, 5, 1, 2})),
+            PagedKVCache(view(dkc), view(dvc)), PagedKVCache(view(dks), view(dvs)),
+            dv(i32({3, 1, 0})), dv(i32({0, 2, 3})), dv(i32({2, 3})), 0.02, 0.03, layout);
+        EXPECT_EQ(bytes(host(dkc)), bytes(kc));
+        EXPECT_EQ(bytes(host(dvc)), bytes(vc));
+        EXPECT_EQ(bytes(host(dks)), bytes(ks));
+        EXPECT_EQ(bytes(host(dvs)), bytes(vs));
+        EXPECT_NE(bytes(kc), bytes(k0));  // something was written
+
+        // Slot mapping: 5 -> (1, 1), -1 skipped, 11 -> (2, 3), 16 past the cache, skipped.
+        const Tensor slots = Tensor::from_vector({5, -1, 11, 16}, {4}, DType::kInt64);
+        nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
+            key, val, slots, PagedKVCache(view(kc), view(vc)), PagedKVCache(view(ks), view(vs)),
+            f32({0.05}), 0.04, layout);
+        nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
+            dkey, dval, dv(slots), PagedKVCache(view(dkc), view(dvc)),
+            PagedKVCache(view(dks), view(dvs)), dv(f32({0.05})), 0.04, layout);
+        EXPECT_EQ(bytes(host(dkc)), bytes(kc));
+        EXPECT_EQ(bytes(host(dvc)), bytes(vc));
+        EXPECT_EQ(bytes(host(dks)), bytes(ks));
+        EXPECT_EQ(bytes(host(dvs)), bytes(vs));
+
+        EXPECT_FI_ERROR(
+            nvfp4_quantize_append_paged_kv_cache(
+                dkey, dval, dv(i32({0, 0, 0, 1, 1})), dv(i32({3, 4, 5, 1, 2})),
+                PagedKVCache(view(dkc), view(dvc)), PagedKVCache(view(dks), view(dvs)),
+                dv(i32({3, 9, 0})), dv(i32({0, 2, 3})), dv(i32({2, 3})), 0.02, 0.03, layout),
+            "nvfp4_quantize_append_paged_kv_cache", "kv_indices");
+        EXPECT_EQ(bytes(host(dkc)), bytes(kc));
+      }
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 #include "kernels/cpu/cpu_avx512.h"
 #include "kernels/cpu/cpu_row_io.h"
 #include "kernels/dtype_dispatch.h"
+#include "kernels/fp32_rules.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -24,17 +25,18 @@ constexpr int64_t kParallelMinElems = int64_t{1} << 15;
 // under the default -ftrapping-math, so the scalar loops stay scalar). Both evaluate the same
 // operations in the same order.
 //
-// exp: Cody-Waite reduction x = n ln2 + r (ln2 split in a short high part and a correction),
-// then Cephes' degree-7 polynomial for e^r on |r| <= ln2 / 2 (about 1 ulp). n is read from the
-// mantissa of the round-to-nearest magic sum; 2^n is built as 2^(n-1) * 2 so that n = 128 still
-// reaches the top binade. Below -86 the result flushes to 0 (true value < 3e-38), above 88.72
-// it is +inf, as expf's; NaN stays NaN.
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23
-constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
-                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
-constexpr float kExpHi = 88.72283905f, kExpLo = -86.0f;
+// exp: kernels/fp32_rules.h's exp_f32 (Cody-Waite reduction, Cephes' polynomial), shared with
+// the CUDA kernels that must match a CPU reference bit for bit; the vector code below evaluates
+// the same operations with its constants.
+using exp_f32_consts::kExpClampHi;
+using exp_f32_consts::kExpHi;
+using exp_f32_consts::kExpLo;
+using exp_f32_consts::kExpP;
+using exp_f32_consts::kLn2Hi;
+using exp_f32_consts::kLn2Lo;
+using exp_f32_consts::kLog2e;
+using exp_f32_consts::kRoundMagic;
+
 // erfc(z), z >= 0, as t exp(-z^2 + P(t)) with t = 1 / (1 + z/2): the Chebyshev fit of Numerical
 // Recipes' erfcc, relative error < 1.2e-7 for every z >= 0 (so tails stay accurate).
 constexpr float kErfcP[10] = {0.17087277f,  -0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
@@ -42,22 +44,6 @@ constexpr float kErfcP[10] = {0.17087277f,  -0.82215223f, 1.48851587f, -1.135203
 constexpr float kSqrtHalf = 0.70710678118654752f;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluTanhC = 0.044715f;
-
-inline float exp_f32(float x) {
-  const float xc = std::min(std::max(x, kExpLo), 88.6f);
-  const float m = xc * kLog2e + kRoundMagic;
-  const float n = m - kRoundMagic;
-  float r = xc - n * kLn2Hi;
-  r = r - n * kLn2Lo;
-  float p = kExpP[0];
-  for (int j = 1; j < 6; ++j) p = p * r + kExpP[j];
-  p = p * r * r + r + 1.0f;
-  const uint32_t e = (std::bit_cast<uint32_t>(m) + (126u - 0x4B400000u)) << 23;
-  float y = p * std::bit_cast<float>(e) * 2.0f;
-  y = x > kExpHi ? std::numeric_limits<float>::infinity() : y;
-  y = x < kExpLo ? 0.0f : y;
-  return y;
-}
 
 // erfc(a / sqrt 2) for a = |x|, as t e^(-a^2/2 + q) with t = 1 / (1 + z/2), z = a / sqrt 2 and
 // q = P(t). The exponent must not be rounded (an ulp of 80 is 8e-6 relative in e^(...)), nor
@@ -194,7 +180,7 @@ FI_AVX2 inline __m256 set1(float v) { return _mm256_set1_ps(v); }
 
 FI_AVX2 inline __m256 exp_avx2(__m256 x) {
   // max/min return their second operand for NaN, so NaN passes through.
-  const __m256 xc = _mm256_min_ps(set1(88.6f), _mm256_max_ps(set1(kExpLo), x));
+  const __m256 xc = _mm256_min_ps(set1(kExpClampHi), _mm256_max_ps(set1(kExpLo), x));
   const __m256 m = _mm256_add_ps(_mm256_mul_ps(xc, set1(kLog2e)), set1(kRoundMagic));
   const __m256 n = _mm256_sub_ps(m, set1(kRoundMagic));
   __m256 r = _mm256_sub_ps(xc, _mm256_mul_ps(n, set1(kLn2Hi)));

@@ -8,20 +8,25 @@
 #include "flashinfer/float_formats.h"
 #include "kernels/cpu/quantization_cpu.h"
 #include "kernels/dtype_dispatch.h"
+#include "kernels/nvfp4_rules.h"
 #include "kernels/quantization_params.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
 
 // silu(g) * u in fp32, rounded once to the element type (upstream's fused kernels compute the
-// product in fp32 and keep it in the input's 16-bit type before quantizing it).
+// product in fp32 and keep it in the input's 16-bit type before quantizing it). The fp32 steps
+// are kernels/fp32_rules.h's, which the CUDA kernel shares.
 template <class T>
 void silu_mul_row(const T* x, int64_t k, T* y) {
   for (int64_t j = 0; j < k; ++j) {
-    const float g = to_float(x[j]);
-    const float u = to_float(x[k + j]);
-    y[j] = from_float<T>(g / (1.0f + std::exp(-g)) * u);
+    y[j] = from_float<T>(silu_mul_f32(to_float(x[j]), to_float(x[k + j])));
   }
+}
+
+// Block t of 8 packed bytes to memory, byte t first.
+void store_packed(const Nvfp4Block& b, uint8_t* q) {
+  for (int t = 0; t < 8; ++t) q[t] = static_cast<uint8_t>(b.packed >> (8 * t));
 }
 
 template <class T>
@@ -125,49 +130,14 @@ void kv_dequantize_typed(const Nvfp4KvParams& p) {
   }
 }
 
-// The append kernels' E2M1 rounding: nearest, ties to even, saturating at 6; the sign bit is
-// the input's (so -0 and tiny negatives give code 8) and NaN gives magnitude 0.
-uint8_t append_e2m1(float v) {
-  const uint8_t sign = std::signbit(v) ? 0x8 : 0x0;
-  const float a = std::fabs(v);
-  uint8_t c;
-  if (!(a > 0.25f)) {
-    c = 0;
-  } else if (a < 0.75f) {
-    c = 1;
-  } else if (a <= 1.25f) {
-    c = 2;
-  } else if (a < 1.75f) {
-    c = 3;
-  } else if (a <= 2.5f) {
-    c = 4;
-  } else if (a < 3.5f) {
-    c = 5;
-  } else if (a <= 5.0f) {
-    c = 6;
-  } else {
-    c = 7;
-  }
-  return sign | c;
-}
-
-// One block of 16: sf = e4m3_satfinite(amax / (6 * gs)), q = e2m1(x / (sf * gs)).
+// One block of 16 by the append kernels' rule (kernels/nvfp4_rules.h).
 template <class T>
 void append_block(const T* x, float gs, uint8_t* packed, uint8_t* sf) {
   float v[16];
-  float amax = 0.0f;
-  for (int i = 0; i < 16; ++i) {
-    v[i] = to_float(x[i]);
-    amax = std::fmax(amax, std::fabs(v[i]));
-  }
-  const float s = amax > 0.0f && gs > 0.0f ? amax / (6.0f * gs) : 0.0f;
-  const uint8_t code = float_to_e4m3fn_bits(s, /*saturate=*/true);
-  *sf = code;
-  const float sr = e4m3fn_bits_to_float(code);
-  const float os = amax > 0.0f && sr > 0.0f && gs > 0.0f ? 1.0f / (sr * gs) : 0.0f;
-  for (int i = 0; i < 8; ++i) {
-    packed[i] = pack_e2m1x2(append_e2m1(v[2 * i] * os), append_e2m1(v[2 * i + 1] * os));
-  }
+  for (int i = 0; i < 16; ++i) v[i] = to_float(x[i]);
+  const Nvfp4Block b = nvfp4_append_block(v, gs);
+  *sf = b.sf;
+  store_packed(b, packed);
 }
 
 template <class T>
@@ -192,6 +162,44 @@ void paged_append_typed(const Nvfp4PagedAppendParams& p) {
       }
     }
   }
+}
+
+// Row r = (p, a, c) of [pages, A, B] in logical order; its 16-element blocks by fp4_quantize's
+// rule, the scales linear or V-interleaved.
+template <class T>
+void paged_quantize_typed(const Nvfp4PagedQuantParams& p) {
+  const int64_t A = p.shape[1], B = p.shape[2], d = p.shape[3], sd = d / 16;
+  const int64_t rows = p.shape[0] * A * B;
+#pragma omp parallel for schedule(static) if (rows * d >= (1 << 15))
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t c = r % B, a = r / B % A, pg = r / B / A;
+    const T* x =
+        static_cast<const T*>(p.input) + pg * p.stride[0] + a * p.stride[1] + c * p.stride[2];
+    for (int64_t b = 0; b < sd; ++b) {
+      float v[16];
+      for (int i = 0; i < 16; ++i) v[i] = to_float(x[(b * 16 + i) * p.stride[3]]);
+      const Nvfp4Block blk = nvfp4_quantize_block(v, p.global_scale);
+      store_packed(blk, p.out + r * (d / 2) + b * 8);
+      p.sf[nvfp4_paged_sf_offset(p, pg, a, c, b)] = blk.sf;
+    }
+  }
+}
+
+template <class T>
+void abs_max_typed(const AbsMaxParams& p) {
+  float amax = 0.0f;
+  for (int64_t i0 = 0; i0 < p.shape[0]; ++i0) {
+    for (int64_t i1 = 0; i1 < p.shape[1]; ++i1) {
+      for (int64_t i2 = 0; i2 < p.shape[2]; ++i2) {
+        const T* x =
+            static_cast<const T*>(p.input) + i0 * p.stride[0] + i1 * p.stride[1] + i2 * p.stride[2];
+        for (int64_t i3 = 0; i3 < p.shape[3]; ++i3) {
+          amax = fp32_abs_max(amax, to_float(x[i3 * p.stride[3]]));
+        }
+      }
+    }
+  }
+  *p.result = amax;
 }
 
 template <class T>
@@ -232,6 +240,17 @@ void nvfp4_paged_dequantize(const Nvfp4PagedDequantParams& p) {
   dispatch_dtype<CpuElements, kFloat16, kBFloat16>(p.out_dtype, "nvfp4_kv_dequantize_paged",
                                                    "output_k",
                                                    [&]<class T>() { paged_dequant_typed<T>(p); });
+}
+
+void nvfp4_paged_quantize(const Nvfp4PagedQuantParams& p) {
+  dispatch_dtype<CpuElements, kFloat16, kBFloat16>(p.dtype, "nvfp4_quantize_paged_kv_cache",
+                                                   "k_cache",
+                                                   [&]<class T>() { paged_quantize_typed<T>(p); });
+}
+
+void abs_max(const AbsMaxParams& p) {
+  dispatch_dtype<CpuElements, kFloat16, kBFloat16>(
+      p.dtype, "nvfp4_quantize_paged_kv_cache", "k_cache", [&]<class T>() { abs_max_typed<T>(p); });
 }
 
 void grouped_quantize(const GroupedQuantizeParams& p) {

@@ -13,5 +13,7 @@ void nvfp4_kv_quantize(const Nvfp4KvParams& p);
 void nvfp4_kv_dequantize(const Nvfp4KvParams& p);
 void nvfp4_paged_append(const Nvfp4PagedAppendParams& p);
 void nvfp4_paged_dequantize(const Nvfp4PagedDequantParams& p);
+void nvfp4_paged_quantize(const Nvfp4PagedQuantParams& p);
+void abs_max(const AbsMaxParams& p);
 
 }  // namespace flashinfer::kernels::cpu

@@ -1,10 +1,17 @@
-// Simple, correct-by-construction kernels: one thread per byte (gather) or per output element
-// (dequantize); every fp32 operation is an explicitly IEEE-rounded intrinsic in the CPU
-// reference's order, and the conversions are the constexpr bit functions the CPU uses.
+// Simple, correct-by-construction kernels: one thread per byte (gather), per output element
+// (dequantize), per row chunk of 8 (silu-and-mul) or per block of 16 (the quantizers); every fp32
+// operation is an explicitly IEEE-rounded intrinsic in the CPU reference's order (the quantizers'
+// and silu's steps are the CPU's own, kernels/nvfp4_rules.h and fp32_rules.h), and the
+// conversions are the constexpr bit functions the CPU uses.
+#include <algorithm>
+
 #include "flashinfer/float_formats.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/nvfp4_cuda.h"
 #include "kernels/cuda/quantization_cuda.h"
+#include "kernels/cuda/vec_cuda.cuh"
+#include "kernels/fp32_rules.h"
+#include "kernels/nvfp4_rules.h"
 #include "kernels/quantization_params.h"
 
 namespace flashinfer::kernels::cuda {
@@ -59,6 +66,210 @@ __global__ void paged_dequantize_kernel(Nvfp4PagedDequantParams p, int kv, int64
       p.sf[kv][page * ss[0] + entry * ss[1] + h * ss[2] + (d / 16) * ss[3]]);
   static_cast<uint16_t*>(p.out[kv])[b * os[0] + t * os[1] + h * os[2] + d * os[3]] =
       Encode(__fmul_rn(__fmul_rn(e, s), p.scale[kv]));
+}
+
+// 16-bit elements as the CPU's storage types (Half, BFloat16): exact decodes, and the CPU's own
+// round-to-nearest-even encoders (the same bits for NaN too).
+__device__ __forceinline__ float decode(Half x) { return __half2float(__ushort_as_half(x.bits)); }
+__device__ __forceinline__ float decode(BFloat16 x) {
+  return __uint_as_float(uint32_t{x.bits} << 16);
+}
+template <class T>
+__device__ __forceinline__ T encode(float x) {
+  return T::from_float(x);
+}
+
+// 16 elements from x (unit stride); two 16-byte loads when kVec (x then 16-byte aligned).
+template <class T, bool kVec>
+__device__ __forceinline__ void load16(const T* x, int64_t stride, float* v) {
+  if constexpr (kVec) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const Vec16<T> w = reinterpret_cast<const Vec16<T>*>(x)[h];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[8 * h + j] = decode(w.v[j]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) v[j] = decode(x[j * stride]);
+  }
+}
+
+// 8 packed bytes (little-endian, byte t first); one 8-byte store when kVec (q 8-byte aligned).
+template <bool kVec>
+__device__ __forceinline__ void store_packed(uint8_t* q, uint64_t packed) {
+  if constexpr (kVec) {
+    *reinterpret_cast<uint2*>(q) =
+        make_uint2(static_cast<uint32_t>(packed), static_cast<uint32_t>(packed >> 32));
+  } else {
+#pragma unroll
+    for (int t = 0; t < 8; ++t) q[t] = static_cast<uint8_t>(packed >> (8 * t));
+  }
+}
+
+int64_t grid_stride_blocks(int64_t n) {
+  return std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t{1} << 20);
+}
+
+// silu(gate) * up, rounded to T: one thread per chunk of 8 outputs of a row (one 16-byte load of
+// gate and of up, one 16-byte store) when kVec, else per element.
+template <class T, bool kVec>
+__device__ __forceinline__ void silu_mul_rows_body(const SiluMulParams& p) {
+  pdl_wait();
+  constexpr int64_t V = kVec ? 8 : 1;
+  const int64_t per_row = p.k / V, n = p.m * per_row;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / per_row, j = idx % per_row * V;
+    const T* x = static_cast<const T*>(p.input) + r * p.in_stride_m + j;
+    T* y = static_cast<T*>(p.out) + r * p.k + j;
+    if constexpr (kVec) {
+      const Vec16<T> g = *reinterpret_cast<const Vec16<T>*>(x);
+      const Vec16<T> u = *reinterpret_cast<const Vec16<T>*>(x + p.k);
+      Vec16<T> o;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o.v[e] = encode<T>(silu_mul_f32(decode(g.v[e]), decode(u.v[e])));
+      *reinterpret_cast<Vec16<T>*>(y) = o;
+    } else {
+      *y = encode<T>(silu_mul_f32(decode(x[0]), decode(x[p.k])));
+    }
+  }
+  pdl_launch_dependents();
+}
+
+// One thread per (K/V, token, head, block of 16); K/V slowest, so neighbours read neighbouring
+// blocks of a row. Skipped tokens (page < 0) write nothing.
+template <class T, bool kVec>
+__device__ __forceinline__ void paged_append_body(const Nvfp4PagedAppendParams& p) {
+  pdl_wait();
+  const int64_t nb = p.head_dim / kNvfp4Block, n = 2 * p.nnz * p.heads * nb;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t b = idx % nb, h = idx / nb % p.heads, i = idx / nb / p.heads % p.nnz;
+    const bool is_v = idx / nb / p.heads >= p.nnz;
+    const int64_t page = p.page[i];
+    if (page < 0) continue;
+    const int64_t entry = p.entry[i];
+    const T* x = static_cast<const T*>(is_v ? p.value : p.key) +
+                 i * (is_v ? p.v_stride_n : p.k_stride_n) +
+                 h * (is_v ? p.v_stride_h : p.k_stride_h) + b * kNvfp4Block;
+    float v[kNvfp4Block];
+    load16<T, kVec>(x, 1, v);
+    const Nvfp4Block blk = nvfp4_append_block(v, is_v ? p.v_scale : p.k_scale);
+    const int64_t* cs = is_v ? p.vc_stride : p.kc_stride;
+    const int64_t* ss = is_v ? p.vs_stride : p.ks_stride;
+    store_packed<kVec>(
+        (is_v ? p.v_cache : p.k_cache) + page * cs[0] + entry * cs[1] + h * cs[2] + b * 8,
+        blk.packed);
+    (is_v ? p.v_sf : p.k_sf)[page * ss[0] + entry * ss[1] + h * ss[2] + b] = blk.sf;
+  }
+  pdl_launch_dependents();
+}
+
+// One thread per (row, block of 16) of a whole cache: fp4_quantize's block, the packed bytes at
+// the row's place (8-byte stores: rows are head_dim / 2 bytes, a multiple of 8), the scale at
+// nvfp4_paged_sf_offset's.
+template <class T, bool kVec>
+__device__ __forceinline__ void paged_quantize_body(const Nvfp4PagedQuantParams& p) {
+  const int64_t A = p.shape[1], B = p.shape[2], sd = p.shape[3] / kNvfp4Block;
+  const int64_t n = p.shape[0] * A * B * sd;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t b = idx % sd, r = idx / sd;
+    const int64_t c = r % B, a = r / B % A, pg = r / B / A;
+    const T* x = static_cast<const T*>(p.input) + pg * p.stride[0] + a * p.stride[1] +
+                 c * p.stride[2] + b * kNvfp4Block * p.stride[3];
+    float v[kNvfp4Block];
+    load16<T, kVec>(x, p.stride[3], v);
+    const Nvfp4Block blk = nvfp4_quantize_block(v, p.global_scale);
+    store_packed<true>(p.out + idx * 8, blk.packed);
+    p.sf[nvfp4_paged_sf_offset(p, pg, a, c, b)] = blk.sf;
+  }
+}
+
+// max |x| (NaN ignored): per thread, then per warp, then one atomicMax per warp on the bits
+// (non-negative floats order as their bit patterns). kVec: contiguous, 8 elements per load.
+template <class T, bool kVec>
+__device__ __forceinline__ void abs_max_body(const AbsMaxParams& p, unsigned int* result) {
+  const int64_t d1 = p.shape[1], d2 = p.shape[2], d3 = p.shape[3];
+  const int64_t numel = p.shape[0] * d1 * d2 * d3;
+  float m = 0.0f;
+  const int64_t n = kVec ? numel / 8 : numel;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if constexpr (kVec) {
+      const Vec16<T> w = reinterpret_cast<const Vec16<T>*>(p.input)[idx];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) m = fp32_abs_max(m, decode(w.v[j]));
+    } else {
+      const int64_t i3 = idx % d3, i2 = idx / d3 % d2, i1 = idx / d3 / d2 % d1;
+      const int64_t i0 = idx / d3 / d2 / d1;
+      m = fp32_abs_max(
+          m,
+          decode(static_cast<const T*>(
+              p.input)[i0 * p.stride[0] + i1 * p.stride[1] + i2 * p.stride[2] + i3 * p.stride[3]]));
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) m = fp32_abs_max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+  if (threadIdx.x % 32 == 0) atomicMax(result, __float_as_uint(m));
+}
+
+// The kernels: the 16-byte-load instance of each body and its element-load fallback
+// ("strided"), named apart for the static SASS rule `nvfp4` (scripts/check_sass.py).
+template <class T>
+__global__ void nvfp4_silu_mul_kernel(SiluMulParams p) {
+  silu_mul_rows_body<T, true>(p);
+}
+template <class T>
+__global__ void nvfp4_silu_mul_strided_kernel(SiluMulParams p) {
+  silu_mul_rows_body<T, false>(p);
+}
+template <class T>
+__global__ void nvfp4_append_kernel(Nvfp4PagedAppendParams p) {
+  paged_append_body<T, true>(p);
+}
+template <class T>
+__global__ void nvfp4_append_strided_kernel(Nvfp4PagedAppendParams p) {
+  paged_append_body<T, false>(p);
+}
+template <class T>
+__global__ void nvfp4_paged_quantize_kernel(Nvfp4PagedQuantParams p) {
+  paged_quantize_body<T, true>(p);
+}
+template <class T>
+__global__ void nvfp4_paged_quantize_strided_kernel(Nvfp4PagedQuantParams p) {
+  paged_quantize_body<T, false>(p);
+}
+template <class T>
+__global__ void nvfp4_abs_max_kernel(AbsMaxParams p, unsigned int* result) {
+  abs_max_body<T, true>(p, result);
+}
+template <class T>
+__global__ void nvfp4_abs_max_strided_kernel(AbsMaxParams p, unsigned int* result) {
+  abs_max_body<T, false>(p, result);
+}
+
+template <class F>
+void dispatch_half(DType dtype, const char* op, const char* arg, F&& f) {
+  if (dtype == DType::kBFloat16) {
+    f.template operator()<BFloat16>();
+  } else if (dtype == DType::kFloat16) {
+    f.template operator()<Half>();
+  } else {
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, "must be float16 or bfloat16");
+  }
+}
+
+bool aligned(const void* ptr, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(ptr) % bytes == 0;
+}
+// Every stride a multiple of `elems`.
+bool strides_multiple(std::initializer_list<int64_t> strides, int64_t elems) {
+  for (int64_t s : strides) {
+    if (s % elems != 0) return false;
+  }
+  return true;
 }
 
 __device__ uint16_t encode_bf16(float x) { return float_to_bfloat16_bits(x); }
@@ -150,6 +361,88 @@ void batched_fp4_quantize(const GroupedQuantizeParams& p, void* stream, bool ena
     q.layout = SfLayoutCode::k128x4;
     fp4_quantize(q, stream, enable_pdl);
   }
+}
+
+void silu_and_mul_rows(const SiluMulParams& p, void* stream, bool enable_pdl) {
+  const char* op = "silu_and_mul_nvfp4_quantize";
+  // 16-byte chunks when every row start of gate, up and the output is 16-byte aligned (k is a
+  // multiple of 16, the output contiguous).
+  const bool vec =
+      aligned(p.input, 16) && aligned(p.out, 16) && p.in_stride_m % 8 == 0 && p.k % 8 == 0;
+  const int64_t n = vec ? p.m * (p.k / 8) : p.m * p.k;
+  if (n == 0) return;
+  const auto s = static_cast<cudaStream_t>(stream);
+  const dim3 grid(static_cast<unsigned>(grid_stride_blocks(n)));
+  dispatch_half(p.dtype, op, "input", [&]<class T>() {
+    launch_kernel(op, vec ? nvfp4_silu_mul_kernel<T> : nvfp4_silu_mul_strided_kernel<T>, grid,
+                  dim3(kThreads), 0, s, enable_pdl, p);
+  });
+}
+
+void nvfp4_paged_append(const Nvfp4PagedAppendParams& p, void* stream, bool enable_pdl) {
+  const char* op = "nvfp4_quantize_append_paged_kv_cache";
+  const int64_t n = 2 * p.nnz * p.heads * (p.head_dim / kNvfp4Block);
+  if (n == 0) return;
+  // 16-byte loads when every K/V row start is 16-byte aligned, 8-byte stores when every cache
+  // row start is 8-byte aligned; otherwise element loads and byte stores.
+  const bool vec = aligned(p.key, 16) && aligned(p.value, 16) &&
+                   strides_multiple({p.k_stride_n, p.k_stride_h, p.v_stride_n, p.v_stride_h}, 8) &&
+                   aligned(p.k_cache, 8) && aligned(p.v_cache, 8) &&
+                   strides_multiple({p.kc_stride[0], p.kc_stride[1], p.kc_stride[2], p.vc_stride[0],
+                                     p.vc_stride[1], p.vc_stride[2]},
+                                    8);
+  const auto s = static_cast<cudaStream_t>(stream);
+  const dim3 grid(static_cast<unsigned>(grid_stride_blocks(n)));
+  dispatch_half(p.dtype, op, "append_key", [&]<class T>() {
+    launch_kernel(op, vec ? nvfp4_append_kernel<T> : nvfp4_append_strided_kernel<T>, grid,
+                  dim3(kThreads), 0, s, enable_pdl, p);
+  });
+}
+
+void nvfp4_paged_quantize(const Nvfp4PagedQuantParams& p, void* stream) {
+  const char* op = "nvfp4_quantize_paged_kv_cache";
+  const int64_t n = p.shape[0] * p.shape[1] * p.shape[2] * (p.shape[3] / kNvfp4Block);
+  if (n == 0) return;
+  const bool vec = aligned(p.input, 16) && p.stride[3] == 1 &&
+                   strides_multiple({p.stride[0], p.stride[1], p.stride[2]}, 8);
+  const auto s = static_cast<cudaStream_t>(stream);
+  const dim3 grid(static_cast<unsigned>(grid_stride_blocks(n)));
+  dispatch_half(p.dtype, op, "k_cache", [&]<class T>() {
+    launch_kernel(op, vec ? nvfp4_paged_quantize_kernel<T> : nvfp4_paged_quantize_strided_kernel<T>,
+                  grid, dim3(kThreads), 0, s, false, p);
+  });
+}
+
+void abs_max(const AbsMaxParams& p, void* stream) {
+  const char* op = "nvfp4_quantize_paged_kv_cache";
+  const int64_t numel = p.shape[0] * p.shape[1] * p.shape[2] * p.shape[3];
+  *p.result = 0.0f;
+  if (numel == 0) return;
+  // Contiguous (row-major strides) and 16-byte aligned: 8 elements per load.
+  const bool vec = aligned(p.input, 16) && numel % 8 == 0 && p.stride[3] == 1 &&
+                   p.stride[2] == p.shape[3] && p.stride[1] == p.shape[2] * p.stride[2] &&
+                   p.stride[0] == p.shape[1] * p.stride[1];
+  const auto s = static_cast<cudaStream_t>(stream);
+  const dim3 grid(static_cast<unsigned>(grid_stride_blocks(vec ? numel / 8 : numel)));
+  void* buf = nullptr;
+  FLASHINFER_CUDA_CALL(op, cudaMallocAsync(&buf, sizeof(unsigned int), s));
+  auto* bits = static_cast<unsigned int*>(buf);
+  cudaError_t err = cudaMemsetAsync(bits, 0, sizeof(unsigned int), s);
+  if (err == cudaSuccess) {
+    dispatch_half(p.dtype, op, "k_cache", [&]<class T>() {
+      err = try_launch_kernel(vec ? nvfp4_abs_max_kernel<T> : nvfp4_abs_max_strided_kernel<T>, grid,
+                              dim3(kThreads), 0, s, false, p, bits);
+    });
+  }
+  unsigned int host_bits = 0;
+  if (err == cudaSuccess) {
+    err = cudaMemcpyAsync(&host_bits, bits, sizeof(unsigned int), cudaMemcpyDeviceToHost, s);
+  }
+  const cudaError_t free_err = cudaFreeAsync(buf, s);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(s);  // host_bits is read below
+  FLASHINFER_CUDA_CALL(op, err);
+  FLASHINFER_CUDA_CALL(op, free_err);
+  *p.result = f32_from_bits(host_bits);
 }
 
 }  // namespace flashinfer::kernels::cuda

@@ -1,4 +1,4 @@
-// CUDA launchers for the NVFP4 weight shuffles and the NVFP4 KV-cache dequantizer (ops upstream
+// CUDA launchers for the NVFP4 weight shuffles, KV-cache quantizers and dequantizers (ops upstream
 // runs on Hopper; docs/CONFORMANCE.md, "Ops upstream runs only on some GPUs"). Plain C++ header:
 // callable from the API layer. Launchers throw flashinfer::Error(kCuda) when a launch fails.
 #pragma once
@@ -24,5 +24,21 @@ void nvfp4_paged_dequantize(const Nvfp4PagedDequantParams& p, void* stream);
 /// the CPU's fp4_quantize), as kernels::cpu::grouped_quantize does for fp4 without a mask or
 /// silu-and-mul (the only case it accepts; anything else is an Error naming the op).
 void batched_fp4_quantize(const GroupedQuantizeParams& p, void* stream, bool enable_pdl);
+
+/// silu_and_mul_nvfp4_quantize's first step, bit-exact with kernels::cpu::silu_and_mul_rows
+/// (kernels/fp32_rules.h's silu_mul_f32, rounded once to the element type).
+void silu_and_mul_rows(const SiluMulParams& p, void* stream, bool enable_pdl);
+
+/// kernels::cpu::nvfp4_paged_append on the device: the same block rule (kernels/nvfp4_rules.h).
+/// `page` and `entry` are device arrays here, checked on the host.
+void nvfp4_paged_append(const Nvfp4PagedAppendParams& p, void* stream, bool enable_pdl);
+
+/// kernels::cpu::nvfp4_paged_quantize on the device: fp4_quantize's block rule per row and the
+/// same scale placement (kernels/nvfp4_rules.h).
+void nvfp4_paged_quantize(const Nvfp4PagedQuantParams& p, void* stream);
+
+/// kernels::cpu::abs_max on the device (exact: a maximum); waits for the result, which it
+/// writes to host memory.
+void abs_max(const AbsMaxParams& p, void* stream);
 
 }  // namespace flashinfer::kernels::cuda

@@ -1,0 +1,126 @@
+// Private: the per-block NVFP4 arithmetic the CPU references (src/kernels/cpu/nvfp4_cpu.cpp) and
+// the CUDA kernels (src/kernels/cuda/nvfp4_cuda.cu) share, so both write the same bytes: a block
+// of 16 fp32 values to one e4m3 scale code and 16 packed e2m1 codes, by fp4_quantize's rule
+// (nvfp4_quantize_paged_kv_cache) or the append kernels' rule (nvfp4_quantize_append_*), and the
+// 4-token V-scale interleave of nvfp4_quantize_paged_kv_cache. Every fp32 step is rounded once
+// (kernels/fp32_rules.h). Unit-tested on the CPU: tests/ops/test_nvfp4_rules.cpp.
+#pragma once
+
+#include <cstdint>
+
+#include "flashinfer/float_formats.h"
+#include "kernels/cuda/device/host_device.h"  // FLASHINFER_UNROLL (plain C++)
+#include "kernels/fp32_rules.h"
+#include "kernels/nvfp4_params.h"
+
+namespace flashinfer::kernels {
+
+inline constexpr int kNvfp4Block = 16;
+
+/// One quantized block: its e4m3 scale code and its 16 e2m1 codes packed two per byte (element
+/// 2t in the low nibble of byte t, byte t at bits [8t, 8t + 8): little-endian memory order).
+struct Nvfp4Block {
+  uint64_t packed = 0;
+  uint8_t sf = 0;
+};
+
+FLASHINFER_HD float e4m3_code_to_float(uint8_t code) {
+  return detail::DecodeMinifloat<4, 3, detail::Specials::kFiniteNan>(code);
+}
+
+/// max |v[i]| over the block, NaN ignored (fmax's rule; the maximum is order-independent).
+FLASHINFER_HD float nvfp4_block_amax(const float* v) {
+  float amax = 0.0f;
+  FLASHINFER_UNROLL
+  for (int i = 0; i < kNvfp4Block; ++i) amax = fp32_abs_max(amax, v[i]);
+  return amax;
+}
+
+/// fp4_quantize's NVFP4 block (kernels::cpu::fp4_quantize, e4m3 scales): sf = e4m3_satfinite(
+/// (gs * amax) / 6), q_i = e2m1((v_i * gs) / sf) (all zero when sf decodes to 0).
+FLASHINFER_HD Nvfp4Block nvfp4_quantize_block(const float* v, float gs) {
+  Nvfp4Block b;
+  b.sf = float_to_e4m3fn_bits(fp32_div(fp32_mul(gs, nvfp4_block_amax(v)), 6.0f), true);
+  const float sf = e4m3_code_to_float(b.sf);
+  if (sf == 0.0f) return b;
+  FLASHINFER_UNROLL
+  for (int t = 0; t < kNvfp4Block / 2; ++t) {
+    const uint8_t lo = float_to_e2m1_bits(fp32_div(fp32_mul(v[2 * t], gs), sf));
+    const uint8_t hi = float_to_e2m1_bits(fp32_div(fp32_mul(v[2 * t + 1], gs), sf));
+    b.packed |= static_cast<uint64_t>(pack_e2m1x2(lo, hi)) << (8 * t);
+  }
+  return b;
+}
+
+/// The append kernels' E2M1 rounding: nearest, ties to even, saturating at 6; the sign bit is
+/// the input's (so -0 and tiny negatives give code 8) and NaN gives magnitude 0.
+FLASHINFER_HD uint8_t nvfp4_append_e2m1(float v) {
+  const uint8_t sign = (f32_to_bits(v) >> 31) != 0 ? 0x8 : 0x0;
+  const float a = fp32_abs(v);
+  uint8_t c;
+  if (!(a > 0.25f)) {
+    c = 0;
+  } else if (a < 0.75f) {
+    c = 1;
+  } else if (a <= 1.25f) {
+    c = 2;
+  } else if (a < 1.75f) {
+    c = 3;
+  } else if (a <= 2.5f) {
+    c = 4;
+  } else if (a < 3.5f) {
+    c = 5;
+  } else if (a <= 5.0f) {
+    c = 6;
+  } else {
+    c = 7;
+  }
+  return static_cast<uint8_t>(sign | c);
+}
+
+/// The append kernels' block (gs the global decode scale, k_scale / v_scale):
+/// sf = e4m3_satfinite(amax / (6 * gs)), q_i = e2m1(v_i * (1 / (sf * gs))), the reciprocal 0
+/// for an all-zero block or a zero scale.
+FLASHINFER_HD Nvfp4Block nvfp4_append_block(const float* v, float gs) {
+  Nvfp4Block b;
+  const float amax = nvfp4_block_amax(v);
+  const float s = amax > 0.0f && gs > 0.0f ? fp32_div(amax, fp32_mul(6.0f, gs)) : 0.0f;
+  b.sf = float_to_e4m3fn_bits(s, true);
+  const float sr = e4m3_code_to_float(b.sf);
+  const float os = amax > 0.0f && sr > 0.0f && gs > 0.0f ? fp32_div(1.0f, fp32_mul(sr, gs)) : 0.0f;
+  FLASHINFER_UNROLL
+  for (int t = 0; t < kNvfp4Block / 2; ++t) {
+    const uint8_t lo = nvfp4_append_e2m1(fp32_mul(v[2 * t], os));
+    const uint8_t hi = nvfp4_append_e2m1(fp32_mul(v[2 * t + 1], os));
+    b.packed |= static_cast<uint64_t>(pack_e2m1x2(lo, hi)) << (8 * t);
+  }
+  return b;
+}
+
+/// nvfp4_quantize_paged_kv_cache's V scales: within each (page, head) tile of [page_size, sd]
+/// scales (sd = head_dim / 16, a multiple of 4; page_size a multiple of 4), the scale of token t,
+/// column s moves to token 4 (t / 4) + s / (sd / 4), column 4 (s % (sd / 4)) + t % 4 (upstream's
+/// view [.., page_size / 4, 4, .., 4, sd / 4] permuted to [.., page_size / 4, 4, .., sd / 4, 4]).
+struct Nvfp4TileSlot {
+  int64_t token, col;
+};
+FLASHINFER_HD Nvfp4TileSlot nvfp4_v_scale_slot(int64_t t, int64_t s, int64_t sd) {
+  const int64_t q = sd / 4;
+  return {4 * (t / 4) + s / q, 4 * (s % q) + t % 4};
+}
+
+/// Where nvfp4_quantize_paged_kv_cache writes the scale of block b of input row (pg, a, c) (the
+/// params' logical [pages, A, B] order): the same position in [pages, A, B, head_dim / 16], or
+/// for V its interleaved slot within the (page, head) tile.
+FLASHINFER_HD int64_t nvfp4_paged_sf_offset(const Nvfp4PagedQuantParams& p, int64_t pg, int64_t a,
+                                            int64_t c, int64_t b) {
+  const int64_t sd = p.shape[3] / kNvfp4Block;
+  if (p.swizzle_sf) {
+    const Nvfp4TileSlot slot = nvfp4_v_scale_slot(p.hnd ? c : a, b, sd);
+    (p.hnd ? c : a) = slot.token;
+    b = slot.col;
+  }
+  return ((pg * p.shape[1] + a) * p.shape[2] + c) * sd + b;
+}
+
+}  // namespace flashinfer::kernels

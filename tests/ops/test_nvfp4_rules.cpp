@@ -1,0 +1,201 @@
+// The arithmetic the NVFP4 CPU references and CUDA kernels share (src/kernels/fp32_rules.h,
+// src/kernels/nvfp4_rules.h), on the CPU: hand-checked values, exp_f32 against fp64 exp, the
+// fp4_quantize block against the fp4_quantize op, the append rounding at every tie, and the
+// V-scale interleave against upstream's view/permute written out as index arithmetic.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "kernels/fp32_rules.h"
+#include "kernels/nvfp4_rules.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer::testing {
+namespace {
+
+using kernels::exp_f32;
+using kernels::nvfp4_append_block;
+using kernels::nvfp4_append_e2m1;
+using kernels::nvfp4_quantize_block;
+using kernels::nvfp4_v_scale_slot;
+using kernels::Nvfp4Block;
+using kernels::silu_mul_f32;
+
+uint32_t bits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+}
+
+// Units in the last place between two finite positive floats.
+int64_t ulps(float a, float b) {
+  return std::llabs(static_cast<int64_t>(bits(a)) - static_cast<int64_t>(bits(b)));
+}
+
+TEST(Fp32Rules, ExpIsWithinOneUlpOfFp64) {
+  EXPECT_EQ(exp_f32(0.0f), 1.0f);
+  EXPECT_EQ(exp_f32(-100.0f), 0.0f);  // flushed below -86
+  EXPECT_EQ(exp_f32(100.0f), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(exp_f32(std::numeric_limits<float>::quiet_NaN())));
+  int64_t worst = 0;
+  for (float x = -86.0f; x <= 88.6f; x += 0.00137f) {
+    const auto want = static_cast<float>(std::exp(static_cast<double>(x)));
+    worst = std::max(worst, ulps(exp_f32(x), want));
+  }
+  EXPECT_LE(worst, 1);
+  // The argument is clamped to 88.6 (the activation reference's choice): e^x for x in
+  // (88.6, 88.72] is e^88.6, finite.
+  EXPECT_EQ(exp_f32(88.7f), exp_f32(88.6f));
+}
+
+TEST(Fp32Rules, SiluMulIsTheOnceRoundedFormula) {
+  EXPECT_EQ(silu_mul_f32(0.0f, 5.0f), 0.0f);
+  EXPECT_EQ(silu_mul_f32(100.0f, 2.0f), 200.0f);  // e^-100 = 0: g / 1 * u
+  EXPECT_EQ(silu_mul_f32(-100.0f, 2.0f), -0.0f);  // e^100 = inf: g / inf
+  // g / (1 + e^-g) * u, each step rounded once, with exp_f32.
+  for (float g : {-3.5f, -0.75f, 0.3f, 1.0f, 2.25f}) {
+    const float want = g / (1.0f + exp_f32(-g)) * 1.5f;
+    EXPECT_EQ(bits(silu_mul_f32(g, 1.5f)), bits(want)) << g;
+    const double ref = g / (1.0 + std::exp(-static_cast<double>(g))) * 1.5;
+    EXPECT_NEAR(silu_mul_f32(g, 1.5f), ref, 4e-7 * std::fabs(ref)) << g;
+  }
+}
+
+// Bytes 0..7 of a block's packed codes.
+std::vector<uint8_t> packed_bytes(const Nvfp4Block& b) {
+  std::vector<uint8_t> v(8);
+  for (int t = 0; t < 8; ++t) v[t] = static_cast<uint8_t>(b.packed >> (8 * t));
+  return v;
+}
+
+TEST(Nvfp4Rules, QuantizeBlockGolden) {
+  // {6, 3, -1.5, 0 x 13}, gs 1: sf = e4m3(6 / 6) = 1 (0x38); codes 7, 5, 8|3, 0.
+  float v[16] = {6.0f, 3.0f, -1.5f};
+  Nvfp4Block b = nvfp4_quantize_block(v, 1.0f);
+  EXPECT_EQ(b.sf, 0x38);
+  EXPECT_EQ(packed_bytes(b), (std::vector<uint8_t>{0x57, 0x0B, 0, 0, 0, 0, 0, 0}));
+  // gs 2: sf = e4m3(2 * 6 / 6) = 2 (0x40); codes of v * 2 / 2: unchanged.
+  b = nvfp4_quantize_block(v, 2.0f);
+  EXPECT_EQ(b.sf, 0x40);
+  EXPECT_EQ(packed_bytes(b)[0], 0x57);
+  // A zero block, and a scale below e4m3's smallest subnormal: scale 0, all codes 0.
+  const float zeros[16] = {};
+  EXPECT_EQ(nvfp4_quantize_block(zeros, 1.0f).packed, 0u);
+  EXPECT_EQ(nvfp4_quantize_block(v, 1e-6f).sf, 0);
+  EXPECT_EQ(nvfp4_quantize_block(v, 1e-6f).packed, 0u);
+}
+
+// The block rule equals the fp4_quantize op (linear scales) on rows of random blocks.
+TEST(Nvfp4Rules, QuantizeBlockIsFp4Quantize) {
+  const int64_t m = 6, k = 64;
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    const Tensor x = rand_tensor({m, k}, dt, 17, -5, 5);
+    const Tensor gs = Tensor::from_vector({672.0}, {1}, DType::kFloat32);
+    auto [q, sf] = fp4_quantize(x, gs, 16, false, false);
+    const Tensor xf = x.to(DType::kFloat32).contiguous();
+    const auto* qb = q.contiguous().data<uint8_t>();
+    const auto* sb = static_cast<const uint8_t*>(sf.contiguous().data_ptr());
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t b = 0; b < k / 16; ++b) {
+        const Nvfp4Block blk = nvfp4_quantize_block(xf.data<float>() + r * k + b * 16, 672.0f);
+        ASSERT_EQ(blk.sf, sb[r * (k / 16) + b]) << r << " " << b;
+        const auto pb = packed_bytes(blk);
+        for (int t = 0; t < 8; ++t) ASSERT_EQ(pb[t], qb[r * (k / 2) + b * 8 + t]) << r << " " << b;
+      }
+    }
+  }
+}
+
+TEST(Nvfp4Rules, AppendE2m1RoundsTiesToEvenAndKeepsTheSign) {
+  const std::vector<std::pair<float, uint8_t>> cases = {
+      {0.0f, 0},
+      {0.25f, 0},
+      {0.2500001f, 1},
+      {0.5f, 1},
+      {0.75f, 2},
+      {0.7499999f, 1},
+      {1.0f, 2},
+      {1.25f, 2},
+      {1.2500001f, 3},
+      {1.75f, 4},
+      {2.5f, 4},
+      {2.5000002f, 5},
+      {3.0f, 5},
+      {3.5f, 6},
+      {5.0f, 6},
+      {5.0000005f, 7},
+      {6.0f, 7},
+      {1e30f, 7},
+      {std::numeric_limits<float>::infinity(), 7}};
+  for (const auto& [x, code] : cases) {
+    EXPECT_EQ(nvfp4_append_e2m1(x), code) << x;
+    EXPECT_EQ(nvfp4_append_e2m1(-x), code | 0x8) << -x;
+  }
+  EXPECT_EQ(nvfp4_append_e2m1(std::numeric_limits<float>::quiet_NaN()), 0);
+}
+
+TEST(Nvfp4Rules, AppendBlockGolden) {
+  // {6, 3, -1.5, -0, 0 x 12}, gs 1: sf = e4m3(6 / 6) = 0x38, 1 / (1 * 1) = 1: codes 7, 5, 8|3,
+  // 8 (the sign of -0), 0.
+  float v[16] = {6.0f, 3.0f, -1.5f, -0.0f};
+  Nvfp4Block b = nvfp4_append_block(v, 1.0f);
+  EXPECT_EQ(b.sf, 0x38);
+  EXPECT_EQ(packed_bytes(b), (std::vector<uint8_t>{0x57, 0x8B, 0, 0, 0, 0, 0, 0}));
+  // gs 0.5: sf = e4m3(6 / 3) = 2 (0x40), 1 / (2 * 0.5) = 1: the same codes.
+  b = nvfp4_append_block(v, 0.5f);
+  EXPECT_EQ(b.sf, 0x40);
+  EXPECT_EQ(packed_bytes(b)[0], 0x57);
+  // All zero: scale 0 and codes of x * 0 (so -0 keeps code 8).
+  float z[16] = {0.0f, -0.0f};
+  b = nvfp4_append_block(z, 1.0f);
+  EXPECT_EQ(b.sf, 0);
+  EXPECT_EQ(packed_bytes(b)[0], 0x80);
+}
+
+// Upstream's V swizzle (NHD): view [pages, ps/4, 4, H, 4, sd/4], permute (0, 1, 4, 3, 5, 2),
+// contiguous, viewed as [pages, ps, H, sd]. Element (p, t, h, s) of the input lands at the flat
+// offset below; nvfp4_v_scale_slot must name the same place.
+TEST(Nvfp4Rules, VScaleSlotIsUpstreamsPermute) {
+  const int64_t pages = 2, ps = 8, H = 3;
+  for (int64_t sd : {4, 8, 16}) {
+    std::set<int64_t> seen;
+    for (int64_t p = 0; p < pages; ++p) {
+      for (int64_t t = 0; t < ps; ++t) {
+        for (int64_t h = 0; h < H; ++h) {
+          for (int64_t s = 0; s < sd; ++s) {
+            const int64_t t4 = t / 4, tl = t % 4, shi = s / (sd / 4), slo = s % (sd / 4);
+            const int64_t want =
+                ((((p * (ps / 4) + t4) * 4 + shi) * H + h) * (sd / 4) + slo) * 4 + tl;
+            const auto slot = nvfp4_v_scale_slot(t, s, sd);
+            ASSERT_EQ(((p * ps + slot.token) * H + h) * sd + slot.col, want)
+                << "sd " << sd << " t " << t << " s " << s;
+            seen.insert(want);
+            // The params' offset (NHD: A = tokens, B = heads), and HND with the roles swapped.
+            kernels::Nvfp4PagedQuantParams q;
+            q.shape[0] = pages, q.shape[1] = ps, q.shape[2] = H, q.shape[3] = sd * 16;
+            q.swizzle_sf = true;
+            ASSERT_EQ(kernels::nvfp4_paged_sf_offset(q, p, t, h, s), want);
+            q.hnd = true;
+            q.shape[1] = H, q.shape[2] = ps;
+            ASSERT_EQ(kernels::nvfp4_paged_sf_offset(q, p, h, t, s),
+                      ((p * H + h) * ps + slot.token) * sd + slot.col);
+            q.swizzle_sf = false;
+            ASSERT_EQ(kernels::nvfp4_paged_sf_offset(q, p, h, t, s),
+                      ((p * H + h) * ps + t) * sd + s);
+          }
+        }
+      }
+    }
+    EXPECT_EQ(static_cast<int64_t>(seen.size()), pages * ps * H * sd);  // a permutation
+  }
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
