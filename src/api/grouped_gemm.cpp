@@ -44,14 +44,14 @@ constexpr const char* kCpuImpl =
 // grouped_mm_bf16: the CPU driver's problem list, and the CUDA kernel's device-side view.
 struct GroupedMmCall {
   GroupedGemmParams cpu;
-  kernels::GroupedMmBf16CudaParams cuda;
+  kernels::GroupedMmCudaParams cuda;
 };
 
 // Unit k strides and a bf16/fp16 output: each group is one call of the dense bf16 GEMM's CPU kernel
 // (kernels/cpu/ gemm_cpu.h: small m reads the expert's bf16 weights in place, no fp32 copy), the
 // same fp32 accumulation and one rounding; other layouts take the generic driver.
 void grouped_mm_bf16_cpu(const GroupedMmCall& c) {
-  const kernels::GroupedMmBf16CudaParams& d = c.cuda;
+  const kernels::GroupedMmCudaParams& d = c.cuda;
   // (fp32 output: that kernel's small-m path rounds to bf16/fp16 only)
   if (d.a_stride_k != 1 || d.b_stride_k != 1 || d.out_dtype == DType::kFloat32) {
     kernels::cpu::grouped_gemm(c.cpu);
@@ -87,6 +87,24 @@ constexpr KernelEntry<GroupedMmCall> kGroupedMmBf16Kernels[] = {
      nullptr,
      [](const GroupedMmCall& c, const LaunchContext& ctx) {
        kernels::cuda::grouped_mm_bf16(c.cuda, ctx.stream);
+     }},
+#endif
+};
+
+// SegmentGEMMWrapper.run: the generic CPU driver; on CUDA the grouped kernel of grouped_mm_bf16
+// with the segments as its groups and weight_indices as its weight map. One launch for every
+// segment (not one cuBLASLt GEMM per segment): a batch of many short segments, the serving case,
+// costs one launch, and the kernel takes any operand strides as the CPU driver does.
+constexpr KernelEntry<GroupedMmCall> kSegmentKernels[] = {
+    {DeviceType::kCPU, kCpuImpl, nullptr,
+     [](const GroupedMmCall& c, const LaunchContext&) { kernels::cpu::grouped_gemm(c.cpu); }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "grouped CUDA kernel of this build (one launch, segments found from seg_indptr on the "
+     "device, fp32 accumulation, one rounding)",
+     nullptr,
+     [](const GroupedMmCall& c, const LaunchContext& ctx) {
+       kernels::cuda::segment_gemm(c.cuda, ctx.stream);
      }},
 #endif
 };
@@ -261,7 +279,7 @@ Tensor grouped_mm_impl(const char* op, Variant v, const Tensor& a, const Tensor&
     if (m > 0) p.problems.push_back({0, r0, m, e, 0, r0});
   }
   if (v == Variant::kBf16) {
-    kernels::GroupedMmBf16CudaParams& c = call.cuda;
+    kernels::GroupedMmCudaParams& c = call.cuda;
     c.a = a.data_ptr();
     c.a_stride_m = a.stride(0);
     c.a_stride_k = a.stride(1);
@@ -948,7 +966,8 @@ Tensor SegmentGEMMWrapper::run(const Tensor& x, const Tensor& weights, int64_t b
         } else {
           result = Tensor::zeros({cum, d_out}, x_fp8 ? DType::kBFloat16 : x.dtype(), x.device());
         }
-        GroupedGemmParams p;
+        GroupedMmCall call;
+        GroupedGemmParams& p = call.cpu;
         p.a = plain_operand(x, false);
         p.b.data = weights.data_ptr();
         p.b.dtype = weights.dtype();
@@ -967,7 +986,40 @@ Tensor SegmentGEMMWrapper::run(const Tensor& x, const Tensor& weights, int64_t b
           const int64_t m = indptr[static_cast<std::size_t>(i) + 1] - r0;
           if (m > 0) p.problems.push_back({0, r0, m, widx[static_cast<std::size_t>(i)], 0, r0});
         }
-        api::launch(kCpuOnly, p, x.device(), op, "x");
+        Tensor dev_ints;  // CUDA: the segment table (indptr, then weight indices) as int32
+        if (x.device().is_cuda()) {
+          // The kernel's grid covers at most 65535 tiles of 16 rows, so row numbers fit int32.
+          FLASHINFER_CHECK_CODE(cum <= int64_t{65535} * 16, ErrorCode::kUnsupported, op, "x",
+                                "x has ", cum,
+                                " rows, over the CUDA kernel's limit of 65535 tiles of 16 rows");
+          std::vector<int32_t> table;
+          table.reserve(static_cast<std::size_t>(2 * batch_size + 1));
+          for (int64_t v : indptr) table.push_back(static_cast<int32_t>(v));
+          for (int64_t v : widx) table.push_back(static_cast<int32_t>(v));
+          Tensor h = Tensor::empty({static_cast<int64_t>(table.size())}, DType::kInt32);
+          std::memcpy(h.data_ptr(), table.data(), table.size() * sizeof(int32_t));
+          dev_ints = h.to(x.device());
+          kernels::GroupedMmCudaParams& c = call.cuda;
+          c.a = x.data_ptr();
+          c.a_stride_m = x.stride(0);
+          c.a_stride_k = x.stride(1);
+          c.b = weights.data_ptr();
+          c.b_stride_e = weights.stride(0);
+          c.b_stride_n = p.b.stride_row;
+          c.b_stride_k = p.b.stride_k;
+          c.in_dtype = x.dtype();
+          c.m_indptr = dev_ints.data<int32_t>();
+          c.b_index = c.m_indptr + batch_size + 1;
+          c.num_groups = batch_size;
+          c.cum_m = cum;
+          c.n = d_out;
+          c.k = d_in;
+          c.out = result.data_ptr();
+          c.out_dtype = result.dtype();
+          c.out_stride_m = result.stride(0);
+          c.out_stride_n = result.stride(1);
+        }
+        api::launch(kSegmentKernels, call, x.device(), op, "x");
         return result;
       },
       *this, x, weights, batch_size, weight_column_major, out, seg_lens, seg_indptr,
@@ -1612,12 +1664,15 @@ void register_grouped_gemm_ops(OpRegistry& r) {
       arg("out").mut(), "out_dtype");
 
   api::register_backends("grouped_mm_bf16", kGroupedMmBf16Kernels);
-  for (const char* op :
-       {"grouped_mm_fp8", "grouped_mm_mxfp8", "grouped_mm_fp4", "SegmentGEMMWrapper.__init__",
-        "SegmentGEMMWrapper.run", "grouped_gemm_nt_masked", "group_gemm_fp8_nt_groupwise",
-        "group_deepgemm_fp8_nt_groupwise", "batch_deepgemm_fp8_nt_groupwise",
-        "group_gemm_mxfp8_mxfp4_nt_groupwise", "group_gemm_nvfp4_nt_groupwise",
-        "moe_gemm_fp8_nt_groupwise", "moe_gemm_mxfp8_nt_groupwise"}) {
+  // The wrapper's methods: run's backends (as the attention wrappers register theirs).
+  for (const char* op : {"SegmentGEMMWrapper.__init__", "SegmentGEMMWrapper.run"}) {
+    api::register_backends(op, kSegmentKernels);
+  }
+  for (const char* op : {"grouped_mm_fp8", "grouped_mm_mxfp8", "grouped_mm_fp4",
+                         "grouped_gemm_nt_masked", "group_gemm_fp8_nt_groupwise",
+                         "group_deepgemm_fp8_nt_groupwise", "batch_deepgemm_fp8_nt_groupwise",
+                         "group_gemm_mxfp8_mxfp4_nt_groupwise", "group_gemm_nvfp4_nt_groupwise",
+                         "moe_gemm_fp8_nt_groupwise", "moe_gemm_mxfp8_nt_groupwise"}) {
     api::register_backends(op, kCpuOnly);
   }
 

@@ -1,8 +1,9 @@
 // SM90 mixed-input MoE weight preparation (flashinfer.fused_moe.prepare): declarations,
-// argument checks, dispatch. The two interleaves also run on CUDA; the humming preparation is
-// CPU only. Semantics and sources: docs/MOE.md.
+// argument checks, dispatch. Each op has a CPU reference and a bit-exact CUDA kernel.
+// Semantics and sources: docs/MOE.md.
 #include "flashinfer/ops/moe_weight_prep.h"
 
+#include <cstring>
 #include <string>
 
 #include "api/bench_support.h"
@@ -10,6 +11,7 @@
 #include "api/kernel_table.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_weight_prep_cpu.h"
+#include "kernels/moe_weight_prep_rules.h"
 
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/moe_weight_prep_cuda.h"
@@ -58,6 +60,15 @@ constexpr api::KernelEntry<kernels::HummingPrepParams> kHummingKernels[] = {
      [](const kernels::HummingPrepParams& p, const api::LaunchContext&) {
        kernels::cpu::humming_prepare(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA kernels: per-expert scale range (one block per expert), then one thread per "
+     "32-element block through the CPU's rewrite table",
+     nullptr,
+     [](const kernels::HummingPrepParams& p, const api::LaunchContext& c) {
+       kernels::cuda::humming_prepare(p, c.stream);
+     }},
+#endif
 };
 
 Tensor interleave_scales_impl(const Tensor& scales, int64_t group_size, const char* op,
@@ -149,6 +160,11 @@ std::tuple<Tensor, Tensor, Tensor> humming_impl(const Tensor& weight, const Tens
                    max_range);
   FLASHINFER_CHECK(weight.dtype() == DType::kUInt8, op, "weight",
                    "must be packed uint8 FP4 payload, got ", dtype_torch_name(weight.dtype()));
+  // Each expert's clamp needs its largest and smallest scale (upstream's max/min over an empty
+  // expert fails too).
+  FLASHINFER_CHECK(E == 0 || (rows > 0 && k > 0), op, "weight",
+                   "rows and K must be positive (each expert needs a scale), got shape ",
+                   shape_to_string(weight.shape()));
   const Tensor w = weight.contiguous(), s = raw_scale.contiguous();
   Tensor wout = Tensor::empty({E, rows, k / 2}, DType::kUInt8, weight.device());
   Tensor offset = Tensor::empty({E, rows, k / 32}, DType::kUInt8, weight.device());
@@ -163,6 +179,15 @@ std::tuple<Tensor, Tensor, Tensor> humming_impl(const Tensor& weight, const Tens
   p.weight_out = static_cast<uint8_t*>(wout.data_ptr());
   p.offset_out = static_cast<uint8_t*>(offset.data_ptr());
   p.residual = residual.data<float>();
+  Tensor table, low;  // CUDA: the CPU's rewrite table on the device, per-expert scratch
+  if (weight.device().is_cuda()) {
+    Tensor h = Tensor::empty({kernels::kHummingTableBytes}, DType::kUInt8);
+    std::memcpy(h.data_ptr(), kernels::cpu::humming_rewrite_table(), kernels::kHummingTableBytes);
+    table = h.to(weight.device());
+    low = Tensor::empty({E}, DType::kInt32, weight.device());
+    p.rewrite_table = static_cast<const uint8_t*>(table.data_ptr());
+    p.low = low.data<int32_t>();
+  }
   api::launch(kHummingKernels, p, weight.device(), op, "weight");
   if (!interleave) return {wout, offset, residual};
   return {interleave_weights_impl(wout, kernels::Sm90QuantType::kFp4Fp8, op, "weight"),

@@ -71,13 +71,19 @@ struct GroupedGemmParams {
   bool swiglu = false;
 };
 
-/// grouped_mm_bf16 on CUDA: the problems are read from m_indptr on the device.
-struct GroupedMmBf16CudaParams {
-  const void* a = nullptr;  // [cum_m, k] bf16
+/// The grouped CUDA kernel's view (grouped_mm_bf16, SegmentGEMMWrapper.run): rows
+/// [m_indptr[g], m_indptr[g + 1]) of a times group g's weight transposed, the problems read from
+/// m_indptr on the device.
+struct GroupedMmCudaParams {
+  const void* a = nullptr;  // [cum_m, k] of in_dtype
   int64_t a_stride_m = 0, a_stride_k = 1;
-  const void* b = nullptr;  // [E, n, k] bf16
+  const void* b = nullptr;  // [num_weights, n, k] of in_dtype (logical; any strides)
   int64_t b_stride_e = 0, b_stride_n = 0, b_stride_k = 1;
-  const int32_t* m_indptr = nullptr;  // [E + 1] on the device
+  DType in_dtype = DType::kBFloat16;  // a and b: bf16, fp16, fp8 e4m3 / e5m2 (unscaled)
+  const int32_t* m_indptr = nullptr;  // [num_groups + 1] on the device
+  // [num_groups] on the device: group g multiplies weight b_index[g] (SegmentGEMMWrapper's
+  // weight_indices). Null: weight g.
+  const int32_t* b_index = nullptr;
   int64_t num_groups = 0, cum_m = 0, n = 0, k = 0;
   void* out = nullptr;  // [cum_m, n]
   DType out_dtype = DType::kBFloat16;

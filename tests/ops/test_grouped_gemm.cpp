@@ -863,7 +863,7 @@ TEST(GroupedGemmDecls, ModulesBackendsAndRecordReplay) {
     ASSERT_NE(d, nullptr) << name;
     EXPECT_EQ(d->module, module) << name;
   }
-  // Only grouped_mm_bf16 has a CUDA kernel; the others say so.
+  // grouped_mm_bf16 has a CUDA kernel; the other grouped_mm variants say they have none.
   EXPECT_EQ(op_has_backend("grouped_mm_bf16", DeviceType::kCUDA),
             backend_requirement("grouped_mm_bf16").is_backend_supported("cudnn", 90));
   for (const char* op : {"grouped_mm_fp8", "grouped_mm_mxfp8", "grouped_mm_fp4"}) {
@@ -871,10 +871,15 @@ TEST(GroupedGemmDecls, ModulesBackendsAndRecordReplay) {
     EXPECT_FALSE(op_has_backend(op, DeviceType::kCUDA)) << op;
   }
   EXPECT_FALSE(op_has_backend("grouped_gemm_nt_masked", DeviceType::kCUDA));
-  for (const char* op : {"SegmentGEMMWrapper.run", "group_gemm_fp8_nt_groupwise",
-                         "group_deepgemm_fp8_nt_groupwise", "batch_deepgemm_fp8_nt_groupwise",
-                         "group_gemm_mxfp8_mxfp4_nt_groupwise", "group_gemm_nvfp4_nt_groupwise",
-                         "moe_gemm_fp8_nt_groupwise", "moe_gemm_mxfp8_nt_groupwise"}) {
+  // SegmentGEMMWrapper runs on the same grouped CUDA kernel (its __init__ lists run's backends).
+  for (const char* op : {"SegmentGEMMWrapper.__init__", "SegmentGEMMWrapper.run"}) {
+    EXPECT_TRUE(op_has_backend(op, DeviceType::kCPU)) << op;
+    EXPECT_EQ(op_has_backend(op, DeviceType::kCUDA), cuda_compiled()) << op;
+  }
+  for (const char* op : {"group_gemm_fp8_nt_groupwise", "group_deepgemm_fp8_nt_groupwise",
+                         "batch_deepgemm_fp8_nt_groupwise", "group_gemm_mxfp8_mxfp4_nt_groupwise",
+                         "group_gemm_nvfp4_nt_groupwise", "moe_gemm_fp8_nt_groupwise",
+                         "moe_gemm_mxfp8_nt_groupwise"}) {
     EXPECT_FALSE(op_has_backend(op, DeviceType::kCUDA)) << op;
   }
 
@@ -954,6 +959,52 @@ TEST(GroupedMmBf16Cuda, MatchesCpu) {
     const Tensor ref = grouped_mm_bf16(a, b, indptr, std::nullopt, od);
     const Tensor got = grouped_mm_bf16(a.to(d), b.to(d), indptr.to(d), std::nullopt, od);
     EXPECT_TRUE(all_close(got.to(Device::cpu()), ref, default_tolerance(od)));
+  }
+}
+
+// SegmentGEMMWrapper.run's CUDA backend against the CPU reference (skipped without a GPU):
+// fp16, bf16 and e4m3 x (bf16 out), row- and column-major weights, seg_lens and seg_indptr,
+// weight_indices with repeats and an empty segment, rows in no segment (zeros, or out's values
+// when out is given), x with a non-unit k stride.
+TEST(SegmentGemmCuda, MatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  SegmentGEMMWrapper seg_cpu(Tensor::empty({1024}, DType::kUInt8));
+  SegmentGEMMWrapper seg_gpu(Tensor::empty({1024}, DType::kUInt8, d));
+  const int64_t cum = 45, d_in = 72, d_out = 40, W = 3;
+  // Segments of 7, 0, 20, 1 and 13 rows from row 2 (seg_indptr; rows 0, 1, 43 and 44 are in
+  // none) or from row 0 (seg_lens; rows 41..44 in none).
+  const std::vector<int64_t> indptr = {2, 9, 9, 29, 30, 43}, widx = {2, 0, 2, 1, 0};
+  const std::vector<int64_t> lens = {7, 0, 20, 1, 13};
+  uint64_t seed = 40;
+  for (DType dt : {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3FN}) {
+    const DType od = dt == DType::kFloat8E4M3FN ? DType::kBFloat16 : dt;
+    for (bool col_major : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (col_major ? " column major" : " row major"));
+      const Shape ws = col_major ? Shape{W, d_out, d_in} : Shape{W, d_in, d_out};
+      const Tensor w = rand_tensor(ws, DType::kFloat32, ++seed).to(dt);
+      const Tensor x = rand_tensor({cum, d_in}, DType::kFloat32, ++seed).to(dt);
+      // seg_indptr and weight_indices, output allocated (zeros outside the segments)
+      const Tensor ref =
+          seg_cpu.run(x, w, 5, col_major, std::nullopt, std::nullopt, i32(indptr), i64(widx));
+      const Tensor got = seg_gpu.run(x.to(d), w.to(d), 5, col_major, std::nullopt, std::nullopt,
+                                     i32(indptr).to(d), i64(widx).to(d));
+      EXPECT_EQ(got.dtype(), od);
+      EXPECT_TRUE(all_close(got.to(Device::cpu()), ref, default_tolerance(od)));
+      // seg_lens, no weight_indices (segment i uses weights[i]: 5 segments need 5 weights), out
+      // given and prefilled, x strided along k
+      const Tensor w5 = rand_tensor(col_major ? Shape{5, d_out, d_in} : Shape{5, d_in, d_out},
+                                    DType::kFloat32, ++seed)
+                            .to(dt);
+      const Tensor xt = rand_tensor({d_in, cum}, DType::kFloat32, ++seed).to(dt).transpose(0, 1);
+      Tensor out_cpu = Tensor::full({cum, d_out}, 3.0, od);
+      Tensor out_gpu = Tensor::full({cum, d_out}, 3.0, od, d);
+      (void)seg_cpu.run(xt, w5, 5, col_major, out_cpu, i64(lens));
+      (void)seg_gpu.run(to_keep_layout(xt, d), w5.to(d), 5, col_major, out_gpu, i64(lens).to(d));
+      EXPECT_TRUE(all_close(out_gpu.to(Device::cpu()), out_cpu, default_tolerance(od)));
+      // rows 41..44 are in no segment
+      EXPECT_EQ(out_gpu.to(Device::cpu()).to_double_vector()[44 * d_out], 3.0);
+    }
   }
 }
 

@@ -2,12 +2,15 @@
 // interleave_moe_scales_for_sm90_mixed_gemm, interleave_moe_weights_for_sm90_mixed_gemm and
 // preprocess_moe_weights_for_sm90_mixed_gemm_humming. Hand-checked positions and bits, the
 // transforms as bit permutations (every input bit lands on exactly one output bit), the scale
-// fold against its reshape/permute formula, the Humming clamp by hand, bad input naming the
-// argument, record/replay, and a dump written by torch in upstream's format.
+// fold against its reshape/permute formula, the Humming clamp by hand and its shared steps
+// (kernels/moe_weight_prep_rules.h) against their formulas, bad input naming the argument,
+// record/replay, a dump written by torch in upstream's format, and the CUDA kernels bit-exact
+// with the CPU (skipped without a GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -15,6 +18,7 @@
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/replay.h"
 #include "kernels/cpu/moe_weight_prep_cpu.h"
+#include "kernels/moe_weight_prep_rules.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
@@ -239,6 +243,54 @@ TEST(HummingPreprocess, RewriteTableHandChecked) {
   EXPECT_EQ(humming_rewrite_code(2, 1), 0);   // 0.5 -> 0.125 -> 0
   EXPECT_EQ(humming_rewrite_code(9, 15), 8);  // -6 -> -0.0117 -> -0
   EXPECT_EQ(humming_rewrite_code(3, 6), 1);   // 4 -> 0.5
+  // Delta 128: the scale pattern 0x3F800000 - (128 << 23) wraps to -inf. Code 0 times it is
+  // NaN, taken as the x86 default NaN 0xFFC00000 on every host: its kept bits are sign and
+  // (e, m) = 7, code 15. A positive code gives -inf (0xFF800000: code 8 | 6), a negative one
+  // +inf (code 6). Delta 127 makes the scale +0: code 0.
+  EXPECT_EQ(humming_rewrite_code(128, 0), 15);
+  EXPECT_EQ(humming_rewrite_code(128, 8), 15);
+  EXPECT_EQ(humming_rewrite_code(128, 2), 14);
+  EXPECT_EQ(humming_rewrite_code(128, 10), 6);
+  EXPECT_EQ(humming_rewrite_code(127, 7), 0);
+}
+
+// The shared steps (kernels/moe_weight_prep_rules.h, used by the CPU reference and the CUDA
+// kernels) against the formulas they implement, over every input they can get.
+TEST(HummingPreprocess, SharedStepsMatchTheirFormulas) {
+  using namespace kernels;
+  int64_t bad = 0;
+  for (int hi = 0; hi < 256; ++hi) {
+    for (int lo = 0; lo <= hi; ++lo) {
+      for (int mr = 0; mr <= 11; ++mr) bad += humming_low(hi, lo, mr) != hi - std::min(hi - lo, mr);
+    }
+  }
+  for (int s = 0; s < 256; ++s) {
+    for (int lo_new = 0; lo_new < 256; ++lo_new) {
+      const int clamped = std::max(s, lo_new);
+      bad += humming_delta(s, lo_new) != clamped - s;
+      bad += humming_offset(s, lo_new) != ((clamped - lo_new + 1) & 0x0F);
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  // The residual built on the bits is exp2f(lo_new - 127) * 0.5f, bit for bit (subnormal at 0
+  // and 1, +inf at 255).
+  for (int lo_new = 0; lo_new < 256; ++lo_new) {
+    const float want = std::exp2(static_cast<float>(lo_new) - 127.0f) * 0.5f;
+    const float got = humming_residual(lo_new);
+    EXPECT_EQ(std::memcmp(&want, &got, 4), 0) << lo_new << ": " << want << " vs " << got;
+  }
+  EXPECT_TRUE(std::isinf(humming_residual(255)));
+  EXPECT_EQ(humming_residual(0), std::ldexp(1.0f, -128));
+  // The table is humming_rewrite_code; a byte's two nibbles go through the same row.
+  const uint8_t* table = cpu::humming_rewrite_table();
+  for (int d = 0; d < kHummingTableRows; ++d) {
+    for (int c = 0; c < 16; ++c) bad += table[d * 16 + c] != cpu::humming_rewrite_code(d, c);
+    for (int b = 0; b < 256; ++b) {
+      bad += humming_rewrite_byte(table + d * 16, static_cast<uint8_t>(b)) !=
+             (cpu::humming_rewrite_code(d, b & 15) | (cpu::humming_rewrite_code(d, b >> 4) << 4));
+    }
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 // One expert, 64 rows, K = 128 (4 scale blocks a row): every E8M0 scale 120 but [0, 0] = 100.
@@ -327,13 +379,20 @@ TEST(MoeWeightPrep, BadInput) {
   EXPECT_FI_ERROR(preprocess_moe_weights_for_sm90_mixed_gemm_humming(bytes({1, 64, 64}, 1),
                                                                      bytes({1, 64, 4}, 2), 12),
                   hu, "max_range");
+  // An expert without scales has no range to clamp.
+  EXPECT_FI_ERROR(preprocess_moe_weights_for_sm90_mixed_gemm_humming(
+                      bytes({1, 0, 64}, 1), bytes({1, 0, 4}, 2), 11, false),
+                  hu, "weight");
+  EXPECT_FI_ERROR(preprocess_moe_weights_for_sm90_mixed_gemm_humming(
+                      bytes({1, 64, 0}, 1), bytes({1, 64, 0}, 2), 11, false),
+                  hu, "weight");
   // interleave=True needs the layouts' multiples: 32 rows cannot fold into M64 scale blocks.
   EXPECT_FI_ERROR(preprocess_moe_weights_for_sm90_mixed_gemm_humming(bytes({1, 32, 64}, 1),
                                                                      bytes({1, 32, 4}, 2)),
                   hu, "raw_scale");
 }
 
-TEST(MoeWeightPrep, DeclsCpuOnlyAndRecordReplay) {
+TEST(MoeWeightPrep, DeclsBackendsAndRecordReplay) {
   for (const char* name :
        {"interleave_moe_scales_for_sm90_mixed_gemm", "interleave_moe_weights_for_sm90_mixed_gemm",
         "preprocess_moe_weights_for_sm90_mixed_gemm_humming"}) {
@@ -341,10 +400,8 @@ TEST(MoeWeightPrep, DeclsCpuOnlyAndRecordReplay) {
     ASSERT_NE(d, nullptr) << name;
     EXPECT_EQ(d->module, "flashinfer.fused_moe.prepare");
     EXPECT_TRUE(op_has_backend(name, DeviceType::kCPU)) << name;
-    // The two interleaves have CUDA kernels; the humming preparation is CPU only.
-    const bool cuda_kernel =
-        std::string(name) != "preprocess_moe_weights_for_sm90_mixed_gemm_humming";
-    EXPECT_EQ(op_has_backend(name, DeviceType::kCUDA), cuda_kernel && cuda_compiled()) << name;
+    // All three have CUDA kernels in a CUDA build.
+    EXPECT_EQ(op_has_backend(name, DeviceType::kCUDA), cuda_compiled()) << name;
   }
   EXPECT_EQ(
       OpRegistry::global().find("preprocess_moe_weights_for_sm90_mixed_gemm_humming")->signature(),
@@ -360,6 +417,87 @@ TEST(MoeWeightPrep, DeclsCpuOnlyAndRecordReplay) {
   }
   ASSERT_EQ(calls.size(), 3u);
   for (const auto& c : calls) EXPECT_TRUE(replays_identically(c)) << c.name;
+}
+
+// ---- CUDA ------------------------------------------------------------------------------------
+
+// Same shape, dtype and bytes (a float compared by its bits, so inf and -0 count).
+::testing::AssertionResult same_bytes(const Tensor& got, const Tensor& want) {
+  const Tensor g = got.to(Device::cpu()).contiguous(), w = want.contiguous();
+  if (g.shape() != w.shape() || g.dtype() != w.dtype()) {
+    return ::testing::AssertionFailure()
+           << "shape/dtype " << shape_to_string(g.shape()) << " vs " << shape_to_string(w.shape());
+  }
+  const auto* a = static_cast<const uint8_t*>(g.data_ptr());
+  const auto* b = static_cast<const uint8_t*>(w.data_ptr());
+  const auto n = static_cast<int64_t>(g.numel() * static_cast<int64_t>(g.element_size()));
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (a[i] != b[i] && bad++ == 0) first = i;
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << n << " bytes differ, first at " << first;
+}
+
+// The two interleaves' CUDA kernels, bit-exact with the CPU (skipped without a GPU).
+TEST(MoeWeightPrepCuda, InterleavesBitExactWithCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  for (const char* q : {"fp4", "int4", "fp4_fp8"}) {
+    SCOPED_TRACE(q);
+    const Tensor w = bytes({3, 48, 128}, 21);
+    EXPECT_TRUE(same_bytes(interleave_moe_weights_for_sm90_mixed_gemm(w.to(d), q),
+                           interleave_moe_weights_for_sm90_mixed_gemm(w, q)));
+  }
+  for (int64_t group : {32, 64, 128}) {
+    SCOPED_TRACE(group);
+    const Tensor s = bytes({2, 128, 2 * 128 / group}, 22);
+    EXPECT_TRUE(same_bytes(interleave_moe_scales_for_sm90_mixed_gemm(s.to(d), group),
+                           interleave_moe_scales_for_sm90_mixed_gemm(s, group)));
+  }
+}
+
+// The Humming preparation's CUDA kernels, bit-exact with the CPU (skipped without a GPU):
+// experts whose scales span everything (deltas up to 255, the wrapped table rows included), all
+// 255 (residual +inf), all 0 and 1 (subnormal residual) and a serving-like 100..140; every
+// max_range; both layouts; a payload at an odd address (the kernel's byte path).
+TEST(HummingPreprocessCuda, BitExactWithCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  const int64_t E = 4, rows = 64, k = 256, kg = k / 32;
+  const Tensor w = bytes({E, rows, k / 2}, 31);
+  Tensor s = bytes({E, rows, kg}, 32);
+  auto* sp = s.data<uint8_t>();
+  for (int64_t i = 0; i < rows * kg; ++i) {
+    sp[1 * rows * kg + i] = 255;
+    sp[2 * rows * kg + i] = static_cast<uint8_t>(sp[2 * rows * kg + i] & 1);
+    sp[3 * rows * kg + i] = static_cast<uint8_t>(100 + sp[3 * rows * kg + i] % 41);
+  }
+  sp[0] = 0;  // expert 0 spans 0..255
+  sp[1] = 255;
+  const Tensor wd = w.to(d), sd = s.to(d);
+  for (int64_t max_range = 0; max_range <= 11; ++max_range) {
+    for (bool interleave : {false, true}) {
+      SCOPED_TRACE("max_range " + std::to_string(max_range) + (interleave ? " interleaved" : ""));
+      auto [cw, co, cr] =
+          preprocess_moe_weights_for_sm90_mixed_gemm_humming(w, s, max_range, interleave);
+      auto [gw, go, gr] =
+          preprocess_moe_weights_for_sm90_mixed_gemm_humming(wd, sd, max_range, interleave);
+      EXPECT_TRUE(same_bytes(gw, cw));
+      EXPECT_TRUE(same_bytes(go, co));
+      EXPECT_TRUE(same_bytes(gr, cr));
+    }
+  }
+  // The payload one byte into its buffer: not 16-byte aligned.
+  const Tensor flat = bytes({E * rows * (k / 2) + 1}, 33).to(d);
+  const Tensor odd = flat.slice(0, 1, E * rows * (k / 2) + 1).reshape({E, rows, k / 2});
+  ASSERT_NE(reinterpret_cast<uintptr_t>(odd.data_ptr()) % 16, 0u);
+  auto [cw, co, cr] =
+      preprocess_moe_weights_for_sm90_mixed_gemm_humming(odd.to(Device::cpu()), s, 11, false);
+  auto [gw, go, gr] = preprocess_moe_weights_for_sm90_mixed_gemm_humming(odd, sd, 11, false);
+  EXPECT_TRUE(same_bytes(gw, cw));
+  EXPECT_TRUE(same_bytes(go, co));
+  EXPECT_TRUE(same_bytes(gr, cr));
 }
 
 // Calls as vLLM / SGLang make them (positional weight and quant_type, scales alone; SGLang's

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/moe_weight_prep_rules.h"
+
 namespace flashinfer::kernels::cpu {
 
 namespace {
@@ -135,7 +137,9 @@ uint8_t humming_rewrite_code(int delta, int code) {
   const double deq = float_from_bits(((static_cast<uint32_t>(normalized) & 8u) << 28) |
                                      ((static_cast<uint32_t>(normalized) & 7u) << 22));
   const double value = deq * scale;
-  const uint32_t vb = bits_from_float(static_cast<float>(value));
+  // Delta 128 makes the scale -inf, and code 0 times it NaN: written as the x86 default NaN
+  // (sign set), the NaN upstream's Python builder gets on x86, on every host.
+  const uint32_t vb = value != value ? 0xFFC00000u : bits_from_float(static_cast<float>(value));
   const uint32_t mask = 0x81C00000u;
   const uint32_t rz = vb & mask, ru = (vb + 0x00200000u) & mask;
   const double rz_v = float_from_bits(rz), ru_v = float_from_bits(ru);
@@ -143,38 +147,37 @@ uint8_t humming_rewrite_code(int delta, int code) {
   return static_cast<uint8_t>(((rounded & 0x80000000u) >> 28) | ((rounded & 0x01C00000u) >> 22));
 }
 
-void humming_prepare(const HummingPrepParams& p) {
-  static const auto lut = [] {
-    std::array<std::array<uint8_t, 16>, 256> t{};
-    for (int d = 0; d < 256; ++d) {
+const uint8_t* humming_rewrite_table() {
+  static const auto table = [] {
+    std::array<uint8_t, kHummingTableBytes> t{};
+    for (int d = 0; d < kHummingTableRows; ++d) {
       for (int c = 0; c < 16; ++c) {
-        t[static_cast<size_t>(d)][static_cast<size_t>(c)] = humming_rewrite_code(d, c);
+        t[static_cast<size_t>(d * 16 + c)] = humming_rewrite_code(d, c);
       }
     }
     return t;
   }();
+  return table.data();
+}
+
+void humming_prepare(const HummingPrepParams& p) {
+  const uint8_t* table = humming_rewrite_table();
   const int64_t kg = p.k / 32, scales_per_expert = p.rows * kg, row_bytes = p.k / 2;
   for (int64_t e = 0; e < p.experts; ++e) {
     const uint8_t* s = p.raw_scale + e * scales_per_expert;
-    // uint8 arithmetic as upstream's: range clamped to max_range, the low end raised.
     const uint8_t hi = *std::max_element(s, s + scales_per_expert);
     const uint8_t lo = *std::min_element(s, s + scales_per_expert);
-    const int range = std::min<int>(hi - lo, static_cast<int>(p.max_range));
-    const int lo_new = hi - range;
+    const int lo_new = humming_low(hi, lo, static_cast<int>(p.max_range));
     for (int64_t i = 0; i < scales_per_expert; ++i) {
-      const int clamped = std::max<int>(s[i], lo_new);
-      p.offset_out[e * scales_per_expert + i] = static_cast<uint8_t>((clamped - lo_new + 1) & 0x0F);
+      p.offset_out[e * scales_per_expert + i] = humming_offset(s[i], lo_new);
     }
-    p.residual[e] = std::exp2(static_cast<float>(lo_new) - 127.0f) * 0.5f;
+    p.residual[e] = humming_residual(lo_new);
     for (int64_t r = 0; r < p.rows; ++r) {
       for (int64_t byte = 0; byte < row_bytes; ++byte) {
         const int64_t i = (e * p.rows + r) * row_bytes + byte;
         // Both nibbles of a byte lie in one 32-element scale block.
-        const int delta =
-            std::max<int>(s[r * kg + byte * 2 / 32], lo_new) - s[r * kg + byte * 2 / 32];
-        const auto& row = lut[static_cast<size_t>(delta)];
-        p.weight_out[i] =
-            static_cast<uint8_t>(row[p.weight[i] & 0x0F] | (row[p.weight[i] >> 4] << 4));
+        const int delta = humming_delta(s[r * kg + byte * 2 / 32], lo_new);
+        p.weight_out[i] = humming_rewrite_byte(table + delta * 16, p.weight[i]);
       }
     }
   }

@@ -30,6 +30,10 @@ struct HummingPrepParams {
   uint8_t* weight_out = nullptr;  // [E, rows, k / 2] processed payload
   uint8_t* offset_out = nullptr;  // [E, rows, k / 32]
   float* residual = nullptr;      // [E]
+  // The CUDA kernels' device buffers: the rewrite table (humming_rewrite_table()'s bytes) and
+  // one int32 per expert for its new low end. Unused by the CPU.
+  const uint8_t* rewrite_table = nullptr;
+  int32_t* low = nullptr;
 };
 
 namespace cpu {
@@ -39,6 +43,9 @@ void humming_prepare(const HummingPrepParams& p);
 /// The payload rewrite table: code of FP4 `code` after scaling by 2^-delta (delta 0 maps -0 to
 /// +0 only).
 uint8_t humming_rewrite_code(int delta, int code);
+/// humming_rewrite_code for every delta (0..255) and code, row-major [256][16] (built once; the
+/// table both backends rewrite the payload with).
+const uint8_t* humming_rewrite_table();
 }  // namespace cpu
 
 }  // namespace flashinfer::kernels
