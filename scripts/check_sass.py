@@ -4,13 +4,17 @@ usage that `cuobjdump` prints for a binary and applies a table of rules, each ke
 substring of the kernel's name.
 
   check_sass.py [--rule NAME ...] [--arch sm_90] [--match SUBSTR] [--exclude SUBSTR ...]
-                [--allow-ldg128] [--cuobjdump PATH] [--toolkit-bin DIR] [--list] [-v] BINARY
+                [--allow-ldg128] [--cuobjdump PATH] [--toolkit-bin DIR] [--sass-cache FILE]
+                [--list] [-v] BINARY
 
 BINARY is anything cuobjdump reads: the shared library (build/lib/libflashinfer.so), a static
 library (.a), an object (.o) or a .cubin. Only the SASS for --arch is checked (sm_90 by default;
 an sm_90a image counts as sm_90): `cuobjdump -lelf` lists the images, `cuobjdump -sass -res-usage
 -arch sm_90` prints that code (its -arch takes sm_90a along), and the parser keeps the images whose
 architecture it names (about 15 s for the library, which also holds sm_80 code).
+--sass-cache FILE keeps that text in FILE under a line naming the binary (path, size, modification
+time) and the architecture, and reads it from there while they match: the ctest rule tests share
+one cuobjdump run (the `static_sass_dump` fixture writes it), which is most of their time.
 
 Rules (RULES below): `decode`, `prefill`, `sampling` and `nvfp4` are on by default. A rule selects the
 kernels whose name (the bare function name, without namespaces, template arguments and
@@ -36,6 +40,7 @@ import collections
 import dataclasses
 import glob
 import importlib.util
+import io
 import os
 import re
 import shutil
@@ -288,6 +293,32 @@ def elf_archs(cuobjdump, binary):
     return re.findall(r"\.(sm_\w+)\.cubin\s*$", p.stdout, re.M)
 
 
+def cached_cuobjdump(cuobjdump, binary, arch, cache):
+    """run_cuobjdump(cuobjdump, binary, arch) through the text file `cache`: read back when its
+    first line names this binary (absolute path, size, modification time) and arch, else written
+    anew (to a temporary name, then renamed, so that a concurrent reader sees a whole file)."""
+    st = os.stat(binary)
+    key = "# check_sass cache: %s %d %d %s\n" % (os.path.abspath(binary), st.st_size, st.st_mtime_ns, arch)
+    try:
+        with open(cache, errors="replace") as f:
+            if f.readline() == key:
+                return parse_cuobjdump(f)
+    except OSError:
+        pass
+    cmd = [cuobjdump, "-sass", "-res-usage", "-arch", arch, binary]
+    p = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    if "does not contain device code" in p.stderr:
+        return []
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr.strip() or "cuobjdump exited with %d" % p.returncode)
+    tmp = "%s.%d.tmp" % (cache, os.getpid())
+    with open(tmp, "w") as f:
+        f.write(key)
+        f.write(p.stdout)
+    os.replace(tmp, cache)
+    return parse_cuobjdump(io.StringIO(p.stdout))
+
+
 def run_cuobjdump(cuobjdump, binary, arch=None):
     """The kernels of `binary` (only the images for `arch` and its a/f variants, when given: half
     the time on the library, which also holds sm_80), or raises RuntimeError with cuobjdump's
@@ -474,6 +505,7 @@ def main(argv=None):
     )
     ap.add_argument("--cuobjdump", help="path of cuobjdump (default: PATH, the toolkit, PyPI's package)")
     ap.add_argument("--toolkit-bin", action="append", default=[], help="another folder to look in for cuobjdump")
+    ap.add_argument("--sass-cache", help="keep cuobjdump's text for --arch in this file and reuse it")
     ap.add_argument("--list", action="store_true", help="list the kernels and their resource usage only")
     ap.add_argument("-v", "--verbose", action="store_true", help="print each kernel's full demangled name")
     a = ap.parse_args(argv)
@@ -498,7 +530,11 @@ def main(argv=None):
         if not any(arch_ok(x, a.arch) for x in archs):
             print("check_sass: no %s SASS in %s (it holds %s): skipped" % (a.arch, a.binary, ", ".join(archs)))
             return EXIT_SKIP
-        kernels = [k for k in run_cuobjdump(cuobjdump, a.binary, a.arch) if arch_ok(k.arch, a.arch)]
+        if a.sass_cache:
+            dumped = cached_cuobjdump(cuobjdump, a.binary, a.arch, a.sass_cache)
+        else:
+            dumped = run_cuobjdump(cuobjdump, a.binary, a.arch)
+        kernels = [k for k in dumped if arch_ok(k.arch, a.arch)]
         if not kernels:  # cuobjdump's -arch did not select the image: read them all
             kernels = [k for k in run_cuobjdump(cuobjdump, a.binary) if arch_ok(k.arch, a.arch)]
     except RuntimeError as e:
