@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -46,6 +47,25 @@ struct Shape4 {
 };
 const std::vector<Shape4> kShapes = {
     {1, 1, 1, 1}, {1, 7, 5, 3}, {3, 17, 33, 40}, {2, 64, 48, 128}, {1, 33, 130, 272}};
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// cuBLASLt is opened on the first GEMM, not at start-up (linked, its static initializers cost every
+// process ~55 ms): first in this file, so no GEMM of this process has run yet. Then it opens, GPU
+// or not, and every function the GEMMs call resolves.
+TEST(CublasLtLoading, NotMappedUntilUsedThenEveryFunctionResolves) {
+  auto mapped = [] {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+      if (line.find("libcublasLt") != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_FALSE(mapped());
+  EXPECT_EQ(kernels::cuda::cublaslt_load_error(), "");
+  EXPECT_TRUE(mapped());
+}
+#endif
 
 // ---- bf16 ---------------------------------------------------------------------------------------
 

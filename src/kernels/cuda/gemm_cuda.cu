@@ -1,9 +1,12 @@
 #include <cublasLt.h>
+#include <dlfcn.h>
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -16,14 +19,83 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-#define FLASHINFER_CUBLASLT_CALL(op, expr)                           \
-  do {                                                               \
-    cublasStatus_t st_ = (expr);                                     \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                              \
-      FLASHINFER_FAIL(::flashinfer::ErrorCode::kCuda, op, "", #expr, \
-                      " failed: ", cublasLtGetStatusName(st_), ": ", \
-                      cublasLtGetStatusString(st_));                 \
-    }                                                                \
+// cuBLASLt is opened on first use (dlopen), not linked: its static initializers cost every process
+// that loads this library about 55 ms of CPU and ~100 MB of touched pages at start-up, GEMM or
+// not (docs/PERFORMANCE.md, "Start-up"). The functions used here, resolved once by name.
+struct CublasLt {
+  std::string error;  // empty: every function below resolved
+  decltype(&::cublasLtCreate) Create = nullptr;
+  decltype(&::cublasLtGetStatusName) GetStatusName = nullptr;
+  decltype(&::cublasLtGetStatusString) GetStatusString = nullptr;
+  decltype(&::cublasLtMatmul) Matmul = nullptr;
+  decltype(&::cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic = nullptr;
+  decltype(&::cublasLtMatmulDescCreate) MatmulDescCreate = nullptr;
+  decltype(&::cublasLtMatmulDescDestroy) MatmulDescDestroy = nullptr;
+  decltype(&::cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute = nullptr;
+  decltype(&::cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate = nullptr;
+  decltype(&::cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy = nullptr;
+  decltype(&::cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute = nullptr;
+  decltype(&::cublasLtMatrixLayoutCreate) MatrixLayoutCreate = nullptr;
+  decltype(&::cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy = nullptr;
+  decltype(&::cublasLtMatrixLayoutSetAttribute) MatrixLayoutSetAttribute = nullptr;
+};
+
+// The toolkit's soname first (found through the library's run path, LD_LIBRARY_PATH or the
+// loader's cache, as a linked library would be), then the file the build found. Never closed.
+CublasLt open_cublaslt() {
+  CublasLt api;
+  const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+  void* h = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
+#ifdef FLASHINFER_CUBLASLT_LIBRARY
+  if (h == nullptr) h = dlopen(FLASHINFER_CUBLASLT_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+#endif
+  if (h == nullptr) {
+    const char* why = dlerror();
+    api.error = "cannot open " + soname + (why ? std::string(": ") + why : std::string());
+    return api;
+  }
+  auto get = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+    if (fn == nullptr && api.error.empty()) api.error = soname + " has no " + name;
+  };
+  get(api.Create, "cublasLtCreate");
+  get(api.GetStatusName, "cublasLtGetStatusName");
+  get(api.GetStatusString, "cublasLtGetStatusString");
+  get(api.Matmul, "cublasLtMatmul");
+  get(api.MatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic");
+  get(api.MatmulDescCreate, "cublasLtMatmulDescCreate");
+  get(api.MatmulDescDestroy, "cublasLtMatmulDescDestroy");
+  get(api.MatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute");
+  get(api.MatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate");
+  get(api.MatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy");
+  get(api.MatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute");
+  get(api.MatrixLayoutCreate, "cublasLtMatrixLayoutCreate");
+  get(api.MatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy");
+  get(api.MatrixLayoutSetAttribute, "cublasLtMatrixLayoutSetAttribute");
+  return api;
+}
+
+const CublasLt& cublaslt_api() {
+  static const CublasLt api = open_cublaslt();  // thread-safe, once
+  return api;
+}
+
+// The loaded API; an Error (kCuda) naming cuBLASLt when it cannot be opened.
+const CublasLt& lt() {
+  const CublasLt& api = cublaslt_api();
+  if (!api.error.empty()) {
+    FLASHINFER_FAIL(::flashinfer::ErrorCode::kCuda, "cublasLt", "", api.error);
+  }
+  return api;
+}
+
+#define FLASHINFER_CUBLASLT_CALL(op, expr)                                                    \
+  do {                                                                                        \
+    cublasStatus_t st_ = (expr);                                                              \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                       \
+      FLASHINFER_FAIL(::flashinfer::ErrorCode::kCuda, op, "", #expr,                          \
+                      " failed: ", lt().GetStatusName(st_), ": ", lt().GetStatusString(st_)); \
+    }                                                                                         \
   } while (0)
 
 // ---- per-device state: handle, workspace per stream, scratch, the plan cache ----------------
@@ -68,7 +140,7 @@ DeviceState& device_state(const char* op, int device) {
   std::unique_ptr<DeviceState>& st = states[device];
   if (!st) {
     auto fresh = std::make_unique<DeviceState>();
-    FLASHINFER_CUBLASLT_CALL(op, cublasLtCreate(&fresh->handle));
+    FLASHINFER_CUBLASLT_CALL(op, lt().Create(&fresh->handle));
     int major = 0;
     FLASHINFER_CUDA_CALL(op,
                          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -144,69 +216,69 @@ struct Plan {
   cublasLtMatmulAlgo_t algo = {};
   std::mutex mu;
   ~Plan() {
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (d) lt().MatrixLayoutDestroy(d);
+    if (b) lt().MatrixLayoutDestroy(b);
+    if (a) lt().MatrixLayoutDestroy(a);
+    if (op) lt().MatmulDescDestroy(op);
   }
 };
 
 void set_batch(const char* op, cublasLtMatrixLayout_t l, int64_t batch, int64_t stride) {
   if (batch <= 1) return;
   const auto count = static_cast<int32_t>(batch);
-  FLASHINFER_CUBLASLT_CALL(op, cublasLtMatrixLayoutSetAttribute(
-                                   l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+  FLASHINFER_CUBLASLT_CALL(op, lt().MatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                             &count, sizeof(count)));
   FLASHINFER_CUBLASLT_CALL(
-      op, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                           sizeof(stride)));
+      op, lt().MatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                        sizeof(stride)));
 }
 
 // Builds the descriptors of `key` and asks the heuristic once.
 std::unique_ptr<Plan> build_plan(const char* op, cublasLtHandle_t h, const lt::LtKey& key) {
   auto plan = std::make_unique<Plan>();
   const lt::ColMajorGemm& c = key.shape;
-  FLASHINFER_CUBLASLT_CALL(op, cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  FLASHINFER_CUBLASLT_CALL(op, lt().MatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = c.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = c.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   FLASHINFER_CUBLASLT_CALL(
-      op, cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+      op, lt().MatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   FLASHINFER_CUBLASLT_CALL(
-      op, cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+      op, lt().MatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   if (key.bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     const cudaDataType_t bt = cuda_type(key.bias_type);
-    FLASHINFER_CUBLASLT_CALL(op, cublasLtMatmulDescSetAttribute(
+    FLASHINFER_CUBLASLT_CALL(op, lt().MatmulDescSetAttribute(
                                      plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     FLASHINFER_CUBLASLT_CALL(
-        op, cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
-                                           sizeof(bt)));
+        op, lt().MatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                        sizeof(bt)));
   }
   if (key.scale == lt::ScaleMode::kDeviceAlpha) {
     const cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
-    FLASHINFER_CUBLASLT_CALL(op, cublasLtMatmulDescSetAttribute(
+    FLASHINFER_CUBLASLT_CALL(op, lt().MatmulDescSetAttribute(
                                      plan->op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof(pm)));
   }
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   FLASHINFER_CUBLASLT_CALL(
-      op, cublasLtMatrixLayoutCreate(&plan->a, cuda_type(key.a_type), u(c.k), u(c.m), c.lda));
+      op, lt().MatrixLayoutCreate(&plan->a, cuda_type(key.a_type), u(c.k), u(c.m), c.lda));
   FLASHINFER_CUBLASLT_CALL(
-      op, cublasLtMatrixLayoutCreate(&plan->b, cuda_type(key.b_type), u(c.k), u(c.n), c.ldb));
+      op, lt().MatrixLayoutCreate(&plan->b, cuda_type(key.b_type), u(c.k), u(c.n), c.ldb));
   FLASHINFER_CUBLASLT_CALL(
-      op, cublasLtMatrixLayoutCreate(&plan->d, cuda_type(key.d_type), u(c.m), u(c.n), c.ldd));
+      op, lt().MatrixLayoutCreate(&plan->d, cuda_type(key.d_type), u(c.m), u(c.n), c.ldd));
   set_batch(op, plan->a, c.batch, c.stride_a);
   set_batch(op, plan->b, c.batch, c.stride_b);
   set_batch(op, plan->d, c.batch, c.stride_d);
 
   cublasLtMatmulPreference_t pref = nullptr;
-  FLASHINFER_CUBLASLT_CALL(op, cublasLtMatmulPreferenceCreate(&pref));
+  FLASHINFER_CUBLASLT_CALL(op, lt().MatmulPreferenceCreate(&pref));
   struct PrefGuard {
     cublasLtMatmulPreference_t p;
-    ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+    ~PrefGuard() { lt().MatmulPreferenceDestroy(p); }
   } guard{pref};
   const uint64_t ws = key.workspace_bytes;
   FLASHINFER_CUBLASLT_CALL(
-      op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                               sizeof(ws)));
+      op, lt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                            sizeof(ws)));
   // The heuristic assumes 256-byte aligned operands unless told otherwise (the default of
   // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES), and a view with an offset (a sliced `out`, a
   // row range of A) is not. State the real alignment so no algorithm needing more is chosen.
@@ -215,20 +287,19 @@ std::unique_ptr<Plan> build_plan(const char* op, cublasLtHandle_t h, const lt::L
         std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, c.align_b},
         std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c.align_d},
         std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c.align_d}}) {
-    FLASHINFER_CUBLASLT_CALL(
-        op, cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
+    FLASHINFER_CUBLASLT_CALL(op,
+                             lt().MatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
   }
   cublasLtMatmulHeuristicResult_t heur = {};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, plan->op, plan->a, plan->b, plan->d,
-                                                           plan->d, pref, 1, &heur, &found);
+  const cublasStatus_t st = lt().MatmulAlgoGetHeuristic(h, plan->op, plan->a, plan->b, plan->d,
+                                                        plan->d, pref, 1, &heur, &found);
   if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
     FLASHINFER_CUBLASLT_CALL(op, st);
   }
   FLASHINFER_CHECK_CODE(st == CUBLAS_STATUS_SUCCESS && found > 0, ErrorCode::kUnsupported, op, "",
                         "cuBLASLt has no algorithm for this problem (m=", c.n, ", n=", c.m,
-                        ", k=", c.k, ", batch=", c.batch, "; status ", cublasLtGetStatusName(st),
-                        ")");
+                        ", k=", c.k, ", batch=", c.batch, "; status ", lt().GetStatusName(st), ")");
   plan->algo = heur.algo;
   g_plan_builds.fetch_add(1, std::memory_order_relaxed);
   return plan;
@@ -286,20 +357,20 @@ void lt_matmul(const char* op, LtProblem pr, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(plan.mu);
   if (scale == lt::ScaleMode::kTensorScales) {
     FLASHINFER_CUBLASLT_CALL(
-        op, cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                           &pr.w_scale, sizeof(pr.w_scale)));
+        op, lt().MatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &pr.w_scale,
+                                        sizeof(pr.w_scale)));
     FLASHINFER_CUBLASLT_CALL(
-        op, cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                           &pr.x_scale, sizeof(pr.x_scale)));
+        op, lt().MatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &pr.x_scale,
+                                        sizeof(pr.x_scale)));
   }
   if (pr.bias) {
     FLASHINFER_CUBLASLT_CALL(
-        op, cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pr.bias,
-                                           sizeof(pr.bias)));
+        op, lt().MatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pr.bias,
+                                        sizeof(pr.bias)));
   }
   FLASHINFER_CUBLASLT_CALL(
-      op, cublasLtMatmul(ds.handle, plan.op, alpha, pr.w, plan.a, pr.x, plan.b, beta, pr.d, plan.d,
-                         pr.d, plan.d, &plan.algo, workspace, ws_bytes, stream));
+      op, lt().Matmul(ds.handle, plan.op, alpha, pr.w, plan.a, pr.x, plan.b, beta, pr.d, plan.d,
+                      pr.d, plan.d, &plan.algo, workspace, ws_bytes, stream));
 }
 
 // One thread per element: packed e2m1 [rows, k/2] with block scales -> bf16 [rows, k]. The
@@ -451,5 +522,7 @@ CublasLtStats cublaslt_stats() {
           g_device_allocs.load(std::memory_order_relaxed),
           g_device_bytes.load(std::memory_order_relaxed)};
 }
+
+std::string cublaslt_load_error() { return cublaslt_api().error; }
 
 }  // namespace flashinfer::kernels::cuda

@@ -1,4 +1,4 @@
-// CUDA launchers for the GEMM ops (cuBLASLt, linked dynamically from the toolkit). Plain C++
+// CUDA launchers for the GEMM ops (cuBLASLt, opened with dlopen on the first GEMM). Plain C++
 // header. Launchers throw flashinfer::Error(kCuda) when a CUDA or cuBLASLt call fails and
 // kUnsupported when cuBLASLt has no algorithm for the problem.
 #pragma once
@@ -6,6 +6,7 @@
 #include "kernels/gemm_params.h"
 
 #include <cstdint>
+#include <string>
 
 namespace flashinfer::kernels::cuda {
 
@@ -17,6 +18,10 @@ struct CublasLtStats {
   uint64_t plan_builds = 0, plan_hits = 0, device_allocs = 0, device_bytes = 0;
 };
 CublasLtStats cublaslt_stats();
+
+/// Opens cuBLASLt if no GEMM has yet (no GPU needed) and says why it cannot be used: empty when
+/// the library opened and every function the GEMMs call resolved.
+std::string cublaslt_load_error();
 
 /// bf16 x bf16 or fp8 x fp8 (with device scale pointers) -> bf16/fp16 through cuBLASLt, with
 /// the plan (descriptors, algorithm) cached per shape and a persistent workspace per stream.
