@@ -36,13 +36,16 @@ void plan_pos_encoding(detail::WrapperState& s, std::string_view mode,
                    "must be \"NONE\", \"ROPE_LLAMA\" or \"ALIBI\", got \"", mode, "\"");
   // The tensor-core path (prefill, decode with use_tensor_cores) is upstream's prefill kernel.
   const bool prefill_kernel = !s.decode || s.use_tensor_cores;
-  // CUDA: the decode kernel has an ALiBi variant; RoPE, and ALiBi in the prefill kernel, run on
-  // the CPU only.
-  FLASHINFER_CHECK_CODE(s.device.is_cpu() || (mode == "ALIBI" && !prefill_kernel),
-                        ErrorCode::kUnsupported, op, "pos_encoding_mode", "\"", mode,
-                        "\" inside attention runs on the CPU only on this path (CUDA has ALiBi in "
-                        "the decode kernel, use_tensor_cores=False; apply RoPE with the rope ops "
-                        "before attention)");
+  // CUDA: ALiBi in the decode kernel's variant and, on the tensor-core path, in the FA2 prefill
+  // kernel's ALiBi instance (the CUDA-core kernel where that does not fit) without a soft cap
+  // (with one, upstream's order of the two is the CPU reference's only); RoPE inside attention
+  // runs on the CPU only.
+  FLASHINFER_CHECK_CODE(
+      s.device.is_cpu() || (mode == "ALIBI" && (!prefill_kernel || !(s.logits_soft_cap > 0.0))),
+      ErrorCode::kUnsupported, op, "pos_encoding_mode", "\"", mode,
+      "\" inside attention runs on the CPU only on this path (CUDA has ALiBi in the decode "
+      "kernel, and without a soft cap in the prefill kernel; apply RoPE with the rope ops before "
+      "attention)");
   if (mode == "ROPE_LLAMA") {
     const double scale = rope_scale.value_or(1.0), theta = rope_theta.value_or(1e4);
     FLASHINFER_CHECK(std::isfinite(scale) && scale > 0.0, op, "rope_scale",

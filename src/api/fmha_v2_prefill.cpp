@@ -98,7 +98,8 @@ kernels::AttentionParams as_attention(const kernels::FmhaV2PrefillParams& p) {
   a.v_scale = p.bmm2_scale;
   a.logits_soft_cap = p.soft_cap;
   a.causal = p.causal;
-  a.window_left = static_cast<int32_t>(p.window_left);
+  // Positions fit 32 bits (kv_lens are int32): a wider window hides nothing, as no window.
+  a.window_left = p.window_left > INT32_MAX ? -1 : static_cast<int32_t>(p.window_left);
   a.use_tensor_cores = true;
   return a;
 }

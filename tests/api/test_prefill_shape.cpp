@@ -92,6 +92,25 @@ TEST(PrefillShape, SharedMemoryAndCopyShapesFit) {
   }
 }
 
+// The most shared memory a pair's blocks ask for, by hand (Q tile + 2 stages of K and V, 2 bytes
+// an element), against the per-block opt-in limits: DeepSeek's 192 / 128 in 64-row blocks (64-key
+// tiles) needs 104 KiB, more than sm_86 / sm_89 allow (99 KiB), so there it leaves the FA2 kernel.
+TEST(PrefillShape, LargestBlockOfEachPairAndTheDevicesItFits) {
+  EXPECT_EQ(prefill_max_smem_bytes(192, 128), 2u * (64 * 192 + 2 * 64 * 320));  // 106496
+  EXPECT_EQ(prefill_max_smem_bytes(256, 256), 2u * (64 * 256 + 2 * 32 * 512));  // 98304
+  EXPECT_EQ(prefill_max_smem_bytes(128, 128), 2u * (64 * 128 + 2 * 64 * 256));  // 81920
+  EXPECT_EQ(prefill_max_smem_bytes(64, 64), 2u * (16 * 64 + 2 * 128 * 128));    // 67584
+  const DeviceLimits a100 = device_limits(8, 0), ada = device_limits(8, 9),
+                     h100 = device_limits(9, 0);
+  for (Dims d : kBuilt) {
+    SCOPED_TRACE(std::to_string(d.qk) + "/" + std::to_string(d.vo));
+    EXPECT_LE(prefill_max_smem_bytes(d.qk, d.vo), static_cast<unsigned>(a100.max_smem_per_block));
+    EXPECT_LE(prefill_max_smem_bytes(d.qk, d.vo), static_cast<unsigned>(h100.max_smem_per_block));
+    EXPECT_EQ(prefill_max_smem_bytes(d.qk, d.vo) <= static_cast<unsigned>(ada.max_smem_per_block),
+              !(d.qk == 192 && d.vo == 128));
+  }
+}
+
 // prefill_tile_unmasked says "no per-element test" only when every (row, key) of the tile is
 // visible, and is exact for the causal / window-free case that matters (whole tiles under the
 // diagonal skip the test).

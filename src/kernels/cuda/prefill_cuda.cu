@@ -59,22 +59,27 @@ bool prefill_supported(const AttentionParams& p) {
   // The FA2 kernel for its built pairs (64/64, 128/128, 256/256, 192/128), the first-draft
   // kernel through NVRTC for any other equal multiple of 16 up to 256; the CUDA-core kernel
   // takes the rest.
-  const bool dim_ok = prefill::prefill_dims_built(p.head_dim_qk, p.head_dim_vo) ||
-                      (p.head_dim_qk == p.head_dim_vo && jit::attention_head_dim_ok(p.head_dim_qk));
+  int device = 0, major = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
+    return false;
+  }
+  // The FA2 kernel where its blocks fit the device's shared memory (sm_86 / sm_89 take 99 KiB a
+  // block: not 192 / 128); the first-draft kernel otherwise.
+  const bool fa2 =
+      prefill::prefill_dims_built(p.head_dim_qk, p.head_dim_vo) &&
+      static_cast<unsigned>(optin) >= prefill::prefill_max_smem_bytes(p.head_dim_qk, p.head_dim_vo);
+  const bool dim_ok =
+      fa2 || (p.head_dim_qk == p.head_dim_vo && jit::attention_head_dim_ok(p.head_dim_qk));
   // Sinks: the FA2 kernel folds them in at the end of a row; the first-draft kernel cannot, so
-  // with other head dims they (and ALiBi) run on the CUDA-core kernel.
-  const bool fa2 = prefill::prefill_dims_built(p.head_dim_qk, p.head_dim_vo);
+  // without the FA2 kernel they (and ALiBi) run on the CUDA-core kernel.
   const bool sinks_ok = p.sinks == nullptr || fa2;
   // ALiBi: the FA2 kernel's ALiBi instance, built alone (no soft cap, no custom mask).
   const bool alibi_ok =
       p.alibi_slopes == nullptr || (fa2 && prefill_variant(p) == prefill::kPrefillAlibi);
-  if (!dtype_ok || !dim_ok || !sinks_ok || !alibi_ok) return false;
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    return false;
-  }
-  return major >= 8;
+  return dtype_ok && dim_ok && sinks_ok && alibi_ok && major >= 8;
 }
 
 void batch_prefill(const AttentionParams& p, void* stream, bool enable_pdl) {

@@ -99,6 +99,21 @@ FLASHINFER_HD constexpr unsigned prefill_smem_bytes(int cta_q, int dqk, int dvo)
   return 2u * static_cast<unsigned>(cta_q * dqk) + prefill_kv_stage_bytes(cta_q, dqk, dvo);
 }
 
+/// The most dynamic shared memory any block of a built head-dim pair asks for (over the block
+/// heights prefill_cta_rows can pick for it). A device whose per-block opt-in limit is below it
+/// (sm_86 / sm_89: 99 KiB, against 104 KiB for 192 / 128 in 64-row blocks) does not run the pair
+/// on the FA2 kernel.
+FLASHINFER_HD constexpr unsigned prefill_max_smem_bytes(int dqk, int dvo) {
+  unsigned m = prefill_smem_bytes(64, dqk, dvo);
+  if (dqk <= 192 && dvo <= 192 && prefill_smem_bytes(16, dqk, dvo) > m) {
+    m = prefill_smem_bytes(16, dqk, dvo);
+  }
+  if (dqk <= 128 && dvo <= 128 && prefill_smem_bytes(128, dqk, dvo) > m) {
+    m = prefill_smem_bytes(128, dqk, dvo);
+  }
+  return m;
+}
+
 /// Whether keys [t0, t0 + n) are visible to every row of a block in full, so the tile needs no
 /// per-element test: all below the block's end `kv_hi`, causal rows whose first query sits at
 /// position pos_min (every key <= pos_min), and a window of window_left keys before the last
