@@ -42,7 +42,7 @@ __device__ __forceinline__ void rmsnorm_row(const RmsNormParams& p) {
       load_vec(w + c * V, g);
 #pragma unroll
       for (int j = 0; j < V; ++j) a[j] = a[j] * r_rms * (g[j] + p.weight_bias);
-      store_vec(y + c * V, a);
+      store_vec_global(y + c * V, a);
     }
   } else {
     for (int64_t i = threadIdx.x; i < p.hidden; i += blockDim.x) {
