@@ -7,7 +7,9 @@ namespace {
 
 // One block per row: pass 1 sums squares in fp32, pass 2 scales and writes. Rows are short
 // (hidden <= a few 10k), so the second read hits L1/L2. kVec (unit strides, 16-byte aligned
-// rows and weight, hidden a multiple of the vector): each thread reads 16 bytes per access.
+// rows and weight, hidden a multiple of the vector): each thread reads 16 bytes per access, so
+// its partial sum covers other elements than the element path's (the per-element arithmetic is
+// the same; the fp32 sum may differ in its last bits, as fused_add_rmsnorm's two paths do).
 template <class T, bool kVec>
 __device__ __forceinline__ void rmsnorm_row(const RmsNormParams& p) {
   __shared__ float scratch[32];
