@@ -16,9 +16,10 @@ architecture it names (about 15 s for the library, which also holds sm_80 code).
 time) and the architecture, and reads it from there while they match: the ctest rule tests share
 one cuobjdump run (the `static_sass_dump` fixture writes it), which is most of their time.
 
-Rules (RULES below): `decode`, `prefill`, `sampling` and `nvfp4` are on by default. A rule selects the
-kernels whose name (the bare function name, without namespaces, template arguments and
-parameters; case-insensitive) contains its substring and none of its exclusions, and then
+Rules (RULES below): `decode`, `prefill`, `sampling`, `nvfp4` and `rowops` are on by default. A rule
+selects the kernels whose name (the bare function name, without namespaces, template arguments
+and parameters; case-insensitive) contains its substring (or one of them) and none of its
+exclusions, and then
   - no local memory: no STL/LDL instruction and STACK and LOCAL 0 in the resource usage
     (see has_local_memory for which of these means what);
   - each required instruction present (e.g. a 128-bit cp.async, SASS `LDGSTS...128`);
@@ -30,7 +31,7 @@ without device code; 2 usage error or no cuobjdump (run scripts/bootstrap: it in
 nvidia-cuda-cuobjdump); 77 the binary holds device code but none for --arch (a build for other
 architectures only: ctest's SKIP_RETURN_CODE).
 
-To add a rule, add a Rule to RULES: `match` (name substring), `exclude` (helper kernels to leave
+To add a rule, add a Rule to RULES: `match` (name substring, or a tuple of them), `exclude` (helper kernels to leave
 out), `require` (Need: a regex on the instruction's opcode with its modifiers, e.g.
 `LDGSTS.E.BYPASS.128`, and optionally a weaker form accepted with a flag), `forbid` (Forbid:
 regex), `no_local` (spills), and `default` (checked without --rule).
@@ -73,7 +74,7 @@ class Forbid:
 @dataclasses.dataclass(frozen=True)
 class Rule:
     name: str
-    match: str
+    match: object  # a name substring, or a tuple of them (a kernel matching any is selected)
     description: str
     exclude: tuple = ()
     require: tuple = ()
@@ -142,6 +143,19 @@ RULES = {
             # The element-load fallbacks for unaligned or strided rows (nvfp4_*_strided_kernel)
             # have no wide load by design.
             exclude=("strided",),
+            require=(Need("LDG .128 (16-byte load)", LDG_128),),
+        ),
+        Rule(
+            name="rowops",
+            match=("rmsnorm_kernel", "layernorm_kernel", "act_and_mul_kernel", "append_kernel"),
+            description="row ops (rmsnorm, fused_add_rmsnorm, layernorm, act_and_mul, paged KV "
+            "append): no spills, 128-bit global loads (LDG .128)",
+            # The element-load fallbacks for unaligned or strided rows (*_strided_kernel) have no
+            # wide load by design; kernels of other families that share a substring are left to
+            # their own rules (nvfp4_append_kernel) or not checked yet (dit_layernorm_kernel,
+            # paged_fp8_append_kernel). rope_kernel is not here: libdevice's fp64 sincos (its
+            # Payne-Hanek reduction) keeps a 40-byte stack frame.
+            exclude=("strided", "nvfp4_", "dit_", "paged_fp8_"),
             require=(Need("LDG .128 (16-byte load)", LDG_128),),
         ),
         Rule(
@@ -455,13 +469,19 @@ def check_kernel(k, rule, flags):
     return (not problems), problems, notes
 
 
+def match_subs(rule, match=None):
+    """The name substrings that select a rule's kernels: --match, else the rule's own."""
+    m = match or rule.match
+    return (m,) if isinstance(m, str) else tuple(m)
+
+
 def select(kernels, rule, match=None, extra_exclude=()):
-    sub = (match or rule.match).lower()
+    subs = [m.lower() for m in match_subs(rule, match)]
     excl = [e.lower() for e in tuple(rule.exclude) + tuple(extra_exclude)]
     out = []
     for k in kernels:
         b = k.base.lower()
-        if sub in b and not any(e in b for e in excl):
+        if any(m in b for m in subs) and not any(e in b for e in excl):
             out.append(k)
     return out
 
@@ -560,7 +580,7 @@ def main(argv=None):
     summary = []
     for rule in rules:
         sel = select(kernels, rule, a.match, a.exclude)
-        what = a.match or rule.match
+        what = "' or '".join(match_subs(rule, a.match))
         print("rule %s: %s" % (rule.name, rule.description))
         if not sel:
             print("  FAIL  no %s kernel found (no %s kernel name contains '%s')" % (what, a.arch, what))

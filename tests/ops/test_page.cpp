@@ -280,5 +280,37 @@ TEST(AppendPagedKvCacheCuda, MatchesCpu) {
   EXPECT_EQ(vg.to_double_vector(), f8.v_cache.to_double_vector());
 }
 
+// The CUDA append copies 16 bytes at a time when every row start allows it (append_kernel),
+// else element by element (append_strided_kernel): both against the CPU.
+TEST(AppendPagedKvCacheCuda, VectorAndElementCopiesMatchCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  std::vector<std::vector<double>> kr, vr;
+  Tensor bi = int_tensor({0, 0, 1}), pos = int_tensor({7, 8, 3});
+  struct Case {
+    int64_t d;
+    DType dtype;
+    const char* layout;
+  };
+  // 12 bf16 = 24-byte rows: element copies; 8 fp32 = 32-byte rows: 16-byte copies of 4-byte
+  // elements; 5 fp32 = 20-byte rows: element copies.
+  for (const Case& c : {Case{12, DType::kBFloat16, "HND"}, Case{8, DType::kFloat32, "NHD"},
+                        Case{5, DType::kFloat32, "HND"}}) {
+    SCOPED_TRACE(c.d);
+    testing::PagedFixture f = testing::make_paged({9, 4}, 4, 2, c.d, c.dtype,
+                                                  std::string(c.layout) == "HND", true, 8, kr, vr);
+    Tensor k = Tensor::empty({3, 2, c.d}, c.dtype).uniform_(9);
+    Tensor v = Tensor::empty({3, 2, c.d}, c.dtype).uniform_(10);
+    Tensor kg = testing::to_keep_layout(f.k_cache, Device::cuda());
+    Tensor vg = testing::to_keep_layout(f.v_cache, Device::cuda());
+    append_paged_kv_cache(k.to(Device::cuda()), v.to(Device::cuda()), bi.to(Device::cuda()),
+                          pos.to(Device::cuda()), PagedKVCache(kg, vg),
+                          f.indices.to(Device::cuda()), f.indptr.to(Device::cuda()),
+                          f.last_page_len.to(Device::cuda()), c.layout);
+    append_paged_kv_cache(k, v, bi, pos, f.cache(), f.indices, f.indptr, f.last_page_len, c.layout);
+    EXPECT_EQ(kg.to_double_vector(), f.k_cache.to_double_vector());
+    EXPECT_EQ(vg.to_double_vector(), f.v_cache.to_double_vector());
+  }
+}
+
 }  // namespace
 }  // namespace flashinfer

@@ -9,13 +9,15 @@ few tiny kernels with nvcc into a temporary folder and checks the checker's verd
   spill     more live registers than -maxrregcount 32 allows             -> fail (STL/LDL, STACK)
   ldg128    128-bit loads only, no cp.async                              -> fail; pass with --allow-ldg128
   sm80      the good kernel built for sm_80 only                         -> skipped (77)
-plus a library with no kernel named `decode` and the rule table's other rule (`prefill`).
+plus a library with no kernel named `decode`, the rule table's other rule (`prefill`), and which
+names the `rowops` rule (several substrings) selects.
 No GPU is needed: only nvcc and cuobjdump (scripts/bootstrap installs PyPI's).
 """
 import os
 import subprocess
 import sys
 import tempfile
+import types
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -182,6 +184,27 @@ class CheckSassSelfTest(unittest.TestCase):
         rc, out = self.check("spill", "--list")
         self.assertEqual(rc, 0, out)
         self.assertRegex(out, r"regs\s+32\s+stack\s+[1-9]\d*.*spill_decode_kernel")
+
+
+
+class RuleSelectionTest(unittest.TestCase):
+    """Which kernel names a rule selects (no compiling: kernels stand in by their bare name)."""
+
+    def names(self, rule, match=None):
+        kernels = [types.SimpleNamespace(base=n) for n in (
+            "rmsnorm_kernel", "rmsnorm_strided_kernel", "fused_add_rmsnorm_kernel",
+            "layernorm_kernel", "dit_layernorm_kernel", "act_and_mul_kernel",
+            "act_and_mul_strided_kernel", "append_kernel", "nvfp4_append_kernel",
+            "paged_fp8_append_kernel", "rope_kernel", "rope_strided_kernel")]
+        return [k.base for k in check_sass.select(kernels, check_sass.RULES[rule], match)]
+
+    def test_tuple_match_selects_any_substring_minus_exclusions(self):
+        self.assertEqual(self.names("rowops"), [
+            "rmsnorm_kernel", "fused_add_rmsnorm_kernel", "layernorm_kernel",
+            "act_and_mul_kernel", "append_kernel"])
+
+    def test_match_flag_replaces_the_tuple(self):
+        self.assertEqual(self.names("rowops", "rope_"), ["rope_kernel"])
 
 
 if __name__ == "__main__":

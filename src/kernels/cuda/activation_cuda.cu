@@ -22,7 +22,7 @@ __device__ __forceinline__ float act(float x) {
 
 // One block per row; threads stride over the output width, 16 bytes at a time when aligned.
 template <class T, Activation A, bool kVec>
-__global__ void act_and_mul_kernel(ActAndMulParams p) {
+__device__ __forceinline__ void act_and_mul_row(const ActAndMulParams& p) {
   pdl_wait();
   const T* x = static_cast<const T*>(p.input) + blockIdx.x * p.in_stride_row;
   T* y = static_cast<T*>(p.out) + blockIdx.x * p.out_stride_row;
@@ -46,6 +46,18 @@ __global__ void act_and_mul_kernel(ActAndMulParams p) {
   pdl_launch_dependents();
 }
 
+// The vector and element-load instances carry different names (`*_kernel` / `*_strided_kernel`)
+// so that the static SASS rule `rowops` (scripts/check_sass.py) selects the vector ones.
+template <class T, Activation A>
+__global__ void act_and_mul_kernel(ActAndMulParams p) {
+  act_and_mul_row<T, A, true>(p);
+}
+
+template <class T, Activation A>
+__global__ void act_and_mul_strided_kernel(ActAndMulParams p) {
+  act_and_mul_row<T, A, false>(p);
+}
+
 template <class T, Activation A>
 void launch(const ActAndMulParams& p, cudaStream_t stream, bool enable_pdl) {
   if (p.rows == 0 || p.d == 0) return;
@@ -55,10 +67,10 @@ void launch(const ActAndMulParams& p, cudaStream_t stream, bool enable_pdl) {
   const bool vec = p.in_stride_d == 1 && p.out_stride_d == 1 && p.d % V == 0 &&
                    aligned16(p.input, p.in_stride_row, sizeof(T)) &&
                    aligned16(p.out, p.out_stride_row, sizeof(T));
-  launch_kernel(
-      "act_and_mul", vec ? act_and_mul_kernel<T, A, true> : act_and_mul_kernel<T, A, false>,
-      dim3(static_cast<unsigned>(p.rows)),
-      dim3(static_cast<unsigned>(threads_for(vec ? p.d / V : p.d))), 0, stream, enable_pdl, p);
+  launch_kernel("act_and_mul", vec ? act_and_mul_kernel<T, A> : act_and_mul_strided_kernel<T, A>,
+                dim3(static_cast<unsigned>(p.rows)),
+                dim3(static_cast<unsigned>(threads_for(vec ? p.d / V : p.d))), 0, stream,
+                enable_pdl, p);
 }
 
 template <class T>

@@ -46,9 +46,10 @@ __global__ void merge_states_kernel(MergeParams p) {
   }
 }
 
-// Block per appended row; threads copy (head, dim) elements of K and V.
+// Block per appended row; threads copy (head, dim) elements of K and V. The copy moves bits
+// only, so elements of the right width stand for any dtype.
 template <class T>
-__global__ void append_kernel(AppendParams p) {
+__global__ void append_strided_kernel(AppendParams p) {
   const int64_t i = blockIdx.x;
   const int32_t b = p.batch_indices[i];
   const int64_t t = p.positions[i];
@@ -61,6 +62,57 @@ __global__ void append_kernel(AppendParams p) {
     const int64_t h = e / p.head_dim, d = e % p.head_dim;
     ck[h * p.cache.k_stride_head + d] = ak[h * p.ak_stride_h + d];
     cv[h * p.cache.v_stride_head + d] = av[h * p.av_stride_h + d];
+  }
+}
+
+// As append_strided_kernel, 16 bytes (V elements of T) per copy: every row start (append rows,
+// cache tokens, heads) is 16-byte aligned and head_dim a multiple of V (append_vectorizable).
+// Named apart from the element-copy kernel for the static SASS rule `rowops`.
+template <class T>
+__global__ void append_kernel(AppendParams p) {
+  constexpr int64_t V = 16 / sizeof(T);
+  const int64_t i = blockIdx.x;
+  const int32_t b = p.batch_indices[i];
+  const int64_t t = p.positions[i];
+  const int64_t ko = kv_offset(p.cache, b, t, false), vo = kv_offset(p.cache, b, t, true);
+  const T* ak = static_cast<const T*>(p.append_key) + i * p.ak_stride_n;
+  const T* av = static_cast<const T*>(p.append_value) + i * p.av_stride_n;
+  T* ck = static_cast<T*>(p.k_out) + ko;
+  T* cv = static_cast<T*>(p.v_out) + vo;
+  const int64_t chunks = p.head_dim / V;
+  for (int64_t e = threadIdx.x; e < p.num_heads * chunks; e += blockDim.x) {
+    const int64_t h = e / chunks, d = e % chunks * V;
+    *reinterpret_cast<uint4*>(ck + h * p.cache.k_stride_head + d) =
+        *reinterpret_cast<const uint4*>(ak + h * p.ak_stride_h + d);
+    *reinterpret_cast<uint4*>(cv + h * p.cache.v_stride_head + d) =
+        *reinterpret_cast<const uint4*>(av + h * p.av_stride_h + d);
+  }
+}
+
+// Whether every K/V row start of an append is 16-byte aligned and head_dim fills whole 16-byte
+// chunks (elements of `elem` bytes). The page stride counts only for a paged cache.
+bool append_vectorizable(const AppendParams& p) {
+  const int64_t elem = p.elem_size;
+  auto ok = [elem](const void* ptr, int64_t stride) {
+    return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0 && (stride * elem) % 16 == 0;
+  };
+  const KvAddressing& c = p.cache;
+  const bool paged = c.kv_indices != nullptr;
+  return (p.head_dim * elem) % 16 == 0 && ok(p.append_key, p.ak_stride_n) &&
+         ok(p.append_key, p.ak_stride_h) && ok(p.append_value, p.av_stride_n) &&
+         ok(p.append_value, p.av_stride_h) && ok(p.k_out, c.k_stride_token) &&
+         ok(p.k_out, c.k_stride_head) && ok(p.k_out, paged ? c.k_stride_page : 0) &&
+         ok(p.v_out, c.v_stride_token) && ok(p.v_out, c.v_stride_head) &&
+         ok(p.v_out, paged ? c.v_stride_page : 0);
+}
+
+template <class T>
+void launch_append(const AppendParams& p, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(p.nnz));
+  if (append_vectorizable(p)) {
+    append_kernel<T><<<grid, 256, 0, s>>>(p);
+  } else {
+    append_strided_kernel<T><<<grid, 256, 0, s>>>(p);
   }
 }
 
@@ -77,17 +129,16 @@ void merge_states(const MergeParams& p, void* stream) {
 
 void append_paged_kv_cache(const AppendParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  const dim3 grid(static_cast<unsigned>(p.nnz));
   // Copies are dtype-agnostic: move elements of the right width.
   switch (p.elem_size) {
     case 1:
-      append_kernel<uint8_t><<<grid, 256, 0, s>>>(p);
+      launch_append<uint8_t>(p, s);
       break;
     case 2:
-      append_kernel<uint16_t><<<grid, 256, 0, s>>>(p);
+      launch_append<uint16_t>(p, s);
       break;
     case 4:
-      append_kernel<uint32_t><<<grid, 256, 0, s>>>(p);
+      launch_append<uint32_t>(p, s);
       break;
     default:
       FLASHINFER_FAIL(ErrorCode::kUnsupported, "append_paged_kv_cache", "paged_kv_cache",

@@ -33,6 +33,21 @@ __device__ __forceinline__ void store_vec(T* p, const float* in) {
   *reinterpret_cast<Vec16<T>*>(p) = x;
 }
 
+/// store_vec to global memory as one st.global.v4 (a plain weak store, its width pinned): for
+/// rmsnorm's output row nvcc 13 split the 16-byte store into four 32-bit ones (STG.E), though
+/// the address carries 16-byte alignment. `p` must point to global memory.
+template <class T>
+__device__ __forceinline__ void store_vec_global(T* p, const float* in) {
+  Vec16<T> x;
+#pragma unroll
+  for (int j = 0; j < kVecElems<T>; ++j) x.v[j] = from_f32<T>(in[j]);
+  uint4 u;
+  memcpy(&u, &x, sizeof(u));
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(u.x), "r"(u.y), "r"(u.z),
+               "r"(u.w)
+               : "memory");
+}
+
 /// True when `ptr` and every row start `ptr + r * row_stride` (elements of `elem` bytes) are
 /// 16-byte aligned.
 inline bool aligned16(const void* ptr, int64_t row_stride, std::size_t elem) {
