@@ -18,6 +18,7 @@
 #include "kernels/cpu/ragged_attention_cpu.h"
 #include "kernels/ragged_attention_params.h"
 #if FLASHINFER_WITH_CUDA
+#include "core/cuda_runtime.h"
 #include "kernels/cuda/ragged_attention_cuda.h"
 #endif
 
@@ -65,6 +66,8 @@ void run_ragged_attention(kernels::RaggedAttentionParams p, Device device, const
     std::size_t work_at = 0;
     std::vector<kernels::WorkItem> work;
 #if FLASHINFER_WITH_CUDA
+    // Eligibility reads the current device's limits: the tensors' device, not the caller's.
+    const flashinfer::detail::CudaDeviceScope on_device(device);
     if (p.batch > 0 && kernels::cuda::ragged_fa2_eligible(p)) {
       work = api::full_kv_work_items(p.cu_q, p.kv_lens, p.batch, p.num_qo_heads / p.num_kv_heads,
                                      p.head_dim_vo, p.fa2_max_rows);
