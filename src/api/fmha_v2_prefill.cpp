@@ -22,7 +22,6 @@
 #if FLASHINFER_WITH_CUDA
 #include <cstdint>
 #include <cstring>
-#include <initializer_list>
 
 #include "kernels/cuda/decode_cuda.h"
 #include "kernels/cuda/prefill_shape.h"
@@ -104,13 +103,6 @@ kernels::AttentionParams as_attention(const kernels::FmhaV2PrefillParams& p) {
   return a;
 }
 
-// Whether every row of `base` (the given strides, in elements of 2 bytes) starts on 16 bytes, as
-// the kernels' 16-byte copies need.
-bool rows_aligned16(const void* base, std::initializer_list<int64_t> strides) {
-  if (reinterpret_cast<std::uintptr_t>(base) % 16 != 0) return false;
-  return std::all_of(strides.begin(), strides.end(), [](int64_t st) { return (st * 2) % 16 == 0; });
-}
-
 api::Refusal cuda_supports(const kernels::FmhaV2PrefillParams& p) {
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) {
     return {"qkv", "fp8 e4m3 inputs run on the CPU reference only"};
@@ -133,11 +125,7 @@ api::Refusal cuda_supports(const kernels::FmhaV2PrefillParams& p) {
             "head dims must be equal multiples of 16 up to 256, or 192 / 128, on CUDA; others run "
             "on the CPU reference"};
   }
-  const bool paged = p.page_size > 0;
-  if (!rows_aligned16(p.q, {p.q_stride_n, p.q_stride_h}) ||
-      !rows_aligned16(p.k, {paged ? p.k_stride_page : 0, p.k_stride_n, p.k_stride_h}) ||
-      !rows_aligned16(p.v, {paged ? p.v_stride_page : 0, p.v_stride_n, p.v_stride_h}) ||
-      !rows_aligned16(p.o, {p.o_stride_n, p.o_stride_h})) {
+  if (!kernels::cuda::attention_rows_aligned(as_attention(p))) {
     return {"qkv", "every q, K, V and out row must start on 16 bytes on CUDA"};
   }
   return {};

@@ -125,16 +125,19 @@ void visit_decode_dtypes(const AttentionParams& p, F&& f) {
   });
 }
 
+// Whether `base` and every stride (in elements of `elem` bytes) keep rows on 16-byte boundaries.
+bool rows_aligned16(const void* base, std::initializer_list<int64_t> strides, std::size_t elem) {
+  if (reinterpret_cast<std::uintptr_t>(base) % 16 != 0) return false;
+  for (int64_t s : strides) {
+    if ((static_cast<std::size_t>(s) * elem) % 16 != 0) return false;
+  }
+  return true;
+}
+
 // The 16-byte copies and vector loads need every row of q, K, V and o to start on a 16-byte
 // boundary; the API checks this before it plans a CUDA launch (attention_common.cpp).
 void check_alignment(const AttentionParams& p) {
-  auto ok = [](const void* base, std::initializer_list<int64_t> strides, std::size_t elem) {
-    if (reinterpret_cast<std::uintptr_t>(base) % 16 != 0) return false;
-    for (int64_t s : strides) {
-      if ((static_cast<std::size_t>(s) * elem) % 16 != 0) return false;
-    }
-    return true;
-  };
+  const auto ok = rows_aligned16;
   const std::size_t qe = dtype_size(p.q_dtype), ke = dtype_size(p.kv.dtype);
   FLASHINFER_CHECK_CODE(ok(p.q, {p.q_stride_n, p.q_stride_h}, qe), ErrorCode::kUnsupported,
                         "attention", "q", "rows must start on 16-byte boundaries on CUDA");
@@ -210,6 +213,15 @@ int sm_count(int device) {
 }
 
 void set_attention_kernel_override(AttentionKernelOverride f) { g_override.store(f); }
+
+bool attention_rows_aligned(const AttentionParams& p) {
+  const std::size_t qe = dtype_size(p.q_dtype), ke = dtype_size(p.kv.dtype);
+  return rows_aligned16(p.q, {p.q_stride_n, p.q_stride_h}, qe) &&
+         rows_aligned16(p.o, {p.o_stride_n, p.o_stride_h}, qe) &&
+         rows_aligned16(p.kv.k, {p.kv.k_stride_page, p.kv.k_stride_token, p.kv.k_stride_head},
+                        ke) &&
+         rows_aligned16(p.kv.v, {p.kv.v_stride_page, p.kv.v_stride_token, p.kv.v_stride_head}, ke);
+}
 
 void batch_attention(const AttentionParams& p, void* stream, bool enable_pdl) {
   auto s = static_cast<cudaStream_t>(stream);

@@ -10,6 +10,11 @@ namespace flashinfer::kernels::cuda {
 
 void batch_attention(const AttentionParams& p, void* stream, bool enable_pdl);
 
+/// Whether every row of q, o, K and V starts on a 16-byte boundary, as the kernels' 16-byte
+/// copies need (batch_attention refuses the call otherwise). Host-side; for callers that pick
+/// another kernel when it does not hold.
+bool attention_rows_aligned(const AttentionParams& p);
+
 /// Streaming multiprocessors of `device` (for the plan's grid size).
 int sm_count(int device);
 

@@ -170,14 +170,6 @@ AttentionParams as_attention(const RaggedAttentionParams& r) {
   return a;
 }
 
-bool rows_aligned(const void* base, std::initializer_list<int64_t> strides, DType dt) {
-  if (reinterpret_cast<std::uintptr_t>(base) % 16 != 0) return false;
-  for (int64_t st : strides) {
-    if ((static_cast<std::size_t>(st) * dtype_size(dt)) % 16 != 0) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 bool ragged_fa2_eligible(const RaggedAttentionParams& p) {
@@ -186,13 +178,8 @@ bool ragged_fa2_eligible(const RaggedAttentionParams& p) {
   }
   if (p.k_dtype != p.q_dtype || p.v_dtype != p.q_dtype || p.o_dtype != p.q_dtype) return false;
   if (!prefill::prefill_dims_built(p.head_dim_qk, p.head_dim_vo)) return false;
-  if (!rows_aligned(p.q, {p.q_stride_n, p.q_stride_h}, p.q_dtype) ||
-      !rows_aligned(p.k, {p.k_stride_n, p.k_stride_h}, p.k_dtype) ||
-      !rows_aligned(p.v, {p.v_stride_n, p.v_stride_h}, p.v_dtype) ||
-      !rows_aligned(p.o, {p.o_stride_n, p.o_stride_h}, p.o_dtype)) {
-    return false;
-  }
-  return prefill_supported(as_attention(p));  // 16-bit dtypes, sm80+
+  const AttentionParams a = as_attention(p);
+  return attention_rows_aligned(a) && prefill_supported(a);  // 16-bit dtypes, sm80+
 }
 
 const char* ragged_attention_unsupported(const RaggedAttentionParams& p) {
