@@ -49,15 +49,26 @@ __global__ void merge_states_kernel(MergeParams p) {
 // Block per appended row; threads copy (head, dim) elements of K and V. The copy moves bits
 // only, so elements of the right width stand for any dtype.
 template <class T>
-__global__ void append_strided_kernel(AppendParams p) {
+struct AppendRow {
+  const T *ak, *av;  // the appended row's K and V
+  T *ck, *cv;        // its token's K and V in the cache
+};
+
+// Block i's rows: appended row i, written to token positions[i] of request batch_indices[i].
+template <class T>
+__device__ __forceinline__ AppendRow<T> append_row(const AppendParams& p) {
   const int64_t i = blockIdx.x;
   const int32_t b = p.batch_indices[i];
   const int64_t t = p.positions[i];
-  const int64_t ko = kv_offset(p.cache, b, t, false), vo = kv_offset(p.cache, b, t, true);
-  const T* ak = static_cast<const T*>(p.append_key) + i * p.ak_stride_n;
-  const T* av = static_cast<const T*>(p.append_value) + i * p.av_stride_n;
-  T* ck = static_cast<T*>(p.k_out) + ko;
-  T* cv = static_cast<T*>(p.v_out) + vo;
+  return {static_cast<const T*>(p.append_key) + i * p.ak_stride_n,
+          static_cast<const T*>(p.append_value) + i * p.av_stride_n,
+          static_cast<T*>(p.k_out) + kv_offset(p.cache, b, t, false),
+          static_cast<T*>(p.v_out) + kv_offset(p.cache, b, t, true)};
+}
+
+template <class T>
+__global__ void append_strided_kernel(AppendParams p) {
+  const auto [ak, av, ck, cv] = append_row<T>(p);
   for (int64_t e = threadIdx.x; e < p.num_heads * p.head_dim; e += blockDim.x) {
     const int64_t h = e / p.head_dim, d = e % p.head_dim;
     ck[h * p.cache.k_stride_head + d] = ak[h * p.ak_stride_h + d];
@@ -71,14 +82,7 @@ __global__ void append_strided_kernel(AppendParams p) {
 template <class T>
 __global__ void append_kernel(AppendParams p) {
   constexpr int64_t V = 16 / sizeof(T);
-  const int64_t i = blockIdx.x;
-  const int32_t b = p.batch_indices[i];
-  const int64_t t = p.positions[i];
-  const int64_t ko = kv_offset(p.cache, b, t, false), vo = kv_offset(p.cache, b, t, true);
-  const T* ak = static_cast<const T*>(p.append_key) + i * p.ak_stride_n;
-  const T* av = static_cast<const T*>(p.append_value) + i * p.av_stride_n;
-  T* ck = static_cast<T*>(p.k_out) + ko;
-  T* cv = static_cast<T*>(p.v_out) + vo;
+  const auto [ak, av, ck, cv] = append_row<T>(p);
   const int64_t chunks = p.head_dim / V;
   for (int64_t e = threadIdx.x; e < p.num_heads * chunks; e += blockDim.x) {
     const int64_t h = e / chunks, d = e % chunks * V;
