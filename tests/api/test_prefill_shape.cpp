@@ -204,6 +204,32 @@ std::array<std::array<Pair, 2>, 32> half_of(const Frag4& f, int first) {
   return r;
 }
 
+// Small integers (exact in fp16, bf16 and fp64) for the emulated tiles: Q (row, col), K and V
+// (key, col), and P (row, key) of the P V step.
+double qv(int r, int c) { return static_cast<double>((r * 3 + c * 5) % 7 - 3); }
+double kvv(int r, int c) { return static_cast<double>((r * 5 + c * 3) % 9 - 4); }
+double vv(int r, int c) { return static_cast<double>((r * 7 + c) % 5 - 2); }
+double pv(int r, int k) { return static_cast<double>((r + 2 * k) % 4 - 1); }
+
+// O accumulator fragments (one per 8-wide column block; lane l, register e at row l / 4 +
+// 8 (e >> 1), column 2 (l % 4) + (e & 1)) that differ from sum_k pv(row, k) vv(k, col) over
+// `keys` keys.
+int wrong_o_elements(const std::vector<std::array<std::array<double, 4>, 32>>& of, int keys) {
+  int bad = 0;
+  for (std::size_t n = 0; n < of.size(); ++n) {
+    for (int l = 0; l < 32; ++l) {
+      for (int e = 0; e < 4; ++e) {
+        const int row = l / 4 + 8 * (e >> 1);
+        const int col = static_cast<int>(n) * 8 + 2 * (l % 4) + (e & 1);
+        double want = 0;
+        for (int k = 0; k < keys; ++k) want += pv(row, k) * vv(k, col);
+        bad += of[n][l][e] != want;
+      }
+    }
+  }
+  return bad;
+}
+
 // The kernel's S and PV loops for one warp's 16 rows and a 32-key tile, through its addressing
 // (prefill_*_frag_lane, permuted_lane_base, permuted_frag_addr), against plain sums.
 TEST(PrefillShape, FragmentAddressingComputesQKAndPV) {
@@ -212,10 +238,6 @@ TEST(PrefillShape, FragmentAddressingComputesQKAndPV) {
     const int dqk = dims.qk, dvo = dims.vo, keys = 32;
     const uint32_t uq = dqk / 8, uv = dvo / 8;
     const uint32_t q_base = 0, k_base = 16384, v_base = 49152;  // 128-byte aligned, disjoint
-    auto qv = [](int r, int c) { return static_cast<double>((r * 3 + c * 5) % 7 - 3); };
-    auto kvv = [](int r, int c) { return static_cast<double>((r * 5 + c * 3) % 9 - 4); };
-    auto vv = [](int r, int c) { return static_cast<double>((r * 7 + c) % 5 - 2); };
-    auto pv = [](int r, int k) { return static_cast<double>((r + 2 * k) % 4 - 1); };
     Smem s;
     for (int r = 0; r < 16; ++r)
       for (int c = 0; c < dqk; ++c) s.put(q_base, r, c, uq, qv(r, c));
@@ -279,18 +301,7 @@ TEST(PrefillShape, FragmentAddressingComputesQKAndPV) {
         mma(of[2 * nd + 1], a, half_of(b, 2));
       }
     }
-    bad = 0;
-    for (int n = 0; n < dvo / 8; ++n) {
-      for (int l = 0; l < 32; ++l) {
-        for (int e = 0; e < 4; ++e) {
-          const int row = l / 4 + 8 * (e >> 1), col = n * 8 + 2 * (l % 4) + (e & 1);
-          double want = 0;
-          for (int k = 0; k < keys; ++k) want += pv(row, k) * vv(k, col);
-          bad += of[n][l][e] != want;
-        }
-      }
-    }
-    EXPECT_EQ(bad, 0) << "O elements wrong";
+    EXPECT_EQ(wrong_o_elements(of, keys), 0) << "O elements wrong";
   }
 }
 
@@ -306,10 +317,6 @@ TEST(PrefillShape, WarpsAlongKeysCoverTheTile) {
     const int per_warp = keys / prefill_warps_kv(16);
     const uint32_t uq = dqk / 8, uv = dvo / 8;
     const uint32_t q_base = 0, k_base = 16384, v_base = 16384 + 2 * keys * dqk;
-    auto qv = [](int r, int c) { return static_cast<double>((r * 3 + c * 5) % 7 - 3); };
-    auto kvv = [](int r, int c) { return static_cast<double>((r * 5 + c * 3) % 9 - 4); };
-    auto vv = [](int r, int c) { return static_cast<double>((r * 7 + c) % 5 - 2); };
-    auto pv = [](int r, int k) { return static_cast<double>((r + 2 * k) % 4 - 1); };
     Smem s;
     for (int r = 0; r < 16; ++r)
       for (int c = 0; c < dqk; ++c) s.put(q_base, r, c, uq, qv(r, c));
@@ -377,18 +384,7 @@ TEST(PrefillShape, WarpsAlongKeysCoverTheTile) {
       }
     }
     EXPECT_EQ(bad_s, 0) << "S elements wrong";
-    int bad = 0;
-    for (int n = 0; n < dvo / 8; ++n) {
-      for (int l = 0; l < 32; ++l) {
-        for (int e = 0; e < 4; ++e) {
-          const int row = l / 4 + 8 * (e >> 1), col = n * 8 + 2 * (l % 4) + (e & 1);
-          double want = 0;
-          for (int k = 0; k < keys; ++k) want += pv(row, k) * vv(k, col);
-          bad += of[n][l][e] != want;
-        }
-      }
-    }
-    EXPECT_EQ(bad, 0) << "O elements wrong";
+    EXPECT_EQ(wrong_o_elements(of, keys), 0) << "O elements wrong";
   }
 }
 
