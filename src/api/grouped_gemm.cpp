@@ -119,8 +119,9 @@ constexpr KernelEntry<GroupedMmCall> kSegmentKernels[] = {
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
      "grouped CUDA kernel of this build (one launch, segments found from seg_indptr on the "
-     "device; tensor cores where x and the weights are k-contiguous (weight_column_major=True) "
-     "with 16-byte aligned rows, else a CUDA-core kernel; fp32 accumulation, one rounding)",
+     "device; tensor cores where x is k-contiguous and the weights k- or (fp16/bf16) "
+     "n-contiguous with 16-byte aligned rows, else a CUDA-core kernel; fp32 accumulation, one "
+     "rounding)",
      nullptr,
      [](const GroupedMmCall& c, const LaunchContext& ctx) {
        kernels::cuda::segment_gemm(c.cuda, ctx.stream);

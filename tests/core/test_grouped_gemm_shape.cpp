@@ -179,6 +179,57 @@ TEST(GroupedGemmShape, SharedMemoryAndOccupancy) {
   EXPECT_EQ(kGmmUnits, 8);  // the permuted layout's row of 8 units
 }
 
+// The ldmatrix addresses every lane gives, for every warp and fragment of the loop, against the
+// tiles the m16n8k16 fragments need (PTX ISA: ldmatrix.x4 lane group q = lane / 8 addresses the
+// rows of 8x8 tile q, which fills register q; A's registers a0..a3 are rows 0-7 / 8-15 x k 0-7,
+// then k 8-15; B's b0, b1 are k 0-7 / 8-15 of eight output columns) in the permuted layout. The
+// tile sits at a 128-byte-aligned address plus a stage offset, as in the kernel.
+TEST(GroupedGemmShape, FragmentAddressesMatchTheMmaOperands) {
+  using flashinfer::kernels::cuda::dev::permuted_frag_addr;
+  using flashinfer::kernels::cuda::dev::permuted_offset;
+  const uint32_t tile = 0x4000, stage = 2 * 32768;
+  for (int lane = 0; lane < 32; ++lane) {
+    const int q = lane / 8, r8 = lane % 8;
+    for (int w = 0; w < kGmmWarpsN; ++w) {
+      for (int kk = 0; kk < kGmmTileK / 16; ++kk) {
+        // A: warp row block w % 2, fragment mi: rows wm * 64 + mi * 16 + (q % 2) * 8 + r8, k unit
+        // kk * 2 + q / 2.
+        const int wm = w % kGmmWarpsM;
+        const uint32_t a = gmm_a_lane_base(tile, wm, lane);
+        for (int mi = 0; mi < kGmmWarpTileM / 16; ++mi) {
+          const uint32_t row = static_cast<uint32_t>(wm * 64 + mi * 16 + (q % 2) * 8 + r8);
+          const uint32_t unit = static_cast<uint32_t>(kk * 2 + q / 2);
+          EXPECT_EQ(permuted_frag_addr(a + stage, static_cast<uint32_t>(mi * 16),
+                                       static_cast<uint32_t>(kk * 2), kGmmUnits),
+                    tile + stage + 16 * permuted_offset(row, unit, kGmmUnits))
+              << lane << " " << wm << " " << kk << " " << mi;
+        }
+        for (int nj = 0; nj < kGmmWarpTileN / 16; ++nj) {
+          // The 8 output columns of register q: w * 32 + nj * 16 + (q / 2) * 8 + 0..7; its k
+          // half q % 2.
+          const int col8 = w * 32 + nj * 16 + (q / 2) * 8;
+          // k-major: row = output column col8 + r8, k unit kk * 2 + q % 2.
+          const uint32_t bk = gmm_bk_lane_base(tile, w, lane);
+          EXPECT_EQ(permuted_frag_addr(bk + stage, static_cast<uint32_t>(nj * 16),
+                                       static_cast<uint32_t>(kk * 2), kGmmUnits),
+                    tile + stage +
+                        16 * permuted_offset(static_cast<uint32_t>(col8 + r8),
+                                             static_cast<uint32_t>(kk * 2 + q % 2), kGmmUnits))
+              << lane << " " << w << " " << kk << " " << nj;
+          // n-major (transposed tiles): row = k kk * 16 + (q % 2) * 8 + r8, n unit col8 / 8.
+          const uint32_t bn = gmm_bn_lane_base(tile, w, lane);
+          EXPECT_EQ(permuted_frag_addr(bn + stage, static_cast<uint32_t>(kk * 16),
+                                       static_cast<uint32_t>(nj * 2), kGmmUnitsN),
+                    tile + stage +
+                        16 * permuted_offset(static_cast<uint32_t>(kk * 16 + (q % 2) * 8 + r8),
+                                             static_cast<uint32_t>(col8 / 8), kGmmUnitsN))
+              << lane << " " << w << " " << kk << " " << nj;
+        }
+      }
+    }
+  }
+}
+
 TEST(GroupedGemmShape, OperandAlignment) {
   // bf16, contiguous rows of k = 64: aligned.
   EXPECT_TRUE(gmm_operand_aligned(0x1000, 64, 1, 64 * 100, 64, 2));
@@ -192,6 +243,10 @@ TEST(GroupedGemmShape, OperandAlignment) {
   EXPECT_FALSE(gmm_operand_aligned(0x1008, 64, 1, 0, 64, 2));
   // group stride 8 elements short of a 16-byte multiple.
   EXPECT_FALSE(gmm_operand_aligned(0x1000, 64, 1, 64 * 3 + 4, 64, 2));
+  // n-major bf16 b (SegmentGEMMWrapper's [d_in, d_out] weights): the same rule with n and k
+  // swapped, rows along k of n = 144 elements.
+  EXPECT_TRUE(gmm_operand_aligned(0x1000, 144, 1, 144 * 136, 144, 2));
+  EXPECT_FALSE(gmm_operand_aligned(0x1000, 140, 1, 140 * 136, 140, 2));  // n = 140: 280 bytes
   // fp8: k = 16 bytes is enough; k = 8 is not.
   EXPECT_TRUE(gmm_operand_aligned(0x1000, 16, 1, 16 * 5, 16, 1));
   EXPECT_FALSE(gmm_operand_aligned(0x1000, 8, 1, 0, 8, 1));

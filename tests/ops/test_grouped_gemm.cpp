@@ -1195,9 +1195,11 @@ TEST(GroupedMmFp8Cuda, RandomMatchesFp64WithinAccumulationBound) {
   EXPECT_TRUE(within_accumulation_bound(got, exact, abs_sum, k));
 }
 
-// SegmentGEMMWrapper.run on integer operands: k-contiguous weights (weight_column_major=True,
-// the tensor-core kernel) and the same weights transposed (the CUDA-core kernel) agree with the
-// CPU bit for bit; weight_indices repeat a weight and skip one, a segment is empty.
+// SegmentGEMMWrapper.run on integer operands: weights k-contiguous (weight_column_major=True)
+// and n-contiguous (False; both on the tensor-core kernel, the second through the transposing
+// ldmatrix), and with x column-major (the CUDA-core kernel): all bit-exact with the CPU;
+// weight_indices repeat a weight and skip one, a segment is empty, d_out = 144 leaves a partial n
+// tile and d_in = 136 a partial k tile.
 TEST(SegmentGemmCuda, TensorCoresExactOnIntegerOperands) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device d = Device::cuda(0);
@@ -1206,18 +1208,22 @@ TEST(SegmentGemmCuda, TensorCoresExactOnIntegerOperands) {
   const int64_t cum = 300, d_in = 136, d_out = 144, W = 3;
   const std::vector<int64_t> indptr = {0, 150, 150, 151, 290}, widx = {2, 0, 2, 2};
   for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
-    SCOPED_TRACE(dtype_name(dt));
     const Tensor x = int_tensor({cum, d_in}, 4, dt, 11);
     const Tensor w_cm = int_tensor({W, d_out, d_in}, 4, dt, 12);  // [W, d_out, d_in]
     const Tensor w_rm = w_cm.transpose(1, 2).contiguous();        // [W, d_in, d_out]
     const Tensor ref =
         seg_cpu.run(x, w_cm, 4, true, std::nullopt, std::nullopt, i32(indptr), i64(widx));
-    EXPECT_TRUE(bit_equal(seg_gpu.run(x.to(d), w_cm.to(d), 4, true, std::nullopt, std::nullopt,
-                                      i32(indptr).to(d), i64(widx).to(d)),
-                          ref));
-    EXPECT_TRUE(bit_equal(seg_gpu.run(x.to(d), w_rm.to(d), 4, false, std::nullopt, std::nullopt,
-                                      i32(indptr).to(d), i64(widx).to(d)),
-                          ref));
+    for (bool x_cm : {false, true}) {
+      for (bool col_major : {true, false}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + (x_cm ? " x column-major" : "") +
+                     (col_major ? " weight_column_major" : " row-major weights"));
+        const Tensor xd = x_cm ? to_keep_layout(column_major(x), d) : x.to(d);
+        EXPECT_TRUE(
+            bit_equal(seg_gpu.run(xd, (col_major ? w_cm : w_rm).to(d), 4, col_major, std::nullopt,
+                                  std::nullopt, i32(indptr).to(d), i64(widx).to(d)),
+                      ref));
+      }
+    }
   }
 }
 

@@ -7,7 +7,8 @@
 // mma.sync m16n8k16 through ldmatrix; fp32 accumulation, alpha and one rounding at the end.
 // FP8 operands are copied as bytes, then each thread converts the chunks it copied to fp16
 // (exact: every e4m3 and e5m2 value is an fp16 value) into one 16-bit tile, so the same MMA
-// serves them.
+// serves them. A 16-bit b with unit n stride (row-major segment weights) is kept [k][n] and read
+// through the transposing ldmatrix.
 //
 // grouped_mm_simple_kernel (any strides, the fallback and the tests' second opinion): one output
 // per thread, fp32 sum over k in order, one rounding.
@@ -133,9 +134,12 @@ __device__ __forceinline__ void store_pair(TO* dst, float v0, float v1) {
 }
 
 // T: the MMA's element type (bf16 or fp16). kFp8: a and b hold fp8 (p.in_dtype, p.b_dtype:
-// e4m3 or e5m2), converted to fp16 (T = __half) in shared memory.
-template <class T, bool kFp8, class TO>
+// e4m3 or e5m2), converted to fp16 (T = __half) in shared memory. kBNMajor (16-bit only): b's
+// n stride is 1 (SegmentGEMMWrapper's row-major [d_in, d_out] weights), so its tile is stored
+// [k][n] and read through the transposing ldmatrix, as the prefill kernel reads V.
+template <class T, bool kFp8, bool kBNMajor, class TO>
 __global__ void __launch_bounds__(kGmmThreads, 2) grouped_mma_kernel(GroupedMmCudaParams p) {
+  static_assert(!(kFp8 && kBNMajor), "n-major B is for 16-bit operands");
   extern __shared__ __align__(128) unsigned char smem[];  // 128: permuted_lane_base
   __shared__ TileInfo tile;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
@@ -152,7 +156,10 @@ __global__ void __launch_bounds__(kGmmThreads, 2) grouped_mma_kernel(GroupedMmCu
   const auto* a_base = static_cast<const unsigned char*>(p.a) + row0 * p.a_stride_m * kElem;
   const auto* b_base = static_cast<const unsigned char*>(p.b) +
                        (tile.weight * p.b_stride_e + n0 * p.b_stride_n) * kElem;
-  const int64_t a_row_bytes = p.a_stride_m * kElem, b_row_bytes = p.b_stride_n * kElem;
+  // b's shared-memory rows: n (k-major b) or k (n-major b).
+  const int64_t a_row_bytes = p.a_stride_m * kElem,
+                b_row_bytes = (kBNMajor ? p.b_stride_k : p.b_stride_n) * kElem;
+  constexpr uint32_t kBTileByte = kGmmTileM * kGmmTileK * kElem;  // B's tile within a stage
 
   // Copies of k tile kt into stage st: 16-bit operands straight into the permuted tiles (8
   // chunks a row, thread t takes column t % 8 of rows t / 8 + 32 i); fp8 into the stage's plain
@@ -170,12 +177,29 @@ __global__ void __launch_bounds__(kGmmThreads, 2) grouped_mma_kernel(GroupedMmCu
       const int r = crow + i * kRowStep;
       const uint32_t dst = kFp8 ? static_cast<uint32_t>(r * kGmmTileK + ccol * 16)
                                 : 16u * dev::permuted_offset(r, ccol, kGmmUnits);
-      const uint32_t b_dst = kGmmTileM * kGmmTileK * kElem + dst;
-      const bool a_ok = kin && r < rows, b_ok = kin && r < cols;
+      const bool a_ok = kin && r < rows;
       dev::cp_async::copy16_zfill(stage + dst, a_ok ? a_base + r * a_row_bytes + kbyte : a_base,
                                   a_ok);
-      dev::cp_async::copy16_zfill(stage + b_dst, b_ok ? b_base + r * b_row_bytes + kbyte : b_base,
-                                  b_ok);
+      if constexpr (!kBNMajor) {
+        const bool b_ok = kin && r < cols;
+        dev::cp_async::copy16_zfill(stage + kBTileByte + dst,
+                                    b_ok ? b_base + r * b_row_bytes + kbyte : b_base, b_ok);
+      }
+    }
+    if constexpr (kBNMajor) {
+      // [k][n]: 64 rows of 16 chunks (n % 8 == 0, so a chunk is inside n or past it); thread t
+      // takes column t % 16 of rows t / 16 + 16 i.
+      constexpr int kBRowStep = kGmmThreads / kGmmUnitsN;
+      const int bcol = tid % kGmmUnitsN, brow = tid / kGmmUnitsN;
+      const int krow = kt * kGmmTileK + brow;  // k < 2^31 (mma_layout)
+      const unsigned char* src = b_base + krow * b_row_bytes + bcol * 16;
+      FLASHINFER_UNROLL
+      for (int i = 0; i < kGmmTileK / kBRowStep; ++i) {
+        const bool b_ok = krow + i * kBRowStep < k && bcol * 8 < cols;
+        dev::cp_async::copy16_zfill(
+            stage + kBTileByte + 16u * dev::permuted_offset(brow + i * kBRowStep, bcol, kGmmUnitsN),
+            b_ok ? src + i * kBRowStep * b_row_bytes : b_base, b_ok);
+      }
     }
   };
 
@@ -200,15 +224,15 @@ __global__ void __launch_bounds__(kGmmThreads, 2) grouped_mma_kernel(GroupedMmCu
     }
   };
 
-  // Fragment bases (see prefill_shape.h's *_frag_lane for the ldmatrix lane roles): A rows of
-  // the warp's 64-row block, B rows (output columns) of its 32-column block.
+  // Fragment bases (grouped_gemm_shape.h): A rows of the warp's 64-row block, B rows (k-major)
+  // or columns (n-major) of its 32-column block.
   const int wm = warp / kGmmWarpsN, wn = warp % kGmmWarpsN;
-  const uint32_t a_lane =
-      dev::permuted_lane_base(dev::cp_async::smem_addr(kFp8 ? conv : smem),
-                              wm * kGmmWarpTileM + (lane & 15), lane >> 4, kGmmUnits);
-  const uint32_t b_lane = dev::permuted_lane_base(
-      dev::cp_async::smem_addr((kFp8 ? conv : smem) + kGmmTileM * kGmmUnits * 16),
-      wn * kGmmWarpTileN + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1, kGmmUnits);
+  const uint32_t a_lane = gmm_a_lane_base(dev::cp_async::smem_addr(kFp8 ? conv : smem), wm, lane);
+  // (the 16-bit tiles: B after A's 128 rows of 8 units; for fp8, in the converted tile)
+  const uint32_t b_tile =
+      dev::cp_async::smem_addr((kFp8 ? conv : smem) + kGmmTileM * kGmmUnits * 16);
+  const uint32_t b_lane =
+      kBNMajor ? gmm_bn_lane_base(b_tile, wn, lane) : gmm_bk_lane_base(b_tile, wn, lane);
   constexpr int kMmaM = kGmmWarpTileM / 16, kMmaN = kGmmWarpTileN / 8;
   float acc[kMmaM][kMmaN][4];
   FLASHINFER_UNROLL
@@ -251,9 +275,14 @@ __global__ void __launch_bounds__(kGmmThreads, 2) grouped_mma_kernel(GroupedMmCu
       }
       FLASHINFER_UNROLL
       for (int nj = 0; nj < kMmaN / 2; ++nj) {
-        uint32_t bf[4];
-        dev::mma::ldmatrix_x4(
-            bf, dev::permuted_frag_addr(b_lane + stage_off, nj * 16, kk * 2, kGmmUnits));
+        uint32_t bf[4];  // k 0-7 / 8-15 of output columns nj * 16 + 0-7, then of + 8-15
+        if constexpr (kBNMajor) {
+          dev::mma::ldmatrix_x4_trans(
+              bf, dev::permuted_frag_addr(b_lane + stage_off, kk * 16, nj * 2, kGmmUnitsN));
+        } else {
+          dev::mma::ldmatrix_x4(
+              bf, dev::permuted_frag_addr(b_lane + stage_off, nj * 16, kk * 2, kGmmUnits));
+        }
         FLASHINFER_UNROLL
         for (int mi = 0; mi < kMmaM; ++mi) {
           dev::mma::mma_m16n8k16<T>(acc[mi][2 * nj], af[mi], bf);
@@ -298,38 +327,59 @@ __global__ void __launch_bounds__(kGmmThreads, 2) grouped_mma_kernel(GroupedMmCu
 
 bool is_fp8(DType d) { return d == DType::kFloat8E4M3FN || d == DType::kFloat8E5M2; }
 
+enum class MmaLayout { kNone, kBKMajor, kBNMajor };
+
 // Whether the tensor-core kernel takes these operands (grouped_gemm_shape.h): 16-bit pairs of one
-// dtype or fp8 pairs, 16-byte aligned rows with unit k stride, and a grid within CUDA's limits.
-bool mma_eligible(const GroupedMmCudaParams& p) {
+// dtype or fp8 pairs, a with 16-byte aligned rows and unit k stride, b likewise (k-major) or,
+// 16-bit only, with unit n stride and 16-byte aligned k rows (n-major), and a grid within CUDA's
+// limits.
+MmaLayout mma_layout(const GroupedMmCudaParams& p) {
   const bool fp8 = is_fp8(p.in_dtype) && is_fp8(p.b_dtype);
   const bool f16 =
       (p.in_dtype == DType::kBFloat16 || p.in_dtype == DType::kFloat16) && p.b_dtype == p.in_dtype;
-  if (!fp8 && !f16) return false;
+  if (!fp8 && !f16) return MmaLayout::kNone;
   const int64_t elem = fp8 ? 1 : 2;
-  return gmm_operand_aligned(reinterpret_cast<uintptr_t>(p.a), p.a_stride_m, p.a_stride_k, 0, p.k,
-                             elem) &&
-         gmm_operand_aligned(reinterpret_cast<uintptr_t>(p.b), p.b_stride_n, p.b_stride_k,
-                             p.b_stride_e, p.k, elem) &&
-         gmm_slot_bound(p.cum_m, p.num_groups) <= 0x7fffffff &&
-         (p.n + kGmmTileN - 1) / kGmmTileN <= 65535;
+  if (!gmm_operand_aligned(reinterpret_cast<uintptr_t>(p.a), p.a_stride_m, p.a_stride_k, 0, p.k,
+                           elem) ||
+      gmm_slot_bound(p.cum_m, p.num_groups) > 0x7fffffff ||
+      (p.n + kGmmTileN - 1) / kGmmTileN > 65535) {
+    return MmaLayout::kNone;
+  }
+  const auto b = reinterpret_cast<uintptr_t>(p.b);
+  if (gmm_operand_aligned(b, p.b_stride_n, p.b_stride_k, p.b_stride_e, p.k, elem)) {
+    return MmaLayout::kBKMajor;
+  }
+  // n-major: the same rule with the roles of n and k swapped (rows along k, chunks along n).
+  if (f16 && p.k <= 0x7fffffff - kGmmTileK &&
+      gmm_operand_aligned(b, p.b_stride_k, p.b_stride_n, p.b_stride_e, p.n, elem)) {
+    return MmaLayout::kBNMajor;
+  }
+  return MmaLayout::kNone;
 }
 
-void launch_mma(const GroupedMmCudaParams& p, cudaStream_t s, const char* op) {
+void launch_mma(const GroupedMmCudaParams& p, MmaLayout layout, cudaStream_t s, const char* op) {
   const dim3 grid(static_cast<unsigned>(gmm_slot_bound(p.cum_m, p.num_groups)),
                   static_cast<unsigned>((p.n + kGmmTileN - 1) / kGmmTileN));
-  const bool fp8 = is_fp8(p.in_dtype);
+  const bool fp8 = is_fp8(p.in_dtype), n_major = layout == MmaLayout::kBNMajor;
   const std::size_t smem = static_cast<std::size_t>(gmm_smem_bytes(fp8));
   dispatch_dtype<CudaElements, kBFloat16, kFloat16, kFloat32>(
       p.out_dtype, op, "out", [&]<class TO>() {
-        if (fp8) {
-          launch_kernel(op, grouped_mma_kernel<__half, true, TO>, grid, dim3(kGmmThreads), smem, s,
-                        false, p);
-        } else if (p.in_dtype == DType::kFloat16) {
-          launch_kernel(op, grouped_mma_kernel<__half, false, TO>, grid, dim3(kGmmThreads), smem, s,
-                        false, p);
-        } else {
-          launch_kernel(op, grouped_mma_kernel<__nv_bfloat16, false, TO>, grid, dim3(kGmmThreads),
+        auto go = [&]<class T, bool kFp8, bool kBNMajor>() {
+          launch_kernel(op, grouped_mma_kernel<T, kFp8, kBNMajor, TO>, grid, dim3(kGmmThreads),
                         smem, s, false, p);
+        };
+        if (fp8) {
+          go.template operator()<__half, true, false>();
+        } else if (p.in_dtype == DType::kFloat16) {
+          if (n_major) {
+            go.template operator()<__half, false, true>();
+          } else {
+            go.template operator()<__half, false, false>();
+          }
+        } else if (n_major) {
+          go.template operator()<__nv_bfloat16, false, true>();
+        } else {
+          go.template operator()<__nv_bfloat16, false, false>();
         }
       });
 }
@@ -364,8 +414,8 @@ void launch_simple(const GroupedMmCudaParams& p, cudaStream_t s, const char* op,
 void launch_grouped(const GroupedMmCudaParams& p, void* stream, const char* op, const char* arg) {
   if (p.cum_m == 0 || p.n == 0 || p.num_groups == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
-  if (mma_eligible(p)) {
-    launch_mma(p, s, op);
+  if (const MmaLayout layout = mma_layout(p); layout != MmaLayout::kNone) {
+    launch_mma(p, layout, s, op);
   } else {
     launch_simple(p, s, op, arg);
   }

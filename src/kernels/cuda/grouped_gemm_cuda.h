@@ -11,13 +11,14 @@ namespace flashinfer::kernels::cuda {
 /// accumulation, one rounding to out_dtype (bf16, fp16 or fp32).
 ///
 /// Operands of one 16-bit dtype (bf16, fp16) or fp8 ones (e4m3 / e5m2, either on each side)
-/// whose rows are 16-byte aligned with unit k stride (grouped::gmm_operand_aligned) run on the
-/// tensor-core kernel: 128 x 128 output tiles of every group in one launch, each CTA finding its
-/// group from m_indptr on the device (grouped_gemm_shape.h), mma.sync m16n8k16 with fp32
-/// accumulators (fp8 converted exactly to fp16 in shared memory), so sums over k are in blocks of
-/// 16 and tiles of 64. Other layouts run on the CUDA-core kernel (one output per thread, sums in
-/// k order). Throws flashinfer::Error(kUnsupported) past the CUDA-core grid's row limit,
-/// Error(kCuda) when a launch fails.
+/// whose rows are 16-byte aligned with unit k stride (grouped::gmm_operand_aligned; 16-bit b may
+/// instead have unit n stride and 16-byte aligned k rows) run on the tensor-core kernel: 128 x 128
+/// output tiles of every group in one launch, each CTA finding its group from m_indptr on the
+/// device (grouped_gemm_shape.h), mma.sync m16n8k16 with fp32 accumulators (fp8 converted exactly
+/// to fp16 in shared memory), so sums over k are in blocks of 16 and tiles of 64. Other layouts run
+/// on the CUDA-core kernel (one output per thread, sums in k order). Throws
+/// flashinfer::Error(kUnsupported) past the CUDA-core grid's row limit, Error(kCuda) when a launch
+/// fails.
 void grouped_mm_bf16(const GroupedMmCudaParams& p, void* stream);
 /// The same kernels for grouped_mm_fp8 (errors name "grouped_mm_fp8").
 void grouped_mm_fp8(const GroupedMmCudaParams& p, void* stream);

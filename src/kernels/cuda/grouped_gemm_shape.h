@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/device/host_device.h"
+#include "kernels/cuda/device/permuted_smem.cuh"
 
 namespace flashinfer::kernels::cuda::grouped {
 
@@ -81,6 +82,42 @@ FLASHINFER_HD constexpr bool gmm_operand_aligned(uint64_t address, int64_t strid
                                                  int64_t elem_bytes) {
   return stride_k == 1 && address % 16 == 0 && (stride_row * elem_bytes) % 16 == 0 &&
          (stride_group * elem_bytes) % 16 == 0 && (k * elem_bytes) % 16 == 0;
+}
+
+/// 16-byte units of a shared-memory row of the n-major B tile ([k][n], 16-bit): 16.
+constexpr int kGmmUnitsN = kGmmTileN * 2 / 16;
+
+// ldmatrix lane bases (permuted_lane_base; shared-memory byte addresses) of warp (wm, wn) for
+// the loop's fragments, each then read at permuted_frag_addr(base + stage offset, row_add,
+// col_even, stride16). ldmatrix.x4 reads four 8x8 tiles, lane group q = lane / 8 giving the row
+// addresses of tile q, which lands in fragment register q.
+
+/// A ([m][k], 8 units a row): fragment (mi, kk) at (mi * 16, kk * 2). Tile q covers rows
+/// (q % 2) * 8 + 0..7 and k unit q / 2: the m16n8k16 A registers a0..a3.
+FLASHINFER_HD constexpr uint32_t gmm_a_lane_base(uint32_t tile, int wm, int lane) {
+  return dev::permuted_lane_base(tile, static_cast<uint32_t>(wm * kGmmWarpTileM + (lane & 15)),
+                                 static_cast<uint32_t>(lane >> 4), kGmmUnits);
+}
+
+/// k-major B ([n][k], 8 units a row): fragment (nj, kk) at (nj * 16, kk * 2). Tile q covers n rows
+/// (q / 2) * 8 + 0..7 and k unit q % 2: b0, b1 of output columns nj * 16 + 0..7, then of 8..15.
+FLASHINFER_HD constexpr uint32_t gmm_bk_lane_base(uint32_t tile, int wn, int lane) {
+  return dev::permuted_lane_base(
+      tile, static_cast<uint32_t>(wn * kGmmWarpTileN + (lane & 7) + ((lane >> 4) << 3)),
+      static_cast<uint32_t>((lane >> 3) & 1), kGmmUnits);
+}
+
+/// n-major B ([k][n], 16 units a row, read with ldmatrix.trans): fragment (nj, kk) at
+/// (kk * 16, nj * 2). Tile q covers k rows (q % 2) * 8 + 0..7 and n unit wn * 4 + nj * 2 + q / 2:
+/// transposed, b0, b1 of columns nj * 16 + 0..7, then of 8..15, as in the k-major case. The
+/// warp's column offset of wn * 4 units splits into whole 8-unit groups ((wn / 2) * 128 bytes,
+/// added to the tile address) and 4 units inside a group (an XOR with 64 bytes, as
+/// permuted_frag_addr applies col_even), so the loop's fragments stay constant offsets.
+FLASHINFER_HD constexpr uint32_t gmm_bn_lane_base(uint32_t tile, int wn, int lane) {
+  return dev::permuted_lane_base(tile + static_cast<uint32_t>(wn / 2) * 128u,
+                                 static_cast<uint32_t>(lane & 15), static_cast<uint32_t>(lane >> 4),
+                                 kGmmUnitsN) ^
+         (static_cast<uint32_t>(wn % 2) * 64u);
 }
 
 }  // namespace flashinfer::kernels::cuda::grouped
