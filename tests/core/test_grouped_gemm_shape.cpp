@@ -137,6 +137,24 @@ TEST(GroupedGemmShape, TilesAndSlotBound) {
   EXPECT_EQ(full.rows, 128);
 }
 
+// The m16 fragments each warp row block computes: every fragment holding a row of the tile, and
+// none past them (those multiply zero-filled rows).
+TEST(GroupedGemmShape, WarpFragmentsCoverTheTileRows) {
+  for (int rows = 1; rows <= kGmmTileM; ++rows) {
+    for (int wm = 0; wm < kGmmWarpsM; ++wm) {
+      const int frags = gmm_warp_m_frags(rows, wm);
+      for (int mi = 0; mi < kGmmWarpTileM / 16; ++mi) {
+        const int first_row = wm * kGmmWarpTileM + mi * 16;
+        EXPECT_EQ(mi < frags, first_row < rows) << rows << " " << wm << " " << mi;
+      }
+    }
+  }
+  EXPECT_EQ(gmm_warp_m_frags(1, 0), 1);
+  EXPECT_EQ(gmm_warp_m_frags(64, 1), 0);
+  EXPECT_EQ(gmm_warp_m_frags(65, 1), 1);
+  EXPECT_EQ(gmm_warp_m_frags(128, 1), 4);
+}
+
 TEST(GroupedGemmShape, ScheduleCoversEveryTileOnce) {
   // Rows before the first group and after the last, empty groups, exact multiples of 128.
   check_schedule({3, 3, 4, 131, 259, 388, 688, 688}, 700);

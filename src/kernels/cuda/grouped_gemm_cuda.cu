@@ -234,6 +234,9 @@ __global__ void __launch_bounds__(kGmmThreads, 2) grouped_mma_kernel(GroupedMmCu
   const uint32_t b_lane =
       kBNMajor ? gmm_bn_lane_base(b_tile, wn, lane) : gmm_bk_lane_base(b_tile, wn, lane);
   constexpr int kMmaM = kGmmWarpTileM / 16, kMmaN = kGmmWarpTileN / 8;
+  // m16 fragments of the warp holding rows of the tile (warp-uniform; 0 to kMmaM): a small
+  // group's tile (MoE decode: a few rows an expert) skips the MMAs and A loads of its zero rows.
+  const int m_frags = gmm_warp_m_frags(rows, wm);
   float acc[kMmaM][kMmaN][4];
   FLASHINFER_UNROLL
   for (int mi = 0; mi < kMmaM; ++mi) {
@@ -270,8 +273,10 @@ __global__ void __launch_bounds__(kGmmThreads, 2) grouped_mma_kernel(GroupedMmCu
       uint32_t af[kMmaM][4];
       FLASHINFER_UNROLL
       for (int mi = 0; mi < kMmaM; ++mi) {
-        dev::mma::ldmatrix_x4(
-            af[mi], dev::permuted_frag_addr(a_lane + stage_off, mi * 16, kk * 2, kGmmUnits));
+        if (mi < m_frags) {
+          dev::mma::ldmatrix_x4(
+              af[mi], dev::permuted_frag_addr(a_lane + stage_off, mi * 16, kk * 2, kGmmUnits));
+        }
       }
       FLASHINFER_UNROLL
       for (int nj = 0; nj < kMmaN / 2; ++nj) {
@@ -285,8 +290,10 @@ __global__ void __launch_bounds__(kGmmThreads, 2) grouped_mma_kernel(GroupedMmCu
         }
         FLASHINFER_UNROLL
         for (int mi = 0; mi < kMmaM; ++mi) {
-          dev::mma::mma_m16n8k16<T>(acc[mi][2 * nj], af[mi], bf);
-          dev::mma::mma_m16n8k16<T>(acc[mi][2 * nj + 1], af[mi], bf + 2);
+          if (mi < m_frags) {
+            dev::mma::mma_m16n8k16<T>(acc[mi][2 * nj], af[mi], bf);
+            dev::mma::mma_m16n8k16<T>(acc[mi][2 * nj + 1], af[mi], bf + 2);
+          }
         }
       }
     }

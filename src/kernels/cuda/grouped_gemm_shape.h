@@ -84,6 +84,14 @@ FLASHINFER_HD constexpr bool gmm_operand_aligned(uint64_t address, int64_t strid
          (stride_group * elem_bytes) % 16 == 0 && (k * elem_bytes) % 16 == 0;
 }
 
+/// m16 fragments of warp row block wm (64 rows) that hold some of a tile's `rows` rows: those
+/// past them multiply zeros, and the kernel skips them.
+FLASHINFER_HD constexpr int gmm_warp_m_frags(int rows, int wm) {
+  const int left = rows - wm * kGmmWarpTileM;
+  const int frags = left <= 0 ? 0 : (left + 15) / 16;
+  return frags < kGmmWarpTileM / 16 ? frags : kGmmWarpTileM / 16;
+}
+
 /// 16-byte units of a shared-memory row of the n-major B tile ([k][n], 16-bit): 16.
 constexpr int kGmmUnitsN = kGmmTileN * 2 / 16;
 
