@@ -258,8 +258,23 @@ Tensor grouped_mm_impl(const char* op, Variant v, const Tensor& a, const Tensor&
                    b.size(2));
   const int64_t k = v == Variant::kFp4 ? 2 * a.size(1) : a.size(1);
   api::check_same_device(m_indptr, a, op, "m_indptr", "a");
-  const std::vector<int64_t> indptr = index_to_host(m_indptr, op, "m_indptr", E + 1, true);
-  check_indptr(indptr, cum_m, op, "m_indptr");
+  // On CUDA the bf16/fp8 kernels read m_indptr on the device only (as cuDNN does upstream, whose
+  // checks look at its dtype and length, not its values): no device sync per call (which would
+  // also stop a CUDA graph capturing it). The kernels clamp the entries to [0, cum_m], so bad
+  // values give wrong rows, never accesses outside the tensors. Elsewhere the values are checked
+  // here.
+  const bool device_indptr = a.device().is_cuda() && (v == Variant::kBf16 || v == Variant::kFp8);
+  std::vector<int64_t> indptr;
+  if (device_indptr) {
+    api::check_defined(m_indptr, op, "m_indptr");
+    api::check_dim(m_indptr, {1}, op, "m_indptr");
+    api::check_dtype_in(m_indptr, {DType::kInt32}, op, "m_indptr");
+    FLASHINFER_CHECK(m_indptr.size(0) == E + 1, op, "m_indptr", "expected ", E + 1,
+                     " entries, got ", m_indptr.size(0));
+  } else {
+    indptr = index_to_host(m_indptr, op, "m_indptr", E + 1, true);
+    check_indptr(indptr, cum_m, op, "m_indptr");
+  }
   check_alpha(alpha, a, op);
 
   GroupedMmCall call;
@@ -293,10 +308,10 @@ Tensor grouped_mm_impl(const char* op, Variant v, const Tensor& a, const Tensor&
   p.out_dtype = result.dtype();
   p.out_stride_row = result.stride(0);
   p.out_stride_n = result.stride(1);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = indptr[static_cast<std::size_t>(e)];
-    const int64_t m = indptr[static_cast<std::size_t>(e) + 1] - r0;
-    if (m > 0) p.problems.push_back({0, r0, m, e, 0, r0});
+  for (std::size_t e = 0; e + 1 < indptr.size(); ++e) {  // (none with device_indptr)
+    const int64_t r0 = indptr[e];
+    const int64_t m = indptr[e + 1] - r0;
+    if (m > 0) p.problems.push_back({0, r0, m, static_cast<int64_t>(e), 0, r0});
   }
   if (v == Variant::kBf16 || v == Variant::kFp8) {
     kernels::GroupedMmCudaParams& c = call.cuda;

@@ -100,6 +100,21 @@ void check_schedule(const std::vector<int32_t>& indptr, int64_t cum_m) {
   }
 }
 
+// m_indptr entries clamped to [0, cum_m], end >= begin (the device reads them unchecked).
+TEST(GroupedGemmShape, GroupRowsClamped) {
+  const auto check = [](int64_t first, int64_t last, int64_t b, int64_t e) {
+    const GmmGroup g = gmm_group_rows(first, last, 100);
+    EXPECT_EQ(g.begin, b) << first << " " << last;
+    EXPECT_EQ(g.end, e) << first << " " << last;
+  };
+  check(3, 40, 3, 40);    // in range: unchanged
+  check(-5, 40, 0, 40);   // negative start
+  check(3, 400, 3, 100);  // past cum_m
+  check(50, 20, 50, 50);  // decreasing: empty
+  check(150, 20, 100, 100);
+  check(-9, -3, 0, 0);
+}
+
 TEST(GroupedGemmShape, TilesAndSlotBound) {
   EXPECT_EQ(gmm_m_tiles(0), 0);
   EXPECT_EQ(gmm_m_tiles(-3), 0);

@@ -1092,6 +1092,26 @@ TEST(GroupedMmBf16Cuda, TensorCoresExactOnIntegerOperands) {
   EXPECT_EQ(w[static_cast<std::size_t>(10 * 201 + 200)], 7.0);  // column 200: outside out
 }
 
+// On CUDA m_indptr is read on the device only (no host check, as upstream): out-of-range and
+// decreasing entries are clamped to [0, cum_m] (a group ends no earlier than it starts), giving
+// the rows of the clamped split and nothing outside the tensors.
+TEST(GroupedMmBf16Cuda, DeviceIndptrClamped) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  const Tensor a = int_tensor({10, 64}, 4, DType::kBFloat16, 21);
+  const Tensor b = int_tensor({2, 24, 64}, 4, DType::kBFloat16, 22);
+  const std::pair<std::vector<int64_t>, std::vector<int64_t>> cases[] = {
+      {{-2, 3, 100}, {0, 3, 10}}, {{0, 5, 3}, {0, 5, 5}}, {{7, 2, 9}, {2, 2, 9}}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.first[0]);
+    // The CPU still checks the values: it refuses the bad split itself.
+    EXPECT_FI_ERROR((void)grouped_mm_bf16(a, b, i32(c.first)), "grouped_mm_bf16", "m_indptr");
+    const Tensor ref = grouped_mm_bf16(a, b, i32(c.second), std::nullopt, DType::kFloat32);
+    EXPECT_TRUE(bit_equal(
+        grouped_mm_bf16(a.to(d), b.to(d), i32(c.first).to(d), std::nullopt, DType::kFloat32), ref));
+  }
+}
+
 // |got - exact| within what fp32 accumulation in any order can reach, plus the output rounding:
 // each of the k additions errs by at most 2^-24 of a partial sum, itself at most S = sum |a b|
 // (2^-22 per addition here, allowing for tensor-core accumulators that truncate); rounding the

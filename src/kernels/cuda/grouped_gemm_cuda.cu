@@ -29,6 +29,8 @@ constexpr int kTile = 16;
 
 // The group whose [m_indptr[e], m_indptr[e+1]) holds row r, or -1. With empty groups (equal
 // neighbours) the search ends on the last group starting at or before r, the non-empty one.
+// Whatever m_indptr holds (the host does not check it on CUDA), the result is -1 or a group in
+// [0, groups), and the kernel touches only row r < cum_m.
 __device__ int64_t group_of(const int32_t* indptr, int64_t groups, int64_t r) {
   if (groups <= 0 || r < indptr[0] || r >= indptr[groups]) return -1;
   int64_t lo = 0, hi = groups;  // indptr[lo] <= r < indptr[hi]
@@ -77,8 +79,9 @@ __device__ void find_tile(const GroupedMmCudaParams& p, int64_t slot, int lane, 
     const int64_t g = c + lane;
     int64_t tiles = 0, begin = 0, end = 0;
     if (g < p.num_groups) {
-      begin = p.m_indptr[g];
-      end = p.m_indptr[g + 1];
+      const GmmGroup rows = gmm_group_rows(p.m_indptr[g], p.m_indptr[g + 1], p.cum_m);
+      begin = rows.begin;
+      end = rows.end;
       tiles = gmm_m_tiles(end - begin);
     }
     int64_t incl = tiles;

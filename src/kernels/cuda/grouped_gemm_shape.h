@@ -42,6 +42,18 @@ FLASHINFER_HD constexpr int gmm_smem_bytes(bool fp8) {
              : kGmmStages * kGmmTileRows * kGmmTileK * 2;
 }
 
+/// The rows [begin, end) a group covers, its m_indptr entries clamped to [0, cum_m] (end >=
+/// begin): the kernel reads m_indptr on the device without the host checking it, and clamped
+/// entries keep every access inside a and out whatever they hold.
+struct GmmGroup {
+  int64_t begin, end;
+};
+FLASHINFER_HD constexpr GmmGroup gmm_group_rows(int64_t first, int64_t last, int64_t cum_m) {
+  const int64_t b = first < 0 ? 0 : (first > cum_m ? cum_m : first);
+  const int64_t e = last < b ? b : (last > cum_m ? cum_m : last);
+  return {b, e};
+}
+
 /// m tiles of a group of m rows.
 FLASHINFER_HD constexpr int64_t gmm_m_tiles(int64_t m) {
   return m <= 0 ? 0 : (m + kGmmTileM - 1) / kGmmTileM;
