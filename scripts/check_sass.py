@@ -16,7 +16,8 @@ architecture it names (about 15 s for the library, which also holds sm_80 code).
 time) and the architecture, and reads it from there while they match: the ctest rule tests share
 one cuobjdump run (the `static_sass_dump` fixture writes it), which is most of their time.
 
-Rules (RULES below): `decode`, `prefill`, `sampling`, `nvfp4` and `rowops` are on by default. A rule
+Rules (RULES below): `decode`, `prefill`, `sampling`, `nvfp4`, `rowops` and `grouped_gemm` are on by
+default. A rule
 selects the kernels whose name (the bare function name, without namespaces, template arguments
 and parameters; case-insensitive) contains its substring (or one of them) and none of its
 exclusions, and then
@@ -163,6 +164,19 @@ RULES = {
             match="prefill",
             description="prefill attention: no spills, ldmatrix (LDSM), mma.sync (HMMA), "
             "128-bit cp.async (LDGSTS .128)",
+            require=(
+                Need("LDSM (ldmatrix)", r"^LDSM(?:\.|$)"),
+                Need("HMMA (mma.sync)", r"^HMMA(?:\.|$)"),
+                Need("LDGSTS .128 (16-byte cp.async)", LDGSTS_128),
+            ),
+        ),
+        Rule(
+            name="grouped_gemm",
+            match="grouped_mma_kernel",
+            description="tensor-core grouped GEMM (grouped_mm_bf16/fp8, SegmentGEMMWrapper.run): "
+            "no spills, ldmatrix (LDSM), mma.sync (HMMA), 128-bit cp.async (LDGSTS .128)",
+            # grouped_mm_simple_kernel, the CUDA-core fallback for strided operands, is not
+            # matched (no tensor cores by design).
             require=(
                 Need("LDSM (ldmatrix)", r"^LDSM(?:\.|$)"),
                 Need("HMMA (mma.sync)", r"^HMMA(?:\.|$)"),

@@ -72,7 +72,7 @@ KERNEL_TESTS = [
     ("ragged_attention_cuda.cu", r"^(TrtllmRaggedDeepseekCuda\.|FmhaV2PrefillCuda\.|BackendOpsCuda\.MatchesCpu/.*(ragged_attention_deepseek|fmha_v2))"),
     ("rope_quantize_cuda.cu", r"^(RopeQuantizeFp8Cuda\.|BackendOpsCuda\.MatchesCpu/.*rope_quantize)"),
     ("attention_jit_launch.cu", r"^(BackendOpsCudaJit\.|BatchPrefillCuda\.RaggedQk192Vo128)"),
-    ("grouped_gemm_cuda.cu", r"^(GroupedMmBf16Cuda\.|BackendOpsCuda\.MatchesCpu/.*grouped_mm_bf16)"),
+    ("grouped_gemm_cuda.cu", r"^(GroupedMm(Bf16|Fp8)Cuda\.|SegmentGemmCuda\.|BackendOpsCuda\.MatchesCpu/.*(grouped_mm_(bf16|fp8)|SegmentGEMMWrapper))"),
     ("apilog_stats_cuda.cu", r"^ApiLog\.StatisticsCuda"),
     ("bench_timing_cuda.cu", None),  # from the bench phase: a CUDA [PERF] row was timed
     ("gguf_cuda.cu", r"^(MmGgufCuda\.|ChatCuda\.|BackendOpsCuda\.MatchesCpu/mm_gguf)"),

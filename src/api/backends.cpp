@@ -111,13 +111,15 @@ const std::map<std::string, BackendRequirement, std::less<>>& table() {
     for (const char* op : {"mm_nvfp4_svdquant", "nvfp4_quantize_smooth"}) {
       m->emplace(op, make(op, "cutlass", {"cutlass"}, {}));
     }
-    // The grouped GEMMs (cuDNN's MoE grouped matmul upstream): grouped_mm_bf16 runs this build's
-    // grouped kernel under the name "cudnn"; the fp8/mxfp8/fp4 variants have no CUDA kernel here
-    // (make() then offers no backend: is_backend_supported says false).
+    // The grouped GEMMs (cuDNN's MoE grouped matmul upstream): grouped_mm_bf16 and grouped_mm_fp8
+    // run this build's grouped tensor-core kernel under the name "cudnn" (upstream's
+    // @supported_compute_capability: sm80+ for bf16, sm89+ for fp8); the mxfp8/fp4 variants have
+    // no CUDA kernel here (make() then offers no backend: is_backend_supported says false).
+    const std::string grouped = "grouped CUDA kernel of this build (serves the default)";
     m->emplace("grouped_mm_bf16",
-               make("grouped_mm_bf16", "cudnn", {"cudnn"},
-                    {{"cudnn", 80, "grouped CUDA kernel of this build (serves the default)"}}));
-    m->emplace("grouped_mm_fp8", make("grouped_mm_fp8", "cudnn", {"cudnn"}, {{"cudnn", 89, ""}}));
+               make("grouped_mm_bf16", "cudnn", {"cudnn"}, {{"cudnn", 80, grouped}}));
+    m->emplace("grouped_mm_fp8",
+               make("grouped_mm_fp8", "cudnn", {"cudnn"}, {{"cudnn", 89, grouped}}));
     m->emplace("grouped_mm_mxfp8",
                make("grouped_mm_mxfp8", "cudnn", {"cudnn"}, {{"cudnn", 100, ""}}));
     m->emplace("grouped_mm_fp4", make("grouped_mm_fp4", "cudnn", {"cudnn"}, {{"cudnn", 100, ""}}));

@@ -82,11 +82,29 @@ constexpr KernelEntry<GroupedMmCall> kGroupedMmBf16Kernels[] = {
      nullptr, [](const GroupedMmCall& c, const LaunchContext&) { grouped_mm_bf16_cpu(c); }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
-     "grouped CUDA kernel of this build (fp32 accumulation, groups found from m_indptr on the "
-     "device; no cuDNN)",
+     "grouped CUDA kernel of this build (tensor cores: mma.sync bf16, fp32 accumulation, every "
+     "group's tiles in one launch, groups found from m_indptr on the device; strided operands on "
+     "a CUDA-core kernel; no cuDNN)",
      nullptr,
      [](const GroupedMmCall& c, const LaunchContext& ctx) {
        kernels::cuda::grouped_mm_bf16(c.cuda, ctx.stream);
+     }},
+#endif
+};
+
+// grouped_mm_fp8: the generic CPU driver; on CUDA the grouped kernel with the fp8 operands
+// converted exactly to fp16 in shared memory (an fp16 MMA, fp32 accumulation, alpha at the end).
+constexpr KernelEntry<GroupedMmCall> kGroupedMmFp8Kernels[] = {
+    {DeviceType::kCPU, kCpuImpl, nullptr,
+     [](const GroupedMmCall& c, const LaunchContext&) { kernels::cpu::grouped_gemm(c.cpu); }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "grouped CUDA kernel of this build (fp8 converted exactly to fp16 in shared memory, "
+     "mma.sync fp16, fp32 accumulation, alpha, one rounding; strided operands on a CUDA-core "
+     "kernel; no cuDNN)",
+     nullptr,
+     [](const GroupedMmCall& c, const LaunchContext& ctx) {
+       kernels::cuda::grouped_mm_fp8(c.cuda, ctx.stream);
      }},
 #endif
 };
@@ -101,7 +119,9 @@ constexpr KernelEntry<GroupedMmCall> kSegmentKernels[] = {
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
      "grouped CUDA kernel of this build (one launch, segments found from seg_indptr on the "
-     "device, fp32 accumulation, one rounding)",
+     "device; tensor cores where x is k-contiguous and the weights k- or (fp16/bf16) "
+     "n-contiguous with 16-byte aligned rows, else a CUDA-core kernel; fp32 accumulation, one "
+     "rounding)",
      nullptr,
      [](const GroupedMmCall& c, const LaunchContext& ctx) {
        kernels::cuda::segment_gemm(c.cuda, ctx.stream);
@@ -238,8 +258,23 @@ Tensor grouped_mm_impl(const char* op, Variant v, const Tensor& a, const Tensor&
                    b.size(2));
   const int64_t k = v == Variant::kFp4 ? 2 * a.size(1) : a.size(1);
   api::check_same_device(m_indptr, a, op, "m_indptr", "a");
-  const std::vector<int64_t> indptr = index_to_host(m_indptr, op, "m_indptr", E + 1, true);
-  check_indptr(indptr, cum_m, op, "m_indptr");
+  // On CUDA the bf16/fp8 kernels read m_indptr on the device only (as cuDNN does upstream, whose
+  // checks look at its dtype and length, not its values): no device sync per call (which would
+  // also stop a CUDA graph capturing it). The kernels clamp the entries to [0, cum_m], so bad
+  // values give wrong rows, never accesses outside the tensors. Elsewhere the values are checked
+  // here.
+  const bool device_indptr = a.device().is_cuda() && (v == Variant::kBf16 || v == Variant::kFp8);
+  std::vector<int64_t> indptr;
+  if (device_indptr) {
+    api::check_defined(m_indptr, op, "m_indptr");
+    api::check_dim(m_indptr, {1}, op, "m_indptr");
+    api::check_dtype_in(m_indptr, {DType::kInt32}, op, "m_indptr");
+    FLASHINFER_CHECK(m_indptr.size(0) == E + 1, op, "m_indptr", "expected ", E + 1,
+                     " entries, got ", m_indptr.size(0));
+  } else {
+    indptr = index_to_host(m_indptr, op, "m_indptr", E + 1, true);
+    check_indptr(indptr, cum_m, op, "m_indptr");
+  }
   check_alpha(alpha, a, op);
 
   GroupedMmCall call;
@@ -273,14 +308,17 @@ Tensor grouped_mm_impl(const char* op, Variant v, const Tensor& a, const Tensor&
   p.out_dtype = result.dtype();
   p.out_stride_row = result.stride(0);
   p.out_stride_n = result.stride(1);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = indptr[static_cast<std::size_t>(e)];
-    const int64_t m = indptr[static_cast<std::size_t>(e) + 1] - r0;
-    if (m > 0) p.problems.push_back({0, r0, m, e, 0, r0});
+  for (std::size_t e = 0; e + 1 < indptr.size(); ++e) {  // (none with device_indptr)
+    const int64_t r0 = indptr[e];
+    const int64_t m = indptr[e + 1] - r0;
+    if (m > 0) p.problems.push_back({0, r0, m, static_cast<int64_t>(e), 0, r0});
   }
-  if (v == Variant::kBf16) {
+  if (v == Variant::kBf16 || v == Variant::kFp8) {
     kernels::GroupedMmCudaParams& c = call.cuda;
     c.a = a.data_ptr();
+    c.in_dtype = a.dtype();
+    c.b_dtype = b.dtype();
+    c.alpha = p.alpha;
     c.a_stride_m = a.stride(0);
     c.a_stride_k = a.stride(1);
     c.b = b.data_ptr();
@@ -297,7 +335,11 @@ Tensor grouped_mm_impl(const char* op, Variant v, const Tensor& a, const Tensor&
     c.out_dtype = result.dtype();
     c.out_stride_m = result.stride(0);
     c.out_stride_n = result.stride(1);
-    api::launch(kGroupedMmBf16Kernels, call, a.device(), op, "a");
+    if (v == Variant::kBf16) {
+      api::launch(kGroupedMmBf16Kernels, call, a.device(), op, "a");
+    } else {
+      api::launch(kGroupedMmFp8Kernels, call, a.device(), op, "a");
+    }
   } else {
     api::launch(kCpuOnly, p, a.device(), op, "a");
   }
@@ -988,10 +1030,10 @@ Tensor SegmentGEMMWrapper::run(const Tensor& x, const Tensor& weights, int64_t b
         }
         Tensor dev_ints;  // CUDA: the segment table (indptr, then weight indices) as int32
         if (x.device().is_cuda()) {
-          // The kernel's grid covers at most 65535 tiles of 16 rows, so row numbers fit int32.
-          FLASHINFER_CHECK_CODE(cum <= int64_t{65535} * 16, ErrorCode::kUnsupported, op, "x",
-                                "x has ", cum,
-                                " rows, over the CUDA kernel's limit of 65535 tiles of 16 rows");
+          // The segment table goes to the device as int32 (the CUDA-core fallback's own grid
+          // limit, 65535 tiles of 16 rows, is checked where it runs).
+          FLASHINFER_CHECK_CODE(cum <= int64_t{0x7fffffff}, ErrorCode::kUnsupported, op, "x",
+                                "x has ", cum, " rows, over the CUDA kernels' int32 row numbers");
           std::vector<int32_t> table;
           table.reserve(static_cast<std::size_t>(2 * batch_size + 1));
           for (int64_t v : indptr) table.push_back(static_cast<int32_t>(v));
@@ -1008,6 +1050,7 @@ Tensor SegmentGEMMWrapper::run(const Tensor& x, const Tensor& weights, int64_t b
           c.b_stride_n = p.b.stride_row;
           c.b_stride_k = p.b.stride_k;
           c.in_dtype = x.dtype();
+          c.b_dtype = weights.dtype();
           c.m_indptr = dev_ints.data<int32_t>();
           c.b_index = c.m_indptr + batch_size + 1;
           c.num_groups = batch_size;
@@ -1664,15 +1707,16 @@ void register_grouped_gemm_ops(OpRegistry& r) {
       arg("out").mut(), "out_dtype");
 
   api::register_backends("grouped_mm_bf16", kGroupedMmBf16Kernels);
+  api::register_backends("grouped_mm_fp8", kGroupedMmFp8Kernels);
   // The wrapper's methods: run's backends (as the attention wrappers register theirs).
   for (const char* op : {"SegmentGEMMWrapper.__init__", "SegmentGEMMWrapper.run"}) {
     api::register_backends(op, kSegmentKernels);
   }
-  for (const char* op : {"grouped_mm_fp8", "grouped_mm_mxfp8", "grouped_mm_fp4",
-                         "grouped_gemm_nt_masked", "group_gemm_fp8_nt_groupwise",
-                         "group_deepgemm_fp8_nt_groupwise", "batch_deepgemm_fp8_nt_groupwise",
-                         "group_gemm_mxfp8_mxfp4_nt_groupwise", "group_gemm_nvfp4_nt_groupwise",
-                         "moe_gemm_fp8_nt_groupwise", "moe_gemm_mxfp8_nt_groupwise"}) {
+  for (const char* op : {"grouped_mm_mxfp8", "grouped_mm_fp4", "grouped_gemm_nt_masked",
+                         "group_gemm_fp8_nt_groupwise", "group_deepgemm_fp8_nt_groupwise",
+                         "batch_deepgemm_fp8_nt_groupwise", "group_gemm_mxfp8_mxfp4_nt_groupwise",
+                         "group_gemm_nvfp4_nt_groupwise", "moe_gemm_fp8_nt_groupwise",
+                         "moe_gemm_mxfp8_nt_groupwise"}) {
     api::register_backends(op, kCpuOnly);
   }
 

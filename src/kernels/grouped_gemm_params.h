@@ -79,13 +79,15 @@ struct GroupedMmCudaParams {
   int64_t a_stride_m = 0, a_stride_k = 1;
   const void* b = nullptr;  // [num_weights, n, k] of in_dtype (logical; any strides)
   int64_t b_stride_e = 0, b_stride_n = 0, b_stride_k = 1;
-  DType in_dtype = DType::kBFloat16;  // a and b: bf16, fp16, fp8 e4m3 / e5m2 (unscaled)
+  // a: bf16, fp16, fp8 e4m3 / e5m2 (unscaled); b: the same 16-bit dtype, or either fp8 one.
+  DType in_dtype = DType::kBFloat16, b_dtype = DType::kBFloat16;
   const int32_t* m_indptr = nullptr;  // [num_groups + 1] on the device
   // [num_groups] on the device: group g multiplies weight b_index[g] (SegmentGEMMWrapper's
   // weight_indices). Null: weight g.
   const int32_t* b_index = nullptr;
   int64_t num_groups = 0, cum_m = 0, n = 0, k = 0;
-  void* out = nullptr;  // [cum_m, n]
+  const float* alpha = nullptr;  // one fp32 on the device multiplying every output; null: 1
+  void* out = nullptr;           // [cum_m, n]
   DType out_dtype = DType::kBFloat16;
   int64_t out_stride_m = 0, out_stride_n = 1;
 };

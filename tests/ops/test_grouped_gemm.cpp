@@ -863,10 +863,19 @@ TEST(GroupedGemmDecls, ModulesBackendsAndRecordReplay) {
     ASSERT_NE(d, nullptr) << name;
     EXPECT_EQ(d->module, module) << name;
   }
-  // grouped_mm_bf16 has a CUDA kernel; the other grouped_mm variants say they have none.
+  // grouped_mm_bf16 (sm80+) and grouped_mm_fp8 (sm89+, upstream's rule) have a CUDA kernel
+  // under upstream's default name; the block-scaled variants say they have none.
   EXPECT_EQ(op_has_backend("grouped_mm_bf16", DeviceType::kCUDA),
             backend_requirement("grouped_mm_bf16").is_backend_supported("cudnn", 90));
-  for (const char* op : {"grouped_mm_fp8", "grouped_mm_mxfp8", "grouped_mm_fp4"}) {
+  EXPECT_EQ(op_has_backend("grouped_mm_fp8", DeviceType::kCUDA), cuda_compiled());
+  for (int cc : {89, 90}) {
+    EXPECT_EQ(backend_requirement("grouped_mm_fp8").is_backend_supported("cudnn", cc),
+              cuda_compiled())
+        << cc;
+  }
+  EXPECT_FALSE(backend_requirement("grouped_mm_fp8").is_backend_supported("cudnn", 86));
+  EXPECT_EQ(backend_requirement("grouped_mm_fp8").default_backend, "cudnn");
+  for (const char* op : {"grouped_mm_mxfp8", "grouped_mm_fp4"}) {
     EXPECT_FALSE(backend_requirement(op).is_backend_supported("cudnn", 100)) << op;
     EXPECT_FALSE(op_has_backend(op, DeviceType::kCUDA)) << op;
   }
@@ -1004,6 +1013,236 @@ TEST(SegmentGemmCuda, MatchesCpu) {
       EXPECT_TRUE(all_close(out_gpu.to(Device::cpu()), out_cpu, default_tolerance(od)));
       // rows 41..44 are in no segment
       EXPECT_EQ(out_gpu.to(Device::cpu()).to_double_vector()[44 * d_out], 3.0);
+    }
+  }
+}
+
+// ---- the tensor-core grouped kernel (CUDA; skipped without a GPU) ---------------------------
+//
+// Aligned operands (16-byte rows, unit k stride) run on the tensor-core kernel; the same values in
+// a column-major copy of a (k stride != 1) run on the CUDA-core kernel, the tests' second
+// opinion. Integer operands make every product and partial sum an integer below 2^24, exact in
+// fp32 in any order, so those cases compare bit for bit whatever the accumulation order (tensor
+// cores sum blocks of 16 products, the CPU and the CUDA-core kernel one product at a time).
+
+// Integers in [-r, r] (exact in bf16, fp16, e4m3 and e5m2 for r <= 8), as `dt`.
+Tensor int_tensor(const Shape& shape, int r, DType dt, uint64_t seed) {
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  std::vector<double> v(static_cast<std::size_t>(count));
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (double& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<double>(static_cast<int>((s >> 33) % static_cast<uint64_t>(2 * r + 1)) - r);
+  }
+  return Tensor::from_vector(v, shape, DType::kFloat32).to(dt);
+}
+
+// The same logical [rows, k] matrix with strides (1, rows): the CUDA-core kernel's layout.
+Tensor column_major(const Tensor& t) { return t.transpose(0, 1).contiguous().transpose(0, 1); }
+
+::testing::AssertionResult bit_equal(const Tensor& got, const Tensor& ref) {
+  if (got.shape() != ref.shape() || got.dtype() != ref.dtype()) {
+    return ::testing::AssertionFailure() << got.describe() << " vs " << ref.describe();
+  }
+  const std::vector<double> g = got.to(Device::cpu()).to_double_vector(),
+                            r = ref.to_double_vector();
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (g[i] != r[i] && !(std::isnan(g[i]) && std::isnan(r[i]))) {
+      if (bad++ == 0) first = i;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << g.size() << " differ; first at " << first
+                                       << ": " << g[first] << " vs " << r[first];
+}
+
+// Groups of 0, 1, 127, 128, 129 and 300 rows and an empty one, rows 0..2 and 688..699 in none:
+// partial and full m tiles; n = 200 and k = 200 leave partial n and k tiles.
+const std::vector<int64_t> kEdgeIndptr = {3, 3, 4, 131, 259, 388, 688, 688};
+constexpr int64_t kEdgeRows = 700, kEdgeN = 200, kEdgeK = 200;
+
+TEST(GroupedMmBf16Cuda, TensorCoresExactOnIntegerOperands) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  const int64_t E = static_cast<int64_t>(kEdgeIndptr.size()) - 1;
+  const Tensor a = int_tensor({kEdgeRows, kEdgeK}, 4, DType::kBFloat16, 1);
+  const Tensor b = int_tensor({E, kEdgeN, kEdgeK}, 4, DType::kBFloat16, 2);
+  const Tensor ip = i32(kEdgeIndptr), ipd = ip.to(d);
+  const Tensor ad = a.to(d), bd = b.to(d), a_cm = to_keep_layout(column_major(a), d);
+  for (DType od : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+    SCOPED_TRACE(dtype_name(od));
+    const Tensor ref = grouped_mm_bf16(a, b, ip, std::nullopt, od);
+    const Tensor got = grouped_mm_bf16(ad, bd, ipd, std::nullopt, od);
+    EXPECT_TRUE(bit_equal(got, ref));
+    EXPECT_TRUE(bit_equal(grouped_mm_bf16(a_cm, bd, ipd, std::nullopt, od), ref));
+  }
+  // out given: prefilled, with rows of 201 elements (odd: the element-wise store path); rows in
+  // no group keep their values.
+  Tensor wide = Tensor::full({kEdgeRows, kEdgeN + 1}, 7.0, DType::kBFloat16, d);
+  Tensor out = wide.slice(1, 0, kEdgeN);
+  (void)grouped_mm_bf16(ad, bd, ipd, out);
+  Tensor ref_out = Tensor::full({kEdgeRows, kEdgeN}, 7.0, DType::kBFloat16);
+  (void)grouped_mm_bf16(a, b, ip, ref_out);
+  EXPECT_TRUE(bit_equal(out, ref_out));
+  const std::vector<double> w = wide.to(Device::cpu()).to_double_vector();
+  EXPECT_EQ(w[0], 7.0);                                         // row 0: in no group
+  EXPECT_EQ(w[static_cast<std::size_t>(699 * 201 + 5)], 7.0);   // row 699: in no group
+  EXPECT_EQ(w[static_cast<std::size_t>(10 * 201 + 200)], 7.0);  // column 200: outside out
+}
+
+// On CUDA m_indptr is read on the device only (no host check, as upstream): out-of-range and
+// decreasing entries are clamped to [0, cum_m] (a group ends no earlier than it starts), giving
+// the rows of the clamped split and nothing outside the tensors.
+TEST(GroupedMmBf16Cuda, DeviceIndptrClamped) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  const Tensor a = int_tensor({10, 64}, 4, DType::kBFloat16, 21);
+  const Tensor b = int_tensor({2, 24, 64}, 4, DType::kBFloat16, 22);
+  const std::pair<std::vector<int64_t>, std::vector<int64_t>> cases[] = {
+      {{-2, 3, 100}, {0, 3, 10}}, {{0, 5, 3}, {0, 5, 5}}, {{7, 2, 9}, {2, 2, 9}}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.first[0]);
+    // The CPU still checks the values: it refuses the bad split itself.
+    EXPECT_FI_ERROR((void)grouped_mm_bf16(a, b, i32(c.first)), "grouped_mm_bf16", "m_indptr");
+    const Tensor ref = grouped_mm_bf16(a, b, i32(c.second), std::nullopt, DType::kFloat32);
+    EXPECT_TRUE(bit_equal(
+        grouped_mm_bf16(a.to(d), b.to(d), i32(c.first).to(d), std::nullopt, DType::kFloat32), ref));
+  }
+}
+
+// |got - exact| within what fp32 accumulation in any order can reach, plus the output rounding:
+// each of the k additions errs by at most 2^-24 of a partial sum, itself at most S = sum |a b|
+// (2^-22 per addition here, allowing for tensor-core accumulators that truncate); rounding the
+// result to the output format adds half an ulp of it (2^-9 relative for bf16, 2^-24 for fp32).
+::testing::AssertionResult within_accumulation_bound(const Tensor& got,
+                                                     const std::vector<double>& exact,
+                                                     const std::vector<double>& abs_sum, int64_t k,
+                                                     double slack = 1.0) {
+  const std::vector<double> g = got.to(Device::cpu()).to_double_vector();
+  const double out_rel = got.dtype() == DType::kBFloat16  ? std::ldexp(1.0, -8)
+                         : got.dtype() == DType::kFloat16 ? std::ldexp(1.0, -11)
+                                                          : std::ldexp(1.0, -23);
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double acc = slack * static_cast<double>(k) * std::ldexp(1.0, -22) * abs_sum[i];
+    if (!(std::fabs(g[i] - exact[i]) <= out_rel * std::fabs(exact[i]) + 2.0 * acc)) {
+      if (bad++ == 0) first = i;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << g.size() << " outside the bound; first "
+                                       << first << ": " << g[first] << " vs " << exact[first];
+}
+
+// 70 groups (three chunks of the CTA's warp walk over m_indptr), random sizes, k = 1032.
+TEST(GroupedMmBf16Cuda, RandomMatchesFp64WithinAccumulationBound) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  std::vector<int64_t> indptr = {1};
+  uint64_t s = 99;
+  for (int g = 0; g < 70; ++g) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const int64_t m = (s >> 40) % 5 == 0 ? 0 : static_cast<int64_t>((s >> 33) % 60);
+    indptr.push_back(indptr.back() + m);
+  }
+  const int64_t cum = indptr.back() + 2, n = 296, k = 1032, E = 70;
+  const Tensor a = rand_tensor({cum, k}, DType::kBFloat16, 3, -1.0, 1.0);
+  const Tensor b = rand_tensor({E, n, k}, DType::kBFloat16, 4, -1.0, 1.0);
+  std::vector<double> av = a.to_double_vector(), bv = b.to_double_vector();
+  const std::vector<double> exact = grouped_ref(av, bv, indptr, cum, n, k, 1.0);
+  for (double& x : av) x = std::fabs(x);
+  for (double& x : bv) x = std::fabs(x);
+  const std::vector<double> abs_sum = grouped_ref(av, bv, indptr, cum, n, k, 1.0);
+  const Tensor ad = a.to(d), bd = b.to(d), ipd = i32(indptr).to(d);
+  for (DType od : {DType::kBFloat16, DType::kFloat32}) {
+    SCOPED_TRACE(dtype_name(od));
+    EXPECT_TRUE(within_accumulation_bound(grouped_mm_bf16(ad, bd, ipd, std::nullopt, od), exact,
+                                          abs_sum, k));
+  }
+  // The CUDA-core kernel on the same values: both within the bound of the exact result, so
+  // within twice of each other.
+  const Tensor tc = grouped_mm_bf16(ad, bd, ipd, std::nullopt, DType::kFloat32).to(Device::cpu());
+  const Tensor cc =
+      grouped_mm_bf16(to_keep_layout(column_major(a), d), bd, ipd, std::nullopt, DType::kFloat32);
+  EXPECT_TRUE(within_accumulation_bound(cc, tc.to_double_vector(), abs_sum, k, 2.0));
+}
+
+// e4m3 x e4m3 and e4m3 x e5m2 integer operands (|a b| <= 64, k = 208: sums below 2^14), alpha
+// 0.5 (exact) or none: bit-exact against the CPU reference, on both CUDA kernels.
+TEST(GroupedMmFp8Cuda, TensorCoresExactOnIntegerOperandsWithAlpha) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  const int64_t E = static_cast<int64_t>(kEdgeIndptr.size()) - 1, k = 208;
+  const Tensor a = int_tensor({kEdgeRows, k}, 8, DType::kFloat8E4M3FN, 5);
+  const Tensor ip = i32(kEdgeIndptr), ipd = ip.to(d);
+  const Tensor alpha = Tensor::full({1}, 0.5, DType::kFloat32), alpha_d = alpha.to(d);
+  const Tensor ad = a.to(d), a_cm = to_keep_layout(column_major(a), d);
+  for (DType bt : {DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+    const Tensor b = int_tensor({E, kEdgeN, k}, 8, bt, 6), bd = b.to(d);
+    for (DType od : {DType::kBFloat16, DType::kFloat32}) {
+      for (bool with_alpha : {true, false}) {
+        SCOPED_TRACE(std::string(dtype_name(bt)) + " " + std::string(dtype_name(od)) +
+                     (with_alpha ? " alpha" : ""));
+        const std::optional<Tensor> al = with_alpha ? std::optional<Tensor>(alpha) : std::nullopt;
+        const std::optional<Tensor> ald =
+            with_alpha ? std::optional<Tensor>(alpha_d) : std::nullopt;
+        const Tensor ref = grouped_mm_fp8(a, b, ip, al, std::nullopt, od);
+        EXPECT_TRUE(bit_equal(grouped_mm_fp8(ad, bd, ipd, ald, std::nullopt, od), ref));
+        EXPECT_TRUE(bit_equal(grouped_mm_fp8(a_cm, bd, ipd, ald, std::nullopt, od), ref));
+      }
+    }
+  }
+}
+
+// Random e4m3 operands, k = 4096 (64 k tiles): within the accumulation bound of the fp64 result.
+TEST(GroupedMmFp8Cuda, RandomMatchesFp64WithinAccumulationBound) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  const std::vector<int64_t> indptr = {0, 40, 40, 300};
+  const int64_t cum = 300, n = 256, k = 4096, E = 3;
+  const Tensor a = rand_tensor({cum, k}, DType::kFloat32, 7, -2.0, 2.0).to(DType::kFloat8E4M3FN);
+  const Tensor b = rand_tensor({E, n, k}, DType::kFloat32, 8, -2.0, 2.0).to(DType::kFloat8E4M3FN);
+  std::vector<double> av = a.to_double_vector(), bv = b.to_double_vector();
+  const std::vector<double> exact = grouped_ref(av, bv, indptr, cum, n, k, 0.25);
+  for (double& x : av) x = std::fabs(x);
+  for (double& x : bv) x = std::fabs(x);
+  const std::vector<double> abs_sum = grouped_ref(av, bv, indptr, cum, n, k, 0.25);
+  const Tensor got =
+      grouped_mm_fp8(a.to(d), b.to(d), i32(indptr).to(d),
+                     Tensor::full({1}, 0.25, DType::kFloat32, d), std::nullopt, DType::kFloat32);
+  EXPECT_TRUE(within_accumulation_bound(got, exact, abs_sum, k));
+}
+
+// SegmentGEMMWrapper.run on integer operands: weights k-contiguous (weight_column_major=True)
+// and n-contiguous (False; both on the tensor-core kernel, the second through the transposing
+// ldmatrix), and with x column-major (the CUDA-core kernel): all bit-exact with the CPU;
+// weight_indices repeat a weight and skip one, a segment is empty, d_out = 144 leaves a partial n
+// tile and d_in = 136 a partial k tile.
+TEST(SegmentGemmCuda, TensorCoresExactOnIntegerOperands) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  SegmentGEMMWrapper seg_cpu(Tensor::empty({1024}, DType::kUInt8));
+  SegmentGEMMWrapper seg_gpu(Tensor::empty({1024}, DType::kUInt8, d));
+  const int64_t cum = 300, d_in = 136, d_out = 144, W = 3;
+  const std::vector<int64_t> indptr = {0, 150, 150, 151, 290}, widx = {2, 0, 2, 2};
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    const Tensor x = int_tensor({cum, d_in}, 4, dt, 11);
+    const Tensor w_cm = int_tensor({W, d_out, d_in}, 4, dt, 12);  // [W, d_out, d_in]
+    const Tensor w_rm = w_cm.transpose(1, 2).contiguous();        // [W, d_in, d_out]
+    const Tensor ref =
+        seg_cpu.run(x, w_cm, 4, true, std::nullopt, std::nullopt, i32(indptr), i64(widx));
+    for (bool x_cm : {false, true}) {
+      for (bool col_major : {true, false}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + (x_cm ? " x column-major" : "") +
+                     (col_major ? " weight_column_major" : " row-major weights"));
+        const Tensor xd = x_cm ? to_keep_layout(column_major(x), d) : x.to(d);
+        EXPECT_TRUE(
+            bit_equal(seg_gpu.run(xd, (col_major ? w_cm : w_rm).to(d), 4, col_major, std::nullopt,
+                                  std::nullopt, i32(indptr).to(d), i64(widx).to(d)),
+                      ref));
+      }
     }
   }
 }

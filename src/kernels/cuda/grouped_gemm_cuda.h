@@ -1,17 +1,28 @@
-// CUDA launchers of the grouped GEMM (grouped_mm_bf16, SegmentGEMMWrapper.run; plain C++ header).
+// CUDA launchers of the grouped GEMM (grouped_mm_bf16, grouped_mm_fp8, SegmentGEMMWrapper.run;
+// plain C++ header).
 #pragma once
 
 #include "kernels/grouped_gemm_params.h"
 
 namespace flashinfer::kernels::cuda {
 
-/// One output per thread (16x16 blocks over [cum_m, n]); each row finds its group by a binary
-/// search of m_indptr on the device (rows outside every group are not written) and multiplies
-/// the weight b_index[group] (or weight group); fp32 sums over k in order, one rounding.
-/// bf16/fp16/fp8 operands (p.in_dtype); bf16, fp16 or fp32 output. Throws
-/// flashinfer::Error(kUnsupported) past the grid's row limit, Error(kCuda) when the launch fails.
+/// Rows [m_indptr[g], m_indptr[g + 1]) of a times the weight b_index[g] (or weight g)
+/// transposed, times *alpha when given; rows outside every group are not written. fp32
+/// accumulation, one rounding to out_dtype (bf16, fp16 or fp32).
+///
+/// Operands of one 16-bit dtype (bf16, fp16) or fp8 ones (e4m3 / e5m2, either on each side)
+/// whose rows are 16-byte aligned with unit k stride (grouped::gmm_operand_aligned; 16-bit b may
+/// instead have unit n stride and 16-byte aligned k rows) run on the tensor-core kernel: 128 x 128
+/// output tiles of every group in one launch, each CTA finding its group from m_indptr on the
+/// device (grouped_gemm_shape.h), mma.sync m16n8k16 with fp32 accumulators (fp8 converted exactly
+/// to fp16 in shared memory), so sums over k are in blocks of 16 and tiles of 64. Other layouts run
+/// on the CUDA-core kernel (one output per thread, sums in k order). Throws
+/// flashinfer::Error(kUnsupported) past the CUDA-core grid's row limit, Error(kCuda) when a launch
+/// fails.
 void grouped_mm_bf16(const GroupedMmCudaParams& p, void* stream);
-/// The same kernel for SegmentGEMMWrapper.run: segments as the groups (m_indptr = seg_indptr),
+/// The same kernels for grouped_mm_fp8 (errors name "grouped_mm_fp8").
+void grouped_mm_fp8(const GroupedMmCudaParams& p, void* stream);
+/// The same kernels for SegmentGEMMWrapper.run: segments as the groups (m_indptr = seg_indptr),
 /// weight_indices as b_index; errors name "SegmentGEMMWrapper.run" and "x".
 void segment_gemm(const GroupedMmCudaParams& p, void* stream);
 
