@@ -280,6 +280,13 @@ FLASHINFER_HD int64_t block_scale_index(BlockScaleLayout layout, int64_t row, in
   return layout == BlockScaleLayout::kVec128 ? kb * rows + row : row * kblocks + kb;
 }
 
+/// The byte offset in mm_fp8's prepared weight [k/128, n, 128] (prepare_low_latency_gemm_weights:
+/// rows shuffled in blocks of 32, then 128-wide K blocks) of logical element (j, kk) of the
+/// weight [n, k]: what the un-shuffle kernel copies to j * k + kk.
+FLASHINFER_HD int64_t low_latency_offset(int64_t j, int64_t kk, int64_t n) {
+  return (kk / 128) * n * 128 + low_latency_row(j) * 128 + kk % 128;
+}
+
 /// Bytes of scratch a cuBLASLt path of `p` needs (each part 256-byte aligned): mm_fp8's dense
 /// weight; the block path's x scales then w scales.
 inline std::size_t fp8_scratch_bytes(const BlockScaledGemmParams& p, Fp8Path path) {

@@ -986,6 +986,27 @@ TEST(GemmFp8CublasLtRoute, BlockScalesTakeCublasLtOnHopperOnly) {
   EXPECT_EQ(lt::fp8_route(q, 90).path, lt::Fp8Path::kTiled);
 }
 
+// The un-shuffle kernel's source offsets invert prepare_low_latency_gemm_weights: reading the
+// prepared bytes at low_latency_offset(j, kk) gives back w[j, kk], and every 16-byte chunk the
+// kernel copies stays inside one 128-wide block (contiguous in the prepared layout).
+TEST(GemmFp8CublasLtRoute, UnshuffleOffsetsInvertThePreparedLayout) {
+  const int64_t n = 96, k = 384;
+  Tensor w = fp8({n, k}, kE4, 70);
+  Tensor pw = prepare_low_latency_gemm_weights(w, Value());
+  const auto* src = static_cast<const uint8_t*>(pw.data_ptr());
+  const auto* want = static_cast<const uint8_t*>(w.data_ptr());
+  int64_t wrong = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t kk = 0; kk < k; ++kk) {
+      wrong += src[lt::low_latency_offset(j, kk, n)] != want[j * k + kk];
+    }
+    for (int64_t c = 0; c < k; c += 16) {
+      EXPECT_EQ(lt::low_latency_offset(j, c + 15, n), lt::low_latency_offset(j, c, n) + 15);
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
 // cuBLASLt's scale layouts: VEC128 column-major [rows, kblocks], BLK128x128 row-major [row
 // blocks, kblocks]; each a bijection onto [0, rows * kblocks).
 TEST(GemmFp8CublasLtRoute, ScaleLayoutsAndScratch) {

@@ -495,9 +495,7 @@ __global__ void unshuffle_low_latency_kernel(const uint4* src, int64_t n, int64_
   const int64_t chunks = k / 16;  // 16-byte chunks per row
   if (idx >= n * chunks) return;
   const int64_t j = idx / chunks, c = idx % chunks;
-  const int64_t kk = c * 16;
-  const int64_t from = ((kk / 128) * n * 128 + low_latency_row(j) * 128 + kk % 128) / 16;
-  dst[idx] = src[from];
+  dst[idx] = src[lt::low_latency_offset(j, c * 16, n) / 16];  // 16 bytes within one 128-block
 }
 
 // One operand's fp32 block scales ([rows, kblocks] through the strides; rows are row blocks for
