@@ -16,26 +16,85 @@
 namespace flashinfer {
 namespace {
 
-// Upstream's @supported_compute_capability list of one backend of an op (gemm/gemm_base.py), for
-// the backends whose list excludes some device this library's kernels would otherwise run on.
-// Facts: docs/CONFORMANCE.md, "Ops upstream runs only on some GPUs".
+// Upstream's @supported_compute_capability list of one backend of an op, for every backend of
+// the GEMM ops in this table (flashinfer-python 0.6.18: gemm/gemm_base.py, gemm/gemm_bf16_fp4.py,
+// gemm/gemm_svdquant.py, gemm/gemm_mm_mxfp8_cute_dsl.py; mm_fp8 from its kernel module). "auto"
+// runs where one of the op's backends does (upstream's suitable_auto_backends asks each backend's
+// list), so its list is their union. Facts with file:line: docs/CONFORMANCE.md, "Ops upstream
+// runs only on some GPUs". The grouped_mm_* ops are not listed here.
 const std::vector<int>* upstream_backend_ccs(std::string_view op, std::string_view backend) {
   using Key = std::pair<std::string_view, std::string_view>;
-  static const std::vector<int> kSm100Family = {100, 103, 110, 120, 121};
-  static const std::vector<int> kSm100Only = {100, 103};
-  static const std::vector<int> kCutlassBf16 = {100, 103, 107};
-  static const auto* m = new std::map<Key, const std::vector<int>*>{
-      // mm_fp4: _cudnn_gemm_fp4_requirement, _cutlass_gemm_fp4_requirement [100, 103, 110,
-      // 120, 121]; _trtllm_gemm_fp4_requirement [100, 103]; cute-dsl (SM100 CuTe DSL kernel)
-      // [100, 103]. "auto" picks among them, so it runs where one of them does.
-      {{"mm_fp4", "cudnn"}, &kSm100Family},
-      {{"mm_fp4", "cutlass"}, &kSm100Family},
-      {{"mm_fp4", "trtllm"}, &kSm100Only},
-      {{"mm_fp4", "cute-dsl"}, &kSm100Only},
-      {{"mm_fp4", "auto"}, &kSm100Family},
-      // mm_bf16: _cutlass_mm_bf16_requirement [100, 103, 107]; _tgv_gemm_requirement [100, 103].
-      {{"mm_bf16", "cutlass"}, &kCutlassBf16},
-      {{"mm_bf16", "tgv"}, &kSm100Only},
+  using Ccs = std::vector<int>;
+  static const Ccs kSm80Up = {80, 86, 87, 89, 90, 100, 103, 110, 120, 121};
+  static const Ccs kSm80UpAuto = {80, 86, 87, 89, 90, 100, 103, 107, 110, 120, 121};
+  static const Ccs kSm89Up = {89, 90, 100, 103, 107, 110, 120, 121};
+  static const Ccs kSm90Up = {90, 100, 103, 110, 120, 121};
+  static const Ccs kSm100 = {100, 103};
+  static const Ccs kSm100Rubin = {100, 103, 107};
+  static const Ccs kSm100Family = {100, 103, 110, 120, 121};
+  static const Ccs kBlackwellAll = {100, 103, 107, 110, 120, 121};
+  static const Ccs kSm100Sm120 = {100, 103, 107, 120, 121};
+  static const Ccs kSm12x = {120, 121};
+  static const Ccs kRubin = {107};
+  static const auto* m = new std::map<Key, const Ccs*>{
+      // mm_bf16 (gemm_base.py:598): cudnn and cublaslt [80 .. 121] without 107, cutlass [100,
+      // 103, 107], tgv and cute-dsl [100, 103], cutile and tinygemm [90 .. 121] without 107.
+      {{"mm_bf16", "cudnn"}, &kSm80Up},
+      {{"mm_bf16", "cublaslt"}, &kSm80Up},
+      {{"mm_bf16", "cutlass"}, &kSm100Rubin},
+      {{"mm_bf16", "tgv"}, &kSm100},
+      {{"mm_bf16", "cute-dsl"}, &kSm100},
+      {{"mm_bf16", "cutile"}, &kSm90Up},
+      {{"mm_bf16", "tinygemm"}, &kSm90Up},
+      {{"mm_bf16", "auto"}, &kSm80UpAuto},
+      // bmm_bf16 (gemm_base.py:882): cudnn [80 .. 121] without 107, cutlass [100, 103, 107],
+      // cutile [90 .. 121] without 107, tgv [100, 103].
+      {{"bmm_bf16", "cudnn"}, &kSm80Up},
+      {{"bmm_bf16", "cutlass"}, &kSm100Rubin},
+      {{"bmm_bf16", "cutile"}, &kSm90Up},
+      {{"bmm_bf16", "tgv"}, &kSm100},
+      {{"bmm_bf16", "auto"}, &kSm80UpAuto},
+      // bmm_fp8 (gemm_base.py:7404): cudnn and cublas [89 .. 121], cutlass [100 .. 121],
+      // cute-dsl [107] (its common check's [100, 103, 107] is not consulted for an op with
+      // backends).
+      {{"bmm_fp8", "cudnn"}, &kSm89Up},
+      {{"bmm_fp8", "cublas"}, &kSm89Up},
+      {{"bmm_fp8", "cutlass"}, &kBlackwellAll},
+      {{"bmm_fp8", "cute-dsl"}, &kRubin},
+      {{"bmm_fp8", "auto"}, &kSm89Up},
+      // mm_fp4 (gemm_base.py:7068): cudnn and cutlass [100 .. 121], trtllm and cute-dsl [100,
+      // 103, 107], b12x [120, 121].
+      {{"mm_fp4", "cudnn"}, &kBlackwellAll},
+      {{"mm_fp4", "cutlass"}, &kBlackwellAll},
+      {{"mm_fp4", "trtllm"}, &kSm100Rubin},
+      {{"mm_fp4", "cute-dsl"}, &kSm100Rubin},
+      {{"mm_fp4", "b12x"}, &kSm12x},
+      {{"mm_fp4", "auto"}, &kBlackwellAll},
+      // mm_fp8: no decorator; its one backend is the trtllm-gen kernel module built for SM100
+      // (trtllm_low_latency_gemm.py; later versions refuse every major but 10).
+      {{"mm_fp8", "trtllm_low_latency"}, &kSm100Rubin},
+      // gemm_fp8_nt_groupwise (gemm_base.py:7608): cutlass [100, 103, 107, 120, 121], trtllm
+      // [100, 103, 107], cutile [100, 103, 110, 120, 121]. No Hopper.
+      {{"gemm_fp8_nt_groupwise", "cutlass"}, &kSm100Sm120},
+      {{"gemm_fp8_nt_groupwise", "trtllm"}, &kSm100Rubin},
+      {{"gemm_fp8_nt_groupwise", "cutile"}, &kSm100Family},
+      // mm_mxfp8 (gemm_base.py:5567): cutlass [100 .. 121], trtllm and cute-dsl [100, 103,
+      // 107], cudnn [100, 103, 110, 120, 121], b12x [120, 121]. No Hopper.
+      {{"mm_mxfp8", "cutlass"}, &kBlackwellAll},
+      {{"mm_mxfp8", "trtllm"}, &kSm100Rubin},
+      {{"mm_mxfp8", "cute-dsl"}, &kSm100Rubin},
+      {{"mm_mxfp8", "cudnn"}, &kSm100Family},
+      {{"mm_mxfp8", "b12x"}, &kSm12x},
+      {{"mm_mxfp8", "auto"}, &kBlackwellAll},
+      // bmm_mxfp8 (gemm_base.py:9749): cudnn [100 .. 121], cutlass [120, 121].
+      {{"bmm_mxfp8", "cudnn"}, &kBlackwellAll},
+      {{"bmm_mxfp8", "cutlass"}, &kSm12x},
+      {{"bmm_mxfp8", "auto"}, &kBlackwellAll},
+      // mm_bf16_fp4 (gemm_bf16_fp4.py:207): cudnn and cute-dsl [100, 103, 110, 120, 121].
+      {{"mm_bf16_fp4", "cudnn"}, &kSm100Family},
+      {{"mm_bf16_fp4", "cute-dsl"}, &kSm100Family},
+      // mm_nvfp4_svdquant (gemm_svdquant.py:196): cutlass [100, 103, 107].
+      {{"mm_nvfp4_svdquant", "cutlass"}, &kSm100Rubin},
   };
   auto it = m->find(Key{op, backend});
   return it == m->end() ? nullptr : it->second;
@@ -86,20 +145,27 @@ const std::map<std::string, BackendRequirement, std::less<>>& table() {
                                {{"cublas", 89, lt}, {"auto", 89, lt}}));
     // No FP4 tensor cores below sm100: tiles are dequantized to bf16 and multiplied by cuBLASLt.
     // (An empty description: the op's CUDA kernel-table entry describes it.)
-    m->emplace("mm_fp4", make("mm_fp4", "auto", {"cudnn", "trtllm", "cutlass", "cute-dsl", "auto"},
-                              {{"auto", 80, ""}}));
+    m->emplace("mm_fp4",
+               make("mm_fp4", "auto", {"cudnn", "trtllm", "cutlass", "cute-dsl", "b12x", "auto"},
+                    {{"auto", 80, ""}}));
     for (const char* op : {"fp4_quantize", "nvfp4_quantize", "mxfp4_quantize", "mxfp8_quantize"}) {
       m->emplace(op, make(op, "cuda", {"cuda", "cute-dsl"}, {{"cuda", 80, ""}}));
     }
     // The block-scaled, MX and low-latency FP8 GEMMs: this build's tiled CUDA kernel (fp32 math,
-    // no fp8 tensor cores, so sm80+) serves each op's default backend name only.
+    // no fp8 tensor cores, so sm80+) serves each op's default backend name only; mm_fp8 goes
+    // through cuBLASLt where its shape allows. Upstream runs all of them on Blackwell only
+    // (upstream_backend_ccs), so that is where they run here.
     const std::string tiled = "tiled CUDA kernel of this build (serves the default)";
-    m->emplace("gemm_fp8_nt_groupwise", make("gemm_fp8_nt_groupwise", "cutlass",
-                                             {"cutlass", "trtllm"}, {{"cutlass", 80, tiled}}));
+    m->emplace("gemm_fp8_nt_groupwise",
+               make("gemm_fp8_nt_groupwise", "cutlass", {"cutlass", "trtllm", "cutile"},
+                    {{"cutlass", 80, tiled}}));
     m->emplace("mm_fp8", make("mm_fp8", "trtllm_low_latency", {"trtllm_low_latency"},
-                              {{"trtllm_low_latency", 80, tiled}}));
+                              {{"trtllm_low_latency", 80,
+                                "cuBLASLt FP8 GEMM where the shape allows (sm89+; the prepared "
+                                "weight un-shuffled into scratch), else the tiled CUDA kernel "
+                                "(serves the default)"}}));
     m->emplace("mm_mxfp8",
-               make("mm_mxfp8", "auto", {"cutlass", "cute-dsl", "trtllm", "cudnn", "auto"},
+               make("mm_mxfp8", "auto", {"cutlass", "cute-dsl", "trtllm", "cudnn", "b12x", "auto"},
                     {{"auto", 80, tiled}}));
     m->emplace("bmm_mxfp8",
                make("bmm_mxfp8", "auto", {"cudnn", "cutlass", "auto"}, {{"auto", 80, tiled}}));
@@ -193,22 +259,24 @@ namespace {
 // One rule per op; the facts are quoted in docs/CONFORMANCE.md ("Ops upstream runs only on some
 // GPUs"). The refusal reads "{op} does not support compute capability {cc}", upstream's
 // BackendSupportedError for a @backend_requirement function with no backend choices (the same
-// wording where upstream's decorator or module gate has no text of its own), except
-// grouped_gemm_nt_masked's own ValueError text.
+// wording where upstream's decorator or module gate has no text of its own), except where
+// upstream raises its own ValueError text (grouped_gemm_nt_masked, tgv_gemm_sm100,
+// fp8_blockscale_gemm_sm90).
 struct Rule {
   UpstreamArchRule rule;
-  bool masked_gemm_text = false;  // grouped_gemm_nt_masked's own ValueError text
+  bool masked_gemm_text = false;   // grouped_gemm_nt_masked's own ValueError text
+  const char* own_text = nullptr;  // upstream's own fixed error text, where it has one
 };
 
 const std::map<std::string, Rule, std::less<>>& rules() {
   static const auto* m = [] {
     auto* r = new std::map<std::string, Rule, std::less<>>();
-    auto add = [&](const char* op, std::vector<int> ccs, const char* fact, bool masked = false) {
-      r->emplace(op, Rule{UpstreamArchRule{op, std::move(ccs), fact}, masked});
+    auto add = [&](const char* op, std::vector<int> ccs, const char* fact, bool masked = false,
+                   const char* own_text = nullptr) {
+      r->emplace(op, Rule{UpstreamArchRule{op, std::move(ccs), fact}, masked, own_text});
     };
     const std::vector<int> sm12x = {120, 121};
     const std::vector<int> sm100 = {100, 103};
-    const std::vector<int> blackwell = {100, 103, 110, 120, 121};
     add("b12x_fused_moe", sm12x,
         "fused_moe/cute_dsl/b12x_moe.py: @supported_compute_capability([120, 121]) on "
         "b12x_fused_moe (\"Run fused MoE on SM120/SM121 using b12x CuTe DSL kernel\")");
@@ -221,25 +289,42 @@ const std::map<std::string, Rule, std::less<>>& rules() {
     add("CuteDslMoEWrapper.run", sm100,
         "fused_moe/cute_dsl/fused_moe.py: CuteDslMoEWrapper.__init__ "
         "@supported_compute_capability([100, 103])");
-    add("group_gemm_fp8_nt_groupwise", {100, 103, 120, 121},
-        "gemm/gemm_base.py: @backend_requirement({}, common_check="
-        "_check_group_gemm_fp8_nt_groupwise_problem_size), @supported_compute_capability([100, "
-        "103, 120, 121]) (\"Currently only supported on NVIDIA Blackwell\")");
-    add("group_gemm_mxfp8_mxfp4_nt_groupwise", blackwell,
-        "gemm/gemm_base.py: @backend_requirement({}, common_check="
-        "_check_group_gemm_mxfp8_mxfp4_nt_groupwise_problem_size), "
-        "@supported_compute_capability([100, 103, 110, 120, 121])");
-    add("group_gemm_nvfp4_nt_groupwise", blackwell,
-        "gemm/gemm_base.py: @backend_requirement({}, common_check="
-        "_check_group_gemm_nvfp4_nt_groupwise_problem_size) on the SM100 grouped-GEMM module; the "
-        "list is taken as group_gemm_mxfp8_mxfp4's (the check's own list was not read)");
-    add("group_deepgemm_fp8_nt_groupwise", sm100,
-        "gemm/gemm_base.py: @backend_requirement({}, common_check="
-        "_check_group_deepgemm_fp8_nt_groupwise_problem_size), @supported_compute_capability([100, "
-        "103]) (DeepGEMM SM100 module)");
-    add("batch_deepgemm_fp8_nt_groupwise", sm100,
-        "gemm/gemm_base.py: the DeepGEMM SM100 module (gen_deepgemm_sm100_module) as "
-        "group_deepgemm_fp8_nt_groupwise, @supported_compute_capability([100, 103])");
+    // The GEMM ops of gemm/gemm_base.py and gemm/routergemm.py without a backend argument
+    // (flashinfer-python 0.6.18; upstream checks the common check's list for those).
+    const std::vector<int> sm100_rubin = {100, 103, 107};
+    add("group_gemm_fp8_nt_groupwise", {100, 103, 107, 120, 121},
+        "gemm/gemm_base.py:8056: common check _check_group_gemm_fp8_nt_groupwise_problem_size, "
+        "@supported_compute_capability([100, 103, 107, 120, 121]) (\"Currently only supported on "
+        "NVIDIA Blackwell\")");
+    add("group_gemm_mxfp8_mxfp4_nt_groupwise", {100, 103, 107, 110, 120, 121},
+        "gemm/gemm_base.py:8276: common check "
+        "_check_group_gemm_mxfp8_mxfp4_nt_groupwise_problem_size, "
+        "@supported_compute_capability([100, 103, 107, 110, 120, 121])");
+    add("group_gemm_nvfp4_nt_groupwise", sm12x,
+        "gemm/gemm_base.py:8516: common check _check_group_gemm_nvfp4_nt_groupwise_problem_size, "
+        "@supported_compute_capability([120, 121])");
+    add("group_deepgemm_fp8_nt_groupwise", sm100_rubin,
+        "gemm/gemm_base.py:8776: common check _check_group_deepgemm_fp8_nt_groupwise_problem_size, "
+        "@supported_compute_capability([100, 103, 107]) (DeepGEMM SM100 module)");
+    add("batch_deepgemm_fp8_nt_groupwise", sm100_rubin,
+        "gemm/gemm_base.py:8930: common check _check_batch_deepgemm_fp8_nt_groupwise, "
+        "@supported_compute_capability([100, 103, 107])");
+    add("gemm_fp8_nt_blockscaled", {100, 103, 107, 120, 121},
+        "gemm/gemm_base.py:7955: @backend_requirement({}, common_check="
+        "_check_gemm_fp8_nt_blockscaled_problem_size), @supported_compute_capability([100, 103, "
+        "107, 120, 121])");
+    add("tgv_gemm_sm100", sm100,
+        "gemm/gemm_base.py:2094: if not _match_sm_version(a.device, [\"100\", \"103\"]): "
+        "ValueError(\"TGV GEMM requires SM100, SM103 architecture\")",
+        false, "TGV GEMM requires SM100, SM103 architecture");
+    for (const char* op : {"mm_M1_16_K7168_N128", "mm_M1_16_K7168_N256", "mm_M1_16_K6144_N256"}) {
+      add(op, sm100_rubin,
+          "gemm/routergemm.py:86-114: each router GEMM's common check (@backend_requirement({}, "
+          "common_check=...) at 174, 220, 266) is @supported_compute_capability([100, 103, 107])");
+    }
+    add("tinygemm_bf16", {90, 100, 103, 107, 110, 120, 121},
+        "gemm/routergemm.py:318: common check _tinygemm_bf16_shape_checks "
+        "@supported_compute_capability([90, 100, 103, 107, 110, 120, 121]) (\"SM90+\")");
     add("grouped_gemm_nt_masked", {100, 103, 107, 120, 121},
         "gemm/kernels/grouped_gemm_masked_wrapper.py: SM107 runs the Rubin kernel, other major >= "
         "10 the Blackwell one, SM110 is refused; below: ValueError(\"Masked grouped GEMM is only "
@@ -249,17 +334,19 @@ const std::map<std::string, Rule, std::less<>>& rules() {
         "grouped_mm/cute_sm120_fp8_groupwise/core.py: @supported_compute_capability([120, 121])");
     add("moe_gemm_mxfp8_nt_groupwise", sm12x,
         "grouped_mm/cute_sm120_mxfp8_groupwise/core.py: @supported_compute_capability([120, 121])");
-    add("nvfp4_kv_quantize", blackwell,
-        "quantization/fp4_quantization.py: @backend_requirement({}, common_check="
-        "_nvfp4_kv_quant_check), @supported_compute_capability([100, 103, 110, 120, 121]) "
+    add("nvfp4_kv_quantize", {100, 103, 107, 110, 120, 121},
+        "quantization/fp4_quantization.py:2209: @backend_requirement({}, common_check="
+        "_nvfp4_kv_quant_check), @supported_compute_capability([100, 103, 107, 110, 120, 121]) "
         "(\"Requires SM100+ (Blackwell) for the cvt.rn.satfinite.e2m1x2.f32 PTX instruction\")");
     add("trtllm_gen_routing", {100, 103, 120, 121},
         "fused_moe/trtllm_gen_routing.py: @backend_requirement({}, common_check="
         "_check_trtllm_gen_routing_supported), _TRTLLM_GEN_ROUTING_SUPPORTED_CC = [100, 103, 120, "
         "121] (\"compiled for SM 10.x and 12.x only\")");
     add("fp8_blockscale_gemm_sm90", {90},
-        "gemm/gemm_base.py: gen_fp8_blockscale_gemm_sm90_module, built with the sm90a flags "
-        "only (TRT-LLM's SM90 block-scale GEMM); no decorator, another GPU fails when it loads");
+        "gemm/gemm_base.py:9187: if not _match_sm_version(input.device, [\"90\", \"90a\"]): "
+        "ValueError(\"fp8_blockscale_gemm_sm90 is only supported on SM90 (Hopper) "
+        "architecture.\") (its module, gen_fp8_blockscale_gemm_sm90_module, is built for sm90a)",
+        false, "fp8_blockscale_gemm_sm90 is only supported on SM90 (Hopper) architecture.");
     for (const char* op :
          {"trtllm_fp4_block_scale_moe", "trtllm_fp4_block_scale_routed_moe",
           "trtllm_mxint4_block_scale_moe", "trtllm_mxint4_block_scale_routed_moe"}) {
@@ -298,6 +385,7 @@ bool upstream_runs_on(std::string_view op, int cc) {
 std::string upstream_refusal(std::string_view op, int cc) {
   const Rule* r = find_rule(op);
   if (!r || in_list(r->rule.ccs, cc)) return "";
+  if (r->own_text) return r->own_text;
   if (r->masked_gemm_text) {
     return "Masked grouped GEMM is only supported on SM100+ (Blackwell/Rubin), got SM" +
            std::to_string(cc / 10) + std::to_string(cc % 10);

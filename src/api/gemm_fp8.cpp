@@ -18,6 +18,7 @@
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/gemm_fp8_cpu.h"
 #if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/gemm_cuda.h"
 #include "kernels/cuda/gemm_fp8_cuda.h"
 #endif
 
@@ -37,6 +38,15 @@ struct ScaledGemmCall {
   const char* op;
 };
 
+#if FLASHINFER_WITH_CUDA
+// cuBLASLt where kernels/cublaslt_plan.h's fp8_route() picks it for this GPU, else the tiled
+// kernel (also the fallback when cuBLASLt has no algorithm for the shape).
+void run_cuda(const ScaledGemmCall& c, const LaunchContext& ctx) {
+  if (kernels::cuda::block_scaled_gemm_lt(c.p, ctx.stream, c.op)) return;
+  kernels::cuda::block_scaled_gemm(c.p, ctx.stream, c.op, ctx.enable_pdl);
+}
+#endif
+
 constexpr const char* kCpuImpl =
     "CPU reference: operands decoded exactly to fp32, OpenBLAS sgemm per K block, each block's "
     "fp32 sums times its scales";
@@ -47,12 +57,10 @@ constexpr KernelEntry<ScaledGemmCall> kScaledGemmKernels[] = {
      [](const ScaledGemmCall& c, const LaunchContext&) { kernels::cpu::block_scaled_gemm(c.p); }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
-     "tiled fp32 CUDA kernel of this build (sm80+, no fp8 tensor cores; per-K-block scaling as "
-     "the CPU)",
-     nullptr,
-     [](const ScaledGemmCall& c, const LaunchContext& ctx) {
-       kernels::cuda::block_scaled_gemm(c.p, ctx.stream, c.op, ctx.enable_pdl);
-     }},
+     "cuBLASLt FP8 GEMM for mm_fp8 where the shape allows (sm89+; the prepared weight "
+     "un-shuffled into scratch, alpha as a scale); otherwise the tiled fp32 CUDA kernel of this "
+     "build (sm80+, no fp8 tensor cores; per-K-block scaling as the CPU)",
+     nullptr, [](const ScaledGemmCall& c, const LaunchContext& ctx) { run_cuda(c, ctx); }},
 #endif
 };
 
@@ -63,12 +71,10 @@ constexpr KernelEntry<ScaledGemmCall> kSm90Kernels[] = {
      [](const ScaledGemmCall& c, const LaunchContext&) { kernels::cpu::block_scaled_gemm(c.p); }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
-     "tiled fp32 CUDA kernel of this build (no fp8 tensor cores; per-K-block scaling as the CPU; "
-     "a BF16 input is quantized on the host)",
-     nullptr,
-     [](const ScaledGemmCall& c, const LaunchContext& ctx) {
-       kernels::cuda::block_scaled_gemm(c.p, ctx.stream, c.op, ctx.enable_pdl);
-     }},
+     "cuBLASLt's FP8 block-scaled GEMM on Hopper (1x128 input and 1x128 or 128x128 weight "
+     "scales, k a multiple of 512 for the latter); otherwise the tiled fp32 CUDA kernel of this "
+     "build (per-K-block scaling as the CPU). A BF16 input is quantized on the host",
+     nullptr, [](const ScaledGemmCall& c, const LaunchContext& ctx) { run_cuda(c, ctx); }},
 #endif
 };
 
@@ -232,6 +238,9 @@ Tensor gemm_fp8_nt_blockscaled(const Tensor& a, const Tensor& b, const Tensor& a
                                std::optional<Tensor> out, std::optional<DType> out_dtype) {
   return call_op<&gemm_fp8_nt_blockscaled>(
       [&] {
+        // Upstream's own list (its common check), before the cutlass backend's.
+        api::check_defined(a, "gemm_fp8_nt_blockscaled", "a");
+        api::check_upstream_arch("gemm_fp8_nt_blockscaled", "a", a.device());
         return groupwise_impl("gemm_fp8_nt_blockscaled", a, b, a_scale, b_scale, scale_major_mode,
                               mma_sm, {128, 128, 128}, out, out_dtype, "cutlass");
       },
@@ -609,6 +618,7 @@ namespace {
 void router_impl(const char* op, const Tensor& mat_a, const Tensor& mat_b, const Tensor& out,
                  bool pdl, int64_t hidden, int64_t experts, DType out_dtype) {
   api::check_defined(mat_a, op, "mat_a");
+  api::check_upstream_arch(op, "mat_a", mat_a.device());  // Blackwell only, as upstream
   api::check_defined(mat_b, op, "mat_b");
   api::check_defined(out, op, "out");
   api::check_dim(mat_a, {2}, op, "mat_a");
@@ -689,6 +699,8 @@ void tinygemm_bf16(const Tensor& input, const Tensor& weight, const Tensor& out,
   call_op<&tinygemm_bf16>(
       [&] {
         const char* op = "tinygemm_bf16";
+        api::check_defined(input, op, "input");
+        api::check_upstream_arch(op, "input", input.device());  // sm90+, as upstream
         for (auto [t, arg] :
              {std::pair{&input, "input"}, std::pair{&weight, "weight"}, std::pair{&out, "out"}}) {
           api::check_defined(*t, op, arg);
@@ -741,6 +753,7 @@ Tensor tgv_gemm_sm100(const Tensor& a, const Tensor& b, const Tensor& bias, bool
       [&] {
         const char* op = "tgv_gemm_sm100";
         api::check_defined(a, op, "a");
+        api::check_upstream_arch(op, "a", a.device());  // SM100/SM103 only, as upstream
         api::check_defined(b, op, "b");
         api::check_defined(bias, op, "bias");
         api::check_dim(a, {2}, op, "a");

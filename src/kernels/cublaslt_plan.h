@@ -15,6 +15,7 @@
 #include <functional>
 
 #include "flashinfer/dtype.h"
+#include "kernels/gemm_fp8_params.h"
 #include "kernels/gemm_params.h"
 
 namespace flashinfer::kernels::lt {
@@ -134,8 +135,10 @@ inline LtRefusal fp8_refusal(const RowMajorGemm& g) {
 }
 
 /// How the product is scaled: not at all, by per-tensor fp32 scales of A and B read from device
-/// memory (FP8), or by an fp32 alpha read from device memory.
-enum class ScaleMode : uint8_t { kNone, kTensorScales, kDeviceAlpha };
+/// memory (FP8), by an fp32 alpha read from device memory, or by Hopper's FP8 block scales
+/// (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F on x; on w VEC128_32F, i.e. 1x128 blocks, or
+/// BLK128x128_32F).
+enum class ScaleMode : uint8_t { kNone, kTensorScales, kDeviceAlpha, kBlockW1x128, kBlockW128x128 };
 
 /// The plan cache's key: everything the descriptors and the heuristic's choice depend on, and
 /// nothing that varies between calls of one shape (data, bias and scale pointers).
@@ -192,6 +195,107 @@ struct LtKeyHash {
 /// Hopper (compute capability 9.x) and newer, 4 MiB below.
 constexpr uint64_t workspace_bytes_for(int cc_major) {
   return cc_major >= 9 ? uint64_t{32} << 20 : uint64_t{4} << 20;
+}
+
+// ---- gemm_fp8's block-scaled GEMMs (BlockScaledGemmParams) on cuBLASLt ----------------------
+
+/// Which CUDA path runs a block-scaled FP8 GEMM of gemm_fp8 (kernels/gemm_fp8_params.h):
+/// - kLtTensor: mm_fp8 (the prepared low-latency weight, one K block, a per-tensor alpha): the
+///   weight un-shuffled into a dense [n, k] scratch, then an FP8 cuBLASLt GEMM with alpha as A's
+///   scale. cuBLASLt has FP8 from sm89.
+/// - kLtBlock: 1x128 activation scales with 1x128 or 128x128 weight scales (the DeepSeek
+///   layout of fp8_blockscale_gemm_sm90): cuBLASLt's block-scaled FP8 on Hopper, the only GPUs
+///   whose cuBLASLt has VEC128_32F / BLK128x128_32F (cuBLAS 12.9+; Blackwell's FP8 block
+///   scaling is the MX kind). The scales are repacked into cuBLASLt's layouts in scratch.
+/// - kTiled: the tiled fp32 kernel (kernels/cuda/gemm_fp8_cuda.h), for everything else.
+enum class Fp8Path : uint8_t { kTiled, kLtTensor, kLtBlock };
+
+struct Fp8Route {
+  Fp8Path path = Fp8Path::kTiled;
+  const char* why = nullptr;  // why kTiled (a static string); null for a cuBLASLt path
+  ScaleMode scale = ScaleMode::kNone;
+};
+
+/// The row-major problem a cuBLASLt path runs for `p` (mm_fp8's weight: the dense scratch copy,
+/// row stride k, taken as 256-byte aligned as the scratch is).
+inline RowMajorGemm fp8_row_major(const BlockScaledGemmParams& p) {
+  RowMajorGemm g;
+  g.m = p.m;
+  g.n = p.n;
+  g.k = p.k;
+  g.x_type = p.a_dtype;
+  g.w_type = p.b_dtype;
+  g.d_type = p.out_dtype;
+  g.ldx = p.a_stride_m;
+  g.ldw = p.b_low_latency ? p.k : p.b_stride_n;
+  g.ldd = p.out_stride_m;
+  g.x_addr = reinterpret_cast<std::uintptr_t>(p.a);
+  g.w_addr = p.b_low_latency ? 0 : reinterpret_cast<std::uintptr_t>(p.b);
+  g.d_addr = reinterpret_cast<std::uintptr_t>(p.out);
+  return g;
+}
+
+/// The path for `p` on a device of compute capability `cc` (major * 10 + minor). Pure: the CPU
+/// tests check every branch.
+inline Fp8Route fp8_route(const BlockScaledGemmParams& p, int cc) {
+  const auto tiled = [](const char* why) { return Fp8Route{Fp8Path::kTiled, why}; };
+  const auto fp8 = [](DType t) { return t == DType::kFloat8E4M3FN || t == DType::kFloat8E5M2; };
+  if (cc < 89) return tiled("no FP8 tensor cores before sm89");
+  if (!fp8(p.a_dtype) || !fp8(p.b_dtype)) return tiled("not an FP8 x FP8 problem");
+  if (p.a_dtype == DType::kFloat8E5M2 && p.b_dtype == DType::kFloat8E5M2)
+    return tiled("cuBLASLt has no e5m2 x e5m2 GEMM");
+  if (p.out_dtype != DType::kBFloat16 && p.out_dtype != DType::kFloat16)
+    return tiled("output is not bf16 or fp16");
+  if (p.batch != 1 || p.a_mx || p.b_mx || p.bias) return tiled("batched, MX or bias");
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0) return tiled("empty problem");
+  if (p.a_stride_k != 1 || p.out_stride_n != 1 || (!p.b_low_latency && p.b_stride_k != 1))
+    return tiled("an operand without unit stride along its rows");
+  if (fp8_refusal(fp8_row_major(p)).refused()) return tiled("outside cuBLASLt's FP8 rules");
+  if (p.b_low_latency) {
+    if (p.gk != p.k || p.a_scale || p.b_scale) return tiled("prepared weight with block scales");
+    if (reinterpret_cast<std::uintptr_t>(p.b) % 16 != 0 || p.n % 32 != 0 || p.k % 128 != 0)
+      return tiled("prepared weight not 16-byte aligned or not in 32 x 128 blocks");
+    return {Fp8Path::kLtTensor, nullptr, p.alpha ? ScaleMode::kTensorScales : ScaleMode::kNone};
+  }
+  if (cc != 90) return tiled("cuBLASLt's 1x128 / 128x128 FP8 block scaling is Hopper's");
+  if (!p.a_scale || !p.b_scale || p.alpha) return tiled("not a block-scaled problem");
+  if (p.gm != 1 || p.gk != 128 || (p.gn != 1 && p.gn != 128) || p.k % 128 != 0)
+    return tiled("scale blocks other than 1x128 activation, 1x128 or 128x128 weight");
+  // BLK128x128_32F's scale rows are padded to a multiple of 4 floats (as torch._scaled_mm
+  // passes them); with k / 128 a multiple of 4 padded and unpadded rows are the same layout.
+  if (p.gn == 128 && (p.k / 128) % 4 != 0)
+    return tiled("128x128 weight scales need k to be a multiple of 512 here");
+  return {Fp8Path::kLtBlock, nullptr,
+          p.gn == 1 ? ScaleMode::kBlockW1x128 : ScaleMode::kBlockW128x128};
+}
+
+/// cuBLASLt's layouts of FP32 block scales (cuBLAS docs, "Scaling factor layouts"; torch's
+/// _scaled_mm passes the same): VEC128_32F for an operand of `rows` rows and `kblocks` 128-wide
+/// K blocks is column-major [rows, kblocks] (the rows contiguous); BLK128x128_32F is row-major
+/// [row blocks, kblocks] (the K blocks contiguous). The index of the scale of (`row` or row
+/// block, `kb`).
+enum class BlockScaleLayout : uint8_t { kVec128, kBlk128x128 };
+FLASHINFER_HD int64_t block_scale_index(BlockScaleLayout layout, int64_t row, int64_t kb,
+                                        int64_t rows, int64_t kblocks) {
+  return layout == BlockScaleLayout::kVec128 ? kb * rows + row : row * kblocks + kb;
+}
+
+/// The byte offset in mm_fp8's prepared weight [k/128, n, 128] (prepare_low_latency_gemm_weights:
+/// rows shuffled in blocks of 32, then 128-wide K blocks) of logical element (j, kk) of the
+/// weight [n, k]: what the un-shuffle kernel copies to j * k + kk.
+FLASHINFER_HD int64_t low_latency_offset(int64_t j, int64_t kk, int64_t n) {
+  return (kk / 128) * n * 128 + low_latency_row(j) * 128 + kk % 128;
+}
+
+/// Bytes of scratch a cuBLASLt path of `p` needs (each part 256-byte aligned): mm_fp8's dense
+/// weight; the block path's x scales then w scales.
+inline std::size_t fp8_scratch_bytes(const BlockScaledGemmParams& p, Fp8Path path) {
+  const auto a256 = [](std::size_t b) { return (b + 255) / 256 * 256; };
+  if (path == Fp8Path::kLtTensor) return a256(static_cast<std::size_t>(p.n * p.k));
+  if (path != Fp8Path::kLtBlock) return 0;
+  const int64_t kb = p.k / 128, w_rows = p.gn == 1 ? p.n : (p.n + 127) / 128;
+  return a256(static_cast<std::size_t>(p.m * kb) * 4) +
+         a256(static_cast<std::size_t>(w_rows * kb) * 4);
 }
 
 }  // namespace flashinfer::kernels::lt

@@ -1117,6 +1117,39 @@ TEST(BackendOpsCoverage, CudaExpectationFollowsUpstreamArchitectures) {
   EXPECT_FALSE(cuda_expectation("mm_fp4", "cutlass", 121).refused);
   EXPECT_FALSE(cuda_expectation("mm_bf16", "cudnn", 90).refused);
   EXPECT_TRUE(cuda_expectation("mm_bf16", "tgv", 90).refused);
+  EXPECT_TRUE(cuda_expectation("mm_bf16", "cudnn", 107).refused);  // upstream's list skips 107
+  EXPECT_FALSE(cuda_expectation("mm_bf16", "auto", 107).refused);  // cutlass runs there
+  EXPECT_TRUE(cuda_expectation("bmm_fp8", "cublas", 86).refused);
+  EXPECT_FALSE(cuda_expectation("bmm_fp8", "cublas", 89).refused);
+  EXPECT_FALSE(cuda_expectation("bmm_fp8", "auto", 90).refused);
+  // The FP8 GEMMs of gemm_fp8 upstream runs on Blackwell only; its sm90 block-scale GEMM and
+  // tinygemm run on Hopper.
+  EXPECT_EQ(cuda_expectation("gemm_fp8_nt_groupwise", "cutlass", 90).refusal,
+            "gemm_fp8_nt_groupwise does not support backend 'cutlass' with capability 90");
+  EXPECT_FALSE(cuda_expectation("gemm_fp8_nt_groupwise", "cutlass", 120).refused);
+  EXPECT_TRUE(cuda_expectation("gemm_fp8_nt_groupwise", "trtllm", 120).refused);
+  EXPECT_EQ(cuda_expectation("gemm_fp8_nt_blockscaled", "", 90).refusal,
+            "gemm_fp8_nt_blockscaled does not support compute capability 90");
+  EXPECT_FALSE(cuda_expectation("gemm_fp8_nt_blockscaled", "", 107).refused);
+  EXPECT_TRUE(cuda_expectation("mm_fp8", "trtllm_low_latency", 90).refused);
+  EXPECT_TRUE(cuda_expectation("mm_fp8", "trtllm_low_latency", 120).refused);
+  EXPECT_FALSE(cuda_expectation("mm_fp8", "trtllm_low_latency", 103).refused);
+  EXPECT_EQ(cuda_expectation("mm_mxfp8", "auto", 90).refusal,
+            "No suitable auto backends found for mm_mxfp8");
+  EXPECT_FALSE(cuda_expectation("mm_mxfp8", "auto", 110).refused);
+  EXPECT_TRUE(cuda_expectation("bmm_mxfp8", "auto", 90).refused);
+  EXPECT_FALSE(cuda_expectation("bmm_mxfp8", "auto", 121).refused);
+  for (const char* op : {"mm_M1_16_K7168_N128", "mm_M1_16_K7168_N256", "mm_M1_16_K6144_N256"}) {
+    EXPECT_TRUE(cuda_expectation(op, "", 90).refused) << op;
+    EXPECT_FALSE(cuda_expectation(op, "", 107).refused) << op;
+  }
+  EXPECT_FALSE(cuda_expectation("tinygemm_bf16", "", 90).refused);
+  EXPECT_TRUE(cuda_expectation("tinygemm_bf16", "", 89).refused);
+  EXPECT_EQ(cuda_expectation("tgv_gemm_sm100", "", 90).refusal,
+            "TGV GEMM requires SM100, SM103 architecture");
+  EXPECT_TRUE(cuda_expectation("group_gemm_nvfp4_nt_groupwise", "", 100).refused);
+  EXPECT_FALSE(cuda_expectation("group_gemm_nvfp4_nt_groupwise", "", 121).refused);
+  EXPECT_FALSE(cuda_expectation("batch_deepgemm_fp8_nt_groupwise", "", 107).refused);
 }
 
 // The backend the expectation reads is the one the case passes.
@@ -1126,6 +1159,14 @@ TEST(BackendOpsCoverage, CudaExpectationReadsTheCasesBackend) {
   EXPECT_FALSE(b.empty());
   EXPECT_TRUE(cuda_expectation("mm_fp4", b, 90).refused) << b;
   EXPECT_FALSE(cuda_expectation("mm_fp4", b, 100).refused) << b;
+  // The FP8 GEMMs' cases pass their default backend, which upstream refuses on Hopper.
+  for (const char* op : {"mm_fp8", "mm_mxfp8", "bmm_mxfp8", "gemm_fp8_nt_groupwise"}) {
+    const Reference r = run_reference(op, small_shape());
+    const std::string be = backend_arg(*OpRegistry::global().find(op), r.inputs);
+    EXPECT_FALSE(be.empty()) << op;
+    EXPECT_TRUE(cuda_expectation(op, be, 90).refused) << op << " " << be;
+    EXPECT_FALSE(cuda_expectation(op, be, 100).refused) << op << " " << be;
+  }
   EXPECT_EQ(backend_arg(*OpRegistry::global().find("rmsnorm"), {}), "");
 }
 

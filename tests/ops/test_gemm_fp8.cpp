@@ -12,19 +12,31 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "api/device_props.h"
 #include "flashinfer/flashinfer.h"
+#include "flashinfer/ops/upstream_arch.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gemm_bf16_cpu.h"
 #include "kernels/cpu/gemm_fp8_dpbf16_cpu.h"
+#include "kernels/cublaslt_plan.h"
 #include "ops/gemm_reference.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+
+#if FLASHINFER_TEST_HAVE_CUDART
+#include <cuda_runtime.h>
+
+#include "core/cuda_runtime.h"
+#include "kernels/cuda/gemm_cuda.h"
+#include "kernels/cuda/gemm_fp8_cuda.h"
+#endif
 
 namespace flashinfer::testing {
 namespace {
@@ -779,14 +791,47 @@ TEST(GemmFp8Decl, SignaturesModulesAndBackends) {
   EXPECT_TRUE(op_has_backend("fp8_blockscale_gemm_sm90", DeviceType::kCPU));
   EXPECT_EQ(op_has_backend("gemm_fp8_nt_groupwise", DeviceType::kCUDA), cuda_compiled());
   if (cuda_compiled()) {
-    // The tiled kernel serves each op's default name only.
-    EXPECT_TRUE(backend_requirement("gemm_fp8_nt_groupwise").is_backend_supported("cutlass", 90));
-    EXPECT_FALSE(backend_requirement("gemm_fp8_nt_groupwise").is_backend_supported("trtllm", 90));
-    EXPECT_TRUE(backend_requirement("mm_fp8").is_backend_supported("trtllm_low_latency", 80));
-    EXPECT_TRUE(backend_requirement("mm_mxfp8").is_backend_supported("auto", 80));
+    // The tiled kernel (mm_fp8: cuBLASLt or the tiled kernel) serves each op's default name
+    // only, on the GPUs upstream lists for it: Blackwell, not Hopper or Ampere.
+    const BackendRequirement& gw = backend_requirement("gemm_fp8_nt_groupwise");
+    EXPECT_TRUE(gw.is_backend_supported("cutlass", 100));
+    EXPECT_TRUE(gw.is_backend_supported("cutlass", 121));
+    EXPECT_FALSE(gw.is_backend_supported("cutlass", 90));
+    EXPECT_FALSE(gw.is_backend_supported("cutlass", 110));
+    EXPECT_FALSE(gw.is_backend_supported("trtllm", 100));  // not in this build
+    const BackendRequirement& ll = backend_requirement("mm_fp8");
+    for (int cc : {100, 103, 107}) EXPECT_TRUE(ll.is_backend_supported("trtllm_low_latency", cc));
+    for (int cc : {80, 89, 90, 110, 120}) {
+      EXPECT_FALSE(ll.is_backend_supported("trtllm_low_latency", cc)) << cc;
+    }
+    EXPECT_TRUE(backend_requirement("mm_mxfp8").is_backend_supported("auto", 100));
+    EXPECT_FALSE(backend_requirement("mm_mxfp8").is_backend_supported("auto", 90));
     EXPECT_FALSE(backend_requirement("mm_mxfp8").is_backend_supported("cudnn", 100));
-    EXPECT_TRUE(backend_requirement("bmm_mxfp8").is_backend_supported("auto", 90));
+    EXPECT_TRUE(backend_requirement("bmm_mxfp8").is_backend_supported("auto", 110));
+    EXPECT_FALSE(backend_requirement("bmm_mxfp8").is_backend_supported("auto", 90));
   }
+  // Upstream's texts for what it refuses on Hopper (docs/CONFORMANCE.md).
+  EXPECT_EQ(upstream_backend_refusal("gemm_fp8_nt_groupwise", "cutlass", 90),
+            "gemm_fp8_nt_groupwise does not support backend 'cutlass' with capability 90");
+  EXPECT_EQ(upstream_backend_refusal("mm_fp8", "trtllm_low_latency", 90),
+            "mm_fp8 does not support backend 'trtllm_low_latency' with capability 90");
+  EXPECT_EQ(upstream_backend_refusal("mm_mxfp8", "auto", 90),
+            "No suitable auto backends found for mm_mxfp8");
+  EXPECT_EQ(upstream_backend_refusal("bmm_mxfp8", "auto", 100), "");
+  EXPECT_EQ(upstream_refusal("gemm_fp8_nt_blockscaled", 90),
+            "gemm_fp8_nt_blockscaled does not support compute capability 90");
+  EXPECT_EQ(upstream_refusal("gemm_fp8_nt_blockscaled", 120), "");
+  EXPECT_EQ(upstream_refusal("tgv_gemm_sm100", 90), "TGV GEMM requires SM100, SM103 architecture");
+  EXPECT_EQ(upstream_refusal("tgv_gemm_sm100", 103), "");
+  EXPECT_EQ(upstream_refusal("mm_M1_16_K7168_N256", 90),
+            "mm_M1_16_K7168_N256 does not support compute capability 90");
+  EXPECT_EQ(upstream_refusal("mm_M1_16_K6144_N256", 107), "");
+  EXPECT_EQ(upstream_refusal("tinygemm_bf16", 90), "");
+  EXPECT_EQ(upstream_refusal("tinygemm_bf16", 89),
+            "tinygemm_bf16 does not support compute capability 89");
+  EXPECT_EQ(upstream_refusal("fp8_blockscale_gemm_sm90", 100),
+            "fp8_blockscale_gemm_sm90 is only supported on SM90 (Hopper) architecture.");
+  EXPECT_EQ(upstream_refusal("fp8_blockscale_gemm_sm90", 90), "");
   // The recorded tuple default rebuilds: a list value binds too.
   const OpDecl* d = OpRegistry::global().find("gemm_fp8_nt_groupwise");
   Tensor a = fp8({2, 128}, kE4, 1), b = fp8({4, 128}, kE4, 2);
@@ -802,6 +847,198 @@ TEST(GemmFp8Decl, SignaturesModulesAndBackends) {
           *d, bind_arguments(*d, {Value(a), Value(b), Value(sa), Value(sb), Value("K")},
                              {{"scale_granularity_mnk", Value::list({Value(int64_t{1})})}}))),
       "gemm_fp8_nt_groupwise", "scale_granularity_mnk");
+}
+
+// ---- the cuBLASLt routes of the block-scaled GEMMs (host logic, kernels/cublaslt_plan.h) ----
+
+namespace lt = kernels::lt;
+using kernels::BlockScaledGemmParams;
+
+// Stand-in device addresses: 256-byte aligned unless offset.
+const void* addr(std::uintptr_t a) { return reinterpret_cast<const void*>(a); }
+
+// mm_fp8's parameter block as the API fills it (x [m, k] e4m3, the prepared [k/128, n, 128]
+// weight, alpha, bf16 out).
+BlockScaledGemmParams mm_fp8_params(int64_t m, int64_t n, int64_t k) {
+  BlockScaledGemmParams p;
+  p.a = addr(0x10000);
+  p.a_stride_m = k;
+  p.b = addr(0x20000);
+  p.b_low_latency = true;
+  p.gk = k;
+  static const float alpha = 1.0f;
+  p.alpha = &alpha;
+  p.out = const_cast<void*>(addr(0x30000));
+  p.out_stride_m = n;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  return p;
+}
+
+// fp8_blockscale_gemm_sm90's: 1x128 input scales [m, k/128], weight scales per 128x128 block
+// ([n/128, k/128], gn 128) or per row ([n, k/128], gn 1).
+BlockScaledGemmParams sm90_params(int64_t m, int64_t n, int64_t k, int64_t gn) {
+  BlockScaledGemmParams p;
+  p.a = addr(0x10000);
+  p.a_stride_m = k;
+  p.b = addr(0x20000);
+  p.b_stride_n = k;
+  static const float sx[1] = {}, sw[1] = {};
+  p.a_scale = sx;
+  p.sa_stride_m = k / 128;
+  p.sa_stride_k = 1;
+  p.b_scale = sw;
+  p.sb_stride_n = k / 128;
+  p.sb_stride_k = 1;
+  p.gm = 1;
+  p.gn = gn;
+  p.gk = 128;
+  p.out = const_cast<void*>(addr(0x30000));
+  p.out_stride_m = n;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  return p;
+}
+
+TEST(GemmFp8CublasLtRoute, MmFp8TakesCublasLtFromSm89WhereTheShapeAllows) {
+  BlockScaledGemmParams p = mm_fp8_params(5, 64, 384);
+  for (int cc : {89, 90, 100, 103, 120}) {
+    const lt::Fp8Route r = lt::fp8_route(p, cc);
+    EXPECT_EQ(r.path, lt::Fp8Path::kLtTensor) << cc << " " << (r.why ? r.why : "");
+    EXPECT_EQ(r.scale, lt::ScaleMode::kTensorScales);
+  }
+  EXPECT_STREQ(lt::fp8_route(p, 86).why, "no FP8 tensor cores before sm89");
+  p.alpha = nullptr;
+  EXPECT_EQ(lt::fp8_route(p, 100).scale, lt::ScaleMode::kNone);
+  // The dense weight copy's row stride is k; it lives in scratch (256-byte aligned).
+  const lt::RowMajorGemm g = lt::fp8_row_major(p);
+  EXPECT_EQ(g.ldw, 384);
+  EXPECT_EQ(g.w_addr, 0u);
+  const auto tiled = [](const BlockScaledGemmParams& q, int cc) {
+    const lt::Fp8Route r = lt::fp8_route(q, cc);
+    EXPECT_NE(r.why, nullptr);
+    return r.path == lt::Fp8Path::kTiled;
+  };
+  BlockScaledGemmParams q = mm_fp8_params(5, 64, 384);
+  q.a_stride_m = 392;  // a row stride of 392 bytes: not a multiple of 16
+  EXPECT_TRUE(tiled(q, 100));
+  q = mm_fp8_params(5, 64, 384);
+  q.a = addr(0x10008);  // x not 16-byte aligned
+  EXPECT_TRUE(tiled(q, 100));
+  q = mm_fp8_params(5, 64, 384);
+  q.b = addr(0x20008);  // the prepared weight not 16-byte aligned: no 16-byte copy
+  EXPECT_TRUE(tiled(q, 100));
+  q = mm_fp8_params(5, 64, 384);
+  q.out_stride_m = 68;  // out rows of 136 bytes
+  EXPECT_TRUE(tiled(q, 100));
+  q = mm_fp8_params(5, 64, 384);
+  q.out_dtype = DType::kFloat32;
+  EXPECT_TRUE(tiled(q, 100));
+  q = mm_fp8_params(5, 64, 384);
+  q.a_dtype = q.b_dtype = kE5;
+  EXPECT_STREQ(lt::fp8_route(q, 100).why, "cuBLASLt has no e5m2 x e5m2 GEMM");
+  q = mm_fp8_params(5, 64, 384);
+  q.a_dtype = q.b_dtype = kBf;  // the router GEMMs share the kernel table entry
+  EXPECT_STREQ(lt::fp8_route(q, 100).why, "not an FP8 x FP8 problem");
+}
+
+TEST(GemmFp8CublasLtRoute, BlockScalesTakeCublasLtOnHopperOnly) {
+  // 128x128 weight scales: k / 128 must be a multiple of 4 (the scale rows' padding).
+  BlockScaledGemmParams p = sm90_params(7, 192, 1024, 128);
+  lt::Fp8Route r = lt::fp8_route(p, 90);
+  EXPECT_EQ(r.path, lt::Fp8Path::kLtBlock) << (r.why ? r.why : "");
+  EXPECT_EQ(r.scale, lt::ScaleMode::kBlockW128x128);
+  for (int cc : {89, 100, 103, 120}) {
+    EXPECT_STREQ(lt::fp8_route(p, cc).why,
+                 "cuBLASLt's 1x128 / 128x128 FP8 block scaling is Hopper's")
+        << cc;
+  }
+  EXPECT_STREQ(lt::fp8_route(sm90_params(7, 192, 384, 128), 90).why,
+               "128x128 weight scales need k to be a multiple of 512 here");
+  // Per-row (1x128) weight scales: any k multiple of 128.
+  r = lt::fp8_route(sm90_params(1, 64, 384, 1), 90);
+  EXPECT_EQ(r.path, lt::Fp8Path::kLtBlock) << (r.why ? r.why : "");
+  EXPECT_EQ(r.scale, lt::ScaleMode::kBlockW1x128);
+  // Other granularities, MX scales, alpha, a batch: the tiled kernel.
+  BlockScaledGemmParams q = sm90_params(7, 192, 1024, 128);
+  q.gm = 128;  // gemm_fp8_nt_blockscaled's activation blocks
+  EXPECT_EQ(lt::fp8_route(q, 90).path, lt::Fp8Path::kTiled);
+  q = sm90_params(7, 192, 1024, 128);
+  q.gk = 64;
+  EXPECT_EQ(lt::fp8_route(q, 90).path, lt::Fp8Path::kTiled);
+  q = sm90_params(7, 192, 1024, 128);
+  static const uint8_t mx[1] = {};
+  q.a_mx = mx;
+  EXPECT_EQ(lt::fp8_route(q, 90).path, lt::Fp8Path::kTiled);
+  q = sm90_params(7, 192, 1024, 128);
+  static const float alpha = 2.0f;
+  q.alpha = &alpha;
+  EXPECT_EQ(lt::fp8_route(q, 90).path, lt::Fp8Path::kTiled);
+  q = sm90_params(7, 192, 1024, 128);
+  q.batch = 2;
+  EXPECT_EQ(lt::fp8_route(q, 90).path, lt::Fp8Path::kTiled);
+  q = sm90_params(7, 40, 1024, 128);  // n = 40: cuBLASLt FP8 wants a multiple of 16
+  EXPECT_STREQ(lt::fp8_route(q, 90).why, "outside cuBLASLt's FP8 rules");
+  q = sm90_params(7, 192, 1024, 128);
+  q.b_stride_k = 2;
+  EXPECT_EQ(lt::fp8_route(q, 90).path, lt::Fp8Path::kTiled);
+}
+
+// The un-shuffle kernel's source offsets invert prepare_low_latency_gemm_weights: reading the
+// prepared bytes at low_latency_offset(j, kk) gives back w[j, kk], and every 16-byte chunk the
+// kernel copies stays inside one 128-wide block (contiguous in the prepared layout).
+TEST(GemmFp8CublasLtRoute, UnshuffleOffsetsInvertThePreparedLayout) {
+  const int64_t n = 96, k = 384;
+  Tensor w = fp8({n, k}, kE4, 70);
+  Tensor pw = prepare_low_latency_gemm_weights(w, Value());
+  const auto* src = static_cast<const uint8_t*>(pw.data_ptr());
+  const auto* want = static_cast<const uint8_t*>(w.data_ptr());
+  int64_t wrong = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t kk = 0; kk < k; ++kk) {
+      wrong += src[lt::low_latency_offset(j, kk, n)] != want[j * k + kk];
+    }
+    for (int64_t c = 0; c < k; c += 16) {
+      EXPECT_EQ(lt::low_latency_offset(j, c + 15, n), lt::low_latency_offset(j, c, n) + 15);
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+// cuBLASLt's scale layouts: VEC128 column-major [rows, kblocks], BLK128x128 row-major [row
+// blocks, kblocks]; each a bijection onto [0, rows * kblocks).
+TEST(GemmFp8CublasLtRoute, ScaleLayoutsAndScratch) {
+  using L = lt::BlockScaleLayout;
+  EXPECT_EQ(lt::block_scale_index(L::kVec128, 3, 2, 5, 4), 13);
+  EXPECT_EQ(lt::block_scale_index(L::kVec128, 0, 1, 5, 4), 5);
+  EXPECT_EQ(lt::block_scale_index(L::kBlk128x128, 1, 2, 2, 4), 6);
+  EXPECT_EQ(lt::block_scale_index(L::kBlk128x128, 0, 3, 2, 4), 3);
+  for (L l : {L::kVec128, L::kBlk128x128}) {
+    const int64_t rows = 5, kb = 4;
+    std::vector<int> hit(rows * kb, 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t q = 0; q < kb; ++q) {
+        const int64_t i = lt::block_scale_index(l, r, q, rows, kb);
+        ASSERT_GE(i, 0);
+        ASSERT_LT(i, rows * kb);
+        ++hit[static_cast<std::size_t>(i)];
+      }
+    }
+    EXPECT_EQ(std::count(hit.begin(), hit.end(), 1), rows * kb);
+  }
+  // Scratch: mm_fp8's dense weight; the block path's two scale tensors, each 256-aligned.
+  EXPECT_EQ(lt::fp8_scratch_bytes(mm_fp8_params(5, 64, 384), lt::Fp8Path::kLtTensor), 24576u);
+  EXPECT_EQ(lt::fp8_scratch_bytes(sm90_params(5, 192, 512, 128), lt::Fp8Path::kLtBlock),
+            256u + 256u);
+  EXPECT_EQ(lt::fp8_scratch_bytes(sm90_params(5, 192, 512, 1), lt::Fp8Path::kLtBlock),
+            256u + 3072u);
+  EXPECT_EQ(lt::fp8_scratch_bytes(sm90_params(5, 192, 512, 1), lt::Fp8Path::kTiled), 0u);
+  // The two weight-scale modes are different plans.
+  const lt::RowMajorGemm g = lt::fp8_row_major(sm90_params(5, 192, 512, 128));
+  EXPECT_FALSE(lt::make_key(0, g, false, kBf, lt::ScaleMode::kBlockW1x128, 1 << 25) ==
+               lt::make_key(0, g, false, kBf, lt::ScaleMode::kBlockW128x128, 1 << 25));
 }
 
 // ---- record and replay ------------------------------------------------------------------------
@@ -870,43 +1107,296 @@ TEST(GemmFp8, DumpReplayPasses) {
 
 // ---- CUDA vs the CPU reference -----------------------------------------------------------------
 
+// A GPU call either matches the CPU reference within `t` or, where upstream refuses the op on
+// this GPU (`refusal`, upstream's text, non-empty), is refused with that text (kUnsupported,
+// naming the op): the replay then falls back to the CPU.
+void expect_cuda(const std::string& op, const std::string& refusal,
+                 const std::function<Tensor()>& gpu, const Tensor& cpu, Tolerance t) {
+  SCOPED_TRACE(op);
+  if (refusal.empty()) {
+    EXPECT_TRUE(all_close(gpu().to(Device::cpu()), cpu, t));
+    return;
+  }
+  try {
+    gpu();
+    ADD_FAILURE() << op << " ran; upstream refuses it here: " << refusal;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_EQ(e.op(), op) << e.what();
+    EXPECT_NE(std::string(e.what()).find(refusal), std::string::npos) << e.what();
+  }
+}
+
 TEST(GemmFp8Cuda, MatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device g = Device::cuda();
+  const int cc = api::compute_capability(g);
   Tensor a = fp8({33, 384}, kE4, 1), b = fp8({150, 384}, kE5, 2);
   Tensor sa = scales({3, 33}, 3), sb = scales({3, 2}, 4);
-  Tensor cpu = gemm_fp8_nt_groupwise(a, b, sa, sb, "MN");
-  Tensor gpu = gemm_fp8_nt_groupwise(a.to(g), b.to(g), sa.to(g), sb.to(g), "MN");
-  EXPECT_TRUE(all_close(gpu.to(Device::cpu()), cpu, default_tolerance(kBf)));
+  expect_cuda(
+      "gemm_fp8_nt_groupwise", upstream_backend_refusal("gemm_fp8_nt_groupwise", "cutlass", cc),
+      [&] { return gemm_fp8_nt_groupwise(a.to(g), b.to(g), sa.to(g), sb.to(g), "MN"); },
+      gemm_fp8_nt_groupwise(a, b, sa, sb, "MN"), default_tolerance(kBf));
+  Tensor ba = fp8({33, 512}, kE4, 21), bb = fp8({150, 512}, kE4, 22);
+  Tensor bsa = scales({4, 1}, 23), bsb = scales({4, 2}, 24);
+  expect_cuda(
+      "gemm_fp8_nt_blockscaled", upstream_refusal("gemm_fp8_nt_blockscaled", cc),
+      [&] { return gemm_fp8_nt_blockscaled(ba.to(g), bb.to(g), bsa.to(g), bsb.to(g)); },
+      gemm_fp8_nt_blockscaled(ba, bb, bsa, bsb), default_tolerance(kBf));
+  // mm_fp8 (cuBLASLt where it runs; GemmFp8CublasLtCuda checks the bound of that path).
   Tensor w = fp8({64, 384}, kE4, 5);
   Tensor pw = prepare_low_latency_gemm_weights(w, Value());
   Tensor alpha = Tensor::full({1}, 0.25, DType::kFloat32);
-  Tensor c2 = mm_fp8(a, pw, alpha);
-  Tensor g2 = mm_fp8(a.to(g), prepare_low_latency_gemm_weights(w.to(g), Value()), alpha.to(g));
-  EXPECT_TRUE(all_close(g2.to(Device::cpu()), c2, default_tolerance(kBf)));
+  expect_cuda(
+      "mm_fp8", upstream_backend_refusal("mm_fp8", "trtllm_low_latency", cc),
+      [&] {
+        return mm_fp8(a.to(g), prepare_low_latency_gemm_weights(w.to(g), Value()), alpha.to(g));
+      },
+      mm_fp8(a, pw, alpha), default_tolerance(kBf));
   Tensor w2 = fp8({130, 384}, kE4, 6);
   Tensor mxa = ue8m0_bytes(128 * 12, 8), mxb = ue8m0_bytes(256 * 12, 9);
-  Tensor c3 = mm_mxfp8(a, w2.transpose(0, 1), mxa, mxb);
-  Tensor g3 = mm_mxfp8(a.to(g), w2.to(g).transpose(0, 1), mxa.to(g), mxb.to(g));
-  EXPECT_TRUE(all_close(g3.to(Device::cpu()), c3, default_tolerance(kBf)));
-  Tensor c4 = bmm_mxfp8(a.unsqueeze(0), w2.unsqueeze(0).transpose(1, 2), mxa, mxb, kBf);
-  Tensor g4 = bmm_mxfp8(a.to(g).unsqueeze(0), w2.to(g).unsqueeze(0).transpose(1, 2), mxa.to(g),
-                        mxb.to(g), kBf);
-  EXPECT_TRUE(all_close(g4.to(Device::cpu()), c4, default_tolerance(kBf)));
+  expect_cuda(
+      "mm_mxfp8", upstream_backend_refusal("mm_mxfp8", "auto", cc),
+      [&] { return mm_mxfp8(a.to(g), w2.to(g).transpose(0, 1), mxa.to(g), mxb.to(g)); },
+      mm_mxfp8(a, w2.transpose(0, 1), mxa, mxb), default_tolerance(kBf));
+  expect_cuda(
+      "bmm_mxfp8", upstream_backend_refusal("bmm_mxfp8", "auto", cc),
+      [&] {
+        return bmm_mxfp8(a.to(g).unsqueeze(0), w2.to(g).unsqueeze(0).transpose(1, 2), mxa.to(g),
+                         mxb.to(g), kBf);
+      },
+      bmm_mxfp8(a.unsqueeze(0), w2.unsqueeze(0).transpose(1, 2), mxa, mxb, kBf),
+      default_tolerance(kBf));
   Tensor ra = rand_tensor({5, 7168}, kBf, 10), rw = rand_tensor({256, 7168}, kBf, 11);
-  Tensor rc = Tensor::zeros({5, 256}, DType::kFloat32), rg = rc.to(g);
+  Tensor rc = Tensor::zeros({5, 256}, DType::kFloat32);
   mm_M1_16_K7168_N256(ra, rw.transpose(0, 1), rc);
-  mm_M1_16_K7168_N256(ra.to(g), rw.to(g).transpose(0, 1), rg);
-  EXPECT_TRUE(all_close(rg.to(Device::cpu()), rc, {1e-4, 1e-4}));
-  Tensor tb = rand_tensor({256}, kBf, 12), tc = Tensor::zeros({5, 256}, kBf), tgpu = tc.to(g);
+  expect_cuda("mm_M1_16_K7168_N256", upstream_refusal("mm_M1_16_K7168_N256", cc),
+              [&] {
+                Tensor rg = Tensor::zeros({5, 256}, DType::kFloat32).to(g);
+                mm_M1_16_K7168_N256(ra.to(g), rw.to(g).transpose(0, 1), rg);
+                return rg;
+              },
+              rc, {1e-4, 1e-4});
+  Tensor tb = rand_tensor({256}, kBf, 12), tc = Tensor::zeros({5, 256}, kBf);
   tinygemm_bf16(ra, rw, tc, tb);
-  tinygemm_bf16(ra.to(g), rw.to(g), tgpu, tb.to(g));
-  EXPECT_TRUE(all_close(tgpu.to(Device::cpu()), tc, default_tolerance(kBf)));
-  // CPU-only op on a CUDA tensor: kUnsupported naming the op.
-  EXPECT_FI_ERROR(
-      fp8_blockscale_gemm_sm90(a.to(g), w.to(g), scales({33, 3}, 6).to(g), scales({1, 3}, 7).to(g)),
-      "fp8_blockscale_gemm_sm90", "input");
+  expect_cuda(
+      "tinygemm_bf16", upstream_refusal("tinygemm_bf16", cc),
+      [&] {
+        Tensor tgpu = Tensor::zeros({5, 256}, kBf).to(g);
+        tinygemm_bf16(ra.to(g), rw.to(g), tgpu, tb.to(g));
+        return tgpu;
+      },
+      tc, default_tolerance(kBf));
+  // Hopper's own block-scale GEMM (cuBLASLt's block scaling on sm90 where the shape allows).
+  Tensor sx = scales({33, 3}, 6), sw = scales({1, 3}, 7);
+  expect_cuda(
+      "fp8_blockscale_gemm_sm90", upstream_refusal("fp8_blockscale_gemm_sm90", cc),
+      [&] { return fp8_blockscale_gemm_sm90(a.to(g), w.to(g), sx.to(g), sw.to(g)); },
+      fp8_blockscale_gemm_sm90(a, w, sx, sw), default_tolerance(kBf));
 }
+
+// ---- the cuBLASLt paths against the tiled kernel and the CPU ------------------------------------
+//
+// Why the bound: every product of two fp8 values is exact in fp32, so the CPU reference, the
+// tiled kernel and cuBLASLt differ only in how they add. The CPU and the tiled kernel add in
+// fp32 in different orders (each within k * 2^-24 of the exact sum of magnitudes S); Hopper's
+// FP8 tensor cores keep fewer bits while they add inside an MMA (about 14, DeepSeek-V3 report
+// §3.3.2) before cuBLASLt promotes the block's sum to fp32, which it must do at least once per
+// 128-wide K block to apply that block's scales. So |gpu - cpu| <= 2^-11 * S leaves a margin over
+// 2^-13 * S, plus one unit in the last place of the output type for the final roundings (each
+// side rounds once). A scale applied to the wrong row or block (a layout error) moves results by
+// the order of the result itself, far outside this.
+
+#if FLASHINFER_TEST_HAVE_CUDART
+
+double ulp_of(double x, DType dt) {
+  const int mant = dt == kBf ? 7 : 10;  // explicit mantissa bits
+  const double tiny = dt == kBf ? std::ldexp(1.0, -133) : std::ldexp(1.0, -24);
+  if (x == 0.0) return tiny;
+  int e = 0;
+  std::frexp(std::fabs(x), &e);  // |x| = f * 2^e, f in [0.5, 1)
+  return std::max(tiny, std::ldexp(1.0, e - 1 - mant));
+}
+
+::testing::AssertionResult within_order_bound(const Tensor& gpu, const Tensor& cpu,
+                                              const std::vector<double>& mag, DType dt) {
+  const auto gv = dbl(gpu.to(Device::cpu())), cv = dbl(cpu);
+  if (gv.size() != cv.size() || cv.size() != mag.size())
+    return ::testing::AssertionFailure() << "size mismatch";
+  int64_t bad = 0;
+  std::string first;
+  for (std::size_t i = 0; i < cv.size(); ++i) {
+    const double bound = ulp_of(cv[i], dt) + std::ldexp(mag[i], -11);
+    if (!(std::fabs(gv[i] - cv[i]) <= bound)) {
+      if (bad++ == 0) {
+        first = "element " + std::to_string(i) + ": gpu " + std::to_string(gv[i]) + ", cpu " +
+                std::to_string(cv[i]) + ", bound " + std::to_string(bound);
+      }
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " elements outside the bound; first " << first;
+}
+
+// |x| of an fp8 tensor, exactly, as fp32.
+Tensor abs32(const Tensor& t) {
+  std::vector<double> v = dbl(t);
+  for (double& x : v) x = std::fabs(x);
+  return Tensor::from_vector(v, t.shape(), DType::kFloat32);
+}
+
+// fp8_blockscale_gemm_sm90's parameter block for device tensors (fp8 input).
+BlockScaledGemmParams sm90_device_params(const Tensor& x, const Tensor& w, const Tensor& sx,
+                                         const Tensor& sw, const Tensor& out) {
+  BlockScaledGemmParams p;
+  p.a = x.data_ptr();
+  p.a_stride_m = x.stride(0);
+  p.b = w.data_ptr();
+  p.b_stride_n = w.stride(0);
+  p.a_scale = sx.data<float>();
+  p.sa_stride_m = sx.stride(0);
+  p.sa_stride_k = sx.stride(1);
+  p.b_scale = sw.data<float>();
+  p.sb_stride_n = sw.stride(0);
+  p.sb_stride_k = sw.stride(1);
+  p.gm = 1;
+  p.gn = sw.size(0) == w.size(0) ? 1 : 128;
+  p.gk = 128;
+  p.m = x.size(0);
+  p.n = w.size(0);
+  p.k = x.size(1);
+  p.out = out.data_ptr();
+  p.out_dtype = out.dtype();
+  p.out_stride_m = out.stride(0);
+  return p;
+}
+
+TEST(GemmFp8CublasLtCuda, BlockScalesMatchTiledKernelAndCpuOnHopper) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  if (api::compute_capability(g) != 90) GTEST_SKIP() << "cuBLASLt's FP8 block scaling is sm90's";
+  const int64_t n = 192, k = 1024, kb = k / 128;
+  for (int64_t m : {1, 7, 130}) {
+    for (bool per_block : {true, false}) {
+      for (DType out_dt : {kBf, DType::kFloat16}) {
+        SCOPED_TRACE(::testing::Message() << "m " << m << (per_block ? " 128x128" : " 1x128") << " "
+                                          << dtype_torch_name(out_dt));
+        Tensor x = fp8({m, k}, kE4, 40 + m), w = fp8({n, k}, kE4, 41);
+        Tensor sx = scales({m, kb}, 42), sw = per_block ? scales({2, kb}, 43) : scales({n, kb}, 43);
+        const Tensor cpu = fp8_blockscale_gemm_sm90(x, w, sx, sw, std::nullopt, out_dt);
+        const auto sxv = dbl(sx), swv = dbl(sw);
+        const auto mag = ref_blockscaled(
+            abs32(x), abs32(w), 1, per_block ? 128 : 1, 128,
+            [&](int64_t r, int64_t q) { return sxv[r * kb + q]; },
+            [&](int64_t r, int64_t q) { return swv[r * kb + q]; });
+        // Through the API (which routes to cuBLASLt here) ...
+        Tensor xg = x.to(g), wg = w.to(g), sxg = sx.to(g), swg = sw.to(g);
+        EXPECT_TRUE(within_order_bound(
+            fp8_blockscale_gemm_sm90(xg, wg, sxg, swg, std::nullopt, out_dt), cpu, mag, out_dt));
+        // ... and the two CUDA paths directly: cuBLASLt takes it, the tiled kernel agrees.
+        Tensor lt_out = Tensor::zeros({m, n}, out_dt, g),
+               tiled_out = Tensor::zeros({m, n}, out_dt, g);
+        const BlockScaledGemmParams p = sm90_device_params(xg, wg, sxg, swg, lt_out);
+        ASSERT_EQ(lt::fp8_route(p, 90).path, lt::Fp8Path::kLtBlock);
+        ASSERT_TRUE(kernels::cuda::block_scaled_gemm_lt(p, current_cuda_stream(), "test"));
+        kernels::cuda::block_scaled_gemm(sm90_device_params(xg, wg, sxg, swg, tiled_out),
+                                         current_cuda_stream(), "test", false);
+        EXPECT_TRUE(within_order_bound(lt_out, cpu, mag, out_dt));
+        EXPECT_TRUE(within_order_bound(tiled_out, cpu, mag, out_dt));
+      }
+    }
+  }
+}
+
+TEST(GemmFp8CublasLtCuda, MmFp8MatchesTiledKernelAndCpuOnBlackwell) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int cc = api::compute_capability(g);
+  if (!upstream_backend_refusal("mm_fp8", "trtllm_low_latency", cc).empty())
+    GTEST_SKIP() << "upstream runs mm_fp8 on sm100/103/107 only";
+  const int64_t n = 96, k = 512;
+  for (int64_t m : {1, 16, 33}) {
+    SCOPED_TRACE(::testing::Message() << "m " << m);
+    Tensor x = fp8({m, k}, kE4, 50 + m), w = fp8({n, k}, kE4, 51);
+    Tensor alpha = Tensor::full({1}, 0.375, DType::kFloat32);
+    const Tensor cpu = mm_fp8(x, prepare_low_latency_gemm_weights(w, Value()), alpha);
+    const auto mag = ref_blockscaled(
+        abs32(x), abs32(w), 1, 1, k, [](int64_t, int64_t) { return 1.0; },
+        [](int64_t, int64_t) { return 1.0; }, 0.375);
+    Tensor xg = x.to(g), pwg = prepare_low_latency_gemm_weights(w.to(g), Value());
+    Tensor ag = alpha.to(g);
+    EXPECT_TRUE(within_order_bound(mm_fp8(xg, pwg, ag), cpu, mag, kBf));
+    Tensor lt_out = Tensor::zeros({m, n}, kBf, g), tiled_out = Tensor::zeros({m, n}, kBf, g);
+    BlockScaledGemmParams p = mm_fp8_params(m, n, k);
+    p.a = xg.data_ptr();
+    p.b = pwg.data_ptr();
+    p.alpha = ag.data<float>();
+    p.out = lt_out.data_ptr();
+    ASSERT_EQ(lt::fp8_route(p, cc).path, lt::Fp8Path::kLtTensor);
+    ASSERT_TRUE(kernels::cuda::block_scaled_gemm_lt(p, current_cuda_stream(), "test"));
+    p.out = tiled_out.data_ptr();
+    kernels::cuda::block_scaled_gemm(p, current_cuda_stream(), "test", false);
+    EXPECT_TRUE(within_order_bound(lt_out, cpu, mag, kBf));
+    EXPECT_TRUE(within_order_bound(tiled_out, cpu, mag, kBf));
+  }
+}
+
+// Once warm, a cuBLASLt FP8 call builds no plan and allocates nothing (100 calls), and a warm
+// call captured into a CUDA graph (global mode: an allocation or a synchronization would fail
+// the capture) replays to the eager result.
+TEST(GemmFp8CublasLtCuda, WarmCallsAllocateNothingAndCaptureIntoAGraph) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int cc = api::compute_capability(g);
+  const bool hopper = cc == 90;
+  if (!hopper && !upstream_backend_refusal("mm_fp8", "trtllm_low_latency", cc).empty())
+    GTEST_SKIP() << "no cuBLASLt FP8 path of gemm_fp8 on this GPU";
+  const int64_t m = 24, n = 128, k = 512;
+  Tensor x = fp8({m, k}, kE4, 60).to(g), w = fp8({n, k}, kE4, 61).to(g);
+  Tensor sx = scales({m, k / 128}, 62).to(g), sw = scales({1, k / 128}, 63).to(g);
+  Tensor pw = hopper ? Tensor() : prepare_low_latency_gemm_weights(w, Value());
+  Tensor alpha = Tensor::full({1}, 0.5, DType::kFloat32).to(g);
+  Tensor out = Tensor::zeros({m, n}, kBf, g);
+  const auto run = [&] {
+    if (hopper) {
+      fp8_blockscale_gemm_sm90(x, w, sx, sw, out);
+    } else {
+      mm_fp8(x, pw, alpha, kBf, out);
+    }
+  };
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  void* const prev = current_cuda_stream();
+  set_current_cuda_stream(stream);
+  run();  // warm-up: plan, workspace, scratch
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const Tensor eager = out.to(Device::cpu());
+  const kernels::cuda::CublasLtStats s0 = kernels::cuda::cublaslt_stats();
+  const uint64_t mallocs0 = detail::cuda_device_malloc_count();
+  for (int i = 0; i < 100; ++i) run();
+  const kernels::cuda::CublasLtStats s1 = kernels::cuda::cublaslt_stats();
+  EXPECT_EQ(s1.plan_builds, s0.plan_builds);
+  EXPECT_EQ(s1.plan_hits - s0.plan_hits, 100u);  // every call took the cuBLASLt path
+  EXPECT_EQ(s1.device_allocs, s0.device_allocs);
+  EXPECT_EQ(detail::cuda_device_malloc_count(), mallocs0);
+  ASSERT_EQ(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(m * n) * 2, stream),
+            cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  run();
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  set_current_cuda_stream(prev);
+  EXPECT_TRUE(all_close(out.to(Device::cpu()), eager, {0.0, 0.0}));  // same plan, same bits
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+#endif  // FLASHINFER_TEST_HAVE_CUDART
 
 }  // namespace
 }  // namespace flashinfer::testing

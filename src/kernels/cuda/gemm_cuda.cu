@@ -209,11 +209,15 @@ cudaDataType_t cuda_type(DType dt) {
 
 // One cached problem: descriptors and the heuristic's algorithm. The layouts are immutable once
 // built; the matmul descriptor's pointer attributes (scales, bias) change per call, so setting
-// them and the cublasLtMatmul that reads them happen under `mu`.
+// them and the cublasLtMatmul that reads them happen under `mu`. A problem the heuristic has no
+// algorithm for is cached too (found false, with the heuristic's status), so asking again costs
+// a lookup.
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo = {};
+  bool found = false;
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
   std::mutex mu;
   ~Plan() {
     if (d) lt().MatrixLayoutDestroy(d);
@@ -258,6 +262,19 @@ std::unique_ptr<Plan> build_plan(const char* op, cublasLtHandle_t h, const lt::L
     FLASHINFER_CUBLASLT_CALL(op, lt().MatmulDescSetAttribute(
                                      plan->op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof(pm)));
   }
+  if (key.scale == lt::ScaleMode::kBlockW1x128 || key.scale == lt::ScaleMode::kBlockW128x128) {
+    // A is w, B is x (the TN mapping): x always 1x128, w 1x128 or 128x128.
+    const int32_t a_mode = key.scale == lt::ScaleMode::kBlockW1x128
+                               ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+                               : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    FLASHINFER_CUBLASLT_CALL(
+        op, lt().MatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
+                                        sizeof(a_mode)));
+    FLASHINFER_CUBLASLT_CALL(
+        op, lt().MatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
+                                        sizeof(b_mode)));
+  }
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   FLASHINFER_CUBLASLT_CALL(
       op, lt().MatrixLayoutCreate(&plan->a, cuda_type(key.a_type), u(c.k), u(c.m), c.lda));
@@ -297,16 +314,25 @@ std::unique_ptr<Plan> build_plan(const char* op, cublasLtHandle_t h, const lt::L
   if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
     FLASHINFER_CUBLASLT_CALL(op, st);
   }
-  FLASHINFER_CHECK_CODE(st == CUBLAS_STATUS_SUCCESS && found > 0, ErrorCode::kUnsupported, op, "",
-                        "cuBLASLt has no algorithm for this problem (m=", c.n, ", n=", c.m,
-                        ", k=", c.k, ", batch=", c.batch, "; status ", lt().GetStatusName(st), ")");
+  plan->found = st == CUBLAS_STATUS_SUCCESS && found > 0;
+  plan->status = st;
   plan->algo = heur.algo;
   g_plan_builds.fetch_add(1, std::memory_order_relaxed);
   return plan;
 }
 
-// The cached plan of `key`, built on first use. Plans are never evicted (one per shape a
-// process runs; each holds a few small host descriptors).
+// kUnsupported for a plan the heuristic found no algorithm for.
+void require_algorithm(const char* op, const Plan& plan, const lt::LtKey& key) {
+  const lt::ColMajorGemm& c = key.shape;
+  FLASHINFER_CHECK_CODE(plan.found, ErrorCode::kUnsupported, op, "",
+                        "cuBLASLt has no algorithm for this problem (m=", c.n, ", n=", c.m,
+                        ", k=", c.k, ", batch=", c.batch, "; status ",
+                        lt().GetStatusName(plan.status), ")");
+}
+
+// The cached plan of `key`, built on first use (possibly one without an algorithm: Plan::found).
+// Plans are never evicted (one per shape a process runs; each holds a few small host
+// descriptors).
 Plan& find_plan(const char* op, cublasLtHandle_t h, const lt::LtKey& key) {
   static std::mutex mu;
   static auto& cache = *new std::unordered_map<lt::LtKey, std::unique_ptr<Plan>, lt::LtKeyHash>;
@@ -335,9 +361,17 @@ struct LtProblem {
   const float* alpha_device = nullptr;  // device alpha (and then a device beta of 0)
   const void* bias = nullptr;           // [n] of bias_type, contiguous
   DType bias_type = DType::kBFloat16;
+  // Block scales (kBlockW1x128 / kBlockW128x128; w_scale and x_scale then point at them in
+  // cuBLASLt's layouts); kNone: the mode follows from the pointers above.
+  lt::ScaleMode block = lt::ScaleMode::kNone;
 };
 
-void lt_matmul(const char* op, LtProblem pr, cudaStream_t stream) {
+// Runs `pr`, launching `before()` on the stream first once the plan is known to have an algorithm
+// (the kernels that fill pr's scratch operands). Where the heuristic has none: false when
+// `may_decline` (nothing was launched), else kUnsupported.
+template <class Before>
+bool lt_matmul(const char* op, LtProblem pr, cudaStream_t stream, bool may_decline,
+               Before&& before) {
   pr.g.x_addr = reinterpret_cast<std::uintptr_t>(pr.x);
   pr.g.w_addr = reinterpret_cast<std::uintptr_t>(pr.w);
   pr.g.d_addr = reinterpret_cast<std::uintptr_t>(pr.d);
@@ -345,17 +379,21 @@ void lt_matmul(const char* op, LtProblem pr, cudaStream_t stream) {
   FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
   DeviceState& ds = device_state(op, device);
   const auto [workspace, ws_bytes] = stream_workspace(op, ds, stream);
-  const lt::ScaleMode scale = pr.alpha_device              ? lt::ScaleMode::kDeviceAlpha
-                              : (pr.w_scale || pr.x_scale) ? lt::ScaleMode::kTensorScales
-                                                           : lt::ScaleMode::kNone;
+  const lt::ScaleMode scale = pr.block != lt::ScaleMode::kNone ? pr.block
+                              : pr.alpha_device                ? lt::ScaleMode::kDeviceAlpha
+                              : (pr.w_scale || pr.x_scale)     ? lt::ScaleMode::kTensorScales
+                                                               : lt::ScaleMode::kNone;
   const lt::LtKey key =
       lt::make_key(device, pr.g, pr.bias != nullptr, pr.bias_type, scale, ws_bytes);
   Plan& plan = find_plan(op, ds.handle, key);
+  if (!plan.found && may_decline) return false;
+  require_algorithm(op, plan, key);
+  before();
   const float host_alpha = 1.0f, host_beta = 0.0f;
   const void* alpha = pr.alpha_device ? static_cast<const void*>(pr.alpha_device) : &host_alpha;
   const void* beta = pr.alpha_device ? static_cast<const void*>(ds.zero) : &host_beta;
   std::lock_guard<std::mutex> lock(plan.mu);
-  if (scale == lt::ScaleMode::kTensorScales) {
+  if (scale != lt::ScaleMode::kNone && scale != lt::ScaleMode::kDeviceAlpha) {
     FLASHINFER_CUBLASLT_CALL(
         op, lt().MatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &pr.w_scale,
                                         sizeof(pr.w_scale)));
@@ -371,6 +409,11 @@ void lt_matmul(const char* op, LtProblem pr, cudaStream_t stream) {
   FLASHINFER_CUBLASLT_CALL(
       op, lt().Matmul(ds.handle, plan.op, alpha, pr.w, plan.a, pr.x, plan.b, beta, pr.d, plan.d,
                       pr.d, plan.d, &plan.algo, workspace, ws_bytes, stream));
+  return true;
+}
+
+void lt_matmul(const char* op, const LtProblem& pr, cudaStream_t stream) {
+  lt_matmul(op, pr, stream, false, [] {});
 }
 
 // One thread per element: packed e2m1 [rows, k/2] with block scales -> bf16 [rows, k]. The
@@ -445,6 +488,50 @@ void matmul_to_out(const char* op, LtProblem pr, void* staging, cudaStream_t str
   FLASHINFER_CUDA_CALL(op, cudaGetLastError());
 }
 
+// mm_fp8's prepared weight [k/128, n, 128] (rows shuffled in blocks of 32, low_latency_row)
+// back to the dense row-major [n, k] cuBLASLt reads: one thread per 16 bytes, a plain copy.
+__global__ void unshuffle_low_latency_kernel(const uint4* src, int64_t n, int64_t k, uint4* dst) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t chunks = k / 16;  // 16-byte chunks per row
+  if (idx >= n * chunks) return;
+  const int64_t j = idx / chunks, c = idx % chunks;
+  dst[idx] = src[lt::low_latency_offset(j, c * 16, n) / 16];  // 16 bytes within one 128-block
+}
+
+// One operand's fp32 block scales ([rows, kblocks] through the strides; rows are row blocks for
+// 128x128) into cuBLASLt's layout (lt::block_scale_index): one thread per scale.
+__global__ void pack_block_scales_kernel(const float* src, int64_t stride_row, int64_t stride_k,
+                                         int64_t rows, int64_t kblocks, lt::BlockScaleLayout layout,
+                                         float* dst) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= rows * kblocks) return;
+  const int64_t r = idx / kblocks, kb = idx % kblocks;
+  dst[lt::block_scale_index(layout, r, kb, rows, kblocks)] = src[r * stride_row + kb * stride_k];
+}
+
+unsigned blocks_for(int64_t total, int threads) {
+  return static_cast<unsigned>((total + threads - 1) / threads);
+}
+
+// The current device's compute capability (major * 10 + minor), asked once per device.
+int current_cc(const char* op) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
+  int device = 0;
+  FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
+  if (device >= 0 && device < kMaxDevices) {
+    if (const int cc = cached[device].load(std::memory_order_relaxed)) return cc;
+  }
+  int major = 0, minor = 0;
+  FLASHINFER_CUDA_CALL(op,
+                       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FLASHINFER_CUDA_CALL(op,
+                       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  const int cc = major * 10 + minor;
+  if (device >= 0 && device < kMaxDevices) cached[device].store(cc, std::memory_order_relaxed);
+  return cc;
+}
+
 DeviceState& current_device_state(const char* op) {
   int device = 0;
   FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
@@ -514,6 +601,49 @@ void mm_fp4(const Fp4GemmParams& p, void* stream, bool enable_pdl) {
   pr.d = p.out;
   pr.alpha_device = p.alpha;
   matmul_to_out(op, pr, staging ? base + a_bytes + b_bytes : nullptr, s);
+}
+
+bool block_scaled_gemm_lt(const BlockScaledGemmParams& p, void* stream, const char* op) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  // The route first: a problem for the tiled kernel (the bf16 router GEMMs share this entry)
+  // must not open cuBLASLt.
+  const lt::Fp8Route route = lt::fp8_route(p, current_cc(op));
+  if (route.path == lt::Fp8Path::kTiled) return false;
+  DeviceState& ds = current_device_state(op);
+  auto* scratch =
+      static_cast<char*>(stream_scratch(op, ds, s, lt::fp8_scratch_bytes(p, route.path)));
+  LtProblem pr{};
+  pr.g = lt::fp8_row_major(p);
+  pr.x = p.a;
+  pr.d = p.out;
+  constexpr int kThreads = 256;
+  if (route.path == lt::Fp8Path::kLtTensor) {
+    pr.w = scratch;
+    pr.w_scale = p.alpha;  // alpha as A's scale: D = scale_a * (w x)^T, B's scale 1
+    return lt_matmul(op, pr, s, /*may_decline=*/true, [&] {
+      const int64_t chunks = p.n * (p.k / 16);
+      unshuffle_low_latency_kernel<<<blocks_for(chunks, kThreads), kThreads, 0, s>>>(
+          static_cast<const uint4*>(p.b), p.n, p.k, reinterpret_cast<uint4*>(scratch));
+      FLASHINFER_CUDA_CALL(op, cudaGetLastError());
+    });
+  }
+  // kLtBlock: x's 1x128 scales, then w's 1x128 or 128x128 scales, in cuBLASLt's layouts.
+  const int64_t kb = p.k / 128, w_rows = p.gn == 1 ? p.n : (p.n + 127) / 128;
+  auto* xs = reinterpret_cast<float*>(scratch);
+  auto* ws = reinterpret_cast<float*>(scratch + align256(static_cast<std::size_t>(p.m * kb) * 4));
+  pr.w = p.b;
+  pr.w_scale = ws;
+  pr.x_scale = xs;
+  pr.block = route.scale;
+  return lt_matmul(op, pr, s, /*may_decline=*/true, [&] {
+    pack_block_scales_kernel<<<blocks_for(p.m * kb, kThreads), kThreads, 0, s>>>(
+        p.a_scale, p.sa_stride_m, p.sa_stride_k, p.m, kb, lt::BlockScaleLayout::kVec128, xs);
+    FLASHINFER_CUDA_CALL(op, cudaGetLastError());
+    pack_block_scales_kernel<<<blocks_for(w_rows * kb, kThreads), kThreads, 0, s>>>(
+        p.b_scale, p.sb_stride_n, p.sb_stride_k, w_rows, kb,
+        p.gn == 1 ? lt::BlockScaleLayout::kVec128 : lt::BlockScaleLayout::kBlk128x128, ws);
+    FLASHINFER_CUDA_CALL(op, cudaGetLastError());
+  });
 }
 
 CublasLtStats cublaslt_stats() {

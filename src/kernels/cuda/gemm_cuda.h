@@ -3,6 +3,7 @@
 // kUnsupported when cuBLASLt has no algorithm for the problem.
 #pragma once
 
+#include "kernels/gemm_fp8_params.h"
 #include "kernels/gemm_params.h"
 
 #include <cstdint>
@@ -32,5 +33,14 @@ void gemm(const GemmParams& p, void* stream, const char* op, bool pdl);
 /// Dequantizes both FP4 operands to bf16 (exact) on the device, then a cuBLASLt bf16 GEMM with
 /// alpha read from device memory (no host synchronization).
 void mm_fp4(const Fp4GemmParams& p, void* stream, bool enable_pdl);
+
+/// gemm_fp8's block-scaled FP8 GEMMs through cuBLASLt where kernels/cublaslt_plan.h's
+/// fp8_route() picks a cuBLASLt path for the current device (mm_fp8 from sm89; 1x128 x 1x128 or
+/// 128x128 block scales on Hopper), with the plan cache, the stream's workspace and its scratch
+/// (no allocation once warm, so a warm call can be captured into a CUDA graph). False, with
+/// nothing the caller must wait for, where the route is the tiled kernel or cuBLASLt's heuristic
+/// has no algorithm (remembered per shape): the caller runs kernels/cuda/gemm_fp8_cuda.h's
+/// block_scaled_gemm then.
+bool block_scaled_gemm_lt(const BlockScaledGemmParams& p, void* stream, const char* op);
 
 }  // namespace flashinfer::kernels::cuda
