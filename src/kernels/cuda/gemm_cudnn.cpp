@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -75,6 +76,11 @@ CudnnLib open_cudnn() {
     return lib;
   }
   fe::cudnn_dlhandle = h;
+  // The frontend opens the CUDA runtime by soname too, the first of libcudart.so.12 and .13 it
+  // finds; pin it to the one this library links (already loaded, so that is what dlopen returns),
+  // unless the user chose one.
+  setenv("CUDNN_FRONTEND_CUDART_LIB_NAME",
+         ("libcudart.so." + std::to_string(CUDART_VERSION / 1000)).c_str(), 0);
   return lib;
 }
 
