@@ -17,6 +17,12 @@ struct BuildInfo {
   bool cuda = false;
   bool sanitizers = false;
   bool openmp = false;
+  // The cuDNN backend of the GEMM ops (backend="cudnn"): whether it is compiled in, and the
+  // cuDNN headers and cuDNN frontend it was built with ("" without it). libcudnn itself is opened
+  // on the first cuDNN GEMM.
+  bool cudnn = false;
+  std::string_view cudnn_version;           // "9.19.0"
+  std::string_view cudnn_frontend_version;  // "1.32.0"
 };
 const BuildInfo& build_info();
 

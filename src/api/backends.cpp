@@ -130,19 +130,32 @@ BackendRequirement make(std::string op, std::string def, std::vector<std::string
 const std::map<std::string, BackendRequirement, std::less<>>& table() {
   static const auto* t = [] {
     auto* m = new std::map<std::string, BackendRequirement, std::less<>>();
-    // This build has no cuDNN, CUTLASS, TGV or trtllm-gen kernels. The default backend of the
-    // bf16 GEMMs ("cudnn") is served by cuBLASLt so that default calls run; the others are
-    // honestly absent.
+    // This build has no CUTLASS, TGV or trtllm-gen kernels. "cudnn" of the bf16 GEMMs and
+    // bmm_fp8 runs cuDNN graphs (kernels/cuda/gemm_cudnn.cpp) in a build with cuDNN. The bf16
+    // GEMMs' default backend is "cudnn": without cuDNN in the build, where libcudnn.so.9 cannot
+    // be opened, or for a problem cuDNN has no plan for, cuBLASLt serves it so that default calls
+    // run (the description says which). bmm_fp8's default is "cublas", so its "cudnn" is offered
+    // only with cuDNN and is refused by name otherwise. "auto" stays cuBLASLt.
     const std::string lt = "cuBLASLt";
-    const std::string lt_default = "cuBLASLt (no cuDNN in this build; serves the default)";
+#if FLASHINFER_WITH_CUDNN
+    const std::string dnn_bf16 =
+        "cuDNN graph: matmul (fp32 compute) + bias add; cuBLASLt where libcudnn.so.9 cannot be "
+        "opened or cuDNN has no execution plan for the problem";
+#else
+    const std::string dnn_bf16 = "cuBLASLt (no cuDNN in this build; serves the default)";
+#endif
     for (const char* op : {"mm_bf16", "bmm_bf16"}) {
       std::vector<std::string> up = {"cudnn", "cutlass", "auto"};
       if (std::string_view(op) == "mm_bf16") up = {"cudnn", "cutlass", "tgv", "auto"};
-      m->emplace(op, make(op, "cudnn", up, {{"cudnn", 80, lt_default}, {"auto", 80, lt}}));
+      m->emplace(op, make(op, "cudnn", up, {{"cudnn", 80, dnn_bf16}, {"auto", 80, lt}}));
     }
-    // FP8 matmuls need sm89+ in cuBLASLt.
-    m->emplace("bmm_fp8", make("bmm_fp8", "cublas", {"cudnn", "cublas", "cutlass", "auto"},
-                               {{"cublas", 89, lt}, {"auto", 89, lt}}));
+    // FP8 matmuls need sm89+ in cuBLASLt and in cuDNN.
+    std::vector<BackendInfo> fp8 = {{"cublas", 89, lt}, {"auto", 89, lt}};
+#if FLASHINFER_WITH_CUDNN
+    fp8.insert(fp8.begin(),
+               {"cudnn", 89, "cuDNN graph: fp8 matmul (fp32 compute) x A_scale x B_scale"});
+#endif
+    m->emplace("bmm_fp8", make("bmm_fp8", "cublas", {"cudnn", "cublas", "cutlass", "auto"}, fp8));
     // No FP4 tensor cores below sm100: tiles are dequantized to bf16 and multiplied by cuBLASLt.
     // (An empty description: the op's CUDA kernel-table entry describes it.)
     m->emplace("mm_fp4",

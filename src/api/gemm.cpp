@@ -16,6 +16,9 @@
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/gemm_cuda.h"
 #endif
+#if FLASHINFER_WITH_CUDNN
+#include "kernels/cuda/gemm_cudnn.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -27,11 +30,44 @@ constexpr const char* kModule = "flashinfer.gemm.gemm_base";
 using api::KernelEntry;
 using api::LaunchContext;
 
-// A GEMM launch: the kernel parameters and the op the CUDA launcher names in its errors.
+// A GEMM launch: the kernel parameters, the op the CUDA launcher names in its errors, and
+// whether the caller asked for backend "cudnn".
 struct GemmCall {
   kernels::GemmParams p;
   const char* op;
+  bool cudnn = false;
 };
+
+#if FLASHINFER_WITH_CUDA
+// The CUDA GEMM of `g`: cuDNN's graph for backend "cudnn" where the build has cuDNN, else
+// cuBLASLt. `lt_serves_cudnn`: the bf16 GEMMs, whose default backend is "cudnn", fall back to
+// cuBLASLt where libcudnn cannot be opened or cuDNN has no execution plan for the problem
+// (api/backends.cpp describes it so), so that default calls run wherever cuBLASLt's do; bmm_fp8
+// then fails naming its backend argument.
+void cuda_gemm(const GemmCall& g, const LaunchContext& c, bool lt_serves_cudnn) {
+#if FLASHINFER_WITH_CUDNN
+  if (g.cudnn && !(lt_serves_cudnn && !kernels::cuda::cudnn_load_error().empty()) &&
+      kernels::cuda::cudnn_gemm(g.p, c.stream, g.op, lt_serves_cudnn)) {
+    return;
+  }
+#else
+  (void)lt_serves_cudnn;
+#endif
+  kernels::cuda::gemm(g.p, c.stream, g.op, c.enable_pdl);
+}
+
+#if FLASHINFER_WITH_CUDNN
+constexpr const char* kBf16CudaImpl =
+    "cuBLASLt bf16 GEMM (fp16 output through an fp32 buffer); cuDNN graph for backend 'cudnn'";
+constexpr const char* kFp8CudaImpl =
+    "cuBLASLt fp8 GEMM (sm89+; k and n multiples of 16, 16-byte aligned rows and matrices); "
+    "cuDNN graph for backend 'cudnn'";
+#else
+constexpr const char* kBf16CudaImpl = "cuBLASLt bf16 GEMM (fp16 output through an fp32 buffer)";
+constexpr const char* kFp8CudaImpl =
+    "cuBLASLt fp8 GEMM (sm89+; k and n multiples of 16, 16-byte aligned rows and matrices)";
+#endif
+#endif  // FLASHINFER_WITH_CUDA
 
 constexpr const char* kCpuGemm =
     "CPU reference: fp32 accumulation; small m reads B in place (AVX-512/AVX2, OpenMP), "
@@ -42,24 +78,23 @@ constexpr KernelEntry<GemmCall> kBf16GemmKernels[] = {
     {DeviceType::kCPU, kCpuGemm, nullptr,
      [](const GemmCall& g, const LaunchContext&) { kernels::cpu::gemm(g.p); }},
 #if FLASHINFER_WITH_CUDA
-    {DeviceType::kCUDA, "cuBLASLt bf16 GEMM (fp16 output through an fp32 buffer)", nullptr,
-     [](const GemmCall& g, const LaunchContext& c) {
-       kernels::cuda::gemm(g.p, c.stream, g.op, c.enable_pdl);
-     }},
+    {DeviceType::kCUDA, kBf16CudaImpl, nullptr,
+     [](const GemmCall& g, const LaunchContext& c) { cuda_gemm(g, c, true); }},
 #endif
 };
 
 // bmm_fp8. cuBLASLt's fp8 kernels take only what kernels/cublaslt_plan.h's fp8_refusal()
 // accepts (k and n multiples of 16, 16-byte leading dimensions and matrix starts); anything else
 // is refused naming the argument, before cuBLASLt could answer CUBLAS_STATUS_NOT_SUPPORTED. The
-// CPU reference takes any.
+// CPU reference takes any; backend "cudnn" leaves the choice to cuDNN's heuristics, which refuse
+// a problem without an engine naming the backend.
 constexpr KernelEntry<GemmCall> kFp8GemmKernels[] = {
     {DeviceType::kCPU, kCpuGemm, nullptr,
      [](const GemmCall& g, const LaunchContext&) { kernels::cpu::gemm(g.p); }},
 #if FLASHINFER_WITH_CUDA
-    {DeviceType::kCUDA,
-     "cuBLASLt fp8 GEMM (sm89+; k and n multiples of 16, 16-byte aligned rows and matrices)",
+    {DeviceType::kCUDA, kFp8CudaImpl,
      [](const GemmCall& g) {
+       if (g.cudnn) return api::Refusal{};
        const kernels::lt::LtRefusal r = kernels::lt::fp8_refusal(kernels::lt::row_major_gemm(g.p));
        if (!r.refused()) return api::Refusal{};
        using kernels::lt::Operand;
@@ -68,9 +103,7 @@ constexpr KernelEntry<GemmCall> kFp8GemmKernels[] = {
                                                       : "A",
                            r.reason};
      },
-     [](const GemmCall& g, const LaunchContext& c) {
-       kernels::cuda::gemm(g.p, c.stream, g.op, c.enable_pdl);
-     }},
+     [](const GemmCall& g, const LaunchContext& c) { cuda_gemm(g, c, false); }},
 #endif
 };
 
@@ -189,7 +222,7 @@ Tensor bf16_gemm(const char* op, const Tensor& A, const Tensor& B,
     p.bias_dtype = bias_dense.dtype();
     p.bias_stride = bias_dense.stride(0);
   }
-  api::launch(kBf16GemmKernels, GemmCall{p, op}, A.device(), op, a_arg, pdl);
+  api::launch(kBf16GemmKernels, GemmCall{p, op, backend == "cudnn"}, A.device(), op, a_arg, pdl);
   return result;
 }
 
@@ -261,7 +294,8 @@ Tensor bmm_fp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const Te
         kernels::GemmParams p = api::gemm_params(A, B, result);
         p.a_scale = sa.data<float>();
         p.b_scale = sb.data<float>();
-        api::launch(kFp8GemmKernels, GemmCall{p, op}, A.device(), op, "A", false);
+        api::launch(kFp8GemmKernels, GemmCall{p, op, backend == "cudnn"}, A.device(), op, "A",
+                    false);
         return result;
       },
       A, B, A_scale, B_scale, dtype, out, backend);

@@ -13,10 +13,17 @@ std::string_view version() { return FLASHINFER_VERSION_STRING; }
 const BuildInfo& build_info() {
   static const std::string cuda_version = detail::cuda_runtime_version();
   static const BuildInfo info = {
-      FLASHINFER_VERSION_STRING,      FLASHINFER_COMPILER_STRING,
-      FLASHINFER_BUILD_TYPE_STRING,   cuda_version,
-      FLASHINFER_CUDA_ARCHS_STRING,   FLASHINFER_WITH_CUDA != 0,
-      FLASHINFER_SANITIZE_BUILD != 0, true,
+      FLASHINFER_VERSION_STRING,
+      FLASHINFER_COMPILER_STRING,
+      FLASHINFER_BUILD_TYPE_STRING,
+      cuda_version,
+      FLASHINFER_CUDA_ARCHS_STRING,
+      FLASHINFER_WITH_CUDA != 0,
+      FLASHINFER_SANITIZE_BUILD != 0,
+      true,
+      FLASHINFER_WITH_CUDNN != 0,
+      FLASHINFER_CUDNN_VERSION_STRING,
+      FLASHINFER_CUDNN_FRONTEND_VERSION_STRING,
   };
   return info;
 }

@@ -125,6 +125,14 @@ TEST(Cli, InfoReportsBuildAndDevices) {
       r.out.find(flashinfer::cuda_compiled() ? "CUDA compiled in: yes" : "CUDA compiled in: no"),
       std::string::npos)
       << r.out;
+  // Which GEMM libraries serve the `backend=` names.
+  const flashinfer::BuildInfo& b = flashinfer::build_info();
+  EXPECT_NE(
+      r.out.find(!b.cuda   ? "GEMM libraries: none"
+                 : b.cudnn ? ", cuDNN (backend 'cudnn'; headers " + std::string(b.cudnn_version)
+                           : std::string("; no cuDNN in this build")),
+      std::string::npos)
+      << r.out;
   if (flashinfer::cuda_device_count() == 0) {
     EXPECT_NE(r.out.find("CPU-only mode"), std::string::npos) << r.out;
   } else {

@@ -328,8 +328,10 @@ TEST(BackendQueries, HonestAboutThisBuild) {
   EXPECT_EQ(fp8.default_backend, "cublas");
   EXPECT_TRUE(fp8.is_known_backend("cudnn"));
   EXPECT_FALSE(fp8.is_known_backend("rocblas"));
-  // Backends this build does not have are never supported, on any compute capability.
-  EXPECT_FALSE(fp8.is_backend_supported("cudnn"));
+  // Backends this build does not have are never supported, on any compute capability. bmm_fp8's
+  // "cudnn" is cuDNN's graph, offered only where the build has cuDNN (test_gemm_cudnn.cpp).
+  const bool cudnn = build_info().cuda && build_info().cudnn;
+  EXPECT_EQ(fp8.is_backend_supported("cudnn"), cudnn);
   EXPECT_FALSE(fp8.is_backend_supported("cutlass", 100));
   EXPECT_FALSE(backend_requirement("mm_bf16").is_backend_supported("tgv", 100));
   EXPECT_FALSE(backend_requirement("mm_fp4").is_backend_supported("cudnn", 100));
@@ -341,7 +343,9 @@ TEST(BackendQueries, HonestAboutThisBuild) {
     EXPECT_FALSE(fp8.is_backend_supported("cublas", 80));  // no fp8 tensor cores before sm89
     EXPECT_TRUE(fp8.is_compute_capability_supported(90));
     EXPECT_FALSE(fp8.is_compute_capability_supported(86));
-    EXPECT_EQ(fp8.supported_backends(90), (std::vector<std::string>{"cublas", "auto"}));
+    EXPECT_EQ(fp8.supported_backends(90),
+              cudnn ? (std::vector<std::string>{"cudnn", "cublas", "auto"})
+                    : (std::vector<std::string>{"cublas", "auto"}));
     EXPECT_TRUE(backend_requirement("mm_bf16").is_backend_supported("cudnn", 80));
     EXPECT_FALSE(backend_requirement("mm_bf16").is_backend_supported("cudnn", 75));
     // FP4 GEMMs are Blackwell-only upstream (its per-backend @supported_compute_capability).
@@ -385,8 +389,10 @@ TEST(GemmCuda, MatchesCpu) {
   Tensor Z8a = Tensor::zeros({1, 16, 32}, DType::kFloat8E4M3FN, g);
   Tensor Z8b = Tensor::zeros({1, 16, 32}, DType::kFloat8E4M3FN, g).transpose(1, 2);
   Tensor one = fp32_scalar(1.0).to(g);
-  EXPECT_FI_ERROR(bmm_fp8(Z8a, Z8b, one, one, DType::kBFloat16, std::nullopt, "cudnn"), "bmm_fp8",
-                  "backend");
+  if (!build_info().cudnn) {
+    EXPECT_FI_ERROR(bmm_fp8(Z8a, Z8b, one, one, DType::kBFloat16, std::nullopt, "cudnn"), "bmm_fp8",
+                    "backend");
+  }
   // fp8 cuBLASLt needs sm89+; below that the default backend is refused by name.
   bool fp8_ok = true;
   try {
@@ -754,7 +760,8 @@ TEST(CublasLtPlan, WorkspaceFollowsTheCublasRecommendation) {
 // 100 calls of one shape on one stream after the first: every call finds its plan (no
 // descriptor building, no heuristic query) and nothing is allocated, neither by the cuBLASLt
 // path (workspace, scratch) nor as tensor storage. Covers bf16 out, fp16 out with a bias (the
-// fp32 staging path), fp8 and fp4.
+// fp32 staging path), fp8 and fp4. The bf16 GEMMs name backend "auto" (cuBLASLt in every build;
+// their default "cudnn" is cuDNN's graph where the build has cuDNN: test_gemm_cudnn.cpp).
 TEST(GemmCuda, CachedCallsAllocateNothing) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device g = Device::cuda();
@@ -778,8 +785,8 @@ TEST(GemmCuda, CachedCallsAllocateNothing) {
     fp8_ok = false;
   }
   const auto run = [&] {
-    mm_bf16(a, b, std::nullopt, false, out_bf);
-    mm_bf16(a, b, bias, false, out_h, DType::kFloat16);
+    mm_bf16(a, b, std::nullopt, false, out_bf, DType::kBFloat16, "auto");
+    mm_bf16(a, b, bias, false, out_h, DType::kFloat16, "auto");
     if (fp8_ok) bmm_fp8(A8, B8.transpose(1, 2), one, one, DType::kBFloat16, out8);
   };
   run();
@@ -800,8 +807,9 @@ TEST(GemmCuda, CachedCallsAllocateNothing) {
                         gemm_tol(DType::kBFloat16, k)));
 }
 
-// A cached call captured into a CUDA graph (global capture mode, so an allocation or a
-// synchronization inside it would fail the capture) and replayed gives the eager result.
+// A cached cuBLASLt call ("auto") captured into a CUDA graph (global capture mode, so an
+// allocation or a synchronization inside it would fail the capture) and replayed gives the eager
+// result.
 TEST(GemmCuda, CachedCallCapturesIntoAGraph) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device g = Device::cuda();
@@ -815,7 +823,7 @@ TEST(GemmCuda, CachedCallCapturesIntoAGraph) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   void* const prev = current_cuda_stream();
   set_current_cuda_stream(stream);
-  mm_bf16(a, b, bias, false, out, DType::kFloat16);  // warm-up: plan, workspace, scratch
+  mm_bf16(a, b, bias, false, out, DType::kFloat16, "auto");  // warm-up: plan, workspace, scratch
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   const Tensor eager = out.to(Device::cpu());
   const kernels::cuda::CublasLtStats s0 = kernels::cuda::cublaslt_stats();
@@ -823,7 +831,7 @@ TEST(GemmCuda, CachedCallCapturesIntoAGraph) {
             cudaSuccess);
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  mm_bf16(a, b, bias, false, out, DType::kFloat16);
+  mm_bf16(a, b, bias, false, out, DType::kFloat16, "auto");
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);

@@ -66,6 +66,24 @@ std::string cpu_tier_line() {
          (no2.empty() ? std::string("lowered by set_cpu_isa_cap") : "no " + no2) + ")";
 }
 
+// The GEMM libraries behind the `backend=` names (api/backends.cpp): cuBLASLt with CUDA, cuDNN
+// where the build found it. Both are opened on their first GEMM, so this only says what the
+// build has.
+std::string gemm_libraries_line(const BuildInfo& b) {
+  if (!b.cuda)
+    return "GEMM libraries: none (no CUDA backend; the CPU reference runs every backend)";
+  std::string line = "GEMM libraries: cuBLASLt (backends 'cublas', 'auto')";
+  if (b.cudnn) {
+    line += ", cuDNN (backend 'cudnn'; headers " + std::string(b.cudnn_version) + ", frontend " +
+            std::string(b.cudnn_frontend_version) + ")";
+  } else {
+    line +=
+        "; no cuDNN in this build (backend 'cudnn' of mm_bf16/bmm_bf16 runs cuBLASLt, "
+        "bmm_fp8's is refused)";
+  }
+  return line;
+}
+
 }  // namespace
 
 Command info_command() {
@@ -84,6 +102,7 @@ Command info_command() {
               } else {
                 std::printf("CUDA compiled in: no\n");
               }
+              std::printf("%s\n", gemm_libraries_line(b).c_str());
               std::printf("%s\n", cpu_tier_line().c_str());
               std::printf("host cache: limit %zu MiB (FLASHINFER_HOST_CACHE_MB)\n",
                           host_cache_stats().limit_bytes >> 20);
