@@ -260,9 +260,10 @@ Tensor grouped_mm_impl(const char* op, Variant v, const Tensor& a, const Tensor&
   api::check_same_device(m_indptr, a, op, "m_indptr", "a");
   // On CUDA the bf16/fp8 kernels read m_indptr on the device only (as cuDNN does upstream, whose
   // checks look at its dtype and length, not its values): no device sync per call (which would
-  // also stop a CUDA graph capturing it). The kernels clamp the entries to [0, cum_m], so bad
-  // values give wrong rows, never accesses outside the tensors. Elsewhere the values are checked
-  // here.
+  // also stop a CUDA graph capturing it). Both kernels keep every access inside the tensors
+  // whatever the entries (the tensor-core kernel clamps them to [0, cum_m], the CUDA-core one
+  // searches them as given), but bad values give unspecified rows, different per kernel. Elsewhere
+  // the values are checked here.
   const bool device_indptr = a.device().is_cuda() && (v == Variant::kBf16 || v == Variant::kFp8);
   std::vector<int64_t> indptr;
   if (device_indptr) {

@@ -342,8 +342,15 @@ enum class MmaLayout { kNone, kBKMajor, kBNMajor };
 // Whether the tensor-core kernel takes these operands (grouped_gemm_shape.h): 16-bit pairs of one
 // dtype or fp8 pairs, a with 16-byte aligned rows and unit k stride, b likewise (k-major) or,
 // 16-bit only, with unit n stride and 16-byte aligned k rows (n-major), and a grid within CUDA's
-// limits.
+// limits, on an sm80+ device (below it ldmatrix and mma.sync m16n8k16 do not exist; the CUDA-core
+// kernel serves SegmentGEMMWrapper there, which no backend table guards).
 MmaLayout mma_layout(const GroupedMmCudaParams& p) {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      major < 8) {
+    return MmaLayout::kNone;
+  }
   const bool fp8 = is_fp8(p.in_dtype) && is_fp8(p.b_dtype);
   const bool f16 =
       (p.in_dtype == DType::kBFloat16 || p.in_dtype == DType::kFloat16) && p.b_dtype == p.in_dtype;

@@ -1,6 +1,6 @@
 // The tiling of the tensor-core grouped GEMM (grouped_gemm_cuda.cu) as plain constexpr
 // arithmetic shared by the kernel, its launcher and the CPU tests (tests/core/
-// test_cuda_device_lib.cpp).
+// test_grouped_gemm_shape.cpp).
 //
 // A CTA computes a 128 x 128 tile of one group's output: rows [row0, row0 + rows) of that group
 // (rows <= 128) times 128 columns of its weight, over k in steps of 64 that move through shared
