@@ -403,13 +403,21 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
 #if FLASHINFER_WITH_CUDA
   if (s.device.is_cuda()) {
     int64_t per_sm = 2;
-    const bool fp8_kv = dtype_is_fp8(s.kv_dtype);
+    namespace pf = kernels::cuda::prefill;
     // The tensor-core kernels take what prefill_supported() takes: the FA2 kernel's head-dim
-    // pairs (192/128 included) and equal dims; the rest runs on the CUDA-core kernel.
-    const bool tc_dims = kernels::cuda::prefill::prefill_dims_built(
-                             static_cast<int>(s.head_dim_qk), static_cast<int>(s.head_dim_vo)) ||
+    // pairs (192/128 included) and equal dims, fp8 K/V only where the FA2 kernel has an fp8
+    // instance (prefill_fp8_kv_built); the rest runs on the CUDA-core kernel.
+    const int variant = (s.logits_soft_cap > 0.0 ? pf::kPrefillSoftCap : 0) |
+                        (s.packed_mask.empty() ? 0 : pf::kPrefillCustomMask) |
+                        (s.pos_encoding == 2 ? pf::kPrefillAlibi : 0);
+    const bool fp8_core =
+        dtype_is_fp8(s.kv_dtype) &&
+        !pf::prefill_fp8_kv_built(static_cast<int>(s.head_dim_qk),
+                                  static_cast<int>(s.head_dim_vo), variant);
+    const bool tc_dims = pf::prefill_dims_built(static_cast<int>(s.head_dim_qk),
+                                                static_cast<int>(s.head_dim_vo)) ||
                          s.head_dim_qk == s.head_dim_vo;
-    if ((s.decode && !s.use_tensor_cores) || fp8_kv || !tc_dims) {
+    if ((s.decode && !s.use_tensor_cores) || fp8_core || !tc_dims) {
       kernels::AttentionParams cfg;
       cfg.q_dtype = s.q_dtype;
       cfg.o_dtype = s.o_dtype;

@@ -111,6 +111,39 @@ TEST(PrefillShape, LargestBlockOfEachPairAndTheDevicesItFits) {
   }
 }
 
+// fp8 K/V (prefill_fp8_kv_built): instances for equal head dims 64 / 128 / 256, plain or
+// soft-capped, and nothing else (prefill_supported sends the rest to the CUDA-core kernel). Their
+// blocks hold Q, one 16-bit K/V tile (what the warps read) and kPrefillStages stages of fp8 K/V
+// (1 byte an element): the 16-bit blocks' bytes, so prefill_max_smem_bytes and the device checks
+// hold for them unchanged. Their copy loop (one unit column a thread, DQK == DVO) and the
+// widening (one fp8 unit a thread a pass) divide evenly over the 128 threads.
+TEST(PrefillShape, Fp8KvInstancesAndTheirSharedMemory) {
+  for (int d : {64, 128, 256}) {
+    EXPECT_TRUE(prefill_fp8_kv_built(d, d, 0)) << d;
+    EXPECT_TRUE(prefill_fp8_kv_built(d, d, kPrefillSoftCap)) << d;
+    EXPECT_FALSE(prefill_fp8_kv_built(d, d, kPrefillCustomMask)) << d;
+    EXPECT_FALSE(prefill_fp8_kv_built(d, d, kPrefillSoftCap | kPrefillCustomMask)) << d;
+    EXPECT_FALSE(prefill_fp8_kv_built(d, d, kPrefillAlibi)) << d;
+  }
+  EXPECT_FALSE(prefill_fp8_kv_built(192, 128, 0));  // built for 16-bit K/V only
+  EXPECT_FALSE(prefill_fp8_kv_built(96, 96, 0));
+  EXPECT_FALSE(prefill_fp8_kv_built(128, 64, 0));
+  for (int d : {64, 128, 256}) {
+    for (int cta : {16, 64, 128}) {
+      if (cta != 64 && prefill_cta_rows(cta == 16 ? 1 : 4096, d, d, 0) != cta) continue;
+      SCOPED_TRACE(std::to_string(d) + " cta_q " + std::to_string(cta));
+      const int kv = prefill_kv_tile(cta, d, d);
+      const unsigned fp8_bytes = 2u * static_cast<unsigned>(cta * d) +     // Q
+                                 2u * static_cast<unsigned>(kv * 2 * d) +  // 16-bit K + V tile
+                                 static_cast<unsigned>(kPrefillStages * kv * 2 * d);  // fp8 stages
+      EXPECT_EQ(fp8_bytes, prefill_smem_bytes(cta, d, d));
+      EXPECT_LE(prefill_merge_bytes(cta, d), prefill_kv_stage_bytes(cta, d, d));
+      EXPECT_EQ(kPrefillThreads % (d / 16), 0);
+      EXPECT_EQ((kv * (d / 16)) % kPrefillThreads, 0);
+    }
+  }
+}
+
 // prefill_tile_unmasked says "no per-element test" only when every (row, key) of the tile is
 // visible, and is exact for the causal / window-free case that matters (whole tiles under the
 // diagonal skip the test).

@@ -12,10 +12,21 @@
 #include <set>
 #include <vector>
 
+#include "flashinfer/float_formats.h"
 #include "kernels/cuda/device/fastdiv.cuh"
 #include "kernels/cuda/device/permuted_smem.cuh"
 #include "kernels/cuda/device/softmax_state.cuh"
 #include "kernels/occupancy.h"
+
+#ifdef FLASHINFER_TEST_HAVE_CUDA_HEADERS
+// fp8_widen.cuh runs cuda_fp8.h's conversions, host and device code (their host path is the
+// integer code sm_80 runs on the device): checkable here with the CUDA headers alone.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "kernels/cuda/device/fp8_widen.cuh"
+#pragma GCC diagnostic pop
+#endif
 
 namespace {
 
@@ -323,6 +334,78 @@ TEST(SoftmaxState, ChunksMergedInAnyOrderMatchDirectSoftmax) {
     if (HasFailure()) return;
   }
 }
+
+// ---- fp8 -> fp16 / bf16 widening (the FA2 prefill kernel's fp8 K/V) ---------------------------
+
+#ifdef FLASHINFER_TEST_HAVE_CUDA_HEADERS
+// Every code in every byte of the word (the other three bytes other codes) against the CPU's
+// decode of fp8 (float_formats.h): the same bits as the CPU's fp32 value rounded to T, and that
+// value read back unchanged (the widening is exact); NaN codes give a NaN.
+template <class T, __nv_fp8_interpretation_t kKind>
+void check_fp8_widen() {
+  constexpr bool kHalf = std::is_same_v<T, __half>;
+  auto decode = [](uint32_t code) {
+    const auto b = static_cast<uint8_t>(code);
+    return kKind == __NV_E4M3 ? flashinfer::e4m3fn_bits_to_float(b)
+                              : flashinfer::e5m2_bits_to_float(b);
+  };
+  auto to_f32 = [](uint16_t bits) {
+    return kHalf ? flashinfer::half_bits_to_float(bits) : flashinfer::bfloat16_bits_to_float(bits);
+  };
+  int checked = 0;
+  for (uint32_t code = 0; code < 256; ++code) {
+    for (int pos = 0; pos < 4; ++pos) {
+      uint32_t codes[4], word = 0;
+      for (int i = 0; i < 4; ++i) {
+        codes[i] = i == pos ? code : (code * 37u + 11u * static_cast<uint32_t>(i) + 5u) & 0xffu;
+        word |= codes[i] << (8 * i);
+      }
+      const uint2 w = flashinfer::kernels::cuda::dev::fp8x4_widen<T, kKind>(word);
+      const uint16_t out[4] = {static_cast<uint16_t>(w.x), static_cast<uint16_t>(w.x >> 16),
+                               static_cast<uint16_t>(w.y), static_cast<uint16_t>(w.y >> 16)};
+      for (int i = 0; i < 4; ++i) {
+        const float ref = decode(codes[i]);
+        if (std::isnan(ref)) {
+          ASSERT_TRUE(std::isnan(to_f32(out[i]))) << "code " << codes[i];
+          continue;
+        }
+        const uint16_t want =
+            kHalf ? flashinfer::float_to_half_bits(ref) : flashinfer::float_to_bfloat16_bits(ref);
+        ASSERT_EQ(out[i], want) << "code " << codes[i] << " (" << ref << ") at byte " << i;
+        ASSERT_EQ(to_f32(out[i]), ref) << "code " << codes[i] << " not exact";
+        if (i == pos) ++checked;
+      }
+    }
+  }
+  // Every code in each of the 4 bytes, less the NaN codes (2 in e4m3, 6 in e5m2).
+  EXPECT_EQ(checked, 4 * (kKind == __NV_E4M3 ? 254 : 250));
+}
+
+TEST(Fp8Widen, E4m3ToHalfEveryCode) { check_fp8_widen<__half, __NV_E4M3>(); }
+TEST(Fp8Widen, E4m3ToBf16EveryCode) { check_fp8_widen<__nv_bfloat16, __NV_E4M3>(); }
+TEST(Fp8Widen, E5m2ToHalfEveryCode) { check_fp8_widen<__half, __NV_E5M2>(); }
+TEST(Fp8Widen, E5m2ToBf16EveryCode) { check_fp8_widen<__nv_bfloat16, __NV_E5M2>(); }
+
+// The extremes the exactness argument rests on (fp8_widen.cuh), spelled out.
+TEST(Fp8Widen, SubnormalsAndExtremes) {
+  using flashinfer::kernels::cuda::dev::fp8x4_widen;
+  // e4m3: 0x01 = 2^-9 (smallest subnormal), 0x7e = 448 (largest), 0x08 = 2^-6 (smallest normal),
+  // 0x80 = -0.
+  const uint2 h = fp8x4_widen<__half, __NV_E4M3>(0x80087e01u);
+  EXPECT_EQ(h.x, 0x5f001800u);  // fp16 448 = 0x5f00, 2^-9 = 0x1800
+  EXPECT_EQ(h.y, 0x80002400u);  // -0 = 0x8000, 2^-6 = 0x2400
+  const uint2 b = fp8x4_widen<__nv_bfloat16, __NV_E4M3>(0x80087e01u);
+  EXPECT_EQ(b.x, 0x43e03b00u);  // bf16 448 = 0x43e0, 2^-9 = 0x3b00
+  EXPECT_EQ(b.y, 0x80003c80u);  // -0, 2^-6 = 0x3c80
+  // e5m2: 0x01 = 2^-16 (an fp16 subnormal), 0x7b = 57344, 0x7c = inf, 0xfc = -inf.
+  const uint2 h5 = fp8x4_widen<__half, __NV_E5M2>(0xfc7c7b01u);
+  EXPECT_EQ(h5.x, 0x7b000100u);
+  EXPECT_EQ(h5.y, 0xfc007c00u);
+  const uint2 b5 = fp8x4_widen<__nv_bfloat16, __NV_E5M2>(0xfc7c7b01u);
+  EXPECT_EQ(b5.x, 0x47603780u);  // bf16 57344 = 0x4760, 2^-16 = 0x3780
+  EXPECT_EQ(b5.y, 0xff807f80u);
+}
+#endif
 
 // ---- permuted shared-memory layout --------------------------------------------------------------
 

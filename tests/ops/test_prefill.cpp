@@ -473,7 +473,8 @@ TEST(BatchPrefillCuda, PagedMatchesCpu) {
 }
 
 // Single prefill with per-head scales, causal right-aligned (kv_len > qo_len), a window and a
-// soft cap: fp16 KV runs the tensor-core kernel, fp8 KV the CUDA-core kernel with prefill tiles.
+// soft cap: fp16 KV and fp8 e4m3 KV both run the FA2 tensor-core kernel (fp8 widened in shared
+// memory).
 TEST(SinglePrefillCuda, HeadScalesAndFp8KvMatchCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device g = Device::cuda();

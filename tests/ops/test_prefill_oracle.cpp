@@ -5,12 +5,16 @@
 // (64, 128, 256, 192/128), fp16 and bf16, MHA and GQA (64- and 128-row blocks), paged (page
 // sizes 1, 5, 16) and ragged KV, causal right-aligned rows, the soft cap, a sliding window, a
 // custom mask, ALiBi, attention sinks, split-KV with the merge pass, and tensor-core decode
-// (use_tensor_cores=True; 16-row blocks whose warps split the keys).
+// (use_tensor_cores=True; 16-row blocks whose warps split the keys); fp8 K/V (e4m3, e5m2) paged,
+// ragged and in tensor-core decode against the CPU reference.
 // Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
+#include <numeric>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -293,6 +297,168 @@ TEST(PrefillKernelCuda, TensorCoreDecodeMatchesCpuAndOracle) {
             EXPECT_TRUE(testing::all_close(got.out, o.out, testing::default_tolerance(dt)));
 #endif
           }
+    }
+  }
+}
+
+// ---- fp8 K/V on the FA2 kernel ------------------------------------------------------------------
+// K/V tiles of e4m3 / e5m2 codes widened to q's dtype in shared memory. K and V hold random codes
+// drawn from every finite one (subnormals up to 448 / 57344), and k_scale / v_scale bring the
+// logits and outputs to the 16-bit cases' magnitudes (about 1 / the codes' rms); the CPU reference
+// decodes the same codes and applies the scales as the kernel does (k_scale in the logit scale,
+// v_scale on the output), so the tolerance is q's dtype's.
+
+// A contiguous CPU tensor of random finite fp8 codes (no NaN, no infinity).
+Tensor random_fp8_codes(const Shape& shape, DType kv, uint32_t seed) {
+  Tensor t = Tensor::empty(shape, kv);
+  std::mt19937 rng(seed);
+  auto* bytes = t.data<uint8_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    uint8_t c = 0;
+    do {
+      c = static_cast<uint8_t>(rng());
+    } while (kv == DType::kFloat8E4M3FN ? (c & 0x7f) == 0x7f : (c & 0x7c) == 0x7c);
+    bytes[i] = c;
+  }
+  return t;
+}
+
+AttentionRunOptions fp8_run_options(DType kv) {
+  AttentionRunOptions ro;
+  ro.return_lse = true;
+  const double s = kv == DType::kFloat8E4M3FN ? 1e-2 : 1e-4;  // rms of the codes: 100, 9535
+  ro.k_scale = s;
+  ro.v_scale = 0.5 * s;
+  return ro;
+}
+
+// A paged NHD cache [pages + 1, page, hkv, d] of random codes behind a shuffled page table.
+struct Fp8Paged {
+  Tensor k, v, indptr, indices, last_page_len;
+};
+Fp8Paged make_fp8_paged(const std::vector<int32_t>& kv_lens, int64_t page, int64_t hkv, int64_t d,
+                        DType kv, uint32_t seed) {
+  std::vector<int32_t> indptr{0}, last;
+  for (int32_t len : kv_lens) {
+    const auto n = static_cast<int32_t>((len + page - 1) / page);
+    indptr.push_back(indptr.back() + n);
+    last.push_back(n == 0 ? 0 : static_cast<int32_t>(len - (n - 1) * page));
+  }
+  std::vector<int32_t> indices(static_cast<std::size_t>(indptr.back()));
+  std::iota(indices.begin(), indices.end(), 1);
+  std::shuffle(indices.begin(), indices.end(), std::mt19937(seed));
+  Fp8Paged f;
+  f.k = random_fp8_codes({indptr.back() + 1, page, hkv, d}, kv, seed + 1);
+  f.v = random_fp8_codes({indptr.back() + 1, page, hkv, d}, kv, seed + 2);
+  f.indptr = int_tensor(indptr);
+  f.indices = int_tensor(indices);
+  f.last_page_len = int_tensor(last);
+  return f;
+}
+
+std::string fp8_trace(DType dt, DType kv, int64_t d, const std::string& what) {
+  return std::string(dtype_torch_name(dt)) + " q, " + std::string(dtype_torch_name(kv)) +
+         " K/V, d=" + std::to_string(d) + ", " + what;
+}
+
+void expect_fp8_close(const AttentionOutput& got, const AttentionOutput& ref, DType dt) {
+  EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(dt))) << "vs CPU";
+  EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3})) << "lse vs CPU";
+}
+
+// Batch prefill, paged and ragged: GQA 4 with a 200-query request (128-row blocks at d <= 128),
+// short requests (64-row blocks, most rows padding), a soft cap with split KV, and MHA.
+TEST(PrefillKernelCuda, Fp8KvPagedAndRaggedMatchCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (DType kv : {DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+      for (int64_t d : {64, 128, 256}) {
+        struct Shape3 {
+          std::vector<int32_t> qo, kv;
+          int64_t hq, hkv;
+          double cap;
+          std::optional<int64_t> split;
+        };
+        const Shape3 shapes[] = {{{1, 33, 200}, {40, 33, 300}, 32, 8, 0.0, std::nullopt},
+                                 {{3, 1, 5}, {70, 1, 129}, 32, 8, 0.0, std::nullopt},
+                                 {{1, 31, 65}, {31, 100, 1000}, 8, 8, 30.0, 3}};
+        for (const Shape3& sh : shapes) {
+          std::vector<int32_t> qo{0}, kvp{0};
+          for (std::size_t b = 0; b < sh.qo.size(); ++b) {
+            qo.push_back(qo.back() + sh.qo[b]);
+            kvp.push_back(kvp.back() + sh.kv[b]);
+          }
+          Tensor q = Tensor::empty({qo.back(), sh.hq, d}, dt).uniform_(5);
+          PrefillPlanOptions po;
+          po.q_data_type = dt;
+          po.kv_data_type = kv;
+          po.causal = true;
+          po.logits_soft_cap = sh.cap;
+          po.fixed_split_size = sh.split;
+          const AttentionRunOptions ro = fp8_run_options(kv);
+          {
+            SCOPED_TRACE(fp8_trace(dt, kv, d, "paged, " + std::to_string(sh.qo.back()) + " q"));
+            const Fp8Paged f = make_fp8_paged(sh.kv, 16, sh.hkv, d, kv, 17);
+            auto run = [&](Device dev) {
+              BatchPrefillWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev));
+              w.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, sh.hq, sh.hkv, d, 16,
+                     po);
+              return w.run(q.to(dev), PagedKVCache(f.k.to(dev), f.v.to(dev)), ro);
+            };
+            expect_fp8_close(run(g), run(Device::cpu()), dt);
+          }
+          {
+            SCOPED_TRACE(fp8_trace(dt, kv, d, "ragged, " + std::to_string(sh.qo.back()) + " q"));
+            const Tensor k = random_fp8_codes({kvp.back(), sh.hkv, d}, kv, 23);
+            const Tensor v = random_fp8_codes({kvp.back(), sh.hkv, d}, kv, 29);
+            auto run = [&](Device dev) {
+              BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev));
+              w.plan(int_tensor(qo), int_tensor(kvp), sh.hq, sh.hkv, d, po);
+              return w.run(q.to(dev), k.to(dev), v.to(dev), ro);
+            };
+            expect_fp8_close(run(g), run(Device::cpu()), dt);
+          }
+        }
+      }
+    }
+  }
+}
+
+// use_tensor_cores=True decode over an fp8 cache: 16-row blocks whose warps split the keys (GQA
+// 4), 64-row blocks (GQA 32), a soft cap and split KV.
+TEST(PrefillKernelCuda, Fp8KvTensorCoreDecodeMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (DType kv : {DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+      for (int64_t d : {64, 128, 256}) {
+        for (auto heads : {std::pair<int64_t, int64_t>{32, 8}, {32, 1}}) {
+          for (double cap : {0.0, 30.0}) {
+            const int64_t hq = heads.first, hkv = heads.second;
+            const std::optional<int64_t> split =
+                cap > 0.0 ? std::optional<int64_t>(2) : std::nullopt;
+            SCOPED_TRACE(fp8_trace(dt, kv, d,
+                                   "decode heads " + std::to_string(hq) + ":" +
+                                       std::to_string(hkv) + " cap " + std::to_string(cap)));
+            const std::vector<int32_t> lens{1, 17, 300, 64, 0};
+            const Fp8Paged f = make_fp8_paged(lens, 16, hkv, d, kv, 31);
+            Tensor q = Tensor::empty({static_cast<int64_t>(lens.size()), hq, d}, dt).uniform_(4);
+            BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+            po.q_data_type = dt;
+            po.kv_data_type = kv;
+            po.fixed_split_size = split;
+            if (cap > 0.0) po.logits_soft_cap = cap;
+            const AttentionRunOptions ro = fp8_run_options(kv);
+            auto run = [&](Device dev) {
+              BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev),
+                                                   "NHD", false, true);
+              w.plan(f.indptr, f.indices, f.last_page_len, hq, hkv, d, 16, po);
+              return w.run(q.to(dev), PagedKVCache(f.k.to(dev), f.v.to(dev)), ro);
+            };
+            expect_fp8_close(run(Device::cuda()), run(Device::cpu()), dt);
+          }
+        }
+      }
     }
   }
 }

@@ -14,8 +14,9 @@
 namespace flashinfer::kernels::cuda {
 
 // The FA2 kernel for one built head-dim pair (prefill_fa2_launch.cuh; explicitly instantiated,
-// fp16 and bf16, in prefill_fa2_d<DQK>.cu).
-template <class T, int DQK, int DVO>
+// fp16 and bf16, in prefill_fa2_d<DQK>.cu, and with fp8 K/V, TKV = uint8_t, in
+// prefill_fa2_fp8_d<DQK>.cu).
+template <class T, class TKV, int DQK, int DVO>
 void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl);
 
 namespace {
@@ -36,10 +37,17 @@ void launch_jit(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) 
 template <class T>
 void dispatch_dims(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
   const int qk = p.head_dim_qk, vo = p.head_dim_vo;
-  if (qk == 64 && vo == 64) return prefill_fa2<T, 64, 64>(p, stream, enable_pdl);
-  if (qk == 128 && vo == 128) return prefill_fa2<T, 128, 128>(p, stream, enable_pdl);
-  if (qk == 256 && vo == 256) return prefill_fa2<T, 256, 256>(p, stream, enable_pdl);
-  if (qk == 192 && vo == 128) return prefill_fa2<T, 192, 128>(p, stream, enable_pdl);
+  if (dtype_is_fp8(p.kv.dtype)) {  // fp8 K/V: the FA2 kernel only (prefill_fp8_kv_built)
+    if (qk == 64 && vo == 64) return prefill_fa2<T, uint8_t, 64, 64>(p, stream, enable_pdl);
+    if (qk == 128 && vo == 128) return prefill_fa2<T, uint8_t, 128, 128>(p, stream, enable_pdl);
+    if (qk == 256 && vo == 256) return prefill_fa2<T, uint8_t, 256, 256>(p, stream, enable_pdl);
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, "attention", "k", "fp8 K/V with head dims ", qk, "/",
+                    vo, " has no FA2 kernel");
+  }
+  if (qk == 64 && vo == 64) return prefill_fa2<T, T, 64, 64>(p, stream, enable_pdl);
+  if (qk == 128 && vo == 128) return prefill_fa2<T, T, 128, 128>(p, stream, enable_pdl);
+  if (qk == 256 && vo == 256) return prefill_fa2<T, T, 256, 256>(p, stream, enable_pdl);
+  if (qk == 192 && vo == 128) return prefill_fa2<T, T, 192, 128>(p, stream, enable_pdl);
   launch_jit(p, stream, enable_pdl);
 }
 
@@ -54,8 +62,10 @@ int prefill_variant(const AttentionParams& p) {
 }
 
 bool prefill_supported(const AttentionParams& p) {
+  // fp8 K/V (e4m3 / e5m2): the FA2 kernel's fp8 instances only (below).
+  const bool fp8_kv = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
   const bool dtype_ok = (p.q_dtype == DType::kFloat16 || p.q_dtype == DType::kBFloat16) &&
-                        p.kv.dtype == p.q_dtype && p.o_dtype == p.q_dtype;
+                        (p.kv.dtype == p.q_dtype || fp8_kv) && p.o_dtype == p.q_dtype;
   // The FA2 kernel for its built pairs (64/64, 128/128, 256/256, 192/128), the first-draft
   // kernel through NVRTC for any other equal multiple of 16 up to 256; the CUDA-core kernel
   // takes the rest.
@@ -79,7 +89,12 @@ bool prefill_supported(const AttentionParams& p) {
   // ALiBi: the FA2 kernel's ALiBi instance, built alone (no soft cap, no custom mask).
   const bool alibi_ok =
       p.alibi_slopes == nullptr || (fa2 && prefill_variant(p) == prefill::kPrefillAlibi);
-  return dtype_ok && dim_ok && sinks_ok && alibi_ok && major >= 8;
+  // fp8 K/V: no first-draft kernel; the FA2 kernel where an fp8 instance is built (equal head
+  // dims 64 / 128 / 256, plain or soft-capped: prefill_fp8_kv_built), on a device whose blocks
+  // fit (the same bytes as the 16-bit blocks').
+  const bool fp8_ok = !fp8_kv || (fa2 && prefill::prefill_fp8_kv_built(p.head_dim_qk, p.head_dim_vo,
+                                                                       prefill_variant(p)));
+  return dtype_ok && dim_ok && sinks_ok && alibi_ok && fp8_ok && major >= 8;
 }
 
 void batch_prefill(const AttentionParams& p, void* stream, bool enable_pdl) {

@@ -1,7 +1,7 @@
-// Launch of the FA2 prefill kernel (prefill_kernel.cuh) for one head-dim pair: the CTA height and
-// variant chosen per call. Included only by the prefill_fa2_d*.cu sources, one per built pair, so
-// that nvcc compiles the pairs' instances in parallel (as one source they were the build's
-// longest compile, 457 s).
+// Launch of the FA2 prefill kernel (prefill_kernel.cuh) for one head-dim pair and K/V storage type
+// (q's, or fp8 bytes): the CTA height and variant chosen per call. Included only by the
+// prefill_fa2_*.cu sources, one per built pair and K/V kind, so that nvcc compiles their instances
+// in parallel (as one source they were the build's longest compile, 457 s).
 #pragma once
 
 #include "kernels/cuda/cuda_utils.cuh"
@@ -10,54 +10,69 @@
 
 namespace flashinfer::kernels::cuda {
 
-template <class T, int DQK, int DVO, int kCtaQ, int kVariant>
+template <class T, class TKV, int DQK, int DVO, int kCtaQ, int kVariant>
 void launch_fa2(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_rows = static_cast<int64_t>(p.max_work_rows) * group;
   const dim3 grid(static_cast<unsigned>(p.num_work), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>((max_rows + kCtaQ - 1) / kCtaQ));
-  launch_kernel("attention", prefill::batch_prefill_kernel<T, DQK, DVO, kCtaQ, kVariant>, grid,
+  launch_kernel("attention", prefill::batch_prefill_kernel<T, TKV, DQK, DVO, kCtaQ, kVariant>, grid,
                 dim3(prefill::kPrefillThreads), prefill::prefill_smem_bytes(kCtaQ, DQK, DVO),
                 stream, enable_pdl, p);
 }
 
 // The block height from the packed rows of the largest work item (prefill_cta_rows); only the
-// heights a head-dim pair can take are instantiated.
-template <class T, int DQK, int DVO>
+// heights a head-dim pair can take are instantiated. fp8 K/V (TKV = uint8_t): the plain and
+// soft-capped variants only (prefill_fp8_kv_built; prefill_supported sends the rest elsewhere).
+template <class T, class TKV, int DQK, int DVO>
 void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
   const int variant = prefill_variant(p);
+  if constexpr (sizeof(TKV) == 1) {
+    FLASHINFER_CHECK_CODE(prefill::prefill_fp8_kv_built(DQK, DVO, variant), ErrorCode::kUnsupported,
+                          "attention", "k",
+                          "fp8 K/V with a custom mask or ALiBi has no FA2 kernel");
+  }
   constexpr int kSoftCap = prefill::kPrefillSoftCap, kMask = prefill::kPrefillCustomMask,
                 kAlibi = prefill::kPrefillAlibi;
   const int cta = prefill::prefill_cta_rows(p.max_work_rows * group, DQK, DVO, variant);
   if constexpr (prefill::prefill_cta_rows(1, DQK, DVO, 0) == 16) {
     if (cta == 16) {
-      return variant == 0 ? launch_fa2<T, DQK, DVO, 16, 0>(p, s, pdl)
-                          : launch_fa2<T, DQK, DVO, 16, kSoftCap>(p, s, pdl);
+      return variant == 0 ? launch_fa2<T, TKV, DQK, DVO, 16, 0>(p, s, pdl)
+                          : launch_fa2<T, TKV, DQK, DVO, 16, kSoftCap>(p, s, pdl);
     }
   }
   if constexpr (prefill::prefill_cta_rows(128, DQK, DVO, 0) == 128) {
-    if (cta == 128) return launch_fa2<T, DQK, DVO, 128, 0>(p, s, pdl);
+    if (cta == 128) return launch_fa2<T, TKV, DQK, DVO, 128, 0>(p, s, pdl);
   }
-  switch (variant) {
-    case 0:
-      return launch_fa2<T, DQK, DVO, 64, 0>(p, s, pdl);
-    case kSoftCap:
-      return launch_fa2<T, DQK, DVO, 64, kSoftCap>(p, s, pdl);
-    case kMask:
-      return launch_fa2<T, DQK, DVO, 64, kMask>(p, s, pdl);
-    case kAlibi:
-      return launch_fa2<T, DQK, DVO, 64, kAlibi>(p, s, pdl);
-    default:
-      return launch_fa2<T, DQK, DVO, 64, kSoftCap | kMask>(p, s, pdl);
+  if constexpr (sizeof(TKV) == 1) {
+    return variant == 0 ? launch_fa2<T, TKV, DQK, DVO, 64, 0>(p, s, pdl)
+                        : launch_fa2<T, TKV, DQK, DVO, 64, kSoftCap>(p, s, pdl);
+  } else {
+    switch (variant) {
+      case 0:
+        return launch_fa2<T, TKV, DQK, DVO, 64, 0>(p, s, pdl);
+      case kSoftCap:
+        return launch_fa2<T, TKV, DQK, DVO, 64, kSoftCap>(p, s, pdl);
+      case kMask:
+        return launch_fa2<T, TKV, DQK, DVO, 64, kMask>(p, s, pdl);
+      case kAlibi:
+        return launch_fa2<T, TKV, DQK, DVO, 64, kAlibi>(p, s, pdl);
+      default:
+        return launch_fa2<T, TKV, DQK, DVO, 64, kSoftCap | kMask>(p, s, pdl);
+    }
   }
 }
 
-// The explicit instantiations of one pair, for fp16 and bf16 (in prefill_fa2_d<DQK>.cu).
-#define FLASHINFER_PREFILL_FA2_PAIR(DQK, DVO)                                                      \
-  template void prefill_fa2<CudaElement<DType::kFloat16>::type, DQK, DVO>(const AttentionParams&,  \
-                                                                          cudaStream_t, bool);     \
-  template void prefill_fa2<CudaElement<DType::kBFloat16>::type, DQK, DVO>(const AttentionParams&, \
-                                                                           cudaStream_t, bool);
+// The explicit instantiations of one pair, for fp16 and bf16 q and K/V of q's dtype (in
+// prefill_fa2_d<DQK>.cu) or fp8 K/V, e4m3 and e5m2 alike (in prefill_fa2_fp8_d<DQK>.cu).
+#define FLASHINFER_PREFILL_FA2_INSTANCE(TQ, TKV, DQK, DVO) \
+  template void prefill_fa2<TQ, TKV, DQK, DVO>(const AttentionParams&, cudaStream_t, bool);
+#define FLASHINFER_PREFILL_FA2_PAIR(DQK, DVO)               \
+  FLASHINFER_PREFILL_FA2_INSTANCE(__half, __half, DQK, DVO) \
+  FLASHINFER_PREFILL_FA2_INSTANCE(__nv_bfloat16, __nv_bfloat16, DQK, DVO)
+#define FLASHINFER_PREFILL_FA2_FP8_PAIR(DQK, DVO)            \
+  FLASHINFER_PREFILL_FA2_INSTANCE(__half, uint8_t, DQK, DVO) \
+  FLASHINFER_PREFILL_FA2_INSTANCE(__nv_bfloat16, uint8_t, DQK, DVO)
 
 }  // namespace flashinfer::kernels::cuda

@@ -14,14 +14,18 @@
 //     with a custom mask) get the per-element visibility test;
 //   - LSE out (base 2); a split-KV chunk writes fp32 partials for the merge pass.
 // The variants are compile-time bits (prefill_shape.h); attention sinks join each row's sum in
-// the epilogue. fp16 / bf16 q, K/V and output of one dtype; fp8 K/V and ALiBi run on the
-// CUDA-core kernel. Device code only (prefill_cuda.cu
-// instantiates it).
+// the epilogue. fp16 / bf16 q and output of one dtype T; K/V of T, or fp8 (TKV = uint8_t, e4m3
+// or e5m2 as p.kv.dtype says): fp8 tiles are copied as they are stored (half the bytes), then
+// widened to T in shared memory (exactly: device/fp8_widen.cuh) into the 16-bit tile the
+// ldmatrix path reads, so everything after the copy is the 16-bit kernel's. K/V scales need
+// nothing of their own: k_scale is in sm_scale / scale_k, v_scale in the output factor, as the
+// CPU reference applies them. Device code only (prefill_fa2_d*.cu instantiate it).
 #pragma once
 
 #include "kernels/cuda/attention_cuda_common.cuh"
 #include "kernels/cuda/device/cp_async.cuh"
 #include "kernels/cuda/device/fastdiv.cuh"
+#include "kernels/cuda/device/fp8_widen.cuh"
 #include "kernels/cuda/device/mma.cuh"
 #include "kernels/cuda/device/paged_kv.cuh"
 #include "kernels/cuda/device/permuted_smem.cuh"
@@ -72,9 +76,28 @@ __device__ __forceinline__ void copy_tile(uint4* tile, int tid, const T* any, Sr
   }
 }
 
+/// fp8 K/V: widens kRows rows of kDim fp8 values at `src` (rows of kDim / 16 16-byte units in
+/// order, as load_kv copies them) to T in the permuted 16-bit tile `dst` (rows of kDim / 8
+/// units) that the ldmatrix path reads. Thread tid takes units tid, tid + kPrefillThreads, ...:
+/// one 16-byte shared load and two 16-byte stores each.
+template <class T, __nv_fp8_interpretation_t kKind, int kDim, int kRows>
+__device__ __forceinline__ void widen_tile(uint4* dst, const uint4* src, int tid) {
+  constexpr int kUnits8 = kDim / 16, kUnits16 = kDim / 8;
+  static_assert((kRows * kUnits8) % kPrefillThreads == 0, "tile shape");
+#pragma unroll
+  for (int i = tid; i < kRows * kUnits8; i += kPrefillThreads) {
+    const int r = i / kUnits8, c = i % kUnits8;
+    const uint4 x = src[i];
+    const uint2 e0 = dev::fp8x4_widen<T, kKind>(x.x), e1 = dev::fp8x4_widen<T, kKind>(x.y);
+    const uint2 e2 = dev::fp8x4_widen<T, kKind>(x.z), e3 = dev::fp8x4_widen<T, kKind>(x.w);
+    dst[dev::permuted_offset(r, 2 * c, kUnits16)] = make_uint4(e0.x, e0.y, e1.x, e1.y);
+    dst[dev::permuted_offset(r, 2 * c + 1, kUnits16)] = make_uint4(e2.x, e2.y, e3.x, e3.y);
+  }
+}
+
 }  // namespace detail
 
-template <class T, int DQK, int DVO, int kCtaQ, int kVariant>
+template <class T, class TKV, int DQK, int DVO, int kCtaQ, int kVariant>
 __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(AttentionParams p) {
   constexpr int kMmaQ = prefill_mma_q(kCtaQ);
   constexpr int kWarpsKv = prefill_warps_kv(kCtaQ);
@@ -90,11 +113,28 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
   constexpr bool kAlibi = (kVariant & kPrefillAlibi) != 0;
   static_assert(!kAlibi || kVariant == kPrefillAlibi, "ALiBi is built alone");
   static_assert(DQK % 64 == 0 && DVO % 64 == 0, "rows must be whole 128-byte swizzle groups");
+  constexpr bool kFp8 = sizeof(TKV) == 1;
+  static_assert(kFp8 || std::is_same_v<TKV, T>, "K/V of q's dtype or fp8");
+  static_assert(!kFp8 || prefill_fp8_kv_built(DQK, DVO, kVariant), "fp8 K/V instance");
+  // Units of 16 bytes in a stored K / V row (fp8: 16 elements each).
+  constexpr int kUnitsK = DQK * static_cast<int>(sizeof(TKV)) / 16;
+  constexpr int kUnitsV = DVO * static_cast<int>(sizeof(TKV)) / 16;
+  // 16-bit K/V tiles the warps read: one per stage, or one in all for fp8 (whose stages hold the
+  // copies as stored, widened into it tile by tile).
+  constexpr int kStages16 = kFp8 ? 1 : kPrefillStages;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];  // 128: permuted_lane_base
   uint4* q_s = reinterpret_cast<uint4*>(smem_raw);            // [kCtaQ][kUnitsQk]
-  uint4* k_s = q_s + kCtaQ * kUnitsQk;                        // [kPrefillStages][kKvTile][kUnitsQk]
-  uint4* v_s = k_s + kPrefillStages * kKvTile * kUnitsQk;     // [kPrefillStages][kKvTile][kUnitsVo]
+  uint4* k_s = q_s + kCtaQ * kUnitsQk;                        // [kStages16][kKvTile][kUnitsQk]
+  uint4* v_s = k_s + kStages16 * kKvTile * kUnitsQk;          // [kStages16][kKvTile][kUnitsVo]
+  // fp8 only: [kPrefillStages][kKvTile][kUnitsK], then V's; rows in order (only widen_tile reads
+  // them). The K/V region keeps the 16-bit kernel's size (prefill_smem_bytes).
+  uint4* k8_s = v_s + kStages16 * kKvTile * kUnitsVo;
+  uint4* v8_s = k8_s + (kFp8 ? kPrefillStages * kKvTile * kUnitsK : 0);
+  static_assert(!kFp8 || 16u * (kCtaQ * kUnitsQk + kKvTile * (kUnitsQk + kUnitsVo) +
+                                kPrefillStages * kKvTile * (kUnitsK + kUnitsV)) ==
+                             prefill_smem_bytes(kCtaQ, DQK, DVO),
+                "fp8 K/V blocks use the 16-bit blocks' shared memory");
 
   pdl_wait();
   const WorkItem w = p.work[blockIdx.x];
@@ -138,9 +178,10 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
     return q + (q_base + w.qo_begin + qi) * p.q_stride_n + (g * group + hh) * p.q_stride_h;
   });
 
-  // K/V tile i into stage i % kPrefillStages; keys past kv_hi are zero-filled.
-  const T* kbase = static_cast<const T*>(p.kv.k) + g * p.kv.k_stride_head;
-  const T* vbase = static_cast<const T*>(p.kv.v) + g * p.kv.v_stride_head;
+  // K/V tile i into stage i % kPrefillStages (fp8: of k8_s / v8_s); keys past kv_hi are
+  // zero-filled (0 in fp8 too).
+  const TKV* kbase = static_cast<const TKV*>(p.kv.k) + g * p.kv.k_stride_head;
+  const TKV* vbase = static_cast<const TKV*>(p.kv.v) + g * p.kv.v_stride_head;
   const dev::FastDivmod page_div(static_cast<uint32_t>(p.kv.page_size));
   auto token_offset = [&](int64_t t, bool is_v) -> int64_t {
     int64_t ko = 0, vo = 0;
@@ -154,22 +195,25 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
     if (tile < num_tiles) {
       const int64_t t0 = kv_lo + static_cast<int64_t>(tile) * kKvTile;
       const int stage = tile % kPrefillStages;
-      uint4* kst = k_s + stage * kKvTile * kUnitsQk;
-      uint4* vst = v_s + stage * kKvTile * kUnitsVo;
-      if constexpr (DQK == DVO && kPrefillThreads % kUnitsQk == 0) {
+      uint4* kst = kFp8 ? k8_s + stage * kKvTile * kUnitsK : k_s + stage * kKvTile * kUnitsQk;
+      uint4* vst = kFp8 ? v8_s + stage * kKvTile * kUnitsV : v_s + stage * kKvTile * kUnitsVo;
+      static_assert(!kFp8 || (DQK == DVO && kPrefillThreads % kUnitsK == 0), "fp8 copy loop");
+      if constexpr (DQK == DVO && kPrefillThreads % kUnitsK == 0) {
         // K and V rows of a token share one page-table lookup, issued for all of the thread's
         // rows before their copies (the loop is unrolled).
-        constexpr int kRowsPerPass = kPrefillThreads / kUnitsQk;
-        const int col = tid % kUnitsQk;
+        constexpr int kRowsPerPass = kPrefillThreads / kUnitsK;
+        constexpr int kElems = 16 / static_cast<int>(sizeof(TKV));  // elements of a unit
+        const int col = tid % kUnitsK;
 #pragma unroll(kCopyUnroll)
-        for (int r = tid / kUnitsQk; r < kKvTile; r += kRowsPerPass) {
+        for (int r = tid / kUnitsK; r < kKvTile; r += kRowsPerPass) {
           const int64_t t = t0 + r;
           const bool ok = t < kv_hi;
           int64_t ko = 0, vo = 0;
           if (ok) dev::kv_token_offsets(p.kv, b, static_cast<uint32_t>(t), page_div, &ko, &vo);
-          const uint32_t off = dev::permuted_offset(r, col, kUnitsQk);
-          dev::cp_async::copy16_zfill(kst + off, kbase + ko + col * 8, ok);
-          dev::cp_async::copy16_zfill(vst + off, vbase + vo + col * 8, ok);
+          const uint32_t off = kFp8 ? static_cast<uint32_t>(r * kUnitsK + col)
+                                    : dev::permuted_offset(r, col, kUnitsK);
+          dev::cp_async::copy16_zfill(kst + off, kbase + ko + col * kElems, ok);
+          dev::cp_async::copy16_zfill(vst + off, vbase + vo + col * kElems, ok);
         }
       } else {
         detail::copy_tile<DQK, kKvTile, T>(kst, tid, kbase, [&](int r) -> const T* {
@@ -247,8 +291,24 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
   for (int tile = 0; tile < num_tiles; ++tile) {
     dev::cp_async::wait<kPrefillStages -
                         1>();  // tile `tile` (and Q) landed; the next may be in flight
-    __syncthreads();
+    __syncthreads();  // ... for every thread; and (fp8) every warp is done with the 16-bit tile
     const int stage = tile % kPrefillStages;
+    if constexpr (kFp8) {
+      // The fp8 stage widened into the 16-bit tile; the stage is then free for tile +
+      // kPrefillStages, whose copy overlaps this tile's math.
+      const uint4* k8 = k8_s + stage * kKvTile * kUnitsK;
+      const uint4* v8 = v8_s + stage * kKvTile * kUnitsV;
+      if (p.kv.dtype == DType::kFloat8E5M2) {
+        detail::widen_tile<T, __NV_E5M2, DQK, kKvTile>(k_s, k8, tid);
+        detail::widen_tile<T, __NV_E5M2, DVO, kKvTile>(v_s, v8, tid);
+      } else {
+        detail::widen_tile<T, __NV_E4M3, DQK, kKvTile>(k_s, k8, tid);
+        detail::widen_tile<T, __NV_E4M3, DVO, kKvTile>(v_s, v8, tid);
+      }
+      __syncthreads();
+      load_kv(tile + kPrefillStages);
+    }
+    const int stage16 = kFp8 ? 0 : stage;  // the 16-bit tile the warps read
     const int64_t t0 = kv_lo + static_cast<int64_t>(tile) * kKvTile;
     if (warp_active) {
       // Each lane's fragment bases in the tiles (permuted_lane_base; rows and columns from
@@ -258,10 +318,10 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
       const uint32_t qa = dev::permuted_lane_base(dev::cp_async::smem_addr(q_s),
                                                   warp_q * 16 * kMmaQ + ql.row, ql.c, kUnitsQk);
       const uint32_t ka =
-          dev::permuted_lane_base(dev::cp_async::smem_addr(k_s + stage * kKvTile * kUnitsQk),
+          dev::permuted_lane_base(dev::cp_async::smem_addr(k_s + stage16 * kKvTile * kUnitsQk),
                                   key_off + kl.row, kl.c, kUnitsQk);
       const uint32_t va =
-          dev::permuted_lane_base(dev::cp_async::smem_addr(v_s + stage * kKvTile * kUnitsVo),
+          dev::permuted_lane_base(dev::cp_async::smem_addr(v_s + stage16 * kKvTile * kUnitsVo),
                                   key_off + vl.row, vl.c, kUnitsVo);
       const int32_t tw0 = static_cast<int32_t>(t0) + key_off;  // this warp's first key
 
@@ -406,8 +466,10 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
         }
       }
     }
-    __syncthreads();  // every warp is done with this stage before it is refilled
-    load_kv(tile + kPrefillStages);
+    if constexpr (!kFp8) {
+      __syncthreads();  // every warp is done with this stage before it is refilled
+      load_kv(tile + kPrefillStages);
+    }
   }
   dev::cp_async::wait<0>();  // no copy may still target shared memory when the block exits
 
@@ -415,7 +477,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
     // Warps 1..3 saw other keys of the same rows: warp 0 merges their states into its own. Lane
     // l of every warp holds the same (row, column) elements, so the merge is lane by lane. The
     // K/V stages are free: every copy has landed (wait<0> above) and every warp passed the
-    // loop's last barrier after its last read of them.
+    // loop's last barrier after its last read of them (fp8: the loop ends on the math, hence the
+    // barrier here).
+    if constexpr (kFp8) __syncthreads();
     constexpr int kSlots = prefill_merge_slots(DVO);
     static_assert(kMmaQ == 1, "16-row blocks hold one m16 fragment a warp");
     static_assert(prefill_merge_bytes(kCtaQ, DVO) <= prefill_kv_stage_bytes(kCtaQ, DQK, DVO),

@@ -37,6 +37,16 @@ FLASHINFER_HD constexpr bool prefill_dims_built(int dqk, int dvo) {
   return (dqk == dvo && (dqk == 64 || dqk == 128 || dqk == 256)) || (dqk == 192 && dvo == 128);
 }
 
+/// Whether the FA2 kernel is built for fp8 K/V (e4m3 or e5m2, widened to q's 16-bit type in
+/// shared memory) with this head-dim pair and variant: equal dims 64, 128 and 256, plain or
+/// soft-capped (ALiBi, custom masks and 192 / 128 with fp8 K/V run on the CUDA-core kernel; each
+/// fp8 instance costs as much compile time as a 16-bit one). Its blocks ask for the same shared
+/// memory as the 16-bit ones (prefill_smem_bytes): one 16-bit K/V tile and kPrefillStages fp8
+/// stages take the bytes of kPrefillStages 16-bit stages.
+FLASHINFER_HD constexpr bool prefill_fp8_kv_built(int dqk, int dvo, int variant) {
+  return dqk == dvo && (dqk == 64 || dqk == 128 || dqk == 256) && (variant & ~kPrefillSoftCap) == 0;
+}
+
 /// Packed rows per block (the CTA tile along Q) for a launch whose work items hold at most
 /// max_packed_rows packed rows, as upstream picks cta_tile_q:
 ///   16: one m16 fragment of rows shared by the 4 warps, which split each K/V tile along the keys

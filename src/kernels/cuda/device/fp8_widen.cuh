@@ -1,0 +1,65 @@
+// Device library: fp8 (e4m3 / e5m2) values widened to the 16-bit type of a tensor-core operand
+// (fp16 or bf16), four at a time. The FA2 prefill kernel copies fp8 K/V tiles into shared memory
+// and widens them with this before its fp16 / bf16 ldmatrix + mma.sync path.
+//
+// Exact, for every code: each fp8 value is a value of both 16-bit types.
+//   - e4m3 (bias 7, 3 mantissa bits): normals 2^-6 .. 448, subnormals m * 2^-9 (m = 1..7), NaN
+//     at S.1111.111, no infinity. fp16 (bias 15, 10 mantissa bits) holds 2^-14 .. 65504 as
+//     normals, so every e4m3 value, subnormals included, is an fp16 normal with its low 7
+//     mantissa bits zero; bf16 (fp32's 8-bit exponent, 7 mantissa bits) likewise.
+//   - e5m2 (bias 15, 2 mantissa bits, infinities and NaNs): bit for bit the top byte of an fp16,
+//     subnormals (m * 2^-16) included; in bf16 every one of them is a normal (down to 2^-133) with
+//     the low 5 mantissa bits zero, and 57344 is far below bf16's range.
+// So the conversion to fp16 never rounds (cvt.rn.f16x2.e4m3x2 / e5m2x2 on sm_89+, cuda_fp8.h's
+// integer code below that), nor does fp16 -> fp32 (exact for any fp16), and the fp32 of an fp8
+// value has its low 16 bits zero: its top half is the bf16, no rounding needed. NaN stays NaN,
+// infinities stay infinite.
+//
+// Host and device code (cuda_fp8.h's conversions are both): tests/core/test_cuda_device_lib.cpp
+// checks every code against the CPU's fp8 decode on the host, which runs cuda_fp8.h's integer
+// path (the one sm_80 runs too).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <vector_types.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/device/host_device.h"
+
+namespace flashinfer::kernels::cuda::dev {
+
+/// Four fp8 values, the bytes of `x` (element 0 in the low byte), as four values of T (__half or
+/// __nv_bfloat16): two 32-bit words, each a pair low element first (the layout of T[4]).
+template <class T, __nv_fp8_interpretation_t kKind>
+FLASHINFER_HD uint2 fp8x4_widen(uint32_t x) {
+  uint32_t w[2];
+  FLASHINFER_UNROLL
+  for (int i = 0; i < 2; ++i) {
+    const auto pair = static_cast<__nv_fp8x2_storage_t>(x >> (16 * i));
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, kKind);
+    if constexpr (std::is_same_v<T, __half>) {
+      w[i] = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+    } else {
+      static_assert(std::is_same_v<T, __nv_bfloat16>, "fp16 or bf16");
+      __half_raw lo, hi;
+      lo.x = h.x;
+      hi.x = h.y;
+      uint32_t flo, fhi;  // fp32 bits; the low 16 of each are zero (see above)
+      const float a = __half2float(__half(lo)), b = __half2float(__half(hi));
+      static_assert(sizeof(float) == sizeof(uint32_t));
+      __builtin_memcpy(&flo, &a, 4);
+      __builtin_memcpy(&fhi, &b, 4);
+      w[i] = (flo >> 16) | (fhi & 0xffff0000u);
+    }
+  }
+  uint2 r;
+  r.x = w[0];
+  r.y = w[1];
+  return r;
+}
+
+}  // namespace flashinfer::kernels::cuda::dev
