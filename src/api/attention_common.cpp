@@ -408,15 +408,14 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     // pairs (192/128 included) and equal dims, fp8 K/V only where the FA2 kernel has an fp8
     // instance (prefill_fp8_kv_built); the rest runs on the CUDA-core kernel.
     const int variant = (s.logits_soft_cap > 0.0 ? pf::kPrefillSoftCap : 0) |
-                        (s.packed_mask.empty() ? 0 : pf::kPrefillCustomMask) |
+                        (s.mask_indptr.empty() ? 0 : pf::kPrefillCustomMask) |
                         (s.pos_encoding == 2 ? pf::kPrefillAlibi : 0);
-    const bool fp8_core =
-        dtype_is_fp8(s.kv_dtype) &&
-        !pf::prefill_fp8_kv_built(static_cast<int>(s.head_dim_qk),
-                                  static_cast<int>(s.head_dim_vo), variant);
-    const bool tc_dims = pf::prefill_dims_built(static_cast<int>(s.head_dim_qk),
-                                                static_cast<int>(s.head_dim_vo)) ||
-                         s.head_dim_qk == s.head_dim_vo;
+    const bool fp8_core = dtype_is_fp8(s.kv_dtype) &&
+                          !pf::prefill_fp8_kv_built(static_cast<int>(s.head_dim_qk),
+                                                    static_cast<int>(s.head_dim_vo), variant);
+    const bool tc_dims =
+        pf::prefill_dims_built(static_cast<int>(s.head_dim_qk), static_cast<int>(s.head_dim_vo)) ||
+        s.head_dim_qk == s.head_dim_vo;
     if ((s.decode && !s.use_tensor_cores) || fp8_core || !tc_dims) {
       kernels::AttentionParams cfg;
       cfg.q_dtype = s.q_dtype;
