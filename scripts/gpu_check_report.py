@@ -691,8 +691,12 @@ def write_csv(path, cols, rows):
 
 
 def missing_status(key, err):
-    """The status of a grid row the run gave no timing for: its error, else the budget ran out."""
-    return "error: " + err[key] if key in err else "not run (phase budget spent)"
+    """The status of a grid row the run gave no timing for: its error (a skip when the op backend
+    it asked for does not run in this build, e.g. bmm_fp8's cudnn without cuDNN), else the budget
+    ran out."""
+    if key in err:
+        return err[key] if err[key].startswith("skipped: ") else "error: " + err[key]
+    return "not run (phase budget spent)"
 
 
 def tally(row, count, bad):
@@ -805,6 +809,10 @@ def parse_testlist_log(log, key_fn=flags_key, info=BANDWIDTH_INFO):
             m = re.match(r"\[ERROR\] testlist line \d+: (.*)", line)
             if m and cur:
                 err[cur] = m.group(1).strip()[:200]
+            # a line whose op backend this build or device does not run (flashinfer bench)
+            m = re.match(r"\[SKIP\] testlist line \d+: (.*)", line)
+            if m and cur:
+                err[cur] = "skipped: " + m.group(1).strip()[:200]
     return frac, err
 
 

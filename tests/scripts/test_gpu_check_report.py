@@ -546,6 +546,33 @@ class GpuCheckReport(unittest.TestCase):
             routine="grouped_mm_bf16", batch="64", m="16", n="8", k="8"), False).what,
             "a loop of 63 torch.matmul")
 
+    def test_gemm_grid_row_of_a_backend_this_build_lacks_is_a_skip(self):
+        plan, tl = os.path.join(self.d, "plan.csv"), os.path.join(self.d, "tl")
+        run("op-plan", "gemm", "dry", "0", plan, tl)
+        lines = read(tl).splitlines()
+        with open(plan, newline="") as f:
+            rows = list(csv.DictReader(f))
+        bench = os.path.join(self.d, "raw.csv")
+        header = ["routine", "median_time", "tflops", "tb_per_sec", "backend", "batch_size", "m",
+                  "n", "k", "refcheck"]
+        timed = [[r["routine"], "0.01", "1", "0.1", "cpu:" + r["backend"], r["batch"], r["m"],
+                  r["n"], r["k"], ""] for r in rows[1:]]
+        write_csv(bench, [header] + timed)
+        log = os.path.join(self.d, "log")
+        with open(log, "w") as f:
+            f.write("[TESTLIST] line 1: %s\n[SKIP] cudnn :: mm_bf16's backend 'auto' does not run "
+                    "on this build and device\n[SKIP] testlist line 1: mm_bf16's backend 'auto' "
+                    "does not run on this build and device (compute capability 75; it runs: "
+                    "none)\n" % lines[0])
+        ours = os.path.join(self.d, "ours.csv")
+        r = run("op-grid", "gemm", plan, bench, log, ours, os.path.join(self.d, "p.md"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)  # a skip is not a failure
+        with open(ours, newline="") as f:
+            got = list(csv.DictReader(f))
+        self.assertEqual(got[0]["status"], "skipped: mm_bf16's backend 'auto' does not run on this "
+                                           "build and device (compute capability 75; it runs: none)")
+        self.assertTrue(all(g["status"].startswith("ok") for g in got[1:]))
+
     def test_summary_of_an_empty_directory(self):
         r = run("summary", self.d)
         self.assertEqual(r.returncode, 0, r.stderr)
