@@ -37,7 +37,10 @@ CSV rows and markdown, and assemble gpu-report.md. Standard library only (runs o
   gpu_check_report.py op-grid KIND PLAN.csv BENCH.csv LOG OUT.csv PHASE.md
   gpu_check_report.py fake-upstream-op KIND OURS.csv OUT.csv
   gpu_check_report.py compare-op KIND PLAN.csv OURS.csv PEER.csv OUT.md OUT.csv
-                      peer_ms / ours_ms per row, TB/s or TFLOP/s and % of the H100's peak
+                      peer_ms / ours_ms per row, TB/s or TFLOP/s and % of the H100's peak; for
+                      the GEMMs (one row per shape and op backend, torch timed once per shape)
+                      also the shapes with our backends side by side and issue 46's goals
+                      (GEMM_GOALS: pass / FAIL / no data), which `kernels` adds to kernels.csv
 """
 import csv
 import glob

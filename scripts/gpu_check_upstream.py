@@ -21,8 +21,10 @@ its 10-minute command; every row that cannot run says why (one line) and the oth
       phases 6d, 6e, 6f: the peer on every row of an op grid (gpu_check_report.py op-plan):
       upstream's flashinfer.sampling.top_k_top_p / top_p / top_k_sampling_from_probs on the
       softmax of logits uniform in [-8, 8] (6d); flashinfer.rmsnorm, fused_add_rmsnorm,
-      silu_and_mul and apply_rope_pos_ids on bf16 inputs (6e); torch.matmul (bf16, out given)
-      and torch._scaled_mm (fp8 e4m3, unit scales) for mm_bf16 / bmm_fp8 (6f, no wheel needed).
+      silu_and_mul and apply_rope_pos_ids on bf16 inputs (6e); for the GEMM grid (5f's torch
+      part, or 6f; no wheel needed) torch.matmul / torch.bmm (bf16, out given), torch._scaled_mm
+      (fp8 e4m3, per-tensor scales) and, for grouped_mm_bf16 / _fp8, a Python loop of those over
+      the groups (gemm_call); one timing per shape, copied to each of its backends' rows.
       TB/s or TFLOP/s from the plan's bytes / FLOPs (flashinfer bench's counts), % of the H100's
       peak as gpu_check_report.py op_peak. One CSV row per plan row, rewritten after every row.
   gpu_check_upstream.py --out upstream.csv [--iters N] [--quick]
