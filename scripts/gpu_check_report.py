@@ -37,7 +37,10 @@ CSV rows and markdown, and assemble gpu-report.md. Standard library only (runs o
   gpu_check_report.py op-grid KIND PLAN.csv BENCH.csv LOG OUT.csv PHASE.md
   gpu_check_report.py fake-upstream-op KIND OURS.csv OUT.csv
   gpu_check_report.py compare-op KIND PLAN.csv OURS.csv PEER.csv OUT.md OUT.csv
-                      peer_ms / ours_ms per row, TB/s or TFLOP/s and % of the H100's peak
+                      peer_ms / ours_ms per row, TB/s or TFLOP/s and % of the H100's peak; for
+                      the GEMMs (one row per shape and op backend, torch timed once per shape)
+                      also the shapes with our backends side by side and issue 46's goals
+                      (GEMM_GOALS: pass / FAIL / no data), which `kernels` adds to kernels.csv
 """
 import csv
 import glob
@@ -231,7 +234,26 @@ def kernels(outdir, device, date):
                 else:
                     res = "pass: %d test cases" % ok
             w.writerow(["src/kernels/cuda/" + src, device, date, res])
+        # Issue 46's GEMM goals against torch in the same run (phase 5f's join), one row each.
+        joined = gemm_compare_rows(outdir)
+        fake = any(r.get("torch_status", "").startswith("fake") for r in joined)
+        for g in gemm_goals(joined) if joined else []:
+            w.writerow(["perf: " + g["goal"], device, date, "%s: %s%s" % (
+                g["status"], "DRY RUN, made-up torch timings: " if fake else "",
+                gemm_goal_detail(g))])
     return 0
+
+
+def gemm_compare_rows(outdir):
+    """gemm_compare.csv's rows as gemm_goals takes them (none when the join did not run)."""
+    rows = []
+    for r in read_csv(os.path.join(outdir, "gemm_compare.csv")):
+        if "backend" not in r:
+            continue  # a join written before the GEMM grid had backends
+        r = dict(r)
+        r["ratio"] = _num(r.get("ratio_torch_over_ours"))
+        rows.append(r)
+    return rows
 
 
 # ---- the whole ctest suite (phase 2) ----------------------------------------------------------
@@ -672,8 +694,12 @@ def write_csv(path, cols, rows):
 
 
 def missing_status(key, err):
-    """The status of a grid row the run gave no timing for: its error, else the budget ran out."""
-    return "error: " + err[key] if key in err else "not run (phase budget spent)"
+    """The status of a grid row the run gave no timing for: its error (a skip when the op backend
+    it asked for does not run in this build, e.g. bmm_fp8's cudnn without cuDNN), else the budget
+    ran out."""
+    if key in err:
+        return err[key] if err[key].startswith("skipped: ") else "error: " + err[key]
+    return "not run (phase budget spent)"
 
 
 def tally(row, count, bad):
@@ -786,6 +812,10 @@ def parse_testlist_log(log, key_fn=flags_key, info=BANDWIDTH_INFO):
             m = re.match(r"\[ERROR\] testlist line \d+: (.*)", line)
             if m and cur:
                 err[cur] = m.group(1).strip()[:200]
+            # a line whose op backend this build or device does not run (flashinfer bench)
+            m = re.match(r"\[SKIP\] testlist line \d+: (.*)", line)
+            if m and cur:
+                err[cur] = "skipped: " + m.group(1).strip()[:200]
     return frac, err
 
 
@@ -1242,31 +1272,132 @@ OP_GRIDS = {
                         headline=("rmsnorm", 8, 256), refcheck=(1, 256)),
         }),
     "gemm": dict(
-        title="GEMM grid", phases="5f, 6f", keys=["m", "n", "k"], metric="tflops",
-        peer="torch", peer_csv="torch_gemm_grid.csv",
+        # Issue 46's grid: each shape on each of our op backends (`flashinfer bench --backends`)
+        # and torch in the same phase (5f; 6f alone re-times torch). batch: bmm's batch, the
+        # grouped GEMMs' groups (E experts), 1 for mm; m: rows, or a grouped GEMM's tokens per
+        # group (group e gets m + 3 * (e % 4), the last empty: grouped_sizes, as the bench hook).
+        title="GEMM grid", phases="5f, 6f", keys=["backend", "batch", "m", "n", "k"],
+        metric="tflops", peer="torch", peer_csv="torch_gemm_grid.csv",
         modes={
-            # routine x m x (n, k): B an [n, k] weight used transposed, bf16 out; bmm_fp8 with
-            # batch 1, e4m3 operands, unit scales
-            "full": dict(routines=["mm_bf16", "bmm_fp8"], ms=[1, 16, 128, 4096],
-                         nks=[(4096, 4096), (14336, 4096), (4096, 14336)],
-                         headline=("mm_bf16", 4096, 4096, 4096), refcheck=(16, 4096, 4096)),
-            "quick": dict(routines=["mm_bf16"], ms=[1, 128, 4096],
-                          nks=[(4096, 4096), (14336, 4096), (4096, 14336)],
-                          headline=("mm_bf16", 4096, 4096, 4096), refcheck=None),
-            "dry": dict(routines=["mm_bf16", "bmm_fp8"], ms=[1, 8],
-                        nks=[(64, 64), (128, 64), (64, 128)], headline=("mm_bf16", 8, 64, 64),
-                        refcheck=(8, 64, 64)),
+            # mm_bf16 / bmm_bf16 (batch 4) / bmm_fp8 (batch 1: one torch._scaled_mm) x m {1, 16,
+            # 128, 1024, 4096} x n = k = 4096, and m = n = k = 8192; B an [n, k] weight used
+            # transposed, bf16 out, fp8 e4m3 with unit per-tensor scales. The grouped GEMMs: 8
+            # and 64 experts x 16 and 128 tokens per expert, n 4096 x k 7168 (DeepSeek-V3's MoE
+            # up-projection: hidden 7168, 2 x 2048 gate/up columns).
+            "full": dict(dense=[("mm_bf16", ["auto", "cudnn"], 1),
+                                ("bmm_bf16", ["auto", "cudnn"], 4),
+                                ("bmm_fp8", ["cublas", "cudnn"], 1)],
+                         ms=[1, 16, 128, 1024, 4096], nk=4096, cube=8192,
+                         grouped=[("grouped_mm_bf16", ["cudnn"]), ("grouped_mm_fp8", ["cudnn"])],
+                         groups=[8, 64], tokens=[16, 128], grouped_nk=(4096, 7168),
+                         headline=("mm_bf16", "auto", 1, 4096, 4096, 4096), refcheck_m=16,
+                         refcheck_groups=8),
+            "quick": dict(dense=[("mm_bf16", ["auto", "cudnn"], 1), ("bmm_fp8", ["cublas"], 1)],
+                          ms=[1, 128, 4096], nk=4096, cube=8192,
+                          grouped=[("grouped_mm_bf16", ["cudnn"])], groups=[64], tokens=[16, 128],
+                          grouped_nk=(4096, 7168),
+                          headline=("mm_bf16", "auto", 1, 4096, 4096, 4096), refcheck_m=None,
+                          refcheck_groups=None),
+            # --dry-run: the same routines and backends, tiny, on the CPU reference (cpu:NAME)
+            "dry": dict(dense=[("mm_bf16", ["auto", "cudnn"], 1),
+                               ("bmm_bf16", ["auto", "cudnn"], 2),
+                               ("bmm_fp8", ["cublas", "cudnn"], 1)],
+                        ms=[1, 8], nk=64, cube=128,
+                        grouped=[("grouped_mm_bf16", ["cudnn"]), ("grouped_mm_fp8", ["cudnn"])],
+                        groups=[2, 64], tokens=[4, 8], grouped_nk=(64, 128),
+                        headline=("mm_bf16", "auto", 1, 8, 64, 64), refcheck_m=8,
+                        refcheck_groups=2),
         }),
 }
+GEMM_ROUTINES = ["mm_bf16", "bmm_bf16", "bmm_fp8", "grouped_mm_bf16", "grouped_mm_fp8"]
+# Issue 46's goals against torch in the same run: (routine, our backend, minimum ratio torch ms /
+# ours ms, the batch (groups) the goal is about or None for every row, the torch yardstick).
+GEMM_GOALS = [
+    ("mm_bf16", "auto", 0.97, None, "torch.matmul"),
+    ("bmm_fp8", "cublas", 0.95, None, "torch._scaled_mm"),
+    ("grouped_mm_bf16", "cudnn", 0.90, 64, "a loop of torch.matmul"),
+    ("grouped_mm_fp8", "cudnn", 0.90, 64, "a loop of torch._scaled_mm"),
+]
+# What each backend name runs here, for the report (docs/GEMM_AND_QUANTIZATION.md).
+GEMM_BACKEND_TEXT = {("mm_bf16", "auto"): "cuBLASLt", ("bmm_bf16", "auto"): "cuBLASLt",
+                     ("bmm_fp8", "cublas"): "cuBLASLt", ("mm_bf16", "cudnn"): "cuDNN",
+                     ("bmm_bf16", "cudnn"): "cuDNN", ("bmm_fp8", "cudnn"): "cuDNN",
+                     ("grouped_mm_bf16", "cudnn"): "grouped tensor-core kernel",
+                     ("grouped_mm_fp8", "cudnn"): "grouped tensor-core kernel"}
+
+
+def grouped_sizes(groups, m):
+    """Rows of each group of the grouped GEMMs' bench case (src/api/grouped_gemm.cpp
+    bench_indptr): m + 3 * (e % 4), the last group empty when there are more than two."""
+    return [0 if (groups > 2 and e == groups - 1) else m + 3 * (e % 4) for e in range(groups)]
+
+
+def gemm_counts(routine, batch, m, n, k):
+    """(bytes, FLOPs) of one GEMM grid row as the bench hooks count them: A, B and the bf16
+    output once each; 2 * rows * n * k."""
+    esz = 1 if "fp8" in routine else 2
+    if routine.startswith("grouped_"):
+        rows = sum(grouped_sizes(batch, m))
+        return esz * (rows * k + batch * n * k) + 2 * rows * n, 2 * rows * n * k
+    return batch * (esz * (m * k + n * k) + 2 * m * n), 2 * batch * m * n * k
+
+
+def gemm_goal(routine, backend, batch):
+    """The goal that covers a row: (minimum ratio, yardstick), or None."""
+    for rt, be, need, only, what in GEMM_GOALS:
+        if rt == routine and be == backend and (only is None or int(batch) == only):
+            return need, what
+    return None
+
+
+def gemm_goals(rows):
+    """Each goal of GEMM_GOALS over joined rows (dicts with routine, backend, batch, m, n, k and
+    ratio: torch ms / ours ms or None): dicts goal (text), status ("pass", "FAIL", "no data"),
+    rows (with a ratio), below (rows under the goal), worst (the lowest row or None)."""
+    out = []
+    for rt, be, need, only, what in GEMM_GOALS:
+        mine = [r for r in rows if r["routine"] == rt and r["backend"] == be and
+                (only is None or int(r["batch"]) == only)]
+        timed = [r for r in mine if r["ratio"] is not None]
+        below = [r for r in timed if r["ratio"] < need]
+        text = "%s (backend %s, %s) >= %.2fx %s%s" % (
+            rt, be, GEMM_BACKEND_TEXT.get((rt, be), be), need, what,
+            " at %d groups" % only if only else " on every shape")
+        status = ("no data" if not timed else "FAIL" if below or len(timed) < len(mine)
+                  else "pass")
+        out.append(dict(goal=text, status=status, rows=len(timed), planned=len(mine),
+                        below=len(below),
+                        worst=min(timed, key=lambda r: r["ratio"]) if timed else None))
+    return out
+
+
+def gemm_shape_text(r):
+    if r["routine"].startswith("grouped_"):
+        return "%s groups x %s tokens, n %s, k %s" % (r["batch"], r["m"], r["n"], r["k"])
+    return "%sm %s, n %s, k %s" % ("batch %s, " % r["batch"] if r["routine"].startswith("bmm_")
+                                   and str(r["batch"]) != "1" else "", r["m"], r["n"], r["k"])
+
+
+def gemm_goal_detail(g):
+    """A goal's outcome in words, after its status."""
+    if g["worst"] is None:
+        return "no row has both timings"
+    w = g["worst"]
+    return "%d of %d rows timed, %d below; lowest %.3fx (%s)" % (
+        g["rows"], g["planned"], g["below"], w["ratio"], gemm_shape_text(w))
+
+
+def gemm_goal_text(g):
+    """One line for a goal's outcome (compare md, summary)."""
+    return "%s: **%s**, %s" % (g["goal"], g["status"], gemm_goal_detail(g))
 OP_COLUMNS = ["median_ms", "metric", "pct_peak", "status"]
 
 
 def op_peak(routine):
-    """(peak, unit) for % of peak: H100 HBM bandwidth, or its dense tensor peak for a GEMM."""
-    if routine == "bmm_fp8":
-        return H100_TFLOPS["fp8"], "TFLOP/s"
-    if routine in ("mm_bf16", "bmm_bf16"):
-        return H100_TFLOPS["bf16"], "TFLOP/s"
+    """(peak, unit) for % of peak: H100 HBM bandwidth, or its dense tensor peak of the GEMM's
+    operand width."""
+    if routine in GEMM_ROUTINES:
+        return H100_TFLOPS["fp8" if "fp8" in routine else "bf16"], "TFLOP/s"
     return H100_TBPS, "TB/s"
 
 
@@ -1291,13 +1422,25 @@ def op_key_from_flags(kind, d):
                 return (r, str(int(d["batch_size"]) * int(d["s_qo"])),
                         str(int(d["num_qo_heads"]) * int(d["head_dim_qk"])))
             return (r, str(int(d["batch_size"])), str(int(d["hidden_size"])))
-        return (r, str(int(d["m"])), str(int(d["n"])), str(int(d["k"])))
+        # GEMM: the op backend of --backends (a testlist line) or the CSV's backend column,
+        # without a device prefix (cpu:cudnn in the dry run); mm's batch is 1.
+        be = d.get("backends", d.get("backend", "")).split(":")[-1]
+        batch = "1" if r.startswith("mm_") else str(int(d["batch_size"]))
+        return (r, be, batch, str(int(d["m"])), str(int(d["n"])), str(int(d["k"])))
     except (KeyError, ValueError):
         return None
 
 
+def _key_text(v):
+    """A key column's text: integers normalized ("0016" and "16.0" are 16), names as they are."""
+    try:
+        return str(int(float(v)))
+    except (TypeError, ValueError):
+        return str(v)
+
+
 def op_key(kind, r):
-    return (r["routine"],) + tuple(str(int(r[c])) for c in OP_GRIDS[kind]["keys"])
+    return (r["routine"],) + tuple(_key_text(r[c]) for c in OP_GRIDS[kind]["keys"])
 
 
 def op_shape_text(kind, r):
@@ -1344,15 +1487,30 @@ def op_plan_rows(kind, mode):
             rows.append(dict(routine=rt, tokens=t, hidden=h, flags="--routine %s %s" % (rt, flags),
                              bytes=int(nbytes), flops=flops, ref=(t, h) == g["refcheck"]))
     else:
-        for rt in g["routines"]:
-            for m in g["ms"]:
-                for n, k in g["nks"]:
-                    esz = 1 if rt == "bmm_fp8" else 2
-                    flags = ("--batch_size 1 --m %d --n %d --k %d" % (m, n, k) if rt == "bmm_fp8"
-                             else "--m %d --n %d --k %d" % (m, n, k))
-                    rows.append(dict(routine=rt, m=m, n=n, k=k, flags="--routine %s %s" % (rt, flags),
-                                     bytes=esz * (m * k + n * k) + 2 * m * n, flops=2 * m * n * k,
-                                     ref=(m, n, k) == g["refcheck"]))
+        dev = "cpu:" if mode == "dry" else ""  # the dry run: the CPU reference under each name
+        shapes = [(m, g["nk"], g["nk"]) for m in g["ms"]] + [(g["cube"],) * 3]
+        for rt, backends, batch in g["dense"]:
+            for m, n, k in shapes:
+                for be in backends:
+                    nbytes, flops = gemm_counts(rt, batch, m, n, k)
+                    flags = "--routine %s --backends %s%s %s--m %d --n %d --k %d" % (
+                        rt, dev, be, "" if rt.startswith("mm_") else "--batch_size %d " % batch,
+                        m, n, k)
+                    rows.append(dict(routine=rt, backend=be, batch=batch, m=m, n=n, k=k,
+                                     flags=flags, bytes=nbytes, flops=flops,
+                                     ref=m == g["refcheck_m"] and n == g["nk"]))
+        n, k = g["grouped_nk"]
+        for rt, backends in g["grouped"]:
+            for groups in g["groups"]:
+                for m in g["tokens"]:
+                    for be in backends:
+                        nbytes, flops = gemm_counts(rt, groups, m, n, k)
+                        rows.append(dict(
+                            routine=rt, backend=be, batch=groups, m=m, n=n, k=k,
+                            flags="--routine %s --backends %s%s --batch_size %d --m %d --n %d "
+                                  "--k %d" % (rt, dev, be, groups, m, n, k),
+                            bytes=nbytes, flops=flops,
+                            ref=groups == g["refcheck_groups"] and m == min(g["tokens"])))
     head = tuple(str(x) for x in g["headline"])
     for r in rows:
         r["role"] = ("headline" if (r["routine"],) + tuple(str(r[c]) for c in OP_GRIDS[kind]["keys"])
@@ -1449,15 +1607,18 @@ def fake_upstream_op(kind, ours_csv, out_csv):
     """Dry run: the peer's timings made up from ours (x0.8 to x1.2), for the join."""
     spec = OP_GRIDS[kind]
     cols = ["routine"] + spec["keys"] + OP_COLUMNS
-    rows = []
+    rows, shape_of = [], {}  # the GEMM peer (torch) has no backends: one time per shape
     for i, r in enumerate(read_csv(ours_csv)):
         row = {c: r[c] for c in ["routine"] + spec["keys"]}
         row.update(median_ms="", metric="", pct_peak="", status=r["status"])
         if r["median_ms"]:
+            shape = tuple(v for c, v in row.items() if c != "backend")
             f = 0.8 + 0.1 * (i % 5)
-            row["median_ms"] = "%.6f" % (float(r["median_ms"]) * f)
-            row["metric"] = "%.4g" % (float(r["metric"]) / f)
-            row["pct_peak"] = "%.1f" % (float(r["pct_peak"]) / f)
+            ms, metric, pct = (float(r["median_ms"]) * f, float(r["metric"]) / f,
+                               float(r["pct_peak"]) / f)
+            if "backend" in spec["keys"]:
+                f, ms, metric, pct = shape_of.setdefault(shape, (f, ms, metric, pct))
+            row["median_ms"], row["metric"], row["pct_peak"] = "%.6f" % ms, "%.4g" % metric, "%.1f" % pct
             row["status"] = "fake (dry run: ours x %.1f)" % f
         rows.append(row)
     write_csv(out_csv, cols, rows)
@@ -1498,8 +1659,11 @@ def compare_op(kind, plan_csv, ours_csv, up_csv, out_md, out_csv):
         lines.append("headline (%s): %s %s ms / ours %s ms = %.3fx; ours %s %s (%s %% of peak)"
                      % (fmt_key(head["key"]), peer, head["peer_ms"], head["ours_ms"],
                         head["ratio"], head["ours_metric"], unit, head["ours_pct"]))
-    for rt in dict.fromkeys(k[0] for k in (t["key"] for t in table)):
-        rs = [t for t in table if t["key"][0] == rt and t["ratio"] is not None]
+    # One line per routine (per routine and backend for the GEMMs: the key's second column).
+    nsplit = 2 if "backend" in spec["keys"] else 1
+    for grp in dict.fromkeys(t["key"][:nsplit] for t in table):
+        rt = " ".join(grp) if nsplit == 1 else "%s backend %s" % grp
+        rs = [t for t in table if t["key"][:nsplit] == grp and t["ratio"] is not None]
         if not rs:
             lines.append("%s: no row has both timings" % rt)
             continue
@@ -1507,8 +1671,17 @@ def compare_op(kind, plan_csv, ours_csv, up_csv, out_md, out_csv):
         below = [t for t in rs if t["ratio"] < 1.0]
         pcts = [_num(t["ours_pct"]) for t in rs if _num(t["ours_pct"]) is not None]
         lines.append("%s: minimum ratio %.3fx (%s); %d of %d rows below 1.0x; ours up to %s %% of "
-                     "peak" % (rt, worst["ratio"], fmt_key(worst["key"])[len(rt) + 1:], len(below),
-                               len(rs), "%.1f" % max(pcts) if pcts else "-"))
+                     "peak" % (rt, worst["ratio"], fmt_key(worst["key"])[len(grp[0]) + 1:],
+                               len(below), len(rs), "%.1f" % max(pcts) if pcts else "-"))
+    goals = []
+    if kind == "gemm":
+        for t in table:
+            t.update(zip(["routine"] + spec["keys"], t["key"]))
+            g = gemm_goal(t["routine"], t["backend"], t["batch"])
+            t["goal"] = "" if g is None or t["ratio"] is None else (
+                "pass (>= %.2fx)" % g[0] if t["ratio"] >= g[0] else "FAIL (< %.2fx)" % g[0])
+        goals = gemm_goals(table)
+        lines.extend("goal: " + gemm_goal_text(g) for g in goals)
     if fake:
         lines.insert(0, "DRY RUN: the %s timings are made up (ours x 0.8 to 1.2)" % peer)
     with open(out_csv, "w", newline="") as f:
@@ -1516,12 +1689,13 @@ def compare_op(kind, plan_csv, ours_csv, up_csv, out_md, out_csv):
         w.writerow(["routine"] + spec["keys"] + [
             "role", "ours_ms", "ours_" + spec["metric"], "ours_pct_peak", peer + "_ms",
             peer + "_" + spec["metric"], peer + "_pct_peak", "ratio_%s_over_ours" % peer,
-            "ours_status", peer + "_status"])
+            "ours_status", peer + "_status"] + (["goal"] if kind == "gemm" else []))
         for t in table:
             w.writerow(list(t["key"]) + [t["role"], t["ours_ms"], t["ours_metric"], t["ours_pct"],
                                          t["peer_ms"], t["peer_metric"], t["peer_pct"],
                                          "" if t["ratio"] is None else "%.4f" % t["ratio"],
-                                         t["ours_status"], t["peer_status"]])
+                                         t["ours_status"], t["peer_status"]]
+                       + ([t["goal"]] if kind == "gemm" else []))
     name = os.path.basename(out_csv)
     with open(out_md, "w") as f:
         f.write("## %s: flashinfer-cpp against %s\n\n" % (
@@ -1543,9 +1717,38 @@ def compare_op(kind, plan_csv, ours_csv, up_csv, out_md, out_csv):
                 "**%.3f**" % t["ratio"] if t["ratio"] < 1.0 else "%.3f" % t["ratio"],
                 t["ours_status"].replace("|", "/")[:60], t["peer_status"].replace("|", "/")[:60]))
         f.write("\n")
+        if kind == "gemm":
+            f.write(gemm_side_by_side(table))
     for l in lines:
         print("%s vs %s: %s" % (kind, peer, l))
     return 0
+
+
+def gemm_side_by_side(table):
+    """The GEMM join as one line per shape: torch, then each of our backends beside it."""
+    shapes = {}
+    for t in table:
+        shapes.setdefault((t["routine"], t["batch"], t["m"], t["n"], t["k"]), []).append(t)
+    out = ["Per shape, our backends beside torch (ratio = torch ms / ours ms; a goal's rows "
+           "marked pass or FAIL):\n",
+           "| routine | shape | torch ms | torch TFLOP/s | ours by backend: ms, TFLOP/s, ratio |",
+           "|---|---|---|---|---|"]
+    for (rt, batch, m, n, k), ts in shapes.items():
+        peer = next((t for t in ts if t["peer_ms"]), ts[0])
+        cells = []
+        for t in ts:
+            name = "%s (%s)" % (t["backend"], GEMM_BACKEND_TEXT.get((rt, t["backend"]), "?"))
+            if t["ratio"] is None:
+                cells.append("%s: %s" % (name, t["ours_status"].replace("|", "/")[:40]))
+            else:
+                cells.append("%s: %s ms, %s, %.3fx%s" % (
+                    name, t["ours_ms"], t["ours_metric"], t["ratio"],
+                    " **%s**" % t["goal"] if t.get("goal") else ""))
+        out.append("| %s | %s | %s | %s | %s |" % (
+            rt, gemm_shape_text(dict(routine=rt, batch=batch, m=m, n=n, k=k)),
+            peer["peer_ms"] or peer["peer_status"].replace("|", "/")[:40],
+            peer["peer_metric"] or "-", "; ".join(cells)))
+    return "\n".join(out) + "\n\n"
 
 
 def assemble(outdir):

@@ -21,8 +21,10 @@ its 10-minute command; every row that cannot run says why (one line) and the oth
       phases 6d, 6e, 6f: the peer on every row of an op grid (gpu_check_report.py op-plan):
       upstream's flashinfer.sampling.top_k_top_p / top_p / top_k_sampling_from_probs on the
       softmax of logits uniform in [-8, 8] (6d); flashinfer.rmsnorm, fused_add_rmsnorm,
-      silu_and_mul and apply_rope_pos_ids on bf16 inputs (6e); torch.matmul (bf16, out given)
-      and torch._scaled_mm (fp8 e4m3, unit scales) for mm_bf16 / bmm_fp8 (6f, no wheel needed).
+      silu_and_mul and apply_rope_pos_ids on bf16 inputs (6e); for the GEMM grid (5f's torch
+      part, or 6f; no wheel needed) torch.matmul / torch.bmm (bf16, out given), torch._scaled_mm
+      (fp8 e4m3, per-tensor scales) and, for grouped_mm_bf16 / _fp8, a Python loop of those over
+      the groups (gemm_call); one timing per shape, copied to each of its backends' rows.
       TB/s or TFLOP/s from the plan's bytes / FLOPs (flashinfer bench's counts), % of the H100's
       peak as gpu_check_report.py op_peak. One CSV row per plan row, rewritten after every row.
   gpu_check_upstream.py --out upstream.csv [--iters N] [--quick]
@@ -377,17 +379,24 @@ def op_grid(a):
                 pos = torch.arange(T, dtype=torch.int32, device=dev)
                 return lambda: flashinfer.apply_rope_pos_ids(q, k, pos)
         else:
-            M, N, K = int(p["m"]), int(p["n"]), int(p["k"])
-            if rt == "mm_bf16":  # B is an [n, k] weight used transposed; out allocated once
-                x, w = uniform((M, K), -1, 1), uniform((N, K), -1, 1)
-                o = torch.empty((M, N), dtype=bf16, device=dev)
-                return lambda: torch.matmul(x, w.t(), out=o)
-            if rt == "bmm_fp8":  # batch 1: one torch._scaled_mm, unit scales, bf16 out
-                f8 = torch.float8_e4m3fn
-                x, w = uniform((M, K), -1, 1).to(f8), uniform((N, K), -1, 1).to(f8)
-                one = torch.ones((), dtype=torch.float32, device=dev)
-                return lambda: torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=bf16)
+            return gemm_call(torch, dev, uniform, p, pad16)
         raise ValueError("no %s call for %s" % (spec["peer"], rt))
+
+    # torch._scaled_mm wants row counts that are multiples of 16 in some torch versions: when a
+    # probe with 17 rows fails, fp8 rows are padded to 16 (the status says so).
+    pad16 = False
+    if kind == "gemm":
+        try:
+            f8 = torch.float8_e4m3fn
+            one = torch.ones((), dtype=torch.float32, device=dev)
+            torch._scaled_mm(torch.zeros((17, 32), device=dev).to(f8),
+                             torch.zeros((32, 32), device=dev).to(f8).t(), scale_a=one,
+                             scale_b=one, out_dtype=bf16)
+        except Exception as e:
+            pad16 = True
+            print("[INFO] torch._scaled_mm refuses 17 rows (%s): fp8 rows padded to 16"
+                  % first_line(e))
+    timed_shape = {}  # GEMM: torch has no backends; one timing per shape, copied to each row
 
     t0 = time.monotonic()
     failed, ok = {}, set()  # upstream: the first failing row of a routine (its JIT) stops it
@@ -404,15 +413,24 @@ def op_grid(a):
             r["status"] = "error: as the first %s row: %s" % (rt, failed[rt])
             write()
             continue
+        shape = tuple(p[c] for c in keys if c != "backend")
+        if shape in timed_shape:
+            r.update(timed_shape[shape])
+            write()
+            continue
         try:
-            ms = timeit(build(p))
+            call = build(p)
+            what = getattr(call, "what", "")
+            ms = timeit(call)
             count = float(p["flops"] if spec["metric"] == "tflops" else p["bytes"])
             val = count / (ms * 1e-3) / 1e12
             peak, unit = rep.op_peak(rt)
             r["median_ms"], r["metric"] = "%.6f" % ms, "%.4g" % val
             r["pct_peak"] = "%.1f" % (100.0 * val / peak)
-            r["status"] = "ok"
+            r["status"] = "ok: " + what if what else "ok"
             ok.add(rt)
+            if kind == "gemm":
+                timed_shape[shape] = {c: r[c] for c in ("median_ms", "metric", "pct_peak", "status")}
             print("[PERF] %s %s :: median time %.4f ms; %.4g %s; %s %% of peak"
                   % (spec["peer"], name, ms, val, unit, r["pct_peak"]))
         except Exception as e:
@@ -426,6 +444,76 @@ def op_grid(a):
             torch.cuda.empty_cache()
         write()
     return 0
+
+
+class GemmCall:
+    """A timed torch GEMM call and the words for it (the report's peer status)."""
+
+    def __init__(self, fn, what):
+        self.fn, self.what = fn, what
+
+    def __call__(self):
+        return self.fn()
+
+
+def gemm_call(torch, dev, uniform, p, pad16):
+    """torch's call for a GEMM grid row (gpu_check_report.py op-plan), on inputs shaped as the
+    bench hooks make them: B an [n, k] weight used transposed, bf16 out; fp8 e4m3 with per-tensor
+    scales (unit, or the grouped fp8 hook's alpha 0.5 on A); the grouped GEMMs as a Python loop
+    over the groups (gpu_check_report.grouped_sizes: the hook's group sizes)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gpu_check_report as rep
+
+    bf16, f8 = torch.bfloat16, getattr(torch, "float8_e4m3fn", None)
+    rt, B, M, N, K = p["routine"], int(p["batch"]), int(p["m"]), int(p["n"]), int(p["k"])
+    one = torch.ones((), dtype=torch.float32, device=dev)
+
+    def rows16(n):
+        return (n + 15) // 16 * 16 if pad16 else n
+
+    padded = " (rows padded to 16)" if pad16 else ""
+    if "fp8" in rt and f8 is None:
+        raise RuntimeError("this torch has no float8_e4m3fn")
+    if rt == "mm_bf16":  # out allocated once
+        x, w = uniform((M, K), -1, 1), uniform((N, K), -1, 1)
+        o = torch.empty((M, N), dtype=bf16, device=dev)
+        return GemmCall(lambda: torch.matmul(x, w.t(), out=o), "torch.matmul")
+    if rt == "bmm_bf16":
+        x, w = uniform((B, M, K), -1, 1), uniform((B, N, K), -1, 1)
+        o = torch.empty((B, M, N), dtype=bf16, device=dev)
+        return GemmCall(lambda: torch.bmm(x, w.transpose(1, 2), out=o), "torch.bmm")
+    if rt == "bmm_fp8":  # one torch._scaled_mm per batch entry, unit scales, bf16 out
+        x = uniform((B, rows16(M), K), -1, 1).to(f8)
+        w = uniform((B, N, K), -1, 1).to(f8)
+
+        def run():
+            for b in range(B):
+                torch._scaled_mm(x[b], w[b].t(), scale_a=one, scale_b=one, out_dtype=bf16)
+        return GemmCall(run, "torch._scaled_mm x %d%s" % (B, padded))
+    if rt in ("grouped_mm_bf16", "grouped_mm_fp8"):
+        sizes = rep.grouped_sizes(B, M)
+        w = uniform((B, N, K), -1, 1)
+        if rt == "grouped_mm_bf16":
+            starts = [sum(sizes[:g]) for g in range(B)]
+            a = uniform((sum(sizes), K), -1, 1)
+            o = torch.empty((sum(sizes), N), dtype=bf16, device=dev)
+            segs = [(a[s:s + n], w[g].t(), o[s:s + n]) for g, (s, n) in
+                    enumerate(zip(starts, sizes)) if n]
+
+            def run():
+                for x, wt, out in segs:
+                    torch.matmul(x, wt, out=out)
+            return GemmCall(run, "a loop of %d torch.matmul" % len(segs))
+        w8 = w.to(f8)
+        alpha = torch.full((), 0.5, dtype=torch.float32, device=dev)
+        segs = [(uniform((rows16(n), K), -1, 1).to(f8), w8[g].t()) for g, n in enumerate(sizes)
+                if n]
+
+        def run():
+            for x, wt in segs:
+                torch._scaled_mm(x, wt, scale_a=alpha, scale_b=one, out_dtype=bf16)
+        return GemmCall(run, "a loop of %d torch._scaled_mm%s" % (len(segs), padded))
+    raise ValueError("no torch call for %s" % rt)
 
 
 def others(a):

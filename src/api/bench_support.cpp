@@ -1,6 +1,8 @@
 // Helpers for bench hooks, and the timing loop behind `flashinfer bench`.
 #include "api/bench_support.h"
 
+#include "api/bench_backend.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -57,6 +59,21 @@ std::vector<std::string> bench_routines() {
 }
 
 namespace api::bench {
+
+namespace {
+thread_local ScopedOpBackend* g_op_backend = nullptr;  // the innermost scope of this thread
+}  // namespace
+
+ScopedOpBackend::ScopedOpBackend(std::string name) : name_(std::move(name)), outer_(g_op_backend) {
+  g_op_backend = this;
+}
+ScopedOpBackend::~ScopedOpBackend() { g_op_backend = outer_; }
+
+std::string op_backend(std::string_view fallback) {
+  if (g_op_backend == nullptr) return std::string(fallback);
+  g_op_backend->used_ = true;
+  return g_op_backend->name_;
+}
 
 namespace {
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "api/backends.h"
+#include "api/bench_backend.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/gemm_params.h"
@@ -371,21 +372,25 @@ namespace {
 // output is allocated once and passed as `out`, so a timed iteration is the GEMM alone (upstream's
 // torch caching allocator makes its per-call output free; a cudaMalloc here would not be), and
 // on CUDA every iteration after bench_time_ms's warm-up call finds its cuBLASLt plan cached.
+// The op backend is `flashinfer bench --backends`' name (api/bench_backend.h), else "auto"
+// (cuBLASLt) for the bf16 GEMMs and bmm_fp8's default "cublas".
 BenchCase bench_mm(const BenchShape& s, Device dev, bool batched) {
   const DType bf = DType::kBFloat16, out_dt = s.out_dtype.value_or(bf);
+  const std::string backend = api::bench::op_backend("auto");
   const int64_t b = batched ? s.batch_size : 1;
   Tensor a = api::bench::random_tensor({b, s.m, s.k}, bf, dev, s.random_seed);
   Tensor w = api::bench::random_tensor({b, s.n, s.k}, bf, dev, s.random_seed + 1);
   Tensor out = Tensor::empty({b, s.m, s.n}, out_dt, dev);
   BenchCase c =
-      batched ? api::bench::invoke_case(
-                    "bmm_bf16", {Value(a), Value(w.transpose(1, 2))},
-                    {{"out", Value(out)}, {"out_dtype", Value(out_dt)}, {"backend", Value("auto")}})
-              : api::bench::invoke_case(
-                    "mm_bf16", {Value(a.select(0, 0)), Value(w.select(0, 0).transpose(0, 1))},
-                    {{"out", Value(out.select(0, 0))},
-                     {"out_dtype", Value(out_dt)},
-                     {"backend", Value("auto")}});
+      batched
+          ? api::bench::invoke_case(
+                "bmm_bf16", {Value(a), Value(w.transpose(1, 2))},
+                {{"out", Value(out)}, {"out_dtype", Value(out_dt)}, {"backend", Value(backend)}})
+          : api::bench::invoke_case("mm_bf16",
+                                    {Value(a.select(0, 0)), Value(w.select(0, 0).transpose(0, 1))},
+                                    {{"out", Value(out.select(0, 0))},
+                                     {"out_dtype", Value(out_dt)},
+                                     {"backend", Value(backend)}});
   c.flops = 2.0 * static_cast<double>(b * s.m * s.n * s.k);
   c.bytes = api::bench::nbytes({b, s.m, s.k}, bf) + api::bench::nbytes({b, s.n, s.k}, bf) +
             api::bench::nbytes({b, s.m, s.n}, out_dt);
@@ -402,7 +407,7 @@ BenchCase bench_bmm_fp8(const BenchShape& s, Device dev) {
   Tensor out = Tensor::empty({b, s.m, s.n}, out_dt, dev);
   BenchCase c = api::bench::invoke_case(
       "bmm_fp8", {Value(a), Value(w.transpose(1, 2)), Value(one), Value(one), Value(out_dt)},
-      {{"out", Value(out)}, {"backend", Value("auto")}});
+      {{"out", Value(out)}, {"backend", Value(api::bench::op_backend("cublas"))}});
   c.flops = 2.0 * static_cast<double>(b * s.m * s.n * s.k);
   c.bytes = api::bench::nbytes({b, s.m, s.k}, f8) +
             api::bench::nbytes({b, s.n, s.k}, DType::kFloat8E4M3FN) +

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "api/bench_backend.h"
 #include "flashinfer/flashinfer.h"
 #include "util/run_command.h"
 
@@ -249,6 +250,105 @@ TEST(Bench, BadRoutineAndFlagsAreClearErrors) {
       "--output_path /nonexistent_dir/x.csv");
   EXPECT_NE(unwritable.status, 0);
   EXPECT_NE(unwritable.out.find("output_path"), std::string::npos) << unwritable.out;
+}
+
+// --backends names an op backend of the GEMM routines (upstream's spelling; cpu:NAME calls the
+// CPU reference with it): one CSV row per name, the same FLOPs, each matching the reference.
+TEST(Bench, BackendsNameTheOpBackendsOfGemmRoutines) {
+  const std::string csv = testing::TempDir() + "bench_op_backends.csv";
+  std::remove(csv.c_str());
+  CliResult r = run_flashinfer(
+      "bench --routine mm_bf16 --m 8 --n 32 --k 64 --backends cpu cpu:cudnn cpu:auto --refcheck"
+      " --num_iters 2 --dry_run_iters 0 --output_path " +
+      csv);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("[REFCHECK] cpu:cudnn :: 2 outputs match"), std::string::npos) << r.out;
+  std::vector<std::string> header;
+  const auto rows = read_csv(csv, &header);
+  ASSERT_EQ(rows.size(), 3u);
+  const std::vector<std::string> want = {"cpu", "cpu:cudnn", "cpu:auto"};
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].at("backend"), want[i]);
+    EXPECT_EQ(rows[i].at("flops"), "32768");  // 2 * 8 * 32 * 64
+    EXPECT_EQ(rows[i].at("refcheck"), "pass");
+    EXPECT_NE(rows[i].at("repro_command").find("--backends " + want[i] + " "), std::string::npos);
+  }
+  std::remove(csv.c_str());
+  // Each GEMM routine takes its op's names: bmm_fp8 cublas/cudnn, the grouped GEMMs cudnn.
+  for (const std::string& args :
+       {std::string("--routine bmm_fp8 --batch_size 2 --m 4 --n 32 --k 64 --backends cpu:cublas "
+                    "cpu:cudnn"),
+        std::string("--routine bmm_bf16 --batch_size 2 --m 4 --n 32 --k 64 --backends cpu:cudnn"),
+        std::string("--routine grouped_mm_bf16 --batch_size 4 --m 4 --n 32 --k 64 --backends "
+                    "cpu:cudnn"),
+        std::string("--routine grouped_mm_fp8 --batch_size 4 --m 4 --n 32 --k 64 --backends "
+                    "cpu:cudnn")}) {
+    CliResult g = run_flashinfer("bench " + args + " --refcheck --num_iters 1 --dry_run_iters 0");
+    EXPECT_EQ(g.status, 0) << args << "\n" << g.out;
+    EXPECT_EQ(g.out.find("mismatch"), std::string::npos) << args << "\n" << g.out;
+  }
+  struct Bad {
+    std::string args, message;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"--routine rmsnorm --backends cudnn", "rmsnorm takes cpu or cuda"},
+           {"--routine mm_bf16 --backends fa2", "unknown backend 'fa2' for mm_bf16"},
+           {"--routine mm_bf16 --backends cpu:fa2", "cudnn, cutlass, tgv, auto"},
+           {"--routine mm_bf16 --backends gpu:cudnn", "unknown device 'gpu'"},
+           {"--routine mm_bf16 --backends cpu:", "empty backend name"},
+           {"--routine stream_copy --backends cpu:auto", "stream_copy takes cpu or cuda"},
+           // mm_fp4's op has a backend table, but its bench case passes none: refused, not
+           // timed under a name it ignores
+           {"--routine mm_fp4 --m 8 --n 32 --k 64 --backends cpu:auto --num_iters 1",
+            "takes no op backend"}}) {
+    CliResult e = run_flashinfer("bench " + b.args);
+    EXPECT_NE(e.status, 0) << b.args << "\n" << e.out;
+    EXPECT_NE(e.out.find(b.message), std::string::npos) << b.args << "\n" << e.out;
+  }
+  if (!(flashinfer::cuda_compiled() && flashinfer::cuda_device_count() > 0)) {
+    CliResult skip = run_flashinfer("bench --routine mm_bf16 --backends cudnn --num_iters 1");
+    EXPECT_EQ(skip.status, 4) << skip.out;
+    EXPECT_NE(skip.out.find("[SKIP] cudnn :: "), std::string::npos) << skip.out;
+  }
+}
+
+// The hooks' view of --backends: the innermost scope's name, marked used when read.
+TEST(Bench, ScopedOpBackendNestsAndRecordsUse) {
+  using flashinfer::api::bench::op_backend;
+  using flashinfer::api::bench::ScopedOpBackend;
+  EXPECT_EQ(op_backend("auto"), "auto");
+  {
+    ScopedOpBackend outer("cudnn");
+    EXPECT_FALSE(outer.used());
+    {
+      ScopedOpBackend inner("cublas");
+      EXPECT_EQ(op_backend("auto"), "cublas");
+      EXPECT_TRUE(inner.used());
+      EXPECT_FALSE(outer.used());
+    }
+    EXPECT_EQ(op_backend("auto"), "cudnn");
+    EXPECT_TRUE(outer.used());
+  }
+  EXPECT_EQ(op_backend("cublas"), "cublas");
+}
+
+// % of the dense peak: the fp8 routines at 8 bits whatever --input_dtype, the other GEMMs at
+// their input dtype, attention at q's; fp8 at twice the 16-bit rate from sm89 on.
+TEST(Bench, OperandWidthAndDensePeakRate) {
+  using flashinfer::api::bench::bench_operand_bits;
+  using flashinfer::api::bench::dense_tensor_rate_vs_16bit;
+  EXPECT_EQ(bench_operand_bits("bmm_fp8", 16, 16), 8);
+  EXPECT_EQ(bench_operand_bits("grouped_mm_fp8", 16, 16), 8);
+  EXPECT_EQ(bench_operand_bits("mm_bf16", 16, 8), 16);
+  EXPECT_EQ(bench_operand_bits("grouped_mm_bf16", 16, 0), 16);
+  EXPECT_EQ(bench_operand_bits("mm_fp4", 16, 16), 0);
+  EXPECT_EQ(bench_operand_bits("BatchPrefillWithPagedKVCacheWrapper.run", 0, 16), 16);
+  EXPECT_EQ(bench_operand_bits("BatchPrefillWithPagedKVCacheWrapper.run", 16, 8), 8);
+  EXPECT_EQ(dense_tensor_rate_vs_16bit(90, 16), 1.0);
+  EXPECT_EQ(dense_tensor_rate_vs_16bit(90, 8), 2.0);
+  EXPECT_EQ(dense_tensor_rate_vs_16bit(89, 8), 2.0);
+  EXPECT_EQ(dense_tensor_rate_vs_16bit(80, 8), 0.0);  // A100: no fp8 tensor cores
+  EXPECT_EQ(dense_tensor_rate_vs_16bit(90, 0), 0.0);
 }
 
 }  // namespace

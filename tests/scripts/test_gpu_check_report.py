@@ -347,24 +347,29 @@ class GpuCheckReport(unittest.TestCase):
                 counts[kind] = list(csv.DictReader(f))
             lines = read(tl).splitlines()
             self.assertEqual(len(lines), len(counts[kind]))
-        self.assertEqual([len(counts[k]) for k in ("sampling", "rowops", "gemm")], [27, 33, 24])
+        self.assertEqual([len(counts[k]) for k in ("sampling", "rowops", "gemm")], [27, 33, 44])
         self.assertEqual(counts["rowops"][0]["role"], "headline")
         self.assertIn("--routine apply_rope_pos_ids --batch_size 1 --s_qo 16384 --num_qo_heads 64 "
                       "--num_kv_heads 8 --head_dim_qk 128", read(os.path.join(d, "rowops.testlist")))
         self.assertIn("--routine silu_and_mul --batch_size 8192 --hidden_size 14336",
                       read(os.path.join(d, "rowops.testlist")))
-        self.assertIn("--routine bmm_fp8 --batch_size 1 --m 4096 --n 4096 --k 14336",
-                      read(os.path.join(d, "gemm.testlist")))
+        gemm_tl = read(os.path.join(d, "gemm.testlist"))
+        self.assertIn("--routine bmm_fp8 --backends cudnn --batch_size 1 --m 1024 --n 4096 "
+                      "--k 4096\n", gemm_tl)
+        self.assertIn("--routine grouped_mm_fp8 --backends cudnn --batch_size 64 --m 128 --n 4096 "
+                      "--k 7168\n", gemm_tl)
+        self.assertIn("--routine mm_bf16 --backends cudnn --m 8192 --n 8192 --k 8192\n", gemm_tl)
         # Ours on the GEMM grid: the headline timed, one row failed, the rest not run.
         plan = os.path.join(d, "gemm_plan.csv")
         rows = counts["gemm"]
         head = rows[0]
-        self.assertEqual([head["routine"], head["m"], head["n"], head["k"]],
-                         ["mm_bf16", "4096", "4096", "4096"])
+        self.assertEqual([head[c] for c in ("routine", "backend", "batch", "m", "n", "k")],
+                         ["mm_bf16", "auto", "1", "4096", "4096", "4096"])
         bench = os.path.join(d, "gemm_raw.csv")
-        write_csv(bench, [["routine", "median_time", "tflops", "tb_per_sec", "batch_size", "m", "n",
-                           "k", "refcheck"],
-                          ["mm_bf16", "0.2", "687.2", "0.5", "4", "4096", "4096", "4096", ""]])
+        write_csv(bench, [["routine", "median_time", "tflops", "tb_per_sec", "backend",
+                           "batch_size", "m", "n", "k", "refcheck"],
+                          ["mm_bf16", "0.2", "687.2", "0.5", "auto", "4", "4096", "4096", "4096",
+                           ""]])
         log = os.path.join(d, "gemm.log")
         with open(log, "w") as f:
             f.write("[TESTLIST] line 2: %s\n[ERROR] testlist line 2: mm_bf16: boom\n" % rows[1]["flags"])
@@ -379,19 +384,194 @@ class GpuCheckReport(unittest.TestCase):
         self.assertEqual(got[2]["status"], "not run (phase budget spent)")
         # torch slower on the headline: ratio 1.5.
         peer = os.path.join(d, "torch_gemm_grid.csv")
-        write_csv(peer, [["routine", "m", "n", "k", "median_ms", "metric", "pct_peak", "status"],
-                         ["mm_bf16", "4096", "4096", "4096", "0.3", "458.1", "46.3", "ok"]])
+        write_csv(peer, [["routine", "backend", "batch", "m", "n", "k", "median_ms", "metric",
+                          "pct_peak", "status"],
+                         ["mm_bf16", "auto", "1", "4096", "4096", "4096", "0.3", "458.1", "46.3",
+                          "ok: torch.matmul"]])
         md, out = os.path.join(d, "gemm_compare.md"), os.path.join(d, "gemm_compare.csv")
         self.assertEqual(run("compare-op", "gemm", plan, ours, peer, md, out).returncode, 0)
         text = read(md)
-        self.assertIn("- headline (mm_bf16 m 4096, n 4096, k 4096): torch 0.3 ms / ours 0.200000 ms "
-                      "= 1.500x; ours 687.2 TFLOP/s (69.5 % of peak)", text)
-        self.assertIn("- bmm_fp8: no row has both timings", text)
+        self.assertIn("- headline (mm_bf16 backend auto, batch 1, m 4096, n 4096, k 4096): torch "
+                      "0.3 ms / ours 0.200000 ms = 1.500x; ours 687.2 TFLOP/s (69.5 % of peak)",
+                      text)
+        self.assertIn("- bmm_fp8 backend cublas: no row has both timings", text)
+        # One row of six timed: the goal is not met (every shape must be), the rest no data.
+        self.assertIn("- goal: mm_bf16 (backend auto, cuBLASLt) >= 0.97x torch.matmul on every "
+                      "shape: **FAIL**, 1 of 6 rows timed, 0 below; lowest 1.500x (m 4096, n "
+                      "4096, k 4096)", text)
+        self.assertIn("- goal: grouped_mm_fp8 (backend cudnn, grouped tensor-core kernel) >= "
+                      "0.90x a loop of torch._scaled_mm at 64 groups: **no data**", text)
+        self.assertIn("| mm_bf16 | m 4096, n 4096, k 4096 | 0.3 | 458.1 | auto (cuBLASLt): "
+                      "0.200000 ms, 687.2, 1.500x **pass (>= 0.97x)**; cudnn (cuDNN): not run (phase "
+                      "budget spent) |", text)
+        self.assertIn("| mm_bf16 | m 16, n 4096, k 4096 | not run | - | auto (cuBLASLt): error: "
+                      "mm_bf16: boom; cudnn", text)
         with open(out, newline="") as f:
-            self.assertEqual(next(csv.DictReader(f))["ratio_torch_over_ours"], "1.5000")
+            first = next(csv.DictReader(f))
+        self.assertEqual((first["ratio_torch_over_ours"], first["goal"]), ("1.5000", "pass (>= 0.97x)"))
+        # kernels.csv: a row per goal from the join
+        self.assertEqual(run("kernels", d, "H100", "2026-01-01").returncode, 0)
+        with open(os.path.join(d, "kernels.csv"), newline="") as f:
+            perf = {r["kernel"]: r["result"] for r in csv.DictReader(f) if r["kernel"].startswith("perf")}
+        self.assertEqual(len(perf), 4)
+        self.assertEqual(perf["perf: bmm_fp8 (backend cublas, cuBLASLt) >= 0.95x torch._scaled_mm on "
+                              "every shape"], "no data: no row has both timings")
         self.assertEqual(run("summary", d).returncode, 0)
         self.assertIn("GEMM grid against torch (phases 5f, 6f; `gemm_compare.csv`): headline",
                       read(os.path.join(d, "summary.md")))
+
+    def test_gemm_grid_counts_goals_and_keys(self):
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+        import gpu_check_report as g
+        # The grouped bench hook's groups: m + 3 * (e % 4), the last empty past two groups.
+        self.assertEqual(g.grouped_sizes(8, 16), [16, 19, 22, 25, 16, 19, 22, 0])
+        self.assertEqual(g.grouped_sizes(2, 4), [4, 7])
+        self.assertEqual(sum(g.grouped_sizes(64, 128)), 63 * 128 + 3 * (16 * 6 - 3))
+        # (bytes, FLOPs) as the hooks count them (tests/cli/test_bench.cpp checks the hooks')
+        self.assertEqual(g.gemm_counts("mm_bf16", 1, 8, 32, 64), (2 * (8 * 64 + 32 * 64) + 2 * 8 * 32, 32768))
+        self.assertEqual(g.gemm_counts("bmm_fp8", 2, 4, 32, 64), (2 * (4 * 64 + 32 * 64 + 2 * 4 * 32), 2 * 2 * 4 * 32 * 64))
+        self.assertEqual(g.gemm_counts("grouped_mm_fp8", 4, 4, 64, 64), (20416, 172032))
+        self.assertEqual(g.gemm_counts("grouped_mm_bf16", 4, 4, 64, 64), (2 * (21 * 64 + 4 * 64 * 64) + 2 * 21 * 64, 2 * 21 * 64 * 64))
+        # The % of peak: fp8 routines against the 8-bit peak
+        self.assertEqual(g.op_peak("grouped_mm_fp8"), (1978.9, "TFLOP/s"))
+        self.assertEqual(g.op_peak("bmm_bf16"), (989.4, "TFLOP/s"))
+        # Keys: a testlist line's --backends and a CSV row's backend, the device prefix dropped;
+        # mm's batch is 1 whatever batch_size says.
+        self.assertEqual(g.op_key_from_flags("gemm", g.flag_dict(
+            "--routine bmm_fp8 --backends cpu:cudnn --batch_size 1 --m 8 --n 64 --k 64")),
+            ("bmm_fp8", "cudnn", "1", "8", "64", "64"))
+        self.assertEqual(g.op_key_from_flags("gemm", dict(
+            routine="mm_bf16", backend="auto", batch_size="4", m="16", n="4096", k="4096")),
+            ("mm_bf16", "auto", "1", "16", "4096", "4096"))
+        # Goals: which rows each covers, and pass / FAIL / no data.
+        self.assertEqual(g.gemm_goal("mm_bf16", "auto", "1"), (0.97, "torch.matmul"))
+        self.assertIsNone(g.gemm_goal("mm_bf16", "cudnn", "1"))  # reported beside, no goal
+        self.assertIsNone(g.gemm_goal("grouped_mm_bf16", "cudnn", "8"))  # 64 groups only
+        self.assertEqual(g.gemm_goal("grouped_mm_bf16", "cudnn", "64")[0], 0.90)
+
+        def row(rt, be, batch, m, ratio):
+            return dict(routine=rt, backend=be, batch=str(batch), m=str(m), n="4096", k="4096",
+                        ratio=ratio)
+        rows = [row("mm_bf16", "auto", 1, 1, 0.98), row("mm_bf16", "auto", 1, 16, 0.97),
+                row("mm_bf16", "cudnn", 1, 1, 0.5), row("bmm_fp8", "cublas", 1, 1, 0.949),
+                row("bmm_fp8", "cublas", 1, 16, 1.2), row("grouped_mm_bf16", "cudnn", 8, 16, 0.1),
+                row("grouped_mm_bf16", "cudnn", 64, 16, 0.95),
+                row("grouped_mm_bf16", "cudnn", 64, 128, None)]
+        got = {x["goal"].split(" ")[0]: x for x in g.gemm_goals(rows)}
+        self.assertEqual(got["mm_bf16"]["status"], "pass")  # 0.97 is enough; cudnn not counted
+        self.assertEqual(got["bmm_fp8"]["status"], "FAIL")
+        self.assertEqual(got["bmm_fp8"]["below"], 1)
+        self.assertEqual(got["grouped_mm_bf16"]["status"], "FAIL")  # a 64-group row untimed
+        self.assertEqual((got["grouped_mm_bf16"]["rows"], got["grouped_mm_bf16"]["planned"]), (1, 2))
+        self.assertEqual(got["grouped_mm_fp8"]["status"], "no data")
+        self.assertEqual(g.gemm_goal_text(got["bmm_fp8"]),
+                         "bmm_fp8 (backend cublas, cuBLASLt) >= 0.95x torch._scaled_mm on every "
+                         "shape: **FAIL**, 2 of 2 rows timed, 1 below; lowest 0.949x (m 1, n 4096, "
+                         "k 4096)")
+
+    def test_gemm_dry_plan_runs_each_backend_on_the_cpu_reference(self):
+        plan, tl = os.path.join(self.d, "plan.csv"), os.path.join(self.d, "tl")
+        self.assertEqual(run("op-plan", "gemm", "dry", "0", plan, tl).returncode, 0)
+        lines = read(tl).splitlines()
+        self.assertEqual(len(lines), 26)
+        self.assertTrue(all(" --backends cpu:" in l for l in lines), lines)
+        with open(plan, newline="") as f:
+            rows = list(csv.DictReader(f))
+        # every goal has rows in the dry plan (64 groups included), so the dry run reaches them
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+        import gpu_check_report as g
+        for rt, be, _, only, _ in g.GEMM_GOALS:
+            self.assertTrue(any(r["routine"] == rt and r["backend"] == be and
+                                (only is None or r["batch"] == str(only)) for r in rows), rt)
+
+    def test_torch_gemm_calls_do_the_planned_flops(self):
+        """gpu_check_upstream.gemm_call on a shape-only stand-in for torch: every call's operand
+        shapes agree and the calls' FLOPs sum to the plan's (the bench hook's) count."""
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+        import gpu_check_report as g
+        import gpu_check_upstream as up
+        calls = []
+
+        class T:
+            def __init__(self, shape):
+                self.shape = tuple(shape)
+
+            def __getitem__(self, i):
+                if isinstance(i, slice):
+                    return T((len(range(*i.indices(self.shape[0]))),) + self.shape[1:])
+                return T(self.shape[1:])
+
+            def t(self):
+                return T(self.shape[::-1])
+
+            def transpose(self, a, b):
+                s = list(self.shape)
+                s[a], s[b] = s[b], s[a]
+                return T(s)
+
+            def to(self, _):
+                return self
+
+        def mm(x, w, out=None, **_):
+            assert x.shape[-1] == w.shape[-2], (x.shape, w.shape)
+            o = x.shape[:-1] + w.shape[-1:]
+            assert out is None or out.shape == o, (out.shape, o)
+            batch = x.shape[0] if len(x.shape) == 3 else 1
+            calls.append(2 * batch * x.shape[-2] * x.shape[-1] * w.shape[-1])
+            return T(o)
+
+        class FakeTorch:
+            bfloat16 = float32 = float8_e4m3fn = object()
+            matmul = bmm = _scaled_mm = staticmethod(mm)
+
+            @staticmethod
+            def ones(shape, **_):
+                return T(shape)
+
+            full = empty = staticmethod(lambda shape, *a, **k: T(shape))
+
+        uniform = lambda shape, lo, hi, dtype=None: T(shape)
+        rows = g.op_plan_rows("gemm", "full")
+        for p in rows:
+            for pad in (False, True):
+                del calls[:]
+                call = up.gemm_call(FakeTorch, None, uniform, {k: str(v) for k, v in p.items()}, pad)
+                call()
+                if pad and "fp8" in p["routine"]:
+                    self.assertIn("padded to 16", call.what)
+                    self.assertGreaterEqual(sum(calls), p["flops"])
+                else:
+                    self.assertEqual(sum(calls), p["flops"], (p, call.what))
+        self.assertEqual(up.gemm_call(FakeTorch, None, uniform, dict(
+            routine="grouped_mm_bf16", batch="64", m="16", n="8", k="8"), False).what,
+            "a loop of 63 torch.matmul")
+
+    def test_gemm_grid_row_of_a_backend_this_build_lacks_is_a_skip(self):
+        plan, tl = os.path.join(self.d, "plan.csv"), os.path.join(self.d, "tl")
+        run("op-plan", "gemm", "dry", "0", plan, tl)
+        lines = read(tl).splitlines()
+        with open(plan, newline="") as f:
+            rows = list(csv.DictReader(f))
+        bench = os.path.join(self.d, "raw.csv")
+        header = ["routine", "median_time", "tflops", "tb_per_sec", "backend", "batch_size", "m",
+                  "n", "k", "refcheck"]
+        timed = [[r["routine"], "0.01", "1", "0.1", "cpu:" + r["backend"], r["batch"], r["m"],
+                  r["n"], r["k"], ""] for r in rows[1:]]
+        write_csv(bench, [header] + timed)
+        log = os.path.join(self.d, "log")
+        with open(log, "w") as f:
+            f.write("[TESTLIST] line 1: %s\n[SKIP] cudnn :: mm_bf16's backend 'auto' does not run "
+                    "on this build and device\n[SKIP] testlist line 1: mm_bf16's backend 'auto' "
+                    "does not run on this build and device (compute capability 75; it runs: "
+                    "none)\n" % lines[0])
+        ours = os.path.join(self.d, "ours.csv")
+        r = run("op-grid", "gemm", plan, bench, log, ours, os.path.join(self.d, "p.md"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)  # a skip is not a failure
+        with open(ours, newline="") as f:
+            got = list(csv.DictReader(f))
+        self.assertEqual(got[0]["status"], "skipped: mm_bf16's backend 'auto' does not run on this "
+                                           "build and device (compute capability 75; it runs: none)")
+        self.assertTrue(all(g["status"].startswith("ok") for g in got[1:]))
 
     def test_summary_of_an_empty_directory(self):
         r = run("summary", self.d)

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "api/bench_backend.h"
 #include "commands.h"
 #include "core/cuda_runtime.h"
 #include "flashinfer/bench.h"
@@ -49,6 +50,20 @@ DType parse_dtype(const std::string& text, const char* flag) {
   const std::optional<DType> d = dtype_from_name(name);
   if (!d) FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", flag, "unknown dtype '", text, "'");
   return *d;
+}
+
+// Bits of a floating-point operand dtype that has tensor cores (16 or 8), else 0.
+int operand_bits(DType d) {
+  switch (d) {
+    case DType::kBFloat16:
+    case DType::kFloat16:
+      return 16;
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E5M2:
+      return 8;
+    default:
+      return 0;
+  }
 }
 
 void check_positive(int64_t v, const char* flag) {
@@ -108,10 +123,63 @@ BenchCase copy_case(const BenchShape& s, Device dev) {
   return c;
 }
 
-// A fresh case for `routine` on `dev` (same seed, so the same inputs on every backend).
-BenchCase make_case(const BenchOptions& o, Device dev) {
+// One entry of --backends: a device ("cpu", "cuda"), or for a routine whose op takes a
+// `backend` argument (the GEMMs) one of the op's backends in upstream's spelling ("cudnn",
+// "cublas", "auto", ...: on CUDA, as upstream's flashinfer_benchmark.py --backends names them),
+// or DEVICE:NAME ("cpu:cudnn": the CPU reference called with that name, which it accepts, for
+// scripts' dry runs).
+struct RunBackend {
+  std::string label;       // as given: the CSV's backend column and the [PERF] line's name
+  Device dev;              // where the case runs
+  std::string op_backend;  // the op's `backend` argument ("": the hook's default)
+};
+
+RunBackend parse_backend(const std::string& text) {
+  const std::size_t colon = text.find(':');
+  const std::string device = colon == std::string::npos ? "" : text.substr(0, colon);
+  const std::string name = colon == std::string::npos ? text : text.substr(colon + 1);
+  if (colon == std::string::npos && (text == "cpu" || text == "cuda")) {
+    return {text, text == "cpu" ? Device::cpu() : Device::cuda(), ""};
+  }
+  if (colon != std::string::npos && device != "cpu" && device != "cuda") {
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "backends", "unknown device '", device,
+                    "' in '", text, "' (cpu or cuda before the colon)");
+  }
+  FLASHINFER_CHECK(!name.empty(), "bench", "backends", "empty backend name in '", text, "'");
+  return {text, device == "cpu" ? Device::cpu() : Device::cuda(), name};
+}
+
+// An op backend name must be one the routine's op knows (upstream's names); a routine whose op
+// takes no `backend` argument takes none.
+void check_op_backend(const std::string& routine, const RunBackend& b) {
+  if (b.op_backend.empty()) return;
+  const std::vector<std::string> ops = ops_with_backend_requirement();
+  if (std::find(ops.begin(), ops.end(), routine) == ops.end()) {
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "backends", "unknown backend '", b.label,
+                    "' (", routine,
+                    " takes cpu or cuda; op backend names are for the routines of ops with a "
+                    "`backend` argument, e.g. mm_bf16, bmm_fp8, grouped_mm_bf16)");
+  }
+  const BackendRequirement& req = backend_requirement(routine);
+  if (!req.is_known_backend(b.op_backend)) {
+    std::string names;
+    for (const std::string& n : req.upstream_backends) names += (names.empty() ? "" : ", ") + n;
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "backends", "unknown backend '",
+                    b.op_backend, "' for ", routine, " (cpu, cuda, or one of upstream's: ", names,
+                    ")");
+  }
+}
+
+// A fresh case for `routine` on `dev` (same seed, so the same inputs on every backend), built
+// with the op backend `op_backend` when one is given.
+BenchCase make_case(const BenchOptions& o, Device dev, const std::string& op_backend = "") {
   if (o.routine == kCopyRoutine) return copy_case(o.shape, dev);
-  return (*find_bench_hook(o.routine))(o.shape, dev);
+  if (op_backend.empty()) return (*find_bench_hook(o.routine))(o.shape, dev);
+  api::bench::ScopedOpBackend scope(op_backend);
+  BenchCase c = (*find_bench_hook(o.routine))(o.shape, dev);
+  FLASHINFER_CHECK(scope.used(), "bench", "backends", "routine ", o.routine,
+                   "'s bench case takes no op backend; pass cpu or cuda");
+  return c;
 }
 
 std::string csv_escape(const std::string& s) {
@@ -229,9 +297,15 @@ int list_routines() {
   return 0;
 }
 
+// Why the last run_bench skipped an op backend this build or device does not run ("" when none
+// was): a --testlist line whose every backend is such a skip is reported as skipped, not failed
+// (a build without cuDNN has no bmm_fp8 "cudnn"; gpu-check's GEMM grid still asks for it).
+std::string g_op_backend_skip;
+
 // Whether `backend` can run here; otherwise prints why and returns false.
-bool backend_available(const std::string& routine, const std::string& backend) {
-  if (backend == "cpu") return true;
+bool backend_available(const std::string& routine, const RunBackend& rb) {
+  const std::string& backend = rb.label;
+  if (rb.dev.is_cpu()) return true;
   // The op's backend table says whether this build has a CUDA kernel for it at all.
   if (routine != kCopyRoutine && cuda_compiled() && !op_has_backend(routine, DeviceType::kCUDA)) {
     std::printf("[SKIP] %s :: %s has no CUDA kernel in this build (CPU reference only)\n",
@@ -246,10 +320,25 @@ bool backend_available(const std::string& routine, const std::string& backend) {
     std::printf("[SKIP] %s :: no CUDA device is present\n", backend.c_str());
     return false;
   }
+  if (!rb.op_backend.empty()) {
+    const int cc = detail::cuda_compute_capability(0);
+    const BackendRequirement& req = backend_requirement(routine);
+    if (!req.is_backend_supported(rb.op_backend, cc)) {
+      std::string names;
+      for (const std::string& n : req.supported_backends(cc)) names += " " + n;
+      g_op_backend_skip = routine + "'s backend '" + rb.op_backend +
+                          "' does not run on this build and device (compute capability " +
+                          std::to_string(cc) + "; it runs:" + (names.empty() ? " none" : names) +
+                          ")";
+      std::printf("[SKIP] %s :: %s\n", backend.c_str(), g_op_backend_skip.c_str());
+      return false;
+    }
+  }
   return true;
 }
 
 int run_bench(BenchOptions o) {
+  g_op_backend_skip.clear();
   if (o.list) return list_routines();
   if (o.routine.empty()) {
     FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "routine",
@@ -292,14 +381,15 @@ int run_bench(BenchOptions o) {
   check_positive(o.num_iters, "num_iters");
   FLASHINFER_CHECK(o.dry_run_iters >= 0, "bench", "dry_run_iters", "must be >= 0, got ",
                    o.dry_run_iters);
-  std::vector<std::pair<std::string, Device>> backends;
+  std::vector<RunBackend> backends;
   for (const std::string& b : o.backends) {
-    if (b != "cpu" && b != "cuda") {
+    RunBackend rb = parse_backend(b);
+    if (o.routine == kCopyRoutine && !rb.op_backend.empty()) {
       FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "backends", "unknown backend '", b,
-                      "' (cpu or cuda)");
+                      "' (", kCopyRoutine, " takes cpu or cuda)");
     }
-    if (backend_available(o.routine, b))
-      backends.emplace_back(b, b == "cpu" ? Device::cpu() : Device::cuda());
+    if (o.routine != kCopyRoutine) check_op_backend(o.routine, rb);
+    if (backend_available(o.routine, rb)) backends.push_back(std::move(rb));
   }
   if (backends.empty()) {
     std::printf("no requested backend is available\n");
@@ -314,7 +404,7 @@ int run_bench(BenchOptions o) {
     ref.run();
     const NamedTensors expected = ref.outputs();
     for (std::size_t bi = 0; bi < backends.size(); ++bi) {
-      BenchCase c = make_case(o, backends[bi].second);
+      BenchCase c = make_case(o, backends[bi].dev, backends[bi].op_backend);
       c.run();
       const NamedTensors actual = c.outputs();
       int64_t bad = 0;
@@ -326,21 +416,21 @@ int run_bench(BenchOptions o) {
         if (cmp.match) {
           if (o.verbose) {
             std::printf("[REFCHECK] %s %s: %lld elements match (max abs error %.3g)\n",
-                        backends[bi].first.c_str(), expected[t].first.c_str(),
+                        backends[bi].label.c_str(), expected[t].first.c_str(),
                         static_cast<long long>(cmp.numel), cmp.max_abs_error);
           }
           continue;
         }
         ++bad;
         if (!cmp.problem.empty() || t >= actual.size()) {
-          std::printf("[REFCHECK] %s %s: %s\n", backends[bi].first.c_str(),
+          std::printf("[REFCHECK] %s %s: %s\n", backends[bi].label.c_str(),
                       expected[t].first.c_str(),
                       t < actual.size() ? cmp.problem.c_str() : "missing");
         } else {
           std::printf(
               "[REFCHECK] %s %s: %lld of %lld elements differ from the CPU reference (max abs "
               "error %.3g; rtol %g, atol %g)\n",
-              backends[bi].first.c_str(), expected[t].first.c_str(),
+              backends[bi].label.c_str(), expected[t].first.c_str(),
               static_cast<long long>(cmp.mismatches), static_cast<long long>(cmp.numel),
               cmp.max_abs_error, cmp.rtol, cmp.atol);
         }
@@ -349,7 +439,7 @@ int run_bench(BenchOptions o) {
       mismatch = mismatch || bad;
       if (!bad) {
         std::printf("[REFCHECK] %s :: %zu outputs match the CPU reference\n",
-                    backends[bi].first.c_str(), expected.size());
+                    backends[bi].label.c_str(), expected.size());
       }
     }
     if (mismatch && !o.allow_output_mismatch) {
@@ -373,8 +463,16 @@ int run_bench(BenchOptions o) {
       csv, [](std::FILE* f) { return f ? std::fclose(f) : 0; });
 
   for (std::size_t bi = 0; bi < backends.size(); ++bi) {
-    const auto& [name, dev] = backends[bi];
-    BenchCase c = make_case(o, dev);
+    const std::string& name = backends[bi].label;
+    const Device dev = backends[bi].dev;
+    BenchCase c = make_case(o, dev, backends[bi].op_backend);
+    if (!backends[bi].op_backend.empty() && dev.is_cuda()) {
+      const BackendInfo* info = backend_requirement(o.routine).find(backends[bi].op_backend);
+      if (info && !info->implementation.empty()) {
+        std::printf("[INFO] %-8s:: %s backend '%s' runs: %s\n", name.c_str(), o.routine.c_str(),
+                    backends[bi].op_backend.c_str(), info->implementation.c_str());
+      }
+    }
     if (o.verbose) {
       std::printf("[INFO] %s on %s: %.6g FLOPs, %.6g bytes per iteration\n", o.routine.c_str(),
                   name.c_str(), c.flops, c.bytes);
@@ -405,19 +503,21 @@ int run_bench(BenchOptions o) {
             name.c_str());
       }
     }
-    // Compute-bound routines (prefill, GEMM) against the dense 16-bit tensor-core peak: the
-    // GEMMs' operand dtype is input_dtype, attention's q_dtype.
-    const std::string& operand =
-        o.routine.find("mm") != std::string::npos ? o.input_dtype : o.q_dtype;
-    if (dev.is_cuda() && secs > 0 && c.flops > 0 &&
-        (operand == "bfloat16" || operand == "float16")) {
-      const double peak = detail::cuda_peak_tensor_flops_16bit(dev.index);
+    // Compute-bound routines (prefill, GEMM) against the dense tensor-core peak of their
+    // operand width (api/bench_backend.h): 8-bit for the fp8 GEMMs, else the GEMMs' input_dtype
+    // or attention's q_dtype.
+    const int bits = api::bench::bench_operand_bits(o.routine, operand_bits(s.input_dtype),
+                                                    operand_bits(s.q_dtype));
+    if (dev.is_cuda() && secs > 0 && c.flops > 0 && bits > 0) {
+      const double rate =
+          api::bench::dense_tensor_rate_vs_16bit(detail::cuda_compute_capability(dev.index), bits);
+      const double peak = rate * detail::cuda_peak_tensor_flops_16bit(dev.index);
       if (peak > 0) {
         const double frac = c.flops / secs / peak;
         std::printf(
-            "[INFO] %-8s:: %.3f of the device's dense 16-bit tensor peak (%.1f %% of %.1f "
+            "[INFO] %-8s:: %.3f of the device's dense %d-bit tensor peak (%.1f %% of %.1f "
             "TFLOPs/sec at the driver's peak clock)\n",
-            name.c_str(), frac, 100.0 * frac, peak / 1e12);
+            name.c_str(), frac, bits, 100.0 * frac, peak / 1e12);
       }
     }
     if (csv) {
@@ -436,8 +536,11 @@ void add_bench_options(CLI::App& app, BenchOptions& o) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--routine", o.routine, "Op or wrapper method to time (see --list)");
   app.add_flag("--list", o.list, "List the routines (ops whose declaration has a bench hook)");
-  app.add_option("--backends", o.backends, "Backends to time: cpu cuda")
-      ->expected(1, 2)
+  app.add_option("--backends", o.backends,
+                 "Backends to time: cpu, cuda, or for the GEMM routines the op's backends in "
+                 "upstream's names on CUDA (mm_bf16: cudnn auto; bmm_fp8: cublas cudnn; "
+                 "grouped_mm_*: cudnn), or cpu:NAME (the CPU reference given that name)")
+      ->expected(1, 16)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--num_iters", o.num_iters, "Timed iterations (30)");
   app.add_option("--dry_run_iters", o.dry_run_iters, "Untimed warm-up iterations (5)");
@@ -512,7 +615,9 @@ int run_testlist(const BenchOptions& base) {
       why = e.what();
       status = 1;
     }
-    if (status != 0) {
+    if (status == 4 && why.empty() && !g_op_backend_skip.empty()) {
+      std::printf("[SKIP] testlist line %d: %s\n", number, g_op_backend_skip.c_str());
+    } else if (status != 0) {
       ++failed;
       if (why.empty()) why = "exit status " + std::to_string(status);
       std::printf("[ERROR] testlist line %d: %s\n", number, why.c_str());
