@@ -801,7 +801,8 @@ TEST(TrtllmFmhaV2PrefillCuda, RefusesWhatTheKernelsCannotExpress) {
 
 // Long-KV batches of few queries split their keys across blocks (the wrappers' rule; partials
 // in the workspace, merged after): against the CPU reference over layouts, causal and padding,
-// a window, soft cap, sinks (folded in by the merge pass) and DeepSeek's 192 / 128.
+// a window, soft cap, sinks (folded in by the merge pass), DeepSeek's 192 / 128, and head dims
+// the other kernels take.
 TEST(TrtllmFmhaV2PrefillCuda, SplitKvMatchesCpu) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);
@@ -830,6 +831,10 @@ TEST(TrtllmFmhaV2PrefillCuda, SplitKvMatchesCpu) {
       {"SEPARATE_Q_K_V", bf16, {40}, {6000}, 16, 1, 192, 128, pad},
       {"Q_PAGED_KV_NHD", bf16, {2, 17}, {4000, 2500}, 8, 2, 128, 128, cap},
       {"Q_PAGED_KV_HND", f16, {1, 1}, {3333, 70}, 8, 8, 128, 128, sink},
+      // Head dims without an FA2 instance: the first-draft tensor-core kernel (NVRTC), and with
+      // sinks the CUDA-core kernel, write the partials.
+      {"SEPARATE_Q_K_V", f16, {64}, {4000}, 4, 4, 80, 80, Opts{}},
+      {"CONTIGUOUS_Q_KV", bf16, {2}, {3000}, 8, 8, 96, 96, sink},
   };
   int idx = 0;
   for (const Row& r : rows) {
