@@ -285,6 +285,9 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Blocks of the tensor-core (FA2) prefill kernel an SM runs at once: its tiles are sized for two.
+constexpr int64_t kTensorCoreBlocksPerSm = 2;
+
 // Total work items if every request's KV is cut into chunks of `chunk` units.
 int64_t count_work(const std::vector<int64_t>& tiles, const std::vector<int64_t>& units,
                    int64_t chunk) {
@@ -295,16 +298,19 @@ int64_t count_work(const std::vector<int64_t>& tiles, const std::vector<int64_t>
   return n;
 }
 
-kernels::AttentionPlan partition(const detail::WrapperState& s, int64_t rows_per_tile,
-                                 int64_t chunk_units) {
+// Every request's queries in tiles of rows_per_tile; with chunk_units > 0, each tile's keys in
+// chunks of chunk_units units (of `unit` keys: pages, or tokens) with a partial row per query and
+// chunk and a merge entry per query; requests of one chunk stay final.
+kernels::AttentionPlan partition(const int32_t* qo_indptr, const int32_t* kv_lens,
+                                 const std::vector<int64_t>& units, int64_t rows_per_tile,
+                                 int64_t chunk_units, int64_t unit) {
   kernels::AttentionPlan plan;
   plan.cta_tile_q = static_cast<int32_t>(rows_per_tile);
-  const int64_t unit = s.paged ? s.page_size : 1;
-  for (int32_t b = 0; b < s.batch; ++b) {
-    const int64_t qo_len = s.qo_indptr[b + 1] - s.qo_indptr[b];
-    const int64_t kv_len = s.kv_lens[b];
-    const int64_t units = s.paged ? s.kv_indptr[b + 1] - s.kv_indptr[b] : kv_len;
-    const int64_t chunks = chunk_units > 0 ? std::max<int64_t>(1, ceil_div(units, chunk_units)) : 1;
+  for (int32_t b = 0; b < static_cast<int32_t>(units.size()); ++b) {
+    const int64_t qo_len = qo_indptr[b + 1] - qo_indptr[b];
+    const int64_t kv_len = kv_lens[b];
+    const int64_t chunks =
+        chunk_units > 0 ? std::max<int64_t>(1, ceil_div(units[b], chunk_units)) : 1;
     for (int64_t q0 = 0; q0 < qo_len; q0 += rows_per_tile) {
       const int64_t q1 = std::min(qo_len, q0 + rows_per_tile);
       if (chunks == 1) {
@@ -326,12 +332,21 @@ kernels::AttentionPlan partition(const detail::WrapperState& s, int64_t rows_per
       for (int64_t i = q0; i < q1; ++i) {
         for (int64_t base : bases) plan.merge_rows.push_back(static_cast<int32_t>(base + i - q0));
         plan.merge_indptr.push_back(static_cast<int32_t>(plan.merge_rows.size()));
-        plan.merge_out_row.push_back(static_cast<int32_t>(s.qo_indptr[b] + i));
+        plan.merge_out_row.push_back(static_cast<int32_t>(qo_indptr[b] + i));
       }
     }
   }
   if (plan.split_kv) plan.kv_chunk_size = static_cast<int32_t>(chunk_units * unit);
   return plan;
+}
+
+// Queries per work item of a prefill: upstream's cta_tile_q from the batch's average packed
+// (GQA heads folded into rows) query length, over the group.
+int64_t prefill_rows_per_tile(int64_t total_qo, int32_t batch, int32_t group, int32_t head_dim_vo) {
+  const double avg_packed = batch > 0 ? static_cast<double>(total_qo) * group / batch : 0.0;
+  const int64_t cta_tile_q =
+      kernels::cuda::prefill::prefill_plan_cta_tile_q(avg_packed, head_dim_vo);
+  return std::max<int64_t>(1, cta_tile_q / group);
 }
 
 }  // namespace
@@ -357,23 +372,65 @@ int64_t plan_kv_chunk(const std::vector<int64_t>& tiles, const std::vector<int64
   return count_work(tiles, units, lo) > base_work ? lo : 0;
 }
 
-std::vector<kernels::WorkItem> full_kv_work_items(const int32_t* qo_indptr, const int32_t* kv_lens,
-                                                  int32_t batch, int32_t group, int32_t head_dim_vo,
-                                                  int32_t& max_rows) {
-  max_rows = 0;
-  std::vector<kernels::WorkItem> work;
-  if (batch <= 0) return work;
-  const double avg_packed = static_cast<double>(qo_indptr[batch] - qo_indptr[0]) * group / batch;
-  const int32_t tile = std::max<int32_t>(
-      1, kernels::cuda::prefill::prefill_plan_cta_tile_q(avg_packed, head_dim_vo) / group);
-  for (int32_t b = 0; b < batch; ++b) {
-    const int32_t qo_len = qo_indptr[b + 1] - qo_indptr[b];
-    for (int32_t q0 = 0; q0 < qo_len; q0 += tile) {
-      work.push_back({b, q0, std::min(qo_len, q0 + tile), 0, kv_lens[b], -1});
-      max_rows = std::max(max_rows, work.back().qo_end - q0);
-    }
+int64_t tensor_core_max_grid(Device device) {
+#if FLASHINFER_WITH_CUDA
+  if (device.is_cuda()) {
+    return kTensorCoreBlocksPerSm * static_cast<int64_t>(kernels::cuda::sm_count(device.index));
   }
-  return work;
+#endif
+  (void)device;
+  return 0;
+}
+
+kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv_lens,
+                                     int32_t batch, int32_t group, int32_t num_kv_heads,
+                                     int32_t head_dim_qk, int32_t head_dim_vo, int variant,
+                                     int64_t max_grid, int32_t& max_rows) {
+  max_rows = 0;
+  if (batch <= 0) return {};
+  const int64_t rows_per_tile =
+      prefill_rows_per_tile(qo_indptr[batch] - qo_indptr[0], batch, group, head_dim_vo);
+  std::vector<int64_t> tiles(static_cast<std::size_t>(batch)), units(tiles.size());
+  for (int32_t b = 0; b < batch; ++b) {
+    const int64_t qo_len = qo_indptr[b + 1] - qo_indptr[b];
+    tiles[b] = ceil_div(qo_len, rows_per_tile);
+    units[b] = kv_lens[b];
+    if (qo_len > 0)
+      max_rows = static_cast<int32_t>(std::max<int64_t>(max_rows, std::min(qo_len, rows_per_tile)));
+  }
+  // The wrappers' rule for ragged KV (plan_kv_chunk over tokens, at least 128 a chunk), the chunk
+  // then rounded up to whole K/V tiles of the FA2 block that runs the items, so that only a
+  // request's last chunk ends inside a tile. Rounding up only lowers the work-item count.
+  int64_t chunk = max_grid > 0 ? plan_kv_chunk(tiles, units, num_kv_heads, max_grid, 128) : 0;
+  if (chunk > 0) {
+    namespace pf = kernels::cuda::prefill;
+    const int64_t tile = pf::prefill_kv_tile(
+        pf::prefill_cta_rows(max_rows * group, head_dim_qk, head_dim_vo, variant), head_dim_qk,
+        head_dim_vo);
+    chunk = ceil_div(chunk, tile) * tile;
+  }
+  kernels::AttentionPlan plan = partition(qo_indptr, kv_lens, units, rows_per_tile, chunk, 1);
+  plan.partial_rows_capacity = plan.num_partial_rows;
+  return plan;
+}
+
+std::pair<float*, float*> workspace_partials(void* base, int64_t bytes,
+                                             const kernels::AttentionPlan& plan,
+                                             int32_t num_qo_heads, int32_t head_dim_vo,
+                                             const char* op, const char* arg) {
+  const int64_t need = plan_partial_bytes(plan, num_qo_heads, head_dim_vo);
+  FLASHINFER_CHECK(base != nullptr, op, arg,
+                   "must be a contiguous tensor on the inputs' device: this call splits the "
+                   "keys across blocks and keeps ",
+                   need, " bytes of partial results there");
+  const auto addr = reinterpret_cast<std::uintptr_t>(base);
+  const auto skip = static_cast<int64_t>((16 - addr % 16) % 16);
+  FLASHINFER_CHECK(bytes - skip >= need, op, arg, "holds ", bytes,
+                   " bytes, too few for this call's split-KV partials (", need,
+                   " bytes from its first 16-byte boundary: ", plan.num_partial_rows, " rows x ",
+                   num_qo_heads, " heads x (", head_dim_vo, " + 1) floats)");
+  auto* v = reinterpret_cast<float*>(addr + static_cast<std::uintptr_t>(skip));
+  return {v, v + plan.num_partial_rows * num_qo_heads * head_dim_vo};
 }
 
 void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size,
@@ -381,15 +438,9 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   const int32_t group = s.num_qo_heads / s.num_kv_heads;
   // Rows per work item: decode keeps a request's queries together; prefill picks upstream's
   // cta_tile_q from the average packed (GQA heads folded into rows) query length.
-  int64_t rows_per_tile;
-  if (s.decode) {
-    rows_per_tile = std::max<int64_t>(1, s.q_len_per_req);
-  } else {
-    const double avg_packed = s.batch > 0 ? static_cast<double>(s.total_qo) * group / s.batch : 0.0;
-    const int64_t cta_tile_q = kernels::cuda::prefill::prefill_plan_cta_tile_q(
-        avg_packed, static_cast<int>(s.head_dim_vo));
-    rows_per_tile = std::max<int64_t>(1, cta_tile_q / group);
-  }
+  const int64_t rows_per_tile =
+      s.decode ? std::max<int64_t>(1, s.q_len_per_req)
+               : prefill_rows_per_tile(s.total_qo, s.batch, group, s.head_dim_vo);
   const int64_t unit = s.paged ? s.page_size : 1;
   std::vector<int64_t> tiles(static_cast<std::size_t>(s.batch)), units(tiles.size());
   for (int32_t b = 0; b < s.batch; ++b) {
@@ -397,12 +448,12 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     units[b] = s.paged ? s.kv_indptr[b + 1] - s.kv_indptr[b] : s.kv_lens[b];
   }
   // Blocks the device runs at once. CUDA: the CUDA-core kernel's occupancy (from its registers
-  // and the block shape's threads and shared memory) x SMs; the tensor-core kernel 2 x SMs.
-  // CPU: threads x 2.
+  // and the block shape's threads and shared memory) x SMs; the tensor-core kernel 2 x SMs
+  // (tensor_core_max_grid). CPU: threads x 2.
   int64_t max_grid;
 #if FLASHINFER_WITH_CUDA
   if (s.device.is_cuda()) {
-    int64_t per_sm = 2;
+    int64_t per_sm = kTensorCoreBlocksPerSm;
     namespace pf = kernels::cuda::prefill;
     // The tensor-core kernels take what prefill_supported() takes: the FA2 kernel's head-dim
     // pairs (192/128 included) and equal dims, fp8 K/V only where the FA2 kernel has an fp8
@@ -446,7 +497,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   } else if (!disable_split_kv) {
     chunk = plan_kv_chunk(tiles, units, s.num_kv_heads, max_grid, std::max<int64_t>(128 / unit, 1));
   }
-  s.plan = partition(s, rows_per_tile, chunk);
+  s.plan = partition(s.qo_indptr.data(), s.kv_lens.data(), units, rows_per_tile, chunk, unit);
   // Partials must fit the float workspace; otherwise run unsplit (same numbers, less parallel).
   const bool graph = s.use_cuda_graph && s.device.is_cuda() && !s.sizing_only;
   const int64_t have =
@@ -467,7 +518,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   const int64_t partial_cap = graph ? s.graph_partial_cap : s.plan.num_partial_rows;
   if (s.plan.split_kv &&
       (partial_bytes(s.plan.num_partial_rows) > have || s.plan.num_partial_rows > partial_cap)) {
-    s.plan = partition(s, rows_per_tile, 0);
+    s.plan = partition(s.qo_indptr.data(), s.kv_lens.data(), units, rows_per_tile, 0, unit);
   }
   s.plan.partial_rows_capacity = std::max(partial_cap, s.plan.num_partial_rows);
   if (graph) {

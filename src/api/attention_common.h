@@ -125,14 +125,37 @@ void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& cust
 /// split) when the unsplit work already fills max_grid or when no chunk adds work items.
 int64_t plan_kv_chunk(const std::vector<int64_t>& tiles, const std::vector<int64_t>& units,
                       int64_t num_kv_heads, int64_t max_grid, int64_t min_chunk);
-/// The work items of a one-shot call that has no wrapper plan (trtllm_ragged_attention_deepseek
-/// and trtllm_fmha_v2_prefill on CUDA): each request's queries cut into tiles of the planner's
-/// size (max(1, cta_tile_q / group), cta_tile_q from the batch's average packed length as
-/// build_plan picks it), each tile against all of its request's kv_lens[b] keys, final rows (no
-/// split-KV). `max_rows` receives the largest tile (AttentionParams::max_work_rows).
-std::vector<kernels::WorkItem> full_kv_work_items(const int32_t* qo_indptr, const int32_t* kv_lens,
-                                                  int32_t batch, int32_t group, int32_t head_dim_vo,
-                                                  int32_t& max_rows);
+/// Blocks the tensor-core (FA2) prefill kernel runs at once on `device`: the planner's max_grid
+/// for it (2 x SMs). 0 on a device without those kernels (CPU, or a build without CUDA).
+int64_t tensor_core_max_grid(Device device);
+/// The work partition of a one-shot call that has no wrapper plan
+/// (trtllm_ragged_attention_deepseek, the fmha_v2 names, trtllm_fmha_v2_prefill on CUDA), laid out
+/// as build_plan lays out the wrappers' (work items, partial rows, merge pass). Each request's
+/// queries are cut into tiles of the planner's size (max(1, cta_tile_q / group), cta_tile_q from
+/// the batch's average packed length); when those items do not fill max_grid blocks, each tile's
+/// keys are cut into chunks by the wrappers' rule for ragged KV (plan_kv_chunk over tokens, at
+/// least 128), rounded up to whole K/V tiles of the FA2 block that runs them (prefill_kv_tile of
+/// prefill_cta_rows with `variant`). max_grid <= 0: no split. `max_rows` receives the largest tile
+/// (AttentionParams::max_work_rows). partial_rows_capacity = num_partial_rows.
+kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv_lens,
+                                     int32_t batch, int32_t group, int32_t num_kv_heads,
+                                     int32_t head_dim_qk, int32_t head_dim_vo, int variant,
+                                     int64_t max_grid, int32_t& max_rows);
+/// Bytes of the fp32 partials of `plan` for num_qo_heads heads of head_dim_vo: tmp_v
+/// [rows, Hq, Dvo] then tmp_s [rows, Hq].
+inline int64_t plan_partial_bytes(const kernels::AttentionPlan& plan, int32_t num_qo_heads,
+                                  int32_t head_dim_vo) {
+  return plan.num_partial_rows * num_qo_heads * (int64_t{head_dim_vo} + 1) * 4;
+}
+/// The split-KV partials of `plan` in a caller's workspace (trtllm_ragged_attention_deepseek,
+/// trtllm_fmha_v2_prefill): tmp_v from the first 16-byte boundary at or after `base`, tmp_s right
+/// after it. Fails naming `op` and `arg` when `base` is nullptr (the workspace is not a
+/// contiguous tensor on the inputs' device) or the `bytes` from `base` cannot hold them, as
+/// upstream's workspace allocator refuses a workspace too small for its scratch.
+std::pair<float*, float*> workspace_partials(void* base, int64_t bytes,
+                                             const kernels::AttentionPlan& plan,
+                                             int32_t num_qo_heads, int32_t head_dim_vo,
+                                             const char* op, const char* arg);
 /// Builds the work partition (split-KV when it helps fill the device) and copies everything
 /// the kernels need to the wrapper's device.
 void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size,

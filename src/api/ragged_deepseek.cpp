@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "api/arg_traits.h"
@@ -52,7 +53,8 @@ constexpr api::KernelEntry<kernels::RaggedAttentionParams> kRaggedKernels[] = {
 }  // namespace
 
 void run_ragged_attention(kernels::RaggedAttentionParams p, Device device, const char* op,
-                          const char* arg, std::optional<bool> enable_pdl) {
+                          const char* arg, std::optional<bool> enable_pdl,
+                          const Tensor* workspace) {
   Tensor dev_ints;  // the index arrays on the device (CUDA); alive until the launch returns
   if (device.is_cuda()) {
     std::vector<int32_t> all(p.cu_q, p.cu_q + p.batch + 1);
@@ -62,20 +64,39 @@ void run_ragged_attention(kernels::RaggedAttentionParams p, Device device, const
       all.insert(all.end(), static_cast<std::size_t>(p.cu_q[b + 1] - p.cu_q[b]), b);
     }
     // The FA2 prefill kernel's work items where it fits (appended as int32 words: a WorkItem is
-    // six of them).
-    std::size_t work_at = 0;
-    std::vector<kernels::WorkItem> work;
+    // six of them), split across the keys when they would not fill the device, with the merge
+    // pass's arrays after them.
+    std::size_t work_at = 0, merge_at = 0;
+    kernels::AttentionPlan plan;
 #if FLASHINFER_WITH_CUDA
     // Eligibility reads the current device's limits: the tensors' device, not the caller's.
     const flashinfer::detail::CudaDeviceScope on_device(device);
     if (p.batch > 0 && kernels::cuda::ragged_fa2_eligible(p)) {
-      work = api::full_kv_work_items(p.cu_q, p.kv_lens, p.batch, p.num_qo_heads / p.num_kv_heads,
-                                     p.head_dim_vo, p.fa2_max_rows);
+      plan = api::one_shot_plan(p.cu_q, p.kv_lens, p.batch, p.num_qo_heads / p.num_kv_heads,
+                                p.num_kv_heads, p.head_dim_qk, p.head_dim_vo, 0,
+                                api::tensor_core_max_grid(device), p.fa2_max_rows);
       work_at = all.size();
-      all.resize(work_at + work.size() * 6);
-      std::memcpy(all.data() + work_at, work.data(), work.size() * sizeof(kernels::WorkItem));
-      p.fa2_num_work = static_cast<int32_t>(work.size());
+      all.resize(work_at + plan.work.size() * 6);
+      std::memcpy(all.data() + work_at, plan.work.data(),
+                  plan.work.size() * sizeof(kernels::WorkItem));
+      p.fa2_num_work = static_cast<int32_t>(plan.work.size());
+      if (plan.split_kv) {
+        merge_at = all.size();
+        all.insert(all.end(), plan.merge_indptr.begin(), plan.merge_indptr.end());
+        all.insert(all.end(), plan.merge_rows.begin(), plan.merge_rows.end());
+        all.insert(all.end(), plan.merge_out_row.begin(), plan.merge_out_row.end());
+        p.fa2_num_merge = static_cast<int32_t>(plan.merge_out_row.size());
+        p.fa2_partial_rows = plan.num_partial_rows;
+        if (workspace != nullptr) {  // else the CUDA backend's per-stream scratch
+          const bool usable = workspace->device() == device && workspace->is_contiguous();
+          std::tie(p.tmp_v, p.tmp_s) = api::workspace_partials(
+              usable ? workspace->data_ptr() : nullptr, static_cast<int64_t>(workspace->nbytes()),
+              plan, p.num_qo_heads, p.head_dim_vo, op, "workspace_buffer");
+        }
+      }
     }
+#else
+    (void)workspace;
 #endif
     all.push_back(0);  // never empty
     Tensor h = Tensor::empty({static_cast<int64_t>(all.size())}, DType::kInt32);
@@ -86,7 +107,12 @@ void run_ragged_attention(kernels::RaggedAttentionParams p, Device device, const
     p.cu_kv = base + p.batch + 1;
     p.kv_lens = p.cu_kv + p.batch + 1;
     p.row_req = p.kv_lens + p.batch;
-    if (!work.empty()) p.fa2_work = reinterpret_cast<const kernels::WorkItem*>(base + work_at);
+    if (!plan.work.empty()) p.fa2_work = reinterpret_cast<const kernels::WorkItem*>(base + work_at);
+    if (plan.split_kv) {
+      p.fa2_merge_indptr = base + merge_at;
+      p.fa2_merge_rows = p.fa2_merge_indptr + plan.merge_indptr.size();
+      p.fa2_merge_out_row = p.fa2_merge_rows + plan.merge_rows.size();
+    }
   }
   launch(kRaggedKernels, p, device, op, arg, enable_pdl);
 }
@@ -303,7 +329,7 @@ AttentionOutput ragged_impl(
     p.bmm1_scale = static_cast<float>(s1);
     p.bmm2_scale = static_cast<float>(s2);
     p.causal = is_causal;
-    api::run_ragged_attention(p, query.device(), kOp, "query", enable_pdl);
+    api::run_ragged_attention(p, query.device(), kOp, "query", enable_pdl, &workspace_buffer);
   }
   AttentionOutput r;
   r.out = out;
@@ -326,12 +352,14 @@ BenchCase bench_ragged(const BenchShape& s, Device dev) {
   Tensor q = api::bench::random_tensor({nq, s.num_qo_heads, 192}, qd, dev, s.random_seed);
   Tensor k = api::bench::random_tensor({nk, s.num_kv_heads, 192}, qd, dev, s.random_seed + 1);
   Tensor v = api::bench::random_tensor({nk, s.num_kv_heads, 128}, qd, dev, s.random_seed + 2);
+  // Upstream's benchmarks pass 128 MiB; on CUDA the split-KV partials live there.
+  const Tensor ws =
+      Tensor::zeros({dev.is_cuda() ? int64_t{128} << 20 : 1 << 12}, DType::kUInt8, dev);
   BenchCase c = api::bench::invoke_case(
-      kOp, {Value(q), Value(k), Value(v), Value(Tensor::zeros({1 << 12}, DType::kUInt8, dev)),
-            Value(api::bench::int32_tensor(lens, dev)), Value(s.s_qo), Value(s.s_kv),
-            Value(1.0 / std::sqrt(192.0)), Value(1.0), Value(-1.0), Value(B), Value(-1),
-            Value(api::bench::int32_tensor(cq, dev)), Value(api::bench::int32_tensor(ck, dev)),
-            Value(false), Value(s.causal), Value(true)});
+      kOp, {Value(q), Value(k), Value(v), Value(ws), Value(api::bench::int32_tensor(lens, dev)),
+            Value(s.s_qo), Value(s.s_kv), Value(1.0 / std::sqrt(192.0)), Value(1.0), Value(-1.0),
+            Value(B), Value(-1), Value(api::bench::int32_tensor(cq, dev)),
+            Value(api::bench::int32_tensor(ck, dev)), Value(false), Value(s.causal), Value(true)});
   c.flops = static_cast<double>(B) *
             api::bench::attention_flops(s.s_qo, s.s_kv, s.num_qo_heads, 192, 128, s.causal);
   c.bytes = api::bench::nbytes({nq, s.num_qo_heads, 192 + 128}, qd) +

@@ -47,6 +47,10 @@ struct FmhaV2PrefillParams {
   bool causal = true;
   int64_t window_left = -1, chunk = 0;
   float bmm1_scale = 1.0f, bmm2_scale = 1.0f, soft_cap = 0.0f;
+  // The caller's workspace_buffer where it lies on the kernels' device (else nullptr): the CUDA
+  // backend's split-KV partials.
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
 };
 
 }  // namespace flashinfer::kernels

@@ -46,6 +46,17 @@ struct RaggedAttentionParams {
   // warp-per-row kernel.
   const WorkItem* fa2_work = nullptr;
   int32_t fa2_num_work = 0, fa2_max_rows = 0;
+  // Split-KV of those items (api::one_shot_plan; fa2_partial_rows == 0: none): the merge pass's
+  // arrays (device memory, AttentionParams' merge_*), and the fp32 partials tmp_v
+  // [fa2_partial_rows, Hq, head_dim_vo] and tmp_s [fa2_partial_rows, Hq], from the caller's
+  // workspace; tmp_v == nullptr: the CUDA backend takes them from its per-stream scratch.
+  const int32_t* fa2_merge_indptr = nullptr;
+  const int32_t* fa2_merge_rows = nullptr;
+  const int32_t* fa2_merge_out_row = nullptr;
+  int32_t fa2_num_merge = 0;
+  int64_t fa2_partial_rows = 0;
+  float* tmp_v = nullptr;
+  float* tmp_s = nullptr;
 };
 
 }  // namespace flashinfer::kernels

@@ -4,10 +4,12 @@
 // are worked out by hand in the comments.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "api/attention_common.h"
 #include "kernels/cuda/decode_shape.h"
+#include "kernels/cuda/prefill_shape.h"
 #include "kernels/occupancy.h"
 
 namespace flashinfer {
@@ -155,58 +157,227 @@ TEST(PlanKvChunk, TableOfShapes) {
   EXPECT_EQ(plan_kv_chunk(rep(2, 1), {5000, 100}, 2, 40, 128), 264);
 }
 
-// The one-shot work items (trtllm_ragged_attention_deepseek, trtllm_fmha_v2_prefill on CUDA):
-// tiles of max(1, cta_tile_q / group) queries, each against all of its request's keys.
-TEST(FullKvWorkItems, TilesByHand) {
-  using W = kernels::WorkItem;
-  auto same = [](const std::vector<W>& got, const std::vector<W>& want) {
-    ASSERT_EQ(got.size(), want.size());
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      SCOPED_TRACE(i);
-      EXPECT_EQ(got[i].request, want[i].request);
-      EXPECT_EQ(got[i].qo_begin, want[i].qo_begin);
-      EXPECT_EQ(got[i].qo_end, want[i].qo_end);
-      EXPECT_EQ(got[i].kv_begin, want[i].kv_begin);
-      EXPECT_EQ(got[i].kv_end, want[i].kv_end);
-      EXPECT_EQ(got[i].partial_base, want[i].partial_base);
-    }
-  };
+// The one-shot work items (trtllm_ragged_attention_deepseek, trtllm_fmha_v2_prefill on CUDA)
+// without a split (max_grid 0): tiles of max(1, cta_tile_q / group) queries, each against all of
+// its request's keys.
+std::vector<kernels::WorkItem> full_kv(const std::vector<int32_t>& qo, const int32_t* kv,
+                                       int32_t batch, int32_t group, int32_t dvo,
+                                       int32_t& max_rows) {
+  const kernels::AttentionPlan plan =
+      api::one_shot_plan(qo.data(), kv, batch, group, 1, dvo, dvo, 0, 0, max_rows);
+  EXPECT_FALSE(plan.split_kv);
+  EXPECT_EQ(plan.num_partial_rows, 0);
+  EXPECT_TRUE(plan.merge_out_row.empty());
+  return plan.work;
+}
+
+void expect_items(const std::vector<kernels::WorkItem>& got,
+                  const std::vector<kernels::WorkItem>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(got[i].request, want[i].request);
+    EXPECT_EQ(got[i].qo_begin, want[i].qo_begin);
+    EXPECT_EQ(got[i].qo_end, want[i].qo_end);
+    EXPECT_EQ(got[i].kv_begin, want[i].kv_begin);
+    EXPECT_EQ(got[i].kv_end, want[i].kv_end);
+    EXPECT_EQ(got[i].partial_base, want[i].partial_base);
+  }
+}
+
+TEST(OneShotPlan, FullKvTilesByHand) {
   int32_t max_rows = -1;
   {  // MHA, 429 queries over 2 requests: 214.5 packed rows on average > 64 -> 128-query tiles.
     const std::vector<int32_t> qo = {0, 300, 429}, kv = {300, 500};
-    same(api::full_kv_work_items(qo.data(), kv.data(), 2, 1, 128, max_rows),
-         {{0, 0, 128, 0, 300, -1},
-          {0, 128, 256, 0, 300, -1},
-          {0, 256, 300, 0, 300, -1},
-          {1, 0, 128, 0, 500, -1},
-          {1, 128, 129, 0, 500, -1}});
+    expect_items(full_kv(qo, kv.data(), 2, 1, 128, max_rows), {{0, 0, 128, 0, 300, -1},
+                                                               {0, 128, 256, 0, 300, -1},
+                                                               {0, 256, 300, 0, 300, -1},
+                                                               {1, 0, 128, 0, 500, -1},
+                                                               {1, 128, 129, 0, 500, -1}});
     EXPECT_EQ(max_rows, 128);
   }
   {  // Head dim 256 caps the block at 64 rows: 64-query tiles.
     const std::vector<int32_t> qo = {0, 130}, kv = {130};
-    same(api::full_kv_work_items(qo.data(), kv.data(), 1, 1, 256, max_rows),
-         {{0, 0, 64, 0, 130, -1}, {0, 64, 128, 0, 130, -1}, {0, 128, 130, 0, 130, -1}});
+    expect_items(full_kv(qo, kv.data(), 1, 1, 256, max_rows),
+                 {{0, 0, 64, 0, 130, -1}, {0, 64, 128, 0, 130, -1}, {0, 128, 130, 0, 130, -1}});
     EXPECT_EQ(max_rows, 64);
   }
   {  // GQA 4, 9 queries over 4 requests: 9 packed rows on average -> 16-row blocks of 4 queries;
      // the empty request gets no item.
     const std::vector<int32_t> qo = {0, 1, 3, 3, 9}, kv = {50, 1, 7, 90};
-    same(api::full_kv_work_items(qo.data(), kv.data(), 4, 4, 64, max_rows),
-         {{0, 0, 1, 0, 50, -1}, {1, 0, 2, 0, 1, -1}, {3, 0, 4, 0, 90, -1}, {3, 4, 6, 0, 90, -1}});
+    expect_items(
+        full_kv(qo, kv.data(), 4, 4, 64, max_rows),
+        {{0, 0, 1, 0, 50, -1}, {1, 0, 2, 0, 1, -1}, {3, 0, 4, 0, 90, -1}, {3, 4, 6, 0, 90, -1}});
     EXPECT_EQ(max_rows, 4);
   }
   {  // Group 16 (DeepSeek MLA-style heads), 4 queries over 2 requests: 32 packed rows -> 64-row
      // blocks of 4 queries.
     const std::vector<int32_t> qo = {0, 3, 4}, kv = {100, 64};
-    same(api::full_kv_work_items(qo.data(), kv.data(), 2, 16, 128, max_rows),
-         {{0, 0, 3, 0, 100, -1}, {1, 0, 1, 0, 64, -1}});
+    expect_items(full_kv(qo, kv.data(), 2, 16, 128, max_rows),
+                 {{0, 0, 3, 0, 100, -1}, {1, 0, 1, 0, 64, -1}});
     EXPECT_EQ(max_rows, 3);
   }
   {  // No requests.
     const std::vector<int32_t> qo = {0};
-    EXPECT_TRUE(api::full_kv_work_items(qo.data(), nullptr, 0, 1, 128, max_rows).empty());
+    EXPECT_TRUE(full_kv(qo, nullptr, 0, 1, 128, max_rows).empty());
     EXPECT_EQ(max_rows, 0);
   }
+}
+
+// The split: the wrappers' chunk (plan_kv_chunk over tokens, at least 128), rounded up to whole
+// K/V tiles of the block that runs the items.
+TEST(OneShotPlan, SplitsLongKvOfFewQueriesByHand) {
+  int32_t max_rows = -1;
+  {  // Batch 1 x qo 128 x kv 32768, 16 heads (MHA), D 128, an H100's grid (132 SMs x 2 = 264):
+     // one 128-query tile x 16 heads = 16 blocks. Budget 264 / 16 = 16 items -> chunk 2048 (a
+     // multiple of the 128-row block's 32-key tile): 16 chunks, 2048 partial rows.
+    const std::vector<int32_t> qo = {0, 128}, kv = {32768};
+    EXPECT_EQ(api::plan_kv_chunk({1}, {32768}, 16, 264, 128), 2048);
+    const kernels::AttentionPlan p =
+        api::one_shot_plan(qo.data(), kv.data(), 1, 1, 16, 128, 128, 0, 264, max_rows);
+    EXPECT_EQ(max_rows, 128);
+    ASSERT_TRUE(p.split_kv);
+    EXPECT_EQ(p.kv_chunk_size, 2048);
+    std::vector<kernels::WorkItem> want;
+    for (int32_t c = 0; c < 16; ++c) want.push_back({0, 0, 128, 2048 * c, 2048 * (c + 1), 128 * c});
+    expect_items(p.work, want);
+    EXPECT_EQ(p.num_partial_rows, 2048);
+    EXPECT_EQ(p.partial_rows_capacity, 2048);
+    ASSERT_EQ(p.merge_out_row.size(), 128u);
+    ASSERT_EQ(p.merge_indptr.size(), 129u);
+    for (int32_t i = 0; i < 128; ++i) {
+      EXPECT_EQ(p.merge_out_row[i], i);
+      EXPECT_EQ(p.merge_indptr[i], 16 * i);
+      for (int32_t c = 0; c < 16; ++c) EXPECT_EQ(p.merge_rows[16 * i + c], 128 * c + i);
+    }
+    EXPECT_EQ(api::plan_partial_bytes(p, 16, 128), int64_t{2048} * 16 * 129 * 4);
+  }
+  {  // DeepSeek 192 / 128, batch 1 x qo 16 x kv 10000, 4 heads: 16-row blocks (16 packed rows),
+     // whose K/V tile is 4 warps x 16 = 64 keys. Budget 264 / 4 = 66: the planner's chunk is 152
+     // (ceil(10000 / 152) = 66; 151 gives 67), rounded up to 192: 53 chunks, the last
+     // [9984, 10000).
+    const std::vector<int32_t> qo = {0, 16}, kv = {10000};
+    EXPECT_EQ(api::plan_kv_chunk({1}, {10000}, 4, 264, 128), 152);
+    const kernels::AttentionPlan p =
+        api::one_shot_plan(qo.data(), kv.data(), 1, 1, 4, 192, 128, 0, 264, max_rows);
+    EXPECT_EQ(max_rows, 16);
+    ASSERT_TRUE(p.split_kv);
+    EXPECT_EQ(p.kv_chunk_size, 192);
+    ASSERT_EQ(p.work.size(), 53u);
+    EXPECT_EQ(p.work.back().kv_begin, 9984);
+    EXPECT_EQ(p.work.back().kv_end, 10000);
+    EXPECT_EQ(p.work.back().partial_base, 52 * 16);
+    EXPECT_EQ(p.num_partial_rows, 53 * 16);
+  }
+  {  // A full device: 8 requests x 3 tiles x 16 heads = 384 blocks >= 264: no split.
+    const std::vector<int32_t> qo = {0, 300, 600, 900, 1200, 1500, 1800, 2100, 2400};
+    const std::vector<int32_t> kv(8, 8192);
+    const kernels::AttentionPlan p =
+        api::one_shot_plan(qo.data(), kv.data(), 8, 1, 16, 128, 128, 0, 264, max_rows);
+    EXPECT_FALSE(p.split_kv);
+    EXPECT_EQ(p.work.size(), 24u);
+  }
+  {  // Keys too few to split at 128 a chunk: no split.
+    const std::vector<int32_t> qo = {0, 4}, kv = {128};
+    EXPECT_FALSE(
+        api::one_shot_plan(qo.data(), kv.data(), 1, 1, 1, 128, 128, 0, 264, max_rows).split_kv);
+  }
+}
+
+// Over many random batches: every query row of every request lies in exactly one tile; a tile's
+// items cover its request's keys [0, kv_len) exactly once, in order, on chunk boundaries that are
+// multiples of the K/V tile; split items fit the grid budget; partial rows are disjoint and
+// dense; the merge pass lists each split query row once, with its chunks' partial rows in order.
+TEST(OneShotPlan, SplitCoversEveryKeyOnceOverRandomBatches) {
+  uint64_t state = 12345;
+  auto next = [&](int64_t n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(n));
+  };
+  namespace pf = kernels::cuda::prefill;
+  const int dims[][2] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}};
+  int splits = 0;
+  for (int t = 0; t < 400; ++t) {
+    SCOPED_TRACE(t);
+    const auto batch = static_cast<int32_t>(1 + next(4));
+    const int32_t groups[] = {1, 2, 4, 8, 16};
+    const int32_t group = groups[next(5)];
+    const auto hkv = static_cast<int32_t>(1 + next(8));
+    const int* d = dims[next(4)];
+    const int variant = next(2) == 0 ? 0 : pf::kPrefillSoftCap;
+    const int64_t max_grid = 16 + next(600);
+    std::vector<int32_t> qo = {0}, kv;
+    for (int32_t b = 0; b < batch; ++b) {
+      qo.push_back(qo.back() + static_cast<int32_t>(next(4) == 0 ? 0 : 1 + next(300)));
+      kv.push_back(static_cast<int32_t>(next(8) == 0 ? next(3) : next(40000)));
+    }
+    int32_t max_rows = -1;
+    const kernels::AttentionPlan p = api::one_shot_plan(qo.data(), kv.data(), batch, group, hkv,
+                                                        d[0], d[1], variant, max_grid, max_rows);
+    const int32_t kv_tile = pf::prefill_kv_tile(
+        pf::prefill_cta_rows(max_rows * group, d[0], d[1], variant), d[0], d[1]);
+    std::vector<int64_t> tiles(batch, 0);
+    int32_t seen_max = 0;
+    std::vector<int32_t> partial_owner(static_cast<std::size_t>(p.num_partial_rows), -1);
+    std::size_t m = 0;  // next merge entry
+    for (std::size_t i = 0; i < p.work.size();) {
+      // The items of one tile are consecutive: same request and rows, keys in order.
+      const kernels::WorkItem& w0 = p.work[i];
+      ASSERT_GE(w0.request, 0);
+      ASSERT_LT(w0.request, batch);
+      const int32_t b = w0.request, kv_len = kv[b];
+      std::size_t j = i;
+      int32_t k = 0;
+      std::vector<int32_t> bases;
+      for (; j < p.work.size() && p.work[j].request == b && p.work[j].qo_begin == w0.qo_begin;
+           ++j) {
+        const kernels::WorkItem& w = p.work[j];
+        EXPECT_EQ(w.qo_end, w0.qo_end);
+        EXPECT_EQ(w.kv_begin, k);  // contiguous: no key twice, none skipped
+        EXPECT_GT(w.kv_end, w.kv_begin == 0 && kv_len == 0 ? -1 : w.kv_begin);
+        EXPECT_EQ(w.kv_begin % kv_tile, 0);
+        k = w.kv_end;
+        if (w.partial_base >= 0) {
+          bases.push_back(w.partial_base);
+          for (int32_t r = 0; r < w.qo_end - w.qo_begin; ++r) {
+            ASSERT_LT(w.partial_base + r, p.num_partial_rows);
+            EXPECT_EQ(partial_owner[w.partial_base + r], -1);  // disjoint
+            partial_owner[w.partial_base + r] = static_cast<int32_t>(j);
+          }
+        }
+      }
+      EXPECT_EQ(k, kv_len);  // every key
+      const std::size_t n = j - i;
+      // A tile is split (all items partial, more than one) or not (one final item).
+      EXPECT_EQ(bases.size(), n == 1 ? 0u : n);
+      EXPECT_EQ(w0.qo_begin, tiles[b]);  // tiles in order, none skipped
+      tiles[b] += w0.qo_end - w0.qo_begin;
+      seen_max = std::max(seen_max, w0.qo_end - w0.qo_begin);
+      if (n > 1) {
+        for (int32_t r = 0; r < w0.qo_end - w0.qo_begin; ++r, ++m) {
+          ASSERT_LT(m, p.merge_out_row.size());
+          EXPECT_EQ(p.merge_out_row[m], qo[b] + w0.qo_begin + r);
+          ASSERT_EQ(p.merge_indptr[m + 1] - p.merge_indptr[m], static_cast<int32_t>(n));
+          for (std::size_t c = 0; c < n; ++c) {
+            EXPECT_EQ(p.merge_rows[p.merge_indptr[m] + c], bases[c] + r);
+          }
+        }
+      }
+      i = j;
+    }
+    EXPECT_EQ(m, p.merge_out_row.size());
+    EXPECT_EQ(p.merge_indptr.size(), p.merge_out_row.size() + 1);
+    EXPECT_EQ(static_cast<int64_t>(p.merge_rows.size()), p.num_partial_rows);
+    for (int32_t o : partial_owner) EXPECT_GE(o, 0);                             // dense
+    for (int32_t b = 0; b < batch; ++b) EXPECT_EQ(tiles[b], qo[b + 1] - qo[b]);  // every query
+    EXPECT_EQ(max_rows, seen_max);
+    if (p.split_kv) {
+      ++splits;
+      EXPECT_EQ(p.kv_chunk_size % kv_tile, 0);
+      EXPECT_LE(static_cast<int64_t>(p.work.size()), std::max<int64_t>(1, max_grid / hkv));
+    }
+  }
+  EXPECT_GT(splits, 100);  // the property is checked on split plans, not only whole ones
 }
 
 }  // namespace

@@ -14,9 +14,11 @@
 #include <limits>
 #include <string>
 
+#include "api/attention_common.h"
 #include "flashinfer/ops/backends.h"
 #include "flashinfer/ops/fmha_v2_prefill.h"
 #include "flashinfer/replay.h"
+#include "kernels/cuda/prefill_shape.h"
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
@@ -224,8 +226,10 @@ AttentionOutput run(const Case& c, const Opts& o, std::optional<Tensor> out = st
   int32_t mq = 0, mkv = 0;
   for (int32_t l : c.q_lens) mq = std::max(mq, l);
   for (int32_t l : c.kv_lens) mkv = std::max(mkv, l);
-  return trtllm_fmha_v2_prefill(c.qkv, c.layout, Tensor::zeros({256}, DType::kUInt8),
-                                i32(c.kv_lens), mq, mkv, o.bmm1, o.bmm2,
+  // On CUDA the split-KV partials live in the workspace: 64 MiB there (upstream's tests pass 128).
+  const Device d = c.qkv.tensors().at(0).device();
+  const Tensor ws = Tensor::zeros({d.is_cuda() ? int64_t{64} << 20 : 256}, DType::kUInt8, d);
+  return trtllm_fmha_v2_prefill(c.qkv, c.layout, ws, i32(c.kv_lens), mq, mkv, o.bmm1, o.bmm2,
                                 static_cast<int64_t>(c.q_lens.size()), i32(prefix(c.q_lens)),
                                 i32(prefix(c.kv_lens)), c.block_tables, out, out_dtype, sinks,
                                 o.alibi ? std::optional<std::string>("ALIBI") : std::nullopt,
@@ -793,6 +797,77 @@ TEST(TrtllmFmhaV2PrefillCuda, RefusesWhatTheKernelsCannotExpress) {
   EXPECT_FI_ERROR(run(f8, Opts{}, std::nullopt, DType::kBFloat16), kOp, "qkv");
   // The kernels' own cases run: the same call without the refused feature.
   EXPECT_TRUE(run(c, Opts{}).out.device().is_cuda());
+}
+
+// Long-KV batches of few queries split their keys across blocks (the wrappers' rule; partials
+// in the workspace, merged after): against the CPU reference over layouts, causal and padding,
+// a window, soft cap, sinks (folded in by the merge pass), DeepSeek's 192 / 128, and head dims
+// the other kernels take.
+TEST(TrtllmFmhaV2PrefillCuda, SplitKvMatchesCpu) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const DType bf16 = DType::kBFloat16, f16 = DType::kFloat16;
+  Opts sw;
+  sw.mask = "sliding_window";
+  sw.window_left = 700;
+  Opts pad;
+  pad.mask = "padding";
+  Opts cap;
+  cap.cap = 0.3;
+  Opts sink;
+  sink.sinks = {0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0};
+  sink.bmm2 = 0.75;
+  struct Row {
+    const char* layout;
+    DType d;
+    std::vector<int32_t> ql, kl;
+    int64_t H, hkv, D, dv;
+    Opts opt;
+  };
+  const std::vector<Row> rows = {
+      {"SEPARATE_Q_K_V", bf16, {128}, {8192}, 8, 8, 128, 128, Opts{}},
+      {"SEPARATE_Q_K_V", bf16, {128}, {8192}, 8, 8, 128, 128, pad},
+      {"CONTIGUOUS_Q_KV", f16, {3, 5}, {5000, 3000}, 8, 2, 64, 64, sw},
+      {"SEPARATE_Q_K_V", bf16, {40}, {6000}, 16, 1, 192, 128, pad},
+      {"Q_PAGED_KV_NHD", bf16, {2, 17}, {4000, 2500}, 8, 2, 128, 128, cap},
+      {"Q_PAGED_KV_HND", f16, {1, 1}, {3333, 70}, 8, 8, 128, 128, sink},
+      // Head dims without an FA2 instance: the first-draft tensor-core kernel (NVRTC), and with
+      // sinks the CUDA-core kernel, write the partials.
+      {"SEPARATE_Q_K_V", f16, {64}, {4000}, 4, 4, 80, 80, Opts{}},
+      {"CONTIGUOUS_Q_KV", bf16, {2}, {3000}, 8, 8, 96, 96, sink},
+  };
+  int idx = 0;
+  for (const Row& r : rows) {
+    SCOPED_TRACE(::testing::Message() << "row " << idx << " " << r.layout);
+    const Case c = make_case(r.layout, r.d, r.ql, r.kl, r.H, r.hkv, r.D, r.dv, 500 + idx, 16);
+    std::vector<int32_t> cq = {0};
+    for (int32_t l : r.ql) cq.push_back(cq.back() + l);
+    int32_t max_rows = 0;
+    const int variant = r.opt.cap > 0 ? kernels::cuda::prefill::kPrefillSoftCap : 0;
+    ASSERT_TRUE(api::one_shot_plan(cq.data(), r.kl.data(), static_cast<int32_t>(r.ql.size()),
+                                   static_cast<int32_t>(r.H / r.hkv), static_cast<int32_t>(r.hkv),
+                                   static_cast<int32_t>(r.D), static_cast<int32_t>(r.dv), variant,
+                                   api::tensor_core_max_grid(gpu), max_rows)
+                    .split_kv);  // the shape exercises the split
+    const AttentionOutput want = run(c, r.opt);
+    const AttentionOutput got = run(on_device(c, gpu), r.opt);
+    ASSERT_TRUE(got.out.device().is_cuda());
+    EXPECT_TRUE(
+        testing::all_close(got.out.to(Device::cpu()), want.out, testing::attention_tolerance(r.d)));
+    ++idx;
+  }
+}
+
+// The split's partials need the workspace: too small a one is refused by name.
+TEST(TrtllmFmhaV2PrefillCuda, SplitKvRefusesTooSmallAWorkspace) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const Case c = on_device(
+      make_case("SEPARATE_Q_K_V", DType::kBFloat16, {128}, {8192}, 8, 8, 128, 128, 77, 16), gpu);
+  EXPECT_FI_ERROR(trtllm_fmha_v2_prefill(
+                      c.qkv, c.layout, Tensor::zeros({1 << 12}, DType::kUInt8, gpu), i32(c.kv_lens),
+                      128, 8192, 0.1, 1.0, 1, i32(prefix(c.q_lens)), i32(prefix(c.kv_lens))),
+                  kOp, "workspace_buffer");
 }
 
 }  // namespace

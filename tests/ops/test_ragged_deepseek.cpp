@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include "api/attention_common.h"
+#include "flashinfer/ops/fmha_v2.h"
 #include "flashinfer/ops/ragged_deepseek.h"
 #include "flashinfer/replay.h"
 #include "ops/attention_test_util.h"
@@ -19,7 +21,10 @@ namespace {
 
 using testing::int_tensor;
 
-Tensor workspace(Device d = Device::cpu()) { return Tensor::zeros({1 << 12}, DType::kUInt8, d); }
+// On CUDA the split-KV partials live in the workspace: 64 MiB there (upstream's tests pass 128).
+Tensor workspace(Device d = Device::cpu()) {
+  return Tensor::zeros({d.is_cuda() ? int64_t{64} << 20 : 1 << 12}, DType::kUInt8, d);
+}
 
 struct Case {
   DType qk, v;
@@ -350,6 +355,122 @@ TEST(TrtllmRaggedDeepseekCuda, MatchesCpu) {
     // The FA2 kernel scales and sums in another order than the CPU (as in test_prefill_oracle).
     EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {2e-3, 1e-3}));
     ++idx;
+  }
+}
+
+// Whether the CUDA call of `c` splits its keys across blocks (the one-shot plan the API builds).
+bool plan_splits(const Case& c, const Inputs& in, Device gpu) {
+  int32_t max_rows = 0;
+  return api::one_shot_plan(in.cq_h.data(), c.kv_lens.data(),
+                            static_cast<int32_t>(c.qo_lens.size()),
+                            static_cast<int32_t>(c.hq / c.hkv), static_cast<int32_t>(c.hkv),
+                            static_cast<int32_t>(c.dqk), static_cast<int32_t>(c.dvo), 0,
+                            api::tensor_core_max_grid(gpu), max_rows)
+      .split_kv;
+}
+
+// Long-KV batches of few queries: the FA2 items split across the keys (partials in the
+// workspace, merged after) against the CPU reference, causal and not, with a window, with the
+// LSE returned (the merged one), written to a given buffer, and not requested.
+TEST(TrtllmRaggedDeepseekCuda, SplitKvMatchesCpu) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const DType bf16 = DType::kBFloat16, f16 = DType::kFloat16;
+  const std::vector<Case> cases = {
+      {bf16, bf16, 192, 128, 16, 16, true, -1, {128}, {8192}},
+      {bf16, bf16, 192, 128, 16, 16, false, -1, {128}, {8192}},
+      {f16, f16, 128, 128, 8, 8, true, -1, {16, 40}, {6000, 3000}},
+      {bf16, bf16, 64, 64, 8, 2, false, -1, {3, 1}, {5000, 7001}},
+      {f16, f16, 192, 128, 16, 1, true, 2000, {5, 2}, {9000, 2}},
+      {bf16, bf16, 256, 256, 4, 4, true, -1, {70}, {4096}},
+  };
+  int idx = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "case " << idx);
+    Inputs in = make_inputs(c, 90 + idx);
+    ASSERT_TRUE(plan_splits(c, in, gpu));  // the shape exercises the split
+    const auto B = static_cast<int64_t>(c.qo_lens.size());
+    const int64_t max_q = *std::max_element(c.qo_lens.begin(), c.qo_lens.end());
+    const int64_t max_kv = *std::max_element(c.kv_lens.begin(), c.kv_lens.end());
+    const double bmm1 = 0.6 / std::sqrt(static_cast<double>(c.dqk)), bmm2 = 0.8;
+    const AttentionOutput want = trtllm_ragged_attention_deepseek(
+        in.q, in.k, in.v, workspace(), in.seq_lens, max_q, max_kv, bmm1, bmm2, -1.0, B,
+        c.window_left, in.cq, in.ckv, false, c.causal, true);
+    for (int lse_mode = 0; lse_mode < 3; ++lse_mode) {  // returned, given buffer, none
+      SCOPED_TRACE(::testing::Message() << "lse mode " << lse_mode);
+      std::optional<Tensor> lse_buf;
+      if (lse_mode == 1) lse_buf = Tensor::zeros(want.lse.shape(), DType::kFloat32, gpu);
+      AttentionOutput got = trtllm_ragged_attention_deepseek(
+          testing::to_keep_layout(in.q, gpu), in.k.to(gpu), in.v.to(gpu), workspace(gpu),
+          in.seq_lens.to(gpu), max_q, max_kv, bmm1, bmm2, -1.0, B, c.window_left, in.cq.to(gpu),
+          in.ckv.to(gpu), std::nullopt, c.causal, lse_mode == 0, std::nullopt, std::nullopt,
+          std::nullopt, lse_buf);
+      ASSERT_TRUE(got.out.device().is_cuda());
+      EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
+                                     testing::attention_tolerance(want.out.dtype())));
+      const Tensor lse = lse_mode == 0 ? got.lse : lse_mode == 1 ? *lse_buf : Tensor();
+      if (lse.defined()) {
+        EXPECT_TRUE(testing::all_close(lse.to(Device::cpu()), want.lse, {2e-3, 1e-3}));
+      }
+      if (lse_mode == 2) {
+        EXPECT_FALSE(got.lse.defined());
+      }
+    }
+    ++idx;
+  }
+}
+
+// The split's partials need the workspace: too small a one, or one on another device, is
+// refused by name; a shape that does not split still runs with a small one.
+TEST(TrtllmRaggedDeepseekCuda, SplitKvRefusesTooSmallAWorkspace) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const DType bf16 = DType::kBFloat16;
+  const Case c{bf16, bf16, 192, 128, 16, 16, true, -1, {128}, {8192}};
+  Inputs in = make_inputs(c, 7);
+  ASSERT_TRUE(plan_splits(c, in, gpu));
+  auto call = [&](const Tensor& ws) {
+    return trtllm_ragged_attention_deepseek(
+        in.q.to(gpu), in.k.to(gpu), in.v.to(gpu), ws, in.seq_lens.to(gpu), 128, 8192, 0.05, 1.0,
+        -1.0, 1, -1, in.cq.to(gpu), in.ckv.to(gpu), std::nullopt, true, false);
+  };
+  EXPECT_FI_ERROR(call(Tensor::zeros({1 << 12}, DType::kUInt8, gpu)),
+                  "trtllm_ragged_attention_deepseek", "workspace_buffer");
+  EXPECT_FI_ERROR(call(workspace()), "trtllm_ragged_attention_deepseek", "workspace_buffer");
+  const Case small{bf16, bf16, 192, 128, 16, 16, true, -1, {3}, {100}};
+  Inputs si = make_inputs(small, 8);
+  ASSERT_FALSE(plan_splits(small, si, gpu));
+  AttentionOutput r = trtllm_ragged_attention_deepseek(
+      si.q.to(gpu), si.k.to(gpu), si.v.to(gpu), Tensor::zeros({1 << 12}, DType::kUInt8, gpu),
+      si.seq_lens.to(gpu), 3, 100, 0.05, 1.0, -1.0, 1, -1, si.cq.to(gpu), si.ckv.to(gpu),
+      std::nullopt, true, false);
+  EXPECT_TRUE(r.out.device().is_cuda());
+}
+
+// fmha_v2_prefill_deepseek passes no workspace: its split partials live in the per-stream
+// scratch. One long request (2048 queries over 2048 keys, 2 heads) splits; twice, to run warm.
+TEST(TrtllmRaggedDeepseekCuda, FmhaV2DeepseekSplitKvMatchesCpu) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const int64_t S = 2048, H = 2;
+  const Tensor q = testing::rand_tensor({1, S, H, 192}, DType::kBFloat16, 11, -1.0, 1.0);
+  const Tensor k = testing::rand_tensor({1, S, H, 192}, DType::kBFloat16, 12, -1.0, 1.0);
+  const Tensor v = testing::rand_tensor({1, S, H, 128}, DType::kBFloat16, 13, -1.0, 1.0);
+  const std::vector<int32_t> cq = {0, static_cast<int32_t>(S)}, kl = {static_cast<int32_t>(S)};
+  int32_t max_rows = 0;
+  ASSERT_TRUE(api::one_shot_plan(cq.data(), kl.data(), 1, 1, static_cast<int32_t>(H), 192, 128, 0,
+                                 api::tensor_core_max_grid(gpu), max_rows)
+                  .split_kv);
+  Tensor out = Tensor::zeros({1, S, H, 128}, DType::kBFloat16);
+  AttentionOutput want = fmha_v2_prefill_deepseek(q, k, v, out, H, 192, S, 1.0, 0.07, 0.5, true);
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    Tensor out_d = Tensor::zeros({1, S, H, 128}, DType::kBFloat16, gpu);
+    AttentionOutput got = fmha_v2_prefill_deepseek(q.to(gpu), k.to(gpu), v.to(gpu), out_d, H, 192,
+                                                   S, 1.0, 0.07, 0.5, true);
+    EXPECT_TRUE(testing::all_close(out_d.to(Device::cpu()), out,
+                                   testing::attention_tolerance(DType::kBFloat16)));
+    EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {2e-3, 1e-3}));
   }
 }
 

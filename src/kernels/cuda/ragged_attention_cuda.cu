@@ -1,13 +1,18 @@
 // CUDA kernels of trtllm_ragged_attention_deepseek (and the fmha_v2 names that share its
 // parameters). Where the FA2 prefill kernel fits (16-bit q, K, V and output of one dtype, its
 // built head dims, DeepSeek's 192/128 included, no softmax statistics), the call runs there as a
-// ragged batch prefill. Otherwise: one warp per (query row, head), fp32 online softmax over the
-// row's visible keys, four keys per step (their dot products reduced together for
-// instruction-level parallelism), the query and the output accumulator in registers
+// ragged batch prefill, its keys split across blocks (partials merged after) when the work items
+// would not fill the device (api::one_shot_plan). Otherwise: one warp per (query row, head), fp32
+// online softmax over the row's visible keys, four keys per step (their dot products reduced
+// together for instruction-level parallelism), the query and the output accumulator in registers
 // (head_dim_qk, head_dim_vo <= 256: 8 per lane). Semantics are the CPU reference's
 // (kernels/cpu/ragged_attention_cpu.cpp).
 #include <algorithm>
 #include <initializer_list>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/decode_cuda.h"
@@ -170,6 +175,40 @@ AttentionParams as_attention(const RaggedAttentionParams& r) {
   return a;
 }
 
+// Split-KV partials of the calls that pass no workspace (the fmha_v2 names): one buffer per
+// (device, stream), grown to a power of two and never freed, so a warm stream allocates nothing.
+// A buffer outgrown stays allocated too: launches queued before on the stream may still use it.
+float* stream_partials(int64_t bytes, cudaStream_t stream) {
+  constexpr const char* op = "trtllm_ragged_attention_deepseek";
+  struct Scratch {
+    void* ptr = nullptr;
+    int64_t bytes = 0;
+  };
+  static std::mutex mu;
+  static auto& buffers = *new std::map<std::pair<int, cudaStream_t>, Scratch>;
+  static auto& retired = *new std::vector<void*>;
+  int device = 0;
+  FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  Scratch& sc = buffers[{device, stream}];
+  if (sc.bytes < bytes) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    FLASHINFER_CUDA_CALL(op, cudaStreamIsCapturing(stream, &status));
+    FLASHINFER_CHECK_CODE(status == cudaStreamCaptureStatusNone, ErrorCode::kUnsupported, op, "",
+                          "this call needs ", bytes,
+                          " bytes of split-KV scratch, more than this stream has, while the "
+                          "stream is being captured into a CUDA graph: run the call once on the "
+                          "stream before capturing it");
+    int64_t grown = int64_t{1} << 20;
+    while (grown < bytes) grown *= 2;
+    void* fresh = nullptr;
+    FLASHINFER_CUDA_CALL(op, cudaMalloc(&fresh, static_cast<std::size_t>(grown)));
+    if (sc.ptr != nullptr) retired.push_back(sc.ptr);
+    sc = {fresh, grown};
+  }
+  return static_cast<float*>(sc.ptr);
+}
+
 }  // namespace
 
 bool ragged_fa2_eligible(const RaggedAttentionParams& p) {
@@ -208,6 +247,20 @@ void ragged_attention(const RaggedAttentionParams& p, void* stream, bool enable_
     a.work = p.fa2_work;
     a.num_work = p.fa2_num_work;
     a.max_work_rows = p.fa2_max_rows;
+    if (p.fa2_partial_rows > 0) {  // split-KV: partials, then the merge pass (batch_attention)
+      a.merge_indptr = p.fa2_merge_indptr;
+      a.merge_rows = p.fa2_merge_rows;
+      a.merge_out_row = p.fa2_merge_out_row;
+      a.num_merge = p.fa2_num_merge;
+      a.tmp_v = p.tmp_v;
+      a.tmp_s = p.tmp_s;
+      if (a.tmp_v == nullptr) {
+        const int64_t v_elems = p.fa2_partial_rows * p.num_qo_heads * p.head_dim_vo;
+        a.tmp_v = stream_partials((v_elems + p.fa2_partial_rows * p.num_qo_heads) * 4,
+                                  static_cast<cudaStream_t>(stream));
+        a.tmp_s = a.tmp_v + v_elems;
+      }
+    }
     batch_attention(a, stream, enable_pdl);
     return;
   }
