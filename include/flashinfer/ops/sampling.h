@@ -20,10 +20,12 @@
 //    generator is ignored on replay.
 //  * deterministic / is_deterministic are accepted for compatibility; both backends are always
 //    deterministic (fixed-order reductions, no floating-point atomics).
-//  * Argument values (thresholds, indices, seeds) are validated on the host: per-row tensors on
-//    a CUDA device are copied to the host, the per-row table is uploaded, and a call returns
-//    once its kernels have finished, so these calls synchronize the stream and cannot be
-//    captured in a CUDA graph.
+//  * Scalars, shapes, dtypes and devices are validated on the host, and so are the values of
+//    per-row tensors on the CPU. The kernels read a CUDA tensor's values on the device (no host
+//    copy, no synchronization but check_nan's flag), so a CUDA call returns once its kernels
+//    are queued and can be captured in a CUDA graph; there an index outside the input is
+//    clamped, a negative top_k means no limit and top_k = 0 keeps no token (valid = false), as
+//    upstream's kernels read top_k (docs/SAMPLING.md, "Arguments and errors").
 #pragma once
 
 #include <concepts>
