@@ -1225,25 +1225,28 @@ TEST(SamplingCuda, DeviceRowTensorsMatchCpu) {
     seed_v.push_back(100 + b);
     off_v.push_back(4 * (b % 5) + b % 3);
   }
-  // Every other element of a twice-as-long tensor: a stride-2 view.
-  auto strided = [](const Tensor& t) {
+  // Every other element of a twice-as-long tensor on `d`: a stride-2 view.
+  auto strided = [](const Tensor& t, Device d) {
     const int64_t n = t.size(0);
     Tensor w = Tensor::zeros({2 * n}, t.dtype());
     w.slice(0, 0, 2 * n, 2).copy_(t);
-    return w.slice(0, 0, 2 * n, 2);
+    return w.to(d).slice(0, 0, 2 * n, 2);
   };
   const int64_t seed = 5, off = 8;
   for (DType fdt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
     for (DType idt : {DType::kInt32, DType::kInt64}) {
       const Tensor idx = int_tensor(idx_v, idt);
-      const Tensor k = strided(int_tensor(k_v, idt));
+      const Tensor k = strided(int_tensor(k_v, idt), Device::cpu());
+      const Tensor kg = strided(int_tensor(k_v, idt), gpu);
       const Tensor tp = Tensor::from_vector(p_v, {B}, fdt);
-      const Tensor mp = strided(Tensor::from_vector(m_v, {B}, fdt));
+      const Tensor mp = strided(Tensor::from_vector(m_v, {B}, fdt), Device::cpu());
+      const Tensor mg = strided(Tensor::from_vector(m_v, {B}, fdt), gpu);
+      EXPECT_EQ(kg.stride(0), 2);
       const std::string what =
           std::string(dtype_torch_name(fdt)) + " " + std::string(dtype_torch_name(idt));
       auto both = [&](auto call) {
         const SamplingResult c = call(p, idx, k, tp, mp, Device::cpu());
-        const SamplingResult g = call(pg, idx.to(gpu), k.to(gpu), tp.to(gpu), mp.to(gpu), gpu);
+        const SamplingResult g = call(pg, idx.to(gpu), kg, tp.to(gpu), mg, gpu);
         EXPECT_EQ(ints(g.samples), ints(c.samples)) << what;
         EXPECT_EQ(ints(g.valid), ints(c.valid)) << what;
       };

@@ -270,6 +270,7 @@ TEST(SamplingRowValues, FloatArgumentsEveryDtypeAndStride) {
     const Tensor dense = Tensor::from_vector(v, {n}, dt);
     Tensor wide = Tensor::zeros({3 * n}, dt);
     wide.slice(0, 0, 3 * n, 3).copy_(dense);
+    ASSERT_EQ(wide.slice(0, 0, 3 * n, 3).to_double_vector(), dense.to_double_vector());
     for (const Tensor& t : {dense, wide.slice(0, 0, 3 * n, 3)}) {
       const std::vector<double> host = t.to_double_vector();
       const RowArg a = array_arg(t);
