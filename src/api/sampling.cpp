@@ -636,18 +636,25 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
                    "must not overlap maybe_output_accepted_token_num");
   FLASHINFER_CHECK(seed.has_value() == offset.has_value(), op, seed ? "offset" : "seed",
                    "seed and offset must be given together");
-  auto one_int = [&](const ScalarOrTensor<int64_t>& a, const char* arg) -> uint64_t {
-    if (!a.is_tensor()) return static_cast<uint64_t>(a.scalar());
+  // A seed or offset: an integer, or a one-element int32/int64 tensor. One on the CPU is read
+  // here; one on the probabilities' device is read by the kernel (row_arg_int(seed, 0)), so a CUDA
+  // call never waits for it.
+  auto one_int = [&](const ScalarOrTensor<int64_t>& a, const char* arg) -> kernels::RowArg {
+    if (!a.is_tensor()) return int_arg(a.scalar());
     FLASHINFER_CHECK(a.tensor().numel() == 1, op, arg,
                      "expected an integer or a one-element tensor");
     api::check_dtype_in(a.tensor(), {DType::kInt64, DType::kInt32}, op, arg);
-    return static_cast<uint64_t>(host_ints(a.tensor().reshape({1}))[0]);
+    const Tensor t = a.tensor().reshape({1});
+    if (t.device().is_cpu()) return int_arg(host_ints(t)[0]);
+    api::check_same_device(t, draft_probs, op, arg, "draft_probs");
+    return tensor_arg(t);
   };
-  // The draft ids index the probability rows: checked on the host on every device (a CUDA call
-  // copies its b x n ids here), so a bad id is an Error, never an out-of-bounds read.
+  // The draft ids index the probability rows: checked here on the CPU, so a bad id is an Error;
+  // a CUDA call's ids are only seen by the kernel, which clamps the column it reads
+  // (spec_draft_column), so a bad id is never an out-of-bounds read.
   const Tensor dp = draft_probs.contiguous(), tp = target_probs.contiguous(),
                ids = draft_token_ids.contiguous();
-  if (b * n > 0) {
+  if (b * n > 0 && ids.device().is_cpu()) {
     const std::vector<int64_t> host_ids = host_ints(ids.reshape({b * n}));
     for (int64_t i = 0; i < b * n; ++i) {
       const int64_t d = host_ids[static_cast<std::size_t>(i)];
@@ -673,7 +680,9 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
       p.seed = one_int(*seed, "seed");
       p.offset = one_int(*offset, "offset");
     } else {
-      std::tie(p.seed, p.offset) = draw_seed_offset(static_cast<uint64_t>(n + 2));
+      const auto [s, o] = draw_seed_offset(static_cast<uint64_t>(n + 2));
+      p.seed = int_arg(static_cast<int64_t>(s));
+      p.offset = int_arg(static_cast<int64_t>(o));
     }
   }
   api::launch(kChainSpecKernels, p, draft_probs.device(), op, "draft_probs");
