@@ -1,5 +1,7 @@
-// Public sampling ops (flashinfer.sampling): declarations, argument checks, per-row tables and
-// dispatch. Every argument value is validated here, on the host, before any kernel runs.
+// Public sampling ops (flashinfer.sampling): declarations, argument checks, per-row arguments and
+// dispatch. Shapes, dtypes, devices and scalars are checked here, on the host, before any kernel
+// runs, and so are the values of CPU tensors; the values of CUDA tensors are read only by the
+// kernels (see "Per-row arguments" below).
 #include "flashinfer/ops/sampling.h"
 
 #include <cmath>
@@ -34,7 +36,6 @@ namespace {
 
 using kernels::FilterKind;
 using kernels::SamplingKind;
-using kernels::SamplingRow;
 using SeedArg = std::optional<ScalarOrTensor<int64_t>>;
 
 constexpr const char* kModule = "flashinfer.sampling";
@@ -97,74 +98,106 @@ std::vector<int64_t> host_ints(const Tensor& t) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Per-row tables.
+// Per-row arguments. The kernels read each row's values where they are (kernels/sampling_rules.h:
+// sampling_row): a scalar, or a 1-D tensor by pointer, dtype and stride. Shapes, dtypes, devices
+// and scalar values are checked here for every device; a tensor's values only on the CPU, where
+// reading them costs nothing. A CUDA tensor's values are never copied to the host (no
+// synchronization, so a call can be captured in a CUDA graph): the kernels clamp what could
+// read out of bounds (indices; top_k < 1 as upstream reads it) and use the rest as given.
 
-// Output rows and their source rows; validates `indices`.
-std::vector<SamplingRow> base_rows(const Tensor& input, const std::optional<Tensor>& indices,
-                                   const char* op) {
+struct Rows {
+  kernels::SamplingRowArgs args;
+  int64_t batch = 0;  // output rows
+};
+
+kernels::RowArg tensor_arg(const Tensor& t) {
+  kernels::RowArg a;
+  a.data = t.data_ptr();
+  a.dtype = t.dtype();
+  a.stride = t.size(0) == 1 ? 0 : t.stride(0);  // one entry: every row reads it
+  return a;
+}
+
+kernels::RowArg int_arg(int64_t v) {
+  kernels::RowArg a;
+  a.int_value = v;
+  return a;
+}
+
+// Output rows and their source rows; checks `indices` (its values on the CPU).
+Rows base_rows(const Tensor& input, const std::optional<Tensor>& indices, const char* op) {
+  Rows r;
   const int64_t src_rows = input.size(0);
-  std::vector<SamplingRow> rows;
-  if (indices) {
-    const Tensor& idx = *indices;
-    api::check_defined(idx, op, "indices");
-    api::check_dim(idx, {1}, op, "indices");
-    api::check_dtype_in(idx, {DType::kInt32, DType::kInt64}, op, "indices");
-    api::check_same_device(idx, input, op, "indices", "the input");
+  r.args.src_rows = src_rows;
+  r.batch = src_rows;
+  if (!indices) return r;
+  const Tensor& idx = *indices;
+  api::check_defined(idx, op, "indices");
+  api::check_dim(idx, {1}, op, "indices");
+  api::check_dtype_in(idx, {DType::kInt32, DType::kInt64}, op, "indices");
+  api::check_same_device(idx, input, op, "indices", "the input");
+  r.batch = idx.size(0);
+  r.args.indices = tensor_arg(idx);
+  if (idx.device().is_cpu()) {
     const std::vector<int64_t> v = host_ints(idx);
-    rows.resize(v.size());
     for (std::size_t i = 0; i < v.size(); ++i) {
       FLASHINFER_CHECK(v[i] >= 0 && v[i] < src_rows, op, "indices", "indices[", i, "] = ", v[i],
                        " is out of range [0, ", src_rows, ")");
-      rows[i].src_row = v[i];
     }
-  } else {
-    rows.resize(static_cast<std::size_t>(src_rows));
-    for (int64_t i = 0; i < src_rows; ++i) rows[i].src_row = i;
   }
-  return rows;
+  return r;
 }
 
-void apply_top_k(std::vector<SamplingRow>& rows, const ScalarOrTensor<int64_t>& top_k,
-                 const Tensor& input, const char* op) {
-  auto set = [&](std::size_t i, int64_t k) {
+void apply_top_k(Rows& rows, const ScalarOrTensor<int64_t>& top_k, const Tensor& input,
+                 const char* op) {
+  auto check = [&](std::size_t i, int64_t k) {
     FLASHINFER_CHECK(k >= 1, op, "top_k", "must be >= 1, got ", k,
                      top_k.is_tensor() ? " at row " + std::to_string(i) : std::string());
-    rows[i].top_k = static_cast<int32_t>(std::min<int64_t>(k, std::numeric_limits<int32_t>::max()));
   };
   if (top_k.is_tensor()) {
-    check_row_tensor(top_k.tensor(), static_cast<int64_t>(rows.size()), false, input,
-                     {DType::kInt32, DType::kInt64}, op, "top_k");
-    const std::vector<int64_t> v = host_ints(top_k.tensor());
-    for (std::size_t i = 0; i < rows.size(); ++i) set(i, v[i]);
+    check_row_tensor(top_k.tensor(), rows.batch, false, input, {DType::kInt32, DType::kInt64}, op,
+                     "top_k");
+    rows.args.top_k = tensor_arg(top_k.tensor());
+    if (input.device().is_cpu()) {
+      const std::vector<int64_t> v = host_ints(top_k.tensor());
+      for (std::size_t i = 0; i < v.size(); ++i) check(i, v[i]);
+    }
   } else {
-    for (std::size_t i = 0; i < rows.size(); ++i) set(i, top_k.scalar());
+    if (rows.batch > 0) check(0, top_k.scalar());
+    rows.args.top_k = int_arg(top_k.scalar());
   }
 }
 
 // A float per-row argument; `ok` says whether a value is in range, `range` describes the range.
 template <class Ok>
-void apply_float(std::vector<SamplingRow>& rows, const ScalarOrTensor<double>& arg,
-                 float SamplingRow::*field, const Tensor& input, const char* op, const char* name,
-                 const char* range, Ok ok) {
-  auto set = [&](std::size_t i, double v) {
+void apply_float(Rows& rows, const ScalarOrTensor<double>& arg,
+                 kernels::RowArg kernels::SamplingRowArgs::*field, const Tensor& input,
+                 const char* op, const char* name, const char* range, Ok ok) {
+  auto check = [&](std::size_t i, double v) {
     FLASHINFER_CHECK(ok(v), op, name, "must be in ", range, ", got ", v,
                      arg.is_tensor() ? " at row " + std::to_string(i) : std::string());
-    rows[i].*field = static_cast<float>(v);
   };
   if (arg.is_tensor()) {
-    check_row_tensor(arg.tensor(), static_cast<int64_t>(rows.size()), false, input,
+    check_row_tensor(arg.tensor(), rows.batch, false, input,
                      {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}, op,
                      name);
-    const std::vector<double> v = arg.tensor().to_double_vector();
-    for (std::size_t i = 0; i < rows.size(); ++i) set(i, v[i]);
+    rows.args.*field = tensor_arg(arg.tensor());
+    if (input.device().is_cpu()) {
+      const std::vector<double> v = arg.tensor().to_double_vector();
+      for (std::size_t i = 0; i < v.size(); ++i) check(i, v[i]);
+    }
   } else {
-    for (std::size_t i = 0; i < rows.size(); ++i) set(i, arg.scalar());
+    if (rows.batch > 0) check(0, arg.scalar());
+    kernels::RowArg a;
+    a.dtype = DType::kFloat32;
+    a.float_value = static_cast<float>(arg.scalar());
+    rows.args.*field = a;
   }
 }
 
-void apply_top_p(std::vector<SamplingRow>& rows, const ScalarOrTensor<double>& top_p,
-                 const Tensor& input, const char* op) {
-  apply_float(rows, top_p, &SamplingRow::top_p, input, op, "top_p", "(0, 1]",
+void apply_top_p(Rows& rows, const ScalarOrTensor<double>& top_p, const Tensor& input,
+                 const char* op) {
+  apply_float(rows, top_p, &kernels::SamplingRowArgs::top_p, input, op, "top_p", "(0, 1]",
               [](double v) { return v > 0.0 && v <= 1.0; });
 }
 
@@ -182,24 +215,18 @@ void check_seed_offset(const SeedArg& seed, const SeedArg& offset, int64_t batch
   }
 }
 
-void apply_seed_offset(std::vector<SamplingRow>& rows, const SeedArg& seed, const SeedArg& offset,
-                       uint64_t increment) {
+void apply_seed_offset(Rows& rows, const SeedArg& seed, const SeedArg& offset, uint64_t increment) {
   if (!seed) {
     const auto [s, o] = draw_seed_offset(increment);
-    for (SamplingRow& r : rows) {
-      r.seed = s;
-      r.offset = o;
-    }
+    rows.args.seed = int_arg(static_cast<int64_t>(s));
+    rows.args.offset = int_arg(static_cast<int64_t>(o));
     return;
   }
-  auto values = [&](const ScalarOrTensor<int64_t>& a) {
-    return a.is_tensor() ? host_ints(a.tensor()) : std::vector<int64_t>{a.scalar()};
+  auto arg = [](const ScalarOrTensor<int64_t>& a) {
+    return a.is_tensor() ? tensor_arg(a.tensor()) : int_arg(a.scalar());
   };
-  const std::vector<int64_t> s = values(*seed), o = values(*offset);
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    rows[i].seed = static_cast<uint64_t>(s.size() == 1 ? s[0] : s[i]);
-    rows[i].offset = static_cast<uint64_t>(o.size() == 1 ? o[0] : o[i]);
-  }
+  rows.args.seed = arg(*seed);
+  rows.args.offset = arg(*offset);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -271,101 +298,107 @@ void check_no_nan(const Tensor& x, const char* op, const char* arg) {
   FLASHINFER_CHECK(!nan, op, arg, "contains NaN (check_nan=True)");
 }
 
-// The row table where the kernels can read it: host memory for the CPU, a device copy for CUDA.
-class RowTable {
+// Intermediate [batch, vocab] rows of the multi-kernel paths (renormed probs, masked logits,
+// their softmax). CPU: fresh tensors. CUDA: views of the stream's sampling scratch
+// (kernels::cuda::sampling_scratch), whose lock this object holds until it dies, after the call
+// has queued the last kernel reading them; nothing is allocated once the scratch is large enough.
+class Intermediates {
  public:
-  RowTable(std::vector<SamplingRow> rows, Device device) : rows_(std::move(rows)) {
-    if (!device.is_cpu() && !rows_.empty()) {
-      const std::size_t nbytes = rows_.size() * sizeof(SamplingRow);
-      Tensor h = Tensor::empty({static_cast<int64_t>(nbytes)}, DType::kUInt8);
-      std::memcpy(h.data_ptr(), rows_.data(), nbytes);
-      device_ = h.to(device);
+  Intermediates(Device device, int64_t batch, int64_t vocab, std::initializer_list<DType> dtypes) {
+    std::vector<std::size_t> offsets;
+    std::size_t bytes = 0;
+    for (DType dt : dtypes) {
+      offsets.push_back(bytes);
+      bytes += (static_cast<std::size_t>(batch * vocab) * dtype_size(dt) + 255) / 256 * 256;
     }
-  }
-  // The kernels reading this table (and any intermediate tensor of the call) may still run:
-  // wait for the stream before the device copy is freed, since cudaFree is not guaranteed to.
-  ~RowTable() {
 #if FLASHINFER_WITH_CUDA
-    if (device_.defined()) {
-      try {
-        kernels::cuda::stream_synchronize(current_cuda_stream());
-      } catch (...) {  // a failed kernel is reported by the next CUDA call
-      }
+    const bool scratch = device.is_cuda() && bytes > 0;
+#else
+    const bool scratch = false;
+#endif
+    if (!scratch) {
+      for (DType dt : dtypes) t_.push_back(Tensor::empty({batch, vocab}, dt, device));
+      return;
+    }
+#if FLASHINFER_WITH_CUDA
+    lease_ = kernels::cuda::sampling_scratch(device.index, current_cuda_stream(), bytes);
+    std::size_t i = 0;
+    for (DType dt : dtypes) {
+      t_.push_back(Tensor::from_blob(static_cast<char*>(lease_.data) + offsets[i++], {batch, vocab},
+                                     {vocab, 1}, dt, device));
     }
 #endif
   }
-  RowTable(const RowTable&) = delete;
-  RowTable& operator=(const RowTable&) = delete;
+  Intermediates(const Intermediates&) = delete;
+  Intermediates& operator=(const Intermediates&) = delete;
 
-  const SamplingRow* ptr() const {
-    return device_.defined() ? static_cast<const SamplingRow*>(device_.data_ptr()) : rows_.data();
-  }
-  int64_t size() const { return static_cast<int64_t>(rows_.size()); }
+  const Tensor& operator[](std::size_t i) const { return t_[i]; }
 
  private:
-  std::vector<SamplingRow> rows_;
-  Tensor device_;
+#if FLASHINFER_WITH_CUDA
+  kernels::cuda::SamplingScratch lease_;
+#endif
+  std::vector<Tensor> t_;
 };
 
 // ---------------------------------------------------------------------------------------------
 // Launch helpers (arguments already validated).
 
-SamplingResult launch_sample(const char* op, const Tensor& input,
-                             const std::vector<SamplingRow>& rows, SamplingKind kind,
-                             DType out_dtype, bool return_valid) {
-  const int64_t batch = static_cast<int64_t>(rows.size());
+SamplingResult launch_sample(const char* op, const Tensor& input, const Rows& rows,
+                             SamplingKind kind, DType out_dtype, bool return_valid) {
+  const int64_t batch = rows.batch;
   SamplingResult r;
   r.samples = Tensor::empty({batch}, out_dtype, input.device());
-  Tensor valid = Tensor::empty({batch}, DType::kBool, input.device());
+  if (return_valid) r.valid = Tensor::empty({batch}, DType::kBool, input.device());
   if (batch > 0) {
-    const RowTable table(rows, input.device());
     kernels::SamplingParams p;
     p.input = input.data_ptr();
     p.dtype = input.dtype();
     p.vocab = input.size(1);
     p.in_stride_row = input.stride(0);
     p.in_stride_col = input.stride(1);
-    p.rows = table.ptr();
+    p.rows = rows.args;
     p.batch = batch;
     p.samples = r.samples.data_ptr();
     p.out_dtype = out_dtype;
-    p.valid = valid.data<bool>();
+    p.valid = return_valid ? r.valid.data<bool>() : nullptr;
     p.kind = kind;
     api::launch(kSampleKernels, p, input.device(), op, "probs");
   }
-  if (return_valid) r.valid = valid;
   return r;
 }
 
-Tensor launch_filter(const char* op, const Tensor& input, const std::vector<SamplingRow>& rows,
-                     FilterKind kind, DType out_dtype) {
-  const int64_t batch = static_cast<int64_t>(rows.size());
-  Tensor out = Tensor::empty({batch, input.size(1)}, out_dtype, input.device());
-  if (batch == 0) return out;
-  const RowTable table(rows, input.device());
+// Writes the filtered rows into `out` ([batch, vocab]).
+void launch_filter_into(const char* op, const Tensor& input, const Rows& rows, FilterKind kind,
+                        const Tensor& out) {
+  if (rows.batch == 0) return;
   kernels::FilterParams p;
   p.input = input.data_ptr();
   p.in_dtype = input.dtype();
   p.out = out.data_ptr();
-  p.out_dtype = out_dtype;
+  p.out_dtype = out.dtype();
   p.vocab = input.size(1);
   p.in_stride_row = input.stride(0);
   p.in_stride_col = input.stride(1);
   p.out_stride_row = out.stride(0);
   p.out_stride_col = out.stride(1);
-  p.rows = table.ptr();
-  p.batch = batch;
+  p.rows = rows.args;
+  p.batch = rows.batch;
   p.kind = kind;
   api::launch(kFilterKernels, p, input.device(), op, "probs");
+}
+
+Tensor launch_filter(const char* op, const Tensor& input, const Rows& rows, FilterKind kind,
+                     DType out_dtype) {
+  Tensor out = Tensor::empty({rows.batch, input.size(1)}, out_dtype, input.device());
+  launch_filter_into(op, input, rows, kind, out);
   return out;
 }
 
-Tensor launch_softmax(const char* op, const Tensor& logits, const std::vector<SamplingRow>& rows,
-                      std::optional<bool> enable_pdl) {
-  const int64_t batch = static_cast<int64_t>(rows.size());
-  Tensor out = Tensor::empty({batch, logits.size(1)}, DType::kFloat32, logits.device());
-  if (batch == 0) return out;
-  const RowTable table(rows, logits.device());
+// Writes the softmax rows into `out` (contiguous fp32 [batch, vocab]).
+void launch_softmax_into(const char* op, const Tensor& logits, const Rows& rows,
+                         std::optional<bool> enable_pdl, const Tensor& out) {
+  if (rows.batch == 0) return;
   kernels::SoftmaxParams p;
   p.logits = logits.data_ptr();
   p.dtype = logits.dtype();
@@ -373,9 +406,15 @@ Tensor launch_softmax(const char* op, const Tensor& logits, const std::vector<Sa
   p.vocab = logits.size(1);
   p.in_stride_row = logits.stride(0);
   p.in_stride_col = logits.stride(1);
-  p.rows = table.ptr();
-  p.batch = batch;
+  p.rows = rows.args;
+  p.batch = rows.batch;
   api::launch(kSoftmaxKernels, p, logits.device(), op, "logits", enable_pdl);
+}
+
+Tensor launch_softmax(const char* op, const Tensor& logits, const Rows& rows,
+                      std::optional<bool> enable_pdl) {
+  Tensor out = Tensor::empty({rows.batch, logits.size(1)}, DType::kFloat32, logits.device());
+  launch_softmax_into(op, logits, rows, enable_pdl, out);
   return out;
 }
 
@@ -389,31 +428,30 @@ constexpr KernelEntry<kernels::SamplingParams> kTopKFirstLogitsKernels[] = {
 
 // top_k_top_p_sampling_from_logits, "top_k_first", on the CPU: one fused kernel that gives the
 // samples of launch_filter(kTopKMask) -> launch_softmax -> launch_sample(kTopP).
-Tensor launch_top_k_first_logits(const char* op, const Tensor& logits,
-                                 const std::vector<SamplingRow>& rows, DType out_dtype) {
-  const int64_t batch = static_cast<int64_t>(rows.size());
+Tensor launch_top_k_first_logits(const char* op, const Tensor& logits, const Rows& rows,
+                                 DType out_dtype) {
+  const int64_t batch = rows.batch;
   Tensor samples = Tensor::empty({batch}, out_dtype, logits.device());
   if (batch == 0) return samples;
-  Tensor valid = Tensor::empty({batch}, DType::kBool, logits.device());
   kernels::SamplingParams p;
   p.input = logits.data_ptr();
   p.dtype = logits.dtype();
   p.vocab = logits.size(1);
   p.in_stride_row = logits.stride(0);
   p.in_stride_col = logits.stride(1);
-  p.rows = rows.data();
+  p.rows = rows.args;
   p.batch = batch;
   p.samples = samples.data_ptr();
   p.out_dtype = out_dtype;
-  p.valid = valid.data<bool>();
   p.kind = SamplingKind::kTopP;
   api::launch(kTopKFirstLogitsKernels, p, logits.device(), op, "logits");
   return samples;
 }
 
 // Rows re-pointed at an intermediate [batch, vocab] tensor whose row b is output row b.
-std::vector<SamplingRow> identity_rows(std::vector<SamplingRow> rows) {
-  for (std::size_t i = 0; i < rows.size(); ++i) rows[i].src_row = static_cast<int64_t>(i);
+Rows identity_rows(Rows rows) {
+  rows.args.indices = {};
+  rows.args.src_rows = rows.batch;
   return rows;
 }
 
@@ -421,8 +459,8 @@ DType sample_dtype(const std::optional<Tensor>& indices) {
   return indices ? indices->dtype() : DType::kInt32;
 }
 
-uint64_t rng_increment(SamplingKind kind, std::size_t batch, int64_t vocab) {
-  const uint64_t b = batch;
+uint64_t rng_increment(SamplingKind kind, int64_t batch, int64_t vocab) {
+  const uint64_t b = static_cast<uint64_t>(batch);
   switch (kind) {
     case SamplingKind::kProbs:
     case SamplingKind::kMinP:
@@ -443,30 +481,28 @@ struct Filters {
   const ScalarOrTensor<double>* min_p = nullptr;
 };
 
-// Everything a sampler needs, validated, with seed/offset resolved.
-std::vector<SamplingRow> prepare_sampling(const char* op, const char* input_name,
-                                          const Tensor& input, const std::optional<Tensor>& indices,
-                                          Filters f, bool check_nan, const SeedArg& seed,
-                                          const SeedArg& offset, SamplingKind rng_kind) {
+// Everything a sampler needs, checked, with seed/offset resolved.
+Rows prepare_sampling(const char* op, const char* input_name, const Tensor& input,
+                      const std::optional<Tensor>& indices, Filters f, bool check_nan,
+                      const SeedArg& seed, const SeedArg& offset, SamplingKind rng_kind) {
   check_input(input, op, input_name);
-  std::vector<SamplingRow> rows = base_rows(input, indices, op);
+  Rows rows = base_rows(input, indices, op);
   if (f.top_k) apply_top_k(rows, *f.top_k, input, op);
   if (f.top_p) apply_top_p(rows, *f.top_p, input, op);
   if (f.min_p) {
-    apply_float(rows, *f.min_p, &SamplingRow::min_p, input, op, "min_p", "[0, 1]",
+    apply_float(rows, *f.min_p, &kernels::SamplingRowArgs::min_p, input, op, "min_p", "[0, 1]",
                 [](double v) { return v >= 0.0 && v <= 1.0; });
   }
-  check_seed_offset(seed, offset, static_cast<int64_t>(rows.size()), input, op);
+  check_seed_offset(seed, offset, rows.batch, input, op);
   if (check_nan) check_no_nan(input, op, input_name);
-  apply_seed_offset(rows, seed, offset, rng_increment(rng_kind, rows.size(), input.size(1)));
+  apply_seed_offset(rows, seed, offset, rng_increment(rng_kind, rows.batch, input.size(1)));
   return rows;
 }
 
 SamplingResult simple_sampler(const char* op, const Tensor& probs, SamplingKind kind, Filters f,
                               const std::optional<Tensor>& indices, bool check_nan,
                               const SeedArg& seed, const SeedArg& offset, bool return_valid) {
-  const std::vector<SamplingRow> rows =
-      prepare_sampling(op, "probs", probs, indices, f, check_nan, seed, offset, kind);
+  const Rows rows = prepare_sampling(op, "probs", probs, indices, f, check_nan, seed, offset, kind);
   return launch_sample(op, probs, rows, kind, sample_dtype(indices), return_valid);
 }
 
@@ -487,10 +523,11 @@ SamplingResult top_k_top_p_probs_impl(const Tensor& probs, const ScalarOrTensor<
     return simple_sampler(op, probs, SamplingKind::kTopKTopP, f, indices, check_nan, seed, offset,
                           return_valid);
   }
-  const std::vector<SamplingRow> rows = prepare_sampling(op, "probs", probs, indices, f, check_nan,
-                                                         seed, offset, SamplingKind::kTopP);
-  const Tensor renorm = launch_filter(op, probs, rows, FilterKind::kTopKRenorm, probs.dtype());
-  return launch_sample(op, renorm, identity_rows(rows), SamplingKind::kTopP, sample_dtype(indices),
+  const Rows rows = prepare_sampling(op, "probs", probs, indices, f, check_nan, seed, offset,
+                                     SamplingKind::kTopP);
+  const Intermediates tmp(probs.device(), rows.batch, probs.size(1), {probs.dtype()});
+  launch_filter_into(op, probs, rows, FilterKind::kTopKRenorm, tmp[0]);
+  return launch_sample(op, tmp[0], identity_rows(rows), SamplingKind::kTopP, sample_dtype(indices),
                        return_valid);
 }
 
@@ -501,33 +538,34 @@ Tensor top_k_top_p_logits_impl(const Tensor& logits, const ScalarOrTensor<int64_
   const char* op = "top_k_top_p_sampling_from_logits";
   check_order(order, op);
   const Filters f{&top_k, &top_p, nullptr};
-  const std::vector<SamplingRow> rows = prepare_sampling(
-      op, "logits", logits, indices, f, check_nan, seed, offset, SamplingKind::kTopKTopP);
-  const std::vector<SamplingRow> own = identity_rows(rows);
-  Tensor probs;
-  SamplingKind kind;
+  const Rows rows = prepare_sampling(op, "logits", logits, indices, f, check_nan, seed, offset,
+                                     SamplingKind::kTopKTopP);
+  const Rows own = identity_rows(rows);
+  const Device dev = logits.device();
   if (order == "joint") {
-    probs = launch_softmax(op, logits, rows, std::nullopt);
-    kind = SamplingKind::kTopKTopP;
-  } else if (logits.device().is_cpu()) {
+    const Intermediates tmp(dev, rows.batch, logits.size(1), {DType::kFloat32});
+    launch_softmax_into(op, logits, rows, std::nullopt, tmp[0]);
+    return launch_sample(op, tmp[0], own, SamplingKind::kTopKTopP, sample_dtype(indices), false)
+        .samples;
+  }
+  if (dev.is_cpu()) {
     // The same three steps fused per row on the CPU (no [batch, vocab] intermediates).
     return launch_top_k_first_logits(op, logits, rows, sample_dtype(indices));
-  } else {
-    const Tensor masked = launch_filter(op, logits, rows, FilterKind::kTopKMask, logits.dtype());
-    probs = launch_softmax(op, masked, own, std::nullopt);
-    kind = SamplingKind::kTopP;
   }
-  return launch_sample(op, probs, own, kind, sample_dtype(indices), false).samples;
+  const Intermediates tmp(dev, rows.batch, logits.size(1), {logits.dtype(), DType::kFloat32});
+  launch_filter_into(op, logits, rows, FilterKind::kTopKMask, tmp[0]);
+  launch_softmax_into(op, tmp[0], own, std::nullopt, tmp[1]);
+  return launch_sample(op, tmp[1], own, SamplingKind::kTopP, sample_dtype(indices), false).samples;
 }
 
 Tensor softmax_impl(const Tensor& logits, const std::optional<ScalarOrTensor<double>>& temperature,
                     std::optional<bool> enable_pdl) {
   const char* op = "softmax";
   check_input(logits, op, "logits");
-  std::vector<SamplingRow> rows = base_rows(logits, std::nullopt, op);
+  Rows rows = base_rows(logits, std::nullopt, op);
   if (temperature) {
-    apply_float(rows, *temperature, &SamplingRow::temperature, logits, op, "temperature",
-                "(0, inf)", [](double v) { return v > 0.0 && std::isfinite(v); });
+    apply_float(rows, *temperature, &kernels::SamplingRowArgs::temperature, logits, op,
+                "temperature", "(0, inf)", [](double v) { return v > 0.0 && std::isfinite(v); });
   }
   return launch_softmax(op, logits, rows, enable_pdl);
 }
@@ -536,7 +574,7 @@ Tensor renorm_impl(const char* op, const char* input_name, const Tensor& input,
                    const ScalarOrTensor<int64_t>* top_k, const ScalarOrTensor<double>* top_p,
                    FilterKind kind, DType out_dtype) {
   check_input(input, op, input_name);
-  std::vector<SamplingRow> rows = base_rows(input, std::nullopt, op);
+  Rows rows = base_rows(input, std::nullopt, op);
   if (top_k) apply_top_k(rows, *top_k, input, op);
   if (top_p) apply_top_p(rows, *top_p, input, op);
   return launch_filter(op, input, rows, kind, out_dtype);
@@ -598,18 +636,25 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
                    "must not overlap maybe_output_accepted_token_num");
   FLASHINFER_CHECK(seed.has_value() == offset.has_value(), op, seed ? "offset" : "seed",
                    "seed and offset must be given together");
-  auto one_int = [&](const ScalarOrTensor<int64_t>& a, const char* arg) -> uint64_t {
-    if (!a.is_tensor()) return static_cast<uint64_t>(a.scalar());
+  // A seed or offset: an integer, or a one-element int32/int64 tensor. One on the CPU is read
+  // here; one on the probabilities' device is read by the kernel (row_arg_int(seed, 0)), so a CUDA
+  // call never waits for it.
+  auto one_int = [&](const ScalarOrTensor<int64_t>& a, const char* arg) -> kernels::RowArg {
+    if (!a.is_tensor()) return int_arg(a.scalar());
     FLASHINFER_CHECK(a.tensor().numel() == 1, op, arg,
                      "expected an integer or a one-element tensor");
     api::check_dtype_in(a.tensor(), {DType::kInt64, DType::kInt32}, op, arg);
-    return static_cast<uint64_t>(host_ints(a.tensor().reshape({1}))[0]);
+    const Tensor t = a.tensor().reshape({1});
+    if (t.device().is_cpu()) return int_arg(host_ints(t)[0]);
+    api::check_same_device(t, draft_probs, op, arg, "draft_probs");
+    return tensor_arg(t);
   };
-  // The draft ids index the probability rows: checked on the host on every device (a CUDA call
-  // copies its b x n ids here), so a bad id is an Error, never an out-of-bounds read.
+  // The draft ids index the probability rows: checked here on the CPU, so a bad id is an Error;
+  // a CUDA call's ids are only seen by the kernel, which clamps the column it reads
+  // (spec_draft_column), so a bad id is never an out-of-bounds read.
   const Tensor dp = draft_probs.contiguous(), tp = target_probs.contiguous(),
                ids = draft_token_ids.contiguous();
-  if (b * n > 0) {
+  if (b * n > 0 && ids.device().is_cpu()) {
     const std::vector<int64_t> host_ids = host_ints(ids.reshape({b * n}));
     for (int64_t i = 0; i < b * n; ++i) {
       const int64_t d = host_ids[static_cast<std::size_t>(i)];
@@ -635,7 +680,9 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
       p.seed = one_int(*seed, "seed");
       p.offset = one_int(*offset, "offset");
     } else {
-      std::tie(p.seed, p.offset) = draw_seed_offset(static_cast<uint64_t>(n + 2));
+      const auto [s, o] = draw_seed_offset(static_cast<uint64_t>(n + 2));
+      p.seed = int_arg(static_cast<int64_t>(s));
+      p.offset = int_arg(static_cast<int64_t>(o));
     }
   }
   api::launch(kChainSpecKernels, p, draft_probs.device(), op, "draft_probs");
@@ -723,8 +770,8 @@ Tensor sampling_from_logits(const Tensor& logits, std::optional<Tensor> indices,
   return call_op<&WithGenerator<&sampling_from_logits, 3>::op>(
       [&] {
         const char* op = "sampling_from_logits";
-        const std::vector<SamplingRow> rows = prepare_sampling(
-            op, "logits", logits, indices, {}, check_nan, seed, offset, SamplingKind::kLogits);
+        const Rows rows = prepare_sampling(op, "logits", logits, indices, {}, check_nan, seed,
+                                           offset, SamplingKind::kLogits);
         return launch_sample(op, logits, rows, SamplingKind::kLogits, sample_dtype(indices), false)
             .samples;
       },

@@ -1,8 +1,10 @@
 // Private: what the sampling kernels of every backend receive, plus the small pieces of math
 // both backends must evaluate identically (ordered float keys, filter tests). Strides are in
-// elements. Per-output-row arguments (source row, thresholds, seed, offset, temperature) are
-// resolved and validated on the host into one SamplingRow table, so kernels never see Tensors,
-// scalar-or-tensor unions or out-of-range indices.
+// elements. Per-output-row arguments (source row, thresholds, seed, offset, temperature) reach
+// the kernels as they are given: a scalar, or a 1-D tensor by pointer, dtype and stride
+// (SamplingRowArgs). Every kernel reads row b's values with sampling_row()
+// (kernels/sampling_rules.h), on the host for the CPU and on the device for CUDA, so no backend
+// copies a tensor's values anywhere first and both read identically.
 #pragma once
 
 #include <cstdint>
@@ -12,15 +14,41 @@
 
 namespace flashinfer::kernels {
 
-/// One output row of a sampling, filtering or softmax call.
+/// One output row's values, as sampling_row() reads them for the kernels.
 struct SamplingRow {
-  int64_t src_row = 0;  // row of the input to read (indices[b], or b)
+  int64_t src_row = 0;  // row of the input to read (indices[b] clamped to the input, or b)
   uint64_t seed = 0;    // Philox key
   uint64_t offset = 0;  // Philox position; the subsequence is the output row b
-  int32_t top_k = 0;    // >= 1
-  float top_p = 1.0f;   // (0, 1]
-  float min_p = 0.0f;   // [0, 1]
+  int32_t top_k = 0;    // >= 0 (sampling_top_k)
+  float top_p = 1.0f;   // (0, 1] where checked
+  float min_p = 0.0f;   // [0, 1] where checked
   float temperature = 1.0f;
+};
+
+/// One per-row argument: `data == nullptr` gives every row the scalar (`int_value` for the
+/// integer arguments, `float_value` for the others); else row b reads element b * stride of
+/// `data` (host memory for the CPU, device memory for CUDA; stride 0 broadcasts element 0).
+/// Integer arrays are int32 or int64; float arrays float32, float64, float16 or bfloat16.
+struct RowArg {
+  const void* data = nullptr;
+  DType dtype = DType::kInt64;
+  int64_t stride = 0;
+  int64_t int_value = 0;
+  float float_value = 0.0f;
+};
+
+/// Every per-row argument of a call. `indices` without data means output row b reads input
+/// row b; with data, indices[b] clamped to [0, src_rows). Arguments an op has not keep their
+/// defaults (top_p 1, min_p 0, temperature 1).
+struct SamplingRowArgs {
+  RowArg indices;
+  int64_t src_rows = 0;  // rows of the input (>= 1 when there are output rows)
+  RowArg top_k;
+  RowArg top_p = {nullptr, DType::kFloat32, 0, 0, 1.0f};
+  RowArg min_p = {nullptr, DType::kFloat32, 0, 0, 0.0f};
+  RowArg temperature = {nullptr, DType::kFloat32, 0, 0, 1.0f};
+  RowArg seed;
+  RowArg offset;
 };
 
 enum class SamplingKind : int32_t {
@@ -37,11 +65,11 @@ struct SamplingParams {
   DType dtype = DType::kFloat32;
   int64_t vocab = 0;
   int64_t in_stride_row = 0, in_stride_col = 1;
-  const SamplingRow* rows = nullptr;  // [batch], host memory for the CPU, device memory for CUDA
+  SamplingRowArgs rows;
   int64_t batch = 0;
   void* samples = nullptr;  // [batch], int32 or int64
   DType out_dtype = DType::kInt32;
-  bool* valid = nullptr;  // [batch]
+  bool* valid = nullptr;  // [batch], or nullptr: not written
   SamplingKind kind = SamplingKind::kProbs;
 };
 
@@ -59,7 +87,7 @@ struct FilterParams {
   int64_t vocab = 0;
   int64_t in_stride_row = 0, in_stride_col = 1;
   int64_t out_stride_row = 0, out_stride_col = 1;
-  const SamplingRow* rows = nullptr;
+  SamplingRowArgs rows;
   int64_t batch = 0;
   FilterKind kind = FilterKind::kTopKRenorm;
 };
@@ -70,7 +98,7 @@ struct SoftmaxParams {
   float* out = nullptr;  // [batch, vocab] contiguous fp32
   int64_t vocab = 0;
   int64_t in_stride_row = 0, in_stride_col = 1;
-  const SamplingRow* rows = nullptr;  // src_row and temperature
+  SamplingRowArgs rows;  // indices and temperature
   int64_t batch = 0;
 };
 

@@ -2,6 +2,7 @@
 // the CPU reference (src/kernels/cpu/sampling_cpu.cpp) and the CUDA kernels
 // (src/kernels/cuda/sampling_cuda.cu) take the same decisions; unit-tested on the CPU
 // (tests/ops/test_sampling_rules.cpp).
+//   * the value of each per-row argument for output row b (sampling_row), read where it is;
 //   * chunk partitioning: a row is scanned in chunks of threads x vec elements; thread t of
 //     chunk c owns the vec consecutive elements from c * threads * vec + t * vec, read with one
 //     128-bit load when the row allows it;
@@ -14,6 +15,88 @@
 #include "kernels/sampling_params.h"
 
 namespace flashinfer::kernels {
+
+// ---- per-row values ----------------------------------------------------------------------------
+
+FLASHINFER_HD float sampling_f32_from_bits(uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(b);
+#else
+  float x;
+  __builtin_memcpy(&x, &b, sizeof(x));
+  return x;
+#endif
+}
+
+/// The float of IEEE binary16 bits, exactly (every fp16 value is a float).
+FLASHINFER_HD float sampling_half_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
+  if (exp == 0) {  // zero or subnormal: man * 2^-24, exact in fp32
+    const float mag = static_cast<float>(man) * 0x1p-24f;
+    return sign ? -mag : mag;
+  }
+  if (exp == 0x1F) return sampling_f32_from_bits(sign | 0x7F800000u | (man << 13));  // inf, NaN
+  return sampling_f32_from_bits(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+/// Integer argument of row b (int32 or int64 array, or the scalar).
+FLASHINFER_HD int64_t row_arg_int(const RowArg& a, int64_t b) {
+  if (a.data == nullptr) return a.int_value;
+  const int64_t i = b * a.stride;
+  if (a.dtype == DType::kInt32) return static_cast<const int32_t*>(a.data)[i];
+  return static_cast<const int64_t*>(a.data)[i];
+}
+
+/// Float argument of row b, rounded to fp32 (float64 to nearest; the others exactly).
+FLASHINFER_HD float row_arg_float(const RowArg& a, int64_t b) {
+  if (a.data == nullptr) return a.float_value;
+  const int64_t i = b * a.stride;
+  switch (a.dtype) {
+    case DType::kFloat64:
+      return static_cast<float>(static_cast<const double*>(a.data)[i]);
+    case DType::kFloat16:
+      return sampling_half_to_f32(static_cast<const uint16_t*>(a.data)[i]);
+    case DType::kBFloat16:
+      return sampling_f32_from_bits(static_cast<uint32_t>(static_cast<const uint16_t*>(a.data)[i])
+                                    << 16);
+    default:
+      return static_cast<const float*>(a.data)[i];
+  }
+}
+
+/// The top_k the kernels use for a given k. The host refuses k < 1 where it can see the value
+/// (scalars; tensors on the CPU); a device tensor's k is only seen by the kernel, which reads it
+/// as upstream's kernels do (an unsigned 32-bit k): a negative k is above every vocabulary (no
+/// top-k limit) and k = 0 keeps no token (the samplers give valid = false, the renorm zeros,
+/// the mask -inf). Above 2^31 - 1: 2^31 - 1 (no limit either).
+FLASHINFER_HD int32_t sampling_top_k(int64_t k) {
+  constexpr int64_t kMax = 0x7FFFFFFF;
+  return static_cast<int32_t>(k < 0 || k > kMax ? kMax : k);
+}
+
+/// Source row for output row b: b without indices, else indices[b] clamped to [0, src_rows)
+/// (the host refuses an index out of range where it can see it; a device tensor's is clamped so
+/// no kernel reads outside the input).
+FLASHINFER_HD int64_t sampling_src_row(const SamplingRowArgs& a, int64_t b) {
+  if (a.indices.data == nullptr) return b;
+  const int64_t i = row_arg_int(a.indices, b);
+  return i < 0 ? 0 : i >= a.src_rows ? a.src_rows - 1 : i;
+}
+
+/// Every value of output row b, read from where each argument is. The one definition of "the
+/// value of row b" for the CPU reference and the CUDA kernels.
+FLASHINFER_HD SamplingRow sampling_row(const SamplingRowArgs& a, int64_t b) {
+  SamplingRow r;
+  r.src_row = sampling_src_row(a, b);
+  r.seed = static_cast<uint64_t>(row_arg_int(a.seed, b));
+  r.offset = static_cast<uint64_t>(row_arg_int(a.offset, b));
+  r.top_k = sampling_top_k(row_arg_int(a.top_k, b));
+  r.top_p = row_arg_float(a.top_p, b);
+  r.min_p = row_arg_float(a.min_p, b);
+  r.temperature = row_arg_float(a.temperature, b);
+  return r;
+}
 
 // ---- chunk partitioning ------------------------------------------------------------------------
 

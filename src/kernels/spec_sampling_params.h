@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "flashinfer/dtype.h"
+#include "kernels/sampling_params.h"  // RowArg
 
 namespace flashinfer::kernels {
 
@@ -17,7 +18,9 @@ struct ChainSpecParams {
   void* emitted = nullptr;          // [batch], added to
   DType id_dtype = DType::kInt32;   // of the four id tensors
   int64_t batch = 0, n = 0, vocab = 0;
-  uint64_t seed = 0, offset = 0;
+  // The Philox seed and offset: scalars, or element 0 of a one-entry int32/int64 tensor read by
+  // the kernel (row_arg_int(seed, 0)), so a CUDA call never reads a device tensor on the host.
+  RowArg seed, offset;
 };
 
 }  // namespace flashinfer::kernels

@@ -31,6 +31,13 @@ FLASHINFER_HD bool spec_accept(float u, float p_draft, float p_target) {
   return u * p_draft < p_target;
 }
 
+/// The column a draft id reads its probabilities from. The host refuses ids outside [0, vocab)
+/// where it can see them (CPU tensors); a CUDA tensor's ids are only seen by the kernel, which
+/// reads at the id clamped into the row (never out of bounds) and emits the id as given.
+FLASHINFER_HD int64_t spec_draft_column(int64_t id, int64_t vocab) {
+  return id < 0 ? 0 : id >= vocab ? vocab - 1 : id;
+}
+
 /// A draft token's probability under the draft and the target model.
 struct SpecProbs {
   float draft, target;

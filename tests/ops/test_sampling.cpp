@@ -23,12 +23,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/cuda_runtime.h"
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
 #include "kernels/philox.h"
 #include "kernels/sampling_params.h"
 #include "util/test_util.h"
+#if FLASHINFER_TEST_HAVE_CUDART
+#include <cuda_runtime.h>
+#endif
 
 namespace flashinfer {
 namespace {
@@ -1152,18 +1156,241 @@ TEST(SamplingCuda, SamplersMatchCpuOnTieFreeInputs) {
   EXPECT_TRUE(same(g.valid, c.valid));
 }
 
+// A CUDA call never copies a per-row tensor's values to the host: check_nan (a device flag, read
+// back as upstream does) is the only value check on the device; out-of-range device indices are
+// clamped and top_k < 1 read as upstream's kernels read it (sampling_rules.h), never an
+// out-of-bounds read. Scalars, shapes, dtypes and devices are still checked on the host.
 TEST(SamplingCuda, BadInputOnDevice) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device gpu = Device::cuda(0);
   const Tensor pg = make_rows({{0.5, NAN}, {0.5, 0.5}}).to(gpu);
   EXPECT_FI_ERROR(sampling_from_probs(pg, std::nullopt, true, true), "sampling_from_probs",
                   "probs");
-  EXPECT_FI_ERROR(sampling_from_probs(pg, int_tensor({2}).to(gpu)), "sampling_from_probs",
-                  "indices");
-  EXPECT_FI_ERROR(top_k_sampling_from_probs(pg, int_tensor({1, 0}).to(gpu)),
-                  "top_k_sampling_from_probs", "top_k");
   EXPECT_FI_ERROR(sampling_from_probs(pg, int_tensor({0})), "sampling_from_probs", "indices");
+  EXPECT_FI_ERROR(top_k_sampling_from_probs(pg, 0), "top_k_sampling_from_probs", "top_k");
 }
+
+TEST(SamplingCuda, DeviceValuesOutOfRangeAreClamped) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  const int64_t B = 4, V = 100;
+  const Tensor p = random_probs(B, V, 81);
+  const Tensor pg = p.to(gpu);
+  const int64_t seed = 3, off = 12;
+  // indices -5 and 9 read rows 0 and 3.
+  EXPECT_EQ(
+      ints(sampling_from_probs(pg, int_tensor({-5, 9, 1}).to(gpu), true, false, seed, off).samples),
+      ints(sampling_from_probs(p, int_tensor({0, 3, 1}), true, false, seed, off).samples));
+  // top_k -1: no limit (upstream reads k as uint32); 0: no token passes.
+  const SamplingResult r = top_k_sampling_from_probs(pg, int_tensor({-1, 0, 5, -7}).to(gpu),
+                                                     std::nullopt, true, false, seed, off, true);
+  const SamplingResult all =
+      top_k_sampling_from_probs(p, V, std::nullopt, true, false, seed, off, true);
+  const SamplingResult five =
+      top_k_sampling_from_probs(p, 5, std::nullopt, true, false, seed, off, true);
+  const std::vector<int64_t> tok = ints(r.samples), valid = ints(r.valid);
+  EXPECT_EQ(tok[0], ints(all.samples)[0]);
+  EXPECT_EQ(valid[0], 1);
+  EXPECT_EQ(tok[1], 0);
+  EXPECT_EQ(valid[1], 0);
+  EXPECT_EQ(tok[2], ints(five.samples)[2]);
+  EXPECT_EQ(tok[3], ints(all.samples)[3]);
+  const std::vector<double> renorm =
+      top_k_renorm_probs(pg, int_tensor({0, -1, 0, 0}).to(gpu)).to_double_vector();
+  const std::vector<double> masked =
+      top_k_mask_logits(pg, int_tensor({0, -1, 0, 0}).to(gpu)).to_double_vector();
+  const std::vector<double> ref = p.to_double_vector();
+  for (int64_t i = 0; i < V; ++i) {
+    EXPECT_EQ(renorm[i], 0.0) << i;
+    EXPECT_EQ(masked[i], -std::numeric_limits<double>::infinity()) << i;
+    EXPECT_EQ(masked[V + i], ref[V + i]) << i;  // -1: the row unchanged
+  }
+}
+
+// Per-row arguments as device tensors of every accepted dtype, with strides and one-entry
+// seed/offset tensors, give the CPU's tokens (read from the same tensors on the host).
+TEST(SamplingCuda, DeviceRowTensorsMatchCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  const int64_t B = 32, V = 100;
+  const Tensor p = random_probs(B + 3, V, 91);
+  const Tensor pg = p.to(gpu);
+  std::vector<int64_t> idx_v, k_v, seed_v, off_v;
+  std::vector<double> p_v, m_v;
+  for (int64_t b = 0; b < B; ++b) {
+    idx_v.push_back((b * 7) % (B + 3));
+    k_v.push_back(1 + (b * 5) % 40);
+    p_v.push_back(0.25 + 0.025 * static_cast<double>(b % 30));
+    m_v.push_back(0.02 * static_cast<double>(b % 11));
+    seed_v.push_back(100 + b);
+    off_v.push_back(4 * (b % 5) + b % 3);
+  }
+  // Every other element of a twice-as-long tensor on `d`: a stride-2 view.
+  auto strided = [](const Tensor& t, Device d) {
+    const int64_t n = t.size(0);
+    Tensor w = Tensor::zeros({2 * n}, t.dtype());
+    w.slice(0, 0, 2 * n, 2).copy_(t);
+    return w.to(d).slice(0, 0, 2 * n, 2);
+  };
+  const int64_t seed = 5, off = 8;
+  for (DType fdt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
+    for (DType idt : {DType::kInt32, DType::kInt64}) {
+      const Tensor idx = int_tensor(idx_v, idt);
+      const Tensor k = strided(int_tensor(k_v, idt), Device::cpu());
+      const Tensor kg = strided(int_tensor(k_v, idt), gpu);
+      const Tensor tp = Tensor::from_vector(p_v, {B}, fdt);
+      const Tensor mp = strided(Tensor::from_vector(m_v, {B}, fdt), Device::cpu());
+      const Tensor mg = strided(Tensor::from_vector(m_v, {B}, fdt), gpu);
+      EXPECT_EQ(kg.stride(0), 2);
+      const std::string what =
+          std::string(dtype_torch_name(fdt)) + " " + std::string(dtype_torch_name(idt));
+      auto both = [&](auto call) {
+        const SamplingResult c = call(p, idx, k, tp, mp, Device::cpu());
+        const SamplingResult g = call(pg, idx.to(gpu), kg, tp.to(gpu), mg, gpu);
+        EXPECT_EQ(ints(g.samples), ints(c.samples)) << what;
+        EXPECT_EQ(ints(g.valid), ints(c.valid)) << what;
+      };
+      both([&](const Tensor& x, const Tensor& i, const Tensor& kk, const Tensor&, const Tensor&,
+               Device) {
+        return top_k_sampling_from_probs(x, kk, i, true, false, seed, off, true);
+      });
+      both([&](const Tensor& x, const Tensor& i, const Tensor&, const Tensor& pp, const Tensor&,
+               Device) {
+        return top_p_sampling_from_probs(x, pp, i, true, false, seed, off, true);
+      });
+      both([&](const Tensor& x, const Tensor& i, const Tensor&, const Tensor&, const Tensor& mm,
+               Device) {
+        return min_p_sampling_from_probs(x, mm, i, true, false, seed, off, true);
+      });
+      for (const char* order : {"top_k_first", "joint"}) {
+        both([&](const Tensor& x, const Tensor& i, const Tensor& kk, const Tensor& pp,
+                 const Tensor&, Device d) {
+          // Per-row seeds and offsets, and one-entry ones.
+          const Tensor st = int_tensor(seed_v, DType::kInt64).to(d);
+          const Tensor ot = int_tensor(off_v, DType::kInt64).to(d);
+          const SamplingResult a =
+              top_k_top_p_sampling_from_probs(x, kk, pp, i, order, true, false, st, ot, true);
+          const SamplingResult one = top_k_top_p_sampling_from_probs(
+              x, kk, pp, i, order, true, false, int_tensor({11}, DType::kInt64).to(d),
+              int_tensor({4}, DType::kInt64).to(d), true);
+          SamplingResult r;
+          r.samples = Tensor::empty({2 * B}, a.samples.dtype());
+          r.valid = Tensor::empty({2 * B}, DType::kBool);
+          r.samples.slice(0, 0, B).copy_(a.samples.to(Device::cpu()));
+          r.samples.slice(0, B, 2 * B).copy_(one.samples.to(Device::cpu()));
+          r.valid.slice(0, 0, B).copy_(a.valid.to(Device::cpu()));
+          r.valid.slice(0, B, 2 * B).copy_(one.valid.to(Device::cpu()));
+          return r;
+        });
+      }
+    }
+  }
+  // softmax with a per-row temperature tensor of each dtype.
+  for (DType fdt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
+    std::vector<double> t_v;
+    for (int64_t b = 0; b < B + 3; ++b) t_v.push_back(0.5 + 0.125 * static_cast<double>(b % 9));
+    const Tensor t = Tensor::from_vector(t_v, {B + 3}, fdt);
+    EXPECT_TRUE(all_close(softmax(pg, t.to(gpu)), softmax(p, t), {1e-7, 1e-5}))
+        << dtype_torch_name(fdt);
+  }
+}
+
+// The sampling ops on the device allocate only their outputs: a second call of the top-k-first
+// path (renorm into the stream's scratch, then top-p) with device per-row tensors makes one
+// device allocation (the samples) and no host copy of the per-row values.
+TEST(SamplingCuda, RepeatedCallAllocatesOnlyItsOutput) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  const int64_t B = 8, V = 1000;
+  const Tensor pg = random_probs(B, V, 93).to(gpu);
+  const Tensor k = int_tensor({1, 2, 3, 4, 5, 6, 7, 8}).to(gpu);
+  const Tensor tp = Tensor::full({B}, 0.7, DType::kFloat32, gpu);
+  const Tensor st = int_tensor({1}, DType::kInt64).to(gpu);
+  const Tensor ot = int_tensor({0}, DType::kInt64).to(gpu);
+  auto call = [&] {
+    return top_k_top_p_sampling_from_probs(pg, k, tp, std::nullopt, "top_k_first", true, false, st,
+                                           ot);
+  };
+  const std::vector<int64_t> first = ints(call().samples);
+  const uint64_t mallocs0 = detail::cuda_device_malloc_count();
+  const SamplingResult again = call();
+  EXPECT_EQ(detail::cuda_device_malloc_count(), mallocs0 + 1);
+  EXPECT_EQ(ints(again.samples), first);
+}
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// Sampling calls with device per-row tensors captured into a CUDA graph (relaxed capture mode:
+// the ops allocate their outputs with cudaMalloc, which global mode refuses; nothing in them
+// synchronizes or copies to the host) replay to the eager tokens, and a replay reads the per-row
+// tensors' values at replay time, as upstream's kernels do.
+TEST(SamplingCuda, CapturesIntoAGraph) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  const int64_t B = 16, V = 4096;
+  const Tensor pg = random_probs(B, V, 95).to(gpu);
+  Tensor logits = Tensor::empty({B, V}, DType::kFloat32);
+  logits.normal_(97, 0.0, 3.0);
+  const Tensor lg = logits.to(DType::kBFloat16).to(gpu);
+  std::vector<int64_t> k_v, s_v, o_v;
+  std::vector<double> p_v;
+  for (int64_t b = 0; b < B; ++b) {
+    k_v.push_back(1 + 3 * b);
+    p_v.push_back(0.3 + 0.04 * static_cast<double>(b));
+    s_v.push_back(7 + b);
+    o_v.push_back(4 * b);
+  }
+  const Tensor k = int_tensor(k_v, DType::kInt64).to(gpu);
+  const Tensor tp = Tensor::from_vector(p_v, {B}, DType::kFloat16).to(gpu);
+  const Tensor st = int_tensor(s_v, DType::kInt64).to(gpu);
+  const Tensor ot = int_tensor(o_v, DType::kInt64).to(gpu);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  void* const prev = current_cuda_stream();
+  set_current_cuda_stream(stream);
+  auto run = [&] {
+    return std::vector<Tensor>{
+        top_k_top_p_sampling_from_probs(pg, k, tp, std::nullopt, "top_k_first", true, false, st, ot)
+            .samples,
+        top_k_top_p_sampling_from_probs(pg, k, tp, std::nullopt, "joint", true, false, st, ot)
+            .samples,
+        top_k_top_p_sampling_from_logits(lg, k, tp, std::nullopt, "top_k_first", true, false, st,
+                                         ot),
+        top_k_top_p_sampling_from_logits(lg, k, tp, std::nullopt, "joint", true, false, st, ot),
+        sampling_from_logits(lg, std::nullopt, true, false, st, ot)};
+  };
+  auto host = [](const std::vector<Tensor>& ts) {
+    std::vector<std::vector<int64_t>> out;
+    for (const Tensor& t : ts) out.push_back(ints(t));
+    return out;
+  };
+  const auto eager = host(run());  // also sizes the stream's scratch
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  const std::vector<Tensor> outs = run();
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(host(outs), eager);
+  // New seeds in the same device tensor: the replay draws what an eager call with them draws.
+  for (int64_t& s : s_v) s += 1000;
+  const Tensor st2 = int_tensor(s_v, DType::kInt64);
+  ASSERT_EQ(cudaMemcpyAsync(st.data_ptr(), st2.data_ptr(), static_cast<size_t>(B) * 8,
+                            cudaMemcpyHostToDevice, stream),
+            cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const auto replayed = host(outs);
+  const auto reseeded = host(run());
+  EXPECT_EQ(replayed, reseeded);
+  EXPECT_NE(replayed, eager);
+  set_current_cuda_stream(prev);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+#endif  // FLASHINFER_TEST_HAVE_CUDART
 
 // The CPU's fused top_k_first path of top_k_top_p_sampling_from_logits gives, token for token,
 // the samples of the three steps it fuses (top_k_mask_logits -> softmax -> top-p rejection with

@@ -71,11 +71,43 @@ Input make_input(const std::vector<double>& v, int64_t B, int64_t V, DType dt, L
   return {h.slice(1, 1, W), d.slice(1, 1, W)};
 }
 
-Tensor rows_on_device(const std::vector<SamplingRow>& rows) {
-  const std::size_t nbytes = rows.size() * sizeof(SamplingRow);
-  Tensor h = Tensor::empty({static_cast<int64_t>(nbytes)}, DType::kUInt8);
-  std::memcpy(h.data_ptr(), rows.data(), nbytes);
-  return h.to(Device::cuda(0));
+/// `rows` as the kernels receive per-row arguments: one tensor per field on `dev` (int64 source
+/// rows, top_k, seed and offset; fp32 thresholds and temperature), read back by sampling_row()
+/// value for value.
+struct RowTensors {
+  std::vector<Tensor> keep;  // the tensors `args` points into
+  kernels::SamplingRowArgs args;
+};
+
+RowTensors row_tensors(const std::vector<SamplingRow>& rows, Device dev) {
+  const int64_t B = static_cast<int64_t>(rows.size());
+  RowTensors r;
+  auto column = [&](DType dt, auto value_of) {
+    Tensor h = Tensor::empty({B}, dt);
+    for (int64_t b = 0; b < B; ++b) {
+      const SamplingRow& row = rows[static_cast<std::size_t>(b)];
+      if (dt == DType::kInt64) {
+        h.data<int64_t>()[b] = static_cast<int64_t>(value_of(row));
+      } else {
+        h.data<float>()[b] = static_cast<float>(value_of(row));
+      }
+    }
+    r.keep.push_back(h.to(dev));
+    kernels::RowArg a;
+    a.data = r.keep.back().data_ptr();
+    a.dtype = dt;
+    a.stride = 1;
+    return a;
+  };
+  r.args.src_rows = B;
+  r.args.indices = column(DType::kInt64, [](const SamplingRow& x) { return x.src_row; });
+  r.args.seed = column(DType::kInt64, [](const SamplingRow& x) { return x.seed; });
+  r.args.offset = column(DType::kInt64, [](const SamplingRow& x) { return x.offset; });
+  r.args.top_k = column(DType::kInt64, [](const SamplingRow& x) { return x.top_k; });
+  r.args.top_p = column(DType::kFloat32, [](const SamplingRow& x) { return x.top_p; });
+  r.args.min_p = column(DType::kFloat32, [](const SamplingRow& x) { return x.min_p; });
+  r.args.temperature = column(DType::kFloat32, [](const SamplingRow& x) { return x.temperature; });
+  return r;
 }
 
 struct Samples {
@@ -90,14 +122,14 @@ Samples run_sample(Impl impl, const Input& in, const std::vector<SamplingRow>& r
   const Tensor& x = impl == Impl::kCpu ? in.host : in.dev;
   Tensor samples = Tensor::empty({B}, DType::kInt32, dev);
   Tensor valid = Tensor::empty({B}, DType::kBool, dev);
-  Tensor table = impl == Impl::kCpu ? Tensor() : rows_on_device(rows);
+  const RowTensors table = row_tensors(rows, dev);
   kernels::SamplingParams p;
   p.input = x.data_ptr();
   p.dtype = x.dtype();
   p.vocab = x.size(1);
   p.in_stride_row = x.stride(0);
   p.in_stride_col = x.stride(1);
-  p.rows = impl == Impl::kCpu ? rows.data() : static_cast<const SamplingRow*>(table.data_ptr());
+  p.rows = table.args;
   p.batch = B;
   p.samples = samples.data_ptr();
   p.out_dtype = DType::kInt32;
@@ -124,7 +156,7 @@ Tensor run_filter(Impl impl, const Input& in, const std::vector<SamplingRow>& ro
   // As the ops: top-p renorm writes fp32, the others the input's dtype.
   const DType out_dt = kind == FilterKind::kTopPRenorm ? DType::kFloat32 : x.dtype();
   Tensor out = Tensor::empty({B, x.size(1)}, out_dt, dev);
-  Tensor table = impl == Impl::kCpu ? Tensor() : rows_on_device(rows);
+  const RowTensors table = row_tensors(rows, dev);
   kernels::FilterParams p;
   p.input = x.data_ptr();
   p.in_dtype = x.dtype();
@@ -135,7 +167,7 @@ Tensor run_filter(Impl impl, const Input& in, const std::vector<SamplingRow>& ro
   p.in_stride_col = x.stride(1);
   p.out_stride_row = out.stride(0);
   p.out_stride_col = out.stride(1);
-  p.rows = impl == Impl::kCpu ? rows.data() : static_cast<const SamplingRow*>(table.data_ptr());
+  p.rows = table.args;
   p.batch = B;
   p.kind = kind;
   if (impl == Impl::kCpu) {
@@ -156,7 +188,7 @@ Tensor run_softmax(Impl impl, const Input& in, const std::vector<SamplingRow>& r
   const Device dev = impl == Impl::kCpu ? Device::cpu() : Device::cuda(0);
   const Tensor& x = impl == Impl::kCpu ? in.host : in.dev;
   Tensor out = Tensor::empty({B, x.size(1)}, DType::kFloat32, dev);
-  Tensor table = impl == Impl::kCpu ? Tensor() : rows_on_device(rows);
+  const RowTensors table = row_tensors(rows, dev);
   kernels::SoftmaxParams p;
   p.logits = x.data_ptr();
   p.dtype = x.dtype();
@@ -164,7 +196,7 @@ Tensor run_softmax(Impl impl, const Input& in, const std::vector<SamplingRow>& r
   p.vocab = x.size(1);
   p.in_stride_row = x.stride(0);
   p.in_stride_col = x.stride(1);
-  p.rows = impl == Impl::kCpu ? rows.data() : static_cast<const SamplingRow*>(table.data_ptr());
+  p.rows = table.args;
   p.batch = B;
   if (impl == Impl::kCpu) {
     kernels::cpu::softmax(p);

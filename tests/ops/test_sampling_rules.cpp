@@ -1,5 +1,6 @@
 // The plain arithmetic the CPU and CUDA sampling kernels share (src/kernels/sampling_rules.h),
-// checked on the CPU: chunk partitioning (every element owned exactly once, 128-bit loads only
+// checked on the CPU: the value of each per-row argument (every dtype, scalar or tensor, strides,
+// clamping), chunk partitioning (every element owned exactly once, 128-bit loads only
 // where they are legal), the Philox draw at a position (the stream's, word for word), the
 // dual-pivot rule (hand-checked rounds), and the 16-way threshold search (the k-th largest key
 // and the top-p boundary, against sorting, within its pass bound).
@@ -8,11 +9,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "flashinfer/float_formats.h"
+#include "flashinfer/tensor.h"
 #include "kernels/philox.h"
 #include "kernels/sampling_params.h"
 #include "kernels/sampling_rules.h"
@@ -225,6 +229,159 @@ TEST(SamplingRules, ThresholdSearchGivesTheFiltersThresholds) {
       }
     }
   }
+}
+
+// ---- per-row values ----------------------------------------------------------------------------
+
+uint32_t f32_bits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+}
+
+TEST(SamplingRowValues, HalfDecodeIsExactForEveryCode) {
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const float want = half_bits_to_float(static_cast<uint16_t>(h));
+    const float got = sampling_half_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << h;
+      EXPECT_EQ(std::signbit(got), std::signbit(want)) << h;
+    } else {
+      EXPECT_EQ(f32_bits(got), f32_bits(want)) << h;  // -0 stays -0
+    }
+  }
+}
+
+RowArg array_arg(const Tensor& t) {
+  RowArg a;
+  a.data = t.data_ptr();
+  a.dtype = t.dtype();
+  a.stride = t.stride(0);
+  return a;
+}
+
+// Row b of a float argument is the tensor element rounded to fp32, what the host table held
+// before (static_cast<float> of Tensor::to_double_vector()), for every float dtype, contiguous
+// and strided; and the scalar for every row.
+TEST(SamplingRowValues, FloatArgumentsEveryDtypeAndStride) {
+  const std::vector<double> v = {0.1, 1.0, 0.3333333333333333, 1e-9, 0.95, -0.0, 65504.0, 0.7};
+  const int64_t n = static_cast<int64_t>(v.size());
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
+    const Tensor dense = Tensor::from_vector(v, {n}, dt);
+    Tensor wide = Tensor::zeros({3 * n}, dt);
+    wide.slice(0, 0, 3 * n, 3).copy_(dense);
+    ASSERT_EQ(wide.slice(0, 0, 3 * n, 3).to_double_vector(), dense.to_double_vector());
+    for (const Tensor& t : {dense, wide.slice(0, 0, 3 * n, 3)}) {
+      const std::vector<double> host = t.to_double_vector();
+      const RowArg a = array_arg(t);
+      for (int64_t b = 0; b < n; ++b) {
+        EXPECT_EQ(f32_bits(row_arg_float(a, b)),
+                  f32_bits(static_cast<float>(host[static_cast<std::size_t>(b)])))
+            << dtype_torch_name(dt) << " stride " << t.stride(0) << " row " << b;
+      }
+    }
+  }
+  // fp64 rounds to nearest fp32.
+  const Tensor d = Tensor::from_vector({0.1}, {1}, DType::kFloat64);
+  EXPECT_EQ(row_arg_float(array_arg(d), 0), 0.1f);
+  RowArg s;
+  s.float_value = 0.25f;
+  for (int64_t b : {0, 1, 1000}) EXPECT_EQ(row_arg_float(s, b), 0.25f);
+  // Stride 0: every row reads element 0 (a one-entry seed or offset tensor).
+  RowArg z = array_arg(d);
+  z.stride = 0;
+  EXPECT_EQ(row_arg_float(z, 7), 0.1f);
+}
+
+TEST(SamplingRowValues, IntegerArgumentsEveryDtypeAndStride) {
+  const std::vector<int64_t> v = {0, 1, -1, 5, 2147483647, -2147483647 - 1, 123456789};
+  const int64_t n = static_cast<int64_t>(v.size());
+  std::vector<int32_t> i32(v.begin(), v.end());
+  std::vector<int64_t> i64 = v;
+  i64.push_back(int64_t{1} << 40);  // only int64 holds it
+  std::vector<int32_t> i32_wide(static_cast<std::size_t>(2 * n), 99);
+  for (int64_t b = 0; b < n; ++b) i32_wide[static_cast<std::size_t>(2 * b)] = i32[b];
+  RowArg a32{i32.data(), DType::kInt32, 1, 0, 0.0f};
+  RowArg a32s{i32_wide.data(), DType::kInt32, 2, 0, 0.0f};
+  RowArg a64{i64.data(), DType::kInt64, 1, 0, 0.0f};
+  for (int64_t b = 0; b < n; ++b) {
+    EXPECT_EQ(row_arg_int(a32, b), v[b]) << b;
+    EXPECT_EQ(row_arg_int(a32s, b), v[b]) << b;
+    EXPECT_EQ(row_arg_int(a64, b), v[b]) << b;
+  }
+  EXPECT_EQ(row_arg_int(a64, n), int64_t{1} << 40);
+  RowArg s;
+  s.int_value = -42;
+  EXPECT_EQ(row_arg_int(s, 0), -42);
+  EXPECT_EQ(row_arg_int(s, 9), -42);
+}
+
+TEST(SamplingRowValues, TopKAsUpstreamReadsIt) {
+  EXPECT_EQ(sampling_top_k(1), 1);
+  EXPECT_EQ(sampling_top_k(128256), 128256);
+  EXPECT_EQ(sampling_top_k(0), 0);  // keeps no token
+  constexpr int32_t kNoLimit = 2147483647;
+  EXPECT_EQ(sampling_top_k(-1), kNoLimit);  // upstream's uint32 read: above any vocabulary
+  EXPECT_EQ(sampling_top_k(std::numeric_limits<int64_t>::min()), kNoLimit);
+  EXPECT_EQ(sampling_top_k(int64_t{1} << 40), kNoLimit);
+  // k = 0 passes no candidate, k = kNoLimit every one.
+  SamplingRow r;
+  r.top_k = sampling_top_k(0);
+  EXPECT_FALSE(filter_accepts(SamplingKind::kTopK, r, 0, 0.0f));
+  r.top_k = sampling_top_k(-3);
+  EXPECT_TRUE(filter_accepts(SamplingKind::kTopK, r, 1 << 30, 1.0f));
+}
+
+TEST(SamplingRowValues, SourceRowsAreClamped) {
+  SamplingRowArgs a;
+  a.src_rows = 4;
+  for (int64_t b : {0, 3, 7}) EXPECT_EQ(sampling_src_row(a, b), b);  // no indices: row b
+  const std::vector<int64_t> idx = {2, -1, 4, 1000, 0, 3};
+  a.indices = {idx.data(), DType::kInt64, 1, 0, 0.0f};
+  const std::vector<int64_t> want = {2, 0, 3, 3, 0, 3};
+  for (int64_t b = 0; b < 6; ++b) EXPECT_EQ(sampling_src_row(a, b), want[b]) << b;
+}
+
+// sampling_row reads every field from where it is: scalars, per-row arrays of mixed dtypes and
+// strides, one-entry seed/offset arrays; seeds and offsets as the uint64 of the int64.
+TEST(SamplingRowValues, RowReadsEveryArgumentWhereItIs) {
+  const std::vector<int32_t> idx = {1, 0, 1};
+  const std::vector<int64_t> k = {3, 0, 7, 0, -1, 0};           // stride 2
+  const std::vector<uint16_t> p = {0x3C00u, 0x3800u, 0x3400u};  // fp16 1, 0.5, 0.25
+  const std::vector<double> m = {0.1, 0.2, 0.3};
+  const std::vector<int64_t> seed = {-1};  // one entry: stride 0
+  const std::vector<int64_t> off = {4, 8, 12};
+  SamplingRowArgs a;
+  a.src_rows = 2;
+  a.indices = {idx.data(), DType::kInt32, 1, 0, 0.0f};
+  a.top_k = {k.data(), DType::kInt64, 2, 0, 0.0f};
+  a.top_p = {p.data(), DType::kFloat16, 1, 0, 0.0f};
+  a.min_p = {m.data(), DType::kFloat64, 1, 0, 0.0f};
+  a.seed = {seed.data(), DType::kInt64, 0, 0, 0.0f};
+  a.offset = {off.data(), DType::kInt64, 1, 0, 0.0f};
+  for (int64_t b = 0; b < 3; ++b) {
+    const SamplingRow r = sampling_row(a, b);
+    EXPECT_EQ(r.src_row, idx[b]);
+    EXPECT_EQ(r.top_k, sampling_top_k(k[2 * b]));
+    EXPECT_EQ(r.top_p, 1.0f / static_cast<float>(1 << b));
+    EXPECT_EQ(r.min_p, static_cast<float>(m[b]));
+    EXPECT_EQ(r.temperature, 1.0f);  // the default scalar
+    EXPECT_EQ(r.seed, ~uint64_t{0});
+    EXPECT_EQ(r.offset, static_cast<uint64_t>(off[b]));
+  }
+  // All scalars: the defaults of an op without the argument.
+  SamplingRowArgs s;
+  s.src_rows = 5;
+  s.seed.int_value = 67280421310721;
+  s.offset.int_value = 16;
+  s.top_k.int_value = 50;
+  const SamplingRow r = sampling_row(s, 4);
+  EXPECT_EQ(r.src_row, 4);
+  EXPECT_EQ(r.top_k, 50);
+  EXPECT_EQ(r.top_p, 1.0f);
+  EXPECT_EQ(r.min_p, 0.0f);
+  EXPECT_EQ(r.seed, uint64_t{67280421310721});
+  EXPECT_EQ(r.offset, uint64_t{16});
 }
 
 }  // namespace

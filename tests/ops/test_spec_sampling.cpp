@@ -146,12 +146,55 @@ TEST(ChainSpeculativeSamplingCuda, MatchesCpu) {
       }
     }
   }
-  // A bad id on the device is an Error before any kernel reads with it.
-  Tensor d = rand_tensor({1, 1, 4}, DType::kFloat32, 1, 0, 1).to(Device::cuda(0));
-  Tensor t = rand_tensor({1, 2, 4}, DType::kFloat32, 2, 0, 1).to(Device::cuda(0));
-  Tensor bad = Tensor::from_vector({9}, {1, 1}, DType::kInt32).to(Device::cuda(0));
-  EXPECT_FI_ERROR(chain_speculative_sampling(d, bad, t), "chain_speculative_sampling",
-                  "draft_token_ids");
+  // Ids on the device are not copied to the host: a bad one is read at the clamped column (3 for
+  // 9 in a vocabulary of 4) and emitted as given, never an out-of-bounds read.
+  const Device cuda = Device::cuda(0);
+  Tensor d = rand_tensor({1, 1, 4}, DType::kFloat32, 1, 0, 1);
+  Tensor t = rand_tensor({1, 2, 4}, DType::kFloat32, 2, 0, 1);
+  Tensor bad = Tensor::from_vector({9}, {1, 1}, DType::kInt32).to(cuda);
+  Tensor three = Tensor::from_vector({3}, {1, 1}, DType::kInt32);
+  for (int64_t seed : {1, 2, 3, 4}) {
+    auto [o9, a9, e9] = chain_speculative_sampling(d.to(cuda), bad, t.to(cuda), std::nullopt,
+                                                   std::nullopt, true, seed, 0);
+    auto [o3, a3, e3] =
+        chain_speculative_sampling(d, three, t, std::nullopt, std::nullopt, true, seed, 0);
+    EXPECT_EQ(ints(a9.to(Device::cpu())), ints(a3));
+    EXPECT_EQ(ints(e9.to(Device::cpu())), ints(e3));
+    std::vector<int64_t> want = ints(o3);
+    if (ints(e3)[0] == 1) want[0] = 9;
+    EXPECT_EQ(ints(o9.to(Device::cpu())), want) << seed;
+  }
+  // Seed and offset as one-element device tensors, read by the kernel: the scalars' draws.
+  Tensor draft = rand_tensor({b, n, 256}, DType::kFloat32, 11, 0.0, 1.0).to(cuda);
+  Tensor target = rand_tensor({b, n + 1, 256}, DType::kFloat32, 12, 0.0, 1.0).to(cuda);
+  Tensor ids = Tensor::from_vector({1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12,
+                                    13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24},
+                                   {b, n}, DType::kInt64)
+                   .to(cuda);
+  auto [os, as, es] =
+      chain_speculative_sampling(draft, ids, target, std::nullopt, std::nullopt, true, 77, 12);
+  auto [ot, at, et] =
+      chain_speculative_sampling(draft, ids, target, std::nullopt, std::nullopt, true,
+                                 Tensor::from_vector({77}, {1}, DType::kInt64).to(cuda),
+                                 Tensor::from_vector({12}, {1}, DType::kInt32).to(cuda));
+  EXPECT_EQ(ints(ot.to(Device::cpu())), ints(os.to(Device::cpu())));
+  EXPECT_EQ(ints(at.to(Device::cpu())), ints(as.to(Device::cpu())));
+}
+
+// Seed and offset as one-element tensors (int64 or int32, any shape) draw what the integers do.
+TEST(ChainSpeculativeSampling, SeedTensorsEqualIntegers) {
+  Tensor draft = rand_tensor({4, 2, 8}, DType::kFloat32, 3, 0.0, 1.0);
+  Tensor target = rand_tensor({4, 3, 8}, DType::kFloat32, 4, 0.0, 1.0);
+  Tensor ids = Tensor::from_vector({1, 2, 3, 4, 5, 6, 7, 0}, {4, 2}, DType::kInt32);
+  auto [o1, a1, e1] = chain_speculative_sampling(draft, ids, target, std::nullopt, std::nullopt,
+                                                 true, int64_t{21}, int64_t{6});
+  auto [o2, a2, e2] =
+      chain_speculative_sampling(draft, ids, target, std::nullopt, std::nullopt, true,
+                                 Tensor::from_vector({21}, {1, 1}, DType::kInt64),
+                                 Tensor::from_vector({6}, {1}, DType::kInt32));
+  EXPECT_EQ(ints(o1), ints(o2));
+  EXPECT_EQ(ints(a1), ints(a2));
+  EXPECT_EQ(ints(e1), ints(e2));
 }
 
 TEST(ChainSpeculativeSampling, DefaultStreamIsReproducible) {

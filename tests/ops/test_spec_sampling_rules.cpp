@@ -79,5 +79,16 @@ TEST(SpecSamplingRules, ResidualAndAcceptance) {
   EXPECT_FALSE(spec_accept(0.5f, 0.4f, 0.0f));  // a target probability of 0 never accepts
 }
 
+// A draft id reads its probabilities at a column inside the row, whatever its value.
+TEST(SpecSamplingRules, DraftColumnIsClampedIntoTheRow) {
+  EXPECT_EQ(spec_draft_column(0, 4), 0);
+  EXPECT_EQ(spec_draft_column(3, 4), 3);
+  EXPECT_EQ(spec_draft_column(4, 4), 3);
+  EXPECT_EQ(spec_draft_column(9, 4), 3);
+  EXPECT_EQ(spec_draft_column(-1, 4), 0);
+  EXPECT_EQ(spec_draft_column(std::numeric_limits<int64_t>::min(), 32000), 0);
+  EXPECT_EQ(spec_draft_column(std::numeric_limits<int64_t>::max(), 32000), 31999);
+}
+
 }  // namespace
 }  // namespace flashinfer::kernels

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/sampling_rules.h"
 #include "oracle/sampling_oracle.h"
 
 namespace flashinfer::kernels::cuda::sampling_oracle {
@@ -211,7 +212,7 @@ template <class T>
 __global__ void __launch_bounds__(kThreads) sample_kernel(SamplingParams p) {
   __shared__ Scratch s;
   const uint64_t b = blockIdx.x;
-  const SamplingRow row = p.rows[b];
+  const SamplingRow row = sampling_row(p.rows, static_cast<int64_t>(b));
   const T* x = static_cast<const T*>(p.input) + row.src_row * p.in_stride_row;
   const int64_t n = p.vocab, st = p.in_stride_col;
   PhiloxStream rng(row.seed, b, row.offset);
@@ -250,7 +251,7 @@ template <class Tin, class Tout>
 __global__ void __launch_bounds__(kThreads) filter_kernel(FilterParams p) {
   __shared__ Scratch s;
   const int64_t b = blockIdx.x;
-  const SamplingRow row = p.rows[b];
+  const SamplingRow row = sampling_row(p.rows, b);
   const Tin* x = static_cast<const Tin*>(p.input) + row.src_row * p.in_stride_row;
   Tout* y = static_cast<Tout*>(p.out) + b * p.out_stride_row;
   const int64_t n = p.vocab, st = p.in_stride_col;
@@ -310,7 +311,7 @@ __global__ void __launch_bounds__(kThreads) softmax_kernel(SoftmaxParams p) {
   __shared__ Scratch s;
   pdl_wait();
   const int64_t b = blockIdx.x;
-  const SamplingRow row = p.rows[b];
+  const SamplingRow row = sampling_row(p.rows, b);
   const T* x = static_cast<const T*>(p.logits) + row.src_row * p.in_stride_row;
   float* y = p.out + b * p.vocab;
   const int64_t n = p.vocab, st = p.in_stride_col;

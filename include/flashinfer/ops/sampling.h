@@ -20,10 +20,12 @@
 //    generator is ignored on replay.
 //  * deterministic / is_deterministic are accepted for compatibility; both backends are always
 //    deterministic (fixed-order reductions, no floating-point atomics).
-//  * Argument values (thresholds, indices, seeds) are validated on the host: per-row tensors on
-//    a CUDA device are copied to the host, the per-row table is uploaded, and a call returns
-//    once its kernels have finished, so these calls synchronize the stream and cannot be
-//    captured in a CUDA graph.
+//  * Scalars, shapes, dtypes and devices are validated on the host, and so are the values of
+//    per-row tensors on the CPU. The kernels read a CUDA tensor's values on the device (no host
+//    copy, no synchronization but check_nan's flag), so a CUDA call returns once its kernels
+//    are queued and can be captured in a CUDA graph; there an index outside the input is
+//    clamped, a negative top_k means no limit and top_k = 0 keeps no token (valid = false), as
+//    upstream's kernels read top_k (docs/SAMPLING.md, "Arguments and errors").
 #pragma once
 
 #include <concepts>
@@ -177,11 +179,14 @@ namespace flashinfer {
 /// output_accepted_token_num[b] += accepted; output_emitted_draft_token_num[b] += pos (the
 /// given tensors are updated in place and returned; zeros are used when None).
 ///   draft_probs [B, n, V], target_probs [B, n + 1, V] fp32/fp16/bf16 (same dtype);
-///   draft_token_ids [B, n] int32 or int64 (outputs take its dtype).
-///   seed/offset: integers or one-element int64 tensors, both or neither; without them the
-///   library's default stream supplies them (advanced by n + 2, rounded up to 4).
+///   draft_token_ids [B, n] int32 or int64 (outputs take its dtype); ids outside [0, V) are an
+///   Error on the CPU; on CUDA the kernel reads their probabilities at the id clamped into the
+///   row (no host copy of the ids).
+///   seed/offset: integers or one-element int32/int64 tensors (on the CPU or the probabilities'
+///   device), both or neither; without them the library's default stream supplies them
+///   (advanced by n + 2, rounded up to 4).
 /// Returns (output_token_ids [B, n + 1], output_accepted_token_num [B],
-/// output_emitted_draft_token_num [B]). CPU only for now (no CUDA kernel yet).
+/// output_emitted_draft_token_num [B]). CPU reference and CUDA kernel.
 std::tuple<Tensor, Tensor, Tensor> chain_speculative_sampling(
     const Tensor& draft_probs, const Tensor& draft_token_ids, const Tensor& target_probs,
     std::optional<Tensor> maybe_output_accepted_token_num = std::nullopt,

@@ -130,7 +130,7 @@ void write_sample(const SamplingParams& p, int64_t b, int64_t tok) {
   } else {
     static_cast<int32_t*>(p.samples)[b] = static_cast<int32_t>(v);
   }
-  p.valid[b] = tok >= 0;
+  if (p.valid) p.valid[b] = tok >= 0;
 }
 
 // The smallest key t with F(t) = sum of w over keys > t below `limit`: the filter keeps exactly
@@ -193,7 +193,7 @@ void sample(const SamplingParams& p) {
     std::vector<float> buf(static_cast<std::size_t>(n));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t b = 0; b < p.batch; ++b) {
-      const SamplingRow& row = p.rows[b];
+      const SamplingRow row = sampling_row(p.rows, b);
       load_row(p.input, p.dtype, row.src_row, p.in_stride_row, n, p.in_stride_col, buf.data());
       PhiloxStream rng(row.seed, static_cast<uint64_t>(b), row.offset);
       int64_t tok = -1;
@@ -339,7 +339,7 @@ bool sampled_kth_key(const float* x, int64_t n, int64_t k, uint32_t* keys, TopKF
 }
 
 int64_t top_k_first_row(const SamplingParams& p, int64_t b, TopKFirstScratch& s) {
-  const SamplingRow& row = p.rows[b];
+  const SamplingRow row = sampling_row(p.rows, b);
   const int64_t n = p.vocab;
   const float* x;
   if (p.dtype == DType::kFloat32 && p.in_stride_col == 1) {
@@ -422,7 +422,7 @@ void filter(const FilterParams& p) {
     std::vector<std::pair<uint32_t, float>> pairs;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t b = 0; b < p.batch; ++b) {
-      const SamplingRow& row = p.rows[b];
+      const SamplingRow row = sampling_row(p.rows, b);
       load_row(p.input, p.in_dtype, row.src_row, p.in_stride_row, n, p.in_stride_col, x.data());
       for (int64_t i = 0; i < n; ++i) {
         keys[i] = ordered_key(x[i]);
@@ -464,7 +464,7 @@ void softmax(const SoftmaxParams& p) {
     std::vector<float> y(static_cast<std::size_t>(n));
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < p.batch; ++b) {
-      const SamplingRow& row = p.rows[b];
+      const SamplingRow row = sampling_row(p.rows, b);
       load_row(p.logits, p.dtype, row.src_row, p.in_stride_row, n, p.in_stride_col, y.data());
       float m = -std::numeric_limits<float>::infinity();
       for (int64_t i = 0; i < n; ++i) {

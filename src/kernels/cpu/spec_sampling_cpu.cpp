@@ -6,6 +6,7 @@
 #include "flashinfer/float_formats.h"
 #include "kernels/dtype_dispatch.h"
 #include "kernels/philox.h"
+#include "kernels/sampling_rules.h"
 #include "kernels/spec_sampling_rules.h"
 
 namespace flashinfer::kernels::cpu {
@@ -29,11 +30,12 @@ void run_rows(const ChainSpecParams& p) {
   const int64_t n = p.n, V = p.vocab;
 #pragma omp parallel for schedule(dynamic, 1) if (p.batch * (n + 1) * V >= (1 << 16))
   for (int64_t b = 0; b < p.batch; ++b) {
-    PhiloxStream rng(p.seed, static_cast<uint64_t>(b), p.offset);
+    PhiloxStream rng(static_cast<uint64_t>(row_arg_int(p.seed, 0)), static_cast<uint64_t>(b),
+                     static_cast<uint64_t>(row_arg_int(p.offset, 0)));
     const int64_t pos = spec_accept_chain(
         n, ids + b * n,
         [&](int64_t i) {
-          const int64_t d = ids[b * n + i];
+          const int64_t d = spec_draft_column(ids[b * n + i], V);
           return SpecProbs{f32(dp[(b * n + i) * V + d]), f32(tp[(b * (n + 1) + i) * V + d])};
         },
         [&] { return rng.next_uniform(); }, out + b * (n + 1), static_cast<Id*>(p.accepted) + b,

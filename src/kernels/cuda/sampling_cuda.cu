@@ -12,7 +12,11 @@
 #include <cstdint>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <map>
+#include <memory>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/sampling_cuda.h"
@@ -387,7 +391,8 @@ __device__ int64_t gumbel_sample(const RowIn<T, VEC>& r, const SamplingRow& row,
 template <int THREADS, class T, int VEC>
 __device__ __forceinline__ void sample_row(const SamplingParams& p, Shared<THREADS>& s) {
   const uint64_t b = blockIdx.x;
-  const SamplingRow row = p.rows[b];
+  // Every thread reads the row's values (the same addresses: one broadcast load each).
+  const SamplingRow row = sampling_row(p.rows, static_cast<int64_t>(b));
   const RowIn<T, VEC> r = {static_cast<const T*>(p.input) + row.src_row * p.in_stride_row, p.vocab,
                            p.in_stride_col};
   // Every thread computes the same draws (Philox keyed by seed, subsequence b, from offset).
@@ -416,7 +421,7 @@ __device__ __forceinline__ void sample_row(const SamplingParams& p, Shared<THREA
     } else {
       static_cast<int32_t*>(p.samples)[b] = static_cast<int32_t>(v);
     }
-    p.valid[b] = tok >= 0;
+    if (p.valid) p.valid[b] = tok >= 0;
   }
 }
 
@@ -491,7 +496,7 @@ __device__ uint32_t filter_threshold(const RowIn<T, VEC>& r, const SamplingRow& 
 template <int THREADS, class Tin, class Tout, int VEC>
 __device__ __forceinline__ void filter_row(const FilterParams& p, Shared<THREADS>& s) {
   const int64_t b = blockIdx.x;
-  const SamplingRow row = p.rows[b];
+  const SamplingRow row = sampling_row(p.rows, b);
   const RowIn<Tin, VEC> r = {static_cast<const Tin*>(p.input) + row.src_row * p.in_stride_row,
                              p.vocab, p.in_stride_col};
   Tout* y = static_cast<Tout*>(p.out) + b * p.out_stride_row;
@@ -581,7 +586,7 @@ struct SoftmaxShared {
 template <int THREADS, class T, int VEC>
 __device__ __forceinline__ void softmax_row(const SoftmaxParams& p, SoftmaxShared<THREADS>& s) {
   const int64_t b = blockIdx.x;
-  const SamplingRow row = p.rows[b];
+  const SamplingRow row = sampling_row(p.rows, b);
   const RowIn<T, VEC> r = {static_cast<const T*>(p.logits) + row.src_row * p.in_stride_row, p.vocab,
                            p.in_stride_col};
   float* y = p.out + b * p.vocab;
@@ -590,7 +595,7 @@ __device__ __forceinline__ void softmax_row(const SoftmaxParams& p, SoftmaxShare
   // One pass for the max and the sum (each thread's running pair, merged over the block), one to
   // write: the row is read twice, not three times.
   MaxSum acc = {-INFINITY, 0.0f};
-  for (int64_t c = 0; c < chunks; ++c) {
+  auto pass = [&](int64_t c) {
     float v[VEC];
     r.load(sampling_thread_first(c, threadIdx.x, THREADS, VEC), v, -INFINITY);
 #pragma unroll
@@ -603,6 +608,13 @@ __device__ __forceinline__ void softmax_row(const SoftmaxParams& p, SoftmaxShare
         acc.d += expf(x - acc.m);
       }
     }
+  };
+  if constexpr (VEC == 1) {
+    // Not unrolled: the unrolled scalar loop spills on sm_80 (64 registers at 1024 threads).
+#pragma unroll 1
+    for (int64_t c = 0; c < chunks; ++c) pass(c);
+  } else {
+    for (int64_t c = 0; c < chunks; ++c) pass(c);
   }
   acc = cub::BlockReduce<MaxSum, THREADS, kReduceAlgo>(s.tmp).Reduce(acc, MergeOp());
   if (threadIdx.x == 0) s.out = acc;
@@ -731,6 +743,53 @@ void nan_flag(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t
 
 void stream_synchronize(void* stream) {
   FLASHINFER_CUDA_CALL("sampling", cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+}
+
+namespace {
+
+// One stream's scratch. Nothing here is freed: freeing device memory from a static destructor
+// can run after the CUDA context is gone, and an outgrown buffer may still be in use.
+struct StreamScratch {
+  std::mutex mu;  // held by the call using `data` until it has queued its kernels
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  std::vector<void*> retired;  // outgrown buffers (at most the current size in total)
+};
+
+StreamScratch& stream_scratch(int device, void* stream) {
+  static std::mutex mu;
+  static auto& all = *new std::map<std::pair<int, void*>, std::unique_ptr<StreamScratch>>;
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<StreamScratch>& e = all[{device, stream}];
+  if (!e) e = std::make_unique<StreamScratch>();
+  return *e;
+}
+
+}  // namespace
+
+SamplingScratch sampling_scratch(int device, void* stream, std::size_t bytes) {
+  StreamScratch& sc = stream_scratch(device, stream);
+  SamplingScratch r;
+  r.lock = std::unique_lock<std::mutex>(sc.mu);
+  if (sc.bytes < bytes) {
+    // Grown to a power of two (from 1 MiB), so a growing sequence of calls allocates rarely. A
+    // call being captured into a CUDA graph in cudaStreamCaptureModeGlobal cannot allocate: run
+    // it once on the stream first (relaxed mode allows the allocation).
+    std::size_t grown = std::size_t{1} << 20;
+    while (grown < bytes) grown *= 2;
+    int prev = -1;
+    FLASHINFER_CUDA_CALL("sampling", cudaGetDevice(&prev));
+    if (prev != device) FLASHINFER_CUDA_CALL("sampling", cudaSetDevice(device));
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, grown);
+    if (prev != device) (void)cudaSetDevice(prev);
+    FLASHINFER_CUDA_CALL("sampling", err);
+    if (sc.data) sc.retired.push_back(sc.data);
+    sc.data = p;
+    sc.bytes = grown;
+  }
+  r.data = sc.data;
+  return r;
 }
 
 }  // namespace flashinfer::kernels::cuda

@@ -1,9 +1,13 @@
 // CUDA launchers for the sampling ops. Plain C++ header: callable from the API layer, which never
-// sees CUDA headers. Launchers throw flashinfer::Error(kCuda) when a launch fails. `rows` in the
-// parameter structs must point to device memory.
+// sees CUDA headers. Launchers throw flashinfer::Error(kCuda) when a launch fails. The per-row
+// arrays of `rows` in the parameter structs must be device memory. Nothing here synchronizes or
+// allocates per call (the kernels read every per-row value on the device), so a call can be
+// captured in a CUDA graph.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <mutex>
 
 #include "kernels/sampling_params.h"
 
@@ -18,5 +22,18 @@ void nan_flag(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t
 
 /// Blocks until `stream` has finished its work.
 void stream_synchronize(void* stream);
+
+/// Device memory for the intermediate rows of a multi-kernel sampling call (top-k renormed
+/// probs, masked logits, their softmax): a buffer kept per (device, stream), grown on demand
+/// and never freed (kernels queued earlier, or a captured CUDA graph, may still use an outgrown
+/// one), so a call allocates nothing once its stream's buffer is large enough. `lock` is the
+/// stream's: hold it until the call has queued the last kernel using `data`, so two host
+/// threads on one stream do not interleave their uses of it.
+struct SamplingScratch {
+  void* data = nullptr;
+  std::unique_lock<std::mutex> lock;
+};
+/// At least `bytes` (256-byte aligned) on `device` for work queued on `stream`.
+SamplingScratch sampling_scratch(int device, void* stream, std::size_t bytes);
 
 }  // namespace flashinfer::kernels::cuda

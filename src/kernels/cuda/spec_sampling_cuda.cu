@@ -53,12 +53,13 @@ __global__ void __launch_bounds__(kSpecThreads) chain_spec_kernel(ChainSpecParam
   if (threadIdx.x == 0) {
     // The k-th draw of the request's stream, as PhiloxStream's k-th next_uniform() on the CPU
     // (computed per draw: a stream object's buffered block would live in local memory).
-    uint64_t draw = p.offset;
-    auto next_uniform = [&] { return philox_uniform_at(p.seed, static_cast<uint64_t>(b), draw++); };
+    const uint64_t seed = static_cast<uint64_t>(row_arg_int(p.seed, 0));
+    uint64_t draw = static_cast<uint64_t>(row_arg_int(p.offset, 0));
+    auto next_uniform = [&] { return philox_uniform_at(seed, static_cast<uint64_t>(b), draw++); };
     const int64_t pos = spec_accept_chain(
         n, ids + b * n,
         [&](int64_t i) {
-          const int64_t d = ids[b * n + i];
+          const int64_t d = spec_draft_column(ids[b * n + i], V);
           return SpecProbs{to_f32(dp[(b * n + i) * V + d]), to_f32(tp[(b * (n + 1) + i) * V + d])};
         },
         next_uniform, out + b * (n + 1), static_cast<Id*>(p.accepted) + b,
