@@ -16,7 +16,7 @@ architecture it names (about 15 s for the library, which also holds sm_80 code).
 time) and the architecture, and reads it from there while they match: the ctest rule tests share
 one cuobjdump run (the `static_sass_dump` fixture writes it), which is most of their time.
 
-Rules (RULES below): `decode`, `prefill`, `sampling`, `nvfp4`, `rowops` and `grouped_gemm` are on by
+Rules (RULES below): `decode`, `prefill`, `sampling`, `nvfp4`, `rowops`, `grouped_gemm` and `moe_grouped` are on by
 default. A rule
 selects the kernels whose name (the bare function name, without namespaces, template arguments
 and parameters; case-insensitive) contains its substring (or one of them) and none of its
@@ -182,6 +182,18 @@ RULES = {
                 Need("HMMA (mma.sync)", r"^HMMA(?:\.|$)"),
                 Need("LDGSTS .128 (16-byte cp.async)", LDGSTS_128),
             ),
+        ),
+        Rule(
+            name="moe_grouped",
+            match=(
+                "moe_count_kernel",
+                "moe_offsets_kernel",
+                "moe_scatter_kernel",
+                "moe_gather_kernel",
+                "moe_activation_kernel",
+            ),
+            description="the fused MoE's grouped route around the grouped GEMM (permutation "
+            "passes, activation gather, bias + activation): no spills",
         ),
     )
 }

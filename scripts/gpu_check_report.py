@@ -66,7 +66,7 @@ KERNEL_TESTS = [
     ("decode_cuda.cu", r"^(BatchDecodeCuda\.|SingleDecodeCuda\.|BackendOpsCuda\.MatchesCpu/.*[Dd]ecode)"),
     ("prefill_cuda.cu", r"^(BatchPrefillCuda\.|SinglePrefillCuda\.|BackendOpsCuda\.MatchesCpu/.*([Pp]refill|context_with_kv_cache))"),
     ("cascade_cuda.cu", r"^(MergeStatesCuda\.|AppendPagedKvCacheCuda\.|BackendOpsCuda\.MatchesCpu/.*(merge_state|append_paged))"),
-    ("moe_cuda.cu", r"^(MoeCuda\.|TrtllmFp8BlockScaleMoeCuda\.|TrtllmBf16MoeCuda\.|TrtllmBf16RoutedMoeCuda\.|BackendOpsCuda\.MatchesCpu/.*(cutlass_fused_moe|fused_topk_deepseek|trtllm_fp8_block_scale|trtllm_bf16))"),
+    ("moe_cuda.cu", r"^(MoeCuda\.|MoeCudaGrouped\.|TrtllmFp8BlockScaleMoeCuda\.|TrtllmBf16MoeCuda\.|TrtllmBf16RoutedMoeCuda\.|BackendOpsCuda\.MatchesCpu/.*(cutlass_fused_moe|fused_topk_deepseek|trtllm_fp8_block_scale|trtllm_bf16))"),
     ("norm_quant_cuda.cu", r"^BackendOpsCuda\.MatchesCpu/.*(rmsnorm_quant|layernorm_quant|fused_rmsnorm_silu)"),
     ("quant8_cuda.cu", r"^BackendOpsCuda\.MatchesCpu/.*per_token_group_quant_8bit"),
     ("topk_cuda.cu", r"^BackendOpsCuda\.MatchesCpu/.*top_k($|_page_table|_ragged|_varlen)"),

@@ -100,7 +100,10 @@ constexpr api::KernelEntry<kernels::CutlassMoeParams> kCutlassMoeKernels[] = {
        kernels::cpu::cutlass_moe(p);
      }},
 #if FLASHINFER_WITH_CUDA
-    {DeviceType::kCUDA, "CUDA kernel: one block per (token, expert) pair, warp dot products",
+    {DeviceType::kCUDA,
+     "CUDA: bf16/fp16 batches of >= 2 pairs per local expert on the tensor-core grouped GEMM "
+     "(pairs permuted by expert on the device); otherwise one block per (token, expert) pair, "
+     "warp dot products",
      nullptr,
      [](const kernels::CutlassMoeParams& p, const api::LaunchContext& c) {
        kernels::cuda::cutlass_moe(p, c.stream, c.enable_pdl);
@@ -275,15 +278,7 @@ std::vector<Tensor> cutlass_fused_moe_impl(const api::CutlassMoeCall& c) {
   p.num_local_experts = E;
   p.expert_offset = c.ep_rank * E;
   p.act = static_cast<kernels::MoeAct>(activation_type);
-  Tensor ws_g1, ws_h, ws_y;
-  if (input.device().is_cuda()) {
-    ws_g1 = Tensor::empty({T * K, N1}, DType::kFloat32, input.device());
-    ws_h = Tensor::empty({T * K, I}, DType::kFloat32, input.device());
-    ws_y = Tensor::empty({T * K, H}, DType::kFloat32, input.device());
-    p.ws_g1 = ws_g1.data<float>();
-    p.ws_h = ws_h.data<float>();
-    p.ws_y = ws_y.data<float>();
-  }
+  // CUDA: the kernels take their scratch from a buffer per stream (kernels/cuda/moe_cuda.h).
   api::launch(kCutlassMoeKernels, p, input.device(), op, "input", c.enable_pdl);
   // Upstream's three scratch outputs (written only in min-latency mode): zero here.
   return {out, Tensor::zeros({1}, DType::kInt32, input.device()),

@@ -25,6 +25,12 @@
 #include "util/test_util.h"
 #include "util/upstream_dump_writer.h"
 
+#if FLASHINFER_TEST_HAVE_CUDART
+#include <random>
+
+#include "kernels/cuda/moe_cuda.h"
+#endif
+
 namespace flashinfer::testing {
 namespace {
 
@@ -1238,6 +1244,184 @@ TEST(MoeCuda, MatchesCpu) {
         << dtype_label(dt);
   }
 }
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// ---- the CUDA grouped route (tensor-core grouped GEMM) against the GEMV route and the CPU
+// --------
+
+namespace moe_cuda = kernels::cuda;
+
+// Integer values in [lo, hi].
+Tensor int_tensor(Shape shape, DType dt, uint64_t seed, int lo, int hi) {
+  std::mt19937_64 rng(seed);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) {
+    x = lo + static_cast<int>(rng() % static_cast<uint64_t>(hi - lo + 1));
+  }
+  return Tensor::from_vector(v, shape, dt);
+}
+
+MoeInputs to_cuda(const MoeInputs& in) {
+  const Device d = Device::cuda(0);
+  MoeInputs g = in;
+  g.x = in.x.to(d);
+  g.ids = in.ids.to(d);
+  g.scales = in.scales.to(d);
+  g.w1 = in.w1.to(d);
+  g.w2 = in.w2.to(d);
+  if (in.b1) g.b1 = in.b1->to(d);
+  if (in.b2) g.b2 = in.b2->to(d);
+  if (in.alpha) g.alpha = in.alpha->to(d);
+  if (in.beta) g.beta = in.beta->to(d);
+  if (in.limit) g.limit = in.limit->to(d);
+  return g;
+}
+
+// Runs the case on CUDA with the route forced (0 auto, 1 GEMV, 2 grouped); `grouped` gets
+// whether the grouped route ran.
+Tensor run_cuda_route(const MoeCase& c, const MoeInputs& g, int force, bool* grouped) {
+  moe_cuda::set_cutlass_moe_route(force);
+  const uint64_t before = moe_cuda::cutlass_moe_cuda_stats().grouped_runs;
+  Tensor out = run_moe(c, g)[0].to(Device::cpu());
+  moe_cuda::set_cutlass_moe_route(0);
+  *grouped = moe_cuda::cutlass_moe_cuda_stats().grouped_runs == before + 1;
+  return out;
+}
+
+// Integer operands small enough that every fp32 sum is exact (|x|, |w| <= 1 over hidden 32: GEMM1
+// |g| <= 34 with the bias; Relu2 <= 1156, GEMM2 |sum| <= 32 * 1156 < 2^24, inside fp16's range;
+// power-of-two scales): only the summation order differs between the routes, so the grouped
+// route, the GEMV route and the CPU reference agree bit for bit, with experts of other ranks
+// (ep_rank 1 of 2) and both biases, gated and not.
+TEST(MoeCudaGrouped, BitExactOnIntegerOperands) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (DType out_dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      for (ActivationType act :
+           {ActivationType::Relu, ActivationType::Relu2, ActivationType::Identity}) {
+        MoeCase c;
+        c.T = 150;  // 300 pairs, 8 local experts: the auto route is grouped
+        c.H = 32;
+        c.I = 32;
+        c.E = 8;
+        c.K = 2;
+        c.dt = dt;
+        c.out_dt = out_dt;
+        c.act = act;
+        c.ep_size = 2;
+        c.ep_rank = 1;
+        c.biases = true;
+        MoeInputs in = make_inputs(c);
+        const int64_t N1 = gated(act) ? 2 * c.I : c.I;
+        in.x = int_tensor({c.T, c.H}, dt, 11, -1, 1);
+        in.w1 = int_tensor({c.E, N1, c.H}, dt, 12, -1, 1);
+        in.w2 = int_tensor({c.E, c.H, c.I}, dt, 13, -1, 1);
+        in.b1 = int_tensor({c.E, N1}, dt, 14, -2, 2);
+        in.b2 = int_tensor({c.E, c.H}, dt, 15, -2, 2);
+        std::vector<double> sc(static_cast<size_t>(c.T * c.K));
+        for (size_t i = 0; i < sc.size(); ++i) sc[i] = std::ldexp(1.0, static_cast<int>(i % 4) - 2);
+        in.scales = Tensor::from_vector(sc, {c.T, c.K}, DType::kFloat32);
+        const Tensor ref = run_moe(c, in)[0];
+        const MoeInputs g = to_cuda(in);
+        bool grouped = false;
+        const Tensor auto_out = run_cuda_route(c, g, 0, &grouped);
+        EXPECT_TRUE(grouped) << dtype_label(dt) << " -> " << dtype_label(out_dt);
+        const Tensor gemv = run_cuda_route(c, g, 1, &grouped);
+        EXPECT_FALSE(grouped);
+        const std::string what = std::string(dtype_label(dt)) + " -> " +
+                                 std::string(dtype_label(out_dt)) + ", act " +
+                                 std::to_string(static_cast<int>(act));
+        EXPECT_TRUE(all_close(auto_out, ref, {0, 0})) << what;
+        EXPECT_TRUE(all_close(gemv, ref, {0, 0})) << what;
+      }
+    }
+  }
+}
+
+// Random operands, gated activations with biases and per-expert SwiGLU parameters: the grouped
+// route against the GEMV route within two units in the last place of the output (the GEMM
+// sums' order differs, one rounding of y can move by an ulp), and against the CPU reference.
+TEST(MoeCudaGrouped, RandomOperandsWithinAccumulationBound) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (ActivationType act : {ActivationType::Swiglu, ActivationType::Geglu}) {
+      MoeCase c;
+      c.T = 200;
+      c.H = 136;  // two n tiles of GEMM2, the second partial
+      c.I = 72;
+      c.E = 6;
+      c.K = 3;
+      c.dt = c.out_dt = dt;
+      c.act = act;
+      c.biases = true;
+      c.swiglu_params = act == ActivationType::Swiglu;
+      const MoeInputs in = make_inputs(c);
+      const Tensor ref = run_moe(c, in)[0];
+      const MoeInputs g = to_cuda(in);
+      bool grouped = false;
+      const Tensor got = run_cuda_route(c, g, 0, &grouped);
+      EXPECT_TRUE(grouped);
+      const Tensor gemv = run_cuda_route(c, g, 1, &grouped);
+      EXPECT_TRUE(all_close(got, gemv, default_tolerance(dt))) << dtype_label(dt);
+      EXPECT_TRUE(all_close(got, ref, default_tolerance(dt))) << dtype_label(dt);
+    }
+  }
+}
+
+// Decode: fewer than two pairs per local expert stays on the GEMV route; forced onto the grouped
+// one (most experts empty), it still matches bit for bit on integer operands. fp32 input never
+// takes it.
+TEST(MoeCudaGrouped, DecodeRouteAndForcedGrouped) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  MoeCase c;
+  c.T = 3;  // 6 pairs, 8 experts
+  c.H = 32;
+  c.I = 16;
+  c.E = 8;
+  c.dt = c.out_dt = DType::kBFloat16;
+  c.act = ActivationType::Relu;
+  MoeInputs in = make_inputs(c);
+  in.x = int_tensor({c.T, c.H}, c.dt, 21, -1, 1);
+  in.w1 = int_tensor({c.E, c.I, c.H}, c.dt, 22, -1, 1);
+  in.w2 = int_tensor({c.E, c.H, c.I}, c.dt, 23, -1, 1);
+  in.scales = Tensor::full({c.T, c.K}, 0.5, DType::kFloat32);
+  const Tensor ref = run_moe(c, in)[0];
+  const MoeInputs g = to_cuda(in);
+  bool grouped = true;
+  EXPECT_TRUE(all_close(run_cuda_route(c, g, 0, &grouped), ref, {0, 0}));
+  EXPECT_FALSE(grouped);
+  EXPECT_TRUE(all_close(run_cuda_route(c, g, 2, &grouped), ref, {0, 0}));
+  EXPECT_TRUE(grouped);
+  c.dt = c.out_dt = DType::kFloat32;
+  const MoeInputs f = to_cuda(make_inputs(c));
+  run_cuda_route(c, f, 2, &grouped);
+  EXPECT_FALSE(grouped);
+}
+
+// Once the stream's scratch is large enough, neither route allocates: 100 calls of one shape.
+TEST(MoeCudaGrouped, NoScratchAllocationOnceWarm) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  MoeCase c;
+  c.T = 64;
+  c.H = 64;
+  c.I = 32;
+  c.E = 4;
+  c.dt = c.out_dt = DType::kBFloat16;
+  const MoeInputs g = to_cuda(make_inputs(c));
+  for (int force : {0, 1}) {
+    moe_cuda::set_cutlass_moe_route(force);
+    run_moe(c, g);
+    const moe_cuda::CutlassMoeCudaStats s0 = moe_cuda::cutlass_moe_cuda_stats();
+    for (int i = 0; i < 100; ++i) run_moe(c, g);
+    const moe_cuda::CutlassMoeCudaStats s1 = moe_cuda::cutlass_moe_cuda_stats();
+    moe_cuda::set_cutlass_moe_route(0);
+    EXPECT_EQ(s1.scratch_allocs, s0.scratch_allocs) << "force " << force;
+    EXPECT_EQ(force == 0 ? s1.grouped_runs - s0.grouped_runs : s1.gemv_runs - s0.gemv_runs, 100u);
+  }
+}
+#endif
 
 // n_group matters only to DeepSeekV3's grouped selection: the other methods ignore it, also
 // when it exceeds num_experts or does not divide it (the CPU reference divided by E / n_group =

@@ -1,10 +1,21 @@
-// CUDA kernels of the MoE ops. The fused MoE is the CPU reference's math in three passes over
-// the (token, k) pairs, one warp per output element of each GEMM row (fp32 accumulation); it is
-// a correct baseline, not a tuned grouped GEMM.
+// CUDA kernels of the MoE ops. The fused MoE (cutlass_fused_moe) has two routes with the CPU
+// reference's rounding points: the GEMV route, three passes over the (token, k) pairs, one warp
+// per output element of each GEMM row (fp32 accumulation; decode, fp32 input, and the fallback);
+// and, for bf16 / fp16 prefill-sized batches, the grouped route (moe_grouped_plan.h): the pairs
+// permuted by expert on the device, both GEMMs on the tensor-core grouped GEMM (fp32
+// accumulation, one rounding each, at the same points), the GEMV route's activation code
+// between them, its finalize reading rows through the permutation.
+#include <atomic>
 #include <cfloat>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/grouped_gemm_cuda.h"
 #include "kernels/cuda/moe_cuda.h"
+#include "kernels/cuda/moe_grouped_plan.h"
 
 namespace flashinfer::kernels::cuda {
 namespace {
@@ -49,49 +60,61 @@ __device__ __forceinline__ float tanh_via_sigmoid(float z) {
   return 2.0f / (1.0f + expf(-2.0f * z)) - 1.0f;
 }
 
-// The activation of element j of one GEMM1 row g (fp32), as moe_activation_row on the CPU.
-__device__ float activation(const CutlassMoeParams& p, int64_t e, const float* g, int64_t j) {
-  const int64_t I = p.inter;
+// The activation of one element from its biased GEMM1 values (fp32), as moe_activation_row on
+// the CPU: up = element j of the row, gate = element inter + j (gated activations only; the
+// others ignore it). Every route computes it here.
+__device__ float activation_value(const CutlassMoeParams& p, int64_t e, float up, float gate) {
   const bool biased = p.swiglu_alpha || p.swiglu_beta || p.swiglu_limit;
   switch (p.act) {
     case MoeAct::kSwiglu:
     case MoeAct::kSwigluBias: {
-      if (p.act == MoeAct::kSwiglu && !biased) return silu(g[I + j]) * g[j];
+      if (p.act == MoeAct::kSwiglu && !biased) return silu(gate) * up;
       const float alpha = p.swiglu_alpha ? p.swiglu_alpha[e] : 1.0f;
       const float beta = p.swiglu_beta ? p.swiglu_beta[e] : 0.0f;
       const float limit = p.swiglu_limit ? p.swiglu_limit[e] : FLT_MAX;
-      const float gt = fminf(g[I + j], limit);
-      const float u = fminf(fmaxf(g[j], -limit), limit) + beta;
+      const float gt = fminf(gate, limit);
+      const float u = fminf(fmaxf(up, -limit), limit) + beta;
       return gt / (1.0f + expf(-alpha * gt)) * u;
     }
     case MoeAct::kSwigluStep: {
       const float limit = p.swiglu_limit ? p.swiglu_limit[e] : 7.0f;
-      return fminf(silu(g[I + j]), limit) * fminf(fmaxf(g[j], -limit), limit);
+      return fminf(silu(gate), limit) * fminf(fmaxf(up, -limit), limit);
     }
     case MoeAct::kGeglu:
-      return gelu_erf(g[I + j]) * g[j];
+      return gelu_erf(gate) * up;
     case MoeAct::kGegluTanh:
-      return gelu_tanh(g[I + j]) * g[j];
+      return gelu_tanh(gate) * up;
     case MoeAct::kSitu: {
       const float beta = p.situ_beta ? p.situ_beta[e] : 4.0f;
       const float lbeta = p.situ_linear_beta ? p.situ_linear_beta[e] : 25.0f;
-      const float gt = g[I + j];
-      const float gate = beta * tanh_via_sigmoid(gt / beta) / (1.0f + expf(-gt));
-      return gate * (p.situ_clamp_up ? lbeta * tanh_via_sigmoid(g[j] / lbeta) : g[j]);
+      const float g = beta * tanh_via_sigmoid(gate / beta) / (1.0f + expf(-gate));
+      return g * (p.situ_clamp_up ? lbeta * tanh_via_sigmoid(up / lbeta) : up);
     }
     case MoeAct::kGelu:
-      return gelu_erf(g[j]);
+      return gelu_erf(up);
     case MoeAct::kRelu:
-      return fmaxf(g[j], 0.0f);
+      return fmaxf(up, 0.0f);
     case MoeAct::kRelu2: {
-      const float r = fmaxf(g[j], 0.0f);
+      const float r = fmaxf(up, 0.0f);
       return r * r;
     }
     case MoeAct::kSilu:
-      return silu(g[j]);
+      return silu(up);
     default:
-      return g[j];  // Identity (the API layer refuses the others)
+      return up;  // Identity (the API layer refuses the others)
   }
+}
+
+// The activation of element j of one GEMM1 row g (fp32, biased).
+__device__ float activation(const CutlassMoeParams& p, int64_t e, const float* g, int64_t j) {
+  return activation_value(p, e, g[j], moe_act_is_gated(p.act) ? g[p.inter + j] : 0.0f);
+}
+
+// A GEMM1 output already rounded to T, plus the fc1 bias in fp32 (upstream's
+// doActivationKernel), as both routes add it.
+template <class T>
+__device__ __forceinline__ float gemm1_biased(float rounded, const T* b1, int64_t j) {
+  return rounded + (b1 ? to_f32(b1[j]) : 0.0f);
 }
 
 // One block per (token, k) pair: GEMM1 row (one warp per output) rounded to T, the fc1 bias added
@@ -114,7 +137,7 @@ __global__ void moe_gemm1_kernel(CutlassMoeParams p) {
     float acc = 0.0f;
     for (int64_t c = lane; c < H; c += 32) acc += to_f32(x[c]) * to_f32(wr[c]);
     acc = warp_reduce_sum(acc);
-    if (lane == 0) g[j] = round_as<T>(acc) + (b1 ? to_f32(b1[j]) : 0.0f);
+    if (lane == 0) g[j] = gemm1_biased(round_as<T>(acc), b1, j);
   }
   __syncthreads();
   float* h = p.ws_h + pair * p.inter;
@@ -145,9 +168,11 @@ __global__ void moe_gemm2_kernel(CutlassMoeParams p) {
 }
 
 // One block per token: the weighted sum over k in k order of scale * (y + b2), fp32 (upstream's
-// finalizeMoeRoutingKernel; p.b2 is null on tensor-parallel ranks other than 0).
-template <class T, class O>
-__global__ void moe_finalize_kernel(CutlassMoeParams p) {
+// finalizeMoeRoutingKernel; p.b2 is null on tensor-parallel ranks other than 0). y holds the
+// GEMM2 rows already rounded to O (fp32 on the GEMV route, O on the grouped one): pair i's row
+// is perm[i] (grouped route) or i (perm null).
+template <class T, class O, class Y>
+__global__ void moe_finalize_kernel(CutlassMoeParams p, const Y* y, const int32_t* perm) {
   const int64_t t = blockIdx.x;
   O* out = static_cast<O*>(p.out) + t * p.out_stride;
   const T* b2 = static_cast<const T*>(p.b2);
@@ -158,25 +183,257 @@ __global__ void moe_finalize_kernel(CutlassMoeParams p) {
       const int64_t e = local_expert(p, pair);
       if (e < 0) continue;
       const float b = b2 ? to_f32(b2[e * p.hidden + j]) : 0.0f;
-      acc += load_scale(p, t * p.scales_stride + k) * (p.ws_y[pair * p.hidden + j] + b);
+      const int64_t row = perm ? perm[pair] : pair;
+      acc += load_scale(p, t * p.scales_stride + k) * (to_f32(y[row * p.hidden + j]) + b);
     }
     out[j] = from_f32<O>(acc);
   }
   pdl_launch_dependents();
 }
 
+// ---- the grouped route (moe_grouped_plan.h) --------------------------------------------------
+
+static_assert(moe::kMoePermChunk == kThreads, "one pair of a chunk per thread");
+
+// The local experts of chunk blockIdx.x's pairs into le (-1 past the pairs); returns how many
+// pairs the chunk has.
+__device__ int load_chunk_experts(const CutlassMoeParams& p, int32_t* le) {
+  const int64_t pairs = p.num_tokens * p.top_k, c0 = int64_t{blockIdx.x} * moe::kMoePermChunk;
+  const int64_t left = pairs - c0;
+  const int n = static_cast<int>(left < moe::kMoePermChunk ? left : moe::kMoePermChunk);
+  const int i = static_cast<int>(threadIdx.x);
+  le[i] = i < n ? static_cast<int32_t>(local_expert(p, c0 + i)) : -1;
+  __syncthreads();
+  return n;
+}
+
+// The counting pass: counts[c * E + e] for chunk c = blockIdx.x and every local expert e.
+__global__ void moe_count_kernel(CutlassMoeParams p, int32_t* counts) {
+  pdl_wait();
+  __shared__ int32_t le[moe::kMoePermChunk];
+  const int n = load_chunk_experts(p, le);
+  const int64_t E = p.num_local_experts;
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    counts[int64_t{blockIdx.x} * E + e] = moe::moe_chunk_count(le, n, static_cast<int32_t>(e));
+  }
+}
+
+// One block: m_indptr (the experts' totals, exclusive scan), then counts -> each chunk's first
+// row per expert.
+__global__ void moe_offsets_kernel(int64_t chunks, int64_t E, int32_t* counts, int32_t* indptr) {
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    indptr[e + 1] = moe::moe_expert_total(counts, chunks, E, e);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    indptr[0] = 0;
+    for (int64_t e = 0; e < E; ++e) indptr[e + 1] += indptr[e];
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+    moe::moe_expert_offsets(counts, chunks, E, e, indptr[e]);
+  }
+}
+
+// The scatter pass: perm[pair] = the pair's row (-1: no local expert), chunk blockIdx.x.
+__global__ void moe_scatter_kernel(CutlassMoeParams p, const int32_t* offsets, int32_t* perm) {
+  __shared__ int32_t le[moe::kMoePermChunk];
+  const int n = load_chunk_experts(p, le);
+  const int i = static_cast<int>(threadIdx.x);
+  if (i >= n) return;
+  const int64_t pair = int64_t{blockIdx.x} * moe::kMoePermChunk + i;
+  perm[pair] = le[i] < 0 ? -1
+                         : offsets[int64_t{blockIdx.x} * p.num_local_experts + le[i]] +
+                               moe::moe_rank_in_chunk(le, i);
+}
+
+// One block per pair: its token's input row into row perm[pair] of xs (16-byte chunks where the
+// input row is 16-byte aligned; hidden * 2 bytes is a multiple of 16 on this route).
+template <class T>
+__global__ void moe_gather_kernel(CutlassMoeParams p, const int32_t* perm, T* xs) {
+  const int64_t pair = blockIdx.x, row = perm[pair];
+  if (row < 0) return;
+  const int64_t H = p.hidden;
+  const T* src = static_cast<const T*>(p.input) + (pair / p.top_k) * p.in_stride;
+  T* dst = xs + row * H;
+  if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    const auto* s4 = reinterpret_cast<const uint4*>(src);
+    auto* d4 = reinterpret_cast<uint4*>(dst);
+    for (int64_t c = threadIdx.x; c < H * 2 / 16; c += blockDim.x) d4[c] = s4[c];
+  } else {
+    for (int64_t c = threadIdx.x; c < H; c += blockDim.x) dst[c] = src[c];
+  }
+}
+
+// One block per pair: the bias and activation of its GEMM1 row (T, rounded by the GEMM) as the
+// GEMV route's moe_gemm1_kernel, rounded to T into its row of h.
+template <class T>
+__global__ void moe_activation_kernel(CutlassMoeParams p, const int32_t* perm, const T* g1, T* h) {
+  const int64_t pair = blockIdx.x;
+  const int64_t e = local_expert(p, pair);
+  if (e < 0) return;
+  const int64_t row = perm[pair], I = p.inter;
+  const bool gated = moe_act_is_gated(p.act);
+  const int64_t N1 = gated ? 2 * I : I;
+  const T* g = g1 + row * N1;
+  const T* b1 = p.b1 ? static_cast<const T*>(p.b1) + e * N1 : nullptr;
+  T* hr = h + row * I;
+  for (int64_t j = threadIdx.x; j < I; j += blockDim.x) {
+    const float up = gemm1_biased(to_f32(g[j]), b1, j);
+    const float gate = gated ? gemm1_biased(to_f32(g[I + j]), b1, I + j) : 0.0f;
+    hr[j] = from_f32<T>(activation_value(p, e, up, gate));
+  }
+}
+
+// ---- scratch, route ---------------------------------------------------------------------------
+
+std::atomic<int> g_force_route{0};
+std::atomic<uint64_t> g_grouped_runs{0}, g_gemv_runs{0}, g_scratch_allocs{0};
+
+// At least `bytes` of device scratch for this (device, stream), 256-byte aligned, valid until
+// the next call on the stream (stream order keeps calls apart). It only grows (to a power of
+// two); an outgrown buffer stays allocated, since launches queued before may still use it. Not
+// freed: static destructors may run after the CUDA context is gone.
+void* stream_scratch(const char* op, cudaStream_t stream, uint64_t bytes) {
+  struct Scratch {
+    void* ptr = nullptr;
+    uint64_t bytes = 0;
+  };
+  static std::mutex mu;
+  static auto& buffers = *new std::map<std::pair<int, cudaStream_t>, Scratch>;
+  static auto& retired = *new std::vector<void*>;
+  int device = 0;
+  FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  Scratch& sc = buffers[{device, stream}];
+  if (sc.bytes < bytes) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    FLASHINFER_CUDA_CALL(op, cudaStreamIsCapturing(stream, &status));
+    FLASHINFER_CHECK_CODE(status == cudaStreamCaptureStatusNone, ErrorCode::kUnsupported, op, "",
+                          "this call needs ", bytes,
+                          " bytes of scratch, more than this stream has, while the stream is "
+                          "being captured into a CUDA graph: run the call once on the stream "
+                          "before capturing it");
+    uint64_t grown = uint64_t{1} << 20;
+    while (grown < bytes) grown *= 2;
+    void* fresh = nullptr;
+    FLASHINFER_CUDA_CALL(op, cudaMalloc(&fresh, static_cast<std::size_t>(grown)));
+    g_scratch_allocs.fetch_add(1, std::memory_order_relaxed);
+    if (sc.ptr != nullptr) retired.push_back(sc.ptr);
+    sc = {fresh, grown};
+  }
+  return sc.ptr;
+}
+
+moe::MoeRouteQuery route_query(const CutlassMoeParams& p, const char* op) {
+  int device = 0, major = 0;
+  FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
+  FLASHINFER_CUDA_CALL(op,
+                       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  moe::MoeRouteQuery q;
+  q.pairs = p.num_tokens * p.top_k;
+  q.local_experts = p.num_local_experts;
+  q.hidden = p.hidden;
+  q.inter = p.inter;
+  q.gemm1_n = moe_act_is_gated(p.act) ? 2 * p.inter : p.inter;
+  q.elem_bytes = static_cast<int64_t>(dtype_size(p.dtype));
+  q.w1 = reinterpret_cast<uintptr_t>(p.w1);
+  q.w2 = reinterpret_cast<uintptr_t>(p.w2);
+  q.sm_major = major;
+  return q;
+}
+
+// The grouped route: permutation, GEMM1 (rounded to T by the GEMM), bias + activation, GEMM2
+// (rounded to O), the finalize through the permutation.
+template <class T, class O>
+void launch_moe_grouped(const CutlassMoeParams& p, cudaStream_t stream, bool enable_pdl) {
+  const char* op = "cutlass_fused_moe";
+  const int64_t pairs = p.num_tokens * p.top_k, E = p.num_local_experts;
+  const int64_t H = p.hidden, I = p.inter, N1 = moe_act_is_gated(p.act) ? 2 * I : I;
+  const int64_t chunks = moe::moe_perm_chunks(pairs);
+  const moe::MoeGroupedScratch l =
+      moe::moe_grouped_scratch(pairs, E, H, I, N1, sizeof(T), sizeof(O));
+  auto* base = static_cast<char*>(stream_scratch(op, stream, l.bytes));
+  auto* counts = reinterpret_cast<int32_t*>(base + l.counts);
+  auto* indptr = reinterpret_cast<int32_t*>(base + l.indptr);
+  auto* perm = reinterpret_cast<int32_t*>(base + l.perm);
+  auto* xs = reinterpret_cast<T*>(base + l.xs);
+  auto* g1 = reinterpret_cast<T*>(base + l.g1);
+  auto* h = reinterpret_cast<T*>(base + l.h);
+  auto* y = reinterpret_cast<O*>(base + l.y);
+  const dim3 chunk_grid(static_cast<unsigned>(chunks)), pair_grid(static_cast<unsigned>(pairs));
+  launch_kernel(op, moe_count_kernel, chunk_grid, dim3(kThreads), 0, stream, enable_pdl, p, counts);
+  launch_kernel(op, moe_offsets_kernel, dim3(1), dim3(kThreads), 0, stream, false, chunks, E,
+                counts, indptr);
+  launch_kernel(op, moe_scatter_kernel, chunk_grid, dim3(kThreads), 0, stream, false, p,
+                static_cast<const int32_t*>(counts), perm);
+  launch_kernel(op, moe_gather_kernel<T>, pair_grid, dim3(kThreads), 0, stream, false, p,
+                static_cast<const int32_t*>(perm), xs);
+  GroupedMmCudaParams g;
+  g.in_dtype = g.b_dtype = p.dtype;
+  g.m_indptr = indptr;
+  g.num_groups = E;
+  g.cum_m = pairs;  // rows past m_indptr[E] (pairs of no local expert) are not computed
+  g.a = xs;
+  g.a_stride_m = H;
+  g.b = p.w1;
+  g.b_stride_e = N1 * H;
+  g.b_stride_n = H;
+  g.n = N1;
+  g.k = H;
+  g.out = g1;
+  g.out_dtype = p.dtype;
+  g.out_stride_m = N1;
+  grouped_mm_bf16(g, stream);
+  launch_kernel(op, moe_activation_kernel<T>, pair_grid, dim3(kThreads), 0, stream, false, p,
+                static_cast<const int32_t*>(perm), static_cast<const T*>(g1), h);
+  g.a = h;
+  g.a_stride_m = I;
+  g.b = p.w2;
+  g.b_stride_e = H * I;
+  g.b_stride_n = I;
+  g.n = H;
+  g.k = I;
+  g.out = y;
+  g.out_dtype = p.out_dtype;
+  g.out_stride_m = H;
+  grouped_mm_bf16(g, stream);
+  launch_kernel(op, moe_finalize_kernel<T, O, O>, dim3(static_cast<unsigned>(p.num_tokens)),
+                dim3(kThreads), 0, stream, false, p, static_cast<const O*>(y),
+                static_cast<const int32_t*>(perm));
+}
+
 template <class T, class O>
 void launch_moe(const CutlassMoeParams& p, cudaStream_t stream, bool enable_pdl) {
+  const char* op = "cutlass_fused_moe";
   const int64_t pairs = p.num_tokens * p.top_k;
   if (p.num_tokens == 0) return;
-  FLASHINFER_CHECK_CODE(pairs <= 0x7FFFFFFF, ErrorCode::kUnsupported, "cutlass_fused_moe", "input",
+  FLASHINFER_CHECK_CODE(pairs <= 0x7FFFFFFF, ErrorCode::kUnsupported, op, "input",
                         "more than 2^31 - 1 (token, expert) pairs");
-  launch_kernel("cutlass_fused_moe", moe_gemm1_kernel<T>, dim3(static_cast<unsigned>(pairs)),
-                dim3(kThreads), 0, stream, enable_pdl, p);
-  launch_kernel("cutlass_fused_moe", moe_gemm2_kernel<T, O>, dim3(static_cast<unsigned>(pairs)),
-                dim3(kThreads), 0, stream, false, p);
-  launch_kernel("cutlass_fused_moe", moe_finalize_kernel<T, O>,
-                dim3(static_cast<unsigned>(p.num_tokens)), dim3(kThreads), 0, stream, false, p);
+  if constexpr (sizeof(T) == 2) {
+    if (moe::moe_use_grouped(route_query(p, op), g_force_route.load())) {
+      g_grouped_runs.fetch_add(1, std::memory_order_relaxed);
+      launch_moe_grouped<T, O>(p, stream, enable_pdl);
+      return;
+    }
+  }
+  g_gemv_runs.fetch_add(1, std::memory_order_relaxed);
+  CutlassMoeParams q = p;
+  if (!q.ws_g1 || !q.ws_h || !q.ws_y) {  // the caller passed no scratch: the stream's
+    const int64_t N1 = moe_act_is_gated(p.act) ? 2 * p.inter : p.inter;
+    const moe::MoeGemvScratch l = moe::moe_gemv_scratch(pairs, p.hidden, p.inter, N1);
+    auto* base = static_cast<char*>(stream_scratch(op, stream, l.bytes));
+    q.ws_g1 = reinterpret_cast<float*>(base + l.g1);
+    q.ws_h = reinterpret_cast<float*>(base + l.h);
+    q.ws_y = reinterpret_cast<float*>(base + l.y);
+  }
+  launch_kernel(op, moe_gemm1_kernel<T>, dim3(static_cast<unsigned>(pairs)), dim3(kThreads), 0,
+                stream, enable_pdl, q);
+  launch_kernel(op, moe_gemm2_kernel<T, O>, dim3(static_cast<unsigned>(pairs)), dim3(kThreads), 0,
+                stream, false, q);
+  launch_kernel(op, moe_finalize_kernel<T, O, float>, dim3(static_cast<unsigned>(p.num_tokens)),
+                dim3(kThreads), 0, stream, false, q, static_cast<const float*>(q.ws_y),
+                static_cast<const int32_t*>(nullptr));
 }
 
 // One thread per token; the same selection loops as the CPU reference (groups are at most 32).
@@ -652,6 +909,16 @@ void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl) {
             p.out_dtype, "cutlass_fused_moe", "output_dtype",
             [&]<class O>() { launch_moe<T, O>(p, s, enable_pdl); });
       });
+}
+
+void set_cutlass_moe_route(int force) { g_force_route.store(force); }
+
+CutlassMoeCudaStats cutlass_moe_cuda_stats() {
+  CutlassMoeCudaStats s;
+  s.grouped_runs = g_grouped_runs.load();
+  s.gemv_runs = g_gemv_runs.load();
+  s.scratch_allocs = g_scratch_allocs.load();
+  return s;
 }
 
 void deepseek_routing(const DeepSeekRoutingParams& p, void* stream, bool enable_pdl) {

@@ -2,14 +2,29 @@
 // sees CUDA headers. Launchers throw flashinfer::Error(kCuda) when a launch fails.
 #pragma once
 
+#include <cstdint>
+
 #include "kernels/moe_bf16_params.h"
 #include "kernels/moe_params.h"
 #include "kernels/moe_quant_params.h"
 
 namespace flashinfer::kernels::cuda {
 
-/// Needs p.ws_g1 / ws_h / ws_y (device fp32 scratch, see CutlassMoeParams).
+/// bf16 / fp16 input where moe::moe_use_grouped holds (moe_grouped_plan.h: sm80+, 16-byte aligned
+/// weight rows, pairs >= 2 * local experts): the pairs permuted by expert on the device and both
+/// GEMMs on the tensor-core grouped GEMM (grouped_mm_bf16), the rounding points of the GEMV
+/// route. Otherwise the GEMV kernels, with p.ws_g1 / ws_h / ws_y when given (device fp32
+/// scratch, see CutlassMoeParams). Scratch comes from a buffer per (device, stream) that only
+/// grows: nothing is allocated once it is large enough.
 void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl);
+
+/// Tests: 0 lets cutlass_moe pick its route, 1 forces the GEMV kernels, 2 the grouped route
+/// where eligible (moe::moe_use_grouped's `force`). Process-wide.
+void set_cutlass_moe_route(int force);
+struct CutlassMoeCudaStats {
+  uint64_t grouped_runs = 0, gemv_runs = 0, scratch_allocs = 0;
+};
+CutlassMoeCudaStats cutlass_moe_cuda_stats();
 void deepseek_routing(const DeepSeekRoutingParams& p, void* stream, bool enable_pdl);
 /// trtllm_fp8_block_scale_moe / _routed_ (block_scale must be set; plain MajorK weights).
 /// Needs the ws_* scratch of TrtllmFp8MoeParams; num_experts <= kFp8MoeCudaMaxExperts.

@@ -1,0 +1,149 @@
+// The fused bf16/fp16 MoE's grouped route (moe_cuda.cu) as plain arithmetic shared by the
+// kernels, the launcher and the CPU tests (tests/core/test_moe_grouped_plan.cpp): which route a
+// call takes, the layout of its scratch, and the pieces of the device permutation.
+//
+// The grouped route sorts the (token, k) pairs by local expert, stably (pair order within an
+// expert), into one row each of an expanded activation buffer, with m_indptr per expert, all on
+// the device: pairs go in chunks of kMoePermChunk; a counting pass writes counts[c * E + e] (the
+// pairs of chunk c with local expert e); one block turns them into m_indptr (the experts'
+// totals, exclusive scan) and, in place, into each chunk's first row per expert; a scatter pass
+// gives pair i of chunk c with expert e the row offsets[c * E + e] + (the pairs of its chunk
+// before it with expert e). Then both GEMMs run on the tensor-core grouped GEMM.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/device/host_device.h"
+#include "kernels/cuda/grouped_gemm_shape.h"
+
+namespace flashinfer::kernels::cuda::moe {
+
+/// Pairs per block of the counting and scatter passes (one a thread).
+constexpr int kMoePermChunk = 256;
+
+FLASHINFER_HD constexpr int64_t moe_perm_chunks(int64_t pairs) {
+  return (pairs + kMoePermChunk - 1) / kMoePermChunk;
+}
+
+/// The pairs among le[0, n) (local experts of one chunk, -1: none) with local expert e.
+FLASHINFER_HD int32_t moe_chunk_count(const int32_t* le, int n, int32_t e) {
+  int32_t c = 0;
+  for (int i = 0; i < n; ++i) c += le[i] == e ? 1 : 0;
+  return c;
+}
+
+/// Pair i's rank among its chunk's pairs of the same expert (those before it).
+FLASHINFER_HD int32_t moe_rank_in_chunk(const int32_t* le, int i) {
+  int32_t r = 0;
+  for (int j = 0; j < i; ++j) r += le[j] == le[i] ? 1 : 0;
+  return r;
+}
+
+/// Expert e's pairs over all chunks (counts [chunks, experts]).
+FLASHINFER_HD int32_t moe_expert_total(const int32_t* counts, int64_t chunks, int64_t experts,
+                                       int64_t e) {
+  int32_t s = 0;
+  for (int64_t c = 0; c < chunks; ++c) s += counts[c * experts + e];
+  return s;
+}
+
+/// counts[c * experts + e] -> the first row of chunk c's pairs of expert e, `base` being expert
+/// e's first row (m_indptr[e]): an exclusive scan over the chunks in order.
+FLASHINFER_HD void moe_expert_offsets(int32_t* counts, int64_t chunks, int64_t experts, int64_t e,
+                                      int32_t base) {
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int32_t n = counts[c * experts + e];
+    counts[c * experts + e] = base;
+    base += n;
+  }
+}
+
+/// What picks the route of one cutlass_fused_moe call on CUDA.
+struct MoeRouteQuery {
+  int64_t pairs = 0, local_experts = 0, hidden = 0, inter = 0, gemm1_n = 0;
+  int64_t elem_bytes = 2;   // of the input dtype: the grouped route is for bf16 / fp16 (2)
+  uint64_t w1 = 0, w2 = 0;  // weight addresses
+  int sm_major = 0;
+};
+
+/// Whether the tensor-core grouped kernel takes both GEMMs (its own test, mma_layout in
+/// grouped_gemm_cuda.cu, then picks it rather than its CUDA-core fallback): 16-bit operands on
+/// sm80+; the weights' rows 16-byte aligned with unit k stride (grouped::gmm_operand_aligned:
+/// w1 [E, gemm1_n, hidden], w2 [E, hidden, inter], contiguous), which also covers the scratch
+/// activations' rows (hidden and inter elements, 256-byte aligned bases); the grid within CUDA's
+/// limits.
+FLASHINFER_HD constexpr bool moe_grouped_eligible(const MoeRouteQuery& q) {
+  using namespace grouped;
+  return q.elem_bytes == 2 && q.sm_major >= 8 && q.pairs > 0 && q.local_experts > 0 &&
+         q.pairs <= 0x7fffffff &&
+         gmm_operand_aligned(q.w1, q.hidden, 1, q.gemm1_n * q.hidden, q.hidden, 2) &&
+         gmm_operand_aligned(q.w2, q.inter, 1, q.hidden * q.inter, q.inter, 2) &&
+         gmm_slot_bound(q.pairs, q.local_experts) <= 0x7fffffff &&
+         (q.gemm1_n + kGmmTileN - 1) / kGmmTileN <= 65535 &&
+         (q.hidden + kGmmTileN - 1) / kGmmTileN <= 65535;
+}
+
+/// Whether the grouped route pays: the GEMV kernels stream an expert's weights once per pair
+/// (one block per pair), the grouped GEMM once per 128 of its pairs, but adds four small
+/// launches (count, offsets, scatter, gather) and copies the activations. The host does not
+/// know how the pairs spread over the experts (the ids live on the device); at most
+/// min(local_experts, pairs) experts are active, so pairs >= 2 * local_experts means at least
+/// two pairs per active expert on average: the grouped route at least halves the weight
+/// traffic, which dominates the MoE. Below it (decode: about one pair per expert) both read
+/// each active expert's weights about once and the GEMV route saves the extra passes. Pairs
+/// count the non-local ones too (expert parallelism): the estimate errs toward the grouped
+/// route there.
+FLASHINFER_HD constexpr bool moe_grouped_worthwhile(int64_t pairs, int64_t local_experts) {
+  return pairs > 0 && pairs >= 2 * local_experts;
+}
+
+/// The route of a call: 0 auto (eligible and worthwhile), 1 force the GEMV kernels, 2 force the
+/// grouped one where eligible (the tests' override).
+FLASHINFER_HD constexpr bool moe_use_grouped(const MoeRouteQuery& q, int force) {
+  if (force == 1 || !moe_grouped_eligible(q)) return false;
+  return force == 2 || moe_grouped_worthwhile(q.pairs, q.local_experts);
+}
+
+FLASHINFER_HD constexpr uint64_t moe_align256(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+/// Byte offsets of the grouped route's scratch (one block, 256-byte aligned pieces): counts
+/// int32 [chunks, E] (then the chunks' first rows), m_indptr int32 [E + 1], perm int32 [pairs]
+/// (pair -> row, -1: no local expert), xs T [pairs, hidden], g1 T [pairs, gemm1_n], h T [pairs,
+/// inter], y O [pairs, hidden]; `bytes` in all.
+struct MoeGroupedScratch {
+  uint64_t counts, indptr, perm, xs, g1, h, y, bytes;
+};
+FLASHINFER_HD constexpr MoeGroupedScratch moe_grouped_scratch(int64_t pairs, int64_t experts,
+                                                              int64_t hidden, int64_t inter,
+                                                              int64_t gemm1_n, int64_t t_bytes,
+                                                              int64_t o_bytes) {
+  const uint64_t P = static_cast<uint64_t>(pairs);
+  MoeGroupedScratch s{};
+  s.counts = 0;
+  s.indptr = s.counts + moe_align256(static_cast<uint64_t>(moe_perm_chunks(pairs) * experts) * 4);
+  s.perm = s.indptr + moe_align256(static_cast<uint64_t>(experts + 1) * 4);
+  s.xs = s.perm + moe_align256(P * 4);
+  s.g1 = s.xs + moe_align256(P * static_cast<uint64_t>(hidden * t_bytes));
+  s.h = s.g1 + moe_align256(P * static_cast<uint64_t>(gemm1_n * t_bytes));
+  s.y = s.h + moe_align256(P * static_cast<uint64_t>(inter * t_bytes));
+  s.bytes = s.y + moe_align256(P * static_cast<uint64_t>(hidden * o_bytes));
+  return s;
+}
+
+/// The GEMV route's fp32 scratch when the caller passes none: g1 [pairs, gemm1_n], h [pairs,
+/// inter], y [pairs, hidden], 256-byte aligned pieces, in bytes.
+struct MoeGemvScratch {
+  uint64_t g1, h, y, bytes;
+};
+FLASHINFER_HD constexpr MoeGemvScratch moe_gemv_scratch(int64_t pairs, int64_t hidden,
+                                                        int64_t inter, int64_t gemm1_n) {
+  const uint64_t P = static_cast<uint64_t>(pairs);
+  MoeGemvScratch s{};
+  s.g1 = 0;
+  s.h = moe_align256(P * static_cast<uint64_t>(gemm1_n) * 4);
+  s.y = s.h + moe_align256(P * static_cast<uint64_t>(inter) * 4);
+  s.bytes = s.y + moe_align256(P * static_cast<uint64_t>(hidden) * 4);
+  return s;
+}
+
+}  // namespace flashinfer::kernels::cuda::moe

@@ -1,0 +1,186 @@
+// Host checks of the fused MoE's grouped route (src/kernels/cuda/moe_grouped_plan.h): the
+// device permutation emulated pass by pass with the kernels' own helpers against a stable sort,
+// the route choice, and the scratch layouts. Plain integer code shared with the kernels.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/moe_grouped_plan.h"
+
+namespace {
+
+using namespace flashinfer::kernels::cuda::moe;
+
+struct Perm {
+  std::vector<int32_t> indptr, perm;
+};
+
+// The counting, offsets and scatter kernels (moe_cuda.cu) in order, chunk by chunk, each
+// "thread" calling the helper its kernel calls.
+Perm permute_as_device(const std::vector<int32_t>& local, int64_t E) {
+  const int64_t pairs = static_cast<int64_t>(local.size()), chunks = moe_perm_chunks(pairs);
+  std::vector<int32_t> counts(static_cast<size_t>(chunks * E), -7);  // garbage: all overwritten
+  auto chunk_experts = [&](int64_t c, int32_t* le) {
+    const int64_t c0 = c * kMoePermChunk;
+    const int n = static_cast<int>(std::min<int64_t>(kMoePermChunk, pairs - c0));
+    for (int i = 0; i < kMoePermChunk; ++i) le[i] = i < n ? local[static_cast<size_t>(c0 + i)] : -1;
+    return n;
+  };
+  for (int64_t c = 0; c < chunks; ++c) {
+    int32_t le[kMoePermChunk];
+    const int n = chunk_experts(c, le);
+    for (int64_t e = 0; e < E; ++e) {
+      counts[static_cast<size_t>(c * E + e)] = moe_chunk_count(le, n, static_cast<int32_t>(e));
+    }
+  }
+  Perm r;
+  r.indptr.assign(static_cast<size_t>(E + 1), -9);
+  for (int64_t e = 0; e < E; ++e) {
+    r.indptr[static_cast<size_t>(e + 1)] = moe_expert_total(counts.data(), chunks, E, e);
+  }
+  r.indptr[0] = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    r.indptr[static_cast<size_t>(e + 1)] += r.indptr[static_cast<size_t>(e)];
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    moe_expert_offsets(counts.data(), chunks, E, e, r.indptr[static_cast<size_t>(e)]);
+  }
+  r.perm.assign(static_cast<size_t>(pairs), -5);
+  for (int64_t c = 0; c < chunks; ++c) {
+    int32_t le[kMoePermChunk];
+    const int n = chunk_experts(c, le);
+    for (int i = 0; i < n; ++i) {
+      r.perm[static_cast<size_t>(c * kMoePermChunk + i)] =
+          le[i] < 0 ? -1 : counts[static_cast<size_t>(c * E + le[i])] + moe_rank_in_chunk(le, i);
+    }
+  }
+  return r;
+}
+
+// The oracle: the local pairs stably sorted by expert.
+Perm permute_by_sort(const std::vector<int32_t>& local, int64_t E) {
+  std::vector<int64_t> order;
+  for (size_t i = 0; i < local.size(); ++i) {
+    if (local[i] >= 0) order.push_back(static_cast<int64_t>(i));
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return local[static_cast<size_t>(a)] < local[static_cast<size_t>(b)];
+  });
+  Perm r;
+  r.perm.assign(local.size(), -1);
+  for (size_t row = 0; row < order.size(); ++row) {
+    r.perm[static_cast<size_t>(order[row])] = static_cast<int32_t>(row);
+  }
+  r.indptr.assign(static_cast<size_t>(E + 1), 0);
+  for (int32_t e : local) {
+    if (e >= 0) ++r.indptr[static_cast<size_t>(e + 1)];
+  }
+  std::partial_sum(r.indptr.begin(), r.indptr.end(), r.indptr.begin());
+  return r;
+}
+
+TEST(MoeGroupedPlan, PermutationIsTheStableSortByExpert) {
+  std::mt19937 rng(7);
+  // Sizes around the chunk boundaries; skewed and uniform expert choices; non-local pairs.
+  for (int64_t pairs : {1, 2, 255, 256, 257, 511, 512, 1000, 2049}) {
+    for (int64_t E : {1, 3, 8, 64}) {
+      for (int mode = 0; mode < 3; ++mode) {
+        std::vector<int32_t> local(static_cast<size_t>(pairs));
+        for (auto& v : local) {
+          const int32_t r = static_cast<int32_t>(rng() % static_cast<uint32_t>(E + 1)) - 1;
+          v = mode == 0 ? r : mode == 1 ? (rng() % 4 == 0 ? r : 0) : static_cast<int32_t>(E - 1);
+        }
+        const Perm got = permute_as_device(local, E), want = permute_by_sort(local, E);
+        EXPECT_EQ(got.indptr, want.indptr) << pairs << " pairs, " << E << " experts, mode " << mode;
+        EXPECT_EQ(got.perm, want.perm) << pairs << " pairs, " << E << " experts, mode " << mode;
+      }
+    }
+  }
+}
+
+TEST(MoeGroupedPlan, PermutationGolden) {
+  // Pairs 0..5 with experts 2, 0, 2, -1, 0, 1: expert 0 holds pairs 1, 4 (rows 0, 1), expert 1
+  // pair 5 (row 2), expert 2 pairs 0, 2 (rows 3, 4); pair 3 has no local expert.
+  const Perm p = permute_as_device({2, 0, 2, -1, 0, 1}, 3);
+  EXPECT_EQ(p.indptr, (std::vector<int32_t>{0, 2, 3, 5}));
+  EXPECT_EQ(p.perm, (std::vector<int32_t>{3, 0, 4, -1, 1, 2}));
+}
+
+MoeRouteQuery query(int64_t pairs, int64_t E) {
+  MoeRouteQuery q;
+  q.pairs = pairs;
+  q.local_experts = E;
+  q.hidden = 4096;
+  q.inter = 1024;
+  q.gemm1_n = 2048;
+  q.elem_bytes = 2;
+  q.w1 = 0x10000;
+  q.w2 = 0x20000;
+  q.sm_major = 9;
+  return q;
+}
+
+TEST(MoeGroupedPlan, RouteChoice) {
+  // Worthwhile from two pairs per local expert on.
+  EXPECT_FALSE(moe_grouped_worthwhile(0, 1));
+  EXPECT_FALSE(moe_grouped_worthwhile(1, 1));
+  EXPECT_TRUE(moe_grouped_worthwhile(2, 1));
+  EXPECT_FALSE(moe_grouped_worthwhile(127, 64));
+  EXPECT_TRUE(moe_grouped_worthwhile(128, 64));
+  EXPECT_FALSE(moe_use_grouped(query(127, 64), 0));
+  EXPECT_TRUE(moe_use_grouped(query(128, 64), 0));
+  // Forced: the GEMV kernels always; the grouped route where eligible, however few pairs.
+  EXPECT_FALSE(moe_use_grouped(query(4096, 64), 1));
+  EXPECT_TRUE(moe_use_grouped(query(1, 64), 2));
+  // Not eligible: fp32 input, pre-sm80, misaligned weights or rows, empty.
+  MoeRouteQuery q = query(4096, 8);
+  EXPECT_TRUE(moe_grouped_eligible(q));
+  q.elem_bytes = 4;
+  EXPECT_FALSE(moe_use_grouped(q, 2));
+  q = query(4096, 8);
+  q.sm_major = 7;
+  EXPECT_FALSE(moe_use_grouped(q, 2));
+  q = query(4096, 8);
+  q.w1 += 8;
+  EXPECT_FALSE(moe_grouped_eligible(q));
+  q = query(4096, 8);
+  q.w2 += 2;
+  EXPECT_FALSE(moe_grouped_eligible(q));
+  q = query(4096, 8);
+  q.hidden = 4100;  // rows of 8200 bytes
+  EXPECT_FALSE(moe_grouped_eligible(q));
+  q = query(4096, 8);
+  q.inter = 12;  // w2 rows of 24 bytes
+  q.gemm1_n = 24;
+  EXPECT_FALSE(moe_grouped_eligible(q));
+  q.inter = 16;
+  q.gemm1_n = 32;
+  EXPECT_TRUE(moe_grouped_eligible(q));
+  EXPECT_FALSE(moe_grouped_eligible(query(0, 8)));
+  EXPECT_FALSE(moe_grouped_eligible(query(int64_t{1} << 31, 8)));
+}
+
+TEST(MoeGroupedPlan, ScratchLayout) {
+  // 300 pairs (2 chunks), 8 experts, hidden 64, inter 32, gated (gemm1_n 64), bf16 in, fp32 out.
+  const MoeGroupedScratch s = moe_grouped_scratch(300, 8, 64, 32, 64, 2, 4);
+  EXPECT_EQ(s.counts, 0u);
+  EXPECT_EQ(s.indptr, 256u);         // 2 * 8 int32 = 64 bytes
+  EXPECT_EQ(s.perm, 512u);           // 9 int32
+  EXPECT_EQ(s.xs, 512u + 1280u);     // 300 int32 = 1200 bytes
+  EXPECT_EQ(s.g1, s.xs + 38400u);    // 300 * 64 * 2
+  EXPECT_EQ(s.h, s.g1 + 38400u);     // 300 * 64 * 2
+  EXPECT_EQ(s.y, s.h + 19200u);      // 300 * 32 * 2
+  EXPECT_EQ(s.bytes, s.y + 76800u);  // 300 * 64 * 4
+  for (uint64_t off : {s.indptr, s.perm, s.xs, s.g1, s.h, s.y, s.bytes}) EXPECT_EQ(off % 256, 0u);
+  const MoeGemvScratch g = moe_gemv_scratch(3, 24, 8, 16);
+  EXPECT_EQ(g.g1, 0u);
+  EXPECT_EQ(g.h, 256u);             // 3 * 16 floats = 192 bytes
+  EXPECT_EQ(g.y, 512u);             // 3 * 8 floats = 96 bytes
+  EXPECT_EQ(g.bytes, 512u + 512u);  // 3 * 24 floats = 288 bytes
+}
+
+}  // namespace
