@@ -15,6 +15,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/kernel_table.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/sampling_cpu.h"
@@ -173,8 +174,10 @@ template <class Ok>
 void apply_float(Rows& rows, const ScalarOrTensor<double>& arg,
                  kernels::RowArg kernels::SamplingRowArgs::*field, const Tensor& input,
                  const char* op, const char* name, const char* range, Ok ok) {
+  // Checked as the kernels read it, in fp32: a temperature of 1e-50 is 0 there.
   auto check = [&](std::size_t i, double v) {
-    FLASHINFER_CHECK(ok(v), op, name, "must be in ", range, ", got ", v,
+    FLASHINFER_CHECK(ok(static_cast<double>(static_cast<float>(v))), op, name, "must be in ", range,
+                     " (as fp32), got ", v,
                      arg.is_tensor() ? " at row " + std::to_string(i) : std::string());
   };
   if (arg.is_tensor()) {
@@ -201,12 +204,26 @@ void apply_top_p(Rows& rows, const ScalarOrTensor<double>& top_p, const Tensor& 
               [](double v) { return v > 0.0 && v <= 1.0; });
 }
 
+// Without seed/offset the draws come from the default generator, advanced on the host: inside
+// a CUDA graph capture that (seed, offset) would be baked into the graph and every replay would
+// draw the same tokens. Refused, as upstream's generator refuses get_state() under capture.
+void check_capture_has_seed(const Tensor& input, const char* op) {
+  FLASHINFER_CHECK_CODE(!(input.device().is_cuda() && detail::cuda_current_stream_capturing()),
+                        ErrorCode::kUnsupported, op, "seed",
+                        "the stream is being captured into a CUDA graph: pass seed and offset "
+                        "tensors (a host-drawn seed would be fixed into the graph, so every "
+                        "replay would draw the same tokens)");
+}
+
 // Validates seed/offset; the default stream is advanced later, once every check has passed.
 void check_seed_offset(const SeedArg& seed, const SeedArg& offset, int64_t batch,
                        const Tensor& input, const char* op) {
   FLASHINFER_CHECK(seed.has_value() == offset.has_value(), op, seed ? "offset" : "seed",
                    "seed and offset must be given together");
-  if (!seed) return;
+  if (!seed) {
+    check_capture_has_seed(input, op);
+    return;
+  }
   FLASHINFER_CHECK(seed->is_tensor() == offset->is_tensor(), op, "offset",
                    "seed and offset must both be integers or both be tensors");
   if (seed->is_tensor()) {
@@ -680,6 +697,7 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
       p.seed = one_int(*seed, "seed");
       p.offset = one_int(*offset, "offset");
     } else {
+      check_capture_has_seed(draft_probs, op);
       const auto [s, o] = draw_seed_offset(static_cast<uint64_t>(n + 2));
       p.seed = int_arg(static_cast<int64_t>(s));
       p.offset = int_arg(static_cast<int64_t>(o));

@@ -291,10 +291,18 @@ std::atomic<int> g_force_route{0};
 std::atomic<uint64_t> g_grouped_runs{0}, g_gemv_runs{0}, g_scratch_allocs{0};
 
 // At least `bytes` of device scratch for this (device, stream), 256-byte aligned, valid until
-// the next call on the stream (stream order keeps calls apart). It only grows (to a power of
-// two); an outgrown buffer stays allocated, since launches queued before may still use it. Not
-// freed: static destructors may run after the CUDA context is gone.
-void* stream_scratch(const char* op, cudaStream_t stream, uint64_t bytes) {
+// the next call on the stream (stream order keeps calls apart). The returned lock is held until
+// the caller's last kernel is queued: two host threads calling on one stream would otherwise
+// interleave their launches over the same buffer. It only grows (to a power of two, past 64 MiB
+// to a multiple of 2 MiB: a 10 GB prefill scratch must not become 16 GB); an outgrown buffer
+// stays allocated, since launches queued before may still use it. Not freed: static destructors
+// may run after the CUDA context is gone.
+struct LockedScratch {
+  void* ptr;
+  std::unique_lock<std::mutex> lock;
+};
+
+LockedScratch stream_scratch(const char* op, cudaStream_t stream, uint64_t bytes) {
   struct Scratch {
     void* ptr = nullptr;
     uint64_t bytes = 0;
@@ -304,7 +312,7 @@ void* stream_scratch(const char* op, cudaStream_t stream, uint64_t bytes) {
   static auto& retired = *new std::vector<void*>;
   int device = 0;
   FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mu);
+  std::unique_lock<std::mutex> lock(mu);
   Scratch& sc = buffers[{device, stream}];
   if (sc.bytes < bytes) {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -315,14 +323,16 @@ void* stream_scratch(const char* op, cudaStream_t stream, uint64_t bytes) {
                           "being captured into a CUDA graph: run the call once on the stream "
                           "before capturing it");
     uint64_t grown = uint64_t{1} << 20;
-    while (grown < bytes) grown *= 2;
+    while (grown < bytes && grown < (uint64_t{64} << 20)) grown *= 2;
+    if (grown < bytes)
+      grown = (bytes + (uint64_t{2} << 20) - 1) / (uint64_t{2} << 20) * (uint64_t{2} << 20);
     void* fresh = nullptr;
     FLASHINFER_CUDA_CALL(op, cudaMalloc(&fresh, static_cast<std::size_t>(grown)));
     g_scratch_allocs.fetch_add(1, std::memory_order_relaxed);
     if (sc.ptr != nullptr) retired.push_back(sc.ptr);
     sc = {fresh, grown};
   }
-  return sc.ptr;
+  return {sc.ptr, std::move(lock)};
 }
 
 moe::MoeRouteQuery route_query(const CutlassMoeParams& p, const char* op) {
@@ -353,7 +363,8 @@ void launch_moe_grouped(const CutlassMoeParams& p, cudaStream_t stream, bool ena
   const int64_t chunks = moe::moe_perm_chunks(pairs);
   const moe::MoeGroupedScratch l =
       moe::moe_grouped_scratch(pairs, E, H, I, N1, sizeof(T), sizeof(O));
-  auto* base = static_cast<char*>(stream_scratch(op, stream, l.bytes));
+  LockedScratch scratch = stream_scratch(op, stream, l.bytes);  // held to the last launch
+  auto* base = static_cast<char*>(scratch.ptr);
   auto* counts = reinterpret_cast<int32_t*>(base + l.counts);
   auto* indptr = reinterpret_cast<int32_t*>(base + l.indptr);
   auto* perm = reinterpret_cast<int32_t*>(base + l.perm);
@@ -419,10 +430,12 @@ void launch_moe(const CutlassMoeParams& p, cudaStream_t stream, bool enable_pdl)
   }
   g_gemv_runs.fetch_add(1, std::memory_order_relaxed);
   CutlassMoeParams q = p;
+  LockedScratch scratch{nullptr, {}};    // when taken, held to the last launch
   if (!q.ws_g1 || !q.ws_h || !q.ws_y) {  // the caller passed no scratch: the stream's
     const int64_t N1 = moe_act_is_gated(p.act) ? 2 * p.inter : p.inter;
     const moe::MoeGemvScratch l = moe::moe_gemv_scratch(pairs, p.hidden, p.inter, N1);
-    auto* base = static_cast<char*>(stream_scratch(op, stream, l.bytes));
+    scratch = stream_scratch(op, stream, l.bytes);
+    auto* base = static_cast<char*>(scratch.ptr);
     q.ws_g1 = reinterpret_cast<float*>(base + l.g1);
     q.ws_h = reinterpret_cast<float*>(base + l.h);
     q.ws_y = reinterpret_cast<float*>(base + l.y);
