@@ -341,8 +341,8 @@ class Intermediates {
     lease_ = kernels::cuda::sampling_scratch(device.index, current_cuda_stream(), bytes);
     std::size_t i = 0;
     for (DType dt : dtypes) {
-      t_.push_back(Tensor::from_blob(static_cast<char*>(lease_.data) + offsets[i++], {batch, vocab},
-                                     {vocab, 1}, dt, device));
+      t_.push_back(Tensor::from_blob(static_cast<char*>(lease_.data()) + offsets[i++],
+                                     {batch, vocab}, {vocab, 1}, dt, device));
     }
 #endif
   }

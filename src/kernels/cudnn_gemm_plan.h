@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "flashinfer/dtype.h"
+#include "kernels/cuda/stream_scratch.h"
 #include "kernels/gemm_params.h"
 
 namespace flashinfer::kernels::dnn {
@@ -131,13 +132,9 @@ struct GraphKeyHash {
 /// Tensor ids of the graph (cuDNN's variant pack is keyed by them).
 enum Uid : int64_t { kUidA = 1, kUidB, kUidC, kUidBias, kUidAScale, kUidBScale };
 
-/// Bytes a stream's persistent workspace grows to for a graph needing `need`: a power of two of
-/// at least 1 MiB, so a few growths cover every graph a process runs (0 when none is needed).
-constexpr uint64_t workspace_grow_to(uint64_t need) {
-  if (need == 0) return 0;
-  uint64_t grown = uint64_t{1} << 20;
-  while (grown < need) grown *= 2;
-  return grown;
-}
+/// Bytes a stream's persistent workspace grows to for a graph needing `need`: the policy of every
+/// per-stream scratch (cuda::scratch_grow_to: a power of two of at least 1 MiB, past 64 MiB a
+/// multiple of 2 MiB; 0 when none is needed), so a few growths cover every graph a process runs.
+constexpr uint64_t workspace_grow_to(uint64_t need) { return cuda::scratch_grow_to(need); }
 
 }  // namespace flashinfer::kernels::dnn

@@ -9,12 +9,12 @@
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
-#include <vector>
 
 #include "flashinfer/float_formats.h"
 #include "kernels/cublaslt_plan.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/gemm_cuda.h"
+#include "kernels/cuda/stream_scratch.h"
 
 namespace flashinfer::kernels::cuda {
 namespace {
@@ -98,7 +98,7 @@ const CublasLt& lt() {
     }                                                                                         \
   } while (0)
 
-// ---- per-device state: handle, workspace per stream, scratch, the plan cache ----------------
+// ---- per-device state: handle, workspace per stream, the plan cache; the scratch -------------
 //
 // Nothing here is freed: destroying a handle or freeing device memory from a static destructor
 // can run after the CUDA context is gone (and cublasLtDestroy synchronizes the device).
@@ -113,23 +113,16 @@ void* device_alloc(const char* op, std::size_t bytes) {
   return p;
 }
 
-// One stream's buffers. Concurrent streams each get their own: a workspace shared across
-// streams would be written by two GEMMs at once. The scratch only grows (to a power of two);
-// an outgrown buffer is kept rather than freed, since freeing it would have to wait for the
-// stream (at most the current size in total).
-struct StreamBuffers {
-  void* workspace = nullptr;
-  void* scratch = nullptr;
-  std::size_t scratch_bytes = 0;
-  std::vector<void*> retired;
-};
-
 struct DeviceState {
   cublasLtHandle_t handle = nullptr;  // bound to this device (created with it current)
   uint64_t workspace_bytes = 0;
   float* zero = nullptr;  // a device 0.0f: beta when alpha is read from device memory
-  std::mutex mu;          // guards streams
-  std::unordered_map<cudaStream_t, StreamBuffers> streams;
+  std::mutex mu;          // guards workspaces
+  // One cuBLASLt workspace per stream, by stream id (stream_scratch.h: the per-thread default
+  // stream is one handle for many streams): a workspace shared by two streams would be written
+  // by two GEMMs at once. Fixed size, used within one cublasLtMatmul, so stream order alone keeps
+  // calls apart and no lock is held past the lookup.
+  std::unordered_map<uint64_t, void*> workspaces;
 };
 
 DeviceState& device_state(const char* op, int device) {
@@ -160,34 +153,24 @@ bool capturing(const char* op, cudaStream_t stream) {
 
 // The stream's workspace, allocated by its first call. A first call that is being captured into
 // a CUDA graph cannot allocate: it runs without a workspace (a plan of its own).
-std::pair<void*, uint64_t> stream_workspace(const char* op, DeviceState& ds, cudaStream_t stream) {
+std::pair<void*, uint64_t> stream_workspace(const char* op, int device, DeviceState& ds,
+                                            cudaStream_t stream) {
+  const uint64_t id = stream_key(op, device, stream).stream_id;
   std::lock_guard<std::mutex> lock(ds.mu);
-  StreamBuffers& sb = ds.streams[stream];
-  if (!sb.workspace) {
+  void*& ws = ds.workspaces[id];
+  if (!ws) {
     if (capturing(op, stream)) return {nullptr, 0};
-    sb.workspace = device_alloc(op, ds.workspace_bytes);
+    ws = device_alloc(op, ds.workspace_bytes);
   }
-  return {sb.workspace, ds.workspace_bytes};
+  return {ws, ds.workspace_bytes};
 }
 
-// At least `bytes` of stream-ordered scratch (256-byte aligned), valid until the next call on
-// this stream.
-void* stream_scratch(const char* op, DeviceState& ds, cudaStream_t stream, std::size_t bytes) {
-  std::lock_guard<std::mutex> lock(ds.mu);
-  StreamBuffers& sb = ds.streams[stream];
-  if (sb.scratch_bytes < bytes) {
-    FLASHINFER_CHECK_CODE(!capturing(op, stream), ErrorCode::kUnsupported, op, "",
-                          "this call needs ", bytes,
-                          " bytes of scratch, more than this stream has, while the stream is "
-                          "being captured into a CUDA graph: run the call once on the stream "
-                          "before capturing it");
-    std::size_t grown = std::size_t{1} << 20;
-    while (grown < bytes) grown *= 2;
-    if (sb.scratch) sb.retired.push_back(sb.scratch);
-    sb.scratch = device_alloc(op, grown);
-    sb.scratch_bytes = grown;
-  }
-  return sb.scratch;
+// The stream's scratch (dequantized operands, fp32 staging, the un-shuffled weight, packed
+// scales; kernels/cuda/stream_scratch.h): a caller keeps the lease until its last kernel reading
+// the scratch is queued.
+StreamScratchPool& gemm_scratch() {
+  static StreamScratchPool pool("scratch");
+  return pool;
 }
 
 std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -378,7 +361,7 @@ bool lt_matmul(const char* op, LtProblem pr, cudaStream_t stream, bool may_decli
   int device = 0;
   FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
   DeviceState& ds = device_state(op, device);
-  const auto [workspace, ws_bytes] = stream_workspace(op, ds, stream);
+  const auto [workspace, ws_bytes] = stream_workspace(op, device, ds, stream);
   const lt::ScaleMode scale = pr.block != lt::ScaleMode::kNone ? pr.block
                               : pr.alpha_device                ? lt::ScaleMode::kDeviceAlpha
                               : (pr.w_scale || pr.x_scale)     ? lt::ScaleMode::kTensorScales
@@ -532,12 +515,6 @@ int current_cc(const char* op) {
   return cc;
 }
 
-DeviceState& current_device_state(const char* op) {
-  int device = 0;
-  FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
-  return device_state(op, device);
-}
-
 }  // namespace
 
 void gemm(const GemmParams& p, void* stream, const char* op, bool pdl) {
@@ -567,8 +544,9 @@ void gemm(const GemmParams& p, void* stream, const char* op, bool pdl) {
                           r.reason);
   }
   const std::size_t staging = staging_bytes(pr.g);
-  void* buf = staging ? stream_scratch(op, current_device_state(op), s, staging) : nullptr;
-  matmul_to_out(op, pr, buf, s);
+  StreamScratch buf;  // held until the fp32 -> fp16 pass is queued
+  if (staging) buf = gemm_scratch().acquire(op, s, staging);
+  matmul_to_out(op, pr, buf.data(), s);
 }
 
 void mm_fp4(const Fp4GemmParams& p, void* stream, bool enable_pdl) {
@@ -590,8 +568,9 @@ void mm_fp4(const Fp4GemmParams& p, void* stream, bool enable_pdl) {
   const std::size_t a_bytes = align256(static_cast<std::size_t>(p.m * p.k) * 2);
   const std::size_t b_bytes = align256(static_cast<std::size_t>(p.n * p.k) * 2);
   const std::size_t staging = staging_bytes(pr.g);
-  auto* base = static_cast<char*>(
-      stream_scratch(op, current_device_state(op), s, a_bytes + b_bytes + staging));
+  // Held until the matmul (and the fp16 pass) reading the dequantized operands are queued.
+  const StreamScratch buf = gemm_scratch().acquire(op, s, a_bytes + b_bytes + staging);
+  auto* base = static_cast<char*>(buf.data());
   auto* da = reinterpret_cast<__nv_bfloat16*>(base);
   auto* db = reinterpret_cast<__nv_bfloat16*>(base + a_bytes);
   dequant(op, p.a, p.a_stride_m, p.a_sf, p.a_layout, p.ue8m0, p.block, p.m, p.k, da, s);
@@ -609,9 +588,9 @@ bool block_scaled_gemm_lt(const BlockScaledGemmParams& p, void* stream, const ch
   // must not open cuBLASLt.
   const lt::Fp8Route route = lt::fp8_route(p, current_cc(op));
   if (route.path == lt::Fp8Path::kTiled) return false;
-  DeviceState& ds = current_device_state(op);
-  auto* scratch =
-      static_cast<char*>(stream_scratch(op, ds, s, lt::fp8_scratch_bytes(p, route.path)));
+  // Held until the matmul reading the un-shuffled weight or the packed scales is queued.
+  const StreamScratch buf = gemm_scratch().acquire(op, s, lt::fp8_scratch_bytes(p, route.path));
+  auto* scratch = static_cast<char*>(buf.data());
   LtProblem pr{};
   pr.g = lt::fp8_row_major(p);
   pr.x = p.a;
@@ -649,8 +628,8 @@ bool block_scaled_gemm_lt(const BlockScaledGemmParams& p, void* stream, const ch
 CublasLtStats cublaslt_stats() {
   return {g_plan_builds.load(std::memory_order_relaxed),
           g_plan_hits.load(std::memory_order_relaxed),
-          g_device_allocs.load(std::memory_order_relaxed),
-          g_device_bytes.load(std::memory_order_relaxed)};
+          g_device_allocs.load(std::memory_order_relaxed) + gemm_scratch().allocations(),
+          g_device_bytes.load(std::memory_order_relaxed) + gemm_scratch().allocated_bytes()};
 }
 
 std::string cublaslt_load_error() { return cublaslt_api().error; }

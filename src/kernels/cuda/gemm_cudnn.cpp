@@ -27,6 +27,7 @@
 
 #include "flashinfer/error.h"
 #include "kernels/cuda/gemm_cudnn.h"
+#include "kernels/cuda/stream_scratch.h"
 #include "kernels/cudnn_gemm_plan.h"
 
 // The frontend declares it; the program defines it (one definition, here).
@@ -94,7 +95,7 @@ const CudnnLib& cudnn_lib() {
 // Nothing here is freed: destroying a handle or freeing device memory from a static destructor
 // can run after the CUDA context is gone.
 
-std::atomic<uint64_t> g_graph_builds{0}, g_graph_hits{0}, g_device_allocs{0}, g_device_bytes{0};
+std::atomic<uint64_t> g_graph_builds{0}, g_graph_hits{0};
 
 void cuda_check(const char* op, cudaError_t err, const char* what) {
   if (err != cudaSuccess) {
@@ -109,33 +110,23 @@ bool capturing(const char* op, cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-// One stream's cuDNN state. A handle carries its stream, and cuDNN forbids using one handle from
-// two threads at once: `mu` is held from the graph lookup to the launch. The variant pack holds
-// every uid a graph may use, so filling it never allocates.
+// One stream's cuDNN state, by (device, stream id) as kernels/cuda/stream_scratch.h keys streams
+// (the per-thread default stream is one handle for many streams). A handle carries its stream,
+// and cuDNN forbids using one handle from two threads at once: `mu` is held from the graph lookup
+// to the launch. The variant pack holds every uid a graph may use, so filling it never allocates.
 struct StreamState {
   std::mutex mu;
   cudnnHandle_t handle = nullptr;  // bound to the device and stream it was created for
-  void* workspace = nullptr;
-  uint64_t workspace_bytes = 0;
-  std::vector<void*> retired;  // outgrown workspaces (freeing would have to wait for the stream)
   std::unordered_map<int64_t, void*> pack;
 };
 
 StreamState& stream_state(const char* op, int device, cudaStream_t stream) {
-  struct Key {
-    int device;
-    cudaStream_t stream;
-    bool operator==(const Key&) const = default;
-  };
-  struct KeyHash {
-    std::size_t operator()(const Key& k) const {
-      return std::hash<const void*>()(k.stream) ^ (static_cast<std::size_t>(k.device) << 48);
-    }
-  };
+  const StreamKey key = stream_key(op, device, stream);
   static std::mutex mu;
-  static auto& states = *new std::unordered_map<Key, std::unique_ptr<StreamState>, KeyHash>;
+  static auto& states =
+      *new std::unordered_map<StreamKey, std::unique_ptr<StreamState>, StreamKeyHash>;
   std::lock_guard<std::mutex> lock(mu);
-  std::unique_ptr<StreamState>& st = states[Key{device, stream}];
+  std::unique_ptr<StreamState>& st = states[key];
   if (!st) {
     FLASHINFER_CHECK_CODE(!capturing(op, stream), ErrorCode::kUnsupported, op, "backend",
                           "the first cuDNN GEMM on a stream creates its cuDNN handle, which "
@@ -158,23 +149,11 @@ StreamState& stream_state(const char* op, int device, cudaStream_t stream) {
   return *st;
 }
 
-// At least `bytes` of the stream's workspace (caller holds ss.mu); null when none is needed.
-void* stream_workspace(const char* op, StreamState& ss, cudaStream_t stream, uint64_t bytes) {
-  if (ss.workspace_bytes >= bytes) return ss.workspace;
-  FLASHINFER_CHECK_CODE(!capturing(op, stream), ErrorCode::kUnsupported, op, "backend",
-                        "this cuDNN GEMM needs ", bytes,
-                        " bytes of workspace, more than this stream has, while the stream is "
-                        "being captured into a CUDA graph: run the call once on the stream "
-                        "before capturing it");
-  const uint64_t grown = dnn::workspace_grow_to(bytes);
-  void* p = nullptr;
-  cuda_check(op, cudaMalloc(&p, grown), "cudaMalloc");
-  g_device_allocs.fetch_add(1, std::memory_order_relaxed);
-  g_device_bytes.fetch_add(grown, std::memory_order_relaxed);
-  if (ss.workspace) ss.retired.push_back(ss.workspace);
-  ss.workspace = p;
-  ss.workspace_bytes = grown;
-  return p;
+// The streams' workspaces (kernels/cuda/stream_scratch.h; grown as dnn::workspace_grow_to says),
+// each leased while its stream's state is held.
+StreamScratchPool& cudnn_workspace() {
+  static StreamScratchPool pool("cuDNN workspace", "backend");
+  return pool;
 }
 
 // ---- graphs -----------------------------------------------------------------------------------
@@ -351,14 +330,14 @@ bool cudnn_gemm(const GemmParams& p, void* stream, const char* op, bool decline_
                             g.unsupported);
       return;
     }
-    void* ws = stream_workspace(op, ss, s, g.workspace_bytes);
+    const StreamScratch ws = cudnn_workspace().acquire(op, device, s, g.workspace_bytes);
     ss.pack[dnn::kUidA] = const_cast<void*>(p.a);
     ss.pack[dnn::kUidB] = const_cast<void*>(p.b);
     ss.pack[dnn::kUidC] = p.out;
     ss.pack[dnn::kUidBias] = const_cast<void*>(p.bias);
     ss.pack[dnn::kUidAScale] = const_cast<float*>(p.a_scale);
     ss.pack[dnn::kUidBScale] = const_cast<float*>(p.b_scale);
-    fe::error_t st = g.graph->execute(ss.handle, ss.pack, ws);
+    fe::error_t st = g.graph->execute(ss.handle, ss.pack, ws.data());
     FLASHINFER_CHECK_CODE(st.is_good(), ErrorCode::kCuda, op, "backend",
                           "cuDNN graph execution failed: ", st.get_message());
     ran = true;
@@ -368,9 +347,8 @@ bool cudnn_gemm(const GemmParams& p, void* stream, const char* op, bool decline_
 
 CudnnStats cudnn_stats() {
   return {g_graph_builds.load(std::memory_order_relaxed),
-          g_graph_hits.load(std::memory_order_relaxed),
-          g_device_allocs.load(std::memory_order_relaxed),
-          g_device_bytes.load(std::memory_order_relaxed)};
+          g_graph_hits.load(std::memory_order_relaxed), cudnn_workspace().allocations(),
+          cudnn_workspace().allocated_bytes()};
 }
 
 std::string cudnn_load_error() { return cudnn_lib().error; }

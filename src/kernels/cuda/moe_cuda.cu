@@ -7,15 +7,12 @@
 // between them, its finalize reading rows through the permutation.
 #include <atomic>
 #include <cfloat>
-#include <map>
-#include <mutex>
-#include <utility>
-#include <vector>
 
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/grouped_gemm_cuda.h"
 #include "kernels/cuda/moe_cuda.h"
 #include "kernels/cuda/moe_grouped_plan.h"
+#include "kernels/cuda/stream_scratch.h"
 
 namespace flashinfer::kernels::cuda {
 namespace {
@@ -288,51 +285,13 @@ __global__ void moe_activation_kernel(CutlassMoeParams p, const int32_t* perm, c
 // ---- scratch, route ---------------------------------------------------------------------------
 
 std::atomic<int> g_force_route{0};
-std::atomic<uint64_t> g_grouped_runs{0}, g_gemv_runs{0}, g_scratch_allocs{0};
+std::atomic<uint64_t> g_grouped_runs{0}, g_gemv_runs{0};
 
-// At least `bytes` of device scratch for this (device, stream), 256-byte aligned, valid until
-// the next call on the stream (stream order keeps calls apart). The returned lock is held until
-// the caller's last kernel is queued: two host threads calling on one stream would otherwise
-// interleave their launches over the same buffer. It only grows (to a power of two, past 64 MiB
-// to a multiple of 2 MiB: a 10 GB prefill scratch must not become 16 GB); an outgrown buffer
-// stays allocated, since launches queued before may still use it. Not freed: static destructors
-// may run after the CUDA context is gone.
-struct LockedScratch {
-  void* ptr;
-  std::unique_lock<std::mutex> lock;
-};
-
-LockedScratch stream_scratch(const char* op, cudaStream_t stream, uint64_t bytes) {
-  struct Scratch {
-    void* ptr = nullptr;
-    uint64_t bytes = 0;
-  };
-  static std::mutex mu;
-  static auto& buffers = *new std::map<std::pair<int, cudaStream_t>, Scratch>;
-  static auto& retired = *new std::vector<void*>;
-  int device = 0;
-  FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
-  std::unique_lock<std::mutex> lock(mu);
-  Scratch& sc = buffers[{device, stream}];
-  if (sc.bytes < bytes) {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    FLASHINFER_CUDA_CALL(op, cudaStreamIsCapturing(stream, &status));
-    FLASHINFER_CHECK_CODE(status == cudaStreamCaptureStatusNone, ErrorCode::kUnsupported, op, "",
-                          "this call needs ", bytes,
-                          " bytes of scratch, more than this stream has, while the stream is "
-                          "being captured into a CUDA graph: run the call once on the stream "
-                          "before capturing it");
-    uint64_t grown = uint64_t{1} << 20;
-    while (grown < bytes && grown < (uint64_t{64} << 20)) grown *= 2;
-    if (grown < bytes)
-      grown = (bytes + (uint64_t{2} << 20) - 1) / (uint64_t{2} << 20) * (uint64_t{2} << 20);
-    void* fresh = nullptr;
-    FLASHINFER_CUDA_CALL(op, cudaMalloc(&fresh, static_cast<std::size_t>(grown)));
-    g_scratch_allocs.fetch_add(1, std::memory_order_relaxed);
-    if (sc.ptr != nullptr) retired.push_back(sc.ptr);
-    sc = {fresh, grown};
-  }
-  return {sc.ptr, std::move(lock)};
+// The stream's scratch (kernels/cuda/stream_scratch.h): the lease is held until the caller's
+// last kernel using it is queued.
+StreamScratchPool& moe_scratch() {
+  static StreamScratchPool pool("scratch");
+  return pool;
 }
 
 moe::MoeRouteQuery route_query(const CutlassMoeParams& p, const char* op) {
@@ -363,8 +322,8 @@ void launch_moe_grouped(const CutlassMoeParams& p, cudaStream_t stream, bool ena
   const int64_t chunks = moe::moe_perm_chunks(pairs);
   const moe::MoeGroupedScratch l =
       moe::moe_grouped_scratch(pairs, E, H, I, N1, sizeof(T), sizeof(O));
-  LockedScratch scratch = stream_scratch(op, stream, l.bytes);  // held to the last launch
-  auto* base = static_cast<char*>(scratch.ptr);
+  const StreamScratch scratch = moe_scratch().acquire(op, stream, l.bytes);  // to the last launch
+  auto* base = static_cast<char*>(scratch.data());
   auto* counts = reinterpret_cast<int32_t*>(base + l.counts);
   auto* indptr = reinterpret_cast<int32_t*>(base + l.indptr);
   auto* perm = reinterpret_cast<int32_t*>(base + l.perm);
@@ -430,12 +389,12 @@ void launch_moe(const CutlassMoeParams& p, cudaStream_t stream, bool enable_pdl)
   }
   g_gemv_runs.fetch_add(1, std::memory_order_relaxed);
   CutlassMoeParams q = p;
-  LockedScratch scratch{nullptr, {}};    // when taken, held to the last launch
+  StreamScratch scratch;                 // when taken, held to the last launch
   if (!q.ws_g1 || !q.ws_h || !q.ws_y) {  // the caller passed no scratch: the stream's
     const int64_t N1 = moe_act_is_gated(p.act) ? 2 * p.inter : p.inter;
     const moe::MoeGemvScratch l = moe::moe_gemv_scratch(pairs, p.hidden, p.inter, N1);
-    scratch = stream_scratch(op, stream, l.bytes);
-    auto* base = static_cast<char*>(scratch.ptr);
+    scratch = moe_scratch().acquire(op, stream, l.bytes);
+    auto* base = static_cast<char*>(scratch.data());
     q.ws_g1 = reinterpret_cast<float*>(base + l.g1);
     q.ws_h = reinterpret_cast<float*>(base + l.h);
     q.ws_y = reinterpret_cast<float*>(base + l.y);
@@ -930,7 +889,7 @@ CutlassMoeCudaStats cutlass_moe_cuda_stats() {
   CutlassMoeCudaStats s;
   s.grouped_runs = g_grouped_runs.load();
   s.gemv_runs = g_gemv_runs.load();
-  s.scratch_allocs = g_scratch_allocs.load();
+  s.scratch_allocs = moe_scratch().allocations();
   return s;
 }
 

@@ -9,16 +9,13 @@
 // (kernels/cpu/ragged_attention_cpu.cpp).
 #include <algorithm>
 #include <initializer_list>
-#include <map>
-#include <mutex>
-#include <utility>
-#include <vector>
 
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/decode_cuda.h"
 #include "kernels/cuda/prefill_cuda.h"
 #include "kernels/cuda/prefill_shape.h"
 #include "kernels/cuda/ragged_attention_cuda.h"
+#include "kernels/cuda/stream_scratch.h"
 
 namespace flashinfer::kernels::cuda {
 namespace {
@@ -175,38 +172,12 @@ AttentionParams as_attention(const RaggedAttentionParams& r) {
   return a;
 }
 
-// Split-KV partials of the calls that pass no workspace (the fmha_v2 names): one buffer per
-// (device, stream), grown to a power of two and never freed, so a warm stream allocates nothing.
-// A buffer outgrown stays allocated too: launches queued before on the stream may still use it.
-float* stream_partials(int64_t bytes, cudaStream_t stream) {
-  constexpr const char* op = "trtllm_ragged_attention_deepseek";
-  struct Scratch {
-    void* ptr = nullptr;
-    int64_t bytes = 0;
-  };
-  static std::mutex mu;
-  static auto& buffers = *new std::map<std::pair<int, cudaStream_t>, Scratch>;
-  static auto& retired = *new std::vector<void*>;
-  int device = 0;
-  FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mu);
-  Scratch& sc = buffers[{device, stream}];
-  if (sc.bytes < bytes) {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    FLASHINFER_CUDA_CALL(op, cudaStreamIsCapturing(stream, &status));
-    FLASHINFER_CHECK_CODE(status == cudaStreamCaptureStatusNone, ErrorCode::kUnsupported, op, "",
-                          "this call needs ", bytes,
-                          " bytes of split-KV scratch, more than this stream has, while the "
-                          "stream is being captured into a CUDA graph: run the call once on the "
-                          "stream before capturing it");
-    int64_t grown = int64_t{1} << 20;
-    while (grown < bytes) grown *= 2;
-    void* fresh = nullptr;
-    FLASHINFER_CUDA_CALL(op, cudaMalloc(&fresh, static_cast<std::size_t>(grown)));
-    if (sc.ptr != nullptr) retired.push_back(sc.ptr);
-    sc = {fresh, grown};
-  }
-  return static_cast<float*>(sc.ptr);
+// Split-KV partials of the calls that pass no workspace (the fmha_v2 names): the stream's buffer
+// of kernels/cuda/stream_scratch.h, so a warm stream allocates nothing; the lease is held until
+// the attention and merge kernels reading it are queued.
+StreamScratch stream_partials(int64_t bytes, cudaStream_t stream) {
+  static StreamScratchPool pool("split-KV scratch");
+  return pool.acquire("trtllm_ragged_attention_deepseek", stream, static_cast<std::size_t>(bytes));
 }
 
 }  // namespace
@@ -247,6 +218,7 @@ void ragged_attention(const RaggedAttentionParams& p, void* stream, bool enable_
     a.work = p.fa2_work;
     a.num_work = p.fa2_num_work;
     a.max_work_rows = p.fa2_max_rows;
+    StreamScratch partials;
     if (p.fa2_partial_rows > 0) {  // split-KV: partials, then the merge pass (batch_attention)
       a.merge_indptr = p.fa2_merge_indptr;
       a.merge_rows = p.fa2_merge_rows;
@@ -256,12 +228,13 @@ void ragged_attention(const RaggedAttentionParams& p, void* stream, bool enable_
       a.tmp_s = p.tmp_s;
       if (a.tmp_v == nullptr) {
         const int64_t v_elems = p.fa2_partial_rows * p.num_qo_heads * p.head_dim_vo;
-        a.tmp_v = stream_partials((v_elems + p.fa2_partial_rows * p.num_qo_heads) * 4,
-                                  static_cast<cudaStream_t>(stream));
+        partials = stream_partials((v_elems + p.fa2_partial_rows * p.num_qo_heads) * 4,
+                                   static_cast<cudaStream_t>(stream));
+        a.tmp_v = static_cast<float*>(partials.data());
         a.tmp_s = a.tmp_v + v_elems;
       }
     }
-    batch_attention(a, stream, enable_pdl);
+    batch_attention(a, stream, enable_pdl);  // `partials` released after its kernels are queued
     return;
   }
   auto s = static_cast<cudaStream_t>(stream);

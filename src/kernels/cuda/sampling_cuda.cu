@@ -12,11 +12,7 @@
 #include <cstdint>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
-#include <map>
-#include <memory>
 #include <type_traits>
-#include <utility>
-#include <vector>
 
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/sampling_cuda.h"
@@ -745,51 +741,9 @@ void stream_synchronize(void* stream) {
   FLASHINFER_CUDA_CALL("sampling", cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
 
-namespace {
-
-// One stream's scratch. Nothing here is freed: freeing device memory from a static destructor
-// can run after the CUDA context is gone, and an outgrown buffer may still be in use.
-struct StreamScratch {
-  std::mutex mu;  // held by the call using `data` until it has queued its kernels
-  void* data = nullptr;
-  std::size_t bytes = 0;
-  std::vector<void*> retired;  // outgrown buffers (at most the current size in total)
-};
-
-StreamScratch& stream_scratch(int device, void* stream) {
-  static std::mutex mu;
-  static auto& all = *new std::map<std::pair<int, void*>, std::unique_ptr<StreamScratch>>;
-  std::lock_guard<std::mutex> lock(mu);
-  std::unique_ptr<StreamScratch>& e = all[{device, stream}];
-  if (!e) e = std::make_unique<StreamScratch>();
-  return *e;
-}
-
-}  // namespace
-
 SamplingScratch sampling_scratch(int device, void* stream, std::size_t bytes) {
-  StreamScratch& sc = stream_scratch(device, stream);
-  SamplingScratch r;
-  r.lock = std::unique_lock<std::mutex>(sc.mu);
-  if (sc.bytes < bytes) {
-    // Grown to a power of two (from 1 MiB), so a growing sequence of calls allocates rarely. A
-    // call being captured into a CUDA graph in cudaStreamCaptureModeGlobal cannot allocate: run
-    // it once on the stream first (relaxed mode allows the allocation).
-    std::size_t grown = std::size_t{1} << 20;
-    while (grown < bytes) grown *= 2;
-    int prev = -1;
-    FLASHINFER_CUDA_CALL("sampling", cudaGetDevice(&prev));
-    if (prev != device) FLASHINFER_CUDA_CALL("sampling", cudaSetDevice(device));
-    void* p = nullptr;
-    const cudaError_t err = cudaMalloc(&p, grown);
-    if (prev != device) (void)cudaSetDevice(prev);
-    FLASHINFER_CUDA_CALL("sampling", err);
-    if (sc.data) sc.retired.push_back(sc.data);
-    sc.data = p;
-    sc.bytes = grown;
-  }
-  r.data = sc.data;
-  return r;
+  static StreamScratchPool pool("scratch");
+  return pool.acquire("sampling", device, stream, bytes);
 }
 
 }  // namespace flashinfer::kernels::cuda

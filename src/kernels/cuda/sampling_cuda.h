@@ -7,8 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 
+#include "kernels/cuda/stream_scratch.h"
 #include "kernels/sampling_params.h"
 
 namespace flashinfer::kernels::cuda {
@@ -24,15 +24,12 @@ void nan_flag(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t
 void stream_synchronize(void* stream);
 
 /// Device memory for the intermediate rows of a multi-kernel sampling call (top-k renormed
-/// probs, masked logits, their softmax): a buffer kept per (device, stream), grown on demand
-/// and never freed (kernels queued earlier, or a captured CUDA graph, may still use an outgrown
-/// one), so a call allocates nothing once its stream's buffer is large enough. `lock` is the
-/// stream's: hold it until the call has queued the last kernel using `data`, so two host
-/// threads on one stream do not interleave their uses of it.
-struct SamplingScratch {
-  void* data = nullptr;
-  std::unique_lock<std::mutex> lock;
-};
+/// probs, masked logits, their softmax): the stream's buffer of kernels/cuda/stream_scratch.h
+/// (kept per (device, stream), grown on demand, never freed), so a call allocates nothing once its
+/// stream's buffer is large enough. The lease holds the stream's lock: keep it until the call has
+/// queued the last kernel using data(), so two host threads on one stream do not interleave their
+/// uses of it. Growing while the stream is being captured into a CUDA graph is refused.
+using SamplingScratch = StreamScratch;
 /// At least `bytes` (256-byte aligned) on `device` for work queued on `stream`.
 SamplingScratch sampling_scratch(int device, void* stream, std::size_t bytes);
 

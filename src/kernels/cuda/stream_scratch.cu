@@ -1,0 +1,96 @@
+// The per-(device, stream) scratch of kernels/cuda/stream_scratch.h (host code only).
+#include "kernels/cuda/stream_scratch.h"
+
+#include <atomic>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/cuda/cuda_utils.cuh"
+
+namespace flashinfer::kernels::cuda {
+
+StreamKey stream_key(const char* op, int device, void* stream) {
+  unsigned long long id = 0;
+  FLASHINFER_CUDA_CALL(op, cudaStreamGetId(static_cast<cudaStream_t>(stream), &id));
+  return {device, static_cast<uint64_t>(id)};
+}
+
+namespace {
+
+// One stream's buffer. `mu` is what a lease holds.
+struct Buffer {
+  std::mutex mu;
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  std::vector<void*> retired;  // outgrown buffers, kept (stream_scratch.h); at most `bytes` in all
+};
+
+}  // namespace
+
+struct StreamScratchPool::State {
+  std::mutex mu;  // guards `buffers` (not the buffers themselves)
+  std::unordered_map<StreamKey, std::unique_ptr<Buffer>, StreamKeyHash> buffers;
+  std::atomic<uint64_t> allocs{0}, bytes{0};
+};
+
+StreamScratchPool::StreamScratchPool(const char* what, const char* arg)
+    : what_(what), arg_(arg), state_(new State) {}
+
+StreamScratch StreamScratchPool::acquire(const char* op, void* stream, std::size_t bytes) {
+  int device = 0;
+  FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
+  return acquire(op, device, stream, bytes);
+}
+
+StreamScratch StreamScratchPool::acquire(const char* op, int device, void* stream,
+                                         std::size_t bytes) {
+  const StreamKey key = stream_key(op, device, stream);
+  Buffer* b = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    std::unique_ptr<Buffer>& e = state_->buffers[key];
+    if (!e) e = std::make_unique<Buffer>();
+    b = e.get();  // stable: entries are never erased
+  }
+  StreamScratch lease;
+  lease.lock_ = std::unique_lock<std::mutex>(b->mu);
+  if (b->bytes < bytes) {
+    const auto s = static_cast<cudaStream_t>(stream);
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    FLASHINFER_CUDA_CALL(op, cudaStreamIsCapturing(s, &status));
+    FLASHINFER_CHECK_CODE(status == cudaStreamCaptureStatusNone, ErrorCode::kUnsupported, op, arg_,
+                          "this call needs ", bytes, " bytes of ", what_,
+                          ", more than this stream has, while the stream is being captured into "
+                          "a CUDA graph: run the call once on the stream before capturing it");
+    const auto grown = static_cast<std::size_t>(scratch_grow_to(bytes));
+    int prev = -1;
+    FLASHINFER_CUDA_CALL(op, cudaGetDevice(&prev));
+    if (prev != device) FLASHINFER_CUDA_CALL(op, cudaSetDevice(device));
+    void* fresh = nullptr;
+    const cudaError_t err = cudaMalloc(&fresh, grown);
+    if (prev != device) (void)cudaSetDevice(prev);
+    if (err != cudaSuccess) {
+      FLASHINFER_FAIL(ErrorCode::kCuda, op, arg_, "cudaMalloc of ", grown, " bytes of ", what_,
+                      " failed: ", cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+    }
+    state_->allocs.fetch_add(1, std::memory_order_relaxed);
+    state_->bytes.fetch_add(grown, std::memory_order_relaxed);
+    if (b->data != nullptr) b->retired.push_back(b->data);
+    b->data = fresh;
+    b->bytes = grown;
+  }
+  lease.data_ = b->data;
+  lease.bytes_ = b->bytes;
+  return lease;
+}
+
+uint64_t StreamScratchPool::allocations() const {
+  return state_->allocs.load(std::memory_order_relaxed);
+}
+
+uint64_t StreamScratchPool::allocated_bytes() const {
+  return state_->bytes.load(std::memory_order_relaxed);
+}
+
+}  // namespace flashinfer::kernels::cuda
