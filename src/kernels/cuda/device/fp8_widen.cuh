@@ -10,14 +10,21 @@
 //   - e5m2 (bias 15, 2 mantissa bits, infinities and NaNs): bit for bit the top byte of an fp16,
 //     subnormals (m * 2^-16) included; in bf16 every one of them is a normal (down to 2^-133) with
 //     the low 5 mantissa bits zero, and 57344 is far below bf16's range.
-// So the conversion to fp16 never rounds (cvt.rn.f16x2.e4m3x2 / e5m2x2 on sm_89+, cuda_fp8.h's
-// integer code below that), nor does fp16 -> fp32 (exact for any fp16), and the fp32 of an fp8
-// value has its low 16 bits zero: its top half is the bf16, no rounding needed. NaN stays NaN,
-// infinities stay infinite.
+// So the conversion to fp16 never rounds, nor does fp16 -> fp32 (exact for any fp16), and the
+// fp32 of an fp8 value has its low 16 bits zero: its top half is the bf16, no rounding needed.
+// NaN stays NaN, infinities stay infinite.
 //
-// Host and device code (cuda_fp8.h's conversions are both): tests/core/test_cuda_device_lib.cpp
-// checks every code against the CPU's fp8 decode on the host, which runs cuda_fp8.h's integer
-// path (the one sm_80 runs too).
+// Two ways to fp16: sm_89+ has cvt.rn.f16x2.e4m3x2 / e5m2x2 (one instruction a pair). Below it
+// (and on the host) cuda_fp8.h's conversion is integer code with a loop over subnormals, ~10-15
+// instructions an element, which would cost an A100 about as much as the tile's MMAs; there
+// fp8_pair_to_half2_bits places the bits instead: e5m2 is an fp16's top byte (a shift), and e4m3's
+// magnitude bits put at fp16 bits 13..7 read as the value times 2^-8 (exponent bias 7 against 15;
+// a subnormal lands on an fp16 subnormal with the same mantissa), so one exact fp16 multiply by
+// 2^8 finishes it, normalizing subnormals; only NaN (S.1111.111, which would read as 480) is
+// patched.
+//
+// tests/core/test_cuda_device_lib.cpp checks every code against the CPU's fp8 decode on the
+// host, which runs fp8_pair_to_half2_bits (the path sm_80..sm_89 builds run).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -32,6 +39,41 @@
 
 namespace flashinfer::kernels::cuda::dev {
 
+/// Two fp8 values (element 0 in the low byte of `pair`) as an fp16 pair (element 0 in the low
+/// half), exactly, without cuda_fp8.h's conversion (see above).
+template <__nv_fp8_interpretation_t kKind>
+FLASHINFER_HD __half2_raw fp8_pair_to_half2_bits(uint32_t pair) {
+  const uint32_t b0 = pair & 0xffu, b1 = (pair >> 8) & 0xffu;
+  __half2_raw r;
+  if constexpr (kKind == __NV_E5M2) {
+    r.x = static_cast<unsigned short>(b0 << 8);
+    r.y = static_cast<unsigned short>(b1 << 8);
+  } else {
+    // sign to bit 15, magnitude to bits 13..7: the value times 2^-8.
+    const auto place = [](uint32_t b) {
+      return static_cast<unsigned short>(((b & 0x80u) << 8) | ((b & 0x7fu) << 7));
+    };
+    __half_raw lo, hi, scale;
+    lo.x = place(b0);
+    hi.x = place(b1);
+    scale.x = 0x5c00;  // 2^8
+#if defined(__CUDA_ARCH__)
+    const __half2 v = __hmul2(__halves2half2(__half(lo), __half(hi)),
+                              __halves2half2(__half(scale), __half(scale)));
+    const __half2_raw vr = static_cast<__half2_raw>(v);
+    r.x = vr.x;
+    r.y = vr.y;
+#else
+    // fp16 -> fp32, the product and fp32 -> fp16 are all exact here.
+    r.x = static_cast<__half_raw>(__float2half_rn(__half2float(__half(lo)) * 256.0f)).x;
+    r.y = static_cast<__half_raw>(__float2half_rn(__half2float(__half(hi)) * 256.0f)).x;
+#endif
+    if ((b0 & 0x7fu) == 0x7fu) r.x = static_cast<unsigned short>(0x7e00u | ((b0 & 0x80u) << 8));
+    if ((b1 & 0x7fu) == 0x7fu) r.y = static_cast<unsigned short>(0x7e00u | ((b1 & 0x80u) << 8));
+  }
+  return r;
+}
+
 /// Four fp8 values, the bytes of `x` (element 0 in the low byte), as four values of T (__half or
 /// __nv_bfloat16): two 32-bit words, each a pair low element first (the layout of T[4]).
 template <class T, __nv_fp8_interpretation_t kKind>
@@ -39,8 +81,12 @@ FLASHINFER_HD uint2 fp8x4_widen(uint32_t x) {
   uint32_t w[2];
   FLASHINFER_UNROLL
   for (int i = 0; i < 2; ++i) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     const auto pair = static_cast<__nv_fp8x2_storage_t>(x >> (16 * i));
     const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, kKind);
+#else
+    const __half2_raw h = fp8_pair_to_half2_bits<kKind>((x >> (16 * i)) & 0xffffu);
+#endif
     if constexpr (std::is_same_v<T, __half>) {
       w[i] = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
     } else {
