@@ -687,7 +687,7 @@ TEST(MlaCuda, AppendVectorAndElementCopiesMatchCpu) {
   struct Case {
     DType d;
     int64_t dc, dk, nnz;
-    int64_t offset;  // first column of the append rows inside wider rows: 1 misaligns them
+    int64_t offset;  // first column of the append rows inside rows 16 wider: 0 keeps them aligned
     const char* what;
   };
   for (const Case& c : {Case{DType::kBFloat16, 512, 64, 9000, 0, "bf16 aligned: vector"},
@@ -712,9 +712,9 @@ TEST(MlaCuda, AppendVectorAndElementCopiesMatchCpu) {
     Tensor last = int_tensor({static_cast<int32_t>((half - 1) % P + 1),
                               static_cast<int32_t>((c.nnz - half - 1) % P + 1)});
     Tensor idx = int_tensor(indices), b = int_tensor(bi), ps = int_tensor(pos);
-    Tensor ac = testing::rand_tensor({c.nnz, c.dc + 8}, c.d, 11, 0.5, 1.5)
+    Tensor ac = testing::rand_tensor({c.nnz, c.dc + 16}, c.d, 11, 0.5, 1.5)
                     .slice(1, c.offset, c.offset + c.dc);
-    Tensor ak = testing::rand_tensor({c.nnz, c.dk + 8}, c.d, 12, 0.5, 1.5)
+    Tensor ak = testing::rand_tensor({c.nnz, c.dk + 16}, c.d, 12, 0.5, 1.5)
                     .slice(1, c.offset, c.offset + c.dk);
     Tensor ckv = Tensor::zeros({pages, P, c.dc}, c.d), kpe = Tensor::zeros({pages, P, c.dk}, c.d);
     Tensor ckv_g = ckv.to(g), kpe_g = kpe.to(g);
