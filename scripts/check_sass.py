@@ -166,9 +166,9 @@ RULES = {
         ),
         Rule(
             name="quant",
-            match=("fp4_quantize_kernel", "mxfp8_quantize_kernel"),
-            description="block quantizers (fp4_quantize: NVFP4 and MXFP4; mxfp8_quantize): no "
-            "spills, 128-bit global loads (LDG .128)",
+            match=("fp4_quantize_kernel", "mxfp8_quantize_kernel", "group_quant_kernel"),
+            description="quantizers (fp4_quantize: NVFP4 and MXFP4; mxfp8_quantize; "
+            "per_token_group_quant_8bit): no spills, 128-bit global loads (LDG .128)",
             # The element-load fallbacks for strided or unaligned rows
             # (*_quantize_strided_kernel) have no wide load by design; the NVFP4 cache
             # quantizers (nvfp4_*) are the `nvfp4` rule's.
