@@ -166,11 +166,17 @@ RULES = {
         ),
         Rule(
             name="quant",
-            match=("fp4_quantize_kernel", "mxfp8_quantize_kernel", "group_quant_kernel"),
+            match=(
+                "fp4_quantize_kernel",
+                "mxfp8_quantize_kernel",
+                "group_quant_kernel",
+                "norm_quant_kernel",
+            ),
             description="quantizers (fp4_quantize: NVFP4 and MXFP4; mxfp8_quantize; "
-            "per_token_group_quant_8bit): no spills, 128-bit global loads (LDG .128)",
-            # The element-load fallbacks for strided or unaligned rows
-            # (*_quantize_strided_kernel) have no wide load by design; the NVFP4 cache
+            "per_token_group_quant_8bit; the fused norm + fp8 quantizers): no spills, 128-bit "
+            "global loads (LDG .128)",
+            # The element-load fallbacks for strided or unaligned rows (*_strided_kernel) have
+            # no wide load by design; the NVFP4 cache
             # quantizers (nvfp4_*) are the `nvfp4` rule's.
             exclude=("strided", "nvfp4_"),
             require=(Need("LDG .128 (16-byte load)", LDG_128),),

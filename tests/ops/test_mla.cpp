@@ -712,14 +712,17 @@ TEST(MlaCuda, AppendVectorAndElementCopiesMatchCpu) {
     Tensor last = int_tensor({static_cast<int32_t>((half - 1) % P + 1),
                               static_cast<int32_t>((c.nnz - half - 1) % P + 1)});
     Tensor idx = int_tensor(indices), b = int_tensor(bi), ps = int_tensor(pos);
-    Tensor ac = testing::rand_tensor({c.nnz, c.dc + 16}, c.d, 11, 0.5, 1.5)
-                    .slice(1, c.offset, c.offset + c.dc);
-    Tensor ak = testing::rand_tensor({c.nnz, c.dk + 16}, c.d, 12, 0.5, 1.5)
-                    .slice(1, c.offset, c.offset + c.dk);
+    // Sliced on each device: a copy of the view alone would start at an aligned address.
+    Tensor acw = testing::rand_tensor({c.nnz, c.dc + 16}, c.d, 11, 0.5, 1.5);
+    Tensor akw = testing::rand_tensor({c.nnz, c.dk + 16}, c.d, 12, 0.5, 1.5);
+    Tensor ac = acw.slice(1, c.offset, c.offset + c.dc);
+    Tensor ak = akw.slice(1, c.offset, c.offset + c.dk);
+    Tensor ac_g = acw.to(g).slice(1, c.offset, c.offset + c.dc);
+    Tensor ak_g = akw.to(g).slice(1, c.offset, c.offset + c.dk);
     Tensor ckv = Tensor::zeros({pages, P, c.dc}, c.d), kpe = Tensor::zeros({pages, P, c.dk}, c.d);
     Tensor ckv_g = ckv.to(g), kpe_g = kpe.to(g);
-    append_paged_mla_kv_cache(testing::to_keep_layout(ac, g), testing::to_keep_layout(ak, g),
-                              b.to(g), ps.to(g), ckv_g, kpe_g, idx.to(g), indptr.to(g), last.to(g));
+    append_paged_mla_kv_cache(ac_g, ak_g, b.to(g), ps.to(g), ckv_g, kpe_g, idx.to(g), indptr.to(g),
+                              last.to(g));
     append_paged_mla_kv_cache(ac, ak, b, ps, ckv, kpe, idx, indptr, last);
     EXPECT_EQ(bytes_of(ckv_g.to(Device::cpu())), bytes_of(ckv));
     EXPECT_EQ(bytes_of(kpe_g.to(Device::cpu())), bytes_of(kpe));
