@@ -16,11 +16,10 @@ architecture it names (about 15 s for the library, which also holds sm_80 code).
 time) and the architecture, and reads it from there while they match: the ctest rule tests share
 one cuobjdump run (the `static_sass_dump` fixture writes it), which is most of their time.
 
-Rules (RULES below): `decode`, `prefill`, `sampling`, `nvfp4`, `rowops`, `grouped_gemm` and `moe_grouped` are on by
-default. A rule
-selects the kernels whose name (the bare function name, without namespaces, template arguments
-and parameters; case-insensitive) contains its substring (or one of them) and none of its
-exclusions, and then
+Rules (RULES below): `decode`, `prefill`, `sampling`, `nvfp4`, `rowops`, `quant`, `grouped_gemm`
+and `moe_grouped` are on by default. A rule selects the kernels whose name (the bare function
+name, without namespaces, template arguments and parameters; case-insensitive) contains its
+substring (or one of them) and none of its exclusions, and then
   - no local memory: no STL/LDL instruction and STACK and LOCAL 0 in the resource usage
     (see has_local_memory for which of these means what);
   - each required instruction present (e.g. a 128-bit cp.async, SASS `LDGSTS...128`);
@@ -148,15 +147,38 @@ RULES = {
         ),
         Rule(
             name="rowops",
-            match=("rmsnorm_kernel", "layernorm_kernel", "act_and_mul_kernel", "append_kernel"),
+            match=(
+                "rmsnorm_kernel",
+                "layernorm_kernel",
+                "act_and_mul_kernel",
+                "append_kernel",
+                "append_mla_kernel",
+            ),
             description="row ops (rmsnorm, fused_add_rmsnorm, layernorm, act_and_mul, paged KV "
-            "append): no spills, 128-bit global loads (LDG .128)",
+            "append, MLA paged KV append): no spills, 128-bit global loads (LDG .128)",
             # The element-load fallbacks for unaligned or strided rows (*_strided_kernel) have no
             # wide load by design; kernels of other families that share a substring are left to
             # their own rules (nvfp4_append_kernel) or not checked yet (dit_layernorm_kernel,
             # paged_fp8_append_kernel). rope_kernel is not here: libdevice's fp64 sincos (its
             # Payne-Hanek reduction) keeps a 40-byte stack frame.
             exclude=("strided", "nvfp4_", "dit_", "paged_fp8_"),
+            require=(Need("LDG .128 (16-byte load)", LDG_128),),
+        ),
+        Rule(
+            name="quant",
+            match=(
+                "fp4_quantize_kernel",
+                "mxfp8_quantize_kernel",
+                "group_quant_kernel",
+                "norm_quant_kernel",
+            ),
+            description="quantizers (fp4_quantize: NVFP4 and MXFP4; mxfp8_quantize; "
+            "per_token_group_quant_8bit; the fused norm + fp8 quantizers): no spills, 128-bit "
+            "global loads (LDG .128)",
+            # The element-load fallbacks for strided or unaligned rows (*_strided_kernel) have
+            # no wide load by design; the NVFP4 cache
+            # quantizers (nvfp4_*) are the `nvfp4` rule's.
+            exclude=("strided", "nvfp4_"),
             require=(Need("LDG .128 (16-byte load)", LDG_128),),
         ),
         Rule(

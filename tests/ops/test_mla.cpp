@@ -6,6 +6,7 @@
 // the CPU reference (skipped without a GPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -675,6 +676,58 @@ struct CudaCase {
   bool causal;
   std::vector<int32_t> qo_lens, kv_lens;
 };
+
+// The CUDA append copies 16 bytes at a time when every row start is 16-byte aligned and both
+// dims fill whole chunks (append_mla_kernel, a warp per row, grid-stride), else element by
+// element (append_mla_strided_kernel): each against the CPU, bit for bit. 9000 rows outrun one
+// pass of the grid (SMs x resident blocks x 8 rows) on an H100 or H200.
+TEST(MlaCuda, AppendVectorAndElementCopiesMatchCpu) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device g = Device::cuda(0);
+  struct Case {
+    DType d;
+    int64_t dc, dk, nnz;
+    int64_t offset;  // first column of the append rows inside rows 16 wider: 0 keeps them aligned
+    const char* what;
+  };
+  for (const Case& c : {Case{DType::kBFloat16, 512, 64, 9000, 0, "bf16 aligned: vector"},
+                        Case{DType::kBFloat16, 512, 64, 300, 1, "bf16 misaligned: element"},
+                        Case{DType::kFloat8E4M3FN, 512, 64, 300, 0, "fp8 aligned: vector"},
+                        Case{DType::kFloat8E4M3FN, 512, 64, 300, 3, "fp8 misaligned: element"},
+                        Case{DType::kBFloat16, 24, 12, 300, 0, "partial chunks: element"}}) {
+    SCOPED_TRACE(c.what);
+    const int64_t P = 16;
+    // Two requests, the rows split between them; every page distinct, in a shuffled order.
+    const int64_t half = c.nnz / 2, pages0 = (half + P - 1) / P;
+    const int64_t pages = pages0 + (c.nnz - half + P - 1) / P;
+    std::vector<int32_t> indices(static_cast<std::size_t>(pages));
+    std::iota(indices.begin(), indices.end(), 0);
+    std::shuffle(indices.begin(), indices.end(), std::mt19937(7));
+    std::vector<int32_t> bi, pos;
+    for (int64_t i = 0; i < c.nnz; ++i) {
+      bi.push_back(i < half ? 0 : 1);
+      pos.push_back(static_cast<int32_t>(i < half ? i : i - half));
+    }
+    Tensor indptr = int_tensor({0, static_cast<int32_t>(pages0), static_cast<int32_t>(pages)});
+    Tensor last = int_tensor({static_cast<int32_t>((half - 1) % P + 1),
+                              static_cast<int32_t>((c.nnz - half - 1) % P + 1)});
+    Tensor idx = int_tensor(indices), b = int_tensor(bi), ps = int_tensor(pos);
+    // Sliced on each device: a copy of the view alone would start at an aligned address.
+    Tensor acw = testing::rand_tensor({c.nnz, c.dc + 16}, c.d, 11, 0.5, 1.5);
+    Tensor akw = testing::rand_tensor({c.nnz, c.dk + 16}, c.d, 12, 0.5, 1.5);
+    Tensor ac = acw.slice(1, c.offset, c.offset + c.dc);
+    Tensor ak = akw.slice(1, c.offset, c.offset + c.dk);
+    Tensor ac_g = acw.to(g).slice(1, c.offset, c.offset + c.dc);
+    Tensor ak_g = akw.to(g).slice(1, c.offset, c.offset + c.dk);
+    Tensor ckv = Tensor::zeros({pages, P, c.dc}, c.d), kpe = Tensor::zeros({pages, P, c.dk}, c.d);
+    Tensor ckv_g = ckv.to(g), kpe_g = kpe.to(g);
+    append_paged_mla_kv_cache(ac_g, ak_g, b.to(g), ps.to(g), ckv_g, kpe_g, idx.to(g), indptr.to(g),
+                              last.to(g));
+    append_paged_mla_kv_cache(ac, ak, b, ps, ckv, kpe, idx, indptr, last);
+    EXPECT_EQ(bytes_of(ckv_g.to(Device::cpu())), bytes_of(ckv));
+    EXPECT_EQ(bytes_of(kpe_g.to(Device::cpu())), bytes_of(kpe));
+  }
+}
 
 TEST(MlaCuda, WrapperMatchesCpu) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -389,6 +390,61 @@ TEST(FusedRmsNormSilu, BadInput) {
   EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, 1e-6, Tensor::empty({4, 7}, DType::kBFloat16)), op,
                   "out");
   EXPECT_FI_ERROR(fused_rmsnorm_silu(x, w, -1.0), op, "eps");
+}
+
+// The CUDA kernel reads a row with 16-byte loads where it is unit-stride and 16-byte aligned
+// (norm_quant_kernel: the row staged in shared memory, then the element kernel's passes) and
+// element by element otherwise (norm_quant_strided_kernel). The same values at an aligned address
+// and one element past it take one kernel each: every output byte and the written residual
+// agree bit for bit (the same per-thread sums in the same order).
+TEST(NormQuantCuda, VectorAndStridedKernelsAgreeBitExact) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  auto bytes_of = [](const Tensor& t) {
+    const Tensor c = t.to(Device::cpu()).contiguous();
+    const auto* p = static_cast<const uint8_t*>(c.data_ptr());
+    return std::vector<uint8_t>(p, p + c.numel() * static_cast<int64_t>(c.element_size()));
+  };
+  for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (int64_t hidden : {4096, 520}) {
+      SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " hidden " << hidden);
+      const int64_t rows = 40, n = rows * hidden;
+      Tensor xb = rand_tensor({n + 1}, dt, 11 + hidden).to(g);
+      Tensor rb = rand_tensor({n + 1}, dt, 12 + hidden).to(g);
+      Tensor w = rand_tensor({hidden}, dt, 13).to(g);
+      Tensor gm = rand_tensor({hidden}, DType::kFloat32, 14).to(g);
+      Tensor bt = rand_tensor({hidden}, DType::kFloat32, 15).to(g);
+      std::vector<std::vector<uint8_t>> got[2];
+      for (int64_t off : {0, 1}) {
+        // Elements 1..n of the buffers: in place (one element past an aligned address: strided
+        // kernel), or cloned to an aligned allocation (vector kernel).
+        Tensor x = xb.slice(0, 1, n + 1).view({rows, hidden});
+        Tensor res = rb.clone().slice(0, 1, n + 1).view({rows, hidden});
+        if (off == 0) {
+          x = x.clone();
+          res = res.clone();
+        }
+        std::vector<std::vector<uint8_t>>& out = got[off];
+        for (DType od : {DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+          Tensor o1 = Tensor::empty({rows, hidden}, od, g),
+                 o2 = Tensor::empty({rows, hidden}, od, g),
+                 o3 = Tensor::empty({rows, hidden}, od, g);
+          rmsnorm_quant(o1, x, w, 0.05, 1e-5);
+          fused_add_rmsnorm_quant(o2, x, res, w, 0.05, 1e-5);
+          layernorm_quant(o3, x, gm, bt, 0.05, 1e-5);
+          for (const Tensor& t : {o1, o2, o3, res}) out.push_back(bytes_of(t));
+        }
+        if (dt == DType::kBFloat16) {
+          out.push_back(bytes_of(fused_rmsnorm_silu(x, w, 1e-5).out));
+          out.push_back(bytes_of(
+              fused_rmsnorm_silu(x, w, 1e-5, Tensor::empty({rows, hidden}, DType::kFloat8E4M3FN, g))
+                  .out));
+        }
+      }
+      ASSERT_EQ(got[0].size(), got[1].size());
+      for (std::size_t i = 0; i < got[0].size(); ++i) EXPECT_EQ(got[0][i], got[1][i]) << i;
+    }
+  }
 }
 
 TEST(NormQuant, RecordAndReplay) {

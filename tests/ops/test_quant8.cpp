@@ -3,7 +3,9 @@
 // column-major / TMA-aligned scale layouts, every bad input, record/replay.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
@@ -16,6 +18,11 @@ namespace {
 std::vector<double> values(const Tensor& t) {
   Tensor c = t.to(DType::kFloat64).contiguous();
   return std::vector<double>(c.data<double>(), c.data<double>() + c.numel());
+}
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const Tensor c = t.to(Device::cpu()).contiguous();
+  const auto* p = static_cast<const uint8_t*>(c.data_ptr());
+  return std::vector<uint8_t>(p, p + c.numel() * static_cast<int64_t>(c.element_size()));
 }
 Tensor bools(const std::vector<double>& v) {
   return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::kBool);
@@ -108,6 +115,39 @@ TEST(PerTokenGroupQuant8bit, BitExact) {
                 }
               }
             }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The CUDA kernel reads 16 bytes at a time where every group starts on a 16-byte boundary
+// (group_quant_kernel, grid-stride) and element by element otherwise (group_quant_strided_kernel):
+// the same values at an aligned address and one element past it take one kernel each, and both
+// equal the CPU bit for bit. 600 x 4096 in groups of 128 is more groups than one pass of the
+// vector grid (SMs x resident blocks x 8 warps) on an H100 or H200.
+TEST(PerTokenGroupQuant8bitCuda, VectorAndStridedKernelsMatchCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (const auto& [rows, k, gs] :
+         {std::array<int64_t, 3>{600, 4096, 128}, std::array<int64_t, 3>{7, 4096, 2048},
+          std::array<int64_t, 3>{9, 256, 16}}) {
+      Tensor buf = rand_tensor({rows * k + 1}, dt, rows + gs, -3, 3);
+      Tensor bg = buf.to(g);
+      for (int64_t off : {0, 1}) {  // 0: vector kernel; 1: misaligned, strided kernel
+        Tensor x = buf.slice(0, off, off + rows * k).view({rows, k});
+        Tensor xg = bg.slice(0, off, off + rows * k).view({rows, k});
+        for (DType od : {DType::kFloat8E4M3FN, DType::kFloat8E5M2, DType::kInt8}) {
+          for (bool ue8m0 : {false, true}) {
+            SCOPED_TRACE(::testing::Message()
+                         << dtype_label(dt) << " " << rows << "x" << k << " gs " << gs << " offset "
+                         << off << " ue8m0 " << ue8m0 << " out " << static_cast<int>(od));
+            auto [q, s] = per_token_group_quant_8bit(x, gs, 1e-10, od, ue8m0, false, ue8m0);
+            auto [qg, sg] = per_token_group_quant_8bit(xg, gs, 1e-10, od, ue8m0, false, ue8m0);
+            EXPECT_EQ(bytes_of(qg), bytes_of(q));
+            EXPECT_EQ(bytes_of(sg), bytes_of(s));
           }
         }
       }

@@ -747,6 +747,70 @@ TEST(QuantizationCuda, Fp4EdgeCasesMatchCpuBitExact) {
   }
 }
 
+// The CUDA quantizers read 16 bytes at a time when the rows are unit-stride and 16-byte aligned
+// (fp4_quantize_kernel, mxfp8_quantize_kernel; grid-stride over the blocks) and element by
+// element otherwise (*_strided_kernel). The same values in an aligned matrix and in a view
+// starting one element into wider rows take one kernel each: their codes and scales agree with
+// each other and with the CPU, bit for bit, specials included. 1100 rows of 8192 outrun one pass
+// of the vector grid (SMs x resident blocks x 128 threads) on an H100 or H200.
+TEST(QuantizationCuda, VectorAndStridedKernelsAgreeBitExact) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  for (const int64_t m : {1100, 37}) {
+    const int64_t k = m > 100 ? 8192 : 256;
+    Tensor x = Tensor::empty({m, k + 16}, DType::kFloat32).normal_(47, 0, 3);
+    float* v = x.data<float>();
+    const float specials[] = {INFINITY, -INFINITY, NAN, -0.0f, 1e-40f, -3e-39f, 1e30f, 7e-45f};
+    for (int i = 0; i < 8; ++i) {
+      v[(3 * i) * x.stride(0) + 5 * i + 1] = specials[i];  // inside both views
+      v[(3 * i + 1) * x.stride(0) + 7 * i + 2] = specials[i];
+    }
+    for (int i = 0; i < 33; ++i) v[9 * x.stride(0) + 1 + i] = 0.0f;  // a zero block
+    for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat8E4M3FN}) {
+      SCOPED_TRACE(::testing::Message() << dtype_torch_name(dt) << " m " << m);
+      Tensor wide = x.to(dt);
+      Tensor aligned = wide.slice(1, 1, k + 1).contiguous();  // vector kernels
+      Tensor shifted = wide.slice(1, 1, k + 1);               // 1 element in: strided kernels
+      // (Sliced on the device: a copy of the view alone would start at an aligned address.)
+      Tensor ag = aligned.to(g), sg = wide.to(g).slice(1, 1, k + 1);
+      const bool check_cpu = m < 100;  // the CPU reference on the small matrix only
+      Tensor gs = fp32_scalar(448.0 * 6.0 / 16.0);
+      for (bool e8x4 : {false, true}) {
+        auto [qa, sa] = fp4_quantize(ag, gs.to(g), 16, false, true, e8x4);
+        auto [qs, ss] = fp4_quantize(sg, gs.to(g), 16, false, true, e8x4);
+        EXPECT_EQ(bytes(qa), bytes(qs));
+        EXPECT_EQ(bytes(sa), bytes(ss));
+        if (check_cpu) {
+          auto [qc, sc] = fp4_quantize(aligned, gs, 16, false, true, e8x4);
+          EXPECT_EQ(bytes(qa), bytes(qc));
+          EXPECT_EQ(bytes(sa), bytes(sc));
+        }
+      }
+      if (dt == DType::kFloat8E4M3FN) continue;  // mxfp4 and mxfp8 take 16-bit inputs
+      {
+        auto [qa, sa] = mxfp4_quantize(ag);
+        auto [qs, ss] = mxfp4_quantize(sg);
+        EXPECT_EQ(bytes(qa), bytes(qs));
+        EXPECT_EQ(bytes(sa), bytes(ss));
+        if (check_cpu) {
+          auto [qc, sc] = mxfp4_quantize(aligned);
+          EXPECT_EQ(bytes(qa), bytes(qc));
+          EXPECT_EQ(bytes(sa), bytes(sc));
+        }
+      }
+      auto [qa, sa] = mxfp8_quantize(ag);
+      auto [qs, ss] = mxfp8_quantize(sg);
+      EXPECT_EQ(bytes(qa), bytes(qs));
+      EXPECT_EQ(bytes(sa), bytes(ss));
+      if (check_cpu) {
+        auto [qc, sc] = mxfp8_quantize(aligned);
+        EXPECT_EQ(bytes(qa), bytes(qc));
+        EXPECT_EQ(bytes(sa), bytes(sc));
+      }
+    }
+  }
+}
+
 TEST(QuantizationCuda, Mxfp8AndInterleaveMatchCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   Tensor x = Tensor::empty({70, 128}, DType::kFloat16).normal_(43, 0, 100);

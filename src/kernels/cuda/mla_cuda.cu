@@ -30,6 +30,7 @@
 #include "kernels/cuda/device/softmax_state.cuh"
 #include "kernels/cuda/device/vec.cuh"
 #include "kernels/cuda/mla_cuda.h"
+#include "kernels/cuda/vec_cuda.cuh"
 
 namespace flashinfer::kernels::cuda {
 namespace {
@@ -671,21 +672,74 @@ void check(const char* what, cudaError_t err) {
   }
 }
 
-// Block per appended row; threads copy the row's latent then rope elements (E: an unsigned
-// integer of the element's width, so the copy is bit-exact for every dtype).
+// The append row `i` reads and the cache row it writes (E: an unsigned integer of the element's
+// width, so every copy is bit-exact for every dtype).
 template <class E>
-__global__ void append_mla_kernel(MlaAppendParams p) {
-  const int64_t i = blockIdx.x;
+struct MlaAppendRow {
+  const E* ac;
+  const E* ak;
+  E* c;
+  E* k;
+};
+template <class E>
+__device__ __forceinline__ MlaAppendRow<E> mla_append_row(const MlaAppendParams& p, int64_t i) {
   const int32_t b = p.batch_indices[i];
   const int64_t t = p.positions[i];
   const int64_t page = p.kv_indices[p.kv_indptr[b] + t / p.page_size];
   const int64_t slot = t % p.page_size;
-  const E* ac = static_cast<const E*>(p.append_ckv) + i * p.ackv_stride_n;
-  const E* ak = static_cast<const E*>(p.append_kpe) + i * p.akpe_stride_n;
-  E* c = static_cast<E*>(p.ckv) + page * p.ckv_stride_page + slot * p.ckv_stride_token;
-  E* k = static_cast<E*>(p.kpe) + page * p.kpe_stride_page + slot * p.kpe_stride_token;
-  for (int64_t d = threadIdx.x; d < p.dim_ckv; d += blockDim.x) c[d] = ac[d];
-  for (int64_t d = threadIdx.x; d < p.dim_kpe; d += blockDim.x) k[d] = ak[d];
+  return {static_cast<const E*>(p.append_ckv) + i * p.ackv_stride_n,
+          static_cast<const E*>(p.append_kpe) + i * p.akpe_stride_n,
+          static_cast<E*>(p.ckv) + page * p.ckv_stride_page + slot * p.ckv_stride_token,
+          static_cast<E*>(p.kpe) + page * p.kpe_stride_page + slot * p.kpe_stride_token};
+}
+
+// Block per appended row; threads copy the row's latent then rope elements one at a time: the
+// form for rows that are not 16-byte aligned or not whole 16-byte chunks.
+template <class E>
+__global__ void append_mla_strided_kernel(MlaAppendParams p) {
+  const MlaAppendRow<E> r = mla_append_row<E>(p, blockIdx.x);
+  for (int64_t d = threadIdx.x; d < p.dim_ckv; d += blockDim.x) r.c[d] = r.ac[d];
+  for (int64_t d = threadIdx.x; d < p.dim_kpe; d += blockDim.x) r.k[d] = r.ak[d];
+}
+
+constexpr int kAppendWarps = 8;   // warps per block of append_mla_kernel
+constexpr int kAppendUnroll = 4;  // 16-byte loads a lane issues before its first store
+
+// As append_mla_strided_kernel with 16-byte copies when every row start is 16-byte aligned and
+// both dims fill whole chunks (append_mla_vectorizable): a warp per row, the grid holding the
+// device's resident blocks and striding over the rows. A lane's chunks of the latent and rope
+// parts are one index space (DeepSeek's 512 + 64 bf16: 64 + 8 chunks, 2-3 per lane), loaded
+// kAppendUnroll at a time before any is stored.
+template <class E>
+__global__ void __launch_bounds__(kAppendWarps * 32) append_mla_kernel(MlaAppendParams p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t nc = p.dim_ckv * static_cast<int64_t>(sizeof(E)) / 16;
+  const int64_t n = nc + p.dim_kpe * static_cast<int64_t>(sizeof(E)) / 16;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kAppendWarps + threadIdx.x / 32; i < p.nnz;
+       i += static_cast<int64_t>(gridDim.x) * kAppendWarps) {
+    const MlaAppendRow<E> r = mla_append_row<E>(p, i);
+    const auto* ac = reinterpret_cast<const uint4*>(r.ac);
+    const auto* ak = reinterpret_cast<const uint4*>(r.ak);
+    auto* c = reinterpret_cast<uint4*>(r.c);
+    auto* k = reinterpret_cast<uint4*>(r.k);
+    for (int64_t base = lane; base < n; base += 32 * kAppendUnroll) {
+      uint4 v[kAppendUnroll];
+#pragma unroll
+      for (int u = 0; u < kAppendUnroll; ++u) {
+        const int64_t j = base + 32 * u;
+        if (j < n) v[u] = j < nc ? ac[j] : ak[j - nc];
+      }
+#pragma unroll
+      for (int u = 0; u < kAppendUnroll; ++u) {
+        const int64_t j = base + 32 * u;
+        if (j < nc) {
+          c[j] = v[u];
+        } else if (j < n) {
+          k[j - nc] = v[u];
+        }
+      }
+    }
+  }
 }
 
 // Block per (token, head): k[t, h] = (k_nope[t, h], k_rope[t, 0]).
@@ -697,6 +751,18 @@ __global__ void concat_mla_k_kernel(ConcatMlaKParams p) {
   const E* kr = static_cast<const E*>(p.k_rope) + t * p.kr_stride_t;
   for (int64_t d = threadIdx.x; d < p.nope_dim; d += blockDim.x) k[d] = kn[d];
   for (int64_t d = threadIdx.x; d < p.rope_dim; d += blockDim.x) k[p.nope_dim + d] = kr[d];
+}
+
+// Whether append_mla_kernel takes `p`: every append and cache row start 16-byte aligned and
+// both dims whole 16-byte chunks. A stride that never moves (one row, one slot) is not checked.
+bool append_mla_vectorizable(const MlaAppendParams& p) {
+  const auto e = static_cast<std::size_t>(p.elem_size);
+  return (p.dim_ckv * p.elem_size) % 16 == 0 && (p.dim_kpe * p.elem_size) % 16 == 0 &&
+         aligned16(p.append_ckv) && aligned16(p.append_kpe) && aligned16(p.ckv) &&
+         aligned16(p.kpe) && stride16(p.ackv_stride_n, e, p.nnz > 1) &&
+         stride16(p.akpe_stride_n, e, p.nnz > 1) && stride16(p.ckv_stride_page, e, true) &&
+         stride16(p.kpe_stride_page, e, true) && stride16(p.ckv_stride_token, e, p.page_size > 1) &&
+         stride16(p.kpe_stride_token, e, p.page_size > 1);
 }
 
 template <class F>
@@ -722,8 +788,17 @@ void by_width(int64_t elem_size, const char* op, F&& f) {
 void append_paged_mla_kv_cache(const MlaAppendParams& p, void* stream) {
   if (p.nnz == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  by_width(p.elem_size, "append_paged_mla_kv_cache", [&](auto e) {
-    append_mla_kernel<decltype(e)><<<static_cast<unsigned>(p.nnz), 128, 0, s>>>(p);
+  const char* op = "append_paged_mla_kv_cache";
+  const bool vec = append_mla_vectorizable(p);
+  by_width(p.elem_size, op, [&](auto e) {
+    using E = decltype(e);
+    if (vec) {
+      const unsigned grid = resident_grid(op, append_mla_kernel<E>, kAppendWarps * 32,
+                                          (p.nnz + kAppendWarps - 1) / kAppendWarps);
+      append_mla_kernel<E><<<grid, kAppendWarps * 32, 0, s>>>(p);
+    } else {
+      append_mla_strided_kernel<E><<<static_cast<unsigned>(p.nnz), 128, 0, s>>>(p);
+    }
   });
   FLASHINFER_CUDA_CALL("append_paged_mla_kv_cache", cudaGetLastError());
 }

@@ -1,9 +1,11 @@
-// Fused norm + fp8 quantization on CUDA: one block per row. The row is reduced in fp32 (the
-// fused-add variant first forms x = input + residual, writes the rounded sum back to residual
-// and keeps the unrounded fp32 sums in shared memory for the output pass), then written as
-// fp8(clamp(y / scale)) with round-to-nearest-even saturating conversions.
+// Fused norm + fp8 quantization on CUDA: one block per row, its input read with 16-byte loads
+// where the rows allow (norm_quant_kernel), else element by element (norm_quant_strided_kernel).
+// The row is reduced in fp32 (the fused-add variant first forms x = input + residual, writes the
+// rounded sum back to residual and keeps the unrounded fp32 sums in shared memory for the output
+// pass), then written as fp8(clamp(y / scale)) with round-to-nearest-even saturating conversions.
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/norm_quant_cuda.h"
+#include "kernels/cuda/vec_cuda.cuh"
 
 namespace flashinfer::kernels::cuda {
 namespace {
@@ -19,11 +21,14 @@ __device__ __forceinline__ uint8_t quantize(float y, float inv_scale, bool e4m3)
 
 // The fused variant keeps the unrounded sums of the thread's elements in shared memory: the
 // residual is overwritten with the rounded sum in pass 1, and pass 2 needs the fp32 one.
-template <class T>
-__global__ void __launch_bounds__(kThreads) norm_quant_kernel(NormQuantParams p) {
-  extern __shared__ float xs[];  // [hidden] for the fused variant
-  __shared__ float scratch[32];
-  pdl_wait();
+// kVec: the row (and the residual) come in with 16-byte loads, chunk by chunk, into that fp32
+// row in shared memory (the fused sums and the residual's 16-byte stores formed per element as
+// before) for every kind; the passes then read it with the element kernel's thread-to-element
+// map, so each thread's partial sums, and the block reductions, add the same values in the same
+// order: the output is the element kernel's bit for bit.
+template <class T, bool kVec>
+__device__ __forceinline__ void norm_quant_row(const NormQuantParams& p, float* xs,
+                                               float* scratch) {
   const int64_t b = blockIdx.x;
   const int64_t n = p.hidden;
   const T* in = static_cast<const T*>(p.input) + b * p.in_stride_b;
@@ -32,11 +37,28 @@ __global__ void __launch_bounds__(kThreads) norm_quant_kernel(NormQuantParams p)
   uint8_t* out = static_cast<uint8_t*>(p.out) + b * p.out_stride_b;
   const bool fused = p.kind == NormQuantKind::kFusedAddRms;
   T* res = fused ? static_cast<T*>(p.residual) + b * p.res_stride_b : nullptr;
+  const bool staged = kVec || fused;
   auto load = [&](int64_t i) -> float {
-    if (fused) return xs[i];
+    if (staged) return xs[i];
     return to_f32(in[i * p.in_stride_d]);
   };
-  if (fused) {
+  if constexpr (kVec) {
+    constexpr int V = kVecElems<T>;
+    for (int64_t c = threadIdx.x; c < n / V; c += blockDim.x) {
+      float a[V];
+      load_vec(in + c * V, a);
+      if (fused) {
+        float r[V];
+        load_vec(res + c * V, r);
+#pragma unroll
+        for (int j = 0; j < V; ++j) a[j] = a[j] + r[j];
+        store_vec_global(res + c * V, a);
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) xs[c * V + j] = a[j];
+    }
+    __syncthreads();  // the passes below read other threads' chunks
+  } else if (fused) {
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
       const float v = to_f32(in[i * p.in_stride_d]) + to_f32(res[i * p.res_stride_d]);
       res[i * p.res_stride_d] = from_f32<T>(v);
@@ -85,7 +107,37 @@ __global__ void __launch_bounds__(kThreads) norm_quant_kernel(NormQuantParams p)
       }
     }
   }
+}
+
+// Element loads at any strides: the form for rows that are not unit-stride or 16-byte aligned.
+template <class T>
+__global__ void __launch_bounds__(kThreads) norm_quant_strided_kernel(NormQuantParams p) {
+  extern __shared__ float xs[];  // [hidden] for the fused variant
+  __shared__ float scratch[32];
+  pdl_wait();
+  norm_quant_row<T, false>(p, xs, scratch);
   pdl_launch_dependents();
+}
+
+// 16-byte loads of the row (and residual) where norm_quant_vectorizable; named apart from the
+// element kernel for the static SASS rule `quant`.
+template <class T>
+__global__ void __launch_bounds__(kThreads) norm_quant_kernel(NormQuantParams p) {
+  extern __shared__ float xs[];  // [hidden]
+  __shared__ float scratch[32];
+  pdl_wait();
+  norm_quant_row<T, true>(p, xs, scratch);
+  pdl_launch_dependents();
+}
+
+// Whether the input (and the fused variant's residual) rows are unit-stride, start on 16-byte
+// boundaries and fill whole 16-byte chunks, and the fp32 row fits the shared memory.
+bool norm_quant_vectorizable(const NormQuantParams& p, std::size_t elem) {
+  const bool fused = p.kind == NormQuantKind::kFusedAddRms;
+  return p.hidden * 4 <= 160 * 1024 && (p.hidden * static_cast<int64_t>(elem)) % 16 == 0 &&
+         p.in_stride_d == 1 && aligned16(p.input, p.batch > 1 ? p.in_stride_b : 0, elem) &&
+         (!fused ||
+          (p.res_stride_d == 1 && aligned16(p.residual, p.batch > 1 ? p.res_stride_b : 0, elem)));
 }
 
 }  // namespace
@@ -100,8 +152,15 @@ void norm_quant(const NormQuantParams& p, void* stream, bool enable_pdl) {
                         "input", "hidden size above 40960 is not supported on CUDA");
   dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
       p.dtype, "norm_quant", "input", [&]<class T>() {
-        launch_kernel("norm_quant", norm_quant_kernel<T>, dim3(static_cast<unsigned>(p.batch)),
-                      dim3(kThreads), smem, static_cast<cudaStream_t>(stream), enable_pdl, p);
+        const auto s = static_cast<cudaStream_t>(stream);
+        const dim3 grid(static_cast<unsigned>(p.batch));
+        if (norm_quant_vectorizable(p, sizeof(T))) {
+          launch_kernel("norm_quant", norm_quant_kernel<T>, grid, dim3(kThreads),
+                        static_cast<std::size_t>(p.hidden) * 4, s, enable_pdl, p);
+        } else {
+          launch_kernel("norm_quant", norm_quant_strided_kernel<T>, grid, dim3(kThreads), smem, s,
+                        enable_pdl, p);
+        }
       });
 }
 

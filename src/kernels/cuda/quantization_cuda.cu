@@ -1,9 +1,12 @@
 #include "flashinfer/float_formats.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/quantization_cuda.h"
+#include "kernels/cuda/vec_cuda.cuh"
 
 namespace flashinfer::kernels::cuda {
 namespace {
+
+constexpr int kQuantThreads = 128;  // threads per block of the vector (grid-stride) kernels
 
 // Element loads, exact to fp32. FP8 inputs decode through the same formula as the CPU table.
 __device__ __forceinline__ float load_elem(const __half* p) { return __half2float(*p); }
@@ -16,55 +19,129 @@ __device__ __forceinline__ float e4m3_to_float(uint8_t code) {
   return detail::DecodeMinifloat<4, 3, detail::Specials::kFiniteNan>(code);
 }
 
-// One thread per (row, block). Every fp32 operation is an explicitly IEEE-rounded intrinsic so
-// the results equal the CPU reference bit for bit (no contraction, no approximate division).
+// The per-block arithmetic both kernel forms share, so the vector and strided paths (and the
+// CPU reference) agree bit for bit. Every fp32 operation is an explicitly IEEE-rounded intrinsic
+// (no contraction, no approximate division).
+struct Fp4Scale {
+  uint8_t code;
+  float sf;
+};
+__device__ __forceinline__ float fp4_global_scale(const Fp4QuantizeParams& p) {
+  const float gs = p.global_scale ? *p.global_scale : 1.0f;
+  return p.global_scale_inversed ? __fdiv_rn(1.0f, gs) : gs;
+}
+__device__ __forceinline__ Fp4Scale fp4_scale(float amax, float gs, bool ue8m0) {
+  if (ue8m0) {
+    const uint8_t code = ue8m0_round_up(__fdiv_rn(amax, 6.0f));
+    return {code, ue8m0_to_float(code)};
+  }
+  const uint8_t code = float_to_e4m3fn_bits(__fdiv_rn(__fmul_rn(gs, amax), 6.0f), true);
+  return {code, e4m3_to_float(code)};
+}
+__device__ __forceinline__ uint8_t fp4_code(float v, float gs, float sf, bool ue8m0) {
+  if (ue8m0) return float_to_e2m1_bits(__fdiv_rn(v, sf));
+  return float_to_e2m1_bits(sf != 0.0f ? __fdiv_rn(__fmul_rn(v, gs), sf) : 0.0f);
+}
+__device__ __forceinline__ uint8_t mxfp8_scale(float amax) {
+  return ue8m0_round_up(__fdiv_rn(amax, 448.0f));
+}
+__device__ __forceinline__ uint8_t mxfp8_code(float v, float sf) {
+  return float_to_e4m3fn_bits(__fdiv_rn(v, sf), true);
+}
+
+// N elements of T from a 16-byte aligned, unit-stride block: every 16-byte load is issued before
+// any is decoded, so a thread keeps N * sizeof(T) / 16 loads in flight.
+template <class T, int N>
+__device__ __forceinline__ void load_block(const T* x, float* v) {
+  constexpr int V = kVecElems<T>;
+  static_assert(N % V == 0);
+  Vec16<T> raw[N / V];
+#pragma unroll
+  for (int c = 0; c < N / V; ++c) raw[c] = reinterpret_cast<const Vec16<T>*>(x)[c];
+#pragma unroll
+  for (int c = 0; c < N / V; ++c) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[c * V + j] = load_elem(&raw[c].v[j]);
+  }
+}
+
+// `bytes` (8, 16 or 32) bytes from registers to a global address aligned to min(bytes, 16).
+template <int B>
+__device__ __forceinline__ void store_bytes(uint8_t* q, const uint8_t (&b)[B]) {
+  if constexpr (B == 8) {
+    uint2 u;
+    memcpy(&u, b, 8);
+    *reinterpret_cast<uint2*>(q) = u;
+  } else {
+    static_assert(B % 16 == 0);
+#pragma unroll
+    for (int c = 0; c < B / 16; ++c) {
+      uint4 u;
+      memcpy(&u, b + 16 * c, 16);
+      reinterpret_cast<uint4*>(q)[c] = u;
+    }
+  }
+}
+
+// One thread per (row, block), any strides: the element-load form for rows that are not 16-byte
+// aligned or not unit-stride. Named apart from the vector kernel for the static SASS rule `quant`.
 template <class T>
-__global__ void fp4_quantize_kernel(Fp4QuantizeParams p) {
+__global__ void fp4_quantize_strided_kernel(Fp4QuantizeParams p) {
   pdl_wait();
   const int vec = p.sf_vec_size;
   const int64_t sf_cols = p.k / vec;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx < p.m * sf_cols) {
     const int64_t r = idx / sf_cols, b = idx % sf_cols;
-    float gs = p.global_scale ? *p.global_scale : 1.0f;
-    if (p.global_scale_inversed) gs = __fdiv_rn(1.0f, gs);
+    const float gs = fp4_global_scale(p);
     const T* x = static_cast<const T*>(p.input) + r * p.in_stride_m + b * vec * p.in_stride_k;
-    float v[32];
+    // Two passes over the (cached) elements instead of a v[vec] array: a runtime-sized
+    // register array would live in local memory.
     float amax = 0.0f;
-    for (int i = 0; i < vec; ++i) {
-      v[i] = load_elem(x + i * p.in_stride_k);
-      amax = fmaxf(amax, fabsf(v[i]));
-    }
-    uint8_t code;
-    float sf;
-    if (p.ue8m0) {
-      code = ue8m0_round_up(__fdiv_rn(amax, 6.0f));
-      sf = ue8m0_to_float(code);
-    } else {
-      code = float_to_e4m3fn_bits(__fdiv_rn(__fmul_rn(gs, amax), 6.0f), true);
-      sf = e4m3_to_float(code);
-    }
-    p.sf[sf_offset(p.layout, r, b, sf_cols)] = code;
+    for (int i = 0; i < vec; ++i) amax = fmaxf(amax, fabsf(load_elem(x + i * p.in_stride_k)));
+    const Fp4Scale s = fp4_scale(amax, gs, p.ue8m0);
+    p.sf[sf_offset(p.layout, r, b, sf_cols)] = s.code;
     uint8_t* q = p.out + r * (p.k / 2) + b * vec / 2;
     for (int i = 0; i < vec; i += 2) {
-      uint8_t c[2];
-      for (int j = 0; j < 2; ++j) {
-        float y;
-        if (p.ue8m0) {
-          y = __fdiv_rn(v[i + j], sf);
-        } else {
-          y = sf != 0.0f ? __fdiv_rn(__fmul_rn(v[i + j], gs), sf) : 0.0f;
-        }
-        c[j] = float_to_e2m1_bits(y);
-      }
-      q[i / 2] = pack_e2m1x2(c[0], c[1]);
+      q[i / 2] = pack_e2m1x2(fp4_code(load_elem(x + i * p.in_stride_k), gs, s.sf, p.ue8m0),
+                             fp4_code(load_elem(x + (i + 1) * p.in_stride_k), gs, s.sf, p.ue8m0));
     }
   }
   pdl_launch_dependents();
 }
 
+// As fp4_quantize_strided_kernel for unit-stride rows starting on 16-byte boundaries (and a
+// 16-byte aligned output): a block's VEC elements come in with 16-byte loads and its VEC / 2
+// packed bytes leave in one 8- or 16-byte store. The grid holds the device's resident blocks and
+// strides over the (row, block) items.
+template <class T, int VEC>
+__global__ void __launch_bounds__(kQuantThreads) fp4_quantize_kernel(Fp4QuantizeParams p) {
+  pdl_wait();
+  const int64_t sf_cols = p.k / VEC, n = p.m * sf_cols;
+  const float gs = fp4_global_scale(p);
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / sf_cols, b = idx % sf_cols;
+    float v[VEC];
+    load_block<T, VEC>(static_cast<const T*>(p.input) + r * p.in_stride_m + b * VEC, v);
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    const Fp4Scale s = fp4_scale(amax, gs, p.ue8m0);
+    p.sf[sf_offset(p.layout, r, b, sf_cols)] = s.code;
+    uint8_t q[VEC / 2];
+#pragma unroll
+    for (int i = 0; i < VEC; i += 2) {
+      q[i / 2] =
+          pack_e2m1x2(fp4_code(v[i], gs, s.sf, p.ue8m0), fp4_code(v[i + 1], gs, s.sf, p.ue8m0));
+    }
+    store_bytes(p.out + r * (p.k / 2) + b * (VEC / 2), q);
+  }
+  pdl_launch_dependents();
+}
+
 template <class T>
-__global__ void mxfp8_quantize_kernel(Mxfp8QuantizeParams p) {
+__global__ void mxfp8_quantize_strided_kernel(Mxfp8QuantizeParams p) {
   pdl_wait();
   const int64_t sf_cols = p.k / 32;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -77,11 +154,36 @@ __global__ void mxfp8_quantize_kernel(Mxfp8QuantizeParams p) {
       v[i] = load_elem(x + i * p.in_stride_k);
       amax = fmaxf(amax, fabsf(v[i]));
     }
-    const uint8_t code = ue8m0_round_up(__fdiv_rn(amax, 448.0f));
+    const uint8_t code = mxfp8_scale(amax);
     const float sf = ue8m0_to_float(code);
     p.sf[sf_offset(p.layout, r, b, sf_cols)] = code;
     uint8_t* q = p.out + r * p.k + b * 32;
-    for (int i = 0; i < 32; ++i) q[i] = float_to_e4m3fn_bits(__fdiv_rn(v[i], sf), true);
+    for (int i = 0; i < 32; ++i) q[i] = mxfp8_code(v[i], sf);
+  }
+  pdl_launch_dependents();
+}
+
+// As mxfp8_quantize_strided_kernel with 16-byte loads (64 input bytes per block of 32) and two
+// 16-byte stores, grid-stride over the (row, block) items as fp4_quantize_kernel.
+template <class T>
+__global__ void __launch_bounds__(kQuantThreads) mxfp8_quantize_kernel(Mxfp8QuantizeParams p) {
+  pdl_wait();
+  const int64_t sf_cols = p.k / 32, n = p.m * sf_cols;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / sf_cols, b = idx % sf_cols;
+    float v[32];
+    load_block<T, 32>(static_cast<const T*>(p.input) + r * p.in_stride_m + b * 32, v);
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    const uint8_t code = mxfp8_scale(amax);
+    const float sf = ue8m0_to_float(code);
+    p.sf[sf_offset(p.layout, r, b, sf_cols)] = code;
+    uint8_t q[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) q[i] = mxfp8_code(v[i], sf);
+    store_bytes(p.out + r * p.k + b * 32, q);
   }
   pdl_launch_dependents();
 }
@@ -107,6 +209,24 @@ void launch(const char* op, Kernel kernel, const Params& p, int64_t threads_tota
                 dim3(kThreads), 0, stream, enable_pdl, p);
 }
 
+// A grid-stride vector kernel over `items` (row, block) items, one per thread per step.
+template <class Params>
+void launch_resident(const char* op, void (*kernel)(Params), const Params& p, int64_t items,
+                     cudaStream_t stream, bool enable_pdl) {
+  if (items == 0) return;
+  const unsigned grid =
+      resident_grid(op, kernel, kQuantThreads, (items + kQuantThreads - 1) / kQuantThreads);
+  launch_kernel(op, kernel, dim3(grid), dim3(kQuantThreads), 0, stream, enable_pdl, p);
+}
+
+// Whether the input rows are unit-stride and start on 16-byte boundaries and the output is
+// 16-byte aligned (its rows, k or k / 2 bytes at a block multiple, then are too): the vector
+// kernels' precondition. A single row's stride is never used.
+bool quant_vectorizable(const void* in, int64_t m, int64_t in_stride_m, int64_t in_stride_k,
+                        std::size_t elem, const void* out) {
+  return in_stride_k == 1 && aligned16(in, m > 1 ? in_stride_m : 0, elem) && aligned16(out, 0, 1);
+}
+
 }  // namespace
 
 void fp4_quantize(const Fp4QuantizeParams& p, void* stream, bool enable_pdl) {
@@ -116,8 +236,18 @@ void fp4_quantize(const Fp4QuantizeParams& p, void* stream, bool enable_pdl) {
   FLASHINFER_CUDA_CALL(op, cudaMemsetAsync(p.sf, 0, static_cast<size_t>(p.sf_size), s));
   const int64_t n = p.m * (p.k / p.sf_vec_size);
   dispatch_dtype<CudaElements, kFloat16, kBFloat16, kFloat8E4M3FN>(
-      p.in_dtype, op, "input",
-      [&]<class T>() { launch(op, fp4_quantize_kernel<T>, p, n, s, enable_pdl); });
+      p.in_dtype, op, "input", [&]<class T>() {
+        const bool vec =
+            (p.sf_vec_size == 16 || p.sf_vec_size == 32) &&
+            quant_vectorizable(p.input, p.m, p.in_stride_m, p.in_stride_k, sizeof(T), p.out);
+        if (vec && p.sf_vec_size == 16) {
+          launch_resident(op, fp4_quantize_kernel<T, 16>, p, n, s, enable_pdl);
+        } else if (vec) {
+          launch_resident(op, fp4_quantize_kernel<T, 32>, p, n, s, enable_pdl);
+        } else {
+          launch(op, fp4_quantize_strided_kernel<T>, p, n, s, enable_pdl);
+        }
+      });
 }
 
 void mxfp8_quantize(const Mxfp8QuantizeParams& p, void* stream, bool enable_pdl) {
@@ -126,7 +256,11 @@ void mxfp8_quantize(const Mxfp8QuantizeParams& p, void* stream, bool enable_pdl)
   FLASHINFER_CUDA_CALL(op, cudaMemsetAsync(p.sf, 0, static_cast<size_t>(p.sf_size), s));
   const int64_t n = p.m * (p.k / 32);
   dispatch_dtype<CudaElements, kFloat16, kBFloat16>(p.in_dtype, op, "input", [&]<class T>() {
-    launch(op, mxfp8_quantize_kernel<T>, p, n, s, enable_pdl);
+    if (quant_vectorizable(p.input, p.m, p.in_stride_m, p.in_stride_k, sizeof(T), p.out)) {
+      launch_resident(op, mxfp8_quantize_kernel<T>, p, n, s, enable_pdl);
+    } else {
+      launch(op, mxfp8_quantize_strided_kernel<T>, p, n, s, enable_pdl);
+    }
   });
 }
 

@@ -62,4 +62,19 @@ inline int threads_for(int64_t n) {
   return t;
 }
 
+/// Blocks for a grid-stride kernel over `blocks_needed` blocks' worth of work: at most as many as
+/// the current device keeps resident at once (SM count x resident blocks of `kernel` per SM), so
+/// every thread walks several items and each SM holds enough 16-byte loads in flight.
+template <class... KArgs>
+unsigned resident_grid(const char* op, void (*kernel)(KArgs...), int threads,
+                       int64_t blocks_needed) {
+  int dev = 0, sms = 0, per_sm = 0;
+  FLASHINFER_CUDA_CALL(op, cudaGetDevice(&dev));
+  FLASHINFER_CUDA_CALL(op, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  FLASHINFER_CUDA_CALL(op,
+                       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  const int64_t cap = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  return static_cast<unsigned>(blocks_needed < cap ? blocks_needed : cap);
+}
+
 }  // namespace flashinfer::kernels::cuda
