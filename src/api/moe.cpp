@@ -277,6 +277,7 @@ std::vector<Tensor> cutlass_fused_moe_impl(const api::CutlassMoeCall& c) {
   p.inter = I;
   p.num_local_experts = E;
   p.expert_offset = c.ep_rank * E;
+  p.ep_size = c.ep_size;
   p.act = static_cast<kernels::MoeAct>(activation_type);
   // CUDA: the kernels take their scratch from a buffer per stream (kernels/cuda/moe_cuda.h).
   api::launch(kCutlassMoeKernels, p, input.device(), op, "input", c.enable_pdl);

@@ -63,6 +63,8 @@ struct CutlassMoeParams {
   DType out_dtype = DType::kBFloat16;
   int64_t num_tokens = 0, top_k = 0, hidden = 0, inter = 0;
   int64_t num_local_experts = 0, expert_offset = 0;
+  // Expert-parallel ranks: about 1 / ep_size of the pairs are local (the CUDA route choice).
+  int64_t ep_size = 1;
   MoeAct act = MoeAct::kSwiglu;
   // false: GEMM1's fp32 result goes straight into the activation (trtllm-gen fuses them).
   bool round_gemm1 = true;

@@ -131,6 +131,17 @@ TEST(MoeGroupedPlan, RouteChoice) {
   EXPECT_TRUE(moe_grouped_worthwhile(2, 1));
   EXPECT_FALSE(moe_grouped_worthwhile(127, 64));
   EXPECT_TRUE(moe_grouped_worthwhile(128, 64));
+  // Expert parallelism: 8 ranks of 32 experts, about pairs / 8 local.
+  EXPECT_FALSE(moe_grouped_worthwhile(511, 32, 8));
+  EXPECT_TRUE(moe_grouped_worthwhile(512, 32, 8));
+  EXPECT_TRUE(moe_grouped_worthwhile(64, 32, 1));
+  {
+    MoeRouteQuery q = query(256, 32);
+    q.ep_size = 8;
+    EXPECT_FALSE(moe_use_grouped(q, 0));
+    q.ep_size = 4;
+    EXPECT_TRUE(moe_use_grouped(q, 0));
+  }
   EXPECT_FALSE(moe_use_grouped(query(127, 64), 0));
   EXPECT_TRUE(moe_use_grouped(query(128, 64), 0));
   // Forced: the GEMV kernels always; the grouped route where eligible, however few pairs.

@@ -1294,7 +1294,8 @@ Tensor run_cuda_route(const MoeCase& c, const MoeInputs& g, int force, bool* gro
 // |g| <= 34 with the bias; Relu2 <= 1156, GEMM2 |sum| <= 32 * 1156 < 2^24, inside fp16's range;
 // power-of-two scales): only the summation order differs between the routes, so the grouped
 // route, the GEMV route and the CPU reference agree bit for bit, with experts of other ranks
-// (ep_rank 1 of 2) and both biases, gated and not.
+// (ep_rank 1 of 2) and both biases, for the ungated activations (the gated ones are checked
+// against the GEMV route within an ulp bound below).
 TEST(MoeCudaGrouped, BitExactOnIntegerOperands) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   for (DType dt : {DType::kBFloat16, DType::kFloat16}) {

@@ -302,6 +302,7 @@ moe::MoeRouteQuery route_query(const CutlassMoeParams& p, const char* op) {
   moe::MoeRouteQuery q;
   q.pairs = p.num_tokens * p.top_k;
   q.local_experts = p.num_local_experts;
+  q.ep_size = p.ep_size;
   q.hidden = p.hidden;
   q.inter = p.inter;
   q.gemm1_n = moe_act_is_gated(p.act) ? 2 * p.inter : p.inter;

@@ -61,6 +61,7 @@ FLASHINFER_HD void moe_expert_offsets(int32_t* counts, int64_t chunks, int64_t e
 /// What picks the route of one cutlass_fused_moe call on CUDA.
 struct MoeRouteQuery {
   int64_t pairs = 0, local_experts = 0, hidden = 0, inter = 0, gemm1_n = 0;
+  int64_t ep_size = 1;      // expert-parallel ranks: about pairs / ep_size of the pairs are local
   int64_t elem_bytes = 2;   // of the input dtype: the grouped route is for bf16 / fp16 (2)
   uint64_t w1 = 0, w2 = 0;  // weight addresses
   int sm_major = 0;
@@ -90,18 +91,19 @@ FLASHINFER_HD constexpr bool moe_grouped_eligible(const MoeRouteQuery& q) {
 /// min(local_experts, pairs) experts are active, so pairs >= 2 * local_experts means at least
 /// two pairs per active expert on average: the grouped route at least halves the weight
 /// traffic, which dominates the MoE. Below it (decode: about one pair per expert) both read
-/// each active expert's weights about once and the GEMV route saves the extra passes. Pairs
-/// count the non-local ones too (expert parallelism): the estimate errs toward the grouped
-/// route there.
-FLASHINFER_HD constexpr bool moe_grouped_worthwhile(int64_t pairs, int64_t local_experts) {
-  return pairs > 0 && pairs >= 2 * local_experts;
+/// each active expert's weights about once and the GEMV route saves the extra passes. With
+/// expert parallelism about pairs / ep_size of the pairs are this rank's (routing spreads them
+/// over every rank's experts), so the rule compares pairs with 2 * local_experts * ep_size.
+FLASHINFER_HD constexpr bool moe_grouped_worthwhile(int64_t pairs, int64_t local_experts,
+                                                    int64_t ep_size = 1) {
+  return pairs > 0 && pairs >= 2 * local_experts * (ep_size > 1 ? ep_size : 1);
 }
 
 /// The route of a call: 0 auto (eligible and worthwhile), 1 force the GEMV kernels, 2 force the
 /// grouped one where eligible (the tests' override).
 FLASHINFER_HD constexpr bool moe_use_grouped(const MoeRouteQuery& q, int force) {
   if (force == 1 || !moe_grouped_eligible(q)) return false;
-  return force == 2 || moe_grouped_worthwhile(q.pairs, q.local_experts);
+  return force == 2 || moe_grouped_worthwhile(q.pairs, q.local_experts, q.ep_size);
 }
 
 FLASHINFER_HD constexpr uint64_t moe_align256(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
