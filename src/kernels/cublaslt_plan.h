@@ -17,6 +17,7 @@
 #include "flashinfer/dtype.h"
 #include "kernels/gemm_fp8_params.h"
 #include "kernels/gemm_params.h"
+#include "kernels/key_hash.h"
 
 namespace flashinfer::kernels::lt {
 
@@ -170,13 +171,8 @@ inline LtKey make_key(int device, const RowMajorGemm& g, bool bias, DType bias_t
 
 struct LtKeyHash {
   std::size_t operator()(const LtKey& key) const {
-    uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
-    const auto mix = [&h](uint64_t v) {
-      for (int i = 0; i < 8; ++i) {
-        h ^= (v >> (8 * i)) & 0xFF;
-        h *= 1099511628211ull;
-      }
-    };
+    KeyHasher hasher;
+    const auto mix = [&hasher](uint64_t v) { hasher.mix(v); };
     const ColMajorGemm& c = key.shape;
     for (int64_t v :
          {c.m, c.n, c.k, c.lda, c.ldb, c.ldd, c.batch, c.stride_a, c.stride_b, c.stride_d})
@@ -187,7 +183,7 @@ struct LtKeyHash {
     mix((static_cast<uint64_t>(key.d_type) << 32) | static_cast<uint64_t>(key.bias_type));
     mix((uint64_t{key.bias} << 8) | static_cast<uint64_t>(key.scale));
     mix(key.workspace_bytes);
-    return static_cast<std::size_t>(h);
+    return hasher.value();
   }
 };
 

@@ -18,6 +18,7 @@
 #include "flashinfer/dtype.h"
 #include "kernels/cuda/stream_scratch.h"
 #include "kernels/gemm_params.h"
+#include "kernels/key_hash.h"
 
 namespace flashinfer::kernels::dnn {
 
@@ -107,13 +108,8 @@ inline GraphKey make_graph_key(int device, const GemmParams& p) {
 
 struct GraphKeyHash {
   std::size_t operator()(const GraphKey& key) const {
-    uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
-    const auto mix = [&h](uint64_t v) {
-      for (int i = 0; i < 8; ++i) {
-        h ^= (v >> (8 * i)) & 0xFF;
-        h *= 1099511628211ull;
-      }
-    };
+    KeyHasher hasher;
+    const auto mix = [&hasher](uint64_t v) { hasher.mix(v); };
     for (const Operand3d* o : {&key.t.a, &key.t.b, &key.t.c}) {
       for (int i = 0; i < 3; ++i) {
         mix(static_cast<uint64_t>(o->dims[i]));
@@ -125,7 +121,7 @@ struct GraphKeyHash {
     mix((static_cast<uint64_t>(key.c_type) << 32) | static_cast<uint64_t>(key.bias_type));
     mix((uint64_t{key.bias_align} << 40) | (static_cast<uint64_t>(key.epilogue) << 32) |
         static_cast<uint32_t>(key.device));
-    return static_cast<std::size_t>(h);
+    return hasher.value();
   }
 };
 
