@@ -340,35 +340,30 @@ void launch_moe_grouped(const CutlassMoeParams& p, cudaStream_t stream, bool ena
                 static_cast<const int32_t*>(counts), perm);
   launch_kernel(op, moe_gather_kernel<T>, pair_grid, dim3(kThreads), 0, stream, false, p,
                 static_cast<const int32_t*>(perm), xs);
-  GroupedMmCudaParams g;
-  g.in_dtype = g.b_dtype = p.dtype;
-  g.m_indptr = indptr;
-  g.num_groups = E;
-  g.cum_m = pairs;  // rows past m_indptr[E] (pairs of no local expert) are not computed
-  g.a = xs;
-  g.a_stride_m = H;
-  g.b = p.w1;
-  g.b_stride_e = N1 * H;
-  g.b_stride_n = H;
-  g.n = N1;
-  g.k = H;
-  g.out = g1;
-  g.out_dtype = p.dtype;
-  g.out_stride_m = N1;
-  grouped_mm_bf16(g, stream);
+  // out [pairs, n] of out_dtype = a [pairs, k] @ w[e]^T, w [E, n, k] contiguous, per expert.
+  const auto grouped_gemm = [&](const void* a, const void* w, int64_t n, int64_t k, void* out,
+                                DType out_dtype) {
+    GroupedMmCudaParams g;
+    g.in_dtype = g.b_dtype = p.dtype;
+    g.m_indptr = indptr;
+    g.num_groups = E;
+    g.cum_m = pairs;  // rows past m_indptr[E] (pairs of no local expert) are not computed
+    g.a = a;
+    g.a_stride_m = k;
+    g.b = w;
+    g.b_stride_e = n * k;
+    g.b_stride_n = k;
+    g.n = n;
+    g.k = k;
+    g.out = out;
+    g.out_dtype = out_dtype;
+    g.out_stride_m = n;
+    grouped_mm_bf16(g, stream);
+  };
+  grouped_gemm(xs, p.w1, N1, H, g1, p.dtype);
   launch_kernel(op, moe_activation_kernel<T>, pair_grid, dim3(kThreads), 0, stream, false, p,
                 static_cast<const int32_t*>(perm), static_cast<const T*>(g1), h);
-  g.a = h;
-  g.a_stride_m = I;
-  g.b = p.w2;
-  g.b_stride_e = H * I;
-  g.b_stride_n = I;
-  g.n = H;
-  g.k = I;
-  g.out = y;
-  g.out_dtype = p.out_dtype;
-  g.out_stride_m = H;
-  grouped_mm_bf16(g, stream);
+  grouped_gemm(h, p.w2, H, I, y, p.out_dtype);
   launch_kernel(op, moe_finalize_kernel<T, O, O>, dim3(static_cast<unsigned>(p.num_tokens)),
                 dim3(kThreads), 0, stream, false, p, static_cast<const O*>(y),
                 static_cast<const int32_t*>(perm));
