@@ -23,6 +23,7 @@
 
 #include "core/cuda_runtime.h"
 #include "kernels/cuda/gemm_cuda.h"
+#include "util/cuda_graph_util.h"
 #endif
 
 namespace flashinfer {
@@ -829,21 +830,14 @@ TEST(GemmCuda, CachedCallCapturesIntoAGraph) {
   const kernels::cuda::CublasLtStats s0 = kernels::cuda::cublaslt_stats();
   ASSERT_EQ(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(m * n) * 2, stream),
             cudaSuccess);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  mm_bf16(a, b, bias, false, out, DType::kFloat16, "auto");
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(testing::capture_and_launch(stream, cudaStreamCaptureModeGlobal, [&] {
+    mm_bf16(a, b, bias, false, out, DType::kFloat16, "auto");
+  }));
   set_current_cuda_stream(prev);
   const kernels::cuda::CublasLtStats s1 = kernels::cuda::cublaslt_stats();
   EXPECT_EQ(s1.plan_builds, s0.plan_builds);
   EXPECT_EQ(s1.device_allocs, s0.device_allocs);
   EXPECT_TRUE(all_close(out.to(Device::cpu()), eager, gemm_tol(DType::kFloat16, k)));
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
 

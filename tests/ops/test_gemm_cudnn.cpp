@@ -22,6 +22,8 @@
 #endif
 #if FLASHINFER_TEST_HAVE_CUDART
 #include <cuda_runtime.h>
+
+#include "util/cuda_graph_util.h"
 #endif
 
 namespace flashinfer {
@@ -444,21 +446,14 @@ TEST(GemmCudnnCuda, CachedCallCapturesIntoAGraph) {
   const kernels::cuda::CudnnStats s0 = kernels::cuda::cudnn_stats();
   ASSERT_EQ(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(m * n) * 2, stream),
             cudaSuccess);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  mm_bf16(a, b, bias, false, out, DType::kFloat16, "cudnn");
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(testing::capture_and_launch(stream, cudaStreamCaptureModeGlobal, [&] {
+    mm_bf16(a, b, bias, false, out, DType::kFloat16, "cudnn");
+  }));
   set_current_cuda_stream(prev);
   const kernels::cuda::CudnnStats s1 = kernels::cuda::cudnn_stats();
   EXPECT_EQ(s1.graph_builds, s0.graph_builds);
   EXPECT_EQ(s1.device_allocs, s0.device_allocs);
   EXPECT_TRUE(all_close(out.to(Device::cpu()), eager, gemm_tol(DType::kFloat16, k)));
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
 #endif

@@ -36,6 +36,7 @@
 #include "core/cuda_runtime.h"
 #include "kernels/cuda/gemm_cuda.h"
 #include "kernels/cuda/gemm_fp8_cuda.h"
+#include "util/cuda_graph_util.h"
 #endif
 
 namespace flashinfer::testing {
@@ -1381,18 +1382,9 @@ TEST(GemmFp8CublasLtCuda, WarmCallsAllocateNothingAndCaptureIntoAGraph) {
   EXPECT_EQ(detail::cuda_device_malloc_count(), mallocs0);
   ASSERT_EQ(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(m * n) * 2, stream),
             cudaSuccess);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  run();
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(capture_and_launch(stream, cudaStreamCaptureModeGlobal, [&] { run(); }));
   set_current_cuda_stream(prev);
   EXPECT_TRUE(all_close(out.to(Device::cpu()), eager, {0.0, 0.0}));  // same plan, same bits
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
 
