@@ -155,7 +155,9 @@ bool capturing(const char* op, cudaStream_t stream) {
 // a CUDA graph cannot allocate: it runs without a workspace (a plan of its own).
 std::pair<void*, uint64_t> stream_workspace(const char* op, int device, DeviceState& ds,
                                             cudaStream_t stream) {
-  const uint64_t id = stream_key(op, device, stream).stream_id;
+  const std::optional<StreamKey> key = find_stream_key(op, device, stream);
+  if (!key) return {nullptr, 0};  // first seen while capturing: nothing allocated for it yet
+  const uint64_t id = key->stream_id;
   std::lock_guard<std::mutex> lock(ds.mu);
   void*& ws = ds.workspaces[id];
   if (!ws) {

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <memory>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -10,10 +11,53 @@
 
 namespace flashinfer::kernels::cuda {
 
-StreamKey stream_key(const char* op, int device, void* stream) {
-  unsigned long long id = 0;
-  FLASHINFER_CUDA_CALL(op, cudaStreamGetId(static_cast<cudaStream_t>(stream), &id));
-  return {device, static_cast<uint64_t>(id)};
+namespace {
+
+// A handle as seen by one host thread: cudaStreamPerThread names another stream in each thread.
+struct HandleKey {
+  int device = 0;
+  const void* handle = nullptr;
+  std::thread::id thread;  // default-constructed but for cudaStreamPerThread
+  bool operator==(const HandleKey&) const = default;
+};
+
+struct HandleKeyHash {
+  std::size_t operator()(const HandleKey& k) const {
+    return std::hash<const void*>()(k.handle) ^ std::hash<std::thread::id>()(k.thread) * 31 ^
+           static_cast<std::size_t>(static_cast<uint32_t>(k.device));
+  }
+};
+
+}  // namespace
+
+std::optional<StreamKey> find_stream_key(const char* op, int device, void* stream) {
+  static std::mutex mu;
+  static auto& ids = *new std::unordered_map<HandleKey, uint64_t, HandleKeyHash>;  // never freed
+  const auto s = static_cast<cudaStream_t>(stream);
+  HandleKey hk{device, stream, {}};
+  if (s == cudaStreamPerThread) hk.thread = std::this_thread::get_id();
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  FLASHINFER_CUDA_CALL(op, cudaStreamIsCapturing(s, &status));
+  if (status == cudaStreamCaptureStatusNone) {
+    unsigned long long id = 0;
+    FLASHINFER_CUDA_CALL(op, cudaStreamGetId(s, &id));
+    std::lock_guard<std::mutex> lock(mu);
+    ids[hk] = static_cast<uint64_t>(id);
+    return StreamKey{device, static_cast<uint64_t>(id)};
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = ids.find(hk);
+  if (it == ids.end()) return std::nullopt;
+  return StreamKey{device, it->second};
+}
+
+StreamKey stream_key(const char* op, int device, void* stream, const char* arg) {
+  const std::optional<StreamKey> key = find_stream_key(op, device, stream);
+  FLASHINFER_CHECK_CODE(key.has_value(), ErrorCode::kUnsupported, op, arg,
+                        "the stream is being captured into a CUDA graph and no call of this "
+                        "library ran on it before: run the call once on the stream before "
+                        "capturing it (its device buffers are made then)");
+  return *key;
 }
 
 namespace {
@@ -45,7 +89,7 @@ StreamScratch StreamScratchPool::acquire(const char* op, void* stream, std::size
 
 StreamScratch StreamScratchPool::acquire(const char* op, int device, void* stream,
                                          std::size_t bytes) {
-  const StreamKey key = stream_key(op, device, stream);
+  const StreamKey key = stream_key(op, device, stream, arg_);
   Buffer* b = nullptr;
   {
     std::lock_guard<std::mutex> lock(state_->mu);

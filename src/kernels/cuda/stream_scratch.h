@@ -8,7 +8,11 @@
 // - A buffer is keyed by (device, cudaStreamGetId), not by the cudaStream_t handle: the
 //   per-thread default stream (cudaStreamPerThread) is one handle but a different stream in each
 //   host thread, and a destroyed stream's handle may be reused by a new stream while the old
-//   stream's work is still queued.
+//   stream's work is still queued. cudaStreamGetId is refused while the stream is being captured
+//   (cudaErrorStreamCaptureUnsupported, seen on an H100 with CUDA 13.0), so each id found outside
+//   capture is remembered for its handle (per host thread for cudaStreamPerThread) and a
+//   capturing call uses the remembered one; a stream first seen while capturing has no buffers
+//   to find anyway.
 // - acquire() returns a move-only lease holding the buffer's lock until it is destroyed: a caller
 //   keeps it until its last kernel using the buffer is queued, so two host threads calling on one
 //   stream cannot interleave their launches over the same bytes (stream order keeps calls apart
@@ -28,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 
 namespace flashinfer::kernels::cuda {
 
@@ -58,9 +63,14 @@ struct StreamKeyHash {
   }
 };
 
-/// The key of `stream` (a cudaStream_t) on `device`; an Error (kCuda) naming `op` when the runtime
-/// cannot tell the stream's id.
-StreamKey stream_key(const char* op, int device, void* stream);
+/// The key of `stream` (a cudaStream_t) on `device`, or nullopt while the stream is being captured
+/// into a CUDA graph and no call saw it before the capture; an Error (kCuda) naming `op` when the
+/// runtime cannot tell the stream's id.
+std::optional<StreamKey> find_stream_key(const char* op, int device, void* stream);
+
+/// find_stream_key, with an Error (kUnsupported) naming `op` and argument `arg` for a stream
+/// first seen while it is being captured.
+StreamKey stream_key(const char* op, int device, void* stream, const char* arg = "stream");
 
 /// A stream's scratch, leased: `data()` holds at least the bytes asked for (256-byte aligned),
 /// valid for work queued on the stream until the next lease's work; the stream's lock is held
