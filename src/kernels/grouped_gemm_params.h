@@ -90,6 +90,9 @@ struct GroupedMmCudaParams {
   void* out = nullptr;           // [cum_m, n]
   DType out_dtype = DType::kBFloat16;
   int64_t out_stride_m = 0, out_stride_n = 1;
+  // Set by the tensor-core launcher: tile slots along grid y and n tiles along x, so the CTAs
+  // launched together share one m tile (its a rows stay in L2) instead of one n tile.
+  bool slots_along_y = false;
 };
 
 }  // namespace flashinfer::kernels
