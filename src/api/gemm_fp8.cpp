@@ -72,8 +72,9 @@ constexpr KernelEntry<ScaledGemmCall> kSm90Kernels[] = {
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
      "cuBLASLt's FP8 block-scaled GEMM on Hopper (1x128 input and 1x128 or 128x128 weight "
-     "scales, k a multiple of 512 for the latter); otherwise the tiled fp32 CUDA kernel of this "
-     "build (per-K-block scaling as the CPU). A BF16 input is quantized on the host",
+     "scales, m a multiple of 4, k a multiple of 512 for the latter); otherwise, or where "
+     "cuBLASLt refuses the problem, the tiled fp32 CUDA kernel of this build (per-K-block "
+     "scaling as the CPU). A BF16 input is quantized on the host",
      nullptr, [](const ScaledGemmCall& c, const LaunchContext& ctx) { run_cuda(c, ctx); }},
 #endif
 };

@@ -135,6 +135,18 @@ inline LtRefusal fp8_refusal(const RowMajorGemm& g) {
   return {};
 }
 
+/// What cuBLASLt's answer about a problem means (`status` a cublasStatus_t as its number:
+/// SUCCESS 0, INVALID_VALUE 7, NOT_SUPPORTED 15, checked against cublas_api.h in
+/// kernels/cuda/gemm_cuda.cu; `has_algorithm`: the heuristic returned one). kRefuses: the problem
+/// is not one cuBLASLt takes (NOT_SUPPORTED, INVALID_VALUE, say a block scale mode a cuBLASLt
+/// before 12.9 does not know, or a heuristic with no algorithm): a caller with another kernel
+/// runs that, and remembers the refusal. kFails: any other status, an error.
+enum class LtAnswer : uint8_t { kServes, kRefuses, kFails };
+constexpr LtAnswer lt_answer(int status, bool has_algorithm = true) {
+  if (status == 0) return has_algorithm ? LtAnswer::kServes : LtAnswer::kRefuses;
+  return status == 7 || status == 15 ? LtAnswer::kRefuses : LtAnswer::kFails;
+}
+
 /// How the product is scaled: not at all, by per-tensor fp32 scales of A and B read from device
 /// memory (FP8), by an fp32 alpha read from device memory, or by Hopper's FP8 block scales
 /// (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F on x; on w VEC128_32F, i.e. 1x128 blocks, or
@@ -261,6 +273,12 @@ inline Fp8Route fp8_route(const BlockScaledGemmParams& p, int cc) {
   // passes them); with k / 128 a multiple of 4 padded and unpadded rows are the same layout.
   if (p.gn == 128 && (p.k / 128) % 4 != 0)
     return tiled("128x128 weight scales need k to be a multiple of 512 here");
+  // x's VEC128_32F scales are column-major [m, k / 128] with leading dimension m (torch passes
+  // stride (1, M) too), and cuBLASLt's heuristic answers NOT_SUPPORTED unless that column is a
+  // whole number of 16 bytes: m % 4 == 0. Measured with cuBLASLt 13.1 on sm_90 (H200) over
+  // m 1..256, n 16..4096, k 128..4096, bf16 and fp16 out, both weight modes: served exactly
+  // when m % 4 == 0. Decode-sized m (1..3) and odd m run the tiled kernel without asking.
+  if (p.m % 4 != 0) return tiled("cuBLASLt's 1x128 activation scales need m to be a multiple of 4");
   return {Fp8Path::kLtBlock, nullptr,
           p.gn == 1 ? ScaleMode::kBlockW1x128 : ScaleMode::kBlockW128x128};
 }

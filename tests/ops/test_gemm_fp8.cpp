@@ -947,7 +947,7 @@ TEST(GemmFp8CublasLtRoute, MmFp8TakesCublasLtFromSm89WhereTheShapeAllows) {
 
 TEST(GemmFp8CublasLtRoute, BlockScalesTakeCublasLtOnHopperOnly) {
   // 128x128 weight scales: k / 128 must be a multiple of 4 (the scale rows' padding).
-  BlockScaledGemmParams p = sm90_params(7, 192, 1024, 128);
+  BlockScaledGemmParams p = sm90_params(8, 192, 1024, 128);
   lt::Fp8Route r = lt::fp8_route(p, 90);
   EXPECT_EQ(r.path, lt::Fp8Path::kLtBlock) << (r.why ? r.why : "");
   EXPECT_EQ(r.scale, lt::ScaleMode::kBlockW128x128);
@@ -956,35 +956,63 @@ TEST(GemmFp8CublasLtRoute, BlockScalesTakeCublasLtOnHopperOnly) {
                  "cuBLASLt's 1x128 / 128x128 FP8 block scaling is Hopper's")
         << cc;
   }
-  EXPECT_STREQ(lt::fp8_route(sm90_params(7, 192, 384, 128), 90).why,
+  EXPECT_STREQ(lt::fp8_route(sm90_params(8, 192, 384, 128), 90).why,
                "128x128 weight scales need k to be a multiple of 512 here");
+  // m not a multiple of 4: x's scale columns would not be whole 16-byte units (cuBLASLt's
+  // heuristic refuses those); either weight granularity.
+  for (int64_t m : {1, 2, 3, 5, 6, 7, 9, 130}) {
+    for (int64_t gn : {1, 128}) {
+      EXPECT_STREQ(lt::fp8_route(sm90_params(m, 192, 1024, gn), 90).why,
+                   "cuBLASLt's 1x128 activation scales need m to be a multiple of 4")
+          << m << " " << gn;
+    }
+  }
+  for (int64_t m : {4, 8, 24, 128, 132}) {
+    EXPECT_EQ(lt::fp8_route(sm90_params(m, 192, 1024, 1), 90).path, lt::Fp8Path::kLtBlock) << m;
+  }
   // Per-row (1x128) weight scales: any k multiple of 128.
-  r = lt::fp8_route(sm90_params(1, 64, 384, 1), 90);
+  r = lt::fp8_route(sm90_params(4, 64, 384, 1), 90);
   EXPECT_EQ(r.path, lt::Fp8Path::kLtBlock) << (r.why ? r.why : "");
   EXPECT_EQ(r.scale, lt::ScaleMode::kBlockW1x128);
   // Other granularities, MX scales, alpha, a batch: the tiled kernel.
-  BlockScaledGemmParams q = sm90_params(7, 192, 1024, 128);
+  BlockScaledGemmParams q = sm90_params(8, 192, 1024, 128);
   q.gm = 128;  // gemm_fp8_nt_blockscaled's activation blocks
   EXPECT_EQ(lt::fp8_route(q, 90).path, lt::Fp8Path::kTiled);
-  q = sm90_params(7, 192, 1024, 128);
+  q = sm90_params(8, 192, 1024, 128);
   q.gk = 64;
   EXPECT_EQ(lt::fp8_route(q, 90).path, lt::Fp8Path::kTiled);
-  q = sm90_params(7, 192, 1024, 128);
+  q = sm90_params(8, 192, 1024, 128);
   static const uint8_t mx[1] = {};
   q.a_mx = mx;
   EXPECT_EQ(lt::fp8_route(q, 90).path, lt::Fp8Path::kTiled);
-  q = sm90_params(7, 192, 1024, 128);
+  q = sm90_params(8, 192, 1024, 128);
   static const float alpha = 2.0f;
   q.alpha = &alpha;
   EXPECT_EQ(lt::fp8_route(q, 90).path, lt::Fp8Path::kTiled);
-  q = sm90_params(7, 192, 1024, 128);
+  q = sm90_params(8, 192, 1024, 128);
   q.batch = 2;
   EXPECT_EQ(lt::fp8_route(q, 90).path, lt::Fp8Path::kTiled);
-  q = sm90_params(7, 40, 1024, 128);  // n = 40: cuBLASLt FP8 wants a multiple of 16
+  q = sm90_params(8, 40, 1024, 128);  // n = 40: cuBLASLt FP8 wants a multiple of 16
   EXPECT_STREQ(lt::fp8_route(q, 90).why, "outside cuBLASLt's FP8 rules");
-  q = sm90_params(7, 192, 1024, 128);
+  q = sm90_params(8, 192, 1024, 128);
   q.b_stride_k = 2;
   EXPECT_EQ(lt::fp8_route(q, 90).path, lt::Fp8Path::kTiled);
+}
+
+// cuBLASLt's answers: success with an algorithm serves; NOT_SUPPORTED (15), INVALID_VALUE (7)
+// or a heuristic without an algorithm refuse (block_scaled_gemm_lt then declines and the tiled
+// kernel runs); any other status fails.
+TEST(GemmFp8CublasLtRoute, RefusalsAreNotSupportedInvalidValueOrNoAlgorithm) {
+  EXPECT_EQ(lt::lt_answer(0), lt::LtAnswer::kServes);
+  EXPECT_EQ(lt::lt_answer(0, true), lt::LtAnswer::kServes);
+  EXPECT_EQ(lt::lt_answer(0, false), lt::LtAnswer::kRefuses);
+  EXPECT_EQ(lt::lt_answer(7), lt::LtAnswer::kRefuses);   // CUBLAS_STATUS_INVALID_VALUE
+  EXPECT_EQ(lt::lt_answer(15), lt::LtAnswer::kRefuses);  // CUBLAS_STATUS_NOT_SUPPORTED
+  EXPECT_EQ(lt::lt_answer(7, false), lt::LtAnswer::kRefuses);
+  for (int st : {1, 3, 8, 11, 13, 14, 16}) {  // not initialized, alloc, arch, mapping, exec, ...
+    EXPECT_EQ(lt::lt_answer(st), lt::LtAnswer::kFails) << st;
+    EXPECT_EQ(lt::lt_answer(st, false), lt::LtAnswer::kFails) << st;
+  }
 }
 
 // The un-shuffle kernel's source offsets invert prepare_low_latency_gemm_weights: reading the
@@ -1277,7 +1305,9 @@ TEST(GemmFp8CublasLtCuda, BlockScalesMatchTiledKernelAndCpuOnHopper) {
   const Device g = Device::cuda();
   if (api::compute_capability(g) != 90) GTEST_SKIP() << "cuBLASLt's FP8 block scaling is sm90's";
   const int64_t n = 192, k = 1024, kb = k / 128;
-  for (int64_t m : {1, 7, 130}) {
+  int lt_served = 0;
+  // m 24 and 132: cuBLASLt's; m 1 and 7: the tiled kernel's (fp8_route: m % 4).
+  for (int64_t m : {1, 7, 24, 132}) {
     for (bool per_block : {true, false}) {
       for (DType out_dt : {kBf, DType::kFloat16}) {
         SCOPED_TRACE(::testing::Message() << "m " << m << (per_block ? " 128x128" : " 1x128") << " "
@@ -1290,23 +1320,40 @@ TEST(GemmFp8CublasLtCuda, BlockScalesMatchTiledKernelAndCpuOnHopper) {
             abs32(x), abs32(w), 1, per_block ? 128 : 1, 128,
             [&](int64_t r, int64_t q) { return sxv[r * kb + q]; },
             [&](int64_t r, int64_t q) { return swv[r * kb + q]; });
-        // Through the API (which routes to cuBLASLt here) ...
+        // Through the API, whichever path serves ...
         Tensor xg = x.to(g), wg = w.to(g), sxg = sx.to(g), swg = sw.to(g);
         EXPECT_TRUE(within_order_bound(
             fp8_blockscale_gemm_sm90(xg, wg, sxg, swg, std::nullopt, out_dt), cpu, mag, out_dt));
-        // ... and the two CUDA paths directly: cuBLASLt takes it, the tiled kernel agrees.
+        // ... and the two CUDA paths directly: where cuBLASLt takes it, its result and the tiled
+        // kernel's agree with the CPU; where it refuses, it says so (declined_calls) and has
+        // queued nothing into lt_out, and the API's result above came from the tiled kernel.
         Tensor lt_out = Tensor::zeros({m, n}, out_dt, g),
                tiled_out = Tensor::zeros({m, n}, out_dt, g);
         const BlockScaledGemmParams p = sm90_device_params(xg, wg, sxg, swg, lt_out);
-        ASSERT_EQ(lt::fp8_route(p, 90).path, lt::Fp8Path::kLtBlock);
-        ASSERT_TRUE(kernels::cuda::block_scaled_gemm_lt(p, current_cuda_stream(), "test"));
+        ASSERT_EQ(lt::fp8_route(p, 90).path,
+                  m % 4 == 0 ? lt::Fp8Path::kLtBlock : lt::Fp8Path::kTiled);
+        const kernels::cuda::CublasLtStats s0 = kernels::cuda::cublaslt_stats();
+        const bool served = kernels::cuda::block_scaled_gemm_lt(p, current_cuda_stream(), "test");
+        const kernels::cuda::CublasLtStats s1 = kernels::cuda::cublaslt_stats();
+        // A problem the route keeps from cuBLASLt is not a declined call (cuBLASLt never asked).
+        EXPECT_EQ(s1.declined_calls - s0.declined_calls, served || m % 4 != 0 ? 0u : 1u);
+        EXPECT_EQ(served, m % 4 == 0) << "cuBLASLt refused (status in declined plan)";
         kernels::cuda::block_scaled_gemm(sm90_device_params(xg, wg, sxg, swg, tiled_out),
                                          current_cuda_stream(), "test", false);
-        EXPECT_TRUE(within_order_bound(lt_out, cpu, mag, out_dt));
+        if (served) {
+          ++lt_served;
+          EXPECT_TRUE(within_order_bound(lt_out, cpu, mag, out_dt));
+        } else {
+          EXPECT_TRUE(
+              all_close(lt_out.to(Device::cpu()), Tensor::zeros({m, n}, out_dt), {0.0, 0.0}));
+        }
         EXPECT_TRUE(within_order_bound(tiled_out, cpu, mag, out_dt));
       }
     }
   }
+  // The DeepSeek problems with m % 4 == 0 are cuBLASLt's (Hopper, cuBLASLt 12.9+; the plan sets
+  // the scale pointers before the heuristic, which refuses block scale modes without them).
+  EXPECT_EQ(lt_served, 8);
 }
 
 TEST(GemmFp8CublasLtCuda, MmFp8MatchesTiledKernelAndCpuOnBlackwell) {
@@ -1353,8 +1400,9 @@ TEST(GemmFp8CublasLtCuda, WarmCallsAllocateNothingAndCaptureIntoAGraph) {
   if (!hopper && !upstream_backend_refusal("mm_fp8", "trtllm_low_latency", cc).empty())
     GTEST_SKIP() << "no cuBLASLt FP8 path of gemm_fp8 on this GPU";
   const int64_t m = 24, n = 128, k = 512;
-  Tensor x = fp8({m, k}, kE4, 60).to(g), w = fp8({n, k}, kE4, 61).to(g);
-  Tensor sx = scales({m, k / 128}, 62).to(g), sw = scales({1, k / 128}, 63).to(g);
+  Tensor xc = fp8({m, k}, kE4, 60), wc = fp8({n, k}, kE4, 61);
+  Tensor sxc = scales({m, k / 128}, 62), swc = scales({1, k / 128}, 63);
+  Tensor x = xc.to(g), w = wc.to(g), sx = sxc.to(g), sw = swc.to(g);
   Tensor pw = hopper ? Tensor() : prepare_low_latency_gemm_weights(w, Value());
   Tensor alpha = Tensor::full({1}, 0.5, DType::kFloat32).to(g);
   Tensor out = Tensor::zeros({m, n}, kBf, g);
@@ -1377,7 +1425,8 @@ TEST(GemmFp8CublasLtCuda, WarmCallsAllocateNothingAndCaptureIntoAGraph) {
   for (int i = 0; i < 100; ++i) run();
   const kernels::cuda::CublasLtStats s1 = kernels::cuda::cublaslt_stats();
   EXPECT_EQ(s1.plan_builds, s0.plan_builds);
-  EXPECT_EQ(s1.plan_hits - s0.plan_hits, 100u);  // every call took the cuBLASLt path
+  EXPECT_EQ(s1.plan_hits - s0.plan_hits, 100u);  // every call found its plan cached
+  EXPECT_EQ(s1.declined_calls, s0.declined_calls) << "cuBLASLt refused; the tiled kernel ran";
   EXPECT_EQ(s1.device_allocs, s0.device_allocs);
   EXPECT_EQ(detail::cuda_device_malloc_count(), mallocs0);
   ASSERT_EQ(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(m * n) * 2, stream),
@@ -1386,6 +1435,20 @@ TEST(GemmFp8CublasLtCuda, WarmCallsAllocateNothingAndCaptureIntoAGraph) {
   set_current_cuda_stream(prev);
   EXPECT_TRUE(all_close(out.to(Device::cpu()), eager, {0.0, 0.0}));  // same plan, same bits
   cudaStreamDestroy(stream);
+  // Whichever path served, the result is the CPU's within the accumulation-order bound.
+  const Tensor cpu = hopper ? fp8_blockscale_gemm_sm90(xc, wc, sxc, swc)
+                            : mm_fp8(xc, prepare_low_latency_gemm_weights(wc, Value()),
+                                     Tensor::full({1}, 0.5, DType::kFloat32));
+  const auto sxv = dbl(sxc), swv = dbl(swc);
+  const int64_t kb = k / 128;
+  const auto mag = hopper ? ref_blockscaled(
+                                abs32(xc), abs32(wc), 1, 128, 128,
+                                [&](int64_t r, int64_t q) { return sxv[r * kb + q]; },
+                                [&](int64_t r, int64_t q) { return swv[r * kb + q]; })
+                          : ref_blockscaled(
+                                abs32(xc), abs32(wc), 1, 1, k, [](int64_t, int64_t) { return 1.0; },
+                                [](int64_t, int64_t) { return 1.0; }, 0.5);
+  EXPECT_TRUE(within_order_bound(eager, cpu, mag, kBf));
 }
 
 #endif  // FLASHINFER_TEST_HAVE_CUDART

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -104,6 +105,7 @@ const CublasLt& lt() {
 // can run after the CUDA context is gone (and cublasLtDestroy synchronizes the device).
 
 std::atomic<uint64_t> g_plan_builds{0}, g_plan_hits{0}, g_device_allocs{0}, g_device_bytes{0};
+std::atomic<uint64_t> g_lt_refusals{0}, g_declined_calls{0};
 
 void* device_alloc(const char* op, std::size_t bytes) {
   void* p = nullptr;
@@ -194,15 +196,16 @@ cudaDataType_t cuda_type(DType dt) {
 
 // One cached problem: descriptors and the heuristic's algorithm. The layouts are immutable once
 // built; the matmul descriptor's pointer attributes (scales, bias) change per call, so setting
-// them and the cublasLtMatmul that reads them happen under `mu`. A problem the heuristic has no
-// algorithm for is cached too (found false, with the heuristic's status), so asking again costs
-// a lookup.
+// them and the cublasLtMatmul that reads them happen under `mu`. A problem cuBLASLt refuses is
+// cached too (found false, with the refusing status), so asking again costs a lookup: the
+// heuristic has no algorithm, or a setup call or the first cublasLtMatmul of a declinable
+// problem answered lt_refuses() (found then turns false under `mu`, hence atomic).
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo = {};
-  bool found = false;
-  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  std::atomic<bool> found{false};
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;  // written before found turns false
   std::mutex mu;
   ~Plan() {
     if (d) lt().MatrixLayoutDestroy(d);
@@ -222,8 +225,21 @@ void set_batch(const char* op, cublasLtMatrixLayout_t l, int64_t batch, int64_t 
                                         sizeof(stride)));
 }
 
-// Builds the descriptors of `key` and asks the heuristic once.
-std::unique_ptr<Plan> build_plan(const char* op, cublasLtHandle_t h, const lt::LtKey& key) {
+// The statuses with which cuBLASLt says no to a problem rather than fails (lt::lt_answer): a
+// declinable call (block_scaled_gemm_lt) runs the tiled kernel then.
+static_assert(CUBLAS_STATUS_SUCCESS == 0 && CUBLAS_STATUS_INVALID_VALUE == 7 &&
+              CUBLAS_STATUS_NOT_SUPPORTED == 15);
+bool lt_refuses(cublasStatus_t st) {
+  return lt::lt_answer(static_cast<int>(st)) == lt::LtAnswer::kRefuses;
+}
+
+// Builds the descriptors of `key` and asks the heuristic once. `scale_placeholder`: a device
+// address set as the A and B scale pointers of the block-scaled modes before the heuristic, which
+// refuses such a mode whose scale pointer is still unset (CUBLAS_STATUS_INVALID_VALUE; its log:
+// "The scaling mode for A scale ... requires a custom pointer for A scale"). Never read: each call
+// sets its own pointers before cublasLtMatmul.
+std::unique_ptr<Plan> build_plan(const char* op, cublasLtHandle_t h, const lt::LtKey& key,
+                                 const void* scale_placeholder) {
   auto plan = std::make_unique<Plan>();
   const lt::ColMajorGemm& c = key.shape;
   FLASHINFER_CUBLASLT_CALL(op, lt().MatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -253,12 +269,25 @@ std::unique_ptr<Plan> build_plan(const char* op, cublasLtHandle_t h, const lt::L
                                ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
                                : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    FLASHINFER_CUBLASLT_CALL(
-        op, lt().MatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
-                                        sizeof(a_mode)));
-    FLASHINFER_CUBLASLT_CALL(
-        op, lt().MatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
-                                        sizeof(b_mode)));
+    // A cuBLASLt without these modes (before 12.9) refuses the attribute: no plan, tiled kernel.
+    for (const auto& [attr, value, size] :
+         {std::tuple{CUBLASLT_MATMUL_DESC_A_SCALE_MODE, static_cast<const void*>(&a_mode),
+                     sizeof(a_mode)},
+          std::tuple{CUBLASLT_MATMUL_DESC_B_SCALE_MODE, static_cast<const void*>(&b_mode),
+                     sizeof(b_mode)},
+          std::tuple{CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                     static_cast<const void*>(&scale_placeholder), sizeof(scale_placeholder)},
+          std::tuple{CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                     static_cast<const void*>(&scale_placeholder), sizeof(scale_placeholder)}}) {
+      const cublasStatus_t st = lt().MatmulDescSetAttribute(plan->op, attr, value, size);
+      if (lt_refuses(st)) {
+        plan->status = st;
+        g_plan_builds.fetch_add(1, std::memory_order_relaxed);
+        g_lt_refusals.fetch_add(1, std::memory_order_relaxed);
+        return plan;
+      }
+      FLASHINFER_CUBLASLT_CALL(op, st);
+    }
   }
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   FLASHINFER_CUBLASLT_CALL(
@@ -296,13 +325,14 @@ std::unique_ptr<Plan> build_plan(const char* op, cublasLtHandle_t h, const lt::L
   int found = 0;
   const cublasStatus_t st = lt().MatmulAlgoGetHeuristic(h, plan->op, plan->a, plan->b, plan->d,
                                                         plan->d, pref, 1, &heur, &found);
-  if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
+  if (!lt_refuses(st)) {
     FLASHINFER_CUBLASLT_CALL(op, st);
   }
-  plan->found = st == CUBLAS_STATUS_SUCCESS && found > 0;
   plan->status = st;
   plan->algo = heur.algo;
+  plan->found = lt::lt_answer(static_cast<int>(st), found > 0) == lt::LtAnswer::kServes;
   g_plan_builds.fetch_add(1, std::memory_order_relaxed);
+  if (!plan->found) g_lt_refusals.fetch_add(1, std::memory_order_relaxed);
   return plan;
 }
 
@@ -318,7 +348,8 @@ void require_algorithm(const char* op, const Plan& plan, const lt::LtKey& key) {
 // The cached plan of `key`, built on first use (possibly one without an algorithm: Plan::found).
 // Plans are never evicted (one per shape a process runs; each holds a few small host
 // descriptors).
-Plan& find_plan(const char* op, cublasLtHandle_t h, const lt::LtKey& key) {
+Plan& find_plan(const char* op, cublasLtHandle_t h, const lt::LtKey& key,
+                const void* scale_placeholder) {
   static std::mutex mu;
   static auto& cache = *new std::unordered_map<lt::LtKey, std::unique_ptr<Plan>, lt::LtKeyHash>;
   {
@@ -329,7 +360,7 @@ Plan& find_plan(const char* op, cublasLtHandle_t h, const lt::LtKey& key) {
     }
   }
   // Built outside the lock (the heuristic takes a while); a racing builder's plan is dropped.
-  std::unique_ptr<Plan> plan = build_plan(op, h, key);
+  std::unique_ptr<Plan> plan = build_plan(op, h, key, scale_placeholder);
   std::lock_guard<std::mutex> lock(mu);
   return *cache.emplace(key, std::move(plan)).first->second;
 }
@@ -351,9 +382,12 @@ struct LtProblem {
   lt::ScaleMode block = lt::ScaleMode::kNone;
 };
 
-// Runs `pr`, launching `before()` on the stream first once the plan is known to have an algorithm
-// (the kernels that fill pr's scratch operands). Where the heuristic has none: false when
-// `may_decline` (nothing was launched), else kUnsupported.
+// Runs `pr`, calling `before(pr)` first once the plan is known to have an algorithm: it leases
+// the scratch, points pr's scratch operands (w, scales) at it and launches the kernels that fill
+// it, so a refused problem touches no scratch (no growth, none under graph capture either).
+// Where cuBLASLt refuses the problem (no algorithm, or lt_refuses() at setup or from the first
+// cublasLtMatmul, remembered in the plan): false when `may_decline` (nothing but scratch writes
+// was queued), else kUnsupported.
 template <class Before>
 bool lt_matmul(const char* op, LtProblem pr, cudaStream_t stream, bool may_decline,
                Before&& before) {
@@ -370,10 +404,13 @@ bool lt_matmul(const char* op, LtProblem pr, cudaStream_t stream, bool may_decli
                                                                : lt::ScaleMode::kNone;
   const lt::LtKey key =
       lt::make_key(device, pr.g, pr.bias != nullptr, pr.bias_type, scale, ws_bytes);
-  Plan& plan = find_plan(op, ds.handle, key);
-  if (!plan.found && may_decline) return false;
+  Plan& plan = find_plan(op, ds.handle, key, ds.zero);
+  if (!plan.found && may_decline) {
+    g_declined_calls.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   require_algorithm(op, plan, key);
-  before();
+  before(pr);
   const float host_alpha = 1.0f, host_beta = 0.0f;
   const void* alpha = pr.alpha_device ? static_cast<const void*>(pr.alpha_device) : &host_alpha;
   const void* beta = pr.alpha_device ? static_cast<const void*>(ds.zero) : &host_beta;
@@ -391,14 +428,23 @@ bool lt_matmul(const char* op, LtProblem pr, cudaStream_t stream, bool may_decli
         op, lt().MatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pr.bias,
                                         sizeof(pr.bias)));
   }
-  FLASHINFER_CUBLASLT_CALL(
-      op, lt().Matmul(ds.handle, plan.op, alpha, pr.w, plan.a, pr.x, plan.b, beta, pr.d, plan.d,
-                      pr.d, plan.d, &plan.algo, workspace, ws_bytes, stream));
+  const cublasStatus_t st =
+      lt().Matmul(ds.handle, plan.op, alpha, pr.w, plan.a, pr.x, plan.b, beta, pr.d, plan.d, pr.d,
+                  plan.d, &plan.algo, workspace, ws_bytes, stream);
+  if (may_decline && lt_refuses(st)) {
+    // Checked before anything is launched: nothing of cuBLASLt's was queued.
+    plan.status = st;
+    plan.found = false;
+    g_lt_refusals.fetch_add(1, std::memory_order_relaxed);
+    g_declined_calls.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  FLASHINFER_CUBLASLT_CALL(op, st);
   return true;
 }
 
 void lt_matmul(const char* op, const LtProblem& pr, cudaStream_t stream) {
-  lt_matmul(op, pr, stream, false, [] {});
+  lt_matmul(op, pr, stream, false, [](LtProblem&) {});
 }
 
 // One thread per element: packed e2m1 [rows, k/2] with block scales -> bf16 [rows, k]. The
@@ -590,18 +636,24 @@ bool block_scaled_gemm_lt(const BlockScaledGemmParams& p, void* stream, const ch
   // must not open cuBLASLt.
   const lt::Fp8Route route = lt::fp8_route(p, current_cc(op));
   if (route.path == lt::Fp8Path::kTiled) return false;
-  // Held until the matmul reading the un-shuffled weight or the packed scales is queued.
-  const StreamScratch buf = gemm_scratch().acquire(op, s, lt::fp8_scratch_bytes(p, route.path));
-  auto* scratch = static_cast<char*>(buf.data());
   LtProblem pr{};
   pr.g = lt::fp8_row_major(p);
   pr.x = p.a;
   pr.d = p.out;
   constexpr int kThreads = 256;
+  // Leased inside lt_matmul once the plan has an algorithm, held until the matmul reading the
+  // un-shuffled weight or the packed scales is queued.
+  StreamScratch buf;
+  const auto lease = [&] {
+    buf = gemm_scratch().acquire(op, s, lt::fp8_scratch_bytes(p, route.path));
+    return static_cast<char*>(buf.data());
+  };
   if (route.path == lt::Fp8Path::kLtTensor) {
-    pr.w = scratch;
     pr.w_scale = p.alpha;  // alpha as A's scale: D = scale_a * (w x)^T, B's scale 1
-    return lt_matmul(op, pr, s, /*may_decline=*/true, [&] {
+    // pr.w (the scratch) is null until leased: the key takes it as 256-byte aligned, as it is.
+    return lt_matmul(op, pr, s, /*may_decline=*/true, [&](LtProblem& q) {
+      char* scratch = lease();
+      q.w = scratch;
       const int64_t chunks = p.n * (p.k / 16);
       unshuffle_low_latency_kernel<<<blocks_for(chunks, kThreads), kThreads, 0, s>>>(
           static_cast<const uint4*>(p.b), p.n, p.k, reinterpret_cast<uint4*>(scratch));
@@ -610,13 +662,14 @@ bool block_scaled_gemm_lt(const BlockScaledGemmParams& p, void* stream, const ch
   }
   // kLtBlock: x's 1x128 scales, then w's 1x128 or 128x128 scales, in cuBLASLt's layouts.
   const int64_t kb = p.k / 128, w_rows = p.gn == 1 ? p.n : (p.n + 127) / 128;
-  auto* xs = reinterpret_cast<float*>(scratch);
-  auto* ws = reinterpret_cast<float*>(scratch + align256(static_cast<std::size_t>(p.m * kb) * 4));
   pr.w = p.b;
-  pr.w_scale = ws;
-  pr.x_scale = xs;
   pr.block = route.scale;
-  return lt_matmul(op, pr, s, /*may_decline=*/true, [&] {
+  return lt_matmul(op, pr, s, /*may_decline=*/true, [&](LtProblem& q) {
+    char* scratch = lease();
+    auto* xs = reinterpret_cast<float*>(scratch);
+    auto* ws = reinterpret_cast<float*>(scratch + align256(static_cast<std::size_t>(p.m * kb) * 4));
+    q.x_scale = xs;
+    q.w_scale = ws;
     pack_block_scales_kernel<<<blocks_for(p.m * kb, kThreads), kThreads, 0, s>>>(
         p.a_scale, p.sa_stride_m, p.sa_stride_k, p.m, kb, lt::BlockScaleLayout::kVec128, xs);
     FLASHINFER_CUDA_CALL(op, cudaGetLastError());
@@ -631,7 +684,9 @@ CublasLtStats cublaslt_stats() {
   return {g_plan_builds.load(std::memory_order_relaxed),
           g_plan_hits.load(std::memory_order_relaxed),
           g_device_allocs.load(std::memory_order_relaxed) + gemm_scratch().allocations(),
-          g_device_bytes.load(std::memory_order_relaxed) + gemm_scratch().allocated_bytes()};
+          g_device_bytes.load(std::memory_order_relaxed) + gemm_scratch().allocated_bytes(),
+          g_lt_refusals.load(std::memory_order_relaxed),
+          g_declined_calls.load(std::memory_order_relaxed)};
 }
 
 std::string cublaslt_load_error() { return cublaslt_api().error; }

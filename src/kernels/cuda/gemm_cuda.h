@@ -13,10 +13,15 @@ namespace flashinfer::kernels::cuda {
 
 /// The cuBLASLt path's counters since the process started (kernels/cuda/gemm_cuda.cu): plans
 /// built (descriptors plus one heuristic query each), calls that found their plan cached, and
-/// device allocations made (per-device constants, per-stream workspaces and scratch growth).
-/// A steady state of one shape on one stream adds only plan_hits.
+/// device allocations made (per-device constants, per-stream workspaces and scratch growth);
+/// problems cuBLASLt refused (its heuristic found no algorithm, or a setup call or the first
+/// cublasLtMatmul of block_scaled_gemm_lt answered NOT_SUPPORTED or INVALID_VALUE), and calls of
+/// block_scaled_gemm_lt that cuBLASLt declined so that the caller ran the tiled kernel.
+/// A steady state of one shape on one stream adds only plan_hits (and declined_calls where
+/// cuBLASLt refused that shape).
 struct CublasLtStats {
   uint64_t plan_builds = 0, plan_hits = 0, device_allocs = 0, device_bytes = 0;
+  uint64_t lt_refusals = 0, declined_calls = 0;
 };
 CublasLtStats cublaslt_stats();
 
@@ -38,9 +43,11 @@ void mm_fp4(const Fp4GemmParams& p, void* stream, bool enable_pdl);
 /// fp8_route() picks a cuBLASLt path for the current device (mm_fp8 from sm89; 1x128 x 1x128 or
 /// 128x128 block scales on Hopper), with the plan cache, the stream's workspace and its scratch
 /// (no allocation once warm, so a warm call can be captured into a CUDA graph). False, with
-/// nothing the caller must wait for, where the route is the tiled kernel or cuBLASLt's heuristic
-/// has no algorithm (remembered per shape): the caller runs kernels/cuda/gemm_fp8_cuda.h's
-/// block_scaled_gemm then.
+/// nothing the caller must wait for, where the route is the tiled kernel or cuBLASLt refuses the
+/// problem (no algorithm, or NOT_SUPPORTED / INVALID_VALUE at setup or from its first
+/// cublasLtMatmul; remembered per plan key, so later calls neither ask again nor lease scratch):
+/// the caller runs kernels/cuda/gemm_fp8_cuda.h's block_scaled_gemm then (CublasLtStats counts
+/// those calls as declined_calls).
 bool block_scaled_gemm_lt(const BlockScaledGemmParams& p, void* stream, const char* op);
 
 }  // namespace flashinfer::kernels::cuda
