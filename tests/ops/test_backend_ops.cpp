@@ -713,6 +713,9 @@ std::string join(const std::vector<std::string>& lines) {
 
 // The reference: the case built and run at the scalar tier; its inputs and outputs.
 struct Reference {
+  // Owns the wrapper object the case built: `inputs` holds the captured self, a non-owning
+  // reference, and check_refused calls the op with it after run_reference returned.
+  BenchCase bench;
   std::vector<Value> inputs;
   Outputs outputs;
 };
@@ -721,6 +724,7 @@ Reference run_reference(const std::string& op, const BenchShape& shape) {
   const OpDecl& decl = *OpRegistry::global().find(op);
   Prepared p = prepare(op, shape, kReference);
   Reference ref;
+  ref.bench = std::move(p.bench);
   ref.inputs = p.args;
   std::vector<Value> args;
   for (const Value& v : p.args) args.push_back(deep_copy(v));
