@@ -142,7 +142,7 @@ std::vector<Value> bind_arguments(const OpDecl& decl, std::vector<Value> positio
 /// among live objects; a destroyed object's id may come back for a later one.
 class ApiObject {
  public:
-  virtual ~ApiObject() = default;
+  virtual ~ApiObject();
   /// Runtime class name as upstream logs it ("BatchDecodeWithPagedKVCacheWrapper").
   virtual std::string_view class_name() const = 0;
   /// FlashInfer module that defines the class ("flashinfer.decode").
@@ -154,10 +154,16 @@ class ApiObject {
   std::string repr() const;
 
  protected:
-  ApiObject() = default;
-  ApiObject(const ApiObject&) = default;  // a copy lives elsewhere: it has its own id
+  // Each constructor enters the object in a process-wide set of live objects and the destructor
+  // takes it out, so a call rebuilt from Values (replay, tests) whose non-owning self refers to
+  // a destroyed object fails with an Error instead of reading freed memory (api_object_live).
+  ApiObject();
+  ApiObject(const ApiObject&);  // a copy lives elsewhere: it has its own id
   ApiObject& operator=(const ApiObject&) { return *this; }
 };
+
+/// Whether `p` is the address of an ApiObject constructed and not yet destroyed.
+bool api_object_live(const ApiObject* p);
 
 template <class T>
 T& CallArgs::object_as(std::size_t i) const {

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <mutex>
 #include <optional>
+#include <unordered_set>
 
 #include "flashinfer/error.h"
 
@@ -157,7 +158,14 @@ ApiObject& CallArgs::object(std::size_t i) const {
       values_[i].as_object().get() == nullptr) {
     kind_error(i, "a live API object");
   }
-  return *values_[i].as_object().get();
+  const ObjectRef& ref = values_[i].as_object();
+  // A non-owning reference (the self an observer captured from a live call) can outlive its
+  // object; object_as's dynamic_cast would then read freed memory. An owning one is live.
+  if (!ref.object && !api_object_live(ref.raw)) {
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, decl_->name, decl_->params[i].name,
+                    "expected a live API object, got ", ref.repr, ", which was destroyed");
+  }
+  return *ref.get();
 }
 
 // ---- bind_arguments
@@ -212,6 +220,38 @@ std::vector<Value> bind_arguments(const OpDecl& decl, std::vector<Value> positio
 
 // ---- ApiObject
 // -----------------------------------------------------------------------------------
+
+namespace {
+struct LiveObjects {
+  std::mutex mu;
+  std::unordered_set<const ApiObject*> set;
+};
+// Never destroyed: objects with static storage may be destroyed after any other static.
+LiveObjects& live_objects() {
+  static auto* l = new LiveObjects;
+  return *l;
+}
+void enter_live(const ApiObject* p) {
+  LiveObjects& l = live_objects();
+  std::lock_guard lock(l.mu);
+  l.set.insert(p);
+}
+}  // namespace
+
+ApiObject::ApiObject() { enter_live(this); }
+ApiObject::ApiObject(const ApiObject&) { enter_live(this); }
+ApiObject::~ApiObject() {
+  LiveObjects& l = live_objects();
+  std::lock_guard lock(l.mu);
+  l.set.erase(this);
+}
+
+bool api_object_live(const ApiObject* p) {
+  if (p == nullptr) return false;
+  LiveObjects& l = live_objects();
+  std::lock_guard lock(l.mu);
+  return l.set.count(p) != 0;
+}
 
 std::string ApiObject::repr() const {
   // Python's repr writes the address as %p does: 0x and lowercase hex. Built on every observed

@@ -276,6 +276,45 @@ TEST(OpDecl, WrapperReplaysFromValues) {
                   "AccumulatorWrapper.add", "self");
 }
 
+// An object of another class, for the wrong-self case below.
+class OtherObject : public ApiObject {
+ public:
+  std::string_view class_name() const override { return "OtherObject"; }
+  std::string_view module_name() const override { return "myengine.state"; }
+};
+
+// A method rebuilt from Values whose self is a non-owning reference (what an observer captures
+// from a live call) fails with an Error naming the op and `self` once that object is destroyed,
+// or when it is of another class: never a dynamic_cast on freed memory.
+TEST(OpDecl, WrapperMethodRefusesADestroyedOrForeignSelf) {
+  const OpDecl& add = myengine::acc_add_decl();
+  const Value x(Tensor::full({1}, 1.0, DType::kFloat32));
+  Value self;
+  {
+    myengine::AccumulatorWrapper acc(2.0);
+    self = to_value(acc);
+    EXPECT_TRUE(api_object_live(&acc));
+    EXPECT_EQ(add.invoke(CallArgs(add, {self, x})).as_tensor().item(), 3.0);
+  }
+  EXPECT_FALSE(api_object_live(self.as_object().raw));
+  EXPECT_FI_ERROR(add.invoke(CallArgs(add, {self, x})), "AccumulatorWrapper.add", "self");
+  try {
+    add.invoke(CallArgs(add, {self, x}));
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("destroyed"), std::string::npos) << e.what();
+  }
+  OtherObject other;
+  EXPECT_FI_ERROR(add.invoke(CallArgs(add, {to_value(other), x})), "AccumulatorWrapper.add",
+                  "self");
+  // A copy is an object of its own, live until it is destroyed.
+  auto copy = std::make_unique<OtherObject>(other);
+  const ApiObject* copy_addr = copy.get();
+  EXPECT_TRUE(api_object_live(copy_addr));
+  copy.reset();
+  EXPECT_FALSE(api_object_live(copy_addr));
+  EXPECT_TRUE(api_object_live(&other));
+}
+
 TEST(OpDecl, BindArgumentsRejectsBadCalls) {
   const OpDecl& d = myengine::scale_decl();
   EXPECT_FI_ERROR(bind_arguments(d, {}), "myengine_scale", "x");

@@ -713,6 +713,9 @@ std::string join(const std::vector<std::string>& lines) {
 
 // The reference: the case built and run at the scalar tier; its inputs and outputs.
 struct Reference {
+  // Owns the wrapper object the case built: `inputs` holds the captured self, a non-owning
+  // reference, and check_refused calls the op with it after run_reference returned.
+  BenchCase bench;
   std::vector<Value> inputs;
   Outputs outputs;
 };
@@ -721,6 +724,7 @@ Reference run_reference(const std::string& op, const BenchShape& shape) {
   const OpDecl& decl = *OpRegistry::global().find(op);
   Prepared p = prepare(op, shape, kReference);
   Reference ref;
+  ref.bench = std::move(p.bench);
   ref.inputs = p.args;
   std::vector<Value> args;
   for (const Value& v : p.args) args.push_back(deep_copy(v));
@@ -1153,6 +1157,42 @@ TEST(BackendOpsCoverage, CudaExpectationFollowsUpstreamArchitectures) {
 }
 
 // The backend the expectation reads is the one the case passes.
+// check_refused calls a wrapper method with the reference's captured self, a non-owning
+// reference: the reference keeps its case (and so the wrapper) alive, and once the wrapper is
+// gone the call is an Error naming the op and `self` (it was a SIGSEGV in dynamic_cast on sm_90,
+// B12xMoEWrapper.run being the first op of the CUDA suite). Every wrapper method some device
+// refuses takes that path; the CPU checks it for each.
+TEST(BackendOpsCoverage, RefusedWrapperMethodsKeepTheirSelfAlive) {
+  std::vector<std::string> checked;
+  for (const std::string& op : case_ops()) {
+    const OpDecl* decl = OpRegistry::global().find(op);
+    if (decl == nullptr || decl->params.empty() || decl->params[0].kind != ParamKind::kObject) {
+      continue;
+    }
+    bool refused_somewhere = false;
+    for (int cc : {75, 80, 86, 89, 90, 100, 103, 110, 120, 121}) {
+      refused_somewhere = refused_somewhere || !upstream_refusal(op, cc).empty();
+    }
+    if (!refused_somewhere) continue;
+    SCOPED_TRACE(op);
+    checked.push_back(op);
+    Reference ref = run_reference(op, small_shape());
+    ASSERT_EQ(ref.inputs.at(0).kind(), Value::Kind::kObject);
+    EXPECT_TRUE(api_object_live(ref.inputs[0].as_object().get()));
+    EXPECT_NO_THROW(invoke(*decl, ref.inputs, kReference.tier));
+    ref.bench = BenchCase{};  // the wrapper's last owner
+    EXPECT_FALSE(api_object_live(ref.inputs[0].as_object().get()));
+    try {
+      invoke(*decl, ref.inputs, kReference.tier);
+      ADD_FAILURE() << "a destroyed self was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.op(), op) << e.what();
+      EXPECT_EQ(e.arg(), "self") << e.what();
+    }
+  }
+  EXPECT_EQ(checked, (std::vector<std::string>{"B12xMoEWrapper.run", "CuteDslMoEWrapper.run"}));
+}
+
 TEST(BackendOpsCoverage, CudaExpectationReadsTheCasesBackend) {
   const Reference ref = run_reference("mm_fp4", small_shape());
   const std::string b = backend_arg(*OpRegistry::global().find("mm_fp4"), ref.inputs);

@@ -280,6 +280,13 @@ TEST(BatchDecodeWrapper, BadInput) {
     o.pos_encoding_mode = "ROPE";  // not a mode
     EXPECT_FI_ERROR(P(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 4, o), plan,
                     "pos_encoding_mode");
+    // Several queries per request are its last tokens: a request needs at least that many keys
+    // (request 0 has 5).
+    o = {};
+    o.q_len_per_req = 6;
+    EXPECT_FI_ERROR(P(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 4, o), plan, "last_page_len");
+    o.q_len_per_req = 5;
+    EXPECT_NO_THROW(P(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 4, o));
     o = {};
     o.q_data_type = DType::kInt32;
     EXPECT_FI_ERROR(P(f.indptr, f.indices, f.last_page_len, 4, 2, 64, 4, o), plan, "q_data_type");

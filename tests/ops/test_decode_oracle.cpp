@@ -141,7 +141,11 @@ TEST(DecodeKernelCuda, VariantsMatchCpuAndOracle) {
     c.soft_cap = 0.0;
     c.window = 50;  // the block's key range alone (one query per block)
     expect_matches(c);
-    c.q_len = 3;  // kDecodeMask: rows of three queries share a block
+    // kDecodeMask: rows of three queries share a block. The queries are each request's last
+    // tokens, so every request holds at least three keys (plan refuses fewer); the shortest
+    // holds exactly three, its first query seeing one key.
+    c.q_len = 3;
+    c.lens = {3, 17, 300, 64};
     expect_matches(c);
     c.soft_cap = 20.0;
     c.split = 2;

@@ -329,9 +329,10 @@ TEST(TrtllmRaggedDeepseekCuda, MatchesCpu) {
       {bf16, e4m3, 128, 128, 6, 3, true, -1, {7}, {7}},
       {f16, f16, 256, 256, 2, 1, false, 5, {9, 2}, {9, 0}},
       // The FA2 prefill kernel's block heights: 128 rows (long MHA requests), 16 rows (short
-      // GQA rows: the warps split the keys), 64 rows (a GQA group of 16), with a window.
+      // GQA rows: the warps split the keys; DeepSeek's dims, the largest the 16-row block takes),
+      // 64 rows (a GQA group of 16), with a window.
       {bf16, bf16, 128, 128, 8, 8, true, -1, {300, 129}, {300, 500}},
-      {bf16, bf16, 64, 64, 8, 2, true, -1, {1, 2, 3}, {50, 1, 90}},
+      {bf16, bf16, 192, 128, 8, 2, true, -1, {1, 2, 3}, {50, 1, 90}},
       {f16, f16, 192, 128, 16, 1, true, 30, {3, 1}, {100, 64}},
   };
   int idx = 0;
@@ -380,7 +381,7 @@ TEST(TrtllmRaggedDeepseekCuda, SplitKvMatchesCpu) {
       {bf16, bf16, 192, 128, 16, 16, true, -1, {128}, {8192}},
       {bf16, bf16, 192, 128, 16, 16, false, -1, {128}, {8192}},
       {f16, f16, 128, 128, 8, 8, true, -1, {16, 40}, {6000, 3000}},
-      {bf16, bf16, 64, 64, 8, 2, false, -1, {3, 1}, {5000, 7001}},
+      {bf16, bf16, 128, 128, 8, 2, false, -1, {3, 1}, {5000, 7001}},
       {f16, f16, 192, 128, 16, 1, true, 2000, {5, 2}, {9000, 2}},
       {bf16, bf16, 256, 256, 4, 4, true, -1, {70}, {4096}},
   };

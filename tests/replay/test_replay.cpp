@@ -219,11 +219,12 @@ TEST_F(ReplayTest, CudaReplayFallsBackToTheCpuWhereAnOpHasNoCudaKernel) {
   }
 }
 
-// --device cuda on a call whose op has CUDA kernels that do not take one of its arguments
-// (ALiBi inside attention is CPU-only): the CUDA attempt raises kUnsupported, and the call is
-// replayed on the CPU reference with a note saying why. Needs a GPU; gpu-check runs it.
+// --device cuda on a call whose op has CUDA kernels that do not take one of its arguments: RoPE
+// inside attention (pos_encoding_mode "ROPE_LLAMA") runs on the CPU only (plan_pos_encoding
+// refuses it on a CUDA device with kUnsupported; the CUDA decode kernel has ALiBi, not RoPE). The
+// CUDA attempt raises kUnsupported, and the call is replayed on the CPU reference with a note
+// saying why. The record and its CPU replay run anywhere; the CUDA half needs a GPU (gpu-check).
 TEST_F(ReplayTest, CudaReplayFallsBackToTheCpuWhereTheKernelsRefuseAnArgument) {
-  if (!cuda_compiled() || cuda_device_count() == 0) GTEST_SKIP() << "needs a CUDA device";
   record();
   Tensor q = Tensor::empty({4, 64}, DType::kFloat16);
   q.normal_(1);
@@ -231,8 +232,12 @@ TEST_F(ReplayTest, CudaReplayFallsBackToTheCpuWhereTheKernelsRefuseAnArgument) {
   k.normal_(2);
   Tensor v = Tensor::empty({19, 2, 64}, DType::kFloat16);
   v.normal_(3);
-  single_decode_with_kv_cache(q, k, v, "NHD", "ALIBI");
+  single_decode_with_kv_cache(q, k, v, "NHD", "ROPE_LLAMA");
   recorder::stop();
+  const auto on_cpu = replay::replay_from_dump(call_dirs().at(0).string());
+  EXPECT_EQ(on_cpu.status, replay::Status::kPassed) << on_cpu.error;
+  EXPECT_TRUE(on_cpu.note.empty()) << on_cpu.note;
+  if (!cuda_compiled() || cuda_device_count() == 0) GTEST_SKIP() << "needs a CUDA device";
   replay::Options o;
   o.device = Device::cuda();
   const auto r = replay::replay_from_dump(call_dirs().at(0).string(), o);
@@ -240,6 +245,7 @@ TEST_F(ReplayTest, CudaReplayFallsBackToTheCpuWhereTheKernelsRefuseAnArgument) {
   EXPECT_TRUE(r.ran_on.is_cpu());
   EXPECT_TRUE(r.note.starts_with("the CUDA kernels refused this call")) << r.note;
   EXPECT_NE(r.note.find("pos_encoding_mode"), std::string::npos) << r.note;
+  EXPECT_NE(r.note.find("ROPE_LLAMA"), std::string::npos) << r.note;
 }
 
 TEST_F(ReplayTest, TamperedOutputIsAMismatchWithDetails) {
