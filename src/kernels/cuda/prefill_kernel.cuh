@@ -187,34 +187,46 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
   // zero-filled (0 in fp8 too).
   const TKV* kbase = static_cast<const TKV*>(p.kv.k) + g * p.kv.k_stride_head;
   const TKV* vbase = static_cast<const TKV*>(p.kv.v) + g * p.kv.v_stride_head;
-  const dev::FastDivmod page_div(static_cast<uint32_t>(p.kv.page_size));
-  auto token_offset = [&](int64_t t, bool is_v) -> int64_t {
-    int64_t ko = 0, vo = 0;
-    dev::kv_token_offsets(p.kv, b, static_cast<uint32_t>(t), page_div, &ko, &vo);
-    return is_v ? vo : ko;
+  const dev::KvRequestMap kv_map(p.kv, b);
+  auto token_offset = [&](int32_t t, bool is_v) -> int64_t {
+    const int32_t id = kv_map.page_id(static_cast<uint32_t>(t));
+    const uint32_t slot = kv_map.slot(static_cast<uint32_t>(t));
+    return is_v ? kv_map.v_offset(id, slot) : kv_map.k_offset(id, slot);
   };
-  // 128-row blocks hold twice the O fragments: their copy loop issues two rows at a time, which
-  // keeps them within 255 registers (fully unrolled it spilled 36 bytes).
-  constexpr int kCopyUnroll = kMmaQ == 2 ? 2 : kKvTile;
+  // Token indices in 32 bits, as the visibility test below has them (kv_len < 2^31).
+  const int32_t kv_lo32 = static_cast<int32_t>(kv_lo), kv_hi32 = static_cast<int32_t>(kv_hi);
   auto load_kv = [&](int tile) {
     if (tile < num_tiles) {
-      const int64_t t0 = kv_lo + static_cast<int64_t>(tile) * kKvTile;
+      const int32_t t0 = kv_lo32 + tile * kKvTile;
       const int stage = tile % kPrefillStages;
       uint4* kst = kFp8 ? k8_s + stage * kKvTile * kUnitsK : k_s + stage * kKvTile * kUnitsQk;
       uint4* vst = kFp8 ? v8_s + stage * kKvTile * kUnitsV : v_s + stage * kKvTile * kUnitsVo;
       static_assert(!kFp8 || (DQK == DVO && kPrefillThreads % kUnitsK == 0), "fp8 copy loop");
       if constexpr (DQK == DVO && kPrefillThreads % kUnitsK == 0) {
-        // K and V rows of a token share one page-table lookup, issued for all of the thread's
-        // rows before their copies (the loop is unrolled).
+        // K and V rows of a token share one page-table lookup. The lookups of all of the
+        // thread's rows are issued before any copy (the copies' asm is volatile with a memory
+        // clobber: no load moves past one), so they are in flight together and the copies wait
+        // for one round trip, not one per row.
         constexpr int kRowsPerPass = kPrefillThreads / kUnitsK;
+        constexpr int kRowsPerThread = kKvTile / kRowsPerPass;
+        static_assert(kKvTile % kRowsPerPass == 0, "tile shape");
         constexpr int kElems = 16 / static_cast<int>(sizeof(TKV));  // elements of a unit
-        const int col = tid % kUnitsK;
-#pragma unroll(kCopyUnroll)
-        for (int r = tid / kUnitsK; r < kKvTile; r += kRowsPerPass) {
-          const int64_t t = t0 + r;
-          const bool ok = t < kv_hi;
-          int64_t ko = 0, vo = 0;
-          if (ok) dev::kv_token_offsets(p.kv, b, static_cast<uint32_t>(t), page_div, &ko, &vo);
+        const int col = tid % kUnitsK, r0 = tid / kUnitsK;
+        int32_t ids[kRowsPerThread];
+#pragma unroll
+        for (int i = 0; i < kRowsPerThread; ++i) {
+          const int32_t t = t0 + r0 + i * kRowsPerPass;
+          ids[i] = t < kv_hi32 ? kv_map.page_id(static_cast<uint32_t>(t)) : 0;
+        }
+#pragma unroll
+        for (int i = 0; i < kRowsPerThread; ++i) {
+          const int r = r0 + i * kRowsPerPass;
+          const bool ok = t0 + r < kv_hi32;
+          // The slot again rather than kept from above (registers are scarce here); a key past
+          // kv_hi has id 0 and slot 0, so offset 0: a valid address the copy does not read.
+          const uint32_t slot = ok ? kv_map.slot(static_cast<uint32_t>(t0 + r)) : 0u;
+          const int64_t ko = kv_map.k_offset(ids[i], slot);
+          const int64_t vo = kv_map.same_strides ? ko : kv_map.v_offset(ids[i], slot);
           const uint32_t off = kFp8 ? static_cast<uint32_t>(r * kUnitsK + col)
                                     : dev::permuted_offset(r, col, kUnitsK);
           dev::cp_async::copy16_zfill(kst + off, kbase + ko + col * kElems, ok);
@@ -222,12 +234,12 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
         }
       } else {
         detail::copy_tile<DQK, kKvTile, T>(kst, tid, kbase, [&](int r) -> const T* {
-          const int64_t t = t0 + r;
-          return t < kv_hi ? kbase + token_offset(t, false) : nullptr;
+          const int32_t t = t0 + r;
+          return t < kv_hi32 ? kbase + token_offset(t, false) : nullptr;
         });
         detail::copy_tile<DVO, kKvTile, T>(vst, tid, vbase, [&](int r) -> const T* {
-          const int64_t t = t0 + r;
-          return t < kv_hi ? vbase + token_offset(t, true) : nullptr;
+          const int32_t t = t0 + r;
+          return t < kv_hi32 ? vbase + token_offset(t, true) : nullptr;
         });
       }
     }
@@ -275,7 +287,6 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
       scale_log2[mq][e] = (kSoftCap || kAlibi) ? sc : sc * kLog2e;
     }
   }
-  const int32_t kv_hi32 = static_cast<int32_t>(kv_hi);
 
   float o[kMmaQ][DVO / 8][4];
 #pragma unroll
@@ -383,7 +394,6 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
       }
 #pragma unroll
       for (int mq = 0; mq < kMmaQ; ++mq) {
-        float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int n = 0; n < 2 * kMmaKv; ++n) {
 #pragma unroll
@@ -402,22 +412,47 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
             } else {
               x = s[mq][n][e] * scale_log2[mq][r];
             }
-            if (!unmasked) {
-              const int32_t kj = tw0 + n * 8 + tid4 * 2 + (e & 1);
-              const int32_t pos = pos_of[mq][r];
-              bool vis = kj < kv_hi32;
-              if (p.causal) vis = vis && kj <= pos;
-              if (p.window_left >= 0) vis = vis && kj >= pos - p.window_left;
-              if constexpr (kCustomMask) {
-                // Key kj - tw0 = 8 n + 2 tid4 + (e & 1) of the warp's keys: window n / 4, bit
-                // below 32.
-                vis = vis && ((mwin[mq][r][n >> 2] >> ((n & 3) * 8 + tid4 * 2 + (e & 1))) & 1u);
-              }
-              if (!vis) x = -INFINITY;
-            }
             s[mq][n][e] = x;
-            tmax[r] = fmaxf(tmax[r], x);
           }
+        }
+      }
+      // The visibility test as one pass behind one branch: a test inside the loop above became
+      // a branch per element, taken on every tile.
+      if (!unmasked) {
+        // Keys as offsets d from the row's position, within [d_min, d_max]: two bounds for all
+        // rows (per-row limits would be loop-invariant, hoisted, and held in registers).
+        const int32_t d_max = p.causal ? 0 : INT32_MAX;
+        const int32_t d_min = p.window_left >= 0 ? -p.window_left : INT32_MIN;
+#pragma unroll
+        for (int mq = 0; mq < kMmaQ; ++mq) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int32_t pos = pos_of[mq][r];
+#pragma unroll
+            for (int n = 0; n < 2 * kMmaKv; ++n) {
+#pragma unroll
+              for (int i = 0; i < 2; ++i) {
+                const int32_t kj = tw0 + n * 8 + tid4 * 2 + i;
+                const int32_t d = kj - pos;  // kj <= pos (causal), kj >= pos - window_left
+                bool vis = (kj < kv_hi32) & (d <= d_max) & (d >= d_min);
+                if constexpr (kCustomMask) {
+                  // Key kj - tw0 = 8 n + 2 tid4 + i of the warp's keys: window n / 4, bit
+                  // below 32.
+                  vis = vis && ((mwin[mq][r][n >> 2] >> ((n & 3) * 8 + tid4 * 2 + i)) & 1u);
+                }
+                if (!vis) s[mq][n][2 * r + i] = -INFINITY;
+              }
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int mq = 0; mq < kMmaQ; ++mq) {
+        float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < 2 * kMmaKv; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) tmax[e >> 1] = fmaxf(tmax[e >> 1], s[mq][n][e]);
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -434,13 +469,16 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
             o[mq][n][2 * r + 1] *= factor;
           }
         }
+        // P = 2^(s - m), 0 for a hidden key. The test is per row, not per element: with m finite,
+        // exp2f(-inf - m) is already 0; only m = -inf (every key of the row hidden so far, or
+        // -inf / NaN logits) needs another subtrahend, and 0 gives the same values there: 0 for
+        // -inf, NaN for NaN.
+        const float m_sub[2] = {m[mq][0] == -INFINITY ? 0.0f : m[mq][0],
+                                m[mq][1] == -INFINITY ? 0.0f : m[mq][1]};
 #pragma unroll
         for (int n = 0; n < 2 * kMmaKv; ++n) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float mr = m[mq][e >> 1];
-            s[mq][n][e] = s[mq][n][e] == -INFINITY ? 0.0f : exp2f(s[mq][n][e] - mr);
-          }
+          for (int e = 0; e < 4; ++e) s[mq][n][e] = exp2f(s[mq][n][e] - m_sub[e >> 1]);
           // Per-thread partial row sums: the quad shares m, so they are summed once at the end.
           l[mq][0] += s[mq][n][0] + s[mq][n][1];
           l[mq][1] += s[mq][n][2] + s[mq][n][3];
@@ -544,9 +582,10 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(Atten
       const bool nan_any = isnan(lr);
       const int32_t pr = warp_row0 + mq * 16 + gid + 8 * r;
       if (pr >= rows) continue;
-      uint32_t qrel = 0, hh = 0;
-      group_div.divmod(static_cast<uint32_t>(pr), qrel, hh);
-      const int32_t h = g * group + static_cast<int32_t>(hh);
+      // The row's query from its position (pos_of = pos_shift + query for a real row), not a
+      // second divmod of pr: the compiler kept that one's quotients live across the KV loop.
+      const uint32_t qrel = static_cast<uint32_t>(pos_of[mq][r] - pos_shift);
+      const int32_t h = g * group + (pr - static_cast<int32_t>(qrel) * group);
       const bool any = lr > 0.0f;
       float inv = nan_any ? NAN : (any ? out_scale / lr : 0.0f);
       float lse = nan_any ? NAN : (any ? m[mq][r] + log2f(lr) : -INFINITY);

@@ -28,6 +28,44 @@ __device__ __forceinline__ void kv_token_offsets(const KvAddressing& a, int32_t 
   *v_off = id * a.v_stride_page + static_cast<int64_t>(slot) * a.v_stride_token;
 }
 
+/// One request's K/V token addressing with its per-request lookups done once, for a kernel that
+/// addresses tokens in a loop: the loop then loads only the page id. Ragged storage is taken as
+/// pages of one token whose id is the token's row (stride_page = the token stride, slot 0), so
+/// both layouts share id * stride_page + slot * stride_token, the offsets kv_token_offsets()
+/// gives (the same exact 64-bit products).
+struct KvRequestMap {
+  const int32_t* page_ids;  // paged: the request's page ids; nullptr: ragged
+  int32_t first;            // ragged: the request's first token row
+  FastDivmod page_size;     // paged: the page size; ragged: 1
+  int64_t k_stride_page, v_stride_page;
+  int64_t k_stride_token, v_stride_token;
+  bool same_strides;  // K and V strides equal (the usual case): v_offset() == k_offset()
+
+  __device__ __forceinline__ KvRequestMap(const KvAddressing& a, int32_t b)
+      : page_ids(a.kv_indices != nullptr ? a.kv_indices + a.kv_indptr[b] : nullptr),
+        first(a.kv_indptr[b]),
+        page_size(a.kv_indices != nullptr ? static_cast<uint32_t>(a.page_size) : 1u),
+        k_stride_page(a.kv_indices != nullptr ? a.k_stride_page : a.k_stride_token),
+        v_stride_page(a.kv_indices != nullptr ? a.v_stride_page : a.v_stride_token),
+        k_stride_token(a.k_stride_token),
+        v_stride_token(a.v_stride_token),
+        same_strides(k_stride_page == v_stride_page && k_stride_token == v_stride_token) {}
+
+  /// Page id (ragged: token row) of token t; paged, this is the page-table load.
+  __device__ __forceinline__ int32_t page_id(uint32_t t) const {
+    const uint32_t page = page_size.div(t);
+    return page_ids != nullptr ? __ldg(page_ids + page) : first + static_cast<int32_t>(page);
+  }
+  /// Token t's slot in its page (ragged: 0).
+  __device__ __forceinline__ uint32_t slot(uint32_t t) const { return page_size.mod(t); }
+  __device__ __forceinline__ int64_t k_offset(int32_t id, uint32_t slot) const {
+    return id * k_stride_page + static_cast<int64_t>(slot) * k_stride_token;
+  }
+  __device__ __forceinline__ int64_t v_offset(int32_t id, uint32_t slot) const {
+    return id * v_stride_page + static_cast<int64_t>(slot) * v_stride_token;
+  }
+};
+
 /// Offsets of `capacity` consecutive tokens of one request, in shared memory. fill() is called
 /// by every thread of the block (each takes tokens tid, tid + nthreads, ...); tokens at or past
 /// `t_end` get offset 0 (their copies are predicated off, so the value is never used to read).
