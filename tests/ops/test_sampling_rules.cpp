@@ -231,6 +231,95 @@ TEST(SamplingRules, ThresholdSearchGivesTheFiltersThresholds) {
   }
 }
 
+// The radix select as the CUDA filter kernel runs it: `threads` threads, thread t summing the
+// kRadixBins / threads bins below the top t * (kRadixBins / threads), an exclusive scan of those
+// sums over the threads, radix_find in each (at most one finds the bin).
+uint32_t radix_model(const std::vector<uint32_t>& keys, int64_t k, int threads) {
+  if (k <= 0) return 0xFFFFFFFFu;
+  uint32_t prefix = 0, mask = 0;
+  int64_t want = k;
+  const int per = kRadixBins / threads;
+  for (int pass = 0; pass < kRadixPasses; ++pass) {
+    std::vector<uint32_t> hist(kRadixBins, 0);
+    for (uint32_t key : keys) {
+      const int b = radix_bin(key, pass, prefix, mask);
+      if (b >= 0) ++hist[static_cast<std::size_t>(b)];
+    }
+    int found = -1, finders = 0;
+    int64_t rest = 0, above = 0;
+    for (int t = 0; t < threads; ++t) {
+      const int top = kRadixBins - per * t - 1;
+      int64_t r = 0;
+      const int b = radix_find(hist.data(), top, per, above, want, &r);
+      if (b >= 0) {
+        found = b;
+        rest = r;
+        ++finders;
+      }
+      for (int j = 0; j < per; ++j) above += hist[static_cast<std::size_t>(top - j)];
+    }
+    EXPECT_LE(finders, 1);
+    if (found < 0) return 0u;
+    radix_fix(prefix, mask, pass, found);
+    want = rest;
+  }
+  return prefix;
+}
+
+uint32_t count_threshold(const std::vector<uint32_t>& keys, int64_t k) {
+  int passes = 0;
+  return search(
+      [&](uint32_t m) {
+        return std::count_if(keys.begin(), keys.end(), [m](uint32_t q) { return q > m; }) < k;
+      },
+      &passes);
+}
+
+// The kernel's radix select and the k-ary search give the same threshold on every row: random
+// keys, heavy ties, keys differing in the lowest digit only, NaN (key 0), the padding the kernel
+// loads past a row's end (key 0), k = 0, 1, n and beyond n.
+TEST(SamplingRules, RadixSelectGivesTheCountThresholdExactly) {
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int n = 1 + trial * 53;
+    std::vector<uint32_t> keys(static_cast<std::size_t>(n));
+    for (uint32_t& key : keys) {
+      switch (trial % 5) {
+        case 0:
+          key = static_cast<uint32_t>(gen());
+          break;
+        case 1:
+          key = ordered_key(std::round(uni(gen) * 8.0f) / 8.0f);
+          break;  // ties
+        case 2:
+          key = 0xBF000000u + static_cast<uint32_t>(gen() % 700u);
+          break;  // low digit
+        case 3:
+          key = ordered_key(uni(gen) * uni(gen) * uni(gen) * 1e-3f);
+          break;
+        default:
+          key = gen() % 7 == 0 ? 0u : ordered_key(-uni(gen));
+          break;  // NaN, negatives
+      }
+    }
+    std::vector<uint32_t> padded = keys;
+    padded.resize(padded.size() + static_cast<std::size_t>(trial % 9), 0u);
+    for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{50}, int64_t{n - 1}, int64_t{n},
+                      int64_t{n + 3}}) {
+      const uint32_t want = count_threshold(keys, k);
+      EXPECT_EQ(radix_model(keys, k, 512), want) << "trial " << trial << " k " << k;
+      EXPECT_EQ(radix_model(padded, k, 512), count_threshold(padded, k)) << trial << " " << k;
+      EXPECT_EQ(radix_model(keys, k, 256), want) << "trial " << trial << " k " << k;
+    }
+  }
+  // Hand-checked: the 2nd largest of {5, 9, 9, 1} is 9, the 3rd 5, the 5th 0 (fewer keys).
+  EXPECT_EQ(radix_model({5, 9, 9, 1}, 2, 512), 9u);
+  EXPECT_EQ(radix_model({5, 9, 9, 1}, 3, 512), 5u);
+  EXPECT_EQ(radix_model({5, 9, 9, 1}, 5, 512), 0u);
+  EXPECT_EQ(radix_model({5, 9, 9, 1}, 0, 512), 0xFFFFFFFFu);
+}
+
 // ---- per-row values ----------------------------------------------------------------------------
 
 uint32_t f32_bits(float x) {

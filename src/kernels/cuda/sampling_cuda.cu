@@ -182,6 +182,7 @@ template <int THREADS>
 struct Shared {
   union {
     typename cub::BlockScan<float, THREADS, kScanAlgo>::TempStorage scan;
+    typename cub::BlockScan<long long, THREADS, kScanAlgo>::TempStorage count_scan;
     typename cub::BlockReduce<float, THREADS, kReduceAlgo>::TempStorage f;
     typename cub::BlockReduce<long long, THREADS, kReduceAlgo>::TempStorage i;
     typename cub::BlockReduce<PivotSums, THREADS, kReduceAlgo>::TempStorage pivots;
@@ -489,8 +490,66 @@ __device__ uint32_t filter_threshold(const RowIn<T, VEC>& r, const SamplingRow& 
   return lo;
 }
 
+/// The filter kernels' radix-select storage: one pass's histogram and the bin found.
+struct RadixShared {
+  uint32_t hist[kRadixBins];
+  int bin;
+  long long rest;
+};
+
+/// The count threshold (top-k: the k-th largest key, 0 with fewer keys, 0xFFFFFFFF for k <= 0;
+/// what filter_threshold<false> finds) by radix select, sampling_rules.h: per pass a histogram
+/// of one digit of the keys whose higher digits are the ones chosen, then the bin holding the
+/// wanted rank, found from the top by an exclusive scan of each thread's bins.
+template <int THREADS, class T, int VEC>
+__device__ uint32_t filter_threshold_radix(const RowIn<T, VEC>& r, const SamplingRow& row,
+                                           Shared<THREADS>& s, RadixShared& rs) {
+  static_assert(kRadixBins % THREADS == 0, "whole bins per thread");
+  constexpr int kPer = kRadixBins / THREADS;
+  if (row.top_k <= 0) return 0xFFFFFFFFu;
+  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
+  const float nan = __uint_as_float(0x7fffffffu);  // key 0, as filter_threshold pads
+  const int tid = static_cast<int>(threadIdx.x);
+  uint32_t prefix = 0, mask = 0;
+  long long want = row.top_k;
+  for (int pass = 0; pass < kRadixPasses; ++pass) {
+    for (int i = tid; i < kRadixBins; i += THREADS) rs.hist[i] = 0;
+    if (tid == 0) rs.bin = -1;
+    __syncthreads();
+    for (int64_t c = 0; c < chunks; ++c) {
+      float v[VEC];
+      r.load(sampling_thread_first(c, tid, THREADS, VEC), v, nan);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const int b = radix_bin(ordered_key(v[k]), pass, prefix, mask);
+        if (b >= 0) atomicAdd(&rs.hist[b], 1u);
+      }
+    }
+    __syncthreads();
+    const int top = kRadixBins - kPer * tid - 1;
+    long long mine = 0, above = 0;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) mine += rs.hist[top - j];
+    cub::BlockScan<long long, THREADS, kScanAlgo>(s.tmp.count_scan).ExclusiveSum(mine, above);
+    int64_t rest = 0;
+    const int b = radix_find(rs.hist, top, kPer, above, want, &rest);
+    if (b >= 0) {  // one thread at most
+      rs.bin = b;
+      rs.rest = rest;
+    }
+    __syncthreads();
+    const int bin = rs.bin;
+    want = rs.rest;
+    __syncthreads();         // everyone has read rs before the next pass clears it
+    if (bin < 0) return 0u;  // fewer keys than k (first pass only)
+    radix_fix(prefix, mask, pass, bin);
+  }
+  return prefix;
+}
+
 template <int THREADS, class Tin, class Tout, int VEC>
-__device__ __forceinline__ void filter_row(const FilterParams& p, Shared<THREADS>& s) {
+__device__ __forceinline__ void filter_row(const FilterParams& p, Shared<THREADS>& s,
+                                           RadixShared& rs) {
   const int64_t b = blockIdx.x;
   const SamplingRow row = sampling_row(p.rows, b);
   const RowIn<Tin, VEC> r = {static_cast<const Tin*>(p.input) + row.src_row * p.in_stride_row,
@@ -501,7 +560,7 @@ __device__ __forceinline__ void filter_row(const FilterParams& p, Shared<THREADS
       VEC > 1 && p.out_stride_col == 1 &&
       sampling_vec_width(sizeof(Tout), reinterpret_cast<uint64_t>(p.out), p.out_stride_row, 1) > 1;
   const uint32_t t = p.kind == FilterKind::kTopPRenorm ? filter_threshold<true>(r, row, s)
-                                                       : filter_threshold<false>(r, row, s);
+                                                       : filter_threshold_radix(r, row, s, rs);
   if (p.kind == FilterKind::kTopKMask) {
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t first = sampling_thread_first(c, threadIdx.x, THREADS, VEC);
@@ -545,13 +604,15 @@ __device__ __forceinline__ void filter_row(const FilterParams& p, Shared<THREADS
 template <class Tin, class Tout>
 __global__ void __launch_bounds__(kFilterThreads) sampling_filter_kernel(FilterParams p) {
   __shared__ Shared<kFilterThreads> s;
-  filter_row<kFilterThreads, Tin, Tout, 16 / sizeof(Tin)>(p, s);
+  __shared__ RadixShared rs;
+  filter_row<kFilterThreads, Tin, Tout, 16 / sizeof(Tin)>(p, s, rs);
 }
 
 template <class Tin, class Tout>
 __global__ void __launch_bounds__(kFilterThreads) sampling_strided_filter_kernel(FilterParams p) {
   __shared__ Shared<kFilterThreads> s;
-  filter_row<kFilterThreads, Tin, Tout, 1>(p, s);
+  __shared__ RadixShared rs;
+  filter_row<kFilterThreads, Tin, Tout, 1>(p, s, rs);
 }
 
 // ---- softmax -----------------------------------------------------------------------------------
