@@ -67,8 +67,9 @@ TEST(PrefillShape, BuiltDimsAndBlockShapes) {
 }
 
 // Every block built fits one block's shared memory on an A100 and two per SM on an H100 (the
-// planner's 2 blocks per SM), the copy loops divide evenly over the 128 threads, the warps split
-// a tile into whole 16-key steps, and a 16-row block's merge buffer fits in its K/V stages.
+// planner's 2 blocks per SM; three at head dim 64 with 16-bit K/V, the kernel's register budget),
+// the copy loops divide evenly over the 128 threads, the warps split a tile into whole 16-key
+// steps, and a 16-row block's merge buffer fits in its K/V stages.
 TEST(PrefillShape, SharedMemoryAndCopyShapesFit) {
   const DeviceLimits a100 = device_limits(8, 0), h100 = device_limits(9, 0);
   for (Dims d : kBuilt) {
@@ -79,6 +80,11 @@ TEST(PrefillShape, SharedMemoryAndCopyShapesFit) {
       const unsigned smem = prefill_smem_bytes(cta, d.qk, d.vo);
       EXPECT_LE(smem, static_cast<unsigned>(a100.max_smem_per_block));
       EXPECT_GE(occupancy_blocks_per_sm(h100, kPrefillThreads, 168, smem), 2);
+      // The blocks per SM the kernel's registers are budgeted for (its launch bounds: at most
+      // 168 registers a thread for 3, 255 for 2) fit the shared memory as well.
+      const int budget = prefill_min_blocks_per_sm(d.qk, d.vo, false);
+      EXPECT_GE(occupancy_blocks_per_sm(h100, kPrefillThreads, budget == 3 ? 168 : 255, smem),
+                budget);
       const int kv = prefill_kv_tile(cta, d.qk, d.vo);
       EXPECT_EQ(kv % (16 * prefill_warps_kv(cta)), 0);
       EXPECT_EQ(cta, (kPrefillWarps / prefill_warps_kv(cta)) * 16 * prefill_mma_q(cta));

@@ -103,7 +103,9 @@ __device__ __forceinline__ void widen_tile(uint4* dst, const uint4* src, int tid
 }  // namespace detail
 
 template <class T, class TKV, int DQK, int DVO, int kCtaQ, int kVariant>
-__global__ void __launch_bounds__(kPrefillThreads, 2) batch_prefill_kernel(AttentionParams p) {
+__global__ void __launch_bounds__(kPrefillThreads,
+                                  prefill_min_blocks_per_sm(DQK, DVO, sizeof(TKV) == 1))
+    batch_prefill_kernel(AttentionParams p) {
   constexpr int kMmaQ = prefill_mma_q(kCtaQ);
   constexpr int kWarpsKv = prefill_warps_kv(kCtaQ);
   constexpr int kWarpsQ = kPrefillWarps / kWarpsKv;

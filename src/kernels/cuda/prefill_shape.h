@@ -79,6 +79,16 @@ FLASHINFER_HD constexpr int prefill_mma_q(int cta_q) { return cta_q == 128 ? 2 :
 /// else one (the warps are stacked along the rows and each sees the whole tile).
 FLASHINFER_HD constexpr int prefill_warps_kv(int cta_q) { return cta_q == 16 ? kPrefillWarps : 1; }
 
+/// Blocks per SM the kernel's registers are budgeted for (its __launch_bounds__): 3 where both
+/// head dims are <= 64 and K/V are 16-bit, whose block shapes all fit 168 registers without
+/// spilling (ptxas, sm_90; the 128-row block took 198 with a budget of 2, and with fp8 K/V it
+/// spills 8 bytes at 168), so 12 warps share an SM's latency; else 2 (a 128-row block at head
+/// dim 128 holds 128 O floats a thread). The planner still counts 2 per SM for the tensor-core
+/// kernel (kTensorCoreBlocksPerSm), so plans and results do not change.
+FLASHINFER_HD constexpr int prefill_min_blocks_per_sm(int dqk, int dvo, bool fp8_kv) {
+  return (dqk <= 64 && dvo <= 64 && !fp8_kv) ? 3 : 2;
+}
+
 /// Keys per K/V tile (all warps together). 16-row blocks: 16 keys a warp (32 at head dim 64),
 /// so that every block fits twice per SM. 128-row blocks take 32 keys: with 64, the S and O
 /// fragments (64 + 128 floats a thread at head dim 128) spilled 76 bytes at 255 registers
