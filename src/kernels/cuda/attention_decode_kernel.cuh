@@ -309,13 +309,24 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, decode_min_blocks<TKV>())
     dev::cp_async::wait<2 * kStages - 1>();  // V of stage `it` has landed
     __syncthreads();
     const TKV* vt = v_s + (buf * T + tz * kTileZ) * DVO + tx * kVv;
+    // An invisible key adds nothing, even where V is not finite; the test per key is a branch
+    // only where some key of the group is skipped (the usual full tile has none).
+    auto add_v = [&](int j) {
+      float vf[kVv];
+      dev::load_f32<TKV, kVv>(vt + j * DVO, vf);
 #pragma unroll
-    for (int j = 0; j < kTileZ; ++j) {
-      if (s[j] != 0.0f) {  // an invisible key adds nothing, even where V is not finite
-        float vf[kVv];
-        dev::load_f32<TKV, kVv>(vt + j * DVO, vf);
+      for (int i = 0; i < kVv; ++i) st.o[i] = fmaf(s[j], vf[i], st.o[i]);
+    };
+    bool all_add = true;
 #pragma unroll
-        for (int i = 0; i < kVv; ++i) st.o[i] = fmaf(s[j], vf[i], st.o[i]);
+    for (int j = 0; j < kTileZ; ++j) all_add = all_add && s[j] != 0.0f;
+    if (all_add) {
+#pragma unroll
+      for (int j = 0; j < kTileZ; ++j) add_v(j);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kTileZ; ++j) {
+        if (s[j] != 0.0f) add_v(j);
       }
     }
     __syncthreads();  // V of this stage consumed
