@@ -38,6 +38,58 @@ constexpr int decode_min_blocks() {
   return sizeof(TKV) == 1 ? 2 : 3;
 }
 
+namespace detail {
+
+/// The token of a group of kN whose score lane tx of a row holds after reduce_spread: bit k of
+/// the token is the lane's bit at the offset of the butterfly's step k (kBdx / 2^(k + 1)).
+template <int kBdx, int kN>
+__device__ __forceinline__ int spread_token(int tx) {
+  int j = 0;
+#pragma unroll
+  for (int k = 0; (1 << k) < kN; ++k) j |= (tx & (kBdx >> (k + 1))) != 0 ? 1 << k : 0;
+  return j;
+}
+
+/// The row lane (0 .. kBdx - 1) that holds token j's score after reduce_spread.
+template <int kBdx>
+__device__ __forceinline__ constexpr int spread_lane(int j) {
+  int lane = 0;
+  for (int k = 0; (j >> k) != 0; ++k) lane += ((j >> k) & 1) != 0 ? kBdx >> (k + 1) : 0;
+  return lane;
+}
+
+/// Sums each of the kN lane-partial scores s over the row's kBdx lanes (kBdx >= kN, powers of
+/// two) and returns the score of token spread_token(tx). The additions are those of one xor
+/// butterfly per token (offsets kBdx / 2, ..., 1; each lane adds its partner's partial sum to
+/// its own), but the first log2(kN) steps halve the scores a lane carries: at offset o the lane
+/// with bit o clear keeps the even-numbered ones and sends its partner the odd ones, the partner
+/// the reverse. Each lane adds the very partial sum the plain butterfly adds for that token, and
+/// fp addition is commutative, so every score has the same bits; the row issues kN - 1 +
+/// log2(kBdx / kN) shuffles and additions instead of kN log2(kBdx).
+template <int kBdx, int kN>
+__device__ __forceinline__ float reduce_spread(const float (&s)[kN], int tx) {
+  static_assert(kN >= 1 && kBdx >= kN && (kN & (kN - 1)) == 0 && (kBdx & (kBdx - 1)) == 0);
+  float v[kN];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) v[i] = s[i];
+#pragma unroll
+  for (int k = 0, n = kN; n > 1; ++k, n >>= 1) {
+    const int o = kBdx >> (k + 1);
+    const bool upper = (tx & o) != 0;
+#pragma unroll
+    for (int i = 0; i < n / 2; ++i) {  // v[i] is written after v[2i], v[2i + 1] are read
+      const float keep = upper ? v[2 * i + 1] : v[2 * i];
+      const float send = upper ? v[2 * i] : v[2 * i + 1];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+    }
+  }
+#pragma unroll
+  for (int o = kBdx / (2 * kN); o > 0; o >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+  return v[0];
+}
+
+}  // namespace detail
+
 template <class TQ, class TKV, class TO, int DQK, int DVO, int kVariant>
 __global__ void __launch_bounds__(kDecodeMaxThreads, decode_min_blocks<TKV>())
     batch_decode_kernel(AttentionParams p) {
@@ -52,6 +104,9 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, decode_min_blocks<TKV>())
   constexpr bool kMask = (kVariant & kDecodeMask) != 0;
   constexpr bool kAlibi = (kVariant & kDecodeAlibi) != 0;
   static_assert(DQK % kChunk == 0 && DVO % kChunk == 0, "rows must be whole 16-byte units");
+  // With at least kTileZ lanes a row, each lane finishes one token's score of its group's tile
+  // (detail::reduce_spread): one logit, mask test and exp2 a lane instead of kTileZ.
+  constexpr bool kSpreadTokens = kBdx >= kTileZ;
 
   pdl_wait();
   const WorkItem w = p.work[blockIdx.x];
@@ -62,6 +117,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, decode_min_blocks<TKV>())
   const int nthreads = kBdx * bdy * bdz;
   const int tid = threadIdx.x;
   const int tx = tid % kBdx, ty = (tid / kBdx) % bdy, tz = tid / (kBdx * bdy);
+  const int my_tok = kSpreadTokens ? detail::spread_token<kBdx, kTileZ>(tx) : 0;
 
   const int32_t rows = (w.qo_end - w.qo_begin) * group;
   const int32_t row0 = blockIdx.z * bdy;
@@ -89,6 +145,10 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, decode_min_blocks<TKV>())
                              static_cast<int64_t>(q_base + qi) * p.q_stride_n +
                              static_cast<int64_t>(h) * p.q_stride_h + tx * kVq,
                          q);
+  // Opaque to the compiler from here, so it keeps q in fp32 registers rather than widening it
+  // again for every tile (the values are the same either way).
+#pragma unroll
+  for (int i = 0; i < kVq; ++i) asm volatile("" : "+f"(q[i]));
   float scale = p.sm_scale;
   if (p.scale_q) scale *= p.scale_q[h];
   if (p.scale_k) scale *= p.scale_k[g];
@@ -175,50 +235,70 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, decode_min_blocks<TKV>())
       float dot = 0.0f;
 #pragma unroll
       for (int i = 0; i < kVq; ++i) dot = fmaf(q[i], kf[i], dot);
-#pragma unroll
-      for (int o = kBdx / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
       s[j] = dot;
     }
     const int32_t t_base = kv_lo + it * T + tz * kTileZ;
-    float m_tile = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kTileZ; ++j) {
-      const int32_t kj = t_base + j;
+    // The scaled base-2 logit of key kj, or -inf where it is invisible or NaN.
+    auto logit = [&](float dot, int32_t kj) {
       bool vis = kj < kv_hi;
       if constexpr (kMask) vis = vis && key_visible(p, b, qo_len, kv_len, qi, kj);
       float x;
       if constexpr (kAlibi) {
         // Upstream's DefaultAttention: with a soft cap, sm_scale applies twice (the CPU
         // reference does the same).
-        float sc = s[j] * scale + slope * static_cast<float>(kj - qi);
+        float sc = dot * scale + slope * static_cast<float>(kj - qi);
         if constexpr (kSoftCap) {
           sc = p.logits_soft_cap * tanhf(sc * (scale / p.logits_soft_cap));
         }
         x = sc * kLog2e;
       } else if constexpr (kSoftCap) {
-        x = logit_log2(p, s[j], scale);
+        x = logit_log2(p, dot, scale);
       } else {
-        x = s[j] * scale_log2;
+        x = dot * scale_log2;
       }
       if (vis && isnan(x)) nan_seen = true;
-      s[j] = (vis && !isnan(x)) ? x : -INFINITY;
-      m_tile = fmaxf(m_tile, s[j]);
+      return (vis && !isnan(x)) ? x : -INFINITY;
+    };
+    float m_new;
+    if constexpr (kSpreadTokens) {
+      // Lane tx ends up with the whole score of token my_tok; it alone scales, masks and
+      // exponentiates it, and the row's lanes then swap the probabilities.
+      const float x = logit(detail::reduce_spread<kBdx, kTileZ>(s, tx), t_base + my_tok);
+      float m_tile = x;
+#pragma unroll
+      for (int k = 0; (1 << k) < kTileZ; ++k) {
+        m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, kBdx >> (k + 1)));
+      }
+      m_new = fmaxf(st.m, m_tile);
+      const float p_own = m_new != -INFINITY ? exp2f(x - m_new) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kTileZ; ++j) {
+        s[j] = __shfl_sync(0xffffffffu, p_own, detail::spread_lane<kBdx>(j), kBdx);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kTileZ; ++j) {
+#pragma unroll
+        for (int o = kBdx / 2; o > 0; o >>= 1) s[j] += __shfl_xor_sync(0xffffffffu, s[j], o);
+      }
+      float m_tile = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kTileZ; ++j) {
+        s[j] = logit(s[j], t_base + j);
+        m_tile = fmaxf(m_tile, s[j]);
+      }
+      m_new = fmaxf(st.m, m_tile);
+#pragma unroll
+      for (int j = 0; j < kTileZ; ++j) s[j] = m_new != -INFINITY ? exp2f(s[j] - m_new) : 0.0f;
     }
-    const float m_new = fmaxf(st.m, m_tile);
     if (m_new != -INFINITY) {
       const float r = exp2f(st.m - m_new);  // 0 while the state is empty
       st.d *= r;
 #pragma unroll
       for (int i = 0; i < kVv; ++i) st.o[i] *= r;
 #pragma unroll
-      for (int j = 0; j < kTileZ; ++j) {
-        s[j] = exp2f(s[j] - m_new);
-        st.d += s[j];
-      }
+      for (int j = 0; j < kTileZ; ++j) st.d += s[j];
       st.m = m_new;
-    } else {
-#pragma unroll
-      for (int j = 0; j < kTileZ; ++j) s[j] = 0.0f;
     }
     __syncthreads();  // K of this stage consumed: its buffer takes stage it + kStages
     if (((it + kStages) & fill_mask) == 0 && it + kStages < n_iter) {
@@ -229,20 +309,37 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, decode_min_blocks<TKV>())
     dev::cp_async::wait<2 * kStages - 1>();  // V of stage `it` has landed
     __syncthreads();
     const TKV* vt = v_s + (buf * T + tz * kTileZ) * DVO + tx * kVv;
+    // An invisible key adds nothing, even where V is not finite; the test per key is a branch
+    // only where some key of the group is skipped (the usual full tile has none).
+    auto add_v = [&](int j) {
+      float vf[kVv];
+      dev::load_f32<TKV, kVv>(vt + j * DVO, vf);
 #pragma unroll
-    for (int j = 0; j < kTileZ; ++j) {
-      if (s[j] != 0.0f) {  // an invisible key adds nothing, even where V is not finite
-        float vf[kVv];
-        dev::load_f32<TKV, kVv>(vt + j * DVO, vf);
+      for (int i = 0; i < kVv; ++i) st.o[i] = fmaf(s[j], vf[i], st.o[i]);
+    };
+    bool all_add = true;
 #pragma unroll
-        for (int i = 0; i < kVv; ++i) st.o[i] = fmaf(s[j], vf[i], st.o[i]);
+    for (int j = 0; j < kTileZ; ++j) all_add = all_add && s[j] != 0.0f;
+    if (all_add) {
+#pragma unroll
+      for (int j = 0; j < kTileZ; ++j) add_v(j);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kTileZ; ++j) {
+        if (s[j] != 0.0f) add_v(j);
       }
     }
     __syncthreads();  // V of this stage consumed
     issue(true, it + kStages);
   }
   dev::cp_async::wait<0>();
-  __syncthreads();  // the K/V area is free for the merge below
+  __syncthreads();                // the K/V area is free for the merge below
+  if constexpr (kSpreadTokens) {  // a lane tested its own tokens' logits only
+#pragma unroll
+    for (int o = kBdx / 2; o > 0; o >>= 1) {
+      nan_seen = (__shfl_xor_sync(0xffffffffu, nan_seen ? 1 : 0, o) != 0) || nan_seen;
+    }
+  }
 
   if (bdz > 1) {  // fold the token groups' states into group 0's
     constexpr int kStride = DVO + 4;

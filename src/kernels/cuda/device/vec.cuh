@@ -92,6 +92,21 @@ __device__ __forceinline__ void widen(const float* x, float* out) {
 }
 template <int N, __nv_fp8_interpretation_t kKind, class T>
 __device__ __forceinline__ void widen_fp8(const T* x, float* out) {
+  if constexpr (N % 4 == 0) {
+    // x 4-byte aligned (as a Vec of N fp8 is): each pair is one half of a 32-bit word, element
+    // 2k in its low byte; one shift a word, where pairs assembled from bytes cost four.
+    const auto* w = reinterpret_cast<const uint32_t*>(x);
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      const auto pair =
+          static_cast<__nv_fp8x2_storage_t>(i % 2 == 0 ? w[i / 2] & 0xffffu : w[i / 2] >> 16);
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, kKind);
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
+    return;
+  }
   const auto* raw = reinterpret_cast<const __nv_fp8_storage_t*>(x);
 #pragma unroll
   for (int i = 0; i + 1 < N; i += 2) {

@@ -1,0 +1,315 @@
+// Bit-identity check of the CUDA decode kernel against another revision (scripts/decode-bitcmp
+// builds it): both kernels on the same inputs, outputs compared bitwise, and timed.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cuda/attention_decode_kernel.cuh"
+#include "old_kernel.cuh"
+
+using namespace flashinfer;
+using namespace flashinfer::kernels;
+using namespace flashinfer::kernels::cuda;
+
+#define CK(x)                                                                         \
+  do {                                                                                \
+    cudaError_t e_ = (x);                                                             \
+    if (e_ != cudaSuccess) {                                                          \
+      printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      exit(1);                                                                        \
+    }                                                                                 \
+  } while (0)
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t rnd() {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return static_cast<uint32_t>(rng >> 11);
+}
+static float nrm() { return (static_cast<int>(rnd() % 20001) - 10000) / 5000.0f; }
+static uint16_t bf(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+template <class T>
+T* dev_copy(const std::vector<T>& h) {
+  T* d;
+  CK(cudaMalloc(&d, h.size() * sizeof(T) + 16));
+  CK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+struct Case {
+  const char* name;
+  int hq, hkv, qo_len, variant;
+  bool fp8, split, nan_k, big, inf_v_masked, causal;
+  int window;
+  std::vector<int> kv_lens;
+  int chunk = 384;  // split: keys per work item
+  bool timing = false;
+};
+
+template <class TKV, int V>
+bool run_case(const Case& c) {
+  constexpr int D = 128, PS = 16;
+  const int B = static_cast<int>(c.kv_lens.size());
+  const int group = c.hq / c.hkv;
+  std::vector<int32_t> qo_indptr{0}, kv_indptr{0}, kv_indices, kv_lens;
+  int pages = 0;
+  for (int b = 0; b < B; ++b) {
+    qo_indptr.push_back(qo_indptr.back() + c.qo_len);
+    const int np = (c.kv_lens[b] + PS - 1) / PS;
+    kv_indptr.push_back(kv_indptr.back() + np);
+    kv_lens.push_back(c.kv_lens[b]);
+    pages += np;
+  }
+  for (int i = 0; i < pages; ++i) kv_indices.push_back(i);
+  for (int i = pages - 1; i > 0; --i) std::swap(kv_indices[i], kv_indices[rnd() % (i + 1)]);
+  const int rows = qo_indptr.back();
+  const float qs = c.big ? 6.0f : 1.0f;
+  std::vector<uint16_t> q(static_cast<size_t>(rows) * c.hq * D);
+  for (auto& x : q) x = bf(nrm() * qs);
+  const size_t kvn = static_cast<size_t>(pages) * PS * c.hkv * D;
+  std::vector<uint8_t> kraw(kvn * sizeof(TKV)), vraw(kvn * sizeof(TKV));
+  if (sizeof(TKV) == 2) {
+    auto* k16 = reinterpret_cast<uint16_t*>(kraw.data());
+    auto* v16 = reinterpret_cast<uint16_t*>(vraw.data());
+    for (size_t i = 0; i < kvn; ++i) {
+      k16[i] = bf(nrm() * qs);
+      v16[i] = bf(nrm());
+    }
+    if (c.nan_k) k16[(rnd() % (kvn / 4)) * 1] = 0x7fc0;
+  } else {
+    for (size_t i = 0; i < kvn; ++i) {
+      kraw[i] = static_cast<uint8_t>(rnd() & 0xff);
+      if ((kraw[i] & 0x7f) == 0x7f) kraw[i] &= 0xfe;  // no NaN unless asked
+      vraw[i] = static_cast<uint8_t>(rnd() & 0xff);
+      if ((vraw[i] & 0x7f) == 0x7f) vraw[i] &= 0xfe;
+    }
+    if (c.nan_k) kraw[rnd() % (kvn / 4)] = 0x7f;
+  }
+  // Custom mask: random bits; V of masked keys set to inf (bf16) where asked.
+  std::vector<int64_t> mask_indptr{0};
+  std::vector<uint32_t> mask_words;
+  if constexpr ((V & decode::kDecodeMask) != 0) {
+    int64_t bits = 0;
+    for (int b = 0; b < B; ++b) {
+      bits += static_cast<int64_t>(c.qo_len) * c.kv_lens[b];
+      mask_indptr.push_back(bits);
+    }
+    mask_words.resize(static_cast<size_t>(bits / 32 + 2));
+    for (auto& w : mask_words) w = rnd() | rnd() << 21;
+  }
+  // Work: whole requests, or chunks of 384 keys with partial rows.
+  std::vector<WorkItem> work;
+  int64_t prow = 0;
+  for (int b = 0; b < B; ++b) {
+    const int L = c.kv_lens[b];
+    if (!c.split) {
+      work.push_back({b, 0, c.qo_len, 0, L, -1});
+    } else {
+      for (int k0 = 0; k0 < L; k0 += c.chunk) {
+        work.push_back({b, 0, c.qo_len, k0, std::min(L, k0 + c.chunk), static_cast<int32_t>(prow)});
+        prow += c.qo_len;
+      }
+    }
+  }
+  AttentionParams p{};
+  p.q = dev_copy(q);
+  p.q_dtype = DType::kBFloat16;
+  p.q_stride_n = static_cast<int64_t>(c.hq) * D;
+  p.q_stride_h = D;
+  p.kv.k = dev_copy(kraw);
+  p.kv.v = dev_copy(vraw);
+  p.kv.dtype = sizeof(TKV) == 2 ? DType::kBFloat16 : DType::kFloat8E4M3FN;
+  p.kv.k_stride_page = p.kv.v_stride_page = static_cast<int64_t>(PS) * c.hkv * D;
+  p.kv.k_stride_token = p.kv.v_stride_token = static_cast<int64_t>(c.hkv) * D;
+  p.kv.k_stride_head = p.kv.v_stride_head = D;
+  p.kv.kv_indptr = dev_copy(kv_indptr);
+  p.kv.kv_indices = dev_copy(kv_indices);
+  p.kv.page_size = PS;
+  const size_t on = static_cast<size_t>(rows) * c.hq * D;
+  uint16_t *o1, *o2;
+  float *l1, *l2, *tv1, *tv2, *ts1, *ts2;
+  const size_t tvn = static_cast<size_t>(prow + 1) * c.hq * D,
+               tsn = static_cast<size_t>(prow + 1) * c.hq;
+  CK(cudaMalloc(&o1, on * 2));
+  CK(cudaMalloc(&o2, on * 2));
+  CK(cudaMalloc(&l1, rows * c.hq * 4));
+  CK(cudaMalloc(&l2, rows * c.hq * 4));
+  CK(cudaMalloc(&tv1, tvn * 4));
+  CK(cudaMalloc(&tv2, tvn * 4));
+  CK(cudaMalloc(&ts1, tsn * 4));
+  CK(cudaMalloc(&ts2, tsn * 4));
+  for (auto* x : {(void*)o1, (void*)o2}) CK(cudaMemset(x, 0x5a, on * 2));
+  for (auto* x : {(void*)l1, (void*)l2}) CK(cudaMemset(x, 0x5a, rows * c.hq * 4));
+  for (auto* x : {(void*)tv1, (void*)tv2}) CK(cudaMemset(x, 0x5a, tvn * 4));
+  for (auto* x : {(void*)ts1, (void*)ts2}) CK(cudaMemset(x, 0x5a, tsn * 4));
+  p.o_dtype = DType::kBFloat16;
+  p.o_stride_n = static_cast<int64_t>(c.hq) * D;
+  p.o_stride_h = D;
+  p.lse_stride_n = c.hq;
+  p.lse_stride_h = 1;
+  p.batch = B;
+  p.num_qo_heads = c.hq;
+  p.num_kv_heads = c.hkv;
+  p.head_dim_qk = p.head_dim_vo = D;
+  p.qo_indptr = dev_copy(qo_indptr);
+  p.kv_lens = dev_copy(kv_lens);
+  p.sm_scale = 0.0883883f;
+  p.logits_soft_cap = (V & decode::kDecodeSoftCap) ? 30.0f : 0.0f;
+  p.v_scale = 1.0f;
+  p.causal = c.causal;
+  p.window_left = c.window;
+  if (!mask_words.empty()) {
+    p.custom_mask = reinterpret_cast<const uint8_t*>(dev_copy(mask_words));
+    p.mask_indptr = dev_copy(mask_indptr);
+  }
+  p.work = dev_copy(work);
+  p.num_work = static_cast<int32_t>(work.size());
+  p.max_work_rows = c.qo_len;
+  const DecodeBlockShape s = decode_block_shape(D, D, sizeof(TKV), c.qo_len * group);
+  const dim3 grid(p.num_work, c.hkv, (c.qo_len * group + s.bdy - 1) / s.bdy);
+  auto k_old = decode_old::batch_decode_kernel<__nv_bfloat16, TKV, __nv_bfloat16, D, D, V>;
+  auto k_new = decode::batch_decode_kernel<__nv_bfloat16, TKV, __nv_bfloat16, D, D, V>;
+  CK(cudaFuncSetAttribute(k_old, cudaFuncAttributeMaxDynamicSharedMemorySize, s.smem_bytes));
+  CK(cudaFuncSetAttribute(k_new, cudaFuncAttributeMaxDynamicSharedMemorySize, s.smem_bytes));
+  AttentionParams pa = p, pb = p;
+  pa.o = o1, pa.lse = l1, pa.tmp_v = tv1, pa.tmp_s = ts1;
+  pb.o = o2, pb.lse = l2, pb.tmp_v = tv2, pb.tmp_s = ts2;
+  k_old<<<grid, s.threads(), s.smem_bytes>>>(pa);
+  CK(cudaGetLastError());
+  k_new<<<grid, s.threads(), s.smem_bytes>>>(pb);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  if (c.timing) {
+    double kv_bytes = 0;
+    for (int L : c.kv_lens) kv_bytes += 2.0 * L * c.hkv * D * sizeof(TKV);
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float t_old = 0, t_new = 0;
+    for (int rep = 0; rep < 23; ++rep) {
+      for (int which = 0; which < 2; ++which) {
+        CK(cudaEventRecord(e0));
+        if (which == 0)
+          k_old<<<grid, s.threads(), s.smem_bytes>>>(pa);
+        else
+          k_new<<<grid, s.threads(), s.smem_bytes>>>(pb);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (rep >= 3) (which == 0 ? t_old : t_new) += ms / 20;
+      }
+    }
+    printf("  TIME %-24s old %.4f ms (%.1f%% of 3.35 TB/s)  new %.4f ms (%.1f%%)  speedup %.3f\n",
+           c.name, t_old, kv_bytes / (t_old * 1e-3) / 3.35e12 * 100, t_new,
+           kv_bytes / (t_new * 1e-3) / 3.35e12 * 100, t_old / t_new);
+  }
+  auto cmp = [&](const void* a, const void* b, size_t bytes, const char* what) {
+    std::vector<uint8_t> ha(bytes), hb(bytes);
+    CK(cudaMemcpy(ha.data(), a, bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hb.data(), b, bytes, cudaMemcpyDeviceToHost));
+    size_t diff = 0, first = 0;
+    for (size_t i = 0; i < bytes; ++i) {
+      if (ha[i] != hb[i]) {
+        if (!diff) first = i;
+        ++diff;
+      }
+    }
+    // Count NaN / special outputs for the record.
+    if (diff) printf("  %s: %zu bytes differ (first at %zu)\n", what, diff, first);
+    return diff == 0;
+  };
+  bool ok = cmp(o1, o2, on * 2, "o") && cmp(l1, l2, rows * c.hq * 4, "lse");
+  if (c.split) ok = cmp(tv1, tv2, tvn * 4, "tmp_v") && cmp(ts1, ts2, tsn * 4, "tmp_s") && ok;
+  // How many outputs are NaN / zero (evidence the special paths ran).
+  std::vector<float> hl(rows * c.hq);
+  CK(cudaMemcpy(hl.data(), c.split ? ts2 : l2, hl.size() * 4, cudaMemcpyDeviceToHost));
+  int nan = 0, ninf = 0;
+  for (float x : hl) nan += x != x, ninf += x == -INFINITY;
+  printf("%-28s shape %dx%dx%d threads %d grid %u: %s (lse NaN %d, -inf %d)\n", c.name, s.bdx,
+         s.bdy, s.bdz, s.threads(), grid.x, ok ? "BIT-IDENTICAL" : "DIFFERENT", nan, ninf);
+  return ok;
+}
+
+__global__ void widen_cmp(int* bad) {
+  const uint32_t pair = blockIdx.x * blockDim.x + threadIdx.x;  // 0 .. 65535
+  if (pair >= 65536) return;
+  alignas(4) __nv_fp8_e4m3 four[4];
+  alignas(4) __nv_fp8_e4m3 two[2];
+  const uint32_t w = pair | (pair << 16);
+  memcpy(four, &w, 4);
+  memcpy(two, &w, 2);
+  float a[4], b[2];
+  dev::widen<4>(four, a);
+  dev::widen<2>(two, b);
+  for (int i = 0; i < 4; ++i)
+    if (__float_as_uint(a[i]) != __float_as_uint(b[i % 2])) atomicAdd(bad, 1);
+}
+
+int main() {
+  bool ok = true;
+  const std::vector<int> lens{1, 7, 17, 300, 2049, 4100};
+  ok &= run_case<__nv_bfloat16, 0>(
+      {"bf16 32:8", 32, 8, 1, 0, false, false, false, false, false, false, -1, lens});
+  ok &= run_case<__nv_bfloat16, 0>(
+      {"bf16 64:8", 64, 8, 1, 0, false, false, false, false, false, false, -1, lens});
+  ok &= run_case<__nv_bfloat16, 0>(
+      {"bf16 32:32", 32, 32, 1, 0, false, false, false, false, false, false, -1, lens});
+  ok &= run_case<__nv_bfloat16, 0>(
+      {"bf16 32:8 big", 32, 8, 1, 0, false, false, false, true, false, false, -1, lens});
+  ok &= run_case<__nv_bfloat16, 0>(
+      {"bf16 64:8 split", 64, 8, 1, 0, false, true, false, false, false, false, -1, lens});
+  ok &= run_case<__nv_bfloat16, 0>(
+      {"bf16 32:8 nan K", 32, 8, 1, 0, false, false, true, false, false, false, -1, lens});
+  ok &= run_case<__nv_bfloat16, 0>(
+      {"bf16 32:8 window", 32, 8, 1, 0, false, false, false, true, false, false, 100, lens});
+  ok &= run_case<__nv_bfloat16, 1>(
+      {"bf16 32:8 softcap", 32, 8, 1, 1, false, false, false, true, false, false, -1, lens});
+  ok &= run_case<__nv_bfloat16, 2>(
+      {"bf16 32:8 mask q2 causal", 32, 8, 2, 2, false, false, false, true, false, true, -1, lens});
+  ok &= run_case<__nv_bfloat16, 2>(
+      {"bf16 8:8 mask q3 split", 8, 8, 3, 2, false, true, false, false, false, true, 50, lens});
+  ok &= run_case<__nv_fp8_e4m3, 0>(
+      {"fp8 32:8", 32, 8, 1, 0, true, false, false, false, false, false, -1, lens});
+  ok &= run_case<__nv_fp8_e4m3, 0>(
+      {"fp8 64:8 split", 64, 8, 1, 0, true, true, false, false, false, false, -1, lens});
+  ok &= run_case<__nv_fp8_e4m3, 0>(
+      {"fp8 32:32 nan K", 32, 32, 1, 0, true, false, true, false, false, false, -1, lens});
+  {
+    std::vector<int> b64(64, 2048), b1(1, 32768);
+    Case t{"b64 kv2048 32:8", 32, 8, 1, 0, false, false, false, false, false, false, -1, b64};
+    t.timing = true;
+    ok &= run_case<__nv_bfloat16, 0>(t);
+    t.name = "b64 kv2048 64:8", t.hq = 64;
+    ok &= run_case<__nv_bfloat16, 0>(t);
+    t.name = "b64 kv2048 32:32", t.hq = 32, t.hkv = 32;
+    ok &= run_case<__nv_bfloat16, 0>(t);
+    Case u{"b1 kv32768 32:8 split", 32, 8, 1, 0, false, true, false, false, false, false, -1, b1};
+    u.timing = true, u.chunk = 288;
+    ok &= run_case<__nv_bfloat16, 0>(u);
+    u.name = "b1 kv32768 64:8 split", u.hq = 64;
+    ok &= run_case<__nv_bfloat16, 0>(u);
+    t.name = "fp8 b64 kv2048 32:8", t.hq = 32, t.hkv = 8;
+    ok &= run_case<__nv_fp8_e4m3, 0>(t);
+    t.name = "fp8 b64 kv2048 64:8", t.hq = 64;
+    ok &= run_case<__nv_fp8_e4m3, 0>(t);
+  }
+  int* bad;
+  CK(cudaMalloc(&bad, 4));
+  CK(cudaMemset(bad, 0, 4));
+  widen_cmp<<<256, 256>>>(bad);
+  int hbad = -1;
+  CK(cudaMemcpy(&hbad, bad, 4, cudaMemcpyDeviceToHost));
+  printf("fp8 widen word vs byte path, all 65536 pairs: %d mismatches\n", hbad);
+  ok &= hbad == 0;
+  printf(ok ? "ALL BIT-IDENTICAL\n" : "MISMATCH\n");
+  return ok ? 0 : 1;
+}
