@@ -291,15 +291,20 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, decode_min_blocks<TKV>())
 #pragma unroll
       for (int j = 0; j < kTileZ; ++j) s[j] = m_new != -INFINITY ? exp2f(s[j] - m_new) : 0.0f;
     }
-    if (m_new != -INFINITY) {
+    // Rescale only when the maximum moved: otherwise r = exp2f(0) = 1 exactly and o * 1, d * 1
+    // change nothing. d * r + s[0] is one fused multiply-add (as ptxas contracted it before),
+    // and without the rescale d + s[0], the same rounding. An empty tile has every s[j] = 0.
+    if (m_new != st.m) {
       const float r = exp2f(st.m - m_new);  // 0 while the state is empty
-      st.d *= r;
 #pragma unroll
       for (int i = 0; i < kVv; ++i) st.o[i] *= r;
-#pragma unroll
-      for (int j = 0; j < kTileZ; ++j) st.d += s[j];
+      st.d = fmaf(st.d, r, s[0]);
       st.m = m_new;
+    } else {
+      st.d += s[0];
     }
+#pragma unroll
+    for (int j = 1; j < kTileZ; ++j) st.d += s[j];
     __syncthreads();  // K of this stage consumed: its buffer takes stage it + kStages
     if (((it + kStages) & fill_mask) == 0 && it + kStages < n_iter) {
       cache.fill(p.kv, b, kv_lo + (it + kStages) * T, kv_hi, page_size, tid, nthreads);
