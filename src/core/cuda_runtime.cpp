@@ -79,6 +79,13 @@ void cuda_device_free(void* ptr, int device) noexcept {
   if (prev >= 0) (void)cudaSetDevice(prev);
 }
 
+void cuda_memset_async(void* dst, int byte, std::size_t nbytes, int device) {
+  if (nbytes == 0) return;
+  DeviceGuard g(device);
+  check(cudaMemsetAsync(dst, byte, nbytes, static_cast<cudaStream_t>(current_cuda_stream())),
+        "cudaMemsetAsync");
+}
+
 void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, int device) {
   if (nbytes == 0) return;
   DeviceGuard g(device);
@@ -204,6 +211,7 @@ int cuda_runtime_device_count() { return 0; }
 void* cuda_device_malloc(std::size_t, int) { no_cuda("cuda_malloc"); }
 uint64_t cuda_device_malloc_count() { return 0; }
 void cuda_device_free(void*, int) noexcept {}
+void cuda_memset_async(void*, int, std::size_t, int) { no_cuda("cuda_memset_async"); }
 void cuda_memcpy(void*, const void*, std::size_t, CopyKind, int) { no_cuda("cuda_memcpy"); }
 void cuda_memcpy_2d(void*, std::size_t, const void*, std::size_t, std::size_t, std::size_t,
                     CopyKind, int) {

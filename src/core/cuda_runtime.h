@@ -19,6 +19,9 @@ void* cuda_device_malloc(std::size_t nbytes, int device);
 /// that check a steady state allocates nothing read it.
 uint64_t cuda_device_malloc_count();
 void cuda_device_free(void* ptr, int device) noexcept;
+/// Sets `nbytes` bytes at `dst` to `byte`, stream-ordered on the current stream (cudaMemsetAsync;
+/// not synchronized: later work on that stream sees it, as after torch's zero_).
+void cuda_memset_async(void* dst, int byte, std::size_t nbytes, int device);
 /// Synchronous copy (stream-ordered on the current stream, then synchronized).
 void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, int device);
 /// Synchronous copy of `height` rows of `width` bytes, row i at src + i * spitch to

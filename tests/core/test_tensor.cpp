@@ -521,5 +521,33 @@ TEST(Tensor, CudaRoundTrip) {
   EXPECT_EQ(r.to_double_vector(), rh.to_double_vector());
 }
 
+// Zero fills of contiguous device tensors are one cudaMemsetAsync on the current stream; other
+// values and strided views take the host path. Both must give torch's result: every byte of a
+// dirty allocation cleared, -0.0 keeping its sign, a strided view's neighbours untouched.
+TEST(Tensor, CudaZeroFillClearsExactlyTheTensor) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  Tensor d = Tensor::from_vector(iota(24), {4, 6}, DType::kBFloat16).to(Device::cuda(0));
+  d.fill_(0.0);
+  EXPECT_EQ(d.to_double_vector(), std::vector<double>(24, 0.0));
+  EXPECT_EQ(Tensor::zeros({1000}, DType::kFloat32, Device::cuda(0)).to_double_vector(),
+            std::vector<double>(1000, 0.0));
+  Tensor n = Tensor::from_vector(iota(3), {3}, DType::kFloat32).to(Device::cuda(0));
+  n.fill_(-0.0);
+  for (double v : n.to_double_vector()) {
+    EXPECT_EQ(v, 0.0);
+    EXPECT_TRUE(std::signbit(v));
+  }
+  Tensor e = Tensor::from_vector(iota(24), {4, 6}, DType::kFloat32).to(Device::cuda(0));
+  e.select(1, 2).fill_(0.0);  // a strided column
+  std::vector<double> want = iota(24);
+  for (int r = 0; r < 4; ++r) want[static_cast<std::size_t>(r * 6 + 2)] = 0.0;
+  EXPECT_EQ(e.to_double_vector(), want);
+  Tensor part = Tensor::from_vector(iota(24), {24}, DType::kFloat16).to(Device::cuda(0));
+  part.slice(0, 4, 10).fill_(0.0);  // contiguous, at an offset: only its 6 elements
+  want = iota(24);
+  for (int i = 4; i < 10; ++i) want[static_cast<std::size_t>(i)] = 0.0;
+  EXPECT_EQ(part.to_double_vector(), want);
+}
+
 }  // namespace
 }  // namespace flashinfer
