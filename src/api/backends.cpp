@@ -35,6 +35,7 @@ const std::vector<int>* upstream_backend_ccs(std::string_view op, std::string_vi
   static const Ccs kBlackwellAll = {100, 103, 107, 110, 120, 121};
   static const Ccs kSm100Sm120 = {100, 103, 107, 120, 121};
   static const Ccs kSm12x = {120, 121};
+  static const Ccs kSm100Sm12x = {100, 103, 120, 121};
   static const Ccs kRubin = {107};
   static const auto* m = new std::map<Key, const Ccs*>{
       // mm_bf16 (gemm_base.py:598): cudnn and cublaslt [80 .. 121] without 107, cutlass [100,
@@ -93,8 +94,15 @@ const std::vector<int>* upstream_backend_ccs(std::string_view op, std::string_vi
       // mm_bf16_fp4 (gemm_bf16_fp4.py:207): cudnn and cute-dsl [100, 103, 110, 120, 121].
       {{"mm_bf16_fp4", "cudnn"}, &kSm100Family},
       {{"mm_bf16_fp4", "cute-dsl"}, &kSm100Family},
-      // mm_nvfp4_svdquant (gemm_svdquant.py:196): cutlass [100, 103, 107].
+      // mm_nvfp4_svdquant (gemm_svdquant.py:196) and nvfp4_quantize_smooth (302): cutlass [100,
+      // 103, 107] (the one checker, 145; both run the SM100 CUTLASS SVDQuant module).
       {{"mm_nvfp4_svdquant", "cutlass"}, &kSm100Rubin},
+      {{"nvfp4_quantize_smooth", "cutlass"}, &kSm100Rubin},
+      // prepare_bf16_fp4_weights (gemm_bf16_fp4.py:130): no decorator; its cute-dsl layout
+      // (gemm_bf16_fp4_cute_dsl.py:448) is made for (10, 0), (10, 3) and major 12 only, other
+      // GPUs get a NotImplementedError (upstream_backend_refusal). Its cudnn layout is torch
+      // indexing, any GPU.
+      {{"prepare_bf16_fp4_weights", "cute-dsl"}, &kSm100Sm12x},
   };
   auto it = m->find(Key{op, backend});
   return it == m->end() ? nullptr : it->second;
@@ -274,11 +282,14 @@ namespace {
 // BackendSupportedError for a @backend_requirement function with no backend choices (the same
 // wording where upstream's decorator or module gate has no text of its own), except where
 // upstream raises its own ValueError text (grouped_gemm_nt_masked, tgv_gemm_sm100,
-// fp8_blockscale_gemm_sm90).
+// fp8_blockscale_gemm_sm90), or where the refusal is an op upstream calls first (svdquant_linear:
+// nvfp4_quantize_smooth's).
 struct Rule {
   UpstreamArchRule rule;
-  bool masked_gemm_text = false;   // grouped_gemm_nt_masked's own ValueError text
-  const char* own_text = nullptr;  // upstream's own fixed error text, where it has one
+  bool masked_gemm_text = false;             // grouped_gemm_nt_masked's own ValueError text
+  const char* own_text = nullptr;            // upstream's own fixed error text, where it has one
+  const char* refused_by = nullptr;          // the op whose backend refusal upstream raises
+  const char* refused_by_backend = nullptr;  // and the backend it calls that op with
 };
 
 const std::map<std::string, Rule, std::less<>>& rules() {
@@ -286,7 +297,8 @@ const std::map<std::string, Rule, std::less<>>& rules() {
     auto* r = new std::map<std::string, Rule, std::less<>>();
     auto add = [&](const char* op, std::vector<int> ccs, const char* fact, bool masked = false,
                    const char* own_text = nullptr) {
-      r->emplace(op, Rule{UpstreamArchRule{op, std::move(ccs), fact}, masked, own_text});
+      r->emplace(
+          op, Rule{UpstreamArchRule{op, std::move(ccs), fact}, masked, own_text, nullptr, nullptr});
     };
     const std::vector<int> sm12x = {120, 121};
     const std::vector<int> sm100 = {100, 103};
@@ -360,6 +372,24 @@ const std::map<std::string, Rule, std::less<>>& rules() {
         "ValueError(\"fp8_blockscale_gemm_sm90 is only supported on SM90 (Hopper) "
         "architecture.\") (its module, gen_fp8_blockscale_gemm_sm90_module, is built for sm90a)",
         false, "fp8_blockscale_gemm_sm90 is only supported on SM90 (Hopper) architecture.");
+    // The grouped GEMMs of grouped_mm/core.py: @backend_requirement({}, common_check=...), so
+    // the common check's list decides (grouped_mm_bf16 and grouped_mm_fp8 run on Hopper).
+    const std::vector<int> sm100_family = {100, 103, 110, 120, 121};
+    add("grouped_mm_mxfp8", sm100_family,
+        "grouped_mm/core.py:346: @backend_requirement({}, common_check=_check_grouped_mm_mxfp8), "
+        "the check (287) @supported_compute_capability([100, 103, 110, 120, 121])");
+    add("grouped_mm_fp4", sm100_family,
+        "grouped_mm/core.py:506: @backend_requirement({}, common_check=_check_grouped_mm_fp4), "
+        "the check (428) @supported_compute_capability([100, 103, 110, 120, 121])");
+    // No decorator of its own: its first step is nvfp4_quantize_smooth(backend="cutlass"), whose
+    // refusal upstream raises; its GEMM (mm_nvfp4_svdquant) has the same list.
+    r->emplace("svdquant_linear",
+               Rule{UpstreamArchRule{"svdquant_linear", sm100_rubin,
+                                     "gemm/gemm_svdquant.py:351: plain @flashinfer_api; it calls "
+                                     "nvfp4_quantize_smooth (302, backend \"cutlass\": "
+                                     "@supported_compute_capability([100, 103, 107]) at 145) "
+                                     "first, then mm_nvfp4_svdquant (196, the same list)"},
+                    false, nullptr, "nvfp4_quantize_smooth", "cutlass"});
     for (const char* op :
          {"trtllm_fp4_block_scale_moe", "trtllm_fp4_block_scale_routed_moe",
           "trtllm_mxint4_block_scale_moe", "trtllm_mxint4_block_scale_routed_moe"}) {
@@ -403,6 +433,7 @@ std::string upstream_refusal(std::string_view op, int cc) {
     return "Masked grouped GEMM is only supported on SM100+ (Blackwell/Rubin), got SM" +
            std::to_string(cc / 10) + std::to_string(cc % 10);
   }
+  if (r->refused_by) return upstream_backend_refusal(r->refused_by, r->refused_by_backend, cc);
   return std::string(op) + " does not support compute capability " + std::to_string(cc);
 }
 
@@ -410,6 +441,10 @@ std::string upstream_backend_refusal(std::string_view op, std::string_view backe
   const std::vector<int>* ccs = upstream_backend_ccs(op, backend);
   if (!ccs || in_list(*ccs, cc)) return "";
   if (backend == "auto") return "No suitable auto backends found for " + std::string(op);
+  if (op == "prepare_bf16_fp4_weights" && backend == "cute-dsl") {  // the dispatcher's own text
+    return "cute-dsl w4a16 GEMM only supports SM100/103 and SM12x; got " + std::to_string(cc / 10) +
+           "." + std::to_string(cc % 10);
+  }
   return std::string(op) + " does not support backend '" + std::string(backend) +
          "' with capability " + std::to_string(cc);
 }

@@ -239,6 +239,8 @@ Tensor grouped_mm_impl(const char* op, Variant v, const Tensor& a, const Tensor&
                        DType out_dtype, int64_t block_size, std::string_view backend) {
   api::check_defined(a, op, "a");
   api::check_defined(b, op, "b");
+  // Upstream's decorator checks the device first (the mxfp8 and fp4 variants are Blackwell-only).
+  api::check_upstream_arch(op, "a", a.device());
   api::check_backend(op, backend, a.device());
   const bool fp8 = v == Variant::kFp8 || v == Variant::kMxfp8;
   if (v == Variant::kBf16) {

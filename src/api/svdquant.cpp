@@ -193,6 +193,9 @@ Tensor svdquant_linear(const Tensor& x, const Tensor& weight_fp4, const Tensor& 
   return call_op<&svdquant_linear>(
       [&] {
         const char* op = "svdquant_linear";
+        api::check_defined(x, op, "x");
+        // Upstream's first step, nvfp4_quantize_smooth, refuses the device before any check.
+        api::check_upstream_arch(op, "x", x.device());
         check_bf16_2d(x, op, "x");
         check_bf16_2d(l2t_smoothed, op, "l2t_smoothed");
         FLASHINFER_CHECK(l2t_smoothed.size(0) == x.size(1), op, "l2t_smoothed",

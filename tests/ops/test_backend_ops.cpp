@@ -1172,6 +1172,51 @@ TEST(BackendOpsCoverage, CudaExpectationFollowsUpstreamArchitectures) {
   EXPECT_FALSE(cuda_expectation("batch_deepgemm_fp8_nt_groupwise", "", 107).refused);
 }
 
+// The grouped MXFP8/FP4 GEMMs, SVDQuant's smoothing quantizer and linear, and the cute-dsl weight
+// layout of the bf16 x fp4 GEMM: Blackwell-only upstream (docs/CONFORMANCE.md), each refused on
+// Hopper with upstream's text.
+TEST(BackendOpsCoverage, CudaExpectationOfTheBlackwellOnlyGroupedSvdquantAndBf16Fp4Ops) {
+  for (const char* op : {"grouped_mm_mxfp8", "grouped_mm_fp4"}) {
+    // @backend_requirement({}, common_check=...): the common check's list, whatever `backend`.
+    EXPECT_EQ(cuda_expectation(op, "cudnn", 90).refusal,
+              std::string(op) + " does not support compute capability 90");
+    EXPECT_EQ(upstream_refusal(op, 107),
+              std::string(op) + " does not support compute capability 107");
+    for (int cc : {100, 103, 110, 120, 121}) {
+      EXPECT_FALSE(cuda_expectation(op, "cudnn", cc).refused) << op << " " << cc;
+    }
+  }
+  // grouped_mm_bf16 and grouped_mm_fp8 run on Hopper upstream.
+  EXPECT_FALSE(cuda_expectation("grouped_mm_bf16", "cudnn", 90).refused);
+  EXPECT_FALSE(cuda_expectation("grouped_mm_fp8", "cudnn", 90).refused);
+
+  EXPECT_EQ(upstream_backend_refusal("nvfp4_quantize_smooth", "cutlass", 90),
+            "nvfp4_quantize_smooth does not support backend 'cutlass' with capability 90");
+  EXPECT_EQ(upstream_backend_refusal("nvfp4_quantize_smooth", "cutlass", 120),
+            "nvfp4_quantize_smooth does not support backend 'cutlass' with capability 120");
+  EXPECT_EQ(upstream_backend_refusal("nvfp4_quantize_smooth", "cutlass", 107), "");
+  // svdquant_linear has no gate of its own: upstream raises its first call's refusal.
+  EXPECT_EQ(cuda_expectation("svdquant_linear", "", 90).refusal,
+            "nvfp4_quantize_smooth does not support backend 'cutlass' with capability 90");
+  EXPECT_EQ(upstream_refusal("svdquant_linear", 110),
+            "nvfp4_quantize_smooth does not support backend 'cutlass' with capability 110");
+  for (int cc : {100, 103, 107}) {
+    EXPECT_EQ(upstream_refusal("svdquant_linear", cc), "") << cc;
+    EXPECT_EQ(upstream_refusal("nvfp4_quantize_smooth", cc), "") << cc;  // a backend-table op
+  }
+
+  EXPECT_EQ(cuda_expectation("prepare_bf16_fp4_weights", "cute-dsl", 90).refusal,
+            "cute-dsl w4a16 GEMM only supports SM100/103 and SM12x; got 9.0");
+  EXPECT_EQ(upstream_backend_refusal("prepare_bf16_fp4_weights", "cute-dsl", 110),
+            "cute-dsl w4a16 GEMM only supports SM100/103 and SM12x; got 11.0");
+  EXPECT_TRUE(cuda_expectation("prepare_bf16_fp4_weights", "cute-dsl", 107).refused);
+  for (int cc : {100, 103, 120, 121}) {
+    EXPECT_FALSE(cuda_expectation("prepare_bf16_fp4_weights", "cute-dsl", cc).refused) << cc;
+  }
+  // The cudnn layout is torch indexing upstream: any GPU.
+  EXPECT_FALSE(cuda_expectation("prepare_bf16_fp4_weights", "cudnn", 90).refused);
+}
+
 // The backend the expectation reads is the one the case passes.
 // check_refused calls a wrapper method with the reference's captured self, a non-owning
 // reference: the reference keeps its case (and so the wrapper) alive, and once the wrapper is
@@ -1217,6 +1262,15 @@ TEST(BackendOpsCoverage, CudaExpectationReadsTheCasesBackend) {
   EXPECT_FALSE(cuda_expectation("mm_fp4", b, 100).refused) << b;
   // The FP8 GEMMs' cases pass their default backend, which upstream refuses on Hopper.
   for (const char* op : {"mm_fp8", "mm_mxfp8", "bmm_mxfp8", "gemm_fp8_nt_groupwise"}) {
+    const Reference r = run_reference(op, small_shape());
+    const std::string be = backend_arg(*OpRegistry::global().find(op), r.inputs);
+    EXPECT_FALSE(be.empty()) << op;
+    EXPECT_TRUE(cuda_expectation(op, be, 90).refused) << op << " " << be;
+    EXPECT_FALSE(cuda_expectation(op, be, 100).refused) << op << " " << be;
+  }
+  // So do these ops' cases (prepare_bf16_fp4_weights's passes "cute-dsl").
+  for (const char* op : {"grouped_mm_mxfp8", "grouped_mm_fp4", "nvfp4_quantize_smooth",
+                         "prepare_bf16_fp4_weights"}) {
     const Reference r = run_reference(op, small_shape());
     const std::string be = backend_arg(*OpRegistry::global().find(op), r.inputs);
     EXPECT_FALSE(be.empty()) << op;
