@@ -164,7 +164,7 @@ struct ArgMax {
   }
 };
 
-/// The threshold search's per-pivot partials (counts for top-k, masses for top-p).
+/// The top-p threshold search's per-pivot masses.
 template <class V>
 struct PivotArray {
   V v[kThresholdPivots];
@@ -188,7 +188,6 @@ struct Shared {
     typename cub::BlockReduce<PivotSums, THREADS, kReduceAlgo>::TempStorage pivots;
     typename cub::BlockReduce<ScoreIndex, THREADS, kReduceAlgo>::TempStorage score;
     typename cub::BlockReduce<PivotArray<float>, THREADS, kReduceAlgo>::TempStorage mass;
-    typename cub::BlockReduce<PivotArray<long long>, THREADS, kReduceAlgo>::TempStorage count;
   } tmp;
   union {
     float f;
@@ -196,7 +195,6 @@ struct Shared {
     PivotSums pivots;
     ScoreIndex score;
     PivotArray<float> mass;
-    PivotArray<long long> count;
   } out;
 };
 
@@ -210,10 +208,9 @@ __device__ __forceinline__ V& out_slot(auto& out) {
     return out.pivots;
   } else if constexpr (std::is_same_v<V, ScoreIndex>) {
     return out.score;
-  } else if constexpr (std::is_same_v<V, PivotArray<float>>) {
-    return out.mass;
   } else {
-    return out.count;
+    static_assert(std::is_same_v<V, PivotArray<float>>);
+    return out.mass;
   }
 }
 
@@ -227,10 +224,9 @@ __device__ __forceinline__ auto& reduce_storage(auto& tmp) {
     return tmp.pivots;
   } else if constexpr (std::is_same_v<V, ScoreIndex>) {
     return tmp.score;
-  } else if constexpr (std::is_same_v<V, PivotArray<float>>) {
-    return tmp.mass;
   } else {
-    return tmp.count;
+    static_assert(std::is_same_v<V, PivotArray<float>>);
+    return tmp.mass;
   }
 }
 
@@ -438,20 +434,20 @@ __global__ void __launch_bounds__(kSampleThreads) sampling_strided_sample_kernel
 
 // ---- filters -----------------------------------------------------------------------------------
 
-/// The smallest key t with F(t) < limit, F(t) = count (top-k) or mass (top-p) of the keys above
-/// t: the filter keeps exactly the keys >= t. A 16-way search over the 32-bit key space
-/// (sampling_rules.h: threshold_pivot / threshold_narrow): at most 8 passes over the row.
-template <bool kByMass, int THREADS, class T, int VEC>
-__device__ uint32_t filter_threshold(const RowIn<T, VEC>& r, const SamplingRow& row,
-                                     Shared<THREADS>& s) {
-  using V = std::conditional_t<kByMass, float, long long>;
+/// The top-p threshold: the smallest key t whose mass of keys above t is below top_p (the filter
+/// keeps exactly the keys >= t). A 16-way search over the 32-bit key space (sampling_rules.h:
+/// threshold_pivot / threshold_narrow): at most 8 passes over the row. (Top-k's count threshold
+/// is filter_threshold_radix's.)
+template <int THREADS, class T, int VEC>
+__device__ uint32_t filter_threshold_mass(const RowIn<T, VEC>& r, const SamplingRow& row,
+                                          Shared<THREADS>& s) {
   constexpr int P = kThresholdPivots;
   const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
   const float nan = __uint_as_float(0x7fffffffu);  // key 0: never above a pivot
   uint32_t lo = 0, hi = 0xFFFFFFFFu;
   while (lo < hi) {
     uint32_t piv[P];
-    PivotArray<V> acc;
+    PivotArray<float> acc;
 #pragma unroll
     for (int j = 0; j < P; ++j) {
       piv[j] = threshold_pivot(lo, hi, j, P);
@@ -463,27 +459,16 @@ __device__ uint32_t filter_threshold(const RowIn<T, VEC>& r, const SamplingRow& 
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const uint32_t key = ordered_key(v[k]);
-        if constexpr (kByMass) {
-          const float w = v[k] > 0.0f ? v[k] : 0.0f;
+        const float w = v[k] > 0.0f ? v[k] : 0.0f;
 #pragma unroll
-          for (int j = 0; j < P; ++j) acc.v[j] += key > piv[j] ? w : 0.0f;
-        } else {
-#pragma unroll
-          for (int j = 0; j < P; ++j) acc.v[j] += key > piv[j];
-        }
+        for (int j = 0; j < P; ++j) acc.v[j] += key > piv[j] ? w : 0.0f;
       }
     }
     acc = block_all(acc, SumOp(), s);
     int first_below = P;
 #pragma unroll
     for (int j = P - 1; j >= 0; --j) {
-      bool below;
-      if constexpr (kByMass) {
-        below = acc.v[j] < row.top_p;
-      } else {
-        below = acc.v[j] < row.top_k;
-      }
-      if (below) first_below = j;
+      if (acc.v[j] < row.top_p) first_below = j;
     }
     threshold_narrow(lo, hi, first_below, P);
   }
@@ -498,9 +483,9 @@ struct RadixShared {
 };
 
 /// The count threshold (top-k: the k-th largest key, 0 with fewer keys, 0xFFFFFFFF for k <= 0;
-/// what filter_threshold<false> finds) by radix select, sampling_rules.h: per pass a histogram
-/// of one digit of the keys whose higher digits are the ones chosen, then the bin holding the
-/// wanted rank, found from the top by an exclusive scan of each thread's bins.
+/// the k-ary search's answer for the count test, exactly) by radix select, sampling_rules.h: per
+/// pass a histogram of one digit of the keys whose higher digits are the ones chosen, then the bin
+/// holding the wanted rank, found from the top by an exclusive scan of each thread's bins.
 template <int THREADS, class T, int VEC>
 __device__ uint32_t filter_threshold_radix(const RowIn<T, VEC>& r, const SamplingRow& row,
                                            Shared<THREADS>& s, RadixShared& rs) {
@@ -508,7 +493,7 @@ __device__ uint32_t filter_threshold_radix(const RowIn<T, VEC>& r, const Samplin
   constexpr int kPer = kRadixBins / THREADS;
   if (row.top_k <= 0) return 0xFFFFFFFFu;
   const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
-  const float nan = __uint_as_float(0x7fffffffu);  // key 0, as filter_threshold pads
+  const float nan = __uint_as_float(0x7fffffffu);  // key 0, as filter_threshold_mass pads
   const int tid = static_cast<int>(threadIdx.x);
   uint32_t prefix = 0, mask = 0;
   long long want = row.top_k;
@@ -559,7 +544,7 @@ __device__ __forceinline__ void filter_row(const FilterParams& p, Shared<THREADS
   const bool wide =
       VEC > 1 && p.out_stride_col == 1 &&
       sampling_vec_width(sizeof(Tout), reinterpret_cast<uint64_t>(p.out), p.out_stride_row, 1) > 1;
-  const uint32_t t = p.kind == FilterKind::kTopPRenorm ? filter_threshold<true>(r, row, s)
+  const uint32_t t = p.kind == FilterKind::kTopPRenorm ? filter_threshold_mass(r, row, s)
                                                        : filter_threshold_radix(r, row, s, rs);
   if (p.kind == FilterKind::kTopKMask) {
     for (int64_t c = 0; c < chunks; ++c) {
