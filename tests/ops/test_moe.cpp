@@ -100,6 +100,28 @@ MoeInputs make_inputs(const MoeCase& c) {
   return in;
 }
 
+// The inputs as doubles, as the formula and the rounding interval read them: an absent optional
+// is empty, and b2 joins on tensor-parallel rank 0 only.
+struct MoeValues {
+  std::vector<double> x, w1, w2, sc, ids, b1, b2, al, be, li;
+};
+
+MoeValues moe_values(const MoeCase& c, const MoeInputs& in) {
+  auto opt = [](const std::optional<Tensor>& t) {
+    return t ? t->to_double_vector() : std::vector<double>();
+  };
+  return {in.x.to_double_vector(),
+          in.w1.to_double_vector(),
+          in.w2.to_double_vector(),
+          in.scales.to_double_vector(),
+          in.ids.to_double_vector(),
+          opt(in.b1),
+          c.tp_rank == 0 ? opt(in.b2) : std::vector<double>(),
+          opt(in.alpha),
+          opt(in.beta),
+          opt(in.limit)};
+}
+
 // fp64 formula with the documented rounding points (docs/MOE.md): GEMM1 output and activation
 // stored in the input dtype, GEMM2 output in the output dtype, weighted fp64 sum over k. The
 // biases join the rounded GEMM outputs, b2 on tensor-parallel rank 0 only (upstream's
@@ -109,15 +131,7 @@ MoeInputs make_inputs(const MoeCase& c) {
 // point, which MoeRoundingInterval must tell apart.
 std::vector<double> moe_formula(const MoeCase& c, const MoeInputs& in,
                                 bool round_activation = true) {
-  const auto x = in.x.to_double_vector(), w1 = in.w1.to_double_vector(),
-             w2 = in.w2.to_double_vector(), sc = in.scales.to_double_vector(),
-             ids = in.ids.to_double_vector();
-  const std::vector<double> b1 = in.b1 ? in.b1->to_double_vector() : std::vector<double>();
-  const std::vector<double> b2 =
-      in.b2 && c.tp_rank == 0 ? in.b2->to_double_vector() : std::vector<double>();
-  const std::vector<double> al = in.alpha ? in.alpha->to_double_vector() : std::vector<double>();
-  const std::vector<double> be = in.beta ? in.beta->to_double_vector() : std::vector<double>();
-  const std::vector<double> li = in.limit ? in.limit->to_double_vector() : std::vector<double>();
+  const auto [x, w1, w2, sc, ids, b1, b2, al, be, li] = moe_values(c, in);
   const int64_t I = c.I, H = c.H, N1 = gated(c.act) ? 2 * I : I;
   std::vector<double> out(static_cast<size_t>(c.T * H), 0.0);
   for (int64_t t = 0; t < c.T; ++t) {
@@ -226,15 +240,7 @@ double fp32_sum_radius(const std::vector<double>& products) {
 
 RoundingInterval moe_rounding_interval(const MoeCase& c, const MoeInputs& in) {
   EXPECT_TRUE(c.act == ActivationType::Swiglu || c.act == ActivationType::Geglu);
-  const auto x = in.x.to_double_vector(), w1 = in.w1.to_double_vector(),
-             w2 = in.w2.to_double_vector(), sc = in.scales.to_double_vector(),
-             ids = in.ids.to_double_vector();
-  const std::vector<double> b1 = in.b1 ? in.b1->to_double_vector() : std::vector<double>();
-  const std::vector<double> b2 =
-      in.b2 && c.tp_rank == 0 ? in.b2->to_double_vector() : std::vector<double>();
-  const std::vector<double> al = in.alpha ? in.alpha->to_double_vector() : std::vector<double>();
-  const std::vector<double> be = in.beta ? in.beta->to_double_vector() : std::vector<double>();
-  const std::vector<double> li = in.limit ? in.limit->to_double_vector() : std::vector<double>();
+  const auto [x, w1, w2, sc, ids, b1, b2, al, be, li] = moe_values(c, in);
   const int64_t I = c.I, H = c.H, N1 = 2 * I;
   const double u32 = std::ldexp(1.0, -24);  // an fp32 operation rounded to nearest
   std::vector<double> pre(static_cast<size_t>(c.T * H), 0.0), rad(pre.size(), 0.0),
