@@ -1,5 +1,6 @@
 // FNV-1a over 64-bit fields, byte by byte: the hash of the GEMM plan caches' keys (cuBLASLt's
-// LtKey, cuDNN's GraphKey), which hash their fields one word at a time.
+// LtKey, cuDNN's GraphKey) and of the per-stream scratch's stream keys, which hash their fields
+// one word at a time.
 #pragma once
 
 #include <cstddef>

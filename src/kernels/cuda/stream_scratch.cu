@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/key_hash.h"
 
 namespace flashinfer::kernels::cuda {
 
@@ -23,8 +24,11 @@ struct HandleKey {
 
 struct HandleKeyHash {
   std::size_t operator()(const HandleKey& k) const {
-    return std::hash<const void*>()(k.handle) ^ std::hash<std::thread::id>()(k.thread) * 31 ^
-           static_cast<std::size_t>(static_cast<uint32_t>(k.device));
+    KeyHasher h;
+    h.mix(static_cast<uint64_t>(static_cast<uint32_t>(k.device)));
+    h.mix(reinterpret_cast<std::uintptr_t>(k.handle));
+    h.mix(std::hash<std::thread::id>()(k.thread));
+    return h.value();
   }
 };
 

@@ -30,9 +30,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <optional>
+
+#include "kernels/key_hash.h"
 
 namespace flashinfer::kernels::cuda {
 
@@ -58,8 +59,10 @@ struct StreamKey {
 
 struct StreamKeyHash {
   std::size_t operator()(const StreamKey& k) const {
-    return std::hash<uint64_t>()(k.stream_id * 0x9E3779B97F4A7C15ull ^
-                                 static_cast<uint64_t>(static_cast<uint32_t>(k.device)));
+    KeyHasher h;
+    h.mix(static_cast<uint64_t>(static_cast<uint32_t>(k.device)));
+    h.mix(k.stream_id);
+    return h.value();
   }
 };
 
