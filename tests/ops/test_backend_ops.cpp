@@ -530,6 +530,12 @@ Value with_reference_data(const Value& target, const Value& ref, const std::stri
   return target;  // scalars, strings, dtypes, the wrapper object of this backend
 }
 
+// A backend's captured argument for parameter `param`, with the reference's data but for
+// scratch, which stays the backend's own.
+Value reference_arg(const ParamDecl& param, const Value& target, const Value& ref) {
+  return scratch_param(param.name) ? target : with_reference_data(target, ref, param.name);
+}
+
 struct Run {
   std::vector<Value> args;  // after the call
   Value result;
@@ -756,9 +762,7 @@ std::vector<std::string> guarded_run(const OpDecl& decl, const Prepared& p, cons
   std::vector<std::pair<std::size_t, std::string>> filled;  // output parameters given: target
   for (std::size_t i = 0; i < p.args.size(); ++i) {
     const ParamDecl& param = decl.params.at(i);
-    Value v = scratch_param(param.name)
-                  ? p.args[i]
-                  : with_reference_data(p.args[i], ref.inputs.at(i), param.name);
+    Value v = reference_arg(param, p.args[i], ref.inputs.at(i));
     if (param.mutated && !v.is_none()) {
       v = guarded_copy(v, param.name, guards);
     } else if (v.is_none() && param.kind == ParamKind::kTensor) {
@@ -920,9 +924,7 @@ void check_backend(const std::string& op, const Backend& be) {
     }
     std::vector<Value> args;
     for (std::size_t i = 0; i < p.args.size(); ++i) {
-      const std::string& name = decl->params.at(i).name;
-      args.push_back(scratch_param(name) ? p.args[i]
-                                         : with_reference_data(p.args[i], ref.inputs.at(i), name));
+      args.push_back(reference_arg(decl->params.at(i), p.args[i], ref.inputs.at(i)));
     }
     Run r;
     try {
