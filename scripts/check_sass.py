@@ -153,15 +153,17 @@ RULES = {
                 "act_and_mul_kernel",
                 "append_kernel",
                 "append_mla_kernel",
+                "rope_kernel",
             ),
             description="row ops (rmsnorm, fused_add_rmsnorm, layernorm, act_and_mul, paged KV "
-            "append, MLA paged KV append): no spills, 128-bit global loads (LDG .128)",
+            "append, MLA paged KV append, RoPE): no spills, 128-bit global loads (LDG .128)",
             # The element-load fallbacks for unaligned or strided rows (*_strided_kernel) have no
             # wide load by design; kernels of other families that share a substring are left to
             # their own rules (nvfp4_append_kernel) or not checked yet (dit_layernorm_kernel,
-            # paged_fp8_append_kernel). rope_kernel is not here: libdevice's fp64 sincos (its
-            # Payne-Hanek reduction) keeps a 40-byte stack frame.
-            exclude=("strided", "nvfp4_", "dit_", "paged_fp8_"),
+            # paged_fp8_append_kernel, qk_norm_rope_kernel). rope_kernel's angles use
+            # kernels/rope_rules.h's sincos, not libdevice's (whose Payne-Hanek reduction kept a
+            # local-memory array in the kernel).
+            exclude=("strided", "nvfp4_", "dit_", "paged_fp8_", "qk_norm_"),
             require=(Need("LDG .128 (16-byte load)", LDG_128),),
         ),
         Rule(

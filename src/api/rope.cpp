@@ -1,6 +1,7 @@
 // Public RoPE ops (flashinfer.rope): declarations, argument checks, dispatch.
 #include "flashinfer/ops/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "api/kernel_table.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/rope_cpu.h"
+#include "kernels/rope_rules.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/rope_cuda.h"
 #endif
@@ -78,6 +80,7 @@ struct Positions {
   kernels::RopePosMode mode = kernels::RopePosMode::kPositions;
   Tensor pos, indptr, offsets;    // pos for kPositions; indptr + offsets for kIndptrOffsets
   std::vector<int64_t> resolved;  // CPU: positions computed from indptr/offsets
+  const char* arg = "pos_ids";    // the argument the positions come from, for errors
 };
 
 // What each backend of the RoPE kernel receives: the kernel parameters less the positions, and
@@ -137,6 +140,7 @@ Positions pos_ids_positions(const char* op, const char* arg, const Tensor& pos_i
                    " positions (one per token), got ", pos_ids.size(0));
   Positions p;
   p.pos = pos_ids;
+  p.arg = arg;
   return p;
 }
 
@@ -148,6 +152,7 @@ Positions ragged_positions(const char* op, const Tensor& indptr, const Tensor& o
   FLASHINFER_CHECK(indptr.size(0) == batch + 1, op, "indptr", "expected batch + 1 = ", batch + 1,
                    " entries (offsets has ", batch, "), got ", indptr.size(0));
   Positions p;
+  p.arg = "offsets";
   p.mode = kernels::RopePosMode::kIndptrOffsets;
   p.indptr = indptr;
   p.offsets = offsets;
@@ -191,6 +196,29 @@ int64_t resolve_rotary_dim(const char* op, std::optional<int64_t> rotary_dim, in
   return r;
 }
 
+// Computed angles must stay inside rope_sincos's range (kernels/rope_rules.h), which both
+// backends share; CPU positions are checked here, device ones cannot be without a synchronize
+// (the CUDA kernel writes NaN there, as for a position outside a cos/sin cache). The largest
+// |pos * f| is max |pos| times max f (rounding is monotone).
+void check_angles(const char* op, const kernels::RopeParams& p, const Positions& pos) {
+  double max_f = 0.0, max_pos = 0.0;
+  for (int64_t i = 0; i < p.rotary_dim / 2; ++i) {
+    max_f = std::max(max_f, std::fabs(kernels::rope_pair_frequency(p, i)));
+  }
+  if (pos.mode == kernels::RopePosMode::kIndptrOffsets) {
+    for (int64_t v : pos.resolved) max_pos = std::max(max_pos, std::fabs(static_cast<double>(v)));
+  } else {
+    for (int64_t t = 0; t < pos.pos.size(0); ++t) {
+      max_pos = std::max(max_pos, std::fabs(static_cast<double>(read_index(pos.pos, t))));
+    }
+  }
+  const double angle = max_pos * max_f;
+  FLASHINFER_CHECK_CODE(angle < kernels::kRopeMaxAngle, ErrorCode::kUnsupported, op, pos.arg,
+                        "position ", max_pos, " times frequency ", max_f, " is ", angle,
+                        " rad, past the range of computed angles (", kernels::kRopeMaxAngle,
+                        " rad); use a cos_sin_cache");
+}
+
 // Fills the kernel parameters for 3-D views q/k -> q_out/k_out and runs the kernel.
 void run_rope(const char* op, const Tensor& q, const Tensor& k, const Tensor& q_out,
               const Tensor& k_out, bool inplace, const Positions& pos, int64_t rotary_dim,
@@ -225,6 +253,7 @@ void run_rope(const char* op, const Tensor& q, const Tensor& k, const Tensor& q_
     p.cache_stride_col = ang.cache.stride(1);
   }
   if (p.nnz == 0 || p.num_q_heads + p.num_k_heads == 0) return;
+  if (q.device().is_cpu() && !ang.cache.defined()) check_angles(op, p, pos);
   // Errors name "q" as the argument that decides the device, whatever the op calls it.
   api::launch(kRopeKernels, RopeLaunch{.p = p, .pos = &pos}, q.device(), op, "q");
 }

@@ -5,12 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <numbers>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
+#include "kernels/rope_rules.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 
@@ -472,7 +476,123 @@ TEST(RopeDecls, RecordAndReplayEveryOp) {
   }
 }
 
+// ---- the arithmetic both backends share (kernels/rope_rules.h) -------------------------------
+
+TEST(RopeRules, SincosHandValues) {
+  double s, c;
+  bool ok;
+  kernels::rope_sincos(0.0, &s, &c, &ok);
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(s, 0.0);
+  EXPECT_EQ(c, 1.0);
+  // The double nearest pi/2 lies 6.123233995736766e-17 below it: cos is that, sin rounds to 1.
+  kernels::rope_sincos(std::numbers::pi / 2, &s, &c, &ok);
+  EXPECT_EQ(s, 1.0);
+  EXPECT_NEAR(c, 6.123233995736766e-17, 1e-31);
+  kernels::rope_sincos(-std::numbers::pi, &s, &c, &ok);
+  EXPECT_NEAR(s, -1.2246467991473532e-16, 1e-31);
+  EXPECT_EQ(c, -1.0);
+  // Every quadrant, both signs: sin/cos of k pi/2 + 0.3 are (+-sin 0.3, +-cos 0.3) swapped (up to
+  // the rounding of the argument, an ulp of 12.9 is 1.8e-15).
+  const double s3 = std::sin(0.3), c3 = std::cos(0.3);
+  const double want_s[4] = {s3, c3, -s3, -c3}, want_c[4] = {c3, -s3, -c3, s3};
+  for (int k = -8; k <= 8; ++k) {
+    kernels::rope_sincos(k * (std::numbers::pi / 2) + 0.3, &s, &c, &ok);
+    const int q = ((k % 4) + 4) % 4;
+    EXPECT_NEAR(s, want_s[q], 4e-15) << "k " << k;
+    EXPECT_NEAR(c, want_c[q], 4e-15) << "k " << k;
+  }
+  // Past the range (and not finite): refused, both NaN.
+  for (double x :
+       {kernels::kRopeMaxAngle, -kernels::kRopeMaxAngle, 1e300,
+        std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    kernels::rope_sincos(x, &s, &c, &ok);
+    EXPECT_FALSE(ok) << x;
+    EXPECT_TRUE(std::isnan(s) && std::isnan(c)) << x;
+  }
+  kernels::rope_sincos(std::nextafter(kernels::kRopeMaxAngle, 0.0), &s, &c, &ok);
+  EXPECT_TRUE(ok);
+  EXPECT_NEAR(s, std::sin(std::nextafter(kernels::kRopeMaxAngle, 0.0)), 2.3e-16);
+}
+
+// Against the C library over the angles RoPE makes (integer positions times the pair
+// frequencies), small and huge arguments and near multiples of pi/2: within 2^-52 absolute
+// (about one fp64 ulp of a value near 1), and rounding to the same float, as the kernels use it.
+TEST(RopeRules, SincosMatchesLibm) {
+  std::mt19937_64 g(2024);
+  std::vector<double> xs;
+  for (int k = 0; k < 60000; ++k) {
+    const int64_t pos = static_cast<int64_t>(g() % 3000000);
+    const double f = std::pow(1e4, -2.0 * static_cast<double>(g() % 64) / 128.0);
+    xs.push_back(static_cast<double>(pos) * f);
+    xs.push_back(std::uniform_real_distribution<double>(-2.9e9, 2.9e9)(g));
+    xs.push_back(std::uniform_real_distribution<double>(-8.0, 8.0)(g));
+    const double n = static_cast<double>(g() % (int64_t{1} << 30));
+    xs.push_back(std::nextafter(n * (std::numbers::pi / 2), 0.0));  // r close to 0
+  }
+  double max_err = 0.0;
+  int float_diffs = 0;
+  for (double x : xs) {
+    double s, c;
+    bool ok;
+    kernels::rope_sincos(x, &s, &c, &ok);
+    ASSERT_TRUE(ok) << x;
+    max_err = std::max({max_err, std::fabs(s - std::sin(x)), std::fabs(c - std::cos(x))});
+    if (static_cast<float>(s) != static_cast<float>(std::sin(x)) ||
+        static_cast<float>(c) != static_cast<float>(std::cos(x))) {
+      ++float_diffs;
+    }
+  }
+  EXPECT_LE(max_err, std::ldexp(1.0, -52));
+  EXPECT_LE(float_diffs, 1) << "of " << xs.size();
+}
+
+TEST(RopeRules, FrequencyAndRotation) {
+  kernels::RopeParams p;
+  p.rotary_dim = 128;
+  p.rope_theta = 1e4;
+  p.rope_rcp_scale = 0.25;
+  EXPECT_EQ(kernels::rope_pair_frequency(p, 0), 0.25);
+  EXPECT_DOUBLE_EQ(kernels::rope_pair_frequency(p, 32), 0.25 * std::pow(1e4, -0.5));
+  // Llama 3.1's smoothing: s = clamp(f a + b, 0, 1) blends f / scale and f; s = 1 keeps f.
+  p.smooth_a = 1.0, p.smooth_b = 0.0;
+  EXPECT_EQ(kernels::rope_pair_frequency(p, 0), 1.0);
+  // a' = a c - b s, b' = b c + a s, each step rounded once (no fused multiply-add).
+  float ao, bo;
+  kernels::rope_rotate(1.0f, 2.0f, 0.5f, 0.25f, &ao, &bo);
+  EXPECT_EQ(ao, 0.0f);
+  EXPECT_EQ(bo, 1.25f);
+  // 1 + 2^-23 times itself needs the fused form to keep its last bit: a*c - b*s rounds each
+  // product first (2^-22 + 2^-46 rounds to 2^-22 ... (1 + 2^-22) - 1 = 2^-22), the fused form
+  // would give 2^-22 + 2^-46.
+  const float e = 1.0f + std::ldexp(1.0f, -23);
+  kernels::rope_rotate(e, 1.0f, e, 1.0f, &ao, &bo);
+  EXPECT_EQ(ao, std::ldexp(1.0f, -22));
+}
+
+// Computed angles past rope_sincos's range: the CPU reference refuses (the CUDA kernel would
+// write NaN); just inside, it computes.
+TEST(Rope, RefusesAnglesPastTheRange) {
+  QK x = packed_qk(2, 1, 1, 8, DType::kFloat32, 3);
+  Tensor far = index_tensor({0, 3000000000}, DType::kInt64);
+  EXPECT_FI_ERROR(apply_rope_pos_ids(x.q, x.k, far), "apply_rope_pos_ids", "pos_ids");
+  // The ragged form names its offsets.
+  EXPECT_FI_ERROR(apply_rope(x.q, x.k, index_tensor({0, 2}, DType::kInt32),
+                             index_tensor({2999999999}, DType::kInt64)),
+                  "apply_rope", "offsets");
+  Tensor near = index_tensor({0, 2999999999}, DType::kInt64);
+  auto [q, k] = apply_rope_pos_ids(x.q, x.k, near);
+  for (double v : q.to_double_vector()) EXPECT_TRUE(std::isfinite(v));
+  // A rope_scale shrinks the frequencies, and so the angles: 3e9 at rope_scale 2 is in range.
+  auto [q2, k2] = apply_rope_pos_ids(x.q, x.k, far, std::nullopt, false, 2.0);
+  for (double v : q2.to_double_vector()) EXPECT_TRUE(std::isfinite(v));
+}
+
 // ---- CUDA vs the CPU reference --------------------------------------------------------------
+
+// Bit for bit: both backends take the host's frequencies, rope_sincos and rope_rotate
+// (kernels/rope_rules.h), and round the same conversions.
+const Tolerance kExact = {0, 0};
 
 TEST(RopeCuda, MatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
@@ -492,11 +612,11 @@ TEST(RopeCuda, MatchesCpu) {
           auto [qc, kc] = apply_llama31_rope_pos_ids(in.q, in.k, pos, rd, interleave);
           auto [qg, kg] = apply_llama31_rope_pos_ids(
               to_keep_layout(in.q, gpu), to_keep_layout(in.k, gpu), pos.to(gpu), rd, interleave);
-          EXPECT_TRUE(all_close(cpu(qg), qc, rope_tol(d)));
-          EXPECT_TRUE(all_close(cpu(kg), kc, rope_tol(d)));
+          EXPECT_TRUE(all_close(cpu(qg), qc, kExact));
+          EXPECT_TRUE(all_close(cpu(kg), kc, kExact));
           Tensor qi = to_keep_layout(in.q, gpu), ki = to_keep_layout(in.k, gpu);
           apply_llama31_rope_pos_ids_inplace(qi, ki, pos.to(gpu), rd, interleave);
-          EXPECT_TRUE(all_close(cpu(qi), qc, rope_tol(d)));
+          EXPECT_TRUE(all_close(cpu(qi), qc, kExact));
         }
         // Ragged on the device: the kernel searches indptr itself.
         std::vector<int64_t> indptr = {0}, offsets;
@@ -508,8 +628,8 @@ TEST(RopeCuda, MatchesCpu) {
         auto [qc, kc] = apply_rope(x.q, x.k, ip, of, rd, interleave, 4.0);
         auto [qg, kg] = apply_rope(to_keep_layout(x.q, gpu), to_keep_layout(x.k, gpu), ip.to(gpu),
                                    of.to(gpu), rd, interleave, 4.0);
-        EXPECT_TRUE(all_close(cpu(qg), qc, rope_tol(d)));
-        EXPECT_TRUE(all_close(cpu(kg), kc, rope_tol(d)));
+        EXPECT_TRUE(all_close(cpu(qg), qc, kExact));
+        EXPECT_TRUE(all_close(cpu(kg), kc, kExact));
       }
     }
     // cos/sin cache, including an out-of-range position, which the device marks with NaN.
@@ -520,8 +640,8 @@ TEST(RopeCuda, MatchesCpu) {
       auto [qc, kc] = apply_rope_with_cos_sin_cache(pos, query, key, 32, cache, neox);
       auto [qg, kg] = apply_rope_with_cos_sin_cache(pos.to(gpu), query.to(gpu), key.to(gpu), 32,
                                                     cache.to(gpu), neox);
-      EXPECT_TRUE(all_close(cpu(qg), qc, rope_tol(d)));
-      EXPECT_TRUE(all_close(cpu(kg), kc, rope_tol(d)));
+      EXPECT_TRUE(all_close(cpu(qg), qc, kExact));
+      EXPECT_TRUE(all_close(cpu(kg), kc, kExact));
     }
     auto [qbad, kbad] =
         apply_rope_with_cos_sin_cache(index_tensor({0, 32, 0, 0}, DType::kInt64).to(gpu),
@@ -531,6 +651,37 @@ TEST(RopeCuda, MatchesCpu) {
     EXPECT_FALSE(std::isnan(v[0]));        // token 0 is fine
     EXPECT_FALSE(std::isnan(v[96 + 20]));  // pass-through dims of token 1 are copied
   }
+}
+
+// Long positions (up to 2^31 - 1, int64), a bandwidth-sized call on the 16-byte path (32 + 8
+// heads, D 128, more tokens than one wave of blocks, each thread's first chunk loaded before its
+// table), Llama 3.1 angles: the same bits as the CPU. Past the angle range the device writes NaN
+// where the CPU refuses.
+TEST(RopeCuda, LongPositionsAndWideCallsMatchCpuBitExact) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  auto cpu = [](const Tensor& t) { return t.to(Device::cpu()); };
+  for (DType d : kDTypes) {
+    SCOPED_TRACE(dtype_label(d));
+    const int64_t nnz = 3000;
+    QK x = packed_qk(nnz, 32, 8, 128, d, 21);
+    std::vector<int64_t> p;
+    for (int64_t t = 0; t < nnz; ++t) p.push_back((t * 2654435761LL) % 2147483647LL);
+    Tensor pos = index_tensor(p, DType::kInt64);
+    for (bool interleave : {false, true}) {
+      auto [qc, kc] = apply_llama31_rope_pos_ids(x.q, x.k, pos, std::nullopt, interleave);
+      auto [qg, kg] = apply_llama31_rope_pos_ids(x.q.to(gpu), x.k.to(gpu), pos.to(gpu),
+                                                 std::nullopt, interleave);
+      EXPECT_TRUE(all_close(cpu(qg), qc, kExact));
+      EXPECT_TRUE(all_close(cpu(kg), kc, kExact));
+    }
+  }
+  QK x = packed_qk(2, 1, 1, 8, DType::kFloat32, 3);
+  auto [qf, kf] = apply_rope_pos_ids(x.q.to(gpu), x.k.to(gpu),
+                                     index_tensor({0, 3000000000}, DType::kInt64).to(gpu));
+  const auto v = cpu(qf).to_double_vector();
+  EXPECT_FALSE(std::isnan(v[0]));  // token 0
+  EXPECT_TRUE(std::isnan(v[8]));   // token 1's first rotated dim
 }
 
 }  // namespace

@@ -195,7 +195,7 @@ class RuleSelectionTest(unittest.TestCase):
             "rmsnorm_kernel", "rmsnorm_strided_kernel", "fused_add_rmsnorm_kernel",
             "layernorm_kernel", "dit_layernorm_kernel", "act_and_mul_kernel",
             "act_and_mul_strided_kernel", "append_kernel", "nvfp4_append_kernel",
-            "paged_fp8_append_kernel", "rope_kernel", "rope_strided_kernel",
+            "paged_fp8_append_kernel", "rope_kernel", "rope_strided_kernel", "qk_norm_rope_kernel",
             "append_mla_kernel", "append_mla_strided_kernel", "fp4_quantize_kernel",
             "fp4_quantize_strided_kernel", "mxfp8_quantize_kernel",
             "mxfp8_quantize_strided_kernel", "nvfp4_paged_quantize_kernel", "group_quant_kernel",
@@ -205,7 +205,7 @@ class RuleSelectionTest(unittest.TestCase):
     def test_tuple_match_selects_any_substring_minus_exclusions(self):
         self.assertEqual(self.names("rowops"), [
             "rmsnorm_kernel", "fused_add_rmsnorm_kernel", "layernorm_kernel",
-            "act_and_mul_kernel", "append_kernel", "append_mla_kernel"])
+            "act_and_mul_kernel", "append_kernel", "rope_kernel", "append_mla_kernel"])
 
     def test_quant_selects_the_vector_quantizers(self):
         self.assertEqual(self.names("quant"), [

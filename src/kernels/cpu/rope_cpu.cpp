@@ -8,22 +8,19 @@
 #include "flashinfer/error.h"
 #include "kernels/cpu/cpu_row_io.h"
 #include "kernels/dtype_dispatch.h"
+#include "kernels/rope_rules.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
 
 constexpr int64_t kParallelMinElems = int64_t{1} << 15;
 
-/// Frequencies of the rotary pairs, in fp64 (see RopeParams for the formula).
+/// Frequencies of the rotary pairs, in fp64 (see RopeParams for the formula; the CUDA launcher
+/// computes the same with rope_pair_frequency).
 std::vector<double> pair_frequencies(const RopeParams& p) {
   const int64_t half = p.rotary_dim / 2;
   std::vector<double> f(static_cast<std::size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    const double base =
-        std::pow(p.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(p.rotary_dim));
-    const double s = std::clamp(base * p.smooth_a + p.smooth_b, 0.0, 1.0);
-    f[static_cast<std::size_t>(i)] = (1.0 - s) * base * p.rope_rcp_scale + s * base;
-  }
+  for (int64_t i = 0; i < half; ++i) f[static_cast<std::size_t>(i)] = rope_pair_frequency(p, i);
   return f;
 }
 
@@ -47,14 +44,11 @@ void rotate_heads(const T* x, T* y, int64_t heads, int64_t ish, int64_t isd, int
       rowio::load_row(xh, 1, p.rotary_dim, in);
       if (p.interleave) {
         for (int64_t i = 0; i < half; ++i) {
-          const float a = in[2 * i], b = in[2 * i + 1];
-          out[2 * i] = a * c[i] - b * s[i];
-          out[2 * i + 1] = b * c[i] + a * s[i];
+          rope_rotate(in[2 * i], in[2 * i + 1], c[i], s[i], &out[2 * i], &out[2 * i + 1]);
         }
       } else {
         for (int64_t i = 0; i < half; ++i) {
-          out[i] = in[i] * c[i] - in[i + half] * s[i];
-          out[i + half] = in[i + half] * c[i] + in[i] * s[i];
+          rope_rotate(in[i], in[i + half], c[i], s[i], &out[i], &out[i + half]);
         }
       }
       rowio::store_row(yh, 1, p.rotary_dim, out);
@@ -66,9 +60,10 @@ void rotate_heads(const T* x, T* y, int64_t heads, int64_t ish, int64_t isd, int
     }
     for (int64_t i = 0; i < half; ++i) {
       const int64_t ia = p.interleave ? 2 * i : i, ib = p.interleave ? 2 * i + 1 : i + half;
-      const float a = rowio::load(xh + ia * isd), b = rowio::load(xh + ib * isd);
-      rowio::store(yh + ia * osd, a * c[i] - b * s[i]);
-      rowio::store(yh + ib * osd, b * c[i] + a * s[i]);
+      float ao, bo;
+      rope_rotate(rowio::load(xh + ia * isd), rowio::load(xh + ib * isd), c[i], s[i], &ao, &bo);
+      rowio::store(yh + ia * osd, ao);
+      rowio::store(yh + ib * osd, bo);
     }
     if (!p.inplace) {
       for (int64_t d = p.rotary_dim; d < p.head_dim; ++d) yh[d * osd] = xh[d * isd];
@@ -107,11 +102,14 @@ void rope_tokens(const RopeParams& p) {
         }
       } else {
         // fp64 angles: pos * f keeps full precision at long positions, where an fp32 product
-        // would be off by up to pos * 2^-24 radians.
+        // would be off by up to pos * 2^-24 radians. rope_sincos gives the CUDA kernel's bits.
         for (int64_t i = 0; i < half; ++i) {
           const double angle = static_cast<double>(pos) * freq[static_cast<std::size_t>(i)];
-          c[i] = static_cast<float>(std::cos(angle));
-          s[i] = static_cast<float>(std::sin(angle));
+          double sv, cv;
+          bool ok;  // false past kRopeMaxAngle (both NaN); the API refuses such calls first
+          rope_sincos(angle, &sv, &cv, &ok);
+          c[i] = static_cast<float>(cv);
+          s[i] = static_cast<float>(sv);
         }
       }
       rotate_heads(q + t * p.q_stride_n, qo + t * p.q_out_stride_n, p.num_q_heads, p.q_stride_h,

@@ -1,8 +1,10 @@
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/rope_cuda.h"
 #include "kernels/cuda/vec_cuda.cuh"
+#include "kernels/rope_rules.h"
 
 namespace flashinfer::kernels::cuda {
 namespace {
@@ -27,54 +29,31 @@ __device__ int64_t find_segment(const RopeParams& p, int64_t t) {
   return lo;
 }
 
-// Rotates V consecutive elements (kVec path): NeoX rotates lanes of `a` (dims i..) against
-// lanes of `b` (dims i + half..); interleaved rotates adjacent lane pairs of `a` alone.
-template <int V>
-__device__ __forceinline__ void rotate_vec(float* a, float* b, const float* c, const float* s,
-                                           bool interleave) {
-  if (interleave) {
-#pragma unroll
-    for (int l = 0; l < V; l += 2) {
-      const float x0 = a[l], x1 = a[l + 1];
-      a[l] = x0 * c[l / 2] - x1 * s[l / 2];
-      a[l + 1] = x1 * c[l / 2] + x0 * s[l / 2];
-    }
-  } else {
-#pragma unroll
-    for (int l = 0; l < V; ++l) {
-      const float x0 = a[l], x1 = b[l];
-      a[l] = x0 * c[l] - x1 * s[l];
-      b[l] = x1 * c[l] + x0 * s[l];
-    }
-  }
+// The host's pair frequencies (rope_pair_frequency), passed by value in the kernel's parameters
+// so the kernel runs no fp64 pow; rotary_dim <= 2 * kRopeParamPairs (every model's).
+constexpr int kRopeParamPairs = 256;
+struct RopeFreqs {
+  double f[kRopeParamPairs];
+};
+// Calls with precomputed angles, or more pairs than RopeFreqs holds (then the device runs pow).
+struct NoFreqs {};
+
+// Position of token t.
+__device__ __forceinline__ int64_t token_position(const RopeParams& p, int64_t t) {
+  if (p.pos_mode == RopePosMode::kPositions) return load_index(p.pos, p.pos_dtype, t);
+  const int64_t b = find_segment(p, t);
+  return load_index(p.offsets, p.offsets_dtype, b) + (t - load_index(p.indptr, p.indptr_dtype, b));
 }
 
-// One block per token. The token's cos/sin table (rotary_dim / 2 pairs) is built once in
-// shared memory, in fp64 like the CPU reference, then every (head, pair) of q and k is rotated
-// by one thread: the pair is read completely before it is written, so in place is safe.
-// kVec (unit strides, 16-byte aligned heads, rotary_dim and head_dim multiples of the vector):
-// each thread handles 16 bytes per access instead of one element.
-template <class T, bool kVec>
-__device__ __forceinline__ void rope_row(const RopeParams& p) {
-  extern __shared__ float table[];  // [half] cos, then [half] sin
-  __shared__ long long pos_shared;
-  const int64_t t = blockIdx.x;
+// Fills the token's cos/sin table (threads i < rotary_dim / 2): from the cache row, or
+// rope_sincos of pos * f in fp64 as the CPU reference does. Each table thread reads the position
+// itself (one broadcast load) instead of waiting on a block barrier for thread 0's.
+template <class F>
+__device__ __forceinline__ void fill_table(const RopeParams& p, const F& freqs, int64_t t,
+                                           float* cos_t, float* sin_t) {
   const int64_t half = p.rotary_dim / 2;
-  if (threadIdx.x == 0) {
-    int64_t pos;
-    if (p.pos_mode == RopePosMode::kPositions) {
-      pos = load_index(p.pos, p.pos_dtype, t);
-    } else {
-      const int64_t b = find_segment(p, t);
-      pos =
-          load_index(p.offsets, p.offsets_dtype, b) + (t - load_index(p.indptr, p.indptr_dtype, b));
-    }
-    pos_shared = pos;
-  }
-  __syncthreads();
-  const int64_t pos = pos_shared;
-  float* cos_t = table;
-  float* sin_t = table + half;
+  if (threadIdx.x >= half) return;
+  const int64_t pos = token_position(p, t);
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
     if (p.cos_sin_cache != nullptr) {
       if (pos >= 0 && pos < p.cache_rows) {
@@ -85,45 +64,115 @@ __device__ __forceinline__ void rope_row(const RopeParams& p) {
         cos_t[i] = sin_t[i] =
             __int_as_float(0x7fc00000);  // out of the cache: poison, never read past it
       }
+      continue;
+    }
+    double f;
+    if constexpr (std::is_same_v<F, RopeFreqs>) {
+      f = freqs.f[i];
     } else {
       const double base =
           pow(p.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(p.rotary_dim));
       const double s = fmin(fmax(base * p.smooth_a + p.smooth_b, 0.0), 1.0);
-      const double f = (1.0 - s) * base * p.rope_rcp_scale + s * base;
-      double sv, cv;
-      sincos(static_cast<double>(pos) * f, &sv, &cv);
-      cos_t[i] = static_cast<float>(cv);
-      sin_t[i] = static_cast<float>(sv);
+      f = (1.0 - s) * base * p.rope_rcp_scale + s * base;
     }
+    const double angle = f64_mul(static_cast<double>(pos), f);
+    double sv, cv;
+    bool ok;  // false past kRopeMaxAngle: both NaN, as documented in rope_cuda.h
+    rope_sincos(angle, &sv, &cv, &ok);
+    cos_t[i] = static_cast<float>(cv);
+    sin_t[i] = static_cast<float>(sv);
   }
-  __syncthreads();
+}
+
+// Rotates V consecutive elements (kVec path): NeoX rotates lanes of `a` (dims i..) against
+// lanes of `b` (dims i + half..); interleaved rotates adjacent lane pairs of `a` alone.
+template <int V>
+__device__ __forceinline__ void rotate_vec(float* a, float* b, const float* c, const float* s,
+                                           bool interleave) {
+  if (interleave) {
+#pragma unroll
+    for (int l = 0; l < V; l += 2)
+      rope_rotate(a[l], a[l + 1], c[l / 2], s[l / 2], &a[l], &a[l + 1]);
+  } else {
+#pragma unroll
+    for (int l = 0; l < V; ++l) rope_rotate(a[l], b[l], c[l], s[l], &a[l], &b[l]);
+  }
+}
+
+// One 16-byte chunk of work: head h's chunk j of token t (NeoX: the chunk and its partner half a
+// rotation away; interleaved: the chunk alone).
+template <class T>
+struct RopeChunk {
+  const T* x;
+  T* y;
+};
+
+template <class T>
+__device__ __forceinline__ RopeChunk<T> rope_chunk(const RopeParams& p, int64_t t, int64_t h,
+                                                   int64_t j, int64_t elems) {
+  const bool is_q = h < p.num_q_heads;
+  const int64_t hh = is_q ? h : h - p.num_q_heads;
+  const T* x = is_q ? static_cast<const T*>(p.q) + t * p.q_stride_n + hh * p.q_stride_h
+                    : static_cast<const T*>(p.k) + t * p.k_stride_n + hh * p.k_stride_h;
+  T* y = is_q ? static_cast<T*>(p.q_out) + t * p.q_out_stride_n + hh * p.q_out_stride_h
+              : static_cast<T*>(p.k_out) + t * p.k_out_stride_n + hh * p.k_out_stride_h;
+  return {x + j * elems, y + j * elems};
+}
+
+// One block per token. The token's cos/sin table (rotary_dim / 2 pairs) is built once in
+// shared memory, then every (head, pair) of q and k is rotated by one thread: the pair is read
+// completely before it is written, so in place is safe.
+// kVec (unit strides, 16-byte aligned heads, rotary_dim and head_dim multiples of the vector):
+// each thread handles 16 bytes per access instead of one element, and issues the loads of its
+// first chunk before the table is built, so the HBM latency overlaps the table's arithmetic
+// instead of following it (a block's work is one token: without that, the load waits behind the
+// barrier and the SM has few bytes in flight).
+template <class T, bool kVec, class F>
+__device__ __forceinline__ void rope_row(const RopeParams& p, const F& freqs) {
+  extern __shared__ float table[];  // [half] cos, then [half] sin
+  const int64_t t = blockIdx.x;
+  const int64_t half = p.rotary_dim / 2;
+  float* cos_t = table;
+  float* sin_t = table + half;
   const int64_t heads = p.num_q_heads + p.num_k_heads;
   if constexpr (kVec) {
     constexpr int V = kVecElems<T>;
     // NeoX: a chunk is V pairs (V dims in each half); interleaved: V dims = V / 2 pairs.
     const int64_t chunks = p.interleave ? p.rotary_dim / V : half / V;
-    for (int64_t w = threadIdx.x; w < heads * chunks; w += blockDim.x) {
-      const int64_t h = w / chunks, j = w % chunks;
-      const bool is_q = h < p.num_q_heads;
-      const int64_t hh = is_q ? h : h - p.num_q_heads;
-      const T* x = is_q ? static_cast<const T*>(p.q) + t * p.q_stride_n + hh * p.q_stride_h
-                        : static_cast<const T*>(p.k) + t * p.k_stride_n + hh * p.k_stride_h;
-      T* y = is_q ? static_cast<T*>(p.q_out) + t * p.q_out_stride_n + hh * p.q_out_stride_h
-                  : static_cast<T*>(p.k_out) + t * p.k_out_stride_n + hh * p.k_out_stride_h;
+    const int64_t items = heads * chunks;
+    int64_t w = threadIdx.x;
+    Vec16<T> ra, rb;
+    if (w < items) {
+      const RopeChunk<T> c = rope_chunk<T>(p, t, w / chunks, w % chunks, V);
+      ra = *reinterpret_cast<const Vec16<T>*>(c.x);
+      if (!p.interleave) rb = *reinterpret_cast<const Vec16<T>*>(c.x + half);
+    }
+    fill_table(p, freqs, t, cos_t, sin_t);
+    __syncthreads();
+    for (; w < items; w += blockDim.x) {
+      const int64_t j = w % chunks;
+      const RopeChunk<T> c = rope_chunk<T>(p, t, w / chunks, j, V);
+      if (w != threadIdx.x) {
+        ra = *reinterpret_cast<const Vec16<T>*>(c.x);
+        if (!p.interleave) rb = *reinterpret_cast<const Vec16<T>*>(c.x + half);
+      }
       float a[V], b[V];
+#pragma unroll
+      for (int l = 0; l < V; ++l) a[l] = to_f32(ra.v[l]);
       if (p.interleave) {
-        load_vec(x + j * V, a);
         rotate_vec<V>(a, b, cos_t + j * V / 2, sin_t + j * V / 2, true);
-        store_vec(y + j * V, a);
+        store_vec(c.y, a);
       } else {
-        load_vec(x + j * V, a);
-        load_vec(x + half + j * V, b);
+#pragma unroll
+        for (int l = 0; l < V; ++l) b[l] = to_f32(rb.v[l]);
         rotate_vec<V>(a, b, cos_t + j * V, sin_t + j * V, false);
-        store_vec(y + j * V, a);
-        store_vec(y + half + j * V, b);
+        store_vec(c.y, a);
+        store_vec(c.y + half, b);
       }
     }
   } else {
+    fill_table(p, freqs, t, cos_t, sin_t);
+    __syncthreads();
     for (int64_t w = threadIdx.x; w < heads * half; w += blockDim.x) {
       const int64_t h = w / half, i = w % half;
       const bool is_q = h < p.num_q_heads;
@@ -136,10 +185,10 @@ __device__ __forceinline__ void rope_row(const RopeParams& p) {
       const int64_t osd = is_q ? p.q_out_stride_d : p.k_out_stride_d;
       const int64_t ia = p.interleave ? 2 * i : i;
       const int64_t ib = p.interleave ? 2 * i + 1 : i + half;
-      const float a = to_f32(x[ia * isd]), b = to_f32(x[ib * isd]);
-      const float c = cos_t[i], s = sin_t[i];
-      y[ia * osd] = from_f32<T>(a * c - b * s);
-      y[ib * osd] = from_f32<T>(b * c + a * s);
+      float ao, bo;
+      rope_rotate(to_f32(x[ia * isd]), to_f32(x[ib * isd]), cos_t[i], sin_t[i], &ao, &bo);
+      y[ia * osd] = from_f32<T>(ao);
+      y[ib * osd] = from_f32<T>(bo);
     }
   }
   if (!p.inplace) {
@@ -161,17 +210,15 @@ __device__ __forceinline__ void rope_row(const RopeParams& p) {
 }
 
 // The vector and element-load instances carry different names (`*_kernel` / `*_strided_kernel`)
-// for the static SASS checks (scripts/check_sass.py). Both keep a 40-byte stack frame: the fp64
-// sincos above brings libdevice's Payne-Hanek argument reduction for huge arguments, whose
-// dynamically indexed 5 x 64-bit array lives in local memory.
-template <class T>
-__global__ void rope_kernel(RopeParams p) {
-  rope_row<T, true>(p);
+// for the static SASS checks (scripts/check_sass.py, rule `rowops`).
+template <class T, class F>
+__global__ void rope_kernel(RopeParams p, F freqs) {
+  rope_row<T, true>(p, freqs);
 }
 
-template <class T>
-__global__ void rope_strided_kernel(RopeParams p) {
-  rope_row<T, false>(p);
+template <class T, class F>
+__global__ void rope_strided_kernel(RopeParams p, F freqs) {
+  rope_row<T, false>(p, freqs);
 }
 
 template <class T>
@@ -193,20 +240,27 @@ void launch(const RopeParams& p, cudaStream_t stream) {
   FLASHINFER_CHECK_CODE(p.nnz <= 0x7FFFFFFF, ErrorCode::kUnsupported, "apply_rope", "q",
                         "more than 2^31 - 1 tokens");
   const std::size_t smem = static_cast<std::size_t>(p.rotary_dim) * sizeof(float);
-  // The 48 KiB default limit covers static shared memory too (the kernel's one long long).
-  FLASHINFER_CHECK_CODE(smem + sizeof(long long) <= 48 * 1024, ErrorCode::kUnsupported,
-                        "apply_rope", "rotary_dim", "rotary_dim ", p.rotary_dim,
-                        " exceeds the CUDA kernel's limit (12286)");
+  FLASHINFER_CHECK_CODE(smem <= 48 * 1024, ErrorCode::kUnsupported, "apply_rope", "rotary_dim",
+                        "rotary_dim ", p.rotary_dim, " exceeds the CUDA kernel's limit (12288)");
   const bool vec = rope_vectorizable<T>(p);
   // Work items per token: (head, pair) scalar, (head, 16-byte chunk) vectorized.
   const int64_t per_head =
       vec ? (p.interleave ? p.rotary_dim : p.rotary_dim / 2) / kVecElems<T> : p.rotary_dim / 2;
   int threads = threads_for((p.num_q_heads + p.num_k_heads) * per_head);
   if (threads > 512) threads = 512;
-  if (vec) {
-    rope_kernel<T><<<static_cast<unsigned>(p.nnz), threads, smem, stream>>>(p);
+  const dim3 grid(static_cast<unsigned>(p.nnz));
+  if (p.cos_sin_cache == nullptr && p.rotary_dim / 2 <= kRopeParamPairs) {
+    RopeFreqs freqs{};
+    for (int64_t i = 0; i < p.rotary_dim / 2; ++i) freqs.f[i] = rope_pair_frequency(p, i);
+    if (vec) {
+      rope_kernel<T><<<grid, threads, smem, stream>>>(p, freqs);
+    } else {
+      rope_strided_kernel<T><<<grid, threads, smem, stream>>>(p, freqs);
+    }
+  } else if (vec) {
+    rope_kernel<T><<<grid, threads, smem, stream>>>(p, NoFreqs{});
   } else {
-    rope_strided_kernel<T><<<static_cast<unsigned>(p.nnz), threads, smem, stream>>>(p);
+    rope_strided_kernel<T><<<grid, threads, smem, stream>>>(p, NoFreqs{});
   }
   FLASHINFER_CUDA_CALL("apply_rope", cudaGetLastError());
 }

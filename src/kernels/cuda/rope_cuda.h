@@ -8,7 +8,8 @@ namespace flashinfer::kernels::cuda {
 
 /// Launches on `stream` (a cudaStream_t). Positions outside the cos/sin cache are not read: the
 /// rotated dims of that token become NaN (the host cannot check device-resident positions
-/// without synchronizing).
+/// without synchronizing); so do computed angles |pos * f| >= kRopeMaxAngle (rope_rules.h: 3e9
+/// rad, past any int32 position at a frequency <= 1), which the CPU reference refuses.
 void apply_rope(const RopeParams& p, void* stream);
 
 }  // namespace flashinfer::kernels::cuda
