@@ -174,7 +174,8 @@ RULES = {
                 "group_quant_kernel",
                 "norm_quant_kernel",
             ),
-            description="quantizers (fp4_quantize: NVFP4 and MXFP4; mxfp8_quantize; "
+            description="quantizers (fp4_quantize: NVFP4 and MXFP4; mxfp8_quantize; the masked "
+            "grouped NVFP4 / MXFP8 quantizers, grouped_*_quantize_kernel; "
             "per_token_group_quant_8bit; the fused norm + fp8 quantizers): no spills, 128-bit "
             "global loads (LDG .128)",
             # The element-load fallbacks for strided or unaligned rows (*_strided_kernel) have

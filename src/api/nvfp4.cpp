@@ -1,8 +1,8 @@
 // Grouped / fused NVFP4 and MXFP8 quantizers, weight shuffles and the NVFP4 KV-cache quantizers
 // (flashinfer.quantization.fp4_quantization, .fp8_quantization, flashinfer.activation):
-// declarations, argument checks, dispatch. The weight shuffles, nvfp4_kv_dequantize,
-// nvfp4_batched_quantize and silu_and_mul_nvfp4_quantize have CUDA kernels; the others are CPU
-// references (CUDA tensors get
+// declarations, argument checks, dispatch. The weight shuffles, nvfp4_kv_dequantize, the grouped
+// quantizers (masked NVFP4, silu-and-mul experts, MXFP8; nvfp4_batched_quantize) and
+// silu_and_mul_nvfp4_quantize have CUDA kernels; the others are CPU references (CUDA tensors get
 // kUnsupported naming the op and argument, or upstream's refusal where upstream does not run the op
 // on that GPU).
 #include "flashinfer/ops/nvfp4.h"
@@ -34,11 +34,22 @@ constexpr const char* kActModule = "flashinfer.activation";
 using api::KernelEntry;
 using api::LaunchContext;
 
+// The masked grouped quantizers (scaled_fp4_grouped_quantize,
+// silu_and_mul_scaled_nvfp4_experts_quantize, mxfp8_grouped_quantize): the CUDA kernel reads the
+// mask and the global scales on the device, as upstream's.
 constexpr KernelEntry<kernels::GroupedQuantizeParams> kGroupedKernels[] = {
-    {DeviceType::kCPU, "CPU reference (host only)", nullptr,
+    {DeviceType::kCPU, "CPU reference", nullptr,
      [](const kernels::GroupedQuantizeParams& p, const LaunchContext&) {
        kernels::cpu::grouped_quantize(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA kernel: one thread per (group, row, block), 16-byte loads, mask read on the device",
+     nullptr,
+     [](const kernels::GroupedQuantizeParams& p, const LaunchContext& c) {
+       kernels::cuda::grouped_quantize(p, c.stream, c.enable_pdl);
+     }},
+#endif
 };
 // nvfp4_batched_quantize: the grouped quantizer without a mask, also on CUDA.
 constexpr KernelEntry<kernels::GroupedQuantizeParams> kBatchedKernels[] = {
@@ -105,30 +116,39 @@ constexpr KernelEntry<kernels::Nvfp4KvParams> kKvDequantKernels[] = {
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// check_same_device against the input's device itself: a stand-in tensor on a CUDA device would
+// cost a cudaMalloc and a cudaFree (which synchronizes the device) in every call.
+void check_on_device(const Tensor& t, Device device, const char* op, const char* arg,
+                     const char* ref_arg) {
+  FLASHINFER_CHECK(t.device() == device, op, arg, "is on ", t.device().str(), " but ", ref_arg,
+                   " is on ", device.str());
+}
+
 // fp32 one-element (or n-element) scale tensor on `device`, contiguous.
 Tensor fp32_scales(const Tensor& t, int64_t n, Device device, const char* op, const char* arg) {
   api::check_defined(t, op, arg);
   FLASHINFER_CHECK(t.numel() == n, op, arg, "expected ", n, " element(s), got shape ",
                    shape_to_string(t.shape()));
   api::check_dtype_in(t, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, arg);
-  api::check_same_device(t, Tensor::empty({0}, DType::kUInt8, device), op, arg, "the input");
+  check_on_device(t, device, op, arg, "the input");
   return (t.dtype() == DType::kFloat32 ? t : t.to(DType::kFloat32)).contiguous();
 }
 
-// int32 [groups] row counts, each in [0, m]. Returns the mask contiguous on its own device (what
-// a kernel reads); the range check reads a host copy, since a CUDA mask's data pointer is device
-// memory that the host cannot dereference.
+// int32 [groups] row counts. Returns the mask contiguous on its own device (what a kernel
+// reads). A host mask's entries are checked to lie in [0, m]; a device mask's values are read by
+// the CUDA kernel only, as upstream's (checking them here would copy them to the host and
+// synchronize), which clamps each entry to [0, m]: never a row outside the input.
 Tensor check_mask(const Tensor& mask, int64_t groups, int64_t m, Device device, const char* op) {
   api::check_defined(mask, op, "mask");
   api::check_dim(mask, {1}, op, "mask");
   api::check_dtype_in(mask, {DType::kInt32}, op, "mask");
   FLASHINFER_CHECK(mask.size(0) == groups, op, "mask", "expected one entry per group (", groups,
                    "), got ", mask.size(0));
-  api::check_same_device(mask, Tensor::empty({0}, DType::kUInt8, device), op, "mask", "a");
+  check_on_device(mask, device, op, "mask", "a");
   Tensor c = mask.contiguous();
-  const Tensor host = c.device().is_cpu() ? c : c.to(Device::cpu());
+  if (!c.device().is_cpu()) return c;
   for (int64_t g = 0; g < groups; ++g) {
-    const int32_t v = host.data<int32_t>()[g];
+    const int32_t v = c.data<int32_t>()[g];
     FLASHINFER_CHECK(v >= 0 && v <= m, op, "mask", "mask[", g, "] = ", v, " is outside [0, M = ", m,
                      "]");
   }

@@ -2,8 +2,9 @@
 // the CUDA kernels (src/kernels/cuda/nvfp4_cuda.cu) share, so both write the same bytes: a block
 // of 16 fp32 values to one e4m3 scale code and 16 packed e2m1 codes, by fp4_quantize's rule
 // (nvfp4_quantize_paged_kv_cache) or the append kernels' rule (nvfp4_quantize_append_*), and the
-// 4-token V-scale interleave of nvfp4_quantize_paged_kv_cache. Every fp32 step is rounded once
-// (kernels/fp32_rules.h). Unit-tested on the CPU: tests/ops/test_nvfp4_rules.cpp.
+// 4-token V-scale interleave of nvfp4_quantize_paged_kv_cache; and MXFP8's block of 32
+// (mxfp8_quantize, mxfp8_grouped_quantize). Every fp32 step is rounded once (kernels/fp32_rules.h).
+// Unit-tested on the CPU: tests/ops/test_nvfp4_rules.cpp.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,19 @@ FLASHINFER_HD Nvfp4Block nvfp4_quantize_block(const float* v, float gs) {
     b.packed |= static_cast<uint64_t>(pack_e2m1x2(lo, hi)) << (8 * t);
   }
   return b;
+}
+
+inline constexpr int kMxfp8Block = 32;
+
+/// mxfp8_quantize's block scale (kernels::cpu::mxfp8_quantize and every CUDA MXFP8 kernel): the
+/// ue8m0 code of the smallest power of two >= amax / 448 (e4m3's largest finite value).
+FLASHINFER_HD uint8_t mxfp8_scale_code(float amax) {
+  return ue8m0_round_up(fp32_div(amax, 448.0f));
+}
+
+/// mxfp8_quantize's value code: e4m3_satfinite(v / sf), sf = ue8m0_to_float(scale code).
+FLASHINFER_HD uint8_t mxfp8_value_code(float v, float sf) {
+  return float_to_e4m3fn_bits(fp32_div(v, sf), true);
 }
 
 /// The append kernels' E2M1 rounding: nearest, ties to even, saturating at 6; the sign bit is

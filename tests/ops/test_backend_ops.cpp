@@ -1124,9 +1124,11 @@ TEST(BackendOpsCoverage, CudaExpectationFollowsUpstreamArchitectures) {
   EXPECT_TRUE(cuda_expectation("fp8_blockscale_gemm_sm90", "", 100).refused);  // Hopper only
   EXPECT_TRUE(cuda_expectation("fp8_blockscale_gemm_sm90", "", 80).refused);
   // Upstream runs these on Hopper: there the CUDA result must match the CPU reference.
-  for (const char* op : {"nvfp4_kv_dequantize", "hash_topk", "fused_qk_rmsnorm_rope",
-                         "fused_dit_residual_layernorm_scale_shift", "shuffle_matrix_a",
-                         "fp8_blockscale_gemm_sm90", "nvfp4_batched_quantize", "rmsnorm"}) {
+  for (const char* op :
+       {"nvfp4_kv_dequantize", "hash_topk", "fused_qk_rmsnorm_rope",
+        "fused_dit_residual_layernorm_scale_shift", "shuffle_matrix_a", "fp8_blockscale_gemm_sm90",
+        "nvfp4_batched_quantize", "rmsnorm", "scaled_fp4_grouped_quantize",
+        "silu_and_mul_scaled_nvfp4_experts_quantize", "mxfp8_grouped_quantize"}) {
     EXPECT_FALSE(cuda_expectation(op, "", 90).refused) << op;
   }
   // Backend tables: upstream's lists per backend (mm_fp4's are Blackwell-only).

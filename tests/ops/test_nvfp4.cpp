@@ -7,6 +7,8 @@
 #include <cstring>
 #include <optional>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
@@ -787,9 +789,7 @@ TEST(Nvfp4Ops, RecordAndReplay) {
 }
 
 TEST(Nvfp4Ops, HostOnlyBackends) {
-  for (const char* op :
-       {"silu_and_mul_scaled_nvfp4_experts_quantize", "scaled_fp4_grouped_quantize",
-        "mxfp8_grouped_quantize", "mxfp4_dequantize_host", "nvfp4_kv_quantize"}) {
+  for (const char* op : {"mxfp4_dequantize_host", "nvfp4_kv_quantize"}) {
     SCOPED_TRACE(op);
     EXPECT_TRUE(op_has_backend(op, DeviceType::kCPU));
     EXPECT_FALSE(op_has_backend(op, DeviceType::kCUDA));
@@ -798,7 +798,9 @@ TEST(Nvfp4Ops, HostOnlyBackends) {
   for (const char* op :
        {"shuffle_matrix_a", "shuffle_matrix_sf_a", "nvfp4_kv_dequantize",
         "nvfp4_kv_dequantize_paged", "nvfp4_batched_quantize", "silu_and_mul_nvfp4_quantize",
-        "nvfp4_quantize_paged_kv_cache", "nvfp4_quantize_append_paged_kv_cache",
+        "silu_and_mul_scaled_nvfp4_experts_quantize", "scaled_fp4_grouped_quantize",
+        "mxfp8_grouped_quantize", "nvfp4_quantize_paged_kv_cache",
+        "nvfp4_quantize_append_paged_kv_cache",
         "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping"}) {
     SCOPED_TRACE(op);
     EXPECT_TRUE(op_has_backend(op, DeviceType::kCPU));
@@ -953,27 +955,174 @@ TEST(Nvfp4OpsCuda, QuantizeAppendPagedKvCacheMatchesCpu) {
   }
 }
 
-// The masked grouped quantizers given CUDA tensors: the mask's range check reads a host copy
-// (reading the device mask's data pointer on the host crashed the process, issue 47), then the
-// call is refused naming the op and `a` (no CUDA kernel). A bad device mask is named as on the
-// CPU. Skipped without a GPU.
-TEST(Nvfp4OpsCuda, GroupedQuantizersCheckTheDeviceMaskThenRefuse) {
+// ---- the masked grouped quantizers on CUDA ----------------------------------------------------
+
+// An input layout of [L, M, W] for both backends: `base` is built on the host, then the same view
+// is taken of it and of its device copy (so both keep the view's strides and offset).
+struct GroupedLayout {
+  const char* name;
+  int pad;       // elements added to each row of the base
+  int offset;    // first element of each row within the base row
+  bool permute;  // base [M, L, W'] viewed as [L, M, W'] (groups inner)
+};
+// Dense, an aligned wider row and groups-inner (16-byte loads); a row stride of W + 4 and rows
+// starting 4 elements in (8 bytes: element loads).
+constexpr GroupedLayout kGroupedLayouts[] = {
+    {"dense", 0, 0, false},
+    {"row stride W+8", 8, 0, false},
+    {"groups inner", 0, 0, true},
+    {"row stride W+4 (unaligned)", 4, 0, false},
+    {"offset 4 (unaligned)", 8, 4, false},
+};
+
+// (host view, device view) of a random [L, M, W] input in `lay`; the first row of every group is
+// zero (a zero block: scale code 0).
+std::pair<Tensor, Tensor> grouped_input(const GroupedLayout& lay, int64_t l, int64_t m, int64_t w,
+                                        DType dt, uint64_t seed, double range) {
+  const int64_t wide = w + lay.pad;
+  Tensor base =
+      rand_tensor(lay.permute ? Shape{m, l, wide} : Shape{l, m, wide}, dt, seed, -range, range);
+  base.slice(lay.permute ? 0 : 1, 0, 1).fill_(0.0);
+  auto view = [&](const Tensor& t) {
+    const Tensor v = lay.permute ? t.permute({1, 0, 2}) : t;
+    return v.slice(2, lay.offset, lay.offset + w);
+  };
+  return {view(base), view(base.to(Device::cuda(0)))};
+}
+
+// Both results of a grouped quantizer: same shapes, dtypes, strides, device and every byte.
+void expect_same_result(const std::tuple<Tensor, Tensor>& cpu,
+                        const std::tuple<Tensor, Tensor>& cuda) {
+  const Tensor& q = std::get<0>(cpu);
+  const Tensor& sf = std::get<1>(cpu);
+  const Tensor& dq = std::get<0>(cuda);
+  const Tensor& dsf = std::get<1>(cuda);
+  EXPECT_TRUE(dq.device().is_cuda());
+  EXPECT_TRUE(dsf.device().is_cuda());
+  EXPECT_EQ(dq.shape(), q.shape());
+  EXPECT_EQ(dq.strides(), q.strides());
+  EXPECT_EQ(dq.dtype(), q.dtype());
+  EXPECT_EQ(dsf.shape(), sf.shape());
+  EXPECT_EQ(dsf.strides(), sf.strides());
+  EXPECT_EQ(dsf.dtype(), sf.dtype());
+  EXPECT_EQ(bytes(host(dq)), bytes(q));
+  EXPECT_EQ(bytes(host(dsf)), bytes(sf));
+}
+
+// Shapes: K with scale-column padding (K / 16 = 5), 130 rows crossing a 128-row scale tile;
+// masks with full, partial and empty groups; per-group global scales. Every layout (16-byte and
+// element loads), both dtypes.
+struct Fp4Case {
+  int64_t l, m, k;
+  std::vector<double> mask, gs;
+};
+const std::vector<Fp4Case>& fp4_cases() {
+  static const std::vector<Fp4Case> cases = {
+      {3, 5, 80, {5, 2, 0}, {672, 300, 1000}},
+      {2, 130, 32, {130, 129}, {672, 500}},
+      {4, 7, 64, {7, 3, 1, 6}, {448, 672, 1e5, 2}},
+  };
+  return cases;
+}
+
+TEST(Nvfp4OpsCuda, ScaledFp4GroupedQuantizeMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  for (const Fp4Case& c : fp4_cases()) {
+    for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+      for (const GroupedLayout& lay : kGroupedLayouts) {
+        SCOPED_TRACE(::testing::Message() << "L " << c.l << " M " << c.m << " K " << c.k << " "
+                                          << dtype_torch_name(dt) << " " << lay.name);
+        const auto in = grouped_input(lay, c.l, c.m, c.k, dt, 51, 4);
+        expect_same_result(
+            scaled_fp4_grouped_quantize(in.first, i32(c.mask), f32(c.gs)),
+            scaled_fp4_grouped_quantize(in.second, i32(c.mask).to(dev), f32(c.gs).to(dev)));
+      }
+    }
+  }
+}
+
+// Values up to 12 reach silu's tails; gate and up halves of each [L, M, 2K] row.
+TEST(Nvfp4OpsCuda, SiluAndMulScaledNvfp4ExpertsQuantizeMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  for (const Fp4Case& c : fp4_cases()) {
+    for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+      for (const GroupedLayout& lay : kGroupedLayouts) {
+        SCOPED_TRACE(::testing::Message() << "L " << c.l << " M " << c.m << " K " << c.k << " "
+                                          << dtype_torch_name(dt) << " " << lay.name);
+        const auto in = grouped_input(lay, c.l, c.m, 2 * c.k, dt, 52, 12);
+        expect_same_result(
+            silu_and_mul_scaled_nvfp4_experts_quantize(in.first, i32(c.mask), f32(c.gs)),
+            silu_and_mul_scaled_nvfp4_experts_quantize(in.second, i32(c.mask).to(dev),
+                                                       f32(c.gs).to(dev)));
+      }
+    }
+  }
+}
+
+// K 96 (one zero-padded block of 32), 256 (none) and 32 (three); 130 rows; masks as above.
+TEST(Nvfp4OpsCuda, Mxfp8GroupedQuantizeMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  struct Case {
+    int64_t l, m, k;
+    std::vector<double> mask;
+  };
+  const Case cases[] = {{2, 3, 96, {3, 1}}, {3, 130, 256, {130, 0, 77}}, {2, 9, 32, {9, 4}}};
+  for (const Case& c : cases) {
+    for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+      for (const GroupedLayout& lay : kGroupedLayouts) {
+        SCOPED_TRACE(::testing::Message() << "L " << c.l << " M " << c.m << " K " << c.k << " "
+                                          << dtype_torch_name(dt) << " " << lay.name);
+        const auto in = grouped_input(lay, c.l, c.m, c.k, dt, 53, 300);
+        expect_same_result(mxfp8_grouped_quantize(in.first, i32(c.mask)),
+                           mxfp8_grouped_quantize(in.second, i32(c.mask).to(dev)));
+      }
+    }
+  }
+}
+
+// A device mask is read on the device only (no host copy, no synchronization: upstream reads it
+// there too), so an entry outside [0, M] is not named as on the CPU: the kernel clamps it to
+// [0, M], giving the CPU's result for the clamped mask. A strided device mask (every other entry
+// of [4, 9, 3]) is read through its contiguous copy.
+TEST(Nvfp4OpsCuda, GroupedQuantizersClampTheDeviceMask) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  const Tensor a = rand_tensor({3, 4, 32}, DType::kBFloat16, 1, -4, 4);
+  const Tensor a2 = rand_tensor({3, 4, 64}, DType::kBFloat16, 2, -4, 4);
+  const Tensor bad = i32({9, -3, 2}).to(dev), clamped = i32({4, 0, 2});
+  const Tensor gs = f32({672, 500, 100});
+  expect_same_result(scaled_fp4_grouped_quantize(a, clamped, gs),
+                     scaled_fp4_grouped_quantize(a.to(dev), bad, gs.to(dev)));
+  expect_same_result(silu_and_mul_scaled_nvfp4_experts_quantize(a2, clamped, gs),
+                     silu_and_mul_scaled_nvfp4_experts_quantize(a2.to(dev), bad, gs.to(dev)));
+  expect_same_result(mxfp8_grouped_quantize(a, clamped), mxfp8_grouped_quantize(a.to(dev), bad));
+  const Tensor a8 = rand_tensor({2, 4, 32}, DType::kBFloat16, 3, -4, 4);
+  expect_same_result(mxfp8_grouped_quantize(a8, i32({4, 3})),
+                     mxfp8_grouped_quantize(a8.to(dev), i32({4, 9, 3}).to(dev).slice(0, 0, 3, 2)));
+}
+
+// A CUDA input with a host mask or host scales, or an unsupported dtype: an Error naming the op
+// and the argument.
+TEST(Nvfp4OpsCuda, GroupedQuantizersRefuseOffDeviceArguments) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device d = Device::cuda(0);
   const Tensor a = rand_tensor({2, 4, 32}, DType::kBFloat16, 1).to(d);
   const Tensor a2 = rand_tensor({2, 4, 64}, DType::kBFloat16, 2).to(d);
-  const Tensor mask = i32({4, 3}).to(d), bad = i32({4, 5}).to(d), gs = f32({672, 672}).to(d);
+  const Tensor mask = i32({4, 3}), gs = f32({672, 672});
   const char* g = "scaled_fp4_grouped_quantize";
   const char* ex = "silu_and_mul_scaled_nvfp4_experts_quantize";
   const char* x8 = "mxfp8_grouped_quantize";
-  EXPECT_FI_ERROR(scaled_fp4_grouped_quantize(a, mask, gs), g, "a");
-  EXPECT_FI_ERROR(scaled_fp4_grouped_quantize(a, bad, gs), g, "mask");
-  EXPECT_FI_ERROR(silu_and_mul_scaled_nvfp4_experts_quantize(a2, mask, gs), ex, "a");
-  EXPECT_FI_ERROR(silu_and_mul_scaled_nvfp4_experts_quantize(a2, bad, gs), ex, "mask");
-  EXPECT_FI_ERROR(mxfp8_grouped_quantize(a, mask), x8, "a");
-  EXPECT_FI_ERROR(mxfp8_grouped_quantize(a, bad), x8, "mask");
-  // A strided device mask (every other entry of [4, 9, 3]) is read through its contiguous copy.
-  EXPECT_FI_ERROR(mxfp8_grouped_quantize(a, i32({4, 9, 3}).to(d).slice(0, 0, 3, 2)), x8, "a");
+  EXPECT_FI_ERROR(scaled_fp4_grouped_quantize(a, mask, gs.to(d)), g, "mask");
+  EXPECT_FI_ERROR(scaled_fp4_grouped_quantize(a, mask.to(d), gs), g, "a_global_sf");
+  EXPECT_FI_ERROR(scaled_fp4_grouped_quantize(a.to(DType::kFloat32), mask.to(d), gs.to(d)), g, "a");
+  EXPECT_FI_ERROR(silu_and_mul_scaled_nvfp4_experts_quantize(a2, mask, gs.to(d)), ex, "mask");
+  EXPECT_FI_ERROR(silu_and_mul_scaled_nvfp4_experts_quantize(a2, mask.to(d), gs), ex,
+                  "a_global_sf");
+  EXPECT_FI_ERROR(mxfp8_grouped_quantize(a, mask), x8, "mask");
+  EXPECT_FI_ERROR(mxfp8_grouped_quantize(a.to(DType::kFloat32), mask.to(d)), x8, "a");
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// The arithmetic the NVFP4 CPU references and CUDA kernels share (src/kernels/fp32_rules.h,
+// The arithmetic the NVFP4 / MXFP8 CPU references and CUDA kernels share (src/kernels/fp32_rules.h,
 // src/kernels/nvfp4_rules.h), on the CPU: hand-checked values, exp_f32 against fp64 exp, the
-// fp4_quantize block against the fp4_quantize op, the append rounding at every tie, and the
-// V-scale interleave against upstream's view/permute written out as index arithmetic.
+// fp4_quantize block against the fp4_quantize op, the MXFP8 block against mxfp8_quantize, the
+// append rounding at every tie, and the V-scale interleave against upstream's view/permute written
+// out as index arithmetic.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,6 +22,8 @@ namespace flashinfer::testing {
 namespace {
 
 using kernels::exp_f32;
+using kernels::mxfp8_scale_code;
+using kernels::mxfp8_value_code;
 using kernels::nvfp4_append_block;
 using kernels::nvfp4_append_e2m1;
 using kernels::nvfp4_quantize_block;
@@ -108,6 +111,46 @@ TEST(Nvfp4Rules, QuantizeBlockIsFp4Quantize) {
         ASSERT_EQ(blk.sf, sb[r * (k / 16) + b]) << r << " " << b;
         const auto pb = packed_bytes(blk);
         for (int t = 0; t < 8; ++t) ASSERT_EQ(pb[t], qb[r * (k / 2) + b * 8 + t]) << r << " " << b;
+      }
+    }
+  }
+}
+
+TEST(Mxfp8Rules, ScaleAndValueCodesGolden) {
+  // The smallest power of two >= amax / 448: 448 -> 2^0 (127), just above -> 2^1, 224 -> 2^-1;
+  // a zero block gets code 0 (2^-127), a NaN-free infinite one saturates at 2^127 (254).
+  EXPECT_EQ(mxfp8_scale_code(448.0f), 127);
+  EXPECT_EQ(mxfp8_scale_code(449.0f), 128);
+  EXPECT_EQ(mxfp8_scale_code(224.0f), 126);
+  EXPECT_EQ(mxfp8_scale_code(0.0f), 0);
+  EXPECT_EQ(mxfp8_scale_code(std::numeric_limits<float>::infinity()), 254);
+  // e4m3_satfinite(v / sf): 448 = 0x7E, saturating above; -1 = 0xB8; 3 / 2 = 1.5 = 0x3C.
+  EXPECT_EQ(mxfp8_value_code(448.0f, 1.0f), 0x7E);
+  EXPECT_EQ(mxfp8_value_code(1000.0f, 1.0f), 0x7E);
+  EXPECT_EQ(mxfp8_value_code(-1.0f, 1.0f), 0xB8);
+  EXPECT_EQ(mxfp8_value_code(3.0f, 2.0f), 0x3C);
+}
+
+// The MXFP8 block rule equals the mxfp8_quantize op (linear scales) on rows of random blocks.
+TEST(Mxfp8Rules, BlockIsMxfp8Quantize) {
+  const int64_t m = 5, k = 128;
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    const Tensor x = rand_tensor({m, k}, dt, 23, -300, 300);
+    auto [q, sf] = mxfp8_quantize(x, false);
+    const Tensor xf = x.to(DType::kFloat32).contiguous();
+    const auto* qb = static_cast<const uint8_t*>(q.contiguous().data_ptr());
+    const auto* sb = sf.contiguous().data<uint8_t>();
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t b = 0; b < k / 32; ++b) {
+        const float* v = xf.data<float>() + r * k + b * 32;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(v[i]));
+        const uint8_t code = mxfp8_scale_code(amax);
+        ASSERT_EQ(code, sb[r * (k / 32) + b]) << r << " " << b;
+        const float s = kernels::ue8m0_to_float(code);
+        for (int i = 0; i < 32; ++i) {
+          ASSERT_EQ(mxfp8_value_code(v[i], s), qb[r * k + b * 32 + i]) << r << " " << b << " " << i;
+        }
       }
     }
   }

@@ -36,8 +36,11 @@ std::tuple<Tensor, Tensor> silu_and_mul_nvfp4_quantize(
 
 /// Masked grouped silu-and-mul + NVFP4 quantization (flashinfer.activation).
 ///   a            [L, M, 2K] fp16/bf16 (gate half first, as silu_and_mul_nvfp4_quantize).
-///   mask         int32 [L]: rows [0, mask[l]) of group l are quantized (0 <= mask[l] <= M).
+///   mask         int32 [L]: rows [0, mask[l]) of group l are quantized (0 <= mask[l] <= M,
+///                checked for a host mask; a device mask is read on the device only, as upstream
+///                reads it, and each entry clamped to [0, M] there).
 ///   a_global_sf  fp32 [L]: group l's global scale.
+/// Every tensor on a's device (the CPU reference, or the CUDA kernel).
 /// Returns (x_q uint8 [M, K/2, L] view of [L, M, K/2] bytes, sf float8_e4m3fn
 /// [32, 4, rm, 4, rk, L] view of [L, rm, rk, 32, 4, 4] bytes, rm = ceil(M/128),
 /// rk = ceil(K/64)). Upstream leaves rows >= mask[l] and the scale padding unwritten (torch.empty);
@@ -58,10 +61,10 @@ std::tuple<Tensor, Tensor> nvfp4_batched_quantize(const Tensor& a, const Tensor&
                                                   int64_t sf_vec_size = 16);
 
 /// Masked grouped MXFP8 quantization (fp8_quantization): a [B, M, K] fp16/bf16, K % 32 == 0,
-/// mask int32 [B]. K is zero-padded to padded_K = round_up(K, 128); blocks of 32 with ue8m0
-/// scales as mxfp8_quantize. Returns (x_q float8_e4m3fn [M, padded_K, B] view of [B, M, padded_K]
-/// bytes, sf uint8 [32, 4, rm, 4, padded_K/128, B] view of [B, rm, padded_K/128, 32, 4, 4]
-/// bytes). Rows >= mask[b] (unspecified upstream) are zero here.
+/// mask int32 [B] (as silu_and_mul_scaled_nvfp4_experts_quantize's). K is zero-padded to padded_K =
+/// round_up(K, 128); blocks of 32 with ue8m0 scales as mxfp8_quantize. Returns (x_q float8_e4m3fn
+/// [M, padded_K, B] view of [B, M, padded_K] bytes, sf uint8 [32, 4, rm, 4, padded_K/128, B] view
+/// of [B, rm, padded_K/128, 32, 4, 4] bytes). Rows >= mask[b] (unspecified upstream) are zero here.
 std::tuple<Tensor, Tensor> mxfp8_grouped_quantize(const Tensor& a, const Tensor& mask);
 
 /// trtllm-gen's shuffleMatrixA row permutation: rows in blocks of 32 (epilogue_tile_m % 128 ==

@@ -8,6 +8,7 @@
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
 #include "kernels/dtype_dispatch.h"
+#include "kernels/nvfp4_rules.h"  // mxfp8_scale_code / mxfp8_value_code, shared with CUDA
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define QUANT_CPU_X86 1
@@ -95,12 +96,10 @@ template <class T>
   for (int64_t b = 0; b < num_sf_cols; ++b) {
     float v[32];
     load_block<T, 32>(x + b * 32 * p.in_stride_k, p.in_stride_k, v);
-    const uint8_t sf_code = ue8m0_round_up(block_amax<32>(v) / 448.0f);
+    const uint8_t sf_code = mxfp8_scale_code(block_amax<32>(v));
     const float sf_val = ue8m0_to_float(sf_code);
     p.sf[sf_offset(p.layout, r, b, num_sf_cols)] = sf_code;
-    for (int i = 0; i < 32; ++i) {
-      q[b * 32 + i] = float_to_e4m3fn_bits(v[i] / sf_val, /*saturate=*/true);
-    }
+    for (int i = 0; i < 32; ++i) q[b * 32 + i] = mxfp8_value_code(v[i], sf_val);
   }
 }
 

@@ -187,6 +187,118 @@ __device__ __forceinline__ void paged_quantize_body(const Nvfp4PagedQuantParams&
   }
 }
 
+// N (a multiple of 8) elements from x, unit stride: N / 8 16-byte loads, all issued before any
+// is decoded, when kVec (x then 16-byte aligned); else element loads.
+template <class T, int N, bool kVec>
+__device__ __forceinline__ void load_unit(const T* x, float* v) {
+  static_assert(sizeof(T) == 2 && N % 8 == 0);
+  if constexpr (kVec) {
+    Vec16<T> w[N / 8];
+#pragma unroll
+    for (int h = 0; h < N / 8; ++h) w[h] = reinterpret_cast<const Vec16<T>*>(x)[h];
+#pragma unroll
+    for (int h = 0; h < N / 8; ++h) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[8 * h + j] = decode(w[h].v[j]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) v[j] = decode(x[j]);
+  }
+}
+
+// 32 bytes, byte 4w + i at bits [8i, 8i + 8) of word w: two 16-byte stores when kVec (q 16-byte
+// aligned), else byte stores.
+template <bool kVec>
+__device__ __forceinline__ void store_words(uint8_t* q, const uint32_t (&w)[8]) {
+  if constexpr (kVec) {
+    reinterpret_cast<uint4*>(q)[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    reinterpret_cast<uint4*>(q)[1] = make_uint4(w[4], w[5], w[6], w[7]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) q[i] = static_cast<uint8_t>(w[i / 4] >> (8 * (i % 4)));
+  }
+}
+
+// The rows of group g the grouped quantizers write: mask[g] read on the device, clamped to
+// [0, m] as kernels::cpu::grouped_quantize clamps it (no mask: every row).
+__device__ __forceinline__ int64_t group_rows(const GroupedQuantizeParams& p, int64_t g) {
+  if (p.rows == nullptr) return p.m;
+  const int64_t r = p.rows[g];
+  return r < 0 ? 0 : (r > p.m ? p.m : r);
+}
+
+// scaled_fp4_grouped_quantize / silu_and_mul_scaled_nvfp4_experts_quantize: one thread per
+// (group, row, block of 16), grid-stride, rows in group-major order as the CPU's. A row past the
+// group's mask gets zero codes (its scales stay the memset's zero); a valid one is fp4_quantize's
+// block (kernels/nvfp4_rules.h) of the row itself or, with kSilu, of silu(gate) * up rounded to T
+// first (kernels::cpu::grouped_quantize's copy), under the group's global scale.
+template <class T, bool kSilu, bool kVec>
+__device__ __forceinline__ void grouped_fp4_body(const GroupedQuantizeParams& p) {
+  pdl_wait();
+  const int64_t nb = p.k / kNvfp4Block, n = p.groups * p.m * nb;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t b = idx % nb, r = idx / nb % p.m, g = idx / nb / p.m;
+    uint64_t packed = 0;
+    if (r < group_rows(p, g)) {
+      const T* x =
+          static_cast<const T*>(p.input) + g * p.in_stride_g + r * p.in_stride_m + b * kNvfp4Block;
+      float v[kNvfp4Block];
+      load_unit<T, kNvfp4Block, kVec>(x, v);
+      if constexpr (kSilu) {
+        float u[kNvfp4Block];
+        load_unit<T, kNvfp4Block, kVec>(x + p.k, u);
+#pragma unroll
+        for (int i = 0; i < kNvfp4Block; ++i) v[i] = decode(encode<T>(silu_mul_f32(v[i], u[i])));
+      }
+      const float gs = p.global_scale ? p.global_scale[p.per_group_scale ? g : 0] : 1.0f;
+      const Nvfp4Block blk = nvfp4_quantize_block(v, gs);
+      packed = blk.packed;
+      p.sf[g * p.sf_per_group + sf_offset(SfLayoutCode::k128x4, r, b, nb)] = blk.sf;
+    }
+    store_packed<kVec>(p.out + idx * (kNvfp4Block / 2), packed);
+  }
+  pdl_launch_dependents();
+}
+
+// mxfp8_grouped_quantize: one thread per (group, row, block of 32 of the padded K), as
+// grouped_fp4_body. Blocks past K are the zero padding the CPU quantizes (through the same block
+// rule: scale code 0, zero codes); rows past the mask are zero.
+template <class T, bool kVec>
+__device__ __forceinline__ void grouped_mxfp8_body(const GroupedQuantizeParams& p) {
+  pdl_wait();
+  const int64_t nb = p.padded_k / kMxfp8Block, n = p.groups * p.m * nb;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t b = idx % nb, r = idx / nb % p.m, g = idx / nb / p.m;
+    uint32_t w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (r < group_rows(p, g)) {
+      float v[kMxfp8Block];
+      if (b * kMxfp8Block < p.k) {  // K is a multiple of 32: a block is all in or all out
+        load_unit<T, kMxfp8Block, kVec>(static_cast<const T*>(p.input) + g * p.in_stride_g +
+                                            r * p.in_stride_m + b * kMxfp8Block,
+                                        v);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kMxfp8Block; ++i) v[i] = 0.0f;
+      }
+      float amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMxfp8Block; ++i) amax = fp32_abs_max(amax, v[i]);
+      const uint8_t code = mxfp8_scale_code(amax);
+      const float sf = ue8m0_to_float(code);
+#pragma unroll
+      for (int i = 0; i < kMxfp8Block; ++i) {
+        w[i / 4] |= static_cast<uint32_t>(mxfp8_value_code(v[i], sf)) << (8 * (i % 4));
+      }
+      p.sf[g * p.sf_per_group + sf_offset(SfLayoutCode::k128x4, r, b, nb)] = code;
+    }
+    store_words<kVec>(p.out + idx * kMxfp8Block, w);
+  }
+  pdl_launch_dependents();
+}
+
 // max |x| (NaN ignored): per thread, then per warp, then one atomicMax per warp on the bits
 // (non-negative floats order as their bit patterns). kVec: contiguous, 8 elements per load.
 template <class T, bool kVec>
@@ -248,6 +360,27 @@ __global__ void nvfp4_abs_max_kernel(AbsMaxParams p, unsigned int* result) {
 template <class T>
 __global__ void nvfp4_abs_max_strided_kernel(AbsMaxParams p, unsigned int* result) {
   abs_max_body<T, false>(p, result);
+}
+
+// The grouped quantizers' kernels: names under the static SASS rule `quant` (*fp4_quantize_kernel,
+// *mxfp8_quantize_kernel; the element-load forms *_strided_kernel).
+template <class T, bool kSilu>
+__global__ void __launch_bounds__(kThreads) grouped_fp4_quantize_kernel(GroupedQuantizeParams p) {
+  grouped_fp4_body<T, kSilu, true>(p);
+}
+template <class T, bool kSilu>
+__global__ void __launch_bounds__(kThreads)
+    grouped_fp4_quantize_strided_kernel(GroupedQuantizeParams p) {
+  grouped_fp4_body<T, kSilu, false>(p);
+}
+template <class T>
+__global__ void __launch_bounds__(kThreads) grouped_mxfp8_quantize_kernel(GroupedQuantizeParams p) {
+  grouped_mxfp8_body<T, true>(p);
+}
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    grouped_mxfp8_quantize_strided_kernel(GroupedQuantizeParams p) {
+  grouped_mxfp8_body<T, false>(p);
 }
 
 template <class F>
@@ -361,6 +494,39 @@ void batched_fp4_quantize(const GroupedQuantizeParams& p, void* stream, bool ena
     q.layout = SfLayoutCode::k128x4;
     fp4_quantize(q, stream, enable_pdl);
   }
+}
+
+void grouped_quantize(const GroupedQuantizeParams& p, void* stream, bool enable_pdl) {
+  const char* op = !p.fp4           ? "mxfp8_grouped_quantize"
+                   : p.silu_and_mul ? "silu_and_mul_scaled_nvfp4_experts_quantize"
+                                    : "scaled_fp4_grouped_quantize";
+  const int64_t nb = p.fp4 ? p.k / kNvfp4Block : p.padded_k / kMxfp8Block;
+  const int64_t n = p.groups * p.m * nb;
+  if (n == 0) return;
+  const auto s = static_cast<cudaStream_t>(stream);
+  // The scales' padding and the rows past each mask read zero, as after the CPU's memset; every
+  // output byte is written by the kernel. Stream-ordered: nothing waits on the host.
+  FLASHINFER_CUDA_CALL(op,
+                       cudaMemsetAsync(p.sf, 0, static_cast<size_t>(p.groups * p.sf_per_group), s));
+  // 16-byte loads when every row start (of gate and up: K is a multiple of 16) is 16-byte
+  // aligned, and wide stores into the 16-byte aligned output; else element loads, byte stores.
+  const auto elem = dtype_size(p.in_dtype);
+  const bool vec = aligned16(p.input, p.m > 1 ? p.in_stride_m : 0, elem) &&
+                   aligned16(p.input, p.groups > 1 ? p.in_stride_g : 0, elem) && aligned(p.out, 16);
+  dispatch_half(p.in_dtype, op, "a", [&]<class T>() {
+    void (*kernel)(GroupedQuantizeParams);
+    if (!p.fp4) {
+      kernel = vec ? grouped_mxfp8_quantize_kernel<T> : grouped_mxfp8_quantize_strided_kernel<T>;
+    } else if (p.silu_and_mul) {
+      kernel =
+          vec ? grouped_fp4_quantize_kernel<T, true> : grouped_fp4_quantize_strided_kernel<T, true>;
+    } else {
+      kernel = vec ? grouped_fp4_quantize_kernel<T, false>
+                   : grouped_fp4_quantize_strided_kernel<T, false>;
+    }
+    const unsigned grid = resident_grid(op, kernel, kThreads, (n + kThreads - 1) / kThreads);
+    launch_kernel(op, kernel, dim3(grid), dim3(kThreads), 0, s, enable_pdl, p);
+  });
 }
 
 void silu_and_mul_rows(const SiluMulParams& p, void* stream, bool enable_pdl) {

@@ -25,6 +25,13 @@ void nvfp4_paged_dequantize(const Nvfp4PagedDequantParams& p, void* stream);
 /// silu-and-mul (the only case it accepts; anything else is an Error naming the op).
 void batched_fp4_quantize(const GroupedQuantizeParams& p, void* stream, bool enable_pdl);
 
+/// scaled_fp4_grouped_quantize, silu_and_mul_scaled_nvfp4_experts_quantize (p.silu_and_mul) and
+/// mxfp8_grouped_quantize (!p.fp4): bit-exact with kernels::cpu::grouped_quantize (the block rules
+/// of kernels/nvfp4_rules.h, silu by kernels/fp32_rules.h). `p.rows` (the mask) and
+/// `p.global_scale` are device arrays, read by the kernel only: no host synchronization; each mask
+/// entry is clamped to [0, m]. Every output byte is written (zero past a group's rows).
+void grouped_quantize(const GroupedQuantizeParams& p, void* stream, bool enable_pdl);
+
 /// silu_and_mul_nvfp4_quantize's first step, bit-exact with kernels::cpu::silu_and_mul_rows
 /// (kernels/fp32_rules.h's silu_mul_f32, rounded once to the element type).
 void silu_and_mul_rows(const SiluMulParams& p, void* stream, bool enable_pdl);

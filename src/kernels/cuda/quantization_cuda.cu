@@ -2,6 +2,7 @@
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/quantization_cuda.h"
 #include "kernels/cuda/vec_cuda.cuh"
+#include "kernels/nvfp4_rules.h"
 
 namespace flashinfer::kernels::cuda {
 namespace {
@@ -20,8 +21,9 @@ __device__ __forceinline__ float e4m3_to_float(uint8_t code) {
 }
 
 // The per-block arithmetic both kernel forms share, so the vector and strided paths (and the
-// CPU reference) agree bit for bit. Every fp32 operation is an explicitly IEEE-rounded intrinsic
-// (no contraction, no approximate division).
+// CPU reference) agree bit for bit; MXFP8's is kernels/nvfp4_rules.h's (mxfp8_scale_code,
+// mxfp8_value_code), the CPU reference's own. Every fp32 operation is an explicitly IEEE-rounded
+// intrinsic (no contraction, no approximate division).
 struct Fp4Scale {
   uint8_t code;
   float sf;
@@ -41,12 +43,6 @@ __device__ __forceinline__ Fp4Scale fp4_scale(float amax, float gs, bool ue8m0) 
 __device__ __forceinline__ uint8_t fp4_code(float v, float gs, float sf, bool ue8m0) {
   if (ue8m0) return float_to_e2m1_bits(__fdiv_rn(v, sf));
   return float_to_e2m1_bits(sf != 0.0f ? __fdiv_rn(__fmul_rn(v, gs), sf) : 0.0f);
-}
-__device__ __forceinline__ uint8_t mxfp8_scale(float amax) {
-  return ue8m0_round_up(__fdiv_rn(amax, 448.0f));
-}
-__device__ __forceinline__ uint8_t mxfp8_code(float v, float sf) {
-  return float_to_e4m3fn_bits(__fdiv_rn(v, sf), true);
 }
 
 // N elements of T from a 16-byte aligned, unit-stride block: every 16-byte load is issued before
@@ -154,11 +150,11 @@ __global__ void mxfp8_quantize_strided_kernel(Mxfp8QuantizeParams p) {
       v[i] = load_elem(x + i * p.in_stride_k);
       amax = fmaxf(amax, fabsf(v[i]));
     }
-    const uint8_t code = mxfp8_scale(amax);
+    const uint8_t code = mxfp8_scale_code(amax);
     const float sf = ue8m0_to_float(code);
     p.sf[sf_offset(p.layout, r, b, sf_cols)] = code;
     uint8_t* q = p.out + r * p.k + b * 32;
-    for (int i = 0; i < 32; ++i) q[i] = mxfp8_code(v[i], sf);
+    for (int i = 0; i < 32; ++i) q[i] = mxfp8_value_code(v[i], sf);
   }
   pdl_launch_dependents();
 }
@@ -177,12 +173,12 @@ __global__ void __launch_bounds__(kQuantThreads) mxfp8_quantize_kernel(Mxfp8Quan
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
-    const uint8_t code = mxfp8_scale(amax);
+    const uint8_t code = mxfp8_scale_code(amax);
     const float sf = ue8m0_to_float(code);
     p.sf[sf_offset(p.layout, r, b, sf_cols)] = code;
     uint8_t q[32];
 #pragma unroll
-    for (int i = 0; i < 32; ++i) q[i] = mxfp8_code(v[i], sf);
+    for (int i = 0; i < 32; ++i) q[i] = mxfp8_value_code(v[i], sf);
     store_bytes(p.out + r * p.k + b * 32, q);
   }
   pdl_launch_dependents();
