@@ -190,10 +190,12 @@ const std::map<std::string, BackendRequirement, std::less<>>& table() {
                     {{"auto", 80, tiled}}));
     m->emplace("bmm_mxfp8",
                make("bmm_mxfp8", "auto", {"cudnn", "cutlass", "auto"}, {{"auto", 80, tiled}}));
-    // bf16 x fp4: CPU reference only (no CUDA kernel table entry), `backend` has no default.
-    for (const char* op : {"prepare_bf16_fp4_weights", "mm_bf16_fp4"}) {
-      m->emplace(op, make(op, "", {"cudnn", "cute-dsl"}, {}));
-    }
+    // bf16 x fp4, `backend` has no default: mm_bf16_fp4 is a CPU reference only (no CUDA kernel
+    // table entry); prepare_bf16_fp4_weights's cudnn layout has a CUDA kernel, any GPU (upstream's
+    // is torch indexing), its cute-dsl layout none.
+    m->emplace("prepare_bf16_fp4_weights",
+               make("prepare_bf16_fp4_weights", "", {"cudnn", "cute-dsl"}, {{"cudnn", 0, ""}}));
+    m->emplace("mm_bf16_fp4", make("mm_bf16_fp4", "", {"cudnn", "cute-dsl"}, {}));
     // SVDQuant: CPU reference only; upstream's one backend name.
     for (const char* op : {"mm_nvfp4_svdquant", "nvfp4_quantize_smooth"}) {
       m->emplace(op, make(op, "cutlass", {"cutlass"}, {}));

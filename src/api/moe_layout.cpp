@@ -67,33 +67,28 @@ kernels::MoeWeightIndex moe_stored_weight_index(const Tensor& w, int64_t E, int6
 
 Tensor moe_plain_weights(const Tensor& w, int64_t E, int64_t mn, int64_t k,
                          const MoeWeightFormat& f, const char* op, const char* arg) {
-  const int64_t stored_bk = moe_check_weights(w, E, mn, k, f, op, arg);
-  const int64_t bk = stored_bk == 0 ? k : stored_bk;
+  const kernels::MoeWeightIndex ix = moe_stored_weight_index(w, E, mn, k, f, op, arg);
   if (!f.shuffled && f.layout == WeightLayout::MajorK) return w;
+  // The CUDA kernels read the stored layout in place (kernels/moe_layout_rules.h); only the ops
+  // without a CUDA kernel get here with a device tensor.
   FLASHINFER_CHECK_CODE(
       w.device().is_cpu(), ErrorCode::kUnsupported, op, arg,
-      "shuffled / BlockMajorK weights are turned back into plain rows on the host "
-      "only");
-  std::vector<int64_t> src;
-  if (f.shuffled) {
-    src = moe_shuffled_row_source(mn, f.epilogue_tile_m, f.gated_interleave);
-  } else {
-    src.resize(static_cast<size_t>(mn));
-    for (int64_t i = 0; i < mn; ++i) src[static_cast<size_t>(i)] = i;
-  }
+      "shuffled / BlockMajorK weights are turned back into plain rows on the host only");
   Tensor out = Tensor::empty({E, mn, k}, w.dtype(), w.device());
   const size_t es = w.element_size();
   const auto* in = static_cast<const uint8_t*>(w.data_ptr());
   auto* o = static_cast<uint8_t*>(out.data_ptr());
-  const int64_t nb = k / bk;
+  // Plain row j gathers its runs of block_k (BlockMajorK) or k (MajorK) contiguous elements
+  // through the index the CUDA kernels read with.
+  const int64_t run = ix.block_k == 0 ? k : ix.block_k;
   for (int64_t e = 0; e < E; ++e) {
-    for (int64_t r = 0; r < mn; ++r) {
-      uint8_t* dst = o + static_cast<size_t>((e * mn + src[static_cast<size_t>(r)]) * k) * es;
-      // Stored row r: in MajorK one run of k elements; in BlockMajorK nb runs of bk elements,
-      // block j at [e, j, r, :].
-      for (int64_t j = 0; j < nb; ++j) {
-        const uint8_t* s = in + static_cast<size_t>(((e * nb + j) * mn + r) * bk) * es;
-        std::memcpy(dst + static_cast<size_t>(j * bk) * es, s, static_cast<size_t>(bk) * es);
+    for (int64_t j = 0; j < mn; ++j) {
+      const int64_t row = kernels::moe_stored_row(ix, mn, j);
+      uint8_t* dst = o + static_cast<size_t>((e * mn + j) * k) * es;
+      for (int64_t c = 0; c < k; c += run) {
+        const int64_t src = kernels::moe_weight_offset(ix, mn, k, e, row, c);
+        std::memcpy(dst + static_cast<size_t>(c) * es, in + static_cast<size_t>(src) * es,
+                    static_cast<size_t>(run) * es);
       }
     }
   }

@@ -1,5 +1,6 @@
 // Private: trtllm-gen MoE weight layouts (upstream's use_shuffled_weight / WeightLayout) turned
-// back into plain [E, Mn, K] matrices for the CPU reference. The transforms are pure
+// back into plain [E, Mn, K] matrices for the CPU reference, through the index the CUDA kernels
+// read the stored layout with (kernels/moe_layout_rules.h). The transforms are pure
 // permutations, so the result is bit-exact. Facts and sources: docs/MOE.md ("Weight layouts").
 #pragma once
 
@@ -8,7 +9,7 @@
 
 #include "flashinfer/ops/moe.h"
 #include "flashinfer/tensor.h"
-#include "kernels/moe_bf16_params.h"
+#include "kernels/moe_layout_rules.h"
 
 namespace flashinfer::api {
 
@@ -16,7 +17,8 @@ namespace flashinfer::api {
 /// epilogue_tile_m is a multiple of 128, else 16.
 int64_t moe_shuffle_block_size(int64_t epilogue_tile_m);
 
-/// For each row of the stored (shuffled) matrix, the plain row it holds: upstream's
+/// For each row of the stored (shuffled) matrix, the plain row it holds (the inverse of
+/// kernels::moe_stored_row): upstream's
 /// shuffle_matrix_a row indices (blocks of 16 or 32 rows), composed after the gated-activation
 /// interleave (reorder_rows_for_gated_act_gemm: row 2i = up row i, row 2i+1 = gate row i) when
 /// `gated_interleave`. `m` must be a multiple of the block size (and even when interleaving).
@@ -37,7 +39,7 @@ int64_t moe_check_weights(const Tensor& w, int64_t E, int64_t mn, int64_t k,
                           const MoeWeightFormat& f, const char* op, const char* arg);
 
 /// moe_check_weights, then the index a kernel reading the stored layout in place inverts it
-/// with (kernels/moe_bf16_params.h: moe_stored_row, moe_weight_offset).
+/// with (kernels/moe_layout_rules.h: moe_stored_row, moe_weight_offset).
 kernels::MoeWeightIndex moe_stored_weight_index(const Tensor& w, int64_t E, int64_t mn, int64_t k,
                                                 const MoeWeightFormat& f, const char* op,
                                                 const char* arg);
@@ -46,7 +48,8 @@ kernels::MoeWeightIndex moe_stored_weight_index(const Tensor& w, int64_t E, int6
 /// the plain contiguous [E, mn, k] weights: `w` itself when it is already plain, else a new host
 /// tensor. BlockMajorK is [E, k / bk, mn, bk] with any bk dividing k (upstream reads bk from
 /// shape[3]; its preparation uses 128 bytes). MajorMn and non-host shuffled weights raise
-/// kUnsupported naming `arg`.
+/// kUnsupported naming `arg` (ops with a CUDA kernel pass the device the stored weights and
+/// moe_stored_weight_index instead).
 Tensor moe_plain_weights(const Tensor& w, int64_t E, int64_t mn, int64_t k,
                          const MoeWeightFormat& f, const char* op, const char* arg);
 

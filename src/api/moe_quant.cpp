@@ -46,6 +46,7 @@ namespace {
 
 constexpr const char* kCoreModule = "flashinfer.fused_moe.core";
 
+// The CUDA kernel reads the weights in their stored layout (shuffled, BlockMajorK) in place.
 constexpr api::KernelEntry<kernels::TrtllmFp8MoeParams> kTrtllmFp8MoeKernels[] = {
     {DeviceType::kCPU,
      "CPU reference: routing, fp32 dequantization, per-expert GEMMs of the routed rows only, "
@@ -54,21 +55,36 @@ constexpr api::KernelEntry<kernels::TrtllmFp8MoeParams> kTrtllmFp8MoeKernels[] =
      [](const kernels::TrtllmFp8MoeParams& p, const api::LaunchContext&) {
        kernels::cpu::trtllm_fp8_moe(p);
      }},
-};
-
-// The block-scale ops also have a CUDA kernel (plain MajorK weights).
-constexpr api::KernelEntry<kernels::TrtllmFp8MoeParams> kTrtllmFp8BlockMoeKernels[] = {
-    kTrtllmFp8MoeKernels[0],
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
      "CUDA kernel: routing one thread per token, then one block per (token, expert) pair with "
-     "warp dot products over block-dequantized fp8",
+     "warp dot products over the fp8 weights read in their stored layout (block-dequantized, "
+     "or per-tensor scaled)",
      nullptr,
      [](const kernels::TrtllmFp8MoeParams& p, const api::LaunchContext& c) {
        kernels::cuda::trtllm_fp8_moe(p, c.stream, c.enable_pdl);
      }},
 #endif
 };
+
+// The weights as the backend reads them: on CUDA the stored tensors and their index (the kernel
+// reads them in place), on the CPU plain rows (turned back on the host; kept alive in w1p /
+// w2p until the launch).
+void set_fp8_weights(kernels::TrtllmFp8MoeParams& p, const Tensor& w1, const Tensor& w2, int64_t El,
+                     int64_t N1, int64_t H, int64_t I, const api::MoeWeightFormat& f1,
+                     const api::MoeWeightFormat& f2, const char* op, Tensor& w1p, Tensor& w2p) {
+  if (w1.device().is_cuda()) {
+    p.w1_index = api::moe_stored_weight_index(w1, El, N1, H, f1, op, "gemm1_weights");
+    p.w2_index = api::moe_stored_weight_index(w2, El, H, I, f2, op, "gemm2_weights");
+    w1p = w1;
+    w2p = w2;
+  } else {
+    w1p = api::moe_plain_weights(w1, El, N1, H, f1, op, "gemm1_weights");
+    w2p = api::moe_plain_weights(w2, El, H, I, f2, op, "gemm2_weights");
+  }
+  p.base.moe.w1 = w1p.data_ptr();
+  p.base.moe.w2 = w2p.data_ptr();
+}
 
 // What both FP8 variants share: the routing (from logits, or precomputed `routed`), the shapes
 // and the output. Fills p.base; returns the output tensor.
@@ -221,35 +237,19 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
   fmt.shuffled = use_shuffled_weight;
   fmt.layout = layout;
   fmt.epilogue_tile_m = 64;
-  const Tensor w1p = api::moe_plain_weights(w1, El, N1, H, fmt, op, "gemm1_weights");
-  const Tensor w2p = api::moe_plain_weights(w2, El, H, I, fmt, op, "gemm2_weights");
+  Tensor w1p, w2p;
+  set_fp8_weights(p, w1, w2, El, N1, H, I, fmt, fmt, op, w1p, w2p);
   p.block_scale = true;
   p.hs_scale = hs_scale.data<float>();
   p.hs_scale_stride = hs_scale.stride(0);
   p.w1_scale = block_scales(w1_scale, El, N1, H, hidden, op, "gemm1_weights_scale");
   p.w2_scale = block_scales(w2_scale, El, H, I, hidden, op, "gemm2_weights_scale");
-  p.base.moe.w1 = w1p.data_ptr();
-  p.base.moe.w2 = w2p.data_ptr();
   p.base.moe.swiglu_alpha = api::per_expert_floats(alpha, El, hidden, op, "gemm1_alpha");
   p.base.moe.swiglu_beta = api::per_expert_floats(beta, El, hidden, op, "gemm1_beta");
   p.base.moe.swiglu_limit = api::per_expert_floats(limit, El, hidden, op, "gemm1_clamp_limit");
-  Tensor ws_ids, ws_w, ws_g1, ws_h, ws_y;
-  if (hidden.device().is_cuda()) {
-    const int64_t pairs = T * c.top_k;
-    ws_ids = Tensor::empty({pairs}, DType::kInt32, hidden.device());
-    ws_w = Tensor::empty({pairs}, DType::kFloat32, hidden.device());
-    ws_g1 = Tensor::empty({pairs, N1}, DType::kFloat32, hidden.device());
-    ws_h = Tensor::empty({pairs, I}, DType::kFloat32, hidden.device());
-    ws_y = Tensor::empty({pairs, H}, DType::kFloat32, hidden.device());
-    p.ws_ids = ws_ids.data<int32_t>();
-    p.ws_w = ws_w.data<float>();
-    p.ws_g1 = ws_g1.data<float>();
-    p.ws_h = ws_h.data<float>();
-    p.ws_y = ws_y.data<float>();
-  }
   TrtllmMoeResult res{{out}, do_finalize};
   if (!do_finalize) res.tensors = api::bind_unfinalized(p.base, c.routed, hidden, op);
-  api::launch(kTrtllmFp8BlockMoeKernels, p, hidden.device(), op, "hidden_states", false);
+  api::launch(kTrtllmFp8MoeKernels, p, hidden.device(), op, "hidden_states", false);
   return res;
 }
 
@@ -289,16 +289,15 @@ TrtllmMoeResult fp8_per_tensor_impl(const Fp8Common& common, const Tensor& w1, c
   fmt.layout = WeightLayout::MajorK;
   fmt.epilogue_tile_m = 128;
   fmt.gated_interleave = gated;
-  const Tensor w1p = api::moe_plain_weights(w1, El, N1, H, fmt, op, "gemm1_weights");
-  fmt.gated_interleave = false;
-  const Tensor w2p = api::moe_plain_weights(w2, El, H, I, fmt, op, "gemm2_weights");
+  api::MoeWeightFormat fmt2 = fmt;
+  fmt2.gated_interleave = false;
+  Tensor w1p, w2p;
+  set_fp8_weights(p, w1, w2, El, N1, H, I, fmt, fmt2, op, w1p, w2p);
   p.block_scale = false;
   p.out1_scale = api::per_expert_floats(s1, El, hidden, op, "output1_scales_scalar");
   p.out1_gate_scale = api::per_expert_floats(s1_gate, El, hidden, op, "output1_scales_gate_scalar");
   p.out2_scale = api::per_expert_floats(s2, El, hidden, op, "output2_scales_scalar");
   p.routing_scales_on_input = use_routing_scales_on_input;
-  p.base.moe.w1 = w1p.data_ptr();
-  p.base.moe.w2 = w2p.data_ptr();
   TrtllmMoeResult res{{out}, do_finalize};
   if (!do_finalize) res.tensors = api::bind_unfinalized(p.base, c.routed, hidden, op);
   api::launch(kTrtllmFp8MoeKernels, p, hidden.device(), op, "hidden_states", false);
@@ -672,8 +671,8 @@ void register_moe_quant_ops(OpRegistry& r) {
       arg("routing_method_type", int64_t{0}), arg("do_finalize", true), "enable_pdl",
       arg("tune_max_num_tokens", int64_t{8192}), arg("activation_type", int64_t{3}),
       arg("routing_replay_out").mut(), arg("output").mut());
-  api::register_backends("trtllm_fp8_block_scale_moe", kTrtllmFp8BlockMoeKernels);
-  api::register_backends("trtllm_fp8_block_scale_routed_moe", kTrtllmFp8BlockMoeKernels);
+  api::register_backends("trtllm_fp8_block_scale_moe", kTrtllmFp8MoeKernels);
+  api::register_backends("trtllm_fp8_block_scale_routed_moe", kTrtllmFp8MoeKernels);
   api::register_backends("trtllm_fp8_per_tensor_scale_moe", kTrtllmFp8MoeKernels);
   api::register_backends("trtllm_fp8_per_tensor_scale_routed_moe", kTrtllmFp8MoeKernels);
   register_bench_hook("trtllm_fp8_block_scale_moe", bench_trtllm_fp8_block_scale_moe);

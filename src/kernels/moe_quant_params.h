@@ -4,17 +4,20 @@
 
 #include <cstdint>
 
+#include "kernels/moe_layout_rules.h"
 #include "kernels/moe_params.h"
 
 namespace flashinfer::kernels {
 
 /// base.moe.input: fp8 e4m3fn hidden states [num_tokens, hidden] (row stride in_stride);
-/// base.moe.w1 / w2: plain fp8 e4m3fn weights [num_local_experts, gemm1_n, hidden] and
-/// [num_local_experts, hidden, inter] (the API layer undoes any shuffle / block layout);
-/// base.moe.out: bf16 [num_tokens, hidden]. Routing as in TrtllmMoeParams.
+/// base.moe.w1 / w2: fp8 e4m3fn weights [num_local_experts, gemm1_n, hidden] and
+/// [num_local_experts, hidden, inter]: plain on the CPU (the API layer undoes any shuffle /
+/// block layout on the host), stored as w1_index / w2_index describe on CUDA (the kernels read
+/// them in place); base.moe.out: bf16 [num_tokens, hidden]. Routing as in TrtllmMoeParams.
 struct TrtllmFp8MoeParams {
   TrtllmMoeParams base;
-  bool block_scale = true;  // DeepSeek FP8 128x128 block scales; false: per-tensor scales
+  MoeWeightIndex w1_index, w2_index;  // CUDA only (the CPU gets plain weights)
+  bool block_scale = true;            // DeepSeek FP8 128x128 block scales; false: per-tensor scales
   // Block scale: hs_scale [hidden / 128, num_tokens] fp32 (row stride hs_scale_stride),
   // w1_scale [num_local_experts, gemm1_n / 128, hidden / 128], w2_scale [.., hidden / 128,
   // inter / 128], contiguous fp32.
@@ -27,8 +30,8 @@ struct TrtllmFp8MoeParams {
   const float* out1_gate_scale = nullptr;  // output1_scales_gate_scalar
   const float* out2_scale = nullptr;       // output2_scales_scalar
   bool routing_scales_on_input = false;    // Llama4: routing weight applied to GEMM1's output
-  // CUDA only: device scratch allocated by the API layer: ws_ids [num_tokens * top_k] int32,
-  // ws_w (the bf16-rounded routing weights) [num_tokens * top_k], ws_g1 [.., gemm1_n],
+  // CUDA only, set by the launcher from the stream's scratch: ws_ids [num_tokens * top_k]
+  // int32, ws_w (the bf16-rounded routing weights) [num_tokens * top_k], ws_g1 [.., gemm1_n],
   // ws_h [.., inter], ws_y [.., hidden] fp32.
   int32_t* ws_ids = nullptr;
   float* ws_w = nullptr;

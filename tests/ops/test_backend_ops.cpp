@@ -1272,14 +1272,25 @@ TEST(BackendOpsCoverage, CudaExpectationReadsTheCasesBackend) {
     EXPECT_TRUE(cuda_expectation(op, be, 90).refused) << op << " " << be;
     EXPECT_FALSE(cuda_expectation(op, be, 100).refused) << op << " " << be;
   }
-  // So do these ops' cases (prepare_bf16_fp4_weights's passes "cute-dsl").
-  for (const char* op : {"grouped_mm_mxfp8", "grouped_mm_fp4", "nvfp4_quantize_smooth",
-                         "prepare_bf16_fp4_weights"}) {
+  // So do these ops' cases.
+  for (const char* op : {"grouped_mm_mxfp8", "grouped_mm_fp4", "nvfp4_quantize_smooth"}) {
     const Reference r = run_reference(op, small_shape());
     const std::string be = backend_arg(*OpRegistry::global().find(op), r.inputs);
     EXPECT_FALSE(be.empty()) << op;
     EXPECT_TRUE(cuda_expectation(op, be, 90).refused) << op << " " << be;
     EXPECT_FALSE(cuda_expectation(op, be, 100).refused) << op << " " << be;
+  }
+  // prepare_bf16_fp4_weights's case passes "cudnn", the layout upstream prepares on every GPU
+  // (its cute-dsl refusal on sm90 is checked above by name): it runs on Hopper, on its CUDA
+  // kernel.
+  {
+    const Reference r = run_reference("prepare_bf16_fp4_weights", small_shape());
+    const std::string be =
+        backend_arg(*OpRegistry::global().find("prepare_bf16_fp4_weights"), r.inputs);
+    EXPECT_EQ(be, "cudnn");
+    EXPECT_FALSE(cuda_expectation("prepare_bf16_fp4_weights", be, 90).refused);
+    EXPECT_EQ(backend_requirement("prepare_bf16_fp4_weights").is_backend_supported(be, 90),
+              op_has_backend("prepare_bf16_fp4_weights", DeviceType::kCUDA));
   }
   EXPECT_EQ(backend_arg(*OpRegistry::global().find("rmsnorm"), {}), "");
 }

@@ -5,15 +5,18 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "api/device_props.h"
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
+#include "kernels/gemm_bf16_fp4_params.h"
 #include "ops/gemm_reference.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
@@ -85,6 +88,82 @@ TEST(PrepareBf16Fp4Weights, CudnnKeepsWeightAndUnswizzlesScales) {
   auto [pb2, psf2, pal2] = prepare_bf16_fp4_weights(w.b, w.sf.view({-1}), std::nullopt, "cudnn");
   EXPECT_FALSE(pal2.has_value());
   EXPECT_EQ(bytes(psf2), bytes(psf));
+}
+
+// The index the CPU reference and the CUDA kernel share (bf16_fp4_cudnn_sf_source) is upstream's
+// _unswizzle_sf_128x4 formula, and maps the [n, k_sf] scales one-to-one into the padded
+// swizzled buffer.
+TEST(PrepareBf16Fp4Weights, CudnnScaleIndexIsTheSwizzleAndOneToOne) {
+  for (int64_t n : {int64_t{1}, int64_t{64}, int64_t{200}, int64_t{384}}) {
+    for (int64_t ksf : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{6}, int64_t{9}}) {
+      const int64_t padded = (n + 127) / 128 * 128 * ((ksf + 3) / 4 * 4);
+      std::vector<int> hits(static_cast<size_t>(padded), 0);
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t c = 0; c < ksf; ++c) {
+          const int64_t o = kernels::bf16_fp4_cudnn_sf_source(r, c, ksf);
+          ASSERT_EQ(o, swizzled(r, c, ksf)) << n << " " << ksf << " " << r << " " << c;
+          ASSERT_LT(o, padded);
+          ++hits[static_cast<size_t>(o)];
+        }
+      }
+      EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), n * ksf) << n << " " << ksf;
+      EXPECT_EQ(std::count_if(hits.begin(), hits.end(), [](int h) { return h > 1; }), 0);
+    }
+  }
+  // Hand-checked: row 33, column 5 of k_sf 6 (two 4-column tiles) is in tile 1 of row block 0,
+  // lane row 1, row group 1: 512 + 1 * 16 + 1 * 4 + 1.
+  EXPECT_EQ(kernels::bf16_fp4_cudnn_sf_source(33, 5, 6), 512 + 16 + 4 + 1);
+}
+
+// The CUDA kernel of the cudnn layout against the CPU reference, byte for byte, over shapes with
+// partial 128-row blocks and partial 4-column tiles, a strided weight, and a non-contiguous
+// scale view; the weight comes back as the same tensor. The cute-dsl layout stays refused on
+// CUDA (upstream's text on sm90). Skipped without a GPU.
+TEST(PrepareBf16Fp4WeightsCuda, CudnnMatchesCpu) {
+  struct Dims {
+    int64_t n, k;
+  };
+  const Dims dims[] = {{200, 96}, {64, 64}, {128, 256}, {333, 16}, {1, 144}};
+  std::vector<Weights> ws;
+  for (const Dims& d : dims) ws.push_back(make_weights(d.n, d.k, 40 + d.n));
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  for (const Weights& w : ws) {
+    SCOPED_TRACE("n " + std::to_string(w.n) + " k " + std::to_string(w.k));
+    auto [cb, csf, cal] = prepare_bf16_fp4_weights(w.b, w.sf, std::nullopt, "cudnn");
+    (void)cal;
+    const Tensor b = w.b.to(dev);
+    Tensor alpha = Tensor::full({1}, 0.5, DType::kFloat32).to(dev);
+    auto [gb, gsf, gal] = prepare_bf16_fp4_weights(b, w.sf.to(dev), alpha, "cudnn");
+    EXPECT_EQ(gb.data_ptr(), b.data_ptr());
+    ASSERT_TRUE(gal.has_value());
+    EXPECT_EQ(gal->data_ptr(), alpha.data_ptr());
+    EXPECT_TRUE(gsf.device().is_cuda());
+    EXPECT_EQ(gsf.dtype(), DType::kFloat8E4M3FN);
+    EXPECT_EQ(gsf.shape(), csf.shape());
+    EXPECT_EQ(bytes(gsf.to(Device::cpu())), bytes(csf));
+  }
+  // A weight with padded rows (row stride > K / 2) and the scales as a strided view.
+  {
+    const Weights& w = ws[0];
+    Tensor wide = Tensor::zeros({w.n, w.k / 2 + 16}, DType::kUInt8);
+    wide.slice(1, 0, w.k / 2).copy_(w.b);
+    Tensor sf2 = Tensor::zeros({2 * w.sf.numel()}, DType::kUInt8);
+    sf2.view({-1, 2}).select(1, 0).copy_(w.sf.view({-1}));
+    const Tensor sfv = sf2.view({-1, 2}).select(1, 0);
+    auto [cb, csf, cal] =
+        prepare_bf16_fp4_weights(wide.slice(1, 0, w.k / 2), sfv, std::nullopt, "cudnn");
+    const Tensor gwide = wide.to(dev), gsf2 = sf2.to(dev);
+    auto [gb, gsf, gal] = prepare_bf16_fp4_weights(
+        gwide.slice(1, 0, w.k / 2), gsf2.view({-1, 2}).select(1, 0), std::nullopt, "cudnn");
+    EXPECT_EQ(bytes(gsf.to(Device::cpu())), bytes(csf));
+    EXPECT_EQ(bytes(csf), bytes(w.sf_linear));
+  }
+  if (api::compute_capability(dev) == 90) {
+    EXPECT_FI_ERROR(
+        (void)prepare_bf16_fp4_weights(ws[1].b.to(dev), ws[1].sf.to(dev), std::nullopt, "cute-dsl"),
+        "prepare_bf16_fp4_weights", "backend");
+  }
 }
 
 // The cute-dsl scale byte of one e4m3 code, through the op (every scale of a 64 x 16 weight).
@@ -245,7 +324,7 @@ TEST(MmBf16Fp4BadInput, ErrorsNameOpAndArgument) {
                   "block_size");
 }
 
-TEST(MmBf16Fp4Decl, SignaturesModulesAndCpuOnly) {
+TEST(MmBf16Fp4Decl, SignaturesModulesAndBackends) {
   const std::vector<std::tuple<std::string, std::string>> expected = {
       {"prepare_bf16_fp4_weights", "(b, b_descale, alpha=None, *, backend, block_size=16)"},
       {"mm_bf16_fp4",
@@ -258,13 +337,17 @@ TEST(MmBf16Fp4Decl, SignaturesModulesAndCpuOnly) {
     EXPECT_EQ(d->module, "flashinfer.gemm.gemm_bf16_fp4") << name;
     EXPECT_EQ(d->signature(), sig) << name;
     EXPECT_TRUE(op_has_backend(name, DeviceType::kCPU));
-    EXPECT_FALSE(op_has_backend(name, DeviceType::kCUDA));
     const BackendRequirement& req = backend_requirement(name);
     EXPECT_TRUE(req.is_known_backend("cudnn"));
     EXPECT_TRUE(req.is_known_backend("cute-dsl"));
-    // CPU-only: no backend name runs on a GPU in this build.
-    EXPECT_FALSE(req.is_backend_supported("cudnn", 100));
+    // The cute-dsl layout and mm_bf16_fp4 have no CUDA kernel here; prepare's cudnn layout has
+    // one, for every GPU (Hopper included, as upstream's torch indexing).
     EXPECT_FALSE(req.is_backend_supported("cute-dsl", 120));
+    const bool prepare = name == "prepare_bf16_fp4_weights";
+    EXPECT_EQ(op_has_backend(name, DeviceType::kCUDA), prepare && cuda_compiled());
+    for (int cc : {80, 90, 100}) {
+      EXPECT_EQ(req.is_backend_supported("cudnn", cc), prepare && cuda_compiled()) << cc;
+    }
   }
 }
 

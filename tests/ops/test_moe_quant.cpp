@@ -21,6 +21,10 @@
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
 
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+#include "kernels/cuda/moe_cuda.h"
+#endif
+
 namespace flashinfer::testing {
 namespace {
 
@@ -102,6 +106,64 @@ TEST(MoeWeightLayout, ShuffledRowSourceHandChecked) {
   for (int64_t tile : {int64_t{64}, int64_t{128}}) {
     for (bool inter : {false, true}) {
       EXPECT_EQ(api::moe_shuffled_row_source(64, tile, inter), prepared_rows(64, tile, inter));
+    }
+  }
+}
+
+// The index the CPU reference turns stored weights back with and the CUDA kernels read them
+// through (kernels/moe_layout_rules.h) against upstream's preparation written out above: for
+// every element of a plain [E, mn, k] matrix whose values are their own flat indices,
+// moe_weight_offset(moe_stored_row(j)) is where prepare() put it, every stored offset is hit
+// exactly once (a bijection), and the stored row inverts moe_shuffled_row_source.
+TEST(MoeWeightLayout, StoredIndexIsUpstreamsPermutation) {
+  const int64_t E = 2, k = 64;
+  for (int64_t mn : {int64_t{32}, int64_t{64}, int64_t{96}}) {
+    for (int64_t tile : {int64_t{64}, int64_t{128}}) {
+      for (int shuffle = 0; shuffle < 3; ++shuffle) {  // plain, shuffled, shuffled + interleave
+        for (int64_t bk : {int64_t{0}, int64_t{8}, int64_t{32}, int64_t{64}}) {
+          SCOPED_TRACE("mn " + std::to_string(mn) + " tile " + std::to_string(tile) + " shuffle " +
+                       std::to_string(shuffle) + " bk " + std::to_string(bk));
+          std::vector<double> idx(static_cast<size_t>(E * mn * k));
+          for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<double>(i);
+          const Tensor plain = Tensor::from_vector(idx, {E, mn, k}, DType::kInt32);
+          const Tensor stored = prepare(plain, tile, shuffle > 0, shuffle == 2, bk * 4);
+          api::MoeWeightFormat f;
+          f.shuffled = shuffle > 0;
+          f.gated_interleave = shuffle == 2;
+          f.epilogue_tile_m = tile;
+          f.layout = bk == 0 ? WeightLayout::MajorK : WeightLayout::BlockMajorK;
+          const kernels::MoeWeightIndex ix =
+              api::moe_stored_weight_index(stored, E, mn, k, f, "test", "w");
+          const auto* sv = static_cast<const int32_t*>(stored.data_ptr());
+          std::vector<int> hits(idx.size(), 0);
+          int64_t wrong = 0;
+          for (int64_t e = 0; e < E; ++e) {
+            for (int64_t j = 0; j < mn; ++j) {
+              const int64_t row = kernels::moe_stored_row(ix, mn, j);
+              ASSERT_GE(row, 0);
+              ASSERT_LT(row, mn);
+              for (int64_t c = 0; c < k; ++c) {
+                const int64_t o = kernels::moe_weight_offset(ix, mn, k, e, row, c);
+                ASSERT_GE(o, 0);
+                ASSERT_LT(o, E * mn * k);
+                ++hits[static_cast<size_t>(o)];
+                wrong += sv[o] != (e * mn + j) * k + c;
+              }
+            }
+          }
+          EXPECT_EQ(wrong, 0);
+          EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), static_cast<long>(hits.size()));
+          if (shuffle > 0) {
+            const auto src = api::moe_shuffled_row_source(mn, tile, shuffle == 2);
+            for (int64_t j = 0; j < mn; ++j) {
+              EXPECT_EQ(src[static_cast<size_t>(kernels::moe_stored_row(ix, mn, j))], j);
+            }
+          }
+          // The CPU path through that index gives the plain matrix back, bit for bit.
+          const Tensor back = api::moe_plain_weights(stored, E, mn, k, f, "test", "w");
+          EXPECT_TRUE(all_close(back, plain, {0, 0}));
+        }
+      }
     }
   }
 }
@@ -513,6 +575,152 @@ TEST(TrtllmFp8BlockScaleMoeCuda, MatchesCpu) {
       MoeTopkIds(r.ids.to(d), r.weights->to(d)), std::nullopt, x.to(d), xs.to(d), w1.to(d),
       s1.to(d), w2.to(d), s2.to(d), E, 2, std::nullopt, std::nullopt, I, off, El, std::nullopt);
   EXPECT_TRUE(all_close(got.to(Device::cpu()), ref, default_tolerance(DType::kBFloat16)));
+}
+
+// DeepSeek FP8 on CUDA with upstream's stored layouts (shuffled with epilogue_tile_m 64,
+// BlockMajorK with 128- and 64-byte blocks, both) read in place by the kernel: the same bits as
+// the plain weights on CUDA (the same kernel reads the same values through the layout index),
+// and the CPU reference's result (which turns the layouts back on the host) at bf16's tolerance:
+// the kernel dequantizes as (x * x_scale) * w * w_scale, the CPU as (x * x_scale) * (w *
+// w_scale), not the same roundings. Routed pairs with an expert offset, and DeepSeekV3 routing
+// from logits.
+TEST(TrtllmFp8BlockScaleMoeCuda, StoredLayoutsMatchPlain) {
+  struct Dims {
+    int64_t T, H, I;
+  };
+  const int64_t E = 8, El = 4, off = 2;
+  struct Layout {
+    bool shuffled;
+    int64_t block_bytes;
+  };
+  const Layout layouts[] = {{true, 0}, {false, 128}, {true, 128}, {true, 64}};
+  for (const Dims& d : {Dims{13, 256, 128}, Dims{4, 128, 256}}) {
+    SCOPED_TRACE("T " + std::to_string(d.T) + " H " + std::to_string(d.H) + " I " +
+                 std::to_string(d.I));
+    const int64_t H = d.H, I = d.I;
+    Tensor x = fp8({d.T, H}, 61), xs = rand_tensor({H / 128, d.T}, DType::kFloat32, 62, 0.2, 0.4);
+    Tensor w1 = fp8({El, 2 * I, H}, 63), w2 = fp8({El, H, I}, 64);
+    Tensor s1 = rand_tensor({El, 2 * I / 128, H / 128}, DType::kFloat32, 65, 0.02, 0.04);
+    Tensor s2 = rand_tensor({El, H / 128, I / 128}, DType::kFloat32, 66, 0.1, 0.2);
+    Tensor logits = rand_tensor({d.T, E}, DType::kFloat32, 67, -3.0, 3.0);
+    Tensor bias = rand_tensor({E}, DType::kFloat32, 68, -0.3, 0.3);
+    Fp8Case c;
+    c.T = d.T;
+    const MoeTopkIds r = pair_routing(c);
+    auto routed = [&](const Tensor& a, const Tensor& b, bool shuffled, WeightLayout layout,
+                      Device dev) {
+      const MoeTopkIds rd(r.ids.to(dev), r.weights->to(dev));
+      return Tensor(trtllm_fp8_block_scale_routed_moe(rd, std::nullopt, x.to(dev), xs.to(dev),
+                                                      a.to(dev), s1.to(dev), b.to(dev), s2.to(dev),
+                                                      E, 2, std::nullopt, std::nullopt, I, off, El,
+                                                      std::nullopt, 0, shuffled, layout))
+          .to(Device::cpu());
+    };
+    auto from_logits = [&](const Tensor& a, const Tensor& b, bool shuffled, WeightLayout layout,
+                           Device dev) {
+      return Tensor(trtllm_fp8_block_scale_moe(logits.to(dev), bias.to(dev), x.to(dev), xs.to(dev),
+                                               a.to(dev), s1.to(dev), b.to(dev), s2.to(dev), E, 2,
+                                               4, 2, I, off, El, 2.5, 2, shuffled, layout))
+          .to(Device::cpu());
+    };
+    const Tensor cpu_routed = routed(w1, w2, false, WeightLayout::MajorK, Device::cpu());
+    const Tensor cpu_logits = from_logits(w1, w2, false, WeightLayout::MajorK, Device::cpu());
+    if (!cuda_available()) continue;
+    const Device dev = Device::cuda(0);
+    const Tensor gpu_routed = routed(w1, w2, false, WeightLayout::MajorK, dev);
+    const Tensor gpu_logits = from_logits(w1, w2, false, WeightLayout::MajorK, dev);
+    EXPECT_TRUE(all_close(gpu_routed, cpu_routed, default_tolerance(DType::kBFloat16)));
+    EXPECT_TRUE(all_close(gpu_logits, cpu_logits, default_tolerance(DType::kBFloat16)));
+    for (const Layout& l : layouts) {
+      SCOPED_TRACE("shuffled " + std::to_string(l.shuffled) + " block bytes " +
+                   std::to_string(l.block_bytes));
+      const Tensor a = prepare(w1, 64, l.shuffled, false, l.block_bytes);
+      const Tensor b = prepare(w2, 64, l.shuffled, false, l.block_bytes);
+      const WeightLayout wl = l.block_bytes > 0 ? WeightLayout::BlockMajorK : WeightLayout::MajorK;
+      EXPECT_TRUE(all_close(routed(a, b, l.shuffled, wl, dev), gpu_routed, {0, 0}));
+      EXPECT_TRUE(all_close(from_logits(a, b, l.shuffled, wl, dev), gpu_logits, {0, 0}));
+    }
+  }
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+}
+
+// fp8 weights of -1, 0 or 1.
+Tensor fp8_ternary(const Shape& shape, uint64_t seed) {
+  std::vector<double> v = rand_tensor(shape, DType::kFloat32, seed, -1.5, 1.5).to_double_vector();
+  for (double& x : v) x = std::round(x);
+  return Tensor::from_vector(v, shape, DType::kFloat8E4M3FN);
+}
+
+// Per-tensor FP8 on CUDA against the CPU reference, the weights in upstream's always-shuffled
+// layout (GEMM1's up / gate rows interleaved for a gated activation) read in place by the kernel.
+// The weights are -1, 0 or 1 and every other GEMM input e4m3 (steps of 2^-9 at the finest, at
+// most 448), so both GEMMs' sums are exact in fp32 in any order here (|partial sums| < 2^15);
+// with the CPU's scale, activation and rounding steps the kernel gives the same bits for Relu2
+// and Identity on routed pairs. Swiglu's silu (expf on the device, std::exp on the host) and the
+// routing from logits may differ in a last bit, which can move one e4m3 code or a bf16 routing
+// weight: compared at the per-tensor tolerance there. A warm call allocates no device scratch.
+TEST(TrtllmFp8PerTensorScaleMoeCuda, MatchesCpu) {
+  struct Dims {
+    int64_t T, H, I, El, off;
+  };
+  const int64_t E = 8;
+  for (const Dims& d : {Dims{7, 64, 32, 8, 0}, Dims{13, 128, 64, 4, 2}, Dims{3, 256, 32, 8, 0}}) {
+    const int64_t T = d.T, H = d.H, I = d.I, El = d.El;
+    Tensor x = fp8({T, H}, 71);
+    Tensor s1 = rand_tensor({El}, DType::kFloat32, 72, 0.5, 1.0);
+    Tensor sg = rand_tensor({El}, DType::kFloat32, 73, 0.05, 0.1);
+    Tensor s2 = rand_tensor({El}, DType::kFloat32, 74, 0.05, 0.1);
+    Tensor logits = rand_tensor({T, E}, DType::kBFloat16, 75, -3.0, 3.0);
+    Fp8Case c;
+    c.T = T;
+    const MoeTopkIds r = pair_routing(c);
+    for (int64_t act : {int64_t{6}, int64_t{9}, int64_t{3}}) {
+      SCOPED_TRACE("T " + std::to_string(T) + " H " + std::to_string(H) + " I " +
+                   std::to_string(I) + " activation " + std::to_string(act));
+      const bool gated = act == 3;
+      const int64_t N1 = gated ? 2 * I : I;
+      const Tensor w1 = prepare(fp8_ternary({El, N1, H}, 76), 128, true, gated, 0);
+      const Tensor w2 = prepare(fp8_ternary({El, H, I}, 77), 128, true, false, 0);
+      auto routed = [&](Device dev) {
+        const MoeTopkIds rd(r.ids.to(dev), r.weights->to(dev));
+        return Tensor(trtllm_fp8_per_tensor_scale_routed_moe(
+                          rd, std::nullopt, x.to(dev), w1.to(dev), s1.to(dev), sg.to(dev),
+                          w2.to(dev), s2.to(dev), E, 2, std::nullopt, std::nullopt, I, d.off, El,
+                          std::nullopt, false, 0, true, std::nullopt, 8192, act))
+            .to(Device::cpu());
+      };
+      auto from_logits = [&](Device dev) {
+        return Tensor(trtllm_fp8_per_tensor_scale_moe(
+                          logits.to(dev), std::nullopt, x.to(dev), w1.to(dev), s1.to(dev),
+                          sg.to(dev), w2.to(dev), s2.to(dev), E, 2, std::nullopt, std::nullopt, I,
+                          d.off, El, std::nullopt, false, 1, true, std::nullopt, 8192, act))
+            .to(Device::cpu());
+      };
+      // Llama4: top-1 sigmoid routing, the routing weight applied to GEMM1's output.
+      auto llama4 = [&](Device dev) {
+        return Tensor(trtllm_fp8_per_tensor_scale_moe(
+                          logits.to(dev), std::nullopt, x.to(dev), w1.to(dev), s1.to(dev),
+                          sg.to(dev), w2.to(dev), s2.to(dev), E, 1, std::nullopt, std::nullopt, I,
+                          d.off, El, std::nullopt, true, 3, true, std::nullopt, 8192, act))
+            .to(Device::cpu());
+      };
+      const Tensor cpu_routed = routed(Device::cpu()), cpu_logits = from_logits(Device::cpu());
+      const Tensor cpu_llama4 = llama4(Device::cpu());
+      EXPECT_GT(max_abs(cpu_routed.to_double_vector()), 0.1);
+      if (!cuda_available()) continue;
+      const Device dev = Device::cuda(0);
+      const Tolerance exact{0, 0}, tol{2e-2, 2e-2};
+      EXPECT_TRUE(all_close(routed(dev), cpu_routed, gated ? tol : exact));
+      EXPECT_TRUE(all_close(from_logits(dev), cpu_logits, tol));
+      EXPECT_TRUE(all_close(llama4(dev), cpu_llama4, tol));
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+      const uint64_t allocs = kernels::cuda::cutlass_moe_cuda_stats().scratch_allocs;
+      EXPECT_TRUE(all_close(routed(dev), cpu_routed, gated ? tol : exact));
+      EXPECT_EQ(kernels::cuda::cutlass_moe_cuda_stats().scratch_allocs, allocs);
+#endif
+    }
+  }
+  FLASHINFER_SKIP_WITHOUT_CUDA();
 }
 
 // Dumps written by Python as upstream's recorder writes them (torch format; fp8 tensors as

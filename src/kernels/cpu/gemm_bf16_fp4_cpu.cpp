@@ -76,7 +76,7 @@ void bf16_fp4_prepare(const Bf16Fp4PrepareParams& p) {
   if (p.layout == Bf16Fp4Layout::kCudnn) {
     for (int64_t r = 0; r < n; ++r) {
       for (int64_t c = 0; c < ksf; ++c) {
-        p.out_sf[r * ksf + c] = p.sf[sf_offset(SfLayoutCode::k128x4, r, c, ksf)];
+        p.out_sf[r * ksf + c] = p.sf[bf16_fp4_cudnn_sf_source(r, c, ksf)];
       }
     }
     return;

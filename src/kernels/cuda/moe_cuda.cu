@@ -634,13 +634,14 @@ __device__ __forceinline__ int64_t fp8_local_expert(const TrtllmFp8MoeParams& p,
 
 // The GEMM rows of one pair: warp w computes rows w, w + kWarps, ... of n, each the fp32 sum
 // over c < len of term(row(j), c) (lane-strided partials, then the warp's xor tree; row(j) once
-// per row), and lane 0 hands it to store(j, acc).
+// per row: the stored row, or what else term needs of plain row j), and lane 0 hands it to
+// store(j, acc).
 template <class Row, class Term, class Store>
 __device__ __forceinline__ void warp_gemm_rows(int64_t n, int64_t len, Row row, Term term,
                                                Store store) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int64_t j = warp; j < n; j += kWarps) {
-    const int64_t r = row(j);
+    const auto r = row(j);
     float acc = 0.0f;
     for (int64_t c = lane; c < len; c += 32) acc += term(r, c);
     acc = warp_reduce_sum(acc);
@@ -682,9 +683,11 @@ __device__ __forceinline__ void trtllm_fp8_activation_rows(const CutlassMoeParam
 }
 
 // Token blockIdx.x of the trtllm finalize: out = bf16(sum over k in k order of w * y) over the
-// local pairs, product and sum rounded separately (no FMA) as the CPU references' scalar loops.
+// local pairs, product and sum rounded separately (no FMA) as the CPU references' scalar loops;
+// weight 1 for every pair when `unit_weights` (the routing weight went to GEMM1's output).
 __device__ __forceinline__ void trtllm_finalize_token(const CutlassMoeParams& m, const int32_t* ids,
-                                                      const float* w, const float* y) {
+                                                      const float* w, const float* y,
+                                                      bool unit_weights = false) {
   const int64_t t = blockIdx.x;
   auto* out = static_cast<__nv_bfloat16*>(m.out) + t * m.out_stride;
   for (int64_t j = threadIdx.x; j < m.hidden; j += blockDim.x) {
@@ -692,37 +695,85 @@ __device__ __forceinline__ void trtllm_finalize_token(const CutlassMoeParams& m,
     for (int64_t k = 0; k < m.top_k; ++k) {
       const int64_t pair = t * m.top_k + k;
       if (trtllm_local_expert(m, ids, pair) < 0) continue;
-      acc = __fadd_rn(acc, __fmul_rn(w[pair], y[pair * m.hidden + j]));
+      const float wk = unit_weights ? 1.0f : w[pair];
+      acc = __fadd_rn(acc, __fmul_rn(wk, y[pair * m.hidden + j]));
     }
     out[j] = __float2bfloat16(acc);
   }
   pdl_launch_dependents();
 }
 
-// One block per (token, k) pair: the block-dequantized GEMM1 row (one warp per output), then the
-// activation quantized to e4m3 per 128 columns.
+// Per-tensor FP8, after the block's GEMM1 row g (already scaled as the CPU reference scales it)
+// is complete: the activation, times output1_scales_scalar for a non-gated one (a gated one
+// carries it in its up half), quantized to e4m3 (RNE, satfinite) without a scale: h keeps the
+// e4m3 values GEMM2 reads (docs/MOE.md, "FP8 per tensor").
+__device__ __forceinline__ void trtllm_fp8_per_tensor_activation_rows(const CutlassMoeParams& m,
+                                                                      int64_t e, float sc,
+                                                                      const float* g, float* h) {
+  __syncthreads();
+  const bool gated = moe_act_is_gated(m.act);
+  for (int64_t j = threadIdx.x; j < m.inter; j += blockDim.x) {
+    float v = activation(m, e, g, j);
+    if (!gated) v = __fmul_rn(v, sc);
+    h[j] = static_cast<float>(__nv_fp8_e4m3(v));
+  }
+}
+
+// A plain row j of an expert's weight as the GEMM terms read it: its stored row, and the row of
+// its 128 x 128 block scales (DeepSeek FP8; null for per-tensor scales).
+struct Fp8WeightRow {
+  int64_t row;
+  const float* scale;
+};
+
+// One block per (token, k) pair: the GEMM1 row (one warp per output; weights read in their
+// stored layout), then the activation: DeepSeek FP8 block-dequantizes and quantizes the
+// activation to e4m3 per 128 columns; per-tensor FP8 scales GEMM1's outputs (up by
+// output1_scales_scalar, gate by output1_scales_gate_scalar, both by the routing weight for
+// Llama4's use_routing_scales_on_input), in the CPU reference's order.
 __global__ void fp8_moe_gemm1_kernel(TrtllmFp8MoeParams p) {
   const CutlassMoeParams& m = p.base.moe;
   const int64_t pair = blockIdx.x;
   const int64_t e = fp8_local_expert(p, pair);
   if (e < 0) return;
   const int64_t t = pair / m.top_k, H = m.hidden, I = m.inter;
-  const int64_t N1 = moe_act_is_gated(m.act) ? 2 * I : I;
-  const int64_t HB = H / 128;
-  const float* w1s = p.w1_scale + e * (N1 / 128) * HB;
+  const bool gated = moe_act_is_gated(m.act);
+  const int64_t N1 = gated ? 2 * I : I;
   float* g = p.ws_g1 + pair * N1;
+  if (p.block_scale) {
+    const int64_t HB = H / 128;
+    const float* w1s = p.w1_scale + e * (N1 / 128) * HB;
+    warp_gemm_rows(
+        N1, H,
+        [&](int64_t j) {
+          return Fp8WeightRow{moe_stored_row(p.w1_index, N1, j), w1s + (j / 128) * HB};
+        },
+        [&](const Fp8WeightRow& r, int64_t c) {
+          const float xv =
+              fp8_at(m.input, t * m.in_stride + c) * p.hs_scale[(c / 128) * p.hs_scale_stride + t];
+          return xv * fp8_at(m.w1, moe_weight_offset(p.w1_index, N1, H, e, r.row, c)) *
+                 r.scale[c / 128];
+        },
+        [&](int64_t j, float acc) { g[j] = acc; });
+    trtllm_fp8_activation_rows(m, e, g, p.ws_h + pair * I);
+    return;
+  }
+  const float rw = p.routing_scales_on_input ? p.ws_w[pair] : 1.0f;
+  const float sc = p.out1_scale[e], sg = p.out1_gate_scale[e];
   warp_gemm_rows(
-      N1, H, [](int64_t j) { return j; },
-      [&](int64_t j, int64_t c) {
-        const float xv =
-            fp8_at(m.input, t * m.in_stride + c) * p.hs_scale[(c / 128) * p.hs_scale_stride + t];
-        return xv * fp8_at(m.w1, (e * N1 + j) * H + c) * w1s[(j / 128) * HB + c / 128];
+      N1, H, [&](int64_t j) { return moe_stored_row(p.w1_index, N1, j); },
+      [&](int64_t row, int64_t c) {
+        return fp8_at(m.input, t * m.in_stride + c) *
+               fp8_at(m.w1, moe_weight_offset(p.w1_index, N1, H, e, row, c));
       },
-      [&](int64_t j, float acc) { g[j] = acc; });
-  trtllm_fp8_activation_rows(m, e, g, p.ws_h + pair * I);
+      [&](int64_t j, float acc) {
+        g[j] = __fmul_rn(__fmul_rn(acc, gated && j < I ? sc : sg), rw);
+      });
+  trtllm_fp8_per_tensor_activation_rows(m, e, sc, g, p.ws_h + pair * I);
 }
 
-// One block per pair: the GEMM2 row (block-dequantized weights), rounded to bf16.
+// One block per pair: the GEMM2 row (block-dequantized weights, or times output2_scales_scalar
+// for per-tensor FP8), rounded to bf16.
 __global__ void fp8_moe_gemm2_kernel(TrtllmFp8MoeParams p) {
   const CutlassMoeParams& m = p.base.moe;
   const int64_t pair = blockIdx.x;
@@ -730,19 +781,33 @@ __global__ void fp8_moe_gemm2_kernel(TrtllmFp8MoeParams p) {
   if (e < 0) return;
   const int64_t H = m.hidden, I = m.inter, IB = I / 128;
   const float* h = p.ws_h + pair * I;
-  const float* w2s = p.w2_scale + e * (H / 128) * IB;
   float* y = p.ws_y + pair * H;
+  if (p.block_scale) {
+    const float* w2s = p.w2_scale + e * (H / 128) * IB;
+    warp_gemm_rows(
+        H, I,
+        [&](int64_t j) {
+          return Fp8WeightRow{moe_stored_row(p.w2_index, H, j), w2s + (j / 128) * IB};
+        },
+        [&](const Fp8WeightRow& r, int64_t c) {
+          return h[c] * fp8_at(m.w2, moe_weight_offset(p.w2_index, H, I, e, r.row, c)) *
+                 r.scale[c / 128];
+        },
+        [&](int64_t j, float acc) { y[j] = bf16_round(acc); });
+    return;
+  }
+  const float s2 = p.out2_scale[e];
   warp_gemm_rows(
-      H, I, [](int64_t j) { return j; },
-      [&](int64_t j, int64_t c) {
-        return h[c] * fp8_at(m.w2, (e * H + j) * I + c) * w2s[(j / 128) * IB + c / 128];
+      H, I, [&](int64_t j) { return moe_stored_row(p.w2_index, H, j); },
+      [&](int64_t row, int64_t c) {
+        return h[c] * fp8_at(m.w2, moe_weight_offset(p.w2_index, H, I, e, row, c));
       },
-      [&](int64_t j, float acc) { y[j] = bf16_round(acc); });
+      [&](int64_t j, float acc) { y[j] = bf16_round(__fmul_rn(acc, s2)); });
 }
 
 // One block per token.
 __global__ void fp8_moe_finalize_kernel(TrtllmFp8MoeParams p) {
-  trtllm_finalize_token(p.base.moe, p.ws_ids, p.ws_w, p.ws_y);
+  trtllm_finalize_token(p.base.moe, p.ws_ids, p.ws_w, p.ws_y, p.routing_scales_on_input);
 }
 
 // ---- trtllm BF16 MoE -----------------------------------------------------------------------
@@ -922,24 +987,40 @@ void check_trtllm_cuda_routing(const TrtllmMoeParams& b, const char* op) {
 }  // namespace
 
 void trtllm_fp8_moe(const TrtllmFp8MoeParams& p, void* stream, bool enable_pdl) {
-  const char* op = "trtllm_fp8_block_scale_moe";
-  const CutlassMoeParams& m = p.base.moe;
+  const TrtllmMoeParams& b = p.base;
+  const CutlassMoeParams& m = b.moe;
+  const char* op = p.block_scale ? (b.precomputed ? "trtllm_fp8_block_scale_routed_moe"
+                                                  : "trtllm_fp8_block_scale_moe")
+                                 : (b.precomputed ? "trtllm_fp8_per_tensor_scale_routed_moe"
+                                                  : "trtllm_fp8_per_tensor_scale_moe");
   if (m.num_tokens == 0) return;
-  FLASHINFER_CHECK_CODE(p.block_scale, ErrorCode::kUnsupported, op, "hidden_states",
-                        "the CUDA kernel implements the DeepSeek block-scale form only");
-  check_trtllm_cuda_routing(p.base, op);
+  check_trtllm_cuda_routing(b, op);
   const int64_t pairs = m.num_tokens * m.top_k;
   FLASHINFER_CHECK_CODE(pairs <= 0x7FFFFFFF, ErrorCode::kUnsupported, op, "hidden_states",
                         "more than 2^31 - 1 (token, expert) pairs");
   auto s = static_cast<cudaStream_t>(stream);
+  // The intermediates in the stream's scratch (nothing allocated once it is large enough),
+  // each part 256-byte aligned; the lease is held to the last launch.
+  const int64_t N1 = moe_act_is_gated(m.act) ? 2 * m.inter : m.inter;
+  const auto part = [](int64_t elems) { return (elems * 4 + 255) / 256 * 256; };
+  const int64_t o_w = part(pairs), o_g1 = o_w + part(pairs), o_h = o_g1 + part(pairs * N1);
+  const int64_t o_y = o_h + part(pairs * m.inter), bytes = o_y + part(pairs * m.hidden);
+  const StreamScratch scratch = moe_scratch().acquire(op, stream, static_cast<std::size_t>(bytes));
+  auto* base = static_cast<char*>(scratch.data());
+  TrtllmFp8MoeParams q = p;
+  q.ws_ids = reinterpret_cast<int32_t*>(base);
+  q.ws_w = reinterpret_cast<float*>(base + o_w);
+  q.ws_g1 = reinterpret_cast<float*>(base + o_g1);
+  q.ws_h = reinterpret_cast<float*>(base + o_h);
+  q.ws_y = reinterpret_cast<float*>(base + o_y);
   launch_kernel(op, fp8_moe_route_kernel, dim3(static_cast<unsigned>((m.num_tokens + 63) / 64)),
-                dim3(64), 0, s, enable_pdl, p);
+                dim3(64), 0, s, enable_pdl, q);
   launch_kernel(op, fp8_moe_gemm1_kernel, dim3(static_cast<unsigned>(pairs)), dim3(kThreads), 0, s,
-                false, p);
+                false, q);
   launch_kernel(op, fp8_moe_gemm2_kernel, dim3(static_cast<unsigned>(pairs)), dim3(kThreads), 0, s,
-                false, p);
+                false, q);
   launch_kernel(op, fp8_moe_finalize_kernel, dim3(static_cast<unsigned>(m.num_tokens)),
-                dim3(kThreads), 0, s, false, p);
+                dim3(kThreads), 0, s, false, q);
 }
 
 }  // namespace flashinfer::kernels::cuda

@@ -26,8 +26,11 @@ struct CutlassMoeCudaStats {
 };
 CutlassMoeCudaStats cutlass_moe_cuda_stats();
 void deepseek_routing(const DeepSeekRoutingParams& p, void* stream, bool enable_pdl);
-/// trtllm_fp8_block_scale_moe / _routed_ (block_scale must be set; plain MajorK weights).
-/// Needs the ws_* scratch of TrtllmFp8MoeParams; num_experts <= kFp8MoeCudaMaxExperts.
+/// trtllm_fp8_block_scale_moe / _routed_ (block_scale set) and trtllm_fp8_per_tensor_scale_moe
+/// / _routed_ (block_scale clear): weights read in their stored layout (p.w1_index /
+/// w2_index), the ws_* intermediates in the stream's scratch (p.ws_* are ignored);
+/// num_experts <= kFp8MoeCudaMaxExperts and grouped DeepSeekV3 n_group <= 32 (kUnsupported
+/// otherwise).
 void trtllm_fp8_moe(const TrtllmFp8MoeParams& p, void* stream, bool enable_pdl);
 /// trtllm_bf16_moe / _routed_: weights read in their stored layout (p.w1_index / w2_index).
 /// Needs the ws_* scratch of TrtllmBf16MoeParams; from logits num_experts <=
