@@ -374,6 +374,13 @@ const std::map<std::string, Rule, std::less<>>& rules() {
         "ValueError(\"fp8_blockscale_gemm_sm90 is only supported on SM90 (Hopper) "
         "architecture.\") (its module, gen_fp8_blockscale_gemm_sm90_module, is built for sm90a)",
         false, "fp8_blockscale_gemm_sm90 is only supported on SM90 (Hopper) architecture.");
+    // mxfp8_grouped_quantize (quantization/fp8_quantization.py, after its mask checks):
+    // `if major < 10: raise RuntimeError("mxfp8_grouped_quantize requires SM100 or newer")`, its
+    // kernel being a cuTile one. The NVFP4 grouped quantizers have no such gate (an sm90 module).
+    add("mxfp8_grouped_quantize", {100, 103, 107, 110, 120, 121},
+        "quantization/fp8_quantization.py, mxfp8_grouped_quantize: `major < 10` raises "
+        "RuntimeError(\"mxfp8_grouped_quantize requires SM100 or newer\") after the mask checks",
+        false, "mxfp8_grouped_quantize requires SM100 or newer");
     // The grouped GEMMs of grouped_mm/core.py: @backend_requirement({}, common_check=...), so
     // the common check's list decides (grouped_mm_bf16 and grouped_mm_fp8 run on Hopper).
     const std::vector<int> sm100_family = {100, 103, 110, 120, 121};

@@ -58,7 +58,10 @@ void check_block_size(int64_t block_size, const char* op) {
 }
 
 // fp32, one element, on `device` (upstream: "(1,) float32"; the GEMM reshapes it to (1,)).
-float check_alpha(const std::optional<Tensor>& alpha, Device device, const char* op, bool exact) {
+// Returns its value when `read` (a device alpha costs a synchronizing copy, so the weight
+// preparation, which only checks it, does not read it).
+float check_alpha(const std::optional<Tensor>& alpha, Device device, const char* op, bool exact,
+                  bool read = true) {
   if (!alpha || !alpha->defined()) return 1.0f;
   const Tensor& t = *alpha;
   if (exact) {
@@ -72,7 +75,7 @@ float check_alpha(const std::optional<Tensor>& alpha, Device device, const char*
   api::check_dtype_in(t, {DType::kFloat32}, op, "alpha");
   FLASHINFER_CHECK(t.device() == device, op, "alpha", "must be on the same device as ",
                    exact ? "b" : "a", " (", device.str(), "), got ", t.device().str());
-  return static_cast<float>(t.to(Device::cpu()).item());
+  return read ? static_cast<float>(t.to(Device::cpu()).item()) : 1.0f;
 }
 
 }  // namespace
@@ -101,7 +104,7 @@ std::tuple<Tensor, Tensor, std::optional<Tensor>> prepare_bf16_fp4_weights(
         FLASHINFER_CHECK(b_descale.numel() >= need, op, "b_descale", "has ", b_descale.numel(),
                          " bytes but the 128x4-swizzled layout for N = ", n, ", K_sf = ", ksf,
                          " requires at least ", need);
-        (void)check_alpha(alpha, b.device(), op, true);
+        (void)check_alpha(alpha, b.device(), op, true, /*read=*/false);
         api::check_backend(op, backend, b.device());
         const Bf16Fp4Layout layout = layout_of(backend);
         if (layout == Bf16Fp4Layout::kCuteDsl) {

@@ -338,8 +338,11 @@ std::tuple<Tensor, Tensor> mxfp8_grouped_quantize(const Tensor& a, const Tensor&
         const char* op = "mxfp8_grouped_quantize";
         check_grouped_input(a, op, "a");
         const int64_t b = a.size(0), m = a.size(1), k = a.size(2);
-        FLASHINFER_CHECK(k % 32 == 0, op, "a", "K must be divisible by 32, got ", k);
         const Tensor mk = check_mask(mask, b, m, a.device(), op);
+        // Upstream refuses GPUs before Blackwell here, after its mask checks and before its K
+        // check (CONFORMANCE.md).
+        api::check_upstream_arch(op, "a", a.device());
+        FLASHINFER_CHECK(k % 32 == 0, op, "a", "K must be divisible by 32, got ", k);
         const int64_t pk = round_up(k, 128), pm = round_up(m, 128), sk = pk / 32;
         Tensor q = Tensor::empty({b, m, pk}, DType::kFloat8E4M3FN, a.device());
         Tensor sf = Tensor::empty({b, pm, sk}, DType::kUInt8, a.device());

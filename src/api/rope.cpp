@@ -110,7 +110,16 @@ constexpr api::KernelEntry<RopeLaunch> kRopeKernels[] = {
        kernels::cpu::apply_rope(p);
      }},
 #if FLASHINFER_WITH_CUDA
-    {DeviceType::kCUDA, "CUDA kernel: one block per token, cos/sin table in shared memory", nullptr,
+    {DeviceType::kCUDA, "CUDA kernel: one block per token, cos/sin table in shared memory",
+     // Computed angles take the host's frequencies through the kernel's parameters (256 pairs:
+     // upstream's kernels dispatch head dims up to 512), so its bits are the CPU's.
+     [](const RopeLaunch& l) {
+       return l.p.cos_sin_cache == nullptr && l.p.rotary_dim > 2 * kernels::cuda::kRopeMaxPairs
+                  ? api::Refusal{"rotary_dim",
+                                 "the CUDA kernel computes angles for rotary_dim <= 512 only (a "
+                                 "cos_sin_cache has no limit there)"}
+                  : api::Refusal{};
+     },
      [](const RopeLaunch& l, const api::LaunchContext& c) {
        kernels::RopeParams p = l.p;
        Tensor dpos, dindptr, doffsets;

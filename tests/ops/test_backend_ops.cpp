@@ -1128,9 +1128,14 @@ TEST(BackendOpsCoverage, CudaExpectationFollowsUpstreamArchitectures) {
        {"nvfp4_kv_dequantize", "hash_topk", "fused_qk_rmsnorm_rope",
         "fused_dit_residual_layernorm_scale_shift", "shuffle_matrix_a", "fp8_blockscale_gemm_sm90",
         "nvfp4_batched_quantize", "rmsnorm", "scaled_fp4_grouped_quantize",
-        "silu_and_mul_scaled_nvfp4_experts_quantize", "mxfp8_grouped_quantize"}) {
+        "silu_and_mul_scaled_nvfp4_experts_quantize"}) {
     EXPECT_FALSE(cuda_expectation(op, "", 90).refused) << op;
   }
+  // Its CUDA kernel serves sm100+ only: upstream raises its own text before Blackwell.
+  EXPECT_EQ(cuda_expectation("mxfp8_grouped_quantize", "", 90).refusal,
+            "mxfp8_grouped_quantize requires SM100 or newer");
+  EXPECT_FALSE(cuda_expectation("mxfp8_grouped_quantize", "", 100).refused);
+  EXPECT_FALSE(cuda_expectation("mxfp8_grouped_quantize", "", 120).refused);
   // Backend tables: upstream's lists per backend (mm_fp4's are Blackwell-only).
   EXPECT_EQ(cuda_expectation("mm_fp4", "auto", 90).refusal,
             "No suitable auto backends found for mm_fp4");

@@ -682,6 +682,19 @@ TEST(RopeCuda, LongPositionsAndWideCallsMatchCpuBitExact) {
   const auto v = cpu(qf).to_double_vector();
   EXPECT_FALSE(std::isnan(v[0]));  // token 0
   EXPECT_TRUE(std::isnan(v[8]));   // token 1's first rotated dim
+  // Computed angles past 256 pairs are refused on CUDA (the host's frequencies travel in the
+  // kernel's parameters); a cos/sin cache of that width runs.
+  QK w = packed_qk(2, 1, 1, 1024, DType::kFloat32, 5);
+  EXPECT_FI_ERROR(
+      apply_rope_pos_ids(w.q.to(gpu), w.k.to(gpu), index_tensor({1, 2}, DType::kInt64).to(gpu)),
+      "apply_rope_pos_ids", "rotary_dim");
+  const Tensor cache = make_cache(4, 1024, 1e4);
+  auto [qc, kc] = apply_rope_with_cos_sin_cache(
+      index_tensor({1, 2}, DType::kInt64), w.q.view({2, 1024}), w.k.view({2, 1024}), 1024, cache);
+  auto [qg, kg] = apply_rope_with_cos_sin_cache(index_tensor({1, 2}, DType::kInt64).to(gpu),
+                                                w.q.view({2, 1024}).to(gpu),
+                                                w.k.view({2, 1024}).to(gpu), 1024, cache.to(gpu));
+  EXPECT_TRUE(all_close(cpu(qg), qc, kExact));
 }
 
 }  // namespace

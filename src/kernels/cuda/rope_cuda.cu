@@ -30,12 +30,11 @@ __device__ int64_t find_segment(const RopeParams& p, int64_t t) {
 }
 
 // The host's pair frequencies (rope_pair_frequency), passed by value in the kernel's parameters
-// so the kernel runs no fp64 pow; rotary_dim <= 2 * kRopeParamPairs (every model's).
-constexpr int kRopeParamPairs = 256;
+// so the kernel runs no fp64 pow and rounds them as the CPU does.
 struct RopeFreqs {
-  double f[kRopeParamPairs];
+  double f[kRopeMaxPairs];
 };
-// Calls with precomputed angles, or more pairs than RopeFreqs holds (then the device runs pow).
+// Calls with precomputed angles (a cos/sin cache).
 struct NoFreqs {};
 
 // Position of token t.
@@ -45,9 +44,9 @@ __device__ __forceinline__ int64_t token_position(const RopeParams& p, int64_t t
   return load_index(p.offsets, p.offsets_dtype, b) + (t - load_index(p.indptr, p.indptr_dtype, b));
 }
 
-// Fills the token's cos/sin table (threads i < rotary_dim / 2): from the cache row, or
-// rope_sincos of pos * f in fp64 as the CPU reference does. Each table thread reads the position
-// itself (one broadcast load) instead of waiting on a block barrier for thread 0's.
+// Fills the token's cos/sin table (threads i < rotary_dim / 2): from the cache row (NoFreqs), or
+// rope_sincos of pos * f in fp64 as the CPU reference does (RopeFreqs). Each table thread reads
+// the position itself (one broadcast load) instead of waiting on a block barrier for thread 0's.
 template <class F>
 __device__ __forceinline__ void fill_table(const RopeParams& p, const F& freqs, int64_t t,
                                            float* cos_t, float* sin_t) {
@@ -55,7 +54,7 @@ __device__ __forceinline__ void fill_table(const RopeParams& p, const F& freqs, 
   if (threadIdx.x >= half) return;
   const int64_t pos = token_position(p, t);
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-    if (p.cos_sin_cache != nullptr) {
+    if constexpr (std::is_same_v<F, NoFreqs>) {
       if (pos >= 0 && pos < p.cache_rows) {
         const float* row = p.cos_sin_cache + pos * p.cache_stride_row;
         cos_t[i] = row[i * p.cache_stride_col];
@@ -64,23 +63,14 @@ __device__ __forceinline__ void fill_table(const RopeParams& p, const F& freqs, 
         cos_t[i] = sin_t[i] =
             __int_as_float(0x7fc00000);  // out of the cache: poison, never read past it
       }
-      continue;
-    }
-    double f;
-    if constexpr (std::is_same_v<F, RopeFreqs>) {
-      f = freqs.f[i];
     } else {
-      const double base =
-          pow(p.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(p.rotary_dim));
-      const double s = fmin(fmax(base * p.smooth_a + p.smooth_b, 0.0), 1.0);
-      f = (1.0 - s) * base * p.rope_rcp_scale + s * base;
+      const double angle = f64_mul(static_cast<double>(pos), freqs.f[i]);
+      double sv, cv;
+      bool ok;  // false past kRopeMaxAngle: both NaN, as documented in rope_cuda.h
+      rope_sincos(angle, &sv, &cv, &ok);
+      cos_t[i] = static_cast<float>(cv);
+      sin_t[i] = static_cast<float>(sv);
     }
-    const double angle = f64_mul(static_cast<double>(pos), f);
-    double sv, cv;
-    bool ok;  // false past kRopeMaxAngle: both NaN, as documented in rope_cuda.h
-    rope_sincos(angle, &sv, &cv, &ok);
-    cos_t[i] = static_cast<float>(cv);
-    sin_t[i] = static_cast<float>(sv);
   }
 }
 
@@ -249,7 +239,10 @@ void launch(const RopeParams& p, cudaStream_t stream) {
   int threads = threads_for((p.num_q_heads + p.num_k_heads) * per_head);
   if (threads > 512) threads = 512;
   const dim3 grid(static_cast<unsigned>(p.nnz));
-  if (p.cos_sin_cache == nullptr && p.rotary_dim / 2 <= kRopeParamPairs) {
+  if (p.cos_sin_cache == nullptr) {
+    FLASHINFER_CHECK_CODE(p.rotary_dim / 2 <= kRopeMaxPairs, ErrorCode::kUnsupported, "apply_rope",
+                          "rotary_dim", "computed angles for rotary_dim <= ", 2 * kRopeMaxPairs,
+                          " only, got ", p.rotary_dim);
     RopeFreqs freqs{};
     for (int64_t i = 0; i < p.rotary_dim / 2; ++i) freqs.f[i] = rope_pair_frequency(p, i);
     if (vec) {
