@@ -160,7 +160,7 @@ std::optional<AttentionOutput> run_cudnn(const BlockCall& c, const Tensor& k, co
   if (c.lse) {
     const Tensor& l = *c.lse;
     if (!l.defined() || l.shape() != Shape{rows, hq} || l.dtype() != DType::kFloat32 ||
-        l.device() != dev) {
+        l.device() != dev || !l.is_contiguous()) {
       return std::nullopt;
     }
     lse = l;

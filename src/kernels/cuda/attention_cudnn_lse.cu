@@ -1,6 +1,7 @@
 // The cuDNN attention backend's one kernel of its own (kernels/cuda/attention_cudnn.h): cuDNN
-// writes the log-sum-exp in natural-log units (cuDNN 9.27 can write base 2, these headers are
-// older), this library returns it base 2, as upstream's FlashInfer kernels do.
+// writes the log-sum-exp in natural-log units (the frontend's base-2 statistics need cuDNN 9.27),
+// and this library returns it base 2, as the CPU reference and upstream's kernels do (upstream's
+// cuDNN paths multiply by log2(e) after the graph too).
 #include "kernels/cuda/attention_cudnn.h"
 
 #include <algorithm>
