@@ -187,6 +187,51 @@ TEST(CudnnSdpaPlan, KeyCoversWhatTheGraphDependsOn) {
   }
 }
 
+#if FLASHINFER_TEST_HAVE_CUDNN
+// The graphs the ops build validate in the cuDNN frontend against this machine's libcudnn, for an
+// sm_80 and an sm_90 GPU (no GPU needed: the support surface, shapes, strides and dtypes; which
+// engine runs them needs a GPU, CudnnAttentionCuda below).
+TEST(CudnnSdpaPlan, GraphsValidate) {
+  struct Case {
+    const char* name;
+    dnn::SdpaProblem p;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"prefill, causal, lse, bf16", prefill_problem()});
+  dnn::SdpaProblem p = prefill_problem();
+  p.causal = false;
+  p.stats = false;
+  p.dtype = DType::kFloat16;
+  cases.push_back({"prefill, fp16", p});
+  p = prefill_problem();
+  p.hkv = 8;  // MHA, d 64
+  p.d = 64;
+  p.q_stride_n = p.o_stride_n = 8 * 64;
+  p.q_stride_h = p.o_stride_h = 64;
+  p.k_stride_page = p.v_stride_page = 8 * 16 * 64;
+  p.k_stride_h = p.v_stride_h = 16 * 64;
+  p.k_stride_row = p.v_stride_row = 64;
+  cases.push_back({"prefill, d 64", p});
+  p = prefill_problem();
+  p.max_s_q = 1;
+  p.ragged = false;
+  p.causal = false;
+  p.stats = false;
+  cases.push_back({"decode", p});
+  for (int sm : {80, 90}) {
+    for (const Case& c : cases) {
+      EXPECT_EQ(kernels::cuda::cudnn_validate_sdpa(c.p, sm), "") << c.name << ", sm " << sm;
+    }
+  }
+  // What validation refuses (the ops then run the kernels): heads not a multiple of the KV
+  // heads, a GPU older than sm_80.
+  p = prefill_problem();
+  p.hkv = 3;
+  EXPECT_NE(kernels::cuda::cudnn_validate_sdpa(p, 90), "");
+  EXPECT_NE(kernels::cuda::cudnn_validate_sdpa(prefill_problem(), 75), "");
+}
+#endif
+
 // ---- the ops on a GPU against the CPU reference -----------------------------------------------
 
 #if FLASHINFER_TEST_HAVE_CUDNN

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -51,10 +52,13 @@ struct CachedGraph {
   std::string unsupported;
 };
 
-// The graph of `key`, described (not yet validated or lowered to cuDNN).
-std::shared_ptr<fe::graph::Graph> describe_graph(const dnn::SdpaGraphKey& key) {
+// The graph of `key`, described (not yet validated or lowered to cuDNN). The frontend picks the
+// SDPA implementation for the GPU here: the current device's, or `sm_version` when positive (for
+// validation without a GPU). Throws std::runtime_error when no implementation supports it.
+std::shared_ptr<fe::graph::Graph> describe_graph(const dnn::SdpaGraphKey& key, int sm_version = 0) {
   using fe::graph::Tensor_attributes;
   auto g = std::make_shared<fe::graph::Graph>();
+  if (sm_version > 0) g->set_sm_version(sm_version);
   const fe::DataType_t io = io_type(key.dtype);
   g->set_io_data_type(io)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
@@ -126,16 +130,25 @@ std::shared_ptr<fe::graph::Graph> describe_graph(const dnn::SdpaGraphKey& key) {
 // modes A then FALLBACK); an entry saying why when there is none.
 std::unique_ptr<CachedGraph> build_graph(const char* op, cudnnHandle_t handle,
                                          const dnn::SdpaGraphKey& key) {
-  std::shared_ptr<fe::graph::Graph> g = describe_graph(key);
   auto built = std::make_unique<CachedGraph>();
   g_graph_builds.fetch_add(1, std::memory_order_relaxed);
-  fe::error_t st = g->build(handle, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
-  if (st.is_bad()) {
+  const auto unsupported = [&](const std::string& why) {
     const dnn::Tensor4d& q = key.t.q;
     built->unsupported =
         "cuDNN has no SDPA execution plan for this problem (batch=" + std::to_string(q.dims[0]) +
         ", heads=" + std::to_string(q.dims[1]) + ", s_q=" + std::to_string(q.dims[2]) +
-        ", head_dim=" + std::to_string(q.dims[3]) + "): " + st.get_message();
+        ", head_dim=" + std::to_string(q.dims[3]) + "): " + why;
+  };
+  std::shared_ptr<fe::graph::Graph> g;
+  try {
+    g = describe_graph(key);
+  } catch (const std::runtime_error& e) {  // no SDPA implementation for this GPU and problem
+    unsupported(e.what());
+    return built;
+  }
+  fe::error_t st = g->build(handle, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+  if (st.is_bad()) {
+    unsupported(st.get_message());
     return built;
   }
   int64_t ws = 0;
@@ -234,6 +247,19 @@ bool cudnn_sdpa(const CudnnSdpaCall& c, void* stream, const char* op) {
     ran = true;
   });
   return ran;
+}
+
+std::string cudnn_validate_sdpa(const dnn::SdpaProblem& p, int sm_version) {
+  const dnn_rt::CudnnLib& lib = dnn_rt::cudnn_open();
+  if (!lib.error.empty()) return lib.error;
+  std::string message;
+  try {
+    fe::error_t st = describe_graph(dnn::make_sdpa_key(0, p), sm_version)->validate();
+    if (st.is_bad()) message = st.get_message();
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  return message;
 }
 
 CudnnAttentionStats cudnn_attention_stats() {

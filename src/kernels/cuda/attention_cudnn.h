@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/cudnn_attention_plan.h"
@@ -38,6 +39,12 @@ struct CudnnSdpaCall {
 /// captured, an offset overflows int32, or cuDNN has no execution plan (remembered per graph).
 /// The caller then runs another backend. kCuda Error when a CUDA or cuDNN call fails.
 bool cudnn_sdpa(const CudnnSdpaCall& c, void* stream, const char* op);
+
+/// Describes the graph of `p` for a GPU of `sm_version` (90: sm_90) and validates it in the
+/// cuDNN frontend against the opened library (shapes, strides, dtypes, the SDPA support surface;
+/// no device needed, nothing lowered to cuDNN): the frontend's message, empty when valid, or why
+/// libcudnn cannot be opened. For the tests.
+std::string cudnn_validate_sdpa(const dnn::SdpaProblem& p, int sm_version);
 
 /// The attention graphs' counters since the process started: calls run on cuDNN, graphs built
 /// (or found to have no plan), calls that found their graph cached, and device allocations of
