@@ -217,9 +217,4 @@ inline bool sdpa_index_values(const SdpaProblem& p, const SdpaIndexLayout& l,
          (!p.stats || fill(l.offset_stats, p.lse_stride_n));
 }
 
-/// Bytes a stream's attention workspace grows to (the per-stream scratch's policy).
-constexpr uint64_t sdpa_workspace_bytes(const SdpaIndexLayout& l, uint64_t cudnn_workspace) {
-  return static_cast<uint64_t>(l.bytes) + cudnn_workspace;
-}
-
 }  // namespace flashinfer::kernels::dnn
