@@ -79,6 +79,7 @@ KERNEL_TESTS = [
     ("apilog_stats_cuda.cu", r"^ApiLog\.StatisticsCuda"),
     ("bench_timing_cuda.cu", None),  # from the bench phase: a CUDA [PERF] row was timed
     ("gguf_cuda.cu", r"^(MmGgufCuda\.|ChatCuda\.|BackendOpsCuda\.MatchesCpu/mm_gguf)"),
+    ("attention_cudnn.cpp", r"^CudnnAttentionCuda\."),  # with attention_cudnn_lse.cu
 ]
 
 # Dense peak FLOP/s by device name (vendor datasheets; bf16 and fp8 tensor cores, no sparsity).

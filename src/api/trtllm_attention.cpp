@@ -16,6 +16,11 @@
 #include "api/checks.h"
 #include "flashinfer/float_formats.h"
 #include "flashinfer/ops/attention.h"
+#if FLASHINFER_WITH_CUDNN
+#include "api/device_props.h"
+#include "api/kernel_table.h"
+#include "kernels/cuda/attention_cudnn.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -25,6 +30,19 @@ constexpr const char* kContextOp = "trtllm_batch_context_with_kv_cache";
 constexpr const char* kXqaOp = "xqa_batch_decode_with_kv_cache";
 constexpr const char* kCudnnPrefillOp = "cudnn_batch_prefill_with_kv_cache";
 constexpr const char* kCudnnDecodeOp = "cudnn_batch_decode_with_kv_cache";
+#if FLASHINFER_WITH_CUDNN
+constexpr const char* kCudnnPrefillSummary =
+    "Batch prefill attention under cuDNN's interface (cuDNN's SDPA graph for a paged cache where "
+    "it fits, else this library's kernels)";
+constexpr const char* kCudnnDecodeSummary =
+    "Batch decode attention under cuDNN's interface (cuDNN's SDPA graph where it fits, else this "
+    "library's kernels)";
+#else
+constexpr const char* kCudnnPrefillSummary =
+    "Batch prefill attention under cuDNN's interface (this library's kernels)";
+constexpr const char* kCudnnDecodeSummary =
+    "Batch decode attention under cuDNN's interface (this library's kernels)";
+#endif
 
 // A fused scale given as a float or a one-element float tensor (read on the host).
 double scale_value(const ScalarOrTensor<double>& x, const char* op, const char* arg) {
@@ -76,7 +94,137 @@ struct BlockCall {
   // xqa speculative decoding: the bit-packed draft mask and the q_seq_len its rows are sized for.
   std::optional<Tensor> spec_mask;
   int64_t spec_q_len = 1;
+  // The cuDNN ops: run cuDNN's SDPA graph where the build has cuDNN and the call fits it
+  // (run_cudnn), with the graph's sequence extents (the API's maxima).
+  bool cudnn = false;
+  int64_t cudnn_max_s_q = 1, cudnn_max_s_kv = 0;
 };
+
+#if FLASHINFER_WITH_CUDNN
+// `c` on cuDNN's SDPA graph (kernels/cuda/attention_cudnn.h), once run_block_call has checked
+// it: k and v are its [pages, page_size, Hkv, D] views, `table` the host copy of its block table
+// ([rows, table_cols]), `od` the output dtype. nullopt, having run nothing, when the call does not
+// fit the graph (a dtype, scale, output or length cuDNN's graph does not express, no GPU of
+// sm80+, or cuDNN has no plan): the caller runs this library's kernels, so nothing that runs
+// there stops running. out and lse, when given, must be exactly what the kernels' path accepts;
+// anything else goes that path too, which then names the argument.
+std::optional<AttentionOutput> run_cudnn(const BlockCall& c, const Tensor& k, const Tensor& v,
+                                         const int32_t* table, int64_t table_cols, DType od) {
+  const Tensor& q = c.query;
+  const Device dev = q.device();
+  if (!dev.is_cuda() || api::compute_capability(dev) < 80) return std::nullopt;
+  const DType dt = q.dtype();
+  if ((dt != DType::kBFloat16 && dt != DType::kFloat16) || k.dtype() != dt || od != dt) {
+    return std::nullopt;
+  }
+  if (c.out_scale != 1.0 || c.sinks || c.window_left >= 0 || c.spec_mask || c.f32_out ||
+      (c.kv_cache_sf && !c.kv_cache_sf->is_none())) {
+    return std::nullopt;
+  }
+  const int64_t batch = static_cast<int64_t>(c.kv_lens.size());
+  const int64_t rows = q.size(0), hq = q.size(1), d = q.size(2), hkv = k.size(2);
+  if (batch == 0 || rows == 0 || d % 8 != 0 || d > 256) return std::nullopt;
+  // The graph's page table has ceil(max_sequence_kv / page_size) columns per request, copied
+  // each call: a maximum far beyond the lengths is left to the kernels.
+  const int64_t page_size = k.size(1);
+  if (c.cudnn_max_s_kv < 1 || c.cudnn_max_s_kv > std::numeric_limits<int32_t>::max() ||
+      batch * ((c.cudnn_max_s_kv + page_size - 1) / page_size) > (int64_t{1} << 22)) {
+    return std::nullopt;
+  }
+  // Empty requests (no queries, or no keys: an all-masked row) are left to the kernels, whose
+  // results for them are defined.
+  for (int64_t b = 0; b < batch; ++b) {
+    if (c.kv_lens[b] < 1 || c.qo_indptr[b + 1] - c.qo_indptr[b] < 1) return std::nullopt;
+  }
+  const auto aligned = [](const Tensor& t) {
+    return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0;
+  };
+  if (q.stride(2) != 1 || k.stride(3) != 1 || v.stride(3) != 1 || !aligned(q) || !aligned(k) ||
+      !aligned(v)) {
+    return std::nullopt;
+  }
+  const Shape o_shape{rows, hq, d};
+  Tensor out;
+  if (c.out) {
+    const Tensor& o = *c.out;
+    if (!o.defined() || o.shape() != o_shape || o.dtype() != od || o.device() != dev ||
+        o.stride(2) != 1 || !aligned(o)) {
+      return std::nullopt;
+    }
+    out = o;
+  } else {
+    out = Tensor::empty(o_shape, od, dev);
+  }
+  const bool stats = c.return_lse || c.lse;
+  Tensor lse;
+  if (c.lse) {
+    const Tensor& l = *c.lse;
+    if (!l.defined() || l.shape() != Shape{rows, hq} || l.dtype() != DType::kFloat32 ||
+        l.device() != dev || !l.is_contiguous()) {
+      return std::nullopt;
+    }
+    lse = l;
+  } else if (stats) {
+    lse = Tensor::empty({rows, hq}, DType::kFloat32, dev);
+  }
+
+  kernels::dnn::SdpaProblem p;
+  p.batch = batch;
+  p.hq = hq;
+  p.hkv = hkv;
+  p.d = d;
+  p.max_s_q = c.cudnn_max_s_q;
+  p.max_s_kv = c.cudnn_max_s_kv;
+  p.num_pages = k.size(0);
+  p.page_size = page_size;
+  p.q_stride_n = q.stride(0);
+  p.q_stride_h = q.stride(1);
+  p.o_stride_n = out.stride(0);
+  p.o_stride_h = out.stride(1);
+  p.k_stride_page = k.stride(0);
+  p.k_stride_row = k.stride(1);
+  p.k_stride_h = k.stride(2);
+  p.v_stride_page = v.stride(0);
+  p.v_stride_row = v.stride(1);
+  p.v_stride_h = v.stride(2);
+  if (stats) {
+    p.lse_stride_n = lse.stride(0);
+    p.lse_stride_h = lse.stride(1);
+  }
+  // One query per request (decode) is row b: no ragged offsets.
+  p.ragged = c.cudnn_max_s_q > 1;
+  p.causal = c.causal;
+  p.stats = stats;
+  p.dtype = dt;
+  p.scale = static_cast<float>(c.bmm1);
+
+  std::vector<int32_t> lens_q(static_cast<std::size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) lens_q[b] = c.qo_indptr[b + 1] - c.qo_indptr[b];
+  kernels::cuda::CudnnSdpaCall call;
+  call.problem = p;
+  call.q = q.data_ptr();
+  call.k = k.data_ptr();
+  call.v = v.data_ptr();
+  call.out = out.data_ptr();
+  call.lse = stats ? lse.data<float>() : nullptr;
+  call.lens_q = &lens_q;
+  call.lens_kv = &c.kv_lens;
+  call.qo_indptr = &c.qo_indptr;
+  call.table = table;
+  call.table_cols = table_cols;
+  const Tensor& ws = *c.workspace_buffer;
+  if (ws.is_contiguous()) {
+    call.workspace = ws.data_ptr();
+    call.workspace_bytes = ws.nbytes();
+  }
+  api::launch_detail::LaunchScope scope(dev, c.enable_pdl);
+  if (!kernels::cuda::cudnn_sdpa(call, scope.context().stream, c.op)) return std::nullopt;
+  AttentionOutput r;
+  r.out = out;
+  if (c.return_lse) r.lse = lse;
+  return r;
+}
+#endif
 
 // xqa's speculative-decoding mask (csrc/xqa/mha.cu, applyMaskFromInput) as the kernels' custom
 // mask: request b's query t sees every key before its last qo_len positions, and draft key j
@@ -214,6 +362,11 @@ AttentionOutput run_block_call(BlockCall& c) {
     FLASHINFER_CHECK(!c.causal || qo_len <= c.kv_lens[b], op, "seq_lens", "request ", b, " has ",
                      qo_len, " queries but only ", c.kv_lens[b], " keys");
   }
+#if FLASHINFER_WITH_CUDNN
+  if (c.cudnn) {
+    if (std::optional<AttentionOutput> r = run_cudnn(c, k, v, table, max_blocks, od)) return *r;
+  }
+#endif
   if (c.spec_mask) {
     FLASHINFER_CHECK_CODE(q.device().is_cpu(), ErrorCode::kUnsupported, op, "mask",
                           "speculative-decoding masks run on the CPU reference only; pass CPU "
@@ -667,6 +820,9 @@ CudnnPrefillResult cudnn_prefill_impl(
     c.out_dtype = o_data_type;
     c.lse = lse;
     c.return_lse = return_lse;
+    c.cudnn = true;
+    c.cudnn_max_s_q = max_token_per_sequence;
+    c.cudnn_max_s_kv = max_sequence_kv;
     AttentionOutput r = run_block_call(c);
     result.out = r.out;
     result.lse = r.lse;
@@ -789,6 +945,8 @@ Tensor cudnn_decode_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v
   c.hnd = true;
   c.bmm1 = scale;
   c.out = out;
+  c.cudnn = true;
+  c.cudnn_max_s_kv = max_sequence_kv;
   return run_block_call(c).out;
 }
 
@@ -1108,7 +1266,7 @@ void register_trtllm_attention_ops(OpRegistry& r) {
       r,
       {.name = kCudnnPrefillOp,
        .module = "flashinfer.cudnn.prefill",
-       .summary = "Batch prefill attention under cuDNN's interface (this library's kernels)"},
+       .summary = kCudnnPrefillSummary},
       "q", "k_cache", "v_cache", "scale", "workspace_buffer", arg("max_token_per_sequence").kw(),
       arg("max_sequence_kv").kw(), arg("actual_seq_lens_q").kw(), arg("actual_seq_lens_kv").kw(),
       arg("block_tables").kw(), arg("causal").kw(), arg("return_lse").kw(), arg("q_scale").kw(),
@@ -1121,9 +1279,7 @@ void register_trtllm_attention_ops(OpRegistry& r) {
   register_bench_hook(kCudnnPrefillOp, bench_cudnn_prefill);
   declare<&cudnn_batch_decode_with_kv_cache>(
       r,
-      {.name = kCudnnDecodeOp,
-       .module = "flashinfer.cudnn.decode",
-       .summary = "Batch decode attention under cuDNN's interface (this library's kernels)"},
+      {.name = kCudnnDecodeOp, .module = "flashinfer.cudnn.decode", .summary = kCudnnDecodeSummary},
       "q", "k_cache", "v_cache", "scale", "workspace_buffer", arg("max_sequence_kv").kw(),
       arg("actual_seq_lens_kv").kw(), arg("block_tables").kw(),
       arg("is_cuda_graph_compatible", false).kw(), arg("batch_offsets_q").kw(),

@@ -133,6 +133,11 @@ TEST(Cli, InfoReportsBuildAndDevices) {
                            : std::string("; no cuDNN in this build")),
       std::string::npos)
       << r.out;
+  // Whether the cudnn_* attention ops can run cuDNN's SDPA graph.
+  EXPECT_NE(
+      r.out.find(b.cuda && b.cudnn ? "cuDNN attention: yes (SDPA graph" : "cuDNN attention: no ("),
+      std::string::npos)
+      << r.out;
   if (flashinfer::cuda_device_count() == 0) {
     EXPECT_NE(r.out.find("CPU-only mode"), std::string::npos) << r.out;
   } else {

@@ -84,6 +84,21 @@ std::string gemm_libraries_line(const BuildInfo& b) {
   return line;
 }
 
+// What runs the cudnn_* attention ops on CUDA (api/trtllm_attention.cpp): cuDNN's SDPA graph
+// where the build has cuDNN and a call fits it, this library's kernels otherwise. Like the GEMM
+// line, it says what the build has (libcudnn is opened on the first cuDNN call).
+std::string cudnn_attention_line(const BuildInfo& b) {
+  if (!b.cuda)
+    return "cuDNN attention: no (no CUDA backend; the CPU reference runs the cudnn_* ops)";
+  if (!b.cudnn) {
+    return "cuDNN attention: no (no cuDNN in this build; cudnn_batch_prefill_with_kv_cache and "
+           "cudnn_batch_decode_with_kv_cache run this library's kernels)";
+  }
+  return "cuDNN attention: yes (SDPA graph for cudnn_batch_prefill_with_kv_cache and "
+         "cudnn_batch_decode_with_kv_cache with a paged K/V cache: bf16/fp16, sm80+; this "
+         "library's kernels for the rest and where libcudnn cannot be opened)";
+}
+
 }  // namespace
 
 Command info_command() {
@@ -103,6 +118,7 @@ Command info_command() {
                 std::printf("CUDA compiled in: no\n");
               }
               std::printf("%s\n", gemm_libraries_line(b).c_str());
+              std::printf("%s\n", cudnn_attention_line(b).c_str());
               std::printf("%s\n", cpu_tier_line().c_str());
               std::printf("host cache: limit %zu MiB (FLASHINFER_HOST_CACHE_MB)\n",
                           host_cache_stats().limit_bytes >> 20);

@@ -394,8 +394,9 @@ struct CudnnPrefillResult {
 };
 Value to_value(const CudnnPrefillResult& r);
 
-/// cudnn_batch_prefill_with_kv_cache (flashinfer.cudnn.prefill), computed with this library's
-/// kernels (no cuDNN). q [rows, Hq, D]; request b's queries are actual_seq_lens_q[b] rows
+/// cudnn_batch_prefill_with_kv_cache (flashinfer.cudnn.prefill): on CUDA, cuDNN's SDPA graph
+/// for a paged cache where the build has cuDNN and the call fits it (docs/ATTENTION.md), else
+/// this library's kernels. q [rows, Hq, D]; request b's queries are actual_seq_lens_q[b] rows
 /// starting at batch_offsets_q[b] (in batch_offsets_units of q, "elements" or "bytes"; default
 /// the running sum of the lengths, and offsets must equal it: requests are packed). K/V: with
 /// block_tables, pages [pages, Hkv, page_size, D] read through the table; without, ragged rows
@@ -424,13 +425,13 @@ CudnnPrefillResult cudnn_batch_prefill_with_kv_cache(
     std::optional<std::string> backend = std::nullopt,
     std::optional<DType> o_data_type = std::nullopt);
 
-/// cudnn_batch_decode_with_kv_cache (flashinfer.cudnn.decode), computed with this library's
-/// kernels (no cuDNN): q [batch, Hq, D]; k_cache, v_cache HND pages [pages, Hkv, page_size, D]
-/// read through block_tables [batch, blocks] (int32); without block_tables each request b owns
-/// page b whole ([batch, Hkv, max_seq, D]). actual_seq_lens_kv: any shape of batch int32 KV
-/// lengths, each <= max_sequence_kv (default: max_sequence_kv for every request). Scores
-/// scale * (q . k). Returns out [batch, Hq, D] in q's dtype (or out's). Not supported:
-/// batch_offsets_*.
+/// cudnn_batch_decode_with_kv_cache (flashinfer.cudnn.decode): on CUDA, cuDNN's SDPA graph
+/// where the build has cuDNN and the call fits it, else this library's kernels. q [batch, Hq, D];
+/// k_cache, v_cache HND pages [pages, Hkv, page_size, D] read through block_tables [batch, blocks]
+/// (int32); without block_tables each request b owns page b whole ([batch, Hkv, max_seq, D]).
+/// actual_seq_lens_kv: any shape of batch int32 KV lengths, each <= max_sequence_kv (default:
+/// max_sequence_kv for every request). Scores scale * (q . k). Returns out [batch, Hq, D] in q's
+/// dtype (or out's). Not supported: batch_offsets_*.
 Tensor cudnn_batch_decode_with_kv_cache(const Tensor& q, const Tensor& k_cache,
                                         const Tensor& v_cache, double scale,
                                         const Tensor& workspace_buffer, int64_t max_sequence_kv,

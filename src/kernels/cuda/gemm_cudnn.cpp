@@ -1,23 +1,16 @@
 // The cuDNN backend of mm_bf16, bmm_bf16 and bmm_fp8: upstream's cuDNN graphs (matmul in fp32,
 // then bias or the FP8 scales as pointwise nodes; kernels/cudnn_gemm_plan.h) built once per
 // problem and cached with their execution plan, a persistent workspace per stream, and nothing
-// allocated per call once warm. The only file that includes the cuDNN frontend (its headers
-// take ~20 s to compile); compiled with g++, not nvcc: it launches no kernel of its own.
-//
-// The frontend runs in its dynamic-loading mode: every cuDNN call goes through a symbol looked
-// up in `cudnn_frontend::cudnn_dlhandle`, which is the library this file opens on the first cuDNN
-// GEMM (as gemm_cuda.cu opens cuBLASLt), so a process that runs none never maps libcudnn.
-#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING 1
-#define CUDNN_FRONTEND_SKIP_JSON_LIB 1  // serialization unused; keeps its nlohmann copy out
+// allocated per call once warm. Compiled with g++, not nvcc: it launches no kernel of its own.
+// It also defines what the cuDNN backends share (kernels/cuda/cudnn_runtime.h): the library,
+// opened on the first cuDNN graph, and the per-stream handles.
+#include "kernels/cuda/cudnn_runtime.h"
 
-#include <cuda_runtime_api.h>
-#include <cudnn_frontend.h>
 #include <dlfcn.h>
 
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
-#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -36,16 +29,10 @@ void* cudnn_dlhandle = nullptr;
 }  // namespace cudnn_frontend
 
 namespace flashinfer::kernels::cuda {
+namespace dnn_rt {
 namespace {
 
 namespace fe = cudnn_frontend;
-
-// ---- the library ----------------------------------------------------------------------------
-
-struct CudnnLib {
-  std::string error;    // empty: opened, and of the headers' major version
-  std::string version;  // "9.19.0"
-};
 
 // The toolkit's soname first (found through the library's run path, LD_LIBRARY_PATH or the
 // loader's cache), then the file the build found. libcudnn.so.9 is a small dispatcher that
@@ -85,17 +72,31 @@ CudnnLib open_cudnn() {
   return lib;
 }
 
-const CudnnLib& cudnn_lib() {
+// A stream of one backend.
+struct BackendStreamKey {
+  StreamKey stream;
+  Backend backend = Backend::kGemm;
+  bool operator==(const BackendStreamKey&) const = default;
+};
+
+struct BackendStreamKeyHash {
+  std::size_t operator()(const BackendStreamKey& k) const {
+    KeyHasher h;
+    h.mix(StreamKeyHash()(k.stream));
+    h.mix(static_cast<uint64_t>(k.backend));
+    return h.value();
+  }
+};
+
+}  // namespace
+
+const CudnnLib& cudnn_open() {
   static const CudnnLib lib = open_cudnn();  // thread-safe, once
   return lib;
 }
 
-// ---- per-stream state: handle, workspace, variant pack ---------------------------------------
-//
 // Nothing here is freed: destroying a handle or freeing device memory from a static destructor
 // can run after the CUDA context is gone.
-
-std::atomic<uint64_t> g_graph_builds{0}, g_graph_hits{0};
 
 void cuda_check(const char* op, cudaError_t err, const char* what) {
   if (err != cudaSuccess) {
@@ -110,26 +111,18 @@ bool capturing(const char* op, cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-// One stream's cuDNN state, by (device, stream id) as kernels/cuda/stream_scratch.h keys streams
-// (the per-thread default stream is one handle for many streams). A handle carries its stream,
-// and cuDNN forbids using one handle from two threads at once: `mu` is held from the graph lookup
-// to the launch. The variant pack holds every uid a graph may use, so filling it never allocates.
-struct StreamState {
-  std::mutex mu;
-  cudnnHandle_t handle = nullptr;  // bound to the device and stream it was created for
-  std::unordered_map<int64_t, void*> pack;
-};
-
-StreamState& stream_state(const char* op, int device, cudaStream_t stream) {
-  const StreamKey key = stream_key(op, device, stream);
+// (The per-thread default stream is one handle for many streams: keyed by stream id.)
+StreamState& stream_state(const char* op, int device, cudaStream_t stream, Backend backend,
+                          std::initializer_list<int64_t> uids) {
+  const BackendStreamKey key{stream_key(op, device, stream), backend};
   static std::mutex mu;
   static auto& states =
-      *new std::unordered_map<StreamKey, std::unique_ptr<StreamState>, StreamKeyHash>;
+      *new std::unordered_map<BackendStreamKey, std::unique_ptr<StreamState>, BackendStreamKeyHash>;
   std::lock_guard<std::mutex> lock(mu);
   std::unique_ptr<StreamState>& st = states[key];
   if (!st) {
     FLASHINFER_CHECK_CODE(!capturing(op, stream), ErrorCode::kUnsupported, op, "backend",
-                          "the first cuDNN GEMM on a stream creates its cuDNN handle, which "
+                          "the first cuDNN call on a stream creates its cuDNN handle, which "
                           "cannot happen while the stream is being captured into a CUDA graph: "
                           "run the call once on the stream before capturing it");
     auto fresh = std::make_unique<StreamState>();
@@ -139,14 +132,28 @@ StreamState& stream_state(const char* op, int device, cudaStream_t stream) {
     s = fe::detail::set_stream(fresh->handle, stream);
     FLASHINFER_CHECK_CODE(s == CUDNN_STATUS_SUCCESS, ErrorCode::kCuda, op, "backend",
                           "cudnnSetStream failed: ", fe::detail::get_error_string(s));
-    fresh->pack.reserve(8);
-    for (int64_t uid :
-         {dnn::kUidA, dnn::kUidB, dnn::kUidC, dnn::kUidBias, dnn::kUidAScale, dnn::kUidBScale}) {
-      fresh->pack.emplace(uid, nullptr);
-    }
+    fresh->pack.reserve(uids.size());
+    for (int64_t uid : uids) fresh->pack.emplace(uid, nullptr);
     st = std::move(fresh);
   }
   return *st;
+}
+
+}  // namespace dnn_rt
+
+namespace {
+
+namespace fe = cudnn_frontend;
+using dnn_rt::cuda_check;
+using dnn_rt::frontend_call;
+
+std::atomic<uint64_t> g_graph_builds{0}, g_graph_hits{0};
+
+// The GEMM graphs' handle and variant pack on `stream`.
+dnn_rt::StreamState& stream_state(const char* op, int device, cudaStream_t stream) {
+  return dnn_rt::stream_state(
+      op, device, stream, dnn_rt::Backend::kGemm,
+      {dnn::kUidA, dnn::kUidB, dnn::kUidC, dnn::kUidBias, dnn::kUidAScale, dnn::kUidBScale});
 }
 
 // The streams' workspaces (kernels/cuda/stream_scratch.h; grown as dnn::workspace_grow_to says),
@@ -293,23 +300,10 @@ const CachedGraph& find_graph(const char* op, cudnnHandle_t handle, const dnn::G
   return *cache.emplace(key, std::move(graph)).first->second;
 }
 
-// The frontend reports a missing symbol or CUDA runtime as std::runtime_error: as Error naming
-// the op and its backend argument.
-template <class F>
-void frontend_call(const char* op, F&& f) {
-  try {
-    f();
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    FLASHINFER_FAIL(ErrorCode::kCuda, op, "backend", "cuDNN frontend: ", e.what());
-  }
-}
-
 }  // namespace
 
 bool cudnn_gemm(const GemmParams& p, void* stream, const char* op, bool decline_unsupported) {
-  const CudnnLib& lib = cudnn_lib();
+  const dnn_rt::CudnnLib& lib = dnn_rt::cudnn_open();
   FLASHINFER_CHECK_CODE(lib.error.empty(), ErrorCode::kUnsupported, op, "backend",
                         "backend 'cudnn' needs libcudnn: ", lib.error);
   FLASHINFER_CHECK_CODE(p.out_stride_n == 1 || p.n == 1, ErrorCode::kUnsupported, op, "out",
@@ -322,7 +316,7 @@ bool cudnn_gemm(const GemmParams& p, void* stream, const char* op, bool decline_
   const dnn::GraphKey key = dnn::make_graph_key(device, p);
   bool ran = false;
   frontend_call(op, [&] {
-    StreamState& ss = stream_state(op, device, s);
+    dnn_rt::StreamState& ss = stream_state(op, device, s);
     std::lock_guard<std::mutex> lock(ss.mu);
     const CachedGraph& g = find_graph(op, ss.handle, key);
     if (!g.graph) {
@@ -351,10 +345,10 @@ CudnnStats cudnn_stats() {
           cudnn_workspace().allocated_bytes()};
 }
 
-std::string cudnn_load_error() { return cudnn_lib().error; }
+std::string cudnn_load_error() { return dnn_rt::cudnn_open().error; }
 
 std::string cudnn_validate_graph(const GemmParams& p) {
-  const CudnnLib& lib = cudnn_lib();
+  const dnn_rt::CudnnLib& lib = dnn_rt::cudnn_open();
   if (!lib.error.empty()) return lib.error;
   std::string message;
   frontend_call("cudnn_validate_graph", [&] {
@@ -364,6 +358,6 @@ std::string cudnn_validate_graph(const GemmParams& p) {
   return message;
 }
 
-std::string cudnn_library_version() { return cudnn_lib().version; }
+std::string cudnn_library_version() { return dnn_rt::cudnn_open().version; }
 
 }  // namespace flashinfer::kernels::cuda
