@@ -6,6 +6,17 @@ namespace flashinfer {
 /// The calling thread's current stream (a cudaStream_t); nullptr is the legacy default stream.
 void* current_cuda_stream();
 /// Sets the calling thread's current stream; ops on CUDA tensors launch on it.
+///
+/// CUDA tensors belong to the stream current when they were made, as in PyTorch: the memory of a
+/// dead tensor is cached and reused at once by later allocations on that stream (stream order
+/// keeps it safe), on other streams only after the work queued before its death has finished.
+/// So a tensor used on another stream must stay alive until that work is done (or the caller
+/// synchronizes), and a stream must not be destroyed while tensors made on it are alive.
+/// Tensors made while a stream is captured into a CUDA graph bypass the cache.
+/// FLASHINFER_CUDA_CACHING_ALLOCATOR=0 turns the cache off (every tensor a cudaMalloc / cudaFree).
 void set_current_cuda_stream(void* stream);
+
+/// Frees the cached memory of dead CUDA tensors on `device_index` (torch.cuda.empty_cache).
+void cuda_empty_cache(int device_index = 0);
 
 }  // namespace flashinfer

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "api/backends.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/kernel_table.h"

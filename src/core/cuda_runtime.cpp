@@ -1,6 +1,12 @@
 #include "core/cuda_runtime.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "core/caching_allocator.h"
 
 #include "flashinfer/device.h"
 #include "flashinfer/error.h"
@@ -20,6 +26,7 @@ thread_local void* t_current_stream = nullptr;
 }
 void* current_cuda_stream() { return t_current_stream; }
 void set_current_cuda_stream(void* stream) { t_current_stream = stream; }
+void cuda_empty_cache(int device_index) { detail::cuda_empty_cache(device_index); }
 
 namespace detail {
 
@@ -60,11 +67,126 @@ int cuda_runtime_device_count() {
 
 namespace {
 std::atomic<uint64_t> g_device_mallocs{0};
+
+// The CUDA side of the tensor allocator's cache (core/caching_allocator.h), one per device.
+// Events come from a free list, so a release costs one cudaEventRecord.
+class CudaAllocatorOps final : public CachingAllocatorOps {
+ public:
+  explicit CudaAllocatorOps(int device) : device_(device) {}
+  void* malloc(std::size_t nbytes) override {
+    DeviceGuard g(device_);
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, nbytes);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // clear it: the cache frees its blocks and tries again
+      return nullptr;
+    }
+    check(err, "cudaMalloc");
+    return p;
+  }
+  void free(void* p) noexcept override {
+    int prev = -1;
+    (void)cudaGetDevice(&prev);
+    (void)cudaSetDevice(device_);
+    (void)cudaFree(p);
+    if (prev >= 0) (void)cudaSetDevice(prev);
+  }
+  bool capturing(void* stream) noexcept override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    const cudaError_t err = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status);
+    if (err == cudaErrorStreamCaptureImplicit) {
+      (void)cudaGetLastError();  // another stream captures in global mode
+      return true;
+    }
+    // A stream we cannot ask about (destroyed since): treat as capturing, so nothing is cached.
+    return err != cudaSuccess || status != cudaStreamCaptureStatusNone;
+  }
+  void* record_event(void* stream) noexcept override {
+    int prev = -1;
+    (void)cudaGetDevice(&prev);
+    (void)cudaSetDevice(device_);
+    cudaEvent_t ev = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!spare_.empty()) {
+        ev = spare_.back();
+        spare_.pop_back();
+      }
+    }
+    if (ev == nullptr && cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+      ev = nullptr;
+    }
+    if (ev != nullptr && cudaEventRecord(ev, static_cast<cudaStream_t>(stream)) != cudaSuccess) {
+      (void)cudaEventDestroy(ev);
+      ev = nullptr;
+    }
+    if (prev >= 0) (void)cudaSetDevice(prev);
+    return ev;
+  }
+  bool event_done(void* event) noexcept override {
+    return cudaEventQuery(static_cast<cudaEvent_t>(event)) == cudaSuccess;
+  }
+  void release_event(void* event) noexcept override {
+    std::lock_guard<std::mutex> lock(mu_);
+    spare_.push_back(static_cast<cudaEvent_t>(event));
+  }
+  void synchronize() noexcept override {
+    int prev = -1;
+    (void)cudaGetDevice(&prev);
+    (void)cudaSetDevice(device_);
+    (void)cudaDeviceSynchronize();
+    if (prev >= 0) (void)cudaSetDevice(prev);
+  }
+
+ private:
+  int device_;
+  std::mutex mu_;
+  std::vector<cudaEvent_t> spare_;
+};
+
+bool caching_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("FLASHINFER_CUDA_CACHING_ALLOCATOR");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
 }
+
+// Per device, created on first use and never destroyed: blocks may die after static
+// destructors run (the driver reclaims everything at exit).
+constexpr int kMaxDevices = 64;
+CachingAllocator* device_cache(int device) {
+  static std::mutex mu;
+  static CachingAllocator* caches[kMaxDevices] = {};
+  if (device < 0 || device >= kMaxDevices || !caching_enabled()) return nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  if (caches[device] == nullptr) {
+    caches[device] = new CachingAllocator(*new CudaAllocatorOps(device));
+  }
+  return caches[device];
+}
+}  // namespace
+
 uint64_t cuda_device_malloc_count() { return g_device_mallocs.load(std::memory_order_relaxed); }
 
 void* cuda_device_malloc(std::size_t nbytes, int device) {
   g_device_mallocs.fetch_add(1, std::memory_order_relaxed);
+  void* const stream = current_cuda_stream();
+  CachingAllocator* cache = device_cache(device);
+  // cudaStreamPerThread is one handle but another stream in each host thread, and a tensor may
+  // die on another thread than its maker: such blocks bypass the cache (the cache frees blocks it
+  // did not hand out straight to the device).
+  if (cache != nullptr && stream != static_cast<void*>(cudaStreamPerThread)) {
+    void* p = cache->allocate(nbytes, stream);
+    if (p == nullptr) {
+      FLASHINFER_FAIL(ErrorCode::kCuda, "cudaMalloc", "",
+                      "cudaErrorMemoryAllocation: out of "
+                      "memory allocating ",
+                      nbytes, " bytes on cuda:", device,
+                      " (after freeing the allocator's cached blocks)");
+    }
+    return p;
+  }
   DeviceGuard g(device);
   void* p = nullptr;
   check(cudaMalloc(&p, nbytes == 0 ? 1 : nbytes), "cudaMalloc");
@@ -72,11 +194,19 @@ void* cuda_device_malloc(std::size_t nbytes, int device) {
 }
 
 void cuda_device_free(void* ptr, int device) noexcept {
+  if (CachingAllocator* cache = device_cache(device)) {
+    cache->release(ptr);
+    return;
+  }
   int prev = -1;
   (void)cudaGetDevice(&prev);
   (void)cudaSetDevice(device);
   (void)cudaFree(ptr);
   if (prev >= 0) (void)cudaSetDevice(prev);
+}
+
+void cuda_empty_cache(int device) {
+  if (CachingAllocator* cache = device_cache(device)) cache->empty_cache();
 }
 
 void cuda_memset_async(void* dst, int byte, std::size_t nbytes, int device) {
@@ -211,6 +341,7 @@ int cuda_runtime_device_count() { return 0; }
 void* cuda_device_malloc(std::size_t, int) { no_cuda("cuda_malloc"); }
 uint64_t cuda_device_malloc_count() { return 0; }
 void cuda_device_free(void*, int) noexcept {}
+void cuda_empty_cache(int) {}
 void cuda_memset_async(void*, int, std::size_t, int) { no_cuda("cuda_memset_async"); }
 void cuda_memcpy(void*, const void*, std::size_t, CopyKind, int) { no_cuda("cuda_memcpy"); }
 void cuda_memcpy_2d(void*, std::size_t, const void*, std::size_t, std::size_t, std::size_t,

@@ -18,7 +18,12 @@ void* cuda_device_malloc(std::size_t nbytes, int device);
 /// How many cuda_device_malloc calls (device Tensor storage) this process has made: the tests
 /// that check a steady state allocates nothing read it.
 uint64_t cuda_device_malloc_count();
+/// Device Tensor storage goes through a stream-ordered cache of blocks (core/caching_allocator.h:
+/// a dead tensor's block is reused by later allocations on its stream, or on others once an
+/// event says its work is done; FLASHINFER_CUDA_CACHING_ALLOCATOR=0 turns it off).
 void cuda_device_free(void* ptr, int device) noexcept;
+/// Frees the device's cached blocks (torch.cuda.empty_cache); no-op without the CUDA backend.
+void cuda_empty_cache(int device);
 /// Sets `nbytes` bytes at `dst` to `byte`, stream-ordered on the current stream (cudaMemsetAsync;
 /// not synchronized: later work on that stream sees it, as after torch's zero_).
 void cuda_memset_async(void* dst, int byte, std::size_t nbytes, int device);

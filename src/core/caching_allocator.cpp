@@ -1,0 +1,102 @@
+#include "core/caching_allocator.h"
+
+namespace flashinfer::detail {
+
+std::size_t CachingAllocator::round_size(std::size_t nbytes) {
+  constexpr std::size_t kSmall = 512, kLarge = std::size_t{2} << 20, kSplit = std::size_t{1} << 20;
+  if (nbytes == 0) return kSmall;
+  const std::size_t unit = nbytes < kSplit ? kSmall : kLarge;
+  return (nbytes + unit - 1) / unit * unit;
+}
+
+void* CachingAllocator::allocate(std::size_t nbytes, void* stream) {
+  const std::size_t size = round_size(nbytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  // During a capture the graph may address the block on every replay: a fresh one, never cached,
+  // and no event queries (a capture in global mode forbids them).
+  const bool capture = ops_.capturing(stream);
+  if (!capture) {
+    const std::size_t limit = size < (std::size_t{1} << 20) ? size : size + size / 4;
+    for (auto it = cached_.lower_bound(size); it != cached_.end() && it->first <= limit; ++it) {
+      Block& b = it->second.second;
+      if (b.stream != stream && !(b.event != nullptr && ops_.event_done(b.event))) continue;
+      void* p = it->second.first;
+      if (b.event != nullptr) ops_.release_event(b.event);
+      Block taken = b;
+      taken.event = nullptr;
+      taken.stream = stream;
+      cached_bytes_ -= taken.size;
+      cached_.erase(it);
+      live_bytes_ += taken.size;
+      live_.emplace(p, taken);
+      return p;
+    }
+  }
+  void* p = ops_.malloc(size);
+  if (p == nullptr && !cached_.empty() && !capture) {
+    free_cached_locked();
+    p = ops_.malloc(size);
+  }
+  if (p == nullptr) return nullptr;
+  ++device_mallocs_;
+  Block b;
+  b.size = size;
+  b.stream = stream;
+  b.uncached = capture;
+  live_bytes_ += size;
+  live_.emplace(p, b);
+  return p;
+}
+
+void CachingAllocator::release(void* p) noexcept {
+  if (p == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(p);
+  if (it == live_.end()) {  // not ours: give it straight back
+    ops_.free(p);
+    ++device_frees_;
+    return;
+  }
+  Block b = it->second;
+  live_.erase(it);
+  live_bytes_ -= b.size;
+  if (!b.uncached && !ops_.capturing(b.stream)) b.event = ops_.record_event(b.stream);
+  if (b.event == nullptr) {  // captured, or the event could not be recorded: no reuse
+    ops_.free(p);
+    ++device_frees_;
+    return;
+  }
+  cached_bytes_ += b.size;
+  cached_.emplace(b.size, std::make_pair(p, b));
+}
+
+void CachingAllocator::free_cached_locked() noexcept {
+  if (cached_.empty()) return;
+  ops_.synchronize();
+  for (auto& [size, entry] : cached_) {
+    if (entry.second.event != nullptr) ops_.release_event(entry.second.event);
+    ops_.free(entry.first);
+    ++device_frees_;
+  }
+  cached_.clear();
+  cached_bytes_ = 0;
+}
+
+void CachingAllocator::empty_cache() noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_cached_locked();
+}
+
+CachingAllocator::Stats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s;
+  s.cached_blocks = cached_.size();
+  s.cached_bytes = cached_bytes_;
+  s.live_blocks = live_.size();
+  s.live_bytes = live_bytes_;
+  s.device_mallocs = device_mallocs_;
+  s.device_frees = device_frees_;
+  return s;
+}
+
+}  // namespace flashinfer::detail

@@ -1,0 +1,188 @@
+// The CUDA tensor allocator's cache policy (src/core/caching_allocator.h) against a fake device:
+// reuse on the block's stream at once, on another stream only after its release event, size
+// classes, capture bypass, out-of-memory recovery, and what reaches the device.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "core/caching_allocator.h"
+
+namespace flashinfer::testing {
+namespace {
+
+using detail::CachingAllocator;
+
+// Addresses from a counter; events are records whose completion the test decides.
+class FakeDevice final : public detail::CachingAllocatorOps {
+ public:
+  std::size_t capacity = SIZE_MAX, used = 0;
+  std::set<void*> captured_streams;
+  std::vector<std::size_t> mallocs;
+  std::vector<void*> frees;
+  struct Event {
+    void* stream;
+    bool done = false;
+  };
+  std::vector<Event*> events;
+  int live_events = 0, syncs = 0;
+  std::uintptr_t next = 0x1000;
+  std::unordered_map<void*, std::size_t> sizes;
+
+  void* malloc(std::size_t n) override {
+    if (used + n > capacity) return nullptr;
+    used += n;
+    mallocs.push_back(n);
+    void* p = reinterpret_cast<void*>(next);
+    next += n + 0x100;
+    sizes[p] = n;
+    return p;
+  }
+  void free(void* p) noexcept override {
+    used -= sizes[p];
+    frees.push_back(p);
+  }
+  bool capturing(void* stream) noexcept override { return captured_streams.count(stream) > 0; }
+  void* record_event(void* stream) noexcept override {
+    events.push_back(new Event{stream});
+    ++live_events;
+    return events.back();
+  }
+  bool event_done(void* e) noexcept override { return static_cast<Event*>(e)->done; }
+  void release_event(void*) noexcept override { --live_events; }
+  void synchronize() noexcept override {
+    ++syncs;
+    for (Event* e : events) e->done = true;
+  }
+  ~FakeDevice() override {
+    for (Event* e : events) delete e;
+  }
+};
+
+void* const kS1 = reinterpret_cast<void*>(0x11);
+void* const kS2 = reinterpret_cast<void*>(0x22);
+
+TEST(CachingAllocator, RoundsToSizeClasses) {
+  EXPECT_EQ(CachingAllocator::round_size(0), 512u);
+  EXPECT_EQ(CachingAllocator::round_size(1), 512u);
+  EXPECT_EQ(CachingAllocator::round_size(512), 512u);
+  EXPECT_EQ(CachingAllocator::round_size(513), 1024u);
+  EXPECT_EQ(CachingAllocator::round_size((1u << 20) - 1), 1u << 20);
+  EXPECT_EQ(CachingAllocator::round_size(1u << 20), 2u << 20);
+  EXPECT_EQ(CachingAllocator::round_size((2u << 20) + 1), 4u << 20);
+}
+
+// Same stream: the block comes back at once, without waiting for its event, and the device sees
+// one malloc and no free.
+TEST(CachingAllocator, ReusesOnTheSameStreamAtOnce) {
+  FakeDevice dev;
+  CachingAllocator a(dev);
+  void* p = a.allocate(1000, kS1);
+  a.release(p);
+  EXPECT_EQ(a.stats().cached_blocks, 1u);
+  EXPECT_EQ(a.allocate(900, kS1), p);  // same 1024-byte class
+  EXPECT_EQ(dev.mallocs.size(), 1u);
+  EXPECT_TRUE(dev.frees.empty());
+  EXPECT_EQ(dev.live_events, 0);  // the release event went back when the block was taken
+  EXPECT_EQ(a.stats().live_bytes, 1024u);
+}
+
+// Another stream: only once the event recorded at release has completed.
+TEST(CachingAllocator, OtherStreamsWaitForTheReleaseEvent) {
+  FakeDevice dev;
+  CachingAllocator a(dev);
+  void* p = a.allocate(4096, kS1);
+  a.release(p);
+  ASSERT_EQ(dev.events.size(), 1u);
+  EXPECT_EQ(dev.events[0]->stream, kS1);
+  void* q = a.allocate(4096, kS2);
+  EXPECT_NE(q, p);  // S1's work may still use p
+  dev.events[0]->done = true;
+  void* r = a.allocate(4096, kS2);
+  EXPECT_EQ(r, p);  // its event is done: reusable on S2, now S2's block
+  a.release(r);
+  EXPECT_EQ(dev.events.back()->stream, kS2);
+}
+
+// Below 1 MiB only the exact class; above, a cached block at most a quarter larger (smallest
+// first), never a smaller one.
+TEST(CachingAllocator, TakesOnlyCloseSizes) {
+  FakeDevice dev;
+  CachingAllocator a(dev);
+  void* small = a.allocate(2048, kS1);
+  void* big = a.allocate(10u << 20, kS1);
+  void* bigger = a.allocate(12u << 20, kS1);
+  a.release(small);
+  a.release(big);
+  a.release(bigger);
+  EXPECT_NE(a.allocate(1024, kS1), small);        // 1 KiB does not take a 2 KiB block
+  EXPECT_EQ(a.allocate(9u << 20, kS1), big);      // 10 MiB for 10 MiB (rounded): smallest fit
+  EXPECT_EQ(a.allocate(10u << 20, kS1), bigger);  // 12 MiB <= 10 * 1.25 MiB
+  EXPECT_NE(a.allocate(4u << 20, kS1), nullptr);  // nothing cached fits: a new block
+  EXPECT_EQ(dev.mallocs.size(), 5u);
+}
+
+// While the stream captures: fresh blocks, given back to the device, never cached; a cached
+// block released during a capture goes to the device too; no event is recorded or queried.
+TEST(CachingAllocator, CaptureBypassesTheCache) {
+  FakeDevice dev;
+  CachingAllocator a(dev);
+  void* before = a.allocate(4096, kS1);
+  void* cached = a.allocate(8192, kS1);
+  a.release(cached);
+  dev.captured_streams.insert(kS1);
+  void* during = a.allocate(8192, kS1);
+  EXPECT_NE(during, cached);  // not handed out from the cache during a capture
+  a.release(during);
+  a.release(before);  // allocated before the capture, released during it
+  EXPECT_EQ(dev.frees, (std::vector<void*>{during, before}));
+  EXPECT_EQ(dev.events.size(), 1u);  // only `cached`'s, before the capture
+  dev.captured_streams.clear();
+  EXPECT_EQ(a.allocate(8192, kS1), cached);
+  void* made_in_capture = nullptr;
+  dev.captured_streams.insert(kS2);
+  made_in_capture = a.allocate(512, kS2);
+  dev.captured_streams.clear();
+  a.release(made_in_capture);  // the capture is over, but the graph may still address it
+  EXPECT_EQ(dev.frees.back(), made_in_capture);
+}
+
+// Out of memory: every cached block is freed (after a device synchronize) and the allocation
+// tried again; nullptr only when even that fails.
+TEST(CachingAllocator, OutOfMemoryFreesTheCacheAndRetries) {
+  FakeDevice dev;
+  dev.capacity = 8u << 20;
+  CachingAllocator a(dev);
+  void* p = a.allocate(4u << 20, kS1);
+  a.release(p);
+  void* q = a.allocate(6u << 20, kS2);  // 4 MiB cached + 6 MiB > 8 MiB
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(dev.syncs, 1);
+  EXPECT_EQ(dev.frees, std::vector<void*>{p});
+  EXPECT_EQ(a.stats().cached_blocks, 0u);
+  EXPECT_EQ(dev.live_events, 0);
+  EXPECT_EQ(a.allocate(4u << 20, kS1), nullptr);  // 6 MiB live: no room, nothing to free
+  a.release(q);
+  a.empty_cache();
+  EXPECT_EQ(dev.used, 0u);
+  const auto st = a.stats();
+  EXPECT_EQ(st.device_mallocs, 2u);
+  EXPECT_EQ(st.device_frees, 2u);
+  EXPECT_EQ(st.live_blocks, 0u);
+}
+
+// A pointer the cache did not hand out goes straight to the device.
+TEST(CachingAllocator, ForeignPointersGoToTheDevice) {
+  FakeDevice dev;
+  CachingAllocator a(dev);
+  void* foreign = dev.malloc(512);
+  a.release(foreign);
+  EXPECT_EQ(dev.frees, std::vector<void*>{foreign});
+  a.release(nullptr);
+  EXPECT_EQ(dev.frees.size(), 1u);
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
