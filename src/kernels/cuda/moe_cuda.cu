@@ -973,8 +973,8 @@ __global__ void bf16_moe_activation_kernel(TrtllmBf16MoeParams p, const int32_t*
   }
 }
 
-// One block per token: the finalize of the GEMV route, each pair's GEMM2 output read from its
-// row perm[pair] of y (bf16) at the stored column.
+// One block per token: the GEMV route's finalize arithmetic (trtllm_finalize_rows), each pair's
+// GEMM2 output read from its row perm[pair] of y (bf16) at the stored column.
 __global__ void bf16_moe_grouped_finalize_kernel(TrtllmBf16MoeParams p, const int32_t* perm,
                                                  const __nv_bfloat16* y) {
   const CutlassMoeParams& m = p.base.moe;
