@@ -216,9 +216,12 @@ RULES = {
                 "moe_scatter_kernel",
                 "moe_gather_kernel",
                 "moe_activation_kernel",
+                "bf16_moe_grouped_finalize_kernel",
+                "bf16_moe_permuted_out_kernel",
             ),
             description="the fused MoE's grouped route around the grouped GEMM (permutation "
-            "passes, activation gather, bias + activation): no spills",
+            "passes, activation gather, bias + activation; trtllm_bf16_moe's activation, "
+            "finalize and permuted output): no spills",
         ),
     )
 }

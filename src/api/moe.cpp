@@ -542,8 +542,10 @@ constexpr api::KernelEntry<kernels::TrtllmBf16MoeParams> kTrtllmMoeKernels[] = {
      }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
-     "CUDA kernel: routing one thread per token, then one block per (token, expert) pair with "
-     "warp dot products over the weights in their stored layout",
+     "CUDA kernel: routing one thread per token; MajorK weights with >= 2 pairs per local expert "
+     "(sm80+): pairs permuted by expert on the device, both GEMMs on the tensor-core grouped "
+     "GEMM; otherwise one block per (token, expert) pair with warp dot products over the weights "
+     "in their stored layout",
      nullptr,
      [](const kernels::TrtllmBf16MoeParams& p, const api::LaunchContext& c) {
        kernels::cuda::trtllm_bf16_moe(p, c.stream, c.enable_pdl);
@@ -740,22 +742,7 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
   m.round_gemm1 = false;
   TrtllmMoeResult res{{out}, do_finalize};
   if (!do_finalize) res.tensors = api::bind_unfinalized(p, routed, hidden, op, on_cuda);
-  Tensor ws_ids, ws_w, ws_g1, ws_h, ws_y;
-  if (on_cuda) {
-    const int64_t pairs = T * top_k;
-    ws_ids = Tensor::empty({pairs}, DType::kInt32, hidden.device());
-    ws_w = Tensor::empty({pairs}, DType::kFloat32, hidden.device());
-    ws_g1 = Tensor::empty({pairs, N1}, DType::kFloat32, hidden.device());
-    ws_h = Tensor::empty({pairs, inter}, DType::kFloat32, hidden.device());
-    bp.ws_ids = ws_ids.data<int32_t>();
-    bp.ws_w = ws_w.data<float>();
-    bp.ws_g1 = ws_g1.data<float>();
-    bp.ws_h = ws_h.data<float>();
-    if (do_finalize) {
-      ws_y = Tensor::empty({pairs, H}, DType::kFloat32, hidden.device());
-      bp.ws_y = ws_y.data<float>();
-    }
-  }
+  // The CUDA kernel takes its scratch from the stream's (kernels/cuda/stream_scratch.h).
   api::launch(kTrtllmMoeKernels, bp, hidden.device(), op, "hidden_states", enable_pdl);
   return res;
 }

@@ -17,9 +17,10 @@ namespace flashinfer::kernels {
 struct TrtllmBf16MoeParams {
   TrtllmMoeParams base;
   MoeWeightIndex w1_index, w2_index;
-  // CUDA only: device scratch allocated by the API layer: ws_ids [num_tokens * top_k] int32,
-  // ws_w (the bf16-rounded routing weights) [num_tokens * top_k], ws_g1 [.., gemm1_n],
-  // ws_h [.., inter], ws_y [.., hidden] fp32 (ws_y null when not finalizing).
+  // CUDA only, set by the launcher in the stream's scratch (the caller's are ignored): ws_ids
+  // [num_tokens * top_k] int32, ws_w (the bf16-rounded routing weights) [num_tokens * top_k],
+  // and on the GEMV route ws_g1 [.., gemm1_n], ws_h [.., inter], ws_y [.., hidden] fp32 (ws_y
+  // null when not finalizing).
   int32_t* ws_ids = nullptr;
   float* ws_w = nullptr;
   float* ws_g1 = nullptr;

@@ -194,4 +194,78 @@ TEST(MoeGroupedPlan, ScratchLayout) {
   EXPECT_EQ(g.bytes, 512u + 512u);  // 3 * 24 floats = 288 bytes
 }
 
+// trtllm_bf16_moe: the grouped route reads MajorK weights only (BlockMajorK keeps the GEMV
+// route, forced or not); shuffled rows are fine. Its threshold counts the pairs routed to every
+// expert: 8 experts of which 4 local need 2 * 4 * 2 = 16 pairs.
+TEST(MoeGroupedPlan, TrtllmRouteChoice) {
+  using flashinfer::kernels::MoeWeightIndex;
+  MoeWeightIndex plain, shuffled, block;
+  shuffled.shuffled = true;
+  shuffled.gated_interleave = true;
+  block.shuffled = true;
+  block.block_k = 64;
+  EXPECT_TRUE(moe_trtllm_grouped_layout(plain, plain));
+  EXPECT_TRUE(moe_trtllm_grouped_layout(shuffled, plain));
+  EXPECT_FALSE(moe_trtllm_grouped_layout(block, plain));
+  EXPECT_FALSE(moe_trtllm_grouped_layout(plain, block));
+  EXPECT_EQ(moe_trtllm_ep_size(8, 4), 2);
+  EXPECT_EQ(moe_trtllm_ep_size(8, 3), 3);
+  EXPECT_EQ(moe_trtllm_ep_size(8, 8), 1);
+  EXPECT_EQ(moe_trtllm_ep_size(256, 32), 8);
+  MoeRouteQuery q = query(16, 4);
+  q.ep_size = moe_trtllm_ep_size(8, 4);
+  EXPECT_TRUE(moe_trtllm_use_grouped(q, shuffled, plain, 0));
+  EXPECT_FALSE(moe_trtllm_use_grouped(q, block, plain, 0));
+  EXPECT_FALSE(moe_trtllm_use_grouped(q, plain, block, 2));
+  EXPECT_FALSE(moe_trtllm_use_grouped(q, plain, plain, 1));
+  q.pairs = 15;
+  EXPECT_FALSE(moe_trtllm_use_grouped(q, plain, plain, 0));
+  EXPECT_TRUE(moe_trtllm_use_grouped(q, plain, plain, 2));
+  q.w1 += 4;  // misaligned: never, even forced
+  EXPECT_FALSE(moe_trtllm_use_grouped(q, plain, plain, 2));
+}
+
+// The grouped GEMM runs on the stored rows of a shuffled MajorK weight: that is exact only if
+// moe_stored_row is a bijection of each expert's [0, mn) rows (every stored row is one plain row,
+// the GEMM's column moe_stored_row(j) its plain output j), for both shuffle blocks, with and
+// without the gated interleave.
+TEST(MoeGroupedPlan, TrtllmStoredRowsArePermutations) {
+  using flashinfer::kernels::MoeWeightIndex;
+  for (int64_t block : {int64_t{16}, int64_t{32}}) {
+    for (bool interleave : {false, true}) {
+      for (int64_t mn : {int64_t{32}, int64_t{64}, int64_t{256}}) {
+        MoeWeightIndex w;
+        w.shuffled = true;
+        w.gated_interleave = interleave;
+        w.shuffle_block = block;
+        std::vector<int> seen(static_cast<size_t>(mn), 0);
+        for (int64_t j = 0; j < mn; ++j) {
+          const int64_t r = flashinfer::kernels::moe_stored_row(w, mn, j);
+          ASSERT_GE(r, 0);
+          ASSERT_LT(r, mn);
+          ++seen[static_cast<size_t>(r)];
+        }
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), mn)
+            << "block " << block << " interleave " << interleave << " mn " << mn;
+      }
+    }
+  }
+}
+
+// trtllm_bf16_moe's scratch: ids and weights first, then the grouped layout with fp32 GEMM1 rows.
+TEST(MoeGroupedPlan, TrtllmScratchLayout) {
+  const MoeTrtllmScratch t = moe_trtllm_scratch(300);
+  EXPECT_EQ(t.ids, 0u);
+  EXPECT_EQ(t.w, 1280u);  // 300 int32 = 1200 bytes
+  EXPECT_EQ(t.rest, 2560u);
+  // 300 pairs, 8 experts, hidden 64, inter 32, gated: g1 is 300 * 64 fp32.
+  const MoeGroupedScratch s = moe_grouped_scratch(300, 8, 64, 32, 64, 2, 2, 4);
+  const MoeGroupedScratch b = moe_grouped_scratch(300, 8, 64, 32, 64, 2, 2);
+  EXPECT_EQ(s.g1, b.g1);
+  EXPECT_EQ(s.h, s.g1 + 76800u);  // 300 * 64 * 4
+  EXPECT_EQ(b.h, b.g1 + 38400u);  // 300 * 64 * 2
+  EXPECT_EQ(s.y, s.h + 19200u);   // 300 * 32 * 2
+  EXPECT_EQ(s.bytes, s.y + 38400u);
+}
+
 }  // namespace

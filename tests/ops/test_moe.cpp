@@ -1653,6 +1653,259 @@ TEST(MoeCudaGrouped, NoScratchAllocationOnceWarm) {
     EXPECT_EQ(force == 0 ? s1.grouped_runs - s0.grouped_runs : s1.gemv_runs - s0.gemv_runs, 100u);
   }
 }
+
+// ---- trtllm_bf16_moe's grouped route against its GEMV route and the CPU
+
+// One trtllm_bf16_routed_moe / trtllm_bf16_moe shape: local experts [offset, offset + local) of
+// E; act an ActivationType value; weights shuffled (rows of GEMM1 interleaved for a gated
+// activation) or not, MajorK (the grouped route's) or BlockMajorK with 64-element blocks (the
+// GEMV route's, even forced).
+struct TrtllmGroupedCase {
+  int64_t T = 40, H = 64, I = 32, E = 8, local = 4, offset = 2, K = 2, act = 1;
+  bool shuffled = false;
+  WeightLayout layout = WeightLayout::MajorK;
+  bool auto_grouped = true;  // whether the automatic choice is the grouped route
+};
+
+struct TrtllmGroupedInputs {
+  Tensor ids, wts, logits, x, w1, w2;
+  std::optional<Tensor> alpha, beta, limit;
+};
+
+// Precomputed routing with K distinct experts per token; every fifth token (where E - local >= K)
+// only on experts of other ranks. Weights powers of two (exact in bf16); x, w1, w2 integers in
+// [-1, 1]; logits for the routing-from-logits op.
+TrtllmGroupedInputs trtllm_grouped_int_inputs(const TrtllmGroupedCase& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<double> ids, wts;
+  std::vector<int64_t> all(static_cast<size_t>(c.E)), other;
+  std::iota(all.begin(), all.end(), int64_t{0});
+  for (int64_t e = 0; e < c.E; ++e) {
+    if (e < c.offset || e >= c.offset + c.local) other.push_back(e);
+  }
+  for (int64_t t = 0; t < c.T; ++t) {
+    std::vector<int64_t>& from =
+        t % 5 == 4 && static_cast<int64_t>(other.size()) >= c.K ? other : all;
+    std::shuffle(from.begin(), from.end(), rng);
+    for (int64_t k = 0; k < c.K; ++k) {
+      ids.push_back(static_cast<double>(from[static_cast<size_t>(k)]));
+      wts.push_back(std::ldexp(1.0, static_cast<int>((t + k) % 4) - 2));
+    }
+  }
+  const int64_t N1 = gated(static_cast<ActivationType>(c.act)) ? 2 * c.I : c.I;
+  TrtllmGroupedInputs in;
+  in.ids = Tensor::from_vector(ids, {c.T, c.K}, DType::kInt32);
+  in.wts = Tensor::from_vector(wts, {c.T, c.K}, DType::kBFloat16);
+  in.logits = rand_tensor({c.T, c.E}, DType::kFloat32, seed + 1, -3.0, 3.0);
+  in.x = int_tensor({c.T, c.H}, DType::kBFloat16, seed + 2, -1, 1);
+  const bool block = c.layout == WeightLayout::BlockMajorK;
+  in.w1 = int_tensor(block ? Shape({c.local, c.H / 64, N1, 64}) : Shape({c.local, N1, c.H}),
+                     DType::kBFloat16, seed + 3, -1, 1);
+  in.w2 = int_tensor(block ? Shape({c.local, c.I / 64, c.H, 64}) : Shape({c.local, c.H, c.I}),
+                     DType::kBFloat16, seed + 4, -1, 1);
+  return in;
+}
+
+std::optional<Tensor> opt_to(const std::optional<Tensor>& t, Device d) {
+  if (!t) return std::nullopt;
+  return t->to(d);
+}
+
+// The call on device d (the CPU or CUDA with the route forced: 0 auto, 1 GEMV, 2 grouped; on
+// CUDA `grouped` gets whether the grouped route ran). from_logits: trtllm_bf16_moe with
+// Renormalize routing; else trtllm_bf16_routed_moe with the (ids, weights) pair. Every output
+// on the host.
+std::vector<Tensor> run_trtllm_grouped(const TrtllmGroupedCase& c, const TrtllmGroupedInputs& in,
+                                       Device d, int force, bool from_logits, bool finalize,
+                                       bool* grouped, std::optional<Tensor> output = std::nullopt) {
+  const bool cuda = d.is_cuda();
+  if (cuda) moe_cuda::set_cutlass_moe_route(force);
+  const uint64_t before = moe_cuda::cutlass_moe_cuda_stats().grouped_runs;
+  const TrtllmMoeResult r =
+      from_logits
+          ? trtllm_bf16_moe(in.logits.to(d), std::nullopt, in.x.to(d), in.w1.to(d), in.w2.to(d),
+                            c.E, c.K, std::nullopt, std::nullopt, c.I, c.offset, c.local,
+                            std::nullopt, 1, c.shuffled, c.layout, finalize, false, 8192, c.act,
+                            true, std::nullopt, opt_to(in.alpha, d), opt_to(in.beta, d),
+                            opt_to(in.limit, d), output)
+          : trtllm_bf16_routed_moe(MoeTopkIds(in.ids.to(d), in.wts.to(d)), in.x.to(d), in.w1.to(d),
+                                   in.w2.to(d), c.E, c.K, std::nullopt, std::nullopt, c.I, c.offset,
+                                   c.local, std::nullopt, 1, c.shuffled, c.layout, finalize, false,
+                                   std::nullopt, 8192, c.act, std::nullopt, opt_to(in.alpha, d),
+                                   opt_to(in.beta, d), opt_to(in.limit, d), output);
+  if (cuda) {
+    moe_cuda::set_cutlass_moe_route(0);
+    *grouped = moe_cuda::cutlass_moe_cuda_stats().grouped_runs == before + 1;
+  }
+  std::vector<Tensor> out;
+  for (const Tensor& t : r.tensors) out.push_back(t.to(Device::cpu()));
+  return out;
+}
+
+// Integer operands whose fp32 sums are exact (|x|, |w| <= 1: GEMM1 |g| <= hidden, Relu2 <=
+// hidden^2, GEMM2 |sum| <= inter * hidden^2 < 2^24; power-of-two routing weights): the routes
+// differ only in the order of those sums, so the grouped route, the GEMV route and the CPU
+// reference agree bit for bit, finalized and not, over expert counts, top-k, local expert
+// offsets, tokens on no local expert, shuffled rows, and the automatic route choice (case 3 is
+// below its threshold: 60 pairs of 64 experts, 8 local, need 128; case 4's BlockMajorK weights
+// never take the grouped route).
+TEST(TrtllmBf16MoeCudaGrouped, BitExactOnIntegerOperands) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  std::vector<TrtllmGroupedCase> cases(5);
+  cases[1].T = 33;
+  cases[1].H = 96;
+  cases[1].I = 64;
+  cases[1].E = cases[1].local = 16;
+  cases[1].offset = 0;
+  cases[1].K = 4;
+  cases[1].act = 6;  // Relu2
+  cases[1].shuffled = true;
+  cases[2].T = 50;
+  cases[2].H = 32;
+  cases[2].E = 6;
+  cases[2].local = 3;
+  cases[2].offset = 3;
+  cases[2].K = 1;
+  cases[2].act = 9;  // Identity
+  cases[2].shuffled = true;
+  cases[3].T = 20;
+  cases[3].H = 128;
+  cases[3].I = 64;
+  cases[3].E = 64;
+  cases[3].local = 8;
+  cases[3].offset = 16;
+  cases[3].K = 3;
+  cases[3].auto_grouped = false;
+  cases[4].H = 128;
+  cases[4].I = 64;
+  cases[4].shuffled = true;
+  cases[4].layout = WeightLayout::BlockMajorK;
+  cases[4].auto_grouped = false;
+  uint64_t seed = 40;
+  for (const TrtllmGroupedCase& c : cases) {
+    const TrtllmGroupedInputs in = trtllm_grouped_int_inputs(c, seed += 10);
+    for (bool finalize : {true, false}) {
+      const std::string what = "T " + std::to_string(c.T) + " E " + std::to_string(c.E) + " K " +
+                               std::to_string(c.K) + " act " + std::to_string(c.act) +
+                               (finalize ? "" : " unfinalized");
+      bool grouped = false;
+      const std::vector<Tensor> ref =
+          run_trtllm_grouped(c, in, Device::cpu(), 0, false, finalize, &grouped);
+      const std::vector<Tensor> grp = run_trtllm_grouped(c, in, d, 2, false, finalize, &grouped);
+      EXPECT_EQ(grouped, c.layout == WeightLayout::MajorK) << what;
+      const std::vector<Tensor> gemv = run_trtllm_grouped(c, in, d, 1, false, finalize, &grouped);
+      EXPECT_FALSE(grouped) << what;
+      const std::vector<Tensor> aut = run_trtllm_grouped(c, in, d, 0, false, finalize, &grouped);
+      EXPECT_EQ(grouped, c.auto_grouped) << what;
+      ASSERT_EQ(grp.size(), ref.size()) << what;
+      ASSERT_EQ(gemv.size(), ref.size()) << what;
+      ASSERT_EQ(aut.size(), ref.size()) << what;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        EXPECT_TRUE(all_close(grp[i], ref[i], {0, 0})) << what << ", output " << i;
+        EXPECT_TRUE(all_close(gemv[i], ref[i], {0, 0})) << what << ", output " << i;
+        EXPECT_TRUE(all_close(aut[i], ref[i], {0, 0})) << what << ", output " << i;
+      }
+    }
+  }
+}
+
+// Routing from logits on the device (the same routing kernel ahead of both routes): the grouped
+// route matches the GEMV route bit for bit on integer operands, and the CPU within bf16's
+// tolerance (the routing weights' expf may round apart).
+TEST(TrtllmBf16MoeCudaGrouped, FromLogitsMatchesTheGemvRoute) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  TrtllmGroupedCase c;
+  c.T = 64;
+  c.act = 6;
+  c.shuffled = true;
+  const TrtllmGroupedInputs in = trtllm_grouped_int_inputs(c, 90);
+  bool grouped = false;
+  const Tensor ref = run_trtllm_grouped(c, in, Device::cpu(), 0, true, true, &grouped)[0];
+  const Tensor grp = run_trtllm_grouped(c, in, d, 0, true, true, &grouped)[0];
+  EXPECT_TRUE(grouped);
+  const Tensor gemv = run_trtllm_grouped(c, in, d, 1, true, true, &grouped)[0];
+  EXPECT_FALSE(grouped);
+  EXPECT_TRUE(all_close(grp, gemv, {0, 0}));
+  EXPECT_TRUE(all_close(grp, ref, default_tolerance(DType::kBFloat16)));
+}
+
+// Random operands, gated activations (Swiglu; SwigluBias with per-expert alpha / beta / clamp
+// limit) with shuffled, interleaved GEMM1 rows: x and w1 on grids of 2^-6 and 2^-7 (every GEMM1
+// partial sum exact in fp32, so both routes feed the activation the same fp32 values and store
+// the same bf16 activation); only GEMM2's fp32 summation order differs, which moves a GEMM2
+// output near a rounding boundary by a bf16 ulp. Both routes and the CPU agree within bf16's
+// tolerance.
+TEST(TrtllmBf16MoeCudaGrouped, RandomOperandsWithinBound) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  const Tolerance tol = default_tolerance(DType::kBFloat16);
+  for (int64_t act : {int64_t{3}, int64_t{5}}) {
+    TrtllmGroupedCase c;
+    c.T = 100;
+    c.H = 128;
+    c.I = 64;
+    c.E = 8;
+    c.local = 6;
+    c.offset = 1;
+    c.K = 3;
+    c.act = act;
+    c.shuffled = true;
+    TrtllmGroupedInputs in = trtllm_grouped_int_inputs(c, 200 + static_cast<uint64_t>(act));
+    in.x = on_grid(rand_tensor({c.T, c.H}, DType::kBFloat16, 3, -1.0, 1.0), std::ldexp(1.0, -6));
+    in.w1 =
+        on_grid(rand_tensor(in.w1.shape(), DType::kBFloat16, 4, -0.3, 0.3), std::ldexp(1.0, -7));
+    in.w2 = rand_tensor(in.w2.shape(), DType::kBFloat16, 5, -0.3, 0.3);
+    in.wts = rand_tensor({c.T, c.K}, DType::kBFloat16, 6, 0.1, 1.0);
+    if (act == 5) {
+      in.alpha = rand_tensor({c.local}, DType::kFloat32, 7, 1.0, 2.0);
+      in.beta = rand_tensor({c.local}, DType::kFloat32, 8, -0.5, 0.5);
+      in.limit = rand_tensor({c.local}, DType::kFloat32, 9, 0.5, 2.0);
+    }
+    const std::string what = "act " + std::to_string(act);
+    bool grouped = false;
+    const Tensor ref = run_trtllm_grouped(c, in, Device::cpu(), 0, false, true, &grouped)[0];
+    const Tensor grp = run_trtllm_grouped(c, in, d, 0, false, true, &grouped)[0];
+    EXPECT_TRUE(grouped) << what;
+    const Tensor gemv = run_trtllm_grouped(c, in, d, 1, false, true, &grouped)[0];
+    EXPECT_TRUE(all_close(grp, gemv, tol)) << what;
+    EXPECT_TRUE(all_close(grp, ref, tol)) << what;
+    EXPECT_TRUE(all_close(gemv, ref, tol)) << what;
+  }
+}
+
+// 100 warm calls of one shape allocate no scratch on either route (the output passed in).
+TEST(TrtllmBf16MoeCudaGrouped, NoScratchAllocationOnceWarm) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  TrtllmGroupedCase c;
+  c.T = 64;
+  const TrtllmGroupedInputs h = trtllm_grouped_int_inputs(c, 400);
+  TrtllmGroupedInputs in = h;
+  in.ids = h.ids.to(d);
+  in.wts = h.wts.to(d);
+  in.x = h.x.to(d);
+  in.w1 = h.w1.to(d);
+  in.w2 = h.w2.to(d);
+  Tensor out = Tensor::empty({c.T, c.H}, DType::kBFloat16, d);
+  for (int force : {0, 1}) {
+    moe_cuda::set_cutlass_moe_route(force);
+    auto call = [&] {
+      (void)trtllm_bf16_routed_moe(
+          MoeTopkIds(in.ids, in.wts), in.x, in.w1, in.w2, c.E, c.K, std::nullopt, std::nullopt, c.I,
+          c.offset, c.local, std::nullopt, 1, false, WeightLayout::MajorK, true, false,
+          std::nullopt, 8192, c.act, std::nullopt, std::nullopt, std::nullopt, std::nullopt, out);
+    };
+    call();
+    const moe_cuda::CutlassMoeCudaStats s0 = moe_cuda::cutlass_moe_cuda_stats();
+    for (int i = 0; i < 100; ++i) call();
+    const moe_cuda::CutlassMoeCudaStats s1 = moe_cuda::cutlass_moe_cuda_stats();
+    moe_cuda::set_cutlass_moe_route(0);
+    EXPECT_EQ(s1.scratch_allocs, s0.scratch_allocs) << "force " << force;
+    EXPECT_EQ(force == 0 ? s1.grouped_runs - s0.grouped_runs : s1.gemv_runs - s0.gemv_runs, 100u);
+  }
+}
 #endif
 
 // n_group matters only to DeepSeekV3's grouped selection: the other methods ignore it, also

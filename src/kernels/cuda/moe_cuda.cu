@@ -4,7 +4,8 @@
 // and, for bf16 / fp16 prefill-sized batches, the grouped route (moe_grouped_plan.h): the pairs
 // permuted by expert on the device, both GEMMs on the tensor-core grouped GEMM (fp32
 // accumulation, one rounding each, at the same points), the GEMV route's activation code
-// between them, its finalize reading rows through the permutation.
+// between them, its finalize reading rows through the permutation. trtllm_bf16_moe takes the
+// same two routes (the grouped one for MajorK weights) with its own rounding points.
 #include <atomic>
 #include <cfloat>
 
@@ -313,6 +314,30 @@ moe::MoeRouteQuery route_query(const CutlassMoeParams& p, const char* op) {
   return q;
 }
 
+// One GEMM of the grouped route on the tensor-core grouped GEMM: out [pairs, n] of out_dtype =
+// a [pairs, k] @ w[e]^T for the rows [indptr[e], indptr[e + 1]) of each local expert e, w
+// [E, n, k] contiguous. Rows past indptr[E] (pairs of no local expert) are not written.
+void moe_grouped_gemm(DType in_dtype, const int32_t* indptr, int64_t E, int64_t pairs,
+                      const void* a, const void* w, int64_t n, int64_t k, void* out,
+                      DType out_dtype, cudaStream_t stream) {
+  GroupedMmCudaParams g;
+  g.in_dtype = g.b_dtype = in_dtype;
+  g.m_indptr = indptr;
+  g.num_groups = E;
+  g.cum_m = pairs;
+  g.a = a;
+  g.a_stride_m = k;
+  g.b = w;
+  g.b_stride_e = n * k;
+  g.b_stride_n = k;
+  g.n = n;
+  g.k = k;
+  g.out = out;
+  g.out_dtype = out_dtype;
+  g.out_stride_m = n;
+  grouped_mm_bf16(g, stream);
+}
+
 // The grouped route: permutation, GEMM1 (rounded to T by the GEMM), bias + activation, GEMM2
 // (rounded to O), the finalize through the permutation.
 template <class T, class O>
@@ -340,30 +365,10 @@ void launch_moe_grouped(const CutlassMoeParams& p, cudaStream_t stream, bool ena
                 static_cast<const int32_t*>(counts), perm);
   launch_kernel(op, moe_gather_kernel<T>, pair_grid, dim3(kThreads), 0, stream, false, p,
                 static_cast<const int32_t*>(perm), xs);
-  // out [pairs, n] of out_dtype = a [pairs, k] @ w[e]^T, w [E, n, k] contiguous, per expert.
-  const auto grouped_gemm = [&](const void* a, const void* w, int64_t n, int64_t k, void* out,
-                                DType out_dtype) {
-    GroupedMmCudaParams g;
-    g.in_dtype = g.b_dtype = p.dtype;
-    g.m_indptr = indptr;
-    g.num_groups = E;
-    g.cum_m = pairs;  // rows past m_indptr[E] (pairs of no local expert) are not computed
-    g.a = a;
-    g.a_stride_m = k;
-    g.b = w;
-    g.b_stride_e = n * k;
-    g.b_stride_n = k;
-    g.n = n;
-    g.k = k;
-    g.out = out;
-    g.out_dtype = out_dtype;
-    g.out_stride_m = n;
-    grouped_mm_bf16(g, stream);
-  };
-  grouped_gemm(xs, p.w1, N1, H, g1, p.dtype);
+  moe_grouped_gemm(p.dtype, indptr, E, pairs, xs, p.w1, N1, H, g1, p.dtype, stream);
   launch_kernel(op, moe_activation_kernel<T>, pair_grid, dim3(kThreads), 0, stream, false, p,
                 static_cast<const int32_t*>(perm), static_cast<const T*>(g1), h);
-  grouped_gemm(h, p.w2, H, I, y, p.out_dtype);
+  moe_grouped_gemm(p.dtype, indptr, E, pairs, h, p.w2, H, I, y, p.out_dtype, stream);
   launch_kernel(op, moe_finalize_kernel<T, O, O>, dim3(static_cast<unsigned>(p.num_tokens)),
                 dim3(kThreads), 0, stream, false, p, static_cast<const O*>(y),
                 static_cast<const int32_t*>(perm));
@@ -685,9 +690,10 @@ __device__ __forceinline__ void trtllm_fp8_activation_rows(const CutlassMoeParam
 // Token blockIdx.x of the trtllm finalize: out = bf16(sum over k in k order of w * y) over the
 // local pairs, product and sum rounded separately (no FMA) as the CPU references' scalar loops;
 // weight 1 for every pair when `unit_weights` (the routing weight went to GEMM1's output).
-__device__ __forceinline__ void trtllm_finalize_token(const CutlassMoeParams& m, const int32_t* ids,
-                                                      const float* w, const float* y,
-                                                      bool unit_weights = false) {
+// y(pair, j): the pair's GEMM2 output j (already rounded to bf16), wherever the route keeps it.
+template <class Y>
+__device__ __forceinline__ void trtllm_finalize_rows(const CutlassMoeParams& m, const int32_t* ids,
+                                                     const float* w, bool unit_weights, Y y) {
   const int64_t t = blockIdx.x;
   auto* out = static_cast<__nv_bfloat16*>(m.out) + t * m.out_stride;
   for (int64_t j = threadIdx.x; j < m.hidden; j += blockDim.x) {
@@ -696,11 +702,19 @@ __device__ __forceinline__ void trtllm_finalize_token(const CutlassMoeParams& m,
       const int64_t pair = t * m.top_k + k;
       if (trtllm_local_expert(m, ids, pair) < 0) continue;
       const float wk = unit_weights ? 1.0f : w[pair];
-      acc = __fadd_rn(acc, __fmul_rn(wk, y[pair * m.hidden + j]));
+      acc = __fadd_rn(acc, __fmul_rn(wk, y(pair, j)));
     }
     out[j] = __float2bfloat16(acc);
   }
   pdl_launch_dependents();
+}
+
+// The GEMV routes' finalize: y fp32 [pairs, hidden] in pair order.
+__device__ __forceinline__ void trtllm_finalize_token(const CutlassMoeParams& m, const int32_t* ids,
+                                                      const float* w, const float* y,
+                                                      bool unit_weights = false) {
+  trtllm_finalize_rows(m, ids, w, unit_weights,
+                       [&](int64_t pair, int64_t j) { return y[pair * m.hidden + j]; });
 }
 
 // Per-tensor FP8, after the block's GEMM1 row g (already scaled as the CPU reference scales it)
@@ -932,6 +946,62 @@ __global__ void bf16_moe_finalize_kernel(TrtllmBf16MoeParams p) {
   trtllm_finalize_token(p.base.moe, p.ws_ids, p.ws_w, p.ws_y);
 }
 
+// ---- trtllm BF16 MoE, grouped route (moe_grouped_plan.h) --------------------------------------
+// cutlass_fused_moe's permutation passes and gather (their CutlassMoeParams reading the routing's
+// ids as token_selected_experts), GEMM1 on the tensor-core grouped GEMM into fp32 rows (not
+// rounded, as the GEMV route's), the activation below rounded to bf16, GEMM2 on the same kernel
+// rounded to bf16, then the finalize (or the permuted output) through the permutation. The GEMMs
+// run on the weights' stored rows: plain output j of a pair's row is column moe_stored_row(j).
+
+// One block per pair: the activation of its GEMM1 row as trtllm_activation_rows, rounded to bf16
+// into its row of h.
+__global__ void bf16_moe_activation_kernel(TrtllmBf16MoeParams p, const int32_t* perm,
+                                           const float* g1, __nv_bfloat16* h) {
+  const CutlassMoeParams& m = p.base.moe;
+  const int64_t pair = blockIdx.x;
+  const int64_t e = bf16_local_expert(p, pair);
+  if (e < 0) return;
+  const int64_t row = perm[pair], I = m.inter;
+  const bool gated = moe_act_is_gated(m.act);
+  const int64_t N1 = gated ? 2 * I : I;
+  const float* g = g1 + row * N1;
+  __nv_bfloat16* hr = h + row * I;
+  for (int64_t j = threadIdx.x; j < I; j += blockDim.x) {
+    const float up = g[moe_stored_row(p.w1_index, N1, j)];
+    const float gate = gated ? g[moe_stored_row(p.w1_index, N1, I + j)] : 0.0f;
+    hr[j] = __float2bfloat16(activation_value(m, e, up, gate));
+  }
+}
+
+// One block per token: the GEMV route's finalize arithmetic (trtllm_finalize_rows), each pair's
+// GEMM2 output read from its row perm[pair] of y (bf16) at the stored column.
+__global__ void bf16_moe_grouped_finalize_kernel(TrtllmBf16MoeParams p, const int32_t* perm,
+                                                 const __nv_bfloat16* y) {
+  const CutlassMoeParams& m = p.base.moe;
+  trtllm_finalize_rows(m, p.ws_ids, p.ws_w, false, [&](int64_t pair, int64_t j) {
+    const int64_t c = moe_stored_row(p.w2_index, m.hidden, j);
+    return __bfloat162float(y[perm[pair] * m.hidden + c]);
+  });
+}
+
+// do_finalize=False, one block per local pair: its GEMM2 row (y row perm[pair], stored column
+// order) into row expanded_to_permuted[pair] of permuted_out in plain order. The permute kernel
+// wrote that index in the same order as perm (local experts ascending, pairs ascending within
+// one) and zeroed the rows past the local pairs.
+__global__ void bf16_moe_permuted_out_kernel(TrtllmBf16MoeParams p, const int32_t* perm,
+                                             const __nv_bfloat16* y) {
+  const CutlassMoeParams& m = p.base.moe;
+  const int64_t pair = blockIdx.x;
+  if (bf16_local_expert(p, pair) < 0) return;
+  const int64_t H = m.hidden;
+  const __nv_bfloat16* src = y + perm[pair] * H;
+  __nv_bfloat16* dst =
+      static_cast<__nv_bfloat16*>(m.permuted_out) + m.expanded_to_permuted[pair] * H;
+  for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+    dst[j] = src[moe_stored_row(p.w2_index, H, j)];
+  }
+}
+
 }  // namespace
 
 void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl) {
@@ -1027,6 +1097,50 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p, void* stream, bool enable_pdl) 
 
 namespace flashinfer::kernels::cuda {
 
+namespace {
+// trtllm_bf16_moe's grouped route after the routing (q.ws_ids / ws_w set), in the route's
+// scratch at `base` (layout l).
+void launch_bf16_moe_grouped(const TrtllmBf16MoeParams& q, char* base,
+                             const moe::MoeGroupedScratch& l, cudaStream_t s, const char* op) {
+  const CutlassMoeParams& m = q.base.moe;
+  const int64_t pairs = m.num_tokens * m.top_k, E = m.num_local_experts;
+  const int64_t H = m.hidden, I = m.inter, N1 = moe_act_is_gated(m.act) ? 2 * I : I;
+  const int64_t chunks = moe::moe_perm_chunks(pairs);
+  // The permutation passes and the gather read pair (t, k)'s expert from the routing's ids.
+  CutlassMoeParams v = m;
+  v.experts = q.ws_ids;
+  v.experts_dtype = DType::kInt32;
+  v.experts_stride = m.top_k;
+  auto* counts = reinterpret_cast<int32_t*>(base + l.counts);
+  auto* indptr = reinterpret_cast<int32_t*>(base + l.indptr);
+  auto* perm = reinterpret_cast<int32_t*>(base + l.perm);
+  auto* xs = reinterpret_cast<__nv_bfloat16*>(base + l.xs);
+  auto* g1 = reinterpret_cast<float*>(base + l.g1);
+  auto* h = reinterpret_cast<__nv_bfloat16*>(base + l.h);
+  auto* y = reinterpret_cast<__nv_bfloat16*>(base + l.y);
+  const dim3 chunk_grid(static_cast<unsigned>(chunks)), pair_grid(static_cast<unsigned>(pairs));
+  const auto* cperm = static_cast<const int32_t*>(perm);
+  launch_kernel(op, moe_count_kernel, chunk_grid, dim3(kThreads), 0, s, false, v, counts);
+  launch_kernel(op, moe_offsets_kernel, dim3(1), dim3(kThreads), 0, s, false, chunks, E, counts,
+                indptr);
+  launch_kernel(op, moe_scatter_kernel, chunk_grid, dim3(kThreads), 0, s, false, v,
+                static_cast<const int32_t*>(counts), perm);
+  launch_kernel(op, moe_gather_kernel<__nv_bfloat16>, pair_grid, dim3(kThreads), 0, s, false, v,
+                cperm, xs);
+  moe_grouped_gemm(DType::kBFloat16, indptr, E, pairs, xs, m.w1, N1, H, g1, DType::kFloat32, s);
+  launch_kernel(op, bf16_moe_activation_kernel, pair_grid, dim3(kThreads), 0, s, false, q, cperm,
+                static_cast<const float*>(g1), h);
+  moe_grouped_gemm(DType::kBFloat16, indptr, E, pairs, h, m.w2, H, I, y, DType::kBFloat16, s);
+  if (m.permuted_out) {
+    launch_kernel(op, bf16_moe_permuted_out_kernel, pair_grid, dim3(kThreads), 0, s, false, q,
+                  cperm, static_cast<const __nv_bfloat16*>(y));
+  } else {
+    launch_kernel(op, bf16_moe_grouped_finalize_kernel, dim3(static_cast<unsigned>(m.num_tokens)),
+                  dim3(kThreads), 0, s, false, q, cperm, static_cast<const __nv_bfloat16*>(y));
+  }
+}
+}  // namespace
+
 void trtllm_bf16_moe(const TrtllmBf16MoeParams& p, void* stream, bool enable_pdl) {
   const TrtllmMoeParams& b = p.base;
   const CutlassMoeParams& m = b.moe;
@@ -1040,27 +1154,48 @@ void trtllm_bf16_moe(const TrtllmBf16MoeParams& p, void* stream, bool enable_pdl
                         "more than 2^31 - 1 (token, expert) pairs");
   FLASHINFER_CHECK_CODE(m.num_local_experts < 0x7FFFFFFF, ErrorCode::kUnsupported, op,
                         "local_num_experts", "more than 2^31 - 2 local experts");
-  FLASHINFER_CHECK(p.ws_ids && p.ws_w && p.ws_g1 && p.ws_h && (p.ws_y || m.permuted_out), op,
-                   "hidden_states", "the CUDA scratch was not allocated");
   if (m.num_tokens == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
+  const int64_t E = m.num_local_experts, H = m.hidden, I = m.inter;
+  const int64_t N1 = moe_act_is_gated(m.act) ? 2 * I : I;
+  moe::MoeRouteQuery rq = route_query(m, op);
+  rq.ep_size = moe::moe_trtllm_ep_size(b.routing.num_experts, E);
+  const bool grouped =
+      moe::moe_trtllm_use_grouped(rq, p.w1_index, p.w2_index, g_force_route.load());
+  // The routing's ids and weights, then the route's intermediates, in the stream's scratch
+  // (nothing allocated once it is large enough); the lease is held to the last launch.
+  const moe::MoeTrtllmScratch t = moe::moe_trtllm_scratch(pairs);
+  const moe::MoeGroupedScratch gl = moe::moe_grouped_scratch(pairs, E, H, I, N1, 2, 2, 4);
+  const moe::MoeGemvScratch vl = moe::moe_gemv_scratch(pairs, H, I, N1);
+  const StreamScratch scratch =
+      moe_scratch().acquire(op, stream, t.rest + (grouped ? gl.bytes : vl.bytes));
+  auto* base = static_cast<char*>(scratch.data());
+  TrtllmBf16MoeParams q = p;
+  q.ws_ids = reinterpret_cast<int32_t*>(base + t.ids);
+  q.ws_w = reinterpret_cast<float*>(base + t.w);
   launch_kernel(op, bf16_moe_route_kernel, dim3(static_cast<unsigned>((m.num_tokens + 63) / 64)),
-                dim3(64), 0, s, enable_pdl, p);
+                dim3(64), 0, s, enable_pdl, q);
   if (m.permuted_out) {
     launch_kernel(op, bf16_moe_permute_kernel, dim3(static_cast<unsigned>(m.num_local_experts + 1)),
-                  dim3(kThreads), 0, s, false, p);
+                  dim3(kThreads), 0, s, false, q);
   }
+  if (grouped) {
+    g_grouped_runs.fetch_add(1, std::memory_order_relaxed);
+    launch_bf16_moe_grouped(q, base + t.rest, gl, s, op);
+    return;
+  }
+  g_gemv_runs.fetch_add(1, std::memory_order_relaxed);
+  q.ws_g1 = reinterpret_cast<float*>(base + t.rest + vl.g1);
+  q.ws_h = reinterpret_cast<float*>(base + t.rest + vl.h);
+  q.ws_y = m.permuted_out ? nullptr : reinterpret_cast<float*>(base + t.rest + vl.y);
   launch_kernel(op, bf16_moe_gemm1_kernel, dim3(static_cast<unsigned>(pairs)), dim3(kThreads), 0, s,
-                false, p);
+                false, q);
   launch_kernel(op, bf16_moe_gemm2_kernel, dim3(static_cast<unsigned>(pairs)), dim3(kThreads), 0, s,
-                false, p);
+                false, q);
   if (!m.permuted_out) {
     launch_kernel(op, bf16_moe_finalize_kernel, dim3(static_cast<unsigned>(m.num_tokens)),
-                  dim3(kThreads), 0, s, false, p);
+                  dim3(kThreads), 0, s, false, q);
   }
-  // The scratch belongs to the API layer's tensors, freed when the call returns: wait here
-  // rather than rely on cudaFree synchronizing (docs/CUDA_REVIEW.md, doubt 2).
-  FLASHINFER_CUDA_CALL(op, cudaStreamSynchronize(s));
 }
 
 }  // namespace flashinfer::kernels::cuda

@@ -18,8 +18,9 @@ namespace flashinfer::kernels::cuda {
 /// grows: nothing is allocated once it is large enough.
 void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl);
 
-/// Tests: 0 lets cutlass_moe pick its route, 1 forces the GEMV kernels, 2 the grouped route
-/// where eligible (moe::moe_use_grouped's `force`). Process-wide.
+/// Tests: 0 lets cutlass_moe and trtllm_bf16_moe pick their route, 1 forces the GEMV kernels, 2
+/// the grouped route where eligible (moe::moe_use_grouped's `force`). Process-wide. The stats
+/// count both ops' routes and the scratch they share.
 void set_cutlass_moe_route(int force);
 struct CutlassMoeCudaStats {
   uint64_t grouped_runs = 0, gemv_runs = 0, scratch_allocs = 0;
@@ -32,10 +33,13 @@ void deepseek_routing(const DeepSeekRoutingParams& p, void* stream, bool enable_
 /// num_experts <= kFp8MoeCudaMaxExperts and grouped DeepSeekV3 n_group <= 32 (kUnsupported
 /// otherwise).
 void trtllm_fp8_moe(const TrtllmFp8MoeParams& p, void* stream, bool enable_pdl);
-/// trtllm_bf16_moe / _routed_: weights read in their stored layout (p.w1_index / w2_index).
-/// Needs the ws_* scratch of TrtllmBf16MoeParams; from logits num_experts <=
-/// kFp8MoeCudaMaxExperts and grouped DeepSeekV3 n_group <= 32 (kUnsupported otherwise).
-/// Synchronizes the stream before returning (the scratch is freed by the caller).
+/// trtllm_bf16_moe / _routed_: where moe::moe_trtllm_use_grouped holds (MajorK weights, shuffled
+/// or not, sm80+, 16-byte aligned rows, pairs >= 2 * local experts * moe_trtllm_ep_size) the
+/// grouped route of cutlass_moe with the trtllm rounding points (GEMM1 fp32, activation and
+/// GEMM2 rounded to bf16); otherwise the GEMV kernels reading the weights in their stored layout
+/// (p.w1_index / w2_index). The intermediates live in the stream's scratch (p.ws_* are ignored).
+/// From logits num_experts <= kFp8MoeCudaMaxExperts and grouped DeepSeekV3 n_group <= 32
+/// (kUnsupported otherwise).
 void trtllm_bf16_moe(const TrtllmBf16MoeParams& p, void* stream, bool enable_pdl);
 
 }  // namespace flashinfer::kernels::cuda

@@ -15,6 +15,7 @@
 
 #include "kernels/cuda/device/host_device.h"
 #include "kernels/cuda/grouped_gemm_shape.h"
+#include "kernels/moe_layout_rules.h"
 
 namespace flashinfer::kernels::cuda::moe {
 
@@ -110,23 +111,26 @@ FLASHINFER_HD constexpr uint64_t moe_align256(uint64_t bytes) { return (bytes + 
 
 /// Byte offsets of the grouped route's scratch (one block, 256-byte aligned pieces): counts
 /// int32 [chunks, E] (then the chunks' first rows), m_indptr int32 [E + 1], perm int32 [pairs]
-/// (pair -> row, -1: no local expert), xs T [pairs, hidden], g1 T [pairs, gemm1_n], h T [pairs,
-/// inter], y O [pairs, hidden]; `bytes` in all.
+/// (pair -> row, -1: no local expert), xs T [pairs, hidden], g1 [pairs, gemm1_n] of g1_bytes
+/// (0: T; trtllm_bf16_moe keeps GEMM1 in fp32, unrounded), h T [pairs, inter], y O [pairs,
+/// hidden]; `bytes` in all.
 struct MoeGroupedScratch {
   uint64_t counts, indptr, perm, xs, g1, h, y, bytes;
 };
 FLASHINFER_HD constexpr MoeGroupedScratch moe_grouped_scratch(int64_t pairs, int64_t experts,
                                                               int64_t hidden, int64_t inter,
                                                               int64_t gemm1_n, int64_t t_bytes,
-                                                              int64_t o_bytes) {
+                                                              int64_t o_bytes,
+                                                              int64_t g1_bytes = 0) {
   const uint64_t P = static_cast<uint64_t>(pairs);
+  if (g1_bytes == 0) g1_bytes = t_bytes;
   MoeGroupedScratch s{};
   s.counts = 0;
   s.indptr = s.counts + moe_align256(static_cast<uint64_t>(moe_perm_chunks(pairs) * experts) * 4);
   s.perm = s.indptr + moe_align256(static_cast<uint64_t>(experts + 1) * 4);
   s.xs = s.perm + moe_align256(P * 4);
   s.g1 = s.xs + moe_align256(P * static_cast<uint64_t>(hidden * t_bytes));
-  s.h = s.g1 + moe_align256(P * static_cast<uint64_t>(gemm1_n * t_bytes));
+  s.h = s.g1 + moe_align256(P * static_cast<uint64_t>(gemm1_n * g1_bytes));
   s.y = s.h + moe_align256(P * static_cast<uint64_t>(inter * t_bytes));
   s.bytes = s.y + moe_align256(P * static_cast<uint64_t>(hidden * o_bytes));
   return s;
@@ -146,6 +150,45 @@ FLASHINFER_HD constexpr MoeGemvScratch moe_gemv_scratch(int64_t pairs, int64_t h
   s.y = s.h + moe_align256(P * static_cast<uint64_t>(inter) * 4);
   s.bytes = s.y + moe_align256(P * static_cast<uint64_t>(hidden) * 4);
   return s;
+}
+
+// ---- trtllm_bf16_moe / trtllm_bf16_routed_moe ------------------------------------------------
+
+/// Whether the grouped route can read trtllm weights stored as w1 / w2: MajorK only (unit k
+/// stride; BlockMajorK [E, k / block_k, mn, block_k] keeps the GEMV route). Upstream's row
+/// shuffle and gated interleave only permute each expert's rows (moe_stored_row is a bijection
+/// of [0, mn)), so the grouped GEMM runs on the stored rows as they are and plain output j is
+/// its column moe_stored_row(j): the activation and the finalize read it there. Exact: a
+/// column's dot product does not depend on where its row is stored.
+FLASHINFER_HD constexpr bool moe_trtllm_grouped_layout(const MoeWeightIndex& w1,
+                                                       const MoeWeightIndex& w2) {
+  return w1.block_k == 0 && w2.block_k == 0;
+}
+
+/// The expert-parallel factor of a trtllm call: its routing spreads the pairs over num_experts
+/// experts, of which `local` are this call's, so about pairs * local / num_experts are local (as
+/// ep_size ranks of `local` experts each).
+FLASHINFER_HD constexpr int64_t moe_trtllm_ep_size(int64_t num_experts, int64_t local) {
+  return local > 0 && num_experts > local ? (num_experts + local - 1) / local : 1;
+}
+
+/// The route of a trtllm_bf16_moe call (q: bf16, q.ep_size from moe_trtllm_ep_size): the
+/// grouped one where moe_use_grouped picks it and the weights are MajorK.
+FLASHINFER_HD constexpr bool moe_trtllm_use_grouped(const MoeRouteQuery& q,
+                                                    const MoeWeightIndex& w1,
+                                                    const MoeWeightIndex& w2, int force) {
+  return moe_trtllm_grouped_layout(w1, w2) && moe_use_grouped(q, force);
+}
+
+/// trtllm_bf16_moe's scratch: the routing's expert ids int32 [pairs] and bf16-rounded weights
+/// fp32 [pairs], then from `rest` the route's own (moe_grouped_scratch with fp32 GEMM1 rows, or
+/// moe_gemv_scratch); 256-byte aligned pieces.
+struct MoeTrtllmScratch {
+  uint64_t ids, w, rest;
+};
+FLASHINFER_HD constexpr MoeTrtllmScratch moe_trtllm_scratch(int64_t pairs) {
+  const uint64_t P4 = moe_align256(static_cast<uint64_t>(pairs) * 4);
+  return {0, P4, 2 * P4};
 }
 
 }  // namespace flashinfer::kernels::cuda::moe
