@@ -335,8 +335,8 @@ __global__ void __launch_bounds__(
           s[r][j] = m_new != -INFINITY ? exp2f(s[r][j] - m_new) : 0.0f;
         }
       }
-      // Rescale only when the maximum moved: otherwise r = exp2f(0) = 1 exactly and o * 1,
-      // d * 1 change nothing. d * r + s[0] is one fused multiply-add (as ptxas contracted it
+      // Rescale only when the maximum moved: otherwise f = exp2f(0) = 1 exactly and o * 1,
+      // d * 1 change nothing. d * f + s[0] is one fused multiply-add (as ptxas contracted it
       // before), and without the rescale d + s[0], the same rounding. An empty tile has every
       // s[j] = 0.
       if (m_new != st[r].m) {
