@@ -54,9 +54,9 @@ struct Case {
   bool timing = false;
 };
 
-template <class TKV, int V>
+template <class TKV, int V, int D = 128>
 bool run_case(const Case& c) {
-  constexpr int D = 128, PS = 16;
+  constexpr int PS = 16;
   const int B = static_cast<int>(c.kv_lens.size());
   const int group = c.hq / c.hkv;
   std::vector<int32_t> qo_indptr{0}, kv_indptr{0}, kv_indices, kv_lens;
@@ -173,18 +173,31 @@ bool run_case(const Case& c) {
   p.work = dev_copy(work);
   p.num_work = static_cast<int32_t>(work.size());
   p.max_work_rows = c.qo_len;
-  const DecodeBlockShape s = decode_block_shape(D, D, sizeof(TKV), c.qo_len * group);
-  const dim3 grid(p.num_work, c.hkv, (c.qo_len * group + s.bdy - 1) / s.bdy);
+  // The old kernel: one row a thread (its own shape call, the 4-argument form). The new one: the
+  // rows a thread owns as the host launcher chooses them (decode_cuda.cu, shape_of), over the
+  // same rows, token groups and tiles a block.
+  const int packed = c.qo_len * group;
+  const DecodeBlockShape s = decode_block_shape(D, D, sizeof(TKV), packed);
+  const int rpt = decode_rows_per_thread(D, D, sizeof(TKV), packed);
+  const DecodeBlockShape sn = decode_block_shape(D, D, sizeof(TKV), packed, rpt);
+  const dim3 grid(p.num_work, c.hkv, (packed + s.bdy - 1) / s.bdy);
+  const dim3 grid_new(p.num_work, c.hkv, (packed + sn.block_rows() - 1) / sn.block_rows());
+  if (grid_new.z != grid.z || sn.tile_tokens != s.tile_tokens) {
+    printf("%s: the new shape changes the row chunks or tiles\n", c.name);
+    return false;
+  }
   auto k_old = decode_old::batch_decode_kernel<__nv_bfloat16, TKV, __nv_bfloat16, D, D, V>;
-  auto k_new = decode::batch_decode_kernel<__nv_bfloat16, TKV, __nv_bfloat16, D, D, V>;
+  auto k_new = rpt == 2
+                   ? decode::batch_decode_kernel<__nv_bfloat16, TKV, __nv_bfloat16, D, D, V, 2>
+                   : decode::batch_decode_kernel<__nv_bfloat16, TKV, __nv_bfloat16, D, D, V, 1>;
   CK(cudaFuncSetAttribute(k_old, cudaFuncAttributeMaxDynamicSharedMemorySize, s.smem_bytes));
-  CK(cudaFuncSetAttribute(k_new, cudaFuncAttributeMaxDynamicSharedMemorySize, s.smem_bytes));
+  CK(cudaFuncSetAttribute(k_new, cudaFuncAttributeMaxDynamicSharedMemorySize, sn.smem_bytes));
   AttentionParams pa = p, pb = p;
   pa.o = o1, pa.lse = l1, pa.tmp_v = tv1, pa.tmp_s = ts1;
   pb.o = o2, pb.lse = l2, pb.tmp_v = tv2, pb.tmp_s = ts2;
   k_old<<<grid, s.threads(), s.smem_bytes>>>(pa);
   CK(cudaGetLastError());
-  k_new<<<grid, s.threads(), s.smem_bytes>>>(pb);
+  k_new<<<grid_new, sn.threads(), sn.smem_bytes>>>(pb);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   if (c.timing) {
@@ -200,7 +213,7 @@ bool run_case(const Case& c) {
         if (which == 0)
           k_old<<<grid, s.threads(), s.smem_bytes>>>(pa);
         else
-          k_new<<<grid, s.threads(), s.smem_bytes>>>(pb);
+          k_new<<<grid_new, sn.threads(), sn.smem_bytes>>>(pb);
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         float ms = 0;
@@ -234,8 +247,11 @@ bool run_case(const Case& c) {
   CK(cudaMemcpy(hl.data(), c.split ? ts2 : l2, hl.size() * 4, cudaMemcpyDeviceToHost));
   int nan = 0, ninf = 0;
   for (float x : hl) nan += x != x, ninf += x == -INFINITY;
-  printf("%-28s shape %dx%dx%d threads %d grid %u: %s (lse NaN %d, -inf %d)\n", c.name, s.bdx,
-         s.bdy, s.bdz, s.threads(), grid.x, ok ? "BIT-IDENTICAL" : "DIFFERENT", nan, ninf);
+  printf(
+      "%-28s D%d shape %dx%dx%d threads %d, new %d rows a thread: %dx%dx%d threads %d, grid %u: "
+      "%s (lse NaN %d, -inf %d)\n",
+      c.name, D, s.bdx, s.bdy, s.bdz, s.threads(), rpt, sn.bdx, sn.bdy, sn.bdz, sn.threads(),
+      grid.x, ok ? "BIT-IDENTICAL" : "DIFFERENT", nan, ninf);
   return ok;
 }
 
@@ -283,6 +299,35 @@ int main() {
       {"fp8 64:8 split", 64, 8, 1, 0, true, true, false, false, false, false, -1, lens});
   ok &= run_case<__nv_fp8_e4m3, 0>(
       {"fp8 32:32 nan K", 32, 32, 1, 0, true, false, true, false, false, false, -1, lens});
+  // Two rows a thread (groups >= 4, or several queries a block): every variant and head dim.
+  ok &= run_case<__nv_bfloat16, 0>(
+      {"bf16 64:8 big", 64, 8, 1, 0, false, false, false, true, false, false, -1, lens});
+  ok &= run_case<__nv_bfloat16, 0>(
+      {"bf16 64:8 nan K", 64, 8, 1, 0, false, false, true, false, false, false, -1, lens});
+  ok &= run_case<__nv_bfloat16, 0>(
+      {"bf16 64:8 window", 64, 8, 1, 0, false, false, false, true, false, false, 100, lens});
+  ok &= run_case<__nv_bfloat16, 1>(
+      {"bf16 64:8 softcap", 64, 8, 1, 1, false, false, false, true, false, false, -1, lens});
+  ok &= run_case<__nv_bfloat16, 2>(
+      {"bf16 64:8 mask q2 causal", 64, 8, 2, 2, false, false, false, true, false, true, -1, lens});
+  ok &= run_case<__nv_bfloat16, 3>(
+      {"bf16 32:8 softcap mask q3", 32, 8, 3, 3, false, true, false, true, false, true, 60, lens});
+  ok &= run_case<__nv_bfloat16, 0>(
+      {"bf16 8:8 q4 (4 rows)", 8, 8, 4, 0, false, false, false, false, false, false, -1, lens});
+  ok &= run_case<__nv_bfloat16, 0, 64>(
+      {"bf16 D64 64:8", 64, 8, 1, 0, false, false, false, false, false, false, -1, lens});
+  ok &= run_case<__nv_bfloat16, 0, 256>(
+      {"bf16 D256 64:8 split", 64, 8, 1, 0, false, true, false, false, false, false, -1, lens});
+  ok &= run_case<__nv_bfloat16, 0>(
+      {"bf16 128:8 (group 16)", 128, 8, 1, 0, false, false, false, false, false, false, -1, lens});
+  ok &= run_case<__nv_fp8_e4m3, 0>(
+      {"fp8 64:8 nan K", 64, 8, 1, 0, true, false, true, false, false, false, -1, lens});
+  ok &= run_case<__nv_fp8_e4m3, 2>(
+      {"fp8 64:8 mask q2 causal", 64, 8, 2, 2, true, false, false, false, false, true, -1, lens});
+  ok &= run_case<__nv_fp8_e4m3, 0, 64>(
+      {"fp8 D64 32:8", 32, 8, 1, 0, true, false, false, false, false, false, -1, lens});
+  ok &= run_case<__nv_fp8_e4m3, 0, 256>(
+      {"fp8 D256 64:8", 64, 8, 1, 0, true, false, false, false, false, false, -1, lens});
   {
     std::vector<int> b64(64, 2048), b1(1, 32768);
     Case t{"b64 kv2048 32:8", 32, 8, 1, 0, false, false, false, false, false, false, -1, b64};
@@ -297,6 +342,10 @@ int main() {
     ok &= run_case<__nv_bfloat16, 0>(u);
     u.name = "b1 kv32768 64:8 split", u.hq = 64;
     ok &= run_case<__nv_bfloat16, 0>(u);
+    u.name = "b1 kv32768 32:32 split", u.hq = 32, u.hkv = 32;
+    ok &= run_case<__nv_bfloat16, 0>(u);
+    u.name = "fp8 b1 kv32768 64:8 split", u.hq = 64, u.hkv = 8;
+    ok &= run_case<__nv_fp8_e4m3, 0>(u);
     t.name = "fp8 b64 kv2048 32:8", t.hq = 32, t.hkv = 8;
     ok &= run_case<__nv_fp8_e4m3, 0>(t);
     t.name = "fp8 b64 kv2048 64:8", t.hq = 64;

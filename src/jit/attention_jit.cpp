@@ -47,7 +47,8 @@ std::string generated_source(std::string_view header, std::string_view name) {
 
 bool attention_head_dim_ok(int64_t d) { return d >= 16 && d <= 256 && d % 16 == 0; }
 
-ModuleSpec attention_cuda_core_spec(DType q, DType kv, DType o, int dqk, int dvo, int variant) {
+ModuleSpec attention_cuda_core_spec(DType q, DType kv, DType o, int dqk, int dvo, int variant,
+                                    int rows_per_thread) {
   check_dim(dqk, "head_dim_qk");
   check_dim(dvo, "head_dim_vo");
   FLASHINFER_CHECK_CODE(q == DType::kFloat16 || q == DType::kBFloat16, ErrorCode::kUnsupported,
@@ -58,20 +59,28 @@ ModuleSpec attention_cuda_core_spec(DType q, DType kv, DType o, int dqk, int dvo
   FLASHINFER_CHECK_CODE(variant >= 0 && variant <= 7, ErrorCode::kInvalidArgument, "jit", "variant",
                         "variant must be in [0, 7] (1: soft-cap, 2: mask, 4: ALiBi), got ",
                         variant);
+  FLASHINFER_CHECK_CODE(rows_per_thread == 1 || rows_per_thread == 2, ErrorCode::kInvalidArgument,
+                        "jit", "rows_per_thread", "rows_per_thread must be 1 or 2, got ",
+                        rows_per_thread);
   ModuleSpec s;
   s.name = "attention_cuda_core_" + std::string(dtype_name(q)) + "_" + std::string(dtype_name(kv)) +
            "_" + std::string(dtype_name(o)) + "_" + std::to_string(dqk) + "_" +
            std::to_string(dvo) + ((variant & 1) ? "_softcap" : "") +
-           ((variant & 2) ? "_mask" : "") + ((variant & 4) ? "_alibi" : "");
+           ((variant & 2) ? "_mask" : "") + ((variant & 4) ? "_alibi" : "") +
+           (rows_per_thread == 2 ? "_rows2" : "");
   s.source = generated_source("kernels/cuda/attention_decode_kernel.cuh", s.name);
   s.headers = kernel_headers();
   s.params = {{"q", std::string(dtype_name(q))},    {"kv", std::string(dtype_name(kv))},
               {"o", std::string(dtype_name(o))},    {"head_dim_qk", std::to_string(dqk)},
               {"head_dim_vo", std::to_string(dvo)}, {"variant", std::to_string(variant)}};
+  // One row a thread is the kernel's default kRows: those modules keep their names and keys.
+  if (rows_per_thread != 1)
+    s.params.emplace_back("rows_per_thread", std::to_string(rows_per_thread));
   s.kernels = {"&flashinfer::kernels::cuda::decode::batch_decode_kernel<" +
                std::string(cuda_type(q)) + ", " + std::string(cuda_type(kv)) + ", " +
                std::string(cuda_type(o)) + ", " + std::to_string(dqk) + ", " + std::to_string(dvo) +
-               ", " + std::to_string(variant) + ">"};
+               ", " + std::to_string(variant) +
+               (rows_per_thread != 1 ? ", " + std::to_string(rows_per_thread) : "") + ">"};
   return s;
 }
 
@@ -140,7 +149,14 @@ ModuleSpec spec_from_line(std::string_view line) {
                        " is not in [0, 7] (line: ", line, ")");
       variant = v[0] - '0';
     }
-    s = attention_cuda_core_spec(q, k, o, dqk, dvo, variant);
+    int rows_per_thread = 1;
+    if (kv.count("rows_per_thread")) {
+      const std::string v = take("rows_per_thread");
+      FLASHINFER_CHECK(v == "1" || v == "2", "jit", "list", "rows_per_thread=", v,
+                       " is not 1 or 2 (line: ", line, ")");
+      rows_per_thread = v[0] - '0';
+    }
+    s = attention_cuda_core_spec(q, k, o, dqk, dvo, variant, rows_per_thread);
   } else if (kind == "attention_mma") {
     const DType t = dtype("dtype");
     s = attention_mma_spec(t, dim("head_dim"));

@@ -17,6 +17,7 @@ namespace {
 
 using kernels::cuda::decode_bdx;
 using kernels::cuda::decode_block_shape;
+using kernels::cuda::decode_rows_per_thread;
 using kernels::cuda::DecodeBlockShape;
 
 TEST(DecodeShape, LanesPerRowGiveEachLaneWhole16ByteSlices) {
@@ -78,6 +79,79 @@ TEST(DecodeShape, HeadlineShapesByHand) {
   EXPECT_EQ(s.smem_bytes, 2 * 128 * 8 + 8448);
 }
 
+TEST(DecodeShape, RowsPerThreadChoiceByHand) {
+  // bf16 D128: MHA and group 2 keep one row a thread (blocks of 1 and 2 rows); groups 4, 8, 16
+  // take two.
+  EXPECT_EQ(decode_rows_per_thread(128, 128, 2, 1), 1);
+  EXPECT_EQ(decode_rows_per_thread(128, 128, 2, 2), 1);
+  EXPECT_EQ(decode_rows_per_thread(128, 128, 2, 4), 2);
+  EXPECT_EQ(decode_rows_per_thread(128, 128, 2, 8), 2);
+  EXPECT_EQ(decode_rows_per_thread(128, 128, 2, 16), 2);
+  EXPECT_EQ(decode_rows_per_thread(128, 128, 2, 64), 2);  // 16-row chunks
+  // Several queries a request count as rows too: MHA with 4 queries a block.
+  EXPECT_EQ(decode_rows_per_thread(128, 128, 2, 4), decode_rows_per_thread(128, 128, 2, 1 * 4));
+  // Odd rows (3 = group 3, or 3 queries of MHA): one row a thread.
+  EXPECT_EQ(decode_rows_per_thread(128, 128, 2, 3), 1);
+  // 10 rows: 16 x 10 x 1 = 160 threads; 16 x 5 x 1 = 80 is not whole warps: one row.
+  EXPECT_EQ(decode_rows_per_thread(128, 128, 2, 10), 1);
+  // 6 rows: 16 x 6 x 2 = 192 threads, halved 96 (3 warps): two rows.
+  EXPECT_EQ(decode_rows_per_thread(128, 128, 2, 6), 2);
+  // JIT head dims past 32 bytes of q and V slice a lane keep one row: 96 (8 lanes of 12 + 12
+  // elements), 192 / 128 (12 + 8), 80 (10 + 10), 48 (4 lanes of 12 + 12); 16 has 2 lanes a row
+  // (fewer than the 4 tokens of a group). 32: 4 lanes of 8 + 8 = 32 bytes, 128 threads: two.
+  EXPECT_EQ(decode_rows_per_thread(96, 96, 2, 8), 1);
+  EXPECT_EQ(decode_rows_per_thread(192, 128, 2, 8), 1);
+  EXPECT_EQ(decode_rows_per_thread(80, 80, 2, 8), 1);
+  EXPECT_EQ(decode_rows_per_thread(48, 48, 2, 8), 1);
+  EXPECT_EQ(decode_rows_per_thread(16, 16, 2, 8), 1);
+  EXPECT_EQ(decode_rows_per_thread(32, 32, 2, 8), 2);
+  // fp8 and the other head dims, group 4 and 8.
+  for (int kvb : {1, 2}) {
+    for (int d : {64, 128, 256}) {
+      EXPECT_EQ(decode_rows_per_thread(d, d, kvb, 4), 2) << d << " " << kvb;
+      EXPECT_EQ(decode_rows_per_thread(d, d, kvb, 8), 2) << d << " " << kvb;
+      EXPECT_EQ(decode_rows_per_thread(d, d, kvb, 1), 1) << d << " " << kvb;
+    }
+  }
+}
+
+TEST(DecodeShape, TwoRowsAThreadByHand) {
+  // bf16 D128, GQA 4: the one-row block's 4 rows x 2 token groups in 2 thread rows: 16 x 2 x 2
+  // = 64 threads, 8 tokens a stage as before. Offsets: 64 / 8 = 8 stages a fill -> 64 tokens.
+  // K/V 8192 > merge 2 x 4 x 132 x 4 = 4224: 2 x 64 x 8 + 8192 = 9216 bytes.
+  DecodeBlockShape s = decode_block_shape(128, 128, 2, 4, 2);
+  EXPECT_EQ(s.bdx, 16);
+  EXPECT_EQ(s.bdy, 2);
+  EXPECT_EQ(s.rows_per_thread, 2);
+  EXPECT_EQ(s.block_rows(), 4);
+  EXPECT_EQ(s.bdz, 2);
+  EXPECT_EQ(s.threads(), 64);
+  EXPECT_EQ(s.tile_tokens, 8);
+  EXPECT_EQ(s.cache_tokens, 64);
+  EXPECT_EQ(s.smem_bytes, 9216);
+
+  // GQA 8: 16 x 4 x 2 = 128 threads (256 with one row a thread); 16 stages a fill (128
+  // tokens); merge 2 x 8 x 132 x 4 = 8448 > K/V 8192: 2048 + 8448.
+  s = decode_block_shape(128, 128, 2, 8, 2);
+  EXPECT_EQ(s.bdy, 4);
+  EXPECT_EQ(s.block_rows(), 8);
+  EXPECT_EQ(s.bdz, 2);
+  EXPECT_EQ(s.threads(), 128);
+  EXPECT_EQ(s.cache_tokens, 128);
+  EXPECT_EQ(s.smem_bytes, 2 * 128 * 8 + 8448);
+
+  // fp8 D128, GQA 4: 8 x 2 x 4 = 64 threads, 16 tokens a stage; 4 stages a fill (64 tokens);
+  // merge 4 x 4 x 132 x 4 = 8448 > K/V 8192.
+  s = decode_block_shape(128, 128, 1, 4, 2);
+  EXPECT_EQ(s.bdx, 8);
+  EXPECT_EQ(s.bdy, 2);
+  EXPECT_EQ(s.bdz, 4);
+  EXPECT_EQ(s.threads(), 64);
+  EXPECT_EQ(s.tile_tokens, 16);
+  EXPECT_EQ(s.cache_tokens, 64);
+  EXPECT_EQ(s.smem_bytes, 2 * 64 * 8 + 8448);
+}
+
 TEST(DecodeShape, InvariantsOverEveryConfiguration) {
   for (int kvb : {1, 2}) {
     for (int dqk = 16; dqk <= 256; dqk += 16) {
@@ -112,6 +186,37 @@ TEST(DecodeShape, InvariantsOverEveryConfiguration) {
           if (s.bdz > 1) {
             ASSERT_GE(after, s.bdz * s.bdy * (dvo + 4) * 4);
           }
+          // Two rows a thread where chosen: the same rows, token groups and tiles a block (so
+          // every row's arithmetic is unchanged), half the threads, still whole warps, and room
+          // for the stages and the merge area of every row.
+          const int rpt = decode_rows_per_thread(dqk, dvo, kvb, rows);
+          ASSERT_TRUE(rpt == 1 || rpt == 2);
+          const DecodeBlockShape t = decode_block_shape(dqk, dvo, kvb, rows, rpt);
+          if (rpt == 1) {
+            ASSERT_TRUE(s.bdy < 4 || s.bdy % 2 != 0 || (s.threads() / 2) % 32 != 0 ||
+                        s.bdx < kernels::cuda::kDecodeTileZ ||
+                        (dqk / s.bdx + dvo / s.bdx) * kvb > 32);
+            ASSERT_EQ(t.threads(), s.threads());
+            ASSERT_EQ(t.smem_bytes, s.smem_bytes);
+            continue;
+          }
+          ASSERT_GE(s.bdy, 4);
+          ASSERT_EQ(t.bdx, s.bdx);
+          ASSERT_EQ(t.bdz, s.bdz);
+          ASSERT_EQ(t.block_rows(), s.bdy);
+          ASSERT_EQ(t.tile_tokens, s.tile_tokens);
+          ASSERT_EQ(2 * t.threads(), s.threads());
+          ASSERT_EQ(t.threads() % 32, 0);
+          const int t_fills = t.cache_tokens / t.tile_tokens;
+          ASSERT_EQ(t.cache_tokens % t.tile_tokens, 0);
+          ASSERT_GE(t_fills, kernels::cuda::kDecodeStages);
+          ASSERT_EQ(t_fills & (t_fills - 1), 0);
+          const int t_after = t.smem_bytes - 16 * t.cache_tokens;
+          ASSERT_GE(t_after, 2 * t.tile_tokens * (dqk + dvo) * kvb);
+          if (t.bdz > 1) {
+            ASSERT_GE(t_after, t.bdz * t.block_rows() * (dvo + 4) * 4);
+          }
+          ASSERT_LE(t.smem_bytes, s.smem_bytes);
         }
       }
     }
@@ -119,15 +224,33 @@ TEST(DecodeShape, InvariantsOverEveryConfiguration) {
 }
 
 TEST(DecodeShape, OccupancyOfTheHeadlineBlockOnHopper) {
-  // 128 threads, 70 registers (ptxas, bf16 D128): 70 x 32 = 2240 -> 2304 a warp; 16384 / 2304
-  // = 7 warps a sub-partition, 28 an SM = 7 blocks; threads allow 16, shared memory
-  // 233472 / (10240 + 1024) = 20. So 7 blocks x 132 SMs = 924 is the planner's max_grid.
+  // Registers are ptxas's for sm_90 (batch_decode_kernel, bf16 q; docs/ATTENTION.md): 72 for
+  // bf16 D128 with one row a thread, 96 with two, 168 for fp8 K/V with two.
   const kernels::DeviceLimits h100 = kernels::device_limits(9, 0);
-  const DecodeBlockShape s = decode_block_shape(128, 128, 2, 4);
-  EXPECT_EQ(kernels::occupancy_blocks_per_sm(h100, s.threads(), 70, s.smem_bytes), 7);
-  // fp8 (94 registers -> 3072 a warp: 5 warps a sub-partition, 20 an SM).
-  const DecodeBlockShape f = decode_block_shape(128, 128, 1, 4);
-  EXPECT_EQ(kernels::occupancy_blocks_per_sm(h100, f.threads(), 94, f.smem_bytes), 5);
+  // GQA 4 (the headline 32:8), two rows a thread: 64 threads, 96 registers -> 3072 a warp: 5
+  // warps a sub-partition, 20 an SM = 10 blocks of 2 warps; threads allow 32, shared memory
+  // 233472 / (9216 + 1024) = 22. So 10 x 132 SMs = 1320 is the planner's max_grid.
+  const DecodeBlockShape s =
+      decode_block_shape(128, 128, 2, 4, decode_rows_per_thread(128, 128, 2, 4));
+  EXPECT_EQ(s.threads(), 64);
+  EXPECT_EQ(kernels::occupancy_blocks_per_sm(h100, s.threads(), 96, s.smem_bytes), 10);
+  // One row a thread (what it was): 128 threads, 72 registers -> 2304 a warp: 7 warps a
+  // sub-partition, 28 an SM = 7 blocks of 4 warps (28 rows an SM against 40 above).
+  const DecodeBlockShape s1 = decode_block_shape(128, 128, 2, 4);
+  EXPECT_EQ(kernels::occupancy_blocks_per_sm(h100, s1.threads(), 72, s1.smem_bytes), 7);
+  // GQA 8: 128 threads at 96 registers: 20 warps = 5 blocks (40 rows); one row a thread, 256
+  // threads at 72: 28 warps -> 3 blocks of 8 (24 rows).
+  const DecodeBlockShape g8 = decode_block_shape(128, 128, 2, 8, 2);
+  EXPECT_EQ(kernels::occupancy_blocks_per_sm(h100, g8.threads(), 96, g8.smem_bytes), 5);
+  const DecodeBlockShape g8_1 = decode_block_shape(128, 128, 2, 8);
+  EXPECT_EQ(kernels::occupancy_blocks_per_sm(h100, g8_1.threads(), 72, g8_1.smem_bytes), 3);
+  // fp8 GQA 4, two rows a thread: 64 threads, 168 registers -> 5376 a warp: 3 warps a
+  // sub-partition, 12 an SM = 6 blocks of 2 warps (24 rows; one row a thread, 128 threads at
+  // 101 registers -> 3328 a warp: 4 warps a sub-partition = 4 blocks, 16 rows).
+  const DecodeBlockShape f = decode_block_shape(128, 128, 1, 4, 2);
+  EXPECT_EQ(kernels::occupancy_blocks_per_sm(h100, f.threads(), 168, f.smem_bytes), 6);
+  const DecodeBlockShape f1 = decode_block_shape(128, 128, 1, 4);
+  EXPECT_EQ(kernels::occupancy_blocks_per_sm(h100, f1.threads(), 101, f1.smem_bytes), 4);
 }
 
 std::vector<int64_t> rep(std::size_t n, int64_t v) { return std::vector<int64_t>(n, v); }

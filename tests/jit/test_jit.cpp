@@ -491,6 +491,21 @@ TEST(JitAttention, DecodeAlibiVariantsCompileForSm90a) {
   }
 }
 
+// Two rows a thread (decode_rows_per_thread, GQA groups >= 4) on a JIT head dim: NVRTC takes the
+// kRows = 2 instance, plain and with every variant bit.
+TEST(JitAttention, DecodeTwoRowsAThreadCompilesForSm90a) {
+  SKIP_WITHOUT_NVRTC();
+  for (int variant : {0, 7}) {
+    const ModuleSpec s = jit::attention_cuda_core_spec(DType::kBFloat16, DType::kBFloat16,
+                                                       DType::kBFloat16, 96, 96, variant, 2);
+    EXPECT_NE(s.kernels[0].find("96, 96, " + std::to_string(variant) + ", 2>"), std::string::npos)
+        << s.kernels[0];
+    const CompiledModule m = jit::build(s, kSm90a, attention_config());
+    expect_cubin_for(m.cubin, 90);
+    EXPECT_NE(m.cubin.find(m.symbol(s.kernels[0])), std::string::npos) << variant;
+  }
+}
+
 TEST(JitAttention, HeadDim80TensorCoreKernelCompiles) {
   SKIP_WITHOUT_NVRTC();
   const ModuleSpec s = jit::attention_mma_spec(DType::kBFloat16, 80);
@@ -517,6 +532,28 @@ TEST(JitAttention, SpecsAndListLines) {
   EXPECT_NE(v.kernels[0].find("96, 96, 7>"), std::string::npos);
   EXPECT_THROW(jit::spec_from_line("attention_cuda_core q=float16 kv=float16 o=float16 "
                                    "head_dim_qk=96 head_dim_vo=96 variant=8"),
+               Error);
+  // Two rows a thread: its own module (name, key parameter, kernel expression); one row a thread
+  // keeps the names and expressions of before.
+  const ModuleSpec r2 = jit::spec_from_line(
+      "attention_cuda_core q=bfloat16 kv=bfloat16 o=bfloat16 head_dim_qk=96 head_dim_vo=96 "
+      "variant=1 rows_per_thread=2");
+  EXPECT_EQ(r2.name, "attention_cuda_core_bfloat16_bfloat16_bfloat16_96_96_softcap_rows2");
+  EXPECT_NE(r2.kernels[0].find("96, 96, 1, 2>"), std::string::npos);
+  EXPECT_EQ(r2.params.back(), (std::pair<std::string, std::string>{"rows_per_thread", "2"}));
+  const ModuleSpec r1 = jit::spec_from_line(
+      "attention_cuda_core q=bfloat16 kv=bfloat16 o=bfloat16 head_dim_qk=96 head_dim_vo=96 "
+      "rows_per_thread=1");
+  EXPECT_EQ(r1.name, "attention_cuda_core_bfloat16_bfloat16_bfloat16_96_96");
+  EXPECT_NE(r1.kernels[0].find("96, 96, 0>"), std::string::npos);
+  EXPECT_EQ(r1.params.size(), jit::attention_cuda_core_spec(DType::kBFloat16, DType::kBFloat16,
+                                                            DType::kBFloat16, 96, 96)
+                                  .params.size());
+  EXPECT_THROW(jit::spec_from_line("attention_cuda_core q=float16 kv=float16 o=float16 "
+                                   "head_dim_qk=96 head_dim_vo=96 rows_per_thread=3"),
+               Error);
+  EXPECT_THROW(jit::attention_cuda_core_spec(DType::kFloat16, DType::kFloat16, DType::kFloat16, 96,
+                                             96, 0, 4),
                Error);
   const ModuleSpec b = jit::spec_from_line("attention_mma dtype=bf16 head_dim=96");
   EXPECT_EQ(b.name, "attention_mma_bfloat16_96");

@@ -32,10 +32,16 @@ constexpr int kDecodeAlibi = 4;  // slopes[h] * (j - i) on the scaled logit, bef
 
 /// Blocks per SM ptxas is asked to allow: 3 caps 16-bit K/V instances at 80 registers, 2 the
 /// fp8 ones (which widen twice the elements a lane) at 128. Without a target ptxas settles at 64
-/// with small spills in some instances; with 1 it takes 90+ and costs a block per SM.
-template <class TKV>
-constexpr int decode_min_blocks() {
-  return sizeof(TKV) == 1 ? 2 : 3;
+/// with small spills in some instances; with 1 it takes 90+ and costs a block per SM. With two
+/// rows a thread (kRows 2, blocks of at most 128 threads) a thread holds two q slices and two
+/// states: 5 caps 16-bit K/V at 96 and 3 fp8 at 168 (0 spills; 4 would spill fp8). Lanes of more
+/// elements (lane_elems = q + V slice: JIT head dims such as 96 or 192 / 128) or rows of fewer
+/// than kDecodeTileZ lanes (head dim 16, each lane scoring every token) get 4 (128) and 2 (255).
+template <class TKV, int kRows = 1>
+constexpr int decode_min_blocks(int lane_elems = 0, int bdx = 32) {
+  if (kRows == 1) return sizeof(TKV) == 1 ? 2 : 3;
+  if (sizeof(TKV) == 1) return lane_elems > 32 || bdx < kDecodeTileZ ? 2 : 3;
+  return lane_elems > 16 || bdx < kDecodeTileZ ? 4 : 5;
 }
 
 namespace detail {
@@ -90,8 +96,16 @@ __device__ __forceinline__ float reduce_spread(const float (&s)[kN], int tx) {
 
 }  // namespace detail
 
-template <class TQ, class TKV, class TO, int DQK, int DVO, int kVariant>
-__global__ void __launch_bounds__(kDecodeMaxThreads, decode_min_blocks<TKV>())
+/// kRows: packed rows a thread owns (decode_rows_per_thread, chosen on the host). With 2, one
+/// K or V element read from shared memory and widened to fp32 feeds the FMAs of two rows; each
+/// row's dot products, softmax updates and V sums are the very operations, in the same order, of
+/// the one-row thread (rows ty * kRows + r of the block's, with the block's rows, token groups
+/// and tiles unchanged), so the results have the same bits.
+template <class TQ, class TKV, class TO, int DQK, int DVO, int kVariant, int kRows = 1>
+__global__ void __launch_bounds__(
+    kDecodeMaxThreads / kRows,
+    decode_min_blocks<TKV, kRows>((DQK + DVO) / decode_bdx(DQK, DVO, sizeof(TKV)),
+                                  decode_bdx(DQK, DVO, sizeof(TKV))))
     batch_decode_kernel(AttentionParams p) {
   constexpr int kKvBytes = static_cast<int>(sizeof(TKV));
   constexpr int kBdx = decode_bdx(DQK, DVO, kKvBytes);
@@ -104,6 +118,7 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, decode_min_blocks<TKV>())
   constexpr bool kMask = (kVariant & kDecodeMask) != 0;
   constexpr bool kAlibi = (kVariant & kDecodeAlibi) != 0;
   static_assert(DQK % kChunk == 0 && DVO % kChunk == 0, "rows must be whole 16-byte units");
+  static_assert(kRows == 1 || kRows == 2, "a thread owns one or two rows");
   // With at least kTileZ lanes a row, each lane finishes one token's score of its group's tile
   // (detail::reduce_spread): one logit, mask test and exp2 a lane instead of kTileZ.
   constexpr bool kSpreadTokens = kBdx >= kTileZ;
@@ -112,15 +127,17 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, decode_min_blocks<TKV>())
   const WorkItem w = p.work[blockIdx.x];
   if (w.request < 0) return;  // padding block of a CUDA-graph grid
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
-  const DecodeBlockShape shape = decode_block_shape(DQK, DVO, kKvBytes, p.max_work_rows * group);
+  const DecodeBlockShape shape =
+      decode_block_shape(DQK, DVO, kKvBytes, p.max_work_rows * group, kRows);
   const int bdy = shape.bdy, bdz = shape.bdz, T = shape.tile_tokens, C = shape.cache_tokens;
+  const int block_rows = shape.block_rows();
   const int nthreads = kBdx * bdy * bdz;
   const int tid = threadIdx.x;
   const int tx = tid % kBdx, ty = (tid / kBdx) % bdy, tz = tid / (kBdx * bdy);
   const int my_tok = kSpreadTokens ? detail::spread_token<kBdx, kTileZ>(tx) : 0;
 
   const int32_t rows = (w.qo_end - w.qo_begin) * group;
-  const int32_t row0 = blockIdx.z * bdy;
+  const int32_t row0 = blockIdx.z * block_rows;
   if (row0 >= rows) return;
   const int32_t b = w.request, g = blockIdx.y;
   const int32_t q_base = p.qo_indptr[b];
@@ -128,37 +145,50 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, decode_min_blocks<TKV>())
   const int32_t kv_len = p.kv_lens[b];
   // Threads past the last row compute the last row again and write nothing: every thread takes
   // part in the barriers and shuffles.
-  const bool row_ok = row0 + ty < rows;
-  const int32_t pr = row_ok ? row0 + ty : rows - 1;
-  const int32_t qi = w.qo_begin + pr / group;
-  const int32_t h = g * group + pr % group;
+  bool row_ok[kRows];
+  int32_t qi[kRows], h[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int32_t row = row0 + ty * kRows + r;
+    row_ok[r] = row < rows;
+    const int32_t pr = row_ok[r] ? row : rows - 1;
+    qi[r] = w.qo_begin + pr / group;
+    h[r] = g * group + pr % group;
+  }
 
   extern __shared__ __align__(16) uint8_t smem[];
   int64_t* k_off = reinterpret_cast<int64_t*>(smem);
   int64_t* v_off = k_off + C;
   TKV* k_s = reinterpret_cast<TKV*>(v_off + C);          // [kStages][T][DQK]
   TKV* v_s = k_s + kStages * T * DQK;                    // [kStages][T][DVO]
-  float* merge_s = reinterpret_cast<float*>(v_off + C);  // after the loop: [bdz][bdy][DVO + 4]
+  float* merge_s = reinterpret_cast<float*>(v_off + C);  // after the loop: [bdz][rows][DVO + 4]
 
-  float q[kVq];
-  dev::load_f32<TQ, kVq>(static_cast<const TQ*>(p.q) +
-                             static_cast<int64_t>(q_base + qi) * p.q_stride_n +
-                             static_cast<int64_t>(h) * p.q_stride_h + tx * kVq,
-                         q);
-  // Opaque to the compiler from here, so it keeps q in fp32 registers rather than widening it
-  // again for every tile (the values are the same either way).
+  float q[kRows][kVq];
+  float scale_log2[kRows], scale[kRows], slope[kRows];
 #pragma unroll
-  for (int i = 0; i < kVq; ++i) asm volatile("" : "+f"(q[i]));
-  float scale = p.sm_scale;
-  if (p.scale_q) scale *= p.scale_q[h];
-  if (p.scale_k) scale *= p.scale_k[g];
-  const float scale_log2 = scale * kLog2e;
-  const float slope = kAlibi ? p.alibi_slopes[h] : 0.0f;
+  for (int r = 0; r < kRows; ++r) {
+    dev::load_f32<TQ, kVq>(static_cast<const TQ*>(p.q) +
+                               static_cast<int64_t>(q_base + qi[r]) * p.q_stride_n +
+                               static_cast<int64_t>(h[r]) * p.q_stride_h + tx * kVq,
+                           q[r]);
+    // Opaque to the compiler from here, so it keeps q in fp32 registers rather than widening it
+    // again for every tile (the values are the same either way).
+#pragma unroll
+    for (int i = 0; i < kVq; ++i) asm volatile("" : "+f"(q[r][i]));
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    scale[r] = p.sm_scale;
+    if (p.scale_q) scale[r] *= p.scale_q[h[r]];
+    if (p.scale_k) scale[r] *= p.scale_k[g];
+    scale_log2[r] = scale[r] * kLog2e;
+    slope[r] = kAlibi ? p.alibi_slopes[h[r]] : 0.0f;
+  }
 
   // Keys this block can see at all: causal caps the end, a sliding window the start.
   int32_t kv_lo = w.kv_begin, kv_hi = w.kv_end;
   if (!p.custom_mask) {
-    const int32_t last_row = min(rows, row0 + bdy) - 1;
+    const int32_t last_row = min(rows, row0 + block_rows) - 1;
     const int32_t pos_min = kv_len - qo_len + w.qo_begin + row0 / group;
     const int32_t pos_max = kv_len - qo_len + w.qo_begin + last_row / group;
     if (p.causal) kv_hi = min(kv_hi, pos_max + 1);
@@ -219,92 +249,108 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, decode_min_blocks<TKV>())
     issue(true, s);
   }
 
-  dev::SoftmaxState<kVv> st;
-  st.init();
-  bool nan_seen = false;  // a visible score was NaN: the row is NaN (as upstream)
+  dev::SoftmaxState<kVv> st[kRows];
+  bool nan_seen[kRows];  // a visible score was NaN: the row is NaN (as upstream)
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    st[r].init();
+    nan_seen[r] = false;
+  }
   for (int it = 0; it < n_iter; ++it) {
     const int buf = it % kStages;
     dev::cp_async::wait<2 * kStages - 1>();  // K of stage `it` has landed
     __syncthreads();
-    float s[kTileZ];
+    // One K slice widened serves the dot products of every row of the thread.
+    float s[kRows][kTileZ];
     const TKV* kt = k_s + (buf * T + tz * kTileZ) * DQK + tx * kVq;
 #pragma unroll
     for (int j = 0; j < kTileZ; ++j) {
       float kf[kVq];
       dev::load_f32<TKV, kVq>(kt + j * DQK, kf);
-      float dot = 0.0f;
 #pragma unroll
-      for (int i = 0; i < kVq; ++i) dot = fmaf(q[i], kf[i], dot);
-      s[j] = dot;
+      for (int r = 0; r < kRows; ++r) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kVq; ++i) dot = fmaf(q[r][i], kf[i], dot);
+        s[r][j] = dot;
+      }
     }
     const int32_t t_base = kv_lo + it * T + tz * kTileZ;
-    // The scaled base-2 logit of key kj, or -inf where it is invisible or NaN.
-    auto logit = [&](float dot, int32_t kj) {
+    // The scaled base-2 logit of key kj for row r, or -inf where it is invisible or NaN.
+    auto logit = [&](int r, float dot, int32_t kj) {
       bool vis = kj < kv_hi;
-      if constexpr (kMask) vis = vis && key_visible(p, b, qo_len, kv_len, qi, kj);
+      if constexpr (kMask) vis = vis && key_visible(p, b, qo_len, kv_len, qi[r], kj);
       float x;
       if constexpr (kAlibi) {
         // Upstream's DefaultAttention: with a soft cap, sm_scale applies twice (the CPU
         // reference does the same).
-        float sc = dot * scale + slope * static_cast<float>(kj - qi);
+        float sc = dot * scale[r] + slope[r] * static_cast<float>(kj - qi[r]);
         if constexpr (kSoftCap) {
-          sc = p.logits_soft_cap * tanhf(sc * (scale / p.logits_soft_cap));
+          sc = p.logits_soft_cap * tanhf(sc * (scale[r] / p.logits_soft_cap));
         }
         x = sc * kLog2e;
       } else if constexpr (kSoftCap) {
-        x = logit_log2(p, dot, scale);
+        x = logit_log2(p, dot, scale[r]);
       } else {
-        x = dot * scale_log2;
+        x = dot * scale_log2[r];
       }
-      if (vis && isnan(x)) nan_seen = true;
+      if (vis && isnan(x)) nan_seen[r] = true;
       return (vis && !isnan(x)) ? x : -INFINITY;
     };
-    float m_new;
-    if constexpr (kSpreadTokens) {
-      // Lane tx ends up with the whole score of token my_tok; it alone scales, masks and
-      // exponentiates it, and the row's lanes then swap the probabilities.
-      const float x = logit(detail::reduce_spread<kBdx, kTileZ>(s, tx), t_base + my_tok);
-      float m_tile = x;
 #pragma unroll
-      for (int k = 0; (1 << k) < kTileZ; ++k) {
-        m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, kBdx >> (k + 1)));
+    for (int r = 0; r < kRows; ++r) {
+      float m_new;
+      if constexpr (kSpreadTokens) {
+        // Lane tx ends up with the whole score of token my_tok; it alone scales, masks and
+        // exponentiates it, and the row's lanes then swap the probabilities.
+        const float x = logit(r, detail::reduce_spread<kBdx, kTileZ>(s[r], tx), t_base + my_tok);
+        float m_tile = x;
+#pragma unroll
+        for (int k = 0; (1 << k) < kTileZ; ++k) {
+          m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, kBdx >> (k + 1)));
+        }
+        m_new = fmaxf(st[r].m, m_tile);
+        const float p_own = m_new != -INFINITY ? exp2f(x - m_new) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < kTileZ; ++j) {
+          s[r][j] = __shfl_sync(0xffffffffu, p_own, detail::spread_lane<kBdx>(j), kBdx);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kTileZ; ++j) {
+#pragma unroll
+          for (int o = kBdx / 2; o > 0; o >>= 1) {
+            s[r][j] += __shfl_xor_sync(0xffffffffu, s[r][j], o);
+          }
+        }
+        float m_tile = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kTileZ; ++j) {
+          s[r][j] = logit(r, s[r][j], t_base + j);
+          m_tile = fmaxf(m_tile, s[r][j]);
+        }
+        m_new = fmaxf(st[r].m, m_tile);
+#pragma unroll
+        for (int j = 0; j < kTileZ; ++j) {
+          s[r][j] = m_new != -INFINITY ? exp2f(s[r][j] - m_new) : 0.0f;
+        }
       }
-      m_new = fmaxf(st.m, m_tile);
-      const float p_own = m_new != -INFINITY ? exp2f(x - m_new) : 0.0f;
+      // Rescale only when the maximum moved: otherwise f = exp2f(0) = 1 exactly and o * 1,
+      // d * 1 change nothing. d * f + s[0] is one fused multiply-add (as ptxas contracted it
+      // before), and without the rescale d + s[0], the same rounding. An empty tile has every
+      // s[j] = 0.
+      if (m_new != st[r].m) {
+        const float f = exp2f(st[r].m - m_new);  // 0 while the state is empty
 #pragma unroll
-      for (int j = 0; j < kTileZ; ++j) {
-        s[j] = __shfl_sync(0xffffffffu, p_own, detail::spread_lane<kBdx>(j), kBdx);
+        for (int i = 0; i < kVv; ++i) st[r].o[i] *= f;
+        st[r].d = fmaf(st[r].d, f, s[r][0]);
+        st[r].m = m_new;
+      } else {
+        st[r].d += s[r][0];
       }
-    } else {
 #pragma unroll
-      for (int j = 0; j < kTileZ; ++j) {
-#pragma unroll
-        for (int o = kBdx / 2; o > 0; o >>= 1) s[j] += __shfl_xor_sync(0xffffffffu, s[j], o);
-      }
-      float m_tile = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kTileZ; ++j) {
-        s[j] = logit(s[j], t_base + j);
-        m_tile = fmaxf(m_tile, s[j]);
-      }
-      m_new = fmaxf(st.m, m_tile);
-#pragma unroll
-      for (int j = 0; j < kTileZ; ++j) s[j] = m_new != -INFINITY ? exp2f(s[j] - m_new) : 0.0f;
+      for (int j = 1; j < kTileZ; ++j) st[r].d += s[r][j];
     }
-    // Rescale only when the maximum moved: otherwise r = exp2f(0) = 1 exactly and o * 1, d * 1
-    // change nothing. d * r + s[0] is one fused multiply-add (as ptxas contracted it before),
-    // and without the rescale d + s[0], the same rounding. An empty tile has every s[j] = 0.
-    if (m_new != st.m) {
-      const float r = exp2f(st.m - m_new);  // 0 while the state is empty
-#pragma unroll
-      for (int i = 0; i < kVv; ++i) st.o[i] *= r;
-      st.d = fmaf(st.d, r, s[0]);
-      st.m = m_new;
-    } else {
-      st.d += s[0];
-    }
-#pragma unroll
-    for (int j = 1; j < kTileZ; ++j) st.d += s[j];
     __syncthreads();  // K of this stage consumed: its buffer takes stage it + kStages
     if (((it + kStages) & fill_mask) == 0 && it + kStages < n_iter) {
       cache.fill(p.kv, b, kv_lo + (it + kStages) * T, kv_hi, page_size, tid, nthreads);
@@ -314,24 +360,36 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, decode_min_blocks<TKV>())
     dev::cp_async::wait<2 * kStages - 1>();  // V of stage `it` has landed
     __syncthreads();
     const TKV* vt = v_s + (buf * T + tz * kTileZ) * DVO + tx * kVv;
-    // An invisible key adds nothing, even where V is not finite; the test per key is a branch
-    // only where some key of the group is skipped (the usual full tile has none).
+    // An invisible key adds nothing to a row, even where V is not finite; the test per key is a
+    // branch only where some key of the group is skipped (the usual full tile has none). One V
+    // slice widened serves every row of the thread that takes the key.
     auto add_v = [&](int j) {
       float vf[kVv];
       dev::load_f32<TKV, kVv>(vt + j * DVO, vf);
 #pragma unroll
-      for (int i = 0; i < kVv; ++i) st.o[i] = fmaf(s[j], vf[i], st.o[i]);
+      for (int r = 0; r < kRows; ++r) {
+        if (kRows == 1 || s[r][j] != 0.0f) {  // one row: the caller tested it
+#pragma unroll
+          for (int i = 0; i < kVv; ++i) st[r].o[i] = fmaf(s[r][j], vf[i], st[r].o[i]);
+        }
+      }
     };
     bool all_add = true;
 #pragma unroll
-    for (int j = 0; j < kTileZ; ++j) all_add = all_add && s[j] != 0.0f;
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int j = 0; j < kTileZ; ++j) all_add = all_add && s[r][j] != 0.0f;
+    }
     if (all_add) {
 #pragma unroll
       for (int j = 0; j < kTileZ; ++j) add_v(j);
     } else {
 #pragma unroll
       for (int j = 0; j < kTileZ; ++j) {
-        if (s[j] != 0.0f) add_v(j);
+        bool any = false;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) any = any || s[r][j] != 0.0f;
+        if (any) add_v(j);
       }
     }
     __syncthreads();  // V of this stage consumed
@@ -341,67 +399,79 @@ __global__ void __launch_bounds__(kDecodeMaxThreads, decode_min_blocks<TKV>())
   __syncthreads();                // the K/V area is free for the merge below
   if constexpr (kSpreadTokens) {  // a lane tested its own tokens' logits only
 #pragma unroll
-    for (int o = kBdx / 2; o > 0; o >>= 1) {
-      nan_seen = (__shfl_xor_sync(0xffffffffu, nan_seen ? 1 : 0, o) != 0) || nan_seen;
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int o = kBdx / 2; o > 0; o >>= 1) {
+        nan_seen[r] = (__shfl_xor_sync(0xffffffffu, nan_seen[r] ? 1 : 0, o) != 0) || nan_seen[r];
+      }
     }
   }
 
   if (bdz > 1) {  // fold the token groups' states into group 0's
     constexpr int kStride = DVO + 4;
-    float* mine = merge_s + (tz * bdy + ty) * kStride;
-    dev::Vec<float, kVv> ov;
 #pragma unroll
-    for (int i = 0; i < kVv; ++i) ov.v[i] = st.o[i];
-    ov.store(mine + tx * kVv);
-    if (tx == 0) {
-      mine[DVO] = st.m;
-      mine[DVO + 1] = st.d;
-      mine[DVO + 2] = nan_seen ? 1.0f : 0.0f;
+    for (int r = 0; r < kRows; ++r) {
+      float* mine = merge_s + (tz * block_rows + ty * kRows + r) * kStride;
+      dev::Vec<float, kVv> ov;
+#pragma unroll
+      for (int i = 0; i < kVv; ++i) ov.v[i] = st[r].o[i];
+      ov.store(mine + tx * kVv);
+      if (tx == 0) {
+        mine[DVO] = st[r].m;
+        mine[DVO + 1] = st[r].d;
+        mine[DVO + 2] = nan_seen[r] ? 1.0f : 0.0f;
+      }
     }
     __syncthreads();
     if (tz == 0) {
       for (int z = 1; z < bdz; ++z) {
-        const float* other = merge_s + (z * bdy + ty) * kStride;
-        dev::Vec<float, kVv> x;
-        x.load(other + tx * kVv);
-        st.merge(x.v, other[DVO], other[DVO + 1]);
-        nan_seen = nan_seen || other[DVO + 2] != 0.0f;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const float* other = merge_s + (z * block_rows + ty * kRows + r) * kStride;
+          dev::Vec<float, kVv> x;
+          x.load(other + tx * kVv);
+          st[r].merge(x.v, other[DVO], other[DVO + 1]);
+          nan_seen[r] = nan_seen[r] || other[DVO + 2] != 0.0f;
+        }
       }
     }
   }
 
-  if (tz == 0 && row_ok) {
-    float out_scale = p.v_scale;
-    if (p.scale_v) out_scale *= p.scale_v[g];
-    const bool any = st.d > 0.0f;
-    float inv = any ? out_scale / st.d : 0.0f;
-    float lse = any ? st.m + log2f(st.d) : -INFINITY;
-    if (nan_seen) {
-      inv = NAN;
-      lse = NAN;
-    }
-    // The sink joins once: here when the row is final, in the merge pass when it is split.
-    if (p.sinks && w.partial_base < 0) {
-      float f = 1.0f;
-      lse = apply_sink(lse, p.sinks[h] * kLog2e, &f);
-      inv *= f;
-    }
-    float out[kVv];
 #pragma unroll
-    for (int i = 0; i < kVv; ++i) out[i] = st.o[i] * inv;
-    if (w.partial_base >= 0) {
-      const int64_t prow = w.partial_base + (qi - w.qo_begin);
-      float* dst = p.tmp_v + (prow * p.num_qo_heads + h) * DVO + tx * kVv;
-      dev::Vec<float, kVv> ov;
+  for (int r = 0; r < kRows; ++r) {
+    if (tz == 0 && row_ok[r]) {
+      float out_scale = p.v_scale;
+      if (p.scale_v) out_scale *= p.scale_v[g];
+      const bool any = st[r].d > 0.0f;
+      float inv = any ? out_scale / st[r].d : 0.0f;
+      float lse = any ? st[r].m + log2f(st[r].d) : -INFINITY;
+      if (nan_seen[r]) {
+        inv = NAN;
+        lse = NAN;
+      }
+      // The sink joins once: here when the row is final, in the merge pass when it is split.
+      if (p.sinks && w.partial_base < 0) {
+        float f = 1.0f;
+        lse = apply_sink(lse, p.sinks[h[r]] * kLog2e, &f);
+        inv *= f;
+      }
+      float out[kVv];
 #pragma unroll
-      for (int i = 0; i < kVv; ++i) ov.v[i] = out[i];
-      ov.store(dst);
-      if (tx == 0) p.tmp_s[prow * p.num_qo_heads + h] = lse;
-    } else {
-      const int64_t row = q_base + qi;
-      dev::store_from_f32<TO, kVv>(
-          static_cast<TO*>(p.o) + row * p.o_stride_n + h * p.o_stride_h + tx * kVv, out);
-      if (tx == 0 && p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
+      for (int i = 0; i < kVv; ++i) out[i] = st[r].o[i] * inv;
+      if (w.partial_base >= 0) {
+        const int64_t prow = w.partial_base + (qi[r] - w.qo_begin);
+        float* dst = p.tmp_v + (prow * p.num_qo_heads + h[r]) * DVO + tx * kVv;
+        dev::Vec<float, kVv> ov;
+#pragma unroll
+        for (int i = 0; i < kVv; ++i) ov.v[i] = out[i];
+        ov.store(dst);
+        if (tx == 0) p.tmp_s[prow * p.num_qo_heads + h[r]] = lse;
+      } else {
+        const int64_t row = q_base + qi[r];
+        dev::store_from_f32<TO, kVv>(
+            static_cast<TO*>(p.o) + row * p.o_stride_n + h[r] * p.o_stride_h + tx * kVv, out);
+        if (tx == 0 && p.lse) p.lse[row * p.lse_stride_n + h[r] * p.lse_stride_h] = lse;
+      }
     }
   }
   pdl_launch_dependents();

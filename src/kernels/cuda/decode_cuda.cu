@@ -21,24 +21,28 @@ std::atomic<AttentionKernelOverride> g_override{nullptr};
 
 int kv_bytes(DType kv) { return static_cast<int>(dtype_size(kv)); }
 
+// The block shape, with the rows a thread owns (decode_rows_per_thread: 2 for blocks of 4 or more
+// packed rows) chosen here on the host; the kernel instance follows s.rows_per_thread.
 DecodeBlockShape shape_of(const AttentionParams& p) {
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
-  return decode_block_shape(p.head_dim_qk, p.head_dim_vo, kv_bytes(p.kv.dtype),
-                            p.max_work_rows * group);
+  const int rows = p.max_work_rows * group, kvb = kv_bytes(p.kv.dtype);
+  return decode_block_shape(p.head_dim_qk, p.head_dim_vo, kvb, rows,
+                            decode_rows_per_thread(p.head_dim_qk, p.head_dim_vo, kvb, rows));
 }
 
 dim3 grid_of(const AttentionParams& p, const DecodeBlockShape& s) {
   const int64_t rows = static_cast<int64_t>(p.max_work_rows) * (p.num_qo_heads / p.num_kv_heads);
   return dim3(static_cast<unsigned>(p.num_work), static_cast<unsigned>(p.num_kv_heads),
-              static_cast<unsigned>((rows + s.bdy - 1) / s.bdy));
+              static_cast<unsigned>((rows + s.block_rows() - 1) / s.block_rows()));
 }
 
 template <class TQ, class TKV, class TO, int DQK, int DVO, int V>
 void launch_aot(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
   const DecodeBlockShape s = shape_of(p);
-  launch_kernel("attention", batch_decode_kernel<TQ, TKV, TO, DQK, DVO, V>, grid_of(p, s),
-                dim3(static_cast<unsigned>(s.threads())), static_cast<std::size_t>(s.smem_bytes),
-                stream, enable_pdl, p);
+  const auto kernel = s.rows_per_thread == 2 ? batch_decode_kernel<TQ, TKV, TO, DQK, DVO, V, 2>
+                                             : batch_decode_kernel<TQ, TKV, TO, DQK, DVO, V, 1>;
+  launch_kernel("attention", kernel, grid_of(p, s), dim3(static_cast<unsigned>(s.threads())),
+                static_cast<std::size_t>(s.smem_bytes), stream, enable_pdl, p);
 }
 
 // Head dims outside the AOT set: the same kernel, compiled by NVRTC; the spec is built on the
@@ -48,13 +52,13 @@ void launch_jit(const AttentionParams& p, int variant, cudaStream_t stream, bool
   const dim3 grid = grid_of(p, s);
   auto make = [&] {
     return jit::attention_cuda_core_spec(p.q_dtype, p.kv.dtype, p.o_dtype, p.head_dim_qk,
-                                         p.head_dim_vo, variant);
+                                         p.head_dim_vo, variant, s.rows_per_thread);
   };
   const std::string key = "decode:" + std::to_string(static_cast<int>(p.q_dtype)) + ":" +
                           std::to_string(static_cast<int>(p.kv.dtype)) + ":" +
                           std::to_string(static_cast<int>(p.o_dtype)) + ":" +
                           std::to_string(p.head_dim_qk) + ":" + std::to_string(p.head_dim_vo) +
-                          ":" + std::to_string(variant);
+                          ":" + std::to_string(variant) + ":" + std::to_string(s.rows_per_thread);
   launch_attention_jit(key, make, p, grid.x, grid.y, grid.z, static_cast<unsigned>(s.threads()),
                        static_cast<std::size_t>(s.smem_bytes), stream, enable_pdl);
 }
@@ -178,23 +182,32 @@ int decode_variant(const AttentionParams& p) {
 
 int decode_blocks_per_sm(const AttentionParams& p, int device) {
   const DecodeBlockShape s = shape_of(p);
-  int regs = 64;  // JIT instances: an estimate (the AOT ones have the same body)
+  // JIT instances: an estimate (the AOT ones have the same body; two rows a thread take more).
+  int regs = s.rows_per_thread == 2 ? 96 : 64;
   const int variant = decode_variant(p);
   if (variant < decode::kDecodeAlibi && p.head_dim_qk == p.head_dim_vo &&
       (p.head_dim_qk == 64 || p.head_dim_qk == 128 || p.head_dim_qk == 256) &&
       (p.q_dtype == DType::kFloat16 || p.q_dtype == DType::kBFloat16)) {
     visit_decode_dtypes(p, [&]<class TQ, class TKV>() {
-      auto get = [&]<int D>() {
+      // The instance launch_aot picks: the variant and the rows a thread owns.
+      auto get = [&]<int D, int R>() {
         cudaFuncAttributes a{};
-        const auto kernel = variant == 0   ? batch_decode_kernel<TQ, TKV, TQ, D, D, 0>
-                            : variant == 1 ? batch_decode_kernel<TQ, TKV, TQ, D, D, 1>
-                            : variant == 2 ? batch_decode_kernel<TQ, TKV, TQ, D, D, 2>
-                                           : batch_decode_kernel<TQ, TKV, TQ, D, D, 3>;
+        const auto kernel = variant == 0   ? batch_decode_kernel<TQ, TKV, TQ, D, D, 0, R>
+                            : variant == 1 ? batch_decode_kernel<TQ, TKV, TQ, D, D, 1, R>
+                            : variant == 2 ? batch_decode_kernel<TQ, TKV, TQ, D, D, 2, R>
+                                           : batch_decode_kernel<TQ, TKV, TQ, D, D, 3, R>;
         if (cudaFuncGetAttributes(&a, kernel) == cudaSuccess) regs = a.numRegs;
       };
-      if (p.head_dim_qk == 64) get.template operator()<64>();
-      if (p.head_dim_qk == 128) get.template operator()<128>();
-      if (p.head_dim_qk == 256) get.template operator()<256>();
+      auto get_dim = [&]<int D>() {
+        if (s.rows_per_thread == 2) {
+          get.template operator()<D, 2>();
+        } else {
+          get.template operator()<D, 1>();
+        }
+      };
+      if (p.head_dim_qk == 64) get_dim.template operator()<64>();
+      if (p.head_dim_qk == 128) get_dim.template operator()<128>();
+      if (p.head_dim_qk == 256) get_dim.template operator()<256>();
     });
   }
   int major = 0, minor = 0;

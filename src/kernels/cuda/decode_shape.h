@@ -5,7 +5,8 @@
 // A block is bdx x bdy x bdz threads, flattened into threadIdx.x (x fastest):
 //   - bdx lanes cover one head_dim row, each lane a slice of vq = DQK / bdx (and vv = DVO / bdx)
 //     elements: at least 16 bytes of K a lane, so a lane reads a row slice in 128-bit accesses;
-//   - bdy packed rows (query, head of the GQA group): all heads of a group share one K/V tile;
+//   - bdy threads of packed rows (query, head of the GQA group), rows_per_thread rows each: all
+//     heads of a group share one K/V tile;
 //   - bdz token groups, each scoring kDecodeTileZ tokens of the tile a stage; their softmax
 //     states merge at the end through shared memory.
 #pragma once
@@ -33,15 +34,21 @@ FLASHINFER_HD constexpr int decode_bdx(int dqk, int dvo, int kv_bytes) {
 
 struct DecodeBlockShape {
   int bdx = 1, bdy = 1, bdz = 1;
-  int tile_tokens = 0;   // tokens per pipeline stage: bdz * kDecodeTileZ
-  int cache_tokens = 0;  // page offsets cached per fill: a multiple of tile_tokens
-  int smem_bytes = 0;    // dynamic shared memory
+  int rows_per_thread = 1;  // packed rows a thread owns (1 or 2: decode_rows_per_thread)
+  int tile_tokens = 0;      // tokens per pipeline stage: bdz * kDecodeTileZ
+  int cache_tokens = 0;     // page offsets cached per fill: a multiple of tile_tokens
+  int smem_bytes = 0;       // dynamic shared memory
   FLASHINFER_HD constexpr int threads() const { return bdx * bdy * bdz; }
+  /// Packed rows a block covers (the grid's row chunk).
+  FLASHINFER_HD constexpr int block_rows() const { return bdy * rows_per_thread; }
 };
 
-/// Shape for rows = packed rows of the largest work item (query rows x GQA group).
+/// Shape for rows = packed rows of the largest work item (query rows x GQA group). With
+/// rows_per_thread 2 (only where decode_rows_per_thread says so) the block covers the same rows,
+/// token groups and tiles as with 1, in bdy / 2 thread rows: the same arithmetic per row, half
+/// the threads.
 FLASHINFER_HD constexpr DecodeBlockShape decode_block_shape(int dqk, int dvo, int kv_bytes,
-                                                            int rows) {
+                                                            int rows, int rows_per_thread = 1) {
   DecodeBlockShape s;
   s.bdx = decode_bdx(dqk, dvo, kv_bytes);
   const int max_rows = kDecodeMaxThreads / s.bdx;
@@ -77,6 +84,10 @@ FLASHINFER_HD constexpr DecodeBlockShape decode_block_shape(int dqk, int dvo, in
     s.bdz = 1;
     s.bdy = pad_rows(1);
   }
+  if (rows_per_thread > 1) {
+    s.rows_per_thread = rows_per_thread;
+    s.bdy /= rows_per_thread;
+  }
   s.tile_tokens = s.bdz * kDecodeTileZ;
   // One fill of the offset cache serves `fills` stages: >= the pipeline depth (the prologue's
   // stages come from the first fill) and about one token per thread.
@@ -87,9 +98,23 @@ FLASHINFER_HD constexpr DecodeBlockShape decode_block_shape(int dqk, int dvo, in
   s.cache_tokens = fills * s.tile_tokens;
   const int kv = kDecodeStages * s.tile_tokens * (dqk + dvo) * kv_bytes;
   // The token groups' states (o[DVO], m, d, NaN flag, pad) reuse the K/V area at the end.
-  const int merge = s.bdz > 1 ? s.bdz * s.bdy * (dvo + 4) * 4 : 0;
+  const int merge = s.bdz > 1 ? s.bdz * s.block_rows() * (dvo + 4) * 4 : 0;
   s.smem_bytes = 2 * s.cache_tokens * 8 + (kv > merge ? kv : merge);
   return s;
+}
+
+/// Packed rows a thread of the decode kernel owns: 2 where a block holds 4 rows or more (GQA
+/// group >= 4, or several queries a request), so one K/V element read from shared memory and
+/// widened serves two rows' FMAs (docs/ATTENTION.md, "Two rows a thread"); 1 otherwise: blocks
+/// of fewer or an odd number of rows, halves that are not whole warps, and lanes past the AOT
+/// head dims' 32 bytes of q and V slice (JIT dims such as 96 or 192 / 128) or rows of fewer
+/// than kDecodeTileZ lanes (head dim 16), where two rows would double a large register set.
+FLASHINFER_HD constexpr int decode_rows_per_thread(int dqk, int dvo, int kv_bytes, int rows) {
+  const DecodeBlockShape s = decode_block_shape(dqk, dvo, kv_bytes, rows);
+  const int lane_bytes = (dqk / s.bdx + dvo / s.bdx) * kv_bytes;
+  const bool pairs = s.bdy >= 4 && s.bdy % 2 == 0 && (s.bdx * (s.bdy / 2) * s.bdz) % 32 == 0 &&
+                     s.bdx >= kDecodeTileZ && lane_bytes <= 32;
+  return pairs ? 2 : 1;
 }
 
 }  // namespace flashinfer::kernels::cuda
