@@ -127,6 +127,9 @@ std::optional<AttentionOutput> run_cudnn(const BlockCall& c, const Tensor& k, co
   // The graph's page table has ceil(max_sequence_kv / page_size) columns per request, copied
   // each call: a maximum far beyond the lengths is left to the kernels.
   const int64_t page_size = k.size(1);
+  // cuDNN's paged SDPA engines take power-of-two block sizes only (their planners refuse others:
+  // decline before building a graph that would be refused).
+  if (page_size < 1 || (page_size & (page_size - 1)) != 0) return std::nullopt;
   if (c.cudnn_max_s_kv < 1 || c.cudnn_max_s_kv > std::numeric_limits<int32_t>::max() ||
       batch * ((c.cudnn_max_s_kv + page_size - 1) / page_size) > (int64_t{1} << 22)) {
     return std::nullopt;
@@ -160,7 +163,7 @@ std::optional<AttentionOutput> run_cudnn(const BlockCall& c, const Tensor& k, co
   if (c.lse) {
     const Tensor& l = *c.lse;
     if (!l.defined() || l.shape() != Shape{rows, hq} || l.dtype() != DType::kFloat32 ||
-        l.device() != dev || !l.is_contiguous()) {
+        l.device() != dev || !l.is_contiguous() || !aligned(l)) {
       return std::nullopt;
     }
     lse = l;
@@ -174,7 +177,10 @@ std::optional<AttentionOutput> run_cudnn(const BlockCall& c, const Tensor& k, co
   p.hkv = hkv;
   p.d = d;
   p.max_s_q = c.cudnn_max_s_q;
-  p.max_s_kv = c.cudnn_max_s_kv;
+  // The graph's key extent is whole pages (the page table's columns times page_size), as the
+  // frontend infers when none is given: cuDNN's paged planner refuses other values; each
+  // request's own length still bounds its keys. Decode steps within one page share a graph.
+  p.max_s_kv = (c.cudnn_max_s_kv + page_size - 1) / page_size * page_size;
   p.num_pages = k.size(0);
   p.page_size = page_size;
   p.q_stride_n = q.stride(0);

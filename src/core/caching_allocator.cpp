@@ -15,16 +15,19 @@ void* CachingAllocator::allocate(std::size_t nbytes, void* stream) {
   // During a capture the graph may address the block on every replay: a fresh one, never cached,
   // and no event queries (a capture in global mode forbids them).
   const bool capture = ops_.capturing(stream);
+  const uint64_t id = capture ? CachingAllocatorOps::kNoStreamId : ops_.stream_id(stream);
   if (!capture) {
     const std::size_t limit = size < (std::size_t{1} << 20) ? size : size + size / 4;
     for (auto it = cached_.lower_bound(size); it != cached_.end() && it->first <= limit; ++it) {
       Block& b = it->second.second;
-      if (b.stream != stream && !(b.event != nullptr && ops_.event_done(b.event))) continue;
+      const bool same = id != CachingAllocatorOps::kNoStreamId && b.stream_id == id;
+      if (!same && !(b.event != nullptr && ops_.event_done(b.event))) continue;
       void* p = it->second.first;
       if (b.event != nullptr) ops_.release_event(b.event);
       Block taken = b;
       taken.event = nullptr;
       taken.stream = stream;
+      taken.stream_id = id;
       cached_bytes_ -= taken.size;
       cached_.erase(it);
       live_bytes_ += taken.size;
@@ -42,6 +45,7 @@ void* CachingAllocator::allocate(std::size_t nbytes, void* stream) {
   Block b;
   b.size = size;
   b.stream = stream;
+  b.stream_id = id;
   b.uncached = capture;
   live_bytes_ += size;
   live_.emplace(p, b);

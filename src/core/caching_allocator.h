@@ -8,9 +8,11 @@
 //     completed.
 // As with PyTorch, a tensor used on a stream other than the one current at its allocation must
 // outlive that use (or the caller synchronizes), else the block can be reused too early.
-// CUDA-graph capture keeps today's behaviour: blocks allocated while the current stream captures
-// come from plain cudaMalloc and go back to cudaFree, never to the cache, and so does a cached
-// block released while its stream captures (the graph may keep addressing it on every replay).
+// CUDA-graph capture keeps the behaviour of plain cudaMalloc / cudaFree: blocks allocated while
+// the stream captures, and blocks released while their stream captures, go back to the device,
+// never to the cache (a tensor a captured graph uses must outlive the graph's replays, as with
+// plain cudaFree; cached, its block would be handed to another tensor while the graph may still
+// write it), and no event is recorded or queried for them.
 // The policy is written against an interface (CachingAllocatorOps) so it is unit-tested on the
 // CPU with a fake device (tests/core/test_caching_allocator.cpp); core/cuda_runtime.cpp gives it
 // the CUDA runtime. FLASHINFER_CUDA_CACHING_ALLOCATOR=0 turns the cache off (every block straight
@@ -35,6 +37,10 @@ class CachingAllocatorOps {
   virtual void free(void* p) noexcept = 0;
   /// Whether `stream` is being captured into a graph now.
   virtual bool capturing(void* stream) noexcept = 0;
+  /// The stream's process-unique id (cudaStreamGetId: a destroyed stream's handle may come back
+  /// for a new stream, its id does not), or kNoStreamId when it cannot be had.
+  virtual uint64_t stream_id(void* stream) noexcept = 0;
+  static constexpr uint64_t kNoStreamId = ~uint64_t{0};
   /// An event recorded on `stream` now, or nullptr when it cannot be recorded.
   virtual void* record_event(void* stream) noexcept = 0;
   /// Whether the work before `event` has completed.
@@ -75,6 +81,7 @@ class CachingAllocator {
   struct Block {
     std::size_t size = 0;
     void* stream = nullptr;
+    uint64_t stream_id = CachingAllocatorOps::kNoStreamId;
     void* event = nullptr;  // cached blocks: recorded at release
     bool uncached = false;  // allocated during a capture: never cached
   };

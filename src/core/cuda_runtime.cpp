@@ -84,22 +84,34 @@ class CudaAllocatorOps final : public CachingAllocatorOps {
     check(err, "cudaMalloc");
     return p;
   }
+  // Failures of the calls below are the allocator's own and are handled here; each is cleared
+  // (cudaGetLastError) so the caller's next launch check does not report it. A launch error of
+  // the caller's still pending then would be cleared with it, as in PyTorch's allocator.
   void free(void* p) noexcept override {
     int prev = -1;
     (void)cudaGetDevice(&prev);
     (void)cudaSetDevice(device_);
-    (void)cudaFree(p);
+    if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
     if (prev >= 0) (void)cudaSetDevice(prev);
   }
   bool capturing(void* stream) noexcept override {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     const cudaError_t err = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status);
-    if (err == cudaErrorStreamCaptureImplicit) {
-      (void)cudaGetLastError();  // another stream captures in global mode
+    if (err != cudaSuccess) {
+      // cudaErrorStreamCaptureImplicit: another stream captures in global mode. Any other
+      // failure (a stream we cannot ask about): treat as capturing, so nothing is cached.
+      (void)cudaGetLastError();
       return true;
     }
-    // A stream we cannot ask about (destroyed since): treat as capturing, so nothing is cached.
-    return err != cudaSuccess || status != cudaStreamCaptureStatusNone;
+    return status != cudaStreamCaptureStatusNone;
+  }
+  uint64_t stream_id(void* stream) noexcept override {
+    unsigned long long id = 0;
+    if (cudaStreamGetId(static_cast<cudaStream_t>(stream), &id) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return kNoStreamId;
+    }
+    return static_cast<uint64_t>(id);
   }
   void* record_event(void* stream) noexcept override {
     int prev = -1;
@@ -114,9 +126,11 @@ class CudaAllocatorOps final : public CachingAllocatorOps {
       }
     }
     if (ev == nullptr && cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+      (void)cudaGetLastError();
       ev = nullptr;
     }
     if (ev != nullptr && cudaEventRecord(ev, static_cast<cudaStream_t>(stream)) != cudaSuccess) {
+      (void)cudaGetLastError();  // e.g. the stream belongs to another device: no caching
       (void)cudaEventDestroy(ev);
       ev = nullptr;
     }
@@ -124,7 +138,10 @@ class CudaAllocatorOps final : public CachingAllocatorOps {
     return ev;
   }
   bool event_done(void* event) noexcept override {
-    return cudaEventQuery(static_cast<cudaEvent_t>(event)) == cudaSuccess;
+    const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (err == cudaSuccess) return true;
+    (void)cudaGetLastError();  // cudaErrorNotReady is recorded as the thread's last error
+    return false;
   }
   void release_event(void* event) noexcept override {
     std::lock_guard<std::mutex> lock(mu_);

@@ -45,6 +45,11 @@ class FakeDevice final : public detail::CachingAllocatorOps {
     frees.push_back(p);
   }
   bool capturing(void* stream) noexcept override { return captured_streams.count(stream) > 0; }
+  std::unordered_map<void*, uint64_t> ids;  // a handle's id, unless the test gives it another
+  uint64_t stream_id(void* stream) noexcept override {
+    auto it = ids.find(stream);
+    return it != ids.end() ? it->second : reinterpret_cast<uintptr_t>(stream);
+  }
   void* record_event(void* stream) noexcept override {
     events.push_back(new Event{stream});
     ++live_events;
@@ -104,6 +109,19 @@ TEST(CachingAllocator, OtherStreamsWaitForTheReleaseEvent) {
   EXPECT_EQ(r, p);  // its event is done: reusable on S2, now S2's block
   a.release(r);
   EXPECT_EQ(dev.events.back()->stream, kS2);
+}
+
+// A destroyed stream's handle given to a new stream: another id, so the block waits for its event
+// instead of being reused at once.
+TEST(CachingAllocator, ReusedHandlesAreOtherStreams) {
+  FakeDevice dev;
+  CachingAllocator a(dev);
+  void* p = a.allocate(4096, kS1);
+  a.release(p);
+  dev.ids[kS1] = 777;  // kS1 destroyed, its handle now names a new stream
+  EXPECT_NE(a.allocate(4096, kS1), p);
+  dev.events[0]->done = true;
+  EXPECT_EQ(a.allocate(4096, kS1), p);
 }
 
 // Below 1 MiB only the exact class; above, a cached block at most a quarter larger (smallest

@@ -338,18 +338,23 @@ TEST(CudnnAttentionCuda, DecodeMatchesCpu) {
   EXPECT_TRUE(testing::all_close(run(g), ref, testing::attention_tolerance(DType::kBFloat16)));
   EXPECT_EQ(kernels::cuda::cudnn_attention_stats().runs, runs0 + 1) << "cuDNN did not run";
 
-  // Without a block table request b's cache is page b: [batch, Hkv, max_seq, D].
-  Tensor k = testing::rand_tensor({2, 2, 48, 64}, DType::kFloat16, 5, -1.0, 1.0);
-  Tensor v = testing::rand_tensor({2, 2, 48, 64}, DType::kFloat16, 6, -1.0, 1.0);
+  // Without a block table request b's cache is page b: [batch, Hkv, max_seq, D]; a page of 64
+  // keys (cuDNN's paged engines take power-of-two pages only).
+  Tensor k = testing::rand_tensor({2, 2, 64, 64}, DType::kFloat16, 5, -1.0, 1.0);
+  Tensor v = testing::rand_tensor({2, 2, 64, 64}, DType::kFloat16, 6, -1.0, 1.0);
   Tensor q2 = testing::rand_tensor({2, 8, 64}, DType::kFloat16, 7, -1.0, 1.0);
-  const auto run2 = [&](Device dev) {
-    return cudnn_batch_decode_with_kv_cache(q2.to(dev), k.to(dev), v.to(dev), 0.125,
-                                            Tensor::zeros({1 << 16}, DType::kUInt8, dev), 48,
-                                            int_tensor({48, 5}));
+  const auto run2 = [&](Device dev, int64_t max_seq) {
+    return cudnn_batch_decode_with_kv_cache(
+        q2.to(dev), k.slice(2, 0, max_seq).to(dev), v.slice(2, 0, max_seq).to(dev), 0.125,
+        Tensor::zeros({1 << 16}, DType::kUInt8, dev), max_seq, int_tensor({48, 5}));
   };
-  EXPECT_TRUE(testing::all_close(run2(g), run2(Device::cpu()),
+  EXPECT_TRUE(testing::all_close(run2(g, 64), run2(Device::cpu(), 64),
                                  testing::attention_tolerance(DType::kFloat16)));
   EXPECT_EQ(kernels::cuda::cudnn_attention_stats().runs, runs0 + 2) << "cuDNN did not run";
+  // A page of 48 keys: declined before any graph is built, this library's kernels answer.
+  EXPECT_TRUE(testing::all_close(run2(g, 48), run2(Device::cpu(), 48),
+                                 testing::attention_tolerance(DType::kFloat16)));
+  EXPECT_EQ(kernels::cuda::cudnn_attention_stats().runs, runs0 + 2) << "48-key pages ran cuDNN";
 }
 
 // A second call of one shape finds its graph and allocates nothing on the device (with the

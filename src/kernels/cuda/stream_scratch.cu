@@ -1,6 +1,8 @@
 // The per-(device, stream) scratch of kernels/cuda/stream_scratch.h (host code only).
 #include "kernels/cuda/stream_scratch.h"
 
+#include "core/cuda_runtime.h"
+
 #include <atomic>
 #include <memory>
 #include <thread>
@@ -116,7 +118,14 @@ StreamScratch StreamScratchPool::acquire(const char* op, int device, void* strea
     FLASHINFER_CUDA_CALL(op, cudaGetDevice(&prev));
     if (prev != device) FLASHINFER_CUDA_CALL(op, cudaSetDevice(device));
     void* fresh = nullptr;
-    const cudaError_t err = cudaMalloc(&fresh, grown);
+    cudaError_t err = cudaMalloc(&fresh, grown);
+    if (err == cudaErrorMemoryAllocation) {
+      // Dead tensors' blocks held by the tensor allocator's cache (core/caching_allocator.h)
+      // are invisible here: give them back and try once more.
+      (void)cudaGetLastError();
+      detail::cuda_empty_cache(device);
+      err = cudaMalloc(&fresh, grown);
+    }
     if (prev != device) (void)cudaSetDevice(prev);
     if (err != cudaSuccess) {
       FLASHINFER_FAIL(ErrorCode::kCuda, op, arg_, "cudaMalloc of ", grown, " bytes of ", what_,
