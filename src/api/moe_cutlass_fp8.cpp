@@ -1,8 +1,8 @@
 // cutlass_fused_moe's FP8 paths: FP8 per tensor (e4m3 input and weights, four scales) and
 // DeepSeek FP8 block scale (bf16 input, 128x128-scaled e4m3 weights). Argument checks as
-// upstream's binding makes them, then the CPU reference (there is no CUDA kernel for these
-// paths: a CUDA call raises kUnsupported, so replay --device cuda falls back to the CPU).
-// Semantics and sources: docs/MOE.md, "cutlass_fused_moe: FP8 paths".
+// upstream's binding makes them, then the CPU reference or the CUDA kernels (GEMV route, the
+// CPU's rounding points; block scale on sm90 only, as upstream). Semantics and sources:
+// docs/MOE.md, "cutlass_fused_moe: FP8 paths".
 #include "api/moe_cutlass_fp8.h"
 
 #include <string>
@@ -12,6 +12,10 @@
 #include "api/checks.h"
 #include "api/kernel_table.h"
 #include "kernels/cpu/moe_cutlass_fp8_cpu.h"
+
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/moe_cuda.h"
+#endif
 
 namespace flashinfer::api {
 namespace {
@@ -26,6 +30,15 @@ constexpr KernelEntry<kernels::CutlassMoeFp8Params> kCutlassMoeFp8Kernels[] = {
      [](const kernels::CutlassMoeFp8Params& p, const LaunchContext&) {
        kernels::cpu::cutlass_moe_fp8(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA: one block per (token, expert) pair, warp dot products on the e4m3 codes (block "
+     "scale: per-128-k promotion, sm90 only)",
+     nullptr,
+     [](const kernels::CutlassMoeFp8Params& p, const LaunchContext& c) {
+       kernels::cuda::cutlass_moe_fp8(p, c.stream, c.enable_pdl);
+     }},
+#endif
 };
 
 void refuse(bool flag, const char* arg, const char* why) {

@@ -194,6 +194,34 @@ TEST(MoeGroupedPlan, ScratchLayout) {
   EXPECT_EQ(g.bytes, 512u + 512u);  // 3 * 24 floats = 288 bytes
 }
 
+// cutlass_fused_moe's FP8 GEMV route: the GEMV pieces first; the block-scale path adds the
+// tokens' 1x128-quantized rows and scales (partial last blocks: ceil division) and the
+// activation's scales, each 256-byte aligned; the per-tensor path adds nothing.
+TEST(MoeGroupedPlan, Fp8GemvScratchLayout) {
+  // 5 tokens, 7 pairs, hidden 200 (2 blocks), inter 160 (2 blocks), gated (gemm1_n 320).
+  const MoeFp8GemvScratch b = moe_fp8_gemv_scratch(5, 7, 200, 160, 320, true);
+  const MoeGemvScratch g = moe_gemv_scratch(7, 200, 160, 320);
+  EXPECT_EQ(b.gemv.g1, g.g1);
+  EXPECT_EQ(b.gemv.h, g.h);
+  EXPECT_EQ(b.gemv.y, g.y);
+  EXPECT_EQ(g.h, 8960u);            // 7 * 320 floats = 8960 bytes
+  EXPECT_EQ(g.y, 8960u + 4608u);    // 7 * 160 floats = 4480 bytes
+  EXPECT_EQ(g.bytes, g.y + 5632u);  // 7 * 200 floats = 5600 bytes
+  EXPECT_EQ(b.xq, g.bytes);
+  EXPECT_EQ(b.xs, b.xq + 4096u);    // 5 * 200 floats = 4000 bytes
+  EXPECT_EQ(b.hs, b.xs + 256u);     // 5 * 2 floats
+  EXPECT_EQ(b.bytes, b.hs + 256u);  // 7 * 2 floats
+  for (uint64_t off : {b.xq, b.xs, b.hs, b.bytes}) EXPECT_EQ(off % 256, 0u);
+  const MoeFp8GemvScratch t = moe_fp8_gemv_scratch(5, 7, 200, 160, 320, false);
+  EXPECT_EQ(t.bytes, g.bytes);
+  EXPECT_EQ(t.xq, g.bytes);
+  EXPECT_EQ(t.hs, g.bytes);
+  // One more inter column starts a third block: hs grows by one float per pair.
+  EXPECT_EQ(moe_fp8_gemv_scratch(1, 100, 128, 257, 257, true).bytes -
+                moe_fp8_gemv_scratch(1, 100, 128, 257, 257, true).hs,
+            1280u);  // 100 * 3 floats = 1200 bytes
+}
+
 // trtllm_bf16_moe: the grouped route reads MajorK weights only (BlockMajorK keeps the GEMV
 // route, forced or not); shuffled rows are fine. Its threshold counts the pairs routed to every
 // expert: 8 experts of which 4 local need 2 * 4 * 2 = 16 pairs.

@@ -152,6 +152,33 @@ FLASHINFER_HD constexpr MoeGemvScratch moe_gemv_scratch(int64_t pairs, int64_t h
   return s;
 }
 
+// ---- cutlass_fused_moe's FP8 paths (GEMV route) ----------------------------------------------
+
+/// The FP8 GEMV route's scratch: moe_gemv_scratch's g1 / h / y first (h holds the e4m3 values
+/// GEMM2 reads, decoded to fp32), then, for the DeepSeek block-scale path only, the tokens' input
+/// rows quantized 1x128 (xq: e4m3 values as fp32 [tokens, hidden]; xs: their dequantization
+/// scales [tokens, ceil(hidden / 128)]) and the activation's scales (hs [pairs, ceil(inter /
+/// 128)]). 256-byte aligned pieces, in bytes; xq = xs = hs = bytes for the per-tensor path.
+struct MoeFp8GemvScratch {
+  MoeGemvScratch gemv;
+  uint64_t xq, xs, hs, bytes;
+};
+FLASHINFER_HD constexpr MoeFp8GemvScratch moe_fp8_gemv_scratch(int64_t tokens, int64_t pairs,
+                                                               int64_t hidden, int64_t inter,
+                                                               int64_t gemm1_n, bool block_scale) {
+  MoeFp8GemvScratch s{};
+  s.gemv = moe_gemv_scratch(pairs, hidden, inter, gemm1_n);
+  s.xq = s.xs = s.hs = s.bytes = s.gemv.bytes;
+  if (!block_scale) return s;
+  const uint64_t T = static_cast<uint64_t>(tokens), P = static_cast<uint64_t>(pairs);
+  const uint64_t hb = static_cast<uint64_t>((hidden + 127) / 128);
+  const uint64_t ib = static_cast<uint64_t>((inter + 127) / 128);
+  s.xs = s.xq + moe_align256(T * static_cast<uint64_t>(hidden) * 4);
+  s.hs = s.xs + moe_align256(T * hb * 4);
+  s.bytes = s.hs + moe_align256(P * ib * 4);
+  return s;
+}
+
 // ---- trtllm_bf16_moe / trtllm_bf16_routed_moe ------------------------------------------------
 
 /// Whether the grouped route can read trtllm weights stored as w1 / w2: MajorK only (unit k
