@@ -253,6 +253,7 @@ std::vector<Tensor> cutlass_fused_moe_fp8(const CutlassMoeCall& c) {
   p.inter = I;
   p.num_local_experts = E;
   p.expert_offset = c.ep_rank * E;
+  p.ep_size = c.ep_size;  // the CUDA route choice
   p.act = static_cast<kernels::MoeAct>(activation_type);
   launch(kCutlassMoeFp8Kernels, fp, input.device(), kOp, "input", c.enable_pdl);
   // Upstream's three scratch outputs (written only in min-latency mode): zero here.

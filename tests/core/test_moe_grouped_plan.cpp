@@ -173,6 +173,23 @@ TEST(MoeGroupedPlan, RouteChoice) {
   EXPECT_TRUE(moe_grouped_eligible(q));
   EXPECT_FALSE(moe_grouped_eligible(query(0, 8)));
   EXPECT_FALSE(moe_grouped_eligible(query(int64_t{1} << 31, 8)));
+  // e4m3 (cutlass_fused_moe's FP8 per tensor, one byte): rows of 16 bytes need hidden and inter
+  // multiples of 16, not 8.
+  q = query(4096, 8);
+  q.elem_bytes = 1;
+  EXPECT_TRUE(moe_use_grouped(q, 0));
+  q.inter = 24;  // w2 rows of 24 bytes (48 in bf16: eligible there)
+  q.gemm1_n = 48;
+  EXPECT_FALSE(moe_grouped_eligible(q));
+  q.elem_bytes = 2;
+  EXPECT_TRUE(moe_grouped_eligible(q));
+  q = query(4096, 8);
+  q.elem_bytes = 1;
+  q.hidden = 4104;  // w1 rows of 4104 bytes
+  EXPECT_FALSE(moe_grouped_eligible(q));
+  q.w1 = 0x10008;  // misaligned base
+  q.hidden = 4096;
+  EXPECT_FALSE(moe_grouped_eligible(q));
 }
 
 TEST(MoeGroupedPlan, ScratchLayout) {

@@ -660,14 +660,19 @@ std::string label(const Fp8Case& c) {
 // Shapes: experts, top-k, local expert offsets (ep ranks), H / I with partial 128-blocks.
 std::vector<Fp8Case> cuda_cases(bool block) {
   std::vector<Fp8Case> v;
+  // Per tensor: decode-sized (GEMV route); 5 pairs per local expert (grouped route); inter 40, not
+  // a multiple of 16 (GEMV route even when the grouped one is forced); 300 pairs over 8 local
+  // experts of 16 (grouped route).
   const int64_t shapes[][7] = {// E, K, ep_size, ep_rank, T, H, I
                                {8, 2, 2, 1, 9, 64, 32},
                                {3, 3, 1, 0, 5, 96, 48},
-                               {4, 1, 3, 2, 7, 32, 160}};
+                               {4, 1, 3, 2, 7, 32, 160},
+                               {2, 2, 1, 0, 6, 48, 40},
+                               {8, 2, 2, 1, 150, 64, 32}};
   const int64_t block_shapes[][7] = {
       {8, 2, 2, 1, 9, 256, 128}, {3, 3, 1, 0, 5, 200, 160}, {4, 1, 3, 2, 7, 128, 288}};
   int n = 0;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < (block ? 3 : 5); ++i) {
     const int64_t* s = block ? block_shapes[i] : shapes[i];
     for (ActivationType a : {ActivationType::Relu, ActivationType::Identity}) {
       for (DType out_dt : {DType::kBFloat16, DType::kFloat16}) {
@@ -735,12 +740,24 @@ bool block_scale_runs_here() {
   return major == 9 && minor == 0;
 }
 
-// Runs the case on CUDA; `gemv_runs` gets how many FP8 GEMV-route runs it counted (1 expected).
-Tensor run_cuda(const Fp8Case& c, const Fp8Inputs& g, uint64_t* gemv_runs = nullptr) {
-  const uint64_t before = moe_cuda::cutlass_moe_cuda_stats().gemv_runs;
+// Runs the case on CUDA with the route forced (0 auto, 1 GEMV, 2 grouped where eligible);
+// `grouped` gets whether the grouped route ran (and the test fails unless one route ran).
+Tensor run_cuda(const Fp8Case& c, const Fp8Inputs& g, int force = 0, bool* grouped = nullptr) {
+  moe_cuda::set_cutlass_moe_route(force);
+  const moe_cuda::CutlassMoeCudaStats s0 = moe_cuda::cutlass_moe_cuda_stats();
   Tensor out = run(c, g)[0].to(Device::cpu());
-  if (gemv_runs) *gemv_runs = moe_cuda::cutlass_moe_cuda_stats().gemv_runs - before;
+  moe_cuda::set_cutlass_moe_route(0);
+  const moe_cuda::CutlassMoeCudaStats s1 = moe_cuda::cutlass_moe_cuda_stats();
+  EXPECT_EQ(s1.grouped_runs - s0.grouped_runs + s1.gemv_runs - s0.gemv_runs, 1u);
+  if (grouped) *grouped = s1.grouped_runs == s0.grouped_runs + 1;
   return out;
+}
+
+// Whether the per-tensor grouped route takes the case (moe_grouped_plan.h: e4m3 rows of 16-byte
+// multiples; auto also needs two pairs per local expert, counted over every rank's experts).
+bool grouped_route(const Fp8Case& c, int force) {
+  if (c.block || force == 1 || c.H % 16 != 0 || c.I % 16 != 0) return false;
+  return force == 2 || c.T * c.K >= 2 * c.E * c.ep_size;
 }
 
 TEST(MoeCudaFp8, PerTensorBitExactOnIntegerOperands) {
@@ -748,10 +765,13 @@ TEST(MoeCudaFp8, PerTensorBitExactOnIntegerOperands) {
   for (const Fp8Case& c : cuda_cases(false)) {
     const Fp8Inputs in = integer_inputs(c);
     const Tensor ref = run(c, in)[0];
-    uint64_t runs = 0;
-    const Tensor got = run_cuda(c, to_cuda(in), &runs);
-    EXPECT_EQ(runs, 1u) << label(c);
-    EXPECT_TRUE(all_close(got, ref, {0, 0})) << label(c);
+    const Fp8Inputs g = to_cuda(in);
+    for (int force : {0, 1, 2}) {
+      bool grouped = false;
+      const Tensor got = run_cuda(c, g, force, &grouped);
+      EXPECT_EQ(grouped, grouped_route(c, force)) << label(c) << ", force " << force;
+      EXPECT_TRUE(all_close(got, ref, {0, 0})) << label(c) << ", force " << force;
+    }
     // Not all zero: the case exercises the GEMMs; token 0, routed to no local expert when there
     // are other ranks, is zero.
     const auto r = ref.to_double_vector();
@@ -769,9 +789,9 @@ TEST(MoeCudaFp8, BlockScaleBitExactOnIntegerOperands) {
   for (const Fp8Case& c : cuda_cases(true)) {
     const Fp8Inputs in = integer_inputs(c);
     const Tensor ref = run(c, in)[0];
-    uint64_t runs = 0;
-    const Tensor got = run_cuda(c, to_cuda(in), &runs);
-    EXPECT_EQ(runs, 1u) << label(c);
+    bool grouped = true;
+    const Tensor got = run_cuda(c, to_cuda(in), 2, &grouped);
+    EXPECT_FALSE(grouped) << label(c);  // the block-scale path has only the GEMV route
     EXPECT_TRUE(all_close(got, ref, {0, 0})) << label(c);
     const auto r = ref.to_double_vector();
     EXPECT_GT(std::count_if(r.begin(), r.end(), [](double v) { return v != 0.0; }), c.H)
@@ -827,18 +847,27 @@ TEST(MoeCudaFp8, RandomOperandsWithinBound) {
         Fp8Case cf = c;
         if (c.swiglu_params) cf.act = ActivationType::SwigluBias;
         const Tensor ref = run(c, in)[0];
-        const Tensor got = run_cuda(c, to_cuda(in));
-        EXPECT_TRUE(matches(got, formula(cf, in), c.out_dt)) << label(c);
-        EXPECT_TRUE(all_close(got, ref, default_tolerance(c.out_dt))) << label(c);
+        const Fp8Inputs g = to_cuda(in);
+        for (int force : {1, 2}) {  // per tensor: both routes (H 64, I 32 are grouped-eligible)
+          if (block && force == 2) continue;
+          bool grouped = false;
+          const Tensor got = run_cuda(c, g, force, &grouped);
+          EXPECT_EQ(grouped, force == 2) << label(c);
+          EXPECT_TRUE(matches(got, formula(cf, in), c.out_dt)) << label(c) << ", force " << force;
+          EXPECT_TRUE(all_close(got, ref, default_tolerance(c.out_dt)))
+              << label(c) << ", force " << force;
+        }
       }
     }
   }
 }
 
-// Once the stream's scratch is large enough, 100 calls of one shape allocate no scratch.
+// Once the stream's scratch is large enough, 100 calls of one shape allocate no scratch, on each
+// route.
 TEST(MoeCudaFp8, NoScratchAllocationOnceWarm) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
-  for (bool block : {false, true}) {
+  for (int route : {0, 1, 2}) {  // per tensor GEMV, per tensor grouped, block scale
+    const bool block = route == 2;
     if (block && !block_scale_runs_here()) continue;
     Fp8Case c;
     c.block = block;
@@ -847,12 +876,15 @@ TEST(MoeCudaFp8, NoScratchAllocationOnceWarm) {
     c.I = 128;
     const Fp8Inputs g = to_cuda(make_inputs(c));
     Tensor out = Tensor::empty({c.T, c.H}, c.out_dt, Device::cuda(0));
-    run(c, g, out);
+    moe_cuda::set_cutlass_moe_route(route == 1 ? 2 : 1);
+    (void)run(c, g, out);
     const moe_cuda::CutlassMoeCudaStats s0 = moe_cuda::cutlass_moe_cuda_stats();
-    for (int i = 0; i < 100; ++i) run(c, g, out);
+    for (int i = 0; i < 100; ++i) (void)run(c, g, out);
     const moe_cuda::CutlassMoeCudaStats s1 = moe_cuda::cutlass_moe_cuda_stats();
-    EXPECT_EQ(s1.scratch_allocs, s0.scratch_allocs) << block;
-    EXPECT_EQ(s1.gemv_runs - s0.gemv_runs, 100u) << block;
+    moe_cuda::set_cutlass_moe_route(0);
+    EXPECT_EQ(s1.scratch_allocs, s0.scratch_allocs) << route;
+    EXPECT_EQ(route == 1 ? s1.grouped_runs - s0.grouped_runs : s1.gemv_runs - s0.gemv_runs, 100u)
+        << route;
   }
 }
 #endif  // FLASHINFER_TEST_HAVE_CUDART

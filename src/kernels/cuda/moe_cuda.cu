@@ -247,7 +247,7 @@ __global__ void moe_scatter_kernel(CutlassMoeParams p, const int32_t* offsets, i
 }
 
 // One block per pair: its token's input row into row perm[pair] of xs (16-byte chunks where the
-// input row is 16-byte aligned; hidden * 2 bytes is a multiple of 16 on this route).
+// input row is 16-byte aligned; hidden * sizeof(T) bytes is a multiple of 16 on this route).
 template <class T>
 __global__ void moe_gather_kernel(CutlassMoeParams p, const int32_t* perm, T* xs) {
   const int64_t pair = blockIdx.x, row = perm[pair];
@@ -258,7 +258,8 @@ __global__ void moe_gather_kernel(CutlassMoeParams p, const int32_t* perm, T* xs
   if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
     const auto* s4 = reinterpret_cast<const uint4*>(src);
     auto* d4 = reinterpret_cast<uint4*>(dst);
-    for (int64_t c = threadIdx.x; c < H * 2 / 16; c += blockDim.x) d4[c] = s4[c];
+    const int64_t chunks = H * static_cast<int64_t>(sizeof(T)) / 16;
+    for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) d4[c] = s4[c];
   } else {
     for (int64_t c = threadIdx.x; c < H; c += blockDim.x) dst[c] = src[c];
   }
@@ -316,11 +317,12 @@ moe::MoeRouteQuery route_query(const CutlassMoeParams& p, const char* op) {
 }
 
 // One GEMM of the grouped route on the tensor-core grouped GEMM: out [pairs, n] of out_dtype =
-// a [pairs, k] @ w[e]^T for the rows [indptr[e], indptr[e + 1]) of each local expert e, w
-// [E, n, k] contiguous. Rows past indptr[E] (pairs of no local expert) are not written.
+// a [pairs, k] @ w[e]^T (times alpha[e] when given: device fp32 [E]) for the rows [indptr[e],
+// indptr[e + 1]) of each local expert e, w [E, n, k] contiguous. Rows past indptr[E] (pairs of no
+// local expert) are not written.
 void moe_grouped_gemm(DType in_dtype, const int32_t* indptr, int64_t E, int64_t pairs,
                       const void* a, const void* w, int64_t n, int64_t k, void* out,
-                      DType out_dtype, cudaStream_t stream) {
+                      DType out_dtype, cudaStream_t stream, const float* alpha = nullptr) {
   GroupedMmCudaParams g;
   g.in_dtype = g.b_dtype = in_dtype;
   g.m_indptr = indptr;
@@ -336,6 +338,8 @@ void moe_grouped_gemm(DType in_dtype, const int32_t* indptr, int64_t E, int64_t 
   g.out = out;
   g.out_dtype = out_dtype;
   g.out_stride_m = n;
+  g.alpha = alpha;
+  g.alpha_per_weight = alpha != nullptr;
   grouped_mm_bf16(g, stream);
 }
 
@@ -973,10 +977,37 @@ __global__ void cutlass_fp8_gemm2_kernel(CutlassMoeFp8Params p, const float* hs)
       [&](int64_t j, float acc) { y[j] = round_as<O>(fp32_mul(acc, alpha)); });
 }
 
-// One block per token: out = round_O(sum over k in k order of scale * (y + b2)), the CPU's
-// moe_fp8_finalize_step (b2 of type O, null off tensor-parallel rank 0).
+// FP8 per tensor, grouped route: one block per pair, the bias and activation of its GEMM1 row (O,
+// rounded by the GEMM with fc1_dequant[e] as alpha) as cutlass_fp8_gemm1_kernel's, the e4m3
+// codes of act * fc2_quant into its row of h (GEMM2's a operand).
 template <class O>
-__global__ void cutlass_fp8_finalize_kernel(CutlassMoeFp8Params p) {
+__global__ void cutlass_fp8_grouped_activation_kernel(CutlassMoeFp8Params p, const int32_t* perm,
+                                                      const O* g1, __nv_fp8_e4m3* h) {
+  const CutlassMoeParams& m = p.base;
+  const int64_t pair = blockIdx.x;
+  const int64_t e = local_expert(m, pair);
+  if (e < 0) return;
+  const int64_t row = perm[pair], I = m.inter;
+  const bool gated = moe_act_is_gated(m.act);
+  const int64_t N1 = gated ? 2 * I : I;
+  const O* g = g1 + row * N1;
+  const void* b1 = m.b1 ? static_cast<const O*>(m.b1) + e * N1 : nullptr;
+  const float q = p.fc2_quant[p.fc2_quant_per_expert ? e : 0];
+  __nv_fp8_e4m3* hr = h + row * I;
+  for (int64_t j = threadIdx.x; j < I; j += blockDim.x) {
+    const float up = fp32_add(to_f32(g[j]), fp8_bias<O>(b1, j));
+    const float gate = gated ? fp32_add(to_f32(g[I + j]), fp8_bias<O>(b1, I + j)) : 0.0f;
+    hr[j] = __nv_fp8_e4m3(fp32_mul(activation_value(m, e, up, gate), q));  // RNE, satfinite
+  }
+}
+
+// One block per token: out = round_O(sum over k in k order of scale * (y + b2)), the CPU's
+// moe_fp8_finalize_step (b2 of type O, null off tensor-parallel rank 0). y holds the GEMM2 rows
+// already rounded to O (fp32 on the GEMV route, O on the grouped one): pair i's row is perm[i]
+// (grouped route) or i (perm null).
+template <class O, class Y>
+__global__ void cutlass_fp8_finalize_kernel(CutlassMoeFp8Params p, const Y* y,
+                                            const int32_t* perm) {
   const CutlassMoeParams& m = p.base;
   const int64_t t = blockIdx.x, H = m.hidden;
   O* out = static_cast<O*>(m.out) + t * m.out_stride;
@@ -986,8 +1017,10 @@ __global__ void cutlass_fp8_finalize_kernel(CutlassMoeFp8Params p) {
       const int64_t pair = t * m.top_k + k;
       const int64_t e = local_expert(m, pair);
       if (e < 0) continue;
-      acc = moe_fp8_finalize_step(acc, load_scale(m, t * m.scales_stride + k), m.ws_y[pair * H + j],
-                                  m.b2 != nullptr, fp8_bias<O>(m.b2, e * H + j));
+      const int64_t row = perm ? perm[pair] : pair;
+      acc =
+          moe_fp8_finalize_step(acc, load_scale(m, t * m.scales_stride + k), to_f32(y[row * H + j]),
+                                m.b2 != nullptr, fp8_bias<O>(m.b2, e * H + j));
     }
     out[j] = from_f32<O>(acc);
   }
@@ -1294,7 +1327,50 @@ void launch_moe_fp8(const CutlassMoeFp8Params& p, cudaStream_t s, bool enable_pd
                 static_cast<const float*>(xq), static_cast<const float*>(xs), hs);
   launch_kernel(op, cutlass_fp8_gemm2_kernel<O>, pair_grid, dim3(kThreads), 0, s, false, q,
                 static_cast<const float*>(hs));
-  launch_kernel(op, cutlass_fp8_finalize_kernel<O>, token_grid, dim3(kThreads), 0, s, false, q);
+  launch_kernel(op, cutlass_fp8_finalize_kernel<O, float>, token_grid, dim3(kThreads), 0, s, false,
+                q, static_cast<const float*>(q.base.ws_y), static_cast<const int32_t*>(nullptr));
+}
+
+// FP8 per tensor on the grouped route (moe::moe_use_grouped with one-byte operands): the
+// unquantized route's permutation passes and gather (e4m3 rows), GEMM1 on the tensor-core grouped
+// GEMM (e4m3 widened exactly to fp16, fp32 accumulation, alpha fc1_dequant[e] on the fp32 sum,
+// one rounding to O: the CPU's round_O(acc * alpha)), the bias + activation + e4m3 cast, GEMM2
+// likewise with fc2_dequant[e], the finalize through the permutation. Only the order of each
+// GEMM's fp32 sum differs from the GEMV route.
+template <class O>
+void launch_moe_fp8_grouped(const CutlassMoeFp8Params& p, cudaStream_t s, bool enable_pdl) {
+  const char* op = "cutlass_fused_moe";
+  const CutlassMoeParams& m = p.base;
+  const int64_t pairs = m.num_tokens * m.top_k, E = m.num_local_experts;
+  const int64_t H = m.hidden, I = m.inter, N1 = moe_act_is_gated(m.act) ? 2 * I : I;
+  const int64_t chunks = moe::moe_perm_chunks(pairs);
+  const moe::MoeGroupedScratch l =
+      moe::moe_grouped_scratch(pairs, E, H, I, N1, 1, sizeof(O), sizeof(O));
+  const StreamScratch scratch = moe_scratch().acquire(op, s, l.bytes);  // to the last launch
+  auto* base = static_cast<char*>(scratch.data());
+  auto* counts = reinterpret_cast<int32_t*>(base + l.counts);
+  auto* indptr = reinterpret_cast<int32_t*>(base + l.indptr);
+  auto* perm = reinterpret_cast<int32_t*>(base + l.perm);
+  auto* xs = reinterpret_cast<uint8_t*>(base + l.xs);
+  auto* g1 = reinterpret_cast<O*>(base + l.g1);
+  auto* h = reinterpret_cast<__nv_fp8_e4m3*>(base + l.h);
+  auto* y = reinterpret_cast<O*>(base + l.y);
+  const DType od = m.out_dtype, f8 = DType::kFloat8E4M3FN;
+  const dim3 chunk_grid(static_cast<unsigned>(chunks)), pair_grid(static_cast<unsigned>(pairs));
+  const auto* cperm = static_cast<const int32_t*>(perm);
+  launch_kernel(op, moe_count_kernel, chunk_grid, dim3(kThreads), 0, s, enable_pdl, m, counts);
+  launch_kernel(op, moe_offsets_kernel, dim3(1), dim3(kThreads), 0, s, false, chunks, E, counts,
+                indptr);
+  launch_kernel(op, moe_scatter_kernel, chunk_grid, dim3(kThreads), 0, s, false, m,
+                static_cast<const int32_t*>(counts), perm);
+  launch_kernel(op, moe_gather_kernel<uint8_t>, pair_grid, dim3(kThreads), 0, s, false, m, cperm,
+                xs);
+  moe_grouped_gemm(f8, indptr, E, pairs, xs, m.w1, N1, H, g1, od, s, p.fc1_dequant);
+  launch_kernel(op, cutlass_fp8_grouped_activation_kernel<O>, pair_grid, dim3(kThreads), 0, s,
+                false, p, cperm, static_cast<const O*>(g1), h);
+  moe_grouped_gemm(f8, indptr, E, pairs, h, m.w2, H, I, y, od, s, p.fc2_dequant);
+  launch_kernel(op, cutlass_fp8_finalize_kernel<O, O>, dim3(static_cast<unsigned>(m.num_tokens)),
+                dim3(kThreads), 0, s, false, p, static_cast<const O*>(y), cperm);
 }
 }  // namespace
 
@@ -1317,10 +1393,20 @@ void cutlass_moe_fp8(const CutlassMoeFp8Params& p, void* stream, bool enable_pdl
   FLASHINFER_CHECK_CODE(m.num_tokens * m.top_k <= 0x7FFFFFFF, ErrorCode::kUnsupported, op, "input",
                         "more than 2^31 - 1 (token, expert) pairs");
   if (m.num_tokens == 0) return;
-  g_gemv_runs.fetch_add(1, std::memory_order_relaxed);
+  // Per tensor, prefill-sized batches: the grouped route (block scale needs a scale per 128-wide
+  // K block inside the sum, which the grouped GEMM has not: it stays on the GEMV route).
+  const bool grouped =
+      !p.block_scale && moe::moe_use_grouped(route_query(m, op), g_force_route.load());
+  (grouped ? g_grouped_runs : g_gemv_runs).fetch_add(1, std::memory_order_relaxed);
   auto s = static_cast<cudaStream_t>(stream);
-  dispatch_dtype<CudaElements, kFloat16, kBFloat16>(
-      m.out_dtype, op, "output_dtype", [&]<class O>() { launch_moe_fp8<O>(p, s, enable_pdl); });
+  dispatch_dtype<CudaElements, kFloat16, kBFloat16>(m.out_dtype, op, "output_dtype",
+                                                    [&]<class O>() {
+                                                      if (grouped) {
+                                                        launch_moe_fp8_grouped<O>(p, s, enable_pdl);
+                                                      } else {
+                                                        launch_moe_fp8<O>(p, s, enable_pdl);
+                                                      }
+                                                    });
 }
 
 }  // namespace flashinfer::kernels::cuda
