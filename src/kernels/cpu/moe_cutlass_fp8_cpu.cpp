@@ -118,7 +118,7 @@ void quantize_1x128(const float* x, int64_t n, float* q, float* ds) {
   for (int64_t b = 0; b * kBlock < n; ++b) {
     const int64_t j0 = b * kBlock, j1 = std::min(n, j0 + kBlock);
     float amax = 0.0f;
-    for (int64_t j = j0; j < j1; ++j) amax = std::max(amax, std::fabs(x[j]));
+    for (int64_t j = j0; j < j1; ++j) amax = fp32_abs_max(amax, x[j]);
     // Upstream's scale_1x128_kernel: quant = 448 / amax (1 for an all-zero block), the stored
     // dequantization scale is 1 / quant (not amax / 448), values cvt with saturation.
     const float quant = moe_fp8_block_quant(amax);
