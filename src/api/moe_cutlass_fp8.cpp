@@ -1,7 +1,7 @@
 // cutlass_fused_moe's FP8 paths: FP8 per tensor (e4m3 input and weights, four scales) and
 // DeepSeek FP8 block scale (bf16 input, 128x128-scaled e4m3 weights). Argument checks as
-// upstream's binding makes them, then the CPU reference or the CUDA kernels (GEMV route, the
-// CPU's rounding points; block scale on sm90 only, as upstream). Semantics and sources:
+// upstream's binding makes them, then the CPU reference or the CUDA kernels (the CPU's rounding
+// points; block scale on sm90 only, as upstream). Semantics and sources:
 // docs/MOE.md, "cutlass_fused_moe: FP8 paths".
 #include "api/moe_cutlass_fp8.h"
 
@@ -32,8 +32,9 @@ constexpr KernelEntry<kernels::CutlassMoeFp8Params> kCutlassMoeFp8Kernels[] = {
      }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
-     "CUDA: one block per (token, expert) pair, warp dot products on the e4m3 codes (block "
-     "scale: per-128-k promotion, sm90 only)",
+     "CUDA: per tensor, batches of >= 2 pairs per local expert on the tensor-core grouped GEMM "
+     "(e4m3 operands, per-expert alpha); otherwise, and block scale (sm90 only), one block per "
+     "(token, expert) pair, warp dot products on the e4m3 codes",
      nullptr,
      [](const kernels::CutlassMoeFp8Params& p, const LaunchContext& c) {
        kernels::cuda::cutlass_moe_fp8(p, c.stream, c.enable_pdl);
