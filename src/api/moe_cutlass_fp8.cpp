@@ -1,8 +1,8 @@
 // cutlass_fused_moe's FP8 paths: FP8 per tensor (e4m3 input and weights, four scales) and
 // DeepSeek FP8 block scale (bf16 input, 128x128-scaled e4m3 weights). Argument checks as
-// upstream's binding makes them, then the CPU reference (there is no CUDA kernel for these
-// paths: a CUDA call raises kUnsupported, so replay --device cuda falls back to the CPU).
-// Semantics and sources: docs/MOE.md, "cutlass_fused_moe: FP8 paths".
+// upstream's binding makes them, then the CPU reference or the CUDA kernels (the CPU's rounding
+// points; block scale on sm90 only, as upstream). Semantics and sources:
+// docs/MOE.md, "cutlass_fused_moe: FP8 paths".
 #include "api/moe_cutlass_fp8.h"
 
 #include <string>
@@ -12,6 +12,10 @@
 #include "api/checks.h"
 #include "api/kernel_table.h"
 #include "kernels/cpu/moe_cutlass_fp8_cpu.h"
+
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/moe_cuda.h"
+#endif
 
 namespace flashinfer::api {
 namespace {
@@ -26,6 +30,16 @@ constexpr KernelEntry<kernels::CutlassMoeFp8Params> kCutlassMoeFp8Kernels[] = {
      [](const kernels::CutlassMoeFp8Params& p, const LaunchContext&) {
        kernels::cpu::cutlass_moe_fp8(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA: per tensor, batches of >= 2 pairs per local expert on the tensor-core grouped GEMM "
+     "(e4m3 operands, per-expert alpha); otherwise, and block scale (sm90 only), one block per "
+     "(token, expert) pair, warp dot products on the e4m3 codes",
+     nullptr,
+     [](const kernels::CutlassMoeFp8Params& p, const LaunchContext& c) {
+       kernels::cuda::cutlass_moe_fp8(p, c.stream, c.enable_pdl);
+     }},
+#endif
 };
 
 void refuse(bool flag, const char* arg, const char* why) {
@@ -240,6 +254,7 @@ std::vector<Tensor> cutlass_fused_moe_fp8(const CutlassMoeCall& c) {
   p.inter = I;
   p.num_local_experts = E;
   p.expert_offset = c.ep_rank * E;
+  p.ep_size = c.ep_size;  // the CUDA route choice
   p.act = static_cast<kernels::MoeAct>(activation_type);
   launch(kCutlassMoeFp8Kernels, fp, input.device(), kOp, "input", c.enable_pdl);
   // Upstream's three scratch outputs (written only in min-latency mode): zero here.

@@ -87,7 +87,10 @@ struct GroupedMmCudaParams {
   const int32_t* b_index = nullptr;
   int64_t num_groups = 0, cum_m = 0, n = 0, k = 0;
   const float* alpha = nullptr;  // one fp32 on the device multiplying every output; null: 1
-  void* out = nullptr;           // [cum_m, n]
+  // alpha[w] (device fp32, one per weight) multiplies the outputs of the rows that multiply
+  // weight w instead of alpha[0] (cutlass_fused_moe's per-expert FP8 dequantization scales).
+  bool alpha_per_weight = false;
+  void* out = nullptr;  // [cum_m, n]
   DType out_dtype = DType::kBFloat16;
   int64_t out_stride_m = 0, out_stride_n = 1;
   // Set by the tensor-core launcher: tile slots along grid y and n tiles along x, so the CTAs

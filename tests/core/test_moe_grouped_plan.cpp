@@ -173,6 +173,23 @@ TEST(MoeGroupedPlan, RouteChoice) {
   EXPECT_TRUE(moe_grouped_eligible(q));
   EXPECT_FALSE(moe_grouped_eligible(query(0, 8)));
   EXPECT_FALSE(moe_grouped_eligible(query(int64_t{1} << 31, 8)));
+  // e4m3 (cutlass_fused_moe's FP8 per tensor, one byte): rows of 16 bytes need hidden and inter
+  // multiples of 16, not 8.
+  q = query(4096, 8);
+  q.elem_bytes = 1;
+  EXPECT_TRUE(moe_use_grouped(q, 0));
+  q.inter = 24;  // w2 rows of 24 bytes (48 in bf16: eligible there)
+  q.gemm1_n = 48;
+  EXPECT_FALSE(moe_grouped_eligible(q));
+  q.elem_bytes = 2;
+  EXPECT_TRUE(moe_grouped_eligible(q));
+  q = query(4096, 8);
+  q.elem_bytes = 1;
+  q.hidden = 4104;  // w1 rows of 4104 bytes
+  EXPECT_FALSE(moe_grouped_eligible(q));
+  q.w1 = 0x10008;  // misaligned base
+  q.hidden = 4096;
+  EXPECT_FALSE(moe_grouped_eligible(q));
 }
 
 TEST(MoeGroupedPlan, ScratchLayout) {
@@ -192,6 +209,34 @@ TEST(MoeGroupedPlan, ScratchLayout) {
   EXPECT_EQ(g.h, 256u);             // 3 * 16 floats = 192 bytes
   EXPECT_EQ(g.y, 512u);             // 3 * 8 floats = 96 bytes
   EXPECT_EQ(g.bytes, 512u + 512u);  // 3 * 24 floats = 288 bytes
+}
+
+// cutlass_fused_moe's FP8 GEMV route: the GEMV pieces first; the block-scale path adds the
+// tokens' 1x128-quantized rows and scales (partial last blocks: ceil division) and the
+// activation's scales, each 256-byte aligned; the per-tensor path adds nothing.
+TEST(MoeGroupedPlan, Fp8GemvScratchLayout) {
+  // 5 tokens, 7 pairs, hidden 200 (2 blocks), inter 160 (2 blocks), gated (gemm1_n 320).
+  const MoeFp8GemvScratch b = moe_fp8_gemv_scratch(5, 7, 200, 160, 320, true);
+  const MoeGemvScratch g = moe_gemv_scratch(7, 200, 160, 320);
+  EXPECT_EQ(b.gemv.g1, g.g1);
+  EXPECT_EQ(b.gemv.h, g.h);
+  EXPECT_EQ(b.gemv.y, g.y);
+  EXPECT_EQ(g.h, 8960u);            // 7 * 320 floats = 8960 bytes
+  EXPECT_EQ(g.y, 8960u + 4608u);    // 7 * 160 floats = 4480 bytes
+  EXPECT_EQ(g.bytes, g.y + 5632u);  // 7 * 200 floats = 5600 bytes
+  EXPECT_EQ(b.xq, g.bytes);
+  EXPECT_EQ(b.xs, b.xq + 4096u);    // 5 * 200 floats = 4000 bytes
+  EXPECT_EQ(b.hs, b.xs + 256u);     // 5 * 2 floats
+  EXPECT_EQ(b.bytes, b.hs + 256u);  // 7 * 2 floats
+  for (uint64_t off : {b.xq, b.xs, b.hs, b.bytes}) EXPECT_EQ(off % 256, 0u);
+  const MoeFp8GemvScratch t = moe_fp8_gemv_scratch(5, 7, 200, 160, 320, false);
+  EXPECT_EQ(t.bytes, g.bytes);
+  EXPECT_EQ(t.xq, g.bytes);
+  EXPECT_EQ(t.hs, g.bytes);
+  // One more inter column starts a third block: hs grows by one float per pair.
+  EXPECT_EQ(moe_fp8_gemv_scratch(1, 100, 128, 257, 257, true).bytes -
+                moe_fp8_gemv_scratch(1, 100, 128, 257, 257, true).hs,
+            1280u);  // 100 * 3 floats = 1200 bytes
 }
 
 // trtllm_bf16_moe: the grouped route reads MajorK weights only (BlockMajorK keeps the GEMV

@@ -3,11 +3,13 @@
 // weight blocks). fp64 formulas with upstream's rounding points over a small grid (8 experts,
 // top-2), hand-checked golden values (the fp8 rounding and saturation of the intermediate, the
 // 1x128 scales), bad input naming the argument, record and replay (in memory and through a dump
-// directory) and the CUDA device refused (replay falls back to the CPU).
+// directory), the arithmetic shared with the CUDA kernels, and (MoeCudaFp8.*, skipped without a
+// GPU) the CUDA kernels against the CPU reference.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -20,6 +22,13 @@
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
+
+#if FLASHINFER_TEST_HAVE_CUDART
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/moe_cuda.h"
+#endif
+#include "kernels/moe_cutlass_fp8_rules.h"
 
 namespace flashinfer::testing {
 namespace {
@@ -59,6 +68,10 @@ double act(ActivationType a, double up, double gate, double alpha, double beta, 
       return std::min(silu(gate), 7.0) * std::clamp(up, -7.0, 7.0);
     case ActivationType::Relu2:
       return std::max(up, 0.0) * std::max(up, 0.0);
+    case ActivationType::Relu:
+      return std::max(up, 0.0);
+    case ActivationType::Identity:
+      return up;
     default:
       ADD_FAILURE() << "activation not in the formula";
       return 0.0;
@@ -496,8 +509,7 @@ TEST(CutlassFusedMoeFp8, RecordAndReplay) {
 }
 
 // Through a dump directory (fp8 tensors and the quant_scales list in upstream's torch format):
-// both calls replay and pass; with --device cuda (no kernel for these paths) the replay says it
-// fell back to the CPU, and without a GPU the CUDA request is refused like any other.
+// both calls replay and pass.
 TEST(CutlassFusedMoeFp8, DumpReplay) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("fi_moe_fp8_" + std::to_string(::getpid()));
@@ -525,24 +537,356 @@ TEST(CutlassFusedMoeFp8, DumpReplay) {
   fs::remove_all(dir);
 }
 
-TEST(CutlassFusedMoeFp8, CudaRefusedWithoutKernel) {
-  FLASHINFER_SKIP_WITHOUT_CUDA();
-  Fp8Case c;
-  Fp8Inputs g = make_inputs(c);
-  const Device d = Device::cuda(0);
-  g.x = g.x.to(d);
-  g.ids = g.ids.to(d);
-  g.scales = g.scales.to(d);
-  g.w1 = g.w1.to(d);
-  g.w2 = g.w2.to(d);
-  for (auto& t : g.quant_scales) t = t.to(d);
-  try {
-    (void)run(c, g);
-    ADD_FAILURE() << "expected kUnsupported";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+// ---- the arithmetic the CPU reference and the CUDA kernels share ------------------------------
+
+// kernels/moe_cutlass_fp8_rules.h: the 1x128 quantizer's scale and its stored inverse (1 / quant,
+// one ulp above amax / 448 for this amax), the saturating e4m3 cast (RNE, ties to even), the
+// block-scale promotion and the finalize step.
+TEST(CutlassFusedMoeFp8, SharedRulesGolden) {
+  using namespace kernels;
+  EXPECT_EQ(moe_fp8_block_quant(448.0f), 1.0f);
+  EXPECT_EQ(moe_fp8_block_quant(7.0f), 64.0f);
+  EXPECT_EQ(moe_fp8_block_quant(0.0f), 1.0f);            // an all-zero block
+  const float amax = std::bit_cast<float>(0x3fa66667u);  // 1.3000001
+  const float quant = moe_fp8_block_quant(amax);
+  EXPECT_EQ(std::bit_cast<uint32_t>(quant), 0x43ac4ec4u);  // 344.61536
+  EXPECT_EQ(std::bit_cast<uint32_t>(moe_fp8_block_dequant(quant)), 0x3b3e2be4u);
+  EXPECT_EQ(std::bit_cast<uint32_t>(amax / 448.0f), 0x3b3e2be3u);
+  EXPECT_EQ(moe_e4m3_sat(0.731059f), 0.75f);
+  EXPECT_EQ(moe_e4m3_sat(17.0f), 16.0f);  // halfway between 16 and 18: the even code
+  EXPECT_EQ(moe_e4m3_sat(19.0f), 20.0f);
+  EXPECT_EQ(moe_e4m3_sat(500.0f), 448.0f);
+  EXPECT_EQ(moe_e4m3_sat(-1e9f), -448.0f);
+  EXPECT_TRUE(std::isnan(moe_e4m3_sat(std::nanf(""))));
+  EXPECT_EQ(moe_fp8_block_accumulate(1.0f, 0.5f, 0.25f, 8.0f), 2.0f);
+  EXPECT_EQ(moe_fp8_finalize_step(1.0f, 0.5f, 3.0f, true, 1.0f), 3.0f);
+  EXPECT_EQ(moe_fp8_finalize_step(1.0f, 0.5f, 3.0f, false, 100.0f), 2.5f);
+}
+
+// Integer values in [lo, hi] of dtype dt, as a double vector (to edit) or a tensor.
+std::vector<double> int_values(int64_t n, uint64_t seed, int lo, int hi) {
+  std::mt19937_64 rng(seed);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = lo + static_cast<int>(rng() % static_cast<uint64_t>(hi - lo + 1));
+  return v;
+}
+Tensor int_tensor(Shape shape, DType dt, uint64_t seed, int lo, int hi) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return Tensor::from_vector(int_values(n, seed, lo, hi), std::move(shape), dt);
+}
+// Powers of two 2^lo .. 2^hi.
+Tensor pow2_tensor(Shape shape, uint64_t seed, int lo, int hi) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<double> v = int_values(n, seed, lo, hi);
+  for (double& x : v) x = std::ldexp(1.0, static_cast<int>(x));
+  return Tensor::from_vector(v, std::move(shape), DType::kFloat32);
+}
+
+// Routing over the ep_size * E global experts with token 0 routed to experts of other ranks
+// only (no local expert) and the others spread over all of them.
+Tensor routing_ids(const Fp8Case& c) {
+  const int64_t global = c.E * c.ep_size;
+  std::vector<double> ids;
+  for (int64_t t = 0; t < c.T; ++t) {
+    for (int64_t k = 0; k < c.K; ++k) {
+      int64_t id = (t * 3 + k * 5 + static_cast<int64_t>(c.seed)) % global;
+      if (t == 0) id = ((c.ep_rank + 1) % c.ep_size) * c.E + k % c.E;
+      ids.push_back(static_cast<double>(id));
+    }
+  }
+  return Tensor::from_vector(ids, {c.T, c.K}, DType::kInt32);
+}
+
+// Integer operands whose every fp32 sum is exact and power-of-two scales (per tensor), or
+// (block scale) inputs whose 1x128 blocks each hold one 448 (so the quantizer's scale is 1) with
+// the weights zero in that column, GEMM1 rows at the start of each 128-wide block of inter zero
+// and their fc1 bias 448 (the activation's blocks quantize with scale 1 too), power-of-two
+// block scales: the CPU reference and the CUDA kernels differ only in summation order, which
+// cannot change an exact sum, so they agree bit for bit. Non-gated activations only (the gated
+// ones are checked within a bound below).
+Fp8Inputs integer_inputs(const Fp8Case& c) {
+  Fp8Inputs in;
+  const int64_t N1 = gated(c.act) ? 2 * c.I : c.I, H = c.H, I = c.I, E = c.E;
+  const DType f8 = DType::kFloat8E4M3FN;
+  in.ids = routing_ids(c);
+  in.scales = pow2_tensor({c.T, c.K}, c.seed + 1, -2, 1);
+  in.b1 = int_tensor({E, N1}, c.out_dt, c.seed + 7, -2, 2);
+  in.b2 = int_tensor({E, H}, c.out_dt, c.seed + 8, -3, 3);
+  if (!c.block) {
+    in.x = int_tensor({c.T, H}, f8, c.seed, -2, 2);
+    in.w1 = int_tensor({E, N1, H}, f8, c.seed + 2, -2, 2);
+    in.w2 = int_tensor({E, H, I}, f8, c.seed + 3, -2, 2);
+    in.quant_scales = {pow2_tensor({E}, c.seed + 4, -2, 0),
+                       c.per_expert_fc2_quant ? pow2_tensor({E}, c.seed + 5, -1, 1)
+                                              : Tensor::full({}, 0.5, DType::kFloat32),
+                       pow2_tensor({E}, c.seed + 6, -6, -4),
+                       Tensor::full({}, 1.0, DType::kFloat32)};
+    return in;
+  }
+  std::vector<double> x = int_values(c.T * H, c.seed, -1, 1);
+  std::vector<double> w1 = int_values(E * N1 * H, c.seed + 2, -1, 1);
+  std::vector<double> b1 = in.b1->to_double_vector();
+  for (int64_t t = 0; t < c.T; ++t) {
+    for (int64_t j = 0; j < H; j += 128) x[static_cast<size_t>(t * H + j)] = 448;
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t n = 0; n < N1; ++n) {
+      for (int64_t j = 0; j < H; ++j) {
+        if (j % 128 == 0 || (n < I && n % 128 == 0))
+          w1[static_cast<size_t>((e * N1 + n) * H + j)] = 0;
+      }
+    }
+    for (int64_t n = 0; n < I; n += 128) b1[static_cast<size_t>(e * N1 + n)] = 448;
+  }
+  in.x = Tensor::from_vector(x, {c.T, H}, DType::kBFloat16);
+  in.w1 = Tensor::from_vector(w1, {E, N1, H}, f8);
+  in.b1 = Tensor::from_vector(b1, {E, N1}, c.out_dt);
+  in.w2 = int_tensor({E, H, I}, f8, c.seed + 3, -1, 1);
+  in.quant_scales = {pow2_tensor({E, cdiv(N1), cdiv(H)}, c.seed + 4, -2, 0),
+                     pow2_tensor({E, cdiv(H), cdiv(I)}, c.seed + 5, -2, 0)};
+  return in;
+}
+
+std::string label(const Fp8Case& c) {
+  return std::string(c.block ? "block" : "per-tensor") + " E " + std::to_string(c.E) + " K " +
+         std::to_string(c.K) + " ep " + std::to_string(c.ep_rank) + "/" +
+         std::to_string(c.ep_size) + " H " + std::to_string(c.H) + " I " + std::to_string(c.I) +
+         " " + std::string(dtype_label(c.out_dt)) + " act " +
+         std::to_string(static_cast<int>(c.act));
+}
+
+// Shapes: experts, top-k, local expert offsets (ep ranks), H / I with partial 128-blocks.
+std::vector<Fp8Case> cuda_cases(bool block) {
+  std::vector<Fp8Case> v;
+  // Per tensor: decode-sized (GEMV route); 5 pairs per local expert (grouped route); inter 40, not
+  // a multiple of 16 (GEMV route even when the grouped one is forced); 300 pairs over 8 local
+  // experts of 16 (grouped route).
+  const int64_t shapes[][7] = {// E, K, ep_size, ep_rank, T, H, I
+                               {8, 2, 2, 1, 9, 64, 32},
+                               {3, 3, 1, 0, 5, 96, 48},
+                               {4, 1, 3, 2, 7, 32, 160},
+                               {2, 2, 1, 0, 6, 48, 40},
+                               {8, 2, 2, 1, 150, 64, 32}};
+  const int64_t block_shapes[][7] = {
+      {8, 2, 2, 1, 9, 256, 128}, {3, 3, 1, 0, 5, 200, 160}, {4, 1, 3, 2, 7, 128, 288}};
+  int n = 0;
+  for (int i = 0; i < (block ? 3 : 5); ++i) {
+    const int64_t* s = block ? block_shapes[i] : shapes[i];
+    for (ActivationType a : {ActivationType::Relu, ActivationType::Identity}) {
+      for (DType out_dt : {DType::kBFloat16, DType::kFloat16}) {
+        if (block && out_dt != DType::kBFloat16) continue;  // the block-scale path writes bf16
+        Fp8Case c;
+        c.block = block;
+        c.E = s[0];
+        c.K = s[1];
+        c.ep_size = s[2];
+        c.ep_rank = s[3];
+        c.T = s[4];
+        c.H = s[5];
+        c.I = s[6];
+        c.act = a;
+        c.out_dt = out_dt;
+        c.biases = true;
+        c.per_expert_fc2_quant = n % 2 == 1;
+        c.seed = static_cast<uint64_t>(100 + ++n);
+        v.push_back(c);
+      }
+    }
+  }
+  return v;
+}
+
+// The CUDA tests' integer operands (MoeCudaFp8.*BitExactOnIntegerOperands) keep every fp32 sum
+// exact: the CPU reference equals the fp64 formula rounded to the output dtype bit for bit (a sum
+// that rounded could differ), the block-scale ones with quantizer scales of 1.
+TEST(CutlassFusedMoeFp8, CudaTestIntegerOperandsAreExactOnCpu) {
+  for (bool block : {false, true}) {
+    for (const Fp8Case& c : cuda_cases(block)) {
+      const Fp8Inputs in = integer_inputs(c);
+      std::vector<double> want = formula(c, in);
+      for (double& v : want) v = round_as(c.out_dt, v);
+      EXPECT_TRUE(all_close(run(c, in)[0], want, {0, 0})) << label(c);
+    }
   }
 }
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// ---- CUDA against the CPU reference ------------------------------------------------------------
+
+namespace moe_cuda = kernels::cuda;
+
+Fp8Inputs to_cuda(const Fp8Inputs& in) {
+  const Device d = Device::cuda(0);
+  Fp8Inputs g = in;
+  g.x = in.x.to(d);
+  g.ids = in.ids.to(d);
+  g.scales = in.scales.to(d);
+  g.w1 = in.w1.to(d);
+  g.w2 = in.w2.to(d);
+  for (auto& t : g.quant_scales) t = t.to(d);
+  for (auto* t : {&g.b1, &g.b2, &g.alpha, &g.beta, &g.limit}) {
+    if (*t) *t = (*t)->to(d);
+  }
+  return g;
+}
+
+// The block-scale path runs on sm90 only (upstream's refusal elsewhere).
+bool block_scale_runs_here() {
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  return major == 9 && minor == 0;
+}
+
+// Runs the case on CUDA with the route forced (0 auto, 1 GEMV, 2 grouped where eligible);
+// `grouped` gets whether the grouped route ran (and the test fails unless one route ran).
+Tensor run_cuda(const Fp8Case& c, const Fp8Inputs& g, int force = 0, bool* grouped = nullptr) {
+  moe_cuda::set_cutlass_moe_route(force);
+  const moe_cuda::CutlassMoeCudaStats s0 = moe_cuda::cutlass_moe_cuda_stats();
+  Tensor out = run(c, g)[0].to(Device::cpu());
+  moe_cuda::set_cutlass_moe_route(0);
+  const moe_cuda::CutlassMoeCudaStats s1 = moe_cuda::cutlass_moe_cuda_stats();
+  EXPECT_EQ(s1.grouped_runs - s0.grouped_runs + s1.gemv_runs - s0.gemv_runs, 1u);
+  if (grouped) *grouped = s1.grouped_runs == s0.grouped_runs + 1;
+  return out;
+}
+
+// Whether the per-tensor grouped route takes the case (moe_grouped_plan.h: e4m3 rows of 16-byte
+// multiples; auto also needs two pairs per local expert, counted over every rank's experts).
+bool grouped_route(const Fp8Case& c, int force) {
+  if (c.block || force == 1 || c.H % 16 != 0 || c.I % 16 != 0) return false;
+  return force == 2 || c.T * c.K >= 2 * c.E * c.ep_size;
+}
+
+TEST(MoeCudaFp8, PerTensorBitExactOnIntegerOperands) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (const Fp8Case& c : cuda_cases(false)) {
+    const Fp8Inputs in = integer_inputs(c);
+    const Tensor ref = run(c, in)[0];
+    const Fp8Inputs g = to_cuda(in);
+    for (int force : {0, 1, 2}) {
+      bool grouped = false;
+      const Tensor got = run_cuda(c, g, force, &grouped);
+      EXPECT_EQ(grouped, grouped_route(c, force)) << label(c) << ", force " << force;
+      EXPECT_TRUE(all_close(got, ref, {0, 0})) << label(c) << ", force " << force;
+    }
+    // Not all zero: the case exercises the GEMMs; token 0, routed to no local expert when there
+    // are other ranks, is zero.
+    const auto r = ref.to_double_vector();
+    EXPECT_GT(std::count_if(r.begin(), r.end(), [](double v) { return v != 0.0; }), c.H)
+        << label(c);
+    if (c.ep_size > 1) {
+      for (int64_t j = 0; j < c.H; ++j) EXPECT_EQ(r[static_cast<size_t>(j)], 0.0) << label(c);
+    }
+  }
+}
+
+// On sm90 the block-scale path matches the CPU bit for bit; elsewhere the call is refused as
+// upstream refuses it (kUnsupported naming the flag). Either way the case runs (gpu-check counts
+// a skipped CUDA case as a failure).
+TEST(MoeCudaFp8, BlockScaleBitExactOnIntegerOperandsOrRefusedOffSm90) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  if (!block_scale_runs_here()) {
+    Fp8Case c;
+    c.block = true;
+    c.H = c.I = 128;
+    const Fp8Inputs g = to_cuda(make_inputs(c));
+    EXPECT_FI_ERROR((void)run(c, g), kOp, "use_deepseek_fp8_block_scale");
+    try {
+      (void)run(c, g);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    }
+    return;
+  }
+  for (const Fp8Case& c : cuda_cases(true)) {
+    const Fp8Inputs in = integer_inputs(c);
+    const Tensor ref = run(c, in)[0];
+    bool grouped = true;
+    const Tensor got = run_cuda(c, to_cuda(in), 2, &grouped);
+    EXPECT_FALSE(grouped) << label(c);  // the block-scale path has only the GEMV route
+    EXPECT_TRUE(all_close(got, ref, {0, 0})) << label(c);
+    const auto r = ref.to_double_vector();
+    EXPECT_GT(std::count_if(r.begin(), r.end(), [](double v) { return v != 0.0; }), c.H)
+        << label(c);
+  }
+}
+
+// Random operands (the formula tests' cases: gated activations, SwiGLU parameters, biases,
+// per-expert fc2_quant, an EP rank): CUDA within the output dtype's tolerance of the fp64 formula
+// (the test the CPU reference passes) and of the CPU reference (the activation's exp and the
+// summation order may move a rounding point by one unit). Block scale on sm90 only.
+TEST(MoeCudaFp8, RandomOperandsWithinBound) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const bool block_runs = block_scale_runs_here();
+  int n = 0;
+  for (bool block : {false, true}) {
+    if (block && !block_runs) continue;
+    for (ActivationType a :
+         {ActivationType::Swiglu, ActivationType::SwigluStep, ActivationType::Relu2}) {
+      for (int variant = 0; variant < 2; ++variant) {
+        Fp8Case c;
+        c.block = block;
+        if (block) {
+          c.H = 256;
+          c.I = variant == 0 ? 128 : 160;
+          c.T = 5;
+        }
+        c.act = a;
+        c.out_dt = block || variant == 0 ? DType::kBFloat16 : DType::kFloat16;
+        c.per_expert_fc2_quant = variant == 1;
+        c.biases = variant == 1;
+        c.swiglu_params = variant == 1 && a == ActivationType::Swiglu;
+        c.ep_size = variant == 1 ? 2 : 1;
+        c.ep_rank = variant == 1 ? 1 : 0;
+        c.seed = static_cast<uint64_t>(200 + ++n);
+        const Fp8Inputs in = make_inputs(c);
+        Fp8Case cf = c;
+        if (c.swiglu_params) cf.act = ActivationType::SwigluBias;
+        const Tensor ref = run(c, in)[0];
+        const Fp8Inputs g = to_cuda(in);
+        for (int force : {1, 2}) {  // per tensor: both routes (H 64, I 32 are grouped-eligible)
+          if (block && force == 2) continue;
+          bool grouped = false;
+          const Tensor got = run_cuda(c, g, force, &grouped);
+          EXPECT_EQ(grouped, force == 2) << label(c);
+          EXPECT_TRUE(matches(got, formula(cf, in), c.out_dt)) << label(c) << ", force " << force;
+          EXPECT_TRUE(all_close(got, ref, default_tolerance(c.out_dt)))
+              << label(c) << ", force " << force;
+        }
+      }
+    }
+  }
+}
+
+// Once the stream's scratch is large enough, 100 calls of one shape allocate no scratch, on each
+// route.
+TEST(MoeCudaFp8, NoScratchAllocationOnceWarm) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (int route : {0, 1, 2}) {  // per tensor GEMV, per tensor grouped, block scale
+    const bool block = route == 2;
+    if (block && !block_scale_runs_here()) continue;
+    Fp8Case c;
+    c.block = block;
+    c.T = 32;
+    c.H = block ? 256 : 64;
+    c.I = 128;
+    const Fp8Inputs g = to_cuda(make_inputs(c));
+    Tensor out = Tensor::empty({c.T, c.H}, c.out_dt, Device::cuda(0));
+    moe_cuda::set_cutlass_moe_route(route == 1 ? 2 : 1);
+    (void)run(c, g, out);
+    const moe_cuda::CutlassMoeCudaStats s0 = moe_cuda::cutlass_moe_cuda_stats();
+    for (int i = 0; i < 100; ++i) (void)run(c, g, out);
+    const moe_cuda::CutlassMoeCudaStats s1 = moe_cuda::cutlass_moe_cuda_stats();
+    moe_cuda::set_cutlass_moe_route(0);
+    EXPECT_EQ(s1.scratch_allocs, s0.scratch_allocs) << route;
+    EXPECT_EQ(route == 1 ? s1.grouped_runs - s0.grouped_runs : s1.gemv_runs - s0.gemv_runs, 100u)
+        << route;
+  }
+}
+#endif  // FLASHINFER_TEST_HAVE_CUDART
 
 // ---- a dump written by Python in upstream's format, as vLLM calls the op -----------------------
 

@@ -1,6 +1,8 @@
 // CPU reference of cutlass_fused_moe's FP8 paths: the routed rows of each local expert only,
 // grouped as the unquantized path groups them, fp32 accumulation, and the rounding points of
-// upstream's CUTLASS MoE runner (docs/MOE.md, "cutlass_fused_moe: FP8 paths").
+// upstream's CUTLASS MoE runner (docs/MOE.md, "cutlass_fused_moe: FP8 paths"). The quantizer,
+// the block-scale promotion and the finalize step are kernels/moe_cutlass_fp8_rules.h's, shared
+// with the CUDA kernels.
 #include "kernels/cpu/moe_cutlass_fp8_cpu.h"
 
 #include <cblas.h>
@@ -15,12 +17,13 @@
 #include "kernels/cpu/gemm_cpu.h"
 #include "kernels/cpu/moe_cpu.h"
 #include "kernels/gemm_params.h"
+#include "kernels/moe_cutlass_fp8_rules.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
 
 constexpr int64_t kParallelMin = int64_t{1} << 16;
-constexpr int64_t kBlock = 128;  // DeepSeek block size, both for weights and activations
+constexpr int64_t kBlock = kMoeFp8Block;  // both for weights and activations
 
 float load_f(const void* base, DType dt, int64_t i) {
   return elem_io::load_strict(base, dt, i, "cutlass_fused_moe");
@@ -40,9 +43,6 @@ float round_to(DType dt, float v) {
       return v;
   }
 }
-
-// e4m3 with CUDA's __NV_SATFINITE (cvt.rn.satfinite): RNE, finite overflow clamps to +-448.
-float e4m3_sat(float v) { return e4m3fn_bits_to_float(float_to_e4m3fn_bits(v, true)); }
 
 int64_t expert_id(const CutlassMoeParams& p, int64_t t, int64_t k) {
   const int64_t i = t * p.experts_stride + k;
@@ -105,8 +105,8 @@ void block_gemm(const float* aq, const float* as, const float* w, const float* w
     for (int64_t i = 0; i < m; ++i) {
       const float sa = as[i * kb + b];
       for (int64_t j = 0; j < n; ++j) {
-        const float s = sa * ws[(j / kBlock) * kb + b];
-        out[i * n + j] += s * part[static_cast<size_t>(i * n + j)];
+        out[i * n + j] = moe_fp8_block_accumulate(out[i * n + j], sa, ws[(j / kBlock) * kb + b],
+                                                  part[static_cast<size_t>(i * n + j)]);
       }
     }
   }
@@ -118,12 +118,12 @@ void quantize_1x128(const float* x, int64_t n, float* q, float* ds) {
   for (int64_t b = 0; b * kBlock < n; ++b) {
     const int64_t j0 = b * kBlock, j1 = std::min(n, j0 + kBlock);
     float amax = 0.0f;
-    for (int64_t j = j0; j < j1; ++j) amax = std::max(amax, std::fabs(x[j]));
+    for (int64_t j = j0; j < j1; ++j) amax = fp32_abs_max(amax, x[j]);
     // Upstream's scale_1x128_kernel: quant = 448 / amax (1 for an all-zero block), the stored
     // dequantization scale is 1 / quant (not amax / 448), values cvt with saturation.
-    const float quant = amax != 0.0f ? 448.0f / amax : 1.0f;
-    ds[b] = 1.0f / quant;
-    for (int64_t j = j0; j < j1; ++j) q[j] = e4m3_sat(x[j] * quant);
+    const float quant = moe_fp8_block_quant(amax);
+    ds[b] = moe_fp8_block_dequant(quant);
+    for (int64_t j = j0; j < j1; ++j) q[j] = moe_e4m3_sat(fp32_mul(x[j], quant));
   }
 }
 
@@ -193,9 +193,9 @@ void finalize(const CutlassMoeFp8Params& fp, const Grouping& g, const void* y, D
         const int64_t e = g.local[static_cast<size_t>(t * K + k)];
         const float s = load_f(p.scales, p.scales_dtype, t * p.scales_stride + k);
         for (int64_t j = 0; j < H; ++j) {
-          float v = load_f(y, y_dt, r * H + j);
-          if (p.b2) v += load_f(p.b2, fp.bias_dtype, e * H + j);
-          acc[static_cast<size_t>(j)] += s * v;
+          const float b = p.b2 ? load_f(p.b2, fp.bias_dtype, e * H + j) : 0.0f;
+          acc[static_cast<size_t>(j)] = moe_fp8_finalize_step(
+              acc[static_cast<size_t>(j)], s, load_f(y, y_dt, r * H + j), p.b2 != nullptr, b);
         }
       }
       for (int64_t j = 0; j < H; ++j) {

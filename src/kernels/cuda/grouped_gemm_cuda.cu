@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kTile* kTile) grouped_mm_simple_kernel(Grouped
   for (int64_t kk = 0; kk < p.k; ++kk) {
     acc += to_f32(a[kk * p.a_stride_k]) * to_f32(b[kk * p.b_stride_k]);
   }
-  if (p.alpha != nullptr) acc *= *p.alpha;
+  if (p.alpha != nullptr) acc *= p.alpha[p.alpha_per_weight ? e : 0];
   static_cast<TO*>(p.out)[i * p.out_stride_m + j * p.out_stride_n] = from_f32<TO>(acc);
 }
 
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(kGmmThreads, 2) grouped_mma_kernel(GroupedMmCu
   // Epilogue: the m16n8 accumulator layout (c0, c1: row lane / 4, columns 2 (lane % 4) + {0, 1};
   // c2, c3: 8 rows further), alpha, one rounding; column pairs stored together where out's rows
   // are contiguous and pair-aligned.
-  const float alpha = p.alpha != nullptr ? *p.alpha : 1.0f;
+  const float alpha = p.alpha != nullptr ? p.alpha[p.alpha_per_weight ? tile.weight : 0] : 1.0f;
   auto* out = static_cast<TO*>(p.out);
   const bool pairs = p.out_stride_n == 1 && p.out_stride_m % 2 == 0 &&
                      reinterpret_cast<uintptr_t>(out) % (2 * sizeof(TO)) == 0;

@@ -7,7 +7,8 @@
 namespace flashinfer::kernels::cuda {
 
 /// Rows [m_indptr[g], m_indptr[g + 1]) of a times the weight b_index[g] (or weight g)
-/// transposed, times *alpha when given; rows outside every group are not written. fp32
+/// transposed, times *alpha when given (alpha[weight] with alpha_per_weight); rows outside every
+/// group are not written. fp32
 /// accumulation, one rounding to out_dtype (bf16, fp16 or fp32).
 ///
 /// Operands of one 16-bit dtype (bf16, fp16) or fp8 ones (e4m3 / e5m2, either on each side)

@@ -14,6 +14,7 @@
 #include "kernels/cuda/moe_cuda.h"
 #include "kernels/cuda/moe_grouped_plan.h"
 #include "kernels/cuda/stream_scratch.h"
+#include "kernels/moe_cutlass_fp8_rules.h"
 
 namespace flashinfer::kernels::cuda {
 namespace {
@@ -246,7 +247,7 @@ __global__ void moe_scatter_kernel(CutlassMoeParams p, const int32_t* offsets, i
 }
 
 // One block per pair: its token's input row into row perm[pair] of xs (16-byte chunks where the
-// input row is 16-byte aligned; hidden * 2 bytes is a multiple of 16 on this route).
+// input row is 16-byte aligned; hidden * sizeof(T) bytes is a multiple of 16 on this route).
 template <class T>
 __global__ void moe_gather_kernel(CutlassMoeParams p, const int32_t* perm, T* xs) {
   const int64_t pair = blockIdx.x, row = perm[pair];
@@ -257,7 +258,8 @@ __global__ void moe_gather_kernel(CutlassMoeParams p, const int32_t* perm, T* xs
   if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
     const auto* s4 = reinterpret_cast<const uint4*>(src);
     auto* d4 = reinterpret_cast<uint4*>(dst);
-    for (int64_t c = threadIdx.x; c < H * 2 / 16; c += blockDim.x) d4[c] = s4[c];
+    const int64_t chunks = H * static_cast<int64_t>(sizeof(T)) / 16;
+    for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) d4[c] = s4[c];
   } else {
     for (int64_t c = threadIdx.x; c < H; c += blockDim.x) dst[c] = src[c];
   }
@@ -315,11 +317,12 @@ moe::MoeRouteQuery route_query(const CutlassMoeParams& p, const char* op) {
 }
 
 // One GEMM of the grouped route on the tensor-core grouped GEMM: out [pairs, n] of out_dtype =
-// a [pairs, k] @ w[e]^T for the rows [indptr[e], indptr[e + 1]) of each local expert e, w
-// [E, n, k] contiguous. Rows past indptr[E] (pairs of no local expert) are not written.
+// a [pairs, k] @ w[e]^T (times alpha[e] when given: device fp32 [E]) for the rows [indptr[e],
+// indptr[e + 1]) of each local expert e, w [E, n, k] contiguous. Rows past indptr[E] (pairs of no
+// local expert) are not written.
 void moe_grouped_gemm(DType in_dtype, const int32_t* indptr, int64_t E, int64_t pairs,
                       const void* a, const void* w, int64_t n, int64_t k, void* out,
-                      DType out_dtype, cudaStream_t stream) {
+                      DType out_dtype, cudaStream_t stream, const float* alpha = nullptr) {
   GroupedMmCudaParams g;
   g.in_dtype = g.b_dtype = in_dtype;
   g.m_indptr = indptr;
@@ -335,6 +338,8 @@ void moe_grouped_gemm(DType in_dtype, const int32_t* indptr, int64_t E, int64_t 
   g.out = out;
   g.out_dtype = out_dtype;
   g.out_stride_m = n;
+  g.alpha = alpha;
+  g.alpha_per_weight = alpha != nullptr;
   grouped_mm_bf16(g, stream);
 }
 
@@ -824,6 +829,204 @@ __global__ void fp8_moe_finalize_kernel(TrtllmFp8MoeParams p) {
   trtllm_finalize_token(p.base.moe, p.ws_ids, p.ws_w, p.ws_y, p.routing_scales_on_input);
 }
 
+// ---- cutlass_fused_moe FP8 (per tensor, DeepSeek block scale): the GEMV route -------------------
+// The CPU reference's rounding points (kernels/cpu/moe_cutlass_fp8_cpu.cpp, docs/MOE.md
+// "cutlass_fused_moe: FP8 paths") with its per-element arithmetic
+// (kernels/moe_cutlass_fp8_rules.h): one block per (token, k) pair and one warp per GEMM output
+// as the unquantized GEMV route, fp32 intermediates in the stream's scratch
+// (moe::moe_fp8_gemv_scratch). e4m3 x e4m3 products are exact in fp32, so only the order of a
+// GEMM's (or a 128-wide K block's) fp32 sum differs from the CPU.
+
+// The bias element i of type O (upstream: biases of the output dtype), 0 without one.
+template <class O>
+__device__ __forceinline__ float fp8_bias(const void* b, int64_t i) {
+  return b ? to_f32(static_cast<const O*>(b)[i]) : 0.0f;
+}
+
+// The 1x128 quantizer (upstream's scale_1x128_kernel, the CPU's quantize_1x128) of a row of n
+// values load(j): one warp per 128-column block, amax by the warp's max tree (max is exact in
+// any order), values moe_e4m3_sat(v * quant) to q[j] (q may be the row load reads: each lane
+// rewrites only what it read, after the block's amax), the stored scales 1 / quant to ds.
+template <class Load>
+__device__ __forceinline__ void fp8_quantize_1x128(int64_t n, Load load, float* q, float* ds) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t b = warp; b * kMoeFp8Block < n; b += kWarps) {
+    const int64_t j0 = b * kMoeFp8Block;
+    const int64_t j1 = j0 + kMoeFp8Block < n ? j0 + kMoeFp8Block : n;
+    float amax = 0.0f;
+    for (int64_t j = j0 + lane; j < j1; j += 32) amax = fp32_abs_max(amax, load(j));
+    for (int off = 16; off > 0; off >>= 1) {
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    }
+    const float quant = moe_fp8_block_quant(amax);
+    if (lane == 0) ds[b] = moe_fp8_block_dequant(quant);
+    for (int64_t j = j0 + lane; j < j1; j += 32) q[j] = moe_e4m3_sat(fp32_mul(load(j), quant));
+  }
+}
+
+// Block scale: one block per token, its bf16 input row quantized 1x128 into xq / xs (the CPU
+// quantizes each routed row of the token: the same values).
+__global__ void cutlass_fp8_quantize_kernel(CutlassMoeFp8Params p, float* xq, float* xs) {
+  pdl_wait();
+  const CutlassMoeParams& m = p.base;
+  const int64_t t = blockIdx.x, H = m.hidden;
+  const auto* x = static_cast<const __nv_bfloat16*>(m.input) + t * m.in_stride;
+  fp8_quantize_1x128(
+      H, [&](int64_t j) { return __bfloat162float(x[j]); }, xq + t * H,
+      xs + t * ((H + kMoeFp8Block - 1) / kMoeFp8Block));
+}
+
+// The block-scale GEMM's rows: warp w computes outputs w, w + kWarps, ... of n, each over the K
+// blocks of 128: the block's fp32 dot product of a (e4m3 values as fp32) with the weight row's
+// e4m3 codes (lane-strided partials, the warp's xor tree: every lane holds the same sum), then
+// moe_fp8_block_accumulate with the row's activation scale as[b] and the weight block's scale
+// ws[(j / 128) * kb + b]; lane 0 hands the fp32 result to store(j, acc).
+template <class Store>
+__device__ __forceinline__ void fp8_block_gemm_rows(int64_t n, int64_t k, const float* a,
+                                                    const float* as, const uint8_t* w,
+                                                    const float* ws, Store store) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t kb = (k + kMoeFp8Block - 1) / kMoeFp8Block;
+  for (int64_t j = warp; j < n; j += kWarps) {
+    const uint8_t* wr = w + j * k;
+    const float* wsr = ws + (j / kMoeFp8Block) * kb;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < kb; ++b) {
+      const int64_t c1 = (b + 1) * kMoeFp8Block < k ? (b + 1) * kMoeFp8Block : k;
+      float part = 0.0f;
+      for (int64_t c = b * kMoeFp8Block + lane; c < c1; c += 32) part += a[c] * fp8_at(wr, c);
+      part = warp_reduce_sum(part);
+      acc = moe_fp8_block_accumulate(acc, as[b], wsr[b], part);
+    }
+    if (lane == 0) store(j, acc);
+  }
+}
+
+// One block per pair: GEMM1's row, its fc1 bias added to the rounded value in fp32, the
+// activation; per tensor g1 = round_O(acc * fc1_dequant[e]) and h = e4m3_sat(act * fc2_quant),
+// block scale g1 = bf16(block GEMM of xq) and h = bf16(act), then h quantized 1x128 in place
+// (scales to hs). h holds the e4m3 values GEMM2 reads.
+template <class O>
+__global__ void cutlass_fp8_gemm1_kernel(CutlassMoeFp8Params p, const float* xq, const float* xs,
+                                         float* hs) {
+  pdl_wait();
+  const CutlassMoeParams& m = p.base;
+  const int64_t pair = blockIdx.x;
+  const int64_t e = local_expert(m, pair);
+  if (e < 0) return;
+  const int64_t t = pair / m.top_k, H = m.hidden, I = m.inter;
+  const int64_t N1 = moe_act_is_gated(m.act) ? 2 * I : I;
+  const uint8_t* w1 = static_cast<const uint8_t*>(m.w1) + e * N1 * H;
+  const void* b1 = m.b1 ? static_cast<const O*>(m.b1) + e * N1 : nullptr;
+  float* g = m.ws_g1 + pair * N1;
+  float* h = m.ws_h + pair * I;
+  if (p.block_scale) {
+    const int64_t HB = (H + kMoeFp8Block - 1) / kMoeFp8Block;
+    const int64_t IB = (I + kMoeFp8Block - 1) / kMoeFp8Block;
+    fp8_block_gemm_rows(
+        N1, H, xq + t * H, xs + t * HB, w1,
+        p.w1_block_scale + e * ((N1 + kMoeFp8Block - 1) / kMoeFp8Block) * HB,
+        [&](int64_t j, float acc) { g[j] = fp32_add(bf16_round(acc), fp8_bias<O>(b1, j)); });
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < I; j += blockDim.x) {
+      h[j] = bf16_round(activation(m, e, g, j));
+    }
+    __syncthreads();
+    fp8_quantize_1x128(
+        I, [&](int64_t j) { return h[j]; }, h, hs + pair * IB);
+    return;
+  }
+  const uint8_t* x = static_cast<const uint8_t*>(m.input) + t * m.in_stride;
+  const float alpha = p.fc1_dequant[e];
+  warp_gemm_rows(
+      N1, H, [&](int64_t j) { return w1 + j * H; },
+      [&](const uint8_t* wr, int64_t c) { return fp8_at(x, c) * fp8_at(wr, c); },
+      [&](int64_t j, float acc) {
+        g[j] = fp32_add(round_as<O>(fp32_mul(acc, alpha)), fp8_bias<O>(b1, j));
+      });
+  __syncthreads();
+  const float q = p.fc2_quant[p.fc2_quant_per_expert ? e : 0];
+  for (int64_t j = threadIdx.x; j < I; j += blockDim.x) {
+    h[j] = moe_e4m3_sat(fp32_mul(activation(m, e, g, j), q));
+  }
+}
+
+// One block per pair: GEMM2's row, round_O(acc * fc2_dequant[e]) per tensor, bf16(block GEMM of
+// the quantized activation) for block scale, into the pair's fp32 row of ws_y.
+template <class O>
+__global__ void cutlass_fp8_gemm2_kernel(CutlassMoeFp8Params p, const float* hs) {
+  const CutlassMoeParams& m = p.base;
+  const int64_t pair = blockIdx.x;
+  const int64_t e = local_expert(m, pair);
+  if (e < 0) return;
+  const int64_t H = m.hidden, I = m.inter;
+  const uint8_t* w2 = static_cast<const uint8_t*>(m.w2) + e * H * I;
+  const float* h = m.ws_h + pair * I;
+  float* y = m.ws_y + pair * H;
+  if (p.block_scale) {
+    const int64_t HB = (H + kMoeFp8Block - 1) / kMoeFp8Block;
+    const int64_t IB = (I + kMoeFp8Block - 1) / kMoeFp8Block;
+    fp8_block_gemm_rows(H, I, h, hs + pair * IB, w2, p.w2_block_scale + e * HB * IB,
+                        [&](int64_t j, float acc) { y[j] = bf16_round(acc); });
+    return;
+  }
+  const float alpha = p.fc2_dequant[e];
+  warp_gemm_rows(
+      H, I, [&](int64_t j) { return w2 + j * I; },
+      [&](const uint8_t* wr, int64_t c) { return h[c] * fp8_at(wr, c); },
+      [&](int64_t j, float acc) { y[j] = round_as<O>(fp32_mul(acc, alpha)); });
+}
+
+// FP8 per tensor, grouped route: one block per pair, the bias and activation of its GEMM1 row (O,
+// rounded by the GEMM with fc1_dequant[e] as alpha) as cutlass_fp8_gemm1_kernel's, the e4m3
+// codes of act * fc2_quant into its row of h (GEMM2's a operand).
+template <class O>
+__global__ void cutlass_fp8_grouped_activation_kernel(CutlassMoeFp8Params p, const int32_t* perm,
+                                                      const O* g1, __nv_fp8_e4m3* h) {
+  const CutlassMoeParams& m = p.base;
+  const int64_t pair = blockIdx.x;
+  const int64_t e = local_expert(m, pair);
+  if (e < 0) return;
+  const int64_t row = perm[pair], I = m.inter;
+  const bool gated = moe_act_is_gated(m.act);
+  const int64_t N1 = gated ? 2 * I : I;
+  const O* g = g1 + row * N1;
+  const void* b1 = m.b1 ? static_cast<const O*>(m.b1) + e * N1 : nullptr;
+  const float q = p.fc2_quant[p.fc2_quant_per_expert ? e : 0];
+  __nv_fp8_e4m3* hr = h + row * I;
+  for (int64_t j = threadIdx.x; j < I; j += blockDim.x) {
+    const float up = fp32_add(to_f32(g[j]), fp8_bias<O>(b1, j));
+    const float gate = gated ? fp32_add(to_f32(g[I + j]), fp8_bias<O>(b1, I + j)) : 0.0f;
+    hr[j] = __nv_fp8_e4m3(fp32_mul(activation_value(m, e, up, gate), q));  // RNE, satfinite
+  }
+}
+
+// One block per token: out = round_O(sum over k in k order of scale * (y + b2)), the CPU's
+// moe_fp8_finalize_step (b2 of type O, null off tensor-parallel rank 0). y holds the GEMM2 rows
+// already rounded to O (fp32 on the GEMV route, O on the grouped one): pair i's row is perm[i]
+// (grouped route) or i (perm null).
+template <class O, class Y>
+__global__ void cutlass_fp8_finalize_kernel(CutlassMoeFp8Params p, const Y* y,
+                                            const int32_t* perm) {
+  const CutlassMoeParams& m = p.base;
+  const int64_t t = blockIdx.x, H = m.hidden;
+  O* out = static_cast<O*>(m.out) + t * m.out_stride;
+  for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t k = 0; k < m.top_k; ++k) {
+      const int64_t pair = t * m.top_k + k;
+      const int64_t e = local_expert(m, pair);
+      if (e < 0) continue;
+      const int64_t row = perm ? perm[pair] : pair;
+      acc =
+          moe_fp8_finalize_step(acc, load_scale(m, t * m.scales_stride + k), to_f32(y[row * H + j]),
+                                m.b2 != nullptr, fp8_bias<O>(m.b2, e * H + j));
+    }
+    out[j] = from_f32<O>(acc);
+  }
+  pdl_launch_dependents();
+}
+
 // ---- trtllm BF16 MoE -----------------------------------------------------------------------
 // The CPU reference's rounding points (cpu::trtllm_moe: cutlass_moe with round_gemm1 = false):
 // routing weights rounded to bf16; GEMM1 accumulated in fp32 and fed unrounded to the
@@ -1091,6 +1294,119 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p, void* stream, bool enable_pdl) 
                 false, q);
   launch_kernel(op, fp8_moe_finalize_kernel, dim3(static_cast<unsigned>(m.num_tokens)),
                 dim3(kThreads), 0, s, false, q);
+}
+
+namespace {
+template <class O>
+void launch_moe_fp8(const CutlassMoeFp8Params& p, cudaStream_t s, bool enable_pdl) {
+  const char* op = "cutlass_fused_moe";
+  const CutlassMoeParams& m = p.base;
+  const int64_t pairs = m.num_tokens * m.top_k;
+  const int64_t N1 = moe_act_is_gated(m.act) ? 2 * m.inter : m.inter;
+  const moe::MoeFp8GemvScratch l =
+      moe::moe_fp8_gemv_scratch(m.num_tokens, pairs, m.hidden, m.inter, N1, p.block_scale);
+  const StreamScratch scratch = moe_scratch().acquire(op, s, l.bytes);  // to the last launch
+  auto* base = static_cast<char*>(scratch.data());
+  CutlassMoeFp8Params q = p;
+  q.base.ws_g1 = reinterpret_cast<float*>(base + l.gemv.g1);
+  q.base.ws_h = reinterpret_cast<float*>(base + l.gemv.h);
+  q.base.ws_y = reinterpret_cast<float*>(base + l.gemv.y);
+  // Null for the per-tensor path (nothing there: its kernels never read them).
+  float* xq = p.block_scale ? reinterpret_cast<float*>(base + l.xq) : nullptr;
+  float* xs = p.block_scale ? reinterpret_cast<float*>(base + l.xs) : nullptr;
+  float* hs = p.block_scale ? reinterpret_cast<float*>(base + l.hs) : nullptr;
+  const dim3 pair_grid(static_cast<unsigned>(pairs)),
+      token_grid(static_cast<unsigned>(m.num_tokens));
+  bool pdl = enable_pdl;  // the first launch waits on the previous kernel
+  if (p.block_scale) {
+    launch_kernel(op, cutlass_fp8_quantize_kernel, token_grid, dim3(kThreads), 0, s, pdl, q, xq,
+                  xs);
+    pdl = false;
+  }
+  launch_kernel(op, cutlass_fp8_gemm1_kernel<O>, pair_grid, dim3(kThreads), 0, s, pdl, q,
+                static_cast<const float*>(xq), static_cast<const float*>(xs), hs);
+  launch_kernel(op, cutlass_fp8_gemm2_kernel<O>, pair_grid, dim3(kThreads), 0, s, false, q,
+                static_cast<const float*>(hs));
+  launch_kernel(op, cutlass_fp8_finalize_kernel<O, float>, token_grid, dim3(kThreads), 0, s, false,
+                q, static_cast<const float*>(q.base.ws_y), static_cast<const int32_t*>(nullptr));
+}
+
+// FP8 per tensor on the grouped route (moe::moe_use_grouped with one-byte operands): the
+// unquantized route's permutation passes and gather (e4m3 rows), GEMM1 on the tensor-core grouped
+// GEMM (e4m3 widened exactly to fp16, fp32 accumulation, alpha fc1_dequant[e] on the fp32 sum,
+// one rounding to O: the CPU's round_O(acc * alpha)), the bias + activation + e4m3 cast, GEMM2
+// likewise with fc2_dequant[e], the finalize through the permutation. Only the order of each
+// GEMM's fp32 sum differs from the GEMV route.
+template <class O>
+void launch_moe_fp8_grouped(const CutlassMoeFp8Params& p, cudaStream_t s, bool enable_pdl) {
+  const char* op = "cutlass_fused_moe";
+  const CutlassMoeParams& m = p.base;
+  const int64_t pairs = m.num_tokens * m.top_k, E = m.num_local_experts;
+  const int64_t H = m.hidden, I = m.inter, N1 = moe_act_is_gated(m.act) ? 2 * I : I;
+  const int64_t chunks = moe::moe_perm_chunks(pairs);
+  const moe::MoeGroupedScratch l =
+      moe::moe_grouped_scratch(pairs, E, H, I, N1, 1, sizeof(O), sizeof(O));
+  const StreamScratch scratch = moe_scratch().acquire(op, s, l.bytes);  // to the last launch
+  auto* base = static_cast<char*>(scratch.data());
+  auto* counts = reinterpret_cast<int32_t*>(base + l.counts);
+  auto* indptr = reinterpret_cast<int32_t*>(base + l.indptr);
+  auto* perm = reinterpret_cast<int32_t*>(base + l.perm);
+  auto* xs = reinterpret_cast<uint8_t*>(base + l.xs);
+  auto* g1 = reinterpret_cast<O*>(base + l.g1);
+  auto* h = reinterpret_cast<__nv_fp8_e4m3*>(base + l.h);
+  auto* y = reinterpret_cast<O*>(base + l.y);
+  const DType od = m.out_dtype, f8 = DType::kFloat8E4M3FN;
+  const dim3 chunk_grid(static_cast<unsigned>(chunks)), pair_grid(static_cast<unsigned>(pairs));
+  const auto* cperm = static_cast<const int32_t*>(perm);
+  launch_kernel(op, moe_count_kernel, chunk_grid, dim3(kThreads), 0, s, enable_pdl, m, counts);
+  launch_kernel(op, moe_offsets_kernel, dim3(1), dim3(kThreads), 0, s, false, chunks, E, counts,
+                indptr);
+  launch_kernel(op, moe_scatter_kernel, chunk_grid, dim3(kThreads), 0, s, false, m,
+                static_cast<const int32_t*>(counts), perm);
+  launch_kernel(op, moe_gather_kernel<uint8_t>, pair_grid, dim3(kThreads), 0, s, false, m, cperm,
+                xs);
+  moe_grouped_gemm(f8, indptr, E, pairs, xs, m.w1, N1, H, g1, od, s, p.fc1_dequant);
+  launch_kernel(op, cutlass_fp8_grouped_activation_kernel<O>, pair_grid, dim3(kThreads), 0, s,
+                false, p, cperm, static_cast<const O*>(g1), h);
+  moe_grouped_gemm(f8, indptr, E, pairs, h, m.w2, H, I, y, od, s, p.fc2_dequant);
+  launch_kernel(op, cutlass_fp8_finalize_kernel<O, O>, dim3(static_cast<unsigned>(m.num_tokens)),
+                dim3(kThreads), 0, s, false, p, static_cast<const O*>(y), cperm);
+}
+}  // namespace
+
+void cutlass_moe_fp8(const CutlassMoeFp8Params& p, void* stream, bool enable_pdl) {
+  const char* op = "cutlass_fused_moe";
+  const CutlassMoeParams& m = p.base;
+  if (p.block_scale) {
+    // Upstream's cutlass_fused_moe raises NotImplementedError for FP8 block scaling on any
+    // device but sm90 (its DeepGEMM-based runner is Hopper's); the CPU reference has no limit.
+    int device = 0, major = 0, minor = 0;
+    FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
+    FLASHINFER_CUDA_CALL(op,
+                         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    FLASHINFER_CUDA_CALL(op,
+                         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    FLASHINFER_CHECK_CODE(
+        major == 9 && minor == 0, ErrorCode::kUnsupported, op, "use_deepseek_fp8_block_scale",
+        "FP8 block scaling runs on sm90 only (as upstream), got sm", major, minor);
+  }
+  FLASHINFER_CHECK_CODE(m.num_tokens * m.top_k <= 0x7FFFFFFF, ErrorCode::kUnsupported, op, "input",
+                        "more than 2^31 - 1 (token, expert) pairs");
+  if (m.num_tokens == 0) return;
+  // Per tensor, prefill-sized batches: the grouped route (block scale needs a scale per 128-wide
+  // K block inside the sum, which the grouped GEMM has not: it stays on the GEMV route).
+  const bool grouped =
+      !p.block_scale && moe::moe_use_grouped(route_query(m, op), g_force_route.load());
+  (grouped ? g_grouped_runs : g_gemv_runs).fetch_add(1, std::memory_order_relaxed);
+  auto s = static_cast<cudaStream_t>(stream);
+  dispatch_dtype<CudaElements, kFloat16, kBFloat16>(m.out_dtype, op, "output_dtype",
+                                                    [&]<class O>() {
+                                                      if (grouped) {
+                                                        launch_moe_fp8_grouped<O>(p, s, enable_pdl);
+                                                      } else {
+                                                        launch_moe_fp8<O>(p, s, enable_pdl);
+                                                      }
+                                                    });
 }
 
 }  // namespace flashinfer::kernels::cuda

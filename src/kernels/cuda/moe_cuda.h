@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/moe_bf16_params.h"
+#include "kernels/moe_cutlass_fp8_params.h"
 #include "kernels/moe_params.h"
 #include "kernels/moe_quant_params.h"
 
@@ -17,6 +18,14 @@ namespace flashinfer::kernels::cuda {
 /// scratch, see CutlassMoeParams). Scratch comes from a buffer per (device, stream) that only
 /// grows: nothing is allocated once it is large enough.
 void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl);
+
+/// cutlass_fused_moe's FP8 paths (FP8 per tensor, DeepSeek FP8 block scale; p.base.ws_* are
+/// ignored): the GEMV route, one block per (token, k) pair, the CPU reference's rounding points
+/// and its per-element arithmetic (kernels/moe_cutlass_fp8_rules.h), the intermediates in the
+/// stream's scratch (moe::moe_fp8_gemv_scratch; nothing allocated once it is large enough). The
+/// block-scale path runs on sm90 only, as upstream (kUnsupported naming
+/// use_deepseek_fp8_block_scale elsewhere). Counted as GEMV runs in cutlass_moe_cuda_stats.
+void cutlass_moe_fp8(const CutlassMoeFp8Params& p, void* stream, bool enable_pdl);
 
 /// Tests: 0 lets cutlass_moe and trtllm_bf16_moe pick their route, 1 forces the GEMV kernels, 2
 /// the grouped route where eligible (moe::moe_use_grouped's `force`). Process-wide. The stats

@@ -63,23 +63,25 @@ FLASHINFER_HD void moe_expert_offsets(int32_t* counts, int64_t chunks, int64_t e
 struct MoeRouteQuery {
   int64_t pairs = 0, local_experts = 0, hidden = 0, inter = 0, gemm1_n = 0;
   int64_t ep_size = 1;      // expert-parallel ranks: about pairs / ep_size of the pairs are local
-  int64_t elem_bytes = 2;   // of the input dtype: the grouped route is for bf16 / fp16 (2)
+  int64_t elem_bytes = 2;   // of the input dtype: bf16 / fp16 (2), or e4m3 (1: FP8 per tensor)
   uint64_t w1 = 0, w2 = 0;  // weight addresses
   int sm_major = 0;
 };
 
 /// Whether the tensor-core grouped kernel takes both GEMMs (its own test, mma_layout in
-/// grouped_gemm_cuda.cu, then picks it rather than its CUDA-core fallback): 16-bit operands on
-/// sm80+; the weights' rows 16-byte aligned with unit k stride (grouped::gmm_operand_aligned:
+/// grouped_gemm_cuda.cu, then picks it rather than its CUDA-core fallback): 16-bit operands, or
+/// e4m3 ones (cutlass_fused_moe's FP8 per-tensor path, elem_bytes 1; the kernel widens them
+/// exactly to fp16), on sm80+; the weights' rows 16-byte aligned with unit k stride
+/// (grouped::gmm_operand_aligned:
 /// w1 [E, gemm1_n, hidden], w2 [E, hidden, inter], contiguous), which also covers the scratch
 /// activations' rows (hidden and inter elements, 256-byte aligned bases); the grid within CUDA's
 /// limits.
 FLASHINFER_HD constexpr bool moe_grouped_eligible(const MoeRouteQuery& q) {
   using namespace grouped;
-  return q.elem_bytes == 2 && q.sm_major >= 8 && q.pairs > 0 && q.local_experts > 0 &&
-         q.pairs <= 0x7fffffff &&
-         gmm_operand_aligned(q.w1, q.hidden, 1, q.gemm1_n * q.hidden, q.hidden, 2) &&
-         gmm_operand_aligned(q.w2, q.inter, 1, q.hidden * q.inter, q.inter, 2) &&
+  return (q.elem_bytes == 2 || q.elem_bytes == 1) && q.sm_major >= 8 && q.pairs > 0 &&
+         q.local_experts > 0 && q.pairs <= 0x7fffffff &&
+         gmm_operand_aligned(q.w1, q.hidden, 1, q.gemm1_n * q.hidden, q.hidden, q.elem_bytes) &&
+         gmm_operand_aligned(q.w2, q.inter, 1, q.hidden * q.inter, q.inter, q.elem_bytes) &&
          gmm_slot_bound(q.pairs, q.local_experts) <= 0x7fffffff &&
          (q.gemm1_n + kGmmTileN - 1) / kGmmTileN <= 65535 &&
          (q.hidden + kGmmTileN - 1) / kGmmTileN <= 65535;
@@ -149,6 +151,33 @@ FLASHINFER_HD constexpr MoeGemvScratch moe_gemv_scratch(int64_t pairs, int64_t h
   s.h = moe_align256(P * static_cast<uint64_t>(gemm1_n) * 4);
   s.y = s.h + moe_align256(P * static_cast<uint64_t>(inter) * 4);
   s.bytes = s.y + moe_align256(P * static_cast<uint64_t>(hidden) * 4);
+  return s;
+}
+
+// ---- cutlass_fused_moe's FP8 paths (GEMV route) ----------------------------------------------
+
+/// The FP8 GEMV route's scratch: moe_gemv_scratch's g1 / h / y first (h holds the e4m3 values
+/// GEMM2 reads, decoded to fp32), then, for the DeepSeek block-scale path only, the tokens' input
+/// rows quantized 1x128 (xq: e4m3 values as fp32 [tokens, hidden]; xs: their dequantization
+/// scales [tokens, ceil(hidden / 128)]) and the activation's scales (hs [pairs, ceil(inter /
+/// 128)]). 256-byte aligned pieces, in bytes; xq = xs = hs = bytes for the per-tensor path.
+struct MoeFp8GemvScratch {
+  MoeGemvScratch gemv;
+  uint64_t xq, xs, hs, bytes;
+};
+FLASHINFER_HD constexpr MoeFp8GemvScratch moe_fp8_gemv_scratch(int64_t tokens, int64_t pairs,
+                                                               int64_t hidden, int64_t inter,
+                                                               int64_t gemm1_n, bool block_scale) {
+  MoeFp8GemvScratch s{};
+  s.gemv = moe_gemv_scratch(pairs, hidden, inter, gemm1_n);
+  s.xq = s.xs = s.hs = s.bytes = s.gemv.bytes;
+  if (!block_scale) return s;
+  const uint64_t T = static_cast<uint64_t>(tokens), P = static_cast<uint64_t>(pairs);
+  const uint64_t hb = static_cast<uint64_t>((hidden + 127) / 128);
+  const uint64_t ib = static_cast<uint64_t>((inter + 127) / 128);
+  s.xs = s.xq + moe_align256(T * static_cast<uint64_t>(hidden) * 4);
+  s.hs = s.xs + moe_align256(T * hb * 4);
+  s.bytes = s.hs + moe_align256(P * ib * 4);
   return s;
 }
 
