@@ -84,6 +84,14 @@ bool run_case(const Case& c) {
       v16[i] = bf(nrm());
     }
     if (c.nan_k) k16[(rnd() % (kvn / 4)) * 1] = 0x7fc0;
+    // Infinite V elements (bf16 +inf) on ~1 key in 64: with a per-key mask, a row that cannot see
+    // the key must skip it (0 * inf would be NaN) while a row that sees it takes the inf. Two rows
+    // a thread test each row's probability before its V FMAs: only non-finite V can tell.
+    if (c.inf_v_masked) {
+      for (size_t t = 0; t < kvn / D; ++t) {
+        if (rnd() % 64 == 0) v16[t * D + rnd() % D] = 0x7f80;
+      }
+    }
   } else {
     for (size_t i = 0; i < kvn; ++i) {
       kraw[i] = static_cast<uint8_t>(rnd() & 0xff);
@@ -328,6 +336,22 @@ int main() {
       {"fp8 D64 32:8", 32, 8, 1, 0, true, false, false, false, false, false, -1, lens});
   ok &= run_case<__nv_fp8_e4m3, 0, 256>(
       {"fp8 D256 64:8", 64, 8, 1, 0, true, false, false, false, false, false, -1, lens});
+  // Two rows a thread, the mappings the cases above leave out: rows of one thread that belong
+  // to different queries under a per-key mask (MHA or group 3 with several queries, so causal
+  // and window limits differ between the thread's two rows), with inf V where a row's mask hides
+  // it; padded rows (group 7: the last thread's second row is idle); a second row chunk whose
+  // last threads own no row at all (group 12 at D256: chunks of 8 and 4 rows) and MQA's two
+  // chunks of 16.
+  ok &= run_case<__nv_bfloat16, 2>({"bf16 8:8 mask q4 causal infV", 8, 8, 4, 2, false, false, false,
+                                    false, true, true, -1, lens});
+  ok &= run_case<__nv_bfloat16, 2>({"bf16 24:8 mask q2 window infV", 24, 8, 2, 2, false, true,
+                                    false, true, true, true, 60, lens});
+  ok &= run_case<__nv_fp8_e4m3, 0>(
+      {"fp8 56:8 (group 7)", 56, 8, 1, 0, true, false, false, false, false, false, -1, lens});
+  ok &= run_case<__nv_bfloat16, 0, 256>({"bf16 D256 96:8 split (group 12)", 96, 8, 1, 0, false,
+                                         true, false, false, false, false, -1, lens});
+  ok &= run_case<__nv_bfloat16, 0>(
+      {"bf16 32:1 (MQA)", 32, 1, 1, 0, false, false, false, true, false, false, -1, lens});
   {
     std::vector<int> b64(64, 2048), b1(1, 32768);
     Case t{"b64 kv2048 32:8", 32, 8, 1, 0, false, false, false, false, false, false, -1, b64};
