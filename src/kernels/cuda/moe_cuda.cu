@@ -834,8 +834,10 @@ __global__ void fp8_moe_finalize_kernel(TrtllmFp8MoeParams p) {
 // "cutlass_fused_moe: FP8 paths") with its per-element arithmetic
 // (kernels/moe_cutlass_fp8_rules.h): one block per (token, k) pair and one warp per GEMM output
 // as the unquantized GEMV route, fp32 intermediates in the stream's scratch
-// (moe::moe_fp8_gemv_scratch). e4m3 x e4m3 products are exact in fp32, so only the order of a
-// GEMM's (or a 128-wide K block's) fp32 sum differs from the CPU.
+// (moe::moe_fp8_gemv_scratch). e4m3 x e4m3 products are exact in fp32, so the order of a GEMM's
+// (or a 128-wide K block's) fp32 sum differs from the CPU, and the gated activations (the
+// device's expf / erff / tanhf against the CPU's, within an ulp), whose result is then cast to
+// e4m3 (or sets a block's amax), so a code can move by one step there.
 
 // The bias element i of type O (upstream: biases of the output dtype), 0 without one.
 template <class O>
