@@ -10,6 +10,19 @@
 
 #include "core/caching_allocator.h"
 
+#if FLASHINFER_TEST_HAVE_CUDART
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <string_view>
+#include <thread>
+
+#include "flashinfer/flashinfer.h"
+#include "util/test_util.h"
+#endif
+
 namespace flashinfer::testing {
 namespace {
 
@@ -201,6 +214,60 @@ TEST(CachingAllocator, ForeignPointersGoToTheDevice) {
   a.release(nullptr);
   EXPECT_EQ(dev.frees.size(), 1u);
 }
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// On a GPU, through Tensor: a dead tensor's block comes back at once on its stream; on another
+// stream not while the work queued before its death is pending (held here by a host function
+// that waits for the test), and then once it has run; the allocator's event query leaves no error
+// behind for the caller's next launch check; values written into reused blocks are right.
+void CUDART_CB wait_for(void* flag) {
+  auto* f = static_cast<std::atomic<bool>*>(flag);
+  while (!f->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+TEST(CachingAllocatorCuda, TensorsReuseBlocksInStreamOrder) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const char* env = std::getenv("FLASHINFER_CUDA_CACHING_ALLOCATOR");
+  if (env != nullptr && std::string_view(env) == "0") GTEST_SKIP() << "cache turned off";
+  const Device g = Device::cuda(0);
+  void* const prev = current_cuda_stream();
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess);
+  {
+    set_current_cuda_stream(s1);
+    void* p = nullptr;
+    {
+      Tensor a = Tensor::empty({3 << 18}, DType::kFloat32, g);  // 3 MiB
+      p = a.data_ptr();
+    }
+    Tensor b = Tensor::empty({3 << 18}, DType::kFloat32, g);
+    EXPECT_EQ(b.data_ptr(), p) << "same stream, same size: the block comes back at once";
+
+    // b dies behind a host function that holds s1 until the flag is set.
+    std::atomic<bool> go{false};
+    ASSERT_EQ(cudaLaunchHostFunc(s1, wait_for, &go), cudaSuccess);
+    void* held = b.data_ptr();
+    b = Tensor();
+    set_current_cuda_stream(s2);
+    Tensor c = Tensor::empty({3 << 18}, DType::kFloat32, g);
+    EXPECT_NE(c.data_ptr(), held) << "s1's work before the block's death is still pending";
+    EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess) << "the allocator left its event query's error";
+    go = true;
+    ASSERT_EQ(cudaStreamSynchronize(s1), cudaSuccess);
+    Tensor d =
+        Tensor::from_vector(std::vector<double>(3 << 18, 2.5), {3 << 18}, DType::kFloat32).to(g);
+    EXPECT_EQ(d.data_ptr(), held) << "s1's work done: the block serves s2";
+    const auto v = d.to(Device::cpu()).to_double_vector();
+    EXPECT_EQ(v.front(), 2.5);
+    EXPECT_EQ(v.back(), 2.5);
+    ASSERT_EQ(cudaStreamSynchronize(s2), cudaSuccess);
+  }
+  set_current_cuda_stream(prev);
+  cudaStreamDestroy(s1);
+  cudaStreamDestroy(s2);
+}
+#endif
 
 }  // namespace
 }  // namespace flashinfer::testing
