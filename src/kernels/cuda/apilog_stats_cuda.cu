@@ -139,8 +139,8 @@ TensorStats tensor_stats(const TensorStatsParams& p, int device, void* stream) {
   const int blocks = static_cast<int>(want < kMaxBlocks ? want : kMaxBlocks);
   TensorStats* buf = nullptr;
   FLASHINFER_CUDA_CALL("api_log statistics",
-                       cudaMallocAsync(reinterpret_cast<void**>(&buf),
-                                       sizeof(TensorStats) * static_cast<size_t>(blocks + 1), s));
+                       malloc_async(reinterpret_cast<void**>(&buf),
+                                    sizeof(TensorStats) * static_cast<size_t>(blocks + 1), s));
   cudaError_t err = launch_partial(p, blocks, buf, s);
   if (err == cudaSuccess)
     err = try_launch_kernel(merge_kernel, dim3(1), dim3(kThreads), 0, s, false,

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/cuda_runtime.h"
 #include "flashinfer/error.h"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/dtype_dispatch.h"
@@ -24,6 +25,19 @@ namespace flashinfer::kernels::cuda {
                       " failed: ", cudaGetErrorName(err_), ": ", cudaGetErrorString(err_)); \
     }                                                                                       \
   } while (0)
+
+/// cudaMallocAsync on `s`; out of memory, the tensor allocator's cached blocks (dead tensors'
+/// memory, invisible to the stream-ordered pool: core/caching_allocator.h) are given back to the
+/// device and the allocation tried once more.
+inline cudaError_t malloc_async(void** p, std::size_t bytes, cudaStream_t s) {
+  cudaError_t err = cudaMallocAsync(p, bytes, s);
+  if (err != cudaErrorMemoryAllocation) return err;
+  (void)cudaGetLastError();
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return err;
+  ::flashinfer::detail::cuda_empty_cache(device);
+  return cudaMallocAsync(p, bytes, s);
+}
 
 /// Launches `kernel` through cudaLaunchKernelEx with programmatic stream serialization set to
 /// `enable_pdl` (the kernel then overlaps the previous one's tail until its pdl_wait()). Raises

@@ -873,7 +873,7 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
   if (splits > 1) {
     const int64_t states = splits * p.rows * p.num_heads;
     check("cudaMallocAsync",
-          cudaMallocAsync(&scratch, static_cast<std::size_t>(states * (p.dim_ckv + 2) * 4), s));
+          malloc_async(&scratch, static_cast<std::size_t>(states * (p.dim_ckv + 2) * 4), s));
     part_o = static_cast<float*>(scratch);
     part_ml = part_o + states * p.dim_ckv;
   }

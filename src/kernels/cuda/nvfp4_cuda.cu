@@ -445,7 +445,7 @@ void nvfp4_paged_dequantize(const Nvfp4PagedDequantParams& p, void* stream) {
   const size_t tbytes = static_cast<size_t>(p.batch * p.table_cols) * sizeof(int64_t);
   const size_t lbytes = static_cast<size_t>(p.batch) * sizeof(int64_t);
   void* buf = nullptr;
-  FLASHINFER_CUDA_CALL(op, cudaMallocAsync(&buf, tbytes + lbytes, s));
+  FLASHINFER_CUDA_CALL(op, malloc_async(&buf, tbytes + lbytes, s));
   auto* table = static_cast<int64_t*>(buf);
   auto* lens = table + p.batch * p.table_cols;
   // From pageable host memory: the copies have left the caller's arrays when they return.
@@ -591,7 +591,7 @@ void abs_max(const AbsMaxParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(static_cast<unsigned>(grid_stride_blocks(vec ? numel / 8 : numel)));
   void* buf = nullptr;
-  FLASHINFER_CUDA_CALL(op, cudaMallocAsync(&buf, sizeof(unsigned int), s));
+  FLASHINFER_CUDA_CALL(op, malloc_async(&buf, sizeof(unsigned int), s));
   auto* bits = static_cast<unsigned int*>(buf);
   cudaError_t err = cudaMemsetAsync(bits, 0, sizeof(unsigned int), s);
   if (err == cudaSuccess) {

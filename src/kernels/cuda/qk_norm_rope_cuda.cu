@@ -97,7 +97,7 @@ void fused_qk_rmsnorm_rope(const QkNormRopeParams& p, void* stream) {
   }
   const size_t fbytes = freq.size() * sizeof(float), sbytes = section.size() * sizeof(int);
   void* table = nullptr;
-  FLASHINFER_CUDA_CALL(kOp, cudaMallocAsync(&table, fbytes + sbytes, s));
+  FLASHINFER_CUDA_CALL(kOp, malloc_async(&table, fbytes + sbytes, s));
   auto* dfreq = static_cast<float*>(table);
   auto* dsection = reinterpret_cast<int*>(static_cast<char*>(table) + fbytes);
   cudaError_t err = cudaMemcpyAsync(dfreq, freq.data(), fbytes, cudaMemcpyHostToDevice, s);
