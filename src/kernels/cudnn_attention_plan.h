@@ -18,6 +18,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "flashinfer/dtype.h"
@@ -215,6 +216,23 @@ inline bool sdpa_index_values(const SdpaProblem& p, const SdpaIndexLayout& l,
   };
   return fill(l.offset_q, p.q_stride_n) && fill(l.offset_o, p.o_stride_n) &&
          (!p.stats || fill(l.offset_stats, p.lse_stride_n));
+}
+
+/// The SDPA implementation of cuDNN's frontend a graph is described with: the frontend's own
+/// choice (the unified one where its support surface allows, else the composite one), or the
+/// composite one.
+enum class SdpaImplementation : uint8_t { kAuto, kComposite };
+
+/// The implementation to describe the graph with after one with `failed` did not build: the
+/// composite one once after the frontend's choice, whose unified graphs some libraries fail to
+/// build (cuDNN 9.15-9.20, non-causal paged graphs) where the composite ones build; none after
+/// the composite one, or when the frontend found no implementation at all while describing the
+/// graph (`described` false: it had checked the composite one's support surface too). None:
+/// the call declines, and runs another backend.
+inline std::optional<SdpaImplementation> sdpa_retry_implementation(SdpaImplementation failed,
+                                                                   bool described) {
+  if (!described || failed == SdpaImplementation::kComposite) return std::nullopt;
+  return SdpaImplementation::kComposite;
 }
 
 }  // namespace flashinfer::kernels::dnn

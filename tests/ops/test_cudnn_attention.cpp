@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -187,9 +188,20 @@ TEST(CudnnSdpaPlan, KeyCoversWhatTheGraphDependsOn) {
   }
 }
 
+TEST(CudnnSdpaPlan, RetriesWithCompositeOnce) {
+  using Impl = dnn::SdpaImplementation;
+  // The frontend's choice failed to build: the composite implementation next, then nothing.
+  EXPECT_EQ(dnn::sdpa_retry_implementation(Impl::kAuto, true), Impl::kComposite);
+  EXPECT_EQ(dnn::sdpa_retry_implementation(Impl::kComposite, true), std::nullopt);
+  // No implementation described the graph (the composite one checked too): no retry.
+  EXPECT_EQ(dnn::sdpa_retry_implementation(Impl::kAuto, false), std::nullopt);
+  EXPECT_EQ(dnn::sdpa_retry_implementation(Impl::kComposite, false), std::nullopt);
+}
+
 #if FLASHINFER_TEST_HAVE_CUDNN
 // The graphs the ops build validate in the cuDNN frontend against this machine's libcudnn, for an
-// sm_80 and an sm_90 GPU (no GPU needed: the support surface, shapes, strides and dtypes; which
+// sm_80 and an sm_90 GPU, with the frontend's choice of implementation and with the composite one
+// the backend retries with (no GPU needed: the support surface, shapes, strides and dtypes; which
 // engine runs them needs a GPU, CudnnAttentionCuda below).
 TEST(CudnnSdpaPlan, GraphsValidate) {
   struct Case {
@@ -221,6 +233,9 @@ TEST(CudnnSdpaPlan, GraphsValidate) {
   for (int sm : {80, 90}) {
     for (const Case& c : cases) {
       EXPECT_EQ(kernels::cuda::cudnn_validate_sdpa(c.p, sm), "") << c.name << ", sm " << sm;
+      EXPECT_EQ(kernels::cuda::cudnn_validate_sdpa(c.p, sm, dnn::SdpaImplementation::kComposite),
+                "")
+          << c.name << ", composite, sm " << sm;
     }
   }
   // What validation refuses (the ops then run the kernels): heads not a multiple of the KV
@@ -229,6 +244,7 @@ TEST(CudnnSdpaPlan, GraphsValidate) {
   p.hkv = 3;
   EXPECT_NE(kernels::cuda::cudnn_validate_sdpa(p, 90), "");
   EXPECT_NE(kernels::cuda::cudnn_validate_sdpa(prefill_problem(), 75), "");
+  EXPECT_NE(kernels::cuda::cudnn_validate_sdpa(p, 90, dnn::SdpaImplementation::kComposite), "");
 }
 #endif
 
@@ -382,6 +398,7 @@ TEST(CudnnAttentionCuda, CachedSecondCall) {
     EXPECT_EQ(s1.runs, s0.runs + 1);
     EXPECT_EQ(s1.graph_hits, s0.graph_hits + 1);
     EXPECT_EQ(s1.graph_builds, s0.graph_builds);
+    EXPECT_EQ(s1.composite_graphs, s0.composite_graphs);
     EXPECT_EQ(s1.device_allocs, s0.device_allocs);
     const CudnnPrefillResult ref = run(q2, Device::cpu(), cpu_ws);
     EXPECT_TRUE(testing::all_close(r.out, ref.out, testing::attention_tolerance(DType::kBFloat16)));

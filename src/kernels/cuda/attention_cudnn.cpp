@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -29,7 +30,7 @@ namespace fe = cudnn_frontend;
 using dnn_rt::cuda_check;
 using dnn_rt::frontend_call;
 
-std::atomic<uint64_t> g_runs{0}, g_graph_builds{0}, g_graph_hits{0};
+std::atomic<uint64_t> g_runs{0}, g_graph_builds{0}, g_graph_hits{0}, g_composite_graphs{0};
 
 // The streams' attention workspaces where the caller's workspace_buffer is too small (the index
 // arrays, then cuDNN's workspace), each leased while its stream's handle is held.
@@ -44,18 +45,21 @@ fe::DataType_t io_type(DType dt) {
 
 std::vector<int64_t> vec(const std::array<int64_t, 4>& a) { return {a[0], a[1], a[2], a[3]}; }
 
-// A built graph, or why cuDNN has none for the problem (remembered too, so a declined problem
-// is not rebuilt on every call).
+// A built graph and the implementation it was built with, or why cuDNN has none for the problem
+// (remembered too, so a declined problem is not rebuilt on every call).
 struct CachedGraph {
   std::shared_ptr<fe::graph::Graph> graph;  // null: unsupported
+  dnn::SdpaImplementation implementation = dnn::SdpaImplementation::kAuto;
   uint64_t workspace_bytes = 0;
   std::string unsupported;
 };
 
-// The graph of `key`, described (not yet validated or lowered to cuDNN). The frontend picks the
-// SDPA implementation for the GPU here: the current device's, or `sm_version` when positive (for
-// validation without a GPU). Throws std::runtime_error when no implementation supports it.
-std::shared_ptr<fe::graph::Graph> describe_graph(const dnn::SdpaGraphKey& key, int sm_version = 0) {
+// The graph of `key`, described (not yet validated or lowered to cuDNN) with `impl`. With kAuto
+// the frontend picks the SDPA implementation for the GPU here: the current device's, or
+// `sm_version` when positive (for validation without a GPU). Throws std::runtime_error when no
+// implementation supports it.
+std::shared_ptr<fe::graph::Graph> describe_graph(const dnn::SdpaGraphKey& key,
+                                                 dnn::SdpaImplementation impl, int sm_version = 0) {
   using fe::graph::Tensor_attributes;
   auto g = std::make_shared<fe::graph::Graph>();
   if (sm_version > 0) g->set_sm_version(sm_version);
@@ -98,6 +102,9 @@ std::shared_ptr<fe::graph::Graph> describe_graph(const dnn::SdpaGraphKey& key, i
                    .set_paged_attention_v_table(table_v)
                    .set_paged_attention_max_seq_len_kv(static_cast<int>(key.max_s_kv));
   attrs.set_compute_data_type(fe::DataType_t::FLOAT);
+  if (impl == dnn::SdpaImplementation::kComposite) {
+    attrs.set_implementation(fe::AttentionImplementation_t::COMPOSITE);
+  }
   if (key.causal) {
     // This library's causal mask: the last query of a request sees all its keys (bottom-right,
     // per request through the padding lengths), as upstream's use_causal_mask_bottom_right.
@@ -127,7 +134,9 @@ std::shared_ptr<fe::graph::Graph> describe_graph(const dnn::SdpaGraphKey& key, i
 }
 
 // Builds the graph of `key` and its execution plan (the heuristics' first choice that builds,
-// modes A then FALLBACK); an entry saying why when there is none.
+// modes A then FALLBACK), with the frontend's choice of implementation, then once more with the
+// composite one when that fails (dnn::sdpa_retry_implementation); an entry saying why when
+// neither builds.
 std::unique_ptr<CachedGraph> build_graph(const char* op, cudnnHandle_t handle,
                                          const dnn::SdpaGraphKey& key) {
   auto built = std::make_unique<CachedGraph>();
@@ -139,24 +148,40 @@ std::unique_ptr<CachedGraph> build_graph(const char* op, cudnnHandle_t handle,
         ", heads=" + std::to_string(q.dims[1]) + ", s_q=" + std::to_string(q.dims[2]) +
         ", head_dim=" + std::to_string(q.dims[3]) + "): " + why;
   };
-  std::shared_ptr<fe::graph::Graph> g;
-  try {
-    g = describe_graph(key);
-  } catch (const std::runtime_error& e) {  // no SDPA implementation for this GPU and problem
-    unsupported(e.what());
-    return built;
+  std::string why;  // each implementation's failure, in the order tried
+  std::optional<dnn::SdpaImplementation> impl = dnn::SdpaImplementation::kAuto;
+  while (impl) {
+    const char* name = *impl == dnn::SdpaImplementation::kAuto ? "frontend's choice" : "composite";
+    if (!why.empty()) why += "; ";
+    why += name;
+    why += ": ";
+    std::shared_ptr<fe::graph::Graph> g;
+    bool described = true;
+    fe::error_t st;
+    try {
+      g = describe_graph(key, *impl);
+    } catch (const std::runtime_error& e) {  // no SDPA implementation for this GPU and problem
+      described = false;
+      why += e.what();
+    }
+    if (described) st = g->build(handle, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+    if (described && st.is_good()) {
+      int64_t ws = 0;
+      st = g->get_workspace_size(ws);
+      FLASHINFER_CHECK_CODE(st.is_good(), ErrorCode::kCuda, op, "backend",
+                            "cuDNN get_workspace_size failed: ", st.get_message());
+      if (*impl == dnn::SdpaImplementation::kComposite) {
+        g_composite_graphs.fetch_add(1, std::memory_order_relaxed);
+      }
+      built->graph = std::move(g);
+      built->implementation = *impl;
+      built->workspace_bytes = static_cast<uint64_t>(ws);
+      return built;
+    }
+    if (described) why += st.get_message();
+    impl = dnn::sdpa_retry_implementation(*impl, described);
   }
-  fe::error_t st = g->build(handle, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
-  if (st.is_bad()) {
-    unsupported(st.get_message());
-    return built;
-  }
-  int64_t ws = 0;
-  st = g->get_workspace_size(ws);
-  FLASHINFER_CHECK_CODE(st.is_good(), ErrorCode::kCuda, op, "backend",
-                        "cuDNN get_workspace_size failed: ", st.get_message());
-  built->graph = std::move(g);
-  built->workspace_bytes = static_cast<uint64_t>(ws);
+  unsupported(why);
   return built;
 }
 
@@ -249,12 +274,13 @@ bool cudnn_sdpa(const CudnnSdpaCall& c, void* stream, const char* op) {
   return ran;
 }
 
-std::string cudnn_validate_sdpa(const dnn::SdpaProblem& p, int sm_version) {
+std::string cudnn_validate_sdpa(const dnn::SdpaProblem& p, int sm_version,
+                                dnn::SdpaImplementation impl) {
   const dnn_rt::CudnnLib& lib = dnn_rt::cudnn_open();
   if (!lib.error.empty()) return lib.error;
   std::string message;
   try {
-    fe::error_t st = describe_graph(dnn::make_sdpa_key(0, p), sm_version)->validate();
+    fe::error_t st = describe_graph(dnn::make_sdpa_key(0, p), impl, sm_version)->validate();
     if (st.is_bad()) message = st.get_message();
   } catch (const std::exception& e) {
     message = e.what();
@@ -263,9 +289,12 @@ std::string cudnn_validate_sdpa(const dnn::SdpaProblem& p, int sm_version) {
 }
 
 CudnnAttentionStats cudnn_attention_stats() {
-  return {g_runs.load(std::memory_order_relaxed), g_graph_builds.load(std::memory_order_relaxed),
-          g_graph_hits.load(std::memory_order_relaxed), attention_workspace().allocations(),
-          attention_workspace().allocated_bytes()};
+  return {g_runs.load(std::memory_order_relaxed),
+          g_graph_builds.load(std::memory_order_relaxed),
+          g_graph_hits.load(std::memory_order_relaxed),
+          attention_workspace().allocations(),
+          attention_workspace().allocated_bytes(),
+          g_composite_graphs.load(std::memory_order_relaxed)};
 }
 
 }  // namespace flashinfer::kernels::cuda

@@ -40,18 +40,22 @@ struct CudnnSdpaCall {
 /// The caller then runs another backend. kCuda Error when a CUDA or cuDNN call fails.
 bool cudnn_sdpa(const CudnnSdpaCall& c, void* stream, const char* op);
 
-/// Describes the graph of `p` for a GPU of `sm_version` (90: sm_90) and validates it in the
+/// Describes the graph of `p` for a GPU of `sm_version` (90: sm_90) with `impl` (the frontend's
+/// choice, or the composite implementation the backend retries with) and validates it in the
 /// cuDNN frontend against the opened library (shapes, strides, dtypes, the SDPA support surface;
 /// no device needed, nothing lowered to cuDNN): the frontend's message, empty when valid, or why
 /// libcudnn cannot be opened. For the tests.
-std::string cudnn_validate_sdpa(const dnn::SdpaProblem& p, int sm_version);
+std::string cudnn_validate_sdpa(const dnn::SdpaProblem& p, int sm_version,
+                                dnn::SdpaImplementation impl = dnn::SdpaImplementation::kAuto);
 
 /// The attention graphs' counters since the process started: calls run on cuDNN, graphs built
 /// (or found to have no plan), calls that found their graph cached, and device allocations of
 /// the per-stream workspaces. A steady state of one shape on one stream adds only runs and
-/// graph_hits.
+/// graph_hits. composite_graphs: the graphs built with the composite implementation after the
+/// frontend's choice failed to build.
 struct CudnnAttentionStats {
   uint64_t runs = 0, graph_builds = 0, graph_hits = 0, device_allocs = 0, device_bytes = 0;
+  uint64_t composite_graphs = 0;
 };
 CudnnAttentionStats cudnn_attention_stats();
 
