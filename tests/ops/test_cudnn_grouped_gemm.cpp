@@ -19,6 +19,12 @@
 #if FLASHINFER_TEST_HAVE_CUDNN
 #include "kernels/cuda/grouped_gemm_cudnn.h"
 #endif
+#if FLASHINFER_TEST_HAVE_CUDART
+#include <cuda_runtime.h>
+
+#include "flashinfer/stream.h"
+#include "util/cuda_graph_util.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -221,7 +227,7 @@ uint64_t cudnn_runs() {
 TEST(GroupedMmCudnnCuda, MatchesCpuAndRunsCudnn) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device g = Device::cuda();
-  const bool dnn = build_info().cudnn;
+  const bool has_cudnn = build_info().cudnn;
   struct Case {
     int64_t n, k;
     std::vector<int64_t> indptr;
@@ -244,7 +250,7 @@ TEST(GroupedMmCudnnCuda, MatchesCpuAndRunsCudnn) {
       EXPECT_TRUE(all_close(got, want, gemm_tol(DType::kBFloat16, c.k)))
           << "n " << c.n << " k " << c.k << " groups " << e << " rep " << rep;
     }
-    EXPECT_EQ(cudnn_runs() - runs0, dnn ? 2u : 0u) << "n " << c.n << " k " << c.k;
+    EXPECT_EQ(cudnn_runs() - runs0, has_cudnn ? 2u : 0u) << "n " << c.n << " k " << c.k;
   }
   // Not fitting: fp16 and fp32 out, rows of a at an 8-byte stride: the grouped kernel.
   const std::vector<int64_t> indptr = {0, 7, 16};
@@ -277,6 +283,35 @@ TEST(GroupedMmCudnnCuda, SecondCallFindsItsGraph) {
   EXPECT_EQ(s1.graph_hits, s0.graph_hits + 1);
   EXPECT_EQ(s1.runs, s0.runs + 1);
   EXPECT_EQ(s1.device_allocs, s0.device_allocs);
+}
+#endif
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// A call captured into a CUDA graph runs the grouped kernel (a capture allows no handle creation
+// or graph building; declined, not refused), even after an eager call warmed cuDNN up: the
+// captured graph replays the kernel, and the result is the CPU reference's.
+TEST(GroupedMmCudnnCuda, CapturedCallRunsTheGroupedKernel) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const std::vector<int64_t> indptr = {0, 12, 32};
+  const Tensor a = bf16_normal({32, 64}, 7), b = bf16_normal({2, 64, 64}, 8);
+  const Tensor want = grouped_mm_bf16(a, b, i32(indptr));
+  const Tensor ag = a.to(g), bg = b.to(g), ig = i32(indptr).to(g);
+  Tensor out = Tensor::zeros({32, 64}, DType::kBFloat16, g);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  void* const prev = current_cuda_stream();
+  set_current_cuda_stream(stream);
+  (void)grouped_mm_bf16(ag, bg, ig, out);  // eager: cuDNN where the build has it
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(out.data_ptr(), 0, 32 * 64 * 2, stream), cudaSuccess);
+  const uint64_t runs0 = cudnn_runs();
+  ASSERT_NO_FATAL_FAILURE(testing::capture_and_launch(stream, cudaStreamCaptureModeGlobal,
+                                                      [&] { grouped_mm_bf16(ag, bg, ig, out); }));
+  set_current_cuda_stream(prev);
+  EXPECT_EQ(cudnn_runs(), runs0);
+  EXPECT_TRUE(all_close(out.to(Device::cpu()), want, gemm_tol(DType::kBFloat16, 64)));
+  cudaStreamDestroy(stream);
 }
 #endif
 
