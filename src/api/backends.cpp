@@ -205,8 +205,16 @@ const std::map<std::string, BackendRequirement, std::less<>>& table() {
     // @supported_compute_capability: sm80+ for bf16, sm89+ for fp8); the mxfp8/fp4 variants have
     // no CUDA kernel here (make() then offers no backend: is_backend_supported says false).
     const std::string grouped = "grouped CUDA kernel of this build (serves the default)";
+#if FLASHINFER_WITH_CUDNN
+    // grouped_mm_bf16 runs cuDNN's MoE grouped matmul graph where the call fits.
+    const std::string grouped_bf16 =
+        "cuDNN MoE grouped matmul graph where the call fits (bf16 out, unit k strides, 16-byte "
+        "aligned rows); else the grouped CUDA kernel of this build";
+#else
+    const std::string& grouped_bf16 = grouped;
+#endif
     m->emplace("grouped_mm_bf16",
-               make("grouped_mm_bf16", "cudnn", {"cudnn"}, {{"cudnn", 80, grouped}}));
+               make("grouped_mm_bf16", "cudnn", {"cudnn"}, {{"cudnn", 80, grouped_bf16}}));
     m->emplace("grouped_mm_fp8",
                make("grouped_mm_fp8", "cudnn", {"cudnn"}, {{"cudnn", 89, grouped}}));
     m->emplace("grouped_mm_mxfp8",

@@ -25,6 +25,9 @@
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/grouped_gemm_cuda.h"
 #endif
+#if FLASHINFER_WITH_CUDNN
+#include "kernels/cuda/grouped_gemm_cudnn.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -46,6 +49,7 @@ constexpr const char* kCpuImpl =
 struct GroupedMmCall {
   GroupedGemmParams cpu;
   kernels::GroupedMmCudaParams cuda;
+  bool cudnn = false;  // backend "cudnn" (grouped_mm_bf16: cuDNN's graph where the call fits)
 };
 
 // Unit k strides and a bf16/fp16 output: each group is one call of the dense bf16 GEMM's CPU kernel
@@ -83,11 +87,21 @@ constexpr KernelEntry<GroupedMmCall> kGroupedMmBf16Kernels[] = {
      nullptr, [](const GroupedMmCall& c, const LaunchContext&) { grouped_mm_bf16_cpu(c); }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
+#if FLASHINFER_WITH_CUDNN
+     "cuDNN MoE grouped matmul graph where the call fits (bf16 out, unit k strides, 16-byte "
+     "aligned rows); else "
+#endif
      "grouped CUDA kernel of this build (tensor cores: mma.sync bf16, fp32 accumulation, every "
      "group's tiles in one launch, groups found from m_indptr on the device; strided operands on "
-     "a CUDA-core kernel; no cuDNN)",
+     "a CUDA-core kernel)",
      nullptr,
      [](const GroupedMmCall& c, const LaunchContext& ctx) {
+#if FLASHINFER_WITH_CUDNN
+       // Declined (layout, no libcudnn, a capture, no plan): the grouped kernel, as without cuDNN.
+       if (c.cudnn && kernels::cuda::cudnn_grouped_mm(c.cuda, ctx.stream, "grouped_mm_bf16")) {
+         return;
+       }
+#endif
        kernels::cuda::grouped_mm_bf16(c.cuda, ctx.stream);
      }},
 #endif
@@ -339,6 +353,7 @@ Tensor grouped_mm_impl(const char* op, Variant v, const Tensor& a, const Tensor&
     c.out_dtype = result.dtype();
     c.out_stride_m = result.stride(0);
     c.out_stride_n = result.stride(1);
+    call.cudnn = backend == "cudnn";
     if (v == Variant::kBf16) {
       api::launch(kGroupedMmBf16Kernels, call, a.device(), op, "a");
     } else {

@@ -1,7 +1,7 @@
-// What the cuDNN backends (gemm_cudnn.cpp, attention_cudnn.cpp) share: the cuDNN frontend in
-// its dynamic-loading mode, the library opened once on first use, and one cuDNN handle per
-// (device, stream, backend). Defined in gemm_cudnn.cpp. Only the sources compiled with the
-// frontend's include path (FLASHINFER_WITH_CUDNN builds) include this header.
+// What the cuDNN backends (gemm_cudnn.cpp, attention_cudnn.cpp, grouped_gemm_cudnn.cpp) share: the
+// cuDNN frontend in its dynamic-loading mode, the library opened once on first use, and one cuDNN
+// handle per (device, stream, backend). Defined in gemm_cudnn.cpp. Only the sources compiled with
+// the frontend's include path (FLASHINFER_WITH_CUDNN builds) include this header.
 //
 // Every cuDNN call goes through a symbol looked up in `cudnn_frontend::cudnn_dlhandle`, which is
 // the library opened by cudnn_open() (as gemm_cuda.cu opens cuBLASLt), so a process that runs no
@@ -42,7 +42,7 @@ bool capturing(const char* op, cudaStream_t stream);
 
 /// The backends that keep a handle per stream (each its own: a handle's variant pack and lock
 /// are the backend's).
-enum class Backend : int { kGemm = 0, kAttention = 1 };
+enum class Backend : int { kGemm = 0, kAttention = 1, kGroupedGemm = 2 };
 
 /// One stream's cuDNN state for one backend, keyed by (device, stream id, backend) as
 /// kernels/cuda/stream_scratch.h keys streams. A handle carries its stream, and cuDNN forbids
