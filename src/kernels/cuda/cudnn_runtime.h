@@ -15,9 +15,11 @@
 #include <cuda_runtime_api.h>
 #include <cudnn_frontend.h>
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <initializer_list>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -71,5 +73,30 @@ void frontend_call(const char* op, F&& f) {
     FLASHINFER_FAIL(ErrorCode::kCuda, op, "backend", "cuDNN frontend: ", e.what());
   }
 }
+
+/// Built graphs by key, never evicted (one per problem a process runs): find_or_build returns
+/// the entry of `key`, counting a hit in `hits`, or builds it with `build()` outside the lock (a
+/// build takes a while; a racing builder's graph is dropped).
+template <class Key, class Hash, class Graph>
+class GraphCache {
+ public:
+  template <class Build>
+  const Graph& find_or_build(const Key& key, std::atomic<uint64_t>& hits, Build&& build) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = map_.find(key); it != map_.end()) {
+        hits.fetch_add(1, std::memory_order_relaxed);
+        return *it->second;
+      }
+    }
+    std::unique_ptr<Graph> graph = build();
+    std::lock_guard<std::mutex> lock(mu_);
+    return *map_.emplace(key, std::move(graph)).first->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<Key, std::unique_ptr<Graph>, Hash> map_;
+};
 
 }  // namespace flashinfer::kernels::cuda::dnn_rt

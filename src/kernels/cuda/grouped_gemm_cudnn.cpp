@@ -115,20 +115,8 @@ std::unique_ptr<CachedGraph> build_graph(const char* op, cudnnHandle_t handle,
 // The cached graph of `key`, built on first use with `handle` (the caller's stream's, held).
 // Graphs are never evicted: one per problem a process runs.
 const CachedGraph& find_graph(const char* op, cudnnHandle_t handle, const dnn::MoeGraphKey& key) {
-  static std::mutex mu;
-  static auto& cache =
-      *new std::unordered_map<dnn::MoeGraphKey, std::unique_ptr<CachedGraph>, dnn::MoeGraphKeyHash>;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = cache.find(key); it != cache.end()) {
-      g_graph_hits.fetch_add(1, std::memory_order_relaxed);
-      return *it->second;
-    }
-  }
-  // Built outside the cache's lock (it takes a while); a racing builder's graph is dropped.
-  std::unique_ptr<CachedGraph> graph = build_graph(op, handle, key);
-  std::lock_guard<std::mutex> lock(mu);
-  return *cache.emplace(key, std::move(graph)).first->second;
+  static auto& cache = *new dnn_rt::GraphCache<dnn::MoeGraphKey, dnn::MoeGraphKeyHash, CachedGraph>;
+  return cache.find_or_build(key, g_graph_hits, [&] { return build_graph(op, handle, key); });
 }
 
 }  // namespace

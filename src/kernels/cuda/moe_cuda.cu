@@ -265,6 +265,24 @@ __global__ void moe_gather_kernel(CutlassMoeParams p, const int32_t* perm, T* xs
   }
 }
 
+// The grouped routes' permutation on the device: pair counts per (chunk, expert), the expert
+// offsets, the stable scatter into `perm` (pair ids by expert) and the gather of the permuted
+// input rows into `xs`. The first launch waits on the previous kernel when `enable_pdl`.
+template <class T>
+void launch_moe_permutation(const char* op, const CutlassMoeParams& p, int64_t chunks,
+                            int32_t* counts, int32_t* indptr, int32_t* perm, T* xs, cudaStream_t s,
+                            bool enable_pdl) {
+  const int64_t pairs = p.num_tokens * p.top_k;
+  const dim3 chunk_grid(static_cast<unsigned>(chunks)), pair_grid(static_cast<unsigned>(pairs));
+  launch_kernel(op, moe_count_kernel, chunk_grid, dim3(kThreads), 0, s, enable_pdl, p, counts);
+  launch_kernel(op, moe_offsets_kernel, dim3(1), dim3(kThreads), 0, s, false, chunks,
+                p.num_local_experts, counts, indptr);
+  launch_kernel(op, moe_scatter_kernel, chunk_grid, dim3(kThreads), 0, s, false, p,
+                static_cast<const int32_t*>(counts), perm);
+  launch_kernel(op, moe_gather_kernel<T>, pair_grid, dim3(kThreads), 0, s, false, p,
+                static_cast<const int32_t*>(perm), xs);
+}
+
 // One block per pair: the bias and activation of its GEMM1 row (T, rounded by the GEMM) as the
 // GEMV route's moe_gemm1_kernel, rounded to T into its row of h.
 template <class T>
@@ -362,14 +380,8 @@ void launch_moe_grouped(const CutlassMoeParams& p, cudaStream_t stream, bool ena
   auto* g1 = reinterpret_cast<T*>(base + l.g1);
   auto* h = reinterpret_cast<T*>(base + l.h);
   auto* y = reinterpret_cast<O*>(base + l.y);
-  const dim3 chunk_grid(static_cast<unsigned>(chunks)), pair_grid(static_cast<unsigned>(pairs));
-  launch_kernel(op, moe_count_kernel, chunk_grid, dim3(kThreads), 0, stream, enable_pdl, p, counts);
-  launch_kernel(op, moe_offsets_kernel, dim3(1), dim3(kThreads), 0, stream, false, chunks, E,
-                counts, indptr);
-  launch_kernel(op, moe_scatter_kernel, chunk_grid, dim3(kThreads), 0, stream, false, p,
-                static_cast<const int32_t*>(counts), perm);
-  launch_kernel(op, moe_gather_kernel<T>, pair_grid, dim3(kThreads), 0, stream, false, p,
-                static_cast<const int32_t*>(perm), xs);
+  const dim3 pair_grid(static_cast<unsigned>(pairs));
+  launch_moe_permutation(op, p, chunks, counts, indptr, perm, xs, stream, enable_pdl);
   moe_grouped_gemm(p.dtype, indptr, E, pairs, xs, p.w1, N1, H, g1, p.dtype, stream);
   launch_kernel(op, moe_activation_kernel<T>, pair_grid, dim3(kThreads), 0, stream, false, p,
                 static_cast<const int32_t*>(perm), static_cast<const T*>(g1), h);
@@ -1358,15 +1370,9 @@ void launch_moe_fp8_grouped(const CutlassMoeFp8Params& p, cudaStream_t s, bool e
   auto* h = reinterpret_cast<__nv_fp8_e4m3*>(base + l.h);
   auto* y = reinterpret_cast<O*>(base + l.y);
   const DType od = m.out_dtype, f8 = DType::kFloat8E4M3FN;
-  const dim3 chunk_grid(static_cast<unsigned>(chunks)), pair_grid(static_cast<unsigned>(pairs));
+  const dim3 pair_grid(static_cast<unsigned>(pairs));
   const auto* cperm = static_cast<const int32_t*>(perm);
-  launch_kernel(op, moe_count_kernel, chunk_grid, dim3(kThreads), 0, s, enable_pdl, m, counts);
-  launch_kernel(op, moe_offsets_kernel, dim3(1), dim3(kThreads), 0, s, false, chunks, E, counts,
-                indptr);
-  launch_kernel(op, moe_scatter_kernel, chunk_grid, dim3(kThreads), 0, s, false, m,
-                static_cast<const int32_t*>(counts), perm);
-  launch_kernel(op, moe_gather_kernel<uint8_t>, pair_grid, dim3(kThreads), 0, s, false, m, cperm,
-                xs);
+  launch_moe_permutation(op, m, chunks, counts, indptr, perm, xs, s, enable_pdl);
   moe_grouped_gemm(f8, indptr, E, pairs, xs, m.w1, N1, H, g1, od, s, p.fc1_dequant);
   launch_kernel(op, cutlass_fp8_grouped_activation_kernel<O>, pair_grid, dim3(kThreads), 0, s,
                 false, p, cperm, static_cast<const O*>(g1), h);
@@ -1436,15 +1442,9 @@ void launch_bf16_moe_grouped(const TrtllmBf16MoeParams& q, char* base,
   auto* g1 = reinterpret_cast<float*>(base + l.g1);
   auto* h = reinterpret_cast<__nv_bfloat16*>(base + l.h);
   auto* y = reinterpret_cast<__nv_bfloat16*>(base + l.y);
-  const dim3 chunk_grid(static_cast<unsigned>(chunks)), pair_grid(static_cast<unsigned>(pairs));
+  const dim3 pair_grid(static_cast<unsigned>(pairs));
   const auto* cperm = static_cast<const int32_t*>(perm);
-  launch_kernel(op, moe_count_kernel, chunk_grid, dim3(kThreads), 0, s, false, v, counts);
-  launch_kernel(op, moe_offsets_kernel, dim3(1), dim3(kThreads), 0, s, false, chunks, E, counts,
-                indptr);
-  launch_kernel(op, moe_scatter_kernel, chunk_grid, dim3(kThreads), 0, s, false, v,
-                static_cast<const int32_t*>(counts), perm);
-  launch_kernel(op, moe_gather_kernel<__nv_bfloat16>, pair_grid, dim3(kThreads), 0, s, false, v,
-                cperm, xs);
+  launch_moe_permutation(op, v, chunks, counts, indptr, perm, xs, s, false);
   moe_grouped_gemm(DType::kBFloat16, indptr, E, pairs, xs, m.w1, N1, H, g1, DType::kFloat32, s);
   launch_kernel(op, bf16_moe_activation_kernel, pair_grid, dim3(kThreads), 0, s, false, q, cperm,
                 static_cast<const float*>(g1), h);

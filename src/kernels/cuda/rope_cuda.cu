@@ -89,8 +89,8 @@ __device__ __forceinline__ void rotate_vec(float* a, float* b, const float* c, c
   }
 }
 
-// One 16-byte chunk of work: head h's chunk j of token t (NeoX: the chunk and its partner half a
-// rotation away; interleaved: the chunk alone).
+// Head h's chunk j of `elems` elements in token t, input and output (the vector path's 16-byte
+// chunks; j = 0 is the head's start, as the element path uses it).
 template <class T>
 struct RopeChunk {
   const T* x;
@@ -166,11 +166,9 @@ __device__ __forceinline__ void rope_row(const RopeParams& p, const F& freqs) {
     for (int64_t w = threadIdx.x; w < heads * half; w += blockDim.x) {
       const int64_t h = w / half, i = w % half;
       const bool is_q = h < p.num_q_heads;
-      const int64_t hh = is_q ? h : h - p.num_q_heads;
-      const T* x = is_q ? static_cast<const T*>(p.q) + t * p.q_stride_n + hh * p.q_stride_h
-                        : static_cast<const T*>(p.k) + t * p.k_stride_n + hh * p.k_stride_h;
-      T* y = is_q ? static_cast<T*>(p.q_out) + t * p.q_out_stride_n + hh * p.q_out_stride_h
-                  : static_cast<T*>(p.k_out) + t * p.k_out_stride_n + hh * p.k_out_stride_h;
+      const RopeChunk<T> c = rope_chunk<T>(p, t, h, 0, 0);  // the head's first element
+      const T* x = c.x;
+      T* y = c.y;
       const int64_t isd = is_q ? p.q_stride_d : p.k_stride_d;
       const int64_t osd = is_q ? p.q_out_stride_d : p.k_out_stride_d;
       const int64_t ia = p.interleave ? 2 * i : i;
