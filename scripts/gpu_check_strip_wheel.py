@@ -4,7 +4,8 @@ can carry (docs/GPU_CHECK.md): drops the non-Python files under the sub-folders 
 flashinfer/data/csrc/ and flashinfer/experimental/, and under flashinfer/moe_ep/kernel_src/
 (kernel families scripts/gpu_check_upstream.py does not use: the decode, prefill, norm and
 sampling sources sit directly in flashinfer/data/csrc/ and the headers in data/include/), and
-their RECORD lines.
+their RECORD lines; and whole the parts of the bundled CUTLASS and CCCL that are not headers
+(examples, tools, Python bindings: data/cutlass/{examples,python,tools}/, data/cccl/python/).
 
   gpu_check_strip_wheel.py IN.whl OUT_DIR_OR_FILE
 """
@@ -13,9 +14,14 @@ import sys
 import zipfile
 
 DROP_UNDER = ("flashinfer/data/csrc/", "flashinfer/experimental/", "flashinfer/moe_ep/kernel_src/")
+# Not headers: nothing upstream's JIT compiles or imports reads them.
+DROP_ALL = ("flashinfer/data/cutlass/examples/", "flashinfer/data/cutlass/python/",
+            "flashinfer/data/cutlass/tools/", "flashinfer/data/cccl/python/")
 
 
 def dropped(name):
+    if name.startswith(DROP_ALL) and not name.endswith("/"):
+        return True
     if name.endswith(".py") or name.endswith("/"):
         return False
     if name.startswith("flashinfer/data/csrc/"):

@@ -75,7 +75,9 @@ std::string gemm_libraries_line(const BuildInfo& b) {
   std::string line = "GEMM libraries: cuBLASLt (backends 'cublas', 'auto')";
   if (b.cudnn) {
     line += ", cuDNN (backend 'cudnn'; headers " + std::string(b.cudnn_version) + ", frontend " +
-            std::string(b.cudnn_frontend_version) + ")";
+            std::string(b.cudnn_frontend_version) +
+            "; grouped_mm_bf16's MoE grouped matmul graph needs libcudnn 9.15.0 or newer at run "
+            "time, else the grouped tensor-core kernel runs)";
   } else {
     line +=
         "; no cuDNN in this build (backend 'cudnn' of mm_bf16/bmm_bf16 runs cuBLASLt, "

@@ -31,7 +31,8 @@ namespace flashinfer::kernels::cuda::dnn_rt {
 /// The library: `error` empty when it opened and is of the headers' major version.
 struct CudnnLib {
   std::string error;
-  std::string version;  // "9.19.0"
+  std::string version;     // "9.19.0"
+  std::size_t number = 0;  // cudnnGetVersion(): major * 10000 + minor * 100 + patch
 };
 /// Opens libcudnn on the first call (thread-safe, once; never closed).
 const CudnnLib& cudnn_open();

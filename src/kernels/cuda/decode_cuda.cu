@@ -2,6 +2,8 @@
 // instance dispatch, its occupancy for the split-KV planner, the split-KV merge pass, and the
 // choice between it and the tensor-core prefill kernel.
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "jit/attention_jit.h"
@@ -21,13 +23,25 @@ std::atomic<AttentionKernelOverride> g_override{nullptr};
 
 int kv_bytes(DType kv) { return static_cast<int>(dtype_size(kv)); }
 
+// FLASHINFER_DECODE_ROWS_PER_THREAD=1 forces one row a thread (to time one form against the
+// other on a GPU: the planner's grid follows the block's occupancy, so a kernel-only comparison
+// at one grid does not tell); anything else, or unset: decode_rows_per_thread. Read once.
+bool one_row_forced() {
+  static const bool v = [] {
+    const char* e = std::getenv("FLASHINFER_DECODE_ROWS_PER_THREAD");
+    return e != nullptr && std::string(e) == "1";
+  }();
+  return v;
+}
+
 // The block shape, with the rows a thread owns (decode_rows_per_thread: 2 for blocks of 4 or more
 // packed rows) chosen here on the host; the kernel instance follows s.rows_per_thread.
 DecodeBlockShape shape_of(const AttentionParams& p) {
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
   const int rows = p.max_work_rows * group, kvb = kv_bytes(p.kv.dtype);
-  return decode_block_shape(p.head_dim_qk, p.head_dim_vo, kvb, rows,
-                            decode_rows_per_thread(p.head_dim_qk, p.head_dim_vo, kvb, rows));
+  const int rpt =
+      one_row_forced() ? 1 : decode_rows_per_thread(p.head_dim_qk, p.head_dim_vo, kvb, rows);
+  return decode_block_shape(p.head_dim_qk, p.head_dim_vo, kvb, rows, rpt);
 }
 
 dim3 grid_of(const AttentionParams& p, const DecodeBlockShape& s) {
@@ -163,7 +177,7 @@ void check_alignment(const AttentionParams& p) {
 template <class TO>
 void launch_merge(const AttentionParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.num_merge), static_cast<unsigned>(p.num_qo_heads));
-  merge_partials_kernel<TO><<<grid, 128, 0, stream>>>(p);
+  merge_partials_kernel<TO><<<grid, kMergeThreads, 0, stream>>>(p);
   FLASHINFER_CUDA_CALL("attention", cudaGetLastError());
 }
 

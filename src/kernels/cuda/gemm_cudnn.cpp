@@ -56,6 +56,7 @@ CudnnLib open_cudnn() {
     return lib;
   }
   const std::size_t v = get_version();  // major * 10000 + minor * 100 + patch (cuDNN 9)
+  lib.number = v;
   lib.version = std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
                 std::to_string(v % 100);
   if (v / 10000 != CUDNN_MAJOR) {

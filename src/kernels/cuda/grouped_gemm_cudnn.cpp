@@ -121,9 +121,21 @@ const CachedGraph& find_graph(const char* op, cudnnHandle_t handle, const dnn::M
 
 }  // namespace
 
+std::string cudnn_grouped_unavailable() {
+  const dnn_rt::CudnnLib& lib = dnn_rt::cudnn_open();
+  if (!lib.error.empty()) return lib.error;
+  if (lib.number < kCudnnMoeMinVersion) {
+    return "cuDNN's MoE grouped matmul needs libcudnn 9.15.0 or newer; this process loaded " +
+           lib.version;
+  }
+  return "";
+}
+
 bool cudnn_grouped_mm(const GroupedMmCudaParams& p, void* stream, const char* op) {
   if (!dnn::moe_misfit(p).empty()) return false;
-  if (!dnn_rt::cudnn_open().error.empty()) return false;
+  // Checked before any graph is built: the frontend would refuse the node on every new shape.
+  static const bool available = cudnn_grouped_unavailable().empty();
+  if (!available) return false;
   const auto s = static_cast<cudaStream_t>(stream);
   // A first call on a stream creates its handle and may build a graph, neither of which a
   // capture allows; a captured call runs the grouped kernel (simplest to keep consistent).

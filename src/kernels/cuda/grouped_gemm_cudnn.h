@@ -3,6 +3,7 @@
 // MoE grouped matmul graph (kernels/cudnn_grouped_plan.h). Plain C++ header.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -13,10 +14,19 @@ namespace flashinfer::kernels::cuda {
 /// Runs `p` through cuDNN's MoE grouped matmul graph on `stream` (a cudaStream_t) on the current
 /// device: bf16 x bf16 -> bf16, fp32 accumulation, one rounding; m_indptr read on the device.
 /// False, having run nothing, when it does not fit: the call's layout or dtypes
-/// (dnn::moe_misfit), libcudnn cannot be opened, the stream is being captured before its cuDNN
+/// (dnn::moe_misfit), libcudnn cannot be opened or is older than the node
+/// (cudnn_grouped_unavailable), the stream is being captured before its cuDNN
 /// handle exists, or cuDNN has no execution plan (remembered per graph). The caller then runs
 /// the grouped kernel. kCuda Error naming `op` when a CUDA or cuDNN call fails.
 bool cudnn_grouped_mm(const GroupedMmCudaParams& p, void* stream, const char* op);
+
+/// libcudnn 9.15.0 is the first with the MoE grouped matmul operation (the frontend refuses the
+/// node below it at build time).
+inline constexpr std::size_t kCudnnMoeMinVersion = 91500;
+
+/// Why this process cannot run the MoE grouped matmul graph (libcudnn cannot be opened, or it
+/// is older than kCudnnMoeMinVersion); empty when it can. `flashinfer info` prints it.
+std::string cudnn_grouped_unavailable();
 
 /// Describes the graph of `p` for a GPU of `sm_version` (90: sm_90) and validates it in the
 /// cuDNN frontend against the opened library (no device needed, nothing lowered to cuDNN): the
