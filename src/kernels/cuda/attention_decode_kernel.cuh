@@ -163,28 +163,6 @@ __global__ void __launch_bounds__(
   TKV* v_s = k_s + kStages * T * DQK;                    // [kStages][T][DVO]
   float* merge_s = reinterpret_cast<float*>(v_off + C);  // after the loop: [bdz][rows][DVO + 4]
 
-  float q[kRows][kVq];
-  float scale_log2[kRows], scale[kRows], slope[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    dev::load_f32<TQ, kVq>(static_cast<const TQ*>(p.q) +
-                               static_cast<int64_t>(q_base + qi[r]) * p.q_stride_n +
-                               static_cast<int64_t>(h[r]) * p.q_stride_h + tx * kVq,
-                           q[r]);
-    // Opaque to the compiler from here, so it keeps q in fp32 registers rather than widening it
-    // again for every tile (the values are the same either way).
-#pragma unroll
-    for (int i = 0; i < kVq; ++i) asm volatile("" : "+f"(q[r][i]));
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    scale[r] = p.sm_scale;
-    if (p.scale_q) scale[r] *= p.scale_q[h[r]];
-    if (p.scale_k) scale[r] *= p.scale_k[g];
-    scale_log2[r] = scale[r] * kLog2e;
-    slope[r] = kAlibi ? p.alibi_slopes[h[r]] : 0.0f;
-  }
-
   // Keys this block can see at all: causal caps the end, a sliding window the start.
   int32_t kv_lo = w.kv_begin, kv_hi = w.kv_end;
   if (!p.custom_mask) {
@@ -247,6 +225,31 @@ __global__ void __launch_bounds__(
   for (int s = 0; s < kStages; ++s) {
     issue(false, s);
     issue(true, s);
+  }
+
+  // q and the scales are loaded after the first stages' copies are issued: their latency then
+  // overlaps the page-table fill and the K/V copies instead of preceding them (the values are
+  // the same either way).
+  float q[kRows][kVq];
+  float scale_log2[kRows], scale[kRows], slope[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    dev::load_f32<TQ, kVq>(static_cast<const TQ*>(p.q) +
+                               static_cast<int64_t>(q_base + qi[r]) * p.q_stride_n +
+                               static_cast<int64_t>(h[r]) * p.q_stride_h + tx * kVq,
+                           q[r]);
+    // Opaque to the compiler from here, so it keeps q in fp32 registers rather than widening it
+    // again for every tile (the values are the same either way).
+#pragma unroll
+    for (int i = 0; i < kVq; ++i) asm volatile("" : "+f"(q[r][i]));
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    scale[r] = p.sm_scale;
+    if (p.scale_q) scale[r] *= p.scale_q[h[r]];
+    if (p.scale_k) scale[r] *= p.scale_k[g];
+    scale_log2[r] = scale[r] * kLog2e;
+    slope[r] = kAlibi ? p.alibi_slopes[h[r]] : 0.0f;
   }
 
   dev::SoftmaxState<kVv> st[kRows];
