@@ -278,6 +278,21 @@ TEST(PlanKvChunk, TableOfShapes) {
   // Uneven requests (ragged, units are tokens, lower bound 128): lengths 5000 and 100, 2 heads,
   // max_grid 40 -> budget 20: ceil(5000 / c) + 1 <= 20 -> c = ceil(5000 / 19) = 264.
   EXPECT_EQ(plan_kv_chunk(rep(2, 1), {5000, 100}, 2, 40, 128), 264);
+  // The CUDA-core decode kernel on a GPU: chunks of 32 tokens at least (2 pages of 16), with the
+  // two-row headline block's max_grid on an H200 (10 x 132 = 1320; budget 1320 / 8 = 165).
+  ASSERT_EQ(api::kCudaCoreDecodeMinChunkTokens, 32);
+  // batch 1 x kv 512 (32 pages): the bound binds: 16 chunks of 2 pages (128 blocks) where 128
+  // tokens gave 4 (32 blocks on 132 SMs).
+  EXPECT_EQ(plan_kv_chunk(rep(1, 1), rep(1, 32), 8, 1320, 2), 2);
+  EXPECT_EQ(plan_kv_chunk(rep(1, 1), rep(1, 32), 8, 1320, 8), 8);
+  // batch 1 x kv 8192 (512 pages): ceil(512 / c) <= 165 -> c = 4 (128 items; c = 3 gives 171).
+  EXPECT_EQ(plan_kv_chunk(rep(1, 1), rep(1, 512), 8, 1320, 2), 4);
+  // batch 1 x kv 32768 (2048 pages): the budget sets the chunk, the bound does not:
+  // ceil(2048 / c) <= 165 -> c = 13 (158 items) either way.
+  EXPECT_EQ(plan_kv_chunk(rep(1, 1), rep(1, 2048), 8, 1320, 2), 13);
+  EXPECT_EQ(plan_kv_chunk(rep(1, 1), rep(1, 2048), 8, 1320, 8), 13);
+  // batch 64 x kv 512 (32 pages): 64 x ceil(32 / c) <= 165 -> c = 16 (2 chunks) either way.
+  EXPECT_EQ(plan_kv_chunk(rep(64, 1), rep(64, 32), 8, 1320, 2), 16);
 }
 
 // The one-shot work items (trtllm_ragged_attention_deepseek, trtllm_fmha_v2_prefill on CUDA)
