@@ -7,6 +7,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace flashinfer::api::bench {
 
@@ -33,6 +34,12 @@ class ScopedOpBackend {
 /// The backend a hook passes to its op: the innermost ScopedOpBackend's name (marking it used),
 /// else `fallback` (the hook's own default).
 std::string op_backend(std::string_view fallback);
+
+/// Backend names of upstream's flashinfer_benchmark.py that select a wrapper's own option rather
+/// than an op's `backend` argument, for the routines that have them: the decode wrapper's "fa2"
+/// (use_tensor_cores=False, the CUDA-core kernel) and "fa2_tc" (use_tensor_cores=True, the
+/// tensor-core prefill kernel with the GQA group packed into its rows). Empty for other routines.
+std::vector<std::string> wrapper_backends(std::string_view routine);
 
 /// Operand width in bits that a routine's tensor-core work runs at, for "% of the dense peak":
 /// 8 for the fp8 routines (bmm_fp8, grouped_mm_fp8, ...: the name says so, whatever

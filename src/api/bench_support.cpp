@@ -75,6 +75,11 @@ std::string op_backend(std::string_view fallback) {
   return g_op_backend->name_;
 }
 
+std::vector<std::string> wrapper_backends(std::string_view routine) {
+  if (routine == "BatchDecodeWithPagedKVCacheWrapper.run") return {"fa2", "fa2_tc"};
+  return {};
+}
+
 namespace {
 
 // Tensor::uniform_'s counter-based draw (src/core/tensor.cpp): element i of `seed` in [0, 1).

@@ -6,6 +6,7 @@
 #include "api/arg_traits.h"
 #include "api/attention_common.h"
 #include "api/attention_pos_encoding.h"
+#include "api/bench_backend.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "flashinfer/ops/attention.h"
@@ -259,8 +260,12 @@ BenchCase bench_batch_decode(const BenchShape& s, Device dev) {
   // 128 MB on CUDA, as upstream's benchmarks give the wrapper: split-KV partials that do not fit
   // would make plan() run unsplit (scripts/gpu-check compares with upstream on these shapes).
   const int64_t workspace = dev.is_cuda() ? int64_t{128} << 20 : int64_t{16} << 20;
+  // `--backends cuda:fa2_tc` (upstream's benchmark name): use_tensor_cores=True; "fa2" (or none):
+  // the CUDA-core kernel.
+  const bool tensor_cores = api::bench::op_backend("fa2") == "fa2_tc";
   auto w = std::make_shared<BatchDecodeWithPagedKVCacheWrapper>(
-      Tensor::empty({workspace}, DType::kUInt8, dev));
+      Tensor::empty({workspace}, DType::kUInt8, dev), "NHD", /*use_cuda_graph=*/false,
+      tensor_cores);
   BatchDecodeWithPagedKVCacheWrapper::PlanOptions o;
   o.q_data_type = s.q_dtype;
   o.kv_data_type = s.kv_dtype;

@@ -312,6 +312,34 @@ TEST(Bench, BackendsNameTheOpBackendsOfGemmRoutines) {
   }
 }
 
+// The decode wrapper takes upstream's benchmark names for its own option: fa2 (the CUDA-core
+// kernel) and fa2_tc (use_tensor_cores=True); both match the reference, one CSV row each; other
+// names are refused with the list.
+TEST(Bench, DecodeWrapperTakesFa2AndFa2Tc) {
+  const std::string csv = testing::TempDir() + "bench_decode_tc.csv";
+  std::remove(csv.c_str());
+  CliResult r = run_flashinfer(
+      "bench --routine BatchDecodeWithPagedKVCacheWrapper.run --batch_size 2 --s_kv 64 "
+      "--num_qo_heads 8 --num_kv_heads 2 --head_dim_qk 64 --head_dim_vo 64 --page_size 16 "
+      "--backends cpu:fa2 cpu:fa2_tc --refcheck --num_iters 1 --dry_run_iters 0 --output_path " +
+      csv);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<std::string> header;
+  const auto rows = read_csv(csv, &header);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].at("backend"), "cpu:fa2");
+  EXPECT_EQ(rows[1].at("backend"), "cpu:fa2_tc");
+  for (const auto& row : rows) EXPECT_EQ(row.at("refcheck"), "pass");
+  std::remove(csv.c_str());
+  CliResult bad = run_flashinfer(
+      "bench --routine BatchDecodeWithPagedKVCacheWrapper.run --backends cpu:cudnn --num_iters 1");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("unknown backend 'cudnn' for BatchDecodeWithPagedKVCacheWrapper.run"),
+            std::string::npos)
+      << bad.out;
+  EXPECT_NE(bad.out.find("fa2, fa2_tc"), std::string::npos) << bad.out;
+}
+
 // The hooks' view of --backends: the innermost scope's name, marked used when read.
 TEST(Bench, ScopedOpBackendNestsAndRecordsUse) {
   using flashinfer::api::bench::op_backend;

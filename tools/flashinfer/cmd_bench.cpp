@@ -153,6 +153,16 @@ RunBackend parse_backend(const std::string& text) {
 // takes no `backend` argument takes none.
 void check_op_backend(const std::string& routine, const RunBackend& b) {
   if (b.op_backend.empty()) return;
+  // A wrapper option under upstream's benchmark name (the decode wrapper's fa2 / fa2_tc).
+  const std::vector<std::string> wrapper = api::bench::wrapper_backends(routine);
+  if (!wrapper.empty()) {
+    if (std::find(wrapper.begin(), wrapper.end(), b.op_backend) != wrapper.end()) return;
+    std::string names;
+    for (const std::string& n : wrapper) names += (names.empty() ? "" : ", ") + n;
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "backends", "unknown backend '",
+                    b.op_backend, "' for ", routine, " (cpu, cuda, or one of upstream's: ", names,
+                    ")");
+  }
   const std::vector<std::string> ops = ops_with_backend_requirement();
   if (std::find(ops.begin(), ops.end(), routine) == ops.end()) {
     FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "backends", "unknown backend '", b.label,
@@ -320,7 +330,7 @@ bool backend_available(const std::string& routine, const RunBackend& rb) {
     std::printf("[SKIP] %s :: no CUDA device is present\n", backend.c_str());
     return false;
   }
-  if (!rb.op_backend.empty()) {
+  if (!rb.op_backend.empty() && api::bench::wrapper_backends(routine).empty()) {
     const int cc = detail::cuda_compute_capability(0);
     const BackendRequirement& req = backend_requirement(routine);
     if (!req.is_backend_supported(rb.op_backend, cc)) {
@@ -466,7 +476,8 @@ int run_bench(BenchOptions o) {
     const std::string& name = backends[bi].label;
     const Device dev = backends[bi].dev;
     BenchCase c = make_case(o, dev, backends[bi].op_backend);
-    if (!backends[bi].op_backend.empty() && dev.is_cuda()) {
+    if (!backends[bi].op_backend.empty() && dev.is_cuda() &&
+        api::bench::wrapper_backends(o.routine).empty()) {
       const BackendInfo* info = backend_requirement(o.routine).find(backends[bi].op_backend);
       if (info && !info->implementation.empty()) {
         std::printf("[INFO] %-8s:: %s backend '%s' runs: %s\n", name.c_str(), o.routine.c_str(),
@@ -537,7 +548,9 @@ void add_bench_options(CLI::App& app, BenchOptions& o) {
   app.add_option("--routine", o.routine, "Op or wrapper method to time (see --list)");
   app.add_flag("--list", o.list, "List the routines (ops whose declaration has a bench hook)");
   app.add_option("--backends", o.backends,
-                 "Backends to time: cpu, cuda, or for the GEMM routines the op's backends in "
+                 "Backends to time: cpu, cuda, cuda:fa2 / cuda:fa2_tc for "
+                 "BatchDecodeWithPagedKVCacheWrapper.run (use_tensor_cores False / True, as "
+                 "upstream's benchmark names them), or for the GEMM routines the op's backends in "
                  "upstream's names on CUDA (mm_bf16: cudnn auto; bmm_fp8: cublas cudnn; "
                  "grouped_mm_*: cudnn), or cpu:NAME (the CPU reference given that name)")
       ->expected(1, 16)
