@@ -1,6 +1,7 @@
 // Library version, upstream's major.minor.patch scheme.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 namespace flashinfer {
@@ -25,5 +26,11 @@ struct BuildInfo {
   std::string_view cudnn_frontend_version;  // "1.32.0"
 };
 const BuildInfo& build_info();
+
+/// The libcudnn this process loads for the cuDNN backends, opened on first use (no GPU needed):
+/// its version ("9.14.0"), or why it cannot be used ("cannot open libcudnn.so.9: ..."); "" in a
+/// build without cuDNN. The build's headers may be newer: the MoE grouped matmul node of
+/// grouped_mm_bf16's "cudnn" backend needs libcudnn 9.15.0 at run time.
+std::string cudnn_runtime_version();
 
 }  // namespace flashinfer

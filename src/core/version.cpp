@@ -1,6 +1,9 @@
 #include "flashinfer/version.h"
 
 #include "core/cuda_runtime.h"
+#if FLASHINFER_WITH_CUDNN
+#include "kernels/cuda/gemm_cudnn.h"
+#endif
 
 #ifndef FLASHINFER_VERSION_STRING
 #error "FLASHINFER_VERSION_STRING must be defined by the build"
@@ -26,6 +29,15 @@ const BuildInfo& build_info() {
       FLASHINFER_CUDNN_FRONTEND_VERSION_STRING,
   };
   return info;
+}
+
+std::string cudnn_runtime_version() {
+#if FLASHINFER_WITH_CUDNN
+  const std::string error = kernels::cuda::cudnn_load_error();
+  return error.empty() ? kernels::cuda::cudnn_library_version() : error;
+#else
+  return "";
+#endif
 }
 
 }  // namespace flashinfer

@@ -133,6 +133,14 @@ TEST(Cli, InfoReportsBuildAndDevices) {
                            : std::string("; no cuDNN in this build")),
       std::string::npos)
       << r.out;
+  // The libcudnn the process loads: a version (or why not), in a build with cuDNN.
+  if (b.cuda && b.cudnn) {
+    const std::string loaded = flashinfer::cudnn_runtime_version();
+    EXPECT_FALSE(loaded.empty());
+    EXPECT_NE(r.out.find("libcudnn loaded: " + loaded), std::string::npos) << r.out;
+  } else {
+    EXPECT_EQ(flashinfer::cudnn_runtime_version(), "");
+  }
   // Whether the cudnn_* attention ops can run cuDNN's SDPA graph.
   EXPECT_NE(
       r.out.find(b.cuda && b.cudnn ? "cuDNN attention: yes (SDPA graph" : "cuDNN attention: no ("),

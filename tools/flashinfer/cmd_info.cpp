@@ -67,8 +67,8 @@ std::string cpu_tier_line() {
 }
 
 // The GEMM libraries behind the `backend=` names (api/backends.cpp): cuBLASLt with CUDA, cuDNN
-// where the build found it. Both are opened on their first GEMM, so this only says what the
-// build has.
+// where the build found it, with the libcudnn this process loads (opened here: older than the
+// headers is possible, and decides whether grouped_mm_bf16's cuDNN graph can run).
 std::string gemm_libraries_line(const BuildInfo& b) {
   if (!b.cuda)
     return "GEMM libraries: none (no CUDA backend; the CPU reference runs every backend)";
@@ -76,6 +76,7 @@ std::string gemm_libraries_line(const BuildInfo& b) {
   if (b.cudnn) {
     line += ", cuDNN (backend 'cudnn'; headers " + std::string(b.cudnn_version) + ", frontend " +
             std::string(b.cudnn_frontend_version) +
+            "; libcudnn loaded: " + cudnn_runtime_version() +
             "; grouped_mm_bf16's MoE grouped matmul graph needs libcudnn 9.15.0 or newer at run "
             "time, else the grouped tensor-core kernel runs)";
   } else {
