@@ -22,6 +22,13 @@ struct TimingResources {
   }
 };
 
+// Spins one thread for `cycles` device clock cycles (the host's lead, see the header).
+__global__ void bench_host_lead_kernel(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
 }  // namespace
 
 std::vector<double> event_times_ms(const std::function<void()>& fn, int dry_run_iters,
@@ -44,6 +51,8 @@ std::vector<double> event_times_ms(const std::function<void()>& fn, int dry_run_
   times.reserve(static_cast<size_t>(num_iters > 0 ? num_iters : 0));
   for (int i = 0; i < num_iters; ++i) {
     if (r.flush) FLASHINFER_CUDA_CALL(kOp, cudaMemsetAsync(r.flush, i & 0xff, flush_bytes, s));
+    bench_host_lead_kernel<<<1, 1, 0, s>>>(kBenchHostLeadCycles);
+    FLASHINFER_CUDA_CALL(kOp, cudaGetLastError());
     FLASHINFER_CUDA_CALL(kOp, cudaEventRecord(r.start, s));
     fn();
     FLASHINFER_CUDA_CALL(kOp, cudaEventRecord(r.stop, s));

@@ -7,10 +7,17 @@
 
 namespace flashinfer::kernels::cuda {
 
+/// Device clock cycles of the spin before each timed iteration (about 0.25 ms at 2 GHz: more
+/// than a host needs to queue an op's launches, up to a Python wrapper's).
+inline constexpr long long kBenchHostLeadCycles = 500000;
+
 /// Runs `fn` dry_run_iters times, then num_iters times between two CUDA events recorded on
 /// `stream` (a cudaStream_t); returns the elapsed milliseconds of each timed iteration. With
 /// flush_l2, a buffer the size of the device's L2 is overwritten before every iteration (outside
-/// the events) so each iteration starts with a cold L2, as upstream's bench_gpu_time does.
+/// the events) so each iteration starts with a cold L2, as upstream's bench_gpu_time does. Then,
+/// still before the start event, the device spins for kBenchHostLeadCycles, so the host has
+/// queued `fn`'s launches before the timed range begins: the time is the device's, not the
+/// host's launch overhead (upstream's benchmarks get the same from CUDA graphs).
 std::vector<double> event_times_ms(const std::function<void()>& fn, int dry_run_iters,
                                    int num_iters, bool flush_l2, void* stream);
 
