@@ -451,10 +451,11 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   // and the block shape's threads and shared memory) x SMs; the tensor-core kernel 2 x SMs
   // (tensor_core_max_grid). CPU: threads x 2.
   int64_t max_grid;
-  // Smallest KV chunk in tokens: upstream's 128, except for the CUDA-core decode kernel on a GPU
-  // (below), whose 128-key blocks ran 20-25 us alone on an SM (H200, batch 1 x kv 512 / 2048:
-  // 0.57x-0.67x upstream) while 100 SMs idled; chunks of 32 spread such calls over the SMs. The
-  // budget (max_grid) still caps the chunks, so calls that fill the device do not change.
+  // Smallest KV chunk in tokens: upstream's 128, except for the CUDA-core kernel on a GPU (below:
+  // decode, and the prefill calls that fall back to it), whose 128-key blocks ran 20-25 us alone
+  // on an SM (H200, batch 1 x kv 512 / 2048: 0.57x-0.67x upstream) while 100 SMs idled; chunks
+  // of 32 spread such calls over the SMs. The budget (max_grid) still caps the chunks, so calls
+  // that fill the device do not change.
   int64_t min_chunk_tokens = 128;
 #if FLASHINFER_WITH_CUDA
   if (s.device.is_cuda()) {

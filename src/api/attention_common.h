@@ -125,8 +125,9 @@ void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& cust
 /// split) when the unsplit work already fills max_grid or when no chunk adds work items.
 int64_t plan_kv_chunk(const std::vector<int64_t>& tiles, const std::vector<int64_t>& units,
                       int64_t num_kv_heads, int64_t max_grid, int64_t min_chunk);
-/// The wrappers' smallest KV chunk, in tokens, where the CUDA-core decode kernel runs on a GPU
-/// (upstream's 128 elsewhere; docs/ATTENTION.md, "Split-KV planner").
+/// The wrappers' smallest KV chunk, in tokens, where the CUDA-core kernel runs on a GPU (decode,
+/// and prefill calls that fall back to it); upstream's 128 elsewhere (docs/ATTENTION.md,
+/// "Split-KV planner").
 inline constexpr int64_t kCudaCoreDecodeMinChunkTokens = 32;
 /// Blocks the tensor-core (FA2) prefill kernel runs at once on `device`: the planner's max_grid
 /// for it (2 x SMs). 0 on a device without those kernels (CPU, or a build without CUDA).
