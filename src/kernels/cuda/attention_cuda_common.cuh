@@ -69,6 +69,11 @@ __device__ __forceinline__ float apply_sink(float lse, float sink2, float* facto
 // 110 us for 158 chunks of batch 1 x 32768 keys on an H200 where the attention took 66 us.
 constexpr int kMergeThreads = 256;
 
+// Partial state k of a merged row, head h: its index into tmp_s (times head_dim_vo: into tmp_v).
+__device__ __forceinline__ int64_t merge_partial(const AttentionParams& p, int32_t k, int32_t h) {
+  return static_cast<int64_t>(p.merge_rows[k]) * p.num_qo_heads + h;
+}
+
 // Block-wide max (kMax) or sum of one float per thread, in a fixed order (lanes by xor tree,
 // then the warps in order): the same inputs give the same bits. `red` holds a float per warp.
 template <bool kMax>
@@ -95,7 +100,7 @@ __device__ __forceinline__ void merge_weighted_sum(const AttentionParams& p, int
   const int64_t dv = p.head_dim_vo;
 #pragma unroll 4
   for (int32_t k = begin + g; k < end; k += groups) {
-    const int64_t prow = static_cast<int64_t>(p.merge_rows[k]) * p.num_qo_heads + h;
+    const int64_t prow = merge_partial(p, k, h);
     const float w = exp2f(p.tmp_s[prow] - s_max);
     const float* src = p.tmp_v + prow * dv + static_cast<int64_t>(slot) * kW;
     if constexpr (kW == 4) {
@@ -117,6 +122,35 @@ __device__ __forceinline__ void merge_weighted_sum(const AttentionParams& p, int
 // 64 x kv 2048 0.1963 against 0.2043-0.2046).
 constexpr int32_t kMergeSerialChunks = 8;
 
+// A merged row that is NaN (a chunk saw a NaN score) or saw no key: o NaN or 0, lse NaN or -inf
+// (the sink folded in); threads stride over the dims by blockDim.x, thread 0 writes lse.
+template <class TO>
+__device__ __forceinline__ void merge_write_empty(const AttentionParams& p, int32_t h, int64_t row,
+                                                  bool nan) {
+  TO* o = static_cast<TO*>(p.o) + row * p.o_stride_n + h * p.o_stride_h;
+  const float lse0 = nan ? NAN : -INFINITY;
+  float f = 1.0f;
+  const float lse = p.sinks ? apply_sink(lse0, p.sinks[h] * kLog2e, &f) : lse0;
+  for (int d = threadIdx.x; d < p.head_dim_vo; d += blockDim.x) {
+    o[d] = from_f32<TO>(nan ? NAN : 0.0f);
+  }
+  if (p.lse && threadIdx.x == 0) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
+}
+
+// The merged row's LSE from the chunks' maximum and weight sum (the sink folded in), and in *inv
+// what the weighted value sums are multiplied by.
+__device__ __forceinline__ float merge_lse(const AttentionParams& p, int32_t h, float s_max,
+                                           float wsum, float* inv) {
+  *inv = 1.0f / wsum;
+  float lse = s_max + log2f(wsum);
+  if (p.sinks) {
+    float f = 1.0f;
+    lse = apply_sink(lse, p.sinks[h] * kLog2e, &f);
+    *inv *= f;
+  }
+  return lse;
+}
+
 // The serial form of the merge (the first form, which ran on the H100 and H200): each thread
 // takes output dims tid, tid + blockDim.x, ... and walks the row's chunks in turn for the
 // maximum, the weight sum and its dims' weighted sums.
@@ -126,36 +160,23 @@ __device__ __forceinline__ void merge_row_serial(const AttentionParams& p, int32
   float s_max = -INFINITY;
   bool nan = false;  // a chunk saw a NaN score: the row is NaN
   for (int32_t k = begin; k < end; ++k) {
-    const float sk = p.tmp_s[static_cast<int64_t>(p.merge_rows[k]) * p.num_qo_heads + h];
+    const float sk = p.tmp_s[merge_partial(p, k, h)];
     nan = nan || isnan(sk);
     s_max = fmaxf(s_max, sk);
   }
-  TO* o = static_cast<TO*>(p.o) + row * p.o_stride_n + h * p.o_stride_h;
   if (nan || s_max == -INFINITY) {  // NaN, or no chunk saw a key
-    const float lse0 = nan ? NAN : -INFINITY;
-    float f = 1.0f;
-    const float lse = p.sinks ? apply_sink(lse0, p.sinks[h] * kLog2e, &f) : lse0;
-    for (int d = threadIdx.x; d < p.head_dim_vo; d += blockDim.x) {
-      o[d] = from_f32<TO>(nan ? NAN : 0.0f);
-    }
-    if (p.lse && threadIdx.x == 0) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
+    merge_write_empty<TO>(p, h, row, nan);
     return;
   }
   float wsum = 0.0f;
-  for (int32_t k = begin; k < end; ++k) {
-    wsum += exp2f(p.tmp_s[static_cast<int64_t>(p.merge_rows[k]) * p.num_qo_heads + h] - s_max);
-  }
-  float inv = 1.0f / wsum;
-  float lse = s_max + log2f(wsum);
-  if (p.sinks) {
-    float f = 1.0f;
-    lse = apply_sink(lse, p.sinks[h] * kLog2e, &f);
-    inv *= f;
-  }
+  for (int32_t k = begin; k < end; ++k) wsum += exp2f(p.tmp_s[merge_partial(p, k, h)] - s_max);
+  float inv;
+  const float lse = merge_lse(p, h, s_max, wsum, &inv);
+  TO* o = static_cast<TO*>(p.o) + row * p.o_stride_n + h * p.o_stride_h;
   for (int d = threadIdx.x; d < p.head_dim_vo; d += blockDim.x) {
     float acc = 0.0f;
     for (int32_t k = begin; k < end; ++k) {
-      const int64_t prow = static_cast<int64_t>(p.merge_rows[k]) * p.num_qo_heads + h;
+      const int64_t prow = merge_partial(p, k, h);
       const float w = exp2f(p.tmp_s[prow] - s_max);  // 0 for -inf chunks
       if (w > 0.0f) acc += w * p.tmp_v[prow * p.head_dim_vo + d];
     }
@@ -182,34 +203,25 @@ __global__ void __launch_bounds__(kMergeThreads) merge_partials_kernel(Attention
   float s_max = -INFINITY;
   bool nan = false;  // a chunk saw a NaN score: the row is NaN
   for (int32_t k = begin + tid; k < end; k += kMergeThreads) {
-    const float sk = p.tmp_s[static_cast<int64_t>(p.merge_rows[k]) * p.num_qo_heads + h];
+    const float sk = p.tmp_s[merge_partial(p, k, h)];
     nan = nan || isnan(sk);
     s_max = fmaxf(s_max, sk);
   }
   nan = __syncthreads_or(nan) != 0;
   s_max = merge_block_reduce<true>(s_max, red);
-  const int dv = p.head_dim_vo;
-  TO* o = static_cast<TO*>(p.o) + row * p.o_stride_n + h * p.o_stride_h;
-  if (nan || s_max == -INFINITY) {  // NaN, or no chunk saw a key
-    const float lse0 = nan ? NAN : -INFINITY;
-    float f = 1.0f;
-    const float lse = p.sinks ? apply_sink(lse0, p.sinks[h] * kLog2e, &f) : lse0;
-    for (int d = tid; d < dv; d += kMergeThreads) o[d] = from_f32<TO>(nan ? NAN : 0.0f);
-    if (p.lse && tid == 0) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
+  if (nan || s_max == -INFINITY) {  // NaN, or no chunk saw a key (the same for the whole block)
+    merge_write_empty<TO>(p, h, row, nan);
     return;
   }
   float wpart = 0.0f;
   for (int32_t k = begin + tid; k < end; k += kMergeThreads) {
-    wpart += exp2f(p.tmp_s[static_cast<int64_t>(p.merge_rows[k]) * p.num_qo_heads + h] - s_max);
+    wpart += exp2f(p.tmp_s[merge_partial(p, k, h)] - s_max);
   }
   const float wsum = merge_block_reduce<false>(wpart, red);
-  float inv = 1.0f / wsum;
-  float lse = s_max + log2f(wsum);
-  if (p.sinks) {
-    float f = 1.0f;
-    lse = apply_sink(lse, p.sinks[h] * kLog2e, &f);
-    inv *= f;
-  }
+  float inv;
+  const float lse = merge_lse(p, h, s_max, wsum, &inv);
+  const int dv = p.head_dim_vo;
+  TO* o = static_cast<TO*>(p.o) + row * p.o_stride_n + h * p.o_stride_h;
   // Thread groups of `lanes` threads, one slot (4 dims where rows are 16-byte aligned, else 1)
   // a lane; the groups split the chunks and add up in group order.
   const bool vec = dv % 4 == 0 && reinterpret_cast<size_t>(p.tmp_v) % 16 == 0;
