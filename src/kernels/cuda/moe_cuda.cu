@@ -283,6 +283,28 @@ void launch_moe_permutation(const char* op, const CutlassMoeParams& p, int64_t c
                 static_cast<const int32_t*>(perm), xs);
 }
 
+// The typed pieces of a grouped route's scratch at `base`, in moe::moe_grouped_scratch's layout:
+// counts per (chunk, expert), expert offsets, pair ids by expert, the permuted input xs, GEMM1's
+// output g1, the activation h and GEMM2's output y.
+template <class X, class G, class A, class Y>
+struct MoeGroupedPieces {
+  int32_t *counts, *indptr, *perm;
+  X* xs;
+  G* g1;
+  A* h;
+  Y* y;
+};
+template <class X, class G, class A, class Y>
+MoeGroupedPieces<X, G, A, Y> moe_grouped_pieces(char* base, const moe::MoeGroupedScratch& l) {
+  return {reinterpret_cast<int32_t*>(base + l.counts),
+          reinterpret_cast<int32_t*>(base + l.indptr),
+          reinterpret_cast<int32_t*>(base + l.perm),
+          reinterpret_cast<X*>(base + l.xs),
+          reinterpret_cast<G*>(base + l.g1),
+          reinterpret_cast<A*>(base + l.h),
+          reinterpret_cast<Y*>(base + l.y)};
+}
+
 // One block per pair: the bias and activation of its GEMM1 row (T, rounded by the GEMM) as the
 // GEMV route's moe_gemm1_kernel, rounded to T into its row of h.
 template <class T>
@@ -372,14 +394,8 @@ void launch_moe_grouped(const CutlassMoeParams& p, cudaStream_t stream, bool ena
   const moe::MoeGroupedScratch l =
       moe::moe_grouped_scratch(pairs, E, H, I, N1, sizeof(T), sizeof(O));
   const StreamScratch scratch = moe_scratch().acquire(op, stream, l.bytes);  // to the last launch
-  auto* base = static_cast<char*>(scratch.data());
-  auto* counts = reinterpret_cast<int32_t*>(base + l.counts);
-  auto* indptr = reinterpret_cast<int32_t*>(base + l.indptr);
-  auto* perm = reinterpret_cast<int32_t*>(base + l.perm);
-  auto* xs = reinterpret_cast<T*>(base + l.xs);
-  auto* g1 = reinterpret_cast<T*>(base + l.g1);
-  auto* h = reinterpret_cast<T*>(base + l.h);
-  auto* y = reinterpret_cast<O*>(base + l.y);
+  const auto [counts, indptr, perm, xs, g1, h, y] =
+      moe_grouped_pieces<T, T, T, O>(static_cast<char*>(scratch.data()), l);
   const dim3 pair_grid(static_cast<unsigned>(pairs));
   launch_moe_permutation(op, p, chunks, counts, indptr, perm, xs, stream, enable_pdl);
   moe_grouped_gemm(p.dtype, indptr, E, pairs, xs, p.w1, N1, H, g1, p.dtype, stream);
@@ -1361,14 +1377,8 @@ void launch_moe_fp8_grouped(const CutlassMoeFp8Params& p, cudaStream_t s, bool e
   const moe::MoeGroupedScratch l =
       moe::moe_grouped_scratch(pairs, E, H, I, N1, 1, sizeof(O), sizeof(O));
   const StreamScratch scratch = moe_scratch().acquire(op, s, l.bytes);  // to the last launch
-  auto* base = static_cast<char*>(scratch.data());
-  auto* counts = reinterpret_cast<int32_t*>(base + l.counts);
-  auto* indptr = reinterpret_cast<int32_t*>(base + l.indptr);
-  auto* perm = reinterpret_cast<int32_t*>(base + l.perm);
-  auto* xs = reinterpret_cast<uint8_t*>(base + l.xs);
-  auto* g1 = reinterpret_cast<O*>(base + l.g1);
-  auto* h = reinterpret_cast<__nv_fp8_e4m3*>(base + l.h);
-  auto* y = reinterpret_cast<O*>(base + l.y);
+  const auto [counts, indptr, perm, xs, g1, h, y] =
+      moe_grouped_pieces<uint8_t, O, __nv_fp8_e4m3, O>(static_cast<char*>(scratch.data()), l);
   const DType od = m.out_dtype, f8 = DType::kFloat8E4M3FN;
   const dim3 pair_grid(static_cast<unsigned>(pairs));
   const auto* cperm = static_cast<const int32_t*>(perm);
@@ -1435,13 +1445,8 @@ void launch_bf16_moe_grouped(const TrtllmBf16MoeParams& q, char* base,
   v.experts = q.ws_ids;
   v.experts_dtype = DType::kInt32;
   v.experts_stride = m.top_k;
-  auto* counts = reinterpret_cast<int32_t*>(base + l.counts);
-  auto* indptr = reinterpret_cast<int32_t*>(base + l.indptr);
-  auto* perm = reinterpret_cast<int32_t*>(base + l.perm);
-  auto* xs = reinterpret_cast<__nv_bfloat16*>(base + l.xs);
-  auto* g1 = reinterpret_cast<float*>(base + l.g1);
-  auto* h = reinterpret_cast<__nv_bfloat16*>(base + l.h);
-  auto* y = reinterpret_cast<__nv_bfloat16*>(base + l.y);
+  const auto [counts, indptr, perm, xs, g1, h, y] =
+      moe_grouped_pieces<__nv_bfloat16, float, __nv_bfloat16, __nv_bfloat16>(base, l);
   const dim3 pair_grid(static_cast<unsigned>(pairs));
   const auto* cperm = static_cast<const int32_t*>(perm);
   launch_moe_permutation(op, v, chunks, counts, indptr, perm, xs, s, false);
