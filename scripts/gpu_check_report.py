@@ -82,6 +82,17 @@ KERNEL_TESTS = [
     ("attention_cudnn.cpp", r"^CudnnAttentionCuda\."),  # with attention_cudnn_lse.cu
 ]
 
+# The host's lead in the peers' timers (as flashinfer bench's kBenchHostLeadCycles,
+# src/kernels/cuda/bench_timing_cuda.h): device clock cycles held before each start event, and
+# about 20 us more for each launch past the first of a Python loop, so every launch is queued
+# before the timed range begins.
+HOST_LEAD_CYCLES = 500000
+
+
+def host_lead_cycles(launches=1):
+    return HOST_LEAD_CYCLES + 40000 * max(0, launches - 1)
+
+
 # Dense peak FLOP/s by device name (vendor datasheets; bf16 and fp8 tensor cores, no sparsity).
 PEAK_TFLOPS = [
     (r"H100.*PCIe", {"bf16": 756.0, "fp8": 1513.0}),

@@ -15,6 +15,8 @@ import statistics
 import sys
 import time
 
+from gpu_check_report import host_lead_cycles  # this script's folder is on sys.path
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -81,10 +83,9 @@ def main():
             for _ in range(a.iters):
                 if cuda:
                     flush.zero_()
-                    # The host's lead (as flashinfer bench): the device waits about 0.25 ms, and
-                    # 20 us more a launch of a loop, before the start event.
+                    # The host's lead (as flashinfer bench) for the loop's launches.
                     if hasattr(torch.cuda, "_sleep"):
-                        torch.cuda._sleep(500000 + 40000 * max(0, batch - 1))
+                        torch.cuda._sleep(host_lead_cycles(batch))
                     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     s.record()
                     fn()

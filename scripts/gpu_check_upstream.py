@@ -53,13 +53,14 @@ def first_line(e):
 
 
 def make_timer(torch, dev, iters, warmup):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gpu_check_report as rep
     l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 64 << 20) or (64 << 20)
     flush = torch.empty(2 * l2, dtype=torch.uint8, device=dev)
 
     def timeit(fn):
-        # The host's lead: 500000 cycles, and 40000 more (about 20 us) for each launch past the
-        # first of a Python loop (GemmCall.launches), so every launch is queued in time.
-        lead = 500000 + 40000 * max(0, getattr(fn, "launches", 1) - 1)
+        # The host's lead for fn's launches (GemmCall.launches for a Python loop).
+        lead = rep.host_lead_cycles(getattr(fn, "launches", 1))
         for _ in range(warmup):
             fn()
         torch.cuda.synchronize()

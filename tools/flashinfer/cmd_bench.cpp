@@ -153,31 +153,28 @@ RunBackend parse_backend(const std::string& text) {
 // takes no `backend` argument takes none.
 void check_op_backend(const std::string& routine, const RunBackend& b) {
   if (b.op_backend.empty()) return;
-  // A wrapper option under upstream's benchmark name (the decode wrapper's fa2 / fa2_tc).
-  const std::vector<std::string> wrapper = api::bench::wrapper_backends(routine);
-  if (!wrapper.empty()) {
-    if (std::find(wrapper.begin(), wrapper.end(), b.op_backend) != wrapper.end()) return;
-    std::string names;
-    for (const std::string& n : wrapper) names += (names.empty() ? "" : ", ") + n;
-    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "backends", "unknown backend '",
-                    b.op_backend, "' for ", routine, " (cpu, cuda, or one of upstream's: ", names,
-                    ")");
+  // A wrapper option under upstream's benchmark name (the decode wrapper's fa2 / fa2_tc), else
+  // one of the op's backends.
+  std::vector<std::string> known = api::bench::wrapper_backends(routine);
+  if (!known.empty()) {
+    if (std::find(known.begin(), known.end(), b.op_backend) != known.end()) return;
+  } else {
+    const std::vector<std::string> ops = ops_with_backend_requirement();
+    if (std::find(ops.begin(), ops.end(), routine) == ops.end()) {
+      FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "backends", "unknown backend '",
+                      b.label, "' (", routine,
+                      " takes cpu or cuda; op backend names are for the routines of ops with a "
+                      "`backend` argument, e.g. mm_bf16, bmm_fp8, grouped_mm_bf16)");
+    }
+    const BackendRequirement& req = backend_requirement(routine);
+    if (req.is_known_backend(b.op_backend)) return;
+    known = req.upstream_backends;
   }
-  const std::vector<std::string> ops = ops_with_backend_requirement();
-  if (std::find(ops.begin(), ops.end(), routine) == ops.end()) {
-    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "backends", "unknown backend '", b.label,
-                    "' (", routine,
-                    " takes cpu or cuda; op backend names are for the routines of ops with a "
-                    "`backend` argument, e.g. mm_bf16, bmm_fp8, grouped_mm_bf16)");
-  }
-  const BackendRequirement& req = backend_requirement(routine);
-  if (!req.is_known_backend(b.op_backend)) {
-    std::string names;
-    for (const std::string& n : req.upstream_backends) names += (names.empty() ? "" : ", ") + n;
-    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "backends", "unknown backend '",
-                    b.op_backend, "' for ", routine, " (cpu, cuda, or one of upstream's: ", names,
-                    ")");
-  }
+  std::string names;
+  for (const std::string& n : known) names += (names.empty() ? "" : ", ") + n;
+  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "backends", "unknown backend '",
+                  b.op_backend, "' for ", routine, " (cpu, cuda, or one of upstream's: ", names,
+                  ")");
 }
 
 // A fresh case for `routine` on `dev` (same seed, so the same inputs on every backend), built
