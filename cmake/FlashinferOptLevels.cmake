@@ -5,14 +5,19 @@
 # fresh-machine path": api/rope.cpp 14.2 CPU-s at -O3, 13.4 at -O2; tests/trace/test_trace.cpp
 # 81.6 at -O3, 45.0 at -O1).
 #
-#   FLASHINFER_GLUE_OPT  the library's other sources (api, recorder, replay, formats, trace, ...)
-#                        and the command-line tool
+#   FLASHINFER_GLUE_OPT  the library's other sources that run on every call or every recorded call
+#                        (recorder, apilog, calls, formats, replay, startup)
+#   FLASHINFER_OP_OPT    the op layer (src/api: declarations, argument checks, dispatch), the
+#                        trace templates, the JIT driver and the command-line tool: code that runs
+#                        once per call or once per process, never in a loop over data, and most
+#                        of the library's compile time (session 32: api/rope.cpp 4.7 CPU-s at
+#                        -O2, 3.4 at -O1; the tool's cmd_replay.cpp 9.5 / 7.3)
 #   FLASHINFER_TEST_OPT  the GoogleTest executables
 #
 #   FLASHINFER_TEST_LOOP_OPT  the tests whose own code runs long loops (tests/CMakeLists.txt's
 #                        list), after FLASHINFER_TEST_OPT
 #
-# AUTO: in Release, -O2 for the glue and -O1 for the tests; in the sanitized build the glue keeps
+# AUTO: in Release, -O2 for the glue, -O1 for the op layer and the tests; in the sanitized build the glue keeps
 # the build type's flags (-O1), the tests take -O0 and the loop-heavy tests -O1; otherwise
 # (Debug) nothing: the build type's flags. The sanitized build was tried with -O0 for glue and
 # tests (session 26): it compiled much faster cold (its api sources 2-3x), but its tests ran 2.5x
@@ -23,6 +28,8 @@
 # flags; any other value is passed as given (e.g. -O3).
 set(FLASHINFER_GLUE_OPT "AUTO" CACHE STRING
     "Optimization flags of the library's non-kernel sources and the CLI (AUTO, empty, or flags)")
+set(FLASHINFER_OP_OPT "AUTO" CACHE STRING
+    "Optimization flags of the op layer, the trace templates, the JIT driver and the CLI (AUTO, empty, or flags)")
 set(FLASHINFER_TEST_OPT "AUTO" CACHE STRING
     "Optimization flags of the test executables (AUTO, empty, or flags)")
 set(FLASHINFER_TEST_LOOP_OPT "AUTO" CACHE STRING
@@ -43,10 +50,11 @@ function(_flashinfer_resolve_opt out value sanitized release)
 endfunction()
 
 _flashinfer_resolve_opt(FLASHINFER_GLUE_OPT_FLAGS "${FLASHINFER_GLUE_OPT}" "" "-O2")
+_flashinfer_resolve_opt(FLASHINFER_OP_OPT_FLAGS "${FLASHINFER_OP_OPT}" "" "-O1")
 _flashinfer_resolve_opt(FLASHINFER_TEST_OPT_FLAGS "${FLASHINFER_TEST_OPT}" "-O0" "-O1")
 _flashinfer_resolve_opt(FLASHINFER_TEST_LOOP_OPT_FLAGS "${FLASHINFER_TEST_LOOP_OPT}" "-O1" "")
-message(STATUS "flashinfer: glue sources '${FLASHINFER_GLUE_OPT_FLAGS}', "
-               "tests '${FLASHINFER_TEST_OPT_FLAGS}', loop-heavy tests "
+message(STATUS "flashinfer: glue sources '${FLASHINFER_GLUE_OPT_FLAGS}', op layer and CLI "
+               "'${FLASHINFER_OP_OPT_FLAGS}', tests '${FLASHINFER_TEST_OPT_FLAGS}', loop-heavy tests "
                "'${FLASHINFER_TEST_LOOP_OPT_FLAGS}' (empty: the build type's flags)")
 
 # flashinfer_set_opt_level(role SOURCES...) or (role TARGET t): the role's flags on C++ sources
@@ -54,6 +62,8 @@ message(STATUS "flashinfer: glue sources '${FLASHINFER_GLUE_OPT_FLAGS}', "
 function(flashinfer_set_opt_level role kind)
   if(role STREQUAL "glue")
     set(_flags ${FLASHINFER_GLUE_OPT_FLAGS})
+  elseif(role STREQUAL "op")
+    set(_flags ${FLASHINFER_OP_OPT_FLAGS})
   elseif(role STREQUAL "test")
     set(_flags ${FLASHINFER_TEST_OPT_FLAGS})
   else()

@@ -1,7 +1,6 @@
 // `flashinfer bench`: times one op on each backend asked for, modelled on upstream's
 // benchmarks/flashinfer_benchmark.py (flags, [PERF] line, CSV). The routines are the declared
 // ops that carry a bench hook (OpDecl::bench), plus one built-in baseline, stream_copy.
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -538,10 +537,10 @@ int run_bench(BenchOptions o) {
 }
 
 // The flags of `flashinfer bench`, bound to `o` (also used for each line of a --testlist).
-void add_bench_options(CLI::App& app, BenchOptions& o) {
+void add_bench_options(Args& app, BenchOptions& o) {
   BenchShape& s = o.shape;
   // A flag given twice takes its last value, as with upstream's argparse.
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.take_last_by_default();
   app.add_option("--routine", o.routine, "Op or wrapper method to time (see --list)");
   app.add_flag("--list", o.list, "List the routines (ops whose declaration has a bench hook)");
   app.add_option("--backends", o.backends,
@@ -549,9 +548,7 @@ void add_bench_options(CLI::App& app, BenchOptions& o) {
                  "BatchDecodeWithPagedKVCacheWrapper.run (use_tensor_cores False / True, as "
                  "upstream's benchmark names them), or for the GEMM routines the op's backends in "
                  "upstream's names on CUDA (mm_bf16: cudnn auto; bmm_fp8: cublas cudnn; "
-                 "grouped_mm_*: cudnn), or cpu:NAME (the CPU reference given that name)")
-      ->expected(1, 16)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+                 "grouped_mm_*: cudnn), or cpu:NAME (the CPU reference given that name)").expected(1, 16).take_all();
   app.add_option("--num_iters", o.num_iters, "Timed iterations (30)");
   app.add_option("--dry_run_iters", o.dry_run_iters, "Untimed warm-up iterations (5)");
   app.add_flag("--refcheck", o.refcheck, "Compare every backend with the CPU reference");
@@ -613,9 +610,8 @@ int run_testlist(const BenchOptions& base) {
     try {
       BenchOptions o = base;
       o.testlist.clear();
-      CLI::App app{"a line of flashinfer bench --testlist"};
-      add_bench_options(app, o);
-      app.parse(text, false);
+      parse_line("a line of flashinfer bench --testlist", text,
+                 [&o](Args& args) { add_bench_options(args, o); });
       if (!o.testlist.empty()) {
         FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "testlist",
                         "a testlist line cannot name another testlist");
@@ -645,7 +641,7 @@ Command bench_command() {
   return {
       "bench",
       "Time an op on each backend ([PERF] lines and CSV, as upstream's flashinfer_benchmark.py)",
-      [](CLI::App& sub) {
+      [](Args& sub) {
         auto o = std::make_shared<BenchOptions>();
         add_bench_options(sub, *o);
         return std::function<int()>(

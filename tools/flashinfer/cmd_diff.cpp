@@ -1,6 +1,5 @@
 // `flashinfer diff A B`: compares two recordings call by call and names the call where they
 // diverge (replay_diff.h does the work).
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -265,11 +264,10 @@ Command diff_command() {
   return {"diff",
           "Compare two recordings call by call: the first call whose outputs differ for equal "
           "inputs, the first whose inputs differ",
-          [](CLI::App& sub) {
+          [](Args& sub) {
             auto a = std::make_shared<DiffArgs>();
-            sub.add_option("A", a->a, "First recording: a session root or one call directory")
-                ->required();
-            sub.add_option("B", a->b, "Second recording")->required();
+            sub.add_option("A", a->a, "First recording: a session root or one call directory").required();
+            sub.add_option("B", a->b, "Second recording").required();
             sub.add_option("--rtol", a->rtol,
                            "Relative tolerance for every dtype (default: replay's per dtype)");
             sub.add_option("--atol", a->atol,

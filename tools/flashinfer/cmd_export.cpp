@@ -2,7 +2,6 @@
 // A dedup dump (FLASHINFER_DUMP_DEDUP=1: <stem>.refs.json per call, tensors in D/tensors/) is
 // expanded into inputs.pt / outputs.pt / mutated.pt per call; records lose the
 // "tensor_store" key and their dump_dir names the new location. Other files are copied.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -122,12 +121,11 @@ Command export_command() {
   return {"export",
           "Write a dump in upstream FlashInfer's exact layout (expands a FLASHINFER_DUMP_DEDUP "
           "dump's tensor store into per-call inputs.pt/outputs.pt)",
-          [](CLI::App& sub) {
+          [](Args& sub) {
             auto dir = std::make_shared<std::string>();
             auto out = std::make_shared<std::string>();
-            sub.add_option("--dir", *dir, "Dump directory (a session root)")->required();
-            sub.add_option("--out", *out, "Where to write the upstream-layout copy (new or empty)")
-                ->required();
+            sub.add_option("--dir", *dir, "Dump directory (a session root)").required();
+            sub.add_option("--out", *out, "Where to write the upstream-layout copy (new or empty)").required();
             return std::function<int()>([dir, out] { return run_export(*dir, *out); });
           }};
 }

@@ -1,5 +1,4 @@
 // `flashinfer version` and `flashinfer info`.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <initializer_list>
 #include <string>
@@ -15,7 +14,7 @@
 namespace flashinfer::cli {
 
 Command version_command() {
-  return {"version", "Print the library version (major.minor.patch)", [](CLI::App&) {
+  return {"version", "Print the library version (major.minor.patch)", [](Args&) {
             return std::function<int()>([] {
               std::printf("%s\n", std::string(version()).c_str());
               return 0;
@@ -105,7 +104,7 @@ std::string cudnn_attention_line(const BuildInfo& b) {
 }  // namespace
 
 Command info_command() {
-  return {"info", "Show build options, backends and the devices visible now", [](CLI::App&) {
+  return {"info", "Show build options, backends and the devices visible now", [](Args&) {
             return std::function<int()>([] {
               const BuildInfo& b = build_info();
               std::printf("flashinfer-cpp %s\n", std::string(b.version).c_str());

@@ -1,5 +1,4 @@
 // `flashinfer jit build|ls|clear`: the JIT cache and AOT sets (docs/JIT.md).
-#include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -156,24 +155,24 @@ int run_clear(const JitArgs& a) {
 
 Command jit_command() {
   return {"jit", "JIT kernel cache: build an AOT set, list or clear cached modules",
-          [](CLI::App& sub) {
+          [](Args& sub) {
             auto a = std::make_shared<JitArgs>();
             sub.require_subcommand(1);
-            CLI::App* build = sub.add_subcommand(
+            Args build = sub.add_subcommand(
                 "build", "Prebuild the modules of a SPECS file into a directory (an AOT set)");
-            build->add_option("--list", a->list, "SPECS file: one module per line")->required();
-            build->add_option("--out", a->out, "Output root (may ship read-only)")->required();
-            build->add_option("--arch", a->arch,
+            build.add_option("--list", a->list, "SPECS file: one module per line").required();
+            build.add_option("--out", a->out, "Output root (may ship read-only)").required();
+            build.add_option("--arch", a->arch,
                               "Targets, e.g. sm_80,sm_90a (default: FLASHINFER_CUDA_ARCH_LIST)");
-            build->add_option("-j,--jobs", a->jobs, "Parallel compiles (default: MAX_JOBS, CPUs)");
-            CLI::App* ls = sub.add_subcommand("ls", "List cached modules (user cache, AOT dirs)");
-            ls->add_option("--dir", a->dir, "List this root instead");
-            CLI::App* clear = sub.add_subcommand("clear", "Remove the user cache's modules");
-            clear->add_option("--dir", a->dir, "Clear this root instead");
+            build.add_option("-j,--jobs", a->jobs, "Parallel compiles (default: MAX_JOBS, CPUs)");
+            Args ls = sub.add_subcommand("ls", "List cached modules (user cache, AOT dirs)");
+            ls.add_option("--dir", a->dir, "List this root instead");
+            Args clear = sub.add_subcommand("clear", "Remove the user cache's modules");
+            clear.add_option("--dir", a->dir, "Clear this root instead");
             return std::function<int()>([a, build, ls, clear] {
-              if (build->parsed()) return run_build(*a);
-              if (ls->parsed()) return run_ls(*a);
-              if (clear->parsed()) return run_clear(*a);
+              if (build.parsed()) return run_build(*a);
+              if (ls.parsed()) return run_ls(*a);
+              if (clear.parsed()) return run_clear(*a);
               return 2;
             });
           }};

@@ -1,5 +1,4 @@
 // `flashinfer list-ops`: every declared op, from the op declarations.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 
@@ -11,7 +10,7 @@ namespace flashinfer::cli {
 
 Command list_ops_command() {
   return {"list-ops", "List every declared op with its FlashInfer module and signature",
-          [](CLI::App& sub) {
+          [](Args& sub) {
             auto verbose = std::make_shared<bool>(false);
             auto module = std::make_shared<std::string>();
             sub.add_flag("-v,--verbose", *verbose, "Also print each parameter's kind");

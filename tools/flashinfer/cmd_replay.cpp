@@ -1,7 +1,6 @@
 // `flashinfer replay` and `flashinfer show`: re-run recorded calls, or print what a dump holds.
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -563,19 +562,17 @@ Command replay_command() {
   return {
       "replay",
       "Re-run recorded calls (a session or one call directory) and compare with the recording",
-      [](CLI::App& sub) {
+      [](Args& sub) {
         auto a = std::make_shared<ReplayArgs>();
-        sub.add_option("--dir", a->dir, "Dump directory: a session root or one call")->required();
+        sub.add_option("--dir", a->dir, "Dump directory: a session root or one call").required();
         sub.add_option("--device", a->device, "Where to run: cpu (the reference) or cuda[:N]");
         sub.add_option("--rtol", a->rtol,
                        "Relative tolerance for every dtype (default: per dtype)");
         sub.add_option("--atol", a->atol,
                        "Absolute tolerance for every dtype (default: per dtype)");
         sub.add_option("--include", a->include,
-                       "Report only calls matching these fnmatch patterns (all still run)")
-            ->delimiter(',');
-        sub.add_option("--exclude", a->exclude, "Do not report calls matching these patterns")
-            ->delimiter(',');
+                       "Report only calls matching these fnmatch patterns (all still run)").delimiter(',');
+        sub.add_option("--exclude", a->exclude, "Do not report calls matching these patterns").delimiter(',');
         sub.add_flag("--json", a->json, "Print a machine-readable JSON report instead");
         sub.add_flag("-v,--verbose", a->verbose, "Also print each call's rebuilt arguments");
         sub.footer(
@@ -591,7 +588,7 @@ Command show_command() {
   return {
       "show",
       "Summarize a dump: calls per function, incomplete (crashed) calls, size; -v lists each call",
-      [](CLI::App& sub) {
+      [](Args& sub) {
         auto dir = std::make_shared<std::string>();
         auto verbose = std::make_shared<bool>(false);
         auto pos = std::make_shared<std::string>();
@@ -605,7 +602,7 @@ Command show_command() {
             "no recorded call at any level.");
         return std::function<int()>([dir, pos, verbose] {
           const std::string d = dir->empty() ? *pos : *dir;
-          if (d.empty()) throw CLI::RequiredError("--dir");
+          if (d.empty()) throw_required("--dir");
           return run_show(d, *verbose);
         });
       }};

@@ -4,7 +4,6 @@
 // developer. The code is generated from the op's declaration in the registry, one named local
 // per argument; a wrapper method's program also replays the object's __init__ and the calls made
 // on it before, from the same recording.
-#include <CLI/CLI.hpp>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
@@ -745,13 +744,12 @@ Command repro_command() {
   return {"repro",
           "Write a standalone C++ program (and CMakeLists.txt) that re-runs one recorded call "
           "and compares it with the recording",
-          [](CLI::App& sub) {
+          [](Args& sub) {
             auto a = std::make_shared<ReproArgs>();
-            sub.add_option("--dir", a->dir, "One call directory of a recording")->required();
+            sub.add_option("--dir", a->dir, "One call directory of a recording").required();
             sub.add_option("-o,--out", a->out,
                            "Directory to write main.cpp, CMakeLists.txt "
-                           "and data/ into (created)")
-                ->required();
+                           "and data/ into (created)").required();
             sub.footer(
                 "Build the result with cmake -S OUT -B OUT/build "
                 "-DCMAKE_PREFIX_PATH=<flashinfer-cpp prefix> && cmake --build OUT/build. "

@@ -2,7 +2,6 @@
 // running anything (docs/TRACE.md). The shape is given by axis values: --axis NAME=VALUE for any
 // axis of the op's template, or `flashinfer bench`'s shape flags, which set the axis of the same
 // name (--head_dim_qk sets head_dim).
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -28,7 +27,7 @@ struct TraceOptions {
   bool to_stdout = false;
   // bench's shape flags: only those given count.
   std::map<std::string, int64_t> flag_values;
-  std::map<std::string, CLI::Option*> flags;
+  std::map<std::string, Arg> flags;
 };
 
 int list_traced() {
@@ -52,7 +51,7 @@ int run_trace(TraceOptions& o) {
   }
   std::map<std::string, int64_t> axes;
   for (const auto& [axis, opt] : o.flags) {
-    if (opt->count() > 0) axes[axis] = o.flag_values[axis];
+    if (opt.count() > 0) axes[axis] = o.flag_values[axis];
   }
   for (const std::string& a : o.axis) {
     const auto eq = a.find('=');
@@ -106,13 +105,12 @@ Command trace_command() {
   return {"trace",
           "Write an op's flashinfer-bench definition JSON for a shape, without running it "
           "(as FLASHINFER_TRACE_DUMP=1 writes them for live calls)",
-          [](CLI::App& sub) {
+          [](Args& sub) {
             auto o = std::make_shared<TraceOptions>();
-            sub.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+            sub.take_last_by_default();
             sub.add_option("--routine", o->routine, "Op or wrapper method (see --list)");
             sub.add_flag("--list", o->list, "List the ops with a trace template and their axes");
-            sub.add_option("--axis", o->axis, "An axis value, NAME=VALUE (repeatable)")
-                ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+            sub.add_option("--axis", o->axis, "An axis value, NAME=VALUE (repeatable)").take_all();
             sub.add_option("--dtype,--input_dtype", o->dtype,
                            "dtype of the inputs the template does not fix (bfloat16)");
             sub.add_option("-o,--output_dir", o->output_dir,
@@ -126,7 +124,7 @@ Command trace_command() {
                 {"--vocab_size", "vocab_size"}};
             for (const auto& [flag, axis] : shape_flags) {
               o->flag_values[axis] = 0;
-              o->flags[axis] = sub.add_option(flag, o->flag_values[axis], "Axis " + axis);
+              o->flags.insert_or_assign(axis, sub.add_option(flag, o->flag_values[axis], "Axis " + axis));
             }
             return std::function<int()>([o] { return run_trace(*o); });
           }};

@@ -1,14 +1,12 @@
 // The `flashinfer` command's subcommand table (apitrace style): each command registers its
-// options on a CLI11 subcommand and runs when selected.
+// options on its subcommand (cli_args.h) and runs when selected.
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
 
-namespace CLI {
-class App;
-}
+#include "cli_args.h"
 
 namespace flashinfer::cli {
 
@@ -16,7 +14,7 @@ struct Command {
   std::string name;
   std::string summary;
   // Adds the command's options to `sub` and returns the function that runs it (exit status).
-  std::function<std::function<int()>(CLI::App& sub)> setup;
+  std::function<std::function<int()>(Args& sub)> setup;
 };
 
 /// How the tool was started: argv[0] when it names a path (build/bin/flashinfer), else

@@ -1,5 +1,6 @@
 // `flashinfer`: the command-line tool. Dispatches to the subcommand table in commands.h and maps
-// flashinfer::Error to an exit status.
+// flashinfer::Error to an exit status. The one source that includes CLI11: cli_args.h's layer over
+// it is defined here too.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,66 @@
 #include "suggest.h"
 
 namespace flashinfer::cli {
+
+Arg& Arg::required() {
+  o_->required();
+  return *this;
+}
+Arg& Arg::delimiter(char c) {
+  o_->delimiter(c);
+  return *this;
+}
+Arg& Arg::take_all() {
+  o_->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  return *this;
+}
+Arg& Arg::expected(int lo, int hi) {
+  o_->expected(lo, hi);
+  return *this;
+}
+std::size_t Arg::count() const { return o_->count(); }
+
+Arg Args::add_option(const std::string& names, std::string& value, const std::string& help) {
+  return Arg(app_->add_option(names, value, help));
+}
+Arg Args::add_option(const std::string& names, int& value, const std::string& help) {
+  return Arg(app_->add_option(names, value, help));
+}
+Arg Args::add_option(const std::string& names, int64_t& value, const std::string& help) {
+  return Arg(app_->add_option(names, value, help));
+}
+Arg Args::add_option(const std::string& names, uint64_t& value, const std::string& help) {
+  return Arg(app_->add_option(names, value, help));
+}
+Arg Args::add_option(const std::string& names, double& value, const std::string& help) {
+  return Arg(app_->add_option(names, value, help));
+}
+Arg Args::add_option(const std::string& names, std::vector<std::string>& value,
+                     const std::string& help) {
+  return Arg(app_->add_option(names, value, help));
+}
+Arg Args::add_flag(const std::string& names, bool& value, const std::string& help) {
+  return Arg(app_->add_flag(names, value, help));
+}
+void Args::footer(const std::string& text) { app_->footer(text); }
+void Args::take_last_by_default() {
+  app_->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+Args Args::add_subcommand(const std::string& name, const std::string& help) {
+  return Args(*app_->add_subcommand(name, help));
+}
+void Args::require_subcommand(int n) { app_->require_subcommand(n); }
+bool Args::parsed() const { return app_->parsed(); }
+
+void parse_line(const std::string& description, const std::string& line,
+                const std::function<void(Args&)>& add) {
+  CLI::App app{description};
+  Args args(app);
+  add(args);
+  app.parse(line, false);
+}
+
+void throw_required(const std::string& name) { throw CLI::RequiredError(name); }
 
 std::vector<Command> commands() {
   return {version_command(), info_command(), list_ops_command(), replay_command(),
@@ -122,7 +183,8 @@ int main(int argc, char** argv) {
   std::function<int()> to_run;
   for (const cli::Command& cmd : cli::commands()) {
     CLI::App* sub = app.add_subcommand(cmd.name, cmd.summary);
-    auto run = cmd.setup(*sub);
+    cli::Args args(*sub);
+    auto run = cmd.setup(args);
     sub->callback([&to_run, run] { to_run = run; });
   }
   try {
