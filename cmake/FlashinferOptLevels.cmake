@@ -6,11 +6,11 @@
 # 81.6 at -O3, 45.0 at -O1).
 #
 #   FLASHINFER_GLUE_OPT  the library's other sources that run on every call or every recorded call
-#                        (recorder, apilog, calls, formats, replay, startup)
-#   FLASHINFER_OP_OPT    the op layer (src/api: declarations, argument checks, dispatch), the
-#                        trace templates, the JIT driver and the command-line tool: code that runs
-#                        once per call or once per process, never in a loop over data, and most
-#                        of the library's compile time (session 32: api/rope.cpp 4.7 CPU-s at
+#                        (recorder, apilog, calls, formats, startup)
+#   FLASHINFER_OP_OPT    the op layer (src/api: declarations, argument checks, dispatch), replay,
+#                        the trace templates, the JIT driver and the command-line tool: code that
+#                        runs once per call or once per process around the kernels, and most of
+#                        the library's compile time (session 32: api/rope.cpp 4.7 CPU-s at
 #                        -O2, 3.4 at -O1; the tool's cmd_replay.cpp 9.5 / 7.3)
 #   FLASHINFER_TEST_OPT  the GoogleTest executables
 #
