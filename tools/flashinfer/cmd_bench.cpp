@@ -548,7 +548,9 @@ void add_bench_options(Args& app, BenchOptions& o) {
                  "BatchDecodeWithPagedKVCacheWrapper.run (use_tensor_cores False / True, as "
                  "upstream's benchmark names them), or for the GEMM routines the op's backends in "
                  "upstream's names on CUDA (mm_bf16: cudnn auto; bmm_fp8: cublas cudnn; "
-                 "grouped_mm_*: cudnn), or cpu:NAME (the CPU reference given that name)").expected(1, 16).take_all();
+                 "grouped_mm_*: cudnn), or cpu:NAME (the CPU reference given that name)")
+      .expected(1, 16)
+      .take_all();
   app.add_option("--num_iters", o.num_iters, "Timed iterations (30)");
   app.add_option("--dry_run_iters", o.dry_run_iters, "Untimed warm-up iterations (5)");
   app.add_flag("--refcheck", o.refcheck, "Compare every backend with the CPU reference");

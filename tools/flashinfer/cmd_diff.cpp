@@ -266,7 +266,8 @@ Command diff_command() {
           "inputs, the first whose inputs differ",
           [](Args& sub) {
             auto a = std::make_shared<DiffArgs>();
-            sub.add_option("A", a->a, "First recording: a session root or one call directory").required();
+            sub.add_option("A", a->a, "First recording: a session root or one call directory")
+                .required();
             sub.add_option("B", a->b, "Second recording").required();
             sub.add_option("--rtol", a->rtol,
                            "Relative tolerance for every dtype (default: replay's per dtype)");

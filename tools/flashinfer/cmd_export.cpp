@@ -125,7 +125,8 @@ Command export_command() {
             auto dir = std::make_shared<std::string>();
             auto out = std::make_shared<std::string>();
             sub.add_option("--dir", *dir, "Dump directory (a session root)").required();
-            sub.add_option("--out", *out, "Where to write the upstream-layout copy (new or empty)").required();
+            sub.add_option("--out", *out, "Where to write the upstream-layout copy (new or empty)")
+                .required();
             return std::function<int()>([dir, out] { return run_export(*dir, *out); });
           }};
 }

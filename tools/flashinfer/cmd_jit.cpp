@@ -154,8 +154,7 @@ int run_clear(const JitArgs& a) {
 }  // namespace
 
 Command jit_command() {
-  return {"jit", "JIT kernel cache: build an AOT set, list or clear cached modules",
-          [](Args& sub) {
+  return {"jit", "JIT kernel cache: build an AOT set, list or clear cached modules", [](Args& sub) {
             auto a = std::make_shared<JitArgs>();
             sub.require_subcommand(1);
             Args build = sub.add_subcommand(
@@ -163,7 +162,7 @@ Command jit_command() {
             build.add_option("--list", a->list, "SPECS file: one module per line").required();
             build.add_option("--out", a->out, "Output root (may ship read-only)").required();
             build.add_option("--arch", a->arch,
-                              "Targets, e.g. sm_80,sm_90a (default: FLASHINFER_CUDA_ARCH_LIST)");
+                             "Targets, e.g. sm_80,sm_90a (default: FLASHINFER_CUDA_ARCH_LIST)");
             build.add_option("-j,--jobs", a->jobs, "Parallel compiles (default: MAX_JOBS, CPUs)");
             Args ls = sub.add_subcommand("ls", "List cached modules (user cache, AOT dirs)");
             ls.add_option("--dir", a->dir, "List this root instead");

@@ -571,8 +571,10 @@ Command replay_command() {
         sub.add_option("--atol", a->atol,
                        "Absolute tolerance for every dtype (default: per dtype)");
         sub.add_option("--include", a->include,
-                       "Report only calls matching these fnmatch patterns (all still run)").delimiter(',');
-        sub.add_option("--exclude", a->exclude, "Do not report calls matching these patterns").delimiter(',');
+                       "Report only calls matching these fnmatch patterns (all still run)")
+            .delimiter(',');
+        sub.add_option("--exclude", a->exclude, "Do not report calls matching these patterns")
+            .delimiter(',');
         sub.add_flag("--json", a->json, "Print a machine-readable JSON report instead");
         sub.add_flag("-v,--verbose", a->verbose, "Also print each call's rebuilt arguments");
         sub.footer(

@@ -749,7 +749,8 @@ Command repro_command() {
             sub.add_option("--dir", a->dir, "One call directory of a recording").required();
             sub.add_option("-o,--out", a->out,
                            "Directory to write main.cpp, CMakeLists.txt "
-                           "and data/ into (created)").required();
+                           "and data/ into (created)")
+                .required();
             sub.footer(
                 "Build the result with cmake -S OUT -B OUT/build "
                 "-DCMAKE_PREFIX_PATH=<flashinfer-cpp prefix> && cmake --build OUT/build. "

@@ -124,7 +124,8 @@ Command trace_command() {
                 {"--vocab_size", "vocab_size"}};
             for (const auto& [flag, axis] : shape_flags) {
               o->flag_values[axis] = 0;
-              o->flags.insert_or_assign(axis, sub.add_option(flag, o->flag_values[axis], "Axis " + axis));
+              o->flags.insert_or_assign(axis,
+                                        sub.add_option(flag, o->flag_values[axis], "Axis " + axis));
             }
             return std::function<int()>([o] { return run_trace(*o); });
           }};
