@@ -17,19 +17,19 @@
 #   FLASHINFER_TEST_LOOP_OPT  the tests whose own code runs long loops (tests/CMakeLists.txt's
 #                        list), after FLASHINFER_TEST_OPT
 #
-# AUTO: in Release, -O2 for the glue, -O1 for the op layer and the tests; in the sanitized build the glue keeps
-# the build type's flags (-O1), the tests take -O0 and the loop-heavy tests -O1; otherwise
-# (Debug) nothing: the build type's flags. The sanitized build was tried with -O0 for glue and
-# tests (session 26): it compiled much faster cold (its api sources 2-3x), but its tests ran 2.5x
-# slower (test_backend_ops' CPU cases 245 s against 96 s: the glue's time). With -O0 for the test
-# sources alone (session 27) their objects took 546 CPU-s instead of 1117 (clang, ASan) and the
-# suite 285 s instead of 206, most of the difference in five files whose fp64 references and
-# sweeps loop in the test's own code: those keep -O1. An empty value means the build type's
-# flags; any other value is passed as given (e.g. -O3).
+# AUTO: in Release, -O2 for the glue, -O1 for the op layer and the tests; in the sanitized build the
+# glue and the op layer keep the build type's flags (-O1), the tests take -O0 and the loop-heavy
+# tests -O1; otherwise (Debug) nothing: the build type's flags. The sanitized build was tried with
+# -O0 for glue and tests (session 26): it compiled much faster cold (its api sources 2-3x), but its
+# tests ran 2.5x slower (test_backend_ops' CPU cases 245 s against 96 s: the glue's time). With -O0
+# for the test sources alone (session 27) their objects took 546 CPU-s instead of 1117 (clang, ASan)
+# and the suite 285 s instead of 206, most of the difference in five files whose fp64 references and
+# sweeps loop in the test's own code: those keep -O1. An empty value means the build type's flags;
+# any other value is passed as given (e.g. -O3).
 set(FLASHINFER_GLUE_OPT "AUTO" CACHE STRING
-    "Optimization flags of the library's non-kernel sources and the CLI (AUTO, empty, or flags)")
+    "Optimization flags of the recorder, API logging, formats and start-up (AUTO, empty, or flags)")
 set(FLASHINFER_OP_OPT "AUTO" CACHE STRING
-    "Optimization flags of the op layer, the trace templates, the JIT driver and the CLI (AUTO, empty, or flags)")
+    "Optimization flags of the op layer, replay, trace, JIT and the CLI (AUTO, empty, or flags)")
 set(FLASHINFER_TEST_OPT "AUTO" CACHE STRING
     "Optimization flags of the test executables (AUTO, empty, or flags)")
 set(FLASHINFER_TEST_LOOP_OPT "AUTO" CACHE STRING
@@ -54,8 +54,9 @@ _flashinfer_resolve_opt(FLASHINFER_OP_OPT_FLAGS "${FLASHINFER_OP_OPT}" "" "-O1")
 _flashinfer_resolve_opt(FLASHINFER_TEST_OPT_FLAGS "${FLASHINFER_TEST_OPT}" "-O0" "-O1")
 _flashinfer_resolve_opt(FLASHINFER_TEST_LOOP_OPT_FLAGS "${FLASHINFER_TEST_LOOP_OPT}" "-O1" "")
 message(STATUS "flashinfer: glue sources '${FLASHINFER_GLUE_OPT_FLAGS}', op layer and CLI "
-               "'${FLASHINFER_OP_OPT_FLAGS}', tests '${FLASHINFER_TEST_OPT_FLAGS}', loop-heavy tests "
-               "'${FLASHINFER_TEST_LOOP_OPT_FLAGS}' (empty: the build type's flags)")
+               "'${FLASHINFER_OP_OPT_FLAGS}', tests '${FLASHINFER_TEST_OPT_FLAGS}', "
+               "loop-heavy tests '${FLASHINFER_TEST_LOOP_OPT_FLAGS}' (empty: the build type's "
+               "flags)")
 
 # flashinfer_set_opt_level(role SOURCES...) or (role TARGET t): the role's flags on C++ sources
 # (after the build type's, so they win) or on a whole target's C++ compiles.
