@@ -22,7 +22,8 @@ name, without namespaces, template arguments and parameters; case-insensitive) c
 substring (or one of them) and none of its exclusions, and then
   - no local memory: no STL/LDL instruction and STACK and LOCAL 0 in the resource usage
     (see has_local_memory for which of these means what);
-  - each required instruction present (e.g. a 128-bit cp.async, SASS `LDGSTS...128`);
+  - each required instruction present (e.g. a 128-bit cp.async, SASS `LDGSTS...128`), or
+    for a Need with run=N, N of them in one straight-line stretch (no control transfer between);
   - no forbidden instruction (e.g. a global load of 16 bits or less, `LDG.E.U16`, `LDG.E.U8`).
 At least one kernel must match each rule checked, else the rule fails ("no decode kernel found").
 
@@ -55,12 +56,15 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_SKIP = 0, 1, 2, 77
 class Need:
     """An instruction a kernel must contain: `pattern` matches the opcode with its modifiers
     (`LDGSTS.E.BYPASS.LTC128B.128`, no predicate, no operands). `weaker`, if set, is a
-    (label, pattern) accepted in its place only when `weaker_flag` is given on the command line."""
+    (label, pattern) accepted in its place only when `weaker_flag` is given on the command line.
+    `run` > 1 asks for that many matches in one straight-line stretch of code (no branch, barrier
+    or other control transfer between them): loads issued together, in flight at once."""
 
     label: str
     pattern: str
     weaker: tuple = None
     weaker_flag: str = None
+    run: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,11 +133,14 @@ RULES = {
             name="sampling",
             match="sampling_",
             description="sampling kernels (sample, filter, softmax): no spills, 128-bit global "
-            "loads (LDG .128) of the rows",
+            "loads (LDG .128) of the rows, at least 4 issued together",
             # The scalar fallbacks for strided or unaligned rows (sampling_strided_*_kernel) have
-            # no wide load by design.
+            # no wide load by design. A pass over a row is latency-bound with one 16-byte load in
+            # flight a thread: the kernels issue the loads of several chunks before using them
+            # (sampling_cuda.cu, for_each_chunk), which the SASS shows as a straight run of LDGs.
             exclude=("strided",),
-            require=(Need("LDG .128 (16-byte load)", LDG_128),),
+            require=(Need("4 LDG .128 in one straight run (loads in flight together)", LDG_128,
+                          run=4),),
         ),
         Rule(
             name="nvfp4",
@@ -490,6 +497,23 @@ def forms(k, pattern):
     return collections.Counter(op for op in k.opcodes if rx.search(op))
 
 
+# Opcodes that end a straight-line stretch of SASS (control transfers, barriers, convergence).
+_CONTROL = re.compile(r"^(?:BRA|BRX|JMP|JMX|CALL|RET|EXIT|BAR|BSSY|BSYNC|WARPSYNC|KILL)(?:\.|$)")
+
+
+def longest_run(k, pattern):
+    """The most opcodes matching `pattern` within one straight-line stretch of k's code."""
+    rx = re.compile(pattern)
+    best = cur = 0
+    for op in k.opcodes:
+        if _CONTROL.search(op):
+            cur = 0
+        elif rx.search(op):
+            cur += 1
+            best = max(best, cur)
+    return best
+
+
 def fmt_forms(c):
     return ", ".join(("%s x%d" % (op, n)) for op, n in sorted(c.items()))
 
@@ -503,6 +527,15 @@ def check_kernel(k, rule, flags):
             problems.append("spills/local memory: " + ", ".join(local))
     for need in rule.require:
         have = forms(k, need.pattern)
+        if have and need.run > 1:
+            run = longest_run(k, need.pattern)
+            if run < need.run:
+                problems.append(
+                    "missing %s: at most %d in a row (%s)" % (need.label, run, fmt_forms(have))
+                )
+                continue
+            notes.append("%s, %d in a row" % (fmt_forms(have), run))
+            continue
         if have:
             notes.append(fmt_forms(have))
             continue

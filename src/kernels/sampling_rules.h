@@ -129,6 +129,14 @@ FLASHINFER_HD bool sampling_full_vector(int64_t first, int64_t n, int vec) {
   return first + vec <= n;
 }
 
+/// Chunks in which every thread's vector lies whole inside the row: the first
+/// `sampling_whole_chunks` chunks. The CUDA passes issue their 16-byte loads several of these
+/// chunks at a time, unguarded but for the group's end; the chunk after them, if any, is the
+/// row's last and partial one, read with each thread's own bounds check.
+FLASHINFER_HD int64_t sampling_whole_chunks(int64_t n, int threads, int vec) {
+  return n / (static_cast<int64_t>(threads) * vec);
+}
+
 // ---- random words ------------------------------------------------------------------------------
 
 /// Word `lane` (0..3) of a Philox block, by selects: a runtime index into the array would put

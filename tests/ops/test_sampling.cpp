@@ -18,6 +18,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -1154,6 +1155,145 @@ TEST(SamplingCuda, SamplersMatchCpuOnTieFreeInputs) {
   EXPECT_EQ(g.samples.dtype(), DType::kInt64);
   EXPECT_TRUE(same(g.samples, c.samples));
   EXPECT_TRUE(same(g.valid, c.valid));
+}
+
+/// Rows of probabilities whose every partial sum is exact in fp32, in any order: 20 tokens at
+/// random places hold m x 2^-12 each (16 <= m <= 255, the m summing to 2048: mass 1/2), the rest
+/// k x unit (k <= 255, summing to exactly 1/2; unit 2^-24, or 2^-22 for short rows). Every value
+/// is exact in bf16, every sum a multiple of the unit below 1. So the CPU's sequential sums and
+/// any block tree on the GPU agree to the bit, and both backends must pick the same tokens and
+/// write the same filtered rows whatever order they add in; the top 20 keep mass 1/2, so top-k
+/// renorm with k = 20 doubles them exactly and "top_k_first" stays exact too.
+Tensor dyadic_probs(int64_t B, int64_t V, uint64_t seed, DType dt) {
+  std::mt19937_64 rng(seed);
+  const double unit = V >= 100000 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -22);
+  const int64_t small_total = static_cast<int64_t>(std::llround(0.5 / unit));
+  std::vector<double> rv(static_cast<std::size_t>(B * V));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n_small = V - 20;
+    std::vector<int64_t> k(static_cast<std::size_t>(n_small));
+    const int64_t avg = small_total / n_small;
+    int64_t sum = 0;
+    for (auto& x : k) sum += x = static_cast<int64_t>(rng() % static_cast<uint64_t>(2 * avg));
+    // Move the total to exactly small_total, one unit at a time, within [0, 255].
+    while (sum != small_total) {
+      int64_t& x = k[rng() % static_cast<uint64_t>(n_small)];
+      if (sum < small_total && x < 255) ++x, ++sum;
+      if (sum > small_total && x > 0) --x, --sum;
+    }
+    std::vector<int64_t> m(20, 102);  // 20 x 102 + 8 = 2048
+    for (int i = 0; i < 8; ++i) ++m[static_cast<std::size_t>(i)];
+    for (int i = 0; i < 200; ++i) {  // shuffle mass between pairs, keeping 16 <= m <= 255
+      const std::size_t a = rng() % 20, c = rng() % 20;
+      const int64_t d = static_cast<int64_t>(rng() % 40);
+      if (a != c && m[a] - d >= 16 && m[c] + d <= 255) m[a] -= d, m[c] += d;
+    }
+    std::vector<int64_t> where(static_cast<std::size_t>(V));
+    std::iota(where.begin(), where.end(), 0);
+    std::shuffle(where.begin(), where.end(), rng);
+    // Big tokens at where[0..19]; the small masses fill the rest in index order.
+    std::vector<bool> big(static_cast<std::size_t>(V), false);
+    for (std::size_t i = 0; i < 20; ++i) {
+      big[static_cast<std::size_t>(where[i])] = true;
+      rv[static_cast<std::size_t>(b * V + where[i])] = std::ldexp(static_cast<double>(m[i]), -12);
+    }
+    std::size_t next = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      if (big[static_cast<std::size_t>(i)]) continue;
+      rv[static_cast<std::size_t>(b * V + i)] = static_cast<double>(k[next++]) * unit;
+    }
+  }
+  return Tensor::from_vector(rv, {B, V}, dt);
+}
+
+// The premise of the test below, checked without a GPU: the rows sum to exactly 1 in fp32 in
+// any order (forward, backward, pairwise), bf16 holds every value exactly, and the top 20 tokens
+// hold exactly 1/2.
+TEST(SamplingRows, DyadicRowsSumExactlyInAnyOrder) {
+  for (int64_t V : {32000, 151936}) {
+    const Tensor p = dyadic_probs(2, V, 11, DType::kFloat32);
+    const std::vector<double> v = p.to_double_vector();
+    EXPECT_EQ(v, dyadic_probs(2, V, 11, DType::kBFloat16).to_double_vector());
+    for (int64_t b = 0; b < 2; ++b) {
+      std::vector<float> row(v.begin() + b * V, v.begin() + (b + 1) * V);
+      float fwd = 0.0f, bwd = 0.0f;
+      for (float x : row) fwd += x;
+      for (auto it = row.rbegin(); it != row.rend(); ++it) bwd += *it;
+      std::vector<float> tree = row;
+      while (tree.size() > 1) {
+        std::vector<float> next((tree.size() + 1) / 2, 0.0f);
+        for (std::size_t i = 0; i < tree.size(); ++i) next[i / 2] += tree[i];
+        tree.swap(next);
+      }
+      EXPECT_EQ(fwd, 1.0f);
+      EXPECT_EQ(bwd, 1.0f);
+      EXPECT_EQ(tree[0], 1.0f);
+      std::sort(row.rbegin(), row.rend());
+      float top = 0.0f;
+      for (int i = 0; i < 20; ++i) top += row[static_cast<std::size_t>(i)];
+      EXPECT_EQ(top, 0.5f);
+      EXPECT_GT(row[19], row[20]);  // the top 20 stand apart from the rest
+    }
+  }
+}
+
+// The CUDA passes load several chunks a thread at once and find the inverse CDF's chunk by a
+// block reduction before scanning it (sampling_cuda.cu): on rows of 32000-151936 tokens, whose
+// sums are exact in any order, every sampler and filter gives the CPU's tokens and values.
+TEST(SamplingCuda, LongRowsWithExactSumsMatchCpuExactly) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  const int64_t B = 6;
+  auto same = [](const Tensor& a, const Tensor& b) { return ints(a) == ints(b); };
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    for (int64_t V : {32000, 128256, 151936}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " vocab " + std::to_string(V));
+      const Tensor p = dyadic_probs(B, V, static_cast<uint64_t>(V) + 7, dt);
+      const Tensor pg = p.to(gpu);
+      for (int64_t seed : {3, 1234567}) {
+        const int64_t off = 40;
+        EXPECT_TRUE(same(sampling_from_probs(pg, std::nullopt, true, false, seed, off).samples,
+                         sampling_from_probs(p, std::nullopt, true, false, seed, off).samples));
+        for (int64_t k : {1, 5, 20, 1000}) {
+          EXPECT_TRUE(
+              same(top_k_sampling_from_probs(pg, k, std::nullopt, true, false, seed, off).samples,
+                   top_k_sampling_from_probs(p, k, std::nullopt, true, false, seed, off).samples))
+              << "top_k " << k;
+        }
+        for (double tp : {0.1, 0.45, 0.6, 0.95}) {
+          EXPECT_TRUE(
+              same(top_p_sampling_from_probs(pg, tp, std::nullopt, true, false, seed, off).samples,
+                   top_p_sampling_from_probs(p, tp, std::nullopt, true, false, seed, off).samples))
+              << "top_p " << tp;
+        }
+        for (double mp : {0.0, 0.05, 0.5}) {
+          EXPECT_TRUE(
+              same(min_p_sampling_from_probs(pg, mp, std::nullopt, true, false, seed, off).samples,
+                   min_p_sampling_from_probs(p, mp, std::nullopt, true, false, seed, off).samples))
+              << "min_p " << mp;
+        }
+        for (const char* order : {"top_k_first", "joint"}) {
+          EXPECT_TRUE(same(top_k_top_p_sampling_from_probs(pg, 20, 0.6, std::nullopt, order, true,
+                                                           false, seed, off)
+                               .samples,
+                           top_k_top_p_sampling_from_probs(p, 20, 0.6, std::nullopt, order, true,
+                                                           false, seed, off)
+                               .samples))
+              << order;
+        }
+      }
+      for (int64_t k : {20, 100, 5000}) {
+        EXPECT_TRUE(all_close(top_k_renorm_probs(pg, k), top_k_renorm_probs(p, k), {0, 0}))
+            << "top_k_renorm " << k;
+        EXPECT_TRUE(all_close(top_k_mask_logits(pg, k), top_k_mask_logits(p, k), {0, 0}))
+            << "top_k_mask " << k;
+      }
+      for (double tp : {0.3, 0.5, 0.9}) {
+        EXPECT_TRUE(all_close(top_p_renorm_probs(pg, tp), top_p_renorm_probs(p, tp), {0, 0}))
+            << "top_p_renorm " << tp;
+      }
+    }
+  }
 }
 
 // A CUDA call never copies a per-row tensor's values to the host: check_nan (a device flag, read

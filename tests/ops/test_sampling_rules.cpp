@@ -79,6 +79,34 @@ TEST(SamplingRules, ChunksPartitionTheRowInOrder) {
   }
 }
 
+// The CUDA passes load the whole chunks several at a time without bounds checks and read the
+// rest with each thread's check: every vector of a whole chunk lies inside the row, and what
+// follows them is at most one chunk, the row's last, in which some thread's vector does not.
+TEST(SamplingRules, WholeChunksHoldOnlyWholeVectors) {
+  EXPECT_EQ(sampling_whole_chunks(128256, 512, 4), 62);  // 62 x 2048, then 1280 elements
+  EXPECT_EQ(sampling_whole_chunks(4096, 1024, 4), 1);
+  EXPECT_EQ(sampling_whole_chunks(4095, 1024, 4), 0);
+  EXPECT_EQ(sampling_whole_chunks(0, 512, 8), 0);
+  for (int threads : {32, 64}) {
+    for (int vec : {1, 4, 8}) {
+      for (int64_t n : {0, 1, 7, 255, 256, 257, 511, 512, 1000, 2053, 4096}) {
+        const int64_t whole = sampling_whole_chunks(n, threads, vec);
+        const int64_t chunks = sampling_num_chunks(n, threads, vec);
+        ASSERT_LE(whole, chunks);
+        EXPECT_LE(chunks - whole, 1) << "n " << n << " threads " << threads << " vec " << vec;
+        for (int64_t c = 0; c < chunks; ++c) {
+          bool all_whole = true;
+          for (int t = 0; t < threads; ++t) {
+            all_whole = all_whole &&
+                        sampling_full_vector(sampling_thread_first(c, t, threads, vec), n, vec);
+          }
+          EXPECT_EQ(all_whole, c < whole) << "n " << n << " chunk " << c << " vec " << vec;
+        }
+      }
+    }
+  }
+}
+
 TEST(SamplingRules, UniformAtIsTheStreamsDraw) {
   for (uint64_t seed : {uint64_t{0}, uint64_t{67280421310721}, ~uint64_t{0}}) {
     for (uint64_t sub : {uint64_t{0}, uint64_t{5}, uint64_t{1} << 40}) {

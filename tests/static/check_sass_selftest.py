@@ -9,6 +9,8 @@ few tiny kernels with nvcc into a temporary folder and checks the checker's verd
   spill     more live registers than -maxrregcount 32 allows             -> fail (STL/LDL, STACK)
   ldg128    128-bit loads only, no cp.async                              -> fail; pass with --allow-ldg128
   sm80      the good kernel built for sm_80 only                         -> skipped (77)
+  grouped   four 128-bit loads issued before any is used                 -> passes `sampling`
+            (ldg128, one load, fails it: the rule asks for 4 in a row)
 plus a library with no kernel named `decode`, the rule table's other rule (`prefill`), and which
 names the `rowops` rule (several substrings) selects.
 No GPU is needed: only nvcc and cuobjdump (scripts/bootstrap installs PyPI's).
@@ -81,6 +83,20 @@ extern "C" __global__ void ldg128_decode_kernel(const uint4* __restrict__ k, uin
 }
 """
 
+GROUPED = r"""
+extern "C" __global__ void grouped_sampling_kernel(const uint4* __restrict__ x, uint4* out, int n) {
+  uint4 a[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) a[u] = x[u * n + threadIdx.x];
+  uint4 s = a[0];
+#pragma unroll
+  for (int u = 1; u < 4; ++u) {
+    s.x ^= a[u].x; s.y += a[u].y; s.z |= a[u].z; s.w -= a[u].w;
+  }
+  out[threadIdx.x] = s;
+}
+"""
+
 NO_DECODE = r"""
 extern "C" __global__ void attention_core_kernel(const float* k, float* out) {
   out[threadIdx.x] = k[threadIdx.x] * 2.f;
@@ -93,6 +109,7 @@ CASES = {
     "narrow": (NARROW, []),
     "spill": (SPILL, ["-maxrregcount", "32"]),
     "ldg128": (LDG128, []),
+    "grouped": (GROUPED, []),
     "nodecode": (NO_DECODE, []),
     "sm80": (GOOD, ["-gencode", "arch=compute_80,code=sm_80"]),
 }
@@ -158,6 +175,14 @@ class CheckSassSelfTest(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         self.assertIn("LDG.E.128", out)
 
+    def test_loads_in_flight_together(self):
+        rc, out = self.check("grouped", "--rule", "sampling")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("4 in a row", out)
+        rc, out = self.check("ldg128", "--rule", "sampling", "--match", "ldg128")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("at most 1 in a row", out)
+
     def test_no_matching_kernel_fails(self):
         rc, out = self.check("nodecode", "--rule", "decode")
         self.assertEqual(rc, 1, out)
@@ -185,6 +210,22 @@ class CheckSassSelfTest(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         self.assertRegex(out, r"regs\s+32\s+stack\s+[1-9]\d*.*spill_decode_kernel")
 
+
+
+class LongestRunTest(unittest.TestCase):
+    """Straight-line runs of an opcode (no compiling: a kernel stands in by its opcode list)."""
+
+    def run_of(self, ops):
+        return check_sass.longest_run(types.SimpleNamespace(opcodes=ops), check_sass.LDG_128)
+
+    def test_runs_end_at_control_transfers(self):
+        self.assertEqual(self.run_of([]), 0)
+        self.assertEqual(self.run_of(["LDG.E.128", "IMAD", "LDG.E.128.CONSTANT", "LDG.E"]), 2)
+        self.assertEqual(self.run_of(["LDG.E.128", "BRA", "LDG.E.128", "BAR.SYNC.DEFER_BLOCKING",
+                                      "LDG.E.128", "LDG.E.128", "LDG.E.128", "EXIT"]), 3)
+        self.assertEqual(self.run_of(["LDG.E.128", "BSSY", "LDG.E.128", "BSYNC", "LDG.E.128"]), 1)
+        # BRA's modifiers and a predicated branch (predicates are stripped) end a run too.
+        self.assertEqual(self.run_of(["LDG.E.128", "BRA.U", "LDG.E.128", "LDG.E.128"]), 2)
 
 
 class RuleSelectionTest(unittest.TestCase):

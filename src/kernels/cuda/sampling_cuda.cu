@@ -1,14 +1,14 @@
 // CUDA sampling kernels, upstream's design (docs/SAMPLING.md, "CUDA kernels"): one block per
 // output row; the row is read in chunks of threads x vec elements, each thread one 128-bit load
-// per chunk (vec = 16 bytes / element size) when the row allows it; CUB block scans and
-// reductions; inverse-transform sampling (the first token whose inclusive prefix sum exceeds u,
-// no sort); top-k / top-p / joint by dual-pivot rejection; min-p in one max pass, one mass pass
-// and one inverse-CDF pass; Gumbel-max over logits. The draws and every decision rule are the CPU
-// reference's (src/kernels/cpu/sampling_cpu.cpp): Philox keyed by (seed, output row) from
-// `offset` (kernels/philox.h), the rejection rule and the chunk partitioning from
-// kernels/sampling_rules.h. CUB's block primitives have a fixed order for a fixed block size, so
-// results are deterministic for fixed inputs, seed and offset; only the fp32 summation order
-// differs from the CPU's sequential sums.
+// per chunk (vec = 16 bytes / element size) when the row allows it, the loads of several chunks
+// issued together (for_each_chunk); CUB block scans and reductions; inverse-transform sampling (the
+// first token whose inclusive prefix sum exceeds u, no sort); top-k / top-p / joint by dual-pivot
+// rejection; min-p in one max pass, one mass pass and one inverse-CDF pass; Gumbel-max over logits.
+// The draws and every decision rule are the CPU reference's (src/kernels/cpu/sampling_cpu.cpp):
+// Philox keyed by (seed, output row) from `offset` (kernels/philox.h), the rejection rule and the
+// chunk partitioning from kernels/sampling_rules.h. CUB's block primitives have a fixed order for a
+// fixed block size, so results are deterministic for fixed inputs, seed and offset; only the fp32
+// summation order differs from the CPU's sequential sums.
 #include <cstdint>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
@@ -21,7 +21,11 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kSampleThreads = 1024;  // upstream's block size on sm80+
+// The samplers: 512 threads (upstream has 1024) leave each thread 128 registers, room for 8
+// chunks' loads in flight (kSampleGroup) besides the rejection loop's state; at 1024 threads and
+// 64 registers even 4 spilled. The block's loads in flight are the same (512 x 8 x 16 bytes),
+// and its scans and reductions span 16 warps instead of 32.
+constexpr int kSampleThreads = 512;
 // The threshold search keeps 15 pivots and 15 partial counts or masses per thread: 512 threads
 // leave it 128 registers.
 constexpr int kFilterThreads = 512;
@@ -53,25 +57,34 @@ struct RowIn {
 
   __device__ __forceinline__ float at(int64_t i) const { return to_f32(x[i * stride]); }
 
+  /// The 16 bytes from `first` (a multiple of VEC, a whole vector): one 128-bit load.
+  __device__ __forceinline__ uint4 load_raw(int64_t first) const {
+    return *reinterpret_cast<const uint4*>(x + first);
+  }
+
+  /// The VEC elements of a 128-bit load, in fp32.
+  __device__ __forceinline__ static void widen(const uint4& raw, float (&v)[VEC]) {
+    if constexpr (std::is_same_v<T, float>) {
+      v[0] = __uint_as_float(raw.x);
+      v[1] = __uint_as_float(raw.y);
+      v[2] = __uint_as_float(raw.z);
+      v[3] = __uint_as_float(raw.w);
+    } else {
+      const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        v[2 * k] = half_word_to_f32<T>(w[k], false);
+        v[2 * k + 1] = half_word_to_f32<T>(w[k], true);
+      }
+    }
+  }
+
   /// The VEC elements from `first` (a multiple of VEC); `fill` past the row's end. A full
   /// vector is one 128-bit load (rows are 16-byte aligned when VEC > 1).
   __device__ __forceinline__ void load(int64_t first, float (&v)[VEC], float fill) const {
     if constexpr (VEC > 1) {
       if (sampling_full_vector(first, n, VEC)) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(x + first);
-        if constexpr (std::is_same_v<T, float>) {
-          v[0] = __uint_as_float(raw.x);
-          v[1] = __uint_as_float(raw.y);
-          v[2] = __uint_as_float(raw.z);
-          v[3] = __uint_as_float(raw.w);
-        } else {
-          const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            v[2 * k] = half_word_to_f32<T>(w[k], false);
-            v[2 * k + 1] = half_word_to_f32<T>(w[k], true);
-          }
-        }
+        widen(load_raw(first), v);
         return;
       }
     }
@@ -79,6 +92,63 @@ struct RowIn {
     for (int j = 0; j < VEC; ++j) v[j] = first + j < n ? at(first + j) : fill;
   }
 };
+
+/// Whole chunks whose loads a thread issues together (for_each_chunk): with one 16-byte load in
+/// flight a thread, every chunk of a pass waited a full L2 round trip (63 in a row for a 128256-
+/// token fp32 row at 512 threads), which set the time of a pass. 8 for the reading passes (32
+/// registers of loads); 4 for the passes that also convert and store (the filters' fp16 write
+/// pass spilled at 8). ptxas: 0 spills for every instance, sm_80 and sm_90.
+constexpr int kFilterGroup = 8;
+constexpr int kSampleGroup = 8;
+constexpr int kWriteGroup = 4;
+
+/// This thread's 16-byte loads of chunks [c, c + G) that are below `whole` (sampling_whole_chunks:
+/// every thread's vector there is whole), issued together before any is used.
+template <int G, int THREADS, class T, int VEC>
+__device__ __forceinline__ void load_whole(const RowIn<T, VEC>& r, int64_t c, int64_t whole,
+                                           uint4 (&raw)[G]) {
+#pragma unroll
+  for (int u = 0; u < G; ++u) {
+    raw[u] = c + u < whole ? r.load_raw(sampling_thread_first(c + u, threadIdx.x, THREADS, VEC))
+                           : make_uint4(0, 0, 0, 0);
+  }
+}
+
+/// Visits the row's chunks as `for (c = 0; c < chunks; ++c)` would, calling f(first, v) with
+/// this thread's VEC elements of chunk c (`fill` past the row's end). Only the loads move: the
+/// whole chunks' are issued U at a time before the first of them is visited (load_whole), so each
+/// thread sees the same values in the same order as one chunk at a time and every per-thread
+/// sum, count and maximum is the same. The row's partial last chunk, and every chunk of a scalar
+/// row, loads at its visit.
+template <int U, int THREADS, class T, int VEC, class F>
+__device__ __forceinline__ void for_each_chunk(const RowIn<T, VEC>& r, float fill, F&& f) {
+  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
+  const int tid = static_cast<int>(threadIdx.x);
+  int64_t c = 0;
+  if constexpr (VEC > 1) {
+    const int64_t whole = sampling_whole_chunks(r.n, THREADS, VEC);
+#pragma unroll 1
+    for (; c < whole; c += U) {
+      uint4 raw[U];
+      load_whole<U, THREADS>(r, c, whole, raw);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (c + u >= whole) break;  // the same in every thread
+        float v[VEC];
+        RowIn<T, VEC>::widen(raw[u], v);
+        f(sampling_thread_first(c + u, tid, THREADS, VEC), v);
+      }
+    }
+    c = whole;
+  }
+#pragma unroll 1
+  for (; c < chunks; ++c) {
+    const int64_t first = sampling_thread_first(c, tid, THREADS, VEC);
+    float v[VEC];
+    r.load(first, v, fill);
+    f(first, v);
+  }
+}
 
 template <class T>
 __device__ __forceinline__ uint32_t pack2(float a, float b) {
@@ -164,17 +234,20 @@ struct ArgMax {
   }
 };
 
-/// The top-p threshold search's per-pivot masses.
-template <class V>
-struct PivotArray {
-  V v[kThresholdPivots];
-  __device__ __forceinline__ PivotArray operator+(const PivotArray& o) const {
-    PivotArray r;
+/// N fp32 sums reduced together: the top-p threshold search's per-pivot masses, the inverse
+/// CDF's per-chunk masses of a load group.
+template <int N>
+struct FloatArray {
+  float v[N];
+  __device__ __forceinline__ FloatArray operator+(const FloatArray& o) const {
+    FloatArray r;
 #pragma unroll
-    for (int j = 0; j < kThresholdPivots; ++j) r.v[j] = v[j] + o.v[j];
+    for (int j = 0; j < N; ++j) r.v[j] = v[j] + o.v[j];
     return r;
   }
 };
+using PivotMasses = FloatArray<kThresholdPivots>;
+using GroupMasses = FloatArray<kSampleGroup>;
 
 /// Every thread's shared state: CUB's temporary storage (one primitive at a time) and a slot to
 /// hand thread 0's reduction result to the block.
@@ -187,14 +260,16 @@ struct Shared {
     typename cub::BlockReduce<long long, THREADS, kReduceAlgo>::TempStorage i;
     typename cub::BlockReduce<PivotSums, THREADS, kReduceAlgo>::TempStorage pivots;
     typename cub::BlockReduce<ScoreIndex, THREADS, kReduceAlgo>::TempStorage score;
-    typename cub::BlockReduce<PivotArray<float>, THREADS, kReduceAlgo>::TempStorage mass;
+    typename cub::BlockReduce<PivotMasses, THREADS, kReduceAlgo>::TempStorage mass;
+    typename cub::BlockReduce<GroupMasses, THREADS, kReduceAlgo>::TempStorage group;
   } tmp;
   union {
     float f;
     long long i;
     PivotSums pivots;
     ScoreIndex score;
-    PivotArray<float> mass;
+    PivotMasses mass;
+    GroupMasses group;
   } out;
 };
 
@@ -208,9 +283,11 @@ __device__ __forceinline__ V& out_slot(auto& out) {
     return out.pivots;
   } else if constexpr (std::is_same_v<V, ScoreIndex>) {
     return out.score;
-  } else {
-    static_assert(std::is_same_v<V, PivotArray<float>>);
+  } else if constexpr (std::is_same_v<V, PivotMasses>) {
     return out.mass;
+  } else {
+    static_assert(std::is_same_v<V, GroupMasses>);
+    return out.group;
   }
 }
 
@@ -224,9 +301,11 @@ __device__ __forceinline__ auto& reduce_storage(auto& tmp) {
     return tmp.pivots;
   } else if constexpr (std::is_same_v<V, ScoreIndex>) {
     return tmp.score;
-  } else {
-    static_assert(std::is_same_v<V, PivotArray<float>>);
+  } else if constexpr (std::is_same_v<V, PivotMasses>) {
     return tmp.mass;
+  } else {
+    static_assert(std::is_same_v<V, GroupMasses>);
+    return tmp.group;
   }
 }
 
@@ -244,40 +323,91 @@ __device__ __forceinline__ V block_all(V v, Op op, Shared<THREADS>& s) {
 // ---- sampling --------------------------------------------------------------------------------
 
 /// Inverse CDF over the tokens `keep` accepts: the first index whose running sum exceeds u,
-/// else the last kept token, else -1. One block scan per chunk, in index order, stopping at the
-/// chunk where the running sum passes u. The scan's per-token sums need not be monotone in fp32,
-/// so the first crossing is the minimum index over all crossings; when rounding leaves no token
-/// above u, the last kept token is the sample (upstream's guard).
+/// else the last kept token, else -1. Chunks go in index order, a load group (kSampleGroup whole
+/// chunks, then the row's partial last chunk alone) at a time: one block reduction gives each
+/// chunk's kept mass, and only the chunk where the running sum passes u is scanned (CUB block
+/// scan) for the crossing. The scan's per-token sums need not be monotone in fp32, nor agree to
+/// the last bit with the reduction's total, so the first crossing is the minimum index over all
+/// crossings, and a chunk where rounding leaves none adds its mass and the search goes on; when
+/// no token ends above u, the last kept token is the sample (upstream's guard).
 template <int THREADS, class T, int VEC, class Keep>
 __device__ int64_t inverse_cdf(const RowIn<T, VEC>& r, Keep keep, float u, Shared<THREADS>& s) {
+  constexpr int G = kSampleGroup;
   using Scan = cub::BlockScan<float, THREADS, kScanAlgo>;
+  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
+  const int tid = static_cast<int>(threadIdx.x);
   float running = 0.0f;
   long long last = -1;
-  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t first = sampling_thread_first(c, threadIdx.x, THREADS, VEC);
-    float v[VEC], w[VEC], incl[VEC];
-    bool kept[VEC];
-    r.load(first, v, 0.0f);
+  // This thread's kept values of a chunk, 0 where not kept or past the row's end. Every caller's
+  // `keep` accepts positive values only, so a token is kept iff its w is > 0.
+  auto keep_values = [&](int64_t first, float(&w)[VEC]) {
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      kept[j] = first + j < r.n && keep(v[j]);
-      w[j] = kept[j] ? v[j] : 0.0f;
-      if (kept[j]) last = first + j;
-    }
-    float total;
-    Scan(s.tmp.scan).InclusiveSum(w, incl, total);  // `total` reaches every thread
-    __syncthreads();
-    if (running + total > u) {  // the same in every thread
-      long long hit = kNoIndex;
+    for (int j = 0; j < VEC; ++j) w[j] = first + j < r.n && keep(w[j]) ? w[j] : 0.0f;
+  };
+  // Chunks [c, c + count), count <= G, their values from get(k, first, v): the index of the
+  // crossing, or kNoIndex (the same in every thread).
+  auto group = [&](int64_t c, int count, auto&& get) -> long long {
+    GroupMasses part;
 #pragma unroll
-      for (int j = VEC - 1; j >= 0; --j) {
-        if (kept[j] && running + incl[j] > u) hit = first + j;
+    for (int k = 0; k < G; ++k) {
+      part.v[k] = 0.0f;
+      if (k >= count) continue;
+      const int64_t first = sampling_thread_first(c + k, tid, THREADS, VEC);
+      float w[VEC];
+      get(k, first, w);
+      keep_values(first, w);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        if (w[j] > 0.0f) {
+          part.v[k] += w[j];
+          last = first + j;
+        }
       }
-      hit = block_all(hit, MinI(), s);
+    }
+    const GroupMasses total = block_all(part, SumOp(), s);
+#pragma unroll
+    for (int k = 0; k < G; ++k) {
+      if (k >= count) break;
+      if (running + total.v[k] > u) {
+        // The chunk is read again (from L2) rather than kept in registers over the reduction.
+        const int64_t first = sampling_thread_first(c + k, tid, THREADS, VEC);
+        float w[VEC], incl[VEC];
+        r.load(first, w, 0.0f);
+        keep_values(first, w);
+        Scan(s.tmp.scan).InclusiveSum(w, incl);
+        __syncthreads();  // the scan's storage is free again
+        long long hit = kNoIndex;
+#pragma unroll
+        for (int j = VEC - 1; j >= 0; --j) {
+          if (w[j] > 0.0f && running + incl[j] > u) hit = first + j;
+        }
+        hit = block_all(hit, MinI(), s);
+        if (hit != kNoIndex) return hit;
+      }
+      running += total.v[k];
+    }
+    return kNoIndex;
+  };
+  int64_t c = 0;
+  if constexpr (VEC > 1) {
+    const int64_t whole = sampling_whole_chunks(r.n, THREADS, VEC);
+#pragma unroll 1
+    for (; c < whole; c += G) {
+      uint4 raw[G];
+      load_whole<G, THREADS>(r, c, whole, raw);
+      const long long hit =
+          group(c, static_cast<int>(whole - c < G ? whole - c : G),
+                [&](int k, int64_t, float(&v)[VEC]) { RowIn<T, VEC>::widen(raw[k], v); });
       if (hit != kNoIndex) return hit;
     }
-    running += total;
+    c = whole;
+  }
+  // Scalar rows a chunk at a time; the row's partial last chunk.
+#pragma unroll 1
+  for (; c < chunks; ++c) {
+    const long long hit =
+        group(c, 1, [&](int, int64_t first, float(&v)[VEC]) { r.load(first, v, 0.0f); });
+    if (hit != kNoIndex) return hit;
   }
   return block_all(last, MaxI(), s);
 }
@@ -287,7 +417,6 @@ template <int THREADS, class T, int VEC>
 __device__ int64_t rejection_sample(const RowIn<T, VEC>& r, SamplingKind kind,
                                     const SamplingRow& row, uint64_t b, Shared<THREADS>& s) {
   PivotWindow w;
-  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
   for (uint64_t pos = row.offset;; ++pos) {  // one draw per round
     const float u = philox_uniform_at(row.seed, b, pos) * w.q;
     const float low = w.low;
@@ -298,9 +427,7 @@ __device__ int64_t rejection_sample(const RowIn<T, VEC>& r, SamplingKind kind,
     const float pivot1 = second_pivot(pivot0, w.high);
     // pivot0 > low >= 0, so the zero fill past the row's end never counts.
     PivotSums acc = {0.0f, 0.0f, 0, 0};
-    for (int64_t c = 0; c < chunks; ++c) {
-      float v[VEC];
-      r.load(sampling_thread_first(c, threadIdx.x, THREADS, VEC), v, 0.0f);
+    for_each_chunk<kSampleGroup, THREADS>(r, 0.0f, [&](int64_t, const float(&v)[VEC]) {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         if (v[k] > pivot0) {
@@ -312,7 +439,7 @@ __device__ int64_t rejection_sample(const RowIn<T, VEC>& r, SamplingKind kind,
           ++acc.c1;
         }
       }
-    }
+    });
     acc = block_all(acc, SumOp(), s);
     PivotCounts counts;
     counts.count0 = acc.c0;
@@ -328,25 +455,20 @@ template <int THREADS, class T, int VEC>
 __device__ int64_t min_p_sample(const RowIn<T, VEC>& r, const SamplingRow& row, uint64_t b,
                                 Shared<THREADS>& s) {
   const float min_p = row.min_p;
-  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
   float mx = -INFINITY;
-  for (int64_t c = 0; c < chunks; ++c) {
-    float v[VEC];
-    r.load(sampling_thread_first(c, threadIdx.x, THREADS, VEC), v, -INFINITY);
+  for_each_chunk<kSampleGroup, THREADS>(r, -INFINITY, [&](int64_t, const float(&v)[VEC]) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) mx = fmaxf(mx, v[k]);
-  }
+  });
   mx = block_all(mx, MaxF(), s);
   if (!(mx > 0.0f)) return -1;
   const float thr = min_p * mx;
   auto keep = [thr](float v) { return v >= thr && v > 0.0f; };
   float q = 0.0f;
-  for (int64_t c = 0; c < chunks; ++c) {
-    float v[VEC];
-    r.load(sampling_thread_first(c, threadIdx.x, THREADS, VEC), v, 0.0f);
+  for_each_chunk<kSampleGroup, THREADS>(r, 0.0f, [&](int64_t, const float(&v)[VEC]) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) q += keep(v[k]) ? v[k] : 0.0f;
-  }
+  });
   q = block_all(q, SumOp(), s);
   const float u = philox_uniform_at(row.seed, b, row.offset) * q;
   return inverse_cdf(r, keep, u, s);
@@ -358,12 +480,8 @@ template <int THREADS, class T, int VEC>
 __device__ int64_t gumbel_sample(const RowIn<T, VEC>& r, const SamplingRow& row, uint64_t b,
                                  Shared<THREADS>& s) {
   ScoreIndex best = {-INFINITY, -1};
-  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t first = sampling_thread_first(c, threadIdx.x, THREADS, VEC);
-    if (first >= r.n) continue;
-    float v[VEC];
-    r.load(first, v, 0.0f);
+  for_each_chunk<kSampleGroup, THREADS>(r, 0.0f, [&](int64_t first, const float(&v)[VEC]) {
+    if (first >= r.n) return;
     Philox4x32 words = {{0, 0, 0, 0}};
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
@@ -376,7 +494,7 @@ __device__ int64_t gumbel_sample(const RowIn<T, VEC>& r, const SamplingRow& row,
       if (sc != sc) continue;
       if (best.i < 0 || sc > best.v) best = {sc, first + j};  // ascending: keeps the first
     }
-  }
+  });
   best = block_all(best, ArgMax(), s);
   return best.i >= 0 && best.v > -INFINITY ? best.i : -1;
 }
@@ -442,20 +560,17 @@ template <int THREADS, class T, int VEC>
 __device__ uint32_t filter_threshold_mass(const RowIn<T, VEC>& r, const SamplingRow& row,
                                           Shared<THREADS>& s) {
   constexpr int P = kThresholdPivots;
-  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
   const float nan = __uint_as_float(0x7fffffffu);  // key 0: never above a pivot
   uint32_t lo = 0, hi = 0xFFFFFFFFu;
   while (lo < hi) {
     uint32_t piv[P];
-    PivotArray<float> acc;
+    PivotMasses acc;
 #pragma unroll
     for (int j = 0; j < P; ++j) {
       piv[j] = threshold_pivot(lo, hi, j, P);
       acc.v[j] = 0;
     }
-    for (int64_t c = 0; c < chunks; ++c) {
-      float v[VEC];
-      r.load(sampling_thread_first(c, threadIdx.x, THREADS, VEC), v, nan);
+    for_each_chunk<kFilterGroup, THREADS>(r, nan, [&](int64_t, const float(&v)[VEC]) {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const uint32_t key = ordered_key(v[k]);
@@ -463,7 +578,7 @@ __device__ uint32_t filter_threshold_mass(const RowIn<T, VEC>& r, const Sampling
 #pragma unroll
         for (int j = 0; j < P; ++j) acc.v[j] += key > piv[j] ? w : 0.0f;
       }
-    }
+    });
     acc = block_all(acc, SumOp(), s);
     int first_below = P;
 #pragma unroll
@@ -492,7 +607,6 @@ __device__ uint32_t filter_threshold_radix(const RowIn<T, VEC>& r, const Samplin
   static_assert(kRadixBins % THREADS == 0, "whole bins per thread");
   constexpr int kPer = kRadixBins / THREADS;
   if (row.top_k <= 0) return 0xFFFFFFFFu;
-  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
   const float nan = __uint_as_float(0x7fffffffu);  // key 0, as filter_threshold_mass pads
   const int tid = static_cast<int>(threadIdx.x);
   uint32_t prefix = 0, mask = 0;
@@ -501,15 +615,13 @@ __device__ uint32_t filter_threshold_radix(const RowIn<T, VEC>& r, const Samplin
     for (int i = tid; i < kRadixBins; i += THREADS) rs.hist[i] = 0;
     if (tid == 0) rs.bin = -1;
     __syncthreads();
-    for (int64_t c = 0; c < chunks; ++c) {
-      float v[VEC];
-      r.load(sampling_thread_first(c, tid, THREADS, VEC), v, nan);
+    for_each_chunk<kFilterGroup, THREADS>(r, nan, [&](int64_t, const float(&v)[VEC]) {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const int b = radix_bin(ordered_key(v[k]), pass, prefix, mask);
         if (b >= 0) atomicAdd(&rs.hist[b], 1u);
       }
-    }
+    });
     __syncthreads();
     const int top = kRadixBins - kPer * tid - 1;
     long long mine = 0, above = 0;
@@ -540,42 +652,35 @@ __device__ __forceinline__ void filter_row(const FilterParams& p, Shared<THREADS
   const RowIn<Tin, VEC> r = {static_cast<const Tin*>(p.input) + row.src_row * p.in_stride_row,
                              p.vocab, p.in_stride_col};
   Tout* y = static_cast<Tout*>(p.out) + b * p.out_stride_row;
-  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
   const bool wide =
       VEC > 1 && p.out_stride_col == 1 &&
       sampling_vec_width(sizeof(Tout), reinterpret_cast<uint64_t>(p.out), p.out_stride_row, 1) > 1;
   const uint32_t t = p.kind == FilterKind::kTopPRenorm ? filter_threshold_mass(r, row, s)
                                                        : filter_threshold_radix(r, row, s, rs);
   if (p.kind == FilterKind::kTopKMask) {
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t first = sampling_thread_first(c, threadIdx.x, THREADS, VEC);
-      float v[VEC], o[VEC];
-      r.load(first, v, 0.0f);
+    for_each_chunk<kWriteGroup, THREADS>(r, 0.0f, [&](int64_t first, const float(&v)[VEC]) {
+      float o[VEC];
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const uint32_t key = ordered_key(v[k]);
         o[k] = key != 0u && key >= t ? v[k] : -INFINITY;
       }
       store(y, first, r.n, p.out_stride_col, wide, o);
-    }
+    });
     return;
   }
   const float nan = __uint_as_float(0x7fffffffu);
   float sum = 0.0f;
-  for (int64_t c = 0; c < chunks; ++c) {
-    float v[VEC];
-    r.load(sampling_thread_first(c, threadIdx.x, THREADS, VEC), v, nan);
+  for_each_chunk<kFilterGroup, THREADS>(r, nan, [&](int64_t, const float(&v)[VEC]) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       const uint32_t key = ordered_key(v[k]);
       if (key != 0u && key >= t && v[k] > 0.0f) sum += v[k];
     }
-  }
+  });
   sum = block_all(sum, SumOp(), s);
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t first = sampling_thread_first(c, threadIdx.x, THREADS, VEC);
-    float v[VEC], o[VEC];
-    r.load(first, v, nan);
+  for_each_chunk<kWriteGroup, THREADS>(r, nan, [&](int64_t first, const float(&v)[VEC]) {
+    float o[VEC];
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       const uint32_t key = ordered_key(v[k]);
@@ -583,7 +688,7 @@ __device__ __forceinline__ void filter_row(const FilterParams& p, Shared<THREADS
       o[k] = key != 0u && key >= t && sum > 0.0f ? w / sum : 0.0f;
     }
     store(y, first, r.n, p.out_stride_col, wide, o);
-  }
+  });
 }
 
 template <class Tin, class Tout>
@@ -632,14 +737,13 @@ __device__ __forceinline__ void softmax_row(const SoftmaxParams& p, SoftmaxShare
   const RowIn<T, VEC> r = {static_cast<const T*>(p.logits) + row.src_row * p.in_stride_row, p.vocab,
                            p.in_stride_col};
   float* y = p.out + b * p.vocab;
-  const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
   const float temp = row.temperature;
   // One pass for the max and the sum (each thread's running pair, merged over the block), one to
   // write: the row is read twice, not three times.
   MaxSum acc = {-INFINITY, 0.0f};
-  auto pass = [&](int64_t c) {
-    float v[VEC];
-    r.load(sampling_thread_first(c, threadIdx.x, THREADS, VEC), v, -INFINITY);
+  // Scalar rows go one chunk at a time (for_each_chunk does not unroll that loop: unrolled, the
+  // scalar pass spilled on sm_80, 64 registers at 1024 threads).
+  for_each_chunk<kSampleGroup, THREADS>(r, -INFINITY, [&](int64_t, const float(&v)[VEC]) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       const float x = v[k] / temp;
@@ -650,28 +754,19 @@ __device__ __forceinline__ void softmax_row(const SoftmaxParams& p, SoftmaxShare
         acc.d += expf(x - acc.m);
       }
     }
-  };
-  if constexpr (VEC == 1) {
-    // Not unrolled: the unrolled scalar loop spills on sm_80 (64 registers at 1024 threads).
-#pragma unroll 1
-    for (int64_t c = 0; c < chunks; ++c) pass(c);
-  } else {
-    for (int64_t c = 0; c < chunks; ++c) pass(c);
-  }
+  });
   acc = cub::BlockReduce<MaxSum, THREADS, kReduceAlgo>(s.tmp).Reduce(acc, MergeOp());
   if (threadIdx.x == 0) s.out = acc;
   __syncthreads();
   acc = s.out;
   // fp32 output rows of `vocab` elements: 16-byte aligned when vocab is a multiple of 4.
   const bool wide = VEC > 1 && p.vocab % 4 == 0 && reinterpret_cast<uint64_t>(p.out) % 16 == 0;
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t first = sampling_thread_first(c, threadIdx.x, THREADS, VEC);
-    float v[VEC], o[VEC];
-    r.load(first, v, 0.0f);
+  for_each_chunk<kSampleGroup, THREADS>(r, 0.0f, [&](int64_t first, const float(&v)[VEC]) {
+    float o[VEC];
 #pragma unroll
     for (int k = 0; k < VEC; ++k) o[k] = expf(v[k] / temp - acc.m) / acc.d;
     store(y, first, r.n, 1, wide, o);
-  }
+  });
 }
 
 template <class T>
