@@ -17,7 +17,8 @@ time) and the architecture, and reads it from there while they match: the ctest 
 one cuobjdump run (the `static_sass_dump` fixture writes it), which is most of their time.
 
 Rules (RULES below): `decode`, `prefill`, `sampling`, `nvfp4`, `rowops`, `quant`, `grouped_gemm`
-and `moe_grouped` are on by default. A rule selects the kernels whose name (the bare function
+and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM, in builds that have it)
+only with --rule. A rule selects the kernels whose name (the bare function
 name, without namespaces, template arguments and parameters; case-insensitive) contains its
 substring (or one of them) and none of its exclusions, and then
   - no local memory: no STL/LDL instruction and STACK and LOCAL 0 in the resource usage
@@ -213,6 +214,20 @@ RULES = {
                 Need("LDSM (ldmatrix)", r"^LDSM(?:\.|$)"),
                 Need("HMMA (mma.sync)", r"^HMMA(?:\.|$)"),
                 Need("LDGSTS .128 (16-byte cp.async)", LDGSTS_128),
+            ),
+        ),
+        Rule(
+            name="cutlass",
+            match="device_kernel",
+            description="CUTLASS's sm90 grouped GEMM (grouped_mm_bf16 on Hopper, "
+            "grouped_gemm_cutlass.cu): no spills, wgmma (HGMMA) fed by TMA loads (UTMALDG)",
+            # cutlass::device_kernel<GemmKernel> is the only kernel of that name in the library;
+            # its prep kernel (cutlass_group_prep_kernel) is not matched. Registered as a ctest
+            # only in builds with CUTLASS.
+            default=False,
+            require=(
+                Need("HGMMA (wgmma)", r"^HGMMA(?:\.|$)"),
+                Need("UTMALDG (TMA load)", r"^UTMALDG(?:\.|$)"),
             ),
         ),
         Rule(

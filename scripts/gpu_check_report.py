@@ -76,6 +76,7 @@ KERNEL_TESTS = [
     ("rope_quantize_cuda.cu", r"^(RopeQuantizeFp8Cuda\.|BackendOpsCuda\.MatchesCpu/.*rope_quantize)"),
     ("attention_jit_launch.cu", r"^(BackendOpsCudaJit\.|BatchPrefillCuda\.RaggedQk192Vo128)"),
     ("grouped_gemm_cuda.cu", r"^(GroupedMm(Bf16|Fp8)Cuda\.|SegmentGemmCuda\.|BackendOpsCuda\.MatchesCpu/.*(grouped_mm_(bf16|fp8)|SegmentGEMMWrapper))"),
+    ("grouped_gemm_cutlass.cu", r"^GroupedMmBf16Cuda\.CutlassPath"),
     ("apilog_stats_cuda.cu", r"^ApiLog\.StatisticsCuda"),
     ("bench_timing_cuda.cu", None),  # from the bench phase: a CUDA [PERF] row was timed
     ("gguf_cuda.cu", r"^(MmGgufCuda\.|ChatCuda\.|BackendOpsCuda\.MatchesCpu/mm_gguf)"),
@@ -1334,7 +1335,8 @@ GEMM_GOALS = [
 GEMM_BACKEND_TEXT = {("mm_bf16", "auto"): "cuBLASLt", ("bmm_bf16", "auto"): "cuBLASLt",
                      ("bmm_fp8", "cublas"): "cuBLASLt", ("mm_bf16", "cudnn"): "cuDNN",
                      ("bmm_bf16", "cudnn"): "cuDNN", ("bmm_fp8", "cudnn"): "cuDNN",
-                     ("grouped_mm_bf16", "cudnn"): "grouped tensor-core kernel",
+                     ("grouped_mm_bf16", "cudnn"):
+                         "CUTLASS sm90 grouped GEMM on sm_90, else the grouped tensor-core kernel",
                      ("grouped_mm_fp8", "cudnn"): "grouped tensor-core kernel"}
 
 

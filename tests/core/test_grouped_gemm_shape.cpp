@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cuda/grouped_gemm_shape.h"
+#include "kernels/grouped_gemm_cutlass_rules.h"
 #include "kernels/occupancy.h"
 
 namespace {
@@ -286,3 +287,56 @@ TEST(GroupedGemmShape, OperandAlignment) {
 }
 
 }  // namespace
+
+// grouped_mm_bf16's CUTLASS route (kernels/grouped_gemm_cutlass_rules.h) takes exactly the calls
+// its one sm_90a instance can run: an sm_90 device (9.0 only: sm_90a code runs nowhere else),
+// bf16 in and out, no weight map or alpha, dimensions in int32, 16-byte aligned k-major a and b
+// and n-major out with 16-byte row strides (TMA's rules), n and k multiples of 8.
+TEST(GroupedGemmShape, CutlassRouteTakesOnlyWhatItsInstanceFits) {
+  using flashinfer::DType;
+  using flashinfer::kernels::cutlass_grouped_misfit;
+  using flashinfer::kernels::GroupedMmCudaParams;
+  alignas(16) static uint16_t buf[64];
+  GroupedMmCudaParams p;
+  p.a = buf;
+  p.b = buf;
+  p.out = buf;
+  p.num_groups = 4;
+  p.cum_m = 100;
+  p.n = 4096;
+  p.k = 7168;
+  p.a_stride_m = p.k;
+  p.b_stride_n = p.k;
+  p.b_stride_e = p.n * p.k;
+  p.out_stride_m = p.n;
+  EXPECT_EQ(cutlass_grouped_misfit(p, 9, 0), nullptr);
+  EXPECT_NE(cutlass_grouped_misfit(p, 8, 0), nullptr);
+  EXPECT_NE(cutlass_grouped_misfit(p, 10, 0), nullptr);
+  EXPECT_NE(cutlass_grouped_misfit(p, 12, 0), nullptr);
+  auto misfit = [&](auto change) {
+    GroupedMmCudaParams q = p;
+    change(q);
+    return cutlass_grouped_misfit(q, 9, 0) != nullptr;
+  };
+  EXPECT_TRUE(misfit([](auto& q) { q.in_dtype = q.b_dtype = DType::kFloat16; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.out_dtype = DType::kFloat32; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.out_dtype = DType::kFloat16; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.b_dtype = DType::kFloat8E4M3FN; }));
+  static const int32_t index[4] = {0, 1, 2, 3};
+  static const float alpha = 2.0f;
+  EXPECT_TRUE(misfit([](auto& q) { q.b_index = index; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.alpha = &alpha; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.k = 7164; }));  // rows of 14328 bytes: not 16-byte rows
+  EXPECT_TRUE(misfit([](auto& q) { q.n = 4100; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.a_stride_m = 7172; }));  // a row stride off 16 bytes
+  EXPECT_TRUE(misfit([](auto& q) { q.a_stride_k = 2; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.a = buf + 1; }));  // a base off 16 bytes
+  EXPECT_TRUE(misfit([](auto& q) { q.b_stride_n = 1, q.b_stride_k = 4096; }));  // n-major b
+  EXPECT_TRUE(misfit([](auto& q) { q.b_stride_e = 4096 * 7168 + 4; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.out = buf + 4; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.out_stride_n = 2; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.num_groups = 0; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.cum_m = int64_t{1} << 31; }));
+  // Padded rows that keep 16-byte strides are fine.
+  EXPECT_FALSE(misfit([](auto& q) { q.a_stride_m = 7168 + 64, q.out_stride_m = 4096 + 8; }));
+}

@@ -23,6 +23,10 @@
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
 
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+#include "kernels/cuda/grouped_gemm_cuda.h"
+#endif
+
 namespace flashinfer::testing {
 namespace {
 
@@ -1107,9 +1111,12 @@ TEST(GroupedMmBf16Cuda, DeviceIndptrClamped) {
     SCOPED_TRACE(c.first[0]);
     // The CPU still checks the values: it refuses the bad split itself.
     EXPECT_FI_ERROR((void)grouped_mm_bf16(a, b, i32(c.first)), "grouped_mm_bf16", "m_indptr");
-    const Tensor ref = grouped_mm_bf16(a, b, i32(c.second), std::nullopt, DType::kFloat32);
-    EXPECT_TRUE(bit_equal(
-        grouped_mm_bf16(a.to(d), b.to(d), i32(c.first).to(d), std::nullopt, DType::kFloat32), ref));
+    // fp32 out runs the mma.sync kernel; bf16 out, on sm_90 with CUTLASS, CUTLASS's kernel.
+    for (DType od : {DType::kFloat32, DType::kBFloat16}) {
+      const Tensor ref = grouped_mm_bf16(a, b, i32(c.second), std::nullopt, od);
+      EXPECT_TRUE(
+          bit_equal(grouped_mm_bf16(a.to(d), b.to(d), i32(c.first).to(d), std::nullopt, od), ref));
+    }
   }
 }
 
@@ -1169,6 +1176,82 @@ TEST(GroupedMmBf16Cuda, RandomMatchesFp64WithinAccumulationBound) {
       grouped_mm_bf16(to_keep_layout(column_major(a), d), bd, ipd, std::nullopt, DType::kFloat32);
   EXPECT_TRUE(within_accumulation_bound(cc, tc.to_double_vector(), abs_sum, k, 2.0));
 }
+
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+// grouped_mm_bf16 on an sm_90 device of a build with CUTLASS runs CUTLASS's grouped GEMM (TMA +
+// wgmma) wherever its instance fits (bf16 out, 16-byte k-major rows; its counter says it ran),
+// elsewhere the mma.sync kernel: bit-exact against the CPU on integer operands (groups of 0 to 300
+// rows, partial n and k tiles, rows in no group left as they were; DeviceIndptrClamped above
+// covers a clamped device m_indptr), and on random ones within the fp32 accumulation bound of the
+// exact result and within twice it of the mma.sync kernel (FLASHINFER_GROUPED_MM_CUTLASS=0 on the
+// same inputs).
+TEST(GroupedMmBf16Cuda, CutlassPathOnHopperMatchesCpuAndTheMmaKernel) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+#if FLASHINFER_TEST_HAVE_CUTLASS
+  const bool cutlass = api::compute_capability(d) == 90;
+#else
+  const bool cutlass = false;
+#endif
+  auto routes = [] { return kernels::cuda::grouped_mm_routes(); };
+  auto ran = [&](const kernels::cuda::GroupedMmRoutes& before) {
+    const kernels::cuda::GroupedMmRoutes now = routes();
+    return cutlass ? now.cutlass > before.cutlass : now.mma > before.mma;
+  };
+  ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS");
+  const int64_t E = static_cast<int64_t>(kEdgeIndptr.size()) - 1;
+  const Tensor a = int_tensor({kEdgeRows, kEdgeK}, 4, DType::kBFloat16, 31);
+  const Tensor b = int_tensor({E, kEdgeN, kEdgeK}, 4, DType::kBFloat16, 32);
+  const Tensor ip = i32(kEdgeIndptr);
+  auto before = routes();
+  Tensor out = Tensor::full({kEdgeRows, kEdgeN}, 7.0, DType::kBFloat16, d);
+  (void)grouped_mm_bf16(a.to(d), b.to(d), ip.to(d), out);
+  EXPECT_TRUE(ran(before));
+  Tensor ref = Tensor::full({kEdgeRows, kEdgeN}, 7.0, DType::kBFloat16);
+  (void)grouped_mm_bf16(a, b, ip, ref);
+  EXPECT_TRUE(bit_equal(out, ref));  // rows 0..2 and 688..699 keep their 7s
+  // Eight groups of 128 rows, n 512, k 1024 (sums of |a b| <= 16 x 1024: exact in fp32).
+  {
+    std::vector<int64_t> full = {0};
+    for (int g = 0; g < 8; ++g) full.push_back(full.back() + 128);
+    const Tensor a8 = int_tensor({1024, 1024}, 2, DType::kBFloat16, 33);
+    const Tensor b8 = int_tensor({8, 512, 1024}, 2, DType::kBFloat16, 34);
+    before = routes();
+    const Tensor got = grouped_mm_bf16(a8.to(d), b8.to(d), i32(full).to(d));
+    EXPECT_TRUE(ran(before));
+    EXPECT_TRUE(bit_equal(got, grouped_mm_bf16(a8, b8, i32(full))));
+  }
+  // Random values: 70 groups (some empty), n 296, k 1032.
+  std::vector<int64_t> indptr = {1};
+  uint64_t s = 77;
+  for (int g = 0; g < 70; ++g) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const int64_t m = (s >> 40) % 5 == 0 ? 0 : static_cast<int64_t>((s >> 33) % 200);
+    indptr.push_back(indptr.back() + m);
+  }
+  const int64_t cum = indptr.back() + 2, n = 296, k = 1032;
+  const Tensor ar = rand_tensor({cum, k}, DType::kBFloat16, 37, -1.0, 1.0);
+  const Tensor br = rand_tensor({70, n, k}, DType::kBFloat16, 38, -1.0, 1.0);
+  std::vector<double> av = ar.to_double_vector(), bv = br.to_double_vector();
+  const std::vector<double> exact = grouped_ref(av, bv, indptr, cum, n, k, 1.0);
+  for (double& x : av) x = std::fabs(x);
+  for (double& x : bv) x = std::fabs(x);
+  const std::vector<double> abs_sum = grouped_ref(av, bv, indptr, cum, n, k, 1.0);
+  const Tensor ad = ar.to(d), bd = br.to(d), ipd = i32(indptr).to(d);
+  before = routes();
+  const Tensor got = grouped_mm_bf16(ad, bd, ipd);
+  EXPECT_TRUE(ran(before));
+  EXPECT_TRUE(within_accumulation_bound(got, exact, abs_sum, k));
+  ::setenv("FLASHINFER_GROUPED_MM_CUTLASS", "0", 1);
+  before = routes();
+  const Tensor mma = grouped_mm_bf16(ad, bd, ipd);
+  ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS");
+  EXPECT_GT(routes().mma, before.mma);
+  EXPECT_EQ(routes().cutlass, before.cutlass);
+  EXPECT_TRUE(
+      within_accumulation_bound(got, mma.to(Device::cpu()).to_double_vector(), abs_sum, k, 2.0));
+}
+#endif
 
 // e4m3 x e4m3 and e4m3 x e5m2 integer operands (|a b| <= 64, k = 208: sums below 2^14), alpha
 // 0.5 (exact) or none: bit-exact against the CPU reference, on both CUDA kernels.

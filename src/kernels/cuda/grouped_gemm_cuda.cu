@@ -12,10 +12,13 @@
 //
 // grouped_mm_simple_kernel (any strides, the fallback and the tests' second opinion): one output
 // per thread, fp32 sum over k in order, one rounding.
+#include <atomic>
+
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/device/mma.cuh"
 #include "kernels/cuda/device/permuted_smem.cuh"
 #include "kernels/cuda/grouped_gemm_cuda.h"
+#include "kernels/cuda/grouped_gemm_cutlass.h"
 #include "kernels/cuda/grouped_gemm_shape.h"
 
 namespace flashinfer::kernels::cuda {
@@ -441,19 +444,31 @@ void launch_simple(const GroupedMmCudaParams& p, cudaStream_t s, const char* op,
       });
 }
 
+std::atomic<uint64_t> g_cutlass_runs{0}, g_mma_runs{0}, g_simple_runs{0};
+
 void launch_grouped(const GroupedMmCudaParams& p, void* stream, const char* op, const char* arg) {
   if (p.cum_m == 0 || p.n == 0 || p.num_groups == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
   if (const MmaLayout layout = mma_layout(p); layout != MmaLayout::kNone) {
     launch_mma(p, layout, s, op);
+    g_mma_runs.fetch_add(1, std::memory_order_relaxed);
   } else {
     launch_simple(p, s, op, arg);
+    g_simple_runs.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
 }  // namespace
 
 void grouped_mm_bf16(const GroupedMmCudaParams& p, void* stream) {
+#if FLASHINFER_WITH_CUTLASS
+  // sm_90 with bf16 k-major operands: CUTLASS's TMA + wgmma grouped GEMM (grouped_gemm_cutlass.cu).
+  if (p.cum_m > 0 && p.n > 0 && p.num_groups > 0 &&
+      cutlass_grouped_mm(p, stream, "grouped_mm_bf16")) {
+    g_cutlass_runs.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+#endif
   launch_grouped(p, stream, "grouped_mm_bf16", "a");
 }
 
@@ -463,6 +478,12 @@ void grouped_mm_fp8(const GroupedMmCudaParams& p, void* stream) {
 
 void segment_gemm(const GroupedMmCudaParams& p, void* stream) {
   launch_grouped(p, stream, "SegmentGEMMWrapper.run", "x");
+}
+
+GroupedMmRoutes grouped_mm_routes() {
+  return {g_cutlass_runs.load(std::memory_order_relaxed),
+          g_mma_runs.load(std::memory_order_relaxed),
+          g_simple_runs.load(std::memory_order_relaxed)};
 }
 
 }  // namespace flashinfer::kernels::cuda

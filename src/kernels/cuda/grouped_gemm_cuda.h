@@ -2,6 +2,8 @@
 // plain C++ header).
 #pragma once
 
+#include <cstdint>
+
 #include "kernels/grouped_gemm_params.h"
 
 namespace flashinfer::kernels::cuda {
@@ -26,5 +28,13 @@ void grouped_mm_fp8(const GroupedMmCudaParams& p, void* stream);
 /// The same kernels for SegmentGEMMWrapper.run: segments as the groups (m_indptr = seg_indptr),
 /// weight_indices as b_index; errors name "SegmentGEMMWrapper.run" and "x".
 void segment_gemm(const GroupedMmCudaParams& p, void* stream);
+
+/// How many calls each path of these three ran since the process started: CUTLASS's sm90
+/// grouped GEMM (grouped_mm_bf16 on Hopper, grouped_gemm_cutlass.h), the mma.sync tensor-core
+/// kernel, the CUDA-core kernel. For the tests, which check that a path they mean to test ran.
+struct GroupedMmRoutes {
+  uint64_t cutlass = 0, mma = 0, simple = 0;
+};
+GroupedMmRoutes grouped_mm_routes();
 
 }  // namespace flashinfer::kernels::cuda
