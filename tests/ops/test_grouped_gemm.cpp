@@ -26,6 +26,12 @@
 #if FLASHINFER_TEST_HAVE_CUDA_HEADERS
 #include "kernels/cuda/grouped_gemm_cuda.h"
 #endif
+#if FLASHINFER_TEST_HAVE_CUDART
+#include <cuda_runtime.h>
+
+#include "flashinfer/stream.h"
+#include "util/cuda_graph_util.h"
+#endif
 
 namespace flashinfer::testing {
 namespace {
@@ -1250,6 +1256,52 @@ TEST(GroupedMmBf16Cuda, CutlassPathOnHopperMatchesCpuAndTheMmaKernel) {
   EXPECT_EQ(routes().cutlass, before.cutlass);
   EXPECT_TRUE(
       within_accumulation_bound(got, mma.to(Device::cpu()).to_double_vector(), abs_sum, k, 2.0));
+}
+#endif
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// grouped_mm_bf16 captured into a CUDA graph: on a stream that never ran it, CUTLASS's path
+// (whose scratch cannot grow during a capture) declines and the mma.sync kernel takes the call;
+// after one eager call a captured call runs CUTLASS's path where it runs (sm_90 with CUTLASS).
+// Either way the replayed graph gives the CPU's result (integer operands: bit-exact).
+TEST(GroupedMmBf16Cuda, CapturedCallsMatchCpuOnEitherPath) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+#if FLASHINFER_TEST_HAVE_CUTLASS
+  const bool cutlass = api::compute_capability(d) == 90;
+#else
+  const bool cutlass = false;
+#endif
+  ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS");
+  const std::vector<int64_t> indptr = {0, 40, 40, 200, 328};
+  const Tensor a = int_tensor({328, 256}, 3, DType::kBFloat16, 41);
+  const Tensor b = int_tensor({4, 136, 256}, 3, DType::kBFloat16, 42);
+  const Tensor ref = grouped_mm_bf16(a, b, i32(indptr));
+  const Tensor ag = a.to(d), bg = b.to(d), ig = i32(indptr).to(d);
+  Tensor out = Tensor::zeros({328, 136}, DType::kBFloat16, d);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  void* const prev = current_cuda_stream();
+  set_current_cuda_stream(stream);
+  auto capture = [&] {
+    testing::capture_and_launch(stream, cudaStreamCaptureModeGlobal,
+                                [&] { (void)grouped_mm_bf16(ag, bg, ig, out); });
+  };
+  kernels::cuda::GroupedMmRoutes before = kernels::cuda::grouped_mm_routes();
+  ASSERT_NO_FATAL_FAILURE(capture());  // a cold stream: the mma.sync kernel
+  EXPECT_GT(kernels::cuda::grouped_mm_routes().mma, before.mma);
+  EXPECT_EQ(kernels::cuda::grouped_mm_routes().cutlass, before.cutlass);
+  EXPECT_TRUE(bit_equal(out, ref));
+  (void)grouped_mm_bf16(ag, bg, ig, out);  // eager: CUTLASS's scratch grows where it runs
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(out.data_ptr(), 0, 328 * 136 * 2, stream), cudaSuccess);
+  before = kernels::cuda::grouped_mm_routes();
+  ASSERT_NO_FATAL_FAILURE(capture());
+  const kernels::cuda::GroupedMmRoutes after = kernels::cuda::grouped_mm_routes();
+  EXPECT_TRUE(cutlass ? after.cutlass > before.cutlass : after.mma > before.mma);
+  EXPECT_TRUE(bit_equal(out, ref));
+  set_current_cuda_stream(prev);
+  cudaStreamDestroy(stream);
 }
 #endif
 

@@ -160,6 +160,37 @@ TEST(StreamScratchCuda, RefusesToGrowWhileCapturing) {
   if (graph != nullptr) cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
+
+// ready(): whether acquire would allocate nothing: false for a stream the pool has no buffer for
+// (and for a stream first seen while it is being captured), true up to the buffer's size, also
+// during a capture, so a caller with a path that needs no scratch can take it instead.
+TEST(StreamScratchCuda, ReadySaysWhetherAcquireWouldAllocate) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  static StreamScratchPool pool("scratch");
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  cudaStream_t stream = nullptr, cold = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&cold, cudaStreamNonBlocking), cudaSuccess);
+  EXPECT_FALSE(pool.ready("my_op", device, stream, 1));
+  const uint64_t a0 = pool.allocations();
+  (void)pool.acquire("my_op", device, stream, 3 * kMiB);  // grows to 4 MiB
+  EXPECT_TRUE(pool.ready("my_op", device, stream, 4 * kMiB));
+  EXPECT_FALSE(pool.ready("my_op", device, stream, 4 * kMiB + 1));
+  EXPECT_EQ(pool.allocations(), a0 + 1);  // ready() allocates nothing
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  EXPECT_TRUE(pool.ready("my_op", device, stream, kMiB));
+  EXPECT_FALSE(pool.ready("my_op", device, stream, 8 * kMiB));
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  ASSERT_EQ(cudaStreamBeginCapture(cold, cudaStreamCaptureModeGlobal), cudaSuccess);
+  EXPECT_FALSE(pool.ready("my_op", device, cold, 1));
+  ASSERT_EQ(cudaStreamEndCapture(cold, &graph), cudaSuccess);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  cudaStreamDestroy(cold);
+}
 #endif  // FLASHINFER_TEST_HAVE_CUDART
 
 }  // namespace

@@ -149,7 +149,13 @@ bool cutlass_grouped_mm(const GroupedMmCudaParams& p, void* stream, const char* 
   const std::size_t workspace = Gemm::get_workspace_size(args);
 
   static StreamScratchPool pool("grouped GEMM scratch");
-  const StreamScratch scratch = pool.acquire(op, device, stream, arrays + align16(workspace));
+  const std::size_t need = arrays + align16(workspace);
+  // Under capture a scratch that would have to grow cannot (stream_scratch.h): the mma.sync
+  // kernel, which needs none, takes the call, as it did before this path existed.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FLASHINFER_CUDA_CALL(op, cudaStreamIsCapturing(s, &capture));
+  if (capture != cudaStreamCaptureStatusNone && !pool.ready(op, device, stream, need)) return false;
+  const StreamScratch scratch = pool.acquire(op, device, stream, need);
   auto* base = static_cast<char*>(scratch.data());
   GroupArrays g{};
   group_arrays(p.num_groups, base, &g);

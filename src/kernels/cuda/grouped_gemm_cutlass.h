@@ -11,9 +11,10 @@ namespace flashinfer::kernels::cuda {
 /// GEMM (TMA + wgmma, fp32 accumulation, one rounding to bf16), m_indptr read on the device.
 /// False, having run nothing, when the call does not fit (cutlass_grouped_misfit: an sm_90
 /// device, bf16 operands and output, k-major 16-byte rows, no weight map or alpha), when
-/// FLASHINFER_GROUPED_MM_CUTLASS=0 is set (to compare with the mma.sync kernel), or when CUTLASS
-/// declines the arguments; the caller then runs the grouped kernel. kCuda Error naming `op` when
-/// a CUDA or CUTLASS call fails after that.
+/// FLASHINFER_GROUPED_MM_CUTLASS=0 is set (to compare with the mma.sync kernel), when the stream
+/// is being captured and its scratch would have to grow (a call on a stream that never ran this
+/// path), or when CUTLASS declines the arguments; the caller then runs the grouped kernel. kCuda
+/// Error naming `op` when a CUDA or CUTLASS call fails after that.
 bool cutlass_grouped_mm(const GroupedMmCudaParams& p, void* stream, const char* op);
 
 }  // namespace flashinfer::kernels::cuda

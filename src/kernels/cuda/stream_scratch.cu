@@ -87,6 +87,20 @@ struct StreamScratchPool::State {
 StreamScratchPool::StreamScratchPool(const char* what, const char* arg)
     : what_(what), arg_(arg), state_(new State) {}
 
+bool StreamScratchPool::ready(const char* op, int device, void* stream, std::size_t bytes) const {
+  const std::optional<StreamKey> key = find_stream_key(op, device, stream);
+  if (!key) return false;
+  Buffer* b = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    const auto it = state_->buffers.find(*key);
+    if (it == state_->buffers.end()) return false;
+    b = it->second.get();
+  }
+  std::lock_guard<std::mutex> lock(b->mu);
+  return b->bytes >= bytes;
+}
+
 StreamScratch StreamScratchPool::acquire(const char* op, void* stream, std::size_t bytes) {
   int device = 0;
   FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));

@@ -113,6 +113,11 @@ class StreamScratchPool {
   /// The same on the current device.
   StreamScratch acquire(const char* op, void* stream, std::size_t bytes);
 
+  /// Whether acquire(op, device, stream, bytes) would find a buffer of at least `bytes` and
+  /// allocate nothing (buffers never shrink, so it stays true). A caller with a path that needs
+  /// no scratch takes that path instead while the stream is being captured and this is false.
+  bool ready(const char* op, int device, void* stream, std::size_t bytes) const;
+
   /// Device allocations this pool made, and their bytes (for the tests that count them).
   uint64_t allocations() const;
   uint64_t allocated_bytes() const;
