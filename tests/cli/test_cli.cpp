@@ -133,6 +133,14 @@ TEST(Cli, InfoReportsBuildAndDevices) {
                            : std::string("; no cuDNN in this build")),
       std::string::npos)
       << r.out;
+  // Whether grouped_mm_bf16's CUTLASS path is built (it needs CUDA).
+  if (b.cuda) {
+    EXPECT_TRUE(r.out.find("; CUTLASS (grouped_mm_bf16 on sm_90") != std::string::npos ||
+                r.out.find("; no CUTLASS in this build") != std::string::npos)
+        << r.out;
+  } else {
+    EXPECT_EQ(r.out.find("CUTLASS"), std::string::npos) << r.out;
+  }
   // The libcudnn the process loads: a version (or why not), in a build with cuDNN.
   if (b.cuda && b.cudnn) {
     const std::string loaded = flashinfer::cudnn_runtime_version();

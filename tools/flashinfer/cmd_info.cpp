@@ -77,12 +77,20 @@ std::string gemm_libraries_line(const BuildInfo& b) {
             std::string(b.cudnn_frontend_version) +
             "; libcudnn loaded: " + cudnn_runtime_version() +
             "; grouped_mm_bf16's MoE grouped matmul graph needs libcudnn 9.15.0 or newer at run "
-            "time, else the grouped tensor-core kernel runs)";
+            "time, else CUTLASS's or the mma.sync grouped kernel runs)";
   } else {
     line +=
         "; no cuDNN in this build (backend 'cudnn' of mm_bf16/bmm_bf16 runs cuBLASLt, "
         "bmm_fp8's is refused)";
   }
+  // CMake sets the macro for this source from what it found (kernels/cuda/grouped_gemm_cutlass.cu).
+#if FLASHINFER_WITH_CUTLASS
+  line +=
+      "; CUTLASS (grouped_mm_bf16 on sm_90: its TMA + wgmma grouped GEMM; "
+      "FLASHINFER_GROUPED_MM_CUTLASS=0 runs the mma.sync grouped kernel instead)";
+#else
+  line += "; no CUTLASS in this build (grouped_mm_bf16 runs the mma.sync grouped kernel)";
+#endif
   return line;
 }
 
