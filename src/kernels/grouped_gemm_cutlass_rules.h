@@ -22,17 +22,23 @@ inline const char* cutlass_grouped_misfit(const GroupedMmCudaParams& p, int majo
       p.k > 0x7fffffff || p.cum_m > 0x7fffffff) {
     return "a dimension outside int32";
   }
-  // 16-byte rows: TMA's global strides and the 8-element operand alignment of the instance.
-  auto aligned = [](const void* base, int64_t stride_row, int64_t stride_inner) {
-    return stride_inner == 1 && reinterpret_cast<uintptr_t>(base) % 16 == 0 &&
+  // 16-byte rows that do not overlap: TMA's global strides (multiples of 16 bytes; a zero or
+  // negative row stride, a broadcast or flipped view, is left to the mma.sync kernel) and the
+  // 8-element operand alignment of the instance. A weight stride of 0 (one weight for every
+  // group) is only pointer arithmetic: each group's B is its own descriptor.
+  auto aligned = [](const void* base, int64_t stride_row, int64_t stride_inner, int64_t row) {
+    return stride_inner == 1 && stride_row >= row && reinterpret_cast<uintptr_t>(base) % 16 == 0 &&
            (stride_row * 2) % 16 == 0;
   };
   if (p.k % 8 != 0 || p.n % 8 != 0) return "n or k not a multiple of 8";
-  if (!aligned(p.a, p.a_stride_m, p.a_stride_k)) return "a not k-contiguous 16-byte rows";
-  if (!aligned(p.b, p.b_stride_n, p.b_stride_k) || (p.b_stride_e * 2) % 16 != 0) {
+  if (!aligned(p.a, p.a_stride_m, p.a_stride_k, p.k)) return "a not k-contiguous 16-byte rows";
+  if (!aligned(p.b, p.b_stride_n, p.b_stride_k, p.k) || p.b_stride_e < 0 ||
+      (p.b_stride_e * 2) % 16 != 0) {
     return "b not k-contiguous 16-byte rows";
   }
-  if (!aligned(p.out, p.out_stride_m, p.out_stride_n)) return "out not n-contiguous 16-byte rows";
+  if (!aligned(p.out, p.out_stride_m, p.out_stride_n, p.n)) {
+    return "out not n-contiguous 16-byte rows";
+  }
   return nullptr;
 }
 

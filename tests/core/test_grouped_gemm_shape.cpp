@@ -337,6 +337,12 @@ TEST(GroupedGemmShape, CutlassRouteTakesOnlyWhatItsInstanceFits) {
   EXPECT_TRUE(misfit([](auto& q) { q.out_stride_n = 2; }));
   EXPECT_TRUE(misfit([](auto& q) { q.num_groups = 0; }));
   EXPECT_TRUE(misfit([](auto& q) { q.cum_m = int64_t{1} << 31; }));
+  // Broadcast (stride 0) or overlapping rows: the mma.sync kernel's.
+  EXPECT_TRUE(misfit([](auto& q) { q.a_stride_m = 0; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.b_stride_n = 7160; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.out_stride_m = -4096; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.b_stride_e = -4096 * 7168; }));
+  EXPECT_FALSE(misfit([](auto& q) { q.b_stride_e = 0; }));  // one weight for every group
   // Padded rows that keep 16-byte strides are fine.
   EXPECT_FALSE(misfit([](auto& q) { q.a_stride_m = 7168 + 64, q.out_stride_m = 4096 + 8; }));
 }

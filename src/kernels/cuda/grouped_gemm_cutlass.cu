@@ -75,6 +75,9 @@ struct GroupArrays {
 };
 
 constexpr std::size_t align16(std::size_t x) { return (x + 15) & ~std::size_t{15}; }
+// CUTLASS keeps TMA descriptors (tensormaps, which must be 64-byte aligned) at the start of its
+// workspace and aligns only its own offsets inside it: the workspace starts on 256 bytes.
+constexpr std::size_t align256(std::size_t x) { return (x + 255) & ~std::size_t{255}; }
 
 /// Bytes of the arrays of `groups` groups; with `base`, their addresses from there.
 std::size_t group_arrays(int64_t groups, char* base, GroupArrays* out) {
@@ -145,7 +148,7 @@ bool cutlass_grouped_mm(const GroupedMmCudaParams& p, void* stream, const char* 
                                 hw};
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = 0.0f;
-  const std::size_t arrays = group_arrays(p.num_groups, nullptr, nullptr);
+  const std::size_t arrays = align256(group_arrays(p.num_groups, nullptr, nullptr));
   const std::size_t workspace = Gemm::get_workspace_size(args);
 
   static StreamScratchPool pool("grouped GEMM scratch");
@@ -156,7 +159,7 @@ bool cutlass_grouped_mm(const GroupedMmCudaParams& p, void* stream, const char* 
   FLASHINFER_CUDA_CALL(op, cudaStreamIsCapturing(s, &capture));
   if (capture != cudaStreamCaptureStatusNone && !pool.ready(op, device, stream, need)) return false;
   const StreamScratch scratch = pool.acquire(op, device, stream, need);
-  auto* base = static_cast<char*>(scratch.data());
+  auto* base = static_cast<char*>(scratch.data());  // cudaMalloc'd: 256-byte aligned
   GroupArrays g{};
   group_arrays(p.num_groups, base, &g);
   args.problem_shape = {static_cast<int>(p.num_groups), g.shapes, nullptr};
@@ -167,8 +170,12 @@ bool cutlass_grouped_mm(const GroupedMmCudaParams& p, void* stream, const char* 
   args.epilogue.ptr_D = g.d;
   args.epilogue.dD = g.sd;
 
+  // Nothing is queued before CUTLASS has accepted the arguments (initialize reads only the
+  // arrays' addresses, not their contents, which the prep kernel writes next): a refusal here
+  // leaves the call to the mma.sync kernel.
   Gemm gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) return false;
+  if (gemm.initialize(args, base + arrays, s) != cutlass::Status::kSuccess) return false;
   constexpr int kPrepThreads = 128;
   const auto blocks = static_cast<unsigned>((p.num_groups + kPrepThreads - 1) / kPrepThreads);
   cutlass_group_prep_kernel<<<blocks, kPrepThreads, 0, s>>>(
@@ -176,9 +183,6 @@ bool cutlass_grouped_mm(const GroupedMmCudaParams& p, void* stream, const char* 
       static_cast<const Bf16*>(p.a), p.a_stride_m, static_cast<const Bf16*>(p.b), p.b_stride_n,
       p.b_stride_e, static_cast<Bf16*>(p.out), p.out_stride_m);
   FLASHINFER_CUDA_CALL(op, cudaGetLastError());
-  const cutlass::Status init = gemm.initialize(args, base + arrays, s);
-  FLASHINFER_CHECK_CODE(init == cutlass::Status::kSuccess, ErrorCode::kCuda, op, "",
-                        "CUTLASS grouped GEMM initialize: ", cutlassGetStatusString(init));
   const cutlass::Status run = gemm.run(s);
   FLASHINFER_CHECK_CODE(run == cutlass::Status::kSuccess, ErrorCode::kCuda, op, "",
                         "CUTLASS grouped GEMM launch: ", cutlassGetStatusString(run));

@@ -761,7 +761,7 @@ __device__ __forceinline__ void softmax_row(const SoftmaxParams& p, SoftmaxShare
   acc = s.out;
   // fp32 output rows of `vocab` elements: 16-byte aligned when vocab is a multiple of 4.
   const bool wide = VEC > 1 && p.vocab % 4 == 0 && reinterpret_cast<uint64_t>(p.out) % 16 == 0;
-  for_each_chunk<kSampleGroup, THREADS>(r, 0.0f, [&](int64_t first, const float(&v)[VEC]) {
+  for_each_chunk<kWriteGroup, THREADS>(r, 0.0f, [&](int64_t first, const float(&v)[VEC]) {
     float o[VEC];
 #pragma unroll
     for (int k = 0; k < VEC; ++k) o[k] = expf(v[k] / temp - acc.m) / acc.d;
