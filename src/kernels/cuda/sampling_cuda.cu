@@ -57,14 +57,25 @@ struct RowIn {
 
   __device__ __forceinline__ float at(int64_t i) const { return to_f32(x[i * stride]); }
 
-  /// The 16 bytes from `first` (a multiple of VEC, a whole vector): one 128-bit load.
-  __device__ __forceinline__ uint4 load_raw(int64_t first) const {
-    return *reinterpret_cast<const uint4*>(x + first);
+  /// What one load of a whole vector holds: its 16 bytes, or for a scalar row (VEC 1) its one
+  /// element in fp32.
+  using Raw = std::conditional_t<VEC == 1, float, uint4>;
+
+  /// The vector from `first` (a multiple of VEC, a whole vector inside the row): one 128-bit load,
+  /// or one element at the column stride.
+  __device__ __forceinline__ Raw load_raw(int64_t first) const {
+    if constexpr (VEC == 1) {
+      return at(first);
+    } else {
+      return *reinterpret_cast<const uint4*>(x + first);
+    }
   }
 
-  /// The VEC elements of a 128-bit load, in fp32.
-  __device__ __forceinline__ static void widen(const uint4& raw, float (&v)[VEC]) {
-    if constexpr (std::is_same_v<T, float>) {
+  /// The VEC elements of a load_raw, in fp32.
+  __device__ __forceinline__ static void widen(const Raw& raw, float (&v)[VEC]) {
+    if constexpr (VEC == 1) {
+      v[0] = raw;
+    } else if constexpr (std::is_same_v<T, float>) {
       v[0] = __uint_as_float(raw.x);
       v[1] = __uint_as_float(raw.y);
       v[2] = __uint_as_float(raw.z);
@@ -102,15 +113,16 @@ constexpr int kFilterGroup = 8;
 constexpr int kSampleGroup = 8;
 constexpr int kWriteGroup = 4;
 
-/// This thread's 16-byte loads of chunks [c, c + G) that are below `whole` (sampling_whole_chunks:
-/// every thread's vector there is whole), issued together before any is used.
+/// This thread's loads of chunks [c, c + G) that are below `whole` (sampling_whole_chunks: every
+/// thread's vector there is whole), issued together before any is used: 16-byte loads, or for a
+/// scalar row one element each.
 template <int G, int THREADS, class T, int VEC>
 __device__ __forceinline__ void load_whole(const RowIn<T, VEC>& r, int64_t c, int64_t whole,
-                                           uint4 (&raw)[G]) {
+                                           typename RowIn<T, VEC>::Raw (&raw)[G]) {
 #pragma unroll
   for (int u = 0; u < G; ++u) {
     raw[u] = c + u < whole ? r.load_raw(sampling_thread_first(c + u, threadIdx.x, THREADS, VEC))
-                           : make_uint4(0, 0, 0, 0);
+                           : typename RowIn<T, VEC>::Raw{};
   }
 }
 
@@ -118,29 +130,27 @@ __device__ __forceinline__ void load_whole(const RowIn<T, VEC>& r, int64_t c, in
 /// this thread's VEC elements of chunk c (`fill` past the row's end). Only the loads move: the
 /// whole chunks' are issued U at a time before the first of them is visited (load_whole), so each
 /// thread sees the same values in the same order as one chunk at a time and every per-thread
-/// sum, count and maximum is the same. The row's partial last chunk, and every chunk of a scalar
-/// row, loads at its visit.
+/// sum, count and maximum is the same. Scalar rows (VEC 1) alike, U elements in flight a thread.
+/// The row's partial last chunk loads at its visit.
 template <int U, int THREADS, class T, int VEC, class F>
 __device__ __forceinline__ void for_each_chunk(const RowIn<T, VEC>& r, float fill, F&& f) {
   const int64_t chunks = sampling_num_chunks(r.n, THREADS, VEC);
   const int tid = static_cast<int>(threadIdx.x);
+  const int64_t whole = sampling_whole_chunks(r.n, THREADS, VEC);
   int64_t c = 0;
-  if constexpr (VEC > 1) {
-    const int64_t whole = sampling_whole_chunks(r.n, THREADS, VEC);
 #pragma unroll 1
-    for (; c < whole; c += U) {
-      uint4 raw[U];
-      load_whole<U, THREADS>(r, c, whole, raw);
+  for (; c < whole; c += U) {
+    typename RowIn<T, VEC>::Raw raw[U];
+    load_whole<U, THREADS>(r, c, whole, raw);
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (c + u >= whole) break;  // the same in every thread
-        float v[VEC];
-        RowIn<T, VEC>::widen(raw[u], v);
-        f(sampling_thread_first(c + u, tid, THREADS, VEC), v);
-      }
+    for (int u = 0; u < U; ++u) {
+      if (c + u >= whole) break;  // the same in every thread
+      float v[VEC];
+      RowIn<T, VEC>::widen(raw[u], v);
+      f(sampling_thread_first(c + u, tid, THREADS, VEC), v);
     }
-    c = whole;
   }
+  c = whole;
 #pragma unroll 1
   for (; c < chunks; ++c) {
     const int64_t first = sampling_thread_first(c, tid, THREADS, VEC);
@@ -388,21 +398,19 @@ __device__ int64_t inverse_cdf(const RowIn<T, VEC>& r, Keep keep, float u, Share
     }
     return kNoIndex;
   };
+  const int64_t whole = sampling_whole_chunks(r.n, THREADS, VEC);
   int64_t c = 0;
-  if constexpr (VEC > 1) {
-    const int64_t whole = sampling_whole_chunks(r.n, THREADS, VEC);
 #pragma unroll 1
-    for (; c < whole; c += G) {
-      uint4 raw[G];
-      load_whole<G, THREADS>(r, c, whole, raw);
-      const long long hit =
-          group(c, static_cast<int>(whole - c < G ? whole - c : G),
-                [&](int k, int64_t, float(&v)[VEC]) { RowIn<T, VEC>::widen(raw[k], v); });
-      if (hit != kNoIndex) return hit;
-    }
-    c = whole;
+  for (; c < whole; c += G) {
+    typename RowIn<T, VEC>::Raw raw[G];
+    load_whole<G, THREADS>(r, c, whole, raw);
+    const long long hit =
+        group(c, static_cast<int>(whole - c < G ? whole - c : G),
+              [&](int k, int64_t, float(&v)[VEC]) { RowIn<T, VEC>::widen(raw[k], v); });
+    if (hit != kNoIndex) return hit;
   }
-  // Scalar rows a chunk at a time; the row's partial last chunk.
+  c = whole;
+  // The row's partial last chunk.
 #pragma unroll 1
   for (; c < chunks; ++c) {
     const long long hit =
@@ -741,8 +749,6 @@ __device__ __forceinline__ void softmax_row(const SoftmaxParams& p, SoftmaxShare
   // One pass for the max and the sum (each thread's running pair, merged over the block), one to
   // write: the row is read twice, not three times.
   MaxSum acc = {-INFINITY, 0.0f};
-  // Scalar rows go one chunk at a time (for_each_chunk does not unroll that loop: unrolled, the
-  // scalar pass spilled on sm_80, 64 registers at 1024 threads).
   for_each_chunk<kSampleGroup, THREADS>(r, -INFINITY, [&](int64_t, const float(&v)[VEC]) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
