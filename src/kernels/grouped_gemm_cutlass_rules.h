@@ -9,12 +9,13 @@
 
 namespace flashinfer::kernels {
 
-/// Why the CUTLASS sm90 grouped GEMM does not take `p` on a device of compute capability
-/// major.minor (nullptr: it does). Its kernel is sm_90a code (TMA and wgmma), which runs on 9.0
-/// only; TMA needs 16-byte aligned bases and row strides; the instance built is bf16 x bf16 ->
-/// bf16 with a k-major weight, one weight per group and no alpha (grouped_mm_bf16's call).
-inline const char* cutlass_grouped_misfit(const GroupedMmCudaParams& p, int major, int minor) {
-  if (major != 9 || minor != 0) return "not an sm_90 device (the kernel is sm_90a code)";
+/// Why the CUTLASS sm90 grouped GEMM does not take `p` on a device of compute capability `cc`
+/// (major * 10 + minor, as detail::cuda_compute_capability gives it; nullptr: it does). Its kernel
+/// is sm_90a code (TMA and wgmma), which runs on 9.0 only; TMA needs 16-byte aligned bases and row
+/// strides; the instance built is bf16 x bf16 -> bf16 with a k-major weight, one weight per group
+/// and no alpha (grouped_mm_bf16's call).
+inline const char* cutlass_grouped_misfit(const GroupedMmCudaParams& p, int cc) {
+  if (cc != 90) return "not an sm_90 device (the kernel is sm_90a code)";
   if (p.in_dtype != DType::kBFloat16 || p.b_dtype != DType::kBFloat16) return "not bf16 operands";
   if (p.out_dtype != DType::kBFloat16) return "not a bf16 output";
   if (p.b_index != nullptr || p.alpha != nullptr) return "a weight map or alpha";

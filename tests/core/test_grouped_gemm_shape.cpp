@@ -309,14 +309,14 @@ TEST(GroupedGemmShape, CutlassRouteTakesOnlyWhatItsInstanceFits) {
   p.b_stride_n = p.k;
   p.b_stride_e = p.n * p.k;
   p.out_stride_m = p.n;
-  EXPECT_EQ(cutlass_grouped_misfit(p, 9, 0), nullptr);
-  EXPECT_NE(cutlass_grouped_misfit(p, 8, 0), nullptr);
-  EXPECT_NE(cutlass_grouped_misfit(p, 10, 0), nullptr);
-  EXPECT_NE(cutlass_grouped_misfit(p, 12, 0), nullptr);
+  EXPECT_EQ(cutlass_grouped_misfit(p, 90), nullptr);
+  EXPECT_NE(cutlass_grouped_misfit(p, 80), nullptr);
+  EXPECT_NE(cutlass_grouped_misfit(p, 100), nullptr);
+  EXPECT_NE(cutlass_grouped_misfit(p, 120), nullptr);
   auto misfit = [&](auto change) {
     GroupedMmCudaParams q = p;
     change(q);
-    return cutlass_grouped_misfit(q, 9, 0) != nullptr;
+    return cutlass_grouped_misfit(q, 90) != nullptr;
   };
   EXPECT_TRUE(misfit([](auto& q) { q.in_dtype = q.b_dtype = DType::kFloat16; }));
   EXPECT_TRUE(misfit([](auto& q) { q.out_dtype = DType::kFloat32; }));

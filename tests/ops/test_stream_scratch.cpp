@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <optional>
 #include <unordered_map>
 
 #include "kernels/cuda/stream_scratch.h"
@@ -161,10 +162,11 @@ TEST(StreamScratchCuda, RefusesToGrowWhileCapturing) {
   cudaStreamDestroy(stream);
 }
 
-// ready(): whether acquire would allocate nothing: false for a stream the pool has no buffer for
-// (and for a stream first seen while it is being captured), true up to the buffer's size, also
-// during a capture, so a caller with a path that needs no scratch can take it instead.
-TEST(StreamScratchCuda, ReadySaysWhetherAcquireWouldAllocate) {
+// try_acquire(): acquire's lease outside a capture and within the buffer's size during one; a
+// need the buffer does not cover during a capture, or a stream first seen while it is being
+// captured, gives nullopt and allocates nothing (acquire refuses those by name), so a caller
+// with a path that needs no scratch can take it instead.
+TEST(StreamScratchCuda, TryAcquireDeclinesWhatACaptureCannotGrow) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   static StreamScratchPool pool("scratch");
   int device = 0;
@@ -172,22 +174,30 @@ TEST(StreamScratchCuda, ReadySaysWhetherAcquireWouldAllocate) {
   cudaStream_t stream = nullptr, cold = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   ASSERT_EQ(cudaStreamCreateWithFlags(&cold, cudaStreamNonBlocking), cudaSuccess);
-  EXPECT_FALSE(pool.ready("my_op", device, stream, 1));
   const uint64_t a0 = pool.allocations();
-  (void)pool.acquire("my_op", device, stream, 3 * kMiB);  // grows to 4 MiB
-  EXPECT_TRUE(pool.ready("my_op", device, stream, 4 * kMiB));
-  EXPECT_FALSE(pool.ready("my_op", device, stream, 4 * kMiB + 1));
-  EXPECT_EQ(pool.allocations(), a0 + 1);  // ready() allocates nothing
+  void* warm = nullptr;
+  {
+    const std::optional<StreamScratch> l = pool.try_acquire("my_op", device, stream, 3 * kMiB);
+    ASSERT_TRUE(l.has_value());  // outside a capture: grows as acquire does
+    EXPECT_EQ(l->bytes(), 4 * kMiB);
+    warm = l->data();
+  }
+  EXPECT_EQ(pool.allocations(), a0 + 1);
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  EXPECT_TRUE(pool.ready("my_op", device, stream, kMiB));
-  EXPECT_FALSE(pool.ready("my_op", device, stream, 8 * kMiB));
+  {
+    const std::optional<StreamScratch> l = pool.try_acquire("my_op", device, stream, 4 * kMiB);
+    ASSERT_TRUE(l.has_value());
+    EXPECT_EQ(l->data(), warm);
+  }
+  EXPECT_FALSE(pool.try_acquire("my_op", device, stream, 4 * kMiB + 1).has_value());
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   if (graph != nullptr) cudaGraphDestroy(graph);
   ASSERT_EQ(cudaStreamBeginCapture(cold, cudaStreamCaptureModeGlobal), cudaSuccess);
-  EXPECT_FALSE(pool.ready("my_op", device, cold, 1));
+  EXPECT_FALSE(pool.try_acquire("my_op", device, cold, 1).has_value());
   ASSERT_EQ(cudaStreamEndCapture(cold, &graph), cudaSuccess);
   if (graph != nullptr) cudaGraphDestroy(graph);
+  EXPECT_EQ(pool.allocations(), a0 + 1);  // the declines allocated nothing
   cudaStreamDestroy(stream);
   cudaStreamDestroy(cold);
 }

@@ -446,8 +446,18 @@ void launch_simple(const GroupedMmCudaParams& p, cudaStream_t s, const char* op,
 
 std::atomic<uint64_t> g_cutlass_runs{0}, g_mma_runs{0}, g_simple_runs{0};
 
-void launch_grouped(const GroupedMmCudaParams& p, void* stream, const char* op, const char* arg) {
+// cutlass: try CUTLASS's sm90 grouped GEMM first (grouped_mm_bf16; grouped_gemm_cutlass.cu).
+void launch_grouped(const GroupedMmCudaParams& p, void* stream, const char* op, const char* arg,
+                    bool cutlass = false) {
   if (p.cum_m == 0 || p.n == 0 || p.num_groups == 0) return;
+#if FLASHINFER_WITH_CUTLASS
+  if (cutlass && cutlass_grouped_mm(p, stream, op)) {
+    g_cutlass_runs.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+#else
+  (void)cutlass;
+#endif
   const auto s = static_cast<cudaStream_t>(stream);
   if (const MmaLayout layout = mma_layout(p); layout != MmaLayout::kNone) {
     launch_mma(p, layout, s, op);
@@ -461,15 +471,7 @@ void launch_grouped(const GroupedMmCudaParams& p, void* stream, const char* op, 
 }  // namespace
 
 void grouped_mm_bf16(const GroupedMmCudaParams& p, void* stream) {
-#if FLASHINFER_WITH_CUTLASS
-  // sm_90 with bf16 k-major operands: CUTLASS's TMA + wgmma grouped GEMM (grouped_gemm_cutlass.cu).
-  if (p.cum_m > 0 && p.n > 0 && p.num_groups > 0 &&
-      cutlass_grouped_mm(p, stream, "grouped_mm_bf16")) {
-    g_cutlass_runs.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-#endif
-  launch_grouped(p, stream, "grouped_mm_bf16", "a");
+  launch_grouped(p, stream, "grouped_mm_bf16", "a", /*cutlass=*/true);
 }
 
 void grouped_mm_fp8(const GroupedMmCudaParams& p, void* stream) {

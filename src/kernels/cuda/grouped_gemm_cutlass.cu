@@ -129,13 +129,9 @@ bool enabled() {
 
 bool cutlass_grouped_mm(const GroupedMmCudaParams& p, void* stream, const char* op) {
   if (!enabled()) return false;
-  int device = 0, major = 0, minor = 0;
+  int device = 0;
   FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
-  FLASHINFER_CUDA_CALL(op,
-                       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FLASHINFER_CUDA_CALL(op,
-                       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (cutlass_grouped_misfit(p, major, minor) != nullptr) return false;
+  if (cutlass_grouped_misfit(p, detail::cuda_compute_capability(device)) != nullptr) return false;
   const auto s = static_cast<cudaStream_t>(stream);
 
   cutlass::KernelHardwareInfo hw;
@@ -152,14 +148,12 @@ bool cutlass_grouped_mm(const GroupedMmCudaParams& p, void* stream, const char* 
   const std::size_t workspace = Gemm::get_workspace_size(args);
 
   static StreamScratchPool pool("grouped GEMM scratch");
-  const std::size_t need = arrays + align16(workspace);
   // Under capture a scratch that would have to grow cannot (stream_scratch.h): the mma.sync
   // kernel, which needs none, takes the call, as it did before this path existed.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  FLASHINFER_CUDA_CALL(op, cudaStreamIsCapturing(s, &capture));
-  if (capture != cudaStreamCaptureStatusNone && !pool.ready(op, device, stream, need)) return false;
-  const StreamScratch scratch = pool.acquire(op, device, stream, need);
-  auto* base = static_cast<char*>(scratch.data());  // cudaMalloc'd: 256-byte aligned
+  const std::optional<StreamScratch> scratch =
+      pool.try_acquire(op, device, stream, arrays + align16(workspace));
+  if (!scratch) return false;
+  auto* base = static_cast<char*>(scratch->data());  // cudaMalloc'd: 256-byte aligned
   GroupArrays g{};
   group_arrays(p.num_groups, base, &g);
   args.problem_shape = {static_cast<int>(p.num_groups), g.shapes, nullptr};

@@ -87,20 +87,6 @@ struct StreamScratchPool::State {
 StreamScratchPool::StreamScratchPool(const char* what, const char* arg)
     : what_(what), arg_(arg), state_(new State) {}
 
-bool StreamScratchPool::ready(const char* op, int device, void* stream, std::size_t bytes) const {
-  const std::optional<StreamKey> key = find_stream_key(op, device, stream);
-  if (!key) return false;
-  Buffer* b = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    const auto it = state_->buffers.find(*key);
-    if (it == state_->buffers.end()) return false;
-    b = it->second.get();
-  }
-  std::lock_guard<std::mutex> lock(b->mu);
-  return b->bytes >= bytes;
-}
-
 StreamScratch StreamScratchPool::acquire(const char* op, void* stream, std::size_t bytes) {
   int device = 0;
   FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
@@ -109,7 +95,20 @@ StreamScratch StreamScratchPool::acquire(const char* op, void* stream, std::size
 
 StreamScratch StreamScratchPool::acquire(const char* op, int device, void* stream,
                                          std::size_t bytes) {
-  const StreamKey key = stream_key(op, device, stream, arg_);
+  return *acquire_impl(op, device, stream, bytes, false);
+}
+
+std::optional<StreamScratch> StreamScratchPool::try_acquire(const char* op, int device,
+                                                            void* stream, std::size_t bytes) {
+  return acquire_impl(op, device, stream, bytes, true);
+}
+
+std::optional<StreamScratch> StreamScratchPool::acquire_impl(const char* op, int device,
+                                                             void* stream, std::size_t bytes,
+                                                             bool decline_under_capture) {
+  std::optional<StreamKey> found = find_stream_key(op, device, stream);
+  if (!found && decline_under_capture) return std::nullopt;
+  const StreamKey key = found ? *found : stream_key(op, device, stream, arg_);
   Buffer* b = nullptr;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
@@ -123,6 +122,7 @@ StreamScratch StreamScratchPool::acquire(const char* op, int device, void* strea
     const auto s = static_cast<cudaStream_t>(stream);
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     FLASHINFER_CUDA_CALL(op, cudaStreamIsCapturing(s, &status));
+    if (status != cudaStreamCaptureStatusNone && decline_under_capture) return std::nullopt;
     FLASHINFER_CHECK_CODE(status == cudaStreamCaptureStatusNone, ErrorCode::kUnsupported, op, arg_,
                           "this call needs ", bytes, " bytes of ", what_,
                           ", more than this stream has, while the stream is being captured into "

@@ -113,16 +113,19 @@ class StreamScratchPool {
   /// The same on the current device.
   StreamScratch acquire(const char* op, void* stream, std::size_t bytes);
 
-  /// Whether acquire(op, device, stream, bytes) would find a buffer of at least `bytes` and
-  /// allocate nothing (buffers never shrink, so it stays true). A caller with a path that needs
-  /// no scratch takes that path instead while the stream is being captured and this is false.
-  bool ready(const char* op, int device, void* stream, std::size_t bytes) const;
+  /// As acquire, but while the stream is being captured a need its buffer does not cover (or a
+  /// stream no call ran on before) gives nullopt, allocating nothing, instead of acquire's
+  /// kUnsupported error: for a caller with a path that needs no scratch, which it then takes.
+  std::optional<StreamScratch> try_acquire(const char* op, int device, void* stream,
+                                           std::size_t bytes);
 
   /// Device allocations this pool made, and their bytes (for the tests that count them).
   uint64_t allocations() const;
   uint64_t allocated_bytes() const;
 
  private:
+  std::optional<StreamScratch> acquire_impl(const char* op, int device, void* stream,
+                                            std::size_t bytes, bool decline_under_capture);
   struct State;
   const char* what_;
   const char* arg_;
