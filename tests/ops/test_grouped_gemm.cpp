@@ -1150,26 +1150,47 @@ TEST(GroupedMmBf16Cuda, DeviceIndptrClamped) {
                                        << first << ": " << g[first] << " vs " << exact[first];
 }
 
+// 70 groups of random sizes (a fifth empty, the rest below max_rows) after one row in no group,
+// two more rows in none after them, n 296, k 1032; random bf16 operands from a_seed / b_seed,
+// the exact products and the sums of |a b| that within_accumulation_bound needs.
+struct RandomGroupedCase {
+  std::vector<int64_t> indptr;
+  int64_t cum = 0, n = 296, k = 1032;
+  Tensor a, b;
+  std::vector<double> exact, abs_sum;
+};
+RandomGroupedCase random_grouped_case(uint64_t seed, int64_t max_rows, uint64_t a_seed,
+                                      uint64_t b_seed) {
+  RandomGroupedCase c;
+  c.indptr = {1};
+  uint64_t s = seed;
+  for (int g = 0; g < 70; ++g) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const int64_t m =
+        (s >> 40) % 5 == 0 ? 0 : static_cast<int64_t>((s >> 33) % static_cast<uint64_t>(max_rows));
+    c.indptr.push_back(c.indptr.back() + m);
+  }
+  c.cum = c.indptr.back() + 2;
+  c.a = rand_tensor({c.cum, c.k}, DType::kBFloat16, a_seed, -1.0, 1.0);
+  c.b = rand_tensor({70, c.n, c.k}, DType::kBFloat16, b_seed, -1.0, 1.0);
+  std::vector<double> av = c.a.to_double_vector(), bv = c.b.to_double_vector();
+  c.exact = grouped_ref(av, bv, c.indptr, c.cum, c.n, c.k, 1.0);
+  for (double& x : av) x = std::fabs(x);
+  for (double& x : bv) x = std::fabs(x);
+  c.abs_sum = grouped_ref(av, bv, c.indptr, c.cum, c.n, c.k, 1.0);
+  return c;
+}
+
 // 70 groups (three chunks of the CTA's warp walk over m_indptr), random sizes, k = 1032.
 TEST(GroupedMmBf16Cuda, RandomMatchesFp64WithinAccumulationBound) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device d = Device::cuda(0);
-  std::vector<int64_t> indptr = {1};
-  uint64_t s = 99;
-  for (int g = 0; g < 70; ++g) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const int64_t m = (s >> 40) % 5 == 0 ? 0 : static_cast<int64_t>((s >> 33) % 60);
-    indptr.push_back(indptr.back() + m);
-  }
-  const int64_t cum = indptr.back() + 2, n = 296, k = 1032, E = 70;
-  const Tensor a = rand_tensor({cum, k}, DType::kBFloat16, 3, -1.0, 1.0);
-  const Tensor b = rand_tensor({E, n, k}, DType::kBFloat16, 4, -1.0, 1.0);
-  std::vector<double> av = a.to_double_vector(), bv = b.to_double_vector();
-  const std::vector<double> exact = grouped_ref(av, bv, indptr, cum, n, k, 1.0);
-  for (double& x : av) x = std::fabs(x);
-  for (double& x : bv) x = std::fabs(x);
-  const std::vector<double> abs_sum = grouped_ref(av, bv, indptr, cum, n, k, 1.0);
-  const Tensor ad = a.to(d), bd = b.to(d), ipd = i32(indptr).to(d);
+  const RandomGroupedCase c = random_grouped_case(99, 60, 3, 4);
+  const Tensor& a = c.a;
+  const std::vector<double>& exact = c.exact;
+  const std::vector<double>& abs_sum = c.abs_sum;
+  const int64_t k = c.k;
+  const Tensor ad = a.to(d), bd = c.b.to(d), ipd = i32(c.indptr).to(d);
   for (DType od : {DType::kBFloat16, DType::kFloat32}) {
     SCOPED_TRACE(dtype_name(od));
     EXPECT_TRUE(within_accumulation_bound(grouped_mm_bf16(ad, bd, ipd, std::nullopt, od), exact,
@@ -1228,22 +1249,11 @@ TEST(GroupedMmBf16Cuda, CutlassPathOnHopperMatchesCpuAndTheMmaKernel) {
     EXPECT_TRUE(bit_equal(got, grouped_mm_bf16(a8, b8, i32(full))));
   }
   // Random values: 70 groups (some empty), n 296, k 1032.
-  std::vector<int64_t> indptr = {1};
-  uint64_t s = 77;
-  for (int g = 0; g < 70; ++g) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const int64_t m = (s >> 40) % 5 == 0 ? 0 : static_cast<int64_t>((s >> 33) % 200);
-    indptr.push_back(indptr.back() + m);
-  }
-  const int64_t cum = indptr.back() + 2, n = 296, k = 1032;
-  const Tensor ar = rand_tensor({cum, k}, DType::kBFloat16, 37, -1.0, 1.0);
-  const Tensor br = rand_tensor({70, n, k}, DType::kBFloat16, 38, -1.0, 1.0);
-  std::vector<double> av = ar.to_double_vector(), bv = br.to_double_vector();
-  const std::vector<double> exact = grouped_ref(av, bv, indptr, cum, n, k, 1.0);
-  for (double& x : av) x = std::fabs(x);
-  for (double& x : bv) x = std::fabs(x);
-  const std::vector<double> abs_sum = grouped_ref(av, bv, indptr, cum, n, k, 1.0);
-  const Tensor ad = ar.to(d), bd = br.to(d), ipd = i32(indptr).to(d);
+  const RandomGroupedCase c = random_grouped_case(77, 200, 37, 38);
+  const std::vector<double>& exact = c.exact;
+  const std::vector<double>& abs_sum = c.abs_sum;
+  const int64_t k = c.k;
+  const Tensor ad = c.a.to(d), bd = c.b.to(d), ipd = i32(c.indptr).to(d);
   before = routes();
   const Tensor got = grouped_mm_bf16(ad, bd, ipd);
   EXPECT_TRUE(ran(before));
