@@ -219,14 +219,15 @@ RULES = {
         Rule(
             name="cutlass",
             match="device_kernel",
-            description="CUTLASS's sm90 grouped GEMM (grouped_mm_bf16 on Hopper, "
-            "grouped_gemm_cutlass.cu): no spills, wgmma (HGMMA) fed by TMA loads (UTMALDG)",
-            # cutlass::device_kernel<GemmKernel> is the only kernel of that name in the library;
-            # its prep kernel (cutlass_group_prep_kernel) is not matched. Registered as a ctest
-            # only in builds with CUTLASS.
+            description="CUTLASS's sm90 grouped GEMM (the grouped GEMMs on Hopper, "
+            "grouped_gemm_cutlass*.cu): no spills, wgmma (HGMMA for bf16, QGMMA for fp8) fed by "
+            "TMA loads (UTMALDG)",
+            # cutlass::device_kernel<GemmKernel> names only these kernels in the library (one per
+            # instance); the prep kernels (cutlass_group_prep_kernel) are not matched. Registered
+            # as a ctest only in builds with CUTLASS.
             default=False,
             require=(
-                Need("HGMMA (wgmma)", r"^HGMMA(?:\.|$)"),
+                Need("HGMMA or QGMMA (wgmma)", r"^[HQ]GMMA(?:\.|$)"),
                 Need("UTMALDG (TMA load)", r"^UTMALDG(?:\.|$)"),
             ),
         ),

@@ -1337,7 +1337,9 @@ GEMM_BACKEND_TEXT = {("mm_bf16", "auto"): "cuBLASLt", ("bmm_bf16", "auto"): "cuB
                      ("bmm_bf16", "cudnn"): "cuDNN", ("bmm_fp8", "cudnn"): "cuDNN",
                      ("grouped_mm_bf16", "cudnn"):
                          "CUTLASS sm90 grouped GEMM on sm_90, else the grouped tensor-core kernel",
-                     ("grouped_mm_fp8", "cudnn"): "grouped tensor-core kernel"}
+                     ("grouped_mm_fp8", "cudnn"):
+                         "CUTLASS sm90 grouped GEMM (e4m3 x e4m3 -> bf16) on sm_90, else the "
+                         "grouped tensor-core kernel"}
 
 
 def grouped_sizes(groups, m):

@@ -288,11 +288,12 @@ TEST(GroupedGemmShape, OperandAlignment) {
 
 }  // namespace
 
-// grouped_mm_bf16's CUTLASS route (kernels/grouped_gemm_cutlass_rules.h) takes exactly the calls
-// its one sm_90a instance can run: an sm_90 device (9.0 only: sm_90a code runs nowhere else),
-// bf16 in and out, no weight map or alpha, dimensions in int32, 16-byte aligned k-major a and b
-// and n-major out with 16-byte row strides (TMA's rules), n and k multiples of 8.
-TEST(GroupedGemmShape, CutlassRouteTakesOnlyWhatItsInstanceFits) {
+// The grouped GEMMs' CUTLASS route (kernels/grouped_gemm_cutlass_rules.h) takes exactly the calls
+// its two sm_90a instances can run: an sm_90 device (9.0 only: sm_90a code runs nowhere else),
+// bf16 x bf16 or e4m3 x e4m3 operands, a bf16 output, one alpha or none, a weight map or none,
+// dimensions in int32, 16-byte aligned k-major a and b and n-major out with 16-byte row strides
+// (TMA's rules), k a multiple of 16 bytes and n of 8.
+TEST(GroupedGemmShape, CutlassRouteTakesOnlyWhatItsInstancesFit) {
   using flashinfer::DType;
   using flashinfer::kernels::cutlass_grouped_misfit;
   using flashinfer::kernels::GroupedMmCudaParams;
@@ -321,11 +322,12 @@ TEST(GroupedGemmShape, CutlassRouteTakesOnlyWhatItsInstanceFits) {
   EXPECT_TRUE(misfit([](auto& q) { q.in_dtype = q.b_dtype = DType::kFloat16; }));
   EXPECT_TRUE(misfit([](auto& q) { q.out_dtype = DType::kFloat32; }));
   EXPECT_TRUE(misfit([](auto& q) { q.out_dtype = DType::kFloat16; }));
-  EXPECT_TRUE(misfit([](auto& q) { q.b_dtype = DType::kFloat8E4M3FN; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.b_dtype = DType::kFloat8E4M3FN; }));  // mixed widths
   static const int32_t index[4] = {0, 1, 2, 3};
   static const float alpha = 2.0f;
-  EXPECT_TRUE(misfit([](auto& q) { q.b_index = index; }));
-  EXPECT_TRUE(misfit([](auto& q) { q.alpha = &alpha; }));
+  EXPECT_FALSE(misfit([](auto& q) { q.b_index = index; }));  // SegmentGEMMWrapper's weight map
+  EXPECT_FALSE(misfit([](auto& q) { q.alpha = &alpha; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.alpha = &alpha, q.alpha_per_weight = true; }));
   EXPECT_TRUE(misfit([](auto& q) { q.k = 7164; }));  // rows of 14328 bytes: not 16-byte rows
   EXPECT_TRUE(misfit([](auto& q) { q.n = 4100; }));
   EXPECT_TRUE(misfit([](auto& q) { q.a_stride_m = 7172; }));  // a row stride off 16 bytes
@@ -345,4 +347,26 @@ TEST(GroupedGemmShape, CutlassRouteTakesOnlyWhatItsInstanceFits) {
   EXPECT_FALSE(misfit([](auto& q) { q.b_stride_e = 0; }));  // one weight for every group
   // Padded rows that keep 16-byte strides are fine.
   EXPECT_FALSE(misfit([](auto& q) { q.a_stride_m = 7168 + 64, q.out_stride_m = 4096 + 8; }));
+
+  // e4m3 x e4m3 (grouped_mm_fp8): the same rules in bytes of one-byte elements, the output bf16.
+  GroupedMmCudaParams f = p;
+  f.in_dtype = f.b_dtype = DType::kFloat8E4M3FN;
+  f.alpha = &alpha;
+  EXPECT_EQ(cutlass_grouped_misfit(f, 90), nullptr);
+  EXPECT_NE(cutlass_grouped_misfit(f, 89), nullptr);
+  auto misfit8 = [&](auto change) {
+    GroupedMmCudaParams q = f;
+    change(q);
+    return cutlass_grouped_misfit(q, 90) != nullptr;
+  };
+  EXPECT_TRUE(misfit8([](auto& q) { q.b_dtype = DType::kFloat8E5M2; }));
+  EXPECT_TRUE(misfit8([](auto& q) { q.in_dtype = q.b_dtype = DType::kFloat8E5M2; }));
+  EXPECT_TRUE(misfit8([](auto& q) { q.out_dtype = DType::kFloat32; }));
+  EXPECT_TRUE(misfit8([](auto& q) { q.k = 7160, q.a_stride_m = q.b_stride_n = 7160; }));  // 7160 B
+  EXPECT_FALSE(misfit8([](auto& q) { q.k = 7152, q.a_stride_m = q.b_stride_n = 7152; }));
+  EXPECT_TRUE(misfit8([](auto& q) { q.a_stride_m = 7176; }));  // 7176 bytes: off 16
+  EXPECT_FALSE(misfit8([](auto& q) { q.a_stride_m = 7184; }));
+  EXPECT_TRUE(misfit8([](auto& q) { q.b_stride_e = 4096 * 7168 + 8; }));
+  EXPECT_FALSE(misfit8([](auto& q) { q.b_stride_e = 4096 * 7168 + 16; }));
+  EXPECT_TRUE(misfit8([](auto& q) { q.a = reinterpret_cast<const uint8_t*>(buf) + 8; }));
 }

@@ -1316,12 +1316,17 @@ TEST(GroupedMmBf16Cuda, CapturedCallsMatchCpuOnEitherPath) {
 #endif
 
 // e4m3 x e4m3 and e4m3 x e5m2 integer operands (|a b| <= 64, k = 208: sums below 2^14), alpha
-// 0.5 (exact) or none: bit-exact against the CPU reference, on both CUDA kernels.
+// 0.5 (exact) or none: bit-exact against the CPU reference, on the mma.sync and CUDA-core
+// kernels (CUTLASS's path, off here, has its own test below).
 TEST(GroupedMmFp8Cuda, TensorCoresExactOnIntegerOperandsWithAlpha) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   if (api::compute_capability(Device::cuda(0)) < 89) {
     GTEST_SKIP() << "grouped_mm_fp8 on CUDA is sm89+ (upstream's rule)";
   }
+  ::setenv("FLASHINFER_GROUPED_MM_CUTLASS", "0", 1);
+  struct Restore {
+    ~Restore() { ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS"); }
+  } restore;
   const Device d = Device::cuda(0);
   const int64_t E = static_cast<int64_t>(kEdgeIndptr.size()) - 1, k = 208;
   const Tensor a = int_tensor({kEdgeRows, k}, 8, DType::kFloat8E4M3FN, 5);
@@ -1366,6 +1371,115 @@ TEST(GroupedMmFp8Cuda, RandomMatchesFp64WithinAccumulationBound) {
                      Tensor::full({1}, 0.25, DType::kFloat32, d), std::nullopt, DType::kFloat32);
   EXPECT_TRUE(within_accumulation_bound(got, exact, abs_sum, k));
 }
+
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+// grouped_mm_fp8 e4m3 x e4m3 -> bf16 on an sm_90 device of a build with CUTLASS runs CUTLASS's
+// FP8 grouped GEMM (its counter says so; elsewhere the mma.sync kernel). Integer operands with
+// |a b| <= 16 (every 128-deep k tile's sum below 2^11, exact even in the FP8 tensor core's
+// narrower accumulator, whose partial sums CUTLASS adds in fp32 after each tile), alpha 0.5 or
+// none, k = 208 (a partial k tile), groups of 0 to 300 rows, rows in no group left as they were:
+// bit-exact against the CPU. Random e4m3 operands, k = 4096: within the accumulation bound of the
+// exact result and within twice it of the mma.sync kernel (FLASHINFER_GROUPED_MM_CUTLASS=0).
+TEST(GroupedMmFp8Cuda, CutlassPathOnHopperMatchesCpuAndTheMmaKernel) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  if (api::compute_capability(d) < 89) {
+    GTEST_SKIP() << "grouped_mm_fp8 on CUDA is sm89+ (upstream's rule)";
+  }
+#if FLASHINFER_TEST_HAVE_CUTLASS
+  const bool cutlass = api::compute_capability(d) == 90;
+#else
+  const bool cutlass = false;
+#endif
+  auto routes = [] { return kernels::cuda::grouped_mm_routes(); };
+  auto ran = [&](const kernels::cuda::GroupedMmRoutes& before) {
+    const kernels::cuda::GroupedMmRoutes now = routes();
+    return cutlass ? now.cutlass > before.cutlass : now.mma > before.mma;
+  };
+  ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS");
+  const int64_t E = static_cast<int64_t>(kEdgeIndptr.size()) - 1, k = 208;
+  const Tensor a = int_tensor({kEdgeRows, k}, 4, DType::kFloat8E4M3FN, 51);
+  const Tensor b = int_tensor({E, kEdgeN, k}, 4, DType::kFloat8E4M3FN, 52);
+  const Tensor ip = i32(kEdgeIndptr);
+  const Tensor alpha = Tensor::full({1}, 0.5, DType::kFloat32);
+  for (bool with_alpha : {true, false}) {
+    SCOPED_TRACE(with_alpha ? "alpha 0.5" : "no alpha");
+    const std::optional<Tensor> al = with_alpha ? std::optional<Tensor>(alpha) : std::nullopt;
+    const std::optional<Tensor> ald =
+        with_alpha ? std::optional<Tensor>(alpha.to(d)) : std::nullopt;
+    Tensor ref = Tensor::full({kEdgeRows, kEdgeN}, 7.0, DType::kBFloat16);
+    (void)grouped_mm_fp8(a, b, ip, al, ref);
+    Tensor out = Tensor::full({kEdgeRows, kEdgeN}, 7.0, DType::kBFloat16, d);
+    const auto before = routes();
+    (void)grouped_mm_fp8(a.to(d), b.to(d), ip.to(d), ald, out);
+    EXPECT_TRUE(ran(before));
+    EXPECT_TRUE(bit_equal(out, ref));  // rows 0..2 and 688..699 keep their 7s
+  }
+  // Random values in [-2, 2], 70 groups of up to 200 rows (some empty), n 296, k 4096.
+  const RandomGroupedCase c = random_grouped_case(78, 200, 53, 54);
+  const int64_t kr = 4096;
+  const Tensor ar =
+      rand_tensor({c.cum, kr}, DType::kFloat32, 55, -2.0, 2.0).to(DType::kFloat8E4M3FN);
+  const Tensor br =
+      rand_tensor({70, c.n, kr}, DType::kFloat32, 56, -2.0, 2.0).to(DType::kFloat8E4M3FN);
+  std::vector<double> av = ar.to_double_vector(), bv = br.to_double_vector();
+  const std::vector<double> exact = grouped_ref(av, bv, c.indptr, c.cum, c.n, kr, 0.25);
+  for (double& x : av) x = std::fabs(x);
+  for (double& x : bv) x = std::fabs(x);
+  const std::vector<double> abs_sum = grouped_ref(av, bv, c.indptr, c.cum, c.n, kr, 0.25);
+  const Tensor ad = ar.to(d), bd = br.to(d), ipd = i32(c.indptr).to(d);
+  const Tensor alpha_d = Tensor::full({1}, 0.25, DType::kFloat32, d);
+  auto before = routes();
+  const Tensor got = grouped_mm_fp8(ad, bd, ipd, alpha_d);
+  EXPECT_TRUE(ran(before));
+  EXPECT_TRUE(within_accumulation_bound(got, exact, abs_sum, kr));
+  ::setenv("FLASHINFER_GROUPED_MM_CUTLASS", "0", 1);
+  before = routes();
+  const Tensor mma = grouped_mm_fp8(ad, bd, ipd, alpha_d);
+  ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS");
+  EXPECT_GT(routes().mma, before.mma);
+  EXPECT_EQ(routes().cutlass, before.cutlass);
+  EXPECT_TRUE(
+      within_accumulation_bound(got, mma.to(Device::cpu()).to_double_vector(), abs_sum, kr, 2.0));
+}
+
+// SegmentGEMMWrapper.run with bf16 k-major weights (weight_column_major=True) takes CUTLASS's path
+// on an sm_90 device of a build with CUTLASS, its weight_indices read on the device (a weight used
+// twice, one unused, an empty segment); fp16 and row-major weights keep the mma.sync kernel.
+// Integer operands: bit-exact against the CPU either way.
+TEST(SegmentGemmCuda, CutlassPathTakesBf16KMajorWeights) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+#if FLASHINFER_TEST_HAVE_CUTLASS
+  const bool cutlass = api::compute_capability(d) == 90;
+#else
+  const bool cutlass = false;
+#endif
+  ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS");
+  SegmentGEMMWrapper seg_cpu(Tensor::empty({1024}, DType::kUInt8));
+  SegmentGEMMWrapper seg_gpu(Tensor::empty({1024}, DType::kUInt8, d));
+  const int64_t cum = 420, d_in = 264, d_out = 136, W = 4;
+  const std::vector<int64_t> indptr = {0, 130, 130, 131, 420}, widx = {3, 0, 3, 1};
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (bool col_major : {true, false}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (col_major ? " k-major" : " n-major"));
+      const Tensor x = int_tensor({cum, d_in}, 4, dt, 61);
+      const Tensor w_cm = int_tensor({W, d_out, d_in}, 4, dt, 62);
+      const Tensor w = col_major ? w_cm : w_cm.transpose(1, 2).contiguous();
+      const Tensor ref =
+          seg_cpu.run(x, w_cm, 4, true, std::nullopt, std::nullopt, i32(indptr), i64(widx));
+      const kernels::cuda::GroupedMmRoutes before = kernels::cuda::grouped_mm_routes();
+      const Tensor got = seg_gpu.run(x.to(d), w.to(d), 4, col_major, std::nullopt, std::nullopt,
+                                     i32(indptr).to(d), i64(widx).to(d));
+      const kernels::cuda::GroupedMmRoutes after = kernels::cuda::grouped_mm_routes();
+      const bool on_cutlass = cutlass && dt == DType::kBFloat16 && col_major;
+      EXPECT_EQ(after.cutlass - before.cutlass, on_cutlass ? 1u : 0u);
+      EXPECT_EQ(after.mma - before.mma, on_cutlass ? 0u : 1u);
+      EXPECT_TRUE(bit_equal(got, ref));
+    }
+  }
+}
+#endif
 
 // SegmentGEMMWrapper.run on integer operands: weights k-contiguous (weight_column_major=True)
 // and n-contiguous (False; both on the tensor-core kernel, the second through the transposing

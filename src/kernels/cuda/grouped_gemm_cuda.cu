@@ -446,17 +446,15 @@ void launch_simple(const GroupedMmCudaParams& p, cudaStream_t s, const char* op,
 
 std::atomic<uint64_t> g_cutlass_runs{0}, g_mma_runs{0}, g_simple_runs{0};
 
-// cutlass: try CUTLASS's sm90 grouped GEMM first (grouped_mm_bf16; grouped_gemm_cutlass.cu).
-void launch_grouped(const GroupedMmCudaParams& p, void* stream, const char* op, const char* arg,
-                    bool cutlass = false) {
+// CUTLASS's sm90 grouped GEMM first where the build has it and the call fits
+// (grouped_gemm_cutlass.cu), then the mma.sync kernel, then the CUDA-core one.
+void launch_grouped(const GroupedMmCudaParams& p, void* stream, const char* op, const char* arg) {
   if (p.cum_m == 0 || p.n == 0 || p.num_groups == 0) return;
 #if FLASHINFER_WITH_CUTLASS
-  if (cutlass && cutlass_grouped_mm(p, stream, op)) {
+  if (cutlass_grouped_mm(p, stream, op)) {
     g_cutlass_runs.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-#else
-  (void)cutlass;
 #endif
   const auto s = static_cast<cudaStream_t>(stream);
   if (const MmaLayout layout = mma_layout(p); layout != MmaLayout::kNone) {
@@ -471,7 +469,7 @@ void launch_grouped(const GroupedMmCudaParams& p, void* stream, const char* op, 
 }  // namespace
 
 void grouped_mm_bf16(const GroupedMmCudaParams& p, void* stream) {
-  launch_grouped(p, stream, "grouped_mm_bf16", "a", /*cutlass=*/true);
+  launch_grouped(p, stream, "grouped_mm_bf16", "a");
 }
 
 void grouped_mm_fp8(const GroupedMmCudaParams& p, void* stream) {

@@ -30,7 +30,7 @@ void grouped_mm_fp8(const GroupedMmCudaParams& p, void* stream);
 void segment_gemm(const GroupedMmCudaParams& p, void* stream);
 
 /// How many calls each path of these three ran since the process started: CUTLASS's sm90
-/// grouped GEMM (grouped_mm_bf16 on Hopper, grouped_gemm_cutlass.h), the mma.sync tensor-core
+/// grouped GEMM (on Hopper, grouped_gemm_cutlass.h), the mma.sync tensor-core
 /// kernel, the CUDA-core kernel. For the tests, which check that a path they mean to test ran.
 struct GroupedMmRoutes {
   uint64_t cutlass = 0, mma = 0, simple = 0;

@@ -1,123 +1,20 @@
-// grouped_mm_bf16 on Hopper through CUTLASS's sm90 grouped GEMM (docs/GEMM_AND_QUANTIZATION.md,
-// "Grouped GEMMs"): TMA loads, wgmma (warpgroup MMA, bf16 in, fp32 accumulators), two consumer
-// warpgroups on 128 x 128 x 64 tiles with a producer warp ("cooperative"), persistent over the
-// device's SMs, every group's tiles in one launch. The groups' shapes, pointers and strides are
-// written on the device by a small kernel from m_indptr (no host copy, no synchronization, so a
-// call can be captured in a CUDA graph); CUTLASS's scheduler reads them there and rewrites its TMA
-// descriptors per group. The mma.sync grouped kernel (grouped_gemm_cuda.cu) reaches about half
-// the bandwidth a loop of cuBLAS GEMMs does at 128 rows a group (docs/STATUS.md, issue 46): this
-// is the Hopper path cuBLAS itself takes. Built only when CUTLASS's headers are found (PyPI's
-// nvidia-cutlass, scripts/bootstrap) and only for sm_90a (its own CMake target): wgmma and the
-// TMA descriptor updates are sm_90a instructions.
-#include <cuda_runtime.h>
+// grouped_mm_bf16, grouped_mm_fp8 and SegmentGEMMWrapper.run on Hopper through CUTLASS's sm90
+// grouped GEMM (the template and its design: grouped_gemm_cutlass.cuh). The mma.sync grouped
+// kernel (grouped_gemm_cuda.cu) reaches about half the bandwidth a loop of cuBLAS GEMMs does at
+// 128 rows a group (docs/STATUS.md, issue 46): this is the Hopper path cuBLAS itself takes. Built
+// only when CUTLASS's headers are found (PyPI's nvidia-cutlass, scripts/bootstrap) and only for
+// sm_90a (its own CMake target): wgmma and the TMA descriptor updates are sm_90a instructions.
+// This file holds the entry point and the bf16 instance; grouped_gemm_cutlass_fp8.cu the e4m3 one.
+#include "kernels/cuda/grouped_gemm_cutlass.cuh"
 
-#include <cutlass/cutlass.h>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
 #include <cstdlib>
-#include <cute/tensor.hpp>
-#include <cutlass/epilogue/collective/collective_builder.hpp>
-#include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/dispatch_policy.hpp>
-#include <cutlass/gemm/group_array_problem_shape.hpp>
-#include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <string_view>
 
-#include "kernels/cuda/cuda_utils.cuh"
-#include "kernels/cuda/decode_cuda.h"
 #include "kernels/cuda/grouped_gemm_cutlass.h"
-#include "kernels/cuda/grouped_gemm_shape.h"
-#include "kernels/cuda/stream_scratch.h"
 #include "kernels/grouped_gemm_cutlass_rules.h"
 
 namespace flashinfer::kernels::cuda {
 namespace {
-
-using Bf16 = cutlass::bfloat16_t;
-// (M, N, K) of each group, on the device only.
-using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
-using Shape3 = ProblemShape::UnderlyingProblemShape;
-using LayoutA = cutlass::layout::RowMajor;     // a's rows: k contiguous
-using LayoutB = cutlass::layout::ColumnMajor;  // the weight, [n, k] with k contiguous ("TN")
-using LayoutD = cutlass::layout::RowMajor;     // out's rows: n contiguous
-constexpr int kAlign = 8;                      // elements in 16 bytes
-using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
-using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
-
-// D = round_bf16(1 * acc): no source operand (C is void), one rounding, as the other kernels.
-using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlign, Bf16,
-    LayoutD*, kAlign, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
-    cutlass::epilogue::fusion::LinearCombination<Bf16, float, void, float>>::CollectiveOp;
-
-using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Bf16, LayoutA*, kAlign, Bf16, LayoutB*,
-    kAlign, float, TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-        sizeof(typename Epilogue::SharedStorage))>,
-    cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
-
-using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
-using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-using StrideA = typename Kernel::InternalStrideA;
-using StrideB = typename Kernel::InternalStrideB;
-using StrideD = typename Kernel::InternalStrideD;
-
-/// The per-group arrays CUTLASS reads, carved from the front of the stream's scratch.
-struct GroupArrays {
-  Shape3* shapes;
-  const Bf16** a;
-  const Bf16** b;
-  Bf16** d;
-  StrideA* sa;
-  StrideB* sb;
-  StrideD* sd;
-};
-
-constexpr std::size_t align16(std::size_t x) { return (x + 15) & ~std::size_t{15}; }
-// CUTLASS keeps TMA descriptors (tensormaps, which must be 64-byte aligned) at the start of its
-// workspace and aligns only its own offsets inside it: the workspace starts on 256 bytes.
-constexpr std::size_t align256(std::size_t x) { return (x + 255) & ~std::size_t{255}; }
-
-/// Bytes of the arrays of `groups` groups; with `base`, their addresses from there.
-std::size_t group_arrays(int64_t groups, char* base, GroupArrays* out) {
-  const auto n = static_cast<std::size_t>(groups);
-  std::size_t off = 0;
-  auto take = [&](auto*& ptr, std::size_t each) {
-    using P = std::remove_reference_t<decltype(ptr)>;
-    if (out != nullptr) ptr = reinterpret_cast<P>(base + off);
-    off += align16(each * n);
-  };
-  GroupArrays g{};
-  take(g.shapes, sizeof(Shape3));
-  take(g.a, sizeof(const Bf16*));
-  take(g.b, sizeof(const Bf16*));
-  take(g.d, sizeof(Bf16*));
-  take(g.sa, sizeof(StrideA));
-  take(g.sb, sizeof(StrideB));
-  take(g.sd, sizeof(StrideD));
-  if (out != nullptr) *out = g;
-  return off;
-}
-
-/// Group i's shape, operand addresses and strides, its rows from m_indptr as the other grouped
-/// kernels read them (gmm_group_rows: clamped to [0, cum_m], none when the end is below the
-/// start). A group of no rows has no tiles: CUTLASS's scheduler never visits it.
-__global__ void cutlass_group_prep_kernel(GroupArrays g, const int32_t* m_indptr, int64_t groups,
-                                          int64_t cum_m, int n, int k, const Bf16* a, int64_t lda,
-                                          const Bf16* b, int64_t ldb, int64_t b_stride_e, Bf16* d,
-                                          int64_t ldd) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= groups) return;
-  const grouped::GmmGroup r = grouped::gmm_group_rows(m_indptr[i], m_indptr[i + 1], cum_m);
-  g.shapes[i] = Shape3{static_cast<int>(r.end - r.begin), n, k};
-  g.a[i] = a + r.begin * lda;
-  g.b[i] = b + i * b_stride_e;
-  g.d[i] = d + r.begin * ldd;
-  g.sa[i] = cute::make_stride(lda, cute::Int<1>{}, cute::Int<0>{});
-  g.sb[i] = cute::make_stride(ldb, cute::Int<1>{}, cute::Int<0>{});
-  g.sd[i] = cute::make_stride(ldd, cute::Int<1>{}, cute::Int<0>{});
-}
 
 // Read at every call (a getenv), so a process can compare both paths on the same inputs.
 bool enabled() {
@@ -132,56 +29,12 @@ bool cutlass_grouped_mm(const GroupedMmCudaParams& p, void* stream, const char* 
   int device = 0;
   FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
   if (cutlass_grouped_misfit(p, detail::cuda_compute_capability(device)) != nullptr) return false;
-  const auto s = static_cast<cudaStream_t>(stream);
-
-  cutlass::KernelHardwareInfo hw;
-  hw.device_id = device;
-  hw.sm_count = sm_count(device);
-  typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGrouped,
-                                {static_cast<int>(p.num_groups), nullptr, nullptr},
-                                {nullptr, nullptr, nullptr, nullptr},
-                                {{}, nullptr, nullptr, nullptr, nullptr},
-                                hw};
-  args.epilogue.thread.alpha = 1.0f;
-  args.epilogue.thread.beta = 0.0f;
-  const std::size_t arrays = align256(group_arrays(p.num_groups, nullptr, nullptr));
-  const std::size_t workspace = Gemm::get_workspace_size(args);
-
+  // One scratch per (device, stream) for both instances: a stream runs one call at a time.
   static StreamScratchPool pool("grouped GEMM scratch");
-  // Under capture a scratch that would have to grow cannot (stream_scratch.h): the mma.sync
-  // kernel, which needs none, takes the call, as it did before this path existed.
-  const std::optional<StreamScratch> scratch =
-      pool.try_acquire(op, device, stream, arrays + align16(workspace));
-  if (!scratch) return false;
-  auto* base = static_cast<char*>(scratch->data());  // cudaMalloc'd: 256-byte aligned
-  GroupArrays g{};
-  group_arrays(p.num_groups, base, &g);
-  args.problem_shape = {static_cast<int>(p.num_groups), g.shapes, nullptr};
-  args.mainloop.ptr_A = g.a;
-  args.mainloop.dA = g.sa;
-  args.mainloop.ptr_B = g.b;
-  args.mainloop.dB = g.sb;
-  args.epilogue.ptr_D = g.d;
-  args.epilogue.dD = g.sd;
-
-  // Nothing is queued before CUTLASS has accepted the arguments (initialize reads only the
-  // arrays' addresses, not their contents, which the prep kernel writes next): a refusal here
-  // leaves the call to the mma.sync kernel.
-  Gemm gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return false;
-  if (gemm.initialize(args, base + arrays, s) != cutlass::Status::kSuccess) return false;
-  constexpr int kPrepThreads = 128;
-  const auto blocks = static_cast<unsigned>((p.num_groups + kPrepThreads - 1) / kPrepThreads);
-  cutlass_group_prep_kernel<<<blocks, kPrepThreads, 0, s>>>(
-      g, p.m_indptr, p.num_groups, p.cum_m, static_cast<int>(p.n), static_cast<int>(p.k),
-      static_cast<const Bf16*>(p.a), p.a_stride_m, static_cast<const Bf16*>(p.b), p.b_stride_n,
-      p.b_stride_e, static_cast<Bf16*>(p.out), p.out_stride_m);
-  FLASHINFER_CUDA_CALL(op, cudaGetLastError());
-  const cutlass::Status run = gemm.run(s);
-  FLASHINFER_CHECK_CODE(run == cutlass::Status::kSuccess, ErrorCode::kCuda, op, "",
-                        "CUTLASS grouped GEMM launch: ", cutlassGetStatusString(run));
-  FLASHINFER_CUDA_CALL(op, cudaGetLastError());
-  return true;
+  const auto s = static_cast<cudaStream_t>(stream);
+  return p.in_dtype == DType::kBFloat16
+             ? cutlass_grouped::run_instance<cutlass_grouped::Bf16>(p, s, device, pool, op)
+             : cutlass_grouped::run_e4m3(p, s, device, pool, op);
 }
 
 }  // namespace flashinfer::kernels::cuda
