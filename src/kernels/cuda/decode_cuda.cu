@@ -225,12 +225,8 @@ int decode_blocks_per_sm(const AttentionParams& p, int device) {
       if (p.head_dim_qk == 256) get_dim.template operator()<256>();
     });
   }
-  int major = 0, minor = 0;
-  FLASHINFER_CUDA_CALL("attention",
-                       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FLASHINFER_CUDA_CALL("attention",
-                       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return occupancy_blocks_per_sm(device_limits(major, minor), s.threads(), regs, s.smem_bytes);
+  const int cc = detail::cuda_compute_capability(device);
+  return occupancy_blocks_per_sm(device_limits(cc / 10, cc % 10), s.threads(), regs, s.smem_bytes);
 }
 
 int sm_count(int device) {

@@ -136,10 +136,7 @@ DeviceState& device_state(const char* op, int device) {
   if (!st) {
     auto fresh = std::make_unique<DeviceState>();
     FLASHINFER_CUBLASLT_CALL(op, lt().Create(&fresh->handle));
-    int major = 0;
-    FLASHINFER_CUDA_CALL(op,
-                         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    fresh->workspace_bytes = lt::workspace_bytes_for(major);
+    fresh->workspace_bytes = lt::workspace_bytes_for(detail::cuda_compute_capability(device) / 10);
     fresh->zero = static_cast<float*>(device_alloc(op, sizeof(float)));
     FLASHINFER_CUDA_CALL(op, cudaMemset(fresh->zero, 0, sizeof(float)));
     st = std::move(fresh);
@@ -553,12 +550,7 @@ int current_cc(const char* op) {
   if (device >= 0 && device < kMaxDevices) {
     if (const int cc = cached[device].load(std::memory_order_relaxed)) return cc;
   }
-  int major = 0, minor = 0;
-  FLASHINFER_CUDA_CALL(op,
-                       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FLASHINFER_CUDA_CALL(op,
-                       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  const int cc = major * 10 + minor;
+  const int cc = detail::cuda_compute_capability(device);
   if (device >= 0 && device < kMaxDevices) cached[device].store(cc, std::memory_order_relaxed);
   return cc;
 }

@@ -338,10 +338,9 @@ StreamScratchPool& moe_scratch() {
 }
 
 moe::MoeRouteQuery route_query(const CutlassMoeParams& p, const char* op) {
-  int device = 0, major = 0;
+  int device = 0;
   FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
-  FLASHINFER_CUDA_CALL(op,
-                       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  const int major = detail::cuda_compute_capability(device) / 10;
   moe::MoeRouteQuery q;
   q.pairs = p.num_tokens * p.top_k;
   q.local_experts = p.num_local_experts;
@@ -1398,15 +1397,11 @@ void cutlass_moe_fp8(const CutlassMoeFp8Params& p, void* stream, bool enable_pdl
   if (p.block_scale) {
     // Upstream's cutlass_fused_moe raises NotImplementedError for FP8 block scaling on any
     // device but sm90 (its DeepGEMM-based runner is Hopper's); the CPU reference has no limit.
-    int device = 0, major = 0, minor = 0;
+    int device = 0;
     FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
-    FLASHINFER_CUDA_CALL(op,
-                         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    FLASHINFER_CUDA_CALL(op,
-                         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    FLASHINFER_CHECK_CODE(
-        major == 9 && minor == 0, ErrorCode::kUnsupported, op, "use_deepseek_fp8_block_scale",
-        "FP8 block scaling runs on sm90 only (as upstream), got sm", major, minor);
+    const int cc = detail::cuda_compute_capability(device);
+    FLASHINFER_CHECK_CODE(cc == 90, ErrorCode::kUnsupported, op, "use_deepseek_fp8_block_scale",
+                          "FP8 block scaling runs on sm90 only (as upstream), got sm", cc);
   }
   FLASHINFER_CHECK_CODE(m.num_tokens * m.top_k <= 0x7FFFFFFF, ErrorCode::kUnsupported, op, "input",
                         "more than 2^31 - 1 (token, expert) pairs");
