@@ -460,15 +460,26 @@ __global__ void __launch_bounds__(kPrefillThreads,
         for (int r = 0; r < 2; ++r) {
           tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
           tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
-          const float m_new = fmaxf(m[mq][r], tmax[r]);
-          // m_new == -inf: nothing visible yet; keep the (zero) state, avoid -inf - -inf.
-          const float factor = m_new == -INFINITY ? 1.0f : exp2f(m[mq][r] - m_new);
-          m[mq][r] = m_new;
-          l[mq][r] *= factor;
+        }
+        // The state is rescaled only when a row of the warp has a new maximum. Otherwise every
+        // row's factor would be exactly 1 (exp2f(0), or the -inf case's 1), so skipping it
+        // changes no bit; once a row's early keys set its maximum it seldom moves, and the
+        // DVO / 2 multiplies a thread spends per fragment are the largest non-MMA item of a
+        // tile. tmax is never NaN (fmaxf drops NaN scores; see above). The factors live only
+        // inside the branch: computed before the vote they cost the 128-row D 128 block a spill.
+        if (__any_sync(0xffffffffu, tmax[0] > m[mq][0] || tmax[1] > m[mq][1])) {
 #pragma unroll
-          for (int n = 0; n < DVO / 8; ++n) {
-            o[mq][n][2 * r] *= factor;
-            o[mq][n][2 * r + 1] *= factor;
+          for (int r = 0; r < 2; ++r) {
+            const float m_new = fmaxf(m[mq][r], tmax[r]);
+            // m_new == -inf: nothing visible yet; keep the (zero) state, avoid -inf - -inf.
+            const float factor = m_new == -INFINITY ? 1.0f : exp2f(m[mq][r] - m_new);
+            m[mq][r] = m_new;
+            l[mq][r] *= factor;
+#pragma unroll
+            for (int n = 0; n < DVO / 8; ++n) {
+              o[mq][n][2 * r] *= factor;
+              o[mq][n][2 * r + 1] *= factor;
+            }
           }
         }
         // P = 2^(s - m), 0 for a hidden key. The test is per row, not per element: with m finite,
