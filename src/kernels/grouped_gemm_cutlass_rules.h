@@ -13,15 +13,15 @@ namespace flashinfer::kernels {
 /// (major * 10 + minor, as detail::cuda_compute_capability gives it; nullptr: it does). Its kernel
 /// is sm_90a code (TMA and wgmma), which runs on 9.0 only; TMA needs 16-byte aligned bases and row
 /// strides; the instances built are bf16 x bf16 and e4m3 x e4m3 with a k-major weight, a bf16
-/// output, a weight per group or a weight map (b_index), and one alpha or none
-/// (grouped_mm_bf16's, grouped_mm_fp8's and SegmentGEMMWrapper.run's common calls).
+/// output, a weight per group or a weight map (b_index), and one alpha, one per weight or none
+/// (grouped_mm_bf16's, grouped_mm_fp8's and SegmentGEMMWrapper.run's common calls, and
+/// cutlass_fused_moe's grouped GEMMs with a bf16 output).
 inline const char* cutlass_grouped_misfit(const GroupedMmCudaParams& p, int cc) {
   if (cc != 90) return "not an sm_90 device (the kernel is sm_90a code)";
   const bool bf16 = p.in_dtype == DType::kBFloat16 && p.b_dtype == DType::kBFloat16;
   const bool e4m3 = p.in_dtype == DType::kFloat8E4M3FN && p.b_dtype == DType::kFloat8E4M3FN;
   if (!bf16 && !e4m3) return "not bf16 x bf16 or e4m3 x e4m3 operands";
   if (p.out_dtype != DType::kBFloat16) return "not a bf16 output";
-  if (p.alpha_per_weight) return "an alpha per weight";
   if (p.num_groups <= 0 || p.num_groups > 0x7fffffff || p.n <= 0 || p.k <= 0 || p.n > 0x7fffffff ||
       p.k > 0x7fffffff || p.cum_m > 0x7fffffff) {
     return "a dimension outside int32";

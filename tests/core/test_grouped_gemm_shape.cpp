@@ -290,9 +290,9 @@ TEST(GroupedGemmShape, OperandAlignment) {
 
 // The grouped GEMMs' CUTLASS route (kernels/grouped_gemm_cutlass_rules.h) takes exactly the calls
 // its two sm_90a instances can run: an sm_90 device (9.0 only: sm_90a code runs nowhere else),
-// bf16 x bf16 or e4m3 x e4m3 operands, a bf16 output, one alpha or none, a weight map or none,
-// dimensions in int32, 16-byte aligned k-major a and b and n-major out with 16-byte row strides
-// (TMA's rules), k a multiple of 16 bytes and n of 8.
+// bf16 x bf16 or e4m3 x e4m3 operands, a bf16 output, one alpha, one per weight or none, a weight
+// map or none, dimensions in int32, 16-byte aligned k-major a and b and n-major out with 16-byte
+// row strides (TMA's rules), k a multiple of 16 bytes and n of 8.
 TEST(GroupedGemmShape, CutlassRouteTakesOnlyWhatItsInstancesFit) {
   using flashinfer::DType;
   using flashinfer::kernels::cutlass_grouped_misfit;
@@ -327,7 +327,7 @@ TEST(GroupedGemmShape, CutlassRouteTakesOnlyWhatItsInstancesFit) {
   static const float alpha = 2.0f;
   EXPECT_FALSE(misfit([](auto& q) { q.b_index = index; }));  // SegmentGEMMWrapper's weight map
   EXPECT_FALSE(misfit([](auto& q) { q.alpha = &alpha; }));
-  EXPECT_TRUE(misfit([](auto& q) { q.alpha = &alpha, q.alpha_per_weight = true; }));
+  EXPECT_FALSE(misfit([](auto& q) { q.alpha = &alpha, q.alpha_per_weight = true; }));
   EXPECT_TRUE(misfit([](auto& q) { q.k = 7164; }));  // rows of 14328 bytes: not 16-byte rows
   EXPECT_TRUE(misfit([](auto& q) { q.n = 4100; }));
   EXPECT_TRUE(misfit([](auto& q) { q.a_stride_m = 7172; }));  // a row stride off 16 bytes

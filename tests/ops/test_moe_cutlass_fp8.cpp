@@ -26,6 +26,8 @@
 #if FLASHINFER_TEST_HAVE_CUDART
 #include <cuda_runtime.h>
 
+#include "api/device_props.h"
+#include "kernels/cuda/grouped_gemm_cuda.h"
 #include "kernels/cuda/moe_cuda.h"
 #endif
 #include "kernels/moe_cutlass_fp8_rules.h"
@@ -766,15 +768,28 @@ bool grouped_route(const Fp8Case& c, int force) {
   return force == 2 || c.T * c.K >= 2 * c.E * c.ep_size;
 }
 
+// On an sm_90 device of a build with CUTLASS the grouped route's two GEMMs run CUTLASS's e4m3
+// grouped GEMM where the output is bf16 (one alpha per expert,
+// kernels/cuda/grouped_gemm_cutlass.cuh), the mma.sync kernel for fp16: the route counters say
+// which.
 TEST(MoeCudaFp8, PerTensorBitExactOnIntegerOperands) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
+#if FLASHINFER_TEST_HAVE_CUTLASS
+  const bool cutlass = api::compute_capability(Device::cuda(0)) == 90;
+#else
+  const bool cutlass = false;
+#endif
   for (const Fp8Case& c : cuda_cases(false)) {
     const Fp8Inputs in = integer_inputs(c);
     const Tensor ref = run(c, in)[0];
     const Fp8Inputs g = to_cuda(in);
     for (int force : {0, 1, 2}) {
       bool grouped = false;
+      const moe_cuda::GroupedMmRoutes r0 = moe_cuda::grouped_mm_routes();
       const Tensor got = run_cuda(c, g, force, &grouped);
+      const moe_cuda::GroupedMmRoutes r1 = moe_cuda::grouped_mm_routes();
+      const bool on_cutlass = grouped && cutlass && c.out_dt == DType::kBFloat16;
+      EXPECT_EQ(r1.cutlass - r0.cutlass, on_cutlass ? 2u : 0u) << label(c) << ", force " << force;
       EXPECT_EQ(grouped, grouped_route(c, force)) << label(c) << ", force " << force;
       EXPECT_TRUE(all_close(got, ref, {0, 0})) << label(c) << ", force " << force;
     }

@@ -2,14 +2,15 @@
 // operands' element type (docs/GEMM_AND_QUANTIZATION.md, "Grouped GEMMs"). TMA loads, wgmma
 // (warpgroup MMA, fp32 accumulators), two consumer warpgroups on 128 x 128 x (128 bytes of k)
 // tiles with a producer warp ("cooperative"), persistent over the device's SMs, every group's tiles
-// in one launch; out = round_bf16(alpha * acc). The groups' shapes, pointers and strides are
-// written on the device by a small kernel from m_indptr (and b_index): no host copy, no
-// synchronization, so a call can be captured in a CUDA graph; CUTLASS's scheduler reads them there
-// and rewrites its TMA descriptors per group. Each instance lives in its own source (one per
-// element type, compiled in parallel): bf16 in grouped_gemm_cutlass.cu, e4m3 in
-// grouped_gemm_cutlass_fp8.cu. For e4m3 CUTLASS's FP8 mainloop adds each k tile's wgmma partial
-// sums into separate fp32 accumulators (its "promotion", every 128 k): the tensor core's own FP8
-// accumulation is narrower than fp32, so it never sums more than one tile.
+// in one launch; out = round_bf16(alpha * acc), alpha one for all groups or one per weight. The
+// groups' shapes, pointers and strides are written on the device by a small kernel from m_indptr
+// (and b_index): no host copy, no synchronization, so a call can be captured in a CUDA graph;
+// CUTLASS's scheduler reads them there and rewrites its TMA descriptors per group. Each instance
+// lives in its own source (one per element type, compiled in parallel): bf16 in
+// grouped_gemm_cutlass.cu, e4m3 in grouped_gemm_cutlass_fp8.cu. For e4m3 CUTLASS's FP8 mainloop
+// adds each k tile's wgmma partial sums into separate fp32 accumulators (its "promotion", every 128
+// k): the tensor core's own FP8 accumulation is narrower than fp32, so it never sums more than one
+// tile.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -78,6 +79,7 @@ struct Instance {
     StrideA* sa;
     StrideB* sb;
     StrideD* sd;
+    const float** alpha;  // alpha_per_weight only: group i's alpha[weight]
   };
 };
 
@@ -104,19 +106,23 @@ std::size_t group_arrays(int64_t groups, char* base, typename I::Arrays* out) {
   take(g.sa, sizeof(*g.sa));
   take(g.sb, sizeof(*g.sb));
   take(g.sd, sizeof(*g.sd));
+  take(g.alpha, sizeof(*g.alpha));
   if (out != nullptr) *out = g;
   return off;
 }
 
 /// Group i's shape, operand addresses and strides, its rows from m_indptr as the other grouped
 /// kernels read them (gmm_group_rows: clamped to [0, cum_m], none when the end is below the
-/// start), its weight b_index[i] when given (SegmentGEMMWrapper's weight_indices, checked on the
-/// host) or i. A group of no rows has no tiles: CUTLASS's scheduler never visits it.
+/// start), its weight w = b_index[i] when given (SegmentGEMMWrapper's weight_indices, checked on
+/// the host) or i, and with alpha_per_weight its scale's address alpha + w (cutlass_fused_moe's
+/// per-expert FP8 dequantization scales). A group of no rows has no tiles: CUTLASS's scheduler
+/// never visits it.
 template <class I, class Elem>
 __global__ void cutlass_group_prep_kernel(typename I::Arrays g, const int32_t* m_indptr,
                                           const int32_t* b_index, int64_t groups, int64_t cum_m,
                                           int n, int k, const Elem* a, int64_t lda, const Elem* b,
-                                          int64_t ldb, int64_t b_stride_e, Bf16* d, int64_t ldd) {
+                                          int64_t ldb, int64_t b_stride_e, Bf16* d, int64_t ldd,
+                                          const float* alpha_per_weight) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= groups) return;
   const grouped::GmmGroup r = grouped::gmm_group_rows(m_indptr[i], m_indptr[i + 1], cum_m);
@@ -128,6 +134,7 @@ __global__ void cutlass_group_prep_kernel(typename I::Arrays g, const int32_t* m
   g.sa[i] = cute::make_stride(lda, cute::Int<1>{}, cute::Int<0>{});
   g.sb[i] = cute::make_stride(ldb, cute::Int<1>{}, cute::Int<0>{});
   g.sd[i] = cute::make_stride(ldd, cute::Int<1>{}, cute::Int<0>{});
+  if (alpha_per_weight != nullptr) g.alpha[i] = alpha_per_weight + w;
 }
 
 /// Runs `p` (already found to fit, cutlass_grouped_misfit) on instance I. False, having queued
@@ -145,9 +152,9 @@ bool run_instance(const GroupedMmCudaParams& p, cudaStream_t s, int device, Stre
                                 {nullptr, nullptr, nullptr, nullptr},
                                 {{}, nullptr, nullptr, nullptr, nullptr},
                                 hw};
-  args.epilogue.thread.alpha = 1.0f;
-  args.epilogue.thread.alpha_ptr = p.alpha;  // null: the 1 above
+  args.epilogue.thread.alpha = 1.0f;  // without alpha
   args.epilogue.thread.beta = 0.0f;
+  const bool per_weight = p.alpha != nullptr && p.alpha_per_weight;
   const std::size_t arrays = align256(group_arrays<I>(p.num_groups, nullptr, nullptr));
   const std::size_t workspace = Gemm::get_workspace_size(args);
 
@@ -166,6 +173,12 @@ bool run_instance(const GroupedMmCudaParams& p, cudaStream_t s, int device, Stre
   args.mainloop.dB = g.sb;
   args.epilogue.ptr_D = g.d;
   args.epilogue.dD = g.sd;
+  // One alpha for every group, or group i's from the array the prep kernel writes.
+  if (per_weight) {
+    args.epilogue.thread.alpha_ptr_array = g.alpha;
+  } else {
+    args.epilogue.thread.alpha_ptr = p.alpha;
+  }
 
   // Nothing is queued before CUTLASS has accepted the arguments (initialize reads only the
   // arrays' addresses, not their contents, which the prep kernel writes next): a refusal here
@@ -178,7 +191,7 @@ bool run_instance(const GroupedMmCudaParams& p, cudaStream_t s, int device, Stre
   cutlass_group_prep_kernel<I, Elem><<<blocks, kPrepThreads, 0, s>>>(
       g, p.m_indptr, p.b_index, p.num_groups, p.cum_m, static_cast<int>(p.n), static_cast<int>(p.k),
       static_cast<const Elem*>(p.a), p.a_stride_m, static_cast<const Elem*>(p.b), p.b_stride_n,
-      p.b_stride_e, static_cast<Bf16*>(p.out), p.out_stride_m);
+      p.b_stride_e, static_cast<Bf16*>(p.out), p.out_stride_m, per_weight ? p.alpha : nullptr);
   FLASHINFER_CUDA_CALL(op, cudaGetLastError());
   const cutlass::Status run = gemm.run(s);
   FLASHINFER_CHECK_CODE(run == cutlass::Status::kSuccess, ErrorCode::kCuda, op, "",
