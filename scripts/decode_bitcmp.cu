@@ -6,43 +6,13 @@
 #include <cstring>
 #include <vector>
 
+#include "bitcmp_util.cuh"
 #include "kernels/cuda/attention_decode_kernel.cuh"
 #include "old_kernel.cuh"
 
 using namespace flashinfer;
 using namespace flashinfer::kernels;
 using namespace flashinfer::kernels::cuda;
-
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      exit(1);                                                                        \
-    }                                                                                 \
-  } while (0)
-
-static uint64_t rng = 88172645463325252ull;
-static uint32_t rnd() {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return static_cast<uint32_t>(rng >> 11);
-}
-static float nrm() { return (static_cast<int>(rnd() % 20001) - 10000) / 5000.0f; }
-static uint16_t bf(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-template <class T>
-T* dev_copy(const std::vector<T>& h) {
-  T* d;
-  CK(cudaMalloc(&d, h.size() * sizeof(T) + 16));
-  CK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
 
 struct Case {
   const char* name;
@@ -211,45 +181,16 @@ bool run_case(const Case& c) {
   if (c.timing) {
     double kv_bytes = 0;
     for (int L : c.kv_lens) kv_bytes += 2.0 * L * c.hkv * D * sizeof(TKV);
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    float t_old = 0, t_new = 0;
-    for (int rep = 0; rep < 23; ++rep) {
-      for (int which = 0; which < 2; ++which) {
-        CK(cudaEventRecord(e0));
-        if (which == 0)
-          k_old<<<grid, s.threads(), s.smem_bytes>>>(pa);
-        else
-          k_new<<<grid_new, sn.threads(), sn.smem_bytes>>>(pb);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (rep >= 3) (which == 0 ? t_old : t_new) += ms / 20;
-      }
-    }
+    const auto [t_old, t_new] =
+        time_old_new([&] { k_old<<<grid, s.threads(), s.smem_bytes>>>(pa); },
+                     [&] { k_new<<<grid_new, sn.threads(), sn.smem_bytes>>>(pb); }, 3, 20);
     printf("  TIME %-24s old %.4f ms (%.1f%% of 3.35 TB/s)  new %.4f ms (%.1f%%)  speedup %.3f\n",
            c.name, t_old, kv_bytes / (t_old * 1e-3) / 3.35e12 * 100, t_new,
            kv_bytes / (t_new * 1e-3) / 3.35e12 * 100, t_old / t_new);
   }
-  auto cmp = [&](const void* a, const void* b, size_t bytes, const char* what) {
-    std::vector<uint8_t> ha(bytes), hb(bytes);
-    CK(cudaMemcpy(ha.data(), a, bytes, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(hb.data(), b, bytes, cudaMemcpyDeviceToHost));
-    size_t diff = 0, first = 0;
-    for (size_t i = 0; i < bytes; ++i) {
-      if (ha[i] != hb[i]) {
-        if (!diff) first = i;
-        ++diff;
-      }
-    }
-    // Count NaN / special outputs for the record.
-    if (diff) printf("  %s: %zu bytes differ (first at %zu)\n", what, diff, first);
-    return diff == 0;
-  };
-  bool ok = cmp(o1, o2, on * 2, "o") && cmp(l1, l2, rows * c.hq * 4, "lse");
-  if (c.split) ok = cmp(tv1, tv2, tvn * 4, "tmp_v") && cmp(ts1, ts2, tsn * 4, "tmp_s") && ok;
+  bool ok = same_bytes(o1, o2, on * 2, "o") && same_bytes(l1, l2, rows * c.hq * 4, "lse");
+  if (c.split)
+    ok = same_bytes(tv1, tv2, tvn * 4, "tmp_v") && same_bytes(ts1, ts2, tsn * 4, "tmp_s") && ok;
   // How many outputs are NaN / zero (evidence the special paths ran).
   std::vector<float> hl(rows * c.hq);
   CK(cudaMemcpy(hl.data(), c.split ? ts2 : l2, hl.size() * 4, cudaMemcpyDeviceToHost));

@@ -314,11 +314,15 @@ TEST(GroupedGemmShape, CutlassRouteTakesOnlyWhatItsInstancesFit) {
   EXPECT_NE(cutlass_grouped_misfit(p, 80), nullptr);
   EXPECT_NE(cutlass_grouped_misfit(p, 100), nullptr);
   EXPECT_NE(cutlass_grouped_misfit(p, 120), nullptr);
-  auto misfit = [&](auto change) {
-    GroupedMmCudaParams q = p;
-    change(q);
-    return cutlass_grouped_misfit(q, 90) != nullptr;
+  // misfit_from(base)(change): whether base with `change` applied misfits on sm_90.
+  auto misfit_from = [](const GroupedMmCudaParams& base) {
+    return [base](auto change) {
+      GroupedMmCudaParams q = base;
+      change(q);
+      return cutlass_grouped_misfit(q, 90) != nullptr;
+    };
   };
+  auto misfit = misfit_from(p);
   EXPECT_TRUE(misfit([](auto& q) { q.in_dtype = q.b_dtype = DType::kFloat16; }));
   EXPECT_TRUE(misfit([](auto& q) { q.out_dtype = DType::kFloat32; }));
   EXPECT_TRUE(misfit([](auto& q) { q.out_dtype = DType::kFloat16; }));
@@ -354,11 +358,7 @@ TEST(GroupedGemmShape, CutlassRouteTakesOnlyWhatItsInstancesFit) {
   f.alpha = &alpha;
   EXPECT_EQ(cutlass_grouped_misfit(f, 90), nullptr);
   EXPECT_NE(cutlass_grouped_misfit(f, 89), nullptr);
-  auto misfit8 = [&](auto change) {
-    GroupedMmCudaParams q = f;
-    change(q);
-    return cutlass_grouped_misfit(q, 90) != nullptr;
-  };
+  auto misfit8 = misfit_from(f);
   EXPECT_TRUE(misfit8([](auto& q) { q.b_dtype = DType::kFloat8E5M2; }));
   EXPECT_TRUE(misfit8([](auto& q) { q.in_dtype = q.b_dtype = DType::kFloat8E5M2; }));
   EXPECT_TRUE(misfit8([](auto& q) { q.out_dtype = DType::kFloat32; }));

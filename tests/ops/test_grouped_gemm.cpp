@@ -1205,6 +1205,23 @@ TEST(GroupedMmBf16Cuda, RandomMatchesFp64WithinAccumulationBound) {
 }
 
 #if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+// Whether the grouped GEMMs' CUTLASS path runs on `d`: a build with CUTLASS, an sm_90 device.
+bool cutlass_grouped_here(Device d) {
+#if FLASHINFER_TEST_HAVE_CUTLASS
+  return api::compute_capability(d) == 90;
+#else
+  (void)d;
+  return false;
+#endif
+}
+
+// Whether a call since the counters read `before` ran the path expected here: CUTLASS's where it
+// runs, else the mma.sync kernel.
+bool ran_expected_path(const kernels::cuda::GroupedMmRoutes& before, bool cutlass) {
+  const kernels::cuda::GroupedMmRoutes now = kernels::cuda::grouped_mm_routes();
+  return cutlass ? now.cutlass > before.cutlass : now.mma > before.mma;
+}
+
 // grouped_mm_bf16 on an sm_90 device of a build with CUTLASS runs CUTLASS's grouped GEMM (TMA +
 // wgmma) wherever its instance fits (bf16 out, 16-byte k-major rows; its counter says it ran),
 // elsewhere the mma.sync kernel: bit-exact against the CPU on integer operands (groups of 0 to 300
@@ -1215,15 +1232,10 @@ TEST(GroupedMmBf16Cuda, RandomMatchesFp64WithinAccumulationBound) {
 TEST(GroupedMmBf16Cuda, CutlassPathOnHopperMatchesCpuAndTheMmaKernel) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device d = Device::cuda(0);
-#if FLASHINFER_TEST_HAVE_CUTLASS
-  const bool cutlass = api::compute_capability(d) == 90;
-#else
-  const bool cutlass = false;
-#endif
+  const bool cutlass = cutlass_grouped_here(d);
   auto routes = [] { return kernels::cuda::grouped_mm_routes(); };
   auto ran = [&](const kernels::cuda::GroupedMmRoutes& before) {
-    const kernels::cuda::GroupedMmRoutes now = routes();
-    return cutlass ? now.cutlass > before.cutlass : now.mma > before.mma;
+    return ran_expected_path(before, cutlass);
   };
   ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS");
   const int64_t E = static_cast<int64_t>(kEdgeIndptr.size()) - 1;
@@ -1277,11 +1289,7 @@ TEST(GroupedMmBf16Cuda, CutlassPathOnHopperMatchesCpuAndTheMmaKernel) {
 TEST(GroupedMmBf16Cuda, CapturedCallsMatchCpuOnEitherPath) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device d = Device::cuda(0);
-#if FLASHINFER_TEST_HAVE_CUTLASS
-  const bool cutlass = api::compute_capability(d) == 90;
-#else
-  const bool cutlass = false;
-#endif
+  const bool cutlass = cutlass_grouped_here(d);
   ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS");
   const std::vector<int64_t> indptr = {0, 40, 40, 200, 328};
   const Tensor a = int_tensor({328, 256}, 3, DType::kBFloat16, 41);
@@ -1307,8 +1315,7 @@ TEST(GroupedMmBf16Cuda, CapturedCallsMatchCpuOnEitherPath) {
   ASSERT_EQ(cudaMemsetAsync(out.data_ptr(), 0, 328 * 136 * 2, stream), cudaSuccess);
   before = kernels::cuda::grouped_mm_routes();
   ASSERT_NO_FATAL_FAILURE(capture());
-  const kernels::cuda::GroupedMmRoutes after = kernels::cuda::grouped_mm_routes();
-  EXPECT_TRUE(cutlass ? after.cutlass > before.cutlass : after.mma > before.mma);
+  EXPECT_TRUE(ran_expected_path(before, cutlass));
   EXPECT_TRUE(bit_equal(out, ref));
   set_current_cuda_stream(prev);
   cudaStreamDestroy(stream);
@@ -1386,15 +1393,10 @@ TEST(GroupedMmFp8Cuda, CutlassPathOnHopperMatchesCpuAndTheMmaKernel) {
   if (api::compute_capability(d) < 89) {
     GTEST_SKIP() << "grouped_mm_fp8 on CUDA is sm89+ (upstream's rule)";
   }
-#if FLASHINFER_TEST_HAVE_CUTLASS
-  const bool cutlass = api::compute_capability(d) == 90;
-#else
-  const bool cutlass = false;
-#endif
+  const bool cutlass = cutlass_grouped_here(d);
   auto routes = [] { return kernels::cuda::grouped_mm_routes(); };
   auto ran = [&](const kernels::cuda::GroupedMmRoutes& before) {
-    const kernels::cuda::GroupedMmRoutes now = routes();
-    return cutlass ? now.cutlass > before.cutlass : now.mma > before.mma;
+    return ran_expected_path(before, cutlass);
   };
   ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS");
   const int64_t E = static_cast<int64_t>(kEdgeIndptr.size()) - 1, k = 208;
@@ -1450,11 +1452,7 @@ TEST(GroupedMmFp8Cuda, CutlassPathOnHopperMatchesCpuAndTheMmaKernel) {
 TEST(SegmentGemmCuda, CutlassPathTakesBf16KMajorWeights) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device d = Device::cuda(0);
-#if FLASHINFER_TEST_HAVE_CUTLASS
-  const bool cutlass = api::compute_capability(d) == 90;
-#else
-  const bool cutlass = false;
-#endif
+  const bool cutlass = cutlass_grouped_here(d);
   ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS");
   SegmentGEMMWrapper seg_cpu(Tensor::empty({1024}, DType::kUInt8));
   SegmentGEMMWrapper seg_gpu(Tensor::empty({1024}, DType::kUInt8, d));
