@@ -1,7 +1,9 @@
 // Bit-identity check of the FA2 prefill kernel (batch_prefill_kernel) against another revision
-// (scripts/prefill-bitcmp builds it): both kernels on the same inputs, outputs compared bitwise,
-// and the headline shapes timed (kernel only, cudaEvent, TFLOP/s over the visible (query, key)
-// pairs and % of 989 dense bf16 TFLOP/s).
+// (scripts/prefill-bitcmp builds it): both kernels on the same inputs, each with its revision's
+// tile shapes; outputs compared bitwise where the block's K/V tile is the same in both, within a
+// bf16 tolerance where it changed (other tiles round P at other running maxima); and the headline
+// shapes timed (kernel only, cudaEvent, TFLOP/s over the visible (query, key) pairs and % of 989
+// dense bf16 TFLOP/s).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -28,6 +30,41 @@ struct Case {
   int chunk = 1024;  // split: keys per work item
   bool timing = false;
 };
+
+// Whether two device arrays of n values (bf16 bits, or fp32) agree within |a - b| <= tol (1 +
+// |a|), NaN where the other is NaN and infinities equal; prints the largest difference.
+template <class E>
+static bool close_values(const void* a, const void* b, size_t n, float tol, const char* what) {
+  std::vector<E> ha(n), hb(n);
+  CK(cudaMemcpy(ha.data(), a, n * sizeof(E), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(hb.data(), b, n * sizeof(E), cudaMemcpyDeviceToHost));
+  auto value = [](E x) {
+    if constexpr (sizeof(E) == 2) {
+      const uint32_t u = static_cast<uint32_t>(x) << 16;
+      float f;
+      memcpy(&f, &u, 4);
+      return f;
+    } else {
+      return x;
+    }
+  };
+  size_t bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float x = value(ha[i]), y = value(hb[i]);
+    if (std::isnan(x) || std::isnan(y) || std::isinf(x) || std::isinf(y)) {
+      const bool same = (std::isnan(x) && std::isnan(y)) || x == y;
+      bad += same ? 0 : 1;
+      continue;
+    }
+    const double d = std::fabs(static_cast<double>(x) - y);
+    worst = std::max(worst, d);
+    bad += d <= tol * (1.0 + std::fabs(x)) ? 0 : 1;
+  }
+  printf("  %s: max |diff| %.3g%s\n", what, worst, bad ? "" : " (within tolerance)");
+  if (bad) printf("  %s: %zu of %zu values outside tolerance %.3g\n", what, bad, n, tol);
+  return bad == 0;
+}
 
 // Both kernels at one instance (kCtaQ rows a block, variant V), K/V of TKV (bf16, or fp8 bytes
 // read as e4m3), head dims DQK / DVO.
@@ -176,15 +213,19 @@ bool run_case(const Case& c) {
   p.max_work_rows = max_rows;
   const int64_t packed = static_cast<int64_t>(max_rows) * group;
   const dim3 grid(p.num_work, c.hkv, static_cast<unsigned>((packed + kCtaQ - 1) / kCtaQ));
+  // Each kernel with its own revision's shapes: shared memory and K/V tile.
+  const unsigned smem_old = prefill_old::prefill_smem_bytes(kCtaQ, DQK, DVO);
   const unsigned smem = prefill::prefill_smem_bytes(kCtaQ, DQK, DVO);
+  const int tile_old = prefill_old::prefill_kv_tile(kCtaQ, DQK, DVO);
+  const int tile_new = prefill::prefill_kv_tile(kCtaQ, DQK, DVO);
   auto k_old = prefill_old::batch_prefill_kernel<T, TKV, DQK, DVO, kCtaQ, V>;
   auto k_new = prefill::batch_prefill_kernel<T, TKV, DQK, DVO, kCtaQ, V>;
-  CK(cudaFuncSetAttribute(k_old, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CK(cudaFuncSetAttribute(k_old, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_old));
   CK(cudaFuncSetAttribute(k_new, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   AttentionParams pa = p, pb = p;
   pa.o = o1, pa.lse = l1, pa.tmp_v = tv1, pa.tmp_s = ts1;
   pb.o = o2, pb.lse = l2, pb.tmp_v = tv2, pb.tmp_s = ts2;
-  k_old<<<grid, prefill::kPrefillThreads, smem>>>(pa);
+  k_old<<<grid, prefill::kPrefillThreads, smem_old>>>(pa);
   CK(cudaGetLastError());
   k_new<<<grid, prefill::kPrefillThreads, smem>>>(pb);
   CK(cudaGetLastError());
@@ -192,7 +233,7 @@ bool run_case(const Case& c) {
   if (c.timing) {
     const double flops = 2.0 * (DQK + DVO) * pairs * c.hq;
     const auto [t_old, t_new] =
-        time_old_new([&] { k_old<<<grid, prefill::kPrefillThreads, smem>>>(pa); },
+        time_old_new([&] { k_old<<<grid, prefill::kPrefillThreads, smem_old>>>(pa); },
                      [&] { k_new<<<grid, prefill::kPrefillThreads, smem>>>(pb); }, 3, 10);
     printf(
         "  TIME %-32s old %.4f ms (%.1f TFLOP/s, %.1f%% of 989)  new %.4f ms (%.1f, %.1f%%)  "
@@ -201,18 +242,28 @@ bool run_case(const Case& c) {
         flops / (t_new * 1e-3) / 1e12, flops / (t_new * 1e-3) / 989e12 * 100, t_old / t_new);
   }
   bool ok = true;
-  if (!c.split) {
+  const bool same_tile = tile_old == tile_new;
+  if (same_tile && !c.split) {
     ok = same_bytes(o1, o2, on * 2, "o") && same_bytes(l1, l2, ln * 4, "lse");
-  } else {
+  } else if (same_tile) {
     ok = same_bytes(tv1, tv2, tvn * 4, "tmp_v") && same_bytes(ts1, ts2, tsn * 4, "tmp_s");
+  } else if (!c.split) {  // o in bf16 (|o| <= 2 here: 2^-8 of it is one rounding), lse in fp32
+    ok = close_values<uint16_t>(o1, o2, on, 1.0f / 64, "o") &
+         close_values<float>(l1, l2, ln, 1e-4f, "lse");
+  } else {
+    ok = close_values<float>(tv1, tv2, tvn - static_cast<size_t>(c.hq) * DVO, 1.0f / 64, "tmp_v") &
+         close_values<float>(ts1, ts2, tsn - c.hq, 1e-4f, "tmp_s");
   }
   // NaN / -inf statistics (evidence the special paths ran).
   std::vector<float> hl(c.split ? tsn - c.hq : ln);
   CK(cudaMemcpy(hl.data(), c.split ? ts2 : l2, hl.size() * 4, cudaMemcpyDeviceToHost));
   int nan = 0, ninf = 0;
   for (float x : hl) nan += x != x, ninf += x == -INFINITY;
-  printf("%-34s D%d/%d rows %d variant %d, grid %ux%ux%u: %s (lse NaN %d, -inf %d)\n", c.name, DQK,
-         DVO, kCtaQ, V, grid.x, grid.y, grid.z, ok ? "BIT-IDENTICAL" : "DIFFERENT", nan, ninf);
+  const char* verdict = !ok ? "DIFFERENT" : same_tile ? "BIT-IDENTICAL" : "CLOSE";
+  printf(
+      "%-34s D%d/%d rows %d variant %d, keys %d -> %d a tile, grid %ux%ux%u: %s (lse NaN %d, "
+      "-inf %d)\n",
+      c.name, DQK, DVO, kCtaQ, V, tile_old, tile_new, grid.x, grid.y, grid.z, verdict, nan, ninf);
   for (void* x : {(void*)o1, (void*)o2, (void*)l1, (void*)l2, (void*)tv1, (void*)tv2, (void*)ts1,
                   (void*)ts2, (void*)p.q, (void*)p.kv.k, (void*)p.kv.v}) {
     CK(cudaFree(x));
@@ -284,6 +335,7 @@ int main() {
     d.timing = true;
     ok &= run_case<BF, 128, 128, 16, 0>(d);
   }
-  printf(ok ? "ALL BIT-IDENTICAL\n" : "MISMATCH\n");
+  printf(ok ? "ALL PASS (bit-identical where the tile is unchanged, close where it changed)\n"
+            : "MISMATCH\n");
   return ok ? 0 : 1;
 }

@@ -54,12 +54,13 @@ TEST(PrefillShape, BuiltDimsAndBlockShapes) {
   EXPECT_EQ(prefill_kv_tile(16, 64, 64), 128);   // 32 keys a warp
   EXPECT_EQ(prefill_kv_tile(16, 192, 128), 64);
   EXPECT_EQ(prefill_kv_tile(64, 128, 128), 64);
-  EXPECT_EQ(prefill_kv_tile(128, 128, 128), 32);
+  EXPECT_EQ(prefill_kv_tile(128, 128, 128), 64);  // upstream's 128 x 64
+  EXPECT_EQ(prefill_kv_tile(128, 64, 64), 32);
   EXPECT_EQ(prefill_kv_tile(64, 256, 256), 32);
   EXPECT_EQ(prefill_kv_tile(64, 192, 128), 64);
   // Q tile + 2 stages of K and V tiles, 2 bytes an element: D 128 with 64 rows is 80 KiB.
   EXPECT_EQ(prefill_smem_bytes(64, 128, 128), 2u * (64 * 128 + 2 * 64 * 256));
-  EXPECT_EQ(prefill_smem_bytes(128, 128, 128), 2u * (128 * 128 + 2 * 32 * 256));
+  EXPECT_EQ(prefill_smem_bytes(128, 128, 128), 2u * (128 * 128 + 2 * 64 * 256));  // 96 KiB
   EXPECT_EQ(prefill_smem_bytes(16, 128, 128), 2u * (16 * 128 + 2 * 64 * 256));
   // The merge buffer: 3 warps x 32 lanes x (64 O values + 2 maxima + 2 sums) floats at D 128.
   EXPECT_EQ(prefill_merge_bytes(16, 128), 4u * 3 * 32 * 68);
@@ -102,10 +103,10 @@ TEST(PrefillShape, SharedMemoryAndCopyShapesFit) {
 // an element), against the per-block opt-in limits: DeepSeek's 192 / 128 in 64-row blocks (64-key
 // tiles) needs 104 KiB, more than sm_86 / sm_89 allow (99 KiB), so there it leaves the FA2 kernel.
 TEST(PrefillShape, LargestBlockOfEachPairAndTheDevicesItFits) {
-  EXPECT_EQ(prefill_max_smem_bytes(192, 128), 2u * (64 * 192 + 2 * 64 * 320));  // 106496
-  EXPECT_EQ(prefill_max_smem_bytes(256, 256), 2u * (64 * 256 + 2 * 32 * 512));  // 98304
-  EXPECT_EQ(prefill_max_smem_bytes(128, 128), 2u * (64 * 128 + 2 * 64 * 256));  // 81920
-  EXPECT_EQ(prefill_max_smem_bytes(64, 64), 2u * (16 * 64 + 2 * 128 * 128));    // 67584
+  EXPECT_EQ(prefill_max_smem_bytes(192, 128), 2u * (64 * 192 + 2 * 64 * 320));   // 106496
+  EXPECT_EQ(prefill_max_smem_bytes(256, 256), 2u * (64 * 256 + 2 * 32 * 512));   // 98304
+  EXPECT_EQ(prefill_max_smem_bytes(128, 128), 2u * (128 * 128 + 2 * 64 * 256));  // 98304
+  EXPECT_EQ(prefill_max_smem_bytes(64, 64), 2u * (16 * 64 + 2 * 128 * 128));     // 67584
   const DeviceLimits a100 = device_limits(8, 0), ada = device_limits(8, 9),
                      h100 = device_limits(9, 0);
   for (Dims d : kBuilt) {
@@ -115,6 +116,40 @@ TEST(PrefillShape, LargestBlockOfEachPairAndTheDevicesItFits) {
     EXPECT_EQ(prefill_max_smem_bytes(d.qk, d.vo) <= static_cast<unsigned>(ada.max_smem_per_block),
               !(d.qk == 192 && d.vo == 128));
   }
+}
+
+// The launcher's 128-row blocks only where two fit an SM (prefill_tall_blocks_fit), else 64-row
+// ones: at head dim 128 the 128 x 64 block's 96 KiB (+ 1 KiB reserved) twice fit an H100, not an
+// A100 or an sm_86 / sm_89 part. Wherever the launcher may swap heights, both take the same K/V
+// tile, so the plan's chunk rounding (prefill_kv_tile of prefill_cta_rows' height) holds, and
+// the 64-row block then fits twice an A100 SM.
+TEST(PrefillShape, TallBlocksOnlyWhereTwoFitAnSm) {
+  const DeviceLimits a100 = device_limits(8, 0), ga10x = device_limits(8, 6),
+                     ada = device_limits(8, 9), h100 = device_limits(9, 0);
+  auto fits = [](int dqk, int dvo, const DeviceLimits& l) {
+    return prefill_tall_blocks_fit(dqk, dvo, l.smem_per_sm, l.reserved_smem_per_block);
+  };
+  EXPECT_TRUE(fits(128, 128, h100));
+  EXPECT_FALSE(fits(128, 128, a100));
+  EXPECT_FALSE(fits(128, 128, ga10x));
+  EXPECT_FALSE(fits(128, 128, ada));
+  for (const DeviceLimits& l : {a100, ga10x, ada, h100}) EXPECT_TRUE(fits(64, 64, l));
+  // The rule is the occupancy calculator's at 255 registers (no more than 2 blocks of 128 threads
+  // fit the registers anyway).
+  for (Dims d : kBuilt) {
+    if (prefill_cta_rows(4096, d.qk, d.vo, 0) != 128) continue;
+    for (const DeviceLimits& l : {a100, ga10x, ada, h100}) {
+      SCOPED_TRACE(std::to_string(d.qk) + " smem/SM " + std::to_string(l.smem_per_sm));
+      const int tall =
+          occupancy_blocks_per_sm(l, kPrefillThreads, 255, prefill_smem_bytes(128, d.qk, d.vo));
+      EXPECT_EQ(fits(d.qk, d.vo, l), tall >= 2);
+      if (!fits(d.qk, d.vo, l)) {
+        EXPECT_EQ(prefill_kv_tile(128, d.qk, d.vo), prefill_kv_tile(64, d.qk, d.vo));
+      }
+    }
+  }
+  EXPECT_EQ(occupancy_blocks_per_sm(a100, kPrefillThreads, 255, prefill_smem_bytes(64, 128, 128)),
+            2);
 }
 
 // fp8 K/V (prefill_fp8_kv_built): instances for equal head dims 64 / 128 / 256, plain or

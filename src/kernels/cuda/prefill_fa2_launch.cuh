@@ -7,6 +7,7 @@
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/prefill_cuda.h"
 #include "kernels/cuda/prefill_kernel.cuh"
+#include "kernels/occupancy.h"
 
 namespace flashinfer::kernels::cuda {
 
@@ -35,7 +36,16 @@ void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
   }
   constexpr int kSoftCap = prefill::kPrefillSoftCap, kMask = prefill::kPrefillCustomMask,
                 kAlibi = prefill::kPrefillAlibi;
-  const int cta = prefill::prefill_cta_rows(p.max_work_rows * group, DQK, DVO, variant);
+  int cta = prefill::prefill_cta_rows(p.max_work_rows * group, DQK, DVO, variant);
+  if (cta == 128) {  // 64-row blocks where two 128-row ones do not fit an SM (A100, sm_86/89)
+    int device = 0;
+    FLASHINFER_CUDA_CALL("attention", cudaGetDevice(&device));
+    const int cc = detail::cuda_compute_capability(device);
+    const DeviceLimits lim = device_limits(cc / 10, cc % 10);
+    if (!prefill::prefill_tall_blocks_fit(DQK, DVO, lim.smem_per_sm, lim.reserved_smem_per_block)) {
+      cta = 64;
+    }
+  }
   if constexpr (prefill::prefill_cta_rows(1, DQK, DVO, 0) == 16) {
     if (cta == 16) {
       return variant == 0 ? launch_fa2<T, TKV, DQK, DVO, 16, 0>(p, s, pdl)

@@ -231,8 +231,11 @@ __global__ void __launch_bounds__(kPrefillThreads,
           const int64_t vo = kv_map.same_strides ? ko : kv_map.v_offset(ids[i], slot);
           const uint32_t off = kFp8 ? static_cast<uint32_t>(r * kUnitsK + col)
                                     : dev::permuted_offset(r, col, kUnitsK);
-          dev::cp_async::copy16_zfill(kst + off, kbase + ko + col * kElems, ok);
-          dev::cp_async::copy16_zfill(vst + off, vbase + vo + col * kElems, ok);
+          // The column's offset as 32 unsigned bits: held as a 64-bit value across the loop it
+          // was the one thing spilled (8 bytes) in the 128 x 64 block at head dim 128.
+          const uint32_t col_off = static_cast<uint32_t>(col) * kElems;
+          dev::cp_async::copy16_zfill(kst + off, kbase + (ko + col_off), ok);
+          dev::cp_async::copy16_zfill(vst + off, vbase + (vo + col_off), ok);
         }
       } else {
         detail::copy_tile<DQK, kKvTile, T>(kst, tid, kbase, [&](int r) -> const T* {
@@ -327,7 +330,19 @@ __global__ void __launch_bounds__(kPrefillThreads,
       load_kv(tile + kPrefillStages);
     }
     const int stage16 = kFp8 ? 0 : stage;  // the 16-bit tile the warps read
-    const int64_t t0 = kv_lo + static_cast<int64_t>(tile) * kKvTile;
+    // Whether the tile needs the per-element visibility test. 128-row blocks decide it before
+    // the MMAs, from the tile's position in 32 bits, so that one predicate is live across them;
+    // other blocks after them, from 64 bits. Each way is the one ptxas fits in 255 registers
+    // without a spill (the other spilled 4-8 bytes: the fp8 128 x 64 block, the 256-dim
+    // 64-row ones).
+    constexpr bool kTestFirst = kCtaQ == 128;
+    using TilePos = std::conditional_t<kTestFirst, int32_t, int64_t>;
+    const TilePos t0 = static_cast<TilePos>(kv_lo) + static_cast<TilePos>(tile) * kKvTile;
+    bool unmasked = false;
+    if constexpr (kTestFirst) {
+      unmasked = prefill_tile_unmasked(t0, kKvTile, kv_hi, p.causal, pos_min, pos_max,
+                                       p.window_left, kCustomMask);
+    }
     if (warp_active) {
       // Each lane's fragment bases in the tiles (permuted_lane_base; rows and columns from
       // prefill_shape.h's *_frag_lane).
@@ -371,8 +386,10 @@ __global__ void __launch_bounds__(kPrefillThreads,
       }
 
       // Logits in base 2; the per-element test only where the tile needs it.
-      const bool unmasked = prefill_tile_unmasked(t0, kKvTile, kv_hi, p.causal, pos_min, pos_max,
-                                                  p.window_left, kCustomMask);
+      if constexpr (!kTestFirst) {
+        unmasked = prefill_tile_unmasked(t0, kKvTile, kv_hi, p.causal, pos_min, pos_max,
+                                         p.window_left, kCustomMask);
+      }
       // Custom mask: each row's bits for this warp's keys of the tile, 32 keys to a register,
       // read once per tile.
       constexpr int kMaskWords = (kKvWarp + 31) / 32;

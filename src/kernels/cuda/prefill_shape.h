@@ -90,12 +90,13 @@ FLASHINFER_HD constexpr int prefill_min_blocks_per_sm(int dqk, int dvo, bool fp8
 }
 
 /// Keys per K/V tile (all warps together). 16-row blocks: 16 keys a warp (32 at head dim 64),
-/// so that every block fits twice per SM. 128-row blocks take 32 keys: with 64, the S and O
-/// fragments (64 + 128 floats a thread at head dim 128) spilled 76 bytes at 255 registers
-/// (ptxas, sm_90).
+/// so that every block fits twice per SM. 128-row blocks: 64 keys at head dim 128 (upstream's
+/// and FA2's 128 x 64 tile: the S and O fragments are 64 + 128 floats a thread, 255 registers
+/// without a spill on sm_90), 32 at head dim 64 (its blocks are budgeted for 3 per SM, 168
+/// registers: 64 keys spilled 96 bytes there).
 FLASHINFER_HD constexpr int prefill_kv_tile(int cta_q, int dqk, int dvo) {
   if (cta_q == 16) return kPrefillWarps * ((dqk <= 64 && dvo <= 64) ? 32 : 16);
-  if (cta_q == 128) return 32;
+  if (cta_q == 128) return (dqk <= 64 && dvo <= 64) ? 32 : 64;
   return (dqk > 128 || dvo > 128) ? (dqk == 192 ? 64 : 32) : 64;
 }
 
@@ -117,6 +118,17 @@ FLASHINFER_HD constexpr unsigned prefill_kv_stage_bytes(int cta_q, int dqk, int 
 }
 FLASHINFER_HD constexpr unsigned prefill_smem_bytes(int cta_q, int dqk, int dvo) {
   return 2u * static_cast<unsigned>(cta_q * dqk) + prefill_kv_stage_bytes(cta_q, dqk, dvo);
+}
+
+/// Whether an SM holds two 128-row blocks of a head-dim pair: `smem_per_sm` bytes of shared memory
+/// for blocks, `reserved_per_block` of them kept by the driver for each (DeviceLimits). At head
+/// dim 128 the 128 x 64 block takes 96 KiB: two fit an H100's 228 KiB, not an A100's 164 or
+/// sm_86 / sm_89's 100, where the launcher takes 64-row blocks (80 KiB, two an A100 SM) instead,
+/// with the same 64-key tiles, so a plan's chunks (whole tiles) hold for either height.
+FLASHINFER_HD constexpr bool prefill_tall_blocks_fit(int dqk, int dvo, long smem_per_sm,
+                                                     long reserved_per_block) {
+  return 2 * (static_cast<long>(prefill_smem_bytes(128, dqk, dvo)) + reserved_per_block) <=
+         smem_per_sm;
 }
 
 /// The most dynamic shared memory any block of a built head-dim pair asks for (over the block
