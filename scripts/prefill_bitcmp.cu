@@ -1,9 +1,8 @@
 // Bit-identity check of the FA2 prefill kernel (batch_prefill_kernel) against another revision
 // (scripts/prefill-bitcmp builds it): both kernels on the same inputs, each with its revision's
-// tile shapes; outputs compared bitwise where the block's K/V tile is the same in both, within a
-// bf16 tolerance where it changed (other tiles round P at other running maxima); and the headline
-// shapes timed (kernel only, cudaEvent, TFLOP/s over the visible (query, key) pairs and % of 989
-// dense bf16 TFLOP/s).
+// tile shapes; outputs compared bitwise, and within a bf16 tolerance where they differ (a changed
+// K/V tile rounds P at other running maxima); and the headline shapes timed (kernel only,
+// cudaEvent, TFLOP/s over the visible (query, key) pairs and % of 989 dense bf16 TFLOP/s).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -241,16 +240,20 @@ bool run_case(const Case& c) {
         c.name, t_old, flops / (t_old * 1e-3) / 1e12, flops / (t_old * 1e-3) / 989e12 * 100, t_new,
         flops / (t_new * 1e-3) / 1e12, flops / (t_new * 1e-3) / 989e12 * 100, t_old / t_new);
   }
-  bool ok = true;
+  // Bitwise first; where that fails, within a bf16 tolerance (o in bf16, |o| <= 2 here: 2^-8 of
+  // it is one rounding; lse in fp32). Expected to be bitwise except where the block's K/V tile
+  // changed (P rounded at other running maxima) and, since session 35's ex2.approx.ftz, where a
+  // probability below 2^-126 (now 0) met a sum whose other terms are all 0: the byte counts that
+  // same_bytes prints tell the two apart.
   const bool same_tile = tile_old == tile_new;
-  if (same_tile && !c.split) {
-    ok = same_bytes(o1, o2, on * 2, "o") && same_bytes(l1, l2, ln * 4, "lse");
-  } else if (same_tile) {
-    ok = same_bytes(tv1, tv2, tvn * 4, "tmp_v") && same_bytes(ts1, ts2, tsn * 4, "tmp_s");
-  } else if (!c.split) {  // o in bf16 (|o| <= 2 here: 2^-8 of it is one rounding), lse in fp32
+  const bool bitwise =
+      c.split ? same_bytes(tv1, tv2, tvn * 4, "tmp_v") && same_bytes(ts1, ts2, tsn * 4, "tmp_s")
+              : same_bytes(o1, o2, on * 2, "o") && same_bytes(l1, l2, ln * 4, "lse");
+  bool ok = bitwise;
+  if (!bitwise && !c.split) {
     ok = close_values<uint16_t>(o1, o2, on, 1.0f / 64, "o") &
          close_values<float>(l1, l2, ln, 1e-4f, "lse");
-  } else {
+  } else if (!bitwise) {
     ok = close_values<float>(tv1, tv2, tvn - static_cast<size_t>(c.hq) * DVO, 1.0f / 64, "tmp_v") &
          close_values<float>(ts1, ts2, tsn - c.hq, 1e-4f, "tmp_s");
   }
@@ -259,7 +262,10 @@ bool run_case(const Case& c) {
   CK(cudaMemcpy(hl.data(), c.split ? ts2 : l2, hl.size() * 4, cudaMemcpyDeviceToHost));
   int nan = 0, ninf = 0;
   for (float x : hl) nan += x != x, ninf += x == -INFINITY;
-  const char* verdict = !ok ? "DIFFERENT" : same_tile ? "BIT-IDENTICAL" : "CLOSE";
+  const char* verdict = bitwise     ? "BIT-IDENTICAL"
+                        : !ok       ? "DIFFERENT"
+                        : same_tile ? "CLOSE"
+                                    : "CLOSE (tile changed)";
   printf(
       "%-34s D%d/%d rows %d variant %d, keys %d -> %d a tile, grid %ux%ux%u: %s (lse NaN %d, "
       "-inf %d)\n",
@@ -335,7 +341,7 @@ int main() {
     d.timing = true;
     ok &= run_case<BF, 128, 128, 16, 0>(d);
   }
-  printf(ok ? "ALL PASS (bit-identical where the tile is unchanged, close where it changed)\n"
+  printf(ok ? "ALL PASS (bit-identical, or within the bf16 tolerance where marked CLOSE)\n"
             : "MISMATCH\n");
   return ok ? 0 : 1;
 }

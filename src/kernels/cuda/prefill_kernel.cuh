@@ -46,6 +46,15 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
          (static_cast<uint32_t>(bits16(from_f32<T>(hi))) << 16);
 }
 
+/// threadIdx.x read again (S2R), not kept: a value derived from it and held across the KV loop
+/// for the copies is what ptxas spills first in blocks budgeted for 168 registers (asm volatile,
+/// so the compiler does not merge it with the first read).
+__device__ __forceinline__ int tid_reread() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+
 /// Issues the 16-byte copies of `rows` rows of `dim` elements into a permuted tile whose rows
 /// hold dim / 8 units; thread `tid` takes unit column tid % (dim / 8) of rows tid / (dim / 8),
 /// + kPrefillThreads / (dim / 8), ... `src(r)` is row r's global address, or nullptr for a
@@ -213,7 +222,11 @@ __global__ void __launch_bounds__(kPrefillThreads,
         constexpr int kRowsPerThread = kKvTile / kRowsPerPass;
         static_assert(kKvTile % kRowsPerPass == 0, "tile shape");
         constexpr int kElems = 16 / static_cast<int>(sizeof(TKV));  // elements of a unit
-        const int col = tid % kUnitsK, r0 = tid / kUnitsK;
+        // Blocks budgeted for 168 registers (3 an SM) read threadIdx.x again here; the others
+        // keep it (there the reread spilled 48 bytes instead).
+        const int tid_now =
+            prefill_min_blocks_per_sm(DQK, DVO, kFp8) == 3 ? detail::tid_reread() : tid;
+        const int col = tid_now % kUnitsK, r0 = tid_now / kUnitsK;
         int32_t ids[kRowsPerThread];
 #pragma unroll
         for (int i = 0; i < kRowsPerThread; ++i) {
@@ -299,7 +312,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
 #pragma unroll
     for (int n = 0; n < DVO / 8; ++n) o[mq][n][0] = o[mq][n][1] = o[mq][n][2] = o[mq][n][3] = 0.0f;
   }
-  // A NaN score needs no test of its own: fmaxf skips it, exp2f(NaN - m) puts NaN into l and,
+  // A NaN score needs no test of its own: fmaxf skips it, 2^(NaN - m) puts NaN into l and,
   // through P, into every output column, so the row ends NaN (LSE too), as upstream's.
   float m[kMmaQ][2], l[kMmaQ][2];
 #pragma unroll
@@ -479,7 +492,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
           tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
         }
         // The state is rescaled only when a row of the warp has a new maximum. Otherwise every
-        // row's factor would be exactly 1 (exp2f(0), or the -inf case's 1), so skipping it
+        // row's factor would be exactly 1 (2^0, or the -inf case's 1), so skipping it
         // changes no bit; once a row's early keys set its maximum it seldom moves, and the
         // DVO / 2 multiplies a thread spends per fragment are the largest non-MMA item of a
         // tile. tmax is never NaN (fmaxf drops NaN scores; see above). The factors live only
@@ -489,7 +502,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
           for (int r = 0; r < 2; ++r) {
             const float m_new = fmaxf(m[mq][r], tmax[r]);
             // m_new == -inf: nothing visible yet; keep the (zero) state, avoid -inf - -inf.
-            const float factor = m_new == -INFINITY ? 1.0f : exp2f(m[mq][r] - m_new);
+            const float factor = m_new == -INFINITY ? 1.0f : dev::exp2_ftz(m[mq][r] - m_new);
             m[mq][r] = m_new;
             l[mq][r] *= factor;
 #pragma unroll
@@ -500,7 +513,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
           }
         }
         // P = 2^(s - m), 0 for a hidden key. The test is per row, not per element: with m finite,
-        // exp2f(-inf - m) is already 0; only m = -inf (every key of the row hidden so far, or
+        // 2^(-inf - m) is already 0; only m = -inf (every key of the row hidden so far, or
         // -inf / NaN logits) needs another subtrahend, and 0 gives the same values there: 0 for
         // -inf, NaN for NaN.
         const float m_sub[2] = {m[mq][0] == -INFINITY ? 0.0f : m[mq][0],
@@ -508,7 +521,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
 #pragma unroll
         for (int n = 0; n < 2 * kMmaKv; ++n) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[mq][n][e] = exp2f(s[mq][n][e] - m_sub[e >> 1]);
+          for (int e = 0; e < 4; ++e) s[mq][n][e] = dev::exp2_ftz(s[mq][n][e] - m_sub[e >> 1]);
           // Per-thread partial row sums: the quad shares m, so they are summed once at the end.
           l[mq][0] += s[mq][n][0] + s[mq][n][1];
           l[mq][1] += s[mq][n][2] + s[mq][n][3];

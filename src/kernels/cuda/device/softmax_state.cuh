@@ -42,6 +42,20 @@ FLASHINFER_HD float max_(float a, float b) {
 
 }  // namespace softmax_detail
 
+#ifdef __CUDACC__
+/// 2^x as upstream's attention kernels compute it: PTX ex2.approx.ftz.f32, one MUFU.EX2. exp2f is
+/// the same instruction without .ftz, for which ptxas adds a compare and two predicated multiplies
+/// around each call to keep results below 2^-126 subnormal; here they are 0. Equal bits for
+/// every other x (inf, -inf -> 0 and NaN included). A probability below 2^-126 of a row whose
+/// largest is 1 changes no fp32 sum it joins, so attention's results differ only where every
+/// other term of a sum is 0 or subnormal too.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+#endif
+
 /// Merges (m1, d1) and (m2, d2): m = max(m1, m2), d = d1 * scale1 + d2 * scale2 with
 /// scale_i = 2^(m_i - m); the caller scales its o vectors by the same factors. A state whose max
 /// is -inf carries no weight: when both are, m - m would be NaN, so the scales are 0 and the
