@@ -58,10 +58,14 @@ TEST(PrefillShape, BuiltDimsAndBlockShapes) {
   EXPECT_EQ(prefill_kv_tile(128, 64, 64), 32);
   EXPECT_EQ(prefill_kv_tile(64, 256, 256), 32);
   EXPECT_EQ(prefill_kv_tile(64, 192, 128), 64);
-  // Q tile + 2 stages of K and V tiles, 2 bytes an element: D 128 with 64 rows is 80 KiB.
-  EXPECT_EQ(prefill_smem_bytes(64, 128, 128), 2u * (64 * 128 + 2 * 64 * 256));
-  EXPECT_EQ(prefill_smem_bytes(128, 128, 128), 2u * (128 * 128 + 2 * 64 * 256));  // 96 KiB
-  EXPECT_EQ(prefill_smem_bytes(16, 128, 128), 2u * (16 * 128 + 2 * 64 * 256));
+  // Q tile + 2 stages of K and V tiles, 2 bytes an element (D 128 with 64 rows: 80 KiB), then the
+  // K and V offsets (8 bytes each) of one tile's tokens.
+  EXPECT_EQ(prefill_tile_bytes(64, 128, 128), 2u * (64 * 128 + 2 * 64 * 256));
+  EXPECT_EQ(prefill_offset_cache_tokens(64, 128, 128), 64);
+  EXPECT_EQ(prefill_smem_bytes(64, 128, 128), 2u * (64 * 128 + 2 * 64 * 256) + 16 * 64);
+  EXPECT_EQ(prefill_smem_bytes(128, 128, 128), 2u * (128 * 128 + 2 * 64 * 256) + 16 * 64);
+  EXPECT_EQ(prefill_smem_bytes(16, 128, 128), 2u * (16 * 128 + 2 * 64 * 256) + 16 * 64);
+  EXPECT_EQ(prefill_smem_bytes(16, 64, 64), 2u * (16 * 64 + 2 * 128 * 128) + 16 * 128);
   // The merge buffer: 3 warps x 32 lanes x (64 O values + 2 maxima + 2 sums) floats at D 128.
   EXPECT_EQ(prefill_merge_bytes(16, 128), 4u * 3 * 32 * 68);
   EXPECT_EQ(prefill_merge_bytes(64, 128), 0u);
@@ -103,10 +107,10 @@ TEST(PrefillShape, SharedMemoryAndCopyShapesFit) {
 // an element), against the per-block opt-in limits: DeepSeek's 192 / 128 in 64-row blocks (64-key
 // tiles) needs 104 KiB, more than sm_86 / sm_89 allow (99 KiB), so there it leaves the FA2 kernel.
 TEST(PrefillShape, LargestBlockOfEachPairAndTheDevicesItFits) {
-  EXPECT_EQ(prefill_max_smem_bytes(192, 128), 2u * (64 * 192 + 2 * 64 * 320));   // 106496
-  EXPECT_EQ(prefill_max_smem_bytes(256, 256), 2u * (64 * 256 + 2 * 32 * 512));   // 98304
-  EXPECT_EQ(prefill_max_smem_bytes(128, 128), 2u * (128 * 128 + 2 * 64 * 256));  // 98304
-  EXPECT_EQ(prefill_max_smem_bytes(64, 64), 2u * (16 * 64 + 2 * 128 * 128));     // 67584
+  EXPECT_EQ(prefill_max_smem_bytes(192, 128), 2u * (64 * 192 + 2 * 64 * 320) + 16 * 64);
+  EXPECT_EQ(prefill_max_smem_bytes(256, 256), 2u * (64 * 256 + 2 * 32 * 512) + 16 * 32);
+  EXPECT_EQ(prefill_max_smem_bytes(128, 128), 2u * (128 * 128 + 2 * 64 * 256) + 16 * 64);
+  EXPECT_EQ(prefill_max_smem_bytes(64, 64), 2u * (16 * 64 + 2 * 128 * 128) + 16 * 128);
   const DeviceLimits a100 = device_limits(8, 0), ada = device_limits(8, 9),
                      h100 = device_limits(9, 0);
   for (Dims d : kBuilt) {
@@ -177,7 +181,9 @@ TEST(PrefillShape, Fp8KvInstancesAndTheirSharedMemory) {
       const unsigned fp8_bytes = 2u * static_cast<unsigned>(cta * d) +     // Q
                                  2u * static_cast<unsigned>(kv * 2 * d) +  // 16-bit K + V tile
                                  static_cast<unsigned>(kPrefillStages * kv * 2 * d);  // fp8 stages
-      EXPECT_EQ(fp8_bytes, prefill_smem_bytes(cta, d, d));
+      EXPECT_EQ(fp8_bytes, prefill_tile_bytes(cta, d, d));
+      EXPECT_EQ(prefill_smem_bytes(cta, d, d),
+                fp8_bytes + 16u * static_cast<unsigned>(kv));  // the offset cache
       EXPECT_LE(prefill_merge_bytes(cta, d), prefill_kv_stage_bytes(cta, d, d));
       EXPECT_EQ(kPrefillThreads % (d / 16), 0);
       EXPECT_EQ((kv * (d / 16)) % kPrefillThreads, 0);
@@ -215,6 +221,49 @@ TEST(PrefillShape, TileMaskingRuleAgreesWithBruteForce) {
       }
     }
   }
+}
+
+// prefill_unmasked_tiles, the range of tiles the kernel tests its tiles against, picks exactly
+// the tiles prefill_tile_unmasked passes, over blocks whose keys start anywhere, of every tile
+// width, causal or not, with and without windows (the bounds' floor and ceiling divisions meet
+// negative numerators: first rows before the block's keys, windows reaching before them).
+TEST(PrefillShape, UnmaskedTileRangeMatchesTheTileTest) {
+  long long checked = 0;
+  for (int n : {16, 32, 64, 128}) {
+    for (long long kv_lo = 0; kv_lo < 70; kv_lo += 3) {
+      for (long long len = 0; len < 300; len += 7) {
+        const long long kv_hi = kv_lo + len;
+        const int tiles = static_cast<int>((len + n - 1) / n);
+        for (bool causal : {false, true}) {
+          for (long long pos_min = -5; pos_min < 400; pos_min += 13) {
+            for (long long rows : {1LL, 2LL, 41LL, 131LL}) {
+              const long long pos_max = pos_min + rows - 1;
+              for (int window : {-1, 0, 5, 63, 64, 200}) {
+                for (bool mask : {false, true}) {
+                  const TileRange r = prefill_unmasked_tiles(kv_lo, kv_hi, n, causal, pos_min,
+                                                             pos_max, window, mask);
+                  for (int i = 0; i < tiles; ++i) {
+                    const bool want =
+                        prefill_tile_unmasked(kv_lo + static_cast<long long>(i) * n, n, kv_hi,
+                                              causal, pos_min, pos_max, window, mask);
+                    ++checked;
+                    if ((r.lo <= i && i <= r.hi) != want) {
+                      ADD_FAILURE() << "n " << n << " keys " << kv_lo << ".." << kv_hi << " causal "
+                                    << causal << " pos " << pos_min << ".." << pos_max << " window "
+                                    << window << " mask " << mask << " tile " << i << ": range "
+                                    << r.lo << ".." << r.hi;
+                      return;
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 60000000);  // 60825600
 }
 
 // ---- ldmatrix and mma.sync, emulated ------------------------------------------------------------

@@ -6,7 +6,9 @@
 //     (prefill_shape.h);
 //   - Q, K and V tiles copied global -> shared memory with 16-byte cp.async into a swizzled
 //     layout (permuted_smem.cuh), K/V in kPrefillStages stages, so the copy of tile i + 1 overlaps
-//     the math of tile i;
+//     the math of tile i; a tile's K/V element offsets are looked up once, one token a thread,
+//     into shared memory, which the copy loop reads (the 128-row head-dim-128 blocks, short of
+//     registers, look them up per row);
 //   - S = Q K^T and O += P V on tensor cores (mma.sync m16n8k16, fp32 accumulation), every
 //     operand through ldmatrix (V through its transposing form);
 //   - online softmax in base 2 on the S fragments; causal tiles above the diagonal never loaded,
@@ -44,15 +46,6 @@ template <class T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return static_cast<uint32_t>(bits16(from_f32<T>(lo))) |
          (static_cast<uint32_t>(bits16(from_f32<T>(hi))) << 16);
-}
-
-/// threadIdx.x read again (S2R), not kept: a value derived from it and held across the KV loop
-/// for the copies is what ptxas spills first in blocks budgeted for 168 registers (asm volatile,
-/// so the compiler does not merge it with the first read).
-__device__ __forceinline__ int tid_reread() {
-  int t;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-  return t;
 }
 
 /// Issues the 16-byte copies of `rows` rows of `dim` elements into a permuted tile whose rows
@@ -149,8 +142,18 @@ __global__ void __launch_bounds__(kPrefillThreads,
   uint4* v8_s = k8_s + (kFp8 ? kPrefillStages * kKvTile * kUnitsK : 0);
   static_assert(!kFp8 || 16u * (kCtaQ * kUnitsQk + kKvTile * (kUnitsQk + kUnitsVo) +
                                 kPrefillStages * kKvTile * (kUnitsK + kUnitsV)) ==
-                             prefill_smem_bytes(kCtaQ, DQK, DVO),
+                             prefill_tile_bytes(kCtaQ, DQK, DVO),
                 "fp8 K/V blocks use the 16-bit blocks' shared memory");
+
+  // The K and V element offsets of the tokens of the next tile to be copied.
+  constexpr int kCache = prefill_offset_cache_tokens(kCtaQ, DQK, DVO);
+  static_assert(kCache == kKvTile, "one tile's offsets");
+  // Every block but the 128-row ones at head dim 128 copies from the cache: their 64 S and 128 O
+  // floats a thread leave no registers for it (ptxas spilled 12-48 bytes in every arrangement
+  // tried), so they look the page table up per row as before.
+  constexpr bool kCacheOffsets = !(kCtaQ == 128 && DQK == 128);
+  int64_t* k_off = reinterpret_cast<int64_t*>(smem_raw + prefill_tile_bytes(kCtaQ, DQK, DVO));
+  int64_t* v_off = k_off + kCache;
 
   pdl_wait();
   const WorkItem w = p.work[blockIdx.x];
@@ -183,6 +186,10 @@ __global__ void __launch_bounds__(kPrefillThreads,
   }
   const int num_tiles =
       kv_hi > kv_lo ? static_cast<int>((kv_hi - kv_lo + kKvTile - 1) / kKvTile) : 0;
+  // The tiles that need no per-element visibility test, as two integers kept across the loop
+  // (blocks with the offset cache).
+  const TileRange unmasked_tiles = prefill_unmasked_tiles(kv_lo, kv_hi, kKvTile, p.causal, pos_min,
+                                                          pos_max, p.window_left, kCustomMask);
 
   // Q tile: packed row r is query qo_begin + (row0 + r) / group, head g * group + its remainder.
   const T* q = static_cast<const T*>(p.q);
@@ -198,14 +205,32 @@ __global__ void __launch_bounds__(kPrefillThreads,
   // zero-filled (0 in fp8 too).
   const TKV* kbase = static_cast<const TKV*>(p.kv.k) + g * p.kv.k_stride_head;
   const TKV* vbase = static_cast<const TKV*>(p.kv.v) + g * p.kv.v_stride_head;
-  const dev::KvRequestMap kv_map(p.kv, b);
-  auto token_offset = [&](int32_t t, bool is_v) -> int64_t {
-    const int32_t id = kv_map.page_id(static_cast<uint32_t>(t));
-    const uint32_t slot = kv_map.slot(static_cast<uint32_t>(t));
-    return is_v ? kv_map.v_offset(id, slot) : kv_map.k_offset(id, slot);
-  };
+  const dev::KvRequestMap kv_map(p.kv, b);  // the per-row lookups (!kCacheOffsets)
   // Token indices in 32 bits, as the visibility test below has them (kv_len < 2^31).
   const int32_t kv_lo32 = static_cast<int32_t>(kv_lo), kv_hi32 = static_cast<int32_t>(kv_hi);
+  // Fills the offset cache with tile `tile`'s tokens: one token a thread (the page-table loads of
+  // a fill in flight together), 0 for keys at or past kv_hi (their copies are predicated off and
+  // read nothing). A barrier must separate it from the copies that read the cache before and
+  // after.
+  auto fill_offsets = [&](int tile) {
+    if (tile >= num_tiles) return;
+    // The request's map built again each fill (its page-table base reloaded, an L1 hit) rather
+    // than held across the loop.
+    const dev::KvRequestMap kv_map(p.kv, b);
+    static_assert(kCache <= kPrefillThreads, "one token a thread at most");
+    if (tid < kCache) {
+      const int32_t t = kv_lo32 + tile * kKvTile + tid;
+      int64_t ko = 0, vo = 0;
+      if (t < kv_hi32) {
+        const int32_t id = kv_map.page_id(static_cast<uint32_t>(t));
+        const uint32_t slot = kv_map.slot(static_cast<uint32_t>(t));
+        ko = kv_map.k_offset(id, slot);
+        vo = kv_map.v_offset(id, slot);
+      }
+      k_off[tid] = ko;
+      v_off[tid] = vo;
+    }
+  };
   auto load_kv = [&](int tile) {
     if (tile < num_tiles) {
       const int32_t t0 = kv_lo32 + tile * kKvTile;
@@ -214,57 +239,75 @@ __global__ void __launch_bounds__(kPrefillThreads,
       uint4* vst = kFp8 ? v8_s + stage * kKvTile * kUnitsV : v_s + stage * kKvTile * kUnitsVo;
       static_assert(!kFp8 || (DQK == DVO && kPrefillThreads % kUnitsK == 0), "fp8 copy loop");
       if constexpr (DQK == DVO && kPrefillThreads % kUnitsK == 0) {
-        // K and V rows of a token share one page-table lookup. The lookups of all of the
-        // thread's rows are issued before any copy (the copies' asm is volatile with a memory
-        // clobber: no load moves past one), so they are in flight together and the copies wait
-        // for one round trip, not one per row.
+        // Thread tid copies unit column tid % kUnitsK of rows tid / kUnitsK + kRowsPerPass * i,
+        // each from its token's cached offset.
         constexpr int kRowsPerPass = kPrefillThreads / kUnitsK;
         constexpr int kRowsPerThread = kKvTile / kRowsPerPass;
         static_assert(kKvTile % kRowsPerPass == 0, "tile shape");
         constexpr int kElems = 16 / static_cast<int>(sizeof(TKV));  // elements of a unit
-        // Blocks budgeted for 168 registers (3 an SM) read threadIdx.x again here; the others
-        // keep it (there the reread spilled 48 bytes instead).
-        const int tid_now =
-            prefill_min_blocks_per_sm(DQK, DVO, kFp8) == 3 ? detail::tid_reread() : tid;
-        const int col = tid_now % kUnitsK, r0 = tid_now / kUnitsK;
-        int32_t ids[kRowsPerThread];
+        const int col = tid % kUnitsK, r0 = tid / kUnitsK;
+        // The column's offset as 32 unsigned bits: held as a 64-bit value across the loop it
+        // was what ptxas spilled (8 bytes) in the 128 x 64 block at head dim 128.
+        const uint32_t col_off = static_cast<uint32_t>(col) * kElems;
+        if constexpr (kCacheOffsets) {
 #pragma unroll
-        for (int i = 0; i < kRowsPerThread; ++i) {
-          const int32_t t = t0 + r0 + i * kRowsPerPass;
-          ids[i] = t < kv_hi32 ? kv_map.page_id(static_cast<uint32_t>(t)) : 0;
-        }
+          for (int i = 0; i < kRowsPerThread; ++i) {
+            const int r = r0 + i * kRowsPerPass;
+            const bool ok = t0 + r < kv_hi32;
+            const uint32_t off = kFp8 ? static_cast<uint32_t>(r * kUnitsK + col)
+                                      : dev::permuted_offset(r, col, kUnitsK);
+            dev::cp_async::copy16_zfill(kst + off, kbase + (k_off[r] + col_off), ok);
+            dev::cp_async::copy16_zfill(vst + off, vbase + (v_off[r] + col_off), ok);
+          }
+        } else {
+          // K and V rows of a token share one page-table lookup. The lookups of all of the
+          // thread's rows are issued before any copy (the copies' asm is volatile with a memory
+          // clobber: no load moves past one), so they are in flight together and the copies
+          // wait for one round trip, not one per row.
+          int32_t ids[kRowsPerThread];
 #pragma unroll
-        for (int i = 0; i < kRowsPerThread; ++i) {
-          const int r = r0 + i * kRowsPerPass;
-          const bool ok = t0 + r < kv_hi32;
-          // The slot again rather than kept from above (registers are scarce here); a key past
-          // kv_hi has id 0 and slot 0, so offset 0: a valid address the copy does not read.
-          const uint32_t slot = ok ? kv_map.slot(static_cast<uint32_t>(t0 + r)) : 0u;
-          const int64_t ko = kv_map.k_offset(ids[i], slot);
-          const int64_t vo = kv_map.same_strides ? ko : kv_map.v_offset(ids[i], slot);
-          const uint32_t off = kFp8 ? static_cast<uint32_t>(r * kUnitsK + col)
-                                    : dev::permuted_offset(r, col, kUnitsK);
-          // The column's offset as 32 unsigned bits: held as a 64-bit value across the loop it
-          // was the one thing spilled (8 bytes) in the 128 x 64 block at head dim 128.
-          const uint32_t col_off = static_cast<uint32_t>(col) * kElems;
-          dev::cp_async::copy16_zfill(kst + off, kbase + (ko + col_off), ok);
-          dev::cp_async::copy16_zfill(vst + off, vbase + (vo + col_off), ok);
+          for (int i = 0; i < kRowsPerThread; ++i) {
+            const int32_t t = t0 + r0 + i * kRowsPerPass;
+            ids[i] = t < kv_hi32 ? kv_map.page_id(static_cast<uint32_t>(t)) : 0;
+          }
+#pragma unroll
+          for (int i = 0; i < kRowsPerThread; ++i) {
+            const int r = r0 + i * kRowsPerPass;
+            const bool ok = t0 + r < kv_hi32;
+            // The slot again rather than kept from above (registers are scarce here); a key past
+            // kv_hi has id 0 and slot 0, so offset 0: a valid address the copy does not read.
+            const uint32_t slot = ok ? kv_map.slot(static_cast<uint32_t>(t0 + r)) : 0u;
+            const int64_t ko = kv_map.k_offset(ids[i], slot);
+            const int64_t vo = kv_map.same_strides ? ko : kv_map.v_offset(ids[i], slot);
+            const uint32_t off = kFp8 ? static_cast<uint32_t>(r * kUnitsK + col)
+                                      : dev::permuted_offset(r, col, kUnitsK);
+            dev::cp_async::copy16_zfill(kst + off, kbase + (ko + col_off), ok);
+            dev::cp_async::copy16_zfill(vst + off, vbase + (vo + col_off), ok);
+          }
         }
       } else {
         detail::copy_tile<DQK, kKvTile, T>(kst, tid, kbase, [&](int r) -> const T* {
-          const int32_t t = t0 + r;
-          return t < kv_hi32 ? kbase + token_offset(t, false) : nullptr;
+          return t0 + r < kv_hi32 ? kbase + k_off[r] : nullptr;
         });
         detail::copy_tile<DVO, kKvTile, T>(vst, tid, vbase, [&](int r) -> const T* {
-          const int32_t t = t0 + r;
-          return t < kv_hi32 ? vbase + token_offset(t, true) : nullptr;
+          return t0 + r < kv_hi32 ? vbase + v_off[r] : nullptr;
         });
       }
     }
     dev::cp_async::commit();  // an empty group past the end keeps the wait counts uniform
   };
-  load_kv(0);  // the first group also carries Q
-  load_kv(1);
+  if constexpr (kCacheOffsets) {
+    fill_offsets(0);
+    __syncthreads();
+    load_kv(0);  // the first group also carries Q
+    __syncthreads();
+    fill_offsets(1);
+    __syncthreads();
+    load_kv(1);
+  } else {
+    load_kv(0);
+    load_kv(1);
+  }
 
   // This thread's rows: gid and gid + 8 of each of its warp's kMmaQ m16 fragments; its keys:
   // kKvWarp of each tile from key_off on (all of them unless the warps split the tile).
@@ -327,6 +370,10 @@ __global__ void __launch_bounds__(kPrefillThreads,
                         1>();  // tile `tile` (and Q) landed; the next may be in flight
     __syncthreads();  // ... for every thread; and (fp8) every warp is done with the 16-bit tile
     const int stage = tile % kPrefillStages;
+    // The offsets of tile + kPrefillStages, whose copy this iteration issues after its next
+    // barrier; the last copy that read the cache (tile + 1's) came before the barrier above. The
+    // page-table loads' latency then overlaps this tile's math in the block's other warps.
+    if constexpr (kCacheOffsets && !kFp8) fill_offsets(tile + kPrefillStages);
     if constexpr (kFp8) {
       // The fp8 stage widened into the 16-bit tile; the stage is then free for tile +
       // kPrefillStages, whose copy overlaps this tile's math.
@@ -339,6 +386,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
         detail::widen_tile<T, __NV_E4M3, DQK, kKvTile>(k_s, k8, tid);
         detail::widen_tile<T, __NV_E4M3, DVO, kKvTile>(v_s, v8, tid);
       }
+      if constexpr (kCacheOffsets) fill_offsets(tile + kPrefillStages);  // fp8: after widening
       __syncthreads();
       load_kv(tile + kPrefillStages);
     }
@@ -352,7 +400,9 @@ __global__ void __launch_bounds__(kPrefillThreads,
     using TilePos = std::conditional_t<kTestFirst, int32_t, int64_t>;
     const TilePos t0 = static_cast<TilePos>(kv_lo) + static_cast<TilePos>(tile) * kKvTile;
     bool unmasked = false;
-    if constexpr (kTestFirst) {
+    if constexpr (kCacheOffsets) {
+      unmasked = unmasked_tiles.lo <= tile && tile <= unmasked_tiles.hi;
+    } else if constexpr (kTestFirst) {
       unmasked = prefill_tile_unmasked(t0, kKvTile, kv_hi, p.causal, pos_min, pos_max,
                                        p.window_left, kCustomMask);
     }
@@ -399,7 +449,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
       }
 
       // Logits in base 2; the per-element test only where the tile needs it.
-      if constexpr (!kTestFirst) {
+      if constexpr (!kCacheOffsets && !kTestFirst) {
         unmasked = prefill_tile_unmasked(t0, kKvTile, kv_hi, p.causal, pos_min, pos_max,
                                          p.window_left, kCustomMask);
       }

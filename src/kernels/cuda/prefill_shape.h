@@ -116,8 +116,20 @@ FLASHINFER_HD constexpr unsigned prefill_kv_stage_bytes(int cta_q, int dqk, int 
   return 2u *
          static_cast<unsigned>(kPrefillStages * prefill_kv_tile(cta_q, dqk, dvo) * (dqk + dvo));
 }
-FLASHINFER_HD constexpr unsigned prefill_smem_bytes(int cta_q, int dqk, int dvo) {
+/// Tokens whose K and V element offsets a block keeps in shared memory: one tile's, filled one
+/// token a thread before the tile's copy is issued, so that the copy loop reads an offset instead
+/// of dividing and loading the page table per row. One tile, not a stage's worth of them: 16
+/// bytes a token more would leave an A100 SM one 64-row head-dim-128 block instead of two.
+FLASHINFER_HD constexpr int prefill_offset_cache_tokens(int cta_q, int dqk, int dvo) {
+  return prefill_kv_tile(cta_q, dqk, dvo);
+}
+/// The Q tile and the K/V stages; the offset cache follows them.
+FLASHINFER_HD constexpr unsigned prefill_tile_bytes(int cta_q, int dqk, int dvo) {
   return 2u * static_cast<unsigned>(cta_q * dqk) + prefill_kv_stage_bytes(cta_q, dqk, dvo);
+}
+FLASHINFER_HD constexpr unsigned prefill_smem_bytes(int cta_q, int dqk, int dvo) {
+  return prefill_tile_bytes(cta_q, dqk, dvo) +
+         16u * static_cast<unsigned>(prefill_offset_cache_tokens(cta_q, dqk, dvo));
 }
 
 /// Whether an SM holds two 128-row blocks of a head-dim pair: `smem_per_sm` bytes of shared memory
@@ -158,6 +170,36 @@ FLASHINFER_HD constexpr bool prefill_tile_unmasked(long long t0, int n, long lon
   if (causal && t0 + n - 1 > pos_min) return false;
   if (window_left >= 0 && t0 < pos_max - window_left) return false;
   return true;
+}
+
+/// The tiles of a block that prefill_tile_unmasked says need no per-element test, as one range of
+/// tile indices [lo, hi] (empty when lo > hi): tile i holds keys [kv_lo + i n, kv_lo + (i + 1) n).
+/// Each condition bounds i on one side (keys below kv_hi and, causal, below the first row's
+/// position: from above; a window's start: from below), so the kernel keeps two integers across
+/// its KV loop instead of the block's positions. Equal to the per-tile test for every tile (the
+/// CPU tests check it over a grid of blocks).
+struct TileRange {
+  int lo, hi;
+};
+FLASHINFER_HD constexpr TileRange prefill_unmasked_tiles(long long kv_lo, long long kv_hi, int n,
+                                                         bool causal, long long pos_min,
+                                                         long long pos_max, int window_left,
+                                                         bool custom_mask) {
+  // floor(a / n) and ceil(a / n) for any sign of a (n > 0).
+  auto floor_div = [](long long a, long long d) { return a >= 0 ? a / d : -((-a + d - 1) / d); };
+  auto ceil_div = [](long long a, long long d) { return a >= 0 ? (a + d - 1) / d : -(-a / d); };
+  if (custom_mask) return {1, 0};
+  // t0 + n <= kv_hi, and causal: t0 + n - 1 <= pos_min, with t0 = kv_lo + i n.
+  long long last_end = kv_hi;
+  if (causal && pos_min + 1 < last_end) last_end = pos_min + 1;
+  long long hi = floor_div(last_end - n - kv_lo, n);
+  // Window: t0 >= pos_max - window_left.
+  long long lo = window_left >= 0 ? ceil_div(pos_max - window_left - kv_lo, n) : 0;
+  if (lo < 0) lo = 0;
+  if (hi > 0x7fffffffLL) hi = 0x7fffffffLL;
+  if (hi < -1) hi = -1;
+  if (lo > 0x7fffffffLL) lo = 0x7fffffffLL;
+  return {static_cast<int>(lo), static_cast<int>(hi)};
 }
 
 /// 32 custom-mask bits of one row from bit index bit0 on, low bit first: bit i of the mask is
